@@ -1,0 +1,53 @@
+"""The `wse` command: wafer, train, infer, hpc, experiments, demo, launch.
+
+Global options: `--devices N` (or `WSE_DEVICES`) sets the number of virtual CPU devices
+before JAX starts; the persistent JAX compile cache lives in `WSE_CACHE_DIR`
+(default `~/.cache/wse/jax`), so a second run of a command starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from wse_cli import __version__
+from wse_cli.commands import demo, experiments, hpc, infer, launch, train, wafer
+from wse_cli.errors import WseGroup
+
+app = typer.Typer(
+    cls=WseGroup,
+    help="wse-stack: wafer-scale computing on JAX — emulate, predict, train, serve, simulate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"wse {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    devices: int = typer.Option(
+        None, "--devices", envvar="WSE_DEVICES", help="Virtual CPU devices (default: one per core)."
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    from wse_core.runtime import configure
+
+    configure(devices)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+for module in (wafer, hpc, train, infer, experiments, launch, demo):
+    module.register(app)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,68 @@
+"""`wse experiments list|run`: named, seeded, reproducible runs (shared/DESIGN.md output).
+
+Each experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResult` in its
+package; the registry below maps names to "module:function" so listing imports nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import typer
+
+from wse_cli.errors import WseGroup, fail
+
+# name -> ("module:function", one-line description). Packages add their experiments here.
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "wafer-yield": (
+        "wse_core.studies.wafer_yield:run",
+        "Repairable fraction and usable PEs against defect rate and spares",
+    ),
+    "fabric-collectives": (
+        "wse_core.studies.fabric_collectives:run",
+        "Emulation cost and predicted wafer cycles of shift, broadcast, allreduce",
+    ),
+}
+
+app = typer.Typer(cls=WseGroup, help="Reproducible paper-style experiments.",
+                  no_args_is_help=True)
+
+
+def load(name: str):
+    from wse_core import suggest
+
+    if name not in EXPERIMENTS:
+        fail(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; "
+             f"see `wse experiments list`")
+    module, func = EXPERIMENTS[name][0].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+@app.command("list")
+def list_() -> None:
+    """The experiments, one a line."""
+    width = max(map(len, EXPERIMENTS))
+    for name, (_, desc) in EXPERIMENTS.items():
+        typer.echo(f"{name:<{width}}  {desc}")
+
+
+@app.command()
+def run(
+    name: str = typer.Argument(..., help="Experiment name (see `wse experiments list`)."),
+    out: Path = typer.Option(Path("experiments_out"), "--out", help="Output folder."),
+    quick: bool = typer.Option(False, "--quick", help="Reduced measured part, fit for CI."),
+    seed: int = typer.Option(0, "--seed", help="Seed."),
+) -> None:
+    """Run one experiment; writes results.json, table.md, table.csv, figure.png."""
+    from wse_core import write_experiment
+
+    fn = load(name)
+    result = fn(quick=quick, seed=seed)
+    folder = write_experiment(result, out)
+    typer.echo((folder / "table.md").read_text())
+    typer.echo(f"wrote {folder}/results.json, table.md, table.csv, figure.png")
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="experiments")

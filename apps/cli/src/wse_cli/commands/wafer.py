@@ -1,0 +1,160 @@
+"""`wse wafer info` and `wse wafer defects`: a wafer's figures, its defect map and repair."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from wse_cli.errors import WseGroup, fail
+
+app = typer.Typer(cls=WseGroup, help="Wafer specs, defect maps and repair.", no_args_is_help=True)
+
+PRESET_HELP = "Wafer preset: wse1, wse2, wse3, tiny, small, demo."
+
+
+def resolve_spec(preset: str | None, spec_file: Path | None):
+    """The spec named by --preset or read from --spec (YAML); one of them."""
+    from wse_core import load_spec
+    from wse_core import preset as get_preset
+
+    if spec_file is not None:
+        return load_spec(spec_file)
+    return get_preset(preset or "wse3")
+
+
+def info_dict(spec) -> dict:
+    return {
+        "preset": spec.name,
+        "grid": [spec.pe_rows, spec.pe_cols],
+        "pes": spec.num_pes,
+        "sram_bytes_per_pe": spec.sram_bytes_per_pe,
+        "sram_total_bytes": spec.sram_total_bytes,
+        "clock_hz": spec.clock_hz,
+        "sram_bytes_per_s": spec.sram_bytes_per_s,
+        "fabric_bytes_per_s": spec.fabric_bytes_per_s,
+        "host_io_bytes_per_s": spec.host_io_bytes_per_s,
+        "peak_flops": {d: spec.peak_flops(d) for d in spec.flops_per_cycle},
+        "spare_rows": spec.spare_rows,
+        "spare_cols": spec.spare_cols,
+        "defect_rate": spec.defect_rate,
+    }
+
+
+def _si(v: float, unit: str) -> str:
+    for p, s in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= p:
+            return f"{v / p:.3g} {s}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+@app.command()
+def info(
+    preset: str = typer.Option("wse3", "--preset", "-p", help=PRESET_HELP),
+    spec: Path = typer.Option(None, "--spec", help="A YAML spec file (base: PRESET + fields)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Grid, PE count, SRAM per PE and in total, clock, bandwidths, peak flops."""
+    s = resolve_spec(preset, spec)
+    d = info_dict(s)
+    if as_json:
+        typer.echo(json.dumps(d, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"wafer {s.name}", show_header=False)
+    t.add_row("PE grid", f"{s.pe_rows} x {s.pe_cols} = {s.num_pes:,} PEs")
+    t.add_row("SRAM", f"{s.sram_bytes_per_pe:,} B per PE, {_si(s.sram_total_bytes, 'B')} total")
+    t.add_row("clock", _si(s.clock_hz, "Hz"))
+    t.add_row("SRAM bandwidth", _si(s.sram_bytes_per_s, "B/s"))
+    t.add_row("fabric bandwidth", _si(s.fabric_bytes_per_s, "B/s"))
+    t.add_row("host I/O", _si(s.host_io_bytes_per_s, "B/s"))
+    for dtype, flops in d["peak_flops"].items():
+        t.add_row(f"peak {dtype}", _si(flops, "FLOP/s"))
+    t.add_row("spares", f"{s.spare_rows} rows, {s.spare_cols} columns")
+    t.add_row("defect rate", f"{s.defect_rate:g}")
+    Console().print(t)
+
+
+@app.command()
+def defects(
+    preset: str = typer.Option("wse3", "--preset", "-p", help=PRESET_HELP),
+    spec: Path = typer.Option(None, "--spec", help="A YAML spec file."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the defect map."),
+    defect_rate: float = typer.Option(None, "--defect-rate", help="Dead-PE rate in [0, 1)."),
+    png: Path = typer.Option(None, "--png", help="Write a picture of the defects and remap."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Dead PEs, spares used, repairable or not (not repairable: exit code 1)."""
+    from wse_core import DefectError, defect_map, remap
+
+    s = resolve_spec(preset, spec)
+    if defect_rate is not None and not 0.0 <= defect_rate < 1.0:
+        fail(f"--defect-rate must be in [0, 1), got {defect_rate}")
+    dm = defect_map(s, seed, defect_rate)
+    out: dict = {"preset": s.name, "seed": seed, "rate": dm.rate, "dead_pes": dm.num_dead,
+                 "physical_grid": list(dm.shape)}
+    try:
+        rm = remap(s, dm)
+    except DefectError as e:
+        out.update(repairable=False, reason=str(e))
+        typer.echo(json.dumps(out, indent=2) if as_json else f"not repairable: {e}")
+        if png:
+            _plot_defects(png, dm, None)
+        raise typer.Exit(1) from None
+    out.update(
+        repairable=True,
+        retired_rows=list(rm.retired_rows),
+        spare_rows_used=rm.spare_rows_used,
+        spare_cols_used=rm.spare_cols_used,
+        detour_hops=rm.extra_hops,
+    )
+    if png:
+        _plot_defects(png, dm, rm)
+        out["png"] = str(png)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    typer.echo(
+        f"{s.name}: {dm.num_dead} dead of {dm.dead.size:,} physical PEs (rate {dm.rate:g}, "
+        f"seed {seed}); repairable: {rm.spare_rows_used}/{s.spare_rows} spare rows and at most "
+        f"{rm.spare_cols_used}/{s.spare_cols} spare columns per row used; detour hops "
+        f"N-S {rm.extra_hops['ns_total']}, E-W {rm.extra_hops['ew_total']}"
+        + (f"; picture: {png}" if png else "")
+    )
+
+
+def _plot_defects(path: Path, dm, rm) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    axes[0].imshow(dm.dead, cmap="Greys", interpolation="nearest", aspect="auto")
+    r, c = np.nonzero(dm.dead)
+    axes[0].scatter(c, r, s=6, c="red")
+    axes[0].set_title(f"dead PEs on the physical grid ({dm.num_dead})")
+    if rm is not None:
+        # Logical columns shifted right by the number of dead PEs skipped in their row.
+        shift = rm.phys_col - np.arange(rm.phys_col.shape[1])[None, :]
+        im = axes[1].imshow(shift, cmap="viridis", interpolation="nearest", aspect="auto")
+        fig.colorbar(im, ax=axes[1], label="spare columns used by the remap")
+        axes[1].set_title("remap: logical PE -> physical column shift")
+    else:
+        axes[1].text(0.5, 0.5, "not repairable", ha="center", va="center", fontsize=16)
+        axes[1].set_axis_off()
+    for ax in axes:
+        ax.set_xlabel("column")
+        ax.set_ylabel("row")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="wafer")

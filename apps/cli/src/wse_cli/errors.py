@@ -1,0 +1,46 @@
+"""How the `wse` command turns user errors into exit code 2 and one readable line.
+
+`WseGroup` is the click group class of every typer app in the CLI: a `WseError` (or a
+`UserInputError`) raised anywhere below it is printed as `Error: <message>` on stderr and the
+command exits with code 2 — no traceback. `typer.Exit(1)` stays for "ran, answer is no"
+(e.g. a wafer that cannot be repaired).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+from typer.core import TyperGroup
+
+__all__ = ["WseGroup", "UserInputError", "fail"]
+
+
+class UserInputError(ValueError):
+    """Bad input found by the CLI itself (a flag combination, a file)."""
+
+
+def _is_user_error(e: BaseException) -> bool:
+    if isinstance(e, UserInputError):
+        return True
+    wse_core = sys.modules.get("wse_core.errors")
+    return wse_core is not None and isinstance(e, wse_core.WseError)
+
+
+class WseGroup(TyperGroup):
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as e:
+            if _is_user_error(e):
+                typer.echo(f"Error: {e}", err=True)
+                raise typer.Exit(2) from None
+            raise
+
+
+def fail(message: str) -> None:
+    """Stop the command with exit code 2 and `message`."""
+    raise UserInputError(message)

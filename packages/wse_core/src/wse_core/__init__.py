@@ -1,0 +1,59 @@
+"""wse_core: the functional wafer — specs, the PE grid on a jax Mesh, SRAM, defects, fabric,
+and the performance model.
+
+The spine (shared/DESIGN.md): `WaferSpec` (a preset) -> `build_wafer` (mesh, defects and
+remap, SRAM ledger, traffic ledger) -> kernels place fields with `wafer.place`, move data only
+with `wse_core.fabric`, and return a `Report` whose `predicted` comes from `PerfModel`.
+
+Importing this package does not import JAX; `wse_core.wafer` and `wse_core.fabric` do, so call
+`wse_core.runtime.configure(devices)` first when the device count matters.
+"""
+
+from wse_core.defects import DefectMap, Remap, defect_map, remap
+from wse_core.errors import (
+    DefectError,
+    PlacementError,
+    SpecError,
+    SramBudgetError,
+    WseError,
+    suggest,
+)
+from wse_core.experiment import ExperimentResult, PredictionRow, write_experiment
+from wse_core.perf import OVERLAP, PerfModel, Prediction, Work
+from wse_core.spec import DTYPES, PRESETS, WaferSpec, load_spec, preset, spec_from
+from wse_core.sram import Allocation, Region, SramLedger
+from wse_core.traffic import Traffic, TrafficLedger
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DTYPES",
+    "OVERLAP",
+    "PRESETS",
+    "Allocation",
+    "DefectError",
+    "DefectMap",
+    "ExperimentResult",
+    "PerfModel",
+    "PlacementError",
+    "Prediction",
+    "PredictionRow",
+    "Region",
+    "Remap",
+    "SpecError",
+    "SramBudgetError",
+    "SramLedger",
+    "Traffic",
+    "TrafficLedger",
+    "WaferSpec",
+    "Work",
+    "WseError",
+    "defect_map",
+    "load_spec",
+    "preset",
+    "remap",
+    "spec_from",
+    "suggest",
+    "write_experiment",
+    "__version__",
+]

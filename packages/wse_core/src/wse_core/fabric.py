@@ -1,0 +1,390 @@
+"""The fabric: the only way data crosses PEs, and the only module that calls shard_map.
+
+Every op takes and returns placed wafer fields (`(rows, cols, *per_pe)` global arrays, see
+`wse_core.wafer`) and may be called inside `jit`. Inside a device's block data moves as array
+slices; across blocks as `lax.ppermute` of the block edges (halos) or `lax.psum`. Padding PEs
+never leak into results: they read as zero (zero boundary), as the wrapped value (periodic
+boundary) or are left out of reductions.
+
+Directions: a shift moves data one PE (or `distance` PEs) toward `direction`; row 0 is the
+north edge, column 0 the west edge. So with `direction="E"`, PE (r, c) receives the value of
+PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
+
+Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value), `broadcast`
+(one PE's value to its whole row or column), `reduce` (to one value) and `allreduce` (to every
+PE), over the whole grid or along rows / columns, with `"sum"` or `"max"`.
+
+Each op records its traffic (words, word-hops including detours around dead PEs, busiest-link
+words, latency hops) in `wafer.traffic` at trace time; `count(wafer, fn, *args)` traces a
+function abstractly and returns what it would move.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from wse_core.errors import PlacementError, WseError
+from wse_core.traffic import Traffic
+from wse_core.wafer import COL, ROW, Wafer
+
+__all__ = [
+    "Direction",
+    "Boundary",
+    "shift",
+    "multicast",
+    "broadcast",
+    "reduce",
+    "allreduce",
+    "count",
+]
+
+Direction = Literal["N", "S", "E", "W"]
+Boundary = Literal["zero", "periodic"]
+ReduceOp = Literal["sum", "max"]
+
+# direction -> (grid axis, sign): sign +1 means PE i receives from PE i - distance.
+_DIRECTIONS = {"N": (0, -1), "S": (0, +1), "E": (1, +1), "W": (1, -1)}
+_AXIS_NAMES = (ROW, COL)
+
+
+# -- block-level building blocks (run inside shard_map) ------------------------------------
+def _geometry(wafer: Wafer, axis: int) -> tuple[str, int, int, int]:
+    """(mesh axis name, devices along it, block length, logical size) for a grid axis."""
+    return (
+        _AXIS_NAMES[axis],
+        wafer.mesh_shape[axis],
+        wafer.block_shape[axis],
+        (wafer.rows, wafer.cols)[axis],
+    )
+
+
+def _take(x: jax.Array, axis: int, start: int, stop: int) -> jax.Array:
+    return lax.slice_in_dim(x, start, stop, axis=axis)
+
+
+def _neighbour_cells(x, wafer: Wafer, axis: int, width: int, side: int, periodic: bool):
+    """The `width` cells just before (side=-1) or after (side=+1) this block along `axis`,
+    fetched from the blocks `1..m` devices away with one ppermute each."""
+    name, ndev, block, _ = _geometry(wafer, axis)
+    pieces = []
+    s = 1
+    while sum(p.shape[axis] for p in pieces) < width:
+        w = min(block, width - (s - 1) * block)
+        send = _take(x, axis, block - w, block) if side < 0 else _take(x, axis, 0, w)
+        if side < 0:  # device i sends to i + s
+            perm = [(i, (i + s) % ndev) for i in range(ndev) if periodic or i + s < ndev]
+        else:  # device i sends to i - s
+            perm = [(i, (i - s) % ndev) for i in range(ndev) if periodic or i - s >= 0]
+        if perm and ndev > 1:
+            got = lax.ppermute(send, name, perm)
+        elif periodic:  # one device along the axis: it is its own neighbour
+            got = send
+        else:
+            got = jnp.zeros_like(send)
+        pieces.append(got)
+        s += 1
+    if side < 0:
+        pieces.reverse()
+    return pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=axis)
+
+
+def _global_index(wafer: Wafer, axis: int, offset: int, length: int) -> jax.Array:
+    """Global positions along `axis` of `length` cells starting `offset` from this block."""
+    name, _, block, _ = _geometry(wafer, axis)
+    start = lax.axis_index(name) * block + offset
+    return start + jnp.arange(length, dtype=jnp.int32)
+
+
+def _along(mask: jax.Array, axis: int, ndim: int) -> jax.Array:
+    """Reshape a 1-D mask so it broadcasts along `axis` of an `ndim` array."""
+    shape = [1] * ndim
+    shape[axis] = mask.shape[0]
+    return mask.reshape(shape)
+
+
+def _wrap_strip(x, wafer: Wafer, axis: int, first: int, width: int):
+    """Cells [first, first + width) of the logical axis, on every device (one psum)."""
+    name, _, block, _ = _geometry(wafer, axis)
+    targets = np.arange(first, first + width)
+    owner, local = targets // block, targets % block
+    picked = jnp.take(x, jnp.asarray(local), axis=axis)
+    mine = _along(jnp.asarray(owner) == lax.axis_index(name), axis, x.ndim)
+    return lax.psum(jnp.where(mine, picked, jnp.zeros_like(picked)), name)
+
+
+def _extend(x, wafer: Wafer, axis: int, before: int, after: int, boundary: Boundary):
+    """This block with `before` / `after` halo cells along `axis`; cells outside the logical
+    grid are zero or wrapped, padding inside the block is made safe as well."""
+    _, _, block, size = _geometry(wafer, axis)
+    if max(before, after) >= size and boundary == "periodic":
+        raise PlacementError(f"a periodic halo of {max(before, after)} needs a grid over {size}")
+    periodic = boundary == "periodic"
+    padded = wafer.padded_shape[axis] != size
+    parts = []
+    if before:
+        parts.append((-before, _neighbour_cells(x, wafer, axis, before, -1, periodic)))
+    parts.append((0, x))
+    if after:
+        parts.append((block, _neighbour_cells(x, wafer, axis, after, +1, periodic)))
+    strips = {}
+    if periodic and padded:
+        if before:
+            strips["before"] = _wrap_strip(x, wafer, axis, size - before, before)
+        if after:
+            strips["after"] = _wrap_strip(x, wafer, axis, 0, after)
+    out = []
+    for offset, part in parts:
+        if offset == 0 and not padded:
+            out.append(part)  # the block itself is all logical cells
+            continue
+        g = _global_index(wafer, axis, offset, part.shape[axis])
+        if periodic and padded:
+            if "before" in strips:
+                vals = jnp.take(strips["before"], jnp.clip(g + before, 0, before - 1), axis=axis)
+                part = jnp.where(_along(g < 0, axis, x.ndim), vals, part)
+            if "after" in strips:
+                vals = jnp.take(strips["after"], jnp.clip(g - size, 0, after - 1), axis=axis)
+                part = jnp.where(_along(g >= size, axis, x.ndim), vals, part)
+        elif not periodic:
+            valid = _along((g >= 0) & (g < size), axis, x.ndim)
+            part = jnp.where(valid, part, jnp.zeros_like(part))
+        out.append(part)
+    return jnp.concatenate(out, axis=axis) if len(out) > 1 else out[0]
+
+
+def _logical_mask(wafer: Wafer, ndim: int) -> jax.Array:
+    """True on this block's logical (non-padding) PEs, broadcastable to an `ndim` block."""
+    br, bc = wafer.block_shape
+    rows = _global_index(wafer, 0, 0, br) < wafer.rows
+    cols = _global_index(wafer, 1, 0, bc) < wafer.cols
+    return (rows[:, None] & cols[None, :]).reshape((br, bc) + (1,) * (ndim - 2))
+
+
+def _on_blocks(wafer: Wafer, fn: Callable, x: jax.Array, out_spec: P | None = None) -> jax.Array:
+    spec = P(ROW, COL)
+    return jax.shard_map(
+        fn, mesh=wafer.mesh, in_specs=(spec,), out_specs=spec if out_spec is None else out_spec
+    )(x)
+
+
+def _check_field(wafer: Wafer, x: jax.Array, op: str) -> None:
+    if x.ndim < 2 or tuple(x.shape[:2]) != wafer.padded_shape:
+        raise PlacementError(
+            f"fabric.{op} needs a placed field of shape {wafer.padded_shape} + per-PE dims "
+            f"(use wafer.place); got {tuple(x.shape)}"
+        )
+
+
+def _words_per_pe(x: jax.Array) -> float:
+    """32-bit fabric words per PE for one value of x's per-PE shape."""
+    return float(np.prod(x.shape[2:], dtype=np.int64)) * x.dtype.itemsize / 4
+
+
+def _hops(wafer: Wafer, axis: int) -> tuple[float, float]:
+    """Mean and max physical hops per logical link along `axis` on this grid."""
+    links = wafer.remap.link_hops(axis)[: wafer.rows, : wafer.cols]
+    if axis == 0:
+        links = links[: wafer.rows - 1]
+    else:
+        links = links[:, : wafer.cols - 1]
+    if links.size == 0:
+        return 1.0, 1.0
+    return float(links.mean()), float(links.max())
+
+
+def _record(wafer: Wafer, op: str, words: float, word_hops: float, busiest: float, lat: float):
+    wafer.traffic.record(Traffic(op, words, word_hops, busiest, lat, 1))
+
+
+# -- public ops ----------------------------------------------------------------------------
+def _direction(direction: str) -> tuple[int, int]:
+    try:
+        return _DIRECTIONS[direction]
+    except KeyError:
+        raise WseError(f"unknown direction {direction!r}; use one of N, S, E, W") from None
+
+
+def _check_boundary(boundary: str) -> None:
+    if boundary not in ("zero", "periodic"):
+        raise WseError(f"unknown boundary {boundary!r}; use 'zero' or 'periodic'")
+
+
+def multicast(
+    wafer: Wafer, x: jax.Array, direction: Direction, k: int, *, boundary: Boundary = "zero"
+) -> jax.Array:
+    """Each PE's value travels to the next `k` PEs toward `direction`.
+
+    Returns `(rows, cols, k, *per_pe)`: entry j at a PE is the value of the PE j + 1 steps
+    upstream (for "E", PE (r, c) gets x[r, c - 1 - j]). Zero or wrapped beyond the edge.
+    """
+    _check_field(wafer, x, "multicast")
+    _check_boundary(boundary)
+    if k <= 0:
+        raise WseError(f"multicast distance must be positive, got {k}")
+    axis, sign = _direction(direction)
+    block = wafer.block_shape[axis]
+
+    def on_block(b):
+        if sign > 0:  # receive from lower indices: halo before
+            ext = _extend(b, wafer, axis, k, 0, boundary)
+            outs = [_take(ext, axis, k - d, k - d + block) for d in range(1, k + 1)]
+        else:
+            ext = _extend(b, wafer, axis, 0, k, boundary)
+            outs = [_take(ext, axis, d, d + block) for d in range(1, k + 1)]
+        return jnp.stack(outs, axis=2)
+
+    w = _words_per_pe(x)
+    mean_h, max_h = _hops(wafer, axis)
+    n = wafer.num_pes
+    _record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, k * max_h)
+    return _on_blocks(wafer, on_block, x)
+
+
+def shift(
+    wafer: Wafer,
+    x: jax.Array,
+    direction: Direction,
+    *,
+    boundary: Boundary = "zero",
+    distance: int = 1,
+) -> jax.Array:
+    """Move every PE's value `distance` PEs toward `direction` (same shape as x)."""
+    _check_field(wafer, x, "shift")
+    _check_boundary(boundary)
+    if distance <= 0:
+        raise WseError(f"shift distance must be positive, got {distance}")
+    axis, sign = _direction(direction)
+    block = wafer.block_shape[axis]
+    d = distance
+
+    def on_block(b):
+        if sign > 0:
+            return _take(_extend(b, wafer, axis, d, 0, boundary), axis, 0, block)
+        return _take(_extend(b, wafer, axis, 0, d, boundary), axis, d, d + block)
+
+    w = _words_per_pe(x)
+    mean_h, max_h = _hops(wafer, axis)
+    n = wafer.num_pes
+    _record(wafer, f"shift{direction}", n * w, n * w * d * mean_h, w, d * max_h)
+    return _on_blocks(wafer, on_block, x)
+
+
+def _combine(op: ReduceOp):
+    if op == "sum":
+        return jnp.sum, lax.psum, 0
+    if op == "max":
+        return jnp.max, lax.pmax, -jnp.inf
+    raise WseError(f"unknown reduction {op!r}; use 'sum' or 'max'")
+
+
+def _fill(dtype, fill):
+    if fill == 0:
+        return jnp.zeros((), dtype)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.array(fill, dtype)
+    return jnp.array(jnp.iinfo(dtype).min, dtype)
+
+
+def _axes_for(axis: Literal["row", "col"] | None) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Grid axes reduced and mesh axes combined: 'row' reduces along a row (over columns)."""
+    if axis is None:
+        return (0, 1), (ROW, COL)
+    if axis == "row":
+        return (1,), (COL,)
+    if axis == "col":
+        return (0,), (ROW,)
+    raise WseError(f"unknown reduction axis {axis!r}; use 'row', 'col' or None for the grid")
+
+
+def _reduce_traffic(wafer: Wafer, x: jax.Array, axes: tuple[int, ...], op: str, both: bool):
+    w = _words_per_pe(x)
+    n = wafer.num_pes
+    sizes = {0: wafer.rows, 1: wafer.cols}
+    # A chain reduction toward the centre of each reduced axis: half the axis in latency.
+    lat = sum((sizes[a] - 1) / 2 * _hops(wafer, a)[1] for a in axes)
+    mult = 2 if both else 1  # allreduce = reduce + broadcast back
+    _record(wafer, op, n * w * mult, n * w * mult, 2 * w * mult, lat * mult)
+
+
+def allreduce(
+    wafer: Wafer,
+    x: jax.Array,
+    op: ReduceOp = "sum",
+    *,
+    axis: Literal["row", "col"] | None = None,
+) -> jax.Array:
+    """Reduce over the grid (or along each row / column) and give every PE the result.
+
+    Same shape as x: every PE holds the reduction of its group (padding left out).
+    """
+    _check_field(wafer, x, "allreduce")
+    local, collective, fill = _combine(op)
+    grid_axes, mesh_axes = _axes_for(axis)
+
+    def on_block(b):
+        masked = jnp.where(_logical_mask(wafer, b.ndim), b, _fill(b.dtype, fill))
+        part = local(masked, axis=grid_axes, keepdims=True)
+        return jnp.broadcast_to(collective(part, mesh_axes), b.shape)
+
+    _reduce_traffic(wafer, x, grid_axes, f"allreduce_{op}", both=True)
+    return _on_blocks(wafer, on_block, x)
+
+
+def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
+    """Reduce over the whole logical grid to one per-PE-shaped value (replicated array)."""
+    _check_field(wafer, x, "reduce")
+    local, collective, fill = _combine(op)
+
+    def on_block(b):
+        masked = jnp.where(_logical_mask(wafer, b.ndim), b, _fill(b.dtype, fill))
+        return collective(local(masked, axis=(0, 1)), (ROW, COL))
+
+    _reduce_traffic(wafer, x, (0, 1), f"reduce_{op}", both=False)
+    return _on_blocks(wafer, on_block, x, out_spec=P())
+
+
+def broadcast(
+    wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: int
+) -> jax.Array:
+    """Give every PE of each row (axis="row") the value of that row's PE in column `source`
+    (or, axis="col", of each column's PE in row `source`)."""
+    _check_field(wafer, x, "broadcast")
+    grid_axis = {"row": 1, "col": 0}.get(axis)
+    if grid_axis is None:
+        raise WseError(f"unknown broadcast axis {axis!r}; use 'row' or 'col'")
+    size = (wafer.rows, wafer.cols)[grid_axis]
+    if not 0 <= source < size:
+        raise PlacementError(f"broadcast source {source} is outside 0..{size - 1}")
+    name, _, block, _ = _geometry(wafer, grid_axis)
+
+    def on_block(b):
+        local = jnp.take(b, jnp.asarray([source % block]), axis=grid_axis)
+        mine = lax.axis_index(name) == source // block
+        return jnp.broadcast_to(
+            lax.psum(jnp.where(mine, local, jnp.zeros_like(local)), name), b.shape
+        )
+
+    w = _words_per_pe(x)
+    lines = (wafer.cols, wafer.rows)[grid_axis]
+    mean_h, max_h = _hops(wafer, grid_axis)
+    _record(wafer, f"broadcast_{axis}", lines * w, lines * w * (size - 1) * mean_h, w,
+            (size - 1) * max_h)
+    return _on_blocks(wafer, on_block, x)
+
+
+def count(wafer: Wafer, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traffic:
+    """The traffic `fn(*args, **kwargs)` records, found by tracing it abstractly (no run)."""
+    with wafer.traffic.scope() as entries:
+        jax.eval_shape(functools.partial(fn, **kwargs), *args)
+    total = Traffic()
+    for e in entries:
+        total = total + e
+    return total

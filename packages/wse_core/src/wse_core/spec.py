@@ -1,0 +1,247 @@
+"""Wafer specs: the static hardware description every other part of the stack is built from.
+
+A `WaferSpec` is a frozen, validated dataclass. Presets `wse1`, `wse2`, `wse3` carry the public
+figures of shared/REFERENCES.md; where a figure is not published the value is an assumption
+and the field's comment says so. Small presets (`tiny`, `small`, `demo`) exist for tests and
+demos. Custom specs come from a preset plus overrides (`spec_from(...)`) or a YAML file
+(`load_spec(path)`), which may name a `base` preset and override any field.
+
+Units are in the names: bytes, cycles, Hz, bytes per second. Flops per cycle are per PE and
+by dtype (`"fp16"`, `"bf16"`, `"fp32"`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from wse_core.errors import SpecError, suggest
+
+__all__ = [
+    "WaferSpec",
+    "PRESETS",
+    "preset",
+    "spec_from",
+    "load_spec",
+    "DTYPES",
+]
+
+DTYPES = ("fp16", "bf16", "fp32")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaferSpec:
+    """One wafer's hardware constants. All per-PE unless the name says otherwise."""
+
+    name: str
+    pe_rows: int  # logical PE grid rows (what software sees after repair)
+    pe_cols: int  # logical PE grid columns
+    sram_bytes_per_pe: int
+    clock_hz: float
+    sram_read_bytes_per_cycle: float  # per PE
+    sram_write_bytes_per_cycle: float  # per PE
+    link_bytes_per_cycle: float  # per fabric link, per direction
+    flops_per_cycle: Mapping[str, float]  # per PE, by dtype
+    host_io_bytes_per_s: float  # off-wafer I/O of one system
+    spare_rows: int = 0  # physical rows beyond pe_rows used to repair defects
+    spare_cols: int = 0  # physical columns beyond pe_cols used to repair defects
+    defect_rate: float = 0.0  # expected fraction of dead physical PEs
+    hop_latency_cycles: float = 1.0  # router latency per fabric hop (assumption: 1 cycle)
+    memoryx_bytes_per_s: float = 150e9  # weight store -> wafer (assumption: the host I/O rate)
+    swarmx_bytes_per_s: float = 150e9  # per-system broadcast / reduce link (same assumption)
+
+    def __post_init__(self) -> None:
+        for field in ("pe_rows", "pe_cols", "sram_bytes_per_pe"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value <= 0:
+                raise SpecError(f"{field} must be a positive integer, got {value!r}")
+        for field in ("spare_rows", "spare_cols"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 0:
+                raise SpecError(f"{field} must be a non-negative integer, got {value!r}")
+        for field in (
+            "clock_hz",
+            "sram_read_bytes_per_cycle",
+            "sram_write_bytes_per_cycle",
+            "link_bytes_per_cycle",
+            "host_io_bytes_per_s",
+            "memoryx_bytes_per_s",
+            "swarmx_bytes_per_s",
+        ):
+            value = getattr(self, field)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise SpecError(f"{field} must be a positive number, got {value!r}")
+        if not 0.0 <= float(self.defect_rate) < 1.0:
+            raise SpecError(f"defect_rate must be in [0, 1), got {self.defect_rate!r}")
+        if self.hop_latency_cycles < 0:
+            raise SpecError(f"hop_latency_cycles must be >= 0, got {self.hop_latency_cycles!r}")
+        flops = dict(self.flops_per_cycle)
+        unknown = set(flops) - set(DTYPES)
+        if unknown:
+            bad = sorted(unknown)[0]
+            raise SpecError(
+                f"flops_per_cycle has unknown dtype {bad!r}{suggest(bad, DTYPES)}; "
+                f"known: {', '.join(DTYPES)}"
+            )
+        if any(v <= 0 for v in flops.values()) or "fp32" not in flops:
+            raise SpecError("flops_per_cycle needs positive values and at least an 'fp32' entry")
+        object.__setattr__(self, "flops_per_cycle", MappingProxyType(flops))
+
+    # Derived figures -------------------------------------------------------------------
+    @property
+    def num_pes(self) -> int:
+        return self.pe_rows * self.pe_cols
+
+    @property
+    def physical_rows(self) -> int:
+        return self.pe_rows + self.spare_rows
+
+    @property
+    def physical_cols(self) -> int:
+        return self.pe_cols + self.spare_cols
+
+    @property
+    def sram_total_bytes(self) -> int:
+        return self.num_pes * self.sram_bytes_per_pe
+
+    def flops_per_cycle_for(self, dtype: str) -> float:
+        """Flops per cycle per PE for `dtype`; bf16 falls back to fp16, then to fp32."""
+        for key in (dtype, "fp16" if dtype == "bf16" else dtype, "fp32"):
+            if key in self.flops_per_cycle:
+                return float(self.flops_per_cycle[key])
+        raise SpecError(f"no flops_per_cycle for {dtype!r}")  # unreachable: fp32 is required
+
+    def peak_flops(self, dtype: str = "fp16") -> float:
+        """Whole-wafer peak flop/s for `dtype`."""
+        return self.num_pes * self.flops_per_cycle_for(dtype) * self.clock_hz
+
+    @property
+    def sram_bytes_per_s(self) -> float:
+        """Whole-wafer SRAM bandwidth (read + write)."""
+        per_cycle = self.sram_read_bytes_per_cycle + self.sram_write_bytes_per_cycle
+        return self.num_pes * per_cycle * self.clock_hz
+
+    @property
+    def fabric_bytes_per_s(self) -> float:
+        """Whole-wafer fabric bandwidth: 4 links per PE, each direction counted once."""
+        return self.num_pes * 4 * self.link_bytes_per_cycle * self.clock_hz
+
+    def replace(self, **changes: Any) -> WaferSpec:
+        """A copy with `changes` applied (validated); unknown fields are a SpecError."""
+        names = {f.name for f in dataclasses.fields(self)}
+        for key in changes:
+            if key not in names:
+                raise SpecError(f"unknown spec field {key!r}{suggest(key, names)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        # dataclasses.asdict cannot deep-copy a MappingProxy, so build the dict by hand.
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["flops_per_cycle"] = dict(self.flops_per_cycle)
+        return out
+
+
+# Presets -------------------------------------------------------------------------------
+# WSE-2: full fabric 757 x 996 (SDK), 48 kB per PE, 850 MHz as in the SDK's benchmark
+# scripts; 16 B read + 8 B write per cycle as in Jacquelin et al. (the per-port figure is
+# two 32-bit reads and one write, 8 B + 4 B; we use the stencil paper's, which matches the
+# 20 PB/s marketing total); one 32-bit word per link per direction per cycle; fp16: 4-wide
+# FMAC = 8 flop/cycle; fp32: one FMAC = 2 flop/cycle (assumption). Spares: about 1% of
+# columns (assumption; Cerebras says ~1% of cores are spare). Host I/O 1.2 Tb/s = 150 GB/s.
+_WSE2 = WaferSpec(
+    name="wse2",
+    pe_rows=757,
+    pe_cols=996,
+    sram_bytes_per_pe=48 * 1024,
+    clock_hz=850e6,
+    sram_read_bytes_per_cycle=16.0,
+    sram_write_bytes_per_cycle=8.0,
+    link_bytes_per_cycle=4.0,
+    flops_per_cycle={"fp16": 8.0, "bf16": 8.0, "fp32": 2.0},
+    host_io_bytes_per_s=150e9,
+    spare_rows=0,
+    spare_cols=10,
+    defect_rate=2e-4,
+)
+
+PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
+    {
+        # WSE-1: 400,000 cores and 18 GB; no public fabric size, so a 633 x 633 square
+        # (400,689 PEs) is assumed; clock assumed equal to WSE-2's.
+        "wse1": _WSE2.replace(
+            name="wse1",
+            pe_rows=633,
+            pe_cols=633,
+            sram_bytes_per_pe=45 * 1000,  # 18 GB / 400,000 cores
+            flops_per_cycle={"fp16": 8.0, "bf16": 8.0, "fp32": 2.0},
+            host_io_bytes_per_s=150e9,
+            spare_cols=6,
+        ),
+        "wse2": _WSE2,
+        # WSE-3: full fabric 762 x 1176 (SDK); 8-wide fp16 FMAC = 16 flop/cycle; the clock
+        # is not published: 1.1 GHz from the marketing totals (REFERENCES.md).
+        "wse3": _WSE2.replace(
+            name="wse3",
+            pe_rows=762,
+            pe_cols=1176,
+            clock_hz=1.1e9,
+            flops_per_cycle={"fp16": 16.0, "bf16": 16.0, "fp32": 2.0},
+            spare_cols=12,
+        ),
+        # Small wafers with WSE-3 per-PE figures, for tests and demos.
+        "tiny": _WSE2.replace(
+            name="tiny", pe_rows=8, pe_cols=8, spare_rows=1, spare_cols=1, defect_rate=0.01
+        ),
+        "small": _WSE2.replace(
+            name="small", pe_rows=32, pe_cols=32, spare_rows=1, spare_cols=2, defect_rate=0.005
+        ),
+        "demo": _WSE2.replace(
+            name="demo", pe_rows=64, pe_cols=96, spare_rows=2, spare_cols=3, defect_rate=0.002
+        ),
+    }
+)
+
+
+def preset(name: str) -> WaferSpec:
+    """The preset called `name`; an unknown name is a SpecError with the closest match."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise SpecError(
+            f"unknown wafer preset {name!r}{suggest(name, PRESETS)}; "
+            f"choose one of: {', '.join(PRESETS)}"
+        ) from None
+
+
+def spec_from(base: str | WaferSpec = "wse3", **overrides: Any) -> WaferSpec:
+    """A preset (by name or spec) with field overrides; None values are ignored."""
+    spec = preset(base) if isinstance(base, str) else base
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return spec.replace(**changes) if changes else spec
+
+
+def load_spec(path: str | Path) -> WaferSpec:
+    """Read a spec from YAML: `base: wse2` (optional) plus any WaferSpec fields."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise SpecError(f"cannot read spec file {str(path)!r}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"spec file {str(path)!r} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"spec file {str(path)!r} must hold a mapping of spec fields")
+    base = data.pop("base", None)
+    if base is None:
+        try:
+            return WaferSpec(**data)
+        except TypeError as e:
+            raise SpecError(f"spec file {str(path)!r}: {e}; or name a `base:` preset") from None
+    data.setdefault("name", f"{base}+{path.stem}")
+    return spec_from(str(base), **data)

@@ -1,0 +1,158 @@
+"""The SRAM ledger: every placement declares its bytes per PE; over budget is an error.
+
+A ledger belongs to a wafer. Allocations are named and live in a region (a rectangle of PEs;
+the default region is the whole grid). A PE's use is the sum of the allocations of every
+region that covers it. Going over `sram_bytes_per_pe` raises `SramBudgetError` naming the
+allocation, the region and one PE in it, the bytes needed and the bytes free — never a silent
+spill. Planners ask what fits: `free_bytes(region)`, `fits(...)` and `largest(...)` (the
+largest n whose per-PE bytes fit, e.g. a batch, a Z-column length, layers per region).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from wse_core.errors import PlacementError, SramBudgetError
+
+__all__ = ["Region", "Allocation", "SramLedger"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+    """A rectangle of logical PEs: rows [row0, row0 + rows), cols [col0, col0 + cols)."""
+
+    name: str
+    row0: int
+    col0: int
+    rows: int
+    cols: int
+
+    @property
+    def num_pes(self) -> int:
+        return self.rows * self.cols
+
+    def overlaps(self, other: Region) -> bool:
+        return not (
+            self.row0 + self.rows <= other.row0
+            or other.row0 + other.rows <= self.row0
+            or self.col0 + self.cols <= other.col0
+            or other.col0 + other.cols <= self.col0
+        )
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.rows} x {self.cols} PEs at ({self.row0}, {self.col0})]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+    name: str
+    bytes_per_pe: int
+    region: Region
+
+
+class SramLedger:
+    """Per-PE SRAM accounting for a `rows` x `cols` grid with `bytes_per_pe` each."""
+
+    def __init__(self, rows: int, cols: int, bytes_per_pe: int):
+        self.rows, self.cols, self.bytes_per_pe = rows, cols, bytes_per_pe
+        self.grid = Region("grid", 0, 0, rows, cols)
+        self._allocs: list[Allocation] = []
+
+    # Regions ---------------------------------------------------------------------------
+    def region(self, name: str, row0: int, col0: int, rows: int, cols: int) -> Region:
+        """A validated rectangle of the grid."""
+        if rows <= 0 or cols <= 0:
+            raise PlacementError(f"region {name!r} must have positive size, got {rows} x {cols}")
+        if row0 < 0 or col0 < 0 or row0 + rows > self.rows or col0 + cols > self.cols:
+            raise PlacementError(
+                f"region {name!r} ({rows} x {cols} at ({row0}, {col0})) does not lie inside the "
+                f"{self.rows} x {self.cols} PE grid"
+            )
+        return Region(name, row0, col0, rows, cols)
+
+    # Queries ---------------------------------------------------------------------------
+    def used_bytes(self, region: Region | None = None) -> int:
+        """The most bytes in use on any PE of `region` (default: the whole grid)."""
+        region = region or self.grid
+        # Use is a sum of rectangle indicators; its maximum is attained at a point whose row
+        # is some rectangle's first row and whose column is some rectangle's first column.
+        inside = [a.region for a in self._allocs if a.region.overlaps(region)]
+        rows = {region.row0} | {max(r.row0, region.row0) for r in inside}
+        cols = {region.col0} | {max(r.col0, region.col0) for r in inside}
+        return max(self._use_at(r, c) for r in rows for c in cols)
+
+    def free_bytes(self, region: Region | None = None) -> int:
+        return self.bytes_per_pe - self.used_bytes(region)
+
+    def fits(self, bytes_per_pe: int, region: Region | None = None) -> bool:
+        return bytes_per_pe <= self.free_bytes(region)
+
+    def largest(
+        self, bytes_for: Callable[[int], int], lo: int = 1, hi: int = 1 << 40,
+        region: Region | None = None,
+    ) -> int:
+        """The largest n in [lo, hi] with bytes_for(n) fitting (bytes_for non-decreasing).
+
+        Returns lo - 1 when even `lo` does not fit.
+        """
+        free = self.free_bytes(region)
+        if bytes_for(lo) > free:
+            return lo - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if bytes_for(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    @property
+    def allocations(self) -> tuple[Allocation, ...]:
+        return tuple(self._allocs)
+
+    def _use_at(self, r: int, c: int) -> int:
+        return sum(
+            a.bytes_per_pe
+            for a in self._allocs
+            if a.region.row0 <= r < a.region.row0 + a.region.rows
+            and a.region.col0 <= c < a.region.col0 + a.region.cols
+        )
+
+    # Changes ---------------------------------------------------------------------------
+    def allocate(self, name: str, bytes_per_pe: int, region: Region | None = None) -> Allocation:
+        """Reserve `bytes_per_pe` on every PE of `region`; SramBudgetError if it does not fit."""
+        region = region or self.grid
+        bytes_per_pe = int(bytes_per_pe)
+        if bytes_per_pe < 0:
+            raise PlacementError(f"allocation {name!r} asks for negative bytes ({bytes_per_pe})")
+        if any(a.name == name for a in self._allocs):
+            raise PlacementError(f"allocation {name!r} exists already; free it first")
+        used = self.used_bytes(region)
+        free = self.bytes_per_pe - used
+        if bytes_per_pe > free:
+            raise SramBudgetError(
+                f"SRAM over budget: allocation {name!r} needs {bytes_per_pe} B per PE in region "
+                f"{region} but PE ({region.row0}, {region.col0}) has {free} B free "
+                f"({used} of {self.bytes_per_pe} B in use)"
+            )
+        alloc = Allocation(name, bytes_per_pe, region)
+        self._allocs.append(alloc)
+        return alloc
+
+    def free(self, name: str) -> None:
+        before = len(self._allocs)
+        self._allocs = [a for a in self._allocs if a.name != name]
+        if len(self._allocs) == before:
+            raise PlacementError(f"no allocation named {name!r} to free")
+
+    def summary(self) -> dict[str, object]:
+        """Bytes per PE by allocation, the peak in use, and the budget."""
+        return {
+            "bytes_per_pe": self.bytes_per_pe,
+            "used_bytes_per_pe": self.used_bytes(),
+            "allocations": [
+                {"name": a.name, "bytes_per_pe": a.bytes_per_pe, "region": str(a.region)}
+                for a in self._allocs
+            ],
+        }

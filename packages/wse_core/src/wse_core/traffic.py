@@ -1,0 +1,93 @@
+"""The traffic ledger: what the fabric moved, recorded at trace time so counting is free.
+
+Every fabric op appends one `Traffic` entry when it is traced (not when it runs): a jitted
+step that is traced once records its traffic once, which is exactly "per step". Use
+`ledger.scope()` to collect what one function records, or `fabric.count(...)` to trace a
+function abstractly and get its total.
+
+Counts are for the logical grid: `words` (32-bit words injected into the fabric),
+`word_hops` (words times the physical hops they travel, detours around dead PEs included),
+`max_words_per_pe` (the busiest PE's injected words, which bounds bandwidth time) and
+`latency_hops` (the longest chain of dependent hops, which bounds latency time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+__all__ = ["Traffic", "TrafficLedger"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    op: str = "total"
+    words: float = 0.0
+    word_hops: float = 0.0
+    max_words_per_pe: float = 0.0
+    latency_hops: float = 0.0
+    count: int = 0  # number of fabric ops
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(
+            op=self.op if self.op == other.op else "total",
+            words=self.words + other.words,
+            word_hops=self.word_hops + other.word_hops,
+            max_words_per_pe=self.max_words_per_pe + other.max_words_per_pe,
+            latency_hops=self.latency_hops + other.latency_hops,
+            count=self.count + other.count,
+        )
+
+    def scaled(self, k: float) -> Traffic:
+        """This traffic repeated k times (e.g. per step times steps)."""
+        return Traffic(
+            self.op,
+            self.words * k,
+            self.word_hops * k,
+            self.max_words_per_pe * k,
+            self.latency_hops * k,
+            int(self.count * k),
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+class TrafficLedger:
+    """An append-only list of `Traffic` entries with nested scopes."""
+
+    def __init__(self) -> None:
+        self._entries: list[Traffic] = []
+
+    def record(self, entry: Traffic) -> None:
+        self._entries.append(entry)
+
+    @property
+    def entries(self) -> tuple[Traffic, ...]:
+        return tuple(self._entries)
+
+    def total(self, since: int = 0) -> Traffic:
+        out = Traffic()
+        for e in self._entries[since:]:
+            out = out + e
+        return dataclasses.replace(out, op="total")
+
+    def by_op(self, since: int = 0) -> dict[str, Traffic]:
+        out: dict[str, Traffic] = {}
+        for e in self._entries[since:]:
+            out[e.op] = out[e.op] + e if e.op in out else e
+        return out
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[list[Traffic]]:
+        """Collect the entries recorded inside the block into the yielded list."""
+        start = len(self._entries)
+        collected: list[Traffic] = []
+        try:
+            yield collected
+        finally:
+            collected.extend(self._entries[start:])
+
+    def clear(self) -> None:
+        self._entries.clear()
