@@ -66,8 +66,9 @@ def _rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for p in result.predictions:
         ratio = p.value / p.published if p.published else None
-        rows.append([_fmt(x) for x in
-                     (p.name, p.value, p.unit, p.params, p.published, ratio, p.source)])
+        rows.append(
+            [_fmt(x) for x in (p.name, p.value, p.unit, p.params, p.published, ratio, p.source)]
+        )
     return header, rows
 
 
@@ -85,10 +86,10 @@ def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     if result.measurements:
         keys = list(dict.fromkeys(k for m in result.measurements for k in m))
-        lines += ["", "Measurements:", "", "| " + " | ".join(keys) + " |",
-                  "|" + "---|" * len(keys)]
-        lines += ["| " + " | ".join(_fmt(m.get(k)) for k in keys) + " |"
-                  for m in result.measurements]
+        lines += ["", "Measurements:", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        lines += [
+            "| " + " | ".join(_fmt(m.get(k)) for k in keys) + " |" for m in result.measurements
+        ]
     (folder / "table.md").write_text(f"# {result.experiment}\n\n" + "\n".join(lines) + "\n")
     if result.figure is not None:
         result.figure.savefig(folder / "figure.png", dpi=120, bbox_inches="tight")

@@ -351,9 +351,7 @@ def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
     return _on_blocks(wafer, on_block, x, out_spec=P())
 
 
-def broadcast(
-    wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: int
-) -> jax.Array:
+def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: int) -> jax.Array:
     """Give every PE of each row (axis="row") the value of that row's PE in column `source`
     (or, axis="col", of each column's PE in row `source`)."""
     _check_field(wafer, x, "broadcast")
@@ -375,8 +373,14 @@ def broadcast(
     w = _words_per_pe(x)
     lines = (wafer.cols, wafer.rows)[grid_axis]
     mean_h, max_h = _hops(wafer, grid_axis)
-    _record(wafer, f"broadcast_{axis}", lines * w, lines * w * (size - 1) * mean_h, w,
-            (size - 1) * max_h)
+    _record(
+        wafer,
+        f"broadcast_{axis}",
+        lines * w,
+        lines * w * (size - 1) * mean_h,
+        w,
+        (size - 1) * max_h,
+    )
     return _on_blocks(wafer, on_block, x)
 
 

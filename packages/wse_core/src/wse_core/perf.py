@@ -51,9 +51,7 @@ class Work:
     @classmethod
     def from_traffic(cls, traffic: Traffic, **kwargs: object) -> Work:
         """Fabric work of a traffic count, plus any other fields."""
-        return cls(
-            link_words=traffic.max_words_per_pe, latency_hops=traffic.latency_hops, **kwargs
-        )  # type: ignore[arg-type]
+        return cls(link_words=traffic.max_words_per_pe, latency_hops=traffic.latency_hops, **kwargs)  # type: ignore[arg-type]
 
     def __add__(self, other: Work) -> Work:
         flops = dict(self.flops)

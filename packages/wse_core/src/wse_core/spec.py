@@ -131,18 +131,31 @@ class WaferSpec:
         return self.num_pes * 4 * self.link_bytes_per_cycle * self.clock_hz
 
     def replace(self, **changes: Any) -> WaferSpec:
-        """A copy with `changes` applied (validated); unknown fields are a SpecError."""
-        names = {f.name for f in dataclasses.fields(self)}
+        """A copy with `changes` applied (validated); unknown fields are a SpecError.
+
+        Strings are converted to the field's type, so values may come from a command line
+        or from YAML that spells floats as `1.0e9`."""
+        types = {f.name: f.type for f in dataclasses.fields(self)}
         for key in changes:
-            if key not in names:
-                raise SpecError(f"unknown spec field {key!r}{suggest(key, names)}")
-        return dataclasses.replace(self, **changes)
+            if key not in types:
+                raise SpecError(f"unknown spec field {key!r}{suggest(key, types)}")
+        return dataclasses.replace(self, **{k: _coerce(k, types[k], v) for k, v in changes.items()})
 
     def to_dict(self) -> dict[str, Any]:
         # dataclasses.asdict cannot deep-copy a MappingProxy, so build the dict by hand.
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["flops_per_cycle"] = dict(self.flops_per_cycle)
         return out
+
+
+def _coerce(name: str, annotation: object, value: Any) -> Any:
+    if not isinstance(value, str) or annotation == "str":
+        return value
+    cast = int if annotation == "int" else float
+    try:
+        return cast(float(value)) if cast is int and float(value).is_integer() else cast(value)
+    except ValueError:
+        raise SpecError(f"{name} must be a number, got {value!r}") from None
 
 
 # Presets -------------------------------------------------------------------------------
@@ -224,6 +237,15 @@ def spec_from(base: str | WaferSpec = "wse3", **overrides: Any) -> WaferSpec:
     return spec.replace(**changes) if changes else spec
 
 
+def _from_fields(data: dict[str, Any]) -> WaferSpec:
+    """A spec from every field (no base preset), strings converted to the field types."""
+    types = {f.name: f.type for f in dataclasses.fields(WaferSpec)}
+    for key in data:
+        if key not in types:
+            raise SpecError(f"unknown spec field {key!r}{suggest(key, types)}")
+    return WaferSpec(**{k: _coerce(k, types[k], v) for k, v in data.items()})
+
+
 def load_spec(path: str | Path) -> WaferSpec:
     """Read a spec from YAML: `base: wse2` (optional) plus any WaferSpec fields."""
     import yaml
@@ -240,7 +262,7 @@ def load_spec(path: str | Path) -> WaferSpec:
     base = data.pop("base", None)
     if base is None:
         try:
-            return WaferSpec(**data)
+            return _from_fields(data)
         except TypeError as e:
             raise SpecError(f"spec file {str(path)!r}: {e}; or name a `base:` preset") from None
     data.setdefault("name", f"{base}+{path.stem}")

@@ -89,7 +89,10 @@ class SramLedger:
         return bytes_per_pe <= self.free_bytes(region)
 
     def largest(
-        self, bytes_for: Callable[[int], int], lo: int = 1, hi: int = 1 << 40,
+        self,
+        bytes_for: Callable[[int], int],
+        lo: int = 1,
+        hi: int = 1 << 40,
         region: Region | None = None,
     ) -> int:
         """The largest n in [lo, hi] with bytes_for(n) fitting (bytes_for non-decreasing).

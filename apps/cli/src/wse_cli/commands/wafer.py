@@ -14,14 +14,22 @@ app = typer.Typer(cls=WseGroup, help="Wafer specs, defect maps and repair.", no_
 PRESET_HELP = "Wafer preset: wse1, wse2, wse3, tiny, small, demo."
 
 
-def resolve_spec(preset: str | None, spec_file: Path | None):
-    """The spec named by --preset or read from --spec (YAML); one of them."""
+SET_HELP = "Override a spec field, e.g. --set clock_hz=1e9 (repeatable)."
+
+
+def resolve_spec(preset: str | None, spec_file: Path | None, sets: list[str] | None = None):
+    """The spec read from --spec (YAML) or named by --preset, with --set FIELD=VALUE applied."""
     from wse_core import load_spec
     from wse_core import preset as get_preset
 
-    if spec_file is not None:
-        return load_spec(spec_file)
-    return get_preset(preset or "wse3")
+    spec = load_spec(spec_file) if spec_file is not None else get_preset(preset or "wse3")
+    changes = {}
+    for item in sets or []:
+        field, eq, value = item.partition("=")
+        if not eq or not field.strip():
+            fail(f"--set expects FIELD=VALUE, got {item!r}")
+        changes[field.strip()] = value.strip()
+    return spec.replace(**changes) if changes else spec
 
 
 def info_dict(spec) -> dict:
@@ -53,10 +61,11 @@ def _si(v: float, unit: str) -> str:
 def info(
     preset: str = typer.Option("wse3", "--preset", "-p", help=PRESET_HELP),
     spec: Path = typer.Option(None, "--spec", help="A YAML spec file (base: PRESET + fields)."),
+    sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Grid, PE count, SRAM per PE and in total, clock, bandwidths, peak flops."""
-    s = resolve_spec(preset, spec)
+    s = resolve_spec(preset, spec, sets)
     d = info_dict(s)
     if as_json:
         typer.echo(json.dumps(d, indent=2))
@@ -82,6 +91,7 @@ def info(
 def defects(
     preset: str = typer.Option("wse3", "--preset", "-p", help=PRESET_HELP),
     spec: Path = typer.Option(None, "--spec", help="A YAML spec file."),
+    sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     seed: int = typer.Option(0, "--seed", help="Seed of the defect map."),
     defect_rate: float = typer.Option(None, "--defect-rate", help="Dead-PE rate in [0, 1)."),
     png: Path = typer.Option(None, "--png", help="Write a picture of the defects and remap."),
@@ -90,17 +100,22 @@ def defects(
     """Dead PEs, spares used, repairable or not (not repairable: exit code 1)."""
     from wse_core import DefectError, defect_map, remap
 
-    s = resolve_spec(preset, spec)
+    s = resolve_spec(preset, spec, sets)
     if defect_rate is not None and not 0.0 <= defect_rate < 1.0:
         fail(f"--defect-rate must be in [0, 1), got {defect_rate}")
     dm = defect_map(s, seed, defect_rate)
-    out: dict = {"preset": s.name, "seed": seed, "rate": dm.rate, "dead_pes": dm.num_dead,
-                 "physical_grid": list(dm.shape)}
+    out: dict = {
+        "preset": s.name,
+        "seed": seed,
+        "rate": dm.rate,
+        "dead_pes": dm.num_dead,
+        "physical_grid": list(dm.shape),
+    }
     try:
         rm = remap(s, dm)
     except DefectError as e:
         out.update(repairable=False, reason=str(e))
-        typer.echo(json.dumps(out, indent=2) if as_json else f"not repairable: {e}")
+        typer.echo(json.dumps(out, indent=2) if as_json else str(e))
         if png:
             _plot_defects(png, dm, None)
         raise typer.Exit(1) from None

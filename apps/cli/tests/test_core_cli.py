@@ -1,0 +1,105 @@
+"""The `wse` command's core: help, version, wafer info/defects, experiments, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+from wse_cli.app import app
+
+runner = CliRunner()
+
+
+def test_wafer_info_json_matches_the_spec():
+    r = runner.invoke(app, ["wafer", "info", "--preset", "wse3", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["grid"] == [762, 1176] and d["pes"] == 762 * 1176
+    assert d["sram_total_bytes"] == 762 * 1176 * 48 * 1024
+    assert d["peak_flops"]["fp16"] == pytest.approx(762 * 1176 * 16 * 1.1e9)
+
+
+def test_wafer_info_from_a_yaml_spec(tmp_path):
+    f = tmp_path / "w.yaml"
+    f.write_text("base: wse2\npe_rows: 10\npe_cols: 20\n")
+    r = runner.invoke(app, ["wafer", "info", "--spec", str(f), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["pes"] == 200
+
+
+def test_wafer_info_with_field_overrides():
+    r = runner.invoke(
+        app,
+        ["wafer", "info", "-p", "wse2", "--set", "clock_hz=1e9", "--set", "pe_rows=100", "--json"],
+    )
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["clock_hz"] == 1e9 and d["grid"] == [100, 996]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["wafer", "info", "--preset", "wse4"], "did you mean 'wse3'"),
+        (["wafer", "info", "--set", "pe_rows=0"], "pe_rows must be a positive integer"),
+        (["wafer", "info", "--set", "clockhz=1"], "did you mean 'clock_hz'"),
+        (["wafer", "info", "--set", "nonsense"], "FIELD=VALUE"),
+        (["wafer", "info", "--spec", "/nonexistent.yaml"], "cannot read spec file"),
+        (["wafer", "defects", "--defect-rate", "1.5"], "must be in [0, 1)"),
+        (["experiments", "run", "wafer-yeild"], "did you mean 'wafer-yield'"),
+    ],
+)
+def test_bad_input_is_exit_2_with_one_line(args, message):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_defects_repairable_and_png(tmp_path):
+    png = tmp_path / "d.png"
+    r = runner.invoke(
+        app, ["wafer", "defects", "-p", "small", "--seed", "1", "--json", "--png", str(png)]
+    )
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["repairable"] is True and d["dead_pes"] >= 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_defects_unrepairable_is_exit_1_with_reason():
+    r = runner.invoke(
+        app, ["wafer", "defects", "-p", "tiny", "--seed", "3", "--defect-rate", "0.3"]
+    )
+    assert r.exit_code == 1
+    assert r.output.startswith("not repairable: physical row")
+
+
+def test_experiments_list_and_run(tmp_path):
+    r = runner.invoke(app, ["experiments", "list"])
+    assert r.exit_code == 0 and "wafer-yield" in r.output and "fabric-collectives" in r.output
+    r = runner.invoke(app, ["experiments", "run", "wafer-yield", "--quick", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    first = (tmp_path / "wafer-yield" / "results.json").read_text()
+    runner.invoke(app, ["experiments", "run", "wafer-yield", "--quick", "--out", str(tmp_path)])
+    assert (tmp_path / "wafer-yield" / "results.json").read_text() == first
+
+
+def test_installed_wse_is_fast_and_imports_no_jax():
+    env = dict(os.environ)
+    t0 = time.perf_counter()
+    r = subprocess.run(["wse", "--version"], capture_output=True, text=True, env=env, timeout=60)
+    wall = time.perf_counter() - t0
+    assert r.returncode == 0 and r.stdout.startswith("wse ")
+    assert wall < 5  # "well under a second" unloaded; generous for a busy CI machine
+    code = "import sys; from wse_cli.app import app; print('jax' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False"
+    r = subprocess.run(
+        ["wse", "wafer", "info", "-p", "nope"], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2 and r.stderr.strip().startswith("Error: unknown wafer preset")

@@ -1,0 +1,2 @@
+"""Experiments of the wafer core: `wafer_yield` and `fabric_collectives` (see
+`wse_core.experiment` for the output format and apps/cli for the registry)."""

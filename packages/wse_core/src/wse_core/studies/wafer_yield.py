@@ -1,0 +1,122 @@
+"""Experiment `wafer-yield`: how often a wafer can be repaired, and how many PEs it keeps.
+
+Measured: over many seeded wafers, the fraction the two-level repair of `wse_core.defects`
+can fix (a row with more dead PEs than spare columns is retired; retired rows must not
+outnumber spare rows) and the usable PEs, for a sweep of defect rates and spare budgets on
+the WSE-3 grid. Only the number of dead PEs per physical row decides repairability, so each
+wafer draws those counts (Binomial(physical_cols, rate) per row, equal in distribution to
+`defect_map`).
+
+Predicted: the same fraction in closed form — a row is fine with probability
+q = BinomCDF(spare_cols; physical_cols, rate), and the wafer with probability
+BinomCDF(spare_rows; physical_rows, 1 - q). Nothing here is published; `published` is null.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from wse_core.experiment import ExperimentResult, PredictionRow
+from wse_core.spec import preset
+
+__all__ = ["run", "predicted_repairable", "simulate"]
+
+RATES = (1e-4, 1e-3, 2e-3, 3e-3, 5e-3, 7e-3, 1e-2, 2e-2)
+SPARES = ((0, 6), (0, 12), (2, 12), (4, 24))  # (spare_rows, spare_cols)
+
+
+def predicted_repairable(rows: int, cols: int, spare_rows: int, spare_cols: int, rate: float):
+    """Closed-form probability that a wafer of `rows` x `cols` PEs (spares excluded) repairs."""
+    q = stats.binom.cdf(spare_cols, cols + spare_cols, rate)
+    return float(stats.binom.cdf(spare_rows, rows + spare_rows, 1.0 - q))
+
+
+def simulate(rows, cols, spare_rows, spare_cols, rate, wafers, rng):
+    """(repairable fraction, mean usable PEs) over `wafers` seeded draws."""
+    dead = rng.binomial(cols + spare_cols, rate, size=(wafers, rows + spare_rows))
+    good_rows = (dead <= spare_cols).sum(axis=1)
+    usable_rows = np.minimum(good_rows, rows)
+    return float((good_rows >= rows).mean()), float((usable_rows * cols).mean())
+
+
+def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
+    spec = preset("wse3")
+    rows, cols = spec.pe_rows, spec.pe_cols
+    wafers = 200 if quick else 2000
+    rng = np.random.default_rng(seed)
+    measurements, predictions = [], []
+    for spare_rows, spare_cols in SPARES:
+        for rate in RATES:
+            frac, usable = simulate(rows, cols, spare_rows, spare_cols, rate, wafers, rng)
+            params = {
+                "preset": "wse3",
+                "spare_rows": spare_rows,
+                "spare_cols": spare_cols,
+                "defect_rate": rate,
+            }
+            measurements.append(
+                {
+                    **params,
+                    "wafers": wafers,
+                    "repairable_fraction": frac,
+                    "usable_pes": usable,
+                    "usable_fraction": usable / spec.num_pes,
+                }
+            )
+            predictions.append(
+                PredictionRow(
+                    "repairable_fraction",
+                    predicted_repairable(rows, cols, spare_rows, spare_cols, rate),
+                    "fraction",
+                    params,
+                )
+            )
+    return ExperimentResult(
+        experiment="wafer-yield",
+        seed=seed,
+        config={
+            "preset": "wse3",
+            "grid": [rows, cols],
+            "wafers_per_point": wafers,
+            "rates": list(RATES),
+            "spares": [list(s) for s in SPARES],
+        },
+        measurements=measurements,
+        predictions=predictions,
+        figure=_figure(measurements, predictions),
+    )
+
+
+def _figure(measurements, predictions):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for spare in SPARES:
+        label = f"{spare[0]} spare rows, {spare[1]} spare cols"
+        ms = [m for m in measurements if (m["spare_rows"], m["spare_cols"]) == spare]
+        ps = [p for p in predictions if (p.params["spare_rows"], p.params["spare_cols"]) == spare]
+        line = ax1.semilogx(
+            [m["defect_rate"] for m in ms], [m["repairable_fraction"] for m in ms], "o", label=label
+        )[0]
+        ax1.semilogx(
+            [p.params["defect_rate"] for p in ps],
+            [p.value for p in ps],
+            "-",
+            color=line.get_color(),
+        )
+        ax2.semilogx(
+            [m["defect_rate"] for m in ms], [m["usable_fraction"] for m in ms], "o-", label=label
+        )
+    ax1.set(
+        xlabel="dead-PE rate",
+        ylabel="repairable wafers",
+        title="WSE-3: measured (dots) vs closed form (lines)",
+    )
+    ax2.set(xlabel="dead-PE rate", ylabel="usable fraction of the logical grid", title="usable PEs")
+    ax1.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

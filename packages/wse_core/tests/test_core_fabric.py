@@ -1,0 +1,160 @@
+"""Every fabric op equals its NumPy oracle on 1x1, 2x4 and 4x2 meshes, on grids the mesh
+divides and grids it does not, with and without defects."""
+
+import jax
+import numpy as np
+import pytest
+from wse_core import DefectError, PlacementError, WseError, defect_map, fabric, preset, remap
+from wse_core.testing import MESH_SHAPES, np_multicast, np_shift
+from wse_core.wafer import build_wafer
+
+CASES = [(m, g) for m in MESH_SHAPES for g in [(8, 8), (7, 10)]] + [((2, 4), (5, 13))]
+
+
+def _wafer(grid, mesh, **kw):
+    return build_wafer(preset("small"), grid=grid, mesh_shape=mesh, **kw)
+
+
+def _data(grid, per_pe=(3,), seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).normal(size=grid + per_pe).astype(dtype)
+
+
+@pytest.mark.parametrize(("mesh", "grid"), CASES)
+def test_shift_and_multicast_match_numpy(mesh, grid):
+    w = _wafer(grid, mesh)
+    x = _data(grid)
+    xs = w.place(x)
+
+    @jax.jit
+    def all_ops(a):
+        outs = []
+        for d in "NSEW":
+            for b in ("zero", "periodic"):
+                outs.append(fabric.shift(w, a, d, boundary=b))
+                outs.append(fabric.shift(w, a, d, boundary=b, distance=2))
+                outs.append(fabric.multicast(w, a, d, 3, boundary=b))
+        return outs
+
+    got = iter(all_ops(xs))
+    for d in "NSEW":
+        for b in ("zero", "periodic"):
+            np.testing.assert_array_equal(w.gather(next(got)), np_shift(x, d, 1, b))
+            np.testing.assert_array_equal(w.gather(next(got)), np_shift(x, d, 2, b))
+            np.testing.assert_array_equal(w.gather(next(got)), np_multicast(x, d, 3, b))
+
+
+@pytest.mark.parametrize("mesh", MESH_SHAPES)
+@pytest.mark.parametrize("grid", [(8, 8), (7, 10)])
+def test_reductions_and_broadcast_match_numpy(mesh, grid):
+    w = _wafer(grid, mesh)
+    x = _data(grid, seed=1)
+    # Garbage in the padding must not leak into reductions.
+    xs = w.place(x) + 0.0
+    xs = xs.at[grid[0] :, :].set(1e6).at[:, grid[1] :].set(1e6)
+    sum_all = w.gather(fabric.allreduce(w, xs, "sum"))
+    np.testing.assert_allclose(sum_all, np.broadcast_to(x.sum((0, 1)), x.shape), rtol=1e-5)
+    np.testing.assert_array_equal(
+        w.gather(fabric.allreduce(w, xs, "max")), np.broadcast_to(x.max((0, 1)), x.shape)
+    )
+    np.testing.assert_allclose(
+        w.gather(fabric.allreduce(w, xs, "sum", axis="row")),
+        np.broadcast_to(x.sum(1, keepdims=True), x.shape),
+        rtol=1e-5,
+    )
+    np.testing.assert_array_equal(
+        w.gather(fabric.allreduce(w, xs, "max", axis="col")),
+        np.broadcast_to(x.max(0, keepdims=True), x.shape),
+    )
+    np.testing.assert_array_equal(np.asarray(fabric.reduce(w, xs, "max")), x.max((0, 1)))
+    np.testing.assert_allclose(np.asarray(fabric.reduce(w, xs, "sum")), x.sum((0, 1)), rtol=1e-5)
+    for src in (0, grid[1] - 1):
+        np.testing.assert_array_equal(
+            w.gather(fabric.broadcast(w, xs, "row", src)),
+            np.broadcast_to(x[:, src : src + 1], x.shape),
+        )
+    np.testing.assert_array_equal(
+        w.gather(fabric.broadcast(w, xs, "col", grid[0] - 1)),
+        np.broadcast_to(x[-1:, :], x.shape),
+    )
+
+
+def test_integer_and_scalar_fields():
+    w = _wafer((6, 9), (2, 4))
+    x = np.arange(54, dtype=np.int32).reshape(6, 9)
+    xs = w.place(x)
+    np.testing.assert_array_equal(w.gather(fabric.shift(w, xs, "W")), np_shift(x, "W"))
+    assert int(fabric.reduce(w, xs, "max")) == 53
+    assert int(fabric.reduce(w, xs, "sum")) == x.sum()
+
+
+def test_multicast_wider_than_a_block():
+    # 2 x 4 mesh on 8 x 8: blocks of 2 columns; a 5-wide multicast spans three devices.
+    w = _wafer((8, 8), (2, 4))
+    x = _data((8, 8), per_pe=(), seed=2)
+    got = w.gather(fabric.multicast(w, w.place(x), "E", 5))
+    np.testing.assert_array_equal(got, np_multicast(x, "E", 5))
+
+
+def _repairable(seed, rate):
+    spec = preset("small")
+    try:
+        remap(spec, defect_map(spec, seed, rate))
+    except DefectError:
+        return False
+    return True
+
+
+def test_defects_change_traffic_not_results():
+    x = _data((32, 32), seed=3)
+    clean = _wafer((32, 32), (2, 4))
+    # The first seed whose map at 2% dead PEs is still repairable with the spares.
+    seed = next(s for s in range(100) if _repairable(s, 0.02))
+    dirty = build_wafer(
+        preset("small"), grid=(32, 32), mesh_shape=(2, 4), defect_seed=seed, defect_rate=0.02
+    )
+    assert dirty.defects.num_dead > 5
+
+    def step(w):
+        def f(a):
+            a = fabric.shift(w, a, "E", boundary="periodic")
+            a = fabric.multicast(w, a, "N", 2).sum(axis=2)
+            return fabric.allreduce(w, a * a, "sum", axis="row")
+
+        return f
+
+    a = clean.gather(jax.jit(step(clean))(clean.place(x)))
+    b = dirty.gather(jax.jit(step(dirty))(dirty.place(x)))
+    np.testing.assert_array_equal(a, b)  # bit-identical
+    t_clean = fabric.count(clean, step(clean), clean.place(x))
+    t_dirty = fabric.count(dirty, step(dirty), dirty.place(x))
+    assert t_clean.words == t_dirty.words
+    assert t_dirty.word_hops > t_clean.word_hops  # detours around dead PEs are paid
+
+
+def test_traffic_is_counted_at_trace_time():
+    w = _wafer((8, 8), (2, 4))
+    xs = w.place(_data((8, 8), per_pe=(4,)))
+    t = fabric.count(w, lambda a: fabric.shift(w, a, "E"), xs)
+    assert t.count == 1 and t.words == 64 * 4 and t.word_hops == 64 * 4
+    t = fabric.count(w, lambda a: fabric.multicast(w, a, "S", 3), xs)
+    assert t.max_words_per_pe == 3 * 4 and t.latency_hops == 3
+    step = jax.jit(lambda a: fabric.shift(w, a, "N"))
+    before = len(w.traffic.entries)
+    for _ in range(3):
+        step(xs)
+    assert len(w.traffic.entries) == before + 1  # traced once, run three times
+
+
+def test_bad_calls_are_clear_errors():
+    w = _wafer((8, 8), (2, 4))
+    xs = w.place(_data((8, 8)))
+    with pytest.raises(WseError, match="unknown direction"):
+        fabric.shift(w, xs, "up")
+    with pytest.raises(WseError, match="boundary"):
+        fabric.shift(w, xs, "E", boundary="mirror")
+    with pytest.raises(PlacementError, match="placed field"):
+        fabric.shift(w, np.zeros((3, 3)), "E")
+    with pytest.raises(PlacementError, match="outside"):
+        fabric.broadcast(w, xs, "row", 8)
+    with pytest.raises(PlacementError, match="shape"):
+        w.place(np.zeros((8, 7)))

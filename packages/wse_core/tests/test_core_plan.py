@@ -1,0 +1,152 @@
+"""Specs, presets, the SRAM ledger, defect maps and remap, and the performance model."""
+
+import numpy as np
+import pytest
+from wse_core import (
+    PRESETS,
+    DefectError,
+    PerfModel,
+    PlacementError,
+    SpecError,
+    SramBudgetError,
+    SramLedger,
+    Traffic,
+    Work,
+    defect_map,
+    load_spec,
+    preset,
+    remap,
+    spec_from,
+)
+
+
+def test_presets_carry_the_public_figures():
+    wse2, wse3 = preset("wse2"), preset("wse3")
+    assert (wse2.pe_rows, wse2.pe_cols) == (757, 996)  # SDK full fabric
+    assert (wse3.pe_rows, wse3.pe_cols) == (762, 1176)
+    assert wse3.sram_bytes_per_pe == 48 * 1024
+    # 44 GB of SRAM on WSE-3 (vendor), within the rounding of 48 kB per PE.
+    assert 43e9 < wse3.sram_total_bytes < 45e9
+    assert wse2.host_io_bytes_per_s == pytest.approx(1.2e12 / 8)
+    assert preset("wse1").num_pes == pytest.approx(400_000, rel=0.01)
+    for spec in PRESETS.values():
+        assert spec.peak_flops("fp16") >= spec.peak_flops("fp32")
+
+
+def test_unknown_preset_suggests_the_closest():
+    with pytest.raises(SpecError, match="did you mean 'wse3'"):
+        preset("wse33")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("pe_rows", 0),
+        ("pe_cols", -3),
+        ("clock_hz", 0.0),
+        ("defect_rate", 1.0),
+        ("defect_rate", -0.1),
+        ("spare_cols", -1),
+        ("link_bytes_per_cycle", float("nan")),
+    ],
+)
+def test_bad_spec_values_are_refused(field, value):
+    with pytest.raises(SpecError, match=field):
+        spec_from("tiny", **{field: value})
+
+
+def test_yaml_spec_round_trip(tmp_path):
+    f = tmp_path / "my.yaml"
+    f.write_text("base: wse2\npe_rows: 100\npe_cols: 50\nclock_hz: 1.0e9\n")
+    spec = load_spec(f)
+    assert (spec.pe_rows, spec.pe_cols, spec.clock_hz) == (100, 50, 1e9)
+    assert spec.sram_bytes_per_pe == preset("wse2").sram_bytes_per_pe
+    full = tmp_path / "full.yaml"
+    import yaml
+
+    full.write_text(yaml.safe_dump(spec.to_dict()))
+    assert load_spec(full) == spec
+    (tmp_path / "bad.yaml").write_text("base: wse2\nclock_ghz: 1\n")
+    with pytest.raises(SpecError, match="clock_ghz.*did you mean 'clock_hz'"):
+        load_spec(tmp_path / "bad.yaml")
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "missing.yaml")
+
+
+def test_sram_ledger_budget_and_planning():
+    ledger = SramLedger(4, 6, 1000)
+    ledger.allocate("field", 400)
+    left = ledger.region("left", 0, 0, 4, 3)
+    ledger.allocate("weights", 500, left)
+    assert ledger.free_bytes(left) == 100
+    assert ledger.free_bytes(ledger.region("right", 0, 3, 4, 3)) == 600
+    with pytest.raises(SramBudgetError) as e:
+        ledger.allocate("cache", 200, left)
+    msg = str(e.value)
+    assert "'cache'" in msg and "200 B" in msg and "100 B free" in msg and "left" in msg
+    # Largest column length n with 4 bytes * 3 fields * n on the right half.
+    right = ledger.region("right", 0, 3, 4, 3)
+    assert ledger.largest(lambda n: 12 * n, region=right) == 600 // 12
+    assert ledger.largest(lambda n: 10_000 * n) == 0  # nothing fits
+    ledger.free("weights")
+    assert ledger.free_bytes() == 600
+    with pytest.raises(PlacementError):
+        ledger.region("off", 3, 3, 2, 2)
+
+
+def test_sram_ledger_overlapping_regions_use_the_worst_pe():
+    ledger = SramLedger(10, 10, 100)
+    ledger.allocate("a", 40, ledger.region("a", 0, 0, 5, 10))
+    ledger.allocate("b", 40, ledger.region("b", 3, 6, 7, 4))
+    # Only PEs in rows 3-4, cols 6-9 carry both.
+    assert ledger.used_bytes() == 80
+    assert ledger.used_bytes(ledger.region("q", 0, 0, 3, 10)) == 40
+
+
+def test_defect_rate_and_remap_invariants():
+    spec = preset("wse2")
+    dm = defect_map(spec, seed=1, rate=1e-3)
+    expected = spec.physical_rows * spec.physical_cols * 1e-3
+    assert abs(dm.num_dead - expected) < 5 * np.sqrt(expected)
+    rm = remap(spec, dm)
+    phys_dead = dm.dead[rm.phys_row[:, None], rm.phys_col]
+    assert not phys_dead.any()  # no logical PE on a dead PE
+    assert (np.diff(rm.phys_col, axis=1) >= 1).all()  # order kept along rows
+    assert len(np.unique(rm.phys_col[0])) == spec.pe_cols
+    assert rm.extra_hops["ew_total"] == int((np.diff(rm.phys_col, axis=1) - 1).sum())
+    # Same seed, same map.
+    assert (defect_map(spec, seed=1, rate=1e-3).dead == dm.dead).all()
+
+
+def test_unrepairable_wafer_names_the_row():
+    spec = preset("tiny")  # 1 spare row, 1 spare column
+    dead = np.zeros((spec.physical_rows, spec.physical_cols), bool)
+    dead[2, :3] = True  # row 2 needs 3 spare columns: retired with the spare row
+    rm = remap(spec, type(defect_map(spec, 0))(dead=dead.copy(), seed=None, rate=0.0))
+    assert rm.retired_rows == (2,) and 2 not in rm.phys_row
+    dead[5, :2] = True  # a second such row: no spare row left
+    with pytest.raises(DefectError, match="physical row 5"):
+        remap(spec, type(defect_map(spec, 0))(dead=dead, seed=None, rate=0.0))
+
+
+def test_perf_model_arithmetic():
+    spec = preset("wse2")
+    model = PerfModel(spec)
+    w = Work(
+        flops={"fp16": 800, "fp32": 200},
+        sram_read_bytes=1600,
+        sram_write_bytes=80,
+        link_words=50,
+        latency_hops=30,
+    )
+    p = model.predict(w)
+    assert p.compute_cycles == 800 / 8 + 200 / 2
+    assert p.sram_cycles == max(1600 / 16, 80 / 8)
+    assert p.fabric_cycles == 50 * 4 / 4
+    assert p.cycles == 200 + 30  # compute-bound, latency added
+    assert p.seconds == pytest.approx(230 / 850e6)
+    assert p.bound == "compute"
+    io = model.predict(Work(host_io_bytes=150e9))
+    assert io.seconds == pytest.approx(1.0) and io.bound == "host_io"
+    t = Traffic("x", 10, 10, 7, 3, 1)
+    assert model.fabric(t).cycles == 7 + 3
