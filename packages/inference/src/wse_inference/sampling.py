@@ -1,0 +1,126 @@
+"""Sampling: logits -> the distribution a token is drawn from -> the token.
+
+Contract. `token_probs(logits, temperature, top_k, top_p)` is THE distribution a decoder draws
+from (shape [..., vocab], rows sum to 1): temperature 0 is greedy (one-hot on the argmax, ties
+to the lowest id); otherwise softmax(logits / T), then the top-k cut (k = 0: none), then the
+top-p (nucleus) cut (p = 1: none), renormalised. Every decoder in this package (plain,
+pipelined, speculative) draws through it, and token `i` of a sequence (i = 0: the first token
+after the prompt) is drawn with `token_key(seed_key, i)`, so two decoders that compute the same
+logits draw the same tokens for the same seed. The parameters may be per-row arrays, so slots
+with different settings share one compiled step.
+
+Host side: `validate_sampling` refuses bad settings with one readable line (`SamplingError`),
+`stop_index` finds the earliest stop string in generated text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from wse_core.errors import WseError
+
+from wse_inference.engine import SamplingParams
+
+__all__ = [
+    "SamplingError",
+    "validate_sampling",
+    "token_probs",
+    "draw",
+    "token_key",
+    "seed_key",
+    "stop_index",
+]
+
+
+class SamplingError(WseError):
+    """A sampling setting or a prompt that no decoder can honour."""
+
+
+def validate_sampling(
+    sampling: SamplingParams, *, vocab_size: int, max_context: int, prompt_len: int
+) -> None:
+    """Raise `SamplingError` for settings outside their ranges or a prompt that cannot fit."""
+    if sampling.max_tokens <= 0:
+        raise SamplingError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
+    if not sampling.temperature >= 0:
+        raise SamplingError(f"temperature must be >= 0 (0 is greedy), got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1:
+        raise SamplingError(f"top_p must be in (0, 1], got {sampling.top_p}")
+    if sampling.top_k < 0:
+        raise SamplingError(f"top_k must be >= 0 (0 disables it), got {sampling.top_k}")
+    if prompt_len <= 0:
+        raise SamplingError("the prompt is empty; give at least one token")
+    if prompt_len + sampling.max_tokens > max_context:
+        raise SamplingError(
+            f"prompt ({prompt_len} tokens) + max_tokens ({sampling.max_tokens}) = "
+            f"{prompt_len + sampling.max_tokens} exceeds the context of {max_context} tokens; "
+            f"shorten the prompt or lower max_tokens to <= {max(max_context - prompt_len, 0)}"
+        )
+    bad = [t for t in sampling.stop_token_ids if not 0 <= t < vocab_size]
+    if bad:
+        raise SamplingError(f"stop token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
+
+
+def token_probs(
+    logits: jax.Array,
+    temperature: jax.Array | float,
+    top_k: jax.Array | int,
+    top_p: jax.Array | float,
+) -> jax.Array:
+    """Probabilities [..., V] (float32) after temperature, top-k and top-p; T = 0 is greedy.
+
+    `temperature`, `top_k`, `top_p` are scalars or arrays of the leading shape of `logits`.
+    """
+    logits = logits.astype(jnp.float32)
+    lead = logits.shape[:-1]
+    temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), lead)[..., None]
+    top_k = jnp.broadcast_to(jnp.asarray(top_k, jnp.int32), lead)[..., None]
+    top_p = jnp.broadcast_to(jnp.asarray(top_p, jnp.float32), lead)[..., None]
+    greedy = jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
+    scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
+    scaled = _top_k_cut(scaled, top_k)
+    probs = _top_p_cut(jax.nn.softmax(scaled, axis=-1), top_p)
+    return jnp.where(temperature > 0, probs, greedy)
+
+
+def _top_k_cut(scaled: jax.Array, top_k: jax.Array) -> jax.Array:
+    """Keep the logits >= the k-th largest (k = 0 keeps all); the rest go to -inf."""
+    ordered = jnp.sort(scaled, axis=-1)[..., ::-1]
+    k = jnp.clip(top_k, 1, scaled.shape[-1])
+    kth = jnp.take_along_axis(ordered, k - 1, axis=-1)
+    keep = (top_k <= 0) | (scaled >= kth)
+    return jnp.where(keep, scaled, -jnp.inf)
+
+
+def _top_p_cut(probs: jax.Array, top_p: jax.Array) -> jax.Array:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p; renormalise."""
+    order = jnp.argsort(-probs, axis=-1)
+    ordered = jnp.take_along_axis(probs, order, axis=-1)
+    before = jnp.cumsum(ordered, axis=-1) - ordered  # mass of the strictly more likely tokens
+    keep_sorted = (before < top_p) | (top_p >= 1.0)
+    keep = jnp.take_along_axis(keep_sorted, jnp.argsort(order, axis=-1), axis=-1)
+    kept = jnp.where(keep, probs, 0.0)
+    return kept / jnp.sum(kept, axis=-1, keepdims=True)
+
+
+def draw(probs: jax.Array, key: jax.Array) -> jax.Array:
+    """One token id (int32) from `probs` [V] with `key`; a one-hot row gives its token."""
+    return jax.random.categorical(key, jnp.log(probs)).astype(jnp.int32)
+
+
+def seed_key(seed: int) -> jax.Array:
+    """The per-sequence key of `seed` (a raw uint32[2] key, so it stacks into slot arrays)."""
+    return jax.random.PRNGKey(seed)
+
+
+def token_key(key: jax.Array, index: jax.Array | int) -> jax.Array:
+    """The key that draws token `index` (0 = first token after the prompt) of a sequence."""
+    return jax.random.fold_in(key, index)
+
+
+def stop_index(text: str, stops: Sequence[str]) -> int | None:
+    """The index in `text` where the earliest stop string starts, or None."""
+    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return min(hits) if hits else None

@@ -1,0 +1,129 @@
+"""Speculative decoding's exact rejection sampling (Leviathan et al. 2023; Chen et al. 2023).
+
+Contract. A draft proposed `gamma` tokens d_1..d_g, each drawn from its distribution q_i; the
+target scored the same prefix in one pass, giving p_1..p_{g+1}. `verify` accepts d_i with
+probability min(1, p_i(d_i) / q_i(d_i)), in order; at the first rejection it draws the
+replacement from norm(max(0, p_i - q_i)); if all are accepted it draws a bonus token from
+p_{g+1}. The emitted tokens (accepted drafts, then the one drawn token) are distributed exactly
+as tokens drawn one by one from p (REFERENCES.md). With greedy settings p and q are one-hot
+(`sampling.token_probs` with T = 0), so the output is exactly the target's greedy output.
+
+`AcceptanceStats` (host side) counts rounds, proposals and acceptances: acceptance rate,
+mean tokens per target pass, and acceptance per draft position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wse_inference.sampling import draw
+
+__all__ = ["Verdict", "verify", "AcceptanceStats", "expected_speedup", "expected_tokens_per_pass"]
+
+
+class Verdict(NamedTuple):
+    """`num_accepted` drafts (int32 in [0, g]) followed by `next_token` (int32); `beta` [g]
+    is each position's acceptance probability sum_x min(p_i(x), q_i(x)) (Leviathan's beta)."""
+
+    num_accepted: jax.Array
+    next_token: jax.Array
+    beta: jax.Array
+
+
+def verify(draft_tokens: jax.Array, q: jax.Array, p: jax.Array, key: jax.Array) -> Verdict:
+    """Rejection-sample drafts [g] (drawn from q [g, V]) against target p [g + 1, V]."""
+    g = draft_tokens.shape[0]
+    k_accept, k_draw = jax.random.split(key)
+    u = jax.random.uniform(k_accept, (g,), jnp.float32)
+    p_d = jnp.take_along_axis(p[:g], draft_tokens[:, None], axis=-1)[:, 0]
+    q_d = jnp.take_along_axis(q, draft_tokens[:, None], axis=-1)[:, 0]
+    accepted = u * q_d < p_d  # u < p/q without dividing by a zero q
+    n = jnp.argmin(jnp.concatenate([accepted, jnp.zeros((1,), bool)])).astype(jnp.int32)
+    q_pad = jnp.concatenate([q, jnp.zeros_like(q[:1])], axis=0)  # all accepted: q_{g+1} = 0
+    residual = jnp.maximum(p[n] - q_pad[n], 0.0)
+    mass = jnp.sum(residual)
+    # mass is > 0 whenever a rejection happened (p(d) < q(d) somewhere); the fallback only
+    # guards rounding when p and q agree to the last bit.
+    residual = jnp.where(mass > 0, residual / jnp.where(mass > 0, mass, 1.0), p[n])
+    beta = jnp.sum(jnp.minimum(p[:g], q), axis=-1)
+    return Verdict(n, draw(residual, k_draw), beta)
+
+
+def expected_tokens_per_pass(alpha: float, gamma: int) -> float:
+    """(1 - a^(g+1)) / (1 - a): tokens emitted per target pass at acceptance rate a."""
+    if alpha >= 1.0:
+        return float(gamma + 1)
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def expected_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
+    """(1 - a^(g+1)) / ((1 - a)(g c + 1)), c = draft step cost / target step cost."""
+    return expected_tokens_per_pass(alpha, gamma) / (gamma * cost_ratio + 1.0)
+
+
+@dataclasses.dataclass
+class AcceptanceStats:
+    """Counts over speculative rounds; `record` one round's number of accepted drafts."""
+
+    gamma: int
+    rounds: int = 0
+    accepted: int = 0
+    beta_sum: float = 0.0
+    beta_count: int = 0
+    per_position: np.ndarray = dataclasses.field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.per_position is None:
+            self.per_position = np.zeros(self.gamma, np.int64)
+
+    def record(self, num_accepted: int, beta: np.ndarray | None = None) -> None:
+        """One round: its accepted count and (optionally) the betas of the positions it
+        evaluated (the accepted ones and the first rejected one)."""
+        self.rounds += 1
+        self.accepted += num_accepted
+        self.per_position[:num_accepted] += 1
+        if beta is not None:
+            reached = np.asarray(beta)[: min(num_accepted + 1, self.gamma)]
+            self.beta_sum += float(reached.sum())
+            self.beta_count += int(reached.size)
+
+    @property
+    def proposed(self) -> int:
+        return self.rounds * self.gamma
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts / proposed drafts."""
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Leviathan's a = E[beta] over the evaluated draft positions (NaN without betas)."""
+        return self.beta_sum / self.beta_count if self.beta_count else float("nan")
+
+    @property
+    def mean_tokens_per_pass(self) -> float:
+        """Tokens emitted per target pass (accepted drafts + the drawn token)."""
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
+
+    @property
+    def position_acceptance(self) -> list[float]:
+        """Fraction of rounds in which draft position i (1-based i = index + 1) was accepted."""
+        return [c / self.rounds if self.rounds else 0.0 for c in self.per_position.tolist()]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "gamma": self.gamma,
+            "rounds": self.rounds,
+            "proposed": self.proposed,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "alpha": self.alpha,
+            "mean_tokens_per_pass": self.mean_tokens_per_pass,
+            "position_acceptance": self.position_acceptance,
+        }

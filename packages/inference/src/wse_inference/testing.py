@@ -1,0 +1,93 @@
+"""Test support: NumPy oracles and toy models with known distributions.
+
+- `np_token_probs`: a plain-NumPy statement of `sampling.token_probs` (temperature, top-k,
+  top-p), written independently of it.
+- `markov_speculative`: speculative decoding of a toy Markov "model" whose next-token
+  distribution p[prev] is known exactly, with a draft q[prev]; the tokens it emits must be
+  distributed as the Markov chain p (`markov_joint` gives the exact joint law).
+- `tiny_config` / `tiny_model_dir`: a small random `wse_models` model saved in HF format.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wse_inference.speculative import verify
+
+__all__ = ["np_token_probs", "markov_speculative", "markov_joint"]
+
+
+def np_token_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float):
+    """NumPy oracle of the sampling distribution for one row of logits."""
+    logits = np.asarray(logits, np.float64)
+    if temperature == 0:
+        out = np.zeros_like(logits)
+        out[int(np.argmax(logits))] = 1.0
+        return out
+    z = logits / temperature
+    if top_k > 0:
+        kth = np.sort(z)[::-1][min(top_k, z.size) - 1]
+        z = np.where(z >= kth, z, -np.inf)
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    if top_p < 1:
+        keep = np.zeros(probs.size, bool)
+        mass = 0.0
+        for i in np.argsort(-probs, kind="stable"):
+            if mass >= top_p:
+                break
+            keep[i] = True
+            mass += probs[i]
+        probs = np.where(keep, probs, 0.0)
+        probs /= probs.sum()
+    return probs
+
+
+def markov_speculative(
+    p_mat: jax.Array, q_mat: jax.Array, first: int, gamma: int, rounds: int, key: jax.Array
+) -> jax.Array:
+    """Tokens emitted by `rounds` speculative rounds on Markov chains (vmap over keys).
+
+    p_mat, q_mat: [V, V] row-stochastic (row = previous token). Returns int32
+    [rounds * (gamma + 1)]; the first `rounds` entries are always filled.
+    """
+    vocab = p_mat.shape[0]
+    size = rounds * (gamma + 1) + gamma + 1
+
+    def one_round(carry, k):
+        last, buf, ptr = carry
+        k_draft, k_verify = jax.random.split(k)
+
+        def propose(prev, kk):
+            d = jax.random.categorical(kk, jnp.log(q_mat[prev])).astype(jnp.int32)
+            return d, (d, q_mat[prev])
+
+        _, (drafts, q) = jax.lax.scan(propose, last, jax.random.split(k_draft, gamma))
+        prevs = jnp.concatenate([last[None], drafts])
+        n, t, _ = verify(drafts, q, p_mat[prevs], k_verify)
+        idx = jnp.arange(gamma + 1)
+        padded = jnp.concatenate([drafts, jnp.zeros((1,), jnp.int32)])
+        emit = jnp.where(idx < n, padded, jnp.where(idx == n, t, vocab))
+        buf = jax.lax.dynamic_update_slice(buf, emit, (ptr,))
+        return (t, buf, ptr + n + 1), None
+
+    init = (jnp.int32(first), jnp.full((size,), vocab, jnp.int32), jnp.int32(0))
+    (_, buf, _), _ = jax.lax.scan(one_round, init, jax.random.split(key, rounds))
+    return buf[: rounds * (gamma + 1)]
+
+
+def markov_joint(p_mat: np.ndarray, first: int, length: int) -> dict[tuple[int, ...], float]:
+    """Exact probability of every token sequence of `length` after `first` under p."""
+    vocab = p_mat.shape[0]
+    out = {}
+    for seq in itertools.product(range(vocab), repeat=length):
+        prob, prev = 1.0, first
+        for x in seq:
+            prob *= p_mat[prev, x]
+            prev = x
+        out[seq] = prob
+    return out
