@@ -1,0 +1,145 @@
+"""gRPC serving: server-streaming `Generate` and `HealthCheck` (proto/generation.proto).
+
+`build_grpc_server(scheduler, host=..., port=..., model_names=...)` returns an unstarted
+`grpc.Server` and its bound port (port 0 picks a free one). Each `Generate` call submits to the
+shared `Scheduler` and streams one response per engine step with output; the last carries
+finish_reason, usage and time_info. Status codes: INVALID_ARGUMENT for a bad request,
+RESOURCE_EXHAUSTED when the admission queue is full, UNAVAILABLE while draining, INTERNAL
+when the engine fails, and an "abort" finish told as UNAVAILABLE at shutdown. A cancelled call
+(client cancel, deadline, disconnect) cancels its request, so its slot and KV cache are freed
+within one engine step.
+
+The thread pool has a worker for every slot and queue place plus spare ones, so admission is
+decided by the scheduler's bounded queue, never by gRPC's own queueing.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator, Sequence
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from wse_inference.admission import InvalidRequestError, QueueFullError, ShuttingDownError
+from wse_inference.engine import SamplingParams
+from wse_inference.proto import load_stubs
+from wse_inference.scheduler import Scheduler, StreamEvent
+
+__all__ = ["build_grpc_server", "sampling_from_request"]
+
+pb2, pb2_grpc = load_stubs()
+
+
+def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> SamplingParams:
+    """SamplingParams from a GenerateRequest; unset fields take the OpenAI defaults."""
+    max_tokens = req.max_tokens if req.HasField("max_tokens") else max(1, max_context - prompt_len)
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=req.temperature if req.HasField("temperature") else 1.0,
+        top_p=req.top_p if req.HasField("top_p") else 1.0,
+        top_k=req.top_k,
+        seed=req.seed if req.HasField("seed") else None,
+        stop=tuple(s for s in req.stop if s),
+        stop_token_ids=tuple(req.stop_token_ids),
+    )
+
+
+class _Generation(pb2_grpc.GenerationServicer):
+    def __init__(self, scheduler: Scheduler, model_names: Sequence[str]) -> None:
+        self.scheduler = scheduler
+        self.model_names = tuple(model_names)
+
+    def _prompt_ids(self, req: Any) -> list[int]:
+        if req.WhichOneof("prompt") == "token_ids":
+            return list(req.token_ids.ids)
+        return self.scheduler.engine.tokenizer.encode(req.text) if req.text else []
+
+    def _submit(self, req: Any, sink: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            if req.model and req.model not in self.model_names:
+                raise InvalidRequestError(
+                    f"The model {req.model!r} does not exist; this server "
+                    f"serves {list(self.model_names)}.",
+                    param="model",
+                )
+            ids = self._prompt_ids(req)
+            sampling = sampling_from_request(
+                req, prompt_len=len(ids), max_context=self.scheduler.engine.max_context
+            )
+            return self.scheduler.submit(prompt_ids=ids, sampling=sampling, sink=sink)
+        except InvalidRequestError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except QueueFullError as e:
+            context.set_trailing_metadata((("retry-after", str(e.retry_after_s)),))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+        except ShuttingDownError as e:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+
+    def Generate(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+        events: queue.Queue[StreamEvent] = queue.Queue()
+        handle = self._submit(request, events.put, context)
+        context.add_callback(handle.cancel)  # runs when the call ends, cancelled or not
+        while True:
+            try:
+                ev = events.get(timeout=0.25)
+            except queue.Empty:
+                if not context.is_active():
+                    handle.cancel()
+                    return
+                continue
+            if ev.error is not None:
+                code = (
+                    grpc.StatusCode.UNAVAILABLE
+                    if ev.finish_reason == "abort"
+                    else grpc.StatusCode.INTERNAL
+                )
+                context.abort(code, ev.error)
+            yield self._response(ev, handle)
+            if ev.finish_reason is not None:
+                return
+
+    @staticmethod
+    def _response(ev: StreamEvent, handle: Any) -> Any:
+        if ev.finish_reason is None:
+            return pb2.GenerateResponse(text=ev.text, token_ids=list(ev.token_ids))
+        usage = pb2.Usage(
+            prompt_tokens=ev.prompt_tokens,
+            completion_tokens=ev.completion_tokens,
+            total_tokens=ev.prompt_tokens + ev.completion_tokens,
+        )
+        return pb2.GenerateResponse(
+            text=ev.text,
+            token_ids=list(ev.token_ids),
+            finish_reason=ev.finish_reason,
+            usage=usage,
+            time_info=pb2.TimeInfo(**handle.timing.time_info()),
+        )
+
+    def HealthCheck(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        s = self.scheduler.stats()
+        status = (
+            pb2.HealthCheckResponse.NOT_SERVING if s.draining else pb2.HealthCheckResponse.SERVING
+        )
+        return pb2.HealthCheckResponse(
+            status=status,
+            models=list(self.model_names),
+            running=s.running,
+            waiting=s.waiting,
+            max_slots=s.max_slots,
+        )
+
+
+def build_grpc_server(
+    scheduler: Scheduler, *, host: str, port: int, model_names: Sequence[str]
+) -> tuple[grpc.Server, int]:
+    """An unstarted gRPC server bound to host:port, and the port it got."""
+    workers = scheduler.engine.max_slots + scheduler.max_queued + 8
+    pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wse-grpc")
+    server = grpc.server(pool, maximum_concurrent_rpcs=workers)
+    pb2_grpc.add_GenerationServicer_to_server(_Generation(scheduler, model_names), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind gRPC to {host}:{port}")
+    return server, bound

@@ -1,0 +1,188 @@
+"""A mock `Engine` whose outputs can be computed by hand, for server and scheduler tests.
+
+Contract (see `wse_inference.engine`): byte-level tokenizer (token id = UTF-8 byte, vocab 256);
+the first token after a prompt is `(prompt[-1] + 1) % vocab_size` and every next token is
+`(last + 1) % vocab_size`, whatever the sampling temperature. So the prompt "abc" continues
+"defg...". A sequence finishes with "length" after `max_tokens` generated tokens (the prefill's
+first token counts), or with "stop" on a token in `stop_token_ids` (that token is reported) or
+when the decoded text contains a stop string.
+
+`step_delay_s` / `prefill_delay_s` make `generate` / `prefill` sleep, to emulate a slow model.
+With `spec_tokens=k` and `spec_accepted=j` it emulates speculative decoding: every step emits
+j + 1 tokens per slot and counts k drafted and j accepted tokens in `metrics()`.
+
+The mock keeps a KV "cache" of one entry per token (prompt + generated) per occupied slot and
+counts it in `metrics()["kv_cache_tokens"]`; `release` frees it. It raises on a double insert
+or a release of an empty slot, so scheduler bugs show up in tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Sequence
+
+from wse_inference.engine import Prefix, SamplingParams, SlotOutput
+
+__all__ = ["ByteTokenizer", "MockEngine", "MockDecodeState", "expected_continuation"]
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids (vocab 256); invalid UTF-8 decodes to U+FFFD."""
+
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
+
+
+@dataclasses.dataclass
+class _Seq:
+    last: int
+    generated: int
+    sampling: SamplingParams
+    kv: list[int]  # one cache entry per token: prompt + generated
+
+
+@dataclasses.dataclass
+class MockDecodeState:
+    """Occupied slots of the mock: slot -> sequence."""
+
+    slots: dict[int, _Seq] = dataclasses.field(default_factory=dict)
+
+
+def expected_continuation(prompt_ids: Sequence[int], n: int, vocab_size: int = 256) -> list[int]:
+    """The n tokens the mock generates after `prompt_ids` (no stop tokens): the hand oracle."""
+    last = int(prompt_ids[-1])
+    return [(last + 1 + i) % vocab_size for i in range(n)]
+
+
+class MockEngine:
+    """The `Engine` protocol with next token = (last + 1) mod vocab and optional delays."""
+
+    def __init__(
+        self,
+        *,
+        max_slots: int = 4,
+        max_context: int = 256,
+        model_name: str = "mock",
+        step_delay_s: float = 0.0,
+        prefill_delay_s: float = 0.0,
+        spec_tokens: int = 0,
+        spec_accepted: int = 0,
+    ) -> None:
+        if not 0 <= spec_accepted <= spec_tokens:
+            raise ValueError(f"spec_accepted={spec_accepted} must be in [0, {spec_tokens}]")
+        self.model_name = model_name
+        self.max_slots = max_slots
+        self.max_context = max_context
+        self.tokenizer = ByteTokenizer()
+        self.vocab_size = self.tokenizer.vocab_size
+        self.step_delay_s = step_delay_s
+        self.prefill_delay_s = prefill_delay_s
+        self.spec_tokens = spec_tokens
+        self.spec_accepted = spec_accepted
+        self._lock = threading.Lock()
+        self._counters = {
+            "steps": 0,
+            "prefills": 0,
+            "kv_cache_tokens": 0,
+            "slots_in_use": 0,
+            "spec_draft_tokens": 0,
+            "spec_accepted_tokens": 0,
+        }
+        self.release_steps: list[tuple[int, int]] = []  # (slot, step count at release)
+
+    @property
+    def step_count(self) -> int:
+        return self._counters["steps"]
+
+    def init_decode_state(self) -> MockDecodeState:
+        return MockDecodeState()
+
+    def prefill(self, *, prompt_ids: Sequence[int], sampling: SamplingParams) -> Prefix:
+        if not 0 < len(prompt_ids) < self.max_context:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens; need 1..{self.max_context - 1}")
+        if self.prefill_delay_s:
+            time.sleep(self.prefill_delay_s)
+        with self._lock:
+            self._counters["prefills"] += 1
+        first = (int(prompt_ids[-1]) + 1) % self.vocab_size
+        return Prefix(
+            prompt_len=len(prompt_ids),
+            first_token=first,
+            sampling=sampling,
+            payload=[int(t) for t in prompt_ids] + [first],
+        )
+
+    def insert(self, *, prefix: Prefix, state: MockDecodeState, slot: int) -> MockDecodeState:
+        if slot in state.slots or not 0 <= slot < self.max_slots:
+            raise ValueError(f"slot {slot} is occupied or out of range 0..{self.max_slots - 1}")
+        state.slots[slot] = _Seq(prefix.first_token, 1, prefix.sampling, list(prefix.payload))
+        self._account(state)
+        return state
+
+    def generate(self, *, state: MockDecodeState) -> tuple[MockDecodeState, list[SlotOutput]]:
+        if self.step_delay_s:
+            time.sleep(self.step_delay_s)
+        outputs = [self._advance(slot, seq) for slot, seq in sorted(state.slots.items())]
+        with self._lock:
+            self._counters["steps"] += 1
+            if state.slots and self.spec_tokens:
+                self._counters["spec_draft_tokens"] += self.spec_tokens * len(state.slots)
+                self._counters["spec_accepted_tokens"] += self.spec_accepted * len(state.slots)
+        self._account(state)
+        return state, outputs
+
+    def release(self, *, state: MockDecodeState, slot: int) -> MockDecodeState:
+        if slot not in state.slots:
+            raise ValueError(f"release of empty slot {slot}")
+        del state.slots[slot]
+        self.release_steps.append((slot, self.step_count))
+        self._account(state)
+        return state
+
+    def metrics(self) -> dict[str, float]:
+        with self._lock:
+            m = {k: float(v) for k, v in self._counters.items()}
+        if m["spec_draft_tokens"]:
+            m["spec_acceptance_rate"] = m["spec_accepted_tokens"] / m["spec_draft_tokens"]
+        return m
+
+    def _advance(self, slot: int, seq: _Seq) -> SlotOutput:
+        """One step of one slot: j + 1 tokens with speculation, cut at a stop or max_tokens."""
+        tokens: list[int] = []
+        finish = None
+        for _ in range(self.spec_accepted + 1):
+            if seq.generated >= seq.sampling.max_tokens:
+                break
+            seq.last = (seq.last + 1) % self.vocab_size
+            seq.generated += 1
+            seq.kv.append(seq.last)
+            tokens.append(seq.last)
+            if seq.last in seq.sampling.stop_token_ids:
+                finish = "stop"
+                break
+        if finish is None and self._hit_stop_string(seq):
+            finish = "stop"
+        if finish is None and seq.generated >= seq.sampling.max_tokens:
+            finish = "length"
+        return SlotOutput(
+            slot=slot, tokens=tuple(tokens), finished=finish is not None, finish_reason=finish
+        )
+
+    def _hit_stop_string(self, seq: _Seq) -> bool:
+        if not seq.sampling.stop:
+            return False
+        prompt_len = len(seq.kv) - seq.generated
+        text = self.tokenizer.decode(seq.kv[prompt_len:])
+        return any(s in text for s in seq.sampling.stop)
+
+    def _account(self, state: MockDecodeState) -> None:
+        with self._lock:
+            self._counters["kv_cache_tokens"] = sum(len(s.kv) for s in state.slots.values())
+            self._counters["slots_in_use"] = len(state.slots)

@@ -1,0 +1,309 @@
+"""The OpenAI wire format: request parsing and validation, chat template, response bodies.
+
+Requests (`parse_request(body, kind=..., ...)`) accept the fields the official `openai` client
+sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or messages, max_tokens
+(or max_completion_tokens), temperature, top_p, seed, stop, stream, stream_options
+({"include_usage"}), n (1 only), logprobs (off only), and vLLM's top_k and stop_token_ids.
+Fields that would change the output's shape but are not supported (n > 1, logprobs, echo,
+best_of > 1, several prompts) are refused with `InvalidRequestError` (HTTP 400); other fields
+(presence_penalty, user, ...) are ignored. A missing max_tokens means "the rest of the
+context window" (vLLM's default).
+
+Chat template: a tokenizer with `apply_chat_template` (transformers) is used as is; one with a
+`chat_template` Jinja string is rendered with `messages` and `add_generation_prompt=True`;
+otherwise the plain template is one line per message, "role: content", followed by
+"assistant:" — e.g. [system "Be brief.", user "Hi"] becomes "system: Be brief.\\nuser: Hi\\n
+assistant:". Content may be a string or a list of {"type": "text", "text": ...} parts.
+
+Responses follow OpenAI's shapes, plus Cerebras' `time_info` ({queue_time, prompt_time,
+completion_time, total_time} in seconds, `created` in Unix seconds) next to `usage`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from wse_inference.admission import InvalidRequestError
+from wse_inference.engine import SamplingParams, Tokenizer
+
+__all__ = [
+    "ParsedRequest",
+    "parse_request",
+    "chat_prompt",
+    "error_body",
+    "usage_dict",
+    "completion_body",
+    "chunk_body",
+    "usage_chunk_body",
+    "new_request_id",
+]
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedRequest:
+    kind: str  # "completion" | "chat"
+    model: str
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    stream: bool
+    include_usage: bool
+
+
+def _bad(message: str, param: str | None) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+def _number(body: dict, name: str, default: float | None) -> float | None:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise _bad(f"{name} must be a finite number, got {v!r}.", name)
+    return float(v)
+
+
+def _integer(body: dict, name: str, default: int | None) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _bad(f"{name} must be an integer, got {v!r}.", name)
+    return v
+
+
+def _token_list(v: Any, name: str) -> list[int] | None:
+    if isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+        return list(v)
+    return None
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    v = body.get("stop")
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v) or len(v) > 4:
+        raise _bad("stop must be a string or a list of at most 4 strings.", "stop")
+    return tuple(s for s in v if s)
+
+
+def _completion_prompt(body: dict, tokenizer: Tokenizer) -> list[int]:
+    p = body.get("prompt")
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str | list):
+        p = p[0]  # the client's batch-of-one form
+    if isinstance(p, str):
+        return tokenizer.encode(p) if p else []
+    ids = _token_list(p, "prompt")
+    if ids is not None:
+        return ids
+    if isinstance(p, list) and len(p) > 1:
+        raise _bad("Only one prompt per request is supported; send one request each.", "prompt")
+    raise _bad("prompt must be a string or a list of token ids.", "prompt")
+
+
+def _content_text(content: Any, i: int) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+            ):
+                raise _bad(f"messages[{i}].content: only text parts are supported.", "messages")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise _bad(f"messages[{i}].content must be a string or a list of text parts.", "messages")
+
+
+def chat_prompt(messages: Any, tokenizer: Tokenizer) -> list[int]:
+    """Token ids of a chat (see the module docstring for the template used)."""
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages must be a non-empty list.", "messages")
+    msgs = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
+            raise _bad(f"messages[{i}] needs a role among {', '.join(CHAT_ROLES)}.", "messages")
+        msgs.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
+    if hasattr(tokenizer, "apply_chat_template"):
+        return list(tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True))
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and template:
+        import jinja2
+
+        text = (
+            jinja2.Environment()
+            .from_string(template)
+            .render(messages=msgs, add_generation_prompt=True)
+        )
+    else:
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
+    return tokenizer.encode(text)
+
+
+def _refuse_unsupported(body: dict) -> None:
+    n = _integer(body, "n", 1)
+    if n != 1:
+        raise _bad(f"n={n} is not supported; only n=1.", "n")
+    if _integer(body, "best_of", 1) not in (1, None):
+        raise _bad("best_of > 1 is not supported.", "best_of")
+    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs"):
+        raise _bad("logprobs are not supported by this server.", "logprobs")
+    if body.get("echo"):
+        raise _bad("echo is not supported by this server.", "echo")
+
+
+def _sampling(body: dict, *, prompt_len: int, max_context: int) -> SamplingParams:
+    max_tokens = _integer(body, "max_tokens", None)
+    if max_tokens is None:
+        max_tokens = _integer(body, "max_completion_tokens", None)
+    if max_tokens is None:  # vLLM's default: the rest of the context (at least one token)
+        max_tokens = max(1, max_context - prompt_len)
+    top_k = _integer(body, "top_k", 0)
+    stop_ids = body.get("stop_token_ids") or []
+    if _token_list(stop_ids, "stop_token_ids") is None:
+        raise _bad("stop_token_ids must be a list of token ids.", "stop_token_ids")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0),
+        top_p=_number(body, "top_p", 1.0),
+        top_k=0 if top_k == -1 else top_k,
+        seed=_integer(body, "seed", None),
+        stop=_stop(body),
+        stop_token_ids=tuple(stop_ids),
+    )
+
+
+def parse_request(
+    body: Any, *, kind: str, tokenizer: Tokenizer, model_names: Sequence[str], max_context: int
+) -> ParsedRequest:
+    """Validate an OpenAI request body (a parsed JSON value) into prompt ids and sampling."""
+    if not isinstance(body, dict):
+        raise _bad("The request body must be a JSON object.", None)
+    model = body.get("model")
+    if model not in model_names:
+        raise InvalidRequestError(
+            f"The model {model!r} does not exist; this server serves {list(model_names)}.",
+            param="model",
+            code="model_not_found",
+        )
+    _refuse_unsupported(body)
+    if kind == "chat":
+        prompt_ids = chat_prompt(body.get("messages"), tokenizer)
+    else:
+        prompt_ids = _completion_prompt(body, tokenizer)
+    if not prompt_ids:
+        param = "messages" if kind == "chat" else "prompt"
+        raise _bad(f"The {param} is empty; give at least one token.", param)
+    sampling = _sampling(body, prompt_len=len(prompt_ids), max_context=max_context)
+    stream = bool(body.get("stream", False))
+    opts = body.get("stream_options") or {}
+    if not isinstance(opts, dict):
+        raise _bad("stream_options must be an object.", "stream_options")
+    return ParsedRequest(
+        kind=kind,
+        model=model,
+        prompt_ids=prompt_ids,
+        sampling=sampling,
+        stream=stream,
+        include_usage=stream and bool(opts.get("include_usage")),
+    )
+
+
+def new_request_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+
+
+def error_body(
+    message: str,
+    *,
+    type_: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> dict:
+    """OpenAI's error object."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _head(kind: str, rid: str, created: int, model: str, *, chunk: bool) -> dict:
+    obj = {"chat": "chat.completion", "completion": "text_completion"}[kind]
+    if chunk and kind == "chat":
+        obj += ".chunk"
+    return {"id": rid, "object": obj, "created": created, "model": model}
+
+
+def completion_body(
+    p: ParsedRequest,
+    rid: str,
+    created: int,
+    *,
+    text: str,
+    finish_reason: str,
+    usage: dict,
+    time_info: dict,
+) -> dict:
+    """A whole (non-streamed) response."""
+    if p.kind == "chat":
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+    return {
+        **_head(p.kind, rid, created, p.model, chunk=False),
+        "choices": [choice],
+        "usage": usage,
+        "time_info": time_info,
+    }
+
+
+def chunk_body(
+    p: ParsedRequest,
+    rid: str,
+    created: int,
+    *,
+    text: str | None,
+    finish_reason: str | None,
+    role: bool = False,
+) -> dict:
+    """One streamed chunk: new text and/or the finish reason (a role chunk opens a chat)."""
+    if p.kind == "chat":
+        delta: dict = {"role": "assistant", "content": ""} if role else {}
+        if text:
+            delta["content"] = text
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+    return {**_head(p.kind, rid, created, p.model, chunk=True), "choices": [choice]}
+
+
+def usage_chunk_body(
+    p: ParsedRequest, rid: str, created: int, *, usage: dict, time_info: dict
+) -> dict:
+    """The last chunk with `stream_options.include_usage`: no choices, usage and time_info."""
+    return {
+        **_head(p.kind, rid, created, p.model, chunk=True),
+        "choices": [],
+        "usage": usage,
+        "time_info": time_info,
+    }

@@ -1,0 +1,402 @@
+"""Continuous batching over an `Engine`'s slots, in one engine thread, for HTTP and gRPC.
+
+Contract:
+- `Scheduler(engine, max_queued=...)`; `start()` launches the engine thread, the only thread
+  that ever calls the engine. `submit(prompt_ids=..., sampling=..., sink=...)` validates the
+  request (`InvalidRequestError`, with vLLM's context-length wording), admits it to a bounded
+  waiting queue (`QueueFullError` beyond `max_queued`, `ShuttingDownError` once draining) and
+  returns a `RequestHandle`. `sink(event)` is then called from the engine thread with
+  `StreamEvent`s: text deltas, and exactly one final event (`finish_reason` set). It must not
+  block (e.g. `loop.call_soon_threadsafe(queue.put_nowait, ...)` or `queue.Queue.put`).
+- Every loop iteration: apply cancellations (a cancelled request's slot and KV cache are
+  released before the next engine step), admit waiting requests into free slots
+  (prefill + insert), run one `generate` step, deliver tokens, release finished slots.
+- Text is detokenized here (`TextStream`: stop strings, UTF-8 boundaries); the token count
+  is never more than `max_tokens`.
+- `drain(grace_s)` stops admission and lets work in flight finish for up to `grace_s`, then
+  ends what is left with finish_reason "abort" (the client is told); `stop()` joins the thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from wse_inference.admission import (
+    InvalidRequestError,
+    QueueFullError,
+    ShuttingDownError,
+    check_request,
+    context_length_message,
+)
+from wse_inference.engine import Engine, SamplingParams
+from wse_inference.text_stream import TextStream
+
+__all__ = [
+    "Scheduler",
+    "RequestHandle",
+    "StreamEvent",
+    "RequestTiming",
+    "SchedulerStats",
+    "InvalidRequestError",
+    "QueueFullError",
+    "ShuttingDownError",
+    "check_request",
+    "context_length_message",
+    "SchedulerObserver",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RequestTiming:
+    """Monotonic timestamps (s) of one request; `created` is the Unix time of arrival."""
+
+    created: int
+    arrival_s: float
+    prefill_start_s: float | None = None
+    first_token_s: float | None = None
+    end_s: float | None = None
+
+    def time_info(self) -> dict[str, float]:
+        """Cerebras' `time_info`: queue, prompt, completion and total seconds, and created."""
+        end = self.end_s if self.end_s is not None else time.monotonic()
+        pre = self.prefill_start_s if self.prefill_start_s is not None else end
+        first = self.first_token_s if self.first_token_s is not None else end
+        return {
+            "queue_time": pre - self.arrival_s,
+            "prompt_time": first - pre,
+            "completion_time": end - first,
+            "total_time": end - self.arrival_s,
+            "created": self.created,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamEvent:
+    """New text and tokens of one request; the last event has `finish_reason` set."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class RequestHandle:
+    """One admitted request: `cancel()` is safe from any thread, any time, more than once."""
+
+    def __init__(
+        self,
+        request_id: int,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams,
+        sink: Callable[[StreamEvent], None],
+        scheduler: Scheduler,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_ids = [int(t) for t in prompt_ids]
+        self.sampling = sampling
+        self.sink = sink
+        self.timing = RequestTiming(created=int(time.time()), arrival_s=time.monotonic())
+        self.completion_tokens = 0
+        self.finished = False
+        self.cancelled = False
+        self._scheduler = scheduler
+
+    def cancel(self) -> None:
+        if not self.finished and not self.cancelled:
+            self.cancelled = True
+            self._scheduler._wake()
+
+
+class SchedulerObserver(Protocol):
+    """Hooks the engine thread calls (e.g. Prometheus histograms); must be quick."""
+
+    def on_first_token(self, handle: RequestHandle) -> None: ...
+
+    def on_tokens(self, handle: RequestHandle, n: int, gap_s: float) -> None: ...
+
+    def on_finish(self, handle: RequestHandle, reason: str) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerStats:
+    running: int
+    waiting: int
+    max_slots: int
+    max_queued: int
+    steps: int
+    draining: bool
+    engine_metrics: dict[str, float]
+
+
+@dataclasses.dataclass
+class _Active:
+    handle: RequestHandle
+    stream: TextStream
+    last_emit_s: float
+
+
+class Scheduler:
+    """Continuous batching in one engine thread; see the module docstring."""
+
+    def __init__(
+        self, engine: Engine, *, max_queued: int = 64, observer: SchedulerObserver | None = None
+    ) -> None:
+        self.engine = engine
+        self.max_queued = max_queued
+        self.observer = observer
+        self._cond = threading.Condition()
+        self._waiting: collections.deque[RequestHandle] = collections.deque()
+        self._active: dict[int, _Active] = {}
+        self._ids = itertools.count(1)
+        self._draining = False
+        self._deadline_s = math.inf
+        self._stopping = False
+        self._steps = 0
+        self._engine_metrics: dict[str, float] = {}
+        self._mean_request_s = 1.0
+        self._thread = threading.Thread(target=self._run, name="wse-engine", daemon=True)
+
+    # ---- the API used by the servers (any thread) ----
+
+    def start(self) -> Scheduler:
+        self._thread.start()
+        return self
+
+    def submit(
+        self,
+        *,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams,
+        sink: Callable[[StreamEvent], None],
+    ) -> RequestHandle:
+        e = self.engine
+        check_request(prompt_ids, sampling, max_context=e.max_context, vocab_size=e.vocab_size)
+        with self._cond:
+            if self._draining or self._stopping:
+                raise ShuttingDownError("The server is shutting down; retry on another replica.")
+            waiting = sum(not h.cancelled for h in self._waiting)
+            if waiting >= self.max_queued:
+                raise QueueFullError(
+                    f"The server is busy: {waiting} requests are waiting (limit "
+                    f"{self.max_queued}); retry later.",
+                    retry_after_s=self._retry_after_s(),
+                )
+            handle = RequestHandle(next(self._ids), prompt_ids, sampling, sink, self)
+            self._waiting.append(handle)
+            self._cond.notify()
+        return handle
+
+    def stats(self) -> SchedulerStats:
+        with self._cond:
+            return SchedulerStats(
+                running=len(self._active),
+                waiting=sum(not h.cancelled for h in self._waiting),
+                max_slots=self.engine.max_slots,
+                max_queued=self.max_queued,
+                steps=self._steps,
+                draining=self._draining,
+                engine_metrics=dict(self._engine_metrics),
+            )
+
+    def drain(self, grace_s: float) -> None:
+        """Stop admission; requests still running after `grace_s` end with "abort"."""
+        with self._cond:
+            self._draining = True
+            self._deadline_s = min(self._deadline_s, time.monotonic() + grace_s)
+            self._cond.notify()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Abort what is left, end the engine thread and wait for it (at most `timeout_s`)."""
+        with self._cond:
+            self._draining = self._stopping = True
+            self._deadline_s = time.monotonic()
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    @property
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._active and not self._waiting
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _retry_after_s(self) -> int:
+        per_slot = self._mean_request_s * (len(self._waiting) + 1) / self.engine.max_slots
+        return int(min(60, max(1, math.ceil(per_slot))))
+
+    # ---- the engine thread ----
+
+    def _run(self) -> None:
+        state = self.engine.init_decode_state()
+        while True:
+            with self._cond:
+                while not (self._waiting or self._active or self._stopping):
+                    self._cond.wait(0.5)
+                if self._stopping and not self._waiting and not self._active:
+                    return
+                past_deadline = time.monotonic() >= self._deadline_s
+            try:
+                state = self._iteration(state, abort_all=past_deadline)
+            except Exception as e:  # an engine failure must not kill the server
+                log.exception("engine step failed")
+                state = self._fail_all(state, f"engine failure: {type(e).__name__}: {e}")
+
+    def _iteration(self, state: Any, *, abort_all: bool) -> Any:
+        state = self._apply_cancels(state, abort_all=abort_all)
+        state = self._admit(state)
+        if self._active:
+            state, outputs = self.engine.generate(state=state)
+            state = self._deliver(state, outputs)
+            with self._cond:
+                self._steps += 1
+        self._engine_metrics = self.engine.metrics()
+        return state
+
+    def _apply_cancels(self, state: Any, *, abort_all: bool) -> Any:
+        with self._cond:
+            gone = [h for h in self._waiting if h.cancelled or abort_all]
+            for h in gone:
+                self._waiting.remove(h)
+        for h in gone:
+            self._finish(h, "abort", error=None if h.cancelled else "server is shutting down")
+        for slot, a in list(self._active.items()):
+            if a.handle.cancelled or abort_all:
+                state = self._release(state, slot)
+                self._finish(
+                    a.handle,
+                    "abort",
+                    error=None if a.handle.cancelled else "server is shutting down",
+                )
+        return state
+
+    def _admit(self, state: Any) -> Any:
+        free = [s for s in range(self.engine.max_slots) if s not in self._active]
+        while free:
+            with self._cond:
+                if not self._waiting:
+                    break
+                h = self._waiting.popleft()
+            if h.cancelled:
+                self._finish(h, "abort")
+                continue
+            h.timing.prefill_start_s = time.monotonic()
+            try:
+                prefix = self.engine.prefill(prompt_ids=h.prompt_ids, sampling=h.sampling)
+            except Exception as e:
+                log.exception("prefill failed")
+                self._finish(h, "error", error=f"prefill failed: {type(e).__name__}: {e}")
+                continue
+            now = time.monotonic()
+            h.timing.first_token_s = now
+            a = _Active(h, self._text_stream(h.sampling), now)
+            if self._emit(a, [prefix.first_token], finished_by_engine=None):
+                continue
+            slot = free.pop(0)
+            try:
+                state = self.engine.insert(prefix=prefix, state=state, slot=slot)
+            except Exception as e:
+                self._finish(h, "error", error=f"insert failed: {type(e).__name__}: {e}")
+                raise
+            self._active[slot] = a
+        return state
+
+    def _deliver(self, state: Any, outputs: Sequence[Any]) -> Any:
+        for out in outputs:
+            a = self._active.get(out.slot)
+            if a is None:
+                continue
+            reason = (out.finish_reason or "stop") if out.finished else None
+            if self._emit(a, list(out.tokens), finished_by_engine=reason):
+                state = self._release(state, out.slot)
+        return state
+
+    def _emit(self, a: _Active, tokens: list[int], *, finished_by_engine: str | None) -> bool:
+        """Send new tokens of one request; True when it has finished (final event sent)."""
+        h = a.handle
+        tokens = tokens[: h.sampling.max_tokens - h.completion_tokens]
+        text, stopped = a.stream.push(tokens)
+        first = h.completion_tokens == 0
+        h.completion_tokens += len(tokens)
+        now = time.monotonic()
+        if self.observer is not None and tokens:
+            if first:
+                self.observer.on_first_token(h)
+            else:
+                self.observer.on_tokens(h, len(tokens), now - a.last_emit_s)
+        a.last_emit_s = now
+        reason = "stop" if stopped else finished_by_engine
+        if reason is None and h.completion_tokens >= h.sampling.max_tokens:
+            reason = "length"
+        if reason is None:
+            if text or tokens:
+                self._send(h, StreamEvent(text=text, token_ids=tuple(tokens)))
+            return False
+        text += a.stream.flush()
+        self._finish(h, reason, text=text, token_ids=tuple(tokens))
+        return True
+
+    def _release(self, state: Any, slot: int) -> Any:
+        self._active.pop(slot, None)
+        return self.engine.release(state=state, slot=slot)
+
+    def _finish(
+        self,
+        h: RequestHandle,
+        reason: str,
+        *,
+        text: str = "",
+        token_ids: tuple[int, ...] = (),
+        error: str | None = None,
+    ) -> None:
+        if h.finished:
+            return
+        h.finished = True
+        h.timing.end_s = time.monotonic()
+        total = h.timing.end_s - h.timing.arrival_s
+        self._mean_request_s = 0.9 * self._mean_request_s + 0.1 * total
+        if self.observer is not None:
+            self.observer.on_finish(h, reason)
+        self._send(
+            h,
+            StreamEvent(
+                text=text,
+                token_ids=token_ids,
+                finish_reason=reason,
+                error=error,
+                prompt_tokens=len(h.prompt_ids),
+                completion_tokens=h.completion_tokens,
+            ),
+        )
+
+    def _send(self, h: RequestHandle, event: StreamEvent) -> None:
+        try:
+            h.sink(event)
+        except Exception:  # the consumer is gone (closed loop): treat as a cancel
+            log.debug("sink of request %d failed; cancelling", h.request_id, exc_info=True)
+            h.cancelled = True
+
+    def _fail_all(self, state: Any, message: str) -> Any:
+        for slot, a in list(self._active.items()):
+            self._active.pop(slot)
+            self._finish(a.handle, "error", error=message)
+        return self.engine.init_decode_state()
+
+    def _text_stream(self, sampling: SamplingParams) -> TextStream:
+        return TextStream(
+            self.engine.tokenizer, stop=sampling.stop, stop_token_ids=sampling.stop_token_ids
+        )

@@ -1,0 +1,150 @@
+"""Prometheus metrics of a served model (vLLM's names, with the `wse_` prefix).
+
+`ServeMetrics()` is a `SchedulerObserver`: the scheduler's engine thread calls it on the first
+token, on later tokens and on finish. It owns its own `CollectorRegistry` (several servers may
+live in one process, e.g. in tests); `render()` gives the text format for GET /metrics.
+
+- histograms: `wse_time_to_first_token_seconds` (arrival to first token, queue included),
+  `wse_inter_token_latency_seconds` (one observation per token: the gap between engine steps
+  divided by the tokens that step produced), `wse_e2e_request_latency_seconds`,
+  `wse_request_queue_time_seconds`;
+- counters: `wse_request_success_total{finished_reason}`, `wse_prompt_tokens_total`,
+  `wse_generation_tokens_total`, `wse_request_rejected_total{reason}`;
+- gauges read at scrape time: `wse_num_requests_running`, `wse_num_requests_waiting`,
+  `wse_num_slots`, `wse_spec_decode_draft_acceptance_rate` (when the engine reports
+  speculative decoding), and every engine counter from `engine.metrics()` as
+  `wse_engine_<name>`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from wse_inference.scheduler import RequestHandle, SchedulerStats
+
+__all__ = ["ServeMetrics", "CONTENT_TYPE"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS_S = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+_ACCEPTANCE_KEYS = ("spec_acceptance_rate", "spec_decode_acceptance_rate", "acceptance_rate")
+
+
+class _StatsCollector(Collector):
+    def __init__(self, stats_fn: Callable[[], SchedulerStats]) -> None:
+        self._stats_fn = stats_fn
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        s = self._stats_fn()
+        yield GaugeMetricFamily(
+            "wse_num_requests_running", "Requests in a decode slot.", value=s.running
+        )
+        yield GaugeMetricFamily(
+            "wse_num_requests_waiting", "Requests in the admission queue.", value=s.waiting
+        )
+        yield GaugeMetricFamily("wse_num_slots", "Decode slots of the engine.", value=s.max_slots)
+        rate = next((s.engine_metrics[k] for k in _ACCEPTANCE_KEYS if k in s.engine_metrics), None)
+        if rate is not None:
+            yield GaugeMetricFamily(
+                "wse_spec_decode_draft_acceptance_rate",
+                "Accepted / drafted speculative tokens.",
+                value=rate,
+            )
+        for name, value in sorted(s.engine_metrics.items()):
+            clean = re.sub(r"[^a-zA-Z0-9_]", "_", name)
+            yield GaugeMetricFamily(
+                f"wse_engine_{clean}", f"Engine counter {name!r}.", value=float(value)
+            )
+
+
+class ServeMetrics:
+    """The observer of one scheduler; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttft = Histogram(
+            "wse_time_to_first_token_seconds",
+            "Time to first token.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "wse_inter_token_latency_seconds",
+            "Time per output token.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "wse_e2e_request_latency_seconds",
+            "Arrival to last token.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.queue = Histogram(
+            "wse_request_queue_time_seconds",
+            "Arrival to prefill.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.success = Counter(
+            "wse_request_success", "Finished requests.", ["finished_reason"], registry=r
+        )
+        self.prompt_tokens = Counter("wse_prompt_tokens", "Prefilled tokens.", registry=r)
+        self.generation_tokens = Counter("wse_generation_tokens", "Generated tokens.", registry=r)
+        self.rejected = Counter("wse_request_rejected", "Refused requests.", ["reason"], registry=r)
+
+    def bind(self, stats_fn: Callable[[], SchedulerStats]) -> ServeMetrics:
+        """Read running / waiting / engine counters from `stats_fn` at scrape time."""
+        self.registry.register(_StatsCollector(stats_fn))
+        return self
+
+    def on_first_token(self, handle: RequestHandle) -> None:
+        t = handle.timing
+        if t.first_token_s is not None:
+            self.ttft.observe(t.first_token_s - t.arrival_s)
+
+    def on_tokens(self, handle: RequestHandle, n: int, gap_s: float) -> None:
+        for _ in range(n):
+            self.itl.observe(gap_s / n)
+
+    def on_finish(self, handle: RequestHandle, reason: str) -> None:
+        t = handle.timing
+        self.success.labels(finished_reason=reason).inc()
+        self.prompt_tokens.inc(len(handle.prompt_ids) if t.prefill_start_s is not None else 0)
+        self.generation_tokens.inc(handle.completion_tokens)
+        if t.end_s is not None:
+            self.e2e.observe(t.end_s - t.arrival_s)
+        if t.prefill_start_s is not None:
+            self.queue.observe(t.prefill_start_s - t.arrival_s)
+
+    def reject(self, reason: str) -> None:
+        self.rejected.labels(reason=reason).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,386 @@
+"""OpenAI-compatible HTTP serving (FastAPI + uvicorn) and the process shell around it.
+
+Architecture (one process):
+
+    HTTP clients ─► uvicorn / FastAPI (asyncio) ─┐                    ┌─► Engine
+    gRPC clients ─► grpc.Server (thread pool) ───┼─► Scheduler ──────┤   (prefill / insert /
+                                                 │   one engine thread│    generate / release)
+    GET /metrics ◄─ ServeMetrics ◄───────────────┘   bounded queue    └─ continuous batching
+
+Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
+`data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models,
+/health (503 while draining), /metrics (Prometheus). Errors use OpenAI's body
+{"error": {"message", "type", "param", "code"}}: 400 for a bad request (malformed JSON
+included), 429 with Retry-After when the queue is full, 503 while shutting down. A client
+that disconnects cancels its request: its slot and KV cache are released before the next
+engine step. The wire format lives in `wse_inference.openai_api`.
+
+`Server(engine, ServeConfig(...))` wires everything; `.start()` runs it on background threads
+(tests, demos) and `.close()` drains and stops it; `serve(engine, config)` runs in the
+foreground until SIGTERM or SIGINT, then drains: no new connections, requests in flight run
+to completion for up to `drain_s`, what is left ends with an error event, and the process
+exits 0. Every port may be 0 (a free port); `.http_url` / `.grpc_target` give the bound ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from wse_inference import openai_api as oa
+from wse_inference.admission import InvalidRequestError, QueueFullError, ShuttingDownError
+from wse_inference.engine import Engine
+from wse_inference.scheduler import Scheduler, StreamEvent
+from wse_inference.serve_metrics import CONTENT_TYPE, ServeMetrics
+
+__all__ = ["ServeConfig", "Server", "build_app", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: a free port
+    grpc_port: int | None = None  # None: no gRPC server; 0: a free port
+    max_queued: int = 64
+    drain_s: float = 10.0  # grace for requests in flight at shutdown
+    model_names: tuple[str, ...] = ()  # names clients may ask for; default engine.model_name
+
+
+def _error(
+    status: int,
+    message: str,
+    *,
+    type_: str,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict | None = None,
+) -> JSONResponse:
+    body = oa.error_body(message, type_=type_, param=param, code=code)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _admission_error(e: Exception, metrics: ServeMetrics) -> JSONResponse:
+    if isinstance(e, InvalidRequestError):
+        metrics.reject("invalid")
+        return _error(400, str(e), type_="invalid_request_error", param=e.param, code=e.code)
+    if isinstance(e, QueueFullError):
+        metrics.reject("queue_full")
+        return _error(
+            429,
+            str(e),
+            type_="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": str(e.retry_after_s)},
+        )
+    metrics.reject("shutting_down")
+    return _error(503, str(e), type_="service_unavailable", code="shutting_down")
+
+
+def _sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+async def _watch_disconnect(request: Request, cancel: Callable[[], None]) -> None:
+    """Cancel the request when the client goes away (the body is already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    cancel()
+
+
+class _Generation:
+    """One admitted request: events arrive from the engine thread into an asyncio queue."""
+
+    def __init__(self, scheduler: Scheduler, p: oa.ParsedRequest) -> None:
+        loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
+        self.p = p
+        self.rid = oa.new_request_id(p.kind)
+        self.handle = scheduler.submit(
+            prompt_ids=p.prompt_ids,
+            sampling=p.sampling,
+            sink=lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),
+        )
+        self.created = self.handle.timing.created
+
+    def _final(self, ev: StreamEvent) -> tuple[dict, dict]:
+        return (
+            oa.usage_dict(ev.prompt_tokens, ev.completion_tokens),
+            self.handle.timing.time_info(),
+        )
+
+    async def whole(self, request: Request) -> JSONResponse:
+        watcher = asyncio.create_task(_watch_disconnect(request, self.handle.cancel))
+        parts = []
+        try:
+            while True:
+                ev = await self.queue.get()
+                parts.append(ev.text)
+                if ev.finish_reason is not None:
+                    break
+        finally:
+            watcher.cancel()
+            self.handle.cancel()
+        if ev.error is not None:
+            status = 503 if ev.finish_reason == "abort" else 500
+            return _error(status, ev.error, type_="server_error", code=ev.finish_reason)
+        usage, time_info = self._final(ev)
+        return JSONResponse(
+            oa.completion_body(
+                self.p,
+                self.rid,
+                self.created,
+                text="".join(parts),
+                finish_reason=ev.finish_reason,
+                usage=usage,
+                time_info=time_info,
+            )
+        )
+
+    async def stream(self) -> AsyncIterator[str]:
+        p, rid, created = self.p, self.rid, self.created
+        try:
+            if p.kind == "chat":
+                yield _sse(oa.chunk_body(p, rid, created, text=None, finish_reason=None, role=True))
+            while True:
+                ev = await self.queue.get()
+                if ev.error is not None:
+                    yield _sse(oa.error_body(ev.error, type_="server_error", code=ev.finish_reason))
+                    break
+                if ev.text or ev.finish_reason:
+                    chunk = oa.chunk_body(
+                        p, rid, created, text=ev.text, finish_reason=ev.finish_reason
+                    )
+                    if ev.finish_reason is not None:
+                        chunk["time_info"] = self.handle.timing.time_info()
+                    yield _sse(chunk)
+                if ev.finish_reason is not None:
+                    if p.include_usage:
+                        usage, time_info = self._final(ev)
+                        yield _sse(
+                            oa.usage_chunk_body(p, rid, created, usage=usage, time_info=time_info)
+                        )
+                    break
+            yield "data: [DONE]\n\n"
+        finally:  # also on client disconnect: the stream task is cancelled
+            self.handle.cancel()
+
+
+def build_app(
+    scheduler: Scheduler, metrics: ServeMetrics, *, model_names: Sequence[str]
+) -> FastAPI:
+    """The FastAPI app over a started scheduler; see the module docstring."""
+    app = FastAPI(title="wse-stack inference", docs_url=None, redoc_url=None)
+    engine = scheduler.engine
+    started = int(time.time())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), type_="invalid_request_error")
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return _error(500, f"internal error: {type(exc).__name__}", type_="server_error")
+
+    async def generate(request: Request, kind: str) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError) as e:
+            metrics.reject("invalid")
+            return _error(
+                400,
+                f"Malformed JSON in the request body: {e}",
+                type_="invalid_request_error",
+                code="invalid_json",
+            )
+        try:
+            p = oa.parse_request(
+                body,
+                kind=kind,
+                tokenizer=engine.tokenizer,
+                model_names=model_names,
+                max_context=engine.max_context,
+            )
+            gen = _Generation(scheduler, p)
+        except (InvalidRequestError, QueueFullError, ShuttingDownError) as e:
+            return _admission_error(e, metrics)
+        if p.stream:
+            return StreamingResponse(
+                gen.stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            )
+        return await gen.whole(request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await generate(request, "completion")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, "chat")
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        data = [
+            {
+                "id": n,
+                "object": "model",
+                "created": started,
+                "owned_by": "wse-stack",
+                "max_model_len": engine.max_context,
+            }
+            for n in model_names
+        ]
+        return {"object": "list", "data": data}
+
+    @app.get("/health")
+    async def health() -> Response:
+        s = scheduler.stats()
+        body = {
+            "status": "draining" if s.draining else "ok",
+            "running": s.running,
+            "waiting": s.waiting,
+            "max_slots": s.max_slots,
+        }
+        return JSONResponse(body, status_code=503 if s.draining else 200)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    return app
+
+
+class _DrainingUvicorn(uvicorn.Server):
+    """uvicorn that starts the scheduler's drain as soon as a signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_signal = on_signal
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self._on_signal()
+        super().handle_exit(sig, frame)
+
+
+class Server:
+    """Scheduler + HTTP (+ gRPC) over one engine; see the module docstring."""
+
+    def __init__(self, engine: Engine, config: ServeConfig = ServeConfig()) -> None:
+        self.engine = engine
+        self.config = config
+        self.model_names = config.model_names or (engine.model_name,)
+        self.metrics = ServeMetrics()
+        self.scheduler = Scheduler(engine, max_queued=config.max_queued, observer=self.metrics)
+        self.metrics.bind(self.scheduler.stats)
+        self.app = build_app(self.scheduler, self.metrics, model_names=self.model_names)
+        self._sock = socket.create_server((config.host, config.port), backlog=2048)
+        self.http_url = f"http://{config.host}:{self._sock.getsockname()[1]}"
+        self.grpc_server: Any = None
+        self.grpc_target: str | None = None
+        if config.grpc_port is not None:
+            from wse_inference.grpc_server import build_grpc_server
+
+            self.grpc_server, port = build_grpc_server(
+                self.scheduler,
+                host=config.host,
+                port=config.grpc_port,
+                model_names=self.model_names,
+            )
+            self.grpc_target = f"{config.host}:{port}"
+        self._uvicorn = _DrainingUvicorn(
+            uvicorn.Config(
+                self.app,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                http="h11",
+                ws="none",
+                timeout_graceful_shutdown=config.drain_s + 2,
+            ),
+            self.begin_drain,
+        )
+        self._thread: threading.Thread | None = None
+        self._drain_lock = threading.Lock()
+        self._grpc_stopped: threading.Event | None = None
+
+    def _start_engine_and_grpc(self) -> None:
+        self.scheduler.start()
+        if self.grpc_server is not None:
+            self.grpc_server.start()
+
+    def begin_drain(self) -> None:
+        """Refuse new work; requests in flight get `drain_s` to finish (idempotent)."""
+        with self._drain_lock:
+            if self._grpc_stopped is not None:
+                return
+            self.scheduler.drain(self.config.drain_s)
+            if self.grpc_server is not None:
+                self._grpc_stopped = self.grpc_server.stop(self.config.drain_s)
+            else:
+                self._grpc_stopped = threading.Event()
+                self._grpc_stopped.set()
+
+    def _finish(self) -> None:
+        self.begin_drain()
+        self.scheduler.stop(timeout_s=self.config.drain_s + 5)
+        assert self._grpc_stopped is not None
+        self._grpc_stopped.wait(self.config.drain_s + 5)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def start(self) -> Server:
+        """Run on background threads; returns once the HTTP socket is listening."""
+        self._start_engine_and_grpc()
+        self._thread = threading.Thread(
+            target=self._uvicorn.run, kwargs={"sockets": [self._sock]}, name="wse-http", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._uvicorn.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self
+
+    def close(self) -> None:
+        """Drain (requests in flight finish, or end with an error after `drain_s`) and stop."""
+        self.begin_drain()
+        self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(self.config.drain_s + 5)
+        self._finish()
+
+    def run(self) -> None:
+        """Serve in the foreground until SIGTERM / SIGINT, then drain and return."""
+        self._start_engine_and_grpc()
+        # uvicorn re-raises the signal after its shutdown; a no-op handler keeps the exit 0.
+        previous = signal.signal(signal.SIGTERM, lambda *_: None)
+        try:
+            self._uvicorn.run(sockets=[self._sock])
+        finally:
+            self._finish()
+            signal.signal(signal.SIGTERM, previous)
+
+
+def serve(engine: Engine, config: ServeConfig, *, announce: Callable[[str], None] = print) -> None:
+    """Serve `engine` in the foreground; `announce` gets one line with the bound addresses."""
+    server = Server(engine, config)
+    line = f"serving {', '.join(server.model_names)} on {server.http_url}"
+    if server.grpc_target is not None:
+        line += f" and gRPC {server.grpc_target}"
+    announce(line)
+    server.run()
