@@ -74,7 +74,7 @@ def _neighbour_cells(x, wafer: Wafer, axis: int, width: int, side: int, periodic
     """The `width` cells just before (side=-1) or after (side=+1) this block along `axis`,
     fetched from the blocks `1..m` devices away with one ppermute each."""
     name, ndev, block, _ = _geometry(wafer, axis)
-    pieces = []
+    pieces: list[jax.Array] = []
     s = 1
     while sum(p.shape[axis] for p in pieces) < width:
         w = min(block, width - (s - 1) * block)
