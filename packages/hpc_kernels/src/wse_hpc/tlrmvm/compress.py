@@ -1,0 +1,273 @@
+"""Tile low-rank (TLR) compression of a dense operator, its `.npz` form and NumPy products.
+
+Contract: `compress(a, nb=..., threshold=eps)` cuts a real fp32 or complex64 matrix `a`
+(M x N) into nb x nb tiles (edge tiles smaller) and replaces tile (i, j) by U_ij V_ij^H of
+the smallest rank k_ij with ||A_ij - U_ij V_ij^H||_F <= eps * ||A_ij||_F (truncated SVD;
+a randomized range finder first for tiles of at least `RANDOMIZED_MIN_TILE` rows). Summed
+over tiles this gives ||A - A_tlr||_F <= eps * ||A||_F, hence for any x
+||A x - A_tlr x|| <= eps * ||A||_F * ||x|| (the bound the tests check).
+
+Bases are stacked as ecrc/tlrmvm stores them: `v_cols[j]` is (n_j, K_j) with the V_ij of
+tile column j side by side in tile-row order, `u_rows[i]` is (m_i, K_i) with the U_ij of tile
+row i in tile-column order. Singular values are folded into U. `tlrmvm_numpy` is the plain
+NumPy TLR-MVM over those stacks (phase 1 GEMVs, reshuffle, phase 3 GEMVs): the baseline and
+the oracle of the wafer kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+from wse_core.errors import WseError
+
+__all__ = [
+    "RANDOMIZED_MIN_TILE",
+    "TlrError",
+    "TlrOperator",
+    "check_matrix",
+    "compress",
+    "load_operator",
+    "save_operator",
+    "tlrmvm_numpy",
+]
+
+RANDOMIZED_MIN_TILE = 128  # tiles with at least this many rows and columns try randomized SVD
+_FORMAT = 1
+
+
+class TlrError(WseError):
+    """Bad input to TLR compression or the TLR-MVM (shape, tile size, threshold, values)."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TlrOperator:
+    """A compressed M x N operator: per-tile ranks and the stacked bases (see module doc)."""
+
+    shape: tuple[int, int]
+    nb: int
+    threshold: float
+    ranks: np.ndarray  # (mt, nt) int64
+    u_rows: tuple[np.ndarray, ...]  # mt arrays (m_i, K_i)
+    v_cols: tuple[np.ndarray, ...]  # nt arrays (n_j, K_j)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.u_rows[0].dtype
+
+    @property
+    def tiles(self) -> tuple[int, int]:
+        return self.ranks.shape  # type: ignore[return-value]
+
+    def tile_rows(self, i: int) -> slice:
+        return slice(i * self.nb, min((i + 1) * self.nb, self.shape[0]))
+
+    def tile_cols(self, j: int) -> slice:
+        return slice(j * self.nb, min((j + 1) * self.nb, self.shape[1]))
+
+    def u(self, i: int, j: int) -> np.ndarray:
+        """U_ij, (m_i, k_ij)."""
+        off = int(self.ranks[i, :j].sum())
+        return self.u_rows[i][:, off : off + int(self.ranks[i, j])]
+
+    def v(self, i: int, j: int) -> np.ndarray:
+        """V_ij, (n_j, k_ij); the tile is u(i, j) @ v(i, j).conj().T."""
+        off = int(self.ranks[:i, j].sum())
+        return self.v_cols[j][:, off : off + int(self.ranks[i, j])]
+
+    @property
+    def bases_bytes(self) -> int:
+        """Bytes of all U and V bases (what one MVM reads)."""
+        return sum(a.nbytes for a in self.u_rows) + sum(a.nbytes for a in self.v_cols)
+
+    @property
+    def dense_bytes(self) -> int:
+        return self.shape[0] * self.shape[1] * self.dtype.itemsize
+
+    @property
+    def compression_ratio(self) -> float:
+        """Dense bytes over bases bytes (> 1 means smaller)."""
+        return self.dense_bytes / max(self.bases_bytes, 1)
+
+    def dense(self) -> np.ndarray:
+        """The TLR approximation as a dense matrix (for tests and small cases)."""
+        out = np.zeros(self.shape, self.dtype)
+        mt, nt = self.tiles
+        for i in range(mt):
+            for j in range(nt):
+                out[self.tile_rows(i), self.tile_cols(j)] = self.u(i, j) @ self.v(i, j).conj().T
+        return out
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "shape": list(self.shape),
+            "nb": self.nb,
+            "tiles": list(self.tiles),
+            "threshold": self.threshold,
+            "dtype": str(self.dtype),
+            "rank_mean": float(self.ranks.mean()),
+            "rank_max": int(self.ranks.max()),
+            "bases_bytes": self.bases_bytes,
+            "dense_bytes": self.dense_bytes,
+            "compression_ratio": self.compression_ratio,
+        }
+
+
+# -- validation ---------------------------------------------------------------------------
+def check_matrix(a: np.ndarray) -> np.ndarray:
+    """`a` as fp32 or complex64, or TlrError: 2-D, non-empty, finite."""
+    a = np.asarray(a)
+    if a.ndim != 2 or a.size == 0:
+        raise TlrError(f"the operator must be a non-empty 2-D matrix, got shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.bool_):
+        raise TlrError(f"the operator must hold real or complex numbers, got dtype {a.dtype}")
+    dtype = np.complex64 if np.iscomplexobj(a) else np.float32
+    a = a.astype(dtype, copy=False)
+    if not np.isfinite(a).all():
+        raise TlrError("the operator holds NaN or infinite values; clean it before compressing")
+    return a
+
+
+def _check_args(shape: tuple[int, int], nb: int, threshold: float) -> None:
+    if not isinstance(nb, int | np.integer) or nb <= 0 or nb > max(shape):
+        raise TlrError(f"tile size nb must be an integer in 1..{max(shape)}, got {nb!r}")
+    if not 0.0 < float(threshold) < 1.0:
+        raise TlrError(f"threshold must lie in (0, 1) (a relative accuracy), got {threshold!r}")
+
+
+# -- one tile -----------------------------------------------------------------------------
+def _rank_for(s: np.ndarray, tol_sq: float) -> int:
+    """Smallest k with sum(s[k:]**2) <= tol_sq (at least 1 unless s is all zero)."""
+    tail = np.concatenate([np.cumsum((s**2)[::-1])[::-1], [0.0]])
+    k = int(np.argmax(tail <= tol_sq))
+    return max(k, 1) if s.size and s[0] > 0 else 0
+
+
+def _svd_truncate(t: np.ndarray, tol_sq: float) -> tuple[np.ndarray, np.ndarray]:
+    u, s, vh = np.linalg.svd(t, full_matrices=False)
+    k = _rank_for(s.astype(np.float64), tol_sq)
+    return (u[:, :k] * s[:k]).astype(t.dtype), vh[:k].conj().T.astype(t.dtype)
+
+
+def _randomized(t: np.ndarray, tol_sq: float, rng: np.random.Generator):
+    """Adaptive randomized range finder (one power iteration) then an SVD of Q^H t; None
+    when the sketch would not be much smaller than the tile."""
+    m, n = t.shape
+    ell = 32
+    while 2 * ell <= min(m, n):
+        g = rng.standard_normal((n, ell)).astype(t.real.dtype)
+        if np.iscomplexobj(t):
+            g = g + 1j * rng.standard_normal((n, ell)).astype(t.real.dtype)
+        q, _ = np.linalg.qr(t @ g)
+        q, _ = np.linalg.qr(t @ (t.conj().T @ q))
+        b = q.conj().T @ t
+        resid_sq = float(np.linalg.norm(t - q @ b) ** 2)
+        if resid_sq <= 0.25 * tol_sq:  # leave most of the budget to the truncation below
+            ub, vb = _svd_truncate(b, tol_sq - resid_sq)
+            return (q @ ub).astype(t.dtype), vb
+        ell *= 2
+    return None
+
+
+def _compress_tile(t: np.ndarray, eps: float, rng: np.random.Generator):
+    tol_sq = (eps * float(np.linalg.norm(t))) ** 2
+    if min(t.shape) >= RANDOMIZED_MIN_TILE:
+        got = _randomized(t, tol_sq, rng)
+        if got is not None:
+            return got
+    return _svd_truncate(t, tol_sq)
+
+
+# -- the operator -------------------------------------------------------------------------
+def compress(
+    a: np.ndarray, *, nb: int, threshold: float, seed: int = 0, blas_threads: int = 1
+) -> TlrOperator:
+    """Compress `a` (M x N, real or complex) into nb x nb low-rank tiles at `threshold`.
+
+    BLAS runs with `blas_threads` threads per SVD (one is steadiest, shared/PLATFORM.md).
+    """
+    a = check_matrix(a)
+    _check_args(a.shape, nb, threshold)
+    m, n = a.shape
+    mt, nt = -(-m // nb), -(-n // nb)
+    rng = np.random.default_rng(seed)
+    us = [[None] * nt for _ in range(mt)]
+    vs = [[None] * nt for _ in range(mt)]
+    with threadpool_limits(limits=blas_threads):
+        for i in range(mt):
+            for j in range(nt):
+                tile = a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb]
+                us[i][j], vs[i][j] = _compress_tile(tile, float(threshold), rng)
+    ranks = np.array([[us[i][j].shape[1] for j in range(nt)] for i in range(mt)], np.int64)
+    u_rows = tuple(np.ascontiguousarray(np.concatenate(us[i], axis=1)) for i in range(mt))
+    v_cols = tuple(
+        np.ascontiguousarray(np.concatenate([vs[i][j] for i in range(mt)], axis=1))
+        for j in range(nt)
+    )
+    return TlrOperator((m, n), int(nb), float(threshold), ranks, u_rows, v_cols)
+
+
+def tlrmvm_numpy(op: TlrOperator, x: np.ndarray, *, adjoint: bool = False) -> np.ndarray:
+    """y = A_tlr @ x (or A_tlr^H @ x) with plain NumPy GEMVs over the stacked bases.
+
+    x: (N,) or (N, b) for the product, (M,) or (M, b) for the adjoint; same dtype family.
+    """
+    first, second = (op.u_rows, op.v_cols) if adjoint else (op.v_cols, op.u_rows)
+    ranks = op.ranks.T if adjoint else op.ranks
+    nb = op.nb
+    # Phase 1: per tile column (rows for the adjoint), yv_j = V_j^H x_j.
+    yv = [first[j].conj().T @ x[j * nb : (j + 1) * nb] for j in range(len(first))]
+    # Phase 2: reshuffle into tile-row order; phase 3: y_i = U_i yu_i.
+    out = []
+    for i in range(len(second)):
+        parts = [
+            yv[j][int(ranks[:i, j].sum()) : int(ranks[: i + 1, j].sum())] for j in range(len(first))
+        ]
+        out.append(second[i] @ np.concatenate(parts, axis=0))
+    return np.concatenate(out, axis=0)
+
+
+# -- .npz ---------------------------------------------------------------------------------
+def save_operator(op: TlrOperator, path: str | Path) -> Path:
+    """Write `op` to an uncompressed `.npz` (bases flattened, ranks and shape kept)."""
+    path = Path(path)
+    np.savez(
+        path,
+        format=np.int64(_FORMAT),
+        shape=np.array(op.shape, np.int64),
+        nb=np.int64(op.nb),
+        threshold=np.float64(op.threshold),
+        ranks=op.ranks,
+        u=np.concatenate([u.ravel() for u in op.u_rows]),
+        v=np.concatenate([v.ravel() for v in op.v_cols]),
+    )
+    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+
+def load_operator(path: str | Path) -> TlrOperator:
+    """Read an operator written by `save_operator`; TlrError for a missing or foreign file."""
+    try:
+        with np.load(Path(path)) as f:
+            data = {k: f[k] for k in f.files}
+    except (OSError, ValueError) as e:
+        raise TlrError(f"cannot read TLR operator {str(path)!r}: {e}") from None
+    need = {"format", "shape", "nb", "threshold", "ranks", "u", "v"}
+    if not need <= set(data) or int(data["format"]) != _FORMAT:
+        raise TlrError(f"{str(path)!r} is not a TLR operator file (use `wse hpc tlrmvm compress`)")
+    (m, n), nb, ranks = (int(s) for s in data["shape"]), int(data["nb"]), data["ranks"]
+    mt, nt = ranks.shape
+    heights = [min(nb, m - i * nb) for i in range(mt)]
+    widths = [min(nb, n - j * nb) for j in range(nt)]
+    u_rows = _split(data["u"], [(h, int(ranks[i].sum())) for i, h in enumerate(heights)])
+    v_cols = _split(data["v"], [(w, int(ranks[:, j].sum())) for j, w in enumerate(widths)])
+    return TlrOperator((m, n), nb, float(data["threshold"]), ranks, u_rows, v_cols)
+
+
+def _split(flat: np.ndarray, shapes: list[tuple[int, int]]) -> tuple[np.ndarray, ...]:
+    sizes = [r * c for r, c in shapes]
+    if sum(sizes) != flat.size:
+        raise TlrError("TLR operator file is corrupt: bases do not match the ranks")
+    parts = np.split(flat, np.cumsum(sizes)[:-1])
+    return tuple(p.reshape(s) for p, s in zip(parts, shapes, strict=True))

@@ -1,0 +1,118 @@
+"""The shell around the TLR-MVM kernel: place once, jit once, run, time, report.
+
+`TlrEngine.build(op, spec, ...)` places the operator (`wafer.place_operator`), jits the pure
+`matvec_fn` / `rmatvec_fn` of `wafer.tlrmvm`, and offers `matvec(x)` / `rmatvec(y)` on NumPy
+vectors ((N,) or (N, b)), `time_matvec(x, repeats)` (median wall seconds after a warm-up
+compile), `prediction()` (the wafer model of `perf.predict`) and `report(...)` (a
+`wse_core.report.Report`). Only this module decides jit and timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import jax
+import numpy as np
+from wse_core.report import Report
+from wse_core.spec import WaferSpec
+from wse_core.wafer import Wafer
+
+from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
+from wse_hpc.tlrmvm.perf import TlrPrediction, predict
+from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, TlrPlan, place_operator, tlrmvm
+
+__all__ = ["TlrEngine", "as_batch"]
+
+
+def as_batch(x: np.ndarray, n: int, complex_ok: bool, what: str = "x") -> np.ndarray:
+    """x as a 2-D (n, b) batch; TlrError for a wrong length, dimension or dtype."""
+    x = np.asarray(x)
+    if x.ndim not in (1, 2) or x.shape[0] != n:
+        raise TlrError(f"{what} must have length {n} (shape ({n},) or ({n}, b)), got {x.shape}")
+    if np.iscomplexobj(x) and not complex_ok:
+        raise TlrError(f"{what} is complex but the operator is real; pass a real vector")
+    if not np.isfinite(x).all():
+        raise TlrError(f"{what} holds NaN or infinite values")
+    return x.reshape(n, -1)
+
+
+@dataclasses.dataclass(eq=False)
+class TlrEngine:
+    op: TlrOperator
+    wafer: Wafer
+    plan: TlrPlan
+    bases: TlrBases
+    fns: TlrFns
+    _matvec: object
+    _rmatvec: object
+
+    @classmethod
+    def build(
+        cls,
+        op: TlrOperator,
+        spec: WaferSpec,
+        *,
+        rank_chunk: int | None = None,
+        batch: int = 1,
+        mesh_shape: tuple[int, int] | None = None,
+        defect_seed: int | None = None,
+    ) -> TlrEngine:
+        wafer, plan, bases = place_operator(
+            op,
+            spec,
+            rank_chunk=rank_chunk,
+            batch=batch,
+            mesh_shape=mesh_shape,
+            defect_seed=defect_seed,
+        )
+        fns = tlrmvm(wafer, plan)
+        return cls(op, wafer, plan, bases, fns, jax.jit(fns.matvec_fn), jax.jit(fns.rmatvec_fn))
+
+    def _run(self, fn, x: np.ndarray, n: int, what: str) -> np.ndarray:
+        xb = as_batch(x, n, np.iscomplexobj(np.zeros((), self.op.dtype)), what)
+        out = np.asarray(fn(self.bases, xb))
+        return out.reshape(-1) if np.ndim(x) == 1 else out
+
+    def matvec(self, x: np.ndarray) -> np.ndarray:
+        """A x for x of shape (N,) or (N, b)."""
+        return self._run(self._matvec, x, self.op.shape[1], "x")
+
+    def rmatvec(self, y: np.ndarray) -> np.ndarray:
+        """A^H y for y of shape (M,) or (M, b)."""
+        return self._run(self._rmatvec, y, self.op.shape[0], "y")
+
+    def time_matvec(self, x: np.ndarray, repeats: int = 5) -> float:
+        """Median wall seconds of one product (x already on the device, compile excluded)."""
+        xb = jax.device_put(as_batch(x, self.op.shape[1], True))
+        jax.block_until_ready(self._matvec(self.bases, xb))
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(self._matvec(self.bases, xb))
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    def prediction(self) -> TlrPrediction:
+        return predict(self.wafer, self.plan, self.op)
+
+    def report(self, measured_wall_s: float, **extra: object) -> Report:
+        pred = self.prediction()
+        from wse_core import fabric
+
+        x = jax.ShapeDtypeStruct((self.op.shape[1], self.plan.batch), self.op.dtype)
+        traffic = fabric.count(self.wafer, self.fns.matvec_fn, self.bases, x)  # unjitted: traced
+        return Report(
+            name="tlrmvm",
+            sram=self.wafer.sram.summary(),
+            traffic=traffic,
+            measured_wall_s=measured_wall_s,
+            predicted=None,
+            extra={
+                "operator": self.op.describe(),
+                "plan": self.plan.describe(),
+                "wafer_prediction": pred.to_dict(),
+                **extra,
+            },
+        )

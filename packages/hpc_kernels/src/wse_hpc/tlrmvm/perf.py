@@ -1,0 +1,128 @@
+"""Predicted wafer figures of a placed TLR-MVM: time per MVM and sustained bases bandwidth.
+
+Contract: `predict(wafer, plan, op)` counts the busiest PE's work per phase (flops, SRAM
+bytes) from the plan, the fabric traffic of each phase with `wse_core.fabric.count` (the
+x broadcast, the ring allgather, the band sum), and turns each phase into time with
+`wse_core.perf.PerfModel`. The phases depend on each other, so their times add; off-wafer
+I/O (x in, y out) is a separate phase, reported apart because a stream of MVMs overlaps it
+with the previous product. Complex arithmetic costs 8 real flops per multiply-add, counted
+as fp32. `sustained_bytes_per_s` is the bytes of compressed bases (no padding) over the
+on-wafer time — the paper's metric. `cluster` scales to `systems` CS-2s, each filled with
+as many copies of the operator (frequency slices of a multi-dimensional convolution) as its
+PE grid holds, all running at once. No constant here is fitted to a published result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+from wse_core import fabric
+from wse_core.perf import PerfModel, Prediction, Work
+from wse_core.spec import WaferSpec
+from wse_core.wafer import Wafer
+
+from wse_hpc.tlrmvm.compress import TlrOperator
+from wse_hpc.tlrmvm.wafer import TlrPlan
+
+__all__ = ["TlrPrediction", "predict", "cluster"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TlrPrediction:
+    phases: dict[str, Prediction]
+    bases_bytes: int  # compressed bases read per MVM
+    batch: int
+
+    @property
+    def wafer_s(self) -> float:
+        """On-wafer time of one product (phases 0-3, no host I/O)."""
+        return sum(p.seconds for k, p in self.phases.items() if k != "host_io")
+
+    @property
+    def with_io_s(self) -> float:
+        return self.wafer_s + self.phases["host_io"].seconds
+
+    @property
+    def sustained_bytes_per_s(self) -> float:
+        return self.bases_bytes / self.wafer_s
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "wafer_s": self.wafer_s,
+            "with_io_s": self.with_io_s,
+            "sustained_bytes_per_s": self.sustained_bytes_per_s,
+            "bound": {k: p.bound for k, p in self.phases.items()},
+            "phases_s": {k: p.seconds for k, p in self.phases.items()},
+        }
+
+
+def _traffic(wafer: Wafer, fn, per_pe: tuple[int, ...], dtype) -> Work:
+    pr, pc = wafer.padded_shape
+    x = jax.ShapeDtypeStruct((pr, pc, *per_pe), dtype, sharding=wafer.sharding(len(per_pe)))
+    return Work.from_traffic(fabric.count(wafer, fn, x))
+
+
+def predict(wafer: Wafer, plan: TlrPlan, op: TlrOperator) -> TlrPrediction:
+    """Per-phase predictions for one product of `plan.batch` vectors on `wafer.spec`."""
+    (m, n), nb, (_, nt), w, ch, b = (
+        plan.shape,
+        plan.nb,
+        plan.tiles,
+        plan.rank_chunk,
+        plan.chunk,
+        plan.batch,
+    )
+    isz, cplx = plan.itemsize, plan.dtype.startswith("complex")
+    fma = 8.0 if cplx else 2.0  # real flops per multiply-add
+    dt = op.dtype
+    phases = {
+        "x_broadcast": _traffic(wafer, lambda x: fabric.broadcast(wafer, x, "col", 0), (nb, b), dt),
+        "phase1_vhx": Work(
+            flops={"fp32": fma * w * nb * b},
+            sram_read_bytes=(w * nb + nb * b) * isz,
+            sram_write_bytes=w * b * isz,
+        ),
+        "phase2_reshuffle": (
+            _traffic(
+                wafer,
+                lambda x: fabric.multicast(wafer, x, "E", nt - 1, boundary="periodic"),
+                (w, b),
+                dt,
+            )
+            if nt > 1
+            else Work()
+        ),
+        "phase3_uy": Work(
+            flops={"fp32": fma * nt * ch * w * b},
+            sram_read_bytes=(nt * ch * w + nt * w * b) * isz,
+            sram_write_bytes=ch * b * isz,
+        ),
+        "band_sum": (
+            _traffic(
+                wafer, lambda x: fabric.multicast(wafer, x, "N", plan.max_band - 1), (ch, b), dt
+            )
+            + Work(flops={"fp32": 2.0 * (plan.max_band - 1) * ch * b})
+            if plan.max_band > 1
+            else Work()
+        ),
+        "host_io": Work(host_io_bytes=(m + n) * b * isz),
+    }
+    model = PerfModel(wafer.spec)
+    return TlrPrediction({k: model.predict(v) for k, v in phases.items()}, op.bases_bytes, b)
+
+
+def cluster(pred: TlrPrediction, plan: TlrPlan, spec: WaferSpec, *, systems: int) -> dict:
+    """Figures for `systems` wafers of `spec`, each filled with copies of the operator."""
+    rows, cols = plan.grid
+    copies = (spec.pe_rows // rows) * (spec.pe_cols // cols)
+    io_s = pred.phases["host_io"].seconds * copies  # one system's I/O link is shared
+    per_system = copies * pred.bases_bytes / pred.wafer_s
+    return {
+        "systems": systems,
+        "copies_per_system": copies,
+        "pes_used_per_system": copies * rows * cols,
+        "time_per_mvm_s": pred.wafer_s,
+        "bytes_per_s": systems * per_system,
+        "io_serial_bytes_per_s": systems * copies * pred.bases_bytes / (pred.wafer_s + io_s),
+    }

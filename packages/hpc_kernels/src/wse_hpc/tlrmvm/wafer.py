@@ -1,0 +1,287 @@
+"""TLR-MVM on the wafer: the stacked bases in PE SRAM and the three phases as pure functions.
+
+Placement (host-side, static; `plan_placement`, `place_operator`). Tile column j of the
+operator is PE column j. Tile row i owns a band of p_i consecutive PE rows; PE (r, j) of the
+band holds rank slice q (w columns, w = the rank chunk) of tile (i, j):
+- `vh[r, j]` = V_ij[:, q*w:(q+1)*w]^H, (w, nb): the phase-1 stack (tile column order);
+- `u[r, j, s]` = U_it[j*ch:(j+1)*ch, q*w:(q+1)*w] for t = (j - s) mod nt, (nt, ch, w) with
+  ch = ceil(nb / nt): the phase-3 stack, rows chunk j of tile row i, in the order the
+  reshuffle delivers the slices.
+Bases are zero-padded to w columns per PE (zero columns act as the rank masks), so
+p_i = max_j ceil(k_ij / w). The SRAM ledger picks w: the largest rank chunk whose bases and
+vector buffers fit one PE, which gives the fewest PEs; a plan that needs more PE rows or
+columns than the wafer has, or more SRAM than a PE has, is refused at plan time.
+
+The product y = A x (`TlrFns.matvec_fn(bases, x)`, x: (N, b)):
+0. x enters at the north edge (PE row 0, tile j in column j) and is broadcast down columns;
+1. phase 1: every PE computes its slice yv = V^H x_j (a local GEMV);
+2. phase 2, the reshuffle into tile-row order: a periodic multicast east along each PE row
+   (a ring allgather) gives every PE of band i all nt slices of its rank slice q;
+3. phase 3: every PE computes its rows chunk of U_i yu_i for slice q (a local GEMV); the
+   p_i slices of a band are summed with a multicast north; y leaves from each band's first row.
+The adjoint A^H y (`rmatvec_fn`) runs the same placement backwards: U^H y partials, a ring
+reduce-scatter east (nt - 1 periodic shifts), V z, and a reduction along PE columns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from wse_core import fabric
+from wse_core.errors import PlacementError
+from wse_core.spec import WaferSpec
+from wse_core.sram import SramLedger
+from wse_core.wafer import Wafer, build_wafer
+
+from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
+
+__all__ = ["TlrPlan", "TlrBases", "TlrFns", "plan_placement", "place_operator", "tlrmvm"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TlrPlan:
+    """Where the bases go: rank chunk, bands of PE rows, grid, bytes per PE."""
+
+    shape: tuple[int, int]
+    nb: int
+    tiles: tuple[int, int]  # (mt, nt)
+    rank_chunk: int  # w
+    band_rows: tuple[int, ...]  # p_i
+    batch: int  # vectors per product the buffers are sized for
+    itemsize: int
+    dtype: str
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return sum(self.band_rows), self.tiles[1]
+
+    @property
+    def chunk(self) -> int:
+        """Rows of y_i each PE of a band computes."""
+        return -(-self.nb // self.tiles[1])
+
+    @property
+    def band_starts(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.band_rows)[:-1]]).astype(np.int64)
+
+    @property
+    def max_band(self) -> int:
+        return max(self.band_rows)
+
+    def bytes_per_pe(self) -> dict[str, int]:
+        return _bytes_per_pe(
+            self.nb, self.tiles[1], self.rank_chunk, self.max_band, self.batch, self.itemsize
+        )
+
+    @property
+    def padded_bases_bytes(self) -> int:
+        """Bytes of bases on the wafer including the zero padding."""
+        b = self.bytes_per_pe()
+        r, c = self.grid
+        return r * c * (b["tlrmvm.vh"] + b["tlrmvm.u"])
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "grid": list(self.grid),
+            "rank_chunk": self.rank_chunk,
+            "max_band_rows": self.max_band,
+            "chunk_rows": self.chunk,
+            "bytes_per_pe": self.bytes_per_pe(),
+            "padded_bases_bytes": self.padded_bases_bytes,
+        }
+
+
+class TlrBases(NamedTuple):
+    """The placed bases: vh (R, C, w, nb) and u (R, C, nt, ch, w), padded and sharded."""
+
+    vh: jax.Array
+    u: jax.Array
+
+
+class TlrFns(NamedTuple):
+    """`matvec_fn(bases, x (N, b)) -> (M, b)`, `rmatvec_fn(bases, y (M, b)) -> (N, b)`."""
+
+    matvec_fn: object
+    rmatvec_fn: object
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _bytes_per_pe(nb: int, nt: int, w: int, pmax: int, batch: int, isz: int) -> dict[str, int]:
+    ch = _ceil(nb, nt)
+    vectors = (nb + w + nt * w + ch * max(pmax, 1)) * batch  # x_j, yv, yu, y chunk partials
+    return {
+        "tlrmvm.vh": w * nb * isz,
+        "tlrmvm.u": nt * ch * w * isz,
+        "tlrmvm.vectors": vectors * isz,
+    }
+
+
+def plan_placement(
+    op: TlrOperator, spec: WaferSpec, *, rank_chunk: int | None = None, batch: int = 1
+) -> TlrPlan:
+    """The plan for `op` on `spec`: the ledger's largest rank chunk (or `rank_chunk`)."""
+    mt, nt = op.tiles
+    kmax = max(int(op.ranks.max()), 1)
+    isz = op.dtype.itemsize
+    if batch <= 0:
+        raise TlrError(f"batch must be a positive number of vectors, got {batch}")
+    ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+
+    def total(w: int) -> int:
+        p = _ceil(kmax, w)
+        return sum(_bytes_per_pe(op.nb, nt, w, p, batch, isz).values())
+
+    if rank_chunk is None:
+        rank_chunk = ledger.largest(total, 1, kmax)
+        if rank_chunk < 1:
+            ledger.allocate("tlrmvm (rank chunk 1)", total(1))  # raises SramBudgetError
+    elif rank_chunk <= 0:
+        raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
+    bands = tuple(max(1, _ceil(int(op.ranks[i].max()), rank_chunk)) for i in range(mt))
+    plan = TlrPlan(op.shape, op.nb, (mt, nt), int(rank_chunk), bands, batch, isz, str(op.dtype))
+    rows, cols = plan.grid
+    if rows > spec.pe_rows or cols > spec.pe_cols:
+        raise PlacementError(
+            f"TLR-MVM needs {rows} x {cols} PEs (rank chunk {rank_chunk}, {mt} x {nt} tiles) "
+            f"but {spec.name} has {spec.pe_rows} x {spec.pe_cols}; use a larger nb or a "
+            f"larger wafer"
+        )
+    return plan
+
+
+def _vh_field(op: TlrOperator, plan: TlrPlan) -> np.ndarray:
+    (rows, cols), w, nb = plan.grid, plan.rank_chunk, plan.nb
+    out = np.zeros((rows, cols, w, nb), op.dtype)
+    for i, (r0, p) in enumerate(zip(plan.band_starts, plan.band_rows, strict=True)):
+        for j in range(cols):
+            vh = op.v(i, j).conj().T  # (k, n_j)
+            blk = np.zeros((p * w, nb), op.dtype)
+            blk[: vh.shape[0], : vh.shape[1]] = vh
+            out[r0 : r0 + p, j] = blk.reshape(p, w, nb)
+    return out
+
+
+def _u_field(op: TlrOperator, plan: TlrPlan) -> np.ndarray:
+    (rows, nt), w, ch = plan.grid, plan.rank_chunk, plan.chunk
+    out = np.zeros((rows, nt, nt, ch, w), op.dtype)
+    cs = np.arange(nt)
+    for i, (r0, p) in enumerate(zip(plan.band_starts, plan.band_rows, strict=True)):
+        for t in range(nt):
+            u = op.u(i, t)  # (m_i, k)
+            blk = np.zeros((nt * ch, p * w), op.dtype)
+            blk[: u.shape[0], : u.shape[1]] = u
+            blk = blk.reshape(nt, ch, p, w).transpose(2, 0, 1, 3)  # (p, c, ch, w)
+            out[r0 : r0 + p, cs, (cs - t) % nt] = blk
+    return out
+
+
+def place_operator(
+    op: TlrOperator,
+    spec: WaferSpec,
+    *,
+    rank_chunk: int | None = None,
+    batch: int = 1,
+    mesh_shape: tuple[int, int] | None = None,
+    defect_seed: int | None = None,
+) -> tuple[Wafer, TlrPlan, TlrBases]:
+    """Plan, build the wafer of the plan's grid, declare SRAM, and place the bases."""
+    plan = plan_placement(op, spec, rank_chunk=rank_chunk, batch=batch)
+    wafer = build_wafer(spec, grid=plan.grid, mesh_shape=mesh_shape, defect_seed=defect_seed)
+    for name, nbytes in plan.bytes_per_pe().items():
+        wafer.sram.allocate(name, nbytes)
+    bases = TlrBases(wafer.place(_vh_field(op, plan)), wafer.place(_u_field(op, plan)))
+    return wafer, plan, bases
+
+
+# -- the three phases -------------------------------------------------------------------
+def _constrain(wafer: Wafer, x: jax.Array) -> jax.Array:
+    return lax.with_sharding_constraint(x, wafer.sharding(x.ndim - 2))
+
+
+def _pad_grid(wafer: Wafer, x: jax.Array) -> jax.Array:
+    """Pad a logical (rows, cols, ...) array to the wafer's padded grid."""
+    pr, pc = wafer.padded_shape
+    pad = [(0, pr - x.shape[0]), (0, pc - x.shape[1])] + [(0, 0)] * (x.ndim - 2)
+    return _constrain(wafer, jnp.pad(x, pad))
+
+
+def _band_mask(plan: TlrPlan, padded_rows: int) -> np.ndarray:
+    """(padded_rows, max_band - 1): 1 where a band's first row adds the slice d + 1 below."""
+    mask = np.zeros((padded_rows, max(plan.max_band - 1, 1)), np.float32)
+    for r0, p in zip(plan.band_starts, plan.band_rows, strict=True):
+        mask[r0, : p - 1] = 1.0
+    return mask
+
+
+def _check_vector(x: jax.Array, n: int, plan: TlrPlan, what: str) -> None:
+    if x.ndim != 2 or x.shape[0] != n:
+        raise TlrError(f"{what} must have length {n} (shape ({n},) or ({n}, b)), got {x.shape}")
+    if x.shape[1] > plan.batch:
+        raise TlrError(
+            f"a batch of {x.shape[1]} vectors exceeds the planned batch {plan.batch}; "
+            f"place the operator with batch={x.shape[1]}"
+        )
+
+
+def tlrmvm(wafer: Wafer, plan: TlrPlan) -> TlrFns:
+    """Pure functions for A x and A^H y on the placed bases; the caller decides `jit`."""
+    (m, n), nb, (mt, nt), ch = plan.shape, plan.nb, plan.tiles, plan.chunk
+    rows = plan.grid[0]
+    starts = jnp.asarray(plan.band_starts)
+    row_tile = np.repeat(np.arange(mt), plan.band_rows)
+    mask = _band_mask(plan, wafer.padded_shape[0])
+
+    def matvec_fn(bases: TlrBases, x: jax.Array) -> jax.Array:
+        _check_vector(x, n, plan, "x")
+        x = x.astype(bases.vh.dtype)
+        xt = jnp.pad(x, ((0, nt * nb - n), (0, 0))).reshape(1, nt, nb, -1)
+        xf = fabric.broadcast(wafer, _pad_grid(wafer, xt), "col", 0)  # north edge -> columns
+        yv = jnp.einsum("rcwn,rcnb->rcwb", bases.vh, xf)  # phase 1
+        if nt > 1:  # phase 2: ring allgather east; slot s holds PE (c - s)'s slice
+            got = fabric.multicast(wafer, yv, "E", nt - 1, boundary="periodic")
+            yv = jnp.concatenate([yv[:, :, None], got], axis=2)
+        else:
+            yv = yv[:, :, None]
+        yp = jnp.einsum("rcsmw,rcswb->rcmb", bases.u, yv)  # phase 3
+        if plan.max_band > 1:  # sum the rank slices of each band into its first row
+            below = fabric.multicast(wafer, yp, "N", plan.max_band - 1)
+            yp = yp + jnp.einsum("rd,rcdmb->rcmb", jnp.asarray(mask, yp.real.dtype), below)
+        y = jnp.take(yp, starts, axis=0)[:, :nt].reshape(mt, nt * ch, -1)[:, :nb]
+        return y.reshape(mt * nb, -1)[:m]
+
+    def rmatvec_fn(bases: TlrBases, y: jax.Array) -> jax.Array:
+        _check_vector(y, m, plan, "y")
+        y = y.astype(bases.u.dtype)
+        yt = jnp.pad(y, ((0, mt * nb - m), (0, 0))).reshape(mt, nb, -1)
+        yt = jnp.pad(yt, ((0, 0), (0, nt * ch - nb), (0, 0))).reshape(mt, nt, ch, -1)
+        yf = _pad_grid(wafer, jnp.take(yt, jnp.asarray(row_tile), axis=0))  # host -> bands
+        part = jnp.einsum("rcsmw,rcmb->rcswb", jnp.conj(bases.u), yf)  # phase 1 (adjoint)
+        z = _ring_reduce_scatter(wafer, part, nt)  # phase 2 (adjoint)
+        xp = jnp.einsum("rcwn,rcwb->rcnb", jnp.conj(bases.vh), z)  # phase 3 (adjoint)
+        xs = fabric.allreduce(wafer, xp, "sum", axis="col")[0, :nt]
+        return xs.reshape(nt * nb, -1)[:n]
+
+    del rows
+    return TlrFns(matvec_fn, rmatvec_fn)
+
+
+def _ring_reduce_scatter(wafer: Wafer, part: jax.Array, nt: int) -> jax.Array:
+    """PE (r, c) ends with sum over the row's PEs c' of part[r, c', s] for s = c' - c: the
+    partial for tile c travels east from PE c + 1 round the ring, each PE adding its own."""
+    acc = part[:, :, 1 % nt]
+    if nt == 1:
+        return acc
+
+    def step(k, acc):
+        nxt = lax.dynamic_index_in_dim(part, (1 + k) % nt, axis=2, keepdims=False)
+        return fabric.shift(wafer, acc, "E", boundary="periodic") + nxt
+
+    return lax.fori_loop(1, nt, step, acc)

@@ -1,0 +1,88 @@
+"""Compression: error bounds against the dense product, save/load, bad input."""
+
+import numpy as np
+import pytest
+from wse_hpc.tlrmvm import TlrError, compress, load_operator, save_operator, tlrmvm_numpy
+from wse_hpc.tlrmvm.compress import RANDOMIZED_MIN_TILE
+from wse_hpc.tlrmvm.seismic import green_operator, load_matrix
+from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
+
+
+@pytest.mark.parametrize("complex_", [True, False])
+@pytest.mark.parametrize("eps", [1e-2, 1e-4])
+def test_error_within_threshold_bound(complex_, eps):
+    a = smooth_kernel(75, 61, complex_=complex_)
+    op = compress(a, nb=16, threshold=eps)
+    assert op.dtype == a.dtype and op.tiles == (5, 4)
+    # Per-tile truncation gives ||A - A_tlr||_F <= eps ||A||_F (float32 rounding on top).
+    assert np.linalg.norm(op.dense() - a) <= eps * np.linalg.norm(a) * 1.01 + 1e-5
+    x = random_vectors(61, None, a.dtype)
+    y, ye = tlrmvm_numpy(op, x), a @ x
+    assert np.linalg.norm(y - ye) <= eps * np.linalg.norm(a) * np.linalg.norm(x) * 1.01 + 1e-5
+
+
+def test_tighter_threshold_means_higher_rank_and_lower_ratio():
+    a = green_operator(n=256)
+    loose, tight = (compress(a, nb=32, threshold=t) for t in (1e-2, 1e-4))
+    assert (tight.ranks >= loose.ranks).all() and tight.ranks.sum() > loose.ranks.sum()
+    assert loose.compression_ratio > tight.compression_ratio > 1.0
+
+
+def test_randomized_path_meets_bound():
+    a = green_operator(n=2 * RANDOMIZED_MIN_TILE)
+    op = compress(a, nb=RANDOMIZED_MIN_TILE, threshold=1e-3)
+    assert np.linalg.norm(op.dense() - a) <= 1e-3 * np.linalg.norm(a) * 1.01
+    assert op.ranks.max() < RANDOMIZED_MIN_TILE // 2  # the sketch, not a full SVD, was kept
+
+
+def test_adjoint_numpy_matches_dense_adjoint():
+    a = smooth_kernel(40, 50)
+    op = compress(a, nb=16, threshold=1e-3)
+    y = random_vectors(40, 3, a.dtype)
+    np.testing.assert_allclose(
+        tlrmvm_numpy(op, y, adjoint=True), op.dense().conj().T @ y, rtol=1e-4, atol=1e-4
+    )
+
+
+def test_save_load_round_trip(tmp_path):
+    a = smooth_kernel(37, 45)
+    op = compress(a, nb=8, threshold=1e-3)
+    path = save_operator(op, tmp_path / "op.npz")
+    back = load_operator(path)
+    assert back.shape == op.shape and back.nb == op.nb and back.threshold == op.threshold
+    np.testing.assert_array_equal(back.ranks, op.ranks)
+    np.testing.assert_array_equal(back.dense(), op.dense())
+
+
+def test_load_rejects_foreign_file(tmp_path):
+    np.savez(tmp_path / "x.npz", a=np.zeros(3))
+    with pytest.raises(TlrError, match="not a TLR operator"):
+        load_operator(tmp_path / "x.npz")
+    with pytest.raises(TlrError, match="cannot read"):
+        load_operator(tmp_path / "missing.npz")
+
+
+@pytest.mark.parametrize(
+    "a, nb, eps, match",
+    [
+        (np.zeros(5), 2, 1e-3, "2-D"),
+        (np.ones((4, 4)), 0, 1e-3, "nb"),
+        (np.ones((4, 4)), 5, 1e-3, "nb"),
+        (np.ones((4, 4)), 2, 1.0, "threshold"),
+        (np.ones((4, 4)), 2, 0.0, "threshold"),
+        (np.full((4, 4), np.nan), 2, 1e-3, "NaN"),
+        (np.array([["a", "b"]]), 1, 1e-3, "numbers"),
+    ],
+)
+def test_bad_input_is_a_clear_error(a, nb, eps, match):
+    with pytest.raises(TlrError, match=match):
+        compress(a, nb=nb, threshold=eps)
+
+
+def test_load_matrix_npy(tmp_path):
+    a = smooth_kernel(6, 5)
+    np.save(tmp_path / "a.npy", a)
+    np.testing.assert_array_equal(load_matrix(tmp_path / "a.npy"), a)
+    np.save(tmp_path / "v.npy", np.zeros(3))
+    with pytest.raises(TlrError, match="2-D"):
+        load_matrix(tmp_path / "v.npy")

@@ -1,0 +1,130 @@
+"""TLR-MVM on the wafer: NumPy TLR oracle, adjoint identity, meshes, defects, SRAM plans."""
+
+import jax
+import numpy as np
+import pytest
+from wse_core import preset
+from wse_core.errors import PlacementError, SramBudgetError
+from wse_hpc.tlrmvm import TlrError, compress, tlrmvm_numpy
+from wse_hpc.tlrmvm.engine import TlrEngine
+from wse_hpc.tlrmvm.perf import cluster, predict
+from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
+from wse_hpc.tlrmvm.wafer import plan_placement
+
+# float32 GEMVs of length <= 64 accumulate rounding of a few 1e-7 relative.
+RTOL = 2e-5
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+@pytest.fixture(scope="module")
+def op():
+    return compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)  # 6 x 5 tiles, edge tiles
+
+
+@pytest.mark.parametrize(
+    "mesh, rank_chunk, batch",
+    [((2, 4), None, 1), ((4, 2), 2, 3), ((1, 1), 3, 2)],
+)
+def test_matvec_and_adjoint_match_numpy(op, mesh, rank_chunk, batch):
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=mesh, rank_chunk=rank_chunk, batch=batch)
+    if rank_chunk is not None:
+        assert eng.plan.max_band > 1  # several rank slices per band: the band sum runs
+    x = random_vectors(53, batch, op.dtype)
+    y = random_vectors(70, batch, op.dtype, seed=2)
+    assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
+    assert _rel(eng.rmatvec(y), tlrmvm_numpy(op, y, adjoint=True)) < RTOL
+
+
+def test_grid_not_divided_by_mesh(op):
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=(4, 2), rank_chunk=5)
+    rows, cols = eng.plan.grid
+    assert rows % 4 and cols % 2  # padding PEs on both axes
+    x = random_vectors(53, None, op.dtype)
+    assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
+
+
+def test_adjoint_identity(op):
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4))
+    x, y = random_vectors(53, None, op.dtype), random_vectors(70, None, op.dtype, seed=3)
+    lhs = np.vdot(eng.matvec(x), y)  # <A x, y>
+    rhs = np.vdot(x, eng.rmatvec(y))  # <x, A^H y>
+    assert abs(lhs - rhs) <= RTOL * abs(lhs)
+
+
+def test_error_against_dense_within_threshold_bound():
+    a = smooth_kernel(64, 64, seed=4)
+    op = compress(a, nb=16, threshold=1e-3)
+    eng = TlrEngine.build(op, preset("tiny"), mesh_shape=(2, 4))
+    x = random_vectors(64, None, a.dtype)
+    err = np.linalg.norm(eng.matvec(x) - a @ x)
+    assert err <= 1e-3 * np.linalg.norm(a) * np.linalg.norm(x) * 1.01
+
+
+def test_real_operator():
+    a = smooth_kernel(30, 40, complex_=False)
+    op = compress(a, nb=8, threshold=1e-4)
+    eng = TlrEngine.build(op, preset("tiny"), mesh_shape=(2, 4), rank_chunk=None)
+    x = random_vectors(40, None, np.float32)
+    assert eng.matvec(x).dtype == np.float32
+    assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
+    with pytest.raises(TlrError, match="complex"):
+        eng.matvec(random_vectors(40, None, np.complex64))
+
+
+def test_defects_do_not_change_results(op):
+    clean = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4))
+    broken = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), defect_seed=5)
+    assert broken.wafer.defects is not None and broken.wafer.defects.num_dead > 0
+    x = random_vectors(53, None, op.dtype)
+    np.testing.assert_array_equal(clean.matvec(x), broken.matvec(x))
+
+
+def test_wrong_vector_is_a_clear_error(op):
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4))
+    with pytest.raises(TlrError, match="length 53"):
+        eng.matvec(np.ones(52, np.complex64))
+    with pytest.raises(TlrError, match="planned batch"):
+        eng.matvec(np.ones((53, 2), np.complex64))
+    with pytest.raises(TlrError, match="NaN"):
+        eng.matvec(np.full(53, np.nan, np.complex64))
+
+
+def test_ledger_sizes_the_plan(op):
+    big = plan_placement(op, preset("small"))
+    assert big.rank_chunk == int(op.ranks.max()) and big.max_band == 1
+    cramped = preset("small").replace(sram_bytes_per_pe=2048)
+    small = plan_placement(op, cramped)
+    assert small.rank_chunk < big.rank_chunk and small.grid[0] > big.grid[0]
+    assert sum(small.bytes_per_pe().values()) <= 2048
+
+
+def test_plans_that_do_not_fit_are_refused(op):
+    with pytest.raises(SramBudgetError, match="needs"):
+        plan_placement(op, preset("small").replace(sram_bytes_per_pe=256))
+    with pytest.raises(PlacementError, match="PEs"):
+        plan_placement(op, preset("tiny"), rank_chunk=1)
+
+
+def test_prediction_counts_fabric_and_bases(op):
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4))
+    pred = predict(eng.wafer, eng.plan, op)
+    assert pred.phases["phase2_reshuffle"].fabric_cycles > 0
+    assert pred.phases["phase1_vhx"].compute_cycles > 0
+    assert pred.sustained_bytes_per_s == pytest.approx(op.bases_bytes / pred.wafer_s)
+    one = cluster(pred, eng.plan, preset("wse2"), systems=1)
+    many = cluster(pred, eng.plan, preset("wse2"), systems=48)
+    assert many["bytes_per_s"] == pytest.approx(48 * one["bytes_per_s"])
+    assert one["copies_per_system"] >= 1
+
+
+def test_jit_does_not_retrace(op):
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4))
+    x = random_vectors(53, None, op.dtype)
+    eng.matvec(x)
+    before = eng._matvec._cache_size()
+    eng.matvec(x * 2)
+    assert eng._matvec._cache_size() == before
+    assert isinstance(jax.devices()[0], jax.Device)
