@@ -164,6 +164,7 @@ class Scheduler:
         self._deadline_s = math.inf
         self._stopping = False
         self._steps = 0
+        self._admitting = 0  # a request popped from the queue, in prefill (holds a slot)
         self._engine_metrics: dict[str, float] = {}
         self._mean_request_s = 1.0
         self._thread = threading.Thread(target=self._run, name="wse-engine", daemon=True)
@@ -187,7 +188,8 @@ class Scheduler:
             if self._draining or self._stopping:
                 raise ShuttingDownError("The server is shutting down; retry on another replica.")
             waiting = sum(not h.cancelled for h in self._waiting)
-            if waiting >= self.max_queued:
+            free_slots = self.engine.max_slots - len(self._active) - self._admitting
+            if waiting + 1 - max(0, free_slots) > self.max_queued:
                 raise QueueFullError(
                     f"The server is busy: {waiting} requests are waiting (limit "
                     f"{self.max_queued}); retry later.",
@@ -291,27 +293,38 @@ class Scheduler:
                 if not self._waiting:
                     break
                 h = self._waiting.popleft()
-            if h.cancelled:
-                self._finish(h, "abort")
-                continue
-            h.timing.prefill_start_s = time.monotonic()
+                self._admitting = 1
             try:
-                prefix = self.engine.prefill(prompt_ids=h.prompt_ids, sampling=h.sampling)
-            except Exception as e:
-                log.exception("prefill failed")
-                self._finish(h, "error", error=f"prefill failed: {type(e).__name__}: {e}")
-                continue
-            now = time.monotonic()
-            h.timing.first_token_s = now
-            a = _Active(h, self._text_stream(h.sampling), now)
-            if self._emit(a, [prefix.first_token], finished_by_engine=None):
-                continue
-            slot = free.pop(0)
-            try:
-                state = self.engine.insert(prefix=prefix, state=state, slot=slot)
-            except Exception as e:
-                self._finish(h, "error", error=f"insert failed: {type(e).__name__}: {e}")
-                raise
+                state = self._admit_one(h, state, free)
+            finally:
+                with self._cond:
+                    self._admitting = 0
+        return state
+
+    def _admit_one(self, h: RequestHandle, state: Any, free: list[int]) -> Any:
+        """Prefill one request and insert it into a free slot (unless it is already done)."""
+        if h.cancelled:
+            self._finish(h, "abort")
+            return state
+        h.timing.prefill_start_s = time.monotonic()
+        try:
+            prefix = self.engine.prefill(prompt_ids=h.prompt_ids, sampling=h.sampling)
+        except Exception as e:
+            log.exception("prefill failed")
+            self._finish(h, "error", error=f"prefill failed: {type(e).__name__}: {e}")
+            return state
+        now = time.monotonic()
+        h.timing.first_token_s = now
+        a = _Active(h, self._text_stream(h.sampling), now)
+        if self._emit(a, [prefix.first_token], finished_by_engine=None):
+            return state
+        slot = free.pop(0)
+        try:
+            state = self.engine.insert(prefix=prefix, state=state, slot=slot)
+        except Exception as e:
+            self._finish(h, "error", error=f"insert failed: {type(e).__name__}: {e}")
+            raise
+        with self._cond:
             self._active[slot] = a
         return state
 

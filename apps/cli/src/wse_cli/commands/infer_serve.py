@@ -1,9 +1,177 @@
-"""`wse infer serve` and `wse infer bench`: not yet built (see the serving issue)."""
+"""`wse infer serve` (OpenAI-compatible HTTP + gRPC) and `wse infer bench` (load test).
+
+`serve --model_dir DIR` loads the pipelined engine with
+`wse_inference.loader.load_engine(DIR, speculative_config=..., max_slots=...)`;
+`--model_dir mock` serves `MockEngine` (next token = last + 1, byte tokenizer) for demos and
+tests. The server runs until SIGTERM / SIGINT, then drains (see `wse_inference.server`).
+`bench --url URL` runs `wse_inference.load_test` against a server and saves its JSON.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
+
+from wse_cli.errors import fail
+
+MOCK = "mock"
+
+
+def _speculative_config(value: str | None) -> dict | None:
+    """--speculative-config: a JSON object, or a path to a JSON / YAML file holding one."""
+    if not value:
+        return None
+    path = Path(value)
+    try:
+        if path.is_file():
+            import yaml
+
+            cfg = yaml.safe_load(path.read_text())
+        else:
+            cfg = json.loads(value)
+    except (ValueError, OSError) as e:
+        fail(f"--speculative-config is neither a JSON object nor a readable file: {e}")
+    if not isinstance(cfg, dict):
+        fail(f"--speculative-config must be an object, got {type(cfg).__name__}")
+    return cfg
+
+
+def _mock_engine(spec: dict | None, max_slots: int, max_context: int, step_delay_ms: float):
+    from wse_inference.mock import MockEngine
+
+    k = int((spec or {}).get("num_speculative_tokens", 0))
+    accepted = int((spec or {}).get("mock_accepted_tokens", k))
+    return MockEngine(
+        max_slots=max_slots,
+        max_context=max_context,
+        spec_tokens=k,
+        spec_accepted=accepted,
+        step_delay_s=step_delay_ms / 1e3,
+    )
+
+
+def _real_engine(model_dir: str, spec: dict | None, max_slots: int):
+    import importlib.util
+
+    if not Path(model_dir).is_dir():
+        fail(f"--model_dir {model_dir!r} is not a folder (give a model folder, or 'mock')")
+    if importlib.util.find_spec("wse_inference.loader") is None:
+        fail(
+            "this install has no model loader (wse_inference.loader.load_engine) yet; "
+            "serve the mock engine with --model_dir mock"
+        )
+    from wse_inference.loader import load_engine
+
+    return load_engine(model_dir, speculative_config=spec, max_slots=max_slots)
+
+
+def serve(
+    model_dir: str = typer.Option(
+        ..., "--model_dir", "--model-dir", help="Model folder, or 'mock' for the mock engine."
+    ),
+    speculative_config: str = typer.Option(
+        None,
+        "--speculative-config",
+        help="Speculative decoding: JSON (e.g. '{\"num_speculative_tokens\": 4}') or a file.",
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    port: int = typer.Option(8000, "--port", help="HTTP port (0: a free port)."),
+    grpc_port: int = typer.Option(None, "--grpc-port", help="gRPC port (0: free; unset: off)."),
+    max_num_seqs: int = typer.Option(
+        8, "--max-num-seqs", min=1, help="Decode slots (sequences in flight)."
+    ),
+    max_queued: int = typer.Option(
+        64, "--max-queued", min=0, help="Waiting requests beyond which the server says 429."
+    ),
+    drain_s: float = typer.Option(10.0, "--drain-s", help="Grace for requests at shutdown."),
+    served_model_name: str = typer.Option(
+        None, "--served-model-name", help="Model name clients use (default: engine's)."
+    ),
+    mock_step_delay_ms: float = typer.Option(
+        5.0, "--mock-step-delay-ms", help="Mock engine: time per decode step."
+    ),
+    mock_max_context: int = typer.Option(
+        2048, "--mock-max-context", help="Mock engine: context window in tokens."
+    ),
+) -> None:
+    """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
+    from wse_inference.server import ServeConfig
+    from wse_inference.server import serve as run_server
+
+    spec = _speculative_config(speculative_config)
+    if model_dir == MOCK:
+        engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)
+    else:
+        engine = _real_engine(model_dir, spec, max_num_seqs)
+    names = (served_model_name,) if served_model_name else ()
+    config = ServeConfig(
+        host=host,
+        port=port,
+        grpc_port=grpc_port,
+        max_queued=max_queued,
+        drain_s=drain_s,
+        model_names=names,
+    )
+    try:
+        run_server(engine, config, announce=lambda line: typer.echo(line, err=False))
+    except OSError as e:
+        fail(f"cannot serve on {host}:{port}: {e.strerror or e}")
+
+
+def _ms(stats: dict) -> str:
+    vals = [stats[k] for k in ("mean", "p50", "p90", "p99")]
+    if vals[0] is None:
+        return "-"
+    return " / ".join(f"{v * 1e3:.1f}" for v in vals)
+
+
+def bench(
+    url: str = typer.Option(..., "--url", help="Server base URL, e.g. http://127.0.0.1:8000."),
+    model: str = typer.Option(None, "--model", help="Model name (default: the server's first)."),
+    num_requests: int = typer.Option(64, "--num-requests", "-n", min=1),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1),
+    prompt: str = typer.Option("The wafer-scale engine", "--prompt"),
+    max_tokens: int = typer.Option(32, "--max-tokens", min=1),
+    timeout_s: float = typer.Option(60.0, "--timeout-s", help="Per-request timeout."),
+    out: Path = typer.Option(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
+) -> None:
+    """Load-test a server: request throughput, output tokens/s, TTFT and TPOT percentiles."""
+    import httpx
+    from rich.console import Console
+    from rich.table import Table
+    from wse_inference.load_test import LoadTestConfig, run_load_test
+
+    cfg = LoadTestConfig(
+        url=url.rstrip("/"),
+        model=model,
+        num_requests=num_requests,
+        concurrency=concurrency,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        timeout_s=timeout_s,
+    )
+    try:
+        summary = run_load_test(cfg)
+    except httpx.HTTPError as e:
+        fail(f"cannot reach {url}: {type(e).__name__}: {e}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2))
+    t = Table(title=f"{summary['model']} at {url}", show_header=False)
+    t.add_row("requests", f"{summary['completed']} completed, {summary['failed']} failed")
+    t.add_row("request throughput", f"{summary['request_throughput_per_s']:.2f} req/s")
+    t.add_row("output tokens/s", f"{summary['output_tokens_per_s']:.1f}")
+    t.add_row("TTFT ms (mean / p50 / p90 / p99)", _ms(summary["ttft_s"]))
+    t.add_row("TPOT ms (mean / p50 / p90 / p99)", _ms(summary["tpot_s"]))
+    t.add_row("e2e ms (mean / p50 / p90 / p99)", _ms(summary["e2e_s"]))
+    Console().print(t)
+    for err in summary["errors"]:
+        typer.echo(f"error: {err}", err=True)
+    typer.echo(f"saved {out}")
 
 
 def register(app: typer.Typer) -> None:
     """Add `serve` and `bench` to the `wse infer` group."""
+    app.command("serve")(serve)
+    app.command("bench")(bench)

@@ -1,0 +1,90 @@
+"""The gRPC server on loopback: streaming Generate, HealthCheck, status codes, cancellation."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from wse_inference.mock import ByteTokenizer, expected_continuation
+from wse_inference.proto import PROTO_PATH, load_stubs
+from wse_inference.serve_testing import running_server, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+pb2, pb2_grpc = load_stubs()
+TOK = ByteTokenizer()
+
+
+@pytest.fixture(scope="module")
+def shared():
+    with running_server(grpc=True, max_slots=1) as s:
+        yield s
+
+
+def stub(server):
+    channel = grpc.insecure_channel(server.grpc_target)
+    return channel, pb2_grpc.GenerationStub(channel)
+
+
+def test_stubs_are_generated_next_to_the_proto_and_ignored_by_git():
+    gen = PROTO_PATH.with_name("generation_pb2_grpc.py")
+    assert gen.is_file()
+    assert "from wse_inference.proto import generation_pb2" in gen.read_text()
+    ignored = PROTO_PATH.with_name(".gitignore").read_text()
+    assert "*_pb2.py" in ignored and "*_pb2_grpc.py" in ignored
+
+
+def test_generate_streams_the_oracle_and_health():
+    with running_server(grpc=True, max_slots=2, step_delay_s=0.001) as s:
+        channel, st = stub(s)
+        with channel:
+            responses = list(
+                st.Generate(pb2.GenerateRequest(text="hello", max_tokens=6), timeout=10)
+            )
+            ids = [t for r in responses for t in r.token_ids]
+            assert ids == expected_continuation(TOK.encode("hello"), 6)
+            assert "".join(r.text for r in responses) == TOK.decode(ids)
+            last = responses[-1]
+            assert last.finish_reason == "length"
+            assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (5, 6)
+            assert last.time_info.total_time >= last.time_info.completion_time >= 0
+            ids_req = pb2.GenerateRequest(
+                token_ids=pb2.TokenIds(ids=[7, 8]), max_tokens=3, stop_token_ids=[11]
+            )
+            out = list(st.Generate(ids_req, timeout=10))
+            assert [t for r in out for t in r.token_ids] == [9, 10, 11]
+            assert out[-1].finish_reason == "stop"
+            h = st.HealthCheck(pb2.HealthCheckRequest(), timeout=5)
+            assert h.status == pb2.HealthCheckResponse.SERVING and list(h.models) == ["mock"]
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        pb2.GenerateRequest(text="", max_tokens=3),
+        pb2.GenerateRequest(text="a", max_tokens=0),
+        pb2.GenerateRequest(text="a", max_tokens=1000),
+        pb2.GenerateRequest(text="a", top_p=0.0),
+        pb2.GenerateRequest(text="a", temperature=-1.0),
+        pb2.GenerateRequest(text="a", model="x"),
+    ],
+)
+def test_bad_requests_get_invalid_argument(shared, req):
+    channel, st = stub(shared)
+    with channel, pytest.raises(grpc.RpcError) as info:
+        list(st.Generate(req, timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details()
+
+
+def test_queue_full_is_resource_exhausted_and_cancel_frees_the_slot():
+    with running_server(grpc=True, max_slots=1, max_queued=0, step_delay_s=0.005) as s:
+        channel, st = stub(s)
+        with channel:
+            call = st.Generate(pb2.GenerateRequest(text="a", max_tokens=200), timeout=20)
+            next(call)
+            with pytest.raises(grpc.RpcError) as info:
+                list(st.Generate(pb2.GenerateRequest(text="b", max_tokens=3), timeout=10))
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert s.engine.metrics()["slots_in_use"] == 1
+            call.cancel()
+            assert wait_until(lambda: s.engine.metrics()["kv_cache_tokens"] == 0, 1.0)
+            assert call.code() == grpc.StatusCode.CANCELLED
