@@ -1,5 +1,9 @@
 """The `wse` command: wafer, train, infer, hpc, experiments, demo, launch.
 
+Multi-process: `--num_processes N --process_id I --coordinator HOST:PORT` (or the WSE_*
+variables `wse launch` sets, or SLURM's environment) join one jax.distributed run before any
+command touches JAX.
+
 Global options: `--devices N` (or `WSE_DEVICES`) sets the number of virtual CPU devices
 before JAX starts; the persistent JAX compile cache lives in `WSE_CACHE_DIR`
 (default `~/.cache/wse/jax`), so a second run of a command starts fast.
@@ -38,11 +42,42 @@ def root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    num_processes: int = typer.Option(
+        None,
+        "--num_processes",
+        envvar="WSE_NUM_PROCESSES",
+        help="Processes in a multi-process run.",
+    ),
+    process_id: int = typer.Option(
+        None, "--process_id", envvar="WSE_PROCESS_ID", help="This process's index (0..N-1)."
+    ),
+    coordinator: str = typer.Option(
+        None, "--coordinator", envvar="WSE_COORDINATOR", help="HOST:PORT of process 0."
+    ),
 ) -> None:
     from wse_core.runtime import configure
 
     configure(devices)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    join_processes(num_processes, process_id, coordinator)
+
+
+def join_processes(num_processes: int | None, process_id: int | None, coordinator: str | None):
+    """Join a multi-process run when asked (flags, WSE_* variables or a cluster launcher).
+
+    Commands that take --num_processes/--process_id/--coordinator themselves call this too;
+    joining twice is harmless."""
+    from wse_core import distributed
+
+    if (num_processes, process_id, coordinator) == (None, None, None) and not (
+        distributed.cluster_detected()
+    ):
+        return None
+    import jax
+
+    if jax.distributed.is_initialized():
+        return None
+    return distributed.initialize(num_processes, process_id, coordinator)
 
 
 for module in (wafer, hpc, train, infer, experiments, launch, demo):

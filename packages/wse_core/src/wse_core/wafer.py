@@ -86,10 +86,22 @@ class Wafer:
         pad = [(0, pr - self.rows), (0, pc - self.cols)] + [(0, 0)] * (x.ndim - 2)
         if pr != self.rows or pc != self.cols:
             x = jnp.pad(x, pad)
-        return jax.device_put(x, self.sharding(x.ndim - 2))
+        sharding = self.sharding(x.ndim - 2)
+        if sharding.is_fully_addressable:
+            return jax.device_put(x, sharding)
+        # Multi-process: every process holds the same host value and supplies its blocks.
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
     def gather(self, x: jax.Array) -> np.ndarray:
-        """The logical `(rows, cols, *per_pe)` values of a placed field, as NumPy."""
+        """The logical `(rows, cols, *per_pe)` values of a placed field, as NumPy (on every
+        process of a multi-process run)."""
+        if not x.is_fully_addressable:
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))[
+                : self.rows, : self.cols
+            ]
         return np.asarray(jax.device_get(x))[: self.rows, : self.cols]
 
     def full(self, per_pe_shape: Sequence[int] = (), value: float = 0, dtype=jnp.float32):

@@ -141,6 +141,85 @@ def defects(
     )
 
 
+@app.command()
+def check(
+    preset: str = typer.Option("small", "--preset", "-p", help=PRESET_HELP),
+    grid: tuple[int, int] = typer.Option((13, 21), "--grid", help="PE grid rows cols."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the data and the defect map."),
+    repeat: int = typer.Option(1, "--repeat", help="Run the ops this many times (a soak)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run every fabric op on this machine's (or this run's) mesh against NumPy oracles."""
+    import hashlib
+
+    import jax
+    import numpy as np
+    from wse_core import fabric, testing
+    from wse_core import preset as get_preset
+    from wse_core.wafer import build_wafer
+
+    if min(grid) <= 0:
+        fail(f"--grid needs positive sizes, got {grid[0]} {grid[1]}")
+    if repeat <= 0:
+        fail(f"--repeat must be positive, got {repeat}")
+    wafer = build_wafer(get_preset(preset), grid=tuple(grid), defect_seed=seed)
+    x = np.random.default_rng(seed).normal(size=(*grid, 4)).astype(np.float32)
+    xs = wafer.place(x)
+    cases = {
+        "shift_E_periodic": (
+            lambda a: fabric.shift(wafer, a, "E", boundary="periodic"),
+            testing.np_shift(x, "E", 1, "periodic"),
+        ),
+        "shift_N_zero": (lambda a: fabric.shift(wafer, a, "N"), testing.np_shift(x, "N")),
+        "multicast_S_3": (
+            lambda a: fabric.multicast(wafer, a, "S", 3),
+            testing.np_multicast(x, "S", 3),
+        ),
+        "broadcast_row": (
+            lambda a: fabric.broadcast(wafer, a, "row", grid[1] - 1),
+            np.broadcast_to(x[:, -1:], x.shape),
+        ),
+        "allreduce_sum": (
+            lambda a: fabric.allreduce(wafer, a, "sum"),
+            np.broadcast_to(x.sum((0, 1)), x.shape),
+        ),
+        "allreduce_max_row": (
+            lambda a: fabric.allreduce(wafer, a, "max", axis="row"),
+            np.broadcast_to(x.max(1, keepdims=True), x.shape),
+        ),
+    }
+    errors, digests = {}, {}
+    for name, (op, ref) in cases.items():
+        compiled = jax.jit(op)
+        for _ in range(repeat - 1):
+            jax.block_until_ready(compiled(xs))
+        got = wafer.gather(compiled(xs))
+        errors[name] = float(np.abs(got - ref).max())
+        digests[name] = hashlib.sha256(np.ascontiguousarray(got).tobytes()).hexdigest()[:16]
+    ok = all(e <= 1e-4 * max(1.0, float(np.abs(x).sum())) for e in errors.values())
+    out = {
+        "ok": ok,
+        "processes": jax.process_count(),
+        "devices": jax.device_count(),
+        "mesh": list(wafer.mesh_shape),
+        "grid": list(grid),
+        "max_abs_error": errors,
+        "sha256": digests,
+    }
+    if jax.process_index() == 0:
+        if as_json:
+            typer.echo(json.dumps(out, indent=2))
+        else:
+            typer.echo(
+                f"{'ok' if ok else 'FAILED'}: {len(cases)} fabric ops on a "
+                f"{grid[0]} x {grid[1]} grid, mesh {wafer.mesh_shape[0]} x "
+                f"{wafer.mesh_shape[1]} over {out['devices']} devices in "
+                f"{out['processes']} process(es); worst error {max(errors.values()):.2e}"
+            )
+    if not ok:
+        raise typer.Exit(1)
+
+
 def _plot_defects(path: Path, dm, rm) -> None:
     import matplotlib
 

@@ -1,0 +1,129 @@
+"""Multi-process runs on loopback: `wse launch` gives the same results as one process, and a
+process that dies stops the others with a clear error."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+WSE = [sys.executable, "-m", "wse_cli"]
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WSE_", "XLA_FLAGS"))}
+    env.update(extra)
+    return env
+
+
+def _json_tail(text: str) -> dict:
+    start = text.index("{")
+    return json.loads(text[start:])
+
+
+@pytest.mark.timeout(240)
+def test_two_processes_match_one_process():
+    args = ["wafer", "check", "--grid", "13", "21", "--json"]
+    one = subprocess.run(
+        WSE + args, capture_output=True, text=True, timeout=120, env=_env(WSE_DEVICES="8")
+    )
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run(
+        WSE + ["launch", "--nproc", "2", "--devices-per-proc", "4", "--"] + args,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_env(),
+    )
+    assert two.returncode == 0, two.stderr[-2000:]
+    a, b = _json_tail(one.stdout), _json_tail(two.stdout)
+    assert (a["processes"], b["processes"]) == (1, 2)
+    assert a["devices"] == b["devices"] == 8 and a["mesh"] == b["mesh"]
+    assert a["ok"] and b["ok"]
+    # Data movement is bit-identical; sums may differ in the last bits (reduction order).
+    exact = [k for k in a["sha256"] if not k.startswith("allreduce_sum")]
+    assert exact and all(a["sha256"][k] == b["sha256"][k] for k in exact)
+    assert abs(a["max_abs_error"]["allreduce_sum"] - b["max_abs_error"]["allreduce_sum"]) < 1e-4
+    assert two.stdout.count('"sha256"') == 1  # only process 0 prints
+
+
+@pytest.mark.timeout(240)
+def test_a_dead_process_stops_the_run_with_a_clear_error():
+    cmd = WSE + [
+        "launch",
+        "--nproc",
+        "2",
+        "--devices-per-proc",
+        "2",
+        "--",
+        "wafer",
+        "check",
+        "--repeat",
+        "1000000",
+    ]
+    launcher = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+    try:
+        deadline = time.monotonic() + 90
+        children = []
+        while time.monotonic() < deadline and len(children) < 2:
+            children = psutil.Process(launcher.pid).children()
+            time.sleep(0.2)
+        assert len(children) == 2
+        time.sleep(8)  # let both join the run and start working
+        victim = next(c for c in children if c.environ().get("WSE_PROCESS_ID") == "1")
+        killed_at = time.monotonic()
+        victim.send_signal(signal.SIGKILL)
+        _, err = launcher.communicate(timeout=60)
+        assert time.monotonic() - killed_at < 30  # bounded: the launcher's grace period
+        assert launcher.returncode == 1
+        assert "process 1 exited with code -9; stopped the other 1" in err
+        assert all(not c.is_running() or c.status() == psutil.STATUS_ZOMBIE for c in children)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+
+
+def test_bad_process_flags_are_exit_2():
+    r = subprocess.run(
+        WSE
+        + [
+            "--num_processes",
+            "2",
+            "--process_id",
+            "5",
+            "--coordinator",
+            "127.0.0.1:1",
+            "wafer",
+            "check",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip() == "Error: --process_id must be in 0..1, got 5"
+    r = subprocess.run(
+        WSE
+        + [
+            "--num_processes",
+            "2",
+            "--process_id",
+            "0",
+            "--coordinator",
+            "nohost",
+            "wafer",
+            "check",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+    )
+    assert r.returncode == 2 and "HOST:PORT" in r.stderr

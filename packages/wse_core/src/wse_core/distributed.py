@@ -1,0 +1,117 @@
+"""Multi-process runs on JAX's own multi-controller runtime (`jax.distributed`).
+
+One program runs in N processes; each owns some devices, and the wafer's mesh spans all of
+them (a field's blocks live on every process's devices). `initialize` connects the processes:
+
+- explicitly, from `num_processes`, `process_id` and `coordinator` ("HOST:PORT"), as the CLI
+  flags `--num_processes --process_id --coordinator` or the environment variables
+  `WSE_NUM_PROCESSES`, `WSE_PROCESS_ID`, `WSE_COORDINATOR` (which `wse launch` sets);
+- or, with none of them given, from a cluster launcher's environment (SLURM, Open MPI, …) the
+  way `jax.distributed.initialize()` detects it;
+- or not at all: a single process, nothing to do.
+
+A peer that dies does not raise in the others: JAX aborts them after the heartbeat timeout,
+which we shorten to `heartbeat_timeout_s` (default 30 s) so a run never hangs for long;
+`wse launch` also watches its children and stops the rest as soon as one fails.
+Only the primary process (index 0) writes logs, metrics and files meant for people.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from wse_core.errors import WseError
+
+__all__ = ["ProcessInfo", "initialize", "from_env", "is_primary", "cluster_detected"]
+
+_CLUSTER_ENV = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessInfo:
+    num_processes: int
+    process_id: int
+    coordinator: str | None
+
+    @property
+    def is_primary(self) -> bool:
+        return self.process_id == 0
+
+
+def from_env() -> tuple[int | None, int | None, str | None]:
+    """The (num_processes, process_id, coordinator) that WSE_* variables ask for."""
+
+    def _int(name: str) -> int | None:
+        value = os.environ.get(name)
+        if value in (None, ""):
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise WseError(f"{name} must be an integer, got {value!r}") from None
+
+    return _int("WSE_NUM_PROCESSES"), _int("WSE_PROCESS_ID"), os.environ.get("WSE_COORDINATOR")
+
+
+def cluster_detected() -> bool:
+    """True when a cluster launcher's environment names more than one task."""
+    size = os.environ.get("SLURM_NTASKS") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1"
+    return any(k in os.environ for k in _CLUSTER_ENV) and size.isdigit() and int(size) > 1
+
+
+def _validate(num_processes: int, process_id: int, coordinator: str | None) -> None:
+    if num_processes <= 0:
+        raise WseError(f"--num_processes must be positive, got {num_processes}")
+    if not 0 <= process_id < num_processes:
+        raise WseError(f"--process_id must be in 0..{num_processes - 1}, got {process_id}")
+    if num_processes > 1:
+        host, sep, port = (coordinator or "").rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise WseError(
+                f"--coordinator must be HOST:PORT (e.g. 127.0.0.1:12345), got {coordinator!r}"
+            )
+
+
+def initialize(
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    coordinator: str | None = None,
+    *,
+    init_timeout_s: int = 120,
+    heartbeat_timeout_s: int = 30,
+) -> ProcessInfo:
+    """Join the multi-process run (or do nothing for a single process); see the module doc."""
+    env_n, env_i, env_c = from_env()
+    n = num_processes if num_processes is not None else env_n
+    i = process_id if process_id is not None else env_i
+    c = coordinator if coordinator is not None else env_c
+    import jax
+
+    if n is None and i is None and c is None:
+        if not cluster_detected():
+            return ProcessInfo(1, 0, None)
+        jax.distributed.initialize(
+            initialization_timeout=init_timeout_s, heartbeat_timeout_seconds=heartbeat_timeout_s
+        )
+        return ProcessInfo(jax.process_count(), jax.process_index(), None)
+    if n is None or i is None:
+        raise WseError("a multi-process run needs --num_processes and --process_id together")
+    _validate(n, i, c)
+    if n == 1:
+        return ProcessInfo(1, 0, c)
+    jax.distributed.initialize(
+        coordinator_address=c,
+        num_processes=n,
+        process_id=i,
+        initialization_timeout=init_timeout_s,
+        heartbeat_timeout_seconds=heartbeat_timeout_s,
+    )
+    return ProcessInfo(n, i, c)
+
+
+def is_primary() -> bool:
+    """True in process 0 (and in a single-process run)."""
+    import jax
+
+    return jax.process_index() == 0
