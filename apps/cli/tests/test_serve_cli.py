@@ -1,0 +1,131 @@
+"""`wse infer serve` and `wse infer bench`: user errors, a bench run, a served process."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+from wse_cli.app import app
+
+pytestmark = pytest.mark.timeout(60)
+runner = CliRunner()
+
+
+def test_infer_group_lists_serve_and_bench():
+    r = runner.invoke(app, ["infer", "--help"])
+    assert r.exit_code == 0 and "serve" in r.output and "bench" in r.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model_dir", "/no/such/model"],
+        ["--model_dir", "mock", "--speculative-config", "{not json"],
+        ["--model_dir", "mock", "--speculative-config", "[1, 2]"],
+    ],
+)
+def test_serve_user_errors_exit_2(args):
+    r = runner.invoke(app, ["infer", "serve", *args, "--port", "0"])
+    assert r.exit_code == 2, r.output
+    assert "Error:" in r.output
+
+
+def test_serve_model_folder_without_a_loader_is_a_clear_error(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("wse_inference.loader") is not None:
+        pytest.skip("a model loader is installed; this checks the message without one")
+    r = runner.invoke(app, ["infer", "serve", "--model_dir", str(tmp_path), "--port", "0"])
+    assert r.exit_code == 2 and "--model_dir mock" in r.output
+
+
+def test_bench_against_a_mock_server_saves_json(tmp_path):
+    from wse_inference.serve_testing import running_server
+
+    out = tmp_path / "bench.json"
+    with running_server(max_slots=4, step_delay_s=0.001) as s:
+        r = runner.invoke(
+            app,
+            [
+                "infer",
+                "bench",
+                "--url",
+                s.http_url,
+                "-n",
+                "12",
+                "-c",
+                "4",
+                "--max-tokens",
+                "5",
+                "--out",
+                str(out),
+            ],
+        )
+    assert r.exit_code == 0, r.output
+    summary = json.loads(out.read_text())
+    assert (summary["completed"], summary["failed"], summary["output_tokens"]) == (12, 0, 60)
+    assert summary["ttft_s"]["p50"] <= summary["e2e_s"]["p50"]
+    assert summary["output_tokens_per_s"] == pytest.approx(60 / summary["wall_s"])
+    assert "TTFT" in r.output and "output tokens/s" in r.output
+
+
+def test_bench_unreachable_server_exits_2(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    r = runner.invoke(
+        app,
+        [
+            "infer",
+            "bench",
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--out",
+            str(tmp_path / "x.json"),
+            "--timeout-s",
+            "2",
+        ],
+    )
+    assert r.exit_code == 2 and "cannot reach" in r.output
+
+
+def test_wse_infer_serve_mock_process_answers_and_stops_on_sigterm():
+    cmd = [
+        sys.executable,
+        "-c",
+        "from wse_cli.app import main; main()",
+        "infer",
+        "serve",
+        "--model_dir",
+        "mock",
+        "--port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--mock-step-delay-ms",
+        "1",
+        "--speculative-config",
+        '{"num_speculative_tokens": 3}',
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://[\d.]+:\d+", line).group(0)
+        assert "gRPC 127.0.0.1:" in line
+        body = {"model": "mock", "prompt": "AB", "max_tokens": 8}
+        r = httpx.post(url + "/v1/completions", json=body, timeout=10)
+        assert r.json()["choices"][0]["text"] == "CDEFGHIJ"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
