@@ -1,0 +1,58 @@
+"""Stencils and BiCGSTAB on the wafer (Rocki et al., SC20; Jacquelin et al., 2022).
+
+A 3D grid (nx, ny, nz) maps X x Y onto the PE grid and each Z column into its PE's SRAM
+(`placement`); kernels move ±X / ±Y halos only through `wse_core.fabric` (`kernels`: the
+7-point Laplacian, Jacobi and heat steps; `bicgstab`: the Poisson solver in mixed or fp32
+precision; `wave`: the 25-point acoustic wave stencil with localized broadcasts and Z blocks).
+`perf` predicts wafer time per step from counted work; `runs` is the shell (jit, loops,
+timing) used by the CLI, the benchmark, the experiments and the demo.
+"""
+
+from wse_hpc.stencil.bicgstab import PRECISIONS, BicgstabResult, bicgstab, scale_for
+from wse_hpc.stencil.kernels import (
+    Faces,
+    dot,
+    face_coefficients,
+    heat,
+    jacobi,
+    laplacian7,
+    max_stable_dt,
+    norm,
+)
+from wse_hpc.stencil.placement import (
+    BOUNDARIES,
+    StencilError,
+    StencilGrid,
+    field_bytes_per_pe,
+    grid_wafer,
+    max_nz,
+    place_grid,
+)
+from wse_hpc.stencil.wave import COEFFS, RADIUS, WaveFns, WaveState, wave25
+
+__all__ = [
+    "BOUNDARIES",
+    "COEFFS",
+    "PRECISIONS",
+    "RADIUS",
+    "BicgstabResult",
+    "Faces",
+    "StencilError",
+    "StencilGrid",
+    "WaveFns",
+    "WaveState",
+    "bicgstab",
+    "dot",
+    "face_coefficients",
+    "field_bytes_per_pe",
+    "grid_wafer",
+    "heat",
+    "jacobi",
+    "laplacian7",
+    "max_nz",
+    "max_stable_dt",
+    "norm",
+    "place_grid",
+    "scale_for",
+    "wave25",
+]

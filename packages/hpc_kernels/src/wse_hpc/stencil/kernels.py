@@ -1,0 +1,205 @@
+"""7-point stencil kernels on a placed grid: the Laplacian SpMV, Jacobi and explicit heat steps.
+
+Every factory closes over a `StencilGrid` (static) and returns a pure function of placed
+fields `(nx, ny, nz)` (see `wse_hpc.stencil.placement`); the shell decides `jit` and loops.
+±X / ±Y neighbours come only through `wse_core.fabric.shift` (zero halo for Dirichlet,
+wrapped for periodic), ±Z are local slices of the Z column.
+
+The operator is A = -div(k grad) discretised with 7 points, so A is symmetric positive
+definite with Dirichlet boundaries:
+
+    (A u)_i = sum over axes a of [k+ (u_i - u_{i+e_a}) + k- (u_i - u_{i-e_a})] / h_a^2
+
+with k = 1 unless face coefficients (`face_coefficients`, the arithmetic mean of the two
+cells' k; a boundary face takes its cell's k) are passed. Computation stays in the field's
+dtype (fp16 or fp32); `dot` and `norm` reduce in fp32 through `fabric.reduce`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from wse_core import fabric
+
+from wse_hpc.stencil.placement import StencilError, StencilGrid
+
+__all__ = [
+    "Faces",
+    "diagonal",
+    "dot",
+    "face_coefficients",
+    "heat",
+    "jacobi",
+    "laplacian7",
+    "max_stable_dt",
+    "neighbours",
+    "norm",
+]
+
+
+class Faces(NamedTuple):
+    """Face coefficients k / h^2 toward +X, -X, +Y, -Y, +Z, -Z (each an (nx, ny, nz) field)."""
+
+    xp: jax.Array
+    xm: jax.Array
+    yp: jax.Array
+    ym: jax.Array
+    zp: jax.Array
+    zm: jax.Array
+
+
+def _fabric_boundary(grid: StencilGrid) -> fabric.Boundary:
+    return "periodic" if grid.boundary == "periodic" else "zero"
+
+
+def _z_pair(grid: StencilGrid, u: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The Z+1 and Z-1 neighbours of every cell: local slices of the Z column."""
+    if grid.boundary == "periodic":
+        return jnp.roll(u, -1, axis=2), jnp.roll(u, 1, axis=2)
+    zero = jnp.zeros_like(u[:, :, :1])
+    up = jnp.concatenate([u[:, :, 1:], zero], axis=2)
+    down = jnp.concatenate([zero, u[:, :, :-1]], axis=2)
+    return up, down
+
+
+def neighbours(grid: StencilGrid, u: jax.Array) -> tuple[jax.Array, ...]:
+    """The six neighbour fields (+X, -X, +Y, -Y, +Z, -Z) of `u`; X / Y through the fabric."""
+    w, b = grid.wafer, _fabric_boundary(grid)
+    xp = fabric.shift(w, u, "N", boundary=b)  # PE (r, c) receives from (r + 1, c)
+    xm = fabric.shift(w, u, "S", boundary=b)
+    yp = fabric.shift(w, u, "W", boundary=b)  # PE (r, c) receives from (r, c + 1)
+    ym = fabric.shift(w, u, "E", boundary=b)
+    zp, zm = _z_pair(grid, u)
+    return xp, xm, yp, ym, zp, zm
+
+
+def _inv_h2(grid: StencilGrid) -> tuple[float, float, float]:
+    hx, hy, hz = grid.spacing
+    return 1.0 / hx**2, 1.0 / hy**2, 1.0 / hz**2
+
+
+def face_coefficients(grid: StencilGrid, kappa: jax.Array) -> Faces:
+    """Faces of a placed cell-coefficient field `kappa` (> 0): mean of the two cells, / h^2."""
+    w, b = grid.wafer, _fabric_boundary(grid)
+    one = jnp.ones_like(kappa)
+    cx, cy, cz = _inv_h2(grid)
+
+    def other(direction: str) -> jax.Array:
+        # A missing neighbour (Dirichlet edge) reads as the cell's own k.
+        got = fabric.shift(w, kappa, direction, boundary=b)
+        have = fabric.shift(w, one, direction, boundary=b)
+        return got + (1 - have) * kappa
+
+    if grid.boundary == "periodic":
+        kzp, kzm = jnp.roll(kappa, -1, 2), jnp.roll(kappa, 1, 2)
+    else:
+        kzp = jnp.concatenate([kappa[:, :, 1:], kappa[:, :, -1:]], axis=2)
+        kzm = jnp.concatenate([kappa[:, :, :1], kappa[:, :, :-1]], axis=2)
+    mean = lambda nb: (kappa + nb) / 2
+    return Faces(
+        xp=mean(other("N")) * cx,
+        xm=mean(other("S")) * cx,
+        yp=mean(other("W")) * cy,
+        ym=mean(other("E")) * cy,
+        zp=mean(kzp) * cz,
+        zm=mean(kzm) * cz,
+    )
+
+
+def diagonal(grid: StencilGrid, faces: Faces | None = None) -> jax.Array | float:
+    """The diagonal of A: a number for k = 1, else a field."""
+    if faces is None:
+        return 2.0 * sum(_inv_h2(grid))
+    return faces.xp + faces.xm + faces.yp + faces.ym + faces.zp + faces.zm
+
+
+def _off_diagonal_sum(
+    grid: StencilGrid, u: jax.Array, faces: Faces | None, scale: float = 1.0
+) -> jax.Array:
+    """scale * sum_neighbours k u_nb / h^2 (the negated off-diagonal part of A applied to u)."""
+    xp, xm, yp, ym, zp, zm = neighbours(grid, u)
+    if faces is None:
+        cx, cy, cz = (jnp.asarray(c * scale, u.dtype) for c in _inv_h2(grid))
+        return (xp + xm) * cx + (yp + ym) * cy + (zp + zm) * cz
+    f = faces
+    return (f.xp * xp + f.xm * xm + f.yp * yp + f.ym * ym + f.zp * zp + f.zm * zm).astype(u.dtype)
+
+
+def laplacian7(grid: StencilGrid, *, scale: float = 1.0) -> Callable[..., jax.Array]:
+    """`apply_fn(u, faces=None) -> scale * A u`, the 7-point SpMV (u's shape and dtype).
+
+    `scale` is folded into the coefficients (so fp16 fields never see 1 / h^2 alone).
+    """
+
+    def apply_fn(u: jax.Array, faces: Faces | None = None) -> jax.Array:
+        if faces is None:
+            diag = jnp.asarray(diagonal(grid) * scale, u.dtype)
+            return diag * u - _off_diagonal_sum(grid, u, None, scale)
+        diag = diagonal(grid, faces).astype(u.dtype)
+        return diag * u - _off_diagonal_sum(grid, u, faces)
+
+    return apply_fn
+
+
+def jacobi(grid: StencilGrid) -> Callable[..., jax.Array]:
+    """`step_fn(u, f, faces=None) -> u'`: one Jacobi sweep for A u = f, u' = (f + N u) / D."""
+
+    def step_fn(u: jax.Array, f: jax.Array, faces: Faces | None = None) -> jax.Array:
+        off = _off_diagonal_sum(grid, u, faces)
+        if faces is None:
+            return (f + off) * jnp.asarray(1.0 / diagonal(grid), u.dtype)
+        return ((f + off) / diagonal(grid, faces)).astype(u.dtype)
+
+    return step_fn
+
+
+def max_stable_dt(grid: StencilGrid, diffusivity: float) -> float:
+    """The largest explicit-Euler step for u_t = div(k grad u) with max k = `diffusivity`."""
+    return 2.0 / (diffusivity * 4.0 * sum(_inv_h2(grid)))
+
+
+def heat(grid: StencilGrid, *, dt: float, diffusivity: float = 1.0) -> Callable[..., jax.Array]:
+    """`step_fn(u, source=None, faces=None) -> u'`: explicit Euler for u_t = -k A u + s.
+
+    With `faces` the coefficients come from them (`diffusivity` must bound their k); else
+    k = `diffusivity`. Raises StencilError when dt is not positive or not stable.
+    """
+    if not dt > 0:
+        raise StencilError(f"the time step must be positive, got dt={dt}")
+    if not diffusivity > 0:
+        raise StencilError(f"the diffusivity must be positive, got {diffusivity}")
+    limit = max_stable_dt(grid, diffusivity)
+    if dt > limit:
+        raise StencilError(
+            f"dt={dt:.3g} is unstable for explicit heat stepping on this grid; use dt <= "
+            f"{limit:.3g} (h^2 / (2 d k))"
+        )
+    apply_fn = laplacian7(grid)
+
+    def step_fn(u: jax.Array, source: jax.Array | None = None, faces: Faces | None = None):
+        scale = jnp.asarray(dt * (1.0 if faces is not None else diffusivity), u.dtype)
+        du = -apply_fn(u, faces)
+        if source is not None:
+            du = du + source
+        return u + scale * du
+
+    return step_fn
+
+
+def dot(grid: StencilGrid) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """`dot_fn(x, y) -> fp32 scalar`: per-PE sums in fp32, then a wafer-wide fabric.reduce."""
+
+    def dot_fn(x: jax.Array, y: jax.Array) -> jax.Array:
+        local = jnp.sum(x.astype(jnp.float32) * y.astype(jnp.float32), axis=2)
+        return fabric.reduce(grid.wafer, local)
+
+    return dot_fn
+
+
+def norm(grid: StencilGrid) -> Callable[[jax.Array], jax.Array]:
+    """`norm_fn(x) -> fp32 scalar` 2-norm over the logical grid."""
+    d = dot(grid)
+    return lambda x: jnp.sqrt(d(x, x))

@@ -1,0 +1,79 @@
+"""The SRAM ledger decides the Z column; bad input is a clear error; the calibrated model."""
+
+import numpy as np
+import pytest
+from wse_core import SramBudgetError, WseError, preset
+from wse_hpc.stencil import StencilError, grid_wafer, max_nz, perf, place_grid
+from wse_hpc.stencil.runs import StencilConfig, run_stencil
+from wse_hpc.stencil.testing import small_grid
+
+
+def test_ledger_gives_the_largest_z_column():
+    spec = preset("small")
+    w = grid_wafer(spec, (8, 8, 8), mesh_shape=(1, 1))
+    fields = {"u": "fp32", "f": "fp16"}
+    n = max_nz(w, fields)
+    assert n == spec.sram_bytes_per_pe // 6  # 4 + 2 bytes per cell
+    place_grid(w, (8, 8, n), fields)
+    assert w.sram.free_bytes() < 6
+
+
+def test_a_grid_that_does_not_fit_is_refused_with_the_largest_nz():
+    w = grid_wafer(preset("small"), (8, 8, 8), mesh_shape=(1, 1))
+    best = preset("small").sram_bytes_per_pe // 8
+    with pytest.raises(SramBudgetError, match=f"largest nz that fits is {best}"):
+        place_grid(w, (8, 8, best + 1), {"u": "fp32", "f": "fp32"})
+    assert w.sram.used_bytes() == 0  # nothing half-allocated
+
+
+def test_bad_grids_and_values_are_errors():
+    w = grid_wafer(preset("small"), (8, 8, 8), mesh_shape=(1, 1))
+    with pytest.raises(StencilError, match="at least 5 points"):
+        place_grid(w, (8, 8, 3), {"u": "fp32"}, radius=4)
+    with pytest.raises(WseError, match="needs a 8 x 7 PE grid"):
+        place_grid(w, (8, 7, 8), {"u": "fp32"})
+    with pytest.raises(StencilError, match="three positive integers"):
+        grid_wafer(preset("small"), (8, 0, 8))
+    g = small_grid((8, 8, 8), mesh_shape=(1, 1))
+    bad = np.zeros((8, 8, 8))
+    bad[1, 2, 3] = np.nan
+    with pytest.raises(StencilError, match="non-finite"):
+        g.place(bad, "u")
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"tol": 0.0}, "tol must be"),
+        ({"steps": -1}, "steps must be"),
+        ({"kind": "jacobbi"}, "unknown kind"),
+        ({"kind": "wave25", "dtype": "fp16"}, "dtype"),
+    ],
+)
+def test_bad_run_settings_are_errors(changes, message):
+    cfg = {"kind": "bicgstab", "grid": (8, 8, 8), "preset": "small", "mesh_shape": (1, 1)}
+    with pytest.raises(WseError, match=message):
+        run_stencil(StencilConfig(**{**cfg, **changes}))
+
+
+def test_calibrated_model_reproduces_table_ii():
+    spec = preset("wse2")
+    cost = perf.wave25_cost(perf.wave25_traffic(1000, 100), 10)
+    seconds = perf.predict(spec, cost, 1000).seconds * perf.CALIBRATION_STEPS
+    for _, _, published in perf.CALIBRATION:
+        # One factor fitted on four runs that differ by 1.7%: each within 2%.
+        assert abs(seconds / published - 1) < 0.02
+    assert 0 < perf.EFFICIENCY < 1
+
+
+def test_runs_report_measurements_and_predictions():
+    run = run_stencil(
+        StencilConfig(
+            kind="jacobi", grid=(9, 11, 8), preset="small", steps=20, chunks=2, mesh_shape=(2, 4)
+        )
+    )
+    assert run.steps_done == 20 and len(run.history) == 3
+    assert run.history[-1][1] < run.history[0][1]  # the residual falls
+    assert run.cells_per_s > 0 and run.predicted.seconds > 0
+    d = run.to_dict()
+    assert d["sram"]["used_bytes_per_pe"] == 2 * 8 * 4

@@ -1,0 +1,141 @@
+"""BiCGSTAB against SciPy and the manufactured solution; the 25-point wave stencil."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse.linalg as spla
+from wse_core import fabric
+from wse_hpc.stencil import COEFFS, bicgstab, perf, scale_for, wave25
+from wse_hpc.stencil import reference as ref
+from wse_hpc.stencil.runs import exact_solution
+from wse_hpc.stencil.testing import random_field, small_grid
+from wse_hpc.stencil.wave import laplacian25
+
+
+def _solve(g, precision, tol, maxiter=300):
+    ue = exact_solution(g, "bicgstab")
+    a = ref.poisson_matrix(g.shape, g.spacing)
+    b = (a @ ue.ravel()).reshape(g.shape)
+    solve = jax.jit(bicgstab(g, precision=precision, tol=tol, maxiter=maxiter))
+    res = solve(g.place(b, "b"), None, scale_for(g, np.abs(b).max()))
+    return res, ue, a, b
+
+
+@pytest.mark.parametrize("mesh", [(2, 4), (4, 2)])
+def test_bicgstab_fp32_reaches_the_discrete_solution(mesh):
+    g = small_grid((9, 11, 12), {"x": "fp32", "b": "fp32"}, mesh_shape=mesh)
+    res, _, a, b = _solve(g, "fp32", 1e-6)
+    discrete = spla.spsolve(a.tocsc(), b.ravel()).reshape(g.shape)
+    assert not bool(res.breakdown) and float(res.residual) <= 1e-6
+    # The recurrence residual 1e-6 bounds the error by cond(A) ~ 40 times it (plus rounding).
+    assert np.abs(g.gather(res.x) - discrete).max() / np.abs(discrete).max() < 1e-5
+    hist = np.asarray(res.history)
+    assert np.isnan(hist[int(res.iterations) + 1 :]).all() and hist[0] == 1.0
+
+
+def test_bicgstab_mixed_precision_converges_to_fp16_accuracy():
+    g = small_grid((12, 10, 16), {"x": "fp16", "b": "fp32"})
+    res, ue, a, b = _solve(g, "mixed", 1e-3)
+    discrete = spla.spsolve(a.tocsc(), b.ravel()).reshape(g.shape)
+    assert float(res.residual) <= 1e-3
+    # fp16 vectors: ~10 significant bits, so about 1e-3 of the solution's size.
+    assert np.abs(g.gather(res.x) - discrete).max() / np.abs(discrete).max() < 5e-3
+
+
+def test_bicgstab_error_falls_at_second_order():
+    errs = []
+    for n in (8, 16):
+        g = small_grid((n, n, n), {"x": "fp32", "b": "fp32"}, mesh_shape=(2, 2))
+        ue = exact_solution(g, "bicgstab")
+        x, y, z = np.meshgrid(*g.coords(), indexing="ij")
+        # Continuous right-hand side -lap(u) for u = sin(pi x) sin(2 pi y) sin(pi z) e^(x+z).
+        s1, c1 = np.sin(np.pi * x), np.cos(np.pi * x)
+        s3, c3 = np.sin(np.pi * z), np.cos(np.pi * z)
+        e, sy = np.exp(x + z), np.sin(2 * np.pi * y)
+        uxx = e * sy * s3 * ((1 - np.pi**2) * s1 + 2 * np.pi * c1)
+        uzz = e * sy * s1 * ((1 - np.pi**2) * s3 + 2 * np.pi * c3)
+        uyy = -4 * np.pi**2 * ue
+        f = -(uxx + uyy + uzz)
+        solve = jax.jit(bicgstab(g, precision="fp32", tol=1e-7, maxiter=400))
+        res = solve(g.place(f, "b"), None, scale_for(g, np.abs(f).max()))
+        errs.append(np.abs(g.gather(res.x) - ue).max())
+    order = np.log(errs[0] / errs[1]) / np.log(17 / 9)
+    assert 1.8 < order < 2.3, (errs, order)
+
+
+@pytest.mark.parametrize("boundary", ["dirichlet", "periodic"])
+def test_laplacian25_matches_numpy(boundary):
+    shape = (9, 11, 12)
+    g = small_grid(shape, boundary=boundary, radius=4)
+    u0 = random_field(shape).astype(np.float32).astype(np.float64)
+    fns = wave25(g, dt=1e-3)
+    st = jax.jit(fns.init_fn)(g.place(u0, "u"), g.place(u0, "u"), g.zeros("u") + 1)
+    got = g.gather(jax.jit(lambda s: laplacian25(g, s.u, shape[2]))(st))
+    want = ref.laplacian25_np(u0, g.spacing, COEFFS, boundary == "periodic")
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-6
+
+
+def test_laplacian25_is_eighth_order():
+    errs = []
+    for n in (6, 8):
+        g = small_grid((n, n, n), boundary="periodic", radius=4, mesh_shape=(2, 2))
+        x, y, z = np.meshgrid(*g.coords(), indexing="ij")
+        u = np.sin(2 * np.pi * x) + np.cos(2 * np.pi * y) + np.sin(2 * np.pi * z)
+        st = jax.jit(wave25(g, dt=1e-3).init_fn)(g.place(u, "u"), g.place(u, "u"), g.zeros("u"))
+        got = g.gather(jax.jit(lambda s, g=g, n=n: laplacian25(g, s.u, n))(st))
+        errs.append(np.abs(got + 4 * np.pi**2 * u).max() / (4 * np.pi**2))
+    order = np.log(errs[0] / errs[1]) / np.log(8 / 6)
+    assert order > 7.0, (errs, order)
+
+
+def _numpy_wave(u0, vel, dt, f0, src, steps, spacing):
+    prev, cur = u0.copy(), u0.copy()
+    vdt2 = (vel * dt) ** 2
+    for n in range(steps):
+        t = n * dt
+        a = (np.pi * f0 * (t - 1 / f0)) ** 2
+        nxt = 2 * cur - prev + vdt2 * ref.laplacian25_np(cur, spacing, COEFFS)
+        nxt[src] += vdt2[src] * (1 - 2 * a) * np.exp(-a)
+        prev, cur = cur, nxt
+    return cur
+
+
+@pytest.mark.parametrize("block_z", [12, 4])
+def test_wave_steps_match_numpy_for_any_z_block(block_z):
+    shape = (9, 10, 12)
+    g = small_grid(shape, boundary="dirichlet", radius=4)
+    u0 = random_field(shape, 7).astype(np.float32).astype(np.float64) * 1e-2
+    vel = np.where(g.coords()[0] < 0.5, 1.0, 1.5)[:, None, None] * np.ones(shape)
+    dt, f0, src, steps = 2e-3, 20.0, (4, 5, 6), 6
+    fns = wave25(g, dt=dt, f0=f0, source=src, block_z=block_z)
+    st = jax.jit(fns.init_fn)(g.place(u0, "u"), g.place(u0, "u"), g.place(vel, "u"))
+    run = jax.jit(lambda s: jax.lax.fori_loop(0, steps, lambda i, a: fns.step_fn(a), s))
+    got = g.gather(fns.field_fn(run(st)))
+    want = _numpy_wave(u0, vel, dt, f0, src, steps, g.spacing)
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
+
+
+def test_wave_traffic_matches_the_model():
+    shape = (8, 8, 16)
+    g = small_grid(shape, radius=4)
+    fns = wave25(g, dt=1e-3, block_z=4)
+    st = jax.jit(fns.init_fn)(g.zeros("u"), g.zeros("u"), g.zeros("u") + 1)
+    traced, total = perf.traced_traffic(g.wafer, fns.step_fn, st)
+    # The Z-block loop body is traced once: one block's traffic, 4 blocks per step.
+    traced, total = traced.scaled(4), total.scaled(4)
+    model = perf.wave25_traffic(16, 4)
+    assert traced.max_words_per_pe == model.max_words_per_pe
+    assert traced.latency_hops == model.latency_hops
+    # Every multicast moves each PE's block once: 4 directions x 16 cells per PE.
+    assert total.words == g.wafer.num_pes * 4 * 16
+
+
+def test_dot_products_reduce_in_fp32():
+    g = small_grid((9, 11, 8), {"x": "fp16"})
+    x = random_field(g.shape, 9).astype(np.float16)
+    got = jax.jit(lambda a: fabric.reduce(g.wafer, jnp.sum(a.astype(jnp.float32) ** 2, 2)))(
+        g.place(x, "x")
+    )
+    want = np.sum(x.astype(np.float64) ** 2)
+    assert abs(float(got) - want) / want < 1e-6
