@@ -58,7 +58,7 @@ def configure(devices: int | None = None, *, compile_cache: bool = True) -> int:
         os.environ["XLA_FLAGS"] = f"{flags} {_FAST_COMPILE_FLAG}".strip()
     if compile_cache:
         os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache_dir()))
-        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     if "jax" in sys.modules:
         _configure_imported_jax(n, compile_cache)
     return n
