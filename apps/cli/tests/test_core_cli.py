@@ -103,3 +103,14 @@ def test_installed_wse_is_fast_and_imports_no_jax():
         ["wse", "wafer", "info", "-p", "nope"], capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 2 and r.stderr.strip().startswith("Error: unknown wafer preset")
+
+
+def test_second_run_reuses_the_compile_cache(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_FLAGS"))}
+    env.update(WSE_CACHE_DIR=str(tmp_path / "cache"), WSE_DEVICES="2")
+    cmd = ["wse", "wafer", "check", "--grid", "6", "10"]
+    assert subprocess.run(cmd, capture_output=True, env=env, timeout=120).returncode == 0
+    first = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert len(first) >= 6  # one entry per compiled fabric program
+    assert subprocess.run(cmd, capture_output=True, env=env, timeout=120).returncode == 0
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == first  # all cache hits
