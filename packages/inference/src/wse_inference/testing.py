@@ -18,7 +18,7 @@ import numpy as np
 
 from wse_inference.speculative import verify
 
-__all__ = ["np_token_probs", "markov_speculative", "markov_joint"]
+__all__ = ["np_token_probs", "markov_speculative", "markov_joint", "tiny_model"]
 
 
 def np_token_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float):
@@ -91,3 +91,14 @@ def markov_joint(p_mat: np.ndarray, first: int, length: int) -> dict[tuple[int, 
             prev = x
         out[seq] = prob
     return out
+
+
+def tiny_model(arch: str = "llama", *, n_layers: int = 2, seed: int = 0, **overrides):
+    """A random `wse_models` model (vocab 256, byte tokenizer) as a `LoadedModel`."""
+    import wse_models
+
+    from wse_inference.loading import ByteTokenizer, LoadedModel
+
+    config = wse_models.preset_config(f"tiny-{arch}", n_layers=n_layers, **overrides)
+    params = wse_models.init_params(config, jax.random.PRNGKey(seed))
+    return LoadedModel(f"tiny-{arch}-{n_layers}", None, config, params, ByteTokenizer())

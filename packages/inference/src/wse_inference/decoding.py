@@ -1,0 +1,216 @@
+"""Plain single-device KV-cache decoding: the reference the pipelined engine must equal.
+
+Contract. `prefill(config, params, prompt_ids, max_len, chunk)` runs the prompt through the
+model in chunks of `chunk` tokens (all tokens of a chunk in parallel; the last chunk padded
+with position -1, which is not written) into a batch-1 `wse_models.KVCache` of `max_len`
+positions and returns the last prompt token's logits. `first_token` draws token 0 from them.
+`decode_step` advances a batch of rows by one token: the token in flight at `pos` is written
+into the cache and token `count` of each row is drawn with `sampling.token_key(key, count)`.
+`PlainDecoder.generate` is the shell: prompt -> tokens, finish reason, TTFT and tokens/s.
+
+`SequenceTracker` is the host-side finish logic every engine shares: the first token counts
+toward max_tokens; a stop token id (reported) or a stop string in the decoded text ends with
+"stop"; max_tokens ends with "length".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wse_inference.engine import SamplingParams
+from wse_inference.sampling import draw, seed_key, stop_index, token_key, token_probs
+
+__all__ = [
+    "SequenceTracker",
+    "GenerationResult",
+    "prefill",
+    "first_token",
+    "decode_step",
+    "PlainDecoder",
+    "sequence_key",
+]
+
+
+@dataclasses.dataclass
+class SequenceTracker:
+    """Generated tokens of one sequence and whether (and why) it finished."""
+
+    sampling: SamplingParams
+    tokenizer: Any = None
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    finish_reason: str | None = None
+
+    def add(self, token: int) -> str | None:
+        """Append one generated token; returns the finish reason once finished."""
+        if self.finish_reason is not None:
+            return self.finish_reason
+        self.tokens.append(int(token))
+        s = self.sampling
+        if int(token) in s.stop_token_ids:
+            self.finish_reason = "stop"
+        elif s.stop and self.tokenizer is not None and stop_index(self.text, s.stop) is not None:
+            self.finish_reason = "stop"
+        elif len(self.tokens) >= s.max_tokens:
+            self.finish_reason = "length"
+        return self.finish_reason
+
+    @property
+    def text(self) -> str:
+        return self.tokenizer.decode(self.tokens) if self.tokenizer is not None else ""
+
+    def visible_text(self) -> str:
+        """The decoded text, cut before a stop string (stop strings are not shown)."""
+        text = self.text
+        cut = stop_index(text, self.sampling.stop)
+        return text if cut is None else text[:cut]
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    tokens: list[int]
+    text: str
+    finish_reason: str | None
+    ttft_s: float
+    decode_s: float
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode rate after the first token (tokens 2..n over the decode time)."""
+        n = len(self.tokens) - 1
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "token_ids": self.tokens,
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "ttft_s": self.ttft_s,
+            "decode_s": self.decode_s,
+            "tokens_per_s": self.tokens_per_s,
+            **self.metrics,
+        }
+
+
+def sequence_key(seed: int | None) -> jax.Array:
+    """The sequence's key: from its seed, or from fresh OS entropy when seed is None."""
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1)[0])
+    return seed_key(seed)
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=4)
+def _forward_chunk(config, params, tokens, positions, cache):
+    import wse_models
+
+    return wse_models.forward(config, params, tokens, positions, cache)
+
+
+def prefill(
+    config: Any, params: Any, prompt_ids: Sequence[int], max_len: int, chunk: int = 32
+) -> tuple[jax.Array, Any]:
+    """Chunked parallel prefill -> (logits [V] of the last prompt token, batch-1 KVCache)."""
+    import wse_models
+
+    cache = wse_models.init_cache(config, 1, max_len)
+    ids = np.asarray(prompt_ids, np.int32)
+    n = ids.size
+    logits = None
+    for start in range(0, n, chunk):
+        part = ids[start : start + chunk]
+        tokens = np.zeros((1, chunk), np.int32)
+        positions = np.full((1, chunk), -1, np.int32)
+        tokens[0, : part.size] = part
+        positions[0, : part.size] = np.arange(start, start + part.size)
+        out, cache = _forward_chunk(
+            config, params, jnp.asarray(tokens), jnp.asarray(positions), cache
+        )
+        logits = out[0, part.size - 1]
+    return logits, cache
+
+
+@jax.jit
+def _first(logits, key, temperature, top_k, top_p):
+    return draw(token_probs(logits, temperature, top_k, top_p), token_key(key, 0))
+
+
+def first_token(logits: jax.Array, sampling: SamplingParams, key: jax.Array) -> int:
+    """Token 0 of the sequence, drawn from the prompt's last logits."""
+    return int(_first(logits, key, sampling.temperature, sampling.top_k, sampling.top_p))
+
+
+def decode_step(config, params, cache, tokens, pos, count, keys, temperature, top_k, top_p):
+    """Rows [b]: write `tokens` at `pos`, draw token `count` of each row -> (next, cache)."""
+    import wse_models
+
+    logits, cache = wse_models.forward(config, params, tokens[:, None], pos[:, None], cache)
+    probs = token_probs(logits[:, 0], temperature, top_k, top_p)
+    nxt = jax.vmap(lambda p, k, c: draw(p, token_key(k, c)))(probs, keys, count)
+    return nxt, cache
+
+
+_decode_step = jax.jit(decode_step, static_argnums=0, donate_argnums=2)
+
+
+class PlainDecoder:
+    """One sequence at a time on one device: prefill, then one jitted step per token."""
+
+    def __init__(
+        self,
+        config: Any,
+        params: Any,
+        *,
+        tokenizer: Any = None,
+        max_context: int | None = None,
+        prefill_chunk: int = 32,
+    ):
+        self.config, self.params, self.tokenizer = config, params, tokenizer
+        self.max_context = max_context or config.max_seq_len
+        self.prefill_chunk = prefill_chunk
+
+    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> GenerationResult:
+        from wse_inference.sampling import validate_sampling
+
+        validate_sampling(
+            sampling,
+            vocab_size=self.config.vocab_size,
+            max_context=self.max_context,
+            prompt_len=len(prompt_ids),
+        )
+        t0 = time.perf_counter()
+        key = sequence_key(sampling.seed)
+        logits, cache = prefill(
+            self.config, self.params, prompt_ids, self.max_context, self.prefill_chunk
+        )
+        tracker = SequenceTracker(sampling, self.tokenizer)
+        tracker.add(first_token(logits, sampling, key))
+        ttft = time.perf_counter() - t0
+        row = lambda x, dt: jnp.asarray([x], dt)  # noqa: E731
+        pos = len(prompt_ids)
+        while tracker.finish_reason is None:
+            nxt, cache = _decode_step(
+                self.config,
+                self.params,
+                cache,
+                row(tracker.tokens[-1], jnp.int32),
+                row(pos, jnp.int32),
+                row(len(tracker.tokens), jnp.int32),
+                key[None],
+                row(sampling.temperature, jnp.float32),
+                row(sampling.top_k, jnp.int32),
+                row(sampling.top_p, jnp.float32),
+            )
+            tracker.add(int(nxt[0]))
+            pos += 1
+        decode = time.perf_counter() - t0 - ttft
+        return GenerationResult(
+            tracker.tokens, tracker.visible_text(), tracker.finish_reason, ttft, decode
+        )

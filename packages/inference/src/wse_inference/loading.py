@@ -1,0 +1,138 @@
+"""Loading a model for inference: a directory -> config, parameters and a tokenizer.
+
+Contract. `load_model(path)` accepts an HF-format directory (config.json + safetensors, read
+by `wse_models.from_pretrained`) or a `wse train` model_dir whose `hf/` subfolder holds that
+export. The tokenizer is `tokenizer.json` of the same folder (HF `tokenizers`); without one,
+a byte-level tokenizer (id = UTF-8 byte) is used only if the vocabulary has >= 256 ids, else
+`ModelLoadError`. `check_draft(target, draft)` refuses a draft whose vocabulary differs from
+the target's (size, or the tokenizers' token tables). Errors are `WseError`s with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from wse_core.errors import WseError
+
+__all__ = [
+    "ModelLoadError",
+    "LoadedModel",
+    "ByteTokenizer",
+    "HFTokenizer",
+    "load_model",
+    "check_draft",
+    "resolve_model_dir",
+]
+
+
+class ModelLoadError(WseError):
+    """A model directory that cannot be used as asked."""
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids (ids >= 256 decode to nothing)."""
+
+    kind = "bytes"
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
+
+    def vocab(self) -> dict[str, int]:
+        return {f"<0x{i:02X}>": i for i in range(256)}
+
+
+class HFTokenizer:
+    """An HF `tokenizers.Tokenizer` behind the engine's `Tokenizer` protocol."""
+
+    kind = "tokenizers"
+
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer
+
+        self.path = path
+        self._tok = Tokenizer.from_file(str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def vocab(self) -> dict[str, int]:
+        return dict(self._tok.get_vocab(with_added_tokens=True))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoadedModel:
+    name: str
+    path: Path
+    config: Any  # wse_models.ModelConfig
+    params: Any  # the functional parameter pytree
+    tokenizer: Any  # ByteTokenizer | HFTokenizer
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """The folder holding config.json: `path` itself or its `hf/` export."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelLoadError(f"model directory {str(path)!r} does not exist")
+    for candidate in (path, path / "hf"):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise ModelLoadError(
+        f"{str(path)!r} is neither an HF-format directory (config.json + safetensors) nor a "
+        "`wse train` model_dir with an hf/ export"
+    )
+
+
+def _tokenizer(folder: Path, root: Path, vocab_size: int):
+    for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
+        if candidate.is_file():
+            return HFTokenizer(candidate)
+    if vocab_size >= 256:
+        return ByteTokenizer()
+    raise ModelLoadError(
+        f"{str(folder)!r} has no tokenizer.json and its vocabulary ({vocab_size} ids) is too "
+        "small for the byte-level fallback (needs >= 256); add a tokenizer.json or pass "
+        "--prompt-ids"
+    )
+
+
+def load_model(path: str | Path, *, dtype: str = "float32") -> LoadedModel:
+    """Config, parameters and tokenizer of the model in `path` (see the module contract)."""
+    import wse_models
+
+    root = Path(path)
+    folder = resolve_model_dir(root)
+    try:
+        model = wse_models.from_pretrained(folder, dtype=dtype)
+    except WseError as err:
+        raise ModelLoadError(f"cannot load the model in {str(folder)!r}: {err}") from None
+    config = model.config
+    tokenizer = _tokenizer(folder, root, config.vocab_size)
+    name = config.name or root.resolve().name
+    return LoadedModel(name, folder, config, model.params(), tokenizer)
+
+
+def check_draft(target: LoadedModel, draft: LoadedModel) -> None:
+    """Refuse a draft that does not share the target's vocabulary."""
+    tv, dv = target.config.vocab_size, draft.config.vocab_size
+    if tv != dv:
+        raise ModelLoadError(
+            f"draft/target vocabulary mismatch: the draft {draft.name!r} has {dv} ids, the "
+            f"target {target.name!r} has {tv}; the draft must use the target's tokenizer"
+        )
+    if type(target.tokenizer) is not type(draft.tokenizer) or (
+        target.tokenizer.vocab() != draft.tokenizer.vocab()
+    ):
+        raise ModelLoadError(
+            f"draft/target vocabulary mismatch: {draft.name!r} and {target.name!r} have "
+            "different tokenizers (token tables differ); use a draft trained with the "
+            "target's tokenizer"
+        )

@@ -1,0 +1,365 @@
+"""The pipelined wafer engine: layers on stages, tokens flowing stage to stage on the fabric.
+
+Contract (implements `wse_inference.engine.Engine`). The model's layers are split into S
+contiguous stages (`planner._split`). The emulation wafer is an S x 1 PE grid, one PE row per
+stage standing for that stage's region: each row holds its layers' weights and the KV cache
+of every slot for those layers (fields `(S, 1, layers_per_stage, ...)`; stages with fewer
+layers carry masked padding layers). The embedding and head sit with stage 0.
+
+Schedule (Hot Chips 2024, REFERENCES.md): there are S slots (users in flight). At tick k of a
+`generate` call, stage j works on slot (k - j) mod S. Stage 0 first turns the activation that
+just came back from the last stage into slot k's next token (head, `sampling.token_probs`,
+draw with `token_key(seed_key, i)`), embeds it and runs its layers; every stage runs its
+layers on the activation it holds; then `wse_core.fabric.shift(..., "S", periodic)` moves
+each stage's output to the next stage and the last stage's output back to stage 0. One
+`generate` is S ticks: every occupied slot gets exactly one new token, so tokens and draws
+equal the plain decoder's (`wse_inference.decoding`) token for token for the same seed.
+
+`prefill` runs the prompt in parallel chunks (plain forward into a batch-1 cache) and draws
+the first token; `insert` copies that cache into the slot's rows of every stage and runs the
+first token through the stages the slot's in-flight activation has already passed in the
+schedule, so the slot joins the pipeline in step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from wse_inference.decoding import SequenceTracker, first_token, prefill, sequence_key
+from wse_inference.engine import Prefix, SamplingParams, SlotOutput
+from wse_inference.planner import _split
+from wse_inference.sampling import draw, token_key, token_probs, validate_sampling
+
+__all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "stage_layout"]
+
+
+class PipeState(NamedTuple):
+    """Device state: stage fields (rows = stages) and per-slot arrays [S]."""
+
+    h: jax.Array  # (S, 1, d): the activation entering each stage
+    k: jax.Array  # (S, 1, layers_per_stage, S slots, max_len, kv_heads, head_dim)
+    v: jax.Array
+    tokens: jax.Array  # int32 [S]: each slot's token in flight
+    pos: jax.Array  # int32 [S]: its position
+    count: jax.Array  # int32 [S]: tokens drawn so far (the next draw's index)
+    keys: jax.Array  # uint32 [S, 2]
+    temperature: jax.Array
+    top_k: jax.Array
+    top_p: jax.Array
+    active: jax.Array  # bool [S]
+
+
+@dataclasses.dataclass
+class PipelineDecodeState:
+    device: PipeState
+    seqs: dict[int, SequenceTracker] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Payload:
+    cache: Any  # batch-1 KVCache of the prompt
+    key: jax.Array
+
+
+def stage_layout(n_layers: int, stages: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(layer index, valid) arrays [rows, layers_per_stage]; rows beyond `stages` (padding)
+    and padding layers point at layer 0 and are invalid."""
+    groups = _split(n_layers, stages)
+    per = max(b - a for a, b in groups)
+    index = np.zeros((rows, per), np.int32)
+    valid = np.zeros((rows, per), bool)
+    for j, (a, b) in enumerate(groups):
+        index[j, : b - a] = np.arange(a, b)
+        valid[j, : b - a] = True
+    return index, valid
+
+
+def _stage_apply(config, sp, valid, h, pos, ck, cv, slot):
+    """One stage on one slot's token: h [d] through the stage's layers; cache rows updated."""
+    from wse_models import LayerCache, apply_layer
+
+    def body(x, xs):
+        lp, ok, k, v = xs
+        y, lc = apply_layer(config, lp, x, pos[None, None], LayerCache(k, v))
+        return jnp.where(ok, y, x), (lc.k, lc.v)
+
+    ks, vs = ck[:, slot][:, None], cv[:, slot][:, None]
+    out, (k2, v2) = lax.scan(body, h[None, None], (sp, valid, ks, vs))
+    return out[0, 0], ck.at[:, slot].set(k2[:, 0]), cv.at[:, slot].set(v2[:, 0])
+
+
+def _tick(config, wafer, stages, head, sparams, valid, k, st: PipeState):
+    """One tick: stage 0 draws slot k's next token; every stage advances; activations shift."""
+    from wse_core import fabric
+    from wse_models import embed, unembed
+
+    act = st.active[k]
+    logits = unembed(config, head, st.h[0, 0][None, None])[0, 0]
+    probs = token_probs(logits, st.temperature[k], st.top_k[k], st.top_p[k])
+    tok = jnp.where(act, draw(probs, token_key(st.keys[k], st.count[k])), st.tokens[k])
+    step = act.astype(jnp.int32)
+    st = st._replace(
+        tokens=st.tokens.at[k].set(tok), pos=st.pos.at[k].add(step), count=st.count.at[k].add(step)
+    )
+    x = embed(config, head, tok[None, None], st.pos[k][None, None])[0, 0]
+    h = st.h.at[0, 0].set(x.astype(st.h.dtype))
+    rows = st.h.shape[0]
+    slots = (k - jnp.arange(rows)) % stages
+    run = jax.vmap(functools.partial(_stage_apply, config))
+    h2, k2, v2 = run(sparams, valid[:, 0], h[:, 0], st.pos[slots], st.k[:, 0], st.v[:, 0], slots)
+    h2 = fabric.shift(wafer, h2[:, None], "S", boundary="periodic")
+    return st._replace(h=h2, k=k2[:, None], v=v2[:, None]), tok
+
+
+def _cycle(config, wafer, stages, head, sparams, valid, st: PipeState):
+    """S ticks: one new token per slot -> (state, tokens [S])."""
+    out = jnp.zeros((stages,), jnp.int32)
+
+    def body(k, carry):
+        s, o = carry
+        s, tok = _tick(config, wafer, stages, head, sparams, valid, k, s)
+        return s, o.at[k].set(tok)
+
+    return lax.fori_loop(0, stages, body, (st, out))
+
+
+def _prime(
+    config,
+    stages,
+    head,
+    layers,
+    index,
+    st: PipeState,
+    pk,
+    pv,
+    tok,
+    pos,
+    slot,
+    bound,
+    key,
+    temperature,
+    top_k,
+    top_p,
+):
+    """Insert: prompt cache into the slot's rows; the first token through layers < bound."""
+    from wse_models import LayerCache, apply_layer, embed
+
+    x = embed(config, head, tok[None, None], pos[None, None])
+
+    def body(h, xs):
+        i, lp, k, v = xs
+        y, lc = apply_layer(config, lp, h, pos[None, None], LayerCache(k, v))
+        # Layers >= bound write provisional K/V at `pos`; their stage rewrites it later.
+        return jnp.where(i < bound, y, h), (lc.k, lc.v)
+
+    n = pk.shape[0]
+    x, (k, v) = lax.scan(body, x, (jnp.arange(n), layers, pk, pv))
+    ks = k[:, 0][index]  # (rows, layers_per_stage, max_len, kv, hd)
+    vs = v[:, 0][index]
+    row = jnp.where(slot == 0, 0, stages - slot)  # where the slot's activation waits
+    return st._replace(
+        h=st.h.at[row, 0].set(x[0, 0].astype(st.h.dtype)),
+        k=st.k.at[:, 0, :, slot].set(ks.astype(st.k.dtype)),
+        v=st.v.at[:, 0, :, slot].set(vs.astype(st.v.dtype)),
+        tokens=st.tokens.at[slot].set(tok),
+        pos=st.pos.at[slot].set(pos),
+        count=st.count.at[slot].set(1),
+        active=st.active.at[slot].set(True),
+        keys=st.keys.at[slot].set(key),
+        temperature=st.temperature.at[slot].set(temperature),
+        top_k=st.top_k.at[slot].set(top_k),
+        top_p=st.top_p.at[slot].set(top_p),
+    )
+
+
+class PipelineEngine:
+    """The `Engine` of S pipeline stages on an S x 1 emulation wafer (S slots in flight)."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        stages: int = 2,
+        max_context: int | None = None,
+        prefill_chunk: int = 32,
+        mesh_rows: int | None = None,
+    ):
+        from wse_core.spec import spec_from
+        from wse_core.wafer import build_wafer
+
+        config = model.config
+        if not 1 <= stages <= config.n_layers:
+            from wse_inference.planner import PipelinePlanError
+
+            raise PipelinePlanError(
+                f"stages must be in 1..{config.n_layers} (the model's layers), got {stages}"
+            )
+        self.model, self.config = model, config
+        self.model_name, self.tokenizer = model.name, model.tokenizer
+        self.vocab_size = config.vocab_size
+        self.stages = self.max_slots = stages
+        self.max_context = min(max_context or config.max_seq_len, config.max_seq_len)
+        self.prefill_chunk = prefill_chunk
+        self._region_bytes = self._stage_bytes()
+        # One emulated PE stands for one stage's region: its SRAM is the region's bytes.
+        spec = spec_from(
+            "tiny",
+            name="pipeline",
+            pe_rows=max(stages, 8),
+            spare_rows=0,
+            spare_cols=0,
+            defect_rate=0.0,
+            sram_bytes_per_pe=sum(self._region_bytes.values()),
+        )
+        self.wafer = build_wafer(
+            spec, grid=(stages, 1), mesh_shape=None if mesh_rows is None else (mesh_rows, 1)
+        )
+        for name, nbytes in self._region_bytes.items():
+            self.wafer.sram.allocate(name, nbytes)
+        self._place_weights(model.params)
+        self._counters = {"steps": 0, "prefills": 0, "tokens": 0}
+        self._compile()
+
+    def _stage_bytes(self) -> dict[str, int]:
+        c = self.config
+        per = -(-c.n_layers // self.stages)
+        item = jnp.dtype(c.dtype).itemsize
+        return {
+            "stage_weights": per * c.layer_params() * jnp.dtype(c.param_dtype).itemsize,
+            "stage_kv_cache": 2 * per * self.stages * self.max_context * c.n_kv_heads * c.hd * item,
+            "stage_activation": 4 * c.d_model * item,
+        }
+
+    def _place_weights(self, params: Any) -> None:
+        rows = self.wafer.padded_shape[0]
+        index, valid = stage_layout(self.config.n_layers, self.stages, rows)
+        self._index = jnp.asarray(index)
+        gather = lambda x: np.asarray(x)[index][: self.stages, None]  # noqa: E731
+        self._sparams = jax.tree.map(lambda x: self.wafer.place(gather(x))[:, 0], params["layers"])
+        self._valid = self.wafer.place(valid[: self.stages, None])
+        self._layers = params["layers"]
+        self._head = {"embed": params["embed"], "final": params["final"]}
+
+    def _compile(self) -> None:
+        c, w, s = self.config, self.wafer, self.stages
+        self._cycle_fn = jax.jit(
+            lambda head, sp, valid, st: _cycle(c, w, s, head, sp, valid, st), donate_argnums=3
+        )
+        self._prime_fn = jax.jit(functools.partial(_prime, c, s), donate_argnums=3)
+
+    # -- Engine protocol ------------------------------------------------------------------
+    def init_decode_state(self) -> PipelineDecodeState:
+        c, s, rows = self.config, self.stages, self.wafer.padded_shape[0]
+        per = int(self._index.shape[1])
+        cache_shape = (s, 1, per, s, self.max_context, c.n_kv_heads, c.hd)
+        zeros_i = lambda: jnp.zeros((s,), jnp.int32)  # noqa: E731 (separate buffers)
+        st = PipeState(
+            h=self.wafer.place(np.zeros((s, 1, c.d_model), c.dtype)),
+            k=self.wafer.place(np.zeros(cache_shape, c.dtype)),
+            v=self.wafer.place(np.zeros(cache_shape, c.dtype)),
+            tokens=zeros_i(),
+            pos=zeros_i(),
+            count=zeros_i(),
+            keys=jnp.zeros((s, 2), jnp.uint32),
+            temperature=jnp.ones((s,), jnp.float32),
+            top_k=zeros_i(),
+            top_p=jnp.ones((s,), jnp.float32),
+            active=jnp.zeros((s,), bool),
+        )
+        assert st.h.shape[0] == rows
+        return PipelineDecodeState(st)
+
+    def prefill(self, *, prompt_ids: Sequence[int], sampling: SamplingParams) -> Prefix:
+        validate_sampling(
+            sampling,
+            vocab_size=self.vocab_size,
+            max_context=self.max_context,
+            prompt_len=len(prompt_ids),
+        )
+        key = sequence_key(sampling.seed)
+        logits, cache = prefill(
+            self.config, self.model.params, prompt_ids, self.max_context, self.prefill_chunk
+        )
+        self._counters["prefills"] += 1
+        return Prefix(
+            prompt_len=len(prompt_ids),
+            first_token=first_token(logits, sampling, key),
+            sampling=sampling,
+            payload=_Payload(cache, key),
+        )
+
+    def insert(self, *, prefix: Prefix, state: PipelineDecodeState, slot: int):
+        if not 0 <= slot < self.max_slots or slot in state.seqs:
+            raise ValueError(f"slot {slot} is occupied or outside 0..{self.max_slots - 1}")
+        groups = _split(self.config.n_layers, self.stages)
+        bound = groups[(self.stages - slot if slot else self.stages) - 1][1]
+        s = prefix.sampling
+        i32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
+        state.device = self._prime_fn(
+            self._head,
+            self._layers,
+            self._index,
+            state.device,
+            prefix.payload.cache.k,
+            prefix.payload.cache.v,
+            i32(prefix.first_token),
+            i32(prefix.prompt_len),
+            i32(slot),
+            i32(bound),
+            prefix.payload.key,
+            jnp.float32(s.temperature),
+            i32(s.top_k),
+            jnp.float32(s.top_p),
+        )
+        tracker = SequenceTracker(s, self.tokenizer)
+        tracker.add(prefix.first_token)
+        state.seqs[slot] = tracker
+        return state
+
+    def generate(self, *, state: PipelineDecodeState):
+        state.device, out = self._cycle_fn(self._head, self._sparams, self._valid, state.device)
+        tokens = np.asarray(out)
+        self._counters["steps"] += 1
+        outputs = []
+        for slot, tracker in sorted(state.seqs.items()):
+            new: tuple[int, ...] = ()
+            if tracker.finish_reason is None:
+                tracker.add(int(tokens[slot]))
+                new = (int(tokens[slot]),)
+                self._counters["tokens"] += 1
+            reason = tracker.finish_reason
+            outputs.append(SlotOutput(slot, new, reason is not None, reason))
+        return state, outputs
+
+    def release(self, *, state: PipelineDecodeState, slot: int):
+        if slot not in state.seqs:
+            raise ValueError(f"release of empty slot {slot}")
+        del state.seqs[slot]
+        st = state.device
+        state.device = st._replace(active=st.active.at[slot].set(False))
+        return state
+
+    def metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self._counters.items()}
+
+    # -- convenience --------------------------------------------------------------------
+    def generate_all(
+        self, prompts: Sequence[Sequence[int]], samplings: Sequence[SamplingParams]
+    ) -> list[list[int]]:
+        """Run up to S prompts together to completion; the generated ids of each."""
+        state = self.init_decode_state()
+        for slot, (ids, s) in enumerate(zip(prompts, samplings, strict=True)):
+            state = self.insert(
+                prefix=self.prefill(prompt_ids=ids, sampling=s), state=state, slot=slot
+            )
+        while any(t.finish_reason is None for t in state.seqs.values()):
+            state, _ = self.generate(state=state)
+        return [state.seqs[i].tokens for i in range(len(prompts))]
