@@ -1,0 +1,64 @@
+"""`wse hpc stencil`: JSON output checked against the problem's physics, PNG, bad input."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+from wse_cli.app import app
+
+runner = CliRunner()
+BASE = ["hpc", "stencil", "--preset", "small", "--json"]
+
+
+def test_heat_json_reports_exact_decay_and_prediction():
+    r = runner.invoke(app, [*BASE, "--kind", "heat", "--grid", "9", "11", "8", "--steps", "20"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["steps"] == 20 and d["history"][0][1] < 1e-7  # fp32 rounding of u0
+    # fp32 explicit Euler on the eigenmode follows (1 - dt lambda)^n to rounding.
+    assert d["final"]["max_deviation_from_exact_decay"] < 1e-5
+    assert d["predicted_s_per_step"] > 0 and d["measured_cells_per_s"] > 0
+    assert d["sram"]["used_bytes_per_pe"] == 8 * 4
+
+
+def test_bicgstab_converges_and_writes_png(tmp_path):
+    png = tmp_path / "b.png"
+    r = runner.invoke(
+        app,
+        [
+            *BASE,
+            "--kind",
+            "bicgstab",
+            "--grid",
+            "8",
+            "8",
+            "8",
+            "--dtype",
+            "fp32",
+            "--tol",
+            "1e-6",
+            "--png",
+            str(png),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["final"]["recurrence_residual"] <= 1e-6 and d["history"][-1][1] <= 1e-6
+    assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--kind", "jacobi", "--grid", "8", "8", "100000"], "largest nz"),
+        (["--kind", "wave25", "--grid", "8", "8", "3"], "at least 5 points"),
+        (["--kind", "bicgstab", "--grid", "8", "8", "8", "--tol", "0"], "tol must be"),
+        (["--kind", "jacobi", "--grid", "8", "8", "8", "--steps", "-1"], "steps must be"),
+        (["--kind", "jacobi", "--grid", "8", "8", "8", "--tol", "1e-3"], "--tol applies"),
+        (["--kind", "wave", "--grid", "8", "8", "8"], "did you mean"),
+    ],
+)
+def test_bad_input_is_a_clear_error(args, message):
+    r = runner.invoke(app, [*BASE, *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output

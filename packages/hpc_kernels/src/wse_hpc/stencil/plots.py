@@ -1,0 +1,41 @@
+"""Figures of a stencil run: a Z slice of the solution beside its history (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from wse_hpc.stencil.runs import StencilRun  # noqa: E402
+
+__all__ = ["plot_run"]
+
+
+def plot_run(run: StencilRun, path: str | Path) -> Path:
+    """Write a PNG: the z = nz/2 slice and the history (log scale when positive)."""
+    cfg = run.config
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4))
+    im = ax0.imshow(run.slice_xy.T, origin="lower", cmap="RdBu_r", aspect="auto")
+    fig.colorbar(im, ax=ax0)
+    ax0.set(
+        title=f"{cfg.kind}: u at z = {cfg.grid[2] // 2}",
+        xlabel="x (PE row)",
+        ylabel="y (PE column)",
+    )
+    steps = [s for s, _ in run.history]
+    values = [v for _, v in run.history]
+    ax1.plot(steps, values, marker="o", ms=3)
+    if all(v > 0 for v in values):
+        ax1.set_yscale("log")
+    label = "iteration" if cfg.kind == "bicgstab" else "step"
+    ax1.set(title=run.metric, xlabel=label)
+    ax1.grid(True, alpha=0.3)
+    fig.suptitle(f"{cfg.grid[0]} x {cfg.grid[1]} x {cfg.grid[2]} on {cfg.preset}, {cfg.dtype}")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
