@@ -152,14 +152,26 @@ class _Generation:
             )
         )
 
+    async def _next(self) -> StreamEvent:
+        """The next event merged with those already queued: a slow reader gets fewer chunks."""
+        ev = await self.queue.get()
+        while ev.finish_reason is None and not self.queue.empty():
+            nxt = self.queue.get_nowait()
+            ev = dataclasses.replace(
+                nxt, text=ev.text + nxt.text, token_ids=ev.token_ids + nxt.token_ids
+            )
+        return ev
+
     async def stream(self) -> AsyncIterator[str]:
         p, rid, created = self.p, self.rid, self.created
         try:
             if p.kind == "chat":
                 yield _sse(oa.chunk_body(p, rid, created, text=None, finish_reason=None, role=True))
             while True:
-                ev = await self.queue.get()
+                ev = await self._next()
                 if ev.error is not None:
+                    if ev.text:
+                        yield _sse(oa.chunk_body(p, rid, created, text=ev.text, finish_reason=None))
                     yield _sse(oa.error_body(ev.error, type_="server_error", code=ev.finish_reason))
                     break
                 if ev.text or ev.finish_reason:

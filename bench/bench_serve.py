@@ -1,0 +1,161 @@
+"""Serving benchmark: what HTTP (SSE) and gRPC streaming cost over the scheduler alone.
+
+One MockEngine (8 slots, next token = last + 1) serves the same workload three ways, side by
+side in one process: `direct` (requests submitted to the `Scheduler` in-process; the
+baseline), `http` (the OpenAI server on loopback, driven by `wse_inference.load_test` with
+streaming clients) and `grpc` (streaming `Generate` calls from a thread pool). Each is run
+with a free engine step (0 ms: the serving stack is the bottleneck) and a 2 ms step (an
+engine-bound server, where the stack should cost little). Prints a table and writes
+bench/results/serve.json.
+
+    python bench/bench_serve.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+MAX_SLOTS = 8
+
+
+def _engine(step_delay_s: float):
+    from wse_inference.mock import MockEngine
+
+    return MockEngine(max_slots=MAX_SLOTS, max_context=1024, step_delay_s=step_delay_s)
+
+
+def direct(step_delay_s: float, n: int, max_tokens: int) -> dict:
+    from wse_inference.engine import SamplingParams
+    from wse_inference.scheduler import Scheduler
+
+    s = Scheduler(_engine(step_delay_s), max_queued=n).start()
+    qs = [queue.Queue() for _ in range(n)]
+    t0 = time.perf_counter()
+    for i, q in enumerate(qs):
+        s.submit(
+            prompt_ids=[i % 200 + 1], sampling=SamplingParams(max_tokens=max_tokens), sink=q.put
+        )
+    tokens = 0
+    for q in qs:
+        while (ev := q.get(timeout=60)).finish_reason is None:
+            pass
+        tokens += ev.completion_tokens
+    wall = time.perf_counter() - t0
+    s.stop()
+    return {
+        "tokens_per_s": tokens / wall,
+        "requests_per_s": n / wall,
+        "ttft_p50_ms": None,
+        "tpot_p50_ms": None,
+    }
+
+
+def http(step_delay_s: float, n: int, max_tokens: int, concurrency: int) -> dict:
+    from wse_inference.load_test import LoadTestConfig, run_load_test
+    from wse_inference.server import ServeConfig, Server
+
+    srv = Server(_engine(step_delay_s), ServeConfig(port=0, max_queued=n)).start()
+    try:
+        r = run_load_test(
+            LoadTestConfig(
+                url=srv.http_url, num_requests=n, concurrency=concurrency, max_tokens=max_tokens
+            )
+        )
+    finally:
+        srv.close()
+    assert r["failed"] == 0, r["errors"]
+    return {
+        "tokens_per_s": r["output_tokens_per_s"],
+        "requests_per_s": r["request_throughput_per_s"],
+        "ttft_p50_ms": r["ttft_s"]["p50"] * 1e3,
+        "tpot_p50_ms": r["tpot_s"]["p50"] * 1e3,
+    }
+
+
+def grpc_case(step_delay_s: float, n: int, max_tokens: int, concurrency: int) -> dict:
+    import grpc
+    from wse_inference.proto import load_stubs
+    from wse_inference.server import ServeConfig, Server
+
+    pb2, pb2_grpc = load_stubs()
+    srv = Server(_engine(step_delay_s), ServeConfig(port=0, grpc_port=0, max_queued=n)).start()
+    channel = grpc.insecure_channel(srv.grpc_target)
+    stub = pb2_grpc.GenerationStub(channel)
+
+    def one(i: int) -> tuple[int, float, float]:
+        t0 = time.perf_counter()
+        first, count = None, 0
+        req = pb2.GenerateRequest(text="The wafer-scale engine", max_tokens=max_tokens)
+        for resp in stub.Generate(req, timeout=60):
+            first = first if first is not None else time.perf_counter() - t0
+            count += len(resp.token_ids)
+        e2e = time.perf_counter() - t0
+        return count, first, (e2e - first) / max(1, count - 1)
+
+    try:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            out = list(pool.map(one, range(n)))
+        wall = time.perf_counter() - t0
+    finally:
+        channel.close()
+        srv.close()
+    return {
+        "tokens_per_s": sum(o[0] for o in out) / wall,
+        "requests_per_s": n / wall,
+        "ttft_p50_ms": float(np.median([o[1] for o in out])) * 1e3,
+        "tpot_p50_ms": float(np.median([o[2] for o in out])) * 1e3,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    n, max_tokens, conc = (32, 16, 16) if args.quick else (128, 64, 32)
+    rows = []
+    for delay in (0.0, 0.002):
+        base = direct(delay, n, max_tokens)
+        cases = {
+            "direct": base,
+            "http": http(delay, n, max_tokens, conc),
+            "grpc": grpc_case(delay, n, max_tokens, conc),
+        }
+        for name, r in cases.items():
+            rows.append(
+                {
+                    "case": name,
+                    "step_ms": delay * 1e3,
+                    "requests": n,
+                    "max_tokens": max_tokens,
+                    "concurrency": conc,
+                    **r,
+                    "ratio_vs_direct": r["tokens_per_s"] / base["tokens_per_s"],
+                }
+            )
+    print(
+        f"{'case':7} {'step ms':>7} {'tok/s':>9} {'req/s':>7} {'TTFT p50':>9} "
+        f"{'TPOT p50':>9} {'vs direct':>9}"
+    )
+    for r in rows:
+        ttft = f"{r['ttft_p50_ms']:.1f}" if r["ttft_p50_ms"] is not None else "-"
+        tpot = f"{r['tpot_p50_ms']:.2f}" if r["tpot_p50_ms"] is not None else "-"
+        print(
+            f"{r['case']:7} {r['step_ms']:7.1f} {r['tokens_per_s']:9.0f} "
+            f"{r['requests_per_s']:7.1f} {ttft:>9} {tpot:>9} {r['ratio_vs_direct']:9.2f}"
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "serve.json").write_text(json.dumps({"quick": args.quick, "rows": rows}, indent=2))
+    print(f"wrote {RESULTS / 'serve.json'}")
+
+
+if __name__ == "__main__":
+    main()
