@@ -27,3 +27,79 @@ Contract (other packages code against exactly this; see the models issue):
   `model.params()` gives the functional pytree.
 - HF format: `from_pretrained(path)` -> Transformer; `save_pretrained(model, path)`.
 """
+
+from wse_models.cache import KVCache, LayerCache, init_cache, write_cache
+from wse_models.checkpoint import (
+    from_pretrained,
+    hf_tensor_names,
+    load_params,
+    save_params,
+    save_pretrained,
+)
+from wse_models.config import (
+    PRESETS,
+    ModelConfig,
+    RopeScaling,
+    dtype_bytes,
+    preset_config,
+)
+from wse_models.decoder import (
+    apply_layer,
+    apply_layers,
+    default_positions,
+    embed,
+    forward,
+    rope_inv_freq,
+    unembed,
+)
+from wse_models.errors import CheckpointError, ModelConfigError, ModelError
+from wse_models.hf_config import config_from_hf, config_to_hf
+from wse_models.module import Transformer
+from wse_models.params import (
+    Params,
+    cast_params,
+    init_params,
+    layer_range,
+    layer_slice,
+    layer_update,
+    param_shapes,
+    tree_num_params,
+)
+
+__all__ = [
+    "PRESETS",
+    "CheckpointError",
+    "KVCache",
+    "LayerCache",
+    "ModelConfig",
+    "ModelConfigError",
+    "ModelError",
+    "Params",
+    "RopeScaling",
+    "Transformer",
+    "apply_layer",
+    "apply_layers",
+    "cast_params",
+    "config_from_hf",
+    "config_to_hf",
+    "default_positions",
+    "dtype_bytes",
+    "embed",
+    "forward",
+    "from_pretrained",
+    "hf_tensor_names",
+    "init_cache",
+    "init_params",
+    "layer_range",
+    "layer_slice",
+    "layer_update",
+    "load_params",
+    "param_shapes",
+    "preset_config",
+    "rope_inv_freq",
+    "save_params",
+    "save_pretrained",
+    "tree_num_params",
+    "unembed",
+    "write_cache",
+]

@@ -1,0 +1,71 @@
+"""The KV cache: per-layer keys and values by absolute position, one row per user.
+
+`LayerCache(k, v)` holds one layer, k and v of shape [batch, max_len, n_kv_heads, head_dim];
+`KVCache(k, v)` stacks them on a leading n_layers axis (slice it with `layer_slice` /
+`layer_range` like the parameters). The cache keeps no lengths: the caller's positions are
+the state. A token at position p is written into slot p of its row and attends to every slot
+<= p of that row, so rows may sit at different lengths in one step, several tokens may be
+written per step (speculative verification), and rolling a row back is just reusing smaller
+positions (stale slots beyond are masked, then overwritten). A negative position marks a
+padding token: it is not written and its output is unspecified (finite).
+Positions >= max_len are dropped (not written), so size the cache for the longest row.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from wse_models.config import ModelConfig
+from wse_models.errors import ModelError
+
+__all__ = ["KVCache", "LayerCache", "init_cache", "write_cache"]
+
+
+class LayerCache(NamedTuple):
+    """One layer's cache: k, v [batch, max_len, n_kv_heads, head_dim]."""
+
+    k: jax.Array
+    v: jax.Array
+
+
+class KVCache(NamedTuple):
+    """All layers' caches: k, v [n_layers, batch, max_len, n_kv_heads, head_dim]."""
+
+    k: jax.Array
+    v: jax.Array
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[2]
+
+    @property
+    def batch(self) -> int:
+        return self.k.shape[1]
+
+
+def init_cache(config: ModelConfig, batch: int, max_len: int, dtype: str | None = None) -> KVCache:
+    """An all-zero cache for `batch` rows of up to `max_len` positions (dtype: config.dtype)."""
+    if batch <= 0 or max_len <= 0:
+        raise ModelError(f"cache needs batch > 0 and max_len > 0, got {batch} and {max_len}")
+    if config.arch == "gpt2" and max_len > config.max_seq_len:
+        raise ModelError(
+            f"cache max_len={max_len} exceeds the gpt2 position table ({config.max_seq_len})"
+        )
+    shape = (config.n_layers, batch, max_len, config.n_kv_heads, config.hd)
+    dt = jnp.dtype(dtype or config.dtype)
+    return KVCache(k=jnp.zeros(shape, dt), v=jnp.zeros(shape, dt))
+
+
+def write_cache(cache: LayerCache, k: jax.Array, v: jax.Array, positions: jax.Array) -> LayerCache:
+    """Write k, v [b, t, kv, hd] into slots `positions` [b, t] of each row (negatives dropped)."""
+    b, s = cache.k.shape[:2]
+    if k.shape[0] != b:
+        raise ModelError(f"cache has batch {b} but the tokens have batch {k.shape[0]}")
+    slots = jnp.where(positions < 0, s, positions)  # out of bounds: dropped by mode="drop"
+    rows = jnp.broadcast_to(jnp.arange(b)[:, None], slots.shape)
+    new_k = cache.k.at[rows, slots].set(k.astype(cache.k.dtype), mode="drop")
+    new_v = cache.v.at[rows, slots].set(v.astype(cache.v.dtype), mode="drop")
+    return LayerCache(k=new_k, v=new_v)

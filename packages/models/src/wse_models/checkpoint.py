@@ -1,0 +1,311 @@
+"""HF-format checkpoints: a directory of `config.json` + `*.safetensors` (sharded or not).
+
+    model = from_pretrained("path/to/dir")      # GPT2LMHeadModel or LlamaForCausalLM
+    save_pretrained(model, "out/dir")           # loadable by transformers' from_pretrained
+
+Tensor names follow transformers. GPT-2 stores Conv1D weights as [in, out] (our layout) with
+q, k, v fused in `c_attn`; Llama stores nn.Linear weights as [out, in] (transposed here), and
+its q/k rows are already permuted by HF's converter into the rotate-half RoPE layout that
+`wse_models.decoder` uses, so no permutation is applied. Every tensor is checked: a missing
+tensor, a wrong shape or an unexpected tensor is a `CheckpointError` naming it; only
+non-parameter buffers (GPT-2 `attn.bias`/`attn.masked_bias`, `rotary_emb.inv_freq`) and a
+tied `lm_head.weight` are skipped. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors import safe_open
+from safetensors.flax import save_file
+
+from wse_models.config import ModelConfig
+from wse_models.errors import CheckpointError
+from wse_models.hf_config import config_from_hf, config_to_hf
+from wse_models.module import Transformer
+from wse_models.params import Params, param_shapes
+
+__all__ = ["from_pretrained", "hf_tensor_names", "load_params", "save_params", "save_pretrained"]
+
+INDEX_FILE = "model.safetensors.index.json"
+_BUFFERS = re.compile(r"(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq)$")
+# (hf name, our paths, kind): kind "copy" | "T" (nn.Linear) | "qkv" (GPT-2's fused c_attn)
+Entry = tuple[str, tuple[tuple[str, ...], ...], str]
+
+
+def _gpt2_table(c: ModelConfig) -> tuple[list[Entry], list[Entry]]:
+    top = [
+        ("transformer.wte.weight", (("embed", "tok"),), "copy"),
+        ("transformer.wpe.weight", (("embed", "pos"),), "copy"),
+        ("transformer.ln_f.weight", (("final", "norm", "scale"),), "copy"),
+        ("transformer.ln_f.bias", (("final", "norm", "bias"),), "copy"),
+    ]
+    qkv_w = (("attn", "wq"), ("attn", "wk"), ("attn", "wv"))
+    qkv_b = (("attn", "bq"), ("attn", "bk"), ("attn", "bv"))
+    layer = [
+        ("ln_1.weight", (("attn_norm", "scale"),), "copy"),
+        ("ln_1.bias", (("attn_norm", "bias"),), "copy"),
+        ("attn.c_attn.weight", qkv_w, "qkv"),
+        ("attn.c_attn.bias", qkv_b, "qkv"),
+        ("attn.c_proj.weight", (("attn", "wo"),), "copy"),
+        ("attn.c_proj.bias", (("attn", "bo"),), "copy"),
+        ("ln_2.weight", (("mlp_norm", "scale"),), "copy"),
+        ("ln_2.bias", (("mlp_norm", "bias"),), "copy"),
+        ("mlp.c_fc.weight", (("mlp", "w_up"),), "copy"),
+        ("mlp.c_fc.bias", (("mlp", "b_up"),), "copy"),
+        ("mlp.c_proj.weight", (("mlp", "w_down"),), "copy"),
+        ("mlp.c_proj.bias", (("mlp", "b_down"),), "copy"),
+    ]
+    return top, [(f"transformer.h.{{i}}.{n}", p, k) for n, p, k in layer]
+
+
+def _llama_table(c: ModelConfig) -> tuple[list[Entry], list[Entry]]:
+    top = [
+        ("model.embed_tokens.weight", (("embed", "tok"),), "copy"),
+        ("model.norm.weight", (("final", "norm", "scale"),), "copy"),
+    ]
+    lin = {"self_attn.q_proj": "wq", "self_attn.k_proj": "wk", "self_attn.v_proj": "wv",
+           "self_attn.o_proj": "wo"}  # fmt: skip
+    layer: list[Entry] = [(f"{n}.weight", (("attn", w),), "T") for n, w in lin.items()]
+    for n in ("gate", "up", "down"):
+        layer.append((f"mlp.{n}_proj.weight", (("mlp", f"w_{n}"),), "T"))
+    layer.append(("input_layernorm.weight", (("attn_norm", "scale"),), "copy"))
+    layer.append(("post_attention_layernorm.weight", (("mlp_norm", "scale"),), "copy"))
+    return top, [(f"model.layers.{{i}}.{n}", p, k) for n, p, k in layer]
+
+
+def _tables(c: ModelConfig) -> tuple[list[Entry], list[Entry]]:
+    top, layer = _gpt2_table(c) if c.arch == "gpt2" else _llama_table(c)
+    if not c.tie_embeddings:
+        top.append(("lm_head.weight", (("final", "head"),), "T"))
+    return top, layer
+
+
+def hf_tensor_names(config: ModelConfig) -> list[str]:
+    """The HF tensor names a checkpoint of `config` holds (lm_head only when untied)."""
+    top, layer = _tables(config)
+    names = [n for n, _, _ in top]
+    return names + [n.format(i=i) for i in range(config.n_layers) for n, _, _ in layer]
+
+
+def _get(tree: Any, path: tuple[str, ...]) -> Any:
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _put(tree: dict, path: tuple[str, ...], value: Any) -> None:
+    for k in path[:-1]:
+        tree = tree.setdefault(k, {})
+    tree[path[-1]] = value
+
+
+def _hf_shape(shapes: list[tuple[int, ...]], kind: str) -> tuple[int, ...]:
+    if kind == "T":
+        return tuple(reversed(shapes[0]))
+    if kind == "qkv":
+        return (*shapes[0][:-1], sum(s[-1] for s in shapes))
+    return shapes[0]
+
+
+def _to_ours(x: np.ndarray, kind: str, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    if kind == "T":
+        return [x.T]
+    if kind == "qkv":
+        cuts = np.cumsum([s[-1] for s in shapes])[:-1]
+        return list(np.split(x, cuts, axis=-1))
+    return [x]
+
+
+def _to_hf(xs: list[np.ndarray], kind: str) -> np.ndarray:
+    if kind == "T":
+        return xs[0].T
+    if kind == "qkv":
+        return np.concatenate(xs, axis=-1)
+    return xs[0]
+
+
+# ---- reading ----------------------------------------------------------------------------
+
+
+class _Tensors:
+    """Lazy access to every tensor of a checkpoint directory, remembering which were read."""
+
+    def __init__(self, path: Path) -> None:
+        self.files = _weight_map(path)
+        self.used: set[str] = set()
+        self._open: dict[str, Any] = {}
+
+    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in self.files:
+            raise CheckpointError(f"checkpoint is missing tensor {name!r} (shape {shape})")
+        f = self.files[name]
+        if f not in self._open:
+            self._open[f] = safe_open(f, framework="flax")
+        got = tuple(self._open[f].get_slice(name).get_shape())
+        if got != tuple(shape):
+            raise CheckpointError(f"tensor {name!r} has shape {got}, expected {tuple(shape)}")
+        self.used.add(name)
+        return np.asarray(self._open[f].get_tensor(name))
+
+
+def _weight_map(path: Path) -> dict[str, str]:
+    index = path / INDEX_FILE
+    if index.exists():
+        wm = json.loads(index.read_text())["weight_map"]
+        for f in sorted(set(wm.values())):
+            if not (path / f).exists():
+                raise CheckpointError(f"{INDEX_FILE} names shard {f!r}, missing from {path}")
+        return {k: str(path / f) for k, f in wm.items()}
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(
+            f"no *.safetensors in {path} (only safetensors checkpoints are read, not .bin)"
+        )
+    out: dict[str, str] = {}
+    for f in files:
+        with safe_open(str(f), framework="flax") as h:
+            out.update(dict.fromkeys(h.keys(), str(f)))
+    return out
+
+
+def _read_hf_config(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
+    cfg = path / "config.json"
+    if not cfg.exists():
+        raise CheckpointError(f"no config.json in {path}")
+    try:
+        return json.loads(cfg.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{cfg} is not valid JSON: {err}") from err
+
+
+def _normalize(tensors: _Tensors) -> None:
+    """GPT-2 files saved from GPT2Model lack the 'transformer.' prefix: add it."""
+    if not any(k.startswith("transformer.") for k in tensors.files):
+        tensors.files = {
+            (k if k.startswith("lm_head") else f"transformer.{k}"): f
+            for k, f in tensors.files.items()
+        }
+
+
+def load_params(path: str | os.PathLike, config: ModelConfig) -> Params:
+    """The parameter pytree of the HF checkpoint in `path`, checked against `config`."""
+    tensors = _Tensors(Path(path))
+    if config.arch == "gpt2":
+        _normalize(tensors)
+    shapes = jax.tree.map(lambda s: s.shape, param_shapes(config))
+    top, layer = _tables(config)
+    tree: dict[str, Any] = {}
+    _load_entries(tensors, top, shapes, tree, {})
+    per_layer: list[dict[str, Any]] = []
+    for i in range(config.n_layers):
+        per_layer.append({})
+        layer_shapes = jax.tree.map(lambda s: s[1:], shapes["layers"], is_leaf=_is_tuple)
+        _load_entries(tensors, layer, layer_shapes, per_layer[-1], {"i": i})
+    tree["layers"] = jax.tree.map(lambda *xs: np.stack(xs), *per_layer)
+    _check_unused(tensors, config)
+    dt = jnp.dtype(config.param_dtype)
+    return jax.tree.map(lambda x: jnp.asarray(x, dt), tree)
+
+
+def _is_tuple(x: object) -> bool:
+    return isinstance(x, tuple)
+
+
+def _load_entries(tensors, entries, shapes, tree, fmt: dict[str, int]) -> None:
+    for name, paths, kind in entries:
+        ours = [tuple(_get(shapes, p)) for p in paths]
+        x = tensors.get(name.format(**fmt), _hf_shape(ours, kind))
+        for p, v in zip(paths, _to_ours(x, kind, ours), strict=True):
+            _put(tree, p, v)
+
+
+def _check_unused(tensors: _Tensors, config: ModelConfig) -> None:
+    extra = [
+        k for k in tensors.files
+        if k not in tensors.used and not _BUFFERS.search(k)
+        and not (k == "lm_head.weight" and config.tie_embeddings)
+    ]  # fmt: skip
+    if extra:
+        more = f" and {len(extra) - 5} more" if len(extra) > 5 else ""
+        raise CheckpointError(
+            f"checkpoint has tensors this {config.arch} config does not use: {extra[:5]}{more}"
+        )
+
+
+def from_pretrained(
+    path: str | os.PathLike, *, dtype: str = "float32", param_dtype: str | None = None
+) -> Transformer:
+    """A `Transformer` from a local HF directory (GPT-2 or Llama; compute `dtype`)."""
+    config = config_from_hf(_read_hf_config(Path(path)), dtype=dtype, param_dtype=param_dtype)
+    return Transformer(config, params=load_params(path, config))
+
+
+# ---- writing ----------------------------------------------------------------------------
+
+
+def _hf_tensors(config: ModelConfig, params: Params) -> dict[str, np.ndarray]:
+    top, layer = _tables(config)
+    out = {n: _to_hf([np.asarray(_get(params, p)) for p in ps], k) for n, ps, k in top}
+    layers = jax.tree.map(np.asarray, params["layers"])
+    for i in range(config.n_layers):
+        for n, ps, k in layer:
+            out[n.format(i=i)] = _to_hf([_get(layers, p)[i] for p in ps], k)
+    return out
+
+
+def _shards(tensors: dict[str, np.ndarray], max_shard_bytes: int) -> list[list[str]]:
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, x in tensors.items():
+        if shards[-1] and size + x.nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += x.nbytes
+    return shards
+
+
+def save_params(
+    config: ModelConfig,
+    params: Params,
+    path: str | os.PathLike,
+    *,
+    max_shard_bytes: int = 5 * 2**30,
+) -> list[Path]:
+    """Write config.json and safetensors (sharded over `max_shard_bytes`); return the files."""
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config_to_hf(config), indent=2) + "\n")
+    tensors = _hf_tensors(config, params)
+    shards = _shards(tensors, max_shard_bytes)
+    n = len(shards)
+    names = ["model.safetensors"] if n == 1 else [
+        f"model-{k + 1:05d}-of-{n:05d}.safetensors" for k in range(n)
+    ]  # fmt: skip
+    for fname, shard in zip(names, shards, strict=True):
+        arrays = {k: jnp.asarray(np.ascontiguousarray(tensors[k])) for k in shard}
+        save_file(arrays, str(out / fname), metadata={"format": "pt"})
+    if n > 1:
+        index = {
+            "metadata": {"total_size": sum(x.nbytes for x in tensors.values())},
+            "weight_map": {k: f for f, s in zip(names, shards, strict=True) for k in s},
+        }
+        (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    return [out / "config.json", *(out / f for f in names)]
+
+
+def save_pretrained(
+    model: Transformer, path: str | os.PathLike, *, max_shard_bytes: int = 5 * 2**30
+) -> list[Path]:
+    """Write `model` as an HF checkpoint directory (config.json + safetensors)."""
+    return save_params(model.config, model.params(), path, max_shard_bytes=max_shard_bytes)

@@ -1,0 +1,251 @@
+"""One frozen dataclass describes a model; sizes, bytes and FLOPs follow from it analytically.
+
+`ModelConfig` covers both families: "gpt2" (LayerNorm with bias, learned positions, GELU MLP,
+biases everywhere, usually tied embeddings) and "llama" (RMSNorm, RoPE, SwiGLU, grouped-query
+attention, no biases). Counting methods never allocate: the performance model and the planners
+ask them about Llama-3 405B on a laptop. Presets carry the published shapes; their parameter
+counts are checked against the published totals in the tests.
+
+The config is hashable, so it can be a static argument of `jax.jit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+from wse_core.errors import suggest
+
+from wse_models.errors import ModelConfigError
+
+__all__ = [
+    "ARCHS",
+    "DTYPES",
+    "PRESETS",
+    "ModelConfig",
+    "RopeScaling",
+    "dtype_bytes",
+    "preset_config",
+]
+
+ARCHS = ("gpt2", "llama")
+DTYPES = ("float32", "bfloat16")
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "float8": 1}
+
+
+def dtype_bytes(dtype: object) -> int:
+    """Bytes per element of a dtype ("float32", "bfloat16", "int8", a numpy/jax dtype...)."""
+    if isinstance(dtype, str) and dtype in _DTYPE_BYTES:
+        return _DTYPE_BYTES[dtype]
+    try:
+        return int(np.dtype(dtype).itemsize)  # type: ignore[call-overload]
+    except TypeError as err:
+        raise ModelConfigError(
+            f"unknown dtype {dtype!r}; use one of {sorted(_DTYPE_BYTES)}"
+        ) from err
+
+
+@dataclass(frozen=True, kw_only=True)
+class RopeScaling:
+    """Llama 3.1+ RoPE frequency scaling (HF `rope_type: "llama3"`)."""
+
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """A decoder-only transformer. `dtype` is the compute dtype, `param_dtype` the storage one.
+
+    `head_dim` defaults to d_model // n_heads. `max_seq_len` sizes GPT-2's learned position
+    table; for Llama it is only the longest context the model was trained for.
+    """
+
+    arch: str
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    max_seq_len: int
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_embeddings: bool = False
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    head_dim: int | None = None
+    rope_scaling: RopeScaling | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ModelConfigError(f"unknown arch {self.arch!r}; use one of {ARCHS}")
+        for field in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
+            if int(getattr(self, field)) <= 0:
+                raise ModelConfigError(f"{field} must be positive, got {getattr(self, field)}")
+        if self.max_seq_len <= 0:
+            raise ModelConfigError(f"max_seq_len must be positive, got {self.max_seq_len}")
+        if self.n_heads % self.n_kv_heads:
+            raise ModelConfigError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}"
+            )
+        if self.arch == "gpt2" and self.n_kv_heads != self.n_heads:
+            raise ModelConfigError("gpt2 has no grouped-query attention: set n_kv_heads=n_heads")
+        if self.head_dim is None and self.d_model % self.n_heads:
+            raise ModelConfigError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                "set head_dim explicitly"
+            )
+        if self.hd % 2 and self.arch == "llama":
+            raise ModelConfigError(f"RoPE needs an even head_dim, got {self.hd}")
+        for field in ("dtype", "param_dtype"):
+            if getattr(self, field) not in DTYPES:
+                raise ModelConfigError(f"{field}={getattr(self, field)!r}; use one of {DTYPES}")
+        if self.rope_scaling is not None and self.arch != "llama":
+            raise ModelConfigError("rope_scaling applies to arch='llama' only")
+
+    @property
+    def hd(self) -> int:
+        """Head dimension (explicit `head_dim`, else d_model // n_heads)."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    def replace(self, **changes: object) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    # ---- analytic counts (no allocation) --------------------------------------------------
+
+    def embed_params(self) -> int:
+        """Parameters of the embedding (token table, plus GPT-2's position table)."""
+        pos = self.max_seq_len * self.d_model if self.arch == "gpt2" else 0
+        return self.vocab_size * self.d_model + pos
+
+    def attn_matmul_params(self) -> int:
+        """Weights of one layer's q, k, v, o projections."""
+        d, q, kv = self.d_model, self.n_heads * self.hd, self.n_kv_heads * self.hd
+        return 2 * d * q + 2 * d * kv
+
+    def mlp_matmul_params(self) -> int:
+        """Weights of one layer's MLP (2 matrices for GELU, 3 for SwiGLU)."""
+        return (2 if self.arch == "gpt2" else 3) * self.d_model * self.d_ff
+
+    def layer_params(self) -> int:
+        """Parameters of one transformer layer (weights, biases and norms)."""
+        d = self.d_model
+        n = self.attn_matmul_params() + self.mlp_matmul_params()
+        if self.arch == "gpt2":
+            q, kv = self.n_heads * self.hd, self.n_kv_heads * self.hd
+            return n + (q + 2 * kv + d) + (self.d_ff + d) + 4 * d
+        return n + 2 * d
+
+    def final_params(self) -> int:
+        """Parameters of the final norm and (if untied) the output head."""
+        norm = 2 * self.d_model if self.arch == "gpt2" else self.d_model
+        head = 0 if self.tie_embeddings else self.vocab_size * self.d_model
+        return norm + head
+
+    def num_params(self) -> int:
+        """Total parameter count (tied embeddings counted once)."""
+        return self.embed_params() + self.n_layers * self.layer_params() + self.final_params()
+
+    def param_bytes(self, dtype: str | None = None) -> int:
+        """Bytes of all parameters stored in `dtype` (default: param_dtype)."""
+        return self.num_params() * dtype_bytes(dtype or self.param_dtype)
+
+    def layer_bytes(self, dtype: str | None = None) -> int:
+        """Bytes of one layer's parameters in `dtype` (default: param_dtype)."""
+        return self.layer_params() * dtype_bytes(dtype or self.param_dtype)
+
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matmul for every token (all layers and the head)."""
+        layers = self.n_layers * (self.attn_matmul_params() + self.mlp_matmul_params())
+        return layers + self.vocab_size * self.d_model
+
+    def attn_flops_per_token(self, seq_len: int) -> int:
+        """Forward FLOPs of q.k and p.v for one token attending to `seq_len` keys."""
+        return 4 * self.n_layers * self.n_heads * self.hd * int(seq_len)
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """Forward FLOPs for one token that attends to `seq_len` keys (2 per multiply-add).
+
+        Matmuls of all layers and the head plus attention scores and mixing; norms,
+        activations and softmax are left out (< 1% for the presets). For a decode step at
+        context length n, pass n; for the mean over a causal sequence of length S, (S + 1) / 2.
+        """
+        return 2 * self.matmul_params() + self.attn_flops_per_token(seq_len)
+
+    def train_flops_per_token(self, seq_len: int) -> int:
+        """Forward + backward FLOPs per token (3x the forward) at causal mean context."""
+        return 3 * self.flops_per_token((int(seq_len) + 1) // 2)
+
+    def kv_bytes_per_token(self, dtype: str | None = None) -> int:
+        """KV-cache bytes one token adds over all layers (k and v) in `dtype` (default dtype)."""
+        per_layer = 2 * self.n_kv_heads * self.hd
+        return self.n_layers * per_layer * dtype_bytes(dtype or self.dtype)
+
+
+def _gpt2(name: str, d: int, layers: int, heads: int, **kw: object) -> ModelConfig:
+    base = dict(vocab_size=50257, max_seq_len=1024, tie_embeddings=True, norm_eps=1e-5)
+    base.update(kw)
+    return ModelConfig(
+        arch="gpt2", name=name, d_model=d, n_layers=layers, n_heads=heads,
+        n_kv_heads=heads, d_ff=4 * d, **base,
+    )  # fmt: skip
+
+
+_LLAMA31 = RopeScaling(factor=8.0, original_max_position_embeddings=8192)
+_LLAMA32 = RopeScaling(factor=32.0, original_max_position_embeddings=8192)
+
+
+def _llama(name: str, d: int, layers: int, heads: int, ff: int, **kw: object) -> ModelConfig:
+    base = dict(
+        vocab_size=128256, n_kv_heads=8, max_seq_len=131072, norm_eps=1e-5,
+        rope_theta=500000.0, rope_scaling=_LLAMA31, tie_embeddings=False,
+    )  # fmt: skip
+    base.update(kw)
+    return ModelConfig(
+        arch="llama", name=name, d_model=d, n_layers=layers, n_heads=heads, d_ff=ff, **base
+    )
+
+
+PRESETS: dict[str, ModelConfig] = {
+    "tiny-gpt2": _gpt2("tiny-gpt2", 64, 2, 4, vocab_size=256, max_seq_len=128),
+    "tiny-llama": _llama(
+        "tiny-llama",
+        64,
+        2,
+        4,
+        128,
+        vocab_size=256,
+        n_kv_heads=2,
+        max_seq_len=128,
+        rope_theta=10000.0,
+        rope_scaling=None,
+    ),  # fmt: skip
+    "gpt2-124m": _gpt2("gpt2-124m", 768, 12, 12),
+    "gpt2-355m": _gpt2("gpt2-355m", 1024, 24, 16),
+    "gpt2-774m": _gpt2("gpt2-774m", 1280, 36, 20),
+    "gpt2-1.5b": _gpt2("gpt2-1.5b", 1600, 48, 25),
+    "llama3-1b": _llama(
+        "llama3-1b", 2048, 16, 32, 8192, tie_embeddings=True, rope_scaling=_LLAMA32
+    ),  # fmt: skip
+    "llama3-3b": _llama(
+        "llama3-3b", 3072, 28, 24, 8192, tie_embeddings=True, rope_scaling=_LLAMA32
+    ),  # fmt: skip
+    "llama3-8b": _llama("llama3-8b", 4096, 32, 32, 14336),
+    "llama3-70b": _llama("llama3-70b", 8192, 80, 64, 28672),
+    "llama3-405b": _llama("llama3-405b", 16384, 126, 128, 53248),
+}
+
+
+def preset_config(name: str, **overrides: object) -> ModelConfig:
+    """The preset called `name`, with optional field overrides (e.g. dtype="bfloat16")."""
+    if name not in PRESETS:
+        raise ModelConfigError(
+            f"unknown model preset {name!r}{suggest(name, PRESETS)}; use one of {list(PRESETS)}"
+        )
+    return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]

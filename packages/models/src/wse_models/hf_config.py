@@ -1,0 +1,156 @@
+"""HF `config.json` <-> `ModelConfig` for GPT2LMHeadModel and LlamaForCausalLM.
+
+Reads both transformers 4.x keys (`rope_theta`, `rope_scaling`, `torch_dtype`) and 5.x keys
+(`rope_parameters`, `dtype`); writes both, so either version loads what we save. Options that
+would change the model and that we do not implement (another activation, attention or MLP
+biases in Llama, cross-attention, per-layer attention scaling, RoPE types other than "llama3")
+are refused by name, never ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wse_models.config import DTYPES, ModelConfig, RopeScaling
+from wse_models.errors import CheckpointError
+
+__all__ = ["HF_ARCHITECTURES", "config_from_hf", "config_to_hf"]
+
+HF_ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
+_ARCH_BY_HF = {v: k for k, v in HF_ARCHITECTURES.items()}
+
+
+def _arch(d: dict[str, Any]) -> str:
+    mt = d.get("model_type")
+    if mt in HF_ARCHITECTURES:
+        return mt
+    for name in d.get("architectures") or []:
+        if name in _ARCH_BY_HF:
+            return _ARCH_BY_HF[name]
+    raise CheckpointError(
+        f"unsupported architecture: model_type={mt!r}, architectures={d.get('architectures')}; "
+        f"wse_models reads {sorted(_ARCH_BY_HF)}"
+    )
+
+
+def _refuse(d: dict[str, Any], option: str, ok: Any, default: Any) -> None:
+    value = d.get(option, default)
+    allowed = ok if isinstance(ok, tuple) else (ok,)
+    if value not in allowed:
+        raise CheckpointError(
+            f"unsupported config option {option}={value!r}; wse_models supports {allowed}"
+        )
+
+
+def _ckpt_dtype(d: dict[str, Any]) -> str:
+    name = str(d.get("dtype") or d.get("torch_dtype") or "float32").replace("torch.", "")
+    return name if name in DTYPES else "float32"
+
+
+def _gpt2(d: dict[str, Any]) -> dict[str, Any]:
+    _refuse(d, "activation_function", ("gelu_new", "gelu_pytorch_tanh"), "gelu_new")
+    _refuse(d, "scale_attn_by_inverse_layer_idx", False, False)
+    _refuse(d, "scale_attn_weights", True, True)
+    _refuse(d, "add_cross_attention", False, False)
+    d_model = d.get("n_embd", 768)
+    return dict(
+        vocab_size=d.get("vocab_size", 50257), d_model=d_model, n_layers=d.get("n_layer", 12),
+        n_heads=d.get("n_head", 12), n_kv_heads=d.get("n_head", 12),
+        d_ff=d.get("n_inner") or 4 * d_model, max_seq_len=d.get("n_positions", 1024),
+        norm_eps=d.get("layer_norm_epsilon", 1e-5),
+        tie_embeddings=d.get("tie_word_embeddings", True),
+    )  # fmt: skip
+
+
+def _rope(d: dict[str, Any]) -> tuple[float, RopeScaling | None]:
+    params = dict(d.get("rope_scaling") or {})
+    params.update(d.get("rope_parameters") or {})
+    theta = float(params.get("rope_theta", d.get("rope_theta", 10000.0)))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind in (None, "default"):
+        return theta, None
+    if kind != "llama3":
+        raise CheckpointError(
+            f"unsupported config option rope_type={kind!r}; wse_models supports "
+            "'default' and 'llama3'"
+        )
+    scaling = RopeScaling(
+        factor=float(params["factor"]),
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+    )
+    return theta, scaling
+
+
+def _llama(d: dict[str, Any]) -> dict[str, Any]:
+    _refuse(d, "hidden_act", "silu", "silu")
+    _refuse(d, "attention_bias", False, False)
+    _refuse(d, "mlp_bias", False, False)
+    heads = d.get("num_attention_heads", 32)
+    theta, scaling = _rope(d)
+    return dict(
+        vocab_size=d.get("vocab_size", 32000), d_model=d.get("hidden_size", 4096),
+        n_layers=d.get("num_hidden_layers", 32), n_heads=heads,
+        n_kv_heads=d.get("num_key_value_heads") or heads,
+        d_ff=d.get("intermediate_size", 11008),
+        max_seq_len=d.get("max_position_embeddings", 2048),
+        norm_eps=d.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
+        tie_embeddings=d.get("tie_word_embeddings", False), head_dim=d.get("head_dim"),
+    )  # fmt: skip
+
+
+def config_from_hf(
+    d: dict[str, Any], *, dtype: str = "float32", param_dtype: str | None = None
+) -> ModelConfig:
+    """A `ModelConfig` from a parsed HF config.json (param_dtype default: the checkpoint's)."""
+    arch = _arch(d)
+    fields = _gpt2(d) if arch == "gpt2" else _llama(d)
+    return ModelConfig(
+        arch=arch, dtype=dtype, param_dtype=param_dtype or _ckpt_dtype(d),
+        name=str(d.get("_name_or_path") or ""), **fields,
+    )  # fmt: skip
+
+
+def _gpt2_to_hf(c: ModelConfig) -> dict[str, Any]:
+    return {
+        "vocab_size": c.vocab_size, "n_positions": c.max_seq_len, "n_embd": c.d_model,
+        "n_layer": c.n_layers, "n_head": c.n_heads, "n_inner": c.d_ff,
+        "activation_function": "gelu_new", "layer_norm_epsilon": c.norm_eps,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+    }  # fmt: skip
+
+
+def _llama_to_hf(c: ModelConfig) -> dict[str, Any]:
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": c.rope_theta}
+    if c.rope_scaling is not None:
+        s = c.rope_scaling
+        rope.update(
+            rope_type="llama3", factor=s.factor, low_freq_factor=s.low_freq_factor,
+            high_freq_factor=s.high_freq_factor,
+            original_max_position_embeddings=s.original_max_position_embeddings,
+        )  # fmt: skip
+    legacy = {k: v for k, v in rope.items() if k != "rope_theta"}
+    return {
+        "vocab_size": c.vocab_size, "hidden_size": c.d_model, "intermediate_size": c.d_ff,
+        "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads,
+        "num_key_value_heads": c.n_kv_heads, "head_dim": c.hd, "hidden_act": "silu",
+        "max_position_embeddings": c.max_seq_len, "rms_norm_eps": c.norm_eps,
+        "rope_theta": c.rope_theta, "rope_parameters": rope,
+        "rope_scaling": legacy if c.rope_scaling is not None else None,
+        "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+    }  # fmt: skip
+
+
+def config_to_hf(config: ModelConfig) -> dict[str, Any]:
+    """The HF config.json dict for `config` (GPT2LMHeadModel or LlamaForCausalLM)."""
+    body = _gpt2_to_hf(config) if config.arch == "gpt2" else _llama_to_hf(config)
+    return {
+        "architectures": [HF_ARCHITECTURES[config.arch]],
+        "model_type": config.arch,
+        "tie_word_embeddings": config.tie_embeddings,
+        "dtype": config.param_dtype,
+        "torch_dtype": config.param_dtype,
+        **body,
+    }
