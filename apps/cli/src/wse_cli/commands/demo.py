@@ -16,6 +16,7 @@ import typer
 # (title, "module:function"). Each workload appends its part.
 DEMO_PARTS: list[tuple[str, str]] = [
     ("The wafer: spec, defects, a fabric collective", "wse_cli.commands.demo:wafer_part"),
+    ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.serve_demo:part"),
 ]
 
 
@@ -47,8 +48,9 @@ def wafer_part(console, *, out_dir: Path, quick: bool) -> None:
     shifted = np.zeros_like(x)
     shifted[:, 1:] = x[:, :-1]
     err = float(np.abs(wafer.gather(out)[0, 0] - shifted.sum((0, 1))).max())
-    traffic = fabric.count(wafer, lambda a: fabric.allreduce(wafer, fabric.shift(wafer, a, "E")),
-                           xs)
+    traffic = fabric.count(
+        wafer, lambda a: fabric.allreduce(wafer, fabric.shift(wafer, a, "E")), xs
+    )
     pred = PerfModel(spec).predict(Work.from_traffic(traffic))
     console.print(
         f"shift E + allreduce of 16 floats per PE: max |error| vs NumPy {err:.2e}; "
