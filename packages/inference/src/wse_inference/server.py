@@ -380,12 +380,14 @@ class Server:
         """Serve in the foreground until SIGTERM / SIGINT, then drain and return."""
         self._start_engine_and_grpc()
         # uvicorn re-raises the signal after its shutdown; a no-op handler keeps the exit 0.
-        previous = signal.signal(signal.SIGTERM, lambda *_: None)
+        signals = (signal.SIGTERM, signal.SIGINT)
+        previous = {sig: signal.signal(sig, lambda *_: None) for sig in signals}
         try:
             self._uvicorn.run(sockets=[self._sock])
         finally:
             self._finish()
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def serve(engine: Engine, config: ServeConfig, *, announce: Callable[[str], None] = print) -> None:
