@@ -1,0 +1,201 @@
+"""Speculative decoding of real models: a draft proposes, the target verifies in one pass.
+
+Contract. `SpeculativeDecoder(target, draft, gamma)` (both `LoadedModel`s with the same
+vocabulary, checked by `loading.check_draft` at construction) generates one sequence:
+prefill both models, draw the first token from the target, then per round (one jitted call)
+the draft proposes `gamma` tokens with its KV cache, the target scores the last committed
+token and the `gamma` drafts in ONE forward pass of gamma + 1 tokens, and
+`speculative.verify` keeps an accepted prefix and draws one more token. Both caches roll back
+by position (stale slots are masked, then overwritten). Sampling settings apply to both
+distributions (`sampling.token_probs`), so greedy output equals the target's greedy output,
+and sampled output is distributed exactly as the target's. `AcceptanceStats` is reported.
+
+`parse_speculative_config` reads vLLM's `--speculative-config` JSON:
+`{"model": DIR, "num_speculative_tokens": 4}`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from wse_inference.decoding import (
+    GenerationResult,
+    SequenceTracker,
+    first_token,
+    prefill,
+    sequence_key,
+)
+from wse_inference.engine import SamplingParams
+from wse_inference.loading import LoadedModel, check_draft
+from wse_inference.sampling import SamplingError, draw, token_probs, validate_sampling
+from wse_inference.speculative import AcceptanceStats, verify
+
+__all__ = ["SpeculativeDecoder", "parse_speculative_config", "speculative_round"]
+
+
+def parse_speculative_config(text: str) -> tuple[str, int]:
+    """(draft model dir, gamma) from vLLM-style JSON; SamplingError on anything else."""
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SamplingError(f"--speculative-config is not valid JSON: {err}") from None
+    if not isinstance(cfg, dict) or "model" not in cfg:
+        raise SamplingError(
+            '--speculative-config needs {"model": DIR, "num_speculative_tokens": N}'
+        )
+    unknown = set(cfg) - {"model", "num_speculative_tokens", "method"}
+    if unknown:
+        raise SamplingError(f"--speculative-config has unknown keys {sorted(unknown)}")
+    gamma = cfg.get("num_speculative_tokens", 4)
+    if not isinstance(gamma, int) or gamma < 1:
+        raise SamplingError(f"num_speculative_tokens must be an integer >= 1, got {gamma!r}")
+    return str(cfg["model"]), gamma
+
+
+def _propose(dconfig, gamma, dparams, dcache, last2, pos2, key, temp, top_k, top_p):
+    """Draft: feed the last two committed tokens, then its own drafts -> drafts, q, cache."""
+    from wse_models import forward
+
+    logits, dcache = forward(dconfig, dparams, last2[None], pos2[None], dcache)
+    keys = jax.random.split(key, gamma)
+    q0 = token_probs(logits[0, 1], temp, top_k, top_p)
+    d0 = draw(q0, keys[0])
+
+    def step(carry, k):
+        tok, pos, cache = carry
+        lg, cache = forward(dconfig, dparams, tok[None, None], pos[None, None], cache)
+        q = token_probs(lg[0, 0], temp, top_k, top_p)
+        d = draw(q, k)
+        return (d, pos + 1, cache), (d, q)
+
+    (_, _, dcache), (ds, qs) = lax.scan(step, (d0, pos2[1] + 1, dcache), keys[1:])
+    drafts = jnp.concatenate([d0[None], ds])
+    return drafts, jnp.concatenate([q0[None], qs]), dcache
+
+
+def speculative_round(
+    tconfig, dconfig, gamma, tparams, dparams, tcache, dcache, last2, n, key, temp, top_k, top_p
+):
+    """One round at committed length n (last2 = tokens n-2, n-1) -> (drafts, accepted,
+    next token, betas, caches)."""
+    from wse_models import forward
+
+    k_draft, k_verify = jax.random.split(key)
+    pos2 = jnp.stack([n - 2, n - 1]).astype(jnp.int32)
+    drafts, q, dcache = _propose(
+        dconfig, gamma, dparams, dcache, last2, pos2, k_draft, temp, top_k, top_p
+    )
+    tokens = jnp.concatenate([last2[1:], drafts])[None]
+    positions = (n - 1 + jnp.arange(gamma + 1, dtype=jnp.int32))[None]
+    logits, tcache = forward(tconfig, tparams, tokens, positions, tcache)
+    p = token_probs(logits[0], temp, top_k, top_p)
+    verdict = verify(drafts, q, p, k_verify)
+    return drafts, verdict.num_accepted, verdict.next_token, verdict.beta, tcache, dcache
+
+
+class SpeculativeDecoder:
+    """Target + draft, `gamma` drafts per round, one sequence at a time."""
+
+    def __init__(
+        self,
+        target: LoadedModel,
+        draft: LoadedModel,
+        *,
+        gamma: int = 4,
+        max_context: int | None = None,
+        prefill_chunk: int = 32,
+    ):
+        check_draft(target, draft)
+        if gamma < 1:
+            raise SamplingError(f"num_speculative_tokens must be >= 1, got {gamma}")
+        self.target, self.draft, self.gamma = target, draft, gamma
+        limit = min(target.config.max_seq_len, draft.config.max_seq_len)
+        self.max_context = min(max_context or limit, limit)
+        self.prefill_chunk = prefill_chunk
+        self.stats = AcceptanceStats(gamma)
+        self._round = jax.jit(
+            functools.partial(speculative_round, target.config, draft.config, gamma),
+            donate_argnums=(2, 3),
+        )
+
+    def _cache_len(self, config: Any) -> int:
+        room = self.max_context + self.gamma + 1  # drafts may run past the last kept token
+        return min(room, config.max_seq_len) if config.arch == "gpt2" else room
+
+    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> GenerationResult:
+        t, d = self.target, self.draft
+        validate_sampling(
+            sampling,
+            vocab_size=t.config.vocab_size,
+            max_context=self.max_context,
+            prompt_len=len(prompt_ids),
+        )
+        t0 = time.perf_counter()
+        key = sequence_key(sampling.seed)
+        logits, tcache = prefill(
+            t.config, t.params, prompt_ids, self._cache_len(t.config), self.prefill_chunk
+        )
+        _, dcache = prefill(
+            d.config, d.params, prompt_ids, self._cache_len(d.config), self.prefill_chunk
+        )
+        seq = [int(x) for x in prompt_ids]
+        tracker = SequenceTracker(sampling, t.tokenizer)
+        seq.append(first_token(logits, sampling, key))
+        tracker.add(seq[-1])
+        ttft = time.perf_counter() - t0
+        stats = AcceptanceStats(self.gamma)
+        settings = (
+            jnp.float32(sampling.temperature),
+            jnp.int32(sampling.top_k),
+            jnp.float32(sampling.top_p),
+        )
+        rnd = 0
+        while tracker.finish_reason is None:
+            rnd += 1
+            last2 = jnp.asarray(seq[-2:], jnp.int32)
+            drafts, n_acc, nxt, beta, tcache, dcache = self._round(
+                t.params,
+                d.params,
+                tcache,
+                dcache,
+                last2,
+                jnp.int32(len(seq)),
+                jax.random.fold_in(key, rnd),
+                *settings,
+            )
+            n_acc = int(n_acc)
+            stats.record(n_acc, np.asarray(beta))
+            for tok in [*np.asarray(drafts)[:n_acc].tolist(), int(nxt)]:
+                seq.append(int(tok))
+                if tracker.add(tok) is not None:
+                    break
+        decode = time.perf_counter() - t0 - ttft
+        self.stats = _merge(self.stats, stats)
+        return GenerationResult(
+            tracker.tokens,
+            tracker.visible_text(),
+            tracker.finish_reason,
+            ttft,
+            decode,
+            {"speculative": stats.to_dict()},
+        )
+
+
+def _merge(a: AcceptanceStats, b: AcceptanceStats) -> AcceptanceStats:
+    return AcceptanceStats(
+        a.gamma,
+        a.rounds + b.rounds,
+        a.accepted + b.accepted,
+        a.beta_sum + b.beta_sum,
+        a.beta_count + b.beta_count,
+        a.per_position + b.per_position,
+    )
