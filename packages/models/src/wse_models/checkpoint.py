@@ -140,6 +140,7 @@ class _Tensors:
 
     def __init__(self, path: Path) -> None:
         self.files = _weight_map(path)
+        self.stored: dict[str, str] = {}  # our name -> name in the file, where they differ
         self.used: set[str] = set()
         self._open: dict[str, Any] = {}
 
@@ -149,11 +150,12 @@ class _Tensors:
         f = self.files[name]
         if f not in self._open:
             self._open[f] = safe_open(f, framework="flax")
-        got = tuple(self._open[f].get_slice(name).get_shape())
+        stored = self.stored.get(name, name)
+        got = tuple(self._open[f].get_slice(stored).get_shape())
         if got != tuple(shape):
-            raise CheckpointError(f"tensor {name!r} has shape {got}, expected {tuple(shape)}")
+            raise CheckpointError(f"tensor {stored!r} has shape {got}, expected {tuple(shape)}")
         self.used.add(name)
-        return np.asarray(self._open[f].get_tensor(name))
+        return np.asarray(self._open[f].get_tensor(stored))
 
 
 def _weight_map(path: Path) -> dict[str, str]:
@@ -191,10 +193,10 @@ def _read_hf_config(path: Path) -> dict[str, Any]:
 def _normalize(tensors: _Tensors) -> None:
     """GPT-2 files saved from GPT2Model lack the 'transformer.' prefix: add it."""
     if not any(k.startswith("transformer.") for k in tensors.files):
-        tensors.files = {
-            (k if k.startswith("lm_head") else f"transformer.{k}"): f
-            for k, f in tensors.files.items()
+        tensors.stored = {
+            (k if k.startswith("lm_head") else f"transformer.{k}"): k for k in tensors.files
         }
+        tensors.files = {ours: tensors.files[k] for ours, k in tensors.stored.items()}
 
 
 def load_params(path: str | os.PathLike, config: ModelConfig) -> Params:

@@ -95,6 +95,8 @@ class ModelConfig:
             )
         if self.arch == "gpt2" and self.n_kv_heads != self.n_heads:
             raise ModelConfigError("gpt2 has no grouped-query attention: set n_kv_heads=n_heads")
+        if self.head_dim is not None and self.head_dim * self.n_heads == self.d_model:
+            object.__setattr__(self, "head_dim", None)  # the default, so equal configs compare ==
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ModelConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "

@@ -1,0 +1,174 @@
+"""HF-format checkpoints: logits equal transformers' (fp32, 1e-4), round trips, bad inputs.
+
+The oracle is a tiny random `transformers` model built here (nothing is downloaded); those
+tests skip when torch/transformers are not installed. Bad-input tests need neither.
+"""
+
+import json
+from functools import partial
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import wse_models as wm
+from safetensors.flax import load_file, save_file
+from wse_models.testing import hf_logits, hf_model, random_tokens, tiny_config
+
+# fp32 on both sides; the residual is summation order (torch vs XLA), ~1e-6 on these sizes.
+TOL = 1e-4
+CASES = {
+    "gpt2": tiny_config("gpt2"),
+    "llama": tiny_config("llama"),
+    # Llama 3.1+ RoPE scaling with positions past original_max_position_embeddings, tied head.
+    "llama3-scaled-tied": tiny_config(
+        "llama",
+        tie_embeddings=True,
+        rope_theta=500000.0,
+        rope_scaling=wm.RopeScaling(factor=4.0, original_max_position_embeddings=16),
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def hf_dir(request, tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    config = CASES[request.param]
+    model = hf_model(config, seed=1)
+    path = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(path, max_shard_size="20KB")  # several shards + index
+    return config, model, path
+
+
+def test_hf_checkpoint_logits_match_transformers(hf_dir):
+    config, hf, path = hf_dir
+    assert (path / "model.safetensors.index.json").exists()
+    model = wm.from_pretrained(path)
+    assert model.config.replace(name="") == config.replace(name="")
+    toks = random_tokens(config, 2, 24, seed=4)
+    np.testing.assert_allclose(model(toks), hf_logits(hf, toks), atol=TOL, rtol=0)
+
+
+def test_save_pretrained_loads_in_transformers(hf_dir, tmp_path):
+    import transformers
+
+    config, _, path = hf_dir
+    ours = wm.Transformer(config, rngs=None, params=wm.init_params(config, jax.random.key(7)))
+    wm.save_pretrained(ours, tmp_path, max_shard_bytes=30_000)
+    assert len(list(tmp_path.glob("*.safetensors"))) > 1
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).float().eval()
+    toks = random_tokens(config, 2, 20, seed=5)
+    np.testing.assert_allclose(hf_logits(theirs, toks), ours(toks), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("param_dtype", ["float32", "bfloat16"])
+def test_round_trip_is_exact(arch, param_dtype, tmp_path):
+    config = tiny_config(arch, param_dtype=param_dtype, tie_embeddings=arch == "llama")
+    params = wm.init_params(config, jax.random.key(3))
+    files = wm.save_params(config, params, tmp_path)
+    assert [f.name for f in files] == ["config.json", "model.safetensors"]
+    back = wm.from_pretrained(tmp_path)
+    assert back.config.replace(name="") == config
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back.params()), strict=True):
+        assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_gpt2_file_without_transformer_prefix(tmp_path):
+    """The released GPT-2 safetensors were saved from GPT2Model: names lack 'transformer.'."""
+    config = tiny_config("gpt2")
+    params = wm.init_params(config, jax.random.key(0))
+    wm.save_params(config, params, tmp_path)
+    f = tmp_path / "model.safetensors"
+    tensors = {k.removeprefix("transformer."): v for k, v in load_file(f).items()}
+    tensors["h.0.attn.bias"] = np.tril(np.ones((1, 1, 8, 8), np.float32))  # old causal buffer
+    save_file(tensors, f)
+    back = wm.from_pretrained(tmp_path)
+    fwd = jax.jit(partial(wm.forward, config))
+    toks = random_tokens(config, 1, 5)
+    np.testing.assert_array_equal(back(toks), fwd(params, toks)[0])
+
+
+# ---- bad inputs: a named error, never a silently wrong model --------------------------------
+
+
+@pytest.fixture
+def saved(tmp_path):
+    config = tiny_config("llama")
+    wm.save_params(config, wm.init_params(config, jax.random.key(0)), tmp_path)
+    return tmp_path
+
+
+def _edit_tensors(path: Path, edit) -> None:
+    f = path / "model.safetensors"
+    tensors = dict(load_file(f))
+    edit(tensors)
+    save_file(tensors, f)
+
+
+def _edit_config(path: Path, **changes) -> None:
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(changes)
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+def test_missing_tensor(saved):
+    _edit_tensors(saved, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
+    with pytest.raises(wm.CheckpointError, match=r"missing tensor 'model.layers.1.mlp.up_proj"):
+        wm.from_pretrained(saved)
+
+
+def test_wrong_shape(saved):
+    def edit(t):
+        t["model.norm.weight"] = t["model.norm.weight"][:10]
+
+    _edit_tensors(saved, edit)
+    with pytest.raises(wm.CheckpointError, match=r"'model.norm.weight' has shape \(10,\)"):
+        wm.from_pretrained(saved)
+
+
+def test_unexpected_tensor(saved):
+    def edit(t):
+        t["model.layers.3.input_layernorm.weight"] = t["model.norm.weight"]
+
+    _edit_tensors(saved, edit)
+    with pytest.raises(wm.CheckpointError, match="does not use.*layers.3"):
+        wm.from_pretrained(saved)
+
+
+def test_config_mismatching_tensors(saved):
+    _edit_config(saved, hidden_size=32)
+    with pytest.raises(wm.CheckpointError, match="has shape"):
+        wm.from_pretrained(saved)
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"model_type": "bert", "architectures": ["BertModel"]}, "unsupported architecture"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+        ({"attention_bias": True}, "attention_bias=True"),
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0}}, "rope_type='yarn'"),
+    ],
+)
+def test_unsupported_options_are_named(saved, changes, match):
+    _edit_config(saved, **changes)
+    with pytest.raises(wm.CheckpointError, match=match):
+        wm.from_pretrained(saved)
+
+
+def test_missing_files(saved, tmp_path):
+    with pytest.raises(wm.CheckpointError, match="does not exist"):
+        wm.from_pretrained(tmp_path / "nope")
+    (saved / "model.safetensors").unlink()
+    with pytest.raises(wm.CheckpointError, match="no \\*.safetensors"):
+        wm.from_pretrained(saved)
+    (saved / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors"}})
+    )
+    with pytest.raises(wm.CheckpointError, match="missing from"):
+        wm.from_pretrained(saved)
+    (saved / "config.json").unlink()
+    with pytest.raises(wm.CheckpointError, match="no config.json"):
+        wm.from_pretrained(saved)
