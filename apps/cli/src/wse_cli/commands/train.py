@@ -1,9 +1,145 @@
-"""`wse train`: weight-streaming training (not yet built; see the trainer issue)."""
+"""`wse train`: weight-streaming training with Cerebras ModelZoo conventions.
+
+    wse train params.yaml [section.key=value ...] --mode train|eval|train_and_eval
+        [--model_dir/-o DIR] [--num_csx N] [--max_steps N] [--num_steps N]
+        [--checkpoint_path PATH] [--validate_only]
+
+`params.yaml` may also be given with `--params`, or be a shipped config name (`tiny`,
+`gpt2_124m`, `llama3_8b`, `llama3_70b`). Flags override the file's `runconfig`; dotted
+overrides change any key. `--validate_only` checks the config and prints the memory plan
+without allocating anything. Heavy packages are imported inside the command.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+from wse_cli.errors import fail
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def _print_plan(console, model, plan, config) -> None:
+    from rich.table import Table
+
+    r = config.runconfig
+    console.print(
+        f"model [bold]{model.name or config.model['preset']}[/]: "
+        f"{model.num_params():,} parameters, {model.n_layers} layers; wafer "
+        f"[bold]{r.wafer}[/], num_csx={r.num_csx}, per-replica batch "
+        f"{config.train_input.batch_size // r.num_csx} x "
+        f"{config.train_input.max_sequence_length} tokens"
+    )
+    table = Table(title="memory plan (one replica)")
+    for col in ("item", "where", "total", "per PE"):
+        table.add_column(col, justify="left" if col in ("item", "where") else "right")
+    for row in plan.rows:
+        table.add_row(
+            row["item"],
+            row["where"],
+            _human(row["bytes"]),
+            _human(row["bytes_per_pe"]) if row["bytes_per_pe"] else "-",
+        )
+    console.print(table)
+    verdict = (
+        "fits: the model could stay resident"
+        if plan.resident
+        else "does not fit: weights must stream from MemoryX"
+    )
+    console.print(
+        f"resident training state {_human(plan.resident_bytes)} vs wafer SRAM "
+        f"{_human(plan.sram_total_bytes)} -> {verdict}"
+    )
+    if plan.streaming is not None:
+        s = plan.streaming
+        console.print(
+            f"streaming: activations kept every {s.stride} layer(s), at most "
+            f"{s.held_layers} layer inputs held; SRAM per PE in use "
+            f"{s.sram['used_bytes_per_pe']} of {s.sram['bytes_per_pe']} B"
+        )
+    else:
+        console.print(f"[red]streaming does not fit either:[/] {plan.streaming_error}")
+
+
+def train(
+    args: list[str] = typer.Argument(
+        None, help="params.yaml (or a shipped config name), then section.key=value overrides."
+    ),
+    params: Path = typer.Option(None, "--params", help="The params YAML file."),
+    mode: str = typer.Option(None, "--mode", help="train | eval | train_and_eval."),
+    model_dir: Path = typer.Option(None, "--model_dir", "-o", help="Run folder."),
+    num_csx: int = typer.Option(None, "--num_csx", help="Data-parallel wafer replicas."),
+    max_steps: int = typer.Option(None, "--max_steps", help="Total steps (global)."),
+    num_steps: int = typer.Option(None, "--num_steps", help="Steps of this invocation."),
+    checkpoint_path: Path = typer.Option(
+        None, "--checkpoint_path", help="Checkpoint to start from."
+    ),
+    validate_only: bool = typer.Option(
+        False, "--validate_only", help="Check the config, print the memory plan, stop."
+    ),
+) -> None:
+    """Train a model with weight streaming (MemoryX / SwarmX / wafer replicas)."""
+    from rich.console import Console
+    from wse_trainer.config import load_config
+
+    args = list(args or [])
+    if params is None:
+        if not args or "=" in args[0]:
+            fail(
+                "give a params file: `wse train params.yaml` or `--params params.yaml` "
+                "(shipped: tiny, gpt2_124m, llama3_8b, llama3_70b)"
+            )
+        params = Path(args.pop(0))
+    flags = {
+        "mode": mode,
+        "model_dir": model_dir,
+        "num_csx": num_csx,
+        "max_steps": max_steps,
+        "num_steps": num_steps,
+        "checkpoint_path": checkpoint_path,
+    }
+    overrides = args + [f"runconfig.{k}={v}" for k, v in flags.items() if v is not None]
+    config = load_config(params, overrides)
+    console = Console()
+    if validate_only:
+        from wse_trainer.run import validate
+
+        model, plan = validate(config)
+        _print_plan(console, model, plan, config)
+        if plan.streaming is None:
+            fail(
+                f"the config cannot train: {plan.streaming_error}; raise num_csx or lower "
+                "train_input.batch_size or max_sequence_length"
+            )
+        console.print("[green]config is valid[/]")
+        return
+    _train(console, config)
+
+
+def _train(console, config) -> None:
+    from wse_trainer.run import run
+
+    result = run(config, echo=lambda line: console.print(line, highlight=False, markup=False))
+    console.print(
+        f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s; "
+        f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "
+        f"{result.model_dir}"
+    )
+    if result.hf_dir is not None:
+        console.print(f"HF-format model for inference: {result.hf_dir}")
+    for text in result.samples:
+        console.rule("sample")
+        console.print(text, highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
     """Add `wse train` to the root app."""
+    app.command("train")(train)

@@ -1,0 +1,294 @@
+"""Run configuration in Cerebras ModelZoo form: a YAML file with five sections.
+
+`train_input`, `eval_input` (data), `model` (a `wse_models` preset plus ModelConfig field
+overrides), `optimizer` (an optax transform and its schedule) and `runconfig` (steps,
+checkpoints, `num_csx`, the wafer). `load_config(path, overrides)` reads the file, applies
+dotted overrides (`optimizer.learning_rate=3e-4`, values parsed as YAML) and returns a frozen
+`TrainConfig`. Unknown sections or keys, duplicate keys and wrong types are `ConfigError`s
+that name the key and suggest the closest valid one; `check_config` finds the problems that
+can be known before anything compiles (`batch_size % num_csx`, sequence length vs the model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from wse_core.errors import WseError, suggest
+
+__all__ = [
+    "ConfigError",
+    "InputConfig",
+    "OptimizerConfig",
+    "RunConfig",
+    "TrainConfig",
+    "SECTIONS",
+    "load_config",
+    "config_from_dict",
+    "apply_overrides",
+    "check_config",
+    "shipped_config",
+    "SHIPPED",
+]
+
+
+class ConfigError(WseError):
+    """A params file, section, key or value is invalid."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InputConfig:
+    """One data split. `data_dir`: "stdlib" (the Python standard library's source), local
+    .txt/.jsonl/.json/.parquet files or folders, or a `datasets` name."""
+
+    data_dir: str | list[str] = "stdlib"
+    text_key: str = "text"
+    batch_size: int = 16  # global, over all num_csx replicas
+    max_sequence_length: int = 128
+    shuffle_seed: int = 0
+    split: str = "train"  # "train" | "eval" | "all": every 20th document is held out
+    max_corpus_bytes: int = 3_000_000  # cap on the text read (stdlib corpus and files)
+    eval_steps: int = 4  # batches per evaluation (eval_input only)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimizerConfig:
+    optimizer_type: str = "adamw"  # adamw | adam | sgd | momentum
+    learning_rate: float = 3e-3
+    lr_schedule: str = "cosine"  # constant | cosine | linear
+    warmup_steps: int = 0
+    min_learning_rate: float = 0.0
+    decay_steps: int | None = None  # default: runconfig.max_steps
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    momentum: float = 0.9
+    max_gradient_norm: float | None = None  # global-norm clipping
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    max_steps: int = 100  # total, counted from the global step
+    num_steps: int | None = None  # steps of this invocation
+    mode: str = "train"  # train | eval | train_and_eval
+    model_dir: str = "model_dir"
+    checkpoint_path: str | None = None
+    checkpoint_steps: int = 50
+    keep_checkpoint_max: int = 3
+    log_steps: int = 10
+    eval_frequency: int | None = None  # train_and_eval: evaluate every this many steps
+    seed: int = 0
+    num_csx: int = 1
+    wafer: str = "small"  # wse_core preset of each replica (SRAM ledger for activations)
+    activation_stride: int = 0  # 0: as the SRAM ledger allows; k: keep every k-th layer input
+    sample_tokens: int = 0  # tokens sampled after training (0: none)
+    sample_prompt: str = "def "
+    sample_temperature: float = 0.0  # 0: greedy
+    save_initial_checkpoint: bool = False
+    validate_only: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    train_input: InputConfig
+    eval_input: InputConfig
+    model: Mapping[str, Any]  # {"preset": name, <ModelConfig field>: value, ...}
+    optimizer: OptimizerConfig
+    runconfig: RunConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for name in SECTIONS:
+            value = getattr(self, name)
+            out[name] = dict(value) if name == "model" else dataclasses.asdict(value)
+        return out
+
+
+SECTIONS: dict[str, type | None] = {
+    "train_input": InputConfig,
+    "eval_input": InputConfig,
+    "model": None,
+    "optimizer": OptimizerConfig,
+    "runconfig": RunConfig,
+}
+SHIPPED = ("tiny", "gpt2_124m", "llama3_8b", "llama3_70b")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys instead of keeping the last one."""
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise ConfigError(f"duplicate key {key!r} at line {mark.line + 1}; keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_type(where: str, value: Any, annotation: Any) -> Any:
+    hint = typing.get_type_hints(annotation[0])[annotation[1]]
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for t in options:
+        origin = typing.get_origin(t) or t
+        if t is type(None) and value is None:
+            return None
+        if origin is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if origin is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if origin is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if origin is list and isinstance(value, list):
+            return [str(v) for v in value]
+        if origin in (str, bool) and type(value) is origin:
+            return value
+    names = " or ".join(getattr(t, "__name__", str(t)) for t in options)
+    raise ConfigError(f"{where} must be {names}, got {value!r}")
+
+
+def _section(name: str, data: Any) -> Any:
+    cls = SECTIONS[name]
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"section {name!r} must be a mapping of keys, got {data!r}")
+    if cls is None:
+        return types.MappingProxyType({"preset": "tiny-gpt2", **data})
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(
+                f"unknown key {name}.{key}{suggest(str(key), fields)}; "
+                f"valid keys: {', '.join(sorted(fields))}"
+            )
+        kwargs[key] = _check_type(f"{name}.{key}", value, (cls, key))
+    if name == "eval_input" and "split" not in kwargs:
+        kwargs["split"] = "eval"
+    return cls(**kwargs)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
+    """A TrainConfig from a parsed params mapping (missing sections take defaults)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError("a params file must hold a mapping of sections")
+    for key in data:
+        if key not in SECTIONS:
+            raise ConfigError(
+                f"unknown section {key!r}{suggest(str(key), SECTIONS)}; "
+                f"sections: {', '.join(SECTIONS)}"
+            )
+    return TrainConfig(**{name: _section(name, data.get(name)) for name in SECTIONS})
+
+
+def _parse_override(item: str) -> tuple[str, str, Any]:
+    if "=" not in item or "." not in item.split("=", 1)[0]:
+        raise ConfigError(f"override {item!r} must look like section.key=value")
+    path, raw = item.split("=", 1)
+    section, key = path.split(".", 1)
+    if section not in SECTIONS:
+        raise ConfigError(
+            f"unknown section {section!r} in override {item!r}{suggest(section, SECTIONS)}"
+        )
+    try:
+        value = yaml.safe_load(raw) if raw != "" else None
+    except yaml.YAMLError:
+        value = raw
+    return section, key, value
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of the params mapping with `section.key=value` overrides applied."""
+    out = {k: dict(v or {}) for k, v in data.items()}
+    for item in overrides:
+        section, key, value = _parse_override(item)
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Read a params YAML file (or a shipped config name) and apply dotted overrides."""
+    text = _read_params(path)
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"params file {str(path)!r} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"params file {str(path)!r} must hold a mapping of sections")
+    return config_from_dict(apply_overrides(data, overrides))
+
+
+def shipped_config(name: str) -> Path:
+    """The path of a config shipped with the package ("tiny", "gpt2_124m", ...)."""
+    if name not in SHIPPED:
+        raise ConfigError(
+            f"no shipped config {name!r}{suggest(name, SHIPPED)}; shipped: {', '.join(SHIPPED)}"
+        )
+    return Path(str(resources.files("wse_trainer") / "configs" / f"{name}.yaml"))
+
+
+def _read_params(path: str | Path) -> str:
+    p = Path(path)
+    if not p.exists() and str(path) in SHIPPED:
+        p = shipped_config(str(path))
+    try:
+        return p.read_text()
+    except OSError as e:
+        raise ConfigError(
+            f"cannot read params file {str(path)!r}: {e.strerror or e}; "
+            f"or name a shipped config: {', '.join(SHIPPED)}"
+        ) from None
+
+
+def _positive(where: str, value: int | float | None) -> None:
+    if value is not None and value <= 0:
+        raise ConfigError(f"{where} must be positive, got {value}")
+
+
+def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> None:
+    """The problems that can be known before compiling; raises ConfigError."""
+    run, opt = config.runconfig, config.optimizer
+    for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
+        _positive(f"runconfig.{name}", getattr(run, name))
+    _positive("runconfig.num_steps", run.num_steps)
+    _positive("optimizer.learning_rate", opt.learning_rate)
+    _choice("runconfig.mode", run.mode, ("train", "eval", "train_and_eval"))
+    _choice("optimizer.optimizer_type", opt.optimizer_type, ("adamw", "adam", "sgd", "momentum"))
+    _choice("optimizer.lr_schedule", opt.lr_schedule, ("constant", "cosine", "linear"))
+    for name in ("train_input", "eval_input"):
+        inp: InputConfig = getattr(config, name)
+        _positive(f"{name}.batch_size", inp.batch_size)
+        _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
+        _choice(f"{name}.split", inp.split, ("train", "eval", "all"))
+        if inp.batch_size % run.num_csx:
+            lo = inp.batch_size - inp.batch_size % run.num_csx
+            raise ConfigError(
+                f"{name}.batch_size={inp.batch_size} is not divisible by num_csx={run.num_csx}; "
+                f"use a multiple such as {max(lo, run.num_csx)} or {lo + run.num_csx}"
+            )
+        if model_max_seq_len is not None and inp.max_sequence_length > model_max_seq_len:
+            raise ConfigError(
+                f"{name}.max_sequence_length={inp.max_sequence_length} exceeds the model's "
+                f"max_seq_len={model_max_seq_len}; use at most {model_max_seq_len}"
+            )
+
+
+def _choice(where: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ConfigError(
+            f"{where}={value!r} is not valid{suggest(value, choices)}; "
+            f"choose one of: {', '.join(choices)}"
+        )

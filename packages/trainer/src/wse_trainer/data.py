@@ -1,0 +1,215 @@
+"""Data: the corpus, a byte-level BPE tokenizer, packing and a checkpointable iterator.
+
+- `corpus_texts(input_config)` reads documents through HF `datasets` ("text" files as whole
+  documents, "json"/"jsonl", "parquet", or a dataset name) or, for `data_dir: stdlib`, the
+  Python standard library's own source files (present on every machine). Every 20th
+  document is held out as the eval split.
+- `train_tokenizer(texts, vocab_size)` trains a byte-level BPE with HF `tokenizers`;
+  `tokenizer_identity` is the sha256 of its JSON, stored with every checkpoint.
+- `pack(token_lists, seq_len, eos_id)` joins documents with EOS and cuts rows of
+  `seq_len + 1` tokens (inputs and shifted targets), int32.
+- `BatchIterator` yields `(batch, seq_len + 1)` int32 batches in a seeded order (a fresh
+  permutation per epoch); its whole state is `{"seed", "epoch", "index"}`, so a run restored
+  from a checkpoint continues with exactly the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sysconfig
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from wse_trainer.config import ConfigError, InputConfig
+
+__all__ = [
+    "EOS",
+    "EVAL_EVERY",
+    "stdlib_files",
+    "corpus_texts",
+    "train_tokenizer",
+    "tokenizer_identity",
+    "pack",
+    "BatchIterator",
+]
+
+EOS = "<|endoftext|>"
+EVAL_EVERY = 20  # every 20th document is the eval split
+_BUILDERS = {
+    ".txt": "text",
+    ".py": "text",
+    ".md": "text",
+    ".jsonl": "json",
+    ".json": "json",
+    ".parquet": "parquet",
+}
+
+
+def stdlib_files(max_bytes: int) -> list[str]:
+    """Sorted .py files of the standard library (tests left out) up to `max_bytes` in all."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files, total = [], 0
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).parts
+        if any(p in ("test", "tests", "site-packages", "idle_test") for p in rel):
+            continue
+        size = path.stat().st_size
+        if size == 0 or total + size > max_bytes:
+            continue
+        files.append(str(path))
+        total += size
+    return files
+
+
+def _data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
+    """(builder, files) for local paths, or None when `data_dir` is a dataset name."""
+    entries = [data_dir] if isinstance(data_dir, str) else list(data_dir)
+    files: list[str] = []
+    for entry in entries:
+        p = Path(entry)
+        if p.is_dir():
+            files += sorted(str(f) for f in p.rglob("*") if f.suffix in _BUILDERS)
+        elif p.exists():
+            files.append(str(p))
+        elif isinstance(data_dir, str) and len(entries) == 1 and not p.suffix:
+            return None
+        else:
+            raise ConfigError(f"data file {entry!r} does not exist")
+    if not files:
+        raise ConfigError(f"no .txt, .jsonl, .json or .parquet files in {data_dir!r}")
+    kinds = {_BUILDERS.get(Path(f).suffix, "text") for f in files}
+    if len(kinds) > 1:
+        raise ConfigError(f"data_dir mixes file kinds {sorted(kinds)}; use one kind per split")
+    return kinds.pop(), files
+
+
+def _load_documents(cfg: InputConfig) -> list[str]:
+    import datasets
+
+    datasets.disable_progress_bars()
+    if cfg.data_dir == "stdlib":
+        builder, files = "text", stdlib_files(cfg.max_corpus_bytes)
+    else:
+        found = _data_files(cfg.data_dir)
+        if found is None:
+            ds = datasets.load_dataset(str(cfg.data_dir), split="train")
+            return _texts(ds, cfg)
+        builder, files = found
+    kwargs = {"sample_by": "document"} if builder == "text" else {}
+    ds = datasets.load_dataset(builder, data_files=files, split="train", **kwargs)
+    return _texts(ds, cfg)
+
+
+def _texts(ds, cfg: InputConfig) -> list[str]:
+    if cfg.text_key not in ds.column_names:
+        raise ConfigError(
+            f"the data has no column {cfg.text_key!r}; columns: "
+            f"{', '.join(ds.column_names)} (set text_key)"
+        )
+    out, total = [], 0
+    for text in ds[cfg.text_key]:
+        if not text:
+            continue
+        if total + len(text) > cfg.max_corpus_bytes and out:
+            break
+        out.append(text)
+        total += len(text)
+    return out
+
+
+def corpus_texts(cfg: InputConfig) -> list[str]:
+    """The documents of `cfg`'s split, in a fixed order."""
+    docs = _load_documents(cfg)
+    if cfg.split == "all":
+        return docs
+    held_out = cfg.split == "eval"
+    picked = [d for i, d in enumerate(docs) if (i % EVAL_EVERY == EVAL_EVERY - 1) == held_out]
+    if not picked:
+        raise ConfigError(
+            f"the {cfg.split} split of {cfg.data_dir!r} is empty; add documents or use split: all"
+        )
+    return picked
+
+
+def train_tokenizer(texts: Sequence[str], vocab_size: int) -> Tokenizer:
+    """A byte-level BPE of `vocab_size` tokens (id 0 is EOS) trained on `texts`."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def tokenizer_identity(tok: Tokenizer) -> str:
+    return hashlib.sha256(tok.to_str().encode()).hexdigest()
+
+
+def pack(token_lists: Sequence[Sequence[int]], seq_len: int, eos_id: int) -> np.ndarray:
+    """Documents joined with EOS, cut into rows of `seq_len + 1` tokens: (n, seq_len + 1)."""
+    flat = np.fromiter((t for ids in token_lists for t in (*ids, eos_id)), dtype=np.int32)
+    n = (len(flat) - 1) // seq_len
+    if n < 1:
+        raise ConfigError(
+            f"the corpus has {len(flat)} tokens, fewer than one sequence of "
+            f"{seq_len + 1}; lower max_sequence_length or add data"
+        )
+    # Row i covers tokens [i*seq_len, (i+1)*seq_len]: consecutive rows overlap by one token
+    # so every token is a target exactly once.
+    idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
+    return flat[idx]
+
+
+@dataclasses.dataclass
+class BatchIterator:
+    """Seeded batches of packed rows; `state()` / `restore()` make it checkpointable."""
+
+    rows: np.ndarray  # (n, seq_len + 1) int32
+    batch_size: int
+    seed: int
+    epoch: int = 0
+    index: int = 0  # batches already taken in this epoch
+
+    def __post_init__(self) -> None:
+        if len(self.rows) < self.batch_size:
+            raise ConfigError(
+                f"the split has {len(self.rows)} sequences, fewer than batch_size="
+                f"{self.batch_size}; lower batch_size or max_sequence_length, or add data"
+            )
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.rows) // self.batch_size
+
+    def _order(self) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.rows))
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        if self.index >= self.batches_per_epoch:
+            self.epoch, self.index = self.epoch + 1, 0
+        take = self._order()[self.index * self.batch_size : (self.index + 1) * self.batch_size]
+        self.index += 1
+        return self.rows[take]
+
+    def state(self) -> dict[str, int]:
+        return {"seed": self.seed, "epoch": self.epoch, "index": self.index}
+
+    def restore(self, state: dict[str, int]) -> None:
+        if int(state["seed"]) != self.seed:
+            raise ConfigError(
+                f"checkpoint data seed {state['seed']} differs from the "
+                f"configured shuffle_seed {self.seed}"
+            )
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])

@@ -1,0 +1,126 @@
+"""MemoryX: the host store of fp32 master weights and optax state.
+
+Weights live as groups: "embed", "layer_0" ... "layer_{L-1}", "final" (the model's params
+pytree with its stacked layers cut apart, so a layer is updated without touching the
+others). Each group has its own state of the same per-element optax transform, so applying
+an update group by group as each gradient arrives is the whole-model arithmetic. With
+global-norm clipping MemoryX holds the gradients until the last group has arrived (the norm
+needs all of them), then applies every update with optax's clipping rule.
+
+`weights(name, dtype)` is what SwarmX broadcasts: the group in the compute dtype (bf16
+compute on fp32 masters when the model's dtype says so). The update itself is one jitted
+pure function per group shape (every layer shares one compilation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from wse_models import layer_slice
+
+from wse_trainer.optimizer import apply_clip, clip_scale
+
+__all__ = ["MemoryX", "group_names", "split_groups", "join_groups"]
+
+
+def group_names(n_layers: int) -> list[str]:
+    return ["embed", *(f"layer_{i}" for i in range(n_layers)), "final"]
+
+
+def split_groups(params: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
+    """The model's params pytree as {group name: weights}, layers cut from the stack."""
+    groups = {"embed": params["embed"], "final": params["final"]}
+    for i in range(n_layers):
+        groups[f"layer_{i}"] = layer_slice(params["layers"], i)
+    return groups
+
+
+def join_groups(groups: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
+    """The inverse of `split_groups`: layers stacked again on a leading axis."""
+    layers = [groups[f"layer_{i}"] for i in range(n_layers)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+    return {"embed": groups["embed"], "layers": stacked, "final": groups["final"]}
+
+
+class MemoryX:
+    """Master weights and optimizer state by group; applies updates as gradients arrive."""
+
+    def __init__(
+        self,
+        params: Mapping[str, Any],
+        n_layers: int,
+        tx: optax.GradientTransformation,
+        *,
+        max_gradient_norm: float | None = None,
+        device: jax.Device | None = None,
+    ):
+        self.n_layers, self.tx, self.max_norm = n_layers, tx, max_gradient_norm
+        self.device = device or jax.devices()[0]
+        f32 = lambda x: jnp.array(x, jnp.float32, copy=True)  # own copy: updates donate it
+        self.params = {
+            k: jax.device_put(jax.tree.map(f32, v), self.device)
+            for k, v in split_groups(params, n_layers).items()
+        }
+        self.opt_state = {k: tx.init(v) for k, v in self.params.items()}
+        self._pending: dict[str, Any] = {}
+        self._update = jax.jit(self._update_fn, donate_argnums=(1, 2))
+        self._cast = jax.jit(
+            lambda w, dtype: jax.tree.map(lambda x: x.astype(dtype), w), static_argnums=1
+        )
+        self.updates_applied = 0
+
+    def _update_fn(self, grads, params, state):
+        updates, state = self.tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    def weights(self, name: str, dtype: Any = jnp.float32):
+        """The group's weights in `dtype` (dispatched asynchronously)."""
+        w = self.params[name]
+        return w if jnp.dtype(dtype) == jnp.float32 else self._cast(w, jnp.dtype(dtype))
+
+    def receive(self, name: str, grads) -> None:
+        """A group's summed gradient arrives: update now, or hold it when clipping."""
+        grads = jax.tree.map(lambda g: g.astype(jnp.float32), jax.device_put(grads, self.device))
+        if self.max_norm is not None:
+            self._pending[name] = grads
+            return
+        self._apply(name, grads)
+
+    def _apply(self, name: str, grads) -> None:
+        self.params[name], self.opt_state[name] = self._update(
+            grads, self.params[name], self.opt_state[name]
+        )
+        self.updates_applied += 1
+
+    def finish_step(self) -> None:
+        """End of the backward pass: apply held (clipped) updates."""
+        if not self._pending:
+            return
+        missing = set(self.params) - set(self._pending)
+        if missing:
+            raise RuntimeError(f"gradients missing for {sorted(missing)}")
+        g_norm, trigger = clip_scale(self._pending, self.max_norm)
+        clipped = apply_clip(self._pending, g_norm, trigger, self.max_norm)
+        self._pending = {}
+        for name in self.params:
+            self._apply(name, clipped[name])
+
+    def params_tree(self) -> dict[str, Any]:
+        """The functional params pytree (stacked layers), fp32."""
+        return join_groups(self.params, self.n_layers)
+
+    def state_tree(self) -> dict[str, Any]:
+        """Everything to checkpoint: master weights and optimizer state by group."""
+        return {"params": self.params, "opt_state": self.opt_state}
+
+    def load_state_tree(self, tree: Mapping[str, Any]) -> None:
+        self.params = {k: jax.device_put(v, self.device) for k, v in tree["params"].items()}
+        self.opt_state = {k: jax.device_put(v, self.device) for k, v in tree["opt_state"].items()}
+
+    @property
+    def master_bytes(self) -> int:
+        return sum(x.nbytes for x in jax.tree.leaves(self.params))

@@ -1,0 +1,90 @@
+"""What a run writes while it trains: metrics.jsonl, TensorBoard events, the run log.
+
+- `<model_dir>/metrics.jsonl`: one JSON object per step (`{"step", "mode", "loss", ...}`);
+  on resume, records past the restored step (from the killed run) are dropped first, so the
+  file always reads as one uninterrupted run.
+- `<model_dir>/train/` and `<model_dir>/eval/`: tensorboardX event files (ModelZoo's layout).
+- `<model_dir>/run.log`: every log line, appended.
+- `train_line` / `eval_line`: the Cerebras ModelZoo log line, plus tokens/s and the fraction
+  of the step spent stalled waiting for streamed weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MetricsLog", "train_line", "eval_line", "read_metrics"]
+
+
+def train_line(
+    step: int,
+    loss: float,
+    rate: float,
+    global_rate: float,
+    tokens_per_s: float,
+    stall_fraction: float,
+) -> str:
+    return (
+        f"| Train Device=CSX, Step={step}, Loss={loss:.5f}, Rate={rate:.2f} samples/sec, "
+        f"GlobalRate={global_rate:.2f} samples/sec, TokenRate={tokens_per_s:.0f} tokens/sec, "
+        f"StallFraction={stall_fraction:.3f}"
+    )
+
+
+def eval_line(step: int, loss: float) -> str:
+    ppl = math.exp(min(loss, 700.0))
+    return f"| Eval Device=CSX, GlobalStep={step}, Loss={loss:.5f}, Perplexity={ppl:.3f}"
+
+
+def read_metrics(model_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(model_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class MetricsLog:
+    """Appends metrics and log lines for one run in `model_dir`."""
+
+    def __init__(self, model_dir: str | Path, *, resume_step: int = 0, echo=None):
+        self.dir = Path(model_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.echo = echo
+        kept = [m for m in read_metrics(self.dir) if m["step"] <= resume_step]
+        (self.dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in kept))
+        self._jsonl = open(self.dir / "metrics.jsonl", "a")  # noqa: SIM115 (closed in close)
+        self._log = open(self.dir / "run.log", "a")  # noqa: SIM115
+        self._writers: dict[str, Any] = {}
+
+    def _writer(self, mode: str):
+        if mode not in self._writers:
+            from tensorboardX import SummaryWriter
+
+            self._writers[mode] = SummaryWriter(str(self.dir / mode))
+        return self._writers[mode]
+
+    def record(self, step: int, mode: str, values: dict[str, float]) -> None:
+        """One step's scalars: to metrics.jsonl and TensorBoard."""
+        self._jsonl.write(json.dumps({"step": step, "mode": mode, **values}) + "\n")
+        self._jsonl.flush()
+        writer = self._writer(mode)
+        for key, value in values.items():
+            if isinstance(value, int | float):
+                writer.add_scalar(key, value, step)
+
+    def line(self, text: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        self._log.write(f"{stamp} INFO: {text}\n")
+        self._log.flush()
+        if self.echo is not None:
+            self.echo(text)
+
+    def close(self) -> None:
+        for w in self._writers.values():
+            w.close()
+        self._jsonl.close()
+        self._log.close()

@@ -1,0 +1,36 @@
+"""The plain baseline: one fused, jitted full-model train step with `jax.grad`.
+
+`fused_step(model, tx)` returns a pure `step(params, opt_state, batch) -> (params, opt_state,
+loss)` over the whole params pytree with the same loss as the replicas (mean next-token
+cross-entropy over the batch) and the whole-model optax transform. It is the oracle of the
+streaming tests and the baseline of the benchmark; the caller jits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import optax
+import wse_models
+
+from wse_trainer.replica import token_loss
+
+__all__ = ["loss_fn", "fused_step"]
+
+
+def loss_fn(model: Any, params: Any, batch: jax.Array) -> jax.Array:
+    """Mean next-token cross-entropy of `batch` rows (B, S + 1)."""
+    tokens, targets = batch[:, :-1], batch[:, 1:]
+    logits, _ = wse_models.forward(model, params, tokens)
+    return token_loss(logits, targets) / targets.size
+
+
+def fused_step(model: Any, tx: optax.GradientTransformation) -> Callable[..., Any]:
+    def step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(lambda p: loss_fn(model, p, batch))(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return step

@@ -1,0 +1,66 @@
+"""A wafer replica's work, as pure functions over one weight group at a time.
+
+`layer_fns(config, loss_scale)` closes over the model config and returns `LayerFns`:
+
+- `embed_fwd(embed_w, tokens, positions) -> h`                      [b, s] -> [b, s, d]
+- `layer_fwd(layer_w, h, positions) -> h`                           one layer (`apply_layer`)
+- `layer_bwd(layer_w, h_in, positions, g_out) -> (g_w, g_in)`        `jax.vjp` of one layer
+- `head(head_w, h, targets) -> (loss, g_head_w, g_h)`               final norm, logits, loss
+- `embed_bwd(embed_w, tokens, positions, g_h) -> g_embed_w`
+
+`head_w` is `{"embed": ..., "final": ...}` (tied embeddings read the embedding). The loss is
+the token-summed cross-entropy times `loss_scale` (1 / global tokens), so replica losses and
+gradients add up to the full-batch mean. The shell jits each function once: every layer
+shares one compilation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+import wse_models
+
+__all__ = ["LayerFns", "layer_fns", "token_loss"]
+
+
+class LayerFns(NamedTuple):
+    embed_fwd: Callable[..., jax.Array]
+    layer_fwd: Callable[..., jax.Array]
+    layer_bwd: Callable[..., tuple[Any, jax.Array]]
+    head: Callable[..., tuple[jax.Array, Any, jax.Array]]
+    embed_bwd: Callable[..., Any]
+
+
+def token_loss(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Summed next-token cross-entropy in fp32."""
+    logits = logits.astype(jnp.float32)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, targets).sum()
+
+
+def layer_fns(config: Any, loss_scale: float) -> LayerFns:
+    def embed_fwd(embed_w, tokens, positions):
+        return wse_models.embed(config, {"embed": embed_w}, tokens, positions)
+
+    def layer_fwd(layer_w, h, positions):
+        return wse_models.apply_layer(config, layer_w, h, positions)[0]
+
+    def layer_bwd(layer_w, h, positions, g_out):
+        _, vjp = jax.vjp(lambda w, x: layer_fwd(w, x, positions), layer_w, h)
+        return vjp(g_out.astype(h.dtype))
+
+    def head(head_w, h, targets):
+        def loss_fn(w, x):
+            return token_loss(wse_models.unembed(config, w, x), targets) * loss_scale
+
+        loss, (g_w, g_h) = jax.value_and_grad(loss_fn, argnums=(0, 1))(head_w, h)
+        return loss, g_w, g_h
+
+    def embed_bwd(embed_w, tokens, positions, g_h):
+        _, vjp = jax.vjp(lambda w: embed_fwd(w, tokens, positions), embed_w)
+        return vjp(g_h)[0]
+
+    return LayerFns(embed_fwd, layer_fwd, layer_bwd, head, embed_bwd)

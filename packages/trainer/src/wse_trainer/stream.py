@@ -1,0 +1,195 @@
+"""The weight-streaming train step: MemoryX -> SwarmX -> replicas, layer by layer.
+
+`StreamedTrainer.step(batch)` runs one global step of `batch` ((B, S + 1) int32 rows):
+
+1. forward: the embedding, then each layer in turn. Layer i+1's weights are broadcast
+   (asynchronous `device_put`) *before* layer i runs, so the transfer overlaps the compute;
+   the time the host then waits for a layer's weights is the stall. Layer inputs are kept
+   or dropped as the replica's `ActivationPlan` (SRAM ledger) says.
+2. the head (final norm, logits, loss) and its gradient; the final norm's update is applied.
+3. backward: each layer from the last, its weights streamed again (prefetched one layer
+   ahead), dropped inputs recomputed from the nearest kept one, `jax.vjp` of the layer; the
+   replicas' weight gradients are sum-reduced by SwarmX and MemoryX applies that layer's
+   update at once.
+4. the embedding's gradient (plus the head's share when tied) and its update.
+
+`StepStats` reports the loss, wall, stall and compute seconds and the bytes streamed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from wse_trainer.memoryx import MemoryX
+from wse_trainer.plan import ActivationPlan
+from wse_trainer.replica import layer_fns
+from wse_trainer.swarmx import SwarmX
+
+__all__ = ["StepStats", "StreamedTrainer"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepStats:
+    loss: float
+    wall_s: float
+    stall_s: float  # host waiting for streamed weights
+    broadcast_bytes: int
+    reduce_bytes: int
+    recomputed_layers: int
+    tokens: int
+
+    @property
+    def compute_s(self) -> float:
+        return self.wall_s - self.stall_s
+
+    @property
+    def stall_fraction(self) -> float:
+        return self.stall_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_fns(model: Any, loss_scale: float):
+    """One set of jitted replica functions per (config, scale): trainers share compilations."""
+    fns = layer_fns(model, loss_scale)
+    return fns._replace(**{k: jax.jit(f) for k, f in fns._asdict().items()})
+
+
+class StreamedTrainer:
+    """Weight-streaming data-parallel training of a `wse_models` config."""
+
+    def __init__(
+        self,
+        model: Any,
+        params: Any,
+        tx: optax.GradientTransformation,
+        *,
+        num_csx: int,
+        global_batch: int,
+        seq_len: int,
+        plan: ActivationPlan,
+        max_gradient_norm: float | None = None,
+        devices=None,
+    ):
+        self.model, self.plan, self.num_csx = model, plan, num_csx
+        self.L = int(model.n_layers)
+        self.dtype = jnp.dtype(model.dtype)
+        self.memx = MemoryX(
+            params,
+            self.L,
+            tx,
+            max_gradient_norm=max_gradient_norm,
+            device=(devices or jax.devices())[0],
+        )
+        self.swarm = SwarmX.create(num_csx, devices, home=self.memx.device)
+        self.fns = _jitted_fns(model, 1.0 / (global_batch * seq_len))
+        pos = np.broadcast_to(
+            np.arange(seq_len, dtype=np.int32), (global_batch // num_csx, seq_len)
+        )
+        self.positions = [jax.device_put(pos, self.swarm.replica_device(r)) for r in range(num_csx)]
+        self._stall = 0.0
+
+    # Streaming -------------------------------------------------------------------------
+    def _fetch(self, name: str) -> list[Any]:
+        if name == "head":  # the final norm and head; tied heads read the embedding
+            w = {"final": self.memx.weights("final", self.dtype)}
+            if self.model.tie_embeddings:
+                w["embed"] = self.memx.weights("embed", self.dtype)
+        else:
+            w = self.memx.weights(name, self.dtype)
+        return self.swarm.broadcast(w)
+
+    def _wait(self, weights: list[Any]) -> list[Any]:
+        t0 = time.perf_counter()
+        jax.block_until_ready(weights)
+        self._stall += time.perf_counter() - t0
+        return weights
+
+    def _run_layer(self, w, h):
+        return [self.fns.layer_fwd(w[r], h[r], self.positions[r]) for r in range(self.num_csx)]
+
+    # The step --------------------------------------------------------------------------
+    def step(self, batch: np.ndarray) -> StepStats:
+        t0, self._stall = time.perf_counter(), 0.0
+        b0, r0 = self.swarm.broadcast_bytes, self.swarm.reduce_bytes
+        shards = self.swarm.scatter((np.asarray(batch[:, :-1]), np.asarray(batch[:, 1:])))
+        acts, w_head, h = self._forward(shards)
+        losses, g_h, g_embed_head = self._head(w_head, h, shards)
+        recomputed = self._backward(acts, g_h, shards, g_embed_head)
+        self.memx.finish_step()
+        loss = float(sum(jax.device_get(x) for x in losses))
+        wall = time.perf_counter() - t0
+        return StepStats(
+            loss,
+            wall,
+            self._stall,
+            self.swarm.broadcast_bytes - b0,
+            self.swarm.reduce_bytes - r0,
+            recomputed,
+            int(batch[:, 1:].size),
+        )
+
+    def _forward(self, shards):
+        w = self._fetch("embed")
+        nxt = self._fetch("layer_0")
+        self._wait(w)
+        h = [self.fns.embed_fwd(w[r], shards[r][0], self.positions[r]) for r in range(self.num_csx)]
+        acts: dict[int, list[Any]] = {}
+        for i in range(self.L):
+            w, nxt = nxt, self._fetch(f"layer_{i + 1}" if i + 1 < self.L else "head")
+            self._wait(w)
+            if self.plan.keeps(i):
+                acts[i] = h
+            h = self._run_layer(w, h)
+        return acts, nxt, h
+
+    def _head(self, w_head, h, shards):
+        self._wait(w_head)
+        out = [self.fns.head(w_head[r], h[r], shards[r][1]) for r in range(self.num_csx)]
+        g = self.swarm.reduce([o[1] for o in out])
+        self.memx.receive("final", g["final"])
+        return [o[0] for o in out], [o[2] for o in out], g.get("embed")
+
+    def _recompute(self, acts, i: int) -> int:
+        """Refill layer inputs start+1 .. i from the kept input of layer `start`."""
+        start = i - i % self.plan.stride
+        h = acts[start]
+        for j in range(start, i):
+            h = self._run_layer(self._wait(self._fetch(f"layer_{j}")), h)
+            acts[j + 1] = h
+        return i - start
+
+    def _backward(self, acts, g_h, shards, g_embed_head) -> int:
+        recomputed = 0
+        nxt = self._fetch(f"layer_{self.L - 1}")
+        for i in reversed(range(self.L)):
+            w, nxt = nxt, self._fetch(f"layer_{i - 1}" if i > 0 else "embed")
+            self._wait(w)
+            if i not in acts:
+                recomputed += self._recompute(acts, i)
+            h_in = acts.pop(i)
+            out = [
+                self.fns.layer_bwd(w[r], h_in[r], self.positions[r], g_h[r])
+                for r in range(self.num_csx)
+            ]
+            g_h = [o[1] for o in out]
+            self.memx.receive(f"layer_{i}", self.swarm.reduce([o[0] for o in out]))
+        self._wait(nxt)
+        g_e = self.swarm.reduce(
+            [
+                self.fns.embed_bwd(nxt[r], shards[r][0], self.positions[r], g_h[r])
+                for r in range(self.num_csx)
+            ]
+        )
+        if g_embed_head is not None:
+            f32 = lambda a, b: a.astype(jnp.float32) + b.astype(jnp.float32)
+            g_e = jax.tree.map(f32, g_e, g_embed_head)
+        self.memx.receive("embed", g_e)
+        return recomputed

@@ -1,0 +1,159 @@
+"""Weight streaming gives the model plain training gives: the oracle is `jax.grad` of the
+whole model's `forward` with the same optax transform.
+
+Tolerances: fp32 throughout. The streamed and fused steps sum the same numbers in another
+order (layer-by-layer vjp vs one fused graph; per-replica partial sums), so gradients differ
+by a few ulp (~1e-9 absolute here). Adam's update is lr * m / (sqrt(v) + eps): a gradient
+difference dg moves a parameter by at most ~lr * dg / eps per step, so a near-zero gradient
+element amplifies ulp noise by 1 / eps. With lr 1e-3 and eps 1e-6 that bound is ~1e-6 per
+step; 1e-5 after 3 steps is the tolerance used (with eps 1e-8 the same noise reaches 1e-4).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import wse_models
+from wse_core import SramBudgetError, preset
+from wse_trainer.config import OptimizerConfig
+from wse_trainer.optimizer import base_transform, full_transform
+from wse_trainer.plan import plan_activations
+from wse_trainer.reference import fused_step
+from wse_trainer.stream import StreamedTrainer
+from wse_trainer.swarmx import tree_bytes
+
+B, S, STEPS = 8, 16, 3
+ADAMW = OptimizerConfig(learning_rate=1e-3, weight_decay=0.01, eps=1e-6)
+
+
+def _model(arch="tiny-gpt2", **kw):
+    base = {
+        "vocab_size": 96,
+        "d_model": 32,
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_ff": 64,
+        "max_seq_len": 32,
+    }
+    if arch == "tiny-gpt2":
+        base["n_kv_heads"] = 4
+    return wse_models.preset_config(arch, **{**base, **kw})
+
+
+def _batches(model):
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, model.vocab_size, (B, S + 1)).astype(np.int32) for _ in range(STEPS)]
+
+
+@functools.cache
+def _streamed(model, opt, *, num_csx=1, stride=1):
+    params = wse_models.init_params(model, jax.random.key(1))
+    plan = plan_activations(model, preset("small"), B // num_csx, S, stride)
+    tr = StreamedTrainer(
+        model,
+        params,
+        base_transform(opt, 10),
+        num_csx=num_csx,
+        global_batch=B,
+        seq_len=S,
+        plan=plan,
+        max_gradient_norm=opt.max_gradient_norm,
+    )
+    stats = [tr.step(b) for b in _batches(model)]
+    return tr.memx.params_tree(), stats
+
+
+@functools.cache
+def _fused(model, opt):
+    params = wse_models.init_params(model, jax.random.key(1))
+    tx = full_transform(opt, 10)
+    state, step, losses = tx.init(params), jax.jit(fused_step(model, tx)), []
+    for b in _batches(model):
+        params, state, loss = step(params, state, b)
+        losses.append(float(loss))
+    return params, losses
+
+
+def _max_diff(a, b):
+    return max(
+        float(jnp.abs(x - y).max())
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+@pytest.mark.parametrize("arch", ["tiny-gpt2", pytest.param("tiny-llama", marks=pytest.mark.slow)])
+def test_streamed_equals_plain_jax_grad(arch):
+    model, opt = _model(arch), ADAMW
+    p_stream, stats = _streamed(model, opt)
+    p_ref, losses = _fused(model, opt)
+    np.testing.assert_allclose([s.loss for s in stats], losses, rtol=1e-6)
+    assert _max_diff(p_stream, p_ref) < 1e-5
+
+
+def test_num_csx_1_equals_4_at_equal_global_batch():
+    model, opt = _model(), ADAMW
+    p1, s1 = _streamed(model, opt, num_csx=1)
+    p4, s4 = _streamed(model, opt, num_csx=4)
+    np.testing.assert_allclose([s.loss for s in s1], [s.loss for s in s4], rtol=1e-6)
+    assert _max_diff(p1, p4) < 1e-5
+
+
+def test_swarmx_counts_every_broadcast_and_reduce():
+    model, opt = _model(), ADAMW
+    params = wse_models.init_params(model, jax.random.key(1))
+    groups = {"embed": params["embed"], "final": params["final"]}
+    layer = tree_bytes(params["layers"]) // model.n_layers
+    embed, final = tree_bytes(groups["embed"]), tree_bytes(groups["final"])
+    for num_csx in (1, 4):
+        _, stats = _streamed(model, opt, num_csx=num_csx)
+        # forward: embed + every layer + head (final and the tied embedding);
+        # backward: every layer again + the embedding.
+        sent = 2 * embed + final + 2 * model.n_layers * layer + embed
+        assert stats[-1].broadcast_bytes == num_csx * sent
+        assert stats[-1].reduce_bytes == num_csx * (embed + final + model.n_layers * layer + embed)
+
+
+def test_recomputing_activations_changes_nothing():
+    model, opt = _model(), ADAMW
+    p_keep, s_keep = _streamed(model, opt, stride=1)
+    p_re, s_re = _streamed(model, opt, stride=2)
+    assert s_re[0].recomputed_layers == 1 and s_keep[0].recomputed_layers == 0
+    assert [s.loss for s in s_keep] == [s.loss for s in s_re]
+    assert _max_diff(p_keep, p_re) == 0.0
+
+
+@pytest.mark.slow
+def test_clipping_waits_for_the_global_norm():
+    # A max norm small enough that every step clips.
+    model = _model()
+    opt = OptimizerConfig(learning_rate=1e-3, max_gradient_norm=0.05, optimizer_type="sgd")
+    p_stream, _ = _streamed(model, opt)
+    p_ref, _ = _fused(model, opt)
+    assert _max_diff(p_stream, p_ref) < 1e-6
+
+
+@pytest.mark.slow
+def test_bf16_compute_keeps_fp32_masters_close():
+    opt = OptimizerConfig(learning_rate=1e-3)
+    p16, s16 = _streamed(_model(dtype="bfloat16"), opt)
+    p32, s32 = _streamed(_model(), opt)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(p16))
+    # bf16 has 8 mantissa bits: losses agree to ~1e-2 relative.
+    np.testing.assert_allclose([s.loss for s in s16], [s.loss for s in s32], rtol=2e-2)
+
+
+def test_sram_ledger_forces_recompute_then_refuses():
+    model = _model(n_layers=8, d_model=64, n_heads=4, n_kv_heads=4)
+    tiny = preset("tiny")
+    roomy = plan_activations(model, preset("small"), 8, 32)
+    assert roomy.stride == 1
+    # Per PE of the 8 x 8 wafer: two layers of weights, one gradient and the working set take
+    # 5304 B; one layer input takes 1024 B, so 8 kept inputs need 13496 B in all, and the
+    # cheapest recompute schedule (stride 2: 4 kept + 1 segment) 10424 B.
+    tight = plan_activations(model, tiny.replace(sram_bytes_per_pe=12000), 8, 32)
+    assert (tight.stride, tight.held_layers) == (2, 5)
+    assert tight.sram["used_bytes_per_pe"] == 10424
+    with pytest.raises(SramBudgetError, match="activations: 5 layer inputs"):
+        plan_activations(model, tiny.replace(sram_bytes_per_pe=9000), 8, 32)
