@@ -43,7 +43,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from wse_inference import openai_api as oa
 from wse_inference.admission import InvalidRequestError, QueueFullError, ShuttingDownError
-from wse_inference.engine import Engine
+from wse_inference.engine import Engine, SamplingParams
 from wse_inference.scheduler import Scheduler, StreamEvent
 from wse_inference.serve_metrics import CONTENT_TYPE, ServeMetrics
 
@@ -60,6 +60,7 @@ class ServeConfig:
     max_queued: int = 64
     drain_s: float = 10.0  # grace for requests in flight at shutdown
     model_names: tuple[str, ...] = ()  # names clients may ask for; default engine.model_name
+    warmup: bool = True  # `run` sends one tiny request through the engine before serving
 
 
 def _error(
@@ -376,14 +377,38 @@ class Server:
             self._thread.join(self.config.drain_s + 5)
         self._finish()
 
-    def run(self) -> None:
-        """Serve in the foreground until SIGTERM / SIGINT, then drain and return."""
-        self._start_engine_and_grpc()
-        # uvicorn re-raises the signal after its shutdown; a no-op handler keeps the exit 0.
+    def warmup(self, timeout_s: float = 600.0) -> float:
+        """Run one tiny greedy request through the engine (compiles it); its wall seconds."""
+        t0 = time.monotonic()
+        done = threading.Event()
+        max_tokens = max(1, min(2, self.engine.max_context - 1))
+        self.scheduler.submit(
+            prompt_ids=[0],
+            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0),
+            sink=lambda ev: done.set() if ev.finish_reason is not None else None,
+        )
+        if not done.wait(timeout_s):
+            raise TimeoutError(f"the engine did not answer a warm-up request in {timeout_s} s")
+        return time.monotonic() - t0
+
+    def run(self, *, on_ready: Callable[[], None] | None = None) -> None:
+        """Serve in the foreground until SIGTERM / SIGINT, then drain and return.
+
+        The engine is warmed up (compiled) first when `config.warmup`; then `on_ready()`.
+        """
+        # Our handler covers the warm-up; uvicorn's takes over while it runs and re-raises the
+        # signal after its shutdown, which ours then absorbs so the exit code stays 0.
+        signalled = threading.Event()
         signals = (signal.SIGTERM, signal.SIGINT)
-        previous = {sig: signal.signal(sig, lambda *_: None) for sig in signals}
+        previous = {sig: signal.signal(sig, lambda *_: signalled.set()) for sig in signals}
         try:
-            self._uvicorn.run(sockets=[self._sock])
+            self._start_engine_and_grpc()
+            if self.config.warmup:
+                self.warmup()
+            if on_ready is not None:
+                on_ready()
+            if not signalled.is_set():
+                self._uvicorn.run(sockets=[self._sock])
         finally:
             self._finish()
             for sig, handler in previous.items():
@@ -391,10 +416,9 @@ class Server:
 
 
 def serve(engine: Engine, config: ServeConfig, *, announce: Callable[[str], None] = print) -> None:
-    """Serve `engine` in the foreground; `announce` gets one line with the bound addresses."""
+    """Serve `engine` in the foreground; `announce` gets one line once it is ready."""
     server = Server(engine, config)
     line = f"serving {', '.join(server.model_names)} on {server.http_url}"
     if server.grpc_target is not None:
         line += f" and gRPC {server.grpc_target}"
-    announce(line)
-    server.run()
+    server.run(on_ready=lambda: announce(line))

@@ -86,6 +86,9 @@ def serve(
         64, "--max-queued", min=0, help="Waiting requests beyond which the server says 429."
     ),
     drain_s: float = typer.Option(10.0, "--drain-s", help="Grace for requests at shutdown."),
+    warmup: bool = typer.Option(
+        True, "--warmup/--no-warmup", help="Compile the engine with one request before serving."
+    ),
     served_model_name: str = typer.Option(
         None, "--served-model-name", help="Model name clients use (default: engine's)."
     ),
@@ -113,6 +116,7 @@ def serve(
         max_queued=max_queued,
         drain_s=drain_s,
         model_names=names,
+        warmup=warmup,
     )
     try:
         run_server(engine, config, announce=lambda line: typer.echo(line, err=False))
