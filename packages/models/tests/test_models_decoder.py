@@ -187,3 +187,13 @@ def test_bad_inputs():
         wm.init_cache(c, 1, c.max_seq_len + 1)
     with pytest.raises(wm.ModelError, match="out of range"):
         wm.layer_slice(p["layers"], c.n_layers)
+
+
+def test_module_refuses_positions_out_of_range():
+    c = tiny_config("gpt2")
+    model = wm.Transformer(c, params=wm.init_params(c, jax.random.key(0)))
+    with pytest.raises(wm.ModelError, match="position table"):
+        model(jnp.zeros((1, c.max_seq_len + 1), jnp.int32))
+    cache = wm.init_cache(c, 1, 4)
+    with pytest.raises(wm.ModelError, match="cache max_len of 4"):
+        model.step(jnp.zeros((1, 2), jnp.int32), jnp.asarray([[3, 4]]), cache)

@@ -26,6 +26,23 @@ Contract (other packages code against exactly this; see the models issue):
 - `Transformer` — a flax NNX module holding config and params: `model(tokens)` -> logits;
   `model.params()` gives the functional pytree.
 - HF format: `from_pretrained(path)` -> Transformer; `save_pretrained(model, path)`.
+
+Additions beyond the contract (implemented here; the contract above is unchanged):
+
+- `ModelConfig`: optional `head_dim`, `rope_scaling` (`RopeScaling`, Llama 3.1+ "llama3"),
+  `name`; `.hd`, `.replace(**kw)`, `embed_params()`, `final_params()`, `matmul_params()`,
+  `layer_bytes(dtype)`, `attn_flops_per_token(seq_len)`, `train_flops_per_token(seq_len)`.
+  Dtypes are strings; `dtype_bytes(name)`.
+- Params: `param_shapes(config)` (ShapeDtypeStructs, nothing allocated), `cast_params`,
+  `tree_num_params`, `layer_update(stacked, i, layer)`; `layer_slice` / `layer_range` also
+  cut a `KVCache` (layer_slice gives a `LayerCache`). `write_cache`, `default_positions`,
+  `rope_inv_freq`. A negative position is a padding token: not written to the cache.
+- `Transformer(config, rngs=nnx.Rngs(params=0))` or `Transformer(config, params=tree)`;
+  `model.step(tokens, positions, cache)` -> (logits, cache); `model.num_params()`.
+- HF: `load_params(path, config)`, `save_params(config, params, path, max_shard_bytes=)`,
+  `config_from_hf(dict)`, `config_to_hf(config)`, `hf_tensor_names(config)`.
+- Errors (all `wse_core.errors.WseError`): `ModelError`, `ModelConfigError`, `CheckpointError`.
+- `wse_models.testing`: tiny configs and random `transformers` oracles for tests.
 """
 
 from wse_models.cache import KVCache, LayerCache, init_cache, write_cache
@@ -37,6 +54,7 @@ from wse_models.checkpoint import (
     save_pretrained,
 )
 from wse_models.config import (
+    ARCHS,
     PRESETS,
     ModelConfig,
     RopeScaling,
@@ -67,6 +85,7 @@ from wse_models.params import (
 )
 
 __all__ = [
+    "ARCHS",
     "PRESETS",
     "CheckpointError",
     "KVCache",
