@@ -86,3 +86,11 @@ def test_load_matrix_npy(tmp_path):
     np.save(tmp_path / "v.npy", np.zeros(3))
     with pytest.raises(TlrError, match="2-D"):
         load_matrix(tmp_path / "v.npy")
+
+
+def test_reported_error_is_the_achieved_error(tmp_path):
+    a = smooth_kernel(50, 44)
+    op = compress(a, nb=16, threshold=1e-3)
+    achieved = np.linalg.norm(op.dense() - a) / np.linalg.norm(a)
+    assert op.error_fro == pytest.approx(achieved, rel=0.05, abs=1e-6)  # fp32 rounding
+    assert load_operator(save_operator(op, tmp_path / "e.npz")).error_fro == op.error_fro

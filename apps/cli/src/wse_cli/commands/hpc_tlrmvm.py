@@ -1,9 +1,166 @@
-"""`wse hpc tlrmvm`: not yet built (see the issue for its contract)."""
+"""`wse hpc tlrmvm compress|run`: tile low-rank compression and TLR-MVM on the wafer.
+
+`compress` turns a dense operator (a synthetic seismic Green's-function slice, or a `.npy`
+matrix) into a TLR operator file (`.npz`) and prints the ranks, compression ratio and the
+achieved error. `run` places an operator file on a wafer preset, runs the MVM on the
+emulator, checks it against the plain NumPy TLR-MVM (and the dense operator when the file is
+small enough to rebuild it), times it against dense NumPy GEMV, and prints the wafer model's
+time per MVM and sustained bandwidth for one wafer and for 48 systems.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
 
+from wse_cli.errors import WseGroup, fail
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `wse hpc` group."""
+app = typer.Typer(
+    cls=WseGroup, help="Tile low-rank matrix-vector multiply (TLR-MVM).", no_args_is_help=True
+)
+
+
+def _matrix(matrix: str, n: int, freq_hz: float):
+    from wse_hpc.tlrmvm.seismic import green_operator, load_matrix
+
+    if matrix == "synthetic-seismic":
+        if n <= 0:
+            fail(f"--n must be a positive size, got {n}")
+        return green_operator(n=n, freq_hz=freq_hz)
+    if not matrix.endswith(".npy"):
+        fail(f"--matrix must be 'synthetic-seismic' or a .npy file, got {matrix!r}")
+    return load_matrix(matrix)
+
+
+@app.command()
+def compress(
+    matrix: str = typer.Option(
+        "synthetic-seismic",
+        "--matrix",
+        help="'synthetic-seismic' or a .npy file with a 2-D matrix.",
+    ),
+    n: int = typer.Option(1024, "--n", help="Size of the synthetic operator (n x n)."),
+    nb: int = typer.Option(128, "--nb", help="Tile size."),
+    threshold: float = typer.Option(1e-3, "--threshold", help="Relative accuracy in (0, 1)."),
+    freq_hz: float = typer.Option(15.0, "--freq-hz", help="Frequency of the synthetic slice."),
+    out: Path = typer.Option(..., "--out", help="Output operator file (.npz)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the randomized SVD."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Compress a dense operator into low-rank tiles and save it (.npz)."""
+    import time
+
+    import numpy as np
+    from wse_hpc.tlrmvm import compress as tlr_compress
+    from wse_hpc.tlrmvm import save_operator
+
+    a = _matrix(matrix, n, freq_hz)
+    t0 = time.perf_counter()
+    op = tlr_compress(a, nb=nb, threshold=threshold, seed=seed)
+    wall = time.perf_counter() - t0
+    path = save_operator(op, out)
+    frob = float(np.linalg.norm(op.dense() - a) / np.linalg.norm(a))
+    d = {**op.describe(), "frobenius_rel_error": frob, "compress_s": wall, "out": str(path)}
+    if as_json:
+        typer.echo(json.dumps(d, indent=2))
+        return
+    typer.echo(
+        f"{op.shape[0]} x {op.shape[1]} {op.dtype} in {op.tiles[0]} x {op.tiles[1]} tiles of "
+        f"{nb}: ranks mean {d['rank_mean']:.1f} max {d['rank_max']}; compression "
+        f"{op.compression_ratio:.2f}x ({op.bases_bytes / 1e6:.2f} MB of bases); "
+        f"||A - A_tlr||_F / ||A||_F = {frob:.2e} (threshold {threshold:g}); {wall:.1f} s; "
+        f"wrote {path}"
+    )
+
+
+def _check_against(op, eng, x):
+    import numpy as np
+    from wse_hpc.tlrmvm import tlrmvm_numpy
+    from wse_hpc.tlrmvm.baseline import best_median_s
+
+    y = eng.matvec(x)
+    ref = tlrmvm_numpy(op, x)
+    out = {"rel_diff_vs_numpy_tlr": float(np.linalg.norm(y - ref) / np.linalg.norm(ref))}
+    if op.dense_bytes <= 256 * 2**20:  # rebuild A_tlr densely to time a dense GEMV
+        a = op.dense()
+        out["dense_gemv_s"], _ = best_median_s(lambda: a @ x)
+    return out
+
+
+@app.command()
+def run(
+    operator: Path = typer.Option(..., "--operator", help="Operator file from `compress`."),
+    preset: str = typer.Option("wse2", "--preset", "-p", help="Wafer preset."),
+    rank_chunk: int = typer.Option(
+        None, "--rank-chunk", help="Ranks per PE (default: the most that fit SRAM)."
+    ),
+    batch: int = typer.Option(1, "--batch", help="Vectors per product."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the input vectors."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run the TLR-MVM on the emulated wafer: error, timing, predicted wafer figures."""
+    import numpy as np
+    from wse_core import preset as get_preset
+    from wse_hpc.tlrmvm import load_operator
+    from wse_hpc.tlrmvm.engine import TlrEngine
+    from wse_hpc.tlrmvm.perf import cluster
+
+    if not operator.exists():
+        fail(
+            f"operator file {str(operator)!r} does not exist; make one with "
+            f"`wse hpc tlrmvm compress --out FILE.npz`"
+        )
+    op = load_operator(operator)
+    spec = get_preset(preset)
+    eng = TlrEngine.build(op, spec, rank_chunk=rank_chunk, batch=batch)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((op.shape[1], batch)).astype(op.dtype)
+    if np.iscomplexobj(x):
+        x = x + 1j * rng.standard_normal(x.shape).astype(op.dtype)
+    d = {"operator": op.describe(), "plan": eng.plan.describe(), **_check_against(op, eng, x)}
+    d["wafer_emulator_s"] = eng.time_matvec(x)
+    if "dense_gemv_s" in d:
+        d["speedup_vs_dense"] = d["dense_gemv_s"] / d["wafer_emulator_s"]
+    pred = eng.prediction()
+    d["predicted"] = pred.to_dict()
+    d["predicted_48_systems"] = cluster(pred, eng.plan, spec, systems=48)
+    if as_json:
+        typer.echo(json.dumps(d, indent=2, default=float))
+        return
+    _print_run(d, spec.name)
+
+
+def _print_run(d: dict, spec_name: str) -> None:
+    o, p, pr, c48 = d["operator"], d["plan"], d["predicted"], d["predicted_48_systems"]
+    typer.echo(
+        f"operator {o['shape'][0]} x {o['shape'][1]} {o['dtype']}, nb {o['nb']}, "
+        f"compression {o['compression_ratio']:.2f}x, threshold {o['threshold']:g}, "
+        f"||A - A_tlr||_F / ||A||_F {o['error_fro']:.2e}"
+    )
+    typer.echo(
+        f"placed on {p['grid'][0]} x {p['grid'][1]} PEs of {spec_name} (rank chunk "
+        f"{p['rank_chunk']}, {sum(p['bytes_per_pe'].values())} B SRAM per PE)"
+    )
+    typer.echo(
+        f"emulator vs NumPy TLR-MVM: rel. diff {d['rel_diff_vs_numpy_tlr']:.2e}; "
+        f"emulated {d['wafer_emulator_s'] * 1e3:.2f} ms"
+        + (
+            f", dense NumPy GEMV {d['dense_gemv_s'] * 1e3:.2f} ms "
+            f"(speedup {d['speedup_vs_dense']:.2f}x)"
+            if "dense_gemv_s" in d
+            else ""
+        )
+    )
+    typer.echo(
+        f"predicted on {spec_name}: {pr['wafer_s'] * 1e6:.2f} µs per MVM, "
+        f"{pr['sustained_bytes_per_s'] / 1e12:.2f} TB/s of bases; filled with "
+        f"{c48['copies_per_system']} copies x 48 systems: "
+        f"{c48['bytes_per_s'] / 1e15:.2f} PB/s"
+    )
+
+
+def register(parent: typer.Typer) -> None:
+    """Add `tlrmvm` to the `wse hpc` group."""
+    parent.add_typer(app, name="tlrmvm")

@@ -52,6 +52,7 @@ class TlrOperator:
     ranks: np.ndarray  # (mt, nt) int64
     u_rows: tuple[np.ndarray, ...]  # mt arrays (m_i, K_i)
     v_cols: tuple[np.ndarray, ...]  # nt arrays (n_j, K_j)
+    error_fro: float = float("nan")  # achieved ||A - A_tlr||_F / ||A||_F (from the SVDs)
 
     @property
     def dtype(self) -> np.dtype:
@@ -112,6 +113,7 @@ class TlrOperator:
             "bases_bytes": self.bases_bytes,
             "dense_bytes": self.dense_bytes,
             "compression_ratio": self.compression_ratio,
+            "error_fro": self.error_fro,
         }
 
 
@@ -145,10 +147,13 @@ def _rank_for(s: np.ndarray, tol_sq: float) -> int:
     return max(k, 1) if s.size and s[0] > 0 else 0
 
 
-def _svd_truncate(t: np.ndarray, tol_sq: float) -> tuple[np.ndarray, np.ndarray]:
+def _svd_truncate(t: np.ndarray, tol_sq: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """(U with singular values folded in, V, squared Frobenius error dropped)."""
     u, s, vh = np.linalg.svd(t, full_matrices=False)
-    k = _rank_for(s.astype(np.float64), tol_sq)
-    return (u[:, :k] * s[:k]).astype(t.dtype), vh[:k].conj().T.astype(t.dtype)
+    s64 = s.astype(np.float64)
+    k = _rank_for(s64, tol_sq)
+    tail = float((s64[k:] ** 2).sum())
+    return (u[:, :k] * s[:k]).astype(t.dtype), vh[:k].conj().T.astype(t.dtype), tail
 
 
 def _randomized(t: np.ndarray, tol_sq: float, rng: np.random.Generator):
@@ -165,8 +170,8 @@ def _randomized(t: np.ndarray, tol_sq: float, rng: np.random.Generator):
         b = q.conj().T @ t
         resid_sq = float(np.linalg.norm(t - q @ b) ** 2)
         if resid_sq <= 0.25 * tol_sq:  # leave most of the budget to the truncation below
-            ub, vb = _svd_truncate(b, tol_sq - resid_sq)
-            return (q @ ub).astype(t.dtype), vb
+            ub, vb, tail = _svd_truncate(b, tol_sq - resid_sq)
+            return (q @ ub).astype(t.dtype), vb, tail + resid_sq
         ell *= 2
     return None
 
@@ -195,18 +200,22 @@ def compress(
     rng = np.random.default_rng(seed)
     us = [[None] * nt for _ in range(mt)]
     vs = [[None] * nt for _ in range(mt)]
+    dropped_sq = 0.0
     with threadpool_limits(limits=blas_threads):
         for i in range(mt):
             for j in range(nt):
                 tile = a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb]
-                us[i][j], vs[i][j] = _compress_tile(tile, float(threshold), rng)
+                us[i][j], vs[i][j], tail = _compress_tile(tile, float(threshold), rng)
+                dropped_sq += tail
     ranks = np.array([[us[i][j].shape[1] for j in range(nt)] for i in range(mt)], np.int64)
     u_rows = tuple(np.ascontiguousarray(np.concatenate(us[i], axis=1)) for i in range(mt))
     v_cols = tuple(
         np.ascontiguousarray(np.concatenate([vs[i][j] for i in range(mt)], axis=1))
         for j in range(nt)
     )
-    return TlrOperator((m, n), int(nb), float(threshold), ranks, u_rows, v_cols)
+    norm = float(np.linalg.norm(a))
+    err = float(np.sqrt(dropped_sq)) / norm if norm > 0 else 0.0
+    return TlrOperator((m, n), int(nb), float(threshold), ranks, u_rows, v_cols, err)
 
 
 def tlrmvm_numpy(op: TlrOperator, x: np.ndarray, *, adjoint: bool = False) -> np.ndarray:
@@ -242,6 +251,7 @@ def save_operator(op: TlrOperator, path: str | Path) -> Path:
         ranks=op.ranks,
         u=np.concatenate([u.ravel() for u in op.u_rows]),
         v=np.concatenate([v.ravel() for v in op.v_cols]),
+        error_fro=np.float64(op.error_fro),
     )
     return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
@@ -262,7 +272,8 @@ def load_operator(path: str | Path) -> TlrOperator:
     widths = [min(nb, n - j * nb) for j in range(nt)]
     u_rows = _split(data["u"], [(h, int(ranks[i].sum())) for i, h in enumerate(heights)])
     v_cols = _split(data["v"], [(w, int(ranks[:, j].sum())) for j, w in enumerate(widths)])
-    return TlrOperator((m, n), nb, float(data["threshold"]), ranks, u_rows, v_cols)
+    err = float(data.get("error_fro", np.nan))
+    return TlrOperator((m, n), nb, float(data["threshold"]), ranks, u_rows, v_cols, err)
 
 
 def _split(flat: np.ndarray, shapes: list[tuple[int, int]]) -> tuple[np.ndarray, ...]:

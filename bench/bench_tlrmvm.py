@@ -1,0 +1,146 @@
+"""Benchmark: TLR-MVM on the emulated wafer against dense NumPy GEMV and plain NumPy TLR-MVMs.
+
+    python bench/bench_tlrmvm.py [--quick] [--sizes 2500,9801] [--threshold 1e-3]
+
+For each size n, a synthetic seismic operator (complex64, n x n, Green's functions between
+two surfaces) is generated and compressed once and cached under $TLR_BENCH_CACHE (default
+/tmp/tlr_bench). Side by side in the same process: dense `A @ x` (NumPy/BLAS), the plain
+NumPy TLR-MVM over the stacked bases (ecrc/tlrmvm's CPU layout), the padded batched NumPy
+TLR-MVM, and the wafer emulator (JAX, one virtual device per core). Reports the median time
+of each, the compression ratio, the relative error against the dense product, the speedup
+over dense against the target 0.7 x compression ratio, a STREAM-like memory bandwidth, and
+the wafer model's predictions. Writes bench/results/tlrmvm.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from wse_core.runtime import configure
+
+configure()  # one virtual device per core, before JAX starts
+
+import numpy as np  # noqa: E402
+from wse_core import preset  # noqa: E402
+from wse_hpc.tlrmvm import compress, load_operator, save_operator  # noqa: E402
+from wse_hpc.tlrmvm.baseline import padded_fn, stacked_fn  # noqa: E402
+from wse_hpc.tlrmvm.engine import TlrEngine  # noqa: E402
+from wse_hpc.tlrmvm.perf import cluster  # noqa: E402
+from wse_hpc.tlrmvm.seismic import green_operator  # noqa: E402
+
+CACHE = Path(os.environ.get("TLR_BENCH_CACHE", "/tmp/tlr_bench"))
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def operator(n: int, nb: int, threshold: float):
+    CACHE.mkdir(parents=True, exist_ok=True)
+    dense_path = CACHE / f"seismic_{n}.npy"
+    op_path = CACHE / f"seismic_{n}_nb{nb}_{threshold:g}.npz"
+    if dense_path.exists():
+        a = np.load(dense_path)
+    else:
+        a = green_operator(n=n)
+        np.save(dense_path, a)
+    t0 = time.perf_counter()
+    if op_path.exists():
+        op = load_operator(op_path)
+    else:
+        op = compress(a, nb=nb, threshold=threshold)
+        save_operator(op, op_path)
+    return a, op, time.perf_counter() - t0
+
+
+def timed(fn, x, repeats: int) -> float:
+    fn(x)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(x)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def stream_bytes_per_s(repeats: int = 5) -> float:
+    """A STREAM-like copy of 256 MiB (bytes read + written per second)."""
+    a = np.ones(32 * 2**20)
+    b = np.empty_like(a)
+    t = timed(lambda _: np.copyto(b, a), None, repeats)
+    return 2 * a.nbytes / t
+
+
+def bench_size(n: int, nb: int, threshold: float, repeats: int) -> dict:
+    a, op, compress_s = operator(n, nb, threshold)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+    exact = a @ x
+    eng = TlrEngine.build(op, preset("wse2"))
+    fns = {"dense": lambda v: a @ v, "numpy_tlr": stacked_fn(op), "numpy_padded": padded_fn(op)}
+    row = {
+        "n": n,
+        "nb": nb,
+        "threshold": threshold,
+        "compress_or_load_s": compress_s,
+        **op.describe(),
+        "plan": eng.plan.describe(),
+    }
+    for name, fn in fns.items():
+        row[f"{name}_s"] = timed(fn, x, repeats)
+        row[f"{name}_rel_err"] = float(np.linalg.norm(fn(x) - exact) / np.linalg.norm(exact))
+    row["wafer_emu_s"] = eng.time_matvec(x, repeats)
+    row["wafer_emu_rel_err"] = float(np.linalg.norm(eng.matvec(x) - exact) / np.linalg.norm(exact))
+    row["speedup_vs_dense"] = row["dense_s"] / row["wafer_emu_s"]
+    row["speedup_target"] = 0.7 * op.compression_ratio
+    row["numpy_tlr_speedup_vs_dense"] = row["dense_s"] / row["numpy_tlr_s"]
+    row["wafer_emu_vs_numpy_tlr"] = row["numpy_tlr_s"] / row["wafer_emu_s"]
+    pred = eng.prediction()
+    row["predicted"] = pred.to_dict()
+    row["predicted_48_cs2"] = cluster(pred, eng.plan, preset("wse2"), systems=48)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="One small size, few repeats.")
+    p.add_argument("--sizes", default=None, help="Comma-separated n (default 2500,4900,9801).")
+    p.add_argument("--threshold", type=float, default=1e-3)
+    args = p.parse_args(argv)
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else ([1024] if args.quick else [2500, 4900, 9801])
+    )
+    repeats = 3 if args.quick else 9
+    out = {"stream_bytes_per_s": stream_bytes_per_s(), "cores": os.cpu_count(), "rows": []}
+    head = (
+        f"{'n':>6} {'nb':>4} {'CR':>6} {'dense ms':>9} {'np-tlr ms':>9} {'np-pad ms':>9} "
+        f"{'wafer ms':>9} {'x dense':>8} {'target':>7} {'vs np-tlr':>9} {'rel err':>9} "
+        f"{'pred µs':>8}"
+    )
+    print(f"memory bandwidth (copy): {out['stream_bytes_per_s'] / 1e9:.1f} GB/s")
+    print(head)
+    for n in sizes:
+        nb = 256 if n >= 4096 else 128 if n >= 1500 else 64
+        r = bench_size(n, nb, args.threshold, repeats)
+        out["rows"].append(r)
+        print(
+            f"{n:>6} {nb:>4} {r['compression_ratio']:>6.2f} {r['dense_s'] * 1e3:>9.2f} "
+            f"{r['numpy_tlr_s'] * 1e3:>9.2f} {r['numpy_padded_s'] * 1e3:>9.2f} "
+            f"{r['wafer_emu_s'] * 1e3:>9.2f} {r['speedup_vs_dense']:>8.2f} "
+            f"{r['speedup_target']:>7.2f} {r['wafer_emu_vs_numpy_tlr']:>9.2f} "
+            f"{r['wafer_emu_rel_err']:>9.2e} {r['predicted']['wafer_s'] * 1e6:>8.2f}",
+            flush=True,
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "tlrmvm.json").write_text(json.dumps(out, indent=2, default=float))
+    print(f"wrote {RESULTS / 'tlrmvm.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
