@@ -136,8 +136,12 @@ def laplacian7(grid: StencilGrid, *, scale: float = 1.0) -> Callable[..., jax.Ar
 
     def apply_fn(u: jax.Array, faces: Faces | None = None) -> jax.Array:
         if faces is None:
-            diag = jnp.asarray(diagonal(grid) * scale, u.dtype)
-            return diag * u - _off_diagonal_sum(grid, u, None, scale)
+            # Difference form: u - u_nb is exact in fp16 for nearby values, so smooth
+            # fields (where A u is small) keep their accuracy (diag u - sum u_nb does not).
+            xp, xm, yp, ym, zp, zm = neighbours(grid, u)
+            cx, cy, cz = (jnp.asarray(c * scale, u.dtype) for c in _inv_h2(grid))
+            pair = lambda a, b: (u - a) + (u - b)
+            return pair(xp, xm) * cx + pair(yp, ym) * cy + pair(zp, zm) * cz
         diag = diagonal(grid, faces).astype(u.dtype)
         return diag * u - _off_diagonal_sum(grid, u, faces)
 

@@ -1,0 +1,219 @@
+"""Stencil benchmark: emulated 7-point Jacobi, BiCGSTAB and 25-point wave against NumPy / SciPy.
+
+Measured side by side in one process: this machine's memory bandwidth (a NumPy triad), a
+7-point Jacobi sweep at 256^3 fp32 (wafer emulation vs a NumPy sweep; GB/s from the bytes a
+sweep must move: read u and f, write u), BiCGSTAB on the 7-point Poisson problem (time per
+iteration vs scipy.sparse.linalg.bicgstab at the same relative residual), and the 25-point
+wave step (cells/s). Each wafer figure sits next to the performance model's wafer time.
+Prints a table and writes bench/results/stencil.json.
+
+    python bench/bench_stencil.py [--quick] [--devices N]
+
+Targets (issue 4): Jacobi >= 8x NumPy and >= 40% of the measured bandwidth; BiCGSTAB >= 3x
+SciPy per iteration at equal residual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _best(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def bandwidth_gb_s(n_bytes: int = 256 << 20, repeats: int = 5) -> float:
+    """A STREAM-like triad a = b + s c on arrays larger than the L3 cache (3 arrays moved)."""
+    import numpy as np
+
+    n = n_bytes // 8
+    b, c, a = np.ones(n), np.full(n, 2.0), np.empty(n)
+
+    def triad():
+        np.multiply(c, 3.0, out=a)
+        np.add(a, b, out=a)
+
+    # The two-pass triad moves 5 arrays (read c, write a; read a, b, write a).
+    return 5 * n * 8 / _best(triad, repeats) / 1e9
+
+
+def bench_jacobi(n: int, steps: int, repeats: int) -> dict:
+    import jax
+    import numpy as np
+    from jax import lax
+    from wse_core import preset
+    from wse_hpc.stencil import grid_wafer, jacobi, place_grid
+    from wse_hpc.stencil import perf as sperf
+    from wse_hpc.stencil.reference import shifted
+
+    shape = (n, n, n)
+    wafer = grid_wafer(preset("wse2"), shape)
+    grid = place_grid(wafer, shape, {"u": "fp32", "f": "fp32"})
+    rng = np.random.default_rng(0)
+    u0 = rng.random(shape, dtype=np.float32)
+    f0 = rng.random(shape, dtype=np.float32)
+    step = jacobi(grid)
+    run = jax.jit(lambda u, f: lax.fori_loop(0, steps, lambda i, a: step(a, f), u))
+    u, f = grid.place(u0, "u"), grid.place(f0, "f")
+    jax.block_until_ready(run(u, f))
+    wafer_s = _best(lambda: jax.block_until_ready(run(u, f)), repeats) / steps
+
+    inv = [1 / h**2 for h in grid.spacing]
+    d = 2 * sum(inv)
+
+    def numpy_sweep(a):
+        out = f0.copy()
+        for axis, c in enumerate(inv):
+            out += np.float32(c) * (shifted(a, axis, 1, False) + shifted(a, axis, -1, False))
+        out *= np.float32(1 / d)
+        return out
+
+    numpy_s = _best(lambda: numpy_sweep(u0), max(1, repeats - 1))
+    check = grid.gather(jax.jit(step)(u, f))
+    err = float(np.abs(check - numpy_sweep(u0)).max() / np.abs(check).max())
+    traffic, _ = sperf.traced_traffic(wafer, lambda a: step(a, a), u)
+    cost = sperf.KernelCost(
+        flops={"fp32": sperf.FLOPS_PER_CELL["jacobi"]},
+        sram_read_words=4,
+        sram_write_words=1,
+        word_bytes=4,
+        traffic=traffic,
+    )
+    pred = sperf.predict(wafer.spec, cost, n)
+    return {
+        "grid": f"{n}^3",
+        "mesh": "x".join(map(str, wafer.mesh_shape)),
+        "wafer_s_per_sweep": wafer_s,
+        "numpy_s_per_sweep": numpy_s,
+        "speedup_vs_numpy": numpy_s / wafer_s,
+        "bytes_per_sweep": 3 * 4 * n**3,
+        "wafer_gb_s": 3 * 4 * n**3 / wafer_s / 1e9,
+        "max_rel_diff_vs_numpy": err,
+        "predicted_wse2_s_per_sweep": pred.seconds,
+        "predicted_note": f"{n} x {n} PEs of WSE-2, nz = {n}",
+    }
+
+
+def bench_bicgstab(n: int, precision: str, tol: float) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import scipy.sparse.linalg as spla
+    from wse_hpc.stencil.reference import poisson_matrix
+    from wse_hpc.stencil.runs import StencilConfig, exact_solution, run_stencil
+
+    cfg = StencilConfig(kind="bicgstab", grid=(n, n, n), dtype=precision, tol=tol, steps=2000)
+    run = run_stencil(cfg)
+    # SciPy on the same discrete problem, fp64, to the same relative residual.
+    from wse_core import preset
+    from wse_hpc.stencil import grid_wafer, place_grid
+
+    g = place_grid(grid_wafer(preset("wse2"), (n, n, n)), (n, n, n), {"b": "fp32"})
+    a = poisson_matrix(g.shape, g.spacing)
+    b = a @ exact_solution(g, "bicgstab").ravel()
+    count = [0]
+    t0 = time.perf_counter()
+    x, info = spla.bicgstab(
+        a, b, rtol=tol, maxiter=2000, callback=lambda xk: count.__setitem__(0, count[0] + 1)
+    )
+    scipy_s = time.perf_counter() - t0
+    scipy_res = float(np.linalg.norm(b - a @ x) / np.linalg.norm(b))
+    del jax, jnp
+    wafer_it = run.wall_s / max(run.steps_done, 1)
+    scipy_it = scipy_s / max(count[0], 1)
+    return {
+        "grid": f"{n}^3",
+        "precision": precision,
+        "tol": tol,
+        "wafer_iterations": run.steps_done,
+        "wafer_s_per_iteration": wafer_it,
+        "wafer_recurrence_residual": run.final["recurrence_residual"],
+        "wafer_true_residual": run.final["true_residual"],
+        "scipy_iterations": count[0],
+        "scipy_s_per_iteration": scipy_it,
+        "scipy_true_residual": scipy_res,
+        "speedup_per_iteration": scipy_it / wafer_it,
+        "speedup_to_solution": scipy_s / run.wall_s,
+        "predicted_wse2_s_per_iteration": run.predicted.seconds,
+    }
+
+
+def bench_wave(n: int, steps: int) -> dict:
+    from wse_hpc.stencil.runs import StencilConfig, run_stencil
+
+    run = run_stencil(StencilConfig(kind="wave25", grid=(n, n, n), steps=steps, chunks=2))
+    return {
+        "grid": f"{n}^3",
+        "steps": run.steps_done,
+        "wafer_s_per_step": run.wall_s / steps,
+        "emulated_mcells_per_s": run.cells_per_s / 1e6,
+        "predicted_wse2_s_per_step": run.predicted.seconds,
+        "predicted_wse2_gcells_per_s": run.predicted_gcells_per_s,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--devices", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    from wse_core.runtime import configure
+
+    configure(args.devices, compile_cache=False)
+    quick = args.quick
+    out = {"devices": args.devices, "quick": quick}
+    out["bandwidth_gb_s"] = bandwidth_gb_s(64 << 20 if quick else 256 << 20)
+    out["jacobi"] = bench_jacobi(96 if quick else 256, 5 if quick else 20, 2 if quick else 3)
+    out["jacobi"]["fraction_of_bandwidth"] = out["jacobi"]["wafer_gb_s"] / out["bandwidth_gb_s"]
+    n = 48 if quick else 128
+    out["bicgstab"] = [bench_bicgstab(n, "fp32", 1e-6), bench_bicgstab(n, "mixed", 1e-3)]
+    out["wave25"] = bench_wave(48 if quick else 128, 10 if quick else 20)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "stencil.json").write_text(json.dumps(out, indent=2))
+    _print(out)
+
+
+def _print(out: dict) -> None:
+    j = out["jacobi"]
+    print(
+        f"memory bandwidth (NumPy triad): {out['bandwidth_gb_s']:.1f} GB/s; "
+        f"{out['devices']} devices"
+    )
+    print("| kernel | grid | wafer emulation | baseline | ratio | note |")
+    print("|---|---|---|---|---|---|")
+    print(
+        f"| jacobi fp32 | {j['grid']} | {j['wafer_s_per_sweep'] * 1e3:.1f} ms/sweep "
+        f"({j['wafer_gb_s']:.1f} GB/s, {j['fraction_of_bandwidth']:.0%} of bw) | NumPy "
+        f"{j['numpy_s_per_sweep'] * 1e3:.1f} ms | {j['speedup_vs_numpy']:.1f}x | "
+        f"WSE-2 predicted {j['predicted_wse2_s_per_sweep'] * 1e6:.2f} us |"
+    )
+    for b in out["bicgstab"]:
+        print(
+            f"| bicgstab {b['precision']} tol {b['tol']:g} | {b['grid']} | "
+            f"{b['wafer_s_per_iteration'] * 1e3:.2f} ms/it x {b['wafer_iterations']} "
+            f"(true res {b['wafer_true_residual']:.1e}) | SciPy "
+            f"{b['scipy_s_per_iteration'] * 1e3:.2f} ms/it x {b['scipy_iterations']} "
+            f"(res {b['scipy_true_residual']:.1e}) | {b['speedup_per_iteration']:.1f}x | "
+            f"WSE-2 predicted {b['predicted_wse2_s_per_iteration'] * 1e6:.2f} us/it |"
+        )
+    w = out["wave25"]
+    print(
+        f"| wave25 fp32 | {w['grid']} | {w['wafer_s_per_step'] * 1e3:.1f} ms/step "
+        f"({w['emulated_mcells_per_s']:.0f} Mcell/s) | - | - | WSE-2 predicted "
+        f"{w['predicted_wse2_s_per_step'] * 1e6:.2f} us/step |"
+    )
+
+
+if __name__ == "__main__":
+    main()
