@@ -46,7 +46,7 @@ def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> Sam
     )
 
 
-class _Generation(pb2_grpc.GenerationServicer):
+class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
     def __init__(self, scheduler: Scheduler, model_names: Sequence[str]) -> None:
         self.scheduler = scheduler
         self.model_names = tuple(model_names)

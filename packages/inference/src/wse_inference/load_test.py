@@ -63,7 +63,8 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
         "stream_options": {"include_usage": True},
     }
     t0 = time.perf_counter()
-    ttft, parts, usage = float("nan"), [], None
+    ttft, usage = float("nan"), None
+    parts: list[str] = []
     try:
         async with client.stream("POST", "/v1/completions", json=body) as r:
             if r.status_code != 200:

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from wse_inference.engine import Prefix, SamplingParams, SlotOutput
+from wse_inference.engine import Prefix, SamplingParams, SlotOutput, Tokenizer
 
 __all__ = ["ByteTokenizer", "MockEngine", "MockDecodeState", "expected_continuation"]
 
@@ -80,7 +80,7 @@ class MockEngine:
         self.model_name = model_name
         self.max_slots = max_slots
         self.max_context = max_context
-        self.tokenizer = ByteTokenizer()
+        self.tokenizer: Tokenizer = ByteTokenizer()
         self.vocab_size = self.tokenizer.vocab_size
         self.step_delay_s = step_delay_s
         self.prefill_delay_s = prefill_delay_s

@@ -59,7 +59,7 @@ def _bad(message: str, param: str | None) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def _number(body: dict, name: str, default: float | None) -> float | None:
+def _number(body: dict, name: str, default: float) -> float:
     v = body.get(name)
     if v is None:
         return default
@@ -168,7 +168,7 @@ def _sampling(body: dict, *, prompt_len: int, max_context: int) -> SamplingParam
         max_tokens = _integer(body, "max_completion_tokens", None)
     if max_tokens is None:  # vLLM's default: the rest of the context (at least one token)
         max_tokens = max(1, max_context - prompt_len)
-    top_k = _integer(body, "top_k", 0)
+    top_k = _integer(body, "top_k", 0) or 0
     stop_ids = body.get("stop_token_ids") or []
     if _token_list(stop_ids, "stop_token_ids") is None:
         raise _bad("stop_token_ids must be a list of token ids.", "stop_token_ids")
@@ -211,7 +211,7 @@ def parse_request(
         raise _bad("stream_options must be an object.", "stream_options")
     return ParsedRequest(
         kind=kind,
-        model=model,
+        model=str(model),
         prompt_ids=prompt_ids,
         sampling=sampling,
         stream=stream,

@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import signal
 import socket
 import threading
@@ -115,9 +116,12 @@ class _Generation:
         self.handle = scheduler.submit(
             prompt_ids=p.prompt_ids,
             sampling=p.sampling,
-            sink=lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),
+            sink=lambda ev: self._put(loop, ev),
         )
         self.created = self.handle.timing.created
+
+    def _put(self, loop: asyncio.AbstractEventLoop, ev: StreamEvent) -> None:
+        loop.call_soon_threadsafe(self.queue.put_nowait, ev)
 
     def _final(self, ev: StreamEvent) -> tuple[dict, dict]:
         return (
@@ -324,7 +328,7 @@ class Server:
                 lifespan="off",
                 http="h11",
                 ws="none",
-                timeout_graceful_shutdown=config.drain_s + 2,
+                timeout_graceful_shutdown=math.ceil(config.drain_s + 2),
             ),
             self.begin_drain,
         )
