@@ -248,3 +248,21 @@ def test_metrics_health_and_errors_in_openai_shape(server):
     assert h.status_code == 200 and h.json()["status"] == "ok"
     r = httpx.get(server.http_url + "/v1/nothing", timeout=10)
     assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_disconnect_while_waiting_leaves_the_queue():
+    with running_server(max_slots=1, step_delay_s=0.005) as s:
+        body = {"model": "mock", "prompt": "a", "max_tokens": 150, "stream": True}
+        with (
+            httpx.Client(base_url=s.http_url, timeout=10) as a,
+            a.stream("POST", "/v1/completions", json=body),
+        ):
+            assert wait_until(lambda: s.scheduler.stats().running == 1)
+            with (
+                httpx.Client(base_url=s.http_url, timeout=10) as b,
+                b.stream("POST", "/v1/completions", json=body),
+            ):
+                assert wait_until(lambda: s.scheduler.stats().waiting == 1)
+            assert wait_until(lambda: s.scheduler.stats().waiting == 0, 1.0)
+            assert s.scheduler.stats().running == 1
+            assert s.engine.metrics()["prefills"] == 1  # the one that left was never prefilled

@@ -40,6 +40,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from wse_inference import openai_api as oa
@@ -238,8 +239,12 @@ def build_app(
         except (InvalidRequestError, QueueFullError, ShuttingDownError) as e:
             return _admission_error(e, metrics)
         if p.stream:
+            # The background task also runs when the client left before the stream started.
             return StreamingResponse(
-                gen.stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+                gen.stream(),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+                background=BackgroundTask(gen.handle.cancel),
             )
         return await gen.whole(request)
 
