@@ -17,6 +17,7 @@ import typer
 DEMO_PARTS: list[tuple[str, str]] = [
     ("The wafer: spec, defects, a fabric collective", "wse_cli.commands.demo:wafer_part"),
     ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.serve_demo:part"),
+    ("HPC: BiCGSTAB and the 25-point stencil", "wse_hpc.stencil.demo:part"),
 ]
 
 

@@ -23,18 +23,28 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_core.studies.fabric_collectives:run",
         "Emulation cost and predicted wafer cycles of shift, broadcast, allreduce",
     ),
+    "sc22-stencil25": (
+        "wse_hpc.stencil.experiments:stencil25",
+        "25-point stencil Gcell/s on WSE-2 vs Table II",
+    ),
+    "sc22-stencil25-nz": (
+        "wse_hpc.stencil.experiments:stencil25_nz",
+        "25-point Gcell/s vs nz and Z block on 755 x 994",
+    ),
+    "sc20-bicgstab": (
+        "wse_hpc.stencil.experiments:bicgstab_sc20",
+        "BiCGSTAB 600 x 595 x 1536 on CS-1: us/iteration, PFLOP/s",
+    ),
 }
 
-app = typer.Typer(cls=WseGroup, help="Reproducible paper-style experiments.",
-                  no_args_is_help=True)
+app = typer.Typer(cls=WseGroup, help="Reproducible paper-style experiments.", no_args_is_help=True)
 
 
 def load(name: str):
     from wse_core import suggest
 
     if name not in EXPERIMENTS:
-        fail(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; "
-             f"see `wse experiments list`")
+        fail(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; see `wse experiments list`")
     module, func = EXPERIMENTS[name][0].split(":")
     return getattr(importlib.import_module(module), func)
 
