@@ -6,12 +6,15 @@ import asyncio
 import json
 import socket
 
+import grpc
 import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from wse_inference.mock import ByteTokenizer, expected_continuation
+from wse_core.errors import WseError
+from wse_inference.mock import ByteTokenizer, MockEngine, expected_continuation
 from wse_inference.serve_testing import running_server, wait_until
+from wse_inference.server import ServeConfig, Server
 
 pytestmark = pytest.mark.timeout(60)
 TOK = ByteTokenizer()
@@ -121,6 +124,11 @@ BAD = [
         "messages",
     ),
     ([1, 2], "/v1/chat/completions", None),
+    (
+        {"model": "mock", "prompt": "a", "stop_token_ids": [256]},
+        "/v1/completions",
+        "stop_token_ids",
+    ),
 ]
 
 
@@ -266,3 +274,38 @@ def test_disconnect_while_waiting_leaves_the_queue():
             assert wait_until(lambda: s.scheduler.stats().waiting == 0, 1.0)
             assert s.scheduler.stats().running == 1
             assert s.engine.metrics()["prefills"] == 1  # the one that left was never prefilled
+
+
+class _PickyEngine(MockEngine):
+    """Refuses prompts containing 'X' at prefill, as a real engine may (a WseError)."""
+
+    def prefill(self, *, prompt_ids, sampling):
+        if ord("X") in prompt_ids:
+            raise WseError("this engine refuses the letter X")
+        return super().prefill(prompt_ids=prompt_ids, sampling=sampling)
+
+
+def test_a_request_the_engine_refuses_is_a_400_and_invalid_argument():
+    server = Server(_PickyEngine(max_slots=1), ServeConfig(port=0, grpc_port=0, drain_s=1))
+    server.start()
+    try:
+        body = {"model": "mock", "prompt": "aXb", "max_tokens": 3}
+        r = httpx.post(server.http_url + "/v1/completions", json=body, timeout=10)
+        assert r.status_code == 400 and "letter X" in r.json()["error"]["message"]
+        from wse_inference.proto import load_stubs
+
+        pb2, pb2_grpc = load_stubs()
+        with grpc.insecure_channel(server.grpc_target) as ch:
+            with pytest.raises(grpc.RpcError) as info:
+                list(
+                    pb2_grpc.GenerationStub(ch).Generate(
+                        pb2.GenerateRequest(text="X", max_tokens=2), timeout=10
+                    )
+                )
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        r = httpx.post(
+            server.http_url + "/v1/completions", json={**body, "prompt": "ab"}, timeout=10
+        )
+        assert r.json()["choices"][0]["text"] == "cde"
+    finally:
+        server.close()

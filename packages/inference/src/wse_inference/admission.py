@@ -87,6 +87,12 @@ def check_request(
         )
     if not 0 < sampling.top_p <= 1:
         raise InvalidRequestError(f"top_p must be in (0, 1], got {sampling.top_p}.", param="top_p")
+    bad = [t for t in sampling.stop_token_ids if not 0 <= int(t) < vocab_size]
+    if bad:
+        raise InvalidRequestError(
+            f"Stop token id {bad[0]} is outside the vocabulary [0, {vocab_size}).",
+            param="stop_token_ids",
+        )
     if sampling.top_k < 0:
         raise InvalidRequestError(
             f"top_k must be >= 0 (0 disables it), got {sampling.top_k}.", param="top_k"

@@ -30,6 +30,7 @@ from wse_inference.scheduler import Scheduler, StreamEvent
 __all__ = ["build_grpc_server", "sampling_from_request"]
 
 pb2, pb2_grpc = load_stubs()
+_ERROR_CODES = {"invalid": grpc.StatusCode.INVALID_ARGUMENT, "abort": grpc.StatusCode.UNAVAILABLE}
 
 
 def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> SamplingParams:
@@ -90,12 +91,9 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
                     return
                 continue
             if ev.error is not None:
-                code = (
-                    grpc.StatusCode.UNAVAILABLE
-                    if ev.finish_reason == "abort"
-                    else grpc.StatusCode.INTERNAL
+                context.abort(
+                    _ERROR_CODES.get(ev.finish_reason, grpc.StatusCode.INTERNAL), ev.error
                 )
-                context.abort(code, ev.error)
             yield self._response(ev, handle)
             if ev.finish_reason is not None:
                 return

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from wse_core.errors import WseError
+
 from wse_inference.admission import (
     InvalidRequestError,
     QueueFullError,
@@ -86,7 +88,7 @@ class StreamEvent:
 
     text: str
     token_ids: tuple[int, ...]
-    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" | "invalid"
     error: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -309,6 +311,9 @@ class Scheduler:
         h.timing.prefill_start_s = time.monotonic()
         try:
             prefix = self.engine.prefill(prompt_ids=h.prompt_ids, sampling=h.sampling)
+        except WseError as e:  # the engine refused the request: the client's error
+            self._finish(h, "invalid", error=str(e))
+            return state
         except Exception as e:
             log.exception("prefill failed")
             self._finish(h, "error", error=f"prefill failed: {type(e).__name__}: {e}")

@@ -143,6 +143,8 @@ class _Generation:
             watcher.cancel()
             self.handle.cancel()
         if ev.error is not None:
+            if ev.finish_reason == "invalid":  # refused by the engine itself
+                return _error(400, ev.error, type_="invalid_request_error", code="invalid_value")
             status = 503 if ev.finish_reason == "abort" else 500
             return _error(status, ev.error, type_="server_error", code=ev.finish_reason)
         usage, time_info = self._final(ev)
