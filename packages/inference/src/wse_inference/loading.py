@@ -74,7 +74,7 @@ class LoadedModel:
     path: Path
     config: Any  # wse_models.ModelConfig
     params: Any  # the functional parameter pytree
-    tokenizer: Any  # ByteTokenizer | HFTokenizer
+    tokenizer: Any  # ByteTokenizer | HFTokenizer | None (ids only)
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -91,12 +91,14 @@ def resolve_model_dir(path: str | Path) -> Path:
     )
 
 
-def _tokenizer(folder: Path, root: Path, vocab_size: int):
+def _tokenizer(folder: Path, root: Path, vocab_size: int, required: bool):
     for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
         if candidate.is_file():
             return HFTokenizer(candidate)
     if vocab_size >= 256:
         return ByteTokenizer()
+    if not required:
+        return None
     raise ModelLoadError(
         f"{str(folder)!r} has no tokenizer.json and its vocabulary ({vocab_size} ids) is too "
         "small for the byte-level fallback (needs >= 256); add a tokenizer.json or pass "
@@ -104,8 +106,11 @@ def _tokenizer(folder: Path, root: Path, vocab_size: int):
     )
 
 
-def load_model(path: str | Path, *, dtype: str = "float32") -> LoadedModel:
-    """Config, parameters and tokenizer of the model in `path` (see the module contract)."""
+def load_model(
+    path: str | Path, *, dtype: str = "float32", tokenizer_required: bool = True
+) -> LoadedModel:
+    """Config, parameters and tokenizer of the model in `path` (see the module contract);
+    with `tokenizer_required=False` a model without a usable tokenizer gets None."""
     import wse_models
 
     root = Path(path)
@@ -115,7 +120,7 @@ def load_model(path: str | Path, *, dtype: str = "float32") -> LoadedModel:
     except WseError as err:
         raise ModelLoadError(f"cannot load the model in {str(folder)!r}: {err}") from None
     config = model.config
-    tokenizer = _tokenizer(folder, root, config.vocab_size)
+    tokenizer = _tokenizer(folder, root, config.vocab_size, tokenizer_required)
     name = config.name or root.resolve().name
     return LoadedModel(name, folder, config, model.params(), tokenizer)
 
@@ -128,9 +133,8 @@ def check_draft(target: LoadedModel, draft: LoadedModel) -> None:
             f"draft/target vocabulary mismatch: the draft {draft.name!r} has {dv} ids, the "
             f"target {target.name!r} has {tv}; the draft must use the target's tokenizer"
         )
-    if type(target.tokenizer) is not type(draft.tokenizer) or (
-        target.tokenizer.vocab() != draft.tokenizer.vocab()
-    ):
+    tt, dt = target.tokenizer, draft.tokenizer
+    if type(tt) is not type(dt) or (tt is not None and tt.vocab() != dt.vocab()):
         raise ModelLoadError(
             f"draft/target vocabulary mismatch: {draft.name!r} and {target.name!r} have "
             "different tokenizers (token tables differ); use a draft trained with the "

@@ -18,7 +18,13 @@ import numpy as np
 
 from wse_inference.speculative import verify
 
-__all__ = ["np_token_probs", "markov_speculative", "markov_joint", "tiny_model"]
+__all__ = [
+    "np_token_probs",
+    "markov_speculative",
+    "markov_joint",
+    "tiny_model",
+    "save_tiny_model",
+]
 
 
 def np_token_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float):
@@ -102,3 +108,12 @@ def tiny_model(arch: str = "llama", *, n_layers: int = 2, seed: int = 0, **overr
     config = wse_models.preset_config(f"tiny-{arch}", n_layers=n_layers, **overrides)
     params = wse_models.init_params(config, jax.random.PRNGKey(seed))
     return LoadedModel(f"tiny-{arch}-{n_layers}", None, config, params, ByteTokenizer())
+
+
+def save_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, seed: int = 0, **overrides):
+    """Write `tiny_model(...)` as an HF-format directory at `path`; returns the LoadedModel."""
+    import wse_models
+
+    model = tiny_model(arch, n_layers=n_layers, seed=seed, **overrides)
+    wse_models.save_params(model.config, model.params, path)
+    return model

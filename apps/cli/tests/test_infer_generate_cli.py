@@ -1,0 +1,105 @@
+"""`wse infer generate`: JSON output equals the plain decoder; bad input exits 2 with a line."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+from wse_cli.app import app
+from wse_inference.decoding import PlainDecoder
+from wse_inference.engine import SamplingParams
+from wse_inference.testing import save_tiny_model
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    target = save_tiny_model(root / "target" / "hf", n_layers=2)  # a `wse train` model_dir
+    save_tiny_model(root / "draft", n_layers=1, seed=3)
+    save_tiny_model(root / "small_vocab", n_layers=1, vocab_size=100)
+    return root, target
+
+
+def _run(*args):
+    return runner.invoke(app, ["--devices", "8", "infer", "generate", *map(str, args)])
+
+
+def test_generate_json_equals_plain_decoder(model_dir):
+    root, target = model_dir
+    res = _run(
+        "--model_dir",
+        root / "target",
+        "--prompt",
+        "hi",
+        "--max_tokens",
+        6,
+        "--temperature",
+        0,
+        "--stages",
+        2,
+        "--json",
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    ref = PlainDecoder(target.config, target.params, max_context=128).generate(
+        list(b"hi"), SamplingParams(max_tokens=6, temperature=0.0)
+    )
+    assert out["token_ids"] == ref.tokens and out["finish_reason"] == "length"
+    assert out["tokens_per_s"] > 0 and out["ttft_s"] > 0
+
+
+@pytest.mark.slow
+def test_generate_speculative_terminal(model_dir):
+    root, target = model_dir
+    cfg = json.dumps({"model": str(root / "draft"), "num_speculative_tokens": 3})
+    res = _run(
+        "--model-dir",
+        root / "target",
+        "--prompt-ids",
+        "1,2,3",
+        "--max_tokens",
+        8,
+        "--temperature",
+        0,
+        "--speculative-config",
+        cfg,
+    )
+    assert res.exit_code == 0, res.output
+    assert "acceptance rate" in res.output and "tokens/s" in res.output
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--max_tokens", 0], "max_tokens"),
+        (["--temperature", -1], "temperature"),
+        (["--top_p", 0], "top_p"),
+        (["--top_p", 1.5], "top_p"),
+        (["--prompt-ids", ",".join(["1"] * 130)], "exceeds the context"),
+        (["--prompt-ids", "1,999"], "outside the vocabulary"),
+    ],
+)
+def test_generate_bad_input_exits_2(model_dir, args, words):
+    root, _ = model_dir
+    base = ["--model_dir", root / "target"]
+    if not any(str(a).startswith("--prompt") for a in args):
+        base += ["--prompt", "x"]
+    res = _run(*base, *args)
+    assert res.exit_code == 2 and words in res.output, res.output
+
+
+def test_generate_bad_checkpoints_exit_2(model_dir, tmp_path):
+    root, _ = model_dir
+    res = _run("--model_dir", tmp_path / "nope", "--prompt", "x")
+    assert res.exit_code == 2 and "does not exist" in res.output
+    res = _run("--model_dir", root / "small_vocab", "--prompt", "x")
+    assert res.exit_code == 2 and "byte-level fallback" in res.output
+    res = _run(
+        "--model_dir", root / "small_vocab", "--prompt-ids", "1,2", "--max_tokens", 2, "--json"
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["text"] == ""
+    cfg = json.dumps({"model": str(root / "small_vocab"), "num_speculative_tokens": 2})
+    res = _run("--model_dir", root / "target", "--prompt-ids", "1,2", "--speculative-config", cfg)
+    assert res.exit_code == 2 and "mismatch" in res.output
