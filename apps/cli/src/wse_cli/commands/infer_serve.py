@@ -17,6 +17,12 @@ import typer
 from wse_cli.errors import fail
 
 MOCK = "mock"
+SERVE_HELP = (
+    "Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM.\n\n"
+    "Routes: POST /v1/completions and /v1/chat/completions (SSE with stream=true), GET "
+    "/v1/models, /health, /metrics. Chat prompts use the tokenizer's chat template when it has "
+    'one, else one "role: content" line per message followed by "assistant:".'
+)
 
 
 def _speculative_config(value: str | None) -> dict | None:
@@ -177,5 +183,5 @@ def bench(
 
 def register(app: typer.Typer) -> None:
     """Add `serve` and `bench` to the `wse infer` group."""
-    app.command("serve")(serve)
+    app.command("serve", help=SERVE_HELP)(serve)
     app.command("bench")(bench)
