@@ -1,12 +1,13 @@
 """Serving benchmark: what HTTP (SSE) and gRPC streaming cost over the scheduler alone.
 
-One MockEngine (8 slots, next token = last + 1) serves the same workload three ways, side by
-side in one process: `direct` (requests submitted to the `Scheduler` in-process; the
-baseline), `http` (the OpenAI server on loopback, driven by `wse_inference.load_test` with
-streaming clients) and `grpc` (streaming `Generate` calls from a thread pool). Each is run
-with a free engine step (0 ms: the serving stack is the bottleneck) and a 2 ms step (an
-engine-bound server, where the stack should cost little). Prints a table and writes
-bench/results/serve.json.
+One MockEngine (8 slots, next token = last + 1) serves the same workload several ways, side
+by side in one run: `direct` (requests submitted to the `Scheduler` in-process; the baseline),
+`http` (the OpenAI server on loopback, driven by `wse_inference.load_test` with streaming
+clients, in the same process), `http-2p` (the same with the server in a child process, so
+client and server do not share one GIL) and `grpc` (streaming `Generate` calls from a thread
+pool). Each is run with a free engine step (0 ms: the serving stack is the bottleneck) and a
+2 ms step (an engine-bound server, where the stack should cost little). Prints a table and
+writes bench/results/serve.json.
 
     python bench/bench_serve.py [--quick]
 """
@@ -80,6 +81,25 @@ def http(step_delay_s: float, n: int, max_tokens: int, concurrency: int) -> dict
     }
 
 
+def http_subprocess(step_delay_s: float, n: int, max_tokens: int, concurrency: int) -> dict:
+    """As `http`, with the server in its own process (client and server do not share a GIL)."""
+    from wse_inference.load_test import LoadTestConfig, run_load_test
+    from wse_inference.serve_testing import serve_subprocess
+
+    engine = {"max_slots": MAX_SLOTS, "max_context": 1024, "step_delay_s": step_delay_s}
+    with serve_subprocess(engine=engine, config={"max_queued": n}) as (_, url):
+        r = run_load_test(
+            LoadTestConfig(url=url, num_requests=n, concurrency=concurrency, max_tokens=max_tokens)
+        )
+    assert r["failed"] == 0, r["errors"]
+    return {
+        "tokens_per_s": r["output_tokens_per_s"],
+        "requests_per_s": r["request_throughput_per_s"],
+        "ttft_p50_ms": r["ttft_s"]["p50"] * 1e3,
+        "tpot_p50_ms": r["tpot_s"]["p50"] * 1e3,
+    }
+
+
 def grpc_case(step_delay_s: float, n: int, max_tokens: int, concurrency: int) -> dict:
     import grpc
     from wse_inference.proto import load_stubs
@@ -127,6 +147,7 @@ def main() -> None:
         cases = {
             "direct": base,
             "http": http(delay, n, max_tokens, conc),
+            "http-2p": http_subprocess(delay, n, max_tokens, conc),
             "grpc": grpc_case(delay, n, max_tokens, conc),
         }
         for name, r in cases.items():
