@@ -88,3 +88,13 @@ def test_queue_full_is_resource_exhausted_and_cancel_frees_the_slot():
             call.cancel()
             assert wait_until(lambda: s.engine.metrics()["kv_cache_tokens"] == 0, 1.0)
             assert call.code() == grpc.StatusCode.CANCELLED
+
+
+def test_stub_generation_from_the_proto(tmp_path):
+    from wse_inference import proto
+
+    proto._generate(tmp_path)
+    assert proto._fresh(tmp_path)
+    code = (tmp_path / "generation_pb2_grpc.py").read_text()
+    assert "from wse_inference.proto import generation_pb2" in code
+    assert "GenerationStub" in code and "HealthCheck" in code
