@@ -309,3 +309,12 @@ def test_a_request_the_engine_refuses_is_a_400_and_invalid_argument():
         assert r.json()["choices"][0]["text"] == "cde"
     finally:
         server.close()
+
+
+def test_acceptance_rate_from_engine_counters():
+    from wse_inference.serve_metrics import _acceptance_rate
+
+    assert _acceptance_rate({"acceptance_rate": 0.5, "accepted": 1, "proposed": 4}) == 0.5
+    assert _acceptance_rate({"accepted": 3.0, "proposed": 4.0}) == 0.75
+    assert _acceptance_rate({"spec_accepted_tokens": 2.0, "spec_draft_tokens": 8.0}) == 0.25
+    assert _acceptance_rate({"steps": 3.0}) is None

@@ -12,7 +12,8 @@ live in one process, e.g. in tests); `render()` gives the text format for GET /m
   `wse_generation_tokens_total`, `wse_request_rejected_total{reason}`;
 - gauges read at scrape time: `wse_num_requests_running`, `wse_num_requests_waiting`,
   `wse_num_slots`, `wse_spec_decode_draft_acceptance_rate` (when the engine reports
-  speculative decoding), and every engine counter from `engine.metrics()` as
+  speculative decoding: `spec_acceptance_rate` / `acceptance_rate`, or accepted / drafted
+  from `spec_accepted_tokens` / `spec_draft_tokens` or `accepted` / `proposed`), and every engine counter from `engine.metrics()` as
   `wse_engine_<name>`.
 """
 
@@ -53,6 +54,17 @@ _LATENCY_BUCKETS_S = (
     80.0,
 )
 _ACCEPTANCE_KEYS = ("spec_acceptance_rate", "spec_decode_acceptance_rate", "acceptance_rate")
+_ACCEPTANCE_PAIRS = (("spec_accepted_tokens", "spec_draft_tokens"), ("accepted", "proposed"))
+
+
+def _acceptance_rate(m: dict[str, float]) -> float | None:
+    """The engine's speculative acceptance rate, given directly or as accepted / drafted."""
+    rate = next((m[k] for k in _ACCEPTANCE_KEYS if k in m), None)
+    if rate is None:
+        for acc, drafted in _ACCEPTANCE_PAIRS:
+            if m.get(drafted):
+                return m.get(acc, 0.0) / m[drafted]
+    return rate
 
 
 class _StatsCollector(Collector):
@@ -68,7 +80,7 @@ class _StatsCollector(Collector):
             "wse_num_requests_waiting", "Requests in the admission queue.", value=s.waiting
         )
         yield GaugeMetricFamily("wse_num_slots", "Decode slots of the engine.", value=s.max_slots)
-        rate = next((s.engine_metrics[k] for k in _ACCEPTANCE_KEYS if k in s.engine_metrics), None)
+        rate = _acceptance_rate(s.engine_metrics)
         if rate is not None:
             yield GaugeMetricFamily(
                 "wse_spec_decode_draft_acceptance_rate",
