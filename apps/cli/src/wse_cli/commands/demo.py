@@ -18,6 +18,8 @@ DEMO_PARTS: list[tuple[str, str]] = [
     ("The wafer: spec, defects, a fabric collective", "wse_cli.commands.demo:wafer_part"),
     ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.serve_demo:part"),
     ("HPC: BiCGSTAB and the 25-point stencil", "wse_hpc.stencil.demo:part"),
+    ("Training: weight streaming, a model for inference", "wse_trainer.demo:part"),
+    ("HPC: TLR-MVM of a seismic operator", "wse_hpc.tlrmvm.demo:part"),
 ]
 
 

@@ -35,6 +35,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_hpc.stencil.experiments:bicgstab_sc20",
         "BiCGSTAB 600 x 595 x 1536 on CS-1: us/iteration, PFLOP/s",
     ),
+    "weight-streaming": (
+        "wse_trainer.experiment:run",
+        "Weight-streaming step time, stall and scaling on WSE-3 vs GPUs",
+    ),
+    "ltaief23-tlrmvm": ("wse_hpc.tlrmvm.experiments:run", "TLR-MVM: compression, speed, PB/s"),
 }
 
 app = typer.Typer(cls=WseGroup, help="Reproducible paper-style experiments.", no_args_is_help=True)
