@@ -13,8 +13,8 @@ live in one process, e.g. in tests); `render()` gives the text format for GET /m
 - gauges read at scrape time: `wse_num_requests_running`, `wse_num_requests_waiting`,
   `wse_num_slots`, `wse_spec_decode_draft_acceptance_rate` (when the engine reports
   speculative decoding: `spec_acceptance_rate` / `acceptance_rate`, or accepted / drafted
-  from `spec_accepted_tokens` / `spec_draft_tokens` or `accepted` / `proposed`), and every engine counter from `engine.metrics()` as
-  `wse_engine_<name>`.
+  from `spec_accepted_tokens` / `spec_draft_tokens` or `accepted` / `proposed`), and every
+  engine counter from `engine.metrics()` as `wse_engine_<name>`.
 """
 
 from __future__ import annotations
