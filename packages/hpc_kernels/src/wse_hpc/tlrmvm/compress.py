@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -25,6 +26,7 @@ from wse_core.errors import WseError
 
 __all__ = [
     "RANDOMIZED_MIN_TILE",
+    "LazyMatrix",
     "TlrError",
     "TlrOperator",
     "check_matrix",
@@ -40,6 +42,15 @@ _FORMAT = 1
 
 class TlrError(WseError):
     """Bad input to TLR compression or the TLR-MVM (shape, tile size, threshold, values)."""
+
+
+@runtime_checkable
+class LazyMatrix(Protocol):
+    """A matrix made tile by tile: `shape`, and `m[r0:r1, c0:c1]` gives a NumPy block."""
+
+    shape: tuple[int, int]
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray: ...
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -187,33 +198,45 @@ def _compress_tile(t: np.ndarray, eps: float, rng: np.random.Generator):
 
 # -- the operator -------------------------------------------------------------------------
 def compress(
-    a: np.ndarray, *, nb: int, threshold: float, seed: int = 0, blas_threads: int = 1
+    a: np.ndarray | LazyMatrix,
+    *,
+    nb: int,
+    threshold: float,
+    seed: int = 0,
+    blas_threads: int = 1,
 ) -> TlrOperator:
     """Compress `a` (M x N, real or complex) into nb x nb low-rank tiles at `threshold`.
 
-    BLAS runs with `blas_threads` threads per SVD (one is steadiest, shared/PLATFORM.md).
+    `a` is an array or a `LazyMatrix` whose tiles are made on demand (a large operator never
+    held whole). BLAS runs with `blas_threads` threads per SVD (one is steadiest,
+    shared/PLATFORM.md).
     """
-    a = check_matrix(a)
+    lazy = not isinstance(a, np.ndarray) and isinstance(a, LazyMatrix)
+    if not lazy:
+        a = check_matrix(a)
     _check_args(a.shape, nb, threshold)
     m, n = a.shape
     mt, nt = -(-m // nb), -(-n // nb)
     rng = np.random.default_rng(seed)
     us = [[None] * nt for _ in range(mt)]
     vs = [[None] * nt for _ in range(mt)]
-    dropped_sq = 0.0
+    dropped_sq = norm_sq = 0.0
     with threadpool_limits(limits=blas_threads):
         for i in range(mt):
             for j in range(nt):
                 tile = a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb]
+                if lazy:
+                    tile = check_matrix(tile)
                 us[i][j], vs[i][j], tail = _compress_tile(tile, float(threshold), rng)
                 dropped_sq += tail
+                norm_sq += float(np.linalg.norm(tile)) ** 2
     ranks = np.array([[us[i][j].shape[1] for j in range(nt)] for i in range(mt)], np.int64)
     u_rows = tuple(np.ascontiguousarray(np.concatenate(us[i], axis=1)) for i in range(mt))
     v_cols = tuple(
         np.ascontiguousarray(np.concatenate([vs[i][j] for i in range(mt)], axis=1))
         for j in range(nt)
     )
-    norm = float(np.linalg.norm(a))
+    norm = float(np.sqrt(norm_sq))
     err = float(np.sqrt(dropped_sq)) / norm if norm > 0 else 0.0
     return TlrOperator((m, n), int(nb), float(threshold), ranks, u_rows, v_cols, err)
 

@@ -8,11 +8,14 @@ medium of velocity `velocity_m_per_s`. Points lie on a regular grid of spacing `
 curve so that each tile of consecutive points is a compact patch: that locality is what makes
 the tiles low-rank, as the Hilbert ordering does in the seismic TLR-MVM papers.
 `green_operators(freqs_hz=...)` stacks one matrix per frequency, the slices of a
-multi-dimensional convolution operator. `load_matrix(path)` reads any `.npy` matrix.
+multi-dimensional convolution operator; `GreenMatrix` makes any block on demand, so large
+slices are compressed without ever being held whole. `load_matrix(path)` reads any `.npy` matrix.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,7 +23,14 @@ import numpy as np
 
 from wse_hpc.tlrmvm.compress import TlrError, check_matrix
 
-__all__ = ["morton_order", "surface_points", "green_operator", "green_operators", "load_matrix"]
+__all__ = [
+    "GreenMatrix",
+    "morton_order",
+    "surface_points",
+    "green_operator",
+    "green_operators",
+    "load_matrix",
+]
 
 
 def morton_order(ix: np.ndarray, iy: np.ndarray) -> np.ndarray:
@@ -41,6 +51,34 @@ def surface_points(n: int, spacing_m: float) -> np.ndarray:
     return np.stack([ix[order], iy[order]], axis=1).astype(np.float64) * spacing_m
 
 
+@dataclasses.dataclass(frozen=True)
+class GreenMatrix:
+    """The Green's-function slice as a lazy matrix: `g[r0:r1, c0:c1]` computes that block
+    only (a `compress.LazyMatrix`), so a 9801 x 9801 slice is compressed tile by tile."""
+
+    n: int
+    freq_hz: float = 15.0
+    spacing_m: float = 20.0
+    depth_m: float = 400.0
+    velocity_m_per_s: float = 2000.0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n, self.n
+
+    @functools.cached_property
+    def _xy(self) -> np.ndarray:
+        return surface_points(self.n, self.spacing_m)
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
+        rows, cols = self._xy[key[0]], self._xy[key[1]]
+        dx = rows[:, None, 0] - cols[None, :, 0]
+        dy = rows[:, None, 1] - cols[None, :, 1]
+        r = np.sqrt(dx * dx + dy * dy + self.depth_m**2)
+        g = np.exp(-2j * np.pi * self.freq_hz * r / self.velocity_m_per_s) / (4 * np.pi * r)
+        return (g * self.depth_m).astype(np.complex64)  # scaled so entries are O(0.1)
+
+
 def green_operator(
     *,
     n: int,
@@ -48,14 +86,14 @@ def green_operator(
     spacing_m: float = 20.0,
     depth_m: float = 400.0,
     velocity_m_per_s: float = 2000.0,
+    block: int = 1024,
 ) -> np.ndarray:
     """One frequency slice, (n, n) complex64 (rows: receivers at depth, cols: sources)."""
-    xy = surface_points(n, spacing_m)
-    dx = xy[:, None, 0] - xy[None, :, 0]
-    dy = xy[:, None, 1] - xy[None, :, 1]
-    r = np.sqrt(dx * dx + dy * dy + depth_m * depth_m)
-    g = np.exp(-2j * np.pi * freq_hz * r / velocity_m_per_s) / (4 * np.pi * r)
-    return (g * depth_m).astype(np.complex64)  # scaled so entries are O(0.1)
+    g = GreenMatrix(n, freq_hz, spacing_m, depth_m, velocity_m_per_s)
+    out = np.empty((n, n), np.complex64)
+    for r0 in range(0, n, block):  # in row blocks: float64 temporaries stay small
+        out[r0 : r0 + block] = g[r0 : r0 + block, 0:n]
+    return out
 
 
 def green_operators(*, n: int, freqs_hz: Sequence[float], **kwargs: float) -> np.ndarray:

@@ -1,0 +1,213 @@
+"""Experiment `ltaief23-tlrmvm`: TLR-MVM as in Ltaief et al., SC23 (shared/REFERENCES.md).
+
+Measured: compression ratio, ranks and achieved error of a synthetic seismic slice against
+the threshold and the tile size nb (the figure); the relative MVM error against the dense
+product; emulated and NumPy times against dense NumPy GEMV; an MDD solve with LSQR on the
+wafer operator against the dense solve. Predicted (the same with --quick): time per MVM and
+sustained bandwidth of bases (`pb_per_s`, PB/s) for the paper's case — a 9801 x 9801
+complex64 slice, nb = 256, threshold 1e-3 — on one WSE-2 (the operator alone; the wafer
+filled with copies, i.e. frequency slices) and on 48 CS-2 systems. SC23's measured figures
+are not in the calibration set or in REFERENCES.md, so `published` stays empty.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from wse_core import ExperimentResult, PredictionRow, preset
+from wse_core.runtime import cache_dir
+
+from wse_hpc.tlrmvm.baseline import best_median_s, stacked_fn
+from wse_hpc.tlrmvm.compress import TlrOperator, compress, load_operator, save_operator
+from wse_hpc.tlrmvm.engine import TlrEngine
+from wse_hpc.tlrmvm.mdd import compare, mdd_case
+from wse_hpc.tlrmvm.perf import cluster, predict
+from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator
+from wse_hpc.tlrmvm.wafer import plan_placement
+
+__all__ = ["run", "paper_operator", "NAME"]
+
+NAME = "ltaief23-tlrmvm"
+SOURCE = "Ltaief et al., SC23 (DOI 10.1145/3581784.3627042): case only, no published figure"
+PAPER = {"n": 9801, "nb": 256, "threshold": 1e-3}
+
+
+def paper_operator(seed: int = 0) -> TlrOperator:
+    """The paper-sized synthetic slice, compressed tile by tile and cached on disk."""
+    folder = cache_dir().parent / "tlrmvm"
+    path = folder / f"green_{PAPER['n']}_nb{PAPER['nb']}_{PAPER['threshold']:g}_s{seed}.npz"
+    if path.exists():
+        return load_operator(path)
+    op = compress(GreenMatrix(PAPER["n"]), nb=PAPER["nb"], threshold=PAPER["threshold"], seed=seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_operator(op, path)
+    return op
+
+
+def _sweep(n: int, nbs: list[int], thresholds: list[float], seed: int) -> list[dict]:
+    a = green_operator(n=n)
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+    exact = a @ x
+    rows = []
+    for nb in nbs:
+        for eps in thresholds:
+            t0 = time.perf_counter()
+            op = compress(a, nb=nb, threshold=eps, seed=seed)
+            wall = time.perf_counter() - t0
+            y = stacked_fn(op)(x)
+            rows.append(
+                {
+                    "kind": "compression",
+                    "n": n,
+                    "nb": nb,
+                    "threshold": eps,
+                    "compression_ratio": op.compression_ratio,
+                    "rank_mean": float(op.ranks.mean()),
+                    "rank_max": int(op.ranks.max()),
+                    "error_fro": op.error_fro,
+                    "mvm_rel_err": float(np.linalg.norm(y - exact) / np.linalg.norm(exact)),
+                    "compress_s": wall,
+                }
+            )
+    return rows
+
+
+def _speed(n: int, nb: int, seed: int) -> dict:
+    a = green_operator(n=n)
+    op = compress(a, nb=nb, threshold=1e-3, seed=seed)
+    eng = TlrEngine.build(op, preset("wse2"))
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.complex64)
+    dense_s, _ = best_median_s(lambda: a @ x)
+    numpy_s, _ = best_median_s(lambda f=stacked_fn(op): f(x))
+    emu_s = eng.time_matvec(x)
+    y = eng.matvec(x)
+    return {
+        "kind": "speed",
+        "n": n,
+        "nb": nb,
+        "threshold": 1e-3,
+        "compression_ratio": op.compression_ratio,
+        "dense_gemv_s": dense_s,
+        "numpy_tlr_s": numpy_s,
+        "wafer_emulator_s": emu_s,
+        "emulator_speedup_vs_dense": dense_s / emu_s,
+        "numpy_tlr_speedup_vs_dense": dense_s / numpy_s,
+        "mvm_rel_err": float(np.linalg.norm(y - a @ x) / np.linalg.norm(a @ x)),
+    }
+
+
+def _predictions(seed: int) -> tuple[list[PredictionRow], dict]:
+    op = paper_operator(seed)
+    rows = []
+    info = {}
+    for name in ("wse2", "wse3"):
+        spec = preset(name)
+        from wse_core.wafer import build_wafer
+
+        plan = plan_placement(op, spec)
+        pred = predict(build_wafer(spec, grid=plan.grid), plan, op)
+        base = {
+            "preset": name,
+            **PAPER,
+            "grid": list(plan.grid),
+            "rank_chunk": plan.rank_chunk,
+            "bases_mb": op.bases_bytes / 1e6,
+        }
+        rows.append(
+            PredictionRow(
+                "time_per_mvm",
+                pred.wafer_s * 1e6,
+                "µs",
+                {**base, "systems": 1, "copies": 1},
+                None,
+                SOURCE,
+            )
+        )
+        rows.append(
+            PredictionRow(
+                "pb_per_s",
+                pred.sustained_bytes_per_s / 1e15,
+                "PB/s",
+                {**base, "systems": 1, "copies": 1},
+                None,
+                SOURCE,
+            )
+        )
+        for systems in (1, 48):
+            c = cluster(pred, plan, spec, systems=systems)
+            params = {
+                **base,
+                "systems": systems,
+                "copies": c["copies_per_system"],
+                "pes_per_system": c["pes_used_per_system"],
+            }
+            rows.append(
+                PredictionRow("pb_per_s", c["bytes_per_s"] / 1e15, "PB/s", params, None, SOURCE)
+            )
+            rows.append(
+                PredictionRow(
+                    "pb_per_s_io_serial",
+                    c["io_serial_bytes_per_s"] / 1e15,
+                    "PB/s",
+                    params,
+                    None,
+                    SOURCE,
+                )
+            )
+        info[name] = {"plan": plan.describe(), "prediction": pred.to_dict()}
+    return rows, {"paper_operator": op.describe(), **info}
+
+
+def _figure(rows: list[dict]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    comp = [r for r in rows if r["kind"] == "compression"]
+    for nb in sorted({r["nb"] for r in comp}):
+        rs = [r for r in comp if r["nb"] == nb]
+        eps = [r["threshold"] for r in rs]
+        ax1.semilogx(eps, [r["compression_ratio"] for r in rs], "o-", label=f"nb={nb}")
+        ax2.loglog(eps, [r["mvm_rel_err"] for r in rs], "o-", label=f"nb={nb}")
+    all_eps = sorted({r["threshold"] for r in comp})
+    ax2.loglog(all_eps, all_eps, "k--", label="error = threshold")
+    ax1.set(
+        xlabel="threshold",
+        ylabel="compression ratio (dense / bases bytes)",
+        title=f"synthetic seismic slice, n = {comp[0]['n']}",
+    )
+    ax2.set(xlabel="threshold", ylabel="||y - Ax|| / ||Ax||", title="MVM error")
+    ax1.legend()
+    ax2.legend()
+    fig.tight_layout()
+    return fig
+
+
+def run(*, quick: bool, seed: int) -> ExperimentResult:
+    n = 1024 if quick else 4096
+    nbs = [64, 128] if quick else [64, 128, 256]
+    thresholds = [1e-2, 1e-3, 1e-4]
+    rows = _sweep(n, nbs, thresholds, seed)
+    rows.append(_speed(n, 128 if quick else 256, seed))
+    for r in compare(
+        mdd_case(n=256, freqs_hz=[10.0, 20.0], seed=seed),
+        preset("wse2"),
+        nb=32,
+        threshold=1e-3,
+        iters=20,
+    ):
+        rows.append({"kind": "mdd_lsqr", "n": 256, "nb": 32, "threshold": 1e-3, **r})
+    predictions, info = _predictions(seed)
+    config = {"quick": quick, "sweep_n": n, "nbs": nbs, "thresholds": thresholds, **info}
+    return ExperimentResult(NAME, seed, config, rows, predictions, _figure(rows))
+
+
+if __name__ == "__main__":  # pragma: no cover - manual run
+    from wse_core import write_experiment
+
+    print(write_experiment(run(quick=True, seed=0), Path("experiments_out")))
