@@ -87,7 +87,7 @@ def http_subprocess(step_delay_s: float, n: int, max_tokens: int, concurrency: i
     from wse_inference.serve_testing import serve_subprocess
 
     engine = {"max_slots": MAX_SLOTS, "max_context": 1024, "step_delay_s": step_delay_s}
-    with serve_subprocess(engine=engine, config={"max_queued": n}) as (_, url):
+    with serve_subprocess(engine=engine, config={"max_queued": n}) as (_, url, _):
         r = run_load_test(
             LoadTestConfig(url=url, num_requests=n, concurrency=concurrency, max_tokens=max_tokens)
         )

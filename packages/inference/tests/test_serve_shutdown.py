@@ -5,14 +5,42 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 
+import grpc
 import httpx
 import pytest
 from wse_inference.mock import ByteTokenizer, expected_continuation
+from wse_inference.proto import load_stubs
 from wse_inference.serve_testing import serve_subprocess
 
 pytestmark = pytest.mark.timeout(60)
 TOK = ByteTokenizer()
+
+
+class _GrpcReader(threading.Thread):
+    """Streams one gRPC Generate; keeps the token ids and the final status code."""
+
+    def __init__(self, target: str, prompt: str, max_tokens: int) -> None:
+        super().__init__(daemon=True)
+        self.target, self.prompt, self.max_tokens = target, prompt, max_tokens
+        self.ids: list[int] = []
+        self.code: grpc.StatusCode | None = None
+        self.details = ""
+        self.started = threading.Event()
+
+    def run(self) -> None:
+        pb2, pb2_grpc = load_stubs()
+        req = pb2.GenerateRequest(text=self.prompt, max_tokens=self.max_tokens)
+        with grpc.insecure_channel(self.target) as ch:
+            try:
+                for r in pb2_grpc.GenerationStub(ch).Generate(req, timeout=20):
+                    self.ids += r.token_ids
+                    self.started.set()
+                self.code = grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                self.code, self.details = e.code(), e.details()
+        self.started.set()
 
 
 class _Reader(threading.Thread):
@@ -49,14 +77,19 @@ class _Reader(threading.Thread):
 
 def test_sigterm_lets_requests_in_flight_finish_then_exits_0():
     engine = {"max_slots": 2, "step_delay_s": 0.01}
-    with serve_subprocess(engine=engine, config={"drain_s": 10.0, "grpc_port": 0}) as (proc, url):
+    with serve_subprocess(engine=engine, config={"drain_s": 10.0, "grpc_port": 0}) as served:
+        proc, url, target = served
         readers = [_Reader(url, p, 40) for p in ("first", "second", "third")]
-        for r in readers:
+        rpc = _GrpcReader(target, "fourth", 40)
+        for r in [*readers, rpc]:
             r.start()
-        for r in readers:
+        for r in [*readers, rpc]:
             assert r.started.wait(10)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+        rpc.join(5)
+        assert rpc.code == grpc.StatusCode.OK
+        assert rpc.ids == expected_continuation(TOK.encode("fourth"), 40)
         for r in readers:
             r.join(5)
             assert r.error is None and r.lines[-1] == "[DONE]"
@@ -67,12 +100,18 @@ def test_sigterm_lets_requests_in_flight_finish_then_exits_0():
 
 def test_sigterm_tells_requests_that_outlive_the_grace_period():
     engine = {"max_slots": 1, "step_delay_s": 0.01, "max_context": 2048}
-    with serve_subprocess(engine=engine, config={"drain_s": 0.3}) as (proc, url):
+    with serve_subprocess(engine=engine, config={"drain_s": 0.3, "grpc_port": 0}) as served:
+        proc, url, target = served
         reader = _Reader(url, "long", 1000)  # ~10 s of decoding
         reader.start()
         assert reader.started.wait(10)
+        rpc = _GrpcReader(target, "long", 1000)  # waits for the one slot: told while queued
+        rpc.start()
+        time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+        rpc.join(5)
+        assert rpc.code == grpc.StatusCode.UNAVAILABLE and "shutting down" in rpc.details
         reader.join(5)
         assert not reader.is_alive()
         assert reader.lines[-1] == "[DONE]"

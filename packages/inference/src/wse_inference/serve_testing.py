@@ -4,8 +4,8 @@
   a bounded drain) on exit;
 - `wait_until(predicate, timeout_s)`: poll with a deadline, for "slot freed" style checks;
 - `events_until_finished(q, timeout_s)`: drain a scheduler sink queue up to the final event;
-- `serve_subprocess(args)`: `python -c "...serve..."` in a child process, its HTTP URL parsed
-  from the announce line; used for SIGTERM tests.
+- `serve_subprocess(engine=..., config=...)`: `wse_inference.server.serve` over a MockEngine
+  in a child process (`ServedProcess(proc, http_url, grpc_target)`), for SIGTERM tests.
 """
 
 from __future__ import annotations
@@ -18,12 +18,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from wse_inference.mock import MockEngine
 from wse_inference.scheduler import StreamEvent
 from wse_inference.server import ServeConfig, Server
 
-__all__ = ["running_server", "wait_until", "events_until_finished", "serve_subprocess"]
+__all__ = [
+    "running_server",
+    "wait_until",
+    "events_until_finished",
+    "serve_subprocess",
+    "ServedProcess",
+]
 
 
 @contextlib.contextmanager
@@ -72,11 +79,20 @@ serve(MockEngine(**kw.pop("engine")), ServeConfig(**kw), announce=lambda s: prin
 """
 
 
+class ServedProcess(NamedTuple):
+    proc: subprocess.Popen
+    http_url: str
+    grpc_target: str | None  # host:port when the config asked for gRPC
+
+
 @contextlib.contextmanager
 def serve_subprocess(
     *, engine: dict, config: dict, timeout_s: float = 20.0
-) -> Iterator[tuple[subprocess.Popen, str]]:
-    """A mock server in a child process; yields (process, http_url). Killed on exit."""
+) -> Iterator[ServedProcess]:
+    """A mock server in a child process, its addresses read from its announce line.
+
+    The child is killed on exit if it is still running.
+    """
     args = repr({"engine": engine, **config, "port": 0})
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -87,21 +103,24 @@ def serve_subprocess(
         env=env,
     )
     try:
-        yield proc, _read_url(proc, timeout_s)
+        line = _announce_line(proc, timeout_s)
+        url = re.search(r"http://[\d.]+:\d+", line)
+        grpc = re.search(r"gRPC ([\d.]+:\d+)", line)
+        assert url is not None, line
+        yield ServedProcess(proc, url.group(0), grpc.group(1) if grpc else None)
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
 
 
-def _read_url(proc: subprocess.Popen, timeout_s: float) -> str:
+def _announce_line(proc: subprocess.Popen, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     assert proc.stdout is not None
     while time.monotonic() < deadline:
         line = proc.stdout.readline()  # the server announces before anything else
         if not line and proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode} before announcing")
-        m = re.search(r"(http://[\d.]+:\d+)", line)
-        if m:
-            return m.group(1)
+        if "serving" in line and "http://" in line:
+            return line
     raise TimeoutError("server did not announce its URL")

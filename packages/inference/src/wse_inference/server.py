@@ -355,7 +355,8 @@ class Server:
                 return
             self.scheduler.drain(self.config.drain_s)
             if self.grpc_server is not None:
-                self._grpc_stopped = self.grpc_server.stop(self.config.drain_s)
+                # a second past the scheduler's deadline, so an aborted stream is told why
+                self._grpc_stopped = self.grpc_server.stop(self.config.drain_s + 1)
             else:
                 self._grpc_stopped = threading.Event()
                 self._grpc_stopped.set()
