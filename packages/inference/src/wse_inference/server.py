@@ -180,7 +180,9 @@ class _Generation:
                 if ev.error is not None:
                     if ev.text:
                         yield _sse(oa.chunk_body(p, rid, created, text=ev.text, finish_reason=None))
-                    yield _sse(oa.error_body(ev.error, type_="server_error", code=ev.finish_reason))
+                    invalid = ev.finish_reason == "invalid"
+                    kind = "invalid_request_error" if invalid else "server_error"
+                    yield _sse(oa.error_body(ev.error, type_=kind, code=ev.finish_reason))
                     break
                 if ev.text or ev.finish_reason:
                     chunk = oa.chunk_body(
