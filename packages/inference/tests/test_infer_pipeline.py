@@ -27,7 +27,7 @@ def test_pipeline_equals_plain_two_stages(users):
     assert isinstance(eng, Engine)
     order = [1, 0] if users == 2 else [1]  # user 0 greedy when alone is covered by 2 users
     prompts, samplings = [PROMPTS[i] for i in order], [SAMPLINGS[i] for i in order]
-    got = eng.generate_all(prompts, samplings)
+    got = eng.generate_all(prompts, samplings, steps_per_call=users + 1)  # fused steps
     for p, s, g in zip(prompts, samplings, got, strict=True):
         assert g == _plain(model, p, s)
         assert len(g) == s.max_tokens

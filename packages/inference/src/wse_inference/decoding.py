@@ -34,6 +34,7 @@ __all__ = [
     "prefill",
     "first_token",
     "decode_step",
+    "decode_loop",
     "PlainDecoder",
     "sequence_key",
 ]
@@ -157,11 +158,42 @@ def decode_step(config, params, cache, tokens, pos, count, keys, temperature, to
     return nxt, cache
 
 
-_decode_step = jax.jit(decode_step, static_argnums=0, donate_argnums=2)
+def decode_loop(config, size, params, cache, tok, pos, key, n, temperature, top_k, top_p, stop):
+    """Up to `n` tokens (index 1..n) after `tok` at `pos` in one `lax.while_loop`, stopping
+    early on a token in `stop` [m] -> (tokens [size], number made)."""
+
+    def cond(c):
+        i, _, _, _, done = c
+        return (i < n) & ~done
+
+    def body(c):
+        i, t, cache, out, _ = c
+        row = lambda x: jnp.reshape(x, (1,))  # noqa: E731
+        nxt, cache = decode_step(
+            config,
+            params,
+            cache,
+            row(t),
+            row(pos + i),
+            row(i + 1),
+            key[None],
+            row(temperature),
+            row(top_k),
+            row(top_p),
+        )
+        return i + 1, nxt[0], cache, out.at[i].set(nxt[0]), jnp.any(nxt[0] == stop)
+
+    init = (jnp.int32(0), tok, cache, jnp.zeros((size,), jnp.int32), jnp.bool_(False))
+    i, _, _, out, _ = jax.lax.while_loop(cond, body, init)
+    return out, i
+
+
+_decode_loop = jax.jit(decode_loop, static_argnums=(0, 1))
 
 
 class PlainDecoder:
-    """One sequence at a time on one device: prefill, then one jitted step per token."""
+    """One sequence at a time on one device: prefill, then the decode loop in one jitted
+    `lax.while_loop` (stop strings are applied on the host afterwards)."""
 
     def __init__(
         self,
@@ -193,23 +225,25 @@ class PlainDecoder:
         tracker = SequenceTracker(sampling, self.tokenizer)
         tracker.add(first_token(logits, sampling, key))
         ttft = time.perf_counter() - t0
-        row = lambda x, dt: jnp.asarray([x], dt)  # noqa: E731
-        pos = len(prompt_ids)
-        while tracker.finish_reason is None:
-            nxt, cache = _decode_step(
+        if tracker.finish_reason is None:
+            stop = jnp.asarray([*sampling.stop_token_ids, -1], jnp.int32)
+            out, made = _decode_loop(
                 self.config,
+                self.max_context,
                 self.params,
                 cache,
-                row(tracker.tokens[-1], jnp.int32),
-                row(pos, jnp.int32),
-                row(len(tracker.tokens), jnp.int32),
-                key[None],
-                row(sampling.temperature, jnp.float32),
-                row(sampling.top_k, jnp.int32),
-                row(sampling.top_p, jnp.float32),
+                jnp.int32(tracker.tokens[-1]),
+                jnp.int32(len(prompt_ids)),
+                key,
+                jnp.int32(sampling.max_tokens - 1),
+                jnp.float32(sampling.temperature),
+                jnp.int32(sampling.top_k),
+                jnp.float32(sampling.top_p),
+                stop,
             )
-            tracker.add(int(nxt[0]))
-            pos += 1
+            for tok in np.asarray(out)[: int(made)].tolist():
+                if tracker.add(tok) is not None:
+                    break
         decode = time.perf_counter() - t0 - ttft
         return GenerationResult(
             tracker.tokens, tracker.visible_text(), tracker.finish_reason, ttft, decode

@@ -133,6 +133,18 @@ def _cycle(config, wafer, stages, head, sparams, valid, st: PipeState):
     return lax.fori_loop(0, stages, body, (st, out))
 
 
+def _cycles(config, wafer, stages, n, head, sparams, valid, st: PipeState):
+    """`n` generate steps in one loop -> (state, tokens [n, S])."""
+    out = jnp.zeros((n, stages), jnp.int32)
+
+    def body(i, carry):
+        s, o = carry
+        s, toks = _cycle(config, wafer, stages, head, sparams, valid, s)
+        return s, o.at[i].set(toks)
+
+    return lax.fori_loop(0, n, body, (st, out))
+
+
 def _prime(
     config,
     stages,
@@ -256,6 +268,9 @@ class PipelineEngine:
             lambda head, sp, valid, st: _cycle(c, w, s, head, sp, valid, st), donate_argnums=3
         )
         self._prime_fn = jax.jit(functools.partial(_prime, c, s), donate_argnums=3)
+        self._cycles_fn = jax.jit(
+            functools.partial(_cycles, c, w, s), static_argnums=0, donate_argnums=4
+        )
 
     # -- Engine protocol ------------------------------------------------------------------
     def init_decode_state(self) -> PipelineDecodeState:
@@ -328,18 +343,29 @@ class PipelineEngine:
 
     def generate(self, *, state: PipelineDecodeState):
         state.device, out = self._cycle_fn(self._head, self._sparams, self._valid, state.device)
-        tokens = np.asarray(out)
-        self._counters["steps"] += 1
+        return state, self._collect(state, np.asarray(out)[None])
+
+    def generate_steps(self, *, state: PipelineDecodeState, steps: int):
+        """`steps` generate steps in one dispatch (tokens after a finish are dropped)."""
+        state.device, out = self._cycles_fn(
+            steps, self._head, self._sparams, self._valid, state.device
+        )
+        return state, self._collect(state, np.asarray(out))
+
+    def _collect(self, state: PipelineDecodeState, tokens: np.ndarray) -> list[SlotOutput]:
+        self._counters["steps"] += tokens.shape[0]
         outputs = []
         for slot, tracker in sorted(state.seqs.items()):
-            new: tuple[int, ...] = ()
-            if tracker.finish_reason is None:
-                tracker.add(int(tokens[slot]))
-                new = (int(tokens[slot]),)
-                self._counters["tokens"] += 1
+            new: list[int] = []
+            for tok in tokens[:, slot].tolist():
+                if tracker.finish_reason is not None:
+                    break
+                tracker.add(tok)
+                new.append(tok)
+            self._counters["tokens"] += len(new)
             reason = tracker.finish_reason
-            outputs.append(SlotOutput(slot, new, reason is not None, reason))
-        return state, outputs
+            outputs.append(SlotOutput(slot, tuple(new), reason is not None, reason))
+        return outputs
 
     def release(self, *, state: PipelineDecodeState, slot: int):
         if slot not in state.seqs:
@@ -354,14 +380,21 @@ class PipelineEngine:
 
     # -- convenience --------------------------------------------------------------------
     def generate_all(
-        self, prompts: Sequence[Sequence[int]], samplings: Sequence[SamplingParams]
+        self,
+        prompts: Sequence[Sequence[int]],
+        samplings: Sequence[SamplingParams],
+        steps_per_call: int = 1,
     ) -> list[list[int]]:
-        """Run up to S prompts together to completion; the generated ids of each."""
+        """Run up to S prompts together to completion (`steps_per_call` generate steps per
+        dispatch); the generated ids of each."""
         state = self.init_decode_state()
         for slot, (ids, s) in enumerate(zip(prompts, samplings, strict=True)):
             state = self.insert(
                 prefix=self.prefill(prompt_ids=ids, sampling=s), state=state, slot=slot
             )
         while any(t.finish_reason is None for t in state.seqs.values()):
-            state, _ = self.generate(state=state)
+            if steps_per_call > 1:
+                state, _ = self.generate_steps(state=state, steps=steps_per_call)
+            else:
+                state, _ = self.generate(state=state)
         return [state.seqs[i].tokens for i in range(len(prompts))]
