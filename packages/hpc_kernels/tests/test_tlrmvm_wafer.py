@@ -128,3 +128,8 @@ def test_jit_does_not_retrace(op):
     eng.matvec(x * 2)
     assert eng._matvec._cache_size() == before
     assert isinstance(jax.devices()[0], jax.Device)
+
+
+def test_explicit_rank_chunk_over_sram_is_refused(op):
+    with pytest.raises(SramBudgetError, match="SRAM over budget: allocation .tlrmvm"):
+        plan_placement(op, preset("small").replace(sram_bytes_per_pe=1024), rank_chunk=8)

@@ -147,6 +147,8 @@ def plan_placement(
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
     bands = tuple(max(1, _ceil(int(op.ranks[i].max()), rank_chunk)) for i in range(mt))
     plan = TlrPlan(op.shape, op.nb, (mt, nt), int(rank_chunk), bands, batch, isz, str(op.dtype))
+    for name, nbytes in plan.bytes_per_pe().items():  # an explicit rank_chunk may not fit
+        ledger.allocate(name, nbytes)
     rows, cols = plan.grid
     if rows > spec.pe_rows or cols > spec.pe_cols:
         raise PlacementError(
