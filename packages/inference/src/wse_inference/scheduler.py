@@ -233,7 +233,7 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         with self._cond:
-            return not self._active and not self._waiting
+            return not self._active and not self._waiting and not self._admitting
 
     def _wake(self) -> None:
         with self._cond:
