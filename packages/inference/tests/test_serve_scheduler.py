@@ -5,6 +5,8 @@ from __future__ import annotations
 import queue
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from wse_inference.admission import InvalidRequestError, QueueFullError, ShuttingDownError
 from wse_inference.engine import Engine, SamplingParams
 from wse_inference.mock import ByteTokenizer, MockEngine, expected_continuation
@@ -202,3 +204,28 @@ def test_engine_failure_is_reported_to_the_request_and_the_loop_survives():
         assert _text(ev) == "b"
     finally:
         s.stop(timeout_s=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from(list("ab xé€😀\n")), max_size=30),
+    stops=st.lists(
+        st.text(alphabet=st.sampled_from(list("ab é€")), min_size=1, max_size=3), max_size=2
+    ),
+    chunk=st.integers(1, 5),
+)
+def test_text_stream_equals_cutting_the_whole_text(text, stops, chunk):
+    """Pushed in chunks of bytes, the output is the whole text cut at its first stop string."""
+    tok = ByteTokenizer()
+    ids = tok.encode(text)
+    ts = TextStream(tok, stop=stops)
+    out = []
+    for i in range(0, len(ids), chunk):
+        piece, stopped = ts.push(ids[i : i + chunk])
+        out.append(piece)
+        if stopped:
+            break
+    out.append(ts.flush())
+    hits = [text.find(s) for s in stops if s in text]
+    assert "".join(out) == (text[: min(hits)] if hits else text)
+    assert ts.stopped == bool(hits)
