@@ -71,10 +71,11 @@ def events_until_finished(q: queue.Queue, timeout_s: float = 10.0) -> list[Strea
 
 
 _SERVE_CODE = """
+import ast
 import sys
 from wse_inference.mock import MockEngine
 from wse_inference.server import ServeConfig, serve
-kw = eval(sys.argv[1])
+kw = ast.literal_eval(sys.argv[1])
 serve(MockEngine(**kw.pop("engine")), ServeConfig(**kw), announce=lambda s: print(s, flush=True))
 """
 
