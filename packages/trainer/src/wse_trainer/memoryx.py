@@ -14,6 +14,7 @@ pure function per group shape (every layer shares one compilation).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,6 +47,22 @@ def join_groups(groups: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
     return {"embed": groups["embed"], "layers": stacked, "final": groups["final"]}
 
 
+@functools.lru_cache(maxsize=8)
+def _update_fn(tx: optax.GradientTransformation):
+    """The jitted per-group update of `tx` (one per transform: runs share compilations)."""
+
+    def update(grads, params, state):
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    return jax.jit(update, donate_argnums=(1, 2))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _cast(weights, dtype):
+    return jax.tree.map(lambda x: x.astype(dtype), weights)
+
+
 class MemoryX:
     """Master weights and optimizer state by group; applies updates as gradients arrive."""
 
@@ -67,20 +84,13 @@ class MemoryX:
         }
         self.opt_state = {k: tx.init(v) for k, v in self.params.items()}
         self._pending: dict[str, Any] = {}
-        self._update = jax.jit(self._update_fn, donate_argnums=(1, 2))
-        self._cast = jax.jit(
-            lambda w, dtype: jax.tree.map(lambda x: x.astype(dtype), w), static_argnums=1
-        )
+        self._update = _update_fn(tx)
         self.updates_applied = 0
-
-    def _update_fn(self, grads, params, state):
-        updates, state = self.tx.update(grads, state, params)
-        return optax.apply_updates(params, updates), state
 
     def weights(self, name: str, dtype: Any = jnp.float32):
         """The group's weights in `dtype` (dispatched asynchronously)."""
         w = self.params[name]
-        return w if jnp.dtype(dtype) == jnp.float32 else self._cast(w, jnp.dtype(dtype))
+        return w if jnp.dtype(dtype) == jnp.float32 else _cast(w, jnp.dtype(dtype))
 
     def receive(self, name: str, grads) -> None:
         """A group's summed gradient arrives: update now, or hold it when clipping."""

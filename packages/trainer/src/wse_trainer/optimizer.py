@@ -11,6 +11,8 @@ every group's gradient has arrived. `full_transform` is the equivalent whole-mod
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -36,7 +38,9 @@ def schedule(cfg: OptimizerConfig, max_steps: int) -> optax.Schedule:
     return optax.join_schedules([warm, tail], [cfg.warmup_steps])
 
 
+@functools.lru_cache(maxsize=16)
 def base_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransformation:
+    """The per-element transform (cached: equal configs share one object and its jits)."""
     lr = schedule(cfg, max_steps)
     kind = cfg.optimizer_type
     if kind == "adamw":

@@ -20,6 +20,7 @@ nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -153,6 +154,7 @@ class _Session:
             max_gradient_norm=config.optimizer.max_gradient_norm,
         )
         self.plan, self.echo = plan, echo
+        self.eval_rows: Any = None
 
     def state(self) -> dict[str, Any]:
         import jax
@@ -197,15 +199,23 @@ def _open_checkpoints(s: _Session):
     return ckpt, step or 0
 
 
-def evaluate(s: _Session, steps: int | None = None) -> float:
-    """Mean loss over the first `eval_steps` batches of the eval split (fixed order)."""
+@functools.lru_cache(maxsize=8)
+def _eval_fn(model: Any):
     import jax
-    import numpy as np
 
     from wse_trainer.reference import loss_fn
 
+    return jax.jit(lambda p, b: loss_fn(model, p, b))
+
+
+def evaluate(s: _Session, steps: int | None = None) -> float:
+    """Mean loss over the first `eval_steps` batches of the eval split (fixed order)."""
+    import numpy as np
+
     cfg = s.config.eval_input
-    rows = _rows(s.tok, cfg, cfg.max_sequence_length)
+    if s.eval_rows is None:
+        s.eval_rows = _rows(s.tok, cfg, cfg.max_sequence_length)
+    rows = s.eval_rows
     n = min(steps or cfg.eval_steps, len(rows) // cfg.batch_size)
     if n < 1:
         raise ConfigError(
@@ -213,7 +223,7 @@ def evaluate(s: _Session, steps: int | None = None) -> float:
             f"batch_size={cfg.batch_size}"
         )
     params = s.trainer.memx.params_tree()
-    f = jax.jit(lambda p, b: loss_fn(s.model, p, b))
+    f = _eval_fn(s.model)
     losses = [
         float(f(params, rows[i * cfg.batch_size : (i + 1) * cfg.batch_size])) for i in range(n)
     ]

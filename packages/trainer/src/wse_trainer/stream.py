@@ -125,6 +125,7 @@ class StreamedTrainer:
         recomputed = self._backward(acts, g_h, shards, g_embed_head)
         self.memx.finish_step()
         loss = float(sum(jax.device_get(x) for x in losses))
+        jax.block_until_ready(self.memx.params)  # the step ends when every update has landed
         wall = time.perf_counter() - t0
         return StepStats(
             loss,

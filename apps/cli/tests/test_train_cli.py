@@ -1,0 +1,73 @@
+"""`wse train` through the root app: ModelZoo flags, overrides, the memory plan, errors."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+from wse_cli.app import app
+from wse_trainer.testing import tiny_params, write_corpus
+
+runner = CliRunner(env={"COLUMNS": "200", "WSE_DEVICES": "8"})  # conftest: 8 devices
+
+
+@pytest.mark.parametrize("name", ["tiny", "gpt2_124m", "llama3_8b", "llama3_70b"])
+def test_validate_only_prints_the_memory_plan(name):
+    res = runner.invoke(app, ["train", name, "--validate_only"])
+    assert res.exit_code == 0, res.output
+    assert "memory plan" in res.output and "optimizer state" in res.output
+    assert "config is valid" in res.output
+
+
+def test_validate_only_says_resident_or_streaming():
+    small = runner.invoke(app, ["train", "tiny", "--validate_only"]).output
+    big = runner.invoke(app, ["train", "--params", "llama3_70b", "--validate_only"]).output
+    assert "could stay resident" in small
+    assert "must stream from MemoryX" in big
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["tiny", "optimizer.learning_rat=1e-3"], "did you mean 'learning_rate'"),
+        (["tiny", "--num_csx", "3"], "not divisible by num_csx=3"),
+        (["tiny", "--mode", "trian"], "did you mean 'train'"),
+        (["optimizer.learning_rate=1"], "give a params file"),
+        (["llama3_8b", "--num_csx", "1"], "SRAM over budget"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(args, needle):
+    res = runner.invoke(app, ["train", *args, "--validate_only"])
+    assert res.exit_code == 2
+    assert needle in res.output
+    assert "Traceback" not in res.output
+
+
+def test_train_then_continue_with_num_steps(tmp_path):
+    corpus = write_corpus(tmp_path / "data")
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(tiny_params(corpus, tmp_path / "unused")))
+    out = tmp_path / "run"
+    res = runner.invoke(
+        app, ["train", str(params), "-o", str(out), "--num_steps", "2", "--max_steps", "4"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "| Train Device=CSX, Step=2," in res.output
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            str(params),
+            "--model_dir",
+            str(out),
+            "--max_steps",
+            "4",
+            "--mode",
+            "train_and_eval",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "resumed from checkpoint step 2" in res.output and "| Eval Device=CSX" in res.output
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 4]  # four train records, then the eval record
+    assert (out / "hf" / "tokenizer.json").exists()
