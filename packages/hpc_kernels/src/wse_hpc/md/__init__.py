@@ -1,0 +1,33 @@
+"""EAM molecular dynamics on the wafer, one atom per PE (Santos et al., SC24).
+
+Modules: `potentials` (LAMMPS funcfl / setfl / fs files, LAMMPS's splines), `zhou04`
+(potentials generated from Zhou, Johnson & Wadley 2004), `lattice` (structures, crystals),
+`xyz` (extended XYZ), `mapping` (atoms -> PEs), `eam` (the wafer kernel), `integrate`
+(velocity Verlet, Langevin, Maxwell–Boltzmann), `thermo` (LAMMPS-style output), `simulate`
+(the shell), `reference` (NumPy all-pairs oracle), `perf` (the wafer performance model),
+`experiments` (`santos24-md`), `lammps` (running `lmp` for checks and benchmarks).
+"""
+
+from wse_hpc.md.integrate import Thermostat, maxwell_boltzmann
+from wse_hpc.md.lattice import Structure, crystal
+from wse_hpc.md.potentials import EamPotential, PotentialError, read_potential, write_setfl
+from wse_hpc.md.simulate import MdConfig, MdResult, run_md
+from wse_hpc.md.xyz import read_xyz, write_xyz
+from wse_hpc.md.zhou04 import zhou04
+
+__all__ = [
+    "EamPotential",
+    "MdConfig",
+    "MdResult",
+    "PotentialError",
+    "Structure",
+    "Thermostat",
+    "crystal",
+    "maxwell_boltzmann",
+    "read_potential",
+    "read_xyz",
+    "run_md",
+    "write_setfl",
+    "write_xyz",
+    "zhou04",
+]

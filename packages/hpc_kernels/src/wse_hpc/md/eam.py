@@ -1,0 +1,343 @@
+"""The wafer EAM kernel: one atom per PE, neighbour data by fabric multicast over a window.
+
+Contract: `eam(wafer, pot, plan)` returns an `EamFns` of pure functions over placed fields.
+The per-PE state is `wse_hpc.md.mapping`'s packed array `(rows, cols, NFIELDS)`.
+
+- `forces_fn(state, geometry) -> EamOutput`: phase 1 multicasts (position, species) over the
+  window of (2 k_rows + 1) x (2 k_cols + 1) PEs (E/W first, then N/S of the gathered row
+  window), each PE sums its density and computes F'(rho); phase 2 multicasts F'(rho) over the
+  same window and each PE sums its force, energy (F(rho) + phi / 2) and virial. Interpolation
+  is LAMMPS's (same knots, same clamps). `overflow` is True when some atom's neighbours
+  within the cutoff may lie outside the window: the coverage test bounds, with column and row
+  extremes gathered by fabric reductions and doubling shifts, the distance from every atom to
+  every PE outside its window, so a True is never missed (never silently wrong); the shell
+  then re-plans a larger window or re-maps.
+- `sort_fn(state, geometry)`: one odd-even transposition sweep that swaps atoms between
+  neighbouring PEs (rows by x, then columns by y), so the map stays local as atoms move.
+
+Positions are kept unwrapped (distances use the minimum image), so the order of atoms along
+rows and columns never jumps at the box boundary. The box is orthorhombic and periodic; every
+side must exceed twice the cutoff.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from wse_core import fabric
+from wse_core.errors import WseError
+from wse_core.wafer import Wafer
+
+from wse_hpc.md.mapping import ATOM_ID, NFIELDS, SPECIES
+from wse_hpc.md.potentials import EamPotential
+
+__all__ = ["EamPlan", "EamOutput", "EamFns", "Geometry", "eam", "geometry", "sram_plan"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EamPlan:
+    """Static choices: the neighbour window, the box and the float dtype."""
+
+    k_rows: int
+    k_cols: int
+    box_A: tuple[float, float, float]
+    dtype: str = "float32"
+
+    @property
+    def window_pes(self) -> int:
+        return (2 * self.k_rows + 1) * (2 * self.k_cols + 1)
+
+
+class Geometry(NamedTuple):
+    """Placed int32 fields of each PE's logical row and column index."""
+
+    row: jax.Array
+    col: jax.Array
+
+
+class EamOutput(NamedTuple):
+    forces: jax.Array  # (rows, cols, 3) eV/A
+    energy: jax.Array  # (rows, cols) eV per atom
+    virial: jax.Array  # (rows, cols) eV, sum of r_ij . f_ij / 2 over j
+    overflow: jax.Array  # () bool
+
+
+class EamFns(NamedTuple):
+    forces_fn: object
+    sort_fn: object
+
+
+def geometry(wafer: Wafer) -> Geometry:
+    return Geometry(*wafer.pe_coords())
+
+
+def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
+    """Declare the per-PE SRAM: atom state, the two window buffers and the tables.
+
+    Tables are stored as fp32 knot values (4 B per knot); a PE rebuilds a knot's cubic from
+    the six values around it, as LAMMPS's `interpolate` does, so the tables need
+    (F: n_e + rho: n_e or n_e^2 + z2r: n_e (n_e + 1) / 2) knots. Over budget is a
+    SramBudgetError from the ledger.
+    """
+    ne = len(pot.elements)
+    n_rho_tables = ne * ne if pot.kind == "fs" else ne
+    sizes = {
+        "md.atom": NFIELDS * 4 + 4 * 4,  # packed state + rho, fp, energy, virial
+        "md.window_positions": plan.window_pes * 4 * 4,
+        "md.window_fp": plan.window_pes * 4,
+        "md.tables": 4 * (ne * pot.nrho + (n_rho_tables + ne * (ne + 1) // 2) * pot.nr),
+    }
+    for name in sizes:
+        if any(a.name == name for a in wafer.sram.allocations):
+            wafer.sram.free(name)
+    for name, nbytes in sizes.items():
+        wafer.sram.allocate(name, nbytes)
+    return sizes
+
+
+class _Tables(NamedTuple):
+    """Cubic coefficients (c3, c4, c5, c6) of LAMMPS's splines as 4 columns of knots; the
+    slope's (c0, c1, c2) = (3 c3, 2 c4, c5) / delta are derived, not stored."""
+
+    frho: jax.Array  # (4, ne * nrho)
+    rhor: jax.Array  # (4, ne * ne * nr): knot (a * ne + b) * nr + k, by a on b
+    z2r: jax.Array  # (4, ne * ne * nr)
+
+
+def _tables(pot: EamPotential, dtype) -> _Tables:
+    f, rho, z2 = pot.splines()
+
+    def cols(s):
+        return jnp.asarray(s.reshape(-1, 7)[:, 3:].T, dtype)
+
+    return _Tables(cols(f), cols(rho), cols(z2))
+
+
+def _locate(x, inv_delta: float, n: int):
+    """LAMMPS: p = x / delta + 1, m = int(p) clamped to [1, n - 1], p -= m, p <= 1."""
+    p = x * inv_delta + 1.0
+    m = jnp.clip(jnp.floor(p), 1, n - 1)
+    return m.astype(jnp.int32) - 1, jnp.minimum(p - m, 1.0)
+
+
+def _coeffs(table: jax.Array, index: jax.Array, count: int = 4) -> list[jax.Array]:
+    """The first `count` columns of `table` at `index` (a gather per column is cheaper than
+    a gather of rows here); the slope needs only c3, c4, c5."""
+    return [jnp.take(table[i], index, mode="clip") for i in range(count)]
+
+
+def _value(c, p):
+    return ((c[0] * p + c[1]) * p + c[2]) * p + c[3]
+
+
+def _slope(c, p, inv_delta: float):
+    return ((3.0 * c[0] * p + 2.0 * c[1]) * p + c[2]) * inv_delta
+
+
+# -- fabric patterns -------------------------------------------------------------------------
+def _row_window(wafer: Wafer, x: jax.Array, kc: int) -> jax.Array:
+    """(R, C, F) -> (R, C, F, 2kc+1): the values of the PEs c - kc .. c + kc of each row,
+    by a multicast west and east."""
+    row = x[:, :, None]
+    if kc:
+        west = fabric.multicast(wafer, x, "E", kc, boundary="periodic")  # from c - 1 - j
+        east = fabric.multicast(wafer, x, "W", kc, boundary="periodic")  # from c + 1 + j
+        row = jnp.concatenate([west[:, :, ::-1], row, east], axis=2)
+    return jnp.swapaxes(row, 2, 3)
+
+
+def _march(wafer: Wafer, row: jax.Array, kr: int, acc, visit):
+    """Systolic marching multicast north and south (Santos et al.): every PE's row window
+    moves one PE per step, so after d steps each PE holds the row windows of the PEs d rows
+    up and d rows down. `visit(acc, slab, is_own_row)` folds each slab into `acc` as it
+    passes, so no PE stores more than one slab per direction."""
+    acc = visit(acc, row, True)
+    if kr == 0:
+        return acc
+
+    def body(_, carry):
+        up, down, acc = carry
+        up = fabric.shift(wafer, up, "S", boundary="periodic")  # now from d rows up
+        down = fabric.shift(wafer, down, "N", boundary="periodic")  # from d rows down
+        return up, down, visit(visit(acc, up, False), down, False)
+
+    return jax.lax.fori_loop(0, kr, body, (row, row, acc))[2]
+
+
+def _unrolled_shift(wafer, v, d: int, axis: int, index, n: int, length: float):
+    """v of the PE d further along `axis` (periodic), plus `length` where it wrapped."""
+    out = fabric.shift(wafer, v, "W" if axis == 1 else "N", boundary="periodic", distance=d)
+    return out + jnp.where(index + d >= n, length, 0.0).astype(v.dtype)
+
+
+def _sliding(wafer, v, width: int, axis: int, index, n: int, length: float, op):
+    """op of v over the `width` PEs starting at each PE along `axis` (unrolled periodic),
+    by doubling: ceil(log2 width) + 1 shifts."""
+    span, acc = 1, v
+    while 2 * span <= width:
+        acc = op(acc, _unrolled_shift(wafer, acc, span, axis, index, n, length))
+        span *= 2
+    if span < width:
+        acc = op(acc, _unrolled_shift(wafer, acc, width - span, axis, index, n, length))
+    return acc
+
+
+def _arc_bounds(wafer, lo_field, hi_field, k: int, axis: int, index, length: float):
+    """Min of lo_field and max of hi_field over the PEs k + 1 .. n - k - 1 further along
+    `axis` (the lines outside a +-k window), unrolled: `length` added past the wrap."""
+    n = (wafer.rows, wafer.cols)[axis]
+    width = n - 2 * k - 1
+    lo = _sliding(wafer, lo_field, width, axis, index, n, length, jnp.minimum)
+    hi = _sliding(wafer, hi_field, width, axis, index, n, length, jnp.maximum)
+    lo = _unrolled_shift(wafer, lo, k + 1, axis, index, n, length)
+    hi = _unrolled_shift(wafer, hi, k + 1, axis, index, n, length) - length
+    return lo, hi
+
+
+def _overflow(wafer, state, geo: Geometry, plan: EamPlan, cutoff: float):
+    """True when some atom may have a neighbour within `cutoff` outside its window.
+
+    x: every atom on a column outside the window lies between that arc's column extremes
+    (fabric allreduce per column, then a sliding extreme along the row). y: every atom in the
+    window's columns but on a row outside it lies within the extremes of that rectangle
+    (sliding extremes along the row over the window's columns, then along the column over
+    the row arc). A gap <= cutoff on either side is an overflow.
+    """
+    held = state[..., SPECIES] >= 0
+    big = jnp.asarray(jnp.inf, state.dtype)
+    x, y = state[..., 0], state[..., 1]
+    gaps = []
+    if wafer.cols - 2 * plan.k_cols - 1 > 0:
+        lo = -fabric.allreduce(wafer, jnp.where(held, -x, -big), "max", axis="col")
+        hi = fabric.allreduce(wafer, jnp.where(held, x, -big), "max", axis="col")
+        lo, hi = _arc_bounds(wafer, lo, hi, plan.k_cols, 1, geo.col, plan.box_A[0])
+        gaps.append(jnp.minimum(lo - x, x - hi))
+    if wafer.rows - 2 * plan.k_rows - 1 > 0:
+        kc, n = plan.k_cols, wafer.cols
+        lo_y, hi_y = jnp.where(held, y, big), jnp.where(held, y, -big)
+        if kc:  # extremes over the window's columns c - kc .. c + kc (no unrolling in y)
+            lo_y = _unrolled_shift(wafer, lo_y, n - kc, 1, geo.col, n, 0.0)
+            hi_y = _unrolled_shift(wafer, hi_y, n - kc, 1, geo.col, n, 0.0)
+            lo_y = _sliding(wafer, lo_y, 2 * kc + 1, 1, geo.col, n, 0.0, jnp.minimum)
+            hi_y = _sliding(wafer, hi_y, 2 * kc + 1, 1, geo.col, n, 0.0, jnp.maximum)
+        lo, hi = _arc_bounds(wafer, lo_y, hi_y, plan.k_rows, 0, geo.row, plan.box_A[1])
+        gaps.append(jnp.minimum(lo - y, y - hi))
+    if not gaps:
+        return jnp.bool_(False)
+    bad = held & (functools.reduce(jnp.minimum, gaps) <= cutoff)
+    return fabric.reduce(wafer, bad.astype(jnp.int32), "max") > 0
+
+
+# -- the two EAM phases ----------------------------------------------------------------------
+def _pairs(pos_i, sp_i, slab, box, cutoff: float, own_row: bool, kc: int):
+    """Displacements (R, C, 3, M) to a slab's atoms, distances (R, C, M) and the pair mask."""
+    d = slab[:, :, :3] - pos_i[..., None]
+    d = d - box[:, None] * jnp.round(d / box[:, None])
+    r2 = jnp.sum(d * d, axis=2)
+    valid = (sp_i[..., None] >= 0) & (slab[:, :, 3] >= 0) & (r2 < cutoff * cutoff)
+    if own_row:
+        valid = valid & (jnp.arange(slab.shape[-1]) != kc)
+    r = jnp.sqrt(jnp.where(valid, r2, 1.0))
+    return d, r, valid
+
+
+def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
+    """The EAM forces and the swap sort for `pot` on `wafer` with `plan`'s window."""
+    if any(b <= 2 * pot.cutoff_A for b in plan.box_A):
+        raise WseError(
+            f"every box side must exceed twice the cutoff ({2 * pot.cutoff_A:.3f} A); "
+            f"the box is {list(plan.box_A)} A: use more cells"
+        )
+    kr, kc = plan.k_rows, plan.k_cols
+    if 2 * kr + 1 > wafer.rows or 2 * kc + 1 > wafer.cols:
+        raise WseError(f"window +-{kr} x +-{kc} PEs exceeds the {wafer.rows} x {wafer.cols} grid")
+    dtype = jnp.dtype(plan.dtype)
+    tab = _tables(pot, dtype)
+    ne, nr, nrho = len(pot.elements), pot.nr, pot.nrho
+    inv_dr, inv_drho, rhomax = 1.0 / pot.dr, 1.0 / pot.drho, pot.rhomax
+    cutoff = pot.cutoff_A
+    box = jnp.asarray(np.array(plan.box_A), dtype)
+
+    def knot(a, b, k):
+        return (a * ne + b) * nr + k if ne > 1 else k
+
+    def species(x):
+        return jnp.maximum(x.astype(jnp.int32), 0)
+
+    def forces_fn(state: jax.Array, geo: Geometry) -> EamOutput:
+        pos, sp = state[..., :3], state[..., SPECIES]
+        sp_i = species(sp)[..., None]
+
+        def density(acc, slab, own_row):
+            _, r, valid = _pairs(pos, sp, slab, box, cutoff, own_row, kc)
+            k, p = _locate(r, inv_dr, nr)
+            c = _coeffs(tab.rhor, knot(species(slab[:, :, 3]), sp_i, k))  # on i from j
+            return acc + jnp.sum(jnp.where(valid, _value(c, p), 0.0), axis=-1)
+
+        row = _row_window(wafer, state[..., [0, 1, 2, SPECIES]], kc)
+        rho = _march(wafer, row, kr, jnp.zeros(sp.shape, dtype), density)
+        kf, pf = _locate(rho, inv_drho, nrho)
+        cf = _coeffs(tab.frho, species(sp) * nrho + kf if ne > 1 else kf)
+        fp = _slope(cf, pf, inv_drho)
+        emb = _value(cf, pf) + jnp.where(rho > rhomax, fp * (rho - rhomax), 0.0)
+
+        def force(acc, slab, own_row):  # phase 2: slab rows x, y, z, species, F'
+            d, r, valid = _pairs(pos, sp, slab, box, cutoff, own_row, kc)
+            k, p = _locate(r, inv_dr, nr)
+            sp_j = species(slab[:, :, 3])
+            rhojp = _slope(_coeffs(tab.rhor, knot(sp_j, sp_i, k), 3), p, inv_dr)
+            if ne > 1:
+                rhoip = _slope(_coeffs(tab.rhor, knot(sp_i, sp_j, k), 3), p, inv_dr)
+            else:
+                rhoip = rhojp
+            cz = _coeffs(tab.z2r, knot(sp_i, sp_j, k))
+            phi = _value(cz, p) / r
+            phip = _slope(cz, p, inv_dr) / r - phi / r
+            psip = jnp.where(valid, fp[..., None] * rhojp + slab[:, :, 4] * rhoip + phip, 0.0)
+            f, e, v = acc
+            return (
+                f + jnp.sum((psip / r)[:, :, None] * d, axis=-1),
+                e + 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1),
+                v - 0.5 * jnp.sum(psip * r, axis=-1),
+            )
+
+        packed = jnp.concatenate([state[..., [0, 1, 2, SPECIES]], fp[..., None]], axis=-1)
+        zero = jnp.zeros(sp.shape, dtype)
+        acc = (jnp.zeros(pos.shape, dtype), zero, zero)
+        forces, pair_e, virial = _march(wafer, _row_window(wafer, packed, kc), kr, acc, force)
+        energy = jnp.where(sp >= 0, emb + pair_e, 0.0)
+        return EamOutput(forces, energy, virial, _overflow(wafer, state, geo, plan, cutoff))
+
+    def sort_fn(state: jax.Array, geo: Geometry) -> jax.Array:
+        for axis, key in ((1, 0), (0, 1)):
+            for parity in (0, 1):
+                state = _exchange(wafer, state, axis, key, parity, geo)
+        return state
+
+    return EamFns(forces_fn, sort_fn)
+
+
+def _exchange(wafer, state, axis: int, key: int, parity: int, geo: Geometry):
+    """One odd-even transposition phase along `axis`: pairs (i, i + 1) with i % 2 == parity
+    swap their atoms when the first has the larger `key` coordinate."""
+    index = geo.col if axis == 1 else geo.row
+    n = (wafer.rows, wafer.cols)[axis]
+    nxt = fabric.shift(wafer, state, "W" if axis == 1 else "N")  # from index + 1
+    prv = fabric.shift(wafer, state, "E" if axis == 1 else "S")  # from index - 1
+    first = (index % 2 == parity) & (index + 1 < n)
+    second = (index % 2 != parity) & (index >= 1)
+    mine = state[..., key]
+    # empty PEs stay put (atoms do not pass through them), so short columns keep their spread
+    real = state[..., SPECIES] >= 0
+    take_next = first & real & (nxt[..., SPECIES] >= 0) & (mine > nxt[..., key])
+    take_prev = second & real & (prv[..., SPECIES] >= 0) & (prv[..., key] > mine)
+    out = jnp.where(take_next[..., None], nxt, state)
+    return jnp.where(take_prev[..., None], prv, out)
+
+
+_ = ATOM_ID  # the id travels with the packed state through every exchange

@@ -1,0 +1,107 @@
+"""Structures: atoms in a periodic orthorhombic box, and fcc / bcc / hcp crystals.
+
+A `Structure` holds symbols (N,), positions (N, 3) in Angstrom, the box side lengths (3,) in
+Angstrom (origin at 0; periodic in x, y, z) and optionally velocities (A/ps), forces (eV/A)
+and per-atom energies (eV). `crystal(kind, symbol, a_A, cells)` builds `cells` = (nx, ny, nz)
+conventional cells: fcc and bcc cubes of side a, hcp in its orthorhombic 4-atom cell
+a x sqrt(3) a x c (ideal c/a unless given).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from wse_core.errors import WseError
+
+__all__ = ["Structure", "crystal", "LATTICES", "check_structure"]
+
+LATTICES = ("fcc", "bcc", "hcp")
+
+_BASIS = {
+    "fcc": np.array([[0, 0, 0], [0.5, 0.5, 0], [0.5, 0, 0.5], [0, 0.5, 0.5]]),
+    "bcc": np.array([[0, 0, 0], [0.5, 0.5, 0.5]]),
+    "hcp": np.array([[0, 0, 0], [0.5, 0.5, 0], [0.5, 5 / 6, 0.5], [0, 1 / 3, 0.5]]),
+}
+
+
+@dataclasses.dataclass
+class Structure:
+    symbols: np.ndarray  # (N,) str
+    positions_A: np.ndarray  # (N, 3) float64
+    box_A: np.ndarray  # (3,)
+    velocities_A_ps: np.ndarray | None = None
+    forces_eV_A: np.ndarray | None = None
+    energies_eV: np.ndarray | None = None
+
+    @property
+    def num_atoms(self) -> int:
+        return int(self.positions_A.shape[0])
+
+    @property
+    def volume_A3(self) -> float:
+        return float(np.prod(self.box_A))
+
+    def species(self, elements: Sequence[str]) -> np.ndarray:
+        """Indices of each atom's symbol in `elements`; an absent element is a WseError."""
+        lookup = {e: i for i, e in enumerate(elements)}
+        missing = sorted(set(self.symbols.tolist()) - set(lookup))
+        if missing:
+            raise WseError(
+                f"the potential has no parameters for {', '.join(missing)} "
+                f"(it has {', '.join(elements)})"
+            )
+        return np.array([lookup[s] for s in self.symbols.tolist()], dtype=np.int32)
+
+
+def crystal(
+    kind: str, symbol: str, a_A: float, cells: Sequence[int], c_A: float | None = None
+) -> Structure:
+    """A perfect crystal of `cells` conventional cells (fcc, bcc or hcp)."""
+    if kind not in _BASIS:
+        raise WseError(f"unknown lattice {kind!r}; use one of {', '.join(LATTICES)}")
+    if not a_A > 0:
+        raise WseError(f"the lattice constant must be positive, got {a_A}")
+    nx, ny, nz = (int(c) for c in cells)
+    if min(nx, ny, nz) < 1:
+        raise WseError(f"cells must be positive integers, got {tuple(cells)}")
+    if kind == "hcp":
+        cell = np.array([a_A, math.sqrt(3) * a_A, c_A or math.sqrt(8 / 3) * a_A])
+    else:
+        cell = np.array([a_A, a_A, a_A])
+    grid = np.stack(np.meshgrid(np.arange(nx), np.arange(ny), np.arange(nz), indexing="ij"), -1)
+    frac = grid.reshape(-1, 1, 3) + _BASIS[kind][None]
+    positions = (frac.reshape(-1, 3) * cell).astype(np.float64)
+    box = cell * np.array([nx, ny, nz])
+    return Structure(np.array([symbol] * len(positions)), positions, box)
+
+
+def check_structure(s: Structure, *, min_distance_A: float = 0.5) -> None:
+    """Atoms inside the box [0, L) and no two closer than `min_distance_A` (else WseError)."""
+    x, box = s.positions_A, s.box_A
+    if np.any(box <= 0):
+        raise WseError(f"box sides must be positive, got {box.tolist()}")
+    outside = np.nonzero(np.any((x < 0) | (x >= box), axis=1))[0]
+    if outside.size:
+        i = int(outside[0])
+        raise WseError(
+            f"atom {i} at {x[i].round(4).tolist()} lies outside the box [0, L) with L = "
+            f"{box.tolist()} ({outside.size} atoms outside); wrap positions into the box"
+        )
+    i, j, r = _closest_pair(x, box)
+    if r < min_distance_A:
+        raise WseError(f"atoms {i} and {j} overlap: {r:.4f} A apart (minimum {min_distance_A} A)")
+
+
+def _closest_pair(x: np.ndarray, box: np.ndarray) -> tuple[int, int, float]:
+    """The closest pair under minimum image, with a cKDTree on the periodic box."""
+    from scipy.spatial import cKDTree
+
+    if len(x) < 2:
+        return 0, 0, math.inf
+    tree = cKDTree(np.mod(x, box), boxsize=box)
+    dist, idx = tree.query(np.mod(x, box), k=2)
+    i = int(np.argmin(dist[:, 1]))
+    return i, int(idx[i, 1]), float(dist[i, 1])

@@ -1,0 +1,183 @@
+"""Atoms onto PEs, one atom per PE: a locality-preserving 3D -> 2D map (Santos et al. 2024).
+
+Contract:
+- `choose_grid(n)` gives a near-square PE grid (rows, cols), both odd, rows * cols >= n.
+- `initial_map(positions, grid)` sorts atoms into `cols` x-slabs (PE column c holds the
+  c-th slab) and each slab by y down the column (z is folded into both), so PEs that are
+  close on the grid hold atoms that are close in space. Ties (one crystal plane) break in a
+  fixed pseudo-random order, so a slab cut from a plane samples all of it. Columns hold
+  n // cols atoms or one more; a short column spreads its empty PEs evenly. Returns the
+  atom index per PE, (rows, cols), -1 for empty.
+- Per-PE state is one packed float array `(rows, cols, NFIELDS)`: position (A), velocity
+  (A/ps), force (eV/A), species index (-1 = empty PE) and atom id; `pack` / `unpack` convert.
+  Empty PEs carry +BIG positions so that sorting keeps them at the end of rows and columns.
+- `window_needed(...)` is the host-side version of the kernel's coverage test: the smallest
+  window (k_rows, k_cols) of PEs around every atom that holds all its neighbours within
+  `reach_A`; the shell plans with it and re-plans when the kernel reports an overflow.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "NFIELDS",
+    "POS",
+    "VEL",
+    "FORCE",
+    "SPECIES",
+    "ATOM_ID",
+    "EMPTY_POS",
+    "choose_grid",
+    "initial_map",
+    "pack",
+    "unpack",
+    "window_needed",
+    "coverage_gap",
+]
+
+POS, VEL, FORCE = slice(0, 3), slice(3, 6), slice(6, 9)
+SPECIES, ATOM_ID = 9, 10
+NFIELDS = 11
+EMPTY_POS = 1.0e6  # A; far beyond any box, so empty PEs sort last and never interact
+
+
+def choose_grid(n_atoms: int) -> tuple[int, int]:
+    """A near-square (rows, cols) with rows * cols >= n_atoms, both odd: an odd line count
+    lets a +-k window cover a whole line exactly (2k + 1 = n), the fallback for small boxes."""
+    cols = max(1, math.ceil(math.sqrt(n_atoms))) | 1
+    rows = max(1, math.ceil(n_atoms / cols)) | 1
+    return rows, cols
+
+
+def initial_map(
+    positions_A: np.ndarray, grid: tuple[int, int], box_A: np.ndarray | None = None
+) -> np.ndarray:
+    """Atom index held by each PE, (rows, cols) int64, -1 on empty PEs."""
+    rows, cols = grid
+    n = positions_A.shape[0]
+    if n > rows * cols:
+        raise ValueError(f"{n} atoms do not fit a {rows} x {cols} PE grid")
+    x, y, z = positions_A[:, 0], positions_A[:, 1], positions_A[:, 2]
+    lx = float(box_A[0]) if box_A is not None else float(np.ptp(x)) + 1e-9
+    # Slabs: x quantized to the slab width, then a low-discrepancy order of y inside each
+    # quantum, so every slab (column) samples the whole y range evenly and row r means about
+    # the same y in every column — also when a slab is cut from one crystal plane.
+    quantum = np.floor(x / (lx / cols))
+    spread = np.mod(np.argsort(np.lexsort((x, z, y))) * 0.6180339887498949, 1.0)
+    by_x = np.lexsort((spread, quantum))
+    out = np.full((rows, cols), -1, dtype=np.int64)
+    counts = np.full(cols, n // cols) + (np.arange(cols) < n % cols)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    for c in range(cols):
+        slab = by_x[starts[c] : starts[c + 1]]
+        slab = slab[np.lexsort((z[slab], y[slab]))]
+        # a short column spreads its empty PEs evenly, so row r means the same y everywhere
+        at = np.round(np.linspace(0, rows - 1, slab.size)).astype(np.int64)
+        out[at, c] = slab
+    return out
+
+
+def pack(
+    atom_of_pe: np.ndarray,
+    positions_A: np.ndarray,
+    species: np.ndarray,
+    velocities_A_ps: np.ndarray | None = None,
+    forces_eV_A: np.ndarray | None = None,
+    dtype=np.float32,
+) -> np.ndarray:
+    """The packed per-PE state (rows, cols, NFIELDS) for a map."""
+    rows, cols = atom_of_pe.shape
+    state = np.zeros((rows, cols, NFIELDS), dtype=np.float64)
+    held = atom_of_pe >= 0
+    idx = atom_of_pe[held]
+    state[..., POS] = EMPTY_POS
+    state[..., SPECIES] = -1.0
+    state[..., ATOM_ID] = -1.0
+    state[held, POS] = positions_A[idx]
+    if velocities_A_ps is not None:
+        state[held, VEL] = velocities_A_ps[idx]
+    if forces_eV_A is not None:
+        state[held, FORCE] = forces_eV_A[idx]
+    state[held, SPECIES] = species[idx]
+    state[held, ATOM_ID] = idx
+    return state.astype(dtype)
+
+
+def unpack(state: np.ndarray, n_atoms: int) -> dict[str, np.ndarray]:
+    """Per-atom arrays in atom-id order from a gathered (rows, cols, NFIELDS) state."""
+    flat = np.asarray(state, dtype=np.float64).reshape(-1, NFIELDS)
+    held = flat[:, SPECIES] >= 0
+    ids = np.rint(flat[held, ATOM_ID]).astype(np.int64)
+    order = np.argsort(ids)
+    rows = flat[held][order]
+    if ids.size != n_atoms or not np.array_equal(ids[order], np.arange(n_atoms)):
+        raise RuntimeError("the wafer state lost or duplicated atoms")  # a kernel bug
+    return {
+        "positions_A": rows[:, POS],
+        "velocities_A_ps": rows[:, VEL],
+        "forces_eV_A": rows[:, FORCE],
+        "species": rows[:, SPECIES].astype(np.int32),
+        "pe_flat_index": np.nonzero(held)[0][order],
+    }
+
+
+def _periodic_sliding(values: np.ndarray, width: int, op, length: float) -> np.ndarray:
+    """op over the unrolled periodic values[s : s + width] for every start s (axis 0)."""
+    n = values.shape[0]
+    unrolled = np.concatenate([values, values + length], axis=0)
+    view = np.lib.stride_tricks.sliding_window_view(unrolled, width, axis=0)
+    return op(view, axis=-1)[:n]
+
+
+def _arc(lo: np.ndarray, hi: np.ndarray, k: int, length: float) -> tuple[np.ndarray, np.ndarray]:
+    """Extremes over lines k + 1 .. n - k - 1 further along axis 0 (unrolled)."""
+    n = lo.shape[0]
+    width = n - 2 * k - 1
+    starts = (np.arange(n) + k + 1) % n
+    wrap = np.where(np.arange(n) + k + 1 >= n, length, 0.0)
+    wrap = wrap.reshape((n,) + (1,) * (lo.ndim - 1))
+    lo_a = _periodic_sliding(lo, width, np.min, length)[starts] + wrap
+    hi_a = _periodic_sliding(hi, width, np.max, length)[starts] + wrap - length
+    return lo_a, hi_a
+
+
+def coverage_gap(state: np.ndarray, box_A: np.ndarray, k_rows: int, k_cols: int) -> np.ndarray:
+    """The kernel's coverage test on the host: per PE, a lower bound on the distance to any
+    atom outside the window (inf where the window covers the grid), shape (rows, cols)."""
+    held = state[..., SPECIES] >= 0
+    x, y = state[..., 0].astype(np.float64), state[..., 1].astype(np.float64)
+    rows, cols = held.shape
+    gap = np.full(held.shape, np.inf)
+    if cols - 2 * k_cols - 1 > 0:
+        lo = np.where(held, x, np.inf).min(axis=0)
+        hi = np.where(held, x, -np.inf).max(axis=0)
+        lo_a, hi_a = _arc(lo, hi, k_cols, box_A[0])
+        gap = np.minimum(gap, np.minimum(lo_a[None, :] - x, x - hi_a[None, :]))
+    if rows - 2 * k_rows - 1 > 0:
+        lo_y, hi_y = np.where(held, y, np.inf), np.where(held, y, -np.inf)
+        idx = (np.arange(cols)[:, None] + np.arange(-k_cols, k_cols + 1)[None, :]) % cols
+        lo_w, hi_w = lo_y[:, idx].min(axis=2), hi_y[:, idx].max(axis=2)
+        lo_a, hi_a = _arc(lo_w, hi_w, k_rows, box_A[1])
+        gap = np.minimum(gap, np.minimum(lo_a - y, y - hi_a))
+    return np.where(held, gap, np.inf)
+
+
+def window_needed(state: np.ndarray, box_A: np.ndarray, reach_A: float) -> tuple[int, int]:
+    """The smallest window (k_rows, k_cols) whose coverage gap exceeds `reach_A` everywhere,
+    growing the column reach first (it sets the row test's rectangle), then the rows."""
+    rows, cols = state.shape[:2]
+    kmax_r, kmax_c = (rows - 1) // 2, (cols - 1) // 2
+    best = (kmax_r, kmax_c)
+    for kc in range(kmax_c + 1):
+        gap_x = coverage_gap(state, box_A, kmax_r, kc)
+        if not np.all(gap_x > reach_A):
+            continue
+        for kr in range(kmax_r + 1):
+            if np.all(coverage_gap(state, box_A, kr, kc) > reach_A):
+                if (2 * kr + 1) * (2 * kc + 1) < (2 * best[0] + 1) * (2 * best[1] + 1):
+                    best = (kr, kc)
+                break
+    return best

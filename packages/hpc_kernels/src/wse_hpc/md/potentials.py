@@ -1,0 +1,402 @@
+"""EAM potentials from LAMMPS files: funcfl (`*.eam`), setfl (`*.eam.alloy`) and
+Finnis–Sinclair (`*.eam.fs`), held and interpolated exactly as LAMMPS's `pair_style eam*`.
+
+Contract:
+- `read_potential(paths)` parses one setfl / fs file, or one or more funcfl files (one per
+  element, LAMMPS `pair_coeff i i file`), into an `EamPotential` on LAMMPS's internal grid
+  (funcfl files are put on a common grid with LAMMPS's 4-point Lagrange rule; their effective
+  charges become `z2r = 27.2 * 0.529 * Z_i Z_j`, LAMMPS's constant).
+- `EamPotential` tables: `frho[a]` F(rho) on `nrho` points of `drho`; `rhor[a, b]` the density
+  an atom of element a puts on an atom of element b, on `nr` points of `dr`; `z2r[a, b]`
+  r * phi(r) (symmetric). All float64, energies in eV, distances in Angstrom.
+- `spline_coeffs` builds LAMMPS's 7-coefficient cubic splines (`PairEAM::interpolate`);
+  `EamPotential.evaluate_*` (NumPy, float64) and `wse_hpc.md.eam` (JAX) evaluate them with
+  LAMMPS's index and clamp rules, including F's linear extension above `rhomax`.
+- `write_setfl(pot, path)` writes a setfl file that LAMMPS reads.
+- A malformed file raises `PotentialError` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from wse_core.errors import WseError
+
+__all__ = [
+    "PotentialError",
+    "EamPotential",
+    "read_potential",
+    "read_funcfl",
+    "read_setfl",
+    "write_setfl",
+    "spline_coeffs",
+    "FUNCFL_CHARGE_EV_A",
+]
+
+FUNCFL_CHARGE_EV_A = 27.2 * 0.529  # LAMMPS's Hartree * Bohr for funcfl charges (ASE: 14.4)
+
+
+class PotentialError(WseError):
+    """A potential file is malformed or does not fit the system."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EamPotential:
+    """An EAM potential on LAMMPS's internal grid (see the module docstring)."""
+
+    kind: str  # "funcfl", "setfl" or "fs"
+    elements: tuple[str, ...]
+    masses_amu: tuple[float, ...]
+    numbers: tuple[int, ...]
+    lattice_A: tuple[float, ...]
+    structures: tuple[str, ...]
+    nrho: int
+    drho: float
+    nr: int
+    dr: float
+    cutoff_A: float
+    frho: np.ndarray  # (ne, nrho)
+    rhor: np.ndarray  # (ne, ne, nr): by an atom of element a on one of element b
+    z2r: np.ndarray  # (ne, ne, nr), symmetric
+
+    @property
+    def rhomax(self) -> float:
+        return (self.nrho - 1) * self.drho
+
+    def element_index(self, symbol: str) -> int:
+        if symbol not in self.elements:
+            raise PotentialError(
+                f"element {symbol!r} is not in this potential (it has {', '.join(self.elements)})"
+            )
+        return self.elements.index(symbol)
+
+    def splines(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(F, rho, z2r) spline coefficients: (ne, nrho, 7), (ne, ne, nr, 7), (ne, ne, nr, 7)."""
+        return (
+            spline_coeffs(self.frho, self.drho),
+            spline_coeffs(self.rhor, self.dr),
+            spline_coeffs(self.z2r, self.dr),
+        )
+
+
+# -- LAMMPS's splines ----------------------------------------------------------------------
+def spline_coeffs(f: np.ndarray, delta: float) -> np.ndarray:
+    """LAMMPS `PairEAM::interpolate` on the last axis: (..., n) -> (..., n, 7).
+
+    Coefficients 3..6 give the value ((c3 p + c4) p + c5) p + c6, 0..2 the derivative
+    (c0 p + c1) p + c2 (per unit of x, not of p), p in [0, 1] within a knot interval.
+    """
+    f = np.asarray(f, dtype=np.float64)
+    n = f.shape[-1]
+    if n < 5:
+        raise PotentialError(f"a potential table needs at least 5 points, got {n}")
+    s = np.zeros(f.shape + (7,))
+    s[..., 6] = f
+    d = s[..., 5]
+    d[..., 0] = f[..., 1] - f[..., 0]
+    d[..., 1] = 0.5 * (f[..., 2] - f[..., 0])
+    d[..., n - 2] = 0.5 * (f[..., n - 1] - f[..., n - 3])
+    d[..., n - 1] = f[..., n - 1] - f[..., n - 2]
+    d[..., 2 : n - 2] = (
+        (f[..., : n - 4] - f[..., 4:]) + 8.0 * (f[..., 3 : n - 1] - f[..., 1 : n - 3])
+    ) / 12.0
+    df = f[..., 1:] - f[..., :-1]
+    s[..., : n - 1, 4] = 3.0 * df - 2.0 * d[..., :-1] - d[..., 1:]
+    s[..., : n - 1, 3] = d[..., :-1] + d[..., 1:] - 2.0 * df
+    s[..., 2] = s[..., 5] / delta
+    s[..., 1] = 2.0 * s[..., 4] / delta
+    s[..., 0] = 3.0 * s[..., 3] / delta
+    return s
+
+
+# -- a line cursor with line numbers --------------------------------------------------------
+class _Lines:
+    """A potential file read as LAMMPS does: header lines one at a time; a table of n values
+    from as many whole lines as it takes (values left on its last line are dropped), so every
+    header and table starts on a fresh line."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.lines = path.read_text().splitlines()
+        except OSError as e:
+            raise PotentialError(f"cannot read potential file {str(path)!r}: {e.strerror}") from e
+        except UnicodeDecodeError:
+            raise PotentialError(f"potential file {str(path)!r} is not a text file") from None
+        self.at = 0  # 0-based index of the next line
+
+    def error(self, lineno: int, field: int, tok: str, what: str) -> PotentialError:
+        return PotentialError(
+            f"{self.path.name} line {lineno} field {field}: {tok!r} is not {what}"
+        )
+
+    def header(self, what: str) -> tuple[int, list[str]]:
+        """(1-based line number, fields) of the next line."""
+        if self.at >= len(self.lines):
+            raise PotentialError(
+                f"{self.path.name}: file ends at line {len(self.lines)}; expected {what}"
+            )
+        self.at += 1
+        return self.at, self.lines[self.at - 1].split()
+
+    def numbers(self, count: int, what: str) -> np.ndarray:
+        out = np.empty(count)
+        n = 0
+        while n < count:
+            if self.at >= len(self.lines):
+                raise PotentialError(
+                    f"{self.path.name}: file ends early: expected {count} values of {what}, "
+                    f"found {n}"
+                )
+            lineno, fields = self.header(what)
+            for k, tok in enumerate(fields[: count - n], 1):
+                try:
+                    out[n] = float(tok.replace("D", "E").replace("d", "e"))
+                except ValueError:
+                    raise self.error(lineno, k, tok, f"a number (reading {what})") from None
+                if not np.isfinite(out[n]):
+                    raise self.error(lineno, k, tok, f"a finite number (reading {what})")
+                n += 1
+        return out
+
+
+def _header_numbers(src: _Lines, types: str, what: str) -> tuple[int, list[float | int], list[str]]:
+    """The next line parsed as numbers of the given types ('i' int, 'f' float)."""
+    lineno, fields = src.header(what)
+    if len(fields) < len(types):
+        raise PotentialError(
+            f"{src.path.name} line {lineno}: expected {len(types)} fields ({what}), "
+            f"found {len(fields)}"
+        )
+    out: list[float | int] = []
+    for k, (t, s) in enumerate(zip(types, fields, strict=False), 1):
+        try:
+            v = int(s) if t == "i" else float(s.replace("D", "E"))
+        except ValueError:
+            kind = "an integer" if t == "i" else "a number"
+            raise src.error(lineno, k, s, f"{kind} ({what})") from None
+        out.append(v)
+    return lineno, out, fields
+
+
+def _grid(src: _Lines) -> tuple[int, float, int, float, float]:
+    lineno, vals, _ = _header_numbers(src, "ififf", "Nrho drho Nr dr cutoff")
+    nrho, drho, nr, dr, cut = vals
+    for name, v in (("Nrho", nrho), ("Nr", nr)):
+        if v < 5:
+            raise PotentialError(f"{src.path.name} line {lineno}: {name} = {v}; need >= 5")
+    for name, v in (("drho", drho), ("dr", dr), ("cutoff", cut)):
+        if not v > 0:
+            raise PotentialError(f"{src.path.name} line {lineno}: {name} = {v} must be positive")
+    return int(nrho), float(drho), int(nr), float(dr), float(cut)
+
+
+def _element_line(src: _Lines) -> tuple[int, float, float, str]:
+    what = "atomic number, mass, lattice constant, lattice"
+    lineno, (number, mass, alat), fields = _header_numbers(src, "iff", what)
+    if not mass > 0:
+        raise PotentialError(f"{src.path.name} line {lineno} field 2: mass {mass} must be > 0")
+    return int(number), float(mass), float(alat), fields[3] if len(fields) > 3 else "?"
+
+
+# -- funcfl ---------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Funcfl:
+    number: int
+    mass: float
+    alat: float
+    structure: str
+    nrho: int
+    drho: float
+    nr: int
+    dr: float
+    cut: float
+    frho: np.ndarray
+    zr: np.ndarray
+    rhor: np.ndarray
+
+
+def _read_one_funcfl(path: Path) -> _Funcfl:
+    src = _Lines(path)
+    src.header("a comment line")
+    number, mass, alat, lat = _element_line(src)
+    nrho, drho, nr, dr, cut = _grid(src)
+    frho = src.numbers(nrho, "F(rho)")
+    zr = src.numbers(nr, "Z(r)")
+    rhor = src.numbers(nr, "rho(r)")
+    return _Funcfl(number, mass, alat, lat, nrho, drho, nr, dr, cut, frho, zr, rhor)
+
+
+def _lagrange(values: np.ndarray, step: float, n_new: int, new_step: float) -> np.ndarray:
+    """LAMMPS's 4-point Lagrange resampling of a funcfl table onto the common grid."""
+    n = values.shape[0]
+    x = np.arange(n_new) * new_step
+    p = x / step + 1.0
+    k = np.clip(p.astype(np.int64), 2, n - 2)
+    p = np.minimum(p - k, 2.0)
+    c1 = -p * (p - 1.0) * (p - 2.0) / 6.0
+    c2 = 0.5 * (p * p - 1.0) * (p - 2.0)
+    c3 = -0.5 * p * (p + 1.0) * (p - 2.0)
+    c4 = p * (p * p - 1.0) / 6.0
+    f = np.concatenate([[0.0], values])  # 1-based like LAMMPS
+    return c1 * f[k - 1] + c2 * f[k] + c3 * f[k + 1] + c4 * f[k + 2]
+
+
+def read_funcfl(paths: Sequence[str | Path], elements: Sequence[str]) -> EamPotential:
+    """One funcfl file per element, on LAMMPS's common grid (`PairEAM::file2array`)."""
+    files = [_read_one_funcfl(Path(p)) for p in paths]
+    drho = max(f.drho for f in files)
+    dr = max(f.dr for f in files)
+    rhomax = max((f.nrho - 1) * f.drho for f in files)
+    rmax = max((f.nr - 1) * f.dr for f in files)
+    nrho = int(rhomax / drho + 0.5)
+    nr = int(rmax / dr + 0.5)
+    frho = np.stack([_lagrange(f.frho, f.drho, nrho, drho) for f in files])
+    rho1 = np.stack([_lagrange(f.rhor, f.dr, nr, dr) for f in files])
+    zr = np.stack([_lagrange(f.zr, f.dr, nr, dr) for f in files])
+    ne = len(files)
+    rhor = np.repeat(rho1[:, None, :], ne, axis=1)
+    z2r = FUNCFL_CHARGE_EV_A * zr[:, None, :] * zr[None, :, :]
+    return EamPotential(
+        kind="funcfl",
+        elements=tuple(elements),
+        masses_amu=tuple(f.mass for f in files),
+        numbers=tuple(f.number for f in files),
+        lattice_A=tuple(f.alat for f in files),
+        structures=tuple(f.structure for f in files),
+        nrho=nrho,
+        drho=drho,
+        nr=nr,
+        dr=dr,
+        cutoff_A=max(f.cut for f in files),
+        frho=frho,
+        rhor=rhor,
+        z2r=z2r,
+    )
+
+
+# -- setfl and Finnis-Sinclair ---------------------------------------------------------------
+def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
+    """A setfl (`eam/alloy`) or, with `fs=True`, a Finnis–Sinclair (`eam/fs`) file."""
+    path = Path(path)
+    src = _Lines(path)
+    for _ in range(3):
+        src.header("three comment lines")
+    lineno, head = src.header("the element line 'N el1 ... elN'")
+    try:
+        ne = int(head[0])
+    except (ValueError, IndexError):
+        raise PotentialError(
+            f"{path.name} line {lineno} field 1: {head[0] if head else ''!r} is not an element "
+            "count (setfl line 4 is 'N el1 ... elN')"
+        ) from None
+    if ne < 1 or len(head) < ne + 1:
+        raise PotentialError(
+            f"{path.name} line {lineno}: says {ne} elements but names {len(head) - 1}"
+        )
+    elements = tuple(head[1 : ne + 1])
+    nrho, drho, nr, dr, cut = _grid(src)
+    meta, frho, rhor = [], [], np.zeros((ne, ne, nr))
+    for a in range(ne):
+        meta.append(_element_line(src))
+        frho.append(src.numbers(nrho, f"F(rho) of {elements[a]}"))
+        if fs:
+            for b in range(ne):
+                rhor[a, b] = src.numbers(nr, f"rho_{elements[a]}{elements[b]}(r)")
+        else:
+            rhor[a, :] = src.numbers(nr, f"rho(r) of {elements[a]}")
+    z2r = np.zeros((ne, ne, nr))
+    for a in range(ne):
+        for b in range(a + 1):
+            z2r[a, b] = z2r[b, a] = src.numbers(nr, f"r*phi(r) of {elements[a]}-{elements[b]}")
+    return EamPotential(
+        kind="fs" if fs else "setfl",
+        elements=elements,
+        masses_amu=tuple(m[1] for m in meta),
+        numbers=tuple(m[0] for m in meta),
+        lattice_A=tuple(m[2] for m in meta),
+        structures=tuple(m[3] for m in meta),
+        nrho=nrho,
+        drho=drho,
+        nr=nr,
+        dr=dr,
+        cutoff_A=cut,
+        frho=np.stack(frho),
+        rhor=rhor,
+        z2r=z2r,
+    )
+
+
+def read_potential(
+    paths: str | Path | Sequence[str | Path], elements: Sequence[str] | None = None
+) -> EamPotential:
+    """A potential by file name: `*.eam.alloy` setfl, `*.eam.fs` Finnis–Sinclair, else funcfl.
+
+    funcfl files carry no element symbol: `elements` names them (default: from the atomic
+    number in the file).
+    """
+    ps = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    if not ps:
+        raise PotentialError("no potential file given")
+    for p in ps:
+        if not p.is_file():
+            raise PotentialError(f"potential file {str(p)!r} does not exist")
+    name = ps[0].name.lower()
+    if name.endswith((".eam.alloy", ".setfl")):
+        return read_setfl(ps[0])
+    if name.endswith(".eam.fs"):
+        return read_setfl(ps[0], fs=True)
+    if elements is None:
+        elements = [_symbol_of(_read_one_funcfl(p).number, p) for p in ps]
+    return read_funcfl(ps, elements)
+
+
+_SYMBOLS = (
+    "X H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn Fe Co Ni Cu Zn "
+    "Ga Ge As Se Br Kr Rb Sr Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce "
+    "Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb Lu Hf Ta W Re Os Ir Pt Au Hg Tl Pb Bi"
+).split()
+
+
+def _symbol_of(number: int, path: Path) -> str:
+    if 0 < number < len(_SYMBOLS):
+        return _SYMBOLS[number]
+    raise PotentialError(f"{path.name} line 2 field 1: atomic number {number} is unknown")
+
+
+# -- writing --------------------------------------------------------------------------------
+def _block(values: np.ndarray) -> str:
+    rows = [" ".join(f"{v:.16e}" for v in values[i : i + 5]) for i in range(0, len(values), 5)]
+    return "\n".join(rows) + "\n"
+
+
+def write_setfl(pot: EamPotential, path: str | Path, comments: Sequence[str] = ()) -> Path:
+    """Write `pot` as a setfl (`eam/alloy`) file LAMMPS reads; fs tables are refused."""
+    if pot.kind == "fs" and not np.allclose(pot.rhor, pot.rhor[:, :1, :]):
+        raise PotentialError(
+            "a Finnis-Sinclair potential with pair-specific densities cannot be written as setfl"
+        )
+    lines = [*(re.sub(r"\s+", " ", c) for c in comments)][:3]
+    lines += ["wse-stack setfl"] * (3 - len(lines))
+    out = [
+        "\n".join(lines) + "\n",
+        f"{len(pot.elements)} {' '.join(pot.elements)}\n",
+        f"{pot.nrho} {pot.drho:.16e} {pot.nr} {pot.dr:.16e} {pot.cutoff_A:.16e}\n",
+    ]
+    for a in range(len(pot.elements)):
+        out.append(
+            f"{pot.numbers[a]} {pot.masses_amu[a]:.10g} {pot.lattice_A[a]:.10g} "
+            f"{pot.structures[a]}\n"
+        )
+        out.append(_block(pot.frho[a]))
+        out.append(_block(pot.rhor[a, 0]))
+    for a in range(len(pot.elements)):
+        for b in range(a + 1):
+            out.append(_block(pot.z2r[a, b]))
+    path = Path(path)
+    path.write_text("".join(out))
+    return path

@@ -1,0 +1,251 @@
+"""The MD shell: plan the wafer, map atoms, run jitted chunks of steps, re-plan on overflow.
+
+Contract: `run_md(structure, pot, config)` validates the input (atoms in the box, no
+overlaps, elements known to the potential, dt > 0), builds a wafer of one atom per PE
+(`choose_grid`, `initial_map`), picks the neighbour window from the cutoff and the map
+(`window_needed` with a margin), declares SRAM, and runs `config.steps` velocity-Verlet steps
+in jitted chunks of `thermo_every` steps (`lax.while_loop` that stops at the first
+overflow). On overflow the chunk is thrown away and re-run from its start with a re-map and a
+larger window, so an overflow never reaches the results. Thermo rows are computed on the
+host in float64. Returns an `MdResult` with the final structure (positions wrapped into the
+box, velocities, forces, per-atom energies), the rows and the timings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from wse_core import preset
+from wse_core.errors import PlacementError, WseError
+from wse_core.wafer import Wafer, build_wafer
+
+from wse_hpc.md import mapping
+from wse_hpc.md.eam import EamOutput, EamPlan, eam, geometry, sram_plan
+from wse_hpc.md.integrate import Thermostat, maxwell_boltzmann, verlet, with_forces
+from wse_hpc.md.lattice import Structure, check_structure
+from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.thermo import ThermoRow, thermo_row
+
+__all__ = ["MdConfig", "MdResult", "run_md", "WINDOW_MARGIN_A"]
+
+WINDOW_MARGIN_A = 0.5  # plan the window for cutoff + this, so thermal motion rarely re-plans
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MdConfig:
+    steps: int = 0
+    dt_fs: float = 1.0
+    thermostat: Thermostat = Thermostat()
+    temperature_K: float | None = None  # initial Maxwell–Boltzmann velocities when set
+    thermo_every: int = 100
+    seed: int = 0
+    dtype: str = "float32"
+    wafer: str = "wse3"
+    defect_seed: int | None = None
+    mesh_shape: tuple[int, int] | None = None
+
+
+@dataclasses.dataclass
+class MdResult:
+    structure: Structure
+    thermo: list[ThermoRow]
+    steps: int
+    loop_wall_s: float  # the timed steps, compile excluded
+    compile_s: float
+    replans: int
+    grid: tuple[int, int]
+    window: tuple[int, int]
+    wafer: Wafer
+    plan: EamPlan
+    sram: dict[str, int]
+
+
+class _Runner:
+    """Compiled functions for one window plan."""
+
+    def __init__(self, wafer, pot, plan, config, masses):
+        self.wafer, self.plan = wafer, plan
+        self.fns = eam(wafer, pot, plan)
+        step = verlet(self.fns, masses, config.dt_fs, config.thermostat, (wafer.rows, wafer.cols))
+        self.forces = jax.jit(self.fns.forces_fn)
+        self._step = step
+        self._chunks: dict[int, Callable] = {}
+
+    def chunk(self, n: int, *args) -> Callable:
+        """The compiled chunk of up to `n` steps (compiled once per n)."""
+        if n not in self._chunks:
+            step = self._step
+
+            def run(state, geo, key, step0, out: EamOutput):
+                def cond(c):
+                    return (c[0] < n) & ~c[2].overflow
+
+                def body(c):
+                    i, st, _ = c
+                    st2, out2 = step(st, geo, jax.random.fold_in(key, step0 + i))
+                    return i + 1, st2, out2
+
+                i, st, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
+                return st, out, i
+
+            self._chunks[n] = jax.jit(run).lower(*args).compile()
+        return self._chunks[n]
+
+
+def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
+    check_structure(structure)
+    if config.steps < 0:
+        raise WseError(f"--steps must be >= 0, got {config.steps}")
+    if not config.dt_fs > 0:
+        raise WseError(f"the timestep must be positive, got dt = {config.dt_fs} fs")
+    if config.thermo_every < 1:
+        raise WseError(f"--thermo-every must be >= 1, got {config.thermo_every}")
+    species = structure.species(pot.elements)
+    masses = np.asarray(pot.masses_amu)
+    vel = structure.velocities_A_ps
+    if config.temperature_K is not None:
+        vel = maxwell_boltzmann(masses[species], config.temperature_K, config.seed)
+    if vel is None:
+        vel = np.zeros_like(structure.positions_A)
+    return species, masses, vel
+
+
+def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
+    spec = preset(config.wafer)
+    grid = mapping.choose_grid(n_atoms)
+    if grid[0] > spec.pe_rows or grid[1] > spec.pe_cols:
+        raise PlacementError(
+            f"{n_atoms} atoms need a {grid[0]} x {grid[1]} PE grid (one atom per PE); the "
+            f"{spec.name} wafer has {spec.pe_rows} x {spec.pe_cols}"
+        )
+    return build_wafer(
+        spec, grid=grid, mesh_shape=config.mesh_shape, defect_seed=config.defect_seed
+    )
+
+
+def _plan(state_np, box, pot, config, wafer, at_least=(0, 0)) -> EamPlan:
+    kr, kc = mapping.window_needed(state_np, box, pot.cutoff_A + WINDOW_MARGIN_A)
+    kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
+    kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
+    return EamPlan(kr, kc, tuple(float(b) for b in box), config.dtype)
+
+
+def run_md(
+    structure: Structure,
+    pot: EamPotential,
+    config: MdConfig,
+    on_thermo: Callable[[ThermoRow], None] | None = None,
+) -> MdResult:
+    """Run `config.steps` steps (0: evaluate energies and forces only)."""
+    species, masses, vel = _prepare(structure, pot, config)
+    n, box = structure.num_atoms, np.asarray(structure.box_A, dtype=np.float64)
+    wafer = _wafer(n, config)
+    dtype = np.dtype(config.dtype)
+    state_np = mapping.pack(
+        mapping.initial_map(structure.positions_A, (wafer.rows, wafer.cols), box),
+        structure.positions_A,
+        species,
+        vel,
+        dtype=dtype,
+    )
+    plan = _plan(state_np, box, pot, config, wafer)
+    sram = sram_plan(wafer, pot, plan)
+    geo = geometry(wafer)
+    runner = _Runner(wafer, pot, plan, config, masses)
+    t0 = time.perf_counter()
+    state = wafer.place(state_np)
+    out = runner.forces(state, geo)
+    state = with_forces(state, out)
+    while bool(out.overflow):  # the margin makes this rare; the fallback is the whole grid
+        state, out, runner, plan, sram = _replan(state, wafer, pot, config, masses, box, plan, geo)
+    compile_s = time.perf_counter() - t0
+    rows = [_row(0, wafer, state, out, masses, n, structure.volume_A3)]
+    if on_thermo:
+        on_thermo(rows[-1])
+    key = jax.random.key(config.seed)
+    done, loop_s, replans = 0, 0.0, 0
+    while done < config.steps:
+        todo = min(config.thermo_every, config.steps - done)
+        args = (state, geo, key, jnp.int32(done), out)
+        t_c = time.perf_counter()
+        compiled = runner.chunk(todo, *args)
+        compile_s += time.perf_counter() - t_c
+        t_r = time.perf_counter()
+        new_state, new_out, ran = compiled(*args)
+        ran = int(ran)
+        if bool(new_out.overflow):
+            replans += 1
+            state, out, runner, plan, sram = _replan(
+                state, wafer, pot, config, masses, box, plan, geo
+            )
+            continue
+        loop_s += time.perf_counter() - t_r
+        state, out, done = new_state, new_out, done + ran
+        rows.append(_row(done, wafer, state, out, masses, n, structure.volume_A3))
+        if on_thermo:
+            on_thermo(rows[-1])
+    final = _final_structure(structure, wafer, state, out, pot, n, box)
+    return MdResult(
+        final,
+        rows,
+        done,
+        loop_s,
+        compile_s,
+        replans,
+        (wafer.rows, wafer.cols),
+        (plan.k_rows, plan.k_cols),
+        wafer,
+        plan,
+        sram,
+    )
+
+
+def _replan(state, wafer, pot, config, masses, box, plan, geo):
+    """Re-map the chunk's starting state and widen the window by at least one PE."""
+    st = wafer.gather(state)
+    u = mapping.unpack(st, int((st[..., mapping.SPECIES] >= 0).sum()))
+    grid = (wafer.rows, wafer.cols)
+    state_np = mapping.pack(
+        mapping.initial_map(u["positions_A"], grid, box),
+        u["positions_A"],
+        u["species"],
+        u["velocities_A_ps"],
+        u["forces_eV_A"],
+        dtype=np.dtype(config.dtype),
+    )
+    new_plan = _plan(state_np, box, pot, config, wafer, at_least=(plan.k_rows + 1, plan.k_cols + 1))
+    sram = sram_plan(wafer, pot, new_plan)
+    runner = _Runner(wafer, pot, new_plan, config, masses)
+    state = wafer.place(state_np)
+    out = runner.forces(state, geo)
+    return with_forces(state, out), out, runner, new_plan, sram
+
+
+def _row(step, wafer, state, out, masses, n, volume) -> ThermoRow:
+    st = wafer.gather(state)
+    held = st[..., mapping.SPECIES] >= 0
+    sp = st[..., mapping.SPECIES][held].astype(np.int64)
+    energies = wafer.gather(out.energy)[held]
+    virial = float(np.asarray(wafer.gather(out.virial), dtype=np.float64)[held].sum())
+    return thermo_row(step, masses[sp], st[..., mapping.VEL][held], energies, virial, volume)
+
+
+def _final_structure(structure, wafer, state, out, pot, n, box) -> Structure:
+    st = wafer.gather(state)
+    u = mapping.unpack(st, n)
+    energies = wafer.gather(out.energy).reshape(-1)[u["pe_flat_index"]]
+    return Structure(
+        symbols=np.array([pot.elements[s] for s in u["species"]]),
+        positions_A=np.mod(u["positions_A"], box),
+        box_A=box.copy(),
+        velocities_A_ps=u["velocities_A_ps"],
+        forces_eV_A=np.asarray(
+            wafer.gather(out.forces).reshape(-1, 3)[u["pe_flat_index"]], dtype=np.float64
+        ),
+        energies_eV=np.asarray(energies, dtype=np.float64),
+    )

@@ -1,0 +1,74 @@
+"""LAMMPS-style thermodynamic output from gathered per-atom data (host side, float64).
+
+`thermo_row(step, masses, velocities, energies, virials, volume)` gives the columns of
+`thermo_style custom step pe ke etotal temp press` with LAMMPS's definitions: temp with
+3N - 3 degrees of freedom, press = (2 ke + virial) / (3 V) in bar. `format_rows` prints them
+as LAMMPS does; `performance_line` is LAMMPS's closing `Performance:` line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, NKTV2P
+
+__all__ = ["ThermoRow", "thermo_row", "format_header", "format_row", "performance_line"]
+
+COLUMNS = ("step", "pe", "ke", "etotal", "temp", "press")
+
+
+@dataclasses.dataclass(frozen=True)
+class ThermoRow:
+    step: int
+    pe: float  # eV
+    ke: float  # eV
+    etotal: float  # eV
+    temp: float  # K
+    press: float  # bar
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+def thermo_row(
+    step: int,
+    masses_amu: np.ndarray,
+    velocities_A_ps: np.ndarray,
+    energies_eV: np.ndarray,
+    virial_eV: float,
+    volume_A3: float,
+) -> ThermoRow:
+    m = np.asarray(masses_amu, dtype=np.float64)
+    v = np.asarray(velocities_A_ps, dtype=np.float64)
+    n = m.shape[0]
+    ke = 0.5 * MVV2E * float((m[:, None] * v * v).sum())
+    dof = max(3 * n - 3, 1)
+    temp = 2.0 * ke / (dof * BOLTZ_EV_K)
+    pe = float(np.asarray(energies_eV, dtype=np.float64).sum())
+    press = (2.0 * ke + float(virial_eV)) / (3.0 * volume_A3) * NKTV2P
+    return ThermoRow(int(step), pe, ke, pe + ke, temp, press)
+
+
+def format_header() -> str:
+    return f"{'Step':>10} {'PotEng':>16} {'KinEng':>14} {'TotEng':>16} {'Temp':>12} {'Press':>14}"
+
+
+def format_row(r: ThermoRow) -> str:
+    return (
+        f"{r.step:>10d} {r.pe:>16.8f} {r.ke:>14.8f} {r.etotal:>16.8f} {r.temp:>12.5f} "
+        f"{r.press:>14.5f}"
+    )
+
+
+def performance_line(steps: int, wall_s: float, n_atoms: int, dt_fs: float) -> str:
+    """LAMMPS's `Performance: X ns/day, Y hours/ns, Z timesteps/s, W katom-step/s`."""
+    if steps <= 0 or wall_s <= 0:
+        return "Performance: no timesteps run"
+    tps = steps / wall_s
+    ns_day = tps * dt_fs * 1e-6 * 86400.0
+    return (
+        f"Performance: {ns_day:.3f} ns/day, {24.0 / ns_day:.3f} hours/ns, "
+        f"{tps:.3f} timesteps/s, {tps * n_atoms / 1e3:.3f} katom-step/s"
+    )
