@@ -7,6 +7,7 @@ from wse_core import preset
 from wse_core.errors import PlacementError, SramBudgetError
 from wse_hpc.tlrmvm import TlrError, compress, tlrmvm_numpy
 from wse_hpc.tlrmvm.engine import TlrEngine
+from wse_hpc.tlrmvm.packed import plan_packed
 from wse_hpc.tlrmvm.perf import cluster, predict
 from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
 from wse_hpc.tlrmvm.wafer import plan_placement
@@ -24,30 +25,39 @@ def op():
     return compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)  # 6 x 5 tiles, edge tiles
 
 
+@pytest.mark.parametrize("layout", ["banded", "packed"])
 @pytest.mark.parametrize(
     "mesh, rank_chunk, batch",
     [((2, 4), None, 1), ((4, 2), 2, 3), ((1, 1), 3, 2)],
 )
-def test_matvec_and_adjoint_match_numpy(op, mesh, rank_chunk, batch):
-    eng = TlrEngine.build(op, preset("small"), mesh_shape=mesh, rank_chunk=rank_chunk, batch=batch)
-    if rank_chunk is not None:
+def test_matvec_and_adjoint_match_numpy(op, mesh, rank_chunk, batch, layout):
+    eng = TlrEngine.build(
+        op, preset("small"), mesh_shape=mesh, rank_chunk=rank_chunk, batch=batch, layout=layout
+    )
+    if rank_chunk is not None and layout == "banded":
         assert eng.plan.max_band > 1  # several rank slices per band: the band sum runs
+    if rank_chunk is not None and layout == "packed":
+        assert eng.plan.windows > 1  # PE rows mix tile rows: the per-row scatter runs
     x = random_vectors(53, batch, op.dtype)
     y = random_vectors(70, batch, op.dtype, seed=2)
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
     assert _rel(eng.rmatvec(y), tlrmvm_numpy(op, y, adjoint=True)) < RTOL
 
 
-def test_grid_not_divided_by_mesh(op):
-    eng = TlrEngine.build(op, preset("small"), mesh_shape=(4, 2), rank_chunk=5)
+@pytest.mark.parametrize("layout, rank_chunk", [("banded", 5), ("packed", 3)])
+def test_grid_not_divided_by_mesh(op, layout, rank_chunk):
+    eng = TlrEngine.build(
+        op, preset("small"), mesh_shape=(4, 2), rank_chunk=rank_chunk, layout=layout
+    )
     rows, cols = eng.plan.grid
     assert rows % 4 and cols % 2  # padding PEs on both axes
     x = random_vectors(53, None, op.dtype)
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
 
 
-def test_adjoint_identity(op):
-    eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4))
+@pytest.mark.parametrize("layout", ["banded", "packed"])
+def test_adjoint_identity(op, layout):
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout=layout)
     x, y = random_vectors(53, None, op.dtype), random_vectors(70, None, op.dtype, seed=3)
     lhs = np.vdot(eng.matvec(x), y)  # <A x, y>
     rhs = np.vdot(x, eng.rmatvec(y))  # <x, A^H y>
@@ -74,9 +84,10 @@ def test_real_operator():
         eng.matvec(random_vectors(40, None, np.complex64))
 
 
-def test_defects_do_not_change_results(op):
-    clean = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4))
-    broken = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), defect_seed=5)
+@pytest.mark.parametrize("layout", ["banded", "packed"])
+def test_defects_do_not_change_results(op, layout):
+    clean = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout=layout)
+    broken = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), defect_seed=5, layout=layout)
     assert broken.wafer.defects is not None and broken.wafer.defects.num_dead > 0
     x = random_vectors(53, None, op.dtype)
     np.testing.assert_array_equal(clean.matvec(x), broken.matvec(x))
@@ -133,3 +144,14 @@ def test_jit_does_not_retrace(op):
 def test_explicit_rank_chunk_over_sram_is_refused(op):
     with pytest.raises(SramBudgetError, match="SRAM over budget: allocation .tlrmvm"):
         plan_placement(op, preset("small").replace(sram_bytes_per_pe=1024), rank_chunk=8)
+
+
+def test_packed_layout_needs_fewer_pes_than_banded(op):
+    banded = plan_placement(op, preset("small"), rank_chunk=2)
+    packed = plan_packed(op, preset("small"), rank_chunk=2)
+    assert packed.grid[0] < banded.grid[0] and packed.grid[1] == banded.grid[1]
+    assert packed.padded_bases_bytes < banded.padded_bases_bytes
+    with pytest.raises(SramBudgetError):
+        plan_packed(op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8)
+    with pytest.raises(TlrError, match="layout"):
+        TlrEngine.build(op, preset("small"), layout="diagonal")

@@ -20,6 +20,7 @@ from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
+from wse_hpc.tlrmvm.packed import PackedPlan, place_packed, tlrmvm_packed
 from wse_hpc.tlrmvm.perf import TlrPrediction, predict
 from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, TlrPlan, place_operator, tlrmvm
 
@@ -42,7 +43,7 @@ def as_batch(x: np.ndarray, n: int, complex_ok: bool, what: str = "x") -> np.nda
 class TlrEngine:
     op: TlrOperator
     wafer: Wafer
-    plan: TlrPlan
+    plan: TlrPlan | PackedPlan
     bases: TlrBases
     fns: TlrFns
     _matvec: object
@@ -58,8 +59,16 @@ class TlrEngine:
         batch: int = 1,
         mesh_shape: tuple[int, int] | None = None,
         defect_seed: int | None = None,
+        layout: str = "banded",
     ) -> TlrEngine:
-        wafer, plan, bases = place_operator(
+        """`layout`: "banded" (pad each tile row to its largest rank, `wafer`) or "packed"
+        (bucket slices by tile column, `packed`)."""
+        if layout not in ("banded", "packed"):
+            raise TlrError(f"unknown layout {layout!r}; use 'banded' or 'packed'")
+        place, factory = (
+            (place_operator, tlrmvm) if layout == "banded" else (place_packed, tlrmvm_packed)
+        )
+        wafer, plan, bases = place(
             op,
             spec,
             rank_chunk=rank_chunk,
@@ -67,7 +76,7 @@ class TlrEngine:
             mesh_shape=mesh_shape,
             defect_seed=defect_seed,
         )
-        fns = tlrmvm(wafer, plan)
+        fns = factory(wafer, plan)
         return cls(op, wafer, plan, bases, fns, jax.jit(fns.matvec_fn), jax.jit(fns.rmatvec_fn))
 
     def _run(self, fn, x: np.ndarray, n: int, what: str) -> np.ndarray:

@@ -23,6 +23,7 @@ from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrOperator
+from wse_hpc.tlrmvm.packed import PackedPlan
 from wse_hpc.tlrmvm.wafer import TlrPlan
 
 __all__ = ["TlrPrediction", "predict", "cluster"]
@@ -63,7 +64,28 @@ def _traffic(wafer: Wafer, fn, per_pe: tuple[int, ...], dtype) -> Work:
     return Work.from_traffic(fabric.count(wafer, fn, x))
 
 
-def predict(wafer: Wafer, plan: TlrPlan, op: TlrOperator) -> TlrPrediction:
+def _final_sum(wafer: Wafer, plan: TlrPlan | PackedPlan, dt) -> dict[str, Work]:
+    """The last phase: the band sum (banded) or the column sum of the tile-row buffers."""
+    ch, b = plan.chunk, plan.batch
+    if isinstance(plan, PackedPlan):
+        mt = plan.tiles[0]
+        add = Work(flops={"fp32": 2.0 * (plan.tiles[1] + mt) * ch * b})
+        return {
+            "column_sum": add
+            + _traffic(
+                wafer, lambda x: fabric.allreduce(wafer, x, "sum", axis="col"), (mt, ch, b), dt
+            )
+        }
+    if plan.max_band == 1:
+        return {"band_sum": Work()}
+    add = Work(flops={"fp32": 2.0 * (plan.max_band - 1) * ch * b})
+    return {
+        "band_sum": add
+        + _traffic(wafer, lambda x: fabric.multicast(wafer, x, "N", plan.max_band - 1), (ch, b), dt)
+    }
+
+
+def predict(wafer: Wafer, plan: TlrPlan | PackedPlan, op: TlrOperator) -> TlrPrediction:
     """Per-phase predictions for one product of `plan.batch` vectors on `wafer.spec`."""
     (m, n), nb, (_, nt), w, ch, b = (
         plan.shape,
@@ -98,21 +120,16 @@ def predict(wafer: Wafer, plan: TlrPlan, op: TlrOperator) -> TlrPrediction:
             sram_read_bytes=(nt * ch * w + nt * w * b) * isz,
             sram_write_bytes=ch * b * isz,
         ),
-        "band_sum": (
-            _traffic(
-                wafer, lambda x: fabric.multicast(wafer, x, "N", plan.max_band - 1), (ch, b), dt
-            )
-            + Work(flops={"fp32": 2.0 * (plan.max_band - 1) * ch * b})
-            if plan.max_band > 1
-            else Work()
-        ),
+        **_final_sum(wafer, plan, dt),
         "host_io": Work(host_io_bytes=(m + n) * b * isz),
     }
     model = PerfModel(wafer.spec)
     return TlrPrediction({k: model.predict(v) for k, v in phases.items()}, op.bases_bytes, b)
 
 
-def cluster(pred: TlrPrediction, plan: TlrPlan, spec: WaferSpec, *, systems: int) -> dict:
+def cluster(
+    pred: TlrPrediction, plan: TlrPlan | PackedPlan, spec: WaferSpec, *, systems: int
+) -> dict:
     """Figures for `systems` wafers of `spec`, each filled with copies of the operator."""
     rows, cols = plan.grid
     copies = (spec.pe_rows // rows) * (spec.pe_cols // cols)
