@@ -40,6 +40,14 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "Weight-streaming step time, stall and scaling on WSE-3 vs GPUs",
     ),
     "ltaief23-tlrmvm": ("wse_hpc.tlrmvm.experiments:run", "TLR-MVM: compression, speed, PB/s"),
+    "leviathan23-speculative": (
+        "wse_inference.studies.leviathan23_speculative:run",
+        "Speculative speedup vs gamma against (1-a^(g+1))/((1-a)(gc+1))",
+    ),
+    "hotchips24-inference": (
+        "wse_inference.studies.hotchips24_inference:run",
+        "Batch-1 decode tokens/s on 1..N WSE-3s (8B calibration)",
+    ),
 }
 
 app = typer.Typer(cls=WseGroup, help="Reproducible paper-style experiments.", no_args_is_help=True)
