@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import sysconfig
 from collections.abc import Iterator, Sequence
@@ -49,6 +50,7 @@ _BUILDERS = {
 }
 
 
+@functools.lru_cache(maxsize=4)
 def stdlib_files(max_bytes: int) -> list[str]:
     """Sorted .py files of the standard library (tests left out) up to `max_bytes` in all."""
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -92,7 +94,7 @@ def _load_documents(cfg: InputConfig) -> list[str]:
 
     datasets.disable_progress_bars()
     if cfg.data_dir == "stdlib":
-        builder, files = "text", stdlib_files(cfg.max_corpus_bytes)
+        builder, files = "text", list(stdlib_files(cfg.max_corpus_bytes))
     else:
         found = _data_files(cfg.data_dir)
         if found is None:

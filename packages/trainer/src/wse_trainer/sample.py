@@ -8,6 +8,7 @@ logits / temperature with an explicit PRNG key.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ def pick(logits: jax.Array, key: jax.Array, temperature: jax.Array) -> jax.Array
     return jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _step(model, params, cache, tokens, positions, key, temperature):
     logits, cache = wse_models.forward(model, params, tokens, positions, cache)
     return pick(logits[:, -1], key, temperature), cache
@@ -44,7 +46,6 @@ def generate(
     n_tokens = max_len - len(prompt)
     if n_tokens <= 0 or not prompt:
         return []
-    step = jax.jit(_step, static_argnums=0)
     cache = wse_models.init_cache(model, 1, max_len)
     key = jax.random.key(seed)
     temp = jnp.float32(temperature)
@@ -53,7 +54,7 @@ def generate(
     out: list[jax.Array] = []
     for i in range(n_tokens):
         key, sub = jax.random.split(key)
-        nxt, cache = step(model, params, cache, tokens, positions, sub, temp)
+        nxt, cache = _step(model, params, cache, tokens, positions, sub, temp)
         out.append(nxt[0])
         tokens, positions = nxt[:, None], jnp.full((1, 1), len(prompt) + i, jnp.int32)
     return [int(t) for t in jax.device_get(out)]
