@@ -80,7 +80,8 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int) -> dict:
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
     exact = a @ x
-    eng = TlrEngine.build(op, preset("wse2"))
+    eng = TlrEngine.build(op, preset("wse2"), layout="packed")
+    banded = TlrEngine.build(op, preset("wse2"), layout="banded")
     fns = {"dense": lambda v: a @ v, "numpy_tlr": stacked_fn(op), "numpy_padded": padded_fn(op)}
     row = {
         "n": n,
@@ -94,6 +95,8 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int) -> dict:
         row[f"{name}_s"], row[f"{name}_blas_threads"] = best_median_s(lambda f=fn: f(x), repeats)
         row[f"{name}_rel_err"] = float(np.linalg.norm(fn(x) - exact) / np.linalg.norm(exact))
     row["wafer_emu_s"] = eng.time_matvec(x, repeats)
+    row["wafer_emu_banded_s"] = banded.time_matvec(x, repeats)
+    row["plan_banded"] = banded.plan.describe()
     row["wafer_emu_rel_err"] = float(np.linalg.norm(eng.matvec(x) - exact) / np.linalg.norm(exact))
     row["speedup_vs_dense"] = row["dense_s"] / row["wafer_emu_s"]
     row["speedup_target"] = 0.7 * op.compression_ratio
@@ -102,6 +105,9 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int) -> dict:
     pred = eng.prediction()
     row["predicted"] = pred.to_dict()
     row["predicted_48_cs2"] = cluster(pred, eng.plan, preset("wse2"), systems=48)
+    pred_b = banded.prediction()
+    row["predicted_banded"] = pred_b.to_dict()
+    row["predicted_banded_48_cs2"] = cluster(pred_b, banded.plan, preset("wse2"), systems=48)
     return row
 
 
@@ -120,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {"stream_bytes_per_s": stream_bytes_per_s(), "cores": os.cpu_count(), "rows": []}
     head = (
         f"{'n':>6} {'nb':>4} {'CR':>6} {'dense ms':>9} {'np-tlr ms':>9} {'np-pad ms':>9} "
-        f"{'wafer ms':>9} {'x dense':>8} {'target':>7} {'vs np-tlr':>9} {'rel err':>9} "
-        f"{'pred µs':>8}"
+        f"{'wafer ms':>9} {'banded ms':>9} {'x dense':>8} {'target':>7} {'vs np-tlr':>9} "
+        f"{'rel err':>9} {'pred µs':>8}"
     )
     print(f"memory bandwidth (copy): {out['stream_bytes_per_s'] / 1e9:.1f} GB/s")
     print(head)
@@ -132,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{n:>6} {nb:>4} {r['compression_ratio']:>6.2f} {r['dense_s'] * 1e3:>9.2f} "
             f"{r['numpy_tlr_s'] * 1e3:>9.2f} {r['numpy_padded_s'] * 1e3:>9.2f} "
-            f"{r['wafer_emu_s'] * 1e3:>9.2f} {r['speedup_vs_dense']:>8.2f} "
+            f"{r['wafer_emu_s'] * 1e3:>9.2f} {r['wafer_emu_banded_s'] * 1e3:>9.2f} "
+            f"{r['speedup_vs_dense']:>8.2f} "
             f"{r['speedup_target']:>7.2f} {r['wafer_emu_vs_numpy_tlr']:>9.2f} "
             f"{r['wafer_emu_rel_err']:>9.2e} {r['predicted']['wafer_s'] * 1e6:>8.2f}",
             flush=True,

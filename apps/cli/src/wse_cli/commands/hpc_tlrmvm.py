@@ -97,6 +97,9 @@ def run(
         None, "--rank-chunk", help="Ranks per PE (default: the most that fit SRAM)."
     ),
     batch: int = typer.Option(1, "--batch", help="Vectors per product."),
+    layout: str = typer.Option(
+        "packed", "--layout", help="packed (slices bucketed by rank) or banded (padded)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the input vectors."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -114,7 +117,7 @@ def run(
         )
     op = load_operator(operator)
     spec = get_preset(preset)
-    eng = TlrEngine.build(op, spec, rank_chunk=rank_chunk, batch=batch)
+    eng = TlrEngine.build(op, spec, rank_chunk=rank_chunk, batch=batch, layout=layout)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((op.shape[1], batch)).astype(op.dtype)
     if np.iscomplexobj(x):
@@ -140,7 +143,7 @@ def _print_run(d: dict, spec_name: str) -> None:
         f"||A - A_tlr||_F / ||A||_F {o['error_fro']:.2e}"
     )
     typer.echo(
-        f"placed on {p['grid'][0]} x {p['grid'][1]} PEs of {spec_name} (rank chunk "
+        f"placed ({p['layout']}) on {p['grid'][0]} x {p['grid'][1]} PEs of {spec_name} (rank chunk "
         f"{p['rank_chunk']}, {sum(p['bytes_per_pe'].values())} B SRAM per PE)"
     )
     typer.echo(

@@ -6,8 +6,10 @@ product; emulated and NumPy times against dense NumPy GEMV; an MDD solve with LS
 wafer operator against the dense solve. Predicted (the same with --quick): time per MVM and
 sustained bandwidth of bases (`pb_per_s`, PB/s) for the paper's case — a 9801 x 9801
 complex64 slice, nb = 256, threshold 1e-3 — on one WSE-2 (the operator alone; the wafer
-filled with copies, i.e. frequency slices) and on 48 CS-2 systems. SC23's measured figures
-are not in the calibration set or in REFERENCES.md, so `published` stays empty.
+filled with copies, i.e. frequency slices) and on 48 CS-2 systems, for both wafer layouts
+(packed: slices bucketed by rank; banded: padded to each tile row's largest rank) and WSE-3.
+SC23's measured figures are not in the calibration set or in REFERENCES.md, so `published`
+stays empty.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from wse_hpc.tlrmvm.baseline import best_median_s, stacked_fn
 from wse_hpc.tlrmvm.compress import TlrOperator, compress, load_operator, save_operator
 from wse_hpc.tlrmvm.engine import TlrEngine
 from wse_hpc.tlrmvm.mdd import compare, mdd_case
+from wse_hpc.tlrmvm.packed import plan_packed
 from wse_hpc.tlrmvm.perf import cluster, predict
 from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator
 from wse_hpc.tlrmvm.wafer import plan_placement
@@ -100,41 +103,27 @@ def _speed(n: int, nb: int, seed: int) -> dict:
 
 
 def _predictions(seed: int) -> tuple[list[PredictionRow], dict]:
+    from wse_core.wafer import build_wafer
+
     op = paper_operator(seed)
     rows = []
     info = {}
-    for name in ("wse2", "wse3"):
+    for name, layout in (("wse2", "packed"), ("wse2", "banded"), ("wse3", "packed")):
         spec = preset(name)
-        from wse_core.wafer import build_wafer
-
-        plan = plan_placement(op, spec)
+        plan = (plan_packed if layout == "packed" else plan_placement)(op, spec)
         pred = predict(build_wafer(spec, grid=plan.grid), plan, op)
         base = {
             "preset": name,
+            "layout": layout,
             **PAPER,
             "grid": list(plan.grid),
             "rank_chunk": plan.rank_chunk,
-            "bases_mb": op.bases_bytes / 1e6,
+            "bases_mb": round(op.bases_bytes / 1e6, 3),
         }
+        one = {**base, "systems": 1, "copies": 1}
+        rows.append(PredictionRow("time_per_mvm", pred.wafer_s * 1e6, "µs", one, None, SOURCE))
         rows.append(
-            PredictionRow(
-                "time_per_mvm",
-                pred.wafer_s * 1e6,
-                "µs",
-                {**base, "systems": 1, "copies": 1},
-                None,
-                SOURCE,
-            )
-        )
-        rows.append(
-            PredictionRow(
-                "pb_per_s",
-                pred.sustained_bytes_per_s / 1e15,
-                "PB/s",
-                {**base, "systems": 1, "copies": 1},
-                None,
-                SOURCE,
-            )
+            PredictionRow("pb_per_s", pred.sustained_bytes_per_s / 1e15, "PB/s", one, None, SOURCE)
         )
         for systems in (1, 48):
             c = cluster(pred, plan, spec, systems=systems)
@@ -157,7 +146,7 @@ def _predictions(seed: int) -> tuple[list[PredictionRow], dict]:
                     SOURCE,
                 )
             )
-        info[name] = {"plan": plan.describe(), "prediction": pred.to_dict()}
+        info[f"{name}_{layout}"] = {"plan": plan.describe(), "prediction": pred.to_dict()}
     return rows, {"paper_operator": op.describe(), **info}
 
 

@@ -87,6 +87,7 @@ class TlrPlan:
 
     def describe(self) -> dict[str, object]:
         return {
+            "layout": "banded",
             "grid": list(self.grid),
             "rank_chunk": self.rank_chunk,
             "max_band_rows": self.max_band,
