@@ -94,3 +94,14 @@ def test_reported_error_is_the_achieved_error(tmp_path):
     achieved = np.linalg.norm(op.dense() - a) / np.linalg.norm(a)
     assert op.error_fro == pytest.approx(achieved, rel=0.05, abs=1e-6)  # fp32 rounding
     assert load_operator(save_operator(op, tmp_path / "e.npz")).error_fro == op.error_fro
+
+
+@pytest.mark.parametrize("b", [None, 3])
+def test_numpy_baselines_match_reference(b):
+    from wse_hpc.tlrmvm.baseline import padded_fn, stacked_fn
+
+    op = compress(smooth_kernel(45, 38), nb=8, threshold=1e-3)
+    x = random_vectors(38, b, np.complex64)
+    ref = tlrmvm_numpy(op, x)
+    for fn in (stacked_fn(op), padded_fn(op)):
+        np.testing.assert_allclose(fn(x), ref, rtol=1e-4, atol=1e-5)

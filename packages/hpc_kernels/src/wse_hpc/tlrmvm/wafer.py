@@ -1,4 +1,5 @@
-"""TLR-MVM on the wafer: the stacked bases in PE SRAM and the three phases as pure functions.
+"""TLR-MVM on the wafer, banded layout: the bases in PE SRAM and the three phases as pure
+functions. (`packed` is the bucketed layout, which needs fewer PEs when ranks vary.)
 
 Placement (host-side, static; `plan_placement`, `place_operator`). Tile column j of the
 operator is PE column j. Tile row i owns a band of p_i consecutive PE rows; PE (r, j) of the
