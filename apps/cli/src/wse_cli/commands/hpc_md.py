@@ -1,9 +1,194 @@
-"""`wse hpc md`: not yet built (see the issue for its contract)."""
+"""`wse hpc md`: EAM molecular dynamics on the emulated wafer, one atom per PE.
+
+`wse hpc md (--structure in.xyz | --lattice fcc --element Cu --a 3.615 --cells NX NY NZ)
+--potential FILE [--steps N] [--dt-fs 1] [--temperature-K T] [--thermostat none|langevin]
+[--seed S] [--out traj.xyz] [--thermo-every K] [--json]` prints LAMMPS-style thermo rows and
+a closing `Performance:` line, with the predicted wafer rate next to it; `--steps 0`
+evaluates energies and forces and writes them to `--out`.
+`wse hpc md potential --table zhou04 --elements Cu [Ni ...] --out FILE.eam.alloy` writes a
+setfl file generated from Zhou, Johnson & Wadley (2004). Heavy packages are imported inside
+the commands so `wse --help` stays fast.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
 
+from wse_cli.errors import WseGroup, fail
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `wse hpc` group."""
+app = typer.Typer(
+    cls=WseGroup, help="EAM molecular dynamics, one atom per PE.", invoke_without_command=True
+)
+
+
+@app.callback()
+def md(
+    ctx: typer.Context,
+    structure: Path = typer.Option(None, "--structure", help="Extended XYZ input (last frame)."),
+    lattice: str = typer.Option(None, "--lattice", help="fcc | bcc | hcp (instead of a file)."),
+    element: str = typer.Option(None, "--element", help="Element of the --lattice crystal."),
+    a: float = typer.Option(None, "--a", help="Lattice constant (A)."),
+    cells: tuple[int, int, int] = typer.Option(None, "--cells", help="NX NY NZ"),
+    potential: list[Path] = typer.Option(
+        None,
+        "--potential",
+        help="EAM file(s) (.eam = funcfl one per element, .eam.alloy, .eam.fs).",
+    ),
+    steps: int = typer.Option(0, "--steps", help="Timesteps (0: energies and forces only)."),
+    dt_fs: float = typer.Option(1.0, "--dt-fs", help="Timestep (fs)."),
+    temperature_k: float = typer.Option(
+        None,
+        "--temperature-K",
+        help="Initial Maxwell-Boltzmann temperature and the thermostat target (K).",
+    ),
+    thermostat: str = typer.Option("none", "--thermostat", help="none (NVE) | langevin"),
+    damp_fs: float = typer.Option(100.0, "--damp-fs", help="Langevin damping time (fs)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of velocities and Langevin noise."),
+    out: Path = typer.Option(None, "--out", help="Extended XYZ output (thermo frames)."),
+    thermo_every: int = typer.Option(100, "--thermo-every", help="Thermo row every K steps."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | fp64"),
+    preset: str = typer.Option("wse3", "--preset", help="Wafer preset (its PE grid)."),
+    defect_seed: int = typer.Option(None, "--defect-seed", help="Draw and repair defects."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Run EAM molecular dynamics on the emulated wafer (see `wse hpc md --help`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not potential:
+        fail("--potential FILE is required (or use `wse hpc md potential` to make one)")
+    if precision not in ("fp32", "fp64"):
+        fail(f"--precision must be fp32 or fp64, got {precision!r}")
+    s = _structure(structure, lattice, element, a, cells)
+    from wse_hpc.md import MdConfig, Thermostat, read_potential
+
+    pot = read_potential(potential[0] if len(potential) == 1 else potential)
+    target = temperature_k if temperature_k is not None else 0.0
+    cfg = MdConfig(
+        steps=steps,
+        dt_fs=dt_fs,
+        thermostat=Thermostat(thermostat, target, damp_fs),
+        temperature_K=temperature_k,
+        thermo_every=thermo_every,
+        seed=seed,
+        dtype="float64" if precision == "fp64" else "float32",
+        wafer=preset,
+        defect_seed=defect_seed,
+    )
+    _run(s, pot, cfg, out, as_json)
+
+
+def _structure(path, lattice, element, a, cells):
+    from wse_hpc.md import crystal, read_xyz
+
+    if (path is None) == (lattice is None):
+        fail("give either --structure FILE.xyz or --lattice with --element, --a and --cells")
+    if path is not None:
+        if not path.is_file():
+            fail(f"structure file {str(path)!r} does not exist")
+        return read_xyz(path)[-1]
+    if element is None or a is None or cells is None or None in cells:
+        fail("--lattice needs --element, --a and --cells NX NY NZ")
+    return crystal(lattice, element, a, cells)
+
+
+def _run(s, pot, cfg, out, as_json) -> None:
+    import jax
+    from rich.console import Console
+    from wse_hpc.md.simulate import run_md
+    from wse_hpc.md.thermo import format_header, format_row, performance_line
+
+    console = Console(stderr=as_json, highlight=False, soft_wrap=True)
+    frames = []
+    if not as_json:
+        console.print(
+            f"{s.num_atoms} atoms, {', '.join(pot.elements)} ({pot.kind}), "
+            f"cutoff {pot.cutoff_A:.4f} A, dt {cfg.dt_fs} fs"
+        )
+        console.print(format_header())
+
+    def on_row(row):
+        if not as_json:
+            console.print(format_row(row))
+
+    with jax.enable_x64(cfg.dtype == "float64"):
+        res = run_md(s, pot, cfg, on_thermo=on_row)
+    if out is not None:
+        from wse_hpc.md import write_xyz
+
+        write_xyz(out, [res.structure], info={"step": res.steps})
+        frames.append(str(out))
+    summary = _summary(res, cfg, s.num_atoms)
+    if as_json:
+        typer.echo(json.dumps(summary, default=float))
+        return
+    console.print(performance_line(res.steps, res.loop_wall_s, s.num_atoms, cfg.dt_fs))
+    console.print(
+        f"wafer {summary['grid'][0]} x {summary['grid'][1]} PEs, window +-{res.window[0]} rows "
+        f"x +-{res.window[1]} cols, {summary['sram_bytes_per_pe']} B SRAM per PE, "
+        f"re-plans {res.replans}; predicted on {cfg.wafer}: "
+        f"{summary['predicted_timesteps_per_s']:.4g} timesteps/s"
+    )
+    if out is not None:
+        console.print(f"wrote {out}")
+
+
+def _summary(res, cfg, n_atoms) -> dict:
+    from wse_core import preset
+    from wse_hpc.md.perf import predict
+
+    model = predict(preset(cfg.wafer), res.grid, res.plan)
+    return {
+        "atoms": n_atoms,
+        "steps": res.steps,
+        "thermo": [r.to_dict() for r in res.thermo],
+        "loop_wall_s": res.loop_wall_s,
+        "compile_s": res.compile_s,
+        "timesteps_per_s": res.steps / res.loop_wall_s if res.loop_wall_s > 0 else None,
+        "grid": list(res.grid),
+        "window": list(res.window),
+        "replans": res.replans,
+        "sram_bytes_per_pe": int(sum(res.sram.values())),
+        "predicted_timesteps_per_s": model.timesteps_per_s,
+        "predicted": model.prediction.to_dict(),
+        "wafer": cfg.wafer,
+    }
+
+
+@app.command("potential")
+def potential_cmd(
+    table: str = typer.Option("zhou04", "--table", help="Parameter table: zhou04."),
+    elements: list[str] = typer.Option(..., "--elements", help="Element symbols, e.g. Cu Ni."),
+    more: list[str] = typer.Argument(None, help="More elements (after --elements Cu ...)."),
+    out: Path = typer.Option(..., "--out", help="Output setfl file (*.eam.alloy)."),
+    knots: int = typer.Option(
+        1000, "--knots", help="Points of each r and rho table (tables live in PE SRAM)."
+    ),
+) -> None:
+    """Write an eam/alloy (setfl) potential generated from a published parameter table."""
+    if table != "zhou04":
+        fail(f"unknown --table {table!r}; the only table is zhou04")
+    from wse_hpc.md import write_setfl, zhou04
+
+    names = [e for item in [*elements, *(more or [])] for e in item.replace(",", " ").split()]
+    pot = zhou04(names, knots=knots)
+    write_setfl(
+        pot,
+        out,
+        [
+            "Generated by wse hpc md potential from the parameter table of",
+            "X. W. Zhou, R. A. Johnson, H. N. G. Wadley, PRB 69, 144113 (2004)",
+            f"elements {' '.join(names)}, {knots} knots",
+        ],
+    )
+    typer.echo(
+        f"wrote {out}: {' '.join(names)}, cutoff {pot.cutoff_A:.4f} A, {knots} knots; "
+        f"LAMMPS: pair_style eam/alloy / pair_coeff * * {out.name} {' '.join(names)}"
+    )
+
+
+def register(parent: typer.Typer) -> None:
+    """Add `md` (and `md potential`) to the `wse hpc` group."""
+    parent.add_typer(app, name="md")

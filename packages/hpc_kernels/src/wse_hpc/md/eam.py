@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core import fabric
-from wse_core.errors import WseError
+from wse_core.errors import SramBudgetError, WseError
 from wse_core.wafer import Wafer
 
 from wse_hpc.md.mapping import ATOM_ID, NFIELDS, SPECIES
@@ -96,6 +96,15 @@ def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
         if any(a.name == name for a in wafer.sram.allocations):
             wafer.sram.free(name)
     for name, nbytes in sizes.items():
+        if name == "md.tables" and not wafer.sram.fits(nbytes):
+            per_knot = nbytes / max(pot.nr, pot.nrho)
+            fit = int(wafer.sram.free_bytes() // per_knot)
+            raise SramBudgetError(
+                f"the potential's tables need {nbytes} B per PE ({pot.nrho} x {pot.nr} knots, "
+                f"{len(pot.elements)} elements) but {wafer.sram.free_bytes()} B are free after "
+                f"the atom state and window buffers; use at most {fit} knots (e.g. `wse hpc md "
+                f"potential --knots {fit}`)"
+            )
         wafer.sram.allocate(name, nbytes)
     return sizes
 

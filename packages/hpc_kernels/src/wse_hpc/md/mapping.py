@@ -166,18 +166,22 @@ def coverage_gap(state: np.ndarray, box_A: np.ndarray, k_rows: int, k_cols: int)
 
 
 def window_needed(state: np.ndarray, box_A: np.ndarray, reach_A: float) -> tuple[int, int]:
-    """The smallest window (k_rows, k_cols) whose coverage gap exceeds `reach_A` everywhere,
-    growing the column reach first (it sets the row test's rectangle), then the rows."""
+    """The smallest k_cols whose column test passes, then the smallest k_rows whose row test
+    passes with it (both tests are monotone in k: binary search). Falls back to the whole
+    grid ((n - 1) // 2 on an odd line count covers every line)."""
     rows, cols = state.shape[:2]
+
+    def smallest(n_max: int, ok) -> int:
+        lo, hi = 0, n_max
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     kmax_r, kmax_c = (rows - 1) // 2, (cols - 1) // 2
-    best = (kmax_r, kmax_c)
-    for kc in range(kmax_c + 1):
-        gap_x = coverage_gap(state, box_A, kmax_r, kc)
-        if not np.all(gap_x > reach_A):
-            continue
-        for kr in range(kmax_r + 1):
-            if np.all(coverage_gap(state, box_A, kr, kc) > reach_A):
-                if (2 * kr + 1) * (2 * kc + 1) < (2 * best[0] + 1) * (2 * best[1] + 1):
-                    best = (kr, kc)
-                break
-    return best
+    kc = smallest(kmax_c, lambda k: bool(np.all(coverage_gap(state, box_A, kmax_r, k) > reach_A)))
+    kr = smallest(kmax_r, lambda k: bool(np.all(coverage_gap(state, box_A, k, kc) > reach_A)))
+    return kr, kc

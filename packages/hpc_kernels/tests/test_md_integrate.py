@@ -1,0 +1,100 @@
+"""Integrators and the shell: Maxwell–Boltzmann velocities, NVE energy conservation,
+Langevin temperature, extended XYZ round trips, and the errors users can cause."""
+
+import jax
+import numpy as np
+import pytest
+from wse_core.errors import WseError
+from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, Thermostat, maxwell_boltzmann
+from wse_hpc.md.lattice import crystal
+from wse_hpc.md.simulate import MdConfig, run_md
+from wse_hpc.md.testing import perturbed
+from wse_hpc.md.xyz import read_xyz, write_xyz
+from wse_hpc.md.zhou04 import zhou04
+
+POT = zhou04(["Cu"], knots=500)
+
+
+def test_maxwell_boltzmann_has_zero_momentum_and_exact_temperature():
+    m = np.where(np.arange(500) % 2, 63.546, 58.69)
+    v = maxwell_boltzmann(m, 300.0, seed=4)
+    np.testing.assert_allclose((m[:, None] * v).sum(0), 0.0, atol=1e-9)
+    t = (m[:, None] * v * v).sum() * MVV2E / ((3 * 500 - 3) * BOLTZ_EV_K)
+    assert t == pytest.approx(300.0, rel=1e-12)
+    assert not np.allclose(v, maxwell_boltzmann(m, 300.0, seed=5))
+
+
+def test_extended_xyz_round_trip_and_ase_reads_it(tmp_path):
+    import ase.io
+
+    s = perturbed("fcc", "Cu", 3.6, (2, 2, 2), 0.05, seed=1)
+    rng = np.random.default_rng(0)
+    s.velocities_A_ps = rng.normal(size=(s.num_atoms, 3))
+    s.forces_eV_A = rng.normal(size=(s.num_atoms, 3))
+    s.energies_eV = rng.normal(size=s.num_atoms)
+    path = write_xyz(tmp_path / "t.xyz", [s, s])
+    frames = read_xyz(path)
+    assert len(frames) == 2
+    for name in ("positions_A", "velocities_A_ps", "forces_eV_A", "energies_eV", "box_A"):
+        np.testing.assert_allclose(getattr(frames[1], name), getattr(s, name), rtol=1e-9)
+    atoms = ase.io.read(path, index=0)
+    np.testing.assert_allclose(atoms.get_forces(), s.forces_eV_A, rtol=1e-9)
+    assert atoms.get_potential_energy() == pytest.approx(s.energies_eV.sum(), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s.positions_A.__setitem__((3, 0), -0.5), "outside the box"),
+        (lambda s: s.positions_A.__setitem__(1, s.positions_A[0] + 0.1), "overlap"),
+        (lambda s: s.symbols.__setitem__(2, "Zr"), "no parameters for Zr"),
+    ],
+)
+def test_bad_structures_are_clear_errors(change, message):
+    s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
+    change(s)
+    with pytest.raises(WseError, match=message):
+        run_md(s, POT, MdConfig(steps=0))
+
+
+def test_non_positive_timestep_is_an_error():
+    s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
+    with pytest.raises(WseError, match="timestep must be positive"):
+        run_md(s, POT, MdConfig(steps=1, dt_fs=0.0))
+    with pytest.raises(WseError, match="unknown thermostat"):
+        Thermostat("berendsen")
+
+
+@pytest.mark.slow
+def test_nve_conserves_energy_and_output_round_trips(tmp_path):
+    s = perturbed("fcc", "Cu", 3.615, (4, 4, 4), 0.05, seed=2)
+    with jax.enable_x64(True):
+        res = run_md(
+            s,
+            POT,
+            MdConfig(
+                steps=200, temperature_K=600.0, thermo_every=50, dtype="float64", mesh_shape=(2, 4)
+            ),
+        )
+    e = np.array([r.etotal for r in res.thermo])
+    # 1 fs velocity Verlet on Cu at ~300 K: total energy fluctuates ~1e-5 eV/atom, no drift
+    assert np.abs(e - e[0]).max() / s.num_atoms < 5e-5
+    assert res.thermo[0].temp == pytest.approx(600.0, rel=1e-9)
+    write_xyz(tmp_path / "out.xyz", [res.structure])
+    back = read_xyz(tmp_path / "out.xyz")[0]
+    np.testing.assert_allclose(back.forces_eV_A, res.structure.forces_eV_A, atol=1e-8)
+
+
+@pytest.mark.slow
+def test_langevin_brings_the_temperature_to_the_target():
+    s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
+    cfg = MdConfig(
+        steps=600,
+        thermostat=Thermostat("langevin", 500.0, 50.0),
+        thermo_every=100,
+        mesh_shape=(1, 2),
+    )
+    res = run_md(s, POT, cfg)
+    temps = [r.temp for r in res.thermo[-3:]]
+    # equipartition: a 256-atom sample fluctuates by ~T sqrt(2 / 3N) ~ 5 %
+    assert np.mean(temps) == pytest.approx(500.0, rel=0.2)
