@@ -5,10 +5,12 @@ vocabulary, checked by `loading.check_draft` at construction) generates one sequ
 prefill both models, draw the first token from the target, then per round (one jitted call)
 the draft proposes `gamma` tokens with its KV cache, the target scores the last committed
 token and the `gamma` drafts in ONE forward pass of gamma + 1 tokens, and
-`speculative.verify` keeps an accepted prefix and draws one more token. Both caches roll back
-by position (stale slots are masked, then overwritten). Sampling settings apply to both
-distributions (`sampling.token_probs`), so greedy output equals the target's greedy output,
-and sampled output is distributed exactly as the target's. `AcceptanceStats` is reported.
+`speculative.verify` keeps an accepted prefix and draws one more token; all rounds run in one
+jitted `lax.while_loop` (stop token ids checked on device, stop strings on the host after).
+Both caches roll back by position (stale slots are masked, then overwritten). Sampling
+settings apply to both distributions (`sampling.token_probs`), so greedy output equals the
+target's greedy output, and sampled output is distributed exactly as the target's.
+`AcceptanceStats` is reported.
 
 `parse_speculative_config` reads vLLM's `--speculative-config` JSON:
 `{"model": DIR, "num_speculative_tokens": 4}`.
@@ -39,7 +41,12 @@ from wse_inference.loading import LoadedModel, check_draft
 from wse_inference.sampling import SamplingError, draw, token_probs, validate_sampling
 from wse_inference.speculative import AcceptanceStats, verify
 
-__all__ = ["SpeculativeDecoder", "parse_speculative_config", "speculative_round"]
+__all__ = [
+    "SpeculativeDecoder",
+    "parse_speculative_config",
+    "speculative_round",
+    "speculative_loop",
+]
 
 
 def parse_speculative_config(text: str) -> tuple[str, int]:
@@ -102,6 +109,83 @@ def speculative_round(
     return drafts, verdict.num_accepted, verdict.next_token, verdict.beta, tcache, dcache
 
 
+def speculative_loop(
+    tconfig,
+    dconfig,
+    gamma,
+    size,
+    tparams,
+    dparams,
+    tcache,
+    dcache,
+    last2,
+    n0,
+    key,
+    max_new,
+    temp,
+    top_k,
+    top_p,
+    stop,
+):
+    """Rounds in one `lax.while_loop` until `max_new` tokens or a token in `stop` [m]:
+    -> (tokens [size + gamma + 1], made, rounds, accepted [size], betas [size, gamma]).
+    Round r (1-based) uses key fold_in(key, r). `last2`: the last two committed tokens at
+    committed length n0."""
+    idx = jnp.arange(gamma + 1)
+
+    def cond(c):
+        made, _, _, _, _, _, _, _, done = c
+        return (made < max_new) & ~done
+
+    def body(c):
+        made, rnd, last2, tc, dc, buf, acc, betas, _ = c
+        drafts, n_acc, nxt, beta, tc, dc = speculative_round(
+            tconfig,
+            dconfig,
+            gamma,
+            tparams,
+            dparams,
+            tc,
+            dc,
+            last2,
+            n0 + made,
+            jax.random.fold_in(key, rnd + 1),
+            temp,
+            top_k,
+            top_p,
+        )
+        padded = jnp.concatenate([drafts, jnp.zeros((1,), jnp.int32)])
+        emit = jnp.where(idx < n_acc, padded, jnp.where(idx == n_acc, nxt, -1))
+        buf = lax.dynamic_update_slice(buf, emit, (made,))
+        prev = jnp.where(n_acc > 0, padded[jnp.maximum(n_acc - 1, 0)], last2[1])
+        done = jnp.any((idx <= n_acc) & jnp.isin(emit, stop))
+        return (
+            made + n_acc + 1,
+            rnd + 1,
+            jnp.stack([prev, nxt]),
+            tc,
+            dc,
+            buf,
+            acc.at[rnd].set(n_acc),
+            betas.at[rnd].set(beta),
+            done,
+        )
+
+    init = (
+        jnp.int32(0),
+        jnp.int32(0),
+        last2,
+        tcache,
+        dcache,
+        jnp.zeros((size + gamma + 1,), jnp.int32),
+        jnp.zeros((size,), jnp.int32),
+        jnp.zeros((size, gamma), jnp.float32),
+        jnp.bool_(False),
+    )
+    made, rnd, _, _, _, buf, acc, betas, _ = lax.while_loop(cond, body, init)
+    return buf, made, rnd, acc, betas
+
+
 class SpeculativeDecoder:
     """Target + draft, `gamma` drafts per round, one sequence at a time."""
 
@@ -122,9 +206,9 @@ class SpeculativeDecoder:
         self.max_context = min(max_context or limit, limit)
         self.prefill_chunk = prefill_chunk
         self.stats = AcceptanceStats(gamma)
-        self._round = jax.jit(
-            functools.partial(speculative_round, target.config, draft.config, gamma),
-            donate_argnums=(2, 3),
+        self._loop = jax.jit(
+            functools.partial(speculative_loop, target.config, draft.config, gamma),
+            static_argnums=0,
         )
 
     def _cache_len(self, config: Any) -> int:
@@ -153,29 +237,26 @@ class SpeculativeDecoder:
         tracker.add(seq[-1])
         ttft = time.perf_counter() - t0
         stats = AcceptanceStats(self.gamma)
-        settings = (
-            jnp.float32(sampling.temperature),
-            jnp.int32(sampling.top_k),
-            jnp.float32(sampling.top_p),
-        )
-        rnd = 0
-        while tracker.finish_reason is None:
-            rnd += 1
-            last2 = jnp.asarray(seq[-2:], jnp.int32)
-            drafts, n_acc, nxt, beta, tcache, dcache = self._round(
+        if tracker.finish_reason is None:
+            buf, made, rounds, acc, betas = self._loop(
+                self.max_context,
                 t.params,
                 d.params,
                 tcache,
                 dcache,
-                last2,
+                jnp.asarray(seq[-2:], jnp.int32),
                 jnp.int32(len(seq)),
-                jax.random.fold_in(key, rnd),
-                *settings,
+                key,
+                jnp.int32(sampling.max_tokens - 1),
+                jnp.float32(sampling.temperature),
+                jnp.int32(sampling.top_k),
+                jnp.float32(sampling.top_p),
+                jnp.asarray([*sampling.stop_token_ids, -2], jnp.int32),
             )
-            n_acc = int(n_acc)
-            stats.record(n_acc, np.asarray(beta))
-            for tok in [*np.asarray(drafts)[:n_acc].tolist(), int(nxt)]:
-                seq.append(int(tok))
+            acc, betas = np.asarray(acc), np.asarray(betas)
+            for r in range(int(rounds)):
+                stats.record(int(acc[r]), betas[r])
+            for tok in np.asarray(buf)[: int(made)].tolist():
                 if tracker.add(tok) is not None:
                     break
         decode = time.perf_counter() - t0 - ttft
