@@ -16,32 +16,27 @@ TOL = 2e-5
 
 @pytest.fixture(scope="module", params=ARCHS)
 def model(request):
+    """Config, params, jitted forward, tokens [2, 12] and their full-forward logits."""
     c = tiny_config(request.param)
-    return c, wm.init_params(c, jax.random.key(1)), jax.jit(partial(wm.forward, c))
+    p = wm.init_params(c, jax.random.key(1))
+    fwd = jax.jit(partial(wm.forward, c))
+    seqs = random_tokens(c, 2, 12, seed=3)
+    return c, p, fwd, seqs, np.asarray(fwd(p, seqs)[0])
 
 
-def test_shapes_and_dtypes(model):
-    c, p, fwd = model
-    toks = random_tokens(c, 3, 7)
-    logits, cache = fwd(p, toks)
-    assert logits.shape == (3, 7, c.vocab_size) and logits.dtype == jnp.float32
-    assert cache is None and bool(jnp.isfinite(logits).all())
-
-
-def test_causal_masking(model):
-    c, p, fwd = model
-    toks = random_tokens(c, 2, 10)
+def test_shapes_and_causal_masking(model):
+    c, p, fwd, toks, full = model
+    assert full.shape == (2, 12, c.vocab_size) and full.dtype == np.float32
+    assert np.isfinite(full).all()
     changed = toks.at[:, 6:].set((toks[:, 6:] + 1) % c.vocab_size)
-    a, b = fwd(p, toks)[0], fwd(p, changed)[0]
-    np.testing.assert_allclose(a[:, :6], b[:, :6], atol=TOL)
-    assert float(jnp.abs(a[:, 6:] - b[:, 6:]).max()) > 1e-3
+    b = fwd(p, changed)[0]
+    np.testing.assert_allclose(b[:, :6], full[:, :6], atol=TOL)
+    assert float(jnp.abs(b[:, 6:] - full[:, 6:]).max()) > 1e-3
 
 
 def test_layer_by_layer_equals_scan_equals_forward(model):
-    c, p, fwd = model
-    toks = random_tokens(c, 2, 8)
+    c, p, _, toks, full = model
     pos = wm.default_positions(toks)
-    full = fwd(p, toks)[0]
     embed, unembed = jax.jit(partial(wm.embed, c)), jax.jit(partial(wm.unembed, c))
     layer = jax.jit(partial(wm.apply_layer, c))  # one compiled function serves every layer
     h = embed(p, toks, pos)
@@ -56,7 +51,7 @@ def test_layer_by_layer_equals_scan_equals_forward(model):
 
 
 def test_vjp_through_one_layer_matches_full_grad(model):
-    c, p, _ = model
+    c, p, *_ = model
     toks = random_tokens(c, 2, 6)
     pos = wm.default_positions(toks)
     h0 = wm.embed(c, p, toks, pos)
@@ -77,65 +72,55 @@ def test_vjp_through_one_layer_matches_full_grad(model):
     assert g_h.shape == h0.shape
 
 
-def _rows_full(fwd, p, seqs):
-    return [np.asarray(fwd(p, jnp.asarray(s)[None])[0][0]) for s in seqs]
-
-
 def test_cache_prefill_then_steps_rows_at_different_lengths(model):
     """Row 0: prompt of 3; row 1: prompt of 6. Then 1-token steps, then a 3-token step."""
-    c, p, fwd = model
-    seqs = np.asarray(random_tokens(c, 2, 12, seed=3))
-    full = _rows_full(fwd, p, [seqs[0, :8], seqs[1, :11]])
-    step = jax.jit(partial(wm.forward, c))
+    c, p, fwd, seqs, full = model  # causal: full[r, :n] are the logits of seqs[r, :n] alone
+    seqs = np.asarray(seqs)
     cache = wm.init_cache(c, batch=2, max_len=16)
     toks = np.stack([np.r_[seqs[0, :3], 0, 0, 0], seqs[1, :6]])
     pos = np.stack([np.r_[0, 1, 2, -1, -1, -1], np.arange(6)])  # -1: padding, not written
-    logits, cache = step(p, jnp.asarray(toks), jnp.asarray(pos), cache)
-    np.testing.assert_allclose(logits[0, :3], full[0][:3], atol=TOL)
-    np.testing.assert_allclose(logits[1], full[1][:6], atol=TOL)
+    logits, cache = fwd(p, jnp.asarray(toks), jnp.asarray(pos), cache)
+    np.testing.assert_allclose(logits[0, :3], full[0, :3], atol=TOL)
+    np.testing.assert_allclose(logits[1], full[1, :6], atol=TOL)
     lens = [3, 6]
     for _ in range(2):  # one token per step, each row at its own position
         t = jnp.asarray([[seqs[r, lens[r]]] for r in range(2)])
-        logits, cache = step(p, t, jnp.asarray([[n] for n in lens]), cache)
+        logits, cache = fwd(p, t, jnp.asarray([[n] for n in lens]), cache)
         for r in range(2):
-            np.testing.assert_allclose(logits[r, 0], full[r][lens[r]], atol=TOL)
+            np.testing.assert_allclose(logits[r, 0], full[r, lens[r]], atol=TOL)
         lens = [n + 1 for n in lens]
     t = jnp.asarray([seqs[r, lens[r] : lens[r] + 3] for r in range(2)])  # verify 3 drafts
     pos = jnp.asarray([np.arange(n, n + 3) for n in lens])
-    logits, cache = step(p, t, pos, cache)
+    logits, cache = fwd(p, t, pos, cache)
     for r in range(2):
-        np.testing.assert_allclose(logits[r], full[r][lens[r] : lens[r] + 3], atol=TOL)
+        np.testing.assert_allclose(logits[r], full[r, lens[r] : lens[r] + 3], atol=TOL)
 
 
 def test_cache_rollback_after_rejected_drafts(model):
-    """Write 3 wrong drafts at 4..6, then 2 true tokens at 4..5: stale slots are masked."""
-    c, p, fwd = model
-    seq = np.asarray(random_tokens(c, 1, 6, seed=5))
-    full = _rows_full(fwd, p, [seq[0]])[0]
-    cache = wm.init_cache(c, batch=1, max_len=8)
-    _, cache = fwd(p, jnp.asarray(seq[:, :4]), None, cache)
-    wrong = (seq[:, 4:6] + 7) % c.vocab_size
-    drafts = jnp.asarray(np.c_[wrong, wrong[:, :1]])
-    _, cache = fwd(p, drafts, jnp.asarray([[4, 5, 6]]), cache)
-    logits, _ = fwd(p, jnp.asarray(seq[:, 4:]), jnp.asarray([[4, 5]]), cache)
-    np.testing.assert_allclose(logits[0], full[4:], atol=TOL)
+    """3 wrong drafts at 6..8, then true tokens at 6..7: the stale slot 8 must be masked."""
+    c, p, fwd, seqs, full = model
+    cache = wm.init_cache(c, batch=2, max_len=16)
+    _, cache = fwd(p, seqs[:, :6], wm.default_positions(seqs[:, :6]), cache)
+    drafts = (seqs[:, 6:9] + 7) % c.vocab_size
+    _, cache = fwd(p, drafts, jnp.broadcast_to(jnp.arange(6, 9), (2, 3)), cache)
+    pos = jnp.asarray([[6, 7, -1]] * 2)  # two accepted, one padding slot
+    logits, cache = fwd(p, seqs[:, 6:9], pos, cache)
+    np.testing.assert_allclose(logits[:, :2], full[:, 6:8], atol=TOL)
 
 
 def test_apply_layer_with_layer_cache(model):
-    c, p, fwd = model
-    toks = random_tokens(c, 1, 5)
-    full = fwd(p, toks)[0]
-    cache = wm.init_cache(c, 1, 8)
+    c, p, fwd, toks, full = model
+    cache = wm.init_cache(c, 2, 16)
     pos = wm.default_positions(toks)
-    h = jax.jit(partial(wm.embed, c))(p, toks[:, :4], pos[:, :4])
+    h = jax.jit(partial(wm.embed, c))(p, toks[:, :6], pos[:, :6])
     layer = jax.jit(partial(wm.apply_layer, c))
     for i in range(c.n_layers):
         lc = wm.layer_slice(cache, i)
         assert isinstance(lc, wm.LayerCache)
-        h, lc = layer(wm.layer_slice(p["layers"], i), h, pos[:, :4], lc)
+        h, lc = layer(wm.layer_slice(p["layers"], i), h, pos[:, :6], lc)
         cache = wm.layer_update(cache, i, lc)
-    logits, _ = fwd(p, toks[:, 4:], pos[:, 4:], cache)
-    np.testing.assert_allclose(logits[:, 0], full[:, 4], atol=TOL)
+    logits, _ = fwd(p, toks[:, 6:7], pos[:, 6:7], cache)
+    np.testing.assert_allclose(logits[:, 0], full[:, 6], atol=TOL)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -145,7 +130,7 @@ def test_bf16_compute_and_params(arch):
     toks = random_tokens(c32, 2, 9)
     ref = jax.jit(partial(wm.forward, c32))(p32, toks)[0]
     scale = float(jnp.abs(ref).max())
-    for dt, pdt in [("bfloat16", "float32"), ("bfloat16", "bfloat16"), ("float32", "bfloat16")]:
+    for dt, pdt in [("bfloat16", "float32"), ("float32", "bfloat16")]:
         c = c32.replace(dtype=dt, param_dtype=pdt)
         p = wm.cast_params(p32, pdt)
         out = jax.jit(partial(wm.forward, c))(p, toks)[0]

@@ -19,7 +19,9 @@ and q/k use HF's rotate-half RoPE layout, so HF tensors load by transpose alone.
 
 from __future__ import annotations
 
+import itertools
 import math
+from functools import partial
 from typing import Any
 
 import jax
@@ -90,25 +92,37 @@ def param_shapes(config: ModelConfig) -> Params:
     )
 
 
-def _init_leaf(path: tuple[Any, ...], shape: tuple[int, ...], key: jax.Array, config: ModelConfig):
-    name = path[-1].key
+def _init_leaf(name: str, shape: tuple[int, ...], noise: jax.Array, config: ModelConfig):
     dt = jnp.dtype(config.param_dtype)
     if name == "scale":
         return jnp.ones(shape, dt)
-    if name.startswith("b") or name == "bias":
+    if name.startswith("b"):  # biases: bq, bk, bv, bo, b_up, b_down, norm "bias"
         return jnp.zeros(shape, dt)
     std = 0.02
     if name in ("wo", "w_down"):  # residual projections (GPT-2 paper): 1 / sqrt(2 L)
         std = 0.02 / math.sqrt(2 * config.n_layers)
-    return (std * jax.random.normal(key, shape, jnp.float32)).astype(dt)
+    return (std * noise.reshape(shape)).astype(dt)
 
 
 def init_params(config: ModelConfig, key: jax.Array) -> Params:
-    """Random parameters: normal(0.02) matrices, residual outputs scaled, norms 1, biases 0."""
+    """Random parameters: normal(0.02) matrices, residual outputs scaled, norms 1, biases 0.
+
+    One compiled program per config (eager per-leaf sampling compiles a kernel per shape).
+    """
+    return _init_params_jit(config, key)
+
+
+@partial(jax.jit, static_argnums=0)
+def _init_params_jit(config: ModelConfig, key: jax.Array) -> Params:
     shapes = _shape_tree(config)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=_is_shape)
-    keys = jax.random.split(key, len(leaves))
-    out = [_init_leaf(p, s, k, config) for (p, s), k in zip(leaves, keys, strict=True)]
+    sizes = [math.prod(s) for _, s in leaves]
+    noise = jax.random.normal(key, (sum(sizes),), jnp.float32)  # one draw: one RNG kernel
+    starts = [0, *itertools.accumulate(sizes)]
+    out = [
+        _init_leaf(path[-1].key, shape, noise[a : a + n], config)
+        for (path, shape), a, n in zip(leaves, starts, sizes, strict=False)
+    ]
     return jax.tree.unflatten(treedef, out)
 
 
