@@ -73,6 +73,8 @@ def test_bad_configs_are_named():
         tiny_config("gpt2", dtype="float16")
     with pytest.raises(wm.ModelConfigError, match="grouped-query"):
         tiny_config("gpt2", n_kv_heads=2)
+    with pytest.raises(wm.ModelConfigError, match="high_freq_factor"):
+        wm.RopeScaling(factor=8.0, low_freq_factor=4.0, high_freq_factor=1.0)
     from wse_core.errors import WseError
 
     assert issubclass(wm.CheckpointError, WseError)

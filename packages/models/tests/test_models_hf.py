@@ -172,3 +172,33 @@ def test_missing_files(saved, tmp_path):
     (saved / "config.json").unlink()
     with pytest.raises(wm.CheckpointError, match="no config.json"):
         wm.from_pretrained(saved)
+
+
+# The config.json files published with the released checkpoints (abridged to what matters).
+GPT2_JSON = {
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+    "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12,
+    "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257,
+}  # fmt: skip
+LLAMA31_8B_JSON = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "hidden_act": "silu",
+    "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 131072,
+    "mlp_bias": False, "model_type": "llama", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": False,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "torch_dtype": "bfloat16", "vocab_size": 128256,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "hf, preset, param_dtype",
+    [(GPT2_JSON, "gpt2-124m", "float32"), (LLAMA31_8B_JSON, "llama3-8b", "bfloat16")],
+)
+def test_published_configs_map_to_presets(hf, preset, param_dtype):
+    config = wm.config_from_hf(hf)
+    assert config == wm.preset_config(preset, param_dtype=param_dtype, name="")
+    assert wm.config_from_hf(wm.config_to_hf(config)) == config  # and back
+    assert len(wm.hf_tensor_names(config)) == (148 if preset == "gpt2-124m" else 291)

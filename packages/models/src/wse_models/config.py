@@ -55,6 +55,18 @@ class RopeScaling:
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
 
+    def __post_init__(self) -> None:
+        if not self.factor > 0 or not self.original_max_position_embeddings > 0:
+            raise ModelConfigError(
+                f"rope_scaling needs factor > 0 and original_max_position_embeddings > 0, got "
+                f"{self.factor} and {self.original_max_position_embeddings}"
+            )
+        if not self.high_freq_factor > self.low_freq_factor:
+            raise ModelConfigError(
+                f"rope_scaling needs high_freq_factor > low_freq_factor, got "
+                f"{self.high_freq_factor} <= {self.low_freq_factor}"
+            )
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
@@ -244,7 +256,7 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
-def preset_config(name: str, **overrides: object) -> ModelConfig:
+def preset_config(name: str, /, **overrides: object) -> ModelConfig:
     """The preset called `name`, with optional field overrides (e.g. dtype="bfloat16")."""
     if name not in PRESETS:
         raise ModelConfigError(
