@@ -129,3 +129,65 @@ def test_wse_infer_serve_mock_process_answers_and_stops_on_sigterm():
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_wse_infer_serve_a_model_folder_with_the_loader(tmp_path):
+    """`serve --model_dir DIR` with the real loader: greedy output equals plain decoding."""
+    import importlib.util
+
+    if importlib.util.find_spec("wse_inference.loader") is None:
+        pytest.skip("wse_inference.loader (load_engine) is not installed yet")
+    import wse_models
+    from wse_inference.decoding import PlainDecoder
+    from wse_inference.engine import SamplingParams
+    from wse_inference.testing import tiny_model
+
+    model = tiny_model()
+    wse_models.save_params(model.config, model.params, tmp_path / "model")
+    plain = PlainDecoder(model.config, model.params, tokenizer=model.tokenizer, max_context=64)
+    want = plain.generate(
+        model.tokenizer.encode("wafer"), SamplingParams(max_tokens=5, temperature=0.0)
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        "from wse_cli.app import main; main()",
+        "infer",
+        "serve",
+        "--model_dir",
+        str(tmp_path / "model"),
+        "--port",
+        "0",
+        "--max-num-seqs",
+        "2",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = ""
+        while "serving" not in line:  # after the warm-up compile
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "server exited before announcing"
+        url = re.search(r"http://[\d.]+:\d+", line).group(0)
+        name = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+        body = {
+            "model": name,
+            "prompt": "wafer",
+            "max_tokens": 5,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
+            chunks = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: {")]
+        assert chunks[-1]["usage"]["completion_tokens"] == len(want.tokens) == 5
+        text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+        if "\ufffd" not in want.text:
+            assert text == want.text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
