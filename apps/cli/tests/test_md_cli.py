@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 from wse_cli.app import app
 
-runner = CliRunner()
+runner = CliRunner(env={"WSE_DEVICES": "8"})  # the root conftest runs JAX with 8 devices
 LATTICE = ["--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4", "4"]
 
 
