@@ -5,4 +5,49 @@ applies each layer's update as its gradient arrives; SwarmX broadcasts each laye
 `num_csx` wafer replicas and sum-reduces their gradients (bytes counted); replicas compute one
 layer at a time with the next layer's weights prefetched. `wse train params.yaml` follows
 Cerebras ModelZoo conventions.
+
+Modules: `config` (params files), `data` (corpus, tokenizer, packing, iterator), `memoryx`,
+`swarmx`, `replica` (pure per-layer functions), `stream` (`StreamedTrainer`, the step),
+`plan` (SRAM ledger plans), `optimizer`, `checkpoints` (orbax), `metrics` (logs),
+`run` (the `wse train` shell), `sample`, `reference` (the fused baseline), `performance`
+(the analytic model), `experiment` (`weight-streaming`), `demo`, `testing`.
+Names below are imported lazily, so `import wse_trainer` does not start JAX.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "TrainConfig",
+    "load_config",
+    "shipped_config",
+    "run",
+    "validate",
+    "RunResult",
+    "TrainingDivergedError",
+    "StreamedTrainer",
+    "StepStats",
+    "MemoryX",
+    "SwarmX",
+    "plan_activations",
+    "memory_plan",
+    "predict_stream",
+    "predict_gpu",
+]
+
+_WHERE = {
+    "ConfigError": "config", "TrainConfig": "config", "load_config": "config",
+    "shipped_config": "config", "run": "run", "validate": "run", "RunResult": "run",
+    "TrainingDivergedError": "run", "StreamedTrainer": "stream", "StepStats": "stream",
+    "MemoryX": "memoryx", "SwarmX": "swarmx", "plan_activations": "plan",
+    "memory_plan": "plan", "predict_stream": "performance", "predict_gpu": "performance",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"wse_trainer.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'wse_trainer' has no attribute {name!r}")

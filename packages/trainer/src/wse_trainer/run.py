@@ -256,6 +256,7 @@ def _train_loop(s: _Session, ckpt, log, start: int, end: int, result: RunResult)
                     "loss": st.loss,
                     "wall_s": st.wall_s,
                     "stall_s": st.stall_s,
+                    "compute_s": st.compute_s,
                     "tokens": st.tokens,
                     "broadcast_bytes": st.broadcast_bytes,
                     "reduce_bytes": st.reduce_bytes,
