@@ -20,6 +20,7 @@ DEMO_PARTS: list[tuple[str, str]] = [
     ("HPC: BiCGSTAB and the 25-point stencil", "wse_hpc.stencil.demo:part"),
     ("Training: weight streaming, a model for inference", "wse_trainer.demo:part"),
     ("HPC: TLR-MVM of a seismic operator", "wse_hpc.tlrmvm.demo:part"),
+    ("HPC: EAM molecular dynamics, one atom per PE", "wse_hpc.md.experiments:part"),
 ]
 
 

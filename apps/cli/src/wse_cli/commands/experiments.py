@@ -40,6 +40,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "Weight-streaming step time, stall and scaling on WSE-3 vs GPUs",
     ),
     "ltaief23-tlrmvm": ("wse_hpc.tlrmvm.experiments:run", "TLR-MVM: compression, speed, PB/s"),
+    "santos24-md": ("wse_hpc.md.experiments:run", "EAM MD, one atom per PE: timesteps/s, drift"),
     "leviathan23-speculative": (
         "wse_inference.studies.leviathan23_speculative:run",
         "Speculative speedup vs gamma against (1-a^(g+1))/((1-a)(gc+1))",
