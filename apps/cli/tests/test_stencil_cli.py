@@ -7,11 +7,16 @@ from typer.testing import CliRunner
 from wse_cli.app import app
 
 runner = CliRunner()
+# The root callback configures JAX's device count; the test process already has 8 devices
+# (conftest.py), so say so (otherwise the default of one per core conflicts).
+ENV = {"WSE_DEVICES": "8"}
 BASE = ["hpc", "stencil", "--preset", "small", "--json"]
 
 
 def test_heat_json_reports_exact_decay_and_prediction():
-    r = runner.invoke(app, [*BASE, "--kind", "heat", "--grid", "9", "11", "8", "--steps", "20"])
+    r = runner.invoke(
+        app, [*BASE, "--kind", "heat", "--grid", "9", "11", "8", "--steps", "20"], env=ENV
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["steps"] == 20 and d["history"][0][1] < 1e-7  # fp32 rounding of u0
@@ -23,24 +28,8 @@ def test_heat_json_reports_exact_decay_and_prediction():
 
 def test_bicgstab_converges_and_writes_png(tmp_path):
     png = tmp_path / "b.png"
-    r = runner.invoke(
-        app,
-        [
-            *BASE,
-            "--kind",
-            "bicgstab",
-            "--grid",
-            "8",
-            "8",
-            "8",
-            "--dtype",
-            "fp32",
-            "--tol",
-            "1e-6",
-            "--png",
-            str(png),
-        ],
-    )
+    args = ["--kind", "bicgstab", "--grid", "8", "8", "8", "--dtype", "fp32", "--tol", "1e-6"]
+    r = runner.invoke(app, [*BASE, *args, "--png", str(png)], env=ENV)
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["final"]["recurrence_residual"] <= 1e-6 and d["history"][-1][1] <= 1e-6
@@ -59,6 +48,6 @@ def test_bicgstab_converges_and_writes_png(tmp_path):
     ],
 )
 def test_bad_input_is_a_clear_error(args, message):
-    r = runner.invoke(app, [*BASE, *args])
+    r = runner.invoke(app, [*BASE, *args], env=ENV)
     assert r.exit_code == 2, r.output
     assert message in r.output

@@ -142,6 +142,7 @@ def bicgstab(
         bs = lo(b32)
         x = jnp.zeros_like(b32) if x0 is None else x0 * jnp.asarray(sigma, jnp.float32)
         r = lo(b32 - spmv(x)) if x0 is not None else bs
+        del b32  # only the working-precision b stays alive (memory at the SC20 size)
         rho0, rr0 = _fused_dot(grid, [(r, r), (r, r)])
         r0norm = jnp.sqrt(rr0)
         hist = jnp.full((maxiter + 1,), jnp.nan, jnp.float32).at[0].set(1.0)
@@ -173,7 +174,8 @@ def bicgstab(
             nxt = step(st, rho_new)
             if every:  # residual replacement: r = b - A x from the fp32 solution
                 fresh = (st.it + 1) % every == 0
-                nxt = nxt._replace(r=lax.cond(fresh, lambda: lo(b32 - spmv(nxt.x)), lambda: nxt.r))
+                fresh_r = lambda: lo(bs.astype(jnp.float32) - spmv(nxt.x))
+                nxt = nxt._replace(r=lax.cond(fresh, fresh_r, lambda: nxt.r))
             rho_next, rr, hh = _fused_dot(
                 grid, [(st.rhat, nxt.r), (nxt.r, nxt.r), (st.rhat, st.rhat)]
             )
@@ -181,16 +183,12 @@ def bicgstab(
             # Restart (r^ = r, p = r) when r^ and r become nearly orthogonal: in fp16 the
             # next alpha would otherwise blow up.
             restart = jnp.abs(rho_next) < _RESTART * jnp.sqrt(rr * hh)
-            rhat = jnp.where(restart, nxt.r, st.rhat)
+            rhat = lax.cond(restart, lambda: nxt.r, lambda: st.rhat)
             rho_next = jnp.where(restart, rr, rho_next)
             bad = ~jnp.isfinite(rr) | (rho_next == 0) | (nxt.omega == 0)
-            # At a breakdown (fp16 stagnation near its accuracy can overflow), keep the last
-            # finite solution and residual.
-            x = jnp.where(bad & ~jnp.isfinite(rr), st.x, nxt.x)
-            rr = jnp.where(jnp.isfinite(rr), rr, st.rr)
+            rr = jnp.where(jnp.isfinite(rr), rr, st.rr)  # report the last finite residual
             hist = nxt.history.at[it].set(jnp.sqrt(rr) / r0norm)
             done = nxt._replace(
-                x=x,
                 rhat=rhat,
                 rho=rho_new,
                 rr=rr,
