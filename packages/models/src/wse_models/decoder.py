@@ -9,7 +9,9 @@
 above and equals applying the layers one by one. Tokens are int32 [b, s]; positions int32
 [b, s] (absolute, per row; default 0..s-1). Compute runs in `config.dtype` with parameters
 cast at use (they may be stored in fp32 or bf16); norms, softmax and RoPE angles run in fp32
-as in HF, and logits come back in float32. Nothing here jits: the shell decides.
+as in HF, and logits come back in float32. fp32 compute uses HIGHEST matmul precision (no
+TF32 on GPUs), so fp32 logits match the reference implementation to ~1e-6.
+Nothing here jits: the shell decides.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ _MASKED = -1e30  # finite, so a fully masked (padding) row gives a uniform mix, 
 
 def _w(x: jax.Array, config: ModelConfig) -> jax.Array:
     return x.astype(config.dtype)
+
+
+def _prec(config: ModelConfig) -> lax.Precision:
+    """fp32 compute means true fp32 matmuls (no TF32 on GPUs); bf16 takes the default."""
+    return lax.Precision.HIGHEST if config.dtype == "float32" else lax.Precision.DEFAULT
 
 
 def _norm(config: ModelConfig, p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
@@ -96,7 +103,7 @@ def embed(config: ModelConfig, params: Params, tokens: jax.Array, positions: jax
 
 
 def _proj(config: ModelConfig, x: jax.Array, p: dict, w: str, b: str) -> jax.Array:
-    y = x @ _w(p[w], config)
+    y = jnp.matmul(x, _w(p[w], config), precision=_prec(config))
     return y + _w(p[b], config) if b in p else y
 
 
@@ -106,11 +113,12 @@ def _attend(config: ModelConfig, q, keys, vals, mask) -> jax.Array:
     kv = keys.shape[2]
     q = q.reshape(b, t, kv, h // kv, hd)
     scores = jnp.einsum(
-        "btkgd,bskd->bkgts", q, _w(keys, config), preferred_element_type=jnp.float32
-    )
+        "btkgd,bskd->bkgts", q, _w(keys, config), preferred_element_type=jnp.float32,
+        precision=_prec(config),
+    )  # fmt: skip
     scores = jnp.where(mask[:, None, None], scores / math.sqrt(hd), _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(config.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, _w(vals, config))
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, _w(vals, config), precision=_prec(config))
     return out.reshape(b, t, h * hd)
 
 
@@ -137,7 +145,8 @@ def _mlp(config: ModelConfig, p: dict, x: jax.Array) -> jax.Array:
     if config.arch == "gpt2":
         hidden = jax.nn.gelu(up, approximate=True)  # HF "gelu_new"
     else:
-        hidden = jax.nn.silu(x @ _w(p["w_gate"], config)) * up
+        gate = jnp.matmul(x, _w(p["w_gate"], config), precision=_prec(config))
+        hidden = jax.nn.silu(gate) * up
     return _proj(config, hidden, p, "w_down", "b_down")
 
 
@@ -186,7 +195,9 @@ def unembed(config: ModelConfig, params: Params, h: jax.Array) -> jax.Array:
     """Final norm and output head: h [b, s, d] -> logits [b, s, vocab] float32."""
     x = _norm(config, params["final"]["norm"], h)
     head = params["embed"]["tok"].T if config.tie_embeddings else params["final"]["head"]
-    return jnp.matmul(x, _w(head, config), preferred_element_type=jnp.float32)
+    return jnp.matmul(
+        x, _w(head, config), preferred_element_type=jnp.float32, precision=_prec(config)
+    )
 
 
 def forward(
