@@ -92,10 +92,12 @@ def test_streamed_equals_plain_jax_grad(arch):
     assert _max_diff(p_stream, p_ref) < 1e-5
 
 
-def test_num_csx_1_equals_4_at_equal_global_batch():
+@pytest.mark.parametrize("n", [4, pytest.param(8, marks=pytest.mark.slow)])
+def test_num_csx_1_equals_n_at_equal_global_batch(n):
+    # n = 8: one replica on each of the 8 virtual devices, one sequence each.
     model, opt = _model(), ADAMW
     p1, s1 = _streamed(model, opt, num_csx=1)
-    p4, s4 = _streamed(model, opt, num_csx=4)
+    p4, s4 = _streamed(model, opt, num_csx=n)
     np.testing.assert_allclose([s.loss for s in s1], [s.loss for s in s4], rtol=1e-6)
     assert _max_diff(p1, p4) < 1e-5
 
