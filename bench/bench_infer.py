@@ -12,7 +12,8 @@ two threads spin-wait on this shared machine), fp32 on the CPU, greedy, batch 1,
   the target's head is scaled to set the operating point (acceptance ~0.8, chosen from a
   short run); speedup = speculative tokens/s / plain target tokens/s, next to Leviathan's
   (1 - a^(g+1)) / ((1 - a)(g c + 1)) with the measured a and c;
-- throughput: S users on S stages, aggregate tokens/s for S = 1, 2, 4.
+- throughput: S users on S stages, aggregate tokens/s for S = 1, 2, 4, with the stage rows
+  on one device and on two (fabric shifts across devices).
 Prints tables and writes bench/results/infer.json.
 
     python bench/bench_infer.py [--quick]

@@ -195,7 +195,11 @@ def _prime(
 
 
 class PipelineEngine:
-    """The `Engine` of S pipeline stages on an S x 1 emulation wafer (S slots in flight)."""
+    """The `Engine` of S pipeline stages on an S x 1 emulation wafer (S slots in flight).
+
+    `mesh_rows` devices hold the stage rows (default 1: on a CPU, collectives between
+    virtual devices cost more than the tiny stages compute; None spreads the rows over all
+    devices; tests use 2 and a row count the mesh does not divide)."""
 
     def __init__(
         self,
@@ -204,7 +208,7 @@ class PipelineEngine:
         stages: int = 2,
         max_context: int | None = None,
         prefill_chunk: int = 32,
-        mesh_rows: int | None = None,
+        mesh_rows: int | None = 1,
     ):
         from wse_core.spec import spec_from
         from wse_core.wafer import build_wafer

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from wse_core.errors import WseError
 
 from wse_inference.engine import SamplingParams
@@ -80,8 +81,13 @@ def token_probs(
     top_p = jnp.broadcast_to(jnp.asarray(top_p, jnp.float32), lead)[..., None]
     greedy = jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
     scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
-    scaled = _top_k_cut(scaled, top_k)
-    probs = _top_p_cut(jax.nn.softmax(scaled, axis=-1), top_p)
+
+    def cut(z):
+        return _top_p_cut(jax.nn.softmax(_top_k_cut(z, top_k), axis=-1), top_p)
+
+    # The cuts sort the vocabulary: skip them when no row asks for one (the common case).
+    no_cut = jnp.all(top_k <= 0) & jnp.all(top_p >= 1.0)
+    probs = lax.cond(no_cut, lambda z: jax.nn.softmax(z, axis=-1), cut, scaled)
     return jnp.where(temperature > 0, probs, greedy)
 
 
