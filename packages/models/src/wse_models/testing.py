@@ -42,8 +42,8 @@ def hf_model(config: ModelConfig, seed: int = 0) -> Any:
     import transformers
 
     torch.manual_seed(seed)
-    d = config_to_hf(config)
-    d.pop("dtype", None), d.pop("torch_dtype", None)
+    d = {k: v for k, v in config_to_hf(config).items() if k not in ("dtype", "torch_dtype")}
+    d.update(bos_token_id=None, eos_token_id=None)  # GPT-2's 50256 is outside a tiny vocab
     if config.arch == "gpt2":
         hf_cfg = transformers.GPT2Config(**d)
         model = transformers.GPT2LMHeadModel(hf_cfg)
