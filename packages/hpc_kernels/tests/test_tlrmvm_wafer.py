@@ -155,3 +155,15 @@ def test_packed_layout_needs_fewer_pes_than_banded(op):
         plan_packed(op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8)
     with pytest.raises(TlrError, match="layout"):
         TlrEngine.build(op, preset("small"), layout="diagonal")
+
+
+def test_reshuffle_traffic_is_the_ring_allgather(op):
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout="packed")
+    pred = predict(eng.wafer, eng.plan, op)
+    nt, w = op.tiles[1], eng.plan.rank_chunk
+    # Each PE forwards nt - 1 slices of w complex64 (2 words each) through its busiest link;
+    # one 32-bit word per link per cycle on the small preset.
+    assert pred.phases["phase2_reshuffle"].fabric_cycles == pytest.approx((nt - 1) * 2 * w)
+    # Phase 1 reads the PE's V slice once: w * nb complex64 = 8 B each, 16 B per cycle.
+    vh_bytes = w * op.nb * 8
+    assert pred.phases["phase1_vhx"].sram_cycles >= vh_bytes / 16
