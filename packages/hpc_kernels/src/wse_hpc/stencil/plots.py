@@ -18,7 +18,10 @@ def plot_run(run: StencilRun, path: str | Path) -> Path:
     """Write a PNG: the z = nz/2 slice and the history (log scale when positive)."""
     cfg = run.config
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4))
-    im = ax0.imshow(run.slice_xy.T, origin="lower", cmap="RdBu_r", aspect="auto")
+    vmax = float(abs(run.slice_xy).max()) or 1.0  # symmetric colours: zero is white
+    im = ax0.imshow(
+        run.slice_xy.T, origin="lower", cmap="RdBu_r", aspect="auto", vmin=-vmax, vmax=vmax
+    )
     fig.colorbar(im, ax=ax0)
     ax0.set(
         title=f"{cfg.kind}: u at z = {cfg.grid[2] // 2}",
