@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from wse_core.errors import WseError
 from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, Thermostat, maxwell_boltzmann
+from wse_hpc.md.lammps import lammps_available, lammps_nve
 from wse_hpc.md.lattice import crystal
+from wse_hpc.md.potentials import write_setfl
 from wse_hpc.md.simulate import MdConfig, run_md
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.xyz import read_xyz, write_xyz
@@ -98,3 +100,24 @@ def test_langevin_brings_the_temperature_to_the_target():
     temps = [r.temp for r in res.thermo[-3:]]
     # equipartition: a 256-atom sample fluctuates by ~T sqrt(2 / 3N) ~ 5 %
     assert np.mean(temps) == pytest.approx(500.0, rel=0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not lammps_available(), reason="needs lmp (apt-get install lammps)")
+def test_nve_drift_no_worse_than_lammps_and_same_trajectory(tmp_path):
+    path = write_setfl(POT, tmp_path / "Cu.eam.alloy")
+    s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
+    s.velocities_A_ps = maxwell_boltzmann([POT.masses_amu[0]] * s.num_atoms, 600.0, seed=3)
+    with jax.enable_x64(True):
+        ours = run_md(
+            s, POT, MdConfig(steps=1000, thermo_every=100, dtype="float64", mesh_shape=(1, 2))
+        )
+    ref = lammps_nve(s, POT, [path], ["Cu"], steps=1000, thermo_every=100)
+    e_ours = np.array([r.etotal for r in ours.thermo])
+    e_lmp = np.array([row[3] for row in ref["thermo"]])
+    drift_ours = np.abs(e_ours - e_ours[0]).max() / s.num_atoms
+    drift_lmp = np.abs(e_lmp - e_lmp[0]).max() / s.num_atoms
+    assert drift_ours <= 1.5 * drift_lmp + 1e-7  # same integrator: same size of fluctuation
+    # the first 100 steps follow LAMMPS's trajectory (chaos separates them later)
+    assert ours.thermo[1].pe == pytest.approx(ref["thermo"][1][1], rel=1e-6)
+    assert ours.thermo[0].press == pytest.approx(ref["thermo"][0][5], rel=1e-6)

@@ -25,14 +25,17 @@ from wse_hpc.md.zhou04 import zhou04
 
 __all__ = ["run", "part", "SYSTEMS"]
 
-SYSTEMS = {"200k": (37, 37, 37), "800k": (58, 58, 59)}  # fcc cells: 202,612 and 793,936 atoms
+# fcc cells: 202,612 and 793,936 atoms; 800k atoms do not fit WSE-2's 757 x 996 = 753,972
+# PEs one per PE, so there the "800k" row is the largest crystal that does (753,768 atoms).
+SYSTEMS = {"200k": (37, 37, 37), "800k": (58, 58, 59)}
+FITS_WSE2 = {"800k": (57, 57, 58)}
 SOURCE = "model (Santos et al. arXiv:2405.07898 is not in the calibration set)"
 
 
-def _plan_for(cells, pot, seed: int):
+def _plan_for(cells, pot, seed: int, spec):
     """Grid and window the map needs for a 300 K-like Cu crystal (0.07 A displacements)."""
     s = perturbed("fcc", "Cu", pot.lattice_A[0], cells, 0.07, seed=seed)
-    grid = mapping.choose_grid(s.num_atoms)
+    grid = mapping.choose_grid(s.num_atoms, spec.pe_rows, spec.pe_cols)
     state = mapping.pack(
         mapping.initial_map(s.positions_A, grid, s.box_A),
         s.positions_A,
@@ -45,8 +48,10 @@ def _plan_for(cells, pot, seed: int):
 def _predictions(pot, seed: int) -> tuple[list[PredictionRow], list[dict]]:
     rows, rates = [], []
     for label, cells in SYSTEMS.items():
-        n, grid, plan = _plan_for(cells, pot, seed)
         for wafer in ("wse2", "wse3"):
+            spec = preset(wafer)
+            fits = 4 * int(np.prod(cells)) <= spec.num_pes
+            n, grid, plan = _plan_for(cells if fits else FITS_WSE2[label], pot, seed, spec)
             model = predict(preset(wafer), grid, plan)
             params = {
                 "wafer": wafer,

@@ -122,11 +122,12 @@ def lammps_nve(
             f"thermo_modify format float %.12g\nthermo {thermo_every}\nrun {steps}\n"
         )
         log = _run(script, folder)
-    perf = re.search(r"Performance: .*?([\d.]+) timesteps/s.*?([\d.]+) katom-step/s", log)
+    tps = re.search(r"Performance:.*?([\d.eE+-]+) timesteps/s", log)
     loop = re.search(r"Loop time of ([\d.eE+-]+)", log)
+    loop_s = float(loop.group(1)) if loop else None
     return {
         "thermo": _thermo_rows(log, 6),
-        "timesteps_per_s": float(perf.group(1)) if perf else None,
-        "katom_steps_per_s": float(perf.group(2)) if perf else None,
-        "loop_s": float(loop.group(1)) if loop else None,
+        "timesteps_per_s": float(tps.group(1)) if tps else None,
+        "atom_steps_per_s": s.num_atoms * steps / loop_s if loop_s else None,
+        "loop_s": loop_s,
     }

@@ -45,11 +45,22 @@ NFIELDS = 11
 EMPTY_POS = 1.0e6  # A; far beyond any box, so empty PEs sort last and never interact
 
 
-def choose_grid(n_atoms: int) -> tuple[int, int]:
-    """A near-square (rows, cols) with rows * cols >= n_atoms, both odd: an odd line count
-    lets a +-k window cover a whole line exactly (2k + 1 = n), the fallback for small boxes."""
+def choose_grid(
+    n_atoms: int, max_rows: int | None = None, max_cols: int | None = None
+) -> tuple[int, int]:
+    """A near-square (rows, cols) with rows * cols >= n_atoms, both odd (an odd line count
+    lets a +-k window cover a whole line, the fallback for small boxes), within the limits
+    when given (a wafer's PE grid: rows are shortened and columns added)."""
     cols = max(1, math.ceil(math.sqrt(n_atoms))) | 1
     rows = max(1, math.ceil(n_atoms / cols)) | 1
+    if max_rows is not None and rows > max_rows:
+        rows = max_rows if max_rows % 2 else max_rows - 1
+        cols = max(1, math.ceil(n_atoms / rows)) | 1
+        if max_cols is not None and cols > max_cols:  # a full wafer: odd lines no longer fit
+            rows = max_rows
+            cols = max(1, math.ceil(n_atoms / rows))
+    if max_cols is not None and cols > max_cols:
+        raise ValueError(f"{n_atoms} atoms do not fit {max_rows} x {max_cols} PEs")
     return rows, cols
 
 

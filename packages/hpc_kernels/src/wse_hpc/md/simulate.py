@@ -117,12 +117,13 @@ def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
 
 def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
     spec = preset(config.wafer)
-    grid = mapping.choose_grid(n_atoms)
-    if grid[0] > spec.pe_rows or grid[1] > spec.pe_cols:
+    try:
+        grid = mapping.choose_grid(n_atoms, spec.pe_rows, spec.pe_cols)
+    except ValueError:
         raise PlacementError(
-            f"{n_atoms} atoms need a {grid[0]} x {grid[1]} PE grid (one atom per PE); the "
-            f"{spec.name} wafer has {spec.pe_rows} x {spec.pe_cols}"
-        )
+            f"{n_atoms} atoms need {n_atoms} PEs (one atom per PE); the {spec.name} wafer has "
+            f"{spec.pe_rows} x {spec.pe_cols} = {spec.num_pes}: use a larger --preset"
+        ) from None
     return build_wafer(
         spec, grid=grid, mesh_shape=config.mesh_shape, defect_seed=config.defect_seed
     )

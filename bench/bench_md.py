@@ -1,0 +1,188 @@
+"""Benchmark: EAM MD atom-steps/s of the wafer emulator vs jax-md's EAM and LAMMPS (one rank).
+
+Cu fcc crystals of 256, 4,000 and 32,000 atoms (4^3, 10^3, 20^3 cells), 1600 K start, NVE,
+1 fs, the same potential for all three: LAMMPS's Cu_u3.eam (funcfl, Debian lammps-data, used
+as local data only) when installed, else the Zhou 2004 Cu setfl we generate. Each code is
+timed on its own loop (compile and set-up excluded) in the same process run, side by side.
+jax-md gets the potential as setfl (its reader needs one), a neighbour list with 0.5 A skin
+updated every step inside one jitted `fori_loop`; its energies are not checked (see
+shared/PLATFORM.md). Prints a table and writes bench/results/md.json.
+
+    python bench/bench_md.py [--quick] [--devices N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SIZES = {256: (4, 4, 4), 4000: (10, 10, 10), 32000: (20, 20, 20)}
+
+
+def _args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="256 and 4,000 atoms, fewer steps")
+    p.add_argument("--devices", type=int, default=None, help="virtual CPU devices")
+    return p.parse_args()
+
+
+def _potential(tmp: Path):
+    import numpy as np
+    from wse_hpc.md import read_potential, write_setfl, zhou04
+    from wse_hpc.md.testing import lammps_potential
+
+    path = lammps_potential("Cu_u3.eam")
+    if path is None:
+        pot = zhou04(["Cu"], knots=1000)
+        path = write_setfl(pot, tmp / "Cu_zhou04.eam.alloy")
+    pot = read_potential(path, ["Cu"])
+    # jax-md's reader wants 'setfl' on line 1 and one value per line from line 7 on
+    values = np.concatenate([pot.frho[0], pot.rhor[0, 0], pot.z2r[0, 0]])
+    head = [
+        "setfl copy for jax-md",
+        "",
+        "",
+        "1 Cu",
+        f"{pot.nrho} {pot.drho!r} {pot.nr} {pot.dr!r} {pot.cutoff_A!r}",
+        f"29 {pot.masses_amu[0]} {pot.lattice_A[0]} fcc",
+    ]
+    setfl = tmp / "Cu.setfl"
+    setfl.write_text("\n".join(head + [repr(float(v)) for v in values]) + "\n")
+    return pot, path, setfl
+
+
+def _ours(s, pot, steps: int) -> dict:
+    from wse_hpc.md import MdConfig, run_md
+
+    res = run_md(s, pot, MdConfig(steps=steps, thermo_every=steps))
+    return {
+        "atom_steps_per_s": s.num_atoms * res.steps / res.loop_wall_s,
+        "compile_s": res.compile_s,
+        "window": [2 * k + 1 for k in res.window],
+        "etotal_drift_eV_per_atom": (res.thermo[-1].etotal - res.thermo[0].etotal) / s.num_atoms,
+    }
+
+
+def _jaxmd(s, setfl: Path, steps: int) -> dict:
+    try:
+        import jax
+        import jax.numpy as jnp
+        from jax_md import energy, simulate, space
+    except ImportError as e:
+        return {"error": f"jax-md not importable: {e}"}
+    box = float(s.box_A[0])
+    disp, shift = space.periodic(box)
+    with open(setfl) as f:
+        charge_fn, embed_fn, pair_fn, cutoff = energy.load_lammps_eam_parameters(f)
+    nbr_fn, e_fn = energy.eam_neighbor_list(
+        disp,
+        box,
+        charge_fn,
+        embed_fn,
+        pair_fn,
+        cutoff,
+        dr_threshold=0.5,
+        fractional_coordinates=False,
+    )
+    r0 = jnp.asarray(s.positions_A, jnp.float32)
+    nbrs = nbr_fn.allocate(r0)
+    init, apply = simulate.nve(e_fn, shift, dt=1e-3)
+    mass = 63.546 * 1.0364269e-4  # amu -> eV ps^2 / A^2
+    state = init(jax.random.key(0), r0, mass=mass, kT=8.617e-5 * 1600, neighbor=nbrs)
+
+    @jax.jit
+    def run(state, nbrs):
+        def body(_, c):
+            st, nb = c
+            st = apply(st, neighbor=nb)
+            return st, nb.update(st.position)
+
+        return jax.lax.fori_loop(0, steps, body, (state, nbrs))
+
+    t0 = time.perf_counter()
+    jax.block_until_ready(run(state, nbrs))
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(run(state, nbrs))
+    wall = time.perf_counter() - t0
+    return {
+        "atom_steps_per_s": s.num_atoms * steps / wall,
+        "compile_s": compile_s,
+        "neighbor_overflow": bool(out[1].did_buffer_overflow),
+    }
+
+
+def _lammps(s, pot, path: Path, steps: int) -> dict:
+    from wse_hpc.md.lammps import lammps_available, lammps_nve
+
+    if not lammps_available():
+        return {"error": "lmp not installed (apt-get install lammps lammps-data)"}
+    out = lammps_nve(s, pot, [path], ["Cu"], steps=steps, thermo_every=steps)
+    return {"atom_steps_per_s": out["atom_steps_per_s"], "loop_s": out["loop_s"]}
+
+
+def main() -> None:
+    args = _args()
+    from wse_core.runtime import configure
+
+    configure(args.devices)
+    import jax
+    from wse_hpc.md import maxwell_boltzmann
+    from wse_hpc.md.lattice import crystal
+
+    sizes = [256, 4000] if args.quick else list(SIZES)
+    steps = {256: 100 if args.quick else 400, 4000: 20 if args.quick else 60, 32000: 10}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        pot, path, setfl = _potential(Path(tmp))
+        for n in sizes:
+            s = crystal("fcc", "Cu", 3.615, SIZES[n])
+            s.velocities_A_ps = maxwell_boltzmann([pot.masses_amu[0]] * s.num_atoms, 1600.0, seed=1)
+            row = {"atoms": s.num_atoms, "steps": steps[n]}
+            row["wafer_emulator"] = _ours(s, pot, steps[n])
+            row["jax_md"] = _jaxmd(s, setfl, steps[n])
+            row["lammps_1rank"] = _lammps(s, pot, path, steps[n])
+            rows.append(row)
+            print(_line(row), flush=True)
+    result = {
+        "benchmark": "md",
+        "potential": str(path.name),
+        "devices": len(jax.devices()),
+        "load_average": os.getloadavg(),
+        "rows": rows,
+    }
+    out = Path(__file__).parent / "results" / "md.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=float))
+    print(f"wrote {out}")
+
+
+def _rate(d: dict) -> float | None:
+    return d.get("atom_steps_per_s")
+
+
+def _line(row: dict) -> str:
+    ours, jm, lmp = (_rate(row[k]) for k in ("wafer_emulator", "jax_md", "lammps_1rank"))
+
+    def fmt(v):
+        return f"{v:>12.4g}" if v else f"{'n/a':>12}"
+
+    ratio = lambda a, b: f"{a / b:>8.3f}" if a and b else f"{'n/a':>8}"
+    if row["atoms"] == 256:
+        print(
+            f"{'atoms':>7} {'wafer emu':>12} {'jax-md':>12} {'LAMMPS':>12} "
+            f"{'vs jaxmd':>8} {'vs lmp':>8}   atom-steps/s",
+            file=sys.stdout,
+        )
+    return (
+        f"{row['atoms']:>7} {fmt(ours)} {fmt(jm)} {fmt(lmp)} {ratio(ours, jm)} {ratio(ours, lmp)}"
+    )
+
+
+if __name__ == "__main__":
+    main()
