@@ -1,0 +1,163 @@
+"""Engines from a model directory, for the server: `load_engine(DIR, speculative_config=...)`.
+
+Contract. `load_engine(model_dir, speculative_config=None, max_slots=4)` returns an `Engine`:
+without a speculative config, the pipelined wafer engine (`pipeline.PipelineEngine`) with
+min(max_slots, n_layers) stages, one slot per stage; with `{"model": DIR,
+"num_speculative_tokens": g}`, a `SpeculativeEngine` of `max_slots` independent slots, each
+`generate` running one speculative round per occupied slot (1..g + 1 tokens), whose tokens
+equal `spec_decode.SpeculativeDecoder.generate` for the same seed (same round keys).
+Its `metrics()` reports spec_draft_tokens, spec_accepted_tokens, spec_acceptance_rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wse_inference.decoding import SequenceTracker, first_token, prefill, sequence_key
+from wse_inference.engine import Prefix, SamplingParams, SlotOutput
+from wse_inference.loading import load_model
+from wse_inference.sampling import SamplingError, validate_sampling
+from wse_inference.spec_decode import SpeculativeDecoder, speculative_round
+from wse_inference.speculative import AcceptanceStats
+
+__all__ = ["load_engine", "SpeculativeEngine"]
+
+
+@dataclasses.dataclass
+class _Slot:
+    tracker: SequenceTracker
+    seq: list[int]
+    tcache: Any
+    dcache: Any
+    key: jax.Array
+    rounds: int = 0
+
+
+@dataclasses.dataclass
+class SpecDecodeState:
+    slots: dict[int, _Slot] = dataclasses.field(default_factory=dict)
+
+
+class SpeculativeEngine:
+    """`Engine` over `max_slots` sequences, each advanced by one speculative round per step."""
+
+    def __init__(
+        self, target, draft, *, gamma: int, max_slots: int = 4, max_context: int | None = None
+    ):
+        self._dec = SpeculativeDecoder(target, draft, gamma=gamma, max_context=max_context)
+        self.target, self.draft, self.gamma = target, draft, gamma
+        self.model_name, self.tokenizer = target.name, target.tokenizer
+        self.vocab_size, self.max_slots = target.config.vocab_size, max_slots
+        self.max_context = self._dec.max_context
+        self.stats = AcceptanceStats(gamma)
+        self._round = jax.jit(
+            functools.partial(speculative_round, target.config, draft.config, gamma),
+            donate_argnums=(2, 3),
+        )
+
+    def init_decode_state(self) -> SpecDecodeState:
+        return SpecDecodeState()
+
+    def prefill(self, *, prompt_ids: Sequence[int], sampling: SamplingParams) -> Prefix:
+        t, d = self.target, self.draft
+        validate_sampling(
+            sampling,
+            vocab_size=self.vocab_size,
+            max_context=self.max_context,
+            prompt_len=len(prompt_ids),
+        )
+        key = sequence_key(sampling.seed)
+        logits, tcache = prefill(t.config, t.params, prompt_ids, self._dec._cache_len(t.config))
+        _, dcache = prefill(d.config, d.params, prompt_ids, self._dec._cache_len(d.config))
+        first = first_token(logits, sampling, key)
+        return Prefix(
+            prompt_len=len(prompt_ids),
+            first_token=first,
+            sampling=sampling,
+            payload=(list(map(int, prompt_ids)), tcache, dcache, key),
+        )
+
+    def insert(self, *, prefix: Prefix, state: SpecDecodeState, slot: int) -> SpecDecodeState:
+        if not 0 <= slot < self.max_slots or slot in state.slots:
+            raise ValueError(f"slot {slot} is occupied or outside 0..{self.max_slots - 1}")
+        ids, tcache, dcache, key = prefix.payload
+        tracker = SequenceTracker(prefix.sampling, self.tokenizer)
+        tracker.add(prefix.first_token)
+        state.slots[slot] = _Slot(tracker, [*ids, prefix.first_token], tcache, dcache, key)
+        return state
+
+    def _advance(self, slot: int, s: _Slot) -> SlotOutput:
+        if s.tracker.finish_reason is not None:
+            return SlotOutput(slot, (), True, s.tracker.finish_reason)
+        sp = s.tracker.sampling
+        s.rounds += 1
+        drafts, n_acc, nxt, beta, s.tcache, s.dcache = self._round(
+            self.target.params,
+            self.draft.params,
+            s.tcache,
+            s.dcache,
+            jnp.asarray(s.seq[-2:], jnp.int32),
+            jnp.int32(len(s.seq)),
+            jax.random.fold_in(s.key, s.rounds),
+            jnp.float32(sp.temperature),
+            jnp.int32(sp.top_k),
+            jnp.float32(sp.top_p),
+        )
+        n_acc = int(n_acc)
+        self.stats.record(n_acc, np.asarray(beta))
+        new = []
+        for tok in [*np.asarray(drafts)[:n_acc].tolist(), int(nxt)]:
+            s.seq.append(int(tok))
+            new.append(int(tok))
+            if s.tracker.add(tok) is not None:
+                break
+        reason = s.tracker.finish_reason
+        return SlotOutput(slot, tuple(new), reason is not None, reason)
+
+    def generate(self, *, state: SpecDecodeState):
+        return state, [self._advance(i, s) for i, s in sorted(state.slots.items())]
+
+    def release(self, *, state: SpecDecodeState, slot: int) -> SpecDecodeState:
+        if slot not in state.slots:
+            raise ValueError(f"release of empty slot {slot}")
+        del state.slots[slot]
+        return state
+
+    def metrics(self) -> dict[str, float]:
+        s = self.stats
+        return {
+            "spec_draft_tokens": float(s.proposed),
+            "spec_accepted_tokens": float(s.accepted),
+            "spec_acceptance_rate": s.acceptance_rate,
+            "spec_mean_tokens_per_pass": s.mean_tokens_per_pass,
+        }
+
+
+def load_engine(
+    model_dir: str,
+    *,
+    speculative_config: dict | None = None,
+    max_slots: int = 4,
+    max_context: int | None = None,
+):
+    """The engine the server runs for `model_dir` (see the module contract)."""
+    target = load_model(model_dir)
+    if speculative_config:
+        if "model" not in speculative_config:
+            raise SamplingError('speculative config needs {"model": DIR, ...}')
+        gamma = int(speculative_config.get("num_speculative_tokens", 4))
+        draft = load_model(speculative_config["model"], tokenizer_required=False)
+        return SpeculativeEngine(
+            target, draft, gamma=gamma, max_slots=max_slots, max_context=max_context
+        )
+    from wse_inference.pipeline import PipelineEngine
+
+    stages = max(1, min(max_slots, target.config.n_layers))
+    return PipelineEngine(target, stages=stages, max_context=max_context)
