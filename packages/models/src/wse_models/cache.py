@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from wse_models.config import ModelConfig
 from wse_models.errors import ModelError
@@ -66,6 +67,35 @@ def write_cache(cache: LayerCache, k: jax.Array, v: jax.Array, positions: jax.Ar
         raise ModelError(f"cache has batch {b} but the tokens have batch {k.shape[0]}")
     slots = jnp.where(positions < 0, s, positions)  # out of bounds: dropped by mode="drop"
     rows = jnp.broadcast_to(jnp.arange(b)[:, None], slots.shape)
-    new_k = cache.k.at[rows, slots].set(k.astype(cache.k.dtype), mode="drop")
-    new_v = cache.v.at[rows, slots].set(v.astype(cache.v.dtype), mode="drop")
+    batch_axis = _batch_axis(cache.k)
+    k, v = (_reshard(x.astype(cache.k.dtype), batch_axis) for x in (k, v))
+    rows, slots = _reshard(rows, batch_axis), _reshard(slots, batch_axis)
+    out = _mesh_sharding(cache.k)
+    new_k = cache.k.at[rows, slots].set(k, mode="drop", out_sharding=out)
+    new_v = cache.v.at[rows, slots].set(v, mode="drop", out_sharding=out)
     return LayerCache(k=new_k, v=new_v)
+
+
+def _mesh_sharding(x: jax.Array) -> object:
+    """x's sharding when it lives on a mesh with named axes (else None: no annotation)."""
+    sharding = jax.typeof(x).sharding
+    return sharding if getattr(sharding.mesh, "axis_names", ()) else None
+
+
+def _batch_axis(x: jax.Array) -> object:
+    """The mesh axis of x's leading (batch) dimension on Explicit meshes, else None."""
+    spec = getattr(jax.typeof(x).sharding, "spec", None)
+    return spec[0] if spec else None
+
+
+def _reshard(x: jax.Array, batch_axis: object) -> jax.Array:
+    """On a mesh with Explicit axes, lay x out with its batch over `batch_axis`, rest whole.
+
+    A scatter needs its updates and indices sharded alike and like the cache rows.
+    """
+    sharding = jax.typeof(x).sharding
+    spec = getattr(sharding, "spec", None)
+    if spec is None or not getattr(sharding.mesh, "axis_names", ()):
+        return x
+    want = P(batch_axis, *([None] * (x.ndim - 1)))
+    return x if tuple(spec) == tuple(want) else jax.sharding.reshard(x, want)

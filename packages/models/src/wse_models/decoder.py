@@ -22,6 +22,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from wse_models.cache import KVCache, LayerCache, write_cache
 from wse_models.config import ModelConfig
@@ -93,12 +95,26 @@ def default_positions(tokens: jax.Array) -> jax.Array:
     return jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
 
 
+def _gather(table: jax.Array, ids: jax.Array) -> jax.Array:
+    """Rows of `table` [n, d] at `ids` [b, s] -> [b, s, d]; out of range gives NaN.
+
+    On a mesh with Explicit axes the output sharding of a gather is ambiguous, so the rows
+    follow the ids' sharding (e.g. batch over "data"), with d unsharded.
+    """
+    sharding = jax.typeof(ids).sharding
+    spec = getattr(sharding, "spec", None)
+    out = None
+    if spec is not None and any(s is not None for s in spec):
+        out = NamedSharding(sharding.mesh, P(*spec, None))
+    return table.at[ids].get(out_sharding=out, mode="fill", fill_value=jnp.nan)
+
+
 def embed(config: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array):
     """Token (and GPT-2 position) embedding: int32 [b, s] -> h [b, s, d] in config.dtype."""
     _check_tokens(config, tokens, positions)
-    h = jnp.take(params["embed"]["tok"], tokens, axis=0)
+    h = _gather(params["embed"]["tok"], tokens)
     if config.arch == "gpt2":
-        h = h + jnp.take(params["embed"]["pos"], jnp.maximum(positions, 0), axis=0)
+        h = h + _gather(params["embed"]["pos"], jnp.maximum(positions, 0))
     return _w(h, config)
 
 
