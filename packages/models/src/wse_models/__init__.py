@@ -43,6 +43,8 @@ Additions beyond the contract (implemented here; the contract above is unchanged
   `config_from_hf(dict)`, `config_to_hf(config)`, `hf_tensor_names(config)`.
 - Errors (all `wse_core.errors.WseError`): `ModelError`, `ModelConfigError`, `CheckpointError`.
 - `wse_models.testing`: tiny configs and random `transformers` oracles for tests.
+- Meshes: the functions run under `jax.jit` on meshes with Explicit axes (jax.make_mesh's
+  default) with the batch sharded over a data axis and parameters replicated.
 """
 
 from wse_models.cache import KVCache, LayerCache, init_cache, write_cache

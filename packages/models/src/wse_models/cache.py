@@ -9,6 +9,11 @@ written per step (speculative verification), and rolling a row back is just reus
 positions (stale slots beyond are masked, then overwritten). A negative position marks a
 padding token: it is not written and its output is unspecified (finite).
 Positions >= max_len are dropped (not written), so size the cache for the longest row.
+
+On a device mesh with Explicit axes, create the cache under `jax.set_mesh(mesh)` and, for
+data-parallel rows, place it with its batch axis over the data axis
+(`jax.device_put(cache, NamedSharding(mesh, P(None, "data")))`); writes follow the cache's
+batch sharding.
 """
 
 from __future__ import annotations
