@@ -21,6 +21,10 @@ import os
 import time
 from pathlib import Path
 
+# One BLAS thread for SciPy's dot products: on 2 shared cores a second spinning BLAS thread
+# made SciPy's iterations erratic (1.6 to 49 ms at 48^3); one thread is its fastest here.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -48,26 +52,42 @@ def bandwidth_gb_s(n_bytes: int = 256 << 20, repeats: int = 5) -> float:
     return 5 * n * 8 / _best(triad, repeats) / 1e9
 
 
-def bench_jacobi(n: int, steps: int, repeats: int) -> dict:
+def bench_jacobi(n: int, steps: int, repeats: int, mesh_shape=None) -> dict:
     import jax
     import numpy as np
     from jax import lax
     from wse_core import preset
     from wse_hpc.stencil import grid_wafer, jacobi, place_grid
     from wse_hpc.stencil import perf as sperf
+    from wse_hpc.stencil.kernels import iterate_padded, pad_z
     from wse_hpc.stencil.reference import shifted
 
     shape = (n, n, n)
-    wafer = grid_wafer(preset("wse2"), shape)
-    grid = place_grid(wafer, shape, {"u": "fp32", "f": "fp32"})
+    wafer = grid_wafer(preset("wse2"), shape, mesh_shape=mesh_shape)
+    grid = place_grid(wafer, shape, {"u": "fp32", "u_next": "fp32", "f": "fp32"})
     rng = np.random.default_rng(0)
     u0 = rng.random(shape, dtype=np.float32)
     f0 = rng.random(shape, dtype=np.float32)
     step = jacobi(grid)
-    run = jax.jit(lambda u, f: lax.fori_loop(0, steps, lambda i, a: step(a, f), u))
+    # Sweeps as the shell runs them: two Z-ghost-padded buffers in turn (no carry copies).
+    padded = jacobi(grid, padded=True)
+    run = jax.jit(
+        lambda ab, f: iterate_padded(grid, lambda a: padded(a, f), steps)(ab), donate_argnums=0
+    )
     u, f = grid.place(u0, "u"), grid.place(f0, "f")
-    jax.block_until_ready(run(u, f))
-    wafer_s = _best(lambda: jax.block_until_ready(run(u, f)), repeats) / steps
+    pads = jax.jit(lambda a: (pad_z(grid, a), pad_z(grid, a)))
+    jax.block_until_ready(run(pads(u), f))
+
+    def timed():
+        ab = jax.block_until_ready(pads(u))  # fresh donated buffers, outside the timing
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(ab, f))
+        return time.perf_counter() - t0
+
+    wafer_s = min(timed() for _ in range(repeats)) / steps
+    plain = jax.jit(lambda u, f: lax.fori_loop(0, steps, lambda i, a: step(a, f), u))
+    jax.block_until_ready(plain(u, f))
+    plain_s = _best(lambda: jax.block_until_ready(plain(u, f)), repeats) / steps
 
     inv = [1 / h**2 for h in grid.spacing]
     d = 2 * sum(inv)
@@ -95,6 +115,7 @@ def bench_jacobi(n: int, steps: int, repeats: int) -> dict:
         "grid": f"{n}^3",
         "mesh": "x".join(map(str, wafer.mesh_shape)),
         "wafer_s_per_sweep": wafer_s,
+        "one_buffer_fori_loop_s_per_sweep": plain_s,
         "numpy_s_per_sweep": numpy_s,
         "speedup_vs_numpy": numpy_s / wafer_s,
         "bytes_per_sweep": 3 * 4 * n**3,
@@ -122,6 +143,7 @@ def bench_bicgstab(n: int, precision: str, tol: float) -> dict:
     g = place_grid(grid_wafer(preset("wse2"), (n, n, n)), (n, n, n), {"b": "fp32"})
     a = poisson_matrix(g.shape, g.spacing)
     b = a @ exact_solution(g, "bicgstab").ravel()
+    spla.bicgstab(a, b, maxiter=1)  # warm-up: one-time costs stay out of the timing
     count = [0]
     t0 = time.perf_counter()
     # Equal residual: SciPy stops at the true relative residual the wafer run reached.
@@ -176,8 +198,16 @@ def main() -> None:
     quick = args.quick
     out = {"devices": args.devices, "quick": quick}
     out["bandwidth_gb_s"] = bandwidth_gb_s(256 << 20)  # beyond the 105 MiB L3
-    out["jacobi"] = bench_jacobi(96 if quick else 256, 5 if quick else 20, 2 if quick else 3)
-    out["jacobi"]["fraction_of_bandwidth"] = out["jacobi"]["wafer_gb_s"] / out["bandwidth_gb_s"]
+    # One device block (no halo ppermutes) and the default mesh over all devices; the table
+    # shows the faster, the JSON both.
+    runs = [
+        bench_jacobi(96 if quick else 256, 5 if quick else 20, 2 if quick else 3, m)
+        for m in ((1, 1), None)
+    ]
+    for r in runs:
+        r["fraction_of_bandwidth"] = r["wafer_gb_s"] / out["bandwidth_gb_s"]
+    out["jacobi_meshes"] = runs
+    out["jacobi"] = min(runs, key=lambda r: r["wafer_s_per_sweep"])
     n = 48 if quick else 128
     out["bicgstab"] = [bench_bicgstab(n, "fp32", 1e-6), bench_bicgstab(n, "mixed", 1e-3)]
     out["wave25"] = bench_wave(48 if quick else 128, 10 if quick else 20)
@@ -195,7 +225,8 @@ def _print(out: dict) -> None:
     print("| kernel | grid | wafer emulation | baseline | ratio | note |")
     print("|---|---|---|---|---|---|")
     print(
-        f"| jacobi fp32 | {j['grid']} | {j['wafer_s_per_sweep'] * 1e3:.1f} ms/sweep "
+        f"| jacobi fp32, mesh {j['mesh']} | {j['grid']} | "
+        f"{j['wafer_s_per_sweep'] * 1e3:.1f} ms/sweep "
         f"({j['wafer_gb_s']:.1f} GB/s, {j['fraction_of_bandwidth']:.0%} of bw) | NumPy "
         f"{j['numpy_s_per_sweep'] * 1e3:.1f} ms | {j['speedup_vs_numpy']:.1f}x | "
         f"WSE-2 predicted {j['predicted_wse2_s_per_sweep'] * 1e6:.2f} us |"

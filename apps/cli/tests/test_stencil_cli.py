@@ -23,7 +23,7 @@ def test_heat_json_reports_exact_decay_and_prediction():
     # fp32 explicit Euler on the eigenmode follows (1 - dt lambda)^n to rounding.
     assert d["final"]["max_deviation_from_exact_decay"] < 1e-5
     assert d["predicted_s_per_step"] > 0 and d["measured_cells_per_s"] > 0
-    assert d["sram"]["used_bytes_per_pe"] == 8 * 4
+    assert d["sram"]["used_bytes_per_pe"] == 2 * 8 * 4 + 4 * 4  # u, u_next; Z ghosts
 
 
 def test_bicgstab_converges_and_writes_png(tmp_path):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from wse_hpc.stencil import face_coefficients, heat, jacobi, laplacian7, max_stable_dt
 from wse_hpc.stencil import reference as ref
+from wse_hpc.stencil.kernels import iterate_padded, pad_z
 from wse_hpc.stencil.runs import exact_solution
 from wse_hpc.stencil.testing import random_field, small_grid
 
@@ -76,3 +77,20 @@ def test_results_do_not_depend_on_defects():
     assert broken.wafer.defects is not None and broken.wafer.defects.num_dead > 0
     outs = [g.gather(jax.jit(laplacian7(g))(g.place(u0, "u"))) for g in (clean, broken)]
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("boundary", ["dirichlet", "periodic"])
+def test_ping_pong_padded_sweeps_equal_plain_steps(boundary):
+    g = small_grid(SHAPE, {"u": "fp32", "f": "fp32"}, boundary=boundary)
+    u0, f0 = random_field(SHAPE, 11), random_field(SHAPE, 12)
+    u, f = g.place(u0, "u"), g.place(f0, "f")
+    steps = 5  # odd: the last sweep runs outside the pairs
+    plain = jax.jit(lambda u, f: jax.lax.fori_loop(0, steps, lambda i, a: jacobi(g)(a, f), u))(u, f)
+    padded_step = jacobi(g, padded=True)
+    run = jax.jit(
+        lambda u, f: iterate_padded(g, lambda a: padded_step(a, f), steps)((pad_z(g, u),) * 2)
+    )
+    got = g.gather(run(u, f)[0])
+    np.testing.assert_allclose(got[:, :, 1:-1], g.gather(plain), rtol=0, atol=1e-6)
+    if boundary == "dirichlet":
+        assert not got[:, :, [0, -1]].any()  # zero ghosts stay zero

@@ -76,4 +76,4 @@ def test_runs_report_measurements_and_predictions():
     assert run.history[-1][1] < run.history[0][1]  # the residual falls
     assert run.cells_per_s > 0 and run.predicted.seconds > 0
     d = run.to_dict()
-    assert d["sram"]["used_bytes_per_pe"] == 2 * 8 * 4
+    assert d["sram"]["used_bytes_per_pe"] == 3 * 8 * 4 + 4 * 4  # u, u_next, f; Z ghosts

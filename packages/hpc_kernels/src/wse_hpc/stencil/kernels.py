@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from wse_core import fabric
 
 from wse_hpc.stencil.placement import StencilError, StencilGrid
@@ -32,11 +33,14 @@ __all__ = [
     "dot",
     "face_coefficients",
     "heat",
+    "iterate_padded",
     "jacobi",
     "laplacian7",
     "max_stable_dt",
     "neighbours",
     "norm",
+    "pad_z",
+    "refresh_ghosts",
 ]
 
 
@@ -55,8 +59,11 @@ def _fabric_boundary(grid: StencilGrid) -> fabric.Boundary:
     return "periodic" if grid.boundary == "periodic" else "zero"
 
 
-def _z_pair(grid: StencilGrid, u: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The Z+1 and Z-1 neighbours of every cell: local slices of the Z column."""
+def _z_pair(grid: StencilGrid, u: jax.Array, padded: bool = False):
+    """The Z+1 and Z-1 neighbours of every cell: local slices of the Z column (of its
+    ghost-padded form when `padded`)."""
+    if padded:
+        return u[:, :, 2:], u[:, :, :-2]
     if grid.boundary == "periodic":
         return jnp.roll(u, -1, axis=2), jnp.roll(u, 1, axis=2)
     zero = jnp.zeros_like(u[:, :, :1])
@@ -65,15 +72,63 @@ def _z_pair(grid: StencilGrid, u: jax.Array) -> tuple[jax.Array, jax.Array]:
     return up, down
 
 
-def neighbours(grid: StencilGrid, u: jax.Array) -> tuple[jax.Array, ...]:
-    """The six neighbour fields (+X, -X, +Y, -Y, +Z, -Z) of `u`; X / Y through the fabric."""
+def neighbours(grid: StencilGrid, u: jax.Array, padded: bool = False) -> tuple[jax.Array, ...]:
+    """The six neighbour fields (+X, -X, +Y, -Y, +Z, -Z) of `u`; X / Y through the fabric.
+
+    `padded`: u carries one ghost plane at each Z end (`pad_z`); results are interior-sized.
+    """
     w, b = grid.wafer, _fabric_boundary(grid)
-    xp = fabric.shift(w, u, "N", boundary=b)  # PE (r, c) receives from (r + 1, c)
-    xm = fabric.shift(w, u, "S", boundary=b)
-    yp = fabric.shift(w, u, "W", boundary=b)  # PE (r, c) receives from (r, c + 1)
-    ym = fabric.shift(w, u, "E", boundary=b)
-    zp, zm = _z_pair(grid, u)
+    c = u[:, :, 1:-1] if padded else u
+    xp = fabric.shift(w, c, "N", boundary=b)  # PE (r, c) receives from (r + 1, c)
+    xm = fabric.shift(w, c, "S", boundary=b)
+    yp = fabric.shift(w, c, "W", boundary=b)  # PE (r, c) receives from (r, c + 1)
+    ym = fabric.shift(w, c, "E", boundary=b)
+    zp, zm = _z_pair(grid, u, padded)
     return xp, xm, yp, ym, zp, zm
+
+
+def pad_z(grid: StencilGrid, u: jax.Array) -> jax.Array:
+    """u with one ghost plane at each Z end: zero (Dirichlet) or wrapped (periodic)."""
+    return refresh_ghosts(grid, jnp.pad(u, ((0, 0), (0, 0), (1, 1))))
+
+
+def refresh_ghosts(grid: StencilGrid, u: jax.Array) -> jax.Array:
+    """Periodic: copy the far interior planes into the ghosts (in place); Dirichlet: as is."""
+    if grid.boundary != "periodic":
+        return u
+    nz = grid.shape[2]
+    u = lax.dynamic_update_slice_in_dim(u, u[:, :, nz : nz + 1], 0, axis=2)
+    return lax.dynamic_update_slice_in_dim(u, u[:, :, 1:2], nz + 1, axis=2)
+
+
+def iterate_padded(grid: StencilGrid, update_fn: Callable[[jax.Array], jax.Array], steps: int):
+    """`run_fn((u_pad, spare)) -> (u_pad, spare)`: `steps` updates u <- update_fn(u_pad).
+
+    Why: XLA cannot update a stencil in place, so a loop carrying one field copies it every
+    step. Two distinct ghost-padded buffers (`pad_z`; donate both) written in turn, each by
+    a partial dynamic_update_slice inside a one-trip loop (which keeps XLA from fusing
+    consecutive sweeps into one that recomputes the stencil), need no copy: about 1.5-2x
+    faster at 256^3 here. The ghosts keep the Z boundary; the newest field comes first.
+    """
+    nz = grid.shape[2]
+
+    def write(dst: jax.Array, src: jax.Array) -> jax.Array:
+        def one(i, d):
+            view = lax.dynamic_slice_in_dim(src, i, nz + 2, axis=2)
+            return lax.dynamic_update_slice_in_dim(d, update_fn(view), i + 1, 2)
+
+        return refresh_ghosts(grid, lax.fori_loop(0, 1, one, dst))
+
+    def pair(i, ab):
+        a, b = ab
+        b = write(b, a)
+        return write(a, b), b
+
+    def run_fn(ab: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        a, b = lax.fori_loop(0, steps // 2, pair, ab)
+        return (write(b, a), a) if steps % 2 else (a, b)
+
+    return run_fn
 
 
 def _inv_h2(grid: StencilGrid) -> tuple[float, float, float]:
@@ -117,10 +172,10 @@ def diagonal(grid: StencilGrid, faces: Faces | None = None) -> jax.Array | float
 
 
 def _off_diagonal_sum(
-    grid: StencilGrid, u: jax.Array, faces: Faces | None, scale: float = 1.0
+    grid: StencilGrid, u: jax.Array, faces: Faces | None, scale: float = 1.0, padded=False
 ) -> jax.Array:
     """scale * sum_neighbours k u_nb / h^2 (the negated off-diagonal part of A applied to u)."""
-    xp, xm, yp, ym, zp, zm = neighbours(grid, u)
+    xp, xm, yp, ym, zp, zm = neighbours(grid, u, padded)
     if faces is None:
         cx, cy, cz = (jnp.asarray(c * scale, u.dtype) for c in _inv_h2(grid))
         return (xp + xm) * cx + (yp + ym) * cy + (zp + zm) * cz
@@ -128,7 +183,9 @@ def _off_diagonal_sum(
     return (f.xp * xp + f.xm * xm + f.yp * yp + f.ym * ym + f.zp * zp + f.zm * zm).astype(u.dtype)
 
 
-def laplacian7(grid: StencilGrid, *, scale: float = 1.0) -> Callable[..., jax.Array]:
+def laplacian7(
+    grid: StencilGrid, *, scale: float = 1.0, padded: bool = False
+) -> Callable[..., jax.Array]:
     """`apply_fn(u, faces=None) -> scale * A u`, the 7-point SpMV (u's shape and dtype).
 
     `scale` is folded into the coefficients (so fp16 fields never see 1 / h^2 alone).
@@ -138,21 +195,26 @@ def laplacian7(grid: StencilGrid, *, scale: float = 1.0) -> Callable[..., jax.Ar
         if faces is None:
             # Difference form: u - u_nb is exact in fp16 for nearby values, so smooth
             # fields (where A u is small) keep their accuracy (diag u - sum u_nb does not).
-            xp, xm, yp, ym, zp, zm = neighbours(grid, u)
+            xp, xm, yp, ym, zp, zm = neighbours(grid, u, padded)
             cx, cy, cz = (jnp.asarray(c * scale, u.dtype) for c in _inv_h2(grid))
-            pair = lambda a, b: (u - a) + (u - b)
+            mid = u[:, :, 1:-1] if padded else u
+            pair = lambda a, b: (mid - a) + (mid - b)
             return pair(xp, xm) * cx + pair(yp, ym) * cy + pair(zp, zm) * cz
         diag = diagonal(grid, faces).astype(u.dtype)
-        return diag * u - _off_diagonal_sum(grid, u, faces)
+        mid = u[:, :, 1:-1] if padded else u
+        return diag * mid - _off_diagonal_sum(grid, u, faces, padded=padded)
 
     return apply_fn
 
 
-def jacobi(grid: StencilGrid) -> Callable[..., jax.Array]:
-    """`step_fn(u, f, faces=None) -> u'`: one Jacobi sweep for A u = f, u' = (f + N u) / D."""
+def jacobi(grid: StencilGrid, *, padded: bool = False) -> Callable[..., jax.Array]:
+    """`step_fn(u, f, faces=None) -> u'`: one Jacobi sweep for A u = f, u' = (f + N u) / D.
+
+    `padded`: u is ghost-padded in Z (`pad_z`, for `iterate_padded`); u' is interior-sized.
+    """
 
     def step_fn(u: jax.Array, f: jax.Array, faces: Faces | None = None) -> jax.Array:
-        off = _off_diagonal_sum(grid, u, faces)
+        off = _off_diagonal_sum(grid, u, faces, padded=padded)
         if faces is None:
             return (f + off) * jnp.asarray(1.0 / diagonal(grid), u.dtype)
         return ((f + off) / diagonal(grid, faces)).astype(u.dtype)
@@ -165,9 +227,12 @@ def max_stable_dt(grid: StencilGrid, diffusivity: float) -> float:
     return 2.0 / (diffusivity * 4.0 * sum(_inv_h2(grid)))
 
 
-def heat(grid: StencilGrid, *, dt: float, diffusivity: float = 1.0) -> Callable[..., jax.Array]:
+def heat(
+    grid: StencilGrid, *, dt: float, diffusivity: float = 1.0, padded: bool = False
+) -> Callable[..., jax.Array]:
     """`step_fn(u, source=None, faces=None) -> u'`: explicit Euler for u_t = -k A u + s.
 
+    `padded`: u is ghost-padded in Z (`pad_z`); u' is interior-sized.
     With `faces` the coefficients come from them (`diffusivity` must bound their k); else
     k = `diffusivity`. Raises StencilError when dt is not positive or not stable.
     """
@@ -181,11 +246,12 @@ def heat(grid: StencilGrid, *, dt: float, diffusivity: float = 1.0) -> Callable[
             f"dt={dt:.3g} is unstable for explicit heat stepping on this grid; use dt <= "
             f"{limit:.3g} (h^2 / (2 d k))"
         )
-    apply_fn = laplacian7(grid)
+    apply_fn = laplacian7(grid, padded=padded)
 
     def step_fn(u: jax.Array, source: jax.Array | None = None, faces: Faces | None = None):
         scale = jnp.asarray(dt * (1.0 if faces is not None else diffusivity), u.dtype)
         du = -apply_fn(u, faces)
+        u = u[:, :, 1:-1] if padded else u
         if source is not None:
             du = du + source
         return u + scale * du

@@ -34,7 +34,15 @@ from wse_core.fabric import reduce as fabric_reduce
 
 from wse_hpc.stencil import perf
 from wse_hpc.stencil.bicgstab import bicgstab, scale_for
-from wse_hpc.stencil.kernels import heat, jacobi, laplacian7, max_stable_dt, norm
+from wse_hpc.stencil.kernels import (
+    heat,
+    iterate_padded,
+    jacobi,
+    laplacian7,
+    max_stable_dt,
+    norm,
+    pad_z,
+)
 from wse_hpc.stencil.placement import StencilError, StencilGrid, grid_wafer, place_grid
 from wse_hpc.stencil.wave import RADIUS, wave25
 from wse_hpc.stencil.wave import max_stable_dt as wave_dt
@@ -42,6 +50,7 @@ from wse_hpc.stencil.wave import max_stable_dt as wave_dt
 __all__ = ["KINDS", "StencilConfig", "StencilRun", "run_stencil", "exact_solution"]
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
+_DT = {"fp32": jnp.float32, "fp16": jnp.float16}
 Progress = Callable[[int, int], None]
 
 
@@ -134,20 +143,16 @@ def _timed(fn, *args) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def _chunked(
-    step_fn, state, steps: int, chunks: int, observe, progress: Progress | None, pair: bool = False
-):
-    """Run `steps` steps in `chunks` jitted fori_loops; observe(state, done) after each.
-
-    `pair`: two steps per loop iteration (for states that swap buffers, like the wave's
-    (u_prev, u): the loop then carries them without full-field copies)."""
+def _chunked(advance, state, steps: int, chunks: int, observe, progress: Progress | None):
+    """Run `steps` steps in `chunks` jitted calls of `advance(state, n)` (a loop of n steps);
+    observe(state, done) after each."""
     sizes = [steps // chunks + (i < steps % chunks) for i in range(chunks)]
     sizes = [s for s in sizes if s] or [0]
     loops = {}
     wall, done, history = 0.0, 0, [observe(state, 0)]
     for n in sizes:
         if n not in loops:
-            loop = lambda s, n=n: _steps(step_fn, s, n, pair)
+            loop = lambda s, n=n: advance(s, n)
             loops[n] = jax.jit(loop, donate_argnums=0).lower(state).compile()
         t0 = time.perf_counter()
         state = jax.block_until_ready(loops[n](state))
@@ -218,20 +223,26 @@ def _finish(cfg, grid, metric, history, final, done, wall, cost, pred, flops, fi
 
 def _run_jacobi(cfg, wafer, progress) -> StencilRun:
     dt = _field_dtype(cfg, ("fp32", "fp16"))
-    grid = place_grid(wafer, cfg.grid, {"u": dt, "f": dt}, boundary=cfg.boundary)
+    grid = place_grid(
+        wafer,
+        cfg.grid,
+        {"u": dt, "u_next": dt, "f": dt},
+        boundary=cfg.boundary,
+        buffers_for=lambda n: 4 * jnp.dtype(_DT[dt]).itemsize,
+    )  # Z ghosts
     ue = exact_solution(grid, "jacobi")
     f = grid.place(_eigenvalue_continuous(grid) * ue, "f")
-    u = grid.zeros("u")
-    step, apply_a, nrm = jacobi(grid), laplacian7(grid), norm(grid)
+    pair = _two_buffers(grid, grid.zeros("u"))
+    step, apply_a, nrm = jacobi(grid, padded=True), laplacian7(grid), norm(grid)
     fnorm = float(nrm(f))
-    res_fn = jax.jit(lambda u, f: nrm(f - apply_a(u)))
-    observe = lambda s, n: (n, float(res_fn(s[0], s[1])) / fnorm)
+    res_fn = jax.jit(lambda u, f: nrm(f - apply_a(u[:, :, 1:-1])))
+    observe = lambda s, n: (n, float(res_fn(s[0][0], s[1])) / fnorm)
     steps = 100 if cfg.steps is None else cfg.steps
-    (u, f), wall, done, hist = _chunked(
-        lambda s: (step(*s), s[1]), (u, f), steps, cfg.chunks, observe, progress
-    )
+    advance = lambda s, n: (iterate_padded(grid, lambda a: step(a, s[1]), n)(s[0]), s[1])
+    (pair, f), wall, done, hist = _chunked(advance, (pair, f), steps, cfg.chunks, observe, progress)
+    u = pair[0][:, :, 1:-1]
     err = float(np.abs(grid.gather(u) - ue).max())
-    cost = _cost7(grid, lambda a: step(a, a), u, "jacobi", reads=4)
+    cost = _cost7(grid, lambda a: jacobi(grid)(a, a), u, "jacobi", reads=4)
     pred = perf.predict(grid.wafer.spec, cost, grid.shape[2])
     return _finish(
         cfg,
@@ -246,6 +257,11 @@ def _run_jacobi(cfg, wafer, progress) -> StencilRun:
         perf.FLOPS_PER_CELL["jacobi"],
         u,
     )
+
+
+def _two_buffers(grid: StencilGrid, u: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Two distinct Z-ghost-padded copies of u, for `iterate_padded` (donated in turn)."""
+    return jax.jit(lambda a: (pad_z(grid, a), pad_z(grid, a)))(u)
 
 
 def _eigenvalue_continuous(grid: StencilGrid) -> float:
@@ -267,16 +283,27 @@ def _cost7(grid, fn, u, kind: str, reads: float) -> perf.KernelCost:
 
 def _run_heat(cfg, wafer, progress) -> StencilRun:
     dt_name = _field_dtype(cfg, ("fp32", "fp16"))
-    grid = place_grid(wafer, cfg.grid, {"u": dt_name}, boundary=cfg.boundary)
+    grid = place_grid(
+        wafer,
+        cfg.grid,
+        {"u": dt_name, "u_next": dt_name},
+        boundary=cfg.boundary,
+        buffers_for=lambda n: 4 * jnp.dtype(_DT[dt_name]).itemsize,
+    )
     u0 = exact_solution(grid, "heat")
     dt = 0.5 * max_stable_dt(grid, 1.0)
-    step = heat(grid, dt=dt)
+    step = heat(grid, dt=dt, padded=True)
     decay = 1 - dt * _eigenvalue(grid)
-    u = grid.place(u0, "u")
-    observe = lambda s, n: (n, float(np.abs(grid.gather(s) - decay**n * u0).max()))
+    pair = _two_buffers(grid, grid.place(u0, "u"))
+    observe = lambda s, n: (
+        n,
+        float(np.abs(grid.gather(s[0])[:, :, 1:-1] - decay**n * u0).max()),
+    )
     steps = 100 if cfg.steps is None else cfg.steps
-    u, wall, done, hist = _chunked(step, u, steps, cfg.chunks, observe, progress)
-    cost = _cost7(grid, step, u, "heat", reads=3)
+    advance = lambda s, n: iterate_padded(grid, step, n)(s)
+    pair, wall, done, hist = _chunked(advance, pair, steps, cfg.chunks, observe, progress)
+    u = pair[0][:, :, 1:-1]
+    cost = _cost7(grid, heat(grid, dt=dt), u, "heat", reads=3)
     pred = perf.predict(grid.wafer.spec, cost, grid.shape[2])
     final = {
         "max_deviation_from_exact_decay": hist[-1][1],
@@ -390,9 +417,8 @@ def _run_wave(cfg, wafer, progress) -> StencilRun:
     st = jax.jit(fns.init_fn)(zero, zero, grid.place(vel, "velocity"))
     observe = lambda s, n: (n, float(jnp.max(jnp.abs(fns.field_fn(s)))))
     steps = 50 if cfg.steps is None else cfg.steps
-    st, wall, done, hist = _chunked(
-        fns.step_fn, st, steps, cfg.chunks, observe, progress, pair=True
-    )
+    advance = lambda s, n: _steps(fns.step_fn, s, n, pair=True)
+    st, wall, done, hist = _chunked(advance, st, steps, cfg.chunks, observe, progress)
     traffic, _ = perf.traced_traffic(grid.wafer, fns.step_fn, st)
     traffic = traffic.scaled(nz // b)  # the Z-block loop body is traced once
     cost = perf.wave25_cost(traffic, nz // b)
