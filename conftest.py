@@ -10,6 +10,8 @@ os.environ.setdefault("WSE_CACHE_DIR", os.path.join(tempfile.gettempdir(), "wse-
 os.environ.setdefault("HF_HOME", os.path.join(tempfile.gettempdir(), "wse-test-hf"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# CLI tests run `wse` in this process: its root callback must keep the 8 devices.
+os.environ["WSE_DEVICES"] = "8"
 
 from wse_core.runtime import configure  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Experiment output in the shape shared/DESIGN.md fixes, written the same way by every package.
 
-An experiment is a function `run(out_dir: Path, *, quick: bool, seed: int) -> ExperimentResult`
-registered by name in the CLI. It returns an `ExperimentResult`; `write_experiment` puts
+An experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResult` registered
+by name in the CLI. It returns an `ExperimentResult`; `write_experiment` puts
 `results.json`, `table.md`, `table.csv` and `figure.png` into `out_dir/<name>/`.
 
 Each prediction row is `{"name", "value", "unit", "params", "published", "source"}`;
