@@ -5,7 +5,8 @@ Work on the busiest PE (its Z column of nz cells) for one step, turned into cycl
 
 - flops per cell by kernel (below, counted from the update formulas; 51 for the 25-point
   stencil as published), in the kernel's dtype;
-- SRAM words per cell read and written: local Z reads, the fields read and written; halos
+- SRAM words per cell read and written (at the spec's 16 B read + 8 B write per cycle per
+  PE, the stencil paper's figure — see wse_core.spec): local Z reads, the fields; halos
   received through the fabric are used as operands straight from the router (7-point) or
   written to a block buffer and read back (25-point, as in Jacquelin et al.'s Z blocks);
 - fabric: traced with `wse_core.fabric` on the real step function. The four directions use
