@@ -44,6 +44,7 @@ def hf_model(config: ModelConfig, seed: int = 0) -> Any:
     torch.manual_seed(seed)
     d = {k: v for k, v in config_to_hf(config).items() if k not in ("dtype", "torch_dtype")}
     d.update(bos_token_id=None, eos_token_id=None)  # GPT-2's 50256 is outside a tiny vocab
+    d["initializer_range"] = 0.1  # logits of order 1-10, so a wrong detail shows
     if config.arch == "gpt2":
         hf_cfg = transformers.GPT2Config(**d)
         model = transformers.GPT2LMHeadModel(hf_cfg)
