@@ -68,6 +68,7 @@ class _State(NamedTuple):
     history: jax.Array
     breakdown: jax.Array
     restart: jax.Array  # bool: the next iteration starts afresh (p = r)
+    hh: jax.Array  # (r^, r^), fp32: changes only at a restart
 
 
 def lambda_min(grid: StencilGrid) -> float:
@@ -161,6 +162,7 @@ def bicgstab(
             hist,
             jnp.bool_(False),
             jnp.bool_(True),
+            rr0,
         )
         stop_at = jnp.float32(tol) * r0norm
 
@@ -176,13 +178,12 @@ def bicgstab(
                 fresh = (st.it + 1) % every == 0
                 fresh_r = lambda: lo(bs.astype(jnp.float32) - spmv(nxt.x))
                 nxt = nxt._replace(r=lax.cond(fresh, fresh_r, lambda: nxt.r))
-            rho_next, rr, hh = _fused_dot(
-                grid, [(st.rhat, nxt.r), (nxt.r, nxt.r), (st.rhat, st.rhat)]
-            )
+            rho_next, rr = _fused_dot(grid, [(st.rhat, nxt.r), (nxt.r, nxt.r)])
             it = st.it + 1
             # Restart (r^ = r, p = r) when r^ and r become nearly orthogonal: in fp16 the
             # next alpha would otherwise blow up.
-            restart = jnp.abs(rho_next) < _RESTART * jnp.sqrt(rr * hh)
+            restart = jnp.abs(rho_next) < _RESTART * jnp.sqrt(rr * st.hh)
+            hh = jnp.where(restart, rr, st.hh)
             rhat = lax.cond(restart, lambda: nxt.r, lambda: st.rhat)
             rho_next = jnp.where(restart, rr, rho_next)
             bad = ~jnp.isfinite(rr) | (rho_next == 0) | (nxt.omega == 0)
@@ -196,6 +197,7 @@ def bicgstab(
                 history=hist,
                 breakdown=bad,
                 restart=restart,
+                hh=hh,
             )
             return done, rho_next
 
