@@ -124,7 +124,11 @@ def _spec_run(target, draft, gamma, prompt, sampling, repeats):
 def bench_speculative(quick: bool, repeats: int, gamma: int = 4) -> dict:
     from wse_inference.engine import SamplingParams
     from wse_inference.loading import truncated_model
-    from wse_inference.speculative import AcceptanceStats, expected_speedup
+    from wse_inference.speculative import (
+        AcceptanceStats,
+        expected_speedup,
+        expected_tokens_per_pass,
+    )
 
     prompt = list(range(1, 17))
     sampling = SamplingParams(max_tokens=60 if quick else 120, temperature=1.0)
@@ -146,7 +150,12 @@ def bench_speculative(quick: bool, repeats: int, gamma: int = 4) -> dict:
         stats.beta_sum += s["alpha"]
         stats.beta_count += 1
     spec_rate = max(r.tokens_per_s for r in runs)
-    c = t_rate / d_rate  # draft step time / target step time
+    from wse_inference.studies.leviathan23_speculative import forward_ms
+
+    draft = truncated_model(t, 1)
+    t_step = forward_ms(t.config, t.params, 1)
+    c = forward_ms(draft.config, draft.params, 1) / t_step  # draft step / target step
+    v = forward_ms(t.config, t.params, gamma + 1) / t_step  # verification pass / target step
     return {
         "target_layers": layers,
         "draft_layers": 1,
@@ -161,6 +170,9 @@ def bench_speculative(quick: bool, repeats: int, gamma: int = 4) -> dict:
         "speculative_tokens_per_s": spec_rate,
         "speedup": spec_rate / t_rate,
         "leviathan_speedup": expected_speedup(stats.alpha, gamma, c),
+        "verify_cost_ratio": v,
+        "formula_with_verify_cost": expected_tokens_per_pass(stats.alpha, gamma) / (gamma * c + v),
+        "plain_draft_over_target_rate": d_rate / t_rate,
     }
 
 
