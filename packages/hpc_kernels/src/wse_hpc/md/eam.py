@@ -77,7 +77,7 @@ def geometry(wafer: Wafer) -> Geometry:
 
 
 def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
-    """Declare the per-PE SRAM: atom state, the two window buffers and the tables.
+    """Declare the per-PE SRAM: atom state, the marching row-window buffers and the tables.
 
     Tables are stored as fp32 knot values (4 B per knot); a PE rebuilds a knot's cubic from
     the six values around it, as LAMMPS's `interpolate` does, so the tables need
@@ -88,8 +88,9 @@ def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
     n_rho_tables = ne * ne if pot.kind == "fs" else ne
     sizes = {
         "md.atom": NFIELDS * 4 + 4 * 4,  # packed state + rho, fp, energy, virial
-        "md.window_positions": plan.window_pes * 4 * 4,
-        "md.window_fp": plan.window_pes * 4,
+        # marching: a PE holds its own row window and the two passing through (N and S),
+        # each 2 k_cols + 1 PEs of x, y, z, species (and F' in phase 2), never the whole window
+        "md.row_windows": 3 * (2 * plan.k_cols + 1) * 5 * 4,
         "md.tables": 4 * (ne * pot.nrho + (n_rho_tables + ne * (ne + 1) // 2) * pot.nr),
     }
     for name in sizes:
@@ -246,7 +247,7 @@ def _overflow(wafer, state, geo: Geometry, plan: EamPlan, cutoff: float):
 def _pairs(pos_i, sp_i, slab, box, cutoff: float, own_row: bool, kc: int):
     """Displacements (R, C, 3, M) to a slab's atoms, distances (R, C, M) and the pair mask."""
     d = slab[:, :, :3] - pos_i[..., None]
-    d = d - box[:, None] * jnp.round(d / box[:, None])
+    d = d - box[:, None] * jnp.round(d * (1.0 / box[:, None]))
     r2 = jnp.sum(d * d, axis=2)
     valid = (sp_i[..., None] >= 0) & (slab[:, :, 3] >= 0) & (r2 < cutoff * cutoff)
     if own_row:
