@@ -33,7 +33,7 @@ from wse_core import fabric
 from wse_core.errors import SramBudgetError, WseError
 from wse_core.wafer import Wafer
 
-from wse_hpc.md.mapping import ATOM_ID, NFIELDS, SPECIES
+from wse_hpc.md.mapping import NFIELDS, SPECIES
 from wse_hpc.md.potentials import EamPotential
 
 __all__ = ["EamPlan", "EamOutput", "EamFns", "Geometry", "eam", "geometry", "sram_plan"]
@@ -348,6 +348,3 @@ def _exchange(wafer, state, axis: int, key: int, parity: int, geo: Geometry):
     take_prev = second & real & (prv[..., SPECIES] >= 0) & (prv[..., key] > mine)
     out = jnp.where(take_next[..., None], nxt, state)
     return jnp.where(take_prev[..., None], prv, out)
-
-
-_ = ATOM_ID  # the id travels with the packed state through every exchange
