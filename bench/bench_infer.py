@@ -152,9 +152,8 @@ def bench_speculative(quick: bool, repeats: int, gamma: int = 4) -> dict:
     spec_rate = max(r.tokens_per_s for r in runs)
     from wse_inference.studies.leviathan23_speculative import forward_ms
 
-    draft = truncated_model(t, 1)
     t_step = forward_ms(t.config, t.params, 1)
-    c = forward_ms(draft.config, draft.params, 1) / t_step  # draft step / target step
+    c = t_rate / d_rate  # draft decode step / target decode step (sampling included)
     v = forward_ms(t.config, t.params, gamma + 1) / t_step  # verification pass / target step
     return {
         "target_layers": layers,
@@ -172,7 +171,6 @@ def bench_speculative(quick: bool, repeats: int, gamma: int = 4) -> dict:
         "leviathan_speedup": expected_speedup(stats.alpha, gamma, c),
         "verify_cost_ratio": v,
         "formula_with_verify_cost": expected_tokens_per_pass(stats.alpha, gamma) / (gamma * c + v),
-        "plain_draft_over_target_rate": d_rate / t_rate,
     }
 
 
@@ -183,10 +181,10 @@ def bench_throughput(quick: bool, repeats: int) -> list[dict]:
     m = _model(4, 128 if quick else 256, 2048)
     n = 24 if quick else 48
     rows = []
-    for stages in (1, 2, 4):
+    for stages, devices in ((1, 1), (2, 1), (4, 1), (2, 2), (4, 2)):
         prompts = [list(range(1 + u, 17 + u)) for u in range(stages)]
         samplings = [SamplingParams(max_tokens=n, temperature=0.0)] * stages
-        eng = PipelineEngine(m, stages=stages, max_context=16 + n)
+        eng = PipelineEngine(m, stages=stages, max_context=16 + n, mesh_rows=devices)
         secs, _ = _best(
             lambda e=eng, p=prompts, s=samplings: e.generate_all(p, s, steps_per_call=8), repeats
         )
@@ -194,6 +192,7 @@ def bench_throughput(quick: bool, repeats: int) -> list[dict]:
             {
                 "stages": stages,
                 "users": stages,
+                "devices": devices,
                 "tokens_per_s": stages * n / secs,
                 "per_user_tokens_per_s": n / secs,
             }
