@@ -15,7 +15,7 @@ import os
 
 import typer
 
-from wse_cli import __version__
+from wse_cli import __version__, multiprocess
 from wse_cli.commands import demo, experiments, hpc, infer, launch, train, wafer
 from wse_cli.errors import WseGroup
 
@@ -42,42 +42,15 @@ def root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
-    num_processes: int = typer.Option(
-        None,
-        "--num_processes",
-        envvar="WSE_NUM_PROCESSES",
-        help="Processes in a multi-process run.",
-    ),
-    process_id: int = typer.Option(
-        None, "--process_id", envvar="WSE_PROCESS_ID", help="This process's index (0..N-1)."
-    ),
-    coordinator: str = typer.Option(
-        None, "--coordinator", envvar="WSE_COORDINATOR", help="HOST:PORT of process 0."
-    ),
+    num_processes: int = multiprocess.NUM_PROCESSES,
+    process_id: int = multiprocess.PROCESS_ID,
+    coordinator: str = multiprocess.COORDINATOR,
 ) -> None:
     from wse_core.runtime import configure
 
     configure(devices)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    join_processes(num_processes, process_id, coordinator)
-
-
-def join_processes(num_processes: int | None, process_id: int | None, coordinator: str | None):
-    """Join a multi-process run when asked (flags, WSE_* variables or a cluster launcher).
-
-    Commands that take --num_processes/--process_id/--coordinator themselves call this too;
-    joining twice is harmless."""
-    from wse_core import distributed
-
-    if (num_processes, process_id, coordinator) == (None, None, None) and not (
-        distributed.cluster_detected()
-    ):
-        return None
-    import jax
-
-    if jax.distributed.is_initialized():
-        return None
-    return distributed.initialize(num_processes, process_id, coordinator)
+    multiprocess.join(num_processes, process_id, coordinator)
 
 
 for module in (wafer, hpc, train, infer, experiments, launch, demo):

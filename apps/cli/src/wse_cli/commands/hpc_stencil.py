@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 
+from wse_cli import multiprocess
 from wse_cli.errors import fail
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
@@ -32,8 +33,12 @@ def stencil(
     defect_seed: int = typer.Option(None, "--defect-seed", help="Draw and repair defects."),
     png: Path = typer.Option(None, "--png", help="Write a slice and the history as PNG."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    num_processes: int = multiprocess.NUM_PROCESSES,
+    process_id: int = multiprocess.PROCESS_ID,
+    coordinator: str = multiprocess.COORDINATOR,
 ) -> None:
     """Run a stencil kernel on the emulated wafer and predict its wafer time."""
+    multiprocess.join(num_processes, process_id, coordinator)
     if kind not in KINDS:
         from wse_core import suggest
 
@@ -55,8 +60,10 @@ def stencil(
         block_z=block_z,
         defect_seed=defect_seed,
     )
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, quiet=not multiprocess.is_primary())
     run = _run_with_progress(console, cfg, run_stencil)
+    if not multiprocess.is_primary():
+        return  # every process computed the same run; process 0 reports it
     if png is not None:
         from wse_hpc.stencil.plots import plot_run
 

@@ -1,0 +1,48 @@
+"""Multi-process options shared by the commands that can span processes (train, hpc stencil,
+hpc md) and by the root callback: `--num_processes N --process_id I --coordinator HOST:PORT`,
+or the WSE_* variables `wse launch` sets, or a cluster launcher's (SLURM's) environment.
+
+`join` connects this process to the run before the command touches JAX (joining twice is
+harmless); `is_primary()` says whether this process writes what people read.
+"""
+
+from __future__ import annotations
+
+import typer
+
+__all__ = ["NUM_PROCESSES", "PROCESS_ID", "COORDINATOR", "join", "is_primary"]
+
+NUM_PROCESSES = typer.Option(
+    None, "--num_processes", envvar="WSE_NUM_PROCESSES", help="Processes in a multi-process run."
+)
+PROCESS_ID = typer.Option(
+    None, "--process_id", envvar="WSE_PROCESS_ID", help="This process's index (0..N-1)."
+)
+COORDINATOR = typer.Option(
+    None, "--coordinator", envvar="WSE_COORDINATOR", help="HOST:PORT of process 0."
+)
+
+
+def join(num_processes: int | None, process_id: int | None, coordinator: str | None) -> None:
+    """Join a multi-process run when one is asked for; a no-op otherwise."""
+    from wse_core import distributed
+
+    asked = (num_processes, process_id, coordinator) != (None, None, None)
+    if not asked and not distributed.cluster_detected():
+        return
+    import jax
+
+    if jax.distributed.is_initialized():
+        return
+    distributed.initialize(num_processes, process_id, coordinator)
+
+
+def is_primary() -> bool:
+    """True in process 0 of a run, and in a single-process run (imports JAX only if needed)."""
+    import sys
+
+    if "jax" not in sys.modules:
+        return True
+    import jax
+
+    return jax.process_index() == 0
