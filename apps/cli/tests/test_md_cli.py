@@ -72,7 +72,9 @@ def test_steps_zero_writes_energies_and_forces_equal_to_the_oracle(cu_file, tmp_
     )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    frame = read_xyz(out)[0]
+    frames = read_xyz(out)
+    assert len(frames) == 1
+    frame = frames[0]
     pot = read_potential(cu_file)
     ref = eam_reference(pot, frame.positions_A, frame.species(pot.elements), frame.box_A)
     # fp32 kernel: per-atom energies to ~1e-6 eV, the perfect crystal's forces vanish
@@ -101,3 +103,34 @@ def test_malformed_potential_names_the_line(tmp_path):
     bad.write_text("c\nc\nc\n1 Cu\n100 0.1 100 0.05 4.0\n29 63.5 3.6 fcc\n1.0 x\n")
     r = runner.invoke(app, ["hpc", "md", *LATTICE, "--potential", str(bad)])
     assert r.exit_code == 2 and "line 7 field 2" in r.output
+
+
+@pytest.mark.slow
+def test_a_run_writes_one_frame_per_thermo_row(cu_file, tmp_path):
+    from wse_hpc.md import read_xyz
+
+    out = tmp_path / "traj.xyz"
+    r = runner.invoke(
+        app,
+        [
+            "hpc",
+            "md",
+            *LATTICE,
+            "--potential",
+            str(cu_file),
+            "--steps",
+            "4",
+            "--thermo-every",
+            "2",
+            "--temperature-K",
+            "300",
+            "--out",
+            str(out),
+            "--preset",
+            "small",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert "Performance:" in r.output and "timesteps/s" in r.output
+    frames = read_xyz(out)
+    assert len(frames) == 3 and frames[2].velocities_A_ps is not None

@@ -97,11 +97,11 @@ def _structure(path, lattice, element, a, cells):
 def _run(s, pot, cfg, out, as_json) -> None:
     import jax
     from rich.console import Console
+    from wse_hpc.md import write_xyz
     from wse_hpc.md.simulate import run_md
     from wse_hpc.md.thermo import format_header, format_row, performance_line
 
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)
-    frames = []
     if not as_json:
         console.print(
             f"{s.num_atoms} atoms, {', '.join(pot.elements)} ({pot.kind}), "
@@ -113,13 +113,12 @@ def _run(s, pot, cfg, out, as_json) -> None:
         if not as_json:
             console.print(format_row(row))
 
-    with jax.enable_x64(cfg.dtype == "float64"):
-        res = run_md(s, pot, cfg, on_thermo=on_row)
-    if out is not None:
-        from wse_hpc.md import write_xyz
+    def on_frame(step, frame):
+        if out is not None:  # one frame per thermo row: a trajectory
+            write_xyz(out, [frame], append=step > 0, info={"step": step})
 
-        write_xyz(out, [res.structure], info={"step": res.steps})
-        frames.append(str(out))
+    with jax.enable_x64(cfg.dtype == "float64"):
+        res = run_md(s, pot, cfg, on_thermo=on_row, on_frame=on_frame if out else None)
     summary = _summary(res, cfg, s.num_atoms)
     if as_json:
         typer.echo(json.dumps(summary, default=float))

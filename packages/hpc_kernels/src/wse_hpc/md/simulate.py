@@ -141,8 +141,10 @@ def run_md(
     pot: EamPotential,
     config: MdConfig,
     on_thermo: Callable[[ThermoRow], None] | None = None,
+    on_frame: Callable[[int, Structure], None] | None = None,
 ) -> MdResult:
-    """Run `config.steps` steps (0: evaluate energies and forces only)."""
+    """Run `config.steps` steps (0: evaluate energies and forces only); `on_thermo` gets
+    each thermo row, `on_frame(step, structure)` the structure at each row."""
     species, masses, vel = _prepare(structure, pot, config)
     n, box = structure.num_atoms, np.asarray(structure.box_A, dtype=np.float64)
     wafer = _wafer(n, config)
@@ -168,6 +170,8 @@ def run_md(
     rows = [_row(0, wafer, state, out, masses, n, structure.volume_A3)]
     if on_thermo:
         on_thermo(rows[-1])
+    if on_frame:
+        on_frame(0, _final_structure(structure, wafer, state, out, pot, n, box))
     key = jax.random.key(config.seed)
     done, loop_s, replans = 0, 0.0, 0
     while done < config.steps:
@@ -190,6 +194,8 @@ def run_md(
         rows.append(_row(done, wafer, state, out, masses, n, structure.volume_A3))
         if on_thermo:
             on_thermo(rows[-1])
+        if on_frame:
+            on_frame(done, _final_structure(structure, wafer, state, out, pot, n, box))
     final = _final_structure(structure, wafer, state, out, pot, n, box)
     return MdResult(
         final,
