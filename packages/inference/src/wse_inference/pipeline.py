@@ -86,14 +86,22 @@ def _stage_apply(config, sp, valid, h, pos, ck, cv, slot):
     """One stage on one slot's token: h [d] through the stage's layers; cache rows updated."""
     from wse_models import LayerCache, apply_layer
 
-    def body(x, xs):
-        lp, ok, k, v = xs
+    def body(carry, xs):
+        # The stage's cache rides in the carry and is updated in place, one layer at a time.
+        x, ck, cv = carry
+        lp, ok, i = xs
+        at = (i, slot, 0, 0, 0)
+        size = (1, 1, *ck.shape[2:])
+        k = lax.dynamic_slice(ck, at, size)[0]
+        v = lax.dynamic_slice(cv, at, size)[0]
         y, lc = apply_layer(config, lp, x, pos[None, None], LayerCache(k, v))
-        return jnp.where(ok, y, x), (lc.k, lc.v)
+        ck = lax.dynamic_update_slice(ck, lc.k[None].astype(ck.dtype), at)
+        cv = lax.dynamic_update_slice(cv, lc.v[None].astype(cv.dtype), at)
+        return (jnp.where(ok, y, x), ck, cv), None
 
-    ks, vs = ck[:, slot][:, None], cv[:, slot][:, None]
-    out, (k2, v2) = lax.scan(body, h[None, None], (sp, valid, ks, vs))
-    return out[0, 0], ck.at[:, slot].set(k2[:, 0]), cv.at[:, slot].set(v2[:, 0])
+    layers = jnp.arange(valid.shape[0])
+    (out, ck, cv), _ = lax.scan(body, (h[None, None], ck, cv), (sp, valid, layers))
+    return out[0, 0], ck, cv
 
 
 def _tick(config, wafer, stages, head, sparams, valid, k, st: PipeState):
