@@ -17,6 +17,7 @@ from pathlib import Path
 
 import typer
 
+from wse_cli import multiprocess
 from wse_cli.errors import WseGroup, fail
 
 app = typer.Typer(
@@ -53,10 +54,14 @@ def md(
     preset: str = typer.Option("wse3", "--preset", help="Wafer preset (its PE grid)."),
     defect_seed: int = typer.Option(None, "--defect-seed", help="Draw and repair defects."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    num_processes: int = multiprocess.NUM_PROCESSES,
+    process_id: int = multiprocess.PROCESS_ID,
+    coordinator: str = multiprocess.COORDINATOR,
 ) -> None:
     """Run EAM molecular dynamics on the emulated wafer (see `wse hpc md --help`)."""
     if ctx.invoked_subcommand is not None:
         return
+    multiprocess.join(num_processes, process_id, coordinator)
     if not potential:
         fail("--potential FILE is required (or use `wse hpc md potential` to make one)")
     if precision not in ("fp32", "fp64"):
@@ -101,7 +106,8 @@ def _run(s, pot, cfg, out, as_json) -> None:
     from wse_hpc.md.simulate import run_md
     from wse_hpc.md.thermo import format_header, format_row, performance_line
 
-    console = Console(stderr=as_json, highlight=False, soft_wrap=True)
+    primary = multiprocess.is_primary()  # every process runs the same MD; process 0 reports
+    console = Console(stderr=as_json, highlight=False, soft_wrap=True, quiet=not primary)
     if not as_json:
         console.print(
             f"{s.num_atoms} atoms, {', '.join(pot.elements)} ({pot.kind}), "
@@ -114,12 +120,14 @@ def _run(s, pot, cfg, out, as_json) -> None:
             console.print(format_row(row))
 
     def on_frame(step, frame):
-        if out is not None:  # one frame per thermo row: a trajectory
+        if out is not None and primary:  # one frame per thermo row: a trajectory
             write_xyz(out, [frame], append=step > 0, info={"step": step})
 
     with jax.enable_x64(cfg.dtype == "float64"):
         res = run_md(s, pot, cfg, on_thermo=on_row, on_frame=on_frame if out else None)
     summary = _summary(res, cfg, s.num_atoms)
+    if not primary:
+        return
     if as_json:
         typer.echo(json.dumps(summary, default=float))
         return

@@ -4,7 +4,8 @@ Each child gets `WSE_NUM_PROCESSES`, `WSE_PROCESS_ID`, `WSE_COORDINATOR` (a free
 port) and `WSE_DEVICES` (virtual CPU devices per process), which the `wse` root callback
 hands to `wse_core.distributed.initialize`. The launcher watches its children: when one
 exits with an error, the others are stopped (SIGTERM, then SIGKILL after a grace period) and
-the launcher exits 1 naming the process — a dead peer never leaves the rest hanging.
+the launcher exits 1 naming the process (2 when the child
+rejected its input) — a dead peer never leaves the rest hanging.
 On a real cluster, start one `wse ...` per host with --num_processes/--process_id/
 --coordinator (or under SLURM with none of them) instead.
 """
