@@ -158,3 +158,13 @@ def test_bad_calls_are_clear_errors():
         fabric.broadcast(w, xs, "row", 8)
     with pytest.raises(PlacementError, match="shape"):
         w.place(np.zeros((8, 7)))
+
+
+def test_periodic_shift_by_whole_turns_is_identity():
+    w = _wafer((1, 6), (1, 2))
+    x = _data((1, 6), seed=4)
+    xs = w.place(x)
+    np.testing.assert_array_equal(w.gather(fabric.shift(w, xs, "S", boundary="periodic")), x)
+    np.testing.assert_array_equal(
+        w.gather(fabric.shift(w, xs, "E", boundary="periodic", distance=7)), np.roll(x, 7, 1)
+    )

@@ -263,9 +263,13 @@ def shift(
         raise WseError(f"shift distance must be positive, got {distance}")
     axis, sign = _direction(direction)
     block = wafer.block_shape[axis]
-    d = distance
+    size = (wafer.rows, wafer.cols)[axis]
+    # A periodic shift by a whole number of turns is the identity (e.g. a 1-PE ring).
+    d = distance % size if boundary == "periodic" else distance
 
     def on_block(b):
+        if d == 0:
+            return b
         if sign > 0:
             return _take(_extend(b, wafer, axis, d, 0, boundary), axis, 0, block)
         return _take(_extend(b, wafer, axis, 0, d, boundary), axis, d, d + block)
@@ -273,7 +277,7 @@ def shift(
     w = _words_per_pe(x)
     mean_h, max_h = _hops(wafer, axis)
     n = wafer.num_pes
-    _record(wafer, f"shift{direction}", n * w, n * w * d * mean_h, w, d * max_h)
+    _record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, distance * max_h)
     return _on_blocks(wafer, on_block, x)
 
 
