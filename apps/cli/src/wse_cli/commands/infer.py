@@ -7,8 +7,9 @@ import typer
 from wse_cli.commands import infer_generate, infer_serve
 from wse_cli.errors import WseGroup
 
-app = typer.Typer(cls=WseGroup, help="Generate, serve and load-test language models.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    cls=WseGroup, help="Generate, serve and load-test language models.", no_args_is_help=True
+)
 for module in (infer_generate, infer_serve):
     module.register(app)
 
