@@ -16,12 +16,12 @@ import typer
 # (title, "module:function"). Each workload appends its part.
 DEMO_PARTS: list[tuple[str, str]] = [
     ("The wafer: spec, defects, a fabric collective", "wse_cli.commands.demo:wafer_part"),
-    ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.serve_demo:part"),
     ("HPC: BiCGSTAB and the 25-point stencil", "wse_hpc.stencil.demo:part"),
-    ("Training: weight streaming, a model for inference", "wse_trainer.demo:part"),
-    ("Inference: pipelined and speculative decoding", "wse_inference.demo:part"),
     ("HPC: TLR-MVM of a seismic operator", "wse_hpc.tlrmvm.demo:part"),
     ("HPC: EAM molecular dynamics, one atom per PE", "wse_hpc.md.experiments:part"),
+    ("Training: weight streaming, a model for inference", "wse_trainer.demo:part"),
+    ("Inference: pipelined and speculative decoding", "wse_inference.demo:part"),
+    ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.serve_demo:part"),
 ]
 
 
