@@ -44,7 +44,7 @@ def from_env() -> tuple[int | None, int | None, str | None]:
 
     def _int(name: str) -> int | None:
         value = os.environ.get(name)
-        if value in (None, ""):
+        if not value:
             return None
         try:
             return int(value)
