@@ -90,6 +90,7 @@ def test_steps_zero_writes_energies_and_forces_equal_to_the_oracle(cu_file, tmp_
         (["--steps", "1", "--dt-fs", "0"], "timestep must be positive"),
         (["--element", "Zr"], "no parameters for Zr"),
         (["--thermostat", "nose"], "unknown thermostat"),
+        (["--thermostat", "nose-hoover"], "nose-hoover needs"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(cu_file, args, message):

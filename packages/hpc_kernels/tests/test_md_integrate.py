@@ -121,3 +121,56 @@ def test_nve_drift_no_worse_than_lammps_and_same_trajectory(tmp_path):
     # the first 100 steps follow LAMMPS's trajectory (chaos separates them later)
     assert ours.thermo[1].pe == pytest.approx(ref["thermo"][1][1], rel=1e-6)
     assert ours.thermo[0].press == pytest.approx(ref["thermo"][0][5], rel=1e-6)
+
+
+def _hot_crystal(temperature_K: float):
+    s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
+    s.velocities_A_ps = maxwell_boltzmann([POT.masses_amu[0]] * s.num_atoms, temperature_K, seed=3)
+    return s
+
+
+@pytest.mark.slow
+def test_nose_hoover_conserves_the_extended_energy_as_nve_conserves_etotal():
+    s = _hot_crystal(1000.0)
+    runs = {}
+    with jax.enable_x64(True):
+        for kind in ("nose-hoover", "none"):
+            cfg = MdConfig(
+                steps=1000,
+                thermostat=Thermostat(kind, 500.0, 100.0),
+                thermo_every=50,
+                dtype="float64",
+                mesh_shape=(1, 2),
+            )
+            runs[kind] = run_md(s, POT, cfg).thermo
+    nh, nve = runs["nose-hoover"], runs["none"]
+    drift = lambda rows: max(abs(r.econserve - rows[0].econserve) for r in rows) / s.num_atoms  # noqa: E731
+    # etotal + ecouple is the conserved quantity of the Nose-Hoover equations; the Trotter split
+    # is second order like velocity Verlet, so its error is the same size as NVE's
+    assert drift(nh) <= 2.0 * drift(nve)
+    # not vacuous: the bath exchanged far more energy than that error
+    assert abs(nh[-1].ecouple) / s.num_atoms > 50 * drift(nh)
+    assert all(r.ecouple == 0.0 for r in nve)
+
+
+@pytest.mark.slow
+def test_nose_hoover_time_averaged_temperature_is_the_target():
+    # from 1000 K (NVE would settle near 500 K) to a 300 K target, Tdamp 50 fs
+    s = _hot_crystal(1000.0)
+    cfg = MdConfig(
+        steps=4000,
+        thermostat=Thermostat("nose-hoover", 300.0, 50.0),
+        thermo_every=10,
+        mesh_shape=(1, 2),
+    )
+    temps = np.array([r.temp for r in run_md(s, POT, cfg).thermo])
+    # canonical: <T> = T0 with Nf = 3N - 3 (the thermostat's and the thermo's dof), and the
+    # instantaneous T fluctuates by T0 sqrt(2 / Nf) ~ 5 %; the last 2 ps hold ~9 periods of
+    # the bath (2 pi Tdamp / sqrt 2 ~ 0.22 ps), so their mean is good to ~2 %: allow 4 %
+    assert np.mean(temps[len(temps) // 2 :]) == pytest.approx(300.0, rel=0.04)
+    assert temps[0] == pytest.approx(1000.0)  # it started far from the target
+
+
+def test_nose_hoover_needs_a_positive_target():
+    with pytest.raises(WseError, match="nose-hoover needs"):
+        Thermostat("nose-hoover", 0.0, 100.0)

@@ -1,8 +1,9 @@
 """`wse hpc md`: EAM molecular dynamics on the emulated wafer, one atom per PE.
 
 `wse hpc md (--structure in.xyz | --lattice fcc --element Cu --a 3.615 --cells NX NY NZ)
---potential FILE [--steps N] [--dt-fs 1] [--temperature-K T] [--thermostat none|langevin]
-[--seed S] [--out traj.xyz] [--thermo-every K] [--json]` prints LAMMPS-style thermo rows and
+--potential FILE [--steps N] [--dt-fs 1] [--temperature-K T]
+[--thermostat none|langevin|nose-hoover] [--damp-fs TDAMP] [--seed S] [--out traj.xyz]
+[--thermo-every K] [--json]` prints LAMMPS-style thermo rows and
 a closing `Performance:` line, with the predicted wafer rate next to it; `--steps 0`
 evaluates energies and forces and writes them to `--out`.
 `wse hpc md potential --table zhou04 --elements Cu [Ni ...] --out FILE.eam.alloy` writes a
@@ -45,8 +46,12 @@ def md(
         "--temperature-K",
         help="Initial Maxwell-Boltzmann temperature and the thermostat target (K).",
     ),
-    thermostat: str = typer.Option("none", "--thermostat", help="none (NVE) | langevin"),
-    damp_fs: float = typer.Option(100.0, "--damp-fs", help="Langevin damping time (fs)."),
+    thermostat: str = typer.Option(
+        "none", "--thermostat", help="none (NVE) | langevin | nose-hoover"
+    ),
+    damp_fs: float = typer.Option(
+        100.0, "--damp-fs", help="Damping time (fs): Langevin damp, Nose-Hoover Tdamp."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of velocities and Langevin noise."),
     out: Path = typer.Option(None, "--out", help="Extended XYZ output (thermo frames)."),
     thermo_every: int = typer.Option(100, "--thermo-every", help="Thermo row every K steps."),

@@ -1,12 +1,22 @@
-"""Integrators over the packed per-PE state: velocity Verlet (NVE), Langevin (NVT), and
-seeded Maxwell–Boltzmann velocities. LAMMPS `metal` units: A, ps, eV, amu, K, bar.
+"""Integrators over the packed per-PE state: velocity Verlet (NVE), Langevin and
+Nosé–Hoover (NVT), and seeded Maxwell–Boltzmann velocities. LAMMPS `metal` units: A, ps, eV,
+amu, K, bar.
 
-Contract: `verlet(fns, masses_amu, dt_fs, thermostat)` returns `step_fn(state, geo, key) ->
-(state, EamOutput)`, one timestep as LAMMPS orders it: half kick + drift (`fix nve`
-initial_integrate), swap sweep (the map stays local), EAM forces, Langevin forces (LAMMPS
-`fix langevin`: -m v / damp + sqrt(24 kB T m / (damp dt)) (u - 1/2) per component, u uniform
-per PE and step), half kick. The state must carry the forces of its positions (compute them
-once with `with_forces` before the first step).
+Contract: `verlet(fns, masses_amu, dt_fs, thermostat, logical, n_atoms)` returns
+`step_fn(state, geo, key, bath) -> (state, EamOutput, bath)`, one timestep as LAMMPS orders
+it: [Nosé–Hoover half step] half kick + drift (`fix nve` initial_integrate), swap sweep (the
+map stays local), EAM forces, Langevin forces (LAMMPS `fix langevin`: -m v / damp +
+sqrt(24 kB T m / (damp dt)) (u - 1/2) per component, u uniform per PE and step), half kick
+[Nosé–Hoover half step]. The state must carry the forces of its positions (compute them once
+with `with_forces` before the first step).
+
+Nosé–Hoover is LAMMPS's `fix nvt temp T T Tdamp tchain 1`: one thermostat variable with
+velocity xi (1/ps) and position eta, mass Q = Nf kB T Tdamp^2 (Nf = 3N - 3), integrated by the
+symmetric Trotter split of `FixNH::nhc_temp_integrate` (xi += dt/4 G; v *= exp(-xi dt/2);
+eta += xi dt/2; xi += dt/4 G with G = (2 KE - Nf kB T) / Q) around the velocity-Verlet step.
+`bath` = [xi, eta] (`initial_bath()`); the kinetic energy is a fabric reduction over the PEs.
+The conserved quantity is etotal + `bath_energy(bath, thermostat, n_atoms)` (LAMMPS
+`ecouple` = Nf kB T eta + Q xi^2 / 2).
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from wse_core import fabric
 from wse_core.errors import WseError
 
 from wse_hpc.md.eam import EamFns, EamOutput, Geometry
@@ -31,6 +42,8 @@ __all__ = [
     "verlet",
     "with_forces",
     "maxwell_boltzmann",
+    "initial_bath",
+    "bath_energy",
 ]
 
 BOLTZ_EV_K = 8.617343e-5  # LAMMPS metal units
@@ -41,17 +54,25 @@ NKTV2P = 1.6021765e6  # eV / A^3 -> bar
 
 @dataclasses.dataclass(frozen=True)
 class Thermostat:
-    """`kind` "none" (NVE) or "langevin" at `temperature_K` with damping time `damp_fs`."""
+    """`kind` "none" (NVE), "langevin" or "nose-hoover" at `temperature_K` with damping time
+    `damp_fs` (LAMMPS's `damp` of fix langevin, `Tdamp` of fix nvt)."""
 
     kind: str = "none"
     temperature_K: float = 0.0
     damp_fs: float = 100.0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("none", "langevin"):
-            raise WseError(f"unknown thermostat {self.kind!r}; use 'none' or 'langevin'")
+        if self.kind not in KINDS:
+            raise WseError(
+                f"unknown thermostat {self.kind!r}; use one of {', '.join(repr(k) for k in KINDS)}"
+            )
         if self.kind == "langevin" and not (self.temperature_K >= 0 and self.damp_fs > 0):
             raise WseError("langevin needs --temperature-K >= 0 and a positive damping time")
+        if self.kind == "nose-hoover" and not (self.temperature_K > 0 and self.damp_fs > 0):
+            raise WseError("nose-hoover needs --temperature-K > 0 and a positive Tdamp")
+
+
+KINDS = ("none", "langevin", "nose-hoover")
 
 
 def _mass(state, masses_amu: jax.Array):
@@ -83,16 +104,68 @@ def _langevin(state, masses, thermo: Thermostat, dt_ps: float, key, logical: tup
     return gamma1 * state[..., VEL] + gamma2 * jnp.pad(u, pad)
 
 
-def verlet(fns: EamFns, masses_amu, dt_fs: float, thermostat: Thermostat, logical: tuple[int, int]):
-    """The timestep function (see the module docstring)."""
+def _nh_mass(thermo: Thermostat, n_atoms: int) -> tuple[float, float]:
+    """(Nf kB T, Q) in eV and eV ps^2 for LAMMPS's fix nvt (t_freq = 1 / Tdamp)."""
+    ke_target = max(3 * n_atoms - 3, 1) * BOLTZ_EV_K * thermo.temperature_K
+    return ke_target, ke_target * (thermo.damp_fs / 1000.0) ** 2
+
+
+def initial_bath(dtype=jnp.float32) -> jax.Array:
+    """The thermostat state [xi (1/ps), eta] at rest."""
+    return jnp.zeros((2,), dtype)
+
+
+def bath_energy(bath, thermostat: Thermostat, n_atoms: int) -> float:
+    """LAMMPS's `ecouple` of fix nvt (eV): Nf kB T eta + Q xi^2 / 2; 0 without Nosé–Hoover."""
+    if thermostat.kind != "nose-hoover":
+        return 0.0
+    xi, eta = (float(v) for v in np.asarray(bath, dtype=np.float64))
+    ke_target, q = _nh_mass(thermostat, n_atoms)
+    return ke_target * eta + 0.5 * q * xi * xi
+
+
+def _nose_hoover_half(wafer, state, masses, bath, ke_target: float, q: float, dt_ps: float):
+    """FixNH::nhc_temp_integrate with one chain element: a symmetric half step of the bath,
+    the velocities scaled by exp(-xi dt / 2). 2 KE is one fabric sum over the PEs."""
+    m = _mass(state, masses)[..., 0]
+    held = state[..., SPECIES] >= 0
+    vv = jnp.sum(state[..., VEL] ** 2, axis=-1)
+    ke2 = MVV2E * fabric.reduce(wafer, jnp.where(held, m * vv, 0.0), "sum")  # 2 KE, eV
+    xi, eta = bath[0], bath[1]
+    xi = xi + 0.25 * dt_ps * (ke2 - ke_target) / q
+    scale = jnp.exp(-0.5 * dt_ps * xi)
+    state = state.at[..., VEL].multiply(scale.astype(state.dtype))
+    ke2 = ke2 * scale * scale
+    eta = eta + 0.5 * dt_ps * xi
+    xi = xi + 0.25 * dt_ps * (ke2 - ke_target) / q
+    return state, jnp.stack([xi, eta]).astype(bath.dtype)
+
+
+def verlet(
+    fns: EamFns,
+    masses_amu,
+    dt_fs: float,
+    thermostat: Thermostat,
+    logical: tuple[int, int],
+    n_atoms: int = 0,
+    wafer=None,
+):
+    """The timestep function (see the module docstring); Nosé–Hoover needs `n_atoms` and
+    the `wafer` (its kinetic-energy reduction)."""
     if not dt_fs > 0:
         raise WseError(f"the timestep must be positive, got dt = {dt_fs} fs")
     dt_ps = dt_fs / 1000.0
     masses_np = np.asarray(masses_amu, dtype=np.float64)
+    nose_hoover = thermostat.kind == "nose-hoover"
+    if nose_hoover and (wafer is None or n_atoms < 2):
+        raise WseError("nose-hoover needs the wafer and at least 2 atoms")
+    ke_target, q = _nh_mass(thermostat, n_atoms) if nose_hoover else (0.0, 1.0)
 
-    def step_fn(state: jax.Array, geo: Geometry, key: jax.Array):
+    def step_fn(state: jax.Array, geo: Geometry, key: jax.Array, bath: jax.Array):
         masses = jnp.asarray(masses_np, state.dtype)
         held = state[..., SPECIES] >= 0
+        if nose_hoover:
+            state, bath = _nose_hoover_half(wafer, state, masses, bath, ke_target, q, dt_ps)
         state = _kick(state, masses, 0.5 * dt_ps, held)
         state = state.at[..., POS].add(jnp.where(held[..., None], dt_ps * state[..., VEL], 0.0))
         state = fns.sort_fn(state, geo)
@@ -102,7 +175,10 @@ def verlet(fns: EamFns, masses_amu, dt_fs: float, thermostat: Thermostat, logica
         if thermostat.kind == "langevin":
             forces = forces + _langevin(state, masses, thermostat, dt_ps, key, logical)
         state = state.at[..., FORCE].set(jnp.where(held[..., None], forces, 0.0))
-        return _kick(state, masses, 0.5 * dt_ps, held), out
+        state = _kick(state, masses, 0.5 * dt_ps, held)
+        if nose_hoover:
+            state, bath = _nose_hoover_half(wafer, state, masses, bath, ke_target, q, dt_ps)
+        return state, out, bath
 
     return step_fn
 

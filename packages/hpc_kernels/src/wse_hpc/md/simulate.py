@@ -26,7 +26,14 @@ from wse_core.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping
 from wse_hpc.md.eam import EamOutput, EamPlan, eam, geometry, sram_plan
-from wse_hpc.md.integrate import Thermostat, maxwell_boltzmann, verlet, with_forces
+from wse_hpc.md.integrate import (
+    Thermostat,
+    bath_energy,
+    initial_bath,
+    maxwell_boltzmann,
+    verlet,
+    with_forces,
+)
 from wse_hpc.md.lattice import Structure, check_structure
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.thermo import ThermoRow, thermo_row
@@ -68,10 +75,11 @@ class MdResult:
 class _Runner:
     """Compiled functions for one window plan."""
 
-    def __init__(self, wafer, pot, plan, config, masses):
+    def __init__(self, wafer, pot, plan, config, masses, n_atoms):
         self.wafer, self.plan = wafer, plan
         self.fns = eam(wafer, pot, plan)
-        step = verlet(self.fns, masses, config.dt_fs, config.thermostat, (wafer.rows, wafer.cols))
+        logical = (wafer.rows, wafer.cols)
+        step = verlet(self.fns, masses, config.dt_fs, config.thermostat, logical, n_atoms, wafer)
         self.forces = jax.jit(self.fns.forces_fn)
         self._step = step
         self._chunks: dict[int, Callable] = {}
@@ -81,17 +89,18 @@ class _Runner:
         if n not in self._chunks:
             step = self._step
 
-            def run(state, geo, key, step0, out: EamOutput):
+            def run(state, geo, key, step0, out: EamOutput, bath):
                 def cond(c):
                     return (c[0] < n) & ~c[2].overflow
 
                 def body(c):
-                    i, st, _ = c
-                    st2, out2 = step(st, geo, jax.random.fold_in(key, step0 + i))
-                    return i + 1, st2, out2
+                    i, st, _, b = c
+                    st2, out2, b2 = step(st, geo, jax.random.fold_in(key, step0 + i), b)
+                    return i + 1, st2, out2, b2
 
-                i, st, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
-                return st, out, i
+                c0 = (jnp.int32(0), state, out, bath)
+                i, st, out, bath = jax.lax.while_loop(cond, body, c0)
+                return st, out, i, bath
 
             self._chunks[n] = jax.jit(run).lower(*args).compile()
         return self._chunks[n]
@@ -159,7 +168,7 @@ def run_md(
     plan = _plan(state_np, box, pot, config, wafer)
     sram = sram_plan(wafer, pot, plan)
     geo = geometry(wafer)
-    runner = _Runner(wafer, pot, plan, config, masses)
+    runner = _Runner(wafer, pot, plan, config, masses, n)
     t0 = time.perf_counter()
     state = wafer.place(state_np)
     out = runner.forces(state, geo)
@@ -167,7 +176,9 @@ def run_md(
     while bool(out.overflow):  # the margin makes this rare; the fallback is the whole grid
         state, out, runner, plan, sram = _replan(state, wafer, pot, config, masses, box, plan, geo)
     compile_s = time.perf_counter() - t0
-    rows = [_row(0, wafer, state, out, masses, n, structure.volume_A3)]
+    bath = initial_bath(dtype)
+    ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
+    rows = [_row(0, wafer, state, out, masses, n, structure.volume_A3, ecouple(bath))]
     if on_thermo:
         on_thermo(rows[-1])
     if on_frame:
@@ -176,12 +187,12 @@ def run_md(
     done, loop_s, replans = 0, 0.0, 0
     while done < config.steps:
         todo = min(config.thermo_every, config.steps - done)
-        args = (state, geo, key, jnp.int32(done), out)
+        args = (state, geo, key, jnp.int32(done), out, bath)
         t_c = time.perf_counter()
         compiled = runner.chunk(todo, *args)
         compile_s += time.perf_counter() - t_c
         t_r = time.perf_counter()
-        new_state, new_out, ran = compiled(*args)
+        new_state, new_out, ran, new_bath = compiled(*args)
         ran = int(ran)
         if bool(new_out.overflow):
             replans += 1
@@ -190,8 +201,8 @@ def run_md(
             )
             continue
         loop_s += time.perf_counter() - t_r
-        state, out, done = new_state, new_out, done + ran
-        rows.append(_row(done, wafer, state, out, masses, n, structure.volume_A3))
+        state, out, bath, done = new_state, new_out, new_bath, done + ran
+        rows.append(_row(done, wafer, state, out, masses, n, structure.volume_A3, ecouple(bath)))
         if on_thermo:
             on_thermo(rows[-1])
         if on_frame:
@@ -227,19 +238,21 @@ def _replan(state, wafer, pot, config, masses, box, plan, geo):
     )
     new_plan = _plan(state_np, box, pot, config, wafer, at_least=(plan.k_rows + 1, plan.k_cols + 1))
     sram = sram_plan(wafer, pot, new_plan)
-    runner = _Runner(wafer, pot, new_plan, config, masses)
+    runner = _Runner(wafer, pot, new_plan, config, masses, len(u["species"]))
     state = wafer.place(state_np)
     out = runner.forces(state, geo)
     return with_forces(state, out), out, runner, new_plan, sram
 
 
-def _row(step, wafer, state, out, masses, n, volume) -> ThermoRow:
+def _row(step, wafer, state, out, masses, n, volume, ecouple: float = 0.0) -> ThermoRow:
     st = wafer.gather(state)
     held = st[..., mapping.SPECIES] >= 0
     sp = st[..., mapping.SPECIES][held].astype(np.int64)
     energies = wafer.gather(out.energy)[held]
     virial = float(np.asarray(wafer.gather(out.virial), dtype=np.float64)[held].sum())
-    return thermo_row(step, masses[sp], st[..., mapping.VEL][held], energies, virial, volume)
+    return thermo_row(
+        step, masses[sp], st[..., mapping.VEL][held], energies, virial, volume, ecouple
+    )
 
 
 def _final_structure(structure, wafer, state, out, pot, n, box) -> Structure:

@@ -2,7 +2,9 @@
 
 `thermo_row(step, masses, velocities, energies, virials, volume)` gives the columns of
 `thermo_style custom step pe ke etotal temp press` with LAMMPS's definitions: temp with
-3N - 3 degrees of freedom, press = (2 ke + virial) / (3 V) in bar. `format_rows` prints them
+3N - 3 degrees of freedom, press = (2 ke + virial) / (3 V) in bar; `ecouple` is the
+thermostat's energy (Nosé–Hoover, else 0) and `econserve` = etotal + ecouple, as LAMMPS's
+thermo keywords of the same names. `format_rows` prints them
 as LAMMPS does; `performance_line` is LAMMPS's closing `Performance:` line.
 """
 
@@ -27,6 +29,11 @@ class ThermoRow:
     etotal: float  # eV
     temp: float  # K
     press: float  # bar
+    ecouple: float = 0.0  # eV, the thermostat's energy (Nosé–Hoover)
+
+    @property
+    def econserve(self) -> float:
+        return self.etotal + self.ecouple
 
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
@@ -39,6 +46,7 @@ def thermo_row(
     energies_eV: np.ndarray,
     virial_eV: float,
     volume_A3: float,
+    ecouple_eV: float = 0.0,
 ) -> ThermoRow:
     m = np.asarray(masses_amu, dtype=np.float64)
     v = np.asarray(velocities_A_ps, dtype=np.float64)
@@ -48,7 +56,7 @@ def thermo_row(
     temp = 2.0 * ke / (dof * BOLTZ_EV_K)
     pe = float(np.asarray(energies_eV, dtype=np.float64).sum())
     press = (2.0 * ke + float(virial_eV)) / (3.0 * volume_A3) * NKTV2P
-    return ThermoRow(int(step), pe, ke, pe + ke, temp, press)
+    return ThermoRow(int(step), pe, ke, pe + ke, temp, press, float(ecouple_eV))
 
 
 def format_header() -> str:
