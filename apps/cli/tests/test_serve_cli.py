@@ -36,13 +36,12 @@ def test_serve_user_errors_exit_2(args):
     assert "Error:" in r.output
 
 
-def test_serve_model_folder_without_a_loader_is_a_clear_error(tmp_path):
-    import importlib.util
-
-    if importlib.util.find_spec("wse_inference.loader") is not None:
-        pytest.skip("a model loader is installed; this checks the message without one")
+def test_serve_a_folder_that_holds_no_model_is_a_clear_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
     r = runner.invoke(app, ["infer", "serve", "--model_dir", str(tmp_path), "--port", "0"])
-    assert r.exit_code == 2 and "--model_dir mock" in r.output
+    assert r.exit_code == 2, r.output
+    assert "neither an HF-format directory" in r.output and "Traceback" not in r.output
+    assert (tmp_path / "notes.txt").read_text() == "not a checkpoint"  # nothing touched
 
 
 def test_bench_against_a_mock_server_saves_json(tmp_path):
