@@ -7,6 +7,12 @@ step into a temporary folder and renames it when complete, so a run killed durin
 leaves only a temporary folder, which is ignored and cleaned up; `latest_step()` is always a
 complete checkpoint. Saves are asynchronous (the device-to-host copy happens before `save`
 returns); `close()` waits for the last one.
+
+Multi-process runs: every process holds the same state (MemoryX is replicated per process)
+and calls `save` and `restore`, as orbax requires. Each leaf is saved as one global array
+replicated over the processes (one device each), so orbax writes it once, from process 0,
+and every process restores the whole state onto its own device. The model_dir must be on a
+filesystem every process sees.
 """
 
 from __future__ import annotations
@@ -15,11 +21,43 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from wse_trainer.config import ConfigError
 
 __all__ = ["Checkpointer", "resolve_checkpoint"]
+
+
+def _process_devices() -> list[jax.Device]:
+    """Each process's first device, in process order."""
+    first: dict[int, jax.Device] = {}
+    for d in sorted(jax.devices(), key=lambda d: d.id):
+        first.setdefault(d.process_index, d)
+    return [first[p] for p in sorted(first)]
+
+
+def _to_global(state: Any) -> Any:
+    """This process's state as global arrays replicated over the processes."""
+    if jax.process_count() == 1:
+        return state
+    devices = _process_devices()
+    sharding = NamedSharding(Mesh(np.array(devices), ("process",)), PartitionSpec())
+    mine = devices[jax.process_index()]
+
+    def glob(x):
+        local = jax.device_put(x, mine)
+        return jax.make_array_from_single_device_arrays(local.shape, sharding, [local])
+
+    return jax.tree.map(glob, state)
+
+
+def _to_local(state: Any) -> Any:
+    """This process's copy of each restored global array."""
+    if jax.process_count() == 1:
+        return state
+    return jax.tree.map(lambda x: x.addressable_data(0), state)
 
 
 class Checkpointer:
@@ -46,21 +84,21 @@ class Checkpointer:
         self.manager.save(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+                state=ocp.args.StandardSave(_to_global(state)), meta=ocp.args.JsonSave(meta)
             ),
             force=True,
         )
 
     def restore(self, step: int, like: Any) -> tuple[Any, dict[str, Any]]:
         """The state (shaped like `like`) and meta of checkpoint `step`."""
-        target = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        target = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_global(like))
         out = self.manager.restore(
             step,
             args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()
             ),
         )
-        return out["state"], dict(out["meta"])
+        return _to_local(out["state"]), dict(out["meta"])
 
     def wait(self) -> None:
         self.manager.wait_until_finished()

@@ -5,6 +5,7 @@
   file always reads as one uninterrupted run.
 - `<model_dir>/train/` and `<model_dir>/eval/`: tensorboardX event files (ModelZoo's layout).
 - `<model_dir>/run.log`: every log line, appended.
+- `NullLog`: the same interface writing nothing (processes other than 0 of a run).
 - `train_line` / `eval_line`: the Cerebras ModelZoo log line, plus tokens/s and the fraction
   of the step spent stalled waiting for streamed weights.
 """
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLog", "train_line", "eval_line", "read_metrics"]
+__all__ = ["MetricsLog", "NullLog", "train_line", "eval_line", "read_metrics"]
 
 
 def train_line(
@@ -88,3 +89,16 @@ class MetricsLog:
             w.close()
         self._jsonl.close()
         self._log.close()
+
+
+class NullLog:
+    """A `MetricsLog` that writes nothing: the other processes of a multi-process run."""
+
+    def record(self, step: int, mode: str, values: dict[str, float]) -> None:
+        pass
+
+    def line(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

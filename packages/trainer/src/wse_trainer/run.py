@@ -15,6 +15,13 @@
 
 `model_config(config)` and `validate(config)` (the `--validate_only` memory plan) allocate
 nothing.
+
+Multi-process runs (`jax.distributed` joined before `run`): every process runs the same
+program on the same data stream and computes its block of the `num_csx` replicas (SwarmX
+gathers their gradients across processes); each keeps its own copy of MemoryX and applies
+the same updates. Process 0 alone writes what people read: the tokenizer, metrics.jsonl,
+TensorBoard, the run log, the resolved params, echoed lines, eval, the HF export and
+samples. Every process takes part in orbax's saves and restores.
 """
 
 from __future__ import annotations
@@ -90,12 +97,37 @@ def validate(config: TrainConfig):
     )
 
 
+def _primary() -> bool:
+    import jax
+
+    return jax.process_index() == 0
+
+
+def _barrier(name: str) -> None:
+    """Wait for every process of a multi-process run (a no-op in one process)."""
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 def _tokenizer(config: TrainConfig, model_dir: Path, vocab_size: int):
+    """Process 0 loads or trains (and saves) the tokenizer; the others then load its file."""
+    from tokenizers import Tokenizer
+
+    path = model_dir / "tokenizer.json"
+    tok = _own_tokenizer(config, path, vocab_size) if _primary() else None
+    _barrier("wse_trainer: tokenizer saved")
+    return tok if tok is not None else Tokenizer.from_file(str(path))
+
+
+def _own_tokenizer(config: TrainConfig, path: Path, vocab_size: int):
     from tokenizers import Tokenizer
 
     from wse_trainer.data import corpus_texts, train_tokenizer
 
-    path = model_dir / "tokenizer.json"
     if path.exists():
         return Tokenizer.from_file(str(path))
     tok = train_tokenizer(corpus_texts(config.train_input), vocab_size)
@@ -282,6 +314,7 @@ def _train_loop(s: _Session, ckpt, log, start: int, end: int, result: RunResult)
                 and run_cfg.eval_frequency
                 and step % run_cfg.eval_frequency == 0
                 and step != end
+                and _primary()
             ):
                 log.line(eval_line(step, evaluate(s)))
             advance()
@@ -293,7 +326,7 @@ def _progress(total: int):
     """A rich progress bar on a terminal; a no-op elsewhere."""
     import contextlib
 
-    if not sys.stdout.isatty() or total <= 0:
+    if not sys.stdout.isatty() or total <= 0 or not _primary():
         return contextlib.nullcontext(lambda: None)
     from rich.progress import Progress
 
@@ -337,7 +370,7 @@ def _samples(s: _Session) -> list[str]:
 
 def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> RunResult:
     """Train and/or evaluate as `config.runconfig.mode` says (see the module docstring)."""
-    from wse_trainer.metrics import MetricsLog, eval_line
+    from wse_trainer.metrics import MetricsLog, NullLog, eval_line
 
     s = _Session(config, echo)
     ckpt, start = _open_checkpoints(s)
@@ -347,9 +380,11 @@ def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> Ru
         if run_cfg.num_steps is None
         else min(run_cfg.max_steps, start + run_cfg.num_steps)
     )
-    log = MetricsLog(s.dir, resume_step=start, echo=echo)
-    (s.dir / "train").mkdir(exist_ok=True)
-    (s.dir / "train" / "params_train.yaml").write_text(yaml.safe_dump(config.to_dict()))
+    primary = _primary()
+    log = MetricsLog(s.dir, resume_step=start, echo=echo) if primary else NullLog()
+    if primary:
+        (s.dir / "train").mkdir(exist_ok=True)
+        (s.dir / "train" / "params_train.yaml").write_text(yaml.safe_dump(config.to_dict()))
     result = RunResult(s.dir, start, {})
     try:
         if start:
@@ -359,7 +394,7 @@ def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> Ru
                 ckpt.save(0, s.state(), s.meta(0))
             _train_loop(s, ckpt, log, start, end, result)
             result.global_step = end
-        if run_cfg.mode != "train":
+        if run_cfg.mode != "train" and primary:
             result.eval_loss = evaluate(s)
             log.record(
                 result.global_step,
@@ -368,7 +403,7 @@ def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> Ru
             )
             log.line(eval_line(result.global_step, result.eval_loss))
         ckpt.wait()
-        if run_cfg.mode != "eval":
+        if run_cfg.mode != "eval" and primary:
             result.hf_dir = export_hf(s)
             result.samples = _samples(s)
     finally:

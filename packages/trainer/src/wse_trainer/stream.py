@@ -86,14 +86,17 @@ class StreamedTrainer:
             self.L,
             tx,
             max_gradient_norm=max_gradient_norm,
-            device=(devices or jax.devices())[0],
+            device=(devices or jax.local_devices())[0],
         )
         self.swarm = SwarmX.create(num_csx, devices, home=self.memx.device)
+        self.local = self.swarm.local  # replicas this process computes
         self.fns = _jitted_fns(model, 1.0 / (global_batch * seq_len))
         pos = np.broadcast_to(
             np.arange(seq_len, dtype=np.int32), (global_batch // num_csx, seq_len)
         )
-        self.positions = [jax.device_put(pos, self.swarm.replica_device(r)) for r in range(num_csx)]
+        self.positions = [
+            jax.device_put(pos, self.swarm.replica_device(r)) for r in range(self.local)
+        ]
         self._stall = 0.0
 
     # Streaming -------------------------------------------------------------------------
@@ -113,7 +116,7 @@ class StreamedTrainer:
         return weights
 
     def _run_layer(self, w, h):
-        return [self.fns.layer_fwd(w[r], h[r], self.positions[r]) for r in range(self.num_csx)]
+        return [self.fns.layer_fwd(w[r], h[r], self.positions[r]) for r in range(self.local)]
 
     # The step --------------------------------------------------------------------------
     def step(self, batch: np.ndarray) -> StepStats:
@@ -124,7 +127,7 @@ class StreamedTrainer:
         losses, g_h, g_embed_head = self._head(w_head, h, shards)
         recomputed = self._backward(acts, g_h, shards, g_embed_head)
         self.memx.finish_step()
-        loss = float(sum(jax.device_get(x) for x in losses))
+        loss = sum(float(x) for x in self.swarm.gather(losses))
         jax.block_until_ready(self.memx.params)  # the step ends when every update has landed
         wall = time.perf_counter() - t0
         return StepStats(
@@ -141,7 +144,7 @@ class StreamedTrainer:
         w = self._fetch("embed")
         nxt = self._fetch("layer_0")
         self._wait(w)
-        h = [self.fns.embed_fwd(w[r], shards[r][0], self.positions[r]) for r in range(self.num_csx)]
+        h = [self.fns.embed_fwd(w[r], shards[r][0], self.positions[r]) for r in range(self.local)]
         acts: dict[int, list[Any]] = {}
         for i in range(self.L):
             w, nxt = nxt, self._fetch(f"layer_{i + 1}" if i + 1 < self.L else "head")
@@ -153,7 +156,7 @@ class StreamedTrainer:
 
     def _head(self, w_head, h, shards):
         self._wait(w_head)
-        out = [self.fns.head(w_head[r], h[r], shards[r][1]) for r in range(self.num_csx)]
+        out = [self.fns.head(w_head[r], h[r], shards[r][1]) for r in range(self.local)]
         g = self.swarm.reduce([o[1] for o in out])
         self.memx.receive("final", g["final"])
         return [o[0] for o in out], [o[2] for o in out], g.get("embed")
@@ -178,7 +181,7 @@ class StreamedTrainer:
             h_in = acts.pop(i)
             out = [
                 self.fns.layer_bwd(w[r], h_in[r], self.positions[r], g_h[r])
-                for r in range(self.num_csx)
+                for r in range(self.local)
             ]
             g_h = [o[1] for o in out]
             self.memx.receive(f"layer_{i}", self.swarm.reduce([o[0] for o in out]))
@@ -186,7 +189,7 @@ class StreamedTrainer:
         g_e = self.swarm.reduce(
             [
                 self.fns.embed_bwd(nxt[r], shards[r][0], self.positions[r], g_h[r])
-                for r in range(self.num_csx)
+                for r in range(self.local)
             ]
         )
         if g_embed_head is not None:

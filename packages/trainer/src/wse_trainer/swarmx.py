@@ -1,11 +1,17 @@
 """SwarmX: broadcast of each weight group to the `num_csx` wafer replicas, and sum-reduction
 of their gradients on the way back, with the bytes counted.
 
-Replica r lives on jax device `r % len(devices)` (on a CPU host, the virtual devices; with
-fewer devices than replicas, replicas share a device). `broadcast` is one `jax.device_put`
-per replica, issued asynchronously, so a broadcast started before a layer's compute
-overlaps with it. `reduce` sums the replicas' gradients on the MemoryX device: the sum of
-per-replica gradients of the (globally normalised) loss is the full-batch gradient.
+Replicas are split over the processes of a run in contiguous blocks: with P processes,
+process p computes replicas `p * k ... (p + 1) * k - 1` (k = num_csx / P), replica r on its
+local device `r % len(local devices)` (on a CPU host, the virtual devices; with fewer devices
+than replicas, replicas share a device). One process holds every replica. `broadcast` is one
+`jax.device_put` per local replica, issued asynchronously, so a broadcast started before a
+layer's compute overlaps with it. `reduce` sums every replica's gradient on the MemoryX
+device in replica order, 0 first: across processes the per-replica gradients are first
+gathered (`process_allgather`), so P processes x k replicas add exactly the numbers one
+process adds, in the same order — bit-identical results. The sum of per-replica gradients of
+the (globally normalised) loss is the full-batch gradient. Byte counters are global (every
+replica of the run), the same in every process.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import numpy as np
+from wse_core import WseError
 
 __all__ = ["SwarmX", "tree_bytes"]
 
@@ -28,8 +36,11 @@ class SwarmX:
     """The broadcast/reduce interconnect between MemoryX and `num_csx` replicas."""
 
     num_csx: int
-    devices: Sequence[jax.Device]
-    home: jax.Device  # the MemoryX device
+    devices: Sequence[jax.Device]  # this process's devices
+    home: jax.Device  # the MemoryX device (this process's copy of MemoryX)
+    first: int = 0  # the first replica this process computes
+    local: int = 0  # how many replicas this process computes
+    processes: int = 1
     broadcast_bytes: int = 0  # bytes delivered to replicas (counted once per replica)
     reduce_bytes: int = 0  # bytes sent by replicas toward MemoryX
 
@@ -40,29 +51,54 @@ class SwarmX:
         devices: Sequence[jax.Device] | None = None,
         home: jax.Device | None = None,
     ) -> SwarmX:
-        devs = list(devices if devices is not None else jax.devices())
-        return cls(num_csx=num_csx, devices=devs, home=home or devs[0])
+        procs, me = jax.process_count(), jax.process_index()
+        if num_csx % procs:
+            raise WseError(
+                f"num_csx={num_csx} replicas cannot be split over {procs} processes; "
+                f"use a multiple of {procs}"
+            )
+        devs = list(devices if devices is not None else jax.local_devices())
+        local = num_csx // procs
+        return cls(num_csx, devs, home or devs[0], me * local, local, procs)
+
+    @property
+    def replicas(self) -> range:
+        """The global indices of the replicas this process computes."""
+        return range(self.first, self.first + self.local)
 
     def replica_device(self, r: int) -> jax.Device:
-        return self.devices[r % len(self.devices)]
+        """The device of local replica `r` (0 .. local - 1)."""
+        return self.devices[(self.first + r) % len(self.devices)]
 
     def broadcast(self, weights: Any) -> list[Any]:
-        """The same weights on every replica's device (asynchronous)."""
+        """The same weights on every local replica's device (asynchronous)."""
         self.broadcast_bytes += tree_bytes(weights) * self.num_csx
-        return [jax.device_put(weights, self.replica_device(r)) for r in range(self.num_csx)]
+        return [jax.device_put(weights, self.replica_device(r)) for r in range(self.local)]
 
     def scatter(self, batch: Any) -> list[Any]:
-        """Split a global batch (leading axis) into one shard per replica, placed there."""
+        """This process's shards of a global batch (leading axis split into num_csx)."""
         shards = jax.tree.map(lambda x: x.reshape(self.num_csx, -1, *x.shape[1:]), batch)
         return [
-            jax.device_put(jax.tree.map(lambda x, r=r: x[r], shards), self.replica_device(r))
-            for r in range(self.num_csx)
+            jax.device_put(
+                jax.tree.map(lambda x, r=r: x[self.first + r], shards), self.replica_device(r)
+            )
+            for r in range(self.local)
         ]
 
+    def gather(self, values: Sequence[Any]) -> list[Any]:
+        """Every replica's value (pytrees), in replica order, from the local replicas' ones."""
+        if self.processes == 1:
+            return list(values)
+        from jax.experimental import multihost_utils
+
+        stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *values)
+        every = multihost_utils.process_allgather(stacked, tiled=True)
+        return [jax.tree.map(lambda x, r=r: x[r], every) for r in range(self.num_csx)]
+
     def reduce(self, grads: Sequence[Any]) -> Any:
-        """Sum of the replicas' gradient pytrees, on the MemoryX device."""
-        self.reduce_bytes += tree_bytes(grads[0]) * len(grads)
-        moved = [jax.device_put(g, self.home) for g in grads]
+        """Sum of every replica's gradient pytree, in replica order, on the MemoryX device."""
+        self.reduce_bytes += tree_bytes(grads[0]) * self.num_csx
+        moved = [jax.device_put(g, self.home) for g in self.gather(grads)]
         total = moved[0]
         for g in moved[1:]:
             total = jax.tree.map(lambda a, b: a + b, total, g)

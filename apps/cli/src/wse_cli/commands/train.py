@@ -3,11 +3,17 @@
     wse train params.yaml [section.key=value ...] --mode train|eval|train_and_eval
         [--model_dir/-o DIR] [--num_csx N] [--max_steps N] [--num_steps N]
         [--checkpoint_path PATH] [--validate_only]
+        [--num_processes N --process_id I --coordinator HOST:PORT]
 
 `params.yaml` may also be given with `--params`, or be a shipped config name (`tiny`,
 `gpt2_124m`, `llama3_8b`, `llama3_70b`). Flags override the file's `runconfig`; dotted
 overrides change any key. `--validate_only` checks the config and prints the memory plan
 without allocating anything. Heavy packages are imported inside the command.
+
+Multi-process: `--num_processes/--process_id/--coordinator` (or the WSE_* variables that
+`wse launch` sets, or SLURM's environment) join one run; the `num_csx` replicas are split
+over the processes and only process 0 prints and writes logs. The model_dir must be on a
+filesystem every process sees.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 
 import typer
 
+from wse_cli import multiprocess
 from wse_cli.errors import fail
 
 
@@ -85,8 +92,12 @@ def train(
     validate_only: bool = typer.Option(
         False, "--validate_only", help="Check the config, print the memory plan, stop."
     ),
+    num_processes: int = multiprocess.NUM_PROCESSES,
+    process_id: int = multiprocess.PROCESS_ID,
+    coordinator: str = multiprocess.COORDINATOR,
 ) -> None:
     """Train a model with weight streaming (MemoryX / SwarmX / wafer replicas)."""
+    multiprocess.join(num_processes, process_id, coordinator)
     from rich.console import Console
     from wse_trainer.config import load_config
 
@@ -108,7 +119,7 @@ def train(
     }
     overrides = args + [f"runconfig.{k}={v}" for k, v in flags.items() if v is not None]
     config = load_config(params, overrides)
-    console = Console()
+    console = Console(quiet=not multiprocess.is_primary())
     if validate_only:
         from wse_trainer.run import validate
 
