@@ -1,16 +1,19 @@
 """Benchmark: TLR-MVM on the emulated wafer against dense NumPy GEMV and plain NumPy TLR-MVMs.
 
     python bench/bench_tlrmvm.py [--quick] [--sizes 2500,9801] [--threshold 1e-3]
+                                 [--devices N] [--batch B]
 
 For each size n, a synthetic seismic operator (complex64, n x n, Green's functions between
 two surfaces) is generated and compressed once and cached under $TLR_BENCH_CACHE (default
 /tmp/tlr_bench). Side by side in the same process: dense `A @ x` (NumPy/BLAS), the plain
 NumPy TLR-MVM over the stacked bases (ecrc/tlrmvm's CPU layout), the padded batched NumPy
-TLR-MVM, and the wafer emulator (JAX, one virtual device per core). NumPy baselines are timed with
-BLAS on one thread and on its default threads, keeping the faster. Reports the median time
-of each, the compression ratio, the relative error against the dense product, the speedup
-over dense against the target 0.7 x compression ratio, a STREAM-like memory bandwidth, and
-the wafer model's predictions. Writes bench/results/tlrmvm.json.
+TLR-MVM, and the wafer emulator (JAX; `--devices` virtual devices, default one per core) in
+the matched layout (the default) and the packed layout. NumPy baselines are timed with BLAS
+on one thread and on its default threads, keeping the faster. With `--batch B` every
+product is of B vectors and times are per vector. Reports the median time of each, the
+compression ratio, the relative error against the dense product, the speedup over dense
+against the target 0.7 x compression ratio, a STREAM-like memory bandwidth, and the wafer
+model's predictions. Writes bench/results/tlrmvm[_dN][_bB].json.
 """
 
 from __future__ import annotations
@@ -25,8 +28,21 @@ from pathlib import Path
 
 from wse_core.runtime import configure
 
-configure()  # one virtual device per core, before JAX starts
 
+def _args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="One small size, few repeats.")
+    p.add_argument("--sizes", default=None, help="Comma-separated n (default 2500,4900,9801).")
+    p.add_argument("--threshold", type=float, default=1e-3)
+    p.add_argument("--devices", type=int, default=None, help="Virtual devices (default: cores).")
+    p.add_argument("--batch", type=int, default=1, help="Vectors per product.")
+    return p.parse_args(argv)
+
+
+ARGS = _args() if __name__ == "__main__" else None
+configure(ARGS.devices if ARGS else None)  # before JAX starts
+
+import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from wse_core import preset  # noqa: E402
 from wse_hpc.tlrmvm import compress, load_operator, save_operator  # noqa: E402
@@ -75,28 +91,32 @@ def stream_bytes_per_s(repeats: int = 5) -> float:
     return 2 * a.nbytes / t
 
 
-def bench_size(n: int, nb: int, threshold: float, repeats: int) -> dict:
+def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) -> dict:
     a, op, compress_s = operator(n, nb, threshold)
     rng = np.random.default_rng(0)
-    x = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+    shape = (n, batch)
+    x = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
     exact = a @ x
-    eng = TlrEngine.build(op, preset("wse2"), layout="packed")
-    banded = TlrEngine.build(op, preset("wse2"), layout="banded")
+    eng = TlrEngine.build(op, preset("wse2"), batch=batch)
+    packed = TlrEngine.build(op, preset("wse2"), batch=batch, layout="packed")
     fns = {"dense": lambda v: a @ v, "numpy_tlr": stacked_fn(op), "numpy_padded": padded_fn(op)}
     row = {
         "n": n,
         "nb": nb,
         "threshold": threshold,
+        "batch": batch,
         "compress_or_load_s": compress_s,
         **op.describe(),
         "plan": eng.plan.describe(),
+        "wafer": eng.wafer.describe(),
     }
     for name, fn in fns.items():
-        row[f"{name}_s"], row[f"{name}_blas_threads"] = best_median_s(lambda f=fn: f(x), repeats)
+        t, row[f"{name}_blas_threads"] = best_median_s(lambda f=fn: f(x), repeats)
+        row[f"{name}_s"] = t / batch  # per vector
         row[f"{name}_rel_err"] = float(np.linalg.norm(fn(x) - exact) / np.linalg.norm(exact))
-    row["wafer_emu_s"] = eng.time_matvec(x, repeats)
-    row["wafer_emu_banded_s"] = banded.time_matvec(x, repeats)
-    row["plan_banded"] = banded.plan.describe()
+    row["wafer_emu_s"] = eng.time_matvec(x, repeats) / batch
+    row["wafer_emu_packed_s"] = packed.time_matvec(x, repeats) / batch
+    row["plan_packed"] = packed.plan.describe()
     row["wafer_emu_rel_err"] = float(np.linalg.norm(eng.matvec(x) - exact) / np.linalg.norm(exact))
     row["speedup_vs_dense"] = row["dense_s"] / row["wafer_emu_s"]
     row["speedup_target"] = 0.7 * op.compression_ratio
@@ -105,48 +125,56 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int) -> dict:
     pred = eng.prediction()
     row["predicted"] = pred.to_dict()
     row["predicted_48_cs2"] = cluster(pred, eng.plan, preset("wse2"), systems=48)
-    pred_b = banded.prediction()
-    row["predicted_banded"] = pred_b.to_dict()
-    row["predicted_banded_48_cs2"] = cluster(pred_b, banded.plan, preset("wse2"), systems=48)
+    pred_p = packed.prediction()
+    row["predicted_packed"] = pred_p.to_dict()
+    row["predicted_packed_48_cs2"] = cluster(pred_p, packed.plan, preset("wse2"), systems=48)
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="One small size, few repeats.")
-    p.add_argument("--sizes", default=None, help="Comma-separated n (default 2500,4900,9801).")
-    p.add_argument("--threshold", type=float, default=1e-3)
-    args = p.parse_args(argv)
+    args = _args(argv) if argv is not None or ARGS is None else ARGS
     sizes = (
         [int(s) for s in args.sizes.split(",")]
         if args.sizes
         else ([1024] if args.quick else [2500, 4900, 9801])
     )
     repeats = 3 if args.quick else 9
-    out = {"stream_bytes_per_s": stream_bytes_per_s(), "cores": os.cpu_count(), "rows": []}
+    out = {
+        "stream_bytes_per_s": stream_bytes_per_s(),
+        "cores": os.cpu_count(),
+        "devices": jax.device_count(),
+        "batch": args.batch,
+        "rows": [],
+    }
     head = (
         f"{'n':>6} {'nb':>4} {'CR':>6} {'dense ms':>9} {'np-tlr ms':>9} {'np-pad ms':>9} "
-        f"{'wafer ms':>9} {'banded ms':>9} {'x dense':>8} {'target':>7} {'vs np-tlr':>9} "
+        f"{'wafer ms':>9} {'packed ms':>9} {'x dense':>8} {'target':>7} {'vs np-tlr':>9} "
         f"{'rel err':>9} {'pred µs':>8}"
     )
-    print(f"memory bandwidth (copy): {out['stream_bytes_per_s'] / 1e9:.1f} GB/s")
+    print(
+        f"memory bandwidth (copy): {out['stream_bytes_per_s'] / 1e9:.1f} GB/s; "
+        f"{out['devices']} JAX device(s); batch {args.batch} (times per vector)"
+    )
     print(head)
     for n in sizes:
         nb = 256 if n >= 4096 else 128 if n >= 1500 else 64
-        r = bench_size(n, nb, args.threshold, repeats)
+        r = bench_size(n, nb, args.threshold, repeats, args.batch)
         out["rows"].append(r)
         print(
             f"{n:>6} {nb:>4} {r['compression_ratio']:>6.2f} {r['dense_s'] * 1e3:>9.2f} "
             f"{r['numpy_tlr_s'] * 1e3:>9.2f} {r['numpy_padded_s'] * 1e3:>9.2f} "
-            f"{r['wafer_emu_s'] * 1e3:>9.2f} {r['wafer_emu_banded_s'] * 1e3:>9.2f} "
+            f"{r['wafer_emu_s'] * 1e3:>9.2f} {r['wafer_emu_packed_s'] * 1e3:>9.2f} "
             f"{r['speedup_vs_dense']:>8.2f} "
             f"{r['speedup_target']:>7.2f} {r['wafer_emu_vs_numpy_tlr']:>9.2f} "
             f"{r['wafer_emu_rel_err']:>9.2e} {r['predicted']['wafer_s'] * 1e6:>8.2f}",
             flush=True,
         )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "tlrmvm.json").write_text(json.dumps(out, indent=2, default=float))
-    print(f"wrote {RESULTS / 'tlrmvm.json'}")
+    default_devices = args.devices is None
+    name = "tlrmvm" + ("" if default_devices else f"_d{args.devices}")
+    name += "" if args.batch == 1 else f"_b{args.batch}"
+    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2, default=float))
+    print(f"wrote {RESULTS / f'{name}.json'}")
     return 0
 
 

@@ -7,6 +7,7 @@ from wse_core import preset
 from wse_core.errors import PlacementError, SramBudgetError
 from wse_hpc.tlrmvm import TlrError, compress, tlrmvm_numpy
 from wse_hpc.tlrmvm.engine import TlrEngine
+from wse_hpc.tlrmvm.matched import colour_slices, plan_matched
 from wse_hpc.tlrmvm.packed import plan_packed
 from wse_hpc.tlrmvm.perf import cluster, predict
 from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
@@ -25,7 +26,7 @@ def op():
     return compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)  # 6 x 5 tiles, edge tiles
 
 
-@pytest.mark.parametrize("layout", ["banded", "packed"])
+@pytest.mark.parametrize("layout", ["banded", "packed", "matched"])
 @pytest.mark.parametrize(
     "mesh, rank_chunk, batch",
     [((2, 4), None, 1), ((4, 2), 2, 3), ((1, 1), 3, 2)],
@@ -38,13 +39,15 @@ def test_matvec_and_adjoint_match_numpy(op, mesh, rank_chunk, batch, layout):
         assert eng.plan.max_band > 1  # several rank slices per band: the band sum runs
     if rank_chunk is not None and layout == "packed":
         assert eng.plan.windows > 1  # PE rows mix tile rows: the per-row scatter runs
+    if rank_chunk is not None and layout == "matched":
+        assert (eng.plan.u_slice[..., 1] != np.arange(6)[:, None]).any()  # slices travel
     x = random_vectors(53, batch, op.dtype)
     y = random_vectors(70, batch, op.dtype, seed=2)
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
     assert _rel(eng.rmatvec(y), tlrmvm_numpy(op, y, adjoint=True)) < RTOL
 
 
-@pytest.mark.parametrize("layout, rank_chunk", [("banded", 5), ("packed", 3)])
+@pytest.mark.parametrize("layout, rank_chunk", [("banded", 5), ("packed", 3), ("matched", 3)])
 def test_grid_not_divided_by_mesh(op, layout, rank_chunk):
     eng = TlrEngine.build(
         op, preset("small"), mesh_shape=(4, 2), rank_chunk=rank_chunk, layout=layout
@@ -55,7 +58,7 @@ def test_grid_not_divided_by_mesh(op, layout, rank_chunk):
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
 
 
-@pytest.mark.parametrize("layout", ["banded", "packed"])
+@pytest.mark.parametrize("layout", ["banded", "packed", "matched"])
 def test_adjoint_identity(op, layout):
     eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout=layout)
     x, y = random_vectors(53, None, op.dtype), random_vectors(70, None, op.dtype, seed=3)
@@ -84,7 +87,7 @@ def test_real_operator():
         eng.matvec(random_vectors(40, None, np.complex64))
 
 
-@pytest.mark.parametrize("layout", ["banded", "packed"])
+@pytest.mark.parametrize("layout", ["banded", "packed", "matched"])
 def test_defects_do_not_change_results(op, layout):
     clean = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout=layout)
     broken = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), defect_seed=5, layout=layout)
@@ -167,3 +170,43 @@ def test_reshuffle_traffic_is_the_ring_allgather(op):
     # Phase 1 reads the PE's V slice once: w * nb complex64 = 8 B each, 16 B per cycle.
     vh_bytes = w * op.nb * 8
     assert pred.phases["phase1_vhx"].sram_cycles >= vh_bytes / 16
+
+
+def test_colouring_is_proper_with_the_largest_degree_colours():
+    rng = np.random.default_rng(7)
+    edges = np.stack([rng.integers(0, 5, 60), rng.integers(0, 8, 60)], axis=1)
+    colour = colour_slices(edges, 5, 8)
+    deg = max(np.bincount(edges[:, 0]).max(), np.bincount(edges[:, 1]).max())
+    assert colour.min() == 0 and colour.max() == deg - 1  # Koenig: exactly the max degree
+    for side in (0, 1):  # no two edges of a colour share a tile row, nor a tile column
+        pairs = {(int(e), int(c)) for e, c in zip(edges[:, side], colour, strict=True)}
+        assert len(pairs) == len(edges)
+
+
+def test_matched_plan_places_every_slice_once(op):
+    plan = plan_matched(op, preset("small"), rank_chunk=2)
+    v, u = plan.v_slice, plan.u_slice
+    placed = v[v[..., 0] >= 0]
+    expect = sorted((i, j, q) for (i, j), k in np.ndenumerate(op.ranks) for q in range(-(-k // 2)))
+    assert sorted(map(tuple, placed.tolist())) == expect
+    assert (v[v[..., 0] >= 0][:, 1] == np.nonzero(v[..., 0] >= 0)[0]).all()  # V in row j
+    assert (u[u[..., 0] >= 0][:, 0] == np.nonzero(u[..., 0] >= 0)[0]).all()  # U in row i
+    for c, r in zip(*np.nonzero(v[..., 0] >= 0), strict=True):  # U of that slice: same column
+        i = v[c, r, 0]
+        assert (u[i, r] == v[c, r]).all()
+    slices = -(-op.ranks // 2)
+    assert plan.grid == (6, max(slices.sum(axis=0).max(), slices.sum(axis=1).max()))
+    with pytest.raises(SramBudgetError):
+        plan_matched(op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8)
+    with pytest.raises(PlacementError, match="PEs"):
+        plan_matched(op, preset("tiny"), rank_chunk=1)
+
+
+def test_matched_wide_operator_and_batches():
+    op = compress(smooth_kernel(40, 75, seed=3), nb=12, threshold=1e-3)  # 4 x 7 tiles
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), rank_chunk=2, batch=3)
+    assert eng.plan.grid[0] == 7
+    x = random_vectors(75, 3, op.dtype)
+    y = random_vectors(40, 3, op.dtype, seed=2)
+    assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
+    assert _rel(eng.rmatvec(y), tlrmvm_numpy(op, y, adjoint=True)) < RTOL

@@ -101,7 +101,10 @@ def run(
     ),
     batch: int = typer.Option(1, "--batch", help="Vectors per product."),
     layout: str = typer.Option(
-        "packed", "--layout", help="packed (slices bucketed by rank) or banded (padded)."
+        "matched",
+        "--layout",
+        help="matched (a matching of rank slices per PE column), packed (slices bucketed by "
+        "rank) or banded (padded).",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the input vectors."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),

@@ -20,6 +20,7 @@ from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
+from wse_hpc.tlrmvm.matched import MatchedPlan, place_matched, tlrmvm_matched
 from wse_hpc.tlrmvm.packed import PackedPlan, place_packed, tlrmvm_packed
 from wse_hpc.tlrmvm.perf import TlrPrediction, predict
 from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, TlrPlan, place_operator, tlrmvm
@@ -43,7 +44,7 @@ def as_batch(x: np.ndarray, n: int, complex_ok: bool, what: str = "x") -> np.nda
 class TlrEngine:
     op: TlrOperator
     wafer: Wafer
-    plan: TlrPlan | PackedPlan
+    plan: TlrPlan | PackedPlan | MatchedPlan
     bases: TlrBases
     fns: TlrFns
     _matvec: object
@@ -59,16 +60,19 @@ class TlrEngine:
         batch: int = 1,
         mesh_shape: tuple[int, int] | None = None,
         defect_seed: int | None = None,
-        layout: str = "packed",
+        layout: str = "matched",
     ) -> TlrEngine:
-        """`layout`: "packed" (slices bucketed per tile column, `packed`; fewer PEs and a
-        faster emulation at 9801 x 9801) or "banded" (each tile row padded to its largest
-        rank, `wafer`)."""
-        if layout not in ("banded", "packed"):
-            raise TlrError(f"unknown layout {layout!r}; use 'banded' or 'packed'")
-        place, factory = (
-            (place_operator, tlrmvm) if layout == "banded" else (place_packed, tlrmvm_packed)
-        )
+        """`layout`: "matched" (each PE row a matching of rank slices, `matched`: the
+        fastest emulation), "packed" (slices bucketed per tile column, `packed`) or
+        "banded" (each tile row padded to its largest rank, `wafer`)."""
+        layouts = {
+            "matched": (place_matched, tlrmvm_matched),
+            "packed": (place_packed, tlrmvm_packed),
+            "banded": (place_operator, tlrmvm),
+        }
+        if layout not in layouts:
+            raise TlrError(f"unknown layout {layout!r}; use 'matched', 'packed' or 'banded'")
+        place, factory = layouts[layout]
         wafer, plan, bases = place(
             op,
             spec,

@@ -2,7 +2,7 @@
 
 Contract: `predict(wafer, plan, op)` counts the busiest PE's work per phase (flops, SRAM
 bytes) from the plan, the fabric traffic of each phase with `wse_core.fabric.count` (the
-x broadcast, the ring allgather, the band sum), and turns each phase into time with
+x broadcast, the ring allgather, the band, column or row sum), and turns each phase into time with
 `wse_core.perf.PerfModel`. The phases depend on each other, so their times add; off-wafer
 I/O (x in, y out) is a separate phase, reported apart because a stream of MVMs overlaps it
 with the previous product. Complex arithmetic costs 8 real flops per multiply-add, counted
@@ -23,6 +23,7 @@ from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrOperator
+from wse_hpc.tlrmvm.matched import MatchedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan
 from wse_hpc.tlrmvm.wafer import TlrPlan
 
@@ -64,7 +65,7 @@ def _traffic(wafer: Wafer, fn, per_pe: tuple[int, ...], dtype) -> Work:
     return Work.from_traffic(fabric.count(wafer, fn, x))
 
 
-def _final_sum(wafer: Wafer, plan: TlrPlan | PackedPlan, dt) -> dict[str, Work]:
+def _final_sum(wafer: Wafer, plan: TlrPlan | PackedPlan | MatchedPlan, dt) -> dict[str, Work]:
     """The last phase: the band sum (banded) or the column sum of the tile-row buffers."""
     ch, b = plan.chunk, plan.batch
     if isinstance(plan, PackedPlan):
@@ -85,19 +86,51 @@ def _final_sum(wafer: Wafer, plan: TlrPlan | PackedPlan, dt) -> dict[str, Work]:
     }
 
 
-def predict(wafer: Wafer, plan: TlrPlan | PackedPlan, op: TlrOperator) -> TlrPrediction:
+def _matched_phases(wafer: Wafer, plan: MatchedPlan, fma: float, dt) -> dict[str, Work]:
+    """Every PE: one V slice (w x nb) in phase 1, one U slice (nb x w) in phase 3; x along
+    PE rows, the ring allgather down PE columns, y summed along PE rows."""
+    nb, w, b, ring, isz = plan.nb, plan.rank_chunk, plan.batch, plan.ring, plan.itemsize
+    return {
+        "x_broadcast": _traffic(wafer, lambda x: fabric.broadcast(wafer, x, "row", 0), (nb, b), dt),
+        "phase1_vhx": Work(
+            flops={"fp32": fma * w * nb * b},
+            sram_read_bytes=(w * nb + nb * b) * isz,
+            sram_write_bytes=w * b * isz,
+        ),
+        "phase2_reshuffle": (
+            _traffic(
+                wafer,
+                lambda x: fabric.multicast(wafer, x, "S", ring - 1, boundary="periodic"),
+                (w, b),
+                dt,
+            )
+            if ring > 1
+            else Work()
+        ),
+        "phase3_uy": Work(
+            flops={"fp32": fma * nb * w * b},
+            sram_read_bytes=(nb * w + w * b) * isz,
+            sram_write_bytes=nb * b * isz,
+        ),
+        "row_sum": Work(flops={"fp32": 2.0 * nb * b})
+        + _traffic(wafer, lambda x: fabric.allreduce(wafer, x, "sum", axis="row"), (nb, b), dt),
+    }
+
+
+def predict(
+    wafer: Wafer, plan: TlrPlan | PackedPlan | MatchedPlan, op: TlrOperator
+) -> TlrPrediction:
     """Per-phase predictions for one product of `plan.batch` vectors on `wafer.spec`."""
-    (m, n), nb, (_, nt), w, ch, b = (
-        plan.shape,
-        plan.nb,
-        plan.tiles,
-        plan.rank_chunk,
-        plan.chunk,
-        plan.batch,
-    )
+    (m, n), nb, (_, nt), w, b = plan.shape, plan.nb, plan.tiles, plan.rank_chunk, plan.batch
     isz, cplx = plan.itemsize, plan.dtype.startswith("complex")
     fma = 8.0 if cplx else 2.0  # real flops per multiply-add
     dt = op.dtype
+    model = PerfModel(wafer.spec)
+    io = {"host_io": Work(host_io_bytes=(m + n) * b * isz)}
+    if isinstance(plan, MatchedPlan):
+        phases = {**_matched_phases(wafer, plan, fma, dt), **io}
+        return TlrPrediction({k: model.predict(v) for k, v in phases.items()}, op.bases_bytes, b)
+    ch = plan.chunk
     phases = {
         "x_broadcast": _traffic(wafer, lambda x: fabric.broadcast(wafer, x, "col", 0), (nb, b), dt),
         "phase1_vhx": Work(
@@ -121,14 +154,13 @@ def predict(wafer: Wafer, plan: TlrPlan | PackedPlan, op: TlrOperator) -> TlrPre
             sram_write_bytes=ch * b * isz,
         ),
         **_final_sum(wafer, plan, dt),
-        "host_io": Work(host_io_bytes=(m + n) * b * isz),
+        **io,
     }
-    model = PerfModel(wafer.spec)
     return TlrPrediction({k: model.predict(v) for k, v in phases.items()}, op.bases_bytes, b)
 
 
 def cluster(
-    pred: TlrPrediction, plan: TlrPlan | PackedPlan, spec: WaferSpec, *, systems: int
+    pred: TlrPrediction, plan: TlrPlan | PackedPlan | MatchedPlan, spec: WaferSpec, *, systems: int
 ) -> dict:
     """Figures for `systems` wafers of `spec`, each filled with copies of the operator."""
     rows, cols = plan.grid
