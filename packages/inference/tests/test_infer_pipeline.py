@@ -20,10 +20,12 @@ def _plain(model, prompt, sampling, max_context=48):
 
 
 @pytest.mark.parametrize("users", [1, 2])
-def test_pipeline_equals_plain_two_stages(users):
-    """Greedy and seeded sampling, 1 and 2 users, 2 stages on a 2 x 1 device mesh."""
+@pytest.mark.parametrize("mesh_rows", [1, 2])
+def test_pipeline_equals_plain_two_stages(users, mesh_rows):
+    """Greedy and seeded sampling, 1 and 2 users, 2 stages: both rows on one device (each
+    stage runs only for an occupied slot) and on a 2 x 1 device mesh (vmapped rows)."""
     model = tiny_model("llama", n_layers=2)
-    eng = PipelineEngine(model, stages=2, max_context=48, prefill_chunk=4, mesh_rows=2)
+    eng = PipelineEngine(model, stages=2, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows)
     assert isinstance(eng, Engine)
     order = [1, 0] if users == 2 else [1]  # user 0 greedy when alone is covered by 2 users
     prompts, samplings = [PROMPTS[i] for i in order], [SAMPLINGS[i] for i in order]
@@ -34,12 +36,14 @@ def test_pipeline_equals_plain_two_stages(users):
 
 
 @pytest.mark.slow
-def test_pipeline_uneven_stages_on_padded_grid():
-    """3 stages over 4 layers (2 + 1 + 1 with a masked layer) on a 2-device mesh that does
-    not divide the 3-row grid; GPT-2 arch; three users with different settings."""
+@pytest.mark.parametrize("mesh_rows", [1, 2])
+def test_pipeline_uneven_stages_on_padded_grid(mesh_rows):
+    """3 stages over 4 layers (2 + 1 + 1 with a masked layer) on one device, and on a
+    2-device mesh that does not divide the 3-row grid; GPT-2 arch; three users with
+    different settings."""
     model = tiny_model("gpt2", n_layers=4, seed=1)
-    eng = PipelineEngine(model, stages=3, max_context=48, prefill_chunk=4, mesh_rows=2)
-    assert eng.wafer.padded_shape[0] == 4
+    eng = PipelineEngine(model, stages=3, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows)
+    assert eng.wafer.padded_shape[0] == (4 if mesh_rows == 2 else 3)
     got = eng.generate_all(PROMPTS, SAMPLINGS)
     for p, s, g in zip(PROMPTS, SAMPLINGS, got, strict=True):
         assert g == _plain(model, p, s)

@@ -9,6 +9,7 @@ from wse_inference.engine import SamplingParams
 from wse_inference.sampling import (
     SamplingError,
     draw,
+    sample,
     seed_key,
     stop_index,
     token_key,
@@ -65,6 +66,20 @@ def test_draw_follows_probs():
     counts = np.bincount(tokens, minlength=4)
     expected = np.asarray(probs, np.float64)
     assert stats.chisquare(counts, expected / expected.sum() * tokens.size).pvalue > P_MIN
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_sample_equals_draw_of_token_probs(temperature):
+    """`sample` (greedy fast path: argmax, no random bits) draws the same token as
+    `draw(token_probs(...))` for every row and key; ties go to the lowest id either way."""
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(6, 50)), jnp.float32).at[0, 7].set(9.0).at[0, 3].set(9.0)
+    keys = jax.vmap(lambda i: token_key(seed_key(4), i))(jnp.arange(6))
+    got = sample(logits, temperature, 0, 1.0, keys)
+    want = jax.vmap(lambda lg, k: draw(token_probs(lg, temperature, 0, 1.0), k))(logits, keys)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    if temperature == 0:
+        assert int(got[0]) == 3
 
 
 def test_validate_sampling_errors():

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wse_inference.engine import SamplingParams
-from wse_inference.sampling import draw, seed_key, stop_index, token_key, token_probs
+from wse_inference.sampling import sample, seed_key, stop_index, token_key
 
 __all__ = [
     "SequenceTracker",
@@ -140,7 +140,7 @@ def prefill(
 
 @jax.jit
 def _first(logits, key, temperature, top_k, top_p):
-    return draw(token_probs(logits, temperature, top_k, top_p), token_key(key, 0))
+    return sample(logits, temperature, top_k, top_p, token_key(key, 0))
 
 
 def first_token(logits: jax.Array, sampling: SamplingParams, key: jax.Array) -> int:
@@ -153,8 +153,7 @@ def decode_step(config, params, cache, tokens, pos, count, keys, temperature, to
     import wse_models
 
     logits, cache = wse_models.forward(config, params, tokens[:, None], pos[:, None], cache)
-    probs = token_probs(logits[:, 0], temperature, top_k, top_p)
-    nxt = jax.vmap(lambda p, k, c: draw(p, token_key(k, c)))(probs, keys, count)
+    nxt = sample(logits[:, 0], temperature, top_k, top_p, jax.vmap(token_key)(keys, count))
     return nxt, cache
 
 

@@ -14,6 +14,13 @@ layers on the activation it holds; then `wse_core.fabric.shift(..., "S", periodi
 each stage's output to the next stage and the last stage's output back to stage 0. One
 `generate` is S ticks: every occupied slot gets exactly one new token, so tokens and draws
 equal the plain decoder's (`wse_inference.decoding`) token for token for the same seed.
+With S users in flight every stage works on every tick.
+
+Two executions of that schedule, equal token for token: stage rows spread over several
+devices run vmapped over the rows (every row computes each tick, idle slots discarded, as
+parallel hardware would); with all rows on one device (the default, `mesh_rows=1`) each
+stage runs its own layers (separate weight arrays, unrolled) only when its slot is occupied
+(`lax.cond`), so a lone user on S stages costs one pass through the model per token.
 
 `prefill` runs the prompt in parallel chunks (plain forward into a batch-1 cache) and draws
 the first token; `insert` copies that cache into the slot's rows of every stage and runs the
@@ -36,7 +43,7 @@ from jax import lax
 from wse_inference.decoding import SequenceTracker, first_token, prefill, sequence_key
 from wse_inference.engine import Prefix, SamplingParams, SlotOutput
 from wse_inference.planner import _split
-from wse_inference.sampling import draw, token_key, token_probs, validate_sampling
+from wse_inference.sampling import sample, token_key, validate_sampling
 
 __all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "stage_layout"]
 
@@ -104,21 +111,60 @@ def _stage_apply(config, sp, valid, h, pos, ck, cv, slot):
     return out[0, 0], ck, cv
 
 
-def _tick(config, wafer, stages, head, sparams, valid, k, st: PipeState):
-    """One tick: stage 0 draws slot k's next token; every stage advances; activations shift."""
-    from wse_core import fabric
+def _row_apply(config, layers, h, pos, ck, cv, row, slot):
+    """Row `row`'s own layers (a tuple of per-layer parameters, no padding) on one slot's
+    token; all rows' caches (rows, 1, layers_per_stage, slots, ...) ride along and are
+    updated in place. Layers are unrolled over separate weight arrays: slicing one stacked
+    array per layer inside a loop makes XLA copy every layer's weights per token."""
+    from wse_models import LayerCache, apply_layer
+
+    x = h[None, None]
+    size = (1, 1, 1, 1, *ck.shape[4:])
+    for i, lp in enumerate(layers):
+        at = (row, 0, i, slot, 0, 0, 0)
+        k = lax.dynamic_slice(ck, at, size)[0, 0, 0]
+        v = lax.dynamic_slice(cv, at, size)[0, 0, 0]
+        x, lc = apply_layer(config, lp, x, pos[None, None], LayerCache(k, v))
+        ck = lax.dynamic_update_slice(ck, lc.k[None, None, None].astype(ck.dtype), at)
+        cv = lax.dynamic_update_slice(cv, lc.v[None, None, None].astype(cv.dtype), at)
+    return x[0, 0], ck, cv
+
+
+def _head(config, head, k, st: PipeState, skip_idle: bool):
+    """Stage 0 at tick k: slot k's next token from the activation back from the last stage,
+    embedded at its new position -> (state, token, activation). `skip_idle`: an idle slot
+    costs nothing (a `lax.cond`); otherwise it is computed and discarded."""
     from wse_models import embed, unembed
 
     act = st.active[k]
-    logits = unembed(config, head, st.h[0, 0][None, None])[0, 0]
-    probs = token_probs(logits, st.temperature[k], st.top_k[k], st.top_p[k])
-    tok = jnp.where(act, draw(probs, token_key(st.keys[k], st.count[k])), st.tokens[k])
     step = act.astype(jnp.int32)
-    st = st._replace(
-        tokens=st.tokens.at[k].set(tok), pos=st.pos.at[k].add(step), count=st.count.at[k].add(step)
-    )
-    x = embed(config, head, tok[None, None], st.pos[k][None, None])[0, 0]
-    h = st.h.at[0, 0].set(x.astype(st.h.dtype))
+    st = st._replace(pos=st.pos.at[k].add(step), count=st.count.at[k].add(step))
+
+    def make(h0):
+        logits = unembed(config, head, h0[None, None])[0, 0]
+        key = token_key(st.keys[k], st.count[k] - 1)
+        tok = sample(logits, st.temperature[k], st.top_k[k], st.top_p[k], key)
+        x = embed(config, head, tok[None, None], st.pos[k][None, None])[0, 0]
+        return tok, x.astype(h0.dtype)
+
+    h0 = st.h[0, 0]
+    if skip_idle:
+        tok, x = lax.cond(act, make, lambda h: (st.tokens[k], h), h0)
+    else:
+        tok, x = make(h0)
+        tok, x = jnp.where(act, tok, st.tokens[k]), jnp.where(act, x, h0)
+    return st._replace(tokens=st.tokens.at[k].set(tok)), tok, x
+
+
+def _tick(config, wafer, stages, weights, k, st: PipeState):
+    """One tick, stage rows spread over devices: stage 0 draws slot k's next token; every
+    stage runs its layers (vmapped over the rows, idle slots computed and discarded);
+    activations shift one stage along the ring."""
+    from wse_core import fabric
+
+    head, sparams, valid = weights
+    st, tok, x = _head(config, head, k, st, skip_idle=False)
+    h = st.h.at[0, 0].set(x)
     rows = st.h.shape[0]
     slots = (k - jnp.arange(rows)) % stages
     run = jax.vmap(functools.partial(_stage_apply, config))
@@ -129,25 +175,48 @@ def _tick(config, wafer, stages, head, sparams, valid, k, st: PipeState):
     return st._replace(h=h2, k=k2[:, None], v=v2[:, None]), tok
 
 
-def _cycle(config, wafer, stages, head, sparams, valid, st: PipeState):
+def _tick_local(config, wafer, stages, weights, k, st: PipeState):
+    """One tick, all stage rows on one device: the same schedule as `_tick`, but each stage
+    runs only its own layers and only when its slot is occupied (`lax.cond`), so one user on
+    S stages costs one pass through the model per token, not S."""
+    from wse_core import fabric
+
+    head, row_params = weights
+    st, tok, x = _head(config, head, k, st, skip_idle=True)
+    ck, cv, outs = st.k, st.v, []
+    for j, lp in enumerate(row_params):
+        s = (k - j) % stages
+
+        def run(args, lp=lp, j=j, s=s):
+            return _row_apply(config, lp, args[0], st.pos[s], args[1], args[2], j, s)
+
+        y, ck, cv = lax.cond(st.active[s], run, lambda a: a, (x if j == 0 else st.h[j, 0], ck, cv))
+        outs.append(y)
+    h2 = lax.with_sharding_constraint(jnp.stack(outs)[:, None], wafer.sharding(1))
+    if stages > 1:
+        h2 = fabric.shift(wafer, h2, "S", boundary="periodic")
+    return st._replace(h=h2, k=ck, v=cv), tok
+
+
+def _cycle(tick, stages, weights, st: PipeState):
     """S ticks: one new token per slot -> (state, tokens [S])."""
     out = jnp.zeros((stages,), jnp.int32)
 
     def body(k, carry):
         s, o = carry
-        s, tok = _tick(config, wafer, stages, head, sparams, valid, k, s)
+        s, tok = tick(weights, k, s)
         return s, o.at[k].set(tok)
 
     return lax.fori_loop(0, stages, body, (st, out))
 
 
-def _cycles(config, wafer, stages, n, head, sparams, valid, st: PipeState):
+def _cycles(tick, stages, n, weights, st: PipeState):
     """`n` generate steps in one loop -> (state, tokens [n, S])."""
     out = jnp.zeros((n, stages), jnp.int32)
 
     def body(i, carry):
         s, o = carry
-        s, toks = _cycle(config, wafer, stages, head, sparams, valid, s)
+        s, toks = _cycle(tick, stages, weights, s)
         return s, o.at[i].set(toks)
 
     return lax.fori_loop(0, n, body, (st, out))
@@ -273,15 +342,28 @@ class PipelineEngine:
         self._valid = self.wafer.place(valid[: self.stages, None])
         self._layers = params["layers"]
         self._head = {"embed": params["embed"], "final": params["final"]}
+        # All rows on one device: each stage keeps exactly its own layers (no padding).
+        self._local = self.wafer.mesh_shape[0] == 1
+        groups = _split(self.config.n_layers, self.stages)
+        self._row_params = tuple(
+            tuple(
+                jax.tree.map(lambda x, i=i: jnp.asarray(x)[i], params["layers"])
+                for i in range(a, b)
+            )
+            for a, b in groups
+        )
 
     def _compile(self) -> None:
         c, w, s = self.config, self.wafer, self.stages
-        self._cycle_fn = jax.jit(
-            lambda head, sp, valid, st: _cycle(c, w, s, head, sp, valid, st), donate_argnums=3
-        )
+        tick = functools.partial(_tick_local if self._local else _tick, c, w, s)
+        if self._local:
+            self._weights: tuple = (self._head, self._row_params)
+        else:
+            self._weights = (self._head, self._sparams, self._valid)
+        self._cycle_fn = jax.jit(functools.partial(_cycle, tick, s), donate_argnums=1)
         self._prime_fn = jax.jit(functools.partial(_prime, c, s), donate_argnums=3)
         self._cycles_fn = jax.jit(
-            functools.partial(_cycles, c, w, s), static_argnums=0, donate_argnums=4
+            functools.partial(_cycles, tick, s), static_argnums=0, donate_argnums=2
         )
 
     # -- Engine protocol ------------------------------------------------------------------
@@ -354,14 +436,12 @@ class PipelineEngine:
         return state
 
     def generate(self, *, state: PipelineDecodeState):
-        state.device, out = self._cycle_fn(self._head, self._sparams, self._valid, state.device)
+        state.device, out = self._cycle_fn(self._weights, state.device)
         return state, self._collect(state, np.asarray(out)[None])
 
     def generate_steps(self, *, state: PipelineDecodeState, steps: int):
         """`steps` generate steps in one dispatch (tokens after a finish are dropped)."""
-        state.device, out = self._cycles_fn(
-            steps, self._head, self._sparams, self._valid, state.device
-        )
+        state.device, out = self._cycles_fn(steps, self._weights, state.device)
         return state, self._collect(state, np.asarray(out))
 
     def _collect(self, state: PipelineDecodeState, tokens: np.ndarray) -> list[SlotOutput]:

@@ -7,7 +7,9 @@ top-p (nucleus) cut (p = 1: none), renormalised. Every decoder in this package (
 pipelined, speculative) draws through it, and token `i` of a sequence (i = 0: the first token
 after the prompt) is drawn with `token_key(seed_key, i)`, so two decoders that compute the same
 logits draw the same tokens for the same seed. The parameters may be per-row arrays, so slots
-with different settings share one compiled step.
+with different settings share one compiled step. `sample` is `draw(token_probs(...), key)`
+with a greedy fast path (the argmax, no softmax and no random bits, when every row is greedy);
+it returns exactly the same token, so decoders may use either.
 
 Host side: `validate_sampling` refuses bad settings with one readable line (`SamplingError`),
 `stop_index` finds the earliest stop string in generated text.
@@ -29,6 +31,7 @@ __all__ = [
     "validate_sampling",
     "token_probs",
     "draw",
+    "sample",
     "token_key",
     "seed_key",
     "stop_index",
@@ -114,6 +117,30 @@ def _top_p_cut(probs: jax.Array, top_p: jax.Array) -> jax.Array:
 def draw(probs: jax.Array, key: jax.Array) -> jax.Array:
     """One token id (int32) from `probs` [V] with `key`; a one-hot row gives its token."""
     return jax.random.categorical(key, jnp.log(probs)).astype(jnp.int32)
+
+
+def sample(
+    logits: jax.Array,
+    temperature: jax.Array | float,
+    top_k: jax.Array | int,
+    top_p: jax.Array | float,
+    keys: jax.Array,
+) -> jax.Array:
+    """Tokens int32 [...] drawn from logits [..., V], one key per row (keys [..., 2]); equal
+    to `draw(token_probs(...), key)` row by row. When every row is greedy the argmax is taken
+    directly (one `lax.cond`, so a greedy decode pays no sampling work)."""
+    lead = logits.shape[:-1]
+    temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), lead)
+
+    def drawn(logits):
+        probs = token_probs(logits, temperature, top_k, top_p)
+        flat = probs.reshape(-1, probs.shape[-1])
+        return jax.vmap(draw)(flat, keys.reshape(-1, keys.shape[-1])).reshape(lead)
+
+    def greedy(logits):
+        return jnp.argmax(logits.astype(jnp.float32), axis=-1).astype(jnp.int32)
+
+    return lax.cond(jnp.all(temperature <= 0), greedy, drawn, logits)
 
 
 def seed_key(seed: int) -> jax.Array:
