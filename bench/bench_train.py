@@ -1,19 +1,27 @@
 """Training benchmark: the weight-streamed step against a plain fused jit train step of the
 same model (target >= 0.8x) and against a minimal PyTorch CPU loop of the same GPT-2
-(transformers' GPT2LMHeadModel + torch.optim.AdamW; target >= 1x), measured side by side
-in one process. Also tokens/s and model FLOP/s against this machine's measured matmul peak.
+(transformers' GPT2LMHeadModel + torch.optim.AdamW; target >= 1x), measured side by side.
+Also tokens/s and model FLOP/s against this machine's measured matmul peak.
 
-    python bench/bench_train.py [--quick]
+    python bench/bench_train.py [--quick] [--cores 1,2]
 
-Prints a table and writes bench/results/train.json. Timings are the median of interleaved
-rounds (the machine is shared), each round timing every contender once.
+Equal resources for every contender: each core count N runs in its own worker process
+pinned to N cores (`sched_setaffinity`, inherited by every thread XLA, oneDNN or OpenMP
+starts) with `torch.set_num_threads(N)` set once; XLA sizes its thread pool by the machine,
+but those threads share the same N cores. The XLA flags are the ones `wse` runs with
+(`wse_core.runtime.configure`), the same for the streamed and the fused step. Prints a table
+and writes bench/results/train.json. Timings are the median of interleaved rounds (the
+machine is shared), each round timing every contender once.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -100,7 +108,7 @@ def _jax_contenders(shape, seed: int):
     return model, data, {"streamed": stream, "fused jit": fused}, stalls
 
 
-def _torch_contender(shape, data, threads: int):
+def _torch_contender(shape, data):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -125,7 +133,6 @@ def _torch_contender(shape, data, threads: int):
     y = torch.from_numpy(data[:, 1:].astype("int64"))
 
     def torch_step():
-        torch.set_num_threads(threads)
         logits = model(input_ids=x).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -139,9 +146,8 @@ def _torch_contender(shape, data, threads: int):
 
 def bench_case(name: str, shape, rounds: int) -> dict:
     model, data, fns, stalls = _jax_contenders(shape, 0)
-    try:  # torch's own threading, and one thread (OpenMP spin-waits hurt on a shared host)
-        for threads in (2, 1):
-            fns[f"pytorch {threads}t"] = _torch_contender(shape, data, threads)
+    try:
+        fns["pytorch"] = _torch_contender(shape, data)
     except ImportError:
         pass
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -161,43 +167,71 @@ def bench_case(name: str, shape, rounds: int) -> dict:
         "tokens_per_s": {k: tokens / v for k, v in t.items()},
         "model_flops_per_s": {k: flops / v for k, v in t.items()},
         "streamed_vs_fused": t["fused jit"] / t["streamed"],
-        "streamed_vs_torch": min(v for k, v in t.items() if k.startswith("pytorch")) / t["streamed"]
-        if any(k.startswith("pytorch") for k in t)
-        else None,
+        "streamed_vs_torch": t["pytorch"] / t["streamed"] if "pytorch" in t else None,
         "stall_fraction": statistics.median(stalls) if stalls else None,
     }
+
+
+def worker(cores: int, quick: bool) -> dict:
+    """Every case on `cores` cores (this process pinned to them): a JSON-able dict."""
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
+    from wse_core.runtime import configure
+
+    configure(1)
+    try:
+        import torch
+
+        torch.set_num_threads(cores)
+    except ImportError:
+        pass
+    peak = matmul_peak_flops()
+    cases = dict(list(CASES.items())[:1]) if quick else CASES
+    rows = [bench_case(k, v, 3 if quick else 7) for k, v in cases.items()]
+    return {"cores": cores, "peak_flops": peak, "cases": rows}
+
+
+def _print(runs: list[dict]) -> None:
+    for run in runs:
+        n, peak = run["cores"], run["peak_flops"]
+        print(f"\n{n} core(s): fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (XLA, 1024^2)")
+        print(
+            f"{'case':<15}{'contender':<11}{'step ms':>9}{'tokens/s':>10}{'GFLOP/s':>9}"
+            f"{'of peak':>8}"
+        )
+        for r in run["cases"]:
+            for k, v in r["step_s"].items():
+                print(
+                    f"{r['case']:<15}{k:<11}{v * 1e3:>9.1f}{r['tokens_per_s'][k]:>10.0f}"
+                    f"{r['model_flops_per_s'][k] / 1e9:>9.1f}"
+                    f"{r['model_flops_per_s'][k] / peak:>8.1%}"
+                )
+            vs_torch = r["streamed_vs_torch"]
+            torch_part = f"vs PyTorch {vs_torch:.2f}x (target >= 1)" if vs_torch else "no torch"
+            print(
+                f"  streamed vs fused jit {r['streamed_vs_fused']:.2f}x (target >= 0.8); "
+                f"{torch_part}; stall fraction {r['stall_fraction']:.3f}"
+            )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="One case, fewer rounds.")
+    ap.add_argument("--cores", default=None, help="Core counts to compare at (default 1,2).")
+    ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from wse_core.runtime import configure
-
-    configure(1)
-    peak = matmul_peak_flops()
-    cases = dict(list(CASES.items())[:1]) if args.quick else CASES
-    rows = [bench_case(k, v, 3 if args.quick else 7) for k, v in cases.items()]
-    print(f"machine: fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (XLA, 1024^2)")
-    print(
-        f"{'case':<15}{'contender':<13}{'step ms':>9}{'tokens/s':>10}{'GFLOP/s':>9}{'of peak':>8}"
-    )
-    for r in rows:
-        for k, v in r["step_s"].items():
-            print(
-                f"{r['case']:<15}{k:<13}{v * 1e3:>9.1f}{r['tokens_per_s'][k]:>10.0f}"
-                f"{r['model_flops_per_s'][k] / 1e9:>9.1f}"
-                f"{r['model_flops_per_s'][k] / peak:>8.1%}"
-            )
-        vs_torch = r["streamed_vs_torch"]
-        print(
-            f"  streamed vs fused jit {r['streamed_vs_fused']:.2f}x (target >= 0.8); vs "
-            f"the faster PyTorch {vs_torch:.2f}x (target >= 1); stall fraction "
-            f"{r['stall_fraction']:.3f}"
-        )
+    if args.worker is not None:
+        print(json.dumps(worker(args.worker, args.quick)))
+        return
+    have = len(os.sched_getaffinity(0))
+    cores = [int(c) for c in (args.cores or "1,2").split(",") if int(c) <= have]
+    runs = []
+    for n in cores:
+        cmd = [sys.executable, __file__, "--worker", str(n)] + (["--quick"] if args.quick else [])
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    _print(runs)
     RESULTS.mkdir(exist_ok=True)
-    out = {"peak_flops": peak, "cases": rows}
-    (RESULTS / "train.json").write_text(json.dumps(out, indent=2))
+    (RESULTS / "train.json").write_text(json.dumps({"runs": runs}, indent=2))
     print(f"wrote {RESULTS / 'train.json'}")
 
 
