@@ -62,7 +62,7 @@ class TlrEngine:
         defect_seed: int | None = None,
         layout: str = "matched",
     ) -> TlrEngine:
-        """`layout`: "matched" (each PE row a matching of rank slices, `matched`: the
+        """`layout`: "matched" (each PE column a matching of rank slices, `matched`: the
         fastest emulation), "packed" (slices bucketed per tile column, `packed`) or
         "banded" (each tile row padded to its largest rank, `wafer`)."""
         layouts = {

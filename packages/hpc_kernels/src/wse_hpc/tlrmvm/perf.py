@@ -65,7 +65,7 @@ def _traffic(wafer: Wafer, fn, per_pe: tuple[int, ...], dtype) -> Work:
     return Work.from_traffic(fabric.count(wafer, fn, x))
 
 
-def _final_sum(wafer: Wafer, plan: TlrPlan | PackedPlan | MatchedPlan, dt) -> dict[str, Work]:
+def _final_sum(wafer: Wafer, plan: TlrPlan | PackedPlan, dt) -> dict[str, Work]:
     """The last phase: the band sum (banded) or the column sum of the tile-row buffers."""
     ch, b = plan.chunk, plan.batch
     if isinstance(plan, PackedPlan):
