@@ -1,17 +1,23 @@
 """Inference benchmark: pipelined and plain decoding vs a PyTorch KV-cache decoder, speculative
 speedup, and multi-user throughput against the number of pipeline stages.
 
-Measured side by side in one process (2 virtual JAX devices = the 2 cores, torch on 1 thread:
-two threads spin-wait on this shared machine), fp32 on the CPU, greedy, batch 1, best of
-`repeats` runs after a warm-up (compile):
-- decode: tokens/s after the first token of `wse_inference.torch_baseline.TorchDecoder`, the
-  plain JAX decoder (`decoding.PlainDecoder`, fused while_loop) and the pipelined engine
-  (`pipeline.PipelineEngine`, S stages, one user, 16 steps per dispatch), with the ratios to
-  torch; all three must produce the same tokens;
-- speculative: a 12-layer target and its first layer as the draft, gamma = 4, temperature 1;
-  the target's head is scaled to set the operating point (acceptance ~0.8, chosen from a
-  short run); speedup = speculative tokens/s / plain target tokens/s, next to Leviathan's
-  (1 - a^(g+1)) / ((1 - a)(g c + 1)) with the measured a and c;
+Measured side by side in one process, fp32 on the CPU, batch 1, after a warm-up (compile).
+Both sides get ONE thread: torch.set_num_threads(1) and XLA with
+--xla_cpu_multi_thread_eigen=false (set here before JAX starts); the `cpu_util` column
+(process CPU seconds / wall seconds) shows what each decoder really used. Every comparison is
+interleaved (each round runs every decoder once, in a rotating order) and reported as the
+median over rounds, with ratios taken within a round (pairs measured back to back):
+- decode: greedy tokens/s after the first token of `wse_inference.torch_baseline.TorchDecoder`,
+  the plain JAX decoder (`decoding.PlainDecoder`, fused while_loop) and the pipelined engine
+  (`pipeline.PipelineEngine`, S = 1 and 2 stages, one user, 16 steps per dispatch); all must
+  produce the same tokens; target: pipelined >= 1x torch;
+- speculative: a 24-layer target (d_model 256) and its first layer as the draft (c ~ 0.04),
+  gamma = 4, temperature 1, caches sized for the request; the target's head is scaled to set
+  the operating point
+  (acceptance ~0.8, chosen from a short run); speedup = speculative tokens/s / plain target
+  tokens/s (target >= 2x), next to Leviathan's (1 - a^(g+1)) / ((1 - a)(g c + 1)) with the
+  measured a and c, c and the verification cost v timed as the rounds run them
+  (`leviathan23_speculative.round_costs`);
 - throughput: S users on S stages, aggregate tokens/s for S = 1, 2, 4, with the stage rows
   on one device and on two (fabric shifts across devices).
 Prints tables and writes bench/results/infer.json.
@@ -24,20 +30,35 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import resource
+import statistics
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 
 
-def _best(fn, repeats: int):
-    out = fn()  # warm-up (compile)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _interleaved(fns: dict, rounds: int) -> dict[str, list[tuple[float, float, object]]]:
+    """Each round calls every fn once (rotating order) -> name: [(seconds, cpu_util, result)]:
+    seconds is the fn's own timing when it returns (seconds, ...), else the call's wall
+    time; cpu_util is the process CPU seconds / wall seconds of the whole call."""
+    names = list(fns)
+    out: dict[str, list] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            c0, t0 = _cpu_s(), time.perf_counter()
+            res = fns[n]()
+            wall = time.perf_counter() - t0
+            util = (_cpu_s() - c0) / wall
+            out[n].append((res[0] if isinstance(res, tuple) else wall, util, res))
+    return out
 
 
 def _model(n_layers: int, d: int, vocab: int, head_scale: float = 1.0, seed: int = 0):
@@ -61,24 +82,20 @@ def _model(n_layers: int, d: int, vocab: int, head_scale: float = 1.0, seed: int
 
 def _pipeline_decode(eng, prompt, sampling):
     """(decode seconds after prefill + insert, tokens) of one user, 16 steps per dispatch."""
+    import jax
+
     state = eng.init_decode_state()
     state = eng.insert(
         prefix=eng.prefill(prompt_ids=prompt, sampling=sampling), state=state, slot=0
     )
-    jax_block(state)
+    jax.block_until_ready(state.device)
     t0 = time.perf_counter()
     while state.seqs[0].finish_reason is None:
         state, _ = eng.generate_steps(state=state, steps=16)
     return time.perf_counter() - t0, state.seqs[0].tokens
 
 
-def jax_block(state) -> None:
-    import jax
-
-    jax.block_until_ready(state.device)
-
-
-def bench_decode(quick: bool, repeats: int) -> list[dict]:
+def bench_decode(quick: bool, rounds: int) -> list[dict]:
     from wse_inference.decoding import PlainDecoder
     from wse_inference.engine import SamplingParams
     from wse_inference.pipeline import PipelineEngine
@@ -89,110 +106,120 @@ def bench_decode(quick: bool, repeats: int) -> list[dict]:
     greedy = SamplingParams(max_tokens=n, temperature=0.0)
     ctx = len(prompt) + n
     torch_dec = TorchDecoder(m.config, m.params, ctx)
-    ref, _ = torch_dec.generate(prompt, n)  # warm-up
-    torch_s = min(torch_dec.generate(prompt, n)[1] for _ in range(repeats))
-    rows = [
-        {
-            "decoder": "pytorch KV-cache (1 thread)",
-            "tokens_per_s": (n - 1) / torch_s,
-            "same_tokens": True,
-        }
-    ]
     plain = PlainDecoder(m.config, m.params, max_context=ctx)
-    _, out = _best(lambda: plain.generate(prompt, greedy), repeats)
-    best = max(plain.generate(prompt, greedy).tokens_per_s for _ in range(repeats))
-    rows.append(
-        {
-            "decoder": "plain JAX (while_loop)",
-            "tokens_per_s": best,
-            "same_tokens": out.tokens == ref,
-        }
-    )
-    for stages in (1, 2):
-        eng = PipelineEngine(m, stages=stages, max_context=ctx)
-        out = [_pipeline_decode(eng, prompt, greedy) for _ in range(repeats + 1)]  # 1: warm-up
-        secs, toks = min(o[0] for o in out[1:]), out[-1]
+    engines = {s: PipelineEngine(m, stages=s, max_context=ctx) for s in (1, 2)}
+
+    def plain_run():
+        out = plain.generate(prompt, greedy)
+        return out.decode_s, out.tokens
+
+    fns = {
+        "pytorch KV-cache": lambda: torch_dec.generate(prompt, n)[::-1],
+        "plain JAX (while_loop)": plain_run,
+        **{
+            f"pipelined, {s} stage(s), 1 user": (lambda e=e: _pipeline_decode(e, prompt, greedy))
+            for s, e in engines.items()
+        },
+    }
+    for fn in fns.values():
+        fn()  # warm-up (compile)
+    runs = _interleaved(fns, rounds)
+    ref = runs["pytorch KV-cache"][0][2][1]
+    base = [(n - 1) / w for w, _, _ in runs["pytorch KV-cache"]]
+    rows = []
+    for name, rs in runs.items():
+        rates = [(n - 1) / w for w, _, _ in rs]
+        ratios = [r / b for r, b in zip(rates, base, strict=True)]
         rows.append(
             {
-                "decoder": f"pipelined, {stages} stage(s), 1 user",
-                "tokens_per_s": (n - 1) / secs,
-                "same_tokens": toks[1] == ref,
+                "decoder": name,
+                "tokens_per_s": statistics.median(rates),
+                "vs_pytorch": statistics.median(ratios),
+                "vs_pytorch_min": min(ratios),
+                "cpu_util": statistics.median(u for _, u, _ in rs),
+                "same_tokens": all(r[2][1] == ref for r in rs),
             }
         )
-    for r in rows:
-        r["vs_pytorch"] = r["tokens_per_s"] / rows[0]["tokens_per_s"]
     return rows
 
 
-def _spec_run(target, draft, gamma, prompt, sampling, repeats):
+def _spec_pairs(target, draft, gamma, prompt, sampling, rounds, timer=None):
+    """Interleaved (speculative run, plain target run[, round costs]) triples."""
     from wse_inference.decoding import PlainDecoder
     from wse_inference.spec_decode import SpeculativeDecoder
 
-    spec = SpeculativeDecoder(target, draft, gamma=gamma, max_context=256)
-    plain_t = PlainDecoder(target.config, target.params, max_context=256)
-    plain_d = PlainDecoder(draft.config, draft.params, max_context=256)
-    runs = [
-        spec.generate(prompt, dataclasses.replace(sampling, seed=s)) for s in range(repeats + 1)
-    ][1:]
-    t_rate = max(plain_t.generate(prompt, sampling).tokens_per_s for _ in range(repeats + 1))
-    d_rate = max(plain_d.generate(prompt, sampling).tokens_per_s for _ in range(repeats + 1))
-    return runs, t_rate, d_rate
+    ctx = len(prompt) + sampling.max_tokens  # caches sized for the request, both decoders
+    spec = SpeculativeDecoder(target, draft, gamma=gamma, max_context=ctx)
+    plain = PlainDecoder(target.config, target.params, max_context=ctx)
+    spec.generate(prompt, sampling), plain.generate(prompt, sampling)  # compile
+    timer = timer(spec) if timer else None
+    out = []
+    for s in range(rounds):
+        run = spec.generate(prompt, dataclasses.replace(sampling, seed=s))
+        base = plain.generate(prompt, dataclasses.replace(sampling, seed=s))
+        out.append((run, base, timer() if timer else None))
+    return out
 
 
-def bench_speculative(quick: bool, repeats: int, gamma: int = 4) -> dict:
+def bench_speculative(quick: bool, rounds: int, gamma: int = 4) -> dict:
     from wse_inference.engine import SamplingParams
     from wse_inference.loading import truncated_model
-    from wse_inference.speculative import (
-        AcceptanceStats,
-        expected_speedup,
-        expected_tokens_per_pass,
-    )
+    from wse_inference.speculative import expected_speedup, expected_tokens_per_pass
+    from wse_inference.studies.leviathan23_speculative import round_costs
 
     prompt = list(range(1, 17))
     sampling = SamplingParams(max_tokens=60 if quick else 120, temperature=1.0)
-    layers, d = (8, 192) if quick else (12, 256)
+    layers, d = (8, 192) if quick else (24, 256)
     best = None
     for scale in (1.25, 1.5, 1.75, 2.0):  # pick the operating point nearest acceptance 0.8
         t = _model(layers, d, 1024, scale)
-        runs, t_rate, d_rate = _spec_run(t, truncated_model(t, 1), gamma, prompt, sampling, 1)
-        alpha = runs[-1].metrics["speculative"]["alpha"]
+        run = _spec_pairs(t, truncated_model(t, 1), gamma, prompt, sampling, 1)[0][0]
+        alpha = run.metrics["speculative"]["alpha"]
         if best is None or abs(alpha - 0.8) < abs(best[1] - 0.8):
             best = (scale, alpha)
     t = _model(layers, d, 1024, best[0])
-    runs, t_rate, d_rate = _spec_run(t, truncated_model(t, 1), gamma, prompt, sampling, repeats)
-    stats = AcceptanceStats(gamma)  # pooled over the runs; alpha = mean of the runs' alphas
-    for r in runs:
-        s = r.metrics["speculative"]
-        stats.rounds += s["rounds"]
-        stats.accepted += s["accepted"]
-        stats.beta_sum += s["alpha"]
-        stats.beta_count += 1
-    spec_rate = max(r.tokens_per_s for r in runs)
-    from wse_inference.studies.leviathan23_speculative import forward_ms
-
-    t_step = forward_ms(t.config, t.params, 1)
-    c = t_rate / d_rate  # draft decode step / target decode step (sampling included)
-    v = forward_ms(t.config, t.params, gamma + 1) / t_step  # verification pass / target step
+    draft = truncated_model(t, 1)
+    pairs = _spec_pairs(
+        t,
+        draft,
+        gamma,
+        prompt,
+        sampling,
+        rounds,
+        lambda spec: round_costs(t, draft, gamma, spec._cache_len(t.config)),
+    )
+    stats = [r.metrics["speculative"] for r, _, _ in pairs]
+    alpha = statistics.fmean(s["alpha"] for s in stats)
+    n_rounds = sum(s["rounds"] for s in stats)
+    accepted = sum(s["accepted"] for s in stats)
+    ratios = [r.tokens_per_s / b.tokens_per_s for r, b, _ in pairs]
+    costs = [c for _, _, c in pairs]
+    c = statistics.median(x["draft_step_ms"] / x["target_step_ms"] for x in costs)
+    v = statistics.median(x["verify_ms"] / x["target_step_ms"] for x in costs)
+    speedup = statistics.median(ratios)
+    formula = expected_speedup(alpha, gamma, c)
     return {
         "target_layers": layers,
         "draft_layers": 1,
         "d_model": d,
         "gamma": gamma,
         "head_scale": best[0],
-        "alpha": stats.alpha,
-        "acceptance_rate": stats.acceptance_rate,
+        "alpha": alpha,
+        "acceptance_rate": accepted / (n_rounds * gamma),
+        "tokens_per_pass": (accepted + n_rounds) / n_rounds,
         "cost_ratio_c": c,
-        "mean_tokens_per_pass": stats.mean_tokens_per_pass,
-        "target_tokens_per_s": t_rate,
-        "speculative_tokens_per_s": spec_rate,
-        "speedup": spec_rate / t_rate,
-        "leviathan_speedup": expected_speedup(stats.alpha, gamma, c),
         "verify_cost_ratio": v,
-        "formula_with_verify_cost": expected_tokens_per_pass(stats.alpha, gamma) / (gamma * c + v),
+        "target_tokens_per_s": statistics.median(b.tokens_per_s for _, b, _ in pairs),
+        "speculative_tokens_per_s": statistics.median(r.tokens_per_s for r, _, _ in pairs),
+        "speedup": speedup,
+        "speedup_min": min(ratios),
+        "leviathan_speedup": formula,
+        "measured_vs_formula": speedup / formula,
+        "formula_with_verify_cost": expected_tokens_per_pass(alpha, gamma) / (gamma * c + v),
     }
 
 
-def bench_throughput(quick: bool, repeats: int) -> list[dict]:
+def bench_throughput(quick: bool, rounds: int) -> list[dict]:
     from wse_inference.engine import SamplingParams
     from wse_inference.pipeline import PipelineEngine
 
@@ -203,9 +230,9 @@ def bench_throughput(quick: bool, repeats: int) -> list[dict]:
         prompts = [list(range(1 + u, 17 + u)) for u in range(stages)]
         samplings = [SamplingParams(max_tokens=n, temperature=0.0)] * stages
         eng = PipelineEngine(m, stages=stages, max_context=16 + n, mesh_rows=devices)
-        secs, _ = _best(
-            lambda e=eng, p=prompts, s=samplings: e.generate_all(p, s, steps_per_call=8), repeats
-        )
+        run = lambda e=eng, p=prompts, s=samplings: e.generate_all(p, s, steps_per_call=8)  # noqa: E731
+        run()  # warm-up (compile)
+        secs = statistics.median(w for w, _, _ in _interleaved({"run": run}, rounds)["run"])
         rows.append(
             {
                 "stages": stages,
@@ -230,18 +257,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    flags = os.environ.get("XLA_FLAGS", "")
+    if ONE_THREAD not in flags:  # before JAX starts: one XLA thread, like torch below
+        os.environ["XLA_FLAGS"] = f"{flags} {ONE_THREAD}".strip()
     from wse_core.runtime import configure
 
     configure(2)
     import torch
 
     torch.set_num_threads(1)
-    repeats = 2 if args.quick else 3
-    out = {"decode": bench_decode(args.quick, repeats)}
-    _table("batch-1 greedy decode (tokens/s after the first token)", out["decode"])
-    out["speculative"] = bench_speculative(args.quick, repeats)
-    _table("speculative decoding (gamma 4, first-layer draft)", [out["speculative"]])
-    out["throughput"] = bench_throughput(args.quick, repeats)
+    rounds = 5 if args.quick else 9
+    out = {"threads": {"torch": torch.get_num_threads(), "xla_flags": os.environ["XLA_FLAGS"]}}
+    out["decode"] = bench_decode(args.quick, rounds)
+    _table("batch-1 greedy decode (tokens/s after the first token; medians)", out["decode"])
+    out["speculative"] = bench_speculative(args.quick, rounds)
+    _table("speculative decoding (gamma 4, first-layer draft; medians)", [out["speculative"]])
+    out["throughput"] = bench_throughput(args.quick, 3)
     _table("multi-user throughput: S users on S stages", out["throughput"])
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "infer.json").write_text(json.dumps(out, indent=2, default=float))

@@ -89,23 +89,31 @@ def _propose(dconfig, gamma, dparams, dcache, last2, pos2, key, temp, top_k, top
     return drafts, jnp.concatenate([q0[None], qs]), dcache
 
 
+def _verify_pass(tconfig, gamma, tparams, tcache, last, drafts, q, n, key, temp, top_k, top_p):
+    """Target: the last committed token (at n - 1) and the drafts in ONE forward of
+    gamma + 1 tokens, then rejection sampling -> (Verdict, cache)."""
+    from wse_models import forward
+
+    tokens = jnp.concatenate([last[None], drafts])[None]
+    positions = (n - 1 + jnp.arange(gamma + 1, dtype=jnp.int32))[None]
+    logits, tcache = forward(tconfig, tparams, tokens, positions, tcache)
+    p = token_probs(logits[0], temp, top_k, top_p)
+    return verify(drafts, q, p, key), tcache
+
+
 def speculative_round(
     tconfig, dconfig, gamma, tparams, dparams, tcache, dcache, last2, n, key, temp, top_k, top_p
 ):
     """One round at committed length n (last2 = tokens n-2, n-1) -> (drafts, accepted,
     next token, betas, caches)."""
-    from wse_models import forward
-
     k_draft, k_verify = jax.random.split(key)
     pos2 = jnp.stack([n - 2, n - 1]).astype(jnp.int32)
     drafts, q, dcache = _propose(
         dconfig, gamma, dparams, dcache, last2, pos2, k_draft, temp, top_k, top_p
     )
-    tokens = jnp.concatenate([last2[1:], drafts])[None]
-    positions = (n - 1 + jnp.arange(gamma + 1, dtype=jnp.int32))[None]
-    logits, tcache = forward(tconfig, tparams, tokens, positions, tcache)
-    p = token_probs(logits[0], temp, top_k, top_p)
-    verdict = verify(drafts, q, p, k_verify)
+    verdict, tcache = _verify_pass(
+        tconfig, gamma, tparams, tcache, last2[1], drafts, q, n, k_verify, temp, top_k, top_p
+    )
     return drafts, verdict.num_accepted, verdict.next_token, verdict.beta, tcache, dcache
 
 
