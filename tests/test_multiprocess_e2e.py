@@ -119,6 +119,15 @@ def test_training_is_bit_identical_across_processes(tmp_path):
     assert max(float(np.abs(a - b).max()) for a, b in zip(p1, p2, strict=True)) == 0.0
 
 
+@pytest.mark.timeout(120)
+def test_replicas_that_do_not_split_over_the_processes_are_refused(tmp_path):
+    params = str(_train_params(tmp_path))
+    cmd = WSE + [*_LAUNCH, params, "-o", str(tmp_path / "run"), "--num_csx", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=110, env=clean_env())
+    assert done.returncode != 0  # each process exits 2 with the one-line error
+    assert "num_csx=1 replicas cannot be split over 2 processes" in done.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_training_resumes_across_processes(tmp_path):

@@ -22,7 +22,7 @@ from wse_trainer.optimizer import base_transform, full_transform
 from wse_trainer.plan import plan_activations
 from wse_trainer.reference import fused_step
 from wse_trainer.stream import StreamedTrainer
-from wse_trainer.swarmx import tree_bytes
+from wse_trainer.swarmx import SwarmX, tree_bytes
 
 B, S, STEPS = 8, 16, 3
 ADAMW = OptimizerConfig(learning_rate=1e-3, weight_decay=0.01, eps=1e-6)
@@ -159,3 +159,15 @@ def test_sram_ledger_forces_recompute_then_refuses():
     assert tight.sram["used_bytes_per_pe"] == 10424
     with pytest.raises(SramBudgetError, match="activations: 5 layer inputs"):
         plan_activations(model, tiny.replace(sram_bytes_per_pe=9000), 8, 32)
+
+
+def test_swarmx_gives_each_process_its_block_of_replicas():
+    # Process 1 of 2 with num_csx=4 computes replicas 2 and 3 on its own devices.
+    devs = jax.devices()[:2]
+    swarm = SwarmX(num_csx=4, devices=devs, home=devs[0], first=2, local=2, processes=2)
+    assert list(swarm.replicas) == [2, 3]
+    assert [swarm.replica_device(r) for r in range(2)] == [devs[0], devs[1]]
+    batch = np.arange(8 * 3).reshape(8, 3)
+    shards = swarm.scatter(batch)
+    np.testing.assert_array_equal(np.concatenate([np.asarray(x) for x in shards]), batch[4:])
+    assert len(swarm.broadcast(jnp.zeros(5))) == 2 and swarm.broadcast_bytes == 4 * 20

@@ -163,6 +163,11 @@ class _Session:
 
         self.config, run_cfg, inp = config, config.runconfig, config.train_input
         self.model, _ = validate(config)
+        if run_cfg.num_csx % jax.process_count():
+            raise ConfigError(
+                f"runconfig.num_csx={run_cfg.num_csx} replicas cannot be split over "
+                f"{jax.process_count()} processes; use a multiple of {jax.process_count()}"
+            )
         self.dir = Path(run_cfg.model_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
