@@ -179,6 +179,13 @@ def test_acceptance_stats_and_formula():
     assert s.mean_tokens_per_pass == pytest.approx(3.0)
     assert s.position_acceptance == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
     assert s.alpha == pytest.approx(0.5)
+    rng = np.random.default_rng(1)  # record_rounds is record, vectorised
+    acc, beta = rng.integers(0, 5, 9), rng.uniform(size=(9, 4))
+    one, many = AcceptanceStats(gamma=4), AcceptanceStats(gamma=4)
+    for a, b in zip(acc, beta, strict=True):
+        one.record(int(a), b)
+    many.record_rounds(acc, beta)
+    assert many.to_dict() == pytest.approx(one.to_dict())
     # (1 - a^(g+1)) / ((1 - a)(g c + 1)) at a = 0.8, g = 4, c = 0: 3.3616
     assert expected_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8**5) / 0.2)
     assert expected_speedup(0.8, 4, 0.25) == pytest.approx((1 - 0.8**5) / 0.2 / 2)

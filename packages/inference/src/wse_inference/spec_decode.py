@@ -261,9 +261,8 @@ class SpeculativeDecoder:
                 jnp.float32(sampling.top_p),
                 jnp.asarray([*sampling.stop_token_ids, -2], jnp.int32),
             )
-            acc, betas = np.asarray(acc), np.asarray(betas)
-            for r in range(int(rounds)):
-                stats.record(int(acc[r]), betas[r])
+            r = int(rounds)
+            stats.record_rounds(np.asarray(acc)[:r], np.asarray(betas)[:r])
             for tok in np.asarray(buf)[: int(made)].tolist():
                 if tracker.add(tok) is not None:
                     break

@@ -92,6 +92,18 @@ class AcceptanceStats:
             self.beta_sum += float(reached.sum())
             self.beta_count += int(reached.size)
 
+    def record_rounds(self, accepted: np.ndarray, beta: np.ndarray) -> None:
+        """Many rounds at once (vectorised `record`): accepted [r], beta [r, gamma]."""
+        accepted = np.asarray(accepted, np.int64)
+        beta = np.asarray(beta, np.float64)
+        pos = np.arange(self.gamma)
+        self.rounds += int(accepted.size)
+        self.accepted += int(accepted.sum())
+        self.per_position += (pos[None, :] < accepted[:, None]).sum(axis=0)
+        reached = pos[None, :] < np.minimum(accepted + 1, self.gamma)[:, None]
+        self.beta_sum += float(beta[reached].sum())
+        self.beta_count += int(reached.sum())
+
     @property
     def proposed(self) -> int:
         return self.rounds * self.gamma
