@@ -337,21 +337,25 @@ class PipelineEngine:
         rows = self.wafer.padded_shape[0]
         index, valid = stage_layout(self.config.n_layers, self.stages, rows)
         self._index = jnp.asarray(index)
-        gather = lambda x: np.asarray(x)[index][: self.stages, None]  # noqa: E731
-        self._sparams = jax.tree.map(lambda x: self.wafer.place(gather(x))[:, 0], params["layers"])
-        self._valid = self.wafer.place(valid[: self.stages, None])
         self._layers = params["layers"]
         self._head = {"embed": params["embed"], "final": params["final"]}
-        # All rows on one device: each stage keeps exactly its own layers (no padding).
+        # All rows on one device: each stage keeps exactly its own layers (no padding), one
+        # array per layer. Otherwise the stage rows are wafer fields (padding layers masked).
         self._local = self.wafer.mesh_shape[0] == 1
-        groups = _split(self.config.n_layers, self.stages)
-        self._row_params = tuple(
-            tuple(
-                jax.tree.map(lambda x, i=i: jnp.asarray(x)[i], params["layers"])
-                for i in range(a, b)
+        if self._local:
+            groups = _split(self.config.n_layers, self.stages)
+            self._row_params = tuple(
+                tuple(
+                    jax.tree.map(lambda x, i=i: jnp.asarray(x)[i], params["layers"])
+                    for i in range(a, b)
+                )
+                for a, b in groups
             )
-            for a, b in groups
-        )
+        else:
+            gather = lambda x: np.asarray(x)[index][: self.stages, None]  # noqa: E731
+            place = lambda x: self.wafer.place(gather(x))[:, 0]  # noqa: E731
+            self._sparams = jax.tree.map(place, params["layers"])
+            self._valid = self.wafer.place(valid[: self.stages, None])
 
     def _compile(self) -> None:
         c, w, s = self.config, self.wafer, self.stages
