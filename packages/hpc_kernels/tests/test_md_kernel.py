@@ -8,6 +8,7 @@ from wse_core import preset
 from wse_core.wafer import build_wafer
 from wse_hpc.md import mapping
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
+from wse_hpc.md.nlist import list_caps, neighbour_fns
 from wse_hpc.md.reference import eam_reference
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04
@@ -109,3 +110,87 @@ def test_window_is_counted_in_sram_and_fabric():
     with jax.enable_x64(True):
         got = _kernel(s, sp, mesh=(2, 4))
     assert got["traffic"].words > 0 and got["traffic"].count > 0
+
+
+def _lists(s, sp, *, mesh, skin=1.0, caps=None, defect_seed=None, moved=None):
+    """The neighbour-list kernel: build, then forces (float64, atom order)."""
+    grid = mapping.choose_grid(s.num_atoms)
+    wafer = build_wafer(preset("small"), grid=grid, mesh_shape=mesh, defect_seed=defect_seed)
+    state = mapping.pack(
+        mapping.initial_map(s.positions_A, grid, s.box_A), s.positions_A, sp, dtype=np.float64
+    )
+    reach = POT.cutoff_A + skin
+    kr, kc = mapping.window_needed(state, s.box_A, reach)
+    caps = caps or list_caps(state, s.box_A, reach, kr, kc)
+    plan = EamPlan(kr, kc, tuple(s.box_A), "float64", skin, caps)
+    sram_plan(wafer, POT, plan)
+    fns = neighbour_fns(wafer, POT, plan)
+    placed, geo = wafer.place(state), geometry(wafer)
+    nbrs, over = jax.jit(fns.build_fn)(placed, geo)
+    if moved is not None:  # displace one atom after the build
+        state = state.copy()
+        held = np.argwhere(state[..., mapping.SPECIES] >= 0)[0]
+        state[held[0], held[1], 0] += moved
+        placed = wafer.place(state)
+    out = jax.jit(fns.forces_fn)(placed, geo, nbrs)
+    at = mapping.unpack(state, s.num_atoms)["pe_flat_index"]
+    return {
+        "forces": wafer.gather(out.forces).reshape(-1, 3)[at],
+        "energy": wafer.gather(out.energy).reshape(-1)[at],
+        "virial": float(wafer.gather(out.virial).sum()),
+        "overflow": bool(over),
+        "moved": bool(fns.moved_fn(placed, nbrs)),
+        "caps": caps,
+        "window_pes": plan.window_pes,
+    }
+
+
+@pytest.mark.parametrize("mesh", [(2, 4), pytest.param((1, 1), marks=pytest.mark.slow)])
+def test_neighbour_lists_match_numpy_reference(mesh):
+    s, sp = _system(seed=7)
+    ref = eam_reference(POT, s.positions_A, sp, s.box_A)
+    with jax.enable_x64(True):
+        got = _lists(s, sp, mesh=mesh)
+    assert not got["overflow"] and not got["moved"]
+    # far fewer candidates than window slots: the point of the lists
+    assert got["caps"][-1] < 0.5 * got["window_pes"]
+    np.testing.assert_allclose(got["forces"], ref.forces_eV_A, atol=1e-11)
+    np.testing.assert_allclose(got["energy"], ref.energy_eV, atol=1e-12)
+    assert got["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)
+
+
+def test_neighbour_list_overflow_and_motion_are_reported():
+    s, sp = _system(seed=8)
+    with jax.enable_x64(True):
+        fits = _lists(s, sp, mesh=(2, 4))
+        caps = fits["caps"]
+        short = _lists(s, sp, mesh=(2, 4), caps=caps[:-1] + (caps[-1] // 2,))
+        per_row = _lists(s, sp, mesh=(2, 4), caps=tuple(c // 3 for c in caps[:-1]) + caps[-1:])
+        near = _lists(s, sp, mesh=(2, 4), skin=1.0, moved=0.49)
+        far = _lists(s, sp, mesh=(2, 4), skin=1.0, moved=0.51)
+    assert not fits["overflow"]
+    assert short["overflow"] and per_row["overflow"]  # capacities too small: never dropped
+    assert not near["moved"] and far["moved"]  # rebuild once an atom moved > skin / 2
+    # within skin / 2 the lists are still exact
+    ref = eam_reference(POT, s.positions_A + _shift(s, 0.49), sp, s.box_A)
+    np.testing.assert_allclose(near["forces"], ref.forces_eV_A, atol=1e-11)
+
+
+def _shift(s, dx):
+    """The displacement `_lists(moved=dx)` applies: dx in x to the atom on the first PE."""
+    grid = mapping.choose_grid(s.num_atoms)
+    atom = mapping.initial_map(s.positions_A, grid, s.box_A).reshape(-1)
+    atom = atom[atom >= 0][0]
+    out = np.zeros_like(s.positions_A)
+    out[atom, 0] = dx
+    return out
+
+
+@pytest.mark.slow
+def test_neighbour_lists_same_results_with_and_without_defects():
+    s, sp = _system(seed=4)
+    with jax.enable_x64(True):
+        clean = _lists(s, sp, mesh=(2, 4))
+        broken = _lists(s, sp, mesh=(2, 4), defect_seed=11)
+    np.testing.assert_array_equal(clean["forces"], broken["forces"])
+    np.testing.assert_array_equal(clean["energy"], broken["energy"])

@@ -41,12 +41,15 @@ __all__ = ["EamPlan", "EamOutput", "EamFns", "Geometry", "eam", "geometry", "sra
 
 @dataclasses.dataclass(frozen=True)
 class EamPlan:
-    """Static choices: the neighbour window, the box and the float dtype."""
+    """Static choices: the neighbour window, the box and the float dtype; for neighbour
+    lists (`wse_hpc.md.nlist`) the skin and one candidate capacity per row offset."""
 
     k_rows: int
     k_cols: int
     box_A: tuple[float, float, float]
     dtype: str = "float32"
+    skin_A: float = 0.0
+    caps: tuple[int, ...] = ()
 
     @property
     def window_pes(self) -> int:
@@ -77,7 +80,8 @@ def geometry(wafer: Wafer) -> Geometry:
 
 
 def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
-    """Declare the per-PE SRAM: atom state, the marching row-window buffers and the tables.
+    """Declare the per-PE SRAM: atom state, the marching row-window buffers, the tables and,
+    with neighbour lists, the candidates.
 
     Tables are stored as fp32 knot values (4 B per knot); a PE rebuilds a knot's cubic from
     the six values around it, as LAMMPS's `interpolate` does, so the tables need
@@ -93,6 +97,9 @@ def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
         "md.row_windows": 3 * (2 * plan.k_cols + 1) * 5 * 4,
         "md.tables": 4 * (ne * pot.nrho + (n_rho_tables + ne * (ne + 1) // 2) * pot.nr),
     }
+    if plan.caps:  # neighbour lists: a column word per window slot kept, and per candidate
+        # its slot, species, displacement (3), distance, 4 density coefficients and F'
+        sizes["md.neighbours"] = 4 * (sum(plan.caps[:-1]) + 11 * plan.caps[-1]) + 3 * 4
     for name in sizes:
         if any(a.name == name for a in wafer.sram.allocations):
             wafer.sram.free(name)

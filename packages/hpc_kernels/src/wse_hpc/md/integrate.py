@@ -3,9 +3,10 @@ Nosé–Hoover (NVT), and seeded Maxwell–Boltzmann velocities. LAMMPS `metal` 
 amu, K, bar.
 
 Contract: `verlet(fns, masses_amu, dt_fs, thermostat, logical, n_atoms)` returns
-`step_fn(state, geo, key, bath) -> (state, EamOutput, bath)`, one timestep as LAMMPS orders
-it: [Nosé–Hoover half step] half kick + drift (`fix nve` initial_integrate), swap sweep (the
-map stays local), EAM forces, Langevin forces (LAMMPS `fix langevin`: -m v / damp +
+`step_fn(state, geo, key, bath, nbrs) -> (state, EamOutput, bath, nbrs)`, one timestep as
+LAMMPS orders it: [Nosé–Hoover half step] half kick + drift (`fix nve` initial_integrate),
+swap sweep (the map stays local; with neighbour lists only when they are rebuilt, after an
+atom moved more than skin / 2), EAM forces, Langevin forces (LAMMPS `fix langevin`: -m v / damp +
 sqrt(24 kB T m / (damp dt)) (u - 1/2) per component, u uniform per PE and step), half kick
 [Nosé–Hoover half step]. The state must carry the forces of its positions (compute them once
 with `with_forces` before the first step).
@@ -32,6 +33,7 @@ from wse_core.errors import WseError
 
 from wse_hpc.md.eam import EamFns, EamOutput, Geometry
 from wse_hpc.md.mapping import FORCE, POS, SPECIES, VEL
+from wse_hpc.md.nlist import ListFns
 
 __all__ = [
     "BOLTZ_EV_K",
@@ -149,9 +151,12 @@ def verlet(
     logical: tuple[int, int],
     n_atoms: int = 0,
     wafer=None,
+    lists: ListFns | None = None,
 ):
     """The timestep function (see the module docstring); Nosé–Hoover needs `n_atoms` and
-    the `wafer` (its kinetic-energy reduction)."""
+    the `wafer` (its kinetic-energy reduction). With `lists` the step carries neighbour
+    lists: it sorts and rebuilds them only when an atom moved more than skin / 2, and the
+    rebuild's overflow is the output's."""
     if not dt_fs > 0:
         raise WseError(f"the timestep must be positive, got dt = {dt_fs} fs")
     dt_ps = dt_fs / 1000.0
@@ -161,16 +166,29 @@ def verlet(
         raise WseError("nose-hoover needs the wafer and at least 2 atoms")
     ke_target, q = _nh_mass(thermostat, n_atoms) if nose_hoover else (0.0, 1.0)
 
-    def step_fn(state: jax.Array, geo: Geometry, key: jax.Array, bath: jax.Array):
+    def rebuild(state, nbrs, geo):
+        state = fns.sort_fn(state, geo)
+        new, over = lists.build_fn(state, geo)
+        return state, new._replace(builds=nbrs.builds + 1), over
+
+    def keep(state, nbrs, geo):
+        return state, nbrs, jnp.bool_(False)
+
+    def step_fn(state: jax.Array, geo: Geometry, key: jax.Array, bath: jax.Array, nbrs=None):
         masses = jnp.asarray(masses_np, state.dtype)
         held = state[..., SPECIES] >= 0
         if nose_hoover:
             state, bath = _nose_hoover_half(wafer, state, masses, bath, ke_target, q, dt_ps)
         state = _kick(state, masses, 0.5 * dt_ps, held)
         state = state.at[..., POS].add(jnp.where(held[..., None], dt_ps * state[..., VEL], 0.0))
-        state = fns.sort_fn(state, geo)
+        if lists is None:
+            state = fns.sort_fn(state, geo)
+            out = fns.forces_fn(state, geo)
+        else:
+            moved = lists.moved_fn(state, nbrs)
+            state, nbrs, over = jax.lax.cond(moved, rebuild, keep, state, nbrs, geo)
+            out = lists.forces_fn(state, geo, nbrs)._replace(overflow=over)
         held = state[..., SPECIES] >= 0
-        out = fns.forces_fn(state, geo)
         forces = out.forces
         if thermostat.kind == "langevin":
             forces = forces + _langevin(state, masses, thermostat, dt_ps, key, logical)
@@ -178,7 +196,7 @@ def verlet(
         state = _kick(state, masses, 0.5 * dt_ps, held)
         if nose_hoover:
             state, bath = _nose_hoover_half(wafer, state, masses, bath, ke_target, q, dt_ps)
-        return state, out, bath
+        return state, out, bath, nbrs
 
     return step_fn
 

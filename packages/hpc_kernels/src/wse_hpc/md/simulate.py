@@ -3,12 +3,15 @@
 Contract: `run_md(structure, pot, config)` validates the input (atoms in the box, no
 overlaps, elements known to the potential, dt > 0), builds a wafer of one atom per PE
 (`choose_grid`, `initial_map`), picks the neighbour window from the cutoff and the map
-(`window_needed` with a margin), declares SRAM, and runs `config.steps` velocity-Verlet steps
-in jitted chunks of `thermo_every` steps (`lax.while_loop` that stops at the first
-overflow). On overflow the chunk is thrown away and re-run from its start with a re-map and a
-larger window, so an overflow never reaches the results. Thermo rows are computed on the
-host in float64. Returns an `MdResult` with the final structure (positions wrapped into the
-box, velocities, forces, per-atom energies), the rows and the timings.
+(`window_needed` for cutoff + skin, with a margin) and the neighbour-list capacities
+(`nlist.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet steps in jitted
+chunks of `thermo_every` steps (`lax.while_loop` that stops at the first overflow); each
+step evaluates the EAM splines only for its per-PE candidate lists and rebuilds them (sort
+sweep + build) when an atom moved more than `skin_A / 2`, counted in `list_builds`. On
+overflow the chunk is thrown away and re-run from its start with a re-map and a larger
+window, so an overflow never reaches the results. Thermo rows are computed on the host in
+float64. Returns an `MdResult` with the final structure (positions wrapped into the box,
+velocities, forces, per-atom energies), the rows and the timings.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from wse_hpc.md.integrate import (
     with_forces,
 )
 from wse_hpc.md.lattice import Structure, check_structure
+from wse_hpc.md.nlist import list_caps, neighbour_fns
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.thermo import ThermoRow, thermo_row
 
@@ -55,6 +59,7 @@ class MdConfig:
     wafer: str = "wse3"
     defect_seed: int | None = None
     mesh_shape: tuple[int, int] | None = None
+    skin_A: float = 1.0  # neighbour-list skin (LAMMPS `neighbor 1.0 bin` in metal units)
 
 
 @dataclasses.dataclass
@@ -70,6 +75,9 @@ class MdResult:
     wafer: Wafer
     plan: EamPlan
     sram: dict[str, int]
+    list_builds: int = (
+        0  # neighbour-list rebuilds in the timed steps (LAMMPS: "Neighbor list builds")
+    )
 
 
 class _Runner:
@@ -78,9 +86,25 @@ class _Runner:
     def __init__(self, wafer, pot, plan, config, masses, n_atoms):
         self.wafer, self.plan = wafer, plan
         self.fns = eam(wafer, pot, plan)
+        self.lists = neighbour_fns(wafer, pot, plan)
         logical = (wafer.rows, wafer.cols)
-        step = verlet(self.fns, masses, config.dt_fs, config.thermostat, logical, n_atoms, wafer)
-        self.forces = jax.jit(self.fns.forces_fn)
+        step = verlet(
+            self.fns,
+            masses,
+            config.dt_fs,
+            config.thermostat,
+            logical,
+            n_atoms,
+            wafer,
+            self.lists,
+        )
+        lists = self.lists
+
+        def forces(state, geo):
+            nbrs, over = lists.build_fn(state, geo)
+            return lists.forces_fn(state, geo, nbrs)._replace(overflow=over), nbrs
+
+        self.forces = jax.jit(forces)
         self._step = step
         self._chunks: dict[int, Callable] = {}
 
@@ -89,18 +113,19 @@ class _Runner:
         if n not in self._chunks:
             step = self._step
 
-            def run(state, geo, key, step0, out: EamOutput, bath):
+            def run(state, geo, key, step0, out: EamOutput, bath, nbrs):
                 def cond(c):
                     return (c[0] < n) & ~c[2].overflow
 
                 def body(c):
-                    i, st, _, b = c
-                    st2, out2, b2 = step(st, geo, jax.random.fold_in(key, step0 + i), b)
-                    return i + 1, st2, out2, b2
+                    i, st, _, b, nb = c
+                    k = jax.random.fold_in(key, step0 + i)
+                    st2, out2, b2, nb2 = step(st, geo, k, b, nb)
+                    return i + 1, st2, out2, b2, nb2
 
-                c0 = (jnp.int32(0), state, out, bath)
-                i, st, out, bath = jax.lax.while_loop(cond, body, c0)
-                return st, out, i, bath
+                c0 = (jnp.int32(0), state, out, bath, nbrs)
+                i, st, out, bath, nbrs = jax.lax.while_loop(cond, body, c0)
+                return st, out, i, bath, nbrs
 
             self._chunks[n] = jax.jit(run).lower(*args).compile()
         return self._chunks[n]
@@ -112,6 +137,8 @@ def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
         raise WseError(f"--steps must be >= 0, got {config.steps}")
     if not config.dt_fs > 0:
         raise WseError(f"the timestep must be positive, got dt = {config.dt_fs} fs")
+    if not config.skin_A > 0:
+        raise WseError(f"the neighbour-list skin must be positive, got {config.skin_A} A")
     if config.thermo_every < 1:
         raise WseError(f"--thermo-every must be >= 1, got {config.thermo_every}")
     species = structure.species(pot.elements)
@@ -138,11 +165,16 @@ def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
     )
 
 
-def _plan(state_np, box, pot, config, wafer, at_least=(0, 0)) -> EamPlan:
-    kr, kc = mapping.window_needed(state_np, box, pot.cutoff_A + WINDOW_MARGIN_A)
+def _plan(state_np, box, pot, config, wafer, at_least=(0, 0), headroom=1.25) -> EamPlan:
+    """The window for cutoff + skin (+ margin, so thermal motion rarely re-plans) and the
+    neighbour-list capacities of the map."""
+    reach = pot.cutoff_A + config.skin_A
+    kr, kc = mapping.window_needed(state_np, box, reach + WINDOW_MARGIN_A)
     kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
-    return EamPlan(kr, kc, tuple(float(b) for b in box), config.dtype)
+    caps = list_caps(state_np, box, reach, kr, kc, headroom)
+    box_t = tuple(float(b) for b in box)
+    return EamPlan(kr, kc, box_t, config.dtype, config.skin_A, caps)
 
 
 def run_md(
@@ -169,12 +201,16 @@ def run_md(
     sram = sram_plan(wafer, pot, plan)
     geo = geometry(wafer)
     runner = _Runner(wafer, pot, plan, config, masses, n)
+    replans = 0
     t0 = time.perf_counter()
     state = wafer.place(state_np)
-    out = runner.forces(state, geo)
+    out, nbrs = runner.forces(state, geo)
     state = with_forces(state, out)
     while bool(out.overflow):  # the margin makes this rare; the fallback is the whole grid
-        state, out, runner, plan, sram = _replan(state, wafer, pot, config, masses, box, plan, geo)
+        replans += 1
+        state, out, nbrs, runner, plan, sram = _replan(
+            state, wafer, pot, config, masses, box, plan, geo, replans
+        )
     compile_s = time.perf_counter() - t0
     bath = initial_bath(dtype)
     ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
@@ -184,24 +220,27 @@ def run_md(
     if on_frame:
         on_frame(0, _final_structure(structure, wafer, state, out, pot, n, box))
     key = jax.random.key(config.seed)
-    done, loop_s, replans = 0, 0.0, 0
+    done, loop_s, builds = 0, 0.0, 0
     while done < config.steps:
         todo = min(config.thermo_every, config.steps - done)
-        args = (state, geo, key, jnp.int32(done), out, bath)
+        args = (state, geo, key, jnp.int32(done), out, bath, nbrs)
         t_c = time.perf_counter()
         compiled = runner.chunk(todo, *args)
         compile_s += time.perf_counter() - t_c
         t_r = time.perf_counter()
-        new_state, new_out, ran, new_bath = compiled(*args)
+        new_state, new_out, ran, new_bath, new_nbrs = compiled(*args)
         ran = int(ran)
         if bool(new_out.overflow):
             replans += 1
-            state, out, runner, plan, sram = _replan(
-                state, wafer, pot, config, masses, box, plan, geo
+            state, out, nbrs, runner, plan, sram = _replan(
+                state, wafer, pot, config, masses, box, plan, geo, replans
             )
             continue
         loop_s += time.perf_counter() - t_r
-        state, out, bath, done = new_state, new_out, new_bath, done + ran
+        builds += int(new_nbrs.builds)
+        state, out, bath = new_state, new_out, new_bath
+        nbrs = new_nbrs._replace(builds=jnp.zeros_like(new_nbrs.builds))
+        done += ran
         rows.append(_row(done, wafer, state, out, masses, n, structure.volume_A3, ecouple(bath)))
         if on_thermo:
             on_thermo(rows[-1])
@@ -220,11 +259,13 @@ def run_md(
         wafer,
         plan,
         sram,
+        builds,
     )
 
 
-def _replan(state, wafer, pot, config, masses, box, plan, geo):
-    """Re-map the chunk's starting state and widen the window by at least one PE."""
+def _replan(state, wafer, pot, config, masses, box, plan, geo, replans: int):
+    """Re-map the chunk's starting state, widen the window by at least one PE and give the
+    neighbour lists more headroom (it grows with every re-plan, so re-plans end)."""
     st = wafer.gather(state)
     u = mapping.unpack(st, int((st[..., mapping.SPECIES] >= 0).sum()))
     grid = (wafer.rows, wafer.cols)
@@ -236,12 +277,13 @@ def _replan(state, wafer, pot, config, masses, box, plan, geo):
         u["forces_eV_A"],
         dtype=np.dtype(config.dtype),
     )
-    new_plan = _plan(state_np, box, pot, config, wafer, at_least=(plan.k_rows + 1, plan.k_cols + 1))
+    at_least = (plan.k_rows + 1, plan.k_cols + 1)
+    new_plan = _plan(state_np, box, pot, config, wafer, at_least, headroom=1.25 + 0.5 * replans)
     sram = sram_plan(wafer, pot, new_plan)
     runner = _Runner(wafer, pot, new_plan, config, masses, len(u["species"]))
     state = wafer.place(state_np)
-    out = runner.forces(state, geo)
-    return with_forces(state, out), out, runner, new_plan, sram
+    out, nbrs = runner.forces(state, geo)
+    return with_forces(state, out), out, nbrs, runner, new_plan, sram
 
 
 def _row(step, wafer, state, out, masses, n, volume, ecouple: float = 0.0) -> ThermoRow:
