@@ -2,9 +2,11 @@
 speedup, and multi-user throughput against the number of pipeline stages.
 
 Measured side by side in one process, fp32 on the CPU, batch 1, after a warm-up (compile).
-Both sides get ONE thread: torch.set_num_threads(1) and XLA with
---xla_cpu_multi_thread_eigen=false (set here before JAX starts); the `cpu_util` column
-(process CPU seconds / wall seconds) shows what each decoder really used. Every comparison is
+Both sides get ONE core: the process is pinned to one CPU before torch and JAX start their
+threads (os.sched_setaffinity; --cores N to change), torch.set_num_threads(1), and XLA with
+--xla_cpu_multi_thread_eigen=false (without these XLA used ~1.6 cores against torch's one);
+the `cpu_util` column (process CPU seconds / wall seconds of a whole call, prompt included)
+shows what each decoder really used. Every comparison is
 interleaved (each round runs every decoder once, in a rotating order) and reported as the
 median over rounds, with ratios taken within a round (pairs measured back to back):
 - decode: greedy tokens/s after the first token of `wse_inference.torch_baseline.TorchDecoder`,
@@ -256,7 +258,12 @@ def _table(title: str, rows: list[dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cores", type=int, default=1, help="CPUs the process may use (0: all)")
     args = ap.parse_args()
+    pinned = sorted(os.sched_getaffinity(0))
+    if args.cores > 0:  # before torch and JAX start threads: they inherit it
+        pinned = pinned[-args.cores :]
+        os.sched_setaffinity(0, pinned)
     flags = os.environ.get("XLA_FLAGS", "")
     if ONE_THREAD not in flags:  # before JAX starts: one XLA thread, like torch below
         os.environ["XLA_FLAGS"] = f"{flags} {ONE_THREAD}".strip()
@@ -267,7 +274,13 @@ def main() -> None:
 
     torch.set_num_threads(1)
     rounds = 5 if args.quick else 9
-    out = {"threads": {"torch": torch.get_num_threads(), "xla_flags": os.environ["XLA_FLAGS"]}}
+    out = {
+        "threads": {
+            "cpus": pinned,
+            "torch": torch.get_num_threads(),
+            "xla_flags": os.environ["XLA_FLAGS"],
+        }
+    }
     out["decode"] = bench_decode(args.quick, rounds)
     _table("batch-1 greedy decode (tokens/s after the first token; medians)", out["decode"])
     out["speculative"] = bench_speculative(args.quick, rounds)
