@@ -4,8 +4,8 @@ Each child gets `WSE_NUM_PROCESSES`, `WSE_PROCESS_ID`, `WSE_COORDINATOR` (a free
 port) and `WSE_DEVICES` (virtual CPU devices per process), which the `wse` root callback
 hands to `wse_core.distributed.initialize`. The launcher watches its children: when one
 exits with an error, the others are stopped (SIGTERM, then SIGKILL after a grace period) and
-the launcher exits 1 naming the process (2 when the child
-rejected its input) — a dead peer never leaves the rest hanging.
+the launcher exits 1 naming the process (2, like the child, when the child rejected its
+input) — a dead peer never leaves the rest hanging.
 On a real cluster, start one `wse ...` per host with --num_processes/--process_id/
 --coordinator (or under SLURM with none of them) instead.
 """
@@ -82,7 +82,7 @@ def launch(
                     f"Error: process {i} exited with code {code}; stopped the other {nproc - 1}",
                     err=True,
                 )
-                raise typer.Exit(1)
+                raise typer.Exit(2 if code == 2 else 1)  # bad input stays exit 2
             if all(c == 0 for c in codes):
                 return
             time.sleep(0.2)
