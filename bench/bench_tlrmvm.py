@@ -7,8 +7,9 @@ For each size n, a synthetic seismic operator (complex64, n x n, Green's functio
 two surfaces) is generated and compressed once and cached under $TLR_BENCH_CACHE (default
 /tmp/tlr_bench). Side by side in the same process: dense `A @ x` (NumPy/BLAS), the plain
 NumPy TLR-MVM over the stacked bases (ecrc/tlrmvm's CPU layout), the padded batched NumPy
-TLR-MVM, and the wafer emulator (JAX; `--devices` virtual devices, default one per core) in
-the matched layout (the default) and the packed layout. NumPy baselines are timed with BLAS
+TLR-MVM, and the wafer emulator (JAX; `--devices` virtual devices, default one per core):
+the matched layout (the default) on one device (the engine's default mesh) and spread over
+all devices, and the packed layout. NumPy baselines are timed with BLAS
 on one thread and on its default threads, keeping the faster. With `--batch B` every
 product is of B vectors and times are per vector. Reports the median time of each, the
 compression ratio, the relative error against the dense product, the speedup over dense
@@ -98,7 +99,8 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) 
     shape = (n, batch)
     x = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
     exact = a @ x
-    eng = TlrEngine.build(op, preset("wse2"), batch=batch)
+    eng = TlrEngine.build(op, preset("wse2"), batch=batch)  # one device (the default)
+    spread = TlrEngine.build(op, preset("wse2"), batch=batch, mesh_shape=None)  # all devices
     try:
         packed = TlrEngine.build(op, preset("wse2"), batch=batch, layout="packed")
     except SramBudgetError as e:  # the packed layout's buffers grow with the batch
@@ -119,6 +121,8 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) 
         row[f"{name}_s"] = t / batch  # per vector
         row[f"{name}_rel_err"] = float(np.linalg.norm(fn(x) - exact) / np.linalg.norm(exact))
     row["wafer_emu_s"] = eng.time_matvec(x, repeats) / batch
+    row["wafer_emu_all_devices_s"] = spread.time_matvec(x, repeats) / batch
+    row["wafer_all_devices"] = spread.wafer.describe()
     if packed is not None:
         row["wafer_emu_packed_s"] = packed.time_matvec(x, repeats) / batch
         row["plan_packed"] = packed.plan.describe()
@@ -156,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     head = (
         f"{'n':>6} {'nb':>4} {'CR':>6} {'dense ms':>9} {'np-tlr ms':>9} {'np-pad ms':>9} "
-        f"{'wafer ms':>9} {'packed ms':>9} {'x dense':>8} {'target':>7} {'vs np-tlr':>9} "
+        f"{'wafer ms':>9} {'all-dev ms':>10} {'packed ms':>9} {'x dense':>8} {'target':>7} "
+        f"{'vs np-tlr':>9} "
         f"{'rel err':>9} {'pred µs':>8}"
     )
     print(
@@ -171,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{n:>6} {nb:>4} {r['compression_ratio']:>6.2f} {r['dense_s'] * 1e3:>9.2f} "
             f"{r['numpy_tlr_s'] * 1e3:>9.2f} {r['numpy_padded_s'] * 1e3:>9.2f} "
-            f"{r['wafer_emu_s'] * 1e3:>9.2f} {r['wafer_emu_packed_s'] * 1e3:>9.2f} "
+            f"{r['wafer_emu_s'] * 1e3:>9.2f} {r['wafer_emu_all_devices_s'] * 1e3:>10.2f} "
+            f"{r['wafer_emu_packed_s'] * 1e3:>9.2f} "
             f"{r['speedup_vs_dense']:>8.2f} "
             f"{r['speedup_target']:>7.2f} {r['wafer_emu_vs_numpy_tlr']:>9.2f} "
             f"{r['wafer_emu_rel_err']:>9.2e} {r['predicted']['wafer_s'] * 1e6:>8.2f}",

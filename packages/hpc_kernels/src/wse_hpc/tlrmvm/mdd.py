@@ -82,7 +82,7 @@ def compare(
     nb: int,
     threshold: float,
     iters: int = 30,
-    mesh_shape: tuple[int, int] | None = None,
+    mesh_shape: tuple[int, int] | None = (1, 1),
 ) -> list[dict[str, float]]:
     """One row per frequency: errors of the TLR-on-wafer and dense LSQR solutions."""
     rows = []
