@@ -215,7 +215,8 @@ def test_engine_failure_is_reported_to_the_request_and_the_loop_survives():
     chunk=st.integers(1, 5),
 )
 def test_text_stream_equals_cutting_the_whole_text(text, stops, chunk):
-    """Pushed in chunks of bytes, the output is the whole text cut at its first stop string."""
+    """Pushed in chunks of bytes, the output is the whole text cut before the stop string
+    that is completed first (a longer stop that starts earlier but ends later never happens)."""
     tok = ByteTokenizer()
     ids = tok.encode(text)
     ts = TextStream(tok, stop=stops)
@@ -226,6 +227,14 @@ def test_text_stream_equals_cutting_the_whole_text(text, stops, chunk):
         if stopped:
             break
     out.append(ts.flush())
-    hits = [text.find(s) for s in stops if s in text]
-    assert "".join(out) == (text[: min(hits)] if hits else text)
+    # generation stops where a stop string is first completed (earliest end, then start)
+    hits = [(text.find(s) + len(s), text.find(s)) for s in stops if s in text]
+    assert "".join(out) == (text[: min(hits)[1]] if hits else text)
     assert ts.stopped == bool(hits)
+
+
+def test_text_stream_stops_at_the_stop_string_completed_first():
+    # found by hypothesis: "aba" with stops "b" and "aba" — "b" completes first
+    ts = TextStream(ByteTokenizer(), stop=["b", "aba"])
+    out = [ts.push([i])[0] for i in ByteTokenizer().encode("aba")]
+    assert "".join(out) + ts.flush() == "a" and ts.stopped

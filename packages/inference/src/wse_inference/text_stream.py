@@ -7,7 +7,9 @@
   decode window is short (the TGI / vLLM prefix-offset scheme), so the cost per token is O(1);
 - text that could still turn out to be the beginning of a stop string is held back;
 - on a stop string the text is cut just before it and `stopped` is True (OpenAI semantics: the
-  stop sequence is not part of the output); a token in `stop_token_ids` stops without text.
+  stop sequence is not part of the output); the stop string that is completed first wins (with
+  stops "b" and "aba", "ab..." stops at "a" — generation never reaches the longer one); a token
+  in `stop_token_ids` stops without text.
 
 `flush()` returns what is held back once the sequence ends for another reason.
 """
@@ -72,9 +74,9 @@ class TextStream:
         if not self._stop:
             return
         start = max(0, self._sent - self._hold_chars)
-        hits = [i for i in (self.text.find(s, start) for s in self._stop) if i >= 0]
-        if hits:
-            self.text = self.text[: min(hits)]
+        hits = [(i + len(s), i) for s in self._stop if (i := self.text.find(s, start)) >= 0]
+        if hits:  # the stop string completed first wins, as generation would have stopped there
+            self.text = self.text[: min(hits)[1]]
             self.stopped = True
 
     def _take(self, *, final: bool) -> str:
