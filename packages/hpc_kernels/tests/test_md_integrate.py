@@ -174,3 +174,18 @@ def test_nose_hoover_time_averaged_temperature_is_the_target():
 def test_nose_hoover_needs_a_positive_target():
     with pytest.raises(WseError, match="nose-hoover needs"):
         Thermostat("nose-hoover", 0.0, 100.0)
+
+
+@pytest.mark.slow
+def test_full_window_fallback_and_neighbour_lists_agree(monkeypatch):
+    import wse_hpc.md.simulate as simulate
+
+    s = perturbed("fcc", "Cu", 3.615, (4, 4, 4), 0.05, seed=5)
+    cfg = MdConfig(steps=30, temperature_K=900.0, thermo_every=30, dtype="float64")
+    with jax.enable_x64(True):
+        lists = run_md(s, POT, cfg)
+        monkeypatch.setattr(simulate, "LIST_BUDGET_BYTES", 0)  # as for 800k atoms
+        full = run_md(s, POT, cfg)
+    assert lists.plan.caps and not full.plan.caps
+    np.testing.assert_allclose(full.structure.forces_eV_A, lists.structure.forces_eV_A, atol=1e-9)
+    assert full.thermo[-1].etotal == pytest.approx(lists.thermo[-1].etotal, abs=1e-8)

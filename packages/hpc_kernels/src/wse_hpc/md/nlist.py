@@ -2,20 +2,21 @@
 its window that lie within cutoff + skin (a Verlet list in PE coordinates).
 
 Contract: `neighbour_fns(wafer, pot, plan) -> ListFns` of pure functions over placed fields;
-`plan.caps` (one capacity per row offset -k_rows .. k_rows of the window) and `plan.skin_A`
-must be set (`list_caps` picks them on the host).
+`plan.caps` (one capacity per row offset -k_rows .. k_rows of the window, then the total
+M of candidates per PE) and `plan.skin_A` must be set (`list_caps` picks them on the host).
 
 - `build_fn(state, geo) -> (Neighbours, overflow)`: one marching multicast of (position,
   species) over the whole window; each PE keeps, per row offset, the window columns of the
-  atoms within cutoff + skin (at most `caps[offset]` of them), their species and its own
-  position at build time. `overflow` is True when a PE found more candidates than a
-  capacity, or when the window's coverage test (`eam._overflow` at cutoff + skin) fails: the
-  shell then re-plans (never silently wrong).
+  atoms within cutoff + skin (at most `caps[offset]` of them), then packs them into M slots
+  (`pick`), with their species and its own position at build time. `overflow` is True when
+  a PE found more candidates than a capacity, or when the window's coverage test
+  (`eam._overflow` at cutoff + skin) fails: the shell then re-plans (never silently wrong).
 - `moved_fn(state, nbrs) -> bool`: some atom moved more than skin / 2 since the build (a
   fabric max reduction); the lists stay exact until then (any pair within the cutoff now was
   within cutoff + skin at the build), so the step rebuilds them when this is True.
 - `forces_fn(state, geo, nbrs) -> EamOutput`: phase 1 marches positions (x, y, z) over the
-  window and each PE keeps the values of its candidates as the slabs pass, sums its density
+  window and each PE keeps the values of its candidates' columns as the slabs pass, packs
+  its M candidates, sums its density
   and computes F'(rho); phase 2 marches F' alone (the PE kept its candidates' displacements
   and spline coefficients from phase 1) and sums forces, energy and virial. The march stops
   at the farthest row offset that holds a candidate. The traffic ledger records every
@@ -142,14 +143,14 @@ def _march(wafer: Wafer, row: jax.Array, depth: int, visit) -> None:
 
 def _compact(ok: jax.Array, cap: int, *values: jax.Array):
     """The first `cap` True entries of each PE's ok (R, C, L): their positions, the values
-    there (R, C, cap) each, and the count of True (R, C). A cumulative sum and a one-hot
-    match (no gathers: cheap for the short window rows)."""
+    there (R, C, cap) each, and the count of True (R, C). With the inclusive cumulative sum
+    cs, the (s + 1)-th True sits at #{j : cs_j <= s} (a sum of comparisons, no search)."""
+    n = ok.shape[-1]
     cs = jnp.cumsum(ok.astype(jnp.int32), axis=-1)
-    want = jnp.arange(1, cap + 1, dtype=jnp.int32)[:, None]
-    hit = ok[..., None, :] & (cs[..., None, :] == want)  # (R, C, cap, L)
-    at = jnp.arange(ok.shape[-1], dtype=jnp.int32)
-    picked = [jnp.sum(jnp.where(hit, at, 0), axis=-1)]
-    picked += [jnp.sum(jnp.where(hit, v[..., None, :], 0), axis=-1) for v in values]
+    s = jnp.arange(cap, dtype=jnp.int32)[:, None]
+    at = jnp.sum((cs[..., None, :] <= s).astype(jnp.int32), axis=-1)  # (R, C, cap)
+    at = jnp.minimum(at, n - 1)
+    picked = [at] + [jnp.take_along_axis(v, at, axis=-1) for v in values]
     return picked, cs[..., -1]
 
 

@@ -7,7 +7,9 @@ overlaps, elements known to the potential, dt > 0), builds a wafer of one atom p
 (`nlist.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet steps in jitted
 chunks of `thermo_every` steps (`lax.while_loop` that stops at the first overflow); each
 step evaluates the EAM splines only for its per-PE candidate lists and rebuilds them (sort
-sweep + build) when an atom moved more than `skin_A / 2`, counted in `list_builds`. On
+sweep + build) when an atom moved more than `skin_A / 2`, counted in `list_builds`. Lists
+that would need more than LIST_BUDGET_BYTES of host memory (800k atoms) fall back to the
+full-window kernel (`eam.forces_fn`, a sort sweep and a coverage test every step). On
 overflow the chunk is thrown away and re-run from its start with a re-map and a larger
 window, so an overflow never reaches the results. Thermo rows are computed on the host in
 float64. Returns an `MdResult` with the final structure (positions wrapped into the box,
@@ -42,9 +44,16 @@ from wse_hpc.md.nlist import list_caps, neighbour_fns
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.thermo import ThermoRow, thermo_row
 
-__all__ = ["MdConfig", "MdResult", "run_md", "WINDOW_MARGIN_A"]
+__all__ = ["MdConfig", "MdResult", "run_md", "WINDOW_MARGIN_A", "LIST_BUDGET_BYTES"]
 
 WINDOW_MARGIN_A = 0.5  # plan the window for cutoff + this, so thermal motion rarely re-plans
+LIST_BUDGET_BYTES = 4 * 2**30  # host memory for the emulated neighbour lists (all PEs)
+
+
+def list_bytes_per_pe(caps: tuple[int, ...]) -> int:
+    """Host bytes per PE the neighbour-list path holds at once: the window slots kept per
+    row offset (column, 3 positions, F') and the packed candidates' working arrays."""
+    return 4 * (5 * sum(caps[:-1]) + 16 * caps[-1])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,7 +95,7 @@ class _Runner:
     def __init__(self, wafer, pot, plan, config, masses, n_atoms):
         self.wafer, self.plan = wafer, plan
         self.fns = eam(wafer, pot, plan)
-        self.lists = neighbour_fns(wafer, pot, plan)
+        self.lists = neighbour_fns(wafer, pot, plan) if plan.caps else None
         logical = (wafer.rows, wafer.cols)
         step = verlet(
             self.fns,
@@ -101,6 +110,8 @@ class _Runner:
         lists = self.lists
 
         def forces(state, geo):
+            if lists is None:  # the full-window kernel (very large systems)
+                return self.fns.forces_fn(state, geo), None
             nbrs, over = lists.build_fn(state, geo)
             return lists.forces_fn(state, geo, nbrs)._replace(overflow=over), nbrs
 
@@ -173,6 +184,8 @@ def _plan(state_np, box, pot, config, wafer, at_least=(0, 0), headroom=1.25) -> 
     kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
     caps = list_caps(state_np, box, reach, kr, kc, headroom)
+    if wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
+        caps = ()  # lists of this window would not fit the host: the full-window kernel
     box_t = tuple(float(b) for b in box)
     return EamPlan(kr, kc, box_t, config.dtype, config.skin_A, caps)
 
@@ -237,9 +250,10 @@ def run_md(
             )
             continue
         loop_s += time.perf_counter() - t_r
-        builds += int(new_nbrs.builds)
-        state, out, bath = new_state, new_out, new_bath
-        nbrs = new_nbrs._replace(builds=jnp.zeros_like(new_nbrs.builds))
+        state, out, bath, nbrs = new_state, new_out, new_bath, new_nbrs
+        if nbrs is not None:
+            builds += int(nbrs.builds)
+            nbrs = nbrs._replace(builds=jnp.zeros_like(nbrs.builds))
         done += ran
         rows.append(_row(done, wafer, state, out, masses, n, structure.volume_A3, ecouple(bath)))
         if on_thermo:
