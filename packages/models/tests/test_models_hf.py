@@ -50,6 +50,33 @@ def test_hf_checkpoint_logits_match_transformers(hf_dir):
     np.testing.assert_allclose(model(toks), hf_logits(hf, toks), atol=TOL, rtol=0)
 
 
+def test_gradients_match_transformers(hf_dir, tmp_path):
+    """d(sum(logits * R))/d(every weight) equals torch autograd's (the decoder's backward is
+    hand-written for speed). The torch gradients are saved in place of the weights, so the
+    checkpoint loader maps them to our layout."""
+    import torch
+
+    config, hf, path = hf_dir
+    toks = random_tokens(config, 2, 24, seed=6)
+    r = np.random.default_rng(0).standard_normal((2, 24, config.vocab_size)).astype(np.float32)
+    hf.zero_grad()
+    logits = hf(input_ids=torch.from_numpy(np.asarray(toks, dtype=np.int64))).logits
+    (logits * torch.from_numpy(r)).sum().backward()
+    with torch.no_grad():
+        for q in hf.parameters():
+            q.copy_(q.grad)
+    hf.save_pretrained(tmp_path)
+    theirs = wm.load_params(tmp_path, config)
+    params = wm.load_params(path, config)
+    ours = jax.jit(jax.grad(lambda p: (wm.forward(config, p, toks)[0] * r).sum()))(params)
+    # one scale for all: some gradients are zero up to round-off (e.g. the key bias's:
+    # softmax ignores a per-row constant), so a per-tensor relative test would test noise
+    scale = max(float(np.abs(b).max()) for b in jax.tree.leaves(theirs))
+    pairs = zip(jax.tree_util.tree_leaves_with_path(ours), jax.tree.leaves(theirs), strict=True)
+    for (name, a), b in pairs:
+        np.testing.assert_allclose(a, b, atol=1e-5 * scale, rtol=0, err_msg=str(name))
+
+
 def test_save_pretrained_loads_in_transformers(hf_dir, tmp_path):
     import transformers
 

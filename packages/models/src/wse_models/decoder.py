@@ -11,12 +11,17 @@ above and equals applying the layers one by one. Tokens are int32 [b, s]; positi
 cast at use (they may be stored in fp32 or bf16); norms, softmax and RoPE angles run in fp32
 as in HF, and logits come back in float32. fp32 compute uses HIGHEST matmul precision (no
 TF32 on GPUs), so fp32 logits match the reference implementation to ~1e-6.
+The projections and the attention core carry hand-written VJPs (`_matmul`, `_sdpa`): the
+same math as autodiff's, arranged so XLA:CPU runs every backward dot in its fast form
+(autodiff's weight and key/value gradients hit its slow generic kernel, and the backward
+took ~5x the forward); gradients equal autodiff's (and torch's) to float round-off.
 Nothing here jits: the shell decides.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import jax
@@ -118,24 +123,126 @@ def embed(config: ModelConfig, params: Params, tokens: jax.Array, positions: jax
     return _w(h, config)
 
 
+@partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _matmul(x: jax.Array, w: jax.Array, precision: lax.Precision, out_dtype: Any) -> jax.Array:
+    """x [..., K] @ w [K, N] -> [..., N] (out_dtype or x's), with a CPU-friendly backward.
+
+    The value is `jnp.matmul`'s; only the backward is written by hand. Autodiff's weight
+    gradient x^T g contracts both operands over their leading (token) axes, a dot form that
+    XLA:CPU leaves to its slow generic kernel (2-3x the forward's time here); its fast kernel
+    wants the left operand's contracted axis last. So `_matmul_bwd` lays the smaller of x
+    and g out transposed in memory and takes the fast form (g^T x, then a small [N, K]
+    transpose, when g is the smaller: this also keeps XLA from re-fusing x's producer,
+    e.g. GELU's tanh, into a strided transpose). Optimization barriers stop XLA from
+    folding the transposes back into the dot. Same products and sums: the gradients differ
+    from autodiff's by float round-off only.
+    """
+    return jnp.matmul(x, w, precision=precision, preferred_element_type=out_dtype)
+
+
+def _matmul_fwd(x, w, precision, out_dtype):
+    return _matmul(x, w, precision, out_dtype), (x, w)
+
+
+def _sharding_of(x: jax.Array, reverse: bool = False) -> NamedSharding | None:
+    """x's sharding (axes reversed if asked) as a dot's out_sharding; None off a mesh.
+
+    Gradient dots contract the (possibly data-sharded) token axes, so on a mesh with
+    Explicit axes their output sharding must be given: the primal's, as autodiff does."""
+    sharding = jax.typeof(x).sharding
+    if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
+        return None
+    spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+    return sharding.update(spec=P(*(spec[::-1] if reverse else spec)))
+
+
+def _matmul_bwd(precision, out_dtype, res, g):
+    x, w = res
+    n = x.ndim - 1  # leading (token) axes
+    acc = None if out_dtype is None else jnp.float32
+    dx = lax.dot_general(g, w, (((n,), (1,)), ((), ())), precision=precision,
+                         preferred_element_type=acc, out_sharding=_sharding_of(x))  # fmt: skip
+    lead, lead1 = tuple(range(n)), tuple(range(1, n + 1))
+    if w.shape[0] > w.shape[1]:  # K > N: transpose g, dw^T [N, K] = g^T x
+        g_t = lax.optimization_barrier(jnp.moveaxis(g, -1, 0))
+        dw_t = lax.dot_general(g_t, x, ((lead1, lead), ((), ())), precision=precision,
+                               preferred_element_type=acc,
+                               out_sharding=_sharding_of(w, reverse=True))  # fmt: skip
+        dw = lax.optimization_barrier(dw_t).T
+    else:  # transpose x, dw [K, N] = x^T g
+        x_t = lax.optimization_barrier(jnp.moveaxis(x, -1, 0))
+        dw = lax.dot_general(x_t, g, ((lead1, lead), ((), ())), precision=precision,
+                             preferred_element_type=acc, out_sharding=_sharding_of(w))  # fmt: skip
+    # the barrier keeps a caller's transpose of w (tied head: w = tok.T) out of the dot
+    return dx.astype(x.dtype), lax.optimization_barrier(dw.astype(w.dtype))
+
+
+_matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
 def _proj(config: ModelConfig, x: jax.Array, p: dict, w: str, b: str) -> jax.Array:
-    y = jnp.matmul(x, _w(p[w], config), precision=_prec(config))
+    y = _matmul(x, _w(p[w], config), _prec(config), None)
     return y + _w(p[b], config) if b in p else y
+
+
+def _dg(a, b, contract, batch=((0, 1), (0, 1)), **kw) -> jax.Array:
+    return lax.dot_general(a, b, (contract, batch), **kw)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _sdpa(q, k, v, mask, precision: lax.Precision, dtype: Any) -> jax.Array:
+    """Masked softmax attention, head-major: q [b, KV, G, t, hd]; k, v [b, KV, s, hd];
+    mask [b, t, s] -> [b, KV, G, t, hd]. Scores and softmax in fp32, probs cast to `dtype`.
+
+    The value is the plain formula; the backward is written by hand (flash-attention style
+    algebra: dS = P * (dP - rowsum(dO * O))), so every dot keeps its contracted axis last on
+    the left, the form XLA:CPU's fast kernel takes, and only small [.., t, hd] operands are
+    transposed, never the [t, s] score matrices. Masked entries get zero gradient, as
+    autodiff of the `where` gives. Float round-off apart, equal to autodiff's gradients.
+    """
+    return _sdpa_fwd(q, k, v, mask, precision, dtype)[0]
+
+
+def _sdpa_fwd(q, k, v, mask, precision, dtype):
+    hd = q.shape[-1]
+    scores = _dg(q, k, ((4,), (3,)), precision=precision, preferred_element_type=jnp.float32)
+    scores = jnp.where(mask[:, None, None], scores / math.sqrt(hd), _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dtype)  # [b, KV, G, t, s]
+    out = _dg(probs, v, ((4,), (2,)), precision=precision)
+    return out, (q, k, v, mask, probs, out)
+
+
+def _sdpa_bwd(precision, dtype, res, d_out):
+    q, k, v, mask, probs, out = res
+    b, kv, g, t, hd = q.shape
+    f32 = jnp.float32
+    d_probs = _dg(d_out, v, ((4,), (3,)), precision=precision, preferred_element_type=f32)
+    delta = jnp.sum(d_out.astype(f32) * out.astype(f32), axis=-1, keepdims=True)
+    d_scores = probs.astype(f32) * (d_probs - delta)
+    d_scores = jnp.where(mask[:, None, None], d_scores / math.sqrt(hd), 0.0).astype(dtype)
+    dq = _dg(d_scores, k, ((4,), (2,)), precision=precision)
+    # dk^T [b, KV, hd, s] = q^T dS and dv^T = dO^T P, summed over (G, t); then transposed
+    # (barriers: XLA would fold these transposes back into the dots, to the slow form)
+    q_t, do_t = (lax.optimization_barrier(x.transpose(0, 1, 4, 2, 3).reshape(b, kv, hd, g * t))
+                 for x in (q, d_out))  # fmt: skip
+    rows = (b, kv, g * t, -1)
+    dk_t = _dg(q_t, d_scores.reshape(rows), ((3,), (2,)), precision=precision)
+    dv_t = _dg(do_t, probs.reshape(rows), ((3,), (2,)), precision=precision)
+    dk, dv = (jnp.swapaxes(lax.optimization_barrier(x), -1, -2) for x in (dk_t, dv_t))
+    return dq, dk.astype(k.dtype), dv.astype(v.dtype), None
+
+
+_sdpa.defvjp(_sdpa_fwd, _sdpa_bwd)
 
 
 def _attend(config: ModelConfig, q, keys, vals, mask) -> jax.Array:
     """q [b, t, H, hd]; keys/vals [b, s, KV, hd]; mask [b, t, s] -> [b, t, H * hd]."""
     b, t, h, hd = q.shape
     kv = keys.shape[2]
-    q = q.reshape(b, t, kv, h // kv, hd)
-    scores = jnp.einsum(
-        "btkgd,bskd->bkgts", q, _w(keys, config), preferred_element_type=jnp.float32,
-        precision=_prec(config),
-    )  # fmt: skip
-    scores = jnp.where(mask[:, None, None], scores / math.sqrt(hd), _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(config.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, _w(vals, config), precision=_prec(config))
-    return out.reshape(b, t, h * hd)
+    q = q.reshape(b, t, kv, h // kv, hd).transpose(0, 2, 3, 1, 4)  # [b, KV, G, t, hd]
+    keys, vals = (_w(x, config).transpose(0, 2, 1, 3) for x in (keys, vals))  # [b, KV, s, hd]
+    out = _sdpa(q, keys, vals, mask, _prec(config), config.dtype)
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h * hd)
 
 
 def _attention(config, p, x, positions, cache: LayerCache | None):
@@ -161,7 +268,7 @@ def _mlp(config: ModelConfig, p: dict, x: jax.Array) -> jax.Array:
     if config.arch == "gpt2":
         hidden = jax.nn.gelu(up, approximate=True)  # HF "gelu_new"
     else:
-        gate = jnp.matmul(x, _w(p["w_gate"], config), precision=_prec(config))
+        gate = _matmul(x, _w(p["w_gate"], config), _prec(config), None)
         hidden = jax.nn.silu(gate) * up
     return _proj(config, hidden, p, "w_down", "b_down")
 
@@ -211,9 +318,7 @@ def unembed(config: ModelConfig, params: Params, h: jax.Array) -> jax.Array:
     """Final norm and output head: h [b, s, d] -> logits [b, s, vocab] float32."""
     x = _norm(config, params["final"]["norm"], h)
     head = params["embed"]["tok"].T if config.tie_embeddings else params["final"]["head"]
-    return jnp.matmul(
-        x, _w(head, config), preferred_element_type=jnp.float32, precision=_prec(config)
-    )
+    return _matmul(x, _w(head, config), _prec(config), jnp.float32)
 
 
 def forward(
