@@ -1,33 +1,39 @@
 """Experiment `leviathan23-speculative`: measured speculative speedup against gamma and draft
 size, next to Leviathan et al.'s (1 - a^(g+1)) / ((1 - a)(g c + 1)).
 
-Setup: a 12-layer random Llama-arch target (d_model 256, vocab 1024) whose head is scaled so
-its next-token distributions are peaked like a trained model's, and drafts made of its first
-1 or 2 layers (`loading.truncated_model`), temperature 1, 120 new tokens from a fixed prompt,
-caches sized for the request (prompt + new tokens) in both decoders.
+The formula is about hardware where a decode step is memory-bandwidth-bound: verifying
+gamma + 1 tokens reads the weights once, so it costs about one step. The experiment is put
+in that regime on a CPU: a 12-layer random Llama-arch target (d_model 512, d_ff 1408, 8 heads,
+4 KV heads, vocab 1024; 139 MiB of fp32 weights, > 4x a 32 MiB L3, so every step streams
+them from DRAM) whose head is scaled so its next-token distributions are peaked like a
+trained model's, and drafts made of its first 1 or 2 layers (`loading.truncated_model`;
+15 and 27 MiB), temperature 1, 120 new tokens from a fixed prompt, caches sized for the
+request in both decoders.
 Measured per (gamma, draft):
 - a = mean over evaluated draft positions of sum_x min(p(x), q(x)) (Leviathan's beta);
 - the speedup = speculative tokens/s / plain target tokens/s: the median over interleaved
   pairs (one speculative run, one plain run) of their ratio;
-- c = draft step / target step, both timed as the code that runs in decoding
-  (`round_costs`): the draft step is the rounds' own proposal (`spec_decode._propose`, gamma
-  draft tokens with sampling, in a jitted loop) / gamma; the target step is the plain
-  decoder's step (`decoding.decode_step`) in a jitted loop; interleaved trials, medians;
+- c = the draft's cost per draft token as the rounds run it, over one target step:
+  (round - verification) / (gamma x target step), each timed as the code that runs in
+  decoding (`round_costs`: `spec_decode.speculative_round`, `spec_decode._verify_pass`, the
+  plain decoder's `decoding.decode_step`, each in a jitted loop; interleaved trials, the
+  median of the per-trial ratios). It includes the draft re-reading its weights after the
+  target's pass evicted them; `draft_alone_c` (the proposal alone in a loop, draft weights
+  hot in cache) is shown beside it;
 - the formula's value from the measured a and c (target: agreement within 10%).
-The formula assumes the (gamma + 1)-token verification costs one target step (a wafer or a
-GPU reads the weights once either way). `verify_cost_ratio` v measures that ratio here (the
-rounds' own verification, `spec_decode._verify_pass`, in a jitted loop), and
-`formula_with_verify_cost` = (1 - a^(g+1)) / ((1 - a)(g c + v)) is shown beside the
-published formula, so the gap between measurement and formula is accounted for, and
-`round_vs_gamma_c_plus_1` = round time / (gamma draft steps + one target step) shows the
-whole gap (v plus what a round costs beyond its parts).
-On one CPU core (measured 2026-11: v = 1.2-1.3) the gamma extra tokens' matmul flops are not
-hidden behind the weight reads as on a wafer or a GPU, and alternating the draft and the
-target evicts each other's weights from the caches (round / (g c + 1) = 1.25-1.4): the
-measured speedup is then 0.65-0.8 of the published formula and 0.8-1.0 of the v-corrected one.
+`verify_cost_ratio` v = the (gamma + 1)-token verification / one target step, the formula's
+implicit assumption v = 1. `formula_with_verify_cost` = (1 - a^(g+1)) / ((1 - a)(g c + v)) is
+shown beside the published formula (a diagnostic; the published one is the target).
+On one CPU core v stays 1.1-1.5 even with the weights streamed from DRAM: XLA:CPU's fp32
+matmul of 2-7 rows costs 1.1-1.3x the 1-row one over the same DRAM-resident weights (the
+extra rows' flops are not hidden behind the weight reads), and attention grows with the
+rows too. Measured 2026-11 (one XLA thread, a shared 2-core machine): the published formula
+is within 10% only at gamma 1 with the 1-layer draft (ratios 0.67-0.97); the v-corrected one
+within 7% in every row.
 Timings are most repeatable with one XLA thread (XLA_FLAGS=--xla_cpu_multi_thread_eigen=false):
 the speculative and the plain decoder then get the same single core.
-Predictions (the same in --quick): the formula on a fixed grid of (a, gamma, c).
+Predictions (the same in --quick): the formula on a fixed grid of (a, gamma, c). --quick
+measures fewer tokens, pairs and gammas, the 1-layer draft only.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ __all__ = ["run", "round_costs"]
 
 SOURCE = None  # the formula is in REFERENCES.md; no measured speedup is published there
 GRID = [(a, g, c) for a in (0.6, 0.8, 0.9) for g in (2, 4, 8) for c in (0.05, 0.1)]
-HEAD_SCALE = 1.5  # sets the operating point near a = 0.8 for the 1-layer draft
+HEAD_SCALE = 1.5  # peaked next-token distributions: a ~ 0.67 for the 1- and 2-layer drafts
 
 
 def _target(seed: int):
@@ -53,10 +59,10 @@ def _target(seed: int):
     m = tiny_model(
         "llama",
         n_layers=12,
-        d_model=256,
-        n_heads=4,
-        n_kv_heads=2,
-        d_ff=768,
+        d_model=512,
+        n_heads=8,
+        n_kv_heads=4,
+        d_ff=1408,
         max_seq_len=512,
         vocab_size=1024,
         seed=seed,
@@ -64,6 +70,15 @@ def _target(seed: int):
     params = dict(m.params)
     params["final"] = {**m.params["final"], "head": m.params["final"]["head"] * HEAD_SCALE}
     return dataclasses.replace(m, params=params)
+
+
+def _weight_mb(model) -> float:
+    import jax
+
+    return sum(x.nbytes for x in jax.tree_util.tree_leaves(model.params)) / 2**20
+
+
+_LOOPS: dict = {}  # jitted timing loops, reused across calls (XLA compiles per cache shape)
 
 
 def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 16):
@@ -115,11 +130,14 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 16):
         out = speculative_round(tc, dc, gamma, tp, dp, tc_, dc_, last2, 64 + i, key, t1, k1, p1)
         return out[1] + out[2], out[4], out[5]
 
+    def cached(name, step, *key):  # the target step does not depend on gamma or the draft
+        return _LOOPS.setdefault((name, tc, reps, *key), looped(step))
+
     loops = {
-        "target_step_ms": (looped(target_step), 1),
-        "draft_step_ms": (looped(draft_steps), gamma),
-        "verify_ms": (looped(verify_pass), 1),
-        "round_ms": (looped(whole_round), 1),
+        "target_step_ms": (cached("target", target_step), 1),
+        "draft_step_ms": (cached("draft", draft_steps, dc, gamma), gamma),
+        "verify_ms": (cached("verify", verify_pass, gamma), 1),
+        "round_ms": (cached("round", whole_round, dc, gamma), 1),
     }
     key = jax.random.PRNGKey(0)
 
@@ -153,7 +171,9 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
     for gamma in gammas:
         spec = SpeculativeDecoder(target, draft, gamma=gamma, max_context=ctx)
         spec.generate(prompt, sampling)  # compile
-        timer = round_costs(target, draft, gamma, spec._cache_len(target.config))
+        # one cache length for every gamma (slots past the position are masked), so the
+        # target-step loop compiles once
+        timer = round_costs(target, draft, gamma, ctx + max(gammas) + 1)
         runs, ratios, costs = [], [], []
         for s in range(repeats):  # interleaved: the machine is shared
             runs.append(spec.generate(prompt, dataclasses.replace(sampling, seed=s)))
@@ -165,8 +185,15 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
         rounds = sum(m["rounds"] for m in stats)
         tpp = sum(m["accepted"] + m["rounds"] for m in stats) / rounds
         cost = {k: statistics.median(c[k] for c in costs) for k in costs[0]}
-        c = statistics.median(x["draft_step_ms"] / x["target_step_ms"] for x in costs)
+        # c as the rounds run it: a round's time less its verification, per draft token
+        c = statistics.median(
+            (x["round_ms"] - x["verify_ms"]) / (gamma * x["target_step_ms"]) for x in costs
+        )
+        c_alone = statistics.median(x["draft_step_ms"] / x["target_step_ms"] for x in costs)
         v = statistics.median(x["verify_ms"] / x["target_step_ms"] for x in costs)
+        run_round_ms = statistics.median(
+            r.decode_s / r.metrics["speculative"]["rounds"] for r in runs
+        )
         speed = statistics.median(ratios)
         pred = expected_speedup(alpha, gamma, c)
         corrected = expected_tokens_per_pass(alpha, gamma) / (gamma * c + v)
@@ -174,17 +201,18 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
             {
                 "gamma": gamma,
                 "draft_layers": draft_layers,
+                "draft_weight_mb": _weight_mb(draft),
+                "target_weight_mb": _weight_mb(target),
                 "alpha": alpha,
                 "acceptance_rate": sum(m["accepted"] for m in stats) / (rounds * gamma),
                 "tokens_per_pass": tpp,
                 "formula_tokens_per_pass": expected_tokens_per_pass(alpha, gamma),
                 "cost_ratio_c": c,
+                "draft_alone_c": c_alone,
                 "verify_cost_ratio": v,
-                "round_vs_gamma_c_plus_1": statistics.median(
-                    x["round_ms"] / (gamma * x["draft_step_ms"] + x["target_step_ms"])
-                    for x in costs
-                ),
                 "target_step_ms": cost["target_step_ms"],
+                "round_ms": cost["round_ms"],
+                "round_in_run_ms": run_round_ms * 1e3,
                 "measured_speedup": speed,
                 "formula_speedup": pred,
                 "ratio": speed / pred,
@@ -232,7 +260,7 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
     prompt = list(range(1, 17))
     sampling = SamplingParams(max_tokens=60 if quick else 120, temperature=1.0, seed=seed)
     repeats = 3 if quick else 5
-    gammas = (2, 4) if quick else (1, 2, 4, 6)
+    gammas = (4,) if quick else (1, 2, 4, 6)
     rows = []
     for layers in (1,) if quick else (1, 2):
         rows += _measure(target, layers, gammas, sampling, prompt, repeats)
@@ -244,7 +272,8 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
         experiment="leviathan23-speculative",
         seed=seed,
         config={
-            "target": "llama 12 x 256, vocab 1024, head x1.5",
+            "target": "llama 12 x 512 (d_ff 1408, 8 heads, 4 kv heads), vocab 1024, head x1.5",
+            "target_weight_mb": _weight_mb(target),
             "temperature": 1.0,
             "new_tokens": sampling.max_tokens,
             "gammas": list(gammas),
