@@ -4,6 +4,7 @@ The oracle is a tiny random `transformers` model built here (nothing is download
 tests skip when torch/transformers are not installed. Bad-input tests need neither.
 """
 
+import copy
 import json
 from functools import partial
 from pathlib import Path
@@ -57,6 +58,7 @@ def test_gradients_match_transformers(hf_dir, tmp_path):
     import torch
 
     config, hf, path = hf_dir
+    hf = copy.deepcopy(hf)  # the fixture's model is shared: leave it as it was
     toks = random_tokens(config, 2, 24, seed=6)
     r = np.random.default_rng(0).standard_normal((2, 24, config.vocab_size)).astype(np.float32)
     hf.zero_grad()
