@@ -44,10 +44,10 @@ from wse_core import fabric
 from wse_core.errors import PlacementError
 from wse_core.spec import WaferSpec
 from wse_core.sram import SramLedger
-from wse_core.wafer import Wafer, build_wafer
+from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
-from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, _check_vector, _pad_grid
+from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, _check_vector, _pad_grid, build_planned_wafer
 
 __all__ = ["MatchedPlan", "colour_slices", "plan_matched", "place_matched", "tlrmvm_matched"]
 
@@ -228,9 +228,7 @@ def place_matched(
     defect_seed: int | None = None,
 ) -> tuple[Wafer, MatchedPlan, TlrBases]:
     plan = plan_matched(op, spec, rank_chunk=rank_chunk, batch=batch)
-    wafer = build_wafer(spec, grid=plan.grid, mesh_shape=mesh_shape, defect_seed=defect_seed)
-    for name, nbytes in plan.bytes_per_pe().items():
-        wafer.sram.allocate(name, nbytes)
+    wafer = build_planned_wafer(spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
     vh, u = _fields(op, plan)
     return wafer, plan, TlrBases(wafer.place(vh), wafer.place(u))
 

@@ -23,10 +23,17 @@ from wse_core import fabric
 from wse_core.errors import PlacementError
 from wse_core.spec import WaferSpec
 from wse_core.sram import SramLedger
-from wse_core.wafer import Wafer, build_wafer
+from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
-from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, _check_vector, _pad_grid, _ring_reduce_scatter
+from wse_hpc.tlrmvm.wafer import (
+    TlrBases,
+    TlrFns,
+    _check_vector,
+    _pad_grid,
+    _ring_reduce_scatter,
+    build_planned_wafer,
+)
 
 __all__ = ["PackedPlan", "plan_packed", "place_packed", "tlrmvm_packed"]
 
@@ -192,9 +199,7 @@ def place_packed(
     defect_seed: int | None = None,
 ) -> tuple[Wafer, PackedPlan, TlrBases]:
     plan = plan_packed(op, spec, rank_chunk=rank_chunk, batch=batch)
-    wafer = build_wafer(spec, grid=plan.grid, mesh_shape=mesh_shape, defect_seed=defect_seed)
-    for name, nbytes in plan.bytes_per_pe().items():
-        wafer.sram.allocate(name, nbytes)
+    wafer = build_planned_wafer(spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
     vh, u = _fields(op, plan)
     return wafer, plan, TlrBases(wafer.place(vh), wafer.place(u))
 

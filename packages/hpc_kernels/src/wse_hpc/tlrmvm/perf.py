@@ -86,27 +86,36 @@ def _final_sum(wafer: Wafer, plan: TlrPlan | PackedPlan, dt) -> dict[str, Work]:
     }
 
 
+def _vhx_work(fma: float, w: int, nb: int, b: int, isz: int) -> Work:
+    """Phase 1 on one PE: a (w x nb) V^H slice times b vectors of nb."""
+    return Work(
+        flops={"fp32": fma * w * nb * b},
+        sram_read_bytes=(w * nb + nb * b) * isz,
+        sram_write_bytes=w * b * isz,
+    )
+
+
+def _ring_work(wafer: Wafer, direction: str, ring: int, per_pe: tuple[int, int], dt) -> Work:
+    """Phase 2: the reshuffle as a periodic ring allgather of `ring` PEs along `direction`."""
+    if ring <= 1:
+        return Work()
+    hops = ring - 1
+    return _traffic(
+        wafer,
+        lambda x: fabric.multicast(wafer, x, direction, hops, boundary="periodic"),
+        per_pe,
+        dt,
+    )
+
+
 def _matched_phases(wafer: Wafer, plan: MatchedPlan, fma: float, dt) -> dict[str, Work]:
     """Every PE: one V slice (w x nb) in phase 1, one U slice (nb x w) in phase 3; x along
     PE rows, the ring allgather down PE columns, y summed along PE rows."""
     nb, w, b, ring, isz = plan.nb, plan.rank_chunk, plan.batch, plan.ring, plan.itemsize
     return {
         "x_broadcast": _traffic(wafer, lambda x: fabric.broadcast(wafer, x, "row", 0), (nb, b), dt),
-        "phase1_vhx": Work(
-            flops={"fp32": fma * w * nb * b},
-            sram_read_bytes=(w * nb + nb * b) * isz,
-            sram_write_bytes=w * b * isz,
-        ),
-        "phase2_reshuffle": (
-            _traffic(
-                wafer,
-                lambda x: fabric.multicast(wafer, x, "S", ring - 1, boundary="periodic"),
-                (w, b),
-                dt,
-            )
-            if ring > 1
-            else Work()
-        ),
+        "phase1_vhx": _vhx_work(fma, w, nb, b, isz),
+        "phase2_reshuffle": _ring_work(wafer, "S", ring, (w, b), dt),
         "phase3_uy": Work(
             flops={"fp32": fma * nb * w * b},
             sram_read_bytes=(nb * w + w * b) * isz,
@@ -133,21 +142,8 @@ def predict(
     ch = plan.chunk
     phases = {
         "x_broadcast": _traffic(wafer, lambda x: fabric.broadcast(wafer, x, "col", 0), (nb, b), dt),
-        "phase1_vhx": Work(
-            flops={"fp32": fma * w * nb * b},
-            sram_read_bytes=(w * nb + nb * b) * isz,
-            sram_write_bytes=w * b * isz,
-        ),
-        "phase2_reshuffle": (
-            _traffic(
-                wafer,
-                lambda x: fabric.multicast(wafer, x, "E", nt - 1, boundary="periodic"),
-                (w, b),
-                dt,
-            )
-            if nt > 1
-            else Work()
-        ),
+        "phase1_vhx": _vhx_work(fma, w, nb, b, isz),
+        "phase2_reshuffle": _ring_work(wafer, "E", nt, (w, b), dt),
         "phase3_uy": Work(
             flops={"fp32": fma * nt * ch * w * b},
             sram_read_bytes=(nt * ch * w + nt * w * b) * isz,

@@ -27,7 +27,7 @@ reduce-scatter east (nt - 1 periodic shifts), V z, and a reduction along PE colu
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -96,6 +96,15 @@ class TlrPlan:
             "bytes_per_pe": self.bytes_per_pe(),
             "padded_bases_bytes": self.padded_bases_bytes,
         }
+
+
+class LayoutPlan(Protocol):
+    """What every layout's plan (banded, packed, matched) gives the wafer builder."""
+
+    @property
+    def grid(self) -> tuple[int, int]: ...
+
+    def bytes_per_pe(self) -> dict[str, int]: ...
 
 
 class TlrBases(NamedTuple):
@@ -198,11 +207,24 @@ def place_operator(
 ) -> tuple[Wafer, TlrPlan, TlrBases]:
     """Plan, build the wafer of the plan's grid, declare SRAM, and place the bases."""
     plan = plan_placement(op, spec, rank_chunk=rank_chunk, batch=batch)
+    wafer = build_planned_wafer(spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
+    bases = TlrBases(wafer.place(_vh_field(op, plan)), wafer.place(_u_field(op, plan)))
+    return wafer, plan, bases
+
+
+def build_planned_wafer(
+    spec: WaferSpec,
+    plan: LayoutPlan,
+    *,
+    mesh_shape: tuple[int, int] | None = None,
+    defect_seed: int | None = None,
+) -> Wafer:
+    """The wafer of a layout plan's grid with the plan's bytes per PE declared in its SRAM
+    ledger (any layout's plan: it has `grid` and `bytes_per_pe()`)."""
     wafer = build_wafer(spec, grid=plan.grid, mesh_shape=mesh_shape, defect_seed=defect_seed)
     for name, nbytes in plan.bytes_per_pe().items():
         wafer.sram.allocate(name, nbytes)
-    bases = TlrBases(wafer.place(_vh_field(op, plan)), wafer.place(_u_field(op, plan)))
-    return wafer, plan, bases
+    return wafer
 
 
 # -- the three phases -------------------------------------------------------------------
