@@ -2,8 +2,9 @@
 
 Modules: `potentials` (LAMMPS funcfl / setfl / fs files, LAMMPS's splines), `zhou04`
 (potentials generated from Zhou, Johnson & Wadley 2004), `lattice` (structures, crystals),
-`xyz` (extended XYZ), `mapping` (atoms -> PEs), `eam` (the wafer kernel), `integrate`
-(velocity Verlet, Langevin, Maxwell–Boltzmann), `thermo` (LAMMPS-style output), `simulate`
+`xyz` (extended XYZ), `mapping` (atoms -> PEs), `eam` (the wafer kernel), `nlist` (per-PE
+candidate lists over the window: splines only within cutoff + skin), `integrate` (velocity
+Verlet, Langevin, Nosé–Hoover, Maxwell–Boltzmann), `thermo` (LAMMPS-style output), `simulate`
 (the shell), `reference` (NumPy all-pairs oracle), `perf` (the wafer performance model),
 `experiments` (`santos24-md`), `lammps` (running `lmp` for checks and benchmarks).
 """
