@@ -135,3 +135,19 @@ def test_a_run_writes_one_frame_per_thermo_row(cu_file, tmp_path):
     assert "Performance:" in r.output and "timesteps/s" in r.output
     frames = read_xyz(out)
     assert len(frames) == 3 and frames[2].velocities_A_ps is not None
+
+
+def test_nose_hoover_prints_ecouple_and_a_conserved_econserve(cu_file):
+    # LAMMPS's `thermo_style custom ... ecouple econserve`: the bath's energy moves TotEng,
+    # Econserve = TotEng + Ecouple stays put (to the integrator's drift)
+    args = ["hpc", "md", *LATTICE, "--potential", str(cu_file), "--steps", "40"]
+    args += ["--thermo-every", "10", "--temperature-K", "600", "--preset", "small"]
+    r = runner.invoke(app, [*args, "--thermostat", "nose-hoover", "--damp-fs", "20"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["Step"])
+    assert lines[head].split()[-2:] == ["Ecouple", "Econserve"]
+    rows = np.array([[float(v) for v in line.split()] for line in lines[head + 1 : head + 6]])
+    tot, ecouple, econserve = rows[:, 3], rows[:, 6], rows[:, 7]
+    np.testing.assert_allclose(econserve, tot + ecouple, atol=2e-8)  # printed with 8 digits
+    assert np.ptp(tot) > 20 * np.ptp(econserve)  # the bath really exchanged energy

@@ -112,17 +112,18 @@ def _run(s, pot, cfg, out, as_json) -> None:
     from wse_hpc.md.thermo import format_header, format_row, performance_line
 
     primary = multiprocess.is_primary()  # every process runs the same MD; process 0 reports
+    bath = cfg.thermostat.kind == "nose-hoover"  # print ecouple / econserve as LAMMPS would
     console = Console(stderr=as_json, highlight=False, soft_wrap=True, quiet=not primary)
     if not as_json:
         console.print(
             f"{s.num_atoms} atoms, {', '.join(pot.elements)} ({pot.kind}), "
             f"cutoff {pot.cutoff_A:.4f} A, dt {cfg.dt_fs} fs"
         )
-        console.print(format_header())
+        console.print(format_header(bath))
 
     def on_row(row):
         if not as_json:
-            console.print(format_row(row))
+            console.print(format_row(row, bath))
 
     def on_frame(step, frame):
         if out is not None and primary:  # one frame per thermo row: a trajectory

@@ -59,15 +59,19 @@ def thermo_row(
     return ThermoRow(int(step), pe, ke, pe + ke, temp, press, float(ecouple_eV))
 
 
-def format_header() -> str:
-    return f"{'Step':>10} {'PotEng':>16} {'KinEng':>14} {'TotEng':>16} {'Temp':>12} {'Press':>14}"
+def format_header(bath: bool = False) -> str:
+    """LAMMPS's column names; with `bath` (a Nosé–Hoover run) also `Ecouple` and `Econserve`,
+    as `thermo_style custom ... ecouple econserve` prints them."""
+    head = f"{'Step':>10} {'PotEng':>16} {'KinEng':>14} {'TotEng':>16} {'Temp':>12} {'Press':>14}"
+    return head + (f" {'Ecouple':>14} {'Econserve':>16}" if bath else "")
 
 
-def format_row(r: ThermoRow) -> str:
-    return (
+def format_row(r: ThermoRow, bath: bool = False) -> str:
+    row = (
         f"{r.step:>10d} {r.pe:>16.8f} {r.ke:>14.8f} {r.etotal:>16.8f} {r.temp:>12.5f} "
         f"{r.press:>14.5f}"
     )
+    return row + (f" {r.ecouple:>14.8f} {r.econserve:>16.8f}" if bath else "")
 
 
 def performance_line(steps: int, wall_s: float, n_atoms: int, dt_fs: float) -> str:
