@@ -84,25 +84,19 @@ class AcceptanceStats:
     def record(self, num_accepted: int, beta: np.ndarray | None = None) -> None:
         """One round: its accepted count and (optionally) the betas of the positions it
         evaluated (the accepted ones and the first rejected one)."""
-        self.rounds += 1
-        self.accepted += num_accepted
-        self.per_position[:num_accepted] += 1
-        if beta is not None:
-            reached = np.asarray(beta)[: min(num_accepted + 1, self.gamma)]
-            self.beta_sum += float(reached.sum())
-            self.beta_count += int(reached.size)
+        self.record_rounds([num_accepted], None if beta is None else np.asarray(beta)[None])
 
-    def record_rounds(self, accepted: np.ndarray, beta: np.ndarray) -> None:
-        """Many rounds at once (vectorised `record`): accepted [r], beta [r, gamma]."""
+    def record_rounds(self, accepted, beta: np.ndarray | None = None) -> None:
+        """Many rounds at once: accepted [r], beta [r, gamma] (optional)."""
         accepted = np.asarray(accepted, np.int64)
-        beta = np.asarray(beta, np.float64)
         pos = np.arange(self.gamma)
         self.rounds += int(accepted.size)
         self.accepted += int(accepted.sum())
         self.per_position += (pos[None, :] < accepted[:, None]).sum(axis=0)
-        reached = pos[None, :] < np.minimum(accepted + 1, self.gamma)[:, None]
-        self.beta_sum += float(beta[reached].sum())
-        self.beta_count += int(reached.sum())
+        if beta is not None:  # the positions each round evaluated: accepted + first rejected
+            reached = pos[None, :] < np.minimum(accepted + 1, self.gamma)[:, None]
+            self.beta_sum += float(np.asarray(beta, np.float64)[reached].sum())
+            self.beta_count += int(reached.sum())
 
     @property
     def proposed(self) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 from wse_core import WseError
+from wse_core.distributed import barrier, is_primary
 from wse_core.errors import suggest
 
 from wse_trainer.config import ConfigError, TrainConfig, check_config
@@ -97,29 +98,13 @@ def validate(config: TrainConfig):
     )
 
 
-def _primary() -> bool:
-    import jax
-
-    return jax.process_index() == 0
-
-
-def _barrier(name: str) -> None:
-    """Wait for every process of a multi-process run (a no-op in one process)."""
-    import jax
-
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices(name)
-
-
 def _tokenizer(config: TrainConfig, model_dir: Path, vocab_size: int):
     """Process 0 loads or trains (and saves) the tokenizer; the others then load its file."""
     from tokenizers import Tokenizer
 
     path = model_dir / "tokenizer.json"
-    tok = _own_tokenizer(config, path, vocab_size) if _primary() else None
-    _barrier("wse_trainer: tokenizer saved")
+    tok = _own_tokenizer(config, path, vocab_size) if is_primary() else None
+    barrier("wse_trainer: tokenizer saved")
     return tok if tok is not None else Tokenizer.from_file(str(path))
 
 
@@ -160,14 +145,11 @@ class _Session:
         from wse_trainer.optimizer import base_transform
         from wse_trainer.plan import plan_activations
         from wse_trainer.stream import StreamedTrainer
+        from wse_trainer.swarmx import check_split
 
         self.config, run_cfg, inp = config, config.runconfig, config.train_input
         self.model, _ = validate(config)
-        if run_cfg.num_csx % jax.process_count():
-            raise ConfigError(
-                f"runconfig.num_csx={run_cfg.num_csx} replicas cannot be split over "
-                f"{jax.process_count()} processes; use a multiple of {jax.process_count()}"
-            )
+        check_split(run_cfg.num_csx)  # before the tokenizer or anything compiles
         self.dir = Path(run_cfg.model_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
@@ -319,7 +301,7 @@ def _train_loop(s: _Session, ckpt, log, start: int, end: int, result: RunResult)
                 and run_cfg.eval_frequency
                 and step % run_cfg.eval_frequency == 0
                 and step != end
-                and _primary()
+                and is_primary()
             ):
                 log.line(eval_line(step, evaluate(s)))
             advance()
@@ -331,7 +313,7 @@ def _progress(total: int):
     """A rich progress bar on a terminal; a no-op elsewhere."""
     import contextlib
 
-    if not sys.stdout.isatty() or total <= 0 or not _primary():
+    if not sys.stdout.isatty() or total <= 0 or not is_primary():
         return contextlib.nullcontext(lambda: None)
     from rich.progress import Progress
 
@@ -385,7 +367,7 @@ def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> Ru
         if run_cfg.num_steps is None
         else min(run_cfg.max_steps, start + run_cfg.num_steps)
     )
-    primary = _primary()
+    primary = is_primary()
     log = MetricsLog(s.dir, resume_step=start, echo=echo) if primary else NullLog()
     if primary:
         (s.dir / "train").mkdir(exist_ok=True)

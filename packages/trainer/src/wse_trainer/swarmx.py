@@ -24,11 +24,21 @@ import jax
 import numpy as np
 from wse_core import WseError
 
-__all__ = ["SwarmX", "tree_bytes"]
+__all__ = ["SwarmX", "check_split", "tree_bytes"]
 
 
 def tree_bytes(tree: Any) -> int:
     return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)))
+
+
+def check_split(num_csx: int) -> None:
+    """Refuse `num_csx` replicas that do not split evenly over the run's processes."""
+    procs = jax.process_count()
+    if num_csx % procs:
+        raise WseError(
+            f"num_csx={num_csx} replicas cannot be split over {procs} processes; "
+            f"use a multiple of {procs}"
+        )
 
 
 @dataclasses.dataclass
@@ -51,12 +61,8 @@ class SwarmX:
         devices: Sequence[jax.Device] | None = None,
         home: jax.Device | None = None,
     ) -> SwarmX:
+        check_split(num_csx)
         procs, me = jax.process_count(), jax.process_index()
-        if num_csx % procs:
-            raise WseError(
-                f"num_csx={num_csx} replicas cannot be split over {procs} processes; "
-                f"use a multiple of {procs}"
-            )
         devs = list(devices if devices is not None else jax.local_devices())
         local = num_csx // procs
         return cls(num_csx, devs, home or devs[0], me * local, local, procs)

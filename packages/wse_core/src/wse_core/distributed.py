@@ -23,7 +23,7 @@ import os
 
 from wse_core.errors import WseError
 
-__all__ = ["ProcessInfo", "initialize", "from_env", "is_primary", "cluster_detected"]
+__all__ = ["ProcessInfo", "initialize", "from_env", "is_primary", "barrier", "cluster_detected"]
 
 _CLUSTER_ENV = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
@@ -115,3 +115,13 @@ def is_primary() -> bool:
     import jax
 
     return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+    """Wait until every process of a multi-process run reaches `name` (no-op in one)."""
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)

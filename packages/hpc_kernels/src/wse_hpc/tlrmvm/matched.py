@@ -47,17 +47,21 @@ from wse_core.sram import SramLedger
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
-from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, _check_vector, _pad_grid, build_planned_wafer
+from wse_hpc.tlrmvm.wafer import (
+    PaddedBases,
+    TlrBases,
+    TlrFns,
+    _ceil,
+    _check_vector,
+    _pad_grid,
+    build_planned_wafer,
+)
 
 __all__ = ["MatchedPlan", "colour_slices", "plan_matched", "place_matched", "tlrmvm_matched"]
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
-class MatchedPlan:
+class MatchedPlan(PaddedBases):
     shape: tuple[int, int]
     nb: int
     tiles: tuple[int, int]
@@ -80,12 +84,6 @@ class MatchedPlan:
 
     def bytes_per_pe(self) -> dict[str, int]:
         return _bytes(self.nb, self.ring, self.rank_chunk, self.batch, self.itemsize)
-
-    @property
-    def padded_bases_bytes(self) -> int:
-        b = self.bytes_per_pe()
-        r, c = self.grid
-        return r * c * (b["tlrmvm.vh"] + b["tlrmvm.u"])
 
     def describe(self) -> dict[str, object]:
         return {

@@ -27,8 +27,10 @@ from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import (
+    PaddedBases,
     TlrBases,
     TlrFns,
+    _ceil,
     _check_vector,
     _pad_grid,
     _ring_reduce_scatter,
@@ -38,12 +40,8 @@ from wse_hpc.tlrmvm.wafer import (
 __all__ = ["PackedPlan", "plan_packed", "place_packed", "tlrmvm_packed"]
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
-class PackedPlan:
+class PackedPlan(PaddedBases):
     shape: tuple[int, int]
     nb: int
     tiles: tuple[int, int]
@@ -71,12 +69,6 @@ class PackedPlan:
 
     def bytes_per_pe(self) -> dict[str, int]:
         return _bytes(self.nb, self.tiles, self.rank_chunk, self.batch, self.itemsize)
-
-    @property
-    def padded_bases_bytes(self) -> int:
-        b = self.bytes_per_pe()
-        r, c = self.grid
-        return r * c * (b["tlrmvm.vh"] + b["tlrmvm.u"])
 
     def describe(self) -> dict[str, object]:
         return {

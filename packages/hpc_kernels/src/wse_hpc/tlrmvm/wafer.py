@@ -44,8 +44,19 @@ from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 __all__ = ["TlrPlan", "TlrBases", "TlrFns", "plan_placement", "place_operator", "tlrmvm"]
 
 
+class PaddedBases:
+    """`padded_bases_bytes` for every layout's plan (each has `grid` and `bytes_per_pe()`)."""
+
+    @property
+    def padded_bases_bytes(self: LayoutPlan) -> int:
+        """Bytes of bases on the wafer including the zero padding."""
+        b = self.bytes_per_pe()
+        r, c = self.grid
+        return r * c * (b["tlrmvm.vh"] + b["tlrmvm.u"])
+
+
 @dataclasses.dataclass(frozen=True)
-class TlrPlan:
+class TlrPlan(PaddedBases):
     """Where the bases go: rank chunk, bands of PE rows, grid, bytes per PE."""
 
     shape: tuple[int, int]
@@ -78,13 +89,6 @@ class TlrPlan:
         return _bytes_per_pe(
             self.nb, self.tiles[1], self.rank_chunk, self.max_band, self.batch, self.itemsize
         )
-
-    @property
-    def padded_bases_bytes(self) -> int:
-        """Bytes of bases on the wafer including the zero padding."""
-        b = self.bytes_per_pe()
-        r, c = self.grid
-        return r * c * (b["tlrmvm.vh"] + b["tlrmvm.u"])
 
     def describe(self) -> dict[str, object]:
         return {
