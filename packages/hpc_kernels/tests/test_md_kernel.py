@@ -132,9 +132,13 @@ def _lists(s, sp, *, mesh, skin=1.0, caps=None, defect_seed=None, moved=None):
         held = np.argwhere(state[..., mapping.SPECIES] >= 0)[0]
         state[held[0], held[1], 0] += moved
         placed = wafer.place(state)
-    out = jax.jit(fns.forces_fn)(placed, geo, nbrs)
+    with wafer.traffic.scope() as entries:  # traced here: what one evaluation moves
+        out = jax.jit(fns.forces_fn)(placed, geo, nbrs)
     at = mapping.unpack(state, s.num_atoms)["pe_flat_index"]
     return {
+        "traffic": list(entries),
+        "wafer": wafer,
+        "plan": plan,
         "forces": wafer.gather(out.forces).reshape(-1, 3)[at],
         "energy": wafer.gather(out.energy).reshape(-1)[at],
         "virial": float(wafer.gather(out.virial).sum()),
@@ -194,3 +198,38 @@ def test_neighbour_lists_same_results_with_and_without_defects():
         broken = _lists(s, sp, mesh=(2, 4), defect_seed=11)
     np.testing.assert_array_equal(clean["forces"], broken["forces"])
     np.testing.assert_array_equal(clean["energy"], broken["energy"])
+
+
+def test_filtered_window_equals_the_full_window_and_records_the_whole_multicast():
+    """The list kernel gathers only its candidates (`fabric.window`), yet computes what the
+    full-window kernel computes, and its ledger holds the whole marching multicast: per phase,
+    the row windows E and W (k_cols PEs) and `depth` marching steps N and S of the
+    (2 k_cols + 1)-wide row windows, of 3 words (positions) then 1 word (F')."""
+    s, sp = _system(seed=9)
+    with jax.enable_x64(True):
+        got = _lists(s, sp, mesh=(2, 4), defect_seed=13)
+        plan, wafer = got["plan"], got["wafer"]
+        full = _kernel(s, sp, mesh=(2, 4), defect_seed=13, window=(plan.k_rows, plan.k_cols))
+    assert not got["overflow"] and not full["overflow"]
+    np.testing.assert_allclose(got["forces"], full["forces"], atol=1e-11)
+    np.testing.assert_allclose(got["energy"], full["energy"], atol=1e-12)
+    assert wafer.defects.num_dead > 0
+    # the farthest row offset holding a candidate (caps are per offset -k_rows .. k_rows)
+    kc, offsets = plan.k_cols, np.arange(-plan.k_rows, plan.k_rows + 1)
+    depth = int(np.abs(offsets[np.asarray(plan.caps[:-1]) > 0]).max())
+    width, n = 2 * kc + 1, wafer.rows * wafer.cols
+    ns = wafer.remap.link_hops(0)[: wafer.rows - 1, : wafer.cols]
+    ew = wafer.remap.link_hops(1)[: wafer.rows, : wafer.cols - 1]
+    assert ew.mean() > 1 and ns.mean() > 1  # detours around dead PEs are paid
+    expect_words = expect_hops = expect_busiest = expect_latency = 0.0
+    word = np.dtype(plan.dtype).itemsize / 4  # 32-bit fabric words per value (float64: 2)
+    for words in (3 * word, word):  # phase 1 positions, phase 2 F'
+        expect_words += n * words * (2 + 2 * depth * width)
+        expect_hops += 2 * n * words * (kc * ew.mean() + depth * width * ns.mean())
+        expect_busiest += words * (2 * kc + 2 * depth * width)
+        expect_latency += 2 * (kc * ew.max() + depth * ns.max())
+    t = got["traffic"]
+    assert sum(e.words for e in t) == expect_words
+    assert sum(e.word_hops for e in t) == pytest.approx(expect_hops, rel=1e-12)
+    assert sum(e.max_words_per_pe for e in t) == expect_busiest
+    assert sum(e.latency_hops for e in t) == pytest.approx(expect_latency, rel=1e-12)

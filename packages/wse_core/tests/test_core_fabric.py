@@ -168,3 +168,25 @@ def test_periodic_shift_by_whole_turns_is_identity():
     np.testing.assert_array_equal(
         w.gather(fabric.shift(w, xs, "E", boundary="periodic", distance=7)), np.roll(x, 7, 1)
     )
+
+
+@pytest.mark.parametrize(
+    ("mesh", "grid", "k"), [((1, 1), (7, 10), (2, 3)), ((2, 4), (5, 13), (2, 6))]
+)
+def test_window_keeps_the_selected_slots_and_counts_the_whole_multicast(mesh, grid, k):
+    """Each PE gets x of the PE (dr, dc) away for its slots (a 4-PE-wide block receives a
+    6-column halo from two devices); the ledger has the multicasts E/W and the march N/S."""
+    (kr, kc), w = k, _wafer(grid, mesh)
+    x = _data(grid)
+    width = 2 * kc + 1
+    slots = np.random.default_rng(2).integers(0, (2 * kr + 1) * width, grid + (17,))
+    with w.traffic.scope() as entries:
+        got = jax.jit(lambda a, s: fabric.window(w, a, s, kr, kc))(w.place(x), w.place(slots))
+    rr = np.arange(grid[0])[:, None, None] + slots // width - kr
+    cc = np.arange(grid[1])[None, :, None] + slots % width - kc
+    np.testing.assert_array_equal(w.gather(got), x[rr % grid[0], cc % grid[1]])
+    n, words = grid[0] * grid[1], 3
+    assert [e.op for e in entries] == ["multicastE", "multicastW"] + ["shiftS", "shiftN"] * kr
+    assert sum(e.words for e in entries) == n * words * (2 + 2 * kr * width)
+    assert sum(e.max_words_per_pe for e in entries) == words * (2 * kc + 2 * kr * width)
+    assert sum(e.latency_hops for e in entries) == 2 * kc + 2 * kr

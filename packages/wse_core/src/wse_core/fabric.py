@@ -10,9 +10,11 @@ Directions: a shift moves data one PE (or `distance` PEs) toward `direction`; ro
 north edge, column 0 the west edge. So with `direction="E"`, PE (r, c) receives the value of
 PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
 
-Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value), `broadcast`
-(one PE's value to its whole row or column), `reduce` (to one value) and `allreduce` (to every
-PE), over the whole grid or along rows / columns, with `"sum"` or `"max"`.
+Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value), `window`
+(a filtered window multicast: every PE receives the values of a (2 k_rows + 1) x
+(2 k_cols + 1) window of PEs around it and keeps the ones it selects), `broadcast` (one PE's
+value to its whole row or column), `reduce` (to one value) and `allreduce` (to every PE), over
+the whole grid or along rows / columns, with `"sum"` or `"max"`.
 
 Each op records its traffic (words, word-hops including detours around dead PEs, busiest-link
 words, latency hops) in `wafer.traffic` at trace time; `count(wafer, fn, *args)` traces a
@@ -40,6 +42,7 @@ __all__ = [
     "Boundary",
     "shift",
     "multicast",
+    "window",
     "broadcast",
     "reduce",
     "allreduce",
@@ -241,11 +244,20 @@ def multicast(
             outs = [_take(ext, axis, d, d + block) for d in range(1, k + 1)]
         return jnp.stack(outs, axis=2)
 
-    w = _words_per_pe(x)
-    mean_h, max_h = _hops(wafer, axis)
+    _record_multicast(wafer, direction, _words_per_pe(x), k)
+    return _on_blocks(wafer, on_block, x)
+
+
+def _record_multicast(wafer: Wafer, direction: Direction, w: float, k: int) -> None:
+    mean_h, max_h = _hops(wafer, _DIRECTIONS[direction][0])
     n = wafer.num_pes
     _record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, k * max_h)
-    return _on_blocks(wafer, on_block, x)
+
+
+def _record_shift(wafer: Wafer, direction: Direction, w: float, distance: int) -> None:
+    mean_h, max_h = _hops(wafer, _DIRECTIONS[direction][0])
+    n = wafer.num_pes
+    _record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, distance * max_h)
 
 
 def shift(
@@ -274,11 +286,67 @@ def shift(
             return _take(_extend(b, wafer, axis, d, 0, boundary), axis, 0, block)
         return _take(_extend(b, wafer, axis, 0, d, boundary), axis, d, d + block)
 
-    w = _words_per_pe(x)
-    mean_h, max_h = _hops(wafer, axis)
-    n = wafer.num_pes
-    _record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, distance * max_h)
+    _record_shift(wafer, direction, _words_per_pe(x), distance)
     return _on_blocks(wafer, on_block, x)
+
+
+def window(
+    wafer: Wafer,
+    x: jax.Array,
+    slots: jax.Array,
+    k_rows: int,
+    k_cols: int,
+    *,
+    boundary: Boundary = "periodic",
+) -> jax.Array:
+    """The window multicast, filtered: each PE receives the values of the PEs within
+    +-k_rows rows and +-k_cols columns of it and keeps those at its `slots`.
+
+    `slots` is a placed int32 field `(rows, cols, M)` of window slots numbered row-major,
+    `(dr + k_rows) * (2 k_cols + 1) + (dc + k_cols)` for the PE dr rows south and dc columns
+    east (zero or wrapped beyond the edge). Returns `(rows, cols, M, *per_pe)`.
+
+    On the wafer this is the marching multicast of Santos et al.: every PE multicasts its
+    value k_cols PEs east and west, then the (2 k_cols + 1)-wide row windows march k_rows
+    PEs north and south, and each PE keeps what it selects as they pass. The ledger records
+    exactly that (multicasts E and W, then k_rows shifts S and N of the row windows). The
+    emulator materializes only the selected values: each device extends its block by a halo
+    of k_rows x k_cols PEs (one exchange per side at block edges) and gathers from it.
+    """
+    _check_field(wafer, x, "window")
+    _check_field(wafer, slots, "window")
+    _check_boundary(boundary)
+    if k_rows < 0 or k_cols < 0:
+        raise WseError(f"window half-widths must be >= 0, got {k_rows} x {k_cols}")
+    if 2 * k_rows + 1 > wafer.rows or 2 * k_cols + 1 > wafer.cols:
+        raise PlacementError(
+            f"a +-{k_rows} x +-{k_cols} window exceeds the {wafer.rows} x {wafer.cols} grid"
+        )
+    per_pe = x.shape[2:]
+    width = 2 * k_cols + 1
+    br, bc = wafer.block_shape
+
+    def on_block(b, s):
+        ext = _extend(b, wafer, 0, k_rows, k_rows, boundary) if k_rows else b
+        ext = _extend(ext, wafer, 1, k_cols, k_cols, boundary) if k_cols else ext
+        # slot (i, j) of the PE at (r, c) of the block sits at (r + i, c + j) of the halo block
+        pitch = bc + 2 * k_cols
+        base = jnp.arange(br, dtype=jnp.int32)[:, None] * pitch + jnp.arange(bc, dtype=jnp.int32)
+        index = base[:, :, None] + (s // width) * pitch + s % width
+        flat = ext.reshape((-1,) + per_pe)
+        return jnp.take(flat, index, axis=0, mode="clip")
+
+    w = _words_per_pe(x)
+    if k_cols:
+        _record_multicast(wafer, "E", w, k_cols)
+        _record_multicast(wafer, "W", w, k_cols)
+    for _ in range(k_rows):
+        _record_shift(wafer, "S", w * width, 1)
+        _record_shift(wafer, "N", w * width, 1)
+    spec = P(ROW, COL)
+    return jax.shard_map(on_block, mesh=wafer.mesh, in_specs=(spec, spec), out_specs=spec)(
+        x, slots.astype(jnp.int32)
+    )
 
 
 def _combine(op: ReduceOp):

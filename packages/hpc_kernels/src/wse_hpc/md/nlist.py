@@ -7,21 +7,28 @@ M of candidates per PE) and `plan.skin_A` must be set (`list_caps` picks them on
 
 - `build_fn(state, geo) -> (Neighbours, overflow)`: one marching multicast of (position,
   species) over the whole window; each PE keeps, per row offset, the window columns of the
-  atoms within cutoff + skin (at most `caps[offset]` of them), then packs them into M slots
-  (`pick`), with their species and its own position at build time. `overflow` is True when
-  a PE found more candidates than a capacity, or when the window's coverage test
-  (`eam._overflow` at cutoff + skin) fails: the shell then re-plans (never silently wrong).
+  atoms within cutoff + skin (at most `caps[offset]` of them), then packs them into M
+  candidates, each named by its window slot (`fabric.window`'s numbering over the rows
+  -depth .. depth, depth = the farthest row offset with a capacity), with their species and
+  its own position at build time. `overflow` is True when a PE found more candidates than a
+  capacity, or when the window's coverage test (`eam._overflow` at cutoff + skin) fails: the
+  shell then re-plans (never silently wrong).
 - `moved_fn(state, nbrs) -> bool`: some atom moved more than skin / 2 since the build (a
   fabric max reduction); the lists stay exact until then (any pair within the cutoff now was
   within cutoff + skin at the build), so the step rebuilds them when this is True.
-- `forces_fn(state, geo, nbrs) -> EamOutput`: phase 1 marches positions (x, y, z) over the
-  window and each PE keeps the values of its candidates' columns as the slabs pass, packs
-  its M candidates, sums its density
-  and computes F'(rho); phase 2 marches F' alone (the PE kept its candidates' displacements
-  and spline coefficients from phase 1) and sums forces, energy and virial. The march stops
-  at the farthest row offset that holds a candidate. The traffic ledger records every
-  multicast and marching step as on the wafer; the saving is the spline work (about 80
-  candidates instead of the whole window) and fewer words per window slot (3 + 1, not 4 + 5).
+- `forces_fn(state, geo, nbrs) -> EamOutput`: phase 1 brings each PE its candidates'
+  positions, sums its density and computes F'(rho); phase 2 brings it their F' (the PE kept
+  the displacements and the spline interval of each pair from phase 1) and sums forces,
+  energy and virial. One interval lookup per pair serves the density, its slope and the pair
+  spline.
+
+What the wafer moves and what the emulator materializes: on the wafer each phase is the
+marching multicast of Santos et al. over the window rows -depth .. depth (row windows E and
+W, then `depth` steps N and S; 3 words then 1 word per PE), and each PE keeps its
+candidates' values as the slabs pass. The emulator delivers only the candidate slots
+(`fabric.window`: one halo exchange at device-block edges, then a gather by slot), so a PE
+computes with bit-for-bit the values the full multicast would bring it, while the traffic
+ledger records the whole multicast (words, hops, latency) as the wafer moves it.
 
 Atoms stay on their PEs between builds; `sort_fn` (swaps) runs only before a build.
 """
@@ -59,8 +66,7 @@ barrier = jax.lax.optimization_barrier
 
 
 class Neighbours(NamedTuple):
-    col: jax.Array  # (R, C, S) int32: window column of each slot, per row-offset segment
-    pick: jax.Array  # (R, C, M) int32: the slots that hold candidates, packed
+    slot: jax.Array  # (R, C, M) int32: window slot of each candidate (`fabric.window` numbering)
     valid: jax.Array  # (R, C, M) bool
     species: jax.Array  # (R, C, M) int32 of the candidate
     ref: jax.Array  # (R, C, 3) the PE's position at build time
@@ -113,11 +119,6 @@ def list_caps(
     caps[np.abs(np.arange(n_off) - k_rows) > reach] = 0
     total = int(np.ceil(counts.sum(axis=1).max(initial=0) * headroom)) + 2
     return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
-
-
-def _take(slab: jax.Array, col: jax.Array) -> jax.Array:
-    """slab (R, C, F, J) at per-PE columns col (R, C, m) -> (R, C, F, m)."""
-    return jnp.take_along_axis(slab, col[:, :, None, :], axis=3)
 
 
 def _segments(caps: tuple[int, ...], k_rows: int) -> dict[int, tuple[int, int]]:
@@ -185,28 +186,15 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     segs = _segments(caps, kr)
     depth = max((abs(off) for off, (_, c) in segs.items() if c), default=0)
     used_caps = [segs[off][1] for off in march_order(kr) if segs[off][1]]
+    width = 2 * kc + 1
     if total == 0:
         raise WseError("no atom has a neighbour within the cutoff + skin")
 
     def knot(a, b, k):
         return (a * ne + b) * nr + k if ne > 1 else k
 
-    def min_image(d):
-        return d - box[:, None] * jnp.round(d * (1.0 / box[:, None]))
-
-    def gather(field: jax.Array, nbrs: Neighbours) -> jax.Array:
-        """The march of a per-PE field (R, C, F); each PE keeps the window columns of its
-        slots as the slabs pass, then packs its candidates: (R, C, F, M)."""
-        pieces = []
-
-        def keep(slab, off):
-            s, c = segs[off]
-            if c:
-                pieces.append(_take(slab, nbrs.col[:, :, s : s + c]))
-
-        _march(wafer, _row_window(wafer, field, kc), depth, keep)
-        slots = barrier(jnp.concatenate(pieces, axis=3))
-        return jnp.take_along_axis(slots, nbrs.pick[:, :, None, :], axis=3)
+    def min_image(d, b=box):  # b: the box, shaped to broadcast along d's x, y, z axis
+        return d - b * jnp.round(d * (1.0 / b))
 
     def build_fn(state: jax.Array, geo: Geometry):
         pos, sp = state[..., :3], state[..., SPECIES]
@@ -217,7 +205,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
 
         def visit(slab, off):
             nonlocal over
-            d = min_image(slab[:, :, :3] - pos[..., None])
+            d = min_image(slab[:, :, :3] - pos[..., None], box[:, None])
             ok = held[..., None] & (slab[:, :, 3] >= 0) & (jnp.sum(d * d, axis=2) < reach2)
             if off == 0:
                 ok = ok & (js != kc)
@@ -227,7 +215,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
                 return
             (col, spj), count = _compact(ok, cap, slab[:, :, 3])
             over = over | (count > cap)
-            cols.append(col)
+            cols.append((off + depth) * width + col)  # the slot in the depth x kc window
             counts.append(count)
             species.append(spj)
 
@@ -238,8 +226,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         over = over | _overflow(wafer, state, geo, plan, cutoff + skin)
         sp_j = jnp.take_along_axis(jnp.concatenate(species, axis=2), pick, axis=2)
         nbrs = Neighbours(
-            jnp.concatenate(cols, axis=2),
-            pick,
+            jnp.take_along_axis(jnp.concatenate(cols, axis=2), pick, axis=2),
             jnp.arange(total) < count[..., None],
             jnp.maximum(sp_j, 0).astype(jnp.int32),
             pos,
@@ -257,13 +244,14 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         pos, sp = state[..., :3], state[..., SPECIES]
         held = sp >= 0
         sp_i = jnp.maximum(sp.astype(jnp.int32), 0)[..., None]
-        # barriers: XLA CPU would otherwise fuse gathers into every consumer and redo them
-        got = barrier(gather(pos, nbrs))
-        d = barrier(min_image(got - pos[..., None]))  # (R, C, 3, M)
-        r2 = jnp.sum(d * d, axis=2)
+        # phase 1: the positions of the candidates (the window multicast, filtered)
+        got = fabric.window(wafer, pos, nbrs.slot, depth, kc)  # (R, C, M, 3)
+        d = min_image(got - pos[:, :, None, :])
+        r2 = jnp.sum(d * d, axis=-1)
         valid = nbrs.valid & (r2 < cutoff * cutoff)
         r = jnp.sqrt(jnp.where(valid, r2, 1.0))
-        k, p = _locate(r, inv_dr, nr)
+        k, p = _locate(r, inv_dr, nr)  # one interval lookup per pair, for every spline
+        # barriers: XLA CPU would otherwise fuse gathers into every consumer and redo them
         valid, r, k, p = barrier((valid, r, k, p))
         sp_j = nbrs.species
         c_rho = barrier(_coeffs(tab.rhor, knot(sp_j, sp_i, k)))  # density on i from j
@@ -275,7 +263,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         fp, emb = barrier((fp, emb))
 
         # phase 2: F' of the candidates (their displacements and coefficients are kept)
-        fp_j = barrier(gather(fp[..., None], nbrs)[:, :, 0])
+        fp_j = barrier(fabric.window(wafer, fp, nbrs.slot, depth, kc))  # (R, C, M)
         rhojp = _slope(c_rho[:3], p, inv_dr)
         if ne > 1:
             rhoip = _slope(_coeffs(tab.rhor, knot(sp_i, sp_j, k), 3), p, inv_dr)
@@ -285,7 +273,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         phi = _value(cz, p) / r
         phip = _slope(cz, p, inv_dr) / r - phi / r
         psip = jnp.where(valid, fp[..., None] * rhojp + fp_j * rhoip + phip, 0.0)
-        forces = jnp.sum((psip / r)[:, :, None] * d, axis=-1)
+        forces = jnp.sum((psip / r)[..., None] * d, axis=-2)
         pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
         virial = -0.5 * jnp.sum(psip * r, axis=-1)
         energy = jnp.where(held, emb + pair_e, 0.0)
