@@ -12,7 +12,8 @@ PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
 
 Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value), `window`
 (a filtered window multicast: every PE receives the values of a (2 k_rows + 1) x
-(2 k_cols + 1) window of PEs around it and keeps the ones it selects), `broadcast` (one PE's
+(2 k_cols + 1) window of PEs around it and keeps the ones it selects), `window_apply` (the
+same multicast consumed by a function of each block's window region), `broadcast` (one PE's
 value to its whole row or column), `reduce` (to one value) and `allreduce` (to every PE), over
 the whole grid or along rows / columns, with `"sum"` or `"max"`.
 
@@ -43,6 +44,7 @@ __all__ = [
     "shift",
     "multicast",
     "window",
+    "window_apply",
     "broadcast",
     "reduce",
     "allreduce",
@@ -309,12 +311,49 @@ def window(
     On the wafer this is the marching multicast of Santos et al.: every PE multicasts its
     value k_cols PEs east and west, then the (2 k_cols + 1)-wide row windows march k_rows
     PEs north and south, and each PE keeps what it selects as they pass. The ledger records
-    exactly that (multicasts E and W, then k_rows shifts S and N of the row windows). The
-    emulator materializes only the selected values: each device extends its block by a halo
-    of k_rows x k_cols PEs (one exchange per side at block edges) and gathers from it.
+    exactly that (see `window_apply`); the emulator materializes only the selected values.
+    """
+    _check_field(wafer, slots, "window")
+    width = 2 * k_cols + 1
+
+    def pick(region, s):
+        # slot (i, j) of the block's PE (r, c) sits at (r + i, c + j) of the region
+        br, bc = s.shape[:2]
+        pitch = region.shape[1]
+        base = jnp.arange(br, dtype=jnp.int32)[:, None] * pitch + jnp.arange(bc, dtype=jnp.int32)
+        index = base[:, :, None] + (s // width) * pitch + s % width
+        flat = region.reshape((-1,) + region.shape[2:])
+        return jnp.take(flat, index, axis=0, mode="clip")
+
+    return window_apply(wafer, x, k_rows, k_cols, pick, slots.astype(jnp.int32), boundary=boundary)
+
+
+def window_apply(
+    wafer: Wafer,
+    x: jax.Array,
+    k_rows: int,
+    k_cols: int,
+    fn: Callable[..., Any],
+    *fields: jax.Array,
+    boundary: Boundary = "periodic",
+) -> Any:
+    """The window multicast of x, consumed where it lands: `fn(region, *field_blocks)` runs
+    on each block of PEs with `region`, the values of x on the block's PEs and a margin of
+    k_rows x k_cols PEs around it (`region[r + k_rows + dr, c + k_cols + dc]` is x of the PE
+    dr rows south and dc columns east of the block's PE (r, c); zero or wrapped beyond the
+    edge), and the block's part of each placed field in `fields`; fn returns placed fields'
+    blocks `(block rows, block cols, ...)` (any pytree of them).
+
+    On the wafer this is the marching multicast of Santos et al.: every PE multicasts its
+    value k_cols PEs east and west, then the (2 k_cols + 1)-wide row windows march k_rows
+    PEs north and south; the ledger records exactly that (multicasts E and W, then k_rows
+    shifts S and N of the row windows). The emulator never materializes the window per PE:
+    each device extends its block by the margin (an exchange per side at block edges) and fn
+    reads from it.
     """
     _check_field(wafer, x, "window")
-    _check_field(wafer, slots, "window")
+    for f in fields:
+        _check_field(wafer, f, "window")
     _check_boundary(boundary)
     if k_rows < 0 or k_cols < 0:
         raise WseError(f"window half-widths must be >= 0, got {k_rows} x {k_cols}")
@@ -322,31 +361,22 @@ def window(
         raise PlacementError(
             f"a +-{k_rows} x +-{k_cols} window exceeds the {wafer.rows} x {wafer.cols} grid"
         )
-    per_pe = x.shape[2:]
-    width = 2 * k_cols + 1
-    br, bc = wafer.block_shape
 
-    def on_block(b, s):
-        ext = _extend(b, wafer, 0, k_rows, k_rows, boundary) if k_rows else b
-        ext = _extend(ext, wafer, 1, k_cols, k_cols, boundary) if k_cols else ext
-        # slot (i, j) of the PE at (r, c) of the block sits at (r + i, c + j) of the halo block
-        pitch = bc + 2 * k_cols
-        base = jnp.arange(br, dtype=jnp.int32)[:, None] * pitch + jnp.arange(bc, dtype=jnp.int32)
-        index = base[:, :, None] + (s // width) * pitch + s % width
-        flat = ext.reshape((-1,) + per_pe)
-        return jnp.take(flat, index, axis=0, mode="clip")
+    def on_block(b, *blocks):
+        region = _extend(b, wafer, 0, k_rows, k_rows, boundary) if k_rows else b
+        region = _extend(region, wafer, 1, k_cols, k_cols, boundary) if k_cols else region
+        return fn(region, *blocks)
 
     w = _words_per_pe(x)
     if k_cols:
         _record_multicast(wafer, "E", w, k_cols)
         _record_multicast(wafer, "W", w, k_cols)
     for _ in range(k_rows):
-        _record_shift(wafer, "S", w * width, 1)
-        _record_shift(wafer, "N", w * width, 1)
+        _record_shift(wafer, "S", w * (2 * k_cols + 1), 1)
+        _record_shift(wafer, "N", w * (2 * k_cols + 1), 1)
     spec = P(ROW, COL)
-    return jax.shard_map(on_block, mesh=wafer.mesh, in_specs=(spec, spec), out_specs=spec)(
-        x, slots.astype(jnp.int32)
-    )
+    specs = (spec,) * (1 + len(fields))
+    return jax.shard_map(on_block, mesh=wafer.mesh, in_specs=specs, out_specs=spec)(x, *fields)
 
 
 def _combine(op: ReduceOp):

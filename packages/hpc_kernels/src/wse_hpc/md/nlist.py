@@ -6,7 +6,9 @@ Contract: `neighbour_fns(wafer, pot, plan) -> ListFns` of pure functions over pl
 M of candidates per PE) and `plan.skin_A` must be set (`list_caps` picks them on the host).
 
 - `build_fn(state, geo) -> (Neighbours, overflow)`: one marching multicast of (position,
-  species) over the whole window; each PE keeps, per row offset, the window columns of the
+  species) over the whole window (`fabric.window_apply`: the emulator tests each block's
+  window region in place, a bit mask of window columns per row offset, never a copy of the
+  window per PE); each PE keeps, per row offset, the window columns of the
   atoms within cutoff + skin (at most `caps[offset]` of them), then packs them into M
   candidates, each named by its window slot (`fabric.window`'s numbering over the rows
   -depth .. depth, depth = the farthest row offset with a capacity), with their species and
@@ -52,7 +54,6 @@ from wse_hpc.md.eam import (
     _coeffs,
     _locate,
     _overflow,
-    _row_window,
     _slope,
     _tables,
     _value,
@@ -121,53 +122,51 @@ def list_caps(
     return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
 
 
-def _segments(caps: tuple[int, ...], k_rows: int) -> dict[int, tuple[int, int]]:
-    """Row offset -> (first slot, capacity), slots in march order."""
-    out, start = {}, 0
-    for off in march_order(k_rows):
-        out[off] = (start, caps[off + k_rows])
-        start += caps[off + k_rows]
-    return out
+def _ctz(x: jax.Array) -> jax.Array:
+    """Trailing zero bits of uint32 x (32 for 0)."""
+    return jax.lax.population_count((x & (~x + jnp.uint32(1))) - jnp.uint32(1)).astype(jnp.int32)
 
 
-def _march(wafer: Wafer, row: jax.Array, depth: int, visit) -> None:
-    """The marching multicast of row windows (as `eam._march`, unrolled): `visit(slab,
-    offset)` sees every slab as it passes."""
-    visit(row, 0)
-    up = down = row
-    for d in range(1, depth + 1):
-        up = fabric.shift(wafer, up, "S", boundary="periodic")  # from d rows up
-        down = fabric.shift(wafer, down, "N", boundary="periodic")  # from d rows down
-        visit(up, -d)
-        visit(down, d)
+def _first_set_bits(words: list[jax.Array], cap: int, width: int):
+    """The positions of the first `cap` set bits (lowest first) of each PE's bit mask, held
+    in uint32 words (bit j of the mask is bit j % 32 of words[j // 32]): (R, C, cap) int32,
+    at most width - 1 where fewer are set, and the count of set bits (R, C)."""
+    count = sum(jax.lax.population_count(w).astype(jnp.int32) for w in words)
+
+    def next_bit(t, carry):
+        words, out = carry
+        col = 32 * (len(words) - 1) + _ctz(words[-1])
+        for i in reversed(range(len(words) - 1)):
+            col = jnp.where(words[i] != 0, 32 * i + _ctz(words[i]), col)
+        cleared, earlier_empty = [], jnp.bool_(True)
+        for w in words:  # clear the bit found, in the first non-empty word
+            cleared.append(jnp.where(earlier_empty & (w != 0), w & (w - jnp.uint32(1)), w))
+            earlier_empty = earlier_empty & (w == 0)
+        col = jnp.minimum(col, width - 1)[..., None]
+        return tuple(cleared), jax.lax.dynamic_update_slice_in_dim(out, col, t, axis=-1)
+
+    out = jnp.zeros((cap,), jnp.int32) + 0 * count[..., None]  # varies as count does
+    return jax.lax.fori_loop(0, cap, next_bit, (tuple(words), out))[1], count
 
 
-def _compact(ok: jax.Array, cap: int, *values: jax.Array):
-    """The first `cap` True entries of each PE's ok (R, C, L): their positions, the values
-    there (R, C, cap) each, and the count of True (R, C). With the inclusive cumulative sum
-    cs, the (s + 1)-th True sits at #{j : cs_j <= s} (a sum of comparisons, no search)."""
-    n = ok.shape[-1]
-    cs = jnp.cumsum(ok.astype(jnp.int32), axis=-1)
-    s = jnp.arange(cap, dtype=jnp.int32)[:, None]
-    at = jnp.sum((cs[..., None, :] <= s).astype(jnp.int32), axis=-1)  # (R, C, cap)
-    at = jnp.minimum(at, n - 1)
-    picked = [at] + [jnp.take_along_axis(v, at, axis=-1) for v in values]
-    return picked, cs[..., -1]
-
-
-def _pack(counts: jax.Array, caps: list[int], total: int):
-    """Slots of the packed candidates (R, C, total) when segment i (of capacity caps[i])
-    holds counts[..., i] of them at its start: candidate t lies in the segment whose
-    cumulative count first exceeds t."""
+def _pack(counts: jax.Array, caps: np.ndarray, total: int):
+    """Where the packed candidates (R, C, total) lie when segment s holds the first
+    min(counts[..., s], caps[s]) of them: candidate t is entry t - start of the segment
+    whose cumulative count first exceeds t. Returns (segment, entry, count kept)."""
     kept = jnp.minimum(counts, jnp.asarray(caps, jnp.int32))
     ends = jnp.cumsum(kept, axis=-1)  # (R, C, S)
     t = jnp.arange(total, dtype=jnp.int32)
-    seg = jnp.sum(ends[..., None, :] <= t[:, None], axis=-1)  # (R, C, total)
+    # seg = #{s : ends_s <= t}, by binary search over the nondecreasing ends
+    seg = jnp.zeros((total,), jnp.int32) + 0 * ends[..., :1]
+    step = 1 << (len(caps).bit_length() - 1)
+    while step:
+        probe = jnp.minimum(seg + step, len(caps))
+        below = jnp.take_along_axis(ends, probe - 1, axis=-1) <= t
+        seg = jnp.where(below & (seg + step <= len(caps)), probe, seg)
+        step >>= 1
     seg = jnp.minimum(seg, len(caps) - 1)
-    first = np.concatenate([[0], np.cumsum(caps)[:-1]]).astype(np.int32)
-    shift = jnp.asarray(first) - (ends - kept)  # static slot start - packed start
-    slot = t + jnp.take_along_axis(shift, seg, axis=-1)
-    return jnp.clip(slot, 0, int(sum(caps)) - 1), ends[..., -1]
+    start = jnp.take_along_axis(ends - kept, seg, axis=-1)
+    return seg, jnp.clip(t - start, 0, None), ends[..., -1]
 
 
 def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
@@ -183,10 +182,10 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     reach2 = (cutoff + skin) ** 2
     box = jnp.asarray(np.array(plan.box_A), dtype)
     caps, total = plan.caps[:-1], plan.caps[-1]
-    segs = _segments(caps, kr)
-    depth = max((abs(off) for off, (_, c) in segs.items() if c), default=0)
-    used_caps = [segs[off][1] for off in march_order(kr) if segs[off][1]]
-    width = 2 * kc + 1
+    offsets = np.asarray(march_order(kr), np.int32)
+    seg_caps = np.asarray([caps[off + kr] for off in offsets])  # per offset, march order
+    depth = max((abs(off) for off, c in zip(offsets, seg_caps, strict=True) if c), default=0)
+    width, cap_max = 2 * kc + 1, max(caps)
     if total == 0:
         raise WseError("no atom has a neighbour within the cutoff + skin")
 
@@ -196,37 +195,51 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     def min_image(d, b=box):  # b: the box, shaped to broadcast along d's x, y, z axis
         return d - b * jnp.round(d * (1.0 / b))
 
+    def select(region, pos, held):
+        """Per block, row offset by row offset (march order): each PE's first `cap_max`
+        window columns within cutoff + skin, their species and their count."""
+        br, bc = held.shape
+        planes = [region[..., i] for i in range(4)]  # x, y, z, species of the region
+        mine = [pos[..., i] for i in range(3)]
+        pitch = region.shape[1]
+        base = (jnp.arange(br)[:, None] * pitch + jnp.arange(bc))[..., None]
+
+        def one_offset(_, off):
+            rows = [jax.lax.dynamic_slice_in_dim(p, kr + off, br, axis=0) for p in planes]
+            words = [jnp.zeros(held.shape, jnp.uint32) for _ in range(-(-width // 32))]
+            for j in range(width):  # the PEs j - kc columns east
+                r2 = 0.0
+                for axis in range(3):
+                    d = rows[axis][:, j : j + bc] - mine[axis]
+                    d = d - box[axis] * jnp.round(d * (1.0 / box[axis]))
+                    r2 = r2 + d * d
+                ok = held & (rows[3][:, j : j + bc] >= 0) & (r2 < reach2)
+                if j == kc:
+                    ok = ok & (off != 0)  # not itself
+                words[j // 32] = words[j // 32] | (ok.astype(jnp.uint32) << (j % 32))
+            col, count = _first_set_bits(words, cap_max, width)
+            sp = jnp.take(rows[3].reshape(-1), base + col)
+            return None, (col, count, sp)
+
+        _, (cols, counts, species) = jax.lax.scan(one_offset, None, jnp.asarray(offsets))
+        counts = jnp.moveaxis(counts, 0, 2)  # (br, bc, S)
+        seg, entry, count = _pack(counts, seg_caps, total)
+        # the picked entries of the scan's (S, br, bc, cap_max) outputs
+        at = ((seg * br + jnp.arange(br)[:, None, None]) * bc + jnp.arange(bc)[:, None]) * cap_max
+        at = at + jnp.minimum(entry, cap_max - 1)
+        slots = (jnp.take(jnp.asarray(offsets), seg) + depth) * width + jnp.take(cols, at)
+        over = jnp.any(counts > jnp.asarray(seg_caps, jnp.int32), axis=-1) | (count > total)
+        return slots, jnp.take(species, at), count, over
+
     def build_fn(state: jax.Array, geo: Geometry):
         pos, sp = state[..., :3], state[..., SPECIES]
         held = sp >= 0
-        cols, counts, species = [], [], []
-        over = jnp.zeros(held.shape, jnp.bool_)  # per PE: a capacity exceeded
-        js = jnp.arange(2 * kc + 1)
-
-        def visit(slab, off):
-            nonlocal over
-            d = min_image(slab[:, :, :3] - pos[..., None], box[:, None])
-            ok = held[..., None] & (slab[:, :, 3] >= 0) & (jnp.sum(d * d, axis=2) < reach2)
-            if off == 0:
-                ok = ok & (js != kc)
-            cap = caps[off + kr]
-            if not cap:
-                over = over | jnp.any(ok, axis=-1)
-                return
-            (col, spj), count = _compact(ok, cap, slab[:, :, 3])
-            over = over | (count > cap)
-            cols.append((off + depth) * width + col)  # the slot in the depth x kc window
-            counts.append(count)
-            species.append(spj)
-
-        _march(wafer, _row_window(wafer, state[..., [0, 1, 2, SPECIES]], kc), kr, visit)
-        pick, count = _pack(jnp.stack(counts, axis=-1), used_caps, total)
-        over = over | (count > total)
+        window = state[..., [0, 1, 2, SPECIES]]
+        slots, sp_j, count, over = fabric.window_apply(wafer, window, kr, kc, select, pos, held)
         over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
         over = over | _overflow(wafer, state, geo, plan, cutoff + skin)
-        sp_j = jnp.take_along_axis(jnp.concatenate(species, axis=2), pick, axis=2)
         nbrs = Neighbours(
-            jnp.take_along_axis(jnp.concatenate(cols, axis=2), pick, axis=2),
+            slots,
             jnp.arange(total) < count[..., None],
             jnp.maximum(sp_j, 0).astype(jnp.int32),
             pos,
