@@ -201,8 +201,8 @@ def test_neighbour_lists_same_results_with_and_without_defects():
 
 
 def test_filtered_window_equals_the_full_window_and_records_the_whole_multicast():
-    """The list kernel gathers only its candidates (`fabric.window`), yet computes what the
-    full-window kernel computes, and its ledger holds the whole marching multicast: per phase,
+    """The list kernel reads only its candidates (`fabric.window_apply`), yet computes what
+    the full-window kernel computes, and its ledger holds the whole marching multicast: per phase,
     the row windows E and W (k_cols PEs) and `depth` marching steps N and S of the
     (2 k_cols + 1)-wide row windows, of 3 words (positions) then 1 word (F')."""
     s, sp = _system(seed=9)

@@ -2,6 +2,7 @@
 divides and grids it does not, with and without defects."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from wse_core import DefectError, PlacementError, WseError, defect_map, fabric, preset, remap
@@ -173,18 +174,31 @@ def test_periodic_shift_by_whole_turns_is_identity():
 @pytest.mark.parametrize(
     ("mesh", "grid", "k"), [((1, 1), (7, 10), (2, 3)), ((2, 4), (5, 13), (2, 6))]
 )
-def test_window_keeps_the_selected_slots_and_counts_the_whole_multicast(mesh, grid, k):
-    """Each PE gets x of the PE (dr, dc) away for its slots (a 4-PE-wide block receives a
-    6-column halo from two devices); the ledger has the multicasts E/W and the march N/S."""
+def test_window_apply_sees_the_window_and_counts_the_whole_multicast(mesh, grid, k):
+    """fn reads x (and a kept field) of the PE (dr, dc) away from each block's region (a
+    4-PE-wide block gets a 6-column margin from two devices); the ledger has the multicasts
+    E/W and the march N/S for x alone."""
     (kr, kc), w = k, _wafer(grid, mesh)
-    x = _data(grid)
+    x, y = _data(grid), _data(grid, per_pe=(), seed=1)
     width = 2 * kc + 1
     slots = np.random.default_rng(2).integers(0, (2 * kr + 1) * width, grid + (17,))
+
+    def pick(region, kept, s):
+        br, bc = s.shape[:2]
+        pitch = region.shape[1]
+        at = (np.arange(br)[:, None, None] + s // width) * pitch
+        at = at + np.arange(bc)[:, None] + s % width
+        return jnp.take(region.reshape(-1, 3), at, axis=0), jnp.take(kept.reshape(-1), at)
+
+    def both(a, b, s):
+        return fabric.window_apply(w, a, kr, kc, pick, s, kept=(b,))
+
     with w.traffic.scope() as entries:
-        got = jax.jit(lambda a, s: fabric.window(w, a, s, kr, kc))(w.place(x), w.place(slots))
+        got, got_kept = jax.jit(both)(w.place(x), w.place(y), w.place(slots))
     rr = np.arange(grid[0])[:, None, None] + slots // width - kr
     cc = np.arange(grid[1])[None, :, None] + slots % width - kc
     np.testing.assert_array_equal(w.gather(got), x[rr % grid[0], cc % grid[1]])
+    np.testing.assert_array_equal(w.gather(got_kept), y[rr % grid[0], cc % grid[1]])
     n, words = grid[0] * grid[1], 3
     assert [e.op for e in entries] == ["multicastE", "multicastW"] + ["shiftS", "shiftN"] * kr
     assert sum(e.words for e in entries) == n * words * (2 + 2 * kr * width)

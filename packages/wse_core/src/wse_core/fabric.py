@@ -10,10 +10,10 @@ Directions: a shift moves data one PE (or `distance` PEs) toward `direction`; ro
 north edge, column 0 the west edge. So with `direction="E"`, PE (r, c) receives the value of
 PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
 
-Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value), `window`
-(a filtered window multicast: every PE receives the values of a (2 k_rows + 1) x
-(2 k_cols + 1) window of PEs around it and keeps the ones it selects), `window_apply` (the
-same multicast consumed by a function of each block's window region), `broadcast` (one PE's
+Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value),
+`window_apply` (the window multicast: every PE receives the values of the (2 k_rows + 1) x
+(2 k_cols + 1) PEs around it and uses what it selects; the emulator hands a function each
+block's window region instead of copying the window to every PE), `broadcast` (one PE's
 value to its whole row or column), `reduce` (to one value) and `allreduce` (to every PE), over
 the whole grid or along rows / columns, with `"sum"` or `"max"`.
 
@@ -43,7 +43,6 @@ __all__ = [
     "Boundary",
     "shift",
     "multicast",
-    "window",
     "window_apply",
     "broadcast",
     "reduce",
@@ -292,42 +291,6 @@ def shift(
     return _on_blocks(wafer, on_block, x)
 
 
-def window(
-    wafer: Wafer,
-    x: jax.Array,
-    slots: jax.Array,
-    k_rows: int,
-    k_cols: int,
-    *,
-    boundary: Boundary = "periodic",
-) -> jax.Array:
-    """The window multicast, filtered: each PE receives the values of the PEs within
-    +-k_rows rows and +-k_cols columns of it and keeps those at its `slots`.
-
-    `slots` is a placed int32 field `(rows, cols, M)` of window slots numbered row-major,
-    `(dr + k_rows) * (2 k_cols + 1) + (dc + k_cols)` for the PE dr rows south and dc columns
-    east (zero or wrapped beyond the edge). Returns `(rows, cols, M, *per_pe)`.
-
-    On the wafer this is the marching multicast of Santos et al.: every PE multicasts its
-    value k_cols PEs east and west, then the (2 k_cols + 1)-wide row windows march k_rows
-    PEs north and south, and each PE keeps what it selects as they pass. The ledger records
-    exactly that (see `window_apply`); the emulator materializes only the selected values.
-    """
-    _check_field(wafer, slots, "window")
-    width = 2 * k_cols + 1
-
-    def pick(region, s):
-        # slot (i, j) of the block's PE (r, c) sits at (r + i, c + j) of the region
-        br, bc = s.shape[:2]
-        pitch = region.shape[1]
-        base = jnp.arange(br, dtype=jnp.int32)[:, None] * pitch + jnp.arange(bc, dtype=jnp.int32)
-        index = base[:, :, None] + (s // width) * pitch + s % width
-        flat = region.reshape((-1,) + region.shape[2:])
-        return jnp.take(flat, index, axis=0, mode="clip")
-
-    return window_apply(wafer, x, k_rows, k_cols, pick, slots.astype(jnp.int32), boundary=boundary)
-
-
 def window_apply(
     wafer: Wafer,
     x: jax.Array,
@@ -335,14 +298,17 @@ def window_apply(
     k_cols: int,
     fn: Callable[..., Any],
     *fields: jax.Array,
+    kept: tuple[jax.Array, ...] = (),
     boundary: Boundary = "periodic",
 ) -> Any:
-    """The window multicast of x, consumed where it lands: `fn(region, *field_blocks)` runs
-    on each block of PEs with `region`, the values of x on the block's PEs and a margin of
-    k_rows x k_cols PEs around it (`region[r + k_rows + dr, c + k_cols + dc]` is x of the PE
-    dr rows south and dc columns east of the block's PE (r, c); zero or wrapped beyond the
-    edge), and the block's part of each placed field in `fields`; fn returns placed fields'
-    blocks `(block rows, block cols, ...)` (any pytree of them).
+    """The window multicast of x, consumed where it lands: `fn(region, *kept_regions,
+    *field_blocks)` runs on each block of PEs with `region`, the values of x on the block's
+    PEs and a margin of k_rows x k_cols PEs around it (`region[r + k_rows + dr, c + k_cols +
+    dc]` is x of the PE dr rows south and dc columns east of the block's PE (r, c); zero or
+    wrapped beyond the edge), the same regions of the fields in `kept` (windows the PEs
+    already received in an earlier multicast and kept: not sent again, not recorded), and
+    the block's part of each placed field in `fields`; fn returns placed fields' blocks
+    `(block rows, block cols, ...)` (any pytree of them).
 
     On the wafer this is the marching multicast of Santos et al.: every PE multicasts its
     value k_cols PEs east and west, then the (2 k_cols + 1)-wide row windows march k_rows
@@ -351,8 +317,7 @@ def window_apply(
     each device extends its block by the margin (an exchange per side at block edges) and fn
     reads from it.
     """
-    _check_field(wafer, x, "window")
-    for f in fields:
+    for f in (x, *kept, *fields):
         _check_field(wafer, f, "window")
     _check_boundary(boundary)
     if k_rows < 0 or k_cols < 0:
@@ -362,10 +327,13 @@ def window_apply(
             f"a +-{k_rows} x +-{k_cols} window exceeds the {wafer.rows} x {wafer.cols} grid"
         )
 
-    def on_block(b, *blocks):
+    def extend(b):
         region = _extend(b, wafer, 0, k_rows, k_rows, boundary) if k_rows else b
-        region = _extend(region, wafer, 1, k_cols, k_cols, boundary) if k_cols else region
-        return fn(region, *blocks)
+        return _extend(region, wafer, 1, k_cols, k_cols, boundary) if k_cols else region
+
+    def on_block(*blocks):
+        n = 1 + len(kept)
+        return fn(*(extend(b) for b in blocks[:n]), *blocks[n:])
 
     w = _words_per_pe(x)
     if k_cols:
@@ -375,8 +343,10 @@ def window_apply(
         _record_shift(wafer, "S", w * (2 * k_cols + 1), 1)
         _record_shift(wafer, "N", w * (2 * k_cols + 1), 1)
     spec = P(ROW, COL)
-    specs = (spec,) * (1 + len(fields))
-    return jax.shard_map(on_block, mesh=wafer.mesh, in_specs=specs, out_specs=spec)(x, *fields)
+    specs = (spec,) * (1 + len(kept) + len(fields))
+    return jax.shard_map(on_block, mesh=wafer.mesh, in_specs=specs, out_specs=spec)(
+        x, *kept, *fields
+    )
 
 
 def _combine(op: ReduceOp):

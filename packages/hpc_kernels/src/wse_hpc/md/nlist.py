@@ -6,31 +6,31 @@ Contract: `neighbour_fns(wafer, pot, plan) -> ListFns` of pure functions over pl
 M of candidates per PE) and `plan.skin_A` must be set (`list_caps` picks them on the host).
 
 - `build_fn(state, geo) -> (Neighbours, overflow)`: one marching multicast of (position,
-  species) over the whole window (`fabric.window_apply`: the emulator tests each block's
-  window region in place, a bit mask of window columns per row offset, never a copy of the
-  window per PE); each PE keeps, per row offset, the window columns of the
-  atoms within cutoff + skin (at most `caps[offset]` of them), then packs them into M
-  candidates, each named by its window slot (`fabric.window`'s numbering over the rows
-  -depth .. depth, depth = the farthest row offset with a capacity), with their species and
-  its own position at build time. `overflow` is True when a PE found more candidates than a
+  species) over the whole window; each PE keeps, per row offset, the window columns of the
+  atoms within cutoff + skin (at most `caps[offset]` of them, lowest column first), then
+  packs them into M candidates (row offsets in march order), with their species and its
+  own position at build time. `overflow` is True when a PE found more candidates than a
   capacity, or when the window's coverage test (`eam._overflow` at cutoff + skin) fails: the
   shell then re-plans (never silently wrong).
 - `moved_fn(state, nbrs) -> bool`: some atom moved more than skin / 2 since the build (a
   fabric max reduction); the lists stay exact until then (any pair within the cutoff now was
   within cutoff + skin at the build), so the step rebuilds them when this is True.
-- `forces_fn(state, geo, nbrs) -> EamOutput`: phase 1 brings each PE its candidates'
-  positions, sums its density and computes F'(rho); phase 2 brings it their F' (the PE kept
-  the displacements and the spline interval of each pair from phase 1) and sums forces,
-  energy and virial. One interval lookup per pair serves the density, its slope and the pair
-  spline.
+- `forces_fn(state, geo, nbrs) -> EamOutput`: phase 1 multicasts positions over the window
+  rows -depth .. depth (depth = the farthest row offset with a capacity); each PE sums its
+  density from its candidates and computes F'(rho). Phase 2 multicasts F' and each PE sums
+  its force, energy and virial (it kept the candidates' positions from phase 1). One
+  interval lookup per pair serves the density, its slope and the pair spline.
 
-What the wafer moves and what the emulator materializes: on the wafer each phase is the
-marching multicast of Santos et al. over the window rows -depth .. depth (row windows E and
-W, then `depth` steps N and S; 3 words then 1 word per PE), and each PE keeps its
-candidates' values as the slabs pass. The emulator delivers only the candidate slots
-(`fabric.window`: one halo exchange at device-block edges, then a gather by slot), so a PE
-computes with bit-for-bit the values the full multicast would bring it, while the traffic
-ledger records the whole multicast (words, hops, latency) as the wafer moves it.
+What the wafer moves and what the emulator materializes: on the wafer each multicast is the
+marching multicast of Santos et al. (row windows E and W, then steps N and S; 4 words per
+PE for a build over the whole window, 3 then 1 in a force evaluation), and each PE keeps
+its candidates' values as the slabs pass. The emulator never copies the window to every PE:
+`fabric.window_apply` extends each device's block by the window margin (one exchange per
+side at block edges) and each PE reads its candidates from that region by index (stored at
+build time as `Neighbours.index`), `CHUNK` PEs at a time so the pair arrays stay in cache.
+The values a PE computes with are bit for bit those the full multicast would bring it; the
+traffic ledger records the whole multicast (words, hops, latency) as the wafer moves it. A
+build tests every window slot in place (a bit mask of window columns per row offset).
 
 Atoms stay on their PEs between builds; `sort_fn` (swaps) runs only before a build.
 """
@@ -63,11 +63,13 @@ from wse_hpc.md.potentials import EamPotential
 
 __all__ = ["Neighbours", "ListFns", "neighbour_fns", "list_caps", "march_order"]
 
-barrier = jax.lax.optimization_barrier
+CHUNK = 2048  # PEs whose pairs are evaluated together (their working set stays in cache)
 
 
 class Neighbours(NamedTuple):
-    slot: jax.Array  # (R, C, M) int32: window slot of each candidate (`fabric.window` numbering)
+    # (R, C, M) int32: where each candidate's PE sits in its block's window region of rows
+    # -depth .. depth (`fabric.window_apply`'s region, flattened)
+    index: jax.Array
     valid: jax.Array  # (R, C, M) bool
     species: jax.Array  # (R, C, M) int32 of the candidate
     ref: jax.Array  # (R, C, 3) the PE's position at build time
@@ -169,6 +171,30 @@ def _pack(counts: jax.Array, caps: np.ndarray, total: int):
     return seg, jnp.clip(t - start, 0, None), ends[..., -1]
 
 
+def _by_chunks(fn, size: int, *blocks: jax.Array):
+    """fn over a block's PEs, `size` at a time: blocks are (br, bc, ...) arrays, fn gets
+    the flat PE indices (size,) and the (size, ...) parts and returns (size, ...) arrays; the
+    last chunk overlaps the one before (recomputes a few PEs) instead of padding."""
+    br, bc = blocks[0].shape[:2]
+    n = br * bc
+    size = min(size, n)
+    count = -(-n // size)
+    flat = [b.reshape((n,) + b.shape[2:]) for b in blocks]
+    starts = jnp.minimum(jnp.arange(count, dtype=jnp.int32) * size, n - size)
+
+    def one(start):
+        ids = start + jnp.arange(size, dtype=jnp.int32)
+        return fn(ids, *(jax.lax.dynamic_slice_in_dim(f, start, size) for f in flat))
+
+    tail = n - (count - 1) * size
+
+    def assemble(o):
+        o = jnp.concatenate([o[:-1].reshape((-1,) + o.shape[2:]), o[-1, size - tail :]])
+        return o.reshape((br, bc) + o.shape[1:])
+
+    return jax.tree.map(assemble, jax.lax.map(one, starts))
+
+
 def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     """Build, displacement check and list forces for `pot` with `plan`'s window and caps."""
     kr, kc = plan.k_rows, plan.k_cols
@@ -227,19 +253,21 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         # the picked entries of the scan's (S, br, bc, cap_max) outputs
         at = ((seg * br + jnp.arange(br)[:, None, None]) * bc + jnp.arange(bc)[:, None]) * cap_max
         at = at + jnp.minimum(entry, cap_max - 1)
-        slots = (jnp.take(jnp.asarray(offsets), seg) + depth) * width + jnp.take(cols, at)
+        # in the forces' region (rows -depth .. depth, the same columns): row r + depth + off
+        row = jnp.arange(br)[:, None, None] + depth + jnp.take(jnp.asarray(offsets), seg)
+        index = row * pitch + jnp.arange(bc)[:, None] + jnp.take(cols, at)
         over = jnp.any(counts > jnp.asarray(seg_caps, jnp.int32), axis=-1) | (count > total)
-        return slots, jnp.take(species, at), count, over
+        return index, jnp.take(species, at), count, over
 
     def build_fn(state: jax.Array, geo: Geometry):
         pos, sp = state[..., :3], state[..., SPECIES]
         held = sp >= 0
         window = state[..., [0, 1, 2, SPECIES]]
-        slots, sp_j, count, over = fabric.window_apply(wafer, window, kr, kc, select, pos, held)
+        index, sp_j, count, over = fabric.window_apply(wafer, window, kr, kc, select, pos, held)
         over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
         over = over | _overflow(wafer, state, geo, plan, cutoff + skin)
         nbrs = Neighbours(
-            slots,
+            index,
             jnp.arange(total) < count[..., None],
             jnp.maximum(sp_j, 0).astype(jnp.int32),
             pos,
@@ -253,42 +281,67 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         moved = jnp.where(held, jnp.sum(d * d, axis=-1), 0.0)
         return fabric.reduce(wafer, moved, "max") > (0.5 * skin) ** 2
 
+    def pairs(at, valid, pos, planes):
+        """Displacements (3 x (n, M)), distances and interval of n PEs to their candidates
+        (at: their flat places in the window region whose x, y, z planes are given)."""
+        d = [jnp.take(q.reshape(-1), at) - pos[:, i, None] for i, q in enumerate(planes)]
+        d = [min_image(di, box[i]) for i, di in enumerate(d)]
+        r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
+        valid = valid & (r2 < cutoff * cutoff)
+        r = jnp.sqrt(jnp.where(valid, r2, 1.0))
+        k, p = _locate(r, inv_dr, nr)  # one interval lookup per pair, for every spline
+        return d, r, valid, k, p
+
+    def density(region, index, valid, sp_j, pos, sp_i):
+        """Phase 1 on a block, CHUNK PEs at a time: F'(rho) and the embedding energy."""
+        planes = [region[..., i] for i in range(3)]
+
+        def chunk(_, at, valid, sp_j, pos, sp_i):
+            _, _, valid, k, p = pairs(at, valid, pos, planes)
+            c_rho = _coeffs(tab.rhor, knot(sp_j, sp_i[:, None], k))  # density on i from j
+            rho = jnp.sum(jnp.where(valid, _value(c_rho, p), 0.0), axis=-1)
+            kf, pf = _locate(rho, inv_drho, nrho)
+            cf = _coeffs(tab.frho, sp_i * nrho + kf if ne > 1 else kf)
+            fp = _slope(cf, pf, inv_drho)
+            return fp, _value(cf, pf) + jnp.where(rho > rhomax, fp * (rho - rhomax), 0.0)
+
+        return _by_chunks(chunk, CHUNK, index, valid, sp_j, pos, sp_i)
+
+    def force(fp_region, pos_region, index, valid, sp_j, pos, sp_i, fp):
+        """Phase 2 on a block: forces, pair energy and virial."""
+        planes = [pos_region[..., i] for i in range(3)]
+        fp_flat = fp_region.reshape(-1)
+
+        def chunk(_, at, valid, sp_j, pos, sp_i, fp):
+            d, r, valid, k, p = pairs(at, valid, pos, planes)
+            fp_j = jnp.take(fp_flat, at)
+            sp_i = sp_i[:, None]
+            rhojp = _slope(_coeffs(tab.rhor, knot(sp_j, sp_i, k), 3), p, inv_dr)
+            if ne > 1:
+                rhoip = _slope(_coeffs(tab.rhor, knot(sp_i, sp_j, k), 3), p, inv_dr)
+            else:
+                rhoip = rhojp
+            cz = _coeffs(tab.z2r, knot(sp_i, sp_j, k))
+            phi = _value(cz, p) / r
+            phip = _slope(cz, p, inv_dr) / r - phi / r
+            psip = jnp.where(valid, fp[:, None] * rhojp + fp_j * rhoip + phip, 0.0)
+            f = jnp.stack([jnp.sum(psip / r * di, axis=-1) for di in d], axis=-1)
+            pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
+            return f, pair_e, -0.5 * jnp.sum(psip * r, axis=-1)
+
+        return _by_chunks(chunk, CHUNK, index, valid, sp_j, pos, sp_i, fp)
+
     def forces_fn(state: jax.Array, geo: Geometry, nbrs: Neighbours) -> EamOutput:
         pos, sp = state[..., :3], state[..., SPECIES]
         held = sp >= 0
-        sp_i = jnp.maximum(sp.astype(jnp.int32), 0)[..., None]
-        # phase 1: the positions of the candidates (the window multicast, filtered)
-        got = fabric.window(wafer, pos, nbrs.slot, depth, kc)  # (R, C, M, 3)
-        d = min_image(got - pos[:, :, None, :])
-        r2 = jnp.sum(d * d, axis=-1)
-        valid = nbrs.valid & (r2 < cutoff * cutoff)
-        r = jnp.sqrt(jnp.where(valid, r2, 1.0))
-        k, p = _locate(r, inv_dr, nr)  # one interval lookup per pair, for every spline
-        # barriers: XLA CPU would otherwise fuse gathers into every consumer and redo them
-        valid, r, k, p = barrier((valid, r, k, p))
-        sp_j = nbrs.species
-        c_rho = barrier(_coeffs(tab.rhor, knot(sp_j, sp_i, k)))  # density on i from j
-        rho = jnp.sum(jnp.where(valid, _value(c_rho, p), 0.0), axis=-1)
-        kf, pf = _locate(rho, inv_drho, nrho)
-        cf = _coeffs(tab.frho, sp_i[..., 0] * nrho + kf if ne > 1 else kf)
-        fp = _slope(cf, pf, inv_drho)
-        emb = _value(cf, pf) + jnp.where(rho > rhomax, fp * (rho - rhomax), 0.0)
-        fp, emb = barrier((fp, emb))
-
-        # phase 2: F' of the candidates (their displacements and coefficients are kept)
-        fp_j = barrier(fabric.window(wafer, fp, nbrs.slot, depth, kc))  # (R, C, M)
-        rhojp = _slope(c_rho[:3], p, inv_dr)
-        if ne > 1:
-            rhoip = _slope(_coeffs(tab.rhor, knot(sp_i, sp_j, k), 3), p, inv_dr)
-        else:
-            rhoip = rhojp
-        cz = barrier(_coeffs(tab.z2r, knot(sp_i, sp_j, k)))
-        phi = _value(cz, p) / r
-        phip = _slope(cz, p, inv_dr) / r - phi / r
-        psip = jnp.where(valid, fp[..., None] * rhojp + fp_j * rhoip + phip, 0.0)
-        forces = jnp.sum((psip / r)[..., None] * d, axis=-2)
-        pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
-        virial = -0.5 * jnp.sum(psip * r, axis=-1)
+        sp_i = jnp.maximum(sp.astype(jnp.int32), 0)
+        lists = (nbrs.index, nbrs.valid, nbrs.species, pos, sp_i)
+        # phase 1: the candidates' positions (the window multicast, filtered)
+        fp, emb = fabric.window_apply(wafer, pos, depth, kc, density, *lists)
+        # phase 2: their F' (the positions' window is the one kept from phase 1)
+        forces, pair_e, virial = fabric.window_apply(
+            wafer, fp, depth, kc, force, *lists, fp, kept=(pos,)
+        )
         energy = jnp.where(held, emb + pair_e, 0.0)
         forces = jnp.where(held[..., None], forces, 0.0)
         return EamOutput(forces, energy, jnp.where(held, virial, 0.0), jnp.bool_(False))
