@@ -10,7 +10,12 @@ energies are not checked (see shared/PLATFORM.md). The emulator uses per-PE neig
 with a 1.0 A skin (LAMMPS's `neighbor 1.0 bin` here); its rebuilds (`list_builds`) happen
 inside the timed steps. Prints a table and writes bench/results/md.json.
 
-    python bench/bench_md.py [--quick] [--devices N]
+`--cores N` pins the process (and the `lmp` it starts) to N CPUs before JAX starts threads,
+so every code gets the same cores (LAMMPS runs one rank either way). XLA runs without
+`--xla_llvm_disable_expensive_passes` (which `wse_core.runtime.configure` adds to halve
+compile times): here it slowed the EAM kernels' gathers and splines severalfold.
+
+    python bench/bench_md.py [--quick] [--devices N] [--cores N]
 
 """
 
@@ -31,6 +36,7 @@ def _args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="256 and 4,000 atoms, fewer steps")
     p.add_argument("--devices", type=int, default=None, help="virtual CPU devices")
+    p.add_argument("--cores", type=int, default=0, help="CPUs the process may use (0: all)")
     return p.parse_args()
 
 
@@ -134,9 +140,15 @@ def _lammps(s, pot, path: Path, steps: int) -> dict:
 
 def main() -> None:
     args = _args()
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.cores > 0:  # before JAX starts threads: they (and lmp) inherit it
+        cpus = cpus[-args.cores :]
+        os.sched_setaffinity(0, cpus)
     from wse_core.runtime import configure
 
     configure(args.devices)
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    os.environ["XLA_FLAGS"] = " ".join(f for f in flags if "disable_expensive_passes" not in f)
     import jax
     from wse_hpc.md import maxwell_boltzmann
     from wse_hpc.md.lattice import crystal
@@ -160,6 +172,7 @@ def main() -> None:
         "benchmark": "md",
         "potential": str(path.name),
         "devices": len(jax.devices()),
+        "cpus": cpus,
         "load_average": os.getloadavg(),
         "rows": rows,
     }

@@ -158,14 +158,8 @@ def _pack(counts: jax.Array, caps: np.ndarray, total: int):
     kept = jnp.minimum(counts, jnp.asarray(caps, jnp.int32))
     ends = jnp.cumsum(kept, axis=-1)  # (R, C, S)
     t = jnp.arange(total, dtype=jnp.int32)
-    # seg = #{s : ends_s <= t}, by binary search over the nondecreasing ends
-    seg = jnp.zeros((total,), jnp.int32) + 0 * ends[..., :1]
-    step = 1 << (len(caps).bit_length() - 1)
-    while step:
-        probe = jnp.minimum(seg + step, len(caps))
-        below = jnp.take_along_axis(ends, probe - 1, axis=-1) <= t
-        seg = jnp.where(below & (seg + step <= len(caps)), probe, seg)
-        step >>= 1
+    # seg = #{s : ends_s <= t}: one fused pass of S comparisons per candidate
+    seg = sum((ends[..., s, None] <= t).astype(jnp.int32) for s in range(len(caps)))
     seg = jnp.minimum(seg, len(caps) - 1)
     start = jnp.take_along_axis(ends - kept, seg, axis=-1)
     return seg, jnp.clip(t - start, 0, None), ends[..., -1]
@@ -237,7 +231,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
                 r2 = 0.0
                 for axis in range(3):
                     d = rows[axis][:, j : j + bc] - mine[axis]
-                    d = d - box[axis] * jnp.round(d * (1.0 / box[axis]))
+                    d = min_image(d, box[axis])
                     r2 = r2 + d * d
                 ok = held & (rows[3][:, j : j + bc] >= 0) & (r2 < reach2)
                 if j == kc:
