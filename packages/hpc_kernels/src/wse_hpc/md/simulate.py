@@ -51,9 +51,11 @@ LIST_BUDGET_BYTES = 4 * 2**30  # host memory for the emulated neighbour lists (a
 
 
 def list_bytes_per_pe(caps: tuple[int, ...]) -> int:
-    """Host bytes per PE the neighbour-list path holds at once: the window slots kept per
-    row offset (column, 3 positions, F') and the packed candidates' working arrays."""
-    return 4 * (5 * sum(caps[:-1]) + 16 * caps[-1])
+    """Host bytes per PE the neighbour-list path holds at once: a build's per-row-offset
+    candidates (window column and species, `max(caps)` per offset, and a count) and the
+    lists (index, species, valid flag per candidate); forces work on chunks of PEs."""
+    offsets = len(caps) - 1
+    return 4 * offsets * (2 * max(caps[:-1], default=0) + 1) + 9 * caps[-1]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
