@@ -9,7 +9,10 @@ Equal resources for every contender: each core count N runs in its own worker pr
 pinned to N cores (`sched_setaffinity`, inherited by every thread XLA, oneDNN or OpenMP
 starts) with `torch.set_num_threads(N)` set once; XLA sizes its thread pool by the machine,
 but those threads share the same N cores. The XLA flags are the ones `wse` runs with
-(`wse_core.runtime.configure`), the same for the streamed and the fused step. Prints a table
+(`wse_core.runtime.configure`), the same for the streamed and the fused step, and so is the
+allocator setting (`keep_freed_memory`, as `wse train` runs: freed temporaries stay mapped
+instead of being faulted in again every call), which holds for torch in the same process
+too. Prints a table
 and writes bench/results/train.json. Timings are the median of interleaved rounds (the
 machine is shared), each round timing every contender once.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -151,9 +155,12 @@ def bench_case(name: str, shape, rounds: int) -> dict:
     except ImportError:
         pass
     times: dict[str, list[float]] = {k: [] for k in fns}
+    faults = dict.fromkeys(fns, 0)  # minor page faults (memory the allocator maps afresh)
     for _ in range(rounds):
         for key, fn in fns.items():
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             times[key].append(_median_time(fn, 1))
+            faults[key] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
     t = {k: statistics.median(v) for k, v in times.items()}
     batch, seq = shape[5], shape[6]
     tokens = batch * seq
@@ -169,14 +176,16 @@ def bench_case(name: str, shape, rounds: int) -> dict:
         "streamed_vs_fused": t["fused jit"] / t["streamed"],
         "streamed_vs_torch": t["pytorch"] / t["streamed"] if "pytorch" in t else None,
         "stall_fraction": statistics.median(stalls) if stalls else None,
+        "page_faults_per_step": {k: v / rounds for k, v in faults.items()},
     }
 
 
 def worker(cores: int, quick: bool) -> dict:
     """Every case on `cores` cores (this process pinned to them): a JSON-able dict."""
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
-    from wse_core.runtime import configure
+    from wse_core.runtime import configure, keep_freed_memory
 
+    kept = keep_freed_memory()  # before any library starts threads (every contender shares it)
     configure(1)
     try:
         import torch
@@ -187,7 +196,7 @@ def worker(cores: int, quick: bool) -> dict:
     peak = matmul_peak_flops()
     cases = dict(list(CASES.items())[:1]) if quick else CASES
     rows = [bench_case(k, v, 3 if quick else 7) for k, v in cases.items()]
-    return {"cores": cores, "peak_flops": peak, "cases": rows}
+    return {"cores": cores, "peak_flops": peak, "keep_freed_memory": kept, "cases": rows}
 
 
 def _print(runs: list[dict]) -> None:
@@ -196,7 +205,7 @@ def _print(runs: list[dict]) -> None:
         print(f"\n{n} core(s): fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (XLA, 1024^2)")
         print(
             f"{'case':<15}{'contender':<11}{'step ms':>9}{'tokens/s':>10}{'GFLOP/s':>9}"
-            f"{'of peak':>8}"
+            f"{'of peak':>8}{'faults':>8}"
         )
         for r in run["cases"]:
             for k, v in r["step_s"].items():
@@ -204,6 +213,7 @@ def _print(runs: list[dict]) -> None:
                     f"{r['case']:<15}{k:<11}{v * 1e3:>9.1f}{r['tokens_per_s'][k]:>10.0f}"
                     f"{r['model_flops_per_s'][k] / 1e9:>9.1f}"
                     f"{r['model_flops_per_s'][k] / peak:>8.1%}"
+                    f"{r['page_faults_per_step'][k]:>8.0f}"
                 )
             vs_torch = r["streamed_vs_torch"]
             torch_part = f"vs PyTorch {vs_torch:.2f}x (target >= 1)" if vs_torch else "no torch"

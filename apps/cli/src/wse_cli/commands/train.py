@@ -136,8 +136,10 @@ def train(
 
 
 def _train(console, config) -> None:
+    from wse_core.runtime import keep_freed_memory
     from wse_trainer.run import run
 
+    keep_freed_memory()  # each step's XLA temporaries reuse mapped pages (no page faults)
     result = run(config, echo=lambda line: console.print(line, highlight=False, markup=False))
     console.print(
         f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s; "
