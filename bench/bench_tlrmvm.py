@@ -8,7 +8,7 @@ two surfaces) is generated and compressed once and cached under $TLR_BENCH_CACHE
 /tmp/tlr_bench). Side by side in the same process: dense `A @ x` (NumPy/BLAS), the plain
 NumPy TLR-MVM over the stacked bases (ecrc/tlrmvm's CPU layout), the padded batched NumPy
 TLR-MVM, and the wafer emulator (JAX; `--devices` virtual devices, default one per core):
-the matched layout (the default) on one device (the engine's default mesh) and spread over
+the grouped layout (the default) on one device (the engine's default mesh) and spread over
 all devices, and the packed layout. NumPy baselines are timed with BLAS on one thread and
 on its default threads, keeping the faster; every method is timed in 3 interleaved rounds
 and keeps its best round's median. With `--batch B` every product is of B vectors and

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from wse_core import preset
 from wse_core.errors import PlacementError, SramBudgetError
-from wse_hpc.tlrmvm import TlrError, compress, tlrmvm_numpy
+from wse_hpc.tlrmvm import TlrError, compress, grouped, tlrmvm_numpy
 from wse_hpc.tlrmvm.engine import TlrEngine
-from wse_hpc.tlrmvm.matched import colour_slices, plan_matched
+from wse_hpc.tlrmvm.grouped import colour_slices, deal_groups, plan_grouped
 from wse_hpc.tlrmvm.packed import plan_packed
 from wse_hpc.tlrmvm.perf import cluster, predict
 from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
@@ -26,7 +26,7 @@ def op():
     return compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)  # 6 x 5 tiles, edge tiles
 
 
-@pytest.mark.parametrize("layout", ["banded", "packed", "matched"])
+@pytest.mark.parametrize("layout", ["banded", "packed", "grouped"])
 @pytest.mark.parametrize(
     "mesh, rank_chunk, batch",
     [((2, 4), None, 1), ((4, 2), 2, 3), ((1, 1), 3, 2)],
@@ -39,15 +39,16 @@ def test_matvec_and_adjoint_match_numpy(op, mesh, rank_chunk, batch, layout):
         assert eng.plan.max_band > 1  # several rank slices per band: the band sum runs
     if rank_chunk is not None and layout == "packed":
         assert eng.plan.windows > 1  # PE rows mix tile rows: the per-row scatter runs
-    if rank_chunk is not None and layout == "matched":
-        assert (eng.plan.u_slice[..., 1] != np.arange(6)[:, None]).any()  # slices travel
+    if rank_chunk is not None and layout == "grouped":
+        assert eng.plan.windows > 1  # PE rows serve several tile columns and rows
+        assert _rows_that_travel(eng.plan) > 0  # U rows whose V sits on another PE row
     x = random_vectors(53, batch, op.dtype)
     y = random_vectors(70, batch, op.dtype, seed=2)
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
     assert _rel(eng.rmatvec(y), tlrmvm_numpy(op, y, adjoint=True)) < RTOL
 
 
-@pytest.mark.parametrize("layout, rank_chunk", [("banded", 5), ("packed", 3), ("matched", 3)])
+@pytest.mark.parametrize("layout, rank_chunk", [("banded", 5), ("packed", 3), ("grouped", 3)])
 def test_grid_not_divided_by_mesh(op, layout, rank_chunk):
     eng = TlrEngine.build(
         op, preset("small"), mesh_shape=(4, 2), rank_chunk=rank_chunk, layout=layout
@@ -58,7 +59,7 @@ def test_grid_not_divided_by_mesh(op, layout, rank_chunk):
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
 
 
-@pytest.mark.parametrize("layout", ["banded", "packed", "matched"])
+@pytest.mark.parametrize("layout", ["banded", "packed", "grouped"])
 def test_adjoint_identity(op, layout):
     eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout=layout)
     x, y = random_vectors(53, None, op.dtype), random_vectors(70, None, op.dtype, seed=3)
@@ -87,7 +88,7 @@ def test_real_operator():
         eng.matvec(random_vectors(40, None, np.complex64))
 
 
-@pytest.mark.parametrize("layout", ["banded", "packed", "matched"])
+@pytest.mark.parametrize("layout", ["banded", "packed", "grouped"])
 def test_defects_do_not_change_results(op, layout):
     clean = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout=layout)
     broken = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), defect_seed=5, layout=layout)
@@ -183,29 +184,74 @@ def test_colouring_is_proper_with_the_largest_degree_colours():
         assert len(pairs) == len(edges)
 
 
-def test_matched_plan_places_every_slice_once(op):
-    plan = plan_matched(op, preset("small"), rank_chunk=2)
-    v, u = plan.v_slice, plan.u_slice
-    placed = v[v[..., 0] >= 0]
-    expect = sorted((i, j, q) for (i, j), k in np.ndenumerate(op.ranks) for q in range(-(-k // 2)))
-    assert sorted(map(tuple, placed.tolist())) == expect
-    assert (v[v[..., 0] >= 0][:, 1] == np.nonzero(v[..., 0] >= 0)[0]).all()  # V in row j
-    assert (u[u[..., 0] >= 0][:, 0] == np.nonzero(u[..., 0] >= 0)[0]).all()  # U in row i
-    for c, r in zip(*np.nonzero(v[..., 0] >= 0), strict=True):  # U of that slice: same column
-        i = v[c, r, 0]
-        assert (u[i, r] == v[c, r]).all()
-    slices = -(-op.ranks // 2)
-    assert plan.grid == (6, max(slices.sum(axis=0).max(), slices.sum(axis=1).max()))
+def _rows_that_travel(plan) -> int:
+    """Rank rows whose U sits on another PE row than their V (the ring moves them)."""
+    at = {tuple(e): g for (g, _, _), e in _placed(plan.v_rank)}
+    return sum(at[tuple(e)] != g for (g, _, _), e in _placed(plan.u_rank))
+
+
+def _placed(field):
+    return [(idx, field[idx]) for idx in zip(*np.nonzero(field[..., 0] >= 0), strict=True)]
+
+
+@pytest.mark.parametrize("rank_chunk", [2, 5])
+def test_grouped_plan_places_every_rank_row_once(op, rank_chunk):
+    plan = plan_grouped(op, preset("small"), rank_chunk=rank_chunk)
+    expect = sorted((i, j, q) for (i, j), k in np.ndenumerate(op.ranks) for q in range(k))
+    v_at = {tuple(map(int, e)): idx for idx, e in _placed(plan.v_rank)}
+    u_at = {tuple(map(int, e)): idx for idx, e in _placed(plan.u_rank)}
+    assert sorted(v_at) == expect and sorted(u_at) == expect  # each rank row once, both sides
+    for (i, j, _), (g, r, k) in v_at.items():
+        assert j in plan.col_group[g]  # V rows sit on the PE row of their tile column's group
+        gu, ru, ku = u_at[(i, j, _)]
+        assert i in plan.row_group[gu]  # U rows on the PE row of their tile row's group
+        assert (ru, ku) == (r, k)  # same PE column and row inside the PE: one colour
+    loads = [op.ranks.sum(0)[g[g >= 0]].sum() for g in plan.col_group]
+    loads += [op.ranks.sum(1)[g[g >= 0]].sum() for g in plan.row_group]
+    assert plan.grid == (len(plan.col_group), -(-max(loads) // rank_chunk))  # Koenig: D colours
     with pytest.raises(SramBudgetError):
-        plan_matched(op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8)
+        plan_grouped(op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8)
     with pytest.raises(PlacementError, match="PEs"):
-        plan_matched(op, preset("tiny"), rank_chunk=1)
+        plan_grouped(op, preset("tiny"), rank_chunk=1)
 
 
-def test_matched_wide_operator_and_batches():
-    op = compress(smooth_kernel(40, 75, seed=3), nb=12, threshold=1e-3)  # 4 x 7 tiles
+def test_groups_are_balanced_and_capped():
+    load = np.random.default_rng(3).integers(1, 50, 23)
+    groups = deal_groups(load, 6, 4)
+    members = groups[groups >= 0]
+    assert sorted(members.tolist()) == list(range(23)) and (groups >= 0).sum(1).max() <= 4
+    sums = np.where(groups >= 0, load[groups], 0).sum(1)
+    assert sums.max() <= load.sum() / 6 + load.max()  # LPT: within one item of the mean
+
+
+def test_grouped_pads_less_than_one_tile_column_per_pe_row():
+    rng = np.random.default_rng(5)
+    cols = [
+        rng.standard_normal((96, 1 + j % 6)) @ rng.standard_normal((1 + j % 6, 8))
+        for j in range(12)
+    ]
+    op = compress(
+        np.hstack(cols).astype(np.float32), nb=8, threshold=1e-4
+    )  # tile column j: rank 1 + j % 6
+    assert (op.ranks == 1 + np.arange(12) % 6).all()
+    plan = plan_grouped(op, preset("small"), rank_chunk=4)
+    one_per_row = 12 * -(-6 * 12 // 4) * 4  # rank rows a PE row per tile column would hold
+    real = int(op.ranks.sum())
+    assert one_per_row > grouped.PAD_OK * real  # so the plan groups tile columns in pairs
+    assert plan.windows == 2 and plan.padded_bases_bytes <= grouped.PAD_OK * real * 2 * 8 * 4
+    x = random_vectors(96, None, np.float32)
+    eng = TlrEngine.build(op, preset("small"), rank_chunk=4)
+    assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
+
+
+@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("complex_", [True, False])
+def test_grouped_wide_operator_and_batches(monkeypatch, size, complex_):
+    monkeypatch.setattr(grouped, "GROUP_SIZES", (size,))
+    a = smooth_kernel(40, 75, seed=3, complex_=complex_)
+    op = compress(a, nb=12, threshold=1e-3)  # 4 x 7 tiles, edge tiles on both sides
     eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), rank_chunk=2, batch=3)
-    assert eng.plan.grid[0] == 7
+    assert eng.plan.windows == size and eng.plan.grid[0] == -(-7 // size)
     x = random_vectors(75, 3, op.dtype)
     y = random_vectors(40, 3, op.dtype, seed=2)
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL

@@ -101,10 +101,10 @@ def run(
     ),
     batch: int = typer.Option(1, "--batch", help="Vectors per product."),
     layout: str = typer.Option(
-        "matched",
+        "grouped",
         "--layout",
-        help="matched (a matching of rank slices per PE column), packed (slices bucketed by "
-        "rank) or banded (padded).",
+        help="grouped (PE rows serve groups of tile columns and rows; least padding), packed "
+        "(slices bucketed by rank) or banded (padded).",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the input vectors."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),

@@ -1,10 +1,10 @@
 """The shell around the TLR-MVM kernel: place once, jit once, run, time, report.
 
-`TlrEngine.build(op, spec, ...)` places the operator (`wafer.place_operator`), jits the pure
-`matvec_fn` / `rmatvec_fn` of `wafer.tlrmvm`, and offers `matvec(x)` / `rmatvec(y)` on NumPy
-vectors ((N,) or (N, b)), `time_matvec(x, repeats)` (median wall seconds after a warm-up
-compile), `prediction()` (the wafer model of `perf.predict`) and `report(...)` (a
-`wse_core.report.Report`). Only this module decides jit and timing.
+`TlrEngine.build(op, spec, ...)` places the operator (`grouped.place_grouped` by default),
+jits the pure `matvec_fn` / `rmatvec_fn` of the layout, and offers `matvec(x)` /
+`rmatvec(y)` on NumPy vectors ((N,) or (N, b)), `time_matvec(x, repeats)` (median wall
+seconds after a warm-up compile), `prediction()` (the wafer model of `perf.predict`) and
+`report(...)` (a `wse_core.report.Report`). Only this module decides jit and timing.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
-from wse_hpc.tlrmvm.matched import MatchedPlan, place_matched, tlrmvm_matched
+from wse_hpc.tlrmvm.grouped import GroupedPlan, place_grouped, tlrmvm_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, place_packed, tlrmvm_packed
 from wse_hpc.tlrmvm.perf import TlrPrediction, predict
 from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, TlrPlan, place_operator, tlrmvm
@@ -44,7 +44,7 @@ def as_batch(x: np.ndarray, n: int, complex_ok: bool, what: str = "x") -> np.nda
 class TlrEngine:
     op: TlrOperator
     wafer: Wafer
-    plan: TlrPlan | PackedPlan | MatchedPlan
+    plan: TlrPlan | PackedPlan | GroupedPlan
     bases: TlrBases
     fns: TlrFns
     _matvec: object
@@ -60,22 +60,23 @@ class TlrEngine:
         batch: int = 1,
         mesh_shape: tuple[int, int] | None = (1, 1),
         defect_seed: int | None = None,
-        layout: str = "matched",
+        layout: str = "grouped",
     ) -> TlrEngine:
-        """`layout`: "matched" (each PE column a matching of rank slices, `matched`: the
-        fastest emulation), "packed" (slices bucketed per tile column, `packed`) or
+        """`layout`: "grouped" (PE rows serve groups of tile columns and rows, PE columns
+        hold rank rows by an edge colouring, `grouped`: the least padding and the fastest
+        emulation), "packed" (slices bucketed per tile column, `packed`) or
         "banded" (each tile row padded to its largest rank, `wafer`). `mesh_shape`: the
         device mesh under the PE grid; one device by default, since the phases are a few
         large dots that XLA:CPU already spreads over the cores and collectives between
         virtual devices only add cost (1.5-2.5x slower at n = 2500-4900 on 2 devices,
         equal at 9801); None spreads the grid over all devices."""
         layouts = {
-            "matched": (place_matched, tlrmvm_matched),
+            "grouped": (place_grouped, tlrmvm_grouped),
             "packed": (place_packed, tlrmvm_packed),
             "banded": (place_operator, tlrmvm),
         }
         if layout not in layouts:
-            raise TlrError(f"unknown layout {layout!r}; use 'matched', 'packed' or 'banded'")
+            raise TlrError(f"unknown layout {layout!r}; use 'grouped', 'packed' or 'banded'")
         place, factory = layouts[layout]
         wafer, plan, bases = place(
             op,

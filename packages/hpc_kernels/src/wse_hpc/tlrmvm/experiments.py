@@ -7,8 +7,8 @@ wafer operator against the dense solve. Predicted (the same with --quick): time 
 sustained bandwidth of bases (`pb_per_s`, PB/s) for the paper's case — a 9801 x 9801
 complex64 slice, nb = 256, threshold 1e-3 — on one WSE-2 (the operator alone; the wafer
 filled with copies, i.e. frequency slices) and on 48 CS-2 systems, for the three wafer layouts
-(matched: a matching of rank slices per PE column; packed: slices bucketed by rank; banded:
-padded to each tile row's largest rank) and WSE-3.
+(grouped: PE rows serve groups of tile columns and rows, rank rows coloured into PE columns;
+packed: slices bucketed by rank; banded: padded to each tile row's largest rank) and WSE-3.
 SC23's measured figures are not in the calibration set or in REFERENCES.md, so `published`
 stays empty.
 """
@@ -25,7 +25,7 @@ from wse_core.runtime import cache_dir
 from wse_hpc.tlrmvm.baseline import best_median_s, stacked_fn
 from wse_hpc.tlrmvm.compress import TlrOperator, compress, load_operator, save_operator
 from wse_hpc.tlrmvm.engine import TlrEngine
-from wse_hpc.tlrmvm.matched import plan_matched
+from wse_hpc.tlrmvm.grouped import plan_grouped
 from wse_hpc.tlrmvm.mdd import compare, mdd_case
 from wse_hpc.tlrmvm.packed import plan_packed
 from wse_hpc.tlrmvm.perf import cluster, predict
@@ -110,8 +110,8 @@ def _predictions(seed: int) -> tuple[list[PredictionRow], dict]:
     op = paper_operator(seed)
     rows = []
     info = {}
-    planners = {"matched": plan_matched, "packed": plan_packed, "banded": plan_placement}
-    cases = (("wse2", "matched"), ("wse2", "packed"), ("wse2", "banded"), ("wse3", "matched"))
+    planners = {"grouped": plan_grouped, "packed": plan_packed, "banded": plan_placement}
+    cases = (("wse2", "grouped"), ("wse2", "packed"), ("wse2", "banded"), ("wse3", "grouped"))
     for name, layout in cases:
         spec = preset(name)
         plan = planners[layout](op, spec)

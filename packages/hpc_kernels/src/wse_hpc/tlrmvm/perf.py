@@ -23,7 +23,7 @@ from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrOperator
-from wse_hpc.tlrmvm.matched import MatchedPlan
+from wse_hpc.tlrmvm.grouped import GroupedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan
 from wse_hpc.tlrmvm.wafer import TlrPlan
 
@@ -108,26 +108,30 @@ def _ring_work(wafer: Wafer, direction: str, ring: int, per_pe: tuple[int, int],
     )
 
 
-def _matched_phases(wafer: Wafer, plan: MatchedPlan, fma: float, dt) -> dict[str, Work]:
-    """Every PE: one V slice (w x nb) in phase 1, one U slice (nb x w) in phase 3; x along
-    PE rows, the ring allgather down PE columns, y summed along PE rows."""
+def _grouped_phases(wafer: Wafer, plan: GroupedPlan, fma: float, dt) -> dict[str, Work]:
+    """Every PE: w V rows (w x nb) in phase 1, each against the x piece of its tile column;
+    w U rows in phase 3 into s partial y pieces; the s x pieces along PE rows, the ring
+    allgather down PE columns, the s partial pieces summed along PE rows."""
     nb, w, b, ring, isz = plan.nb, plan.rank_chunk, plan.batch, plan.ring, plan.itemsize
+    s = plan.windows
     return {
-        "x_broadcast": _traffic(wafer, lambda x: fabric.broadcast(wafer, x, "row", 0), (nb, b), dt),
+        "x_broadcast": _traffic(
+            wafer, lambda x: fabric.broadcast(wafer, x, "row", 0), (s * nb, b), dt
+        ),
         "phase1_vhx": _vhx_work(fma, w, nb, b, isz),
         "phase2_reshuffle": _ring_work(wafer, "S", ring, (w, b), dt),
         "phase3_uy": Work(
             flops={"fp32": fma * nb * w * b},
             sram_read_bytes=(nb * w + w * b) * isz,
-            sram_write_bytes=nb * b * isz,
+            sram_write_bytes=s * nb * b * isz,
         ),
-        "row_sum": Work(flops={"fp32": 2.0 * nb * b})
-        + _traffic(wafer, lambda x: fabric.allreduce(wafer, x, "sum", axis="row"), (nb, b), dt),
+        "row_sum": Work(flops={"fp32": 2.0 * s * nb * b})
+        + _traffic(wafer, lambda x: fabric.allreduce(wafer, x, "sum", axis="row"), (s * nb, b), dt),
     }
 
 
 def predict(
-    wafer: Wafer, plan: TlrPlan | PackedPlan | MatchedPlan, op: TlrOperator
+    wafer: Wafer, plan: TlrPlan | PackedPlan | GroupedPlan, op: TlrOperator
 ) -> TlrPrediction:
     """Per-phase predictions for one product of `plan.batch` vectors on `wafer.spec`."""
     (m, n), nb, (_, nt), w, b = plan.shape, plan.nb, plan.tiles, plan.rank_chunk, plan.batch
@@ -136,8 +140,8 @@ def predict(
     dt = op.dtype
     model = PerfModel(wafer.spec)
     io = {"host_io": Work(host_io_bytes=(m + n) * b * isz)}
-    if isinstance(plan, MatchedPlan):
-        phases = {**_matched_phases(wafer, plan, fma, dt), **io}
+    if isinstance(plan, GroupedPlan):
+        phases = {**_grouped_phases(wafer, plan, fma, dt), **io}
         return TlrPrediction({k: model.predict(v) for k, v in phases.items()}, op.bases_bytes, b)
     ch = plan.chunk
     phases = {
@@ -156,7 +160,7 @@ def predict(
 
 
 def cluster(
-    pred: TlrPrediction, plan: TlrPlan | PackedPlan | MatchedPlan, spec: WaferSpec, *, systems: int
+    pred: TlrPrediction, plan: TlrPlan | PackedPlan | GroupedPlan, spec: WaferSpec, *, systems: int
 ) -> dict:
     """Figures for `systems` wafers of `spec`, each filled with copies of the operator."""
     rows, cols = plan.grid

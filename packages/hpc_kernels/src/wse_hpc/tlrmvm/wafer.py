@@ -103,7 +103,7 @@ class TlrPlan(PaddedBases):
 
 
 class LayoutPlan(Protocol):
-    """What every layout's plan (banded, packed, matched) gives the wafer builder."""
+    """What every layout's plan (banded, packed, grouped) gives the wafer builder."""
 
     @property
     def grid(self) -> tuple[int, int]: ...
