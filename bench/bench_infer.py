@@ -188,7 +188,7 @@ def bench_speculative(quick: bool, rounds: int, gamma: int = 4) -> dict:
         prompt,
         sampling,
         rounds,
-        lambda spec: round_costs(t, draft, gamma, spec._cache_len(t.config)),
+        lambda spec: round_costs(t, draft, gamma, spec.cache_len(t.config)),
     )
     stats = [r.metrics["speculative"] for r, _, _ in pairs]
     alpha = statistics.fmean(s["alpha"] for s in stats)

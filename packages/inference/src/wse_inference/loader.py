@@ -74,8 +74,8 @@ class SpeculativeEngine:
             prompt_len=len(prompt_ids),
         )
         key = sequence_key(sampling.seed)
-        logits, tcache = prefill(t.config, t.params, prompt_ids, self._dec._cache_len(t.config))
-        _, dcache = prefill(d.config, d.params, prompt_ids, self._dec._cache_len(d.config))
+        logits, tcache = prefill(t.config, t.params, prompt_ids, self._dec.cache_len(t.config))
+        _, dcache = prefill(d.config, d.params, prompt_ids, self._dec.cache_len(d.config))
         first = first_token(logits, sampling, key)
         return Prefix(
             prompt_len=len(prompt_ids),

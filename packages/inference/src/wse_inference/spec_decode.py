@@ -219,8 +219,11 @@ class SpeculativeDecoder:
             static_argnums=0,
         )
 
-    def _cache_len(self, config: Any) -> int:
-        room = self.max_context + self.gamma + 1  # drafts may run past the last kept token
+    def cache_len(self, config: Any) -> int:
+        """KV-cache slots this decoder allocates for `config`'s model (the target's or the
+        draft's): max_context + gamma + 1, as drafts may run past the last kept token (gpt2:
+        at most its position table)."""
+        room = self.max_context + self.gamma + 1
         return min(room, config.max_seq_len) if config.arch == "gpt2" else room
 
     def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> GenerationResult:
@@ -234,10 +237,10 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         key = sequence_key(sampling.seed)
         logits, tcache = prefill(
-            t.config, t.params, prompt_ids, self._cache_len(t.config), self.prefill_chunk
+            t.config, t.params, prompt_ids, self.cache_len(t.config), self.prefill_chunk
         )
         _, dcache = prefill(
-            d.config, d.params, prompt_ids, self._cache_len(d.config), self.prefill_chunk
+            d.config, d.params, prompt_ids, self.cache_len(d.config), self.prefill_chunk
         )
         seq = [int(x) for x in prompt_ids]
         tracker = SequenceTracker(sampling, t.tokenizer)
