@@ -20,10 +20,12 @@ def test_quick_run_rows_and_predictions(tmp_path):
     d = json.loads((folder / "results.json").read_text())
     assert (folder / "figure.png").stat().st_size > 1000
     assert d["config"]["target_weight_mb"] > 4 * 32  # weights streamed from DRAM, not L3
+    assert d["config"]["prompt_tokens"] + d["config"]["new_tokens"] == exp.CONTEXT
     rows = d["measurements"]
     assert rows and {r["draft_layers"] for r in rows} == {1}
     for r in rows:
         assert 0 < r["alpha"] < 1 and r["draft_alone_c"] > 0 and r["verify_cost_ratio"] > 0
+        assert r["verify_forward_ratio"] > 0
         assert r["draft_weight_mb"] < r["target_weight_mb"] / 4
         f = _formula(r["alpha"], r["gamma"], r["cost_ratio_c"])
         assert r["formula_speedup"] == pytest.approx(f, rel=1e-12)

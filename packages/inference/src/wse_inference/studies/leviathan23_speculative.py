@@ -2,13 +2,29 @@
 size, next to Leviathan et al.'s (1 - a^(g+1)) / ((1 - a)(g c + 1)).
 
 The formula is about hardware where a decode step is memory-bandwidth-bound: verifying
-gamma + 1 tokens reads the weights once, so it costs about one step. The experiment is put
-in that regime on a CPU: a 12-layer random Llama-arch target (d_model 512, d_ff 1408, 8 heads,
-4 KV heads, vocab 1024; 139 MiB of fp32 weights, > 4x a 32 MiB L3, so every step streams
-them from DRAM) whose head is scaled so its next-token distributions are peaked like a
-trained model's, and drafts made of its first 1 or 2 layers (`loading.truncated_model`;
-15 and 27 MiB), temperature 1, 120 new tokens from a fixed prompt, caches sized for the
-request in both decoders.
+gamma + 1 tokens reads the weights and the KV cache once, so it costs about one step. The
+experiment is put in that regime on a CPU: a 12-layer random Llama-arch target (d_model 512,
+d_ff 1408, 8 heads, 4 KV heads, vocab 1024; 139 MiB of fp32 weights, > 4x the 32 MiB L3, so
+every step streams them from DRAM) whose head is scaled so its next-token distributions are
+peaked like a trained model's, drafts made of its first 1 or 2 layers
+(`loading.truncated_model`; 15 and 27 MiB), temperature 1, and a long context: a 904-token
+prompt plus 120 new tokens (CONTEXT = 1024; --quick: 964 + 60), caches sized for the request
+in both decoders, so each step also reads a 24 MiB KV cache (the verification reads it once
+for all gamma + 1 positions).
+Why the long context (measured 2026-11, one XLA thread, target alone, gamma + 1 = t rows):
+with a 16-token prompt a step was ~8.5 ms: 5.4 ms copying each layer's weights out of the
+stacked parameters (wse_models' layer scan; this is the DRAM read, the same at any t), 1.9 ms
+of matmuls on the cache-resident copies, the rest attention, norms and sampling. XLA:CPU runs
+a 1-row matmul as its own GEMV and 2-7 rows as a (YNNPACK) GEMM whose extra flops are not
+hidden behind the copy: +0.9 ms at t = 5, +1.3 ms at t = 7, so v = verify / step came out
+1.1-1.3. Nothing else grows with t: the rejection sampling and the t-row softmax add 0-4%;
+there is no host sync, re-trace or cache copy per round (all rounds run in one jitted
+while_loop; rollback is by position). Removing the weight copy (per-layer arrays read in
+place) makes it worse on this CPU: 4.2 ms for t = 1 (GEMV streams at ~34 GB/s) but 6-7 ms for
+t >= 2 (the GEMM packs the weights before multiplying): v 1.4-1.7; XNNPACK off, oneDNN,
+weight-transposed dots and bf16 did no better. A 1024-token cache adds per-step memory
+traffic that the verification shares (v = 1.0-1.05 at t = 2, 1.05-1.1 at t = 5, 1.1-1.2 at
+t = 7); what is left of v > 1 is the same GEMM effect and the t-row attention.
 Measured per (gamma, draft):
 - a = mean over evaluated draft positions of sum_x min(p(x), q(x)) (Leviathan's beta);
 - the speedup = speculative tokens/s / plain target tokens/s: the median over interleaved
@@ -16,27 +32,22 @@ Measured per (gamma, draft):
 - c = the draft's cost per draft token as the rounds run it, over one target step:
   (round - verification) / (gamma x target step), each timed as the code that runs in
   decoding (`round_costs`: `spec_decode.speculative_round`, `spec_decode._verify_pass`, the
-  plain decoder's `decoding.decode_step`, each in a jitted loop; interleaved trials, the
-  median of the per-trial ratios). It includes the draft re-reading its weights after the
-  target's pass evicted them; `draft_alone_c` (the proposal alone in a loop, draft weights
-  hot in cache) is shown beside it;
+  plain decoder's `decoding.decode_step`, each in a jitted loop that carries its donated
+  caches from call to call as the decoders do; interleaved trials, the median of the
+  per-trial ratios). It includes the draft re-reading its weights after the target's pass
+  evicted them; `draft_alone_c` (the proposal alone in a loop, draft weights hot in cache) is
+  shown beside it;
 - the formula's value from the measured a and c (target: agreement within 10%).
 `verify_cost_ratio` v = the (gamma + 1)-token verification / one target step, the formula's
-implicit assumption v = 1. `formula_with_verify_cost` = (1 - a^(g+1)) / ((1 - a)(g c + v)) is
-shown beside the published formula (a diagnostic; the published one is the target).
-On one CPU core v stays above 1 even with the weights streamed from DRAM: XLA:CPU's fp32
-matmul of 2-7 rows costs 1.1-1.3x the 1-row one over the same DRAM-resident weights (the
-extra rows' flops are not hidden behind the weight reads), and attention grows with the
-rows too. Measured 2026-11 in three full runs (one XLA thread, a 2-core machine shared with
-other jobs; target step 5-10 ms, 14-28 GB/s, varying with the other jobs' DRAM traffic):
-v = 0.97-1.31, c = 0.02-0.11 (1-layer draft) and 0.14-0.22 (2-layer); measured / published
-formula 0.70-1.01, within 10% in 5 of 24 rows (1-layer draft, gamma 1-4, in the runs where
-v came out 0.97-1.09); measured / v-corrected formula 0.83-1.09. What is left beyond v: a
-round inside the generation loop takes 0-12% longer than the same round in the timing loop
-(host time per generation is ~1 ms; there is no host sync per round).
-`round_in_run_ms` (decode time / rounds) is shown beside `round_ms`.
+implicit assumption v = 1; `verify_forward_ratio` = the verification's forward pass alone /
+one step (v less the rejection sampling). `formula_with_verify_cost` =
+(1 - a^(g+1)) / ((1 - a)(g c + v)) is shown beside the published formula (a diagnostic; the
+published one is the target). `round_in_run_ms` (decode time / rounds) is shown beside
+`round_ms`.
 Timings are most repeatable with one XLA thread (XLA_FLAGS=--xla_cpu_multi_thread_eigen=false):
-the speculative and the plain decoder then get the same single core.
+the speculative and the plain decoder then get the same single core. On a machine shared
+with other jobs the target step varies 1.5-2x between rows; each row's quantities are
+interleaved in time, rows are not.
 Predictions (the same in --quick): the formula on a fixed grid of (a, gamma, c). --quick
 measures fewer tokens, pairs and gammas, the 1-layer draft only.
 """
@@ -56,6 +67,8 @@ __all__ = ["run", "round_costs"]
 SOURCE = None  # the formula is in REFERENCES.md; no measured speedup is published there
 GRID = [(a, g, c) for a in (0.6, 0.8, 0.9) for g in (2, 4, 8) for c in (0.05, 0.1)]
 HEAD_SCALE = 1.5  # peaked next-token distributions: a ~ 0.67 for the 1- and 2-layer drafts
+CONTEXT = 1024  # prompt + new tokens: the KV cache read per step is ~25 MiB next to the weights
+PREFILL_CHUNK = 128  # prefill speed only (not timed); decoding is the same at any chunk
 
 
 def _target(seed: int):
@@ -68,7 +81,7 @@ def _target(seed: int):
         n_heads=8,
         n_kv_heads=4,
         d_ff=1408,
-        max_seq_len=512,
+        max_seq_len=2 * CONTEXT,
         vocab_size=1024,
         seed=seed,
     )
@@ -88,12 +101,13 @@ _LOOPS: dict = {}  # jitted timing loops, reused across calls (XLA compiles per 
 
 def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 8):
     """A timer of the code speculative decoding runs: each call times, in the order
-    A B C D D C B A (drift in the machine's load then cancels in the ratios), `reps` calls
-    inside one jitted loop (no dispatch per call) at positions
-    64.., temperature 1, and returns milliseconds per step: `target_step_ms` (the plain
-    decoder's step), `draft_step_ms` (one proposal of gamma drafts / gamma, as the rounds
-    propose), `verify_ms` (the target's gamma + 1-token verification with rejection
-    sampling) and `round_ms` (a whole speculative round). Compiles on creation."""
+    A B C D E E D C B A (drift in the machine's load then cancels in the ratios), `reps`
+    calls inside one jitted loop (no dispatch per call; caches of `cache_len` slots donated
+    and carried from call to call) at positions 64.., temperature 1, and returns
+    milliseconds per step: `target_step_ms` (the plain decoder's step), `draft_step_ms` (one
+    proposal of gamma drafts / gamma, as the rounds propose), `verify_ms` (the target's
+    gamma + 1-token verification with rejection sampling), `verify_forward_ms` (its forward
+    pass alone) and `round_ms` (a whole speculative round). Compiles on creation."""
     import jax
     import jax.numpy as jnp
     import wse_models
@@ -107,8 +121,7 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 8):
     drafts = jnp.arange(7, 7 + gamma, dtype=jnp.int32)
     q = jnp.full((gamma, tc.vocab_size), 1.0 / tc.vocab_size, jnp.float32)
 
-    def looped(step):
-        @jax.jit
+    def looped(step):  # the caches are donated and carried over, as in decoding
         def run(tp, dp, tcache, dcache, key):
             def body(i, carry):
                 tcache, dcache, acc = carry
@@ -117,7 +130,7 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 8):
 
             return jax.lax.fori_loop(0, reps, body, (tcache, dcache, jnp.int32(0)))
 
-        return run
+        return jax.jit(run, donate_argnums=(2, 3))
 
     def target_step(tp, dp, tc_, dc_, key, i):
         nxt, tc_ = decode_step(tc, tp, tc_, one, 64 + i + one - 1, one, key[None], t1, k1, p1)
@@ -132,6 +145,12 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 8):
         v, tc_ = _verify_pass(tc, gamma, tp, tc_, last2[1], drafts, q, 64 + i, key, t1, k1, p1)
         return v.num_accepted + v.next_token, tc_, dc_
 
+    def verify_forward(tp, dp, tc_, dc_, key, i):  # _verify_pass less the rejection sampling
+        tokens = jnp.concatenate([last2[1:], drafts])[None]
+        positions = (63 + i + jnp.arange(gamma + 1, dtype=jnp.int32))[None]
+        logits, tc_ = wse_models.forward(tc, tp, tokens, positions, tc_)
+        return (logits.sum() > 0).astype(jnp.int32), tc_, dc_
+
     def whole_round(tp, dp, tc_, dc_, key, i):
         out = speculative_round(tc, dc, gamma, tp, dp, tc_, dc_, last2, 64 + i, key, t1, k1, p1)
         return out[1] + out[2], out[4], out[5]
@@ -143,16 +162,16 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 8):
         "target_step_ms": (cached("target", target_step), 1),
         "draft_step_ms": (cached("draft", draft_steps, dc, gamma), gamma),
         "verify_ms": (cached("verify", verify_pass, gamma), 1),
+        "verify_forward_ms": (cached("verify_forward", verify_forward, gamma), 1),
         "round_ms": (cached("round", whole_round, dc, gamma), 1),
     }
     key = jax.random.PRNGKey(0)
+    caches = [wse_models.init_cache(tc, 1, cache_len), wse_models.init_cache(dc, 1, cache_len)]
 
     def call(fn):
-        tcache = wse_models.init_cache(tc, 1, cache_len)
-        dcache = wse_models.init_cache(dc, 1, cache_len)
-        jax.block_until_ready((tcache, dcache))
         t0 = time.perf_counter()
-        jax.block_until_ready(fn(target.params, draft.params, tcache, dcache, key))
+        out = jax.block_until_ready(fn(target.params, draft.params, *caches, key))
+        caches[:] = out[:2]  # the loops write the same slots again: no copy, no fresh pages
         return time.perf_counter() - t0
 
     for fn, _ in loops.values():
@@ -175,11 +194,13 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
 
     draft = truncated_model(target, draft_layers)
     ctx = len(prompt) + sampling.max_tokens
-    plain = PlainDecoder(target.config, target.params, max_context=ctx)
+    plain = PlainDecoder(target.config, target.params, max_context=ctx, prefill_chunk=PREFILL_CHUNK)
     plain.generate(prompt, sampling)  # compile
     rows = []
     for gamma in gammas:
-        spec = SpeculativeDecoder(target, draft, gamma=gamma, max_context=ctx)
+        spec = SpeculativeDecoder(
+            target, draft, gamma=gamma, max_context=ctx, prefill_chunk=PREFILL_CHUNK
+        )
         spec.generate(prompt, sampling)  # compile
         # one cache length for every gamma (slots past the position are masked), so the
         # target-step loop compiles once
@@ -205,6 +226,7 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
         )
         c_alone = statistics.median(x["draft_step_ms"] / x["target_step_ms"] for x in costs)
         v = statistics.median(x["verify_ms"] / x["target_step_ms"] for x in costs)
+        v_fwd = statistics.median(x["verify_forward_ms"] / x["target_step_ms"] for x in costs)
         run_round_ms = statistics.median(
             r.decode_s / r.metrics["speculative"]["rounds"] for r in runs
         )
@@ -224,6 +246,7 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
                 "cost_ratio_c": c,
                 "draft_alone_c": c_alone,
                 "verify_cost_ratio": v,
+                "verify_forward_ratio": v_fwd,
                 "target_step_ms": cost["target_step_ms"],
                 "round_ms": cost["round_ms"],
                 "round_in_run_ms": run_round_ms * 1e3,
@@ -261,12 +284,20 @@ def _figure(rows: list[dict]):
     return fig
 
 
+def _prompt(n: int, vocab: int, seed: int) -> list[int]:
+    """n fixed pseudo-random token ids (a long context; the model is random anyway)."""
+    import numpy as np
+
+    return np.random.default_rng(seed).integers(1, vocab, n).tolist()
+
+
 def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
     from wse_inference.engine import SamplingParams
 
     target = _target(seed)
-    prompt = list(range(1, 17))
-    sampling = SamplingParams(max_tokens=60 if quick else 120, temperature=1.0, seed=seed)
+    new_tokens = 60 if quick else 120
+    prompt = _prompt(CONTEXT - new_tokens, target.config.vocab_size, seed)
+    sampling = SamplingParams(max_tokens=new_tokens, temperature=1.0, seed=seed)
     repeats = 3 if quick else 5
     gammas = (4,) if quick else (1, 2, 4, 6)
     rows = []
@@ -284,6 +315,8 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
             "target_weight_mb": _weight_mb(target),
             "temperature": 1.0,
             "new_tokens": sampling.max_tokens,
+            "prompt_tokens": len(prompt),
+            "context": CONTEXT,
             "gammas": list(gammas),
         },
         measurements=rows,
