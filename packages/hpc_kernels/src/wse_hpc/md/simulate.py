@@ -2,7 +2,8 @@
 
 Contract: `run_md(structure, pot, config)` validates the input (atoms in the box, no
 overlaps, elements known to the potential, dt > 0), builds a wafer of one atom per PE
-(`choose_grid`, `initial_map`), picks the neighbour window from the cutoff and the map
+(`choose_grid`, `initial_map`; without `config.mesh_shape` on at most one device per
+MIN_PES_PER_DEVICE PEs), picks the neighbour window from the cutoff and the map
 (`window_needed` for cutoff + skin, with a margin) and the neighbour-list capacities
 (`nlist.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet steps in jitted
 chunks of `thermo_every` steps (`lax.while_loop` that stops at the first overflow); each
@@ -44,10 +45,22 @@ from wse_hpc.md.nlist import list_caps, neighbour_fns
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.thermo import ThermoRow, thermo_row
 
-__all__ = ["MdConfig", "MdResult", "run_md", "WINDOW_MARGIN_A", "LIST_BUDGET_BYTES"]
+__all__ = [
+    "MdConfig",
+    "MdResult",
+    "run_md",
+    "WINDOW_MARGIN_A",
+    "LIST_BUDGET_BYTES",
+    "MIN_PES_PER_DEVICE",
+]
 
 WINDOW_MARGIN_A = 0.5  # plan the window for cutoff + this, so thermal motion rarely re-plans
 LIST_BUDGET_BYTES = 4 * 2**30  # host memory for the emulated neighbour lists (all PEs)
+# Without a mesh_shape, one process spreads the grid over at most one device per this many
+# PEs: smaller blocks pay more for their halo exchanges than a second core gives back
+# (bench_md on 2 cores: 4k atoms 0.95M atom-steps/s on 1 device, 0.73M on 2; 32k atoms
+# 0.79M on 1, 1.37M on 2).
+MIN_PES_PER_DEVICE = 8192
 
 
 def list_bytes_per_pe(caps: tuple[int, ...]) -> int:
@@ -173,8 +186,15 @@ def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
             f"{n_atoms} atoms need {n_atoms} PEs (one atom per PE); the {spec.name} wafer has "
             f"{spec.pe_rows} x {spec.pe_cols} = {spec.num_pes}: use a larger --preset"
         ) from None
+    devices = jax.devices()
+    if config.mesh_shape is None and jax.process_count() == 1:
+        devices = devices[: max(1, min(len(devices), grid[0] * grid[1] // MIN_PES_PER_DEVICE))]
     return build_wafer(
-        spec, grid=grid, mesh_shape=config.mesh_shape, defect_seed=config.defect_seed
+        spec,
+        grid=grid,
+        mesh_shape=config.mesh_shape,
+        devices=devices,
+        defect_seed=config.defect_seed,
     )
 
 
