@@ -73,7 +73,7 @@ __all__ = [
 
 GROUP_SIZES = (1, 2, 3, 4)
 PAD_OK = 1.25  # padded over real bases bytes a plan accepts before trying a larger group
-SUM_ROWS = 8  # rank rows per multiply-and-sum in phase 3 (see piece_sums)
+SUM_ROWS = 10  # most rank rows per multiply-and-sum in phase 3 (see piece_sums)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -371,14 +371,13 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan) -> TlrFns:
     def piece_sums(a: jax.Array, t: jax.Array, win: jax.Array) -> jax.Array:
         """sum_k a[.., k, :] t[.., k, b] into the piece win[.., k]: (PR, PC, s, b, nb), nb
         last (XLA:CPU's complex multiply-and-sum is 3x slower with a short last axis), in
-        sums of at most SUM_ROWS rows (longer ones run 5-10x slower there)."""
+        equal sums of at most SUM_ROWS rows (sums of 18-20 rows ran 5-10x slower there)."""
         hot = win[..., None, None] == jnp.arange(s)[:, None]  # (PR, PC, w, s, 1)
         tw = jnp.where(hot, t[..., None, :], 0)  # (PR, PC, w, s, b)
+        step = _ceil(a.shape[2], _ceil(a.shape[2], SUM_ROWS))
         parts = [
-            jnp.sum(
-                a[:, :, k : k + SUM_ROWS, None, None, :] * tw[:, :, k : k + SUM_ROWS, ..., None], 2
-            )
-            for k in range(0, a.shape[2], SUM_ROWS)
+            jnp.sum(a[:, :, k : k + step, None, None, :] * tw[:, :, k : k + step, ..., None], 2)
+            for k in range(0, a.shape[2], step)
         ]
         return sum(parts[1:], parts[0])
 
