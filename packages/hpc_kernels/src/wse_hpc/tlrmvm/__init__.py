@@ -1,11 +1,11 @@
 """TLR-MVM: tile low-rank matrix-vector multiply on the wafer (Ltaief et al., SC23).
 
 `compress` cuts a dense operator into low-rank tiles (`TlrOperator`, saved as `.npz`);
-`grouped.place_grouped` (default: PE rows serve groups of tile columns and tile rows, each
+`grouped.plan_grouped` (default: PE rows serve groups of tile columns and tile rows, each
 PE column a set of rank rows found by an edge colouring, a few percent of padding),
-`packed.place_packed` (rank slices bucketed per tile column) or `wafer.place_operator`
-(banded: each tile row padded to its largest rank) puts the bases in PE SRAM (the ledger
-sizes the plan), and `tlrmvm_grouped` / `tlrmvm_packed` /
+`packed.plan_packed` (rank slices bucketed per tile column) or `wafer.plan_placement`
+(banded: each tile row padded to its largest rank) plans the layout (the ledger sizes it) and
+`wafer.place_plan` puts any plan's bases in PE SRAM; `tlrmvm_grouped` / `tlrmvm_packed` /
 `wafer.tlrmvm` return pure functions for A x and A^H y in three phases (V^H x per tile
 column, the reshuffle through the fabric, U y per tile row); `engine.TlrEngine` is the
 shell (jit, timing, reports); `perf` predicts wafer time and bandwidth; `baseline` holds the

@@ -1,10 +1,11 @@
 """The shell around the TLR-MVM kernel: place once, jit once, run, time, report.
 
-`TlrEngine.build(op, spec, ...)` places the operator (`grouped.place_grouped` by default),
-jits the pure `matvec_fn` / `rmatvec_fn` of the layout, and offers `matvec(x)` /
-`rmatvec(y)` on NumPy vectors ((N,) or (N, b)), `time_matvec(x, repeats)` (median wall
-seconds after a warm-up compile), `prediction()` (the wafer model of `perf.predict`) and
-`report(...)` (a `wse_core.report.Report`). Only this module decides jit and timing.
+`TlrEngine.build(op, spec, ...)` plans the layout (`grouped.plan_grouped` by default),
+places it (`wafer.place_plan`), jits the pure `matvec_fn` / `rmatvec_fn` of the layout, and
+offers `matvec(x)` / `rmatvec(y)` on NumPy vectors ((N,) or (N, b)), `time_matvec(x,
+repeats)` (median wall seconds after a warm-up compile), `prediction()` (the wafer model of
+`perf.predict`) and `report(...)` (a `wse_core.report.Report`). Only this module decides
+jit and timing.
 """
 
 from __future__ import annotations
@@ -20,10 +21,17 @@ from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
-from wse_hpc.tlrmvm.grouped import GroupedPlan, place_grouped, tlrmvm_grouped
-from wse_hpc.tlrmvm.packed import PackedPlan, place_packed, tlrmvm_packed
+from wse_hpc.tlrmvm.grouped import GroupedPlan, plan_grouped, tlrmvm_grouped
+from wse_hpc.tlrmvm.packed import PackedPlan, plan_packed, tlrmvm_packed
 from wse_hpc.tlrmvm.perf import TlrPrediction, predict
-from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, TlrPlan, place_operator, tlrmvm
+from wse_hpc.tlrmvm.wafer import (
+    TlrBases,
+    TlrFns,
+    TlrPlan,
+    place_plan,
+    plan_placement,
+    tlrmvm,
+)
 
 __all__ = ["TlrEngine", "as_batch"]
 
@@ -71,21 +79,15 @@ class TlrEngine:
         virtual devices only add cost (1.5-2.5x slower at n = 2500-4900 on 2 devices,
         equal at 9801); None spreads the grid over all devices."""
         layouts = {
-            "grouped": (place_grouped, tlrmvm_grouped),
-            "packed": (place_packed, tlrmvm_packed),
-            "banded": (place_operator, tlrmvm),
+            "grouped": (plan_grouped, tlrmvm_grouped),
+            "packed": (plan_packed, tlrmvm_packed),
+            "banded": (plan_placement, tlrmvm),
         }
         if layout not in layouts:
             raise TlrError(f"unknown layout {layout!r}; use 'grouped', 'packed' or 'banded'")
-        place, factory = layouts[layout]
-        wafer, plan, bases = place(
-            op,
-            spec,
-            rank_chunk=rank_chunk,
-            batch=batch,
-            mesh_shape=mesh_shape,
-            defect_seed=defect_seed,
-        )
+        planner, factory = layouts[layout]
+        plan = planner(op, spec, rank_chunk=rank_chunk, batch=batch)
+        wafer, bases = place_plan(op, spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
         fns = factory(wafer, plan)
         return cls(op, wafer, plan, bases, fns, jax.jit(fns.matvec_fn), jax.jit(fns.rmatvec_fn))
 

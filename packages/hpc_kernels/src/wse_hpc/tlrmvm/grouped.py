@@ -59,7 +59,6 @@ from wse_hpc.tlrmvm.wafer import (
     _ceil,
     _check_vector,
     _pad_grid,
-    build_planned_wafer,
 )
 
 __all__ = [
@@ -67,7 +66,6 @@ __all__ = [
     "colour_slices",
     "deal_groups",
     "plan_grouped",
-    "place_grouped",
     "tlrmvm_grouped",
 ]
 
@@ -107,6 +105,10 @@ class GroupedPlan(PaddedBases):
 
     def bytes_per_pe(self) -> dict[str, int]:
         return _bytes(self.nb, self.ring, self.rank_chunk, self.windows, self.batch, self.itemsize)
+
+    def fields(self, op: TlrOperator) -> tuple[np.ndarray, np.ndarray]:
+        """The placed (vh, u) fields of `op` (see the module doc)."""
+        return _fields(op, self)
 
     def describe(self) -> dict[str, object]:
         return {
@@ -293,21 +295,6 @@ def _fields(op: TlrOperator, plan: GroupedPlan) -> tuple[np.ndarray, np.ndarray]
             :, u_off[t, rows_[:, 1]] + rows_[:, 2]
         ].T
     return _stored(vh), _stored(ut)
-
-
-def place_grouped(
-    op: TlrOperator,
-    spec: WaferSpec,
-    *,
-    rank_chunk: int | None = None,
-    batch: int = 1,
-    mesh_shape: tuple[int, int] | None = None,
-    defect_seed: int | None = None,
-) -> tuple[Wafer, GroupedPlan, TlrBases]:
-    plan = plan_grouped(op, spec, rank_chunk=rank_chunk, batch=batch)
-    wafer = build_planned_wafer(spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
-    vh, u = _fields(op, plan)
-    return wafer, plan, TlrBases(wafer.place(vh), wafer.place(u))
 
 
 def _row_index(plan: GroupedPlan, padded: tuple[int, int], adjoint: bool) -> dict[str, np.ndarray]:

@@ -34,10 +34,9 @@ from wse_hpc.tlrmvm.wafer import (
     _check_vector,
     _pad_grid,
     _ring_reduce_scatter,
-    build_planned_wafer,
 )
 
-__all__ = ["PackedPlan", "plan_packed", "place_packed", "tlrmvm_packed"]
+__all__ = ["PackedPlan", "plan_packed", "tlrmvm_packed"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -69,6 +68,10 @@ class PackedPlan(PaddedBases):
 
     def bytes_per_pe(self) -> dict[str, int]:
         return _bytes(self.nb, self.tiles, self.rank_chunk, self.batch, self.itemsize)
+
+    def fields(self, op: TlrOperator) -> tuple[np.ndarray, np.ndarray]:
+        """The placed (vh, u) fields of `op` (see the module doc)."""
+        return _fields(op, self)
 
     def describe(self) -> dict[str, object]:
         return {
@@ -179,21 +182,6 @@ def _fields(op: TlrOperator, plan: PackedPlan) -> tuple[np.ndarray, np.ndarray]:
             blk[: ub.shape[0], : ub.shape[1]] = ub
             u[r, cs, :, (cs - t) % nt, :] = blk.reshape(nt, ch, w)  # slot s = c - t
     return vh, u
-
-
-def place_packed(
-    op: TlrOperator,
-    spec: WaferSpec,
-    *,
-    rank_chunk: int | None = None,
-    batch: int = 1,
-    mesh_shape: tuple[int, int] | None = None,
-    defect_seed: int | None = None,
-) -> tuple[Wafer, PackedPlan, TlrBases]:
-    plan = plan_packed(op, spec, rank_chunk=rank_chunk, batch=batch)
-    wafer = build_planned_wafer(spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
-    vh, u = _fields(op, plan)
-    return wafer, plan, TlrBases(wafer.place(vh), wafer.place(u))
 
 
 def _slot_windows(plan: PackedPlan, padded: tuple[int, int]) -> np.ndarray:

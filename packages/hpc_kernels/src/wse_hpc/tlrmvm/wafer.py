@@ -1,9 +1,10 @@
 """TLR-MVM on the wafer, banded layout: the bases in PE SRAM and the three phases as pure
 functions. (`packed` is the bucketed layout, which needs fewer PEs when ranks vary.)
 
-Placement (host-side, static; `plan_placement`, `place_operator`). Tile column j of the
-operator is PE column j. Tile row i owns a band of p_i consecutive PE rows; PE (r, j) of the
-band holds rank slice q (w columns, w = the rank chunk) of tile (i, j):
+Placement (host-side, static; `plan_placement`, then `place_plan`, which places any layout's
+plan). Tile column j of the operator is PE column j. Tile row i owns a band of p_i
+consecutive PE rows; PE (r, j) of the band holds rank slice q (w columns, w = the rank
+chunk) of tile (i, j):
 - `vh[r, j]` = V_ij[:, q*w:(q+1)*w]^H, (w, nb): the phase-1 stack (tile column order);
 - `u[r, j, :, s*w:(s+1)*w]` = U_it[j*ch:(j+1)*ch, q*w:(q+1)*w] for t = (j - s) mod nt,
   (ch, nt*w) with ch = ceil(nb / nt): the phase-3 stack, rows chunk j of tile row i, its
@@ -41,7 +42,7 @@ from wse_core.wafer import Wafer, build_wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 
-__all__ = ["TlrPlan", "TlrBases", "TlrFns", "plan_placement", "place_operator", "tlrmvm"]
+__all__ = ["TlrPlan", "TlrBases", "TlrFns", "plan_placement", "place_plan", "tlrmvm"]
 
 
 class PaddedBases:
@@ -90,6 +91,10 @@ class TlrPlan(PaddedBases):
             self.nb, self.tiles[1], self.rank_chunk, self.max_band, self.batch, self.itemsize
         )
 
+    def fields(self, op: TlrOperator) -> tuple[np.ndarray, np.ndarray]:
+        """The placed (vh, u) fields of `op` (see the module doc)."""
+        return _vh_field(op, self), _u_field(op, self)
+
     def describe(self) -> dict[str, object]:
         return {
             "layout": "banded",
@@ -109,6 +114,8 @@ class LayoutPlan(Protocol):
     def grid(self) -> tuple[int, int]: ...
 
     def bytes_per_pe(self) -> dict[str, int]: ...
+
+    def fields(self, op: TlrOperator) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class TlrBases(NamedTuple):
@@ -200,35 +207,21 @@ def _u_field(op: TlrOperator, plan: TlrPlan) -> np.ndarray:
     return out.reshape(rows, nt, ch, nt * w)
 
 
-def place_operator(
+def place_plan(
     op: TlrOperator,
-    spec: WaferSpec,
-    *,
-    rank_chunk: int | None = None,
-    batch: int = 1,
-    mesh_shape: tuple[int, int] | None = None,
-    defect_seed: int | None = None,
-) -> tuple[Wafer, TlrPlan, TlrBases]:
-    """Plan, build the wafer of the plan's grid, declare SRAM, and place the bases."""
-    plan = plan_placement(op, spec, rank_chunk=rank_chunk, batch=batch)
-    wafer = build_planned_wafer(spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
-    bases = TlrBases(wafer.place(_vh_field(op, plan)), wafer.place(_u_field(op, plan)))
-    return wafer, plan, bases
-
-
-def build_planned_wafer(
     spec: WaferSpec,
     plan: LayoutPlan,
     *,
     mesh_shape: tuple[int, int] | None = None,
     defect_seed: int | None = None,
-) -> Wafer:
-    """The wafer of a layout plan's grid with the plan's bytes per PE declared in its SRAM
-    ledger (any layout's plan: it has `grid` and `bytes_per_pe()`)."""
+) -> tuple[Wafer, TlrBases]:
+    """Any layout's plan on the wafer: build the wafer of the plan's grid, declare the
+    plan's bytes per PE in its SRAM ledger, and place the plan's fields of `op`."""
     wafer = build_wafer(spec, grid=plan.grid, mesh_shape=mesh_shape, defect_seed=defect_seed)
     for name, nbytes in plan.bytes_per_pe().items():
         wafer.sram.allocate(name, nbytes)
-    return wafer
+    vh, u = plan.fields(op)
+    return wafer, TlrBases(wafer.place(vh), wafer.place(u))
 
 
 # -- the three phases -------------------------------------------------------------------
