@@ -12,9 +12,9 @@ the grouped layout (the default) on one device (the engine's default mesh) and s
 all devices, and the packed layout. NumPy baselines are timed with BLAS on one thread and
 on its default threads, keeping the faster; every method is timed in 3 interleaved rounds
 and keeps its best round's median. With `--batch B` every product is of B vectors and
-times are per vector. Reports the median time of each, the
-compression ratio, the relative error against the dense product, the speedup over dense
-against the target 0.7 x compression ratio, a STREAM-like memory bandwidth, and the wafer
+times are per vector. Reports the median time of each, the compression ratio, the relative
+error against the dense product, the speedup over dense against the target 0.7 x
+compression ratio, a STREAM-like copy bandwidth on one and on two threads, and the wafer
 model's predictions. Writes bench/results/tlrmvm[_dN][_bB].json.
 """
 
@@ -25,6 +25,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -87,12 +88,24 @@ def timed(fn, x, repeats: int) -> float:
     return statistics.median(times)
 
 
-def stream_bytes_per_s(repeats: int = 5) -> float:
-    """A STREAM-like copy of 256 MiB (bytes read + written per second)."""
+def stream_bytes_per_s(repeats: int = 5, threads: int = 1) -> float:
+    """A STREAM-like copy of 256 MiB (bytes read + written per second), split over
+    `threads` Python threads (NumPy copies without the GIL)."""
     a = np.ones(32 * 2**20)
     b = np.empty_like(a)
-    t = timed(lambda _: np.copyto(b, a), None, repeats)
-    return 2 * a.nbytes / t
+    cuts = np.linspace(0, a.size, threads + 1).astype(int)
+
+    def copy(_):
+        parts = [
+            threading.Thread(target=np.copyto, args=(b[lo:hi], a[lo:hi]))
+            for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)
+        ]
+        for t in parts:
+            t.start()
+        for t in parts:
+            t.join()
+
+    return 2 * a.nbytes / timed(copy, None, repeats)
 
 
 def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) -> dict:
@@ -161,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 3 if args.quick else 9
     out = {
         "stream_bytes_per_s": stream_bytes_per_s(),
+        "stream_bytes_per_s_2_threads": stream_bytes_per_s(threads=2),
+        "load_average_at_start": os.getloadavg()[0],  # other work on the shared machine
         "cores": os.cpu_count(),
         "devices": jax.device_count(),
         "batch": args.batch,
@@ -173,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{'rel err':>9} {'pred µs':>8}"
     )
     print(
-        f"memory bandwidth (copy): {out['stream_bytes_per_s'] / 1e9:.1f} GB/s; "
+        f"memory bandwidth (copy): {out['stream_bytes_per_s'] / 1e9:.1f} GB/s on one thread, "
+        f"{out['stream_bytes_per_s_2_threads'] / 1e9:.1f} GB/s on two; "
         f"{out['devices']} JAX device(s); batch {args.batch} (times per vector)"
     )
     print(head)
@@ -191,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['wafer_emu_rel_err']:>9.2e} {r['predicted']['wafer_s'] * 1e6:>8.2f}",
             flush=True,
         )
+    out["load_average_at_end"] = os.getloadavg()[0]
+    print(
+        f"load average (1 min) {out['load_average_at_start']:.1f} at start, "
+        f"{out['load_average_at_end']:.1f} at end on {out['cores']} cores"
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     default_devices = args.devices is None
     name = "tlrmvm" + ("" if default_devices else f"_d{args.devices}")
