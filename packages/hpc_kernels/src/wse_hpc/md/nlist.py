@@ -167,8 +167,8 @@ def _pack(counts: jax.Array, caps: np.ndarray, total: int):
 
 def _by_chunks(fn, size: int, *blocks: jax.Array):
     """fn over a block's PEs, `size` at a time: blocks are (br, bc, ...) arrays, fn gets
-    the flat PE indices (size,) and the (size, ...) parts and returns (size, ...) arrays; the
-    last chunk overlaps the one before (recomputes a few PEs) instead of padding."""
+    their (size, ...) parts and returns (size, ...) arrays; the last chunk overlaps the one
+    before (recomputes a few PEs) instead of padding."""
     br, bc = blocks[0].shape[:2]
     n = br * bc
     size = min(size, n)
@@ -177,8 +177,7 @@ def _by_chunks(fn, size: int, *blocks: jax.Array):
     starts = jnp.minimum(jnp.arange(count, dtype=jnp.int32) * size, n - size)
 
     def one(start):
-        ids = start + jnp.arange(size, dtype=jnp.int32)
-        return fn(ids, *(jax.lax.dynamic_slice_in_dim(f, start, size) for f in flat))
+        return fn(*(jax.lax.dynamic_slice_in_dim(f, start, size) for f in flat))
 
     tail = n - (count - 1) * size
 
@@ -290,7 +289,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         """Phase 1 on a block, CHUNK PEs at a time: F'(rho) and the embedding energy."""
         planes = [region[..., i] for i in range(3)]
 
-        def chunk(_, at, valid, sp_j, pos, sp_i):
+        def chunk(at, valid, sp_j, pos, sp_i):
             _, _, valid, k, p = pairs(at, valid, pos, planes)
             c_rho = _coeffs(tab.rhor, knot(sp_j, sp_i[:, None], k))  # density on i from j
             rho = jnp.sum(jnp.where(valid, _value(c_rho, p), 0.0), axis=-1)
@@ -306,7 +305,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         planes = [pos_region[..., i] for i in range(3)]
         fp_flat = fp_region.reshape(-1)
 
-        def chunk(_, at, valid, sp_j, pos, sp_i, fp):
+        def chunk(at, valid, sp_j, pos, sp_i, fp):
             d, r, valid, k, p = pairs(at, valid, pos, planes)
             fp_j = jnp.take(fp_flat, at)
             sp_i = sp_i[:, None]
