@@ -13,7 +13,8 @@ inside the timed steps. Prints a table and writes bench/results/md.json.
 `--cores N` pins the process (and the `lmp` it starts) to N CPUs before JAX starts threads,
 so every code gets the same cores (LAMMPS runs one rank either way). XLA runs without
 `--xla_llvm_disable_expensive_passes` (which `wse_core.runtime.configure` adds to halve
-compile times): here it slowed the EAM kernels' gathers and splines severalfold.
+compile times): it slowed an earlier EAM kernel's gathers and splines 2-4x; the current
+list kernel's force evaluation runs within 3% with and without it.
 
     python bench/bench_md.py [--quick] [--devices N] [--cores N]
 
