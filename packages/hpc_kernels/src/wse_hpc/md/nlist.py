@@ -179,6 +179,8 @@ def _by_chunks(fn, size: int, *blocks: jax.Array):
     def one(start):
         return fn(*(jax.lax.dynamic_slice_in_dim(f, start, size) for f in flat))
 
+    if count == 1:  # no loop for a single chunk
+        return jax.tree.map(lambda o: o.reshape((br, bc) + o.shape[1:]), fn(*flat))
     tail = n - (count - 1) * size
 
     def assemble(o):
