@@ -15,7 +15,10 @@ and keeps its best round's median. With `--batch B` every product is of B vector
 times are per vector. Reports the median time of each, the compression ratio, the relative
 error against the dense product, the speedup over dense against the target 0.7 x
 compression ratio, a STREAM-like copy bandwidth on one and on two threads, and the wafer
-model's predictions. Writes bench/results/tlrmvm[_dN][_bB].json.
+model's predictions. The allocator setting is the one `wse hpc tlrmvm run` uses
+(`keep_freed_memory`: XLA's per-call temporaries reuse mapped pages; ~600 page faults per
+product at 9801 otherwise, ~10% of its time), the same for every method. Writes
+bench/results/tlrmvm[_dN][_bB].json.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from wse_core.runtime import configure
+from wse_core.runtime import configure, keep_freed_memory
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,6 +46,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 ARGS = _args() if __name__ == "__main__" else None
+KEPT = keep_freed_memory()  # before JAX starts threads: every contender in this process shares it
 configure(ARGS.devices if ARGS else None)  # before JAX starts
 
 import jax  # noqa: E402
@@ -176,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "stream_bytes_per_s": stream_bytes_per_s(),
         "stream_bytes_per_s_2_threads": stream_bytes_per_s(threads=2),
         "load_average_at_start": os.getloadavg()[0],  # other work on the shared machine
+        "keep_freed_memory": KEPT,
         "cores": os.cpu_count(),
         "devices": jax.device_count(),
         "batch": args.batch,

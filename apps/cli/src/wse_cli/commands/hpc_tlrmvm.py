@@ -112,10 +112,12 @@ def run(
     """Run the TLR-MVM on the emulated wafer: error, timing, predicted wafer figures."""
     import numpy as np
     from wse_core import preset as get_preset
+    from wse_core.runtime import keep_freed_memory
     from wse_hpc.tlrmvm import load_operator
     from wse_hpc.tlrmvm.engine import TlrEngine
     from wse_hpc.tlrmvm.perf import cluster
 
+    keep_freed_memory()  # each product's XLA temporaries reuse mapped pages (no page faults)
     if not operator.exists():
         fail(
             f"operator file {str(operator)!r} does not exist; make one with "
