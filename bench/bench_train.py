@@ -14,7 +14,9 @@ allocator setting (`keep_freed_memory`, as `wse train` runs: freed temporaries s
 instead of being faulted in again every call), which holds for torch in the same process
 too. Prints a table
 and writes bench/results/train.json. Timings are the median of interleaved rounds (the
-machine is shared), each round timing every contender once.
+machine is shared), each round timing every contender once. `faults` counts minor page faults
+per step: memory the allocator had to map afresh (the fused step still takes some, from heap
+fragmentation when interleaved with the others; alone it takes none).
 """
 
 from __future__ import annotations
