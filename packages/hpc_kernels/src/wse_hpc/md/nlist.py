@@ -125,18 +125,20 @@ def list_caps(
 
 
 def _ctz(x: jax.Array) -> jax.Array:
-    """Trailing zero bits of uint32 x (32 for 0)."""
-    return jax.lax.population_count((x & (~x + jnp.uint32(1))) - jnp.uint32(1)).astype(jnp.int32)
+    """Trailing zero bits of uint32 x != 0: the exponent of its lowest set bit as a float32
+    (exact for powers of two; the sign bit of bit 31 is masked off)."""
+    low = (x & (~x + jnp.uint32(1))).astype(jnp.int32)  # bit 31 wraps to -2**31
+    bits = jax.lax.bitcast_convert_type(low.astype(jnp.float32), jnp.int32)
+    return jnp.where(x == 0, 32, ((bits >> 23) & 0xFF) - 127)
 
 
 def _first_set_bits(words: list[jax.Array], cap: int, width: int):
     """The positions of the first `cap` set bits (lowest first) of each PE's bit mask, held
-    in uint32 words (bit j of the mask is bit j % 32 of words[j // 32]): (R, C, cap) int32,
+    in uint32 words (bit j of the mask is bit j % 32 of words[j // 32]): (cap, R, C) int32,
     at most width - 1 where fewer are set, and the count of set bits (R, C)."""
     count = sum(jax.lax.population_count(w).astype(jnp.int32) for w in words)
 
-    def next_bit(t, carry):
-        words, out = carry
+    def next_bit(words, _):
         col = 32 * (len(words) - 1) + _ctz(words[-1])
         for i in reversed(range(len(words) - 1)):
             col = jnp.where(words[i] != 0, 32 * i + _ctz(words[i]), col)
@@ -144,11 +146,9 @@ def _first_set_bits(words: list[jax.Array], cap: int, width: int):
         for w in words:  # clear the bit found, in the first non-empty word
             cleared.append(jnp.where(earlier_empty & (w != 0), w & (w - jnp.uint32(1)), w))
             earlier_empty = earlier_empty & (w == 0)
-        col = jnp.minimum(col, width - 1)[..., None]
-        return tuple(cleared), jax.lax.dynamic_update_slice_in_dim(out, col, t, axis=-1)
+        return tuple(cleared), jnp.minimum(col, width - 1)
 
-    out = jnp.zeros((cap,), jnp.int32) + 0 * count[..., None]  # varies as count does
-    return jax.lax.fori_loop(0, cap, next_bit, (tuple(words), out))[1], count
+    return jax.lax.scan(next_bit, tuple(words), None, length=cap)[1], count
 
 
 def _pack(counts: jax.Array, caps: np.ndarray, total: int):
@@ -223,7 +223,6 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         planes = [region[..., i] for i in range(4)]  # x, y, z, species of the region
         mine = [pos[..., i] for i in range(3)]
         pitch = region.shape[1]
-        base = (jnp.arange(br)[:, None] * pitch + jnp.arange(bc))[..., None]
 
         def one_offset(_, off):
             rows = [jax.lax.dynamic_slice_in_dim(p, kr + off, br, axis=0) for p in planes]
@@ -239,20 +238,21 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
                     ok = ok & (off != 0)  # not itself
                 words[j // 32] = words[j // 32] | (ok.astype(jnp.uint32) << (j % 32))
             col, count = _first_set_bits(words, cap_max, width)
-            sp = jnp.take(rows[3].reshape(-1), base + col)
-            return None, (col, count, sp)
+            return None, (col, count)
 
-        _, (cols, counts, species) = jax.lax.scan(one_offset, None, jnp.asarray(offsets))
+        _, (cols, counts) = jax.lax.scan(one_offset, None, jnp.asarray(offsets))
         counts = jnp.moveaxis(counts, 0, 2)  # (br, bc, S)
         seg, entry, count = _pack(counts, seg_caps, total)
-        # the picked entries of the scan's (S, br, bc, cap_max) outputs
-        at = ((seg * br + jnp.arange(br)[:, None, None]) * bc + jnp.arange(bc)[:, None]) * cap_max
-        at = at + jnp.minimum(entry, cap_max - 1)
-        # in the forces' region (rows -depth .. depth, the same columns): row r + depth + off
-        row = jnp.arange(br)[:, None, None] + depth + jnp.take(jnp.asarray(offsets), seg)
-        index = row * pitch + jnp.arange(bc)[:, None] + jnp.take(cols, at)
+        # the picked entries of the scan's (S, cap_max, br, bc) column outputs
+        pe_r, pe_c = jnp.arange(br)[:, None, None], jnp.arange(bc)[:, None]
+        at = ((seg * cap_max + jnp.minimum(entry, cap_max - 1)) * br + pe_r) * bc + pe_c
+        col = jnp.take(cols, at)
+        row = pe_r + jnp.take(jnp.asarray(offsets), seg)  # in rows of the build's region - kr
+        species = jnp.take(planes[3].reshape(-1), (row + kr) * pitch + pe_c + col)
+        # in the forces' region (rows -depth .. depth, the same columns)
+        index = (row + depth) * pitch + pe_c + col
         over = jnp.any(counts > jnp.asarray(seg_caps, jnp.int32), axis=-1) | (count > total)
-        return index, jnp.take(species, at), count, over
+        return index, species, count, over
 
     def build_fn(state: jax.Array, geo: Geometry):
         pos, sp = state[..., :3], state[..., SPECIES]
