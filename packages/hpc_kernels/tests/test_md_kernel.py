@@ -112,15 +112,16 @@ def test_window_is_counted_in_sram_and_fabric():
     assert got["traffic"].words > 0 and got["traffic"].count > 0
 
 
-def _lists(s, sp, *, mesh, skin=1.0, caps=None, defect_seed=None, moved=None):
-    """The neighbour-list kernel: build, then forces (float64, atom order)."""
+def _lists(s, sp, *, mesh, skin=1.0, caps=None, defect_seed=None, moved=None, margin=0.0):
+    """The neighbour-list kernel: build, then forces (float64, atom order); the window is
+    planned for cutoff + skin + `margin`."""
     grid = mapping.choose_grid(s.num_atoms)
     wafer = build_wafer(preset("small"), grid=grid, mesh_shape=mesh, defect_seed=defect_seed)
     state = mapping.pack(
         mapping.initial_map(s.positions_A, grid, s.box_A), s.positions_A, sp, dtype=np.float64
     )
     reach = POT.cutoff_A + skin
-    kr, kc = mapping.window_needed(state, s.box_A, reach)
+    kr, kc = mapping.window_needed(state, s.box_A, reach + margin)
     caps = caps or list_caps(state, s.box_A, reach, kr, kc)
     plan = EamPlan(kr, kc, tuple(s.box_A), "float64", skin, caps)
     sram_plan(wafer, POT, plan)
@@ -158,6 +159,20 @@ def test_neighbour_lists_match_numpy_reference(mesh):
     assert not got["overflow"] and not got["moved"]
     # far fewer candidates than window slots: the point of the lists
     assert got["caps"][-1] < 0.5 * got["window_pes"]
+    np.testing.assert_allclose(got["forces"], ref.forces_eV_A, atol=1e-11)
+    np.testing.assert_allclose(got["energy"], ref.energy_eV, atol=1e-12)
+    assert got["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)
+
+
+def test_neighbour_lists_in_a_window_wider_than_their_reach():
+    """A window planned wider than cutoff + skin (a re-plan widens it) leaves the farthest
+    row offsets without candidates; the padding entries must still read inside the forces'
+    region (they once read past it: NaN forces)."""
+    s, sp = _system(seed=7, cells=(6, 6, 6))
+    ref = eam_reference(POT, s.positions_A, sp, s.box_A)
+    with jax.enable_x64(True):
+        got = _lists(s, sp, mesh=(2, 4), margin=1.0)
+    assert got["caps"][0] == 0 and got["caps"][-2] == 0  # offsets +-k_rows hold none
     np.testing.assert_allclose(got["forces"], ref.forces_eV_A, atol=1e-11)
     np.testing.assert_allclose(got["energy"], ref.energy_eV, atol=1e-12)
     assert got["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)

@@ -250,7 +250,8 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         row = pe_r + jnp.take(jnp.asarray(offsets), seg)  # in rows of the build's region - kr
         species = jnp.take(planes[3].reshape(-1), (row + kr) * pitch + pe_c + col)
         # in the forces' region (rows -depth .. depth, the same columns)
-        index = (row + depth) * pitch + pe_c + col
+        # (padding entries may name a row offset beyond depth: clipped into the region)
+        index = jnp.clip(row + depth, 0, br + 2 * depth - 1) * pitch + pe_c + col
         over = jnp.any(counts > jnp.asarray(seg_caps, jnp.int32), axis=-1) | (count > total)
         return index, species, count, over
 
@@ -279,7 +280,10 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     def pairs(at, valid, pos, planes):
         """Displacements (3 x (n, M)), distances and interval of n PEs to their candidates
         (at: their flat places in the window region whose x, y, z planes are given)."""
-        d = [jnp.take(q.reshape(-1), at) - pos[:, i, None] for i, q in enumerate(planes)]
+        d = [
+            q.reshape(-1).at[at].get(mode="promise_in_bounds") - pos[:, i, None]
+            for i, q in enumerate(planes)
+        ]
         d = [min_image(di, box[i]) for i, di in enumerate(d)]
         r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
         valid = valid & (r2 < cutoff * cutoff)
@@ -309,7 +313,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
 
         def chunk(at, valid, sp_j, pos, sp_i, fp):
             d, r, valid, k, p = pairs(at, valid, pos, planes)
-            fp_j = jnp.take(fp_flat, at)
+            fp_j = fp_flat.at[at].get(mode="promise_in_bounds")
             sp_i = sp_i[:, None]
             rhojp = _slope(_coeffs(tab.rhor, knot(sp_j, sp_i, k), 3), p, inv_dr)
             if ne > 1:
