@@ -17,12 +17,14 @@ so no PE holds two V rows, or two U rows, of one colour, and the V and U of a ra
 at the same row k of two PEs of one PE column. The plan first tries `colour_by_rows`, a
 colouring in which every PE's U rows belong to one tile row (runs of at most w rank rows of
 a tile row per PE; up to ~10% more PE columns, padding within PAD_OK): phase 3 then computes
-one partial y piece per PE instead of s (at 9801^2 complex, 20 x 120 PEs instead of 20 x 110,
-and 10-15% less time per product on XLA:CPU); Koenig's colouring is the fallback.
+one partial y piece per PE instead of s (on the benchmark's seismic operators 5-10% more PE
+columns, 9801^2: 20 x 120 instead of 20 x 110, and 4-30% less time per product on XLA:CPU
+at 2500-9801, A/B in one process); Koenig's colouring is the fallback.
 The group size s (1-4) is the plan's choice:
 the one whose padded bases plus per-PE partial sums are the fewest bytes (larger groups
-balance the loads better but give each PE s partial sums). The grid is L x ceil(D / w);
-the padding is the unused rows of the PEs, a few percent at s = 2-4.
+balance the loads better but give each PE s partial sums). The grid is L x ceil(D / w)
+(Koenig's colouring) or a few columns more (`colour_by_rows`); the padding is the unused
+rows of the PEs, a few percent at s = 2-4 (5-10% more by rows).
 
 Complex bases are stored as float32 pairs (w, 2 nb), real and imaginary parts interleaved:
 phase 1 then runs as one real dot per PE row against [[x_re, x_im], [-x_im, x_re]] (XLA:CPU's
@@ -36,7 +38,8 @@ The product y = A x (`matvec_fn(bases, x)`, x: (N, b)):
    allgather of the w values per PE); the PE of U row (g', r, k) keeps row k of the slot of
    PE row g, the group of its tile column;
 3. phase 3: each PE adds its U rows times those values into one partial y piece per tile row
-   of its group (s pieces); a sum along the PE row (row allreduce) delivers the y_i.
+   of its group (s pieces; one, the others zero, when its U rows are of one tile row); a sum
+   along the PE row (row allreduce of the s pieces) delivers the y_i.
 The adjoint A^H y runs the same placement backwards: the y pieces along the rows, U^H y_i per
 U row, the ring allgather south (the V row keeps the slot of its tile row's group), V times
 it into partial x pieces and a sum along the row.
