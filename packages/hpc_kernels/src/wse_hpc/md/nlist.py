@@ -207,6 +207,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     seg_caps = np.asarray([caps[off + kr] for off in offsets])  # per offset, march order
     depth = max((abs(off) for off, c in zip(offsets, seg_caps, strict=True) if c), default=0)
     width, cap_max = 2 * kc + 1, max(caps)
+    col_dtype = jnp.uint8 if width <= 256 else jnp.int32  # a build's window columns, compact
     if total == 0:
         raise WseError("no atom has a neighbour within the cutoff + skin")
 
@@ -238,15 +239,17 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
                     ok = ok & (off != 0)  # not itself
                 words[j // 32] = words[j // 32] | (ok.astype(jnp.uint32) << (j % 32))
             col, count = _first_set_bits(words, cap_max, width)
-            return None, (col, count)
+            return None, (col.astype(col_dtype), count)
 
         _, (cols, counts) = jax.lax.scan(one_offset, None, jnp.asarray(offsets))
         counts = jnp.moveaxis(counts, 0, 2)  # (br, bc, S)
         seg, entry, count = _pack(counts, seg_caps, total)
         # the picked entries of the scan's (S, cap_max, br, bc) column outputs
         pe_r, pe_c = jnp.arange(br)[:, None, None], jnp.arange(bc)[:, None]
-        at = ((seg * cap_max + jnp.minimum(entry, cap_max - 1)) * br + pe_r) * bc + pe_c
-        col = jnp.take(cols, at)
+        # each PE's (S, cap_max) columns together, so its picks share cache lines
+        cols = jnp.transpose(cols, (2, 3, 0, 1))
+        at = ((pe_r * bc + pe_c) * len(offsets) + seg) * cap_max + jnp.minimum(entry, cap_max - 1)
+        col = jnp.take(cols, at).astype(jnp.int32)
         row = pe_r + jnp.take(jnp.asarray(offsets), seg)  # in rows of the build's region - kr
         species = jnp.take(planes[3].reshape(-1), (row + kr) * pitch + pe_c + col)
         # in the forces' region (rows -depth .. depth, the same columns)
