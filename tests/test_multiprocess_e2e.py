@@ -65,6 +65,9 @@ def test_md_run_is_bit_identical_across_processes(tmp_path):
         "300",
         "--preset",
         "small",
+        "--mesh",  # one 2 x 4 mesh either way (one process alone would take one device)
+        "2",
+        "4",
         "--json",
     ]
     one, two = run_json(args), launch_json(args)

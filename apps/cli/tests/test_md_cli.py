@@ -91,6 +91,7 @@ def test_steps_zero_writes_energies_and_forces_equal_to_the_oracle(cu_file, tmp_
         (["--element", "Zr"], "no parameters for Zr"),
         (["--thermostat", "nose"], "unknown thermostat"),
         (["--thermostat", "nose-hoover"], "nose-hoover needs"),
+        (["--mesh", "8", "8"], "mesh 8 x 8 needs 64 devices"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(cu_file, args, message):

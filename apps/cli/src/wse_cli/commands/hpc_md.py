@@ -58,6 +58,12 @@ def md(
     precision: str = typer.Option("fp32", "--precision", help="fp32 | fp64"),
     preset: str = typer.Option("wse3", "--preset", help="Wafer preset (its PE grid)."),
     defect_seed: int = typer.Option(None, "--defect-seed", help="Draw and repair defects."),
+    mesh: tuple[int, int] = typer.Option(
+        None,
+        "--mesh",
+        help="Device mesh ROWS COLS (default: one device per 8192 PEs; every device when "
+        "run over several processes).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     num_processes: int = multiprocess.NUM_PROCESSES,
     process_id: int = multiprocess.PROCESS_ID,
@@ -86,6 +92,7 @@ def md(
         dtype="float64" if precision == "fp64" else "float32",
         wafer=preset,
         defect_seed=defect_seed,
+        mesh_shape=None if mesh is None else (int(mesh[0]), int(mesh[1])),
     )
     _run(s, pot, cfg, out, as_json)
 
