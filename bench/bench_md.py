@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 SIZES = {256: (4, 4, 4), 4000: (10, 10, 10), 32000: (20, 20, 20)}
@@ -88,6 +89,8 @@ def _jaxmd(s, setfl: Path, steps: int) -> dict:
         from jax_md import energy, simulate, space
     except ImportError as e:
         return {"error": f"jax-md not importable: {e}"}
+    # jax-md asks for int64/float64 without x64 enabled; JAX truncates to 32 bits and warns
+    warnings.filterwarnings("ignore", message="Explicitly requested dtype")
     box = float(s.box_A[0])
     disp, shift = space.periodic(box)
     with open(setfl) as f:
