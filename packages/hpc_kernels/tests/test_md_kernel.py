@@ -55,16 +55,6 @@ def test_kernel_matches_numpy_reference(mesh):
     assert got["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)
 
 
-@pytest.mark.slow
-def test_same_results_with_and_without_defects():
-    s, sp = _system(seed=4)
-    with jax.enable_x64(True):
-        clean = _kernel(s, sp, mesh=(2, 4))
-        broken = _kernel(s, sp, mesh=(2, 4), defect_seed=11)
-    np.testing.assert_array_equal(clean["forces"], broken["forces"])
-    np.testing.assert_array_equal(clean["energy"], broken["energy"])
-
-
 @pytest.mark.parametrize(
     "shrink",
     [
@@ -206,11 +196,12 @@ def _shift(s, dx):
 
 
 @pytest.mark.slow
-def test_neighbour_lists_same_results_with_and_without_defects():
+@pytest.mark.parametrize("evaluate", [_kernel, _lists], ids=["full_window", "neighbour_lists"])
+def test_same_results_with_and_without_defects(evaluate):
     s, sp = _system(seed=4)
     with jax.enable_x64(True):
-        clean = _lists(s, sp, mesh=(2, 4))
-        broken = _lists(s, sp, mesh=(2, 4), defect_seed=11)
+        clean = evaluate(s, sp, mesh=(2, 4))
+        broken = evaluate(s, sp, mesh=(2, 4), defect_seed=11)
     np.testing.assert_array_equal(clean["forces"], broken["forces"])
     np.testing.assert_array_equal(clean["energy"], broken["energy"])
 

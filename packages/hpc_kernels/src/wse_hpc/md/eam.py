@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -156,6 +157,52 @@ def _slope(c, p, inv_delta: float):
     return ((3.0 * c[0] * p + 2.0 * c[1]) * p + c[2]) * inv_delta
 
 
+class _Splines(NamedTuple):
+    """The potential's spline physics per pair and per atom, shared by the full-window kernel
+    and the neighbour-list kernel (species as int32 indices into the potential's elements)."""
+
+    locate_r: Callable[[jax.Array], tuple[jax.Array, jax.Array]]  # r -> knot interval k, p
+    density: Callable[..., jax.Array]  # (sp_j, sp_i, k, p) -> rho of j at i
+    embed: Callable[..., tuple[jax.Array, jax.Array]]  # (rho, sp_i) -> F'(rho), F(rho)
+    # (fp_i, fp_j, sp_i, sp_j, k, p, r) -> psi', phi
+    pair: Callable[..., tuple[jax.Array, jax.Array]]
+
+
+def _splines(pot: EamPotential, dtype) -> _Splines:
+    tab = _tables(pot, dtype)
+    ne, nr, nrho = len(pot.elements), pot.nr, pot.nrho
+    inv_dr, inv_drho, rhomax = 1.0 / pot.dr, 1.0 / pot.drho, pot.rhomax
+
+    def knot(a, b, k):
+        return (a * ne + b) * nr + k if ne > 1 else k
+
+    def locate_r(r):
+        return _locate(r, inv_dr, nr)
+
+    def density(sp_j, sp_i, k, p):
+        return _value(_coeffs(tab.rhor, knot(sp_j, sp_i, k)), p)  # on i from j
+
+    def embed(rho, sp_i):
+        kf, pf = _locate(rho, inv_drho, nrho)
+        cf = _coeffs(tab.frho, sp_i * nrho + kf if ne > 1 else kf)
+        fp = _slope(cf, pf, inv_drho)
+        return fp, _value(cf, pf) + jnp.where(rho > rhomax, fp * (rho - rhomax), 0.0)
+
+    def pair(fp_i, fp_j, sp_i, sp_j, k, p, r):
+        """d(pair energy)/dr of i and j, psi' = F'_i rho_j' + F'_j rho_i' + phi', and phi."""
+        rhojp = _slope(_coeffs(tab.rhor, knot(sp_j, sp_i, k), 3), p, inv_dr)
+        if ne > 1:
+            rhoip = _slope(_coeffs(tab.rhor, knot(sp_i, sp_j, k), 3), p, inv_dr)
+        else:
+            rhoip = rhojp
+        cz = _coeffs(tab.z2r, knot(sp_i, sp_j, k))
+        phi = _value(cz, p) / r
+        phip = _slope(cz, p, inv_dr) / r - phi / r
+        return fp_i * rhojp + fp_j * rhoip + phip, phi
+
+    return _Splines(locate_r, density, embed, pair)
+
+
 # -- fabric patterns -------------------------------------------------------------------------
 def _row_window(wafer: Wafer, x: jax.Array, kc: int) -> jax.Array:
     """(R, C, F) -> (R, C, F, 2kc+1): the values of the PEs c - kc .. c + kc of each row,
@@ -274,14 +321,9 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
     if 2 * kr + 1 > wafer.rows or 2 * kc + 1 > wafer.cols:
         raise WseError(f"window +-{kr} x +-{kc} PEs exceeds the {wafer.rows} x {wafer.cols} grid")
     dtype = jnp.dtype(plan.dtype)
-    tab = _tables(pot, dtype)
-    ne, nr, nrho = len(pot.elements), pot.nr, pot.nrho
-    inv_dr, inv_drho, rhomax = 1.0 / pot.dr, 1.0 / pot.drho, pot.rhomax
+    spl = _splines(pot, dtype)
     cutoff = pot.cutoff_A
     box = jnp.asarray(np.array(plan.box_A), dtype)
-
-    def knot(a, b, k):
-        return (a * ne + b) * nr + k if ne > 1 else k
 
     def species(x):
         return jnp.maximum(x.astype(jnp.int32), 0)
@@ -292,30 +334,20 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
 
         def density(acc, slab, own_row):
             _, r, valid = _pairs(pos, sp, slab, box, cutoff, own_row, kc)
-            k, p = _locate(r, inv_dr, nr)
-            c = _coeffs(tab.rhor, knot(species(slab[:, :, 3]), sp_i, k))  # on i from j
-            return acc + jnp.sum(jnp.where(valid, _value(c, p), 0.0), axis=-1)
+            k, p = spl.locate_r(r)
+            rho_j = spl.density(species(slab[:, :, 3]), sp_i, k, p)
+            return acc + jnp.sum(jnp.where(valid, rho_j, 0.0), axis=-1)
 
         row = _row_window(wafer, state[..., [0, 1, 2, SPECIES]], kc)
         rho = _march(wafer, row, kr, jnp.zeros(sp.shape, dtype), density)
-        kf, pf = _locate(rho, inv_drho, nrho)
-        cf = _coeffs(tab.frho, species(sp) * nrho + kf if ne > 1 else kf)
-        fp = _slope(cf, pf, inv_drho)
-        emb = _value(cf, pf) + jnp.where(rho > rhomax, fp * (rho - rhomax), 0.0)
+        fp, emb = spl.embed(rho, species(sp))
 
         def force(acc, slab, own_row):  # phase 2: slab rows x, y, z, species, F'
             d, r, valid = _pairs(pos, sp, slab, box, cutoff, own_row, kc)
-            k, p = _locate(r, inv_dr, nr)
+            k, p = spl.locate_r(r)
             sp_j = species(slab[:, :, 3])
-            rhojp = _slope(_coeffs(tab.rhor, knot(sp_j, sp_i, k), 3), p, inv_dr)
-            if ne > 1:
-                rhoip = _slope(_coeffs(tab.rhor, knot(sp_i, sp_j, k), 3), p, inv_dr)
-            else:
-                rhoip = rhojp
-            cz = _coeffs(tab.z2r, knot(sp_i, sp_j, k))
-            phi = _value(cz, p) / r
-            phip = _slope(cz, p, inv_dr) / r - phi / r
-            psip = jnp.where(valid, fp[..., None] * rhojp + slab[:, :, 4] * rhoip + phip, 0.0)
+            psip, phi = spl.pair(fp[..., None], slab[:, :, 4], sp_i, sp_j, k, p, r)
+            psip = jnp.where(valid, psip, 0.0)
             f, e, v = acc
             return (
                 f + jnp.sum((psip / r)[:, :, None] * d, axis=-1),

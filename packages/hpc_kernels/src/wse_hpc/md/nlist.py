@@ -51,12 +51,8 @@ from wse_hpc.md.eam import (
     EamOutput,
     EamPlan,
     Geometry,
-    _coeffs,
-    _locate,
     _overflow,
-    _slope,
-    _tables,
-    _value,
+    _splines,
 )
 from wse_hpc.md.mapping import SPECIES
 from wse_hpc.md.potentials import EamPotential
@@ -196,9 +192,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     if len(plan.caps) != 2 * kr + 2 or not plan.skin_A > 0:
         raise WseError("a neighbour-list plan needs skin_A > 0 and 2 k_rows + 2 capacities")
     dtype = jnp.dtype(plan.dtype)
-    tab = _tables(pot, dtype)
-    ne, nr, nrho = len(pot.elements), pot.nr, pot.nrho
-    inv_dr, inv_drho, rhomax = 1.0 / pot.dr, 1.0 / pot.drho, pot.rhomax
+    spl = _splines(pot, dtype)
     cutoff, skin = pot.cutoff_A, plan.skin_A
     reach2 = (cutoff + skin) ** 2
     box = jnp.asarray(np.array(plan.box_A), dtype)
@@ -210,9 +204,6 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     col_dtype = jnp.uint8 if width <= 256 else jnp.int32  # a build's window columns, compact
     if total == 0:
         raise WseError("no atom has a neighbour within the cutoff + skin")
-
-    def knot(a, b, k):
-        return (a * ne + b) * nr + k if ne > 1 else k
 
     def min_image(d, b=box):  # b: the box, shaped to broadcast along d's x, y, z axis
         return d - b * jnp.round(d * (1.0 / b))
@@ -291,7 +282,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
         valid = valid & (r2 < cutoff * cutoff)
         r = jnp.sqrt(jnp.where(valid, r2, 1.0))
-        k, p = _locate(r, inv_dr, nr)  # one interval lookup per pair, for every spline
+        k, p = spl.locate_r(r)  # one interval lookup per pair, for every spline
         return d, r, valid, k, p
 
     def density(region, index, valid, sp_j, pos, sp_i):
@@ -300,12 +291,9 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
 
         def chunk(at, valid, sp_j, pos, sp_i):
             _, _, valid, k, p = pairs(at, valid, pos, planes)
-            c_rho = _coeffs(tab.rhor, knot(sp_j, sp_i[:, None], k))  # density on i from j
-            rho = jnp.sum(jnp.where(valid, _value(c_rho, p), 0.0), axis=-1)
-            kf, pf = _locate(rho, inv_drho, nrho)
-            cf = _coeffs(tab.frho, sp_i * nrho + kf if ne > 1 else kf)
-            fp = _slope(cf, pf, inv_drho)
-            return fp, _value(cf, pf) + jnp.where(rho > rhomax, fp * (rho - rhomax), 0.0)
+            rho_j = spl.density(sp_j, sp_i[:, None], k, p)
+            rho = jnp.sum(jnp.where(valid, rho_j, 0.0), axis=-1)
+            return spl.embed(rho, sp_i)
 
         return _by_chunks(chunk, CHUNK, index, valid, sp_j, pos, sp_i)
 
@@ -317,16 +305,8 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         def chunk(at, valid, sp_j, pos, sp_i, fp):
             d, r, valid, k, p = pairs(at, valid, pos, planes)
             fp_j = fp_flat.at[at].get(mode="promise_in_bounds")
-            sp_i = sp_i[:, None]
-            rhojp = _slope(_coeffs(tab.rhor, knot(sp_j, sp_i, k), 3), p, inv_dr)
-            if ne > 1:
-                rhoip = _slope(_coeffs(tab.rhor, knot(sp_i, sp_j, k), 3), p, inv_dr)
-            else:
-                rhoip = rhojp
-            cz = _coeffs(tab.z2r, knot(sp_i, sp_j, k))
-            phi = _value(cz, p) / r
-            phip = _slope(cz, p, inv_dr) / r - phi / r
-            psip = jnp.where(valid, fp[:, None] * rhojp + fp_j * rhoip + phip, 0.0)
+            psip, phi = spl.pair(fp[:, None], fp_j, sp_i[:, None], sp_j, k, p, r)
+            psip = jnp.where(valid, psip, 0.0)
             f = jnp.stack([jnp.sum(psip / r * di, axis=-1) for di in d], axis=-1)
             pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
             return f, pair_e, -0.5 * jnp.sum(psip * r, axis=-1)

@@ -99,9 +99,8 @@ class MdResult:
     wafer: Wafer
     plan: EamPlan
     sram: dict[str, int]
-    list_builds: int = (
-        0  # neighbour-list rebuilds in the timed steps (LAMMPS: "Neighbor list builds")
-    )
+    # neighbour-list rebuilds in the timed steps (LAMMPS: "Neighbor list builds")
+    list_builds: int = 0
 
 
 class _Runner:
