@@ -89,14 +89,19 @@ def _propose(dconfig, gamma, dparams, dcache, last2, pos2, key, temp, top_k, top
     return drafts, jnp.concatenate([q0[None], qs]), dcache
 
 
-def _verify_pass(tconfig, gamma, tparams, tcache, last, drafts, q, n, key, temp, top_k, top_p):
+def _verify_forward(tconfig, gamma, tparams, tcache, last, drafts, n):
     """Target: the last committed token (at n - 1) and the drafts in ONE forward of
-    gamma + 1 tokens, then rejection sampling -> (Verdict, cache)."""
+    gamma + 1 tokens -> (logits [1, gamma + 1, vocab], cache)."""
     from wse_models import forward
 
     tokens = jnp.concatenate([last[None], drafts])[None]
     positions = (n - 1 + jnp.arange(gamma + 1, dtype=jnp.int32))[None]
-    logits, tcache = forward(tconfig, tparams, tokens, positions, tcache)
+    return forward(tconfig, tparams, tokens, positions, tcache)
+
+
+def _verify_pass(tconfig, gamma, tparams, tcache, last, drafts, q, n, key, temp, top_k, top_p):
+    """`_verify_forward`, then rejection sampling -> (Verdict, cache)."""
+    logits, tcache = _verify_forward(tconfig, gamma, tparams, tcache, last, drafts, n)
     p = token_probs(logits[0], temp, top_k, top_p)
     return verify(drafts, q, p, key), tcache
 

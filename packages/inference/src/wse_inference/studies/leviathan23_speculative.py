@@ -122,7 +122,12 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 8):
     import wse_models
 
     from wse_inference.decoding import decode_step
-    from wse_inference.spec_decode import _propose, _verify_pass, speculative_round
+    from wse_inference.spec_decode import (
+        _propose,
+        _verify_forward,
+        _verify_pass,
+        speculative_round,
+    )
 
     tc, dc = target.config, draft.config
     one, t1, k1, p1 = jnp.ones((1,), jnp.int32), jnp.float32(1.0), jnp.int32(0), jnp.float32(1.0)
@@ -155,9 +160,7 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 8):
         return v.num_accepted + v.next_token, tc_, dc_
 
     def verify_forward(tp, dp, tc_, dc_, key, i):  # _verify_pass less the rejection sampling
-        tokens = jnp.concatenate([last2[1:], drafts])[None]
-        positions = (63 + i + jnp.arange(gamma + 1, dtype=jnp.int32))[None]
-        logits, tc_ = wse_models.forward(tc, tp, tokens, positions, tc_)
+        logits, tc_ = _verify_forward(tc, gamma, tp, tc_, last2[1], drafts, 64 + i)
         return (logits.sum() > 0).astype(jnp.int32), tc_, dc_
 
     def whole_round(tp, dp, tc_, dc_, key, i):
