@@ -21,7 +21,7 @@ one partial y piece per PE instead of s (on the benchmark's seismic operators 5-
 columns, 9801^2: 20 x 120 instead of 20 x 110, and 4-30% less time per product on XLA:CPU
 at 2500-9801, A/B in one process); Koenig's colouring is the fallback.
 The group size s (1-4) is the plan's choice:
-the one whose padded bases plus per-PE partial sums are the fewest bytes (larger groups
+the smallest whose bases pad by at most PAD_OK, else the least padded (larger groups
 balance the loads better but give each PE s partial sums). The grid is L x ceil(D / w)
 (Koenig's colouring) or a few columns more (`colour_by_rows`); the padding is the unused
 rows of the PEs, a few percent at s = 2-4 (5-10% more by rows).
@@ -346,19 +346,17 @@ def _fields(op: TlrOperator, plan: GroupedPlan) -> tuple[np.ndarray, np.ndarray]
     u_off = np.cumsum(ranks, axis=1) - ranks  # column of U_ij inside u_rows[i]
     at = np.nonzero(plan.v_rank[..., 0] >= 0)
     i, j, q = plan.v_rank[at].T
-    for t in np.unique(j):
+    for t in np.unique(j):  # tile column t: its V rows, conjugated
         sel = j == t
-        cols_ = plan.v_rank[at][sel]
         vh[tuple(a[sel] for a in at) + (slice(0, op.v_cols[t].shape[0]),)] = (
-            op.v_cols[t][:, v_off[cols_[:, 0], t] + cols_[:, 2]].conj().T
+            op.v_cols[t][:, v_off[i[sel], t] + q[sel]].conj().T
         )
     at = np.nonzero(plan.u_rank[..., 0] >= 0)
     i, j, q = plan.u_rank[at].T
-    for t in np.unique(i):
+    for t in np.unique(i):  # tile row t: its U rows
         sel = i == t
-        rows_ = plan.u_rank[at][sel]
         ut[tuple(a[sel] for a in at) + (slice(0, op.u_rows[t].shape[0]),)] = op.u_rows[t][
-            :, u_off[t, rows_[:, 1]] + rows_[:, 2]
+            :, u_off[t, j[sel]] + q[sel]
         ].T
     return _stored(vh), _stored(ut)
 
