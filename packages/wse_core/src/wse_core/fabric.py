@@ -182,11 +182,12 @@ def _on_blocks(
     )(x)
 
 
-def _one_device(wafer: Wafer) -> bool:
-    """One block: reductions need no collective. XLA:CPU runs even a one-device all-reduce
-    through its collective machinery, ~35 us a call when the process has several devices
-    (a 256-atom MD step with two reductions: 0.26 -> 0.33 ms)."""
-    return wafer.mesh.devices.size == 1
+def _spanned(wafer: Wafer, axes: tuple[str, ...]) -> tuple[str, ...]:
+    """The mesh axes among `axes` that span more than one device: a collective over the
+    others has nothing to combine. XLA:CPU runs even a one-device all-reduce through its
+    collective machinery, ~35 us a call when the process has several devices (a 256-atom MD
+    step with two reductions: 0.26 -> 0.33 ms), so the ops skip them."""
+    return tuple(a for a in axes if wafer.mesh.shape[a] > 1)
 
 
 def _check_field(wafer: Wafer, x: jax.Array, op: str) -> None:
@@ -411,12 +412,12 @@ def allreduce(
     local, collective, fill = _combine(op)
     grid_axes, mesh_axes = _axes_for(axis)
 
-    one = _one_device(wafer)
+    spanned = _spanned(wafer, mesh_axes)
 
     def on_block(b):
         masked = jnp.where(_logical_mask(wafer, b.ndim), b, _fill(b.dtype, fill))
         part = local(masked, axis=grid_axes, keepdims=True)
-        return jnp.broadcast_to(part if one else collective(part, mesh_axes), b.shape)
+        return jnp.broadcast_to(collective(part, spanned) if spanned else part, b.shape)
 
     _reduce_traffic(wafer, x, grid_axes, f"allreduce_{op}", both=True)
     return _on_blocks(wafer, on_block, x)
@@ -427,16 +428,16 @@ def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
     _check_field(wafer, x, "reduce")
     local, collective, fill = _combine(op)
 
-    one = _one_device(wafer)
+    spanned = _spanned(wafer, (ROW, COL))
 
     def on_block(b):
         masked = jnp.where(_logical_mask(wafer, b.ndim), b, _fill(b.dtype, fill))
         part = local(masked, axis=(0, 1))
-        return part if one else collective(part, (ROW, COL))
+        return collective(part, spanned) if spanned else part
 
     _reduce_traffic(wafer, x, (0, 1), f"reduce_{op}", both=False)
-    # one device: the block's reduction is the replicated value (no collective to prove it)
-    return _on_blocks(wafer, on_block, x, out_spec=P(), check_vma=not one)
+    # over a one-device mesh axis the value is replicated without a collective to prove it
+    return _on_blocks(wafer, on_block, x, out_spec=P(), check_vma=spanned == (ROW, COL))
 
 
 def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: int) -> jax.Array:
@@ -453,6 +454,8 @@ def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: i
 
     def on_block(b):
         local = jnp.take(b, jnp.asarray([source % block]), axis=grid_axis)
+        if not _spanned(wafer, (name,)):  # the source is in this block
+            return jnp.broadcast_to(local, b.shape)
         mine = lax.axis_index(name) == source // block
         return jnp.broadcast_to(
             lax.psum(jnp.where(mine, local, jnp.zeros_like(local)), name), b.shape
