@@ -1,6 +1,8 @@
 """The runtime's allocator setting: freed large blocks stay mapped, so reusing them costs no
-page faults (the oracle is the kernel's minor-fault count, in a fresh process each time)."""
+page faults (the oracle is the kernel's minor-fault count, in a fresh process each time);
+and the default device count follows the CPUs the process may use."""
 
+import os
 import platform
 import subprocess
 import sys
@@ -51,3 +53,18 @@ def test_keep_freed_memory_refuses_bad_sizes():
     for bad in (0, -1, 1 << 31):
         with pytest.raises(WseError, match="keep_bytes"):
             keep_freed_memory(bad)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_default_devices_follow_the_process_cpu_affinity():
+    probe = (
+        "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); "
+        "from wse_core.runtime import default_devices; print(default_devices())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "WSE_DEVICES"}
+    cpu = min(os.sched_getaffinity(0))
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(cpu)], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == 1  # pinned to one CPU: one device, whatever os.cpu_count() says

@@ -29,13 +29,14 @@ from pathlib import Path
 
 from wse_core.errors import WseError
 
-__all__ = ["configure", "default_devices", "cache_dir", "keep_freed_memory"]
+__all__ = ["configure", "default_devices", "usable_cores", "cache_dir", "keep_freed_memory"]
 
 _FAST_COMPILE_FLAG = "--xla_llvm_disable_expensive_passes=true"
 
 
 def default_devices() -> int:
-    """`WSE_DEVICES` if set, else one virtual CPU device per core."""
+    """`WSE_DEVICES` if set, else one virtual CPU device per core this process may run on
+    (its CPU affinity: `taskset`, a SLURM allocation, a benchmark's pinning)."""
     env = os.environ.get("WSE_DEVICES")
     if env:
         try:
@@ -45,6 +46,13 @@ def default_devices() -> int:
         if n <= 0:
             raise WseError(f"WSE_DEVICES must be a positive integer, got {env!r}")
         return n
+    return usable_cores()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
 
 

@@ -59,7 +59,9 @@ def launch(
         fail(f"--nproc must be positive, got {nproc}")
     if not args:
         fail("give the wse command to run after `--`, e.g. wse launch --nproc 2 -- wafer check")
-    per_proc = devices_per_proc or max(1, (os.cpu_count() or 1) // nproc)
+    from wse_core.runtime import usable_cores
+
+    per_proc = devices_per_proc or max(1, usable_cores() // nproc)
     coordinator = f"127.0.0.1:{port or _free_port()}"
     procs = []
     for i in range(nproc):
