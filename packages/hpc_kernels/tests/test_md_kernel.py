@@ -8,7 +8,7 @@ from wse_core import preset
 from wse_core.wafer import build_wafer
 from wse_hpc.md import mapping
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
-from wse_hpc.md.nlist import list_caps, neighbour_fns
+from wse_hpc.md.nlist import active_per_block, list_caps, neighbour_fns
 from wse_hpc.md.reference import eam_reference
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04
@@ -102,9 +102,11 @@ def test_window_is_counted_in_sram_and_fabric():
     assert got["traffic"].words > 0 and got["traffic"].count > 0
 
 
-def _lists(s, sp, *, mesh, skin=1.0, caps=None, defect_seed=None, moved=None, margin=0.0):
+def _lists(
+    s, sp, *, mesh, skin=1.0, caps=None, defect_seed=None, moved=None, margin=0.0, compact=True
+):
     """The neighbour-list kernel: build, then forces (float64, atom order); the window is
-    planned for cutoff + skin + `margin`."""
+    planned for cutoff + skin + `margin`; `compact`: evaluate only atom-holding PEs."""
     grid = mapping.choose_grid(s.num_atoms)
     wafer = build_wafer(preset("small"), grid=grid, mesh_shape=mesh, defect_seed=defect_seed)
     state = mapping.pack(
@@ -113,7 +115,8 @@ def _lists(s, sp, *, mesh, skin=1.0, caps=None, defect_seed=None, moved=None, ma
     reach = POT.cutoff_A + skin
     kr, kc = mapping.window_needed(state, s.box_A, reach + margin)
     caps = caps or list_caps(state, s.box_A, reach, kr, kc)
-    plan = EamPlan(kr, kc, tuple(s.box_A), "float64", skin, caps)
+    active = active_per_block(state, wafer) if compact else 0
+    plan = EamPlan(kr, kc, tuple(s.box_A), "float64", skin, caps, active)
     sram_plan(wafer, POT, plan)
     fns = neighbour_fns(wafer, POT, plan)
     placed, geo = wafer.place(state), geometry(wafer)
@@ -152,6 +155,25 @@ def test_neighbour_lists_match_numpy_reference(mesh):
     np.testing.assert_allclose(got["forces"], ref.forces_eV_A, atol=1e-11)
     np.testing.assert_allclose(got["energy"], ref.energy_eV, atol=1e-12)
     assert got["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)
+
+
+@pytest.mark.parametrize("mesh", [(2, 4), (1, 1)])
+def test_neighbour_lists_skip_empty_pes(mesh):
+    """Lists stored with each block's atom-holding PEs first, forces evaluated for those
+    alone (`plan.active`), give what every PE's evaluation gives; the grid (17 x 17 for 256
+    atoms) has 33 empty PEs and the 2 x 4 mesh padding ones."""
+    s, sp = _system(seed=6, cells=(4, 4, 4))
+    ref = eam_reference(POT, s.positions_A, sp, s.box_A)
+    with jax.enable_x64(True):
+        every = _lists(s, sp, mesh=mesh, compact=False)
+        held = _lists(s, sp, mesh=mesh)
+    wafer = held["wafer"]
+    assert 0 < held["plan"].active < wafer.block_shape[0] * wafer.block_shape[1]
+    assert not held["overflow"]
+    np.testing.assert_allclose(held["forces"], every["forces"], atol=1e-12)
+    np.testing.assert_allclose(held["energy"], every["energy"], atol=1e-13)
+    np.testing.assert_allclose(held["forces"], ref.forces_eV_A, atol=1e-11)
+    assert held["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)
 
 
 def test_neighbour_lists_in_a_window_wider_than_their_reach():

@@ -43,7 +43,9 @@ __all__ = ["EamPlan", "EamOutput", "EamFns", "Geometry", "eam", "geometry", "sra
 @dataclasses.dataclass(frozen=True)
 class EamPlan:
     """Static choices: the neighbour window, the box and the float dtype; for neighbour
-    lists (`wse_hpc.md.nlist`) the skin and one candidate capacity per row offset."""
+    lists (`wse_hpc.md.nlist`) the skin, one candidate capacity per row offset and the most
+    atoms any device block holds (`active`, 0: not known; the list kernel then computes
+    every PE of a block, empty ones included)."""
 
     k_rows: int
     k_cols: int
@@ -51,6 +53,7 @@ class EamPlan:
     dtype: str = "float32"
     skin_A: float = 0.0
     caps: tuple[int, ...] = ()
+    active: int = 0
 
     @property
     def window_pes(self) -> int:

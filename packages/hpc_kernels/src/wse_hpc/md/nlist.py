@@ -32,6 +32,13 @@ The values a PE computes with are bit for bit those the full multicast would bri
 traffic ledger records the whole multicast (words, hops, latency) as the wafer moves it. A
 build tests every window slot in place (a bit mask of window columns per row offset).
 
+Empty PEs do no pair work: with `plan.active` set (`active_per_block`: the most atoms any
+device block holds), a build stores each block's lists with its atom-holding PEs first
+(`Neighbours.order` names them) and the forces evaluate only those `active` rows of each
+block, not the block's empty and padding PEs (a 256-atom crystal on 17 x 17 PEs: 11% of the
+pairs). Atoms never move onto empty PEs (swaps pair two atoms), so a block keeps its count
+between re-plans; a build that finds more is an overflow all the same.
+
 Atoms stay on their PEs between builds; `sort_fn` (swaps) runs only before a build.
 """
 
@@ -57,19 +64,31 @@ from wse_hpc.md.eam import (
 from wse_hpc.md.mapping import SPECIES
 from wse_hpc.md.potentials import EamPotential
 
-__all__ = ["Neighbours", "ListFns", "neighbour_fns", "list_caps", "march_order"]
+__all__ = [
+    "Neighbours",
+    "ListFns",
+    "neighbour_fns",
+    "list_caps",
+    "march_order",
+    "active_per_block",
+]
 
 CHUNK = 2048  # PEs whose pairs are evaluated together (their working set stays in cache)
 
 
 class Neighbours(NamedTuple):
     # (R, C, M) int32: where each candidate's PE sits in its block's window region of rows
-    # -depth .. depth (`fabric.window_apply`'s region, flattened)
+    # -depth .. depth (`fabric.window_apply`'s region, flattened). With `plan.active` the
+    # lists of a block are stored in `order`: its h-th row (block row-major) holds the list
+    # of the block's PE `order[h]`
     index: jax.Array
     valid: jax.Array  # (R, C, M) bool
     species: jax.Array  # (R, C, M) int32 of the candidate
-    ref: jax.Array  # (R, C, 3) the PE's position at build time
+    ref: jax.Array  # (R, C, 3) the PE's position at build time (not reordered)
     builds: jax.Array  # () int32: rebuilds since the first build (the step counts them)
+    # (R, C) int32: per block, the flat block index of the PE whose list row h holds: the
+    # atom-holding PEs first, in row-major order (the identity without `plan.active`)
+    order: jax.Array
 
 
 class ListFns(NamedTuple):
@@ -93,11 +112,18 @@ def list_caps(
     k_rows: int,
     k_cols: int,
     headroom: float = 1.25,
+    total_headroom: float = 1.1,
 ) -> tuple[int, ...]:
     """Capacities for a mapped state: one per row offset (-k_rows .. k_rows), then the total
-    M: the most atoms within `reach_A` any PE has at that offset (in all), times `headroom`,
-    plus 2, at most the window's 2 k_cols + 1 columns per offset; 0 beyond the farthest
-    offset in use. Host side, with a periodic k-d tree."""
+    M: the most atoms within `reach_A` any PE has at that offset (in all), times `headroom`
+    (`total_headroom`), plus 2, at most the window's 2 k_cols + 1 columns per offset; 0
+    beyond the farthest offset in use. Host side, with a periodic k-d tree.
+
+    M sets the work of every force evaluation (M candidates per PE), the per-offset caps
+    only a build's; an atom's count within the reach fluctuates less than its count at one
+    row offset (Cu fcc started at 1600 K: 78 in the crystal, at most 81 later over 32,000
+    atoms), hence the smaller total headroom. A count over a cap is an overflow: re-planned
+    with more headroom, never dropped."""
     box = np.asarray(box_A, dtype=np.float64)
     held = state_np[..., SPECIES] >= 0
     rr, _ = np.nonzero(held)
@@ -116,8 +142,18 @@ def list_caps(
     used = np.nonzero(most > 0)[0]
     reach = int(np.abs(used - k_rows).max()) if used.size else 0
     caps[np.abs(np.arange(n_off) - k_rows) > reach] = 0
-    total = int(np.ceil(counts.sum(axis=1).max(initial=0) * headroom)) + 2
+    total = int(np.ceil(counts.sum(axis=1).max(initial=0) * total_headroom)) + 2
     return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
+
+
+def active_per_block(state_np: np.ndarray, wafer: Wafer) -> int:
+    """The most atoms any device block of `wafer` holds for a mapped (rows, cols, ...)
+    state: the rows of each block the list kernel evaluates (`EamPlan.active`)."""
+    held = state_np[..., SPECIES] >= 0
+    (pr, pc), (br, bc) = wafer.padded_shape, wafer.block_shape
+    padded = np.zeros((pr, pc), dtype=np.int64)
+    padded[: held.shape[0], : held.shape[1]] = held
+    return int(padded.reshape(pr // br, br, pc // bc, bc).sum(axis=(1, 3)).max())
 
 
 def _ctz(x: jax.Array) -> jax.Array:
@@ -161,29 +197,50 @@ def _pack(counts: jax.Array, caps: np.ndarray, total: int):
     return seg, jnp.clip(t - start, 0, None), ends[..., -1]
 
 
-def _by_chunks(fn, size: int, *blocks: jax.Array):
-    """fn over a block's PEs, `size` at a time: blocks are (br, bc, ...) arrays, fn gets
-    their (size, ...) parts and returns (size, ...) arrays; the last chunk overlaps the one
-    before (recomputes a few PEs) instead of padding."""
-    br, bc = blocks[0].shape[:2]
-    n = br * bc
+def _by_chunks(fn, size: int, *flat: jax.Array):
+    """fn over n PEs, `size` at a time: flat are (n, ...) arrays, fn gets their (size, ...)
+    parts and returns (size, ...) arrays, assembled to (n, ...); the last chunk overlaps the
+    one before (recomputes a few PEs) instead of padding."""
+    n = flat[0].shape[0]
     size = min(size, n)
     count = -(-n // size)
-    flat = [b.reshape((n,) + b.shape[2:]) for b in blocks]
     starts = jnp.minimum(jnp.arange(count, dtype=jnp.int32) * size, n - size)
 
     def one(start):
         return fn(*(jax.lax.dynamic_slice_in_dim(f, start, size) for f in flat))
 
     if count == 1:  # no loop for a single chunk
-        return jax.tree.map(lambda o: o.reshape((br, bc) + o.shape[1:]), fn(*flat))
+        return fn(*flat)
     tail = n - (count - 1) * size
 
     def assemble(o):
-        o = jnp.concatenate([o[:-1].reshape((-1,) + o.shape[2:]), o[-1, size - tail :]])
-        return o.reshape((br, bc) + o.shape[1:])
+        return jnp.concatenate([o[:-1].reshape((-1,) + o.shape[2:]), o[-1, size - tail :]])
 
     return jax.tree.map(assemble, jax.lax.map(one, starts))
+
+
+def _on_active(fn, active: int, lists, own, order):
+    """fn (by chunks) over the first `active` list rows of a block and the own values of
+    the PEs they belong to (`order`); results scattered back to (br, bc, ...), 0 on the
+    block's other PEs. `lists` are (br, bc, M) blocks stored in `order`, `own` per PE."""
+    br, bc = order.shape
+    n = br * bc
+
+    def flat(a):
+        return a.reshape((n,) + a.shape[2:])
+
+    if active >= n:  # every PE (lists in row-major order)
+        out = _by_chunks(fn, CHUNK, *map(flat, lists), *map(flat, own))
+        return jax.tree.map(lambda o: o.reshape((br, bc) + o.shape[1:]), out)
+    at = flat(order)[:active]
+    rows = [flat(a)[:active] for a in lists]
+    out = _by_chunks(fn, CHUNK, *rows, *(jnp.take(flat(a), at, axis=0) for a in own))
+
+    def scatter(o):
+        full = jnp.zeros((n,) + o.shape[1:], o.dtype).at[at].set(o, unique_indices=True)
+        return full.reshape((br, bc) + o.shape[1:])
+
+    return jax.tree.map(scatter, out)
 
 
 def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
@@ -204,13 +261,16 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     col_dtype = jnp.uint8 if width <= 256 else jnp.int32  # a build's window columns, compact
     if total == 0:
         raise WseError("no atom has a neighbour within the cutoff + skin")
+    block_pes = wafer.block_shape[0] * wafer.block_shape[1]
+    active = plan.active if 0 < plan.active < block_pes else block_pes
 
     def min_image(d, b=box):  # b: the box, shaped to broadcast along d's x, y, z axis
         return d - b * jnp.round(d * (1.0 / b))
 
-    def select(region, pos, held):
+    def select(region, pos, held, pe_row, pe_col):
         """Per block, row offset by row offset (march order): each PE's first `cap_max`
-        window columns within cutoff + skin, their species and their count."""
+        window columns within cutoff + skin, their species and their count; with
+        `plan.active` in the block's order (atom-holding PEs first) and that order."""
         br, bc = held.shape
         planes = [region[..., i] for i in range(4)]  # x, y, z, species of the region
         mine = [pos[..., i] for i in range(3)]
@@ -247,13 +307,26 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         # (padding entries may name a row offset beyond depth: clipped into the region)
         index = jnp.clip(row + depth, 0, br + 2 * depth - 1) * pitch + pe_c + col
         over = jnp.any(counts > jnp.asarray(seg_caps, jnp.int32), axis=-1) | (count > total)
-        return index, species, count, over
+        n = br * bc
+        if active >= n:
+            return index, species, count, over, jnp.arange(n, dtype=jnp.int32).reshape(br, bc)
+        # logical PEs that hold an atom first (padding PEs hold zeros, species 0)
+        live = held & (pe_row < wafer.rows) & (pe_col < wafer.cols)
+        order = jnp.argsort(~live.reshape(-1), stable=True).astype(jnp.int32)
+
+        def stored(a):
+            return jnp.take(a.reshape((n,) + a.shape[2:]), order, axis=0).reshape(a.shape)
+
+        over = over | (jnp.sum(live) > active)  # more atoms than planned: never dropped
+        return stored(index), stored(species), stored(count), over, order.reshape(br, bc)
 
     def build_fn(state: jax.Array, geo: Geometry):
         pos, sp = state[..., :3], state[..., SPECIES]
         held = sp >= 0
         window = state[..., [0, 1, 2, SPECIES]]
-        index, sp_j, count, over = fabric.window_apply(wafer, window, kr, kc, select, pos, held)
+        index, sp_j, count, over, order = fabric.window_apply(
+            wafer, window, kr, kc, select, pos, held, geo.row, geo.col
+        )
         over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
         over = over | _overflow(wafer, state, geo, plan, cutoff + skin)
         nbrs = Neighbours(
@@ -262,6 +335,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
             jnp.maximum(sp_j, 0).astype(jnp.int32),
             pos,
             jnp.int32(0),
+            order,
         )
         return nbrs, over
 
@@ -285,7 +359,7 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         k, p = spl.locate_r(r)  # one interval lookup per pair, for every spline
         return d, r, valid, k, p
 
-    def density(region, index, valid, sp_j, pos, sp_i):
+    def density(region, index, valid, sp_j, order, pos, sp_i):
         """Phase 1 on a block, CHUNK PEs at a time: F'(rho) and the embedding energy."""
         planes = [region[..., i] for i in range(3)]
 
@@ -295,9 +369,9 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
             rho = jnp.sum(jnp.where(valid, rho_j, 0.0), axis=-1)
             return spl.embed(rho, sp_i)
 
-        return _by_chunks(chunk, CHUNK, index, valid, sp_j, pos, sp_i)
+        return _on_active(chunk, active, (index, valid, sp_j), (pos, sp_i), order)
 
-    def force(fp_region, pos_region, index, valid, sp_j, pos, sp_i, fp):
+    def force(fp_region, pos_region, index, valid, sp_j, order, pos, sp_i, fp):
         """Phase 2 on a block: forces, pair energy and virial."""
         planes = [pos_region[..., i] for i in range(3)]
         fp_flat = fp_region.reshape(-1)
@@ -311,13 +385,13 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
             pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
             return f, pair_e, -0.5 * jnp.sum(psip * r, axis=-1)
 
-        return _by_chunks(chunk, CHUNK, index, valid, sp_j, pos, sp_i, fp)
+        return _on_active(chunk, active, (index, valid, sp_j), (pos, sp_i, fp), order)
 
     def forces_fn(state: jax.Array, geo: Geometry, nbrs: Neighbours) -> EamOutput:
         pos, sp = state[..., :3], state[..., SPECIES]
         held = sp >= 0
         sp_i = jnp.maximum(sp.astype(jnp.int32), 0)
-        lists = (nbrs.index, nbrs.valid, nbrs.species, pos, sp_i)
+        lists = (nbrs.index, nbrs.valid, nbrs.species, nbrs.order, pos, sp_i)
         # phase 1: the candidates' positions (the window multicast, filtered)
         fp, emb = fabric.window_apply(wafer, pos, depth, kc, density, *lists)
         # phase 2: their F' (the positions' window is the one kept from phase 1)

@@ -41,7 +41,7 @@ from wse_hpc.md.integrate import (
     with_forces,
 )
 from wse_hpc.md.lattice import Structure, check_structure
-from wse_hpc.md.nlist import list_caps, neighbour_fns
+from wse_hpc.md.nlist import active_per_block, list_caps, neighbour_fns
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.thermo import ThermoRow, thermo_row
 
@@ -197,18 +197,19 @@ def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
     )
 
 
-def _plan(state_np, box, pot, config, wafer, at_least=(0, 0), headroom=1.25) -> EamPlan:
+def _plan(state_np, box, pot, config, wafer, at_least=(0, 0), more=0.0) -> EamPlan:
     """The window for cutoff + skin (+ margin, so thermal motion rarely re-plans) and the
     neighbour-list capacities of the map."""
     reach = pot.cutoff_A + config.skin_A
     kr, kc = mapping.window_needed(state_np, box, reach + WINDOW_MARGIN_A)
     kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
-    caps = list_caps(state_np, box, reach, kr, kc, headroom)
+    caps = list_caps(state_np, box, reach, kr, kc, 1.25 + more, 1.1 + more)
     if wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
         caps = ()  # lists of this window would not fit the host: the full-window kernel
     box_t = tuple(float(b) for b in box)
-    return EamPlan(kr, kc, box_t, config.dtype, config.skin_A, caps)
+    active = active_per_block(state_np, wafer)
+    return EamPlan(kr, kc, box_t, config.dtype, config.skin_A, caps, active)
 
 
 def run_md(
@@ -313,7 +314,7 @@ def _replan(state, wafer, pot, config, masses, box, plan, geo, replans: int):
         dtype=np.dtype(config.dtype),
     )
     at_least = (plan.k_rows + 1, plan.k_cols + 1)
-    new_plan = _plan(state_np, box, pot, config, wafer, at_least, headroom=1.25 + 0.5 * replans)
+    new_plan = _plan(state_np, box, pot, config, wafer, at_least, more=0.5 * replans)
     sram = sram_plan(wafer, pot, new_plan)
     runner = _Runner(wafer, pot, new_plan, config, masses, len(u["species"]))
     state = wafer.place(state_np)
