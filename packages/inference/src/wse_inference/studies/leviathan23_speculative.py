@@ -34,6 +34,27 @@ measured / published formula within 10% in 10/10 rows at gamma 1, 8/10 at 2, 5/1
 0.71-0.95 at 6.
 gamma = 6 stays short: 7 rows cost XLA:CPU's GEMM far more than 5 (weights in L2, per
 139 MiB: 1 row 1.2 ms, 5 rows 1.7 ms, 7 rows 2.7 ms), so v ~ 1.2 at this context.
+Why no code makes v ~ 1 at gamma 6 on this CPU (measured 2026-11-23, one thread, A/B in one
+process): a verification of t = gamma + 1 rows does 2t flops per fp32 weight, t/2 flop/B;
+one core does ~180-220 GFLOP/s (the 7-row GEMM above) and streams ~35-45 GB/s from DRAM (a
+139 MiB reduction 3.6 ms; a 1-row GEMV reading the weights in place 3.0-4.1 ms), a balance
+of ~5-6 flop/B, so at t = 7 the arithmetic alone is 70-90% of the weight-streaming time and
+v ~ 1 would need loads and FMAs almost fully overlapped. XLA:CPU overlaps nothing across
+ops: that reduction and an independent GEMM in one jit take the sum of their times, with one
+XLA thread or two. Per-shape, the 84 projections of one step (139 MiB, 1/5/7 rows): weights
+copied out of the stacked params as the layer scan does 4.6-4.9/5.5-5.8/6.1-6.8 ms;
+per-layer arrays read in place 4.0-4.5/4.8-4.9/4.9-5.3; W^T (rows as N) 3.0-4.0/7.3/8.2; t
+separate GEMVs 5.2/15.6/19.8; a multiply-and-reduce fusion 70-240 ms at any t; with two XLA
+threads no form did 7 rows in under 7.9 ms. A hand-written AVX-512 kernel that reads each
+weight once for all rows (panel-packed weights, prefetch) took 3.8 ms at 1 row and 5.3-5.8
+at 7. The attention over 1031 slots (2 query heads per KV head: 7 flop/B at t = 7) adds 1.5
+ms (12 layers) at 7 rows over 1. Whole target step, 1031 slots, interleaved: this code
+12.1/13.2/13.9 ms at 1/5/7 rows (v 1.09, 1.18); with each layer's weights and cache as
+separate arrays read and written in place 6.0/7.6/8.5 ms (v 1.33, 1.49). So about half of
+today's step is t-independent copying (each layer's weights out of the stacked parameters
+and, in the optimized HLO, the layer scan's stacked K and V outputs filled and copied back
+into the loop carry: 3 whole-cache copies per step), and that is what keeps v near 1.2: a
+decoder without it is twice as fast and further from the formula's regime, not nearer.
 Measured per (gamma, draft):
 - a = mean over evaluated draft positions of sum_x min(p(x), q(x)) (Leviathan's beta);
 - the speedup = speculative tokens/s / plain target tokens/s: the median over interleaved
