@@ -16,7 +16,8 @@ them alike; each reports the median of its rates (all samples are in the JSON). 
 sample of a 256-atom loop (~0.05-0.1 s) moved by 10% from run to run.
 
 `--cores N` pins the process (and the `lmp` it starts) to N CPUs before JAX starts threads,
-so every code gets the same cores (LAMMPS runs one rank either way). XLA runs without
+so every code gets the same cores (LAMMPS runs one rank either way). The persistent compile
+cache is off: every code compiles in the run, under its CPUs. XLA runs without
 `--xla_llvm_disable_expensive_passes` (which `wse_core.runtime.configure` adds to halve
 compile times): it slowed an earlier EAM kernel's gathers and splines 2-4x; the current
 list kernel's force evaluation runs within 3% with and without it.
@@ -157,10 +158,16 @@ def main() -> None:
         os.sched_setaffinity(0, cpus)
     from wse_core.runtime import configure
 
-    configure(args.devices)
+    configure(args.devices, compile_cache=False)
     flags = os.environ.get("XLA_FLAGS", "").split()
     os.environ["XLA_FLAGS"] = " ".join(f for f in flags if "disable_expensive_passes" not in f)
     import jax
+
+    # every code compiles here, under this run's CPUs: XLA:CPU splits fusions over the CPUs
+    # the process had when it started, which the persistent cache's key leaves out (a
+    # 256-atom chunk compiled under `--cores 1` and loaded from the cache by a process on 2
+    # CPUs ran at ~0.20 ms per step, compiled there ~0.25)
+    jax.config.update("jax_enable_compilation_cache", False)
     from wse_hpc.md import maxwell_boltzmann
     from wse_hpc.md.lattice import crystal
 
