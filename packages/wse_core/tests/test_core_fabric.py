@@ -204,3 +204,71 @@ def test_window_apply_sees_the_window_and_counts_the_whole_multicast(mesh, grid,
     assert sum(e.words for e in entries) == n * words * (2 + 2 * kr * width)
     assert sum(e.max_words_per_pe for e in entries) == words * (2 * kc + 2 * kr * width)
     assert sum(e.latency_hops for e in entries) == 2 * kc + 2 * kr
+
+
+@pytest.mark.parametrize(
+    ("mesh", "grid"), [((1, 1), (7, 10)), ((2, 4), (5, 13)), ((4, 2), (7, 10))]
+)
+@pytest.mark.parametrize("direction", ["N", "S", "E", "W"])
+@pytest.mark.parametrize("boundary", ["zero", "periodic"])
+def test_multicast_apply_keeps_what_each_pe_picks_and_counts_the_multicast(
+    mesh, grid, direction, boundary
+):
+    """fn keeps, per PE and element, the value `pick` steps upstream (0: its own) from each
+    block's region; the result and the ledger equal the multicast's (a 4-wide multicast
+    spans several devices on 2 x 4 and 4 x 2)."""
+    w, k = _wafer(grid, mesh), 4
+    x = _data(grid, per_pe=(6, 2))
+    pick = np.random.default_rng(3).integers(0, k + 1, grid + (6,)).astype(np.int32)
+    axis = 0 if direction in "NS" else 1
+    first = direction in "SE"  # the margin comes first along the axis
+
+    def keep(region, p):
+        i = jnp.arange(p.shape[axis]).reshape((-1, 1, 1) if axis == 0 else (1, -1, 1))
+        at = (i + k - p) if first else (i + p)
+        at = at[..., None]
+        if axis == 0:
+            return jnp.take_along_axis(region, at, axis=0)
+        return jnp.take_along_axis(region, at, axis=1)
+
+    def run(a, p):
+        return fabric.multicast_apply(w, a, direction, k, keep, p, boundary=boundary)
+
+    with w.traffic.scope() as got_entries:
+        got = w.gather(jax.jit(run)(w.place(x), w.place(pick)))
+    every = np.concatenate([x[:, :, None], np_multicast(x, direction, k, boundary)], axis=2)
+    want = np.take_along_axis(every, pick[:, :, None, :, None], axis=2)[:, :, 0]
+    np.testing.assert_array_equal(got, want)
+    with w.traffic.scope() as entries:
+        jax.eval_shape(
+            lambda a: fabric.multicast(w, a, direction, k, boundary=boundary), w.place(x)
+        )
+    assert got_entries == entries
+
+
+@pytest.mark.parametrize(
+    ("mesh", "grid"), [((1, 1), (7, 10)), ((2, 4), (5, 13)), ((4, 2), (7, 10))]
+)
+@pytest.mark.parametrize("axis", ["row", "col"])
+def test_allreduce_apply_adds_block_sums_like_the_allreduce(mesh, grid, axis):
+    """fn sums a product over its block's PEs (one einsum); the result and the ledger equal
+    fabric.allreduce of the per-PE products along the same axis."""
+    w = _wafer(grid, mesh)
+    a, b = _data(grid, per_pe=(3, 4)), _data(grid, per_pe=(3,), seed=1)
+
+    def block_sum(ab, bb):
+        return jnp.einsum("rcij,rci->rj" if axis == "row" else "rcij,rci->cj", ab, bb)
+
+    def run(pa, pb):
+        return fabric.allreduce_apply(w, block_sum, pa, pb, axis=axis)
+
+    with w.traffic.scope() as got_entries:
+        got = w.gather(jax.jit(run)(w.place(a), w.place(b)))
+    prod = np.einsum("rcij,rci->rcj", a, b)
+    want = np.broadcast_to(prod.sum(1 if axis == "row" else 0, keepdims=True), prod.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with w.traffic.scope() as entries:
+        jax.eval_shape(lambda p: fabric.allreduce(w, p, "sum", axis=axis), w.place(prod))
+    assert got_entries == entries
+    with pytest.raises(WseError, match="axis"):
+        fabric.allreduce_apply(w, block_sum, w.place(a), w.place(b), axis=None)

@@ -11,11 +11,14 @@ north edge, column 0 the west edge. So with `direction="E"`, PE (r, c) receives 
 PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
 
 Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value),
-`window_apply` (the window multicast: every PE receives the values of the (2 k_rows + 1) x
-(2 k_cols + 1) PEs around it and uses what it selects; the emulator hands a function each
-block's window region instead of copying the window to every PE), `broadcast` (one PE's
-value to its whole row or column), `reduce` (to one value) and `allreduce` (to every PE), over
-the whole grid or along rows / columns, with `"sum"` or `"max"`.
+`multicast_apply` (the multicast consumed where it lands: a function reads each block's
+values and those of the k PEs upstream of it, no per-PE copies), `window_apply` (the window
+multicast: every PE receives the values of the (2 k_rows + 1) x (2 k_cols + 1) PEs around it
+and uses what it selects; the emulator hands a function each block's window region instead
+of copying the window to every PE), `broadcast` (one PE's value to its whole row or column),
+`reduce` (to one value) and `allreduce` (to every PE), over the whole grid or along rows /
+columns, with `"sum"` or `"max"`; `allreduce_apply` (the sum along rows / columns of
+partials a function computes already summed over each block's PEs).
 
 Each op records its traffic (words, word-hops including detours around dead PEs, busiest-link
 words, latency hops) in `wafer.traffic` at trace time; `count(wafer, fn, *args)` traces a
@@ -43,10 +46,12 @@ __all__ = [
     "Boundary",
     "shift",
     "multicast",
+    "multicast_apply",
     "window_apply",
     "broadcast",
     "reduce",
     "allreduce",
+    "allreduce_apply",
     "count",
 ]
 
@@ -260,6 +265,39 @@ def multicast(
     return _on_blocks(wafer, on_block, x)
 
 
+def multicast_apply(
+    wafer: Wafer,
+    x: jax.Array,
+    direction: Direction,
+    k: int,
+    fn: Callable[..., jax.Array],
+    *fields: jax.Array,
+    boundary: Boundary = "zero",
+) -> jax.Array:
+    """`multicast(wafer, x, direction, k)` consumed where it lands: `fn(region,
+    *field_blocks)` runs on each block with `region`, x on the block's PEs and on the k PEs
+    upstream of it along the direction (for "S" and "E" the margin comes first: region[k + i
+    - j] along the axis is the value of the PE j steps upstream of the block's PE i; for "N"
+    and "W" it comes last: region[i + j]), and returns a placed field's block. The ledger
+    records the multicast; the emulator never copies the k values to every PE."""
+    for f in (x, *fields):
+        _check_field(wafer, f, "multicast_apply")
+    _check_boundary(boundary)
+    if k <= 0:
+        raise WseError(f"multicast distance must be positive, got {k}")
+    axis, sign = _direction(direction)
+
+    def on_block(b, *blocks):
+        region = _extend(b, wafer, axis, k if sign > 0 else 0, 0 if sign > 0 else k, boundary)
+        return fn(region, *blocks)
+
+    _record_multicast(wafer, direction, _words_per_pe(x), k)
+    spec = P(ROW, COL)
+    return jax.shard_map(
+        on_block, mesh=wafer.mesh, in_specs=(spec,) * (1 + len(fields)), out_specs=spec
+    )(x, *fields)
+
+
 def _record_multicast(wafer: Wafer, direction: Direction, w: float, k: int) -> None:
     mean_h, max_h = _hops(wafer, _DIRECTIONS[direction][0])
     n = wafer.num_pes
@@ -421,6 +459,37 @@ def allreduce(
 
     _reduce_traffic(wafer, x, grid_axes, f"allreduce_{op}", both=True)
     return _on_blocks(wafer, on_block, x)
+
+
+def allreduce_apply(
+    wafer: Wafer, fn: Callable[..., jax.Array], *fields: jax.Array, axis: Literal["row", "col"]
+) -> jax.Array:
+    """`allreduce(wafer, partials, "sum", axis=axis)` of per-PE partials that fn computes
+    already summed over each block's PEs: `fn(*field_blocks)` returns the block's sums along
+    each row, `(block rows, *per_pe)` (axis="row"; for "col", `(block cols, *per_pe)`); the
+    blocks' sums are added across devices and every PE gets its row's (column's) total, as a
+    placed field `(rows, cols, *per_pe)`. fn must give padding PEs no weight (`wafer.place`
+    fills them with zeros). The ledger records the allreduce of `per_pe`-shaped partials."""
+    for f in fields:
+        _check_field(wafer, f, "allreduce_apply")
+    if axis not in ("row", "col"):
+        raise WseError(f"unknown reduction axis {axis!r}; use 'row' or 'col'")
+    grid_axes, mesh_axes = _axes_for(axis)
+    spanned, red = _spanned(wafer, mesh_axes), grid_axes[0]
+
+    def on_block(*blocks):
+        part = jnp.expand_dims(fn(*blocks), red)
+        part = lax.psum(part, spanned) if spanned else part
+        shape = list(part.shape)
+        shape[red] = wafer.block_shape[red]
+        return jnp.broadcast_to(part, shape)
+
+    spec = P(ROW, COL)
+    out = jax.shard_map(on_block, mesh=wafer.mesh, in_specs=(spec,) * len(fields), out_specs=spec)(
+        *fields
+    )
+    _reduce_traffic(wafer, out, grid_axes, "allreduce_sum", both=True)
+    return out
 
 
 def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
