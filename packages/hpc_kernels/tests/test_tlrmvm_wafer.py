@@ -7,7 +7,7 @@ from wse_core import preset
 from wse_core.errors import PlacementError, SramBudgetError
 from wse_hpc.tlrmvm import TlrError, compress, grouped, tlrmvm_numpy
 from wse_hpc.tlrmvm.engine import TlrEngine
-from wse_hpc.tlrmvm.grouped import colour_by_rows, colour_slices, deal_groups, plan_grouped
+from wse_hpc.tlrmvm.grouped import colour_slices, deal_groups, plan_grouped
 from wse_hpc.tlrmvm.packed import plan_packed
 from wse_hpc.tlrmvm.perf import cluster, predict
 from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
@@ -42,6 +42,7 @@ def test_matvec_and_adjoint_match_numpy(op, mesh, rank_chunk, batch, layout):
     if rank_chunk is not None and layout == "grouped":
         assert eng.plan.windows > 1  # PE rows serve several tile columns and rows
         assert _rows_that_travel(eng.plan) > 0  # U rows whose V sits on another PE row
+        assert _pes_with_two_tile_rows(eng.plan) > 0  # phase 3 splits a PE's rows by piece
     x = random_vectors(53, batch, op.dtype)
     y = random_vectors(70, batch, op.dtype, seed=2)
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
@@ -184,27 +185,16 @@ def test_colouring_is_proper_with_the_largest_degree_colours():
         assert len(pairs) == len(edges)
 
 
-def test_by_rows_colouring_is_proper_with_one_tile_row_per_pe():
-    rng = np.random.default_rng(11)
-    edges = np.stack([rng.integers(0, 8, 150), rng.integers(0, 8, 150)], axis=1)  # (i, j)
-    grp = np.arange(8) // 2  # 4 groups of 2 tile rows (and of 2 tile columns)
-    w, gi, gj = 4, grp[edges[:, 0]], grp[edges[:, 1]]
-    deg = max(np.bincount(gi).max(), np.bincount(gj).max())
-    colour = colour_by_rows(edges, grp, grp, 4, w, -(-deg // w) + 3)
-    assert colour is not None
-    for side in (gi, gj):  # proper: no two edges of a colour share a row or column group
-        assert len({(int(g), int(c)) for g, c in zip(side, colour, strict=True)}) == len(edges)
-    rows = {}
-    for i, g, c in zip(edges[:, 0], gi, colour, strict=True):
-        rows.setdefault((int(g), int(c) // w), set()).add(int(i))
-    assert all(len(t) == 1 for t in rows.values())  # each U PE: one tile row
-    assert colour_by_rows(edges, grp, grp, 4, w, 1) is None  # too few PE columns: refused
-
-
 def _rows_that_travel(plan) -> int:
     """Rank rows whose U sits on another PE row than their V (the ring moves them)."""
     at = {tuple(e): g for (g, _, _), e in _placed(plan.v_rank)}
     return sum(at[tuple(e)] != g for (g, _, _), e in _placed(plan.u_rank))
+
+
+def _pes_with_two_tile_rows(plan) -> int:
+    """PEs whose U rows belong to more than one tile row (partial pieces of several y_i)."""
+    i = plan.u_rank[..., 0]
+    return sum(len(set(i[g, r][i[g, r] >= 0].tolist())) > 1 for g, r in np.ndindex(i.shape[:2]))
 
 
 def _placed(field):
@@ -226,16 +216,7 @@ def test_grouped_plan_places_every_rank_row_once(op, rank_chunk):
     loads = [op.ranks.sum(0)[g[g >= 0]].sum() for g in plan.col_group]
     loads += [op.ranks.sum(1)[g[g >= 0]].sum() for g in plan.row_group]
     koenig = -(-max(loads) // rank_chunk)  # PE columns of Koenig's D colours
-    rows_at = {}
-    for (i, _, _), (g, r, _) in u_at.items():
-        rows_at.setdefault((g, r), set()).add(i)
-    single = all(len(t) == 1 for t in rows_at.values())
-    assert plan.u_single_row == single
-    if single:  # the by-rows colouring: a few more PE columns, within PAD_OK
-        assert plan.grid[0] == len(plan.col_group) and plan.grid[1] >= koenig
-        assert plan.grid[0] * plan.grid[1] * rank_chunk <= grouped.PAD_OK * len(expect)
-    else:
-        assert plan.grid == (len(plan.col_group), koenig)  # Koenig: D colours
+    assert plan.grid == (len(plan.col_group), koenig)
     with pytest.raises(SramBudgetError):
         plan_grouped(op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8)
     with pytest.raises(PlacementError, match="PEs"):

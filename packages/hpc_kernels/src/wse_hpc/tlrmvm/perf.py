@@ -110,8 +110,7 @@ def _ring_work(wafer: Wafer, direction: str, ring: int, per_pe: tuple[int, int],
 
 def _grouped_phases(wafer: Wafer, plan: GroupedPlan, fma: float, dt) -> dict[str, Work]:
     """Every PE: w V rows (w x nb) in phase 1, each against the x piece of its tile column;
-    w U rows in phase 3 into s partial y pieces (one when each PE's U rows are of one tile
-    row); the s x pieces along PE rows, the ring
+    w U rows in phase 3 into s partial y pieces; the s x pieces along PE rows, the ring
     allgather down PE columns, the s partial pieces summed along PE rows."""
     nb, w, b, ring, isz = plan.nb, plan.rank_chunk, plan.batch, plan.ring, plan.itemsize
     s = plan.windows
@@ -124,7 +123,7 @@ def _grouped_phases(wafer: Wafer, plan: GroupedPlan, fma: float, dt) -> dict[str
         "phase3_uy": Work(
             flops={"fp32": fma * nb * w * b},
             sram_read_bytes=(nb * w + w * b) * isz,
-            sram_write_bytes=(1 if plan.u_single_row else s) * nb * b * isz,
+            sram_write_bytes=s * nb * b * isz,
         ),
         "row_sum": Work(flops={"fp32": 2.0 * s * nb * b})
         + _traffic(wafer, lambda x: fabric.allreduce(wafer, x, "sum", axis="row"), (s * nb, b), dt),
