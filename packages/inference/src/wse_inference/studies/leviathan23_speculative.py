@@ -31,7 +31,10 @@ v = 0.92-1.05 (gamma 1), 0.99-1.05 (2), 0.88-1.13 (4), 0.93-1.20 (6, mostly 1.14
 measured / published formula within 10% in 10/10 rows at gamma 1, 8/10 at 2, 5/10 at 4,
 1/10 at 6 (4, 4, 6, 5, 5 of 8 per run; with the old 16-token prompt 3 of 8 in one run and
 5 of 24 in three). Measured / v-corrected formula: 0.82-1.12 at gamma <= 4 (one row 1.30),
-0.71-0.95 at 6.
+0.71-0.95 at 6. Four more full runs (two with one XLA thread, two with the CLI's default
+two) while other jobs kept the load at 1.5-4 (target step 12-23 ms): 4, 4, 3, 4 of 8 within
+10%; gamma 6 at 0.74-0.85 in every run (v 0.90-1.19); the one-thread and two-thread runs did
+not differ beyond that noise (a gamma-1 row came out 1.28 under it).
 gamma = 6 stays short: 7 rows cost XLA:CPU's GEMM far more than 5 (weights in L2, per
 139 MiB: 1 row 1.2 ms, 5 rows 1.7 ms, 7 rows 2.7 ms), so v ~ 1.2 at this context.
 Why no code makes v ~ 1 at gamma 6 on this CPU (measured 2026-11-23, one thread, A/B in one
