@@ -22,7 +22,8 @@ partials a function computes already summed over each block's PEs).
 
 Each op records its traffic (words, word-hops including detours around dead PEs, busiest-link
 words, latency hops) in `wafer.traffic` at trace time; `count(wafer, fn, *args)` traces a
-function abstractly and returns what it would move.
+function abstractly and returns what it would move (the arithmetic of each entry lives in
+`wse_core.fabric_ledger`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from wse_core import fabric_ledger as led
 from wse_core.errors import PlacementError, WseError
 from wse_core.traffic import Traffic
 from wse_core.wafer import COL, ROW, Wafer
@@ -203,27 +205,6 @@ def _check_field(wafer: Wafer, x: jax.Array, op: str) -> None:
         )
 
 
-def _words_per_pe(x: jax.Array) -> float:
-    """32-bit fabric words per PE for one value of x's per-PE shape."""
-    return float(np.prod(x.shape[2:], dtype=np.int64)) * x.dtype.itemsize / 4
-
-
-def _hops(wafer: Wafer, axis: int) -> tuple[float, float]:
-    """Mean and max physical hops per logical link along `axis` on this grid."""
-    links = wafer.remap.link_hops(axis)[: wafer.rows, : wafer.cols]
-    if axis == 0:
-        links = links[: wafer.rows - 1]
-    else:
-        links = links[:, : wafer.cols - 1]
-    if links.size == 0:
-        return 1.0, 1.0
-    return float(links.mean()), float(links.max())
-
-
-def _record(wafer: Wafer, op: str, words: float, word_hops: float, busiest: float, lat: float):
-    wafer.traffic.record(Traffic(op, words, word_hops, busiest, lat, 1))
-
-
 # -- public ops ----------------------------------------------------------------------------
 def _direction(direction: str) -> tuple[int, int]:
     try:
@@ -261,7 +242,7 @@ def multicast(
             outs = [_take(ext, axis, d, d + block) for d in range(1, k + 1)]
         return jnp.stack(outs, axis=2)
 
-    _record_multicast(wafer, direction, _words_per_pe(x), k)
+    led.record_multicast(wafer, direction, led.words_per_pe(x), k)
     return _on_blocks(wafer, on_block, x)
 
 
@@ -291,23 +272,11 @@ def multicast_apply(
         region = _extend(b, wafer, axis, k if sign > 0 else 0, 0 if sign > 0 else k, boundary)
         return fn(region, *blocks)
 
-    _record_multicast(wafer, direction, _words_per_pe(x), k)
+    led.record_multicast(wafer, direction, led.words_per_pe(x), k)
     spec = P(ROW, COL)
     return jax.shard_map(
         on_block, mesh=wafer.mesh, in_specs=(spec,) * (1 + len(fields)), out_specs=spec
     )(x, *fields)
-
-
-def _record_multicast(wafer: Wafer, direction: Direction, w: float, k: int) -> None:
-    mean_h, max_h = _hops(wafer, _DIRECTIONS[direction][0])
-    n = wafer.num_pes
-    _record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, k * max_h)
-
-
-def _record_shift(wafer: Wafer, direction: Direction, w: float, distance: int) -> None:
-    mean_h, max_h = _hops(wafer, _DIRECTIONS[direction][0])
-    n = wafer.num_pes
-    _record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, distance * max_h)
 
 
 def shift(
@@ -336,7 +305,7 @@ def shift(
             return _take(_extend(b, wafer, axis, d, 0, boundary), axis, 0, block)
         return _take(_extend(b, wafer, axis, 0, d, boundary), axis, d, d + block)
 
-    _record_shift(wafer, direction, _words_per_pe(x), distance)
+    led.record_shift(wafer, direction, led.words_per_pe(x), distance)
     return _on_blocks(wafer, on_block, x)
 
 
@@ -384,13 +353,13 @@ def window_apply(
         n = 1 + len(kept)
         return fn(*(extend(b) for b in blocks[:n]), *blocks[n:])
 
-    w = _words_per_pe(x)
+    w = led.words_per_pe(x)
     if k_cols:
-        _record_multicast(wafer, "E", w, k_cols)
-        _record_multicast(wafer, "W", w, k_cols)
+        led.record_multicast(wafer, "E", w, k_cols)
+        led.record_multicast(wafer, "W", w, k_cols)
     for _ in range(k_rows):
-        _record_shift(wafer, "S", w * (2 * k_cols + 1), 1)
-        _record_shift(wafer, "N", w * (2 * k_cols + 1), 1)
+        led.record_shift(wafer, "S", w * (2 * k_cols + 1), 1)
+        led.record_shift(wafer, "N", w * (2 * k_cols + 1), 1)
     spec = P(ROW, COL)
     specs = (spec,) * (1 + len(kept) + len(fields))
     return jax.shard_map(on_block, mesh=wafer.mesh, in_specs=specs, out_specs=spec)(
@@ -425,16 +394,6 @@ def _axes_for(axis: Literal["row", "col"] | None) -> tuple[tuple[int, ...], tupl
     raise WseError(f"unknown reduction axis {axis!r}; use 'row', 'col' or None for the grid")
 
 
-def _reduce_traffic(wafer: Wafer, x: jax.Array, axes: tuple[int, ...], op: str, both: bool):
-    w = _words_per_pe(x)
-    n = wafer.num_pes
-    sizes = {0: wafer.rows, 1: wafer.cols}
-    # A chain reduction toward the centre of each reduced axis: half the axis in latency.
-    lat = sum((sizes[a] - 1) / 2 * _hops(wafer, a)[1] for a in axes)
-    mult = 2 if both else 1  # allreduce = reduce + broadcast back
-    _record(wafer, op, n * w * mult, n * w * mult, 2 * w * mult, lat * mult)
-
-
 def allreduce(
     wafer: Wafer,
     x: jax.Array,
@@ -457,7 +416,7 @@ def allreduce(
         part = local(masked, axis=grid_axes, keepdims=True)
         return jnp.broadcast_to(collective(part, spanned) if spanned else part, b.shape)
 
-    _reduce_traffic(wafer, x, grid_axes, f"allreduce_{op}", both=True)
+    led.record_reduce(wafer, x, grid_axes, f"allreduce_{op}", both=True)
     return _on_blocks(wafer, on_block, x)
 
 
@@ -488,7 +447,7 @@ def allreduce_apply(
     out = jax.shard_map(on_block, mesh=wafer.mesh, in_specs=(spec,) * len(fields), out_specs=spec)(
         *fields
     )
-    _reduce_traffic(wafer, out, grid_axes, "allreduce_sum", both=True)
+    led.record_reduce(wafer, out, grid_axes, "allreduce_sum", both=True)
     return out
 
 
@@ -504,7 +463,7 @@ def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
         part = local(masked, axis=(0, 1))
         return collective(part, spanned) if spanned else part
 
-    _reduce_traffic(wafer, x, (0, 1), f"reduce_{op}", both=False)
+    led.record_reduce(wafer, x, (0, 1), f"reduce_{op}", both=False)
     # over a one-device mesh axis the value is replicated without a collective to prove it
     return _on_blocks(wafer, on_block, x, out_spec=P(), check_vma=spanned == (ROW, COL))
 
@@ -530,10 +489,10 @@ def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: i
             lax.psum(jnp.where(mine, local, jnp.zeros_like(local)), name), b.shape
         )
 
-    w = _words_per_pe(x)
+    w = led.words_per_pe(x)
     lines = (wafer.cols, wafer.rows)[grid_axis]
-    mean_h, max_h = _hops(wafer, grid_axis)
-    _record(
+    mean_h, max_h = led.hops(wafer, grid_axis)
+    led.record(
         wafer,
         f"broadcast_{axis}",
         lines * w,

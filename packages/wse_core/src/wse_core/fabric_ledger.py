@@ -1,0 +1,63 @@
+"""What each fabric op records in the wafer's traffic ledger (no data moves here).
+
+`wse_core.fabric` moves the data and calls these at trace time: `words_per_pe` (32-bit words
+of one per-PE value), `hops` (mean and max physical hops per logical link along a grid axis,
+detours around dead PEs included), and `record_multicast`, `record_shift`, `record_reduce`,
+`record` (one `Traffic` entry: words, word-hops, busiest-link words, latency hops).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wse_core.traffic import Traffic
+from wse_core.wafer import Wafer
+
+__all__ = ["AXIS_OF", "words_per_pe", "hops", "record", "record_multicast", "record_shift"]
+__all__ += ["record_reduce"]
+
+AXIS_OF = {"N": 0, "S": 0, "E": 1, "W": 1}  # direction -> grid axis it moves along
+
+
+def words_per_pe(x) -> float:
+    """32-bit fabric words per PE for one value of x's per-PE shape."""
+    return float(np.prod(x.shape[2:], dtype=np.int64)) * x.dtype.itemsize / 4
+
+
+def hops(wafer: Wafer, axis: int) -> tuple[float, float]:
+    """Mean and max physical hops per logical link along `axis` on this grid."""
+    links = wafer.remap.link_hops(axis)[: wafer.rows, : wafer.cols]
+    if axis == 0:
+        links = links[: wafer.rows - 1]
+    else:
+        links = links[:, : wafer.cols - 1]
+    if links.size == 0:
+        return 1.0, 1.0
+    return float(links.mean()), float(links.max())
+
+
+def record(wafer: Wafer, op: str, words: float, word_hops: float, busiest: float, lat: float):
+    wafer.traffic.record(Traffic(op, words, word_hops, busiest, lat, 1))
+
+
+def record_multicast(wafer: Wafer, direction: str, w: float, k: int) -> None:
+    mean_h, max_h = hops(wafer, AXIS_OF[direction])
+    n = wafer.num_pes
+    record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, k * max_h)
+
+
+def record_shift(wafer: Wafer, direction: str, w: float, distance: int) -> None:
+    mean_h, max_h = hops(wafer, AXIS_OF[direction])
+    n = wafer.num_pes
+    record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, distance * max_h)
+
+
+def record_reduce(wafer: Wafer, x, axes: tuple[int, ...], op: str, both: bool) -> None:
+    """A reduction of x's per-PE values over the grid `axes` (`both`: and back to every PE)."""
+    w = words_per_pe(x)
+    n = wafer.num_pes
+    sizes = {0: wafer.rows, 1: wafer.cols}
+    # A chain reduction toward the centre of each reduced axis: half the axis in latency.
+    lat = sum((sizes[a] - 1) / 2 * hops(wafer, a)[1] for a in axes)
+    mult = 2 if both else 1  # allreduce = reduce + broadcast back
+    record(wafer, op, n * w * mult, n * w * mult, 2 * w * mult, lat * mult)
