@@ -11,7 +11,8 @@ TLR-MVM, and the wafer emulator (JAX; `--devices` virtual devices, default one p
 the grouped layout (the default) on one device (the engine's default mesh) and spread over
 all devices, and the packed layout. NumPy baselines are timed with BLAS on one thread and
 on its default threads, keeping the faster; every method is timed in 5 interleaved rounds
-and keeps its best round's median. With `--batch B` every product is of B vectors and
+and keeps its best round's median, each starting 0.3 s after the previous (BLAS worker
+threads stop spinning). With `--batch B` every product is of B vectors and
 times are per vector. Reports the median time of each, the compression ratio, the relative
 error against the dense product, the speedup over dense against the target 0.7 x
 compression ratio, a STREAM-like copy bandwidth on one and on two threads, and the wafer
@@ -60,6 +61,7 @@ from wse_hpc.tlrmvm.perf import cluster  # noqa: E402
 from wse_hpc.tlrmvm.seismic import green_operator  # noqa: E402
 
 ROUNDS = 5  # the machine is shared: more rounds, each method keeps its best
+SETTLE_S = 0.3  # idle time before each method's timing (see bench_size)
 CACHE = Path(os.environ.get("TLR_BENCH_CACHE", "/tmp/tlr_bench"))
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -139,13 +141,17 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) 
         row[f"{name}_rel_err"] = float(np.linalg.norm(fn(x) - exact) / np.linalg.norm(exact))
     engines = {"wafer_emu": eng, "wafer_emu_all_devices": spread, "wafer_emu_packed": packed}
     # Every method is timed in each of ROUNDS interleaved rounds and keeps its best round's
-    # median, so a burst of load on the shared machine does not favour one side.
+    # median, so a burst of load on the shared machine does not favour one side; each starts
+    # SETTLE_S after the previous one ended (OpenBLAS's worker spins ~0.1 s on a core after
+    # a threaded call: the next method would run on one core, measured).
     for _ in range(ROUNDS):
         for name, fn in fns.items():
+            time.sleep(SETTLE_S)
             t, threads = best_median_s(lambda f=fn: f(x), repeats)
             if t / batch < row.get(f"{name}_s", float("inf")):
                 row[f"{name}_s"], row[f"{name}_blas_threads"] = t / batch, threads  # per vector
         for name, e in engines.items():
+            time.sleep(SETTLE_S)
             t = e.time_matvec(x, repeats) / batch if e is not None else float("nan")
             row[f"{name}_s"] = min(row.get(f"{name}_s", float("inf")), t)
     row["wafer_all_devices"] = spread.wafer.describe()
