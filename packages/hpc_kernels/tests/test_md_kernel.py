@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from wse_core import preset
 from wse_core.wafer import build_wafer
-from wse_hpc.md import mapping
+from wse_hpc.md import mapping, nlist
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
 from wse_hpc.md.nlist import active_per_block, list_caps, neighbour_fns
 from wse_hpc.md.reference import eam_reference
@@ -174,6 +174,22 @@ def test_neighbour_lists_skip_empty_pes(mesh):
     np.testing.assert_allclose(held["energy"], every["energy"], atol=1e-13)
     np.testing.assert_allclose(held["forces"], ref.forces_eV_A, atol=1e-11)
     assert held["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [16, 100])
+def test_neighbour_lists_by_chunks_of_pes(monkeypatch, chunk):
+    """A block's PEs evaluated in several chunks (the last one overlapping the one before;
+    phase 2 then looks the density slopes up again instead of keeping them) give the NumPy
+    reference's forces, energies and virial."""
+    monkeypatch.setattr(nlist, "CHUNK", chunk)
+    s, sp = _system(seed=6, cells=(4, 4, 4))
+    ref = eam_reference(POT, s.positions_A, sp, s.box_A)
+    with jax.enable_x64(True):
+        got = _lists(s, sp, mesh=(1, 1))
+    assert got["plan"].active > chunk and not got["overflow"]
+    np.testing.assert_allclose(got["forces"], ref.forces_eV_A, atol=1e-11)
+    np.testing.assert_allclose(got["energy"], ref.energy_eV, atol=1e-12)
+    assert got["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)
 
 
 def test_neighbour_lists_in_a_window_wider_than_their_reach():

@@ -166,8 +166,9 @@ class _Splines(NamedTuple):
 
     locate_r: Callable[[jax.Array], tuple[jax.Array, jax.Array]]  # r -> knot interval k, p
     density: Callable[..., jax.Array]  # (sp_j, sp_i, k, p) -> rho of j at i
+    density_slope: Callable[..., jax.Array]  # (sp_j, sp_i, k, p) -> d(rho of j at i)/dr
     embed: Callable[..., tuple[jax.Array, jax.Array]]  # (rho, sp_i) -> F'(rho), F(rho)
-    # (fp_i, fp_j, sp_i, sp_j, k, p, r) -> psi', phi
+    # (fp_i, fp_j, sp_i, sp_j, k, p, r[, (rho_j', rho_i') when known]) -> psi', phi
     pair: Callable[..., tuple[jax.Array, jax.Array]]
 
 
@@ -185,25 +186,29 @@ def _splines(pot: EamPotential, dtype) -> _Splines:
     def density(sp_j, sp_i, k, p):
         return _value(_coeffs(tab.rhor, knot(sp_j, sp_i, k)), p)  # on i from j
 
+    def density_slope(sp_j, sp_i, k, p):
+        return _slope(_coeffs(tab.rhor, knot(sp_j, sp_i, k), 3), p, inv_dr)
+
     def embed(rho, sp_i):
         kf, pf = _locate(rho, inv_drho, nrho)
         cf = _coeffs(tab.frho, sp_i * nrho + kf if ne > 1 else kf)
         fp = _slope(cf, pf, inv_drho)
         return fp, _value(cf, pf) + jnp.where(rho > rhomax, fp * (rho - rhomax), 0.0)
 
-    def pair(fp_i, fp_j, sp_i, sp_j, k, p, r):
-        """d(pair energy)/dr of i and j, psi' = F'_i rho_j' + F'_j rho_i' + phi', and phi."""
-        rhojp = _slope(_coeffs(tab.rhor, knot(sp_j, sp_i, k), 3), p, inv_dr)
-        if ne > 1:
-            rhoip = _slope(_coeffs(tab.rhor, knot(sp_i, sp_j, k), 3), p, inv_dr)
+    def pair(fp_i, fp_j, sp_i, sp_j, k, p, r, slopes=None):
+        """d(pair energy)/dr of i and j, psi' = F'_i rho_j' + F'_j rho_i' + phi', and phi
+        (`slopes` = (rho_j', rho_i') when the density phase kept them)."""
+        if slopes is not None:
+            rhojp, rhoip = slopes
         else:
-            rhoip = rhojp
+            rhojp = density_slope(sp_j, sp_i, k, p)
+            rhoip = density_slope(sp_i, sp_j, k, p) if ne > 1 else rhojp
         cz = _coeffs(tab.z2r, knot(sp_i, sp_j, k))
         phi = _value(cz, p) / r
         phip = _slope(cz, p, inv_dr) / r - phi / r
         return fp_i * rhojp + fp_j * rhoip + phip, phi
 
-    return _Splines(locate_r, density, embed, pair)
+    return _Splines(locate_r, density, density_slope, embed, pair)
 
 
 # -- fabric patterns -------------------------------------------------------------------------

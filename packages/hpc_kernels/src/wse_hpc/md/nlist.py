@@ -221,26 +221,35 @@ def _by_chunks(fn, size: int, *flat: jax.Array):
 
 def _on_active(fn, active: int, lists, own, order):
     """fn (by chunks) over the first `active` list rows of a block and the own values of
-    the PEs they belong to (`order`); results scattered back to (br, bc, ...), 0 on the
-    block's other PEs. `lists` are (br, bc, M) blocks stored in `order`, `own` per PE."""
+    the PEs they belong to (`order`). `lists` are (br, bc, M) blocks stored in `order`,
+    `own` per PE; fn returns (per-PE results, per-candidate results): the first scattered
+    back to (br, bc, ...), 0 on the block's other PEs, the second stored as the lists are
+    (rows past `active` 0)."""
     br, bc = order.shape
     n = br * bc
 
     def flat(a):
         return a.reshape((n,) + a.shape[2:])
 
+    def shaped(o):
+        return o.reshape((br, bc) + o.shape[1:])
+
     if active >= n:  # every PE (lists in row-major order)
         out = _by_chunks(fn, CHUNK, *map(flat, lists), *map(flat, own))
-        return jax.tree.map(lambda o: o.reshape((br, bc) + o.shape[1:]), out)
+        return jax.tree.map(shaped, out)
     at = flat(order)[:active]
     rows = [flat(a)[:active] for a in lists]
-    out = _by_chunks(fn, CHUNK, *rows, *(jnp.take(flat(a), at, axis=0) for a in own))
+    per_pe, per_candidate = _by_chunks(
+        fn, CHUNK, *rows, *(jnp.take(flat(a), at, axis=0) for a in own)
+    )
 
     def scatter(o):
-        full = jnp.zeros((n,) + o.shape[1:], o.dtype).at[at].set(o, unique_indices=True)
-        return full.reshape((br, bc) + o.shape[1:])
+        return shaped(jnp.zeros((n,) + o.shape[1:], o.dtype).at[at].set(o, unique_indices=True))
 
-    return jax.tree.map(scatter, out)
+    def stored(o):
+        return shaped(jnp.concatenate([o, jnp.zeros((n - active,) + o.shape[1:], o.dtype)]))
+
+    return jax.tree.map(scatter, per_pe), jax.tree.map(stored, per_candidate)
 
 
 def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
@@ -263,6 +272,10 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         raise WseError("no atom has a neighbour within the cutoff + skin")
     block_pes = wafer.block_shape[0] * wafer.block_shape[1]
     active = plan.active if 0 < plan.active < block_pes else block_pes
+    # phase 1 keeps the densities' slopes per candidate for phase 2 when a block's PEs are
+    # one chunk (in cache: ~4% per evaluation at 256 atoms); over several chunks writing
+    # and reading them back costs more than phase 2's knot lookups (+20% at 32k atoms)
+    keep_slopes = active <= CHUNK
 
     def min_image(d, b=box):  # b: the box, shaped to broadcast along d's x, y, z axis
         return d - b * jnp.round(d * (1.0 / b))
@@ -360,43 +373,60 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         return d, r, valid, k, p
 
     def density(region, index, valid, sp_j, order, pos, sp_i):
-        """Phase 1 on a block, CHUNK PEs at a time: F'(rho) and the embedding energy."""
+        """Phase 1 on a block, CHUNK PEs at a time: F'(rho) and the embedding energy, and
+        per candidate the densities' slopes rho_j' (and rho_i' with several elements) that
+        phase 2 needs (kept: phase 2 does not look the knots up again)."""
         planes = [region[..., i] for i in range(3)]
 
         def chunk(at, valid, sp_j, pos, sp_i):
             _, _, valid, k, p = pairs(at, valid, pos, planes)
             rho_j = spl.density(sp_j, sp_i[:, None], k, p)
             rho = jnp.sum(jnp.where(valid, rho_j, 0.0), axis=-1)
-            return spl.embed(rho, sp_i)
+            if not keep_slopes:
+                return spl.embed(rho, sp_i), ()
+            slopes = spl.density_slope(sp_j, sp_i[:, None], k, p)
+            if len(pot.elements) > 1:
+                slopes = jnp.stack([slopes, spl.density_slope(sp_i[:, None], sp_j, k, p)], -1)
+            return spl.embed(rho, sp_i), slopes
 
         return _on_active(chunk, active, (index, valid, sp_j), (pos, sp_i), order)
 
-    def force(fp_region, pos_region, index, valid, sp_j, order, pos, sp_i, fp):
-        """Phase 2 on a block: forces, pair energy and virial."""
+    def force(fp_region, pos_region, index, valid, sp_j, *rest):
+        """Phase 2 on a block: forces, pair energy and virial (rest: the slopes phase 1
+        kept, if it did, then order, pos, sp_i, fp)."""
         planes = [pos_region[..., i] for i in range(3)]
         fp_flat = fp_region.reshape(-1)
+        slopes, (order, pos, sp_i, fp) = rest[:-4], rest[-4:]
 
-        def chunk(at, valid, sp_j, pos, sp_i, fp):
+        def chunk(at, valid, sp_j, *rest):
+            *slopes, pos, sp_i, fp = rest
             d, r, valid, k, p = pairs(at, valid, pos, planes)
             fp_j = fp_flat.at[at].get(mode="promise_in_bounds")
-            psip, phi = spl.pair(fp[:, None], fp_j, sp_i[:, None], sp_j, k, p, r)
+            both = None
+            if slopes:
+                (s,) = slopes
+                both = (s[..., 0], s[..., 1]) if s.ndim == 3 else (s, s)
+            psip, phi = spl.pair(fp[:, None], fp_j, sp_i[:, None], sp_j, k, p, r, both)
             psip = jnp.where(valid, psip, 0.0)
             f = jnp.stack([jnp.sum(psip / r * di, axis=-1) for di in d], axis=-1)
             pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
-            return f, pair_e, -0.5 * jnp.sum(psip * r, axis=-1)
+            return (f, pair_e, -0.5 * jnp.sum(psip * r, axis=-1)), ()
 
-        return _on_active(chunk, active, (index, valid, sp_j), (pos, sp_i, fp), order)
+        lists = (index, valid, sp_j, *slopes)
+        return _on_active(chunk, active, lists, (pos, sp_i, fp), order)[0]
 
     def forces_fn(state: jax.Array, geo: Geometry, nbrs: Neighbours) -> EamOutput:
         pos, sp = state[..., :3], state[..., SPECIES]
         held = sp >= 0
         sp_i = jnp.maximum(sp.astype(jnp.int32), 0)
-        lists = (nbrs.index, nbrs.valid, nbrs.species, nbrs.order, pos, sp_i)
+        lists = (nbrs.index, nbrs.valid, nbrs.species)
+        own = (nbrs.order, pos, sp_i)
         # phase 1: the candidates' positions (the window multicast, filtered)
-        fp, emb = fabric.window_apply(wafer, pos, depth, kc, density, *lists)
-        # phase 2: their F' (the positions' window is the one kept from phase 1)
+        (fp, emb), slopes = fabric.window_apply(wafer, pos, depth, kc, density, *lists, *own)
+        slopes = (slopes,) if keep_slopes else ()
+        # phase 2: their F' (the positions' window and the slopes kept from phase 1)
         forces, pair_e, virial = fabric.window_apply(
-            wafer, fp, depth, kc, force, *lists, fp, kept=(pos,)
+            wafer, fp, depth, kc, force, *lists, *slopes, *own, fp, kept=(pos,)
         )
         energy = jnp.where(held, emb + pair_e, 0.0)
         forces = jnp.where(held[..., None], forces, 0.0)
