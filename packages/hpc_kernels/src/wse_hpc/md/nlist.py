@@ -18,8 +18,9 @@ M of candidates per PE) and `plan.skin_A` must be set (`list_caps` picks them on
 - `forces_fn(state, geo, nbrs) -> EamOutput`: phase 1 multicasts positions over the window
   rows -depth .. depth (depth = the farthest row offset with a capacity); each PE sums its
   density from its candidates and computes F'(rho). Phase 2 multicasts F' and each PE sums
-  its force, energy and virial (it kept the candidates' positions from phase 1). One
-  interval lookup per pair serves the density, its slope and the pair spline.
+  its force, energy and virial (it kept the candidates' positions from phase 1, and when a
+  block's PEs are one chunk the density slopes too). One interval lookup per pair serves the
+  density, its slope and the pair spline.
 
 What the wafer moves and what the emulator materializes: on the wafer each multicast is the
 marching multicast of Santos et al. (row windows E and W, then steps N and S; 4 words per
@@ -36,8 +37,9 @@ Empty PEs do no pair work: with `plan.active` set (`active_per_block`: the most 
 device block holds), a build stores each block's lists with its atom-holding PEs first
 (`Neighbours.order` names them) and the forces evaluate only those `active` rows of each
 block, not the block's empty and padding PEs (a 256-atom crystal on 17 x 17 PEs: 11% of the
-pairs). Atoms never move onto empty PEs (swaps pair two atoms), so a block keeps its count
-between re-plans; a build that finds more is an overflow all the same.
+pairs). Atoms never move onto empty PEs (swaps pair two atoms), so a block's count holds
+for the plan's life (a re-plan re-maps and counts again); a build that finds more is an
+overflow all the same.
 
 Atoms stay on their PEs between builds; `sort_fn` (swaps) runs only before a build.
 """
