@@ -75,9 +75,9 @@ class TlrEngine:
         emulation), "packed" (slices bucketed per tile column, `packed`) or
         "banded" (each tile row padded to its largest rank, `wafer`). `mesh_shape`: the
         device mesh under the PE grid; one device by default, since the phases are a few
-        large dots that XLA:CPU already spreads over the cores and collectives between
-        virtual devices only add cost (1.5-2.5x slower at n = 2500-4900 on 2 devices,
-        equal at 9801); None spreads the grid over all devices."""
+        large dots and collectives between virtual devices only add cost (grouped, 2
+        devices: 2-2.6x slower at n = 2500-4900, ~10% at 9801); None spreads the grid
+        over all devices."""
         layouts = {
             "grouped": (plan_grouped, tlrmvm_grouped),
             "packed": (plan_packed, tlrmvm_packed),
