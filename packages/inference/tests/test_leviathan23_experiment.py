@@ -26,6 +26,7 @@ def test_quick_run_rows_and_predictions(tmp_path):
     for r in rows:
         assert 0 < r["alpha"] < 1 and r["draft_alone_c"] > 0 and r["verify_cost_ratio"] > 0
         assert r["verify_forward_ratio"] > 0
+        assert r["plain_step_in_run_ms"] > 0 and r["round_in_run_ms"] > 0
         assert r["draft_weight_mb"] < r["target_weight_mb"] / 4
         f = _formula(r["alpha"], r["gamma"], r["cost_ratio_c"])
         assert r["formula_speedup"] == pytest.approx(f, rel=1e-12)

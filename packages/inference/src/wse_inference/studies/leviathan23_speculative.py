@@ -76,7 +76,8 @@ implicit assumption v = 1; `verify_forward_ratio` = the verification's forward p
 one step (v less the rejection sampling). `formula_with_verify_cost` =
 (1 - a^(g+1)) / ((1 - a)(g c + v)) is shown beside the published formula (a diagnostic; the
 published one is the target). `round_in_run_ms` (decode time / rounds) is shown beside
-`round_ms`.
+`round_ms`, and `plain_step_in_run_ms` (the plain decoder's decode time / tokens) beside
+`target_step_ms`: the timer's fidelity to the runs.
 Timings are most repeatable with one XLA thread (XLA_FLAGS=--xla_cpu_multi_thread_eigen=false):
 the speculative and the plain decoder then get the same single core. On a machine shared
 with other jobs the target step varies 1.5-2x between rows; each row's quantities are
@@ -132,7 +133,7 @@ def _weight_mb(model) -> float:
 _LOOPS: dict = {}  # jitted timing loops, reused across calls (XLA compiles per cache shape)
 
 
-def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 8):
+def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 32):
     """A timer of the code speculative decoding runs: each call times, in the order
     A B C D E E D C B A (drift in the machine's load then cancels in the ratios), `reps`
     calls inside one jitted loop (no dispatch per call; caches of `cache_len` slots donated
@@ -140,7 +141,11 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 8):
     milliseconds per step: `target_step_ms` (the plain decoder's step), `draft_step_ms` (one
     proposal of gamma drafts / gamma, as the rounds propose), `verify_ms` (the target's
     gamma + 1-token verification with rejection sampling), `verify_forward_ms` (its forward
-    pass alone) and `round_ms` (a whole speculative round). Compiles on creation."""
+    pass alone) and `round_ms` (a whole speculative round). Compiles on creation.
+    `reps` = 32: each call's first steps run after the other loops, with colder caches; at
+    8 they raised the target step ~10% above the plain decoder's own step in its runs
+    (measured, gamma 6: 12.0 ms at 8, 11.0 at 32, 10.8 in the plain decoder's runs; the
+    round 17.9, 16.8 and 16.4 in the speculative runs), which biased c low."""
     import jax
     import jax.numpy as jnp
     import wse_models
@@ -241,7 +246,7 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
         # one cache length for every gamma (slots past the position are masked), so the
         # target-step loop compiles once
         timer = round_costs(target, draft, gamma, ctx + max(gammas) + 1)
-        runs, ratios, costs = [], [], []
+        runs, bases, ratios, costs = [], [], [], []
         for s in range(repeats):  # interleaved, order alternating: the machine is shared
             sp = dataclasses.replace(sampling, seed=s)
             if s % 2:
@@ -249,6 +254,7 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
             runs.append(spec.generate(prompt, sp))
             if not s % 2:
                 base = plain.generate(prompt, sp)
+            bases.append(base)
             ratios.append(runs[-1].tokens_per_s / base.tokens_per_s)
             costs.append(timer())
         stats = [r.metrics["speculative"] for r in runs]
@@ -266,6 +272,7 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
         run_round_ms = statistics.median(
             r.decode_s / r.metrics["speculative"]["rounds"] for r in runs
         )
+        plain_step_ms = statistics.median(b.decode_s / (len(b.tokens) - 1) for b in bases)
         speed = statistics.median(ratios)
         pred = expected_speedup(alpha, gamma, c)
         corrected = expected_tokens_per_pass(alpha, gamma) / (gamma * c + v)
@@ -284,6 +291,7 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
                 "verify_cost_ratio": v,
                 "verify_forward_ratio": v_fwd,
                 "target_step_ms": cost["target_step_ms"],
+                "plain_step_in_run_ms": plain_step_ms * 1e3,
                 "round_ms": cost["round_ms"],
                 "round_in_run_ms": run_round_ms * 1e3,
                 "measured_speedup": speed,
