@@ -35,11 +35,11 @@ measured / published formula within 10% in 10/10 rows at gamma 1, 8/10 at 2, 5/1
 two) while other jobs kept the load at 1.5-4 (target step 12-23 ms): 4, 4, 3, 4 of 8 within
 10%; gamma 6 at 0.74-0.85 in every run (v 0.90-1.19); the one-thread and two-thread runs did
 not differ beyond that noise (a gamma-1 row came out 1.28 under it). With the timer at 32
-steps per call (see `round_costs`), load 1.4-2: 6 of 8 (one thread) and 7 of 8 (the CLI's
-default); gamma 6, 2-layer draft 0.76 and 0.83 (v 1.21, 1.19), 1-layer 0.95 and 0.97 (v 1.05,
-1.16; the second with the measured speedup 9% above the v-corrected formula: noise in its
-favour); the timer's target step within 7% of the plain decoder's in-run step in 14 of 16
-rows (within 5% in 11).
+steps per call (see `round_costs`), load 1.4-2: 6 of 8 (one thread), 7 and 6 of 8 (the CLI's
+default, two runs); gamma 6 with the 2-layer draft 0.76, 0.83, 0.80 (v 1.21, 1.19, 1.22),
+with the 1-layer draft 0.95, 0.97, 0.95 (v 1.05, 1.16, 1.20; in the last two the measured
+speedup 9-10% above the v-corrected formula: noise in its favour); the timer's target step
+within 7% of the plain decoder's in-run step in 22 of 24 rows (mostly 1-5% above it).
 gamma = 6 stays short: 7 rows cost XLA:CPU's GEMM far more than 5 (weights in L2, per
 139 MiB: 1 row 1.2 ms, 5 rows 1.7 ms, 7 rows 2.7 ms), so v ~ 1.2 at this context.
 Why no code makes v ~ 1 at gamma 6 on this CPU (measured 2026-11-23, one thread, A/B in one
