@@ -1,11 +1,39 @@
 """`wse demo` part: a short weight-streaming training run that saves a model the inference
-side loads (`<out>/train/model_dir/hf/` with `tokenizer.json`)."""
+side loads (`<out>/train/model_dir/hf/` with `tokenizer.json`).
+
+Every demo trains from scratch: `fresh_model_dir` removes the model_dir of an earlier demo
+run (marked by `MARKER`), since `wse train` resumes from a model_dir's checkpoint and a
+second demo in the same folder would otherwise resume at the last step and train nothing.
+A model_dir the demo did not write is never removed: that is an error naming another
+`--out`.
+"""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-__all__ = ["part"]
+from wse_trainer.config import ConfigError
+
+__all__ = ["MARKER", "fresh_model_dir", "part"]
+
+MARKER = ".wse-demo"  # file in a model_dir written by `wse demo`
+
+
+def fresh_model_dir(out_dir: Path) -> Path:
+    """`<out_dir>/train/model_dir`, empty and marked as the demo's; an earlier demo's model_dir
+    there is removed, any other existing one refused (ConfigError, nothing touched)."""
+    model_dir = out_dir / "train" / "model_dir"
+    if model_dir.exists():
+        if not (model_dir / MARKER).is_file():
+            raise ConfigError(
+                f"{model_dir} exists and was not written by `wse demo`; "
+                "pass --out with another folder"
+            )
+        shutil.rmtree(model_dir)
+    model_dir.mkdir(parents=True)
+    (model_dir / MARKER).write_text("written by `wse demo`; the next demo run replaces it\n")
+    return model_dir
 
 
 def part(console, *, out_dir: Path, quick: bool) -> None:
@@ -14,7 +42,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     from wse_trainer.run import run, validate
 
     steps = 20 if quick else 250  # ~2 minutes on 2 cores: loss well down, samples readable
-    model_dir = out_dir / "train" / "model_dir"
+    model_dir = fresh_model_dir(out_dir)
     config = load_config(
         "tiny",
         [
