@@ -23,7 +23,8 @@ partials a function computes already summed over each block's PEs).
 Each op records its traffic (words, word-hops including detours around dead PEs, busiest-link
 words, latency hops) in `wafer.traffic` at trace time; `count(wafer, fn, *args)` traces a
 function abstractly and returns what it would move (the arithmetic of each entry lives in
-`wse_core.fabric_ledger`).
+`wse_core.fabric_ledger`). The module stays whole past ~500 lines on purpose: it is the one
+place that moves data between PEs (the only shard_map / ppermute / psum in the project).
 """
 
 from __future__ import annotations
@@ -180,13 +181,22 @@ def _logical_mask(wafer: Wafer, ndim: int) -> jax.Array:
 
 
 def _on_blocks(
-    wafer: Wafer, fn: Callable, x: jax.Array, out_spec: P | None = None, check_vma: bool = True
-) -> jax.Array:
+    wafer: Wafer,
+    fn: Callable,
+    *fields: jax.Array,
+    out_spec: P | None = None,
+    check_vma: bool = True,
+) -> Any:
+    """fn on each device's block of every placed field (one block argument per field)."""
     spec = P(ROW, COL)
     out_specs = spec if out_spec is None else out_spec
     return jax.shard_map(
-        fn, mesh=wafer.mesh, in_specs=(spec,), out_specs=out_specs, check_vma=check_vma
-    )(x)
+        fn,
+        mesh=wafer.mesh,
+        in_specs=(spec,) * len(fields),
+        out_specs=out_specs,
+        check_vma=check_vma,
+    )(*fields)
 
 
 def _spanned(wafer: Wafer, axes: tuple[str, ...]) -> tuple[str, ...]:
@@ -273,10 +283,7 @@ def multicast_apply(
         return fn(region, *blocks)
 
     led.record_multicast(wafer, direction, led.words_per_pe(x), k)
-    spec = P(ROW, COL)
-    return jax.shard_map(
-        on_block, mesh=wafer.mesh, in_specs=(spec,) * (1 + len(fields)), out_specs=spec
-    )(x, *fields)
+    return _on_blocks(wafer, on_block, x, *fields)
 
 
 def shift(
@@ -360,11 +367,7 @@ def window_apply(
     for _ in range(k_rows):
         led.record_shift(wafer, "S", w * (2 * k_cols + 1), 1)
         led.record_shift(wafer, "N", w * (2 * k_cols + 1), 1)
-    spec = P(ROW, COL)
-    specs = (spec,) * (1 + len(kept) + len(fields))
-    return jax.shard_map(on_block, mesh=wafer.mesh, in_specs=specs, out_specs=spec)(
-        x, *kept, *fields
-    )
+    return _on_blocks(wafer, on_block, x, *kept, *fields)
 
 
 def _combine(op: ReduceOp):
@@ -443,10 +446,7 @@ def allreduce_apply(
         shape[red] = wafer.block_shape[red]
         return jnp.broadcast_to(part, shape)
 
-    spec = P(ROW, COL)
-    out = jax.shard_map(on_block, mesh=wafer.mesh, in_specs=(spec,) * len(fields), out_specs=spec)(
-        *fields
-    )
+    out = _on_blocks(wafer, on_block, *fields)
     led.record_reduce(wafer, out, grid_axes, "allreduce_sum", both=True)
     return out
 

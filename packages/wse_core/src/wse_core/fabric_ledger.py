@@ -13,8 +13,15 @@ import numpy as np
 from wse_core.traffic import Traffic
 from wse_core.wafer import Wafer
 
-__all__ = ["AXIS_OF", "words_per_pe", "hops", "record", "record_multicast", "record_shift"]
-__all__ += ["record_reduce"]
+__all__ = [
+    "AXIS_OF",
+    "words_per_pe",
+    "hops",
+    "record",
+    "record_multicast",
+    "record_shift",
+    "record_reduce",
+]
 
 AXIS_OF = {"N": 0, "S": 0, "E": 1, "W": 1}  # direction -> grid axis it moves along
 

@@ -76,6 +76,7 @@ __all__ = [
 ]
 
 CHUNK = 2048  # PEs whose pairs are evaluated together (their working set stays in cache)
+HEADROOM, TOTAL_HEADROOM = 1.25, 1.1  # list capacities over the counts (see list_caps)
 
 
 class Neighbours(NamedTuple):
@@ -113,13 +114,13 @@ def list_caps(
     reach_A: float,
     k_rows: int,
     k_cols: int,
-    headroom: float = 1.25,
-    total_headroom: float = 1.1,
+    more: float = 0.0,
 ) -> tuple[int, ...]:
     """Capacities for a mapped state: one per row offset (-k_rows .. k_rows), then the total
-    M: the most atoms within `reach_A` any PE has at that offset (in all), times `headroom`
-    (`total_headroom`), plus 2, at most the window's 2 k_cols + 1 columns per offset; 0
-    beyond the farthest offset in use. Host side, with a periodic k-d tree.
+    M: the most atoms within `reach_A` any PE has at that offset (in all), times HEADROOM
+    (TOTAL_HEADROOM) + `more` (a re-plan's extra), plus 2, at most the window's 2 k_cols + 1
+    columns per offset; 0 beyond the farthest offset in use. Host side, with a periodic k-d
+    tree.
 
     M sets the work of every force evaluation (M candidates per PE), the per-offset caps
     only a build's; an atom's count within the reach fluctuates less than its count at one
@@ -140,11 +141,11 @@ def list_caps(
         counts += np.bincount(pairs[keep, a] * n_off + d[keep] + k_rows, minlength=counts.size)
     counts = counts.reshape(-1, n_off)
     most = counts.max(axis=0) if pos.size else np.zeros(n_off, np.int64)
-    caps = np.minimum(np.ceil(most * headroom).astype(np.int64) + 2, 2 * k_cols + 1)
+    caps = np.minimum(np.ceil(most * (HEADROOM + more)).astype(np.int64) + 2, 2 * k_cols + 1)
     used = np.nonzero(most > 0)[0]
     reach = int(np.abs(used - k_rows).max()) if used.size else 0
     caps[np.abs(np.arange(n_off) - k_rows) > reach] = 0
-    total = int(np.ceil(counts.sum(axis=1).max(initial=0) * total_headroom)) + 2
+    total = int(np.ceil(counts.sum(axis=1).max(initial=0) * (TOTAL_HEADROOM + more))) + 2
     return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
 
 

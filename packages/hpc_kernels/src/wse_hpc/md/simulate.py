@@ -204,7 +204,7 @@ def _plan(state_np, box, pot, config, wafer, at_least=(0, 0), more=0.0) -> EamPl
     kr, kc = mapping.window_needed(state_np, box, reach + WINDOW_MARGIN_A)
     kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
-    caps = list_caps(state_np, box, reach, kr, kc, 1.25 + more, 1.1 + more)
+    caps = list_caps(state_np, box, reach, kr, kc, more)
     if wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
         caps = ()  # lists of this window would not fit the host: the full-window kernel
     box_t = tuple(float(b) for b in box)

@@ -126,16 +126,8 @@ class GroupedPlan(PaddedBases):
         """The placed (vh, u) fields of `op` (see the module doc)."""
         return _fields(op, self)
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "layout": self.layout,
-            "grid": list(self.grid),
-            "rank_chunk": self.rank_chunk,
-            "group_size": self.windows,
-            "rank_rows": int((self.v_rank[..., 0] >= 0).sum()),
-            "bytes_per_pe": self.bytes_per_pe(),
-            "padded_bases_bytes": self.padded_bases_bytes,
-        }
+    def _details(self) -> dict[str, object]:
+        return {"group_size": self.windows, "rank_rows": int((self.v_rank[..., 0] >= 0).sum())}
 
 
 def _bytes(nb: int, ring: int, w: int, s: int, batch: int, isz: int) -> dict[str, int]:
@@ -394,7 +386,8 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan) -> TlrFns:
     dtype, cplx = np.dtype(plan.dtype), plan.dtype.startswith("complex")
     fwd = _row_index(plan, wafer.padded_shape, False)
     adj = _row_index(plan, wafer.padded_shape, True)
-    fwd, adj = ({**d, "at": _ring_at(wafer, d["slot"], ring)} for d in (fwd, adj))
+    for d in (fwd, adj):  # the ring slots enter the kernel only as gather positions
+        d["at"] = _ring_at(wafer, d.pop("slot"), ring)
     fwd, adj = ({k: jnp.asarray(v) for k, v in d.items()} for d in (fwd, adj))
     col_grp, col_pos = _position(plan.col_group, nt)
     row_grp, row_pos = _position(plan.row_group, mt)

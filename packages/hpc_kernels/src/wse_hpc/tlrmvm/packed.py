@@ -73,16 +73,8 @@ class PackedPlan(PaddedBases):
         """The placed (vh, u) fields of `op` (see the module doc)."""
         return _fields(op, self)
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "layout": self.layout,
-            "grid": list(self.grid),
-            "rank_chunk": self.rank_chunk,
-            "windows": self.windows,
-            "chunk_rows": self.chunk,
-            "bytes_per_pe": self.bytes_per_pe(),
-            "padded_bases_bytes": self.padded_bases_bytes,
-        }
+    def _details(self) -> dict[str, object]:
+        return {"windows": self.windows, "chunk_rows": self.chunk}
 
 
 def _bytes(nb: int, tiles: tuple[int, int], w: int, batch: int, isz: int) -> dict[str, int]:

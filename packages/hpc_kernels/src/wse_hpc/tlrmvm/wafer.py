@@ -28,7 +28,7 @@ reduce-scatter east (nt - 1 periodic shifts), V z, and a reduction along PE colu
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Protocol
+from typing import ClassVar, NamedTuple, Protocol, cast
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +46,8 @@ __all__ = ["TlrPlan", "TlrBases", "TlrFns", "plan_placement", "place_plan", "tlr
 
 
 class PaddedBases:
-    """`padded_bases_bytes` for every layout's plan (each has `grid` and `bytes_per_pe()`)."""
+    """`padded_bases_bytes` and `describe()` for every layout's plan (each has `layout`,
+    `grid`, `rank_chunk`, `bytes_per_pe()` and `_details()`, its own describe entries)."""
 
     @property
     def padded_bases_bytes(self: LayoutPlan) -> int:
@@ -54,6 +55,17 @@ class PaddedBases:
         b = self.bytes_per_pe()
         r, c = self.grid
         return r * c * (b["tlrmvm.vh"] + b["tlrmvm.u"])
+
+    def describe(self) -> dict[str, object]:
+        plan = cast("LayoutPlan", self)
+        return {
+            "layout": plan.layout,
+            "grid": list(plan.grid),
+            "rank_chunk": plan.rank_chunk,
+            **plan._details(),
+            "bytes_per_pe": plan.bytes_per_pe(),
+            "padded_bases_bytes": plan.padded_bases_bytes,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +80,7 @@ class TlrPlan(PaddedBases):
     batch: int  # vectors per product the buffers are sized for
     itemsize: int
     dtype: str
+    layout: ClassVar[str] = "banded"
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -95,23 +108,23 @@ class TlrPlan(PaddedBases):
         """The placed (vh, u) fields of `op` (see the module doc)."""
         return _vh_field(op, self), _u_field(op, self)
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "layout": "banded",
-            "grid": list(self.grid),
-            "rank_chunk": self.rank_chunk,
-            "max_band_rows": self.max_band,
-            "chunk_rows": self.chunk,
-            "bytes_per_pe": self.bytes_per_pe(),
-            "padded_bases_bytes": self.padded_bases_bytes,
-        }
+    def _details(self) -> dict[str, object]:
+        return {"max_band_rows": self.max_band, "chunk_rows": self.chunk}
 
 
 class LayoutPlan(Protocol):
     """What every layout's plan (banded, packed, grouped) gives the wafer builder."""
 
+    layout: str
+    rank_chunk: int
+
     @property
     def grid(self) -> tuple[int, int]: ...
+
+    @property
+    def padded_bases_bytes(self) -> int: ...
+
+    def _details(self) -> dict[str, object]: ...
 
     def bytes_per_pe(self) -> dict[str, int]: ...
 
