@@ -57,6 +57,7 @@ columns for one tile row per PE.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -70,7 +71,7 @@ from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import (
-    PaddedBases,
+    PlanBase,
     TlrBases,
     TlrFns,
     _ceil,
@@ -91,19 +92,12 @@ PAD_OK = 1.25  # padded over real bases bytes a plan accepts before trying a lar
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class GroupedPlan(PaddedBases):
-    shape: tuple[int, int]
-    nb: int
-    tiles: tuple[int, int]
-    rank_chunk: int
-    batch: int
-    itemsize: int
-    dtype: str
+class GroupedPlan(PlanBase):
     col_group: np.ndarray  # (L, s): tile columns PE row g serves (its x pieces), -1 none
     row_group: np.ndarray  # (L, s): tile rows PE row g serves (its y pieces), -1 none
     v_rank: np.ndarray  # (L, C, w, 3): (i, j, q) of the V row at PE (g, r), row k; -1 none
     u_rank: np.ndarray  # (L, C, w, 3): (i, j, q) of the U row at PE (g, r), row k; -1 none
-    layout: str = "grouped"
+    layout: ClassVar[str] = "grouped"
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -15,6 +15,7 @@ down each PE column (one column allreduce), which delivers y. The adjoint mirror
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,7 @@ from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import (
-    PaddedBases,
+    PlanBase,
     TlrBases,
     TlrFns,
     _ceil,
@@ -40,19 +41,12 @@ __all__ = ["PackedPlan", "plan_packed", "tlrmvm_packed"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class PackedPlan(PaddedBases):
-    shape: tuple[int, int]
-    nb: int
-    tiles: tuple[int, int]
-    rank_chunk: int
-    batch: int
-    itemsize: int
-    dtype: str
+class PackedPlan(PlanBase):
     slot_tile: np.ndarray  # (R, nt): tile row of the slice PE (r, j) holds, -1 if none
     slot_q: np.ndarray  # (R, nt): which rank slice of that tile
     win_of: np.ndarray  # (R, nt): window index of slot_tile[r, j] within row r
     win_tile: np.ndarray  # (R, T): tile row of window t of row r, -1 if unused
-    layout: str = "packed"
+    layout: ClassVar[str] = "packed"
 
     @property
     def grid(self) -> tuple[int, int]:

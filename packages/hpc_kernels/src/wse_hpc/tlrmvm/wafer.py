@@ -45,9 +45,19 @@ from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 __all__ = ["TlrPlan", "TlrBases", "TlrFns", "plan_placement", "place_plan", "tlrmvm"]
 
 
-class PaddedBases:
-    """`padded_bases_bytes` and `describe()` for every layout's plan (each has `layout`,
-    `grid`, `rank_chunk`, `bytes_per_pe()` and `_details()`, its own describe entries)."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlanBase:
+    """What every layout's plan holds about the operator and the buffers (the fields below),
+    with `padded_bases_bytes` and `describe()`; each layout adds its placement fields, a
+    `layout` name, `grid`, `bytes_per_pe()` and `_details()` (its own describe entries)."""
+
+    shape: tuple[int, int]
+    nb: int
+    tiles: tuple[int, int]  # (mt, nt)
+    rank_chunk: int  # w
+    batch: int  # vectors per product the buffers are sized for
+    itemsize: int
+    dtype: str
 
     @property
     def padded_bases_bytes(self: LayoutPlan) -> int:
@@ -69,17 +79,10 @@ class PaddedBases:
 
 
 @dataclasses.dataclass(frozen=True)
-class TlrPlan(PaddedBases):
+class TlrPlan(PlanBase):
     """Where the bases go: rank chunk, bands of PE rows, grid, bytes per PE."""
 
-    shape: tuple[int, int]
-    nb: int
-    tiles: tuple[int, int]  # (mt, nt)
-    rank_chunk: int  # w
     band_rows: tuple[int, ...]  # p_i
-    batch: int  # vectors per product the buffers are sized for
-    itemsize: int
-    dtype: str
     layout: ClassVar[str] = "banded"
 
     @property
@@ -181,7 +184,7 @@ def plan_placement(
     elif rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
     bands = tuple(max(1, _ceil(int(op.ranks[i].max()), rank_chunk)) for i in range(mt))
-    plan = TlrPlan(op.shape, op.nb, (mt, nt), int(rank_chunk), bands, batch, isz, str(op.dtype))
+    plan = TlrPlan(op.shape, op.nb, (mt, nt), int(rank_chunk), batch, isz, str(op.dtype), bands)
     for name, nbytes in plan.bytes_per_pe().items():  # an explicit rank_chunk may not fit
         ledger.allocate(name, nbytes)
     rows, cols = plan.grid
