@@ -272,3 +272,27 @@ def test_allreduce_apply_adds_block_sums_like_the_allreduce(mesh, grid, axis):
     assert got_entries == entries
     with pytest.raises(WseError, match="axis"):
         fabric.allreduce_apply(w, block_sum, w.place(a), w.place(b), axis=None)
+
+
+@pytest.mark.parametrize(
+    ("mesh", "grid"), [((1, 1), (7, 10)), ((2, 4), (5, 13)), ((4, 2), (7, 10))]
+)
+def test_local_apply_runs_per_pe_compute_on_blocks_and_moves_nothing(mesh, grid):
+    """fn sees each block of the fields and the rows of the row data it covers; the result
+    equals the same per-PE arithmetic on the whole grid, and nothing enters the ledger."""
+    w = _wafer(grid, mesh)
+    a = _data(grid, per_pe=(3,))
+    rows = np.random.default_rng(2).normal(size=(w.padded_shape[0], 3)).astype(np.float32)
+
+    def fn(block, row_block):
+        return block * row_block[:, None, :] + 1.0
+
+    def run(pa, r):
+        return fabric.local_apply(w, fn, pa, row_data=(r,))
+
+    with w.traffic.scope() as entries:
+        got = w.gather(jax.jit(run)(w.place(a), jnp.asarray(rows)))
+    np.testing.assert_allclose(got, a * rows[: grid[0], None, :] + 1.0, rtol=1e-6)
+    assert entries == []
+    with pytest.raises(PlacementError, match="row data"):
+        fabric.local_apply(w, fn, w.place(a), row_data=(jnp.ones((w.padded_shape[0] + 1, 3)),))

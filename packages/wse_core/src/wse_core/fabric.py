@@ -18,7 +18,8 @@ and uses what it selects; the emulator hands a function each block's window regi
 of copying the window to every PE), `broadcast` (one PE's value to its whole row or column),
 `reduce` (to one value) and `allreduce` (to every PE), over the whole grid or along rows /
 columns, with `"sum"` or `"max"`; `allreduce_apply` (the sum along rows / columns of
-partials a function computes already summed over each block's PEs).
+partials a function computes already summed over each block's PEs); `local_apply` (PE-local
+compute on each block, no traffic: for kernels XLA cannot split over devices by itself).
 
 Each op records its traffic (words, word-hops including detours around dead PEs, busiest-link
 words, latency hops) in `wafer.traffic` at trace time; `count(wafer, fn, *args)` traces a
@@ -55,6 +56,7 @@ __all__ = [
     "reduce",
     "allreduce",
     "allreduce_apply",
+    "local_apply",
     "count",
 ]
 
@@ -501,6 +503,33 @@ def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: i
         (size - 1) * max_h,
     )
     return _on_blocks(wafer, on_block, x)
+
+
+def local_apply(
+    wafer: Wafer,
+    fn: Callable[..., jax.Array],
+    *fields: jax.Array,
+    row_data: tuple[jax.Array, ...] = (),
+) -> jax.Array:
+    """`fn(*field_blocks, *row_blocks)` on each device's block, returning a placed field's
+    block: compute inside the PEs, nothing crosses a PE and nothing is recorded. `row_data`:
+    arrays `(padded rows, ...)` that every PE of a row holds alike (what `broadcast` along
+    rows leaves), split over the mesh's row axis and whole on each device column. For
+    kernels XLA cannot partition itself (a custom call); plain jnp code needs none."""
+    for f in fields:
+        _check_field(wafer, f, "local_apply")
+    for r in row_data:
+        if r.shape[0] != wafer.padded_shape[0]:
+            raise PlacementError(
+                f"fabric.local_apply needs row data of {wafer.padded_shape[0]} rows, got "
+                f"shape {tuple(r.shape)}"
+            )
+    return jax.shard_map(
+        fn,
+        mesh=wafer.mesh,
+        in_specs=(P(ROW, COL),) * len(fields) + (P(ROW),) * len(row_data),
+        out_specs=P(ROW, COL),
+    )(*fields, *row_data)
 
 
 def count(wafer: Wafer, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traffic:
