@@ -8,18 +8,20 @@ two surfaces) is generated and compressed once and cached under $TLR_BENCH_CACHE
 /tmp/tlr_bench). Side by side in the same process: dense `A @ x` (NumPy/BLAS), the plain
 NumPy TLR-MVM over the stacked bases (ecrc/tlrmvm's CPU layout), the padded batched NumPy
 TLR-MVM, and the wafer emulator (JAX; `--devices` virtual devices, default one per core):
-the grouped layout (the default) on one device (the engine's default mesh) and spread over
-all devices, and the packed layout. NumPy baselines are timed with BLAS on one thread and
-on its default threads, keeping the faster; every method is timed in 5 interleaved rounds
-and keeps its best round's median, each starting 0.3 s after the previous (BLAS worker
-threads stop spinning). With `--batch B` every product is of B vectors and
-times are per vector. Reports the median time of each, the compression ratio, the relative
-error against the dense product, the speedup over dense against the target 0.7 x
-compression ratio, a STREAM-like copy bandwidth on one and on two threads, and the wafer
-model's predictions. The allocator setting is the one `wse hpc tlrmvm run` uses
-(`keep_freed_memory`: XLA's per-call temporaries reuse mapped pages; ~600 page faults per
-product at 9801 otherwise, ~10% of its time), the same for every method. Writes
-bench/results/tlrmvm[_dN][_bB].json.
+the grouped layout (the default: phases 1 and 3 as the PEs' numba kernels, `pe_kernels`) on
+one device (the engine's default mesh) and spread over all devices, the grouped layout with
+XLA dots instead (`kernel="xla"`, the previous kernel and the one off the CPU), and the
+packed layout. JAX runs each call on the calling thread (`sync_dispatch`), as NumPy does.
+NumPy baselines are timed with BLAS on one thread and on its default threads, keeping the
+faster; every method is timed in 5 interleaved rounds and keeps its best round's median,
+each starting 0.3 s after the previous (BLAS worker threads stop spinning). With
+`--batch B` every product is of B vectors and times are per vector. Reports the median time
+of each, the compression ratio, the relative error against the dense product, the speedup
+over dense against the target 0.7 x compression ratio, a STREAM-like copy bandwidth on one
+and on two threads, and the wafer model's predictions. The allocator setting is the one
+`wse hpc tlrmvm run` uses (`keep_freed_memory`: XLA's per-call temporaries reuse mapped pages;
+~600 page faults per product at 9801 otherwise, ~10% of its time), the same for every
+method. Writes bench/results/tlrmvm[_dN][_bB].json.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from wse_core.runtime import configure, keep_freed_memory
+from wse_core.runtime import configure, keep_freed_memory, sync_dispatch
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,6 +51,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
 ARGS = _args() if __name__ == "__main__" else None
 KEPT = keep_freed_memory()  # before JAX starts threads: every contender in this process shares it
 configure(ARGS.devices if ARGS else None)  # before JAX starts
+SYNC = sync_dispatch()  # each product on the calling thread, as NumPy's run (see runtime)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -122,6 +125,7 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) 
     exact = a @ x
     eng = TlrEngine.build(op, preset("wse2"), batch=batch)  # one device (the default)
     spread = TlrEngine.build(op, preset("wse2"), batch=batch, mesh_shape=None)  # all devices
+    xla = TlrEngine.build(op, preset("wse2"), batch=batch, kernel="xla")  # XLA dots, 1 device
     try:
         packed = TlrEngine.build(op, preset("wse2"), batch=batch, layout="packed")
     except SramBudgetError as e:  # the packed layout's buffers grow with the batch
@@ -135,11 +139,17 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) 
         "compress_or_load_s": compress_s,
         **op.describe(),
         "plan": eng.plan.describe(),
+        "kernel": eng.kernel,
         "wafer": eng.wafer.describe(),
     }
     for name, fn in fns.items():
         row[f"{name}_rel_err"] = float(np.linalg.norm(fn(x) - exact) / np.linalg.norm(exact))
-    engines = {"wafer_emu": eng, "wafer_emu_all_devices": spread, "wafer_emu_packed": packed}
+    engines = {
+        "wafer_emu": eng,
+        "wafer_emu_all_devices": spread,
+        "wafer_emu_xla": xla,
+        "wafer_emu_packed": packed,
+    }
     # Every method is timed in each of ROUNDS interleaved rounds and keeps its best round's
     # median, so a burst of load on the shared machine does not favour one side; each starts
     # SETTLE_S after the previous one ended (OpenBLAS's worker spins ~0.1 s on a core after
@@ -187,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "stream_bytes_per_s_2_threads": stream_bytes_per_s(threads=2),
         "load_average_at_start": os.getloadavg()[0],  # other work on the shared machine
         "keep_freed_memory": KEPT,
+        "sync_dispatch": SYNC,
         "cores": os.cpu_count(),
         "devices": jax.device_count(),
         "batch": args.batch,
@@ -194,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     head = (
         f"{'n':>6} {'nb':>4} {'CR':>6} {'dense ms':>9} {'np-tlr ms':>9} {'np-pad ms':>9} "
-        f"{'wafer ms':>9} {'all-dev ms':>10} {'packed ms':>9} {'x dense':>8} {'target':>7} "
+        f"{'wafer ms':>9} {'all-dev ms':>10} {'xla ms':>8} {'packed ms':>9} {'x dense':>8} "
+        f"{'target':>7} "
         f"{'vs np-tlr':>9} "
         f"{'rel err':>9} {'pred µs':>8}"
     )
@@ -212,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{n:>6} {nb:>4} {r['compression_ratio']:>6.2f} {r['dense_s'] * 1e3:>9.2f} "
             f"{r['numpy_tlr_s'] * 1e3:>9.2f} {r['numpy_padded_s'] * 1e3:>9.2f} "
             f"{r['wafer_emu_s'] * 1e3:>9.2f} {r['wafer_emu_all_devices_s'] * 1e3:>10.2f} "
-            f"{r['wafer_emu_packed_s'] * 1e3:>9.2f} "
+            f"{r['wafer_emu_xla_s'] * 1e3:>8.2f} {r['wafer_emu_packed_s'] * 1e3:>9.2f} "
             f"{r['speedup_vs_dense']:>8.2f} "
             f"{r['speedup_target']:>7.2f} {r['wafer_emu_vs_numpy_tlr']:>9.2f} "
             f"{r['wafer_emu_rel_err']:>9.2e} {r['predicted']['wafer_s'] * 1e6:>8.2f}",

@@ -65,6 +65,14 @@ def test_compress_then_run(tmp_path):
     assert d["operator"]["compression_ratio"] == pytest.approx(op.compression_ratio)
     assert d["predicted"]["wafer_s"] > 0 and d["predicted_48_systems"]["systems"] == 48
     assert d["dense_gemv_s"] > 0 and d["wafer_emulator_s"] > 0
+    assert d["kernel"] == "pe"  # the PEs' numba kernels on a CPU
+    base = ["hpc", "tlrmvm", "run", "--operator", str(out), "--preset", "small", "--json"]
+    r = runner.invoke(app, [*base, "--kernel", "xla"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["kernel"] == "xla" and d["rel_diff_vs_numpy_tlr"] < 2e-5
+    r = runner.invoke(app, [*base, "--kernel", "gpu"])
+    assert r.exit_code == 2 and "unknown kernel 'gpu'" in r.output
 
 
 def test_npy_matrix_and_text_output(tmp_path):

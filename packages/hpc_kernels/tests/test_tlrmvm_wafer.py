@@ -50,7 +50,8 @@ def test_matvec_and_adjoint_match_numpy(op, mesh, rank_chunk, batch, layout):
 
 
 @pytest.mark.parametrize("layout, rank_chunk", [("banded", 5), ("packed", 3), ("grouped", 3)])
-def test_grid_not_divided_by_mesh(op, layout, rank_chunk):
+def test_grid_not_divided_by_mesh(monkeypatch, op, layout, rank_chunk):
+    monkeypatch.setattr(grouped, "GROUP_SIZES", (2,))  # 3 x 15 PEs
     eng = TlrEngine.build(
         op, preset("small"), mesh_shape=(4, 2), rank_chunk=rank_chunk, layout=layout
     )
@@ -232,7 +233,7 @@ def test_groups_are_balanced_and_capped():
     assert sums.max() <= load.sum() / 6 + load.max()  # LPT: within one item of the mean
 
 
-def test_grouped_pads_less_than_one_tile_column_per_pe_row():
+def test_grouped_plan_pads_least(monkeypatch):
     rng = np.random.default_rng(5)
     cols = [
         rng.standard_normal((96, 1 + j % 6)) @ rng.standard_normal((1 + j % 6, 8))
@@ -243,10 +244,18 @@ def test_grouped_pads_less_than_one_tile_column_per_pe_row():
     )  # tile column j: rank 1 + j % 6
     assert (op.ranks == 1 + np.arange(12) % 6).all()
     plan = plan_grouped(op, preset("small"), rank_chunk=4)
-    one_per_row = 12 * -(-6 * 12 // 4) * 4  # rank rows a PE row per tile column would hold
-    real = int(op.ranks.sum())
-    assert one_per_row > grouped.PAD_OK * real  # so the plan groups tile columns in pairs
-    assert plan.windows == 2 and plan.padded_bases_bytes <= grouped.PAD_OK * real * 2 * 8 * 4
+    padded = {}
+    for size in grouped.GROUP_SIZES:
+        with monkeypatch.context() as m:
+            m.setattr(grouped, "GROUP_SIZES", (size,))
+            try:
+                padded[size] = plan_grouped(op, preset("small"), rank_chunk=4).padded_bases_bytes
+            except PlacementError:  # wider than the wafer: the plan skips that size
+                continue
+    assert 2 <= len(padded) < len(grouped.GROUP_SIZES)  # one size too wide: skipped, no error
+    assert plan.padded_bases_bytes == min(padded.values())
+    assert plan.windows == min(s for s, b in padded.items() if b == min(padded.values()))
+    assert padded[1] > 1.5 * plan.padded_bases_bytes  # one tile column per PE row pads more
     x = random_vectors(96, None, np.float32)
     eng = TlrEngine.build(op, preset("small"), rank_chunk=4)
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL

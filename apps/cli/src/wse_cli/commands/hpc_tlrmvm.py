@@ -106,18 +106,25 @@ def run(
         help="grouped (PE rows serve groups of tile columns and rows; least padding), packed "
         "(slices bucketed by rank) or banded (padded).",
     ),
+    kernel: str = typer.Option(
+        "auto",
+        "--kernel",
+        help="grouped layout: pe (the PEs' numba kernels), xla (XLA dots) or auto (pe on a "
+        "CPU where numba is installed).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the input vectors."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run the TLR-MVM on the emulated wafer: error, timing, predicted wafer figures."""
     import numpy as np
     from wse_core import preset as get_preset
-    from wse_core.runtime import keep_freed_memory
+    from wse_core.runtime import keep_freed_memory, sync_dispatch
     from wse_hpc.tlrmvm import load_operator
     from wse_hpc.tlrmvm.engine import TlrEngine
     from wse_hpc.tlrmvm.perf import cluster
 
     keep_freed_memory()  # each product's XLA temporaries reuse mapped pages (no page faults)
+    sync_dispatch()  # each product on this thread, as the NumPy GEMV it is timed against
     if not operator.exists():
         fail(
             f"operator file {str(operator)!r} does not exist; make one with "
@@ -125,12 +132,19 @@ def run(
         )
     op = load_operator(operator)
     spec = get_preset(preset)
-    eng = TlrEngine.build(op, spec, rank_chunk=rank_chunk, batch=batch, layout=layout)
+    eng = TlrEngine.build(
+        op, spec, rank_chunk=rank_chunk, batch=batch, layout=layout, kernel=kernel
+    )
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((op.shape[1], batch)).astype(op.dtype)
     if np.iscomplexobj(x):
         x = x + 1j * rng.standard_normal(x.shape).astype(op.dtype)
-    d = {"operator": op.describe(), "plan": eng.plan.describe(), **_check_against(op, eng, x)}
+    d = {
+        "operator": op.describe(),
+        "plan": eng.plan.describe(),
+        "kernel": eng.kernel,
+        **_check_against(op, eng, x),
+    }
     d["wafer_emulator_s"] = eng.time_matvec(x)
     if "dense_gemv_s" in d:
         d["speedup_vs_dense"] = d["dense_gemv_s"] / d["wafer_emulator_s"]
@@ -154,7 +168,8 @@ def _print_run(d: dict, spec_name: str) -> None:
     )
     typer.echo(
         f"placed ({p['layout']}) on {p['grid'][0]} x {p['grid'][1]} PEs of {spec_name} (rank chunk "
-        f"{p['rank_chunk']}, {sum(p['bytes_per_pe'].values())} B SRAM per PE)"
+        f"{p['rank_chunk']}, {sum(p['bytes_per_pe'].values())} B SRAM per PE); "
+        f"PE compute: {d['kernel']} kernels"
     )
     typer.echo(
         f"emulator vs NumPy TLR-MVM: rel. diff {d['rel_diff_vs_numpy_tlr']:.2e}; "

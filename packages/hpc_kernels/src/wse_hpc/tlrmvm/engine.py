@@ -11,6 +11,7 @@ jit and timing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import time
 
@@ -21,7 +22,7 @@ from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
-from wse_hpc.tlrmvm.grouped import GroupedPlan, plan_grouped, tlrmvm_grouped
+from wse_hpc.tlrmvm.grouped import GroupedPlan, plan_grouped, resolve_kernel, tlrmvm_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, plan_packed, tlrmvm_packed
 from wse_hpc.tlrmvm.perf import TlrPrediction, predict
 from wse_hpc.tlrmvm.wafer import (
@@ -57,6 +58,7 @@ class TlrEngine:
     fns: TlrFns
     _matvec: object
     _rmatvec: object
+    kernel: str = "xla"  # "pe" (the PEs' numba kernels) or "xla" (XLA dots), see grouped
 
     @classmethod
     def build(
@@ -69,6 +71,7 @@ class TlrEngine:
         mesh_shape: tuple[int, int] | None = (1, 1),
         defect_seed: int | None = None,
         layout: str = "grouped",
+        kernel: str = "auto",
     ) -> TlrEngine:
         """`layout`: "grouped" (PE rows serve groups of tile columns and rows, PE columns
         hold rank rows by an edge colouring, `grouped`: the least padding and the fastest
@@ -77,9 +80,10 @@ class TlrEngine:
         device mesh under the PE grid; one device by default, since the phases are a few
         large dots and collectives between virtual devices only add cost (grouped, 2
         devices: 2-2.6x slower at n = 2500-4900, ~10% at 9801); None spreads the grid
-        over all devices."""
+        over all devices. `kernel` (grouped only): "auto", "pe" or "xla", see
+        `grouped.tlrmvm_grouped`."""
         layouts = {
-            "grouped": (plan_grouped, tlrmvm_grouped),
+            "grouped": (plan_grouped, functools.partial(tlrmvm_grouped, kernel=kernel)),
             "packed": (plan_packed, tlrmvm_packed),
             "banded": (plan_placement, tlrmvm),
         }
@@ -89,7 +93,10 @@ class TlrEngine:
         plan = planner(op, spec, rank_chunk=rank_chunk, batch=batch)
         wafer, bases = place_plan(op, spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
         fns = factory(wafer, plan)
-        return cls(op, wafer, plan, bases, fns, jax.jit(fns.matvec_fn), jax.jit(fns.rmatvec_fn))
+        used = resolve_kernel(wafer, plan, kernel) if layout == "grouped" else "xla"
+        return cls(
+            op, wafer, plan, bases, fns, jax.jit(fns.matvec_fn), jax.jit(fns.rmatvec_fn), used
+        )
 
     def _run(self, fn, x: np.ndarray, n: int, what: str) -> np.ndarray:
         xb = as_batch(x, n, np.iscomplexobj(np.zeros((), self.op.dtype)), what)
@@ -133,6 +140,7 @@ class TlrEngine:
             extra={
                 "operator": self.op.describe(),
                 "plan": self.plan.describe(),
+                "kernel": self.kernel,
                 "wafer_prediction": pred.to_dict(),
                 **extra,
             },

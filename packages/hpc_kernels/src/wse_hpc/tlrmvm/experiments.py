@@ -93,6 +93,7 @@ def _speed(n: int, nb: int, seed: int) -> dict:
         "kind": "speed",
         "n": n,
         "nb": nb,
+        "kernel": eng.kernel,
         "threshold": 1e-3,
         "compression_ratio": op.compression_ratio,
         "dense_gemv_s": dense_s,
@@ -182,6 +183,9 @@ def _figure(rows: list[dict]):
 
 
 def run(*, quick: bool, seed: int) -> ExperimentResult:
+    from wse_core.runtime import sync_dispatch
+
+    sync_dispatch()  # products timed on this thread, as NumPy's (no effect once JAX started)
     n = 1024 if quick else 4096
     nbs = [64, 128] if quick else [64, 128, 256]
     thresholds = [1e-2, 1e-3, 1e-4]

@@ -15,9 +15,10 @@ the ledger's largest):
 - `u[g, r, k]` = U_ij[:, q] (nb), g the group of tile row i;
 so no PE holds two V rows, or two U rows, of one colour, and the V and U of a rank row sit
 at the same row k of two PEs of one PE column. The group size s (1-4) is the plan's choice:
-the smallest whose bases pad by at most PAD_OK, else the least padded (larger groups
-balance the loads better but give each PE s pieces to hold and sum). The grid is L x
-ceil(D / w); the padding is the unused rows of the PEs, a few percent at s = 2-4.
+the one whose bases pad least (larger groups balance the loads better but give each PE s
+pieces to hold and sum; each row still multiplies only its own piece). The grid is L x
+ceil(D / w); the padding is the unused rows of the PEs, 4-6% on the benchmark's operators
+(9801: 1.50 / 1.09 / 1.06 / 1.04 at s = 1 / 2 / 3 / 4).
 
 Complex bases are stored as float32 pairs (w, 2 nb), real and imaginary parts interleaved,
 and the values between the phases travel as (re, im) pairs: XLA:CPU's complex dot and
@@ -38,20 +39,23 @@ U row, the ring allgather south (the V row keeps the slot of its tile row's grou
 it into partial x pieces and a sum along the row.
 
 The emulator computes each phase over a device block with one large operation, so the
-bases are streamed once per product (the ledgers record what the wafer does, as above):
-phase 1 is one dot per PE row, its V rows (PEs x w, 2 nb) against all s pieces at once
-(N = 2 s b), each row then keeping its piece (XLA:CPU's dot costs about the same for N = 2
-and N = 4-8, far less than a pass per piece); phase 2 is `fabric.multicast_apply`, each
-block gathering every PE's slot from the rows upstream (no per-PE copies of the ring);
-phase 3 is one dot per PE row, a one-hot-times-values matrix (s 2 b, PEs x w) @ U (PEs x w,
-2 nb), which also sums the row's partial pieces within the block, inside
-`fabric.allreduce_apply` (which adds the blocks' sums across devices). On the benchmark's
-seismic operators (2 cores) this is 1.2-1.6x faster per product than the per-PE GEMVs, ring
-copies and multiply-and-sums it replaced (A/B in one process, loaded machine); the two dots
-are ~85-90% of the time, at ~45-75 GB/s of bases (XLA:CPU's YNNPACK dot with N or M = 4;
-its N = 1 GEMV reaches ~70-110). The colouring is Koenig's (D colours): phase 3 handles
-PEs whose U rows mix tile rows at no extra cost, so the plan no longer pays ~10% more PE
-columns for one tile row per PE.
+bases are streamed once per product (the ledgers record what the wafer does, as above), in
+one of two forms (`kernel`):
+- "pe" (the default on a CPU): phases 1 and 3 are the PEs' own kernels (`pe_kernels`, numba
+  through XLA's FFI, one call per block, on the cores): each stored row times its own piece
+  only, and each row's values times its row into its piece. Benchmark, 2 cores, one device,
+  one vector (bench_tlrmvm, 2026-11-23): 0.12 / 0.19 / 1.42 ms at n = 2500 / 4900 / 9801
+  against 0.34 / 0.82 / 4.08 with "xla", 1.20 / 1.63 / 1.47x the plain NumPy TLR-MVM;
+- "xla" (any backend; the fallback where numba or a CPU is missing): phase 1 is one dot
+  per PE row, its V rows (PEs x w, 2 nb) against all s pieces at once (N = 2 s b), each row
+  then keeping its piece; phase 3 one dot per PE row, a one-hot-times-values matrix
+  (s P b, PEs x w) @ U (PEs x w, 2 nb), which also sums the row's partial pieces. XLA:CPU
+  lowers both to YNNPACK at ~45-75 GB/s of bases on one core (N or M = 4) and multiplies
+  every row by all s pieces.
+Phase 2 is `fabric.multicast_apply` in both, each block gathering every PE's slot from the
+rows upstream (no per-PE copies of the ring), and phase 3 runs inside
+`fabric.allreduce_apply` (which adds the blocks' sums across devices). The colouring is
+Koenig's (D colours): phase 3 handles PEs whose U rows mix tile rows at no extra cost.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from wse_core.spec import WaferSpec
 from wse_core.sram import SramLedger
 from wse_core.wafer import Wafer
 
+from wse_hpc.tlrmvm import pe_kernels
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import (
     PlanBase,
@@ -84,11 +89,11 @@ __all__ = [
     "colour_slices",
     "deal_groups",
     "plan_grouped",
+    "resolve_kernel",
     "tlrmvm_grouped",
 ]
 
 GROUP_SIZES = (1, 2, 3, 4)
-PAD_OK = 1.25  # padded over real bases bytes a plan accepts before trying a larger group
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -205,16 +210,15 @@ def plan_grouped(
     op: TlrOperator, spec: WaferSpec, *, rank_chunk: int | None = None, batch: int = 1
 ) -> GroupedPlan:
     """The grouped plan: for each group size the ledger's largest rank chunk (or
-    `rank_chunk`); the smallest size whose bases pad by at most `PAD_OK` wins (a larger
-    group gives every PE more partial y pieces to compute and sum), else the least padded.
-    Refused if no size fits a PE's SRAM or the PEs do not suffice."""
+    `rank_chunk`); the size whose bases pad least wins (the smaller on a tie): the bases are
+    what a product streams. Refused if no size fits a PE's SRAM or the PEs do not suffice."""
     (mt, nt), ranks, isz, nb = op.tiles, op.ranks, op.dtype.itemsize, op.nb
     if batch <= 0:
         raise TlrError(f"batch must be a positive number of vectors, got {batch}")
     if rank_chunk is not None and rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
-    best = None
+    best, too_big = None, None
     for s in sorted({min(s, max(mt, nt)) for s in GROUP_SIZES}):
         ring = _ceil(max(mt, nt), s)
         cols, rows = deal_groups(ranks.sum(0), ring, s), deal_groups(ranks.sum(1), ring, s)
@@ -226,11 +230,14 @@ def plan_grouped(
         w = rank_chunk if rank_chunk is not None else ledger.largest(total, 1, deg)
         if w < 1 or total(w) > ledger.free_bytes():
             continue
+        if ring > spec.pe_rows or _ceil(deg, w) > spec.pe_cols:  # Koenig: deg colours
+            too_big = too_big or (ring, _ceil(deg, w), w)  # the first (fewest PEs) misfit
+            continue
         pad = ring * _ceil(deg, w) * w / max(int(ranks.sum()), 1)
         if best is None or pad < best[0]:
             best = (pad, s, ring, w, cols, rows)
-        if pad <= PAD_OK:
-            break
+    if best is None and too_big:
+        _refuse_grid(*too_big, spec)
     if best is None:  # even the smallest group size does not fit: say what is over budget
         for name, nbytes in _bytes(nb, max(mt, nt), rank_chunk or 1, 1, batch, isz).items():
             ledger.allocate(name, nbytes)  # raises SramBudgetError
@@ -244,10 +251,7 @@ def plan_grouped(
     colour = colour_slices(np.stack([row_grp[ei], col_grp[ej]], axis=1), ring, ring)
     width = _ceil(int(colour.max(initial=0)) + 1, w)
     if ring > spec.pe_rows or width > spec.pe_cols:
-        raise PlacementError(
-            f"TLR-MVM (grouped) needs {ring} x {width} PEs (rank chunk {w}) but {spec.name} "
-            f"has {spec.pe_rows} x {spec.pe_cols}; use a larger nb or wafer"
-        )
+        _refuse_grid(ring, width, w, spec)
     v_rank = np.full((ring, width, w, 3), -1, np.int64)
     u_rank = np.full((ring, width, w, 3), -1, np.int64)
     edges = np.stack([ei, ej, eq], axis=1)
@@ -255,6 +259,13 @@ def plan_grouped(
     u_rank[row_grp[ei], colour // w, colour % w] = edges
     return GroupedPlan(
         op.shape, nb, op.tiles, int(w), batch, isz, str(op.dtype), cols, rows, v_rank, u_rank
+    )
+
+
+def _refuse_grid(rows: int, cols: int, w: int, spec: WaferSpec) -> None:
+    raise PlacementError(
+        f"TLR-MVM (grouped) needs {rows} x {cols} PEs (rank chunk {w}) but {spec.name} "
+        f"has {spec.pe_rows} x {spec.pe_cols}; use a larger nb or wafer"
     )
 
 
@@ -374,14 +385,43 @@ def _ring_pick(wafer: Wafer, v: jax.Array, at: jax.Array, ring: int) -> jax.Arra
     return fabric.multicast_apply(wafer, v, "S", ring - 1, pick, at, boundary="periodic")
 
 
-def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan) -> TlrFns:
-    """Pure functions for A x and A^H y on the grouped bases; the caller decides `jit`."""
+KERNELS = ("auto", "pe", "xla")
+
+
+def resolve_kernel(wafer: Wafer, plan: GroupedPlan, kernel: str) -> str:
+    """ "pe" where phases 1 and 3 run as `pe_kernels` (numba, a CPU mesh, float32 data), else
+    "xla"; TlrError for an unknown name, or "pe" asked for where it cannot run."""
+    if kernel not in KERNELS:
+        raise TlrError(f"unknown kernel {kernel!r}; use one of {', '.join(KERNELS)}")
+    ok = (
+        np.dtype(plan.dtype) in (np.float32, np.complex64)
+        and all(d.platform == "cpu" for d in wafer.mesh.devices.flat)
+        and pe_kernels.available()
+    )
+    if kernel == "pe" and not ok:
+        raise TlrError(
+            "kernel 'pe' needs numba, a CPU mesh and float32 or complex64 bases; "
+            "use kernel='xla' (or 'auto')"
+        )
+    return "pe" if ok and kernel != "xla" else "xla"
+
+
+def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> TlrFns:
+    """Pure functions for A x and A^H y on the grouped bases; the caller decides `jit`.
+    `kernel`: "pe" runs phases 1 and 3 as the PEs' own kernels (`pe_kernels`: each row
+    times its own piece, on the cores), "xla" as one XLA dot per PE row (any backend),
+    "auto" the first where it can (numba installed, a CPU mesh, float32 data)."""
     (m, n), nb, (mt, nt), ring, s = plan.shape, plan.nb, plan.tiles, plan.ring, plan.windows
     dtype, cplx = np.dtype(plan.dtype), plan.dtype.startswith("complex")
+    use_pe = resolve_kernel(wafer, plan, kernel) == "pe"
+    cores = wafer.mesh.devices.size == 1  # several devices already run one block per thread
     fwd = _row_index(plan, wafer.padded_shape, False)
     adj = _row_index(plan, wafer.padded_shape, True)
-    for d in (fwd, adj):  # the ring slots enter the kernel only as gather positions
-        d["at"] = _ring_at(wafer, d.pop("slot"), ring)
+    br = wafer.block_shape[0]
+    local_row = (np.arange(wafer.padded_shape[0]) % br)[:, None, None] * s
+    for d, first in ((fwd, "v_win"), (adj, "u_win")):  # the ring slots enter the kernel
+        d["at"] = _ring_at(wafer, d.pop("slot"), ring)  # only as gather positions
+        d["sel"] = (local_row + d[first]).astype(np.int32)  # phase 1's piece in the block
     fwd, adj = ({k: jnp.asarray(v) for k, v in d.items()} for d in (fwd, adj))
     col_grp, col_pos = _position(plan.col_group, nt)
     row_grp, row_pos = _position(plan.row_group, mt)
@@ -399,24 +439,52 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan) -> TlrFns:
     ) -> jax.Array:
         """Phase 3 and the sum of the partial pieces along each PE row (as float32 pairs);
         piece t of row g is its tile pos."""
-        got = fabric.allreduce_apply(
-            wafer, lambda *blk: _sum_rows(*blk, s, conj, cplx), a, t, win, axis="row"
-        )[:ring, 0]  # (L, s, P, b, nb)
+
+        def block_sums(a_b, t_b, win_b):
+            if not use_pe:
+                return _sum_rows(a_b, t_b, win_b, s, conj, cplx)
+            rows = a_b.shape[0]
+            return pe_kernels.sum_rows(
+                a_b.reshape(rows, -1, a_b.shape[-1]),
+                t_b.reshape(rows, -1, *t_b.shape[-2:]),
+                win_b.reshape(rows, -1),
+                conj,
+                s,
+                parallel=cores,
+            )
+
+        got = fabric.allreduce_apply(wafer, block_sums, a, t, win, axis="row")[:ring, 0]
+        # (L, s, P, b, nb)
         y = lax.complex(got[:, :, 0], got[:, :, 1]) if cplx else got[:, :, 0]
         y = jnp.take(y.reshape(ring * s, -1, nb), jnp.asarray(grp * s + pos), axis=0)
         return jnp.transpose(y, (0, 2, 1)).reshape(len(grp) * nb, -1)[:length]
 
+    def rows_times_pieces(a: jax.Array, p: jax.Array, idx: dict, win: str, conj: bool):
+        """Phase 1: each stored row of `a` times its piece of `p` -> (PR, PC, w, P, b)."""
+        if not use_pe:
+            return _rows_dot(a, p, idx[win], conj, cplx)
+
+        def on_block(a_b, sel_b, p_b):
+            e = pe_kernels.pair_vectors(p_b, conj, cplx)  # (br, s, b, P, P nb)
+            e = e.reshape(-1, *e.shape[2:])
+            out = pe_kernels.rows_dot(
+                a_b.reshape(-1, a_b.shape[-1]), e, sel_b.reshape(-1), parallel=cores
+            )
+            return out.reshape(*a_b.shape[:3], *out.shape[1:])
+
+        return fabric.local_apply(wafer, on_block, a, idx["sel"], row_data=(p,))
+
     def matvec_fn(bases: TlrBases, x: jax.Array) -> jax.Array:
         _check_vector(x, n, plan, "x")  # type: ignore[arg-type]
         xr = west_in(x.astype(dtype), n, nt, plan.col_group)
-        yv = _rows_dot(bases.vh, xr, fwd["v_win"], False, cplx)  # phase 1
+        yv = rows_times_pieces(bases.vh, xr, fwd, "v_win", False)  # phase 1
         yu = _ring_pick(wafer, yv, fwd["at"], ring)  # phase 2
         return row_out(bases.u, yu, fwd["u_win"], False, row_grp, row_pos, m)  # phase 3
 
     def rmatvec_fn(bases: TlrBases, y: jax.Array) -> jax.Array:
         _check_vector(y, m, plan, "y")  # type: ignore[arg-type]
         yr = west_in(y.astype(dtype), m, mt, plan.row_group)
-        t = _rows_dot(bases.u, yr, adj["u_win"], True, cplx)  # phase 1 (adjoint)
+        t = rows_times_pieces(bases.u, yr, adj, "u_win", True)  # phase 1 (adjoint)
         tv = _ring_pick(wafer, t, adj["at"], ring)  # phase 2 (adjoint)
         return row_out(bases.vh, tv, adj["v_win"], True, col_grp, col_pos, n)  # phase 3 (adj.)
 

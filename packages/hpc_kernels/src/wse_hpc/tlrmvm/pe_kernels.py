@@ -1,0 +1,93 @@
+"""The PEs' own compute for TLR-MVM phases 1 and 3 as CPU kernels (numba), called from the
+jitted product through XLA's typed FFI: what each PE's program does on the wafer, one kernel
+call per device block.
+
+Why: XLA:CPU lowers the phases' dots (N or M = 2-4, complex stored as float32 pairs) to
+YNNPACK at 45-75 GB/s of bases on one core and never uses the second one; the grouped
+layout's one-dot-per-PE-row form also multiplies every row by all s pieces of its row when
+each row needs one. These kernels read each stored row once, multiply it by its own piece
+only, and split the rows over the cores (measured on the 2-core machine: phase 1 44 GB/s on
+one thread, 86 on two, from L3; phase 3 56 and 105).
+
+Contract (float32 everywhere; complex values as (re, im) pairs):
+- `rows_dot(a, e, sel) -> (R, C, B)`: a (R, K) stored rows, e (G, B, C, K) right-hand
+  vectors, sel (R,) int32 in [0, G): out[r, c, b] = a[r] . e[sel[r], b, c]. Complex rows
+  (interleaved pairs) give their product's re and im as C = 2 real dots against vectors made
+  by the caller (`pair_vectors`); real rows use C = 1.
+- `sum_rows(a, t, win, sign, pieces) -> (BR, pieces, C, B, H)`: a (BR, RW, K) stored rows
+  of each block row, t (BR, RW, C, B) their values, win (BR, RW) int32 in [0, pieces): each
+  block row adds t[r] times row r (complex: interleaved pairs, times conj(row) when sign < 0)
+  into its piece win[r]; H = K / C, the output planar (re, im).
+Both run on the cores (numba prange) when `parallel`, else on the calling thread (a mesh of
+several devices already runs one block per thread). `available()` says whether numba is
+there; the grouped kernel falls back to XLA dots where it is not or off the CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["available", "rows_dot", "sum_rows", "pair_vectors"]
+
+
+def available() -> bool:
+    """numba is installed (the kernels' compiler)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def _target(name: str, parallel: bool) -> str:
+    """The FFI target of a kernel, compiled (numba; ~10 s the first time, then from its
+    cache) and registered with XLA on first use."""
+    from wse_hpc.tlrmvm import _pe_numba
+
+    handler = _pe_numba.HANDLERS[name][parallel]
+    target = f"wse_tlr_{name}_{'cores' if parallel else 'thread'}"
+    jax.ffi.register_ffi_target(target, _capsule(handler.address), platform="cpu")
+    return target
+
+
+def _capsule(address: int) -> object:
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+    return new(address, b"xla._CUSTOM_CALL_TARGET", None)
+
+
+def rows_dot(a: jax.Array, e: jax.Array, sel: jax.Array, *, parallel: bool) -> jax.Array:
+    """(R, K) rows . (G, B, C, K) vectors at sel (R,) -> (R, C, B); see the module doc."""
+    r, (_, b, c, _) = a.shape[0], e.shape
+    call = jax.ffi.ffi_call(_target("rows_dot", parallel), jax.ShapeDtypeStruct((r, c, b), a.dtype))
+    return call(a, e, sel)
+
+
+def sum_rows(
+    a: jax.Array, t: jax.Array, win: jax.Array, conj: bool, pieces: int, *, parallel: bool
+) -> jax.Array:
+    """(BR, RW, K) rows times (BR, RW, C, B) values into (BR, pieces, C, B, K / C) pieces."""
+    br, _, k = a.shape
+    c, b = t.shape[2], t.shape[3]
+    out = jax.ShapeDtypeStruct((br, pieces, c, b, k // c), a.dtype)
+    sign = jnp.full((1,), -1.0 if conj else 1.0, jnp.float32)
+    return jax.ffi.ffi_call(_target("sum_rows", parallel), out)(a, t, win, sign)
+
+
+def pair_vectors(p: jax.Array, conj: bool, cplx: bool) -> jax.Array:
+    """Pieces (..., nb, b) as `rows_dot`'s vectors (..., b, C, P nb): for complex stored rows
+    (interleaved pairs) the two vectors whose real dots with a row give re and im of
+    row . piece (conj(row) . piece with `conj`); for real rows the piece itself."""
+    if not cplx:
+        return jnp.swapaxes(p, -1, -2)[..., None, :]
+    xr, xi = jnp.swapaxes(jnp.real(p), -1, -2), jnp.swapaxes(jnp.imag(p), -1, -2)
+    sg = -1.0 if conj else 1.0
+    re = jnp.stack([xr, -sg * xi], axis=-1)  # against (row re, row im)
+    im = jnp.stack([xi, sg * xr], axis=-1)
+    return jnp.stack([re, im], axis=-3).reshape(*re.shape[:-3], re.shape[-3], 2, -1)

@@ -1,0 +1,122 @@
+"""The PEs' numba kernels (`pe_kernels`) against NumPy, and the grouped product with them
+against the same product with XLA dots and against the NumPy TLR-MVM."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from wse_core import preset
+from wse_hpc.tlrmvm import TlrError, compress, pe_kernels, tlrmvm_numpy
+from wse_hpc.tlrmvm.engine import TlrEngine
+from wse_hpc.tlrmvm.grouped import resolve_kernel
+from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
+
+pytestmark = pytest.mark.skipif(not pe_kernels.available(), reason="numba is not installed")
+RTOL = 2e-5
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def _complex(rng, shape, cplx):
+    z = rng.standard_normal(shape) + (1j * rng.standard_normal(shape) if cplx else 0)
+    return z.astype(np.complex64 if cplx else np.float32)
+
+
+def _stored(rows, cplx):
+    """Rows as the bases store them: complex as interleaved float32 (re, im) pairs."""
+    if not cplx:
+        return rows
+    return np.stack([rows.real, rows.imag], -1).reshape(rows.shape[0], -1).astype(np.float32)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("conj", [False, True])
+@pytest.mark.parametrize("cplx", [True, False])
+def test_rows_dot_is_each_row_times_its_piece(cplx, conj, parallel):
+    rng = np.random.default_rng(1)
+    rows_n, nb, pieces, batch = 13, 9, 4, 3  # an odd number of rows: the last one alone
+    rows = _complex(rng, (rows_n, nb), cplx)
+    p = _complex(rng, (pieces, nb, batch), cplx)
+    sel = rng.integers(0, pieces, rows_n).astype(np.int32)
+    e = pe_kernels.pair_vectors(jax.numpy.asarray(p), conj, cplx)
+    fn = jax.jit(lambda a, e, s: pe_kernels.rows_dot(a, e, s, parallel=parallel))
+    out = np.asarray(fn(_stored(rows, cplx), e, sel))
+    want = np.einsum("rk,rkb->rb", rows.conj() if conj else rows, p[sel])
+    got = out[:, 0] + 1j * out[:, 1] if cplx else out[:, 0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("conj", [False, True])
+@pytest.mark.parametrize("cplx", [True, False])
+def test_sum_rows_adds_each_row_into_its_piece(cplx, conj, parallel):
+    rng = np.random.default_rng(2)
+    block_rows, per_row, nb, pieces, batch = 3, 7, 10, 2, 2
+    rows = _complex(rng, (block_rows * per_row, nb), cplx)
+    values = _complex(rng, (block_rows, per_row, batch), cplx)
+    win = rng.integers(0, pieces, (block_rows, per_row)).astype(np.int32)
+    parts = [values.real, values.imag] if cplx else [values]
+    t = np.stack(parts, axis=2).astype(np.float32)  # (BR, RW, C, B)
+    a = _stored(rows, cplx).reshape(block_rows, per_row, -1)
+    fn = jax.jit(lambda a, t, w: pe_kernels.sum_rows(a, t, w, conj, pieces, parallel=parallel))
+    out = np.asarray(fn(a, t, win))  # (BR, pieces, C, B, nb)
+    r = (rows.conj() if conj else rows).reshape(block_rows, per_row, nb)
+    want = np.zeros((block_rows, pieces, batch, nb), np.complex128)
+    for g in range(block_rows):
+        for k in range(per_row):
+            want[g, win[g, k]] += values[g, k][:, None] * r[g, k][None, :]
+    got = out[:, :, 0] + 1j * out[:, :, 1] if cplx else out[:, :, 0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def op():
+    return compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)  # 6 x 5 tiles, edge tiles
+
+
+@pytest.mark.parametrize(
+    "mesh, rank_chunk, batch, cplx",
+    [((1, 1), None, 1, True), ((2, 4), 3, 2, True), ((4, 2), 2, 1, False), ((1, 1), 2, 3, False)],
+)
+def test_grouped_pe_kernels_equal_xla_dots_and_numpy(op, mesh, rank_chunk, batch, cplx):
+    if not cplx:
+        op = compress(smooth_kernel(70, 53, complex_=False), nb=12, threshold=1e-3)
+    engines = [
+        TlrEngine.build(
+            op, preset("small"), mesh_shape=mesh, rank_chunk=rank_chunk, batch=batch, kernel=k
+        )
+        for k in ("pe", "xla")
+    ]
+    assert [e.kernel for e in engines] == ["pe", "xla"]
+    x = random_vectors(53, batch, op.dtype)
+    y = random_vectors(70, batch, op.dtype, seed=2)
+    pe, xla = engines
+    assert _rel(pe.matvec(x), tlrmvm_numpy(op, x)) < RTOL
+    assert _rel(pe.rmatvec(y), tlrmvm_numpy(op, y, adjoint=True)) < RTOL
+    assert _rel(pe.matvec(x), xla.matvec(x)) < RTOL
+    assert _rel(pe.rmatvec(y), xla.rmatvec(y)) < RTOL
+
+
+def test_kernel_choice_and_clear_errors(op):
+    eng = TlrEngine.build(op, preset("small"))
+    assert eng.kernel == "pe"  # auto on a CPU mesh with numba
+    with pytest.raises(TlrError, match="unknown kernel 'gpu'"):
+        TlrEngine.build(op, preset("small"), kernel="gpu")
+    plan64 = dataclasses.replace(eng.plan, dtype="complex128")  # the kernels are float32
+    with pytest.raises(TlrError, match="float32"):
+        resolve_kernel(eng.wafer, plan64, "pe")
+    assert resolve_kernel(eng.wafer, plan64, "auto") == "xla"
+
+
+def test_ledger_is_the_same_with_either_kernel(op):
+    from wse_core import fabric
+
+    counts = []
+    for k in ("pe", "xla"):
+        eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), kernel=k)
+        x = jax.ShapeDtypeStruct((53, 1), op.dtype)
+        counts.append(fabric.count(eng.wafer, eng.fns.matvec_fn, eng.bases, x))
+    assert counts[0] == counts[1] and counts[0].words > 0
