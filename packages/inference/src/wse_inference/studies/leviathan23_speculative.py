@@ -30,6 +30,11 @@ each run are in the session notes, not here): v ~ 1.0-1.1 at gamma <= 4 and 1.15
 gamma 6; measured / published formula within 10% in 5-7 of 8 rows per run, gamma 6 at
 0.76-0.97 (the 2-layer draft short in every run); in the quietest run the formula with the
 measured v (`formula_with_verify_cost`) agreed within 7% in every row.
+On a GPU it is no nearer (one NVIDIA H100, 2026-11-23, jax 0.11.2, this code unchanged, full
+run): a target step takes 0.83-0.90 ms, bound by kernel launches rather than memory (139 MiB
+at ~3 TB/s is ~0.05 ms); the verification adds 0.2-0.4 ms of its own ops at any gamma, so v is
+1.22-1.44 (largest at gamma 1) and measured / formula 0.68-0.80 in all 8 rows (0.85-0.97
+with the measured v); alpha and the tokens per pass match the CPU run's.
 Why no code makes v ~ 1 at gamma 6 on this CPU (measured 2026-11-23, one thread, A/B in one
 process): a verification of t = gamma + 1 rows does 2t flops per fp32 weight, t/2 flop/B;
 one core does ~180-220 GFLOP/s (a 7-row GEMM: 2.7 ms per 139 MiB of weights in L2) and
