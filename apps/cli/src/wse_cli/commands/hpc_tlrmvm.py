@@ -169,7 +169,7 @@ def _print_run(d: dict, spec_name: str) -> None:
     typer.echo(
         f"placed ({p['layout']}) on {p['grid'][0]} x {p['grid'][1]} PEs of {spec_name} (rank chunk "
         f"{p['rank_chunk']}, {sum(p['bytes_per_pe'].values())} B SRAM per PE); "
-        f"PE compute: {d['kernel']} kernels"
+        f"PE compute: {'numba kernels' if d['kernel'] == 'pe' else 'XLA dots'}"
     )
     typer.echo(
         f"emulator vs NumPy TLR-MVM: rel. diff {d['rel_diff_vs_numpy_tlr']:.2e}; "
