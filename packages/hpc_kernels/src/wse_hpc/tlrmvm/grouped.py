@@ -389,8 +389,9 @@ KERNELS = ("auto", "pe", "xla")
 
 
 def resolve_kernel(wafer: Wafer, plan: GroupedPlan, kernel: str) -> str:
-    """ "pe" where phases 1 and 3 run as `pe_kernels` (numba, a CPU mesh, float32 data), else
-    "xla"; TlrError for an unknown name, or "pe" asked for where it cannot run."""
+    """The kernel a product will run: "pe" where phases 1 and 3 can run as `pe_kernels`
+    (numba, a CPU mesh, float32 data) and `kernel` allows it, else "xla". TlrError for an
+    unknown name, or for "pe" asked for where it cannot run."""
     if kernel not in KERNELS:
         raise TlrError(f"unknown kernel {kernel!r}; use one of {', '.join(KERNELS)}")
     ok = (
