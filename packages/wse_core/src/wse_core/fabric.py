@@ -188,17 +188,19 @@ def _on_blocks(
     *fields: jax.Array,
     out_spec: P | None = None,
     check_vma: bool = True,
+    row_data: tuple[jax.Array, ...] = (),
 ) -> Any:
-    """fn on each device's block of every placed field (one block argument per field)."""
+    """fn on each device's block of every placed field (one block argument per field), then
+    of every `row_data` array (split over the mesh's rows only)."""
     spec = P(ROW, COL)
     out_specs = spec if out_spec is None else out_spec
     return jax.shard_map(
         fn,
         mesh=wafer.mesh,
-        in_specs=(spec,) * len(fields),
+        in_specs=(spec,) * len(fields) + (P(ROW),) * len(row_data),
         out_specs=out_specs,
         check_vma=check_vma,
-    )(*fields)
+    )(*fields, *row_data)
 
 
 def _spanned(wafer: Wafer, axes: tuple[str, ...]) -> tuple[str, ...]:
@@ -524,12 +526,7 @@ def local_apply(
                 f"fabric.local_apply needs row data of {wafer.padded_shape[0]} rows, got "
                 f"shape {tuple(r.shape)}"
             )
-    return jax.shard_map(
-        fn,
-        mesh=wafer.mesh,
-        in_specs=(P(ROW, COL),) * len(fields) + (P(ROW),) * len(row_data),
-        out_specs=P(ROW, COL),
-    )(*fields, *row_data)
+    return _on_blocks(wafer, fn, *fields, row_data=row_data)
 
 
 def count(wafer: Wafer, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traffic:

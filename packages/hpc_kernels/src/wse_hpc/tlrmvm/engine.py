@@ -22,7 +22,7 @@ from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
-from wse_hpc.tlrmvm.grouped import GroupedPlan, plan_grouped, resolve_kernel, tlrmvm_grouped
+from wse_hpc.tlrmvm.grouped import GroupedPlan, plan_grouped, tlrmvm_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, plan_packed, tlrmvm_packed
 from wse_hpc.tlrmvm.perf import TlrPrediction, predict
 from wse_hpc.tlrmvm.wafer import (
@@ -58,7 +58,6 @@ class TlrEngine:
     fns: TlrFns
     _matvec: object
     _rmatvec: object
-    kernel: str = "xla"  # "pe" (the PEs' numba kernels) or "xla" (XLA dots), see grouped
 
     @classmethod
     def build(
@@ -93,10 +92,12 @@ class TlrEngine:
         plan = planner(op, spec, rank_chunk=rank_chunk, batch=batch)
         wafer, bases = place_plan(op, spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
         fns = factory(wafer, plan)
-        used = resolve_kernel(wafer, plan, kernel) if layout == "grouped" else "xla"
-        return cls(
-            op, wafer, plan, bases, fns, jax.jit(fns.matvec_fn), jax.jit(fns.rmatvec_fn), used
-        )
+        return cls(op, wafer, plan, bases, fns, jax.jit(fns.matvec_fn), jax.jit(fns.rmatvec_fn))
+
+    @property
+    def kernel(self) -> str:
+        """What computes inside the PEs: "pe" (the PEs' numba kernels) or "xla" (XLA dots)."""
+        return self.fns.kernel
 
     def _run(self, fn, x: np.ndarray, n: int, what: str) -> np.ndarray:
         xb = as_batch(x, n, np.iscomplexobj(np.zeros((), self.op.dtype)), what)

@@ -318,15 +318,11 @@ def _row_index(plan: GroupedPlan, padded: tuple[int, int], adjoint: bool) -> dic
 def _rhs(p: jax.Array, conj: bool, cplx: bool) -> jax.Array:
     """Pieces (PR, s, nb, b) as the right-hand side (PR, P nb, s P b) of one dot with the
     stored rows (P nb: complex rows as interleaved float32 pairs, P = 2; real rows, P = 1)
-    that gives every row times every piece (conj(row) . piece with `conj`) as P-pairs."""
-    pr, s, nb, b = p.shape
-    if not cplx:
-        return jnp.transpose(p, (0, 2, 1, 3)).reshape(pr, nb, s * b)
-    xr, xi, sg = jnp.real(p), jnp.imag(p), -1.0 if conj else 1.0
-    re = jnp.stack([xr, -sg * xi], axis=3)  # over the row's (re, im): the product's re
-    im = jnp.stack([xi, sg * xr], axis=3)  # and its im
-    xx = jnp.stack([re, im], axis=4)  # (PR, s, nb, 2 row, 2 product, b)
-    return jnp.transpose(xx, (0, 2, 3, 1, 4, 5)).reshape(pr, 2 * nb, s * 2 * b)
+    that gives every row times every piece (conj(row) . piece with `conj`) as P-pairs: the
+    PE kernels' vectors (`pe_kernels.pair_vectors`, (PR, s, b, P, P nb)) laid out for it."""
+    pr = p.shape[0]
+    e = pe_kernels.pair_vectors(p, conj, cplx)
+    return jnp.transpose(e, (0, 4, 1, 3, 2)).reshape(pr, e.shape[-1], -1)
 
 
 def _rows_dot(a: jax.Array, p: jax.Array, win: jax.Array, conj: bool, cplx: bool) -> jax.Array:
@@ -418,11 +414,11 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
     cores = wafer.mesh.devices.size == 1  # several devices already run one block per thread
     fwd = _row_index(plan, wafer.padded_shape, False)
     adj = _row_index(plan, wafer.padded_shape, True)
-    br = wafer.block_shape[0]
-    local_row = (np.arange(wafer.padded_shape[0]) % br)[:, None, None] * s
+    local_row = (np.arange(wafer.padded_shape[0]) % wafer.block_shape[0])[:, None, None] * s
     for d, first in ((fwd, "v_win"), (adj, "u_win")):  # the ring slots enter the kernel
         d["at"] = _ring_at(wafer, d.pop("slot"), ring)  # only as gather positions
-        d["sel"] = (local_row + d[first]).astype(np.int32)  # phase 1's piece in the block
+        if use_pe:  # phase 1's piece among the block's pieces
+            d["sel"] = (local_row + d[first]).astype(np.int32)
     fwd, adj = ({k: jnp.asarray(v) for k, v in d.items()} for d in (fwd, adj))
     col_grp, col_pos = _position(plan.col_group, nt)
     row_grp, row_pos = _position(plan.row_group, mt)
@@ -489,4 +485,4 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
         tv = _ring_pick(wafer, t, adj["at"], ring)  # phase 2 (adjoint)
         return row_out(bases.vh, tv, adj["v_win"], True, col_grp, col_pos, n)  # phase 3 (adj.)
 
-    return TlrFns(matvec_fn, rmatvec_fn)
+    return TlrFns(matvec_fn, rmatvec_fn, "pe" if use_pe else "xla")

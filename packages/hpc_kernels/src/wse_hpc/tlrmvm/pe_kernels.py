@@ -50,7 +50,7 @@ def available() -> bool:
 
 @functools.cache
 def _target(name: str, parallel: bool) -> str:
-    """The FFI target of a kernel, compiled (numba; ~10 s the first time, then from its
+    """The FFI target of a kernel, compiled (numba; ~6 s the first time, then from its
     cache) and registered with XLA on first use."""
     from wse_hpc.tlrmvm import _pe_numba
 

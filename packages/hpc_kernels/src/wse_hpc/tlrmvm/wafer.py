@@ -142,10 +142,12 @@ class TlrBases(NamedTuple):
 
 
 class TlrFns(NamedTuple):
-    """`matvec_fn(bases, x (N, b)) -> (M, b)`, `rmatvec_fn(bases, y (M, b)) -> (N, b)`."""
+    """`matvec_fn(bases, x (N, b)) -> (M, b)`, `rmatvec_fn(bases, y (M, b)) -> (N, b)`, and
+    what computes inside the PEs: "pe" (the PEs' numba kernels, grouped layout) or "xla"."""
 
     matvec_fn: object
     rmatvec_fn: object
+    kernel: str = "xla"
 
 
 def _ceil(a: int, b: int) -> int:
