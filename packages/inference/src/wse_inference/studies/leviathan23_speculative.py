@@ -60,12 +60,15 @@ formula's regime, not nearer.
 What a kernel decoder would give (measured 2026-11-23, probes outside this package; the cores
 are Zen 5-class: full-width AVX-512, 1 MiB L2 each): a register-blocked kernel written in LLVM
 IR through numba (`@intrinsic`; 7 x 3 accumulators of 16 lanes, weights packed in 48-column
-panels so each weight is read once for all t rows, two threads) does the 139 MiB of
-projections in 2.6-2.7 ms at 1 row (55-57 GB/s) and 2.75-2.94 ms at 7 (173-185 GFLOP/s):
-v 1.06-1.10 for the matmuls, 3x faster than this code. Plain numba loops reached 83 GFLOP/s.
-Adding a lane-parallel attention kernel, ~100 custom calls per step and the t-row softmax and
-sampling, the estimate is a ~4.5 ms step with v ~1.1 at gamma 6: measured / formula ~0.93-0.95,
-inside 10% by less than this experiment's run-to-run spread. An MHA target (8 KV heads, same
+panels so each weight is read once for all t rows, two threads) does one 139 MiB matrix in
+2.6-2.8 ms at 1 row (53-57 GB/s) and 2.75-3.3 at 7 (154-185 GFLOP/s), v 1.06-1.19; plain
+numba loops reached 83 GFLOP/s. A whole target step built from such kernels (per-layer
+projections, a lane-parallel attention kernel that costs the same for 1-8 rows, numba glue,
+no JAX) took 4.0-5.3 ms at 1 row and 6.7-7.5 at 7: v 1.4-1.7. Its per-layer projections alone:
+1.85-1.93 ms at 1 row, 2.73-2.81 at 7 (v 1.46); one row reads faster than the single matrix
+(part of the weights stays in the 32 MiB L3 from step to step) while 7 rows are bound by the
+FMAs at ~185 GFLOP/s. So a kernel decoder would be 2-3x faster and, like the lean XLA decoder
+above, further from the formula's regime; it was not pursued. An MHA target (8 KV heads, same
 context) measured v 1.05-1.10 at gamma 6 with today's code, but only because its step doubles
 to 22 ms in t-independent cache copies; it was not adopted.
 Measured per (gamma, draft):
