@@ -64,8 +64,6 @@ Direction = Literal["N", "S", "E", "W"]
 Boundary = Literal["zero", "periodic"]
 ReduceOp = Literal["sum", "max"]
 
-# direction -> (grid axis, sign): sign +1 means PE i receives from PE i - distance.
-_DIRECTIONS = {"N": (0, -1), "S": (0, +1), "E": (1, +1), "W": (1, -1)}
 _AXIS_NAMES = (ROW, COL)
 
 
@@ -222,7 +220,7 @@ def _check_field(wafer: Wafer, x: jax.Array, op: str) -> None:
 # -- public ops ----------------------------------------------------------------------------
 def _direction(direction: str) -> tuple[int, int]:
     try:
-        return _DIRECTIONS[direction]
+        return led.DIRECTIONS[direction]
     except KeyError:
         raise WseError(f"unknown direction {direction!r}; use one of N, S, E, W") from None
 

@@ -14,7 +14,7 @@ from wse_core.traffic import Traffic
 from wse_core.wafer import Wafer
 
 __all__ = [
-    "AXIS_OF",
+    "DIRECTIONS",
     "words_per_pe",
     "hops",
     "record",
@@ -23,7 +23,8 @@ __all__ = [
     "record_reduce",
 ]
 
-AXIS_OF = {"N": 0, "S": 0, "E": 1, "W": 1}  # direction -> grid axis it moves along
+# direction -> (grid axis, sign): sign +1 means PE i receives from PE i - distance.
+DIRECTIONS = {"N": (0, -1), "S": (0, +1), "E": (1, +1), "W": (1, -1)}
 
 
 def words_per_pe(x) -> float:
@@ -48,13 +49,13 @@ def record(wafer: Wafer, op: str, words: float, word_hops: float, busiest: float
 
 
 def record_multicast(wafer: Wafer, direction: str, w: float, k: int) -> None:
-    mean_h, max_h = hops(wafer, AXIS_OF[direction])
+    mean_h, max_h = hops(wafer, DIRECTIONS[direction][0])
     n = wafer.num_pes
     record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, k * max_h)
 
 
 def record_shift(wafer: Wafer, direction: str, w: float, distance: int) -> None:
-    mean_h, max_h = hops(wafer, AXIS_OF[direction])
+    mean_h, max_h = hops(wafer, DIRECTIONS[direction][0])
     n = wafer.num_pes
     record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, distance * max_h)
 

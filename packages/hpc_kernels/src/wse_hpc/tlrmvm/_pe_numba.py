@@ -66,13 +66,19 @@ def _metadata_query(frame):
 
 
 @njit(inline="always")
+def _buffer(frame, slot, i):
+    """The words of the i-th `XLA_FFI_Buffer` of the frame's args or rets (`slot`)."""
+    return _words(_words(_words(frame, 16)[slot], i + 1)[i], 6)
+
+
+@njit(inline="always")
 def _data(frame, slot, i):
-    return _ptr(_words(_words(_words(frame, 16)[slot], i + 1)[i], 6)[_BUF_DATA])
+    return _ptr(_buffer(frame, slot, i)[_BUF_DATA])
 
 
 @njit(inline="always")
 def _dims(frame, slot, i, rank):
-    return _words(_words(_words(_words(frame, 16)[slot], i + 1)[i], 6)[_BUF_DIMS], rank)
+    return _words(_buffer(frame, slot, i)[_BUF_DIMS], rank)
 
 
 @njit(inline="always")

@@ -30,7 +30,6 @@ from one Python thread at a time there.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 
 import jax
@@ -56,15 +55,8 @@ def _target(name: str, parallel: bool) -> str:
 
     handler = _pe_numba.HANDLERS[name][parallel]
     target = f"wse_tlr_{name}_{'cores' if parallel else 'thread'}"
-    jax.ffi.register_ffi_target(target, _capsule(handler.address), platform="cpu")
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler.ctypes), platform="cpu")
     return target
-
-
-def _capsule(address: int) -> object:
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype = ctypes.py_object
-    new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-    return new(address, b"xla._CUSTOM_CALL_TARGET", None)
 
 
 def rows_dot(a: jax.Array, e: jax.Array, sel: jax.Array, *, parallel: bool) -> jax.Array:
