@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -29,12 +28,10 @@ def _is_user_error(e: BaseException) -> bool:
 
 
 class WseGroup(TyperGroup):
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
-            raise
-        except Exception as e:
+        except Exception as e:  # click's own exits and usage errors are not user errors here
             if _is_user_error(e):
                 typer.echo(f"Error: {e}", err=True)
                 raise typer.Exit(2) from None

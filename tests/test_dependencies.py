@@ -1,0 +1,121 @@
+"""Every third-party module the shipped code imports is a declared dependency.
+
+`pip install -e . && wse demo` must work on a fresh machine, and each package under
+packages/ and apps/ installs alone, so a module imported anywhere in a package's src/ (at
+the top of a file or inside a function) must come from a distribution in that package's
+own `dependencies` (or those of the workspace packages it depends on) and in the root
+pyproject's. The oracle is the installed metadata: `importlib.metadata` maps each imported
+top-level module to the distribution that provides it. Baselines that only benches and
+tests call (torch, transformers) are the listed exceptions, each allowed in named files only.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata as md
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = sorted([*ROOT.glob("packages/*/pyproject.toml"), ROOT / "apps/cli/pyproject.toml"])
+# module -> files (relative to ROOT) that may import it without declaring it: optional
+# baselines, imported inside the functions that benches and tests call
+OPTIONAL = {
+    "torch": {
+        "packages/inference/src/wse_inference/torch_baseline.py",
+        "packages/models/src/wse_models/testing.py",
+    },
+    "transformers": {"packages/models/src/wse_models/testing.py"},
+}
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _project(path: Path) -> dict:
+    return tomllib.loads(path.read_text())["project"]
+
+
+def _imports(src: Path) -> dict[str, set[str]]:
+    """top-level module -> files that import it, for absolute imports in src/**.py"""
+    found: dict[str, set[str]] = {}
+    for f in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for n in names:
+                found.setdefault(n.split(".")[0], set()).add(str(f.relative_to(ROOT)))
+    return found
+
+
+def _undeclared() -> list[str]:
+    dists = md.packages_distributions()
+    projects = {_project(p)["name"]: p for p in PACKAGES}
+    root_deps = {_name(r) for r in _project(ROOT / "pyproject.toml")["dependencies"]}
+
+    def declared(name: str) -> set[str]:  # a package's deps and its workspace deps'
+        deps = {_name(r) for r in _project(projects[name]).get("dependencies", [])}
+        for d in deps & projects.keys():
+            deps |= declared(d)
+        return deps
+
+    problems = []
+    for name, path in projects.items():
+        deps = declared(name)
+        for mod, files in sorted(_imports(path.parent / "src").items()):
+            if mod in sys.stdlib_module_names or mod.startswith("wse_") or mod == "__future__":
+                continue
+            extra = files - OPTIONAL.get(mod, set())
+            if not extra:
+                continue
+            provided = {_name(d) for d in dists.get(mod, [])}
+            if not provided:
+                problems.append(f"{name}: {mod} (no installed distribution provides it)")
+            elif not provided & deps:
+                problems.append(f"{name}: {mod} from {sorted(provided)} not in its dependencies")
+            elif not provided & root_deps:
+                problems.append(f"{name}: {mod} from {sorted(provided)} not in the root's")
+    return problems
+
+
+def test_every_imported_module_is_a_declared_dependency():
+    assert _undeclared() == []
+
+
+def test_tests_and_benches_import_only_declared_extras():
+    # tests run after `pip install -e ".[test]"`, benches with the bench extra as well
+    project = _project(ROOT / "pyproject.toml")
+    extras = project["optional-dependencies"]
+    base = {_name(r) for r in project["dependencies"] + extras["test"]}
+    dists = md.packages_distributions()
+    problems = []
+    for where, allowed in (("tests", base), ("bench", base | {_name(r) for r in extras["bench"]})):
+        dirs = [ROOT / "bench"] if where == "bench" else list(ROOT.glob("*/*/tests"))
+        dirs += [ROOT / "tests"] if where == "tests" else []
+        for d in dirs:
+            for mod in _imports(d):
+                if mod in sys.stdlib_module_names or mod.startswith("wse_"):
+                    continue
+                provided = {_name(x) for x in dists.get(mod, [])}
+                if mod != "__future__" and not provided & allowed:
+                    problems.append(f"{d.relative_to(ROOT)}: {mod} ({sorted(provided)})")
+    assert sorted(set(problems)) == []
+
+
+def test_the_check_sees_an_undeclared_import(tmp_path, monkeypatch):
+    # the oracle's own oracle: a package that imports a module it does not declare is caught
+    pkg = tmp_path / "packages" / "p"
+    (pkg / "src" / "p").mkdir(parents=True)
+    (pkg / "src" / "p" / "m.py").write_text("def f():\n    import yaml\n    import os\n")
+    (pkg / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["numpy"]\n')
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "r"\ndependencies = []\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGES", [pkg / "pyproject.toml"])
+    assert _undeclared() == ["p: yaml from ['pyyaml'] not in its dependencies"]
