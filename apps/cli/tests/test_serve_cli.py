@@ -28,6 +28,8 @@ def test_infer_group_lists_serve_and_bench():
         ["--model_dir", "/no/such/model"],
         ["--model_dir", "mock", "--speculative-config", "{not json"],
         ["--model_dir", "mock", "--speculative-config", "[1, 2]"],
+        ["--model_dir", "mock", "--chat-template", "/no/such/template.jinja"],
+        ["--model_dir", "mock", "--chat-template", "{% for m in messages %}{{ m.content }}"],
     ],
 )
 def test_serve_user_errors_exit_2(args):
@@ -113,6 +115,8 @@ def test_wse_infer_serve_mock_process_answers_and_stops_on_sigterm():
         "1",
         "--speculative-config",
         '{"num_speculative_tokens": 3}',
+        "--chat-template",
+        "{% for m in messages %}<{{ m.content }}>{% endfor %}",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -122,6 +126,10 @@ def test_wse_infer_serve_mock_process_answers_and_stops_on_sigterm():
         body = {"model": "mock", "prompt": "AB", "max_tokens": 8}
         r = httpx.post(url + "/v1/completions", json=body, timeout=10)
         assert r.json()["choices"][0]["text"] == "CDEFGHIJ"
+        body = {"model": "mock", "messages": [{"role": "user", "content": "AB"}], "max_tokens": 3}
+        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=10)
+        assert r.json()["choices"][0]["message"]["content"] == "?@A"  # after "<AB>"
+        assert r.json()["usage"]["prompt_tokens"] == 4
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:

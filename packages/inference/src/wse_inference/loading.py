@@ -4,13 +4,17 @@ Contract. `load_model(path)` accepts an HF-format directory (config.json + safet
 by `wse_models.from_pretrained`) or a `wse train` model_dir whose `hf/` subfolder holds that
 export. The tokenizer is `tokenizer.json` of the same folder (HF `tokenizers`); without one,
 a byte-level tokenizer (id = UTF-8 byte) is used only if the vocabulary has >= 256 ids, else
-`ModelLoadError`. `check_draft(target, draft)` refuses a draft whose vocabulary differs from
-the target's (size, or the tokenizers' token tables). Errors are `WseError`s with one line.
+`ModelLoadError`. The chat template is read as transformers saves it, from the tokenizer's
+folder: `chat_template.jinja`, else `tokenizer_config.json`'s "chat_template" (a string, or a
+list of named templates of which "default" is used), with its bos_token and eos_token.
+`check_draft(target, draft)` refuses a draft whose vocabulary differs from the target's (size,
+or the tokenizers' token tables). Errors are `WseError`s with one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +52,9 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """An HF `tokenizers.Tokenizer` behind the engine's `Tokenizer` protocol."""
+    """An HF `tokenizers.Tokenizer` behind the engine's `Tokenizer` protocol, with the chat
+    template and special tokens saved beside it (`chat_template`: None when there is none;
+    `template_vars`: bos_token and eos_token for the template)."""
 
     kind = "tokenizers"
 
@@ -57,6 +63,7 @@ class HFTokenizer:
 
         self.path = path
         self._tok = Tokenizer.from_file(str(path))
+        self.chat_template, self.template_vars = _chat_template(path.parent)
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
@@ -66,6 +73,27 @@ class HFTokenizer:
 
     def vocab(self) -> dict[str, int]:
         return dict(self._tok.get_vocab(with_added_tokens=True))
+
+
+def _chat_template(folder: Path) -> tuple[str | None, dict[str, str]]:
+    config_file = folder / "tokenizer_config.json"
+    try:
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"cannot read {str(config_file)!r}: {e}") from None
+    tokens = {}
+    for name in ("bos_token", "eos_token"):  # a string or an AddedToken dict
+        value = config.get(name)
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str):
+            tokens[name] = value
+    template = config.get("chat_template")
+    if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    if (folder / "chat_template.jinja").is_file():
+        template = (folder / "chat_template.jinja").read_text()
+    return (template if isinstance(template, str) and template else None), tokens
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

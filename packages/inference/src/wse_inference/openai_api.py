@@ -9,11 +9,15 @@ best_of > 1, several prompts) are refused with `InvalidRequestError` (HTTP 400);
 (presence_penalty, user, ...) are ignored. A missing max_tokens means "the rest of the
 context window" (vLLM's default).
 
-Chat template: a tokenizer with `apply_chat_template` (transformers) is used as is; one with a
-`chat_template` Jinja string is rendered with `messages` and `add_generation_prompt=True`;
-otherwise the plain template is one line per message, "role: content", followed by
-"assistant:" — e.g. [system "Be brief.", user "Hi"] becomes "system: Be brief.\\nuser: Hi\\n
-assistant:". Content may be a string or a list of {"type": "text", "text": ...} parts.
+Chat template: a template given to the server (`chat_template=`, vLLM's --chat-template) comes
+first; then a tokenizer with `apply_chat_template` (transformers) is used as is; then one with
+a `chat_template` Jinja string (an HF directory's, see `loading`). Jinja templates are
+rendered as transformers renders them: a sandboxed environment with trim_blocks and
+lstrip_blocks, `messages`, `add_generation_prompt=True`, the tokenizer's bos_token and
+eos_token, and `raise_exception(msg)`, whose message (e.g. "roles must alternate") becomes
+the 400's. Otherwise the plain template is one line per message, "role: content", followed
+by "assistant:" — e.g. [system "Be brief.", user "Hi"] becomes "system: Be brief.\\nuser:
+Hi\\nassistant:". Content may be a string or a list of {"type": "text", "text": ...} parts.
 
 Responses follow OpenAI's shapes, plus Cerebras' `time_info` ({queue_time, prompt_time,
 completion_time, total_time} in seconds, `created` in Unix seconds) next to `usage`.
@@ -22,6 +26,7 @@ completion_time, total_time} in seconds, `created` in Unix seconds) next to `usa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import uuid
 from collections.abc import Sequence
@@ -125,7 +130,24 @@ def _content_text(content: Any, i: int) -> str:
     raise _bad(f"messages[{i}].content must be a string or a list of text parts.", "messages")
 
 
-def chat_prompt(messages: Any, tokenizer: Tokenizer) -> list[int]:
+def _raise_exception(message: str) -> None:
+    import jinja2
+
+    raise jinja2.TemplateError(message)
+
+
+@functools.lru_cache(maxsize=8)
+def compile_chat_template(template: str) -> Any:
+    """A Jinja chat template compiled as transformers compiles it; `jinja2.TemplateError`
+    (e.g. a syntax error) if it cannot be."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise_exception
+    return env.from_string(template)
+
+
+def chat_prompt(messages: Any, tokenizer: Tokenizer, chat_template: str | None = None) -> list[int]:
     """Token ids of a chat (see the module docstring for the template used)."""
     if not isinstance(messages, list) or not messages:
         raise _bad("messages must be a non-empty list.", "messages")
@@ -134,17 +156,19 @@ def chat_prompt(messages: Any, tokenizer: Tokenizer) -> list[int]:
         if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
             raise _bad(f"messages[{i}] needs a role among {', '.join(CHAT_ROLES)}.", "messages")
         msgs.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
-    if hasattr(tokenizer, "apply_chat_template"):
+    if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
         return list(tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True))
-    template = getattr(tokenizer, "chat_template", None)
+    template = chat_template or getattr(tokenizer, "chat_template", None)
     if isinstance(template, str) and template:
         import jinja2
 
-        text = (
-            jinja2.Environment()
-            .from_string(template)
-            .render(messages=msgs, add_generation_prompt=True)
-        )
+        variables = getattr(tokenizer, "template_vars", {})
+        try:
+            text = compile_chat_template(template).render(
+                messages=msgs, add_generation_prompt=True, **variables
+            )
+        except jinja2.TemplateError as e:
+            raise _bad(f"The chat template cannot render these messages: {e}", "messages") from e
     else:
         text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
     return tokenizer.encode(text)
@@ -184,9 +208,16 @@ def _sampling(body: dict, *, prompt_len: int, max_context: int) -> SamplingParam
 
 
 def parse_request(
-    body: Any, *, kind: str, tokenizer: Tokenizer, model_names: Sequence[str], max_context: int
+    body: Any,
+    *,
+    kind: str,
+    tokenizer: Tokenizer,
+    model_names: Sequence[str],
+    max_context: int,
+    chat_template: str | None = None,
 ) -> ParsedRequest:
-    """Validate an OpenAI request body (a parsed JSON value) into prompt ids and sampling."""
+    """Validate an OpenAI request body (a parsed JSON value) into prompt ids and sampling;
+    `chat_template` overrides the tokenizer's."""
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.", None)
     model = body.get("model")
@@ -198,7 +229,7 @@ def parse_request(
         )
     _refuse_unsupported(body)
     if kind == "chat":
-        prompt_ids = chat_prompt(body.get("messages"), tokenizer)
+        prompt_ids = chat_prompt(body.get("messages"), tokenizer, chat_template)
     else:
         prompt_ids = _completion_prompt(body, tokenizer)
     if not prompt_ids:

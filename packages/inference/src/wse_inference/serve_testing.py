@@ -35,11 +35,22 @@ __all__ = [
 
 @contextlib.contextmanager
 def running_server(
-    *, grpc: bool = False, max_queued: int = 64, drain_s: float = 2.0, **engine_kw: object
+    *,
+    grpc: bool = False,
+    max_queued: int = 64,
+    drain_s: float = 2.0,
+    chat_template: str | None = None,
+    **engine_kw: object,
 ) -> Iterator[Server]:
     """A started mock server on 127.0.0.1 (free ports); yields the `Server`."""
     engine = MockEngine(**engine_kw)  # type: ignore[arg-type]
-    cfg = ServeConfig(port=0, grpc_port=0 if grpc else None, max_queued=max_queued, drain_s=drain_s)
+    cfg = ServeConfig(
+        port=0,
+        grpc_port=0 if grpc else None,
+        max_queued=max_queued,
+        drain_s=drain_s,
+        chat_template=chat_template,
+    )
     server = Server(engine, cfg).start()
     try:
         yield server

@@ -63,6 +63,7 @@ class ServeConfig:
     drain_s: float = 10.0  # grace for requests in flight at shutdown
     model_names: tuple[str, ...] = ()  # names clients may ask for; default engine.model_name
     warmup: bool = True  # `run` sends one tiny request through the engine before serving
+    chat_template: str | None = None  # Jinja; overrides the tokenizer's (vLLM's --chat-template)
 
 
 def _error(
@@ -204,7 +205,11 @@ class _Generation:
 
 
 def build_app(
-    scheduler: Scheduler, metrics: ServeMetrics, *, model_names: Sequence[str]
+    scheduler: Scheduler,
+    metrics: ServeMetrics,
+    *,
+    model_names: Sequence[str],
+    chat_template: str | None = None,
 ) -> FastAPI:
     """The FastAPI app over a started scheduler; see the module docstring."""
     app = FastAPI(title="wse-stack inference", docs_url=None, redoc_url=None)
@@ -238,6 +243,7 @@ def build_app(
                 tokenizer=engine.tokenizer,
                 model_names=model_names,
                 max_context=engine.max_context,
+                chat_template=chat_template,
             )
             gen = _Generation(scheduler, p)
         except (InvalidRequestError, QueueFullError, ShuttingDownError) as e:
@@ -314,7 +320,12 @@ class Server:
         self.metrics = ServeMetrics()
         self.scheduler = Scheduler(engine, max_queued=config.max_queued, observer=self.metrics)
         self.metrics.bind(self.scheduler.stats)
-        self.app = build_app(self.scheduler, self.metrics, model_names=self.model_names)
+        self.app = build_app(
+            self.scheduler,
+            self.metrics,
+            model_names=self.model_names,
+            chat_template=config.chat_template,
+        )
         self._sock = socket.create_server((config.host, config.port), backlog=2048)
         self.http_url = f"http://{config.host}:{self._sock.getsockname()[1]}"
         self.grpc_server: Any = None

@@ -20,8 +20,9 @@ MOCK = "mock"
 SERVE_HELP = (
     "Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM.\n\n"
     "Routes: POST /v1/completions and /v1/chat/completions (SSE with stream=true), GET "
-    "/v1/models, /health, /metrics. Chat prompts use the tokenizer's chat template when it has "
-    'one, else one "role: content" line per message followed by "assistant:".'
+    "/v1/models, /health, /metrics. Chat prompts use --chat-template, else the model's chat "
+    "template (chat_template.jinja or tokenizer_config.json beside tokenizer.json), else one "
+    '"role: content" line per message followed by "assistant:".'
 )
 
 
@@ -42,6 +43,28 @@ def _speculative_config(value: str | None) -> dict | None:
     if not isinstance(cfg, dict):
         fail(f"--speculative-config must be an object, got {type(cfg).__name__}")
     return cfg
+
+
+def _chat_template(value: str | None) -> str | None:
+    """--chat-template: a Jinja file, or the template itself (as vLLM takes it); checked now."""
+    if not value:
+        return None
+    import jinja2
+    from wse_inference.openai_api import compile_chat_template
+
+    path = Path(value)
+    if path.is_file():
+        try:
+            value = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f"--chat-template: cannot read {str(path)!r}: {e}")
+    elif "{{" not in value and "{%" not in value:
+        fail(f"--chat-template: {value!r} is neither a file nor a Jinja template")
+    try:
+        compile_chat_template(value)
+    except jinja2.TemplateSyntaxError as e:
+        fail(f"--chat-template: Jinja syntax error on line {e.lineno}: {e.message}")
+    return value
 
 
 def _mock_engine(spec: dict | None, max_slots: int, max_context: int, step_delay_ms: float):
@@ -98,6 +121,9 @@ def serve(
     served_model_name: str = typer.Option(
         None, "--served-model-name", help="Model name clients use (default: engine's)."
     ),
+    chat_template: str = typer.Option(
+        None, "--chat-template", help="Jinja chat template (a file, or the template itself)."
+    ),
     mock_step_delay_ms: float = typer.Option(
         5.0, "--mock-step-delay-ms", help="Mock engine: time per decode step."
     ),
@@ -110,6 +136,7 @@ def serve(
     from wse_inference.server import serve as run_server
 
     spec = _speculative_config(speculative_config)
+    template = _chat_template(chat_template)
     if model_dir == MOCK:
         engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)
     else:
@@ -123,6 +150,7 @@ def serve(
         drain_s=drain_s,
         model_names=names,
         warmup=warmup,
+        chat_template=template,
     )
     try:
         run_server(engine, config, announce=lambda line: typer.echo(line, err=False))

@@ -1,0 +1,117 @@
+"""Chat templates of HF-format directories, against transformers' apply_chat_template, and the
+server's --chat-template override."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from wse_inference.admission import InvalidRequestError
+from wse_inference.loading import HFTokenizer
+from wse_inference.mock import ByteTokenizer, expected_continuation
+from wse_inference.openai_api import chat_prompt
+from wse_inference.serve_testing import running_server
+
+SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+# Llama-3-like, with block tags on their own indented lines (trim_blocks / lstrip_blocks
+# matter) and a raise_exception
+TEMPLATE = """{{ bos_token }}
+{% for message in messages %}
+    {% if message['role'] == 'assistant' and loop.first %}
+        {{ raise_exception('the first message must not be the assistant') }}
+    {% endif %}
+<|start_header_id|>{{ message['role'] }}<|end_header_id|>
+
+{{ message['content'] | trim }}<|eot_id|>
+{% endfor %}
+{% if add_generation_prompt %}
+<|start_header_id|>assistant<|end_header_id|>
+
+{% endif %}"""
+MESSAGES = [
+    {"role": "system", "content": "Be brief. "},
+    {"role": "user", "content": "hello wafer"},
+    {"role": "assistant", "content": "the chip"},
+    {"role": "user", "content": "be brief, world"},
+]
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    """tokenizer.json (a small byte-level BPE) + tokenizer_config.json with the template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(["hello world, be brief. the wafer is a chip"] * 20, trainer)
+    folder = tmp_path_factory.mktemp("hf")
+    tok.save(str(folder / "tokenizer.json"))
+    bos = {"__type": "AddedToken", "content": SPECIALS[0], "lstrip": False, "rstrip": False}
+    bos |= {"normalized": False, "single_word": False, "special": True}
+    config = {"bos_token": bos, "eos_token": SPECIALS[3], "chat_template": TEMPLATE}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _transformers_ids(folder, messages):
+    transformers = pytest.importorskip("transformers")
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(str(folder))
+    out = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+def test_an_hf_directory_template_gives_transformers_ids(hf_dir):
+    tok = HFTokenizer(hf_dir / "tokenizer.json")
+    assert tok.template_vars == {"bos_token": SPECIALS[0], "eos_token": SPECIALS[3]}
+    ids = chat_prompt(MESSAGES, tok)
+    assert ids == _transformers_ids(hf_dir, MESSAGES)
+    assert ids[0] == tok.vocab()[SPECIALS[0]]  # the bos text became its special id
+    assert tok.decode(ids).endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_the_template_transformers_saves_is_read_back(hf_dir, tmp_path):
+    # transformers writes the template as chat_template.jinja beside tokenizer_config.json
+    transformers = pytest.importorskip("transformers")
+    transformers.PreTrainedTokenizerFast.from_pretrained(str(hf_dir)).save_pretrained(tmp_path)
+    tok = HFTokenizer(tmp_path / "tokenizer.json")
+    assert tok.chat_template is not None
+    assert chat_prompt(MESSAGES, tok) == _transformers_ids(hf_dir, MESSAGES)
+
+
+def test_named_templates_use_default_and_no_template_is_plain(hf_dir, tmp_path):
+    (tmp_path / "tokenizer.json").write_bytes((hf_dir / "tokenizer.json").read_bytes())
+    named = [{"name": "tool_use", "template": "x"}, {"name": "default", "template": TEMPLATE}]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": named}))
+    assert HFTokenizer(tmp_path / "tokenizer.json").chat_template == TEMPLATE
+    (tmp_path / "tokenizer_config.json").unlink()
+    tok = HFTokenizer(tmp_path / "tokenizer.json")
+    assert tok.chat_template is None
+    assert tok.decode(chat_prompt(MESSAGES[1:2], tok)) == "user: hello wafer\nassistant:"
+
+
+def test_raise_exception_in_a_template_is_a_400_with_its_message(hf_dir):
+    tok = HFTokenizer(hf_dir / "tokenizer.json")
+    with pytest.raises(InvalidRequestError, match="must not be the assistant") as e:
+        chat_prompt(MESSAGES[2:], tok)
+    assert e.value.param == "messages"
+
+
+def test_the_server_template_overrides_the_tokenizers():
+    template = "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}=>"
+    body = {"model": "mock", "messages": MESSAGES[1:2], "max_tokens": 5}
+    with running_server(chat_template=template, max_slots=2, step_delay_s=0.001) as s:
+        r = httpx.post(s.http_url + "/v1/chat/completions", json=body, timeout=10).json()
+        bad = {**body, "messages": [{"role": "user", "content": "{{"}]}
+        ok = httpx.post(s.http_url + "/v1/chat/completions", json=bad, timeout=10)
+    prompt = ByteTokenizer().encode("[user]hello wafer=>")  # rendered by hand
+    assert r["usage"]["prompt_tokens"] == len(prompt)
+    want = ByteTokenizer().decode(expected_continuation(prompt, 5))
+    assert r["choices"][0]["message"]["content"] == want
+    assert ok.status_code == 200  # content is data, not template code
