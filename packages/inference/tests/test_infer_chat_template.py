@@ -73,7 +73,7 @@ def test_an_hf_directory_template_gives_transformers_ids(hf_dir):
     ids = chat_prompt(MESSAGES, tok)
     assert ids == _transformers_ids(hf_dir, MESSAGES)
     assert ids[0] == tok.vocab()[SPECIALS[0]]  # the bos text became its special id
-    assert tok.decode(ids).endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert tok.decode(ids).endswith("be brief, world\nassistant\n\n")  # no special tokens
 
 
 def test_the_template_transformers_saves_is_read_back(hf_dir, tmp_path):

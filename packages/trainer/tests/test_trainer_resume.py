@@ -72,6 +72,11 @@ def test_model_dir_holds_what_inference_loads(tmp_path):
     logits = wse_models.from_pretrained(d / "hf")(np.asarray([ids], np.int32))
     assert logits.shape == (1, len(ids), 320)
     assert result.samples and result.samples[0].startswith("def ")
+    # the EOS that separated the documents, named where transformers and vLLM look for it
+    eos = tok.token_to_id("<|endoftext|>")
+    assert json.loads((d / "hf/generation_config.json").read_text())["eos_token_id"] == eos
+    tok_config = json.loads((d / "hf/tokenizer_config.json").read_text())
+    assert tok.token_to_id(tok_config["eos_token"]) == eos
 
 
 def test_nan_loss_stops_without_a_broken_checkpoint(tmp_path):

@@ -37,6 +37,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False  # vLLM's: run past the model's end-of-sequence tokens
 
 
 @dataclasses.dataclass

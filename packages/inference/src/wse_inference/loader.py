@@ -23,7 +23,7 @@ import numpy as np
 from wse_inference.decoding import SequenceTracker, first_token, prefill, sequence_key
 from wse_inference.engine import Prefix, SamplingParams, SlotOutput
 from wse_inference.loading import load_model
-from wse_inference.sampling import SamplingError, validate_sampling
+from wse_inference.sampling import SamplingError, validate_sampling, with_eos
 from wse_inference.spec_decode import SpeculativeDecoder, speculative_round
 from wse_inference.speculative import AcceptanceStats
 
@@ -73,6 +73,7 @@ class SpeculativeEngine:
             max_context=self.max_context,
             prompt_len=len(prompt_ids),
         )
+        sampling = with_eos(sampling, getattr(t, "eos_token_ids", ()))
         key = sequence_key(sampling.seed)
         logits, tcache = prefill(t.config, t.params, prompt_ids, self._dec.cache_len(t.config))
         _, dcache = prefill(d.config, d.params, prompt_ids, self._dec.cache_len(d.config))

@@ -7,6 +7,8 @@ a byte-level tokenizer (id = UTF-8 byte) is used only if the vocabulary has >= 2
 `ModelLoadError`. The chat template is read as transformers saves it, from the tokenizer's
 folder: `chat_template.jinja`, else `tokenizer_config.json`'s "chat_template" (a string, or a
 list of named templates of which "default" is used), with its bos_token and eos_token.
+`eos_token_ids` are the ids generation stops on (config.json, generation_config.json, the
+tokenizer's eos_token); the tokenizer decodes without special tokens, as vLLM does.
 `check_draft(target, draft)` refuses a draft whose vocabulary differs from the target's (size,
 or the tokenizers' token tables). Errors are `WseError`s with one line.
 """
@@ -29,6 +31,7 @@ __all__ = [
     "load_model",
     "check_draft",
     "resolve_model_dir",
+    "eos_token_ids",
 ]
 
 
@@ -68,8 +71,8 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+    def decode(self, ids: Sequence[int]) -> str:  # special tokens are not text (vLLM's default)
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
 
     def vocab(self) -> dict[str, int]:
         return dict(self._tok.get_vocab(with_added_tokens=True))
@@ -103,6 +106,7 @@ class LoadedModel:
     config: Any  # wse_models.ModelConfig
     params: Any  # the functional parameter pytree
     tokenizer: Any  # ByteTokenizer | HFTokenizer | None (ids only)
+    eos_token_ids: tuple[int, ...] = ()  # generation stops on these (see `eos_token_ids`)
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -150,7 +154,25 @@ def load_model(
     config = model.config
     tokenizer = _tokenizer(folder, root, config.vocab_size, tokenizer_required)
     name = config.name or root.resolve().name
-    return LoadedModel(name, folder, config, model.params(), tokenizer)
+    eos = eos_token_ids(folder, tokenizer, config.vocab_size)
+    return LoadedModel(name, folder, config, model.params(), tokenizer, eos)
+
+
+def eos_token_ids(folder: Path, tokenizer: Any, vocab_size: int) -> tuple[int, ...]:
+    """The model's end-of-sequence ids, where transformers and vLLM look for them: config.json
+    and generation_config.json "eos_token_id" (an id or a list), and the tokenizer's eos_token
+    (tokenizer_config.json); ids outside the vocabulary are dropped."""
+    ids: list[int] = []
+    for name in ("config.json", "generation_config.json"):
+        try:
+            value = json.loads((folder / name).read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        ids += value if isinstance(value, list) else [value]
+    eos = getattr(tokenizer, "template_vars", {}).get("eos_token")
+    if eos is not None:
+        ids.append(tokenizer.vocab().get(eos))
+    return tuple(dict.fromkeys(i for i in ids if isinstance(i, int) and 0 <= i < vocab_size))
 
 
 def check_draft(target: LoadedModel, draft: LoadedModel) -> None:
@@ -180,4 +202,4 @@ def truncated_model(model: LoadedModel, n_layers: int) -> LoadedModel:
     config = model.config.replace(n_layers=n_layers, name=f"{model.name}-first{n_layers}")
     params = dict(model.params)
     params["layers"] = wse_models.layer_range(model.params["layers"], 0, n_layers)
-    return LoadedModel(config.name, model.path, config, params, model.tokenizer)
+    return dataclasses.replace(model, name=config.name, config=config, params=params)

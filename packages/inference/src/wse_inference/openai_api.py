@@ -3,7 +3,8 @@
 Requests (`parse_request(body, kind=..., ...)`) accept the fields the official `openai` client
 sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or messages, max_tokens
 (or max_completion_tokens), temperature, top_p, seed, stop, stream, stream_options
-({"include_usage"}), n (1 only), logprobs (off only), and vLLM's top_k and stop_token_ids.
+({"include_usage"}), n (1 only), logprobs (off only), and vLLM's top_k, stop_token_ids and
+ignore_eos (generation stops at the model's end-of-sequence tokens unless it is true).
 Fields that would change the output's shape but are not supported (n > 1, logprobs, echo,
 best_of > 1, several prompts) are refused with `InvalidRequestError` (HTTP 400); other fields
 (presence_penalty, user, ...) are ignored. A missing max_tokens means "the rest of the
@@ -196,6 +197,9 @@ def _sampling(body: dict, *, prompt_len: int, max_context: int) -> SamplingParam
     stop_ids = body.get("stop_token_ids") or []
     if _token_list(stop_ids, "stop_token_ids") is None:
         raise _bad("stop_token_ids must be a list of token ids.", "stop_token_ids")
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise _bad(f"ignore_eos must be true or false, got {ignore_eos!r}.", "ignore_eos")
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 1.0),
@@ -204,6 +208,7 @@ def _sampling(body: dict, *, prompt_len: int, max_context: int) -> SamplingParam
         seed=_integer(body, "seed", None),
         stop=_stop(body),
         stop_token_ids=tuple(stop_ids),
+        ignore_eos=ignore_eos,
     )
 
 

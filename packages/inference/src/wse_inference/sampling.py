@@ -12,11 +12,13 @@ with a greedy fast path (the argmax, no softmax and no random bits, when every r
 it returns exactly the same token, so decoders may use either.
 
 Host side: `validate_sampling` refuses bad settings with one readable line (`SamplingError`),
-`stop_index` finds the earliest stop string in generated text.
+`stop_index` finds the earliest stop string in generated text, `with_eos` adds a model's
+end-of-sequence ids to the stop tokens (engines apply it to every request).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import jax
@@ -35,6 +37,7 @@ __all__ = [
     "token_key",
     "seed_key",
     "stop_index",
+    "with_eos",
 ]
 
 
@@ -65,6 +68,15 @@ def validate_sampling(
     bad = [t for t in sampling.stop_token_ids if not 0 <= t < vocab_size]
     if bad:
         raise SamplingError(f"stop token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
+
+
+def with_eos(sampling: SamplingParams, eos_token_ids: Sequence[int]) -> SamplingParams:
+    """`sampling` that also stops on the model's end-of-sequence tokens (finish reason
+    "stop"), unless it says `ignore_eos`, as vLLM's engines do."""
+    extra = tuple(t for t in eos_token_ids if t not in sampling.stop_token_ids)
+    if sampling.ignore_eos or not extra:
+        return sampling
+    return dataclasses.replace(sampling, stop_token_ids=sampling.stop_token_ids + extra)
 
 
 def token_probs(

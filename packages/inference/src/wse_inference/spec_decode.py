@@ -38,7 +38,7 @@ from wse_inference.decoding import (
 )
 from wse_inference.engine import SamplingParams
 from wse_inference.loading import LoadedModel, check_draft
-from wse_inference.sampling import SamplingError, draw, token_probs, validate_sampling
+from wse_inference.sampling import SamplingError, draw, token_probs, validate_sampling, with_eos
 from wse_inference.speculative import AcceptanceStats, verify
 
 __all__ = [
@@ -239,6 +239,7 @@ class SpeculativeDecoder:
             max_context=self.max_context,
             prompt_len=len(prompt_ids),
         )
+        sampling = with_eos(sampling, getattr(t, "eos_token_ids", ()))
         t0 = time.perf_counter()
         key = sequence_key(sampling.seed)
         logits, tcache = prefill(

@@ -10,8 +10,9 @@
 4. steps until `max_steps` (counted from the global step) or `num_steps` more; a NaN or Inf
    loss stops the run with `TrainingDivergedError` before anything is saved;
 5. checkpoints every `checkpoint_steps` and at the end; eval loss and perplexity;
-6. `<model_dir>/hf/` (HF format via `wse_models.save_pretrained`, plus `tokenizer.json`) and
-   samples from the trained model.
+6. `<model_dir>/hf/` (HF format via `wse_models.save_pretrained`, plus `tokenizer.json`, and
+   `tokenizer_config.json` and `generation_config.json` naming EOS) and samples from the
+   trained model.
 
 `model_config(config)` and `validate(config)` (the `--validate_only` memory plan) allocate
 nothing.
@@ -327,13 +328,23 @@ def _progress(total: int):
 
 
 def export_hf(s: _Session) -> Path:
-    """`<model_dir>/hf/`: the model in HF format and its tokenizer (the inference contract)."""
+    """`<model_dir>/hf/`: the model in HF format and its tokenizer (the inference contract),
+    with tokenizer_config.json and generation_config.json naming the EOS token that separates
+    the training documents, so generation stops there as transformers and vLLM stop."""
+    import json
+
     import wse_models
+
+    from wse_trainer.data import EOS
 
     out = s.dir / "hf"
     model = wse_models.Transformer(s.model, params=s.trainer.memx.params_tree())
     wse_models.save_pretrained(model, out)
     s.tok.save(str(out / "tokenizer.json"))
+    tok_config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS}
+    (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
+    gen_config = {"eos_token_id": s.tok.token_to_id(EOS)}
+    (out / "generation_config.json").write_text(json.dumps(gen_config, indent=2) + "\n")
     return out
 
 

@@ -87,6 +87,9 @@ def generate(
     top_p: float = typer.Option(1.0, "--top_p", "--top-p", help="In (0, 1]."),
     seed: int = typer.Option(None, "--seed", help="Sampling seed."),
     stop: list[str] = typer.Option(None, "--stop", help="Stop string (repeatable)."),
+    ignore_eos: bool = typer.Option(
+        False, "--ignore-eos", help="Run past the model's end-of-sequence tokens."
+    ),
     speculative_config: str = typer.Option(
         None,
         "--speculative-config",
@@ -111,6 +114,7 @@ def generate(
         top_p=top_p,
         seed=seed,
         stop=tuple(stop or ()),
+        ignore_eos=ignore_eos,
     )
     validate_sampling(sampling, vocab_size=1 << 30, max_context=1 << 30, prompt_len=1)
     spec = None
