@@ -12,6 +12,7 @@ tests call (torch, transformers) are the listed exceptions, each allowed in name
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata as md
 import re
 import sys
@@ -40,7 +41,8 @@ def _project(path: Path) -> dict:
 
 
 def _imports(src: Path) -> dict[str, set[str]]:
-    """top-level module -> files that import it, for absolute imports in src/**.py"""
+    """third-party top-level module -> files that import it, for absolute imports in
+    src/**.py (the standard library and the workspace's own `wse_*` packages left out)"""
     found: dict[str, set[str]] = {}
     for f in src.rglob("*.py"):
         for node in ast.walk(ast.parse(f.read_text(), str(f))):
@@ -52,11 +54,24 @@ def _imports(src: Path) -> dict[str, set[str]]:
                 continue
             for n in names:
                 found.setdefault(n.split(".")[0], set()).add(str(f.relative_to(ROOT)))
-    return found
+    return {
+        m: files
+        for m, files in found.items()
+        if m not in sys.stdlib_module_names and not m.startswith("wse_")
+    }
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    return md.packages_distributions()
+
+
+def _provided(mod: str) -> set[str]:
+    """the (normalized) names of the installed distributions that provide module `mod`"""
+    return {_name(d) for d in _distributions().get(mod, [])}
 
 
 def _undeclared() -> list[str]:
-    dists = md.packages_distributions()
     projects = {_project(p)["name"]: p for p in PACKAGES}
     root_deps = {_name(r) for r in _project(ROOT / "pyproject.toml")["dependencies"]}
 
@@ -70,12 +85,9 @@ def _undeclared() -> list[str]:
     for name, path in projects.items():
         deps = declared(name)
         for mod, files in sorted(_imports(path.parent / "src").items()):
-            if mod in sys.stdlib_module_names or mod.startswith("wse_") or mod == "__future__":
+            if not files - OPTIONAL.get(mod, set()):
                 continue
-            extra = files - OPTIONAL.get(mod, set())
-            if not extra:
-                continue
-            provided = {_name(d) for d in dists.get(mod, [])}
+            provided = _provided(mod)
             if not provided:
                 problems.append(f"{name}: {mod} (no installed distribution provides it)")
             elif not provided & deps:
@@ -93,20 +105,16 @@ def test_tests_and_benches_import_only_declared_extras():
     # tests run after `pip install -e ".[test]"`, benches with the bench extra as well
     project = _project(ROOT / "pyproject.toml")
     extras = project["optional-dependencies"]
-    base = {_name(r) for r in project["dependencies"] + extras["test"]}
-    dists = md.packages_distributions()
-    problems = []
-    for where, allowed in (("tests", base), ("bench", base | {_name(r) for r in extras["bench"]})):
-        dirs = [ROOT / "bench"] if where == "bench" else list(ROOT.glob("*/*/tests"))
-        dirs += [ROOT / "tests"] if where == "tests" else []
-        for d in dirs:
-            for mod in _imports(d):
-                if mod in sys.stdlib_module_names or mod.startswith("wse_"):
-                    continue
-                provided = {_name(x) for x in dists.get(mod, [])}
-                if mod != "__future__" and not provided & allowed:
-                    problems.append(f"{d.relative_to(ROOT)}: {mod} ({sorted(provided)})")
-    assert sorted(set(problems)) == []
+    tests = {_name(r) for r in project["dependencies"] + extras["test"]}
+    benches = tests | {_name(r) for r in extras["bench"]}
+    groups = [(d, tests) for d in [*ROOT.glob("*/*/tests"), ROOT / "tests"]]
+    problems = [
+        f"{d.relative_to(ROOT)}: {mod} ({sorted(_provided(mod))})"
+        for d, allowed in [*groups, (ROOT / "bench", benches)]
+        for mod in _imports(d)
+        if not _provided(mod) & allowed
+    ]
+    assert problems == []
 
 
 def test_the_check_sees_an_undeclared_import(tmp_path, monkeypatch):

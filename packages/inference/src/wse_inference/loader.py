@@ -73,7 +73,7 @@ class SpeculativeEngine:
             max_context=self.max_context,
             prompt_len=len(prompt_ids),
         )
-        sampling = with_eos(sampling, getattr(t, "eos_token_ids", ()))
+        sampling = with_eos(sampling, t.eos_token_ids)
         key = sequence_key(sampling.seed)
         logits, tcache = prefill(t.config, t.params, prompt_ids, self._dec.cache_len(t.config))
         _, dcache = prefill(d.config, d.params, prompt_ids, self._dec.cache_len(d.config))

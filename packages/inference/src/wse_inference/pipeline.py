@@ -42,6 +42,7 @@ from jax import lax
 
 from wse_inference.decoding import SequenceTracker, first_token, prefill, sequence_key
 from wse_inference.engine import Prefix, SamplingParams, SlotOutput
+from wse_inference.loading import LoadedModel
 from wse_inference.planner import _split
 from wse_inference.sampling import sample, token_key, validate_sampling, with_eos
 
@@ -280,7 +281,7 @@ class PipelineEngine:
 
     def __init__(
         self,
-        model: Any,
+        model: LoadedModel,
         *,
         stages: int = 2,
         max_context: int | None = None,
@@ -399,7 +400,7 @@ class PipelineEngine:
             max_context=self.max_context,
             prompt_len=len(prompt_ids),
         )
-        sampling = with_eos(sampling, getattr(self.model, "eos_token_ids", ()))
+        sampling = with_eos(sampling, self.model.eos_token_ids)
         key = sequence_key(sampling.seed)
         logits, cache = prefill(
             self.config, self.model.params, prompt_ids, self.max_context, self.prefill_chunk

@@ -239,7 +239,7 @@ class SpeculativeDecoder:
             max_context=self.max_context,
             prompt_len=len(prompt_ids),
         )
-        sampling = with_eos(sampling, getattr(t, "eos_token_ids", ()))
+        sampling = with_eos(sampling, t.eos_token_ids)
         t0 = time.perf_counter()
         key = sequence_key(sampling.seed)
         logits, tcache = prefill(
