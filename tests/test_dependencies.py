@@ -67,8 +67,10 @@ def _distributions() -> dict[str, list[str]]:
 
 
 def _provided(mod: str) -> set[str]:
-    """the (normalized) names of the installed distributions that provide module `mod`"""
-    return {_name(d) for d in _distributions().get(mod, [])}
+    """the (normalized) names of the installed distributions that provide module `mod`; for
+    a module not installed here (a bench extra such as jax_md on a machine that installed only
+    the test extra), the distribution named like the module"""
+    return {_name(d) for d in _distributions().get(mod, [mod])}
 
 
 def _undeclared() -> list[str]:
