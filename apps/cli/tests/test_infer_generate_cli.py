@@ -2,12 +2,13 @@
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 from wse_cli.app import app
 from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import SamplingParams
-from wse_inference.testing import save_tiny_model
+from wse_inference.testing import np_logprobs, save_tiny_model
 
 runner = CliRunner()
 
@@ -49,6 +50,32 @@ def test_generate_json_equals_plain_decoder(model_dir):
     assert out["tokens_per_s"] > 0 and out["ttft_s"] > 0
 
 
+@pytest.mark.parametrize("speculative", [False, True])
+def test_generate_logprobs_json_and_terminal(model_dir, speculative):
+    """--logprobs N: each token's raw logprob and N alternatives, equal to one forward's
+    log_softmax (pipelined, and speculative through the serving engine's rounds); the
+    terminal shows the mean logprob and perplexity."""
+    root, target = model_dir
+    extra = []
+    if speculative:
+        cfg = json.dumps({"model": str(root / "draft"), "num_speculative_tokens": 2})
+        extra = ["--speculative-config", cfg]
+    args = ["--model_dir", root / "target", "--prompt-ids", "5,6,7", "--max_tokens", 5]
+    args += ["--seed", 1, "--logprobs", 2, *extra]
+    res = _run(*args, "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    ref = np_logprobs(target, [5, 6, 7], out["token_ids"])
+    lps = out["logprobs"]
+    assert [x["token_id"] for x in lps] == out["token_ids"]
+    got = [x["logprob"] for x in lps]
+    assert got == pytest.approx(ref[range(5), out["token_ids"]].tolist(), abs=2e-5)
+    assert [[t for t, _ in x["top"]] for x in lps] == np.argsort(-ref)[:, :2].tolist()
+    res = _run(*args)
+    assert res.exit_code == 0, res.output
+    assert "mean logprob" in res.output and "perplexity" in res.output
+
+
 @pytest.mark.slow
 def test_generate_speculative_terminal(model_dir):
     root, target = model_dir
@@ -76,6 +103,7 @@ def test_generate_speculative_terminal(model_dir):
         (["--temperature", -1], "temperature"),
         (["--top_p", 0], "top_p"),
         (["--top_p", 1.5], "top_p"),
+        (["--logprobs", 21], "logprobs must be in 0..20"),
         (["--prompt-ids", ",".join(["1"] * 130)], "exceeds the context"),
         (["--prompt-ids", "1,999"], "outside the vocabulary"),
     ],

@@ -112,6 +112,8 @@ _KEYS = [
     "stream_options",
     "seed",
     "logprobs",
+    "top_logprobs",
+    "presence_penalty",
     "stop_token_ids",
 ]
 

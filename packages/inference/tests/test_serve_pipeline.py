@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 def test_served_pipeline_engine_matches_plain_decoding():
     from wse_inference.decoding import PlainDecoder
     from wse_inference.pipeline import PipelineEngine
-    from wse_inference.testing import tiny_model
+    from wse_inference.testing import np_logprobs, tiny_model
 
     model = tiny_model()
     engine = PipelineEngine(model, stages=2, max_context=64)
@@ -56,6 +56,14 @@ def test_served_pipeline_engine_matches_plain_decoding():
         full = model.tokenizer.decode(want[0])
         if "\ufffd" not in full:  # random weights may emit half a UTF-8 character
             assert r.choices[0].text == full
+        # logprobs: the raw log_softmax of one forward over prompt + tokens (the oracle)
+        r = client.completions.create(
+            model=engine.model_name, prompt=prompts[1], max_tokens=6, temperature=0, logprobs=2
+        )
+        ref = np_logprobs(model, model.tokenizer.encode(prompts[1]), want[1])
+        lp = r.choices[0].logprobs
+        assert lp.token_logprobs == pytest.approx(ref[range(6), want[1]].tolist(), abs=2e-5)
+        assert all(len(d) <= 3 for d in lp.top_logprobs)  # 2 most likely + the chosen one
     finally:
         server.close()
     assert engine.metrics()["steps"] > 0

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from wse_core.errors import WseError
 
-from wse_inference.engine import SamplingParams
+from wse_inference.engine import MAX_LOGPROBS, SamplingParams
 
 __all__ = [
     "InvalidRequestError",
@@ -96,4 +96,8 @@ def check_request(
     if sampling.top_k < 0:
         raise InvalidRequestError(
             f"top_k must be >= 0 (0 disables it), got {sampling.top_k}.", param="top_k"
+        )
+    if sampling.logprobs is not None and not 0 <= sampling.logprobs <= MAX_LOGPROBS:
+        raise InvalidRequestError(
+            f"logprobs must be in 0..{MAX_LOGPROBS}, got {sampling.logprobs}.", param="logprobs"
         )

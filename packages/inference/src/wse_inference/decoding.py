@@ -25,14 +25,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wse_inference.engine import SamplingParams
-from wse_inference.sampling import sample, seed_key, stop_index, token_key
+from wse_inference.engine import SamplingParams, TokenLogprob
+from wse_inference.sampling import (
+    raw_logprobs,
+    sample,
+    seed_key,
+    stop_index,
+    token_key,
+    token_logprobs,
+)
 
 __all__ = [
     "SequenceTracker",
     "GenerationResult",
     "prefill",
     "first_token",
+    "first_logprob",
     "decode_step",
     "decode_loop",
     "PlainDecoder",
@@ -146,6 +154,17 @@ def _first(logits, key, temperature, top_k, top_p):
 def first_token(logits: jax.Array, sampling: SamplingParams, key: jax.Array) -> int:
     """Token 0 of the sequence, drawn from the prompt's last logits."""
     return int(_first(logits, key, sampling.temperature, sampling.top_k, sampling.top_p))
+
+
+_raw_logprobs = jax.jit(raw_logprobs)
+
+
+def first_logprob(logits: jax.Array, token: int, sampling: SamplingParams) -> TokenLogprob | None:
+    """Token 0's `TokenLogprob` from the prompt's last logits, if the request asked for it."""
+    if sampling.logprobs is None:
+        return None
+    out = _raw_logprobs(logits[None], jnp.asarray([token], jnp.int32))
+    return token_logprobs([token], *out, sampling.logprobs)[0]
 
 
 def decode_step(config, params, cache, tokens, pos, count, keys, temperature, top_k, top_p):

@@ -13,6 +13,12 @@ slots (users in flight; on the wafer they fill the pipeline stages). The server'
 4. `release(state=..., slot=...)` frees a slot (finished, cancelled or disconnected client),
    with its KV cache, within the step.
 
+Log probabilities (vLLM's default `raw_logprobs`): with `SamplingParams.logprobs = k`
+(0..MAX_LOGPROBS) every generated token comes with a `TokenLogprob`: its log probability under
+the model's raw next-token distribution (log_softmax of the logits, before temperature,
+top-k and top-p) and the k most likely tokens with theirs, by rank. `Prefix.first_logprob`
+holds the first token's; `SlotOutput.logprobs` runs alongside `SlotOutput.tokens`.
+
 All methods take keyword arguments only. `MockEngine` (in `wse_inference.mock`) implements
 this with outputs that can be computed by hand, for server tests.
 """
@@ -23,7 +29,17 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["SamplingParams", "Prefix", "SlotOutput", "Engine", "Tokenizer"]
+__all__ = [
+    "MAX_LOGPROBS",
+    "SamplingParams",
+    "TokenLogprob",
+    "Prefix",
+    "SlotOutput",
+    "Engine",
+    "Tokenizer",
+]
+
+MAX_LOGPROBS = 20  # the most alternatives a request may ask for (vLLM's --max-logprobs)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -38,6 +54,17 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False  # vLLM's: run past the model's end-of-sequence tokens
+    logprobs: int | None = None  # None: none; k: each token's and the k most likely tokens'
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's raw log probability and the `top` (token, logprob) pairs, most
+    likely first (as many as the request's `logprobs`)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclasses.dataclass
@@ -48,6 +75,7 @@ class Prefix:
     first_token: int
     sampling: SamplingParams
     payload: Any  # the engine's KV cache / RNG state for this sequence
+    first_logprob: TokenLogprob | None = None  # with sampling.logprobs set
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +86,7 @@ class SlotOutput:
     tokens: tuple[int, ...]
     finished: bool
     finish_reason: str | None = None  # "stop" | "length" | None
+    logprobs: tuple[TokenLogprob, ...] | None = None  # one per token, with sampling.logprobs
 
 
 @runtime_checkable

@@ -44,6 +44,8 @@ def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> Sam
         seed=req.seed if req.HasField("seed") else None,
         stop=tuple(s for s in req.stop if s),
         stop_token_ids=tuple(req.stop_token_ids),
+        ignore_eos=req.ignore_eos,
+        logprobs=req.logprobs if req.HasField("logprobs") else None,
     )
 
 
@@ -100,8 +102,16 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
 
     @staticmethod
     def _response(ev: StreamEvent, handle: Any) -> Any:
+        lps = [
+            pb2.TokenLogprob(
+                token_id=x.token,
+                logprob=x.logprob,
+                top=[pb2.TopLogprob(token_id=t, logprob=lp) for t, lp in x.top],
+            )
+            for x in ev.logprobs or ()
+        ]
         if ev.finish_reason is None:
-            return pb2.GenerateResponse(text=ev.text, token_ids=list(ev.token_ids))
+            return pb2.GenerateResponse(text=ev.text, token_ids=list(ev.token_ids), logprobs=lps)
         usage = pb2.Usage(
             prompt_tokens=ev.prompt_tokens,
             completion_tokens=ev.completion_tokens,
@@ -113,6 +123,7 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
             finish_reason=ev.finish_reason,
             usage=usage,
             time_info=pb2.TimeInfo(**handle.timing.time_info()),
+            logprobs=lps,
         )
 
     def HealthCheck(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802

@@ -20,10 +20,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wse_inference.decoding import SequenceTracker, first_token, prefill, sequence_key
+from wse_inference.decoding import (
+    SequenceTracker,
+    first_logprob,
+    first_token,
+    prefill,
+    sequence_key,
+)
 from wse_inference.engine import Prefix, SamplingParams, SlotOutput
 from wse_inference.loading import load_model
-from wse_inference.sampling import SamplingError, validate_sampling, with_eos
+from wse_inference.sampling import SamplingError, token_logprobs, validate_sampling, with_eos
 from wse_inference.spec_decode import SpeculativeDecoder, speculative_round
 from wse_inference.speculative import AcceptanceStats
 
@@ -57,10 +63,10 @@ class SpeculativeEngine:
         self.vocab_size, self.max_slots = target.config.vocab_size, max_slots
         self.max_context = self._dec.max_context
         self.stats = AcceptanceStats(gamma)
-        self._round = jax.jit(
-            functools.partial(speculative_round, target.config, draft.config, gamma),
-            donate_argnums=(2, 3),
-        )
+        rnd = functools.partial(speculative_round, target.config, draft.config, gamma)
+        self._round = jax.jit(rnd, donate_argnums=(2, 3))
+        # requests that ask for logprobs: the same round, also returning them
+        self._round_lp = jax.jit(functools.partial(rnd, logprobs=True), donate_argnums=(2, 3))
 
     def init_decode_state(self) -> SpecDecodeState:
         return SpecDecodeState()
@@ -83,6 +89,7 @@ class SpeculativeEngine:
             first_token=first,
             sampling=sampling,
             payload=(list(map(int, prompt_ids)), tcache, dcache, key),
+            first_logprob=first_logprob(logits, first, sampling),
         )
 
     def insert(self, *, prefix: Prefix, state: SpecDecodeState, slot: int) -> SpecDecodeState:
@@ -99,7 +106,8 @@ class SpeculativeEngine:
             return SlotOutput(slot, (), True, s.tracker.finish_reason)
         sp = s.tracker.sampling
         s.rounds += 1
-        drafts, n_acc, nxt, beta, s.tcache, s.dcache = self._round(
+        fn = self._round if sp.logprobs is None else self._round_lp
+        drafts, n_acc, nxt, beta, s.tcache, s.dcache, *lp = fn(
             self.target.params,
             self.draft.params,
             s.tcache,
@@ -120,7 +128,10 @@ class SpeculativeEngine:
             if s.tracker.add(tok) is not None:
                 break
         reason = s.tracker.finish_reason
-        return SlotOutput(slot, tuple(new), reason is not None, reason)
+        lps = None
+        if lp:
+            lps = token_logprobs(new, *(x[: len(new)] for x in lp[0]), sp.logprobs)
+        return SlotOutput(slot, tuple(new), reason is not None, reason, lps)
 
     def generate(self, *, state: SpecDecodeState):
         return state, [self._advance(i, s) for i, s in sorted(state.slots.items())]

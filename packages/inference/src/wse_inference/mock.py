@@ -7,6 +7,11 @@ the first token after a prompt is `(prompt[-1] + 1) % vocab_size` and every next
 first token counts), or with "stop" on a token in `stop_token_ids` (that token is reported) or
 when the decoded text contains a stop string.
 
+Log probabilities (`SamplingParams.logprobs`): the mock's next-token distribution halves from
+token to token after the last one, p((last + 1 + j) % vocab) = 2^-(j + 1) (the last id takes
+the rest), so every generated token has logprob -ln 2 and its k alternatives are
+(last + 1 + j) % vocab with -(j + 1) ln 2, j = 0..k-1 (`expected_logprob`).
+
 `step_delay_s` / `prefill_delay_s` make `generate` / `prefill` sleep, to emulate a slow model.
 With `spec_tokens=k` and `spec_accepted=j` it emulates speculative decoding: every step emits
 j + 1 tokens per slot and counts k drafted and j accepted tokens in `metrics()`.
@@ -19,13 +24,20 @@ or a release of an empty slot, so scheduler bugs show up in tests.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Sequence
 
-from wse_inference.engine import Prefix, SamplingParams, SlotOutput, Tokenizer
+from wse_inference.engine import Prefix, SamplingParams, SlotOutput, Tokenizer, TokenLogprob
 
-__all__ = ["ByteTokenizer", "MockEngine", "MockDecodeState", "expected_continuation"]
+__all__ = [
+    "ByteTokenizer",
+    "MockEngine",
+    "MockDecodeState",
+    "expected_continuation",
+    "expected_logprob",
+]
 
 
 class ByteTokenizer:
@@ -59,6 +71,12 @@ def expected_continuation(prompt_ids: Sequence[int], n: int, vocab_size: int = 2
     """The n tokens the mock generates after `prompt_ids` (no stop tokens): the hand oracle."""
     last = int(prompt_ids[-1])
     return [(last + 1 + i) % vocab_size for i in range(n)]
+
+
+def expected_logprob(last: int, k: int, vocab_size: int = 256) -> TokenLogprob:
+    """The mock's `TokenLogprob` for the token after `last`, with k alternatives."""
+    top = tuple(((last + 1 + j) % vocab_size, -(j + 1) * math.log(2)) for j in range(k))
+    return TokenLogprob((last + 1) % vocab_size, -math.log(2), top)
 
 
 class MockEngine:
@@ -117,7 +135,12 @@ class MockEngine:
             first_token=first,
             sampling=sampling,
             payload=[int(t) for t in prompt_ids] + [first],
+            first_logprob=self._logprob(int(prompt_ids[-1]), sampling),
         )
+
+    def _logprob(self, last: int, sampling: SamplingParams) -> TokenLogprob | None:
+        k = sampling.logprobs
+        return None if k is None else expected_logprob(last, k, self.vocab_size)
 
     def insert(self, *, prefix: Prefix, state: MockDecodeState, slot: int) -> MockDecodeState:
         if slot in state.slots or not 0 <= slot < self.max_slots:
@@ -156,10 +179,14 @@ class MockEngine:
     def _advance(self, slot: int, seq: _Seq) -> SlotOutput:
         """One step of one slot: j + 1 tokens with speculation, cut at a stop or max_tokens."""
         tokens: list[int] = []
+        lps: list[TokenLogprob] = []
+        k = seq.sampling.logprobs
         finish = None
         for _ in range(self.spec_accepted + 1):
             if seq.generated >= seq.sampling.max_tokens:
                 break
+            if k is not None:
+                lps.append(expected_logprob(seq.last, k, self.vocab_size))
             seq.last = (seq.last + 1) % self.vocab_size
             seq.generated += 1
             seq.kv.append(seq.last)
@@ -172,7 +199,11 @@ class MockEngine:
         if finish is None and seq.generated >= seq.sampling.max_tokens:
             finish = "length"
         return SlotOutput(
-            slot=slot, tokens=tuple(tokens), finished=finish is not None, finish_reason=finish
+            slot=slot,
+            tokens=tuple(tokens),
+            finished=finish is not None,
+            finish_reason=finish,
+            logprobs=None if k is None else tuple(lps),
         )
 
     def _hit_stop_string(self, seq: _Seq) -> bool:

@@ -3,12 +3,20 @@
 Requests (`parse_request(body, kind=..., ...)`) accept the fields the official `openai` client
 sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or messages, max_tokens
 (or max_completion_tokens), temperature, top_p, seed, stop, stream, stream_options
-({"include_usage"}), n (1 only), logprobs (off only), and vLLM's top_k, stop_token_ids and
-ignore_eos (generation stops at the model's end-of-sequence tokens unless it is true).
-Fields that would change the output's shape but are not supported (n > 1, logprobs, echo,
-best_of > 1, several prompts) are refused with `InvalidRequestError` (HTTP 400); other fields
-(presence_penalty, user, ...) are ignored. A missing max_tokens means "the rest of the
-context window" (vLLM's default).
+({"include_usage"}), n (1 only), logprobs, and vLLM's top_k, stop_token_ids and ignore_eos
+(generation stops at the model's end-of-sequence tokens unless it is true). Fields that
+would change the output but are not supported (n > 1, echo, best_of > 1, several prompts,
+presence_penalty / frequency_penalty other than 0, repetition_penalty other than 1, a
+logit_bias) are refused with `InvalidRequestError` (HTTP 400); other fields (user, ...) are
+ignored. A missing max_tokens means "the rest of the context window" (vLLM's default).
+
+Log probabilities, as vLLM returns them (the raw model's, before temperature and cuts; at
+most MAX_LOGPROBS = 20 alternatives): `/v1/completions` takes `logprobs: k` and answers
+{tokens, token_logprobs, top_logprobs (per token a {token: logprob} dict of the k most likely
+and the chosen token; null when k = 0), text_offset}; `/v1/chat/completions` takes
+`logprobs: true` and `top_logprobs: k` and answers {content: [{token, logprob, bytes,
+top_logprobs: [{token, logprob, bytes}] x k}]}. Streamed chunks carry their tokens'.
+A token's text is `tokenizer.decode([id])`; logprobs are clamped at -9999.0 as vLLM's are.
 
 Chat template: a template given to the server (`chat_template=`, vLLM's --chat-template) comes
 first; then a tokenizer with `apply_chat_template` (transformers) is used as is; then one with
@@ -34,7 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from wse_inference.admission import InvalidRequestError
-from wse_inference.engine import SamplingParams, Tokenizer
+from wse_inference.engine import MAX_LOGPROBS, SamplingParams, Tokenizer, TokenLogprob
 
 __all__ = [
     "ParsedRequest",
@@ -45,6 +53,7 @@ __all__ = [
     "completion_body",
     "chunk_body",
     "usage_chunk_body",
+    "logprobs_body",
     "new_request_id",
 ]
 
@@ -181,13 +190,41 @@ def _refuse_unsupported(body: dict) -> None:
         raise _bad(f"n={n} is not supported; only n=1.", "n")
     if _integer(body, "best_of", 1) not in (1, None):
         raise _bad("best_of > 1 is not supported.", "best_of")
-    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs"):
-        raise _bad("logprobs are not supported by this server.", "logprobs")
     if body.get("echo"):
         raise _bad("echo is not supported by this server.", "echo")
+    for name, neutral in (
+        ("presence_penalty", 0),
+        ("frequency_penalty", 0),
+        ("repetition_penalty", 1),
+    ):
+        if _number(body, name, neutral) != neutral:
+            raise _bad(f"{name} is not supported by this server; leave it at {neutral}.", name)
+    if body.get("logit_bias"):
+        raise _bad("logit_bias is not supported by this server.", "logit_bias")
 
 
-def _sampling(body: dict, *, prompt_len: int, max_context: int) -> SamplingParams:
+def _logprobs(body: dict, kind: str) -> int | None:
+    """The number of alternatives per token the request asks for (None: no logprobs)."""
+    if kind == "chat":
+        want = body.get("logprobs")
+        if want is not None and not isinstance(want, bool):
+            raise _bad(f"logprobs must be true or false, got {want!r}.", "logprobs")
+        k, name = _integer(body, "top_logprobs", None), "top_logprobs"
+        if k is not None and k > 0 and not want:
+            raise _bad("when using top_logprobs, logprobs must be set to true.", name)
+        if not want:
+            return None
+        k = k or 0
+    else:
+        k, name = _integer(body, "logprobs", None), "logprobs"
+        if k is None:
+            return None
+    if not 0 <= k <= MAX_LOGPROBS:
+        raise _bad(f"{name} must be in 0..{MAX_LOGPROBS}, got {k}.", name)
+    return k
+
+
+def _sampling(body: dict, kind: str, *, prompt_len: int, max_context: int) -> SamplingParams:
     max_tokens = _integer(body, "max_tokens", None)
     if max_tokens is None:
         max_tokens = _integer(body, "max_completion_tokens", None)
@@ -209,6 +246,7 @@ def _sampling(body: dict, *, prompt_len: int, max_context: int) -> SamplingParam
         stop=_stop(body),
         stop_token_ids=tuple(stop_ids),
         ignore_eos=ignore_eos,
+        logprobs=_logprobs(body, kind),
     )
 
 
@@ -240,7 +278,7 @@ def parse_request(
     if not prompt_ids:
         param = "messages" if kind == "chat" else "prompt"
         raise _bad(f"The {param} is empty; give at least one token.", param)
-    sampling = _sampling(body, prompt_len=len(prompt_ids), max_context=max_context)
+    sampling = _sampling(body, kind, prompt_len=len(prompt_ids), max_context=max_context)
     stream = bool(body.get("stream", False))
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
@@ -285,6 +323,52 @@ def _head(kind: str, rid: str, created: int, model: str, *, chunk: bool) -> dict
     return {"id": rid, "object": obj, "created": created, "model": model}
 
 
+def _clamp(lp: float) -> float:
+    return max(lp, -9999.0)
+
+
+def logprobs_body(
+    p: ParsedRequest,
+    logprobs: Sequence[TokenLogprob] | None,
+    tokenizer: Tokenizer,
+    *,
+    text_offset: int = 0,
+) -> dict | None:
+    """The `logprobs` of a choice (or a streamed chunk's choice) for these tokens; None when
+    the request did not ask. `text_offset`: where the first token's text starts in the
+    completion (the length of the text already sent, for a stream)."""
+    if p.sampling.logprobs is None or logprobs is None:
+        return None
+    k = p.sampling.logprobs
+    word = functools.lru_cache(maxsize=None)(lambda t: tokenizer.decode([t]))
+    if p.kind == "chat":
+
+        def entry(t: int, lp: float) -> dict:
+            return {"token": word(t), "logprob": _clamp(lp), "bytes": list(word(t).encode())}
+
+        return {
+            "content": [
+                {**entry(x.token, x.logprob), "top_logprobs": [entry(*a) for a in x.top[:k]]}
+                for x in logprobs
+            ]
+        }
+    offsets = []
+    for x in logprobs:
+        offsets.append(text_offset)
+        text_offset += len(word(x.token))
+    return {
+        "tokens": [word(x.token) for x in logprobs],
+        "token_logprobs": [_clamp(x.logprob) for x in logprobs],
+        "top_logprobs": [
+            {**{word(t): _clamp(lp) for t, lp in x.top[:k]}, word(x.token): _clamp(x.logprob)}
+            if k
+            else None
+            for x in logprobs
+        ],
+        "text_offset": offsets,
+    }
+
+
 def completion_body(
     p: ParsedRequest,
     rid: str,
@@ -294,17 +378,18 @@ def completion_body(
     finish_reason: str,
     usage: dict,
     time_info: dict,
+    logprobs: dict | None = None,
 ) -> dict:
-    """A whole (non-streamed) response."""
+    """A whole (non-streamed) response; `logprobs` from `logprobs_body`."""
     if p.kind == "chat":
         choice = {
             "index": 0,
             "message": {"role": "assistant", "content": text},
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": finish_reason,
         }
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
     return {
         **_head(p.kind, rid, created, p.model, chunk=False),
         "choices": [choice],
@@ -321,15 +406,22 @@ def chunk_body(
     text: str | None,
     finish_reason: str | None,
     role: bool = False,
+    logprobs: dict | None = None,
 ) -> dict:
-    """One streamed chunk: new text and/or the finish reason (a role chunk opens a chat)."""
+    """One streamed chunk: new text and/or the finish reason (a role chunk opens a chat);
+    `logprobs` (from `logprobs_body`) of the chunk's tokens."""
     if p.kind == "chat":
         delta: dict = {"role": "assistant", "content": ""} if role else {}
         if text:
             delta["content"] = text
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
     else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        choice = {
+            "index": 0,
+            "text": text or "",
+            "logprobs": logprobs,
+            "finish_reason": finish_reason,
+        }
     return {**_head(p.kind, rid, created, p.model, chunk=True), "choices": [choice]}
 
 

@@ -40,11 +40,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from wse_inference.decoding import SequenceTracker, first_token, prefill, sequence_key
-from wse_inference.engine import Prefix, SamplingParams, SlotOutput
+from wse_inference.decoding import (
+    SequenceTracker,
+    first_logprob,
+    first_token,
+    prefill,
+    sequence_key,
+)
+from wse_inference.engine import MAX_LOGPROBS, Prefix, SamplingParams, SlotOutput
 from wse_inference.loading import LoadedModel
 from wse_inference.planner import _split
-from wse_inference.sampling import sample, token_key, validate_sampling, with_eos
+from wse_inference.sampling import (
+    raw_logprobs,
+    sample,
+    token_key,
+    token_logprobs,
+    validate_sampling,
+    with_eos,
+)
 
 __all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "stage_layout"]
 
@@ -63,6 +76,7 @@ class PipeState(NamedTuple):
     top_k: jax.Array
     top_p: jax.Array
     active: jax.Array  # bool [S]
+    want_lp: jax.Array  # bool [S]: the slot's request asked for logprobs
 
 
 @dataclasses.dataclass
@@ -131,30 +145,40 @@ def _row_apply(config, layers, h, pos, ck, cv, row, slot):
     return x[0, 0], ck, cv
 
 
+def _no_logprobs(vocab_size: int):
+    """The zeros `raw_logprobs` gives way to when a slot asked for none."""
+    k = min(MAX_LOGPROBS, vocab_size)
+    return jnp.float32(0), jnp.zeros((k,), jnp.int32), jnp.zeros((k,), jnp.float32)
+
+
 def _head(config, head, k, st: PipeState, skip_idle: bool):
     """Stage 0 at tick k: slot k's next token from the activation back from the last stage,
-    embedded at its new position -> (state, token, activation). `skip_idle`: an idle slot
-    costs nothing (a `lax.cond`); otherwise it is computed and discarded."""
+    embedded at its new position -> (state, (token, logprobs), activation); the logprobs
+    (`sampling.raw_logprobs`) are computed only for a slot that asked for them. `skip_idle`:
+    an idle slot costs nothing (a `lax.cond`); otherwise it is computed and discarded."""
     from wse_models import embed, unembed
 
     act = st.active[k]
     step = act.astype(jnp.int32)
     st = st._replace(pos=st.pos.at[k].add(step), count=st.count.at[k].add(step))
+    none = _no_logprobs(config.vocab_size)
 
     def make(h0):
         logits = unembed(config, head, h0[None, None])[0, 0]
         key = token_key(st.keys[k], st.count[k] - 1)
         tok = sample(logits, st.temperature[k], st.top_k[k], st.top_p[k], key)
+        lp = lax.cond(st.want_lp[k], raw_logprobs, lambda *_: none, logits, tok)
         x = embed(config, head, tok[None, None], st.pos[k][None, None])[0, 0]
-        return tok, x.astype(h0.dtype)
+        return (tok, lp), x.astype(h0.dtype)
 
     h0 = st.h[0, 0]
     if skip_idle:
-        tok, x = lax.cond(act, make, lambda h: (st.tokens[k], h), h0)
+        out, x = lax.cond(act, make, lambda h: ((st.tokens[k], none), h), h0)
     else:
-        tok, x = make(h0)
-        tok, x = jnp.where(act, tok, st.tokens[k]), jnp.where(act, x, h0)
-    return st._replace(tokens=st.tokens.at[k].set(tok)), tok, x
+        out, x = make(h0)
+        out = (jnp.where(act, out[0], st.tokens[k]), out[1])
+        x = jnp.where(act, x, h0)
+    return st._replace(tokens=st.tokens.at[k].set(out[0])), out, x
 
 
 def _tick(config, wafer, stages, weights, k, st: PipeState):
@@ -164,7 +188,7 @@ def _tick(config, wafer, stages, weights, k, st: PipeState):
     from wse_core import fabric
 
     head, sparams, valid = weights
-    st, tok, x = _head(config, head, k, st, skip_idle=False)
+    st, new, x = _head(config, head, k, st, skip_idle=False)
     h = st.h.at[0, 0].set(x)
     rows = st.h.shape[0]
     slots = (k - jnp.arange(rows)) % stages
@@ -173,7 +197,7 @@ def _tick(config, wafer, stages, weights, k, st: PipeState):
     h2 = h2[:, None]
     if stages > 1:  # one stage feeds itself: nothing crosses the fabric
         h2 = fabric.shift(wafer, h2, "S", boundary="periodic")
-    return st._replace(h=h2, k=k2[:, None], v=v2[:, None]), tok
+    return st._replace(h=h2, k=k2[:, None], v=v2[:, None]), new
 
 
 def _tick_local(config, wafer, stages, weights, k, st: PipeState):
@@ -183,7 +207,7 @@ def _tick_local(config, wafer, stages, weights, k, st: PipeState):
     from wse_core import fabric
 
     head, row_params = weights
-    st, tok, x = _head(config, head, k, st, skip_idle=True)
+    st, new, x = _head(config, head, k, st, skip_idle=True)
     ck, cv, outs = st.k, st.v, []
     for j, lp in enumerate(row_params):
         s = (k - j) % stages
@@ -196,29 +220,34 @@ def _tick_local(config, wafer, stages, weights, k, st: PipeState):
     h2 = lax.with_sharding_constraint(jnp.stack(outs)[:, None], wafer.sharding(1))
     if stages > 1:
         h2 = fabric.shift(wafer, h2, "S", boundary="periodic")
-    return st._replace(h=h2, k=ck, v=cv), tok
+    return st._replace(h=h2, k=ck, v=cv), new
 
 
-def _cycle(tick, stages, weights, st: PipeState):
-    """S ticks: one new token per slot -> (state, tokens [S])."""
-    out = jnp.zeros((stages,), jnp.int32)
+def _cycle(vocab_size, tick, stages, weights, st: PipeState):
+    """S ticks: one new token per slot -> (state, (tokens [S], logprobs: chosen [S], top
+    ids and log probabilities [S, K]))."""
+    lead = (stages,)
+    out = jax.tree.map(
+        lambda x: jnp.zeros(lead + x.shape, x.dtype), (jnp.int32(0), _no_logprobs(vocab_size))
+    )
 
     def body(k, carry):
         s, o = carry
-        s, tok = tick(weights, k, s)
-        return s, o.at[k].set(tok)
+        s, new = tick(weights, k, s)
+        return s, jax.tree.map(lambda a, b: a.at[k].set(b), o, new)
 
     return lax.fori_loop(0, stages, body, (st, out))
 
 
-def _cycles(tick, stages, n, weights, st: PipeState):
-    """`n` generate steps in one loop -> (state, tokens [n, S])."""
-    out = jnp.zeros((n, stages), jnp.int32)
+def _cycles(vocab_size, tick, stages, n, weights, st: PipeState):
+    """`n` generate steps in one loop -> (state, `_cycle`'s outputs with a leading [n])."""
+    one = (jnp.int32(0), _no_logprobs(vocab_size))
+    out = jax.tree.map(lambda x: jnp.zeros((n, stages) + x.shape, x.dtype), one)
 
     def body(i, carry):
         s, o = carry
-        s, toks = _cycle(tick, stages, weights, s)
-        return s, o.at[i].set(toks)
+        s, new = _cycle(vocab_size, tick, stages, weights, s)
+        return s, jax.tree.map(lambda a, b: a.at[i].set(b), o, new)
 
     return lax.fori_loop(0, n, body, (st, out))
 
@@ -240,6 +269,7 @@ def _prime(
     temperature,
     top_k,
     top_p,
+    want_lp,
 ):
     """Insert: prompt cache into the slot's rows; the first token through layers < bound."""
     from wse_models import LayerCache, apply_layer, embed
@@ -269,6 +299,7 @@ def _prime(
         temperature=st.temperature.at[slot].set(temperature),
         top_k=st.top_k.at[slot].set(top_k),
         top_p=st.top_p.at[slot].set(top_p),
+        want_lp=st.want_lp.at[slot].set(want_lp),
     )
 
 
@@ -365,10 +396,11 @@ class PipelineEngine:
             self._weights: tuple = (self._head, self._row_params)
         else:
             self._weights = (self._head, self._sparams, self._valid)
-        self._cycle_fn = jax.jit(functools.partial(_cycle, tick, s), donate_argnums=1)
+        v = c.vocab_size
+        self._cycle_fn = jax.jit(functools.partial(_cycle, v, tick, s), donate_argnums=1)
         self._prime_fn = jax.jit(functools.partial(_prime, c, s), donate_argnums=3)
         self._cycles_fn = jax.jit(
-            functools.partial(_cycles, tick, s), static_argnums=0, donate_argnums=2
+            functools.partial(_cycles, v, tick, s), static_argnums=0, donate_argnums=2
         )
 
     # -- Engine protocol ------------------------------------------------------------------
@@ -389,6 +421,7 @@ class PipelineEngine:
             top_k=zeros_i(),
             top_p=jnp.ones((s,), jnp.float32),
             active=jnp.zeros((s,), bool),
+            want_lp=jnp.zeros((s,), bool),
         )
         assert st.h.shape[0] == rows
         return PipelineDecodeState(st)
@@ -406,11 +439,13 @@ class PipelineEngine:
             self.config, self.model.params, prompt_ids, self.max_context, self.prefill_chunk
         )
         self._counters["prefills"] += 1
+        first = first_token(logits, sampling, key)
         return Prefix(
             prompt_len=len(prompt_ids),
-            first_token=first_token(logits, sampling, key),
+            first_token=first,
             sampling=sampling,
             payload=_Payload(cache, key),
+            first_logprob=first_logprob(logits, first, sampling),
         )
 
     def insert(self, *, prefix: Prefix, state: PipelineDecodeState, slot: int):
@@ -435,6 +470,7 @@ class PipelineEngine:
             jnp.float32(s.temperature),
             i32(s.top_k),
             jnp.float32(s.top_p),
+            jnp.bool_(s.logprobs is not None),
         )
         tracker = SequenceTracker(s, self.tokenizer)
         tracker.add(prefix.first_token)
@@ -443,14 +479,15 @@ class PipelineEngine:
 
     def generate(self, *, state: PipelineDecodeState):
         state.device, out = self._cycle_fn(self._weights, state.device)
-        return state, self._collect(state, np.asarray(out)[None])
+        return state, self._collect(state, jax.tree.map(lambda x: np.asarray(x)[None], out))
 
     def generate_steps(self, *, state: PipelineDecodeState, steps: int):
         """`steps` generate steps in one dispatch (tokens after a finish are dropped)."""
         state.device, out = self._cycles_fn(steps, self._weights, state.device)
-        return state, self._collect(state, np.asarray(out))
+        return state, self._collect(state, jax.tree.map(np.asarray, out))
 
-    def _collect(self, state: PipelineDecodeState, tokens: np.ndarray) -> list[SlotOutput]:
+    def _collect(self, state: PipelineDecodeState, out) -> list[SlotOutput]:
+        tokens, (chosen, top_ids, top_lps) = out
         self._counters["steps"] += tokens.shape[0]
         outputs = []
         for slot, tracker in sorted(state.seqs.items()):
@@ -462,7 +499,12 @@ class PipelineEngine:
                 new.append(tok)
             self._counters["tokens"] += len(new)
             reason = tracker.finish_reason
-            outputs.append(SlotOutput(slot, tuple(new), reason is not None, reason))
+            k = tracker.sampling.logprobs
+            lps = None
+            if k is not None:
+                at = (slice(len(new)), slot)
+                lps = token_logprobs(new, chosen[at], top_ids[at], top_lps[at], k)
+            outputs.append(SlotOutput(slot, tuple(new), reason is not None, reason, lps))
         return outputs
 
     def release(self, *, state: PipelineDecodeState, slot: int):

@@ -11,6 +11,11 @@ with different settings share one compiled step. `sample` is `draw(token_probs(.
 with a greedy fast path (the argmax, no softmax and no random bits, when every row is greedy);
 it returns exactly the same token, so decoders may use either.
 
+`raw_logprobs(logits, tokens)` gives what a request with `logprobs` sees (vLLM's default
+`raw_logprobs`): each token's log_softmax of the raw logits (no temperature or cuts) and the
+MAX_LOGPROBS most likely tokens with theirs; `token_logprobs` turns them into `TokenLogprob`s on
+the host, keeping the k alternatives the request asked for.
+
 Host side: `validate_sampling` refuses bad settings with one readable line (`SamplingError`),
 `stop_index` finds the earliest stop string in generated text, `with_eos` adds a model's
 end-of-sequence ids to the stop tokens (engines apply it to every request).
@@ -23,10 +28,11 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from wse_core.errors import WseError
 
-from wse_inference.engine import SamplingParams
+from wse_inference.engine import MAX_LOGPROBS, SamplingParams, TokenLogprob
 
 __all__ = [
     "SamplingError",
@@ -38,6 +44,8 @@ __all__ = [
     "seed_key",
     "stop_index",
     "with_eos",
+    "raw_logprobs",
+    "token_logprobs",
 ]
 
 
@@ -64,6 +72,11 @@ def validate_sampling(
             f"prompt ({prompt_len} tokens) + max_tokens ({sampling.max_tokens}) = "
             f"{prompt_len + sampling.max_tokens} exceeds the context of {max_context} tokens; "
             f"shorten the prompt or lower max_tokens to <= {max(max_context - prompt_len, 0)}"
+        )
+    if sampling.logprobs is not None and not 0 <= sampling.logprobs <= MAX_LOGPROBS:
+        raise SamplingError(
+            f"logprobs must be in 0..{MAX_LOGPROBS} (the most likely tokens returned with each "
+            f"token), got {sampling.logprobs}"
         )
     bad = [t for t in sampling.stop_token_ids if not 0 <= t < vocab_size]
     if bad:
@@ -153,6 +166,29 @@ def sample(
         return jnp.argmax(logits.astype(jnp.float32), axis=-1).astype(jnp.int32)
 
     return lax.cond(jnp.all(temperature <= 0), greedy, drawn, logits)
+
+
+def raw_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """logits [..., V], tokens int [...] -> (each token's log probability [...], the
+    MAX_LOGPROBS most likely ids [..., K] and their log probabilities [..., K]), from the raw
+    logits (log_softmax in float32; no temperature, top-k or top-p)."""
+    lsm = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    chosen = jnp.take_along_axis(lsm, tokens[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    top_lp, top_id = lax.top_k(lsm, min(MAX_LOGPROBS, lsm.shape[-1]))
+    return chosen, top_id.astype(jnp.int32), top_lp
+
+
+def token_logprobs(tokens, chosen, top_ids, top_lps, k: int) -> tuple[TokenLogprob, ...]:
+    """`TokenLogprob`s of `tokens` [n] from `raw_logprobs`' arrays (host), k alternatives."""
+    chosen, top_ids, top_lps = np.asarray(chosen), np.asarray(top_ids), np.asarray(top_lps)
+    return tuple(
+        TokenLogprob(
+            int(t),
+            float(chosen[i]),
+            tuple(zip(top_ids[i, :k].tolist(), top_lps[i, :k].tolist(), strict=True)),
+        )
+        for i, t in enumerate(tokens)
+    )
 
 
 def seed_key(seed: int) -> jax.Array:

@@ -12,7 +12,9 @@ Contract:
   released before the next engine step), admit waiting requests into free slots
   (prefill + insert), run one `generate` step, deliver tokens, release finished slots.
 - Text is detokenized here (`TextStream`: stop strings, UTF-8 boundaries); the token count
-  is never more than `max_tokens`.
+  is never more than `max_tokens`. A request with `sampling.logprobs` gets each event's
+  tokens' `TokenLogprob`s in `StreamEvent.logprobs` (from `Prefix.first_logprob` and
+  `SlotOutput.logprobs`).
 - `drain(grace_s)` stops admission and lets work in flight finish for up to `grace_s`, then
   ends what is left with finish_reason "abort" (the client is told); `stop()` joins the thread.
 """
@@ -38,7 +40,7 @@ from wse_inference.admission import (
     check_request,
     context_length_message,
 )
-from wse_inference.engine import Engine, SamplingParams
+from wse_inference.engine import Engine, SamplingParams, TokenLogprob
 from wse_inference.text_stream import TextStream
 
 __all__ = [
@@ -92,6 +94,7 @@ class StreamEvent:
     error: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None  # one per token_ids entry, if asked
 
 
 class RequestHandle:
@@ -321,7 +324,8 @@ class Scheduler:
         now = time.monotonic()
         h.timing.first_token_s = now
         a = _Active(h, self._text_stream(h.sampling), now)
-        if self._emit(a, [prefix.first_token], finished_by_engine=None):
+        first_lp = None if prefix.first_logprob is None else [prefix.first_logprob]
+        if self._emit(a, [prefix.first_token], first_lp, finished_by_engine=None):
             return state
         slot = free.pop(0)
         try:
@@ -339,14 +343,23 @@ class Scheduler:
             if a is None:
                 continue
             reason = (out.finish_reason or "stop") if out.finished else None
-            if self._emit(a, list(out.tokens), finished_by_engine=reason):
+            if self._emit(a, list(out.tokens), out.logprobs, finished_by_engine=reason):
                 state = self._release(state, out.slot)
         return state
 
-    def _emit(self, a: _Active, tokens: list[int], *, finished_by_engine: str | None) -> bool:
-        """Send new tokens of one request; True when it has finished (final event sent)."""
+    def _emit(
+        self,
+        a: _Active,
+        tokens: list[int],
+        logprobs: Sequence[TokenLogprob] | None,
+        *,
+        finished_by_engine: str | None,
+    ) -> bool:
+        """Send new tokens of one request (and their logprobs, if it asked for them); True
+        when it has finished (final event sent)."""
         h = a.handle
         tokens = tokens[: h.sampling.max_tokens - h.completion_tokens]
+        lps = None if logprobs is None else tuple(logprobs[: len(tokens)])
         text, stopped = a.stream.push(tokens)
         first = h.completion_tokens == 0
         h.completion_tokens += len(tokens)
@@ -362,10 +375,10 @@ class Scheduler:
             reason = "length"
         if reason is None:
             if text or tokens:
-                self._send(h, StreamEvent(text=text, token_ids=tuple(tokens)))
+                self._send(h, StreamEvent(text=text, token_ids=tuple(tokens), logprobs=lps))
             return False
         text += a.stream.flush()
-        self._finish(h, reason, text=text, token_ids=tuple(tokens))
+        self._finish(h, reason, text=text, token_ids=tuple(tokens), logprobs=lps)
         return True
 
     def _release(self, state: Any, slot: int) -> Any:
@@ -380,6 +393,7 @@ class Scheduler:
         text: str = "",
         token_ids: tuple[int, ...] = (),
         error: str | None = None,
+        logprobs: tuple[TokenLogprob, ...] | None = None,
     ) -> None:
         if h.finished:
             return
@@ -398,6 +412,7 @@ class Scheduler:
                 error=error,
                 prompt_tokens=len(h.prompt_ids),
                 completion_tokens=h.completion_tokens,
+                logprobs=logprobs,
             ),
         )
 

@@ -114,6 +114,7 @@ class _Generation:
         loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self.p = p
+        self.tokenizer = scheduler.engine.tokenizer
         self.rid = oa.new_request_id(p.kind)
         self.handle = scheduler.submit(
             prompt_ids=p.prompt_ids,
@@ -133,11 +134,12 @@ class _Generation:
 
     async def whole(self, request: Request) -> JSONResponse:
         watcher = asyncio.create_task(_watch_disconnect(request, self.handle.cancel))
-        parts = []
+        parts, lps = [], []
         try:
             while True:
                 ev = await self.queue.get()
                 parts.append(ev.text)
+                lps += ev.logprobs or ()
                 if ev.finish_reason is not None:
                     break
         finally:
@@ -158,6 +160,7 @@ class _Generation:
                 finish_reason=ev.finish_reason,
                 usage=usage,
                 time_info=time_info,
+                logprobs=oa.logprobs_body(self.p, lps, self.tokenizer),
             )
         )
 
@@ -166,13 +169,18 @@ class _Generation:
         ev = await self.queue.get()
         while ev.finish_reason is None and not self.queue.empty():
             nxt = self.queue.get_nowait()
+            lps = None if ev.logprobs is None else ev.logprobs + (nxt.logprobs or ())
             ev = dataclasses.replace(
-                nxt, text=ev.text + nxt.text, token_ids=ev.token_ids + nxt.token_ids
+                nxt,
+                text=ev.text + nxt.text,
+                token_ids=ev.token_ids + nxt.token_ids,
+                logprobs=lps,
             )
         return ev
 
     async def stream(self) -> AsyncIterator[str]:
         p, rid, created = self.p, self.rid, self.created
+        offset = 0  # where the next token's text starts in the completion (text_offset)
         try:
             if p.kind == "chat":
                 yield _sse(oa.chunk_body(p, rid, created, text=None, finish_reason=None, role=True))
@@ -185,9 +193,11 @@ class _Generation:
                     kind = "invalid_request_error" if invalid else "server_error"
                     yield _sse(oa.error_body(ev.error, type_=kind, code=ev.finish_reason))
                     break
-                if ev.text or ev.finish_reason:
+                if ev.text or ev.finish_reason or ev.logprobs:
+                    lps = oa.logprobs_body(p, ev.logprobs, self.tokenizer, text_offset=offset)
+                    offset += sum(len(self.tokenizer.decode([t])) for t in ev.token_ids)
                     chunk = oa.chunk_body(
-                        p, rid, created, text=ev.text, finish_reason=ev.finish_reason
+                        p, rid, created, text=ev.text, finish_reason=ev.finish_reason, logprobs=lps
                     )
                     if ev.finish_reason is not None:
                         chunk["time_info"] = self.handle.timing.time_info()

@@ -38,7 +38,14 @@ from wse_inference.decoding import (
 )
 from wse_inference.engine import SamplingParams
 from wse_inference.loading import LoadedModel, check_draft
-from wse_inference.sampling import SamplingError, draw, token_probs, validate_sampling, with_eos
+from wse_inference.sampling import (
+    SamplingError,
+    draw,
+    raw_logprobs,
+    token_probs,
+    validate_sampling,
+    with_eos,
+)
 from wse_inference.speculative import AcceptanceStats, verify
 
 __all__ = [
@@ -100,26 +107,48 @@ def _verify_forward(tconfig, gamma, tparams, tcache, last, drafts, n):
 
 
 def _verify_pass(tconfig, gamma, tparams, tcache, last, drafts, q, n, key, temp, top_k, top_p):
-    """`_verify_forward`, then rejection sampling -> (Verdict, cache)."""
+    """`_verify_forward`, then rejection sampling -> (Verdict, cache, the target's logits
+    [gamma + 1, vocab])."""
     logits, tcache = _verify_forward(tconfig, gamma, tparams, tcache, last, drafts, n)
     p = token_probs(logits[0], temp, top_k, top_p)
-    return verify(drafts, q, p, key), tcache
+    return verify(drafts, q, p, key), tcache, logits[0]
 
 
 def speculative_round(
-    tconfig, dconfig, gamma, tparams, dparams, tcache, dcache, last2, n, key, temp, top_k, top_p
+    tconfig,
+    dconfig,
+    gamma,
+    tparams,
+    dparams,
+    tcache,
+    dcache,
+    last2,
+    n,
+    key,
+    temp,
+    top_k,
+    top_p,
+    *,
+    logprobs: bool = False,
 ):
     """One round at committed length n (last2 = tokens n-2, n-1) -> (drafts, accepted,
-    next token, betas, caches)."""
+    next token, betas, caches); with `logprobs`, also `sampling.raw_logprobs` of the gamma + 1
+    tokens the round may emit (accepted drafts, then the drawn token at row `accepted`)."""
     k_draft, k_verify = jax.random.split(key)
     pos2 = jnp.stack([n - 2, n - 1]).astype(jnp.int32)
     drafts, q, dcache = _propose(
         dconfig, gamma, dparams, dcache, last2, pos2, k_draft, temp, top_k, top_p
     )
-    verdict, tcache = _verify_pass(
+    verdict, tcache, logits = _verify_pass(
         tconfig, gamma, tparams, tcache, last2[1], drafts, q, n, k_verify, temp, top_k, top_p
     )
-    return drafts, verdict.num_accepted, verdict.next_token, verdict.beta, tcache, dcache
+    out = drafts, verdict.num_accepted, verdict.next_token, verdict.beta, tcache, dcache
+    if not logprobs:
+        return out
+    idx = jnp.arange(gamma + 1)
+    padded = jnp.concatenate([drafts, verdict.next_token[None]])
+    emitted = jnp.where(idx < verdict.num_accepted, padded, verdict.next_token)
+    return (*out, raw_logprobs(logits, emitted))
 
 
 def speculative_loop(

@@ -5,6 +5,9 @@
 - `markov_speculative`: speculative decoding of a toy Markov "model" whose next-token
   distribution p[prev] is known exactly, with a draft q[prev]; the tokens it emits must be
   distributed as the Markov chain p (`markov_joint` gives the exact joint law).
+- `np_logprobs`: the raw next-token log probabilities of every generated token, from ONE
+  forward pass over prompt + tokens (not the decoders' incremental KV-cache path) and a NumPy
+  float64 log_softmax.
 - `tiny_config` / `tiny_model_dir`: a small random `wse_models` model saved in HF format.
 """
 
@@ -20,6 +23,7 @@ from wse_inference.speculative import verify
 
 __all__ = [
     "np_token_probs",
+    "np_logprobs",
     "markov_speculative",
     "markov_joint",
     "tiny_model",
@@ -51,6 +55,21 @@ def np_token_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: fl
         probs = np.where(keep, probs, 0.0)
         probs /= probs.sum()
     return probs
+
+
+def np_logprobs(model, prompt_ids, tokens) -> np.ndarray:
+    """[len(tokens), V] float64: log_softmax of the logits that predicted each of `tokens`
+    (generated after `prompt_ids`), from one parallel forward over the whole sequence."""
+    import wse_models
+
+    seq = [*map(int, prompt_ids), *map(int, tokens)]
+    n = len(seq)
+    cache = wse_models.init_cache(model.config, 1, n)
+    pos = jnp.arange(n, dtype=jnp.int32)[None]
+    logits, _ = wse_models.forward(model.config, model.params, jnp.asarray([seq]), pos, cache)
+    z = np.asarray(logits[0], np.float64)[len(prompt_ids) - 1 : n - 1]
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
 def markov_speculative(

@@ -3,10 +3,12 @@
     wse infer generate --model_dir DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max_tokens N]
         [--temperature T] [--top_k K] [--top_p P] [--seed S] [--stop STR]...
         [--speculative-config '{"model": DIR, "num_speculative_tokens": 4}'] [--stages S]
-        [--max-context N] [--json]
+        [--max-context N] [--logprobs N] [--ignore-eos] [--json]
 
 On a terminal the text streams as it is generated, then TTFT, tokens/s and (speculative)
-acceptance statistics; `--json` prints token ids, text and metrics as one JSON object. Bad
+acceptance statistics (with `--logprobs`, the mean logprob and perplexity); `--json` prints
+token ids, text, metrics and (`--logprobs N`) each token's raw logprob and its N most likely
+alternatives [[id, logprob], ...] as one JSON object. Bad
 input (missing/incompatible checkpoint, prompt longer than the context, max_tokens <= 0,
 temperature < 0, top_p outside (0, 1], draft/target vocabulary mismatch) exits 2 with one
 line. Heavy packages are imported inside the command, so `wse --help` stays fast.
@@ -15,6 +17,7 @@ line. Heavy packages are imported inside the command, so `wse --help` stays fast
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -51,28 +54,44 @@ def _pipelined(model, ids, sampling, stages, context, stream):
         max_context=min(context, len(ids) + sampling.max_tokens),
         prefill_chunk=32,
     )
+    result = _on_engine(engine, ids, sampling, stream, lambda state: state.seqs[0])
+    result["engine"] = f"pipelined, {stages} stage(s) on a {stages} x 1 PE grid"
+    return result
+
+
+def _on_engine(engine, ids, sampling, stream, tracker_of):
+    """One sequence through an `Engine` (slot 0), streaming its text; -> result dict, with
+    the tokens' logprobs when `sampling.logprobs` is set. `tracker_of(state)`: the slot's
+    `SequenceTracker`."""
     state = engine.init_decode_state()
     t0 = time.perf_counter()
     prefix = engine.prefill(prompt_ids=ids, sampling=sampling)
     state = engine.insert(prefix=prefix, state=state, slot=0)
     ttft = time.perf_counter() - t0
-    tracker = state.seqs[0]
+    tracker = tracker_of(state)
+    logprobs = [prefix.first_logprob]
     shown = ""
     while tracker.finish_reason is None:
         shown = stream(tracker.visible_text(), shown)
-        state, _ = engine.generate(state=state)
+        state, outs = engine.generate(state=state)
+        logprobs += [x for o in outs for x in o.logprobs or ()]
     stream(tracker.visible_text(), shown)
     decode = time.perf_counter() - t0 - ttft
     n = len(tracker.tokens) - 1
-    return {
+    result = {
         "token_ids": tracker.tokens,
         "text": tracker.visible_text(),
         "finish_reason": tracker.finish_reason,
         "ttft_s": ttft,
         "decode_s": decode,
         "tokens_per_s": n / decode if n > 0 and decode > 0 else 0.0,
-        "engine": f"pipelined, {stages} stage(s) on a {stages} x 1 PE grid",
     }
+    if sampling.logprobs is not None:
+        result["logprobs"] = [
+            {"token_id": x.token, "logprob": x.logprob, "top": [list(a) for a in x.top]}
+            for x in logprobs
+        ]
+    return result
 
 
 def generate(
@@ -89,6 +108,11 @@ def generate(
     stop: list[str] = typer.Option(None, "--stop", help="Stop string (repeatable)."),
     ignore_eos: bool = typer.Option(
         False, "--ignore-eos", help="Run past the model's end-of-sequence tokens."
+    ),
+    logprobs: int = typer.Option(
+        None,
+        "--logprobs",
+        help="Each token's raw log probability and the N most likely tokens' (0..20).",
     ),
     speculative_config: str = typer.Option(
         None,
@@ -115,6 +139,7 @@ def generate(
         seed=seed,
         stop=tuple(stop or ()),
         ignore_eos=ignore_eos,
+        logprobs=logprobs,
     )
     validate_sampling(sampling, vocab_size=1 << 30, max_context=1 << 30, prompt_len=1)
     spec = None
@@ -144,12 +169,18 @@ def _speculative(model, spec, ids, sampling, context, stream):
 
     draft_dir, gamma = spec
     draft = load_model(draft_dir, tokenizer_required=False)  # check_draft compares vocabularies
+    name = f"speculative, draft {draft.name!r}, gamma {gamma}"
+    if sampling.logprobs is not None:  # the serving engine's rounds report them
+        from wse_inference.loader import SpeculativeEngine
+
+        engine = SpeculativeEngine(model, draft, gamma=gamma, max_slots=1, max_context=context)
+        result = _on_engine(engine, ids, sampling, stream, lambda state: state.slots[0].tracker)
+        result["speculative"] = engine.stats.to_dict()
+        return {**result, "engine": name}
     decoder = SpeculativeDecoder(model, draft, gamma=gamma, max_context=context)
     out = decoder.generate(ids, sampling)
     stream(out.text, "")
-    result = out.to_dict()
-    result["engine"] = f"speculative, draft {draft.name!r}, gamma {gamma}"
-    return result
+    return {**out.to_dict(), "engine": name}
 
 
 def _streamer(*, enabled: bool):
@@ -172,6 +203,12 @@ def _report(result: dict, as_json: bool) -> None:
         f"{result['tokens_per_s']:.1f} tokens/s"
     )
     typer.echo(line)
+    lps = result.get("logprobs")
+    if lps:
+        mean = sum(x["logprob"] for x in lps) / len(lps)
+        typer.echo(
+            f"mean logprob {mean:.3f} over {len(lps)} tokens (perplexity {math.exp(-mean):.2f})"
+        )
     spec = result.get("speculative")
     if spec:
         per = ", ".join(f"{x:.2f}" for x in spec["position_acceptance"])

@@ -198,7 +198,7 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 32):
         return d.sum(), tc_, dc_
 
     def verify_pass(tp, dp, tc_, dc_, key, i):
-        v, tc_ = _verify_pass(tc, gamma, tp, tc_, last2[1], drafts, q, 64 + i, key, t1, k1, p1)
+        v, tc_, _ = _verify_pass(tc, gamma, tp, tc_, last2[1], drafts, q, 64 + i, key, t1, k1, p1)
         return v.num_accepted + v.next_token, tc_, dc_
 
     def verify_forward(tp, dp, tc_, dc_, key, i):  # _verify_pass less the rejection sampling
