@@ -75,6 +75,8 @@ def test_model_dir_holds_what_inference_loads(tmp_path):
     # the EOS that separated the documents, named where transformers and vLLM look for it
     eos = tok.token_to_id("<|endoftext|>")
     assert json.loads((d / "hf/generation_config.json").read_text())["eos_token_id"] == eos
+    hf_config = json.loads((d / "hf/config.json").read_text())
+    assert hf_config["eos_token_id"] == hf_config["bos_token_id"] == eos
     tok_config = json.loads((d / "hf/tokenizer_config.json").read_text())
     assert tok.token_to_id(tok_config["eos_token"]) == eos
 

@@ -330,7 +330,9 @@ def _progress(total: int):
 def export_hf(s: _Session) -> Path:
     """`<model_dir>/hf/`: the model in HF format and its tokenizer (the inference contract),
     with tokenizer_config.json and generation_config.json naming the EOS token that separates
-    the training documents, so generation stops there as transformers and vLLM stop."""
+    the training documents, so generation stops there as transformers and vLLM stop.
+    config.json names it as bos_token_id and eos_token_id (GPT-2's convention: one document
+    separator); without them transformers takes GPT-2's 50256, outside this vocabulary."""
     import json
 
     import wse_models
@@ -340,10 +342,14 @@ def export_hf(s: _Session) -> Path:
     out = s.dir / "hf"
     model = wse_models.Transformer(s.model, params=s.trainer.memx.params_tree())
     wse_models.save_pretrained(model, out)
+    eos = s.tok.token_to_id(EOS)
+    config = json.loads((out / "config.json").read_text())
+    config.update(bos_token_id=eos, eos_token_id=eos)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     s.tok.save(str(out / "tokenizer.json"))
     tok_config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS}
     (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
-    gen_config = {"eos_token_id": s.tok.token_to_id(EOS)}
+    gen_config = {"eos_token_id": eos}
     (out / "generation_config.json").write_text(json.dumps(gen_config, indent=2) + "\n")
     return out
 
