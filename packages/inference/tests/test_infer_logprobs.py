@@ -107,3 +107,23 @@ def test_logprobs_outside_range_refused():
     for k in (-1, MAX_LOGPROBS + 1):
         with pytest.raises(SamplingError, match=f"logprobs must be in 0..{MAX_LOGPROBS}"):
             eng.prefill(prompt_ids=[1, 2], sampling=SamplingParams(max_tokens=2, logprobs=k))
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_prompt_logprobs_match_one_forward(speculative):
+    """The prompt's own tokens scored in the chunked prefill (a 10-token prompt in chunks of
+    4: rows that cross chunk edges and a padded last chunk): token i by the logits at i - 1,
+    None for token 0; the generated tokens are unchanged."""
+    model = tiny_model("llama", n_layers=2)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+    if speculative:
+        draft = truncated_model(model, 1)
+        eng = SpeculativeEngine(model, draft, gamma=2, max_slots=1, max_context=48, prefill_chunk=4)
+    else:
+        eng = PipelineEngine(model, stages=1, max_context=48, prefill_chunk=4)
+    s = SamplingParams(max_tokens=3, temperature=1.0, seed=2, prompt_logprobs=5)
+    pre = eng.prefill(prompt_ids=prompt, sampling=s)
+    assert pre.prompt_logprobs[0] is None and len(pre.prompt_logprobs) == len(prompt)
+    _check(model, prompt[:1], prompt[1:], pre.prompt_logprobs[1:], 5)
+    plain = eng.prefill(prompt_ids=prompt, sampling=SamplingParams(max_tokens=3, seed=2))
+    assert plain.prompt_logprobs is None and plain.first_token == pre.first_token

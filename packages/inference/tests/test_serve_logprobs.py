@@ -187,3 +187,65 @@ def test_grpc_logprobs_and_ignore_eos(server):
             list(stub.Generate(pb2.GenerateRequest(text="abc", logprobs=21), timeout=10))
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "logprobs must be in 0..20" in e.value.details()
+
+
+def _echo_oracle(prompt: str, n: int, k: int) -> dict:
+    """echo: the prompt's tokens first (the first one unscored), then the completion's."""
+    ids = TOK.encode(prompt)
+    gen = _completion_oracle(prompt, n, k)
+    word = lambda t: TOK.decode([t])  # noqa: E731
+    # prompt token b after a: j = (b - a - 1) % 256 steps down the mock's halving ladder
+    lps = [-(((b - a - 1) % 256) + 1) * LN2 for a, b in zip(ids, ids[1:], strict=False)]
+    tops = [
+        {word(a + 1 + j): -(j + 1) * LN2 for j in range(k)} | {word(b): lp} if k else None
+        for a, b, lp in zip(ids, ids[1:], lps, strict=False)
+    ]
+    return {
+        "tokens": [word(t) for t in ids] + gen["tokens"],
+        "token_logprobs": [None, *lps, *gen["token_logprobs"]],
+        "top_logprobs": [None, *tops, *gen["top_logprobs"]],
+        "text_offset": list(range(len(ids) + n)),
+    }
+
+
+def _same(got: dict, want: dict) -> None:
+    assert got["tokens"] == want["tokens"] and got["text_offset"] == want["text_offset"]
+    assert got["token_logprobs"][0] is None and want["token_logprobs"][0] is None
+    assert got["token_logprobs"][1:] == pytest.approx(want["token_logprobs"][1:])
+    for g, w in zip(got["top_logprobs"], want["top_logprobs"], strict=True):
+        assert g == w if w is None else g == pytest.approx(w)
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_echo_with_logprobs_scores_the_prompt(server, k):
+    """lm-evaluation-harness' loglikelihood request: echo, max_tokens 1, logprobs."""
+    body = {"model": "mock", "prompt": "acb", "max_tokens": 3, "echo": True, "logprobs": k}
+    r = httpx.post(server.http_url + "/v1/completions", json=body, timeout=10)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["text"] == "acbcde"
+    want = _echo_oracle("acb", 3, k)
+    _same(choice["logprobs"], want)
+    with httpx.stream(
+        "POST", server.http_url + "/v1/completions", json={**body, "stream": True}, timeout=10
+    ) as r:
+        events = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: {")]
+    texts = "".join(e["choices"][0]["text"] for e in events)
+    parts = [e["choices"][0]["logprobs"] for e in events if e["choices"][0]["logprobs"]]
+    merged = {key: sum((part[key] for part in parts), []) for key in want}
+    assert texts == "acbcde"
+    _same(merged, want)
+    # echo alone: the prompt comes back, no logprobs
+    body = {"model": "mock", "prompt": [97, 98], "max_tokens": 2, "echo": True}
+    choice = httpx.post(server.http_url + "/v1/completions", json=body, timeout=10).json()
+    assert (choice["choices"][0]["text"], choice["choices"][0]["logprobs"]) == ("abcd", None)
+
+
+def test_echo_refused_for_chat_and_non_bool(server):
+    msgs = [{"role": "user", "content": "x"}]
+    for route, body in [
+        ("/v1/chat/completions", {"messages": msgs, "echo": True}),
+        ("/v1/completions", {"prompt": "a", "echo": "yes"}),
+    ]:
+        r = httpx.post(server.http_url + route, json={"model": "mock", **body}, timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "echo", r.text

@@ -97,7 +97,7 @@ def check_request(
         raise InvalidRequestError(
             f"top_k must be >= 0 (0 disables it), got {sampling.top_k}.", param="top_k"
         )
-    if sampling.logprobs is not None and not 0 <= sampling.logprobs <= MAX_LOGPROBS:
-        raise InvalidRequestError(
-            f"logprobs must be in 0..{MAX_LOGPROBS}, got {sampling.logprobs}.", param="logprobs"
-        )
+    for name in ("logprobs", "prompt_logprobs"):
+        k = getattr(sampling, name)
+        if k is not None and not 0 <= k <= MAX_LOGPROBS:
+            raise InvalidRequestError(f"{name} must be in 0..{MAX_LOGPROBS}, got {k}.", param=name)

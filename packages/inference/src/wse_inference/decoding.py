@@ -3,7 +3,8 @@
 Contract. `prefill(config, params, prompt_ids, max_len, chunk)` runs the prompt through the
 model in chunks of `chunk` tokens (all tokens of a chunk in parallel; the last chunk padded
 with position -1, which is not written) into a batch-1 `wse_models.KVCache` of `max_len`
-positions and returns the last prompt token's logits. `first_token` draws token 0 from them.
+positions and returns the last prompt token's logits; `prefill_scored` also scores the
+prompt's own tokens (vLLM's prompt_logprobs). `first_token` draws token 0 from them.
 `decode_step` advances a batch of rows by one token: the token in flight at `pos` is written
 into the cache and token `count` of each row is drawn with `sampling.token_key(key, count)`.
 `PlainDecoder.generate` is the shell: prompt -> tokens, finish reason, TTFT and tokens/s.
@@ -41,6 +42,7 @@ __all__ = [
     "prefill",
     "first_token",
     "first_logprob",
+    "prefill_scored",
     "decode_step",
     "decode_loop",
     "PlainDecoder",
@@ -127,12 +129,32 @@ def prefill(
     config: Any, params: Any, prompt_ids: Sequence[int], max_len: int, chunk: int = 32
 ) -> tuple[jax.Array, Any]:
     """Chunked parallel prefill -> (logits [V] of the last prompt token, batch-1 KVCache)."""
+    logits, cache, _ = _prefill(config, params, prompt_ids, max_len, chunk, None)
+    return logits, cache
+
+
+def prefill_scored(
+    config: Any,
+    params: Any,
+    prompt_ids: Sequence[int],
+    max_len: int,
+    chunk: int,
+    prompt_logprobs: int | None,
+) -> tuple[jax.Array, Any, tuple[TokenLogprob | None, ...] | None]:
+    """`prefill`, and with `prompt_logprobs` = k the prompt's own `TokenLogprob`s (vLLM's
+    prompt_logprobs: token i scored by the logits at i - 1, k alternatives; None for token 0),
+    from the same chunked forward passes."""
+    return _prefill(config, params, prompt_ids, max_len, chunk, prompt_logprobs)
+
+
+def _prefill(config, params, prompt_ids, max_len, chunk, k):
     import wse_models
 
     cache = wse_models.init_cache(config, 1, max_len)
     ids = np.asarray(prompt_ids, np.int32)
     n = ids.size
     logits = None
+    scored: list[TokenLogprob | None] = [None]
     for start in range(0, n, chunk):
         part = ids[start : start + chunk]
         tokens = np.zeros((1, chunk), np.int32)
@@ -143,7 +165,13 @@ def prefill(
             config, params, jnp.asarray(tokens), jnp.asarray(positions), cache
         )
         logits = out[0, part.size - 1]
-    return logits, cache
+        if k is not None:  # row j predicts token start + j + 1 (the prompt's, if any)
+            nxt = ids[start + 1 : start + 1 + chunk]
+            padded = np.zeros(chunk, np.int32)
+            padded[: nxt.size] = nxt
+            lps = _raw_logprobs(out[0], jnp.asarray(padded))
+            scored += token_logprobs(nxt, *(np.asarray(x)[: nxt.size] for x in lps), k)
+    return logits, cache, None if k is None else tuple(scored)
 
 
 @jax.jit

@@ -17,7 +17,9 @@ Log probabilities (vLLM's default `raw_logprobs`): with `SamplingParams.logprobs
 (0..MAX_LOGPROBS) every generated token comes with a `TokenLogprob`: its log probability under
 the model's raw next-token distribution (log_softmax of the logits, before temperature,
 top-k and top-p) and the k most likely tokens with theirs, by rank. `Prefix.first_logprob`
-holds the first token's; `SlotOutput.logprobs` runs alongside `SlotOutput.tokens`.
+holds the first token's; `SlotOutput.logprobs` runs alongside `SlotOutput.tokens`. With
+`SamplingParams.prompt_logprobs = k`, `Prefix.prompt_logprobs` scores the prompt's own tokens
+the same way (None for the first, which nothing predicts), as vLLM's prompt_logprobs.
 
 All methods take keyword arguments only. `MockEngine` (in `wse_inference.mock`) implements
 this with outputs that can be computed by hand, for server tests.
@@ -55,6 +57,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False  # vLLM's: run past the model's end-of-sequence tokens
     logprobs: int | None = None  # None: none; k: each token's and the k most likely tokens'
+    prompt_logprobs: int | None = None  # the same for the prompt's tokens (vLLM's; echo)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +79,8 @@ class Prefix:
     sampling: SamplingParams
     payload: Any  # the engine's KV cache / RNG state for this sequence
     first_logprob: TokenLogprob | None = None  # with sampling.logprobs set
+    # with sampling.prompt_logprobs set: one per prompt token, None for the first
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

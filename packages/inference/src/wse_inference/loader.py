@@ -25,6 +25,7 @@ from wse_inference.decoding import (
     first_logprob,
     first_token,
     prefill,
+    prefill_scored,
     sequence_key,
 )
 from wse_inference.engine import Prefix, SamplingParams, SlotOutput
@@ -55,9 +56,18 @@ class SpeculativeEngine:
     """`Engine` over `max_slots` sequences, each advanced by one speculative round per step."""
 
     def __init__(
-        self, target, draft, *, gamma: int, max_slots: int = 4, max_context: int | None = None
+        self,
+        target,
+        draft,
+        *,
+        gamma: int,
+        max_slots: int = 4,
+        max_context: int | None = None,
+        prefill_chunk: int = 32,
     ):
-        self._dec = SpeculativeDecoder(target, draft, gamma=gamma, max_context=max_context)
+        self._dec = SpeculativeDecoder(
+            target, draft, gamma=gamma, max_context=max_context, prefill_chunk=prefill_chunk
+        )
         self.target, self.draft, self.gamma = target, draft, gamma
         self.model_name, self.tokenizer = target.name, target.tokenizer
         self.vocab_size, self.max_slots = target.config.vocab_size, max_slots
@@ -81,8 +91,17 @@ class SpeculativeEngine:
         )
         sampling = with_eos(sampling, t.eos_token_ids)
         key = sequence_key(sampling.seed)
-        logits, tcache = prefill(t.config, t.params, prompt_ids, self._dec.cache_len(t.config))
-        _, dcache = prefill(d.config, d.params, prompt_ids, self._dec.cache_len(d.config))
+        logits, tcache, scored = prefill_scored(
+            t.config,
+            t.params,
+            prompt_ids,
+            self._dec.cache_len(t.config),
+            self._dec.prefill_chunk,
+            sampling.prompt_logprobs,
+        )
+        _, dcache = prefill(
+            d.config, d.params, prompt_ids, self._dec.cache_len(d.config), self._dec.prefill_chunk
+        )
         first = first_token(logits, sampling, key)
         return Prefix(
             prompt_len=len(prompt_ids),
@@ -90,6 +109,7 @@ class SpeculativeEngine:
             sampling=sampling,
             payload=(list(map(int, prompt_ids)), tcache, dcache, key),
             first_logprob=first_logprob(logits, first, sampling),
+            prompt_logprobs=scored,
         )
 
     def insert(self, *, prefix: Prefix, state: SpecDecodeState, slot: int) -> SpecDecodeState:

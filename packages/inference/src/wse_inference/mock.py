@@ -73,10 +73,15 @@ def expected_continuation(prompt_ids: Sequence[int], n: int, vocab_size: int = 2
     return [(last + 1 + i) % vocab_size for i in range(n)]
 
 
-def expected_logprob(last: int, k: int, vocab_size: int = 256) -> TokenLogprob:
-    """The mock's `TokenLogprob` for the token after `last`, with k alternatives."""
+def expected_logprob(
+    last: int, k: int, vocab_size: int = 256, *, token: int | None = None
+) -> TokenLogprob:
+    """The mock's `TokenLogprob` for `token` (default: the one it generates, last + 1) after
+    `last`, with k alternatives."""
     top = tuple(((last + 1 + j) % vocab_size, -(j + 1) * math.log(2)) for j in range(k))
-    return TokenLogprob((last + 1) % vocab_size, -math.log(2), top)
+    j = 0 if token is None else (token - last - 1) % vocab_size
+    lp = -min(j + 1, vocab_size - 1) * math.log(2)  # the last id takes the rest: 2^-(V-1)
+    return TokenLogprob((last + 1 + j) % vocab_size, lp, top)
 
 
 class MockEngine:
@@ -136,7 +141,15 @@ class MockEngine:
             sampling=sampling,
             payload=[int(t) for t in prompt_ids] + [first],
             first_logprob=self._logprob(int(prompt_ids[-1]), sampling),
+            prompt_logprobs=self._prompt_logprobs(prompt_ids, sampling.prompt_logprobs),
         )
+
+    def _prompt_logprobs(self, ids: Sequence[int], k: int | None):
+        if k is None:
+            return None
+        pairs = zip(ids[:-1], ids[1:], strict=True)
+        scored = (expected_logprob(int(a), k, self.vocab_size, token=int(b)) for a, b in pairs)
+        return (None, *scored)
 
     def _logprob(self, last: int, sampling: SamplingParams) -> TokenLogprob | None:
         k = sampling.logprobs

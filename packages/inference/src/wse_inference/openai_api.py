@@ -3,9 +3,10 @@
 Requests (`parse_request(body, kind=..., ...)`) accept the fields the official `openai` client
 sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or messages, max_tokens
 (or max_completion_tokens), temperature, top_p, seed, stop, stream, stream_options
-({"include_usage"}), n (1 only), logprobs, and vLLM's top_k, stop_token_ids and ignore_eos
-(generation stops at the model's end-of-sequence tokens unless it is true). Fields that
-would change the output but are not supported (n > 1, echo, best_of > 1, several prompts,
+({"include_usage"}), n (1 only), logprobs, echo (completions), and vLLM's top_k,
+stop_token_ids and ignore_eos (generation stops at the model's end-of-sequence tokens unless
+it is true). Fields that would change the output but are not supported (n > 1, best_of > 1,
+several prompts,
 presence_penalty / frequency_penalty other than 0, repetition_penalty other than 1, a
 logit_bias) are refused with `InvalidRequestError` (HTTP 400); other fields (user, ...) are
 ignored. A missing max_tokens means "the rest of the context window" (vLLM's default).
@@ -13,7 +14,9 @@ ignored. A missing max_tokens means "the rest of the context window" (vLLM's def
 Log probabilities, as vLLM returns them (the raw model's, before temperature and cuts; at
 most MAX_LOGPROBS = 20 alternatives): `/v1/completions` takes `logprobs: k` and answers
 {tokens, token_logprobs, top_logprobs (per token a {token: logprob} dict of the k most likely
-and the chosen token; null when k = 0), text_offset}; `/v1/chat/completions` takes
+and the chosen token; null when k = 0), text_offset}; with `echo: true` the text starts with
+the prompt and the logprobs with the prompt's tokens (the first one's null), which is how
+lm-evaluation-harness' local-completions scores loglikelihoods; `/v1/chat/completions` takes
 `logprobs: true` and `top_logprobs: k` and answers {content: [{token, logprob, bytes,
 top_logprobs: [{token, logprob, bytes}] x k}]}. Streamed chunks carry their tokens'.
 A token's text is `tokenizer.decode([id])`; logprobs are clamped at -9999.0 as vLLM's are.
@@ -68,6 +71,7 @@ class ParsedRequest:
     sampling: SamplingParams
     stream: bool
     include_usage: bool
+    echo: bool = False  # /v1/completions: the answer starts with the prompt (and its logprobs)
 
 
 def _bad(message: str, param: str | None) -> InvalidRequestError:
@@ -190,8 +194,6 @@ def _refuse_unsupported(body: dict) -> None:
         raise _bad(f"n={n} is not supported; only n=1.", "n")
     if _integer(body, "best_of", 1) not in (1, None):
         raise _bad("best_of > 1 is not supported.", "best_of")
-    if body.get("echo"):
-        raise _bad("echo is not supported by this server.", "echo")
     for name, neutral in (
         ("presence_penalty", 0),
         ("frequency_penalty", 0),
@@ -279,6 +281,13 @@ def parse_request(
         param = "messages" if kind == "chat" else "prompt"
         raise _bad(f"The {param} is empty; give at least one token.", param)
     sampling = _sampling(body, kind, prompt_len=len(prompt_ids), max_context=max_context)
+    echo = body.get("echo", False)
+    if not isinstance(echo, bool):
+        raise _bad(f"echo must be true or false, got {echo!r}.", "echo")
+    if echo and kind == "chat":
+        raise _bad("echo is supported by /v1/completions only.", "echo")
+    if echo and sampling.logprobs is not None:  # the prompt's tokens are scored too
+        sampling = dataclasses.replace(sampling, prompt_logprobs=sampling.logprobs)
     stream = bool(body.get("stream", False))
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
@@ -290,6 +299,7 @@ def parse_request(
         sampling=sampling,
         stream=stream,
         include_usage=stream and bool(opts.get("include_usage")),
+        echo=echo,
     )
 
 
@@ -333,10 +343,12 @@ def logprobs_body(
     tokenizer: Tokenizer,
     *,
     text_offset: int = 0,
+    prompt: Sequence[TokenLogprob | None] | None = None,
 ) -> dict | None:
     """The `logprobs` of a choice (or a streamed chunk's choice) for these tokens; None when
     the request did not ask. `text_offset`: where the first token's text starts in the
-    completion (the length of the text already sent, for a stream)."""
+    completion (the length of the text already sent, for a stream). `prompt` (echo): the
+    prompt's own logprobs come first, the first token's null as in vLLM and OpenAI."""
     if p.sampling.logprobs is None or logprobs is None:
         return None
     k = p.sampling.logprobs
@@ -352,18 +364,21 @@ def logprobs_body(
                 for x in logprobs
             ]
         }
+    scored: list[tuple[int, TokenLogprob | None]] = [(x.token, x) for x in logprobs]
+    if prompt is not None:
+        scored[:0] = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
     offsets = []
-    for x in logprobs:
+    for t, _ in scored:
         offsets.append(text_offset)
-        text_offset += len(word(x.token))
+        text_offset += len(word(t))
     return {
-        "tokens": [word(x.token) for x in logprobs],
-        "token_logprobs": [_clamp(x.logprob) for x in logprobs],
+        "tokens": [word(t) for t, _ in scored],
+        "token_logprobs": [None if x is None else _clamp(x.logprob) for _, x in scored],
         "top_logprobs": [
-            {**{word(t): _clamp(lp) for t, lp in x.top[:k]}, word(x.token): _clamp(x.logprob)}
-            if k
+            {**{word(a): _clamp(lp) for a, lp in x.top[:k]}, word(t): _clamp(x.logprob)}
+            if k and x is not None
             else None
-            for x in logprobs
+            for t, x in scored
         ],
         "text_offset": offsets,
     }

@@ -44,7 +44,7 @@ from wse_inference.decoding import (
     SequenceTracker,
     first_logprob,
     first_token,
-    prefill,
+    prefill_scored,
     sequence_key,
 )
 from wse_inference.engine import MAX_LOGPROBS, Prefix, SamplingParams, SlotOutput
@@ -435,8 +435,13 @@ class PipelineEngine:
         )
         sampling = with_eos(sampling, self.model.eos_token_ids)
         key = sequence_key(sampling.seed)
-        logits, cache = prefill(
-            self.config, self.model.params, prompt_ids, self.max_context, self.prefill_chunk
+        logits, cache, scored = prefill_scored(
+            self.config,
+            self.model.params,
+            prompt_ids,
+            self.max_context,
+            self.prefill_chunk,
+            sampling.prompt_logprobs,
         )
         self._counters["prefills"] += 1
         first = first_token(logits, sampling, key)
@@ -446,6 +451,7 @@ class PipelineEngine:
             sampling=sampling,
             payload=_Payload(cache, key),
             first_logprob=first_logprob(logits, first, sampling),
+            prompt_logprobs=scored,
         )
 
     def insert(self, *, prefix: Prefix, state: PipelineDecodeState, slot: int):

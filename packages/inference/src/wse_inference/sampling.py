@@ -73,11 +73,13 @@ def validate_sampling(
             f"{prompt_len + sampling.max_tokens} exceeds the context of {max_context} tokens; "
             f"shorten the prompt or lower max_tokens to <= {max(max_context - prompt_len, 0)}"
         )
-    if sampling.logprobs is not None and not 0 <= sampling.logprobs <= MAX_LOGPROBS:
-        raise SamplingError(
-            f"logprobs must be in 0..{MAX_LOGPROBS} (the most likely tokens returned with each "
-            f"token), got {sampling.logprobs}"
-        )
+    for name in ("logprobs", "prompt_logprobs"):
+        k = getattr(sampling, name)
+        if k is not None and not 0 <= k <= MAX_LOGPROBS:
+            raise SamplingError(
+                f"{name} must be in 0..{MAX_LOGPROBS} (the most likely tokens returned with "
+                f"each token), got {k}"
+            )
     bad = [t for t in sampling.stop_token_ids if not 0 <= t < vocab_size]
     if bad:
         raise SamplingError(f"stop token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")

@@ -95,6 +95,8 @@ class StreamEvent:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     logprobs: tuple[TokenLogprob, ...] | None = None  # one per token_ids entry, if asked
+    # the prompt's own (sampling.prompt_logprobs), on the request's first event only
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 class RequestHandle:
@@ -325,7 +327,8 @@ class Scheduler:
         h.timing.first_token_s = now
         a = _Active(h, self._text_stream(h.sampling), now)
         first_lp = None if prefix.first_logprob is None else [prefix.first_logprob]
-        if self._emit(a, [prefix.first_token], first_lp, finished_by_engine=None):
+        scored = prefix.prompt_logprobs
+        if self._emit(a, [prefix.first_token], first_lp, finished_by_engine=None, prompt=scored):
             return state
         slot = free.pop(0)
         try:
@@ -354,9 +357,10 @@ class Scheduler:
         logprobs: Sequence[TokenLogprob] | None,
         *,
         finished_by_engine: str | None,
+        prompt: tuple[TokenLogprob | None, ...] | None = None,
     ) -> bool:
-        """Send new tokens of one request (and their logprobs, if it asked for them); True
-        when it has finished (final event sent)."""
+        """Send new tokens of one request (and their logprobs, and on the first event the
+        prompt's, if it asked for them); True when it has finished (final event sent)."""
         h = a.handle
         tokens = tokens[: h.sampling.max_tokens - h.completion_tokens]
         lps = None if logprobs is None else tuple(logprobs[: len(tokens)])
@@ -375,10 +379,11 @@ class Scheduler:
             reason = "length"
         if reason is None:
             if text or tokens:
-                self._send(h, StreamEvent(text=text, token_ids=tuple(tokens), logprobs=lps))
+                ev = StreamEvent(text, tuple(tokens), logprobs=lps, prompt_logprobs=prompt)
+                self._send(h, ev)
             return False
         text += a.stream.flush()
-        self._finish(h, reason, text=text, token_ids=tuple(tokens), logprobs=lps)
+        self._finish(h, reason, text=text, token_ids=tuple(tokens), logprobs=lps, prompt=prompt)
         return True
 
     def _release(self, state: Any, slot: int) -> Any:
@@ -394,6 +399,7 @@ class Scheduler:
         token_ids: tuple[int, ...] = (),
         error: str | None = None,
         logprobs: tuple[TokenLogprob, ...] | None = None,
+        prompt: tuple[TokenLogprob | None, ...] | None = None,
     ) -> None:
         if h.finished:
             return
@@ -413,6 +419,7 @@ class Scheduler:
                 prompt_tokens=len(h.prompt_ids),
                 completion_tokens=h.completion_tokens,
                 logprobs=logprobs,
+                prompt_logprobs=prompt,
             ),
         )
 

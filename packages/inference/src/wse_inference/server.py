@@ -134,12 +134,13 @@ class _Generation:
 
     async def whole(self, request: Request) -> JSONResponse:
         watcher = asyncio.create_task(_watch_disconnect(request, self.handle.cancel))
-        parts, lps = [], []
+        parts, lps, prompt = [self._echo()], [], None
         try:
             while True:
                 ev = await self.queue.get()
                 parts.append(ev.text)
                 lps += ev.logprobs or ()
+                prompt = prompt or ev.prompt_logprobs
                 if ev.finish_reason is not None:
                     break
         finally:
@@ -160,9 +161,13 @@ class _Generation:
                 finish_reason=ev.finish_reason,
                 usage=usage,
                 time_info=time_info,
-                logprobs=oa.logprobs_body(self.p, lps, self.tokenizer),
+                logprobs=oa.logprobs_body(self.p, lps, self.tokenizer, prompt=prompt),
             )
         )
+
+    def _echo(self) -> str:
+        """The prompt's text when the request asked for it back (echo), else ''."""
+        return self.tokenizer.decode(self.p.prompt_ids) if self.p.echo else ""
 
     async def _next(self) -> StreamEvent:
         """The next event merged with those already queued: a slow reader gets fewer chunks."""
@@ -175,12 +180,14 @@ class _Generation:
                 text=ev.text + nxt.text,
                 token_ids=ev.token_ids + nxt.token_ids,
                 logprobs=lps,
+                prompt_logprobs=ev.prompt_logprobs or nxt.prompt_logprobs,
             )
         return ev
 
     async def stream(self) -> AsyncIterator[str]:
         p, rid, created = self.p, self.rid, self.created
         offset = 0  # where the next token's text starts in the completion (text_offset)
+        echo = self._echo()  # sent with the first chunk
         try:
             if p.kind == "chat":
                 yield _sse(oa.chunk_body(p, rid, created, text=None, finish_reason=None, role=True))
@@ -193,11 +200,16 @@ class _Generation:
                     kind = "invalid_request_error" if invalid else "server_error"
                     yield _sse(oa.error_body(ev.error, type_=kind, code=ev.finish_reason))
                     break
-                if ev.text or ev.finish_reason or ev.logprobs:
-                    lps = oa.logprobs_body(p, ev.logprobs, self.tokenizer, text_offset=offset)
-                    offset += sum(len(self.tokenizer.decode([t])) for t in ev.token_ids)
+                if ev.text or ev.finish_reason or ev.logprobs or echo:
+                    scored = ev.prompt_logprobs if echo else None
+                    lps = oa.logprobs_body(
+                        p, ev.logprobs, self.tokenizer, text_offset=offset, prompt=scored
+                    )
+                    shown = [*(p.prompt_ids if echo else ()), *ev.token_ids]
+                    offset += sum(len(self.tokenizer.decode([t])) for t in shown)
+                    text, echo = echo + ev.text, ""
                     chunk = oa.chunk_body(
-                        p, rid, created, text=ev.text, finish_reason=ev.finish_reason, logprobs=lps
+                        p, rid, created, text=text, finish_reason=ev.finish_reason, logprobs=lps
                     )
                     if ev.finish_reason is not None:
                         chunk["time_info"] = self.handle.timing.time_info()
