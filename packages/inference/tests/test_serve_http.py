@@ -115,7 +115,8 @@ BAD = [
     ({"model": "mock", "prompt": "a", "temperature": -0.1}, "/v1/completions", "temperature"),
     ({"model": "mock", "prompt": "a", "top_p": 0}, "/v1/completions", "top_p"),
     ({"model": "mock", "prompt": "a", "top_p": 1.01}, "/v1/completions", "top_p"),
-    ({"model": "mock", "prompt": "a", "n": 2}, "/v1/completions", "n"),
+    ({"model": "mock", "prompt": "a", "n": 0}, "/v1/completions", "n"),
+    ({"model": "mock", "prompt": "a", "n": 17}, "/v1/completions", "n"),
     ({"model": "mock", "messages": []}, "/v1/chat/completions", "messages"),
     ({"model": "mock"}, "/v1/chat/completions", "messages"),
     (

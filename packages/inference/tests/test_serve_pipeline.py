@@ -64,6 +64,16 @@ def test_served_pipeline_engine_matches_plain_decoding():
         lp = r.choices[0].logprobs
         assert lp.token_logprobs == pytest.approx(ref[range(6), want[1]].tolist(), abs=2e-5)
         assert all(len(d) <= 3 for d in lp.top_logprobs)  # 2 most likely + the chosen one
+        # n = 2 sampled choices: choice i is the single request seeded seed + i
+        r = client.completions.create(
+            model=engine.model_name, prompt=prompts[0], max_tokens=6, seed=11, n=2, logprobs=0
+        )
+        for i, choice in enumerate(r.choices):
+            s = SamplingParams(max_tokens=6, temperature=1.0, seed=11 + i)
+            ids = plain.generate(model.tokenizer.encode(prompts[0]), s).tokens
+            words = [model.tokenizer.decode([t]) for t in ids]
+            assert choice.logprobs.tokens == words
+        assert r.choices[0].logprobs.tokens != r.choices[1].logprobs.tokens
     finally:
         server.close()
     assert engine.metrics()["steps"] > 0

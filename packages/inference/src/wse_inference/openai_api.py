@@ -3,13 +3,13 @@
 Requests (`parse_request(body, kind=..., ...)`) accept the fields the official `openai` client
 sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or messages, max_tokens
 (or max_completion_tokens), temperature, top_p, seed, stop, stream, stream_options
-({"include_usage"}), n (1 only), logprobs, echo (completions), and vLLM's top_k,
-stop_token_ids and ignore_eos (generation stops at the model's end-of-sequence tokens unless
-it is true). Fields that would change the output but are not supported (n > 1, best_of > 1,
-several prompts,
-presence_penalty / frequency_penalty other than 0, repetition_penalty other than 1, a
-logit_bias) are refused with `InvalidRequestError` (HTTP 400); other fields (user, ...) are
-ignored. A missing max_tokens means "the rest of the context window" (vLLM's default).
+({"include_usage"}), n (1..MAX_N = 16 choices; choice i is seeded with seed + i), logprobs,
+echo (completions), and vLLM's top_k, stop_token_ids and ignore_eos (generation stops at the
+model's end-of-sequence tokens unless it is true). Fields that would change the output but
+are not supported (best_of > 1, several prompts, presence_penalty / frequency_penalty other
+than 0, repetition_penalty other than 1, a logit_bias) are refused with `InvalidRequestError`
+(HTTP 400); other fields (user, ...) are ignored. A missing max_tokens means "the rest of
+the context window" (vLLM's default).
 
 Log probabilities, as vLLM returns them (the raw model's, before temperature and cuts; at
 most MAX_LOGPROBS = 20 alternatives): `/v1/completions` takes `logprobs: k` and answers
@@ -57,6 +57,8 @@ __all__ = [
     "chunk_body",
     "usage_chunk_body",
     "logprobs_body",
+    "Choice",
+    "choice_sampling",
     "new_request_id",
 ]
 
@@ -72,6 +74,27 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     echo: bool = False  # /v1/completions: the answer starts with the prompt (and its logprobs)
+    n: int = 1  # choices, each its own sequence (choice_sampling)
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """One finished choice of a whole (non-streamed) response."""
+
+    text: str
+    finish_reason: str
+    logprobs: dict | None = None  # from logprobs_body
+
+
+MAX_N = 16  # choices per request
+
+
+def choice_sampling(sampling: SamplingParams, i: int) -> SamplingParams:
+    """Choice i's settings: with a seed, choice i draws with seed + i (so n choices differ
+    and each is reproducible); without one, each draws from fresh entropy."""
+    if i == 0 or sampling.seed is None:
+        return sampling
+    return dataclasses.replace(sampling, seed=sampling.seed + i)
 
 
 def _bad(message: str, param: str | None) -> InvalidRequestError:
@@ -190,8 +213,8 @@ def chat_prompt(messages: Any, tokenizer: Tokenizer, chat_template: str | None =
 
 def _refuse_unsupported(body: dict) -> None:
     n = _integer(body, "n", 1)
-    if n != 1:
-        raise _bad(f"n={n} is not supported; only n=1.", "n")
+    if n is None or not 1 <= n <= MAX_N:
+        raise _bad(f"n must be in 1..{MAX_N}, got {n}.", "n")
     if _integer(body, "best_of", 1) not in (1, None):
         raise _bad("best_of > 1 is not supported.", "best_of")
     for name, neutral in (
@@ -300,6 +323,7 @@ def parse_request(
         stream=stream,
         include_usage=stream and bool(opts.get("include_usage")),
         echo=echo,
+        n=_integer(body, "n", 1) or 1,
     )
 
 
@@ -389,25 +413,23 @@ def completion_body(
     rid: str,
     created: int,
     *,
-    text: str,
-    finish_reason: str,
+    choices: Sequence[Choice],
     usage: dict,
     time_info: dict,
-    logprobs: dict | None = None,
 ) -> dict:
-    """A whole (non-streamed) response; `logprobs` from `logprobs_body`."""
-    if p.kind == "chat":
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": logprobs,
-            "finish_reason": finish_reason,
-        }
-    else:
-        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+    """A whole (non-streamed) response of one or more choices."""
+
+    def one(i: int, c: Choice) -> dict:
+        out: dict = {"index": i}
+        if p.kind == "chat":
+            out["message"] = {"role": "assistant", "content": c.text}
+        else:
+            out["text"] = c.text
+        return {**out, "logprobs": c.logprobs, "finish_reason": c.finish_reason}
+
     return {
         **_head(p.kind, rid, created, p.model, chunk=False),
-        "choices": [choice],
+        "choices": [one(i, c) for i, c in enumerate(choices)],
         "usage": usage,
         "time_info": time_info,
     }
@@ -422,21 +444,19 @@ def chunk_body(
     finish_reason: str | None,
     role: bool = False,
     logprobs: dict | None = None,
+    index: int = 0,
 ) -> dict:
-    """One streamed chunk: new text and/or the finish reason (a role chunk opens a chat);
-    `logprobs` (from `logprobs_body`) of the chunk's tokens."""
+    """One streamed chunk of choice `index`: new text and/or the finish reason (a role chunk
+    opens a chat); `logprobs` (from `logprobs_body`) of the chunk's tokens."""
+    choice: dict = {"index": index}
     if p.kind == "chat":
         delta: dict = {"role": "assistant", "content": ""} if role else {}
         if text:
             delta["content"] = text
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        choice["delta"] = delta
     else:
-        choice = {
-            "index": 0,
-            "text": text or "",
-            "logprobs": logprobs,
-            "finish_reason": finish_reason,
-        }
+        choice["text"] = text or ""
+    choice.update(logprobs=logprobs, finish_reason=finish_reason)
     return {**_head(p.kind, rid, created, p.model, chunk=True), "choices": [choice]}
 
 

@@ -25,6 +25,7 @@ exits 0. Every port may be 0 (a free port); `.http_url` / `.grpc_target` give th
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -108,60 +109,82 @@ async def _watch_disconnect(request: Request, cancel: Callable[[], None]) -> Non
 
 
 class _Generation:
-    """One admitted request: events arrive from the engine thread into an asyncio queue."""
+    """One admitted request of `p.n` choices (one scheduler submission each): events arrive
+    from the engine thread into one asyncio queue as (choice index, event)."""
 
     def __init__(self, scheduler: Scheduler, p: oa.ParsedRequest) -> None:
         loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[int, StreamEvent]] = asyncio.Queue()
+        self._pending: collections.deque[tuple[int, StreamEvent]] = collections.deque()
         self.p = p
         self.tokenizer = scheduler.engine.tokenizer
         self.rid = oa.new_request_id(p.kind)
-        self.handle = scheduler.submit(
-            prompt_ids=p.prompt_ids,
-            sampling=p.sampling,
-            sink=lambda ev: self._put(loop, ev),
-        )
-        self.created = self.handle.timing.created
+        self.handles: list[Any] = []
+        try:
+            for i in range(p.n):
+                self.handles.append(
+                    scheduler.submit(
+                        prompt_ids=p.prompt_ids,
+                        sampling=oa.choice_sampling(p.sampling, i),
+                        sink=lambda ev, i=i: self._put(loop, i, ev),
+                    )
+                )
+        except BaseException:
+            self.cancel()  # admitted choices of a refused request do not run
+            raise
+        self.created = self.handles[0].timing.created
 
-    def _put(self, loop: asyncio.AbstractEventLoop, ev: StreamEvent) -> None:
-        loop.call_soon_threadsafe(self.queue.put_nowait, ev)
+    def _put(self, loop: asyncio.AbstractEventLoop, i: int, ev: StreamEvent) -> None:
+        loop.call_soon_threadsafe(self.queue.put_nowait, (i, ev))
 
-    def _final(self, ev: StreamEvent) -> tuple[dict, dict]:
-        return (
-            oa.usage_dict(ev.prompt_tokens, ev.completion_tokens),
-            self.handle.timing.time_info(),
-        )
+    def cancel(self) -> None:
+        for h in self.handles:
+            h.cancel()
+
+    def _final(self, finals: dict[int, StreamEvent]) -> tuple[dict, dict]:
+        """usage (the prompt once, every choice's completion) and the last choice's timing"""
+        ev = finals[0]
+        completion = sum(e.completion_tokens for e in finals.values())
+        last = max(self.handles, key=lambda h: h.timing.end_s or 0.0)
+        return oa.usage_dict(ev.prompt_tokens, completion), last.timing.time_info()
 
     async def whole(self, request: Request) -> JSONResponse:
-        watcher = asyncio.create_task(_watch_disconnect(request, self.handle.cancel))
-        parts, lps, prompt = [self._echo()], [], None
+        watcher = asyncio.create_task(_watch_disconnect(request, self.cancel))
+        n = self.p.n
+        parts: list[list[str]] = [[self._echo()] for _ in range(n)]
+        lps: list[list] = [[] for _ in range(n)]
+        prompt: list[Any] = [None] * n
+        finals: dict[int, StreamEvent] = {}
         try:
-            while True:
-                ev = await self.queue.get()
-                parts.append(ev.text)
-                lps += ev.logprobs or ()
-                prompt = prompt or ev.prompt_logprobs
+            while len(finals) < n:
+                i, ev = await self.queue.get()
+                parts[i].append(ev.text)
+                lps[i] += ev.logprobs or ()
+                prompt[i] = prompt[i] or ev.prompt_logprobs
                 if ev.finish_reason is not None:
-                    break
+                    finals[i] = ev
+                    if ev.error is not None:
+                        break
         finally:
             watcher.cancel()
-            self.handle.cancel()
+            self.cancel()
         if ev.error is not None:
             if ev.finish_reason == "invalid":  # refused by the engine itself
                 return _error(400, ev.error, type_="invalid_request_error", code="invalid_value")
             status = 503 if ev.finish_reason == "abort" else 500
             return _error(status, ev.error, type_="server_error", code=ev.finish_reason)
-        usage, time_info = self._final(ev)
+        usage, time_info = self._final(finals)
+        choices = [
+            oa.Choice(
+                text="".join(parts[i]),
+                finish_reason=finals[i].finish_reason or "stop",
+                logprobs=oa.logprobs_body(self.p, lps[i], self.tokenizer, prompt=prompt[i]),
+            )
+            for i in range(n)
+        ]
         return JSONResponse(
             oa.completion_body(
-                self.p,
-                self.rid,
-                self.created,
-                text="".join(parts),
-                finish_reason=ev.finish_reason,
-                usage=usage,
-                time_info=time_info,
-                logprobs=oa.logprobs_body(self.p, lps, self.tokenizer, prompt=prompt),
+                self.p, self.rid, self.created, choices=choices, usage=usage, time_info=time_info
             )
         )
 
@@ -169,11 +192,20 @@ class _Generation:
         """The prompt's text when the request asked for it back (echo), else ''."""
         return self.tokenizer.decode(self.p.prompt_ids) if self.p.echo else ""
 
-    async def _next(self) -> StreamEvent:
-        """The next event merged with those already queued: a slow reader gets fewer chunks."""
-        ev = await self.queue.get()
-        while ev.finish_reason is None and not self.queue.empty():
-            nxt = self.queue.get_nowait()
+    async def _next(self) -> tuple[int, StreamEvent]:
+        """The next event of some choice, merged with that choice's events already queued: a
+        slow reader gets fewer chunks."""
+        if not self._pending:
+            self._pending.append(await self.queue.get())
+        while not self.queue.empty():
+            self._pending.append(self.queue.get_nowait())
+        i, ev = self._pending.popleft()
+        rest: collections.deque[tuple[int, StreamEvent]] = collections.deque()
+        while self._pending:
+            j, nxt = self._pending.popleft()
+            if j != i or ev.finish_reason is not None:
+                rest.append((j, nxt))
+                continue
             lps = None if ev.logprobs is None else ev.logprobs + (nxt.logprobs or ())
             ev = dataclasses.replace(
                 nxt,
@@ -182,48 +214,66 @@ class _Generation:
                 logprobs=lps,
                 prompt_logprobs=ev.prompt_logprobs or nxt.prompt_logprobs,
             )
-        return ev
+        self._pending = rest
+        return i, ev
 
     async def stream(self) -> AsyncIterator[str]:
-        p, rid, created = self.p, self.rid, self.created
-        offset = 0  # where the next token's text starts in the completion (text_offset)
-        echo = self._echo()  # sent with the first chunk
+        p, rid, created, n = self.p, self.rid, self.created, self.p.n
+        offset = [0] * n  # where each choice's next token text starts (text_offset)
+        echo = [self._echo()] * n  # sent with each choice's first chunk
+        finals: dict[int, StreamEvent] = {}
         try:
             if p.kind == "chat":
-                yield _sse(oa.chunk_body(p, rid, created, text=None, finish_reason=None, role=True))
-            while True:
-                ev = await self._next()
+                for i in range(n):
+                    yield _sse(
+                        oa.chunk_body(
+                            p, rid, created, text=None, finish_reason=None, role=True, index=i
+                        )
+                    )
+            while len(finals) < n:
+                i, ev = await self._next()
                 if ev.error is not None:
                     if ev.text:
-                        yield _sse(oa.chunk_body(p, rid, created, text=ev.text, finish_reason=None))
+                        yield _sse(
+                            oa.chunk_body(
+                                p, rid, created, text=ev.text, finish_reason=None, index=i
+                            )
+                        )
                     invalid = ev.finish_reason == "invalid"
                     kind = "invalid_request_error" if invalid else "server_error"
                     yield _sse(oa.error_body(ev.error, type_=kind, code=ev.finish_reason))
                     break
-                if ev.text or ev.finish_reason or ev.logprobs or echo:
-                    scored = ev.prompt_logprobs if echo else None
+                if ev.text or ev.finish_reason or ev.logprobs or echo[i]:
+                    scored = ev.prompt_logprobs if echo[i] else None
                     lps = oa.logprobs_body(
-                        p, ev.logprobs, self.tokenizer, text_offset=offset, prompt=scored
+                        p, ev.logprobs, self.tokenizer, text_offset=offset[i], prompt=scored
                     )
-                    shown = [*(p.prompt_ids if echo else ()), *ev.token_ids]
-                    offset += sum(len(self.tokenizer.decode([t])) for t in shown)
-                    text, echo = echo + ev.text, ""
+                    shown = [*(p.prompt_ids if echo[i] else ()), *ev.token_ids]
+                    offset[i] += sum(len(self.tokenizer.decode([t])) for t in shown)
+                    text, echo[i] = echo[i] + ev.text, ""
                     chunk = oa.chunk_body(
-                        p, rid, created, text=text, finish_reason=ev.finish_reason, logprobs=lps
+                        p,
+                        rid,
+                        created,
+                        text=text,
+                        finish_reason=ev.finish_reason,
+                        logprobs=lps,
+                        index=i,
                     )
                     if ev.finish_reason is not None:
-                        chunk["time_info"] = self.handle.timing.time_info()
+                        chunk["time_info"] = self.handles[i].timing.time_info()
                     yield _sse(chunk)
                 if ev.finish_reason is not None:
-                    if p.include_usage:
-                        usage, time_info = self._final(ev)
-                        yield _sse(
-                            oa.usage_chunk_body(p, rid, created, usage=usage, time_info=time_info)
-                        )
-                    break
+                    finals[i] = ev
+            else:  # every choice finished
+                if p.include_usage:
+                    usage, time_info = self._final(finals)
+                    yield _sse(
+                        oa.usage_chunk_body(p, rid, created, usage=usage, time_info=time_info)
+                    )
             yield "data: [DONE]\n\n"
         finally:  # also on client disconnect: the stream task is cancelled
-            self.handle.cancel()
+            self.cancel()
 
 
 def build_app(
@@ -276,7 +326,7 @@ def build_app(
                 gen.stream(),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
-                background=BackgroundTask(gen.handle.cancel),
+                background=BackgroundTask(gen.cancel),
             )
         return await gen.whole(request)
 
