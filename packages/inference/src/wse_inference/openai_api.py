@@ -58,6 +58,8 @@ __all__ = [
     "usage_chunk_body",
     "logprobs_body",
     "Choice",
+    "tokenize_request",
+    "detokenize_request",
     "choice_sampling",
     "new_request_id",
 ]
@@ -325,6 +327,47 @@ def parse_request(
         echo=echo,
         n=_integer(body, "n", 1) or 1,
     )
+
+
+def _check_model(body: Any, model_names: Sequence[str]) -> dict:
+    if not isinstance(body, dict):
+        raise _bad("The request body must be a JSON object.", None)
+    model = body.get("model")
+    if model is not None and model not in model_names:  # optional, as in vLLM
+        raise InvalidRequestError(
+            f"The model {model!r} does not exist; this server serves {list(model_names)}.",
+            param="model",
+            code="model_not_found",
+        )
+    return body
+
+
+def tokenize_request(
+    body: Any, *, tokenizer: Tokenizer, model_names: Sequence[str], chat_template: str | None
+) -> list[int]:
+    """vLLM's /tokenize: the ids of {"prompt": text} or of {"messages": [...]} through the
+    chat template (the ids a completion or chat request with them would run on)."""
+    body = _check_model(body, model_names)
+    if "messages" in body:
+        return chat_prompt(body["messages"], tokenizer, chat_template)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise _bad("Give prompt (a string) or messages (a list of chat messages).", "prompt")
+    return tokenizer.encode(prompt) if prompt else []
+
+
+def detokenize_request(
+    body: Any, *, tokenizer: Tokenizer, model_names: Sequence[str], vocab_size: int
+) -> str:
+    """vLLM's /detokenize: the text of {"tokens": [ids]}."""
+    body = _check_model(body, model_names)
+    ids = _token_list(body.get("tokens"), "tokens")
+    if ids is None:
+        raise _bad("tokens must be a list of token ids.", "tokens")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise _bad(f"Token id {bad[0]} is outside the vocabulary [0, {vocab_size}).", "tokens")
+    return tokenizer.decode(ids)
 
 
 def new_request_id(kind: str) -> str:

@@ -9,11 +9,12 @@ Architecture (one process):
 
 Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
 `data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models,
-/health (503 while draining), /metrics (Prometheus). Errors use OpenAI's body
-{"error": {"message", "type", "param", "code"}}: 400 for a bad request (malformed JSON
-included), 429 with Retry-After when the queue is full, 503 while shutting down. A client
-that disconnects cancels its request: its slot and KV cache are released before the next
-engine step. The wire format lives in `wse_inference.openai_api`.
+/health (503 while draining), /metrics (Prometheus), and vLLM's POST /tokenize ({prompt} or
+{messages} -> {count, max_model_len, tokens}) and /detokenize ({tokens} -> {prompt}).
+Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
+request (malformed JSON included), 429 with Retry-After when the queue is full, 503 while
+shutting down. A client that disconnects cancels its request: its slot and KV cache are
+released before the next engine step. The wire format lives in `wse_inference.openai_api`.
 
 `Server(engine, ServeConfig(...))` wires everything; `.start()` runs it on background threads
 (tests, demos) and `.close()` drains and stops it; `serve(engine, config)` runs in the
@@ -337,6 +338,47 @@ def build_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await generate(request, "chat")
+
+    async def json_body(request: Request) -> Any:
+        try:
+            return json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise InvalidRequestError(f"Malformed JSON in the request body: {e}") from None
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        try:
+            body = await json_body(request)
+            ids = oa.tokenize_request(
+                body,
+                tokenizer=engine.tokenizer,
+                model_names=model_names,
+                chat_template=chat_template,
+            )
+        except InvalidRequestError as e:
+            return _admission_error(e, metrics)
+        return JSONResponse(
+            {
+                "count": len(ids),
+                "max_model_len": engine.max_context,
+                "tokens": ids,
+                "token_strs": None,
+            }
+        )
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        try:
+            body = await json_body(request)
+            text = oa.detokenize_request(
+                body,
+                tokenizer=engine.tokenizer,
+                model_names=model_names,
+                vocab_size=engine.vocab_size,
+            )
+        except InvalidRequestError as e:
+            return _admission_error(e, metrics)
+        return JSONResponse({"prompt": text})
 
     @app.get("/v1/models")
     async def models() -> dict:
