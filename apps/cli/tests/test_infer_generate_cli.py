@@ -48,6 +48,11 @@ def test_generate_json_equals_plain_decoder(model_dir):
     )
     assert out["token_ids"] == ref.tokens and out["finish_reason"] == "length"
     assert out["tokens_per_s"] > 0 and out["ttft_s"] > 0
+    args = ["--model_dir", root / "target", "--prompt", "hi", "--max_tokens", 6]
+    res = _run(*args, "--temperature", 0, "--repetition-penalty", 1.8, "--json")
+    s = SamplingParams(max_tokens=6, temperature=0.0, repetition_penalty=1.8)
+    ref = PlainDecoder(target.config, target.params, max_context=128).generate(list(b"hi"), s)
+    assert json.loads(res.output.strip().splitlines()[-1])["token_ids"] == ref.tokens
 
 
 @pytest.mark.parametrize("speculative", [False, True])
@@ -104,6 +109,8 @@ def test_generate_speculative_terminal(model_dir):
         (["--top_p", 0], "top_p"),
         (["--top_p", 1.5], "top_p"),
         (["--logprobs", 21], "logprobs must be in 0..20"),
+        (["--presence-penalty", 3], "presence_penalty must be in [-2, 2]"),
+        (["--repetition-penalty", 0], "repetition_penalty must be > 0"),
         (["--prompt-ids", ",".join(["1"] * 130)], "exceeds the context"),
         (["--prompt-ids", "1,999"], "outside the vocabulary"),
     ],

@@ -126,9 +126,10 @@ BAD = [
         "/v1/chat/completions",
         "logprobs",
     ),
-    ({"prompt": "a", "presence_penalty": 0.5}, "/v1/completions", "presence_penalty"),
-    ({"prompt": "a", "frequency_penalty": -1}, "/v1/completions", "frequency_penalty"),
-    ({"prompt": "a", "repetition_penalty": 1.1}, "/v1/completions", "repetition_penalty"),
+    ({"prompt": "a", "presence_penalty": 2.5}, "/v1/completions", "presence_penalty"),
+    ({"prompt": "a", "frequency_penalty": -3}, "/v1/completions", "frequency_penalty"),
+    ({"prompt": "a", "frequency_penalty": "x"}, "/v1/completions", "frequency_penalty"),
+    ({"prompt": "a", "repetition_penalty": 0}, "/v1/completions", "repetition_penalty"),
     ({"prompt": "a", "logit_bias": {"5": 1}}, "/v1/completions", "logit_bias"),
 ]
 
@@ -141,14 +142,14 @@ def test_bad_logprobs_and_penalties_are_400(server, body, route, param):
     assert err["param"] == param and err["type"] == "invalid_request_error", err
 
 
-def test_neutral_penalties_are_accepted(server):
+def test_penalties_in_range_are_accepted(server):
     body = {
         "model": "mock",
         "prompt": "a",
         "max_tokens": 2,
-        "presence_penalty": 0,
-        "frequency_penalty": 0.0,
-        "repetition_penalty": 1,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -2,
+        "repetition_penalty": 1.2,
         "logit_bias": {},
     }
     r = httpx.post(
@@ -168,6 +169,10 @@ def test_grpc_logprobs_and_ignore_eos(server):
     assert (s.ignore_eos, s.logprobs) == (True, 0)
     s = sampling_from_request(pb2.GenerateRequest(), prompt_len=1, max_context=8)
     assert (s.ignore_eos, s.logprobs) == (False, None)
+    assert (s.presence_penalty, s.frequency_penalty, s.repetition_penalty) == (0, 0, 1)
+    req = pb2.GenerateRequest(presence_penalty=0.5, frequency_penalty=-1, repetition_penalty=1.5)
+    s = sampling_from_request(req, prompt_len=1, max_context=8)
+    assert (s.presence_penalty, s.frequency_penalty, s.repetition_penalty) == (0.5, -1, 1.5)
     with grpc.insecure_channel(server.grpc_target) as ch:
         stub = pb2_grpc.GenerationStub(ch)
         req = pb2.GenerateRequest(text="abc", max_tokens=6, logprobs=2)
@@ -187,6 +192,11 @@ def test_grpc_logprobs_and_ignore_eos(server):
             list(stub.Generate(pb2.GenerateRequest(text="abc", logprobs=21), timeout=10))
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "logprobs must be in 0..20" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            req = pb2.GenerateRequest(text="abc", repetition_penalty=0)
+            list(stub.Generate(req, timeout=10))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "repetition_penalty must be > 0" in e.value.details()
 
 
 def _echo_oracle(prompt: str, n: int, k: int) -> dict:

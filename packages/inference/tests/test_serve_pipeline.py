@@ -74,6 +74,20 @@ def test_served_pipeline_engine_matches_plain_decoding():
             words = [model.tokenizer.decode([t]) for t in ids]
             assert choice.logprobs.tokens == words
         assert r.choices[0].logprobs.tokens != r.choices[1].logprobs.tokens
+        # penalties (OpenAI's presence_penalty, vLLM's repetition_penalty) as the plain decoder
+        r = client.completions.create(
+            model=engine.model_name,
+            prompt=prompts[1],
+            max_tokens=6,
+            temperature=0,
+            presence_penalty=1.0,
+            logprobs=0,
+            extra_body={"repetition_penalty": 1.5},
+        )
+        s = SamplingParams(max_tokens=6, temperature=0.0, presence_penalty=1.0,
+                           repetition_penalty=1.5)  # fmt: skip
+        ids = plain.generate(model.tokenizer.encode(prompts[1]), s).tokens
+        assert r.choices[0].logprobs.tokens == [model.tokenizer.decode([t]) for t in ids]
     finally:
         server.close()
     assert engine.metrics()["steps"] > 0

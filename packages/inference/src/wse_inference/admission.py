@@ -97,6 +97,15 @@ def check_request(
         raise InvalidRequestError(
             f"top_k must be >= 0 (0 disables it), got {sampling.top_k}.", param="top_k"
         )
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = getattr(sampling, name)
+        if not -2.0 <= v <= 2.0:
+            raise InvalidRequestError(f"{name} must be in [-2, 2], got {v}.", param=name)
+    if not 0 < sampling.repetition_penalty < math.inf:
+        raise InvalidRequestError(
+            f"repetition_penalty must be > 0 (1 is off), got {sampling.repetition_penalty}.",
+            param="repetition_penalty",
+        )
     for name in ("logprobs", "prompt_logprobs"):
         k = getattr(sampling, name)
         if k is not None and not 0 <= k <= MAX_LOGPROBS:

@@ -28,6 +28,9 @@ import numpy as np
 
 from wse_inference.engine import SamplingParams, TokenLogprob
 from wse_inference.sampling import (
+    count_tokens,
+    penalize,
+    penalties_for,
     raw_logprobs,
     sample,
     seed_key,
@@ -175,13 +178,18 @@ def _prefill(config, params, prompt_ids, max_len, chunk, k):
 
 
 @jax.jit
-def _first(logits, key, temperature, top_k, top_p):
-    return sample(logits, temperature, top_k, top_p, token_key(key, 0))
+def _first(logits, key, temperature, top_k, top_p, pen):
+    return sample(penalize(logits, pen), temperature, top_k, top_p, token_key(key, 0))
 
 
-def first_token(logits: jax.Array, sampling: SamplingParams, key: jax.Array) -> int:
-    """Token 0 of the sequence, drawn from the prompt's last logits."""
-    return int(_first(logits, key, sampling.temperature, sampling.top_k, sampling.top_p))
+def first_token(
+    logits: jax.Array, sampling: SamplingParams, key: jax.Array, prompt_ids: Sequence[int] = ()
+) -> int:
+    """Token 0 of the sequence, drawn from the prompt's last logits (with the request's
+    penalties: only repetition_penalty acts yet, on the prompt's tokens)."""
+    pen = penalties_for(sampling, prompt_ids, logits.shape[-1])
+    s = sampling
+    return int(_first(logits, key, s.temperature, s.top_k, s.top_p, pen))
 
 
 _raw_logprobs = jax.jit(raw_logprobs)
@@ -195,26 +203,34 @@ def first_logprob(logits: jax.Array, token: int, sampling: SamplingParams) -> To
     return token_logprobs([token], *out, sampling.logprobs)[0]
 
 
-def decode_step(config, params, cache, tokens, pos, count, keys, temperature, top_k, top_p):
-    """Rows [b]: write `tokens` at `pos`, draw token `count` of each row -> (next, cache)."""
+def decode_step(
+    config, params, cache, tokens, pos, count, keys, temperature, top_k, top_p, pen=None
+):
+    """Rows [b]: write `tokens` at `pos`, draw token `count` of each row -> (next, cache);
+    `pen` (rows' `Penalties` or None) applies to the logits first."""
     import wse_models
 
     logits, cache = wse_models.forward(config, params, tokens[:, None], pos[:, None], cache)
-    nxt = sample(logits[:, 0], temperature, top_k, top_p, jax.vmap(token_key)(keys, count))
+    keys = jax.vmap(token_key)(keys, count)
+    nxt = sample(penalize(logits[:, 0], pen), temperature, top_k, top_p, keys)
     return nxt, cache
 
 
-def decode_loop(config, size, params, cache, tok, pos, key, n, temperature, top_k, top_p, stop):
+def decode_loop(
+    config, size, params, cache, tok, pos, key, n, temperature, top_k, top_p, stop, pen=None
+):
     """Up to `n` tokens (index 1..n) after `tok` at `pos` in one `lax.while_loop`, stopping
-    early on a token in `stop` [m] -> (tokens [size], number made)."""
+    early on a token in `stop` [m] -> (tokens [size], number made). `pen`: the sequence's
+    `Penalties` (tokens so far counted, `tok` included) or None."""
 
     def cond(c):
-        i, _, _, _, done = c
+        i, _, _, _, done, _ = c
         return (i < n) & ~done
 
     def body(c):
-        i, t, cache, out, _ = c
+        i, t, cache, out, _, pen = c
         row = lambda x: jnp.reshape(x, (1,))  # noqa: E731
+        rows = None if pen is None else jax.tree.map(lambda x: jnp.asarray(x)[None], pen)
         nxt, cache = decode_step(
             config,
             params,
@@ -226,11 +242,13 @@ def decode_loop(config, size, params, cache, tok, pos, key, n, temperature, top_
             row(temperature),
             row(top_k),
             row(top_p),
+            rows,
         )
-        return i + 1, nxt[0], cache, out.at[i].set(nxt[0]), jnp.any(nxt[0] == stop)
+        pen = count_tokens(pen, nxt[0])
+        return i + 1, nxt[0], cache, out.at[i].set(nxt[0]), jnp.any(nxt[0] == stop), pen
 
-    init = (jnp.int32(0), tok, cache, jnp.zeros((size,), jnp.int32), jnp.bool_(False))
-    i, _, _, out, _ = jax.lax.while_loop(cond, body, init)
+    init = (jnp.int32(0), tok, cache, jnp.zeros((size,), jnp.int32), jnp.bool_(False), pen)
+    i, _, _, out, _, _ = jax.lax.while_loop(cond, body, init)
     return out, i
 
 
@@ -269,8 +287,9 @@ class PlainDecoder:
             self.config, self.params, prompt_ids, self.max_context, self.prefill_chunk
         )
         tracker = SequenceTracker(sampling, self.tokenizer)
-        tracker.add(first_token(logits, sampling, key))
+        tracker.add(first_token(logits, sampling, key, prompt_ids))
         ttft = time.perf_counter() - t0
+        pen = penalties_for(sampling, prompt_ids, self.config.vocab_size, tracker.tokens)
         if tracker.finish_reason is None:
             stop = jnp.asarray([*sampling.stop_token_ids, -1], jnp.int32)
             out, made = _decode_loop(
@@ -286,6 +305,7 @@ class PlainDecoder:
                 jnp.int32(sampling.top_k),
                 jnp.float32(sampling.top_p),
                 stop,
+                pen,
             )
             for tok in np.asarray(out)[: int(made)].tolist():
                 if tracker.add(tok) is not None:

@@ -58,6 +58,18 @@ class SamplingParams:
     ignore_eos: bool = False  # vLLM's: run past the model's end-of-sequence tokens
     logprobs: int | None = None  # None: none; k: each token's and the k most likely tokens'
     prompt_logprobs: int | None = None  # the same for the prompt's tokens (vLLM's; echo)
+    # vLLM's / OpenAI's penalties on the logits before temperature (`sampling.penalize`)
+    presence_penalty: float = 0.0  # minus this for every token generated at least once
+    frequency_penalty: float = 0.0  # minus this times the times a token was generated
+    repetition_penalty: float = 1.0  # logits of prompt or generated tokens: / it if > 0, else x
+
+    @property
+    def penalized(self) -> bool:
+        return (self.presence_penalty, self.frequency_penalty, self.repetition_penalty) != (
+            0.0,
+            0.0,
+            1.0,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,9 @@ def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> Sam
         stop_token_ids=tuple(req.stop_token_ids),
         ignore_eos=req.ignore_eos,
         logprobs=req.logprobs if req.HasField("logprobs") else None,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        repetition_penalty=req.repetition_penalty if req.HasField("repetition_penalty") else 1.0,
     )
 
 

@@ -30,7 +30,13 @@ from wse_inference.decoding import (
 )
 from wse_inference.engine import Prefix, SamplingParams, SlotOutput
 from wse_inference.loading import load_model
-from wse_inference.sampling import SamplingError, token_logprobs, validate_sampling, with_eos
+from wse_inference.sampling import (
+    SamplingError,
+    penalties_for,
+    token_logprobs,
+    validate_sampling,
+    with_eos,
+)
 from wse_inference.spec_decode import SpeculativeDecoder, speculative_round
 from wse_inference.speculative import AcceptanceStats
 
@@ -44,6 +50,7 @@ class _Slot:
     tcache: Any
     dcache: Any
     key: jax.Array
+    prompt: tuple[int, ...] = ()  # for the repetition penalty
     rounds: int = 0
 
 
@@ -102,7 +109,7 @@ class SpeculativeEngine:
         _, dcache = prefill(
             d.config, d.params, prompt_ids, self._dec.cache_len(d.config), self._dec.prefill_chunk
         )
-        first = first_token(logits, sampling, key)
+        first = first_token(logits, sampling, key, prompt_ids)
         return Prefix(
             prompt_len=len(prompt_ids),
             first_token=first,
@@ -118,7 +125,8 @@ class SpeculativeEngine:
         ids, tcache, dcache, key = prefix.payload
         tracker = SequenceTracker(prefix.sampling, self.tokenizer)
         tracker.add(prefix.first_token)
-        state.slots[slot] = _Slot(tracker, [*ids, prefix.first_token], tcache, dcache, key)
+        seq = [*ids, prefix.first_token]
+        state.slots[slot] = _Slot(tracker, seq, tcache, dcache, key, tuple(ids))
         return state
 
     def _advance(self, slot: int, s: _Slot) -> SlotOutput:
@@ -127,6 +135,7 @@ class SpeculativeEngine:
         sp = s.tracker.sampling
         s.rounds += 1
         fn = self._round if sp.logprobs is None else self._round_lp
+        pen = penalties_for(sp, s.prompt, self.vocab_size, s.tracker.tokens)
         drafts, n_acc, nxt, beta, s.tcache, s.dcache, *lp = fn(
             self.target.params,
             self.draft.params,
@@ -138,6 +147,7 @@ class SpeculativeEngine:
             jnp.float32(sp.temperature),
             jnp.int32(sp.top_k),
             jnp.float32(sp.top_p),
+            pen,
         )
         n_acc = int(n_acc)
         self.stats.record(n_acc, np.asarray(beta))

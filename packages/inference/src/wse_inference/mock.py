@@ -2,10 +2,10 @@
 
 Contract (see `wse_inference.engine`): byte-level tokenizer (token id = UTF-8 byte, vocab 256);
 the first token after a prompt is `(prompt[-1] + 1) % vocab_size` and every next token is
-`(last + 1) % vocab_size`, whatever the sampling temperature. So the prompt "abc" continues
-"defg...". A sequence finishes with "length" after `max_tokens` generated tokens (the prefill's
-first token counts), or with "stop" on a token in `stop_token_ids` (that token is reported) or
-when the decoded text contains a stop string.
+`(last + 1) % vocab_size`, whatever the sampling temperature and penalties. So the prompt "abc"
+continues "defg...". A sequence finishes with "length" after `max_tokens` generated tokens (the
+prefill's first token counts), or with "stop" on a token in `stop_token_ids` (that token is
+reported) or when the decoded text contains a stop string.
 
 Log probabilities (`SamplingParams.logprobs`): the mock's next-token distribution halves from
 token to token after the last one, p((last + 1 + j) % vocab) = 2^-(j + 1) (the last id takes

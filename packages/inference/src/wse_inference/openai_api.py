@@ -4,12 +4,12 @@ Requests (`parse_request(body, kind=..., ...)`) accept the fields the official `
 sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or messages, max_tokens
 (or max_completion_tokens), temperature, top_p, seed, stop, stream, stream_options
 ({"include_usage"}), n (1..MAX_N = 16 choices; choice i is seeded with seed + i), logprobs,
-echo (completions), and vLLM's top_k, stop_token_ids and ignore_eos (generation stops at the
-model's end-of-sequence tokens unless it is true). Fields that would change the output but
-are not supported (best_of > 1, several prompts, presence_penalty / frequency_penalty other
-than 0, repetition_penalty other than 1, a logit_bias) are refused with `InvalidRequestError`
-(HTTP 400); other fields (user, ...) are ignored. A missing max_tokens means "the rest of
-the context window" (vLLM's default).
+echo (completions), presence_penalty and frequency_penalty (in [-2, 2]), and vLLM's top_k,
+repetition_penalty (> 0), stop_token_ids and ignore_eos (generation stops at the model's
+end-of-sequence tokens unless it is true). Fields that would change the output but are not
+supported (best_of > 1, several prompts, a logit_bias) are refused with
+`InvalidRequestError` (HTTP 400); other fields (user, ...) are ignored. A missing
+max_tokens means "the rest of the context window" (vLLM's default).
 
 Log probabilities, as vLLM returns them (the raw model's, before temperature and cuts; at
 most MAX_LOGPROBS = 20 alternatives): `/v1/completions` takes `logprobs: k` and answers
@@ -219,13 +219,6 @@ def _refuse_unsupported(body: dict) -> None:
         raise _bad(f"n must be in 1..{MAX_N}, got {n}.", "n")
     if _integer(body, "best_of", 1) not in (1, None):
         raise _bad("best_of > 1 is not supported.", "best_of")
-    for name, neutral in (
-        ("presence_penalty", 0),
-        ("frequency_penalty", 0),
-        ("repetition_penalty", 1),
-    ):
-        if _number(body, name, neutral) != neutral:
-            raise _bad(f"{name} is not supported by this server; leave it at {neutral}.", name)
     if body.get("logit_bias"):
         raise _bad("logit_bias is not supported by this server.", "logit_bias")
 
@@ -274,6 +267,9 @@ def _sampling(body: dict, kind: str, *, prompt_len: int, max_context: int) -> Sa
         stop_token_ids=tuple(stop_ids),
         ignore_eos=ignore_eos,
         logprobs=_logprobs(body, kind),
+        presence_penalty=_number(body, "presence_penalty", 0.0),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0),
+        repetition_penalty=_number(body, "repetition_penalty", 1.0),
     )
 
 

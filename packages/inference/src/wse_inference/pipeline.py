@@ -51,6 +51,9 @@ from wse_inference.engine import MAX_LOGPROBS, Prefix, SamplingParams, SlotOutpu
 from wse_inference.loading import LoadedModel
 from wse_inference.planner import _split
 from wse_inference.sampling import (
+    Penalties,
+    penalize,
+    penalties_for,
     raw_logprobs,
     sample,
     token_key,
@@ -77,6 +80,8 @@ class PipeState(NamedTuple):
     top_p: jax.Array
     active: jax.Array  # bool [S]
     want_lp: jax.Array  # bool [S]: the slot's request asked for logprobs
+    pen: Penalties  # [S, V] counts / prompt tokens and [S] settings (`sampling.penalize`)
+    penalized: jax.Array  # bool [S]: the slot's request has penalties
 
 
 @dataclasses.dataclass
@@ -89,6 +94,7 @@ class PipelineDecodeState:
 class _Payload:
     cache: Any  # batch-1 KVCache of the prompt
     key: jax.Array
+    prompt_ids: tuple[int, ...]  # for the repetition penalty
 
 
 def stage_layout(n_layers: int, stages: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -166,7 +172,10 @@ def _head(config, head, k, st: PipeState, skip_idle: bool):
     def make(h0):
         logits = unembed(config, head, h0[None, None])[0, 0]
         key = token_key(st.keys[k], st.count[k] - 1)
-        tok = sample(logits, st.temperature[k], st.top_k[k], st.top_p[k], key)
+        pen = jax.tree.map(lambda x: x[k], st.pen)
+        z = logits.astype(jnp.float32)
+        z = lax.cond(st.penalized[k], penalize, lambda z, _: z, z, pen)
+        tok = sample(z, st.temperature[k], st.top_k[k], st.top_p[k], key)
         lp = lax.cond(st.want_lp[k], raw_logprobs, lambda *_: none, logits, tok)
         x = embed(config, head, tok[None, None], st.pos[k][None, None])[0, 0]
         return (tok, lp), x.astype(h0.dtype)
@@ -178,7 +187,9 @@ def _head(config, head, k, st: PipeState, skip_idle: bool):
         out, x = make(h0)
         out = (jnp.where(act, out[0], st.tokens[k]), out[1])
         x = jnp.where(act, x, h0)
-    return st._replace(tokens=st.tokens.at[k].set(out[0])), out, x
+    counts = st.pen.counts.at[k, out[0]].add(step)  # the drawn token, for the penalties
+    st = st._replace(tokens=st.tokens.at[k].set(out[0]), pen=st.pen._replace(counts=counts))
+    return st, out, x
 
 
 def _tick(config, wafer, stages, weights, k, st: PipeState):
@@ -270,6 +281,8 @@ def _prime(
     top_k,
     top_p,
     want_lp,
+    pen,
+    penalized,
 ):
     """Insert: prompt cache into the slot's rows; the first token through layers < bound."""
     from wse_models import LayerCache, apply_layer, embed
@@ -300,6 +313,8 @@ def _prime(
         top_k=st.top_k.at[slot].set(top_k),
         top_p=st.top_p.at[slot].set(top_p),
         want_lp=st.want_lp.at[slot].set(want_lp),
+        pen=jax.tree.map(lambda a, b: a.at[slot].set(b), st.pen, pen),
+        penalized=st.penalized.at[slot].set(penalized),
     )
 
 
@@ -422,6 +437,14 @@ class PipelineEngine:
             top_p=jnp.ones((s,), jnp.float32),
             active=jnp.zeros((s,), bool),
             want_lp=jnp.zeros((s,), bool),
+            pen=Penalties(
+                jnp.zeros((s, c.vocab_size), jnp.int32),
+                jnp.zeros((s, c.vocab_size), bool),
+                jnp.zeros((s,), jnp.float32),
+                jnp.zeros((s,), jnp.float32),
+                jnp.ones((s,), jnp.float32),
+            ),
+            penalized=jnp.zeros((s,), bool),
         )
         assert st.h.shape[0] == rows
         return PipelineDecodeState(st)
@@ -444,12 +467,12 @@ class PipelineEngine:
             sampling.prompt_logprobs,
         )
         self._counters["prefills"] += 1
-        first = first_token(logits, sampling, key)
+        first = first_token(logits, sampling, key, prompt_ids)
         return Prefix(
             prompt_len=len(prompt_ids),
             first_token=first,
             sampling=sampling,
-            payload=_Payload(cache, key),
+            payload=_Payload(cache, key, tuple(map(int, prompt_ids))),
             first_logprob=first_logprob(logits, first, sampling),
             prompt_logprobs=scored,
         )
@@ -477,11 +500,21 @@ class PipelineEngine:
             i32(s.top_k),
             jnp.float32(s.top_p),
             jnp.bool_(s.logprobs is not None),
+            self._slot_penalties(prefix),
+            jnp.bool_(s.penalized),
         )
         tracker = SequenceTracker(s, self.tokenizer)
         tracker.add(prefix.first_token)
         state.seqs[slot] = tracker
         return state
+
+    def _slot_penalties(self, prefix: Prefix) -> Penalties:
+        """The slot's penalty row (the first token counted); neutral for a request without."""
+        v, s = self.vocab_size, prefix.sampling
+        pen = penalties_for(s, prefix.payload.prompt_ids, v, [prefix.first_token])
+        if pen is None:
+            pen = Penalties(np.zeros(v, np.int32), np.zeros(v, bool), 0.0, 0.0, 1.0)
+        return jax.tree.map(jnp.asarray, pen)
 
     def generate(self, *, state: PipelineDecodeState):
         state.device, out = self._cycle_fn(self._weights, state.device)

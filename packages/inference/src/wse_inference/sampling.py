@@ -11,6 +11,13 @@ with different settings share one compiled step. `sample` is `draw(token_probs(.
 with a greedy fast path (the argmax, no softmax and no random bits, when every row is greedy);
 it returns exactly the same token, so decoders may use either.
 
+Penalties (vLLM's order, before temperature): `penalize(logits, Penalties(...))` divides the
+positive logits of tokens in the prompt or generated so far by repetition_penalty (multiplies
+the negative ones), then subtracts frequency_penalty x each token's generated count and
+presence_penalty for each token generated at least once. Decoders keep the counts per row
+(`count_tokens`); `penalties_for` builds a row's state on the host. A request without
+penalties passes `None` everywhere and pays nothing.
+
 `raw_logprobs(logits, tokens)` gives what a request with `logprobs` sees (vLLM's default
 `raw_logprobs`): each token's log_softmax of the raw logits (no temperature or cuts) and the
 MAX_LOGPROBS most likely tokens with theirs; `token_logprobs` turns them into `TokenLogprob`s on
@@ -24,7 +31,9 @@ end-of-sequence ids to the stop tokens (engines apply it to every request).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +55,10 @@ __all__ = [
     "with_eos",
     "raw_logprobs",
     "token_logprobs",
+    "Penalties",
+    "penalize",
+    "count_tokens",
+    "penalties_for",
 ]
 
 
@@ -72,6 +85,14 @@ def validate_sampling(
             f"prompt ({prompt_len} tokens) + max_tokens ({sampling.max_tokens}) = "
             f"{prompt_len + sampling.max_tokens} exceeds the context of {max_context} tokens; "
             f"shorten the prompt or lower max_tokens to <= {max(max_context - prompt_len, 0)}"
+        )
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = getattr(sampling, name)
+        if not -2.0 <= v <= 2.0:
+            raise SamplingError(f"{name} must be in [-2, 2] (0 is off), got {v}")
+    if not 0 < sampling.repetition_penalty < math.inf:
+        raise SamplingError(
+            f"repetition_penalty must be > 0 (1 is off), got {sampling.repetition_penalty}"
         )
     for name in ("logprobs", "prompt_logprobs"):
         k = getattr(sampling, name)
@@ -168,6 +189,58 @@ def sample(
         return jnp.argmax(logits.astype(jnp.float32), axis=-1).astype(jnp.int32)
 
     return lax.cond(jnp.all(temperature <= 0), greedy, drawn, logits)
+
+
+class Penalties(NamedTuple):
+    """Rows' penalty state: `counts` int32 [..., V] (each token's generated count), `prompt`
+    bool [..., V] (the prompt's tokens) and the settings, float32 [...] or scalars."""
+
+    counts: jax.Array
+    prompt: jax.Array
+    presence: jax.Array
+    frequency: jax.Array
+    repetition: jax.Array
+
+
+def penalize(logits: jax.Array, pen: Penalties | None) -> jax.Array:
+    """logits [..., V] after the rows' penalties (float32); `None` returns them unchanged."""
+    if pen is None:
+        return logits
+    z = logits.astype(jnp.float32)
+    c = pen.counts.astype(jnp.float32)
+    col = lambda x: jnp.asarray(x, jnp.float32)[..., None]  # noqa: E731
+    rep = col(pen.repetition)
+    seen = pen.prompt | (pen.counts > 0)
+    z = jnp.where(seen, jnp.where(z > 0, z / rep, z * rep), z)
+    return z - col(pen.frequency) * c - col(pen.presence) * (c > 0)
+
+
+def count_tokens(pen: Penalties | None, tokens: jax.Array, weight=1) -> Penalties | None:
+    """`pen` with `tokens` [...] (one per row of counts [..., V]) counted `weight` times."""
+    if pen is None:
+        return None
+    hot = jax.nn.one_hot(tokens, pen.counts.shape[-1], dtype=jnp.int32)
+    return pen._replace(counts=pen.counts + hot * jnp.asarray(weight, jnp.int32)[..., None])
+
+
+def penalties_for(
+    sampling: SamplingParams, prompt_ids: Sequence[int], vocab_size: int, generated=()
+) -> Penalties | None:
+    """A row's state on the host (NumPy): the prompt's tokens and the `generated` ones
+    counted; None for a request without penalties."""
+    if not sampling.penalized:
+        return None
+    prompt = np.zeros(vocab_size, bool)
+    prompt[np.asarray(prompt_ids, np.int64)] = True
+    counts = np.bincount(np.asarray(generated, np.int64), minlength=vocab_size).astype(np.int32)
+    f32 = np.float32
+    return Penalties(
+        counts,
+        prompt,
+        f32(sampling.presence_penalty),
+        f32(sampling.frequency_penalty),
+        f32(sampling.repetition_penalty),
+    )
 
 
 def raw_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -40,7 +40,10 @@ from wse_inference.engine import SamplingParams
 from wse_inference.loading import LoadedModel, check_draft
 from wse_inference.sampling import (
     SamplingError,
+    count_tokens,
     draw,
+    penalize,
+    penalties_for,
     raw_logprobs,
     token_probs,
     validate_sampling,
@@ -75,23 +78,26 @@ def parse_speculative_config(text: str) -> tuple[str, int]:
     return str(cfg["model"]), gamma
 
 
-def _propose(dconfig, gamma, dparams, dcache, last2, pos2, key, temp, top_k, top_p):
-    """Draft: feed the last two committed tokens, then its own drafts -> drafts, q, cache."""
+def _propose(dconfig, gamma, dparams, dcache, last2, pos2, key, temp, top_k, top_p, pen=None):
+    """Draft: feed the last two committed tokens, then its own drafts -> drafts, q, cache.
+    `pen`: the sequence's `Penalties` (committed tokens counted), each draft counted as it is
+    drawn, so q_i is penalised as the target's p_i will be."""
     from wse_models import forward
 
     logits, dcache = forward(dconfig, dparams, last2[None], pos2[None], dcache)
     keys = jax.random.split(key, gamma)
-    q0 = token_probs(logits[0, 1], temp, top_k, top_p)
+    q0 = token_probs(penalize(logits[0, 1], pen), temp, top_k, top_p)
     d0 = draw(q0, keys[0])
 
     def step(carry, k):
-        tok, pos, cache = carry
+        tok, pos, cache, pen = carry
         lg, cache = forward(dconfig, dparams, tok[None, None], pos[None, None], cache)
-        q = token_probs(lg[0, 0], temp, top_k, top_p)
+        q = token_probs(penalize(lg[0, 0], pen), temp, top_k, top_p)
         d = draw(q, k)
-        return (d, pos + 1, cache), (d, q)
+        return (d, pos + 1, cache, count_tokens(pen, d)), (d, q)
 
-    (_, _, dcache), (ds, qs) = lax.scan(step, (d0, pos2[1] + 1, dcache), keys[1:])
+    init = (d0, pos2[1] + 1, dcache, count_tokens(pen, d0))
+    (_, _, dcache, _), (ds, qs) = lax.scan(step, init, keys[1:])
     drafts = jnp.concatenate([d0[None], ds])
     return drafts, jnp.concatenate([q0[None], qs]), dcache
 
@@ -106,11 +112,17 @@ def _verify_forward(tconfig, gamma, tparams, tcache, last, drafts, n):
     return forward(tconfig, tparams, tokens, positions, tcache)
 
 
-def _verify_pass(tconfig, gamma, tparams, tcache, last, drafts, q, n, key, temp, top_k, top_p):
+def _verify_pass(
+    tconfig, gamma, tparams, tcache, last, drafts, q, n, key, temp, top_k, top_p, pen=None
+):
     """`_verify_forward`, then rejection sampling -> (Verdict, cache, the target's logits
-    [gamma + 1, vocab])."""
+    [gamma + 1, vocab]). With `pen`, row i is penalised with the drafts before it counted."""
     logits, tcache = _verify_forward(tconfig, gamma, tparams, tcache, last, drafts, n)
-    p = token_probs(logits[0], temp, top_k, top_p)
+    if pen is not None:
+        hot = jax.nn.one_hot(drafts, pen.counts.shape[-1], dtype=jnp.int32)
+        before = jnp.concatenate([jnp.zeros_like(hot[:1]), jnp.cumsum(hot, axis=0)])
+        pen = pen._replace(counts=pen.counts + before)  # [gamma + 1, V]
+    p = token_probs(penalize(logits[0], pen), temp, top_k, top_p)
     return verify(drafts, q, p, key), tcache, logits[0]
 
 
@@ -128,19 +140,21 @@ def speculative_round(
     temp,
     top_k,
     top_p,
+    pen=None,
     *,
     logprobs: bool = False,
 ):
     """One round at committed length n (last2 = tokens n-2, n-1) -> (drafts, accepted,
     next token, betas, caches); with `logprobs`, also `sampling.raw_logprobs` of the gamma + 1
-    tokens the round may emit (accepted drafts, then the drawn token at row `accepted`)."""
+    tokens the round may emit (accepted drafts, then the drawn token at row `accepted`).
+    `pen`: the sequence's `Penalties` with its committed tokens counted, or None."""
     k_draft, k_verify = jax.random.split(key)
     pos2 = jnp.stack([n - 2, n - 1]).astype(jnp.int32)
     drafts, q, dcache = _propose(
-        dconfig, gamma, dparams, dcache, last2, pos2, k_draft, temp, top_k, top_p
+        dconfig, gamma, dparams, dcache, last2, pos2, k_draft, temp, top_k, top_p, pen
     )
     verdict, tcache, logits = _verify_pass(
-        tconfig, gamma, tparams, tcache, last2[1], drafts, q, n, k_verify, temp, top_k, top_p
+        tconfig, gamma, tparams, tcache, last2[1], drafts, q, n, k_verify, temp, top_k, top_p, pen
     )
     out = drafts, verdict.num_accepted, verdict.next_token, verdict.beta, tcache, dcache
     if not logprobs:
@@ -168,19 +182,20 @@ def speculative_loop(
     top_k,
     top_p,
     stop,
+    pen=None,
 ):
     """Rounds in one `lax.while_loop` until `max_new` tokens or a token in `stop` [m]:
     -> (tokens [size + gamma + 1], made, rounds, accepted [size], betas [size, gamma]).
     Round r (1-based) uses key fold_in(key, r). `last2`: the last two committed tokens at
-    committed length n0."""
+    committed length n0. `pen`: the sequence's `Penalties` (committed tokens counted)."""
     idx = jnp.arange(gamma + 1)
 
     def cond(c):
-        made, _, _, _, _, _, _, _, done = c
+        made, _, _, _, _, _, _, _, done, _ = c
         return (made < max_new) & ~done
 
     def body(c):
-        made, rnd, last2, tc, dc, buf, acc, betas, _ = c
+        made, rnd, last2, tc, dc, buf, acc, betas, _, pen = c
         drafts, n_acc, nxt, beta, tc, dc = speculative_round(
             tconfig,
             dconfig,
@@ -195,9 +210,13 @@ def speculative_loop(
             temp,
             top_k,
             top_p,
+            pen,
         )
         padded = jnp.concatenate([drafts, jnp.zeros((1,), jnp.int32)])
         emit = jnp.where(idx < n_acc, padded, jnp.where(idx == n_acc, nxt, -1))
+        if pen is not None:  # the round's emitted tokens counted
+            hot = jax.nn.one_hot(emit, pen.counts.shape[-1], dtype=jnp.int32)  # -1: a zero row
+            pen = pen._replace(counts=pen.counts + hot.sum(0))
         buf = lax.dynamic_update_slice(buf, emit, (made,))
         prev = jnp.where(n_acc > 0, padded[jnp.maximum(n_acc - 1, 0)], last2[1])
         done = jnp.any((idx <= n_acc) & jnp.isin(emit, stop))
@@ -211,6 +230,7 @@ def speculative_loop(
             acc.at[rnd].set(n_acc),
             betas.at[rnd].set(beta),
             done,
+            pen,
         )
 
     init = (
@@ -223,8 +243,9 @@ def speculative_loop(
         jnp.zeros((size,), jnp.int32),
         jnp.zeros((size, gamma), jnp.float32),
         jnp.bool_(False),
+        pen,
     )
-    made, rnd, _, _, _, buf, acc, betas, _ = lax.while_loop(cond, body, init)
+    made, rnd, _, _, _, buf, acc, betas, _, _ = lax.while_loop(cond, body, init)
     return buf, made, rnd, acc, betas
 
 
@@ -279,8 +300,9 @@ class SpeculativeDecoder:
         )
         seq = [int(x) for x in prompt_ids]
         tracker = SequenceTracker(sampling, t.tokenizer)
-        seq.append(first_token(logits, sampling, key))
+        seq.append(first_token(logits, sampling, key, prompt_ids))
         tracker.add(seq[-1])
+        pen = penalties_for(sampling, prompt_ids, t.config.vocab_size, seq[len(prompt_ids) :])
         ttft = time.perf_counter() - t0
         stats = AcceptanceStats(self.gamma)
         if tracker.finish_reason is None:
@@ -298,6 +320,7 @@ class SpeculativeDecoder:
                 jnp.int32(sampling.top_k),
                 jnp.float32(sampling.top_p),
                 jnp.asarray([*sampling.stop_token_ids, -2], jnp.int32),
+                pen,
             )
             r = int(rounds)
             stats.record_rounds(np.asarray(acc)[:r], np.asarray(betas)[:r])

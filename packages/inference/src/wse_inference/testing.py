@@ -136,3 +136,24 @@ def save_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, seed: int =
     model = tiny_model(arch, n_layers=n_layers, seed=seed, **overrides)
     wse_models.save_params(model.config, model.params, path)
     return model
+
+
+def np_penalized_greedy(model, prompt_ids, n, presence=0.0, frequency=0.0, repetition=1.0):
+    """n greedy tokens with vLLM's penalties, each step one parallel forward over the whole
+    sequence and the penalties applied in NumPy (float64): the decoders' oracle."""
+    import wse_models
+
+    seq, out = [*map(int, prompt_ids)], []
+    for _ in range(n):
+        cache = wse_models.init_cache(model.config, 1, len(seq))
+        pos = jnp.arange(len(seq), dtype=jnp.int32)[None]
+        logits, _ = wse_models.forward(model.config, model.params, jnp.asarray([seq]), pos, cache)
+        z = np.asarray(logits[0, -1], np.float64)
+        counts = np.bincount(out, minlength=z.size).astype(np.float64)
+        seen = counts > 0
+        seen[list(prompt_ids)] = True
+        z = np.where(seen, np.where(z > 0, z / repetition, z * repetition), z)
+        z = z - frequency * counts - presence * (counts > 0)
+        out.append(int(np.argmax(z)))
+        seq.append(out[-1])
+    return out

@@ -3,7 +3,8 @@
     wse infer generate --model_dir DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max_tokens N]
         [--temperature T] [--top_k K] [--top_p P] [--seed S] [--stop STR]...
         [--speculative-config '{"model": DIR, "num_speculative_tokens": 4}'] [--stages S]
-        [--max-context N] [--logprobs N] [--ignore-eos] [--json]
+        [--max-context N] [--logprobs N] [--ignore-eos] [--presence-penalty X]
+        [--frequency-penalty X] [--repetition-penalty X] [--json]
 
 On a terminal the text streams as it is generated, then TTFT, tokens/s and (speculative)
 acceptance statistics (with `--logprobs`, the mean logprob and perplexity); `--json` prints
@@ -109,6 +110,15 @@ def generate(
     ignore_eos: bool = typer.Option(
         False, "--ignore-eos", help="Run past the model's end-of-sequence tokens."
     ),
+    presence_penalty: float = typer.Option(
+        0.0, "--presence-penalty", "--presence_penalty", help="In [-2, 2]; 0 is off."
+    ),
+    frequency_penalty: float = typer.Option(
+        0.0, "--frequency-penalty", "--frequency_penalty", help="In [-2, 2]; 0 is off."
+    ),
+    repetition_penalty: float = typer.Option(
+        1.0, "--repetition-penalty", "--repetition_penalty", help="> 0; 1 is off."
+    ),
     logprobs: int = typer.Option(
         None,
         "--logprobs",
@@ -140,6 +150,9 @@ def generate(
         stop=tuple(stop or ()),
         ignore_eos=ignore_eos,
         logprobs=logprobs,
+        presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty,
+        repetition_penalty=repetition_penalty,
     )
     validate_sampling(sampling, vocab_size=1 << 30, max_context=1 << 30, prompt_len=1)
     spec = None

@@ -1,0 +1,103 @@
+"""presence / frequency / repetition penalties (vLLM's) in every decoder: greedy output equals
+a NumPy oracle that re-runs one parallel forward per token and penalises in float64
+(`testing.np_penalized_greedy`); sampled output of the pipelined engine equals the plain
+decoder's draw for draw, and the speculative engine equals the speculative decoder's."""
+
+from __future__ import annotations
+
+import pytest
+from wse_inference.decoding import PlainDecoder
+from wse_inference.engine import SamplingParams
+from wse_inference.loader import SpeculativeEngine
+from wse_inference.loading import truncated_model
+from wse_inference.pipeline import PipelineEngine
+from wse_inference.sampling import SamplingError, validate_sampling
+from wse_inference.spec_decode import SpeculativeDecoder
+from wse_inference.testing import np_penalized_greedy, tiny_model
+
+LOOPING = [5, 9, 5, 9, 5, 9, 5]  # the 3-layer tiny model's greedy output loops after it
+SETTINGS = [(0.7, 0.0, 1.0), (0.0, 0.5, 1.0), (0.0, 0.0, 1.6), (0.7, 0.3, 1.5)]
+
+
+def _greedy(pres, freq, rep, n=14):
+    return SamplingParams(
+        max_tokens=n,
+        temperature=0.0,
+        presence_penalty=pres,
+        frequency_penalty=freq,
+        repetition_penalty=rep,
+    )
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama", n_layers=3)
+
+
+def _engine_tokens(eng, prompt, s, slot=0):
+    state = eng.init_decode_state()
+    state = eng.insert(prefix=eng.prefill(prompt_ids=prompt, sampling=s), state=state, slot=slot)
+    done = False
+    while not done:
+        state, outs = eng.generate(state=state)
+        done = any(o.finished for o in outs if o.slot == slot)
+    seqs = getattr(state, "seqs", None) or {i: x.tracker for i, x in state.slots.items()}
+    return seqs[slot].tokens
+
+
+@pytest.mark.parametrize(("pres", "freq", "rep"), SETTINGS)
+def test_greedy_with_penalties_equals_the_oracle_in_every_decoder(model, pres, freq, rep):
+    s = _greedy(pres, freq, rep)
+    want = np_penalized_greedy(model, LOOPING, 14, pres, freq, rep)
+    plain = PlainDecoder(model.config, model.params, max_context=64, prefill_chunk=4)
+    assert plain.generate(LOOPING, s).tokens == want
+    assert plain.generate(LOOPING, _greedy(0.0, 0.0, 1.0)).tokens != want  # they act
+    draft = truncated_model(model, 1)
+    spec = SpeculativeDecoder(model, draft, gamma=3, max_context=64, prefill_chunk=4)
+    assert spec.generate(LOOPING, s).tokens == want
+    eng = SpeculativeEngine(model, draft, gamma=3, max_slots=2, max_context=64, prefill_chunk=4)
+    assert _engine_tokens(eng, LOOPING, s, slot=1) == want
+
+
+@pytest.mark.parametrize("mesh_rows", [1, 2])
+def test_pipeline_with_penalties_equals_plain(model, mesh_rows):
+    """Two users on 3 stages, one penalised greedy, one penalised sampled, next to one
+    without penalties (its row stays neutral)."""
+    eng = PipelineEngine(model, stages=3, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows)
+    prompts = [LOOPING, [1, 2, 3], [7, 7, 7, 7]]
+    samplings = [
+        _greedy(0.7, 0.3, 1.5, n=10),
+        SamplingParams(
+            max_tokens=9, temperature=1.0, seed=4, frequency_penalty=2.0, repetition_penalty=2.0
+        ),  # fmt: skip
+        SamplingParams(max_tokens=8, temperature=0.0),
+    ]
+    got = eng.generate_all(prompts, samplings, steps_per_call=2)
+    plain = PlainDecoder(model.config, model.params, max_context=48, prefill_chunk=4)
+    for p, s, g in zip(prompts, samplings, got, strict=True):
+        assert g == plain.generate(p, s).tokens
+    assert got[0] == np_penalized_greedy(model, LOOPING, 10, 0.7, 0.3, 1.5)
+
+
+def test_speculative_engine_sampled_with_penalties_equals_decoder(model):
+    draft = truncated_model(model, 1)
+    s = SamplingParams(max_tokens=16, temperature=1.0, seed=3, presence_penalty=1.0,
+                       repetition_penalty=1.3)  # fmt: skip
+    dec = SpeculativeDecoder(model, draft, gamma=2, max_context=64)
+    eng = SpeculativeEngine(model, draft, gamma=2, max_slots=1, max_context=64)
+    assert _engine_tokens(eng, [4, 4, 4], s) == dec.generate([4, 4, 4], s).tokens
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("presence_penalty", 2.5, "presence_penalty must be in [-2, 2]"),
+        ("frequency_penalty", -2.01, "frequency_penalty must be in [-2, 2]"),
+        ("repetition_penalty", 0.0, "repetition_penalty must be > 0"),
+        ("repetition_penalty", float("nan"), "repetition_penalty must be > 0"),
+    ],
+)
+def test_penalties_out_of_range_refused(field, value, words):
+    s = SamplingParams(max_tokens=2, **{field: value})
+    with pytest.raises(SamplingError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        validate_sampling(s, vocab_size=10, max_context=10, prompt_len=1)
