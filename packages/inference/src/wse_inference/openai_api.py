@@ -339,23 +339,30 @@ def _check_model(body: Any, model_names: Sequence[str]) -> dict:
 
 
 def tokenize_request(
-    body: Any, *, tokenizer: Tokenizer, model_names: Sequence[str], chat_template: str | None
-) -> list[int]:
-    """vLLM's /tokenize: the ids of {"prompt": text} or of {"messages": [...]} through the
-    chat template (the ids a completion or chat request with them would run on)."""
+    body: Any,
+    *,
+    tokenizer: Tokenizer,
+    model_names: Sequence[str],
+    chat_template: str | None,
+    max_context: int,
+) -> dict:
+    """vLLM's /tokenize: {count, max_model_len, tokens, token_strs} of {"prompt": text} or of
+    {"messages": [...]} through the chat template (the ids a request would run on)."""
     body = _check_model(body, model_names)
     if "messages" in body:
-        return chat_prompt(body["messages"], tokenizer, chat_template)
-    prompt = body.get("prompt")
-    if not isinstance(prompt, str):
-        raise _bad("Give prompt (a string) or messages (a list of chat messages).", "prompt")
-    return tokenizer.encode(prompt) if prompt else []
+        ids = chat_prompt(body["messages"], tokenizer, chat_template)
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise _bad("Give prompt (a string) or messages (a list of chat messages).", "prompt")
+        ids = tokenizer.encode(prompt) if prompt else []
+    return {"count": len(ids), "max_model_len": max_context, "tokens": ids, "token_strs": None}
 
 
 def detokenize_request(
     body: Any, *, tokenizer: Tokenizer, model_names: Sequence[str], vocab_size: int
-) -> str:
-    """vLLM's /detokenize: the text of {"tokens": [ids]}."""
+) -> dict:
+    """vLLM's /detokenize: {"prompt": the text of {"tokens": [ids]}}."""
     body = _check_model(body, model_names)
     ids = _token_list(body.get("tokens"), "tokens")
     if ids is None:
@@ -363,7 +370,7 @@ def detokenize_request(
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
         raise _bad(f"Token id {bad[0]} is outside the vocabulary [0, {vocab_size}).", "tokens")
-    return tokenizer.decode(ids)
+    return {"prompt": tokenizer.decode(ids)}
 
 
 def new_request_id(kind: str) -> str:

@@ -29,6 +29,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -339,46 +340,28 @@ def build_app(
     async def chat_completions(request: Request) -> Response:
         return await generate(request, "chat")
 
-    async def json_body(request: Request) -> Any:
-        try:
-            return json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as e:
-            raise InvalidRequestError(f"Malformed JSON in the request body: {e}") from None
+    def utility(answer: Callable[[Any], dict]) -> Callable:
+        """A route: a JSON body in, `answer(body)` out; malformed or refused, a 400."""
 
-    @app.post("/tokenize")
-    async def tokenize(request: Request) -> Response:
-        try:
-            body = await json_body(request)
-            ids = oa.tokenize_request(
-                body,
-                tokenizer=engine.tokenizer,
-                model_names=model_names,
-                chat_template=chat_template,
-            )
-        except InvalidRequestError as e:
-            return _admission_error(e, metrics)
-        return JSONResponse(
-            {
-                "count": len(ids),
-                "max_model_len": engine.max_context,
-                "tokens": ids,
-                "token_strs": None,
-            }
-        )
+        async def route(request: Request) -> Response:
+            try:
+                try:
+                    body = json.loads(await request.body())
+                except (ValueError, UnicodeDecodeError) as e:
+                    raise InvalidRequestError(f"Malformed JSON in the request body: {e}") from None
+                return JSONResponse(answer(body))
+            except InvalidRequestError as e:
+                return _admission_error(e, metrics)
 
-    @app.post("/detokenize")
-    async def detokenize(request: Request) -> Response:
-        try:
-            body = await json_body(request)
-            text = oa.detokenize_request(
-                body,
-                tokenizer=engine.tokenizer,
-                model_names=model_names,
-                vocab_size=engine.vocab_size,
-            )
-        except InvalidRequestError as e:
-            return _admission_error(e, metrics)
-        return JSONResponse({"prompt": text})
+        return route
+
+    known = {"tokenizer": engine.tokenizer, "model_names": model_names}  # vLLM's utilities:
+    tokenize = functools.partial(
+        oa.tokenize_request, **known, chat_template=chat_template, max_context=engine.max_context
+    )
+    app.post("/tokenize")(utility(tokenize))
+    detokenize = functools.partial(oa.detokenize_request, **known, vocab_size=engine.vocab_size)
+    app.post("/detokenize")(utility(detokenize))
 
     @app.get("/v1/models")
     async def models() -> dict:
