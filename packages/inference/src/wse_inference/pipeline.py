@@ -14,6 +14,9 @@ layers on the activation it holds; then `wse_core.fabric.shift(..., "S", periodi
 each stage's output to the next stage and the last stage's output back to stage 0. One
 `generate` is S ticks: every occupied slot gets exactly one new token, so tokens and draws
 equal the plain decoder's (`wse_inference.decoding`) token for token for the same seed.
+The head also applies each slot's penalties (`sampling.penalize`: the slot's token counts and
+prompt tokens ride in the state, the drawn token counted every tick) and, for a slot whose
+request asked, computes the token's logprobs (`sampling.raw_logprobs`).
 With S users in flight every stage works on every tick.
 
 Two executions of that schedule, equal token for token: stage rows spread over several
