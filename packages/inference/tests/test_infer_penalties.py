@@ -5,6 +5,7 @@ decoder's draw for draw, and the speculative engine equals the speculative decod
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import SamplingParams
@@ -13,7 +14,12 @@ from wse_inference.loading import truncated_model
 from wse_inference.pipeline import PipelineEngine
 from wse_inference.sampling import SamplingError, validate_sampling
 from wse_inference.spec_decode import SpeculativeDecoder
-from wse_inference.testing import np_penalized_greedy, tiny_model
+from wse_inference.testing import (
+    np_forward_logits,
+    np_penalize,
+    np_penalized_greedy,
+    tiny_model,
+)
 
 LOOPING = [5, 9, 5, 9, 5, 9, 5]  # the 3-layer tiny model's greedy output loops after it
 SETTINGS = [(0.7, 0.0, 1.0), (0.0, 0.5, 1.0), (0.0, 0.0, 1.6), (0.7, 0.3, 1.5)]
@@ -105,17 +111,7 @@ def test_penalties_out_of_range_refused(field, value, words):
 
 def _np_penalized_probs(model, seq, generated, pres, freq, rep, prompt):
     """The target's penalised next-token law after `seq` (NumPy float64, one forward)."""
-    import jax.numpy as jnp
-    import numpy as np
-    import wse_models
-
-    cache = wse_models.init_cache(model.config, 1, len(seq))
-    pos = jnp.arange(len(seq), dtype=jnp.int32)[None]
-    logits, _ = wse_models.forward(model.config, model.params, jnp.asarray([seq]), pos, cache)
-    z = np.asarray(logits[0, -1], np.float64)
-    counts = np.bincount(generated, minlength=z.size).astype(np.float64)
-    seen = (counts > 0) | np.isin(np.arange(z.size), prompt)
-    z = np.where(seen, np.where(z > 0, z / rep, z * rep), z) - freq * counts - pres * (counts > 0)
+    z = np_penalize(np_forward_logits(model, seq)[-1], generated, prompt, pres, freq, rep)
     e = np.exp(z - z.max())
     return e / e.sum()
 
@@ -128,7 +124,6 @@ def test_penalised_speculative_sampling_is_exact(gamma):
     rejected by the same test (the penalties act)."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
     from scipy import stats
     from wse_inference.decoding import prefill
     from wse_inference.sampling import penalties_for

@@ -99,6 +99,16 @@ def _admission_error(e: Exception, metrics: ServeMetrics) -> JSONResponse:
     return _error(503, str(e), type_="service_unavailable", code="shutting_down")
 
 
+async def _json_body(request: Request) -> Any:
+    """The request's JSON body; InvalidRequestError (code invalid_json) when malformed."""
+    try:
+        return json.loads(await request.body())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvalidRequestError(
+            f"Malformed JSON in the request body: {e}", code="invalid_json"
+        ) from None
+
+
 def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
@@ -250,8 +260,8 @@ class _Generation:
                     lps = oa.logprobs_body(
                         p, ev.logprobs, self.tokenizer, text_offset=offset[i], prompt=scored
                     )
-                    shown = [*(p.prompt_ids if echo[i] else ()), *ev.token_ids]
-                    offset[i] += sum(len(self.tokenizer.decode([t])) for t in shown)
+                    if lps is not None and lps.get("tokens"):  # completions: text_offset
+                        offset[i] = lps["text_offset"][-1] + len(lps["tokens"][-1])
                     text, echo[i] = echo[i] + ev.text, ""
                     chunk = oa.chunk_body(
                         p,
@@ -301,16 +311,7 @@ def build_app(
 
     async def generate(request: Request, kind: str) -> Response:
         try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as e:
-            metrics.reject("invalid")
-            return _error(
-                400,
-                f"Malformed JSON in the request body: {e}",
-                type_="invalid_request_error",
-                code="invalid_json",
-            )
-        try:
+            body = await _json_body(request)
             p = oa.parse_request(
                 body,
                 kind=kind,
@@ -345,11 +346,7 @@ def build_app(
 
         async def route(request: Request) -> Response:
             try:
-                try:
-                    body = json.loads(await request.body())
-                except (ValueError, UnicodeDecodeError) as e:
-                    raise InvalidRequestError(f"Malformed JSON in the request body: {e}") from None
-                return JSONResponse(answer(body))
+                return JSONResponse(answer(await _json_body(request)))
             except InvalidRequestError as e:
                 return _admission_error(e, metrics)
 

@@ -7,7 +7,8 @@
   distributed as the Markov chain p (`markov_joint` gives the exact joint law).
 - `np_logprobs`: the raw next-token log probabilities of every generated token, from ONE
   forward pass over prompt + tokens (not the decoders' incremental KV-cache path) and a NumPy
-  float64 log_softmax.
+  float64 log_softmax; `np_penalize` / `np_penalized_greedy`: vLLM's penalties in NumPy and
+  greedy decoding under them (`np_forward_logits`: one parallel forward, float64).
 - `tiny_config` / `tiny_model_dir`: a small random `wse_models` model saved in HF format.
 """
 
@@ -24,6 +25,9 @@ from wse_inference.speculative import verify
 __all__ = [
     "np_token_probs",
     "np_logprobs",
+    "np_forward_logits",
+    "np_penalize",
+    "np_penalized_greedy",
     "markov_speculative",
     "markov_joint",
     "tiny_model",
@@ -57,19 +61,47 @@ def np_token_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: fl
     return probs
 
 
-def np_logprobs(model, prompt_ids, tokens) -> np.ndarray:
-    """[len(tokens), V] float64: log_softmax of the logits that predicted each of `tokens`
-    (generated after `prompt_ids`), from one parallel forward over the whole sequence."""
+def np_forward_logits(model, seq) -> np.ndarray:
+    """[len(seq), V] float64 logits of one parallel forward over the whole token sequence
+    (not the decoders' incremental KV-cache path)."""
     import wse_models
 
-    seq = [*map(int, prompt_ids), *map(int, tokens)]
     n = len(seq)
     cache = wse_models.init_cache(model.config, 1, n)
     pos = jnp.arange(n, dtype=jnp.int32)[None]
-    logits, _ = wse_models.forward(model.config, model.params, jnp.asarray([seq]), pos, cache)
-    z = np.asarray(logits[0], np.float64)[len(prompt_ids) - 1 : n - 1]
+    tokens = jnp.asarray([[int(t) for t in seq]], jnp.int32)
+    logits, _ = wse_models.forward(model.config, model.params, tokens, pos, cache)
+    return np.asarray(logits[0], np.float64)
+
+
+def np_logprobs(model, prompt_ids, tokens) -> np.ndarray:
+    """[len(tokens), V] float64: log_softmax of the logits that predicted each of `tokens`
+    (generated after `prompt_ids`), from one parallel forward over the whole sequence."""
+    seq = [*prompt_ids, *tokens]
+    z = np_forward_logits(model, seq)[len(prompt_ids) - 1 : len(seq) - 1]
     z = z - z.max(axis=-1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def np_penalize(z, generated, prompt_ids, presence=0.0, frequency=0.0, repetition=1.0):
+    """vLLM's penalties on logits z [V] in float64, written independently of
+    `sampling.penalize`: repetition on prompt or generated tokens, then frequency x count and
+    presence for the generated ones."""
+    counts = np.bincount(np.asarray(generated, np.int64), minlength=z.size).astype(np.float64)
+    seen = counts > 0
+    seen[list(prompt_ids)] = True
+    z = np.where(seen, np.where(z > 0, z / repetition, z * repetition), z)
+    return z - frequency * counts - presence * (counts > 0)
+
+
+def np_penalized_greedy(model, prompt_ids, n, presence=0.0, frequency=0.0, repetition=1.0):
+    """n greedy tokens with vLLM's penalties, each step one parallel forward over the whole
+    sequence and `np_penalize`: the decoders' oracle."""
+    out: list[int] = []
+    for _ in range(n):
+        z = np_forward_logits(model, [*prompt_ids, *out])[-1]
+        out.append(int(np.argmax(np_penalize(z, out, prompt_ids, presence, frequency, repetition))))
+    return out
 
 
 def markov_speculative(
@@ -136,24 +168,3 @@ def save_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, seed: int =
     model = tiny_model(arch, n_layers=n_layers, seed=seed, **overrides)
     wse_models.save_params(model.config, model.params, path)
     return model
-
-
-def np_penalized_greedy(model, prompt_ids, n, presence=0.0, frequency=0.0, repetition=1.0):
-    """n greedy tokens with vLLM's penalties, each step one parallel forward over the whole
-    sequence and the penalties applied in NumPy (float64): the decoders' oracle."""
-    import wse_models
-
-    seq, out = [*map(int, prompt_ids)], []
-    for _ in range(n):
-        cache = wse_models.init_cache(model.config, 1, len(seq))
-        pos = jnp.arange(len(seq), dtype=jnp.int32)[None]
-        logits, _ = wse_models.forward(model.config, model.params, jnp.asarray([seq]), pos, cache)
-        z = np.asarray(logits[0, -1], np.float64)
-        counts = np.bincount(out, minlength=z.size).astype(np.float64)
-        seen = counts > 0
-        seen[list(prompt_ids)] = True
-        z = np.where(seen, np.where(z > 0, z / repetition, z * repetition), z)
-        z = z - frequency * counts - presence * (counts > 0)
-        out.append(int(np.argmax(z)))
-        seq.append(out[-1])
-    return out
