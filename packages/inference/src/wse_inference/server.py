@@ -14,7 +14,8 @@ Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
 Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
 request (malformed JSON included), 429 with Retry-After when the queue is full, 503 while
 shutting down. A client that disconnects cancels its request: its slot and KV cache are
-released before the next engine step. The wire format lives in `wse_inference.openai_api`.
+released before the next engine step. The wire format lives in `wse_inference.openai_api`,
+one request's answer (whole or streamed, n choices) in `wse_inference.openai_stream`.
 
 `Server(engine, ServeConfig(...))` wires everything; `.start()` runs it on background threads
 (tests, demos) and `.close()` drains and stops it; `serve(engine, config)` runs in the
@@ -25,8 +26,6 @@ exits 0. Every port may be 0 (a free port); `.http_url` / `.grpc_target` give th
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import contextlib
 import dataclasses
 import functools
@@ -37,7 +36,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import uvicorn
@@ -49,7 +48,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from wse_inference import openai_api as oa
 from wse_inference.admission import InvalidRequestError, QueueFullError, ShuttingDownError
 from wse_inference.engine import Engine, SamplingParams
-from wse_inference.scheduler import Scheduler, StreamEvent
+from wse_inference.openai_stream import Generation, error_response
+from wse_inference.scheduler import Scheduler
 from wse_inference.serve_metrics import CONTENT_TYPE, ServeMetrics
 
 __all__ = ["ServeConfig", "Server", "build_app", "serve"]
@@ -69,26 +69,15 @@ class ServeConfig:
     chat_template: str | None = None  # Jinja; overrides the tokenizer's (vLLM's --chat-template)
 
 
-def _error(
-    status: int,
-    message: str,
-    *,
-    type_: str,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict | None = None,
-) -> JSONResponse:
-    body = oa.error_body(message, type_=type_, param=param, code=code)
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def _admission_error(e: Exception, metrics: ServeMetrics) -> JSONResponse:
+def _admissionerror_response(e: Exception, metrics: ServeMetrics) -> JSONResponse:
     if isinstance(e, InvalidRequestError):
         metrics.reject("invalid")
-        return _error(400, str(e), type_="invalid_request_error", param=e.param, code=e.code)
+        return error_response(
+            400, str(e), type_="invalid_request_error", param=e.param, code=e.code
+        )
     if isinstance(e, QueueFullError):
         metrics.reject("queue_full")
-        return _error(
+        return error_response(
             429,
             str(e),
             type_="rate_limit_error",
@@ -96,7 +85,7 @@ def _admission_error(e: Exception, metrics: ServeMetrics) -> JSONResponse:
             headers={"Retry-After": str(e.retry_after_s)},
         )
     metrics.reject("shutting_down")
-    return _error(503, str(e), type_="service_unavailable", code="shutting_down")
+    return error_response(503, str(e), type_="service_unavailable", code="shutting_down")
 
 
 async def _json_body(request: Request) -> Any:
@@ -107,185 +96,6 @@ async def _json_body(request: Request) -> Any:
         raise InvalidRequestError(
             f"Malformed JSON in the request body: {e}", code="invalid_json"
         ) from None
-
-
-def _sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
-
-
-async def _watch_disconnect(request: Request, cancel: Callable[[], None]) -> None:
-    """Cancel the request when the client goes away (the body is already read)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    cancel()
-
-
-class _Generation:
-    """One admitted request of `p.n` choices (one scheduler submission each): events arrive
-    from the engine thread into one asyncio queue as (choice index, event)."""
-
-    def __init__(self, scheduler: Scheduler, p: oa.ParsedRequest) -> None:
-        loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[tuple[int, StreamEvent]] = asyncio.Queue()
-        self._pending: collections.deque[tuple[int, StreamEvent]] = collections.deque()
-        self.p = p
-        self.tokenizer = scheduler.engine.tokenizer
-        self.rid = oa.new_request_id(p.kind)
-        self.handles: list[Any] = []
-        try:
-            for i in range(p.n):
-                self.handles.append(
-                    scheduler.submit(
-                        prompt_ids=p.prompt_ids,
-                        sampling=oa.choice_sampling(p.sampling, i),
-                        sink=lambda ev, i=i: self._put(loop, i, ev),
-                    )
-                )
-        except BaseException:
-            self.cancel()  # admitted choices of a refused request do not run
-            raise
-        self.created = self.handles[0].timing.created
-
-    def _put(self, loop: asyncio.AbstractEventLoop, i: int, ev: StreamEvent) -> None:
-        loop.call_soon_threadsafe(self.queue.put_nowait, (i, ev))
-
-    def cancel(self) -> None:
-        for h in self.handles:
-            h.cancel()
-
-    def _final(self, finals: dict[int, StreamEvent]) -> tuple[dict, dict]:
-        """usage (the prompt once, every choice's completion) and the last choice's timing"""
-        ev = finals[0]
-        completion = sum(e.completion_tokens for e in finals.values())
-        last = max(self.handles, key=lambda h: h.timing.end_s or 0.0)
-        return oa.usage_dict(ev.prompt_tokens, completion), last.timing.time_info()
-
-    async def whole(self, request: Request) -> JSONResponse:
-        watcher = asyncio.create_task(_watch_disconnect(request, self.cancel))
-        n = self.p.n
-        parts: list[list[str]] = [[self._echo()] for _ in range(n)]
-        lps: list[list] = [[] for _ in range(n)]
-        prompt: list[Any] = [None] * n
-        finals: dict[int, StreamEvent] = {}
-        try:
-            while len(finals) < n:
-                i, ev = await self.queue.get()
-                parts[i].append(ev.text)
-                lps[i] += ev.logprobs or ()
-                prompt[i] = prompt[i] or ev.prompt_logprobs
-                if ev.finish_reason is not None:
-                    finals[i] = ev
-                    if ev.error is not None:
-                        break
-        finally:
-            watcher.cancel()
-            self.cancel()
-        if ev.error is not None:
-            if ev.finish_reason == "invalid":  # refused by the engine itself
-                return _error(400, ev.error, type_="invalid_request_error", code="invalid_value")
-            status = 503 if ev.finish_reason == "abort" else 500
-            return _error(status, ev.error, type_="server_error", code=ev.finish_reason)
-        usage, time_info = self._final(finals)
-        choices = [
-            oa.Choice(
-                text="".join(parts[i]),
-                finish_reason=finals[i].finish_reason or "stop",
-                logprobs=oa.logprobs_body(self.p, lps[i], self.tokenizer, prompt=prompt[i]),
-            )
-            for i in range(n)
-        ]
-        return JSONResponse(
-            oa.completion_body(
-                self.p, self.rid, self.created, choices=choices, usage=usage, time_info=time_info
-            )
-        )
-
-    def _echo(self) -> str:
-        """The prompt's text when the request asked for it back (echo), else ''."""
-        return self.tokenizer.decode(self.p.prompt_ids) if self.p.echo else ""
-
-    async def _next(self) -> tuple[int, StreamEvent]:
-        """The next event of some choice, merged with that choice's events already queued: a
-        slow reader gets fewer chunks."""
-        if not self._pending:
-            self._pending.append(await self.queue.get())
-        while not self.queue.empty():
-            self._pending.append(self.queue.get_nowait())
-        i, ev = self._pending.popleft()
-        rest: collections.deque[tuple[int, StreamEvent]] = collections.deque()
-        while self._pending:
-            j, nxt = self._pending.popleft()
-            if j != i or ev.finish_reason is not None:
-                rest.append((j, nxt))
-                continue
-            lps = None if ev.logprobs is None else ev.logprobs + (nxt.logprobs or ())
-            ev = dataclasses.replace(
-                nxt,
-                text=ev.text + nxt.text,
-                token_ids=ev.token_ids + nxt.token_ids,
-                logprobs=lps,
-                prompt_logprobs=ev.prompt_logprobs or nxt.prompt_logprobs,
-            )
-        self._pending = rest
-        return i, ev
-
-    async def stream(self) -> AsyncIterator[str]:
-        p, rid, created, n = self.p, self.rid, self.created, self.p.n
-        offset = [0] * n  # where each choice's next token text starts (text_offset)
-        echo = [self._echo()] * n  # sent with each choice's first chunk
-        finals: dict[int, StreamEvent] = {}
-        try:
-            if p.kind == "chat":
-                for i in range(n):
-                    yield _sse(
-                        oa.chunk_body(
-                            p, rid, created, text=None, finish_reason=None, role=True, index=i
-                        )
-                    )
-            while len(finals) < n:
-                i, ev = await self._next()
-                if ev.error is not None:
-                    if ev.text:
-                        yield _sse(
-                            oa.chunk_body(
-                                p, rid, created, text=ev.text, finish_reason=None, index=i
-                            )
-                        )
-                    invalid = ev.finish_reason == "invalid"
-                    kind = "invalid_request_error" if invalid else "server_error"
-                    yield _sse(oa.error_body(ev.error, type_=kind, code=ev.finish_reason))
-                    break
-                if ev.text or ev.finish_reason or ev.logprobs or echo[i]:
-                    scored = ev.prompt_logprobs if echo[i] else None
-                    lps = oa.logprobs_body(
-                        p, ev.logprobs, self.tokenizer, text_offset=offset[i], prompt=scored
-                    )
-                    if lps is not None and lps.get("tokens"):  # completions: text_offset
-                        offset[i] = lps["text_offset"][-1] + len(lps["tokens"][-1])
-                    text, echo[i] = echo[i] + ev.text, ""
-                    chunk = oa.chunk_body(
-                        p,
-                        rid,
-                        created,
-                        text=text,
-                        finish_reason=ev.finish_reason,
-                        logprobs=lps,
-                        index=i,
-                    )
-                    if ev.finish_reason is not None:
-                        chunk["time_info"] = self.handles[i].timing.time_info()
-                    yield _sse(chunk)
-                if ev.finish_reason is not None:
-                    finals[i] = ev
-            else:  # every choice finished
-                if p.include_usage:
-                    usage, time_info = self._final(finals)
-                    yield _sse(
-                        oa.usage_chunk_body(p, rid, created, usage=usage, time_info=time_info)
-                    )
-            yield "data: [DONE]\n\n"
-        finally:  # also on client disconnect: the stream task is cancelled
-            self.cancel()
 
 
 def build_app(
@@ -301,13 +111,13 @@ def build_app(
     started = int(time.time())
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail), type_="invalid_request_error")
+    async def _httperror_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), type_="invalid_request_error")
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return _error(500, f"internal error: {type(exc).__name__}", type_="server_error")
+        return error_response(500, f"internal error: {type(exc).__name__}", type_="server_error")
 
     async def generate(request: Request, kind: str) -> Response:
         try:
@@ -320,9 +130,9 @@ def build_app(
                 max_context=engine.max_context,
                 chat_template=chat_template,
             )
-            gen = _Generation(scheduler, p)
+            gen = Generation(scheduler, p)
         except (InvalidRequestError, QueueFullError, ShuttingDownError) as e:
-            return _admission_error(e, metrics)
+            return _admissionerror_response(e, metrics)
         if p.stream:
             # The background task also runs when the client left before the stream started.
             return StreamingResponse(
@@ -348,7 +158,7 @@ def build_app(
             try:
                 return JSONResponse(answer(await _json_body(request)))
             except InvalidRequestError as e:
-                return _admission_error(e, metrics)
+                return _admissionerror_response(e, metrics)
 
         return route
 
