@@ -1,4 +1,4 @@
-"""The OpenAI wire format: request parsing and validation, chat template, response bodies.
+"""The OpenAI wire format of requests: parsing and validation, chat template.
 
 Requests (`parse_request(body, kind=..., ...)`) accept the fields the official `openai` client
 sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or messages, max_tokens
@@ -11,15 +11,8 @@ supported (best_of > 1, several prompts, a logit_bias) are refused with
 `InvalidRequestError` (HTTP 400); other fields (user, ...) are ignored. A missing
 max_tokens means "the rest of the context window" (vLLM's default).
 
-Log probabilities, as vLLM returns them (the raw model's, before temperature and cuts; at
-most MAX_LOGPROBS = 20 alternatives): `/v1/completions` takes `logprobs: k` and answers
-{tokens, token_logprobs, top_logprobs (per token a {token: logprob} dict of the k most likely
-and the chosen token; null when k = 0), text_offset}; with `echo: true` the text starts with
-the prompt and the logprobs with the prompt's tokens (the first one's null), which is how
-lm-evaluation-harness' local-completions scores loglikelihoods; `/v1/chat/completions` takes
-`logprobs: true` and `top_logprobs: k` and answers {content: [{token, logprob, bytes,
-top_logprobs: [{token, logprob, bytes}] x k}]}. Streamed chunks carry their tokens'.
-A token's text is `tokenizer.decode([id])`; logprobs are clamped at -9999.0 as vLLM's are.
+Logprobs are asked with `logprobs: k` (completions) or `logprobs: true, top_logprobs: k`
+(chat), k in 0..MAX_LOGPROBS = 20; `echo: true` with logprobs also scores the prompt.
 
 Chat template: a template given to the server (`chat_template=`, vLLM's --chat-template) comes
 first; then a tokenizer with `apply_chat_template` (transformers) is used as is; then one with
@@ -31,8 +24,8 @@ the 400's. Otherwise the plain template is one line per message, "role: content"
 by "assistant:" — e.g. [system "Be brief.", user "Hi"] becomes "system: Be brief.\\nuser:
 Hi\\nassistant:". Content may be a string or a list of {"type": "text", "text": ...} parts.
 
-Responses follow OpenAI's shapes, plus Cerebras' `time_info` ({queue_time, prompt_time,
-completion_time, total_time} in seconds, `created` in Unix seconds) next to `usage`.
+The answers (response bodies, logprobs, streaming) are `wse_inference.openai_stream`'s;
+vLLM's /tokenize and /detokenize bodies are here (`tokenize_request`, `detokenize_request`).
 """
 
 from __future__ import annotations
@@ -40,28 +33,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from wse_inference.admission import InvalidRequestError
-from wse_inference.engine import MAX_LOGPROBS, SamplingParams, Tokenizer, TokenLogprob
+from wse_inference.engine import MAX_LOGPROBS, SamplingParams, Tokenizer
 
 __all__ = [
     "ParsedRequest",
     "parse_request",
     "chat_prompt",
-    "error_body",
-    "usage_dict",
-    "completion_body",
-    "chunk_body",
-    "usage_chunk_body",
-    "logprobs_body",
-    "Choice",
     "tokenize_request",
     "detokenize_request",
     "choice_sampling",
-    "new_request_id",
 ]
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -77,15 +61,6 @@ class ParsedRequest:
     include_usage: bool
     echo: bool = False  # /v1/completions: the answer starts with the prompt (and its logprobs)
     n: int = 1  # choices, each its own sequence (choice_sampling)
-
-
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    """One finished choice of a whole (non-streamed) response."""
-
-    text: str
-    finish_reason: str
-    logprobs: dict | None = None  # from logprobs_body
 
 
 MAX_N = 16  # choices per request
@@ -371,148 +346,3 @@ def detokenize_request(
     if bad:
         raise _bad(f"Token id {bad[0]} is outside the vocabulary [0, {vocab_size}).", "tokens")
     return {"prompt": tokenizer.decode(ids)}
-
-
-def new_request_id(kind: str) -> str:
-    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
-
-
-def error_body(
-    message: str,
-    *,
-    type_: str = "invalid_request_error",
-    param: str | None = None,
-    code: str | None = None,
-) -> dict:
-    """OpenAI's error object."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
-def _head(kind: str, rid: str, created: int, model: str, *, chunk: bool) -> dict:
-    obj = {"chat": "chat.completion", "completion": "text_completion"}[kind]
-    if chunk and kind == "chat":
-        obj += ".chunk"
-    return {"id": rid, "object": obj, "created": created, "model": model}
-
-
-def _clamp(lp: float) -> float:
-    return max(lp, -9999.0)
-
-
-def logprobs_body(
-    p: ParsedRequest,
-    logprobs: Sequence[TokenLogprob] | None,
-    tokenizer: Tokenizer,
-    *,
-    text_offset: int = 0,
-    prompt: Sequence[TokenLogprob | None] | None = None,
-) -> dict | None:
-    """The `logprobs` of a choice (or a streamed chunk's choice) for these tokens; None when
-    the request did not ask. `text_offset`: where the first token's text starts in the
-    completion (the length of the text already sent, for a stream). `prompt` (echo): the
-    prompt's own logprobs come first, the first token's null as in vLLM and OpenAI."""
-    if p.sampling.logprobs is None or logprobs is None:
-        return None
-    k = p.sampling.logprobs
-    word = functools.lru_cache(maxsize=None)(lambda t: tokenizer.decode([t]))
-    if p.kind == "chat":
-
-        def entry(t: int, lp: float) -> dict:
-            return {"token": word(t), "logprob": _clamp(lp), "bytes": list(word(t).encode())}
-
-        return {
-            "content": [
-                {**entry(x.token, x.logprob), "top_logprobs": [entry(*a) for a in x.top[:k]]}
-                for x in logprobs
-            ]
-        }
-    scored: list[tuple[int, TokenLogprob | None]] = [(x.token, x) for x in logprobs]
-    if prompt is not None:
-        scored[:0] = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
-    offsets = []
-    for t, _ in scored:
-        offsets.append(text_offset)
-        text_offset += len(word(t))
-    return {
-        "tokens": [word(t) for t, _ in scored],
-        "token_logprobs": [None if x is None else _clamp(x.logprob) for _, x in scored],
-        "top_logprobs": [
-            {**{word(a): _clamp(lp) for a, lp in x.top[:k]}, word(t): _clamp(x.logprob)}
-            if k and x is not None
-            else None
-            for t, x in scored
-        ],
-        "text_offset": offsets,
-    }
-
-
-def completion_body(
-    p: ParsedRequest,
-    rid: str,
-    created: int,
-    *,
-    choices: Sequence[Choice],
-    usage: dict,
-    time_info: dict,
-) -> dict:
-    """A whole (non-streamed) response of one or more choices."""
-
-    def one(i: int, c: Choice) -> dict:
-        out: dict = {"index": i}
-        if p.kind == "chat":
-            out["message"] = {"role": "assistant", "content": c.text}
-        else:
-            out["text"] = c.text
-        return {**out, "logprobs": c.logprobs, "finish_reason": c.finish_reason}
-
-    return {
-        **_head(p.kind, rid, created, p.model, chunk=False),
-        "choices": [one(i, c) for i, c in enumerate(choices)],
-        "usage": usage,
-        "time_info": time_info,
-    }
-
-
-def chunk_body(
-    p: ParsedRequest,
-    rid: str,
-    created: int,
-    *,
-    text: str | None,
-    finish_reason: str | None,
-    role: bool = False,
-    logprobs: dict | None = None,
-    index: int = 0,
-) -> dict:
-    """One streamed chunk of choice `index`: new text and/or the finish reason (a role chunk
-    opens a chat); `logprobs` (from `logprobs_body`) of the chunk's tokens."""
-    choice: dict = {"index": index}
-    if p.kind == "chat":
-        delta: dict = {"role": "assistant", "content": ""} if role else {}
-        if text:
-            delta["content"] = text
-        choice["delta"] = delta
-    else:
-        choice["text"] = text or ""
-    choice.update(logprobs=logprobs, finish_reason=finish_reason)
-    return {**_head(p.kind, rid, created, p.model, chunk=True), "choices": [choice]}
-
-
-def usage_chunk_body(
-    p: ParsedRequest, rid: str, created: int, *, usage: dict, time_info: dict
-) -> dict:
-    """The last chunk with `stream_options.include_usage`: no choices, usage and time_info."""
-    return {
-        **_head(p.kind, rid, created, p.model, chunk=True),
-        "choices": [],
-        "usage": usage,
-        "time_info": time_info,
-    }
