@@ -10,7 +10,7 @@ from wse_inference.decode_perf import (
     predict_decode,
     predict_model,
 )
-from wse_inference.planner import PipelinePlanError, min_wafers, plan_pipeline
+from wse_core.pipeline_plan import PipelinePlanError, min_wafers, plan_pipeline
 from wse_models import preset_config
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from jax import lax
 
 from wse_inference.engine import MAX_LOGPROBS
-from wse_inference.planner import _split
+from wse_core.pipeline_plan import split_even as _split
 from wse_inference.sampling import Penalties, penalize, raw_logprobs, sample, token_key
 
 __all__ = [

@@ -3,7 +3,8 @@ and the performance model.
 
 The spine (shared/DESIGN.md): `WaferSpec` (a preset) -> `build_wafer` (mesh, defects and
 remap, SRAM ledger, traffic ledger) -> kernels place fields with `wafer.place`, move data only
-with `wse_core.fabric`, and return a `Report` whose `predicted` comes from `PerfModel`.
+with `wse_core.fabric`, and return a `RunReport` whose `predicted` comes from `PerfModel`
+(instruction-level counts, one phase algebra, one calibration: `wse_core.calibration`).
 
 Importing this package does not import JAX; `wse_core.wafer` and `wse_core.fabric` do, so call
 `wse_core.runtime.configure(devices)` first when the device count matters.
@@ -19,7 +20,8 @@ from wse_core.errors import (
     suggest,
 )
 from wse_core.experiment import ExperimentResult, PredictionRow, write_experiment
-from wse_core.perf import OVERLAP, PerfModel, Prediction, Work
+from wse_core.perf import OVERLAP, Cost, Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
+from wse_core.report import RunReport
 from wse_core.spec import DTYPES, PRESETS, WaferSpec, load_spec, preset, spec_from
 from wse_core.sram import Allocation, Region, SramLedger
 from wse_core.traffic import Traffic, TrafficLedger
@@ -36,7 +38,14 @@ __all__ = [
     "ExperimentResult",
     "PerfModel",
     "PlacementError",
-    "Prediction",
+    "Op",
+    "Phase",
+    "Phases",
+    "RunReport",
+    "Timing",
+    "Cost",
+    "overlap",
+    "serial",
     "PredictionRow",
     "Region",
     "Remap",

@@ -501,6 +501,7 @@ def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: i
         lines * w * (size - 1) * mean_h,
         w,
         (size - 1) * max_h,
+        {"E": w, "W": w} if grid_axis == 1 else {"N": w, "S": w},  # out from the source
     )
     return _on_blocks(wafer, on_block, x)
 

@@ -44,20 +44,33 @@ def hops(wafer: Wafer, axis: int) -> tuple[float, float]:
     return float(links.mean()), float(links.max())
 
 
-def record(wafer: Wafer, op: str, words: float, word_hops: float, busiest: float, lat: float):
-    wafer.traffic.record(Traffic(op, words, word_hops, busiest, lat, 1))
+def record(
+    wafer: Wafer,
+    op: str,
+    words: float,
+    word_hops: float,
+    busiest: float,
+    lat: float,
+    links: dict[str, float] | None = None,
+) -> None:
+    """One entry; `links` are the busiest PE's words per outgoing direction (their sum is
+    `busiest`)."""
+    wafer.traffic.record(Traffic(op, words, word_hops, busiest, lat, 1, links or {}))
 
 
 def record_multicast(wafer: Wafer, direction: str, w: float, k: int) -> None:
     mean_h, max_h = hops(wafer, DIRECTIONS[direction][0])
     n = wafer.num_pes
-    record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, k * max_h)
+    # Each PE forwards k values (its own and k - 1 passing through) on one link.
+    links = {direction: k * w}  # data travels toward `direction`
+    record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, k * max_h, links)
 
 
 def record_shift(wafer: Wafer, direction: str, w: float, distance: int) -> None:
     mean_h, max_h = hops(wafer, DIRECTIONS[direction][0])
     n = wafer.num_pes
-    record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, distance * max_h)
+    links = {direction: w * distance}  # a value relayed over `distance` links
+    record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, distance * max_h, links)
 
 
 def record_reduce(wafer: Wafer, x, axes: tuple[int, ...], op: str, both: bool) -> None:
@@ -68,4 +81,9 @@ def record_reduce(wafer: Wafer, x, axes: tuple[int, ...], op: str, both: bool) -
     # A chain reduction toward the centre of each reduced axis: half the axis in latency.
     lat = sum((sizes[a] - 1) / 2 * hops(wafer, a)[1] for a in axes)
     mult = 2 if both else 1  # allreduce = reduce + broadcast back
-    record(wafer, op, n * w * mult, n * w * mult, 2 * w * mult, lat * mult)
+    # Toward the centre of each axis from both ends, and back out: w per link each way.
+    links: dict[str, float] = {}
+    for a in axes:
+        for d in ("N", "S") if a == 0 else ("E", "W"):
+            links[d] = links.get(d, 0.0) + w * mult
+    record(wafer, op, n * w * mult, n * w * mult, 2 * w * mult, lat * mult, links)

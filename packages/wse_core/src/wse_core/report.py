@@ -1,41 +1,150 @@
-"""Kernel reports: what a run used (SRAM, fabric traffic), took (measured) and would take
-on the wafer (predicted), in one JSON-ready record.
+"""One result for every run: `RunReport` — what was measured, what the wafer would take.
 
-Every kernel shell returns a `Report` next to its numerical result. `measured_wall_s` is the
-emulator's wall time on this machine; `predicted` is the performance model's wafer time for
-the same work, so the two stand side by side.
+Contract. Every shell (stencil, BiCGSTAB, MD, TLR-MVM, `wse train`, the inference engines)
+returns a `RunReport` built by `RunReport.build(...)` from the `Phases` it priced with
+`PerfModel` (the same plan object its emulation ran), so that:
+
+- `measured_wall_s` is the emulator's wall time on this machine (None for a plan only);
+- `predicted` is the evaluated phase tree (`wse_core.perf.Timing`): seconds and the bound
+  of every phase, the critical phase, per-resource costs;
+- `work` is the total counted work (instructions by kind and dtype, SRAM bytes, words per
+  link direction, hops), `traffic` the fabric ledger's count, `sram` the ledger's summary;
+- `assumptions` lists every assumption behind the figure (the spec's assumed fields, the
+  overlap rule, the kernel's own), and `calibration` the efficiencies in force;
+- `energy_j` is predicted seconds times the system's power (`wse_core.economics` when it
+  knows the wafer, else None), with `units` saying what one prediction covers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from wse_core.perf import Prediction
+from wse_core.calibration import Calibration
+from wse_core.perf import OVERLAP, PerfModel, Phase, Phases, Timing
+from wse_core.spec import WaferSpec
 from wse_core.traffic import Traffic
 
-__all__ = ["Report", "stopwatch"]
+__all__ = ["RunReport", "stopwatch"]
+
+
+def _power_w(spec: WaferSpec, systems: int) -> float | None:
+    try:
+        from wse_core import economics
+    except ImportError:  # the economics table is optional for the cost model
+        return None
+    fn = getattr(economics, "system_power_w", None)
+    if fn is None:
+        return None
+    try:
+        peak = fn(spec.name)
+    except Exception:  # an unknown (custom or test) wafer has no power figure
+        return None
+    peak = peak[0] if isinstance(peak, tuple) else peak
+    return float(peak) * systems
 
 
 @dataclasses.dataclass
-class Report:
+class RunReport:
     name: str
-    sram: dict[str, Any]
-    traffic: Traffic
-    measured_wall_s: float
-    predicted: Prediction | None = None
+    wafer: str
+    predicted: Timing
+    phases: Phases
+    calibration: Calibration
+    assumptions: dict[str, str]
+    measured_wall_s: float | None = None
+    traffic: Traffic = dataclasses.field(default_factory=Traffic)
+    sram: dict[str, Any] = dataclasses.field(default_factory=dict)
+    units: str = "run"
+    systems: int = 1
+    energy_j: float | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        spec: WaferSpec,
+        phases: Phases | Phase,
+        *,
+        measured_wall_s: float | None = None,
+        traffic: Traffic | None = None,
+        sram: Mapping[str, Any] | None = None,
+        assumptions: Mapping[str, str] | None = None,
+        units: str = "run",
+        systems: int = 1,
+        model: PerfModel | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> RunReport:
+        """Evaluate `phases` on `spec` and gather everything a reader needs beside it."""
+        from wse_core.assumptions import listed
+
+        if isinstance(phases, Phase):
+            phases = Phases("serial", (phases,), phases.name)
+        model = model or PerfModel(spec)
+        timing = model.evaluate(phases)
+        power = _power_w(spec, systems)
+        return cls(
+            name=name,
+            wafer=spec.name,
+            predicted=timing,
+            phases=phases,
+            calibration=model._cal(),
+            assumptions={"overlap rule": OVERLAP, **listed(spec), **dict(assumptions or {})},
+            measured_wall_s=measured_wall_s,
+            traffic=traffic or Traffic(),
+            sram=dict(sram or {}),
+            units=units,
+            systems=systems,
+            energy_j=None if power is None else power * timing.seconds,
+            extra=dict(extra or {}),
+        )
+
+    @property
+    def predicted_s(self) -> float:
+        return self.predicted.seconds
+
+    @property
+    def bound(self) -> str:
+        return self.predicted.critical().bound
+
+    def with_measured(self, wall_s: float) -> RunReport:
+        return dataclasses.replace(self, measured_wall_s=wall_s)
+
+    def phase_rows(self) -> list[dict[str, object]]:
+        """One row per phase: depth, name, repeat, seconds (all repeats), bound."""
+        return [
+            {
+                "depth": depth,
+                "phase": node.name,
+                "repeat": node.repeat,
+                "seconds": node.seconds,
+                "share": node.seconds / self.predicted.seconds if self.predicted.seconds else 0,
+                "bound": node.bound,
+            }
+            for depth, node in self.predicted.rows()
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "sram": self.sram,
-            "traffic": self.traffic.to_dict(),
+            "wafer": self.wafer,
+            "units": self.units,
+            "systems": self.systems,
             "measured_wall_s": self.measured_wall_s,
-            "predicted": None if self.predicted is None else self.predicted.to_dict(),
+            "predicted_s": self.predicted.seconds,
+            "bound": self.bound,
+            "critical_phase": self.predicted.critical().name,
+            "energy_j": self.energy_j,
+            "predicted": self.predicted.to_dict(),
+            "work": self.phases.total_work().to_dict(),
+            "traffic": self.traffic.to_dict(),
+            "sram": self.sram,
+            "calibration": self.calibration.to_dict(),
+            "assumptions": self.assumptions,
             **self.extra,
         }
 

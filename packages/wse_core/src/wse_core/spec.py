@@ -23,6 +23,10 @@ from wse_core.errors import SpecError, suggest
 
 __all__ = [
     "WaferSpec",
+    "OP_KINDS",
+    "SIMD_WSE2",
+    "SIMD_WSE3",
+    "ASSUMED_FIELDS",
     "PRESETS",
     "preset",
     "spec_from",
@@ -31,6 +35,50 @@ __all__ = [
 ]
 
 DTYPES = ("fp16", "bf16", "fp32")
+
+# DSD operation kinds the cost model prices (wse_core.perf.Op). "fmac_mixed" and "add_mixed"
+# are fp16 operands accumulated in fp32 (@fmachs, @faddhs); "convert" is fp16 <-> fp32.
+OP_KINDS = (
+    "add", "sub", "mul", "fmac", "fmac_mixed", "add_mixed", "move", "neg", "abs", "scale",
+    "max", "convert", "shift", "sqrt", "div",
+)  # fmt: skip
+
+# SIMD width (elements per cycle) by "kind.dtype", from the SDK language appendix
+# (shared/REFERENCES.md, "PE and fabric costs"). bf16 is priced as fp16. Entries marked
+# INFERRED are not in the SDK table: fp32 mul and FMAC are taken as 1-wide on both
+# generations; sqrt has no SIMD form (width 1, `sqrt_cycles` per element); division is about
+# 50 cycles per element (`div_cycles`).
+_FP16_OPS = ("add", "sub", "mul", "fmac", "move", "neg", "abs", "scale")
+_FP32_OPS = ("add", "sub", "move", "neg", "abs", "scale")
+
+
+def _simd(w16: float, w32: float, wmix: float, wmax16: float, wnarrow: float) -> dict:
+    table = {f"{k}.{d}": w16 for k in _FP16_OPS for d in ("fp16", "bf16")}
+    table |= {f"{k}.fp32": w32 for k in _FP32_OPS}
+    table |= {"fmac_mixed.fp16": wmix, "add_mixed.fp16": wmix, "move.fp32": w32}
+    table |= {"fmac_mixed.bf16": wmix, "add_mixed.bf16": wmix}
+    table |= {"max.fp16": wmax16, "max.bf16": wmax16, "max.fp32": wnarrow}
+    table |= {f"{k}.{d}": wnarrow for k in ("convert", "shift") for d in DTYPES}
+    table |= {"mul.fp32": 1.0, "fmac.fp32": 1.0}  # INFERRED (not in the SDK table)
+    table |= {f"{k}.{d}": 1.0 for k in ("sqrt", "div") for d in DTYPES}
+    return table
+
+
+SIMD_WSE2 = MappingProxyType(_simd(4.0, 2.0, 2.0, 1.0, 1.0))
+SIMD_WSE3 = MappingProxyType(_simd(8.0, 4.0, 4.0, 8.0, 4.0))
+
+# Spec fields whose preset values are assumptions (not published); `wse experiments run NAME
+# --assume KEY=VALUE` may change them (wse_core.assumptions), and every prediction lists them.
+ASSUMED_FIELDS = {
+    "clock_hz": "clock (not published; SDK scripts divide by 850 MHz; WSE-3 from marketing)",
+    "hop_latency_cycles": "router latency per fabric hop (SDK scripts: 1 cycle; a trace: 2)",
+    "dsd_issue_cycles": "cycles to issue one DSD instruction before its first element",
+    "sqrt_cycles": "cycles per element of a square root (no SIMD form)",
+    "div_cycles": "cycles per element of a division (SDK example comments: about 50)",
+    "fp32_mul_width": "SIMD width of fp32 mul and FMAC (inferred: not in the SDK table)",
+    "system_latency_s": "latency of one activation pass between two systems",
+    "overlap": "1: compute, SRAM and fabric streaming overlap fully; 0: they add up",
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -53,6 +101,15 @@ class WaferSpec:
     hop_latency_cycles: float = 1.0  # router latency per fabric hop (assumption: 1 cycle)
     memoryx_bytes_per_s: float = 150e9  # weight store -> wafer (assumption: the host I/O rate)
     swarmx_bytes_per_s: float = 150e9  # per-system broadcast / reduce link (same assumption)
+    # The instruction-level cost model (wse_core.perf): SIMD width by "kind.dtype" (see
+    # SIMD_WSE2 / SIMD_WSE3) and the assumed costs listed in ASSUMED_FIELDS.
+    simd_widths: Mapping[str, float] = dataclasses.field(default_factory=lambda: SIMD_WSE2)
+    fp32_mul_width: float = 1.0  # INFERRED: fp32 mul / FMAC are not in the SDK's table
+    dsd_issue_cycles: float = 3.0  # assumption: not published
+    sqrt_cycles: float = 10.0  # assumption: not published (no SIMD form)
+    div_cycles: float = 50.0  # SDK example comments ("about 50 cycles")
+    system_latency_s: float = 2e-6  # assumption: one system-to-system activation pass
+    overlap: float = 1.0  # assumption: 1 = streaming parts overlap fully, 0 = they add up
 
     def __post_init__(self) -> None:
         for field in ("pe_rows", "pe_cols", "sram_bytes_per_pe"):
@@ -77,6 +134,24 @@ class WaferSpec:
                 raise SpecError(f"{field} must be a positive number, got {value!r}")
         if not 0.0 <= float(self.defect_rate) < 1.0:
             raise SpecError(f"defect_rate must be in [0, 1), got {self.defect_rate!r}")
+        for field in ("dsd_issue_cycles", "sqrt_cycles", "div_cycles", "system_latency_s"):
+            if not getattr(self, field) >= 0:
+                raise SpecError(f"{field} must be >= 0, got {getattr(self, field)!r}")
+        if not self.fp32_mul_width > 0:
+            raise SpecError(f"fp32_mul_width must be > 0, got {self.fp32_mul_width!r}")
+        if self.overlap not in (0, 1, 0.0, 1.0):
+            raise SpecError(f"overlap must be 0 (serial) or 1 (full overlap), got {self.overlap!r}")
+        widths = dict(self.simd_widths)
+        for key, width in widths.items():
+            kind, _, dtype = str(key).partition(".")
+            if kind not in OP_KINDS or dtype not in DTYPES:
+                raise SpecError(
+                    f"simd_widths key {key!r} must be 'kind.dtype' with kind in "
+                    f"{', '.join(OP_KINDS)} and dtype in {', '.join(DTYPES)}"
+                )
+            if not isinstance(width, int | float) or width <= 0:
+                raise SpecError(f"simd_widths[{key!r}] must be a positive number, got {width!r}")
+        object.__setattr__(self, "simd_widths", MappingProxyType(widths))
         if self.hop_latency_cycles < 0:
             raise SpecError(f"hop_latency_cycles must be >= 0, got {self.hop_latency_cycles!r}")
         flops = dict(self.flops_per_cycle)
@@ -115,6 +190,24 @@ class WaferSpec:
                 return float(self.flops_per_cycle[key])
         raise SpecError(f"no flops_per_cycle for {dtype!r}")  # unreachable: fp32 is required
 
+    def simd_width(self, kind: str, dtype: str, stride: int = 1) -> float:
+        """Elements per cycle of one DSD operation `kind` on `dtype` at memory `stride`.
+
+        Full width needs stride 0 or 1 or stride % 8 in {2, 3, 5, 6}; stride % 8 in {1, 7}
+        gives at most 2 and stride % 8 == 0 gives 1 (SDK bank rules, REFERENCES.md)."""
+        if kind not in OP_KINDS:
+            raise SpecError(f"unknown DSD op kind {kind!r}{suggest(kind, OP_KINDS)}")
+        if dtype not in DTYPES:
+            raise SpecError(f"unknown dtype {dtype!r}{suggest(dtype, DTYPES)}")
+        if kind in ("mul", "fmac") and dtype == "fp32":
+            width = float(self.fp32_mul_width)
+        else:
+            width = float(self.simd_widths.get(f"{kind}.{dtype}", 1.0))
+        s = abs(int(stride))
+        if s in (0, 1) or s % 8 in (2, 3, 5, 6):
+            return width
+        return min(width, 2.0) if s % 8 in (1, 7) else 1.0
+
     def peak_flops(self, dtype: str = "fp16") -> float:
         """Whole-wafer peak flop/s for `dtype`."""
         return self.num_pes * self.flops_per_cycle_for(dtype) * self.clock_hz
@@ -145,7 +238,14 @@ class WaferSpec:
         # dataclasses.asdict cannot deep-copy a MappingProxy, so build the dict by hand.
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["flops_per_cycle"] = dict(self.flops_per_cycle)
+        out["simd_widths"] = dict(self.simd_widths)
         return out
+
+    def key(self) -> str:
+        """A stable text key of every field (for caches keyed by spec)."""
+        import json
+
+        return json.dumps(self.to_dict(), sort_keys=True)
 
 
 def _coerce(name: str, annotation: object, value: Any) -> Any:
@@ -184,7 +284,8 @@ _WSE2 = WaferSpec(
 PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
     {
         # WSE-1: 400,000 cores and 18 GB; no public fabric size, so a 633 x 633 square
-        # (400,689 PEs) is assumed; clock assumed equal to WSE-2's.
+        # (400,689 PEs) is assumed; clock and SIMD widths assumed equal to WSE-2's (the SDK
+        # documents WSE-2 and WSE-3 only).
         "wse1": _WSE2.replace(
             name="wse1",
             pe_rows=633,
@@ -203,6 +304,7 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
             pe_cols=1176,
             clock_hz=1.1e9,
             flops_per_cycle={"fp16": 16.0, "bf16": 16.0, "fp32": 2.0},
+            simd_widths=SIMD_WSE3,
             spare_cols=12,
         ),
         # Small wafers with WSE-3 per-PE figures, for tests and demos.
@@ -222,12 +324,16 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
 def preset(name: str) -> WaferSpec:
     """The preset called `name`; an unknown name is a SpecError with the closest match."""
     try:
-        return PRESETS[name]
+        spec = PRESETS[name]
     except KeyError:
         raise SpecError(
             f"unknown wafer preset {name!r}{suggest(name, PRESETS)}; "
             f"choose one of: {', '.join(PRESETS)}"
         ) from None
+    from wse_core.assumptions import active
+
+    changes = active()
+    return spec.replace(**changes) if changes else spec
 
 
 def spec_from(base: str | WaferSpec = "wse3", **overrides: Any) -> WaferSpec:

@@ -7,15 +7,18 @@ function abstractly and get its total.
 
 Counts are for the logical grid: `words` (32-bit words injected into the fabric),
 `word_hops` (words times the physical hops they travel, detours around dead PEs included),
-`max_words_per_pe` (the busiest PE's injected words, which bounds bandwidth time) and
-`latency_hops` (the longest chain of dependent hops, which bounds latency time).
+`max_words_per_pe` (the busiest PE's injected words, all directions together),
+`links` (the busiest PE's words per outgoing link direction, "N", "S", "E", "W": links of
+different directions run at once, so the busiest single link bounds bandwidth time; the
+performance model takes the maximum over directions) and `latency_hops` (the longest chain
+of dependent hops, which bounds latency time).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 __all__ = ["Traffic", "TrafficLedger"]
 
@@ -28,8 +31,12 @@ class Traffic:
     max_words_per_pe: float = 0.0
     latency_hops: float = 0.0
     count: int = 0  # number of fabric ops
+    links: Mapping[str, float] = dataclasses.field(default_factory=dict)  # words per direction
 
     def __add__(self, other: Traffic) -> Traffic:
+        links = dict(self.links)
+        for d, v in other.links.items():
+            links[d] = links.get(d, 0.0) + v
         return Traffic(
             op=self.op if self.op == other.op else "total",
             words=self.words + other.words,
@@ -37,6 +44,7 @@ class Traffic:
             max_words_per_pe=self.max_words_per_pe + other.max_words_per_pe,
             latency_hops=self.latency_hops + other.latency_hops,
             count=self.count + other.count,
+            links=links,
         )
 
     def scaled(self, k: float) -> Traffic:
@@ -48,10 +56,21 @@ class Traffic:
             self.max_words_per_pe * k,
             self.latency_hops * k,
             int(self.count * k),
+            {d: v * k for d, v in self.links.items()},
         )
 
-    def to_dict(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
+    @property
+    def busiest_link(self) -> tuple[str, float]:
+        """(direction, words) of the busiest outgoing link of the busiest PE."""
+        if not self.links:
+            return ("-", 0.0)
+        d = max(self.links, key=self.links.__getitem__)
+        return d, float(self.links[d])
+
+    def to_dict(self) -> dict[str, object]:
+        out = dataclasses.asdict(self)
+        out["links"] = dict(self.links)
+        return out
 
 
 class TrafficLedger:

@@ -58,7 +58,7 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
                 wafer.padded_shape + (WORDS_PER_PE,), jnp.float32, sharding=wafer.sharding(1)
             )
             traffic = fabric.count(wafer, lambda a, op=op, w=wafer: op(w, a), shape)
-            pred = model.predict(Work.from_traffic(traffic))
+            pred = model.cost(Work.from_traffic(traffic))
             params = {
                 "preset": "wse3",
                 "grid": f"{grid[0]}x{grid[1]}",

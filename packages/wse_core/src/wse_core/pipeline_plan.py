@@ -1,5 +1,9 @@
 """The pipeline planner: a model's layers -> wafer regions sized by the SRAM ledger.
 
+It lives in wse_core because the same plan object is what the inference engine emulates
+(`wse_inference.pipeline`) and what the cost model prices (`wse_core.decoder_cost`), and the
+calibration case (Llama 3.1 8B on one WSE-3) is planned here too.
+
 Contract. `plan_pipeline(config, spec, num_wafers=..., stages=..., context_len=..., slots=...)`
 splits the `n_layers` layers into `stages` contiguous groups (sizes differ by at most one),
 spreads the stages over `num_wafers` wafers in order, and gives each stage a band of PE rows
@@ -31,6 +35,7 @@ __all__ = [
     "plan_pipeline",
     "min_wafers",
     "kv_bytes_per_token",
+    "split_even",
 ]
 
 GB = 1e9
@@ -117,7 +122,7 @@ def kv_bytes_per_token(config: Any, bytes_per_value: int) -> int:
     return 2 * config.n_kv_heads * head_dim * bytes_per_value
 
 
-def _split(n: int, parts: int) -> list[tuple[int, int]]:
+def split_even(n: int, parts: int) -> list[tuple[int, int]]:
     """[start, stop) of `parts` contiguous groups of n items, sizes differing by <= 1."""
     bounds = [i * n // parts for i in range(parts + 1)]
     return list(zip(bounds[:-1], bounds[1:], strict=True))
@@ -160,9 +165,9 @@ def plan_pipeline(
     bpp = bytes_per_param
     head_w = (int(config.num_params()) - config.n_layers * int(config.layer_params())) * bpp
     head_act = slots * (config.d_model + config.vocab_size) * 4  # hidden + fp32 logits
-    groups = _split(config.n_layers, stages)
+    groups = split_even(config.n_layers, stages)
     layout = []
-    for w, (s0, s1) in enumerate(_split(stages, num_wafers)):
+    for w, (s0, s1) in enumerate(split_even(stages, num_wafers)):
         entries = [("head", (0, 0), (head_w, 0, head_act))] if w == 0 else []
         for s in range(s0, s1):
             layers = groups[s]
