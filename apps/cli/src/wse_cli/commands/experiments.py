@@ -77,15 +77,41 @@ def run(
     out: Path = typer.Option(Path("experiments_out"), "--out", help="Output folder."),
     quick: bool = typer.Option(False, "--quick", help="Reduced measured part, fit for CI."),
     seed: int = typer.Option(0, "--seed", help="Seed."),
+    assume: list[str] = typer.Option(
+        [],
+        "--assume",
+        help="KEY=VALUE: rerun the predictions with another value of an assumption "
+        "(repeatable; `wse experiments assumptions` lists them). The calibration is refitted "
+        "under it.",
+    ),
 ) -> None:
     """Run one experiment; writes results.json, table.md, table.csv, figure.png."""
     from wse_core import write_experiment
+    from wse_core.assumptions import assume as assumed
+    from wse_core.assumptions import parse_assumptions
 
     fn = load(name)
-    result = fn(quick=quick, seed=seed)
+    changes = parse_assumptions(assume)
+    with assumed(**changes):
+        result = fn(quick=quick, seed=seed)
+    if changes:
+        result.config["assume"] = changes
     folder = write_experiment(result, out)
     typer.echo((folder / "table.md").read_text())
     typer.echo(f"wrote {folder}/results.json, table.md, table.csv, figure.png")
+
+
+@app.command("assumptions")
+def assumptions() -> None:
+    """The assumptions behind every prediction, with their values on each wafer preset."""
+    from wse_core.calibration import current
+    from wse_core.spec import ASSUMED_FIELDS, preset
+
+    typer.echo(f"{'assumption':<20} {'wse1':>10} {'wse2':>10} {'wse3':>10}  why")
+    for key, why in ASSUMED_FIELDS.items():
+        values = " ".join(f"{getattr(preset(p), key):>10.4g}" for p in ("wse1", "wse2", "wse3"))
+        typer.echo(f"{key:<20} {values}  {why}")
+    typer.echo(f"calibration: {current().describe()}")
 
 
 def register(parent: typer.Typer) -> None:
