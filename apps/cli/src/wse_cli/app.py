@@ -1,4 +1,4 @@
-"""The `wse` command: wafer, train, infer, hpc, experiments, demo, launch.
+"""The `wse` command: wafer, train, infer, plan, hpc, experiments, demo, launch.
 
 Multi-process: `--num_processes N --process_id I --coordinator HOST:PORT` (or the WSE_*
 variables `wse launch` sets, or SLURM's environment) join one jax.distributed run before any
@@ -16,7 +16,7 @@ import os
 import typer
 
 from wse_cli import __version__, multiprocess
-from wse_cli.commands import demo, experiments, hpc, infer, launch, train, wafer
+from wse_cli.commands import demo, experiments, hpc, infer, launch, plan, train, wafer
 from wse_cli.errors import WseGroup
 
 app = typer.Typer(
@@ -53,7 +53,7 @@ def root(
     multiprocess.join(num_processes, process_id, coordinator)
 
 
-for module in (wafer, hpc, train, infer, experiments, launch, demo):
+for module in (wafer, hpc, train, infer, plan, experiments, launch, demo):
     module.register(app)
 
 

@@ -22,6 +22,7 @@ DEMO_PARTS: list[tuple[str, str]] = [
     ("Training: weight streaming, a model for inference", "wse_trainer.demo:part"),
     ("Inference: pipelined and speculative decoding", "wse_inference.demo:part"),
     ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.serve_demo:part"),
+    ("Planning: wafers or GPUs, time, energy and cost", "wse_cli.commands.plan:part"),
 ]
 
 

@@ -49,6 +49,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_inference.studies.hotchips24_inference:run",
         "Batch-1 decode tokens/s on 1..N WSE-3s (8B calibration)",
     ),
+    "tco-training": (
+        "wse_cli.tco_training:run",
+        "12B model to a token budget: CS-3 vs H100 time, energy, cost",
+    ),
 }
 
 app = typer.Typer(cls=WseGroup, help="Reproducible paper-style experiments.", no_args_is_help=True)
