@@ -5,13 +5,10 @@ import pytest
 from wse_core import (
     PRESETS,
     DefectError,
-    PerfModel,
     PlacementError,
     SpecError,
     SramBudgetError,
     SramLedger,
-    Traffic,
-    Work,
     defect_map,
     load_spec,
     preset,
@@ -127,26 +124,3 @@ def test_unrepairable_wafer_names_the_row():
     dead[5, :2] = True  # a second such row: no spare row left
     with pytest.raises(DefectError, match="physical row 5"):
         remap(spec, type(defect_map(spec, 0))(dead=dead, seed=None, rate=0.0))
-
-
-def test_perf_model_arithmetic():
-    spec = preset("wse2")
-    model = PerfModel(spec)
-    w = Work(
-        flops={"fp16": 800, "fp32": 200},
-        sram_read_bytes=1600,
-        sram_write_bytes=80,
-        link_words=50,
-        latency_hops=30,
-    )
-    p = model.predict(w)
-    assert p.compute_cycles == 800 / 8 + 200 / 2
-    assert p.sram_cycles == max(1600 / 16, 80 / 8)
-    assert p.fabric_cycles == 50 * 4 / 4
-    assert p.cycles == 200 + 30  # compute-bound, latency added
-    assert p.seconds == pytest.approx(230 / 850e6)
-    assert p.bound == "compute"
-    io = model.predict(Work(host_io_bytes=150e9))
-    assert io.seconds == pytest.approx(1.0) and io.bound == "host_io"
-    t = Traffic("x", 10, 10, 7, 3, 1)
-    assert model.fabric(t).cycles == 7 + 3

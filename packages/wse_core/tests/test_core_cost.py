@@ -1,0 +1,148 @@
+"""The instruction-level cost model: costs counted by hand, the phase algebra, the busiest
+link from per-direction counts, the one calibration and the assumptions a user can change."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from wse_core import Op, PerfModel, Phase, RunReport, SpecError, Traffic, Work, preset
+from wse_core.assumptions import assume, parse_assumptions
+from wse_core.calibration import UNCALIBRATED, current, rows, wave25_work
+from wse_core.perf import overlap, serial
+
+NO_ISSUE = {"dsd_issue_cycles": 0.0}
+
+
+def _cycles(spec, op):
+    return PerfModel(spec, UNCALIBRATED).cost(Work(ops=(op,))).compute_cycles
+
+
+@pytest.mark.parametrize("n", [1, 4, 1000, 1001, 4095])
+def test_fp16_axpy_takes_ceil_n_over_4_cycles_on_wse2(n):
+    spec = preset("wse2").replace(**NO_ISSUE)
+    assert _cycles(spec, Op("fmac", "fp16", n)) == math.ceil(n / 4)
+    # WSE-3 doubles the fp16 FMAC width; fp32 FMAC is 1-wide on both (inferred).
+    assert _cycles(preset("wse3").replace(**NO_ISSUE), Op("fmac", "fp16", n)) == math.ceil(n / 8)
+    assert _cycles(spec, Op("fmac", "fp32", n)) == n
+
+
+@pytest.mark.parametrize(
+    ("stride", "width"), [(0, 4), (1, 4), (2, 4), (3, 4), (5, 4), (6, 4), (7, 2), (9, 2), (8, 1)]
+)
+def test_stride_rules_narrow_the_simd_width(stride, width):
+    spec = preset("wse2").replace(**NO_ISSUE)
+    assert _cycles(spec, Op("fmac", "fp16", 1000, stride=stride)) == math.ceil(1000 / width)
+
+
+def test_issue_cycles_and_per_element_ops():
+    spec = preset("wse2")  # dsd_issue_cycles = 3 (an assumption)
+    assert _cycles(spec, Op("add", "fp32", 10, count=5)) == 5 * (3 + 5)  # 2-wide
+    assert _cycles(spec, Op("div", "fp32", 4)) == 3 + 4 * spec.div_cycles
+    assert _cycles(spec, Op("sqrt", "fp32", 4)) == 3 + 4 * spec.sqrt_cycles
+    with pytest.raises(ValueError, match="unknown DSD op kind"):
+        Op("fma", "fp32", 4)
+
+
+def test_sram_and_busiest_link_from_per_direction_counts():
+    spec = preset("wse2")
+    model = PerfModel(spec, UNCALIBRATED)
+    # Two directions at once use separate links: the busiest one sets the time, not the sum.
+    c = model.cost(Work(links={"E": 30, "W": 50, "N": 10}, sram_read_bytes=320))
+    assert c.busiest_link == "W" and c.fabric_cycles == 50 * 4 / spec.link_bytes_per_cycle
+    assert c.sram_cycles == 320 / 16 and c.bound == "fabric"
+    assert c.cycles == 50 and c.seconds == pytest.approx(50 / spec.clock_hz)
+
+
+def test_busiest_link_of_a_traced_one_direction_shift():
+    from wse_core import fabric
+    from wse_core.wafer import build_wafer
+
+    wafer = build_wafer(preset("tiny"), grid=(8, 8))
+    x = wafer.place(np.ones((8, 8, 3), np.float32))
+    t = fabric.count(wafer, lambda a: fabric.shift(wafer, a, "E"), x)
+    assert dict(t.links) == {"E": 3.0}
+    c = PerfModel(wafer.spec, UNCALIBRATED).cost(Work.from_traffic(t))
+    assert c.busiest_link == "E" and c.fabric_cycles == 3.0
+    both = fabric.count(
+        wafer, lambda a: fabric.shift(wafer, fabric.shift(wafer, a, "E"), "W", distance=2), x
+    )
+    assert dict(both.links) == {"E": 3.0, "W": 6.0}  # a value relayed over 2 links
+    assert PerfModel(wafer.spec, UNCALIBRATED).cost(Work.from_traffic(both)).fabric_cycles == 6
+
+
+def test_traffic_links_add_and_scale():
+    a = Traffic("a", 1, 1, 1, 1, 1, {"E": 2.0})
+    b = Traffic("b", 1, 1, 1, 1, 1, {"E": 1.0, "N": 4.0})
+    assert dict((a + b).links) == {"E": 3.0, "N": 4.0}
+    assert dict((a + b).scaled(2).links) == {"E": 6.0, "N": 8.0}
+    assert (a + b).busiest_link == ("N", 4.0)
+
+
+def test_overlap_rule_and_host_io():
+    spec = preset("wse2")
+    w = Work(ops=(Op("add", "fp32", 200, count=1),), links={"E": 60}, latency_hops=30)
+    full = PerfModel(spec, UNCALIBRATED).cost(w)
+    assert full.cycles == max(3 + 100, 60) + 30
+    serial_spec = spec.replace(overlap=0)
+    assert PerfModel(serial_spec, UNCALIBRATED).cost(w).cycles == 3 + 100 + 60 + 30
+    io = PerfModel(spec, UNCALIBRATED).cost(Work(host_io_bytes=150e9, system_hops=2))
+    assert io.seconds == pytest.approx(1.0 + 2 * spec.system_latency_s) and io.bound == "host_io"
+
+
+def test_phase_sum_and_overlap():
+    spec = preset("wse2").replace(**NO_ISSUE)
+    model = PerfModel(spec, UNCALIBRATED)
+    a = Phase("a", Work(ops=(Op("add", "fp32", 2000),)))  # 1000 cycles
+    b = Phase("b", Work(links={"S": 400}))  # 400 cycles
+    f = spec.clock_hz
+    assert model.evaluate(serial(a, b)).seconds == pytest.approx(1400 / f)
+    assert model.evaluate(overlap(a, b)).seconds == pytest.approx(1000 / f)
+    tree = model.evaluate(serial(overlap(a, b), Phase("c", b.work, repeat=3), repeat=2))
+    assert tree.seconds == pytest.approx(2 * (1000 + 3 * 400) / f)
+    assert tree.critical().name == "c" and tree.leaf("c").bound == "fabric"
+    total = serial(a, Phase("b", b.work, repeat=3), repeat=2).total_work()
+    assert total.links["S"] == 2 * 3 * 400 and total.ops_by_kind() == {"add.fp32": 4000}
+
+
+def test_every_calibration_row_within_five_percent():
+    table = rows()
+    assert len(table) == 9  # eight Table II grids and the 8B figure
+    for row in table:
+        assert row["ratio"] == pytest.approx(1.0, abs=0.05), row
+    cal = current()
+    assert 0 < cal.compute <= 1.5 and cal.sram == 1.0 and cal.fitted_on
+
+
+def test_wave25_calibration_case_is_the_published_mix():
+    w = wave25_work(1000, 100)
+    per_cell = {k: v / 1000 for k, v in w.ops_by_kind().items()}
+    assert per_cell == {"mul.fp32": 17, "add.fp32": 17, "fmac.fp32": 8, "sub.fp32": 1}
+    assert w.flops() / 1000 == 51  # the published useful flop per cell (an FMA counts 2)
+
+
+def test_assumptions_change_presets_and_refit_the_calibration():
+    base = current()
+    with assume(hop_latency_cycles=2):
+        assert preset("wse3").hop_latency_cycles == 2
+        moved = current()
+        # Twice the hop latency: the 8B case needs a faster fabric to keep its figure.
+        assert moved.fabric > base.fabric
+        assert all(r["ratio"] == pytest.approx(1.0, abs=0.05) for r in rows())
+    assert preset("wse3").hop_latency_cycles == 1
+    with pytest.raises(SpecError, match="unknown assumption"):
+        parse_assumptions(["hop_latency=2"])
+    with pytest.raises(SpecError, match="KEY=VALUE"):
+        parse_assumptions(["clock_hz"])
+
+
+def test_run_report_gathers_prediction_assumptions_and_work():
+    spec = preset("wse2")
+    phases = serial(Phase("x", Work(ops=(Op("fmac", "fp16", 400),), links={"E": 7})), repeat=10)
+    report = RunReport.build("k", spec, phases, measured_wall_s=0.5, units="step")
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["predicted_s"] == pytest.approx(PerfModel(spec).evaluate(phases).seconds)
+    assert d["work"]["links"] == {"E": 70} and d["work"]["ops"] == {"fmac.fp16": 4000}
+    assert "hop_latency_cycles" in d["assumptions"] and "overlap rule" in d["assumptions"]
+    assert d["calibration"]["compute"] == pytest.approx(current().compute)
+    assert report.bound == "compute" and d["measured_wall_s"] == 0.5
