@@ -19,6 +19,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_core.studies.wafer_yield:run",
         "Repairable fraction and usable PEs against defect rate and spares",
     ),
+    "cost-model-calibration": (
+        "wse_core.studies.calibration_check:run",
+        "The cost model on the calibration set (Table II, 8B decode) with its efficiencies",
+    ),
     "fabric-collectives": (
         "wse_core.studies.fabric_collectives:run",
         "Emulation cost and predicted wafer cycles of shift, broadcast, allreduce",
