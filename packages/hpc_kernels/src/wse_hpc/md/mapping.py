@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
 __all__ = [
     "NFIELDS",
@@ -182,8 +183,10 @@ def coverage_gap(state: np.ndarray, box_A: np.ndarray, k_rows: int, k_cols: int)
         gap = np.minimum(gap, np.minimum(lo_a[None, :] - x, x - hi_a[None, :]))
     if rows - 2 * k_rows - 1 > 0:
         lo_y, hi_y = np.where(held, y, np.inf), np.where(held, y, -np.inf)
-        idx = (np.arange(cols)[:, None] + np.arange(-k_cols, k_cols + 1)[None, :]) % cols
-        lo_w, hi_w = lo_y[:, idx].min(axis=2), hi_y[:, idx].max(axis=2)
+        # extremes over the window's columns c - k_cols .. c + k_cols (periodic), sliding
+        size = 2 * k_cols + 1
+        lo_w = minimum_filter1d(lo_y, size, axis=1, mode="wrap")
+        hi_w = maximum_filter1d(hi_y, size, axis=1, mode="wrap")
         lo_a, hi_a = _arc(lo_w, hi_w, k_rows, box_A[1])
         gap = np.minimum(gap, np.minimum(lo_a - y, y - hi_a))
     return np.where(held, gap, np.inf)

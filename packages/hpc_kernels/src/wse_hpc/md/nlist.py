@@ -409,9 +409,11 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
             if slopes:
                 (s,) = slopes
                 both = (s[..., 0], s[..., 1]) if s.ndim == 3 else (s, s)
-            psip, phi = spl.pair(fp[:, None], fp_j, sp_i[:, None], sp_j, k, p, r, both)
+            inv_r = 1.0 / r
+            psip, phi = spl.pair(fp[:, None], fp_j, sp_i[:, None], sp_j, k, p, inv_r, both)
             psip = jnp.where(valid, psip, 0.0)
-            f = jnp.stack([jnp.sum(psip / r * di, axis=-1) for di in d], axis=-1)
+            s = psip * inv_r
+            f = jnp.stack([jnp.sum(s * di, axis=-1) for di in d], axis=-1)
             pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
             return (f, pair_e, -0.5 * jnp.sum(psip * r, axis=-1)), ()
 

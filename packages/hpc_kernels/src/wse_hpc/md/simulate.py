@@ -51,6 +51,7 @@ __all__ = [
     "run_md",
     "WINDOW_MARGIN_A",
     "LIST_BUDGET_BYTES",
+    "plan_window",
     "MIN_PES_PER_DEVICE",
 ]
 
@@ -197,15 +198,19 @@ def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
     )
 
 
-def _plan(state_np, box, pot, config, wafer, at_least=(0, 0), more=0.0) -> EamPlan:
+def plan_window(
+    state_np, box, pot, config, wafer, at_least=(0, 0), more=0.0, *, host_lists: bool = True
+) -> EamPlan:
     """The window for cutoff + skin (+ margin, so thermal motion rarely re-plans) and the
-    neighbour-list capacities of the map."""
+    neighbour-list capacities of the map (host side; no field is placed). With `host_lists`
+    (the emulator) lists over LIST_BUDGET_BYTES are dropped for the full-window kernel; a
+    prediction plan (`host_lists=False`) keeps them: the wafer holds its lists in SRAM."""
     reach = pot.cutoff_A + config.skin_A
     kr, kc = mapping.window_needed(state_np, box, reach + WINDOW_MARGIN_A)
     kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
     caps = list_caps(state_np, box, reach, kr, kc, more)
-    if wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
+    if host_lists and wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
         caps = ()  # lists of this window would not fit the host: the full-window kernel
     box_t = tuple(float(b) for b in box)
     active = active_per_block(state_np, wafer)
@@ -232,7 +237,7 @@ def run_md(
         vel,
         dtype=dtype,
     )
-    plan = _plan(state_np, box, pot, config, wafer)
+    plan = plan_window(state_np, box, pot, config, wafer)
     sram = sram_plan(wafer, pot, plan)
     geo = geometry(wafer)
     runner = _Runner(wafer, pot, plan, config, masses, n)
@@ -314,7 +319,7 @@ def _replan(state, wafer, pot, config, masses, box, plan, geo, replans: int):
         dtype=np.dtype(config.dtype),
     )
     at_least = (plan.k_rows + 1, plan.k_cols + 1)
-    new_plan = _plan(state_np, box, pot, config, wafer, at_least, more=0.5 * replans)
+    new_plan = plan_window(state_np, box, pot, config, wafer, at_least, more=0.5 * replans)
     sram = sram_plan(wafer, pot, new_plan)
     runner = _Runner(wafer, pot, new_plan, config, masses, len(u["species"]))
     state = wafer.place(state_np)
