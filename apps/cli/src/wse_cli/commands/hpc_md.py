@@ -138,7 +138,7 @@ def _run(s, pot, cfg, out, as_json) -> None:
 
     with jax.enable_x64(cfg.dtype == "float64"):
         res = run_md(s, pot, cfg, on_thermo=on_row, on_frame=on_frame if out else None)
-    summary = _summary(res, cfg, s.num_atoms)
+    summary = _summary(res, cfg, s.num_atoms, pot)
     if not primary:
         return
     if as_json:
@@ -148,18 +148,19 @@ def _run(s, pot, cfg, out, as_json) -> None:
     console.print(
         f"wafer {summary['grid'][0]} x {summary['grid'][1]} PEs, window +-{res.window[0]} rows "
         f"x +-{res.window[1]} cols, {summary['sram_bytes_per_pe']} B SRAM per PE, "
-        f"re-plans {res.replans}; predicted on {cfg.wafer}: "
-        f"{summary['predicted_timesteps_per_s']:.4g} timesteps/s"
+        f"re-plans {res.replans}; {summary['words_per_step']:.4g} fabric words/step; "
+        f"predicted on {cfg.wafer}: {summary['predicted_timesteps_per_s']:.4g} timesteps/s "
+        f"({summary['bound']}-bound), measured here "
+        f"{summary['timesteps_per_s'] or 0:.4g} timesteps/s"
     )
     if out is not None:
         console.print(f"wrote {out}")
 
 
-def _summary(res, cfg, n_atoms) -> dict:
-    from wse_core import preset
-    from wse_hpc.md.perf import predict
+def _summary(res, cfg, n_atoms, pot) -> dict:
+    from wse_hpc.md.perf import run_report
 
-    model = predict(preset(cfg.wafer), res.grid, res.plan)
+    report = run_report(res, pot, cfg.wafer)  # the emulated plan, measured rebuild cadence
     return {
         "atoms": n_atoms,
         "steps": res.steps,
@@ -171,8 +172,10 @@ def _summary(res, cfg, n_atoms) -> dict:
         "window": list(res.window),
         "replans": res.replans,
         "sram_bytes_per_pe": int(sum(res.sram.values())),
-        "predicted_timesteps_per_s": model.timesteps_per_s,
-        "predicted": model.prediction.to_dict(),
+        "predicted_timesteps_per_s": report.extra["timesteps_per_s"],
+        "words_per_step": report.extra["words_per_step"],
+        "bound": report.bound,
+        "report": report.to_dict(),
         "wafer": cfg.wafer,
     }
 
