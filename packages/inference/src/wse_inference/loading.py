@@ -9,8 +9,11 @@ folder: `chat_template.jinja`, else `tokenizer_config.json`'s "chat_template" (a
 list of named templates of which "default" is used), with its bos_token and eos_token.
 `eos_token_ids` are the ids generation stops on (config.json, generation_config.json, the
 tokenizer's eos_token); the tokenizer decodes without special tokens, as vLLM does.
-`check_draft(target, draft)` refuses a draft whose vocabulary differs from the target's (size,
-or the tokenizers' token tables). Errors are `WseError`s with one line.
+`read_config(path)` reads only config.json, so that `check_host_memory(config, rows=...,
+max_context=...)` can refuse a serving size (parameters plus KV cache rows) that the host
+cannot hold before any weight is read. `check_draft(target, draft)` refuses a draft whose
+vocabulary differs from the target's (size, or the tokenizers' token tables). Errors are
+`WseError`s with one line.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ __all__ = [
     "check_draft",
     "resolve_model_dir",
     "eos_token_ids",
+    "read_config",
+    "check_host_memory",
 ]
 
 
@@ -203,3 +208,45 @@ def truncated_model(model: LoadedModel, n_layers: int) -> LoadedModel:
     params = dict(model.params)
     params["layers"] = wse_models.layer_range(model.params["layers"], 0, n_layers)
     return dataclasses.replace(model, name=config.name, config=config, params=params)
+
+
+def read_config(path: str | Path) -> Any:
+    """The model's `wse_models.ModelConfig` from its config.json alone (no weights read)."""
+    import wse_models
+
+    folder = resolve_model_dir(path)
+    try:
+        d = json.loads((folder / "config.json").read_text())
+        if not isinstance(d, dict):
+            raise ValueError("config.json must hold a JSON object")
+        return wse_models.config_from_hf(d)
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise ModelLoadError(f"cannot read {str(folder / 'config.json')!r}: {err}") from None
+
+
+def serving_host_bytes(config: Any, *, rows: int, max_context: int) -> int:
+    """Host bytes of a served model: its float32 parameters and `rows` KV-cache rows of
+    `max_context` positions (`wse_models.cache_bytes`; CPU devices are host memory)."""
+    from wse_models.cache import cache_bytes
+
+    context = min(max_context, config.max_seq_len)
+    return 4 * int(config.num_params()) + cache_bytes(config, rows, context)
+
+
+def check_host_memory(config: Any, *, rows: int, max_context: int, what: str) -> None:
+    """Refuse (`HostMemoryError`, one line) a model with `rows` cache rows of `max_context`
+    that the host cannot hold; say how many rows, or what context, would fit."""
+    from wse_core.hostmem import largest, require
+
+    def fits(budget: int) -> str:
+        r = largest(
+            lambda k: serving_host_bytes(config, rows=k, max_context=max_context), budget, hi=rows
+        )
+        c = largest(
+            lambda k: serving_host_bytes(config, rows=rows, max_context=k),
+            budget,
+            hi=min(max_context, config.max_seq_len),
+        )
+        return f"at most {r} rows of context {max_context}, or context {c} with {rows} rows, fit"
+
+    require(what, serving_host_bytes(config, rows=rows, max_context=max_context), fits=fits)

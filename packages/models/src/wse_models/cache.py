@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 from wse_models.config import ModelConfig
 from wse_models.errors import ModelError
 
-__all__ = ["KVCache", "LayerCache", "init_cache", "write_cache"]
+__all__ = ["KVCache", "LayerCache", "cache_bytes", "init_cache", "write_cache"]
 
 
 class LayerCache(NamedTuple):
@@ -63,6 +63,11 @@ def init_cache(config: ModelConfig, batch: int, max_len: int, dtype: str | None 
     shape = (config.n_layers, batch, max_len, config.n_kv_heads, config.hd)
     dt = jnp.dtype(dtype or config.dtype)
     return KVCache(k=jnp.zeros(shape, dt), v=jnp.zeros(shape, dt))
+
+
+def cache_bytes(config: ModelConfig, batch: int, max_len: int, dtype: str | None = None) -> int:
+    """Bytes of `init_cache(config, batch, max_len, dtype)` (k and v), without allocating."""
+    return batch * max_len * config.kv_bytes_per_token(dtype)
 
 
 def write_cache(cache: LayerCache, k: jax.Array, v: jax.Array, positions: jax.Array) -> LayerCache:

@@ -9,6 +9,9 @@
 - `memory_plan(...)` is the `--validate_only` table: weights, gradients, optimizer state and
   activations in total and per PE, for a model resident in wafer SRAM and for weight
   streaming (wafer: two layers, MemoryX: fp32 masters and optimizer state).
+- `host_bytes(...)` is what the emulator holds in host memory for a run on one process
+  (MemoryX, and every local replica's streamed layers and activations: CPU devices are host
+  memory); `wse train` refuses a run whose total exceeds the host (`wse_core.hostmem`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ __all__ = [
     "memory_plan",
     "itemsize",
     "layer_counts",
+    "host_bytes",
 ]
 
 
@@ -145,3 +149,35 @@ def memory_plan(
     return MemoryPlan(
         rows, resident, spec.sram_total_bytes, resident <= spec.sram_total_bytes, streaming, error
     )
+
+
+def host_bytes(
+    model: Any,
+    micro_batch: int,
+    seq_len: int,
+    replicas: int = 1,
+    optimizer_slots: int = 2,
+) -> dict[str, int]:
+    """Host bytes by item for `replicas` local replicas of `micro_batch` sequences.
+
+    MemoryX keeps fp32 masters, optimizer state and (clipping needs them all) the gradients;
+    each replica holds two streamed layers and one layer's gradient in the compute dtype, its
+    layer inputs (every layer's at most), one layer's fp32 working set for all its sequences
+    and heads at once (q/k/v, MLP hidden, attention scores and probabilities, forward and
+    backward), and the fp32 logits, their softmax and gradient."""
+    n_params = int(model.num_params())
+    per_layer, _ = layer_counts(model)
+    size = itemsize(model.dtype)
+    b, s = micro_batch, seq_len
+    hidden = (2 if model.arch == "llama" else 1) * model.d_ff
+    work = 2 * 4 * b * (s * (3 * model.d_model + hidden) + 2 * model.n_heads * s * s)
+    per_replica = {
+        "streamed layers and a gradient": 3 * per_layer * size,
+        "layer inputs": int(model.n_layers) * b * s * model.d_model * size,
+        "working set of one layer": work,
+        "logits, softmax and gradient (fp32)": 3 * 4 * b * s * int(model.vocab_size),
+    }
+    return {
+        "MemoryX: masters, optimizer state, gradients": 4 * (2 + optimizer_slots) * n_params,
+        **{k: replicas * v for k, v in per_replica.items()},
+    }

@@ -77,7 +77,8 @@ def md(
         fail("--potential FILE is required (or use `wse hpc md potential` to make one)")
     if precision not in ("fp32", "fp64"):
         fail(f"--precision must be fp32 or fp64, got {precision!r}")
-    s = _structure(structure, lattice, element, a, cells)
+    dtype = "float64" if precision == "fp64" else "float32"
+    s = _structure(structure, lattice, element, a, cells, dtype, preset)
     from wse_hpc.md import MdConfig, Thermostat, read_potential
 
     pot = read_potential(potential[0] if len(potential) == 1 else potential)
@@ -89,7 +90,7 @@ def md(
         temperature_K=temperature_k,
         thermo_every=thermo_every,
         seed=seed,
-        dtype="float64" if precision == "fp64" else "float32",
+        dtype=dtype,
         wafer=preset,
         defect_seed=defect_seed,
         mesh_shape=None if mesh is None else (int(mesh[0]), int(mesh[1])),
@@ -97,17 +98,25 @@ def md(
     _run(s, pot, cfg, out, as_json)
 
 
-def _structure(path, lattice, element, a, cells):
+def _structure(path, lattice, element, a, cells, dtype, preset):
+    """The input structure; its atoms are checked against the preset's PEs and the host
+    memory before the crystal (or the run) is allocated."""
     from wse_hpc.md import crystal, read_xyz
+    from wse_hpc.md.sizing import check_atoms, check_crystal
 
     if (path is None) == (lattice is None):
         fail("give either --structure FILE.xyz or --lattice with --element, --a and --cells")
     if path is not None:
         if not path.is_file():
             fail(f"structure file {str(path)!r} does not exist")
-        return read_xyz(path)[-1]
+        s = read_xyz(path)[-1]
+        check_atoms(s.num_atoms, dtype, preset)
+        return s
     if element is None or a is None or cells is None or None in cells:
         fail("--lattice needs --element, --a and --cells NX NY NZ")
+    if min(cells) < 1:
+        fail(f"--cells must be positive integers, got {' '.join(map(str, cells))}")
+    check_crystal(lattice, cells, dtype, preset)
     return crystal(lattice, element, a, cells)
 
 

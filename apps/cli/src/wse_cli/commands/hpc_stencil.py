@@ -17,6 +17,44 @@ from wse_cli import multiprocess
 from wse_cli.errors import fail
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
+# Bytes per field cell of each kind's fields on the wafer (wse_hpc.stencil.runs: jacobi and
+# heat u, u_next, f; bicgstab x, r, rhat, p, v, s, t in fp16 (mixed) or fp32, and b in fp32;
+# wave25 u_prev, u, velocity).
+_ITEM = {"fp32": 4, "fp16": 2, "mixed": 2}
+EXACT_BYTES_PER_CELL = 48  # the float64 manufactured solution: its x, y, z and temporaries
+
+
+def field_bytes_per_cell(kind: str, dtype: str) -> int:
+    """Bytes per grid cell of the fields `kind` places (all of them, every PE)."""
+    if kind == "bicgstab":
+        return 7 * (2 if dtype in ("mixed", "fp16") else 4) + 4
+    if kind == "wave25":
+        return 3 * 4
+    return 3 * _ITEM.get(dtype, 4)
+
+
+def host_bytes(kind: str, grid: tuple[int, int, int], dtype: str) -> int:
+    """Host bytes of a run: the float64 manufactured solution while it is built, and the
+    placed fields twice (a jitted loop's arguments and results; CPU devices are host
+    memory)."""
+    cells = grid[0] * grid[1] * grid[2]
+    return cells * (EXACT_BYTES_PER_CELL + 2 * field_bytes_per_cell(kind, dtype))
+
+
+def _check_host_memory(kind: str, grid: tuple[int, int, int], dtype: str) -> None:
+    from wse_core.hostmem import largest, require
+
+    nx, ny, nz = grid
+
+    def fits(budget: int) -> str:
+        z = largest(lambda k: host_bytes(kind, (nx, ny, k), dtype), budget, hi=nz)
+        return f"at most --grid {nx} {ny} {z} fits"
+
+    require(
+        f"--kind {kind} --grid {nx} {ny} {nz} ({nx * ny * nz:,} cells)",
+        host_bytes(kind, grid, dtype),
+        fits=fits,
+    )
 
 
 def stencil(
@@ -45,10 +83,13 @@ def stencil(
         fail(f"unknown --kind {kind!r}{suggest(kind, KINDS)}; use one of {', '.join(KINDS)}")
     if tol is not None and kind != "bicgstab":
         fail("--tol applies to --kind bicgstab only; use --steps for the others")
+    if min(grid) < 1:
+        fail(f"--grid must be positive, got {' '.join(map(str, grid))}")
+    default_dtype = "mixed" if kind == "bicgstab" else "fp32"
+    _check_host_memory(kind, tuple(grid), dtype or default_dtype)
     from rich.console import Console
     from wse_hpc.stencil.runs import StencilConfig, run_stencil
 
-    default_dtype = "mixed" if kind == "bicgstab" else "fp32"
     cfg = StencilConfig(
         kind=kind,
         grid=tuple(grid),

@@ -24,12 +24,34 @@ app = typer.Typer(
 
 def _matrix(matrix: str, n: int, freq_hz: float):
     from wse_hpc.tlrmvm.seismic import green_operator, load_matrix
+DENSE_CHECK_BYTES = 256 * 2**20  # `compress` rebuilds A_tlr densely to check it up to this
+
+
+def compress_host_bytes(n: int) -> int:
+    """Peak host bytes of `compress --n N` on the synthetic operator: building it (the
+    complex64 matrix and a row block of temporaries), or compressing it (the matrix, and
+    bases plus SVD work of at most its size again), plus the dense rebuild and difference
+    of the error check when the matrix is at most DENSE_CHECK_BYTES."""
+    from wse_hpc.tlrmvm.seismic import green_operator_bytes
+
+    dense = 8 * n * n
+    check = 2 * dense if dense <= DENSE_CHECK_BYTES else 0
+    return max(green_operator_bytes(n), 2 * dense + check)
+
+
 
     if matrix == "synthetic-seismic":
         if n <= 0:
             fail(f"--n must be a positive size, got {n}")
         return green_operator(n=n, freq_hz=freq_hz)
     if not matrix.endswith(".npy"):
+        from wse_core.hostmem import largest, require
+
+        require(
+            f"--n {n} ({n} x {n} complex64)",
+            compress_host_bytes(n),
+            fits=lambda budget: f"at most --n {largest(compress_host_bytes, budget, hi=n)} fits",
+        )
         fail(f"--matrix must be 'synthetic-seismic' or a .npy file, got {matrix!r}")
     return load_matrix(matrix)
 

@@ -166,6 +166,16 @@ def generate(
     ids = _prompt_ids(prompt, prompt_ids, model.tokenizer, model.config.vocab_size)
     context = min(max_context or model.config.max_seq_len, model.config.max_seq_len)
     validate_sampling(
+    from wse_inference.loading import check_host_memory, read_config
+
+    cfg = read_config(model_dir)
+    context = max_context or cfg.max_seq_len
+    check_host_memory(
+        cfg,
+        rows=1 if spec is not None else max(1, stages),
+        max_context=context,
+        what=f"generate with {max(1, stages)} stage(s) and context {context}",
+    )
         sampling, vocab_size=model.config.vocab_size, max_context=context, prompt_len=len(ids)
     )
     stream = _streamer(enabled=not as_json)

@@ -93,7 +93,16 @@ def _real_engine(model_dir: str, spec: dict | None, max_slots: int):
             "serve the mock engine with --model_dir mock"
         )
     from wse_inference.loader import load_engine
+    from wse_inference.loading import check_host_memory, read_config
 
+    cfg = read_config(model_dir)
+    rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))  # pipeline: one per stage
+    check_host_memory(
+        cfg,
+        rows=rows,
+        max_context=cfg.max_seq_len,
+        what=f"serving {max_slots} slots ({rows} KV-cache rows) of context {cfg.max_seq_len}",
+    )
     return load_engine(model_dir, speculative_config=spec, max_slots=max_slots)
 
 

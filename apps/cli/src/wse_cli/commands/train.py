@@ -149,10 +149,38 @@ def _train(console, config) -> None:
     if result.hf_dir is not None:
         console.print(f"HF-format model for inference: {result.hf_dir}")
     for text in result.samples:
+def _check_host_memory(config) -> None:
+    """Refuse a run whose host arrays (wse_trainer.plan.host_bytes) exceed the host's
+    memory, before the tokenizer, the data or the model is made; name what would fit."""
+    import jax
+    from wse_core.hostmem import largest, require
+    from wse_trainer.config import check_config
+    from wse_trainer.plan import host_bytes
+    from wse_trainer.run import model_config
+
+    model = model_config(config)
+    check_config(config, model.max_seq_len)
+    csx = config.runconfig.num_csx
+    replicas = max(1, csx // max(1, jax.process_count()))
+    batch, seq = config.train_input.batch_size, config.train_input.max_sequence_length
+    need = lambda b, s: sum(host_bytes(model, max(1, b // csx), s, replicas).values())  # noqa: E731
+
+    def fits(budget: int) -> str:
+        b = largest(lambda k: need(k * csx, seq), budget, hi=max(1, batch // csx)) * csx
+        s = largest(lambda k: need(batch, k), budget, hi=seq)
+        return (
+            f"at most train_input.batch_size={b} at max_sequence_length={seq}, or "
+            f"max_sequence_length={s} at batch_size={batch}"
+        )
+
+    require(f"training batch {batch} x {seq} tokens", need(batch, seq), fits=fits)
+
+
         console.rule("sample")
         console.print(text, highlight=False, markup=False)
 
 
+    _check_host_memory(config)
 def register(app: typer.Typer) -> None:
     """Add `wse train` to the root app."""
     app.command("train")(train)

@@ -28,6 +28,7 @@ __all__ = [
     "morton_order",
     "surface_points",
     "green_operator",
+    "green_operator_bytes",
     "green_operators",
     "load_matrix",
 ]
@@ -94,6 +95,13 @@ def green_operator(
     for r0 in range(0, n, block):  # in row blocks: float64 temporaries stay small
         out[r0 : r0 + block] = g[r0 : r0 + block, 0:n]
     return out
+
+
+def green_operator_bytes(n: int, block: int = 1024) -> int:
+    """Peak host bytes of `green_operator(n=n)`: the (n, n) complex64 result and one row
+    block's float64 temporaries (distances, phases, real and imaginary parts: 64 B per
+    entry of the block)."""
+    return 8 * n * n + 64 * n * min(n, block)
 
 
 def green_operators(*, n: int, freqs_hz: Sequence[float], **kwargs: float) -> np.ndarray:

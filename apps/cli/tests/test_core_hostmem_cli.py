@@ -1,0 +1,127 @@
+"""Every command that sizes a problem refuses one the host cannot hold before allocating it:
+exit 2, one line with the bytes needed, the bytes available and what would fit. The budget
+is set small with WSE_HOST_MEMORY_BYTES (a machine's share), so the refusals are exact."""
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+from wse_cli.app import app
+
+MIB = 2**20
+
+
+def _refused(args, budget_bytes=None):
+    env = {"WSE_DEVICES": "8"}
+    if budget_bytes is not None:
+        env["WSE_HOST_MEMORY_BYTES"] = str(budget_bytes)
+    r = CliRunner(env=env).invoke(app, [str(a) for a in args])
+    assert r.exit_code == 2, r.output
+    line = r.output.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    return line
+
+
+def _numbers(line):
+    need = int(re.search(r"\(([\d,]+) B\) but", line).group(1).replace(",", ""))
+    avail = int(re.search(r"\(([\d,]+) B\) is available", line).group(1).replace(",", ""))
+    return need, avail
+
+
+def test_md_cells_beyond_the_wafer_are_refused_before_the_crystal_is_built(tmp_path):
+    # the issue's example: 32e9 atoms used to die in NumPy's allocator with a traceback
+    pot = tmp_path / "X"
+    pot.write_text("")
+    args = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615"]
+    line = _refused([*args, "--cells", 2000, 2000, 2000, "--potential", pot, "--steps", 1])
+    assert "32,000,000,000 atoms need 32,000,000,000 PEs" in line and "896,112" in line
+
+
+def test_md_cells_beyond_the_host_are_refused_with_the_cube_that_fits(tmp_path):
+    from wse_hpc.md.sizing import crystal_bytes, state_bytes
+
+    pot = tmp_path / "X"
+    pot.write_text("")
+    args = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615"]
+    line = _refused([*args, "--cells", 20, 20, 20, "--potential", pot], budget_bytes=MIB)
+    need, avail = _numbers(line)
+    assert need == crystal_bytes("fcc", (20, 20, 20)) + state_bytes(32000) and avail == MIB
+    side = int(re.search(r"at most --cells (\d+) \1 \1 fit", line).group(1))
+    fits = lambda k: crystal_bytes("fcc", (k,) * 3) + state_bytes(4 * k**3)  # noqa: E731
+    assert fits(side) <= MIB < fits(side + 1)
+
+
+def test_stencil_grid_beyond_the_host_is_refused():
+    from wse_cli.commands.hpc_stencil import host_bytes
+
+    line = _refused(["hpc", "stencil", "--kind", "jacobi", "--grid", 64, 64, 64], 2 * MIB)
+    need, _ = _numbers(line)
+    assert need == host_bytes("jacobi", (64, 64, 64), "fp32") == 64**3 * (48 + 24)
+    nz = int(re.search(r"at most --grid 64 64 (\d+) fits", line).group(1))
+    assert host_bytes("jacobi", (64, 64, nz), "fp32") <= 2 * MIB
+    assert host_bytes("jacobi", (64, 64, nz + 1), "fp32") > 2 * MIB
+
+
+def test_tlrmvm_n_beyond_the_host_is_refused(tmp_path):
+    from wse_cli.commands.hpc_tlrmvm import compress_host_bytes
+
+    out = tmp_path / "op.npz"
+    line = _refused(["hpc", "tlrmvm", "compress", "--n", 4096, "--out", out], 64 * MIB)
+    need, _ = _numbers(line)
+    assert need == compress_host_bytes(4096) and not out.exists()
+    n = int(re.search(r"at most --n (\d+) fits", line).group(1))
+    assert compress_host_bytes(n) <= 64 * MIB < compress_host_bytes(n + 1)
+
+
+def test_train_batch_beyond_the_host_is_refused_before_anything_is_written(tmp_path):
+    line = _refused(
+        ["train", "tiny", "train_input.batch_size=4096", "-o", tmp_path / "run"], 256 * MIB
+    )
+    assert "training batch 4096 x" in line and "at most train_input.batch_size=" in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from wse_inference.testing import save_tiny_model
+
+    path = tmp_path_factory.mktemp("hostmem") / "hf"
+    save_tiny_model(path, n_layers=2)
+    return path
+
+
+def test_generate_and_serve_refuse_a_cache_beyond_the_host(model_dir):
+    from wse_inference.loading import read_config, serving_host_bytes
+
+    cfg = read_config(model_dir)
+    budget = serving_host_bytes(cfg, rows=1, max_context=cfg.max_seq_len)  # one row fits
+    gen = ["infer", "generate", "--model_dir", model_dir, "--prompt-ids", "1,2", "--stages", 2]
+    line = _refused(gen, budget)
+    need, avail = _numbers(line)
+    assert need == serving_host_bytes(cfg, rows=2, max_context=cfg.max_seq_len)
+    assert avail == budget and f"at most 1 rows of context {cfg.max_seq_len}" in line
+    spec = json.dumps({"model": str(model_dir), "num_speculative_tokens": 2})
+    serve = ["infer", "serve", "--model_dir", model_dir, "--max-num-seqs", 8]
+    line = _refused([*serve, "--speculative-config", spec, "--port", 0], budget)
+    assert "serving 8 slots (8 KV-cache rows)" in line
+    assert _numbers(line)[0] == serving_host_bytes(cfg, rows=8, max_context=cfg.max_seq_len)
+
+
+@pytest.mark.parametrize("kind", ["jacobi", "bicgstab"])
+def test_stencil_estimate_counts_the_manufactured_solution_as_built(kind):
+    import tracemalloc
+
+    from wse_cli.commands.hpc_stencil import EXACT_BYTES_PER_CELL
+    from wse_hpc.stencil.placement import place_grid
+    from wse_hpc.stencil.runs import StencilConfig, _setup, exact_solution
+
+    cfg = StencilConfig(kind=kind, grid=(20, 24, 30), preset="small")
+    grid = place_grid(_setup(cfg), cfg.grid, {"u": "fp32"})
+    tracemalloc.start()
+    try:
+        ue = exact_solution(grid, kind)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 0.9 <= EXACT_BYTES_PER_CELL * ue.size / peak <= 1.25

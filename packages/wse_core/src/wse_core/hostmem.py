@@ -1,0 +1,103 @@
+"""Host memory: refuse a problem that will not fit before allocating it.
+
+Contract. A command that sizes a problem counts the bytes of the host arrays it will hold
+(each package estimates its own arrays next to the code that allocates them), then calls
+`require(what, needed_bytes, fits=...)`. When the estimate exceeds `available_bytes()` it
+raises `HostMemoryError` (a `WseError`: the `wse` command prints one line and exits 2) naming
+the bytes needed, the bytes available and what would fit, which `fits(budget_bytes)` phrases
+from the budget (`largest(bytes_for, budget)` finds the largest size whose estimate fits).
+
+`available_bytes()` is the kernel's MemAvailable (`/proc/meminfo`), else the physical memory
+(`os.sysconf`); the variable `WSE_HOST_MEMORY_BYTES` caps it (a shared machine's share, or a
+test's small budget). Wafer SRAM is checked separately, at plan time, by `SramLedger`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from wse_core.errors import WseError
+
+__all__ = [
+    "HostMemoryError",
+    "ENV_LIMIT",
+    "available_bytes",
+    "format_bytes",
+    "largest",
+    "require",
+]
+
+ENV_LIMIT = "WSE_HOST_MEMORY_BYTES"
+
+
+class HostMemoryError(WseError):
+    """A problem's host arrays need more memory than the machine has available."""
+
+
+def format_bytes(n: float) -> str:
+    """`n` bytes in binary units, three significant figures ('1.50 GiB')."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{int(n)} B" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def available_bytes() -> int:
+    """Host bytes a new problem may use: MemAvailable (else physical memory), capped by
+    `$WSE_HOST_MEMORY_BYTES` when set."""
+    avail = _meminfo_available()
+    if avail is None:
+        avail = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    cap = os.environ.get(ENV_LIMIT)
+    if cap:
+        try:
+            limit = int(float(cap))
+        except ValueError:
+            raise WseError(f"{ENV_LIMIT} must be a number of bytes, got {cap!r}") from None
+        if limit <= 0:
+            raise WseError(f"{ENV_LIMIT} must be positive, got {cap!r}")
+        avail = min(avail, limit)
+    return int(avail)
+
+
+def largest(bytes_for: Callable[[int], int], budget_bytes: int, *, hi: int = 2**62) -> int:
+    """The largest n in [0, hi] with bytes_for(n) <= budget_bytes (bytes_for nondecreasing);
+    0 when even n = 1 does not fit."""
+    lo = 0
+    if bytes_for(1) > budget_bytes:
+        return 0
+    lo, top = 1, 2
+    while top <= hi and bytes_for(top) <= budget_bytes:
+        lo, top = top, top * 2
+    top = min(top, hi + 1)
+    while top - lo > 1:  # invariant: bytes_for(lo) fits, bytes_for(top) does not (or top > hi)
+        mid = (lo + top) // 2
+        lo, top = (mid, top) if bytes_for(mid) <= budget_bytes else (lo, mid)
+    return lo
+
+
+def require(what: str, needed_bytes: int, *, fits: Callable[[int], str]) -> None:
+    """Raise `HostMemoryError` when `needed_bytes` exceed `available_bytes()`.
+
+    `what` names the problem ('wse hpc md: 32,000,000 atoms'); `fits(budget_bytes)` says what
+    would fit in the available bytes ('at most 1,200,000 atoms (--cells 66 66 66)')."""
+    avail = available_bytes()
+    if needed_bytes <= avail:
+        return
+    raise HostMemoryError(
+        f"{what} needs {format_bytes(needed_bytes)} of host memory ({needed_bytes:,} B) but "
+        f"{format_bytes(avail)} ({avail:,} B) is available; {fits(avail)}"
+    )

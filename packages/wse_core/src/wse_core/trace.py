@@ -1,0 +1,368 @@
+"""Per-PE traces of a run: where the bytes, the busy cycles and the wavelets lie on the wafer.
+
+Contract. `trace_from(wafer_or_spec, report, per_pe_work=..., regions=..., sram=...)` spreads a
+`RunReport` over the PEs of its `rows x cols` logical grid. A phase's `Work` is, by the cost
+model's contract, the work of its busiest PE; `per_pe_work` says, per phase (a leaf's name or
+the name of a group above it, nearest first), what fraction of that work each PE does: a
+`(rows, cols)` array with maximum 1, or a `Region` (1 inside, 0 outside); a phase it does not
+name runs on every PE. Each PE's numbers are then the report's own, scaled:
+
+    layer            unit       block reduction   per PE
+    sram_bytes       B          sum               the ledger's allocations covering the PE
+    busy_cycles      cycles     max               the phase tree evaluated on the PE (serial
+                                                  adds, overlap takes the max), host I/O out
+    compute_cycles,
+    sram_cycles,
+    fabric_cycles,
+    latency_cycles   cycles     max               each resource's cycles summed over phases
+    link_N/S/E/W     wavelets   sum               32-bit words leaving the PE that way
+    detour_hops      hops       sum               physical hops beyond one on its E and S links
+
+so that the busiest PE's `busy_cycles` equals `critical_cycles(report)` (with weights of
+maximum 1) and the `sram_bytes` layer sums to the ledger's total. Grids of up to `max_cells`
+PEs are kept exact; larger ones (the full 762 x 1176 WSE-3) are reduced in square blocks of
+`block` x `block` PEs by each layer's reduction, so sums and maxima survive downsampling
+(`downsample`). Dead PEs are a list of physical (row, col); named regions, SRAM allocations
+and each leaf phase's critical PE (full-grid coordinates) live in the header.
+
+On disk (`save` / `load`): one `.npz` with `header` (UTF-8 JSON, `schema_version`), one
+float64 array per layer of shape `shape` (the block grid), and `dead` (n, 2) int64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wse_core.errors import WseError
+from wse_core.perf import Phase, Phases, Timing
+from wse_core.report import RunReport
+from wse_core.spec import WaferSpec
+from wse_core.sram import Region, SramLedger
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "LAYERS",
+    "MAX_CELLS",
+    "TraceError",
+    "LayerSpec",
+    "PeTrace",
+    "trace_from",
+    "critical_cycles",
+    "downsample",
+    "load",
+]
+
+SCHEMA_VERSION = 1
+MAX_CELLS = 1 << 17  # exact up to 131072 PEs (362 x 362); the full WSE-3 goes in 3 x 3 blocks
+DIRECTIONS = ("N", "S", "E", "W")
+PARTS = ("compute", "sram", "fabric", "latency")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    key: str
+    title: str
+    unit: str
+    reduction: str  # "sum" or "max": how a block of PEs is reduced to one cell
+
+
+LAYERS: tuple[LayerSpec, ...] = (
+    LayerSpec("sram_bytes", "SRAM in use", "B", "sum"),
+    LayerSpec("busy_cycles", "busy cycles", "cycles", "max"),
+    *(LayerSpec(f"{p}_cycles", f"{p} cycles", "cycles", "max") for p in PARTS),
+    *(LayerSpec(f"link_{d}", f"link {d} traffic", "wavelets", "sum") for d in DIRECTIONS),
+    LayerSpec("detour_hops", "detour hops (E and S links)", "hops", "sum"),
+)
+_SPEC = {layer.key: layer for layer in LAYERS}
+
+
+class TraceError(WseError):
+    """A trace file is missing, unreadable or of another schema version."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PeTrace:
+    """Per-PE layers of one run on a `rows x cols` grid, stored in `block`-sized cells."""
+
+    name: str
+    wafer: str
+    rows: int
+    cols: int
+    block: int
+    layers: dict[str, np.ndarray]  # key -> (ceil(rows / block), ceil(cols / block)) float64
+    dead: np.ndarray  # (n, 2) int64 physical (row, col) of dead PEs
+    physical_shape: tuple[int, int]
+    phases: list[dict[str, Any]]  # name, path, cycles, bound, critical_pe [r, c] or None
+    allocations: list[dict[str, Any]]  # name, bytes_per_pe, region [row0, col0, rows, cols]
+    regions: list[dict[str, Any]]  # name, rect [row0, col0, rows, cols]
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return -(-self.rows // self.block), -(-self.cols // self.block)
+
+    def header(self) -> dict[str, Any]:
+        """Everything but the arrays, as JSON-able data (with the layer table)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("layers", "dead")}
+        out["physical_shape"] = list(self.physical_shape)
+        out["schema_version"] = SCHEMA_VERSION
+        out["shape"] = list(self.shape)
+        out["layers"] = [
+            {
+                **dataclasses.asdict(_SPEC[k]),
+                "total": float(a.sum()),
+                "max": float(a.max()) if a.size else 0.0,
+            }
+            for k, a in self.layers.items()
+        ]
+        out["num_dead"] = int(len(self.dead))
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        """Write one compressed `.npz` (header JSON + arrays); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        head = np.frombuffer(json.dumps(self.header()).encode(), dtype=np.uint8)
+        buf = io.BytesIO()
+        arrays: dict[str, Any] = {"header": head, "dead": self.dead, **self.layers}
+        np.savez_compressed(buf, **arrays)
+        path.write_bytes(buf.getvalue())
+        return path
+
+
+def load(path: str | Path) -> PeTrace:
+    """Read a trace written by `PeTrace.save`; TraceError if it is not one of this schema."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            head = json.loads(bytes(z["header"]).decode())
+            arrays = {k: np.asarray(z[k]) for k in z.files if k != "header"}
+    except FileNotFoundError:
+        raise TraceError(f"no trace file {path}") from None
+    except (OSError, ValueError, KeyError) as e:
+        raise TraceError(f"{path} is not a wse trace (.npz with a header): {e}") from None
+    version = head.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise TraceError(
+            f"{path} has trace schema_version {version}; this wse reads {SCHEMA_VERSION}"
+        )
+    fields = {f.name for f in dataclasses.fields(PeTrace)} - {"layers", "dead"}
+    kwargs = {k: head[k] for k in fields if k in head}
+    kwargs["physical_shape"] = tuple(head["physical_shape"])
+    layers = {spec["key"]: arrays[spec["key"]].astype(np.float64) for spec in head["layers"]}
+    return PeTrace(layers=layers, dead=arrays["dead"].astype(np.int64), **kwargs)
+
+
+# Building -------------------------------------------------------------------------------
+
+
+def critical_cycles(report: RunReport) -> float:
+    """The report's predicted cycles on the wafer: its phase tree in cycles, host I/O out."""
+    return float(_tree(report.phases, report.predicted, 1.0, lambda _p: 1.0)[0])
+
+
+def _tree(node: Phase | Phases, timing: Timing, k: float, weight_of):
+    """(busy cycles, {part: cycles}, {direction: words}) of a phase subtree, scaled by the
+    per-PE weight of each leaf (a scalar or an array) and `k`, the repeats above it."""
+    if isinstance(node, Phase):
+        c, w = timing.cost, weight_of(node)
+        assert c is not None
+        n = k * node.repeat * w
+        parts = {
+            "compute": c.compute_cycles * n,
+            "sram": c.sram_cycles * n,
+            "fabric": c.fabric_cycles * n,
+            "latency": c.latency_cycles * n,
+        }
+        links = {d: node.work.links.get(d, 0.0) * n for d in DIRECTIONS}
+        return c.cycles * n, parts, links
+    kids = [
+        _tree(p, t, k * node.repeat, weight_of)
+        for p, t in zip(node.parts, timing.children, strict=True)
+    ]
+    if not kids:
+        return 0.0, dict.fromkeys(PARTS, 0.0), dict.fromkeys(DIRECTIONS, 0.0)
+    busy = kids[0][0]
+    for kid in kids[1:]:
+        busy = busy + kid[0] if node.mode == "serial" else np.maximum(busy, kid[0])
+    parts = {p: sum(kid[1][p] for kid in kids) for p in PARTS}
+    links = {d: sum(kid[2][d] for kid in kids) for d in DIRECTIONS}
+    return busy, parts, links
+
+
+def _leaves(node: Phase | Phases, path: tuple[str, ...] = ()):
+    """(leaf, path of group names above it, nearest last)."""
+    if isinstance(node, Phase):
+        yield node, path
+        return
+    for p in node.parts:
+        yield from _leaves(p, path + ((node.name,) if node.name else ()))
+
+
+def _weights(report: RunReport, shape: tuple[int, int], per_pe_work) -> dict[int, Any]:
+    """Per-PE weight of every leaf phase (by id), checked to have maximum 1."""
+    out: dict[int, Any] = {}
+    for leaf, path in _leaves(report.phases):
+        name = next((n for n in (leaf.name, *reversed(path)) if n in per_pe_work), None)
+        if name is None:
+            out[id(leaf)] = 1.0
+            continue
+        w = per_pe_work[name]
+        if isinstance(w, Region):
+            arr = np.zeros(shape)
+            arr[w.row0 : w.row0 + w.rows, w.col0 : w.col0 + w.cols] = 1.0
+            w = arr
+        w = np.asarray(w, dtype=np.float64)
+        if w.shape != shape or w.min() < 0 or w.max() > 1 + 1e-12:
+            raise ValueError(
+                f"per_pe_work[{name!r}] must be a {shape} array in [0, 1] (the fraction of the "
+                f"phase's busiest-PE work each PE does), got shape {w.shape}"
+            )
+        out[id(leaf)] = w
+    return out
+
+
+def _sram_layer(ledger: SramLedger | None, shape: tuple[int, int]):
+    layer = np.zeros(shape)
+    if ledger is None:
+        return layer, []
+    if (ledger.rows, ledger.cols) != shape:
+        raise ValueError(f"the SRAM ledger is {ledger.rows} x {ledger.cols}; the grid {shape}")
+    allocs = []
+    for a in ledger.allocations:
+        r = a.region
+        layer[r.row0 : r.row0 + r.rows, r.col0 : r.col0 + r.cols] += a.bytes_per_pe
+        rect = [r.row0, r.col0, r.rows, r.cols]
+        allocs.append({"name": a.name, "bytes_per_pe": a.bytes_per_pe, "region": rect})
+    return layer, allocs
+
+
+def _detours(remap: Any, shape: tuple[int, int]) -> np.ndarray:
+    """Extra physical hops on each PE's outgoing E and S links (0 without a remap)."""
+    rows, cols = shape
+    out = np.zeros(shape)
+    if remap is None:
+        return out
+    ew = remap.link_hops(1)[:rows, : cols - 1] - 1
+    ns = remap.link_hops(0)[: rows - 1, :cols] - 1
+    out[:, : cols - 1] += ew
+    out[: rows - 1, :] += ns
+    return out
+
+
+def _full(x: Any, shape: tuple[int, int]) -> np.ndarray:
+    return np.broadcast_to(np.asarray(x, dtype=np.float64), shape).copy()
+
+
+def _critical_pe(w: Any, busy: np.ndarray) -> list[int] | None:
+    """The PE doing the most of a phase (ties: the one with the most busy cycles overall)."""
+    w = np.broadcast_to(np.asarray(w, dtype=np.float64), busy.shape)
+    top = w.max()
+    if top <= 0:
+        return None
+    score = np.where(w >= top, busy, -np.inf)
+    r, c = np.unravel_index(int(np.argmax(score)), busy.shape)
+    return [int(r), int(c)]
+
+
+def trace_from(
+    wafer_or_spec: Any,
+    report: RunReport,
+    *,
+    per_pe_work: Mapping[str, np.ndarray | Region] | None = None,
+    regions: Iterable[Region] = (),
+    sram: SramLedger | None = None,
+    grid: tuple[int, int] | None = None,
+    max_cells: int = MAX_CELLS,
+) -> PeTrace:
+    """Spread `report` over the PEs of a `Wafer` (its grid, ledger and defects) or a
+    `WaferSpec` (its whole grid, no defects). See the module docstring for the layers."""
+    is_spec = isinstance(wafer_or_spec, WaferSpec)
+    spec: WaferSpec = wafer_or_spec if is_spec else wafer_or_spec.spec
+    if grid is None:
+        grid = (spec.pe_rows, spec.pe_cols) if is_spec else (wafer_or_spec.rows, wafer_or_spec.cols)
+    shape = (int(grid[0]), int(grid[1]))
+    sram = sram if sram is not None or is_spec else wafer_or_spec.sram
+    weights = _weights(report, shape, per_pe_work or {})
+    busy, parts, links = _tree(report.phases, report.predicted, 1.0, lambda p: weights[id(p)])
+    sram_layer, allocs = _sram_layer(sram, shape)
+    layers = {"sram_bytes": sram_layer, "busy_cycles": _full(busy, shape)}
+    layers |= {f"{p}_cycles": _full(parts[p], shape) for p in PARTS}
+    layers |= {f"link_{d}": _full(links[d], shape) for d in DIRECTIONS}
+    remap = None if is_spec else wafer_or_spec.remap
+    defects = None if is_spec else wafer_or_spec.defects
+    layers["detour_hops"] = _detours(remap, shape)
+    phases = _phase_rows(report, weights, layers["busy_cycles"])
+    shown = [{"name": r.name, "rect": [r.row0, r.col0, r.rows, r.cols]} for r in regions]
+    trace = PeTrace(
+        name=report.name,
+        wafer=spec.name,
+        rows=shape[0],
+        cols=shape[1],
+        block=1,
+        layers=layers,
+        dead=np.argwhere(defects.dead).astype(np.int64)
+        if defects is not None
+        else np.zeros((0, 2), np.int64),
+        physical_shape=(spec.physical_rows, spec.physical_cols),
+        phases=phases,
+        allocations=allocs,
+        regions=shown,
+        meta={
+            "clock_hz": spec.clock_hz,
+            "units": report.units,
+            "predicted_s": report.predicted_s,
+            "critical_cycles": critical_cycles(report),
+            "critical_phase": report.predicted.critical().name,
+            "bound": report.bound,
+        },
+    )
+    block = math.ceil(math.sqrt(shape[0] * shape[1] / max_cells))
+    return downsample(trace, block) if block > 1 else trace
+
+
+def _phase_rows(report: RunReport, weights: dict[int, Any], busy: np.ndarray) -> list[dict]:
+    rows = []
+    timings = {id(p): t for p, t in _pairs(report.phases, report.predicted)}
+    for leaf, path in _leaves(report.phases):
+        t = timings[id(leaf)]
+        rows.append(
+            {
+                "name": leaf.name,
+                "path": "/".join((*path, leaf.name)),
+                "cycles": t.cost.cycles * leaf.repeat if t.cost else 0.0,
+                "bound": t.bound,
+                "critical_pe": _critical_pe(weights[id(leaf)], busy),
+            }
+        )
+    return rows
+
+
+def _pairs(node: Phase | Phases, timing: Timing):
+    if isinstance(node, Phase):
+        yield node, timing
+        return
+    for p, t in zip(node.parts, timing.children, strict=True):
+        yield from _pairs(p, t)
+
+
+def downsample(trace: PeTrace, block: int) -> PeTrace:
+    """`trace` in cells of `block` x `block` of its cells, each layer by its reduction."""
+    if block <= 1:
+        return trace
+    out = {}
+    for key, a in trace.layers.items():
+        r, c = a.shape
+        padded = np.zeros((-(-r // block) * block, -(-c // block) * block))
+        padded[:r, :c] = a  # every layer is >= 0, so zero padding changes no sum and no max
+        cells = padded.reshape(padded.shape[0] // block, block, padded.shape[1] // block, block)
+        out[key] = cells.max(axis=(1, 3)) if _SPEC[key].reduction == "max" else cells.sum((1, 3))
+    return dataclasses.replace(trace, block=trace.block * block, layers=out)
