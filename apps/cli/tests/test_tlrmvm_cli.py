@@ -63,7 +63,9 @@ def test_compress_then_run(tmp_path):
     d = json.loads(r.stdout)
     assert d["rel_diff_vs_numpy_tlr"] < 2e-5  # fp32 rounding of length-32 GEMVs
     assert d["operator"]["compression_ratio"] == pytest.approx(op.compression_ratio)
-    assert d["predicted"]["wafer_s"] > 0 and d["predicted_48_systems"]["systems"] == 48
+    assert d["predicted"]["predicted_s"] > 0 and d["predicted_48_systems"]["systems"] == 48
+    assert d["predicted"]["measured_wall_s"] == d["wafer_emulator_s"]
+    assert d["predicted_48_systems"]["cerebras"]["program_pes"] == 48 * 750 * 994
     assert d["dense_gemv_s"] > 0 and d["wafer_emulator_s"] > 0
     assert d["kernel"] == "pe"  # the PEs' numba kernels on a CPU
     base = ["hpc", "tlrmvm", "run", "--operator", str(out), "--preset", "small", "--json"]
@@ -96,7 +98,8 @@ def test_npy_matrix_and_text_output(tmp_path):
     assert "compression" in r.stdout and out.exists()
     r = runner.invoke(app, ["hpc", "tlrmvm", "run", "--operator", str(out), "--preset", "tiny"])
     assert r.exit_code == 0, r.output
-    assert "predicted on tiny" in r.stdout
+    assert "predicted on tiny" in r.stdout and "vs measured" in r.stdout
+    assert "Cerebras matvec accounting" in r.stdout
 
 
 @pytest.mark.parametrize(

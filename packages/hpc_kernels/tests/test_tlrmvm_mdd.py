@@ -50,9 +50,12 @@ def test_experiment_quick_runs(tmp_path):
 
     result = run(quick=True, seed=0)
     names = {p.name for p in result.predictions}
-    assert {"pb_per_s", "time_per_mvm"} <= names
-    systems = {p.params["systems"] for p in result.predictions if p.name == "pb_per_s"}
-    assert systems == {1, 48}
+    assert {"cerebras_relative_pb_per_s", "cerebras_absolute_pb_per_s"} <= names
+    assert {"model_pb_per_s", "time_per_mvm"} <= names
+    rel = [p for p in result.predictions if p.name == "cerebras_relative_pb_per_s"]
+    assert {p.params["systems"] for p in rel} == {1, 48}
+    assert {p.params["pes"] for p in rel} == {745_500, 35_784_000}
+    assert all({"wafer", "systems", "precision", "nb"} <= set(p.params) for p in rel)
     assert all(p.published is None for p in result.predictions)
     comp = [m for m in result.measurements if m["kind"] == "compression"]
     assert all(m["error_fro"] <= m["threshold"] * 1.01 for m in comp)

@@ -8,7 +8,8 @@ PE column a set of rank rows found by an edge colouring, a few percent of paddin
 `wafer.place_plan` puts any plan's bases in PE SRAM; `tlrmvm_grouped` / `tlrmvm_packed` /
 `wafer.tlrmvm` return pure functions for A x and A^H y in three phases (V^H x per tile
 column, the reshuffle through the fabric, U y per tile row); `engine.TlrEngine` is the
-shell (jit, timing, reports); `perf` predicts wafer time and bandwidth; `baseline` holds the
+shell (jit, timing, RunReports); `perf` prices each plan instruction by instruction (and
+Cerebras's matvec bandwidth accounting); `baseline` holds the
 plain NumPy TLR-MVMs; `seismic` makes synthetic Green's-function operators; `mdd` solves
 multi-dimensional deconvolution with LSQR on top; `experiments` and `demo` are the CLI's
 entry points.

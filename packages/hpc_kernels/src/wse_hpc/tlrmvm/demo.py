@@ -35,7 +35,6 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     from wse_hpc.tlrmvm.baseline import best_median_s
     from wse_hpc.tlrmvm.compress import compress
     from wse_hpc.tlrmvm.engine import TlrEngine
-    from wse_hpc.tlrmvm.perf import cluster
     from wse_hpc.tlrmvm.seismic import green_operator
 
     n, nb, eps = (1024, 64, 1e-3) if quick else (2500, 128, 1e-3)
@@ -62,13 +61,16 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     )
     dense_s, _ = best_median_s(lambda: a @ x)
     emu_s = eng.time_matvec(x)
-    pred = eng.prediction()
-    c48 = cluster(pred, eng.plan, spec, systems=48)
+    rep = eng.report(emu_s)
+    c48 = eng.prediction(systems=48, fill=True)
+    cb = c48.extra["cerebras"]
     console.print(
         f"emulated {emu_s * 1e3:.2f} ms vs dense NumPy GEMV {dense_s * 1e3:.2f} ms; predicted "
-        f"on WSE-2 {pred.wafer_s * 1e6:.2f} µs per MVM ({pred.sustained_bytes_per_s / 1e12:.2f}"
-        f" TB/s of bases); 48 CS-2 filled with {c48['copies_per_system']} copies each: "
-        f"{c48['bytes_per_s'] / 1e15:.1f} PB/s"
+        f"on WSE-2 {rep.predicted_s * 1e6:.2f} µs per MVM ({rep.bound}-bound, "
+        f"{rep.extra['model_bytes_per_s'] / 1e12:.2f} TB/s of bases); 48 CS-2 filled with "
+        f"{c48.extra['copies_per_system']} copies each: Cerebras accounting relative "
+        f"{cb['relative_bytes_per_s'] / 1e15:.1f}, absolute {cb['absolute_bytes_per_s'] / 1e15:.1f}"
+        f" PB/s"
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     _plot_ranks(out_dir / "tlrmvm_ranks.png", op.ranks, f"tile ranks, n={n}, nb={nb}")

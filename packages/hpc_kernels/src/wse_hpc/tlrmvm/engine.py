@@ -3,9 +3,10 @@
 `TlrEngine.build(op, spec, ...)` plans the layout (`grouped.plan_grouped` by default),
 places it (`wafer.place_plan`), jits the pure `matvec_fn` / `rmatvec_fn` of the layout, and
 offers `matvec(x)` / `rmatvec(y)` on NumPy vectors ((N,) or (N, b)), `time_matvec(x,
-repeats)` (median wall seconds after a warm-up compile), `prediction()` (the wafer model of
-`perf.predict`) and `report(...)` (a `wse_core.report.Report`). Only this module decides
-jit and timing.
+repeats)` (median wall seconds after a warm-up compile), and `report(measured_wall_s, ...)`:
+the `wse_core.RunReport` of `perf.predict`, priced from this engine's own plan and its own
+product's traced fabric (`prediction()` is the same without a measurement). Only this
+module decides jit and timing.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import time
 
 import jax
 import numpy as np
-from wse_core.report import Report
+from wse_core.report import RunReport
 from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.grouped import GroupedPlan, plan_grouped, tlrmvm_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, plan_packed, tlrmvm_packed
-from wse_hpc.tlrmvm.perf import TlrPrediction, predict
+from wse_hpc.tlrmvm.perf import predict
 from wse_hpc.tlrmvm.wafer import (
     TlrBases,
     TlrFns,
@@ -123,26 +124,27 @@ class TlrEngine:
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
 
-    def prediction(self) -> TlrPrediction:
-        return predict(self.wafer, self.plan, self.op)
+    def prediction(self, *, systems: int = 1, fill: bool = False) -> RunReport:
+        """The wafer's predicted product (no measurement); see `perf.predict`."""
+        return self.report(None, systems=systems, fill=fill)
 
-    def report(self, measured_wall_s: float, **extra: object) -> Report:
-        pred = self.prediction()
-        from wse_core import fabric
-
-        x = jax.ShapeDtypeStruct((self.op.shape[1], self.plan.batch), self.op.dtype)
-        traffic = fabric.count(self.wafer, self.fns.matvec_fn, self.bases, x)  # unjitted: traced
-        return Report(
-            name="tlrmvm",
-            sram=self.wafer.sram.summary(),
-            traffic=traffic,
+    def report(
+        self,
+        measured_wall_s: float | None,
+        *,
+        systems: int = 1,
+        fill: bool = False,
+        **extra: object,
+    ) -> RunReport:
+        """Measured next to predicted: the RunReport of this engine's plan and product on
+        `systems` wafers (`fill`: each filled with copies of the operator)."""
+        return predict(
+            self.wafer,
+            self.plan,
+            self.op,
+            fns=self.fns,
+            systems=systems,
+            fill=fill,
             measured_wall_s=measured_wall_s,
-            predicted=None,
-            extra={
-                "operator": self.op.describe(),
-                "plan": self.plan.describe(),
-                "kernel": self.kernel,
-                "wafer_prediction": pred.to_dict(),
-                **extra,
-            },
+            extra={"operator": self.op.describe(), "kernel": self.kernel, **extra},
         )

@@ -3,14 +3,20 @@
 Measured: compression ratio, ranks and achieved error of a synthetic seismic slice against
 the threshold and the tile size nb (the figure); the relative MVM error against the dense
 product; emulated and NumPy times against dense NumPy GEMV; an MDD solve with LSQR on the
-wafer operator against the dense solve. Predicted (the same with --quick): time per MVM and
-sustained bandwidth of bases (`pb_per_s`, PB/s) for the paper's case — a 9801 x 9801
-complex64 slice, nb = 256, threshold 1e-3 — on one WSE-2 (the operator alone; the wafer
-filled with copies, i.e. frequency slices) and on 48 CS-2 systems, for the three wafer layouts
-(grouped: PE rows serve groups of tile columns and rows, rank rows coloured into PE columns;
-packed: slices bucketed by rank; banded: padded to each tile row's largest rank) and WSE-3.
-SC23's measured figures are not in the calibration set or in REFERENCES.md, so `published`
-stays empty.
+wafer operator against the dense solve. Predicted (the same with --quick), from `perf.predict` on
+each layout's plan of the paper's case — a 9801 x 9801 complex64 slice, nb = 256, threshold
+1e-3, complex split into fp32 arithmetic: `time_per_mvm` (µs) and `model_pb_per_s` (the
+compressed bases over the predicted time) of the slice alone (systems 1, copies 1); then
+1 and 48 CS-2 systems, each filled with copies of it (frequency slices) in its 750 x 994
+program rectangle (48 systems: 35,784,000 PEs), as `model_pb_per_s` (on-wafer time),
+`model_with_io_pb_per_s` (each copy's x and y through the system's host I/O) and in Cerebras's
+matvec accounting, `cerebras_relative_pb_per_s` and `cerebras_absolute_pb_per_s` (the SDK's
+single-tile-matvec bytes per PE, the slowest PE's cycles over 850 MHz). Layouts: grouped (PE
+rows serve groups of tile columns and rows, rank rows coloured into PE columns; the engine's
+default), packed (slices bucketed by rank), banded (padded to each tile row's largest
+rank); and grouped on WSE-3 (model figures only: the SDK accounting is the CS-2's). Stable
+param keys: `wafer`, `systems`, `precision`, `nb`, `n`, `threshold`, `layout`, `copies`.
+REFERENCES.md lists SC23's inputs only, so `published` stays None.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from wse_hpc.tlrmvm.engine import TlrEngine
 from wse_hpc.tlrmvm.grouped import plan_grouped
 from wse_hpc.tlrmvm.mdd import compare, mdd_case
 from wse_hpc.tlrmvm.packed import plan_packed
-from wse_hpc.tlrmvm.perf import cluster, predict
+from wse_hpc.tlrmvm.perf import counting_fns, predict
 from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator
 from wse_hpc.tlrmvm.wafer import plan_placement
 
@@ -89,6 +95,7 @@ def _speed(n: int, nb: int, seed: int) -> dict:
     numpy_s, _ = best_median_s(lambda f=stacked_fn(op): f(x))
     emu_s = eng.time_matvec(x)
     y = eng.matvec(x)
+    report = eng.report(emu_s)
     return {
         "kind": "speed",
         "n": n,
@@ -99,60 +106,74 @@ def _speed(n: int, nb: int, seed: int) -> dict:
         "dense_gemv_s": dense_s,
         "numpy_tlr_s": numpy_s,
         "wafer_emulator_s": emu_s,
+        "predicted_wafer_s": report.predicted_s,
+        "predicted_bound": report.bound,
         "emulator_speedup_vs_dense": dense_s / emu_s,
         "numpy_tlr_speedup_vs_dense": dense_s / numpy_s,
         "mvm_rel_err": float(np.linalg.norm(y - a @ x) / np.linalg.norm(a @ x)),
     }
 
 
-def _predictions(seed: int) -> tuple[list[PredictionRow], dict]:
+def _row(name: str, value: float, unit: str, params: dict) -> PredictionRow:
+    return PredictionRow(name, value, unit, params, None, SOURCE)
+
+
+def _case_rows(name: str, layout: str, seed: int) -> tuple[list[PredictionRow], dict]:
+    """One wafer and layout: the seismic slice alone (time per MVM, the model's bandwidth
+    of its bases), and systems filled with copies of it (SC23: 1 and 48 CS-2) in the
+    model's figure and, on a CS-2, in Cerebras's matvec accounting (relative, absolute)."""
     from wse_core.wafer import build_wafer
 
     op = paper_operator(seed)
-    rows = []
-    info = {}
-    planners = {"grouped": plan_grouped, "packed": plan_packed, "banded": plan_placement}
-    cases = (("wse2", "grouped"), ("wse2", "packed"), ("wse2", "banded"), ("wse3", "grouped"))
-    for name, layout in cases:
-        spec = preset(name)
-        plan = planners[layout](op, spec)
-        pred = predict(build_wafer(spec, grid=plan.grid), plan, op)
-        base = {
-            "preset": name,
-            "layout": layout,
-            **PAPER,
-            "grid": list(plan.grid),
-            "rank_chunk": plan.rank_chunk,
-            "bases_mb": round(op.bases_bytes / 1e6, 3),
-        }
-        one = {**base, "systems": 1, "copies": 1}
-        rows.append(PredictionRow("time_per_mvm", pred.wafer_s * 1e6, "µs", one, None, SOURCE))
-        rows.append(
-            PredictionRow("pb_per_s", pred.sustained_bytes_per_s / 1e15, "PB/s", one, None, SOURCE)
-        )
-        for systems in (1, 48):
-            c = cluster(pred, plan, spec, systems=systems)
-            params = {
-                **base,
-                "systems": systems,
-                "copies": c["copies_per_system"],
-                "pes_per_system": c["pes_used_per_system"],
-            }
-            rows.append(
-                PredictionRow("pb_per_s", c["bytes_per_s"] / 1e15, "PB/s", params, None, SOURCE)
-            )
-            rows.append(
-                PredictionRow(
-                    "pb_per_s_io_serial",
-                    c["io_serial_bytes_per_s"] / 1e15,
-                    "PB/s",
-                    params,
-                    None,
-                    SOURCE,
-                )
-            )
-        info[f"{name}_{layout}"] = {"plan": plan.describe(), "prediction": pred.to_dict()}
-    return rows, {"paper_operator": op.describe(), **info}
+    spec = preset(name)
+    plan = PLANNERS[layout](op, spec)
+    wafer = build_wafer(spec, grid=plan.grid, mesh_shape=(1, 1))
+    base = {"wafer": name, "precision": "fp32", **PAPER, "layout": layout}
+    base |= {"grid": list(plan.grid), "rank_chunk": plan.rank_chunk}
+    fns = counting_fns(wafer, plan)  # built once: the three predictions trace it
+    one = predict(wafer, plan, op, fns=fns)
+    p1 = {**base, "systems": 1, "copies": 1, "pes": plan.grid[0] * plan.grid[1]}
+    rows = [
+        _row("time_per_mvm", one.predicted_s * 1e6, "µs", p1),
+        _row("model_pb_per_s", one.extra["model_bytes_per_s"] / 1e15, "PB/s", p1),
+    ]
+    info = {"plan": plan.describe(), "slice": _summary(one)}
+    for systems in (1, 48):
+        rep = predict(wafer, plan, op, fns=fns, systems=systems, fill=True)
+        c = rep.extra["cerebras"]
+        params = {**base, "systems": systems, "copies": rep.extra["copies_per_system"]}
+        for key, extra in (
+            ("model", "model_bytes_per_s"),
+            ("model_with_io", "model_bytes_per_s_with_io"),
+        ):
+            rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", params))
+        if name == "wse2":  # the SDK's accounting is defined on the CS-2's 750 x 994
+            params = {**params, "pes": c["program_pes"]}
+            for kind in ("relative", "absolute"):
+                value = c[f"{kind}_bytes_per_s"] / 1e15
+                rows.append(_row(f"cerebras_{kind}_pb_per_s", value, "PB/s", params))
+        info[f"systems_{systems}"] = _summary(rep)
+    return rows, info
+
+
+def _summary(rep) -> dict:
+    keep = ("predicted_s", "bound", "critical_phase", "copies_per_system", "on_wafer_s")
+    keep += ("model_bytes_per_s", "model_bytes_per_s_with_io")
+    d = rep.to_dict()
+    return {**{k: d[k] for k in keep}, "phases": rep.phase_rows(), "cerebras": d["cerebras"]}
+
+
+PLANNERS = {"grouped": plan_grouped, "packed": plan_packed, "banded": plan_placement}
+CASES = (("wse2", "grouped"), ("wse2", "packed"), ("wse2", "banded"), ("wse3", "grouped"))
+
+
+def _predictions(seed: int) -> tuple[list[PredictionRow], dict]:
+    rows, info = [], {}
+    for name, layout in CASES:
+        r, i = _case_rows(name, layout, seed)
+        rows += r
+        info[f"{name}_{layout}"] = i
+    return rows, {"paper_operator": paper_operator(seed).describe(), **info}
 
 
 def _figure(rows: list[dict]):

@@ -1,177 +1,375 @@
-"""Predicted wafer figures of a placed TLR-MVM: time per MVM and sustained bases bandwidth.
+"""The wafer cost of a placed TLR-MVM, priced instruction by instruction from its plan, and
+the matrix-vector bandwidth in the accounting Cerebras reports.
 
-Contract: `predict(wafer, plan, op)` counts the busiest PE's work per phase (flops, SRAM
-bytes) from the plan, the fabric traffic of each phase with `wse_core.fabric.count` (the
-x broadcast, the ring allgather, the band, column or row sum), and turns each phase into time with
-`wse_core.perf.PerfModel`. The phases depend on each other, so their times add; off-wafer
-I/O (x in, y out) is a separate phase, reported apart because a stream of MVMs overlaps it
-with the previous product. Complex arithmetic costs 8 real flops per multiply-add, counted
-as fp32. `sustained_bytes_per_s` is the bytes of compressed bases (no padding) over the
-on-wafer time — the paper's metric. `cluster` scales to `systems` CS-2s, each filled with
-as many copies of the operator (frequency slices of a multi-dimensional convolution) as its
-PE grid holds, all running at once. No constant here is fitted to a published result.
+Contract. `pe_tiles(plan)` lists what each PE's program multiplies in one product, grouped
+by PEs that run the same program: phase 1 (V^H x) and phase 3 (U y) as fp32 `Tile`s, the
+GEMV of the SDK's `single-tile-matvec` (column AXPY: one `@fmacs` DSD of `m` elements per
+column; per element it reads A and y and writes y, and it reads x once per column). The
+tiles are the ones the emulation multiplies, padding rows of the PE's rank chunk included
+(the emulator and every PE run the same program over their stored rows; padded rows are
+zeros), grouped by the x piece (phase 1) or y piece (phase 3) they use. `mvm_phases(wafer,
+plan, op)` builds the `wse_core.perf.Phases` of one product: the x pieces in, phase 1, the
+reshuffle, phase 3 and the final sum (band sum, column or row allreduce), each phase's
+fabric words per link direction and hops from the traffic ledger of the layout's own
+`matvec_fn` traced on the wafer (`fabric` records them at trace time), each phase's compute
+and SRAM on its busiest PE; host I/O (x in, y out) overlaps the product (a stream of MVMs
+moves the next x while the wafer computes). `predict(...)` prices them with the one
+`PerfModel` and its one calibration into a `wse_core.report.RunReport` whose `extra` holds
+`cerebras_bandwidth(...)` and the model's own figure.
+
+Complex data is split into real arithmetic as the emulator does (`grouped`'s interleaved
+pairs, `pe_kernels`): a complex (m x n) tile product is one real (2m x 2n) tile product
+[[Re, -Im], [Im, Re]] [x_re; x_im]. `cerebras_bandwidth` applies the SDK's accounting to
+every real tile (relative bytes 4mn + 4m + 4n, absolute 12mn + 4n, flops 2mn - m; for
+nb x nb: 4nb^2 + 8nb, 12nb^2 + 4nb, 2nb^2 - nb): time = the slowest PE's cycles of phases 1
+and 3 / 850e6, the mean bytes per PE of the plan scaled to the 750 x 994 program rectangle
+of each system. Nothing here is fitted to a published result.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Mapping
 
 import jax
-from wse_core import fabric
-from wse_core.perf import PerfModel, Prediction, Work
-from wse_core.spec import WaferSpec
+import numpy as np
+from wse_core.perf import Op, PerfModel, Phase, Phases, Work, overlap, serial
+from wse_core.report import RunReport
+from wse_core.traffic import Traffic
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrOperator
-from wse_hpc.tlrmvm.grouped import GroupedPlan
-from wse_hpc.tlrmvm.packed import PackedPlan
-from wse_hpc.tlrmvm.wafer import TlrPlan
+from wse_hpc.tlrmvm.grouped import GroupedPlan, tlrmvm_grouped
+from wse_hpc.tlrmvm.packed import PackedPlan, tlrmvm_packed
+from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, TlrPlan, tlrmvm
 
-__all__ = ["TlrPrediction", "predict", "cluster"]
+__all__ = [
+    "SDK_CLOCK_HZ",
+    "PROGRAM_RECTANGLE",
+    "ASSUMPTIONS",
+    "Tile",
+    "PeProgram",
+    "pe_tiles",
+    "mvm_phases",
+    "predict",
+    "cerebras_bandwidth",
+    "copies_per_system",
+    "counting_fns",
+    "fabric_by_phase",
+]
+
+SDK_CLOCK_HZ = 850e6  # the SDK's benchmark scripts divide cycles by this (REFERENCES.md)
+PROGRAM_RECTANGLE = (750, 994)  # the largest user rectangle of a CS-2 (SDK examples)
+
+ASSUMPTIONS = {
+    "tlrmvm complex": "a complex (m x n) tile is one real (2m x 2n) fp32 tile "
+    "[[Re, -Im], [Im, Re]], as the emulator stores it (the paper's split is not public)",
+    "tlrmvm kernel": "phases 1 and 3 are column-AXPY GEMVs as in the SDK's single-tile-matvec "
+    "(one fp32 FMAC DSD per column), each PE over all its stored rows (padding included)",
+    "tlrmvm receive": "every word a PE receives is moved into its SRAM by one fp32 move DSD",
+    "tlrmvm sums": "an allreduce adds two incoming partials on its busiest PE; a band sum "
+    "adds one per band row below",
+    "tlrmvm host I/O": "x in and y out overlap the product (a stream of MVMs); copies of "
+    "the operator on one system share its I/O",
+    "tlrmvm cerebras accounting": "time = slowest PE's cycles of phases 1 and 3 / 850e6; "
+    "mean bytes per PE of the plan x 750 x 994 PEs per system",
+}
 
 
 @dataclasses.dataclass(frozen=True)
-class TlrPrediction:
-    phases: dict[str, Prediction]
-    bases_bytes: int  # compressed bases read per MVM
-    batch: int
+class Tile:
+    """One fp32 column-AXPY GEMV y (m) += A (m x n) x (n) on one PE."""
+
+    m: int
+    n: int
+
+    def work(self, vectors: int = 1) -> Work:
+        """n FMAC instructions of m elements; reads A and y, writes y, reads x per column."""
+        m, n = self.m, self.n
+        return Work(
+            ops=(Op("fmac", "fp32", m, count=n * vectors),),
+            sram_read_bytes=(8 * m * n + 4 * n) * vectors,
+            sram_write_bytes=4 * m * n * vectors,
+        )
 
     @property
-    def wafer_s(self) -> float:
-        """On-wafer time of one product (phases 0-3, no host I/O)."""
-        return sum(p.seconds for k, p in self.phases.items() if k != "host_io")
+    def relative_bytes(self) -> int:
+        """What a cached machine moves: A once, x read, y written (SDK accounting)."""
+        return 4 * self.m * self.n + 4 * self.m + 4 * self.n
 
     @property
-    def with_io_s(self) -> float:
-        return self.wafer_s + self.phases["host_io"].seconds
+    def absolute_bytes(self) -> int:
+        """What the column-AXPY loop moves (SDK accounting)."""
+        return 12 * self.m * self.n + 4 * self.n
 
     @property
-    def sustained_bytes_per_s(self) -> float:
-        return self.bases_bytes / self.wafer_s
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "wafer_s": self.wafer_s,
-            "with_io_s": self.with_io_s,
-            "sustained_bytes_per_s": self.sustained_bytes_per_s,
-            "bound": {k: p.bound for k, p in self.phases.items()},
-            "phases_s": {k: p.seconds for k, p in self.phases.items()},
-        }
+    def flops(self) -> int:
+        return 2 * self.m * self.n - self.m
 
 
-def _traffic(wafer: Wafer, fn, per_pe: tuple[int, ...], dtype) -> Work:
-    pr, pc = wafer.padded_shape
-    x = jax.ShapeDtypeStruct((pr, pc, *per_pe), dtype, sharding=wafer.sharding(len(per_pe)))
-    return Work.from_traffic(fabric.count(wafer, fn, x))
+@dataclasses.dataclass(frozen=True)
+class PeProgram:
+    """The tiles of phases 1 and 3 that `pes` PEs of the plan multiply per vector."""
+
+    pes: int
+    phase1: tuple[Tile, ...]
+    phase3: tuple[Tile, ...]
+
+    def work(self, phase: int, vectors: int) -> Work:
+        out = Work()
+        for t in self.phase1 if phase == 1 else self.phase3:
+            out = out + t.work(vectors)
+        return out
 
 
-def _final_sum(wafer: Wafer, plan: TlrPlan | PackedPlan, dt) -> dict[str, Work]:
-    """The last phase: the band sum (banded) or the column sum of the tile-row buffers."""
-    ch, b = plan.chunk, plan.batch
-    if isinstance(plan, PackedPlan):
-        mt = plan.tiles[0]
-        add = Work(flops={"fp32": 2.0 * (plan.tiles[1] + mt) * ch * b})
-        return {
-            "column_sum": add
-            + _traffic(
-                wafer, lambda x: fabric.allreduce(wafer, x, "sum", axis="col"), (mt, ch, b), dt
-            )
-        }
-    if plan.max_band == 1:
-        return {"band_sum": Work()}
-    add = Work(flops={"fp32": 2.0 * (plan.max_band - 1) * ch * b})
-    return {
-        "band_sum": add
-        + _traffic(wafer, lambda x: fabric.multicast(wafer, x, "N", plan.max_band - 1), (ch, b), dt)
-    }
+def _per_piece(win: np.ndarray, pieces: int) -> np.ndarray:
+    """(PEs, pieces): rows of each PE that use piece t (win: (PEs, w))."""
+    return (win[..., None] == np.arange(pieces)).sum(axis=1)
 
 
-def _vhx_work(fma: float, w: int, nb: int, b: int, isz: int) -> Work:
-    """Phase 1 on one PE: a (w x nb) V^H slice times b vectors of nb."""
-    return Work(
-        flops={"fp32": fma * w * nb * b},
-        sram_read_bytes=(w * nb + nb * b) * isz,
-        sram_write_bytes=w * b * isz,
+def _grouped_tiles(plan: GroupedPlan) -> list[PeProgram]:
+    """Phase 1: per x piece, its V rows x nb; phase 3: per y piece, nb x its U rows (the
+    `win` maps the emulator uses: padding rows fall in piece 0)."""
+    from wse_hpc.tlrmvm.grouped import _row_index
+
+    p, nb, s = _pairs(plan), plan.nb, plan.windows
+    idx = _row_index(plan, plan.grid, False)
+    w = plan.rank_chunk
+    v = _per_piece(idx["v_win"].reshape(-1, w), s)
+    u = _per_piece(idx["u_win"].reshape(-1, w), s)
+    sigs, counts = np.unique(np.concatenate([v, u], axis=1), axis=0, return_counts=True)
+    return [
+        PeProgram(
+            int(c),
+            tuple(Tile(p * int(k), p * nb) for k in sig[:s] if k),
+            tuple(Tile(p * nb, p * int(k)) for k in sig[s:] if k),
+        )
+        for sig, c in zip(sigs, counts, strict=True)
+    ]
+
+
+def pe_tiles(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[PeProgram]:
+    """Every distinct PE program of the plan with the number of PEs that run it."""
+    p, nb, w = _pairs(plan), plan.nb, plan.rank_chunk
+    if isinstance(plan, GroupedPlan):
+        return _grouped_tiles(plan)
+    r, c = plan.grid
+    nt, ch = plan.tiles[1], plan.chunk
+    if isinstance(plan, PackedPlan):  # phase 3: each ring slot into its tile row's buffer
+        return [PeProgram(r * c, (Tile(p * w, p * nb),), (Tile(p * ch, p * w),) * nt)]
+    return [PeProgram(r * c, (Tile(p * w, p * nb),), (Tile(p * ch, p * nt * w),))]
+
+
+def _pairs(plan) -> int:
+    return 2 if plan.dtype.startswith("complex") else 1
+
+
+# -- the fabric: the layout's own product traced on the wafer ----------------------------
+FABRIC_PHASES = {  # traffic-ledger op name -> phase, per layout
+    "grouped": {"broadcast_row": "x_in", "multicastS": "reshuffle", "allreduce_sum": "y_sum"},
+    "packed": {"broadcast_col": "x_in", "multicastE": "reshuffle", "allreduce_sum": "y_sum"},
+    "banded": {"broadcast_col": "x_in", "multicastE": "reshuffle", "multicastN": "y_sum"},
+}
+
+
+def counting_fns(wafer: Wafer, plan) -> TlrFns:
+    """The layout's product functions, to trace (grouped: the XLA kernel, whose fabric
+    ops are the PE kernel's)."""
+    if isinstance(plan, GroupedPlan):  # the fabric ops are the same for every kernel
+        return tlrmvm_grouped(wafer, plan, kernel="xla")
+    return (tlrmvm_packed if isinstance(plan, PackedPlan) else tlrmvm)(wafer, plan)
+
+
+def _bases_struct(wafer: Wafer, plan) -> TlrBases:
+    """Abstract placed bases of the plan (shapes and dtypes of `plan.fields`)."""
+    (w, nb, dt), (pr, pc) = (plan.rank_chunk, plan.nb, np.dtype(plan.dtype)), wafer.padded_shape
+    if isinstance(plan, GroupedPlan):
+        per = (w, _pairs(plan) * nb)
+        dt = np.dtype(np.float32) if _pairs(plan) == 2 else dt
+        vh, u = per, per
+    else:
+        nt, ch = plan.tiles[1], plan.chunk
+        vh, u = (w, nb), ((ch, nt, w) if isinstance(plan, PackedPlan) else (ch, nt * w))
+    return TlrBases(
+        *(jax.ShapeDtypeStruct((pr, pc, *s), dt, sharding=wafer.sharding(len(s))) for s in (vh, u))
     )
 
 
-def _ring_work(wafer: Wafer, direction: str, ring: int, per_pe: tuple[int, int], dt) -> Work:
-    """Phase 2: the reshuffle as a periodic ring allgather of `ring` PEs along `direction`."""
-    if ring <= 1:
+def fabric_by_phase(wafer: Wafer, plan, fns: TlrFns | None = None) -> dict[str, Traffic]:
+    """The traffic of one product per phase: `matvec_fn` traced abstractly, each ledger
+    entry assigned to its phase by its op (FABRIC_PHASES)."""
+    fns = fns or counting_fns(wafer, plan)
+    x = jax.ShapeDtypeStruct((plan.shape[1], plan.batch), np.dtype(plan.dtype))
+    with wafer.traffic.scope() as entries:
+        # a fresh function each time: eval_shape caches traces by function, and a cached
+        # trace records nothing (the ledger fills at trace time)
+        jax.eval_shape(lambda *a: fns.matvec_fn(*a), _bases_struct(wafer, plan), x)  # type: ignore[operator]
+    names = FABRIC_PHASES[plan.layout]
+    out: dict[str, Traffic] = {}
+    for e in entries:
+        phase = names[e.op]  # an op this table does not know is a KeyError: keep it true
+        out[phase] = out[phase] + e if phase in out else e
+    return out
+
+
+# -- the phases ------------------------------------------------------------------------
+def _receive(words: float) -> Work:
+    """The PE core takes `words` 32-bit words off its ramp into SRAM (fp32 moves)."""
+    if words <= 0:
         return Work()
-    hops = ring - 1
-    return _traffic(
-        wafer,
-        lambda x: fabric.multicast(wafer, x, direction, hops, boundary="periodic"),
-        per_pe,
-        dt,
+    return Work(ops=(Op("move", "fp32", words),), sram_write_bytes=4 * words)
+
+
+def _adds(length: float, count: float) -> Work:
+    """`count` fp32 adds of an incoming partial of `length` words into one in SRAM."""
+    if length <= 0 or count <= 0:
+        return Work()
+    return Work(
+        ops=(Op("add", "fp32", length, count=count),),
+        sram_read_bytes=4 * length * count,
+        sram_write_bytes=4 * length * count,
     )
 
 
-def _grouped_phases(wafer: Wafer, plan: GroupedPlan, fma: float, dt) -> dict[str, Work]:
-    """Every PE: w V rows (w x nb) in phase 1, each against the x piece of its tile column;
-    w U rows in phase 3 into s partial y pieces; the s x pieces along PE rows, the ring
-    allgather down PE columns, the s partial pieces summed along PE rows."""
-    nb, w, b, ring, isz = plan.nb, plan.rank_chunk, plan.batch, plan.ring, plan.itemsize
-    s = plan.windows
+def _sum_work(plan, traffic: Traffic | None) -> Work:
+    """The final sum's arithmetic on its busiest PE (words per vector from the plan)."""
+    p, b = _pairs(plan), plan.batch
+    if traffic is None:
+        return Work()
+    if isinstance(plan, TlrPlan):  # a band's first row adds the max_band - 1 slices below
+        return _adds(p * plan.chunk, (plan.max_band - 1) * b)
+    if isinstance(plan, PackedPlan):  # column allreduce of the (mt, ch) buffer
+        return _adds(p * plan.tiles[0] * plan.chunk, 2 * b) + _receive(
+            p * plan.tiles[0] * plan.chunk * b
+        )
+    return _adds(p * plan.windows * plan.nb, 2 * b) + _receive(p * plan.windows * plan.nb * b)
+
+
+def _busiest(programs: list[PeProgram], phase: int, b: int, model: PerfModel) -> Work:
+    works = [prog.work(phase, b) for prog in programs]
+    return max(works, key=lambda w: model.cost(w).cycles)
+
+
+def mvm_phases(
+    wafer: Wafer,
+    plan: TlrPlan | PackedPlan | GroupedPlan,
+    *,
+    fns: TlrFns | None = None,
+    copies: int = 1,
+    model: PerfModel | None = None,
+    fab: Mapping[str, Traffic] | None = None,
+) -> Phases:
+    """One product of `plan.batch` vectors: overlap(serial(x_in, phase1_vhx, reshuffle,
+    phase3_uy, y_sum), host_io); `copies` operators on one system share its host I/O.
+    `fab`: the traffic per phase when the caller has traced it (`fabric_by_phase`)."""
+    model = model or PerfModel(wafer.spec)
+    fab = fab if fab is not None else fabric_by_phase(wafer, plan, fns)
+    programs = pe_tiles(plan)
+    b, isz = plan.batch, plan.itemsize
+
+    def fabric(name: str, extra: Work = Work()) -> Work:
+        t = fab.get(name)
+        return extra if t is None else Work.from_traffic(t) + extra
+
+    def words(name: str) -> float:  # words per PE of a multicast or broadcast phase
+        return max(fab[name].links.values(), default=0.0) if name in fab else 0.0
+
+    on_wafer = serial(
+        Phase("x_in", fabric("x_in", _receive(words("x_in")))),
+        Phase("phase1_vhx", _busiest(programs, 1, b, model)),
+        Phase("reshuffle", fabric("reshuffle", _receive(words("reshuffle")))),
+        Phase("phase3_uy", _busiest(programs, 3, b, model)),
+        Phase("y_sum", fabric("y_sum", _sum_work(plan, fab.get("y_sum")))),
+        name="on_wafer",
+    )
+    (m, n) = plan.shape
+    io = Phase("host_io", Work(host_io_bytes=(m + n) * b * isz), repeat=copies)
+    return overlap(on_wafer, io, name="tlrmvm")
+
+
+def copies_per_system(plan, spec_name: str, rows: int, cols: int) -> int:
+    """Copies of the plan's grid (frequency slices) that fill one system's program
+    rectangle: 750 x 994 on a CS-2, else the spec's logical grid."""
+    r, c = PROGRAM_RECTANGLE if spec_name == "wse2" else (rows, cols)
+    return (r // plan.grid[0]) * (c // plan.grid[1])
+
+
+def cerebras_bandwidth(
+    plan: TlrPlan | PackedPlan | GroupedPlan, model: PerfModel, *, systems: int = 1
+) -> dict[str, float]:
+    """Relative and absolute bandwidth (bytes/s) as the SDK reports a matvec: the slowest
+    PE's cycles of phases 1 and 3 over 850 MHz; the plan's mean bytes per PE times the
+    750 x 994 program rectangle times `systems`."""
+    b, programs = plan.batch, pe_tiles(plan)
+    cycles = max(model.cost(p.work(1, b) + p.work(3, b)).cycles for p in programs)
+    pes = sum(p.pes for p in programs)
+
+    def mean(attr: str) -> float:
+        tot = sum(p.pes * sum(getattr(t, attr) for t in p.phase1 + p.phase3) for p in programs)
+        return b * tot / pes
+
+    seconds = cycles / SDK_CLOCK_HZ
+    scale = PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems
     return {
-        "x_broadcast": _traffic(
-            wafer, lambda x: fabric.broadcast(wafer, x, "row", 0), (s * nb, b), dt
-        ),
-        "phase1_vhx": _vhx_work(fma, w, nb, b, isz),
-        "phase2_reshuffle": _ring_work(wafer, "S", ring, (w, b), dt),
-        "phase3_uy": Work(
-            flops={"fp32": fma * nb * w * b},
-            sram_read_bytes=(nb * w + w * b) * isz,
-            sram_write_bytes=s * nb * b * isz,
-        ),
-        "row_sum": Work(flops={"fp32": 2.0 * s * nb * b})
-        + _traffic(wafer, lambda x: fabric.allreduce(wafer, x, "sum", axis="row"), (s * nb, b), dt),
+        "slowest_pe_cycles": cycles,
+        "seconds": seconds,
+        "program_pes": scale,
+        "relative_bytes_per_pe": mean("relative_bytes"),
+        "absolute_bytes_per_pe": mean("absolute_bytes"),
+        "flops_per_pe": mean("flops"),
+        "relative_bytes_per_s": mean("relative_bytes") * scale / seconds,
+        "absolute_bytes_per_s": mean("absolute_bytes") * scale / seconds,
+        "flops_per_s": mean("flops") * scale / seconds,
     }
 
 
 def predict(
-    wafer: Wafer, plan: TlrPlan | PackedPlan | GroupedPlan, op: TlrOperator
-) -> TlrPrediction:
-    """Per-phase predictions for one product of `plan.batch` vectors on `wafer.spec`."""
-    (m, n), nb, (_, nt), w, b = plan.shape, plan.nb, plan.tiles, plan.rank_chunk, plan.batch
-    isz, cplx = plan.itemsize, plan.dtype.startswith("complex")
-    fma = 8.0 if cplx else 2.0  # real flops per multiply-add
-    dt = op.dtype
-    model = PerfModel(wafer.spec)
-    io = {"host_io": Work(host_io_bytes=(m + n) * b * isz)}
-    if isinstance(plan, GroupedPlan):
-        phases = {**_grouped_phases(wafer, plan, fma, dt), **io}
-        return TlrPrediction({k: model.predict(v) for k, v in phases.items()}, op.bases_bytes, b)
-    ch = plan.chunk
-    phases = {
-        "x_broadcast": _traffic(wafer, lambda x: fabric.broadcast(wafer, x, "col", 0), (nb, b), dt),
-        "phase1_vhx": _vhx_work(fma, w, nb, b, isz),
-        "phase2_reshuffle": _ring_work(wafer, "E", nt, (w, b), dt),
-        "phase3_uy": Work(
-            flops={"fp32": fma * nt * ch * w * b},
-            sram_read_bytes=(nt * ch * w + nt * w * b) * isz,
-            sram_write_bytes=ch * b * isz,
-        ),
-        **_final_sum(wafer, plan, dt),
-        **io,
-    }
-    return TlrPrediction({k: model.predict(v) for k, v in phases.items()}, op.bases_bytes, b)
-
-
-def cluster(
-    pred: TlrPrediction, plan: TlrPlan | PackedPlan | GroupedPlan, spec: WaferSpec, *, systems: int
-) -> dict:
-    """Figures for `systems` wafers of `spec`, each filled with copies of the operator."""
-    rows, cols = plan.grid
-    copies = (spec.pe_rows // rows) * (spec.pe_cols // cols)
-    io_s = pred.phases["host_io"].seconds * copies  # one system's I/O link is shared
-    per_system = copies * pred.bases_bytes / pred.wafer_s
-    return {
-        "systems": systems,
-        "copies_per_system": copies,
-        "pes_used_per_system": copies * rows * cols,
-        "time_per_mvm_s": pred.wafer_s,
-        "bytes_per_s": systems * per_system,
-        "io_serial_bytes_per_s": systems * copies * pred.bases_bytes / (pred.wafer_s + io_s),
-    }
+    wafer: Wafer,
+    plan: TlrPlan | PackedPlan | GroupedPlan,
+    op: TlrOperator,
+    *,
+    fns: TlrFns | None = None,
+    systems: int = 1,
+    fill: bool = False,
+    measured_wall_s: float | None = None,
+    extra: Mapping[str, object] | None = None,
+) -> RunReport:
+    """The RunReport of one product on `systems` wafers of `wafer.spec`, each running one
+    operator (`fill=False`) or filled with copies of it (`fill=True`). `extra` holds
+    `cerebras` (the SDK accounting, `cerebras_bandwidth`), `model_bytes_per_s` (the
+    compressed bases of every copy over the predicted on-wafer time: x and y already on
+    the wafer, as the SDK accounting takes them) and `model_bytes_per_s_with_io` (over the
+    whole predicted time, host I/O of every copy included)."""
+    spec = wafer.spec
+    model = PerfModel(spec)
+    copies = copies_per_system(plan, spec.name, spec.pe_rows, spec.pe_cols) if fill else 1
+    fab = fabric_by_phase(wafer, plan, fns)
+    phases = mvm_phases(wafer, plan, fns=fns, copies=copies, model=model, fab=fab)
+    traffic = functools.reduce(lambda a, t: a + t, fab.values(), Traffic())
+    report = RunReport.build(
+        "tlrmvm",
+        spec,
+        phases,
+        measured_wall_s=measured_wall_s,
+        traffic=traffic,
+        sram=wafer.sram.summary(),
+        assumptions=ASSUMPTIONS,
+        units="mvm",
+        systems=systems,
+        model=model,
+    )
+    moved = systems * copies * op.bases_bytes  # compressed bases, every copy, every system
+    report.extra.update(
+        {
+            "plan": plan.describe(),
+            "copies_per_system": copies,
+            "bases_bytes": op.bases_bytes,
+            "on_wafer_s": report.predicted.leaf("on_wafer").seconds,
+            "model_bytes_per_s": moved / report.predicted.leaf("on_wafer").seconds,
+            "model_bytes_per_s_with_io": moved / report.predicted_s,
+            "cerebras": cerebras_bandwidth(plan, model, systems=systems),
+            **dict(extra or {}),
+        }
+    )
+    return report

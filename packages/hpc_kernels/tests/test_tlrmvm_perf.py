@@ -1,0 +1,138 @@
+"""The TLR-MVM cost model: costs counted by hand on one tile, Cerebras's matvec accounting
+by hand, the traced fabric per phase, and plans that change the prediction through the
+plan object the emulation runs."""
+
+import numpy as np
+import pytest
+from wse_core import preset
+from wse_core.calibration import Calibration
+from wse_core.perf import PerfModel
+from wse_core.report import RunReport
+from wse_hpc.tlrmvm import compress, perf
+from wse_hpc.tlrmvm.engine import TlrEngine
+from wse_hpc.tlrmvm.testing import smooth_kernel
+from wse_hpc.tlrmvm.wafer import plan_placement
+
+NB, K = 16, 3  # one nb x nb tile of rank K
+ISSUE = 3.0  # the presets' dsd_issue_cycles
+
+
+@pytest.fixture(scope="module")
+def one_tile():
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((NB, K)) @ rng.standard_normal((K, NB))).astype(np.float32)
+    op = compress(a, nb=NB, threshold=1e-5)
+    assert op.ranks.tolist() == [[K]]
+    return op
+
+
+@pytest.fixture(scope="module")
+def op():
+    return compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)  # 6 x 5 complex tiles
+
+
+def _uncalibrated(spec):
+    return PerfModel(spec, calibration=Calibration())  # efficiency 1: counts are visible
+
+
+def test_one_tile_cost_counted_by_hand(one_tile):
+    spec = preset("small")
+    eng = TlrEngine.build(one_tile, spec, layout="banded", rank_chunk=K)
+    assert eng.plan.grid == (1, 1)
+    (prog,) = perf.pe_tiles(eng.plan)
+    # phase 1: V^T x, a K x NB tile by column AXPY: NB FMACs of K elements; phase 3: U y,
+    # NB x K: K FMACs of NB elements (ch = nb / nt = NB rows per PE).
+    assert prog.phase1 == (perf.Tile(K, NB),) and prog.phase3 == (perf.Tile(NB, K),)
+    model = _uncalibrated(spec)
+    p1 = model.cost(prog.work(1, 1))
+    assert p1.compute_cycles == NB * (ISSUE + K)  # fp32 FMAC is 1-wide (inferred)
+    w1 = prog.work(1, 1)
+    assert w1.sram_read_bytes == 8 * K * NB + 4 * NB  # A and y per element, x per column
+    assert w1.sram_write_bytes == 4 * K * NB
+    assert model.cost(prog.work(3, 1)).compute_cycles == K * (ISSUE + NB)
+    # the engine's report prices the same tiles
+    rep = eng.prediction()
+    assert isinstance(rep, RunReport)
+    leaf = rep.phases.parts[0].parts[1]
+    assert leaf.name == "phase1_vhx" and leaf.work == w1
+
+
+def test_complex_tile_is_a_real_block_of_twice_the_size(op):
+    plan = plan_placement(op, preset("small"), rank_chunk=2)
+    (prog,) = perf.pe_tiles(plan)
+    assert prog.phase1 == (perf.Tile(2 * 2, 2 * op.nb),)  # [[Re, -Im], [Im, Re]]
+    assert prog.phase3 == (perf.Tile(2 * plan.chunk, 2 * op.tiles[1] * 2),)
+
+
+def test_cerebras_accounting_by_hand(one_tile):
+    nb = 256
+    t = perf.Tile(nb, nb)  # the SDK's single-tile-matvec per PE
+    assert t.relative_bytes == 4 * nb**2 + 8 * nb
+    assert t.absolute_bytes == 12 * nb**2 + 4 * nb
+    assert t.flops == 2 * nb**2 - nb
+    spec = preset("small")
+    plan = plan_placement(one_tile, spec, rank_chunk=K)
+    model = _uncalibrated(spec)
+    got = perf.cerebras_bandwidth(plan, model, systems=48)
+    # the slowest (only) PE: phases 1 and 3 compute-bound
+    cycles = NB * (ISSUE + K) + K * (ISSUE + NB)
+    assert got["slowest_pe_cycles"] == cycles
+    rel = (4 * K * NB + 4 * K + 4 * NB) + (4 * NB * K + 4 * NB + 4 * K)
+    ab = (12 * K * NB + 4 * NB) + (12 * NB * K + 4 * K)
+    pes = 48 * 750 * 994
+    assert got["program_pes"] == 35_784_000 == pes
+    assert got["relative_bytes_per_s"] == pytest.approx(rel * pes / (cycles / 850e6))
+    assert got["absolute_bytes_per_s"] == pytest.approx(ab * pes / (cycles / 850e6))
+    one = perf.cerebras_bandwidth(plan, model, systems=1)
+    assert got["relative_bytes_per_s"] == pytest.approx(48 * one["relative_bytes_per_s"])
+
+
+def test_fabric_phases_come_from_the_traced_product(op):
+    eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout="packed")
+    fab = perf.fabric_by_phase(eng.wafer, eng.plan, eng.fns)
+    assert set(fab) == {"x_in", "reshuffle", "y_sum"}
+    nt, w = op.tiles[1], eng.plan.rank_chunk
+    # ring allgather east: nt - 1 slices of w complex64 (2 words each) out of each PE
+    assert dict(fab["reshuffle"].links) == {"E": (nt - 1) * 2 * w}
+    rep = eng.prediction()
+    ring = rep.predicted.leaf("reshuffle")
+    assert ring.cost.busiest_link == "E"
+    per_cycle = preset("small").link_bytes_per_cycle / 4  # words per link per cycle
+    assert ring.cost.fabric_cycles * rep.calibration.fabric == pytest.approx(
+        (nt - 1) * 2 * w / per_cycle
+    )
+
+
+@pytest.mark.parametrize("layout", ["banded", "packed", "grouped"])
+def test_plan_changes_the_prediction_through_the_same_object(op, layout):
+    spec = preset("small")
+    a = TlrEngine.build(op, spec, layout=layout, rank_chunk=2)
+    b = TlrEngine.build(op, spec, layout=layout, rank_chunk=4)
+    ra, rb = a.prediction(), b.prediction()
+    assert ra.predicted_s != rb.predicted_s
+    for eng, rep in ((a, ra), (b, rb)):  # phase 1 is the busiest PE's tiles of its plan
+        works = [p.work(1, 1) for p in perf.pe_tiles(eng.plan)]
+        assert rep.phases.parts[0].parts[1].work in works
+        assert rep.extra["plan"] == eng.plan.describe()
+
+
+def test_layouts_price_different_programs(op):
+    spec = preset("small")
+    reps = {
+        layout: TlrEngine.build(op, spec, layout=layout, rank_chunk=2).prediction()
+        for layout in ("banded", "packed", "grouped")
+    }
+    assert len({r.predicted_s for r in reps.values()}) == 3
+    assert reps["banded"].predicted.leaf("y_sum").cost.busiest_link == "N"  # the band sum
+
+
+def test_systems_and_copies_scale_the_figures(op):
+    eng = TlrEngine.build(op, preset("wse2"), layout="grouped")
+    one = eng.prediction(systems=1, fill=True)
+    many = eng.prediction(systems=48, fill=True)
+    assert one.extra["copies_per_system"] > 1
+    assert many.extra["model_bytes_per_s"] == pytest.approx(48 * one.extra["model_bytes_per_s"])
+    c1, c48 = one.extra["cerebras"], many.extra["cerebras"]
+    assert c48["absolute_bytes_per_s"] == pytest.approx(48 * c1["absolute_bytes_per_s"])
+    assert one.extra["cerebras"]["program_pes"] == 745_500
+    assert "tlrmvm complex" in one.assumptions
