@@ -5,7 +5,9 @@ matrix) into a TLR operator file (`.npz`) and prints the ranks, compression rati
 achieved error. `run` places an operator file on a wafer preset, runs the MVM on the
 emulator, checks it against the plain NumPy TLR-MVM (and the dense operator when the file is
 small enough to rebuild it), times it against dense NumPy GEMV, and prints the wafer model's
-time per MVM and sustained bandwidth for one wafer and for 48 systems.
+predicted time per MVM next to the measured emulator time (`TlrEngine.report`, a
+`wse_core.RunReport`), and the bandwidth of 48 CS-2-sized systems filled with copies of the
+operator, in Cerebras's matvec accounting and in the model's own figure.
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ app = typer.Typer(
 )
 
 
-def _matrix(matrix: str, n: int, freq_hz: float):
-    from wse_hpc.tlrmvm.seismic import green_operator, load_matrix
 DENSE_CHECK_BYTES = 256 * 2**20  # `compress` rebuilds A_tlr densely to check it up to this
 
 
@@ -39,12 +39,12 @@ def compress_host_bytes(n: int) -> int:
     return max(green_operator_bytes(n), 2 * dense + check)
 
 
+def _matrix(matrix: str, n: int, freq_hz: float):
+    from wse_hpc.tlrmvm.seismic import green_operator, load_matrix
 
     if matrix == "synthetic-seismic":
         if n <= 0:
             fail(f"--n must be a positive size, got {n}")
-        return green_operator(n=n, freq_hz=freq_hz)
-    if not matrix.endswith(".npy"):
         from wse_core.hostmem import largest, require
 
         require(
@@ -52,6 +52,8 @@ def compress_host_bytes(n: int) -> int:
             compress_host_bytes(n),
             fits=lambda budget: f"at most --n {largest(compress_host_bytes, budget, hi=n)} fits",
         )
+        return green_operator(n=n, freq_hz=freq_hz)
+    if not matrix.endswith(".npy"):
         fail(f"--matrix must be 'synthetic-seismic' or a .npy file, got {matrix!r}")
     return load_matrix(matrix)
 
@@ -143,7 +145,6 @@ def run(
     from wse_core.runtime import keep_freed_memory, sync_dispatch
     from wse_hpc.tlrmvm import load_operator
     from wse_hpc.tlrmvm.engine import TlrEngine
-    from wse_hpc.tlrmvm.perf import cluster
 
     keep_freed_memory()  # each product's XLA temporaries reuse mapped pages (no page faults)
     sync_dispatch()  # each product on this thread, as the NumPy GEMV it is timed against
@@ -170,9 +171,8 @@ def run(
     d["wafer_emulator_s"] = eng.time_matvec(x)
     if "dense_gemv_s" in d:
         d["speedup_vs_dense"] = d["dense_gemv_s"] / d["wafer_emulator_s"]
-    pred = eng.prediction()
-    d["predicted"] = pred.to_dict()
-    d["predicted_48_systems"] = cluster(pred, eng.plan, spec, systems=48)
+    d["predicted"] = eng.report(d["wafer_emulator_s"]).to_dict()
+    d["predicted_48_systems"] = eng.prediction(systems=48, fill=True).to_dict()
     if as_json:
         typer.echo(json.dumps(d, indent=2, default=float))
         return
@@ -204,10 +204,16 @@ def _print_run(d: dict, spec_name: str) -> None:
         )
     )
     typer.echo(
-        f"predicted on {spec_name}: {pr['wafer_s'] * 1e6:.2f} µs per MVM, "
-        f"{pr['sustained_bytes_per_s'] / 1e12:.2f} TB/s of bases; filled with "
-        f"{c48['copies_per_system']} copies x 48 systems: "
-        f"{c48['bytes_per_s'] / 1e15:.2f} PB/s"
+        f"predicted on {spec_name}: {pr['predicted_s'] * 1e6:.2f} µs per MVM ({pr['bound']}-bound"
+        f" in {pr['critical_phase']}) vs measured {pr['measured_wall_s'] * 1e3:.2f} ms on the "
+        f"emulator; {pr['model_bytes_per_s'] / 1e12:.2f} TB/s of bases"
+    )
+    cb = c48["cerebras"]
+    typer.echo(
+        f"48 systems, each filled with {c48['copies_per_system']} copies: "
+        f"{c48['model_bytes_per_s'] / 1e15:.2f} PB/s of bases; Cerebras matvec accounting "
+        f"({cb['program_pes']:,} PEs): relative {cb['relative_bytes_per_s'] / 1e15:.2f}, "
+        f"absolute {cb['absolute_bytes_per_s'] / 1e15:.2f} PB/s"
     )
 
 
