@@ -21,6 +21,9 @@ TOL = 1e-4
 CASES = {
     "gpt2": tiny_config("gpt2"),
     "llama": tiny_config("llama"),
+    # OPT-style ReLU and Primer's squared ReLU (HF activation_function / hidden_act)
+    "gpt2-relu": tiny_config("gpt2", mlp_activation="relu"),
+    "llama-relu2": tiny_config("llama", mlp_activation="relu2"),
     # Llama 3.1+ RoPE scaling with positions past original_max_position_embeddings, tied head.
     "llama3-scaled-tied": tiny_config(
         "llama",

@@ -30,7 +30,9 @@ Contract (other packages code against exactly this; see the models issue):
 Additions beyond the contract (implemented here; the contract above is unchanged):
 
 - `ModelConfig`: optional `head_dim`, `rope_scaling` (`RopeScaling`, Llama 3.1+ "llama3"),
-  `name`; `.hd`, `.replace(**kw)`, `embed_params()`, `final_params()`, `matmul_params()`,
+  `mlp_activation` ("gelu" | "silu" | "relu" | "relu2"; default the arch's own; HF's
+  `activation_function` / `hidden_act`), `.relu_like`, `name`; `.hd`, `.replace(**kw)`,
+  `embed_params()`, `final_params()`, `matmul_params()`,
   `layer_bytes(dtype)`, `attn_flops_per_token(seq_len)`, `train_flops_per_token(seq_len)`.
   Dtypes are strings; `dtype_bytes(name)`.
 - Params: `param_shapes(config)` (ShapeDtypeStructs, nothing allocated), `cast_params`,
@@ -41,12 +43,17 @@ Additions beyond the contract (implemented here; the contract above is unchanged
   `model.step(tokens, positions, cache)` -> (logits, cache); `model.num_params()`.
 - HF: `load_params(path, config)`, `save_params(config, params, path, max_shard_bytes=)`,
   `config_from_hf(dict)`, `config_to_hf(config)`, `hf_tensor_names(config)`.
+- `segment_ids=` on `apply_layer(s)` / `forward`: documents packed in a row attend within
+  themselves; `count_zeros=True` also returns the MLP hidden activation's exact zeros per
+  layer. `wse_models.sparsity`: `zero_counts`, `zero_fraction(params, config, tokens)` (the
+  measured per-layer sparsity of a checkpoint) and `sparse_time_ratio` (zero-skipping).
 - Errors (all `wse_core.errors.WseError`): `ModelError`, `ModelConfigError`, `CheckpointError`.
 - `wse_models.testing`: tiny configs and random `transformers` oracles for tests.
 - Meshes: the functions run under `jax.jit` on meshes with Explicit axes (jax.make_mesh's
   default) with the batch sharded over a data axis and parameters replicated.
 """
 
+from wse_models import sparsity
 from wse_models.cache import KVCache, LayerCache, init_cache, write_cache
 from wse_models.checkpoint import (
     from_pretrained,
@@ -57,7 +64,9 @@ from wse_models.checkpoint import (
 )
 from wse_models.config import (
     ARCHS,
+    MLP_ACTIVATIONS,
     PRESETS,
+    RELU_LIKE,
     ModelConfig,
     RopeScaling,
     dtype_bytes,
@@ -88,7 +97,9 @@ from wse_models.params import (
 
 __all__ = [
     "ARCHS",
+    "MLP_ACTIVATIONS",
     "PRESETS",
+    "RELU_LIKE",
     "CheckpointError",
     "KVCache",
     "LayerCache",
@@ -120,6 +131,7 @@ __all__ = [
     "rope_inv_freq",
     "save_params",
     "save_pretrained",
+    "sparsity",
     "tree_num_params",
     "unembed",
     "write_cache",

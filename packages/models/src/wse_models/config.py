@@ -2,9 +2,14 @@
 
 `ModelConfig` covers both families: "gpt2" (LayerNorm with bias, learned positions, GELU MLP,
 biases everywhere, usually tied embeddings) and "llama" (RMSNorm, RoPE, SwiGLU, grouped-query
-attention, no biases). Counting methods never allocate: the performance model and the planners
-ask them about Llama-3 405B on a laptop. Presets carry the published shapes; their parameter
-counts are checked against the published totals in the tests.
+attention, no biases). `mlp_activation` swaps the MLP's nonlinearity (default: the family's
+own, "gelu" for gpt2 and "silu" for llama): gpt2 applies it to the up projection, llama to
+the gate (relu(gate) * up, as HF's LlamaMLP does with `hidden_act`). "relu" (OPT) and "relu2"
+(squared ReLU, Primer) give exact zeros that sparse hardware can skip (`RELU_LIKE`).
+
+Counting methods never allocate: the performance model and the planners ask them about
+Llama-3 405B on a laptop. Presets carry the published shapes; their parameter counts are
+checked against the published totals in the tests.
 
 The config is hashable, so it can be a static argument of `jax.jit`.
 """
@@ -22,6 +27,8 @@ from wse_models.errors import ModelConfigError
 __all__ = [
     "ARCHS",
     "DTYPES",
+    "MLP_ACTIVATIONS",
+    "RELU_LIKE",
     "PRESETS",
     "ModelConfig",
     "RopeScaling",
@@ -31,6 +38,9 @@ __all__ = [
 
 ARCHS = ("gpt2", "llama")
 DTYPES = ("float32", "bfloat16")
+MLP_ACTIVATIONS = ("gelu", "silu", "relu", "relu2")  # gelu: tanh approximation (gelu_new)
+RELU_LIKE = ("relu", "relu2")  # activations with exact zeros (counted by wse_models.sparsity)
+_DEFAULT_ACTIVATION = {"gpt2": "gelu", "llama": "silu"}
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "float8": 1}
 
 
@@ -91,6 +101,7 @@ class ModelConfig:
     param_dtype: str = "float32"
     head_dim: int | None = None
     rope_scaling: RopeScaling | None = None
+    mlp_activation: str | None = None  # None: the arch's own ("gelu" gpt2, "silu" llama)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -121,6 +132,19 @@ class ModelConfig:
                 raise ModelConfigError(f"{field}={getattr(self, field)!r}; use one of {DTYPES}")
         if self.rope_scaling is not None and self.arch != "llama":
             raise ModelConfigError("rope_scaling applies to arch='llama' only")
+        if self.mlp_activation is None:  # resolved, so equal configs compare ==
+            object.__setattr__(self, "mlp_activation", _DEFAULT_ACTIVATION[self.arch])
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            act = str(self.mlp_activation)
+            raise ModelConfigError(
+                f"mlp_activation={act!r}{suggest(act, MLP_ACTIVATIONS)}; "
+                f"use one of {MLP_ACTIVATIONS}"
+            )
+
+    @property
+    def relu_like(self) -> bool:
+        """True when the MLP's activation has exact zeros ("relu", "relu2")."""
+        return self.mlp_activation in RELU_LIKE
 
     @property
     def hd(self) -> int:

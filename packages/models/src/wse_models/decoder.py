@@ -6,11 +6,15 @@
 
 `apply_layer` runs ONE layer (weight streaming: the trainer takes `jax.vjp` through it);
 `apply_layers` scans any contiguous stack of layers (a pipeline stage); `forward` is the three
-above and equals applying the layers one by one. Tokens are int32 [b, s]; positions int32
-[b, s] (absolute, per row; default 0..s-1). Compute runs in `config.dtype` with parameters
-cast at use (they may be stored in fp32 or bf16); norms, softmax and RoPE angles run in fp32
-as in HF, and logits come back in float32. fp32 compute uses HIGHEST matmul precision (no
-TF32 on GPUs), so fp32 logits match the reference implementation to ~1e-6.
+above and equals applying the layers one by one. All three take `segment_ids` (documents
+packed in a row attend within themselves) and `count_zeros` (also return the number of exact
+zeros of the MLP's hidden activation, per layer: `wse_models.sparsity`).
+
+Tokens are int32 [b, s]; positions int32 [b, s] (absolute, per row; default 0..s-1).
+Compute runs in `config.dtype` with parameters cast at use (they may be stored in fp32 or
+bf16); norms, softmax and RoPE angles run in fp32 as in HF, and logits come back in float32.
+fp32 compute uses HIGHEST matmul precision (no TF32 on GPUs), so fp32 logits match the
+reference implementation to ~1e-6.
 The projections and the attention core carry hand-written VJPs (`_matmul`, `_sdpa`): the
 same math as autodiff's, arranged so XLA:CPU runs every backward dot in its fast form
 (autodiff's weight and key/value gradients hit its slow generic kernel, and the backward
@@ -245,7 +249,7 @@ def _attend(config: ModelConfig, q, keys, vals, mask) -> jax.Array:
     return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h * hd)
 
 
-def _attention(config, p, x, positions, cache: LayerCache | None):
+def _attention(config, p, x, positions, cache: LayerCache | None, segment_ids=None):
     b, t, _ = x.shape
     q = _proj(config, x, p, "wq", "bq").reshape(b, t, config.n_heads, config.hd)
     k = _proj(config, x, p, "wk", "bk").reshape(b, t, config.n_kv_heads, config.hd)
@@ -259,18 +263,34 @@ def _attention(config, p, x, positions, cache: LayerCache | None):
         keys, vals = cache.k, cache.v
         kpos = jnp.broadcast_to(jnp.arange(keys.shape[1]), (b, keys.shape[1]))
     mask = (kpos[:, None, :] <= positions[:, :, None]) & (kpos[:, None, :] >= 0)
+    if segment_ids is not None:  # within a segment positions rise with the index: causal
+        mask = mask & (segment_ids[:, None, :] == segment_ids[:, :, None])
     out = _attend(config, q, keys, vals, mask)
     return _proj(config, out, p, "wo", "bo"), cache
 
 
-def _mlp(config: ModelConfig, p: dict, x: jax.Array) -> jax.Array:
+_ACTIVATIONS = {
+    "gelu": partial(jax.nn.gelu, approximate=True),  # HF "gelu_new"
+    "silu": jax.nn.silu,
+    "relu": jax.nn.relu,
+    "relu2": lambda x: jnp.square(jax.nn.relu(x)),  # Primer's squared ReLU (HF "relu2")
+}
+
+
+def _mlp(config: ModelConfig, p: dict, x: jax.Array, valid: jax.Array | None):
+    """-> (MLP output, number of exact zeros in the hidden activation over the tokens where
+    `valid` [b, t] holds; None when `valid` is None: nothing is counted)."""
     up = _proj(config, x, p, "w_up", "b_up")
+    act = _ACTIVATIONS[config.mlp_activation]
     if config.arch == "gpt2":
-        hidden = jax.nn.gelu(up, approximate=True)  # HF "gelu_new"
+        hidden = act(up)
     else:
         gate = _matmul(x, _w(p["w_gate"], config), _prec(config), None)
-        hidden = jax.nn.silu(gate) * up
-    return _proj(config, hidden, p, "w_down", "b_down")
+        hidden = act(gate) * up
+    zeros = None
+    if valid is not None:
+        zeros = jnp.sum((hidden == 0) & valid[..., None], dtype=jnp.int32)
+    return _proj(config, hidden, p, "w_down", "b_down"), zeros
 
 
 def apply_layer(
@@ -279,15 +299,29 @@ def apply_layer(
     h: jax.Array,
     positions: jax.Array,
     cache: LayerCache | None = None,
-) -> tuple[jax.Array, LayerCache | None]:
-    """One pre-norm transformer layer: h [b, t, d] -> (h, that layer's updated cache)."""
+    *,
+    segment_ids: jax.Array | None = None,
+    count_zeros: bool = False,
+):
+    """One pre-norm transformer layer: h [b, t, d] -> (h, that layer's updated cache).
+
+    `segment_ids` int32 [b, t] (no cache): packed documents, a token attends only to earlier
+    tokens of its own segment. `count_zeros`: also return the int32 number of exact zeros in
+    the MLP's hidden activation [b, t, d_ff] over tokens with position >= 0 (padding left
+    out) -> (h, cache, zeros); callers ask only for `config.relu_like` models, so the dense
+    path compiles exactly as without it.
+    """
     if cache is not None and not isinstance(cache, LayerCache):
         cache = LayerCache(*cache)
-    a, cache = _attention(config, layer_params["attn"], _norm(config, layer_params["attn_norm"], h),
-                          positions, cache)  # fmt: skip
+    if segment_ids is not None and cache is not None:
+        raise ModelError("segment_ids (packed documents) cannot be used with a KV cache")
+    x = _norm(config, layer_params["attn_norm"], h)
+    a, cache = _attention(config, layer_params["attn"], x, positions, cache, segment_ids)
     h = h + a
-    h = h + _mlp(config, layer_params["mlp"], _norm(config, layer_params["mlp_norm"], h))
-    return h, cache
+    valid = positions >= 0 if count_zeros else None
+    m, zeros = _mlp(config, layer_params["mlp"], _norm(config, layer_params["mlp_norm"], h), valid)
+    h = h + m
+    return (h, cache, zeros) if count_zeros else (h, cache)
 
 
 def apply_layers(
@@ -296,22 +330,30 @@ def apply_layers(
     h: jax.Array,
     positions: jax.Array,
     cache: KVCache | None = None,
-) -> tuple[jax.Array, KVCache | None]:
-    """`apply_layer` over a stack of layers with `lax.scan` (cache: the same layers' KVCache)."""
+    *,
+    segment_ids: jax.Array | None = None,
+    count_zeros: bool = False,
+):
+    """`apply_layer` over a stack of layers with `lax.scan` (cache: the same layers' KVCache).
+
+    -> (h, cache), or (h, cache, zeros int32 [layers]) with `count_zeros`."""
+    kw = dict(segment_ids=segment_ids, count_zeros=count_zeros)
     if cache is None:
 
         def body(x, lp):
-            return apply_layer(config, lp, x, positions)[0], None
+            out = apply_layer(config, lp, x, positions, **kw)
+            return out[0], out[2] if count_zeros else None
 
-        return lax.scan(body, h, stacked_layer_params)[0], None
+        h, zeros = lax.scan(body, h, stacked_layer_params)
+        return (h, None, zeros) if count_zeros else (h, None)
 
     def body_cached(x, xs):
         lp, k, v = xs
-        x, lc = apply_layer(config, lp, x, positions, LayerCache(k=k, v=v))
-        return x, (lc.k, lc.v)
+        out = apply_layer(config, lp, x, positions, LayerCache(k=k, v=v), **kw)
+        return out[0], (out[1].k, out[1].v, out[2] if count_zeros else None)
 
-    h, (k, v) = lax.scan(body_cached, h, (stacked_layer_params, cache.k, cache.v))
-    return h, KVCache(k=k, v=v)
+    h, (k, v, zeros) = lax.scan(body_cached, h, (stacked_layer_params, cache.k, cache.v))
+    return (h, KVCache(k=k, v=v), zeros) if count_zeros else (h, KVCache(k=k, v=v))
 
 
 def unembed(config: ModelConfig, params: Params, h: jax.Array) -> jax.Array:
@@ -327,14 +369,22 @@ def forward(
     tokens: jax.Array,
     positions: jax.Array | None = None,
     cache: KVCache | None = None,
-) -> tuple[jax.Array, KVCache | None]:
-    """Tokens int32 [b, s] -> (logits float32 [b, s, vocab], updated cache or None)."""
+    *,
+    segment_ids: jax.Array | None = None,
+    count_zeros: bool = False,
+):
+    """Tokens int32 [b, s] -> (logits float32 [b, s, vocab], updated cache or None), plus
+    the MLP zero counts int32 [n_layers] with `count_zeros` (see `apply_layer`).
+
+    `segment_ids` int32 [b, s]: documents packed in a row attend within themselves only
+    (give `positions` restarting at 0 in each document)."""
     if positions is None:
         _check_tokens(config, tokens, tokens)
         positions = default_positions(tokens)
     h = embed(config, params, tokens, positions)
-    h, cache = apply_layers(config, params["layers"], h, positions, cache)
-    return unembed(config, params, h), cache
+    out = apply_layers(config, params["layers"], h, positions, cache,
+                       segment_ids=segment_ids, count_zeros=count_zeros)  # fmt: skip
+    return (unembed(config, params, out[0]), *out[1:])
 
 
 def _check_tokens(config: ModelConfig, tokens: Any, positions: Any) -> None:

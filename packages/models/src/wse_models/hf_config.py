@@ -4,7 +4,8 @@ Reads both transformers 4.x keys (`rope_theta`, `rope_scaling`, `torch_dtype`) a
 (`rope_parameters`, `dtype`); writes both, so either version loads what we save. Options that
 would change the model and that we do not implement (another activation, attention or MLP
 biases in Llama, cross-attention, per-layer attention scaling, RoPE types other than "llama3")
-are refused by name, never ignored.
+are refused by name, never ignored. The MLP activation (`activation_function` for GPT-2,
+`hidden_act` for Llama) maps to `ModelConfig.mlp_activation` through `HF_ACTIVATIONS`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,20 @@ from typing import Any
 from wse_models.config import DTYPES, ModelConfig, RopeScaling
 from wse_models.errors import CheckpointError
 
-__all__ = ["HF_ARCHITECTURES", "config_from_hf", "config_to_hf"]
+__all__ = ["HF_ACTIVATIONS", "HF_ARCHITECTURES", "config_from_hf", "config_to_hf"]
 
 HF_ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
 _ARCH_BY_HF = {v: k for k, v in HF_ARCHITECTURES.items()}
+# HF activation name -> mlp_activation (HF's plain "gelu" is the erf form: not ours)
+HF_ACTIVATIONS = {
+    "gelu_new": "gelu",
+    "gelu_pytorch_tanh": "gelu",
+    "silu": "silu",
+    "swish": "silu",
+    "relu": "relu",
+    "relu2": "relu2",
+}
+_HF_NAME = {"gelu": "gelu_new", "silu": "silu", "relu": "relu", "relu2": "relu2"}
 
 
 def _arch(d: dict[str, Any]) -> str:
@@ -47,8 +58,12 @@ def _ckpt_dtype(d: dict[str, Any]) -> str:
     return name if name in DTYPES else "float32"
 
 
+def _activation(d: dict[str, Any], key: str, default: str) -> str:
+    _refuse(d, key, tuple(HF_ACTIVATIONS), default)
+    return HF_ACTIVATIONS[d.get(key, default)]
+
+
 def _gpt2(d: dict[str, Any]) -> dict[str, Any]:
-    _refuse(d, "activation_function", ("gelu_new", "gelu_pytorch_tanh"), "gelu_new")
     _refuse(d, "scale_attn_by_inverse_layer_idx", False, False)
     _refuse(d, "scale_attn_weights", True, True)
     _refuse(d, "add_cross_attention", False, False)
@@ -59,6 +74,7 @@ def _gpt2(d: dict[str, Any]) -> dict[str, Any]:
         d_ff=d.get("n_inner") or 4 * d_model, max_seq_len=d.get("n_positions", 1024),
         norm_eps=d.get("layer_norm_epsilon", 1e-5),
         tie_embeddings=d.get("tie_word_embeddings", True),
+        mlp_activation=_activation(d, "activation_function", "gelu_new"),
     )  # fmt: skip
 
 
@@ -84,7 +100,6 @@ def _rope(d: dict[str, Any]) -> tuple[float, RopeScaling | None]:
 
 
 def _llama(d: dict[str, Any]) -> dict[str, Any]:
-    _refuse(d, "hidden_act", "silu", "silu")
     _refuse(d, "attention_bias", False, False)
     _refuse(d, "mlp_bias", False, False)
     heads = d.get("num_attention_heads", 32)
@@ -97,6 +112,7 @@ def _llama(d: dict[str, Any]) -> dict[str, Any]:
         max_seq_len=d.get("max_position_embeddings", 2048),
         norm_eps=d.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
         tie_embeddings=d.get("tie_word_embeddings", False), head_dim=d.get("head_dim"),
+        mlp_activation=_activation(d, "hidden_act", "silu"),
     )  # fmt: skip
 
 
@@ -116,7 +132,7 @@ def _gpt2_to_hf(c: ModelConfig) -> dict[str, Any]:
     return {
         "vocab_size": c.vocab_size, "n_positions": c.max_seq_len, "n_embd": c.d_model,
         "n_layer": c.n_layers, "n_head": c.n_heads, "n_inner": c.d_ff,
-        "activation_function": "gelu_new", "layer_norm_epsilon": c.norm_eps,
+        "activation_function": _HF_NAME[str(c.mlp_activation)], "layer_norm_epsilon": c.norm_eps,
         "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
         "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
     }  # fmt: skip
@@ -135,7 +151,8 @@ def _llama_to_hf(c: ModelConfig) -> dict[str, Any]:
     return {
         "vocab_size": c.vocab_size, "hidden_size": c.d_model, "intermediate_size": c.d_ff,
         "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads,
-        "num_key_value_heads": c.n_kv_heads, "head_dim": c.hd, "hidden_act": "silu",
+        "num_key_value_heads": c.n_kv_heads, "head_dim": c.hd,
+        "hidden_act": _HF_NAME[str(c.mlp_activation)],
         "max_position_embeddings": c.max_seq_len, "rms_norm_eps": c.norm_eps,
         "rope_theta": c.rope_theta, "rope_parameters": rope,
         "rope_scaling": legacy if c.rope_scaling is not None else None,

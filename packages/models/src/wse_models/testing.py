@@ -16,7 +16,7 @@ import numpy as np
 from wse_models.config import ModelConfig
 from wse_models.hf_config import config_to_hf
 
-__all__ = ["hf_model", "hf_logits", "random_tokens", "tiny_config"]
+__all__ = ["hf_model", "hf_logits", "np_mlp_preactivation", "random_tokens", "tiny_config"]
 
 
 def tiny_config(arch: str, **overrides: Any) -> ModelConfig:
@@ -65,3 +65,54 @@ def hf_logits(model: Any, tokens: Any) -> np.ndarray:
     with torch.no_grad():
         ids = torch.from_numpy(np.asarray(tokens, dtype=np.int64))
         return model(input_ids=ids).logits.float().numpy()
+
+
+def _np_norm(config: ModelConfig, p: dict, x: np.ndarray) -> np.ndarray:
+    if config.arch == "gpt2":
+        x = x - x.mean(-1, keepdims=True)
+        return (
+            x / np.sqrt((x**2).mean(-1, keepdims=True) + config.norm_eps) * p["scale"] + p["bias"]
+        )
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + config.norm_eps) * p["scale"]
+
+
+def _np_rope(config: ModelConfig, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    hd = config.hd
+    inv = 1.0 / config.rope_theta ** (np.arange(0, hd, 2) / hd)
+    ang = positions[..., None, None] * inv  # [b, t, 1, hd/2]
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
+    return np.concatenate(
+        [x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)], -1
+    )
+
+
+def np_mlp_preactivation(
+    config: ModelConfig, layer_params: Any, h: Any, positions: Any, segment_ids: Any = None
+) -> np.ndarray:
+    """The pre-activation whose sign decides the MLP's zeros, in float64 NumPy from the
+    weights: one layer's input h [b, t, d] -> gpt2's up projection, or llama's gate
+    projection, [b, t, d_ff] (ReLU-like activations are 0 exactly where it is <= 0).
+    Written independently of `wse_models.decoder` (no RoPE scaling): the sparsity oracle."""
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), layer_params)
+    h, pos = np.asarray(h, np.float64), np.asarray(positions)
+    b, t, _ = h.shape
+    a, x = p["attn"], _np_norm(config, p["attn_norm"], h)
+    q = (x @ a["wq"] + a.get("bq", 0)).reshape(b, t, config.n_heads, config.hd)
+    k = (x @ a["wk"] + a.get("bk", 0)).reshape(b, t, config.n_kv_heads, config.hd)
+    v = (x @ a["wv"] + a.get("bv", 0)).reshape(b, t, config.n_kv_heads, config.hd)
+    if config.arch == "llama":
+        q, k = _np_rope(config, q, pos), _np_rope(config, k, pos)
+    group = config.n_heads // config.n_kv_heads
+    k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(config.hd)
+    mask = np.tril(np.ones((t, t), bool))[None]
+    if segment_ids is not None:
+        seg = np.asarray(segment_ids)
+        mask = mask & (seg[:, :, None] == seg[:, None, :])
+    scores = np.where(mask[:, None], scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, -1)
+    h = h + out @ a["wo"] + a.get("bo", 0)
+    m, x = p["mlp"], _np_norm(config, p["mlp_norm"], h)
+    return x @ m["w_up"] + m["b_up"] if config.arch == "gpt2" else x @ m["w_gate"]
