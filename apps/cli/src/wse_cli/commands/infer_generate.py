@@ -162,10 +162,6 @@ def generate(
         spec = parse_speculative_config(speculative_config)
     if stop and prompt is None:
         fail("--stop strings need --prompt text (a tokenizer); with --prompt-ids use neither")
-    model = load_model(model_dir, tokenizer_required=prompt is not None)
-    ids = _prompt_ids(prompt, prompt_ids, model.tokenizer, model.config.vocab_size)
-    context = min(max_context or model.config.max_seq_len, model.config.max_seq_len)
-    validate_sampling(
     from wse_inference.loading import check_host_memory, read_config
 
     cfg = read_config(model_dir)
@@ -176,6 +172,10 @@ def generate(
         max_context=context,
         what=f"generate with {max(1, stages)} stage(s) and context {context}",
     )
+    model = load_model(model_dir, tokenizer_required=prompt is not None)
+    ids = _prompt_ids(prompt, prompt_ids, model.tokenizer, model.config.vocab_size)
+    context = min(max_context or model.config.max_seq_len, model.config.max_seq_len)
+    validate_sampling(
         sampling, vocab_size=model.config.vocab_size, max_context=context, prompt_len=len(ids)
     )
     stream = _streamer(enabled=not as_json)

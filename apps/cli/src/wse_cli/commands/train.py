@@ -135,20 +135,6 @@ def train(
     _train(console, config)
 
 
-def _train(console, config) -> None:
-    from wse_core.runtime import keep_freed_memory
-    from wse_trainer.run import run
-
-    keep_freed_memory()  # each step's XLA temporaries reuse mapped pages (no page faults)
-    result = run(config, echo=lambda line: console.print(line, highlight=False, markup=False))
-    console.print(
-        f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s; "
-        f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "
-        f"{result.model_dir}"
-    )
-    if result.hf_dir is not None:
-        console.print(f"HF-format model for inference: {result.hf_dir}")
-    for text in result.samples:
 def _check_host_memory(config) -> None:
     """Refuse a run whose host arrays (wse_trainer.plan.host_bytes) exceed the host's
     memory, before the tokenizer, the data or the model is made; name what would fit."""
@@ -176,11 +162,25 @@ def _check_host_memory(config) -> None:
     require(f"training batch {batch} x {seq} tokens", need(batch, seq), fits=fits)
 
 
+def _train(console, config) -> None:
+    from wse_core.runtime import keep_freed_memory
+    from wse_trainer.run import run
+
+    _check_host_memory(config)
+    keep_freed_memory()  # each step's XLA temporaries reuse mapped pages (no page faults)
+    result = run(config, echo=lambda line: console.print(line, highlight=False, markup=False))
+    console.print(
+        f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s; "
+        f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "
+        f"{result.model_dir}"
+    )
+    if result.hf_dir is not None:
+        console.print(f"HF-format model for inference: {result.hf_dir}")
+    for text in result.samples:
         console.rule("sample")
         console.print(text, highlight=False, markup=False)
 
 
-    _check_host_memory(config)
 def register(app: typer.Typer) -> None:
     """Add `wse train` to the root app."""
     app.command("train")(train)
