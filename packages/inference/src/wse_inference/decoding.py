@@ -136,6 +136,13 @@ def prefill(
     return logits, cache
 
 
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=4)
+def _forward_chunk_zeros(config, params, tokens, positions, cache):
+    import wse_models
+
+    return wse_models.forward(config, params, tokens, positions, cache, count_zeros=True)
+
+
 def prefill_scored(
     config: Any,
     params: Any,
@@ -143,14 +150,16 @@ def prefill_scored(
     max_len: int,
     chunk: int,
     prompt_logprobs: int | None,
+    zeros: Any = None,
 ) -> tuple[jax.Array, Any, tuple[TokenLogprob | None, ...] | None]:
     """`prefill`, and with `prompt_logprobs` = k the prompt's own `TokenLogprob`s (vLLM's
     prompt_logprobs: token i scored by the logits at i - 1, k alternatives; None for token 0),
-    from the same chunked forward passes."""
-    return _prefill(config, params, prompt_ids, max_len, chunk, prompt_logprobs)
+    from the same chunked forward passes. `zeros`: a `wse_models.sparsity.ZeroTally` that
+    adds the prompt's MLP zeros per layer (engines pass one for ReLU-like models only)."""
+    return _prefill(config, params, prompt_ids, max_len, chunk, prompt_logprobs, zeros)
 
 
-def _prefill(config, params, prompt_ids, max_len, chunk, k):
+def _prefill(config, params, prompt_ids, max_len, chunk, k, zeros=None):
     import wse_models
 
     cache = wse_models.init_cache(config, 1, max_len)
@@ -164,9 +173,12 @@ def _prefill(config, params, prompt_ids, max_len, chunk, k):
         positions = np.full((1, chunk), -1, np.int32)
         tokens[0, : part.size] = part
         positions[0, : part.size] = np.arange(start, start + part.size)
-        out, cache = _forward_chunk(
-            config, params, jnp.asarray(tokens), jnp.asarray(positions), cache
-        )
+        args = (config, params, jnp.asarray(tokens), jnp.asarray(positions), cache)
+        if zeros is None:
+            out, cache = _forward_chunk(*args)
+        else:
+            out, cache, counts = _forward_chunk_zeros(*args)
+            zeros.add(counts, part.size)
         logits = out[0, part.size - 1]
         if k is not None:  # row j predicts token start + j + 1 (the prompt's, if any)
             nxt = ids[start + 1 : start + 1 + chunk]

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from wse_models.sparsity import ZeroTally
 
 from wse_inference.decoding import (
     SequenceTracker,
@@ -80,6 +81,8 @@ class SpeculativeEngine:
         self.vocab_size, self.max_slots = target.config.vocab_size, max_slots
         self.max_context = self._dec.max_context
         self.stats = AcceptanceStats(gamma)
+        # MLP zeros of the target's prompts (ReLU-like targets; decode rounds not counted)
+        self._zeros = ZeroTally(target.config) if target.config.relu_like else None
         rnd = functools.partial(speculative_round, target.config, draft.config, gamma)
         self._round = jax.jit(rnd, donate_argnums=(2, 3))
         # requests that ask for logprobs: the same round, also returning them
@@ -105,6 +108,7 @@ class SpeculativeEngine:
             self._dec.cache_len(t.config),
             self._dec.prefill_chunk,
             sampling.prompt_logprobs,
+            self._zeros,
         )
         _, dcache = prefill(
             d.config, d.params, prompt_ids, self._dec.cache_len(d.config), self._dec.prefill_chunk
@@ -174,12 +178,13 @@ class SpeculativeEngine:
 
     def metrics(self) -> dict[str, float]:
         s = self.stats
-        return {
+        out = {
             "spec_draft_tokens": float(s.proposed),
             "spec_accepted_tokens": float(s.accepted),
             "spec_acceptance_rate": s.acceptance_rate,
             "spec_mean_tokens_per_pass": s.mean_tokens_per_pass,
         }
+        return out if self._zeros is None else {**out, **self._zeros.metrics()}
 
 
 def load_engine(

@@ -25,6 +25,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from wse_models.sparsity import ZeroTally
 
 from wse_inference.decoding import (
     SequenceTracker,
@@ -119,6 +120,8 @@ class PipelineEngine:
             self.wafer.sram.allocate(name, nbytes)
         self._place_weights(model.params)
         self._counters = {"steps": 0, "prefills": 0, "tokens": 0}
+        # MLP zeros of the prompts (ReLU-like models; decode steps are not counted)
+        self._zeros = ZeroTally(config) if config.relu_like else None
         self._compile()
 
     def _stage_bytes(self) -> dict[str, int]:
@@ -216,6 +219,7 @@ class PipelineEngine:
             self.max_context,
             self.prefill_chunk,
             sampling.prompt_logprobs,
+            self._zeros,
         )
         self._counters["prefills"] += 1
         first = first_token(logits, sampling, key, prompt_ids)
@@ -306,7 +310,8 @@ class PipelineEngine:
         return state
 
     def metrics(self) -> dict[str, float]:
-        return {k: float(v) for k, v in self._counters.items()}
+        out = {k: float(v) for k, v in self._counters.items()}
+        return out if self._zeros is None else {**out, **self._zeros.metrics()}
 
     # -- convenience --------------------------------------------------------------------
     def generate_all(

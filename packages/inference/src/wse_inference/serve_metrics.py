@@ -13,8 +13,11 @@ live in one process, e.g. in tests); `render()` gives the text format for GET /m
 - gauges read at scrape time: `wse_num_requests_running`, `wse_num_requests_waiting`,
   `wse_num_slots`, `wse_spec_decode_draft_acceptance_rate` (when the engine reports
   speculative decoding: `spec_acceptance_rate` / `acceptance_rate`, or accepted / drafted
-  from `spec_accepted_tokens` / `spec_draft_tokens` or `accepted` / `proposed`), and every
-  engine counter from `engine.metrics()` as `wse_engine_<name>`.
+  from `spec_accepted_tokens` / `spec_draft_tokens` or `accepted` / `proposed`),
+  `wse_mlp_zero_fraction{layer}` and `wse_mlp_zero_fraction_mean` (the fraction of exact
+  zeros in each layer's MLP hidden activation over the prompts served, when the engine
+  reports `mlp_zero_fraction_layer_<i>`: ReLU-like models), and every other engine counter
+  from `engine.metrics()` as `wse_engine_<name>`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ _LATENCY_BUCKETS_S = (
 )
 _ACCEPTANCE_KEYS = ("spec_acceptance_rate", "spec_decode_acceptance_rate", "acceptance_rate")
 _ACCEPTANCE_PAIRS = (("spec_accepted_tokens", "spec_draft_tokens"), ("accepted", "proposed"))
+_ZERO_LAYER = re.compile(r"mlp_zero_fraction_layer_(\d+)$")
 
 
 def _acceptance_rate(m: dict[str, float]) -> float | None:
@@ -87,7 +91,23 @@ class _StatsCollector(Collector):
                 "Accepted / drafted speculative tokens.",
                 value=rate,
             )
-        for name, value in sorted(s.engine_metrics.items()):
+        m = dict(s.engine_metrics)
+        layers = {k: v for k, v in m.items() if _ZERO_LAYER.match(k)}
+        if layers:
+            g = GaugeMetricFamily(
+                "wse_mlp_zero_fraction",
+                "Exact zeros of the MLP hidden activation per layer (prompts served).",
+                labels=["layer"],
+            )
+            for k in sorted(layers, key=lambda k: int(_ZERO_LAYER.match(k)[1])):
+                g.add_metric([_ZERO_LAYER.match(k)[1]], float(m.pop(k)))
+            yield g
+            yield GaugeMetricFamily(
+                "wse_mlp_zero_fraction_mean",
+                "Mean over layers of wse_mlp_zero_fraction.",
+                value=float(m.pop("mlp_zero_fraction_mean", sum(layers.values()) / len(layers))),
+            )
+        for name, value in sorted(m.items()):
             clean = re.sub(r"[^a-zA-Z0-9_]", "_", name)
             yield GaugeMetricFamily(
                 f"wse_engine_{clean}", f"Engine counter {name!r}.", value=float(value)

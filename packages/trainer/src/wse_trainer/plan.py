@@ -110,8 +110,12 @@ def memory_plan(
     seq_len: int,
     optimizer_slots: int = 2,
     stride: int = 0,
+    streaming: ActivationPlan | None = None,
 ) -> MemoryPlan:
-    """Training memory, resident vs streamed, for one replica of `micro_batch` sequences."""
+    """Training memory, resident vs streamed, for one replica of `micro_batch` sequences.
+
+    `streaming`: the `ActivationPlan` a trainer already runs (default: planned here), so
+    that the prediction (`wse_trainer.performance.predict_step`) reads the same object."""
     n_params = int(model.num_params())
     per_layer, _ = layer_counts(model)
     size = itemsize(model.dtype)
@@ -142,10 +146,12 @@ def memory_plan(
         },
     ]
     resident = sum(v for _, v in items)
+    error = None
     try:
-        streaming, error = plan_activations(model, spec, micro_batch, seq_len, stride), None
+        if streaming is None:
+            streaming = plan_activations(model, spec, micro_batch, seq_len, stride)
     except Exception as e:  # a SramBudgetError: reported in the plan, raised by the run
-        streaming, error = None, str(e)
+        error = str(e)
     return MemoryPlan(
         rows, resident, spec.sram_total_bytes, resident <= spec.sram_total_bytes, streaming, error
     )
