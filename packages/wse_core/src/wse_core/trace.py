@@ -100,7 +100,7 @@ class PeTrace:
     layers: dict[str, np.ndarray]  # key -> (ceil(rows / block), ceil(cols / block)) float64
     dead: np.ndarray  # (n, 2) int64 physical (row, col) of dead PEs
     physical_shape: tuple[int, int]
-    phases: list[dict[str, Any]]  # name, path, cycles, bound, critical_pe [r, c] or None
+    phases: list[dict[str, Any]]  # name, path, cycles (all repeats), bound, critical_pe or None
     allocations: list[dict[str, Any]]  # name, bytes_per_pe, region [row0, col0, rows, cols]
     regions: list[dict[str, Any]]  # name, rect [row0, col0, rows, cols]
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -332,13 +332,14 @@ def trace_from(
 def _phase_rows(report: RunReport, weights: dict[int, Any], busy: np.ndarray) -> list[dict]:
     rows = []
     timings = {id(p): t for p, t in _pairs(report.phases, report.predicted)}
-    for leaf, path in _leaves(report.phases):
+    walk = zip(_leaves(report.phases), report.phases.leaves(), strict=True)
+    for (leaf, path), (_, repeats) in walk:
         t = timings[id(leaf)]
         rows.append(
             {
                 "name": leaf.name,
                 "path": "/".join((*path, leaf.name)),
-                "cycles": t.cost.cycles * leaf.repeat if t.cost else 0.0,
+                "cycles": t.cost.cycles * repeats if t.cost else 0.0,  # all repeats
                 "bound": t.bound,
                 "critical_pe": _critical_pe(weights[id(leaf)], busy),
             }
