@@ -16,7 +16,7 @@ import os
 import typer
 
 from wse_cli import __version__, multiprocess
-from wse_cli.commands import demo, experiments, hpc, infer, launch, plan, train, wafer
+from wse_cli.commands import demo, experiments, hpc, infer, launch, plan, train, view, wafer
 from wse_cli.errors import WseGroup
 
 app = typer.Typer(
@@ -53,7 +53,7 @@ def root(
     multiprocess.join(num_processes, process_id, coordinator)
 
 
-for module in (wafer, hpc, train, infer, plan, experiments, launch, demo):
+for module in (wafer, hpc, train, infer, plan, experiments, launch, demo, view):
     module.register(app)
 
 

@@ -1,0 +1,76 @@
+"""`wse view FILE`: a per-PE trace (`wse_core.trace`, written by `--trace FILE`) as a
+self-contained HTML page and, with `--png`, as a PNG.
+
+The page (`wse_cli.wafer_page`) opens offline from disk: layers (SRAM, busy cycles per part,
+link traffic N/S/E/W, defects, regions), zoom and pan, hover with a PE's numbers and
+allocations, each phase's critical PE marked. The PNG (`wse_cli.wafer_png`) is the same
+view for papers and terminals. A missing or foreign file exits 2 with one line.
+
+`demo_part` is the demo's wafer view: GPT-2 124M planned for pipelined decoding on two
+`demo` wafers (with defects), wafer 0's trace as `wafer_view.{npz,html,png}`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["view", "write_view", "demo_part", "register"]
+
+
+def write_view(trace, out: Path, png: Path | None = None) -> tuple[Path, Path | None]:
+    """Write the page (and the PNG) of a `PeTrace`; returns their paths."""
+    from wse_cli.wafer_page import page_html
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page_html(trace), encoding="utf-8")
+    if png is not None:
+        from wse_cli.wafer_png import figure_png
+
+        figure_png(trace, png)
+    return out, png
+
+
+def view(
+    file: Path = typer.Argument(..., help="A trace file (.npz) written by --trace."),
+    out: Path = typer.Option(None, "--out", help="The HTML page (default: FILE with .html)."),
+    png: Path = typer.Option(None, "--png", help="Also write the view as a PNG."),
+) -> None:
+    """Show a per-PE trace as a self-contained web page (and a PNG)."""
+    from wse_core.trace import load
+
+    trace = load(file)  # TraceError (exit 2) for a missing or foreign file
+    page, _ = write_view(trace, out or file.with_suffix(".html"), png)
+    grid = f"{trace.rows} x {trace.cols} PEs" + (
+        f" in {trace.block} x {trace.block} blocks" if trace.block > 1 else ""
+    )
+    typer.echo(f"page: {page} ({page.stat().st_size / 1e6:.2f} MB, {grid})")
+    if png is not None:
+        typer.echo(f"png: {png}")
+
+
+def demo_part(console, *, out_dir: Path, quick: bool) -> None:
+    """The wafer view of a pipelined GPT-2 124M decode on two demo wafers with defects."""
+    from wse_core import preset
+    from wse_core.pipeline_plan import plan_pipeline
+    from wse_core.pipeline_trace import pipeline_traces
+    from wse_core.wafer import build_wafer
+    from wse_models.config import PRESETS
+
+    spec, cfg = preset("demo"), PRESETS["gpt2-124m"]
+    plan = plan_pipeline(cfg, spec, num_wafers=2, stages=12, context_len=256)
+    wafers = [build_wafer(spec, defect_seed=7 + w) for w in range(plan.num_wafers)]
+    trace = pipeline_traces(cfg, plan, wafers=wafers)[0]
+    trace.save(out_dir / "wafer_view.npz")
+    page, png = write_view(trace, out_dir / "wafer_view.html", out_dir / "wafer_view.png")
+    console.print(
+        f"{cfg.name} decoding on {plan.num_wafers} {spec.name} wafers: wafer 0 holds "
+        f"{', '.join(r['name'] for r in trace.regions)}; {len(trace.dead)} dead PEs; predicted "
+        f"{trace.meta['predicted_s'] * 1e6:.1f} µs per token\nwafer view: {page} "
+        f"({page.stat().st_size / 1e3:.0f} kB; open it in a browser), {png}"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("view")(view)

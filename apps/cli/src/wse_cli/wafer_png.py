@@ -1,0 +1,82 @@
+"""The wafer view as a PNG (matplotlib): the page's main layers side by side, for papers and
+terminals.
+
+Contract. `figure_png(trace, path)` writes four panels of a `wse_core.trace.PeTrace`: SRAM
+in use per PE, busy cycles per PE with each phase's critical PE circled, link traffic (the
+four directions' wavelets per PE) and defects and regions (detour hops, dead PEs at their
+physical position, region outlines). Sum layers in blocks are drawn per PE (the block's
+mean), as on the page; each colour bar names its unit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from wse_core.trace import PeTrace
+
+__all__ = ["figure_png", "per_pe"]
+
+
+def per_pe(trace: PeTrace, key: str) -> np.ndarray:
+    """The layer as shown: per PE (sum layers divided by the PEs in each block)."""
+    a = trace.layers[key]
+    spec = next(s for s in trace.header()["layers"] if s["key"] == key)
+    if spec["reduction"] != "sum" or trace.block == 1:
+        return a
+    b = trace.block
+    rows = np.minimum(b, trace.rows - b * np.arange(a.shape[0]))
+    cols = np.minimum(b, trace.cols - b * np.arange(a.shape[1]))
+    return a / np.outer(rows, cols)
+
+
+def figure_png(trace: PeTrace, path: str | Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    b = trace.block
+    links = sum(per_pe(trace, f"link_{d}") for d in "NSEW")
+    panels = [
+        ("SRAM in use", per_pe(trace, "sram_bytes"), "B per PE"),
+        ("busy cycles", per_pe(trace, "busy_cycles"), "cycles"),
+        ("link traffic N+S+E+W", links, "wavelets per PE"),
+        ("defects and regions", per_pe(trace, "detour_hops"), "detour hops per PE"),
+    ]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), constrained_layout=True)
+    extent = (-0.5, trace.cols - 0.5, trace.rows - 0.5, -0.5)
+    for ax, (title, data, unit) in zip(axes.flat, panels, strict=True):
+        im = ax.imshow(data, cmap="viridis", extent=extent, interpolation="nearest")
+        fig.colorbar(im, ax=ax, shrink=0.85, label=unit)
+        ax.set_title(title)
+        ax.set_xlabel("PE column")
+        ax.set_ylabel("PE row")
+    crit = [p for p in trace.phases if p["critical_pe"]]
+    for p in crit:
+        axes[0, 1].plot(p["critical_pe"][1], p["critical_pe"][0], "o", mfc="none", mec="#ff4fd8")
+    if crit:
+        axes[0, 1].plot([], [], "o", mfc="none", mec="#ff4fd8", label="critical PE of a phase")
+        axes[0, 1].legend(loc="lower right", fontsize=7)
+    ax = axes[1, 1]
+    if len(trace.dead):
+        ax.plot(trace.dead[:, 1], trace.dead[:, 0], "s", ms=2.5, color="#ff3030", label="dead PE")
+    colors = plt.get_cmap("tab20").colors
+    for n, g in enumerate(trace.regions):
+        r0, c0, nr, nc = g["rect"]
+        ax.add_patch(Rectangle((c0 - 0.5, r0 - 0.5), nc, nr, fill=False, ec=colors[n % 20], lw=1.2))
+        ax.text(c0, r0, g["name"], color=colors[n % 20], fontsize=7, va="top")
+    if len(trace.dead):
+        ax.legend(loc="lower right", fontsize=7)
+    grid = f"{trace.rows} x {trace.cols} PEs" + (f", {b} x {b} blocks" if b > 1 else "")
+    meta = trace.meta
+    fig.suptitle(
+        f"{trace.name} on {trace.wafer} ({grid}): {meta.get('predicted_s', 0) * 1e6:.3g} µs per "
+        f"{meta.get('units', 'run')}, {meta.get('bound', '-')}-bound"
+    )
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
