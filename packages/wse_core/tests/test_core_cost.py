@@ -146,3 +146,18 @@ def test_run_report_gathers_prediction_assumptions_and_work():
     assert "hop_latency_cycles" in d["assumptions"] and "overlap rule" in d["assumptions"]
     assert d["calibration"]["compute"] == pytest.approx(current().compute)
     assert report.bound == "compute" and d["measured_wall_s"] == 0.5
+
+
+def test_counting_the_same_function_twice_records_it_twice():
+    # jax.eval_shape caches traces by function: a cached trace would record no traffic.
+    from wse_core import fabric
+    from wse_core.wafer import build_wafer
+
+    wafer = build_wafer(preset("tiny"), grid=(8, 8))
+    x = wafer.place(np.ones((8, 8, 2), np.float32))
+
+    def step(a):
+        return fabric.shift(wafer, a, "S")
+
+    first, second = fabric.count(wafer, step, x), fabric.count(wafer, step, x)
+    assert dict(first.links) == dict(second.links) == {"S": 2.0}

@@ -30,7 +30,6 @@ place that moves data between PEs (the only shard_map / ppermute / psum in the p
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -529,9 +528,16 @@ def local_apply(
 
 
 def count(wafer: Wafer, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traffic:
-    """The traffic `fn(*args, **kwargs)` records, found by tracing it abstractly (no run)."""
+    """The traffic `fn(*args, **kwargs)` records, found by tracing it abstractly (no run).
+
+    A fresh function object is traced every call: `jax.eval_shape` caches traces by
+    function, and a cached trace would run no fabric op and so record nothing."""
+
+    def fresh(*a: Any) -> Any:
+        return fn(*a, **kwargs)
+
     with wafer.traffic.scope() as entries:
-        jax.eval_shape(functools.partial(fn, **kwargs), *args)
+        jax.eval_shape(fresh, *args)
     total = Traffic()
     for e in entries:
         total = total + e
