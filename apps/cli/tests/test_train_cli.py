@@ -17,6 +17,8 @@ def test_validate_only_prints_the_memory_plan(name):
     assert res.exit_code == 0, res.output
     assert "memory plan" in res.output and "optimizer state" in res.output
     assert "config is valid" in res.output
+    # the predicted step of the plan on the config's systems (a RunReport)
+    assert "predicted on " in res.output and "tokens/s" in res.output
 
 
 def test_validate_only_says_resident_or_streaming():

@@ -1,36 +1,149 @@
-"""The weight-streaming performance model, the GPU baseline, sampling and the experiment."""
+"""The weight-streaming step prediction (counted by hand), the GPU baseline, sampling and the
+experiment."""
+
+import math
 
 import jax
 import numpy as np
 import pytest
 import wse_models
-from wse_core import preset
+from wse_core import PerfModel, preset
+from wse_core.calibration import UNCALIBRATED
 from wse_trainer.experiment import CASES, NUM_CSX, _predictions
-from wse_trainer.performance import H100, GpuSpec, layer_flops, predict_gpu, predict_stream
+from wse_trainer.performance import (
+    H100,
+    GpuSpec,
+    Numerics,
+    StepPlacement,
+    gemm_work,
+    layer_phases,
+    predict_gpu,
+    predict_step,
+)
+from wse_trainer.plan import memory_plan, plan_activations
 from wse_trainer.sample import generate
 
-WSE3 = preset("wse3")
+WSE3, TINY = preset("wse3"), preset("tiny")
 
 
-def test_no_stall_condition_is_where_compute_covers_the_stream():
-    model = wse_models.preset_config("llama3-8b")
-    p = predict_stream(model, WSE3, num_csx=1, batch=4, seq_len=8192)
-    b = p.no_stall_batch
-    above = predict_stream(model, WSE3, num_csx=1, batch=b, seq_len=8192)
-    below = predict_stream(model, WSE3, num_csx=1, batch=b - 1, seq_len=8192)
-    # Above the threshold only the (tiny) embedding/head part can stall.
-    assert above.stall_fraction < 0.01 < below.stall_fraction
-    # The condition by hand: MemoryX rate >= layer bytes / layer compute time.
-    compute = layer_flops(model, b * 8192, 8192) / WSE3.peak_flops("bf16")
-    assert WSE3.memoryx_bytes_per_s >= above.layer_bytes / compute
+def _tiny_model(**kw):
+    return wse_models.preset_config(
+        "tiny-gpt2", vocab_size=64, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=32,
+        max_seq_len=8, dtype="bfloat16", **kw,
+    )  # fmt: skip
 
 
-def test_weak_scaling_is_nearly_linear_on_wse3():
-    model = wse_models.preset_config("gpt2-124m")
-    one = predict_stream(model, WSE3, num_csx=1, batch=112, seq_len=1024)
-    many = predict_stream(model, WSE3, num_csx=64, batch=112, seq_len=1024)
-    assert many.samples_per_s / one.samples_per_s == pytest.approx(64, rel=0.02)
-    assert many.step_s >= one.step_s
+def test_a_product_is_counted_by_hand_on_a_tiny_wafer():
+    # 8 x 8 PEs (WSE-2 SIMD: fmac_mixed and fp32 add 2-wide, 3 issue cycles); 16 tokens
+    # through a 16 -> 24 product: each PE holds ceil(24/8)=3 x ceil(16/8)=2 weights; mixed
+    # precision: 2 B inputs, 4 B partial sums -> 2*2 + 3*4 = 16 B a token; 96 B -> 6 tokens a
+    # pass: passes of 6, 6, 4.
+    pl = StepPlacement(TINY, Numerics.of("mixed"), 1, 2, 8, False, 1, 96)
+    w = gemm_work(pl, 16, 24)
+    assert pl.chunk(16, 24) == 6
+    fmac = 12 * (3 + 3) + 6 * (3 + 2)  # 6 FMACs a pass of ceil(6/2) / ceil(4/2) steps
+    add = 6 * (3 + 3) + 3 * (3 + 2)  # 3 partial sums a pass added from the west
+    cost = PerfModel(TINY, UNCALIBRATED).cost(w)
+    assert cost.compute_cycles == fmac + add == 153
+    elems = 3 * 2 * 16
+    assert w.sram_read_bytes == elems * (2 + 4) + 6 * 3 * 2  # + each weight once a pass
+    assert w.sram_write_bytes == elems * 4 + 2 * 16 * 2  # partial sums + arriving inputs
+    assert dict(w.links) == {"S": 2 * 16 * 2 / 4, "E": 3 * 16 * 4 / 4}
+    assert cost.fabric_cycles == 48 and cost.busiest_link == "E"
+    assert cost.sram_cycles == max(612 / 16, 448 / 8)
+    assert w.latency_hops == 7 + 7
+
+
+def test_a_layer_is_counted_by_hand():
+    # tiny model on the 8 x 8 wafer, 2 x 8 tokens: per token the products hold
+    # qkv 16->48: 6x2, o 16->16: 2x2, up 16->32: 4x2, down 32->16: 2x4 = 32 weights per PE;
+    # attention: 2 x 8 tokens x 4.5 mean context x 2 heads = 144 scores, q.k and p.v of
+    # head_dim 8 each, over 64 PEs.
+    model = _tiny_model()
+    pl = StepPlacement(TINY, Numerics.of("mixed"), 1, 2, 8, False, 1, 10_000)
+    fwd = layer_phases(model, pl).total_work().ops_by_kind()
+    attn = 2 * 144 * 8 / 64
+    assert fwd["fmac_mixed.bf16"] == pytest.approx(16 * 32 + attn)
+    bwd = layer_phases(model, pl, backward=True).total_work().ops_by_kind()
+    assert bwd["fmac_mixed.bf16"] == pytest.approx(2 * (16 * 32 + attn))
+    # the pointwise FMACs in the partial-sum dtype: softmax exp (6 per score), two norms,
+    # the activation (6 + 2 per MLP hidden element), per PE
+    pointwise = 144 / 64 * 6 + 2 * 16 * 16 / 64 + 8 * 16 * 32 / 64
+    assert fwd["fmac.fp32"] == pytest.approx(pointwise)
+    bf16 = StepPlacement(TINY, Numerics.of("bf16"), 1, 2, 8, False, 1, 10_000)
+    got = layer_phases(model, bf16).total_work().ops_by_kind()
+    assert got["fmac.bf16"] == pytest.approx(16 * 32 + attn + pointwise)
+    assert "fmac_mixed.bf16" not in got
+
+
+def test_the_stream_overlaps_the_layer_it_prefetches_for():
+    model = wse_models.preset_config("llama3-8b", dtype="bfloat16")
+    r = predict_step(model, WSE3, num_csx=1, micro_batch=16, seq_len=8192)
+    fwd = r.predicted.leaf("forward")
+    w_in, layer = fwd.children
+    # weights stream in the compute dtype at 150 GB/s (one system: no SwarmX tree level)
+    assert w_in.seconds == pytest.approx(model.layer_params() * 2 / 150e9)
+    assert fwd.repeat == model.n_layers - 1  # the last layer prefetches the head instead
+    assert fwd.seconds / fwd.repeat == max(w_in.seconds, layer.seconds) == layer.seconds
+    assert r.extra["precision"] == "mixed" and r.units == "step" and r.systems == 1
+    assert r.extra["tokens_per_s"] == pytest.approx(16 * 8192 / r.predicted_s)
+
+
+def test_changing_the_placement_changes_the_prediction_through_the_plan():
+    model = _tiny_model()
+    plan = memory_plan(model, WSE3, 4, 8)
+    base = predict_step(model, WSE3, num_csx=1, micro_batch=4, seq_len=8, plan=plan)
+    # the same plan object's stride: keeping every 2nd layer input recomputes one layer
+    strided = memory_plan(model, WSE3, 4, 8, streaming=plan_activations(model, WSE3, 4, 8, 2))
+    again = predict_step(model, WSE3, num_csx=1, micro_batch=4, seq_len=8, plan=strided)
+    assert again.predicted.leaf("recompute").repeat == 1
+    assert again.predicted_s > base.predicted_s
+    # resident: no weight streams, the optimizer on the wafer
+    res = predict_step(
+        model, WSE3, num_csx=1, micro_batch=4, seq_len=8, plan=plan, placement="resident"
+    )
+    assert plan.resident and res.predicted.leaf("weights_in").seconds == 0.0
+    assert res.predicted.leaf("adam_on_wafer").seconds > 0
+    assert res.predicted_s < base.predicted_s
+    # a larger batch: more compute through the same layout
+    big = predict_step(model, WSE3, num_csx=1, micro_batch=64, seq_len=8)
+    assert big.extra["compute_s"] > base.extra["compute_s"]
+    # more systems: the SwarmX tree adds its levels to every exposed stream
+    four = predict_step(model, WSE3, num_csx=4, micro_batch=4, seq_len=8, plan=plan)
+    lvl = (
+        four.predicted.leaf("first_weights_in").seconds
+        - base.predicted.leaf("first_weights_in").seconds
+    )
+    assert lvl == pytest.approx(2 * WSE3.system_latency_s)
+
+
+def test_resident_is_refused_when_the_state_does_not_fit():
+    from wse_core import WseError
+
+    model = wse_models.preset_config("llama3-8b", dtype="bfloat16")
+    with pytest.raises(WseError, match="cannot stay resident"):
+        predict_step(model, WSE3, num_csx=1, micro_batch=1, seq_len=1024, placement="resident")
+
+
+def test_tokens_per_s_scale_with_systems_as_the_overlap_says():
+    model = wse_models.preset_config("llama3-8b", dtype="bfloat16")
+    # weak scaling, compute-bound layers: only the SwarmX tree's latency grows
+    one = predict_step(model, WSE3, num_csx=1, micro_batch=16, seq_len=8192)
+    many = predict_step(model, WSE3, num_csx=64, micro_batch=16, seq_len=8192)
+    assert many.extra["tokens_per_s"] / one.extra["tokens_per_s"] == pytest.approx(64, rel=1e-3)
+    # strong scaling at a fixed global batch of 64 x 1024: per-system compute shrinks until
+    # the weight stream binds; then a step cannot be shorter than every layer's weights
+    # streamed in twice (forward, backward)
+    rate = [
+        predict_step(model, WSE3, num_csx=n, micro_batch=64 // n, seq_len=1024)
+        for n in (1, 4, 16, 64)
+    ]
+    floor = 2 * model.n_layers * model.layer_params() * 2 / 150e9
+    assert rate[-1].predicted_s >= floor
+    assert rate[-1].extra["stall_fraction"] > 0.5 > rate[0].extra["stall_fraction"]
+    gain = rate[-1].extra["tokens_per_s"] / rate[0].extra["tokens_per_s"]
+    assert 1 < gain < 64 * (1 - rate[-1].extra["stall_fraction"]) * 1.01
+    assert math.isclose(sum(1 for _ in rate), 4)
 
 
 def test_gpu_ring_allreduce_by_hand():
@@ -55,6 +168,8 @@ def test_experiment_predicts_every_case_the_same_way():
     steps = [r for r in rows if r.name == "step_s"]
     assert len(steps) == len(CASES) * len(NUM_CSX)
     assert {r.params["model"] for r in steps} == {c[0] for c in CASES}
+    keys = {"model", "wafer", "systems", "precision"}
+    assert all(keys <= set(r.params) for r in rows if not r.name.startswith("gpu"))
     assert all(r.published is None for r in rows)  # no published training figure
     assert _predictions()[0] == rows  # deterministic: --quick changes only measurements
 
@@ -84,6 +199,7 @@ def test_experiment_writes_its_files_with_a_measured_stall(tmp_path):
     folder = write_experiment(run(quick=True, seed=0), tmp_path)
     data = json.loads((folder / "results.json").read_text())
     assert data["experiment"] == "weight-streaming"
-    assert {m["num_csx"] for m in data["measurements"]} == {1, 2}
+    assert {m["systems"] for m in data["measurements"]} == {1, 2}
+    assert all(m["predicted_step_s_small_wafer"] > 0 for m in data["measurements"])
     assert all(0 <= m["measured_stall_fraction"] < 1 for m in data["measurements"])
     assert (folder / "figure.png").stat().st_size > 10_000

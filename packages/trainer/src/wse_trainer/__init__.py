@@ -10,7 +10,8 @@ Modules: `config` (params files), `data` (corpus, tokenizer, packing, iterator),
 `swarmx`, `replica` (pure per-layer functions), `stream` (`StreamedTrainer`, the step),
 `plan` (SRAM ledger plans), `optimizer`, `checkpoints` (orbax), `metrics` (logs),
 `run` (the `wse train` shell), `sample`, `reference` (the fused baseline), `performance`
-(the analytic model), `experiment` (`weight-streaming`), `demo`, `testing`.
+(the predicted wafer step: a `wse_core` RunReport from the run's plan), `experiment`
+(`weight-streaming`), `demo`, `testing`.
 Names below are imported lazily, so `import wse_trainer` does not start JAX.
 """
 
@@ -34,7 +35,8 @@ __all__ = [
     "SwarmX",
     "plan_activations",
     "memory_plan",
-    "predict_stream",
+    "predict",
+    "predict_step",
     "predict_gpu",
 ]
 
@@ -43,7 +45,8 @@ _WHERE = {
     "shipped_config": "config", "run": "run", "validate": "run", "RunResult": "run",
     "TrainingDivergedError": "run", "StreamedTrainer": "stream", "StepStats": "stream",
     "MemoryX": "memoryx", "SwarmX": "swarmx", "plan_activations": "plan",
-    "memory_plan": "plan", "predict_stream": "performance", "predict_gpu": "performance",
+    "memory_plan": "plan", "predict": "run", "predict_step": "performance",
+    "predict_gpu": "performance",
 }  # fmt: skip
 
 

@@ -1,22 +1,25 @@
-"""Experiment `weight-streaming`: predicted step time, stall and throughput scaling of
-weight-streaming training on WSE-3 for GPT-2 124M, Llama-3 8B and 70B at num_csx 1..64,
-next to a data-parallel GPU cluster (8 GPUs per CS-3, ring allreduce), and the stall
-fraction measured in the emulator on a tiny model.
+"""Experiment `weight-streaming`: predicted step time, stall and tokens/s of weight-streaming
+training on WSE-3 for GPT-2 124M, Llama-3 8B and 70B at 1..64 systems, next to a
+data-parallel GPU cluster (8 GPUs per CS-3, ring allreduce), and the stall fraction measured
+in the emulator on a tiny model beside its predicted step on the `small` wafer.
 
-The per-system batches are those of the shipped configs (`gpt2_124m`, `llama3_8b`,
-`llama3_70b`: 112 x 1024, 64 / 4 x 8192, 64 / 16 x 8192 tokens); the global batch grows with
-num_csx (weak scaling). No published training figure is in shared/REFERENCES.md, so
-`published` stays empty. Predictions are the same with `--quick`; only the measured part
-shrinks.
+Every wafer row comes from one `wse_trainer.performance.predict_step` RunReport of the
+trainer's own memory plan, with the stable params `model`, `wafer`, `systems`, `precision`
+(plus `batch_per_system`, `seq_len`). The models run as the shipped configs do (bf16
+compute, fp32 masters: "mixed"); the per-system batches are the configs' (`gpt2_124m`,
+`llama3_8b`, `llama3_70b`: 112 x 1024, 64 / 4 x 8192, 64 / 16 x 8192 tokens), so the global
+batch grows with the systems (weak scaling). No published training figure is in
+shared/REFERENCES.md, so `published` stays empty. Predictions are the same with `--quick`;
+only the measured part shrinks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from wse_core import ExperimentResult, PredictionRow, preset
+from wse_core import ExperimentResult, PredictionRow, RunReport, preset
 
-from wse_trainer.performance import H100, predict_gpu, predict_stream
+from wse_trainer.performance import H100, no_stall_batch, predict_gpu, predict_step
 
 __all__ = ["run", "CASES", "NUM_CSX"]
 
@@ -24,53 +27,67 @@ NAME = "weight-streaming"
 NUM_CSX = (1, 2, 4, 8, 16, 32, 64)
 CASES = (("gpt2-124m", 112, 1024), ("llama3-8b", 16, 8192), ("llama3-70b", 4, 8192))
 GPUS_PER_SYSTEM = 8
+WAFER = "wse3"
+
+
+def _wafer_rows(name: str, r: RunReport) -> list[PredictionRow]:
+    x = r.extra
+    params = {
+        "model": name,
+        "wafer": r.wafer,
+        "systems": r.systems,
+        "precision": x["precision"],
+        "batch_per_system": x["micro_batch"],
+        "seq_len": x["seq_len"],
+    }
+    return [
+        PredictionRow("step_s", r.predicted_s, "s", params),
+        PredictionRow("tokens_per_s", x["tokens_per_s"], "tokens/s", params),
+        PredictionRow("stall_fraction", x["stall_fraction"], "", params),
+    ]
+
+
+def _gpu_rows(name: str, model: Any, n: int, batch: int, seq: int) -> list[PredictionRow]:
+    g = predict_gpu(
+        model, H100, num_gpus=GPUS_PER_SYSTEM * n, batch=max(1, batch // GPUS_PER_SYSTEM),
+        seq_len=seq,
+    )  # fmt: skip
+    params = {
+        "model": name,
+        "gpus": GPUS_PER_SYSTEM * n,
+        "gpu": H100.name,
+        "fits_memory": bool(g["fits_memory"]),
+    }
+    return [
+        PredictionRow("gpu_tokens_per_s", g["samples_per_s"] * seq, "tokens/s", params),
+        PredictionRow("gpu_scaling_efficiency", g["scaling_efficiency"], "", params),
+    ]
 
 
 def _predictions() -> tuple[list[PredictionRow], dict[str, Any]]:
     import wse_models
 
-    spec, rows, curves = preset("wse3"), [], {}
+    spec, rows, curves = preset(WAFER), [], {}
     for name, batch, seq in CASES:
-        model = wse_models.preset_config(name)
+        model = wse_models.preset_config(name, dtype="bfloat16")
         for n in NUM_CSX:
-            p = predict_stream(model, spec, num_csx=n, batch=batch, seq_len=seq)
-            g = predict_gpu(
-                model,
-                H100,
-                num_gpus=GPUS_PER_SYSTEM * n,
-                batch=max(1, batch // GPUS_PER_SYSTEM),
-                seq_len=seq,
-            )
-            params = {
-                "model": name,
-                "num_csx": n,
-                "batch_per_system": batch,
-                "seq_len": seq,
-                "wafer": "wse3",
-            }
-            gparams = {
-                "model": name,
-                "num_gpus": GPUS_PER_SYSTEM * n,
-                "gpu": H100.name,
-                "fits_memory": bool(g["fits_memory"]),
-            }
-            rows += [
-                PredictionRow("step_s", p.step_s, "s", params),
-                PredictionRow("samples_per_s", p.samples_per_s, "samples/s", params),
-                PredictionRow("stall_fraction", p.stall_fraction, "", params),
-                PredictionRow("gpu_samples_per_s", g["samples_per_s"], "samples/s", gparams),
-                PredictionRow("gpu_scaling_efficiency", g["scaling_efficiency"], "", gparams),
-            ]
-            curves.setdefault(name, []).append(
-                (n, p.samples_per_s, g["samples_per_s"], g["scaling_efficiency"])
-            )
+            r = predict_step(model, spec, num_csx=n, micro_batch=batch, seq_len=seq)
+            g = _gpu_rows(name, model, n, batch, seq)
+            rows += _wafer_rows(name, r) + g
+            curves.setdefault(name, []).append((n, r.extra["tokens_per_s"], g[0].value, g[1].value))
         rows.append(
             PredictionRow(
                 "no_stall_batch",
-                p.no_stall_batch,
+                no_stall_batch(model, spec, num_csx=1, seq_len=seq),
                 "sequences per system",
-                {"model": name, "seq_len": seq, "wafer": "wse3"},
-            )
+                {
+                    "model": name,
+                    "wafer": WAFER,
+                    "systems": 1,
+                    "precision": r.extra["precision"],
+                    "seq_len": seq,
+                },
+            )  # fmt: skip
         )
     return rows, curves
 
@@ -83,7 +100,7 @@ def _measure(quick: bool, seed: int) -> list[dict[str, Any]]:
 
     from wse_trainer.config import OptimizerConfig
     from wse_trainer.optimizer import base_transform
-    from wse_trainer.plan import plan_activations
+    from wse_trainer.plan import memory_plan, plan_activations
     from wse_trainer.stream import StreamedTrainer
 
     model = wse_models.preset_config(
@@ -114,16 +131,26 @@ def _measure(quick: bool, seed: int) -> list[dict[str, Any]]:
         tr.step(data[0])  # compile
         stats = [tr.step(b) for b in data[1:]]
         wall = sum(s.wall_s for s in stats)
-        pred = predict_stream(model, preset("wse3"), num_csx=n, batch=batch // n, seq_len=seq)
+        spec = preset("small")
+        pred = predict_step(
+            model,
+            spec,
+            num_csx=n,
+            micro_batch=batch // n,
+            seq_len=seq,
+            plan=memory_plan(model, spec, batch // n, seq, streaming=tr.plan),
+        )
         out.append(
             {
                 "model": "tiny-gpt2 (d=128, 4 layers)",
-                "num_csx": n,
+                "systems": n,
                 "devices": len(jax.devices()),
                 "steps": steps,
                 "measured_stall_fraction": sum(s.stall_s for s in stats) / wall,
                 "measured_tokens_per_s": sum(s.tokens for s in stats) / wall,
-                "predicted_stall_fraction_wse3": pred.stall_fraction,
+                "measured_step_s": wall / steps,
+                "predicted_step_s_small_wafer": pred.predicted_s,
+                "predicted_stall_fraction_small_wafer": pred.extra["stall_fraction"],
             }
         )
     return out
@@ -147,9 +174,9 @@ def _figure(curves: dict[str, Any]):
             label=f"{name} {GPUS_PER_SYSTEM}x{H100.name} per system",
         )
         b.semilogx(n, [p[3] for p in pts], "s--", color=line.get_color(), label=name)
-    a.set(xlabel="num_csx (systems)", ylabel="samples / s", title="Predicted training throughput")
+    a.set(xlabel="systems", ylabel="tokens / s", title="Predicted training throughput")
     b.set(
-        xlabel="num_csx (GPU count / 8)",
+        xlabel="systems (GPU count / 8)",
         ylabel="scaling efficiency",
         ylim=(0, 1.05),
         title="Data-parallel GPU cluster (ring allreduce)",
@@ -163,12 +190,12 @@ def _figure(curves: dict[str, Any]):
 def run(*, quick: bool, seed: int) -> ExperimentResult:
     rows, curves = _predictions()
     config = {
-        "num_csx": list(NUM_CSX),
+        "systems": list(NUM_CSX),
         "cases": [list(c) for c in CASES],
-        "wafer": "wse3",
+        "wafer": WAFER,
         "gpu": H100.to_dict(),
         "gpus_per_system": GPUS_PER_SYSTEM,
-        "assumptions": "wafer compute at bf16 peak (upper bound); GPU at mfu of peak; "
-        "see wse_trainer.performance",
+        "assumptions": "wafer: each row's RunReport (wse_trainer.performance.ASSUMPTIONS, "
+        "the spec's assumed fields, wse_core.calibration); GPU at mfu of peak",
     }
     return ExperimentResult(NAME, seed, config, _measure(quick, seed), rows, _figure(curves))

@@ -1,27 +1,45 @@
-"""The weight-streaming performance model: per-layer compute against weight and gradient
-streams, for `num_csx` WSE systems, next to a data-parallel GPU cluster.
+"""What one weight-streaming training step takes on `num_csx` wafers, priced from its placement.
 
-For one system with `batch` sequences of `seq_len` tokens, layer by layer:
+Contract. `predict_step(model, spec, num_csx=, micro_batch=, seq_len=, plan=)` returns a
+`wse_core.report.RunReport` (units "step", `systems=num_csx`) whose phases are counted from
+the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` is the
+`ActivationPlan` the `StreamedTrainer` runs), per instruction, on the busiest PE:
 
-    compute_fwd = forward FLOPs of the layer (matmuls + causal attention) on the whole wafer
-                  (`wse_core.PerfModel`: every PE at its bf16 rate — an upper bound, no
-                  utilisation factor is fitted), compute_bwd = 2 x compute_fwd
-    weights_in  = layer bytes (compute dtype) / min(memoryx_bytes_per_s, swarmx_bytes_per_s)
-                  + tree latency (SwarmX broadcasts to every system at once)
-    grads_out   = layer gradient bytes (fp32) / swarmx_bytes_per_s + tree latency
-    layer_fwd   = max(compute_fwd, weights_in)      the next layer streams while one computes
-    layer_bwd   = max(compute_bwd, weights_in, grads_out)   links are full duplex
+- **Placement of a layer.** Each layer computes on the whole wafer. Its weights land spread
+  over every PE (the plan's "current + prefetched layer" allocation): each PE holds an
+  ceil(n_out / rows) x ceil(n_in / cols) block of every product, as in
+  `wse_core.decoder_cost.matvec_work`. The layer inputs stay resident in SRAM (the plan keeps
+  every `stride`-th one and recomputes the rest) and flow through the products in passes of
+  `chunk` tokens: a token's input is split over the columns and multicast down them ("S"),
+  each PE runs one FMAC over the pass's tokens per weight it holds, and the partial sums are
+  added along the rows ("E"). `chunk` is the most tokens whose inputs and partial sums fit in
+  the SRAM the plan leaves free plus its working-set allocation, so a plan that holds more
+  activations runs shorter vectors.
+- **Precision** (`precision_of(model)`): fp32 compute -> fp32 FMAC; bf16 compute with fp32
+  master weights -> "mixed" (`fmac_mixed`: bf16 operands, fp32 partial sums); bf16 stored
+  and computed -> bf16 FMAC. Weights and gradients stream in the compute dtype, as the
+  emulator's SwarmX moves them.
+- **Backward** = the transposed product (dX) and the weight-gradient product (dW), each
+  priced like the forward one; the elementwise work and the attention twice the forward's.
+- **Streams.** Weights flow MemoryX -> SwarmX -> every wafer at min(memoryx, swarmx)
+  bytes/s; gradients flow back, sum-reduced by SwarmX, at the same rate; a SwarmX tree of
+  ceil(log2 num_csx) levels adds `system_latency_s` per level. MemoryX applies each group's
+  update as its gradient arrives and keeps pace with that stream.
+- **Overlap, as Cerebras describes weight streaming**: forward,
+  `overlap(weights_in(l + 1), forward(l))`; backward,
+  `overlap(weights_in(l - 1), backward(l), gradients_out(l + 1), memoryx_update(l + 1))`;
+  the first weights in and the last gradients out and update are exposed. Recomputed layers
+  stream their weights again, as the emulator does.
+- **Resident** placement (`placement="resident"`, only when `plan.resident`): no weight
+  streams; with num_csx > 1 the gradients are sum-reduced through SwarmX and come back,
+  overlapped with the backward; the optimizer runs on the wafer (fp32 Adam) after it.
 
-The embedding and head count as one more layer. The no-stall condition is
-memoryx rate >= layer bytes / layer compute time, i.e. a batch of at least
-`no_stall_batch` sequences per system. With the per-system batch fixed (weak scaling) only
-the SwarmX tree depth grows with `num_csx`, so throughput scales almost linearly; MemoryX's
-optimizer update is assumed to overlap the streams (it runs per layer as gradients arrive).
+`PerfModel` applies the one calibration of `wse_core.calibration`; nothing here is fitted.
+`no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute.
 
-GPU cluster (assumptions stated in `GpuSpec`): each GPU computes its batch at `mfu` of its
-bf16 peak; gradients are ring-allreduced, 2 (N - 1) / N x gradient bytes over the per-GPU
-network link plus 2 (N - 1) latency hops, overlapping the backward pass (as bucketed DDP
-does): the exposed part is max(0, allreduce - backward).
+GPU baseline (`predict_gpu`, assumptions in `GpuSpec`): each GPU computes its batch at `mfu`
+of its bf16 peak; gradients are ring-allreduced, 2 (N - 1) / N x gradient bytes over the
+per-GPU link plus 2 (N - 1) latency hops, overlapping the backward (bucketed DDP).
 """
 
 from __future__ import annotations
@@ -30,9 +48,452 @@ import dataclasses
 import math
 from typing import Any
 
-from wse_core import PerfModel, WaferSpec, Work
+from wse_core import Op, Phase, Phases, RunReport, WaferSpec, Work, WseError, overlap, serial
+from wse_core.decoder_cost import EXP_FMACS
 
-__all__ = ["GpuSpec", "H100", "StreamPrediction", "predict_stream", "predict_gpu", "layer_flops"]
+from wse_trainer.plan import MemoryPlan, _working_bytes, memory_plan
+
+__all__ = [
+    "PRECISIONS",
+    "Numerics",
+    "StepPlacement",
+    "precision_of",
+    "place_step",
+    "gemm_work",
+    "layer_phases",
+    "step_phases",
+    "predict_step",
+    "no_stall_batch",
+    "GpuSpec",
+    "H100",
+    "predict_gpu",
+    "layer_flops",
+]
+
+# precision -> (FMAC kind, operand dtype, operand bytes, partial-sum bytes)
+PRECISIONS = {
+    "fp32": ("fmac", "fp32", 4, 4),
+    "bf16": ("fmac", "bf16", 2, 2),
+    "mixed": ("fmac_mixed", "bf16", 2, 4),
+}
+ADAM_FP32_OPS = (("fmac", 4), ("mul", 1), ("sqrt", 1), ("div", 1))  # per parameter, on a PE
+
+
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """How a product's FMACs run: instruction kind, operand dtype, and bytes."""
+
+    precision: str
+    kind: str
+    dtype: str
+    operand_bytes: int
+    acc_bytes: int
+
+    @classmethod
+    def of(cls, precision: str) -> Numerics:
+        if precision not in PRECISIONS:
+            raise WseError(f"unknown precision {precision!r}; use one of {list(PRECISIONS)}")
+        return cls(precision, *PRECISIONS[precision])
+
+    @property
+    def acc_dtype(self) -> str:
+        return "fp32" if self.acc_bytes == 4 else self.dtype
+
+
+def precision_of(model: Any) -> str:
+    """fp32 / mixed (bf16 compute, fp32 masters) / bf16, from the model's dtypes."""
+    if str(model.dtype) == "float32":
+        return "fp32"
+    return "mixed" if str(model.param_dtype) == "float32" else "bf16"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlacement:
+    """One replica's step as the plan lays it out (static; built by `place_step`)."""
+
+    spec: WaferSpec
+    num: Numerics
+    num_csx: int
+    micro_batch: int
+    seq_len: int
+    resident: bool
+    stride: int  # layer inputs kept every `stride` layers (the ActivationPlan's)
+    chunk_bytes_per_pe: int  # SRAM for one pass's inputs and partial sums
+
+    @property
+    def tokens(self) -> int:
+        return self.micro_batch * self.seq_len
+
+    def chunk(self, n_in: int, n_out: int) -> int:
+        """Tokens per pass through an n_in x n_out product (at least 1, at most all)."""
+        ro, ci = _block(self.spec, n_in, n_out)
+        per_token = ci * self.num.operand_bytes + ro * self.num.acc_bytes
+        return max(1, min(self.tokens, self.chunk_bytes_per_pe // per_token))
+
+
+def _block(spec: WaferSpec, n_in: int, n_out: int) -> tuple[int, int]:
+    """(outputs, inputs) of a product's weight block on one PE."""
+    return math.ceil(n_out / spec.pe_rows), math.ceil(n_in / spec.pe_cols)
+
+
+def place_step(
+    model: Any,
+    spec: WaferSpec,
+    plan: MemoryPlan,
+    *,
+    num_csx: int,
+    micro_batch: int,
+    seq_len: int,
+    placement: str = "streamed",
+    precision: str | None = None,
+) -> StepPlacement:
+    """The placement of one step from the trainer's memory plan (refused if it cannot run)."""
+    per_pe = lambda n: -(-int(n) // spec.num_pes)  # noqa: E731
+    working = per_pe(_working_bytes(model, micro_batch, seq_len))
+    if placement == "resident":
+        if not plan.resident:
+            raise WseError(
+                f"the training state ({plan.resident_bytes:,} B) does not fit in wafer SRAM "
+                f"({plan.sram_total_bytes:,} B): it cannot stay resident; stream it"
+            )
+        free, stride = spec.sram_bytes_per_pe - per_pe(plan.resident_bytes), 1
+    elif placement == "streamed":
+        if plan.streaming is None:
+            raise WseError(f"the step cannot be placed: {plan.streaming_error}")
+        free = int(plan.streaming.sram["bytes_per_pe"]) - int(
+            plan.streaming.sram["used_bytes_per_pe"]
+        )
+        stride = plan.streaming.stride
+    else:
+        raise WseError(f"unknown placement {placement!r}; use 'streamed' or 'resident'")
+    num = Numerics.of(precision or precision_of(model))
+    return StepPlacement(
+        spec, num, num_csx, micro_batch, seq_len, placement == "resident", stride, free + working
+    )
+
+
+def _passes(kind: str, dtype: str, tokens: int, chunk: int, per_pass: int) -> tuple[Op, ...]:
+    """`per_pass` instructions over each pass of `chunk` tokens (the last pass shorter)."""
+    full, rest = divmod(tokens, chunk)
+    ops = (Op(kind, dtype, chunk, count=per_pass * full),) if full else ()
+    return ops + ((Op(kind, dtype, rest, count=per_pass),) if rest else ())
+
+
+def gemm_work(pl: StepPlacement, n_in: int, n_out: int) -> Work:
+    """Y[T, n_out] = X[T, n_in] W on the whole wafer, on its busiest PE (module contract).
+
+    Per PE: ro * ci FMACs per pass (ro x ci its weight block), the partial sums arriving
+    from the west added in; SRAM reads the input and partial sum of every FMAC element and
+    each weight once per pass, writes the partial sums and the arriving inputs; words out:
+    the inputs down the column ("S"), the partial sums along the row ("E")."""
+    s, num, tokens = pl.spec, pl.num, pl.tokens
+    ro, ci = _block(s, n_in, n_out)
+    chunk = pl.chunk(n_in, n_out)
+    ops = _passes(num.kind, num.dtype, tokens, chunk, ro * ci)
+    ops += _passes("add", num.acc_dtype, tokens, chunk, ro)
+    elems, passes = ro * ci * tokens, math.ceil(tokens / chunk)
+    return Work(
+        ops=ops,
+        sram_read_bytes=elems * (num.operand_bytes + num.acc_bytes)
+        + ro * ci * passes * num.operand_bytes,
+        sram_write_bytes=elems * num.acc_bytes + ci * tokens * num.operand_bytes,
+        links={"S": ci * tokens * num.operand_bytes / 4, "E": ro * tokens * num.acc_bytes / 4},
+        latency_hops=(s.pe_rows - 1) + (s.pe_cols - 1),
+    )
+
+
+def _products(model: Any) -> tuple[tuple[str, int, int], ...]:
+    """A layer's matrix products: (name, n_in, n_out)."""
+    d, hd = model.d_model, model.hd
+    q_kv = (model.n_heads + 2 * model.n_kv_heads) * hd
+    up = (2 if model.arch == "llama" else 1) * model.d_ff
+    return (
+        ("qkv", d, q_kv),
+        ("o_proj", model.n_heads * hd, d),
+        ("mlp_up", d, up),
+        ("mlp_down", model.d_ff, d),
+    )
+
+
+def _attention_work(model: Any, pl: StepPlacement) -> Work:
+    """Causal attention of the pass's sequences spread over every PE: q.k and p.v FMACs of
+    head_dim per score (mean context (s + 1) / 2), softmax in the partial-sum dtype."""
+    p, num, b, s = pl.spec.num_pes, pl.num, pl.micro_batch, pl.seq_len
+    scores = b * s * (s + 1) / 2 * model.n_heads
+    e = num.acc_dtype
+    return Work(
+        ops=(
+            Op(num.kind, num.dtype, model.hd, count=2 * scores / p),
+            Op("fmac", e, scores / p, count=EXP_FMACS),
+            Op("max", e, scores / p),
+            Op("sub", e, scores / p),
+            Op("add", e, scores / p),
+            Op("div", e, b * s * model.n_heads * model.hd / p),
+        ),
+        sram_read_bytes=2 * scores * model.hd * num.operand_bytes / p,
+    )
+
+
+def _pointwise_work(model: Any, pl: StepPlacement) -> Work:
+    """Two norms, the MLP activation (a polynomial exp, gated: one more mul) and two
+    residual adds, per PE."""
+    p, e, t = pl.spec.num_pes, pl.num.acc_dtype, pl.tokens
+    d, ff = t * model.d_model / p, t * model.d_ff / p
+    gated = (Op("mul", e, ff),) if model.arch == "llama" else ()
+    return Work(
+        ops=(
+            Op("fmac", e, d, count=2),
+            Op("mul", e, d, count=2),
+            Op("fmac", e, ff, count=EXP_FMACS + 2),
+            *gated,
+            Op("add", e, d, count=2),
+        )
+    )
+
+
+def layer_phases(model: Any, pl: StepPlacement, *, backward: bool = False) -> Phases:
+    """One layer's forward (or backward) on the whole wafer, product by product."""
+    parts: list[Phase] = []
+    for name, n_in, n_out in _products(model):
+        if backward:
+            parts.append(Phase(f"{name}_dx", gemm_work(pl, n_out, n_in)))
+            parts.append(Phase(f"{name}_dw", gemm_work(pl, n_in, n_out)))
+        else:
+            parts.append(Phase(name, gemm_work(pl, n_in, n_out)))
+    k = 2.0 if backward else 1.0
+    parts.append(Phase("attention", _attention_work(model, pl), repeat=k))
+    parts.append(Phase("pointwise", _pointwise_work(model, pl), repeat=k))
+    return serial(*parts, name="layer_backward" if backward else "layer_forward")
+
+
+def _head_phases(model: Any, pl: StepPlacement) -> Phases:
+    """The final norm, logits, softmax cross-entropy and their gradients."""
+    p, e, t, v, d = pl.spec.num_pes, pl.num.acc_dtype, pl.tokens, model.vocab_size, model.d_model
+    logits = t * v / p
+    softmax = Work(
+        ops=(
+            Op("fmac", e, logits, count=EXP_FMACS),
+            Op("max", e, logits),
+            Op("sub", e, logits, count=2),  # shift; the gradient p - onehot
+            Op("add", e, logits),
+            Op("fmac", e, t * d / p, count=2),  # final norm
+        )
+    )
+    return serial(
+        Phase("logits", gemm_work(pl, d, v)),
+        Phase("softmax_loss", softmax),
+        Phase("logits_dx", gemm_work(pl, v, d)),
+        Phase("logits_dw", gemm_work(pl, d, v)),
+        name="head",
+    )
+
+
+def _embed_work(model: Any, pl: StepPlacement, *, backward: bool) -> Work:
+    """The embedding's gather (moves) or its gradient's scatter-add."""
+    n = pl.tokens * model.d_model / pl.spec.num_pes
+    op = Op("add", pl.num.acc_dtype, n) if backward else Op("move", pl.num.dtype, n)
+    return Work(ops=(op,))
+
+
+def _groups(model: Any) -> dict[str, int]:
+    """Parameters each stream carries: the embedding, one layer, the head (final norm and,
+    untied, the output matrix; tied, it reads the embedding too)."""
+    embed, layer = int(model.embed_params()), int(model.layer_params())
+    final = int(model.num_params()) - embed - int(model.n_layers) * layer
+    head_in = final + (embed if model.tie_embeddings else 0)
+    return {"embed": embed, "layer": layer, "head": head_in, "head_grad": final}
+
+
+def _tree_levels(num_csx: int) -> int:
+    return math.ceil(math.log2(num_csx)) if num_csx > 1 else 0
+
+
+def _stream(pl: StepPlacement, n_params: int) -> Work:
+    """n_params in the compute dtype through MemoryX / SwarmX to (or from) every wafer.
+
+    Work prices host I/O at the spec's host rate; the bytes are scaled so that the time is
+    bytes / min(memoryx, swarmx) (equal on every preset: the scale is then 1)."""
+    s = pl.spec
+    rate = min(s.memoryx_bytes_per_s, s.swarmx_bytes_per_s)
+    nbytes = n_params * pl.num.operand_bytes
+    return Work(
+        host_io_bytes=nbytes * s.host_io_bytes_per_s / rate,
+        system_hops=_tree_levels(pl.num_csx),
+    )
+
+
+def _wafer_update(pl: StepPlacement, n_params: int) -> Work:
+    """fp32 Adam on the wafer (resident placement): each PE updates its share."""
+    n = n_params / pl.spec.num_pes
+    return Work(ops=tuple(Op(k, "fp32", n, count=c) for k, c in ADAM_FP32_OPS))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Streams:
+    """The off-wafer phases of a placement (all empty: the compute-only step)."""
+
+    pl: StepPlacement
+    on: bool = True
+
+    def weights_in(self, n: int) -> Phase:
+        live = self.on and not self.pl.resident
+        return Phase("weights_in", _stream(self.pl, n) if live else Work())
+
+    def gradients_out(self, n: int) -> Phase:
+        live = self.on and (not self.pl.resident or self.pl.num_csx > 1)
+        return Phase("gradients_out", _stream(self.pl, n) if live else Work())
+
+    def returned(self, n: int) -> Phase:
+        """Streamed: the next layer's weights; resident: the reduced gradient coming back."""
+        if self.pl.resident:
+            live = self.on and self.pl.num_csx > 1
+            return Phase("gradients_in", _stream(self.pl, n) if live else Work())
+        return self.weights_in(n)
+
+    def update(self, n: int) -> Phase:
+        live = self.on and not self.pl.resident
+        return Phase("memoryx_update", _stream(self.pl, n) if live else Work())
+
+
+def _runs(nodes: list[Phase | Phases]) -> list[Phase | Phases]:
+    """Equal neighbours folded into one node with a repeat."""
+    out: list[Phase | Phases] = []
+    for node in nodes:
+        if out and out[-1] == dataclasses.replace(node, repeat=out[-1].repeat):
+            out[-1] = dataclasses.replace(out[-1], repeat=out[-1].repeat + node.repeat)
+        else:
+            out.append(node)
+    return out
+
+
+def step_phases(model: Any, pl: StepPlacement, *, streams: bool = True) -> Phases:
+    """One training step of one replica as the overlap rules of the module contract say."""
+    g, st, L = _groups(model), _Streams(pl, streams), int(model.n_layers)
+    fwd, bwd = layer_phases(model, pl), layer_phases(model, pl, backward=True)
+    embed_f = Phase("embed_forward", _embed_work(model, pl, backward=False))
+    embed_b = Phase("embed_backward", _embed_work(model, pl, backward=True))
+    nodes: list[Phase | Phases] = [
+        serial(st.weights_in(g["embed"]), name="first_weights_in"),
+        overlap(st.weights_in(g["layer"]), embed_f, name="embedding"),
+    ]
+    for i in range(L):
+        nxt = g["layer"] if i + 1 < L else g["head"]
+        nodes.append(overlap(st.weights_in(nxt), fwd, name="forward"))
+    nodes.append(overlap(st.weights_in(g["layer"]), _head_phases(model, pl), name="head"))
+    kept = math.ceil(L / pl.stride)
+    if L > kept:
+        again = overlap(st.weights_in(g["layer"]), fwd, name="recompute", repeat=L - kept)
+        nodes.append(again)
+    for i in reversed(range(L)):
+        nxt, done = (
+            (g["layer"] if i else g["embed"]),
+            (g["head_grad"] if i == L - 1 else g["layer"]),
+        )
+        parts = (st.returned(nxt), bwd, st.gradients_out(done), st.update(done))
+        nodes.append(overlap(*parts, name="backward"))
+    tail = (st.gradients_out(g["layer"]), st.update(g["layer"]))
+    nodes.append(overlap(embed_b, *tail, name="embedding_backward"))
+    nodes.append(serial(st.gradients_out(g["embed"]), st.update(g["embed"]), name="last_update"))
+    if pl.resident:
+        n = int(model.num_params())
+        nodes.append(serial(Phase("adam_on_wafer", _wafer_update(pl, n)), name="optimizer"))
+    return serial(*_runs(nodes), name="train_step")
+
+
+ASSUMPTIONS = {
+    "layer placement": "each layer on the whole wafer; its weights spread over every PE "
+    "(a ceil(n_out/rows) x ceil(n_in/cols) block per product), inputs multicast down the "
+    "columns, partial sums added along the rows (decoder_cost.matvec_work's layout)",
+    "token passes": "activations resident; tokens flow through a product in passes sized by "
+    "the SRAM the plan leaves free plus its working set; one FMAC per held weight per pass",
+    "attention": "q.k and p.v over the mean causal context (s + 1) / 2 spread over every PE; "
+    "its K/V exchange is not counted (assumed hidden under the FMACs)",
+    "backward": "dX and dW products priced like the forward one; attention and pointwise "
+    "work twice the forward's",
+    "streams": "weights in and gradients out in the compute dtype at min(memoryx, swarmx) "
+    "bytes/s; SwarmX a tree of ceil(log2 num_csx) levels, system_latency_s each",
+    "weight-streaming overlap": "next layer's weights prefetched during this layer's "
+    "compute; gradients out and the MemoryX update overlap the previous layer's backward",
+    "MemoryX update": "applied per group as its gradient arrives, keeping pace with the stream",
+    "exp": f"{EXP_FMACS:g} FMACs per element (wse_core.decoder_cost)",
+}
+
+
+def predict_step(
+    model: Any,
+    spec: WaferSpec,
+    *,
+    num_csx: int,
+    micro_batch: int,
+    seq_len: int,
+    plan: MemoryPlan | None = None,
+    placement: str = "streamed",
+    precision: str | None = None,
+    stride: int = 0,
+) -> RunReport:
+    """One training step of `num_csx` wafers, each with `micro_batch` sequences of `seq_len`
+    tokens, placed as `plan` says (default: `memory_plan(model, spec, micro_batch, seq_len,
+    stride=stride)`, the plan `wse train` builds). `extra`: tokens_per_s (all systems),
+    stall_fraction (the share of the step the streams add), placement, precision, stride."""
+    if plan is None:
+        plan = memory_plan(model, spec, micro_batch, seq_len, stride=stride)
+    pl = place_step(
+        model,
+        spec,
+        plan,
+        num_csx=num_csx,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        placement=placement,
+        precision=precision,
+    )
+    report = RunReport.build(
+        "train_step",
+        spec,
+        step_phases(model, pl),
+        sram=plan.streaming.sram if plan.streaming is not None else {},
+        assumptions=ASSUMPTIONS,
+        units="step",
+        systems=num_csx,
+    )
+    compute_s = RunReport.build("compute", spec, step_phases(model, pl, streams=False)).predicted_s
+    step_s = report.predicted_s
+    report.extra.update(
+        tokens_per_s=num_csx * pl.tokens / step_s,
+        compute_s=compute_s,
+        stall_fraction=1.0 - compute_s / step_s if step_s else 0.0,
+        placement=placement,
+        precision=pl.num.precision,
+        stride=pl.stride,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+    )
+    return report
+
+
+def no_stall_batch(
+    model: Any, spec: WaferSpec, *, num_csx: int, seq_len: int, stall: float = 0.01
+) -> int | None:
+    """Smallest per-system batch whose streams add at most `stall` of the step (None when
+    no batch that the SRAM plan can place gets there)."""
+
+    def ok(b: int) -> bool | None:
+        try:
+            r = predict_step(model, spec, num_csx=num_csx, micro_batch=b, seq_len=seq_len)
+        except WseError:
+            return None
+        return r.extra["stall_fraction"] <= stall
+
+    hi = 1
+    while (got := ok(hi)) is False:
+        hi *= 2
+    if got is None:
+        return None
+    lo = hi // 2  # ok(lo) is False (or lo == 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,7 +512,6 @@ class GpuSpec:
 
 
 H100 = GpuSpec()
-_TREE_LEVEL_S = 2e-6  # SwarmX latency per tree level (assumption)
 
 
 def layer_flops(model: Any, tokens: int, seq_len: int) -> float:
@@ -62,66 +522,13 @@ def layer_flops(model: Any, tokens: int, seq_len: int) -> float:
     return float(tokens * (matmul + attn))
 
 
-def _head_flops(model: Any, tokens: int) -> float:
-    return float(tokens * 2 * model.vocab_size * model.d_model)
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamPrediction:
-    step_s: float
-    compute_s: float  # the step if weights were free
-    stall_fraction: float  # of the step spent waiting for streams
-    samples_per_s: float
-    no_stall_batch: int  # smallest per-system batch (sequences) with no stall
-    layer_bytes: int
-
-
-def _seconds(spec: WaferSpec, flops: float) -> float:
-    return PerfModel(spec).seconds(Work(flops={"bf16": flops / spec.num_pes}))
-
-
-def predict_stream(
-    model: Any,
-    spec: WaferSpec,
-    *,
-    num_csx: int,
-    batch: int,
-    seq_len: int,
-    weight_bytes_per_param: int = 2,
-) -> StreamPrediction:
-    """One training step of `num_csx` systems, each with `batch` sequences."""
-    tokens = batch * seq_len
-    depth = math.ceil(math.log2(num_csx)) if num_csx > 1 else 0
-    in_bw = min(spec.memoryx_bytes_per_s, spec.swarmx_bytes_per_s)
-    parts = [(layer_flops(model, tokens, seq_len), model.layer_params())] * model.n_layers
-    parts.append((_head_flops(model, tokens), model.vocab_size * model.d_model))
-    step = compute = 0.0
-    for flops, n_params in parts:
-        fwd = _seconds(spec, flops)
-        w_in = n_params * weight_bytes_per_param / in_bw + depth * _TREE_LEVEL_S
-        g_out = n_params * 4 / spec.swarmx_bytes_per_s + depth * _TREE_LEVEL_S
-        step += max(fwd, w_in) + max(2 * fwd, w_in, g_out)
-        compute += 3 * fwd
-    layer_bytes = model.layer_params() * weight_bytes_per_param
-    per_seq = _seconds(spec, layer_flops(model, seq_len, seq_len))
-    # backward is the binding direction: 2 x compute against the fp32 gradient stream
-    need = max(layer_bytes / in_bw, model.layer_params() * 4 / spec.swarmx_bytes_per_s / 2)
-    return StreamPrediction(
-        step,
-        compute,
-        1 - compute / step,
-        num_csx * batch / step,
-        math.ceil(need / per_seq),
-        layer_bytes,
-    )
-
-
 def predict_gpu(
     model: Any, gpu: GpuSpec, *, num_gpus: int, batch: int, seq_len: int
 ) -> dict[str, float]:
     """Data-parallel step of `num_gpus` GPUs with `batch` sequences each (weak scaling)."""
     tokens = batch * seq_len
-    flops = 3 * (model.n_layers * layer_flops(model, tokens, seq_len) + _head_flops(model, tokens))
+    head = tokens * 2 * model.vocab_size * model.d_model
+    flops = 3 * (model.n_layers * layer_flops(model, tokens, seq_len) + head)
     compute = flops / (gpu.peak_flops * gpu.mfu)
     grad_bytes = 4 * model.num_params()
     n = num_gpus

@@ -15,7 +15,9 @@
    trained model.
 
 `model_config(config)` and `validate(config)` (the `--validate_only` memory plan) allocate
-nothing.
+nothing; `predict(config, model, plan)` is the wafer's predicted step on that plan
+(`wse_trainer.performance.predict_step`, a `RunReport`), which the run logs next to the
+measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, `RunResult`).
 
 Multi-process runs (`jax.distributed` joined before `run`): every process runs the same
 program on the same data stream and computes its block of the `num_csx` replicas (SwarmX
@@ -42,7 +44,7 @@ from wse_core.errors import suggest
 
 from wse_trainer.config import ConfigError, TrainConfig, check_config
 
-__all__ = ["RunResult", "TrainingDivergedError", "model_config", "validate", "run"]
+__all__ = ["RunResult", "TrainingDivergedError", "model_config", "validate", "predict", "run"]
 
 
 class TrainingDivergedError(WseError):
@@ -59,6 +61,8 @@ class RunResult:
     tokens_per_s: float = 0.0
     stall_fraction: float = 0.0
     hf_dir: Path | None = None
+    step_s: float = 0.0  # measured mean step on this machine
+    predicted_step_s: float = 0.0  # the wafer's, from the run's plan (`predict`)
 
 
 def model_config(config: TrainConfig):
@@ -96,6 +100,22 @@ def validate(config: TrainConfig):
         _micro_batch(config),
         config.train_input.max_sequence_length,
         stride=config.runconfig.activation_stride,
+    )
+
+
+def predict(config: TrainConfig, model: Any, plan: Any):
+    """The predicted wafer step (`RunReport`) of `config` placed as `plan` (a `MemoryPlan`)."""
+    from wse_core import preset
+
+    from wse_trainer.performance import predict_step
+
+    return predict_step(
+        model,
+        preset(config.runconfig.wafer),
+        num_csx=config.runconfig.num_csx,
+        micro_batch=_micro_batch(config),
+        seq_len=config.train_input.max_sequence_length,
+        plan=plan,
     )
 
 
@@ -144,7 +164,7 @@ class _Session:
 
         from wse_trainer.data import BatchIterator, tokenizer_identity
         from wse_trainer.optimizer import base_transform
-        from wse_trainer.plan import plan_activations
+        from wse_trainer.plan import memory_plan, plan_activations
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 
@@ -174,6 +194,10 @@ class _Session:
             max_gradient_norm=config.optimizer.max_gradient_norm,
         )
         self.plan, self.echo = plan, echo
+        memory = memory_plan(
+            self.model, preset(run_cfg.wafer), _micro_batch(config), seq, streaming=plan
+        )
+        self.prediction = predict(config, self.model, memory)  # the plan the trainer runs
         self.eval_rows: Any = None
 
     def state(self) -> dict[str, Any]:
@@ -280,6 +304,7 @@ def _train_loop(s: _Session, ckpt, log, start: int, end: int, result: RunResult)
                     "tokens": st.tokens,
                     "broadcast_bytes": st.broadcast_bytes,
                     "reduce_bytes": st.reduce_bytes,
+                    "predicted_step_s": s.prediction.predicted_s,
                 },
             )
             if step % run_cfg.log_steps == 0 or step == end:
@@ -307,7 +332,17 @@ def _train_loop(s: _Session, ckpt, log, start: int, end: int, result: RunResult)
                 log.line(eval_line(step, evaluate(s)))
             advance()
     result.tokens_per_s = tokens / wall if wall else 0.0
+    result.step_s = wall / (end - start) if end > start else 0.0
     result.stall_fraction = stall / wall if wall else 0.0
+
+
+def _prediction_line(report: Any, wafer: str) -> str:
+    x = report.extra
+    return (
+        f"predicted wafer step ({report.systems} x {wafer}, {x['precision']}): "
+        f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s, "
+        f"{report.bound}-bound, streams stall {100 * x['stall_fraction']:.1f}%"
+    )
 
 
 def _progress(total: int):
@@ -393,6 +428,8 @@ def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> Ru
     try:
         if start:
             log.line(f"resumed from checkpoint step {start}")
+        result.predicted_step_s = s.prediction.predicted_s
+        log.line(_prediction_line(s.prediction, run_cfg.wafer))
         if run_cfg.mode != "eval" and end > start:
             if start == 0 and run_cfg.save_initial_checkpoint:
                 ckpt.save(0, s.state(), s.meta(0))

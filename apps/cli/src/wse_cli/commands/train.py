@@ -8,7 +8,8 @@
 `params.yaml` may also be given with `--params`, or be a shipped config name (`tiny`,
 `gpt2_124m`, `llama3_8b`, `llama3_70b`). Flags override the file's `runconfig`; dotted
 overrides change any key. `--validate_only` checks the config and prints the memory plan
-without allocating anything. Heavy packages are imported inside the command.
+and the predicted wafer step and tokens/s on num_csx systems without allocating
+anything. Heavy packages are imported inside the command.
 
 Multi-process: `--num_processes/--process_id/--coordinator` (or the WSE_* variables that
 `wse launch` sets, or SLURM's environment) join one run; the `num_csx` replicas are split
@@ -76,6 +77,17 @@ def _print_plan(console, model, plan, config) -> None:
         console.print(f"[red]streaming does not fit either:[/] {plan.streaming_error}")
 
 
+def _print_prediction(console, report) -> None:
+    """The predicted wafer step of the plan (a wse_core RunReport) and its tokens/s."""
+    x = report.extra
+    console.print(
+        f"predicted on {report.systems} x {report.wafer} ({x['precision']}): step "
+        f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s; "
+        f"{report.bound}-bound (critical: {report.predicted.critical().name}); streams "
+        f"stall {100 * x['stall_fraction']:.1f}%; {report.calibration.describe()}"
+    )
+
+
 def train(
     args: list[str] = typer.Argument(
         None, help="params.yaml (or a shipped config name), then section.key=value overrides."
@@ -90,7 +102,9 @@ def train(
         None, "--checkpoint_path", help="Checkpoint to start from."
     ),
     validate_only: bool = typer.Option(
-        False, "--validate_only", help="Check the config, print the memory plan, stop."
+        False,
+        "--validate_only",
+        help="Check the config, print the memory plan and the predicted step, stop.",
     ),
     num_processes: int = multiprocess.NUM_PROCESSES,
     process_id: int = multiprocess.PROCESS_ID,
@@ -121,7 +135,7 @@ def train(
     config = load_config(params, overrides)
     console = Console(quiet=not multiprocess.is_primary())
     if validate_only:
-        from wse_trainer.run import validate
+        from wse_trainer.run import predict, validate
 
         model, plan = validate(config)
         _print_plan(console, model, plan, config)
@@ -130,6 +144,7 @@ def train(
                 f"the config cannot train: {plan.streaming_error}; raise num_csx or lower "
                 "train_input.batch_size or max_sequence_length"
             )
+        _print_prediction(console, predict(config, model, plan))
         console.print("[green]config is valid[/]")
         return
     _train(console, config)
@@ -174,6 +189,11 @@ def _train(console, config) -> None:
         f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "
         f"{result.model_dir}"
     )
+    if result.step_s:
+        console.print(
+            f"step: measured {result.step_s:.4g} s (emulator, this machine), predicted "
+            f"{result.predicted_step_s:.4g} s on the wafer"
+        )
     if result.hf_dir is not None:
         console.print(f"HF-format model for inference: {result.hf_dir}")
     for text in result.samples:
