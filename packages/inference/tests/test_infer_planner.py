@@ -1,15 +1,7 @@
-"""Planner (SRAM ledger sizing, refusal with numbers) and the decode performance model."""
-
-import math
+"""Planner (SRAM ledger sizing, refusal with numbers); its prices: test_infer_decode_perf.py."""
 
 import pytest
 from wse_core import preset
-from wse_inference.decode_perf import (
-    CALIBRATION_TOKENS_PER_S,
-    INTER_WAFER_LATENCY_S,
-    predict_decode,
-    predict_model,
-)
 from wse_core.pipeline_plan import PipelinePlanError, min_wafers, plan_pipeline
 from wse_models import preset_config
 
@@ -49,24 +41,3 @@ def test_longer_context_needs_more_wafers():
     short = min_wafers(config, preset("wse3"), context_len=8192)
     long = min_wafers(config, preset("wse3"), context_len=131072, slots=4)
     assert short == 1 and long > short
-
-
-def test_perf_calibration_and_predictions():
-    pred, plan = predict_model("llama3-8b", num_wafers=1)
-    assert pred.tokens_per_s == pytest.approx(CALIBRATION_TOKENS_PER_S, rel=1e-9)
-    assert 0 < pred.efficiency <= 1
-    big, big_plan = predict_model("llama3-70b")
-    assert big_plan.num_wafers >= 4 and big.tokens_per_s < pred.tokens_per_s
-    assert big.inter_wafer_s == pytest.approx(
-        big_plan.wafer_crossings
-        * (8192 * 2 / plan.spec.host_io_bytes_per_s + INTER_WAFER_LATENCY_S)
-    )
-    # Uncalibrated time is the sum of the regions' PerfModel times: more layers, more time.
-    small = predict_decode(
-        preset_config("llama3-1b"),
-        plan_pipeline(preset_config("llama3-1b"), preset("wse3"), context_len=8192),
-        calibrated=False,
-    )
-    full = predict_decode(preset_config("llama3-8b"), plan, calibrated=False)
-    assert small.on_wafer_s < full.on_wafer_s
-    assert math.isclose(full.on_wafer_s / pred.efficiency, 1 / 1800, rel_tol=1e-9)

@@ -1,142 +1,183 @@
-"""Performance model of pipelined batch-1 decoding on one or several wafers.
+"""Predicted batch-1 decode on one or several wafers: a `PipelinePlan` priced as a `RunReport`.
 
-Contract. For a `PipelinePlan`, one token's time is the sum over the regions it passes (the
-head, then every stage in order; at batch 1 only one region works at a time) of that region's
-`wse_core.PerfModel` time for:
+Contract. This module adds no cost of its own: one token of a decoder laid out as a
+`wse_core.pipeline_plan.PipelinePlan` is `wse_core.decoder_cost.decode_phases` (every layer's
+instructions, SRAM bytes, link words and hops on its region, the hops between regions, the
+head, and each pass between wafers), evaluated by `wse_core.PerfModel` with the one
+calibration of `wse_core.calibration` (whose fabric efficiency is fitted on this very case:
+Llama 3.1 8B, 16-bit, one WSE-3, 1,800 tokens/s). The result is a `wse_core.RunReport` with
+`units="token"`: `predicted_s` is the wafer time of one token, `extra["tokens_per_s"]` its
+inverse, `extra["plan"]` the plan's regions.
 
-- SRAM: every PE reads its slice of the region's weights and of its KV cache once per token
-  (`kv_tokens` cached tokens attended, default half the context);
-- compute: 2 flops per weight plus 4 * d_model flops per attended token per layer, spread
-  over the region's PEs, in fp16;
-- fabric latency: each layer runs `PHASES_PER_LAYER` matrix-vector phases, each a broadcast
-  of the input across the region's rows and a reduction of partial sums across its columns
-  (rows + cols hops), plus the hops to the next region;
+- `predict_decode(config, plan, ...)`: one token of `config` on `plan` — the same plan object
+  `wse_inference.pipeline.PipelineEngine` lays its stages out from (`engine.report()`).
+- `predict_model(model, wafer=, num_wafers=, context_len=)`: a `wse_models` preset (or a
+  config) planned by `plan_for` on the fewest wafers that hold it (or `num_wafers`), 16-bit
+  weights -> (report, plan).
+- `predict_speculative(...)`: one emitted token of speculative decoding, the draft and the
+  target each on their own plan, at a measured number of rounds per token.
 
-plus, per wafer boundary (and the way back to wafer 0), the activation's bytes over the
-system I/O and `INTER_WAFER_LATENCY_S` (an assumption, not fitted).
-
-Calibration: the ONLY fitted number is `efficiency`, the fraction of the modelled on-wafer
-rates a real decoder achieves, fitted so that Llama 3.1 8B (16-bit) on one WSE-3 decodes
-1,800 tokens/s (Cerebras, Hot Chips 2024; shared/REFERENCES.md). Every other model / wafer
-count is then a prediction.
+Several wafers pass the residual stream (d_model values) at the system I/O rate, plus
+`spec.system_latency_s` per pass (an assumption: `--assume system_latency_s=...`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any
 
-from wse_core.perf import PerfModel, Work
+from wse_core.calibration import DECODE_8B_TOKENS_PER_S
+from wse_core.decoder_cost import DECODER_ASSUMPTIONS, decode_phases
+from wse_core.perf import Phases, overlap, serial
+from wse_core.pipeline_plan import PipelinePlan, min_wafers, plan_pipeline
+from wse_core.report import RunReport
 from wse_core.spec import WaferSpec, preset
 
-from wse_inference.planner import PipelinePlan, StagePlan, plan_pipeline
-
 __all__ = [
-    "PHASES_PER_LAYER",
-    "INTER_WAFER_LATENCY_S",
     "CALIBRATION_TOKENS_PER_S",
-    "DecodePrediction",
+    "decode_assumptions",
     "predict_decode",
-    "efficiency",
+    "predict_model",
+    "predict_speculative",
+    "plan_for",
+    "tokens_per_s",
 ]
 
-PHASES_PER_LAYER = 5  # qkv, attention scores/values, o-proj, up/gate, down
-INTER_WAFER_LATENCY_S = 2e-6  # assumption: one system-to-system activation hop
-CALIBRATION_TOKENS_PER_S = 1800.0  # Llama 3.1 8B, one WSE-3, Hot Chips 2024 (REFERENCES.md)
-CALIBRATION_CASE = ("llama3-8b", "wse3", 1)  # model preset, wafer preset, wafers
+CALIBRATION_TOKENS_PER_S = DECODE_8B_TOKENS_PER_S  # Llama 3.1 8B, one WSE-3 (REFERENCES.md)
 
 
-@dataclasses.dataclass(frozen=True)
-class DecodePrediction:
-    tokens_per_s: float
-    seconds_per_token: float
-    on_wafer_s: float  # modelled (uncalibrated) on-wafer time per token
-    inter_wafer_s: float
-    sram_s: float
-    compute_s: float
-    latency_s: float
-    efficiency: float
-
-    def to_dict(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
-
-
-def _region_work(config: Any, plan: PipelinePlan, stage: StagePlan, kv_tokens: int) -> Work:
-    pes = stage.region.num_pes
-    layers = stage.num_layers
-    kv_read = stage.kv_bytes * kv_tokens / (plan.context_len * plan.slots)  # one user's tokens
-    weight_params = stage.weight_bytes / plan.bytes_per_param
-    flops = 2 * weight_params + 4 * config.d_model * kv_tokens * layers
-    hops = max(layers, 1) * PHASES_PER_LAYER * (stage.region.rows + stage.region.cols) + 1
-    return Work(
-        flops={"fp16": flops / pes},
-        sram_read_bytes=(stage.weight_bytes + kv_read) / pes,
-        latency_hops=hops,
-    )
+def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, str]:
+    """The assumptions behind a decode prediction on `plan` (beside the spec's own)."""
+    spec = plan.spec
+    kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
+    return {
+        **DECODER_ASSUMPTIONS,
+        "kv_tokens": f"the attention reads {kv} cached tokens (context {plan.context_len})",
+        "batch": "batch 1: one region works at a time, so the regions' times add",
+        "between wafers": (
+            f"{plan.wafer_crossings} pass(es) per token (each wafer boundary and the way back to "
+            f"wafer 0) of d_model values at the system I/O rate "
+            f"({spec.host_io_bytes_per_s / 1e9:g} GB/s) plus system_latency_s "
+            f"({spec.system_latency_s:g} s, assumed) each"
+        ),
+        "weights": f"{plan.bytes_per_param} bytes per parameter and per cached value",
+    }
 
 
-def _raw(config: Any, plan: PipelinePlan, kv_tokens: int | None) -> dict[str, float]:
-    kv_tokens = plan.context_len // 2 if kv_tokens is None else kv_tokens
-    model = PerfModel(plan.spec)
-    parts = {"on_wafer_s": 0.0, "sram_s": 0.0, "compute_s": 0.0, "latency_s": 0.0}
-    for stage in (plan.head, *plan.stages):
-        pred = model.predict(_region_work(config, plan, stage, kv_tokens))
-        parts["on_wafer_s"] += pred.seconds
-        parts["sram_s"] += pred.sram_cycles / pred.clock_hz
-        parts["compute_s"] += pred.compute_cycles / pred.clock_hz
-        parts["latency_s"] += pred.latency_cycles / pred.clock_hz
-    act_bytes = config.d_model * plan.bytes_per_param
-    per_hop = act_bytes / plan.spec.host_io_bytes_per_s + INTER_WAFER_LATENCY_S
-    parts["inter_wafer_s"] = plan.wafer_crossings * per_hop
-    return parts
-
-
-@functools.cache
-def efficiency() -> float:
-    """Fitted: modelled on-wafer time of the calibration case / its published time."""
-    from wse_models import preset_config
-
-    name, wafer, n = CALIBRATION_CASE
-    plan = plan_pipeline(preset_config(name), preset(wafer), num_wafers=n, context_len=8192)
-    raw = _raw(preset_config(name), plan, None)
-    return raw["on_wafer_s"] / (1.0 / CALIBRATION_TOKENS_PER_S - raw["inter_wafer_s"])
+def tokens_per_s(report: RunReport) -> float:
+    """Predicted tokens/s of a per-token report."""
+    return 1.0 / report.predicted_s if report.predicted_s > 0 else float("inf")
 
 
 def predict_decode(
-    config: Any, plan: PipelinePlan, *, kv_tokens: int | None = None, calibrated: bool = True
-) -> DecodePrediction:
-    """Batch-1 decode time per token and tokens/s of `config` laid out as `plan`."""
-    parts = _raw(config, plan, kv_tokens)
-    eff = efficiency() if calibrated else 1.0
-    seconds = parts["on_wafer_s"] / eff + parts["inter_wafer_s"]
-    return DecodePrediction(
-        tokens_per_s=1.0 / seconds,
-        seconds_per_token=seconds,
-        on_wafer_s=parts["on_wafer_s"],
-        inter_wafer_s=parts["inter_wafer_s"],
-        sram_s=parts["sram_s"],
-        compute_s=parts["compute_s"],
-        latency_s=parts["latency_s"],
-        efficiency=eff,
+    config: Any,
+    plan: PipelinePlan,
+    *,
+    kv_tokens: int | None = None,
+    measured_wall_s: float | None = None,
+    name: str | None = None,
+) -> RunReport:
+    """One batch-1 decode token of `config` on `plan` (units "token"; seconds per token).
+
+    `measured_wall_s`: the emulator's wall time per token, shown beside the prediction."""
+    phases = decode_phases(config, plan, kv_tokens=kv_tokens)
+    return _report(name or f"decode {config.name}", plan, phases, kv_tokens, measured_wall_s)
+
+
+def _report(
+    name: str,
+    plan: PipelinePlan,
+    phases: Phases,
+    kv_tokens: int | None,
+    measured_wall_s: float | None,
+    assumptions: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+    systems: int | None = None,
+) -> RunReport:
+    report = RunReport.build(
+        name,
+        plan.spec,
+        phases,
+        measured_wall_s=measured_wall_s,
+        assumptions={**decode_assumptions(plan, kv_tokens), **(assumptions or {})},
+        units="token",
+        systems=systems or plan.num_wafers,
+        extra={"plan": plan.summary(), **(extra or {})},
     )
+    report.extra["tokens_per_s"] = tokens_per_s(report)
+    return report
 
 
-def predict_model(
-    model: str,
+def plan_for(
+    config: Any,
     *,
     wafer: str | WaferSpec = "wse3",
     num_wafers: int | None = None,
     context_len: int = 8192,
-) -> tuple[DecodePrediction, PipelinePlan]:
-    """Prediction for a `wse_models` preset on the fewest wafers that hold it (or `num_wafers`)."""
+    bytes_per_param: int = 2,
+) -> PipelinePlan:
+    """One region per layer on `num_wafers` wafers (default: the fewest that hold weights
+    and one user's KV cache of `context_len` tokens)."""
+    spec = preset(wafer) if isinstance(wafer, str) else wafer
+    kwargs: dict[str, Any] = dict(context_len=context_len, bytes_per_param=bytes_per_param)
+    if num_wafers is None:
+        num_wafers = min_wafers(config, spec, **kwargs)
+    return plan_pipeline(config, spec, num_wafers=num_wafers, **kwargs)
+
+
+def predict_model(
+    model: str | Any,
+    *,
+    wafer: str | WaferSpec = "wse3",
+    num_wafers: int | None = None,
+    context_len: int = 8192,
+) -> tuple[RunReport, PipelinePlan]:
+    """(report, plan) of one 16-bit decode token of `model` (a `wse_models` preset name or a
+    config) on `num_wafers` wafers (default: the fewest that hold weights and KV cache)."""
     from wse_models import preset_config
 
-    from wse_inference.planner import min_wafers
-
-    config = preset_config(model)
-    spec = preset(wafer) if isinstance(wafer, str) else wafer
-    if num_wafers is None:
-        num_wafers = min_wafers(config, spec, context_len=context_len)
-    plan = plan_pipeline(config, spec, num_wafers=num_wafers, context_len=context_len)
+    config = preset_config(model) if isinstance(model, str) else model
+    plan = plan_for(config, wafer=wafer, num_wafers=num_wafers, context_len=context_len)
     return predict_decode(config, plan), plan
+
+
+def predict_speculative(
+    target: Any,
+    target_plan: PipelinePlan,
+    draft: Any,
+    draft_plan: PipelinePlan,
+    *,
+    gamma: int,
+    rounds_per_token: float,
+    kv_tokens: int | None = None,
+    measured_wall_s: float | None = None,
+    name: str | None = None,
+) -> RunReport:
+    """One emitted token of speculative decoding (units "token"): `rounds_per_token` rounds
+    (measured: rounds / tokens emitted), each `gamma` draft decode tokens on `draft_plan`,
+    then the target's pass over gamma + 1 tokens on `target_plan`, the gamma tokens behind
+    the first pipelined through the target's regions (the slowest region sets their rate)."""
+    draft_step = decode_phases(draft, draft_plan, kv_tokens=kv_tokens)
+    target_step = decode_phases(target, target_plan, kv_tokens=kv_tokens)
+    verify = serial(
+        target_step,
+        overlap(*target_step.parts, name="pipelined_drafts", repeat=gamma),
+        name="verify",
+    )
+    draft_part = serial(draft_step, name="draft", repeat=gamma)
+    phases = serial(draft_part, verify, name="round", repeat=rounds_per_token)
+    spec_assumptions = {
+        "speculative placement": "the draft runs on its own plan (its own regions/wafers); "
+        "handing drafted tokens to the target is not priced",
+        "verification": f"the target's pass over {gamma + 1} tokens is one token's pass plus "
+        f"{gamma} tokens pipelined behind it at the slowest region's rate",
+    }
+    return _report(
+        name or f"speculative {target.name or 'target'} / {draft.name or 'draft'}",
+        target_plan,
+        phases,
+        kv_tokens,
+        measured_wall_s,
+        spec_assumptions,
+        {"draft_plan": draft_plan.summary(), "gamma": gamma, "rounds_per_token": rounds_per_token},
+        systems=target_plan.num_wafers + draft_plan.num_wafers,
+    )

@@ -31,32 +31,37 @@ def _model_dir(console, out_dir: Path) -> Path:
 
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """Load, plan, generate pipelined and speculatively, print the figures."""
-    from wse_core import preset
+    from wse_core.report import stopwatch
 
-    from wse_inference.decode_perf import predict_model
+    from wse_inference.decode_perf import predict_model, tokens_per_s
     from wse_inference.engine import SamplingParams
     from wse_inference.loading import load_model, truncated_model
     from wse_inference.pipeline import PipelineEngine
-    from wse_inference.planner import plan_pipeline
     from wse_inference.spec_decode import SpeculativeDecoder
 
     model = load_model(_model_dir(console, out_dir))
     c = model.config
-    plan = plan_pipeline(c, preset("demo"), stages=min(2, c.n_layers), context_len=256)
-    console.print(
-        f"model {model.name}: {c.n_layers} layers, d_model {c.d_model}, vocab {c.vocab_size}; "
-        f"on the demo wafer: "
-        + ", ".join(
-            f"{s.name} {s.region.rows}x{s.region.cols} PEs {s.bytes_per_pe} B/PE"
-            for s in (plan.head, *plan.stages)
-        )
-    )
     prompt = model.tokenizer.encode("The wafer ") if model.tokenizer else [1, 2, 3]
     n = 24 if quick else 48
     greedy = SamplingParams(max_tokens=n, temperature=0.0)
     stages = min(2, c.n_layers)
     eng = PipelineEngine(model, stages=stages, max_context=len(prompt) + n + 8)
-    piped = eng.generate_all([prompt], [greedy], steps_per_call=8)[0]
+    plan = eng.plan  # the layout the engine emulates and its report prices
+    console.print(
+        f"model {model.name}: {c.n_layers} layers, d_model {c.d_model}, vocab {c.vocab_size}; "
+        f"planned on {plan.num_wafers} {plan.spec.name}: "
+        + ", ".join(
+            f"{s.name} {s.region.rows}x{s.region.cols} PEs {s.bytes_per_pe} B/PE"
+            for s in (plan.head, *plan.stages)
+        )
+    )
+    with stopwatch() as t:
+        piped = eng.generate_all([prompt], [greedy], steps_per_call=8)[0]
+    rep = eng.report(measured_wall_s=t["s"], tokens=len(piped), kv_tokens=len(prompt) + n // 2)
+    console.print(
+        f"predicted wafer time {rep.predicted_s * 1e6:.1f} us/token ({rep.bound}-bound); "
+        f"measured on this emulator {rep.measured_wall_s * 1e3:.2f} ms/token (with compilation)"
+    )
     text = model.tokenizer.decode(piped) if model.tokenizer else ""
     console.print(f"pipelined ({stages} stages), greedy: {text!r}", highlight=False)
     _speculative(
@@ -70,11 +75,11 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         SamplingParams,
     )
     pred, plan8 = predict_model("llama3-8b", num_wafers=1)
-    big, plan70 = predict_model("llama3-70b")
+    big, plan70 = predict_model("llama3-70b", num_wafers=4)
     console.print(
-        f"predicted batch-1 decode: Llama 3.1 8B on 1 WSE-3 {pred.tokens_per_s:,.0f} tokens/s "
+        f"predicted batch-1 decode: Llama 3.1 8B on 1 WSE-3 {tokens_per_s(pred):,.0f} tokens/s "
         f"(calibration, published 1,800); 70B on {plan70.num_wafers} WSE-3s "
-        f"{big.tokens_per_s:,.0f} tokens/s"
+        f"{tokens_per_s(big):,.0f} tokens/s"
     )
 
 

@@ -186,6 +186,11 @@ class SpeculativeEngine:
         }
         return out if self._zeros is None else {**out, **self._zeros.metrics()}
 
+    def report(self, **kwargs: Any) -> Any:
+        """`SpeculativeDecoder.report` (a `wse_core.RunReport` per emitted token) at this
+        engine's acceptance statistics."""
+        return self._dec.report(stats=self.stats, **kwargs)
+
 
 def load_engine(
     model_dir: str,

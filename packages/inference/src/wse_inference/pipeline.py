@@ -1,10 +1,14 @@
 """The pipelined wafer engine: layers on stages, tokens flowing stage to stage on the fabric.
 
-Contract (implements `wse_inference.engine.Engine`). The model's layers are split into S
-contiguous stages (`planner._split`). The emulation wafer is an S x 1 PE grid, one PE row per
-stage standing for that stage's region: each row holds its layers' weights and the KV cache
-of every slot for those layers (fields `(S, 1, layers_per_stage, ...)`; stages with fewer
-layers carry masked padding layers). The embedding and head sit with stage 0.
+Contract (implements `wse_inference.engine.Engine`). The layout is a
+`wse_core.pipeline_plan.PipelinePlan` (`engine.plan`: `plan_pipeline` of the model on the
+predicted wafer(s), S stages, context `max_context`, S slots, the weights' bytes), the same
+object `engine.report()` prices with `wse_inference.decode_perf`: each stage's layers are the
+plan's, and the emulation wafer is an S x 1 PE grid, one PE row per stage standing for that
+stage's region, whose SRAM ledger holds the plan's bytes of that region (weights, KV cache,
+activations; the head region's with stage 0). Each row holds its layers' weights and the KV
+cache of every slot for those layers (fields `(S, 1, layers_per_stage, ...)`; stages with
+fewer layers carry masked padding layers). The embedding and head sit with stage 0.
 
 The schedule (which stage works on which slot at each tick, the head, the two executions)
 is `wse_inference.pipeline_schedule`'s: pure functions over `PipeState` that this engine jits.
@@ -25,8 +29,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from wse_core.pipeline_plan import PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_core.report import RunReport
+from wse_core.spec import WaferSpec, preset
 from wse_models.sparsity import ZeroTally
 
+from wse_inference import decode_perf
 from wse_inference.decoding import (
     SequenceTracker,
     first_logprob,
@@ -45,7 +53,6 @@ from wse_inference.pipeline_schedule import (
     tick_local,
     tick_sharded,
 )
-from wse_inference.planner import _split
 from wse_inference.sampling import (
     Penalties,
     penalties_for,
@@ -54,7 +61,7 @@ from wse_inference.sampling import (
     with_eos,
 )
 
-__all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "stage_layout"]
+__all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "engine_plan", "stage_layout"]
 
 
 @dataclasses.dataclass
@@ -70,12 +77,82 @@ class _Payload:
     prompt_ids: tuple[int, ...]  # for the repetition penalty
 
 
+def _row_bytes(plan: PipelinePlan) -> list[list[tuple[str, int]]]:
+    """Per emulated row (stage), the plan's allocations: its region's weights, KV cache and
+    activations (row 0 also the head region's)."""
+    rows = []
+    for i, st in enumerate(plan.stages):
+        regions = (plan.head, st) if i == 0 else (st,)
+        rows.append(
+            [
+                (f"{r.name}.{part}", nbytes)
+                for r in regions
+                for part, nbytes in (
+                    ("weights", r.weight_bytes),
+                    ("kv_cache", r.kv_bytes),
+                    ("activations", r.act_bytes),
+                )
+            ]
+        )
+    return rows
+
+
+def _emulation_spec(plan: PipelinePlan) -> WaferSpec:
+    """The S x 1 emulation wafer: one PE per stage, as much SRAM as the fullest region row."""
+    from wse_core.spec import spec_from
+
+    return spec_from(
+        "tiny",
+        name="pipeline",
+        pe_rows=max(plan.num_stages, 8),
+        spare_rows=0,
+        spare_cols=0,
+        defect_rate=0.0,
+        sram_bytes_per_pe=max(sum(b for _, b in row) for row in _row_bytes(plan)),
+    )
+
+
+def _declare_regions(ledger: Any, plan: PipelinePlan) -> None:
+    """Declare the plan's bytes in the emulation wafer's ledger, row i for stage i."""
+    for i, row in enumerate(_row_bytes(plan)):
+        region = ledger.region(plan.stages[i].name, i, 0, 1, 1)
+        for name, nbytes in row:
+            ledger.allocate(name, nbytes, region)
+
+
+def engine_plan(
+    config: Any,
+    *,
+    stages: int,
+    max_context: int,
+    wafer: str | WaferSpec = "wse3",
+    num_wafers: int | None = None,
+) -> PipelinePlan:
+    """The plan an engine of `stages` stages emulates: `stages` regions on the fewest of 1..
+    `stages` wafers that hold them (or `num_wafers`), context `max_context`, one slot per
+    stage, the model's parameter bytes. Raises the planner's error (with the numbers)."""
+    spec = preset(wafer) if isinstance(wafer, str) else wafer
+    kwargs = dict(stages=stages, context_len=max_context, slots=stages)
+    kwargs["bytes_per_param"] = int(jnp.dtype(config.param_dtype).itemsize)
+    if num_wafers is not None:
+        return plan_pipeline(config, spec, num_wafers=num_wafers, **kwargs)
+    for n in range(1, stages + 1):
+        try:
+            return plan_pipeline(config, spec, num_wafers=n, **kwargs)
+        except PipelinePlanError:
+            if n == stages:
+                raise
+    raise AssertionError("unreachable")
+
+
 class PipelineEngine:
     """The `Engine` of S pipeline stages on an S x 1 emulation wafer (S slots in flight).
 
-    `mesh_rows` devices hold the stage rows (default 1: on a CPU, collectives between
-    virtual devices cost more than the tiny stages compute; None spreads the rows over all
-    devices; tests use 2 and a row count the mesh does not divide)."""
+    The layout is `plan` when given (its stages and context), else `engine_plan(config,
+    stages=, max_context=, wafer=, num_wafers=)`. `mesh_rows` devices hold the stage rows
+    (default 1: on a CPU, collectives between virtual devices cost more than the tiny stages
+    compute; None spreads the rows over all devices; tests use 2 and a row count the mesh
+    does not divide)."""
 
     def __init__(
         self,
@@ -85,58 +162,72 @@ class PipelineEngine:
         max_context: int | None = None,
         prefill_chunk: int = 32,
         mesh_rows: int | None = 1,
+        wafer: str | WaferSpec = "wse3",
+        num_wafers: int | None = None,
+        plan: PipelinePlan | None = None,
     ):
-        from wse_core.spec import spec_from
         from wse_core.wafer import build_wafer
 
         config = model.config
-        if not 1 <= stages <= config.n_layers:
-            from wse_inference.planner import PipelinePlanError
-
-            raise PipelinePlanError(
-                f"stages must be in 1..{config.n_layers} (the model's layers), got {stages}"
+        if plan is None:
+            if not 1 <= stages <= config.n_layers:
+                raise PipelinePlanError(
+                    f"stages must be in 1..{config.n_layers} (the model's layers), got {stages}"
+                )
+            context = min(max_context or config.max_seq_len, config.max_seq_len)
+            plan = engine_plan(
+                config, stages=stages, max_context=context, wafer=wafer, num_wafers=num_wafers
             )
-        self.model, self.config = model, config
+        elif plan.slots != plan.num_stages:
+            raise PipelinePlanError(
+                f"the engine keeps one slot per stage: a plan of {plan.num_stages} stages "
+                f"needs {plan.num_stages} slots, got {plan.slots}"
+            )
+        self.model, self.config, self.plan = model, config, plan
         self.model_name, self.tokenizer = model.name, model.tokenizer
         self.vocab_size = config.vocab_size
-        self.stages = self.max_slots = stages
-        self.max_context = min(max_context or config.max_seq_len, config.max_seq_len)
+        self.stages = self.max_slots = plan.num_stages
+        self.max_context = plan.context_len
         self.prefill_chunk = prefill_chunk
-        self._region_bytes = self._stage_bytes()
-        # One emulated PE stands for one stage's region: its SRAM is the region's bytes.
-        spec = spec_from(
-            "tiny",
-            name="pipeline",
-            pe_rows=max(stages, 8),
-            spare_rows=0,
-            spare_cols=0,
-            defect_rate=0.0,
-            sram_bytes_per_pe=sum(self._region_bytes.values()),
-        )
         self.wafer = build_wafer(
-            spec, grid=(stages, 1), mesh_shape=None if mesh_rows is None else (mesh_rows, 1)
+            _emulation_spec(plan),
+            grid=(self.stages, 1),
+            mesh_shape=None if mesh_rows is None else (mesh_rows, 1),
         )
-        for name, nbytes in self._region_bytes.items():
-            self.wafer.sram.allocate(name, nbytes)
+        _declare_regions(self.wafer.sram, plan)
         self._place_weights(model.params)
         self._counters = {"steps": 0, "prefills": 0, "tokens": 0}
         # MLP zeros of the prompts (ReLU-like models; decode steps are not counted)
         self._zeros = ZeroTally(config) if config.relu_like else None
         self._compile()
 
-    def _stage_bytes(self) -> dict[str, int]:
-        c = self.config
-        per = -(-c.n_layers // self.stages)
-        item = jnp.dtype(c.dtype).itemsize
-        return {
-            "stage_weights": per * c.layer_params() * jnp.dtype(c.param_dtype).itemsize,
-            "stage_kv_cache": 2 * per * self.stages * self.max_context * c.n_kv_heads * c.hd * item,
-            "stage_activation": 4 * c.d_model * item,
-        }
+    def report(
+        self,
+        *,
+        measured_wall_s: float | None = None,
+        tokens: int | None = None,
+        kv_tokens: int | None = None,
+    ) -> RunReport:
+        """The predicted wafer time of one decode token on `self.plan` (units "token"), with
+        the measured wall time per token (`measured_wall_s` over `tokens` decode tokens)."""
+        per_token = None
+        if measured_wall_s is not None:
+            per_token = measured_wall_s / tokens if tokens else measured_wall_s
+        report = decode_perf.predict_decode(
+            self.config,
+            self.plan,
+            kv_tokens=kv_tokens,
+            measured_wall_s=per_token,
+            name=f"pipelined decode {self.model_name}",
+        )
+        report.sram = self.wafer.sram.summary()
+        if tokens is not None:
+            report.extra["tokens"] = tokens
+        return report
 
     def _place_weights(self, params: Any) -> None:
         rows = self.wafer.padded_shape[0]
-        index, valid = stage_layout(self.config.n_layers, self.stages, rows)
+        index, valid = stage_layout(self._groups(), rows)
         self._index = jnp.asarray(index)
         self._layers = params["layers"]
         self._head = {"embed": params["embed"], "final": params["final"]}
@@ -144,19 +235,22 @@ class PipelineEngine:
         # array per layer. Otherwise the stage rows are wafer fields (padding layers masked).
         self._local = self.wafer.mesh_shape[0] == 1
         if self._local:
-            groups = _split(self.config.n_layers, self.stages)
             self._row_params = tuple(
                 tuple(
                     jax.tree.map(lambda x, i=i: jnp.asarray(x)[i], params["layers"])
                     for i in range(a, b)
                 )
-                for a, b in groups
+                for a, b in self._groups()
             )
         else:
             gather = lambda x: np.asarray(x)[index][: self.stages, None]  # noqa: E731
             place = lambda x: self.wafer.place(gather(x))[:, 0]  # noqa: E731
             self._sparams = jax.tree.map(place, params["layers"])
             self._valid = self.wafer.place(valid[: self.stages, None])
+
+    def _groups(self) -> list[tuple[int, int]]:
+        """[start, stop) of each stage's layers: the plan's."""
+        return [s.layers for s in self.plan.stages]
 
     def _compile(self) -> None:
         c, w, s = self.config, self.wafer, self.stages
@@ -235,7 +329,7 @@ class PipelineEngine:
     def insert(self, *, prefix: Prefix, state: PipelineDecodeState, slot: int):
         if not 0 <= slot < self.max_slots or slot in state.seqs:
             raise ValueError(f"slot {slot} is occupied or outside 0..{self.max_slots - 1}")
-        groups = _split(self.config.n_layers, self.stages)
+        groups = self._groups()
         bound = groups[(self.stages - slot if slot else self.stages) - 1][1]
         s = prefix.sampling
         i32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731

@@ -28,6 +28,7 @@ holds one concept.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
@@ -36,7 +37,6 @@ import numpy as np
 from jax import lax
 
 from wse_inference.engine import MAX_LOGPROBS
-from wse_core.pipeline_plan import split_even as _split
 from wse_inference.sampling import Penalties, penalize, raw_logprobs, sample, token_key
 
 __all__ = [
@@ -69,10 +69,10 @@ class PipeState(NamedTuple):
     penalized: jax.Array  # bool [S]: the slot's request has penalties
 
 
-def stage_layout(n_layers: int, stages: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(layer index, valid) arrays [rows, layers_per_stage]; rows beyond `stages` (padding)
-    and padding layers point at layer 0 and are invalid."""
-    groups = _split(n_layers, stages)
+def stage_layout(groups: Sequence[tuple[int, int]], rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(layer index, valid) arrays [rows, layers_per_stage] for stages holding the layers
+    [start, stop) of `groups` (the plan's); rows beyond the stages (padding) and padding
+    layers point at layer 0 and are invalid."""
     per = max(b - a for a, b in groups)
     index = np.zeros((rows, per), np.int32)
     valid = np.zeros((rows, per), bool)

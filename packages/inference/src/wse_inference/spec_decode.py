@@ -28,6 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from wse_core.report import RunReport
+from wse_core.spec import WaferSpec
+from wse_models import dtype_bytes
 
 from wse_inference.decoding import (
     GenerationResult,
@@ -336,6 +339,47 @@ class SpeculativeDecoder:
             ttft,
             decode,
             {"speculative": stats.to_dict()},
+        )
+
+    def report(
+        self,
+        *,
+        measured_wall_s: float | None = None,
+        tokens: int | None = None,
+        kv_tokens: int | None = None,
+        stats: AcceptanceStats | None = None,
+        wafer: str | WaferSpec = "wse3",
+    ) -> RunReport:
+        """Predicted wafer time of one emitted token (units "token", `decode_perf.
+        predict_speculative`): target and draft each one region per layer on the fewest
+        `wafer`s that hold them (context `max_context`, their parameter bytes), at the rounds
+        per emitted token of `stats` (default: this decoder's; one round per token before any
+        round ran); `measured_wall_s` over `tokens` is the measured time per token."""
+        from wse_inference import decode_perf
+
+        stats = stats or self.stats
+        plans = [
+            decode_perf.plan_for(
+                m.config,
+                wafer=wafer,
+                context_len=self.max_context,
+                bytes_per_param=dtype_bytes(m.config.param_dtype),
+            )
+            for m in (self.target, self.draft)
+        ]
+        per_token = None
+        if measured_wall_s is not None:
+            per_token = measured_wall_s / tokens if tokens else measured_wall_s
+        return decode_perf.predict_speculative(
+            self.target.config,
+            plans[0],
+            self.draft.config,
+            plans[1],
+            gamma=self.gamma,
+            rounds_per_token=1.0 / (stats.mean_tokens_per_pass or 1.0),
+            kv_tokens=kv_tokens,
+            measured_wall_s=per_token,
+            name=f"speculative decode {self.target.name} / draft {self.draft.name}",
         )
 
 
