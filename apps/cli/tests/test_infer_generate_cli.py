@@ -48,6 +48,11 @@ def test_generate_json_equals_plain_decoder(model_dir):
     )
     assert out["token_ids"] == ref.tokens and out["finish_reason"] == "length"
     assert out["tokens_per_s"] > 0 and out["ttft_s"] > 0
+    # The engine's RunReport: the wafer time of one token on its plan, beside the measured.
+    pred = out["predicted"]
+    assert pred["wafer"] == "wse3" and pred["regions"] == 3  # the head and 2 stages
+    assert pred["tokens_per_s"] == pytest.approx(1 / pred["wafer_s_per_token"])
+    assert pred["measured_s_per_token"] == pytest.approx(out["decode_s"] / 5)
     args = ["--model_dir", root / "target", "--prompt", "hi", "--max_tokens", 6]
     res = _run(*args, "--temperature", 0, "--repetition-penalty", 1.8, "--json")
     s = SamplingParams(max_tokens=6, temperature=0.0, repetition_penalty=1.8)

@@ -6,7 +6,9 @@
         [--max-context N] [--logprobs N] [--ignore-eos] [--presence-penalty X]
         [--frequency-penalty X] [--repetition-penalty X] [--json]
 
-On a terminal the text streams as it is generated, then TTFT, tokens/s and (speculative)
+On a terminal the text streams as it is generated, then TTFT, tokens/s, the engine's
+predicted wafer time per token and tokens/s (its `RunReport`: the plan it ran, priced by
+`wse_inference.decode_perf`) beside the measured time per token, and (speculative)
 acceptance statistics (with `--logprobs`, the mean logprob and perplexity); `--json` prints
 token ids, text, metrics and (`--logprobs N`) each token's raw logprob and its N most likely
 alternatives [[id, logprob], ...] as one JSON object. Bad
@@ -79,6 +81,7 @@ def _on_engine(engine, ids, sampling, stream, tracker_of):
     stream(tracker.visible_text(), shown)
     decode = time.perf_counter() - t0 - ttft
     n = len(tracker.tokens) - 1
+    report = engine.report(measured_wall_s=decode, tokens=n, kv_tokens=len(ids) + n // 2)
     result = {
         "token_ids": tracker.tokens,
         "text": tracker.visible_text(),
@@ -86,6 +89,7 @@ def _on_engine(engine, ids, sampling, stream, tracker_of):
         "ttft_s": ttft,
         "decode_s": decode,
         "tokens_per_s": n / decode if n > 0 and decode > 0 else 0.0,
+        "predicted": _predicted(report),
     }
     if sampling.logprobs is not None:
         result["logprobs"] = [
@@ -203,7 +207,25 @@ def _speculative(model, spec, ids, sampling, context, stream):
     decoder = SpeculativeDecoder(model, draft, gamma=gamma, max_context=context)
     out = decoder.generate(ids, sampling)
     stream(out.text, "")
-    return {**out.to_dict(), "engine": name}
+    n = len(out.tokens) - 1
+    report = decoder.report(measured_wall_s=out.decode_s, tokens=n, kv_tokens=len(ids) + n // 2)
+    return {**out.to_dict(), "engine": name, "predicted": _predicted(report)}
+
+
+def _predicted(report) -> dict:
+    """The engine's `RunReport` (one token on the wafer) as the figures printed beside the
+    measured ones."""
+    plan = report.extra["plan"]
+    return {
+        "wafer": report.wafer,
+        "wafers": report.systems,
+        "regions": len(plan["regions"]),
+        "wafer_s_per_token": report.predicted_s,
+        "tokens_per_s": report.extra["tokens_per_s"],
+        "bound": report.bound,
+        "measured_s_per_token": report.measured_wall_s,
+        "calibration": report.calibration.describe(),
+    }
 
 
 def _streamer(*, enabled: bool):
@@ -226,6 +248,15 @@ def _report(result: dict, as_json: bool) -> None:
         f"{result['tokens_per_s']:.1f} tokens/s"
     )
     typer.echo(line)
+    pred = result.get("predicted")
+    if pred:
+        measured = pred["measured_s_per_token"]
+        here = f"{measured * 1e3:.3f} ms" if measured else "-"
+        typer.echo(
+            f"predicted on {pred['wafers']} {pred['wafer']} wafer(s): "
+            f"{pred['wafer_s_per_token'] * 1e6:.1f} us/token ({pred['tokens_per_s']:,.0f} "
+            f"tokens/s, {pred['bound']}-bound); measured on this emulator {here}/token"
+        )
     lps = result.get("logprobs")
     if lps:
         mean = sum(x["logprob"] for x in lps) / len(lps)
