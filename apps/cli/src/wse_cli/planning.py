@@ -104,12 +104,16 @@ def resolve_model(text: str) -> ModelChoice:
 def wafer_train_step(
     config: Any, wafer: str, *, num_csx: int, batch: int, seq_len: int
 ) -> tuple[float, int]:
-    """(seconds per step, smallest no-stall batch per system) of weight-streaming training."""
+    """(seconds per step, smallest no-stall batch per system) of weight-streaming training,
+    from the trainer's own prediction (`wse_trainer.performance.predict_step`, a RunReport).
+    With no batch that keeps the streams hidden, the largest the SRAM plan places is 1."""
     from wse_core import preset
-    from wse_trainer.performance import predict_stream
+    from wse_trainer.performance import no_stall_batch, predict_step
 
-    p = predict_stream(config, preset(wafer), num_csx=num_csx, batch=batch, seq_len=seq_len)
-    return p.step_s, p.no_stall_batch
+    spec = preset(wafer)
+    report = predict_step(config, spec, num_csx=num_csx, micro_batch=batch, seq_len=seq_len)
+    fed = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len)
+    return report.predicted_s, fed or 1
 
 
 def wafer_decode(
@@ -309,8 +313,9 @@ def plan_train(
               "wafer_rates": _wafer_rates(wafer, rates).to_dict(),
               "gpu_rates": _gpu_rates(g, rates).to_dict()}  # fmt: skip
     notes = _assumptions(g, wafer, mfu) + [
-        "wafer time: wse_trainer's weight-streaming predictor (every PE at its bf16 peak, an "
-        "upper bound, no utilisation fitted); same global batch and sequence on both systems",
+        "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
+        "per instruction on the wafer, weights streamed in and gradients out, overlapped; "
+        "the one calibration of wse_core); same global batch and sequence on both systems",
     ]
     return Plan("train", choice.name, shape.n_params, inputs, w_side, g_side, match, notes)
 
