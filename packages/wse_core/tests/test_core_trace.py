@@ -147,3 +147,24 @@ def test_pipeline_traces_put_each_stage_on_its_own_region_and_wafer():
             assert all(r.row0 <= pe[0] < r.row0 + r.rows for pe in crit)
     busy = [t.layers["busy_cycles"].max() for t in traces]
     assert 0 < max(busy) < traces[0].meta["critical_cycles"]  # batch 1: one region at a time
+
+
+def test_uniform_trace_of_a_region_with_defects():
+    from wse_core.trace import trace_uniform
+
+    spec = preset("small")
+    ledger = SramLedger(20, 12, spec.sram_bytes_per_pe)
+    ledger.allocate("u", 256)
+    ledger.allocate("f", 128)
+    report = RunReport.build(
+        "s", spec, _phases(), model=PerfModel(spec, UNCALIBRATED), sram=ledger.summary()
+    )
+    dm = defect_map(spec, seed=5, rate=0.01)
+    region = ledger.region("stencil grid", 0, 0, 20, 12)
+    tr = trace_uniform(spec, report, region=region, defects=dm)
+    assert tr.layers["sram_bytes"].sum() == (256 + 128) * 20 * 12
+    assert tr.layers["busy_cycles"][:20, :12].min() == pytest.approx(critical_cycles(report))
+    assert tr.layers["busy_cycles"][20:].max() == 0 and tr.layers["busy_cycles"][:, 12:].max() == 0
+    assert len(tr.dead) == dm.num_dead and tr.regions[0]["rect"] == [0, 0, 20, 12]
+    extra = remap(spec, dm).extra_hops
+    assert tr.layers["detour_hops"].sum() == extra["ew_total"] + extra["ns_total"]

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from wse_core.defects import DefectMap, remap
 from wse_core.errors import WseError
 from wse_core.perf import Phase, Phases, Timing
 from wse_core.report import RunReport
@@ -55,6 +56,7 @@ __all__ = [
     "LayerSpec",
     "PeTrace",
     "trace_from",
+    "trace_uniform",
     "critical_cycles",
     "downsample",
     "load",
@@ -281,10 +283,12 @@ def trace_from(
     regions: Iterable[Region] = (),
     sram: SramLedger | None = None,
     grid: tuple[int, int] | None = None,
+    defects: DefectMap | None = None,
     max_cells: int = MAX_CELLS,
 ) -> PeTrace:
     """Spread `report` over the PEs of a `Wafer` (its grid, ledger and defects) or a
-    `WaferSpec` (its whole grid, no defects). See the module docstring for the layers."""
+    `WaferSpec` (its whole grid; `defects` if given). See the module docstring for the
+    layers."""
     is_spec = isinstance(wafer_or_spec, WaferSpec)
     spec: WaferSpec = wafer_or_spec if is_spec else wafer_or_spec.spec
     if grid is None:
@@ -297,9 +301,11 @@ def trace_from(
     layers = {"sram_bytes": sram_layer, "busy_cycles": _full(busy, shape)}
     layers |= {f"{p}_cycles": _full(parts[p], shape) for p in PARTS}
     layers |= {f"link_{d}": _full(links[d], shape) for d in DIRECTIONS}
-    remap = None if is_spec else wafer_or_spec.remap
-    defects = None if is_spec else wafer_or_spec.defects
-    layers["detour_hops"] = _detours(remap, shape)
+    if not is_spec:
+        defects, repaired = wafer_or_spec.defects, wafer_or_spec.remap
+    else:
+        repaired = None if defects is None else remap(spec, defects)
+    layers["detour_hops"] = _detours(repaired, shape)
     phases = _phase_rows(report, weights, layers["busy_cycles"])
     shown = [{"name": r.name, "rect": [r.row0, r.col0, r.rows, r.cols]} for r in regions]
     trace = PeTrace(
@@ -367,3 +373,22 @@ def downsample(trace: PeTrace, block: int) -> PeTrace:
         cells = padded.reshape(padded.shape[0] // block, block, padded.shape[1] // block, block)
         out[key] = cells.max(axis=(1, 3)) if _SPEC[key].reduction == "max" else cells.sum((1, 3))
     return dataclasses.replace(trace, block=trace.block * block, layers=out)
+
+
+def trace_uniform(
+    spec: WaferSpec,
+    report: RunReport,
+    *,
+    region: Region,
+    defects: DefectMap | None = None,
+) -> PeTrace:
+    """Every PE of `region` on `spec`'s whole grid runs every phase of `report` (e.g. a
+    stencil's Z columns: one per PE of the X x Y grid); `report.sram`'s allocations
+    (`SramLedger.summary()`) lie on `region`, which is the trace's one named region."""
+    ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+    for a in report.sram.get("allocations", []):
+        ledger.allocate(a["name"], a["bytes_per_pe"], region)
+    work = {leaf.name: region for leaf, _ in report.phases.leaves()}
+    return trace_from(
+        spec, report, per_pe_work=work, regions=[region], sram=ledger, defects=defects
+    )

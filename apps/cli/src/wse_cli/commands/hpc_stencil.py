@@ -70,6 +70,7 @@ def stencil(
     block_z: int = typer.Option(None, "--block-z", help="wave25: Z block size (divides NZ)."),
     defect_seed: int = typer.Option(None, "--defect-seed", help="Draw and repair defects."),
     png: Path = typer.Option(None, "--png", help="Write a slice and the history as PNG."),
+    trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     num_processes: int = multiprocess.NUM_PROCESSES,
     process_id: int = multiprocess.PROCESS_ID,
@@ -109,6 +110,10 @@ def stencil(
         from wse_hpc.stencil.plots import plot_run
 
         plot_run(run, png)
+    if trace is not None:
+        from wse_cli.commands.view import save_stencil_trace
+
+        save_stencil_trace(run, cfg, trace)
     if as_json:
         typer.echo(json.dumps(run.to_dict(), default=float))
         return
