@@ -23,6 +23,7 @@ DEMO_PARTS: list[tuple[str, str]] = [
     ("Inference: pipelined and speculative decoding", "wse_inference.demo:part"),
     ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.serve_demo:part"),
     ("Planning: wafers or GPUs, time, energy and cost", "wse_cli.commands.plan:part"),
+    ("See the wafer: per-PE view of a pipelined decode", "wse_cli.commands.view:demo_part"),
 ]
 
 
