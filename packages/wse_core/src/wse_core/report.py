@@ -11,6 +11,8 @@ returns a `RunReport` built by `RunReport.build(...)` from the `Phases` it price
   link direction, hops), `traffic` the fabric ledger's count, `sram` the ledger's summary;
 - `assumptions` lists every assumption behind the figure (the spec's assumed fields, the
   overlap rule, the kernel's own), and `calibration` the efficiencies in force;
+- `trace` (optional) is the per-PE view of the same figures (`wse_core.trace`), saved by
+  `--trace FILE` and drawn by `wse view`;
 - `energy_j` is predicted seconds times the system's power (`wse_core.economics` when it
   knows the wafer, else None), with `units` saying what one prediction covers.
 """
@@ -62,6 +64,11 @@ class RunReport:
     systems: int = 1
     energy_j: float | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    trace: Any = None  # a wse_core.trace.PeTrace of this run (per-PE figures), when built
+
+    def with_trace(self, trace: Any) -> RunReport:
+        """This report with its per-PE trace attached (`wse_core.trace.trace_from`)."""
+        return dataclasses.replace(self, trace=trace)
 
     @classmethod
     def build(
