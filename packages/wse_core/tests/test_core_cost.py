@@ -161,3 +161,18 @@ def test_counting_the_same_function_twice_records_it_twice():
 
     first, second = fabric.count(wafer, step, x), fabric.count(wafer, step, x)
     assert dict(first.links) == dict(second.links) == {"S": 2.0}
+
+
+def test_run_bound_is_the_resource_that_sets_most_of_the_time():
+    # Many short latency-bound stages and one longer host-bound pass: the run is latency-bound
+    # although its single largest phase is the host pass.
+    spec = preset("wse2")
+    stage = Phase("stage", Work(latency_hops=850), repeat=1)  # 1 µs each
+    host = Phase("pass", Work(host_io_bytes=150e9 * 3e-6))  # 3 µs
+    phases = serial(*[stage] * 5, host)
+    report = RunReport.build("r", spec, phases, model=PerfModel(spec, UNCALIBRATED))
+    shares = report.predicted.by_bound()
+    assert shares["latency"] == pytest.approx(5e-6) and shares["host_io"] == pytest.approx(3e-6)
+    assert report.predicted.critical().name == "pass" and report.bound == "latency"
+    both = PerfModel(spec, UNCALIBRATED).evaluate(overlap(stage, host, repeat=2))
+    assert both.by_bound() == {"host_io": pytest.approx(6e-6)}

@@ -297,6 +297,20 @@ class Timing:
                 return node
         raise KeyError(name)
 
+    def by_bound(self) -> dict[str, float]:
+        """Seconds of the run set by each resource: leaf times summed by their bound (of an
+        overlap, only the slowest part counts, since it sets the time)."""
+        if not self.children:
+            return {self.bound: self.seconds}
+        kids = self.children
+        if self.mode == "overlap":
+            kids = (max(kids, key=lambda c: c.seconds),)
+        out: dict[str, float] = {}
+        for kid in kids:
+            for bound, sec in kid.by_bound().items():
+                out[bound] = out.get(bound, 0.0) + sec * self.repeat
+        return out
+
     def critical(self) -> Timing:
         """The leaf that sets the time: down the largest child of each node."""
         node = self

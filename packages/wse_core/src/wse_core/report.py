@@ -116,7 +116,9 @@ class RunReport:
 
     @property
     def bound(self) -> str:
-        return self.predicted.critical().bound
+        """The resource that sets most of the predicted time (leaves summed by bound)."""
+        shares = self.predicted.by_bound()
+        return max(shares, key=shares.__getitem__) if shares else "-"
 
     def with_measured(self, wall_s: float) -> RunReport:
         return dataclasses.replace(self, measured_wall_s=wall_s)
@@ -145,6 +147,7 @@ class RunReport:
             "predicted_s": self.predicted.seconds,
             "bound": self.bound,
             "critical_phase": self.predicted.critical().name,
+            "seconds_by_bound": self.predicted.by_bound(),
             "energy_j": self.energy_j,
             "predicted": self.predicted.to_dict(),
             "work": self.phases.total_work().to_dict(),
