@@ -119,21 +119,22 @@ def wafer_train_step(
 def wafer_decode(
     config: Any, wafer: str, *, num_wafers: int | None, context_len: int, prompt_tokens: int
 ) -> tuple[float, float, int]:
-    """(seconds per token, time to first token, wafers used) of batch-1 pipelined decode.
+    """(seconds per token, time to first token, wafers used) of batch-1 pipelined decode,
+    from the inference engine's own prediction (`decode_perf.predict_model`, a RunReport on
+    the planner's placement).
 
-    Time to first token (no predictor exists for the prefill): the prompt's forward flops at
-    the wafers' bf16 peak scaled by the decoder's fitted efficiency, plus one token's time.
+    Time to first token (no prefill predictor exists yet): the prompt's forward flops at the
+    wafers' bf16 peak times the calibrated compute efficiency, plus one token's time.
     """
     from wse_core import preset
-    from wse_core.pipeline_plan import min_wafers, plan_pipeline
-    from wse_inference.decode_perf import predict_decode
+    from wse_inference.decode_perf import predict_model
 
     spec = preset(wafer)
-    n = num_wafers or min_wafers(config, spec, context_len=context_len)
-    p = predict_decode(config, plan_pipeline(config, spec, num_wafers=n, context_len=context_len))
+    report, plan = predict_model(config, wafer=spec, num_wafers=num_wafers, context_len=context_len)
+    s, n = report.predicted_s, plan.num_wafers
     flops = prompt_tokens * config.flops_per_token((prompt_tokens + 1) // 2)
-    prefill = flops / (n * spec.peak_flops("bf16") * p.efficiency)
-    return p.seconds_per_token, prefill + p.seconds_per_token, n
+    prefill = flops / (n * spec.peak_flops("bf16") * report.calibration.compute)
+    return s, prefill + s, n
 
 
 # ---- results ------------------------------------------------------------------------------
@@ -408,7 +409,7 @@ def plan_infer(
         f"batch 1, one stream per replica; KV cache of {context_len // 2} tokens read per "
         f"token; GPU at {hbm_fraction:g} of HBM bandwidth, 2 tensor-parallel all-reduces "
         "per layer",
-        "wafer time to first token: prompt flops at bf16 peak x the decoder's fitted "
+        "wafer time to first token: prompt flops at bf16 peak x the calibrated compute "
         "efficiency, plus one token",
         f"replicas sized for the tokens per day; rented all day, idle when not busy; "
         f"engineering hours spread over {days:g} days",
