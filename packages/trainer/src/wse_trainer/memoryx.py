@@ -23,8 +23,6 @@ import jax.numpy as jnp
 import optax
 from wse_models import layer_slice
 
-from wse_trainer.optimizer import apply_clip, clip_scale
-
 __all__ = ["MemoryX", "group_names", "split_groups", "join_groups"]
 
 
@@ -113,8 +111,10 @@ class MemoryX:
         missing = set(self.params) - set(self._pending)
         if missing:
             raise RuntimeError(f"gradients missing for {sorted(missing)}")
-        g_norm, trigger = clip_scale(self._pending, self.max_norm)
-        clipped = apply_clip(self._pending, g_norm, trigger, self.max_norm)
+        # One optax update over every group at once: the norm is the whole model's.
+        clipped, _ = optax.clip_by_global_norm(self.max_norm).update(
+            self._pending, optax.EmptyState()
+        )
         self._pending = {}
         for name in self.params:
             self._apply(name, clipped[name])

@@ -4,8 +4,8 @@
 moments, weight decay): MemoryX keeps one optax state of it per weight group (the embedding,
 each layer, the final norm), so applying it group by group as gradients arrive is the same
 arithmetic as applying it to the whole model. Global-norm clipping is the one non-local part:
-`clip_scale(grads, max_norm)` is optax's `clip_by_global_norm` rule applied by MemoryX once
-every group's gradient has arrived. `full_transform` is the equivalent whole-model transform
+MemoryX applies `optax.clip_by_global_norm` itself once every group's gradient has arrived
+(the norm is over all groups). `full_transform` is the equivalent whole-model transform
 (clipping chained in front), used by the plain `jax.grad` reference.
 """
 
@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import functools
 
-import jax
-import jax.numpy as jnp
 import optax
 
 from wse_trainer.config import OptimizerConfig
 
-__all__ = ["schedule", "base_transform", "full_transform", "clip_scale", "apply_clip"]
+__all__ = ["schedule", "base_transform", "full_transform"]
 
 
 def schedule(cfg: OptimizerConfig, max_steps: int) -> optax.Schedule:
@@ -59,16 +57,3 @@ def full_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransf
     if cfg.max_gradient_norm is None:
         return base
     return optax.chain(optax.clip_by_global_norm(cfg.max_gradient_norm), base)
-
-
-def clip_scale(grads, max_norm: float):
-    """(global norm, trigger) of optax's clip_by_global_norm for a pytree of gradients."""
-    g_norm = optax.global_norm(grads)
-    return g_norm, g_norm < max_norm
-
-
-def apply_clip(grads, g_norm: jax.Array, trigger: jax.Array, max_norm: float):
-    """optax.clip_by_global_norm's rule with a norm computed over the whole model."""
-    return jax.tree.map(
-        lambda t: jnp.where(trigger, t, (t / g_norm.astype(t.dtype)) * max_norm), grads
-    )
