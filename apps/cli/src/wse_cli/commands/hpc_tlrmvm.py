@@ -137,6 +137,7 @@ def run(
         "CPU where numba is installed).",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the input vectors."),
+    trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run the TLR-MVM on the emulated wafer: error, timing, predicted wafer figures."""
@@ -171,7 +172,13 @@ def run(
     d["wafer_emulator_s"] = eng.time_matvec(x)
     if "dense_gemv_s" in d:
         d["speedup_vs_dense"] = d["dense_gemv_s"] / d["wafer_emulator_s"]
-    d["predicted"] = eng.report(d["wafer_emulator_s"]).to_dict()
+    report = eng.report(d["wafer_emulator_s"])
+    if trace is not None:  # phases 1 and 3 per PE from its own tiles; the plan's grid
+        from wse_hpc.tlrmvm.perf import pe_trace
+
+        report = report.with_trace(pe_trace(eng.wafer, eng.plan, report))
+        d["trace"] = str(report.trace.save(trace))
+    d["predicted"] = report.to_dict()
     d["predicted_48_systems"] = eng.prediction(systems=48, fill=True).to_dict()
     if as_json:
         typer.echo(json.dumps(d, indent=2, default=float))
@@ -215,6 +222,8 @@ def _print_run(d: dict, spec_name: str) -> None:
         f"({cb['program_pes']:,} PEs): relative {cb['relative_bytes_per_s'] / 1e15:.2f}, "
         f"absolute {cb['absolute_bytes_per_s'] / 1e15:.2f} PB/s"
     )
+    if "trace" in d:
+        typer.echo(f"per-PE trace: {d['trace']} (wse view FILE)")
 
 
 def register(parent: typer.Typer) -> None:

@@ -24,6 +24,12 @@ every real tile (relative bytes 4mn + 4m + 4n, absolute 12mn + 4n, flops 2mn - m
 nb x nb: 4nb^2 + 8nb, 12nb^2 + 4nb, 2nb^2 - nb): time = the slowest PE's cycles of phases 1
 and 3 / 850e6, the mean bytes per PE of the plan scaled to the 750 x 994 program rectangle
 of each system. Nothing here is fitted to a published result.
+
+Per PE (`pe_trace(wafer, plan, report)`, `wse hpc tlrmvm run --trace FILE`): phases 1 and 3
+run each PE's own program (`pe_weights`: its cycles over the busiest PE's); x in, the
+reshuffle (a periodic ring multicast: every PE sends and receives its w values per slot)
+and the final sum move the same words on every PE of the grid; the regions are the PE
+rows' groups of tile columns (grouped) or the whole grid.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ import jax
 import numpy as np
 from wse_core.perf import Op, PerfModel, Phase, Phases, Work, overlap, serial
 from wse_core.report import RunReport
+from wse_core.sram import Region
+from wse_core.trace import PeTrace, trace_from
 from wse_core.traffic import Traffic
 from wse_core.wafer import Wafer
 
@@ -57,6 +65,8 @@ __all__ = [
     "copies_per_system",
     "counting_fns",
     "fabric_by_phase",
+    "pe_weights",
+    "pe_trace",
 ]
 
 SDK_CLOCK_HZ = 850e6  # the SDK's benchmark scripts divide cycles by this (REFERENCES.md)
@@ -128,25 +138,31 @@ def _per_piece(win: np.ndarray, pieces: int) -> np.ndarray:
     return (win[..., None] == np.arange(pieces)).sum(axis=1)
 
 
-def _grouped_tiles(plan: GroupedPlan) -> list[PeProgram]:
-    """Phase 1: per x piece, its V rows x nb; phase 3: per y piece, nb x its U rows (the
-    `win` maps the emulator uses: padding rows fall in piece 0)."""
+def _grouped_pieces(plan: GroupedPlan) -> np.ndarray:
+    """(PEs in row-major grid order, 2 s): each PE's V rows per x piece, then its U rows
+    per y piece (the `win` maps the emulator uses: padding rows fall in piece 0)."""
     from wse_hpc.tlrmvm.grouped import _row_index
 
-    p, nb, s = _pairs(plan), plan.nb, plan.windows
+    s, w = plan.windows, plan.rank_chunk
     idx = _row_index(plan, plan.grid, False)
-    w = plan.rank_chunk
     v = _per_piece(idx["v_win"].reshape(-1, w), s)
     u = _per_piece(idx["u_win"].reshape(-1, w), s)
-    sigs, counts = np.unique(np.concatenate([v, u], axis=1), axis=0, return_counts=True)
-    return [
-        PeProgram(
-            int(c),
-            tuple(Tile(p * int(k), p * nb) for k in sig[:s] if k),
-            tuple(Tile(p * nb, p * int(k)) for k in sig[s:] if k),
-        )
-        for sig, c in zip(sigs, counts, strict=True)
-    ]
+    return np.concatenate([v, u], axis=1)
+
+
+def _grouped_program(plan: GroupedPlan, sig: np.ndarray, pes: int) -> PeProgram:
+    """Phase 1: per x piece, its V rows x nb; phase 3: per y piece, nb x its U rows."""
+    p, nb, s = _pairs(plan), plan.nb, plan.windows
+    return PeProgram(
+        pes,
+        tuple(Tile(p * int(k), p * nb) for k in sig[:s] if k),
+        tuple(Tile(p * nb, p * int(k)) for k in sig[s:] if k),
+    )
+
+
+def _grouped_tiles(plan: GroupedPlan) -> list[PeProgram]:
+    sigs, counts = np.unique(_grouped_pieces(plan), axis=0, return_counts=True)
+    return [_grouped_program(plan, sig, int(c)) for sig, c in zip(sigs, counts, strict=True)]
 
 
 def pe_tiles(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[PeProgram]:
@@ -373,3 +389,36 @@ def predict(
         }
     )
     return report
+
+
+# -- per PE ------------------------------------------------------------------------------
+def pe_weights(plan: TlrPlan | PackedPlan | GroupedPlan, model: PerfModel) -> dict[str, np.ndarray]:
+    """(rows, cols) share of phases 1 and 3 each PE of the grid does: its own program's
+    cycles over the busiest PE's (the phase's cost in `mvm_phases`). Empty for the banded
+    and packed layouts, whose PEs all run one program."""
+    if not isinstance(plan, GroupedPlan):
+        return {}
+    sigs, inverse = np.unique(_grouped_pieces(plan), axis=0, return_inverse=True)
+    programs = [_grouped_program(plan, sig, 1) for sig in sigs]
+    out = {}
+    for phase, name in ((1, "phase1_vhx"), (3, "phase3_uy")):
+        cycles = np.array([model.cost(p.work(phase, plan.batch)).cycles for p in programs])
+        out[name] = (cycles / cycles.max())[inverse.reshape(-1)].reshape(plan.grid)
+    return out
+
+
+def _regions(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[Region]:
+    rows, cols = plan.grid
+    if not isinstance(plan, GroupedPlan):
+        return [Region(f"tlrmvm {plan.layout} bases", 0, 0, rows, cols)]
+    return [
+        Region(f"tile cols {','.join(str(j) for j in g if j >= 0)}", r, 0, 1, cols)
+        for r, g in enumerate(plan.col_group)
+    ]
+
+
+def pe_trace(wafer: Wafer, plan: TlrPlan | PackedPlan | GroupedPlan, report: RunReport) -> PeTrace:
+    """The per-PE trace of `report` (this plan's product on `wafer`, its ledger and dead
+    PEs): see the module docstring."""
+    weights = pe_weights(plan, PerfModel(wafer.spec, report.calibration))
+    return trace_from(wafer, report, per_pe_work=weights, regions=_regions(plan))
