@@ -35,6 +35,8 @@ the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` 
   overlapped with the backward; the optimizer runs on the wafer (fp32 Adam) after it.
 
 `PerfModel` applies the one calibration of `wse_core.calibration`; nothing here is fitted.
+`step_trace(spec, report)` is the step per PE (`wse train --validate_only --trace FILE`):
+every PE runs every layer's block and holds the plan's allocations.
 `no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute.
 
 GPU baseline (`predict_gpu`, assumptions in `GpuSpec`): each GPU computes its batch at `mfu`
@@ -50,6 +52,8 @@ from typing import Any
 
 from wse_core import Op, Phase, Phases, RunReport, WaferSpec, Work, WseError, overlap, serial
 from wse_core.decoder_cost import EXP_FMACS
+from wse_core.sram import Region
+from wse_core.trace import PeTrace, trace_uniform
 
 from wse_trainer.plan import MemoryPlan, _working_bytes, memory_plan
 
@@ -68,6 +72,7 @@ __all__ = [
     "H100",
     "predict_gpu",
     "layer_flops",
+    "step_trace",
 ]
 
 # precision -> (FMAC kind, operand dtype, operand bytes, partial-sum bytes)
@@ -546,3 +551,12 @@ def predict_gpu(
         "scaling_efficiency": compute / step,
         "fits_memory": float(fits),
     }
+
+
+def step_trace(spec: WaferSpec, report: RunReport) -> PeTrace:
+    """The per-PE trace of a `predict_step` report: each layer computes on the whole wafer
+    (every PE its block of every product), so every PE does the busiest PE's work of every
+    phase and holds each of the memory plan's allocations (`report.sram`)."""
+    rows, cols = spec.pe_rows, spec.pe_cols
+    region = Region(f"every layer's block on every PE ({rows} x {cols})", 0, 0, rows, cols)
+    return trace_uniform(spec, report, region=region)

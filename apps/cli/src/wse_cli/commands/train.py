@@ -106,6 +106,9 @@ def train(
         "--validate_only",
         help="Check the config, print the memory plan and the predicted step, stop.",
     ),
+    trace: Path = typer.Option(
+        None, "--trace", help="With --validate_only: write the step's per-PE trace (wse view)."
+    ),
     num_processes: int = multiprocess.NUM_PROCESSES,
     process_id: int = multiprocess.PROCESS_ID,
     coordinator: str = multiprocess.COORDINATOR,
@@ -134,6 +137,8 @@ def train(
     overrides = args + [f"runconfig.{k}={v}" for k, v in flags.items() if v is not None]
     config = load_config(params, overrides)
     console = Console(quiet=not multiprocess.is_primary())
+    if trace is not None and not validate_only:
+        fail("--trace writes the predicted step's per-PE trace: use it with --validate_only")
     if validate_only:
         from wse_trainer.run import predict, validate
 
@@ -144,7 +149,14 @@ def train(
                 f"the config cannot train: {plan.streaming_error}; raise num_csx or lower "
                 "train_input.batch_size or max_sequence_length"
             )
-        _print_prediction(console, predict(config, model, plan))
+        report = predict(config, model, plan)
+        _print_prediction(console, report)
+        if trace is not None:
+            from wse_core import preset
+            from wse_trainer.performance import step_trace
+
+            report = report.with_trace(step_trace(preset(config.runconfig.wafer), report))
+            console.print(f"per-PE trace: {report.trace.save(trace)} (wse view FILE)")
         console.print("[green]config is valid[/]")
         return
     _train(console, config)
