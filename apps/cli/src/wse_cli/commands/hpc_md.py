@@ -65,6 +65,7 @@ def md(
         "run over several processes).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
     num_processes: int = multiprocess.NUM_PROCESSES,
     process_id: int = multiprocess.PROCESS_ID,
     coordinator: str = multiprocess.COORDINATOR,
@@ -95,7 +96,7 @@ def md(
         defect_seed=defect_seed,
         mesh_shape=None if mesh is None else (int(mesh[0]), int(mesh[1])),
     )
-    _run(s, pot, cfg, out, as_json)
+    _run(s, pot, cfg, out, as_json, trace)
 
 
 def _structure(path, lattice, element, a, cells, dtype, preset):
@@ -120,7 +121,7 @@ def _structure(path, lattice, element, a, cells, dtype, preset):
     return crystal(lattice, element, a, cells)
 
 
-def _run(s, pot, cfg, out, as_json) -> None:
+def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     import jax
     from rich.console import Console
     from wse_hpc.md import write_xyz
@@ -147,7 +148,7 @@ def _run(s, pot, cfg, out, as_json) -> None:
 
     with jax.enable_x64(cfg.dtype == "float64"):
         res = run_md(s, pot, cfg, on_thermo=on_row, on_frame=on_frame if out else None)
-    summary = _summary(res, cfg, s.num_atoms, pot)
+    summary = _summary(res, cfg, s.num_atoms, pot, trace if primary else None)
     if not primary:
         return
     if as_json:
@@ -164,12 +165,16 @@ def _run(s, pot, cfg, out, as_json) -> None:
     )
     if out is not None:
         console.print(f"wrote {out}")
+    if trace is not None:
+        console.print(f"per-PE trace: {summary['trace']} (wse view FILE)")
 
 
-def _summary(res, cfg, n_atoms, pot) -> dict:
-    from wse_hpc.md.perf import run_report
+def _summary(res, cfg, n_atoms, pot, trace=None) -> dict:
+    from wse_hpc.md.perf import pe_trace, run_report
 
     report = run_report(res, pot, cfg.wafer)  # the emulated plan, measured rebuild cadence
+    if trace is not None:  # every PE holding an atom runs the step
+        report = report.with_trace(pe_trace(res, report))
     return {
         "atoms": n_atoms,
         "steps": res.steps,
@@ -186,6 +191,7 @@ def _summary(res, cfg, n_atoms, pot) -> dict:
         "bound": report.bound,
         "report": report.to_dict(),
         "wafer": cfg.wafer,
+        **({"trace": str(report.trace.save(trace))} if trace is not None else {}),
     }
 
 

@@ -38,6 +38,11 @@ of latency instead of ~2 k).
 
 SRAM: every DSD element reads two 32-bit operands and writes one (an upper bound; the
 datapath, not the memory ports, bounds these vectors).
+
+Per PE (`pe_trace(res, report)`, `wse hpc md --trace FILE`): the plan has one candidate
+capacity M for every PE (each evaluates all M slots, masked), so every PE that holds an atom
+does the busiest PE's step and an empty PE none; the regions are the atoms' grid and the
+(2 k_rows + 1) x (2 k_cols + 1) window of its middle PE.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ import numpy as np
 from wse_core.perf import Op, Phase, Phases, Work, serial
 from wse_core.report import RunReport
 from wse_core.spec import WaferSpec
+from wse_core.sram import Region
+from wse_core.trace import PeTrace, trace_from
 from wse_core.traffic import Traffic
 from wse_core.wafer import Wafer
 
@@ -68,6 +75,7 @@ __all__ = [
     "fold",
     "predict",
     "run_report",
+    "pe_trace",
 ]
 
 FOLD_HOPS = 2.0  # physical hops per logical ring link under the fold placement
@@ -334,3 +342,21 @@ def run_report(res, pot: EamPotential, wafer_name: str) -> RunReport:
         sram=res.sram,
         assumptions=note,
     )
+
+
+def pe_trace(res, report: RunReport) -> PeTrace:
+    """The per-PE trace of an emulated run (`simulate.MdResult`) and its `run_report`: its
+    wafer's grid, SRAM ledger and dead PEs; every phase on the PEs holding an atom (the
+    final structure mapped as `mapping.initial_map` deals it)."""
+    from wse_hpc.md import mapping
+
+    s, (rows, cols) = res.structure, res.grid
+    occupied = (mapping.initial_map(s.positions_A, (rows, cols), s.box_A) >= 0).astype(float)
+    work = {leaf.name: occupied for leaf, _ in report.phases.leaves()}
+    kr, kc = min(res.window[0], (rows - 1) // 2), min(res.window[1], (cols - 1) // 2)
+    regions = [
+        Region(f"atoms ({s.num_atoms} on {rows} x {cols} PEs)", 0, 0, rows, cols),
+        Region(f"window of PE ({rows // 2}, {cols // 2})", rows // 2 - kr, cols // 2 - kc,
+               2 * kr + 1, 2 * kc + 1),
+    ]  # fmt: skip
+    return trace_from(res.wafer, report, per_pe_work=work, regions=regions)
