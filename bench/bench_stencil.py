@@ -102,15 +102,9 @@ def bench_jacobi(n: int, steps: int, repeats: int, mesh_shape=None) -> dict:
     numpy_s = _best(lambda: numpy_sweep(u0), max(1, repeats - 1))
     check = grid.gather(jax.jit(step)(u, f))
     err = float(np.abs(check - numpy_sweep(u0)).max() / np.abs(check).max())
-    traffic, _ = sperf.traced_traffic(wafer, lambda a: step(a, a), u)
-    cost = sperf.KernelCost(
-        flops={"fp32": sperf.FLOPS_PER_CELL["jacobi"]},
-        sram_read_words=4,
-        sram_write_words=1,
-        word_bytes=4,
-        traffic=traffic,
-    )
-    pred = sperf.predict(wafer.spec, cost, n)
+    from wse_core import PerfModel
+
+    pred = PerfModel(wafer.spec).evaluate(sperf.jacobi_phases(grid, jacobi(grid), 1))
     return {
         "grid": f"{n}^3",
         "mesh": "x".join(map(str, wafer.mesh_shape)),
@@ -147,29 +141,30 @@ def bench_bicgstab(n: int, precision: str, tol: float) -> dict:
     count = [0]
     t0 = time.perf_counter()
     # Equal residual: SciPy stops at the true relative residual the wafer run reached.
-    target = max(run.final["true_residual"], 1e-12)
+    target = max(run.extra["final"]["true_residual"], 1e-12)
     x, info = spla.bicgstab(
         a, b, rtol=target, maxiter=5000, callback=lambda xk: count.__setitem__(0, count[0] + 1)
     )
     scipy_s = time.perf_counter() - t0
     scipy_res = float(np.linalg.norm(b - a @ x) / np.linalg.norm(b))
     del jax, jnp
-    wafer_it = run.wall_s / max(run.steps_done, 1)
+    wafer_it = run.measured_wall_s / max(run.extra["steps"], 1)
     scipy_it = scipy_s / max(count[0], 1)
     return {
         "grid": f"{n}^3",
         "precision": precision,
         "tol": tol,
-        "wafer_iterations": run.steps_done,
+        "wafer_iterations": run.extra["steps"],
         "wafer_s_per_iteration": wafer_it,
-        "wafer_recurrence_residual": run.final["recurrence_residual"],
-        "wafer_true_residual": run.final["true_residual"],
+        "wafer_recurrence_residual": run.extra["final"]["recurrence_residual"],
+        "wafer_true_residual": run.extra["final"]["true_residual"],
         "scipy_iterations": count[0],
         "scipy_s_per_iteration": scipy_it,
         "scipy_true_residual": scipy_res,
         "speedup_per_iteration": scipy_it / wafer_it,
-        "speedup_to_solution": scipy_s / run.wall_s,
-        "predicted_wse2_s_per_iteration": run.predicted.seconds,
+        "speedup_to_solution": scipy_s / run.measured_wall_s,
+        "predicted_wse2_s_per_iteration": run.extra["predicted_s_per_step"],
+        "converged": run.extra["converged"],
     }
 
 
@@ -179,11 +174,11 @@ def bench_wave(n: int, steps: int) -> dict:
     run = run_stencil(StencilConfig(kind="wave25", grid=(n, n, n), steps=steps, chunks=2))
     return {
         "grid": f"{n}^3",
-        "steps": run.steps_done,
-        "wafer_s_per_step": run.wall_s / steps,
-        "emulated_mcells_per_s": run.cells_per_s / 1e6,
-        "predicted_wse2_s_per_step": run.predicted.seconds,
-        "predicted_wse2_gcells_per_s": run.predicted_gcells_per_s,
+        "steps": run.extra["steps"],
+        "wafer_s_per_step": run.measured_wall_s / steps,
+        "emulated_mcells_per_s": run.extra["measured_cells_per_s"] / 1e6,
+        "predicted_wse2_s_per_step": run.extra["predicted_s_per_step"],
+        "predicted_wse2_gcells_per_s": run.extra["predicted_gcells_per_s"],
     }
 
 

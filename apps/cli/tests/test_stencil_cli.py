@@ -23,6 +23,8 @@ def test_heat_json_reports_exact_decay_and_prediction():
     # fp32 explicit Euler on the eigenmode follows (1 - dt lambda)^n to rounding.
     assert d["final"]["max_deviation_from_exact_decay"] < 1e-5
     assert d["predicted_s_per_step"] > 0 and d["measured_cells_per_s"] > 0
+    assert d["predicted_s"] == pytest.approx(20 * d["predicted_s_per_step"])
+    assert d["measured_wall_s"] > 0 and d["predicted"]["children"][0]["name"] == "heat_step"
     assert d["sram"]["used_bytes_per_pe"] == 2 * 8 * 4 + 4 * 4  # u, u_next; Z ghosts
 
 
@@ -32,8 +34,16 @@ def test_bicgstab_converges_and_writes_png(tmp_path):
     r = runner.invoke(app, [*BASE, *args, "--png", str(png)], env=ENV)
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert d["final"]["recurrence_residual"] <= 1e-6 and d["history"][-1][1] <= 1e-6
+    assert d["converged"] is True and d["final"]["true_residual"] <= 1e-6
     assert png.stat().st_size > 1000
+
+
+def test_bicgstab_out_of_reach_says_so_and_exits_1():
+    args = ["--kind", "bicgstab", "--grid", "8", "8", "8", "--tol", "1e-9"]
+    r = runner.invoke(app, [*BASE, *args], env=ENV)
+    assert r.exit_code == 1
+    d = json.loads(r.stdout)
+    assert d["converged"] is False and "out of reach" in d["reason"]
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,12 @@
 """`wse hpc stencil`: 7-point Jacobi / heat, BiCGSTAB and the 25-point wave stencil on a wafer.
 
-Prints the history (residual, deviation or amplitude), the measured emulation rate and the
-predicted wafer time per step / iteration with Gcell/s and FLOP/s; `--png` writes a slice
-and the convergence curve, `--json` prints one JSON object instead of the table. Heavy
-packages are imported inside the command so `wse --help` stays fast.
+Prints the history (residual, deviation or amplitude; BiCGSTAB: the recurrence and the true
+residual), the measured emulation time beside the predicted wafer time of the same run (the
+`wse_core.RunReport` that `run_stencil` returns) with Gcell/s and FLOP/s; `--png` writes a
+slice and the convergence curve, `--json` prints the report (`RunReport.to_dict()`) as one
+JSON object. A BiCGSTAB solve whose true residual did not reach --tol says why in one line
+and exits 1 (JSON: "converged": false). Heavy packages are imported inside the command so
+`wse --help` stays fast.
 """
 
 from __future__ import annotations
@@ -116,8 +119,11 @@ def stencil(
         save_stencil_trace(run, cfg, trace)
     if as_json:
         typer.echo(json.dumps(run.to_dict(), default=float))
-        return
-    _print_table(console, run, png)
+    else:
+        _print_table(console, run, png)
+    if run.extra.get("converged") is False:
+        Console(stderr=True).print(f"not converged: {run.extra['reason']}")
+        raise typer.Exit(1)
 
 
 def _run_with_progress(console, cfg, run_stencil):
@@ -130,30 +136,49 @@ def _run_with_progress(console, cfg, run_stencil):
         return run_stencil(cfg, lambda done, total: bar.update(task, completed=done, total=total))
 
 
+def _history_rows(run) -> list[tuple[str, ...]]:
+    """(iteration, recurrence residual, true residual or '') rows, at most ~12."""
+    hist = run.extra["history"]
+    checks = dict(run.extra.get("true_history") or [])
+    shown = hist if len(hist) <= 12 else hist[:: len(hist) // 10]
+    shown = shown if shown[-1] == hist[-1] else [*shown, hist[-1]]
+    keep = sorted({s for s, _ in shown} | set(checks))
+    values = dict(hist)
+    return [
+        (str(s), f"{values.get(s, float('nan')):.4e}", f"{checks[s]:.4e}" if s in checks else "")
+        for s in keep
+    ]
+
+
 def _print_table(console, run, png) -> None:
     from rich.table import Table
 
-    cfg = run.config
+    x = run.extra
+    cfg = x["config"]
+    grid = " x ".join(map(str, cfg["grid"]))
     hist = Table(
-        title=f"{cfg.kind} on {' x '.join(map(str, cfg.grid))} ({cfg.preset}, "
-        f"{cfg.dtype}, {cfg.boundary})"
+        title=f"{cfg['kind']} on {grid} ({cfg['preset']}, {cfg['dtype']}, {cfg['boundary']})"
     )
-    hist.add_column("iteration" if cfg.kind == "bicgstab" else "step", justify="right")
-    hist.add_column(run.metric, justify="right")
-    shown = run.history if len(run.history) <= 12 else run.history[:: len(run.history) // 10]
-    for step, value in shown if shown[-1] == run.history[-1] else [*shown, run.history[-1]]:
-        hist.add_row(str(step), f"{value:.4e}")
+    solver = cfg["kind"] == "bicgstab"
+    hist.add_column("iteration" if solver else "step", justify="right")
+    hist.add_column(x["metric"], justify="right")
+    if solver:
+        hist.add_column("true residual ||b - Ax|| / ||b||", justify="right")
+    for row in _history_rows(run):
+        hist.add_row(*(row if solver else row[:2]))
     console.print(hist)
-    for key, value in run.final.items():
+    for key, value in x["final"].items():
         console.print(f"  {key}: {value:.6g}")
-    p = run.predicted
-    unit = "iteration" if cfg.kind == "bicgstab" else "step"
+    unit = "iteration" if solver else "step"
     console.print(
-        f"measured: {run.steps_done} {unit}s in {run.wall_s:.3f} s = "
-        f"{run.cells_per_s / 1e6:.2f} Mcell/s emulated\n"
-        f"predicted on {cfg.preset}: {p.seconds * 1e6:.3f} µs per {unit} ({p.bound}-bound), "
-        f"{run.predicted_gcells_per_s:.1f} Gcell/s, {run.predicted_flops / 1e12:.3f} TFLOP/s\n"
-        f"SRAM per PE: {run.sram['used_bytes_per_pe']} of {run.sram['bytes_per_pe']} B"
+        f"measured (emulated here): {x['steps']} {unit}s in {run.measured_wall_s:.3f} s = "
+        f"{x['measured_cells_per_s'] / 1e6:.2f} Mcell/s\n"
+        f"predicted on {cfg['preset']}: {run.predicted_s * 1e6:.3f} µs for the same run "
+        f"({x['predicted_s_per_step'] * 1e6:.3f} µs per {unit}, {run.bound}-bound), "
+        f"{x['predicted_gcells_per_s']:.1f} Gcell/s, "
+        f"{x['predicted_flops_per_s'] / 1e12:.3f} TFLOP/s\n"
+        f"SRAM per PE: {run.sram['used_bytes_per_pe']} of {run.sram['bytes_per_pe']} B; "
+        f"{run.calibration.describe()}"
     )
     if png is not None:
         console.print(f"figure: {png}")

@@ -4,8 +4,10 @@ A 3D grid (nx, ny, nz) maps X x Y onto the PE grid and each Z column into its PE
 (`placement`); kernels move ±X / ±Y halos only through `wse_core.fabric` (`kernels`: the
 7-point Laplacian, Jacobi and heat steps; `bicgstab`: the Poisson solver in mixed or fp32
 precision; `wave`: the 25-point acoustic wave stencil with localized broadcasts and Z blocks).
-`perf` predicts wafer time per step from counted work; `runs` is the shell (jit, loops,
-timing) used by the CLI, the benchmark, the experiments and the demo.
+`refine`: iterative refinement around BiCGSTAB that stops on the true residual. `perf`
+counts each kernel's instructions, SRAM bytes and traced fabric words on the plan it runs
+(`wse_core.perf` prices them); `runs` is the shell (jit, loops, timing) used by the CLI, the
+benchmark, the experiments and the demo, and returns a `wse_core.RunReport`.
 """
 
 from wse_hpc.stencil.bicgstab import PRECISIONS, BicgstabResult, bicgstab, scale_for
@@ -30,6 +32,7 @@ from wse_hpc.stencil.placement import (
     max_nz,
     place_grid,
 )
+from wse_hpc.stencil.refine import SolveResult, refine
 from wse_hpc.stencil.wave import COEFFS, RADIUS, WaveFns, WaveState, wave25
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "BicgstabResult",
     "Faces",
     "StencilError",
+    "SolveResult",
     "StencilGrid",
     "WaveFns",
     "WaveState",
@@ -57,6 +61,7 @@ __all__ = [
     "norm",
     "pad_z",
     "place_grid",
+    "refine",
     "scale_for",
     "wave25",
 ]

@@ -2,8 +2,10 @@
 
 `bicgstab(grid, precision=..., tol=..., maxiter=...)` returns `solve_fn(b, x0=None) ->
 BicgstabResult`, one `lax.while_loop` that the shell jits. Per iteration: two 7-point SpMVs
-(halos through `wse_core.fabric.shift`), the AXPYs, and three wafer-wide fp32 reductions
-through `fabric.reduce` ((r^, v); (t, s) with (t, t); (r^, r) with (r, r)).
+(halos through `wse_core.fabric.shift`), the AXPYs, and three wafer-wide fp32 allreduces
+through `fabric.allreduce` ((r^, v); (t, s) with (t, t); (r^, r) with (r, r)). This is the
+inner solver: it stops on its recurrence residual; `wse_hpc.stencil.refine` wraps it in
+iterative refinement that stops on, and reports, the true residual.
 
 Precision: `"mixed"` is the published scheme — vectors, SpMV and AXPYs in fp16, dot products
 accumulated and reduced in fp32, scalars in fp32 — with two safeguards that fp16 needs on
@@ -38,7 +40,14 @@ from wse_core import fabric
 from wse_hpc.stencil.kernels import diagonal, laplacian7
 from wse_hpc.stencil.placement import StencilError, StencilGrid
 
-__all__ = ["PRECISIONS", "BicgstabResult", "bicgstab", "lambda_min", "scale_for"]
+__all__ = [
+    "PRECISIONS",
+    "BicgstabResult",
+    "bicgstab",
+    "default_replace_every",
+    "lambda_min",
+    "scale_for",
+]
 
 Precision = Literal["mixed", "fp32"]
 PRECISIONS = ("mixed", "fp32")
@@ -90,10 +99,16 @@ def scale_for(grid: StencilGrid, b_max: float) -> float:
 
 
 def _fused_dot(grid: StencilGrid, pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
-    """fp32 dot products of several pairs with one wafer-wide reduction: shape (len(pairs),)."""
+    """fp32 dot products of several pairs with one wafer-wide allreduce (every PE gets the
+    sums, as on the wafer): shape (len(pairs),)."""
     f32 = jnp.float32
     local = jnp.stack([jnp.sum(a.astype(f32) * b.astype(f32), axis=2) for a, b in pairs], axis=-1)
-    return fabric.reduce(grid.wafer, local)
+    return fabric.allreduce(grid.wafer, local)[0, 0]
+
+
+def default_replace_every(precision: str) -> int:
+    """The default residual-replacement period: 10 iterations (mixed), 50 (fp32)."""
+    return 10 if precision == "mixed" else 50
 
 
 def bicgstab(
@@ -104,10 +119,13 @@ def bicgstab(
     maxiter: int = 1000,
     replace_every: int | None = None,
 ) -> Callable[..., BicgstabResult]:
-    """`solve_fn(b, x0=None, sigma=1.0) -> BicgstabResult` for A x = b (b an fp32 field).
+    """`solve_fn(b, x0=None, sigma=1.0, *, rtol=None, limit=None) -> BicgstabResult` for
+    A x = b (b an fp32 field): the inner solver of `wse_hpc.stencil.refine`.
 
     `sigma` is the scaling of the module docstring (a traced scalar; `scale_for` gives it).
-    Stops when ||r|| / ||r_0|| <= tol, after `maxiter` iterations, or at a breakdown.
+    Stops when the recurrence residual ||r|| / ||r_0|| <= tol (or the traced `rtol`), after
+    `maxiter` (or the traced `limit`) iterations, or at a breakdown. The recurrence residual
+    is not the true one: `refine` is what stops on the truth.
     """
     if precision not in PRECISIONS:
         raise StencilError(f"unknown precision {precision!r}; use 'mixed' or 'fp32'")
@@ -121,7 +139,7 @@ def bicgstab(
     inv_d = 1.0 / float(diagonal(grid))
     spmv = laplacian7(grid, scale=inv_d)  # D^-1 A, folded into the coefficients for fp16
     lo = lambda s: s.astype(dtype)
-    every = (10 if precision == "mixed" else 50) if replace_every is None else replace_every
+    every = default_replace_every(precision) if replace_every is None else replace_every
 
     def step(st: _State, rho_new: jax.Array) -> _State:
         # The first iteration has p = r: beta from rho = 1 could overflow fp16 (inf * 0).
@@ -137,7 +155,9 @@ def bicgstab(
         r = s - lo(omega) * t
         return st._replace(x=x, r=r, p=p, v=v, alpha=alpha, omega=omega)
 
-    def solve_fn(b: jax.Array, x0: jax.Array | None = None, sigma=1.0) -> BicgstabResult:
+    def solve_fn(
+        b: jax.Array, x0: jax.Array | None = None, sigma=1.0, *, rtol=None, limit=None
+    ) -> BicgstabResult:
         scale = jnp.asarray(sigma, jnp.float32) * inv_d
         b32 = b.astype(jnp.float32) * scale
         bs = lo(b32)
@@ -164,10 +184,11 @@ def bicgstab(
             jnp.bool_(True),
             rr0,
         )
-        stop_at = jnp.float32(tol) * r0norm
+        stop_at = jnp.asarray(tol if rtol is None else rtol, jnp.float32) * r0norm
+        cap = maxiter if limit is None else jnp.minimum(limit, maxiter)
 
         def cond(st: _State) -> jax.Array:
-            return (st.it < maxiter) & (jnp.sqrt(st.rr) > stop_at) & ~st.breakdown
+            return (st.it < cap) & (jnp.sqrt(st.rr) > stop_at) & ~st.breakdown
 
         def iterate(carry: tuple[_State, jax.Array]) -> tuple[_State, jax.Array]:
             # rho_new = (r^, r) of the current r, computed with ||r||^2 at the end of the

@@ -16,12 +16,13 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     n = 24 if quick else 48
     cfg = StencilConfig(kind="bicgstab", grid=(n, n, 2 * n), preset="wse2", dtype="mixed")
     run = run_stencil(cfg)
+    x = run.extra
     console.print(
         f"BiCGSTAB (fp16 SpMV/AXPY, fp32 allreduce dots) on {n} x {n} x {2 * n}: "
-        f"{run.steps_done} iterations to residual {run.final['true_residual']:.1e}, max error "
-        f"vs the exact solution {run.final['max_error_vs_exact']:.1e}; emulated "
-        f"{run.wall_s / max(run.steps_done, 1) * 1e3:.2f} ms/iteration; predicted on WSE-2 "
-        f"{run.predicted.seconds * 1e6:.2f} µs/iteration ({run.predicted.bound}-bound)"
+        f"{x['steps']} iterations to true residual {x['final']['true_residual']:.1e}, max "
+        f"error vs the exact solution {x['final']['max_error_vs_exact']:.1e}; emulated "
+        f"{run.measured_wall_s / max(x['steps'], 1) * 1e3:.2f} ms/iteration; predicted on "
+        f"WSE-2 {x['predicted_s_per_step'] * 1e6:.2f} µs/iteration ({run.bound}-bound)"
     )
     plot_run(run, out_dir / "stencil_bicgstab.png")
     m = 32 if quick else 48
@@ -31,9 +32,10 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         StencilConfig(kind="wave25", grid=(m, m, m), preset="wse2", steps=steps, chunks=4)
     )
     console.print(
-        f"25-point wave (4-PE localized broadcasts, Z blocks of {wave.final['block_z']:.0f}) "
-        f"on {m}^3: {wave.steps_done} steps, {wave.cells_per_s / 1e6:.1f} Mcell/s emulated; "
-        f"predicted {wave.predicted_gcells_per_s:.1f} Gcell/s on {m} x {m} PEs of WSE-2"
+        f"25-point wave (4-PE localized broadcasts, Z blocks of "
+        f"{wave.extra['final']['block_z']:.0f}) on {m}^3: {wave.extra['steps']} steps, "
+        f"{wave.extra['measured_cells_per_s'] / 1e6:.1f} Mcell/s emulated; predicted "
+        f"{wave.extra['predicted_gcells_per_s']:.1f} Gcell/s on {m} x {m} PEs of WSE-2"
     )
     plot_run(wave, out_dir / "stencil_wave25.png")
     console.print(f"figures: {out_dir / 'stencil_bicgstab.png'}, {out_dir / 'stencil_wave25.png'}")

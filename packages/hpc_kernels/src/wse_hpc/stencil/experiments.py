@@ -1,47 +1,94 @@
 """Stencil experiments (shared/DESIGN.md output): `sc22-stencil25`, `sc22-stencil25-nz`,
 `sc20-bicgstab`. Each is `run(*, quick, seed) -> ExperimentResult`.
 
-Predictions come from `wse_hpc.stencil.perf` (one efficiency factor fitted on Jacquelin et al.
-Table II, the calibration set); `published` is filled only from shared/REFERENCES.md. The
-measured part is a functional emulated run on a reduced grid (smaller with `quick`); the
-predictions do not depend on `quick`.
+Predictions are `wse_hpc.stencil.perf` counts on the full-size plan (`place_wave` /
+`place_bicgstab`, the placements `run_stencil` uses, with traffic traced abstractly), priced
+by `wse_core.perf.PerfModel` with the one calibration (`wse_core.calibration`: its compute
+efficiency is fitted on Table II, so the sc22-stencil25 rows are marked "calibration").
+`published` is filled only from shared/REFERENCES.md (Table III and SC20 list inputs only:
+None). The measured part is a functional emulated run on a reduced grid (smaller with
+`quick`); the predictions do not depend on `quick`. Param keys: wafer, grid, nz, block_z,
+precision, steps.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from wse_core import ExperimentResult, PredictionRow, SramBudgetError, preset
+from wse_core import ExperimentResult, PredictionRow, RunReport, preset
+from wse_core.calibration import STENCIL_TABLE_II
+from wse_core.perf import PerfModel
 
 from wse_hpc.stencil import perf
-from wse_hpc.stencil.runs import StencilConfig, run_stencil
+from wse_hpc.stencil.placement import grid_wafer
+from wse_hpc.stencil.runs import (
+    StencilConfig,
+    bicgstab_spmv,
+    place_bicgstab,
+    place_wave,
+    run_stencil,
+    wave_block_fn,
+)
 
 __all__ = ["stencil25", "stencil25_nz", "bicgstab_sc20"]
 
-TABLE_II = "Jacquelin et al., arXiv:2204.03775, Table II (calibration set)"
-# Table II, Gcell/s (shared/REFERENCES.md).
+TABLE_II = "Jacquelin et al., arXiv:2204.03775, Table II (calibration)"
+TABLE_III = "Jacquelin et al., arXiv:2204.03775, Table III (inputs only; not fitted)"
+SC20 = "Rocki et al., SC20, arXiv:2010.03660 (inputs only; not fitted)"
+TABLE_II_NZ, TABLE_II_BLOCK_Z, TABLE_II_STEPS = 1000, 100, 1000  # block_z: an assumption
+# Table II, Gcell/s (shared/REFERENCES.md); the seconds are in wse_core.calibration.
 TABLE_II_GCELLS = {
     (200, 200): 533.64,
     (400, 400): 2097.60,
     (600, 600): 4731.53,
+    (755, 500): 4956.17,
+    (755, 600): 5945.40,
+    (755, 900): 8922.08,
+    (755, 990): 9782.14,
     (755, 994): 9862.78,
 }
+# SC22 Table III inputs (REFERENCES.md): 755 x 994 PEs, 100,000 steps, (nz, Z block b).
+TABLE_III = ((100, 100), (200, 200), (300, 300), (400, 400), (500, 250), (700, 350), (1000, 334))
+TABLE_III_STEPS = 100_000
 
 
-def _wave_prediction(spec, nx: int, ny: int, nz: int, block_z: int):
-    cost = perf.wave25_cost(perf.wave25_traffic(nz, block_z), nz // block_z)
-    pred = perf.predict(spec, cost, nz)
-    return pred, nx * ny * nz / pred.seconds / 1e9
+def wave_plan(nx: int, ny: int, nz: int, block_z: int):
+    """The 25-point plan at full size (placed in the SRAM ledger, never allocated) and its
+    phases for one step: what `run_stencil` prices for a run of this grid."""
+    grid = place_wave(
+        grid_wafer(preset("wse2"), (nx, ny, nz), mesh_shape=(1, 1)), (nx, ny, nz), block_z
+    )
+    return grid, perf.wave25_phases(grid, block_z, wave_block_fn(grid), 1)
 
 
-def _measured(run) -> dict[str, Any]:
+def _wave_row(nx, ny, nz, block_z, steps, published, source):
+    grid, phases = wave_plan(nx, ny, nz, block_z)
+    timing = PerfModel(grid.wafer.spec).evaluate(phases)
+    gcells = nx * ny * nz / timing.seconds / 1e9
+    params = {
+        "wafer": "wse2",
+        "grid": f"{nx}x{ny}",
+        "nz": nz,
+        "block_z": block_z,
+        "steps": steps,
+        "precision": "fp32",
+        "bound": timing.bound,
+        "seconds": timing.seconds * steps,
+    }
+    return PredictionRow("gcells_per_s", gcells, "Gcell/s", params, published, source)
+
+
+def _measured(run: RunReport) -> dict[str, Any]:
+    x = run.extra
     return {
-        "kind": run.config.kind,
-        "grid": "x".join(map(str, run.config.grid)),
-        "steps": run.steps_done,
-        "wall_s": run.wall_s,
-        "emulated_mcells_per_s": run.cells_per_s / 1e6,
-        **run.final,
+        "kind": x["kind"],
+        "grid": "x".join(map(str, x["config"]["grid"])),
+        "steps": x["steps"],
+        "wall_s": run.measured_wall_s,
+        "emulated_mcells_per_s": x["measured_cells_per_s"] / 1e6,
+        "predicted_s": run.predicted_s,
+        **{k: x[k] for k in ("converged", "reason") if k in x},
+        **x["final"],
     }
 
 
@@ -64,22 +111,12 @@ def _figure(labels, predicted, published, ylabel, title):
 
 
 def stencil25(*, quick: bool, seed: int) -> ExperimentResult:
-    """Table II grids on WSE-2 (nz = 1000, 1000 steps): predicted Gcell/s vs published."""
-    spec = preset("wse2")
-    rows, pred_vals, pub_vals = [], [], []
-    for (nx, ny), published in TABLE_II_GCELLS.items():
-        pred, gcells = _wave_prediction(spec, nx, ny, 1000, perf.CALIBRATION_BLOCK_Z)
-        params = {
-            "preset": "wse2",
-            "grid": f"{nx}x{ny}x1000",
-            "steps": 1000,
-            "block_z": perf.CALIBRATION_BLOCK_Z,
-            "bound": pred.bound,
-            "seconds_1000_steps": pred.seconds * 1000,
-        }
-        rows.append(PredictionRow("gcells_per_s", gcells, "Gcell/s", params, published, TABLE_II))
-        pred_vals.append(gcells)
-        pub_vals.append(published)
+    """Table II grids on WSE-2 (nz = 1000, 1000 steps): predicted Gcell/s vs published (the
+    calibration set: the compute efficiency is fitted on these eight rows)."""
+    rows = [
+        _wave_row(nx, ny, TABLE_II_NZ, TABLE_II_BLOCK_Z, TABLE_II_STEPS, published, TABLE_II)
+        for (nx, ny), published in TABLE_II_GCELLS.items()
+    ]
     n = 16 if quick else 48
     run = run_stencil(
         StencilConfig(
@@ -92,88 +129,55 @@ def stencil25(*, quick: bool, seed: int) -> ExperimentResult:
     )
     fig = _figure(
         [f"{a}x{b}" for a, b in TABLE_II_GCELLS],
-        pred_vals,
-        pub_vals,
+        [r.value for r in rows],
+        list(TABLE_II_GCELLS.values()),
         "Gcell/s",
-        "25-point stencil on WSE-2 (nz = 1000)",
+        "25-point stencil on WSE-2 (nz = 1000; calibration set)",
     )
-    return ExperimentResult(
-        "sc22-stencil25",
-        seed,
-        {"efficiency": perf.EFFICIENCY, "quick": quick},
-        [_measured(run)],
-        rows,
-        fig,
-    )
+    assert len(STENCIL_TABLE_II) == len(rows)  # the calibration's own list of the same rows
+    config = {"quick": quick, "calibration": run.calibration.describe()}
+    return ExperimentResult("sc22-stencil25", seed, config, [_measured(run)], rows, fig)
 
 
 def stencil25_nz(*, quick: bool, seed: int) -> ExperimentResult:
-    """Gcell/s on 755 x 994 against nz and the Z block size b (the SRAM ledger caps nz)."""
-    from wse_hpc.stencil import grid_wafer, max_nz
-
-    spec = preset("wse2")
-    wafer = grid_wafer(spec, (755, 994, 8), mesh_shape=(1, 1))
-    rows, curves = [], {}
-    for b in (10, 25, 50, 100, 200):
-        fields = {"u_prev": "fp32", "u": "fp32", "velocity": "fp32"}
-        cap = max_nz(wafer, fields, extra_per_field=8, buffers_for=lambda n, b=b: 64 * b + 64)
-        cap -= cap % b
-        curve = []
-        for nz in sorted({100, 250, 500, 1000, 2000, cap}):
-            if nz > cap or nz % b:
-                continue
-            _, gcells = _wave_prediction(spec, 755, 994, nz, b)
-            published = (
-                TABLE_II_GCELLS[(755, 994)] if (nz, b) == (1000, perf.CALIBRATION_BLOCK_Z) else None
-            )
-            rows.append(
-                PredictionRow(
-                    "gcells_per_s",
-                    gcells,
-                    "Gcell/s",
-                    {"grid": f"755x994x{nz}", "block_z": b, "max_nz": cap},
-                    published,
-                    TABLE_II if published else None,
-                )
-            )
-            curve.append((nz, gcells))
-        curves[b] = curve
+    """SC22 Table III: 755 x 994 PEs, 100,000 steps, Gcell/s for each (nz, Z block b). No
+    published figure is in REFERENCES.md, so `published` stays None."""
+    rows = [_wave_row(755, 994, nz, b, TABLE_III_STEPS, None, TABLE_III) for nz, b in TABLE_III]
     measured = []
     nz = 40 if quick else 120
-    for b in (4, 20) if quick else (4, 20, 40, 120):
-        try:
-            run = run_stencil(
-                StencilConfig(
-                    kind="wave25",
-                    grid=(16, 16, nz),
-                    preset="wse2",
-                    steps=5 if quick else 20,
-                    block_z=b,
-                    chunks=1,
-                )
+    for b in (4, 15, 40) if quick else (4, 15, 40, 120):  # 15: a shorter last block
+        run = run_stencil(
+            StencilConfig(
+                kind="wave25",
+                grid=(16, 16, nz),
+                preset="wse2",
+                steps=5 if quick else 20,
+                block_z=b,
+                chunks=1,
             )
-            measured.append({**_measured(run), "block_z": b})
-        except SramBudgetError as e:  # pragma: no cover - the grid is chosen to fit
-            measured.append({"block_z": b, "error": str(e)})
+        )
+        measured.append({**_measured(run), "block_z": b})
+    curve = [(r.params["nz"], r.value) for r in rows]
     return ExperimentResult(
-        "sc22-stencil25-nz", seed, {"quick": quick}, measured, rows, _nz_figure(curves)
+        "sc22-stencil25-nz", seed, {"quick": quick}, measured, rows, _nz_figure(curve)
     )
 
 
-def _nz_figure(curves):
+def _nz_figure(curve):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for b, curve in curves.items():
-        ax.plot([c[0] for c in curve], [c[1] for c in curve], marker="o", label=f"b = {b}")
+    labels = [f"{nz}/{b}" for nz, b in TABLE_III]
+    ax.plot(range(len(curve)), [c[1] for c in curve], marker="o", label="model")
     ax.axhline(TABLE_II_GCELLS[(755, 994)], color="k", ls=":", label="Table II, nz = 1000")
+    ax.set_xticks(range(len(labels)), labels)
     ax.set(
-        xlabel="nz (cells per PE)",
+        xlabel="nz / Z block b",
         ylabel="Gcell/s",
-        title="25-point stencil, 755 x 994 PEs of WSE-2 (model)",
+        title="25-point stencil, 755 x 994 PEs of WSE-2 (SC22 Table III inputs)",
     )
     ax.legend()
     fig.tight_layout()
@@ -181,34 +185,30 @@ def _nz_figure(curves):
 
 
 def bicgstab_sc20(*, quick: bool, seed: int) -> ExperimentResult:
-    """BiCGSTAB on CS-1 at 600 x 595 x 1536 (mixed precision): predicted time and flop/s."""
-    from wse_hpc.stencil import grid_wafer, place_grid
-    from wse_hpc.stencil.runs import _bicgstab_cost
-
-    spec = preset("wse1")
+    """BiCGSTAB on CS-1 (preset wse1) at 600 x 595 x 1536, mixed precision (fp16 stencil and
+    AXPY, fp32 allreduced dots): predicted microseconds per iteration and PFLOP/s (counted
+    flops of one inner iteration). No published figure is in REFERENCES.md (None)."""
     shape = (600, 595, 1536)
-    rows = []
-    wafer = grid_wafer(spec, shape, mesh_shape=(1, 1))
-    names = ("x", "r", "rhat", "p", "v", "s", "t")
-    grid = place_grid(wafer, shape, {**dict.fromkeys(names, "fp16"), "b": "fp32"})
-    import jax
-    import jax.numpy as jnp
-
-    x = jax.ShapeDtypeStruct(
-        wafer.padded_shape + (shape[2],), jnp.float16, sharding=wafer.sharding(1)
-    )
-    for precision in ("mixed", "fp32"):
-        _, pred, flops = _bicgstab_cost(grid, precision, x)
-        params = {
-            "preset": "wse1",
-            "grid": "600x595x1536",
-            "precision": precision,
-            "bound": pred.bound,
-            "latency_us": pred.latency_cycles / spec.clock_hz * 1e6,
-        }
-        cells = 600 * 595 * 1536
-        rows.append(PredictionRow("us_per_iteration", pred.seconds * 1e6, "us", params))
-        rows.append(PredictionRow("pflops", cells * flops / pred.seconds / 1e15, "PFLOP/s", params))
+    # Mixed only, as published: the fp32 variant's seven fp32 vectors do not fit a CS-1 PE.
+    wafer = grid_wafer(preset("wse1"), shape, mesh_shape=(1, 1))
+    grid = place_bicgstab(wafer, shape, "mixed", pair=False)
+    phases = perf.bicgstab_iteration(grid, "mixed", bicgstab_spmv(grid))
+    timing = PerfModel(grid.wafer.spec).evaluate(phases)
+    params = {
+        "wafer": "wse1",
+        "grid": "600x595x1536",
+        "nz": shape[2],
+        "precision": "mixed",
+        "bound": timing.bound,
+        "critical_phase": timing.critical().name,
+        "allreduce_us": 3 * timing.leaf("allreduce_1").seconds * 1e6,
+        "sram_bytes_per_pe": grid.bytes_per_pe,
+    }
+    flops = phases.total_work().flops() * shape[0] * shape[1]
+    rows = [
+        PredictionRow("us_per_iteration", timing.seconds * 1e6, "us", params, None, SC20),
+        PredictionRow("pflops", flops / timing.seconds / 1e15, "PFLOP/s", params, None, SC20),
+    ]
     n = (16, 16, 32) if quick else (48, 48, 96)
     measured = [
         _measured(
@@ -216,14 +216,8 @@ def bicgstab_sc20(*, quick: bool, seed: int) -> ExperimentResult:
         )
         for p in ("mixed", "fp32")
     ]
-    fig = _bicgstab_figure(measured)
     return ExperimentResult(
-        "sc20-bicgstab",
-        seed,
-        {"quick": quick, "sram_bytes_per_pe": grid.bytes_per_pe},
-        measured,
-        rows,
-        fig,
+        "sc20-bicgstab", seed, {"quick": quick}, measured, rows, _bicgstab_figure(measured)
     )
 
 

@@ -1,18 +1,23 @@
 """The stencil shell: builds a problem, jits and times the kernels, attaches predictions.
 
 `run_stencil(StencilConfig(...))` is what `wse hpc stencil`, the benchmark, the experiments and
-the demo call. It places the grid (SRAM ledger first), builds the problem (below), compiles
-before timing (`wall_s` excludes compilation), runs many steps per jitted call (a
-`lax.fori_loop` per chunk; BiCGSTAB is one `lax.while_loop`) and returns a `StencilRun` with
-the history, the measured cells/s and the wafer prediction per step / iteration.
+the demo call. It places the grid (SRAM ledger first; `place_*` are the plans the experiments
+price at full size), builds the problem (below), compiles before timing (the measured wall
+time excludes compilation), runs many steps per jitted call (a `lax.fori_loop` per chunk;
+BiCGSTAB with refinement is one `lax.while_loop`) and returns a `wse_core.RunReport`: the
+measured wall time beside the predicted wafer time of the same run (`wse_hpc.stencil.perf`
+priced on the same grid, dtype, Z block and traced traffic), and in `extra` the history,
+the final figures, the rates and a z-slice of the solution (`slice_xy`, at most 64 x 64).
 
 Problems (on the unit cube):
 - jacobi: Poisson A u = f with u = sin(pi x) sin(pi y) sin(pi z) (Dirichlet; 2 pi for
   periodic) and f = -lap u; history: relative residual; final: max error vs the exact u.
 - heat: the same eigenmode as initial data, explicit Euler at half the stable step; history
   and final: max deviation from the exact discrete decay (1 - dt lambda)^n u0.
-- bicgstab: A x = A u_exact for a non-separable u_exact (a discrete manufactured solution);
-  history: recurrence residual; final: true residual and error vs u_exact.
+- bicgstab: A x = A u_exact for a non-separable u_exact (a discrete manufactured solution),
+  solved by iterative refinement (`wse_hpc.stencil.refine`) that stops on the true residual;
+  history: the inner recurrence residual relative to ||b||; `true_history`: the true
+  residual at each check; `converged` and, when false, `reason` (one line).
 - wave25: Ricker point source at the centre, two velocity layers (1.0 and 1.5), 40% of the
   stable step; history: max |u|.
 """
@@ -29,11 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from wse_core import Prediction, Traffic, preset
-from wse_core.fabric import reduce as fabric_reduce
+from wse_core import RunReport, preset
+from wse_core.perf import Phases
 
 from wse_hpc.stencil import perf
-from wse_hpc.stencil.bicgstab import bicgstab, scale_for
 from wse_hpc.stencil.kernels import (
     heat,
     iterate_padded,
@@ -44,10 +48,18 @@ from wse_hpc.stencil.kernels import (
     pad_z,
 )
 from wse_hpc.stencil.placement import StencilError, StencilGrid, grid_wafer, place_grid
-from wse_hpc.stencil.wave import RADIUS, wave25
+from wse_hpc.stencil.refine import CERTIFY_FLOOR, PAIR_BELOW, refine
+from wse_hpc.stencil.wave import RADIUS, laplacian25, wave25
 from wse_hpc.stencil.wave import max_stable_dt as wave_dt
 
-__all__ = ["KINDS", "StencilConfig", "StencilRun", "run_stencil", "exact_solution"]
+__all__ = [
+    "KINDS",
+    "StencilConfig",
+    "exact_solution",
+    "place_bicgstab",
+    "place_wave",
+    "run_stencil",
+]
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
 _DT = {"fp32": jnp.float32, "fp16": jnp.float16}
@@ -67,57 +79,6 @@ class StencilConfig:
     mesh_shape: tuple[int, int] | None = None
     defect_seed: int | None = None
     chunks: int = 10  # history points for the stepping kernels
-
-
-@dataclasses.dataclass
-class StencilRun:
-    config: StencilConfig
-    metric: str  # what `history` holds
-    history: list[tuple[int, float]]
-    final: dict[str, float]
-    steps_done: int
-    wall_s: float  # timed steps only (compilation excluded)
-    predicted: Prediction  # one step / iteration on the wafer
-    flops_per_cell: float
-    traffic: Traffic  # one step, as traced
-    sram: dict[str, Any]
-    wafer: dict[str, Any]
-    slice_xy: np.ndarray  # the solution at z = nz // 2
-
-    @property
-    def cells(self) -> int:
-        nx, ny, nz = self.config.grid
-        return nx * ny * nz
-
-    @property
-    def cells_per_s(self) -> float:
-        return self.cells * self.steps_done / self.wall_s if self.wall_s > 0 else float("nan")
-
-    @property
-    def predicted_gcells_per_s(self) -> float:
-        return self.cells / self.predicted.seconds / 1e9
-
-    @property
-    def predicted_flops(self) -> float:
-        return self.cells * self.flops_per_cell / self.predicted.seconds
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "config": dataclasses.asdict(self.config),
-            "metric": self.metric,
-            "history": [[s, v] for s, v in self.history],
-            "final": self.final,
-            "steps": self.steps_done,
-            "wall_s": self.wall_s,
-            "measured_cells_per_s": self.cells_per_s,
-            "predicted_s_per_step": self.predicted.seconds,
-            "predicted_gcells_per_s": self.predicted_gcells_per_s,
-            "predicted_flops_per_s": self.predicted_flops,
-            "predicted": self.predicted.to_dict(),
-            "traffic": self.traffic.to_dict(),
-            "sram": self.sram,
-            "wafer": self.wafer,
-        }
 
 
 def exact_solution(grid: StencilGrid, kind: str) -> np.ndarray:
@@ -183,7 +144,7 @@ def _setup(cfg: StencilConfig):
     )
 
 
-def run_stencil(cfg: StencilConfig, progress: Progress | None = None) -> StencilRun:
+def run_stencil(cfg: StencilConfig, progress: Progress | None = None) -> RunReport:
     """Run one configured problem (see the module docstring) and report it."""
     wafer = _setup(cfg)
     runner = {
@@ -203,33 +164,69 @@ def _field_dtype(cfg: StencilConfig, allowed: tuple[str, ...]) -> str:
     return cfg.dtype
 
 
-def _finish(cfg, grid, metric, history, final, done, wall, cost, pred, flops, field):
-    nz = grid.shape[2]
-    return StencilRun(
-        config=cfg,
-        metric=metric,
-        history=history,
-        final=final,
-        steps_done=done,
-        wall_s=wall,
-        predicted=pred,
-        flops_per_cell=flops,
-        traffic=cost.traffic,
+def _slice(grid: StencilGrid, field: jax.Array) -> list[list[float]]:
+    """The z = nz / 2 plane, every k-th point so that at most 64 x 64 remain (for figures)."""
+    nx, ny, nz = grid.shape
+    plane = np.asarray(grid.gather(field)[:, :, nz // 2], np.float32)
+    return plane[:: -(-nx // 64), :: -(-ny // 64)].tolist()
+
+
+def _report(cfg, grid, phases: Phases, step: str, wall: float, done: int, field, **extra):
+    """The RunReport of a finished run: the phases priced, the measurement, the figures."""
+    spec = grid.wafer.spec
+    report = RunReport.build(
+        f"stencil {cfg.kind}",
+        spec,
+        phases,
+        measured_wall_s=wall,
+        traffic=_traffic(grid, phases),
         sram=grid.wafer.sram.summary(),
+        assumptions=perf.assumptions(cfg.kind),
+        units="solve" if cfg.kind == "bicgstab" else "run",
+    )
+    node = report.predicted.leaf(step)
+    per_step = node.seconds / node.repeat if node.repeat else node.seconds
+    cells = grid.cells
+    flops = phases.total_work().flops()
+    pred_s = report.predicted_s
+    report.extra.update(
+        config=dataclasses.asdict(cfg),
+        kind=cfg.kind,
+        steps=done,
+        cells=cells,
+        measured_cells_per_s=cells * done / wall if wall > 0 else float("nan"),
+        predicted_s_per_step=per_step,
+        predicted_gcells_per_s=cells / per_step / 1e9 if per_step > 0 else float("nan"),
+        predicted_flops_per_s=flops / pred_s if pred_s > 0 else float("nan"),
         wafer=grid.wafer.describe(),
-        slice_xy=np.asarray(grid.gather(field)[:, :, nz // 2], np.float32),
+        slice_xy=_slice(grid, field),
+        **extra,
+    )
+    return report
+
+
+def _traffic(grid: StencilGrid, phases: Phases):
+    """The fabric words of the whole run per link direction, as a Traffic (for the report)."""
+    from wse_core import Traffic
+
+    work = phases.total_work()
+    return Traffic("run", links=dict(work.links), latency_hops=work.latency_hops)
+
+
+def place_jacobi(wafer, shape, dtype: str, boundary: str = "dirichlet") -> StencilGrid:
+    """Jacobi / heat fields u, u_next, f (heat: no f) plus one Z ghost plane at each end."""
+    return place_grid(
+        wafer,
+        shape,
+        {"u": dtype, "u_next": dtype, "f": dtype},
+        boundary=boundary,
+        buffers_for=lambda n: 4 * jnp.dtype(_DT[dtype]).itemsize,
     )
 
 
-def _run_jacobi(cfg, wafer, progress) -> StencilRun:
+def _run_jacobi(cfg, wafer, progress) -> RunReport:
     dt = _field_dtype(cfg, ("fp32", "fp16"))
-    grid = place_grid(
-        wafer,
-        cfg.grid,
-        {"u": dt, "u_next": dt, "f": dt},
-        boundary=cfg.boundary,
-        buffers_for=lambda n: 4 * jnp.dtype(_DT[dt]).itemsize,
-    )  # Z ghosts
+    grid = place_jacobi(wafer, cfg.grid, dt, cfg.boundary)
     ue = exact_solution(grid, "jacobi")
     f = grid.place(_eigenvalue_continuous(grid) * ue, "f")
     pair = _two_buffers(grid, grid.zeros("u"))
@@ -242,21 +239,11 @@ def _run_jacobi(cfg, wafer, progress) -> StencilRun:
     (pair, f), wall, done, hist = _chunked(advance, (pair, f), steps, cfg.chunks, observe, progress)
     u = pair[0][:, :, 1:-1]
     err = float(np.abs(grid.gather(u) - ue).max())
-    cost = _cost7(grid, lambda a: jacobi(grid)(a, a), u, "jacobi", reads=4)
-    pred = perf.predict(grid.wafer.spec, cost, grid.shape[2])
-    return _finish(
-        cfg,
-        grid,
-        "relative residual",
-        hist,
-        {"max_error_vs_exact": err},
-        done,
-        wall,
-        cost,
-        pred,
-        perf.FLOPS_PER_CELL["jacobi"],
-        u,
-    )
+    phases = perf.jacobi_phases(grid, jacobi(grid), done)
+    return _report(
+        cfg, grid, phases, "jacobi_sweep", wall, done, u,
+        metric="relative residual", history=hist, final={"max_error_vs_exact": err},
+    )  # fmt: skip
 
 
 def _two_buffers(grid: StencilGrid, u: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -268,20 +255,7 @@ def _eigenvalue_continuous(grid: StencilGrid) -> float:
     return 3 * (2 * np.pi if grid.boundary == "periodic" else np.pi) ** 2
 
 
-def _cost7(grid, fn, u, kind: str, reads: float) -> perf.KernelCost:
-    traffic, _ = perf.traced_traffic(grid.wafer, fn, u)
-    word = u.dtype.itemsize
-    key = "fp16" if word == 2 else "fp32"
-    return perf.KernelCost(
-        flops={key: perf.FLOPS_PER_CELL[kind]},
-        sram_read_words=reads,
-        sram_write_words=1,
-        word_bytes=word,
-        traffic=traffic,
-    )
-
-
-def _run_heat(cfg, wafer, progress) -> StencilRun:
+def _run_heat(cfg, wafer, progress) -> RunReport:
     dt_name = _field_dtype(cfg, ("fp32", "fp16"))
     grid = place_grid(
         wafer,
@@ -303,91 +277,93 @@ def _run_heat(cfg, wafer, progress) -> StencilRun:
     advance = lambda s, n: iterate_padded(grid, step, n)(s)
     pair, wall, done, hist = _chunked(advance, pair, steps, cfg.chunks, observe, progress)
     u = pair[0][:, :, 1:-1]
-    cost = _cost7(grid, heat(grid, dt=dt), u, "heat", reads=3)
-    pred = perf.predict(grid.wafer.spec, cost, grid.shape[2])
     final = {
         "max_deviation_from_exact_decay": hist[-1][1],
         "amplitude": float(decay**done),
         "dt": dt,
     }
-    return _finish(
-        cfg,
-        grid,
-        "max |u - exact decay|",
-        hist,
-        final,
-        done,
-        wall,
-        cost,
-        pred,
-        perf.FLOPS_PER_CELL["heat"],
-        u,
-    )
+    phases = perf.heat_phases(grid, heat(grid, dt=dt), done)
+    return _report(
+        cfg, grid, phases, "heat_step", wall, done, u,
+        metric="max |u - exact decay|", history=hist, final=final,
+    )  # fmt: skip
 
 
-def _run_bicgstab(cfg, wafer, progress) -> StencilRun:
-    precision = "mixed" if cfg.dtype in ("mixed", "fp16") else _field_dtype(cfg, ("fp32",))
+def place_bicgstab(
+    wafer, shape, precision: str, *, pair: bool, boundary: str = "dirichlet"
+) -> StencilGrid:
+    """BiCGSTAB with refinement: the inner vectors r, r^, p, v, s, t and the scaled
+    right-hand side in the vector dtype (fp16 for mixed); b, x and the correction d (which
+    also holds the outer residual) in fp32; x_lo in fp32 when x is a pair."""
     vec = "fp16" if precision == "mixed" else "fp32"
-    names = ("x", "r", "rhat", "p", "v", "s", "t")
-    grid = place_grid(
-        wafer, cfg.grid, {**{n: vec for n in names}, "b": "fp32"}, boundary=cfg.boundary
-    )
+    inner = dict.fromkeys(("r", "rhat", "p", "v", "s", "t", "bs"), vec)
+    outer = dict.fromkeys(("b", "x", "d", *(("x_lo",) if pair else ())), "fp32")
+    return place_grid(wafer, shape, {**inner, **outer}, boundary=boundary)
+
+
+def bicgstab_spmv(grid: StencilGrid):
+    """The SpMV the solver applies (D^-1 A folded into the coefficients)."""
+    from wse_hpc.stencil.kernels import diagonal
+
+    return laplacian7(grid, scale=1.0 / float(diagonal(grid)))
+
+
+def _run_bicgstab(cfg, wafer, progress) -> RunReport:
+    precision = "mixed" if cfg.dtype in ("mixed", "fp16") else _field_dtype(cfg, ("fp32",))
     tol = cfg.tol if cfg.tol is not None else (1e-3 if precision == "mixed" else 1e-6)
+    pair = tol < PAIR_BELOW
+    grid = place_bicgstab(wafer, cfg.grid, precision, pair=pair, boundary=cfg.boundary)
     maxiter = 1000 if cfg.steps is None else cfg.steps
-    solve = bicgstab(grid, precision=precision, tol=tol, maxiter=maxiter)
+    solve = refine(grid, precision=precision, tol=tol, maxiter=maxiter, pair=pair)
     ue = exact_solution(grid, "bicgstab")
-    apply_a = laplacian7(grid)
-    b = jax.jit(apply_a)(grid.place(ue, "b"))
-    sigma = scale_for(grid, float(jnp.max(jnp.abs(b))))
-    res, wall = _timed(lambda bb, s: solve(bb, None, s), b * 1, jnp.float32(sigma))
+    b = jax.jit(laplacian7(grid))(grid.place(ue, "b"))
+    res, wall = _timed(solve, b * 1)
+    n, k = int(res.iterations), int(res.outer)
     if progress:
-        progress(int(res.iterations), maxiter)
-    nrm = norm(grid)
-    true_res = float(jax.jit(lambda x, bb: nrm(bb - apply_a(x)) / nrm(bb))(res.x, b))
-    n = int(res.iterations)
-    hist = [(i, float(v)) for i, v in enumerate(np.asarray(res.history)[: n + 1])]
+        progress(n, maxiter)
+    x = grid.gather(res.x).astype(np.float64) + grid.gather(res.x_lo)
+    true_res, converged = float(res.true_residual), bool(res.converged)
     final = {
-        "recurrence_residual": float(res.residual),
         "true_residual": true_res,
-        "max_error_vs_exact": float(np.abs(grid.gather(res.x) - ue).max()),
+        "recurrence_residual": float(res.recurrence),
+        "max_error_vs_exact": float(np.abs(x - ue).max()),
+        "refinement_steps": k - 1,
+        "replacements": int(res.replacements),
         "breakdown": float(bool(res.breakdown)),
-        "sigma": sigma,
         "tol": tol,
     }
-    cost, pred, flops = _bicgstab_cost(grid, precision, res.x.astype(grid.dtype("x")))
-    return _finish(cfg, grid, "relative residual", hist, final, n, wall, cost, pred, flops, res.x)
+    hist = [(i, float(v)) for i, v in enumerate(np.asarray(res.history)[: n + 1])]
+    its_at, true_at = np.asarray(res.check_iterations)[:k], np.asarray(res.true_history)[:k]
+    checks = zip(its_at, true_at, strict=True)
+    phases = perf.bicgstab_phases(
+        grid, precision, bicgstab_spmv(grid), iterations=n, outer_steps=k,
+        replacements=int(res.replacements), pair=pair,
+    )  # fmt: skip
+    return _report(
+        cfg, grid, phases, "bicgstab_iteration", wall, n, res.x,
+        metric="recurrence residual / ||b||", history=hist, final=final,
+        true_history=[(int(i), float(v)) for i, v in checks], converged=converged,
+        reason=None if converged else _reason(res, tol, maxiter, precision, pair),
+        x_carry="fp32 pair (x_hi + x_lo)" if pair else "fp32",
+    )  # fmt: skip
 
 
-def _bicgstab_cost(grid, precision, x):
-    """One iteration: 2 SpMVs traced, 3 reductions (their latency traced once each)."""
-    spmv = laplacian7(grid)
-    traffic, _ = perf.traced_traffic(grid.wafer, lambda a: spmv(spmv(a)), x)
-    local = jnp.zeros(x.shape[:2] + (2,), jnp.float32)
-    red, _ = perf.traced_traffic(grid.wafer, lambda a: fabric_reduce(grid.wafer, a), local)
-    traffic = dataclasses.replace(
-        traffic, latency_hops=traffic.latency_hops + 3 * red.latency_hops, count=traffic.count + 3
-    )
-    mixed = precision == "mixed"
-    flops = (
-        {"fp16": perf.FLOPS_PER_CELL["bicgstab"], "fp32": perf.FLOPS_PER_CELL["bicgstab_dots"]}
-        if mixed
-        else {"fp32": perf.FLOPS_PER_CELL["bicgstab"] + perf.FLOPS_PER_CELL["bicgstab_dots"]}
-    )
-    cost = perf.KernelCost(
-        flops=flops,
-        sram_read_words=24,
-        sram_write_words=6,
-        word_bytes=2 if mixed else 4,
-        traffic=traffic,
-        reductions=3,
-    )
-    pred = perf.predict(
-        grid.wafer.spec,
-        cost,
-        grid.shape[2],
-        reduction_hops=red.latency_hops * grid.wafer.spec.hop_latency_cycles,
-    )
-    return cost, pred, sum(flops.values())
+def _reason(res, tol: float, maxiter: int, precision: str, pair: bool) -> str:
+    """One line: why the true residual did not reach tol."""
+    t = float(res.true_residual)
+    if tol <= 2 * CERTIFY_FLOOR:
+        return (
+            f"tolerance {tol:g} is out of reach: an fp32 residual on the wafer certifies no "
+            f"less than {2 * CERTIFY_FLOOR:.1e} (reached {t:.2e}; its rounding is "
+            f"~{CERTIFY_FLOOR:.1e})"
+        )
+    if bool(res.stalled):
+        carry = "an fp32 pair" if pair else "fp32"
+        return (
+            f"tolerance {tol:g} is out of reach: the true residual stalled at {t:.2e} after "
+            f"{int(res.outer) - 1} refinement steps ({precision} inner solves, x in {carry})"
+        )
+    return f"iteration cap {maxiter} reached with the true residual at {t:.2e} > tol {tol:g}"
 
 
 def default_block_z(nz: int, cap: int = 64) -> int:
@@ -395,19 +371,29 @@ def default_block_z(nz: int, cap: int = 64) -> int:
     return max(d for d in range(1, min(nz, cap) + 1) if nz % d == 0)
 
 
-def _run_wave(cfg, wafer, progress) -> StencilRun:
+def place_wave(wafer, shape, block_z: int, boundary: str = "dirichlet") -> StencilGrid:
+    """u_prev, u and the velocity in fp32, and a buffer of 16 received halo values per cell
+    of a Z block of `block_z` plus the ghost planes."""
+    return place_grid(
+        wafer,
+        shape,
+        {"u_prev": "fp32", "u": "fp32", "velocity": "fp32"},
+        boundary=boundary,
+        radius=RADIUS,
+        buffers_for=lambda n: 16 * 4 * min(block_z, n) + 8 * 2 * 4,
+    )
+
+
+def wave_block_fn(grid: StencilGrid):
+    """One Z block's stencil, as the step runs it (traced by the cost model)."""
+    return lambda block: laplacian25(grid, block, block.shape[2] - 2 * RADIUS)
+
+
+def _run_wave(cfg, wafer, progress) -> RunReport:
     _field_dtype(cfg, ("fp32",))
     nz = cfg.grid[2]
     b = default_block_z(nz) if cfg.block_z is None else cfg.block_z
-    fields = {"u_prev": "fp32", "u": "fp32"}
-    grid = place_grid(
-        wafer,
-        cfg.grid,
-        {**fields, "velocity": "fp32"},
-        boundary=cfg.boundary,
-        radius=RADIUS,
-        buffers_for=lambda n: 16 * 4 * min(b, n) + 8 * 2 * 4,
-    )
+    grid = place_wave(wafer, cfg.grid, b, cfg.boundary)
     x = grid.coords()[0]
     vel = np.broadcast_to(np.where(x < 0.5, 1.0, 1.5)[:, None, None], grid.shape)
     dt = 0.4 * wave_dt(grid, 1.5)
@@ -419,21 +405,9 @@ def _run_wave(cfg, wafer, progress) -> StencilRun:
     steps = 50 if cfg.steps is None else cfg.steps
     advance = lambda s, n: _steps(fns.step_fn, s, n, pair=True)
     st, wall, done, hist = _chunked(advance, st, steps, cfg.chunks, observe, progress)
-    traffic, _ = perf.traced_traffic(grid.wafer, fns.step_fn, st)
-    traffic = traffic.scaled(nz // b)  # the Z-block loop body is traced once
-    cost = perf.wave25_cost(traffic, nz // b)
-    pred = perf.predict(grid.wafer.spec, cost, nz)
+    phases = perf.wave25_phases(grid, b, wave_block_fn(grid), done)
     final = {"max_abs_u": hist[-1][1], "dt": dt, "f0": f0, "block_z": b}
-    return _finish(
-        cfg,
-        grid,
-        "max |u|",
-        hist,
-        final,
-        done,
-        wall,
-        cost,
-        pred,
-        perf.FLOPS_PER_CELL["wave25"],
-        fns.field_fn(st),
-    )
+    return _report(
+        cfg, grid, phases, "wave25_step", wall, done, fns.field_fn(st),
+        metric="max |u|", history=hist, final=final,
+    )  # fmt: skip
