@@ -24,12 +24,9 @@ STEPS = 10  # fabric ops per jitted call (a lax.fori_loop), as a kernel would ru
 
 
 def _best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    from wse_core.runtime import wall_times_s  # imported late: the bench sets up first
+
+    return min(wall_times_s(fn, repeats=repeats, warmup=0))
 
 
 def worker(devices: int, grid: tuple[int, int], repeats: int) -> dict:

@@ -16,20 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 
 
 def _best(fn, repeats: int) -> float:
-    fn()  # warm-up (compile)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    from wse_core.runtime import wall_times_s  # imported late: the bench sets up first
+
+    return min(wall_times_s(fn, repeats=repeats))  # after one warm-up (compile)
 
 
 def _setup(quick: bool):

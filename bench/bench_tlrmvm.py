@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import threading
 import time
@@ -57,6 +56,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from wse_core import preset  # noqa: E402
 from wse_core.errors import SramBudgetError  # noqa: E402
+from wse_core.runtime import median_wall_s  # noqa: E402
 from wse_hpc.tlrmvm import compress, load_operator, save_operator  # noqa: E402
 from wse_hpc.tlrmvm.baseline import best_median_s, padded_fn, stacked_fn  # noqa: E402
 from wse_hpc.tlrmvm.engine import TlrEngine  # noqa: E402
@@ -86,16 +86,6 @@ def operator(n: int, nb: int, threshold: float):
     return a, op, time.perf_counter() - t0
 
 
-def timed(fn, x, repeats: int) -> float:
-    fn(x)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn(x)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def stream_bytes_per_s(repeats: int = 5, threads: int = 1) -> float:
     """A STREAM-like copy of 256 MiB (bytes read + written per second), split over
     `threads` Python threads (NumPy copies without the GIL)."""
@@ -113,7 +103,7 @@ def stream_bytes_per_s(repeats: int = 5, threads: int = 1) -> float:
         for t in parts:
             t.join()
 
-    return 2 * a.nbytes / timed(copy, None, repeats)
+    return 2 * a.nbytes / median_wall_s(copy, None, repeats=repeats)
 
 
 def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) -> dict:

@@ -28,7 +28,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -38,24 +37,15 @@ CASES = {  # name: (d_model, n_layers, n_heads, d_ff, vocab, batch, seq)
 }
 
 
-def _median_time(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def matmul_peak_flops(n: int = 1024, repeats: int = 10) -> float:
     """fp32 matmul FLOP/s of this machine through XLA (the best of `repeats`)."""
     import jax
     import jax.numpy as jnp
+    from wse_core.runtime import wall_times_s
 
     a = jnp.ones((n, n), jnp.float32)
     f = jax.jit(lambda x: x @ x)
-    jax.block_until_ready(f(a))
-    best = min(_median_time(lambda: jax.block_until_ready(f(a)), 1) for _ in range(repeats))
+    best = min(wall_times_s(f, a, repeats=repeats))
     return 2 * n**3 / best
 
 
@@ -151,6 +141,8 @@ def _torch_contender(shape, data):
 
 
 def bench_case(name: str, shape, rounds: int) -> dict:
+    from wse_core.runtime import wall_s
+
     model, data, fns, stalls = _jax_contenders(shape, 0)
     try:
         fns["pytorch"] = _torch_contender(shape, data)
@@ -161,7 +153,7 @@ def bench_case(name: str, shape, rounds: int) -> dict:
     for _ in range(rounds):
         for key, fn in fns.items():
             f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            times[key].append(_median_time(fn, 1))
+            times[key].append(wall_s(fn)[1])
             faults[key] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
     t = {k: statistics.median(v) for k, v in times.items()}
     batch, seq = shape[5], shape[6]

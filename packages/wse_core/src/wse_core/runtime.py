@@ -25,14 +25,28 @@ frees it after the call; glibc serves blocks above its mmap threshold (32 MiB at
 whose temporaries pass that size faults in every page again on every call: a 34 MB
 temporary cost ~8,200 page faults per call and tripled the time of a d128 GPT-2 layer's
 backward at batch 16 on the 2-core development VM. `wse train` and bench_train call it.
+
+Timing (the one helper every kernel, experiment and bench uses): `wall_s(fn, *args)` is one
+call of `fn(*args)` and the wall seconds until its result is ready (`time.perf_counter`
+around the call and `jax.block_until_ready` on the result, so JAX's asynchronous dispatch
+is not mistaken for the work; NumPy results are not walked). `wall_times_s(fn, *args,
+repeats=, warmup=)` runs `warmup` untimed calls (each waited for: compilation and first-touch
+costs stay out) and then `repeats` timed ones; `median_wall_s` is their median. Timing is
+shell work: never inside `jit`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from wse_core.errors import WseError
 
@@ -43,6 +57,9 @@ __all__ = [
     "cache_dir",
     "keep_freed_memory",
     "sync_dispatch",
+    "wall_s",
+    "wall_times_s",
+    "median_wall_s",
 ]
 
 _FAST_COMPILE_FLAG = "--xla_llvm_disable_expensive_passes=true"
@@ -150,3 +167,35 @@ def keep_freed_memory(keep_bytes: int = 1 << 30) -> bool:
         return False
     settings = ((_M_MMAP_MAX, 0), (_M_ARENA_MAX, 1), (_M_TRIM_THRESHOLD, keep_bytes))
     return all(mallopt(param, value) == 1 for param, value in settings)
+
+
+def _ready(out: Any) -> Any:
+    """`out` once its JAX arrays are computed (no JAX imported: nothing to wait for)."""
+    if "jax" not in sys.modules or isinstance(out, np.ndarray):
+        return out
+    import jax
+
+    return jax.block_until_ready(out)
+
+
+def wall_s(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """(result, wall seconds) of one call `fn(*args)`, its JAX results waited for."""
+    t0 = time.perf_counter()
+    out = _ready(fn(*args))
+    return out, time.perf_counter() - t0
+
+
+def wall_times_s(
+    fn: Callable[..., Any], *args: Any, repeats: int = 5, warmup: int = 1
+) -> list[float]:
+    """Wall seconds of `repeats` calls of `fn(*args)` after `warmup` untimed calls."""
+    if repeats < 1 or warmup < 0:
+        raise WseError(f"timing needs repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    for _ in range(warmup):
+        _ready(fn(*args))
+    return [wall_s(fn, *args)[1] for _ in range(repeats)]
+
+
+def median_wall_s(fn: Callable[..., Any], *args: Any, repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall seconds of one call of `fn(*args)` (see `wall_times_s`)."""
+    return statistics.median(wall_times_s(fn, *args, repeats=repeats, warmup=warmup))

@@ -6,23 +6,23 @@ reshuffle, phase 2), one GEMV per tile row over the stacked U_i (phase 3); no pa
 `padded_fn(op)` pads every tile to the largest rank and runs each phase as one batched
 `np.matmul` over all tiles (the "pad to a max rank with masks" layout, on a CPU). Both close
 over contiguous copies made once; x is (N,) or (N, b); the result matches `tlrmvm_numpy`.
-`best_median_s(fn)` times a baseline fairly on a shared machine: the median wall time with
-BLAS on one thread and with its default threads, keeping the faster (OpenBLAS GEMV on two
-busy cores is often several times slower than on one).
+`best_median_s(fn)` times a baseline fairly on a shared machine: the median wall time
+(`wse_core.runtime.median_wall_s`, after one warm-up call) with BLAS on one thread and with
+its default threads, keeping the faster (OpenBLAS GEMV on two busy cores is often several
+times slower than on one).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+from wse_core.runtime import median_wall_s
 
 from wse_hpc.tlrmvm.compress import TlrOperator
 
-__all__ = ["stacked_fn", "padded_fn", "reshuffle_index", "median_s", "best_median_s"]
+__all__ = ["stacked_fn", "padded_fn", "reshuffle_index", "best_median_s"]
 
 
 def reshuffle_index(op: TlrOperator) -> np.ndarray:
@@ -78,20 +78,9 @@ def padded_fn(op: TlrOperator) -> Callable[[np.ndarray], np.ndarray]:
     return fn
 
 
-def median_s(fn: Callable[[], object], repeats: int = 5) -> float:
-    """Median wall seconds of `fn()` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def best_median_s(fn: Callable[[], object], repeats: int = 5) -> tuple[float, int | None]:
     """(seconds, BLAS threads) of the faster of one thread and the default threads."""
     with threadpool_limits(limits=1):
-        one = median_s(fn, repeats)
-    default = median_s(fn, repeats)
+        one = median_wall_s(fn, repeats=repeats)
+    default = median_wall_s(fn, repeats=repeats)
     return (one, 1) if one <= default else (default, None)

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import statistics
-import time
 
 import jax
 import numpy as np
 from wse_core.report import RunReport
+from wse_core.runtime import median_wall_s
 from wse_core.spec import WaferSpec
 from wse_core.wafer import Wafer
 
@@ -116,13 +115,7 @@ class TlrEngine:
     def time_matvec(self, x: np.ndarray, repeats: int = 5) -> float:
         """Median wall seconds of one product (x already on the device, compile excluded)."""
         xb = jax.device_put(as_batch(x, self.op.shape[1], True))
-        jax.block_until_ready(self._matvec(self.bases, xb))
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(self._matvec(self.bases, xb))
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return median_wall_s(self._matvec, self.bases, xb, repeats=repeats)
 
     def prediction(self, *, systems: int = 1, fill: bool = False) -> RunReport:
         """The wafer's predicted product (no measurement); see `perf.predict`."""
