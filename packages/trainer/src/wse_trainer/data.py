@@ -8,6 +8,11 @@
   `tokenizer_identity` is the sha256 of its JSON, stored with every checkpoint.
 - `pack(token_lists, seq_len, eos_id)` joins documents with EOS and cuts rows of
   `seq_len + 1` tokens (inputs and shifted targets), int32.
+- `segments(inputs, eos_id)`: for `packing: true`, each row's documents as segment ids and
+  positions restarting at 0 in each (an EOS opens the next document, as a BOS would), so a
+  token attends only within its own document and no padding is needed.
+- `pad_documents(token_lists, seq_len, pad_id)`: the padded alternative (one document per
+  row, longer ones cut into rows) with its mask of real tokens: what packing saves.
 - `BatchIterator` yields `(batch, seq_len + 1)` int32 batches in a seeded order (a fresh
   permutation per epoch); its whole state is `{"seed", "epoch", "index"}`, so a run restored
   from a checkpoint continues with exactly the batches it would have seen.
@@ -21,6 +26,7 @@ import hashlib
 import sysconfig
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -35,6 +41,9 @@ __all__ = [
     "train_tokenizer",
     "tokenizer_identity",
     "pack",
+    "pad_documents",
+    "segments",
+    "Segments",
     "BatchIterator",
 ]
 
@@ -169,6 +178,48 @@ def pack(token_lists: Sequence[Sequence[int]], seq_len: int, eos_id: int) -> np.
     # so every token is a target exactly once.
     idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
     return flat[idx]
+
+
+class Segments(NamedTuple):
+    """Packed documents of a batch's inputs: int32 [b, s] each."""
+
+    segment_ids: np.ndarray  # document index within the row
+    positions: np.ndarray  # 0, 1, ... restarting at each document
+
+
+def segments(inputs: np.ndarray, eos_id: int) -> Segments:
+    """Segment ids and per-document positions of packed rows inputs int [b, s].
+
+    An EOS token opens a new segment: in a row ``a a EOS b b b EOS c`` the documents are
+    ``a a | EOS b b b | EOS c`` at positions ``0 1 | 0 1 2 3 | 0 1``. Each token's target (the
+    next token) then belongs to its own document, with EOS standing in for a BOS; a document
+    cut by a row boundary continues as a segment of its own in the next row."""
+    inputs = np.asarray(inputs)
+    is_eos = inputs == eos_id
+    seg = np.cumsum(is_eos, axis=1, dtype=np.int32)
+    idx = np.broadcast_to(np.arange(inputs.shape[1], dtype=np.int32), inputs.shape)
+    start = np.maximum.accumulate(np.where(is_eos, idx, 0), axis=1)
+    return Segments(seg, (idx - start).astype(np.int32))
+
+
+def pad_documents(
+    token_lists: Sequence[Sequence[int]], seq_len: int, eos_id: int, pad_id: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The padded way: each document (ending in EOS, as `pack` joins them) starts a row of
+    `seq_len + 1` tokens, is cut into several rows when longer (consecutive rows overlap by
+    one token, as in `pack`), and its last row is filled up with `pad_id` -> (rows int32
+    (n, seq_len + 1), real bool (n, seq_len + 1)). A target is padding where `real[:, 1:]`
+    is False."""
+    rows, real = [], []
+    for ids in token_lists:
+        doc = np.asarray([*ids, eos_id], np.int32)
+        for a in range(0, max(len(doc) - 1, 1), seq_len):
+            piece = doc[a : a + seq_len + 1]
+            row = np.full(seq_len + 1, pad_id, np.int32)
+            row[: len(piece)] = piece
+            rows.append(row)
+            real.append(np.arange(seq_len + 1) < len(piece))
+    return np.stack(rows), np.stack(real)
 
 
 @dataclasses.dataclass

@@ -20,16 +20,21 @@ from wse_trainer.replica import token_loss
 __all__ = ["loss_fn", "fused_step"]
 
 
-def loss_fn(model: Any, params: Any, batch: jax.Array) -> jax.Array:
-    """Mean next-token cross-entropy of `batch` rows (B, S + 1)."""
+def loss_fn(model: Any, params: Any, batch: jax.Array, segments: Any = None) -> jax.Array:
+    """Mean next-token cross-entropy of `batch` rows (B, S + 1); `segments`: packed
+    documents of the inputs (`data.Segments`), or None."""
     tokens, targets = batch[:, :-1], batch[:, 1:]
-    logits, _ = wse_models.forward(model, params, tokens)
+    if segments is None:
+        logits, _ = wse_models.forward(model, params, tokens)
+    else:
+        seg, pos = segments
+        logits, _ = wse_models.forward(model, params, tokens, pos, segment_ids=seg)
     return token_loss(logits, targets) / targets.size
 
 
 def fused_step(model: Any, tx: optax.GradientTransformation) -> Callable[..., Any]:
-    def step(params, opt_state, batch):
-        loss, grads = jax.value_and_grad(lambda p: loss_fn(model, p, batch))(params)
+    def step(params, opt_state, batch, segments=None):
+        loss, grads = jax.value_and_grad(lambda p: loss_fn(model, p, batch, segments))(params)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 

@@ -3,15 +3,17 @@
 `layer_fns(config, loss_scale)` closes over the model config and returns `LayerFns`:
 
 - `embed_fwd(embed_w, tokens, positions) -> h`                      [b, s] -> [b, s, d]
-- `layer_fwd(layer_w, h, positions) -> h`                           one layer (`apply_layer`)
-- `layer_bwd(layer_w, h_in, positions, g_out) -> (g_w, g_in)`        `jax.vjp` of one layer
+- `layer_fwd(layer_w, h, positions, segment_ids) -> h`              one layer (`apply_layer`)
+- `layer_fwd_zeros(...)` -> (h, zeros)   the same, with the MLP's zero count (ReLU-like only)
+- `layer_bwd(layer_w, h_in, positions, segment_ids, g_out) -> (g_w, g_in)`  `jax.vjp`
 - `head(head_w, h, targets) -> (loss, g_head_w, g_h)`               final norm, logits, loss
 - `embed_bwd(embed_w, tokens, positions, g_h) -> g_embed_w`
 
-`head_w` is `{"embed": ..., "final": ...}` (tied embeddings read the embedding). The loss is
-the token-summed cross-entropy times `loss_scale` (1 / global tokens), so replica losses and
-gradients add up to the full-batch mean. The shell jits each function once: every layer
-shares one compilation.
+`segment_ids` is None (rows attend across documents) or int32 [b, s] for packed documents
+(`data.segments`, with their positions). `head_w` is `{"embed": ..., "final": ...}` (tied
+embeddings read the embedding). The loss is the token-summed cross-entropy times
+`loss_scale` (1 / global tokens), so replica losses and gradients add up to the full-batch
+mean. The shell jits each function once: every layer shares one compilation.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = ["LayerFns", "layer_fns", "token_loss"]
 class LayerFns(NamedTuple):
     embed_fwd: Callable[..., jax.Array]
     layer_fwd: Callable[..., jax.Array]
+    layer_fwd_zeros: Callable[..., tuple[jax.Array, jax.Array]]
     layer_bwd: Callable[..., tuple[Any, jax.Array]]
     head: Callable[..., tuple[jax.Array, Any, jax.Array]]
     embed_bwd: Callable[..., Any]
@@ -45,11 +48,17 @@ def layer_fns(config: Any, loss_scale: float) -> LayerFns:
     def embed_fwd(embed_w, tokens, positions):
         return wse_models.embed(config, {"embed": embed_w}, tokens, positions)
 
-    def layer_fwd(layer_w, h, positions):
-        return wse_models.apply_layer(config, layer_w, h, positions)[0]
+    def layer_fwd(layer_w, h, positions, segment_ids):
+        return wse_models.apply_layer(config, layer_w, h, positions, segment_ids=segment_ids)[0]
 
-    def layer_bwd(layer_w, h, positions, g_out):
-        _, vjp = jax.vjp(lambda w, x: layer_fwd(w, x, positions), layer_w, h)
+    def layer_fwd_zeros(layer_w, h, positions, segment_ids):
+        out = wse_models.apply_layer(
+            config, layer_w, h, positions, segment_ids=segment_ids, count_zeros=True
+        )
+        return out[0], out[2]
+
+    def layer_bwd(layer_w, h, positions, segment_ids, g_out):
+        _, vjp = jax.vjp(lambda w, x: layer_fwd(w, x, positions, segment_ids), layer_w, h)
         return vjp(g_out.astype(h.dtype))
 
     def head(head_w, h, targets):
@@ -63,4 +72,4 @@ def layer_fns(config: Any, loss_scale: float) -> LayerFns:
         _, vjp = jax.vjp(lambda w: embed_fwd(w, tokens, positions), embed_w)
         return vjp(g_h)[0]
 
-    return LayerFns(embed_fwd, layer_fwd, layer_bwd, head, embed_bwd)
+    return LayerFns(embed_fwd, layer_fwd, layer_fwd_zeros, layer_bwd, head, embed_bwd)

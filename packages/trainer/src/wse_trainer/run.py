@@ -8,7 +8,10 @@
 3. MemoryX / SwarmX / replicas from `init_params(seed)`, then the latest committed
    checkpoint (or `--checkpoint_path`) restored: weights, optimizer state, data position;
 4. steps until `max_steps` (counted from the global step) or `num_steps` more; a NaN or Inf
-   loss stops the run with `TrainingDivergedError` before anything is saved;
+   loss stops the run with `TrainingDivergedError` before anything is saved; with
+   `train_input.packing` each batch carries its documents' segment ids and positions
+   (`data.segments`); a ReLU-like model's per-layer MLP zero fraction goes to metrics.jsonl
+   (`mlp_zero_fraction`, one value per layer, and `mlp_zero_fraction_mean`);
 5. checkpoints every `checkpoint_steps` and at the end; eval loss and perplexity;
 6. `<model_dir>/hf/` (HF format via `wse_models.save_pretrained`, plus `tokenizer.json`, and
    `tokenizer_config.json` and `generation_config.json` naming EOS) and samples from the
@@ -162,7 +165,7 @@ class _Session:
         import wse_models
         from wse_core import preset
 
-        from wse_trainer.data import BatchIterator, tokenizer_identity
+        from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
         from wse_trainer.optimizer import base_transform
         from wse_trainer.plan import memory_plan, plan_activations
         from wse_trainer.stream import StreamedTrainer
@@ -199,6 +202,13 @@ class _Session:
         )
         self.prediction = predict(config, self.model, memory)  # the plan the trainer runs
         self.eval_rows: Any = None
+        self.eos_id = self.tok.token_to_id(EOS)
+
+    def segments(self, batch: Any, packing: bool) -> Any:
+        """The packed documents of a batch's inputs (`data.segments`), or None."""
+        from wse_trainer.data import segments
+
+        return segments(batch[:, :-1], self.eos_id) if packing else None
 
     def state(self) -> dict[str, Any]:
         import jax
@@ -249,7 +259,7 @@ def _eval_fn(model: Any):
 
     from wse_trainer.reference import loss_fn
 
-    return jax.jit(lambda p, b: loss_fn(model, p, b))
+    return jax.jit(lambda p, b, seg: loss_fn(model, p, b, seg))
 
 
 def evaluate(s: _Session, steps: int | None = None) -> float:
@@ -268,9 +278,8 @@ def evaluate(s: _Session, steps: int | None = None) -> float:
         )
     params = s.trainer.memx.params_tree()
     f = _eval_fn(s.model)
-    losses = [
-        float(f(params, rows[i * cfg.batch_size : (i + 1) * cfg.batch_size])) for i in range(n)
-    ]
+    batches = [rows[i * cfg.batch_size : (i + 1) * cfg.batch_size] for i in range(n)]
+    losses = [float(f(params, b, s.segments(b, cfg.packing))) for b in batches]
     return float(np.mean(losses))
 
 
@@ -282,7 +291,8 @@ def _train_loop(s: _Session, ckpt, log, start: int, end: int, result: RunResult)
     window: list[Any] = []
     with _progress(end - start) as advance:
         for step in range(start + 1, end + 1):
-            st = s.trainer.step(next(s.iterator))
+            batch = next(s.iterator)
+            st = s.trainer.step(batch, s.segments(batch, s.config.train_input.packing))
             if not math.isfinite(st.loss):
                 ckpt.wait()
                 raise TrainingDivergedError(
@@ -305,6 +315,7 @@ def _train_loop(s: _Session, ckpt, log, start: int, end: int, result: RunResult)
                     "broadcast_bytes": st.broadcast_bytes,
                     "reduce_bytes": st.reduce_bytes,
                     "predicted_step_s": s.prediction.predicted_s,
+                    **_sparsity_record(st.mlp_zero_fraction),
                 },
             )
             if step % run_cfg.log_steps == 0 or step == end:
@@ -343,6 +354,16 @@ def _prediction_line(report: Any, wafer: str) -> str:
         f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s, "
         f"{report.bound}-bound, streams stall {100 * x['stall_fraction']:.1f}%"
     )
+
+
+def _sparsity_record(fraction: tuple[float, ...] | None) -> dict[str, Any]:
+    """metrics.jsonl's sparsity keys: per-layer MLP zero fractions and their mean."""
+    if fraction is None:
+        return {}
+    return {
+        "mlp_zero_fraction": list(fraction),
+        "mlp_zero_fraction_mean": sum(fraction) / len(fraction),
+    }
 
 
 def _progress(total: int):

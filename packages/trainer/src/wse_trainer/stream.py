@@ -1,6 +1,7 @@
 """The weight-streaming train step: MemoryX -> SwarmX -> replicas, layer by layer.
 
-`StreamedTrainer.step(batch)` runs one global step of `batch` ((B, S + 1) int32 rows):
+`StreamedTrainer.step(batch, segments=None)` runs one global step of `batch` ((B, S + 1)
+int32 rows; `segments`: the packed documents of its inputs, `data.Segments`, or None):
 
 1. forward: the embedding, then each layer in turn. Layer i+1's weights are broadcast
    (asynchronous `device_put`) *before* layer i runs, so the transfer overlaps the compute;
@@ -13,7 +14,11 @@
    update at once.
 4. the embedding's gradient (plus the head's share when tied) and its update.
 
-`StepStats` reports the loss, wall, stall and compute seconds and the bytes streamed.
+`StepStats` reports the loss, wall, stall and compute seconds and the bytes streamed, and for
+a ReLU-like model (`ModelConfig.relu_like`) the fraction of exact zeros in each layer's MLP
+hidden activation over the step's tokens, counted in the forward pass (recomputed layers are
+not counted twice). Dense activations count nothing: their layers run the same function as
+before.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class StepStats:
     reduce_bytes: int
     recomputed_layers: int
     tokens: int
+    mlp_zero_fraction: tuple[float, ...] | None = None  # per layer; ReLU-like models only
 
     @property
     def compute_s(self) -> float:
@@ -98,6 +104,7 @@ class StreamedTrainer:
             jax.device_put(pos, self.swarm.replica_device(r)) for r in range(self.local)
         ]
         self._stall = 0.0
+        self._pos_seg: list[tuple[Any, Any]] = [(p, None) for p in self.positions]
 
     # Streaming -------------------------------------------------------------------------
     def _fetch(self, name: str) -> list[Any]:
@@ -116,20 +123,30 @@ class StreamedTrainer:
         return weights
 
     def _run_layer(self, w, h):
-        return [self.fns.layer_fwd(w[r], h[r], self.positions[r]) for r in range(self.local)]
+        return [self.fns.layer_fwd(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)]
+
+    def _run_layer_zeros(self, w, h):
+        out = [self.fns.layer_fwd_zeros(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)]
+        return [o[0] for o in out], [o[1] for o in out]
 
     # The step --------------------------------------------------------------------------
-    def step(self, batch: np.ndarray) -> StepStats:
+    def step(self, batch: np.ndarray, segments: Any = None) -> StepStats:
         t0, self._stall = time.perf_counter(), 0.0
         b0, r0 = self.swarm.broadcast_bytes, self.swarm.reduce_bytes
         shards = self.swarm.scatter((np.asarray(batch[:, :-1]), np.asarray(batch[:, 1:])))
-        acts, w_head, h = self._forward(shards)
+        if segments is None:
+            self._pos_seg = [(p, None) for p in self.positions]
+        else:  # packed documents: this batch's own positions and segment ids
+            seg = self.swarm.scatter((np.asarray(segments[1]), np.asarray(segments[0])))
+            self._pos_seg = [tuple(x) for x in seg]
+        acts, w_head, h, zeros = self._forward(shards)
         losses, g_h, g_embed_head = self._head(w_head, h, shards)
         recomputed = self._backward(acts, g_h, shards, g_embed_head)
         self.memx.finish_step()
         loss = sum(float(x) for x in self.swarm.gather(losses))
         jax.block_until_ready(self.memx.params)  # the step ends when every update has landed
         wall = time.perf_counter() - t0
+        tokens = int(batch[:, 1:].size)
         return StepStats(
             loss,
             wall,
@@ -137,22 +154,36 @@ class StreamedTrainer:
             self.swarm.broadcast_bytes - b0,
             self.swarm.reduce_bytes - r0,
             recomputed,
-            int(batch[:, 1:].size),
+            tokens,
+            self._zero_fraction(zeros, tokens),
         )
+
+    def _zero_fraction(self, zeros, tokens: int) -> tuple[float, ...] | None:
+        """Every replica's per-layer zero counts summed, over the step's hidden activations."""
+        if not zeros:
+            return None
+        per_replica = [jnp.stack([z[r] for z in zeros]) for r in range(self.local)]
+        total = np.sum([np.asarray(x, np.int64) for x in self.swarm.gather(per_replica)], 0)
+        return tuple(float(x) for x in total / (tokens * self.model.d_ff))
 
     def _forward(self, shards):
         w = self._fetch("embed")
         nxt = self._fetch("layer_0")
         self._wait(w)
-        h = [self.fns.embed_fwd(w[r], shards[r][0], self.positions[r]) for r in range(self.local)]
+        h = [self.fns.embed_fwd(w[r], shards[r][0], self._pos_seg[r][0]) for r in range(self.local)]
         acts: dict[int, list[Any]] = {}
+        zeros: list[list[Any]] = []  # per layer, per replica (ReLU-like models only)
         for i in range(self.L):
             w, nxt = nxt, self._fetch(f"layer_{i + 1}" if i + 1 < self.L else "head")
             self._wait(w)
             if self.plan.keeps(i):
                 acts[i] = h
-            h = self._run_layer(w, h)
-        return acts, nxt, h
+            if self.model.relu_like:
+                h, z = self._run_layer_zeros(w, h)
+                zeros.append(z)
+            else:
+                h = self._run_layer(w, h)
+        return acts, nxt, h, zeros
 
     def _head(self, w_head, h, shards):
         self._wait(w_head)
@@ -180,7 +211,7 @@ class StreamedTrainer:
                 recomputed += self._recompute(acts, i)
             h_in = acts.pop(i)
             out = [
-                self.fns.layer_bwd(w[r], h_in[r], self.positions[r], g_h[r])
+                self.fns.layer_bwd(w[r], h_in[r], *self._pos_seg[r], g_h[r])
                 for r in range(self.local)
             ]
             g_h = [o[1] for o in out]
@@ -188,7 +219,7 @@ class StreamedTrainer:
         self._wait(nxt)
         g_e = self.swarm.reduce(
             [
-                self.fns.embed_bwd(nxt[r], shards[r][0], self.positions[r], g_h[r])
+                self.fns.embed_bwd(nxt[r], shards[r][0], self._pos_seg[r][0], g_h[r])
                 for r in range(self.local)
             ]
         )

@@ -43,6 +43,14 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_trainer.experiment:run",
         "Weight-streaming step time, stall and scaling on WSE-3 vs GPUs",
     ),
+    "sparsity-speedup": (
+        "wse_trainer.studies.sparsity_speedup:run",
+        "ReLU MLP zero fraction per layer, trained here; predicted zero-skipping speedup",
+    ),
+    "varlen-packing": (
+        "wse_trainer.studies.varlen_packing:run",
+        "Padding fraction of stdlib documents; predicted padded vs packed training time",
+    ),
     "ltaief23-tlrmvm": ("wse_hpc.tlrmvm.experiments:run", "TLR-MVM: compression, speed, PB/s"),
     "santos24-md": ("wse_hpc.md.experiments:run", "EAM MD, one atom per PE: timesteps/s, drift"),
     "leviathan23-speculative": (
