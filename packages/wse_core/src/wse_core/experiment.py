@@ -2,7 +2,9 @@
 
 An experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResult` registered
 by name in the CLI. It returns an `ExperimentResult`; `write_experiment` puts
-`results.json`, `table.md`, `table.csv` and `figure.png` into `out_dir/<name>/`.
+`results.json`, `table.md`, `table.csv` and `figure.png` into `out_dir/<name>/`, and each of
+`extra_figures` (name -> Figure, e.g. a per-PE view from `wse_core.trace_png.trace_figure`)
+as `<name>.png` beside them.
 
 Each prediction row is `{"name", "value", "unit", "params", "published", "source"}`;
 `published` and `source` are filled only from shared/REFERENCES.md (None otherwise).
@@ -42,6 +44,7 @@ class ExperimentResult:
     measurements: list[dict[str, Any]]
     predictions: list[PredictionRow]
     figure: Any = None  # a matplotlib Figure, saved as figure.png
+    extra_figures: dict[str, Any] = dataclasses.field(default_factory=dict)  # -> <name>.png
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,9 +94,12 @@ def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
             "| " + " | ".join(_fmt(m.get(k)) for k in keys) + " |" for m in result.measurements
         ]
     (folder / "table.md").write_text(f"# {result.experiment}\n\n" + "\n".join(lines) + "\n")
-    if result.figure is not None:
-        result.figure.savefig(folder / "figure.png", dpi=120, bbox_inches="tight")
+    figures = {"figure": result.figure, **result.extra_figures}
+    for name, fig in figures.items():
+        if fig is None:
+            continue
+        fig.savefig(folder / f"{name}.png", dpi=120, bbox_inches="tight")
         import matplotlib.pyplot as plt
 
-        plt.close(result.figure)
+        plt.close(fig)
     return folder

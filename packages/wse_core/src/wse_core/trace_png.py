@@ -1,21 +1,26 @@
 """The wafer view as a PNG (matplotlib): the page's main layers side by side, for papers and
 terminals.
 
-Contract. `figure_png(trace, path)` writes four panels of a `wse_core.trace.PeTrace`: SRAM
+Contract. `trace_figure(trace)` draws four panels of a `wse_core.trace.PeTrace` (a
+matplotlib Figure, e.g. an experiment's extra figure) and `figure_png(trace, path)` writes
+them (`wse view --png`): SRAM
 in use per PE, busy cycles per PE with each phase's critical PE circled, link traffic (the
 four directions' wavelets per PE) and defects and regions (detour hops, dead PEs at their
 physical position, region outlines). Sum layers in blocks are drawn per PE (the block's
-mean), as on the page; each colour bar names its unit.
+mean), as on the page; each colour bar names its unit. Here, in wse_core, so that the
+packages' experiments draw the same view as the CLI.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
 from wse_core.trace import PeTrace
 
-__all__ = ["figure_png", "per_pe"]
+__all__ = ["trace_figure", "figure_png", "per_pe"]
 
 
 def per_pe(trace: PeTrace, key: str) -> np.ndarray:
@@ -30,16 +35,16 @@ def per_pe(trace: PeTrace, key: str) -> np.ndarray:
     return a / np.outer(rows, cols)
 
 
-def figure_png(trace: PeTrace, path: str | Path) -> Path:
+def trace_figure(trace: PeTrace, title: str | None = None) -> Any:
+    """The four panels as a pyplot Figure (`title` replaces the run's one-line summary)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    b = trace.block
+    heading, b = title, trace.block
+    skinny = max(trace.rows, trace.cols) > 4 * min(trace.rows, trace.cols)  # stretch a strip
     links = sum(per_pe(trace, f"link_{d}") for d in "NSEW")
     panels = [
         ("SRAM in use", per_pe(trace, "sram_bytes"), "B per PE"),
@@ -50,7 +55,8 @@ def figure_png(trace: PeTrace, path: str | Path) -> Path:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), constrained_layout=True)
     extent = (-0.5, trace.cols - 0.5, trace.rows - 0.5, -0.5)
     for ax, (title, data, unit) in zip(axes.flat, panels, strict=True):
-        im = ax.imshow(data, cmap="viridis", extent=extent, interpolation="nearest")
+        im = ax.imshow(data, cmap="viridis", extent=extent, interpolation="nearest",
+                       aspect="auto" if skinny else "equal")  # fmt: skip
         fig.colorbar(im, ax=ax, shrink=0.85, label=unit)
         ax.set_title(title)
         ax.set_xlabel("PE column")
@@ -64,7 +70,7 @@ def figure_png(trace: PeTrace, path: str | Path) -> Path:
     ax = axes[1, 1]
     if len(trace.dead):
         ax.plot(trace.dead[:, 1], trace.dead[:, 0], "s", ms=2.5, color="#ff3030", label="dead PE")
-    colors = plt.get_cmap("tab20").colors
+    colors = [plt.get_cmap("tab20")(k) for k in range(20)]
     for n, g in enumerate(trace.regions):
         r0, c0, nr, nc = g["rect"]
         ax.add_patch(Rectangle((c0 - 0.5, r0 - 0.5), nc, nr, fill=False, ec=colors[n % 20], lw=1.2))
@@ -74,9 +80,20 @@ def figure_png(trace: PeTrace, path: str | Path) -> Path:
     grid = f"{trace.rows} x {trace.cols} PEs" + (f", {b} x {b} blocks" if b > 1 else "")
     meta = trace.meta
     fig.suptitle(
-        f"{trace.name} on {trace.wafer} ({grid}): {meta.get('predicted_s', 0) * 1e6:.3g} µs per "
-        f"{meta.get('units', 'run')}, {meta.get('bound', '-')}-bound"
+        heading
+        or f"{trace.name} on {trace.wafer} ({grid}): {meta.get('predicted_s', 0) * 1e6:.3g} µs "
+        f"per {meta.get('units', 'run')}, {meta.get('bound', '-')}-bound"
     )
+    return fig
+
+
+def figure_png(trace: PeTrace, path: str | Path) -> Path:
+    """Write `trace_figure(trace)` as a PNG; returns the path."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = trace_figure(trace)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

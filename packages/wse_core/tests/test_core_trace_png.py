@@ -1,0 +1,44 @@
+"""The per-PE view as a matplotlib Figure (`wse_core.trace_png`) and experiments' extra
+figures: `write_experiment` writes `figure.png` and each extra figure as `<name>.png`."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from wse_core import Phase, RunReport, Work, preset, serial  # noqa: E402
+from wse_core.experiment import ExperimentResult, PredictionRow, write_experiment  # noqa: E402
+from wse_core.sram import Region  # noqa: E402
+from wse_core.trace import trace_uniform  # noqa: E402
+from wse_core.trace_png import figure_png, trace_figure  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _trace():
+    spec = preset("small")
+    phases = serial(Phase("hop", Work(latency_hops=5)))
+    report = RunReport.build("png test", spec, phases)
+    return trace_uniform(spec, report, region=Region("grid", 0, 0, 4, 30))
+
+
+def test_trace_figure_has_the_four_panels_and_the_given_title(tmp_path):
+    fig = trace_figure(_trace(), title="my run")
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["SRAM in use", "busy cycles", "link traffic N+S+E+W", "defects and regions"]
+    assert fig._suptitle.get_text() == "my run"
+    plt.close(fig)
+    assert figure_png(_trace(), tmp_path / "v.png").read_bytes()[:8] == PNG
+
+
+def test_write_experiment_writes_extra_figures_beside_figure_png(tmp_path):
+    row = PredictionRow("x", 1.0, "s", {"wafer": "small"})
+    main = plt.figure()
+    extra = {"per_pe": trace_figure(_trace())}
+    result = ExperimentResult("exp", 0, {}, [], [row], main, extra_figures=extra)
+    folder = write_experiment(result, tmp_path)
+    assert (folder / "figure.png").read_bytes()[:8] == PNG
+    assert (folder / "per_pe.png").read_bytes()[:8] == PNG
+    plain = write_experiment(ExperimentResult("plain", 0, {}, [], [row]), tmp_path)
+    assert sorted(p.name for p in plain.iterdir()) == ["results.json", "table.csv", "table.md"]
