@@ -16,7 +16,9 @@ rows serve groups of tile columns and rows, rank rows coloured into PE columns; 
 default), packed (slices bucketed by rank), banded (padded to each tile row's largest
 rank); and grouped on WSE-3 (model figures only: the SDK accounting is the CS-2's). Stable
 param keys: `wafer`, `systems`, `precision`, `nb`, `n`, `threshold`, `layout`, `copies`.
-REFERENCES.md lists SC23's inputs only, so `published` stays None.
+REFERENCES.md lists SC23's inputs only, so `published` stays None. `per_pe_wse2_grouped.png`:
+the slice alone per PE on its grouped grid (`perf.pe_trace`): each PE's phase-1 and phase-3
+cycles from its own tiles, the reshuffle's ring words on every PE, the SRAM of the plan.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from wse_hpc.tlrmvm.engine import TlrEngine
 from wse_hpc.tlrmvm.grouped import plan_grouped
 from wse_hpc.tlrmvm.mdd import compare, mdd_case
 from wse_hpc.tlrmvm.packed import plan_packed
-from wse_hpc.tlrmvm.perf import counting_fns, predict
+from wse_hpc.tlrmvm.perf import counting_fns, pe_trace, predict
 from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator
 from wse_hpc.tlrmvm.wafer import plan_placement
 
@@ -118,16 +120,19 @@ def _row(name: str, value: float, unit: str, params: dict) -> PredictionRow:
     return PredictionRow(name, value, unit, params, None, SOURCE)
 
 
-def _case_rows(name: str, layout: str, seed: int) -> tuple[list[PredictionRow], dict]:
+def _case_rows(name: str, layout: str, seed: int):
     """One wafer and layout: the seismic slice alone (time per MVM, the model's bandwidth
     of its bases), and systems filled with copies of it (SC23: 1 and 48 CS-2) in the
-    model's figure and, on a CS-2, in Cerebras's matvec accounting (relative, absolute)."""
+    model's figure and, on a CS-2, in Cerebras's matvec accounting (relative, absolute);
+    with the slice's per-PE trace."""
     from wse_core.wafer import build_wafer
 
     op = paper_operator(seed)
     spec = preset(name)
     plan = PLANNERS[layout](op, spec)
     wafer = build_wafer(spec, grid=plan.grid, mesh_shape=(1, 1))
+    for part, nbytes in plan.bytes_per_pe().items():  # the plan's SRAM, as place_plan does
+        wafer.sram.allocate(part, nbytes)
     base = {"wafer": name, "precision": "fp32", **PAPER, "layout": layout}
     base |= {"grid": list(plan.grid), "rank_chunk": plan.rank_chunk}
     fns = counting_fns(wafer, plan)  # built once: the three predictions trace it
@@ -153,7 +158,7 @@ def _case_rows(name: str, layout: str, seed: int) -> tuple[list[PredictionRow], 
                 value = c[f"{kind}_bytes_per_s"] / 1e15
                 rows.append(_row(f"cerebras_{kind}_pb_per_s", value, "PB/s", params))
         info[f"systems_{systems}"] = _summary(rep)
-    return rows, info
+    return rows, info, pe_trace(wafer, plan, one)
 
 
 def _summary(rep) -> dict:
@@ -167,13 +172,26 @@ PLANNERS = {"grouped": plan_grouped, "packed": plan_packed, "banded": plan_place
 CASES = (("wse2", "grouped"), ("wse2", "packed"), ("wse2", "banded"), ("wse3", "grouped"))
 
 
-def _predictions(seed: int) -> tuple[list[PredictionRow], dict]:
-    rows, info = [], {}
+def _predictions(seed: int) -> tuple[list[PredictionRow], dict, dict]:
+    rows, info, traces = [], {}, {}
     for name, layout in CASES:
-        r, i = _case_rows(name, layout, seed)
+        r, i, traces[f"{name}_{layout}"] = _case_rows(name, layout, seed)
         rows += r
         info[f"{name}_{layout}"] = i
-    return rows, {"paper_operator": paper_operator(seed).describe(), **info}
+    return rows, {"paper_operator": paper_operator(seed).describe(), **info}, traces
+
+
+def _per_pe_figure(trace):
+    """The slice per PE: phase 1 and 3 from each PE's own tiles, the reshuffle's words."""
+    from wse_core.trace_png import trace_figure
+
+    p1 = next(p for p in trace.phases if p["name"] == "phase1_vhx")
+    title = (
+        f"TLR-MVM slice on {trace.wafer}, grouped, {trace.rows} x {trace.cols} PEs: "
+        f"{trace.meta['predicted_s'] * 1e6:.3g} µs per MVM ({trace.meta['bound']}-bound); "
+        f"phase 1 set by PE {tuple(p1['critical_pe'])}"
+    )
+    return trace_figure(trace, title=title)
 
 
 def _figure(rows: list[dict]):
@@ -220,9 +238,12 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
         iters=20,
     ):
         rows.append({"kind": "mdd_lsqr", "n": 256, "nb": 32, "threshold": 1e-3, **r})
-    predictions, info = _predictions(seed)
+    predictions, info, traces = _predictions(seed)
     config = {"quick": quick, "sweep_n": n, "nbs": nbs, "thresholds": thresholds, **info}
-    return ExperimentResult(NAME, seed, config, rows, predictions, _figure(rows))
+    per_pe = {"per_pe_wse2_grouped": _per_pe_figure(traces["wse2_grouped"])}
+    return ExperimentResult(
+        NAME, seed, config, rows, predictions, _figure(rows), extra_figures=per_pe
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - manual run
