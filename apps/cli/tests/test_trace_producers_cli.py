@@ -112,3 +112,34 @@ def test_md_trace_is_the_pes_holding_atoms(cu_file, tmp_path):
     assert busy.max() == pytest.approx(trace.meta["critical_cycles"], rel=1e-12)
     assert np.count_nonzero(busy) == d["atoms"] == 256  # one atom per PE, empty PEs idle
     assert set(np.unique(busy)) <= {0.0, busy.max()}
+
+
+def test_infer_generate_trace_is_the_plans_head_and_stages(tmp_path):
+    from wse_inference.testing import save_tiny_model
+
+    save_tiny_model(tmp_path / "model" / "hf", n_layers=2)
+    out = tmp_path / "infer.npz"
+    args = ["--devices", "8", "infer", "generate", "--model_dir", str(tmp_path / "model")]
+    args += ["--prompt-ids", "5,6,7", "--max_tokens", "4", "--temperature", "0", "--stages"]
+    args += ["2", "--json", "--trace", str(out)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output.strip().splitlines()[-1])
+    traces = [load(p) for p in d["trace"]]
+    assert len(traces) == d["predicted"]["wafers"] and d["trace"][0] == str(out)
+    names = sorted(g["name"] for t in traces for g in t.regions)
+    assert len(names) == d["predicted"]["regions"] == 3 and "head" in names  # head + 2 stages
+    for t in traces:  # each region's weights, KV cache and activations, per PE
+        assert t.layers["sram_bytes"].sum() == _ledger_total(t) > 0
+        busy = t.layers["busy_cycles"]
+        inside = np.zeros(busy.shape, bool)
+        for g in t.regions:
+            r0, c0, nr, nc = g["rect"]
+            inside[r0 : r0 + nr, c0 : c0 + nc] = True
+        assert busy[~inside].max(initial=0.0) == 0.0  # no PE outside the plan works
+    cycles = d["predicted"]["wafer_s_per_token"] * preset(d["predicted"]["wafer"]).clock_hz
+    busiest = max(t.layers["busy_cycles"].max() for t in traces)
+    assert busiest <= traces[0].meta["critical_cycles"] <= cycles * (1 + 1e-9)
+    spec = json.dumps({"model": str(tmp_path / "model"), "num_speculative_tokens": 2})
+    r = runner.invoke(app, [*args[:-2], "--speculative-config", spec, "--trace", str(out)])
+    assert r.exit_code == 2 and "pipelined" in r.output

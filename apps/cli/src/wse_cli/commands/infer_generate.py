@@ -47,7 +47,7 @@ def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab_siz
     return ids
 
 
-def _pipelined(model, ids, sampling, stages, context, stream):
+def _pipelined(model, ids, sampling, stages, context, stream, trace=None):
     """Prefill + insert + generate on the pipelined engine, streaming text; -> result dict."""
     from wse_inference.pipeline import PipelineEngine
 
@@ -57,12 +57,12 @@ def _pipelined(model, ids, sampling, stages, context, stream):
         max_context=min(context, len(ids) + sampling.max_tokens),
         prefill_chunk=32,
     )
-    result = _on_engine(engine, ids, sampling, stream, lambda state: state.seqs[0])
+    result = _on_engine(engine, ids, sampling, stream, lambda state: state.seqs[0], trace)
     result["engine"] = f"pipelined, {stages} stage(s) on a {stages} x 1 PE grid"
     return result
 
 
-def _on_engine(engine, ids, sampling, stream, tracker_of):
+def _on_engine(engine, ids, sampling, stream, tracker_of, trace=None):
     """One sequence through an `Engine` (slot 0), streaming its text; -> result dict, with
     the tokens' logprobs when `sampling.logprobs` is set. `tracker_of(state)`: the slot's
     `SequenceTracker`."""
@@ -91,6 +91,8 @@ def _on_engine(engine, ids, sampling, stream, tracker_of):
         "tokens_per_s": n / decode if n > 0 and decode > 0 else 0.0,
         "predicted": _predicted(report),
     }
+    if trace is not None:  # a PipelineEngine: its plan's head and stages on each wafer
+        result["trace"] = _save_traces(engine, report, trace, kv_tokens=len(ids) + n // 2)
     if sampling.logprobs is not None:
         result["logprobs"] = [
             {"token_id": x.token, "logprob": x.logprob, "top": [list(a) for a in x.top]}
@@ -139,6 +141,9 @@ def generate(
         None, "--max-context", "--max_context", help="Context length (default: the model's)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    trace: Path = typer.Option(
+        None, "--trace", help="Write the per-PE trace of the plan (wse view FILE; pipelined)."
+    ),
 ) -> None:
     """Generate text from a model with the pipelined wafer engine (or speculative decoding)."""
     from wse_inference.engine import SamplingParams
@@ -164,6 +169,8 @@ def generate(
         from wse_inference.spec_decode import parse_speculative_config
 
         spec = parse_speculative_config(speculative_config)
+    if trace is not None and spec is not None:
+        fail("--trace draws the pipelined engine's plan; drop --speculative-config to use it")
     if stop and prompt is None:
         fail("--stop strings need --prompt text (a tokenizer); with --prompt-ids use neither")
     from wse_inference.loading import check_host_memory, read_config
@@ -184,7 +191,7 @@ def generate(
     )
     stream = _streamer(enabled=not as_json)
     if spec is None:
-        result = _pipelined(model, ids, sampling, stages, context, stream)
+        result = _pipelined(model, ids, sampling, stages, context, stream, trace)
     else:
         result = _speculative(model, spec, ids, sampling, context, stream)
     _report(result, as_json)
@@ -210,6 +217,16 @@ def _speculative(model, spec, ids, sampling, context, stream):
     n = len(out.tokens) - 1
     report = decoder.report(measured_wall_s=out.decode_s, tokens=n, kv_tokens=len(ids) + n // 2)
     return {**out.to_dict(), "engine": name, "predicted": _predicted(report)}
+
+
+def _save_traces(engine, report, path: Path, *, kv_tokens: int) -> list[str]:
+    """One trace per wafer of the engine's plan (`wse_core.pipeline_trace`, the report's own
+    phases): wafer 0 (the head) at `path`, wafer w at `<stem>.wafer<w>.npz`."""
+    from wse_core.pipeline_trace import pipeline_traces
+
+    traces = pipeline_traces(engine.config, engine.plan, kv_tokens=kv_tokens, report=report)
+    names = [path] + [path.with_name(f"{path.stem}.wafer{w}.npz") for w in range(1, len(traces))]
+    return [str(t.save(p)) for t, p in zip(traces, names, strict=True)]
 
 
 def _predicted(report) -> dict:
@@ -257,6 +274,8 @@ def _report(result: dict, as_json: bool) -> None:
             f"{pred['wafer_s_per_token'] * 1e6:.1f} us/token ({pred['tokens_per_s']:,.0f} "
             f"tokens/s, {pred['bound']}-bound); measured on this emulator {here}/token"
         )
+    if result.get("trace"):
+        typer.echo(f"per-PE trace, one file per wafer: {', '.join(result['trace'])}")
     lps = result.get("logprobs")
     if lps:
         mean = sum(x["logprob"] for x in lps) / len(lps)
