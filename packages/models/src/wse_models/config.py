@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
-from wse_core.errors import suggest
+from wse_core import spec
+from wse_core.errors import SpecError, suggest
 
 from wse_models.errors import ModelConfigError
 
@@ -41,19 +41,15 @@ DTYPES = ("float32", "bfloat16")
 MLP_ACTIVATIONS = ("gelu", "silu", "relu", "relu2")  # gelu: tanh approximation (gelu_new)
 RELU_LIKE = ("relu", "relu2")  # activations with exact zeros (counted by wse_models.sparsity)
 _DEFAULT_ACTIVATION = {"gpt2": "gelu", "llama": "silu"}
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "float8": 1}
 
 
 def dtype_bytes(dtype: object) -> int:
-    """Bytes per element of a dtype ("float32", "bfloat16", "int8", a numpy/jax dtype...)."""
-    if isinstance(dtype, str) and dtype in _DTYPE_BYTES:
-        return _DTYPE_BYTES[dtype]
+    """Bytes per element of a dtype ("float32", "bfloat16", "int8", a numpy/jax dtype...):
+    `wse_core.spec.dtype_bytes`, its error as a ModelConfigError."""
     try:
-        return int(np.dtype(dtype).itemsize)  # type: ignore[call-overload]
-    except TypeError as err:
-        raise ModelConfigError(
-            f"unknown dtype {dtype!r}; use one of {sorted(_DTYPE_BYTES)}"
-        ) from err
+        return spec.dtype_bytes(dtype)
+    except SpecError as err:
+        raise ModelConfigError(str(err)) from None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,22 +20,17 @@ import dataclasses
 import math
 from typing import Any
 
-import numpy as np
 from wse_core import SramLedger, WaferSpec
+from wse_core.spec import dtype_bytes
 
 __all__ = [
     "ActivationPlan",
     "MemoryPlan",
     "plan_activations",
     "memory_plan",
-    "itemsize",
     "layer_counts",
     "host_bytes",
 ]
-
-
-def itemsize(dtype: str) -> int:
-    return int(np.dtype({"bfloat16": "float16"}.get(str(dtype), str(dtype))).itemsize)
 
 
 def layer_counts(model: Any) -> tuple[int, int]:
@@ -51,7 +46,7 @@ def _working_bytes(model: Any, micro_batch: int, seq_len: int) -> int:
     s = seq_len
     hidden = (2 if model.arch == "llama" else 1) * model.d_ff
     elems = s * (3 * model.d_model + hidden) + s * s
-    return elems * itemsize(model.dtype)
+    return elems * dtype_bytes(model.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +71,7 @@ def plan_activations(
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
     per_pe = lambda n: -(-int(n) // spec.num_pes)
     per_layer, _ = layer_counts(model)
-    size = itemsize(model.dtype)
+    size = dtype_bytes(model.dtype)
     ledger.allocate("weights: current + prefetched layer", per_pe(2 * per_layer * size))
     ledger.allocate("gradient of one layer", per_pe(per_layer * size))
     ledger.allocate("working set of one layer", per_pe(_working_bytes(model, micro_batch, seq_len)))
@@ -118,7 +113,7 @@ def memory_plan(
     that the prediction (`wse_trainer.performance.predict_step`) reads the same object."""
     n_params = int(model.num_params())
     per_layer, _ = layer_counts(model)
-    size = itemsize(model.dtype)
+    size = dtype_bytes(model.dtype)
     act_all = model.n_layers * micro_batch * seq_len * model.d_model * size
     items = [
         ("weights (fp32 master)", 4 * n_params),
@@ -173,7 +168,7 @@ def host_bytes(
     backward), and the fp32 logits, their softmax and gradient."""
     n_params = int(model.num_params())
     per_layer, _ = layer_counts(model)
-    size = itemsize(model.dtype)
+    size = dtype_bytes(model.dtype)
     b, s = micro_batch, seq_len
     hidden = (2 if model.arch == "llama" else 1) * model.d_ff
     work = 2 * 4 * b * (s * (3 * model.d_model + hidden) + 2 * model.n_heads * s * s)

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core import PlacementError, SramBudgetError, WaferSpec, WseError
+from wse_core.spec import dtype_bytes, to_jnp
 from wse_core.wafer import Wafer, build_wafer
 
 __all__ = [
@@ -38,15 +39,10 @@ __all__ = [
 
 Boundary = Literal["dirichlet", "periodic"]
 BOUNDARIES = ("dirichlet", "periodic")
-_DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32, "float16": jnp.float16, "float32": jnp.float32}
 
 
 class StencilError(WseError):
     """A stencil problem that cannot be run as asked (bad size, value or setting)."""
-
-
-def _itemsize(dtype) -> int:
-    return jnp.dtype(_DTYPES.get(dtype, dtype)).itemsize
 
 
 def field_bytes_per_pe(
@@ -54,7 +50,7 @@ def field_bytes_per_pe(
 ) -> int:
     """SRAM bytes per PE for `fields` (name -> dtype) of Z length `nz` (+ `extra_per_field`
     halo cells per field) and `buffers` bytes of work space."""
-    return sum((nz + extra_per_field) * _itemsize(d) for d in fields.values()) + buffers
+    return sum((nz + extra_per_field) * dtype_bytes(d) for d in fields.values()) + buffers
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -75,7 +71,7 @@ class StencilGrid:
         return nx * ny * nz
 
     def dtype(self, name: str):
-        return jnp.dtype(_DTYPES.get(self.fields[name], self.fields[name]))
+        return to_jnp(self.fields[name])
 
     def place(self, values: np.ndarray | jax.Array, name: str) -> jax.Array:
         """Put an `(nx, ny, nz)` array on the wafer as field `name` (finite values only)."""
@@ -182,7 +178,7 @@ def place_grid(
             f"{boundary} boundaries: every axis needs at least {need} points"
         )
     for name, dtype in fields.items():
-        if str(dtype) not in _DTYPES and jnp.dtype(dtype) not in (jnp.float16, jnp.float32):
+        if to_jnp(dtype) not in (jnp.float16, jnp.float32):
             raise StencilError(f"field {name!r}: dtype {dtype!r} is not fp16 or fp32")
     total = field_bytes_per_pe(nz, fields, extra_per_field=extra_per_field) + buffers_for(nz)
     if not wafer.sram.fits(total):
@@ -193,7 +189,7 @@ def place_grid(
             f"nz that fits is {best}"
         )
     for name, dtype in fields.items():
-        wafer.sram.allocate(f"{tag}.{name}", (nz + extra_per_field) * _itemsize(dtype))
+        wafer.sram.allocate(f"{tag}.{name}", (nz + extra_per_field) * dtype_bytes(dtype))
     if buffers_for(nz):
         wafer.sram.allocate(f"{tag}.buffers", buffers_for(nz))
     return StencilGrid(
