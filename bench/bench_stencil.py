@@ -29,12 +29,9 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    from wse_core.runtime import wall_times_s  # imported late: OPENBLAS_NUM_THREADS first
+
+    return min(wall_times_s(fn, repeats=repeats, warmup=0))
 
 
 def bandwidth_gb_s(n_bytes: int = 256 << 20, repeats: int = 5) -> float:
@@ -57,6 +54,7 @@ def bench_jacobi(n: int, steps: int, repeats: int, mesh_shape=None) -> dict:
     import numpy as np
     from jax import lax
     from wse_core import preset
+    from wse_core.runtime import wall_s
     from wse_hpc.stencil import grid_wafer, jacobi, place_grid
     from wse_hpc.stencil import perf as sperf
     from wse_hpc.stencil.kernels import iterate_padded, pad_z
@@ -80,9 +78,7 @@ def bench_jacobi(n: int, steps: int, repeats: int, mesh_shape=None) -> dict:
 
     def timed():
         ab = jax.block_until_ready(pads(u))  # fresh donated buffers, outside the timing
-        t0 = time.perf_counter()
-        jax.block_until_ready(run(ab, f))
-        return time.perf_counter() - t0
+        return wall_s(run, ab, f)[1]
 
     wafer_s = min(timed() for _ in range(repeats)) / steps
     plain = jax.jit(lambda u, f: lax.fori_loop(0, steps, lambda i, a: step(a, f), u))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +35,7 @@ import numpy as np
 from jax import lax
 from wse_core import RunReport, preset
 from wse_core.perf import Phases
+from wse_core.runtime import wall_s
 
 from wse_hpc.stencil import perf
 from wse_hpc.stencil.kernels import (
@@ -99,9 +99,7 @@ def _eigenvalue(grid: StencilGrid) -> float:
 def _timed(fn, *args) -> tuple[Any, float]:
     """Compile first, then run and time `fn(*args)` (arguments are donated)."""
     compiled = jax.jit(fn, donate_argnums=0).lower(*args).compile()
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(compiled(*args))
-    return out, time.perf_counter() - t0
+    return wall_s(compiled, *args)
 
 
 def _chunked(advance, state, steps: int, chunks: int, observe, progress: Progress | None):
@@ -115,9 +113,8 @@ def _chunked(advance, state, steps: int, chunks: int, observe, progress: Progres
         if n not in loops:
             loop = lambda s, n=n: advance(s, n)
             loops[n] = jax.jit(loop, donate_argnums=0).lower(state).compile()
-        t0 = time.perf_counter()
-        state = jax.block_until_ready(loops[n](state))
-        wall += time.perf_counter() - t0
+        state, call_s = wall_s(loops[n], state)
+        wall += call_s
         done += n
         history.append(observe(state, done))
         if progress:
