@@ -23,17 +23,25 @@ KINDS = ("jacobi", "heat", "bicgstab", "wave25")
 # Bytes per field cell of each kind's fields on the wafer (wse_hpc.stencil.runs: jacobi and
 # heat u, u_next, f; bicgstab x, r, rhat, p, v, s, t in fp16 (mixed) or fp32, and b in fp32;
 # wave25 u_prev, u, velocity).
-_ITEM = {"fp32": 4, "fp16": 2, "mixed": 2}
 EXACT_BYTES_PER_CELL = 48  # the float64 manufactured solution: its x, y, z and temporaries
+
+
+def _item(dtype: str) -> int:
+    """Bytes of one field value: fp16 for "fp16" and "mixed", fp32 otherwise."""
+    from wse_core.spec import DTYPE_BYTES
+
+    return DTYPE_BYTES["fp16" if dtype in ("mixed", "fp16") else "fp32"]
 
 
 def field_bytes_per_cell(kind: str, dtype: str) -> int:
     """Bytes per grid cell of the fields `kind` places (all of them, every PE)."""
+    from wse_core.spec import DTYPE_BYTES
+
     if kind == "bicgstab":
-        return 7 * (2 if dtype in ("mixed", "fp16") else 4) + 4
+        return 7 * _item(dtype) + DTYPE_BYTES["fp32"]
     if kind == "wave25":
-        return 3 * 4
-    return 3 * _ITEM.get(dtype, 4)
+        return 3 * DTYPE_BYTES["fp32"]
+    return 3 * _item(dtype)
 
 
 def host_bytes(kind: str, grid: tuple[int, int, int], dtype: str) -> int:

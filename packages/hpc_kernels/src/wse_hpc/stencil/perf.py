@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 from wse_core import fabric
 from wse_core.perf import Op, Phase, Phases, Work, serial
+from wse_core.spec import DTYPE_BYTES
 from wse_core.traffic import Traffic
 
 from wse_hpc.stencil.placement import StencilGrid
@@ -61,7 +62,6 @@ __all__ = [
 ]
 
 ALLREDUCE_OVER_DIAMETER = 1.1  # Rocki et al. (SC20): allreduce cycles / diameter hops
-_SIZE = {"fp16": 2, "fp32": 4}
 
 
 def _name(dtype) -> str:
@@ -71,8 +71,8 @@ def _name(dtype) -> str:
 def _vec(kind: str, dtype: str, n: float, count: float = 1, reads: float = 2, **kw) -> Work:
     """`count` instructions over n elements: `reads` memory operands each, one result
     written (`write_dtype`, default dtype; `writes=0` for a scalar result)."""
-    size = _SIZE[dtype]
-    out = _SIZE[kw.get("write_dtype", dtype)] * kw.get("writes", 1)
+    size = DTYPE_BYTES[dtype]
+    out = DTYPE_BYTES[kw.get("write_dtype", dtype)] * kw.get("writes", 1)
     return Work(
         ops=(Op(kind, dtype, n, count=count),),
         sram_read_bytes=count * reads * n * size,

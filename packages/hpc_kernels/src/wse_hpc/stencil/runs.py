@@ -36,6 +36,7 @@ from jax import lax
 from wse_core import RunReport, preset
 from wse_core.perf import Phases
 from wse_core.runtime import wall_s
+from wse_core.spec import DTYPE_BYTES
 
 from wse_hpc.stencil import perf
 from wse_hpc.stencil.kernels import (
@@ -62,7 +63,6 @@ __all__ = [
 ]
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
-_DT = {"fp32": jnp.float32, "fp16": jnp.float16}
 Progress = Callable[[int, int], None]
 
 
@@ -217,7 +217,7 @@ def place_jacobi(wafer, shape, dtype: str, boundary: str = "dirichlet") -> Stenc
         shape,
         {"u": dtype, "u_next": dtype, "f": dtype},
         boundary=boundary,
-        buffers_for=lambda n: 4 * jnp.dtype(_DT[dtype]).itemsize,
+        buffers_for=lambda n: 4 * DTYPE_BYTES[dtype],
     )
 
 
@@ -259,7 +259,7 @@ def _run_heat(cfg, wafer, progress) -> RunReport:
         cfg.grid,
         {"u": dt_name, "u_next": dt_name},
         boundary=cfg.boundary,
-        buffers_for=lambda n: 4 * jnp.dtype(_DT[dt_name]).itemsize,
+        buffers_for=lambda n: 4 * DTYPE_BYTES[dt_name],
     )
     u0 = exact_solution(grid, "heat")
     dt = 0.5 * max_stable_dt(grid, 1.0)
