@@ -186,18 +186,22 @@ def _tree(node: Phase | Phases, timing: Timing, k: float, weight_of):
         }
         links = {d: node.work.links.get(d, 0.0) * n for d in DIRECTIONS}
         return c.cycles * n, parts, links
-    kids = [
-        _tree(p, t, k * node.repeat, weight_of)
-        for p, t in zip(node.parts, timing.children, strict=True)
-    ]
-    if not kids:
-        return 0.0, dict.fromkeys(PARTS, 0.0), dict.fromkeys(DIRECTIONS, 0.0)
-    busy = kids[0][0]
-    for kid in kids[1:]:
-        busy = busy + kid[0] if node.mode == "serial" else np.maximum(busy, kid[0])
-    parts = {p: sum(kid[1][p] for kid in kids) for p in PARTS}
-    links = {d: sum(kid[2][d] for kid in kids) for d in DIRECTIONS}
-    return busy, parts, links
+    # Accumulate child by child: keeping every child's per-PE arrays alive at once cost
+    # gigabytes on a full wafer with hundreds of leaf phases.
+    busy: Any = None
+    parts = dict.fromkeys(PARTS, 0.0)
+    links = dict.fromkeys(DIRECTIONS, 0.0)
+    for p, t in zip(node.parts, timing.children, strict=True):
+        kid_busy, kid_parts, kid_links = _tree(p, t, k * node.repeat, weight_of)
+        if busy is None:
+            busy = kid_busy
+        elif node.mode == "serial":
+            busy = busy + kid_busy
+        else:
+            busy = np.maximum(busy, kid_busy)
+        parts = {q: parts[q] + kid_parts[q] for q in PARTS}
+        links = {d: links[d] + kid_links[d] for d in DIRECTIONS}
+    return (0.0 if busy is None else busy), parts, links
 
 
 def _leaves(node: Phase | Phases, path: tuple[str, ...] = ()):
@@ -212,10 +216,14 @@ def _leaves(node: Phase | Phases, path: tuple[str, ...] = ()):
 def _weights(report: RunReport, shape: tuple[int, int], per_pe_work) -> dict[int, Any]:
     """Per-PE weight of every leaf phase (by id), checked to have maximum 1."""
     out: dict[int, Any] = {}
+    checked: dict[str, np.ndarray] = {}  # one array per name, shared by its leaves
     for leaf, path in _leaves(report.phases):
         name = next((n for n in (leaf.name, *reversed(path)) if n in per_pe_work), None)
         if name is None:
             out[id(leaf)] = 1.0
+            continue
+        if name in checked:
+            out[id(leaf)] = checked[name]
             continue
         w = per_pe_work[name]
         if isinstance(w, Region):
@@ -228,7 +236,7 @@ def _weights(report: RunReport, shape: tuple[int, int], per_pe_work) -> dict[int
                 f"per_pe_work[{name!r}] must be a {shape} array in [0, 1] (the fraction of the "
                 f"phase's busiest-PE work each PE does), got shape {w.shape}"
             )
-        out[id(leaf)] = w
+        out[id(leaf)] = checked[name] = w
     return out
 
 
