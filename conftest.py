@@ -16,3 +16,14 @@ os.environ["WSE_DEVICES"] = "8"
 from wse_core.runtime import configure  # noqa: E402
 
 configure(8)
+
+# Property-based (fuzz) tests: a fixed, derandomized seed in CI (CI=true) so a failure there
+# reproduces; fresh random inputs elsewhere, so runs on laptops keep exploring. Each test
+# sets its own max_examples, sized so all fuzz tests together take well under a minute.
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "dev")

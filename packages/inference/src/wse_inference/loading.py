@@ -131,7 +131,11 @@ def resolve_model_dir(path: str | Path) -> Path:
 def _tokenizer(folder: Path, root: Path, vocab_size: int, required: bool):
     for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
         if candidate.is_file():
-            return HFTokenizer(candidate)
+            try:
+                return HFTokenizer(candidate)
+            except Exception as err:  # tokenizers raises a bare Exception for a bad file
+                why = " ".join(str(err).split())[:300]
+                raise ModelLoadError(f"cannot read {str(candidate)!r}: {why}") from None
     if vocab_size >= 256:
         return ByteTokenizer()
     if not required:
@@ -220,8 +224,9 @@ def read_config(path: str | Path) -> Any:
         if not isinstance(d, dict):
             raise ValueError("config.json must hold a JSON object")
         return wse_models.config_from_hf(d)
-    except (OSError, ValueError, TypeError, KeyError) as err:
-        raise ModelLoadError(f"cannot read {str(folder / 'config.json')!r}: {err}") from None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
+        why = " ".join(str(err).split())
+        raise ModelLoadError(f"cannot read {str(folder / 'config.json')!r}: {why}") from None
 
 
 def serving_host_bytes(config: Any, *, rows: int, max_context: int) -> int:

@@ -78,6 +78,39 @@ def _bad(message: str, param: str | None) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
+def _surrogate_at(value: Any, path: str) -> str | None:
+    """The path of the first string (or key) in `value` holding a lone surrogate (legal in
+    JSON as an escape such as "\\udcff", but not Unicode text: no tokenizer can encode it)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _surrogate_at(k, path) or _surrogate_at(v, f"{path}.{k}")
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _surrogate_at(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _refuse_surrogates(body: dict) -> None:
+    for key, value in body.items():
+        where = _surrogate_at(key, "body") or _surrogate_at(value, str(key))
+        if where:
+            raise _bad(
+                f"{where} holds a lone surrogate escape (such as \\udcff), which is not "
+                "Unicode text; send UTF-8 text.",
+                str(key) if where != "body" else None,
+            )
+
+
 def _number(body: dict, name: str, default: float) -> float:
     v = body.get(name)
     if v is None:
@@ -169,6 +202,10 @@ def chat_prompt(messages: Any, tokenizer: Tokenizer, chat_template: str | None =
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
             raise _bad(f"messages[{i}] needs a role among {', '.join(CHAT_ROLES)}.", "messages")
+        if m.get("content") is None and not (
+            m["role"] == "assistant" and (m.get("tool_calls") or m.get("function_call"))
+        ):  # as OpenAI and vLLM: only an assistant message with tool calls may omit it
+            raise _bad(f"messages[{i}] ({m['role']}) needs a content.", "messages")
         msgs.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
     if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
         return list(tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True))
@@ -261,6 +298,7 @@ def parse_request(
     `chat_template` overrides the tokenizer's."""
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.", None)
+    _refuse_surrogates(body)
     model = body.get("model")
     if model not in model_names:
         raise InvalidRequestError(
@@ -303,6 +341,7 @@ def parse_request(
 def _check_model(body: Any, model_names: Sequence[str]) -> dict:
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.", None)
+    _refuse_surrogates(body)
     model = body.get("model")
     if model is not None and model not in model_names:  # optional, as in vLLM
         raise InvalidRequestError(

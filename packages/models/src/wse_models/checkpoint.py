@@ -23,8 +23,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.flax import save_file
+from wse_core.errors import WseError
 
 from wse_models.config import ModelConfig
 from wse_models.errors import CheckpointError
@@ -148,14 +149,17 @@ class _Tensors:
         if name not in self.files:
             raise CheckpointError(f"checkpoint is missing tensor {name!r} (shape {shape})")
         f = self.files[name]
-        if f not in self._open:
-            self._open[f] = safe_open(f, framework="flax")
         stored = self.stored.get(name, name)
-        got = tuple(self._open[f].get_slice(stored).get_shape())
-        if got != tuple(shape):
-            raise CheckpointError(f"tensor {stored!r} has shape {got}, expected {tuple(shape)}")
-        self.used.add(name)
-        return np.asarray(self._open[f].get_tensor(stored))
+        try:
+            if f not in self._open:
+                self._open[f] = safe_open(f, framework="flax")
+            got = tuple(self._open[f].get_slice(stored).get_shape())
+            if got != tuple(shape):
+                raise CheckpointError(f"tensor {stored!r} has shape {got}, expected {tuple(shape)}")
+            self.used.add(name)
+            return np.asarray(self._open[f].get_tensor(stored))
+        except (SafetensorError, OSError) as err:  # a damaged header or truncated data
+            raise CheckpointError(f"cannot read tensor {stored!r} from {f}: {err}") from None
 
 
 def _weight_map(path: Path) -> dict[str, str]:
@@ -173,8 +177,11 @@ def _weight_map(path: Path) -> dict[str, str]:
         )
     out: dict[str, str] = {}
     for f in files:
-        with safe_open(str(f), framework="flax") as h:
-            out.update(dict.fromkeys(h.keys(), str(f)))
+        try:
+            with safe_open(str(f), framework="flax") as h:
+                out.update(dict.fromkeys(h.keys(), str(f)))
+        except (SafetensorError, OSError) as err:  # a damaged header
+            raise CheckpointError(f"{f} is not a readable safetensors file: {err}") from None
     return out
 
 
@@ -185,9 +192,12 @@ def _read_hf_config(path: Path) -> dict[str, Any]:
     if not cfg.exists():
         raise CheckpointError(f"no config.json in {path}")
     try:
-        return json.loads(cfg.read_text())
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{cfg} is not valid JSON: {err}") from err
+        d = json.loads(cfg.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{cfg} is not valid JSON: {err}") from None
+    if not isinstance(d, dict):
+        raise CheckpointError(f"{cfg} must hold a JSON object, got {type(d).__name__}")
+    return d
 
 
 def _normalize(tensors: _Tensors) -> None:
@@ -248,7 +258,15 @@ def from_pretrained(
     path: str | os.PathLike, *, dtype: str = "float32", param_dtype: str | None = None
 ) -> Transformer:
     """A `Transformer` from a local HF directory (GPT-2 or Llama; compute `dtype`)."""
-    config = config_from_hf(_read_hf_config(Path(path)), dtype=dtype, param_dtype=param_dtype)
+    d = _read_hf_config(Path(path))
+    try:
+        config = config_from_hf(d, dtype=dtype, param_dtype=param_dtype)
+    except WseError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as err:  # a field of a wrong type
+        raise CheckpointError(
+            f"{Path(path) / 'config.json'}: {type(err).__name__}: {err}"
+        ) from None
     return Transformer(config, params=load_params(path, config))
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from wse_core.errors import WseError, suggest
+from wse_core.errors import WseError, suggest, yaml_problem
 
 __all__ = [
     "ConfigError",
@@ -215,6 +215,12 @@ def _parse_override(item: str) -> tuple[str, str, Any]:
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """A copy of the params mapping with `section.key=value` overrides applied."""
+    bad = [k for k, v in data.items() if v is not None and not isinstance(v, Mapping)]
+    if bad:
+        raise ConfigError(
+            f"section {str(bad[0])!r} must be a mapping of key: value lines, got "
+            f"{type(data[bad[0]]).__name__}"
+        )
     out = {k: dict(v or {}) for k, v in data.items()}
     for item in overrides:
         section, key, value = _parse_override(item)
@@ -228,7 +234,9 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"params file {str(path)!r} is not valid YAML: {e}") from None
+        raise ConfigError(
+            f"params file {str(path)!r} is not valid YAML: {yaml_problem(e)}"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"params file {str(path)!r} must hold a mapping of sections")
     return config_from_dict(apply_overrides(data, overrides))
@@ -249,6 +257,8 @@ def _read_params(path: str | Path) -> str:
         p = shipped_config(str(path))
     try:
         return p.read_text()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"params file {str(path)!r} is not UTF-8 text: {e.reason}") from None
     except OSError as e:
         raise ConfigError(
             f"cannot read params file {str(path)!r}: {e.strerror or e}; "

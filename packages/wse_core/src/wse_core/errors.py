@@ -17,6 +17,7 @@ __all__ = [
     "PlacementError",
     "DefectError",
     "suggest",
+    "yaml_problem",
 ]
 
 
@@ -44,3 +45,14 @@ def suggest(name: str, choices: Iterable[str]) -> str:
     """Return ' (did you mean X?)' for the closest choice, or '' when none is close."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def yaml_problem(e: Exception) -> str:
+    """A PyYAML error as one line: the problem and where ('line 4, column 2: could not find
+    expected ':''); PyYAML's own message spans several lines with a caret under the text."""
+    problem = getattr(e, "problem", None) or getattr(e, "context", None)
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    if problem is None:
+        return " ".join(str(e).split())
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}"

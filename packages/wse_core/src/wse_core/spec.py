@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from wse_core.errors import SpecError, suggest
+from wse_core.errors import SpecError, suggest, yaml_problem
 
 __all__ = [
     "WaferSpec",
@@ -413,8 +413,10 @@ def load_spec(path: str | Path) -> WaferSpec:
         data = yaml.safe_load(path.read_text())
     except OSError as e:
         raise SpecError(f"cannot read spec file {str(path)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"spec file {str(path)!r} is not UTF-8 text: {e.reason}") from None
     except yaml.YAMLError as e:
-        raise SpecError(f"spec file {str(path)!r} is not valid YAML: {e}") from None
+        raise SpecError(f"spec file {str(path)!r} is not valid YAML: {yaml_problem(e)}") from None
     if not isinstance(data, dict):
         raise SpecError(f"spec file {str(path)!r} must hold a mapping of spec fields")
     base = data.pop("base", None)

@@ -1,14 +1,23 @@
-"""Test support shared by every package: NumPy oracles of the fabric ops and mesh shapes.
+"""Test support shared by every package: NumPy oracles of the fabric ops and mesh shapes,
+and `mutate`, the corruptions the parsers' fuzz tests apply to valid files.
 
-These are plain-NumPy statements of what each fabric op means on the logical grid, written
-independently of `wse_core.fabric`, so a test compares the sharded result with them.
+The oracles are plain-NumPy statements of what each fabric op means on the logical grid,
+written independently of `wse_core.fabric`, so a test compares the sharded result with them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MESH_SHAPES", "np_shift", "np_multicast", "available_meshes"]
+__all__ = [
+    "MESH_SHAPES",
+    "MUTATIONS",
+    "np_shift",
+    "np_multicast",
+    "available_meshes",
+    "mutate",
+    "one_line_error",
+]
 
 # Mesh shapes the tests exercise with 8 virtual CPU devices.
 MESH_SHAPES = ((1, 1), (2, 4), (4, 2))
@@ -38,3 +47,45 @@ def np_multicast(x: np.ndarray, direction: str, k: int, boundary: str = "zero"):
 
 def available_meshes(num_devices: int) -> list[tuple[int, int]]:
     return [m for m in MESH_SHAPES if m[0] * m[1] <= num_devices]
+
+
+MUTATIONS = ("truncate", "flip", "insert", "delete", "duplicate", "swap_digit")
+
+
+def mutate(data: bytes, ops: list[tuple[int, int, int]]) -> bytes:
+    """`data` corrupted by `ops`, each (kind, position, value) with kind an index into
+    MUTATIONS: truncate at the position, replace a byte by `value`, insert `value`, delete
+    `value % 16` bytes, duplicate a line, or swap a digit for another ('1' -> '9', so numbers
+    stay numbers but go out of range). Positions wrap around the current length. A fuzz test
+    draws `ops` with hypothesis; this function stays free of it."""
+    b = bytearray(data)
+    for kind, pos, value in ops:
+        if not b:
+            b = bytearray([value % 256])
+            continue
+        i = pos % len(b)
+        name = MUTATIONS[kind % len(MUTATIONS)]
+        if name == "truncate":
+            del b[i:]
+        elif name == "flip":
+            b[i] = value % 256
+        elif name == "insert":
+            b.insert(i, value % 256)
+        elif name == "delete":
+            del b[i : i + 1 + value % 16]
+        elif name == "duplicate":
+            start = b.rfind(b"\n", 0, i) + 1
+            end = b.find(b"\n", i)
+            end = len(b) if end < 0 else end + 1
+            b[start:start] = b[start:end]
+        else:
+            digits = [j for j in range(i, len(b)) if 48 <= b[j] <= 57]
+            if digits:
+                b[digits[0]] = 48 + value % 10
+    return bytes(b)
+
+
+def one_line_error(e: BaseException) -> bool:
+    """True when `e`'s message is one non-empty line (how the `wse` command prints it)."""
+    text = str(e)
+    return bool(text.strip()) and "\n" not in text.strip()

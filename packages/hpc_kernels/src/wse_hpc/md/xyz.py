@@ -106,10 +106,20 @@ def _columns(props: str, lineno: int) -> list[tuple[str, int, int]]:
         raise XyzError(f"line {lineno}: Properties must be name:type:count triples")
     out, col = [], 0
     for i in range(0, len(parts), 3):
-        name, n = parts[i].lower(), int(parts[i + 2])
+        try:
+            name, n = parts[i].lower(), int(parts[i + 2])
+        except ValueError:
+            raise XyzError(
+                f"line {lineno}: Properties count {parts[i + 2]!r} is not an integer"
+            ) from None
+        if n < 1:
+            raise XyzError(f"line {lineno}: Properties count of {name!r} must be >= 1, got {n}")
         out.append((name, col, n))
         col += n
     return out
+
+
+_WIDTHS = {"pos": 3, "velocities": 3, "vel": 3, "velo": 3, "forces": 3, "energies": 1}
 
 
 def read_xyz(path: str | Path) -> list[Structure]:
@@ -119,6 +129,8 @@ def read_xyz(path: str | Path) -> list[Structure]:
         lines = path.read_text().splitlines()
     except OSError as e:
         raise XyzError(f"cannot read {str(path)!r}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise XyzError(f"{str(path)!r} is not UTF-8 text: {e.reason}") from None
     frames, i = [], 0
     while i < len(lines) and lines[i].strip():
         frames.append(_frame(lines, i))
@@ -133,12 +145,21 @@ def _frame(lines: list[str], i: int) -> Structure:
         n = int(lines[i].split()[0])
     except (ValueError, IndexError):
         raise XyzError(f"line {i + 1}: expected the atom count, got {lines[i]!r}") from None
+    if n < 1:
+        raise XyzError(f"line {i + 1}: the atom count must be >= 1, got {n}")
     if i + 2 + n > len(lines):
         raise XyzError(f"line {i + 1}: {n} atoms announced, the file ends first")
     info = _parse_comment(lines[i + 1], i + 2)
     box = _lattice(info, i + 2)
     cols = _columns(info.get("properties", "species:S:1:pos:R:3"), i + 2)
     rows = [re.split(r"\s+", ln.strip()) for ln in lines[i + 2 : i + 2 + n]]
+    width = sum(w for _, _, w in cols)
+    for j, r in enumerate(rows):
+        if len(r) != width:
+            raise XyzError(f"line {i + 3 + j}: {len(r)} fields, Properties announces {width}")
+    for name, _, w in cols:
+        if _WIDTHS.get(name, w) != w:
+            raise XyzError(f"line {i + 2}: {name} needs {_WIDTHS[name]} columns, got {w}")
     symbols = np.array([r[0] for r in rows])
     try:
         data = np.array([[float(v) for v in r[1:]] for r in rows])

@@ -17,6 +17,9 @@ the oracle of the wafer kernel.
 from __future__ import annotations
 
 import dataclasses
+import struct
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -279,29 +282,70 @@ def save_operator(op: TlrOperator, path: str | Path) -> Path:
     return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
 
+# What a damaged .npz raises inside np.load / zipfile: a bad zip directory or member header,
+# a truncated member, an unknown compression method, a bad array header.
+_DAMAGED = (
+    OSError,
+    ValueError,
+    EOFError,
+    KeyError,
+    NotImplementedError,
+    RuntimeError,
+    struct.error,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+
+
 def load_operator(path: str | Path) -> TlrOperator:
-    """Read an operator written by `save_operator`; TlrError for a missing or foreign file."""
+    """Read an operator written by `save_operator`; TlrError for a missing, foreign or
+    damaged file (one line naming what is wrong)."""
     try:
-        with np.load(Path(path)) as f:
+        with np.load(Path(path), allow_pickle=False) as f:
             data = {k: f[k] for k in f.files}
-    except (OSError, ValueError) as e:
-        raise TlrError(f"cannot read TLR operator {str(path)!r}: {e}") from None
+    except _DAMAGED as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise TlrError(f"cannot read TLR operator {str(path)!r}: {why}") from None
     need = {"format", "shape", "nb", "threshold", "ranks", "u", "v"}
-    if not need <= set(data) or int(data["format"]) != _FORMAT:
+    try:
+        ok = need <= set(data) and int(data["format"]) == _FORMAT
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
         raise TlrError(f"{str(path)!r} is not a TLR operator file (use `wse hpc tlrmvm compress`)")
-    (m, n), nb, ranks = (int(s) for s in data["shape"]), int(data["nb"]), data["ranks"]
+    try:
+        return _operator_from(data)
+    except (TypeError, ValueError, IndexError, OverflowError) as e:
+        raise TlrError(f"TLR operator file {str(path)!r} is corrupt: {e}") from None
+
+
+def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
+    shape, ranks = np.asarray(data["shape"]), np.asarray(data["ranks"])
+    if shape.shape != (2,) or ranks.ndim != 2 or ranks.dtype.kind not in "iu":
+        raise TlrError("TLR operator file is corrupt: shape or ranks have the wrong form")
+    (m, n), nb = (int(s) for s in shape), int(data["nb"])
+    if min(m, n, nb) < 1 or ranks.shape != (-(-m // nb), -(-n // nb)):
+        raise TlrError(
+            f"TLR operator file is corrupt: {m} x {n} in tiles of {nb} does not match ranks "
+            f"{ranks.shape}"
+        )
+    u, v = np.asarray(data["u"]), np.asarray(data["v"])
+    if u.dtype.kind not in "fc" or v.dtype != u.dtype:
+        raise TlrError(f"TLR operator file is corrupt: bases of dtype {u.dtype} and {v.dtype}")
+    if ranks.min() < 0 or ranks.max() > nb:
+        raise TlrError(f"TLR operator file is corrupt: ranks outside 0..{nb}")
     mt, nt = ranks.shape
     heights = [min(nb, m - i * nb) for i in range(mt)]
     widths = [min(nb, n - j * nb) for j in range(nt)]
-    u_rows = _split(data["u"], [(h, int(ranks[i].sum())) for i, h in enumerate(heights)])
-    v_cols = _split(data["v"], [(w, int(ranks[:, j].sum())) for j, w in enumerate(widths)])
+    u_rows = _split(u, [(h, int(ranks[i].sum())) for i, h in enumerate(heights)])
+    v_cols = _split(v, [(w, int(ranks[:, j].sum())) for j, w in enumerate(widths)])
     err = float(data.get("error_fro", np.nan))
     return TlrOperator((m, n), nb, float(data["threshold"]), ranks, u_rows, v_cols, err)
 
 
 def _split(flat: np.ndarray, shapes: list[tuple[int, int]]) -> tuple[np.ndarray, ...]:
     sizes = [r * c for r, c in shapes]
-    if sum(sizes) != flat.size:
+    if flat.ndim != 1 or sum(sizes) != flat.size:
         raise TlrError("TLR operator file is corrupt: bases do not match the ranks")
     parts = np.split(flat, np.cumsum(sizes)[:-1])
     return tuple(p.reshape(s) for p, s in zip(parts, shapes, strict=True))

@@ -1,0 +1,249 @@
+"""Fuzzed inputs, zero tracebacks: every parser of a user's file, fed valid files that
+`wse_core.testing.mutate` truncates and corrupts, either parses or raises the package's own
+`WseError` with a one-line message; nothing else escapes (no IndexError, KeyError,
+UnicodeDecodeError, numpy or yaml exceptions). The hypothesis profile (root conftest) fixes
+the seed when CI=true. A few of the same corruptions go through the `wse` command too: exit 2
+and one line."""
+
+from __future__ import annotations
+
+import functools
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+from wse_core import WseError
+from wse_core.testing import mutate, one_line_error
+
+OPS = st.lists(
+    st.tuples(st.integers(0, 5), st.integers(0, 2**20), st.integers(0, 255)),
+    min_size=1,
+    max_size=6,
+)
+WORK = Path(tempfile.mkdtemp(prefix="wse-fuzz-"))
+
+
+def _accepts(parse, path: Path, data: bytes) -> None:
+    """parse(path) after writing `data` there: a result, or a one-line WseError."""
+    path.write_bytes(data)
+    try:
+        parse(path)
+    except WseError as e:
+        assert one_line_error(e), repr(str(e))
+
+
+def _valid(name: str, text: str | bytes) -> tuple[Path, bytes]:
+    data = text.encode() if isinstance(text, str) else text
+    return WORK / name, data
+
+
+# --- wse_core: wafer spec YAML -------------------------------------------------------------
+SPEC = _valid("spec.yaml", "base: wse2\nname: fuzz\npe_rows: 40\npe_cols: 50\nclock_hz: 8.5e8\n")
+
+
+@settings(max_examples=60)
+@given(ops=OPS)
+def test_spec_yaml(ops):
+    from wse_core import load_spec
+
+    path, data = SPEC
+    _accepts(load_spec, path, mutate(data, ops))
+
+
+# --- trainer: params YAML and dotted overrides --------------------------------------------
+@functools.cache
+def _params_text() -> str:
+    from wse_trainer.config import shipped_config
+
+    return shipped_config("tiny").read_text()
+
+
+@settings(max_examples=60)
+@given(ops=OPS)
+def test_params_yaml(ops):
+    from wse_trainer.config import check_config, load_config
+
+    def parse(path):
+        check_config(load_config(path))
+
+    _accepts(parse, WORK / "params.yaml", mutate(_params_text().encode(), ops))
+
+
+OVERRIDE = st.builds(
+    lambda sec, key, sep, val: f"{sec}{sep}{key}={val}",
+    st.sampled_from(["runconfig", "train_input", "model", "optimizer", "", "x", "runconfig.a"]),
+    st.sampled_from(["max_steps", "batch_size", "learning_rate", "num_csx", "preset", "", "="]),
+    st.sampled_from([".", "", ".."]),
+    st.one_of(
+        st.text(max_size=12), st.sampled_from(["-1", "0", "1e999", "nan", "[1, 2]", "{a: 1"])
+    ),
+)
+
+
+@settings(max_examples=80)
+@given(overrides=st.lists(st.one_of(OVERRIDE, st.text(max_size=20)), min_size=1, max_size=3))
+def test_params_overrides(overrides):
+    from wse_trainer.config import check_config, load_config, shipped_config
+
+    try:
+        check_config(load_config(shipped_config("tiny"), overrides))
+    except WseError as e:
+        assert one_line_error(e), repr(str(e))
+
+
+# --- hpc md: funcfl, setfl, fs, extended XYZ -------------------------------------------------
+@functools.cache
+def _funcfl() -> bytes:
+    r = np.linspace(0, 5.0, 60)
+    rho = np.linspace(0, 2.0, 50)
+    lines = ["fuzz funcfl", "29 63.55 3.615 fcc", f"50 {rho[1]:.6g} 60 {r[1]:.6g} 4.9"]
+    for values in (-np.sqrt(rho), 10 * np.exp(-r), np.exp(-r)):
+        lines += [" ".join(f"{v:.8g}" for v in values[i : i + 5]) for i in range(0, len(values), 5)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@functools.cache
+def _setfl(elements: tuple[str, ...] = ("Cu", "Ni")) -> bytes:
+    from wse_hpc.md import write_setfl, zhou04
+
+    path = WORK / f"valid-{len(elements)}.eam.alloy"
+    write_setfl(zhou04(list(elements), knots=100), path, ["fuzz", "setfl"])
+    return path.read_bytes()
+
+
+@settings(max_examples=60)
+@given(ops=OPS, kind=st.sampled_from(["eam", "eam.alloy", "eam.fs"]))
+def test_potentials(ops, kind):
+    from wse_hpc.md import read_potential
+
+    # an fs file of one element has the setfl layout
+    data = {"eam": _funcfl, "eam.alloy": _setfl, "eam.fs": lambda: _setfl(("Cu",))}[kind]()
+    _accepts(read_potential, WORK / f"fuzz.{kind}", mutate(data, ops))
+
+
+@functools.cache
+def _xyz() -> bytes:
+    from wse_hpc.md import crystal, write_xyz
+
+    s = crystal("fcc", "Cu", 3.615, (2, 2, 1))
+    s.velocities_A_ps = np.full_like(s.positions_A, 0.5)
+    path = WORK / "valid.xyz"
+    write_xyz(path, [s, s], info={"step": 0})
+    return path.read_bytes()
+
+
+@settings(max_examples=60)
+@given(ops=OPS)
+def test_extended_xyz(ops):
+    from wse_hpc.md import read_xyz
+    from wse_hpc.md.lattice import check_structure
+
+    def parse(path):
+        for s in read_xyz(path):
+            check_structure(s)
+
+    _accepts(parse, WORK / "fuzz.xyz", mutate(_xyz(), ops))
+
+
+# --- TLR operator files (.npz) --------------------------------------------------------------
+@functools.cache
+def _operator() -> bytes:
+    from wse_hpc.tlrmvm import compress, save_operator
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((24, 3)) @ rng.standard_normal((3, 24))
+    path = save_operator(compress(a.astype(np.float32), nb=8, threshold=1e-3), WORK / "op.npz")
+    return path.read_bytes()
+
+
+@settings(max_examples=40)
+@given(ops=OPS)
+def test_tlr_operator(ops):
+    from wse_hpc.tlrmvm import load_operator
+
+    _accepts(load_operator, WORK / "fuzz.npz", mutate(_operator(), ops))
+
+
+# --- models: HF config.json, tokenizer.json, safetensors headers -----------------------------
+@pytest.fixture(scope="module")
+def hf_dir():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from wse_inference.testing import save_tiny_model
+
+    path = WORK / "hf"
+    save_tiny_model(path, n_layers=1)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel()
+    tok.save(str(path / "tokenizer.json"))
+    return path
+
+
+def _mutated_copy(src: Path, name: str, ops) -> Path:
+    import shutil
+
+    dst = WORK / f"hf-{name}"
+    if not dst.exists():
+        shutil.copytree(src, dst)
+    (dst / name).write_bytes(mutate((src / name).read_bytes(), ops))
+    return dst
+
+
+@settings(max_examples=50)
+@given(ops=OPS, name=st.sampled_from(["config.json", "tokenizer.json"]))
+def test_hf_config_and_tokenizer(hf_dir, ops, name):
+    from wse_inference.loading import load_model, read_config
+
+    folder = _mutated_copy(hf_dir, name, ops)
+    for parse in (read_config, load_model):
+        try:
+            parse(folder)
+        except WseError as e:
+            assert one_line_error(e), repr(str(e))
+
+
+@settings(max_examples=50)
+@given(ops=OPS, header_only=st.booleans())
+def test_safetensors_header(hf_dir, ops, header_only):
+    import wse_models
+
+    name = next(p.name for p in hf_dir.glob("*.safetensors"))
+    data = (hf_dir / name).read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    if header_only:  # corrupt the JSON header only, keep its length field and the tensors
+        header = mutate(data[8 : 8 + n], ops)
+        data = len(header).to_bytes(8, "little") + header + data[8 + n :]
+    else:
+        data = mutate(data, ops)
+    folder = WORK / "hf-st"
+    if not folder.exists():
+        import shutil
+
+        shutil.copytree(hf_dir, folder)
+    (folder / name).write_bytes(data)
+    try:
+        wse_models.from_pretrained(folder)
+    except WseError as e:
+        assert one_line_error(e), repr(str(e))
+
+
+# --- the same corruptions through the `wse` command: exit 2 and one line ------------------
+@settings(max_examples=15)
+@given(ops=OPS)
+def test_wafer_info_spec_through_the_cli(ops):
+    from wse_cli.app import app
+
+    path, data = SPEC
+    path = path.with_name("cli-spec.yaml")
+    path.write_bytes(mutate(data, ops))
+    r = CliRunner().invoke(app, ["wafer", "info", "--spec", str(path), "--json"])
+    if r.exit_code == 0:
+        json.loads(r.stdout)
+    else:
+        assert r.exit_code == 2 and r.exception is None or isinstance(r.exception, SystemExit)
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), r.output
