@@ -128,6 +128,20 @@ def _figure(plans: list[dict]):
     return fig
 
 
+def _stage_regions_figure():
+    """The 8B plan on one WSE-3, per PE: the head and the 32 stages' bands, their SRAM and
+    predicted busy cycles (each PE works only while the token is in its stage)."""
+    from wse_core.decoder_cost import LLAMA31_8B
+    from wse_core.pipeline_plan import plan_pipeline
+    from wse_core.pipeline_trace import pipeline_traces
+    from wse_core.spec import preset
+    from wse_core.trace_png import trace_figure
+
+    plan = plan_pipeline(LLAMA31_8B, preset("wse3"), num_wafers=1, context_len=CONTEXT)
+    trace = pipeline_traces(LLAMA31_8B, plan)[0]
+    return trace_figure(trace, title="Llama 3.1 8B on one WSE-3: stage regions, per PE")
+
+
 def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
     predictions, plans = _predictions()
     measurements = [*plans, _emulated(seed)]
@@ -144,4 +158,5 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
         measurements=measurements,
         predictions=predictions,
         figure=_figure(plans),
+        extra_figures={"per_pe_llama8b_wse3": _stage_regions_figure()},
     )
