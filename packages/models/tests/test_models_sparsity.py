@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import wse_models as wm
-from wse_models.sparsity import sparse_time_ratio, zero_fraction
+from wse_models.sparsity import zero_fraction
 from wse_models.testing import np_mlp_preactivation, random_tokens, tiny_config
 
 CASES = [("gpt2", "relu"), ("gpt2", "relu2"), ("llama", "relu"), ("llama", "relu2")]
@@ -57,8 +57,6 @@ def test_dense_model_reports_about_zero(arch):
     p = wm.init_params(c, jax.random.key(2))
     frac = zero_fraction(p, c, np.asarray(random_tokens(c, 2, 12, seed=1)))
     assert frac.shape == (c.n_layers,) and frac.max() < 1e-3
-    ratio, whole = sparse_time_ratio(c, frac, 12)
-    assert np.all(ratio > 1 - 1e-3) and whole > 1 - 1e-3
 
 
 def test_padding_positions_are_not_counted():
@@ -80,16 +78,6 @@ def test_dense_forward_unchanged_by_count_flag():
     b, _, zeros = wm.forward(c, p, toks, count_zeros=True)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert zeros.shape == (c.n_layers,) and zeros.dtype == jnp.int32
-
-
-def test_sparse_time_ratio_by_hand():
-    """One gpt2 layer, d 32, d_ff 128, 4 heads, context 10: attention weights 4 * 32 * 32 =
-    4096 MACs per token, MLP 2 * 32 * 128 = 8192, attention 2 * 32 * 10 = 640; the down
-    projection is 4096 of the 12928. s = 0.5 -> 1 - 2048 / 12928."""
-    c = tiny_config("gpt2", n_layers=1, vocab_size=10, mlp_activation="relu")
-    ratio, whole = sparse_time_ratio(c, 0.5, 10)
-    assert ratio[0] == pytest.approx(1 - 2048 / 12928)
-    assert whole == pytest.approx((12928 - 2048 + 320) / (12928 + 320))  # head: 32 * 10
 
 
 def test_activation_config_and_hf_names():

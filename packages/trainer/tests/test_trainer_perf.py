@@ -76,6 +76,35 @@ def test_a_layer_is_counted_by_hand():
     assert "fmac_mixed.bf16" not in got
 
 
+def test_zero_skipping_fires_only_the_sparse_operands_fmacs():
+    # s = 0.75 of the MLP hidden activation is zero: the down projection (2 x 4 weights per
+    # PE) forward and weight gradient, and the up projection's (4 x 2) input and weight
+    # gradients fire a quarter of their 16 tokens x 8 FMACs; qkv, o and the down
+    # projection's input gradient (dY W^T, dense) stay whole.
+    model = _tiny_model()
+    dense = StepPlacement(TINY, Numerics.of("mixed"), 1, 2, 8, False, 1, 10_000)
+    sparse = StepPlacement(TINY, Numerics.of("mixed"), 1, 2, 8, False, 1, 10_000, 0.75)
+    key = "fmac_mixed.bf16"
+    fwd = layer_phases(model, dense).total_work().ops_by_kind()[key]
+    assert layer_phases(model, sparse).total_work().ops_by_kind()[key] == pytest.approx(
+        fwd - 0.75 * 16 * 8
+    )
+    bwd = layer_phases(model, dense, backward=True).total_work().ops_by_kind()[key]
+    got = layer_phases(model, sparse, backward=True).total_work().ops_by_kind()[key]
+    assert got == pytest.approx(bwd - 3 * 0.75 * 16 * 8)
+    big = wse_models.preset_config("llama3-8b", dtype="bfloat16", mlp_activation="relu")
+    base = predict_step(big, WSE3, num_csx=1, micro_batch=16, seq_len=8192)
+    assert predict_step(
+        big, WSE3, num_csx=1, micro_batch=16, seq_len=8192, mlp_zero_fraction=0.0
+    ).predicted_s == pytest.approx(base.predicted_s)
+    assert (
+        predict_step(
+            big, WSE3, num_csx=1, micro_batch=16, seq_len=8192, mlp_zero_fraction=0.5
+        ).predicted_s
+        < base.predicted_s
+    )
+
+
 def test_the_stream_overlaps_the_layer_it_prefetches_for():
     model = wse_models.preset_config("llama3-8b", dtype="bfloat16")
     r = predict_step(model, WSE3, num_csx=1, micro_batch=16, seq_len=8192)

@@ -46,7 +46,7 @@ Additions beyond the contract (implemented here; the contract above is unchanged
 - `segment_ids=` on `apply_layer(s)` / `forward`: documents packed in a row attend within
   themselves; `count_zeros=True` also returns the MLP hidden activation's exact zeros per
   layer. `wse_models.sparsity`: `zero_counts`, `zero_fraction(params, config, tokens)` (the
-  measured per-layer sparsity of a checkpoint) and `sparse_time_ratio` (zero-skipping).
+  measured per-layer sparsity of a checkpoint, which the cost model prices).
 - Errors (all `wse_core.errors.WseError`): `ModelError`, `ModelConfigError`, `CheckpointError`.
 - `wse_models.testing`: tiny configs and random `transformers` oracles for tests.
 - Meshes: the functions run under `jax.jit` on meshes with Explicit axes (jax.make_mesh's

@@ -11,10 +11,8 @@ gains nothing from such unstructured sparsity.
   [n_layers]: the zeros per layer of one forward pass (pure; the caller jits).
 - `zero_fraction(params, config, tokens)` -> float64 [n_layers]: the measured fraction of a
   checkpoint on some tokens (the cost model's input), batched and jitted here.
-- `sparse_time_ratio(config, zero_fraction, context)` -> (per-layer, whole-model) ratio of
-  sparse to dense forward time: (work other than the down projection + (1 - s) x the down
-  projection's) / all work, counted in multiply-adds per token from the config. This simple
-  count stands until the wafer cost model prices skipped multiplies itself.
+  The wafer cost model prices the skipped multiplies from it (`wse_core.decoder_cost`'s
+  `mlp_zero_fraction` for decoding, `wse_trainer.performance.predict_step`'s for training).
 - `ZeroTally(config)`: host-side running totals for a shell (the inference server's prefills).
 """
 
@@ -30,7 +28,7 @@ from wse_models.config import ModelConfig
 from wse_models.decoder import forward
 from wse_models.params import Params
 
-__all__ = ["ZeroTally", "sparse_time_ratio", "zero_counts", "zero_fraction"]
+__all__ = ["ZeroTally", "zero_counts", "zero_fraction"]
 
 
 def zero_counts(
@@ -67,29 +65,6 @@ def zero_fraction(
         part[:n], pos[:n] = tokens[start : start + n], np.arange(s, dtype=np.int32)
         total += np.asarray(fn(params, jnp.asarray(part), jnp.asarray(pos)), np.int64)
     return total / float(b * s * config.d_ff)
-
-
-def sparse_time_ratio(
-    config: ModelConfig, zero_fraction: np.ndarray | float, context: int
-) -> tuple[np.ndarray, float]:
-    """Predicted wafer time of a forward pass with zero-skipping over its dense time.
-
-    zero_fraction: s per layer [n_layers] (or one value for all); context: the keys a token
-    attends to (for a causal sequence of length S, its mean (S + 1) / 2). Per token and
-    layer, in multiply-adds: q/k/v/o and MLP weights (`attn_matmul_params`,
-    `mlp_matmul_params`) plus attention (q.k and p.v: 2 * n_heads * head_dim * context);
-    the down projection (d_ff * d_model) alone shrinks to (1 - s). Returns (per-layer
-    ratio [n_layers], whole-model ratio with the output head's d_model * vocab counted as
-    dense work).
-    """
-    s = np.broadcast_to(np.asarray(zero_fraction, np.float64), (config.n_layers,))
-    attn = config.attn_flops_per_token(context) // (2 * config.n_layers)
-    layer = config.attn_matmul_params() + config.mlp_matmul_params() + attn
-    down = config.d_ff * config.d_model
-    sparse = layer - s * down
-    head = config.d_model * config.vocab_size
-    whole = (sparse.sum() + head) / (config.n_layers * layer + head)
-    return sparse / layer, float(whole)
 
 
 class ZeroTally:

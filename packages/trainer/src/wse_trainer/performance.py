@@ -124,6 +124,7 @@ class StepPlacement:
     resident: bool
     stride: int  # layer inputs kept every `stride` layers (the ActivationPlan's)
     chunk_bytes_per_pe: int  # SRAM for one pass's inputs and partial sums
+    mlp_zero_fraction: float = 0.0  # zeros of the MLP hidden activation (ReLU-like MLPs)
 
     @property
     def tokens(self) -> int:
@@ -151,8 +152,11 @@ def place_step(
     seq_len: int,
     placement: str = "streamed",
     precision: str | None = None,
+    mlp_zero_fraction: float = 0.0,
 ) -> StepPlacement:
     """The placement of one step from the trainer's memory plan (refused if it cannot run)."""
+    if not 0.0 <= mlp_zero_fraction < 1.0:
+        raise WseError(f"mlp_zero_fraction must be in [0, 1), got {mlp_zero_fraction}")
     per_pe = lambda n: -(-int(n) // spec.num_pes)  # noqa: E731
     working = per_pe(_working_bytes(model, micro_batch, seq_len))
     if placement == "resident":
@@ -173,7 +177,15 @@ def place_step(
         raise WseError(f"unknown placement {placement!r}; use 'streamed' or 'resident'")
     num = Numerics.of(precision or precision_of(model))
     return StepPlacement(
-        spec, num, num_csx, micro_batch, seq_len, placement == "resident", stride, free + working
+        spec,
+        num,
+        num_csx,
+        micro_batch,
+        seq_len,
+        placement == "resident",
+        stride,
+        free + working,
+        mlp_zero_fraction,
     )
 
 
@@ -184,19 +196,22 @@ def _passes(kind: str, dtype: str, tokens: int, chunk: int, per_pass: int) -> tu
     return ops + ((Op(kind, dtype, rest, count=per_pass),) if rest else ())
 
 
-def gemm_work(pl: StepPlacement, n_in: int, n_out: int) -> Work:
+def gemm_work(pl: StepPlacement, n_in: int, n_out: int, *, density: float = 1.0) -> Work:
     """Y[T, n_out] = X[T, n_in] W on the whole wafer, on its busiest PE (module contract).
 
     Per PE: ro * ci FMACs per pass (ro x ci its weight block), the partial sums arriving
     from the west added in; SRAM reads the input and partial sum of every FMAC element and
     each weight once per pass, writes the partial sums and the arriving inputs; words out:
-    the inputs down the column ("S"), the partial sums along the row ("E")."""
+    the inputs down the column ("S"), the partial sums along the row ("E"). `density`: the
+    nonzero fraction of the sparse operand; an FMAC fires only on a nonzero one."""
     s, num, tokens = pl.spec, pl.num, pl.tokens
     ro, ci = _block(s, n_in, n_out)
     chunk = pl.chunk(n_in, n_out)
     ops = _passes(num.kind, num.dtype, tokens, chunk, ro * ci)
+    if density < 1.0:
+        ops = tuple(dataclasses.replace(op, count=op.count * density) for op in ops)
     ops += _passes("add", num.acc_dtype, tokens, chunk, ro)
-    elems, passes = ro * ci * tokens, math.ceil(tokens / chunk)
+    elems, passes = ro * ci * tokens * density, math.ceil(tokens / chunk)
     return Work(
         ops=ops,
         sram_read_bytes=elems * (num.operand_bytes + num.acc_bytes)
@@ -256,15 +271,29 @@ def _pointwise_work(model: Any, pl: StepPlacement) -> Work:
     )
 
 
+def _sparse_density(pl: StepPlacement, name: str) -> dict[str, float]:
+    """Products whose sparse operand is the MLP hidden activation h (or its gradient, zero
+    where h is, through the ReLU's derivative): the down projection forward (h in) and its
+    weight gradient (h^T dY), the up projection's input gradient (dH in) and weight gradient
+    (X^T dH). The down projection's input gradient (dY W^T) is dense."""
+    if not pl.mlp_zero_fraction or not name.startswith("mlp_"):
+        return {}
+    dens = 1.0 - pl.mlp_zero_fraction
+    return {"mlp_down": dens, "mlp_down_dw": dens, "mlp_up_dx": dens, "mlp_up_dw": dens}
+
+
 def layer_phases(model: Any, pl: StepPlacement, *, backward: bool = False) -> Phases:
     """One layer's forward (or backward) on the whole wafer, product by product."""
     parts: list[Phase] = []
     for name, n_in, n_out in _products(model):
+        sparse = _sparse_density(pl, name)
         if backward:
-            parts.append(Phase(f"{name}_dx", gemm_work(pl, n_out, n_in)))
-            parts.append(Phase(f"{name}_dw", gemm_work(pl, n_in, n_out)))
+            dx = sparse.get(f"{name}_dx", 1.0)
+            parts.append(Phase(f"{name}_dx", gemm_work(pl, n_out, n_in, density=dx)))
+            dw = sparse.get(f"{name}_dw", 1.0)
+            parts.append(Phase(f"{name}_dw", gemm_work(pl, n_in, n_out, density=dw)))
         else:
-            parts.append(Phase(name, gemm_work(pl, n_in, n_out)))
+            parts.append(Phase(name, gemm_work(pl, n_in, n_out, density=sparse.get(name, 1.0))))
     k = 2.0 if backward else 1.0
     parts.append(Phase("attention", _attention_work(model, pl), repeat=k))
     parts.append(Phase("pointwise", _pointwise_work(model, pl), repeat=k))
@@ -421,6 +450,9 @@ ASSUMPTIONS = {
     "compute; gradients out and the MemoryX update overlap the previous layer's backward",
     "MemoryX update": "applied per group as its gradient arrives, keeping pace with the stream",
     "exp": f"{EXP_FMACS:g} FMACs per element (wse_core.decoder_cost)",
+    "zero skipping": "with mlp_zero_fraction s, an FMAC fires only on a nonzero operand: the "
+    "down projection (forward, dW) and the up projection (dX, dW) run (1 - s) of their "
+    "FMACs; zeros still cross the fabric",
 }
 
 
@@ -435,6 +467,7 @@ def predict_step(
     placement: str = "streamed",
     precision: str | None = None,
     stride: int = 0,
+    mlp_zero_fraction: float = 0.0,
 ) -> RunReport:
     """One training step of `num_csx` wafers, each with `micro_batch` sequences of `seq_len`
     tokens, placed as `plan` says (default: `memory_plan(model, spec, micro_batch, seq_len,
@@ -451,6 +484,7 @@ def predict_step(
         seq_len=seq_len,
         placement=placement,
         precision=precision,
+        mlp_zero_fraction=mlp_zero_fraction,
     )
     report = RunReport.build(
         "train_step",
@@ -472,6 +506,7 @@ def predict_step(
         stride=pl.stride,
         micro_batch=micro_batch,
         seq_len=seq_len,
+        mlp_zero_fraction=mlp_zero_fraction,
     )
     return report
 

@@ -15,6 +15,12 @@ emulates, so a change of the plan changes the prediction through it.
 vocab_size`, optionally `head_dim`, `arch`), e.g. a `wse_models.ModelConfig` or the
 `LLAMA31_8B` shape of the calibration case.
 
+Activation sparsity (ReLU and squared-ReLU MLPs): the wafer's dataflow triggers a PE's
+FMAC only when a nonzero operand arrives (Cerebras states the hardware skips zeros), so the
+down projection's column AXPYs run only for the nonzero hidden values: `mlp_zero_fraction`
+s scales its FMACs and their SRAM traffic by (1 - s). The zeros are still multicast (the
+fabric time does not shrink; a sender-side filter would be a further gain, not assumed).
+
 Assumptions (listed in every prediction built from here): the exponential of the softmax
 costs `EXP_FMACS` FMACs per element (a polynomial; not published); the attention reads the
 KV cache of `kv_tokens` tokens (default: half the context); words of partial sums travel in
@@ -25,7 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from wse_core.perf import Op, Phase, Phases, Work, serial
 from wse_core.sram import Region
@@ -46,6 +55,8 @@ DECODER_ASSUMPTIONS = {
     "reduced along rows (SDK gemv examples)",
     "exp": f"{EXP_FMACS:g} FMACs per element (polynomial; not published)",
     "kv_tokens": "the attention reads half the context unless stated",
+    "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
+    "still cross the fabric; a stage's layers share its mean zero fraction",
 }
 
 
@@ -102,14 +113,21 @@ def _dtype(bytes_per_value: int) -> str:
     return "fp16" if bytes_per_value == 2 else "fp32"
 
 
-def matvec_work(region: Region, n_in: int, n_out: int, *, bytes_per_value: int = 2) -> Work:
-    """y (n_out) = W^T x (n_in) on `region`, on its busiest PE (see the module contract)."""
+def matvec_work(
+    region: Region, n_in: int, n_out: int, *, bytes_per_value: int = 2, input_density: float = 1.0
+) -> Work:
+    """y (n_out) = W^T x (n_in) on `region`, on its busiest PE (see the module contract).
+
+    `input_density`: the fraction of x that is nonzero; a zero triggers no column AXPY."""
+    if not 0.0 <= input_density <= 1.0:
+        raise ValueError(f"input_density must be in [0, 1], got {input_density}")
     r, c = region.rows, region.cols
     rows_out, cols_in = math.ceil(n_out / r), math.ceil(n_in / c)
     words = bytes_per_value / 4
-    elems = rows_out * cols_in
+    fired = cols_in * input_density
+    elems = rows_out * fired
     return Work(
-        ops=(Op("fmac", _dtype(bytes_per_value), rows_out, count=cols_in),),
+        ops=(Op("fmac", _dtype(bytes_per_value), rows_out, count=fired),),
         # FMAC y += w * x: reads w and y, writes y (x is a scalar from the fabric).
         sram_read_bytes=2 * elems * bytes_per_value,
         sram_write_bytes=elems * bytes_per_value,
@@ -128,8 +146,16 @@ def _elementwise(kind: str, n: float, region: Region, dtype: str, per: float = 1
     return Op(kind, dtype, math.ceil(n / region.num_pes), count=per)
 
 
-def layer_phases(shape: Any, region: Region, *, kv_tokens: int, bytes_per_value: int = 2) -> Phases:
-    """One layer's decode step (one token) on `region`, phase by phase."""
+def layer_phases(
+    shape: Any,
+    region: Region,
+    *,
+    kv_tokens: int,
+    bytes_per_value: int = 2,
+    mlp_zero_fraction: float = 0.0,
+) -> Phases:
+    """One layer's decode step (one token) on `region`, phase by phase (`mlp_zero_fraction`:
+    the share of the MLP hidden activation that is zero, skipped by the down projection)."""
     d, hd = shape.d_model, _head_dim(shape)
     nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
     dt, b = _dtype(bytes_per_value), bytes_per_value
@@ -160,13 +186,23 @@ def layer_phases(shape: Any, region: Region, *, kv_tokens: int, bytes_per_value:
         Phase("norm_mlp", norm),
         Phase("up_gate", matvec_work(region, d, mlp_out, bytes_per_value=b)),
         Phase("activation", act),
-        Phase("down", matvec_work(region, ff, d, bytes_per_value=b)),
+        Phase(
+            "down",
+            matvec_work(region, ff, d, bytes_per_value=b, input_density=1 - mlp_zero_fraction),
+        ),
         name="layer",
     )
 
 
-def decode_phases(shape: Any, plan: Any, *, kv_tokens: int | None = None) -> Phases:
-    """One batch-1 decode step (one token) of `shape` on `plan` (a `PipelinePlan`).
+def decode_phases(
+    shape: Any,
+    plan: Any,
+    *,
+    kv_tokens: int | None = None,
+    mlp_zero_fraction: float | Sequence[float] = 0.0,
+) -> Phases:
+    """One batch-1 decode step (one token) of `shape` on `plan` (a `PipelinePlan`);
+    `mlp_zero_fraction` is one value or one per layer (a stage takes its layers' mean).
 
     At batch 1 only one region works at a time: the regions' phases are serial. Each region
     passes the residual stream to the next (adjacent rows: its own height in hops); each
@@ -175,8 +211,12 @@ def decode_phases(shape: Any, plan: Any, *, kv_tokens: int | None = None) -> Pha
     b = plan.bytes_per_param
     d = shape.d_model
     parts: list[Phase | Phases] = []
+    zeros = np.broadcast_to(np.asarray(mlp_zero_fraction, np.float64), (shape.n_layers,))
     for stage in plan.stages:
-        layer = layer_phases(shape, stage.region, kv_tokens=kv, bytes_per_value=b)
+        s = float(zeros[stage.layers[0] : stage.layers[1]].mean())
+        layer = layer_phases(
+            shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s
+        )
         parts.append(
             serial(
                 dataclasses.replace(layer, repeat=stage.num_layers),

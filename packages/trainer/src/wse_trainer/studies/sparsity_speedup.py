@@ -8,17 +8,22 @@ the trainer logs each layer's MLP zero fraction per step (metrics.jsonl), and
 held-out tokens. The per-layer speedup predicted from that measurement is in the
 measurements, because it moves with training length (`--quick` trains fewer steps).
 
-Predicted (the same with `--quick`): the layer's forward time ratio for zero fractions
-0 .. 0.95 from `wse_models.sparsity.sparse_time_ratio` on this model's shape.
+Predicted (the same with `--quick`), by the wafer cost model, dense and sparse side by side
+for zero fractions 0 .. 0.95: a training step of this model on one WSE-3 (batch BATCH x
+SEQ; `wse_trainer.performance.predict_step(..., mlp_zero_fraction=s)`) and a batch-1 decode
+step on its pipeline plan (`wse_core.decoder_cost.decode_phases(..., mlp_zero_fraction=s)`);
+the measurements carry the same two speedups at the sparsity measured per layer.
 
 Mechanism and assumption: the down projection multiplies the hidden activation by w_down;
 on the wafer each activation travels as a wavelet and a PE's FMACs fire only for nonzero
-wavelets (Cerebras states that its hardware skips zero operands), so the down projection
-takes (1 - s) of its dense time, and nothing else changes (the skip is assumed free, the
-rest of the layer is not assumed to overlap it better or worse). A GPU's dense tensor-core
-matmul does the same work whatever the values: speedup 1.0 (2:4 structured sparsity needs
-pruned weights, not sparse activations). No published figure is in shared/REFERENCES.md:
-`published` stays empty.
+wavelets (Cerebras states that its hardware skips zero operands), so those FMACs and their
+SRAM traffic shrink to (1 - s); in training so do the products whose operand is the
+activation's gradient (zero where the activation is, through the ReLU's derivative): the
+down projection's weight gradient and the up projection's input and weight gradients. Zeros
+still cross the fabric (no sender-side filter is assumed). The skip is free. A GPU's dense
+tensor-core matmul does the same work whatever the values: speedup 1.0 (2:4 structured
+sparsity needs pruned weights, not sparse activations). No published figure is in
+shared/REFERENCES.md: `published` stays empty.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ MODEL = {
     "max_seq_len": 64,
 }
 SEQ, BATCH = 64, 16
+# A model that fills the wafer, for contrast: the tiny model leaves a WSE-3 fabric- and
+# latency-bound, where skipping FMACs buys little; a large one is compute-bound in training.
+LARGE = ("llama3-8b", 4, 2048)  # preset (with a ReLU MLP), batch per system, sequence
 SPARSITIES = (0.0, 0.5, 0.8, 0.9, 0.95)
 ACTIVATIONS = ("relu", "gelu")
 
@@ -79,28 +87,56 @@ def _train_and_measure(activation: str, steps: int, seed: int, folder: Path) -> 
     frac = wse_models.sparsity.zero_fraction(model.params(), model.config, rows)
     train_log = [m for m in read_metrics(result.model_dir) if m["mode"] == "train"]
     logged = train_log[-1].get("mlp_zero_fraction")
-    ratio, whole = wse_models.sparsity.sparse_time_ratio(model.config, frac, (SEQ + 1) // 2)
+    train_x, decode_x = wafer_speedups(model.config, frac)
     return {"activation": activation, "steps": steps, "eval_loss": result.eval_loss,
             "held_out_tokens": int(rows.size), "zero_fraction": frac.tolist(),
-            "trainer_logged_zero_fraction": logged, "layer_time_ratio": ratio.tolist(),
-            "model_time_ratio": whole}  # fmt: skip
+            "trainer_logged_zero_fraction": logged, "train_step_speedup_wafer": train_x,
+            "decode_speedup_wafer": decode_x}  # fmt: skip
+
+
+def wafer_speedups(
+    config: Any, zero_fraction: Any, *, batch: int = BATCH, seq: int = SEQ
+) -> tuple[float, float]:
+    """(training step, batch-1 decode step) dense time over sparse time on one WSE-3, from
+    the wafer cost model at the given zero fraction (one value, or one per layer: training
+    takes their mean, since one step's products share one placement)."""
+    from wse_core.decoder_cost import decode_phases
+    from wse_core.perf import PerfModel
+    from wse_core.pipeline_plan import plan_pipeline
+    from wse_core.spec import preset
+
+    from wse_trainer.performance import predict_step
+
+    spec = preset("wse3")
+    s = np.asarray(zero_fraction, np.float64)
+
+    def step(z: float) -> float:
+        return predict_step(
+            config, spec, num_csx=1, micro_batch=batch, seq_len=seq, mlp_zero_fraction=z
+        ).predicted_s
+
+    plan = plan_pipeline(config, spec, num_wafers=1, context_len=seq)
+    model = PerfModel(spec)
+    dense = model.seconds(decode_phases(config, plan))
+    sparse = model.seconds(decode_phases(config, plan, mlp_zero_fraction=s))
+    return step(0.0) / step(float(s.mean())), dense / sparse
 
 
 def _measurements(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in runs:
-        for i, (s, t) in enumerate(zip(r["zero_fraction"], r["layer_time_ratio"], strict=True)):
+        for i, s in enumerate(r["zero_fraction"]):
             logged = r["trainer_logged_zero_fraction"]
             out.append({
                 "activation": r["activation"], "layer": i, "train_steps": r["steps"],
                 "eval_loss": r["eval_loss"], "zero_fraction_held_out": s,
                 "zero_fraction_last_train_step": None if logged is None else logged[i],
-                "mlp_down_speedup_wafer": 1.0 / (1.0 - s) if s < 1 else float("inf"),
-                "layer_speedup_wafer": 1.0 / t, "layer_speedup_gpu": 1.0,
             })  # fmt: skip
         out.append({"activation": r["activation"], "layer": "model",
-                    "layer_speedup_wafer": 1.0 / r["model_time_ratio"],
-                    "layer_speedup_gpu": 1.0})  # fmt: skip
+                    "zero_fraction_held_out": float(np.mean(r["zero_fraction"])),
+                    "train_step_speedup_wafer": r["train_step_speedup_wafer"],
+                    "decode_speedup_wafer": r["decode_speedup_wafer"],
+                    "speedup_gpu": 1.0})  # fmt: skip
     return out
 
 
@@ -109,15 +145,20 @@ def _predictions() -> list[PredictionRow]:
 
     fields = {k: v for k, v in MODEL.items() if k != "preset"}
     config = wse_models.preset_config(MODEL["preset"], **fields, mlp_activation="relu")
+    large = wse_models.preset_config(LARGE[0], mlp_activation="relu")
+    cases = [(config, "tiny-gpt2 relu d64 L4 ff256", BATCH, SEQ),
+             (large, f"{LARGE[0]} relu", LARGE[1], LARGE[2])]  # fmt: skip
     rows = []
-    for s in SPARSITIES:
-        ratio, whole = wse_models.sparsity.sparse_time_ratio(config, s, (SEQ + 1) // 2)
-        p = {"zero_fraction": s, "seq_len": SEQ, "model": "tiny-gpt2 relu d64 L4 ff256"}
-        rows += [
-            PredictionRow("layer_speedup_wafer", 1.0 / float(ratio[0]), "x", p),
-            PredictionRow("model_speedup_wafer", 1.0 / whole, "x", p),
-            PredictionRow("layer_speedup_gpu", 1.0, "x", p),
-        ]
+    for cfg, name, batch, seq in cases:
+        for s in SPARSITIES:
+            train_x, decode_x = wafer_speedups(cfg, s, batch=batch, seq=seq)
+            p = {"zero_fraction": s, "seq_len": seq, "batch": batch, "wafer": "wse3",
+                 "model": name}  # fmt: skip
+            rows += [
+                PredictionRow("train_step_speedup_wafer", train_x, "x", p),
+                PredictionRow("decode_speedup_wafer", decode_x, "x", p),
+                PredictionRow("speedup_gpu", 1.0, "x", p),
+            ]
     return rows
 
 
@@ -132,13 +173,17 @@ def _figure(runs: list[dict[str, Any]]):
     for k, r in enumerate(runs):
         x = np.arange(len(r["zero_fraction"])) + k * width
         a.bar(x, r["zero_fraction"], width, label=r["activation"])
-        b.bar(x, 1.0 / np.asarray(r["layer_time_ratio"]), width, label=f"{r['activation']} wafer")
     n = len(runs[0]["zero_fraction"])
+    labels = ["training step", "batch-1 decode"]
+    for k, r in enumerate(runs):
+        vals = [r["train_step_speedup_wafer"], r["decode_speedup_wafer"]]
+        b.bar(np.arange(2) + k * width, vals, width, label=f"{r['activation']} wafer")
     b.axhline(1.0, color="k", ls="--", label="GPU (any activation)")
     a.set(xlabel="layer", ylabel="MLP zero fraction (held out)", title="Measured sparsity")
-    b.set(xlabel="layer", ylabel="predicted layer speedup", title="Zero-skipping, forward")
+    b.set(ylabel="predicted speedup (dense / sparse)", title="Zero-skipping on WSE-3")
+    a.set_xticks(np.arange(n) + width * (len(runs) - 1) / 2, [str(i) for i in range(n)])
+    b.set_xticks(np.arange(2) + width * (len(runs) - 1) / 2, labels)
     for ax in (a, b):
-        ax.set_xticks(np.arange(n) + width * (len(runs) - 1) / 2, [str(i) for i in range(n)])
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -152,6 +197,6 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
               "corpus": "Python standard library source (600 kB), every 20th file held out",
               "mechanism": "wafer FMACs fire only on nonzero wavelets (zero operands of the "
               "MLP down projection skipped); GPU dense matmuls gain nothing",
-              "formula": "layer time ratio = (MACs other than down proj + (1 - s) x down "
-              "proj MACs) / all MACs, per token, forward (wse_models.sparsity)"}  # fmt: skip
+              "priced by": "the wafer cost model: predict_step and decode_phases with "
+              "mlp_zero_fraction (dense and sparse side by side)"}  # fmt: skip
     return ExperimentResult(NAME, seed, config, _measurements(runs), _predictions(), _figure(runs))
