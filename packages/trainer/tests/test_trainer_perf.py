@@ -232,3 +232,19 @@ def test_experiment_writes_its_files_with_a_measured_stall(tmp_path):
     assert all(m["predicted_step_s_small_wafer"] > 0 for m in data["measurements"])
     assert all(0 <= m["measured_stall_fraction"] < 1 for m in data["measurements"])
     assert (folder / "figure.png").stat().st_size > 10_000
+
+
+def test_packed_rows_price_attention_within_their_documents():
+    # A row of 64 tokens as one causal sequence has 64 * 65 / 2 (query, key) pairs; packed
+    # as four documents of 16, 4 * 16 * 17 / 2: only the attention FMACs shrink, by that ratio.
+    model = _tiny_model()
+    full = StepPlacement(TINY, Numerics.of("mixed"), 1, 2, 64, False, 1, 10_000)
+    same = StepPlacement(TINY, Numerics.of("mixed"), 1, 2, 64, False, 1, 10_000, 0.0, 64 * 65 / 2)
+    packed = StepPlacement(TINY, Numerics.of("mixed"), 1, 2, 64, False, 1, 10_000, 0.0, 4 * 136)
+    key = "fmac_mixed.bf16"
+    f = layer_phases(model, full).total_work().ops_by_kind()[key]
+    assert layer_phases(model, same).total_work().ops_by_kind()[key] == pytest.approx(f)
+    gemm = 2 * 64 * 32  # 2 rows x 64 tokens x 32 weights per PE
+    attn = f - gemm
+    got = layer_phases(model, packed).total_work().ops_by_kind()[key]
+    assert got == pytest.approx(gemm + attn * (4 * 136) / (64 * 65 / 2))

@@ -125,6 +125,9 @@ class StepPlacement:
     stride: int  # layer inputs kept every `stride` layers (the ActivationPlan's)
     chunk_bytes_per_pe: int  # SRAM for one pass's inputs and partial sums
     mlp_zero_fraction: float = 0.0  # zeros of the MLP hidden activation (ReLU-like MLPs)
+    # Causal (query, key) pairs per row: seq (seq + 1) / 2 unless documents are packed with
+    # attention kept within each (then the sum of n (n + 1) / 2 over its documents).
+    attention_pairs_per_row: float | None = None
 
     @property
     def tokens(self) -> int:
@@ -153,6 +156,7 @@ def place_step(
     placement: str = "streamed",
     precision: str | None = None,
     mlp_zero_fraction: float = 0.0,
+    attention_pairs_per_row: float | None = None,
 ) -> StepPlacement:
     """The placement of one step from the trainer's memory plan (refused if it cannot run)."""
     if not 0.0 <= mlp_zero_fraction < 1.0:
@@ -186,6 +190,7 @@ def place_step(
         stride,
         free + working,
         mlp_zero_fraction,
+        attention_pairs_per_row,
     )
 
 
@@ -239,7 +244,8 @@ def _attention_work(model: Any, pl: StepPlacement) -> Work:
     """Causal attention of the pass's sequences spread over every PE: q.k and p.v FMACs of
     head_dim per score (mean context (s + 1) / 2), softmax in the partial-sum dtype."""
     p, num, b, s = pl.spec.num_pes, pl.num, pl.micro_batch, pl.seq_len
-    scores = b * s * (s + 1) / 2 * model.n_heads
+    pairs = s * (s + 1) / 2 if pl.attention_pairs_per_row is None else pl.attention_pairs_per_row
+    scores = b * pairs * model.n_heads
     e = num.acc_dtype
     return Work(
         ops=(
@@ -468,6 +474,7 @@ def predict_step(
     precision: str | None = None,
     stride: int = 0,
     mlp_zero_fraction: float = 0.0,
+    attention_pairs_per_row: float | None = None,
 ) -> RunReport:
     """One training step of `num_csx` wafers, each with `micro_batch` sequences of `seq_len`
     tokens, placed as `plan` says (default: `memory_plan(model, spec, micro_batch, seq_len,
@@ -485,6 +492,7 @@ def predict_step(
         placement=placement,
         precision=precision,
         mlp_zero_fraction=mlp_zero_fraction,
+        attention_pairs_per_row=attention_pairs_per_row,
     )
     report = RunReport.build(
         "train_step",

@@ -12,14 +12,14 @@ thousands). For each sequence length S:
   documents separated by segment ids (`data.segments`): no padding, attention within each
   document segment only.
 
-Predicted time (`predicted_train_s`, the one function the cost model will repoint): training
-flops over a sustained rate. Flops are `ModelConfig.train_flops_per_token(n)` (6 N plus
-causal attention over n keys) for every token processed: padded rows count S tokens each
-with attention over S; packed rows count their real tokens with attention restricted to
-each segment. The wafer's rate is the WSE-3's fp16 peak (an upper bound, as in the
-`weight-streaming` experiment); the GPU's is one H100's dense bf16 peak (989 TFLOP/s,
-`wse_core.gpu.H100`, sourced there) at an MFU of 0.4 (`wse_core.gpu`'s default
-assumption). Both systems gain the same factor from packing under this count: GPUs pack too
+Predicted time: on the wafer, `wafer_epoch_s` prices the epoch's steps with the trainer's
+own cost model (`wse_trainer.performance.predict_step` on one WSE-3, WAFER_BATCH rows a step,
+16-bit compute with fp32 master weights): padded rows run their full causal attention over
+S; packed rows run attention only within each document (the sum of n (n + 1) / 2 (query,
+key) pairs over the row's document pieces), and there are fewer rows. On the GPU,
+`gpu_train_s` is training flops (`ModelConfig.train_flops_per_token(n)`: 6 N plus causal
+attention over n keys, per token processed) over one H100's dense bf16 peak (989 TFLOP/s,
+`wse_core.gpu.H100`) at an MFU of 0.4 (`wse_core.gpu`'s default assumption). GPUs pack too
 (varlen attention kernels); the wafer's claim is only that it needs no padding at all.
 Predictions are the same with `--quick` (nothing here is timed).
 """
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from wse_core import ExperimentResult, PredictionRow, preset
 
-__all__ = ["run", "predicted_train_s", "padding_fraction", "SEQ_LENS"]
+__all__ = ["run", "gpu_train_s", "wafer_epoch_s", "padding_fraction", "SEQ_LENS"]
 
 NAME = "varlen-packing"
 SEQ_LENS = (1024, 2048, 8192)
@@ -41,13 +41,33 @@ VOCAB = 8192
 CORPUS_BYTES = 3_000_000
 
 
-def predicted_train_s(config: Any, segment_lengths: Sequence[int], flops_per_s: float) -> float:
+WAFER_BATCH = 8  # rows per step on the wafer (an input of the prediction, not measured)
+
+
+def gpu_train_s(config: Any, segment_lengths: Sequence[int], flops_per_s: float) -> float:
     """Seconds to train on segments of the given token lengths (a padded row is one segment
     of its full length; a packed row one per document piece): sum of n x
     `train_flops_per_token(n)` over the segments, at `flops_per_s`."""
     n = np.asarray(segment_lengths, np.int64)
     flops = sum(int(k) * config.train_flops_per_token(int(k)) for k in n)
     return flops / flops_per_s
+
+
+def wafer_epoch_s(config: Any, rows: int, seq_len: int, pairs_per_row: float | None) -> float:
+    """Seconds for `rows` rows of `seq_len` tokens on one WSE-3 at WAFER_BATCH rows a step,
+    priced by the trainer's cost model (`pairs_per_row`: causal attention pairs of a row;
+    None for a full causal row)."""
+    from wse_trainer.performance import predict_step
+
+    step = predict_step(
+        config,
+        preset("wse3"),
+        num_csx=1,
+        micro_batch=WAFER_BATCH,
+        seq_len=seq_len,
+        attention_pairs_per_row=pairs_per_row,
+    )
+    return -(-rows // WAFER_BATCH) * step.predicted_s
 
 
 def padding_fraction(real: np.ndarray) -> float:
@@ -86,7 +106,7 @@ GPU_MFU = 0.4  # achieved fraction of peak in training: wse_core.gpu's default (
 def _rates() -> dict[str, float]:
     from wse_core.gpu import H100
 
-    return {"wse3": preset("wse3").peak_flops("fp16"), "h100": H100.peak_flops * GPU_MFU}
+    return {"h100": H100.peak_flops * GPU_MFU}
 
 
 def run(*, quick: bool, seed: int) -> ExperimentResult:
@@ -97,6 +117,7 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
     docs, eos = _corpus()
     lens = np.asarray([len(d) + 1 for d in docs])
     config = wse_models.preset_config(MODEL)
+    wafer_config = wse_models.preset_config(MODEL, dtype="bfloat16")
     rates = _rates()
     measurements, rows, bars = [], [], []
     for s in SEQ_LENS:
@@ -110,13 +131,19 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
             "padding_fraction": frac, "packed_rows": len(packed),
             "packed_tokens": int(packed[:, 1:].size), "packed_segments": len(seg_lens),
         })  # fmt: skip
-        times = {}
-        for system, rate in rates.items():
-            times[system] = (
-                predicted_train_s(config, [s] * len(padded), rate),
-                predicted_train_s(config, seg_lens, rate),
-            )
-            p = {"model": MODEL, "seq_len": s, "system": system, "flops_per_s": rate}
+        pairs = float((seg_lens * (seg_lens + 1) / 2).sum()) / len(packed)
+        times = {
+            "wse3": (
+                wafer_epoch_s(wafer_config, len(padded), s, None),
+                wafer_epoch_s(wafer_config, len(packed), s, pairs),
+            ),
+            "h100": (
+                gpu_train_s(config, [s] * len(padded), rates["h100"]),
+                gpu_train_s(config, seg_lens, rates["h100"]),
+            ),
+        }
+        for system in times:
+            p = {"model": MODEL, "seq_len": s, "system": system}
             rows += [
                 PredictionRow("padded_epoch_s", times[system][0], "s", p),
                 PredictionRow("packed_epoch_s", times[system][1], "s", p),
@@ -131,10 +158,11 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
         "doc_tokens": {q: float(np.percentile(lens, q)) for q in (10, 50, 90, 99)},
         "doc_tokens_max": int(lens.max()),
         "model": MODEL,
-        "rates_flops_per_s": rates,
-        "assumptions": "wafer at WSE-3 fp16 peak (upper bound); H100 at 0.4 MFU; flops = "
-        "train_flops_per_token(n) per token, attention causal within the row (padded) or "
-        "within each document segment (packed)",
+        "gpu_flops_per_s": rates["h100"],
+        "wafer_batch": WAFER_BATCH,
+        "assumptions": "wafer: the trainer's cost model (predict_step, one WSE-3, bf16 "
+        "compute, fp32 masters); H100 at 0.4 MFU on train_flops_per_token(n) per token; "
+        "attention causal within the row (padded) or within each document segment (packed)",
     }
     return ExperimentResult(NAME, seed, config_out, measurements, rows, _figure(bars, lens))
 
