@@ -4,7 +4,9 @@ Predictions (the same with and without `quick`), row for row as Santos et al.
 (arXiv:2405.07898) ran them: timesteps per second of 801,792-atom crystals of Cu (fcc), W
 and Ta (bcc) on WSE-2 and WSE-3 (params `wafer`, `atoms`, `element`, `precision`), each
 priced by `wse_hpc.md.perf` from a plan of the whole crystal (`plan_crystal`: the map, the
-window and the neighbour-list capacities on the host; no emulation array is allocated).
+window and the neighbour-list capacities on the host; no emulation array is allocated). An
+element's crystal and its pairs within cutoff + skin (`crystal`) are found once and planned
+on both wafers (their grids, hence maps and plans, differ).
 Potentials: the repo's Zhou et al. 2004 tables (`zhou04`, 1000 knots), whose cutoffs are
 Cu 5.72, W 6.13, Ta 6.40 A; skin 1 A. The crystals are near-cubic with the shortest side
 along z, the axis the map folds into rows and columns (the march's words grow with the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -27,12 +30,14 @@ from wse_core import ExperimentResult, PredictionRow, preset
 from wse_core.wafer import build_wafer
 
 from wse_hpc.md import mapping
+from wse_hpc.md.lattice import Structure
+from wse_hpc.md.nlist import reach_pairs
 from wse_hpc.md.perf import predict, run_report
 from wse_hpc.md.simulate import MdConfig, plan_window, run_md
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04
 
-__all__ = ["run", "part", "CRYSTALS", "plan_crystal", "REBUILD_EVERY_STEPS"]
+__all__ = ["run", "part", "CRYSTALS", "Crystal", "crystal", "plan_crystal", "REBUILD_EVERY_STEPS"]
 
 # 801,792 atoms: fcc 64 x 58 x 54 cells (x 4 atoms), bcc 87 x 72 x 64 cells (x 2)
 CRYSTALS = {"Cu": ("fcc", (64, 58, 54)), "W": ("bcc", (87, 72, 64)), "Ta": ("bcc", (87, 72, 64))}
@@ -49,13 +54,29 @@ def lattice_A(pot, kind: str) -> float:
     return a_fcc if kind == "fcc" else a_fcc * math.sqrt(2.0 / 3.0)
 
 
-def plan_crystal(element: str, wafer: str, pot, seed: int = 0):
-    """(wafer, plan, fits) for the 801,792-atom crystal of `element` on `wafer`: the map,
-    the window for cutoff + skin and the list capacities, planned on the host. A crystal
-    larger than the preset keeps its rows and widens the grid (fits False)."""
+class Crystal(NamedTuple):
+    """One element's 801,792-atom crystal and its pairs within cutoff + skin (by atom id,
+    from the float32 positions a plan's state holds): found once, planned on every wafer."""
+
+    structure: Structure
+    pairs: np.ndarray
+
+
+def crystal(element: str, pot, seed: int = 0) -> Crystal:
+    """The crystal of `element` (CRYSTALS' cells, THERMAL_SIGMA_A) and its pairs."""
     kind, cells = CRYSTALS[element]
     s = perturbed(kind, element, lattice_A(pot, kind), cells, THERMAL_SIGMA_A, seed=seed)
     assert s.num_atoms == ATOMS, s.num_atoms  # CRYSTALS' cells
+    reach = pot.cutoff_A + MdConfig().skin_A
+    return Crystal(s, reach_pairs(s.positions_A.astype(np.float32), s.box_A, reach))
+
+
+def plan_crystal(element: str, wafer: str, pot, seed: int = 0, *, found: Crystal | None = None):
+    """(wafer, plan, fits) for the 801,792-atom crystal of `element` on `wafer`: the map,
+    the window for cutoff + skin and the list capacities, planned on the host. A crystal
+    larger than the preset keeps its rows and widens the grid (fits False). `found`: the
+    element's `crystal(element, pot, seed)`, when already built for another wafer."""
+    s, pairs = found if found is not None else crystal(element, pot, seed)
     spec = preset(wafer)
     fits = s.num_atoms <= spec.num_pes
     if fits:
@@ -68,8 +89,9 @@ def plan_crystal(element: str, wafer: str, pot, seed: int = 0):
         mapping.initial_map(s.positions_A, grid, s.box_A),
         s.positions_A,
         np.zeros(s.num_atoms, np.int32),
+        dtype=np.float32,  # the positions `crystal` found its pairs from
     )
-    plan = plan_window(state, s.box_A, pot, MdConfig(), w, host_lists=False)
+    plan = plan_window(state, s.box_A, pot, MdConfig(), w, host_lists=False, pairs=pairs)
     return w, plan, fits
 
 
@@ -77,8 +99,9 @@ def _predictions(seed: int) -> tuple[list[PredictionRow], list[dict]]:
     rows, rates = [], []
     for element in CRYSTALS:
         pot = zhou04([element], knots=1000)
+        found = crystal(element, pot, seed)  # the same crystal on both wafers
         for wafer in ("wse2", "wse3"):
-            w, plan, fits = plan_crystal(element, wafer, pot, seed)
+            w, plan, fits = plan_crystal(element, wafer, pot, seed, found=found)
             note = {} if fits else {
                 "md.grid": f"801,792 atoms exceed {wafer}'s PEs: a {w.rows} x {w.cols} grid "
                 f"priced with {wafer}'s per-PE costs"

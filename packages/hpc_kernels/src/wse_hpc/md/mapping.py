@@ -149,12 +149,14 @@ def unpack(state: np.ndarray, n_atoms: int) -> dict[str, np.ndarray]:
     }
 
 
-def _periodic_sliding(values: np.ndarray, width: int, op, length: float) -> np.ndarray:
-    """op over the unrolled periodic values[s : s + width] for every start s (axis 0)."""
+def _periodic_sliding(values: np.ndarray, width: int, extreme, length: float) -> np.ndarray:
+    """`extreme` (minimum_filter1d or maximum_filter1d) over the unrolled periodic
+    values[s : s + width] for every start s (axis 0), O(n) per line: filter f's window at i
+    is i - width // 2 .. i - width // 2 + width - 1, inside the unrolled 2 n values for the
+    starts 0 .. n - 1 (width <= n), so no boundary mode is ever read."""
     n = values.shape[0]
     unrolled = np.concatenate([values, values + length], axis=0)
-    view = np.lib.stride_tricks.sliding_window_view(unrolled, width, axis=0)
-    return op(view, axis=-1)[:n]
+    return extreme(unrolled, width, axis=0)[width // 2 : width // 2 + n]
 
 
 def _arc(lo: np.ndarray, hi: np.ndarray, k: int, length: float) -> tuple[np.ndarray, np.ndarray]:
@@ -164,8 +166,8 @@ def _arc(lo: np.ndarray, hi: np.ndarray, k: int, length: float) -> tuple[np.ndar
     starts = (np.arange(n) + k + 1) % n
     wrap = np.where(np.arange(n) + k + 1 >= n, length, 0.0)
     wrap = wrap.reshape((n,) + (1,) * (lo.ndim - 1))
-    lo_a = _periodic_sliding(lo, width, np.min, length)[starts] + wrap
-    hi_a = _periodic_sliding(hi, width, np.max, length)[starts] + wrap - length
+    lo_a = _periodic_sliding(lo, width, minimum_filter1d, length)[starts] + wrap
+    hi_a = _periodic_sliding(hi, width, maximum_filter1d, length)[starts] + wrap - length
     return lo_a, hi_a
 
 

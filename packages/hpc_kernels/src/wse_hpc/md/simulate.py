@@ -199,17 +199,28 @@ def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
 
 
 def plan_window(
-    state_np, box, pot, config, wafer, at_least=(0, 0), more=0.0, *, host_lists: bool = True
+    state_np,
+    box,
+    pot,
+    config,
+    wafer,
+    at_least=(0, 0),
+    more=0.0,
+    *,
+    host_lists: bool = True,
+    pairs: np.ndarray | None = None,
 ) -> EamPlan:
     """The window for cutoff + skin (+ margin, so thermal motion rarely re-plans) and the
     neighbour-list capacities of the map (host side; no field is placed). With `host_lists`
     (the emulator) lists over LIST_BUDGET_BYTES are dropped for the full-window kernel; a
-    prediction plan (`host_lists=False`) keeps them: the wafer holds its lists in SRAM."""
+    prediction plan (`host_lists=False`) keeps them: the wafer holds its lists in SRAM.
+    `pairs`: the atoms' pairs within cutoff + skin by atom id (`nlist.reach_pairs`), when
+    already known (one crystal planned on several grids)."""
     reach = pot.cutoff_A + config.skin_A
     kr, kc = mapping.window_needed(state_np, box, reach + WINDOW_MARGIN_A)
     kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
-    caps = list_caps(state_np, box, reach, kr, kc, more)
+    caps = list_caps(state_np, box, reach, kr, kc, more, pairs=pairs)
     if host_lists and wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
         caps = ()  # lists of this window would not fit the host: the full-window kernel
     box_t = tuple(float(b) for b in box)

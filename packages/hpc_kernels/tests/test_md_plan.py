@@ -1,0 +1,75 @@
+"""The host-side plan of an MD run (window and list capacities) is what its definition says,
+however it is computed: the list capacities against an all-pairs NumPy count, the same with
+pairs found once by atom id for several grids (santos24-md plans one crystal on two
+wafers), and the coverage test's periodic sliding extremes against the direct slices."""
+
+import numpy as np
+import pytest
+from scipy.ndimage import maximum_filter1d, minimum_filter1d
+from wse_hpc.md import mapping
+from wse_hpc.md.mapping import _periodic_sliding
+from wse_hpc.md.nlist import HEADROOM, TOTAL_HEADROOM, list_caps, reach_pairs
+from wse_hpc.md.testing import perturbed
+
+REACH_A = 6.72  # Cu's 5.72 A cutoff + 1 A skin
+
+
+def _state(s, grid):
+    atom_of_pe = mapping.initial_map(s.positions_A, grid, s.box_A)
+    return mapping.pack(atom_of_pe, s.positions_A, np.zeros(s.num_atoms, np.int32))
+
+
+def _caps_by_all_pairs(state, box, reach, k_rows, k_cols):
+    """list_caps' contract by brute force: every pair's minimum-image distance in float64."""
+    held = state[..., mapping.SPECIES] >= 0
+    rr, _ = np.nonzero(held)
+    pos = state[held][:, :3].astype(np.float64)
+    d = pos[:, None] - pos[None]
+    d -= box * np.round(d / box)
+    near = (np.sqrt((d * d).sum(-1)) <= reach) & ~np.eye(len(pos), dtype=bool)
+    rows = state.shape[0]
+    off = (rr[None] - rr[:, None] + rows // 2) % rows - rows // 2
+    counts = np.stack([(near & (off == o)).sum(1) for o in range(-k_rows, k_rows + 1)], 1)
+    most = counts.max(0)
+    caps = np.minimum(np.ceil(most * HEADROOM).astype(int) + 2, 2 * k_cols + 1)
+    used = np.abs(np.nonzero(most)[0] - k_rows).max()
+    caps[np.abs(np.arange(2 * k_rows + 1) - k_rows) > used] = 0
+    total = int(np.ceil(counts.sum(1).max() * TOTAL_HEADROOM)) + 2
+    return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
+
+
+@pytest.mark.parametrize("grid", [(19, 17), (16, 21)])  # odd rows, and even rows
+def test_list_caps_count_every_pair_as_the_all_pairs_oracle(grid):
+    s = perturbed("fcc", "Cu", 3.6, (4, 4, 5), 0.1, seed=3)
+    state = _state(s, grid)
+    kr, kc = mapping.window_needed(state, s.box_A, REACH_A + 0.5)
+    for k_rows in (kr, max(kr - 2, 0)):  # and pairs beyond the window's rows
+        got = list_caps(state, s.box_A, REACH_A, k_rows, kc)
+        assert got == _caps_by_all_pairs(state, s.box_A, REACH_A, k_rows, kc)
+
+
+def test_pairs_found_once_plan_every_grid_alike():
+    """`reach_pairs` of the float32 positions by atom id, given to list_caps, gives the caps
+    it finds on its own, on two grids of one crystal (the map differs, the pairs do not)."""
+    s = perturbed("bcc", "W", 3.16, (6, 5, 4), 0.07, seed=1)
+    pairs = reach_pairs(s.positions_A.astype(np.float32), s.box_A, REACH_A)
+    for grid in ((15, 17), (13, 19)):
+        state = _state(s, grid)
+        kr, kc = mapping.window_needed(state, s.box_A, REACH_A + 0.5)
+        alone = list_caps(state, s.box_A, REACH_A, kr, kc)
+        assert list_caps(state, s.box_A, REACH_A, kr, kc, pairs=pairs) == alone
+        assert alone[-1] > 0
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 31])
+def test_periodic_sliding_extremes_equal_the_direct_slices(n):
+    rng = np.random.default_rng(n)
+    lo = rng.normal(size=(n, 4)) * 10
+    lo[rng.random((n, 4)) < 0.25] = np.inf  # empty lines
+    hi = np.where(np.isinf(lo), -np.inf, lo)
+    unrolled = np.concatenate([lo, lo + 20.0]), np.concatenate([hi, hi + 20.0])
+    for width in range(1, n + 1):
+        want_lo = np.stack([unrolled[0][s : s + width].min(0) for s in range(n)])
+        want_hi = np.stack([unrolled[1][s : s + width].max(0) for s in range(n)])
+        assert np.array_equal(_periodic_sliding(lo, width, minimum_filter1d, 20.0), want_lo)
+        assert np.array_equal(_periodic_sliding(hi, width, maximum_filter1d, 20.0), want_hi)
