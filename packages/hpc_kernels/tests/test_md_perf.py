@@ -53,6 +53,19 @@ def test_density_phase_counted_by_hand():
     assert _leaf(phases, "force").work.links["N"] == 6.0  # F': 1 word per PE
 
 
+def test_integrate_phase_counted_by_hand():
+    """WSE-2, fp32, 3-element vectors, 3 issue cycles each: two half kicks (scale, multiply
+    by the precomputed 1/m, add: no divide), drift (fmac), force store (move), |x - x_b|^2
+    (sub, fmac) and one compare (sub, 1 element); 2-wide: 2 cycles, 1-wide: 3."""
+    phases = step_phases(_wafer(), POT, PLAN, rebuild_every=10)
+    work = _leaf(phases, "integrate").work
+    assert not any(op.kind == "div" for op in work.ops)
+    kicks = 2 * (3 + 2) + 2 * (3 + 3) + 2 * (3 + 2)
+    rest = (3 + 3) + (3 + 2) + (3 + 2) + (3 + 3) + (3 + 1)
+    cost = PerfModel(preset("wse2"), EXACT).cost(work)
+    assert cost.compute_cycles == kicks + rest == 58
+
+
 def test_fold_doubles_hops_and_shares_directions():
     t = Traffic("x", 10.0, 20.0, 4.0, 3.0, 2, {"E": 2.0, "W": 1.0, "S": 5.0})
     f = fold(t)

@@ -8,9 +8,9 @@ with `wse_core.perf.PerfModel` into a `wse_core.RunReport` (units "step"). Nothi
 here: the one calibration is wse_core's.
 
 What is counted, per step (`Op` = DSD instructions by kind and dtype over a vector length):
-- `integrate`: two half kicks (v += dt/2 F / m: scale, divide, add over 3 components), the
-  drift, the force store, and the displacement check (`moved_fn`: |x - x_build|^2 and a
-  fabric max reduction every step).
+- `integrate`: two half kicks (v += dt/2 F / m: scale, multiply by the PE's precomputed
+  1/m, add over 3 components), the drift, the force store, and the displacement check
+  (`moved_fn`: |x - x_build|^2 and a fabric max reduction every step).
 - `density`: the window multicast of positions (X stage: row windows E and W over k_cols;
   Y stage: `depth` marching steps N and S of the (2 k_cols + 1)-wide row windows), then per
   candidate (vectors of M = `caps[-1]` elements, every list slot evaluated and masked, as the
@@ -227,7 +227,7 @@ def step_phases(
     t = {k: fold(v) for k, v in (traffic or fabric_counts(wafer, pot, plan)).items()}
     m = candidates(plan)
     verlet = (
-        _ops({"scale": 2, "div": 2, "add": 2}, 3, dt)  # two half kicks
+        _ops({"scale": 2, "mul": 2, "add": 2}, 3, dt)  # two half kicks (F * 1/m)
         + _ops({"fmac": 1, "move": 1}, 3, dt)  # drift, force store
         + _ops({"sub": 1, "fmac": 1}, 3, dt)  # |x - x_build|^2
         + _ops({"sub": 1}, 1, dt)  # > (skin / 2)^2
