@@ -99,7 +99,7 @@ def _post(server, route: str, content: bytes) -> None:
     _check_answer(r, stream)
 
 
-@settings(max_examples=150)
+@settings(max_examples=80)
 @given(
     route=st.sampled_from(sorted(VALID)),
     path=st.lists(st.integers(0, 50), max_size=4),
@@ -118,7 +118,7 @@ def test_http_json_mutations(server, route, path, value, extra, drop, stream):
     _post(server, route, json.dumps(body, ensure_ascii=True).encode())
 
 
-@settings(max_examples=100)
+@settings(max_examples=60)
 @given(
     route=st.sampled_from(sorted(VALID)),
     ops=st.lists(
