@@ -8,7 +8,8 @@ from wse_core import preset
 from wse_core.wafer import build_wafer
 from wse_hpc.md import mapping, nlist
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
-from wse_hpc.md.nlist import active_per_block, list_caps, neighbour_fns
+from wse_hpc.md.list_plan import active_per_block, list_caps
+from wse_hpc.md.nlist import neighbour_fns
 from wse_hpc.md.reference import eam_reference
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04

@@ -31,7 +31,7 @@ from wse_core.wafer import build_wafer
 
 from wse_hpc.md import mapping
 from wse_hpc.md.lattice import Structure
-from wse_hpc.md.nlist import reach_pairs
+from wse_hpc.md.list_plan import reach_pairs
 from wse_hpc.md.perf import predict, run_report
 from wse_hpc.md.simulate import MdConfig, plan_window, run_md
 from wse_hpc.md.testing import perturbed

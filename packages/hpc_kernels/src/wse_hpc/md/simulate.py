@@ -5,7 +5,7 @@ overlaps, elements known to the potential, dt > 0), builds a wafer of one atom p
 (`choose_grid`, `initial_map`; without `config.mesh_shape` on at most one device per
 MIN_PES_PER_DEVICE PEs), picks the neighbour window from the cutoff and the map
 (`window_needed` for cutoff + skin, with a margin) and the neighbour-list capacities
-(`nlist.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet steps in jitted
+(`list_plan.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet steps in jitted
 chunks of `thermo_every` steps (`lax.while_loop` that stops at the first overflow); each
 step evaluates the EAM splines only for its per-PE candidate lists and rebuilds them (sort
 sweep + build) when an atom moved more than `skin_A / 2`, counted in `list_builds`. Lists
@@ -41,7 +41,8 @@ from wse_hpc.md.integrate import (
     with_forces,
 )
 from wse_hpc.md.lattice import Structure, check_structure
-from wse_hpc.md.nlist import active_per_block, list_caps, neighbour_fns
+from wse_hpc.md.list_plan import active_per_block, list_caps
+from wse_hpc.md.nlist import neighbour_fns
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.thermo import ThermoRow, thermo_row
 
@@ -214,7 +215,7 @@ def plan_window(
     neighbour-list capacities of the map (host side; no field is placed). With `host_lists`
     (the emulator) lists over LIST_BUDGET_BYTES are dropped for the full-window kernel; a
     prediction plan (`host_lists=False`) keeps them: the wafer holds its lists in SRAM.
-    `pairs`: the atoms' pairs within cutoff + skin by atom id (`nlist.reach_pairs`), when
+    `pairs`: the atoms' pairs within cutoff + skin by atom id (`list_plan.reach_pairs`), when
     already known (one crystal planned on several grids)."""
     reach = pot.cutoff_A + config.skin_A
     kr, kc = mapping.window_needed(state_np, box, reach + WINDOW_MARGIN_A)
