@@ -11,6 +11,7 @@ from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
 from wse_hpc.md.list_plan import active_per_block, list_caps
 from wse_hpc.md.nlist import neighbour_fns
 from wse_hpc.md.reference import eam_reference
+from wse_hpc.md.state import Atoms
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04
 
@@ -32,7 +33,7 @@ def _kernel(s, sp, *, mesh, window=None, defect_seed=None):
     kr, kc = window or mapping.window_needed(state, s.box_A, POT.cutoff_A)
     plan = EamPlan(kr, kc, tuple(s.box_A), "float64")
     sram_plan(wafer, POT, plan)
-    out = jax.jit(eam(wafer, POT, plan).forces_fn)(wafer.place(state), geometry(wafer))
+    out = jax.jit(eam(wafer, POT, plan).forces_fn)(Atoms.of(wafer.place(state)), geometry(wafer))
     at = mapping.unpack(state, s.num_atoms)["pe_flat_index"]
     return {
         "forces": wafer.gather(out.forces).reshape(-1, 3)[at],
@@ -120,13 +121,13 @@ def _lists(
     plan = EamPlan(kr, kc, tuple(s.box_A), "float64", skin, caps, active)
     sram_plan(wafer, POT, plan)
     fns = neighbour_fns(wafer, POT, plan)
-    placed, geo = wafer.place(state), geometry(wafer)
+    placed, geo = Atoms.of(wafer.place(state)), geometry(wafer)
     nbrs, over = jax.jit(fns.build_fn)(placed, geo)
     if moved is not None:  # displace one atom after the build
         state = state.copy()
         held = np.argwhere(state[..., mapping.SPECIES] >= 0)[0]
         state[held[0], held[1], 0] += moved
-        placed = wafer.place(state)
+        placed = Atoms.of(wafer.place(state))
     with wafer.traffic.scope() as entries:  # traced here: what one evaluation moves
         out = jax.jit(fns.forces_fn)(placed, geo, nbrs)
     at = mapping.unpack(state, s.num_atoms)["pe_flat_index"]

@@ -13,10 +13,11 @@ from wse_core.perf import PerfModel
 from wse_core.traffic import Traffic
 from wse_core.wafer import build_wafer
 from wse_hpc.md.eam import EamPlan, eam, geometry
-from wse_hpc.md.integrate import Thermostat, initial_bath, verlet
+from wse_hpc.md.integrate import nve
 from wse_hpc.md.mapping import NFIELDS
 from wse_hpc.md.nlist import neighbour_fns
 from wse_hpc.md.perf import fabric_counts, fold, predict, step_phases
+from wse_hpc.md.state import Atoms
 from wse_hpc.md.zhou04 import zhou04
 
 POT = zhou04(["Cu"], knots=100)
@@ -80,13 +81,13 @@ def test_parts_are_the_ledger_of_the_real_step():
     w = _wafer()
     counts = fabric_counts(w, POT, PLAN)
     lists = neighbour_fns(w, POT, PLAN)
-    step = verlet(eam(w, POT, PLAN), [63.5], 1.0, Thermostat(), (5, 5), 25, w, lists)
+    init_fn, step_fn = nve(eam(w, POT, PLAN), [63.5], 1.0, lists=lists)
     pr, pc = w.padded_shape
-    state = jax.ShapeDtypeStruct((pr, pc, NFIELDS), jnp.float32)
+    atoms = jax.eval_shape(Atoms.of, jax.ShapeDtypeStruct((pr, pc, NFIELDS), jnp.float32))
     geo = jax.eval_shape(lambda: geometry(w))
-    nbrs = jax.eval_shape(lists.build_fn, state, geo)[0]
+    state = jax.eval_shape(init_fn, atoms, geo)
     key = jax.eval_shape(lambda: jax.random.key(0))
-    whole = fabric.count(w, step, state, geo, key, initial_bath(), nbrs)
+    whole = fabric.count(w, step_fn, state, geo, key)
     parts = sum(counts.values(), Traffic())
     assert dict(parts.links) == dict(whole.links)
     assert parts.words == whole.words

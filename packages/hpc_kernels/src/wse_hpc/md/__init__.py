@@ -2,29 +2,37 @@
 
 Modules: `potentials` (LAMMPS funcfl / setfl / fs files, LAMMPS's splines), `zhou04`
 (potentials generated from Zhou, Johnson & Wadley 2004), `lattice` (structures, crystals),
-`xyz` (extended XYZ), `mapping` (atoms -> PEs), `eam` (the wafer kernel), `nlist` (per-PE
-candidate lists over the window: splines only within cutoff + skin), `integrate` (velocity
-Verlet, Langevin, Nosé–Hoover, Maxwell–Boltzmann), `thermo` (LAMMPS-style output), `simulate`
+`xyz` (extended XYZ), `mapping` (atoms -> PEs), `state` (`Atoms`, `Bath`, `MdState`
+pytrees), `eam` (the wafer kernel), `nlist` (per-PE candidate lists over the window: splines
+only within cutoff + skin; `list_plan` sizes them on the host), `integrate` (`nve`,
+`nvt_langevin`, `nvt_nose_hoover` -> (init_fn, step_fn); Maxwell–Boltzmann), `thermo`
+(LAMMPS-style output), `simulate`
 (the shell), `reference` (NumPy all-pairs oracle), `perf` (the wafer performance model),
 `experiments` (`santos24-md`), `lammps` (running `lmp` for checks and benchmarks).
 """
 
-from wse_hpc.md.integrate import Thermostat, maxwell_boltzmann
+from wse_hpc.md.integrate import Thermostat, maxwell_boltzmann, nve, nvt_langevin, nvt_nose_hoover
 from wse_hpc.md.lattice import Structure, crystal
 from wse_hpc.md.potentials import EamPotential, PotentialError, read_potential, write_setfl
 from wse_hpc.md.simulate import MdConfig, MdResult, run_md
+from wse_hpc.md.state import Atoms, MdState
 from wse_hpc.md.xyz import read_xyz, write_xyz
 from wse_hpc.md.zhou04 import zhou04
 
 __all__ = [
+    "Atoms",
     "EamPotential",
     "MdConfig",
     "MdResult",
+    "MdState",
     "PotentialError",
     "Structure",
     "Thermostat",
     "crystal",
     "maxwell_boltzmann",
+    "nve",
+    "nvt_langevin",
+    "nvt_nose_hoover",
     "read_potential",
     "read_xyz",
     "run_md",

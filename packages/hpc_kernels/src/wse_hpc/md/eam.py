@@ -1,9 +1,8 @@
 """The wafer EAM kernel: one atom per PE, neighbour data by fabric multicast over a window.
 
-Contract: `eam(wafer, pot, plan)` returns an `EamFns` of pure functions over placed fields.
-The per-PE state is `wse_hpc.md.mapping`'s packed array `(rows, cols, NFIELDS)`.
+Contract: `eam(wafer, pot, plan)` returns an `EamFns` of pure functions over `Atoms`.
 
-- `forces_fn(state, geometry) -> EamOutput`: phase 1 multicasts (position, species) over the
+- `forces_fn(atoms, geometry) -> EamOutput`: phase 1 multicasts (position, species) over the
   window of (2 k_rows + 1) x (2 k_cols + 1) PEs (E/W first, then N/S of the gathered row
   window), each PE sums its density and computes F'(rho); phase 2 multicasts F'(rho) over the
   same window and each PE sums its force, energy (F(rho) + phi / 2) and virial. Interpolation
@@ -12,8 +11,9 @@ The per-PE state is `wse_hpc.md.mapping`'s packed array `(rows, cols, NFIELDS)`.
   extremes gathered by fabric reductions and doubling shifts, the distance from every atom to
   every PE outside its window, so a True is never missed (never silently wrong); the shell
   then re-plans a larger window or re-maps.
-- `sort_fn(state, geometry)`: one odd-even transposition sweep that swaps atoms between
-  neighbouring PEs (rows by x, then columns by y), so the map stays local as atoms move.
+- `sort_fn(atoms, geometry) -> Atoms`: one odd-even transposition sweep that swaps atoms between
+  neighbouring PEs (rows by x, then columns by y), so the map stays local as atoms move; a
+  swap moves the atom's packed record (`Atoms.record`, NFIELDS words).
 
 Positions are kept unwrapped (distances use the minimum image), so the order of atoms along
 rows and columns never jumps at the box boundary. The box is orthorhombic and periodic; every
@@ -36,6 +36,7 @@ from wse_core.wafer import Wafer
 
 from wse_hpc.md.mapping import NFIELDS, SPECIES
 from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.state import Atoms, ForcesFn, SortFn
 
 __all__ = ["EamPlan", "EamOutput", "EamFns", "Geometry", "eam", "geometry", "sram_plan"]
 
@@ -75,8 +76,8 @@ class EamOutput(NamedTuple):
 
 
 class EamFns(NamedTuple):
-    forces_fn: object
-    sort_fn: object
+    forces_fn: ForcesFn
+    sort_fn: SortFn
 
 
 def geometry(wafer: Wafer) -> Geometry:
@@ -272,7 +273,7 @@ def _arc_bounds(wafer, lo_field, hi_field, k: int, axis: int, index, length: flo
     return lo, hi
 
 
-def _overflow(wafer, state, geo: Geometry, plan: EamPlan, cutoff: float):
+def _overflow(wafer, atoms: Atoms, geo: Geometry, plan: EamPlan, cutoff: float):
     """True when some atom may have a neighbour within `cutoff` outside its window.
 
     x: every atom on a column outside the window lies between that arc's column extremes
@@ -281,9 +282,9 @@ def _overflow(wafer, state, geo: Geometry, plan: EamPlan, cutoff: float):
     (sliding extremes along the row over the window's columns, then along the column over
     the row arc). A gap <= cutoff on either side is an overflow.
     """
-    held = state[..., SPECIES] >= 0
-    big = jnp.asarray(jnp.inf, state.dtype)
-    x, y = state[..., 0], state[..., 1]
+    held = atoms.species >= 0
+    big = jnp.asarray(jnp.inf, atoms.position.dtype)
+    x, y = atoms.position[..., 0], atoms.position[..., 1]
     gaps = []
     if wafer.cols - 2 * plan.k_cols - 1 > 0:
         lo = -fabric.allreduce(wafer, jnp.where(held, -x, -big), "max", axis="col")
@@ -337,8 +338,8 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
     def species(x):
         return jnp.maximum(x.astype(jnp.int32), 0)
 
-    def forces_fn(state: jax.Array, geo: Geometry) -> EamOutput:
-        pos, sp = state[..., :3], state[..., SPECIES]
+    def forces_fn(atoms: Atoms, geo: Geometry) -> EamOutput:
+        pos, sp = atoms.position, atoms.species
         sp_i = species(sp)[..., None]
 
         def density(acc, slab, own_row):
@@ -347,7 +348,7 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
             rho_j = spl.density(species(slab[:, :, 3]), sp_i, k, p)
             return acc + jnp.sum(jnp.where(valid, rho_j, 0.0), axis=-1)
 
-        row = _row_window(wafer, state[..., [0, 1, 2, SPECIES]], kc)
+        row = _row_window(wafer, atoms.tagged_positions(), kc)
         rho = _march(wafer, row, kr, jnp.zeros(sp.shape, dtype), density)
         fp, emb = spl.embed(rho, species(sp))
 
@@ -365,25 +366,25 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
                 v - 0.5 * jnp.sum(psip * r, axis=-1),
             )
 
-        packed = jnp.concatenate([state[..., [0, 1, 2, SPECIES]], fp[..., None]], axis=-1)
+        packed = jnp.concatenate([atoms.tagged_positions(), fp[..., None]], axis=-1)
         zero = jnp.zeros(sp.shape, dtype)
         acc = (jnp.zeros(pos.shape, dtype), zero, zero)
         forces, pair_e, virial = _march(wafer, _row_window(wafer, packed, kc), kr, acc, force)
         energy = jnp.where(sp >= 0, emb + pair_e, 0.0)
-        return EamOutput(forces, energy, virial, _overflow(wafer, state, geo, plan, cutoff))
+        return EamOutput(forces, energy, virial, _overflow(wafer, atoms, geo, plan, cutoff))
 
-    def sort_fn(state: jax.Array, geo: Geometry) -> jax.Array:
-        for axis, key in ((1, 0), (0, 1)):
-            for parity in (0, 1):
-                state = _exchange(wafer, state, axis, key, parity, geo)
-        return state
+    def sort_fn(atoms: Atoms, geo: Geometry) -> Atoms:
+        record = atoms.record()
+        for axis, key, parity in ((1, 0, 0), (1, 0, 1), (0, 1, 0), (0, 1, 1)):
+            record = _exchange(wafer, record, axis, key, parity, geo)
+        return Atoms.of(record)
 
     return EamFns(forces_fn, sort_fn)
 
 
 def _exchange(wafer, state, axis: int, key: int, parity: int, geo: Geometry):
-    """One odd-even transposition phase along `axis`: pairs (i, i + 1) with i % 2 == parity
-    swap their atoms when the first has the larger `key` coordinate."""
+    """One odd-even transposition phase along `axis` of packed records: pairs (i, i + 1)
+    with i % 2 == parity swap their atoms when the first has the larger `key` coordinate."""
     index = geo.col if axis == 1 else geo.row
     n = (wafer.rows, wafer.cols)[axis]
     nxt = fabric.shift(wafer, state, "W" if axis == 1 else "N")  # from index + 1

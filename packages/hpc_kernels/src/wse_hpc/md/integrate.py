@@ -1,39 +1,44 @@
-"""Integrators over the packed per-PE state: velocity Verlet (NVE), Langevin and
-Nosé–Hoover (NVT), and seeded Maxwell–Boltzmann velocities. LAMMPS `metal` units: A, ps, eV,
-amu, K, bar.
+"""Integrators as jax-md's: velocity Verlet (`nve`), Langevin (`nvt_langevin`) and
+Nosé–Hoover (`nvt_nose_hoover`), each returning `IntegratorFns(init_fn, step_fn)` over an
+`MdState` pytree (`wse_hpc.md.state`); and seeded Maxwell–Boltzmann velocities. LAMMPS
+`metal` units: A, ps, eV, amu, K, bar.
 
-Contract: `verlet(fns, masses_amu, dt_fs, thermostat, logical, n_atoms)` returns
-`step_fn(state, geo, key, bath, nbrs) -> (state, EamOutput, bath, nbrs)`, one timestep as
+Contract: the factories close over the kernel (`EamFns`; with `lists`, the neighbour-list
+kernel `ListFns`), the masses per species (amu) and the timestep (fs), and return pure
+functions: `init_fn(atoms, geo) -> MdState` evaluates the forces of the positions (building
+the lists) with the bath at rest; `step_fn(state, geo, key) -> MdState` is one timestep as
 LAMMPS orders it: [Nosé–Hoover half step] half kick + drift (`fix nve` initial_integrate),
 swap sweep (the map stays local; with neighbour lists only when they are rebuilt, after an
 atom moved more than skin / 2), EAM forces, Langevin forces (LAMMPS `fix langevin`: -m v / damp +
-sqrt(24 kB T m / (damp dt)) (u - 1/2) per component, u uniform per PE and step), half kick
-[Nosé–Hoover half step]. The state must carry the forces of its positions (compute them once
-with `with_forces` before the first step).
+sqrt(24 kB T m / (damp dt)) (u - 1/2) per component, u uniform per PE from `key`), half kick
+[Nosé–Hoover half step]. `state.eam` is the step's force evaluation (its overflow flag: the
+shell re-plans). `integrator(thermostat, ...)` picks the factory a `Thermostat` names.
 
 Nosé–Hoover is LAMMPS's `fix nvt temp T T Tdamp tchain 1`: one thermostat variable with
 velocity xi (1/ps) and position eta, mass Q = Nf kB T Tdamp^2 (Nf = 3N - 3), integrated by the
 symmetric Trotter split of `FixNH::nhc_temp_integrate` (xi += dt/4 G; v *= exp(-xi dt/2);
 eta += xi dt/2; xi += dt/4 G with G = (2 KE - Nf kB T) / Q) around the velocity-Verlet step.
-`bath` = [xi, eta] (`initial_bath()`); the kinetic energy is a fabric reduction over the PEs.
-The conserved quantity is etotal + `bath_energy(bath, thermostat, n_atoms)` (LAMMPS
-`ecouple` = Nf kB T eta + Q xi^2 / 2).
+The kinetic energy is a fabric reduction over the PEs. The conserved quantity is etotal +
+`bath_energy(bath, thermostat, n_atoms)` (LAMMPS `ecouple` = Nf kB T eta + Q xi^2 / 2).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core import fabric
 from wse_core.errors import WseError
+from wse_core.wafer import Wafer
 
 from wse_hpc.md.eam import EamFns, EamOutput, Geometry
-from wse_hpc.md.mapping import FORCE, POS, SPECIES, VEL
-from wse_hpc.md.nlist import ListFns
+from wse_hpc.md.nlist import ListFns, Neighbours
+from wse_hpc.md.state import Atoms, Bath, MdState
 
 __all__ = [
     "BOLTZ_EV_K",
@@ -41,10 +46,12 @@ __all__ = [
     "FTM2V",
     "NKTV2P",
     "Thermostat",
-    "verlet",
-    "with_forces",
+    "IntegratorFns",
+    "nve",
+    "nvt_langevin",
+    "nvt_nose_hoover",
+    "integrator",
     "maxwell_boltzmann",
-    "initial_bath",
     "bath_energy",
 ]
 
@@ -77,133 +84,259 @@ class Thermostat:
 KINDS = ("none", "langevin", "nose-hoover")
 
 
-def _mass(state, masses_amu: jax.Array):
+class InitFn(Protocol):
+    def __call__(self, atoms: Atoms, geo: Geometry) -> MdState: ...
+
+
+class StepFn(Protocol):
+    def __call__(self, state: MdState, geo: Geometry, key: jax.Array) -> MdState: ...
+
+
+class IntegratorFns(NamedTuple):
+    init_fn: InitFn
+    step_fn: StepFn
+
+
+# a thermostat's hooks on the Verlet step: a half step around it (atoms, bath, masses), and
+# an extra force (atoms, masses, key)
+HalfFn = Callable[[Atoms, Bath, jax.Array], tuple[Atoms, Bath]]
+NoiseFn = Callable[[Atoms, jax.Array, jax.Array], jax.Array]
+
+
+class _Forces(NamedTuple):
+    """The force evaluation of `init_fn` (no swaps) and of each step (swaps, lists rebuilt
+    when an atom moved more than skin / 2, forces)."""
+
+    first: Callable[[Atoms, Geometry], tuple[Neighbours | None, EamOutput]]
+    again: Callable[
+        [Atoms, Geometry, Neighbours | None], tuple[Atoms, Neighbours | None, EamOutput]
+    ]
+
+
+def _per_species(atoms: Atoms, values: jax.Array) -> jax.Array:
     """The per-species value (a mass, or its inverse) of each PE's atom, (R, C, 1)."""
-    sp = jnp.maximum(state[..., SPECIES].astype(jnp.int32), 0)
-    return jnp.take(masses_amu, sp)[..., None]
+    return jnp.take(values, jnp.maximum(atoms.species, 0))[..., None]
 
 
-def with_forces(state: jax.Array, out: EamOutput) -> jax.Array:
-    return state.at[..., FORCE].set(out.forces.astype(state.dtype))
-
-
-def _kick(state, inv_masses, half_dt_ps: float, held):
+def _kick(atoms: Atoms, inv_masses: jax.Array, half_dt_ps: float, held: jax.Array) -> Atoms:
     """v += dt/2 F / m, as a multiply by the PE's 1/m (`inv_masses`: per species, computed
     once in float64): the PE divides nothing per step."""
-    dv = half_dt_ps * FTM2V * state[..., FORCE] * _mass(state, inv_masses)
-    return state.at[..., VEL].add(jnp.where(held[..., None], dv, 0.0))
+    dv = half_dt_ps * FTM2V * atoms.force * _per_species(atoms, inv_masses)
+    return atoms._replace(velocity=atoms.velocity + jnp.where(held[..., None], dv, 0.0))
 
 
-def _langevin(state, masses, thermo: Thermostat, dt_ps: float, key, logical: tuple[int, int]):
-    m = _mass(state, masses)
-    damp_ps = thermo.damp_fs / 1000.0
-    gamma1 = -m / damp_ps / FTM2V
-    gamma2 = (
-        jnp.sqrt(m)
-        * math.sqrt(24.0 * BOLTZ_EV_K * thermo.temperature_K / damp_ps / dt_ps / MVV2E)
-        / FTM2V
-    )
-    rows, cols = logical
-    u = jax.random.uniform(key, (rows, cols, 3), dtype=state.dtype) - 0.5
-    pad = [(0, state.shape[0] - rows), (0, state.shape[1] - cols), (0, 0)]
-    return gamma1 * state[..., VEL] + gamma2 * jnp.pad(u, pad)
+def _full_window(fns: EamFns) -> _Forces:
+    def first(atoms, geo):
+        return None, fns.forces_fn(atoms, geo)
+
+    def again(atoms, geo, nbrs):
+        atoms = fns.sort_fn(atoms, geo)
+        return atoms, None, fns.forces_fn(atoms, geo)
+
+    return _Forces(first, again)
 
 
-def _nh_mass(thermo: Thermostat, n_atoms: int) -> tuple[float, float]:
+def _listed(fns: EamFns, lists: ListFns) -> _Forces:
+    def first(atoms, geo):
+        nbrs, over = lists.build_fn(atoms, geo)
+        return nbrs, lists.forces_fn(atoms, geo, nbrs)._replace(overflow=over)
+
+    def rebuild(atoms, nbrs, geo):
+        atoms = fns.sort_fn(atoms, geo)
+        new, over = lists.build_fn(atoms, geo)
+        return atoms, new._replace(builds=nbrs.builds + 1), over
+
+    def keep(atoms, nbrs, geo):
+        return atoms, nbrs, jnp.bool_(False)
+
+    def again(atoms, geo, nbrs):
+        moved = lists.moved_fn(atoms, nbrs)
+        atoms, nbrs, over = jax.lax.cond(moved, rebuild, keep, atoms, nbrs, geo)
+        return atoms, nbrs, lists.forces_fn(atoms, geo, nbrs)._replace(overflow=over)
+
+    return _Forces(first, again)
+
+
+def _dt_ps(dt_fs: float) -> float:
+    if not dt_fs > 0:
+        raise WseError(f"the timestep must be positive, got dt = {dt_fs} fs")
+    return dt_fs / 1000.0
+
+
+def _verlet(
+    fns: EamFns,
+    masses_amu: Sequence[float],
+    dt_ps: float,
+    lists: ListFns | None,
+    half_fn: HalfFn | None = None,
+    noise_fn: NoiseFn | None = None,
+) -> IntegratorFns:
+    """Velocity Verlet with a thermostat's hooks (see the module docstring)."""
+    masses_np = np.asarray(masses_amu, dtype=np.float64)
+    inv_masses_np = 1.0 / masses_np
+    forces = _full_window(fns) if lists is None else _listed(fns, lists)
+
+    def init_fn(atoms: Atoms, geo: Geometry) -> MdState:
+        nbrs, out = forces.first(atoms, geo)
+        dtype = atoms.position.dtype
+        return MdState(
+            atoms._replace(force=out.forces.astype(dtype)), Bath.at_rest(dtype), nbrs, out
+        )
+
+    def step_fn(state: MdState, geo: Geometry, key: jax.Array) -> MdState:
+        atoms, bath = state.atoms, state.bath
+        masses = jnp.asarray(masses_np, atoms.position.dtype)
+        inv_masses = jnp.asarray(inv_masses_np, atoms.position.dtype)
+        held = atoms.species >= 0
+        if half_fn is not None:
+            atoms, bath = half_fn(atoms, bath, masses)
+        atoms = _kick(atoms, inv_masses, 0.5 * dt_ps, held)
+        drift = jnp.where(held[..., None], dt_ps * atoms.velocity, 0.0)
+        atoms, nbrs, out = forces.again(
+            atoms._replace(position=atoms.position + drift), geo, state.nbrs
+        )
+        held = atoms.species >= 0
+        f = out.forces if noise_fn is None else out.forces + noise_fn(atoms, masses, key)
+        atoms = _kick(
+            atoms._replace(force=jnp.where(held[..., None], f, 0.0)), inv_masses, 0.5 * dt_ps, held
+        )
+        if half_fn is not None:
+            atoms, bath = half_fn(atoms, bath, masses)
+        return MdState(atoms, bath, nbrs, out)
+
+    return IntegratorFns(init_fn, step_fn)
+
+
+def nve(
+    fns: EamFns, masses_amu: Sequence[float], dt_fs: float, *, lists: ListFns | None = None
+) -> IntegratorFns:
+    """Velocity Verlet (LAMMPS `fix nve`) with `fns`' forces (`lists`: over neighbour
+    lists); `masses_amu` per species, `dt_fs` the timestep."""
+    return _verlet(fns, masses_amu, _dt_ps(dt_fs), lists)
+
+
+def _langevin_fn(temperature_K: float, damp_ps: float, dt_ps: float, wafer: Wafer) -> NoiseFn:
+    rows, cols = wafer.rows, wafer.cols
+
+    def noise_fn(atoms: Atoms, masses: jax.Array, key: jax.Array) -> jax.Array:
+        m = _per_species(atoms, masses)
+        gamma1 = -m / damp_ps / FTM2V
+        gamma2 = (
+            jnp.sqrt(m)
+            * math.sqrt(24.0 * BOLTZ_EV_K * temperature_K / damp_ps / dt_ps / MVV2E)
+            / FTM2V
+        )
+        u = jax.random.uniform(key, (rows, cols, 3), dtype=atoms.position.dtype) - 0.5
+        shape = atoms.position.shape
+        pad = [(0, shape[0] - rows), (0, shape[1] - cols), (0, 0)]
+        return gamma1 * atoms.velocity + gamma2 * jnp.pad(u, pad)
+
+    return noise_fn
+
+
+def nvt_langevin(
+    fns: EamFns,
+    masses_amu: Sequence[float],
+    dt_fs: float,
+    *,
+    temperature_K: float,
+    damp_fs: float,
+    wafer: Wafer,
+    lists: ListFns | None = None,
+) -> IntegratorFns:
+    """Velocity Verlet with LAMMPS's `fix langevin T T damp` forces (uniform noise drawn
+    over `wafer`'s logical PEs from each step's key)."""
+    Thermostat("langevin", temperature_K, damp_fs)  # its checks
+    dt_ps = _dt_ps(dt_fs)
+    noise_fn = _langevin_fn(temperature_K, damp_fs / 1000.0, dt_ps, wafer)
+    return _verlet(fns, masses_amu, dt_ps, lists, noise_fn=noise_fn)
+
+
+def _nh_mass(temperature_K: float, damp_fs: float, n_atoms: int) -> tuple[float, float]:
     """(Nf kB T, Q) in eV and eV ps^2 for LAMMPS's fix nvt (t_freq = 1 / Tdamp)."""
-    ke_target = max(3 * n_atoms - 3, 1) * BOLTZ_EV_K * thermo.temperature_K
-    return ke_target, ke_target * (thermo.damp_fs / 1000.0) ** 2
+    ke_target = max(3 * n_atoms - 3, 1) * BOLTZ_EV_K * temperature_K
+    return ke_target, ke_target * (damp_fs / 1000.0) ** 2
 
 
-def initial_bath(dtype=jnp.float32) -> jax.Array:
-    """The thermostat state [xi (1/ps), eta] at rest."""
-    return jnp.zeros((2,), dtype)
-
-
-def bath_energy(bath, thermostat: Thermostat, n_atoms: int) -> float:
+def bath_energy(bath: Bath, thermostat: Thermostat, n_atoms: int) -> float:
     """LAMMPS's `ecouple` of fix nvt (eV): Nf kB T eta + Q xi^2 / 2; 0 without Nosé–Hoover."""
     if thermostat.kind != "nose-hoover":
         return 0.0
-    xi, eta = (float(v) for v in np.asarray(bath, dtype=np.float64))
-    ke_target, q = _nh_mass(thermostat, n_atoms)
+    xi, eta = (float(np.asarray(v, dtype=np.float64)) for v in bath)
+    ke_target, q = _nh_mass(thermostat.temperature_K, thermostat.damp_fs, n_atoms)
     return ke_target * eta + 0.5 * q * xi * xi
 
 
-def _nose_hoover_half(wafer, state, masses, bath, ke_target: float, q: float, dt_ps: float):
+def _nose_hoover_fn(wafer: Wafer, ke_target: float, q: float, dt_ps: float) -> HalfFn:
     """FixNH::nhc_temp_integrate with one chain element: a symmetric half step of the bath,
     the velocities scaled by exp(-xi dt / 2). 2 KE is one fabric sum over the PEs."""
-    m = _mass(state, masses)[..., 0]
-    held = state[..., SPECIES] >= 0
-    vv = jnp.sum(state[..., VEL] ** 2, axis=-1)
-    ke2 = MVV2E * fabric.reduce(wafer, jnp.where(held, m * vv, 0.0), "sum")  # 2 KE, eV
-    xi, eta = bath[0], bath[1]
-    xi = xi + 0.25 * dt_ps * (ke2 - ke_target) / q
-    scale = jnp.exp(-0.5 * dt_ps * xi)
-    state = state.at[..., VEL].multiply(scale.astype(state.dtype))
-    ke2 = ke2 * scale * scale
-    eta = eta + 0.5 * dt_ps * xi
-    xi = xi + 0.25 * dt_ps * (ke2 - ke_target) / q
-    return state, jnp.stack([xi, eta]).astype(bath.dtype)
+
+    def half_fn(atoms: Atoms, bath: Bath, masses: jax.Array) -> tuple[Atoms, Bath]:
+        m = _per_species(atoms, masses)[..., 0]
+        held = atoms.species >= 0
+        vv = jnp.sum(atoms.velocity**2, axis=-1)
+        ke2 = MVV2E * fabric.reduce(wafer, jnp.where(held, m * vv, 0.0), "sum")  # 2 KE, eV
+        xi = bath.xi + 0.25 * dt_ps * (ke2 - ke_target) / q
+        scale = jnp.exp(-0.5 * dt_ps * xi)
+        atoms = atoms._replace(velocity=atoms.velocity * scale.astype(atoms.velocity.dtype))
+        ke2 = ke2 * scale * scale
+        eta = bath.eta + 0.5 * dt_ps * xi
+        xi = xi + 0.25 * dt_ps * (ke2 - ke_target) / q
+        return atoms, Bath(xi.astype(bath.xi.dtype), eta.astype(bath.eta.dtype))
+
+    return half_fn
 
 
-def verlet(
+def nvt_nose_hoover(
     fns: EamFns,
-    masses_amu,
+    masses_amu: Sequence[float],
     dt_fs: float,
-    thermostat: Thermostat,
-    logical: tuple[int, int],
-    n_atoms: int = 0,
-    wafer=None,
+    *,
+    temperature_K: float,
+    damp_fs: float,
+    n_atoms: int,
+    wafer: Wafer,
     lists: ListFns | None = None,
-):
-    """The timestep function (see the module docstring); Nosé–Hoover needs `n_atoms` and
-    the `wafer` (its kinetic-energy reduction). With `lists` the step carries neighbour
-    lists: it sorts and rebuilds them only when an atom moved more than skin / 2, and the
-    rebuild's overflow is the output's."""
-    if not dt_fs > 0:
-        raise WseError(f"the timestep must be positive, got dt = {dt_fs} fs")
-    dt_ps = dt_fs / 1000.0
-    masses_np = np.asarray(masses_amu, dtype=np.float64)
-    inv_masses_np = 1.0 / masses_np
-    nose_hoover = thermostat.kind == "nose-hoover"
-    if nose_hoover and (wafer is None or n_atoms < 2):
-        raise WseError("nose-hoover needs the wafer and at least 2 atoms")
-    ke_target, q = _nh_mass(thermostat, n_atoms) if nose_hoover else (0.0, 1.0)
+) -> IntegratorFns:
+    """Velocity Verlet inside LAMMPS's `fix nvt temp T T Tdamp tchain 1` (the module
+    docstring); `n_atoms` sets the degrees of freedom, `wafer` the kinetic-energy sum."""
+    Thermostat("nose-hoover", temperature_K, damp_fs)  # its checks
+    if n_atoms < 2:
+        raise WseError("nose-hoover needs at least 2 atoms")
+    dt_ps = _dt_ps(dt_fs)
+    ke_target, q = _nh_mass(temperature_K, damp_fs, n_atoms)
+    half_fn = _nose_hoover_fn(wafer, ke_target, q, dt_ps)
+    return _verlet(fns, masses_amu, dt_ps, lists, half_fn=half_fn)
 
-    def rebuild(state, nbrs, geo):
-        state = fns.sort_fn(state, geo)
-        new, over = lists.build_fn(state, geo)
-        return state, new._replace(builds=nbrs.builds + 1), over
 
-    def keep(state, nbrs, geo):
-        return state, nbrs, jnp.bool_(False)
-
-    def step_fn(state: jax.Array, geo: Geometry, key: jax.Array, bath: jax.Array, nbrs=None):
-        masses = jnp.asarray(masses_np, state.dtype)
-        inv_masses = jnp.asarray(inv_masses_np, state.dtype)
-        held = state[..., SPECIES] >= 0
-        if nose_hoover:
-            state, bath = _nose_hoover_half(wafer, state, masses, bath, ke_target, q, dt_ps)
-        state = _kick(state, inv_masses, 0.5 * dt_ps, held)
-        state = state.at[..., POS].add(jnp.where(held[..., None], dt_ps * state[..., VEL], 0.0))
-        if lists is None:
-            state = fns.sort_fn(state, geo)
-            out = fns.forces_fn(state, geo)
-        else:
-            moved = lists.moved_fn(state, nbrs)
-            state, nbrs, over = jax.lax.cond(moved, rebuild, keep, state, nbrs, geo)
-            out = lists.forces_fn(state, geo, nbrs)._replace(overflow=over)
-        held = state[..., SPECIES] >= 0
-        forces = out.forces
-        if thermostat.kind == "langevin":
-            forces = forces + _langevin(state, masses, thermostat, dt_ps, key, logical)
-        state = state.at[..., FORCE].set(jnp.where(held[..., None], forces, 0.0))
-        state = _kick(state, inv_masses, 0.5 * dt_ps, held)
-        if nose_hoover:
-            state, bath = _nose_hoover_half(wafer, state, masses, bath, ke_target, q, dt_ps)
-        return state, out, bath, nbrs
-
-    return step_fn
+def integrator(
+    thermostat: Thermostat,
+    fns: EamFns,
+    masses_amu: Sequence[float],
+    dt_fs: float,
+    *,
+    wafer: Wafer,
+    n_atoms: int,
+    lists: ListFns | None = None,
+) -> IntegratorFns:
+    """The factory `thermostat` names (the shell's choice), with its target and damping."""
+    if thermostat.kind == "none":
+        return nve(fns, masses_amu, dt_fs, lists=lists)
+    t, damp = thermostat.temperature_K, thermostat.damp_fs
+    if thermostat.kind == "langevin":
+        return nvt_langevin(
+            fns, masses_amu, dt_fs, temperature_K=t, damp_fs=damp, wafer=wafer, lists=lists
+        )
+    return nvt_nose_hoover(
+        fns,
+        masses_amu,
+        dt_fs,
+        temperature_K=t,
+        damp_fs=damp,
+        n_atoms=n_atoms,
+        wafer=wafer,
+        lists=lists,
+    )
 
 
 def maxwell_boltzmann(masses_amu: np.ndarray, temperature_K: float, seed: int) -> np.ndarray:

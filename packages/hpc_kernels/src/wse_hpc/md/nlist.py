@@ -6,17 +6,17 @@ Contract: `neighbour_fns(wafer, pot, plan) -> ListFns` of pure functions over pl
 M of candidates per PE) and `plan.skin_A` must be set (`list_plan.list_caps` picks them on
 the host).
 
-- `build_fn(state, geo) -> (Neighbours, overflow)`: one marching multicast of (position,
+- `build_fn(atoms, geo) -> (Neighbours, overflow)`: one marching multicast of (position,
   species) over the whole window; each PE keeps, per row offset, the window columns of the
   atoms within cutoff + skin (at most `caps[offset]` of them, lowest column first), then
   packs them into M candidates (row offsets in march order), with their species and its
   own position at build time. `overflow` is True when a PE found more candidates than a
   capacity, or when the window's coverage test (`eam._overflow` at cutoff + skin) fails: the
   shell then re-plans (never silently wrong).
-- `moved_fn(state, nbrs) -> bool`: some atom moved more than skin / 2 since the build (a
+- `moved_fn(atoms, nbrs) -> bool`: some atom moved more than skin / 2 since the build (a
   fabric max reduction); the lists stay exact until then (any pair within the cutoff now was
   within cutoff + skin at the build), so the step rebuilds them when this is True.
-- `forces_fn(state, geo, nbrs) -> EamOutput`: phase 1 multicasts positions over the window
+- `forces_fn(atoms, geo, nbrs) -> EamOutput`: phase 1 multicasts positions over the window
   rows -depth .. depth (depth = the farthest row offset with a capacity); each PE sums its
   density from its candidates and computes F'(rho). Phase 2 multicasts F' and each PE sums
   its force, energy and virial (it kept the candidates' positions from phase 1, and when a
@@ -63,8 +63,8 @@ from wse_hpc.md.eam import (
     _overflow,
     _splines,
 )
-from wse_hpc.md.mapping import SPECIES
 from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.state import Atoms, BuildFn, ListForcesFn, MovedFn
 
 __all__ = [
     "Neighbours",
@@ -92,9 +92,9 @@ class Neighbours(NamedTuple):
 
 
 class ListFns(NamedTuple):
-    build_fn: object
-    moved_fn: object
-    forces_fn: object
+    build_fn: BuildFn
+    moved_fn: MovedFn
+    forces_fn: ListForcesFn
 
 
 def march_order(k_rows: int) -> list[int]:
@@ -282,15 +282,14 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         over = over | (jnp.sum(live) > active)  # more atoms than planned: never dropped
         return stored(index), stored(species), stored(count), over, order.reshape(br, bc)
 
-    def build_fn(state: jax.Array, geo: Geometry):
-        pos, sp = state[..., :3], state[..., SPECIES]
-        held = sp >= 0
-        window = state[..., [0, 1, 2, SPECIES]]
+    def build_fn(atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax.Array]:
+        pos, held = atoms.position, atoms.species >= 0
+        window = atoms.tagged_positions()
         index, sp_j, count, over, order = fabric.window_apply(
             wafer, window, kr, kc, select, pos, held, geo.row, geo.col
         )
         over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
-        over = over | _overflow(wafer, state, geo, plan, cutoff + skin)
+        over = over | _overflow(wafer, atoms, geo, plan, cutoff + skin)
         nbrs = Neighbours(
             index,
             jnp.arange(total) < count[..., None],
@@ -301,9 +300,9 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         )
         return nbrs, over
 
-    def moved_fn(state: jax.Array, nbrs: Neighbours) -> jax.Array:
-        held = state[..., SPECIES] >= 0
-        d = state[..., :3] - nbrs.ref
+    def moved_fn(atoms: Atoms, nbrs: Neighbours) -> jax.Array:
+        held = atoms.species >= 0
+        d = atoms.position - nbrs.ref
         moved = jnp.where(held, jnp.sum(d * d, axis=-1), 0.0)
         return fabric.reduce(wafer, moved, "max") > (0.5 * skin) ** 2
 
@@ -366,8 +365,8 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
         lists = (index, valid, sp_j, *slopes)
         return _on_active(chunk, active, lists, (pos, sp_i, fp), order)[0]
 
-    def forces_fn(state: jax.Array, geo: Geometry, nbrs: Neighbours) -> EamOutput:
-        pos, sp = state[..., :3], state[..., SPECIES]
+    def forces_fn(atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> EamOutput:
+        pos, sp = atoms.position, atoms.species
         held = sp >= 0
         sp_i = jnp.maximum(sp.astype(jnp.int32), 0)
         lists = (nbrs.index, nbrs.valid, nbrs.species)

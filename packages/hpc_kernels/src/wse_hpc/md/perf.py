@@ -2,7 +2,7 @@
 
 Contract: `step_phases(wafer, pot, plan, rebuild_every=...) -> Phases` counts, on the busiest
 PE, what one velocity-Verlet step of the neighbour-list kernel (`wse_hpc.md.nlist`, stepped
-by `wse_hpc.md.integrate.verlet`) executes for `plan` (`EamPlan`: window k_rows x k_cols,
+by `wse_hpc.md.integrate.nve`) executes for `plan` (`EamPlan`: window k_rows x k_cols,
 candidate capacities `caps`, dtype), and `predict(spec, wafer, pot, plan, ...)` evaluates it
 with `wse_core.perf.PerfModel` into a `wse_core.RunReport` (units "step"). Nothing is fitted
 here: the one calibration is wse_core's.
@@ -64,6 +64,7 @@ from wse_hpc.md.eam import EamPlan, eam, geometry
 from wse_hpc.md.mapping import NFIELDS
 from wse_hpc.md.nlist import neighbour_fns
 from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.state import Atoms
 
 __all__ = [
     "PAIR_GEOMETRY",
@@ -187,7 +188,7 @@ def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, T
     'swaps' (`sort_fn`) and 'build' (`build_fn` with its coverage test); unfolded."""
     pr, pc = wafer.padded_shape
     dtype = jnp.dtype(plan.dtype)
-    state = jax.ShapeDtypeStruct((pr, pc, NFIELDS), dtype)
+    state = jax.eval_shape(Atoms.of, jax.ShapeDtypeStruct((pr, pc, NFIELDS), dtype))
     geo = jax.eval_shape(lambda: geometry(wafer))
     lists = neighbour_fns(wafer, pot, plan)
     build = _traced(wafer, lists.build_fn, state, geo)

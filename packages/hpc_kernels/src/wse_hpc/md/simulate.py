@@ -31,19 +31,13 @@ from wse_core.errors import PlacementError, WseError
 from wse_core.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping
-from wse_hpc.md.eam import EamOutput, EamPlan, eam, geometry, sram_plan
-from wse_hpc.md.integrate import (
-    Thermostat,
-    bath_energy,
-    initial_bath,
-    maxwell_boltzmann,
-    verlet,
-    with_forces,
-)
+from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
+from wse_hpc.md.integrate import Thermostat, bath_energy, integrator, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure
 from wse_hpc.md.list_plan import active_per_block, list_caps
 from wse_hpc.md.nlist import neighbour_fns
 from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.state import Atoms, MdState
 from wse_hpc.md.thermo import ThermoRow, thermo_row
 
 __all__ = [
@@ -106,53 +100,34 @@ class MdResult:
 
 
 class _Runner:
-    """Compiled functions for one window plan."""
+    """Compiled functions for one window plan: `init` (forces, lists) and chunks of steps."""
 
     def __init__(self, wafer, pot, plan, config, masses, n_atoms):
         self.wafer, self.plan = wafer, plan
-        self.fns = eam(wafer, pot, plan)
-        self.lists = neighbour_fns(wafer, pot, plan) if plan.caps else None
-        logical = (wafer.rows, wafer.cols)
-        step = verlet(
-            self.fns,
-            masses,
-            config.dt_fs,
-            config.thermostat,
-            logical,
-            n_atoms,
-            wafer,
-            self.lists,
+        lists = neighbour_fns(wafer, pot, plan) if plan.caps else None  # else: full window
+        fns = eam(wafer, pot, plan)
+        init_fn, self._step = integrator(
+            config.thermostat, fns, masses, config.dt_fs, wafer=wafer, n_atoms=n_atoms, lists=lists
         )
-        lists = self.lists
-
-        def forces(state, geo):
-            if lists is None:  # the full-window kernel (very large systems)
-                return self.fns.forces_fn(state, geo), None
-            nbrs, over = lists.build_fn(state, geo)
-            return lists.forces_fn(state, geo, nbrs)._replace(overflow=over), nbrs
-
-        self.forces = jax.jit(forces)
-        self._step = step
+        self.init = jax.jit(init_fn)
         self._chunks: dict[int, Callable] = {}
 
     def chunk(self, n: int, *args) -> Callable:
-        """The compiled chunk of up to `n` steps (compiled once per n)."""
+        """The compiled chunk of up to `n` steps (compiled once per n): `(state, geo, key,
+        step0) -> (state, steps run)`, stopping after a step that overflowed."""
         if n not in self._chunks:
             step = self._step
 
-            def run(state, geo, key, step0, out: EamOutput, bath, nbrs):
+            def run(state: MdState, geo, key, step0):
                 def cond(c):
-                    return (c[0] < n) & ~c[2].overflow
+                    return (c[0] < n) & ~c[1].eam.overflow
 
                 def body(c):
-                    i, st, _, b, nb = c
-                    k = jax.random.fold_in(key, step0 + i)
-                    st2, out2, b2, nb2 = step(st, geo, k, b, nb)
-                    return i + 1, st2, out2, b2, nb2
+                    i, st = c
+                    return i + 1, step(st, geo, jax.random.fold_in(key, step0 + i))
 
-                c0 = (jnp.int32(0), state, out, bath, nbrs)
-                i, st, out, bath, nbrs = jax.lax.while_loop(cond, body, c0)
-                return st, out, i, bath, nbrs
+                i, state = jax.lax.while_loop(cond, body, (jnp.int32(0), state))
+                return state, i
 
             self._chunks[n] = jax.jit(run).lower(*args).compile()
         return self._chunks[n]
@@ -255,51 +230,48 @@ def run_md(
     runner = _Runner(wafer, pot, plan, config, masses, n)
     replans = 0
     t0 = time.perf_counter()
-    state = wafer.place(state_np)
-    out, nbrs = runner.forces(state, geo)
-    state = with_forces(state, out)
-    while bool(out.overflow):  # the margin makes this rare; the fallback is the whole grid
+    state = runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo)
+    while bool(state.eam.overflow):  # the margin makes this rare; the fallback is the whole grid
         replans += 1
-        state, out, nbrs, runner, plan, sram = _replan(
-            state, wafer, pot, config, masses, box, plan, geo, replans
-        )
+        state, runner, plan, sram = _replan(state, wafer, pot, config, masses, box, plan, replans)
     compile_s = time.perf_counter() - t0
-    bath = initial_bath(dtype)
     ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
-    rows = [_row(0, wafer, state, out, masses, n, structure.volume_A3, ecouple(bath))]
+    rows = [_row(0, wafer, state, masses, structure.volume_A3, ecouple(state.bath))]
     if on_thermo:
         on_thermo(rows[-1])
     if on_frame:
-        on_frame(0, _final_structure(structure, wafer, state, out, pot, n, box))
+        on_frame(0, _final_structure(structure, wafer, state, pot, n, box))
     key = jax.random.key(config.seed)
     done, loop_s, builds = 0, 0.0, 0
     while done < config.steps:
         todo = min(config.thermo_every, config.steps - done)
-        args = (state, geo, key, jnp.int32(done), out, bath, nbrs)
+        args = (state, geo, key, jnp.int32(done))
         t_c = time.perf_counter()
         compiled = runner.chunk(todo, *args)
         compile_s += time.perf_counter() - t_c
         t_r = time.perf_counter()
-        new_state, new_out, ran, new_bath, new_nbrs = compiled(*args)
+        new_state, ran = compiled(*args)
         ran = int(ran)
-        if bool(new_out.overflow):
+        if bool(new_state.eam.overflow):
             replans += 1
-            state, out, nbrs, runner, plan, sram = _replan(
-                state, wafer, pot, config, masses, box, plan, geo, replans
+            state, runner, plan, sram = _replan(
+                state, wafer, pot, config, masses, box, plan, replans
             )
             continue
         loop_s += time.perf_counter() - t_r
-        state, out, bath, nbrs = new_state, new_out, new_bath, new_nbrs
-        if nbrs is not None:
-            builds += int(nbrs.builds)
-            nbrs = nbrs._replace(builds=jnp.zeros_like(nbrs.builds))
+        state = new_state
+        if state.nbrs is not None:
+            builds += int(state.nbrs.builds)
+            state = state._replace(
+                nbrs=state.nbrs._replace(builds=jnp.zeros_like(state.nbrs.builds))
+            )
         done += ran
-        rows.append(_row(done, wafer, state, out, masses, n, structure.volume_A3, ecouple(bath)))
+        rows.append(_row(done, wafer, state, masses, structure.volume_A3, ecouple(state.bath)))
         if on_thermo:
             on_thermo(rows[-1])
         if on_frame:
-            on_frame(done, _final_structure(structure, wafer, state, out, pot, n, box))
-    final = _final_structure(structure, wafer, state, out, pot, n, box)
+            on_frame(done, _final_structure(structure, wafer, state, pot, n, box))
+    final = _final_structure(structure, wafer, state, pot, n, box)
     return MdResult(
         final,
         rows,
@@ -316,10 +288,11 @@ def run_md(
     )
 
 
-def _replan(state, wafer, pot, config, masses, box, plan, geo, replans: int):
+def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int):
     """Re-map the chunk's starting state, widen the window by at least one PE and give the
-    neighbour lists more headroom (it grows with every re-plan, so re-plans end)."""
-    st = wafer.gather(state)
+    neighbour lists more headroom (it grows with every re-plan, so re-plans end); the bath
+    carries over."""
+    st = wafer.gather(state.atoms.record())
     u = mapping.unpack(st, int((st[..., mapping.SPECIES] >= 0).sum()))
     grid = (wafer.rows, wafer.cols)
     state_np = mapping.pack(
@@ -334,24 +307,21 @@ def _replan(state, wafer, pot, config, masses, box, plan, geo, replans: int):
     new_plan = plan_window(state_np, box, pot, config, wafer, at_least, more=0.5 * replans)
     sram = sram_plan(wafer, pot, new_plan)
     runner = _Runner(wafer, pot, new_plan, config, masses, len(u["species"]))
-    state = wafer.place(state_np)
-    out, nbrs = runner.forces(state, geo)
-    return with_forces(state, out), out, nbrs, runner, new_plan, sram
+    new = runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geometry(wafer))
+    return new._replace(bath=state.bath), runner, new_plan, sram
 
 
-def _row(step, wafer, state, out, masses, n, volume, ecouple: float = 0.0) -> ThermoRow:
-    st = wafer.gather(state)
-    held = st[..., mapping.SPECIES] >= 0
-    sp = st[..., mapping.SPECIES][held].astype(np.int64)
-    energies = wafer.gather(out.energy)[held]
-    virial = float(np.asarray(wafer.gather(out.virial), dtype=np.float64)[held].sum())
-    return thermo_row(
-        step, masses[sp], st[..., mapping.VEL][held], energies, virial, volume, ecouple
-    )
+def _row(step, wafer, state: MdState, masses, volume, ecouple: float = 0.0) -> ThermoRow:
+    sp = wafer.gather(state.atoms.species)
+    held = sp >= 0
+    energies = wafer.gather(state.eam.energy)[held]
+    virial = float(np.asarray(wafer.gather(state.eam.virial), dtype=np.float64)[held].sum())
+    vel = wafer.gather(state.atoms.velocity)[held]
+    return thermo_row(step, masses[sp[held]], vel, energies, virial, volume, ecouple)
 
 
-def _final_structure(structure, wafer, state, out, pot, n, box) -> Structure:
-    st = wafer.gather(state)
+def _final_structure(structure, wafer, state: MdState, pot, n, box) -> Structure:
+    st, out = wafer.gather(state.atoms.record()), state.eam
     u = mapping.unpack(st, n)
     energies = wafer.gather(out.energy).reshape(-1)[u["pe_flat_index"]]
     return Structure(
