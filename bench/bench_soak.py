@@ -121,7 +121,11 @@ def _metrics(url: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(url + "/metrics", timeout=30).text
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items())): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 async def _request(client: httpx.AsyncClient, model: str, kind: str, rng: random.Random) -> dict:
