@@ -6,7 +6,13 @@ import pytest
 from wse_hpc.md.lammps import lammps_available, lammps_eval
 from wse_hpc.md.potentials import PotentialError, read_potential, spline_coeffs, write_setfl
 from wse_hpc.md.reference import eam_reference, spline_slope, spline_value
-from wse_hpc.md.testing import lammps_potential, perturbed
+from wse_hpc.md.testing import (
+    POTENTIALS_ENV,
+    lammps_potential,
+    lammps_potentials_dir,
+    lammps_potentials_missing,
+    perturbed,
+)
 from wse_hpc.md.zhou04 import zhou04
 
 
@@ -90,8 +96,23 @@ def test_reference_matches_ase_eam_on_a_generated_setfl(tmp_path):
 
 needs_lammps = pytest.mark.skipif(
     not lammps_available() or lammps_potential("Cu_u3.eam") is None,
-    reason="needs lmp and lammps-data (apt-get install lammps lammps-data)",
+    reason="needs lmp (apt-get install lammps) and its potentials: "
+    + (lammps_potentials_missing("Cu_u3.eam") or "found"),
 )
+
+
+def test_potential_directory_comes_from_the_environment_first(tmp_path, monkeypatch):
+    (tmp_path / "Cu_u3.eam").write_text("stand-in")
+    monkeypatch.setenv(POTENTIALS_ENV, str(tmp_path))
+    lammps_potentials_dir.cache_clear()
+    try:
+        assert lammps_potential("Cu_u3.eam") == tmp_path / "Cu_u3.eam"
+        assert lammps_potentials_missing("Cu_u3.eam") is None
+        reason = lammps_potentials_missing("Zr.eam")
+        assert f"{tmp_path} has no Zr.eam" in reason and POTENTIALS_ENV in reason
+    finally:
+        monkeypatch.delenv(POTENTIALS_ENV)
+        lammps_potentials_dir.cache_clear()
 
 
 @needs_lammps
