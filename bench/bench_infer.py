@@ -9,7 +9,7 @@ the `cpu_util` column (process CPU seconds / wall seconds of a whole call, promp
 shows what each decoder really used. Every comparison is
 interleaved (each round runs every decoder once, in a rotating order) and reported as the
 median over rounds, with ratios taken within a round (pairs measured back to back):
-- decode: greedy tokens/s after the first token of `wse_inference.torch_baseline.TorchDecoder`,
+- decode: greedy tokens/s after the first token of `bench/torch_baseline.TorchDecoder`,
   the plain JAX decoder (`decoding.PlainDecoder`, fused while_loop) and the pipelined engine
   (`pipeline.PipelineEngine`, S = 1 and 2 stages, one user, 16 steps per dispatch); all must
   produce the same tokens; target: pipelined >= 1x torch;
@@ -98,10 +98,10 @@ def _pipeline_decode(eng, prompt, sampling):
 
 
 def bench_decode(quick: bool, rounds: int) -> list[dict]:
+    from torch_baseline import TorchDecoder
     from wse_inference.decoding import PlainDecoder
     from wse_inference.engine import SamplingParams
-    from wse_inference.pipeline import PipelineEngine
-    from wse_inference.torch_baseline import TorchDecoder
+    from wse_inference.pipeline.engine import PipelineEngine
 
     m = _model(4, 128 if quick else 256, 2048)
     prompt, n = list(range(1, 17)), 32 if quick else 64
@@ -148,7 +148,7 @@ def bench_decode(quick: bool, rounds: int) -> list[dict]:
 def _spec_pairs(target, draft, gamma, prompt, sampling, rounds, timer=None):
     """Interleaved (speculative run, plain target run[, round costs]) triples."""
     from wse_inference.decoding import PlainDecoder
-    from wse_inference.spec_decode import SpeculativeDecoder
+    from wse_inference.speculative.decoder import SpeculativeDecoder
 
     ctx = len(prompt) + sampling.max_tokens  # caches sized for the request, both decoders
     spec = SpeculativeDecoder(target, draft, gamma=gamma, max_context=ctx)
@@ -165,8 +165,8 @@ def _spec_pairs(target, draft, gamma, prompt, sampling, rounds, timer=None):
 
 def bench_speculative(quick: bool, rounds: int, gamma: int = 4) -> dict:
     from wse_inference.engine import SamplingParams
-    from wse_inference.loading import truncated_model
-    from wse_inference.speculative import expected_speedup, expected_tokens_per_pass
+    from wse_inference.model_dir import truncated_model
+    from wse_inference.speculative.verify import expected_speedup, expected_tokens_per_pass
     from wse_inference.studies.leviathan23_speculative import round_costs
 
     prompt = list(range(1, 17))
@@ -223,7 +223,7 @@ def bench_speculative(quick: bool, rounds: int, gamma: int = 4) -> dict:
 
 def bench_throughput(quick: bool, rounds: int) -> list[dict]:
     from wse_inference.engine import SamplingParams
-    from wse_inference.pipeline import PipelineEngine
+    from wse_inference.pipeline.engine import PipelineEngine
 
     m = _model(4, 128 if quick else 256, 2048)
     n = 24 if quick else 48

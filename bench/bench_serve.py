@@ -2,7 +2,7 @@
 
 One MockEngine (8 slots, next token = last + 1) serves the same workload several ways, side
 by side in one run: `direct` (requests submitted to the `Scheduler` in-process; the baseline),
-`http` (the OpenAI server on loopback, driven by `wse_inference.load_test` with streaming
+`http` (the OpenAI server on loopback, driven by `wse_inference.demo.load_test` with streaming
 clients, in the same process), `http-2p` (the same with the server in a child process, so
 client and server do not share one GIL) and `grpc` (streaming `Generate` calls from a thread
 pool). Each is run with a free engine step (0 ms: the serving stack is the bottleneck) and a
@@ -35,7 +35,7 @@ def _engine(step_delay_s: float):
 
 def direct(step_delay_s: float, n: int, max_tokens: int) -> dict:
     from wse_inference.engine import SamplingParams
-    from wse_inference.scheduler import Scheduler
+    from wse_inference.serve.scheduler import Scheduler
 
     s = Scheduler(_engine(step_delay_s), max_queued=n).start()
     qs = [queue.Queue() for _ in range(n)]
@@ -60,8 +60,8 @@ def direct(step_delay_s: float, n: int, max_tokens: int) -> dict:
 
 
 def http(step_delay_s: float, n: int, max_tokens: int, concurrency: int) -> dict:
-    from wse_inference.load_test import LoadTestConfig, run_load_test
-    from wse_inference.server import ServeConfig, Server
+    from wse_inference.demo.load_test import LoadTestConfig, run_load_test
+    from wse_inference.serve.app import ServeConfig, Server
 
     srv = Server(_engine(step_delay_s), ServeConfig(port=0, max_queued=n)).start()
     try:
@@ -83,8 +83,8 @@ def http(step_delay_s: float, n: int, max_tokens: int, concurrency: int) -> dict
 
 def http_subprocess(step_delay_s: float, n: int, max_tokens: int, concurrency: int) -> dict:
     """As `http`, with the server in its own process (client and server do not share a GIL)."""
-    from wse_inference.load_test import LoadTestConfig, run_load_test
-    from wse_inference.serve_testing import serve_subprocess
+    from wse_inference.demo.load_test import LoadTestConfig, run_load_test
+    from wse_inference.serve.testing import serve_subprocess
 
     engine = {"max_slots": MAX_SLOTS, "max_context": 1024, "step_delay_s": step_delay_s}
     with serve_subprocess(engine=engine, config={"max_queued": n}) as (_, url, _):
@@ -102,8 +102,8 @@ def http_subprocess(step_delay_s: float, n: int, max_tokens: int, concurrency: i
 
 def grpc_case(step_delay_s: float, n: int, max_tokens: int, concurrency: int) -> dict:
     import grpc
-    from wse_inference.proto import load_stubs
-    from wse_inference.server import ServeConfig, Server
+    from wse_inference.serve.app import ServeConfig, Server
+    from wse_inference.serve.proto import load_stubs
 
     pb2, pb2_grpc = load_stubs()
     srv = Server(_engine(step_delay_s), ServeConfig(port=0, grpc_port=0, max_queued=n)).start()

@@ -25,7 +25,6 @@ PACKAGES = sorted([*ROOT.glob("packages/*/pyproject.toml"), ROOT / "apps/cli/pyp
 # baselines, imported inside the functions that benches and tests call
 OPTIONAL = {
     "torch": {
-        "packages/inference/src/wse_inference/torch_baseline.py",
         "packages/models/src/wse_models/testing.py",
     },
     "transformers": {"packages/models/src/wse_models/testing.py"},
@@ -53,6 +52,8 @@ def _imports(src: Path) -> dict[str, set[str]]:
             else:
                 continue
             for n in names:
+                if (src / f"{n.split('.')[0]}.py").exists():
+                    continue  # a sibling module of the scanned folder (bench/torch_baseline)
                 found.setdefault(n.split(".")[0], set()).add(str(f.relative_to(ROOT)))
     return {
         m: files

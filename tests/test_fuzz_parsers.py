@@ -196,7 +196,7 @@ def _mutated_copy(src: Path, name: str, ops) -> Path:
 @settings(max_examples=50)
 @given(ops=OPS, name=st.sampled_from(["config.json", "tokenizer.json"]))
 def test_hf_config_and_tokenizer(hf_dir, ops, name):
-    from wse_inference.loading import load_model, read_config
+    from wse_inference.model_dir import load_model, read_config
 
     folder = _mutated_copy(hf_dir, name, ops)
     for parse in (read_config, load_model):

@@ -1,4 +1,8 @@
-"""The PyTorch baseline of bench_infer decodes the same tokens as the plain JAX decoder."""
+"""The PyTorch baseline of bench_infer (bench/torch_baseline.py) decodes the same tokens as the
+plain JAX decoder."""
+
+import importlib.util
+from pathlib import Path
 
 import pytest
 from wse_inference.decoding import PlainDecoder
@@ -9,7 +13,11 @@ from wse_inference.testing import tiny_model
 @pytest.mark.slow
 def test_torch_baseline_matches_plain_decoder():
     pytest.importorskip("torch")
-    from wse_inference.torch_baseline import TorchDecoder
+    path = Path(__file__).resolve().parents[1] / "bench" / "torch_baseline.py"
+    spec = importlib.util.spec_from_file_location("torch_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    TorchDecoder = module.TorchDecoder
 
     model = tiny_model("llama", n_layers=2, seed=2)
     prompt = [9, 8, 7, 6, 5, 4, 3]

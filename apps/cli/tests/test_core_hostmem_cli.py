@@ -92,7 +92,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_generate_and_serve_refuse_a_cache_beyond_the_host(model_dir):
-    from wse_inference.loading import read_config, serving_host_bytes
+    from wse_inference.model_dir import read_config, serving_host_bytes
 
     cfg = read_config(model_dir)
     budget = serving_host_bytes(cfg, rows=1, max_context=cfg.max_seq_len)  # one row fits

@@ -47,7 +47,7 @@ def test_serve_a_folder_that_holds_no_model_is_a_clear_error(tmp_path):
 
 
 def test_bench_against_a_mock_server_saves_json(tmp_path):
-    from wse_inference.serve_testing import running_server
+    from wse_inference.serve.testing import running_server
 
     out = tmp_path / "bench.json"
     with running_server(max_slots=4, step_delay_s=0.001) as s:
@@ -144,8 +144,8 @@ def test_wse_infer_serve_a_model_folder_with_the_loader(tmp_path):
     """`serve --model_dir DIR` with the real loader: greedy output equals plain decoding."""
     import importlib.util
 
-    if importlib.util.find_spec("wse_inference.loader") is None:
-        pytest.skip("wse_inference.loader (load_engine) is not installed yet")
+    if importlib.util.find_spec("wse_inference.model_dir") is None:
+        pytest.skip("wse_inference.model_dir (load_engine) is not installed yet")
     import wse_models
     from wse_inference.decoding import PlainDecoder
     from wse_inference.engine import SamplingParams

@@ -7,11 +7,11 @@ import json
 
 import httpx
 import pytest
-from wse_inference.admission import InvalidRequestError
-from wse_inference.loading import HFTokenizer
 from wse_inference.mock import ByteTokenizer, expected_continuation
-from wse_inference.openai_api import chat_prompt
-from wse_inference.serve_testing import running_server
+from wse_inference.model_dir import HFTokenizer
+from wse_inference.serve.admission import InvalidRequestError
+from wse_inference.serve.openai_request import chat_prompt
+from wse_inference.serve.testing import running_server
 
 SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 # Llama-3-like, with block tags on their own indented lines (trim_blocks / lstrip_blocks

@@ -8,9 +8,9 @@ from wse_core.assumptions import assume
 from wse_core.decoder_cost import ShapeSpec
 from wse_core.pipeline_plan import plan_pipeline
 from wse_core.spec import spec_from
-from wse_inference import decode_perf
-from wse_inference.pipeline import PipelineEngine
-from wse_inference.speculative import AcceptanceStats
+from wse_inference.pipeline import perf as decode_perf
+from wse_inference.pipeline.engine import PipelineEngine
+from wse_inference.speculative.verify import AcceptanceStats
 from wse_inference.testing import tiny_model
 
 # One layer: d 8, 2 heads of 4 (1 KV head), MLP 16, vocabulary 32.
@@ -113,7 +113,7 @@ def test_engine_takes_a_given_plan():
 
 
 def test_speculative_report_is_draft_steps_and_a_pipelined_verification():
-    from wse_inference.spec_decode import SpeculativeDecoder
+    from wse_inference.speculative.decoder import SpeculativeDecoder
 
     target, draft = tiny_model("llama", n_layers=2), tiny_model("llama", n_layers=1, seed=3)
     dec = SpeculativeDecoder(target, draft, gamma=3, max_context=32)

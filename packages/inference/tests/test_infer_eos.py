@@ -10,12 +10,13 @@ import json
 import httpx
 import pytest
 from wse_inference.engine import SamplingParams
-from wse_inference.loader import SpeculativeEngine, load_engine
-from wse_inference.loading import eos_token_ids, load_model, truncated_model
-from wse_inference.openai_api import parse_request
-from wse_inference.pipeline import PipelineEngine
+from wse_inference.model_dir import eos_token_ids, load_model, truncated_model
+from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.sampling import with_eos
-from wse_inference.spec_decode import SpeculativeDecoder
+from wse_inference.serve.openai_request import parse_request
+from wse_inference.speculative.decoder import SpeculativeDecoder
+from wse_inference.model_dir import load_engine
+from wse_inference.speculative.engine import SpeculativeEngine
 from wse_inference.testing import save_tiny_model, tiny_model
 
 PROMPT = [5, 6, 7]
@@ -110,7 +111,7 @@ def test_speculative_decoder_and_engine_stop_at_eos():
 
 @pytest.mark.timeout(120)
 def test_the_server_stops_at_the_folders_eos(tmp_path):
-    from wse_inference.server import ServeConfig, Server
+    from wse_inference.serve.app import ServeConfig, Server
 
     save_tiny_model(tmp_path, n_layers=1)
     engine = load_engine(str(tmp_path), max_slots=1, max_context=32)

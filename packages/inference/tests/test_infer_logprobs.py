@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from wse_inference.engine import MAX_LOGPROBS, SamplingParams
-from wse_inference.loader import SpeculativeEngine
-from wse_inference.loading import truncated_model
-from wse_inference.pipeline import PipelineEngine
+from wse_inference.model_dir import truncated_model
+from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.sampling import SamplingError
+from wse_inference.speculative.engine import SpeculativeEngine
 from wse_inference.testing import np_logprobs, tiny_model
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9]]

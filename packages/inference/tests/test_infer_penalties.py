@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import SamplingParams
-from wse_inference.loader import SpeculativeEngine
-from wse_inference.loading import truncated_model
-from wse_inference.pipeline import PipelineEngine
+from wse_inference.model_dir import truncated_model
+from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.sampling import SamplingError, validate_sampling
-from wse_inference.spec_decode import SpeculativeDecoder
+from wse_inference.speculative.decoder import SpeculativeDecoder
+from wse_inference.speculative.engine import SpeculativeEngine
 from wse_inference.testing import (
     np_forward_logits,
     np_penalize,
@@ -127,7 +127,7 @@ def test_penalised_speculative_sampling_is_exact(gamma):
     from scipy import stats
     from wse_inference.decoding import prefill
     from wse_inference.sampling import penalties_for
-    from wse_inference.spec_decode import speculative_loop
+    from wse_inference.speculative.decoder import speculative_loop
 
     target = tiny_model("llama", n_layers=2, vocab_size=8, seed=5)
     draft = truncated_model(target, 1)

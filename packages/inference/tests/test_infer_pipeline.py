@@ -3,7 +3,7 @@
 import pytest
 from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import Engine, SamplingParams
-from wse_inference.pipeline import PipelineEngine
+from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.testing import tiny_model
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18]]

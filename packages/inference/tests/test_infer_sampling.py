@@ -5,18 +5,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
-from wse_inference.engine import SamplingParams
+from wse_inference.engine import SamplingParams, stop_index
 from wse_inference.sampling import (
     SamplingError,
     draw,
     sample,
     seed_key,
-    stop_index,
     token_key,
     token_probs,
     validate_sampling,
 )
-from wse_inference.speculative import AcceptanceStats, expected_speedup, verify
+from wse_inference.speculative.verify import AcceptanceStats, expected_speedup, verify
 from wse_inference.testing import markov_joint, markov_speculative, np_token_probs
 
 # A p-value below this fails a distribution test. The seeds are fixed, so each test is

@@ -13,9 +13,9 @@ import pytest
 import wse_models
 from prometheus_client.parser import text_string_to_metric_families
 from wse_inference.engine import SamplingParams
-from wse_inference.pipeline import PipelineEngine
-from wse_inference.scheduler import SchedulerStats
-from wse_inference.serve_metrics import ServeMetrics
+from wse_inference.pipeline.engine import PipelineEngine
+from wse_inference.serve.metrics import ServeMetrics
+from wse_inference.serve.scheduler import SchedulerStats
 from wse_inference.testing import tiny_model
 
 

@@ -3,9 +3,9 @@
 import pytest
 from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import SamplingParams
-from wse_inference.loading import ModelLoadError, truncated_model
+from wse_inference.model_dir import ModelLoadError, truncated_model
 from wse_inference.sampling import SamplingError
-from wse_inference.spec_decode import SpeculativeDecoder, parse_speculative_config
+from wse_inference.speculative.decoder import SpeculativeDecoder, parse_speculative_config
 from wse_inference.testing import tiny_model
 
 

@@ -11,8 +11,8 @@ import openai
 import pytest
 from wse_inference.engine import SamplingParams
 from wse_inference.mock import ByteTokenizer, expected_continuation
-from wse_inference.openai_api import choice_sampling
-from wse_inference.serve_testing import running_server, wait_until
+from wse_inference.serve.openai_request import choice_sampling
+from wse_inference.serve.testing import running_server, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 TOK = ByteTokenizer()

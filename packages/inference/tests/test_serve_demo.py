@@ -8,7 +8,7 @@ import json
 
 import pytest
 from rich.console import Console
-from wse_inference.serve_demo import part
+from wse_inference.demo.serving import part
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wse_core.testing import mutate
 from wse_inference.mock import ByteTokenizer, expected_continuation
-from wse_inference.proto import load_stubs
-from wse_inference.serve_testing import running_server
+from wse_inference.serve.proto import load_stubs
+from wse_inference.serve.testing import running_server
 
 pytestmark = pytest.mark.timeout(120)
 pb2, pb2_grpc = load_stubs()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 from wse_inference.mock import ByteTokenizer, expected_continuation
-from wse_inference.proto import PROTO_PATH, load_stubs
-from wse_inference.serve_testing import running_server, wait_until
+from wse_inference.serve.proto import PROTO_PATH, load_stubs
+from wse_inference.serve.testing import running_server, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 pb2, pb2_grpc = load_stubs()
@@ -27,7 +27,7 @@ def stub(server):
 def test_stubs_are_generated_next_to_the_proto_and_ignored_by_git():
     gen = PROTO_PATH.with_name("generation_pb2_grpc.py")
     assert gen.is_file()
-    assert "from wse_inference.proto import generation_pb2" in gen.read_text()
+    assert "from wse_inference.serve.proto import generation_pb2" in gen.read_text()
     ignored = PROTO_PATH.with_name(".gitignore").read_text()
     assert "*_pb2.py" in ignored and "*_pb2_grpc.py" in ignored
 
@@ -91,10 +91,10 @@ def test_queue_full_is_resource_exhausted_and_cancel_frees_the_slot():
 
 
 def test_stub_generation_from_the_proto(tmp_path):
-    from wse_inference import proto
+    from wse_inference.serve import proto
 
     proto._generate(tmp_path)
     assert proto._fresh(tmp_path)
     code = (tmp_path / "generation_pb2_grpc.py").read_text()
-    assert "from wse_inference.proto import generation_pb2" in code
+    assert "from wse_inference.serve.proto import generation_pb2" in code
     assert "GenerationStub" in code and "HealthCheck" in code

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from wse_core.errors import WseError
 from wse_inference.mock import ByteTokenizer, MockEngine, expected_continuation
-from wse_inference.serve_testing import running_server, wait_until
-from wse_inference.server import ServeConfig, Server
+from wse_inference.serve.app import ServeConfig, Server
+from wse_inference.serve.testing import running_server, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 TOK = ByteTokenizer()
@@ -293,7 +293,7 @@ def test_a_request_the_engine_refuses_is_a_400_and_invalid_argument():
         body = {"model": "mock", "prompt": "aXb", "max_tokens": 3}
         r = httpx.post(server.http_url + "/v1/completions", json=body, timeout=10)
         assert r.status_code == 400 and "letter X" in r.json()["error"]["message"]
-        from wse_inference.proto import load_stubs
+        from wse_inference.serve.proto import load_stubs
 
         pb2, pb2_grpc = load_stubs()
         with grpc.insecure_channel(server.grpc_target) as ch:
@@ -313,7 +313,7 @@ def test_a_request_the_engine_refuses_is_a_400_and_invalid_argument():
 
 
 def test_acceptance_rate_from_engine_counters():
-    from wse_inference.serve_metrics import _acceptance_rate
+    from wse_inference.serve.metrics import _acceptance_rate
 
     assert _acceptance_rate({"acceptance_rate": 0.5, "accepted": 1, "proposed": 4}) == 0.5
     assert _acceptance_rate({"accepted": 3.0, "proposed": 4.0}) == 0.75

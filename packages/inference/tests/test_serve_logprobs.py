@@ -10,10 +10,10 @@ import grpc
 import httpx
 import openai
 import pytest
-from wse_inference.grpc_server import sampling_from_request
 from wse_inference.mock import ByteTokenizer, expected_continuation
-from wse_inference.proto import load_stubs
-from wse_inference.serve_testing import running_server
+from wse_inference.serve.grpc_server import sampling_from_request
+from wse_inference.serve.proto import load_stubs
+from wse_inference.serve.testing import running_server
 
 pytestmark = pytest.mark.timeout(60)
 TOK = ByteTokenizer()

@@ -8,10 +8,10 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wse_inference.admission import InvalidRequestError
 from wse_inference.mock import ByteTokenizer
-from wse_inference.openai_api import chat_prompt, parse_request
-from wse_inference.serve_testing import running_server
+from wse_inference.serve.admission import InvalidRequestError
+from wse_inference.serve.openai_request import chat_prompt, parse_request
+from wse_inference.serve.testing import running_server
 
 pytestmark = pytest.mark.timeout(90)
 TOK = ByteTokenizer()

@@ -11,15 +11,15 @@ import grpc
 import openai
 import pytest
 from wse_inference.engine import SamplingParams
-from wse_inference.proto import load_stubs
-from wse_inference.server import ServeConfig, Server
+from wse_inference.serve.app import ServeConfig, Server
+from wse_inference.serve.proto import load_stubs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def test_served_pipeline_engine_matches_plain_decoding():
     from wse_inference.decoding import PlainDecoder
-    from wse_inference.pipeline import PipelineEngine
+    from wse_inference.pipeline.engine import PipelineEngine
     from wse_inference.testing import np_logprobs, tiny_model
 
     model = tiny_model()

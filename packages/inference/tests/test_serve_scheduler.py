@@ -7,12 +7,12 @@ import queue
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wse_inference.admission import InvalidRequestError, QueueFullError, ShuttingDownError
 from wse_inference.engine import Engine, SamplingParams
 from wse_inference.mock import ByteTokenizer, MockEngine, expected_continuation
-from wse_inference.scheduler import Scheduler
-from wse_inference.serve_testing import events_until_finished, wait_until
-from wse_inference.text_stream import TextStream
+from wse_inference.serve.admission import InvalidRequestError, QueueFullError, ShuttingDownError
+from wse_inference.serve.scheduler import Scheduler
+from wse_inference.serve.testing import events_until_finished, wait_until
+from wse_inference.serve.text_stream import TextStream
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -11,8 +11,8 @@ import grpc
 import httpx
 import pytest
 from wse_inference.mock import ByteTokenizer, expected_continuation
-from wse_inference.proto import load_stubs
-from wse_inference.serve_testing import serve_subprocess
+from wse_inference.serve.proto import load_stubs
+from wse_inference.serve.testing import serve_subprocess
 
 pytestmark = pytest.mark.timeout(60)
 TOK = ByteTokenizer()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from wse_inference.serve_testing import running_server
+from wse_inference.serve.testing import running_server
 
 pytestmark = pytest.mark.timeout(60)
 

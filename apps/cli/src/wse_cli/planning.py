@@ -120,14 +120,14 @@ def wafer_decode(
     config: Any, wafer: str, *, num_wafers: int | None, context_len: int, prompt_tokens: int
 ) -> tuple[float, float, int]:
     """(seconds per token, time to first token, wafers used) of batch-1 pipelined decode,
-    from the inference engine's own prediction (`decode_perf.predict_model`, a RunReport on
+    from the inference engine's own prediction (`pipeline.perf.predict_model`, a RunReport on
     the planner's placement).
 
     Time to first token (no prefill predictor exists yet): the prompt's forward flops at the
     wafers' bf16 peak times the calibrated compute efficiency, plus one token's time.
     """
     from wse_core import preset
-    from wse_inference.decode_perf import predict_model
+    from wse_inference.pipeline.perf import predict_model
 
     spec = preset(wafer)
     report, plan = predict_model(config, wafer=spec, num_wafers=num_wafers, context_len=context_len)

@@ -1,17 +1,23 @@
 """wse_inference: pipelined batch-1 decoding, speculative decoding, and serving.
 
 Contract: the `Engine` interface in `wse_inference.engine` (prefill / insert / generate /
-release over decode slots) is what the HTTP and gRPC servers use; the pipelined wafer engine
-and `MockEngine` implement it.
+release over decode slots) is what the HTTP and gRPC servers use; the pipelined wafer engine,
+the speculative engine and `MockEngine` implement it.
 
-Decoding modules (import them directly; importing this package imports nothing heavy):
-- `decode_perf` — a `wse_core.pipeline_plan` plan (the one `PipelineEngine` lays out)
-  priced by `wse_core.decoder_cost` as a `RunReport` per token (the one calibration);
-- `sampling` — temperature, top-k, top-p, keyed draws, stop strings;
+Layout by concept (import modules directly; importing a package imports nothing heavy):
+- `engine` — the `Engine` protocol, `SamplingParams`, `SequenceTracker` (finish logic);
+- `sampling` — temperature, top-k, top-p, penalties, keyed draws, logprobs, `SlotSampling`;
 - `decoding` — the plain single-device KV-cache decoder (the reference);
-- `pipeline` — `PipelineEngine`: a plan's stages on PE rows, activations moved by fabric
-  shifts; `engine.report()` is its predicted wafer time;
-- `speculative`, `spec_decode` — exact rejection sampling; draft + target decoding;
-- `loading`, `loader` — model dirs (HF or `wse train`), tokenizers, `load_engine`;
-- `studies` — experiments `hotchips24-inference`, `leviathan23-speculative`; `demo`.
+- `pipeline/` — `perf` (a `wse_core.pipeline_plan` plan priced as a `RunReport` per token),
+  `plan` (that plan on an emulation wafer), `schedule` (the device step), `engine`
+  (`PipelineEngine`);
+- `speculative/` — `verify` (exact rejection sampling), `decoder` (draft + target rounds),
+  `engine` (`SpeculativeEngine`);
+- `serve/` — `app` (HTTP and the process shell), `openai_request` / `openai_response` (the
+  wire bodies), `generation` (one request's choices), `grpc_server`, `scheduler`, `request`,
+  `admission`, `metrics`, `text_stream`, `proto`, `testing`;
+- `model_dir` — model dirs (HF or `wse train`), tokenizers, `load_engine`;
+- `mock` — a hand-checkable `Engine`; `testing` — NumPy oracles and tiny models;
+- `studies` — experiments `hotchips24-inference`, `leviathan23-speculative`;
+- `demo/` — the `wse demo` parts (`generation`, `serving`) and the load-test client.
 """

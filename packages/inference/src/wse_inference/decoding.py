@@ -8,10 +8,6 @@ prompt's own tokens (vLLM's prompt_logprobs). `first_token` draws token 0 from t
 `decode_step` advances a batch of rows by one token: the token in flight at `pos` is written
 into the cache and token `count` of each row is drawn with `sampling.token_key(key, count)`.
 `PlainDecoder.generate` is the shell: prompt -> tokens, finish reason, TTFT and tokens/s.
-
-`SequenceTracker` is the host-side finish logic every engine shares: the first token counts
-toward max_tokens; a stop token id (reported) or a stop string in the decoded text ends with
-"stop"; max_tokens ends with "length".
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wse_inference.engine import SamplingParams, TokenLogprob
+from wse_inference.engine import SamplingParams, SequenceTracker, TokenLogprob
 from wse_inference.sampling import (
     count_tokens,
     penalize,
@@ -34,13 +30,11 @@ from wse_inference.sampling import (
     raw_logprobs,
     sample,
     seed_key,
-    stop_index,
     token_key,
     token_logprobs,
 )
 
 __all__ = [
-    "SequenceTracker",
     "GenerationResult",
     "prefill",
     "first_token",
@@ -51,40 +45,6 @@ __all__ = [
     "PlainDecoder",
     "sequence_key",
 ]
-
-
-@dataclasses.dataclass
-class SequenceTracker:
-    """Generated tokens of one sequence and whether (and why) it finished."""
-
-    sampling: SamplingParams
-    tokenizer: Any = None
-    tokens: list[int] = dataclasses.field(default_factory=list)
-    finish_reason: str | None = None
-
-    def add(self, token: int) -> str | None:
-        """Append one generated token; returns the finish reason once finished."""
-        if self.finish_reason is not None:
-            return self.finish_reason
-        self.tokens.append(int(token))
-        s = self.sampling
-        if int(token) in s.stop_token_ids:
-            self.finish_reason = "stop"
-        elif s.stop and self.tokenizer is not None and stop_index(self.text, s.stop) is not None:
-            self.finish_reason = "stop"
-        elif len(self.tokens) >= s.max_tokens:
-            self.finish_reason = "length"
-        return self.finish_reason
-
-    @property
-    def text(self) -> str:
-        return self.tokenizer.decode(self.tokens) if self.tokenizer is not None else ""
-
-    def visible_text(self) -> str:
-        """The decoded text, cut before a stop string (stop strings are not shown)."""
-        text = self.text
-        cut = stop_index(text, self.sampling.stop)
-        return text if cut is None else text[:cut]
 
 
 @dataclasses.dataclass

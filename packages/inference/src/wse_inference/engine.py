@@ -21,6 +21,10 @@ holds the first token's; `SlotOutput.logprobs` runs alongside `SlotOutput.tokens
 `SamplingParams.prompt_logprobs = k`, `Prefix.prompt_logprobs` scores the prompt's own tokens
 the same way (None for the first, which nothing predicts), as vLLM's prompt_logprobs.
 
+`SequenceTracker` is the host-side finish logic every engine shares: the first token counts
+toward max_tokens; a stop token id (reported) or a stop string in the decoded text
+(`stop_index`) ends with "stop"; max_tokens ends with "length".
+
 All methods take keyword arguments only. `MockEngine` (in `wse_inference.mock`) implements
 this with outputs that can be computed by hand, for server tests.
 """
@@ -39,6 +43,8 @@ __all__ = [
     "SlotOutput",
     "Engine",
     "Tokenizer",
+    "SequenceTracker",
+    "stop_index",
 ]
 
 MAX_LOGPROBS = 20  # the most alternatives a request may ask for (vLLM's --max-logprobs)
@@ -133,3 +139,43 @@ class Engine(Protocol):
     def metrics(self) -> dict[str, float]:
         """Engine counters for /metrics (e.g. speculative acceptance); may be empty."""
         ...
+
+
+def stop_index(text: str, stops: Sequence[str]) -> int | None:
+    """The index in `text` where the earliest stop string starts, or None."""
+    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return min(hits) if hits else None
+
+
+@dataclasses.dataclass
+class SequenceTracker:
+    """Generated tokens of one sequence and whether (and why) it finished."""
+
+    sampling: SamplingParams
+    tokenizer: Any = None
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    finish_reason: str | None = None
+
+    def add(self, token: int) -> str | None:
+        """Append one generated token; returns the finish reason once finished."""
+        if self.finish_reason is not None:
+            return self.finish_reason
+        self.tokens.append(int(token))
+        s = self.sampling
+        if int(token) in s.stop_token_ids:
+            self.finish_reason = "stop"
+        elif s.stop and self.tokenizer is not None and stop_index(self.text, s.stop) is not None:
+            self.finish_reason = "stop"
+        elif len(self.tokens) >= s.max_tokens:
+            self.finish_reason = "length"
+        return self.finish_reason
+
+    @property
+    def text(self) -> str:
+        return self.tokenizer.decode(self.tokens) if self.tokenizer is not None else ""
+
+    def visible_text(self) -> str:
+        """The decoded text, cut before a stop string (stop strings are not shown)."""
+        text = self.text
+        cut = stop_index(text, self.sampling.stop)
+        return text if cut is None else text[:cut]

@@ -24,8 +24,8 @@ MAX_LOGPROBS most likely tokens with theirs; `token_logprobs` turns them into `T
 the host, keeping the k alternatives the request asked for.
 
 Host side: `validate_sampling` refuses bad settings with one readable line (`SamplingError`),
-`stop_index` finds the earliest stop string in generated text, `with_eos` adds a model's
-end-of-sequence ids to the stop tokens (engines apply it to every request).
+`with_eos` adds a model's end-of-sequence ids to the stop tokens (engines apply it to every
+request); stop strings are `engine.stop_index`'s.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ __all__ = [
     "sample",
     "token_key",
     "seed_key",
-    "stop_index",
     "with_eos",
     "raw_logprobs",
     "token_logprobs",
@@ -274,9 +273,3 @@ def seed_key(seed: int) -> jax.Array:
 def token_key(key: jax.Array, index: jax.Array | int) -> jax.Array:
     """The key that draws token `index` (0 = first token after the prompt) of a sequence."""
     return jax.random.fold_in(key, index)
-
-
-def stop_index(text: str, stops: Sequence[str]) -> int | None:
-    """The index in `text` where the earliest stop string starts, or None."""
-    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
-    return min(hits) if hits else None

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wse_inference.speculative import verify
+from wse_inference.speculative.verify import verify
 
 __all__ = [
     "np_token_probs",
@@ -154,7 +154,7 @@ def tiny_model(arch: str = "llama", *, n_layers: int = 2, seed: int = 0, **overr
     """A random `wse_models` model (vocab 256, byte tokenizer) as a `LoadedModel`."""
     import wse_models
 
-    from wse_inference.loading import ByteTokenizer, LoadedModel
+    from wse_inference.model_dir import ByteTokenizer, LoadedModel
 
     config = wse_models.preset_config(f"tiny-{arch}", n_layers=n_layers, **overrides)
     params = wse_models.init_params(config, jax.random.PRNGKey(seed))

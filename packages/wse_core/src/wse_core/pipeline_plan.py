@@ -1,7 +1,7 @@
 """The pipeline planner: a model's layers -> wafer regions sized by the SRAM ledger.
 
 It lives in wse_core because the same plan object is what the inference engine emulates
-(`wse_inference.pipeline`) and what the cost model prices (`wse_core.decoder_cost`), and the
+(`wse_inference.pipeline.engine`) and what the cost model prices (`wse_core.decoder_cost`), and the
 calibration case (Llama 3.1 8B on one WSE-3) is planned here too.
 
 Contract. `plan_pipeline(config, spec, num_wafers=..., stages=..., context_len=..., slots=...)`

@@ -20,8 +20,8 @@ DEMO_PARTS: list[tuple[str, str]] = [
     ("HPC: TLR-MVM of a seismic operator", "wse_hpc.tlrmvm.demo:part"),
     ("HPC: EAM molecular dynamics, one atom per PE", "wse_hpc.md.experiments:part"),
     ("Training: weight streaming, a model for inference", "wse_trainer.demo:part"),
-    ("Inference: pipelined and speculative decoding", "wse_inference.demo:part"),
-    ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.serve_demo:part"),
+    ("Inference: pipelined and speculative decoding", "wse_inference.demo.generation:part"),
+    ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.demo.serving:part"),
     ("Planning: wafers or GPUs, time, energy and cost", "wse_cli.commands.plan:part"),
     ("See the wafer: per-PE view of a pipelined decode", "wse_cli.commands.view:demo_part"),
 ]

@@ -8,7 +8,7 @@
 
 On a terminal the text streams as it is generated, then TTFT, tokens/s, the engine's
 predicted wafer time per token and tokens/s (its `RunReport`: the plan it ran, priced by
-`wse_inference.decode_perf`) beside the measured time per token, and (speculative)
+`wse_inference.pipeline.perf`) beside the measured time per token, and (speculative)
 acceptance statistics (with `--logprobs`, the mean logprob and perplexity); `--json` prints
 token ids, text, metrics and (`--logprobs N`) each token's raw logprob and its N most likely
 alternatives [[id, logprob], ...] as one JSON object. Bad
@@ -49,7 +49,7 @@ def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab_siz
 
 def _pipelined(model, ids, sampling, stages, context, stream, trace=None):
     """Prefill + insert + generate on the pipelined engine, streaming text; -> result dict."""
-    from wse_inference.pipeline import PipelineEngine
+    from wse_inference.pipeline.engine import PipelineEngine
 
     engine = PipelineEngine(
         model,
@@ -147,7 +147,7 @@ def generate(
 ) -> None:
     """Generate text from a model with the pipelined wafer engine (or speculative decoding)."""
     from wse_inference.engine import SamplingParams
-    from wse_inference.loading import load_model
+    from wse_inference.model_dir import load_model
     from wse_inference.sampling import validate_sampling
 
     sampling = SamplingParams(
@@ -166,14 +166,14 @@ def generate(
     validate_sampling(sampling, vocab_size=1 << 30, max_context=1 << 30, prompt_len=1)
     spec = None
     if speculative_config is not None:
-        from wse_inference.spec_decode import parse_speculative_config
+        from wse_inference.speculative.decoder import parse_speculative_config
 
         spec = parse_speculative_config(speculative_config)
     if trace is not None and spec is not None:
         fail("--trace draws the pipelined engine's plan; drop --speculative-config to use it")
     if stop and prompt is None:
         fail("--stop strings need --prompt text (a tokenizer); with --prompt-ids use neither")
-    from wse_inference.loading import check_host_memory, read_config
+    from wse_inference.model_dir import check_host_memory, read_config
 
     cfg = read_config(model_dir)
     context = max_context or cfg.max_seq_len
@@ -198,14 +198,14 @@ def generate(
 
 
 def _speculative(model, spec, ids, sampling, context, stream):
-    from wse_inference.loading import load_model
-    from wse_inference.spec_decode import SpeculativeDecoder
+    from wse_inference.model_dir import load_model
+    from wse_inference.speculative.decoder import SpeculativeDecoder
 
     draft_dir, gamma = spec
     draft = load_model(draft_dir, tokenizer_required=False)  # check_draft compares vocabularies
     name = f"speculative, draft {draft.name!r}, gamma {gamma}"
     if sampling.logprobs is not None:  # the serving engine's rounds report them
-        from wse_inference.loader import SpeculativeEngine
+        from wse_inference.speculative.engine import SpeculativeEngine
 
         engine = SpeculativeEngine(model, draft, gamma=gamma, max_slots=1, max_context=context)
         result = _on_engine(engine, ids, sampling, stream, lambda state: state.slots[0].tracker)

@@ -1,10 +1,10 @@
 """`wse infer serve` (OpenAI-compatible HTTP + gRPC) and `wse infer bench` (load test).
 
 `serve --model_dir DIR` loads the pipelined engine with
-`wse_inference.loader.load_engine(DIR, speculative_config=..., max_slots=...)`;
+`wse_inference.model_dir.load_engine(DIR, speculative_config=..., max_slots=...)`;
 `--model_dir mock` serves `MockEngine` (next token = last + 1, byte tokenizer) for demos and
-tests. The server runs until SIGTERM / SIGINT, then drains (see `wse_inference.server`).
-`bench --url URL` runs `wse_inference.load_test` against a server and saves its JSON.
+tests. The server runs until SIGTERM / SIGINT, then drains (see `wse_inference.serve.app`).
+`bench --url URL` runs `wse_inference.demo.load_test` against a server and saves its JSON.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _chat_template(value: str | None) -> str | None:
     if not value:
         return None
     import jinja2
-    from wse_inference.openai_api import compile_chat_template
+    from wse_inference.serve.openai_request import compile_chat_template
 
     path = Path(value)
     if path.is_file():
@@ -87,13 +87,13 @@ def _real_engine(model_dir: str, spec: dict | None, max_slots: int):
 
     if not Path(model_dir).is_dir():
         fail(f"--model_dir {model_dir!r} is not a folder (give a model folder, or 'mock')")
-    if importlib.util.find_spec("wse_inference.loader") is None:
+    if importlib.util.find_spec("wse_inference.model_dir") is None:
         fail(
-            "this install has no model loader (wse_inference.loader.load_engine) yet; "
+            "this install has no model loader (wse_inference.model_dir.load_engine) yet; "
             "serve the mock engine with --model_dir mock"
         )
-    from wse_inference.loader import load_engine
-    from wse_inference.loading import check_host_memory, read_config
+    from wse_inference.model_dir import check_host_memory, read_config
+    from wse_inference.model_dir import load_engine
 
     cfg = read_config(model_dir)
     rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))  # pipeline: one per stage
@@ -142,8 +142,8 @@ def serve(
     ),
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
-    from wse_inference.server import ServeConfig
-    from wse_inference.server import serve as run_server
+    from wse_inference.serve.app import ServeConfig
+    from wse_inference.serve.app import serve as run_server
 
     spec = _speculative_config(speculative_config)
     template = _chat_template(chat_template)
@@ -189,7 +189,7 @@ def bench(
     import httpx
     from rich.console import Console
     from rich.table import Table
-    from wse_inference.load_test import LoadTestConfig, run_load_test
+    from wse_inference.demo.load_test import LoadTestConfig, run_load_test
 
     cfg = LoadTestConfig(
         url=url.rstrip("/"),

@@ -14,7 +14,7 @@ from pathlib import Path
 __all__ = ["part"]
 
 
-def _model_dir(console, out_dir: Path) -> Path:
+def demo_model_dir(console, out_dir: Path) -> Path:
     trained = out_dir / "train" / "model_dir"
     if (trained / "hf" / "config.json").is_file() or (trained / "config.json").is_file():
         return trained
@@ -33,13 +33,13 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     """Load, plan, generate pipelined and speculatively, print the figures."""
     from wse_core.report import stopwatch
 
-    from wse_inference.decode_perf import predict_model, tokens_per_s
     from wse_inference.engine import SamplingParams
-    from wse_inference.loading import load_model, truncated_model
-    from wse_inference.pipeline import PipelineEngine
-    from wse_inference.spec_decode import SpeculativeDecoder
+    from wse_inference.model_dir import load_model, truncated_model
+    from wse_inference.pipeline.engine import PipelineEngine
+    from wse_inference.pipeline.perf import predict_model, tokens_per_s
+    from wse_inference.speculative.decoder import SpeculativeDecoder
 
-    model = load_model(_model_dir(console, out_dir))
+    model = load_model(demo_model_dir(console, out_dir))
     c = model.config
     prompt = model.tokenizer.encode("The wafer ") if model.tokenizer else [1, 2, 3]
     n = 24 if quick else 48

@@ -1,7 +1,7 @@
 """The serving part of `wse demo`: the model the demo trained, then the mock, over HTTP and gRPC.
 
 `part(console, out_dir=..., quick=...)` first serves the model the training part just wrote
-(`out_dir/train/model_dir`, loaded with `loader.load_engine` as `wse infer serve --model_dir`
+(`out_dir/train/model_dir`, loaded with `model_dir.load_engine` as `wse infer serve --model_dir`
 does; run alone, the part makes the same tiny random model the inference part falls back
 to) and asks it, with the official `openai` client, for a chat completion and a streamed
 completion, over gRPC for a `Generate`, and a few concurrent streaming clients; its answers
@@ -68,7 +68,7 @@ def _chat(console: Any, url: str) -> None:
 def _grpc(console: Any, target: str) -> None:
     import grpc
 
-    from wse_inference.proto import load_stubs
+    from wse_inference.serve.proto import load_stubs
 
     pb2, pb2_grpc = load_stubs()
     with grpc.insecure_channel(target) as channel:
@@ -102,13 +102,13 @@ def _trained(console: Any, out_dir: Path, quick: bool) -> None:
     import grpc
     import openai
 
-    from wse_inference.demo import _model_dir
-    from wse_inference.load_test import LoadTestConfig, run_load_test
-    from wse_inference.loader import load_engine
-    from wse_inference.proto import load_stubs
-    from wse_inference.server import ServeConfig, Server
+    from wse_inference.demo.generation import demo_model_dir
+    from wse_inference.demo.load_test import LoadTestConfig, run_load_test
+    from wse_inference.model_dir import load_engine
+    from wse_inference.serve.app import ServeConfig, Server
+    from wse_inference.serve.proto import load_stubs
 
-    model_dir = _model_dir(console, out_dir)
+    model_dir = demo_model_dir(console, out_dir)
     engine = load_engine(str(model_dir), max_slots=4)
     cfg = ServeConfig(port=0, grpc_port=0, max_queued=64, drain_s=2)
     server = Server(engine, cfg).start()
@@ -163,9 +163,9 @@ def _trained(console: Any, out_dir: Path, quick: bool) -> None:
 
 def part(console: Any, *, out_dir: Path, quick: bool) -> None:
     """Serve the trained model, then the mock; see the module docstring."""
-    from wse_inference.load_test import LoadTestConfig, run_load_test
+    from wse_inference.demo.load_test import LoadTestConfig, run_load_test
     from wse_inference.mock import MockEngine
-    from wse_inference.server import ServeConfig, Server
+    from wse_inference.serve.app import ServeConfig, Server
 
     _trained(console, out_dir, quick)
     engine = MockEngine(

@@ -3,7 +3,7 @@
 Contract (implements `wse_inference.engine.Engine`). The layout is a
 `wse_core.pipeline_plan.PipelinePlan` (`engine.plan`: `plan_pipeline` of the model on the
 predicted wafer(s), S stages, context `max_context`, S slots, the weights' bytes), the same
-object `engine.report()` prices with `wse_inference.decode_perf`: each stage's layers are the
+object `engine.report()` prices with `wse_inference.pipeline.perf`: each stage's layers are the
 plan's, and the emulation wafer is an S x 1 PE grid, one PE row per stage standing for that
 stage's region, whose SRAM ledger holds the plan's bytes of that region (weights, KV cache,
 activations; the head region's with stage 0). Each row holds its layers' weights and the KV
@@ -11,7 +11,7 @@ cache of every slot for those layers (fields `(S, 1, layers_per_stage, ...)`; st
 fewer layers carry masked padding layers). The embedding and head sit with stage 0.
 
 The schedule (which stage works on which slot at each tick, the head, the two executions)
-is `wse_inference.pipeline_schedule`'s: pure functions over `PipeState` that this engine jits.
+is `wse_inference.pipeline.schedule`'s: pure functions over `PipeState` that this engine jits.
 
 `prefill` runs the prompt in parallel chunks (plain forward into a batch-1 cache) and draws
 the first token; `insert` copies that cache into the slot's rows of every stage and runs the
@@ -29,22 +29,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from wse_core.pipeline_plan import PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_core.pipeline_plan import PipelinePlan, PipelinePlanError
 from wse_core.report import RunReport
-from wse_core.spec import WaferSpec, preset
+from wse_core.spec import WaferSpec
 from wse_models.sparsity import ZeroTally
 
-from wse_inference import decode_perf
-from wse_inference.decoding import (
-    SequenceTracker,
-    first_logprob,
-    first_token,
-    prefill_scored,
-    sequence_key,
-)
-from wse_inference.engine import Prefix, SamplingParams, SlotOutput
-from wse_inference.loading import LoadedModel
-from wse_inference.pipeline_schedule import (
+from wse_inference.decoding import first_logprob, first_token, prefill_scored, sequence_key
+from wse_inference.engine import Prefix, SamplingParams, SequenceTracker, SlotOutput
+from wse_inference.model_dir import LoadedModel
+from wse_inference.pipeline import perf as decode_perf
+from wse_inference.pipeline.plan import declare_regions, emulation_spec, engine_plan
+from wse_inference.pipeline.schedule import (
     PipeState,
     cycle,
     cycles,
@@ -61,7 +56,7 @@ from wse_inference.sampling import (
     with_eos,
 )
 
-__all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "engine_plan", "stage_layout"]
+__all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "stage_layout"]
 
 
 @dataclasses.dataclass
@@ -75,74 +70,6 @@ class _Payload:
     cache: Any  # batch-1 KVCache of the prompt
     key: jax.Array
     prompt_ids: tuple[int, ...]  # for the repetition penalty
-
-
-def _row_bytes(plan: PipelinePlan) -> list[list[tuple[str, int]]]:
-    """Per emulated row (stage), the plan's allocations: its region's weights, KV cache and
-    activations (row 0 also the head region's)."""
-    rows = []
-    for i, st in enumerate(plan.stages):
-        regions = (plan.head, st) if i == 0 else (st,)
-        rows.append(
-            [
-                (f"{r.name}.{part}", nbytes)
-                for r in regions
-                for part, nbytes in (
-                    ("weights", r.weight_bytes),
-                    ("kv_cache", r.kv_bytes),
-                    ("activations", r.act_bytes),
-                )
-            ]
-        )
-    return rows
-
-
-def _emulation_spec(plan: PipelinePlan) -> WaferSpec:
-    """The S x 1 emulation wafer: one PE per stage, as much SRAM as the fullest region row."""
-    from wse_core.spec import spec_from
-
-    return spec_from(
-        "tiny",
-        name="pipeline",
-        pe_rows=max(plan.num_stages, 8),
-        spare_rows=0,
-        spare_cols=0,
-        defect_rate=0.0,
-        sram_bytes_per_pe=max(sum(b for _, b in row) for row in _row_bytes(plan)),
-    )
-
-
-def _declare_regions(ledger: Any, plan: PipelinePlan) -> None:
-    """Declare the plan's bytes in the emulation wafer's ledger, row i for stage i."""
-    for i, row in enumerate(_row_bytes(plan)):
-        region = ledger.region(plan.stages[i].name, i, 0, 1, 1)
-        for name, nbytes in row:
-            ledger.allocate(name, nbytes, region)
-
-
-def engine_plan(
-    config: Any,
-    *,
-    stages: int,
-    max_context: int,
-    wafer: str | WaferSpec = "wse3",
-    num_wafers: int | None = None,
-) -> PipelinePlan:
-    """The plan an engine of `stages` stages emulates: `stages` regions on the fewest of 1..
-    `stages` wafers that hold them (or `num_wafers`), context `max_context`, one slot per
-    stage, the model's parameter bytes. Raises the planner's error (with the numbers)."""
-    spec = preset(wafer) if isinstance(wafer, str) else wafer
-    kwargs = dict(stages=stages, context_len=max_context, slots=stages)
-    kwargs["bytes_per_param"] = int(jnp.dtype(config.param_dtype).itemsize)
-    if num_wafers is not None:
-        return plan_pipeline(config, spec, num_wafers=num_wafers, **kwargs)
-    for n in range(1, stages + 1):
-        try:
-            return plan_pipeline(config, spec, num_wafers=n, **kwargs)
-        except PipelinePlanError:
-            if n == stages:
-                raise
-    raise AssertionError("unreachable")
 
 
 class PipelineEngine:
@@ -190,11 +117,11 @@ class PipelineEngine:
         self.max_context = plan.context_len
         self.prefill_chunk = prefill_chunk
         self.wafer = build_wafer(
-            _emulation_spec(plan),
+            emulation_spec(plan),
             grid=(self.stages, 1),
             mesh_shape=None if mesh_rows is None else (mesh_rows, 1),
         )
-        _declare_regions(self.wafer.sram, plan)
+        declare_regions(self.wafer.sram, plan)
         self._place_weights(model.params)
         self._counters = {"steps": 0, "prefills": 0, "tokens": 0}
         # MLP zeros of the prompts (ReLU-like models; decode steps are not counted)

@@ -14,8 +14,8 @@ Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
 Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
 request (malformed JSON included), 429 with Retry-After when the queue is full, 503 while
 shutting down. A client that disconnects cancels its request: its slot and KV cache are
-released before the next engine step. The wire format lives in `wse_inference.openai_api`,
-one request's answer (whole or streamed, n choices) in `wse_inference.openai_stream`.
+released before the next engine step. The wire format lives in `wse_inference.serve.openai_request`,
+one request's answer (whole or streamed, n choices) in `wse_inference.serve.openai_response`.
 
 `Server(engine, ServeConfig(...))` wires everything; `.start()` runs it on background threads
 (tests, demos) and `.close()` drains and stops it; `serve(engine, config)` runs in the
@@ -45,12 +45,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from wse_inference import openai_api as oa
-from wse_inference.admission import InvalidRequestError, QueueFullError, ShuttingDownError
 from wse_inference.engine import Engine, SamplingParams
-from wse_inference.openai_stream import Generation, error_response
-from wse_inference.scheduler import Scheduler
-from wse_inference.serve_metrics import CONTENT_TYPE, ServeMetrics
+from wse_inference.serve import openai_request as oa
+from wse_inference.serve.admission import InvalidRequestError, QueueFullError, ShuttingDownError
+from wse_inference.serve.generation import Generation
+from wse_inference.serve.metrics import CONTENT_TYPE, ServeMetrics
+from wse_inference.serve.openai_response import error_response
+from wse_inference.serve.scheduler import Scheduler
 
 __all__ = ["ServeConfig", "Server", "build_app", "serve"]
 
@@ -235,7 +236,7 @@ class Server:
         self.grpc_server: Any = None
         self.grpc_target: str | None = None
         if config.grpc_port is not None:
-            from wse_inference.grpc_server import build_grpc_server
+            from wse_inference.serve.grpc_server import build_grpc_server
 
             self.grpc_server, port = build_grpc_server(
                 self.scheduler,

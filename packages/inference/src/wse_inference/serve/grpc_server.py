@@ -22,10 +22,11 @@ from typing import Any
 
 import grpc
 
-from wse_inference.admission import InvalidRequestError, QueueFullError, ShuttingDownError
 from wse_inference.engine import SamplingParams
-from wse_inference.proto import load_stubs
-from wse_inference.scheduler import Scheduler, StreamEvent
+from wse_inference.serve.admission import InvalidRequestError, QueueFullError, ShuttingDownError
+from wse_inference.serve.proto import load_stubs
+from wse_inference.serve.request import StreamEvent
+from wse_inference.serve.scheduler import Scheduler
 
 __all__ = ["build_grpc_server", "sampling_from_request"]
 

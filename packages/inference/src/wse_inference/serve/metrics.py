@@ -29,7 +29,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from wse_inference.scheduler import RequestHandle, SchedulerStats
+from wse_inference.serve.request import RequestHandle
+from wse_inference.serve.scheduler import SchedulerStats
 
 __all__ = ["ServeMetrics", "CONTENT_TYPE"]
 

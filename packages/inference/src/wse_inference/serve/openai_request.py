@@ -16,7 +16,7 @@ Logprobs are asked with `logprobs: k` (completions) or `logprobs: true, top_logp
 
 Chat template: a template given to the server (`chat_template=`, vLLM's --chat-template) comes
 first; then a tokenizer with `apply_chat_template` (transformers) is used as is; then one with
-a `chat_template` Jinja string (an HF directory's, see `loading`). Jinja templates are
+a `chat_template` Jinja string (an HF directory's, see `model_dir`). Jinja templates are
 rendered as transformers renders them: a sandboxed environment with trim_blocks and
 lstrip_blocks, `messages`, `add_generation_prompt=True`, the tokenizer's bos_token and
 eos_token, and `raise_exception(msg)`, whose message (e.g. "roles must alternate") becomes
@@ -24,7 +24,7 @@ the 400's. Otherwise the plain template is one line per message, "role: content"
 by "assistant:" — e.g. [system "Be brief.", user "Hi"] becomes "system: Be brief.\\nuser:
 Hi\\nassistant:". Content may be a string or a list of {"type": "text", "text": ...} parts.
 
-The answers (response bodies, logprobs, streaming) are `wse_inference.openai_stream`'s;
+The answers (response bodies, logprobs, streaming) are `wse_inference.serve.openai_response`'s;
 vLLM's /tokenize and /detokenize bodies are here (`tokenize_request`, `detokenize_request`).
 """
 
@@ -36,8 +36,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from wse_inference.admission import InvalidRequestError
 from wse_inference.engine import MAX_LOGPROBS, SamplingParams, Tokenizer
+from wse_inference.serve.admission import InvalidRequestError
 
 __all__ = [
     "ParsedRequest",

@@ -29,111 +29,32 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from wse_core.errors import WseError
 
-from wse_inference.admission import (
+from wse_inference.engine import Engine, SamplingParams, TokenLogprob
+from wse_inference.serve.admission import (
     InvalidRequestError,
     QueueFullError,
     ShuttingDownError,
     check_request,
     context_length_message,
 )
-from wse_inference.engine import Engine, SamplingParams, TokenLogprob
-from wse_inference.text_stream import TextStream
+from wse_inference.serve.request import RequestHandle, SchedulerObserver, StreamEvent
+from wse_inference.serve.text_stream import TextStream
 
 __all__ = [
     "Scheduler",
-    "RequestHandle",
-    "StreamEvent",
-    "RequestTiming",
     "SchedulerStats",
     "InvalidRequestError",
     "QueueFullError",
     "ShuttingDownError",
     "check_request",
     "context_length_message",
-    "SchedulerObserver",
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class RequestTiming:
-    """Monotonic timestamps (s) of one request; `created` is the Unix time of arrival."""
-
-    created: int
-    arrival_s: float
-    prefill_start_s: float | None = None
-    first_token_s: float | None = None
-    end_s: float | None = None
-
-    def time_info(self) -> dict[str, float]:
-        """Cerebras' `time_info`: queue, prompt, completion and total seconds, and created."""
-        end = self.end_s if self.end_s is not None else time.monotonic()
-        pre = self.prefill_start_s if self.prefill_start_s is not None else end
-        first = self.first_token_s if self.first_token_s is not None else end
-        return {
-            "queue_time": pre - self.arrival_s,
-            "prompt_time": first - pre,
-            "completion_time": end - first,
-            "total_time": end - self.arrival_s,
-            "created": self.created,
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamEvent:
-    """New text and tokens of one request; the last event has `finish_reason` set."""
-
-    text: str
-    token_ids: tuple[int, ...]
-    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" | "invalid"
-    error: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    logprobs: tuple[TokenLogprob, ...] | None = None  # one per token_ids entry, if asked
-    # the prompt's own (sampling.prompt_logprobs), on the request's first event only
-    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
-
-
-class RequestHandle:
-    """One admitted request: `cancel()` is safe from any thread, any time, more than once."""
-
-    def __init__(
-        self,
-        request_id: int,
-        prompt_ids: Sequence[int],
-        sampling: SamplingParams,
-        sink: Callable[[StreamEvent], None],
-        scheduler: Scheduler,
-    ) -> None:
-        self.request_id = request_id
-        self.prompt_ids = [int(t) for t in prompt_ids]
-        self.sampling = sampling
-        self.sink = sink
-        self.timing = RequestTiming(created=int(time.time()), arrival_s=time.monotonic())
-        self.completion_tokens = 0
-        self.finished = False
-        self.cancelled = False
-        self._scheduler = scheduler
-
-    def cancel(self) -> None:
-        if not self.finished and not self.cancelled:
-            self.cancelled = True
-            self._scheduler._wake()
-
-
-class SchedulerObserver(Protocol):
-    """Hooks the engine thread calls (e.g. Prometheus histograms); must be quick."""
-
-    def on_first_token(self, handle: RequestHandle) -> None: ...
-
-    def on_tokens(self, handle: RequestHandle, n: int, gap_s: float) -> None: ...
-
-    def on_finish(self, handle: RequestHandle, reason: str) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +123,7 @@ class Scheduler:
                     f"{self.max_queued}); retry later.",
                     retry_after_s=self._retry_after_s(),
                 )
-            handle = RequestHandle(next(self._ids), prompt_ids, sampling, sink, self)
+            handle = RequestHandle(next(self._ids), prompt_ids, sampling, sink, self._wake)
             self._waiting.append(handle)
             self._cond.notify()
         return handle

@@ -4,7 +4,7 @@
   a bounded drain) on exit;
 - `wait_until(predicate, timeout_s)`: poll with a deadline, for "slot freed" style checks;
 - `events_until_finished(q, timeout_s)`: drain a scheduler sink queue up to the final event;
-- `serve_subprocess(engine=..., config=...)`: `wse_inference.server.serve` over a MockEngine
+- `serve_subprocess(engine=..., config=...)`: `wse_inference.serve.app.serve` over a MockEngine
   in a child process (`ServedProcess(proc, http_url, grpc_target)`), for SIGTERM tests.
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from wse_inference.mock import MockEngine
-from wse_inference.scheduler import StreamEvent
-from wse_inference.server import ServeConfig, Server
+from wse_inference.serve.app import ServeConfig, Server
+from wse_inference.serve.request import StreamEvent
 
 __all__ = [
     "running_server",
@@ -85,7 +85,7 @@ _SERVE_CODE = """
 import ast
 import sys
 from wse_inference.mock import MockEngine
-from wse_inference.server import ServeConfig, serve
+from wse_inference.serve.app import ServeConfig, serve
 kw = ast.literal_eval(sys.argv[1])
 serve(MockEngine(**kw.pop("engine")), ServeConfig(**kw), announce=lambda s: print(s, flush=True))
 """

@@ -1,11 +1,11 @@
 """Speculative decoding of real models: a draft proposes, the target verifies in one pass.
 
 Contract. `SpeculativeDecoder(target, draft, gamma)` (both `LoadedModel`s with the same
-vocabulary, checked by `loading.check_draft` at construction) generates one sequence:
+vocabulary, checked by `model_dir.check_draft` at construction) generates one sequence:
 prefill both models, draw the first token from the target, then per round (one jitted call)
 the draft proposes `gamma` tokens with its KV cache, the target scores the last committed
 token and the `gamma` drafts in ONE forward pass of gamma + 1 tokens, and
-`speculative.verify` keeps an accepted prefix and draws one more token; all rounds run in one
+`speculative.verify.verify` keeps an accepted prefix and draws one more token; all rounds run in one
 jitted `lax.while_loop` (stop token ids checked on device, stop strings on the host after).
 Both caches roll back by position (stale slots are masked, then overwritten). Sampling
 settings apply to both distributions (`sampling.token_probs`), so greedy output equals the
@@ -32,15 +32,9 @@ from wse_core.report import RunReport
 from wse_core.spec import WaferSpec
 from wse_models import dtype_bytes
 
-from wse_inference.decoding import (
-    GenerationResult,
-    SequenceTracker,
-    first_token,
-    prefill,
-    sequence_key,
-)
-from wse_inference.engine import SamplingParams
-from wse_inference.loading import LoadedModel, check_draft
+from wse_inference.decoding import GenerationResult, first_token, prefill, sequence_key
+from wse_inference.engine import SamplingParams, SequenceTracker
+from wse_inference.model_dir import LoadedModel, check_draft
 from wse_inference.sampling import (
     SamplingError,
     count_tokens,
@@ -52,7 +46,7 @@ from wse_inference.sampling import (
     validate_sampling,
     with_eos,
 )
-from wse_inference.speculative import AcceptanceStats, verify
+from wse_inference.speculative.verify import AcceptanceStats, verify
 
 __all__ = [
     "SpeculativeDecoder",
@@ -350,12 +344,12 @@ class SpeculativeDecoder:
         stats: AcceptanceStats | None = None,
         wafer: str | WaferSpec = "wse3",
     ) -> RunReport:
-        """Predicted wafer time of one emitted token (units "token", `decode_perf.
+        """Predicted wafer time of one emitted token (units "token", `pipeline.perf.
         predict_speculative`): target and draft each one region per layer on the fewest
         `wafer`s that hold them (context `max_context`, their parameter bytes), at the rounds
         per emitted token of `stats` (default: this decoder's; one round per token before any
         round ran); `measured_wall_s` over `tokens` is the measured time per token."""
-        from wse_inference import decode_perf
+        from wse_inference.pipeline import perf as decode_perf
 
         stats = stats or self.stats
         plans = [

@@ -1,12 +1,10 @@
-"""Engines from a model directory, for the server: `load_engine(DIR, speculative_config=...)`.
+"""The speculative `Engine` the server runs with a draft model (`model_dir.load_engine`).
 
-Contract. `load_engine(model_dir, speculative_config=None, max_slots=4)` returns an `Engine`:
-without a speculative config, the pipelined wafer engine (`pipeline.PipelineEngine`) with
-min(max_slots, n_layers) stages, one slot per stage; with `{"model": DIR,
-"num_speculative_tokens": g}`, a `SpeculativeEngine` of `max_slots` independent slots, each
-`generate` running one speculative round per occupied slot (1..g + 1 tokens), whose tokens
-equal `spec_decode.SpeculativeDecoder.generate` for the same seed (same round keys).
-Its `metrics()` reports spec_draft_tokens, spec_accepted_tokens, spec_acceptance_rate.
+Contract. `SpeculativeEngine(target, draft, gamma=g, max_slots=n)` holds `n` independent
+slots, each `generate` running one speculative round per occupied slot (1..g + 1 tokens),
+whose tokens equal `speculative.decoder.SpeculativeDecoder.generate` for the same seed (same
+round keys). Its `metrics()` reports spec_draft_tokens, spec_accepted_tokens,
+spec_acceptance_rate.
 """
 
 from __future__ import annotations
@@ -21,27 +19,18 @@ import jax.numpy as jnp
 import numpy as np
 from wse_models.sparsity import ZeroTally
 
-from wse_inference.decoding import (
-    SequenceTracker,
-    first_logprob,
-    first_token,
-    prefill,
-    prefill_scored,
-    sequence_key,
-)
-from wse_inference.engine import Prefix, SamplingParams, SlotOutput
-from wse_inference.loading import load_model
+from wse_inference.decoding import first_logprob, first_token, prefill, prefill_scored, sequence_key
+from wse_inference.engine import Prefix, SamplingParams, SequenceTracker, SlotOutput
 from wse_inference.sampling import (
-    SamplingError,
     penalties_for,
     token_logprobs,
     validate_sampling,
     with_eos,
 )
-from wse_inference.spec_decode import SpeculativeDecoder, speculative_round
-from wse_inference.speculative import AcceptanceStats
+from wse_inference.speculative.decoder import SpeculativeDecoder, speculative_round
+from wse_inference.speculative.verify import AcceptanceStats
 
-__all__ = ["load_engine", "SpeculativeEngine"]
+__all__ = ["SpeculativeEngine"]
 
 
 @dataclasses.dataclass
@@ -190,26 +179,3 @@ class SpeculativeEngine:
         """`SpeculativeDecoder.report` (a `wse_core.RunReport` per emitted token) at this
         engine's acceptance statistics."""
         return self._dec.report(stats=self.stats, **kwargs)
-
-
-def load_engine(
-    model_dir: str,
-    *,
-    speculative_config: dict | None = None,
-    max_slots: int = 4,
-    max_context: int | None = None,
-):
-    """The engine the server runs for `model_dir` (see the module contract)."""
-    target = load_model(model_dir)
-    if speculative_config:
-        if "model" not in speculative_config:
-            raise SamplingError('speculative config needs {"model": DIR, ...}')
-        gamma = int(speculative_config.get("num_speculative_tokens", 4))
-        draft = load_model(speculative_config["model"], tokenizer_required=False)
-        return SpeculativeEngine(
-            target, draft, gamma=gamma, max_slots=max_slots, max_context=max_context
-        )
-    from wse_inference.pipeline import PipelineEngine
-
-    stages = max(1, min(max_slots, target.config.n_layers))
-    return PipelineEngine(target, stages=stages, max_context=max_context)

@@ -1,6 +1,6 @@
 """Experiment `hotchips24-inference`: predicted batch-1 decode tokens/s, the published rows.
 
-Predicted (`wse_inference.decode_perf`: each model planned by `wse_core.pipeline_plan`, one
+Predicted (`wse_inference.pipeline.perf`: each model planned by `wse_core.pipeline_plan`, one
 region per layer, 16-bit weights, KV cache for an 8k context, priced per instruction by
 `wse_core.decoder_cost` with the one calibration of `wse_core.calibration`), row for row:
 
@@ -23,7 +23,7 @@ import time
 
 from wse_core.experiment import ExperimentResult, PredictionRow
 
-from wse_inference.decode_perf import CALIBRATION_TOKENS_PER_S, predict_model, tokens_per_s
+from wse_inference.pipeline.perf import CALIBRATION_TOKENS_PER_S, predict_model, tokens_per_s
 
 __all__ = ["run", "CASES"]
 
@@ -80,7 +80,7 @@ def _emulated(seed: int) -> dict:
     """A tiny model on 2 pipelined stages vs the plain decoder, greedy; the engine's report."""
     from wse_inference.decoding import PlainDecoder
     from wse_inference.engine import SamplingParams
-    from wse_inference.pipeline import PipelineEngine
+    from wse_inference.pipeline.engine import PipelineEngine
     from wse_inference.testing import tiny_model
 
     model = tiny_model("llama", n_layers=2, seed=seed)

@@ -7,7 +7,7 @@ experiment is put in that regime on a CPU: a 12-layer random Llama-arch target (
 d_ff 1408, 8 heads, 4 KV heads, vocab 1024; 139 MiB of fp32 weights, > 4x the 32 MiB L3, so
 every step streams them from DRAM) whose head is scaled so its next-token distributions are
 peaked like a trained model's, drafts made of its first 1 or 2 layers
-(`loading.truncated_model`; 15 and 27 MiB), temperature 1, and a long context: a 904-token
+(`model_dir.truncated_model`; 15 and 27 MiB), temperature 1, and a long context: a 904-token
 prompt plus 120 new tokens (CONTEXT = 1024; --quick: 964 + 60), caches sized for the request
 in both decoders, so each step also reads a 24 MiB KV cache (the verification reads it once
 for all gamma + 1 positions).
@@ -77,7 +77,7 @@ Measured per (gamma, draft):
   pairs (one speculative run, one plain run) of their ratio;
 - c = the draft's cost per draft token as the rounds run it, over one target step:
   (round - verification) / (gamma x target step), each timed as the code that runs in
-  decoding (`round_costs`: `spec_decode.speculative_round`, `spec_decode._verify_pass`, the
+  decoding (`round_costs`: `speculative.decoder.speculative_round`, `speculative.decoder._verify_pass`, the
   plain decoder's `decoding.decode_step`, each in a jitted loop that carries its donated
   caches from call to call as the decoders do; interleaved trials, the median of the
   per-trial ratios). It includes the draft re-reading its weights after the target's pass
@@ -107,7 +107,7 @@ import time
 
 from wse_core.experiment import ExperimentResult, PredictionRow
 
-from wse_inference.speculative import expected_speedup, expected_tokens_per_pass
+from wse_inference.speculative.verify import expected_speedup, expected_tokens_per_pass
 
 __all__ = ["run", "round_costs"]
 
@@ -164,7 +164,7 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 32):
     import wse_models
 
     from wse_inference.decoding import decode_step
-    from wse_inference.spec_decode import (
+    from wse_inference.speculative.decoder import (
         _propose,
         _verify_forward,
         _verify_pass,
@@ -243,8 +243,8 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 32):
 
 def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
     from wse_inference.decoding import PlainDecoder
-    from wse_inference.loading import truncated_model
-    from wse_inference.spec_decode import SpeculativeDecoder
+    from wse_inference.model_dir import truncated_model
+    from wse_inference.speculative.decoder import SpeculativeDecoder
 
     draft = truncated_model(target, draft_layers)
     ctx = len(prompt) + sampling.max_tokens

@@ -3,7 +3,7 @@
 `load_stubs()` returns the modules `(generation_pb2, generation_pb2_grpc)`. The stubs are not
 in git: they are generated with `grpc_tools.protoc` on first use (about 0.05 s) next to the
 .proto, or regenerated when the .proto is newer. protoc runs with `-I` at the `src` root, so
-the generated `_pb2_grpc` imports `wse_inference.proto.generation_pb2` (a package path, not a
+the generated `_pb2_grpc` imports `wse_inference.serve.proto.generation_pb2` (a package path, not a
 top-level module). If the package folder is read-only (an installed wheel), the stubs go to
 `$WSE_CACHE_DIR/proto` (default `~/.cache/wse/proto`), which is added to this package's
 `__path__`. Files are written to a temporary folder and renamed into place, so concurrent
@@ -32,7 +32,7 @@ def _fresh(folder: Path) -> bool:
 def _generate(folder: Path) -> None:
     from grpc_tools import protoc
 
-    src_root = PROTO_PATH.parents[2]  # .../src, holding wse_inference/proto/generation.proto
+    src_root = PROTO_PATH.parents[3]  # .../src, holding wse_inference/serve/proto/generation.proto
     well_known = Path(protoc.__file__).with_name("_proto")
     rel = PROTO_PATH.relative_to(src_root)
     folder.mkdir(parents=True, exist_ok=True)

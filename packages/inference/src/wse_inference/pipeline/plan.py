@@ -1,0 +1,87 @@
+"""The pipelined engine's plan: a `wse_core.pipeline_plan.PipelinePlan` on the emulation wafer.
+
+Contract. `engine_plan(config, stages=S, max_context=...)` is the plan an S-stage
+`PipelineEngine` emulates (the one `pipeline.perf` prices); `emulation_spec(plan)` is the
+S x 1 emulation wafer (one PE row per stage, as much SRAM as the fullest row), and
+`declare_regions(ledger, plan)` books each stage's bytes (weights, KV cache, activations;
+the head region's with stage 0) in that wafer's SRAM ledger, row i for stage i, so a plan
+that does not fit is a plan-time error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+from wse_core.pipeline_plan import PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_core.spec import WaferSpec, preset
+
+__all__ = ["engine_plan", "emulation_spec", "declare_regions", "row_bytes"]
+
+
+def row_bytes(plan: PipelinePlan) -> list[list[tuple[str, int]]]:
+    """Per emulated row (stage), the plan's allocations: its region's weights, KV cache and
+    activations (row 0 also the head region's)."""
+    rows = []
+    for i, st in enumerate(plan.stages):
+        regions = (plan.head, st) if i == 0 else (st,)
+        rows.append(
+            [
+                (f"{r.name}.{part}", nbytes)
+                for r in regions
+                for part, nbytes in (
+                    ("weights", r.weight_bytes),
+                    ("kv_cache", r.kv_bytes),
+                    ("activations", r.act_bytes),
+                )
+            ]
+        )
+    return rows
+
+
+def emulation_spec(plan: PipelinePlan) -> WaferSpec:
+    """The S x 1 emulation wafer: one PE per stage, as much SRAM as the fullest region row."""
+    from wse_core.spec import spec_from
+
+    return spec_from(
+        "tiny",
+        name="pipeline",
+        pe_rows=max(plan.num_stages, 8),
+        spare_rows=0,
+        spare_cols=0,
+        defect_rate=0.0,
+        sram_bytes_per_pe=max(sum(b for _, b in row) for row in row_bytes(plan)),
+    )
+
+
+def declare_regions(ledger: Any, plan: PipelinePlan) -> None:
+    """Declare the plan's bytes in the emulation wafer's ledger, row i for stage i."""
+    for i, row in enumerate(row_bytes(plan)):
+        region = ledger.region(plan.stages[i].name, i, 0, 1, 1)
+        for name, nbytes in row:
+            ledger.allocate(name, nbytes, region)
+
+
+def engine_plan(
+    config: Any,
+    *,
+    stages: int,
+    max_context: int,
+    wafer: str | WaferSpec = "wse3",
+    num_wafers: int | None = None,
+) -> PipelinePlan:
+    """The plan an engine of `stages` stages emulates: `stages` regions on the fewest of 1..
+    `stages` wafers that hold them (or `num_wafers`), context `max_context`, one slot per
+    stage, the model's parameter bytes. Raises the planner's error (with the numbers)."""
+    spec = preset(wafer) if isinstance(wafer, str) else wafer
+    kwargs = dict(stages=stages, context_len=max_context, slots=stages)
+    kwargs["bytes_per_param"] = int(jnp.dtype(config.param_dtype).itemsize)
+    if num_wafers is not None:
+        return plan_pipeline(config, spec, num_wafers=num_wafers, **kwargs)
+    for n in range(1, stages + 1):
+        try:
+            return plan_pipeline(config, spec, num_wafers=n, **kwargs)
+        except PipelinePlanError:
+            if n == stages:
+                raise
+    raise AssertionError("unreachable")

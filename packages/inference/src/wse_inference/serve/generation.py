@@ -1,0 +1,206 @@
+"""One admitted OpenAI request, from scheduler events to the HTTP answer.
+
+`Generation(scheduler, parsed)` submits the request's `n` choices (one scheduler submission
+each, `openai_request.choice_sampling`) and turns their `StreamEvent`s into either one whole
+response (`whole`: every choice's text, logprobs and finish reason, usage counting the prompt
+once) or an SSE stream (`stream`: chunks tagged by choice index, a slow reader's queued events
+merged per choice, echo and logprobs in each choice's chunks, one usage chunk and one
+`data: [DONE]` after the last choice). A client that goes away cancels every choice. The
+bodies are `openai_response`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from wse_inference.serve import openai_request as oa
+from wse_inference.serve.openai_response import (
+    Choice,
+    chunk_body,
+    completion_body,
+    error_body,
+    error_response,
+    logprobs_body,
+    new_request_id,
+    sse,
+    usage_chunk_body,
+    usage_dict,
+    watch_disconnect,
+)
+from wse_inference.serve.request import StreamEvent
+from wse_inference.serve.scheduler import Scheduler
+
+__all__ = ["Generation"]
+
+
+class Generation:
+    """One admitted request of `p.n` choices (one scheduler submission each): events arrive
+    from the engine thread into one asyncio queue as (choice index, event)."""
+
+    def __init__(self, scheduler: Scheduler, p: oa.ParsedRequest) -> None:
+        loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[tuple[int, StreamEvent]] = asyncio.Queue()
+        self._pending: collections.deque[tuple[int, StreamEvent]] = collections.deque()
+        self.p = p
+        self.tokenizer = scheduler.engine.tokenizer
+        self.rid = new_request_id(p.kind)
+        self.handles: list[Any] = []
+        try:
+            for i in range(p.n):
+                self.handles.append(
+                    scheduler.submit(
+                        prompt_ids=p.prompt_ids,
+                        sampling=oa.choice_sampling(p.sampling, i),
+                        sink=lambda ev, i=i: self._put(loop, i, ev),
+                    )
+                )
+        except BaseException:
+            self.cancel()  # admitted choices of a refused request do not run
+            raise
+        self.created = self.handles[0].timing.created
+
+    def _put(self, loop: asyncio.AbstractEventLoop, i: int, ev: StreamEvent) -> None:
+        loop.call_soon_threadsafe(self.queue.put_nowait, (i, ev))
+
+    def cancel(self) -> None:
+        for h in self.handles:
+            h.cancel()
+
+    def _final(self, finals: dict[int, StreamEvent]) -> tuple[dict, dict]:
+        """usage (the prompt once, every choice's completion) and the last choice's timing"""
+        ev = finals[0]
+        completion = sum(e.completion_tokens for e in finals.values())
+        last = max(self.handles, key=lambda h: h.timing.end_s or 0.0)
+        return usage_dict(ev.prompt_tokens, completion), last.timing.time_info()
+
+    async def whole(self, request: Request) -> JSONResponse:
+        watcher = asyncio.create_task(watch_disconnect(request, self.cancel))
+        n = self.p.n
+        parts: list[list[str]] = [[self._echo()] for _ in range(n)]
+        lps: list[list] = [[] for _ in range(n)]
+        prompt: list[Any] = [None] * n
+        finals: dict[int, StreamEvent] = {}
+        try:
+            while len(finals) < n:
+                i, ev = await self.queue.get()
+                parts[i].append(ev.text)
+                lps[i] += ev.logprobs or ()
+                prompt[i] = prompt[i] or ev.prompt_logprobs
+                if ev.finish_reason is not None:
+                    finals[i] = ev
+                    if ev.error is not None:
+                        break
+        finally:
+            watcher.cancel()
+            self.cancel()
+        if ev.error is not None:
+            if ev.finish_reason == "invalid":  # refused by the engine itself
+                return error_response(
+                    400, ev.error, type_="invalid_request_error", code="invalid_value"
+                )
+            status = 503 if ev.finish_reason == "abort" else 500
+            return error_response(status, ev.error, type_="server_error", code=ev.finish_reason)
+        usage, time_info = self._final(finals)
+        choices = [
+            Choice(
+                text="".join(parts[i]),
+                finish_reason=finals[i].finish_reason or "stop",
+                logprobs=logprobs_body(self.p, lps[i], self.tokenizer, prompt=prompt[i]),
+            )
+            for i in range(n)
+        ]
+        return JSONResponse(
+            completion_body(
+                self.p, self.rid, self.created, choices=choices, usage=usage, time_info=time_info
+            )
+        )
+
+    def _echo(self) -> str:
+        """The prompt's text when the request asked for it back (echo), else ''."""
+        return self.tokenizer.decode(self.p.prompt_ids) if self.p.echo else ""
+
+    async def _next(self) -> tuple[int, StreamEvent]:
+        """The next event of some choice, merged with that choice's events already queued: a
+        slow reader gets fewer chunks."""
+        if not self._pending:
+            self._pending.append(await self.queue.get())
+        while not self.queue.empty():
+            self._pending.append(self.queue.get_nowait())
+        i, ev = self._pending.popleft()
+        rest: collections.deque[tuple[int, StreamEvent]] = collections.deque()
+        while self._pending:
+            j, nxt = self._pending.popleft()
+            if j != i or ev.finish_reason is not None:
+                rest.append((j, nxt))
+                continue
+            lps = None if ev.logprobs is None else ev.logprobs + (nxt.logprobs or ())
+            ev = dataclasses.replace(
+                nxt,
+                text=ev.text + nxt.text,
+                token_ids=ev.token_ids + nxt.token_ids,
+                logprobs=lps,
+                prompt_logprobs=ev.prompt_logprobs or nxt.prompt_logprobs,
+            )
+        self._pending = rest
+        return i, ev
+
+    async def stream(self) -> AsyncIterator[str]:
+        p, rid, created, n = self.p, self.rid, self.created, self.p.n
+        offset = [0] * n  # where each choice's next token text starts (text_offset)
+        echo = [self._echo()] * n  # sent with each choice's first chunk
+        finals: dict[int, StreamEvent] = {}
+        try:
+            if p.kind == "chat":
+                for i in range(n):
+                    yield sse(
+                        chunk_body(
+                            p, rid, created, text=None, finish_reason=None, role=True, index=i
+                        )
+                    )
+            while len(finals) < n:
+                i, ev = await self._next()
+                if ev.error is not None:
+                    if ev.text:
+                        yield sse(
+                            chunk_body(p, rid, created, text=ev.text, finish_reason=None, index=i)
+                        )
+                    invalid = ev.finish_reason == "invalid"
+                    kind = "invalid_request_error" if invalid else "server_error"
+                    yield sse(error_body(ev.error, type_=kind, code=ev.finish_reason))
+                    break
+                if ev.text or ev.finish_reason or ev.logprobs or echo[i]:
+                    scored = ev.prompt_logprobs if echo[i] else None
+                    lps = logprobs_body(
+                        p, ev.logprobs, self.tokenizer, text_offset=offset[i], prompt=scored
+                    )
+                    if lps is not None and lps.get("tokens"):  # completions: text_offset
+                        offset[i] = lps["text_offset"][-1] + len(lps["tokens"][-1])
+                    text, echo[i] = echo[i] + ev.text, ""
+                    chunk = chunk_body(
+                        p,
+                        rid,
+                        created,
+                        text=text,
+                        finish_reason=ev.finish_reason,
+                        logprobs=lps,
+                        index=i,
+                    )
+                    if ev.finish_reason is not None:
+                        chunk["time_info"] = self.handles[i].timing.time_info()
+                    yield sse(chunk)
+                if ev.finish_reason is not None:
+                    finals[i] = ev
+            else:  # every choice finished
+                if p.include_usage:
+                    usage, time_info = self._final(finals)
+                    yield sse(usage_chunk_body(p, rid, created, usage=usage, time_info=time_info))
+            yield "data: [DONE]\n\n"
+        finally:  # also on client disconnect: the stream task is cancelled
+            self.cancel()
