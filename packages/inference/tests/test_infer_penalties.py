@@ -126,8 +126,8 @@ def test_penalised_speculative_sampling_is_exact(gamma):
     import jax.numpy as jnp
     from scipy import stats
     from wse_inference.decoding import prefill
-    from wse_inference.sampling import penalties_for
-    from wse_inference.speculative.decoder import speculative_loop
+    from wse_inference.sampling import penalties_for, slot_sampling
+    from wse_inference.speculative.decoder import Pair, spec_loop_start, speculative_loop
 
     target = tiny_model("llama", n_layers=2, vocab_size=8, seed=5)
     draft = truncated_model(target, 1)
@@ -139,14 +139,16 @@ def test_penalised_speculative_sampling_is_exact(gamma):
     _, dcache = prefill(draft.config, draft.params, prompt, 16)
     pen = jax.tree.map(jnp.asarray, penalties_for(s, prompt, 8, [t0]))
 
+    last2 = jnp.asarray([prompt[-1], t0], jnp.int32)
+    start = spec_loop_start(Pair(tcache, dcache), last2, 4, gamma, slot_sampling(s, pen))
+    configs, params = Pair(target.config, draft.config), Pair(target.params, draft.params)
+
     def two(key):
-        buf, *_ = speculative_loop(
-            target.config, draft.config, gamma, 4, target.params, draft.params, tcache, dcache,
-            jnp.asarray([prompt[-1], t0], jnp.int32), jnp.int32(len(prompt) + 1), key,
-            jnp.int32(2), jnp.float32(1.0), jnp.int32(0), jnp.float32(1.0),
-            jnp.asarray([-2], jnp.int32), pen,
+        end = speculative_loop(
+            configs, gamma, params, start, jnp.int32(len(prompt) + 1), key, jnp.int32(2),
+            jnp.asarray([-2], jnp.int32),
         )  # fmt: skip
-        return buf[:2]
+        return end.buf[:2]
 
     keys = jax.random.split(jax.random.PRNGKey(gamma), n)
     seqs = np.asarray(jax.jit(jax.vmap(two))(keys))

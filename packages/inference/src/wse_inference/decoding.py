@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,12 +24,13 @@ import numpy as np
 
 from wse_inference.engine import SamplingParams, SequenceTracker, TokenLogprob
 from wse_inference.sampling import (
+    SlotSampling,
     count_tokens,
-    penalize,
     penalties_for,
     raw_logprobs,
-    sample,
+    sample_slot,
     seed_key,
+    slot_sampling,
     token_key,
     token_logprobs,
 )
@@ -42,6 +43,8 @@ __all__ = [
     "prefill_scored",
     "decode_step",
     "decode_loop",
+    "decode_start",
+    "DecodeState",
     "PlainDecoder",
     "sequence_key",
 ]
@@ -150,8 +153,8 @@ def _prefill(config, params, prompt_ids, max_len, chunk, k, zeros=None):
 
 
 @jax.jit
-def _first(logits, key, temperature, top_k, top_p, pen):
-    return sample(penalize(logits, pen), temperature, top_k, top_p, token_key(key, 0))
+def _first(logits, key, sampling: SlotSampling):
+    return sample_slot(logits, sampling, token_key(key, 0))
 
 
 def first_token(
@@ -160,8 +163,7 @@ def first_token(
     """Token 0 of the sequence, drawn from the prompt's last logits (with the request's
     penalties: only repetition_penalty acts yet, on the prompt's tokens)."""
     pen = penalties_for(sampling, prompt_ids, logits.shape[-1])
-    s = sampling
-    return int(_first(logits, key, s.temperature, s.top_k, s.top_p, pen))
+    return int(_first(logits, key, slot_sampling(sampling, pen)))
 
 
 _raw_logprobs = jax.jit(raw_logprobs)
@@ -175,56 +177,59 @@ def first_logprob(logits: jax.Array, token: int, sampling: SamplingParams) -> To
     return token_logprobs([token], *out, sampling.logprobs)[0]
 
 
-def decode_step(
-    config, params, cache, tokens, pos, count, keys, temperature, top_k, top_p, pen=None
-):
+def decode_step(config, params, cache, tokens, pos, count, keys, sampling: SlotSampling):
     """Rows [b]: write `tokens` at `pos`, draw token `count` of each row -> (next, cache);
-    `pen` (rows' `Penalties` or None) applies to the logits first."""
+    `sampling`: the rows' settings (its `penalties`, if any, apply to the logits first)."""
     import wse_models
 
     logits, cache = wse_models.forward(config, params, tokens[:, None], pos[:, None], cache)
     keys = jax.vmap(token_key)(keys, count)
-    nxt = sample(penalize(logits[:, 0], pen), temperature, top_k, top_p, keys)
-    return nxt, cache
+    return sample_slot(logits[:, 0], sampling, keys), cache
 
 
-def decode_loop(
-    config, size, params, cache, tok, pos, key, n, temperature, top_k, top_p, stop, pen=None
-):
-    """Up to `n` tokens (index 1..n) after `tok` at `pos` in one `lax.while_loop`, stopping
-    early on a token in `stop` [m] -> (tokens [size], number made). `pen`: the sequence's
-    `Penalties` (tokens so far counted, `tok` included) or None."""
+class DecodeState(NamedTuple):
+    """The plain decode loop's carry (`decode_start` builds it)."""
 
-    def cond(c):
-        i, _, _, _, done, _ = c
-        return (i < n) & ~done
+    i: jax.Array  # int32: tokens made so far
+    token: jax.Array  # int32: the token in flight
+    pos: jax.Array  # int32: its position
+    cache: Any  # batch-1 KVCache
+    out: jax.Array  # int32 [size]: the tokens made
+    done: jax.Array  # bool: a stop token was drawn
+    sampling: SlotSampling  # its penalty counts grow with every token
 
-    def body(c):
-        i, t, cache, out, _, pen = c
+
+def decode_start(cache, token, pos, size: int, sampling: SlotSampling) -> DecodeState:
+    """The carry before the first loop step: `token` (int32) in flight at `pos`; `sampling`'s
+    penalties count the sequence's tokens so far, `token` included."""
+    zero = jnp.zeros((size,), jnp.int32)
+    return DecodeState(jnp.int32(0), token, pos, cache, zero, jnp.bool_(False), sampling)
+
+
+def decode_loop(config, params, state: DecodeState, key, n, stop) -> DecodeState:
+    """Up to `n` more tokens (index state.i + 1..n) in one `lax.while_loop`, stopping early on
+    a token in `stop` [m]; the tokens are `out[:i]` of the final state."""
+
+    def cond(c: DecodeState):
+        return (c.i < n) & ~c.done
+
+    def body(c: DecodeState):
         row = lambda x: jnp.reshape(x, (1,))  # noqa: E731
-        rows = None if pen is None else jax.tree.map(lambda x: jnp.asarray(x)[None], pen)
-        nxt, cache = decode_step(
-            config,
-            params,
-            cache,
-            row(t),
-            row(pos + i),
-            row(i + 1),
-            key[None],
-            row(temperature),
-            row(top_k),
-            row(top_p),
-            rows,
-        )
-        pen = count_tokens(pen, nxt[0])
-        return i + 1, nxt[0], cache, out.at[i].set(nxt[0]), jnp.any(nxt[0] == stop), pen
+        s = c.sampling
+        rows = s._replace(penalties=jax.tree.map(lambda x: jnp.asarray(x)[None], s.penalties))
+        rows = rows._replace(temperature=row(s.temperature), top_k=row(s.top_k))
+        rows = rows._replace(top_p=row(s.top_p))
+        args = (row(c.token), row(c.pos), row(c.i + 1), key[None], rows)
+        nxt, cache = decode_step(config, params, c.cache, *args)
+        tok = nxt[0]
+        s = s._replace(penalties=count_tokens(s.penalties, tok))
+        out = c.out.at[c.i].set(tok)
+        return DecodeState(c.i + 1, tok, c.pos + 1, cache, out, jnp.any(tok == stop), s)
 
-    init = (jnp.int32(0), tok, cache, jnp.zeros((size,), jnp.int32), jnp.bool_(False), pen)
-    i, _, _, out, _, _ = jax.lax.while_loop(cond, body, init)
-    return out, i
+    return jax.lax.while_loop(cond, body, state)
 
 
-_decode_loop = jax.jit(decode_loop, static_argnums=(0, 1))
+_decode_loop = jax.jit(decode_loop, static_argnums=(0,))
 
 
 class PlainDecoder:
@@ -264,21 +269,17 @@ class PlainDecoder:
         pen = penalties_for(sampling, prompt_ids, self.config.vocab_size, tracker.tokens)
         if tracker.finish_reason is None:
             stop = jnp.asarray([*sampling.stop_token_ids, -1], jnp.int32)
-            out, made = _decode_loop(
-                self.config,
-                self.max_context,
-                self.params,
+            start = decode_start(
                 cache,
                 jnp.int32(tracker.tokens[-1]),
                 jnp.int32(len(prompt_ids)),
-                key,
-                jnp.int32(sampling.max_tokens - 1),
-                jnp.float32(sampling.temperature),
-                jnp.int32(sampling.top_k),
-                jnp.float32(sampling.top_p),
-                stop,
-                pen,
+                self.max_context,
+                slot_sampling(sampling, pen),
             )
+            end = _decode_loop(
+                self.config, self.params, start, key, jnp.int32(sampling.max_tokens - 1), stop
+            )
+            out, made = end.out, end.i
             for tok in np.asarray(out)[: int(made)].tolist():
                 if tracker.add(tok) is not None:
                     break

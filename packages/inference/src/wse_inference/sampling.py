@@ -55,6 +55,9 @@ __all__ = [
     "raw_logprobs",
     "token_logprobs",
     "Penalties",
+    "SlotSampling",
+    "slot_sampling",
+    "sample_slot",
     "penalize",
     "count_tokens",
     "penalties_for",
@@ -199,6 +202,43 @@ class Penalties(NamedTuple):
     presence: jax.Array
     frequency: jax.Array
     repetition: jax.Array
+
+
+class SlotSampling(NamedTuple):
+    """One slot's (or rows' [...]) sampling settings on the device: the one pytree that
+    `decode_step`, the decode loops, the speculative round, `prime` and `PipeState` carry.
+
+    `penalties` is None for a sequence without penalties in the single-sequence decoders
+    (the logits pass through untouched); the pipeline's state always holds rows of them and
+    skips the neutral ones (`penalized`). `logprobs`: the request asked for logprobs."""
+
+    temperature: jax.Array  # float32 [...]; 0 is greedy
+    top_k: jax.Array  # int32 [...]; 0: no cut
+    top_p: jax.Array  # float32 [...]; 1: no cut
+    penalties: Penalties | None
+    logprobs: jax.Array  # bool [...]
+
+    def penalized(self) -> jax.Array:
+        """bool [...]: the rows whose penalty settings are not neutral (0, 0, 1)."""
+        p = self.penalties
+        return (p.presence != 0) | (p.frequency != 0) | (p.repetition != 1)
+
+
+def slot_sampling(sampling: SamplingParams, pen: Penalties | None = None) -> SlotSampling:
+    """A request's settings as device scalars, with its penalty state `pen`
+    (`penalties_for`)."""
+    return SlotSampling(
+        jnp.float32(sampling.temperature),
+        jnp.int32(sampling.top_k),
+        jnp.float32(sampling.top_p),
+        pen,
+        jnp.bool_(sampling.logprobs is not None),
+    )
+
+
+def sample_slot(logits: jax.Array, s: SlotSampling, keys: jax.Array) -> jax.Array:
+    """`sample` of the logits after `s`'s penalties, with `s`'s settings."""
+    return sample(penalize(logits, s.penalties), s.temperature, s.top_k, s.top_p, keys)
 
 
 def penalize(logits: jax.Array, pen: Penalties | None) -> jax.Array:

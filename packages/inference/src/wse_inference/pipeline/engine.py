@@ -41,6 +41,7 @@ from wse_inference.pipeline import perf as decode_perf
 from wse_inference.pipeline.plan import declare_regions, emulation_spec, engine_plan
 from wse_inference.pipeline.schedule import (
     PipeState,
+    SlotInsert,
     cycle,
     cycles,
     prime,
@@ -50,7 +51,9 @@ from wse_inference.pipeline.schedule import (
 )
 from wse_inference.sampling import (
     Penalties,
+    SlotSampling,
     penalties_for,
+    slot_sampling,
     token_logprobs,
     validate_sampling,
     with_eos,
@@ -188,7 +191,7 @@ class PipelineEngine:
             self._weights = (self._head, self._sparams, self._valid)
         v = c.vocab_size
         self._cycle_fn = jax.jit(functools.partial(cycle, v, tick, s), donate_argnums=1)
-        self._prime_fn = jax.jit(functools.partial(prime, c, s), donate_argnums=3)
+        self._prime_fn = jax.jit(functools.partial(prime, c, s), donate_argnums=1)
         self._cycles_fn = jax.jit(
             functools.partial(cycles, v, tick, s), static_argnums=0, donate_argnums=2
         )
@@ -207,19 +210,20 @@ class PipelineEngine:
             pos=zeros_i(),
             count=zeros_i(),
             keys=jnp.zeros((s, 2), jnp.uint32),
-            temperature=jnp.ones((s,), jnp.float32),
-            top_k=zeros_i(),
-            top_p=jnp.ones((s,), jnp.float32),
             active=jnp.zeros((s,), bool),
-            want_lp=jnp.zeros((s,), bool),
-            pen=Penalties(
-                jnp.zeros((s, c.vocab_size), jnp.int32),
-                jnp.zeros((s, c.vocab_size), bool),
-                jnp.zeros((s,), jnp.float32),
-                jnp.zeros((s,), jnp.float32),
-                jnp.ones((s,), jnp.float32),
+            sampling=SlotSampling(
+                temperature=jnp.ones((s,), jnp.float32),
+                top_k=zeros_i(),
+                top_p=jnp.ones((s,), jnp.float32),
+                penalties=Penalties(
+                    jnp.zeros((s, c.vocab_size), jnp.int32),
+                    jnp.zeros((s, c.vocab_size), bool),
+                    jnp.zeros((s,), jnp.float32),
+                    jnp.zeros((s,), jnp.float32),
+                    jnp.ones((s,), jnp.float32),
+                ),
+                logprobs=jnp.zeros((s,), bool),
             ),
-            penalized=jnp.zeros((s,), bool),
         )
         assert st.h.shape[0] == rows
         return PipelineDecodeState(st)
@@ -260,25 +264,18 @@ class PipelineEngine:
         bound = groups[(self.stages - slot if slot else self.stages) - 1][1]
         s = prefix.sampling
         i32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
-        state.device = self._prime_fn(
-            self._head,
-            self._layers,
-            self._index,
-            state.device,
+        new = SlotInsert(
             prefix.payload.cache.k,
             prefix.payload.cache.v,
-            i32(prefix.first_token),
-            i32(prefix.prompt_len),
-            i32(slot),
-            i32(bound),
-            prefix.payload.key,
-            jnp.float32(s.temperature),
-            i32(s.top_k),
-            jnp.float32(s.top_p),
-            jnp.bool_(s.logprobs is not None),
-            self._slot_penalties(prefix),
-            jnp.bool_(s.penalized),
+            token=i32(prefix.first_token),
+            pos=i32(prefix.prompt_len),
+            slot=i32(slot),
+            bound=i32(bound),
+            key=prefix.payload.key,
+            sampling=slot_sampling(s, self._slot_penalties(prefix)),
         )
+        weights = (self._head, self._layers, self._index)
+        state.device = self._prime_fn(weights, state.device, new)
         tracker = SequenceTracker(s, self.tokenizer)
         tracker.add(prefix.first_token)
         state.seqs[slot] = tracker

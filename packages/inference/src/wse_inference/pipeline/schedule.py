@@ -37,10 +37,11 @@ import numpy as np
 from jax import lax
 
 from wse_inference.engine import MAX_LOGPROBS
-from wse_inference.sampling import Penalties, penalize, raw_logprobs, sample, token_key
+from wse_inference.sampling import SlotSampling, penalize, raw_logprobs, sample, token_key
 
 __all__ = [
     "PipeState",
+    "SlotInsert",
     "stage_layout",
     "tick_sharded",
     "tick_local",
@@ -60,13 +61,25 @@ class PipeState(NamedTuple):
     pos: jax.Array  # int32 [S]: its position
     count: jax.Array  # int32 [S]: tokens drawn so far (the next draw's index)
     keys: jax.Array  # uint32 [S, 2]
-    temperature: jax.Array
-    top_k: jax.Array
-    top_p: jax.Array
     active: jax.Array  # bool [S]
-    want_lp: jax.Array  # bool [S]: the slot's request asked for logprobs
-    pen: Penalties  # [S, V] counts / prompt tokens and [S] settings (`sampling.penalize`)
-    penalized: jax.Array  # bool [S]: the slot's request has penalties
+    # [S] settings and logprobs wanted; penalties: [S, V] counts / prompt tokens, [S] settings
+    # (neutral for a slot without: `SlotSampling.penalized` skips those)
+    sampling: SlotSampling
+
+
+class SlotInsert(NamedTuple):
+    """What `prime` puts into a slot: the prompt's KV cache (n_layers, 1, max_len, kv_heads,
+    head_dim) each, the first token at `pos`, the slot, the layer bound (layers < bound
+    have already seen the first token in the schedule), its key and its sampling."""
+
+    k: jax.Array
+    v: jax.Array
+    token: jax.Array  # int32
+    pos: jax.Array  # int32
+    slot: jax.Array  # int32
+    bound: jax.Array  # int32
+    key: jax.Array  # uint32 [2]
+    sampling: SlotSampling  # scalars; penalties [V] counts / prompt tokens
 
 
 def stage_layout(groups: Sequence[tuple[int, int]], rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -144,11 +157,11 @@ def _head(config, head, k, st: PipeState, skip_idle: bool):
     def make(h0):
         logits = unembed(config, head, h0[None, None])[0, 0]
         key = token_key(st.keys[k], st.count[k] - 1)
-        pen = jax.tree.map(lambda x: x[k], st.pen)
+        sk = jax.tree.map(lambda x: x[k], st.sampling)
         z = logits.astype(jnp.float32)
-        z = lax.cond(st.penalized[k], penalize, lambda z, _: z, z, pen)
-        tok = sample(z, st.temperature[k], st.top_k[k], st.top_p[k], key)
-        lp = lax.cond(st.want_lp[k], raw_logprobs, lambda *_: none, logits, tok)
+        z = lax.cond(sk.penalized(), penalize, lambda z, _: z, z, sk.penalties)
+        tok = sample(z, sk.temperature, sk.top_k, sk.top_p, key)
+        lp = lax.cond(sk.logprobs, raw_logprobs, lambda *_: none, logits, tok)
         x = embed(config, head, tok[None, None], st.pos[k][None, None])[0, 0]
         return (tok, lp), x.astype(h0.dtype)
 
@@ -159,8 +172,10 @@ def _head(config, head, k, st: PipeState, skip_idle: bool):
         out, x = make(h0)
         out = (jnp.where(act, out[0], st.tokens[k]), out[1])
         x = jnp.where(act, x, h0)
-    counts = st.pen.counts.at[k, out[0]].add(step)  # the drawn token, for the penalties
-    st = st._replace(tokens=st.tokens.at[k].set(out[0]), pen=st.pen._replace(counts=counts))
+    pen = st.sampling.penalties
+    pen = pen._replace(counts=pen.counts.at[k, out[0]].add(step))  # the drawn token counted
+    sampling = st.sampling._replace(penalties=pen)
+    st = st._replace(tokens=st.tokens.at[k].set(out[0]), sampling=sampling)
     return st, out, x
 
 
@@ -235,40 +250,23 @@ def cycles(vocab_size, tick, stages, n, weights, st: PipeState):
     return lax.fori_loop(0, n, body, (st, out))
 
 
-def prime(
-    config,
-    stages,
-    head,
-    layers,
-    index,
-    st: PipeState,
-    pk,
-    pv,
-    tok,
-    pos,
-    slot,
-    bound,
-    key,
-    temperature,
-    top_k,
-    top_p,
-    want_lp,
-    pen,
-    penalized,
-):
-    """Insert: prompt cache into the slot's rows; the first token through layers < bound."""
+def prime(config, stages, weights, st: PipeState, new: SlotInsert) -> PipeState:
+    """Insert: prompt cache into the slot's rows; the first token through layers < bound.
+    `weights`: (head, stacked layers, the stage layout's layer index [rows, per stage])."""
     from wse_models import LayerCache, apply_layer, embed
 
-    x = embed(config, head, tok[None, None], pos[None, None])
+    head, layers, index = weights
+    pos, slot = new.pos, new.slot
+    x = embed(config, head, new.token[None, None], pos[None, None])
 
     def body(h, xs):
         i, lp, k, v = xs
         y, lc = apply_layer(config, lp, h, pos[None, None], LayerCache(k, v))
         # Layers >= bound write provisional K/V at `pos`; their stage rewrites it later.
-        return jnp.where(i < bound, y, h), (lc.k, lc.v)
+        return jnp.where(i < new.bound, y, h), (lc.k, lc.v)
 
-    n = pk.shape[0]
-    x, (k, v) = lax.scan(body, x, (jnp.arange(n), layers, pk, pv))
+    n = new.k.shape[0]
+    x, (k, v) = lax.scan(body, x, (jnp.arange(n), layers, new.k, new.v))
     ks = k[:, 0][index]  # (rows, layers_per_stage, max_len, kv, hd)
     vs = v[:, 0][index]
     row = jnp.where(slot == 0, 0, stages - slot)  # where the slot's activation waits
@@ -276,15 +274,10 @@ def prime(
         h=st.h.at[row, 0].set(x[0, 0].astype(st.h.dtype)),
         k=st.k.at[:, 0, :, slot].set(ks.astype(st.k.dtype)),
         v=st.v.at[:, 0, :, slot].set(vs.astype(st.v.dtype)),
-        tokens=st.tokens.at[slot].set(tok),
+        tokens=st.tokens.at[slot].set(new.token),
         pos=st.pos.at[slot].set(pos),
         count=st.count.at[slot].set(1),
         active=st.active.at[slot].set(True),
-        keys=st.keys.at[slot].set(key),
-        temperature=st.temperature.at[slot].set(temperature),
-        top_k=st.top_k.at[slot].set(top_k),
-        top_p=st.top_p.at[slot].set(top_p),
-        want_lp=st.want_lp.at[slot].set(want_lp),
-        pen=jax.tree.map(lambda a, b: a.at[slot].set(b), st.pen, pen),
-        penalized=st.penalized.at[slot].set(penalized),
+        keys=st.keys.at[slot].set(new.key),
+        sampling=jax.tree.map(lambda a, b: a.at[slot].set(b), st.sampling, new.sampling),
     )

@@ -22,7 +22,7 @@ import functools
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,11 +37,13 @@ from wse_inference.engine import SamplingParams, SequenceTracker
 from wse_inference.model_dir import LoadedModel, check_draft
 from wse_inference.sampling import (
     SamplingError,
+    SlotSampling,
     count_tokens,
     draw,
     penalize,
     penalties_for,
     raw_logprobs,
+    slot_sampling,
     token_probs,
     validate_sampling,
     with_eos,
@@ -51,7 +53,15 @@ from wse_inference.speculative.verify import AcceptanceStats, verify
 __all__ = [
     "SpeculativeDecoder",
     "parse_speculative_config",
+    "Pair",
+    "Proposal",
+    "Round",
+    "SpecLoopState",
+    "propose",
+    "verify_forward",
+    "verify_pass",
     "speculative_round",
+    "spec_loop_start",
     "speculative_loop",
 ]
 
@@ -75,175 +85,165 @@ def parse_speculative_config(text: str) -> tuple[str, int]:
     return str(cfg["model"]), gamma
 
 
-def _propose(dconfig, gamma, dparams, dcache, last2, pos2, key, temp, top_k, top_p, pen=None):
-    """Draft: feed the last two committed tokens, then its own drafts -> drafts, q, cache.
-    `pen`: the sequence's `Penalties` (committed tokens counted), each draft counted as it is
-    drawn, so q_i is penalised as the target's p_i will be."""
+class Pair(NamedTuple):
+    """The target's and the draft's of one thing: configs, parameters or KV caches."""
+
+    target: Any
+    draft: Any
+
+
+class Proposal(NamedTuple):
+    """The draft's `gamma` tokens [gamma] and the distributions they were drawn from q
+    [gamma, V]."""
+
+    drafts: jax.Array
+    q: jax.Array
+
+
+def propose(dconfig, gamma: int, dparams, dcache, last2, pos2, key, sampling: SlotSampling):
+    """Draft: feed the last two committed tokens, then its own drafts -> (Proposal, cache).
+    `sampling.penalties`: the sequence's (committed tokens counted), each draft counted as it
+    is drawn, so q_i is penalised as the target's p_i will be."""
     from wse_models import forward
 
+    s = sampling
     logits, dcache = forward(dconfig, dparams, last2[None], pos2[None], dcache)
     keys = jax.random.split(key, gamma)
-    q0 = token_probs(penalize(logits[0, 1], pen), temp, top_k, top_p)
+    q0 = token_probs(penalize(logits[0, 1], s.penalties), s.temperature, s.top_k, s.top_p)
     d0 = draw(q0, keys[0])
 
     def step(carry, k):
         tok, pos, cache, pen = carry
         lg, cache = forward(dconfig, dparams, tok[None, None], pos[None, None], cache)
-        q = token_probs(penalize(lg[0, 0], pen), temp, top_k, top_p)
+        q = token_probs(penalize(lg[0, 0], pen), s.temperature, s.top_k, s.top_p)
         d = draw(q, k)
         return (d, pos + 1, cache, count_tokens(pen, d)), (d, q)
 
-    init = (d0, pos2[1] + 1, dcache, count_tokens(pen, d0))
+    init = (d0, pos2[1] + 1, dcache, count_tokens(s.penalties, d0))
     (_, _, dcache, _), (ds, qs) = lax.scan(step, init, keys[1:])
     drafts = jnp.concatenate([d0[None], ds])
-    return drafts, jnp.concatenate([q0[None], qs]), dcache
+    return Proposal(drafts, jnp.concatenate([q0[None], qs])), dcache
 
 
-def _verify_forward(tconfig, gamma, tparams, tcache, last, drafts, n):
-    """Target: the last committed token (at n - 1) and the drafts in ONE forward of
+def verify_forward(tconfig, tparams, tcache, last, drafts, n):
+    """Target: the last committed token (at n - 1) and the gamma drafts in ONE forward of
     gamma + 1 tokens -> (logits [1, gamma + 1, vocab], cache)."""
     from wse_models import forward
 
     tokens = jnp.concatenate([last[None], drafts])[None]
-    positions = (n - 1 + jnp.arange(gamma + 1, dtype=jnp.int32))[None]
+    positions = (n - 1 + jnp.arange(drafts.shape[0] + 1, dtype=jnp.int32))[None]
     return forward(tconfig, tparams, tokens, positions, tcache)
 
 
-def _verify_pass(
-    tconfig, gamma, tparams, tcache, last, drafts, q, n, key, temp, top_k, top_p, pen=None
-):
-    """`_verify_forward`, then rejection sampling -> (Verdict, cache, the target's logits
-    [gamma + 1, vocab]). With `pen`, row i is penalised with the drafts before it counted."""
-    logits, tcache = _verify_forward(tconfig, gamma, tparams, tcache, last, drafts, n)
+def verify_pass(tconfig, tparams, tcache, last, proposal: Proposal, n, key, sampling):
+    """`verify_forward`, then rejection sampling -> (Verdict, cache, the target's logits
+    [gamma + 1, vocab]). With penalties, row i is penalised with the drafts before it
+    counted."""
+    drafts, s = proposal.drafts, sampling
+    logits, tcache = verify_forward(tconfig, tparams, tcache, last, drafts, n)
+    pen = s.penalties
     if pen is not None:
         hot = jax.nn.one_hot(drafts, pen.counts.shape[-1], dtype=jnp.int32)
         before = jnp.concatenate([jnp.zeros_like(hot[:1]), jnp.cumsum(hot, axis=0)])
         pen = pen._replace(counts=pen.counts + before)  # [gamma + 1, V]
-    p = token_probs(penalize(logits[0], pen), temp, top_k, top_p)
-    return verify(drafts, q, p, key), tcache, logits[0]
+    p = token_probs(penalize(logits[0], pen), s.temperature, s.top_k, s.top_p)
+    return verify(drafts, proposal.q, p, key), tcache, logits[0]
 
 
-def speculative_round(
-    tconfig,
-    dconfig,
-    gamma,
-    tparams,
-    dparams,
-    tcache,
-    dcache,
-    last2,
-    n,
-    key,
-    temp,
-    top_k,
-    top_p,
-    pen=None,
-    *,
-    logprobs: bool = False,
-):
-    """One round at committed length n (last2 = tokens n-2, n-1) -> (drafts, accepted,
-    next token, betas, caches); with `logprobs`, also `sampling.raw_logprobs` of the gamma + 1
-    tokens the round may emit (accepted drafts, then the drawn token at row `accepted`).
-    `pen`: the sequence's `Penalties` with its committed tokens counted, or None."""
+class Round(NamedTuple):
+    """One round's outcome: the drafts [gamma], how many were accepted, the drawn token,
+    the acceptance probabilities [gamma], the caches, and `sampling.raw_logprobs` of the
+    gamma + 1 tokens it may emit (zeros unless the slot asked for logprobs)."""
+
+    drafts: jax.Array
+    num_accepted: jax.Array
+    next_token: jax.Array
+    beta: jax.Array
+    caches: Pair
+    logprobs: tuple[jax.Array, jax.Array, jax.Array]
+
+
+def speculative_round(configs: Pair, gamma: int, params: Pair, caches: Pair, last2, n, key, s):
+    """One round at committed length n (last2 = tokens n-2, n-1) with `SlotSampling` `s`
+    (its penalties: the sequence's, committed tokens counted) -> `Round`."""
     k_draft, k_verify = jax.random.split(key)
     pos2 = jnp.stack([n - 2, n - 1]).astype(jnp.int32)
-    drafts, q, dcache = _propose(
-        dconfig, gamma, dparams, dcache, last2, pos2, k_draft, temp, top_k, top_p, pen
+    prop, dcache = propose(
+        configs.draft, gamma, params.draft, caches.draft, last2, pos2, k_draft, s
     )
-    verdict, tcache, logits = _verify_pass(
-        tconfig, gamma, tparams, tcache, last2[1], drafts, q, n, k_verify, temp, top_k, top_p, pen
+    verdict, tcache, logits = verify_pass(
+        configs.target, params.target, caches.target, last2[1], prop, n, k_verify, s
     )
-    out = drafts, verdict.num_accepted, verdict.next_token, verdict.beta, tcache, dcache
-    if not logprobs:
-        return out
     idx = jnp.arange(gamma + 1)
-    padded = jnp.concatenate([drafts, verdict.next_token[None]])
+    padded = jnp.concatenate([prop.drafts, verdict.next_token[None]])
     emitted = jnp.where(idx < verdict.num_accepted, padded, verdict.next_token)
-    return (*out, raw_logprobs(logits, emitted))
+    shape = jax.eval_shape(raw_logprobs, logits, emitted)
+    none = lambda *_: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shape)  # noqa: E731
+    lps = lax.cond(s.logprobs, raw_logprobs, none, logits, emitted)
+    out = Pair(tcache, dcache)
+    return Round(prop.drafts, verdict.num_accepted, verdict.next_token, verdict.beta, out, lps)
 
 
-def speculative_loop(
-    tconfig,
-    dconfig,
-    gamma,
-    size,
-    tparams,
-    dparams,
-    tcache,
-    dcache,
-    last2,
-    n0,
-    key,
-    max_new,
-    temp,
-    top_k,
-    top_p,
-    stop,
-    pen=None,
-):
-    """Rounds in one `lax.while_loop` until `max_new` tokens or a token in `stop` [m]:
-    -> (tokens [size + gamma + 1], made, rounds, accepted [size], betas [size, gamma]).
-    Round r (1-based) uses key fold_in(key, r). `last2`: the last two committed tokens at
-    committed length n0. `pen`: the sequence's `Penalties` (committed tokens counted)."""
+class SpecLoopState(NamedTuple):
+    """`speculative_loop`'s carry (`spec_loop_start` builds it)."""
+
+    made: jax.Array  # int32: tokens emitted so far
+    rounds: jax.Array  # int32
+    last2: jax.Array  # int32 [2]: the last two committed tokens
+    caches: Pair
+    buf: jax.Array  # int32 [size + gamma + 1]: the emitted tokens
+    accepted: jax.Array  # int32 [size]: per round
+    betas: jax.Array  # float32 [size, gamma]: per round
+    done: jax.Array  # bool: a stop token was emitted
+    sampling: SlotSampling  # its penalty counts grow with every round
+
+
+def spec_loop_start(caches: Pair, last2, size: int, gamma: int, s: SlotSampling) -> SpecLoopState:
+    """The carry before the first round: room for `size` tokens (and rounds)."""
+    zeros = functools.partial(jnp.zeros, dtype=jnp.int32)
+    betas = jnp.zeros((size, gamma), jnp.float32)
+    buf = zeros((size + gamma + 1,))
+    return SpecLoopState(
+        jnp.int32(0), jnp.int32(0), last2, caches, buf, zeros((size,)), betas, jnp.bool_(False), s
+    )
+
+
+def speculative_loop(configs: Pair, gamma: int, params: Pair, state, n0, key, max_new, stop):
+    """Rounds in one `lax.while_loop` from `state` (committed length n0) until `max_new`
+    tokens or a token in `stop` [m] -> the final `SpecLoopState` (tokens `buf[:made]`).
+    Round r (1-based) uses key fold_in(key, r)."""
     idx = jnp.arange(gamma + 1)
 
-    def cond(c):
-        made, _, _, _, _, _, _, _, done, _ = c
-        return (made < max_new) & ~done
+    def cond(c: SpecLoopState):
+        return (c.made < max_new) & ~c.done
 
-    def body(c):
-        made, rnd, last2, tc, dc, buf, acc, betas, _, pen = c
-        drafts, n_acc, nxt, beta, tc, dc = speculative_round(
-            tconfig,
-            dconfig,
-            gamma,
-            tparams,
-            dparams,
-            tc,
-            dc,
-            last2,
-            n0 + made,
-            jax.random.fold_in(key, rnd + 1),
-            temp,
-            top_k,
-            top_p,
-            pen,
+    def body(c: SpecLoopState):
+        key_r = jax.random.fold_in(key, c.rounds + 1)
+        r = speculative_round(
+            configs, gamma, params, c.caches, c.last2, n0 + c.made, key_r, c.sampling
         )
-        padded = jnp.concatenate([drafts, jnp.zeros((1,), jnp.int32)])
+        n_acc, nxt = r.num_accepted, r.next_token
+        padded = jnp.concatenate([r.drafts, jnp.zeros((1,), jnp.int32)])
         emit = jnp.where(idx < n_acc, padded, jnp.where(idx == n_acc, nxt, -1))
-        if pen is not None:  # the round's emitted tokens counted
+        s = c.sampling
+        if s.penalties is not None:  # the round's emitted tokens counted
+            pen = s.penalties
             hot = jax.nn.one_hot(emit, pen.counts.shape[-1], dtype=jnp.int32)  # -1: a zero row
-            pen = pen._replace(counts=pen.counts + hot.sum(0))
-        buf = lax.dynamic_update_slice(buf, emit, (made,))
-        prev = jnp.where(n_acc > 0, padded[jnp.maximum(n_acc - 1, 0)], last2[1])
-        done = jnp.any((idx <= n_acc) & jnp.isin(emit, stop))
-        return (
-            made + n_acc + 1,
-            rnd + 1,
+            s = s._replace(penalties=pen._replace(counts=pen.counts + hot.sum(0)))
+        prev = jnp.where(n_acc > 0, padded[jnp.maximum(n_acc - 1, 0)], c.last2[1])
+        return SpecLoopState(
+            c.made + n_acc + 1,
+            c.rounds + 1,
             jnp.stack([prev, nxt]),
-            tc,
-            dc,
-            buf,
-            acc.at[rnd].set(n_acc),
-            betas.at[rnd].set(beta),
-            done,
-            pen,
+            r.caches,
+            lax.dynamic_update_slice(c.buf, emit, (c.made,)),
+            c.accepted.at[c.rounds].set(n_acc),
+            c.betas.at[c.rounds].set(r.beta),
+            jnp.any((idx <= n_acc) & jnp.isin(emit, stop)),
+            s,
         )
 
-    init = (
-        jnp.int32(0),
-        jnp.int32(0),
-        last2,
-        tcache,
-        dcache,
-        jnp.zeros((size + gamma + 1,), jnp.int32),
-        jnp.zeros((size,), jnp.int32),
-        jnp.zeros((size, gamma), jnp.float32),
-        jnp.bool_(False),
-        pen,
-    )
-    made, rnd, _, _, _, buf, acc, betas, _, _ = lax.while_loop(cond, body, init)
-    return buf, made, rnd, acc, betas
+    return lax.while_loop(cond, body, state)
 
 
 class SpeculativeDecoder:
@@ -266,10 +266,8 @@ class SpeculativeDecoder:
         self.max_context = min(max_context or limit, limit)
         self.prefill_chunk = prefill_chunk
         self.stats = AcceptanceStats(gamma)
-        self._loop = jax.jit(
-            functools.partial(speculative_loop, target.config, draft.config, gamma),
-            static_argnums=0,
-        )
+        configs = Pair(target.config, draft.config)
+        self._loop = jax.jit(functools.partial(speculative_loop, configs, gamma))
 
     def cache_len(self, config: Any) -> int:
         """KV-cache slots this decoder allocates for `config`'s model (the target's or the
@@ -303,22 +301,22 @@ class SpeculativeDecoder:
         ttft = time.perf_counter() - t0
         stats = AcceptanceStats(self.gamma)
         if tracker.finish_reason is None:
-            buf, made, rounds, acc, betas = self._loop(
-                self.max_context,
-                t.params,
-                d.params,
-                tcache,
-                dcache,
+            start = spec_loop_start(
+                Pair(tcache, dcache),
                 jnp.asarray(seq[-2:], jnp.int32),
+                self.max_context,
+                self.gamma,
+                slot_sampling(sampling, pen),
+            )
+            end = self._loop(
+                Pair(t.params, d.params),
+                start,
                 jnp.int32(len(seq)),
                 key,
                 jnp.int32(sampling.max_tokens - 1),
-                jnp.float32(sampling.temperature),
-                jnp.int32(sampling.top_k),
-                jnp.float32(sampling.top_p),
                 jnp.asarray([*sampling.stop_token_ids, -2], jnp.int32),
-                pen,
             )
+            buf, made, rounds, acc, betas = end.buf, end.made, end.rounds, end.accepted, end.betas
             r = int(rounds)
             stats.record_rounds(np.asarray(acc)[:r], np.asarray(betas)[:r])
             for tok in np.asarray(buf)[: int(made)].tolist():

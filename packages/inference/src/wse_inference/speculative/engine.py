@@ -23,11 +23,12 @@ from wse_inference.decoding import first_logprob, first_token, prefill, prefill_
 from wse_inference.engine import Prefix, SamplingParams, SequenceTracker, SlotOutput
 from wse_inference.sampling import (
     penalties_for,
+    slot_sampling,
     token_logprobs,
     validate_sampling,
     with_eos,
 )
-from wse_inference.speculative.decoder import SpeculativeDecoder, speculative_round
+from wse_inference.speculative.decoder import Pair, SpeculativeDecoder, speculative_round
 from wse_inference.speculative.verify import AcceptanceStats
 
 __all__ = ["SpeculativeEngine"]
@@ -72,10 +73,9 @@ class SpeculativeEngine:
         self.stats = AcceptanceStats(gamma)
         # MLP zeros of the target's prompts (ReLU-like targets; decode rounds not counted)
         self._zeros = ZeroTally(target.config) if target.config.relu_like else None
-        rnd = functools.partial(speculative_round, target.config, draft.config, gamma)
-        self._round = jax.jit(rnd, donate_argnums=(2, 3))
-        # requests that ask for logprobs: the same round, also returning them
-        self._round_lp = jax.jit(functools.partial(rnd, logprobs=True), donate_argnums=(2, 3))
+        rnd = functools.partial(speculative_round, Pair(target.config, draft.config), gamma)
+        self._round = jax.jit(rnd, donate_argnums=(1,))  # the caches
+        self._params = Pair(target.params, draft.params)
 
     def init_decode_state(self) -> SpecDecodeState:
         return SpecDecodeState()
@@ -127,23 +127,18 @@ class SpeculativeEngine:
             return SlotOutput(slot, (), True, s.tracker.finish_reason)
         sp = s.tracker.sampling
         s.rounds += 1
-        fn = self._round if sp.logprobs is None else self._round_lp
         pen = penalties_for(sp, s.prompt, self.vocab_size, s.tracker.tokens)
-        drafts, n_acc, nxt, beta, s.tcache, s.dcache, *lp = fn(
-            self.target.params,
-            self.draft.params,
-            s.tcache,
-            s.dcache,
+        r = self._round(
+            self._params,
+            Pair(s.tcache, s.dcache),
             jnp.asarray(s.seq[-2:], jnp.int32),
             jnp.int32(len(s.seq)),
             jax.random.fold_in(s.key, s.rounds),
-            jnp.float32(sp.temperature),
-            jnp.int32(sp.top_k),
-            jnp.float32(sp.top_p),
-            pen,
+            slot_sampling(sp, pen),
         )
-        n_acc = int(n_acc)
-        self.stats.record(n_acc, np.asarray(beta))
+        s.tcache, s.dcache = r.caches
+        drafts, n_acc, nxt = r.drafts, int(r.num_accepted), r.next_token
+        self.stats.record(n_acc, np.asarray(r.beta))
         new = []
         for tok in [*np.asarray(drafts)[:n_acc].tolist(), int(nxt)]:
             s.seq.append(int(tok))
@@ -152,8 +147,8 @@ class SpeculativeEngine:
                 break
         reason = s.tracker.finish_reason
         lps = None
-        if lp:
-            lps = token_logprobs(new, *(x[: len(new)] for x in lp[0]), sp.logprobs)
+        if sp.logprobs is not None:
+            lps = token_logprobs(new, *(x[: len(new)] for x in r.logprobs), sp.logprobs)
         return SlotOutput(slot, tuple(new), reason is not None, reason, lps)
 
     def generate(self, *, state: SpecDecodeState):

@@ -77,7 +77,7 @@ Measured per (gamma, draft):
   pairs (one speculative run, one plain run) of their ratio;
 - c = the draft's cost per draft token as the rounds run it, over one target step:
   (round - verification) / (gamma x target step), each timed as the code that runs in
-  decoding (`round_costs`: `speculative.decoder.speculative_round`, `speculative.decoder._verify_pass`, the
+  decoding (`round_costs`: `speculative.decoder.speculative_round` and `verify_pass`, the
   plain decoder's `decoding.decode_step`, each in a jitted loop that carries its donated
   caches from call to call as the decoders do; interleaved trials, the median of the
   per-trial ratios). It includes the draft re-reading its weights after the target's pass
@@ -164,15 +164,21 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 32):
     import wse_models
 
     from wse_inference.decoding import decode_step
+    from wse_inference.sampling import SlotSampling
     from wse_inference.speculative.decoder import (
-        _propose,
-        _verify_forward,
-        _verify_pass,
+        Pair,
+        Proposal,
+        propose,
         speculative_round,
+        verify_forward,
+        verify_pass,
     )
 
     tc, dc = target.config, draft.config
-    one, t1, k1, p1 = jnp.ones((1,), jnp.int32), jnp.float32(1.0), jnp.int32(0), jnp.float32(1.0)
+    one = jnp.ones((1,), jnp.int32)
+    # temperature 1, no cuts, no penalties, no logprobs: scalars, and rows of one for decode_step
+    t1 = SlotSampling(jnp.float32(1.0), jnp.int32(0), jnp.float32(1.0), None, jnp.bool_(False))
+    rows = jax.tree.map(lambda x: x[None], t1)
     last2 = jnp.array([5, 6], jnp.int32)
     drafts = jnp.arange(7, 7 + gamma, dtype=jnp.int32)
     q = jnp.full((gamma, tc.vocab_size), 1.0 / tc.vocab_size, jnp.float32)
@@ -189,25 +195,27 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 32):
         return jax.jit(run, donate_argnums=(2, 3))
 
     def target_step(tp, dp, tc_, dc_, key, i):
-        nxt, tc_ = decode_step(tc, tp, tc_, one, 64 + i + one - 1, one, key[None], t1, k1, p1)
+        nxt, tc_ = decode_step(tc, tp, tc_, one, 64 + i + one - 1, one, key[None], rows)
         return nxt[0], tc_, dc_
 
     def draft_steps(tp, dp, tc_, dc_, key, i):
         pos2 = (62 + i + jnp.arange(2)).astype(jnp.int32)
-        d, _, dc_ = _propose(dc, gamma, dp, dc_, last2, pos2, key, t1, k1, p1)
-        return d.sum(), tc_, dc_
+        prop, dc_ = propose(dc, gamma, dp, dc_, last2, pos2, key, t1)
+        return prop.drafts.sum(), tc_, dc_
 
-    def verify_pass(tp, dp, tc_, dc_, key, i):
-        v, tc_, _ = _verify_pass(tc, gamma, tp, tc_, last2[1], drafts, q, 64 + i, key, t1, k1, p1)
+    def verify_step(tp, dp, tc_, dc_, key, i):
+        v, tc_, _ = verify_pass(tc, tp, tc_, last2[1], Proposal(drafts, q), 64 + i, key, t1)
         return v.num_accepted + v.next_token, tc_, dc_
 
-    def verify_forward(tp, dp, tc_, dc_, key, i):  # _verify_pass less the rejection sampling
-        logits, tc_ = _verify_forward(tc, gamma, tp, tc_, last2[1], drafts, 64 + i)
+    def verify_forward_step(tp, dp, tc_, dc_, key, i):  # verify_pass less the rejection sampling
+        logits, tc_ = verify_forward(tc, tp, tc_, last2[1], drafts, 64 + i)
         return (logits.sum() > 0).astype(jnp.int32), tc_, dc_
 
     def whole_round(tp, dp, tc_, dc_, key, i):
-        out = speculative_round(tc, dc, gamma, tp, dp, tc_, dc_, last2, 64 + i, key, t1, k1, p1)
-        return out[1] + out[2], out[4], out[5]
+        r = speculative_round(
+            Pair(tc, dc), gamma, Pair(tp, dp), Pair(tc_, dc_), last2, 64 + i, key, t1
+        )
+        return r.num_accepted + r.next_token, r.caches.target, r.caches.draft
 
     def cached(name, step, *key):  # the target step does not depend on gamma or the draft
         return _LOOPS.setdefault((name, tc, reps, *key), looped(step))
@@ -215,8 +223,8 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 32):
     loops = {
         "target_step_ms": (cached("target", target_step), 1),
         "draft_step_ms": (cached("draft", draft_steps, dc, gamma), gamma),
-        "verify_ms": (cached("verify", verify_pass, gamma), 1),
-        "verify_forward_ms": (cached("verify_forward", verify_forward, gamma), 1),
+        "verify_ms": (cached("verify", verify_step, gamma), 1),
+        "verify_forward_ms": (cached("verify_forward", verify_forward_step, gamma), 1),
         "round_ms": (cached("round", whole_round, dc, gamma), 1),
     }
     key = jax.random.PRNGKey(0)
