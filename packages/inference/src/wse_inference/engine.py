@@ -13,6 +13,16 @@ slots (users in flight; on the wafer they fill the pipeline stages). The server'
 4. `release(state=..., slot=...)` frees a slot (finished, cancelled or disconnected client),
    with its KV cache, within the step.
 
+State: engines own mutable state, unlike JetStream's, which return new state. The decode
+state from `init_decode_state()` is the engine's own mutable object: `insert`, `generate` and
+`release` update it in place and return that same object (so a call site reads
+`state = engine.insert(...)` either way); a caller keeps exactly one reference, never reuses
+an earlier one and calls from one thread only (the scheduler's engine thread). The engine
+also keeps its own counters (`metrics()`). The reason is that a fresh state per call would
+be a pretence: the device halves of the state (KV caches, pipeline activations) are donated
+to the jitted step, so the arrays of the state before a call are invalid after it, and the
+host halves (each slot's `SequenceTracker`) would have to be copied every step for nothing.
+
 Log probabilities (vLLM's default `raw_logprobs`): with `SamplingParams.logprobs = k`
 (0..MAX_LOGPROBS) every generated token comes with a `TokenLogprob`: its log probability under
 the model's raw next-token distribution (log_softmax of the logits, before temperature,
@@ -120,21 +130,34 @@ class Tokenizer(Protocol):
 
 @runtime_checkable
 class Engine(Protocol):
+    """Slots over one model; the decode state is the engine's own and mutable (module
+    docstring): every method that takes `state` updates it in place and returns it."""
+
     model_name: str
     max_slots: int
     max_context: int  # prompt + generated tokens per sequence
     vocab_size: int
     tokenizer: Tokenizer
 
-    def init_decode_state(self) -> Any: ...
+    def init_decode_state(self) -> Any:
+        """A fresh decode state with every slot free (the one object later calls update)."""
+        ...
 
-    def prefill(self, *, prompt_ids: Sequence[int], sampling: SamplingParams) -> Prefix: ...
+    def prefill(self, *, prompt_ids: Sequence[int], sampling: SamplingParams) -> Prefix:
+        """Run one prompt; touches no decode state."""
+        ...
 
-    def insert(self, *, prefix: Prefix, state: Any, slot: int) -> Any: ...
+    def insert(self, *, prefix: Prefix, state: Any, slot: int) -> Any:
+        """Put `prefix` into free `slot` of `state`, in place; returns `state`."""
+        ...
 
-    def generate(self, *, state: Any) -> tuple[Any, list[SlotOutput]]: ...
+    def generate(self, *, state: Any) -> tuple[Any, list[SlotOutput]]:
+        """One engine step of every occupied slot, in place -> (`state`, outputs)."""
+        ...
 
-    def release(self, *, state: Any, slot: int) -> Any: ...
+    def release(self, *, state: Any, slot: int) -> Any:
+        """Free `slot` (and its KV cache) in place; returns `state`."""
+        ...
 
     def metrics(self) -> dict[str, float]:
         """Engine counters for /metrics (e.g. speculative acceptance); may be empty."""

@@ -62,7 +62,8 @@ class _Seq:
 
 @dataclasses.dataclass
 class MockDecodeState:
-    """Occupied slots of the mock: slot -> sequence."""
+    """Occupied slots of the mock: slot -> sequence. Mutable: the engine's methods update it
+    in place and return it (`wse_inference.engine`)."""
 
     slots: dict[int, _Seq] = dataclasses.field(default_factory=dict)
 

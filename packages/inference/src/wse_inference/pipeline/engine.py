@@ -64,6 +64,9 @@ __all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "stage_layout"]
 
 @dataclasses.dataclass
 class PipelineDecodeState:
+    """The engine's mutable decode state (`wse_inference.engine`): `device` is replaced by
+    each jitted step (its old arrays are donated), `seqs` grows and shrinks in place."""
+
     device: PipeState
     seqs: dict[int, SequenceTracker] = dataclasses.field(default_factory=dict)
 

@@ -47,6 +47,9 @@ class _Slot:
 
 @dataclasses.dataclass
 class SpecDecodeState:
+    """The engine's mutable decode state (`wse_inference.engine`): slot -> its sequence, its
+    two KV caches (donated to each round and replaced) and its round count."""
+
     slots: dict[int, _Slot] = dataclasses.field(default_factory=dict)
 
 
