@@ -92,8 +92,7 @@ def _real_engine(model_dir: str, spec: dict | None, max_slots: int):
             "this install has no model loader (wse_inference.model_dir.load_engine) yet; "
             "serve the mock engine with --model_dir mock"
         )
-    from wse_inference.model_dir import check_host_memory, read_config
-    from wse_inference.model_dir import load_engine
+    from wse_inference.model_dir import check_host_memory, load_engine, read_config
 
     cfg = read_config(model_dir)
     rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))  # pipeline: one per stage

@@ -32,7 +32,7 @@ from wse_core.wafer import build_wafer
 from wse_hpc.md import mapping
 from wse_hpc.md.lattice import Structure
 from wse_hpc.md.list_plan import reach_pairs
-from wse_hpc.md.perf import predict, run_report
+from wse_hpc.md.perf import pe_trace, predict, run_report
 from wse_hpc.md.simulate import MdConfig, plan_window, run_md
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04
@@ -127,12 +127,22 @@ def _predictions(seed: int) -> tuple[list[PredictionRow], list[dict]]:
     return rows, rates
 
 
-def _measure(pot, quick: bool, seed: int) -> dict:
+def _measure(pot, quick: bool, seed: int) -> tuple[dict, object]:
+    """The emulated NVE run's figures and its per-PE figure (the atoms' PEs, the window of
+    the middle PE that the marching multicast covers, the predicted WSE-3 cycles and words
+    per link on each PE)."""
     cells, steps = ((4, 4, 4), 100) if quick else ((8, 8, 8), 1000)
     s = perturbed("fcc", "Cu", pot.lattice_A[0], cells, 0.0, seed=seed)
     cfg = MdConfig(steps=steps, temperature_K=600.0, thermo_every=max(steps // 10, 1), seed=seed)
     res = run_md(s, pot, cfg)
     e = np.array([r.etotal for r in res.thermo])
+    report = run_report(res, pot, "wse3")
+    from wse_core.trace_png import trace_figure
+
+    figure = trace_figure(
+        pe_trace(res, report),
+        title=f"EAM Cu, {s.num_atoms} atoms emulated: per PE (WSE-3 prediction), window",
+    )
     return {
         "atoms": s.num_atoms,
         "steps": res.steps,
@@ -144,8 +154,8 @@ def _measure(pot, quick: bool, seed: int) -> dict:
         "compile_s": res.compile_s,
         "precision": "fp32",
         "list_builds": res.list_builds,
-        "predicted_wse3_timesteps_per_s": run_report(res, pot, "wse3").extra["timesteps_per_s"],
-    }
+        "predicted_wse3_timesteps_per_s": report.extra["timesteps_per_s"],
+    }, figure
 
 
 def _figure(rates: list[dict]):
@@ -169,7 +179,7 @@ def _figure(rates: list[dict]):
 def run(*, quick: bool, seed: int) -> ExperimentResult:
     predictions, rates = _predictions(seed=0)  # the crystals are fixed: same either way
     pot = zhou04(["Cu"], knots=1000)
-    measured = _measure(pot, quick, seed)
+    measured, per_pe = _measure(pot, quick, seed)
     return ExperimentResult(
         experiment="santos24-md",
         seed=seed,
@@ -182,6 +192,7 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
         measurements=[measured],
         predictions=predictions,
         figure=_figure(rates),
+        extra_figures={"per_pe_cu_emulated": per_pe},
     )
 
 
