@@ -11,13 +11,10 @@ from wse_core import PerfModel, preset
 from wse_core.calibration import UNCALIBRATED
 from wse_trainer.experiment import CASES, NUM_CSX, _predictions
 from wse_trainer.performance import (
-    H100,
-    GpuSpec,
     Numerics,
     StepPlacement,
     gemm_work,
     layer_phases,
-    predict_gpu,
     predict_step,
 )
 from wse_trainer.plan import memory_plan, plan_activations
@@ -173,23 +170,6 @@ def test_tokens_per_s_scale_with_systems_as_the_overlap_says():
     gain = rate[-1].extra["tokens_per_s"] / rate[0].extra["tokens_per_s"]
     assert 1 < gain < 64 * (1 - rate[-1].extra["stall_fraction"]) * 1.01
     assert math.isclose(sum(1 for _ in rate), 4)
-
-
-def test_gpu_ring_allreduce_by_hand():
-    model = wse_models.preset_config("gpt2-124m")
-    gpu = GpuSpec(mfu=0.5, link_bytes_per_s=1e9, hop_latency_s=0.0)
-    one = predict_gpu(model, gpu, num_gpus=1, batch=8, seq_len=1024)
-    two = predict_gpu(model, gpu, num_gpus=2, batch=8, seq_len=1024)
-    ring = 2 * (2 - 1) / 2 * 4 * model.num_params() / 1e9
-    exposed = max(0.0, ring - one["step_s"] * 2 / 3)
-    assert two["step_s"] == pytest.approx(one["step_s"] + exposed)
-    assert two["scaling_efficiency"] == pytest.approx(one["step_s"] / two["step_s"])
-    assert (
-        predict_gpu(wse_models.preset_config("llama3-8b"), H100, num_gpus=8, batch=1, seq_len=8192)[
-            "fits_memory"
-        ]
-        == 0.0
-    )
 
 
 def test_experiment_predicts_every_case_the_same_way():

@@ -37,7 +37,6 @@ __all__ = [
     "memory_plan",
     "predict",
     "predict_step",
-    "predict_gpu",
 ]
 
 _WHERE = {
@@ -46,7 +45,6 @@ _WHERE = {
     "TrainingDivergedError": "run", "StreamedTrainer": "stream", "StepStats": "stream",
     "MemoryX": "memoryx", "SwarmX": "swarmx", "plan_activations": "plan",
     "memory_plan": "plan", "predict": "run", "predict_step": "performance",
-    "predict_gpu": "performance",
 }  # fmt: skip
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from wse_core import ExperimentResult, PredictionRow, RunReport, preset
+from wse_core import gpu as gpum
 
-from wse_trainer.performance import H100, no_stall_batch, predict_gpu, predict_step
+from wse_trainer.performance import no_stall_batch, predict_step
 
 __all__ = ["run", "CASES", "NUM_CSX"]
 
@@ -48,19 +49,21 @@ def _wafer_rows(name: str, r: RunReport) -> list[PredictionRow]:
 
 
 def _gpu_rows(name: str, model: Any, n: int, batch: int, seq: int) -> list[PredictionRow]:
-    g = predict_gpu(
-        model, H100, num_gpus=GPUS_PER_SYSTEM * n, batch=max(1, batch // GPUS_PER_SYSTEM),
-        seq_len=seq,
-    )  # fmt: skip
-    params = {
-        "model": name,
-        "gpus": GPUS_PER_SYSTEM * n,
-        "gpu": H100.name,
-        "fits_memory": bool(g["fits_memory"]),
-    }
+    """The same global batch on GPUS_PER_SYSTEM H100s per system, by wse_core's GPU model
+    (the fastest data/tensor/pipeline layout that fits, ring all-reduce, MFU 0.4)."""
+    gpus, h100 = GPUS_PER_SYSTEM * n, gpum.H100
+    params = {"model": name, "gpus": gpus, "gpu": h100.name}
+    try:
+        g = gpum.train_step(gpum.ModelShape.of(model), h100, num_gpus=gpus, batch=n * batch,
+                            seq_len=seq)  # fmt: skip
+    except gpum.GpuMemoryError:  # the row says how many GPUs would hold it instead
+        params["fits_memory"] = False
+        need = gpum.min_train_gpus(gpum.ModelShape.of(model), h100, seq_len=seq)
+        return [PredictionRow("gpu_min_gpus_to_fit", float(need), "GPUs", params)]
+    params |= {"fits_memory": True, "layout": g.layout.to_dict()}
     return [
-        PredictionRow("gpu_tokens_per_s", g["samples_per_s"] * seq, "tokens/s", params),
-        PredictionRow("gpu_scaling_efficiency", g["scaling_efficiency"], "", params),
+        PredictionRow("gpu_tokens_per_s", n * batch * seq / g.step_s, "tokens/s", params),
+        PredictionRow("gpu_scaling_efficiency", g.compute_s / g.step_s, "", params),
     ]
 
 
@@ -74,7 +77,8 @@ def _predictions() -> tuple[list[PredictionRow], dict[str, Any]]:
             r = predict_step(model, spec, num_csx=n, micro_batch=batch, seq_len=seq)
             g = _gpu_rows(name, model, n, batch, seq)
             rows += _wafer_rows(name, r) + g
-            curves.setdefault(name, []).append((n, r.extra["tokens_per_s"], g[0].value, g[1].value))
+            gpu = (g[0].value, g[1].value) if len(g) == 2 else (float("nan"), float("nan"))
+            curves.setdefault(name, []).append((n, r.extra["tokens_per_s"], *gpu))
         rows.append(
             PredictionRow(
                 "no_stall_batch",
@@ -171,7 +175,7 @@ def _figure(curves: dict[str, Any]):
             [p[2] for p in pts],
             "s--",
             color=line.get_color(),
-            label=f"{name} {GPUS_PER_SYSTEM}x{H100.name} per system",
+            label=f"{name} {GPUS_PER_SYSTEM}x{gpum.H100.name} per system",
         )
         b.semilogx(n, [p[3] for p in pts], "s--", color=line.get_color(), label=name)
     a.set(xlabel="systems", ylabel="tokens / s", title="Predicted training throughput")
@@ -179,7 +183,7 @@ def _figure(curves: dict[str, Any]):
         xlabel="systems (GPU count / 8)",
         ylabel="scaling efficiency",
         ylim=(0, 1.05),
-        title="Data-parallel GPU cluster (ring allreduce)",
+        title="GPU cluster (wse_core.gpu: layout, ring all-reduce)",
     )
     a.legend(fontsize=7)
     b.legend(fontsize=7)
@@ -193,7 +197,7 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
         "systems": list(NUM_CSX),
         "cases": [list(c) for c in CASES],
         "wafer": WAFER,
-        "gpu": H100.to_dict(),
+        "gpu": gpum.H100.to_dict(),
         "gpus_per_system": GPUS_PER_SYSTEM,
         "assumptions": "wafer: each row's RunReport (wse_trainer.performance.ASSUMPTIONS, "
         "the spec's assumed fields, wse_core.calibration); GPU at mfu of peak",

@@ -39,9 +39,7 @@ the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` 
 every PE runs every layer's block and holds the plan's allocations.
 `no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute.
 
-GPU baseline (`predict_gpu`, assumptions in `GpuSpec`): each GPU computes its batch at `mfu`
-of its bf16 peak; gradients are ring-allreduced, 2 (N - 1) / N x gradient bytes over the
-per-GPU link plus 2 (N - 1) latency hops, overlapping the backward (bucketed DDP).
+The GPU side of every comparison is `wse_core.gpu` (one GPU model for the stack).
 """
 
 from __future__ import annotations
@@ -68,10 +66,6 @@ __all__ = [
     "step_phases",
     "predict_step",
     "no_stall_batch",
-    "GpuSpec",
-    "H100",
-    "predict_gpu",
-    "layer_flops",
     "step_trace",
 ]
 
@@ -542,58 +536,6 @@ def no_stall_batch(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GpuSpec:
-    """A data-parallel GPU cluster's per-GPU figures (assumptions, not fitted)."""
-
-    name: str = "H100-SXM"
-    peak_flops: float = 989e12  # dense bf16, vendor datasheet
-    mfu: float = 0.40  # achieved fraction of peak in training (assumption)
-    memory_bytes: float = 80e9  # HBM3
-    link_bytes_per_s: float = 50e9  # 400 Gb/s InfiniBand NDR per GPU (assumption)
-    hop_latency_s: float = 5e-6  # per ring step (assumption)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-H100 = GpuSpec()
-
-
-def layer_flops(model: Any, tokens: int, seq_len: int) -> float:
-    """Forward FLOPs of one transformer layer over `tokens` tokens (causal mean context)."""
-    ctx = (seq_len + 1) // 2
-    matmul = 2 * (model.attn_matmul_params() + model.mlp_matmul_params())
-    attn = model.attn_flops_per_token(ctx) / model.n_layers
-    return float(tokens * (matmul + attn))
-
-
-def predict_gpu(
-    model: Any, gpu: GpuSpec, *, num_gpus: int, batch: int, seq_len: int
-) -> dict[str, float]:
-    """Data-parallel step of `num_gpus` GPUs with `batch` sequences each (weak scaling)."""
-    tokens = batch * seq_len
-    head = tokens * 2 * model.vocab_size * model.d_model
-    flops = 3 * (model.n_layers * layer_flops(model, tokens, seq_len) + head)
-    compute = flops / (gpu.peak_flops * gpu.mfu)
-    grad_bytes = 4 * model.num_params()
-    n = num_gpus
-    ring = (
-        0.0
-        if n == 1
-        else (2 * (n - 1) / n * grad_bytes / gpu.link_bytes_per_s + 2 * (n - 1) * gpu.hop_latency_s)
-    )
-    exposed = max(0.0, ring - compute * 2 / 3)
-    step = compute + exposed
-    fits = 16 * model.num_params() <= gpu.memory_bytes  # bf16 w + fp32 master, Adam, grads
-    return {
-        "step_s": step,
-        "samples_per_s": n * batch / step,
-        "scaling_efficiency": compute / step,
-        "fits_memory": float(fits),
-    }
 
 
 def step_trace(spec: WaferSpec, report: RunReport) -> PeTrace:
