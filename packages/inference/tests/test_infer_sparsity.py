@@ -1,5 +1,6 @@
 """Activation sparsity as served: the engines count the MLP zeros of every prompt they
-prefill, and /metrics shows them per layer (`wse_mlp_zero_fraction{layer}`).
+prefill (and the pipelined engine of every decode step), and /metrics shows them per layer
+(`wse_mlp_zero_fraction{layer}`).
 
 Oracle: `wse_models.sparsity.zero_fraction` of the same prompt tokens in one forward (the
 prefill runs them in padded chunks through the KV cache; padding is not counted, so the
@@ -62,3 +63,28 @@ def test_metrics_render_one_labelled_gauge_per_layer():
     assert fams["wse_mlp_zero_fraction_mean"].samples[0].value == pytest.approx(0.5)
     assert fams["wse_engine_prefills"].samples[0].value == 3.0
     assert not any(n.startswith("wse_engine_mlp") for n in fams)
+
+
+def _zeros(model, tokens):
+    ids = np.asarray([tokens], np.int32)
+    return np.asarray(wse_models.sparsity.zero_counts(model.config, model.params, ids))
+
+
+def test_pipeline_engine_counts_decode_zeros_too():
+    # One stage: the prefill counts the prompt; prime runs the first token t1; each generate
+    # step draws the next token, embeds it and runs it through every layer in the same tick,
+    # counted (the last one drawn too). Oracle: the zeros of the whole sequence minus those
+    # of prompt + t1 (causal: a token's activations do not depend on later tokens), plus the
+    # prompt's own, in one forward each.
+    model = tiny_model("llama", mlp_activation="relu")
+    engine = PipelineEngine(model, stages=1, max_context=64, prefill_chunk=8)
+    prompt = list(range(3, 14))
+    out = engine.generate_all(
+        [prompt], [SamplingParams(max_tokens=9, temperature=0.0, ignore_eos=True)]
+    )[0]
+    fed = len(out) - 1  # t2 .. t_n went through the layers in decode
+    decode = _zeros(model, prompt + out) - _zeros(model, prompt + out[:1])
+    want = (_zeros(model, prompt) + decode) / ((len(prompt) + fed) * model.config.d_ff)
+    m = engine.metrics()
+    got = [m[f"mlp_zero_fraction_layer_{i}"] for i in range(model.config.n_layers)]
+    np.testing.assert_allclose(got, want, atol=1e-3)

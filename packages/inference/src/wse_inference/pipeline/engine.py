@@ -130,8 +130,9 @@ class PipelineEngine:
         declare_regions(self.wafer.sram, plan)
         self._place_weights(model.params)
         self._counters = {"steps": 0, "prefills": 0, "tokens": 0}
-        # MLP zeros of the prompts (ReLU-like models; decode steps are not counted)
+        # MLP zeros of prompts and decode steps (ReLU-like models only)
         self._zeros = ZeroTally(config) if config.relu_like else None
+        self._zeros_seen: tuple[np.ndarray, int] | None = None
         self._compile()
 
     def report(
@@ -162,6 +163,7 @@ class PipelineEngine:
         rows = self.wafer.padded_shape[0]
         index, valid = stage_layout(self._groups(), rows)
         self._index = jnp.asarray(index)
+        self._layout = (index, valid)  # host copies: which model layer each row slot holds
         self._layers = params["layers"]
         self._head = {"embed": params["embed"], "final": params["final"]}
         # All rows on one device: each stage keeps exactly its own layers (no padding), one
@@ -227,6 +229,8 @@ class PipelineEngine:
                 ),
                 logprobs=jnp.zeros((s,), bool),
             ),
+            mlp_zeros=jnp.zeros((rows, per), jnp.int32),
+            mlp_tokens=jnp.zeros((rows,), jnp.int32),
         )
         assert st.h.shape[0] == rows
         return PipelineDecodeState(st)
@@ -301,9 +305,28 @@ class PipelineEngine:
         state.device, out = self._cycles_fn(steps, self._weights, state.device)
         return state, self._collect(state, jax.tree.map(np.asarray, out))
 
+    def _tally_decode_zeros(self, state: PipelineDecodeState) -> None:
+        """Add the decode steps' MLP zeros since the last look to the tally (per model
+        layer, through the stage layout; every decode token passes every layer)."""
+        if self._zeros is None:
+            return
+        st = state.device
+        zeros, rows_tokens = np.asarray(st.mlp_zeros), np.asarray(st.mlp_tokens)
+        per_layer = np.zeros(self.config.n_layers, np.int64)
+        index, valid = self._layout
+        np.add.at(per_layer, index[valid], zeros[valid])
+        tokens = int(rows_tokens[0])
+        if self._zeros_seen is not None and self._zeros_seen[1] <= tokens:
+            seen, seen_tokens = self._zeros_seen
+            self._zeros.add(per_layer - seen, tokens - seen_tokens)
+        else:  # a new decode state
+            self._zeros.add(per_layer, tokens)
+        self._zeros_seen = (per_layer, tokens)
+
     def _collect(self, state: PipelineDecodeState, out) -> list[SlotOutput]:
         tokens, (chosen, top_ids, top_lps) = out
         self._counters["steps"] += tokens.shape[0]
+        self._tally_decode_zeros(state)
         outputs = []
         for slot, tracker in sorted(state.seqs.items()):
             new: list[int] = []

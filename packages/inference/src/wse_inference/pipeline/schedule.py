@@ -65,6 +65,10 @@ class PipeState(NamedTuple):
     # [S] settings and logprobs wanted; penalties: [S, V] counts / prompt tokens, [S] settings
     # (neutral for a slot without: `SlotSampling.penalized` skips those)
     sampling: SlotSampling
+    # ReLU-like models only (else they stay 0): exact zeros of the MLP hidden activation
+    # counted in decode, int32 [rows, layers_per_stage], and the tokens each row ran, [rows]
+    mlp_zeros: jax.Array
+    mlp_tokens: jax.Array
 
 
 class SlotInsert(NamedTuple):
@@ -95,9 +99,19 @@ def stage_layout(groups: Sequence[tuple[int, int]], rows: int) -> tuple[np.ndarr
     return index, valid
 
 
+def _layer(config, lp, x, pos, cache):
+    """One layer on one token -> (x, cache, MLP zeros: int32, 0 unless ReLU-like)."""
+    from wse_models import apply_layer
+
+    if config.relu_like:
+        return apply_layer(config, lp, x, pos[None, None], cache, count_zeros=True)
+    return (*apply_layer(config, lp, x, pos[None, None], cache), jnp.int32(0))
+
+
 def _stage_apply(config, sp, valid, h, pos, ck, cv, slot):
-    """One stage on one slot's token: h [d] through the stage's layers; cache rows updated."""
-    from wse_models import LayerCache, apply_layer
+    """One stage on one slot's token: h [d] through the stage's layers; cache rows updated;
+    also the MLP zeros of each of its layers [layers_per_stage] (0 on padding layers)."""
+    from wse_models import LayerCache
 
     def body(carry, xs):
         # The stage's cache rides in the carry and is updated in place, one layer at a time.
@@ -107,14 +121,14 @@ def _stage_apply(config, sp, valid, h, pos, ck, cv, slot):
         size = (1, 1, *ck.shape[2:])
         k = lax.dynamic_slice(ck, at, size)[0]
         v = lax.dynamic_slice(cv, at, size)[0]
-        y, lc = apply_layer(config, lp, x, pos[None, None], LayerCache(k, v))
+        y, lc, z = _layer(config, lp, x, pos, LayerCache(k, v))
         ck = lax.dynamic_update_slice(ck, lc.k[None].astype(ck.dtype), at)
         cv = lax.dynamic_update_slice(cv, lc.v[None].astype(cv.dtype), at)
-        return (jnp.where(ok, y, x), ck, cv), None
+        return (jnp.where(ok, y, x), ck, cv), jnp.where(ok, z, 0)
 
     layers = jnp.arange(valid.shape[0])
-    (out, ck, cv), _ = lax.scan(body, (h[None, None], ck, cv), (sp, valid, layers))
-    return out[0, 0], ck, cv
+    (out, ck, cv), zeros = lax.scan(body, (h[None, None], ck, cv), (sp, valid, layers))
+    return out[0, 0], ck, cv, zeros
 
 
 def _row_apply(config, layers, h, pos, ck, cv, row, slot):
@@ -122,18 +136,19 @@ def _row_apply(config, layers, h, pos, ck, cv, row, slot):
     token; all rows' caches (rows, 1, layers_per_stage, slots, ...) ride along and are
     updated in place. Layers are unrolled over separate weight arrays: slicing one stacked
     array per layer inside a loop makes XLA copy every layer's weights per token."""
-    from wse_models import LayerCache, apply_layer
+    from wse_models import LayerCache
 
-    x = h[None, None]
+    x, zeros = h[None, None], []
     size = (1, 1, 1, 1, *ck.shape[4:])
     for i, lp in enumerate(layers):
         at = (row, 0, i, slot, 0, 0, 0)
         k = lax.dynamic_slice(ck, at, size)[0, 0, 0]
         v = lax.dynamic_slice(cv, at, size)[0, 0, 0]
-        x, lc = apply_layer(config, lp, x, pos[None, None], LayerCache(k, v))
+        x, lc, z = _layer(config, lp, x, pos, LayerCache(k, v))
+        zeros.append(z)
         ck = lax.dynamic_update_slice(ck, lc.k[None, None, None].astype(ck.dtype), at)
         cv = lax.dynamic_update_slice(cv, lc.v[None, None, None].astype(cv.dtype), at)
-    return x[0, 0], ck, cv
+    return x[0, 0], ck, cv, jnp.stack(zeros).astype(jnp.int32)
 
 
 def _no_logprobs(vocab_size: int):
@@ -191,11 +206,22 @@ def tick_sharded(config, wafer, stages, weights, k, st: PipeState):
     rows = st.h.shape[0]
     slots = (k - jnp.arange(rows)) % stages
     run = jax.vmap(functools.partial(_stage_apply, config))
-    h2, k2, v2 = run(sparams, valid[:, 0], h[:, 0], st.pos[slots], st.k[:, 0], st.v[:, 0], slots)
+    h2, k2, v2, z = run(sparams, valid[:, 0], h[:, 0], st.pos[slots], st.k[:, 0], st.v[:, 0], slots)
     h2 = h2[:, None]
     if stages > 1:  # one stage feeds itself: nothing crosses the fabric
         h2 = fabric.shift(wafer, h2, "S", boundary="periodic")
+    st = _count_zeros(config, st, z, st.active[slots])
     return st._replace(h=h2, k=k2[:, None], v=v2[:, None]), new
+
+
+def _count_zeros(config, st: PipeState, zeros, active) -> PipeState:
+    """Add each busy row's MLP zeros [rows, per] and one token per busy row (ReLU-like)."""
+    if not config.relu_like:
+        return st
+    busy = active.astype(jnp.int32)
+    return st._replace(
+        mlp_zeros=st.mlp_zeros + zeros * busy[:, None], mlp_tokens=st.mlp_tokens + busy
+    )
 
 
 def tick_local(config, wafer, stages, weights, k, st: PipeState):
@@ -206,18 +232,29 @@ def tick_local(config, wafer, stages, weights, k, st: PipeState):
 
     head, row_params = weights
     st, new, x = _head(config, head, k, st, skip_idle=True)
-    ck, cv, outs = st.k, st.v, []
+    ck, cv, outs, zeros = st.k, st.v, [], []
+    per = st.mlp_zeros.shape[1]
     for j, lp in enumerate(row_params):
         s = (k - j) % stages
 
         def run(args, lp=lp, j=j, s=s):
-            return _row_apply(config, lp, args[0], st.pos[s], args[1], args[2], j, s)
+            y, ck, cv, z = _row_apply(config, lp, args[0], st.pos[s], args[1], args[2], j, s)
+            return y, ck, cv, jnp.pad(z, (0, per - z.shape[0]))
 
-        y, ck, cv = lax.cond(st.active[s], run, lambda a: a, (x if j == 0 else st.h[j, 0], ck, cv))
+        def idle(args):
+            return (*args, jnp.zeros((per,), jnp.int32))
+
+        args = (x if j == 0 else st.h[j, 0], ck, cv)
+        y, ck, cv, z = lax.cond(st.active[s], run, idle, args)
         outs.append(y)
+        zeros.append(z)
     h2 = lax.with_sharding_constraint(jnp.stack(outs)[:, None], wafer.sharding(1))
     if stages > 1:
         h2 = fabric.shift(wafer, h2, "S", boundary="periodic")
+    rows = st.mlp_zeros.shape[0]
+    z = jnp.pad(jnp.stack(zeros), ((0, rows - len(zeros)), (0, 0)))
+    active = jnp.pad(st.active[(k - jnp.arange(len(zeros))) % stages], (0, rows - len(zeros)))
+    st = _count_zeros(config, st, z, active)
     return st._replace(h=h2, k=ck, v=cv), new
 
 
