@@ -88,3 +88,43 @@ def test_pipeline_engine_counts_decode_zeros_too():
     m = engine.metrics()
     got = [m[f"mlp_zero_fraction_layer_{i}"] for i in range(model.config.n_layers)]
     np.testing.assert_allclose(got, want, atol=1e-3)
+
+
+def test_speculative_engine_counts_verification_zeros():
+    # Each round's verification runs the last committed token and the gamma drafts through
+    # the target: its MLP zeros equal those of the whole sequence + drafts minus those of the
+    # sequence before that last token (causal), in one forward each.
+    from wse_inference.model_dir import truncated_model
+    from wse_inference.speculative.engine import SpeculativeEngine
+
+    model = tiny_model("llama", mlp_activation="relu")
+    engine = SpeculativeEngine(model, truncated_model(model, 1), gamma=3, max_context=64)
+    rounds, inner = [], engine._round
+
+    def spy(params, caches, last2, n, key, s):
+        r = inner(params, caches, last2, n, key, s)
+        rounds.append((int(n), np.asarray(r.drafts).tolist(), np.asarray(r.mlp_zeros)))
+        return r
+
+    engine._round = spy
+    prompt = list(range(5, 16))
+    state = engine.init_decode_state()
+    sp = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    state = engine.insert(
+        prefix=engine.prefill(prompt_ids=prompt, sampling=sp), state=state, slot=0
+    )
+    seqs = {}
+    for _ in range(2):
+        seqs[len(rounds)] = list(state.slots[0].seq)
+        state, _ = engine.generate(state=state)
+    assert len(rounds) == 2
+    for i, (n, drafts, got) in enumerate(rounds):
+        seq = seqs[i]
+        assert len(seq) == n
+        want = _zeros(model, seq + drafts) - _zeros(model, seq[:-1])
+        np.testing.assert_allclose(got, want, atol=2)  # fp32 sign flips at 0, see the top
+    m = engine.metrics()
+    total = _zeros(model, prompt) + sum(r[2] for r in rounds)
+    tokens = len(prompt) + 2 * (3 + 1)
+    got = [m[f"mlp_zero_fraction_layer_{i}"] for i in range(model.config.n_layers)]
+    np.testing.assert_allclose(got, total / (tokens * model.config.d_ff), atol=1e-3)

@@ -125,29 +125,34 @@ def propose(dconfig, gamma: int, dparams, dcache, last2, pos2, key, sampling: Sl
     return Proposal(drafts, jnp.concatenate([q0[None], qs])), dcache
 
 
-def verify_forward(tconfig, tparams, tcache, last, drafts, n):
+def verify_forward(tconfig, tparams, tcache, last, drafts, n, *, count_zeros: bool = False):
     """Target: the last committed token (at n - 1) and the gamma drafts in ONE forward of
-    gamma + 1 tokens -> (logits [1, gamma + 1, vocab], cache)."""
+    gamma + 1 tokens -> (logits [1, gamma + 1, vocab], cache), and with `count_zeros` the
+    MLP zeros of each layer over those tokens (int32 [n_layers])."""
     from wse_models import forward
 
     tokens = jnp.concatenate([last[None], drafts])[None]
     positions = (n - 1 + jnp.arange(drafts.shape[0] + 1, dtype=jnp.int32))[None]
-    return forward(tconfig, tparams, tokens, positions, tcache)
+    return forward(tconfig, tparams, tokens, positions, tcache, count_zeros=count_zeros)
 
 
-def verify_pass(tconfig, tparams, tcache, last, proposal: Proposal, n, key, sampling):
+def verify_pass(
+    tconfig, tparams, tcache, last, proposal: Proposal, n, key, sampling, *, count_zeros=False
+):
     """`verify_forward`, then rejection sampling -> (Verdict, cache, the target's logits
-    [gamma + 1, vocab]). With penalties, row i is penalised with the drafts before it
-    counted."""
+    [gamma + 1, vocab]) and, with `count_zeros`, the verification's MLP zeros per layer.
+    With penalties, row i is penalised with the drafts before it counted."""
     drafts, s = proposal.drafts, sampling
-    logits, tcache = verify_forward(tconfig, tparams, tcache, last, drafts, n)
+    out = verify_forward(tconfig, tparams, tcache, last, drafts, n, count_zeros=count_zeros)
+    logits, tcache = out[0], out[1]
     pen = s.penalties
     if pen is not None:
         hot = jax.nn.one_hot(drafts, pen.counts.shape[-1], dtype=jnp.int32)
         before = jnp.concatenate([jnp.zeros_like(hot[:1]), jnp.cumsum(hot, axis=0)])
         pen = pen._replace(counts=pen.counts + before)  # [gamma + 1, V]
     p = token_probs(penalize(logits[0], pen), s.temperature, s.top_k, s.top_p)
-    return verify(drafts, proposal.q, p, key), tcache, logits[0]
+    verdict = verify(drafts, proposal.q, p, key)
+    return (verdict, tcache, logits[0], out[2]) if count_zeros else (verdict, tcache, logits[0])
 
 
 class Round(NamedTuple):
@@ -161,6 +166,9 @@ class Round(NamedTuple):
     beta: jax.Array
     caches: Pair
     logprobs: tuple[jax.Array, jax.Array, jax.Array]
+    # the verification's MLP zeros per target layer over its gamma + 1 tokens (int32
+    # [n_layers]; zeros unless the target's MLP is ReLU-like)
+    mlp_zeros: jax.Array
 
 
 def speculative_round(configs: Pair, gamma: int, params: Pair, caches: Pair, last2, n, key, s):
@@ -171,9 +179,13 @@ def speculative_round(configs: Pair, gamma: int, params: Pair, caches: Pair, las
     prop, dcache = propose(
         configs.draft, gamma, params.draft, caches.draft, last2, pos2, k_draft, s
     )
-    verdict, tcache, logits = verify_pass(
-        configs.target, params.target, caches.target, last2[1], prop, n, k_verify, s
-    )
+    relu = bool(configs.target.relu_like)
+    verified = verify_pass(
+        configs.target, params.target, caches.target, last2[1], prop, n, k_verify, s,
+        count_zeros=relu,
+    )  # fmt: skip
+    verdict, tcache, logits = verified[:3]
+    zeros = verified[3] if relu else jnp.zeros((configs.target.n_layers,), jnp.int32)
     idx = jnp.arange(gamma + 1)
     padded = jnp.concatenate([prop.drafts, verdict.next_token[None]])
     emitted = jnp.where(idx < verdict.num_accepted, padded, verdict.next_token)
@@ -181,7 +193,9 @@ def speculative_round(configs: Pair, gamma: int, params: Pair, caches: Pair, las
     none = lambda *_: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shape)  # noqa: E731
     lps = lax.cond(s.logprobs, raw_logprobs, none, logits, emitted)
     out = Pair(tcache, dcache)
-    return Round(prop.drafts, verdict.num_accepted, verdict.next_token, verdict.beta, out, lps)
+    return Round(
+        prop.drafts, verdict.num_accepted, verdict.next_token, verdict.beta, out, lps, zeros
+    )
 
 
 class SpecLoopState(NamedTuple):

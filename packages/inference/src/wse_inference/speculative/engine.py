@@ -140,6 +140,8 @@ class SpeculativeEngine:
             slot_sampling(sp, pen),
         )
         s.tcache, s.dcache = r.caches
+        if self._zeros is not None:  # the verification ran gamma + 1 tokens through the target
+            self._zeros.add(np.asarray(r.mlp_zeros), len(r.drafts) + 1)
         drafts, n_acc, nxt = r.drafts, int(r.num_accepted), r.next_token
         self.stats.record(n_acc, np.asarray(r.beta))
         new = []
