@@ -102,18 +102,20 @@ def resolve_model(text: str) -> ModelChoice:
 
 
 def wafer_train_step(
-    config: Any, wafer: str, *, num_csx: int, batch: int, seq_len: int
+    config: Any, wafer: str, *, num_csx: int, batch: int | None, seq_len: int
 ) -> tuple[float, int]:
-    """(seconds per step, smallest no-stall batch per system) of weight-streaming training,
-    from the trainer's own prediction (`wse_trainer.performance.predict_step`, a RunReport).
-    With no batch that keeps the streams hidden, the largest the SRAM plan places is 1."""
+    """(seconds per step, batch per system) of weight-streaming training, from the trainer's
+    own prediction (`wse_trainer.performance.predict_step`, a RunReport). With `batch` None
+    the batch is the smallest that keeps the streams hidden (`no_stall_batch`; 1 when no
+    batch the SRAM plan places does)."""
     from wse_core import preset
     from wse_trainer.performance import no_stall_batch, predict_step
 
     spec = preset(wafer)
+    if batch is None:
+        batch = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len) or 1
     report = predict_step(config, spec, num_csx=num_csx, micro_batch=batch, seq_len=seq_len)
-    fed = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len)
-    return report.predicted_s, fed or 1
+    return report.predicted_s, batch
 
 
 def wafer_decode(
@@ -267,9 +269,8 @@ def plan_train(
     n = systems or choice.num_csx or 1
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
     batch = batch_per_system or choice.batch_per_system
-    if batch is None:  # the smallest batch that keeps the wafer fed
-        batch = max(1, wafer_train_step(cfg, wafer, num_csx=n, batch=1, seq_len=seq)[1])
-    step_s, _ = wafer_train_step(cfg, wafer, num_csx=n, batch=batch, seq_len=seq)
+    # batch None: the smallest batch that keeps the wafer fed
+    step_s, batch = wafer_train_step(cfg, wafer, num_csx=n, batch=batch, seq_len=seq)
     global_batch = n * batch
     steps = math.ceil(tokens / (global_batch * seq))
     peak, _ = eco.system_power_w(wafer)
