@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from wse_core.calibration import Calibration
+from wse_core.errors import SpecError
 from wse_core.perf import OVERLAP, PerfModel, Phase, Phases, Timing
 from wse_core.spec import WaferSpec
 from wse_core.traffic import Traffic
@@ -34,19 +35,15 @@ __all__ = ["RunReport", "stopwatch"]
 
 
 def _power_w(spec: WaferSpec, systems: int) -> float | None:
+    """Peak power of `systems` systems built around `spec` (None: a custom or test wafer
+    with no figure in `wse_core.economics`)."""
+    from wse_core.economics import system_power_w
+
     try:
-        from wse_core import economics
-    except ImportError:  # the economics table is optional for the cost model
+        peak, _ = system_power_w(spec.name)
+    except SpecError:
         return None
-    fn = getattr(economics, "system_power_w", None)
-    if fn is None:
-        return None
-    try:
-        peak = fn(spec.name)
-    except Exception:  # an unknown (custom or test) wafer has no power figure
-        return None
-    peak = peak[0] if isinstance(peak, tuple) else peak
-    return float(peak) * systems
+    return peak * systems
 
 
 @dataclasses.dataclass
