@@ -136,23 +136,23 @@ def verify_forward(tconfig, tparams, tcache, last, drafts, n, *, count_zeros: bo
     return forward(tconfig, tparams, tokens, positions, tcache, count_zeros=count_zeros)
 
 
-def verify_pass(
-    tconfig, tparams, tcache, last, proposal: Proposal, n, key, sampling, *, count_zeros=False
-):
+def verify_pass(tconfig, tparams, tcache, last, proposal: Proposal, n, key, sampling):
     """`verify_forward`, then rejection sampling -> (Verdict, cache, the target's logits
-    [gamma + 1, vocab]) and, with `count_zeros`, the verification's MLP zeros per layer.
-    With penalties, row i is penalised with the drafts before it counted."""
+    [gamma + 1, vocab], the verification's MLP zeros per layer int32 [n_layers]: counted for
+    a ReLU-like target, zeros otherwise). With penalties, row i is penalised with the drafts
+    before it counted."""
     drafts, s = proposal.drafts, sampling
-    out = verify_forward(tconfig, tparams, tcache, last, drafts, n, count_zeros=count_zeros)
+    relu = bool(tconfig.relu_like)
+    out = verify_forward(tconfig, tparams, tcache, last, drafts, n, count_zeros=relu)
     logits, tcache = out[0], out[1]
+    zeros = out[2] if relu else jnp.zeros((tconfig.n_layers,), jnp.int32)
     pen = s.penalties
     if pen is not None:
         hot = jax.nn.one_hot(drafts, pen.counts.shape[-1], dtype=jnp.int32)
         before = jnp.concatenate([jnp.zeros_like(hot[:1]), jnp.cumsum(hot, axis=0)])
         pen = pen._replace(counts=pen.counts + before)  # [gamma + 1, V]
     p = token_probs(penalize(logits[0], pen), s.temperature, s.top_k, s.top_p)
-    verdict = verify(drafts, proposal.q, p, key)
-    return (verdict, tcache, logits[0], out[2]) if count_zeros else (verdict, tcache, logits[0])
+    return verify(drafts, proposal.q, p, key), tcache, logits[0], zeros
 
 
 class Round(NamedTuple):
@@ -179,13 +179,9 @@ def speculative_round(configs: Pair, gamma: int, params: Pair, caches: Pair, las
     prop, dcache = propose(
         configs.draft, gamma, params.draft, caches.draft, last2, pos2, k_draft, s
     )
-    relu = bool(configs.target.relu_like)
-    verified = verify_pass(
-        configs.target, params.target, caches.target, last2[1], prop, n, k_verify, s,
-        count_zeros=relu,
-    )  # fmt: skip
-    verdict, tcache, logits = verified[:3]
-    zeros = verified[3] if relu else jnp.zeros((configs.target.n_layers,), jnp.int32)
+    verdict, tcache, logits, zeros = verify_pass(
+        configs.target, params.target, caches.target, last2[1], prop, n, k_verify, s
+    )
     idx = jnp.arange(gamma + 1)
     padded = jnp.concatenate([prop.drafts, verdict.next_token[None]])
     emitted = jnp.where(idx < verdict.num_accepted, padded, verdict.next_token)

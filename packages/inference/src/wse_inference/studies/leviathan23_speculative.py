@@ -204,7 +204,7 @@ def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 32):
         return prop.drafts.sum(), tc_, dc_
 
     def verify_step(tp, dp, tc_, dc_, key, i):
-        v, tc_, _ = verify_pass(tc, tp, tc_, last2[1], Proposal(drafts, q), 64 + i, key, t1)
+        v, tc_, _, _ = verify_pass(tc, tp, tc_, last2[1], Proposal(drafts, q), 64 + i, key, t1)
         return v.num_accepted + v.next_token, tc_, dc_
 
     def verify_forward_step(tp, dp, tc_, dc_, key, i):  # verify_pass less the rejection sampling
