@@ -9,11 +9,10 @@ demos. Custom specs come from a preset plus overrides (`spec_from(...)`) or a YA
 Units are in the names: bytes, cycles, Hz, bytes per second. Flops per cycle are per PE and
 by dtype (`"fp16"`, `"bf16"`, `"fp32"`).
 
-The one dtype table of the stack: `DTYPE_BYTES` (bytes per element by short name) and
-`DTYPE_ALIASES` (every name a dtype goes by, "float16", "bfloat16", ..., to its short name).
-`dtype_name(d)` gives the short name of a name, alias or NumPy/JAX dtype, `dtype_bytes(d)`
-its size (any other NumPy dtype by its itemsize), `to_jnp(d)` the `jax.numpy` dtype (JAX is
-imported there, never when wse_core is).
+Re-exported here for every caller: the one dtype table of the stack (`DTYPES`,
+`DTYPE_BYTES`, `DTYPE_ALIASES`, `dtype_name`, `dtype_bytes`, `to_jnp`) from `wse_core.dtypes`,
+and the DSD op kinds and SIMD width tables (`OP_KINDS`, `SIMD_WSE2`, `SIMD_WSE3`) from
+`wse_core.simd`.
 """
 
 from __future__ import annotations
@@ -25,9 +24,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-
+from wse_core.dtypes import DTYPE_ALIASES, DTYPE_BYTES, DTYPES, dtype_bytes, dtype_name, to_jnp
 from wse_core.errors import SpecError, suggest, yaml_problem
+from wse_core.simd import OP_KINDS, SIMD_WSE2, SIMD_WSE3
 
 __all__ = [
     "WaferSpec",
@@ -46,78 +45,6 @@ __all__ = [
     "dtype_bytes",
     "to_jnp",
 ]
-
-DTYPES = ("fp16", "bf16", "fp32")  # the dtypes the SIMD table prices
-DTYPE_BYTES = MappingProxyType({"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "fp8": 1})
-DTYPE_ALIASES = MappingProxyType(
-    {name: name for name in DTYPE_BYTES}
-    | {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-    | {"float8": "fp8", "float8_e4m3fn": "fp8"}
-)
-_JNP_NAMES = MappingProxyType(
-    {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "int8": "int8"}
-    | {"fp8": "float8_e4m3fn"}
-)
-
-
-def dtype_name(dtype: object) -> str | None:
-    """The short name ("fp16", "bf16", ...) of a name, alias or dtype object; None if the
-    table does not know it."""
-    key = dtype if isinstance(dtype, str) else getattr(dtype, "name", None)
-    if key is None and isinstance(dtype, type):
-        key = dtype.__name__  # a scalar type: jnp.float16, np.float32
-    return DTYPE_ALIASES.get(str(key)) if key is not None else None
-
-
-def dtype_bytes(dtype: object) -> int:
-    """Bytes per element: the table's, else NumPy's itemsize ("int32", np.int64, ...)."""
-    name = dtype_name(dtype)
-    if name is not None:
-        return DTYPE_BYTES[name]
-    try:
-        return int(np.dtype(dtype).itemsize)  # type: ignore[call-overload]
-    except TypeError:
-        raise SpecError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_ALIASES)}") from None
-
-
-def to_jnp(dtype: Any) -> Any:
-    """The `jax.numpy` dtype of a name or alias ("fp16" -> float16); others through jnp.dtype."""
-    import jax.numpy as jnp
-
-    name = dtype_name(dtype)
-    return jnp.dtype(_JNP_NAMES[name] if name is not None else dtype)
-
-
-# DSD operation kinds the cost model prices (wse_core.perf.Op). "fmac_mixed" and "add_mixed"
-# are fp16 operands accumulated in fp32 (@fmachs, @faddhs); "convert" is fp16 <-> fp32.
-OP_KINDS = (
-    "add", "sub", "mul", "fmac", "fmac_mixed", "add_mixed", "move", "neg", "abs", "scale",
-    "max", "convert", "shift", "sqrt", "div",
-)  # fmt: skip
-
-# SIMD width (elements per cycle) by "kind.dtype", from the SDK language appendix
-# (shared/REFERENCES.md, "PE and fabric costs"). bf16 is priced as fp16. Entries marked
-# INFERRED are not in the SDK table: fp32 mul and FMAC are taken as 1-wide on both
-# generations; sqrt has no SIMD form (width 1, `sqrt_cycles` per element); division is about
-# 50 cycles per element (`div_cycles`).
-_FP16_OPS = ("add", "sub", "mul", "fmac", "move", "neg", "abs", "scale")
-_FP32_OPS = ("add", "sub", "move", "neg", "abs", "scale")
-
-
-def _simd(w16: float, w32: float, wmix: float, wmax16: float, wnarrow: float) -> dict:
-    table = {f"{k}.{d}": w16 for k in _FP16_OPS for d in ("fp16", "bf16")}
-    table |= {f"{k}.fp32": w32 for k in _FP32_OPS}
-    table |= {"fmac_mixed.fp16": wmix, "add_mixed.fp16": wmix, "move.fp32": w32}
-    table |= {"fmac_mixed.bf16": wmix, "add_mixed.bf16": wmix}
-    table |= {"max.fp16": wmax16, "max.bf16": wmax16, "max.fp32": wnarrow}
-    table |= {f"{k}.{d}": wnarrow for k in ("convert", "shift") for d in DTYPES}
-    table |= {"mul.fp32": 1.0, "fmac.fp32": 1.0}  # INFERRED (not in the SDK table)
-    table |= {f"{k}.{d}": 1.0 for k in ("sqrt", "div") for d in DTYPES}
-    return table
-
-
-SIMD_WSE2 = MappingProxyType(_simd(4.0, 2.0, 2.0, 1.0, 1.0))
-SIMD_WSE3 = MappingProxyType(_simd(8.0, 4.0, 4.0, 8.0, 4.0))
 
 # Spec fields whose preset values are assumptions (not published); `wse experiments run NAME
 # --assume KEY=VALUE` may change them (wse_core.assumptions), and every prediction lists them.
