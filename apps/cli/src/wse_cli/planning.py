@@ -1,8 +1,9 @@
 """`wse plan`'s model: wafers against a GPU cluster — time, energy and cost of training a model
 to a token budget, or of serving it at batch 1.
 
-Contract. `resolve_model(text)` reads `--model` (a `wse_models` preset, a shipped trainer
-config, a params.yaml, an HF directory or its config.json) into a `ModelChoice`.
+Contract. `resolve_model(text)` (`wse_cli.model_choice`, re-exported here) reads `--model`
+(a `wse_models` preset, a shipped trainer config, a params.yaml, an HF directory or its
+config.json) into a `ModelChoice`.
 `plan_train(...)` and `plan_infer(...)` return a `Plan`: one `SideResult` for the wafers and
 one for the GPUs (time, energy, cost, the figures per step / token), the GPU count that
 would match the wafers, and the assumptions in words. Nothing here compiles anything.
@@ -15,14 +16,14 @@ only. GPU time, energy and cost come from `wse_core.gpu` and `wse_core.economics
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-from wse_core import WseError, suggest
 from wse_core import economics as eco
 from wse_core import gpu as gpum
+
+from wse_cli.model_choice import ModelChoice, PlanError, resolve_model
 
 __all__ = [
     "PlanError",
@@ -37,65 +38,6 @@ __all__ = [
 ]
 
 DAY_S = 86400.0
-
-
-class PlanError(WseError):
-    """`wse plan` input that cannot be planned (unknown model, negative tokens...)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelChoice:
-    """The model and, from a params file, its per-system batch, sequence and systems."""
-
-    name: str
-    config: Any  # wse_models.ModelConfig
-    batch_per_system: int | None = None
-    seq_len: int | None = None
-    num_csx: int | None = None
-
-
-def _from_params(path: str, name: str) -> ModelChoice:
-    from wse_trainer.config import load_config
-    from wse_trainer.run import model_config
-
-    cfg = load_config(path)
-    n = cfg.runconfig.num_csx
-    return ModelChoice(
-        name, model_config(cfg), cfg.train_input.batch_size // n,
-        cfg.train_input.max_sequence_length, n,
-    )  # fmt: skip
-
-
-def _from_hf(path: Path) -> ModelChoice:
-    import wse_models
-
-    file = path / "config.json" if path.is_dir() else path
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise PlanError(f"cannot read HF config {str(file)!r}: {e}") from None
-    return ModelChoice(str(path), wse_models.config_from_hf(data, dtype="bfloat16"))
-
-
-def resolve_model(text: str) -> ModelChoice:
-    """A preset ("llama3-70b"), shipped config ("llama3_8b"), params.yaml or HF directory."""
-    import wse_models
-    from wse_trainer.config import SHIPPED
-
-    path = Path(text)
-    if text in wse_models.PRESETS:
-        return ModelChoice(text, wse_models.preset_config(text, dtype="bfloat16"))
-    if text in SHIPPED and not path.exists():
-        return _from_params(text, text)
-    if path.is_dir() or path.suffix == ".json":
-        return _from_hf(path)
-    if path.suffix in (".yaml", ".yml") and path.exists():
-        return _from_params(text, path.stem)
-    names = [*wse_models.PRESETS, *SHIPPED]
-    raise PlanError(
-        f"unknown model {text!r}{suggest(text, names)}; use a preset ({', '.join(names)}), "
-        "a params.yaml or an HF directory with config.json"
-    )
 
 
 # ---- the adapters: the only calls into the workload packages' predictors -------------------
@@ -228,6 +170,18 @@ def _gpu_train_time(shape, g, *, gpus, batch, seq, steps, mfu) -> tuple[float, g
     return steps * s.step_s, s
 
 
+def _unless_oom(fn: Callable[[int], float]) -> Callable[[int], float | None]:
+    """`fn(gpus)`, or None where that many GPUs cannot hold the model (`GpuMemoryError`)."""
+
+    def time_on(k: int) -> float | None:
+        try:
+            return fn(k)
+        except gpum.GpuMemoryError:
+            return None
+
+    return time_on
+
+
 def _match_gpus(fn, target_s: float, start: int, limit: int) -> int | None:
     """Smallest GPU count (powers of two, refined in whole nodes) with time <= target_s."""
     m, prev = start, None
@@ -246,6 +200,43 @@ def _match_gpus(fn, target_s: float, start: int, limit: int) -> int | None:
             return hi
         prev, m = m, m * 2
     return None
+
+
+def _wafer_train_side(
+    wafer: str, n: int, step_s: float, steps: int, global_batch: int, seq: int,
+    rates: dict[str, Any],
+) -> SideResult:  # fmt: skip
+    """`n` wafer systems training for `steps` steps of `step_s` seconds."""
+    peak, _ = eco.system_power_w(wafer)
+    w_time = steps * step_s
+    w_energy = eco.energy_j(w_time, n * peak)
+    return SideResult(
+        eco.SYSTEMS[wafer].system, n, w_time, w_energy,
+        eco.bill(system_hours=n * w_time / 3600, energy_j=w_energy,
+                 rates=_wafer_rates(wafer, rates)),
+        {"steps": steps, "step_s": step_s, "energy_j_per_step": eco.per(w_energy, steps),
+         "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq)},
+    )  # fmt: skip
+
+
+def _gpu_train_side(
+    shape: gpum.ModelShape, g: gpum.GpuSpec, m: int, steps: int, global_batch: int, seq: int,
+    mfu: float, rates: dict[str, Any],
+) -> SideResult:  # fmt: skip
+    """`m` GPUs training for `steps` steps at the same global batch and sequence."""
+    g_time, g_step = _gpu_train_time(
+        shape, g, gpus=m, batch=global_batch, seq=seq, steps=steps, mfu=mfu
+    )
+    gpeak, _ = g.power_w_per_gpu()
+    g_energy = eco.energy_j(g_time, m * gpeak)
+    return SideResult(
+        g.name, m, g_time, g_energy,
+        eco.bill(system_hours=m * g_time / 3600, energy_j=g_energy, rates=_gpu_rates(g, rates)),
+        {"steps": steps, "step_s": g_step.step_s, "layout": g_step.layout.to_dict(),
+         "exposed_allreduce_s": g_step.exposed_allreduce_s, "bubble_s": g_step.bubble_s,
+         "energy_j_per_step": eco.per(g_energy, steps),
+         "energy_j_per_token": eco.per(g_energy, steps * global_batch * seq)},
+    )  # fmt: skip
 
 
 def plan_train(
@@ -273,43 +264,18 @@ def plan_train(
     step_s, batch = wafer_train_step(cfg, wafer, num_csx=n, batch=batch, seq_len=seq)
     global_batch = n * batch
     steps = math.ceil(tokens / (global_batch * seq))
-    peak, _ = eco.system_power_w(wafer)
-    w_time = steps * step_s
-    w_energy = eco.energy_j(w_time, n * peak)
-    w_side = SideResult(
-        eco.SYSTEMS[wafer].system, n, w_time, w_energy,
-        eco.bill(system_hours=n * w_time / 3600, energy_j=w_energy,
-                 rates=_wafer_rates(wafer, rates)),
-        {"steps": steps, "step_s": step_s, "energy_j_per_step": eco.per(w_energy, steps),
-         "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq)},
-    )  # fmt: skip
+    w_side = _wafer_train_side(wafer, n, step_s, steps, global_batch, seq, rates)
     shape = gpum.ModelShape.of(cfg)
     start = gpum.min_train_gpus(shape, g, seq_len=seq)
     m = gpus or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
-    g_time, g_step = _gpu_train_time(
-        shape, g, gpus=m, batch=global_batch, seq=seq, steps=steps, mfu=mfu
+    g_side = _gpu_train_side(shape, g, m, steps, global_batch, seq, mfu, rates)
+    time_on = _unless_oom(
+        lambda k: _gpu_train_time(
+            shape, g, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=mfu
+        )[0]
     )
-    gpeak, _ = g.power_w_per_gpu()
-    g_energy = eco.energy_j(g_time, m * gpeak)
-    g_side = SideResult(
-        g.name, m, g_time, g_energy,
-        eco.bill(system_hours=m * g_time / 3600, energy_j=g_energy, rates=_gpu_rates(g, rates)),
-        {"steps": steps, "step_s": g_step.step_s, "layout": g_step.layout.to_dict(),
-         "exposed_allreduce_s": g_step.exposed_allreduce_s, "bubble_s": g_step.bubble_s,
-         "energy_j_per_step": eco.per(g_energy, steps),
-         "energy_j_per_token": eco.per(g_energy, steps * global_batch * seq)},
-    )  # fmt: skip
-
-    def time_on(k: int) -> float | None:
-        try:
-            return _gpu_train_time(
-                shape, g, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=mfu
-            )[0]
-        except gpum.GpuMemoryError:
-            return None
-
     limit = global_batch * g.gpus_per_node * cfg.n_layers
-    match = _match_gpus(time_on, w_time, start, limit)
+    match = _match_gpus(time_on, w_side.time_s, start, limit)
     inputs = {"tokens": tokens, "systems": n, "gpus": m, "wafer": wafer, "gpu": gpu, "mfu": mfu,
               "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
               "wafer_rates": _wafer_rates(wafer, rates).to_dict(),
@@ -393,20 +359,20 @@ def plan_infer(
         {"ttft_s": d.ttft_s, "gpus_per_replica": m, "tp": d.tp, "pp": d.pp,
          "tp_allreduce_s_per_token": d.allreduce_s},
     )  # fmt: skip
-
-    def time_on(k: int) -> float | None:
-        try:
-            return decode(k).seconds_per_token
-        except gpum.GpuMemoryError:
-            return None
-
-    match = _match_gpus(time_on, w_tok, 1, 1024)
+    match = _match_gpus(_unless_oom(lambda k: decode(k).seconds_per_token), w_tok, 1, 1024)
     inputs = {"wafers": n, "gpus": m, "tokens_per_day": per_day, "days": days, "wafer": wafer,
               "gpu": gpu, "context_len": context_len, "prompt_tokens": prompt_tokens,
               "hbm_fraction": hbm_fraction, "mfu": mfu,
               "wafer_rates": _wafer_rates(wafer, rates).to_dict(),
               "gpu_rates": _gpu_rates(g, rates).to_dict()}  # fmt: skip
-    notes = _assumptions(g, wafer, mfu)[:2] + [
+    notes = _infer_assumptions(g, wafer, mfu, context_len, hbm_fraction, days)
+    return Plan("infer", choice.name, shape.n_params, inputs, w_side, g_side, match, notes)
+
+
+def _infer_assumptions(
+    g: gpum.GpuSpec, wafer: str, mfu: float, context_len: int, hbm_fraction: float, days: float
+) -> list[str]:
+    return _assumptions(g, wafer, mfu)[:2] + [
         f"batch 1, one stream per replica; KV cache of {context_len // 2} tokens read per "
         f"token; GPU at {hbm_fraction:g} of HBM bandwidth, 2 tensor-parallel all-reduces "
         "per layer",
@@ -415,7 +381,6 @@ def plan_infer(
         f"replicas sized for the tokens per day; rented all day, idle when not busy; "
         f"engineering hours spread over {days:g} days",
     ]
-    return Plan("infer", choice.name, shape.n_params, inputs, w_side, g_side, match, notes)
 
 
 def _default_gpus(shape: gpum.ModelShape, g: gpum.GpuSpec, context_len: int) -> int:

@@ -97,16 +97,31 @@ def _metrics(console: Any, url: str) -> None:
     )
 
 
+def _trained_grpc(console: Any, who: str, target: str) -> None:
+    """A greedy gRPC `Generate` from the served model."""
+    import grpc
+
+    from wse_inference.serve.proto import load_stubs
+
+    pb2, pb2_grpc = load_stubs()
+    with grpc.insecure_channel(target) as channel:
+        stub = pb2_grpc.GenerationStub(channel)
+        req = pb2.GenerateRequest(text="class ", max_tokens=8, temperature=0)
+        out = list(stub.Generate(req, timeout=120))
+    console.print(
+        f"{who}, gRPC Generate: {''.join(m.text for m in out)!r}, finish {out[-1].finish_reason}",
+        markup=False,
+    )
+
+
 def _trained(console: Any, out_dir: Path, quick: bool) -> None:
     """Serve the model the demo trained and ask it over every client path."""
-    import grpc
     import openai
 
     from wse_inference.demo.generation import demo_model_dir
     from wse_inference.demo.load_test import LoadTestConfig, run_load_test
     from wse_inference.model_dir import load_engine
     from wse_inference.serve.app import ServeConfig, Server
-    from wse_inference.serve.proto import load_stubs
 
     model_dir = demo_model_dir(console, out_dir)
     engine = load_engine(str(model_dir), max_slots=4)
@@ -138,16 +153,7 @@ def _trained(console: Any, out_dir: Path, quick: bool) -> None:
         )
         text = "".join(c.choices[0].text for c in chunks if c.choices)
         console.print(f"{who}, openai stream: {len(chunks)} chunks -> {text!r}", markup=False)
-        pb2, pb2_grpc = load_stubs()
-        with grpc.insecure_channel(server.grpc_target) as channel:
-            stub = pb2_grpc.GenerationStub(channel)
-            req = pb2.GenerateRequest(text="class ", max_tokens=8, temperature=0)
-            out = list(stub.Generate(req, timeout=120))
-        console.print(
-            f"{who}, gRPC Generate: {''.join(m.text for m in out)!r}, finish "
-            f"{out[-1].finish_reason}",
-            markup=False,
-        )
+        _trained_grpc(console, who, server.grpc_target)
         n = 4 if quick else 16
         summary = run_load_test(
             LoadTestConfig(url=server.http_url, num_requests=n, concurrency=4, max_tokens=16)

@@ -108,8 +108,16 @@ def build_app(
 ) -> FastAPI:
     """The FastAPI app over a started scheduler; see the module docstring."""
     app = FastAPI(title="wse-stack inference", docs_url=None, redoc_url=None)
-    engine = scheduler.engine
     started = int(time.time())
+    _add_error_handlers(app)
+    _add_generation_routes(app, scheduler, metrics, model_names, chat_template)
+    _add_tokenizer_routes(app, scheduler.engine, metrics, model_names, chat_template)
+    _add_status_routes(app, scheduler, metrics, model_names, started)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """HTTP errors (404, 405...) and unhandled exceptions in OpenAI's error body."""
 
     @app.exception_handler(StarletteHTTPException)
     async def _httperror_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -119,6 +127,14 @@ def build_app(
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
         return error_response(500, f"internal error: {type(exc).__name__}", type_="server_error")
+
+
+def _add_generation_routes(
+    app: FastAPI, scheduler: Scheduler, metrics: ServeMetrics, model_names: Sequence[str],
+    chat_template: str | None,
+) -> None:  # fmt: skip
+    """POST /v1/completions and /v1/chat/completions, whole or streamed."""
+    engine = scheduler.engine
 
     async def generate(request: Request, kind: str) -> Response:
         try:
@@ -152,6 +168,13 @@ def build_app(
     async def chat_completions(request: Request) -> Response:
         return await generate(request, "chat")
 
+
+def _add_tokenizer_routes(
+    app: FastAPI, engine: Engine, metrics: ServeMetrics, model_names: Sequence[str],
+    chat_template: str | None,
+) -> None:  # fmt: skip
+    """vLLM's utilities: POST /tokenize and /detokenize."""
+
     def utility(answer: Callable[[Any], dict]) -> Callable:
         """A route: a JSON body in, `answer(body)` out; malformed or refused, a 400."""
 
@@ -163,13 +186,21 @@ def build_app(
 
         return route
 
-    known = {"tokenizer": engine.tokenizer, "model_names": model_names}  # vLLM's utilities:
+    known = {"tokenizer": engine.tokenizer, "model_names": model_names}
     tokenize = functools.partial(
         oa.tokenize_request, **known, chat_template=chat_template, max_context=engine.max_context
     )
     app.post("/tokenize")(utility(tokenize))
     detokenize = functools.partial(oa.detokenize_request, **known, vocab_size=engine.vocab_size)
     app.post("/detokenize")(utility(detokenize))
+
+
+def _add_status_routes(
+    app: FastAPI, scheduler: Scheduler, metrics: ServeMetrics, model_names: Sequence[str],
+    started: int,
+) -> None:  # fmt: skip
+    """GET /v1/models, /health (503 while draining) and /metrics (Prometheus)."""
+    engine = scheduler.engine
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -199,8 +230,6 @@ def build_app(
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
-
-    return app
 
 
 class _DrainingUvicorn(uvicorn.Server):

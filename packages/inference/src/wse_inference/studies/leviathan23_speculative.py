@@ -103,11 +103,11 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 
 from wse_core.experiment import ExperimentResult, PredictionRow
 
 from wse_inference.speculative.verify import expected_speedup, expected_tokens_per_pass
+from wse_inference.studies.speculative_timing import round_costs
 
 __all__ = ["run", "round_costs"]
 
@@ -143,112 +143,6 @@ def _weight_mb(model) -> float:
     return sum(x.nbytes for x in jax.tree_util.tree_leaves(model.params)) / 2**20
 
 
-_LOOPS: dict = {}  # jitted timing loops, reused across calls (XLA compiles per cache shape)
-
-
-def round_costs(target, draft, gamma: int, cache_len: int, *, reps: int = 32):
-    """A timer of the code speculative decoding runs: each call times, in the order
-    A B C D E E D C B A (drift in the machine's load then cancels in the ratios), `reps`
-    calls inside one jitted loop (no dispatch per call; caches of `cache_len` slots donated
-    and carried from call to call) at positions 64.., temperature 1, and returns
-    milliseconds per step: `target_step_ms` (the plain decoder's step), `draft_step_ms` (one
-    proposal of gamma drafts / gamma, as the rounds propose), `verify_ms` (the target's
-    gamma + 1-token verification with rejection sampling), `verify_forward_ms` (its forward
-    pass alone) and `round_ms` (a whole speculative round). Compiles on creation.
-    `reps` = 32: each call's first steps run after the other loops, with colder caches; at
-    8 they raised the target step ~10% above the plain decoder's own step in its runs
-    (measured, gamma 6: 12.0 ms at 8, 11.0 at 32, 10.8 in the plain decoder's runs; the
-    round 17.9, 16.8 and 16.4 in the speculative runs), which biased c low."""
-    import jax
-    import jax.numpy as jnp
-    import wse_models
-
-    from wse_inference.decoding import decode_step
-    from wse_inference.sampling import SlotSampling
-    from wse_inference.speculative.decoder import (
-        Pair,
-        Proposal,
-        propose,
-        speculative_round,
-        verify_forward,
-        verify_pass,
-    )
-
-    tc, dc = target.config, draft.config
-    one = jnp.ones((1,), jnp.int32)
-    # temperature 1, no cuts, no penalties, no logprobs: scalars, and rows of one for decode_step
-    t1 = SlotSampling(jnp.float32(1.0), jnp.int32(0), jnp.float32(1.0), None, jnp.bool_(False))
-    rows = jax.tree.map(lambda x: x[None], t1)
-    last2 = jnp.array([5, 6], jnp.int32)
-    drafts = jnp.arange(7, 7 + gamma, dtype=jnp.int32)
-    q = jnp.full((gamma, tc.vocab_size), 1.0 / tc.vocab_size, jnp.float32)
-
-    def looped(step):  # the caches are donated and carried over, as in decoding
-        def run(tp, dp, tcache, dcache, key):
-            def body(i, carry):
-                tcache, dcache, acc = carry
-                out, tcache, dcache = step(tp, dp, tcache, dcache, jax.random.fold_in(key, i), i)
-                return tcache, dcache, acc + out
-
-            return jax.lax.fori_loop(0, reps, body, (tcache, dcache, jnp.int32(0)))
-
-        return jax.jit(run, donate_argnums=(2, 3))
-
-    def target_step(tp, dp, tc_, dc_, key, i):
-        nxt, tc_ = decode_step(tc, tp, tc_, one, 64 + i + one - 1, one, key[None], rows)
-        return nxt[0], tc_, dc_
-
-    def draft_steps(tp, dp, tc_, dc_, key, i):
-        pos2 = (62 + i + jnp.arange(2)).astype(jnp.int32)
-        prop, dc_ = propose(dc, gamma, dp, dc_, last2, pos2, key, t1)
-        return prop.drafts.sum(), tc_, dc_
-
-    def verify_step(tp, dp, tc_, dc_, key, i):
-        v, tc_, _, _ = verify_pass(tc, tp, tc_, last2[1], Proposal(drafts, q), 64 + i, key, t1)
-        return v.num_accepted + v.next_token, tc_, dc_
-
-    def verify_forward_step(tp, dp, tc_, dc_, key, i):  # verify_pass less the rejection sampling
-        logits, tc_ = verify_forward(tc, tp, tc_, last2[1], drafts, 64 + i)
-        return (logits.sum() > 0).astype(jnp.int32), tc_, dc_
-
-    def whole_round(tp, dp, tc_, dc_, key, i):
-        r = speculative_round(
-            Pair(tc, dc), gamma, Pair(tp, dp), Pair(tc_, dc_), last2, 64 + i, key, t1
-        )
-        return r.num_accepted + r.next_token, r.caches.target, r.caches.draft
-
-    def cached(name, step, *key):  # the target step does not depend on gamma or the draft
-        return _LOOPS.setdefault((name, tc, reps, *key), looped(step))
-
-    loops = {
-        "target_step_ms": (cached("target", target_step), 1),
-        "draft_step_ms": (cached("draft", draft_steps, dc, gamma), gamma),
-        "verify_ms": (cached("verify", verify_step, gamma), 1),
-        "verify_forward_ms": (cached("verify_forward", verify_forward_step, gamma), 1),
-        "round_ms": (cached("round", whole_round, dc, gamma), 1),
-    }
-    key = jax.random.PRNGKey(0)
-    caches = [wse_models.init_cache(tc, 1, cache_len), wse_models.init_cache(dc, 1, cache_len)]
-
-    def call(fn):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(target.params, draft.params, *caches, key))
-        caches[:] = out[:2]  # the loops write the same slots again: no copy, no fresh pages
-        return time.perf_counter() - t0
-
-    for fn, _ in loops.values():
-        call(fn)  # compile
-
-    def timer() -> dict[str, float]:
-        order = list(loops.items())
-        total = dict.fromkeys(loops, 0.0)
-        for name, (fn, per) in order + order[::-1]:
-            total[name] += call(fn) / (2 * reps * per) * 1e3
-        return total
-
-    return timer
-
-
 def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
     from wse_inference.decoding import PlainDecoder
     from wse_inference.model_dir import truncated_model
@@ -278,52 +172,53 @@ def _measure(target, draft_layers, gammas, sampling, prompt, repeats):
             bases.append(base)
             ratios.append(runs[-1].tokens_per_s / base.tokens_per_s)
             costs.append(timer())
-        stats = [r.metrics["speculative"] for r in runs]
-        alpha = statistics.fmean(m["alpha"] for m in stats)
-        rounds = sum(m["rounds"] for m in stats)
-        tpp = sum(m["accepted"] + m["rounds"] for m in stats) / rounds
-        cost = {k: statistics.median(c[k] for c in costs) for k in costs[0]}
-        # c as the rounds run it: a round's time less its verification, per draft token
-        c = statistics.median(
-            (x["round_ms"] - x["verify_ms"]) / (gamma * x["target_step_ms"]) for x in costs
-        )
-        c_alone = statistics.median(x["draft_step_ms"] / x["target_step_ms"] for x in costs)
-        v = statistics.median(x["verify_ms"] / x["target_step_ms"] for x in costs)
-        v_fwd = statistics.median(x["verify_forward_ms"] / x["target_step_ms"] for x in costs)
-        run_round_ms = statistics.median(
-            r.decode_s / r.metrics["speculative"]["rounds"] for r in runs
-        )
-        plain_step_ms = statistics.median(b.decode_s / (len(b.tokens) - 1) for b in bases)
-        speed = statistics.median(ratios)
-        pred = expected_speedup(alpha, gamma, c)
-        corrected = expected_tokens_per_pass(alpha, gamma) / (gamma * c + v)
-        rows.append(
-            {
-                "gamma": gamma,
-                "draft_layers": draft_layers,
-                "draft_weight_mb": _weight_mb(draft),
-                "target_weight_mb": _weight_mb(target),
-                "alpha": alpha,
-                "acceptance_rate": sum(m["accepted"] for m in stats) / (rounds * gamma),
-                "tokens_per_pass": tpp,
-                "formula_tokens_per_pass": expected_tokens_per_pass(alpha, gamma),
-                "cost_ratio_c": c,
-                "draft_alone_c": c_alone,
-                "verify_cost_ratio": v,
-                "verify_forward_ratio": v_fwd,
-                "target_step_ms": cost["target_step_ms"],
-                "plain_step_in_run_ms": plain_step_ms * 1e3,
-                "round_ms": cost["round_ms"],
-                "round_in_run_ms": run_round_ms * 1e3,
-                "measured_speedup": speed,
-                "formula_speedup": pred,
-                "ratio": speed / pred,
-                "within_10pct": abs(speed / pred - 1) <= 0.10,
-                "formula_with_verify_cost": corrected,
-                "ratio_with_verify_cost": speed / corrected,
-            }
-        )
+        rows.append(_row(target, draft, draft_layers, gamma, runs, bases, ratios, costs))
     return rows
+
+
+def _row(target, draft, draft_layers, gamma, runs, bases, ratios, costs) -> dict:
+    """One (gamma, draft) row from the interleaved runs and timer calls of `_measure`."""
+    stats = [r.metrics["speculative"] for r in runs]
+    alpha = statistics.fmean(m["alpha"] for m in stats)
+    rounds = sum(m["rounds"] for m in stats)
+    tpp = sum(m["accepted"] + m["rounds"] for m in stats) / rounds
+    cost = {k: statistics.median(c[k] for c in costs) for k in costs[0]}
+    # c as the rounds run it: a round's time less its verification, per draft token
+    c = statistics.median(
+        (x["round_ms"] - x["verify_ms"]) / (gamma * x["target_step_ms"]) for x in costs
+    )
+    c_alone = statistics.median(x["draft_step_ms"] / x["target_step_ms"] for x in costs)
+    v = statistics.median(x["verify_ms"] / x["target_step_ms"] for x in costs)
+    v_fwd = statistics.median(x["verify_forward_ms"] / x["target_step_ms"] for x in costs)
+    run_round_ms = statistics.median(r.decode_s / r.metrics["speculative"]["rounds"] for r in runs)
+    plain_step_ms = statistics.median(b.decode_s / (len(b.tokens) - 1) for b in bases)
+    speed = statistics.median(ratios)
+    pred = expected_speedup(alpha, gamma, c)
+    corrected = expected_tokens_per_pass(alpha, gamma) / (gamma * c + v)
+    return {
+        "gamma": gamma,
+        "draft_layers": draft_layers,
+        "draft_weight_mb": _weight_mb(draft),
+        "target_weight_mb": _weight_mb(target),
+        "alpha": alpha,
+        "acceptance_rate": sum(m["accepted"] for m in stats) / (rounds * gamma),
+        "tokens_per_pass": tpp,
+        "formula_tokens_per_pass": expected_tokens_per_pass(alpha, gamma),
+        "cost_ratio_c": c,
+        "draft_alone_c": c_alone,
+        "verify_cost_ratio": v,
+        "verify_forward_ratio": v_fwd,
+        "target_step_ms": cost["target_step_ms"],
+        "plain_step_in_run_ms": plain_step_ms * 1e3,
+        "round_ms": cost["round_ms"],
+        "round_in_run_ms": run_round_ms * 1e3,
+        "measured_speedup": speed,
+        "formula_speedup": pred,
+        "ratio": speed / pred,
+        "within_10pct": abs(speed / pred - 1) <= 0.10,
+        "formula_with_verify_cost": corrected,
+        "ratio_with_verify_cost": speed / corrected,
+    }
 
 
 def _figure(rows: list[dict]):

@@ -1,0 +1,77 @@
+"""`wse plan --model`: which model to plan for, read from a preset, a shipped trainer config,
+a params.yaml, an HF directory or its config.json.
+
+Contract. `resolve_model(text)` returns a `ModelChoice` (the `wse_models.ModelConfig` and, from
+a params file, its per-system batch, sequence and systems) or raises `PlanError` naming the
+choices. `PlanError` is the error of every `wse plan` input (`wse_cli.planning` raises it too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from wse_core import WseError, suggest
+
+__all__ = ["PlanError", "ModelChoice", "resolve_model"]
+
+
+class PlanError(WseError):
+    """`wse plan` input that cannot be planned (unknown model, negative tokens...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelChoice:
+    """The model and, from a params file, its per-system batch, sequence and systems."""
+
+    name: str
+    config: Any  # wse_models.ModelConfig
+    batch_per_system: int | None = None
+    seq_len: int | None = None
+    num_csx: int | None = None
+
+
+def _from_params(path: str, name: str) -> ModelChoice:
+    from wse_trainer.config import load_config
+    from wse_trainer.run import model_config
+
+    cfg = load_config(path)
+    n = cfg.runconfig.num_csx
+    return ModelChoice(
+        name, model_config(cfg), cfg.train_input.batch_size // n,
+        cfg.train_input.max_sequence_length, n,
+    )  # fmt: skip
+
+
+def _from_hf(path: Path) -> ModelChoice:
+    import wse_models
+
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise PlanError(f"cannot read HF config {str(file)!r}: {e}") from None
+    return ModelChoice(str(path), wse_models.config_from_hf(data, dtype="bfloat16"))
+
+
+def resolve_model(text: str) -> ModelChoice:
+    """A preset ("llama3-70b"), shipped config ("llama3_8b"), params.yaml or HF directory."""
+    import wse_models
+    from wse_trainer.config import SHIPPED
+
+    path = Path(text)
+    if text in wse_models.PRESETS:
+        return ModelChoice(text, wse_models.preset_config(text, dtype="bfloat16"))
+    if text in SHIPPED and not path.exists():
+        return _from_params(text, text)
+    if path.is_dir() or path.suffix == ".json":
+        return _from_hf(path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return _from_params(text, path.stem)
+    names = [*wse_models.PRESETS, *SHIPPED]
+    raise PlanError(
+        f"unknown model {text!r}{suggest(text, names)}; use a preset ({', '.join(names)}), "
+        "a params.yaml or an HF directory with config.json"
+    )
