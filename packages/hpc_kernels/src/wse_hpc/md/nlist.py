@@ -42,27 +42,23 @@ pairs). Atoms never move onto empty PEs (swaps pair two atoms), so a block's cou
 for the plan's life (a re-plan re-maps and counts again); a build that finds more is an
 overflow all the same.
 
-Atoms stay on their PEs between builds; `sort_fn` (swaps) runs only before a build.
+Atoms stay on their PEs between builds; `sort_fn` (swaps) runs only before a build. The
+build kernel and the static structure the kernels close over (`ListSpec`, derived once per
+plan) are in `wse_hpc.md.list_build`; here are the forces and the factory.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from wse_core import fabric
-from wse_core.errors import WseError
 from wse_core.wafer import Wafer
 
-from wse_hpc.md.eam import (
-    EamOutput,
-    EamPlan,
-    Geometry,
-    _overflow,
-    _splines,
-)
+from wse_hpc.md.eam import EamOutput, EamPlan, Geometry, _overflow
+from wse_hpc.md.list_build import ListSpec, list_spec, march_order, min_image, select
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms, BuildFn, ListForcesFn, MovedFn
 
@@ -95,55 +91,6 @@ class ListFns(NamedTuple):
     build_fn: BuildFn
     moved_fn: MovedFn
     forces_fn: ListForcesFn
-
-
-def march_order(k_rows: int) -> list[int]:
-    """Row offsets in the order the march delivers them: own row, then -1, +1, -2, +2, ..."""
-    out = [0]
-    for d in range(1, k_rows + 1):
-        out += [-d, d]
-    return out
-
-
-def _ctz(x: jax.Array) -> jax.Array:
-    """Trailing zero bits of uint32 x != 0: the exponent of its lowest set bit as a float32
-    (exact for powers of two; the sign bit of bit 31 is masked off)."""
-    low = (x & (~x + jnp.uint32(1))).astype(jnp.int32)  # bit 31 wraps to -2**31
-    bits = jax.lax.bitcast_convert_type(low.astype(jnp.float32), jnp.int32)
-    return jnp.where(x == 0, 32, ((bits >> 23) & 0xFF) - 127)
-
-
-def _first_set_bits(words: list[jax.Array], cap: int, width: int):
-    """The positions of the first `cap` set bits (lowest first) of each PE's bit mask, held
-    in uint32 words (bit j of the mask is bit j % 32 of words[j // 32]): (cap, R, C) int32,
-    at most width - 1 where fewer are set, and the count of set bits (R, C)."""
-    count = sum(jax.lax.population_count(w).astype(jnp.int32) for w in words)
-
-    def next_bit(words, _):
-        col = 32 * (len(words) - 1) + _ctz(words[-1])
-        for i in reversed(range(len(words) - 1)):
-            col = jnp.where(words[i] != 0, 32 * i + _ctz(words[i]), col)
-        cleared, earlier_empty = [], jnp.bool_(True)
-        for w in words:  # clear the bit found, in the first non-empty word
-            cleared.append(jnp.where(earlier_empty & (w != 0), w & (w - jnp.uint32(1)), w))
-            earlier_empty = earlier_empty & (w == 0)
-        return tuple(cleared), jnp.minimum(col, width - 1)
-
-    return jax.lax.scan(next_bit, tuple(words), None, length=cap)[1], count
-
-
-def _pack(counts: jax.Array, caps: np.ndarray, total: int):
-    """Where the packed candidates (R, C, total) lie when segment s holds the first
-    min(counts[..., s], caps[s]) of them: candidate t is entry t - start of the segment
-    whose cumulative count first exceeds t. Returns (segment, entry, count kept)."""
-    kept = jnp.minimum(counts, jnp.asarray(caps, jnp.int32))
-    ends = jnp.cumsum(kept, axis=-1)  # (R, C, S)
-    t = jnp.arange(total, dtype=jnp.int32)
-    # seg = #{s : ends_s <= t}: one fused pass of S comparisons per candidate
-    seg = sum((ends[..., s, None] <= t).astype(jnp.int32) for s in range(len(caps)))
-    seg = jnp.minimum(seg, len(caps) - 1)
-    start = jnp.take_along_axis(ends - kept, seg, axis=-1)
-    return seg, jnp.clip(t - start, 0, None), ends[..., -1]
 
 
 def _by_chunks(fn, size: int, *flat: jax.Array):
@@ -201,185 +148,132 @@ def _on_active(fn, active: int, lists, own, order):
     return jax.tree.map(scatter, per_pe), jax.tree.map(stored, per_candidate)
 
 
+def _build(spec: ListSpec, atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax.Array]:
+    """`build_fn`: the window multicast of (position, species), `select` on each block."""
+    wafer, kr, kc = spec.wafer, spec.plan.k_rows, spec.plan.k_cols
+    pos, held = atoms.position, atoms.species >= 0
+    window = atoms.tagged_positions()
+    index, sp_j, count, over, order = fabric.window_apply(
+        wafer, window, kr, kc, functools.partial(select, spec), pos, held, geo.row, geo.col
+    )
+    over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
+    over = over | _overflow(wafer, atoms, geo, spec.plan, spec.cutoff + spec.skin)
+    nbrs = Neighbours(
+        index,
+        jnp.arange(spec.total) < count[..., None],
+        jnp.maximum(sp_j, 0).astype(jnp.int32),
+        pos,
+        jnp.int32(0),
+        order,
+    )
+    return nbrs, over
+
+
+def _moved(spec: ListSpec, atoms: Atoms, nbrs: Neighbours) -> jax.Array:
+    """`moved_fn`: some atom moved more than skin / 2 since the build."""
+    held = atoms.species >= 0
+    d = atoms.position - nbrs.ref
+    moved = jnp.where(held, jnp.sum(d * d, axis=-1), 0.0)
+    return fabric.reduce(spec.wafer, moved, "max") > (0.5 * spec.skin) ** 2
+
+
+def _pairs(spec: ListSpec, at, valid, pos, planes):
+    """Displacements (3 x (n, M)), distances and interval of n PEs to their candidates
+    (at: their flat places in the window region whose x, y, z planes are given)."""
+    box, cutoff = spec.box, spec.cutoff
+    d = [
+        q.reshape(-1).at[at].get(mode="promise_in_bounds") - pos[:, i, None]
+        for i, q in enumerate(planes)
+    ]
+    d = [min_image(di, box[i]) for i, di in enumerate(d)]
+    r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
+    valid = valid & (r2 < cutoff * cutoff)
+    r = jnp.sqrt(jnp.where(valid, r2, 1.0))
+    k, p = spec.spl.locate_r(r)  # one interval lookup per pair, for every spline
+    return d, r, valid, k, p
+
+
+def _density(spec: ListSpec, region, index, valid, sp_j, order, pos, sp_i):
+    """Phase 1 on a block, CHUNK PEs at a time: F'(rho) and the embedding energy, and
+    per candidate the densities' slopes rho_j' (and rho_i' with several elements) that
+    phase 2 needs (kept: phase 2 does not look the knots up again)."""
+    spl = spec.spl
+    planes = [region[..., i] for i in range(3)]
+
+    def chunk(at, valid, sp_j, pos, sp_i):
+        _, _, valid, k, p = _pairs(spec, at, valid, pos, planes)
+        rho_j = spl.density(sp_j, sp_i[:, None], k, p)
+        rho = jnp.sum(jnp.where(valid, rho_j, 0.0), axis=-1)
+        if not spec.keep_slopes:
+            return spl.embed(rho, sp_i), ()
+        slopes = spl.density_slope(sp_j, sp_i[:, None], k, p)
+        if len(spec.pot.elements) > 1:
+            slopes = jnp.stack([slopes, spl.density_slope(sp_i[:, None], sp_j, k, p)], -1)
+        return spl.embed(rho, sp_i), slopes
+
+    return _on_active(chunk, spec.active, (index, valid, sp_j), (pos, sp_i), order)
+
+
+def _force(spec: ListSpec, fp_region, pos_region, index, valid, sp_j, *rest):
+    """Phase 2 on a block: forces, pair energy and virial (rest: the slopes phase 1
+    kept, if it did, then order, pos, sp_i, fp)."""
+    planes = [pos_region[..., i] for i in range(3)]
+    fp_flat = fp_region.reshape(-1)
+    slopes, (order, pos, sp_i, fp) = rest[:-4], rest[-4:]
+
+    def chunk(at, valid, sp_j, *rest):
+        *slopes, pos, sp_i, fp = rest
+        d, r, valid, k, p = _pairs(spec, at, valid, pos, planes)
+        fp_j = fp_flat.at[at].get(mode="promise_in_bounds")
+        both = None
+        if slopes:
+            (s,) = slopes
+            both = (s[..., 0], s[..., 1]) if s.ndim == 3 else (s, s)
+        inv_r = 1.0 / r
+        psip, phi = spec.spl.pair(fp[:, None], fp_j, sp_i[:, None], sp_j, k, p, inv_r, both)
+        psip = jnp.where(valid, psip, 0.0)
+        s = psip * inv_r
+        f = jnp.stack([jnp.sum(s * di, axis=-1) for di in d], axis=-1)
+        pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
+        return (f, pair_e, -0.5 * jnp.sum(psip * r, axis=-1)), ()
+
+    lists = (index, valid, sp_j, *slopes)
+    return _on_active(chunk, spec.active, lists, (pos, sp_i, fp), order)[0]
+
+
+def _forces(spec: ListSpec, atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> EamOutput:
+    """`forces_fn`: phase 1 (`_density`) over the positions' window, phase 2 (`_force`)
+    over F''s."""
+    wafer, depth, kc = spec.wafer, spec.depth, spec.plan.k_cols
+    density, force = functools.partial(_density, spec), functools.partial(_force, spec)
+    pos, sp = atoms.position, atoms.species
+    held = sp >= 0
+    sp_i = jnp.maximum(sp.astype(jnp.int32), 0)
+    lists = (nbrs.index, nbrs.valid, nbrs.species)
+    own = (nbrs.order, pos, sp_i)
+    # phase 1: the candidates' positions (the window multicast, filtered)
+    (fp, emb), slopes = fabric.window_apply(wafer, pos, depth, kc, density, *lists, *own)
+    slopes = (slopes,) if spec.keep_slopes else ()
+    # phase 2: their F' (the positions' window and the slopes kept from phase 1)
+    forces, pair_e, virial = fabric.window_apply(
+        wafer, fp, depth, kc, force, *lists, *slopes, *own, fp, kept=(pos,)
+    )
+    energy = jnp.where(held, emb + pair_e, 0.0)
+    forces = jnp.where(held[..., None], forces, 0.0)
+    return EamOutput(forces, energy, jnp.where(held, virial, 0.0), jnp.bool_(False))
+
+
 def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     """Build, displacement check and list forces for `pot` with `plan`'s window and caps."""
-    kr, kc = plan.k_rows, plan.k_cols
-    if len(plan.caps) != 2 * kr + 2 or not plan.skin_A > 0:
-        raise WseError("a neighbour-list plan needs skin_A > 0 and 2 k_rows + 2 capacities")
-    dtype = jnp.dtype(plan.dtype)
-    spl = _splines(pot, dtype)
-    cutoff, skin = pot.cutoff_A, plan.skin_A
-    reach2 = (cutoff + skin) ** 2
-    box = jnp.asarray(np.array(plan.box_A), dtype)
-    caps, total = plan.caps[:-1], plan.caps[-1]
-    offsets = np.asarray(march_order(kr), np.int32)
-    seg_caps = np.asarray([caps[off + kr] for off in offsets])  # per offset, march order
-    depth = max((abs(off) for off, c in zip(offsets, seg_caps, strict=True) if c), default=0)
-    width, cap_max = 2 * kc + 1, max(caps)
-    col_dtype = jnp.uint8 if width <= 256 else jnp.int32  # a build's window columns, compact
-    if total == 0:
-        raise WseError("no atom has a neighbour within the cutoff + skin")
-    block_pes = wafer.block_shape[0] * wafer.block_shape[1]
-    active = plan.active if 0 < plan.active < block_pes else block_pes
-    # phase 1 keeps the densities' slopes per candidate for phase 2 when a block's PEs are
-    # one chunk (in cache: ~4% per evaluation at 256 atoms); over several chunks writing
-    # and reading them back costs more than phase 2's knot lookups (+20% at 32k atoms)
-    keep_slopes = active <= CHUNK
-
-    def min_image(d, b=box):  # b: the box, shaped to broadcast along d's x, y, z axis
-        return d - b * jnp.round(d * (1.0 / b))
-
-    def select(region, pos, held, pe_row, pe_col):
-        """Per block, row offset by row offset (march order): each PE's first `cap_max`
-        window columns within cutoff + skin, their species and their count; with
-        `plan.active` in the block's order (atom-holding PEs first) and that order."""
-        br, bc = held.shape
-        planes = [region[..., i] for i in range(4)]  # x, y, z, species of the region
-        mine = [pos[..., i] for i in range(3)]
-        pitch = region.shape[1]
-
-        def one_offset(_, off):
-            rows = [jax.lax.dynamic_slice_in_dim(p, kr + off, br, axis=0) for p in planes]
-            words = [jnp.zeros(held.shape, jnp.uint32) for _ in range(-(-width // 32))]
-            for j in range(width):  # the PEs j - kc columns east
-                r2 = 0.0
-                for axis in range(3):
-                    d = rows[axis][:, j : j + bc] - mine[axis]
-                    d = min_image(d, box[axis])
-                    r2 = r2 + d * d
-                ok = held & (rows[3][:, j : j + bc] >= 0) & (r2 < reach2)
-                if j == kc:
-                    ok = ok & (off != 0)  # not itself
-                words[j // 32] = words[j // 32] | (ok.astype(jnp.uint32) << (j % 32))
-            col, count = _first_set_bits(words, cap_max, width)
-            return None, (col.astype(col_dtype), count)
-
-        _, (cols, counts) = jax.lax.scan(one_offset, None, jnp.asarray(offsets))
-        counts = jnp.moveaxis(counts, 0, 2)  # (br, bc, S)
-        seg, entry, count = _pack(counts, seg_caps, total)
-        # the picked entries of the scan's (S, cap_max, br, bc) column outputs
-        pe_r, pe_c = jnp.arange(br)[:, None, None], jnp.arange(bc)[:, None]
-        # each PE's (S, cap_max) columns together, so its picks share cache lines
-        cols = jnp.transpose(cols, (2, 3, 0, 1))
-        at = ((pe_r * bc + pe_c) * len(offsets) + seg) * cap_max + jnp.minimum(entry, cap_max - 1)
-        col = jnp.take(cols, at).astype(jnp.int32)
-        row = pe_r + jnp.take(jnp.asarray(offsets), seg)  # in rows of the build's region - kr
-        species = jnp.take(planes[3].reshape(-1), (row + kr) * pitch + pe_c + col)
-        # in the forces' region (rows -depth .. depth, the same columns)
-        # (padding entries may name a row offset beyond depth: clipped into the region)
-        index = jnp.clip(row + depth, 0, br + 2 * depth - 1) * pitch + pe_c + col
-        over = jnp.any(counts > jnp.asarray(seg_caps, jnp.int32), axis=-1) | (count > total)
-        n = br * bc
-        if active >= n:
-            return index, species, count, over, jnp.arange(n, dtype=jnp.int32).reshape(br, bc)
-        # logical PEs that hold an atom first (padding PEs hold zeros, species 0)
-        live = held & (pe_row < wafer.rows) & (pe_col < wafer.cols)
-        order = jnp.argsort(~live.reshape(-1), stable=True).astype(jnp.int32)
-
-        def stored(a):
-            return jnp.take(a.reshape((n,) + a.shape[2:]), order, axis=0).reshape(a.shape)
-
-        over = over | (jnp.sum(live) > active)  # more atoms than planned: never dropped
-        return stored(index), stored(species), stored(count), over, order.reshape(br, bc)
+    spec = list_spec(wafer, pot, plan, CHUNK)
 
     def build_fn(atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax.Array]:
-        pos, held = atoms.position, atoms.species >= 0
-        window = atoms.tagged_positions()
-        index, sp_j, count, over, order = fabric.window_apply(
-            wafer, window, kr, kc, select, pos, held, geo.row, geo.col
-        )
-        over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
-        over = over | _overflow(wafer, atoms, geo, plan, cutoff + skin)
-        nbrs = Neighbours(
-            index,
-            jnp.arange(total) < count[..., None],
-            jnp.maximum(sp_j, 0).astype(jnp.int32),
-            pos,
-            jnp.int32(0),
-            order,
-        )
-        return nbrs, over
+        return _build(spec, atoms, geo)
 
     def moved_fn(atoms: Atoms, nbrs: Neighbours) -> jax.Array:
-        held = atoms.species >= 0
-        d = atoms.position - nbrs.ref
-        moved = jnp.where(held, jnp.sum(d * d, axis=-1), 0.0)
-        return fabric.reduce(wafer, moved, "max") > (0.5 * skin) ** 2
-
-    def pairs(at, valid, pos, planes):
-        """Displacements (3 x (n, M)), distances and interval of n PEs to their candidates
-        (at: their flat places in the window region whose x, y, z planes are given)."""
-        d = [
-            q.reshape(-1).at[at].get(mode="promise_in_bounds") - pos[:, i, None]
-            for i, q in enumerate(planes)
-        ]
-        d = [min_image(di, box[i]) for i, di in enumerate(d)]
-        r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
-        valid = valid & (r2 < cutoff * cutoff)
-        r = jnp.sqrt(jnp.where(valid, r2, 1.0))
-        k, p = spl.locate_r(r)  # one interval lookup per pair, for every spline
-        return d, r, valid, k, p
-
-    def density(region, index, valid, sp_j, order, pos, sp_i):
-        """Phase 1 on a block, CHUNK PEs at a time: F'(rho) and the embedding energy, and
-        per candidate the densities' slopes rho_j' (and rho_i' with several elements) that
-        phase 2 needs (kept: phase 2 does not look the knots up again)."""
-        planes = [region[..., i] for i in range(3)]
-
-        def chunk(at, valid, sp_j, pos, sp_i):
-            _, _, valid, k, p = pairs(at, valid, pos, planes)
-            rho_j = spl.density(sp_j, sp_i[:, None], k, p)
-            rho = jnp.sum(jnp.where(valid, rho_j, 0.0), axis=-1)
-            if not keep_slopes:
-                return spl.embed(rho, sp_i), ()
-            slopes = spl.density_slope(sp_j, sp_i[:, None], k, p)
-            if len(pot.elements) > 1:
-                slopes = jnp.stack([slopes, spl.density_slope(sp_i[:, None], sp_j, k, p)], -1)
-            return spl.embed(rho, sp_i), slopes
-
-        return _on_active(chunk, active, (index, valid, sp_j), (pos, sp_i), order)
-
-    def force(fp_region, pos_region, index, valid, sp_j, *rest):
-        """Phase 2 on a block: forces, pair energy and virial (rest: the slopes phase 1
-        kept, if it did, then order, pos, sp_i, fp)."""
-        planes = [pos_region[..., i] for i in range(3)]
-        fp_flat = fp_region.reshape(-1)
-        slopes, (order, pos, sp_i, fp) = rest[:-4], rest[-4:]
-
-        def chunk(at, valid, sp_j, *rest):
-            *slopes, pos, sp_i, fp = rest
-            d, r, valid, k, p = pairs(at, valid, pos, planes)
-            fp_j = fp_flat.at[at].get(mode="promise_in_bounds")
-            both = None
-            if slopes:
-                (s,) = slopes
-                both = (s[..., 0], s[..., 1]) if s.ndim == 3 else (s, s)
-            inv_r = 1.0 / r
-            psip, phi = spl.pair(fp[:, None], fp_j, sp_i[:, None], sp_j, k, p, inv_r, both)
-            psip = jnp.where(valid, psip, 0.0)
-            s = psip * inv_r
-            f = jnp.stack([jnp.sum(s * di, axis=-1) for di in d], axis=-1)
-            pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
-            return (f, pair_e, -0.5 * jnp.sum(psip * r, axis=-1)), ()
-
-        lists = (index, valid, sp_j, *slopes)
-        return _on_active(chunk, active, lists, (pos, sp_i, fp), order)[0]
+        return _moved(spec, atoms, nbrs)
 
     def forces_fn(atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> EamOutput:
-        pos, sp = atoms.position, atoms.species
-        held = sp >= 0
-        sp_i = jnp.maximum(sp.astype(jnp.int32), 0)
-        lists = (nbrs.index, nbrs.valid, nbrs.species)
-        own = (nbrs.order, pos, sp_i)
-        # phase 1: the candidates' positions (the window multicast, filtered)
-        (fp, emb), slopes = fabric.window_apply(wafer, pos, depth, kc, density, *lists, *own)
-        slopes = (slopes,) if keep_slopes else ()
-        # phase 2: their F' (the positions' window and the slopes kept from phase 1)
-        forces, pair_e, virial = fabric.window_apply(
-            wafer, fp, depth, kc, force, *lists, *slopes, *own, fp, kept=(pos,)
-        )
-        energy = jnp.where(held, emb + pair_e, 0.0)
-        forces = jnp.where(held[..., None], forces, 0.0)
-        return EamOutput(forces, energy, jnp.where(held, virial, 0.0), jnp.bool_(False))
+        return _forces(spec, atoms, geo, nbrs)
 
     return ListFns(build_fn, moved_fn, forces_fn)

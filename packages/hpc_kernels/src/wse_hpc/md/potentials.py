@@ -13,7 +13,8 @@ Contract:
   `EamPotential.evaluate_*` (NumPy, float64) and `wse_hpc.md.eam` (JAX) evaluate them with
   LAMMPS's index and clamp rules, including F's linear extension above `rhomax`.
 - `write_setfl(pot, path)` writes a setfl file that LAMMPS reads.
-- A malformed file raises `PotentialError` naming the file, the line and the field.
+- A malformed file raises `PotentialError` naming the file, the line and the field (the
+  files' text, line by line as LAMMPS reads it: `wse_hpc.md.potential_format`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from wse_core.errors import WseError
+
+from wse_hpc.md.potential_format import (
+    PotentialError,
+    PotentialLines,
+    element_line,
+    element_symbol,
+    grid_line,
+    table_text,
+)
 
 __all__ = [
     "PotentialError",
@@ -38,10 +47,6 @@ __all__ = [
 ]
 
 FUNCFL_CHARGE_EV_A = 27.2 * 0.529  # LAMMPS's Hartree * Bohr for funcfl charges (ASE: 14.4)
-
-
-class PotentialError(WseError):
-    """A potential file is malformed or does not fit the system."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -113,96 +118,6 @@ def spline_coeffs(f: np.ndarray, delta: float) -> np.ndarray:
     return s
 
 
-# -- a line cursor with line numbers --------------------------------------------------------
-class _Lines:
-    """A potential file read as LAMMPS does: header lines one at a time; a table of n values
-    from as many whole lines as it takes (values left on its last line are dropped), so every
-    header and table starts on a fresh line."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        try:
-            self.lines = path.read_text().splitlines()
-        except OSError as e:
-            raise PotentialError(f"cannot read potential file {str(path)!r}: {e.strerror}") from e
-        except UnicodeDecodeError:
-            raise PotentialError(f"potential file {str(path)!r} is not a text file") from None
-        self.at = 0  # 0-based index of the next line
-
-    def error(self, lineno: int, field: int, tok: str, what: str) -> PotentialError:
-        return PotentialError(
-            f"{self.path.name} line {lineno} field {field}: {tok!r} is not {what}"
-        )
-
-    def header(self, what: str) -> tuple[int, list[str]]:
-        """(1-based line number, fields) of the next line."""
-        if self.at >= len(self.lines):
-            raise PotentialError(
-                f"{self.path.name}: file ends at line {len(self.lines)}; expected {what}"
-            )
-        self.at += 1
-        return self.at, self.lines[self.at - 1].split()
-
-    def numbers(self, count: int, what: str) -> np.ndarray:
-        out = np.empty(count)
-        n = 0
-        while n < count:
-            if self.at >= len(self.lines):
-                raise PotentialError(
-                    f"{self.path.name}: file ends early: expected {count} values of {what}, "
-                    f"found {n}"
-                )
-            lineno, fields = self.header(what)
-            for k, tok in enumerate(fields[: count - n], 1):
-                try:
-                    out[n] = float(tok.replace("D", "E").replace("d", "e"))
-                except ValueError:
-                    raise self.error(lineno, k, tok, f"a number (reading {what})") from None
-                if not np.isfinite(out[n]):
-                    raise self.error(lineno, k, tok, f"a finite number (reading {what})")
-                n += 1
-        return out
-
-
-def _header_numbers(src: _Lines, types: str, what: str) -> tuple[int, list[float | int], list[str]]:
-    """The next line parsed as numbers of the given types ('i' int, 'f' float)."""
-    lineno, fields = src.header(what)
-    if len(fields) < len(types):
-        raise PotentialError(
-            f"{src.path.name} line {lineno}: expected {len(types)} fields ({what}), "
-            f"found {len(fields)}"
-        )
-    out: list[float | int] = []
-    for k, (t, s) in enumerate(zip(types, fields, strict=False), 1):
-        try:
-            v = int(s) if t == "i" else float(s.replace("D", "E"))
-        except ValueError:
-            kind = "an integer" if t == "i" else "a number"
-            raise src.error(lineno, k, s, f"{kind} ({what})") from None
-        out.append(v)
-    return lineno, out, fields
-
-
-def _grid(src: _Lines) -> tuple[int, float, int, float, float]:
-    lineno, vals, _ = _header_numbers(src, "ififf", "Nrho drho Nr dr cutoff")
-    nrho, drho, nr, dr, cut = vals
-    for name, v in (("Nrho", nrho), ("Nr", nr)):
-        if v < 5:
-            raise PotentialError(f"{src.path.name} line {lineno}: {name} = {v}; need >= 5")
-    for name, v in (("drho", drho), ("dr", dr), ("cutoff", cut)):
-        if not v > 0:
-            raise PotentialError(f"{src.path.name} line {lineno}: {name} = {v} must be positive")
-    return int(nrho), float(drho), int(nr), float(dr), float(cut)
-
-
-def _element_line(src: _Lines) -> tuple[int, float, float, str]:
-    what = "atomic number, mass, lattice constant, lattice"
-    lineno, (number, mass, alat), fields = _header_numbers(src, "iff", what)
-    if not mass > 0:
-        raise PotentialError(f"{src.path.name} line {lineno} field 2: mass {mass} must be > 0")
-    return int(number), float(mass), float(alat), fields[3] if len(fields) > 3 else "?"
-
-
 # -- funcfl ---------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class _Funcfl:
@@ -221,10 +136,10 @@ class _Funcfl:
 
 
 def _read_one_funcfl(path: Path) -> _Funcfl:
-    src = _Lines(path)
+    src = PotentialLines(path)
     src.header("a comment line")
-    number, mass, alat, lat = _element_line(src)
-    nrho, drho, nr, dr, cut = _grid(src)
+    number, mass, alat, lat = element_line(src)
+    nrho, drho, nr, dr, cut = grid_line(src)
     frho = src.numbers(nrho, "F(rho)")
     zr = src.numbers(nr, "Z(r)")
     rhor = src.numbers(nr, "rho(r)")
@@ -283,7 +198,7 @@ def read_funcfl(paths: Sequence[str | Path], elements: Sequence[str]) -> EamPote
 def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
     """A setfl (`eam/alloy`) or, with `fs=True`, a Finnis–Sinclair (`eam/fs`) file."""
     path = Path(path)
-    src = _Lines(path)
+    src = PotentialLines(path)
     for _ in range(3):
         src.header("three comment lines")
     lineno, head = src.header("the element line 'N el1 ... elN'")
@@ -299,10 +214,10 @@ def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
             f"{path.name} line {lineno}: says {ne} elements but names {len(head) - 1}"
         )
     elements = tuple(head[1 : ne + 1])
-    nrho, drho, nr, dr, cut = _grid(src)
+    nrho, drho, nr, dr, cut = grid_line(src)
     meta, frho, rhor = [], [], np.zeros((ne, ne, nr))
     for a in range(ne):
-        meta.append(_element_line(src))
+        meta.append(element_line(src))
         frho.append(src.numbers(nrho, f"F(rho) of {elements[a]}"))
         if fs:
             for b in range(ne):
@@ -351,29 +266,11 @@ def read_potential(
     if name.endswith(".eam.fs"):
         return read_setfl(ps[0], fs=True)
     if elements is None:
-        elements = [_symbol_of(_read_one_funcfl(p).number, p) for p in ps]
+        elements = [element_symbol(_read_one_funcfl(p).number, p) for p in ps]
     return read_funcfl(ps, elements)
 
 
-_SYMBOLS = (
-    "X H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn Fe Co Ni Cu Zn "
-    "Ga Ge As Se Br Kr Rb Sr Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce "
-    "Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb Lu Hf Ta W Re Os Ir Pt Au Hg Tl Pb Bi"
-).split()
-
-
-def _symbol_of(number: int, path: Path) -> str:
-    if 0 < number < len(_SYMBOLS):
-        return _SYMBOLS[number]
-    raise PotentialError(f"{path.name} line 2 field 1: atomic number {number} is unknown")
-
-
 # -- writing --------------------------------------------------------------------------------
-def _block(values: np.ndarray) -> str:
-    rows = [" ".join(f"{v:.16e}" for v in values[i : i + 5]) for i in range(0, len(values), 5)]
-    return "\n".join(rows) + "\n"
-
-
 def write_setfl(pot: EamPotential, path: str | Path, comments: Sequence[str] = ()) -> Path:
     """Write `pot` as a setfl (`eam/alloy`) file LAMMPS reads; fs tables are refused."""
     if pot.kind == "fs" and not np.allclose(pot.rhor, pot.rhor[:, :1, :]):
@@ -392,11 +289,11 @@ def write_setfl(pot: EamPotential, path: str | Path, comments: Sequence[str] = (
             f"{pot.numbers[a]} {pot.masses_amu[a]:.10g} {pot.lattice_A[a]:.10g} "
             f"{pot.structures[a]}\n"
         )
-        out.append(_block(pot.frho[a]))
-        out.append(_block(pot.rhor[a, 0]))
+        out.append(table_text(pot.frho[a]))
+        out.append(table_text(pot.rhor[a, 0]))
     for a in range(len(pot.elements)):
         for b in range(a + 1):
-            out.append(_block(pot.z2r[a, b]))
+            out.append(table_text(pot.z2r[a, b]))
     path = Path(path)
     path.write_text("".join(out))
     return path

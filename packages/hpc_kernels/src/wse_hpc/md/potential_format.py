@@ -1,0 +1,143 @@
+"""The text of LAMMPS potential files (`wse_hpc.md.potentials`), read and written as LAMMPS
+does: a line cursor that takes header lines one at a time and tables of n values from as
+many whole lines as it takes, the grid and element header lines, element symbols by atomic
+number, and tables written five values a line.
+
+Contract: every malformed field raises `PotentialError` naming the file, the line (1-based)
+and the field (1-based); numbers may use Fortran's `D` exponent and must be finite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from wse_core.errors import WseError
+
+__all__ = [
+    "PotentialError",
+    "PotentialLines",
+    "header_numbers",
+    "grid_line",
+    "element_line",
+    "element_symbol",
+    "table_text",
+]
+
+
+class PotentialError(WseError):
+    """A potential file is malformed or does not fit the system."""
+
+
+# -- a line cursor with line numbers --------------------------------------------------------
+class PotentialLines:
+    """A potential file read as LAMMPS does: header lines one at a time; a table of n values
+    from as many whole lines as it takes (values left on its last line are dropped), so every
+    header and table starts on a fresh line."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.lines = path.read_text().splitlines()
+        except OSError as e:
+            raise PotentialError(f"cannot read potential file {str(path)!r}: {e.strerror}") from e
+        except UnicodeDecodeError:
+            raise PotentialError(f"potential file {str(path)!r} is not a text file") from None
+        self.at = 0  # 0-based index of the next line
+
+    def error(self, lineno: int, field: int, tok: str, what: str) -> PotentialError:
+        return PotentialError(
+            f"{self.path.name} line {lineno} field {field}: {tok!r} is not {what}"
+        )
+
+    def header(self, what: str) -> tuple[int, list[str]]:
+        """(1-based line number, fields) of the next line."""
+        if self.at >= len(self.lines):
+            raise PotentialError(
+                f"{self.path.name}: file ends at line {len(self.lines)}; expected {what}"
+            )
+        self.at += 1
+        return self.at, self.lines[self.at - 1].split()
+
+    def numbers(self, count: int, what: str) -> np.ndarray:
+        out = np.empty(count)
+        n = 0
+        while n < count:
+            if self.at >= len(self.lines):
+                raise PotentialError(
+                    f"{self.path.name}: file ends early: expected {count} values of {what}, "
+                    f"found {n}"
+                )
+            lineno, fields = self.header(what)
+            for k, tok in enumerate(fields[: count - n], 1):
+                try:
+                    out[n] = float(tok.replace("D", "E").replace("d", "e"))
+                except ValueError:
+                    raise self.error(lineno, k, tok, f"a number (reading {what})") from None
+                if not np.isfinite(out[n]):
+                    raise self.error(lineno, k, tok, f"a finite number (reading {what})")
+                n += 1
+        return out
+
+
+def header_numbers(
+    src: PotentialLines, types: str, what: str
+) -> tuple[int, list[float | int], list[str]]:
+    """The next line parsed as numbers of the given types ('i' int, 'f' float)."""
+    lineno, fields = src.header(what)
+    if len(fields) < len(types):
+        raise PotentialError(
+            f"{src.path.name} line {lineno}: expected {len(types)} fields ({what}), "
+            f"found {len(fields)}"
+        )
+    out: list[float | int] = []
+    for k, (t, s) in enumerate(zip(types, fields, strict=False), 1):
+        try:
+            v = int(s) if t == "i" else float(s.replace("D", "E"))
+        except ValueError:
+            kind = "an integer" if t == "i" else "a number"
+            raise src.error(lineno, k, s, f"{kind} ({what})") from None
+        out.append(v)
+    return lineno, out, fields
+
+
+def grid_line(src: PotentialLines) -> tuple[int, float, int, float, float]:
+    """The grid line: (Nrho, drho, Nr, dr, cutoff), Nrho and Nr >= 5, the rest > 0."""
+    lineno, vals, _ = header_numbers(src, "ififf", "Nrho drho Nr dr cutoff")
+    nrho, drho, nr, dr, cut = vals
+    for name, v in (("Nrho", nrho), ("Nr", nr)):
+        if v < 5:
+            raise PotentialError(f"{src.path.name} line {lineno}: {name} = {v}; need >= 5")
+    for name, v in (("drho", drho), ("dr", dr), ("cutoff", cut)):
+        if not v > 0:
+            raise PotentialError(f"{src.path.name} line {lineno}: {name} = {v} must be positive")
+    return int(nrho), float(drho), int(nr), float(dr), float(cut)
+
+
+def element_line(src: PotentialLines) -> tuple[int, float, float, str]:
+    """An element line: (atomic number, mass amu > 0, lattice constant A, lattice or "?")."""
+    what = "atomic number, mass, lattice constant, lattice"
+    lineno, (number, mass, alat), fields = header_numbers(src, "iff", what)
+    if not mass > 0:
+        raise PotentialError(f"{src.path.name} line {lineno} field 2: mass {mass} must be > 0")
+    return int(number), float(mass), float(alat), fields[3] if len(fields) > 3 else "?"
+
+
+_SYMBOLS = (
+    "X H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn Fe Co Ni Cu Zn "
+    "Ga Ge As Se Br Kr Rb Sr Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce "
+    "Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb Lu Hf Ta W Re Os Ir Pt Au Hg Tl Pb Bi"
+).split()
+
+
+def element_symbol(number: int, path: Path) -> str:
+    """The symbol of atomic number `number` (1 .. 83), read from `path`'s line 2."""
+    if 0 < number < len(_SYMBOLS):
+        return _SYMBOLS[number]
+    raise PotentialError(f"{path.name} line 2 field 1: atomic number {number} is unknown")
+
+
+def table_text(values: np.ndarray) -> str:
+    """A table as LAMMPS writes one: five values a line, 17 significant digits."""
+    rows = [" ".join(f"{v:.16e}" for v in values[i : i + 5]) for i in range(0, len(values), 5)]
+    return "\n".join(rows) + "\n"
