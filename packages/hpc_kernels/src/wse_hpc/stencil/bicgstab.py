@@ -28,6 +28,7 @@ singular).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Literal, NamedTuple
@@ -111,6 +112,105 @@ def default_replace_every(precision: str) -> int:
     return 10 if precision == "mixed" else 50
 
 
+class _Solver(NamedTuple):
+    """The static things one solve closes over (built by `bicgstab`)."""
+
+    grid: StencilGrid
+    spmv: Callable[[jax.Array], jax.Array]  # D^-1 A in the working precision
+    lo: Callable[[jax.Array], jax.Array]  # cast to the working precision
+    inv_d: float
+    maxiter: int
+    every: int  # residual-replacement period (0: off)
+
+
+def _step(sv: _Solver, st: _State, rho_new: jax.Array) -> _State:
+    """One BiCGSTAB iteration's vectors: p, v = A p, s, t = A s, x and r."""
+    grid, spmv, lo = sv.grid, sv.spmv, sv.lo
+    # The first iteration has p = r: beta from rho = 1 could overflow fp16 (inf * 0).
+    beta = jnp.where(st.restart, 0.0, (rho_new / st.rho) * (st.alpha / st.omega))
+    p = st.r + lo(beta) * (st.p - lo(st.omega) * st.v)
+    v = spmv(p)
+    alpha = rho_new / _fused_dot(grid, [(st.rhat, v)])[0]
+    s = st.r - lo(alpha) * v
+    t = spmv(s)
+    ts, tt = _fused_dot(grid, [(t, s), (t, t)])
+    omega = jnp.where(tt > 0, ts / tt, 0.0)
+    x = st.x + alpha * p.astype(jnp.float32) + omega * s.astype(jnp.float32)
+    r = s - lo(omega) * t
+    return st._replace(x=x, r=r, p=p, v=v, alpha=alpha, omega=omega)
+
+
+def _start(
+    sv: _Solver, b: jax.Array, x0: jax.Array | None, sigma
+) -> tuple[_State, jax.Array, jax.Array, jax.Array]:
+    """The first state, the scaled working-precision b, rho_0 and ||r_0||."""
+    spmv, lo, inv_d, maxiter = sv.spmv, sv.lo, sv.inv_d, sv.maxiter
+    scale = jnp.asarray(sigma, jnp.float32) * inv_d
+    b32 = b.astype(jnp.float32) * scale
+    bs = lo(b32)
+    x = jnp.zeros_like(b32) if x0 is None else x0 * jnp.asarray(sigma, jnp.float32)
+    r = lo(b32 - spmv(x)) if x0 is not None else bs
+    del b32  # only the working-precision b stays alive (memory at the SC20 size)
+    rho0, rr0 = _fused_dot(sv.grid, [(r, r), (r, r)])
+    r0norm = jnp.sqrt(rr0)
+    hist = jnp.full((maxiter + 1,), jnp.nan, jnp.float32).at[0].set(1.0)
+    one = jnp.float32(1.0)
+    st = _State(
+        x,
+        r,
+        r,
+        jnp.zeros_like(r),
+        jnp.zeros_like(r),
+        one,
+        one,
+        one,
+        rho0,
+        jnp.int32(0),
+        hist,
+        jnp.bool_(False),
+        jnp.bool_(True),
+        rr0,
+    )
+    return st, bs, rho0, r0norm
+
+
+def _iterate(
+    sv: _Solver, bs: jax.Array, r0norm: jax.Array, carry: tuple[_State, jax.Array]
+) -> tuple[_State, jax.Array]:
+    """The while loop's body: one iteration, the residual replacement, the restart test."""
+    grid, spmv, lo, every = sv.grid, sv.spmv, sv.lo, sv.every
+    # rho_new = (r^, r) of the current r, computed with ||r||^2 at the end of the
+    # previous iteration (one reduction for both).
+    st, rho_new = carry
+    nxt = _step(sv, st, rho_new)
+    if every:  # residual replacement: r = b - A x from the fp32 solution
+        fresh = (st.it + 1) % every == 0
+        fresh_r = lambda: lo(bs.astype(jnp.float32) - spmv(nxt.x))
+        nxt = nxt._replace(r=lax.cond(fresh, fresh_r, lambda: nxt.r))
+    rho_next, rr = _fused_dot(grid, [(st.rhat, nxt.r), (nxt.r, nxt.r)])
+    it = st.it + 1
+    # Restart (r^ = r, p = r) when r^ and r become nearly orthogonal: in fp16 the
+    # next alpha would otherwise blow up.
+    restart = jnp.abs(rho_next) < _RESTART * jnp.sqrt(rr * st.hh)
+    hh = jnp.where(restart, rr, st.hh)
+    rhat = lax.cond(restart, lambda: nxt.r, lambda: st.rhat)
+    rho_next = jnp.where(restart, rr, rho_next)
+    bad = ~jnp.isfinite(rr) | (rho_next == 0) | (nxt.omega == 0)
+    rr = jnp.where(jnp.isfinite(rr), rr, st.rr)  # report the last finite residual
+    hist = nxt.history.at[it].set(jnp.sqrt(rr) / r0norm)
+    done = nxt._replace(
+        rhat=rhat,
+        rho=rho_new,
+        rr=rr,
+        it=it,
+        history=hist,
+        breakdown=bad,
+        restart=restart,
+        hh=hh,
+    )
+    return done, rho_next
+
+
 def bicgstab(
     grid: StencilGrid,
     *,
@@ -140,88 +240,19 @@ def bicgstab(
     spmv = laplacian7(grid, scale=inv_d)  # D^-1 A, folded into the coefficients for fp16
     lo = lambda s: s.astype(dtype)
     every = default_replace_every(precision) if replace_every is None else replace_every
-
-    def step(st: _State, rho_new: jax.Array) -> _State:
-        # The first iteration has p = r: beta from rho = 1 could overflow fp16 (inf * 0).
-        beta = jnp.where(st.restart, 0.0, (rho_new / st.rho) * (st.alpha / st.omega))
-        p = st.r + lo(beta) * (st.p - lo(st.omega) * st.v)
-        v = spmv(p)
-        alpha = rho_new / _fused_dot(grid, [(st.rhat, v)])[0]
-        s = st.r - lo(alpha) * v
-        t = spmv(s)
-        ts, tt = _fused_dot(grid, [(t, s), (t, t)])
-        omega = jnp.where(tt > 0, ts / tt, 0.0)
-        x = st.x + alpha * p.astype(jnp.float32) + omega * s.astype(jnp.float32)
-        r = s - lo(omega) * t
-        return st._replace(x=x, r=r, p=p, v=v, alpha=alpha, omega=omega)
+    sv = _Solver(grid, spmv, lo, inv_d, maxiter, every)
 
     def solve_fn(
         b: jax.Array, x0: jax.Array | None = None, sigma=1.0, *, rtol=None, limit=None
     ) -> BicgstabResult:
-        scale = jnp.asarray(sigma, jnp.float32) * inv_d
-        b32 = b.astype(jnp.float32) * scale
-        bs = lo(b32)
-        x = jnp.zeros_like(b32) if x0 is None else x0 * jnp.asarray(sigma, jnp.float32)
-        r = lo(b32 - spmv(x)) if x0 is not None else bs
-        del b32  # only the working-precision b stays alive (memory at the SC20 size)
-        rho0, rr0 = _fused_dot(grid, [(r, r), (r, r)])
-        r0norm = jnp.sqrt(rr0)
-        hist = jnp.full((maxiter + 1,), jnp.nan, jnp.float32).at[0].set(1.0)
-        one = jnp.float32(1.0)
-        st = _State(
-            x,
-            r,
-            r,
-            jnp.zeros_like(r),
-            jnp.zeros_like(r),
-            one,
-            one,
-            one,
-            rho0,
-            jnp.int32(0),
-            hist,
-            jnp.bool_(False),
-            jnp.bool_(True),
-            rr0,
-        )
+        st, bs, rho0, r0norm = _start(sv, b, x0, sigma)
         stop_at = jnp.asarray(tol if rtol is None else rtol, jnp.float32) * r0norm
         cap = maxiter if limit is None else jnp.minimum(limit, maxiter)
 
         def cond(st: _State) -> jax.Array:
             return (st.it < cap) & (jnp.sqrt(st.rr) > stop_at) & ~st.breakdown
 
-        def iterate(carry: tuple[_State, jax.Array]) -> tuple[_State, jax.Array]:
-            # rho_new = (r^, r) of the current r, computed with ||r||^2 at the end of the
-            # previous iteration (one reduction for both).
-            st, rho_new = carry
-            nxt = step(st, rho_new)
-            if every:  # residual replacement: r = b - A x from the fp32 solution
-                fresh = (st.it + 1) % every == 0
-                fresh_r = lambda: lo(bs.astype(jnp.float32) - spmv(nxt.x))
-                nxt = nxt._replace(r=lax.cond(fresh, fresh_r, lambda: nxt.r))
-            rho_next, rr = _fused_dot(grid, [(st.rhat, nxt.r), (nxt.r, nxt.r)])
-            it = st.it + 1
-            # Restart (r^ = r, p = r) when r^ and r become nearly orthogonal: in fp16 the
-            # next alpha would otherwise blow up.
-            restart = jnp.abs(rho_next) < _RESTART * jnp.sqrt(rr * st.hh)
-            hh = jnp.where(restart, rr, st.hh)
-            rhat = lax.cond(restart, lambda: nxt.r, lambda: st.rhat)
-            rho_next = jnp.where(restart, rr, rho_next)
-            bad = ~jnp.isfinite(rr) | (rho_next == 0) | (nxt.omega == 0)
-            rr = jnp.where(jnp.isfinite(rr), rr, st.rr)  # report the last finite residual
-            hist = nxt.history.at[it].set(jnp.sqrt(rr) / r0norm)
-            done = nxt._replace(
-                rhat=rhat,
-                rho=rho_new,
-                rr=rr,
-                it=it,
-                history=hist,
-                breakdown=bad,
-                restart=restart,
-                hh=hh,
-            )
-            return done, rho_next
-
+        iterate = functools.partial(_iterate, sv, bs, r0norm)
         st, _ = lax.while_loop(lambda c: cond(c[0]), iterate, (st, rho0))
         x_out = st.x / jnp.asarray(sigma, jnp.float32)
         res = jnp.sqrt(st.rr) / r0norm

@@ -23,6 +23,7 @@ picks the pair for tol < PAIR_BELOW). The best x seen is kept (a stalled step is
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -33,6 +34,7 @@ from jax import lax
 
 from wse_hpc.stencil.bicgstab import (
     _TARGET_MAGNITUDE,
+    BicgstabResult,
     Precision,
     _fused_dot,
     bicgstab,
@@ -96,6 +98,52 @@ def _two_sum(hi: jax.Array, lo: jax.Array, d: jax.Array) -> tuple[jax.Array, jax
     return s, lo + err
 
 
+class _Refiner(NamedTuple):
+    """The static things one refinement closes over (built by `refine`)."""
+
+    grid: StencilGrid
+    inner: Callable[..., BicgstabResult]  # the inner BiCGSTAB's solve_fn
+    apply_a: Callable[[jax.Array], jax.Array]  # A in fp32
+    precision: str
+    maxiter: int
+    every: int  # the inner residual-replacement period
+    target: float  # tol - CERTIFY_FLOOR
+    bound_per_r: float  # |y| per ||r|| (sigma from ||r||)
+    pair: bool
+
+
+def _residual(rf: _Refiner, b, x, x_lo):
+    """r = b - A x (x = x_hi + x_lo with `pair`) and ||r|| (one fp32 allreduce)."""
+    apply_a, grid, pair = rf.apply_a, rf.grid, rf.pair
+    r = b - apply_a(x)
+    r = r - apply_a(x_lo) if pair else r
+    return r, jnp.sqrt(_fused_dot(grid, [(r, r)])[0])
+
+
+def _outer_step(rf: _Refiner, b: jax.Array, bnorm: jax.Array, st: _Outer) -> _Outer:
+    """One outer step: the inner solve of A d = r, x += d, the new true residual."""
+    inner, precision, maxiter, every = rf.inner, rf.precision, rf.maxiter, rf.every
+    target, bound_per_r, pair = rf.target, rf.bound_per_r, rf.pair
+    sigma = jnp.exp2(jnp.round(jnp.log2(_TARGET_MAGNITUDE / (st.rnorm * bound_per_r))))
+    rtol = jnp.maximum(0.5 * max(target, CERTIFY_FLOOR) / st.t, INNER_RTOL[precision])
+    res = inner(st.r, None, sigma, rtol=rtol, limit=maxiter - st.its)
+    d = jnp.where(jnp.isfinite(res.residual), res.x, 0.0)
+    x, x_lo = _two_sum(st.x, st.x_lo, d) if pair else (st.x + d, st.x_lo)
+    r, rnorm = _residual(rf, b, x, x_lo)
+    t = rnorm / bnorm
+    keep = lambda new, old: jnp.where(t < st.t, new, old)  # the best x stays
+    idx = jnp.arange(maxiter + 1)
+    mine = (idx > st.its) & (idx <= st.its + res.iterations)
+    src = res.history[jnp.clip(idx - st.its, 0, maxiter)] * (st.rnorm / bnorm)
+    its = st.its + res.iterations
+    return _Outer(
+        keep(x, st.x), keep(x_lo, st.x_lo), r, rnorm, jnp.minimum(t, st.t),
+        res.residual * st.rnorm / bnorm, st.k + 1, its, st.repl + res.iterations // every,
+        jnp.where(mine, src, st.hist), st.thist.at[st.k].set(t), st.tits.at[st.k].set(its),
+        t > STALL * st.t, res.breakdown,
+    )  # fmt: skip
+
+
 def refine(
     grid: StencilGrid,
     *,
@@ -116,16 +164,12 @@ def refine(
     target = tol - CERTIFY_FLOOR  # <= 0: not certifiable, refine until it stalls
     # sigma from ||r|| (>= max |r|): |y| <= 2^10 as in scale_for, without a max-reduction.
     bound_per_r = 1.0 / float(diagonal(grid)) / lambda_min(grid)
-
-    def residual(b, x, x_lo):
-        r = b - apply_a(x)
-        r = r - apply_a(x_lo) if pair else r
-        return r, jnp.sqrt(_fused_dot(grid, [(r, r)])[0])
+    rf = _Refiner(grid, inner, apply_a, precision, maxiter, every, target, bound_per_r, pair)
 
     def solve_fn(b: jax.Array) -> SolveResult:
         bnorm = jnp.sqrt(_fused_dot(grid, [(b, b)])[0])
         zero = jnp.zeros_like(b, jnp.float32)
-        r, rnorm = residual(b, zero, zero)  # the first check (x = 0), priced as any other
+        r, rnorm = _residual(rf, b, zero, zero)  # the first check (x = 0), priced as any other
         t0 = jnp.where(bnorm > 0, rnorm / bnorm, 0.0)
         nan = lambda n: jnp.full((n,), jnp.nan, jnp.float32)
         st = _Outer(
@@ -137,27 +181,7 @@ def refine(
         def cond(st: _Outer) -> jax.Array:
             return (st.t > target) & ~st.stalled & (st.its < maxiter) & (st.k <= MAX_OUTER)
 
-        def step(st: _Outer) -> _Outer:
-            sigma = jnp.exp2(jnp.round(jnp.log2(_TARGET_MAGNITUDE / (st.rnorm * bound_per_r))))
-            rtol = jnp.maximum(0.5 * max(target, CERTIFY_FLOOR) / st.t, INNER_RTOL[precision])
-            res = inner(st.r, None, sigma, rtol=rtol, limit=maxiter - st.its)
-            d = jnp.where(jnp.isfinite(res.residual), res.x, 0.0)
-            x, x_lo = _two_sum(st.x, st.x_lo, d) if pair else (st.x + d, st.x_lo)
-            r, rnorm = residual(b, x, x_lo)
-            t = rnorm / bnorm
-            keep = lambda new, old: jnp.where(t < st.t, new, old)  # the best x stays
-            idx = jnp.arange(maxiter + 1)
-            mine = (idx > st.its) & (idx <= st.its + res.iterations)
-            src = res.history[jnp.clip(idx - st.its, 0, maxiter)] * (st.rnorm / bnorm)
-            its = st.its + res.iterations
-            return _Outer(
-                keep(x, st.x), keep(x_lo, st.x_lo), r, rnorm, jnp.minimum(t, st.t),
-                res.residual * st.rnorm / bnorm, st.k + 1, its, st.repl + res.iterations // every,
-                jnp.where(mine, src, st.hist), st.thist.at[st.k].set(t), st.tits.at[st.k].set(its),
-                t > STALL * st.t, res.breakdown,
-            )  # fmt: skip
-
-        st = lax.while_loop(cond, step, st)
+        st = lax.while_loop(cond, functools.partial(_outer_step, rf, b, bnorm), st)
         return SolveResult(
             st.x, st.x_lo, st.its, st.k, st.repl, st.t, st.rec, st.hist, st.thist, st.tits,
             st.t <= target, st.stalled, st.breakdown,

@@ -1,13 +1,14 @@
 """The stencil shell: builds a problem, jits and times the kernels, attaches predictions.
 
 `run_stencil(StencilConfig(...))` is what `wse hpc stencil`, the benchmark, the experiments and
-the demo call. It places the grid (SRAM ledger first; `place_*` are the plans the experiments
-price at full size), builds the problem (below), compiles before timing (the measured wall
-time excludes compilation), runs many steps per jitted call (a `lax.fori_loop` per chunk;
-BiCGSTAB with refinement is one `lax.while_loop`) and returns a `wse_core.RunReport`: the
-measured wall time beside the predicted wafer time of the same run (`wse_hpc.stencil.perf`
-priced on the same grid, dtype, Z block and traced traffic), and in `extra` the history,
-the final figures, the rates and a z-slice of the solution (`slice_xy`, at most 64 x 64).
+the demo call. It places the grid (SRAM ledger first; `problems.place_*` are the plans the
+experiments price at full size), builds the problem (below), compiles before timing (the
+measured wall time excludes compilation), runs many steps per jitted call (a `lax.fori_loop`
+per chunk; BiCGSTAB with refinement is one `lax.while_loop`) and returns a
+`wse_core.RunReport`: the measured wall time beside the predicted wafer time of the same run
+(`wse_hpc.stencil.perf` priced on the same grid, dtype, Z block and traced traffic), and in
+`extra` the history, the final figures, the rates and a z-slice of the solution (`slice_xy`,
+at most 64 x 64).
 
 Problems (on the unit cube):
 - jacobi: Poisson A u = f with u = sin(pi x) sin(pi y) sin(pi z) (Dirichlet; 2 pi for
@@ -49,9 +50,18 @@ from wse_hpc.stencil.kernels import (
     pad_z,
 )
 from wse_hpc.stencil.placement import StencilError, StencilGrid, grid_wafer, place_grid
+from wse_hpc.stencil.problems import (
+    bicgstab_spmv,
+    default_block_z,
+    exact_solution,
+    place_bicgstab,
+    place_jacobi,
+    place_wave,
+    wave_block_fn,
+)
 from wse_hpc.stencil.refine import CERTIFY_FLOOR, PAIR_BELOW, refine
-from wse_hpc.stencil.wave import RADIUS, laplacian25, wave25
 from wse_hpc.stencil.wave import max_stable_dt as wave_dt
+from wse_hpc.stencil.wave import wave25
 
 __all__ = [
     "KINDS",
@@ -79,15 +89,6 @@ class StencilConfig:
     mesh_shape: tuple[int, int] | None = None
     defect_seed: int | None = None
     chunks: int = 10  # history points for the stepping kernels
-
-
-def exact_solution(grid: StencilGrid, kind: str) -> np.ndarray:
-    """The manufactured solution used by `kind` (fp64, (nx, ny, nz))."""
-    x, y, z = np.meshgrid(*grid.coords(), indexing="ij")
-    if kind == "bicgstab":
-        return np.sin(np.pi * x) * np.sin(2 * np.pi * y) * np.sin(np.pi * z) * np.exp(x + z)
-    k = 2 * np.pi if grid.boundary == "periodic" else np.pi
-    return np.sin(k * x) * np.sin(k * y) * np.sin(k * z)
 
 
 def _eigenvalue(grid: StencilGrid) -> float:
@@ -210,17 +211,6 @@ def _traffic(grid: StencilGrid, phases: Phases):
     return Traffic("run", links=dict(work.links), latency_hops=work.latency_hops)
 
 
-def place_jacobi(wafer, shape, dtype: str, boundary: str = "dirichlet") -> StencilGrid:
-    """Jacobi / heat fields u, u_next, f (heat: no f) plus one Z ghost plane at each end."""
-    return place_grid(
-        wafer,
-        shape,
-        {"u": dtype, "u_next": dtype, "f": dtype},
-        boundary=boundary,
-        buffers_for=lambda n: 4 * DTYPE_BYTES[dtype],
-    )
-
-
 def _run_jacobi(cfg, wafer, progress) -> RunReport:
     dt = _field_dtype(cfg, ("fp32", "fp16"))
     grid = place_jacobi(wafer, cfg.grid, dt, cfg.boundary)
@@ -286,25 +276,6 @@ def _run_heat(cfg, wafer, progress) -> RunReport:
     )  # fmt: skip
 
 
-def place_bicgstab(
-    wafer, shape, precision: str, *, pair: bool, boundary: str = "dirichlet"
-) -> StencilGrid:
-    """BiCGSTAB with refinement: the inner vectors r, r^, p, v, s, t and the scaled
-    right-hand side in the vector dtype (fp16 for mixed); b, x and the correction d (which
-    also holds the outer residual) in fp32; x_lo in fp32 when x is a pair."""
-    vec = "fp16" if precision == "mixed" else "fp32"
-    inner = dict.fromkeys(("r", "rhat", "p", "v", "s", "t", "bs"), vec)
-    outer = dict.fromkeys(("b", "x", "d", *(("x_lo",) if pair else ())), "fp32")
-    return place_grid(wafer, shape, {**inner, **outer}, boundary=boundary)
-
-
-def bicgstab_spmv(grid: StencilGrid):
-    """The SpMV the solver applies (D^-1 A folded into the coefficients)."""
-    from wse_hpc.stencil.kernels import diagonal
-
-    return laplacian7(grid, scale=1.0 / float(diagonal(grid)))
-
-
 def _run_bicgstab(cfg, wafer, progress) -> RunReport:
     precision = "mixed" if cfg.dtype in ("mixed", "fp16") else _field_dtype(cfg, ("fp32",))
     tol = cfg.tol if cfg.tol is not None else (1e-3 if precision == "mixed" else 1e-6)
@@ -361,29 +332,6 @@ def _reason(res, tol: float, maxiter: int, precision: str, pair: bool) -> str:
             f"{int(res.outer) - 1} refinement steps ({precision} inner solves, x in {carry})"
         )
     return f"iteration cap {maxiter} reached with the true residual at {t:.2e} > tol {tol:g}"
-
-
-def default_block_z(nz: int, cap: int = 64) -> int:
-    """The largest divisor of nz not above `cap`."""
-    return max(d for d in range(1, min(nz, cap) + 1) if nz % d == 0)
-
-
-def place_wave(wafer, shape, block_z: int, boundary: str = "dirichlet") -> StencilGrid:
-    """u_prev, u and the velocity in fp32, and a buffer of 16 received halo values per cell
-    of a Z block of `block_z` plus the ghost planes."""
-    return place_grid(
-        wafer,
-        shape,
-        {"u_prev": "fp32", "u": "fp32", "velocity": "fp32"},
-        boundary=boundary,
-        radius=RADIUS,
-        buffers_for=lambda n: 16 * 4 * min(block_z, n) + 8 * 2 * 4,
-    )
-
-
-def wave_block_fn(grid: StencilGrid):
-    """One Z block's stencil, as the step runs it (traced by the cost model)."""
-    return lambda block: laplacian25(grid, block, block.shape[2] - 2 * RADIUS)
 
 
 def _run_wave(cfg, wafer, progress) -> RunReport:

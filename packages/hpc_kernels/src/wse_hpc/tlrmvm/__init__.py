@@ -7,8 +7,10 @@ PE column a set of rank rows found by an edge colouring, a few percent of paddin
 (banded: each tile row padded to its largest rank) plans the layout (the ledger sizes it) and
 `wafer.place_plan` puts any plan's bases in PE SRAM; `tlrmvm_grouped` / `tlrmvm_packed` /
 `wafer.tlrmvm` return pure functions for A x and A^H y in three phases (V^H x per tile
-column, the reshuffle through the fabric, U y per tile row); `engine.TlrEngine` is the
-shell (jit, timing, RunReports); `perf` prices each plan instruction by instruction (and
+column, the reshuffle through the fabric, U y per tile row; `grouped_phases` runs the grouped
+plan's phases on device blocks); `engine.TlrEngine` is the
+shell (jit, timing, RunReports); `perf` prices each plan instruction by instruction (each
+PE's own tiles from `pe_programs`; and
 Cerebras's matvec bandwidth accounting); `baseline` holds the
 plain NumPy TLR-MVMs; `seismic` makes synthetic Green's-function operators; `mdd` solves
 multi-dimensional deconvolution with LSQR on top; `experiments` and `demo` are the CLI's

@@ -38,24 +38,8 @@ The adjoint A^H y runs the same placement backwards: the y pieces along the rows
 U row, the ring allgather south (the V row keeps the slot of its tile row's group), V times
 it into partial x pieces and a sum along the row.
 
-The emulator computes each phase over a device block with one large operation, so the
-bases are streamed once per product (the ledgers record what the wafer does, as above), in
-one of two forms (`kernel`):
-- "pe" (the default on a CPU): phases 1 and 3 are the PEs' own kernels (`pe_kernels`, numba
-  through XLA's FFI, one call per block, on the cores): each stored row times its own piece
-  only, and each row's values times its row into its piece. Benchmark, 2 cores, one device,
-  one vector (bench_tlrmvm, 2026-11-23): 0.12 / 0.19 / 1.42 ms at n = 2500 / 4900 / 9801
-  against 0.34 / 0.82 / 4.08 with "xla", 1.20 / 1.63 / 1.47x the plain NumPy TLR-MVM;
-- "xla" (any backend; the fallback where numba or a CPU is missing): phase 1 is one dot
-  per PE row, its V rows (PEs x w, 2 nb) against all s pieces at once (N = 2 s b), each row
-  then keeping its piece; phase 3 one dot per PE row, a one-hot-times-values matrix
-  (s P b, PEs x w) @ U (PEs x w, 2 nb), which also sums the row's partial pieces. XLA:CPU
-  lowers both to YNNPACK at ~45-75 GB/s of bases on one core (N or M = 4) and multiplies
-  every row by all s pieces.
-Phase 2 is `fabric.multicast_apply` in both, each block gathering every PE's slot from the
-rows upstream (no per-PE copies of the ring), and phase 3 runs inside
-`fabric.allreduce_apply` (which adds the blocks' sums across devices). The colouring is
-Koenig's (D colours): phase 3 handles PEs whose U rows mix tile rows at no extra cost.
+How the emulator runs each phase (`kernel`: "pe", the PEs' own numba kernels, or "xla",
+one dot per PE row) is in `grouped_phases`.
 """
 
 from __future__ import annotations
@@ -66,8 +50,6 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
-from wse_core import fabric
 from wse_core.errors import PlacementError
 from wse_core.spec import WaferSpec
 from wse_core.sram import SramLedger
@@ -75,13 +57,20 @@ from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm import pe_kernels
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
+from wse_hpc.tlrmvm.grouped_phases import (
+    PhaseSpec,
+    ring_at,
+    ring_pick,
+    row_out,
+    rows_times_pieces,
+    west_in,
+)
 from wse_hpc.tlrmvm.wafer import (
     PlanBase,
     TlrBases,
     TlrFns,
     _ceil,
     _check_vector,
-    _pad_grid,
 )
 
 __all__ = [
@@ -315,72 +304,6 @@ def _row_index(plan: GroupedPlan, padded: tuple[int, int], adjoint: bool) -> dic
     return out
 
 
-def _rhs(p: jax.Array, conj: bool, cplx: bool) -> jax.Array:
-    """Pieces (PR, s, nb, b) as the right-hand side (PR, P nb, s P b) of one dot with the
-    stored rows (P nb: complex rows as interleaved float32 pairs, P = 2; real rows, P = 1)
-    that gives every row times every piece (conj(row) . piece with `conj`) as P-pairs: the
-    PE kernels' vectors (`pe_kernels.pair_vectors`, (PR, s, b, P, P nb)) laid out for it."""
-    pr = p.shape[0]
-    e = pe_kernels.pair_vectors(p, conj, cplx)
-    return jnp.transpose(e, (0, 4, 1, 3, 2)).reshape(pr, e.shape[-1], -1)
-
-
-def _rows_dot(a: jax.Array, p: jax.Array, win: jax.Array, conj: bool, cplx: bool) -> jax.Array:
-    """Phase 1: each stored row of `a` (PR, PC, w, P nb) times the piece of `p` (PR, s, nb,
-    b) its `win` (PR, PC, w) names -> (PR, PC, w, P, b) pairs. One dot per PE row against all
-    s pieces (XLA:CPU's dot streams the bases once; N = s P b costs little more than N = 2
-    there), then each row keeps its piece."""
-    o = jnp.einsum("gckn,gnq->gckq", a, _rhs(p, conj, cplx))
-    s = p.shape[1]
-    o = o.reshape(*o.shape[:3], s, 2 if cplx else 1, p.shape[-1])
-    out = o[:, :, :, 0]
-    for j in range(1, s):  # a chain of selects: one elementwise loop on XLA:CPU
-        out = jnp.where(win[..., None, None] == j, o[:, :, :, j], out)
-    return out
-
-
-def _sum_rows(a: jax.Array, t: jax.Array, win: jax.Array, s: int, conj: bool, cplx: bool):
-    """Phase 3 on a block: sum over its PEs' rows k of t[k] (pairs) times row a[k] (conj(a[k])
-    with `conj`), into the piece win[k] -> (block rows, s, P, b, nb). One dot per PE row: a
-    one-hot-times-t matrix (s P b, PEs x w) @ a (PEs x w, P nb), which also adds the row's
-    PEs' partial pieces; complex as t's (re, im) rows against the interleaved pairs."""
-    hot = (win[..., None] == jnp.arange(s)).astype(t.dtype)  # (br, bc, w, s)
-    h = hot[..., None, None] * t[..., None, :, :]  # (br, bc, w, s, P, b)
-    o = jnp.einsum("gckspb,gckn->gspbn", h, a)
-    if not cplx:
-        return o
-    br, _, _, b, _ = o.shape
-    o = o.reshape(br, s, 2, b, -1, 2)  # (.., t re/im, b, nb, a re/im)
-    sg = -1.0 if conj else 1.0
-    re = o[:, :, 0, :, :, 0] - sg * o[:, :, 1, :, :, 1]
-    im = sg * o[:, :, 0, :, :, 1] + o[:, :, 1, :, :, 0]
-    return jnp.stack([re, im], axis=2)
-
-
-def _ring_at(wafer: Wafer, slot: np.ndarray, ring: int) -> jax.Array:
-    """Where each PE's row k finds its value in its block's phase-2 region (flattened over
-    the block's rows, PEs and w): the PE `slot` steps north, k rows of its PE (computed on
-    the host: XLA:CPU's gather runs ~2x slower with the index arithmetic fused in)."""
-    (br, bc), w = wafer.block_shape, slot.shape[2]
-    g = np.arange(slot.shape[0])[:, None, None] % br
-    c = np.arange(slot.shape[1])[None, :, None] % bc
-    return jnp.asarray((g + ring - 1 - slot) * (bc * w) + c * w + np.arange(w), jnp.int32)
-
-
-def _ring_pick(wafer: Wafer, v: jax.Array, at: jax.Array, ring: int) -> jax.Array:
-    """Phase 2: every PE's (w, P, b) values travel south round its column (a ring allgather,
-    consumed where it lands); each PE keeps, for each of its rows k, row k of the PE
-    `slot[..., k]` steps north: one gather per block at `_ring_at`."""
-    if ring == 1:
-        return v
-
-    def pick(region, at_block):
-        got = jnp.take(region.reshape(-1, *region.shape[3:]), at_block.reshape(-1), axis=0)
-        return got.reshape(*at_block.shape, *region.shape[3:])
-
-    return fabric.multicast_apply(wafer, v, "S", ring - 1, pick, at, boundary="periodic")
-
-
 KERNELS = ("auto", "pe", "xla")
 
 
@@ -416,73 +339,26 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
     adj = _row_index(plan, wafer.padded_shape, True)
     local_row = (np.arange(wafer.padded_shape[0]) % wafer.block_shape[0])[:, None, None] * s
     for d, first in ((fwd, "v_win"), (adj, "u_win")):  # the ring slots enter the kernel
-        d["at"] = _ring_at(wafer, d.pop("slot"), ring)  # only as gather positions
+        d["at"] = ring_at(wafer, d.pop("slot"), ring)  # only as gather positions
         if use_pe:  # phase 1's piece among the block's pieces
             d["sel"] = (local_row + d[first]).astype(np.int32)
     fwd, adj = ({k: jnp.asarray(v) for k, v in d.items()} for d in (fwd, adj))
     col_grp, col_pos = _position(plan.col_group, nt)
     row_grp, row_pos = _position(plan.row_group, mt)
-
-    def west_in(v: jax.Array, length: int, tiles: int, groups: np.ndarray) -> jax.Array:
-        """(length, b) -> PE row g's s pieces at its west edge, broadcast along the row;
-        returns the copy each row's PEs hold, (PR, s, nb, b) (all copies are equal)."""
-        b = v.shape[-1]
-        vt = jnp.pad(v, ((0, (tiles + 1) * nb - length), (0, 0))).reshape(tiles + 1, nb, b)
-        pieces = jnp.take(vt, jnp.asarray(np.where(groups >= 0, groups, tiles)), axis=0)
-        return fabric.broadcast(wafer, _pad_grid(wafer, pieces[:, None]), "row", 0)[:, 0]
-
-    def row_out(
-        a: jax.Array, t: jax.Array, win: jax.Array, conj: bool, grp, pos, length: int
-    ) -> jax.Array:
-        """Phase 3 and the sum of the partial pieces along each PE row (as float32 pairs);
-        piece t of row g is its tile pos."""
-
-        def block_sums(a_b, t_b, win_b):
-            if not use_pe:
-                return _sum_rows(a_b, t_b, win_b, s, conj, cplx)
-            rows = a_b.shape[0]
-            return pe_kernels.sum_rows(
-                a_b.reshape(rows, -1, a_b.shape[-1]),
-                t_b.reshape(rows, -1, *t_b.shape[-2:]),
-                win_b.reshape(rows, -1),
-                conj,
-                s,
-                parallel=cores,
-            )
-
-        got = fabric.allreduce_apply(wafer, block_sums, a, t, win, axis="row")[:ring, 0]
-        # (L, s, P, b, nb)
-        y = lax.complex(got[:, :, 0], got[:, :, 1]) if cplx else got[:, :, 0]
-        y = jnp.take(y.reshape(ring * s, -1, nb), jnp.asarray(grp * s + pos), axis=0)
-        return jnp.transpose(y, (0, 2, 1)).reshape(len(grp) * nb, -1)[:length]
-
-    def rows_times_pieces(a: jax.Array, p: jax.Array, idx: dict, win: str, conj: bool):
-        """Phase 1: each stored row of `a` times its piece of `p` -> (PR, PC, w, P, b)."""
-        if not use_pe:
-            return _rows_dot(a, p, idx[win], conj, cplx)
-
-        def on_block(a_b, sel_b, p_b):
-            e = pe_kernels.pair_vectors(p_b, conj, cplx)  # (br, s, b, P, P nb)
-            e = e.reshape(-1, *e.shape[2:])
-            out = pe_kernels.rows_dot(
-                a_b.reshape(-1, a_b.shape[-1]), e, sel_b.reshape(-1), parallel=cores
-            )
-            return out.reshape(*a_b.shape[:3], *out.shape[1:])
-
-        return fabric.local_apply(wafer, on_block, a, idx["sel"], row_data=(p,))
+    ps = PhaseSpec(wafer, nb, s, ring, cplx, use_pe, cores)
 
     def matvec_fn(bases: TlrBases, x: jax.Array) -> jax.Array:
         _check_vector(x, n, plan, "x")  # type: ignore[arg-type]
-        xr = west_in(x.astype(dtype), n, nt, plan.col_group)
-        yv = rows_times_pieces(bases.vh, xr, fwd, "v_win", False)  # phase 1
-        yu = _ring_pick(wafer, yv, fwd["at"], ring)  # phase 2
-        return row_out(bases.u, yu, fwd["u_win"], False, row_grp, row_pos, m)  # phase 3
+        xr = west_in(ps, x.astype(dtype), n, nt, plan.col_group)
+        yv = rows_times_pieces(ps, bases.vh, xr, fwd, "v_win", False)  # phase 1
+        yu = ring_pick(wafer, yv, fwd["at"], ring)  # phase 2
+        return row_out(ps, bases.u, yu, fwd["u_win"], False, row_grp, row_pos, m)  # phase 3
 
     def rmatvec_fn(bases: TlrBases, y: jax.Array) -> jax.Array:
         _check_vector(y, m, plan, "y")  # type: ignore[arg-type]
-        yr = west_in(y.astype(dtype), m, mt, plan.row_group)
-        t = rows_times_pieces(bases.u, yr, adj, "u_win", True)  # phase 1 (adjoint)
-        tv = _ring_pick(wafer, t, adj["at"], ring)  # phase 2 (adjoint)
-        return row_out(bases.vh, tv, adj["v_win"], True, col_grp, col_pos, n)  # phase 3 (adj.)
+        yr = west_in(ps, y.astype(dtype), m, mt, plan.row_group)
+        t = rows_times_pieces(ps, bases.u, yr, adj, "u_win", True)  # phase 1 (adjoint)
+        tv = ring_pick(wafer, t, adj["at"], ring)  # phase 2 (adjoint)
+        return row_out(ps, bases.vh, tv, adj["v_win"], True, col_grp, col_pos, n)  # phase 3
 
     return TlrFns(matvec_fn, rmatvec_fn, "pe" if use_pe else "xla")

@@ -1,21 +1,17 @@
 """The wafer cost of a placed TLR-MVM, priced instruction by instruction from its plan, and
 the matrix-vector bandwidth in the accounting Cerebras reports.
 
-Contract. `pe_tiles(plan)` lists what each PE's program multiplies in one product, grouped
-by PEs that run the same program: phase 1 (V^H x) and phase 3 (U y) as fp32 `Tile`s, the
-GEMV of the SDK's `single-tile-matvec` (column AXPY: one `@fmacs` DSD of `m` elements per
-column; per element it reads A and y and writes y, and it reads x once per column). The
-tiles are the ones the emulation multiplies, padding rows of the PE's rank chunk included
-(the emulator and every PE run the same program over their stored rows; padded rows are
-zeros), grouped by the x piece (phase 1) or y piece (phase 3) they use. `mvm_phases(wafer,
-plan, op)` builds the `wse_core.perf.Phases` of one product: the x pieces in, phase 1, the
-reshuffle, phase 3 and the final sum (band sum, column or row allreduce), each phase's
-fabric words per link direction and hops from the traffic ledger of the layout's own
-`matvec_fn` traced on the wafer (`fabric` records them at trace time), each phase's compute
-and SRAM on its busiest PE; host I/O (x in, y out) overlaps the product (a stream of MVMs
-moves the next x while the wafer computes). `predict(...)` prices them with the one
-`PerfModel` and its one calibration into a `wse_core.report.RunReport` whose `extra` holds
-`cerebras_bandwidth(...)` and the model's own figure.
+Contract. `pe_tiles(plan)` (`pe_programs`) lists what each PE's program multiplies in one
+product, grouped by PEs that run the same program: phase 1 (V^H x) and phase 3 (U y) as fp32
+`Tile`s, the column-AXPY GEMV of the SDK's `single-tile-matvec`, padding rows included.
+`mvm_phases(wafer, plan, op)` builds the `wse_core.perf.Phases` of one product: the x pieces
+in, phase 1, the reshuffle, phase 3 and the final sum (band sum, column or row allreduce),
+each phase's fabric words per link direction and hops from the traffic ledger of the
+layout's own `matvec_fn` traced on the wafer (`fabric` records them at trace time), each
+phase's compute and SRAM on its busiest PE; host I/O (x in, y out) overlaps the product (a
+stream of MVMs moves the next x while the wafer computes). `predict(...)` prices them with
+the one `PerfModel` and its one calibration into a `wse_core.report.RunReport` whose `extra`
+holds `cerebras_bandwidth(...)` and the model's own figure.
 
 Complex data is split into real arithmetic as the emulator does (`grouped`'s interleaved
 pairs, `pe_kernels`): a complex (m x n) tile product is one real (2m x 2n) tile product
@@ -34,7 +30,6 @@ rows' groups of tile columns (grouped) or the whole grid.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping
 
@@ -50,6 +45,7 @@ from wse_core.wafer import Wafer
 from wse_hpc.tlrmvm.compress import TlrOperator
 from wse_hpc.tlrmvm.grouped import GroupedPlan, tlrmvm_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, tlrmvm_packed
+from wse_hpc.tlrmvm.pe_programs import PeProgram, Tile, _pairs, pe_tiles, pe_weights
 from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, TlrPlan, tlrmvm
 
 __all__ = [
@@ -85,100 +81,6 @@ ASSUMPTIONS = {
     "tlrmvm cerebras accounting": "time = slowest PE's cycles of phases 1 and 3 / 850e6; "
     "mean bytes per PE of the plan x 750 x 994 PEs per system",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Tile:
-    """One fp32 column-AXPY GEMV y (m) += A (m x n) x (n) on one PE."""
-
-    m: int
-    n: int
-
-    def work(self, vectors: int = 1) -> Work:
-        """n FMAC instructions of m elements; reads A and y, writes y, reads x per column."""
-        m, n = self.m, self.n
-        return Work(
-            ops=(Op("fmac", "fp32", m, count=n * vectors),),
-            sram_read_bytes=(8 * m * n + 4 * n) * vectors,
-            sram_write_bytes=4 * m * n * vectors,
-        )
-
-    @property
-    def relative_bytes(self) -> int:
-        """What a cached machine moves: A once, x read, y written (SDK accounting)."""
-        return 4 * self.m * self.n + 4 * self.m + 4 * self.n
-
-    @property
-    def absolute_bytes(self) -> int:
-        """What the column-AXPY loop moves (SDK accounting)."""
-        return 12 * self.m * self.n + 4 * self.n
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.n - self.m
-
-
-@dataclasses.dataclass(frozen=True)
-class PeProgram:
-    """The tiles of phases 1 and 3 that `pes` PEs of the plan multiply per vector."""
-
-    pes: int
-    phase1: tuple[Tile, ...]
-    phase3: tuple[Tile, ...]
-
-    def work(self, phase: int, vectors: int) -> Work:
-        out = Work()
-        for t in self.phase1 if phase == 1 else self.phase3:
-            out = out + t.work(vectors)
-        return out
-
-
-def _per_piece(win: np.ndarray, pieces: int) -> np.ndarray:
-    """(PEs, pieces): rows of each PE that use piece t (win: (PEs, w))."""
-    return (win[..., None] == np.arange(pieces)).sum(axis=1)
-
-
-def _grouped_pieces(plan: GroupedPlan) -> np.ndarray:
-    """(PEs in row-major grid order, 2 s): each PE's V rows per x piece, then its U rows
-    per y piece (the `win` maps the emulator uses: padding rows fall in piece 0)."""
-    from wse_hpc.tlrmvm.grouped import _row_index
-
-    s, w = plan.windows, plan.rank_chunk
-    idx = _row_index(plan, plan.grid, False)
-    v = _per_piece(idx["v_win"].reshape(-1, w), s)
-    u = _per_piece(idx["u_win"].reshape(-1, w), s)
-    return np.concatenate([v, u], axis=1)
-
-
-def _grouped_program(plan: GroupedPlan, sig: np.ndarray, pes: int) -> PeProgram:
-    """Phase 1: per x piece, its V rows x nb; phase 3: per y piece, nb x its U rows."""
-    p, nb, s = _pairs(plan), plan.nb, plan.windows
-    return PeProgram(
-        pes,
-        tuple(Tile(p * int(k), p * nb) for k in sig[:s] if k),
-        tuple(Tile(p * nb, p * int(k)) for k in sig[s:] if k),
-    )
-
-
-def _grouped_tiles(plan: GroupedPlan) -> list[PeProgram]:
-    sigs, counts = np.unique(_grouped_pieces(plan), axis=0, return_counts=True)
-    return [_grouped_program(plan, sig, int(c)) for sig, c in zip(sigs, counts, strict=True)]
-
-
-def pe_tiles(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[PeProgram]:
-    """Every distinct PE program of the plan with the number of PEs that run it."""
-    p, nb, w = _pairs(plan), plan.nb, plan.rank_chunk
-    if isinstance(plan, GroupedPlan):
-        return _grouped_tiles(plan)
-    r, c = plan.grid
-    nt, ch = plan.tiles[1], plan.chunk
-    if isinstance(plan, PackedPlan):  # phase 3: each ring slot into its tile row's buffer
-        return [PeProgram(r * c, (Tile(p * w, p * nb),), (Tile(p * ch, p * w),) * nt)]
-    return [PeProgram(r * c, (Tile(p * w, p * nb),), (Tile(p * ch, p * nt * w),))]
-
-
-def _pairs(plan) -> int:
-    return 2 if plan.dtype.startswith("complex") else 1
 
 
 # -- the fabric: the layout's own product traced on the wafer ----------------------------
@@ -392,21 +294,6 @@ def predict(
 
 
 # -- per PE ------------------------------------------------------------------------------
-def pe_weights(plan: TlrPlan | PackedPlan | GroupedPlan, model: PerfModel) -> dict[str, np.ndarray]:
-    """(rows, cols) share of phases 1 and 3 each PE of the grid does: its own program's
-    cycles over the busiest PE's (the phase's cost in `mvm_phases`). Empty for the banded
-    and packed layouts, whose PEs all run one program."""
-    if not isinstance(plan, GroupedPlan):
-        return {}
-    sigs, inverse = np.unique(_grouped_pieces(plan), axis=0, return_inverse=True)
-    programs = [_grouped_program(plan, sig, 1) for sig in sigs]
-    out = {}
-    for phase, name in ((1, "phase1_vhx"), (3, "phase3_uy")):
-        cycles = np.array([model.cost(p.work(phase, plan.batch)).cycles for p in programs])
-        out[name] = (cycles / cycles.max())[inverse.reshape(-1)].reshape(plan.grid)
-    return out
-
-
 def _regions(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[Region]:
     rows, cols = plan.grid
     if not isinstance(plan, GroupedPlan):

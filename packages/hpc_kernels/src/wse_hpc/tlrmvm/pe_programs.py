@@ -1,0 +1,134 @@
+"""What each PE's program multiplies in one TLR-MVM product, from the plan (priced by `perf`).
+
+`pe_tiles(plan)` lists the distinct PE programs of a plan with the number of PEs that run
+each: phase 1 (V^H x) and phase 3 (U y) as fp32 `Tile`s, the GEMV of the SDK's
+`single-tile-matvec` (column AXPY: one `@fmacs` DSD of `m` elements per column; per element
+it reads A and y and writes y, and it reads x once per column). The tiles are the ones the
+emulation multiplies, padding rows of the PE's rank chunk included (the emulator and every
+PE run the same program over their stored rows; padded rows are zeros), grouped by the x
+piece (phase 1) or y piece (phase 3) they use. A complex (m x n) tile is one real
+(2m x 2n) tile. `pe_weights(plan, model)` gives each PE's share of the busiest PE's cycles
+(grouped plans: the PEs' programs differ).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from wse_core.perf import Op, PerfModel, Work
+
+from wse_hpc.tlrmvm.grouped import GroupedPlan
+from wse_hpc.tlrmvm.packed import PackedPlan
+from wse_hpc.tlrmvm.wafer import TlrPlan
+
+__all__ = ["PeProgram", "Tile", "pe_tiles", "pe_weights"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """One fp32 column-AXPY GEMV y (m) += A (m x n) x (n) on one PE."""
+
+    m: int
+    n: int
+
+    def work(self, vectors: int = 1) -> Work:
+        """n FMAC instructions of m elements; reads A and y, writes y, reads x per column."""
+        m, n = self.m, self.n
+        return Work(
+            ops=(Op("fmac", "fp32", m, count=n * vectors),),
+            sram_read_bytes=(8 * m * n + 4 * n) * vectors,
+            sram_write_bytes=4 * m * n * vectors,
+        )
+
+    @property
+    def relative_bytes(self) -> int:
+        """What a cached machine moves: A once, x read, y written (SDK accounting)."""
+        return 4 * self.m * self.n + 4 * self.m + 4 * self.n
+
+    @property
+    def absolute_bytes(self) -> int:
+        """What the column-AXPY loop moves (SDK accounting)."""
+        return 12 * self.m * self.n + 4 * self.n
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n - self.m
+
+
+@dataclasses.dataclass(frozen=True)
+class PeProgram:
+    """The tiles of phases 1 and 3 that `pes` PEs of the plan multiply per vector."""
+
+    pes: int
+    phase1: tuple[Tile, ...]
+    phase3: tuple[Tile, ...]
+
+    def work(self, phase: int, vectors: int) -> Work:
+        out = Work()
+        for t in self.phase1 if phase == 1 else self.phase3:
+            out = out + t.work(vectors)
+        return out
+
+
+def _per_piece(win: np.ndarray, pieces: int) -> np.ndarray:
+    """(PEs, pieces): rows of each PE that use piece t (win: (PEs, w))."""
+    return (win[..., None] == np.arange(pieces)).sum(axis=1)
+
+
+def _grouped_pieces(plan: GroupedPlan) -> np.ndarray:
+    """(PEs in row-major grid order, 2 s): each PE's V rows per x piece, then its U rows
+    per y piece (the `win` maps the emulator uses: padding rows fall in piece 0)."""
+    from wse_hpc.tlrmvm.grouped import _row_index
+
+    s, w = plan.windows, plan.rank_chunk
+    idx = _row_index(plan, plan.grid, False)
+    v = _per_piece(idx["v_win"].reshape(-1, w), s)
+    u = _per_piece(idx["u_win"].reshape(-1, w), s)
+    return np.concatenate([v, u], axis=1)
+
+
+def _grouped_program(plan: GroupedPlan, sig: np.ndarray, pes: int) -> PeProgram:
+    """Phase 1: per x piece, its V rows x nb; phase 3: per y piece, nb x its U rows."""
+    p, nb, s = _pairs(plan), plan.nb, plan.windows
+    return PeProgram(
+        pes,
+        tuple(Tile(p * int(k), p * nb) for k in sig[:s] if k),
+        tuple(Tile(p * nb, p * int(k)) for k in sig[s:] if k),
+    )
+
+
+def _grouped_tiles(plan: GroupedPlan) -> list[PeProgram]:
+    sigs, counts = np.unique(_grouped_pieces(plan), axis=0, return_counts=True)
+    return [_grouped_program(plan, sig, int(c)) for sig, c in zip(sigs, counts, strict=True)]
+
+
+def pe_tiles(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[PeProgram]:
+    """Every distinct PE program of the plan with the number of PEs that run it."""
+    p, nb, w = _pairs(plan), plan.nb, plan.rank_chunk
+    if isinstance(plan, GroupedPlan):
+        return _grouped_tiles(plan)
+    r, c = plan.grid
+    nt, ch = plan.tiles[1], plan.chunk
+    if isinstance(plan, PackedPlan):  # phase 3: each ring slot into its tile row's buffer
+        return [PeProgram(r * c, (Tile(p * w, p * nb),), (Tile(p * ch, p * w),) * nt)]
+    return [PeProgram(r * c, (Tile(p * w, p * nb),), (Tile(p * ch, p * nt * w),))]
+
+
+def _pairs(plan) -> int:
+    return 2 if plan.dtype.startswith("complex") else 1
+
+
+def pe_weights(plan: TlrPlan | PackedPlan | GroupedPlan, model: PerfModel) -> dict[str, np.ndarray]:
+    """(rows, cols) share of phases 1 and 3 each PE of the grid does: its own program's
+    cycles over the busiest PE's (the phase's cost in `mvm_phases`). Empty for the banded
+    and packed layouts, whose PEs all run one program."""
+    if not isinstance(plan, GroupedPlan):
+        return {}
+    sigs, inverse = np.unique(_grouped_pieces(plan), axis=0, return_inverse=True)
+    programs = [_grouped_program(plan, sig, 1) for sig in sigs]
+    out = {}
+    for phase, name in ((1, "phase1_vhx"), (3, "phase3_uy")):
+        cycles = np.array([model.cost(p.work(phase, plan.batch)).cycles for p in programs])
+        out[name] = (cycles / cycles.max())[inverse.reshape(-1)].reshape(plan.grid)
+    return out
