@@ -9,8 +9,10 @@ Cerebras ModelZoo conventions.
 Modules: `config` (params files), `data` (corpus, tokenizer, packing, iterator), `memoryx`,
 `swarmx`, `replica` (pure per-layer functions), `stream` (`StreamedTrainer`, the step),
 `plan` (SRAM ledger plans), `optimizer`, `checkpoints` (orbax), `metrics` (logs),
-`run` (the `wse train` shell), `sample`, `reference` (the fused baseline), `performance`
-(the predicted wafer step: a `wse_core` RunReport from the run's plan), `experiment`
+`run` (the `wse train` shell; `session`: the model, tokenizer, checkpoints and evaluation a
+run opens), `sample`, `reference` (the fused baseline), `performance` (the predicted wafer
+step: a `wse_core` RunReport from the run's plan; `placement`: each layer's block on the
+wafer, `StepWorkload`), `experiment`
 (`weight-streaming`), `demo`, `testing`.
 Names below are imported lazily, so `import wse_trainer` does not start JAX.
 """

@@ -96,6 +96,22 @@ def _predictions() -> tuple[list[PredictionRow], dict[str, Any]]:
     return rows, curves
 
 
+def _tiny_model() -> Any:
+    """The model `_measure` streams in the emulator (tiny-gpt2, d=128, 4 layers)."""
+    import wse_models
+
+    return wse_models.preset_config(
+        "tiny-gpt2",
+        vocab_size=512,
+        d_model=128,
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=4,
+        d_ff=512,
+        max_seq_len=128,
+    )
+
+
 def _measure(quick: bool, seed: int) -> list[dict[str, Any]]:
     """Stall fraction and throughput of the tiny model streamed in the emulator."""
     import jax
@@ -107,16 +123,7 @@ def _measure(quick: bool, seed: int) -> list[dict[str, Any]]:
     from wse_trainer.plan import memory_plan, plan_activations
     from wse_trainer.stream import StreamedTrainer
 
-    model = wse_models.preset_config(
-        "tiny-gpt2",
-        vocab_size=512,
-        d_model=128,
-        n_layers=4,
-        n_heads=4,
-        n_kv_heads=4,
-        d_ff=512,
-        max_seq_len=128,
-    )
+    model = _tiny_model()
     batch, seq, steps = 16, 128, 3 if quick else 10
     rng = np.random.default_rng(seed)
     data = rng.integers(0, model.vocab_size, (steps + 1, batch, seq + 1)).astype(np.int32)

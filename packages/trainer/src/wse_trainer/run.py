@@ -17,10 +17,12 @@
    `tokenizer_config.json` and `generation_config.json` naming EOS) and samples from the
    trained model.
 
+Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `open_checkpoints`, `evaluate`).
 `model_config(config)` and `validate(config)` (the `--validate_only` memory plan) allocate
 nothing; `predict(config, model, plan)` is the wafer's predicted step on that plan
 (`wse_trainer.performance.predict_step`, a `RunReport`), which the run logs next to the
-measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, `RunResult`).
+measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, `RunResult`); the
+three live in `wse_trainer.session` and are re-exported here.
 
 Multi-process runs (`jax.distributed` joined before `run`): every process runs the same
 program on the same data stream and computes its block of the `num_csx` replicas (SwarmX
@@ -33,7 +35,6 @@ samples. Every process takes part in orbax's saves and restores.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import sys
 from collections.abc import Callable
@@ -42,10 +43,17 @@ from typing import Any
 
 import yaml
 from wse_core import WseError
-from wse_core.distributed import barrier, is_primary
-from wse_core.errors import suggest
+from wse_core.distributed import is_primary
 
-from wse_trainer.config import ConfigError, TrainConfig, check_config
+from wse_trainer.config import TrainConfig
+from wse_trainer.session import (
+    Session,
+    evaluate,
+    model_config,
+    open_checkpoints,
+    predict,
+    validate,
+)
 
 __all__ = ["RunResult", "TrainingDivergedError", "model_config", "validate", "predict", "run"]
 
@@ -68,222 +76,7 @@ class RunResult:
     predicted_step_s: float = 0.0  # the wafer's, from the run's plan (`predict`)
 
 
-def model_config(config: TrainConfig):
-    """The `wse_models.ModelConfig` of the `model` section (preset plus field overrides)."""
-    import wse_models
-
-    fields = dict(config.model)
-    name = str(fields.pop("preset"))
-    known = {f.name for f in dataclasses.fields(wse_models.ModelConfig)} - {"name"}
-    for key in fields:
-        if key not in known:
-            raise ConfigError(
-                f"unknown key model.{key}{suggest(key, known)}; valid keys: "
-                f"preset, {', '.join(sorted(known))}"
-            )
-    return wse_models.preset_config(name, **fields)
-
-
-def _micro_batch(config: TrainConfig) -> int:
-    return config.train_input.batch_size // config.runconfig.num_csx
-
-
-def validate(config: TrainConfig):
-    """Config checks and the memory plan of one replica (nothing allocated)."""
-    from wse_core import preset
-
-    from wse_trainer.plan import memory_plan
-
-    model = model_config(config)
-    check_config(config, model.max_seq_len)
-    spec = preset(config.runconfig.wafer)
-    return model, memory_plan(
-        model,
-        spec,
-        _micro_batch(config),
-        config.train_input.max_sequence_length,
-        stride=config.runconfig.activation_stride,
-    )
-
-
-def predict(config: TrainConfig, model: Any, plan: Any):
-    """The predicted wafer step (`RunReport`) of `config` placed as `plan` (a `MemoryPlan`)."""
-    from wse_core import preset
-
-    from wse_trainer.performance import predict_step
-
-    return predict_step(
-        model,
-        preset(config.runconfig.wafer),
-        num_csx=config.runconfig.num_csx,
-        micro_batch=_micro_batch(config),
-        seq_len=config.train_input.max_sequence_length,
-        plan=plan,
-    )
-
-
-def _tokenizer(config: TrainConfig, model_dir: Path, vocab_size: int):
-    """Process 0 loads or trains (and saves) the tokenizer; the others then load its file."""
-    from tokenizers import Tokenizer
-
-    path = model_dir / "tokenizer.json"
-    tok = _own_tokenizer(config, path, vocab_size) if is_primary() else None
-    barrier("wse_trainer: tokenizer saved")
-    return tok if tok is not None else Tokenizer.from_file(str(path))
-
-
-def _own_tokenizer(config: TrainConfig, path: Path, vocab_size: int):
-    from tokenizers import Tokenizer
-
-    from wse_trainer.data import corpus_texts, train_tokenizer
-
-    if path.exists():
-        return Tokenizer.from_file(str(path))
-    tok = train_tokenizer(corpus_texts(config.train_input), vocab_size)
-    if tok.get_vocab_size() > vocab_size:
-        raise ConfigError(
-            f"the tokenizer has {tok.get_vocab_size()} tokens but model."
-            f"vocab_size={vocab_size}; raise model.vocab_size"
-        )
-    tok.save(str(path))
-    return tok
-
-
-def _rows(tok, cfg, seq_len: int):
-    from wse_trainer.data import EOS, corpus_texts, pack
-
-    texts = corpus_texts(cfg)
-    ids = [e.ids for e in tok.encode_batch(texts)]
-    return pack(ids, seq_len, tok.token_to_id(EOS))
-
-
-class _Session:
-    """One run's live objects (the shell's state), built by `run`."""
-
-    def __init__(self, config: TrainConfig, echo: Callable[[str], None] | None):
-        import jax
-        import wse_models
-        from wse_core import preset
-
-        from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
-        from wse_trainer.optimizer import base_transform
-        from wse_trainer.plan import memory_plan, plan_activations
-        from wse_trainer.stream import StreamedTrainer
-        from wse_trainer.swarmx import check_split
-
-        self.config, run_cfg, inp = config, config.runconfig, config.train_input
-        self.model, _ = validate(config)
-        check_split(run_cfg.num_csx)  # before the tokenizer or anything compiles
-        self.dir = Path(run_cfg.model_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
-        self.tok_id = tokenizer_identity(self.tok)
-        seq = inp.max_sequence_length
-        self.iterator = BatchIterator(_rows(self.tok, inp, seq), inp.batch_size, inp.shuffle_seed)
-        plan = plan_activations(
-            self.model, preset(run_cfg.wafer), _micro_batch(config), seq, run_cfg.activation_stride
-        )
-        self.key = jax.random.key(run_cfg.seed)
-        params = wse_models.init_params(self.model, jax.random.fold_in(self.key, 0))
-        tx = base_transform(config.optimizer, run_cfg.max_steps)
-        self.trainer = StreamedTrainer(
-            self.model,
-            params,
-            tx,
-            num_csx=run_cfg.num_csx,
-            global_batch=inp.batch_size,
-            seq_len=seq,
-            plan=plan,
-            max_gradient_norm=config.optimizer.max_gradient_norm,
-        )
-        self.plan, self.echo = plan, echo
-        memory = memory_plan(
-            self.model, preset(run_cfg.wafer), _micro_batch(config), seq, streaming=plan
-        )
-        self.prediction = predict(config, self.model, memory)  # the plan the trainer runs
-        self.eval_rows: Any = None
-        self.eos_id = self.tok.token_to_id(EOS)
-
-    def segments(self, batch: Any, packing: bool) -> Any:
-        """The packed documents of a batch's inputs (`data.segments`), or None."""
-        from wse_trainer.data import segments
-
-        return segments(batch[:, :-1], self.eos_id) if packing else None
-
-    def state(self) -> dict[str, Any]:
-        import jax
-
-        return {"memx": self.trainer.memx.state_tree(), "rng": jax.random.key_data(self.key)}
-
-    def meta(self, step: int) -> dict[str, Any]:
-        return {
-            "step": step,
-            "data": self.iterator.state(),
-            "config": self.config.to_dict(),
-            "tokenizer_sha256": self.tok_id,
-            "model": dataclasses.asdict(self.model),
-        }
-
-    def restore(self, ckpt, step: int) -> None:
-        import jax
-
-        state, meta = ckpt.restore(step, self.state())
-        if meta.get("tokenizer_sha256") != self.tok_id:
-            raise ConfigError(
-                "the checkpoint was trained with another tokenizer than "
-                f"{self.dir / 'tokenizer.json'}; use its model_dir"
-            )
-        self.trainer.memx.load_state_tree(state["memx"])
-        self.key = jax.random.wrap_key_data(state["rng"])
-        self.iterator.restore(meta["data"])
-
-
-def _open_checkpoints(s: _Session):
-    from wse_trainer.checkpoints import Checkpointer, resolve_checkpoint
-
-    run_cfg = s.config.runconfig
-    ckpt = Checkpointer(s.dir / "checkpoints", keep=run_cfg.keep_checkpoint_max)
-    if run_cfg.checkpoint_path:
-        folder, step = resolve_checkpoint(run_cfg.checkpoint_path)
-        s.restore(ckpt if folder == ckpt.directory else Checkpointer(folder, read_only=True), step)
-        return ckpt, step
-    step = ckpt.latest_step()
-    if step is not None:
-        s.restore(ckpt, step)
-    return ckpt, step or 0
-
-
-@functools.lru_cache(maxsize=8)
-def _eval_fn(model: Any):
-    import jax
-
-    from wse_trainer.reference import loss_fn
-
-    return jax.jit(lambda p, b, seg: loss_fn(model, p, b, seg))
-
-
-def evaluate(s: _Session, steps: int | None = None) -> float:
-    """Mean loss over the first `eval_steps` batches of the eval split (fixed order)."""
-    import numpy as np
-
-    cfg = s.config.eval_input
-    if s.eval_rows is None:
-        s.eval_rows = _rows(s.tok, cfg, cfg.max_sequence_length)
-    rows = s.eval_rows
-    n = min(steps or cfg.eval_steps, len(rows) // cfg.batch_size)
-    if n < 1:
-        raise ConfigError(
-            f"the eval split has {len(rows)} sequences, fewer than eval_input."
-            f"batch_size={cfg.batch_size}"
-        )
-    params = s.trainer.memx.params_tree()
-    f = _eval_fn(s.model)
-    batches = [rows[i * cfg.batch_size : (i + 1) * cfg.batch_size] for i in range(n)]
-    losses = [float(f(params, b, s.segments(b, cfg.packing))) for b in batches]
-    return float(np.mean(losses))
-
-
-def _train_loop(s: _Session, ckpt, log, start: int, end: int, result: RunResult) -> None:
+def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) -> None:
     from wse_trainer.metrics import eval_line, train_line
 
     run_cfg, bsz = s.config.runconfig, s.config.train_input.batch_size
@@ -303,21 +96,7 @@ def _train_loop(s: _Session, ckpt, log, start: int, end: int, result: RunResult)
             wall, stall, tokens = wall + st.wall_s, stall + st.stall_s, tokens + st.tokens
             window.append(st)
             result.losses[step] = st.loss
-            log.record(
-                step,
-                "train",
-                {
-                    "loss": st.loss,
-                    "wall_s": st.wall_s,
-                    "stall_s": st.stall_s,
-                    "compute_s": st.compute_s,
-                    "tokens": st.tokens,
-                    "broadcast_bytes": st.broadcast_bytes,
-                    "reduce_bytes": st.reduce_bytes,
-                    "predicted_step_s": s.prediction.predicted_s,
-                    **_sparsity_record(st.mlp_zero_fraction),
-                },
-            )
+            log.record(step, "train", _train_record(st, s.prediction.predicted_s))
             if step % run_cfg.log_steps == 0 or step == end:
                 recent = sum(w.wall_s for w in window)
                 log.line(
@@ -356,6 +135,21 @@ def _prediction_line(report: Any, wafer: str) -> str:
     )
 
 
+def _train_record(st: Any, predicted_step_s: float) -> dict[str, Any]:
+    """metrics.jsonl's fields of one train step (a `StepStats`) next to the predicted one."""
+    return {
+        "loss": st.loss,
+        "wall_s": st.wall_s,
+        "stall_s": st.stall_s,
+        "compute_s": st.compute_s,
+        "tokens": st.tokens,
+        "broadcast_bytes": st.broadcast_bytes,
+        "reduce_bytes": st.reduce_bytes,
+        "predicted_step_s": predicted_step_s,
+        **_sparsity_record(st.mlp_zero_fraction),
+    }
+
+
 def _sparsity_record(fraction: tuple[float, ...] | None) -> dict[str, Any]:
     """metrics.jsonl's sparsity keys: per-layer MLP zero fractions and their mean."""
     if fraction is None:
@@ -383,7 +177,7 @@ def _progress(total: int):
     return bar()
 
 
-def export_hf(s: _Session) -> Path:
+def export_hf(s: Session) -> Path:
     """`<model_dir>/hf/`: the model in HF format and its tokenizer (the inference contract),
     with tokenizer_config.json and generation_config.json naming the EOS token that separates
     the training documents, so generation stops there as transformers and vLLM stop.
@@ -410,7 +204,7 @@ def export_hf(s: _Session) -> Path:
     return out
 
 
-def _samples(s: _Session) -> list[str]:
+def _samples(s: Session) -> list[str]:
     from wse_trainer.sample import generate
 
     r = s.config.runconfig
@@ -432,8 +226,8 @@ def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> Ru
     """Train and/or evaluate as `config.runconfig.mode` says (see the module docstring)."""
     from wse_trainer.metrics import MetricsLog, NullLog, eval_line
 
-    s = _Session(config, echo)
-    ckpt, start = _open_checkpoints(s)
+    s = Session(config, echo)
+    ckpt, start = open_checkpoints(s)
     run_cfg = config.runconfig
     end = (
         run_cfg.max_steps
