@@ -104,7 +104,7 @@ FORCE = {
 # convert), 4 coeffs, slope (3 scale, 2 fmac), value (3 fmac), linear extension (sub, fmac,
 # move); the pair energy's 1/2 (scale)
 EMBED = {"fmac": 1 + 2 + 3 + 1, "convert": 2, "max": 3, "sub": 2, "move": 4 + 1, "scale": 4}
-# per window slot of a build (`nlist.select`): the geometry without sqrt and locate, the
+# per window slot of a build (`list_build.select`): the geometry without sqrt and locate, the
 # species and self tests (2 sub), the bit of the slot (shift)
 BUILD_SLOT = {"sub": 6, "mul": 4, "convert": 3, "fmac": 5, "shift": 1}
 ASSUMPTIONS = {
