@@ -33,7 +33,7 @@ from typing import Any
 
 from wse_core import Op, WaferSpec, Work, WseError
 
-from wse_trainer.plan import MemoryPlan, _working_bytes
+from wse_trainer.plan import MemoryPlan, working_bytes
 
 __all__ = [
     "PRECISIONS",
@@ -141,7 +141,7 @@ def place_step(
 ) -> StepPlacement:
     """The placement of one step from the trainer's memory plan (refused if it cannot run)."""
     per_pe = lambda n: -(-int(n) // spec.num_pes)  # noqa: E731
-    working = per_pe(_working_bytes(model, work.micro_batch, work.seq_len))
+    working = per_pe(working_bytes(model, work.micro_batch, work.seq_len))
     if placement == "resident":
         if not plan.resident:
             raise WseError(

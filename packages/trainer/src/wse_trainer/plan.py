@@ -39,7 +39,7 @@ def layer_counts(model: Any) -> tuple[int, int]:
     return per_layer, int(model.num_params()) - per_layer * int(model.n_layers)
 
 
-def _working_bytes(model: Any, micro_batch: int, seq_len: int) -> int:
+def working_bytes(model: Any, micro_batch: int, seq_len: int) -> int:
     """Transient bytes inside one layer, which runs one sequence at a time: its q/k/v and
     MLP hidden, and one attention head's scores (the wafer computes heads in turn)."""
     del micro_batch  # sequences run one after another through the layer's working set
@@ -74,7 +74,7 @@ def plan_activations(
     size = dtype_bytes(model.dtype)
     ledger.allocate("weights: current + prefetched layer", per_pe(2 * per_layer * size))
     ledger.allocate("gradient of one layer", per_pe(per_layer * size))
-    ledger.allocate("working set of one layer", per_pe(_working_bytes(model, micro_batch, seq_len)))
+    ledger.allocate("working set of one layer", per_pe(working_bytes(model, micro_batch, seq_len)))
     act = per_pe(micro_batch * seq_len * model.d_model * size)
     L = int(model.n_layers)
     if stride <= 0:
@@ -120,7 +120,7 @@ def memory_plan(
         ("gradients (fp32)", 4 * n_params),
         ("optimizer state (fp32)", 4 * optimizer_slots * n_params),
         ("activations (every layer input)", act_all),
-        ("working set (one layer)", _working_bytes(model, micro_batch, seq_len)),
+        ("working set (one layer)", working_bytes(model, micro_batch, seq_len)),
     ]
     rows = [
         {"item": k, "where": "wafer if resident", "bytes": v, "bytes_per_pe": -(-v // spec.num_pes)}

@@ -42,9 +42,9 @@ def wafer_part(console, *, out_dir: Path, quick: bool) -> None:
         f"{d['mesh'][0]} x {d['mesh'][1]} mesh of {d['devices']} {d['platform']} devices; "
         f"{d['dead_pes']} dead PEs repaired with spares (detour hops {d['detour_hops']})"
     )
-    from wse_cli.commands.wafer import _plot_defects
+    from wse_cli.commands.wafer import plot_defects
 
-    _plot_defects(out_dir / "defects.png", wafer.defects, wafer.remap)
+    plot_defects(out_dir / "defects.png", wafer.defects, wafer.remap)
     x = np.random.default_rng(0).normal(size=(wafer.rows, wafer.cols, 16)).astype(np.float32)
     xs = wafer.place(x)
     step = jax.jit(lambda a: fabric.allreduce(wafer, fabric.shift(wafer, a, "E"), "sum"))

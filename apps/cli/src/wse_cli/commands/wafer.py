@@ -117,7 +117,7 @@ def defects(
         out.update(repairable=False, reason=str(e))
         typer.echo(json.dumps(out, indent=2) if as_json else str(e))
         if png:
-            _plot_defects(png, dm, None)
+            plot_defects(png, dm, None)
         raise typer.Exit(1) from None
     out.update(
         repairable=True,
@@ -127,7 +127,7 @@ def defects(
         detour_hops=rm.extra_hops,
     )
     if png:
-        _plot_defects(png, dm, rm)
+        plot_defects(png, dm, rm)
         out["png"] = str(png)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
@@ -220,7 +220,7 @@ def check(
         raise typer.Exit(1)
 
 
-def _plot_defects(path: Path, dm, rm) -> None:
+def plot_defects(path: Path, dm, rm) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -161,7 +161,7 @@ def _slope(c, p, inv_delta: float):
     return ((3.0 * c[0] * p + 2.0 * c[1]) * p + c[2]) * inv_delta
 
 
-class _Splines(NamedTuple):
+class Splines(NamedTuple):
     """The potential's spline physics per pair and per atom, shared by the full-window kernel
     and the neighbour-list kernel (species as int32 indices into the potential's elements)."""
 
@@ -173,7 +173,7 @@ class _Splines(NamedTuple):
     pair: Callable[..., tuple[jax.Array, jax.Array]]
 
 
-def _splines(pot: EamPotential, dtype) -> _Splines:
+def splines_for(pot: EamPotential, dtype) -> Splines:
     tab = _tables(pot, dtype)
     ne, nr, nrho = len(pot.elements), pot.nr, pot.nrho
     inv_dr, inv_drho, rhomax = 1.0 / pot.dr, 1.0 / pot.drho, pot.rhomax
@@ -210,7 +210,7 @@ def _splines(pot: EamPotential, dtype) -> _Splines:
         phip = (_slope(cz, p, inv_dr) - phi) * inv_r
         return fp_i * rhojp + fp_j * rhoip + phip, phi
 
-    return _Splines(locate_r, density, density_slope, embed, pair)
+    return Splines(locate_r, density, density_slope, embed, pair)
 
 
 # -- fabric patterns -------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def _arc_bounds(wafer, lo_field, hi_field, k: int, axis: int, index, length: flo
     return lo, hi
 
 
-def _overflow(wafer, atoms: Atoms, geo: Geometry, plan: EamPlan, cutoff: float):
+def window_overflow(wafer, atoms: Atoms, geo: Geometry, plan: EamPlan, cutoff: float):
     """True when some atom may have a neighbour within `cutoff` outside its window.
 
     x: every atom on a column outside the window lies between that arc's column extremes
@@ -331,7 +331,7 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
     if 2 * kr + 1 > wafer.rows or 2 * kc + 1 > wafer.cols:
         raise WseError(f"window +-{kr} x +-{kc} PEs exceeds the {wafer.rows} x {wafer.cols} grid")
     dtype = jnp.dtype(plan.dtype)
-    spl = _splines(pot, dtype)
+    spl = splines_for(pot, dtype)
     cutoff = pot.cutoff_A
     box = jnp.asarray(np.array(plan.box_A), dtype)
 
@@ -371,7 +371,7 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
         acc = (jnp.zeros(pos.shape, dtype), zero, zero)
         forces, pair_e, virial = _march(wafer, _row_window(wafer, packed, kc), kr, acc, force)
         energy = jnp.where(sp >= 0, emb + pair_e, 0.0)
-        return EamOutput(forces, energy, virial, _overflow(wafer, atoms, geo, plan, cutoff))
+        return EamOutput(forces, energy, virial, window_overflow(wafer, atoms, geo, plan, cutoff))
 
     def sort_fn(atoms: Atoms, geo: Geometry) -> Atoms:
         record = atoms.record()

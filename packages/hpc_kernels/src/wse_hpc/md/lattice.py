@@ -20,7 +20,7 @@ __all__ = ["Structure", "crystal", "LATTICES", "check_structure"]
 
 LATTICES = ("fcc", "bcc", "hcp")
 
-_BASIS = {
+BASIS = {
     "fcc": np.array([[0, 0, 0], [0.5, 0.5, 0], [0.5, 0, 0.5], [0, 0.5, 0.5]]),
     "bcc": np.array([[0, 0, 0], [0.5, 0.5, 0.5]]),
     "hcp": np.array([[0, 0, 0], [0.5, 0.5, 0], [0.5, 5 / 6, 0.5], [0, 1 / 3, 0.5]]),
@@ -60,7 +60,7 @@ def crystal(
     kind: str, symbol: str, a_A: float, cells: Sequence[int], c_A: float | None = None
 ) -> Structure:
     """A perfect crystal of `cells` conventional cells (fcc, bcc or hcp)."""
-    if kind not in _BASIS:
+    if kind not in BASIS:
         raise WseError(f"unknown lattice {kind!r}; use one of {', '.join(LATTICES)}")
     if not a_A > 0:
         raise WseError(f"the lattice constant must be positive, got {a_A}")
@@ -72,7 +72,7 @@ def crystal(
     else:
         cell = np.array([a_A, a_A, a_A])
     grid = np.stack(np.meshgrid(np.arange(nx), np.arange(ny), np.arange(nz), indexing="ij"), -1)
-    frac = grid.reshape(-1, 1, 3) + _BASIS[kind][None]
+    frac = grid.reshape(-1, 1, 3) + BASIS[kind][None]
     positions = (frac.reshape(-1, 3) * cell).astype(np.float64)
     box = cell * np.array([nx, ny, nz])
     return Structure(np.array([symbol] * len(positions)), positions, box)

@@ -22,7 +22,7 @@ import numpy as np
 from wse_core.errors import WseError
 from wse_core.wafer import Wafer
 
-from wse_hpc.md.eam import EamPlan, _Splines, _splines
+from wse_hpc.md.eam import EamPlan, Splines, splines_for
 from wse_hpc.md.potentials import EamPotential
 
 __all__ = ["ListSpec", "list_spec", "march_order", "min_image", "select"]
@@ -34,7 +34,7 @@ class ListSpec(NamedTuple):
     wafer: Wafer
     pot: EamPotential
     plan: EamPlan
-    spl: _Splines  # the potential's splines in the plan's dtype
+    spl: Splines  # the potential's splines in the plan's dtype
     box: jax.Array  # (3,) A, the plan's dtype
     cutoff: float  # A
     skin: float  # A
@@ -66,7 +66,7 @@ def list_spec(wafer: Wafer, pot: EamPotential, plan: EamPlan, chunk: int) -> Lis
     if len(plan.caps) != 2 * kr + 2 or not plan.skin_A > 0:
         raise WseError("a neighbour-list plan needs skin_A > 0 and 2 k_rows + 2 capacities")
     dtype = jnp.dtype(plan.dtype)
-    spl = _splines(pot, dtype)
+    spl = splines_for(pot, dtype)
     cutoff, skin = pot.cutoff_A, plan.skin_A
     reach2 = (cutoff + skin) ** 2
     box = jnp.asarray(np.array(plan.box_A), dtype)

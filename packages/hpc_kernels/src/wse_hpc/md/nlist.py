@@ -11,7 +11,7 @@ the host).
   atoms within cutoff + skin (at most `caps[offset]` of them, lowest column first), then
   packs them into M candidates (row offsets in march order), with their species and its
   own position at build time. `overflow` is True when a PE found more candidates than a
-  capacity, or when the window's coverage test (`eam._overflow` at cutoff + skin) fails: the
+  capacity, or when the window's coverage test (`eam.window_overflow` at cutoff + skin) fails: the
   shell then re-plans (never silently wrong).
 - `moved_fn(atoms, nbrs) -> bool`: some atom moved more than skin / 2 since the build (a
   fabric max reduction); the lists stay exact until then (any pair within the cutoff now was
@@ -57,7 +57,7 @@ import jax.numpy as jnp
 from wse_core import fabric
 from wse_core.wafer import Wafer
 
-from wse_hpc.md.eam import EamOutput, EamPlan, Geometry, _overflow
+from wse_hpc.md.eam import EamOutput, EamPlan, Geometry, window_overflow
 from wse_hpc.md.list_build import ListSpec, list_spec, march_order, min_image, select
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms, BuildFn, ListForcesFn, MovedFn
@@ -157,7 +157,7 @@ def _build(spec: ListSpec, atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax
         wafer, window, kr, kc, functools.partial(select, spec), pos, held, geo.row, geo.col
     )
     over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
-    over = over | _overflow(wafer, atoms, geo, spec.plan, spec.cutoff + spec.skin)
+    over = over | window_overflow(wafer, atoms, geo, spec.plan, spec.cutoff + spec.skin)
     nbrs = Neighbours(
         index,
         jnp.arange(spec.total) < count[..., None],

@@ -23,7 +23,7 @@ What is counted, per step (`Op` = DSD instructions by kind and dtype over a vect
 - `rebuild` (repeated 1 / `rebuild_every` times per step): the swap sweep (four odd-even
   transposition phases, `eam.sort_fn`), the list build (the whole window multicast of
   x, y, z, species; per window slot the geometry and cutoff test; the compaction into M
-  candidates) and its coverage test (`eam._overflow`: fabric reductions and doubling shifts).
+  candidates) and its coverage test (`eam.window_overflow`: fabric reductions and doubling shifts).
 
 Fabric words per link direction and latency hops come from the traced ledger of the real
 functions (`fabric.count` / `wafer.traffic.scope()` over `nlist.neighbour_fns` and

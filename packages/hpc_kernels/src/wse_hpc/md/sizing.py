@@ -21,16 +21,16 @@ from wse_core.errors import PlacementError, WseError
 from wse_core.hostmem import format_bytes, largest, require
 
 from wse_hpc.md import mapping
-from wse_hpc.md.lattice import _BASIS, LATTICES
+from wse_hpc.md.lattice import BASIS, LATTICES
 
 __all__ = ["crystal_atoms", "crystal_bytes", "state_bytes", "check_crystal", "check_atoms"]
 
 
 def crystal_atoms(kind: str, cells: Sequence[int]) -> int:
     """Atoms in `cells` = (nx, ny, nz) conventional cells of `kind`."""
-    if kind not in _BASIS:
+    if kind not in BASIS:
         raise WseError(f"unknown lattice {kind!r}; use one of {', '.join(LATTICES)}")
-    return math.prod(int(c) for c in cells) * len(_BASIS[kind])
+    return math.prod(int(c) for c in cells) * len(BASIS[kind])
 
 
 def crystal_bytes(kind: str, cells: Sequence[int]) -> int:
@@ -93,7 +93,7 @@ def check_crystal(
                 + state_bytes(crystal_atoms(kind, (k,) * 3), dtype, preset_name)
             ),
             budget,
-            hi=max(1, int((n / len(_BASIS[kind])) ** (1 / 3))),
+            hi=max(1, int((n / len(BASIS[kind])) ** (1 / 3))),
         )
         return f"at most --cells {side} {side} {side} fit ({format_bytes(budget)})"
 

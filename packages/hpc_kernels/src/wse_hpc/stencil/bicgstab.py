@@ -53,7 +53,7 @@ __all__ = [
 Precision = Literal["mixed", "fp32"]
 PRECISIONS = ("mixed", "fp32")
 _RESTART = 1e-4  # |(r^, r)| / (|r^| |r|) below this restarts the iteration
-_TARGET_MAGNITUDE = 2.0**10  # |y| kept near this: far from fp16's overflow and underflow
+TARGET_MAGNITUDE = 2.0**10  # |y| kept near this: far from fp16's overflow and underflow
 
 
 class BicgstabResult(NamedTuple):
@@ -96,10 +96,10 @@ def scale_for(grid: StencilGrid, b_max: float) -> float:
         return 1.0
     d = float(diagonal(grid))
     x_bound = b_max / d / lambda_min(grid)
-    return 2.0 ** round(math.log2(_TARGET_MAGNITUDE / x_bound))
+    return 2.0 ** round(math.log2(TARGET_MAGNITUDE / x_bound))
 
 
-def _fused_dot(grid: StencilGrid, pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
+def fused_dot(grid: StencilGrid, pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
     """fp32 dot products of several pairs with one wafer-wide allreduce (every PE gets the
     sums, as on the wafer): shape (len(pairs),)."""
     f32 = jnp.float32
@@ -130,10 +130,10 @@ def _step(sv: _Solver, st: _State, rho_new: jax.Array) -> _State:
     beta = jnp.where(st.restart, 0.0, (rho_new / st.rho) * (st.alpha / st.omega))
     p = st.r + lo(beta) * (st.p - lo(st.omega) * st.v)
     v = spmv(p)
-    alpha = rho_new / _fused_dot(grid, [(st.rhat, v)])[0]
+    alpha = rho_new / fused_dot(grid, [(st.rhat, v)])[0]
     s = st.r - lo(alpha) * v
     t = spmv(s)
-    ts, tt = _fused_dot(grid, [(t, s), (t, t)])
+    ts, tt = fused_dot(grid, [(t, s), (t, t)])
     omega = jnp.where(tt > 0, ts / tt, 0.0)
     x = st.x + alpha * p.astype(jnp.float32) + omega * s.astype(jnp.float32)
     r = s - lo(omega) * t
@@ -151,7 +151,7 @@ def _start(
     x = jnp.zeros_like(b32) if x0 is None else x0 * jnp.asarray(sigma, jnp.float32)
     r = lo(b32 - spmv(x)) if x0 is not None else bs
     del b32  # only the working-precision b stays alive (memory at the SC20 size)
-    rho0, rr0 = _fused_dot(sv.grid, [(r, r), (r, r)])
+    rho0, rr0 = fused_dot(sv.grid, [(r, r), (r, r)])
     r0norm = jnp.sqrt(rr0)
     hist = jnp.full((maxiter + 1,), jnp.nan, jnp.float32).at[0].set(1.0)
     one = jnp.float32(1.0)
@@ -187,7 +187,7 @@ def _iterate(
         fresh = (st.it + 1) % every == 0
         fresh_r = lambda: lo(bs.astype(jnp.float32) - spmv(nxt.x))
         nxt = nxt._replace(r=lax.cond(fresh, fresh_r, lambda: nxt.r))
-    rho_next, rr = _fused_dot(grid, [(st.rhat, nxt.r), (nxt.r, nxt.r)])
+    rho_next, rr = fused_dot(grid, [(st.rhat, nxt.r), (nxt.r, nxt.r)])
     it = st.it + 1
     # Restart (r^ = r, p = r) when r^ and r become nearly orthogonal: in fp16 the
     # next alpha would otherwise blow up.

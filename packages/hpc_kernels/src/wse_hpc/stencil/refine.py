@@ -33,12 +33,12 @@ import jax.numpy as jnp
 from jax import lax
 
 from wse_hpc.stencil.bicgstab import (
-    _TARGET_MAGNITUDE,
+    TARGET_MAGNITUDE,
     BicgstabResult,
     Precision,
-    _fused_dot,
     bicgstab,
     default_replace_every,
+    fused_dot,
     lambda_min,
 )
 from wse_hpc.stencil.kernels import diagonal, laplacian7
@@ -117,14 +117,14 @@ def _residual(rf: _Refiner, b, x, x_lo):
     apply_a, grid, pair = rf.apply_a, rf.grid, rf.pair
     r = b - apply_a(x)
     r = r - apply_a(x_lo) if pair else r
-    return r, jnp.sqrt(_fused_dot(grid, [(r, r)])[0])
+    return r, jnp.sqrt(fused_dot(grid, [(r, r)])[0])
 
 
 def _outer_step(rf: _Refiner, b: jax.Array, bnorm: jax.Array, st: _Outer) -> _Outer:
     """One outer step: the inner solve of A d = r, x += d, the new true residual."""
     inner, precision, maxiter, every = rf.inner, rf.precision, rf.maxiter, rf.every
     target, bound_per_r, pair = rf.target, rf.bound_per_r, rf.pair
-    sigma = jnp.exp2(jnp.round(jnp.log2(_TARGET_MAGNITUDE / (st.rnorm * bound_per_r))))
+    sigma = jnp.exp2(jnp.round(jnp.log2(TARGET_MAGNITUDE / (st.rnorm * bound_per_r))))
     rtol = jnp.maximum(0.5 * max(target, CERTIFY_FLOOR) / st.t, INNER_RTOL[precision])
     res = inner(st.r, None, sigma, rtol=rtol, limit=maxiter - st.its)
     d = jnp.where(jnp.isfinite(res.residual), res.x, 0.0)
@@ -167,7 +167,7 @@ def refine(
     rf = _Refiner(grid, inner, apply_a, precision, maxiter, every, target, bound_per_r, pair)
 
     def solve_fn(b: jax.Array) -> SolveResult:
-        bnorm = jnp.sqrt(_fused_dot(grid, [(b, b)])[0])
+        bnorm = jnp.sqrt(fused_dot(grid, [(b, b)])[0])
         zero = jnp.zeros_like(b, jnp.float32)
         r, rnorm = _residual(rf, b, zero, zero)  # the first check (x = 0), priced as any other
         t0 = jnp.where(bnorm > 0, rnorm / bnorm, 0.0)

@@ -69,8 +69,8 @@ from wse_hpc.tlrmvm.wafer import (
     PlanBase,
     TlrBases,
     TlrFns,
-    _ceil,
-    _check_vector,
+    ceil_div,
+    check_vector,
 )
 
 __all__ = [
@@ -209,7 +209,7 @@ def plan_grouped(
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
     best, too_big = None, None
     for s in sorted({min(s, max(mt, nt)) for s in GROUP_SIZES}):
-        ring = _ceil(max(mt, nt), s)
+        ring = ceil_div(max(mt, nt), s)
         cols, rows = deal_groups(ranks.sum(0), ring, s), deal_groups(ranks.sum(1), ring, s)
         deg = max(1, _largest_load(ranks.sum(0), cols), _largest_load(ranks.sum(1), rows))
 
@@ -219,10 +219,10 @@ def plan_grouped(
         w = rank_chunk if rank_chunk is not None else ledger.largest(total, 1, deg)
         if w < 1 or total(w) > ledger.free_bytes():
             continue
-        if ring > spec.pe_rows or _ceil(deg, w) > spec.pe_cols:  # Koenig: deg colours
-            too_big = too_big or (ring, _ceil(deg, w), w)  # the first (fewest PEs) misfit
+        if ring > spec.pe_rows or ceil_div(deg, w) > spec.pe_cols:  # Koenig: deg colours
+            too_big = too_big or (ring, ceil_div(deg, w), w)  # the first (fewest PEs) misfit
             continue
-        pad = ring * _ceil(deg, w) * w / max(int(ranks.sum()), 1)
+        pad = ring * ceil_div(deg, w) * w / max(int(ranks.sum()), 1)
         if best is None or pad < best[0]:
             best = (pad, s, ring, w, cols, rows)
     if best is None and too_big:
@@ -238,7 +238,7 @@ def plan_grouped(
     ei, ej = np.repeat(i, k), np.repeat(j, k)
     eq = np.arange(len(ei)) - np.repeat(np.cumsum(k) - k, k)  # rank row q within its tile
     colour = colour_slices(np.stack([row_grp[ei], col_grp[ej]], axis=1), ring, ring)
-    width = _ceil(int(colour.max(initial=0)) + 1, w)
+    width = ceil_div(int(colour.max(initial=0)) + 1, w)
     if ring > spec.pe_rows or width > spec.pe_cols:
         _refuse_grid(ring, width, w, spec)
     v_rank = np.full((ring, width, w, 3), -1, np.int64)
@@ -281,7 +281,7 @@ def _fields(op: TlrOperator, plan: GroupedPlan) -> tuple[np.ndarray, np.ndarray]
     return _stored(vh), _stored(ut)
 
 
-def _row_index(plan: GroupedPlan, padded: tuple[int, int], adjoint: bool) -> dict[str, np.ndarray]:
+def row_index(plan: GroupedPlan, padded: tuple[int, int], adjoint: bool) -> dict[str, np.ndarray]:
     """Per (PE, row k) int32 maps, padded to the grid: `win`, the x piece (V row) or y piece
     (U row) the row belongs to, and `slot`, the ring slot the row's PE keeps for it (slot d
     at PE row g holds PE row g - d's values, mod L). Forward: the V rows' pieces and the U
@@ -335,8 +335,8 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
     dtype, cplx = np.dtype(plan.dtype), plan.dtype.startswith("complex")
     use_pe = resolve_kernel(wafer, plan, kernel) == "pe"
     cores = wafer.mesh.devices.size == 1  # several devices already run one block per thread
-    fwd = _row_index(plan, wafer.padded_shape, False)
-    adj = _row_index(plan, wafer.padded_shape, True)
+    fwd = row_index(plan, wafer.padded_shape, False)
+    adj = row_index(plan, wafer.padded_shape, True)
     local_row = (np.arange(wafer.padded_shape[0]) % wafer.block_shape[0])[:, None, None] * s
     for d, first in ((fwd, "v_win"), (adj, "u_win")):  # the ring slots enter the kernel
         d["at"] = ring_at(wafer, d.pop("slot"), ring)  # only as gather positions
@@ -348,14 +348,14 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
     ps = PhaseSpec(wafer, nb, s, ring, cplx, use_pe, cores)
 
     def matvec_fn(bases: TlrBases, x: jax.Array) -> jax.Array:
-        _check_vector(x, n, plan, "x")  # type: ignore[arg-type]
+        check_vector(x, n, plan, "x")  # type: ignore[arg-type]
         xr = west_in(ps, x.astype(dtype), n, nt, plan.col_group)
         yv = rows_times_pieces(ps, bases.vh, xr, fwd, "v_win", False)  # phase 1
         yu = ring_pick(wafer, yv, fwd["at"], ring)  # phase 2
         return row_out(ps, bases.u, yu, fwd["u_win"], False, row_grp, row_pos, m)  # phase 3
 
     def rmatvec_fn(bases: TlrBases, y: jax.Array) -> jax.Array:
-        _check_vector(y, m, plan, "y")  # type: ignore[arg-type]
+        check_vector(y, m, plan, "y")  # type: ignore[arg-type]
         yr = west_in(ps, y.astype(dtype), m, mt, plan.row_group)
         t = rows_times_pieces(ps, bases.u, yr, adj, "u_win", True)  # phase 1 (adjoint)
         tv = ring_pick(wafer, t, adj["at"], ring)  # phase 2 (adjoint)

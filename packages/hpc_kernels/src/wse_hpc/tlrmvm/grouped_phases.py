@@ -38,7 +38,7 @@ from wse_core import fabric
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm import pe_kernels
-from wse_hpc.tlrmvm.wafer import _pad_grid
+from wse_hpc.tlrmvm.wafer import pad_grid
 
 __all__ = ["PhaseSpec", "ring_at", "ring_pick", "row_out", "rows_times_pieces", "west_in"]
 
@@ -128,7 +128,7 @@ def west_in(ps: PhaseSpec, v: jax.Array, length: int, tiles: int, groups: np.nda
     b = v.shape[-1]
     vt = jnp.pad(v, ((0, (tiles + 1) * nb - length), (0, 0))).reshape(tiles + 1, nb, b)
     pieces = jnp.take(vt, jnp.asarray(np.where(groups >= 0, groups, tiles)), axis=0)
-    return fabric.broadcast(wafer, _pad_grid(wafer, pieces[:, None]), "row", 0)[:, 0]
+    return fabric.broadcast(wafer, pad_grid(wafer, pieces[:, None]), "row", 0)[:, 0]
 
 
 def rows_times_pieces(ps: PhaseSpec, a: jax.Array, p: jax.Array, idx: dict, win: str, conj: bool):

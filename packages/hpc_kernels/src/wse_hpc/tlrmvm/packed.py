@@ -31,10 +31,10 @@ from wse_hpc.tlrmvm.wafer import (
     PlanBase,
     TlrBases,
     TlrFns,
-    _ceil,
-    _check_vector,
-    _pad_grid,
-    _ring_reduce_scatter,
+    ceil_div,
+    check_vector,
+    pad_grid,
+    ring_reduce_scatter,
 )
 
 __all__ = ["PackedPlan", "plan_packed", "tlrmvm_packed"]
@@ -54,7 +54,7 @@ class PackedPlan(PlanBase):
 
     @property
     def chunk(self) -> int:
-        return _ceil(self.nb, self.tiles[1])
+        return ceil_div(self.nb, self.tiles[1])
 
     @property
     def windows(self) -> int:
@@ -73,7 +73,7 @@ class PackedPlan(PlanBase):
 
 def _bytes(nb: int, tiles: tuple[int, int], w: int, batch: int, isz: int) -> dict[str, int]:
     mt, nt = tiles
-    ch = _ceil(nb, nt)
+    ch = ceil_div(nb, nt)
     vectors = (nb + w + nt * w + 2 * mt * ch) * batch  # x_j, yv, yu, window + column buffers
     return {
         "tlrmvm.vh": w * nb * isz,
@@ -85,7 +85,7 @@ def _bytes(nb: int, tiles: tuple[int, int], w: int, batch: int, isz: int) -> dic
 def _slots(ranks: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
     mt, nt = ranks.shape
     lists = [
-        [(i, q) for i in range(mt) for q in range(_ceil(int(ranks[i, j]), w))] for j in range(nt)
+        [(i, q) for i in range(mt) for q in range(ceil_div(int(ranks[i, j]), w))] for j in range(nt)
     ]
     rows = max(1, max(len(lst) for lst in lists))
     tile = np.full((rows, nt), -1, np.int64)
@@ -210,10 +210,10 @@ def tlrmvm_packed(wafer: Wafer, plan: PackedPlan) -> TlrFns:
     win_tile = np.where(plan.win_tile >= 0, plan.win_tile, mt)  # mt: a zero row
 
     def matvec_fn(bases: TlrBases, x: jax.Array) -> jax.Array:
-        _check_vector(x, n, plan, "x")  # type: ignore[arg-type]
+        check_vector(x, n, plan, "x")  # type: ignore[arg-type]
         x = x.astype(bases.vh.dtype)
         xt = jnp.pad(x, ((0, nt * nb - n), (0, 0))).reshape(1, nt, nb, -1)
-        xf = fabric.broadcast(wafer, _pad_grid(wafer, xt), "col", 0)
+        xf = fabric.broadcast(wafer, pad_grid(wafer, xt), "col", 0)
         yv = jnp.einsum("rcwn,rcnb->rcwb", bases.vh, xf)  # phase 1
         if nt > 1:  # phase 2: ring allgather east
             yv = jnp.concatenate(
@@ -231,15 +231,15 @@ def tlrmvm_packed(wafer: Wafer, plan: PackedPlan) -> TlrFns:
         return y.reshape(mt * nb, -1)[:m]
 
     def rmatvec_fn(bases: TlrBases, y: jax.Array) -> jax.Array:
-        _check_vector(y, m, plan, "y")  # type: ignore[arg-type]
+        check_vector(y, m, plan, "y")  # type: ignore[arg-type]
         y = y.astype(bases.u.dtype)
         yt = jnp.pad(y, ((0, mt * nb - m), (0, 0))).reshape(mt, nb, -1)
         yt = jnp.pad(yt, ((0, 1), (0, nt * ch - nb), (0, 0))).reshape(mt + 1, nt, ch, -1)
         yw = jnp.take(yt, jnp.asarray(win_tile), axis=0)  # (R, T, nt, ch, b): host -> PEs
-        yf = _pad_grid(wafer, jnp.transpose(yw, (0, 2, 1, 3, 4)))
+        yf = pad_grid(wafer, jnp.transpose(yw, (0, 2, 1, 3, 4)))
         ys = jnp.einsum("rctmb,rcst->rcsmb", yf, jnp.asarray(slot_win, yf.real.dtype))
         part = jnp.einsum("rcmsw,rcsmb->rcswb", jnp.conj(bases.u), ys)  # phase 1 (adjoint)
-        z = _ring_reduce_scatter(wafer, part, nt)  # phase 2 (adjoint)
+        z = ring_reduce_scatter(wafer, part, nt)  # phase 2 (adjoint)
         xp = jnp.einsum("rcwn,rcwb->rcnb", jnp.conj(bases.vh), z)  # phase 3 (adjoint)
         xs = fabric.allreduce(wafer, xp, "sum", axis="col")[0, :nt]
         return xs.reshape(nt * nb, -1)[:n]

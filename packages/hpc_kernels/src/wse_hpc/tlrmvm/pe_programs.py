@@ -79,10 +79,10 @@ def _per_piece(win: np.ndarray, pieces: int) -> np.ndarray:
 def _grouped_pieces(plan: GroupedPlan) -> np.ndarray:
     """(PEs in row-major grid order, 2 s): each PE's V rows per x piece, then its U rows
     per y piece (the `win` maps the emulator uses: padding rows fall in piece 0)."""
-    from wse_hpc.tlrmvm.grouped import _row_index
+    from wse_hpc.tlrmvm.grouped import row_index
 
     s, w = plan.windows, plan.rank_chunk
-    idx = _row_index(plan, plan.grid, False)
+    idx = row_index(plan, plan.grid, False)
     v = _per_piece(idx["v_win"].reshape(-1, w), s)
     u = _per_piece(idx["u_win"].reshape(-1, w), s)
     return np.concatenate([v, u], axis=1)
@@ -90,7 +90,7 @@ def _grouped_pieces(plan: GroupedPlan) -> np.ndarray:
 
 def _grouped_program(plan: GroupedPlan, sig: np.ndarray, pes: int) -> PeProgram:
     """Phase 1: per x piece, its V rows x nb; phase 3: per y piece, nb x its U rows."""
-    p, nb, s = _pairs(plan), plan.nb, plan.windows
+    p, nb, s = real_pairs(plan), plan.nb, plan.windows
     return PeProgram(
         pes,
         tuple(Tile(p * int(k), p * nb) for k in sig[:s] if k),
@@ -105,7 +105,7 @@ def _grouped_tiles(plan: GroupedPlan) -> list[PeProgram]:
 
 def pe_tiles(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[PeProgram]:
     """Every distinct PE program of the plan with the number of PEs that run it."""
-    p, nb, w = _pairs(plan), plan.nb, plan.rank_chunk
+    p, nb, w = real_pairs(plan), plan.nb, plan.rank_chunk
     if isinstance(plan, GroupedPlan):
         return _grouped_tiles(plan)
     r, c = plan.grid
@@ -115,7 +115,7 @@ def pe_tiles(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[PeProgram]:
     return [PeProgram(r * c, (Tile(p * w, p * nb),), (Tile(p * ch, p * nt * w),))]
 
 
-def _pairs(plan) -> int:
+def real_pairs(plan) -> int:
     return 2 if plan.dtype.startswith("complex") else 1
 
 

@@ -45,7 +45,7 @@ from wse_core.wafer import Wafer
 from wse_hpc.tlrmvm.compress import TlrOperator
 from wse_hpc.tlrmvm.grouped import GroupedPlan, tlrmvm_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, tlrmvm_packed
-from wse_hpc.tlrmvm.pe_programs import PeProgram, Tile, _pairs, pe_tiles, pe_weights
+from wse_hpc.tlrmvm.pe_programs import PeProgram, Tile, pe_tiles, pe_weights, real_pairs
 from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, TlrPlan, tlrmvm
 
 __all__ = [
@@ -103,8 +103,8 @@ def _bases_struct(wafer: Wafer, plan) -> TlrBases:
     """Abstract placed bases of the plan (shapes and dtypes of `plan.fields`)."""
     (w, nb, dt), (pr, pc) = (plan.rank_chunk, plan.nb, np.dtype(plan.dtype)), wafer.padded_shape
     if isinstance(plan, GroupedPlan):
-        per = (w, _pairs(plan) * nb)
-        dt = np.dtype(np.float32) if _pairs(plan) == 2 else dt
+        per = (w, real_pairs(plan) * nb)
+        dt = np.dtype(np.float32) if real_pairs(plan) == 2 else dt
         vh, u = per, per
     else:
         nt, ch = plan.tiles[1], plan.chunk
@@ -152,7 +152,7 @@ def _adds(length: float, count: float) -> Work:
 
 def _sum_work(plan, traffic: Traffic | None) -> Work:
     """The final sum's arithmetic on its busiest PE (words per vector from the plan)."""
-    p, b = _pairs(plan), plan.batch
+    p, b = real_pairs(plan), plan.batch
     if traffic is None:
         return Work()
     if isinstance(plan, TlrPlan):  # a band's first row adds the max_band - 1 slices below

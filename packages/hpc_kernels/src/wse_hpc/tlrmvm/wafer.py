@@ -150,12 +150,12 @@ class TlrFns(NamedTuple):
     kernel: str = "xla"
 
 
-def _ceil(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
 def _bytes_per_pe(nb: int, nt: int, w: int, pmax: int, batch: int, isz: int) -> dict[str, int]:
-    ch = _ceil(nb, nt)
+    ch = ceil_div(nb, nt)
     vectors = (nb + w + nt * w + ch * max(pmax, 1)) * batch  # x_j, yv, yu, y chunk partials
     return {
         "tlrmvm.vh": w * nb * isz,
@@ -176,7 +176,7 @@ def plan_placement(
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
 
     def total(w: int) -> int:
-        p = _ceil(kmax, w)
+        p = ceil_div(kmax, w)
         return sum(_bytes_per_pe(op.nb, nt, w, p, batch, isz).values())
 
     if rank_chunk is None:
@@ -185,7 +185,7 @@ def plan_placement(
             ledger.allocate("tlrmvm (rank chunk 1)", total(1))  # raises SramBudgetError
     elif rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
-    bands = tuple(max(1, _ceil(int(op.ranks[i].max()), rank_chunk)) for i in range(mt))
+    bands = tuple(max(1, ceil_div(int(op.ranks[i].max()), rank_chunk)) for i in range(mt))
     plan = TlrPlan(op.shape, op.nb, (mt, nt), int(rank_chunk), batch, isz, str(op.dtype), bands)
     for name, nbytes in plan.bytes_per_pe().items():  # an explicit rank_chunk may not fit
         ledger.allocate(name, nbytes)
@@ -247,7 +247,7 @@ def _constrain(wafer: Wafer, x: jax.Array) -> jax.Array:
     return lax.with_sharding_constraint(x, wafer.sharding(x.ndim - 2))
 
 
-def _pad_grid(wafer: Wafer, x: jax.Array) -> jax.Array:
+def pad_grid(wafer: Wafer, x: jax.Array) -> jax.Array:
     """Pad a logical (rows, cols, ...) array to the wafer's padded grid."""
     pr, pc = wafer.padded_shape
     pad = [(0, pr - x.shape[0]), (0, pc - x.shape[1])] + [(0, 0)] * (x.ndim - 2)
@@ -262,7 +262,7 @@ def _band_mask(plan: TlrPlan, padded_rows: int) -> np.ndarray:
     return mask
 
 
-def _check_vector(x: jax.Array, n: int, plan: TlrPlan, what: str) -> None:
+def check_vector(x: jax.Array, n: int, plan: TlrPlan, what: str) -> None:
     if x.ndim != 2 or x.shape[0] != n:
         raise TlrError(f"{what} must have length {n} (shape ({n},) or ({n}, b)), got {x.shape}")
     if x.shape[1] > plan.batch:
@@ -281,10 +281,10 @@ def tlrmvm(wafer: Wafer, plan: TlrPlan) -> TlrFns:
     mask = _band_mask(plan, wafer.padded_shape[0])
 
     def matvec_fn(bases: TlrBases, x: jax.Array) -> jax.Array:
-        _check_vector(x, n, plan, "x")
+        check_vector(x, n, plan, "x")
         x = x.astype(bases.vh.dtype)
         xt = jnp.pad(x, ((0, nt * nb - n), (0, 0))).reshape(1, nt, nb, -1)
-        xf = fabric.broadcast(wafer, _pad_grid(wafer, xt), "col", 0)  # north edge -> columns
+        xf = fabric.broadcast(wafer, pad_grid(wafer, xt), "col", 0)  # north edge -> columns
         yv = _gemv(bases.vh, xf)  # phase 1
         if nt > 1:  # phase 2: ring allgather east; slot s holds PE (c - s)'s slice
             got = fabric.multicast(wafer, yv, "E", nt - 1, boundary="periodic")
@@ -299,14 +299,14 @@ def tlrmvm(wafer: Wafer, plan: TlrPlan) -> TlrFns:
         return y.reshape(mt * nb, -1)[:m]
 
     def rmatvec_fn(bases: TlrBases, y: jax.Array) -> jax.Array:
-        _check_vector(y, m, plan, "y")
+        check_vector(y, m, plan, "y")
         y = y.astype(bases.u.dtype)
         yt = jnp.pad(y, ((0, mt * nb - m), (0, 0))).reshape(mt, nb, -1)
         yt = jnp.pad(yt, ((0, 0), (0, nt * ch - nb), (0, 0))).reshape(mt, nt, ch, -1)
-        yf = _pad_grid(wafer, jnp.take(yt, jnp.asarray(row_tile), axis=0))  # host -> bands
+        yf = pad_grid(wafer, jnp.take(yt, jnp.asarray(row_tile), axis=0))  # host -> bands
         part = jnp.einsum("rcmk,rcmb->rckb", jnp.conj(bases.u), yf)  # phase 1 (adjoint)
         part = part.reshape(*part.shape[:2], nt, -1, part.shape[-1])
-        z = _ring_reduce_scatter(wafer, part, nt)  # phase 2 (adjoint)
+        z = ring_reduce_scatter(wafer, part, nt)  # phase 2 (adjoint)
         xp = jnp.einsum("rcwn,rcwb->rcnb", jnp.conj(bases.vh), z)  # phase 3 (adjoint)
         xs = fabric.allreduce(wafer, xp, "sum", axis="col")[0, :nt]
         return xs.reshape(nt * nb, -1)[:n]
@@ -321,7 +321,7 @@ def _gemv(a: jax.Array, x: jax.Array) -> jax.Array:
     return jnp.einsum("rcmk,rckb->rcmb", a, x)
 
 
-def _ring_reduce_scatter(wafer: Wafer, part: jax.Array, nt: int) -> jax.Array:
+def ring_reduce_scatter(wafer: Wafer, part: jax.Array, nt: int) -> jax.Array:
     """PE (r, c) ends with sum over the row's PEs c' of part[r, c', s] for s = c' - c: the
     partial for tile c travels east from PE c + 1 round the ring, each PE adding its own."""
     acc = part[:, :, 1 % nt]
