@@ -119,14 +119,19 @@ def run(
 
 @app.command("assumptions")
 def assumptions() -> None:
-    """The assumptions behind every prediction, with their values on each wafer preset."""
+    """Every constant of the cost model: its value on each wafer preset (fitted ones as the
+    calibration sets them), units, mechanism, basis and source or fitting rows."""
+    from wse_core.assumptions import value_of
     from wse_core.calibration import current
+    from wse_core.perf import PerfModel
     from wse_core.spec import ASSUMED_FIELDS, preset
 
-    typer.echo(f"{'assumption':<20} {'wse1':>10} {'wse2':>10} {'wse3':>10}  why")
+    names = ("wse1", "wse2", "wse3")
+    rates = [PerfModel(preset(p)).rates for p in names]
+    typer.echo(f"{'constant':<24} {'wse1':>10} {'wse2':>10} {'wse3':>10}  units, mechanism, basis")
     for key, why in ASSUMED_FIELDS.items():
-        values = " ".join(f"{getattr(preset(p), key):>10.4g}" for p in ("wse1", "wse2", "wse3"))
-        typer.echo(f"{key:<20} {values}  {why}")
+        values = " ".join(f"{value_of(r, key):>10.4g}" for r in rates)
+        typer.echo(f"{key:<24} {values}  {why}")
     typer.echo(f"calibration: {current().describe()}")
 
 
