@@ -35,7 +35,7 @@ import functools
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from wse_core.perf import PerfModel, Phases
+from wse_core.perf import PerfModel, Phases, Work
 from wse_core.spec import WaferSpec
 from wse_core.stencil_cost import wave_step_phases
 
@@ -46,6 +46,9 @@ __all__ = [
     "rows",
     "leave_one_out",
     "wave25_phases",
+    "table_ii_phases",
+    "allreduce_case",
+    "decode_case",
     "STENCIL_TABLE_II",
     "STENCIL_BUSY_SHARE",
     "DECODE_8B_TOKENS_PER_S",
@@ -113,32 +116,44 @@ def _wse(name: str) -> WaferSpec:
     return preset(name)
 
 
-def _table_ii_phases() -> Phases:
+def table_ii_phases(steps: int = STENCIL_STEPS) -> Phases:
+    """The Table II case as priced: `steps` published steps at nz = 1000 and the Table II Z
+    block (`table_ii_block_z`)."""
     from wse_core.assumptions import setting
 
-    return wave25_phases(STENCIL_NZ, int(setting("table_ii_block_z")), STENCIL_STEPS)
+    return wave25_phases(STENCIL_NZ, int(setting("table_ii_block_z")), steps)
 
 
 def _stencil_seconds(cal: Calibration) -> float:
-    return PerfModel(_wse("wse2"), cal).evaluate(_table_ii_phases()).seconds
+    return PerfModel(_wse("wse2"), cal).evaluate(table_ii_phases()).seconds
 
 
 def _busy_share(cal: Calibration) -> float:
-    timing = PerfModel(_wse("wse2"), cal).evaluate(_table_ii_phases())
+    timing = PerfModel(_wse("wse2"), cal).evaluate(table_ii_phases())
     mech = timing.by_mechanism()
     busy = sum(mech.get(k, 0.0) for k in ("simd", "dsd_issue", "task_activation"))
     return busy / (timing.seconds * _wse("wse2").clock_hz)
 
 
-def _allreduce_cycles(cal: Calibration) -> tuple[float, float]:
-    """(model cycles, published cycles) of Rocki et al.'s wafer-wide scalar allreduce."""
+def allreduce_case(cal: Calibration | None = None) -> tuple[WaferSpec, Work]:
+    """Rocki et al.'s case: a scalar fp32 allreduce over the whole CS-1 fabric (`wse1`)."""
     from wse_core.collectives import allreduce_2d
 
     spec = _wse("wse1")
-    model = PerfModel(spec, cal)
-    work = allreduce_2d(model.rates, spec.pe_rows, spec.pe_cols, 1)
+    rates = PerfModel(spec, cal or UNCALIBRATED).rates
+    return spec, allreduce_2d(rates, spec.pe_rows, spec.pe_cols, 1)
+
+
+def _allreduce_cycles(cal: Calibration) -> tuple[float, float]:
+    """(model cycles, published cycles) of Rocki et al.'s wafer-wide scalar allreduce."""
+    spec, work = allreduce_case(cal)
     diameter = spec.pe_rows + spec.pe_cols - 2
-    return model.cost(work).cycles, ALLREDUCE_OVER_DIAMETER * diameter
+    return PerfModel(spec, cal).cost(work).cycles, ALLREDUCE_OVER_DIAMETER * diameter
+
+
+def decode_case() -> tuple[WaferSpec, Phases]:
+    """The 8B case: Llama 3.1 8B planned on one WSE-3 (8k context), one decode token."""
+    return _decode_inputs(_wse("wse3").key())
 
 
 @functools.cache
@@ -152,7 +167,7 @@ def _decode_inputs(spec_key: str) -> tuple[WaferSpec, Phases]:
 
 
 def _decode_seconds(cal: Calibration) -> tuple[float, str]:
-    spec, phases = _decode_inputs(_wse("wse3").key())
+    spec, phases = decode_case()
     timing = PerfModel(spec, cal).evaluate(phases)
     return timing.seconds, timing.bound
 

@@ -37,7 +37,11 @@ class PredictionRow:
     mechanisms: dict[str, float] | None = None  # predicted cycles by mechanism
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """DESIGN.md's row; `mechanisms` only when the row has it."""
+        out = dataclasses.asdict(self)
+        if out["mechanisms"] is None:
+            del out["mechanisms"]
+        return out
 
 
 @dataclasses.dataclass
@@ -75,8 +79,8 @@ def _rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for p in result.predictions:
         ratio = p.value / p.published if p.published else None
-        cells = (p.name, p.value, p.unit, p.params, p.published, ratio, p.source)
-        cells += (_mechanism_text(p.mechanisms),) if with_mech else ()
+        cells: list[Any] = [p.name, p.value, p.unit, p.params, p.published, ratio, p.source]
+        cells += [_mechanism_text(p.mechanisms)] if with_mech else []
         rows.append([_fmt(x) for x in cells])
     return header, rows
 

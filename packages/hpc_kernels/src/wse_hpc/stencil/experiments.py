@@ -130,7 +130,7 @@ def _figure(labels, predicted, published, ylabel, title):
     return fig
 
 
-def stencil25_predictions() -> list[PredictionRow]:
+def stencil25_predictions(*, seed: int = 0) -> list[PredictionRow]:
     """The Table II rows (Gcell/s at the calibration's Table II Z block)."""
     b = int(setting("table_ii_block_z"))
     return [
@@ -170,7 +170,7 @@ def stencil25(*, quick: bool, seed: int) -> ExperimentResult:
     return ExperimentResult("sc22-stencil25", seed, config, [_measured(run)], rows, fig)
 
 
-def stencil25_nz_predictions() -> list[PredictionRow]:
+def stencil25_nz_predictions(*, seed: int = 0) -> list[PredictionRow]:
     """SC22 Table III inputs: Gcell/s for each (nz, Z block b) on 755 x 994 PEs."""
     return [_wave_row(755, 994, nz, b, TABLE_III_STEPS, None, TABLE_III) for nz, b in TABLE_III]
 
@@ -223,7 +223,7 @@ def _nz_figure(curve):
 SC20_SHAPE = (600, 595, 1536)
 
 
-def bicgstab_sc20_predictions() -> list[PredictionRow]:
+def bicgstab_sc20_predictions(*, seed: int = 0) -> list[PredictionRow]:
     """µs per iteration and PFLOP/s of SC20's case on CS-1 (preset wse1), priced as the
     published kernel and as the emulator's own mix on the same placed grid."""
     shape = SC20_SHAPE
