@@ -1,7 +1,11 @@
-"""`wse experiments list|run`: named, seeded, reproducible runs (shared/DESIGN.md output).
+"""`wse experiments list|run|assumptions`: named, seeded, reproducible runs (shared/DESIGN.md
+output).
 
 Each experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResult` in its
 package; the registry below maps names to "module:function" so listing imports nothing.
+`run NAME --sweep KEY=a,b,c` reruns only the predictions once per value of one assumption
+(the module's `<function>_predictions(*, seed)` when it has one, else the quick run) and
+prints how each moves (`wse_core.sweeps`).
 """
 
 from __future__ import annotations
@@ -100,6 +104,12 @@ def run(
         "(repeatable; `wse experiments assumptions` lists them). The calibration is refitted "
         "under it.",
     ),
+    sweep: str = typer.Option(
+        None,
+        "--sweep",
+        help="KEY=a,b,c (or KEY for its plausible range): print how every prediction moves "
+        "over these values of one assumption, instead of running the experiment.",
+    ),
 ) -> None:
     """Run one experiment; writes results.json, table.md, table.csv, figure.png."""
     from wse_core import write_experiment
@@ -108,6 +118,9 @@ def run(
 
     fn = load(name)
     changes = parse_assumptions(assume)
+    if sweep is not None:
+        _sweep(name, fn, sweep, changes, out, seed)
+        return
     with assumed(**changes):
         result = fn(quick=quick, seed=seed)
     if changes:
@@ -115,6 +128,26 @@ def run(
     folder = write_experiment(result, out)
     typer.echo((folder / "table.md").read_text())
     typer.echo(f"wrote {folder}/results.json, table.md, table.csv, figure.png")
+
+
+def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> None:
+    """The predictions at each value of one assumption (under the other --assume changes)."""
+    from wse_core.assumptions import assume as assumed
+    from wse_core.sweeps import parse_sweep, sweep
+
+    key, values = parse_sweep(item)
+    module = importlib.import_module(fn.__module__)
+    predict = getattr(module, f"{fn.__name__}_predictions", None)
+    if predict is None:  # no prediction-only entry: the quick run's predictions
+
+        def predict(*, seed: int):
+            return fn(quick=True, seed=seed).predictions
+
+    with assumed(**changes):
+        result = sweep(predict, key, values, seed=seed)
+    path = result.write(out / name)
+    typer.echo(result.markdown())
+    typer.echo(f"wrote {path}")
 
 
 @app.command("assumptions")
