@@ -4,8 +4,8 @@ Contract. A kernel never states a time. It counts, on the phase's busiest PE, ea
 the machine runs (`wse_core.mechanisms` lists them with their constants):
 
 - `Op`: `count` DSD instructions of one `kind` on one `dtype`, each over `length` elements at
-  `stride`; `fabric_in=True` when an operand streams from a fabric input queue (one wavelet
-  per cycle: at most one element per cycle); `same_bank=True` when its two memory operands
+  `stride`; `fabric_in=True` when an operand streams from a fabric input queue (one 32-bit
+  wavelet per cycle: one fp32 or two 16-bit elements per cycle at most); `same_bank=True` when its two memory operands
   sit in banks with bank1 % 4 == bank2 % 4 (the SDK's bank rule: one element per cycle).
   Each instruction pays `dsd_issue_cycles` once.
 - `Work`: the ops, SRAM bytes read and written, 32-bit words per link direction (`links`:
@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from wse_core.dtypes import DTYPE_BYTES
 from wse_core.simd import OP_KINDS
 
 if TYPE_CHECKING:
@@ -72,12 +73,12 @@ class Op:
         return self.count * self.length
 
     def element_cycles(self, spec: WaferSpec) -> float:
-        """Cycles of the elements at the SIMD width (a fabric operand: at most 1 per cycle)."""
+        """Cycles of the elements at the SIMD width (a fabric operand: one wavelet a cycle)."""
         if self.count == 0 or self.length == 0:
             return 0.0
         width = spec.simd_width(self.kind, self.dtype, self.stride)
-        if self.fabric_in:
-            width = min(width, spec.link_bytes_per_cycle / 4.0)
+        if self.fabric_in:  # one wavelet per cycle: 32 bits of elements
+            width = min(width, spec.link_bytes_per_cycle / DTYPE_BYTES[self.dtype])
         if self.same_bank:
             width = min(width, 1.0)
         per_elem = {"sqrt": spec.sqrt_cycles, "div": spec.div_cycles}.get(self.kind, 1.0)
