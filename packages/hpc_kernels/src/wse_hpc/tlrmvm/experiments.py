@@ -152,18 +152,20 @@ def _case_rows(name: str, layout: str, seed: int):
         rep = predict(wafer, plan, op, fns=fns, systems=systems, fill=True)
         c = rep.extra["cerebras"]
         params = {**base, "systems": systems, "copies": rep.extra["copies_per_system"]}
+        params["per"] = "mvm"
+        mech = rep.predicted.by_mechanism()
         for key, extra in (
             ("model", "model_bytes_per_s"),
             ("model_with_io", "model_bytes_per_s_with_io"),
         ):
-            rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", params))
+            rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", params, mech))
         if name == "wse2":  # the SDK's accounting is defined on the CS-2's 750 x 994
             params = {**params, "pes": c["program_pes"], "rectangle_pes": c["rectangle_pes"]}
             for kind in ("relative", "absolute"):
                 for conv, key in (("real-split", ""), ("complex64", "_complex")):
                     value = c[f"{kind}{key}_bytes_per_s"] / 1e15
                     p = {**params, "bytes": conv}
-                    rows.append(_row(f"cerebras_{kind}{key}_pb_per_s", value, "PB/s", p))
+                    rows.append(_row(f"cerebras_{kind}{key}_pb_per_s", value, "PB/s", p, mech))
         info[f"systems_{systems}"] = _summary(rep)
     return rows, info, pe_trace(wafer, plan, one)
 
