@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from wse_core.mechanisms import CORE_MECHANISMS, LATENCY_MECHANISMS
@@ -226,34 +226,34 @@ class Timing:
                 return node
         raise KeyError(name)
 
-    def by_bound(self) -> dict[str, float]:
-        """Seconds of the run set by each resource: leaf times summed by their bound (of an
-        overlap, only the slowest part counts, since it sets the time)."""
+    def _sum_tree(self, leaf: Callable[[Timing], dict[str, float]]) -> dict[str, float]:
+        """`leaf(node)` of every leaf, times the repeats above it, summed by key; of an
+        overlap only the slowest part counts, since it sets the time."""
         if not self.children:
-            return {self.bound: self.seconds}
+            return leaf(self)
         kids = self.children
         if self.mode == "overlap":
             kids = (max(kids, key=lambda c: c.seconds),)
         out: dict[str, float] = {}
         for kid in kids:
-            for bound, sec in kid.by_bound().items():
-                out[bound] = out.get(bound, 0.0) + sec * self.repeat
+            for key, v in kid._sum_tree(leaf).items():
+                out[key] = out.get(key, 0.0) + v * self.repeat
         return out
+
+    def by_bound(self) -> dict[str, float]:
+        """Seconds of the run set by each resource: leaf times summed by their bound."""
+        return self._sum_tree(lambda t: {t.bound: t.seconds})
 
     def by_mechanism(self) -> dict[str, float]:
         """Cycles of the run by mechanism (all repeats; host I/O at the clock): leaves'
         `Cost.timed_mechanisms` summed, of an overlap only the slowest part. They add up to
         the run's seconds times the clock."""
-        if self.cost is not None:
-            return {k: v * self.repeat for k, v in self.cost.timed_mechanisms().items()}
-        kids = self.children
-        if self.mode == "overlap" and kids:
-            kids = (max(kids, key=lambda c: c.seconds),)
-        out: dict[str, float] = {}
-        for kid in kids:
-            for key, cyc in kid.by_mechanism().items():
-                out[key] = out.get(key, 0.0) + cyc * self.repeat
-        return out
+
+        def leaf(t: Timing) -> dict[str, float]:
+            mech = t.cost.timed_mechanisms() if t.cost is not None else {}
+            return {k: v * t.repeat for k, v in mech.items()}
+
+        return self._sum_tree(leaf)
 
     def critical(self) -> Timing:
         """The leaf that sets the time: down the largest child of each node."""

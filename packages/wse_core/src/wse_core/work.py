@@ -5,9 +5,9 @@ the machine runs (`wse_core.mechanisms` lists them with their constants):
 
 - `Op`: `count` DSD instructions of one `kind` on one `dtype`, each over `length` elements at
   `stride`; `fabric_in=True` when an operand streams from a fabric input queue (one 32-bit
-  wavelet per cycle: one fp32 or two 16-bit elements per cycle at most); `same_bank=True` when its two memory operands
-  sit in banks with bank1 % 4 == bank2 % 4 (the SDK's bank rule: one element per cycle).
-  Each instruction pays `dsd_issue_cycles` once.
+  wavelet per cycle: one fp32 or two 16-bit elements per cycle at most); `same_bank=True`
+  when its two memory operands sit in banks with bank1 % 4 == bank2 % 4 (the SDK's bank
+  rule: one element per cycle). Each instruction pays `dsd_issue_cycles` once.
 - `Work`: the ops, SRAM bytes read and written, 32-bit words per link direction (`links`:
   "N" / "S" / "E" / "W", and "ramp" for words between the router and its own core: the
   contention C of Luczynski et al.), the longest chain of router hops (`latency_hops`, L),
