@@ -25,7 +25,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     ),
     "cost-model-calibration": (
         "wse_core.studies.calibration_check:run",
-        "The cost model on the calibration set (Table II, 8B decode) with its efficiencies",
+        "Every cost-model constant, the calibration rows that fit or check it, leave-one-out",
     ),
     "fabric-collectives": (
         "wse_core.studies.fabric_collectives:run",
@@ -63,7 +63,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     ),
     "hotchips24-inference": (
         "wse_inference.studies.hotchips24_inference:run",
-        "Batch-1 decode tokens/s on 1..N WSE-3s (8B calibration)",
+        "Batch-1 decode tokens/s on 1..N WSE-3s (8B: a calibration check)",
     ),
     "tco-training": (
         "wse_cli.tco_training:run",
