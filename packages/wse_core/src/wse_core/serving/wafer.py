@@ -56,7 +56,14 @@ from wse_core.serving.frontier import (
 )
 from wse_core.spec import WaferSpec
 
-__all__ = ["MAX_USERS", "SramBudget", "Pipeline", "WaferServing", "price_pipeline"]
+__all__ = [
+    "MAX_USERS",
+    "SramBudget",
+    "Pipeline",
+    "WaferServing",
+    "price_pipeline",
+    "occupancy",
+]
 
 MAX_USERS = 1 << 20  # the search for what fits stops here (tiny models fit millions)
 _LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
@@ -193,9 +200,11 @@ class WaferServing:
         workload: Workload,
         speculation: Speculation | None = None,
         bytes_per_param: int = 2,
+        stages: int | None = None,
     ) -> None:
         self.config, self.spec, self.workload = config, spec, workload
         self.speculation, self.bytes_per_param = speculation, bytes_per_param
+        self.stages = stages  # layer regions of the target (default: one per layer)
         self.units = num_wafers
         known = SYSTEMS.get(spec.name.split("+", 1)[0])
         self.name = known.system if known else spec.name
@@ -211,6 +220,7 @@ class WaferServing:
         return plan_pipeline(
             config, spec, num_wafers=self.units, context_len=self.workload.held_tokens,
             slots=users, bytes_per_param=self.bytes_per_param,
+            stages=self.stages if config is self.config else None,
         )  # fmt: skip
 
     def _fits(self, config: Any, rows: int, users: int) -> bool:
@@ -367,5 +377,13 @@ class WaferServing:
         """Fraction of the time each element (the draft's too) is busy at `users` in flight."""
         self._refuse(users)
         latency, held, _ = self.round_s(users)
-        round_s = max(latency, users * max(held.values()))
-        return {name: users * s / round_s for name, s in held.items()}
+        return occupancy(held, latency, users)
+
+
+def occupancy(held_s: Mapping[str, float], latency_s: float, users: int) -> dict[str, float]:
+    """The busy fraction of each pipeline element with `users` in flight, element j held
+    held_s[j] per user-round and a round at least `latency_s` long: U h_j / max(latency,
+    U max h). With S equal stages (h = 1 tick, latency S ticks) every stage is busy U / S,
+    the occupancy of the pipelined engine's schedule (`wse_inference.pipeline.schedule`)."""
+    round_s = max(latency_s, users * max(held_s.values()))
+    return {name: users * h / round_s for name, h in held_s.items()}
