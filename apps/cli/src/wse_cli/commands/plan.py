@@ -207,38 +207,20 @@ def plot(plan, path: Path) -> None:
     plt.close(fig)
 
 
-def frontier_figure(plan, ax=None):
-    """Aggregate tokens/s against tokens/s per user, one curve per system (its Pareto
-    points; every sampled load as a dot), the chosen point of each marked."""
+def frontier_figure(plan):
+    """Both systems' frontiers (`wse_core.serving.figure`), the chosen points marked."""
     import matplotlib.pyplot as plt
+    from wse_core.serving.figure import Curve, draw_frontiers
 
-    fig = None
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    sides = ((plan.wafer_frontier, plan.wafer_point, "tab:orange"),
-             (plan.gpu_frontier, plan.gpu_point, "tab:green"))  # fmt: skip
-    for front, chosen, color in sides:
-        label = f"{front.units} x {front.system}"
-        best = front.pareto()
-        ax.plot([p.user_tokens_per_s for p in best], [p.aggregate_tokens_per_s for p in best],
-                "-", color=color, label=label)  # fmt: skip
-        every = ([p.user_tokens_per_s for p in front.points],
-                 [p.aggregate_tokens_per_s for p in front.points])  # fmt: skip
-        ax.plot(*every, ".", color=color, ms=4)
-        ax.plot(chosen.user_tokens_per_s, chosen.aggregate_tokens_per_s, "*", color=color,
-                ms=14, mec="black")  # fmt: skip
-        ax.annotate(f"{chosen.users:,} users", (chosen.user_tokens_per_s,
-                    chosen.aggregate_tokens_per_s), textcoords="offset points",
-                    xytext=(6, 6), fontsize=8)  # fmt: skip
-    ax.set(xscale="log", yscale="log", xlabel="tokens/s per user",
-           ylabel="tokens/s in all (per replica)")  # fmt: skip
-    w = plan.inputs["workload"]
-    ax.set_title(f"{plan.model}: {w['prompt_tokens']} prompt / {w['output_tokens']} output "
-                 f"tokens (* {plan.choice})", fontsize=9)  # fmt: skip
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    if fig is not None:
-        fig.tight_layout()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    w, g = plan.wafer_frontier, plan.gpu_frontier
+    curves = [Curve(w, plan.wafer_point, "tab:orange", f"{w.units} x {w.system}"),
+              Curve(g, plan.gpu_point, "tab:green", f"{g.units} x {g.system}")]  # fmt: skip
+    work = plan.inputs["workload"]
+    title = (f"{plan.model}: {work['prompt_tokens']} prompt / {work['output_tokens']} output "
+             f"tokens (* {plan.choice})")  # fmt: skip
+    draw_frontiers(ax, curves, title=title)
+    fig.tight_layout()
     return fig
 
 
