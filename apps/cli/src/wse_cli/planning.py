@@ -36,6 +36,7 @@ __all__ = [
     "wafer_train_step",
     "plan_train",
     "match_gpus",
+    "plan_dict",
     "check_positive",
     "check_rates",
     "gpu_rates",
@@ -101,16 +102,21 @@ class Plan:
     assumptions: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "model": self.model,
-            "n_params": self.n_params,
-            "inputs": self.inputs,
-            "wafer": self.wafer.to_dict(),
-            "gpu": self.gpu.to_dict(),
-            "gpus_to_match": self.gpus_to_match,
-            "assumptions": self.assumptions,
-        }
+        return plan_dict(self)
+
+
+def plan_dict(plan: Any) -> dict[str, Any]:
+    """The fields every plan's JSON has (train's `Plan`, infer's `ServingPlan`)."""
+    return {
+        "workload": plan.workload,
+        "model": plan.model,
+        "n_params": plan.n_params,
+        "inputs": plan.inputs,
+        "wafer": plan.wafer.to_dict(),
+        "gpu": plan.gpu.to_dict(),
+        "gpus_to_match": plan.gpus_to_match,
+        "assumptions": plan.assumptions,
+    }
 
 
 def check_positive(**values: float | None) -> None:

@@ -37,6 +37,7 @@ from wse_cli.planning import (
     check_positive,
     check_rates,
     gpu_rates,
+    plan_dict,
     power_notes,
     wafer_rates,
 )
@@ -65,19 +66,8 @@ class ServingPlan:
     workload: str = "infer"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "model": self.model,
-            "n_params": self.n_params,
-            "inputs": self.inputs,
-            "choice": self.choice,
-            "wafer": self.wafer.to_dict(),
-            "gpu": self.gpu.to_dict(),
-            "gpus_to_match": self.gpus_to_match,
-            "frontiers": {"wafer": self.wafer_frontier.to_dict(),
-                          "gpu": self.gpu_frontier.to_dict()},
-            "assumptions": self.assumptions,
-        }  # fmt: skip
+        fronts = {"wafer": self.wafer_frontier.to_dict(), "gpu": self.gpu_frontier.to_dict()}
+        return {**plan_dict(self), "choice": self.choice, "frontiers": fronts}
 
 
 def wafer_serving(
