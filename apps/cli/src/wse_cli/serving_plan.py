@@ -148,8 +148,8 @@ def _speculation(draft: str | None, gamma: int, alpha: float | None) -> sv.Specu
             raise PlanError("--alpha needs --draft (the draft model it is the acceptance of)")
         return None
     if alpha is None:
-        raise PlanError("--draft needs --alpha: the acceptance rate, e.g. the engine's measured "
-                        "spec_acceptance_rate")  # fmt: skip
+        raise PlanError("--draft needs --alpha: Leviathan's acceptance rate, e.g. the "
+                        "speculative engine's measured spec_alpha")  # fmt: skip
     return sv.Speculation(draft=resolve_model(draft).config, gamma=gamma, alpha=alpha)
 
 

@@ -284,7 +284,9 @@ def infer(
     hbm_fraction: float = typer.Option(0.8, "--hbm-fraction", help="Achieved HBM bandwidth."),
     draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),
     gamma: int = typer.Option(4, "--gamma", help="Drafted tokens per round."),
-    alpha: float = typer.Option(None, "--alpha", help="Acceptance rate of the draft."),
+    alpha: float = typer.Option(
+        None, "--alpha", help="Leviathan's acceptance rate (the engine's spec_alpha metric)."
+    ),
     wafer: str = WAFER,
     gpu: str = GPU,
     mfu: float = MFU,

@@ -18,8 +18,8 @@ both models: see their modules).
 `Workload` is what each user asks: prompt and output tokens and the context held per user
 (default prompt + output); a decode step reads `kv_tokens` = prompt + output // 2 cached
 tokens (the mean over the output). `Speculation` is a draft model, gamma drafted tokens per
-round and Leviathan's acceptance rate alpha (an input, e.g. `spec_acceptance_rate` that
-`wse infer serve` reports): a round emits (1 - a^(g+1)) / (1 - a) tokens, and
+round and Leviathan's acceptance rate alpha (an input, e.g. the speculative engine's measured
+`metrics()["spec_alpha"]`): a round emits (1 - a^(g+1)) / (1 - a) tokens, and
 `speculative_speedup` is Leviathan et al.'s (1 - a^(g+1)) / ((1 - a)(g c + v)) with c the
 draft step over the target step and v the verification pass over the target step (v = 1 is
 the published formula, REFERENCES.md).
