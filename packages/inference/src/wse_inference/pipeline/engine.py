@@ -132,8 +132,8 @@ class PipelineEngine:
         declare_regions(self.wafer.sram, plan)
         self._place_weights(model.params)
         # stage_busy_ticks / stage_ticks: the pipeline's occupancy over every decode so far
-        self._counters = {"steps": 0, "prefills": 0, "tokens": 0, "stage_busy_ticks": 0,
-                          "stage_ticks": 0}  # fmt: skip
+        self._counters = dict.fromkeys(("steps", "prefills", "tokens", "stage_busy_ticks",
+                                        "stage_ticks"), 0)  # fmt: skip
         # MLP zeros of prompts and decode steps (ReLU-like models only)
         self._zeros = ZeroTally(config) if config.relu_like else None
         self._zeros_seen: tuple[np.ndarray, int] | None = None
@@ -337,8 +337,7 @@ class PipelineEngine:
 
     def _tally_occupancy(self, state: PipelineDecodeState) -> None:
         st = state.device
-        busy = int(np.asarray(st.stage_tokens)[: self.stages].sum())
-        ticks = int(st.ticks)
+        busy, ticks = int(np.asarray(st.stage_tokens)[: self.stages].sum()), int(st.ticks)
         self._counters["stage_busy_ticks"] += busy - state.counted[0]
         self._counters["stage_ticks"] += (ticks - state.counted[1]) * self.stages
         state.counted = (busy, ticks)
