@@ -21,7 +21,15 @@ median over rounds, with ratios taken within a round (pairs measured back to bac
   measured a and c, c and the verification cost v timed as the rounds run them
   (`leviathan23_speculative.round_costs`);
 - throughput: S users on S stages, aggregate tokens/s for S = 1, 2, 4, with the stage rows
-  on one device and on two (fabric shifts across devices).
+  on one device and on two (fabric shifts across devices). On a CPU every stage runs in
+  turn (one core does the work of all S regions), so these tokens/s are the CPU's cost of
+  emulating the pipeline, not the wafer's throughput: that is `wse_core.serving.wafer`'s
+  prediction (`wse plan infer`), which the next table checks the schedule against;
+- occupancy: U = 1..S users on an S-stage engine, each stage's share of the ticks it worked
+  on an occupied slot as the device ran the schedule (`PipelineEngine.stage_occupancy`),
+  beside the serving model's occupancy: at equal stage times (U / S, what the schedule
+  should give) and on the engine's plan priced per region (`WaferServing.occupancy`, range
+  over the regions, the head region included).
 Prints tables and writes bench/results/infer.json.
 
     python bench/bench_infer.py [--quick]
@@ -247,6 +255,48 @@ def bench_throughput(quick: bool, rounds: int) -> list[dict]:
     return rows
 
 
+def bench_occupancy(quick: bool, stages: int = 4) -> list[dict]:
+    from wse_core.serving import Workload
+    from wse_core.serving.wafer import WaferServing, occupancy
+    from wse_inference.engine import SamplingParams
+    from wse_inference.pipeline.engine import PipelineEngine
+
+    m = _model(stages, 64 if quick else 128, 2048)
+    eng = PipelineEngine(m, stages=stages, max_context=48)
+    plan = eng.plan
+    serve = WaferServing(
+        m.config, plan.spec, num_wafers=plan.num_wafers, stages=stages,
+        workload=Workload(prompt_tokens=16, output_tokens=32, context_len=48),
+        bytes_per_param=plan.bytes_per_param,
+    )  # fmt: skip
+    rows = []
+    for users in range(1, stages + 1):
+        state = eng.init_decode_state()
+        for slot in range(users):
+            ids = list(range(1 + slot, 17 + slot))
+            sampling = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
+            state = eng.insert(prefix=eng.prefill(prompt_ids=ids, sampling=sampling),
+                               state=state, slot=slot)  # fmt: skip
+        for _ in range(16):
+            state, _ = eng.generate(state=state)
+        got = eng.stage_occupancy(state)
+        uniform = occupancy({f"s{j}": 1.0 for j in range(stages)}, stages, users)
+        regions = {s.name for s in (plan.head, *plan.stages)}
+        priced = {k: v for k, v in serve.occupancy(users).items() if k in regions}
+        rows.append(
+            {
+                "stages": stages,
+                "users": users,
+                "emulated_min": float(got.min()),
+                "emulated_max": float(got.max()),
+                "model_equal_stages": max(uniform.values()),
+                "model_priced_min": min(priced.values()),
+                "model_priced_max": max(priced.values()),
+            }
+        )
+    return rows
+
+
 def _table(title: str, rows: list[dict]) -> None:
     print(f"\n{title}")
     keys = list(rows[0])
@@ -286,7 +336,16 @@ def main() -> None:
     out["speculative"] = bench_speculative(args.quick, rounds)
     _table("speculative decoding (gamma 4, first-layer draft; medians)", [out["speculative"]])
     out["throughput"] = bench_throughput(args.quick, 3)
-    _table("multi-user throughput: S users on S stages", out["throughput"])
+    _table(
+        "multi-user throughput: S users on S stages (the CPU's cost of emulating the pipeline:"
+        " its stages run in turn on one core, so this is not the wafer's throughput)",
+        out["throughput"],
+    )
+    out["occupancy"] = bench_occupancy(args.quick)
+    _table(
+        "stage occupancy, U users on 4 stages: the schedule as run against the serving model",
+        out["occupancy"],
+    )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "infer.json").write_text(json.dumps(out, indent=2, default=float))
     print(f"\nwrote {RESULTS / 'infer.json'}")

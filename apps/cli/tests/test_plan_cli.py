@@ -33,17 +33,50 @@ def test_plan_train_on_every_shipped_model(model):
     hours = g["units"] * g["time_s"] / 3600
     assert g["cost_usd"]["hardware_usd"] == pytest.approx(hours * gpum.H100.usd_per_gpu_hour)
     assert d["gpus_to_match"] is None or d["gpus_to_match"] >= 1
+    if g["time_s"] <= w["time_s"]:  # the priced GPUs are already as fast: never match above
+        assert d["gpus_to_match"] is not None and d["gpus_to_match"] <= g["units"]
+
+
+def test_gpus_to_match_training_never_exceeds_a_faster_priced_count():
+    # tco-training's 12B on one CS-3: 8 H100 take 79 days against the wafer's 113; the search
+    # used to start at the memory minimum (3), double past 8 and answer 12
+    from wse_cli.planning import ModelChoice, plan_train
+    from wse_cli.tco_training import model_12b
+
+    plan = plan_train(ModelChoice("llama-12b", model_12b(), seq_len=8192), tokens=2.4e11,
+                      systems=1, gpus=8)  # fmt: skip
+    assert plan.gpu.time_s < plan.wafer.time_s
+    assert plan.gpus_to_match is not None and plan.gpus_to_match <= 8
+
+
+def test_match_gpus_search_by_hand():
+    from wse_cli.planning import match_gpus
+
+    times = {3: 9.0, 4: 6.0, 5: 7.0, 6: 9.0, 7: 9.0, 8: 4.0, 16: 3.0, 24: 2.5, 32: 1.0}
+    fn = times.get  # None: the count cannot hold the model
+    assert match_gpus(fn, 6.5, start=3, limit=64, node=8) == 4
+    assert match_gpus(fn, 3.5, start=3, limit=64, node=8) == 16  # 16 hits, bisect to 8: miss
+    assert match_gpus(fn, 0.5, start=3, limit=64, node=8) is None
+    # 24 is priced and fast enough: the doubling 8, 16, 32 never looks at it, the bound does
+    assert match_gpus(fn, 2.6, start=3, limit=64, node=8, priced=24) == 24
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_plan_infer_on_every_shipped_model(model):
     d = _json(["plan", "infer", "--model", model])
     w, g = d["wafer"], d["gpu"]
-    assert w["tokens_per_s_per_user"] > 0 and g["tokens_per_s_per_user"] > 0
-    assert w["ttft_s"] > 1 / w["tokens_per_s_per_user"] * 0.999
-    for side in (w, g):
+    assert d["choice"] == "knee"
+    for side, front in ((w, d["frontiers"]["wafer"]), (g, d["frontiers"]["gpu"])):
+        assert side["tokens_per_s_per_user"] > 0 and side["users"] >= 1
+        assert side["tokens_per_s"] == pytest.approx(side["users"] * side["tokens_per_s_per_user"])
+        assert side["users"] <= side["max_users"] == front["max_users"]
         per_token = side["energy_j"] / (d["inputs"]["tokens_per_day"] * d["inputs"]["days"])
         assert side["energy_kwh_per_million_tokens"] == pytest.approx(per_token * 1e6 / 3.6e6)
+        # the knee: per-user speed x aggregate throughput no lower than at any sampled load
+        score = side["tokens_per_s_per_user"] * side["tokens_per_s"]
+        for p in front["points"]:
+            assert score >= p["user_tokens_per_s"] * p["aggregate_tokens_per_s"] * (1 - 1e-9)
+    assert w["ttft_s"] > 1 / w["tokens_per_s_per_user"] * 0.999
 
 
 def test_plan_on_an_hf_directory(tmp_path):
@@ -75,19 +108,56 @@ def test_plan_table_and_png(tmp_path):
     r = runner.invoke(app, ["plan", "infer", "--model", "llama3-8b", "--png", str(png)])
     assert r.exit_code == 0, r.output
     assert "tokens/s per user" in r.output and "GPUs to match" in r.output
+    assert "frontiers of" in r.output and "*" in r.output
     assert png.stat().st_size > 1000
 
 
 def test_tokens_per_day_sizes_replicas_and_idle():
-    one = _json(["plan", "infer", "--model", "llama3-8b", "--wafers", "1"])
-    rate = one["wafer"]["tokens_per_s_per_user"]
-    half = _json(["plan", "infer", "--model", "llama3-8b", "--wafers", "1",
+    one = _json(["plan", "infer", "--model", "llama3-8b", "--wafers", "1", "--users", "4"])
+    rate = one["wafer"]["tokens_per_s"]
+    half = _json(["plan", "infer", "--model", "llama3-8b", "--wafers", "1", "--users", "4",
                   "--tokens-per-day", str(rate * 86400 / 2)])  # fmt: skip
     w = half["wafer"]
     assert w["replicas"] == 1 and w["busy_fraction"] == pytest.approx(0.5)
     peak, idle = eco.system_power_w("wse3")
     per_day = (peak + idle) / 2 * 86400  # busy half the day at peak, idle the other half
     assert w["energy_j"] == pytest.approx(per_day * half["inputs"]["days"])
+
+
+def test_plan_infer_at_a_number_of_users():
+    d = _json(["plan", "infer", "--model", "llama3-70b", "--users", "16",
+               "--prompt-tokens", "128", "--output-tokens", "20"])  # fmt: skip
+    w, g = d["wafer"], d["gpu"]
+    assert d["choice"] == "users" and w["users"] == g["users"] == 16
+    # 16 users do not fill the 4 wafers' pipeline: every user at the one-user speed
+    one = _json(["plan", "infer", "--model", "llama3-70b", "--users", "1",
+                 "--prompt-tokens", "128", "--output-tokens", "20"])  # fmt: skip
+    assert w["tokens_per_s_per_user"] == pytest.approx(one["wafer"]["tokens_per_s_per_user"])
+    assert w["tokens_per_s"] == pytest.approx(16 * w["tokens_per_s_per_user"])
+    assert g["tokens_per_s_per_user"] < one["gpu"]["tokens_per_s_per_user"]  # a batch of 16
+
+
+def test_plan_infer_at_a_per_user_speed():
+    d = _json(["plan", "infer", "--model", "llama3-8b", "--min-user-tokens-per-s", "300",
+               "--prompt-tokens", "128", "--output-tokens", "20"])  # fmt: skip
+    for side in (d["wafer"], d["gpu"]):
+        assert side["meets_speed"] and side["tokens_per_s_per_user"] >= 300
+    more = _json(["plan", "infer", "--model", "llama3-8b", "--prompt-tokens", "128",
+                  "--output-tokens", "20", "--users", str(d["gpu"]["users"] + 1)])  # fmt: skip
+    assert more["gpu"]["tokens_per_s_per_user"] < 300  # the largest load that meets it
+    fast = _json(["plan", "infer", "--model", "llama3-8b", "--min-user-tokens-per-s", "1000"])
+    assert fast["wafer"]["meets_speed"] and not fast["gpu"]["meets_speed"]
+    assert fast["gpu"]["users"] == 1
+
+
+def test_plan_infer_with_a_draft_model():
+    plain = _json(["plan", "infer", "--model", "llama3-70b", "--users", "1"])
+    spec = _json(["plan", "infer", "--model", "llama3-70b", "--users", "1", "--draft",
+                  "llama3-1b", "--gamma", "4", "--alpha", "0.8"])  # fmt: skip
+    assert spec["inputs"]["speculation"]["tokens_per_round"] == pytest.approx(3.3616)
+    for side in ("wafer", "gpu"):
+        assert spec[side]["tokens_per_s_per_user"] > plain[side]["tokens_per_s_per_user"]
+    assert spec["wafer"]["max_users"] < plain["wafer"]["max_users"]  # the draft's SRAM
 
 
 @pytest.mark.parametrize(
@@ -100,6 +170,22 @@ def test_tokens_per_day_sizes_replicas_and_idle():
         (["plan", "infer", "--model", "llama3-70b", "--gpus", "1"], "use at least"),
         (["plan", "infer", "--model", "llama3-8b", "--gpu", "h200"], "unknown GPU"),
         (["plan", "infer", "--model", "llama3-8b", "--wafer", "small"], "known systems"),
+        (["plan", "infer", "--model", "llama3-8b", "--users", "0"], "--users must be at least 1"),
+        (["plan", "infer", "--model", "llama3-70b", "--users", "100000"], "do not fit"),
+        (["plan", "infer", "--model", "llama3-8b", "--min-user-tokens-per-s", "1e7"],
+         "no system reaches"),
+        (["plan", "infer", "--model", "llama3-8b", "--min-user-tokens-per-s", "nan"],
+         "positive number"),
+        (["plan", "infer", "--model", "llama3-8b", "--users", "2", "--min-user-tokens-per-s",
+          "10"], "not both"),
+        (["plan", "infer", "--model", "llama3-8b", "--usd-per-gpu-hour", "nan"], ">= 0"),
+        (["plan", "infer", "--model", "llama3-8b", "--usd-per-system-hour", "-1"], ">= 0"),
+        (["plan", "train", "--model", "llama3-8b", "--tokens", "1e9", "--usd-per-kwh", "-0.1"],
+         ">= 0"),
+        (["plan", "infer", "--model", "llama3-8b", "--draft", "llama3-1b"], "needs --alpha"),
+        (["plan", "infer", "--model", "llama3-8b", "--draft", "llama3-1b", "--alpha", "1.5"],
+         "alpha must be in"),
+        (["plan", "infer", "--model", "llama3-8b", "--output-tokens", "0"], "output_tokens"),
     ],
 )  # fmt: skip
 def test_plan_bad_input_is_exit_2_with_one_line(args, message):
@@ -127,8 +213,9 @@ def test_demo_part_is_short(tmp_path):
     from rich.console import Console
     from wse_cli.commands.plan import part
 
-    console = Console(record=True)
+    console = Console(record=True, width=200)
     part(console, out_dir=tmp_path, quick=True)
     text = console.export_text()
     assert "tokens/s" in text and "GPUs to match" in text
+    assert "at the knee" in text and "batch 1" not in text
     assert (tmp_path / "plan_infer.png").exists()

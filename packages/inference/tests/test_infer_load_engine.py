@@ -40,6 +40,7 @@ def test_speculative_engine_equals_decoder(tmp_path):
         assert got[i] == ref.generate(p, s).tokens
     m = eng.metrics()
     assert m["spec_draft_tokens"] > 0 and 0 <= m["spec_acceptance_rate"] <= 1
+    assert m["spec_alpha"] == eng.stats.alpha and 0 <= m["spec_alpha"] <= 1
     assert target.config.n_layers == 2
 
 

@@ -64,18 +64,6 @@ def test_data_parallel_pays_the_exposed_ring():
     assert piped.layout.pp == 2 and piped.bubble_s == pytest.approx(piped.compute_s / 4)
 
 
-def test_batch_one_decode_is_a_roofline():
-    d = gpum.decode_token(SHAPE, ROUND, num_gpus=1, context_len=100, hbm_fraction=0.5)
-    # 2 bytes x 1e8 weights over 0.5 x 1e12 B/s; one GPU: no all-reduce, no stage hop
-    assert d.seconds_per_token == pytest.approx(2e8 / 5e11)
-    assert d.tokens_per_s == pytest.approx(2500.0)
-    node = dataclasses.replace(ROUND, gpus_per_node=8)
-    d8 = gpum.decode_token(SHAPE, node, num_gpus=8, context_len=100, hbm_fraction=0.5)
-    reduce = 2 * 7 / 8 * (2 * 256) / 1e11 + 2 * 7 * 1e-6
-    assert d8.tp == 8 and d8.allreduce_s == pytest.approx(2 * 2 * reduce)
-    assert d8.seconds_per_token == pytest.approx(2e8 / 8 / 5e11 + 4 * reduce)
-
-
 def test_too_few_gpus_names_the_count_that_fits():
     big = dataclasses.replace(SHAPE, n_params=10**10, n_matmul_params=10**10, n_layers=3)
     # 16 bytes x 1e10 = 160 GB over 0.9 x 80 GB usable: 3 GPUs (3 pipeline stages of a layer)
@@ -85,13 +73,6 @@ def test_too_few_gpus_names_the_count_that_fits():
     assert isinstance(gpum.GpuMemoryError("x"), WseError)
     two_layers = dataclasses.replace(big, n_layers=2)  # tp is a power of 2, pp <= layers
     assert gpum.min_train_gpus(two_layers, gpum.H100, seq_len=16) == 4
-
-
-def test_decode_refuses_a_model_bigger_than_its_gpus():
-    big = dataclasses.replace(SHAPE, n_params=10**11, n_matmul_params=10**11)
-    # 2e11 bytes of bf16 weights over 72 GB usable per GPU: 3 GPUs
-    with pytest.raises(gpum.GpuMemoryError, match="use at least 3 GPUs"):
-        gpum.decode_token(big, gpum.H100, num_gpus=2, context_len=10)
 
 
 def test_energy_is_power_times_time_plus_idle():

@@ -1,16 +1,18 @@
-"""`wse plan`'s model: wafers against a GPU cluster — time, energy and cost of training a model
-to a token budget, or of serving it at batch 1.
+"""`wse plan train`'s model: wafers against a GPU cluster — time, energy and cost of training
+a model to a token budget — and what `wse plan infer` (`wse_cli.serving_plan`) shares with it.
 
 Contract. `resolve_model(text)` (`wse_cli.model_choice`, re-exported here) reads `--model`
 (a `wse_models` preset, a shipped trainer config, a params.yaml, an HF directory or its
 config.json) into a `ModelChoice`.
-`plan_train(...)` and `plan_infer(...)` return a `Plan`: one `SideResult` for the wafers and
-one for the GPUs (time, energy, cost, the figures per step / token), the GPU count that
-would match the wafers, and the assumptions in words. Nothing here compiles anything.
+`plan_train(...)` returns a `Plan`: one `SideResult` for the wafers and one for the GPUs
+(time, energy, cost, the figures per step), the GPU count that would match the wafers'
+time (`match_gpus`: never above a count the plan priced that is already as fast), and the
+assumptions in words. Nothing here compiles anything. Shared with serving: `SideResult`,
+the input checks (`check_positive`, `check_rates`), the rates and `power_notes`.
 
-Wafer time comes from the workload packages through ONE adapter per workload
-(`wafer_train_step`, `wafer_decode`), so a rewrite of those predictors is repointed here
-only. GPU time, energy and cost come from `wse_core.gpu` and `wse_core.economics`.
+Wafer time comes from the trainer through ONE adapter (`wafer_train_step`), so a rewrite of
+its predictor is repointed here only. GPU time, energy and cost come from `wse_core.gpu` and
+`wse_core.economics`.
 """
 
 from __future__ import annotations
@@ -32,13 +34,15 @@ __all__ = [
     "Plan",
     "resolve_model",
     "wafer_train_step",
-    "wafer_decode",
     "plan_train",
-    "plan_infer",
+    "match_gpus",
+    "plan_dict",
+    "check_positive",
+    "check_rates",
+    "gpu_rates",
+    "wafer_rates",
+    "power_notes",
 ]
-
-DAY_S = 86400.0
-
 
 # ---- the adapters: the only calls into the workload packages' predictors -------------------
 
@@ -58,27 +62,6 @@ def wafer_train_step(
         batch = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len) or 1
     report = predict_step(config, spec, num_csx=num_csx, micro_batch=batch, seq_len=seq_len)
     return report.predicted_s, batch
-
-
-def wafer_decode(
-    config: Any, wafer: str, *, num_wafers: int | None, context_len: int, prompt_tokens: int
-) -> tuple[float, float, int]:
-    """(seconds per token, time to first token, wafers used) of batch-1 pipelined decode,
-    from the inference engine's own prediction (`pipeline.perf.predict_model`, a RunReport on
-    the planner's placement).
-
-    Time to first token (no prefill predictor exists yet): the prompt's forward flops at the
-    wafers' bf16 peak (a lower bound: no efficiency is applied), plus one token's time.
-    """
-    from wse_core import preset
-    from wse_inference.pipeline.perf import predict_model
-
-    spec = preset(wafer)
-    report, plan = predict_model(config, wafer=spec, num_wafers=num_wafers, context_len=context_len)
-    s, n = report.predicted_s, plan.num_wafers
-    flops = prompt_tokens * config.flops_per_token((prompt_tokens + 1) // 2)
-    prefill = flops / (n * spec.peak_flops("bf16"))
-    return s, prefill + s, n
 
 
 # ---- results ------------------------------------------------------------------------------
@@ -119,37 +102,50 @@ class Plan:
     assumptions: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "model": self.model,
-            "n_params": self.n_params,
-            "inputs": self.inputs,
-            "wafer": self.wafer.to_dict(),
-            "gpu": self.gpu.to_dict(),
-            "gpus_to_match": self.gpus_to_match,
-            "assumptions": self.assumptions,
-        }
+        return plan_dict(self)
 
 
-def _positive(**values: float | None) -> None:
+def plan_dict(plan: Any) -> dict[str, Any]:
+    """The fields every plan's JSON has (train's `Plan`, infer's `ServingPlan`)."""
+    return {
+        "workload": plan.workload,
+        "model": plan.model,
+        "n_params": plan.n_params,
+        "inputs": plan.inputs,
+        "wafer": plan.wafer.to_dict(),
+        "gpu": plan.gpu.to_dict(),
+        "gpus_to_match": plan.gpus_to_match,
+        "assumptions": plan.assumptions,
+    }
+
+
+def check_positive(**values: float | None) -> None:
     for name, v in values.items():
         if v is not None and not v > 0:
             raise PlanError(f"--{name.replace('_', '-')} must be positive, got {v:g}")
 
 
-def _gpu_rates(g: gpum.GpuSpec, rates: dict[str, Any]) -> eco.Rates:
+def gpu_rates(g: gpum.GpuSpec, rates: dict[str, Any]) -> eco.Rates:
     given = {k: v for k, v in rates.items() if v is not None and k != "usd_per_system_hour"}
     usd = rates.get("usd_per_gpu_hour") or g.usd_per_gpu_hour
     given.pop("usd_per_gpu_hour", None)
     return eco.Rates(usd_per_system_hour=usd, **given)
 
 
-def _wafer_rates(wafer: str, rates: dict[str, Any]) -> eco.Rates:
+def wafer_rates(wafer: str, rates: dict[str, Any]) -> eco.Rates:
     given = {k: v for k, v in rates.items() if k != "usd_per_gpu_hour"}
     return eco.wafer_rates(wafer, **given)
 
 
-def _assumptions(g: gpum.GpuSpec, wafer: str, mfu: float) -> list[str]:
+def check_rates(rates: dict[str, Any]) -> None:
+    """Prices and hours given must be finite and >= 0 (NaN and negatives are refused)."""
+    for name, v in rates.items():
+        if v is not None and not (v >= 0 and math.isfinite(v)):
+            raise PlanError(f"--{name.replace('_', '-')} must be a number >= 0, got {v:g}")
+
+
+def power_notes(g: gpum.GpuSpec, wafer: str) -> list[str]:
+    """The power and price assumptions every plan states."""
     peak, idle = eco.system_power_w(wafer)
     gpeak, gidle = g.power_w_per_gpu()
     return [
@@ -158,8 +154,6 @@ def _assumptions(g: gpum.GpuSpec, wafer: str, mfu: float) -> list[str]:
         "MemoryX/SwarmX power not counted",
         f"GPU {g.name}: {gpeak:g} W per GPU busy, {gidle:g} W idle (DGX node max / 8; "
         "idle assumed); switches not counted",
-        f"GPU training at MFU {mfu:g} of {g.peak_flops / 1e12:g} TFLOP/s bf16; PaLM flop "
-        "accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
         "busy systems draw their maximum rated power (an upper bound)",
         "rates and engineering hours are assumptions (wse_core.economics), inputs here",
     ]
@@ -182,24 +176,34 @@ def _unless_oom(fn: Callable[[int], float]) -> Callable[[int], float | None]:
     return time_on
 
 
-def _match_gpus(fn, target_s: float, start: int, limit: int) -> int | None:
-    """Smallest GPU count (powers of two, refined in whole nodes) with time <= target_s."""
-    m, prev = start, None
-    while m <= limit:
+def match_gpus(
+    fn: Callable[[int], float | None], target_s: float, *, start: int, limit: int, node: int,
+    priced: int | None = None,
+) -> int | None:  # fmt: skip
+    """Smallest GPU count with fn(count) <= target_s (None where none up to `limit`): every
+    count from `start` (the fewest that hold the model) up to a node, then whole nodes
+    (doubling, then bisection between the last miss and the first hit). A count already
+    priced and fast enough (`priced`) bounds the search, so the match is never above it
+    (time is not monotone in the count: layouts change with it)."""
+
+    def ok(m: int) -> bool:
         t = fn(m)
-        if t is not None and t <= target_s:
-            if prev is None:
-                return m
-            lo, hi = prev, m  # bisect in multiples of 8 between the last miss and this hit
-            while hi - lo > 8:
-                mid = (lo + hi) // 16 * 8
-                if mid <= lo:
-                    break
-                t_mid = fn(mid)
-                lo, hi = (lo, mid) if t_mid is not None and t_mid <= target_s else (mid, hi)
-            return hi
-        prev, m = m, m * 2
-    return None
+        return t is not None and t <= target_s
+
+    if priced is not None and ok(priced):
+        limit = min(limit, priced)
+    for m in range(start, min(node, limit + 1)):
+        if ok(m):
+            return m
+    miss, n, top = 0, max(1, math.ceil(start / node)), limit // node
+    while n <= top and not ok(n * node):
+        miss, n = n, (2 * n if 2 * n <= top or n == top else top)
+    if n > top:
+        return priced if priced is not None and priced <= limit and ok(priced) else None
+    while n - miss > 1:  # ok(n nodes), not ok(miss nodes)
+        mid = (miss + n) // 2
+        miss, n = (miss, mid) if ok(mid * node) else (mid, n)
+    return n * node
 
 
 def _wafer_train_side(
@@ -213,7 +217,7 @@ def _wafer_train_side(
     return SideResult(
         eco.SYSTEMS[wafer].system, n, w_time, w_energy,
         eco.bill(system_hours=n * w_time / 3600, energy_j=w_energy,
-                 rates=_wafer_rates(wafer, rates)),
+                 rates=wafer_rates(wafer, rates)),
         {"steps": steps, "step_s": step_s, "energy_j_per_step": eco.per(w_energy, steps),
          "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq)},
     )  # fmt: skip
@@ -231,7 +235,7 @@ def _gpu_train_side(
     g_energy = eco.energy_j(g_time, m * gpeak)
     return SideResult(
         g.name, m, g_time, g_energy,
-        eco.bill(system_hours=m * g_time / 3600, energy_j=g_energy, rates=_gpu_rates(g, rates)),
+        eco.bill(system_hours=m * g_time / 3600, energy_j=g_energy, rates=gpu_rates(g, rates)),
         {"steps": steps, "step_s": g_step.step_s, "layout": g_step.layout.to_dict(),
          "exposed_allreduce_s": g_step.exposed_allreduce_s, "bubble_s": g_step.bubble_s,
          "energy_j_per_step": eco.per(g_energy, steps),
@@ -253,8 +257,9 @@ def plan_train(
     rates: dict[str, Any] | None = None,
 ) -> Plan:
     """Train `choice` on `tokens` tokens: N wafer systems against M GPUs, same global batch."""
-    _positive(tokens=tokens, systems=systems, gpus=gpus, mfu=mfu, batch=batch_per_system)
+    check_positive(tokens=tokens, systems=systems, gpus=gpus, mfu=mfu, batch=batch_per_system)
     rates = rates or {}
+    check_rates(rates)
     cfg, g = choice.config, gpum.gpu_spec(gpu)
     eco.system_power_w(wafer)  # an unknown system fails before any work
     n = systems or choice.num_csx or 1
@@ -275,115 +280,18 @@ def plan_train(
         )[0]
     )
     limit = global_batch * g.gpus_per_node * cfg.n_layers
-    match = _match_gpus(time_on, w_side.time_s, start, limit)
+    match = match_gpus(
+        time_on, w_side.time_s, start=start, limit=limit, node=g.gpus_per_node, priced=m
+    )
     inputs = {"tokens": tokens, "systems": n, "gpus": m, "wafer": wafer, "gpu": gpu, "mfu": mfu,
               "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
-              "wafer_rates": _wafer_rates(wafer, rates).to_dict(),
-              "gpu_rates": _gpu_rates(g, rates).to_dict()}  # fmt: skip
-    notes = _assumptions(g, wafer, mfu) + [
+              "wafer_rates": wafer_rates(wafer, rates).to_dict(),
+              "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
+    notes = power_notes(g, wafer) + [
+        f"GPU training at MFU {mfu:g} of {g.peak_flops / 1e12:g} TFLOP/s bf16; PaLM flop "
+        "accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
         "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
         "per instruction on the wafer, weights streamed in and gradients out, overlapped; "
         "the one calibration of wse_core); same global batch and sequence on both systems",
     ]
     return Plan("train", choice.name, shape.n_params, inputs, w_side, g_side, match, notes)
-
-
-def _serve(
-    side: str, units: int, tok_s: float, tokens_per_day: float, days: float,
-    peak_w: float, idle_w: float, rates: eco.Rates, figures: dict[str, Any],
-) -> SideResult:  # fmt: skip
-    """Replicas enough for `tokens_per_day`, busy for their share of the day, idle the rest."""
-    replicas = max(1, math.ceil(tokens_per_day / (tok_s * DAY_S)))
-    busy_s = tokens_per_day / tok_s  # summed over replicas
-    wall_s = days * DAY_S
-    energy = days * eco.energy_j(busy_s, units * peak_w, units * idle_w, replicas * DAY_S)
-    total_tokens = tokens_per_day * days
-    b = eco.bill(system_hours=replicas * units * wall_s / 3600, energy_j=energy, rates=rates)
-    figures = {
-        **figures,
-        "tokens_per_s_per_user": tok_s,
-        "replicas": replicas,
-        "busy_fraction": busy_s / (replicas * DAY_S),
-        "energy_j_per_token": eco.per(energy, total_tokens),
-        "energy_kwh_per_million_tokens": eco.per(energy, total_tokens) * 1e6 / 3.6e6,
-        "usd_per_million_tokens": eco.per(b.total_usd, total_tokens) * 1e6,
-        "hardware_usd_per_million_tokens": eco.per(b.hardware_usd, total_tokens) * 1e6,
-    }
-    return SideResult(side, units * replicas, 1.0 / tok_s, energy, b, figures)
-
-
-def plan_infer(
-    choice: ModelChoice,
-    *,
-    wafers: int | None = None,
-    gpus: int | None = None,
-    tokens_per_day: float | None = None,
-    days: float = 365.0,
-    wafer: str = "wse3",
-    gpu: str = "h100",
-    context_len: int = 8192,
-    prompt_tokens: int = 1024,
-    hbm_fraction: float = 0.8,
-    mfu: float = 0.4,
-    rates: dict[str, Any] | None = None,
-) -> Plan:
-    """Batch-1 serving of `choice`: one stream per replica, `tokens_per_day` in all."""
-    _positive(wafers=wafers, gpus=gpus, tokens_per_day=tokens_per_day, days=days,
-              context_len=context_len, prompt_tokens=prompt_tokens, mfu=mfu)  # fmt: skip
-    if not 0 < hbm_fraction <= 1:
-        raise PlanError(f"--hbm-fraction must be in (0, 1], got {hbm_fraction:g}")
-    rates = rates or {}
-    cfg, g = choice.config, gpum.gpu_spec(gpu)
-    peak, idle = eco.system_power_w(wafer)
-    w_tok, w_ttft, n = wafer_decode(
-        cfg, wafer, num_wafers=wafers, context_len=context_len, prompt_tokens=prompt_tokens
-    )
-    shape = gpum.ModelShape.of(cfg)
-
-    def decode(k: int) -> gpum.DecodeToken:
-        return gpum.decode_token(
-            shape, g, num_gpus=k, context_len=context_len, prompt_tokens=prompt_tokens,
-            hbm_fraction=hbm_fraction, mfu=mfu,
-        )  # fmt: skip
-
-    m = gpus or _default_gpus(shape, g, context_len)
-    d = decode(m)
-    per_day = tokens_per_day or 1.0 / w_tok * DAY_S
-    w_side = _serve(
-        eco.SYSTEMS[wafer].system, n, 1.0 / w_tok, per_day, days, peak, idle,
-        _wafer_rates(wafer, rates), {"ttft_s": w_ttft, "wafers_per_replica": n},
-    )  # fmt: skip
-    gpeak, gidle = g.power_w_per_gpu()
-    g_side = _serve(
-        g.name, m, d.tokens_per_s, per_day, days, gpeak, gidle, _gpu_rates(g, rates),
-        {"ttft_s": d.ttft_s, "gpus_per_replica": m, "tp": d.tp, "pp": d.pp,
-         "tp_allreduce_s_per_token": d.allreduce_s},
-    )  # fmt: skip
-    match = _match_gpus(_unless_oom(lambda k: decode(k).seconds_per_token), w_tok, 1, 1024)
-    inputs = {"wafers": n, "gpus": m, "tokens_per_day": per_day, "days": days, "wafer": wafer,
-              "gpu": gpu, "context_len": context_len, "prompt_tokens": prompt_tokens,
-              "hbm_fraction": hbm_fraction, "mfu": mfu,
-              "wafer_rates": _wafer_rates(wafer, rates).to_dict(),
-              "gpu_rates": _gpu_rates(g, rates).to_dict()}  # fmt: skip
-    notes = _infer_assumptions(g, wafer, mfu, context_len, hbm_fraction, days)
-    return Plan("infer", choice.name, shape.n_params, inputs, w_side, g_side, match, notes)
-
-
-def _infer_assumptions(
-    g: gpum.GpuSpec, wafer: str, mfu: float, context_len: int, hbm_fraction: float, days: float
-) -> list[str]:
-    return _assumptions(g, wafer, mfu)[:2] + [
-        f"batch 1, one stream per replica; KV cache of {context_len // 2} tokens read per "
-        f"token; GPU at {hbm_fraction:g} of HBM bandwidth, 2 tensor-parallel all-reduces "
-        "per layer",
-        "wafer time to first token: prompt flops at bf16 peak (a lower bound), plus one token",
-        f"replicas sized for the tokens per day; rented all day, idle when not busy; "
-        f"engineering hours spread over {days:g} days",
-    ]
-
-
-def _default_gpus(shape: gpum.ModelShape, g: gpum.GpuSpec, context_len: int) -> int:
-    """One node (8 GPUs), or the fewest whole nodes that hold the model."""
-    need = gpum.WEIGHT_BYTES * shape.n_params + shape.kv_bytes_per_token * context_len
-    nodes = math.ceil(need / (gpum.USABLE_MEMORY * g.memory_bytes * g.gpus_per_node))
-    return g.gpus_per_node * max(1, nodes)

@@ -1,5 +1,6 @@
-"""The GPU cluster model beside the wafer model: training steps and batch-1 decode on A100 /
-H100 nodes, from public figures and stated assumptions (nothing fitted).
+"""The GPU cluster model beside the wafer model: A100 / H100 nodes and training steps, from
+public figures and stated assumptions (nothing fitted). Serving (a batch of users on tp x pp
+GPUs) is `wse_core.serving.gpus`, on these figures.
 
 Public figures (per GPU unless noted; "assumption" where no vendor publishes the number):
 
@@ -37,14 +38,6 @@ be inside the MFU. Gradients (bf16) are ring-all-reduced over the data-parallel 
 NVLink when it fits in one node, else InfiniBand, overlapping the backward pass (2/3 of the
 compute): only the excess is exposed.
 
-Decode (`decode_token`, batch 1, one replica on tp x pp GPUs): the token reads every bf16
-weight it multiplies (N_matmul) and its KV cache once, over `hbm_fraction` (default 0.8) of
-HBM bandwidth, split over the tp GPUs of a stage; stages run one after another; two
-tensor-parallel all-reduces of the d_model activation per layer (Megatron: after attention
-and after the MLP) and one InfiniBand hop per stage boundary. Time to first token: the
-prompt's forward flops at `mfu` of the tp GPUs' peak (or the weight read, whichever is
-longer) plus the same all-reduces of the prompt's activations.
-
 Ring all-reduce (`ring_allreduce_s`): 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1) x latency.
 """
 
@@ -60,6 +53,7 @@ from wse_core.errors import SpecError, WseError, suggest
 
 __all__ = [
     "GPUS",
+    "WEIGHT_BYTES",
     "A100",
     "H100",
     "BYTES_PER_PARAM_TRAIN",
@@ -69,14 +63,11 @@ __all__ = [
     "ModelShape",
     "TrainLayout",
     "TrainStep",
-    "DecodeToken",
     "gpu_spec",
     "ring_allreduce_s",
     "train_flops_per_token",
     "train_step",
     "min_train_gpus",
-    "decode_token",
-    "decode_layout",
 ]
 
 BYTES_PER_PARAM_TRAIN = 16  # bf16 weight + bf16 grad + fp32 master + Adam m, v
@@ -300,80 +291,3 @@ def min_train_gpus(model: ModelShape, gpu: GpuSpec, *, seq_len: int) -> int:
     if not best:
         raise GpuMemoryError(f"no layout of {gpu.name} GPUs holds this model's training state")
     return min(best)
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodeToken:
-    seconds_per_token: float
-    tokens_per_s: float
-    memory_s: float
-    allreduce_s: float
-    stage_hops_s: float
-    ttft_s: float
-    tp: int
-    pp: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _decode_bytes(model: ModelShape, context_len: int) -> float:
-    return WEIGHT_BYTES * model.n_params + model.kv_bytes_per_token * context_len
-
-
-def decode_layout(
-    model: ModelShape, gpu: GpuSpec, *, num_gpus: int, context_len: int
-) -> tuple[int, int]:
-    """(tp, pp) of one replica on `num_gpus`: tp fills a node, pp spans nodes.
-
-    Raises GpuMemoryError naming the smallest count that holds weights and KV cache.
-    """
-    tp = min(num_gpus, gpu.gpus_per_node)
-    pp = num_gpus // tp
-    usable = USABLE_MEMORY * gpu.memory_bytes
-    need = _decode_bytes(model, context_len)
-    if num_gpus % tp or need / (tp * pp) > usable:
-        fit = math.ceil(need / usable)
-        at_least = fit if fit <= gpu.gpus_per_node else gpu.gpus_per_node * math.ceil(fit / 8)
-        raise GpuMemoryError(
-            f"{num_gpus} x {gpu.name} cannot hold this model for decoding "
-            f"({need / 1e9:.1f} GB of bf16 weights and KV cache for {context_len} tokens): use "
-            f"at least {at_least} GPUs (up to {gpu.gpus_per_node} per node, then whole nodes)"
-        )
-    return tp, pp
-
-
-def decode_token(
-    model: ModelShape,
-    gpu: GpuSpec,
-    *,
-    num_gpus: int,
-    context_len: int,
-    kv_tokens: int | None = None,
-    prompt_tokens: int = 1024,
-    hbm_fraction: float = 0.8,
-    mfu: float = 0.4,
-) -> DecodeToken:
-    """Batch-1 decode of one token (attending to `kv_tokens`, default half the context)."""
-    tp, pp = decode_layout(model, gpu, num_gpus=num_gpus, context_len=context_len)
-    kv = context_len // 2 if kv_tokens is None else kv_tokens
-    bw = hbm_fraction * gpu.hbm_bytes_per_s
-    read = (WEIGHT_BYTES * model.n_matmul_params + model.kv_bytes_per_token * kv) / tp
-    compute = (2 * model.n_matmul_params / tp) / gpu.peak_flops
-    memory = max(read / bw, compute)
-    act = WEIGHT_BYTES * model.d_model
-    per_reduce = ring_allreduce_s(act, tp, gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s)
-    reduces = 2 * model.n_layers * per_reduce
-    hops = (pp - 1) * (act / gpu.ib_bytes_per_s + gpu.ib_latency_s)
-    seconds = memory + reduces + hops
-    p = prompt_tokens
-    prompt_flops = p * 2 * model.n_matmul_params + 2 * model.n_layers * model.attn_dim * p * p
-    weights_s = WEIGHT_BYTES * model.n_matmul_params / tp / bw
-    prefill = max(prompt_flops / (tp * gpu.peak_flops * mfu), weights_s)
-    prefill_reduce = (
-        2
-        * model.n_layers
-        * ring_allreduce_s(act * p, tp, gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s)
-    )
-    ttft = prefill + prefill_reduce + (pp - 1) * (act * p / gpu.ib_bytes_per_s + gpu.ib_latency_s)
-    return DecodeToken(seconds, 1.0 / seconds, memory, reduces, hops, ttft, tp, pp)

@@ -69,6 +69,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_cli.tco_training:run",
         "12B model to a token budget: CS-3 vs H100 time, energy, cost",
     ),
+    "hc24-frontier": (
+        "wse_inference.studies.hc24_frontier:run",
+        "8B/70B serving frontier: CS-3 vs H100 DGX",
+    ),
 }
 
 app = typer.Typer(cls=WseGroup, help="Reproducible paper-style experiments.", no_args_is_help=True)

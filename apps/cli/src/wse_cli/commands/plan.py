@@ -1,13 +1,16 @@
 """`wse plan train|infer`: should this run on wafers? Time, energy and cost against GPUs.
 
     wse plan train --model llama3_8b --tokens 1e12 [--systems N] [--gpus M] [--gpu h100]
-    wse plan infer --model llama3-70b [--wafers N] [--gpus M] [--tokens-per-day T]
+    wse plan infer --model llama3-70b [--users N | --min-user-tokens-per-s S] [--wafers N]
+                   [--gpus M] [--prompt-tokens P --output-tokens O] [--draft M --alpha A]
 
 `--model`: a `wse_models` preset (llama3-70b), a shipped trainer config (llama3_8b), a
-params.yaml or an HF directory (config.json). Prints a table, or JSON with `--json`;
-`--png FILE` draws bars of time, energy and cost for both systems. The model and its
-assumptions are in `wse_cli.planning`, `wse_core.gpu` and `wse_core.economics`; nothing is
-compiled.
+params.yaml or an HF directory (config.json). Prints a table, or JSON with `--json`.
+`plan train --png FILE` draws bars of time, energy and cost for both systems; `plan infer
+--png FILE` draws both systems' frontiers (aggregate tokens/s against tokens/s per user,
+the chosen points marked). The models and their assumptions are in `wse_cli.planning`,
+`wse_cli.serving_plan`, `wse_core.gpu`, `wse_core.serving` and `wse_core.economics`;
+nothing is compiled.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ MODEL = typer.Option(..., "--model", "-m", help="Preset, shipped config, params.
 WAFER = typer.Option("wse3", "--wafer", help="Wafer preset: wse1, wse2, wse3.")
 GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
-PNG = typer.Option(None, "--png", help="Bar chart of time, energy and cost.")
+PNG = typer.Option(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
 MFU = typer.Option(0.4, "--mfu", help="GPU model flops utilisation (assumption).")
 USD_GPU = typer.Option(None, "--usd-per-gpu-hour", help="Default: wse_core.gpu.")
 USD_SYS = typer.Option(
@@ -67,39 +70,95 @@ def _money(x: float) -> str:
 
 def _rows(plan) -> list[tuple[str, str, str]]:
     w, g = plan.wafer.to_dict(), plan.gpu.to_dict()
-    if plan.workload == "train":
-        rows = [
-            ("systems", f"{w['units']} x {w['system']}", f"{g['units']} x {g['system']}"),
-            ("time to train", _duration(w["time_s"]), _duration(g["time_s"])),
-            ("step", _duration(w["step_s"]), _duration(g["step_s"])),
-            ("energy", f"{w['energy_kwh']:,.4g} kWh", f"{g['energy_kwh']:,.4g} kWh"),
-            ("energy per step", _joules(w["energy_j_per_step"]), _joules(g["energy_j_per_step"])),
-            ("energy per token", _joules(w["energy_j_per_token"]),
-             _joules(g["energy_j_per_token"])),
-        ]  # fmt: skip
-    else:
-        rows = [
-            ("per replica", f"{w['wafers_per_replica']} x {w['system']}",
-             f"{g['gpus_per_replica']} x {g['system']} (tp {g['tp']}, pp {g['pp']})"),
-            ("tokens/s per user", f"{w['tokens_per_s_per_user']:,.4g}",
-             f"{g['tokens_per_s_per_user']:,.4g}"),
-            ("time to first token", _duration(w["ttft_s"]), _duration(g["ttft_s"])),
-            ("replicas for the load", str(w["replicas"]), str(g["replicas"])),
-            ("energy per million tokens", f"{w['energy_kwh_per_million_tokens']:.4g} kWh",
-             f"{g['energy_kwh_per_million_tokens']:.4g} kWh"),
-            ("cost per million tokens", _money(w["usd_per_million_tokens"]),
-             _money(g["usd_per_million_tokens"])),
-        ]  # fmt: skip
+    rows = [
+        ("systems", f"{w['units']} x {w['system']}", f"{g['units']} x {g['system']}"),
+        ("time to train", _duration(w["time_s"]), _duration(g["time_s"])),
+        ("step", _duration(w["step_s"]), _duration(g["step_s"])),
+        ("energy", f"{w['energy_kwh']:,.4g} kWh", f"{g['energy_kwh']:,.4g} kWh"),
+        ("energy per step", _joules(w["energy_j_per_step"]), _joules(g["energy_j_per_step"])),
+        ("energy per token", _joules(w["energy_j_per_token"]), _joules(g["energy_j_per_token"])),
+    ]
+    return (
+        rows
+        + _cost_rows(w, g)
+        + [("GPUs to match the wafers' time", "", _count(plan.gpus_to_match))]
+    )
+
+
+def _cost_rows(w: dict, g: dict) -> list[tuple[str, str, str]]:
     c1, c2 = w["cost_usd"], g["cost_usd"]
-    rows += [
+    return [
         ("cost: hardware", _money(c1["hardware_usd"]), _money(c2["hardware_usd"])),
         ("cost: people", _money(c1["people_usd"]), _money(c2["people_usd"])),
         ("cost: total", _money(c1["total_usd"]), _money(c2["total_usd"])),
     ]
-    match = "none" if plan.gpus_to_match is None else f"{plan.gpus_to_match:,}"
-    what = "time" if plan.workload == "train" else "tokens/s per user"
-    rows.append((f"GPUs to match the wafers' {what}", "", match))
-    return rows
+
+
+def _count(n: int | None) -> str:
+    return "none" if n is None else f"{n:,}"
+
+
+def _layout(g: dict) -> str:
+    lay = g["point"]["layout"]
+    reps = f"{lay['replicas']} x " if lay["replicas"] > 1 else ""
+    return f"{g['gpus_per_replica']} x {g['system']} ({reps}tp {lay['tp']}, pp {lay['pp']})"
+
+
+def _how(plan, meets: bool) -> str:
+    if plan.choice == "knee":
+        return "knee"
+    if plan.choice == "users":
+        return "users asked"
+    speed = plan.inputs["min_user_tokens_per_s"]
+    return f">= {speed:g} tokens/s per user" if meets else "one user (slower than asked)"
+
+
+def _serving_rows(plan) -> list[tuple[str, str, str]]:
+    w, g = plan.wafer.to_dict(), plan.gpu.to_dict()
+    both = lambda key, fmt: (fmt(w[key]), fmt(g[key]))  # noqa: E731
+    rows = [
+        ("per replica", f"{w['wafers_per_replica']} x {w['system']}", _layout(g)),
+        ("operating point", *both("meets_speed", lambda ok: _how(plan, ok))),
+        ("users in flight", *both("users", lambda u: f"{u:,}")),
+        ("most users that fit", *both("max_users", lambda u: f"{u:,}")),
+        ("tokens/s per user", *both("tokens_per_s_per_user", lambda x: f"{x:,.4g}")),
+        ("tokens/s in all", *both("tokens_per_s", lambda x: f"{x:,.4g}")),
+        ("time to first token", *both("ttft_s", _duration)),
+        ("bound", *both("bound", str)),
+        ("replicas for the load", *both("replicas", str)),
+        ("energy per million tokens",
+         *both("energy_kwh_per_million_tokens", lambda x: f"{x:.4g} kWh")),
+        ("cost per million tokens", *both("usd_per_million_tokens", _money)),
+    ]  # fmt: skip
+    match = plan.gpus_to_match
+    return (
+        rows
+        + _cost_rows(w, g)
+        + [
+            ("GPUs to match per-user speed", "", _count(match["user_speed"])),
+            ("GPUs to match speed and throughput", "", _count(match["user_speed_and_throughput"])),
+        ]
+    )
+
+
+def _frontier_table(plan):
+    from rich.table import Table
+
+    w, g = plan.wafer_frontier, plan.gpu_frontier
+    t = Table(title=f"frontiers of {w.units} x {w.system} and {g.units} x {g.system} (Pareto "
+              "points; * the chosen point)")  # fmt: skip
+    for col in ("system", "users", "tokens/s per user", "tokens/s in all", "TTFT", "bound"):
+        t.add_column(col, justify="left" if col in ("system", "bound") else "right")
+    for front, chosen in ((plan.wafer_frontier, plan.wafer_point),
+                          (plan.gpu_frontier, plan.gpu_point)):  # fmt: skip
+        points = {p.users: p for p in front.pareto()} | {chosen.users: chosen}
+        for u in sorted(points):
+            p = points[u]
+            mark = "*" if u == chosen.users else ""
+            t.add_row(front.system, f"{mark}{u:,}",
+                      f"{p.user_tokens_per_s:,.4g}", f"{p.aggregate_tokens_per_s:,.4g}",
+                      _duration(p.ttft_s), p.bound)  # fmt: skip
+    return t
 
 
 def _print(plan) -> None:
@@ -110,42 +169,59 @@ def _print(plan) -> None:
     t.add_column("")
     t.add_column("wafers", justify="right")
     t.add_column("GPUs", justify="right")
-    for row in _rows(plan):
+    for row in _rows(plan) if plan.workload == "train" else _serving_rows(plan):
         t.add_row(*row)
     console = Console()
     console.print(t)
+    if plan.workload == "infer":
+        console.print(_frontier_table(plan))
+        console.print(f"[dim]- wafer SRAM: {plan.wafer.figures['sram_budget']}[/]")
     for note in plan.assumptions:
         console.print(f"[dim]- {note}[/]")
 
 
 def plot(plan, path: Path) -> None:
-    """Bars: time, energy and cost of the wafers and the GPUs."""
+    """`plan train`: bars of time, energy and cost; `plan infer`: the two frontiers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    w, g = plan.wafer, plan.gpu
-    if plan.workload == "train":
+    if plan.workload == "infer":
+        fig = frontier_figure(plan)
+    else:
+        w, g = plan.wafer, plan.gpu
         panels = [("time to train (h)", w.time_s / 3600, g.time_s / 3600),
                   ("energy (MWh)", w.energy_j / 3.6e9, g.energy_j / 3.6e9),
                   ("cost ($)", w.bill.total_usd, g.bill.total_usd)]  # fmt: skip
-    else:
-        key = ("energy_kwh_per_million_tokens", "usd_per_million_tokens")
-        panels = [("ms per token (batch 1)", w.time_s * 1e3, g.time_s * 1e3),
-                  ("kWh per million tokens", w.figures[key[0]], g.figures[key[0]]),
-                  ("$ per million tokens", w.figures[key[1]], g.figures[key[1]])]  # fmt: skip
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
-    labels = [f"{w.units} x {w.system}", f"{g.units} x {g.system}"]
-    for ax, (title, a, b) in zip(axes, panels, strict=True):
-        ax.bar(labels, [a, b], color=["tab:orange", "tab:green"])
-        ax.set_title(title, fontsize=9)
-        ax.tick_params(labelsize=7)
-    fig.suptitle(f"wse plan {plan.workload}: {plan.model}", fontsize=10)
-    fig.tight_layout()
+        fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
+        labels = [f"{w.units} x {w.system}", f"{g.units} x {g.system}"]
+        for ax, (title, a, b) in zip(axes, panels, strict=True):
+            ax.bar(labels, [a, b], color=["tab:orange", "tab:green"])
+            ax.set_title(title, fontsize=9)
+            ax.tick_params(labelsize=7)
+        fig.suptitle(f"wse plan {plan.workload}: {plan.model}", fontsize=10)
+        fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def frontier_figure(plan):
+    """Both systems' frontiers (`wse_core.serving.figure`), the chosen points marked."""
+    import matplotlib.pyplot as plt
+    from wse_core.serving.figure import Curve, draw_frontiers
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    w, g = plan.wafer_frontier, plan.gpu_frontier
+    curves = [Curve(w, plan.wafer_point, "tab:orange", f"{w.units} x {w.system}"),
+              Curve(g, plan.gpu_point, "tab:green", f"{g.units} x {g.system}")]  # fmt: skip
+    work = plan.inputs["workload"]
+    title = (f"{plan.model}: {work['prompt_tokens']} prompt / {work['output_tokens']} output "
+             f"tokens (* {plan.choice})")  # fmt: skip
+    draw_frontiers(ax, curves, title=title)
+    fig.tight_layout()
+    return fig
 
 
 def _emit(plan, as_json: bool, png: Path | None) -> None:
@@ -190,50 +266,71 @@ def train(
 @app.command()
 def infer(
     model: str = MODEL,
+    users: int = typer.Option(None, "--users", help="Users in flight on each side."),
+    min_user_tokens_per_s: float = typer.Option(
+        None, "--min-user-tokens-per-s", help="The largest load at least this fast per user."
+    ),
     wafers: int = typer.Option(None, "--wafers", help="Wafers per replica (default: fewest)."),
     gpus: int = typer.Option(None, "--gpus", help="GPUs per replica (default: one node)."),
     tokens_per_day: float = typer.Option(
-        None, "--tokens-per-day", help="Load (default: one wafer replica fully busy)."
+        None, "--tokens-per-day", help="Load (default: one wafer replica busy at its point)."
     ),
     days: float = typer.Option(365.0, "--days", help="Deployment length (people cost)."),
-    context_len: int = typer.Option(8192, "--context-len", help="Context held per user."),
-    prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help="Prompt (first token)."),
+    prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help="Prompt tokens per user."),
+    output_tokens: int = typer.Option(256, "--output-tokens", help="Output tokens per user."),
+    context_len: int = typer.Option(
+        None, "--context-len", help="KV context held per user (default: prompt + output)."
+    ),
     hbm_fraction: float = typer.Option(0.8, "--hbm-fraction", help="Achieved HBM bandwidth."),
+    draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),
+    gamma: int = typer.Option(4, "--gamma", help="Drafted tokens per round."),
+    alpha: float = typer.Option(
+        None, "--alpha", help="Leviathan's acceptance rate (the engine's spec_alpha metric)."
+    ),
     wafer: str = WAFER,
     gpu: str = GPU,
     mfu: float = MFU,
     as_json: bool = JSON,
-    png: Path = PNG,
+    png: Path = typer.Option(None, "--png", help="Both frontiers, chosen points marked."),
     usd_gpu: float = USD_GPU,
     usd_sys: float = USD_SYS,
     usd_eng: float = USD_ENG,
     eng_hours: float = ENG_H,
     usd_kwh: float = USD_KWH,
 ) -> None:
-    """Batch-1 tokens/s per user, time to first token, energy and cost per million tokens."""
-    from wse_cli.planning import plan_infer, resolve_model
+    """Serving at an operating point: tokens/s per user and in all, time to first token,
+    energy and cost per million tokens, on wafers and GPUs (default: each side's knee)."""
+    from wse_cli.planning import resolve_model
+    from wse_cli.serving_plan import plan_infer
 
     plan = plan_infer(
-        resolve_model(model), wafers=wafers, gpus=gpus, tokens_per_day=tokens_per_day,
-        days=days, wafer=wafer, gpu=gpu, context_len=context_len, prompt_tokens=prompt_tokens,
-        hbm_fraction=hbm_fraction, mfu=mfu,
+        resolve_model(model), wafers=wafers, gpus=gpus, users=users,
+        min_user_tokens_per_s=min_user_tokens_per_s, tokens_per_day=tokens_per_day,
+        days=days, wafer=wafer, gpu=gpu, prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens, context_len=context_len, hbm_fraction=hbm_fraction,
+        mfu=mfu, draft=draft, gamma=gamma, alpha=alpha,
         rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
     )  # fmt: skip
     _emit(plan, as_json, png)
 
 
 def part(console, *, out_dir: Path, quick: bool) -> None:
-    """`wse demo`: Llama-3 8B on one CS-3 against an 8-GPU H100 node, serving and training."""
-    from wse_cli.planning import plan_infer, plan_train, resolve_model
+    """`wse demo`: Llama-3 8B on one CS-3 against an 8-GPU H100 node, serving at each side's
+    knee (not batch 1), and training."""
+    from wse_cli.planning import plan_train, resolve_model
+    from wse_cli.serving_plan import plan_infer
 
-    del quick  # already a second or two
-    choice = resolve_model("llama3-8b")
-    inf = plan_infer(choice, wafers=1, gpus=8)
+    del quick  # already a few seconds
+    inf = plan_infer(resolve_model("llama3-8b"), wafers=1, gpus=8)
     w, g = inf.wafer.figures, inf.gpu.figures
     console.print(
-        f"serve llama3-8b at batch 1: 1 x CS-3 {w['tokens_per_s_per_user']:,.0f} tokens/s, "
-        f"{w['usd_per_million_tokens']:.3g} $/Mtok; 8 x H100 {g['tokens_per_s_per_user']:,.0f} "
-        f"tokens/s, {g['usd_per_million_tokens']:.3g} $/Mtok"
+        f"serve llama3-8b at the knee of each frontier ({inf.inputs['workload']['prompt_tokens']}"
+        f" prompt / {inf.inputs['workload']['output_tokens']} output tokens): 1 x CS-3 "
+        f"{w['users']:,} users at {w['tokens_per_s_per_user']:,.0f} tokens/s each, "
+        f"{w['tokens_per_s']:,.0f} in all, {w['usd_per_million_tokens']:.3g} $/Mtok; 8 x H100 "
+        f"{g['users']:,} users at {g['tokens_per_s_per_user']:,.0f} tokens/s each, "
+        f"{g['tokens_per_s']:,.0f} in all, {g['usd_per_million_tokens']:.3g} $/Mtok; GPUs to "
+        f"match per-user speed: {_count(inf.gpus_to_match['user_speed'])}"
     )
     tr = plan_train(resolve_model("llama3_8b"), tokens=1e11)
     console.print(
@@ -242,6 +339,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         f"{tr.gpu.energy_j / 3.6e9:.3g} MWh; GPUs to match: {tr.gpus_to_match or 'none'}"
     )
     plot(inf, out_dir / "plan_infer.png")
+    console.print(f"frontiers: {out_dir / 'plan_infer.png'}")
 
 
 def register(parent: typer.Typer) -> None:

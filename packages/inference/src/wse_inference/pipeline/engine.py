@@ -65,10 +65,12 @@ __all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "stage_layout"]
 @dataclasses.dataclass
 class PipelineDecodeState:
     """The engine's mutable decode state (`wse_inference.engine`): `device` is replaced by
-    each jitted step (its old arrays are donated), `seqs` grows and shrinks in place."""
+    each jitted step (its old arrays are donated), `seqs` grows and shrinks in place;
+    `counted` is (stage ticks worked, ticks) already added to the engine's metrics."""
 
     device: PipeState
     seqs: dict[int, SequenceTracker] = dataclasses.field(default_factory=dict)
+    counted: tuple[int, int] = (0, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +131,9 @@ class PipelineEngine:
         )
         declare_regions(self.wafer.sram, plan)
         self._place_weights(model.params)
-        self._counters = {"steps": 0, "prefills": 0, "tokens": 0}
+        # stage_busy_ticks / stage_ticks: the pipeline's occupancy over every decode so far
+        self._counters = dict.fromkeys(("steps", "prefills", "tokens", "stage_busy_ticks",
+                                        "stage_ticks"), 0)  # fmt: skip
         # MLP zeros of prompts and decode steps (ReLU-like models only)
         self._zeros = ZeroTally(config) if config.relu_like else None
         self._zeros_seen: tuple[np.ndarray, int] | None = None
@@ -230,7 +234,8 @@ class PipelineEngine:
                 logprobs=jnp.zeros((s,), bool),
             ),
             mlp_zeros=jnp.zeros((rows, per), jnp.int32),
-            mlp_tokens=jnp.zeros((rows,), jnp.int32),
+            stage_tokens=jnp.zeros((rows,), jnp.int32),
+            ticks=jnp.int32(0),
         )
         assert st.h.shape[0] == rows
         return PipelineDecodeState(st)
@@ -311,7 +316,7 @@ class PipelineEngine:
         if self._zeros is None:
             return
         st = state.device
-        zeros, rows_tokens = np.asarray(st.mlp_zeros), np.asarray(st.mlp_tokens)
+        zeros, rows_tokens = np.asarray(st.mlp_zeros), np.asarray(st.stage_tokens)
         per_layer = np.zeros(self.config.n_layers, np.int64)
         index, valid = self._layout
         np.add.at(per_layer, index[valid], zeros[valid])
@@ -323,10 +328,25 @@ class PipelineEngine:
             self._zeros.add(per_layer, tokens)
         self._zeros_seen = (per_layer, tokens)
 
+    def stage_occupancy(self, state: PipelineDecodeState) -> np.ndarray:
+        """Per stage, the fraction of the ticks run on `state` that it worked on an occupied
+        slot (the schedule as the device ran it; zeros before the first step)."""
+        st = state.device
+        busy, ticks = np.asarray(st.stage_tokens)[: self.stages], int(st.ticks)
+        return busy / ticks if ticks else np.zeros(self.stages)
+
+    def _tally_occupancy(self, state: PipelineDecodeState) -> None:
+        st = state.device
+        busy, ticks = int(np.asarray(st.stage_tokens)[: self.stages].sum()), int(st.ticks)
+        self._counters["stage_busy_ticks"] += busy - state.counted[0]
+        self._counters["stage_ticks"] += (ticks - state.counted[1]) * self.stages
+        state.counted = (busy, ticks)
+
     def _collect(self, state: PipelineDecodeState, out) -> list[SlotOutput]:
         tokens, (chosen, top_ids, top_lps) = out
         self._counters["steps"] += tokens.shape[0]
         self._tally_decode_zeros(state)
+        self._tally_occupancy(state)
         outputs = []
         for slot, tracker in sorted(state.seqs.items()):
             new: list[int] = []

@@ -11,7 +11,9 @@ equal the plain decoder's (`wse_inference.decoding`) token for token for the sam
 The head also applies each slot's penalties (`sampling.penalize`: the slot's token counts and
 prompt tokens ride in the state, the drawn token counted every tick) and, for a slot whose
 request asked, computes the token's logprobs (`sampling.raw_logprobs`).
-With S users in flight every stage works on every tick.
+With S users in flight every stage works on every tick; the state counts, per stage row,
+the ticks it worked on an occupied slot (`PipeState.stage_tokens` over `ticks`: the stage
+occupancy the serving model `wse_core.serving.wafer` assumes, U / S for U users).
 
 Two executions of that schedule, equal token for token: stage rows spread over several
 devices run vmapped over the rows (every row computes each tick, idle slots discarded, as
@@ -66,9 +68,12 @@ class PipeState(NamedTuple):
     # (neutral for a slot without: `SlotSampling.penalized` skips those)
     sampling: SlotSampling
     # ReLU-like models only (else they stay 0): exact zeros of the MLP hidden activation
-    # counted in decode, int32 [rows, layers_per_stage], and the tokens each row ran, [rows]
+    # counted in decode, int32 [rows, layers_per_stage]
     mlp_zeros: jax.Array
-    mlp_tokens: jax.Array
+    # the schedule as run: the ticks each stage row worked on an occupied slot, int32 [rows],
+    # and the ticks run, int32 [] (stage occupancy = stage_tokens / ticks)
+    stage_tokens: jax.Array
+    ticks: jax.Array
 
 
 class SlotInsert(NamedTuple):
@@ -210,18 +215,17 @@ def tick_sharded(config, wafer, stages, weights, k, st: PipeState):
     h2 = h2[:, None]
     if stages > 1:  # one stage feeds itself: nothing crosses the fabric
         h2 = fabric.shift(wafer, h2, "S", boundary="periodic")
-    st = _count_zeros(config, st, z, st.active[slots])
+    st = _count_work(config, st, z, st.active[slots])
     return st._replace(h=h2, k=k2[:, None], v=v2[:, None]), new
 
 
-def _count_zeros(config, st: PipeState, zeros, active) -> PipeState:
-    """Add each busy row's MLP zeros [rows, per] and one token per busy row (ReLU-like)."""
+def _count_work(config, st: PipeState, zeros, active) -> PipeState:
+    """One tick run: a token for each busy row, and its MLP zeros [rows, per] (ReLU-like)."""
+    busy = active.astype(jnp.int32)
+    st = st._replace(stage_tokens=st.stage_tokens + busy, ticks=st.ticks + 1)
     if not config.relu_like:
         return st
-    busy = active.astype(jnp.int32)
-    return st._replace(
-        mlp_zeros=st.mlp_zeros + zeros * busy[:, None], mlp_tokens=st.mlp_tokens + busy
-    )
+    return st._replace(mlp_zeros=st.mlp_zeros + zeros * busy[:, None])
 
 
 def tick_local(config, wafer, stages, weights, k, st: PipeState):
@@ -254,7 +258,7 @@ def tick_local(config, wafer, stages, weights, k, st: PipeState):
     rows = st.mlp_zeros.shape[0]
     z = jnp.pad(jnp.stack(zeros), ((0, rows - len(zeros)), (0, 0)))
     active = jnp.pad(st.active[(k - jnp.arange(len(zeros))) % stages], (0, rows - len(zeros)))
-    st = _count_zeros(config, st, z, active)
+    st = _count_work(config, st, z, active)
     return st._replace(h=h2, k=ck, v=cv), new
 
 

@@ -4,7 +4,9 @@ Contract. `SpeculativeEngine(target, draft, gamma=g, max_slots=n)` holds `n` ind
 slots, each `generate` running one speculative round per occupied slot (1..g + 1 tokens),
 whose tokens equal `speculative.decoder.SpeculativeDecoder.generate` for the same seed (same
 round keys). Its `metrics()` reports spec_draft_tokens, spec_accepted_tokens,
-spec_acceptance_rate.
+spec_acceptance_rate, spec_mean_tokens_per_pass and spec_alpha (Leviathan's alpha, the
+mean of sum_x min(p, q) over the positions evaluated: what `wse plan infer --alpha` and
+`wse_core.serving.Speculation` take).
 """
 
 from __future__ import annotations
@@ -173,6 +175,8 @@ class SpeculativeEngine:
             "spec_acceptance_rate": s.acceptance_rate,
             "spec_mean_tokens_per_pass": s.mean_tokens_per_pass,
         }
+        if s.beta_count:  # Leviathan's alpha, E[beta]: `wse plan infer --alpha`'s input
+            out["spec_alpha"] = s.alpha
         return out if self._zeros is None else {**out, **self._zeros.metrics()}
 
     def report(self, **kwargs: Any) -> Any:
