@@ -67,8 +67,11 @@ __all__ = [
     "matvec_work",
     "layer_phases",
     "decode_phases",
+    "PER_TOKEN",
 ]
 
+# The group of what every token costs outside the layers; it runs on the head region.
+PER_TOKEN = "per_token"
 EXP_FMACS = 6.0  # assumption: exp by a degree-6 polynomial (Horner: one FMAC per term)
 DECODER_ASSUMPTIONS = {
     "matvec layout": "input split over the top row's columns and flooded down them; partial "
@@ -328,7 +331,7 @@ def _per_token(shape: Any, plan: Any, spec: WaferSpec) -> Phases:
         matvec_phases(head, d, shape.vocab_size, bytes_per_value=b, spec=spec, name="lm_head"),
         Phase("argmax", allreduce_2d(_rates(spec), head.rows, head.cols, 2)),
         Phase("embed", embed),
-        name="per_token",
+        name=PER_TOKEN,
     )
 
 

@@ -43,7 +43,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from wse_core.decoder_cost import decode_phases
+from wse_core.decoder_cost import PER_TOKEN, decode_phases
 from wse_core.economics import SYSTEMS
 from wse_core.perf import PerfModel, Phase, Phases, Work
 from wse_core.pipeline_plan import PipelinePlan, PipelinePlanError, plan_pipeline
@@ -151,7 +151,8 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
     """The elements of one decode token of `config` on `plan` (`decode_phases`), priced."""
     model = model or PerfModel(plan.spec)
     step = decode_phases(config, plan, kv_tokens=kv_tokens)
-    regions = {s.name for s in plan.stages} | {plan.head.name}
+    # the per-token group (head product, argmax, next embedding) holds the head region
+    regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
     cache: dict = {}
     elements = tuple((p.name, p.name in regions, _price(model, p, cache)) for p in step.parts)
     return Pipeline(elements, _max_block(plan))
