@@ -57,6 +57,15 @@ ASSUMED_FIELDS = {
     "fp32_mul_width": "SIMD width of fp32 mul and FMAC (inferred: not in the SDK table)",
     "system_latency_s": "latency of one activation pass between two systems",
     "overlap": "1: compute, SRAM and fabric streaming overlap fully; 0: they add up",
+    "memoryx_bytes_per_s": "MemoryX -> SwarmX weight stream and gradient write-back, each way "
+    "(not published: the system's 1.2 Tb/s I/O, 12 x 100 GbE)",
+    "swarmx_bytes_per_s": "SwarmX link into each system, per tree level (not published: the "
+    "system's 1.2 Tb/s I/O)",
+    "swarmx_fanout": "systems (or SwarmX nodes) each SwarmX node feeds (not published; "
+    "levels = ceil(log_fanout num_csx), system_latency_s each)",
+    "memoryx_capacity_bytes": "MemoryX capacity for masters and optimizer state (the largest "
+    "published configuration: CS-2 up to 2.4 PB, Cerebras glossary; CS-3 up to 1.2 PB, CS-3 "
+    "launch; the 1T-parameter demo used 55 TB)",
 }
 
 
@@ -80,6 +89,8 @@ class WaferSpec:
     hop_latency_cycles: float = 1.0  # router latency per fabric hop (assumption: 1 cycle)
     memoryx_bytes_per_s: float = 150e9  # weight store -> wafer (assumption: the host I/O rate)
     swarmx_bytes_per_s: float = 150e9  # per-system broadcast / reduce link (same assumption)
+    swarmx_fanout: float = 2.0  # assumption: a binary broadcast / reduce tree
+    memoryx_capacity_bytes: float = 2.4e15  # MemoryX's largest CS-2 configuration (glossary)
     # The instruction-level cost model (wse_core.perf): SIMD width by "kind.dtype" (see
     # SIMD_WSE2 / SIMD_WSE3) and the assumed costs listed in ASSUMED_FIELDS.
     simd_widths: Mapping[str, float] = dataclasses.field(default_factory=lambda: SIMD_WSE2)
@@ -107,6 +118,7 @@ class WaferSpec:
             "host_io_bytes_per_s",
             "memoryx_bytes_per_s",
             "swarmx_bytes_per_s",
+            "memoryx_capacity_bytes",
         ):
             value = getattr(self, field)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
@@ -116,6 +128,8 @@ class WaferSpec:
         for field in ("dsd_issue_cycles", "sqrt_cycles", "div_cycles", "system_latency_s"):
             if not getattr(self, field) >= 0:
                 raise SpecError(f"{field} must be >= 0, got {getattr(self, field)!r}")
+        if not self.swarmx_fanout >= 2:
+            raise SpecError(f"swarmx_fanout must be >= 2, got {self.swarmx_fanout!r}")
         if not self.fp32_mul_width > 0:
             raise SpecError(f"fp32_mul_width must be > 0, got {self.fp32_mul_width!r}")
         if self.overlap not in (0, 1, 0.0, 1.0):
@@ -276,7 +290,8 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
         ),
         "wse2": _WSE2,
         # WSE-3: full fabric 762 x 1176 (SDK); 8-wide fp16 FMAC = 16 flop/cycle; the clock
-        # is not published: 1.1 GHz from the marketing totals (REFERENCES.md).
+        # is not published: 1.1 GHz from the marketing totals (REFERENCES.md). MemoryX up
+        # to 1.2 PB (CS-3 launch, March 2024: 1.5 TB, 12 TB or 1.2 PB external memory).
         "wse3": _WSE2.replace(
             name="wse3",
             pe_rows=762,
@@ -285,6 +300,7 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
             flops_per_cycle={"fp16": 16.0, "bf16": 16.0, "fp32": 2.0},
             simd_widths=SIMD_WSE3,
             spare_cols=12,
+            memoryx_capacity_bytes=1.2e15,
         ),
         # Small wafers with WSE-3 per-PE figures, for tests and demos.
         "tiny": _WSE2.replace(
