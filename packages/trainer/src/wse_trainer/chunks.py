@@ -57,10 +57,7 @@ class WeightChunks:
     counts: tuple[int, ...]  # chunks per matrix, in `matrices` order
     vector_params: int  # the layer's norm scales and biases (streamed whole)
     reason: str = ""
-
-    @property
-    def whole(self) -> bool:
-        return all(c == 1 for c in self.counts)
+    whole: bool = False  # the layer streams as one group (else matrix by matrix, by chunks)
 
     def cols(self, i: int) -> int:
         """Columns per chunk of matrix i (the last chunk may have fewer)."""
@@ -94,7 +91,7 @@ class WeightChunks:
 def whole(model: Any, reason: str = "") -> WeightChunks:
     mats, vectors = layer_shapes(model)
     return WeightChunks(
-        matrices=mats, counts=(1,) * len(mats), vector_params=vectors, reason=reason
+        matrices=mats, counts=(1,) * len(mats), vector_params=vectors, reason=reason, whole=True
     )
 
 

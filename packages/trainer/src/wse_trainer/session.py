@@ -63,6 +63,7 @@ def validate(config: TrainConfig):
         _micro_batch(config),
         config.train_input.max_sequence_length,
         stride=config.runconfig.activation_stride,
+        chunks=config.runconfig.weight_chunks,
     )
 
 
@@ -141,8 +142,9 @@ class Session:
         seq = inp.max_sequence_length
         self.iterator = BatchIterator(_rows(self.tok, inp, seq), inp.batch_size, inp.shuffle_seed)
         plan = plan_activations(
-            self.model, preset(run_cfg.wafer), _micro_batch(config), seq, run_cfg.activation_stride
-        )
+            self.model, preset(run_cfg.wafer), _micro_batch(config), seq,
+            run_cfg.activation_stride, run_cfg.weight_chunks,
+        )  # fmt: skip
         self.key = jax.random.key(run_cfg.seed)
         params = wse_models.init_params(self.model, jax.random.fold_in(self.key, 0))
         tx = base_transform(config.optimizer, run_cfg.max_steps)
