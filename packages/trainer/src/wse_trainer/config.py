@@ -124,7 +124,7 @@ SECTIONS: dict[str, type | None] = {
     "optimizer": OptimizerConfig,
     "runconfig": RunConfig,
 }
-SHIPPED = ("tiny", "gpt2_124m", "llama3_8b", "llama3_70b")
+SHIPPED = ("tiny", "gpt2_124m", "llama3_8b", "llama3_70b", "llama_1t", "llama_24t")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -30,6 +30,7 @@ __all__ = [
     "head_phases",
     "embed_work",
     "chunked_layer_phases",
+    "chunk_phases",
 ]
 
 
@@ -153,7 +154,7 @@ def _chunk_sizes(ck: WeightChunks, i: int) -> list[tuple[int, int]]:
     return [(c, full)] + ([(rest, 1)] if rest else [])
 
 
-def _chunk(pl: StepPlacement, st: Streams, i: int, cols: int, backward: bool) -> list[Phase]:
+def chunk_phases(pl: StepPlacement, st: Streams, i: int, cols: int, backward: bool) -> list[Phase]:
     """One column chunk of matrix i: its product (backward: dX, dW) and, on the link, its
     weights in (backward: its gradient out and MemoryX's update of it too)."""
     m = pl.chunks.matrices[i]
@@ -182,7 +183,7 @@ def chunked_layer_phases(model: Any, pl: StepPlacement, st: Streams, *, backward
     for i in reversed(order) if backward else order:
         for cols, count in _chunk_sizes(ck, i):
             name = f"{ck.matrices[i].name}_chunks"
-            parts.append(overlap(*_chunk(pl, st, i, cols, backward), name=name, repeat=count))
+            parts.append(overlap(*chunk_phases(pl, st, i, cols, backward), name=name, repeat=count))
     k = 2.0 if backward else 1.0
     rest = serial(Phase("attention", attention_work(model, pl), repeat=k),
                   Phase("pointwise", pointwise_work(model, pl), repeat=k), name="mix")  # fmt: skip

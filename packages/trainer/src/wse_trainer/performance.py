@@ -10,15 +10,21 @@ the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` 
   product's work there), whose names this module re-exports.
 - **Backward** = the transposed product (dX) and the weight-gradient product (dW), each
   priced like the forward one; the elementwise work and the attention twice the forward's.
-- **Streams.** Weights flow MemoryX -> SwarmX -> every wafer at min(memoryx, swarmx)
-  bytes/s; gradients flow back, sum-reduced by SwarmX, at the same rate; a SwarmX tree of
-  ceil(log2 num_csx) levels adds `system_latency_s` per level. MemoryX applies each group's
-  update as its gradient arrives and keeps pace with that stream.
+- **Streams** (`wse_trainer.stream_cost`). Weights flow MemoryX -> SwarmX -> every wafer at
+  min(memoryx, swarmx) bytes/s; gradients flow back, sum-reduced by SwarmX, at the same
+  rate; a SwarmX tree of ceil(log_fanout num_csx) levels adds `system_latency_s` per level
+  to every streamed item. MemoryX applies each group's update as its gradient arrives and
+  keeps pace with that stream; a model over its capacity is refused (`check_memoryx`).
 - **Overlap, as Cerebras describes weight streaming**: forward,
   `overlap(weights_in(l + 1), forward(l))`; backward,
   `overlap(weights_in(l - 1), backward(l), gradients_out(l + 1), memoryx_update(l + 1))`;
   the first weights in and the last gradients out and update are exposed. Recomputed layers
   stream their weights again, as the emulator does.
+- **Below the layer** (the plan's chunks, `wse_trainer.chunks`): each matrix streams in
+  column chunks, each chunk's stream overlapped with its own product (`layer_cost.
+  chunked_layer_phases`); a layer's backward first recomputes its inner activations (its
+  chunks stream again), then runs each chunk's dX and dW with its gradient out; the
+  embedding and the head stream during their own work (`_chunked_step`).
 - **Resident** placement (`placement="resident"`, only when `plan.resident`): no weight
   streams; with num_csx > 1 the gradients are sum-reduced through SwarmX and come back,
   overlapped with the backward; the optimizer runs on the wafer (fp32 Adam) after it.
@@ -26,7 +32,8 @@ the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` 
 `PerfModel` applies the one calibration of `wse_core.calibration`; nothing here is fitted.
 `step_trace(spec, report)` is the step per PE (`wse train --validate_only --trace FILE`):
 every PE runs every layer's block and holds the plan's allocations.
-`no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute.
+`no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute;
+`scaling(one, many)` the efficiency of N systems against one and what bounds it.
 
 The GPU side of every comparison is `wse_core.gpu` (one GPU model for the stack).
 """
@@ -53,7 +60,7 @@ from wse_trainer.placement import (
     precision_of,
 )
 from wse_trainer.plan import MemoryPlan, memory_plan
-from wse_trainer.stream_cost import Streams, wafer_update
+from wse_trainer.stream_cost import Streams, tree_levels, wafer_update
 
 __all__ = [
     "PRECISIONS",
@@ -67,6 +74,7 @@ __all__ = [
     "step_phases",
     "predict_step",
     "no_stall_batch",
+    "scaling",
     "step_trace",
 ]
 
@@ -164,7 +172,8 @@ ASSUMPTIONS = {
     "backward": "dX and dW products priced like the forward one; attention and pointwise "
     "work twice the forward's",
     "streams": "weights in and gradients out in the compute dtype at min(memoryx, swarmx) "
-    "bytes/s; SwarmX a tree of ceil(log2 num_csx) levels, system_latency_s each",
+    "bytes/s; SwarmX a tree of ceil(log_fanout num_csx) levels (spec swarmx_fanout), "
+    "system_latency_s each, paid by every streamed item",
     "weight-streaming overlap": "next layer's weights prefetched during this layer's "
     "compute; gradients out and the MemoryX update overlap the previous layer's backward",
     "MemoryX update": "applied per group as its gradient arrives, keeping pace with the stream",
@@ -172,6 +181,19 @@ ASSUMPTIONS = {
     "zero skipping": "with mlp_zero_fraction s, an FMAC fires only on a nonzero operand: the "
     "down projection (forward, dW) and the up projection (dX, dW) run (1 - s) of their "
     "FMACs; zeros still cross the fabric",
+    "MemoryX capacity": "fp32 masters and the optimizer's slots (2, Adam) per parameter; "
+    "gradients held only while a layer's chunks arrive (or for global-norm clipping)",
+}
+CHUNKED_ASSUMPTIONS = {
+    "below the layer": "a layer that does not fit streams matrix by matrix in column chunks "
+    "sized by the SRAM ledger (wse_trainer.chunks); each chunk spread over every PE like a "
+    "whole product; the embedding and the head stream whole during their own work (not "
+    "chunked in the emulator; the plan's chunk buffers are sized for a layer's matrices)",
+    "chunk overlap": "each chunk's stream overlaps its own product (one link, one item at a "
+    "time, double-buffered); backward: its gradient out and MemoryX's update too; the "
+    "vectors stream during the attention and pointwise work",
+    "chunked backward": "a chunked layer's backward streams its chunks twice: to recompute "
+    "its inner activations from its input, then for the gradients (forward: once)",
 }
 
 
@@ -209,7 +231,7 @@ def predict_step(
         spec,
         step_phases(model, pl),
         sram=plan.streaming.sram if plan.streaming is not None else {},
-        assumptions=ASSUMPTIONS,
+        assumptions={**ASSUMPTIONS, **(CHUNKED_ASSUMPTIONS if pl.chunks is not None else {})},
         units="step",
         systems=num_csx,
     )
@@ -225,6 +247,8 @@ def predict_step(
         micro_batch=micro_batch,
         seq_len=seq_len,
         mlp_zero_fraction=mlp_zero_fraction,
+        weight_chunks=pl.chunks.describe() if pl.chunks is not None else "whole layers",
+        swarmx_fanout=spec.swarmx_fanout,
     )
     return report
 
@@ -252,6 +276,25 @@ def no_stall_batch(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
+
+
+def scaling(one: RunReport, many: RunReport) -> dict[str, Any]:
+    """`many` (N systems) against `one` (one system, the same per-system batch): tokens/s
+    scale by N * step(1) / step(N), so the efficiency is step(1) / step(N); the seconds N
+    systems add, by the resource that sets them (leaf seconds by bound, differenced: the
+    SwarmX tree's latency shows as host_io), and the SwarmX tree's levels."""
+    base, got = one.predicted.by_bound(), many.predicted.by_bound()
+    added = {k: got.get(k, 0.0) - base.get(k, 0.0) for k in {*base, *got}}
+    worst = max(added, key=added.__getitem__) if added else "-"
+    return {
+        "systems": many.systems,
+        "scaling_efficiency": one.predicted_s / many.predicted_s,
+        "added_s": many.predicted_s - one.predicted_s,
+        "scaling_bound": worst if added.get(worst, 0.0) > 0 else "none",
+        "swarmx_levels": tree_levels(many.systems, many.extra["swarmx_fanout"]),
+        "step_bound": many.bound,
+        "stall_fraction": many.extra["stall_fraction"],
+    }
 
 
 def step_trace(spec: WaferSpec, report: RunReport) -> PeTrace:

@@ -1,10 +1,12 @@
 """One `wse train` run's setup: the config's model, plan and prediction, and its live objects.
 
 Contract. `model_config(config)` (the `model` section's `wse_models.ModelConfig`),
-`validate(config)` (config checks and one replica's memory plan) and `predict(config, model,
-plan)` (the wafer's predicted step on that plan, `wse_trainer.performance.predict_step`)
-allocate nothing; `wse_trainer.run` re-exports them. `Session(config, echo)` builds what a run
-holds while it steps: the tokenizer (`<model_dir>/tokenizer.json` when present, else a
+`validate(config)` (config checks, one replica's memory plan, MemoryX's capacity),
+`predict(config, model, plan)` (the wafer's predicted step on that plan,
+`wse_trainer.performance.predict_step`) and `stream_rows(config, model, plan)` (each
+streamed unit's no-stall condition, `wse_trainer.stall`) allocate nothing;
+`wse_trainer.run` re-exports them. `Session(config, echo)` builds what a run holds while it
+steps: the tokenizer (`<model_dir>/tokenizer.json` when present, else a
 byte-level BPE trained on the train split, saved by process 0), the packed data iterator,
 the `StreamedTrainer` from `init_params(seed)` and the prediction on the plan it runs.
 `open_checkpoints(s)` restores the latest committed checkpoint (or `--checkpoint_path`):
@@ -25,7 +27,15 @@ from wse_core.errors import suggest
 
 from wse_trainer.config import ConfigError, TrainConfig, check_config
 
-__all__ = ["model_config", "validate", "predict", "Session", "open_checkpoints", "evaluate"]
+__all__ = [
+    "model_config",
+    "validate",
+    "predict",
+    "stream_rows",
+    "Session",
+    "open_checkpoints",
+    "evaluate",
+]
 
 
 def model_config(config: TrainConfig):
@@ -52,12 +62,12 @@ def validate(config: TrainConfig):
     """Config checks and the memory plan of one replica (nothing allocated)."""
     from wse_core import preset
 
-    from wse_trainer.plan import memory_plan
+    from wse_trainer.plan import check_memoryx, memory_plan
 
     model = model_config(config)
     check_config(config, model.max_seq_len)
     spec = preset(config.runconfig.wafer)
-    return model, memory_plan(
+    plan = memory_plan(
         model,
         spec,
         _micro_batch(config),
@@ -65,6 +75,8 @@ def validate(config: TrainConfig):
         stride=config.runconfig.activation_stride,
         chunks=config.runconfig.weight_chunks,
     )
+    check_memoryx(plan)  # before anything is printed or built
+    return model, plan
 
 
 def predict(config: TrainConfig, model: Any, plan: Any):
@@ -81,6 +93,18 @@ def predict(config: TrainConfig, model: Any, plan: Any):
         seq_len=config.train_input.max_sequence_length,
         plan=plan,
     )
+
+
+def stream_rows(config: TrainConfig, model: Any, plan: Any):
+    """Each streamed unit's no-stall condition on `plan` (`wse_trainer.stall`)."""
+    from wse_core import preset
+
+    from wse_trainer.stall import stream_budget
+
+    return stream_budget(
+        model, preset(config.runconfig.wafer), plan, num_csx=config.runconfig.num_csx,
+        micro_batch=_micro_batch(config), seq_len=config.train_input.max_sequence_length,
+    )  # fmt: skip
 
 
 def _tokenizer(config: TrainConfig, model_dir: Path, vocab_size: int):
