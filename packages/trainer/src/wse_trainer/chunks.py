@@ -84,6 +84,15 @@ class WeightChunks:
             f"{m.name} {n} x {self.cols(i)} cols" for i, (m, n) in enumerate(self._pairs())
         )
 
+    def summary(self) -> str:
+        """'41 column chunks a layer, at most 254M parameters each' (or whole layers)."""
+        if self.whole:
+            return "whole layers"
+        return (
+            f"{sum(self.counts)} column chunks a layer, at most "
+            f"{self.largest_params / 1e6:,.4g}M parameters each"
+        )
+
     def _pairs(self):
         return zip(self.matrices, self.counts, strict=True)
 

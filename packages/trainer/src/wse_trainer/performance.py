@@ -247,7 +247,7 @@ def predict_step(
         micro_batch=micro_batch,
         seq_len=seq_len,
         mlp_zero_fraction=mlp_zero_fraction,
-        weight_chunks=pl.chunks.describe() if pl.chunks is not None else "whole layers",
+        weight_chunks=pl.chunks.summary() if pl.chunks is not None else "whole layers",
         swarmx_fanout=spec.swarmx_fanout,
     )
     return report

@@ -156,9 +156,9 @@ def place_step(
             )
         free, stride = spec.sram_bytes_per_pe - per_pe(plan.resident_bytes), 1
     elif placement == "streamed":
+        check_memoryx(plan)
         if plan.streaming is None:
             raise WseError(f"the step cannot be placed: {plan.streaming_error}")
-        check_memoryx(plan)
         free = int(plan.streaming.sram["bytes_per_pe"]) - int(
             plan.streaming.sram["used_bytes_per_pe"]
         )

@@ -199,8 +199,8 @@ def check_memoryx(plan: MemoryPlan) -> None:
         raise WseError(
             f"the model does not fit in MemoryX: its fp32 masters and optimizer state take "
             f"{plan.memoryx_bytes / 1e12:,.1f} TB but MemoryX holds "
-            f"{plan.memoryx_capacity_bytes / 1e12:,.1f} TB (spec memoryx_capacity_bytes; "
-            "--assume memoryx_capacity_bytes=... to plan a larger one)"
+            f"{plan.memoryx_capacity_bytes / 1e12:,.1f} TB (the wafer spec's "
+            "memoryx_capacity_bytes); shrink the model or plan a larger MemoryX"
         )
 
 

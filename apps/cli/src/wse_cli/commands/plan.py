@@ -66,18 +66,35 @@ def _money(x: float) -> str:
 
 
 def _rows(plan) -> list[tuple[str, str, str]]:
-    w, g = plan.wafer.to_dict(), plan.gpu.to_dict()
+    w = plan.wafer.to_dict()
+    g = plan.gpu.to_dict() if plan.gpu is not None else None  # None: no GPU layout holds it
+
+    def gpu(fn) -> str:
+        return "-" if g is None else fn(g)
+
     if plan.workload == "train":
+        tokens = plan.inputs["global_batch"] * plan.inputs["seq_len"]
         rows = [
-            ("systems", f"{w['units']} x {w['system']}", f"{g['units']} x {g['system']}"),
-            ("time to train", _duration(w["time_s"]), _duration(g["time_s"])),
-            ("step", _duration(w["step_s"]), _duration(g["step_s"])),
-            ("energy", f"{w['energy_kwh']:,.4g} kWh", f"{g['energy_kwh']:,.4g} kWh"),
-            ("energy per step", _joules(w["energy_j_per_step"]), _joules(g["energy_j_per_step"])),
+            ("systems", f"{w['units']} x {w['system']}",
+             gpu(lambda g: f"{g['units']} x {g['system']}")),
+            ("time to train", _duration(w["time_s"]), gpu(lambda g: _duration(g["time_s"]))),
+            ("step", _duration(w["step_s"]), gpu(lambda g: _duration(g["step_s"]))),
+            ("tokens/s", f"{w['tokens_per_s']:,.4g}",
+             gpu(lambda g: f"{tokens / g['step_s']:,.4g}")),
+            ("wafer step bound", f"{w['step_bound']}, streams stall "
+             f"{100 * w['stall_fraction']:.1f}%", ""),
+            ("wafer weights", w["weight_chunks"], ""),
+            ("scaling vs 1 system", f"{100 * w['scaling_efficiency']:.2f}% ("
+             f"{w['swarmx_levels']} SwarmX levels; +{_duration(max(w['added_s'], 0.0))} "
+             f"{w['scaling_bound']})", ""),
+            ("energy", f"{w['energy_kwh']:,.4g} kWh", gpu(lambda g: f"{g['energy_kwh']:,.4g} kWh")),
+            ("energy per step", _joules(w["energy_j_per_step"]),
+             gpu(lambda g: _joules(g["energy_j_per_step"]))),
             ("energy per token", _joules(w["energy_j_per_token"]),
-             _joules(g["energy_j_per_token"])),
+             gpu(lambda g: _joules(g["energy_j_per_token"]))),
         ]  # fmt: skip
     else:
+        g = g or {}
         rows = [
             ("per replica", f"{w['wafers_per_replica']} x {w['system']}",
              f"{g['gpus_per_replica']} x {g['system']} (tp {g['tp']}, pp {g['pp']})"),
@@ -90,11 +107,14 @@ def _rows(plan) -> list[tuple[str, str, str]]:
             ("cost per million tokens", _money(w["usd_per_million_tokens"]),
              _money(g["usd_per_million_tokens"])),
         ]  # fmt: skip
-    c1, c2 = w["cost_usd"], g["cost_usd"]
+    c1 = w["cost_usd"]
     rows += [
-        ("cost: hardware", _money(c1["hardware_usd"]), _money(c2["hardware_usd"])),
-        ("cost: people", _money(c1["people_usd"]), _money(c2["people_usd"])),
-        ("cost: total", _money(c1["total_usd"]), _money(c2["total_usd"])),
+        (
+            f"cost: {k}",
+            _money(c1[f"{k}_usd"]),
+            gpu(lambda g, k=k: _money(g["cost_usd"][f"{k}_usd"])),
+        )
+        for k in ("hardware", "people", "total")
     ]
     match = "none" if plan.gpus_to_match is None else f"{plan.gpus_to_match:,}"
     what = "time" if plan.workload == "train" else "tokens/s per user"
@@ -119,26 +139,27 @@ def _print(plan) -> None:
 
 
 def plot(plan, path: Path) -> None:
-    """Bars: time, energy and cost of the wafers and the GPUs."""
+    """Bars: time, energy and cost of the wafers and the GPUs (wafers alone when no GPU
+    layout holds the model)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    w, g = plan.wafer, plan.gpu
+    sides = [plan.wafer] + ([plan.gpu] if plan.gpu is not None else [])
     if plan.workload == "train":
-        panels = [("time to train (h)", w.time_s / 3600, g.time_s / 3600),
-                  ("energy (MWh)", w.energy_j / 3.6e9, g.energy_j / 3.6e9),
-                  ("cost ($)", w.bill.total_usd, g.bill.total_usd)]  # fmt: skip
+        panels = [("time to train (h)", [s.time_s / 3600 for s in sides]),
+                  ("energy (MWh)", [s.energy_j / 3.6e9 for s in sides]),
+                  ("cost ($)", [s.bill.total_usd for s in sides])]  # fmt: skip
     else:
         key = ("energy_kwh_per_million_tokens", "usd_per_million_tokens")
-        panels = [("ms per token (batch 1)", w.time_s * 1e3, g.time_s * 1e3),
-                  ("kWh per million tokens", w.figures[key[0]], g.figures[key[0]]),
-                  ("$ per million tokens", w.figures[key[1]], g.figures[key[1]])]  # fmt: skip
+        panels = [("ms per token (batch 1)", [s.time_s * 1e3 for s in sides]),
+                  ("kWh per million tokens", [s.figures[key[0]] for s in sides]),
+                  ("$ per million tokens", [s.figures[key[1]] for s in sides])]  # fmt: skip
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
-    labels = [f"{w.units} x {w.system}", f"{g.units} x {g.system}"]
-    for ax, (title, a, b) in zip(axes, panels, strict=True):
-        ax.bar(labels, [a, b], color=["tab:orange", "tab:green"])
+    labels = [f"{s.units} x {s.system}" for s in sides]
+    for ax, (title, values) in zip(axes, panels, strict=True):
+        ax.bar(labels, values, color=["tab:orange", "tab:green"][: len(sides)])
         ax.set_title(title, fontsize=9)
         ax.tick_params(labelsize=7)
     fig.suptitle(f"wse plan {plan.workload}: {plan.model}", fontsize=10)
