@@ -198,8 +198,8 @@ def check_memoryx(plan: MemoryPlan) -> None:
     if plan.memoryx_bytes > plan.memoryx_capacity_bytes:
         raise WseError(
             f"the model does not fit in MemoryX: its fp32 masters and optimizer state take "
-            f"{plan.memoryx_bytes / 1e12:,.1f} TB but MemoryX holds "
-            f"{plan.memoryx_capacity_bytes / 1e12:,.1f} TB (the wafer spec's "
+            f"{plan.memoryx_bytes / 1e12:,.4g} TB but MemoryX holds "
+            f"{plan.memoryx_capacity_bytes / 1e12:,.4g} TB (the wafer spec's "
             "memoryx_capacity_bytes); shrink the model or plan a larger MemoryX"
         )
 
