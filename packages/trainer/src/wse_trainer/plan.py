@@ -1,14 +1,20 @@
 """Memory plans from the model's analytic counts (nothing is allocated).
 
-- `plan_activations(model, spec, micro_batch, seq_len)` asks a replica's SRAM ledger
-  (`wse_core.SramLedger`) what fits next to the streamed weights (the current and the
-  prefetched layer), one layer's gradient and one layer's working set: it keeps every layer's
-  input when they fit, otherwise the inputs of every `stride`-th layer, recomputing the others
-  segment by segment in the backward pass (at most ceil(L / stride) + stride - 1 layer inputs
-  held at once). Too little SRAM even for that is a `SramBudgetError` from the ledger.
+- `plan_activations(model, spec, micro_batch, seq_len, stride=0, chunks=0)` asks a
+  replica's SRAM ledger (`wse_core.SramLedger`) what fits next to the streamed weights (the
+  current and the prefetched layer), one layer's gradient and one layer's working set: it
+  keeps every layer's input when they fit, otherwise the inputs of every `stride`-th layer,
+  recomputing the others segment by segment in the backward pass (at most ceil(L / stride) +
+  stride - 1 layer inputs held at once). When even that leaves no room for a whole layer,
+  the layer streams below itself (`wse_trainer.chunks`): its matrices in column chunks whose
+  three buffers (current, prefetched, gradient) replace the layer's; the activations come
+  first (the smallest stride beside a floor chunk of one output column per PE row), the
+  chunk takes the SRAM left (`WeightChunks.reason` says so). `chunks=k` forces k chunks per
+  matrix. Too little SRAM even for the floor chunk is a `SramBudgetError` from the ledger.
 - `memory_plan(...)` is the `--validate_only` table: weights, gradients, optimizer state and
   activations in total and per PE, for a model resident in wafer SRAM and for weight
-  streaming (wafer: two layers, MemoryX: fp32 masters and optimizer state).
+  streaming (wafer: two layers or two chunks, MemoryX: fp32 masters and optimizer state);
+  `check_memoryx(plan)` refuses a model whose MemoryX state exceeds the spec's capacity.
 - `host_bytes(...)` is what the emulator holds in host memory for a run on one process
   (MemoryX, and every local replica's streamed layers and activations: CPU devices are host
   memory); `wse train` refuses a run whose total exceeds the host (`wse_core.hostmem`).
