@@ -11,7 +11,9 @@ from wse_trainer.testing import tiny_params, write_corpus
 runner = CliRunner(env={"COLUMNS": "200", "WSE_DEVICES": "8"})  # conftest: 8 devices
 
 
-@pytest.mark.parametrize("name", ["tiny", "gpt2_124m", "llama3_8b", "llama3_70b"])
+@pytest.mark.parametrize(
+    "name", ["tiny", "gpt2_124m", "llama3_8b", "llama3_70b", "llama_1t", "llama_24t"]
+)
 def test_validate_only_prints_the_memory_plan(name):
     res = runner.invoke(app, ["train", name, "--validate_only"])
     assert res.exit_code == 0, res.output
@@ -36,6 +38,8 @@ def test_validate_only_says_resident_or_streaming():
         (["tiny", "--mode", "trian"], "did you mean 'train'"),
         (["optimizer.learning_rate=1"], "give a params file"),
         (["llama3_8b", "--num_csx", "1"], "SRAM over budget"),
+        (["llama_1t", "--num_csx", "0"], "num_csx must be positive"),
+        (["tiny", "--weight_chunks", "-1"], "weight_chunks must be >= 0"),
     ],
 )
 def test_user_errors_exit_2_with_one_line(args, needle):
@@ -43,6 +47,18 @@ def test_user_errors_exit_2_with_one_line(args, needle):
     assert res.exit_code == 2
     assert needle in res.output
     assert "Traceback" not in res.output
+
+
+def test_validate_only_prints_the_weight_chunks_and_why():
+    big = runner.invoke(app, ["train", "llama_1t", "--validate_only"]).output
+    assert "weight chunks: wq " in big and "why: a whole layer needs" in big
+    assert "MemoryX:" in big and "streams: no stall" in big and "w_down" in big
+    forced = runner.invoke(app, ["train", "tiny", "--validate_only", "--weight_chunks", "4"])
+    assert forced.exit_code == 0, forced.output
+    assert "weight chunks: wq 4 x 32 cols" in forced.output
+    assert "forced: every matrix in 4 column chunks" in forced.output
+    whole = runner.invoke(app, ["train", "tiny", "--validate_only"]).output
+    assert "weight chunks: whole layers" in whole
 
 
 def test_train_then_continue_with_num_steps(tmp_path):

@@ -237,3 +237,78 @@ def test_packed_rows_price_attention_within_their_documents():
     attn = f - gemm
     got = layer_phases(model, packed).total_work().ops_by_kind()[key]
     assert got == pytest.approx(gemm + attn * (4 * 136) / (64 * 65 / 2))
+
+
+def test_chunked_layer_prices_the_same_products_and_streams_them_by_chunk():
+    # tiny model on the 8 x 8 wafer, every matrix in 2 column chunks: the chunks' FMACs add
+    # up to the whole layer's products (each chunk's block divides the wafer evenly here:
+    # qkv 16 -> 16 + 2 x 16 in chunks of 8 columns, 1 x 2 weights a PE; ...), and each
+    # chunk streams its own weights at 150 GB/s in the compute dtype (bf16: 2 B).
+    from wse_trainer.chunks import forced
+    from wse_trainer.layer_cost import chunked_layer_phases
+    from wse_trainer.stream_cost import Streams
+
+    model = _tiny_model()
+    ck = forced(model, 2)
+    pl = StepPlacement(TINY, Numerics.of("mixed"), 1, 2, 8, False, 1, 10_000, chunks=ck)
+    whole = layer_phases(model, pl).total_work().ops_by_kind()["fmac_mixed.bf16"]
+    st = Streams(pl)
+    fwd = chunked_layer_phases(model, pl, st)
+    assert fwd.total_work().ops_by_kind()["fmac_mixed.bf16"] == pytest.approx(whole)
+    bwd = chunked_layer_phases(model, pl, st, backward=True)
+    back = layer_phases(model, pl, backward=True).total_work().ops_by_kind()["fmac_mixed.bf16"]
+    assert bwd.total_work().ops_by_kind()["fmac_mixed.bf16"] == pytest.approx(back)
+    # host bytes: forward streams the layer once (matrices by chunks, then the vectors);
+    # the backward streams it again and writes every gradient back and MemoryX's update
+    # (both priced on the same link): three times the layer's parameters.
+    n = model.layer_params() * 2 * TINY.host_io_bytes_per_s / 150e9
+    assert fwd.total_work().host_io_bytes == pytest.approx(n)
+    assert bwd.total_work().host_io_bytes == pytest.approx(3 * n)
+    chunk = PerfModel(TINY).evaluate(fwd).leaf("w_up_chunks")
+    assert chunk.repeat == 2
+    w_in = chunk.children[0]
+    assert w_in.seconds == pytest.approx(16 * 16 * 2 / 150e9)  # 16 inputs x 16 of 32 columns
+
+
+def test_a_1t_model_streams_below_the_layer_and_says_where_it_stalls():
+    from wse_trainer.stall import stream_budget
+
+    model = wse_models.preset_config(
+        "llama3-70b", d_model=25600, n_layers=128, d_ff=102400, n_heads=160, n_kv_heads=16,
+        dtype="bfloat16",
+    )  # fmt: skip
+    plan = memory_plan(model, WSE3, 3, 8192)
+    assert plan.streaming is not None and plan.streaming.chunked
+    ck = plan.streaming.chunks
+    # the chunk's three buffers fit beside the activations the ledger keeps
+    per_pe = -(-ck.largest_params * 2 // WSE3.num_pes)
+    assert 3 * per_pe <= WSE3.sram_bytes_per_pe - plan.streaming.held_layers * (
+        plan.streaming.activation_bytes_per_pe
+    )
+    r = predict_step(model, WSE3, num_csx=1, micro_batch=3, seq_len=8192, plan=plan)
+    assert r.extra["weight_chunks"].startswith(f"{sum(ck.counts)} column chunks a layer")
+    rows = {row.unit.split()[0]: row for row in stream_budget(
+        model, WSE3, plan, num_csx=1, micro_batch=3, seq_len=8192)}  # fmt: skip
+    i = [m.name for m in ck.matrices].index("w_up")
+    up = rows["w_up"]
+    assert up.weight_bytes == 25600 * ck.cols(i) * 2
+    assert up.stream_in_s == pytest.approx(up.weight_bytes / 150e9)  # one system: no tree
+    assert up.per_step == 128 * ck.counts[i]
+    assert up.no_stall == (up.stream_in_s <= up.forward_s and up.write_back_s <= up.backward_s)
+    assert not rows["embedding"].no_stall  # nothing to hide the embedding's stream under
+    # weak scaling: 16 systems add 4 SwarmX levels to the exposed streams only
+    from wse_trainer.performance import scaling
+
+    s = scaling(r, predict_step(model, WSE3, num_csx=16, micro_batch=3, seq_len=8192, plan=plan))
+    assert s["swarmx_levels"] == 4 and 0.99 < s["scaling_efficiency"] <= 1.0
+
+
+def test_a_model_over_memoryx_capacity_is_refused_with_the_numbers():
+    from wse_core import WseError
+
+    model = wse_models.preset_config("llama3-8b", dtype="bfloat16")
+    # fp32 masters + Adam's two slots: 12 B x 8,030,261,248 parameters = 96.36 GB > 50 GB
+    small = WSE3.replace(memoryx_capacity_bytes=5e10)
+    assert 12 * model.num_params() == 96_363_134_976
+    with pytest.raises(WseError, match=r"take 0\.09636 TB but MemoryX holds 0\.05 TB"):
+        predict_step(model, small, num_csx=1, micro_batch=16, seq_len=8192)

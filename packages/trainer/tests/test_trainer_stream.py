@@ -48,9 +48,10 @@ def _batches(model):
 
 
 @functools.cache
-def _streamed(model, opt, *, num_csx=1, stride=1):
+def _streamed(model, opt, *, num_csx=1, stride=1, chunks=0):
     params = wse_models.init_params(model, jax.random.key(1))
-    plan = plan_activations(model, preset("small"), B // num_csx, S, stride)
+    plan = plan_activations(model, preset("small"), B // num_csx, S, stride, chunks)
+    assert plan.chunked == (chunks > 0)
     tr = StreamedTrainer(
         model,
         params,
@@ -146,19 +147,31 @@ def test_bf16_compute_keeps_fp32_masters_close():
     np.testing.assert_allclose([s.loss for s in s16], [s.loss for s in s32], rtol=2e-2)
 
 
-def test_sram_ledger_forces_recompute_then_refuses():
+def test_sram_ledger_forces_recompute_then_chunks_then_refuses():
     model = _model(n_layers=8, d_model=64, n_heads=4, n_kv_heads=4)
     tiny = preset("tiny")
     roomy = plan_activations(model, preset("small"), 8, 32)
-    assert roomy.stride == 1
+    assert roomy.stride == 1 and not roomy.chunked
     # Per PE of the 8 x 8 wafer: two layers of weights, one gradient and the working set take
     # 5304 B; one layer input takes 1024 B, so 8 kept inputs need 13496 B in all, and the
     # cheapest recompute schedule (stride 2: 4 kept + 1 segment) 10424 B.
     tight = plan_activations(model, tiny.replace(sram_bytes_per_pe=12000), 8, 32)
-    assert (tight.stride, tight.held_layers) == (2, 5)
+    assert (tight.stride, tight.held_layers) == (2, 5) and not tight.chunked
     assert tight.sram["used_bytes_per_pe"] == 10424
+    # 9000 B: the whole layer (10424 B with 5 inputs) does not fit; its six 64 x 64 matrices
+    # stream in column chunks. The floor chunk (one output column per PE row: 64 x 8
+    # parameters, 32 B a PE) in its three buffers (96 B), the vectors (640 parameters, 40 B,
+    # three buffers 120 B) and the working set (576 B) leave room for all 8 inputs (8192 B):
+    # stride 1. The chunk then takes the 112 B left: 37 B a buffer = 592 parameters = 9
+    # columns of 64 inputs -> 8 chunks of 8 columns per matrix.
+    chunked = plan_activations(model, tiny.replace(sram_bytes_per_pe=9000), 8, 32)
+    assert (chunked.stride, chunked.held_layers) == (1, 8) and chunked.chunked
+    assert chunked.chunks.counts == (8,) * 6 and chunked.chunks.largest_params == 64 * 8
+    assert "column chunks of at most 592 parameters (37 B per PE" in chunked.chunks.reason
+    assert chunked.sram["used_bytes_per_pe"] == 8192 + 576 + 120 + 3 * 32
+    # 5800 B: even the floor chunk leaves 5008 B, under the 5 inputs of stride 2 (5120 B)
     with pytest.raises(SramBudgetError, match="activations: 5 layer inputs"):
-        plan_activations(model, tiny.replace(sram_bytes_per_pe=9000), 8, 32)
+        plan_activations(model, tiny.replace(sram_bytes_per_pe=5800), 8, 32)
 
 
 def test_swarmx_gives_each_process_its_block_of_replicas():
@@ -171,3 +184,45 @@ def test_swarmx_gives_each_process_its_block_of_replicas():
     shards = swarm.scatter(batch)
     np.testing.assert_array_equal(np.concatenate([np.asarray(x) for x in shards]), batch[4:])
     assert len(swarm.broadcast(jnp.zeros(5))) == 2 and swarm.broadcast_bytes == 4 * 20
+
+
+# Weight streaming below the layer: every matrix forced into 4 column chunks gives the same
+# model as whole-layer streaming and as the fused step; the tolerances are the ones above (the
+# chunks' input-gradient shares are summed in another order: float round-off only).
+CHUNKS = 4
+
+
+@pytest.mark.parametrize("arch", ["tiny-gpt2", pytest.param("tiny-llama", marks=pytest.mark.slow)])
+def test_chunked_streaming_equals_whole_layers_and_the_fused_step(arch):
+    model, opt = _model(arch), ADAMW
+    p_chunk, s_chunk = _streamed(model, opt, stride=2, chunks=CHUNKS)
+    p_whole, s_whole = _streamed(model, opt, stride=2)
+    p_ref, losses = _fused(model, opt)
+    assert s_chunk[0].recomputed_layers == s_whole[0].recomputed_layers == 1
+    np.testing.assert_allclose([s.loss for s in s_chunk], [s.loss for s in s_whole], rtol=1e-6)
+    np.testing.assert_allclose([s.loss for s in s_chunk], losses, rtol=1e-6)
+    assert _max_diff(p_chunk, p_whole) < 1e-5
+    assert _max_diff(p_chunk, p_ref) < 1e-5
+
+
+def test_chunked_num_csx_1_equals_4_and_counts_its_streams():
+    model, opt = _model(), ADAMW
+    p1, s1 = _streamed(model, opt, stride=2, chunks=CHUNKS)
+    p4, s4 = _streamed(model, opt, num_csx=4, stride=2, chunks=CHUNKS)
+    np.testing.assert_allclose([s.loss for s in s1], [s.loss for s in s4], rtol=1e-6)
+    assert _max_diff(p1, p4) < 1e-5
+    # By hand: a layer's vectors stream with each use of the layer, its matrices three times
+    # (forward, the backward's inner recompute, the backward); the recomputed layer (stride
+    # 2 of 3 layers: layer 1 from layer 0's input) streams once more. Gradients: each
+    # parameter once.
+    params = wse_models.init_params(model, jax.random.key(1))
+    layer = tree_bytes(params["layers"]) // model.n_layers
+    mats = sum(tree_bytes(params["layers"][g][m]) for g, m in wse_models.layer_matrices(model))
+    vectors = layer - mats // model.n_layers
+    embed, final = tree_bytes(params["embed"]), tree_bytes(params["final"])
+    per_layer = 2 * vectors + 3 * (layer - vectors)
+    sent = 2 * embed + final + embed + model.n_layers * per_layer + layer
+    reduced = embed + final + model.n_layers * layer + embed
+    for n, stats in ((1, s1), (4, s4)):
+        assert stats[-1].broadcast_bytes == n * sent
+        assert stats[-1].reduce_bytes == n * reduced

@@ -49,19 +49,27 @@ __all__ = [
 
 def wafer_train_step(
     config: Any, wafer: str, *, num_csx: int, batch: int | None, seq_len: int
-) -> tuple[float, int]:
-    """(seconds per step, batch per system) of weight-streaming training, from the trainer's
-    own prediction (`wse_trainer.performance.predict_step`, a RunReport). With `batch` None
-    the batch is the smallest that keeps the streams hidden (`no_stall_batch`; 1 when no
-    batch the SRAM plan places does)."""
+) -> tuple[float, int, dict[str, Any]]:
+    """(seconds per step, batch per system, scaling figures) of weight-streaming training,
+    from the trainer's own prediction (`wse_trainer.performance.predict_step`, a RunReport)
+    and the same step on one system (`performance.scaling`: efficiency against one system,
+    what bounds the step and what the added systems cost). With `batch` None the batch is
+    the smallest that keeps the streams hidden (`no_stall_batch`; 1 when no batch the SRAM
+    plan places does)."""
     from wse_core import preset
-    from wse_trainer.performance import no_stall_batch, predict_step
+    from wse_trainer.performance import no_stall_batch, predict_step, scaling
 
     spec = preset(wafer)
     if batch is None:
         batch = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len) or 1
-    report = predict_step(config, spec, num_csx=num_csx, micro_batch=batch, seq_len=seq_len)
-    return report.predicted_s, batch
+    step = lambda n: predict_step(config, spec, num_csx=n, micro_batch=batch, seq_len=seq_len)  # noqa: E731
+    report = step(num_csx)
+    figures = {
+        "tokens_per_s": report.extra["tokens_per_s"],
+        "weight_chunks": report.extra["weight_chunks"],
+        **scaling(step(1) if num_csx > 1 else report, report),
+    }
+    return report.predicted_s, batch, figures
 
 
 # ---- results ------------------------------------------------------------------------------
@@ -97,7 +105,7 @@ class Plan:
     n_params: int
     inputs: dict[str, Any]
     wafer: SideResult
-    gpu: SideResult
+    gpu: SideResult | None  # None: no GPU layout holds the model (training)
     gpus_to_match: int | None
     assumptions: list[str]
 
@@ -113,7 +121,7 @@ def plan_dict(plan: Any) -> dict[str, Any]:
         "n_params": plan.n_params,
         "inputs": plan.inputs,
         "wafer": plan.wafer.to_dict(),
-        "gpu": plan.gpu.to_dict(),
+        "gpu": None if plan.gpu is None else plan.gpu.to_dict(),
         "gpus_to_match": plan.gpus_to_match,
         "assumptions": plan.assumptions,
     }
@@ -208,9 +216,10 @@ def match_gpus(
 
 def _wafer_train_side(
     wafer: str, n: int, step_s: float, steps: int, global_batch: int, seq: int,
-    rates: dict[str, Any],
+    rates: dict[str, Any], scale: dict[str, Any],
 ) -> SideResult:  # fmt: skip
-    """`n` wafer systems training for `steps` steps of `step_s` seconds."""
+    """`n` wafer systems training for `steps` steps of `step_s` seconds (`scale`: tokens/s,
+    efficiency against one system and what bounds it)."""
     peak, _ = eco.system_power_w(wafer)
     w_time = steps * step_s
     w_energy = eco.energy_j(w_time, n * peak)
@@ -219,7 +228,7 @@ def _wafer_train_side(
         eco.bill(system_hours=n * w_time / 3600, energy_j=w_energy,
                  rates=wafer_rates(wafer, rates)),
         {"steps": steps, "step_s": step_s, "energy_j_per_step": eco.per(w_energy, steps),
-         "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq)},
+         "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq), **scale},
     )  # fmt: skip
 
 
@@ -266,12 +275,28 @@ def plan_train(
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
     batch = batch_per_system or choice.batch_per_system
     # batch None: the smallest batch that keeps the wafer fed
-    step_s, batch = wafer_train_step(cfg, wafer, num_csx=n, batch=batch, seq_len=seq)
+    step_s, batch, scale = wafer_train_step(cfg, wafer, num_csx=n, batch=batch, seq_len=seq)
     global_batch = n * batch
     steps = math.ceil(tokens / (global_batch * seq))
-    w_side = _wafer_train_side(wafer, n, step_s, steps, global_batch, seq, rates)
+    w_side = _wafer_train_side(wafer, n, step_s, steps, global_batch, seq, rates, scale)
     shape = gpum.ModelShape.of(cfg)
-    start = gpum.min_train_gpus(shape, g, seq_len=seq)
+    inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
+              "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
+              "wafer_rates": _wafer_rates(wafer, rates).to_dict(),
+              "gpu_rates": _gpu_rates(g, rates).to_dict()}  # fmt: skip
+    notes = _assumptions(g, wafer, mfu) + [
+        "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
+        "per instruction on the wafer, weights streamed in and gradients out, overlapped; "
+        "the one calibration of wse_core); same global batch and sequence on both systems",
+        "wafer scaling: the same batch per system on 1 and N systems (the global batch grows "
+        "with N); efficiency = step(1) / step(N); SwarmX broadcasts and reduces through a "
+        "tree whose levels each add system_latency_s to every streamed item",
+    ]
+    try:
+        start = gpum.min_train_gpus(shape, g, seq_len=seq)
+    except gpum.GpuMemoryError as e:  # the wafers alone
+        notes.append(f"GPUs: {e} (tensor parallel <= a node, pipeline <= layers): no GPU side")
+        return Plan("train", choice.name, shape.n_params, inputs, w_side, None, None, notes)
     m = gpus or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
     g_side = _gpu_train_side(shape, g, m, steps, global_batch, seq, mfu, rates)
     time_on = _unless_oom(

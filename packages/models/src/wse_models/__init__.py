@@ -48,12 +48,17 @@ Additions beyond the contract (implemented here; the contract above is unchanged
   layer. `wse_models.sparsity`: `zero_counts`, `zero_fraction(params, config, tokens)` (the
   measured per-layer sparsity of a checkpoint, which the cost model prices).
 - Errors (all `wse_core.errors.WseError`): `ModelError`, `ModelConfigError`, `CheckpointError`.
+- `wse_models.layer`: one layer cut at its matrix products — `layer_matrices(config)`, the
+  stages between the products (`attention_input`, `attention_mix`, `mlp_input`,
+  `mlp_hidden`, `layer_output`) and `product` (x @ w in the compute dtype, hand-written
+  VJP), whose composition is `apply_layer`; the trainer streams a matrix in column chunks
+  through them.
 - `wse_models.testing`: tiny configs and random `transformers` oracles for tests.
 - Meshes: the functions run under `jax.jit` on meshes with Explicit axes (jax.make_mesh's
   default) with the batch sharded over a data axis and parameters replicated.
 """
 
-from wse_models import sparsity
+from wse_models import layer, sparsity
 from wse_models.cache import KVCache, LayerCache, init_cache, write_cache
 from wse_models.checkpoint import (
     from_pretrained,
@@ -72,17 +77,10 @@ from wse_models.config import (
     dtype_bytes,
     preset_config,
 )
-from wse_models.decoder import (
-    apply_layer,
-    apply_layers,
-    default_positions,
-    embed,
-    forward,
-    rope_inv_freq,
-    unembed,
-)
+from wse_models.decoder import apply_layers, default_positions, embed, forward, unembed
 from wse_models.errors import CheckpointError, ModelConfigError, ModelError
 from wse_models.hf_config import config_from_hf, config_to_hf
+from wse_models.layer import apply_layer, layer_matrices, rope_inv_freq
 from wse_models.module import Transformer
 from wse_models.params import (
     Params,
@@ -122,6 +120,8 @@ __all__ = [
     "hf_tensor_names",
     "init_cache",
     "init_params",
+    "layer",
+    "layer_matrices",
     "layer_range",
     "layer_slice",
     "layer_update",

@@ -91,6 +91,9 @@ class RunConfig:
     num_csx: int = 1
     wafer: str = "small"  # wse_core preset of each replica (SRAM ledger for activations)
     activation_stride: int = 0  # 0: as the SRAM ledger allows; k: keep every k-th layer input
+    # 0: whole layers when they fit, else column chunks as the SRAM ledger allows; k: stream
+    # every weight matrix in k column chunks (weight streaming below the layer)
+    weight_chunks: int = 0
     sample_tokens: int = 0  # tokens sampled after training (0: none)
     sample_prompt: str = "def "
     sample_temperature: float = 0.0  # 0: greedy
@@ -121,7 +124,7 @@ SECTIONS: dict[str, type | None] = {
     "optimizer": OptimizerConfig,
     "runconfig": RunConfig,
 }
-SHIPPED = ("tiny", "gpt2_124m", "llama3_8b", "llama3_70b")
+SHIPPED = ("tiny", "gpt2_124m", "llama3_8b", "llama3_70b", "llama_1t", "llama_24t")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -277,6 +280,9 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
     for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
         _positive(f"runconfig.{name}", getattr(run, name))
     _positive("runconfig.num_steps", run.num_steps)
+    for name in ("activation_stride", "weight_chunks"):
+        if getattr(run, name) < 0:
+            raise ConfigError(f"runconfig.{name} must be >= 0 (0: as the SRAM ledger allows)")
     _positive("optimizer.learning_rate", opt.learning_rate)
     _choice("runconfig.mode", run.mode, ("train", "eval", "train_and_eval"))
     _choice("optimizer.optimizer_type", opt.optimizer_type, ("adamw", "adam", "sgd", "momentum"))

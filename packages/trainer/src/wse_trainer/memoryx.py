@@ -10,6 +10,13 @@ needs all of them), then applies every update with optax's clipping rule.
 `weights(name, dtype)` is what SwarmX broadcasts: the group in the compute dtype (bf16
 compute on fp32 masters when the model's dtype says so). The update itself is one jitted
 pure function per group shape (every layer shares one compilation).
+
+Streaming below the layer (`wse_trainer.chunks`): `chunk(name, (group, matrix), start, n,
+dtype)` serves n columns of one matrix of a layer, `vectors(name, dtype)` the layer without
+its matrices; `receive_part(name, key, start, grads, parts=)` takes one chunk's summed
+gradient (or, key None, the vectors') as soon as it is complete and, once all `parts` of the
+layer have arrived, applies that layer's update (the same arithmetic as a whole layer's:
+MemoryX, off the wafer, assembles the layer's gradient).
 """
 
 from __future__ import annotations
@@ -23,7 +30,13 @@ import jax.numpy as jnp
 import optax
 from wse_models import layer_slice
 
-__all__ = ["MemoryX", "group_names", "split_groups", "join_groups"]
+__all__ = ["MemoryX", "group_names", "split_groups", "join_groups", "without"]
+
+
+def without(layer: Mapping[str, Any], keys: Any) -> dict[str, Any]:
+    """A layer's params tree without the matrices `keys` ((group, name) pairs)."""
+    drop = set(keys)
+    return {g: {k: v for k, v in sub.items() if (g, k) not in drop} for g, sub in layer.items()}
 
 
 def group_names(n_layers: int) -> list[str]:
@@ -61,6 +74,11 @@ def _cast(weights, dtype):
     return jax.tree.map(lambda x: x.astype(dtype), weights)
 
 
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _columns(w, start, n, dtype):
+    return jax.lax.dynamic_slice_in_dim(w, start, n, axis=-1).astype(dtype)
+
+
 class MemoryX:
     """Master weights and optimizer state by group; applies updates as gradients arrive."""
 
@@ -82,6 +100,7 @@ class MemoryX:
         }
         self.opt_state = {k: tx.init(v) for k, v in self.params.items()}
         self._pending: dict[str, Any] = {}
+        self._parts: dict[str, list[tuple[Any, int, Any]]] = {}
         self._update = _update_fn(tx)
         self.updates_applied = 0
 
@@ -89,6 +108,29 @@ class MemoryX:
         """The group's weights in `dtype` (dispatched asynchronously)."""
         w = self.params[name]
         return w if jnp.dtype(dtype) == jnp.float32 else _cast(w, jnp.dtype(dtype))
+
+    def chunk(self, name: str, key: tuple[str, str], start: int, n: int, dtype: Any):
+        """Columns start .. start + n of matrix params[name][group][matrix] in `dtype`."""
+        g, m = key
+        return _columns(self.params[name][g][m], start, n, jnp.dtype(dtype))
+
+    def vectors(self, name: str, matrices: Any, dtype: Any = jnp.float32):
+        """The layer `name` without its `matrices` ((group, name) pairs), in `dtype`."""
+        return _cast(without(self.params[name], matrices), jnp.dtype(dtype))
+
+    def receive_part(self, name: str, key: Any, start: int, grads, *, parts: int) -> None:
+        """One chunk of layer `name`'s summed gradient (columns from `start` of matrix `key`,
+        or key None: the vectors'); with all `parts` in, the layer's update is applied."""
+        got = self._parts.setdefault(name, [])
+        got.append((key, start, jax.device_put(grads, self.device)))
+        if len(got) < parts:
+            return
+        del self._parts[name]
+        tree = next(g for k, _, g in got if k is None)
+        for key in {k for k, _, _ in got if k is not None}:
+            cols = sorted((s, g) for k, s, g in got if k == key)
+            tree[key[0]][key[1]] = jnp.concatenate([g for _, g in cols], axis=-1)
+        self.receive(name, tree)
 
     def receive(self, name: str, grads) -> None:
         """A group's summed gradient arrives: update now, or hold it when clipping."""

@@ -10,15 +10,21 @@ the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` 
   product's work there), whose names this module re-exports.
 - **Backward** = the transposed product (dX) and the weight-gradient product (dW), each
   priced like the forward one; the elementwise work and the attention twice the forward's.
-- **Streams.** Weights flow MemoryX -> SwarmX -> every wafer at min(memoryx, swarmx)
-  bytes/s; gradients flow back, sum-reduced by SwarmX, at the same rate; a SwarmX tree of
-  ceil(log2 num_csx) levels adds `system_latency_s` per level. MemoryX applies each group's
-  update as its gradient arrives and keeps pace with that stream.
+- **Streams** (`wse_trainer.stream_cost`). Weights flow MemoryX -> SwarmX -> every wafer at
+  min(memoryx, swarmx) bytes/s; gradients flow back, sum-reduced by SwarmX, at the same
+  rate; a SwarmX tree of ceil(log_fanout num_csx) levels adds `system_latency_s` per level
+  to every streamed item. MemoryX applies each group's update as its gradient arrives and
+  keeps pace with that stream; a model over its capacity is refused (`check_memoryx`).
 - **Overlap, as Cerebras describes weight streaming**: forward,
   `overlap(weights_in(l + 1), forward(l))`; backward,
   `overlap(weights_in(l - 1), backward(l), gradients_out(l + 1), memoryx_update(l + 1))`;
   the first weights in and the last gradients out and update are exposed. Recomputed layers
   stream their weights again, as the emulator does.
+- **Below the layer** (the plan's chunks, `wse_trainer.chunks`): each matrix streams in
+  column chunks, each chunk's stream overlapped with its own product (`layer_cost.
+  chunked_layer_phases`); a layer's backward first recomputes its inner activations (its
+  chunks stream again), then runs each chunk's dX and dW with its gradient out; the
+  embedding and the head stream during their own work (`_chunked_step`).
 - **Resident** placement (`placement="resident"`, only when `plan.resident`): no weight
   streams; with num_csx > 1 the gradients are sum-reduced through SwarmX and come back,
   overlapped with the backward; the optimizer runs on the wafer (fp32 Adam) after it.
@@ -26,7 +32,8 @@ the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` 
 `PerfModel` applies the one calibration of `wse_core.calibration`; nothing here is fitted.
 `step_trace(spec, report)` is the step per PE (`wse train --validate_only --trace FILE`):
 every PE runs every layer's block and holds the plan's allocations.
-`no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute.
+`no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute;
+`scaling(one, many)` the efficiency of N systems against one and what bounds it.
 
 The GPU side of every comparison is `wse_core.gpu` (one GPU model for the stack).
 """
@@ -37,11 +44,12 @@ import dataclasses
 import math
 from typing import Any
 
-from wse_core import Op, Phase, Phases, RunReport, WaferSpec, Work, WseError, overlap, serial
+from wse_core import Phase, Phases, RunReport, WaferSpec, WseError, overlap, serial
 from wse_core.decoder_cost import EXP_FMACS
 from wse_core.sram import Region
 from wse_core.trace import PeTrace, trace_uniform
 
+from wse_trainer.layer_cost import chunked_layer_phases, embed_work, head_phases, layer_phases
 from wse_trainer.placement import (
     PRECISIONS,
     Numerics,
@@ -52,6 +60,7 @@ from wse_trainer.placement import (
     precision_of,
 )
 from wse_trainer.plan import MemoryPlan, memory_plan
+from wse_trainer.stream_cost import Streams, tree_levels, wafer_update
 
 __all__ = [
     "PRECISIONS",
@@ -65,118 +74,9 @@ __all__ = [
     "step_phases",
     "predict_step",
     "no_stall_batch",
+    "scaling",
     "step_trace",
 ]
-
-ADAM_FP32_OPS = (("fmac", 4), ("mul", 1), ("sqrt", 1), ("div", 1))  # per parameter, on a PE
-
-
-def _products(model: Any) -> tuple[tuple[str, int, int], ...]:
-    """A layer's matrix products: (name, n_in, n_out)."""
-    d, hd = model.d_model, model.hd
-    q_kv = (model.n_heads + 2 * model.n_kv_heads) * hd
-    up = (2 if model.arch == "llama" else 1) * model.d_ff
-    return (
-        ("qkv", d, q_kv),
-        ("o_proj", model.n_heads * hd, d),
-        ("mlp_up", d, up),
-        ("mlp_down", model.d_ff, d),
-    )
-
-
-def _attention_work(model: Any, pl: StepPlacement) -> Work:
-    """Causal attention of the pass's sequences spread over every PE: q.k and p.v FMACs of
-    head_dim per score (mean context (s + 1) / 2), softmax in the partial-sum dtype."""
-    p, num, b, s = pl.spec.num_pes, pl.num, pl.micro_batch, pl.seq_len
-    pairs = s * (s + 1) / 2 if pl.attention_pairs_per_row is None else pl.attention_pairs_per_row
-    scores = b * pairs * model.n_heads
-    e = num.acc_dtype
-    return Work(
-        ops=(
-            Op(num.kind, num.dtype, model.hd, count=2 * scores / p),
-            Op("fmac", e, scores / p, count=EXP_FMACS),
-            Op("max", e, scores / p),
-            Op("sub", e, scores / p),
-            Op("add", e, scores / p),
-            Op("div", e, b * s * model.n_heads * model.hd / p),
-        ),
-        sram_read_bytes=2 * scores * model.hd * num.operand_bytes / p,
-    )
-
-
-def _pointwise_work(model: Any, pl: StepPlacement) -> Work:
-    """Two norms, the MLP activation (a polynomial exp, gated: one more mul) and two
-    residual adds, per PE."""
-    p, e, t = pl.spec.num_pes, pl.num.acc_dtype, pl.tokens
-    d, ff = t * model.d_model / p, t * model.d_ff / p
-    gated = (Op("mul", e, ff),) if model.arch == "llama" else ()
-    return Work(
-        ops=(
-            Op("fmac", e, d, count=2),
-            Op("mul", e, d, count=2),
-            Op("fmac", e, ff, count=EXP_FMACS + 2),
-            *gated,
-            Op("add", e, d, count=2),
-        )
-    )
-
-
-def _sparse_density(pl: StepPlacement, name: str) -> dict[str, float]:
-    """Products whose sparse operand is the MLP hidden activation h (or its gradient, zero
-    where h is, through the ReLU's derivative): the down projection forward (h in) and its
-    weight gradient (h^T dY), the up projection's input gradient (dH in) and weight gradient
-    (X^T dH). The down projection's input gradient (dY W^T) is dense."""
-    if not pl.mlp_zero_fraction or not name.startswith("mlp_"):
-        return {}
-    dens = 1.0 - pl.mlp_zero_fraction
-    return {"mlp_down": dens, "mlp_down_dw": dens, "mlp_up_dx": dens, "mlp_up_dw": dens}
-
-
-def layer_phases(model: Any, pl: StepPlacement, *, backward: bool = False) -> Phases:
-    """One layer's forward (or backward) on the whole wafer, product by product."""
-    parts: list[Phase] = []
-    for name, n_in, n_out in _products(model):
-        sparse = _sparse_density(pl, name)
-        if backward:
-            dx = sparse.get(f"{name}_dx", 1.0)
-            parts.append(Phase(f"{name}_dx", gemm_work(pl, n_out, n_in, density=dx)))
-            dw = sparse.get(f"{name}_dw", 1.0)
-            parts.append(Phase(f"{name}_dw", gemm_work(pl, n_in, n_out, density=dw)))
-        else:
-            parts.append(Phase(name, gemm_work(pl, n_in, n_out, density=sparse.get(name, 1.0))))
-    k = 2.0 if backward else 1.0
-    parts.append(Phase("attention", _attention_work(model, pl), repeat=k))
-    parts.append(Phase("pointwise", _pointwise_work(model, pl), repeat=k))
-    return serial(*parts, name="layer_backward" if backward else "layer_forward")
-
-
-def _head_phases(model: Any, pl: StepPlacement) -> Phases:
-    """The final norm, logits, softmax cross-entropy and their gradients."""
-    p, e, t, v, d = pl.spec.num_pes, pl.num.acc_dtype, pl.tokens, model.vocab_size, model.d_model
-    logits = t * v / p
-    softmax = Work(
-        ops=(
-            Op("fmac", e, logits, count=EXP_FMACS),
-            Op("max", e, logits),
-            Op("sub", e, logits, count=2),  # shift; the gradient p - onehot
-            Op("add", e, logits),
-            Op("fmac", e, t * d / p, count=2),  # final norm
-        )
-    )
-    return serial(
-        Phase("logits", gemm_work(pl, d, v)),
-        Phase("softmax_loss", softmax),
-        Phase("logits_dx", gemm_work(pl, v, d)),
-        Phase("logits_dw", gemm_work(pl, d, v)),
-        name="head",
-    )
-
-
-def _embed_work(model: Any, pl: StepPlacement, *, backward: bool) -> Work:
-    """The embedding's gather (moves) or its gradient's scatter-add."""
-    n = pl.tokens * model.d_model / pl.spec.num_pes
-    op = Op("add", pl.num.acc_dtype, n) if backward else Op("move", pl.num.dtype, n)
-    return Work(ops=(op,))
 
 
 def _groups(model: Any) -> dict[str, int]:
@@ -186,57 +86,6 @@ def _groups(model: Any) -> dict[str, int]:
     final = int(model.num_params()) - embed - int(model.n_layers) * layer
     head_in = final + (embed if model.tie_embeddings else 0)
     return {"embed": embed, "layer": layer, "head": head_in, "head_grad": final}
-
-
-def _tree_levels(num_csx: int) -> int:
-    return math.ceil(math.log2(num_csx)) if num_csx > 1 else 0
-
-
-def _stream(pl: StepPlacement, n_params: int) -> Work:
-    """n_params in the compute dtype through MemoryX / SwarmX to (or from) every wafer.
-
-    Work prices host I/O at the spec's host rate; the bytes are scaled so that the time is
-    bytes / min(memoryx, swarmx) (equal on every preset: the scale is then 1)."""
-    s = pl.spec
-    rate = min(s.memoryx_bytes_per_s, s.swarmx_bytes_per_s)
-    nbytes = n_params * pl.num.operand_bytes
-    return Work(
-        host_io_bytes=nbytes * s.host_io_bytes_per_s / rate,
-        system_hops=_tree_levels(pl.num_csx),
-    )
-
-
-def _wafer_update(pl: StepPlacement, n_params: int) -> Work:
-    """fp32 Adam on the wafer (resident placement): each PE updates its share."""
-    n = n_params / pl.spec.num_pes
-    return Work(ops=tuple(Op(k, "fp32", n, count=c) for k, c in ADAM_FP32_OPS))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Streams:
-    """The off-wafer phases of a placement (all empty: the compute-only step)."""
-
-    pl: StepPlacement
-    on: bool = True
-
-    def weights_in(self, n: int) -> Phase:
-        live = self.on and not self.pl.resident
-        return Phase("weights_in", _stream(self.pl, n) if live else Work())
-
-    def gradients_out(self, n: int) -> Phase:
-        live = self.on and (not self.pl.resident or self.pl.num_csx > 1)
-        return Phase("gradients_out", _stream(self.pl, n) if live else Work())
-
-    def returned(self, n: int) -> Phase:
-        """Streamed: the next layer's weights; resident: the reduced gradient coming back."""
-        if self.pl.resident:
-            live = self.on and self.pl.num_csx > 1
-            return Phase("gradients_in", _stream(self.pl, n) if live else Work())
-        return self.weights_in(n)
-
-    def update(self, n: int) -> Phase:
-        live = self.on and not self.pl.resident
-        return Phase("memoryx_update", _stream(self.pl, n) if live else Work())
 
 
 def _runs(nodes: list[Phase | Phases]) -> list[Phase | Phases]:
@@ -252,10 +101,13 @@ def _runs(nodes: list[Phase | Phases]) -> list[Phase | Phases]:
 
 def step_phases(model: Any, pl: StepPlacement, *, streams: bool = True) -> Phases:
     """One training step of one replica as the overlap rules of the module contract say."""
-    g, st, L = _groups(model), _Streams(pl, streams), int(model.n_layers)
+    st = Streams(pl, streams)
+    if pl.chunks is not None:
+        return serial(*_runs(_chunked_step(model, pl, st)), name="train_step")
+    g, L = _groups(model), int(model.n_layers)
     fwd, bwd = layer_phases(model, pl), layer_phases(model, pl, backward=True)
-    embed_f = Phase("embed_forward", _embed_work(model, pl, backward=False))
-    embed_b = Phase("embed_backward", _embed_work(model, pl, backward=True))
+    embed_f = Phase("embed_forward", embed_work(model, pl, backward=False))
+    embed_b = Phase("embed_backward", embed_work(model, pl, backward=True))
     nodes: list[Phase | Phases] = [
         serial(st.weights_in(g["embed"]), name="first_weights_in"),
         overlap(st.weights_in(g["layer"]), embed_f, name="embedding"),
@@ -263,7 +115,7 @@ def step_phases(model: Any, pl: StepPlacement, *, streams: bool = True) -> Phase
     for i in range(L):
         nxt = g["layer"] if i + 1 < L else g["head"]
         nodes.append(overlap(st.weights_in(nxt), fwd, name="forward"))
-    nodes.append(overlap(st.weights_in(g["layer"]), _head_phases(model, pl), name="head"))
+    nodes.append(overlap(st.weights_in(g["layer"]), head_phases(model, pl), name="head"))
     kept = math.ceil(L / pl.stride)
     if L > kept:
         again = overlap(st.weights_in(g["layer"]), fwd, name="recompute", repeat=L - kept)
@@ -280,8 +132,33 @@ def step_phases(model: Any, pl: StepPlacement, *, streams: bool = True) -> Phase
     nodes.append(serial(st.gradients_out(g["embed"]), st.update(g["embed"]), name="last_update"))
     if pl.resident:
         n = int(model.num_params())
-        nodes.append(serial(Phase("adam_on_wafer", _wafer_update(pl, n)), name="optimizer"))
+        nodes.append(serial(Phase("adam_on_wafer", wafer_update(pl, n)), name="optimizer"))
     return serial(*_runs(nodes), name="train_step")
+
+
+def _chunked_step(model: Any, pl: StepPlacement, st: Streams) -> list[Phase | Phases]:
+    """Streaming below the layer: every item's stream overlaps its own compute (the link
+    carries one item at a time); the embedding and the head stream during their own work,
+    their gradients out with it; a layer's backward recomputes its inner activations first
+    (its chunks stream again)."""
+    g, L = _groups(model), int(model.n_layers)
+    fwd = chunked_layer_phases(model, pl, st)
+    bwd = serial(dataclasses.replace(fwd, name="inner_recompute"),
+                 chunked_layer_phases(model, pl, st, backward=True), name="backward")  # fmt: skip
+    embed_f = Phase("embed_forward", embed_work(model, pl, backward=False))
+    embed_b = Phase("embed_backward", embed_work(model, pl, backward=True))
+    out = (st.gradients_out(g["head_grad"]), st.update(g["head_grad"]))
+    head = overlap(st.weights_in(g["head"]), head_phases(model, pl), *out, name="head")
+    done = (st.gradients_out(g["embed"]), st.update(g["embed"]))
+    recompute = L - math.ceil(L / pl.stride)
+    return [
+        overlap(st.weights_in(g["embed"]), embed_f, name="embedding"),
+        dataclasses.replace(fwd, name="forward", repeat=L),
+        head,
+        *([dataclasses.replace(fwd, name="recompute", repeat=recompute)] if recompute else []),
+        dataclasses.replace(bwd, repeat=L),
+        overlap(st.weights_in(g["embed"]), embed_b, *done, name="embedding_backward"),
+    ]
 
 
 ASSUMPTIONS = {
@@ -295,7 +172,8 @@ ASSUMPTIONS = {
     "backward": "dX and dW products priced like the forward one; attention and pointwise "
     "work twice the forward's",
     "streams": "weights in and gradients out in the compute dtype at min(memoryx, swarmx) "
-    "bytes/s; SwarmX a tree of ceil(log2 num_csx) levels, system_latency_s each",
+    "bytes/s; SwarmX a tree of ceil(log_fanout num_csx) levels (spec swarmx_fanout), "
+    "system_latency_s each, paid by every streamed item",
     "weight-streaming overlap": "next layer's weights prefetched during this layer's "
     "compute; gradients out and the MemoryX update overlap the previous layer's backward",
     "MemoryX update": "applied per group as its gradient arrives, keeping pace with the stream",
@@ -303,6 +181,19 @@ ASSUMPTIONS = {
     "zero skipping": "with mlp_zero_fraction s, an FMAC fires only on a nonzero operand: the "
     "down projection (forward, dW) and the up projection (dX, dW) run (1 - s) of their "
     "FMACs; zeros still cross the fabric",
+    "MemoryX capacity": "fp32 masters and the optimizer's slots (2, Adam) per parameter; "
+    "gradients held only while a layer's chunks arrive (or for global-norm clipping)",
+}
+CHUNKED_ASSUMPTIONS = {
+    "below the layer": "a layer that does not fit streams matrix by matrix in column chunks "
+    "sized by the SRAM ledger (wse_trainer.chunks); each chunk spread over every PE like a "
+    "whole product; the embedding and the head stream whole during their own work (not "
+    "chunked in the emulator; the plan's chunk buffers are sized for a layer's matrices)",
+    "chunk overlap": "each chunk's stream overlaps its own product (one link, one item at a "
+    "time, double-buffered); backward: its gradient out and MemoryX's update too; the "
+    "vectors stream during the attention and pointwise work",
+    "chunked backward": "a chunked layer's backward streams its chunks twice: to recompute "
+    "its inner activations from its input, then for the gradients (forward: once)",
 }
 
 
@@ -340,7 +231,7 @@ def predict_step(
         spec,
         step_phases(model, pl),
         sram=plan.streaming.sram if plan.streaming is not None else {},
-        assumptions=ASSUMPTIONS,
+        assumptions={**ASSUMPTIONS, **(CHUNKED_ASSUMPTIONS if pl.chunks is not None else {})},
         units="step",
         systems=num_csx,
     )
@@ -356,6 +247,8 @@ def predict_step(
         micro_batch=micro_batch,
         seq_len=seq_len,
         mlp_zero_fraction=mlp_zero_fraction,
+        weight_chunks=pl.chunks.summary() if pl.chunks is not None else "whole layers",
+        swarmx_fanout=spec.swarmx_fanout,
     )
     return report
 
@@ -383,6 +276,25 @@ def no_stall_batch(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
+
+
+def scaling(one: RunReport, many: RunReport) -> dict[str, Any]:
+    """`many` (N systems) against `one` (one system, the same per-system batch): tokens/s
+    scale by N * step(1) / step(N), so the efficiency is step(1) / step(N); the seconds N
+    systems add, by the resource that sets them (leaf seconds by bound, differenced: the
+    SwarmX tree's latency shows as host_io), and the SwarmX tree's levels."""
+    base, got = one.predicted.by_bound(), many.predicted.by_bound()
+    added = {k: got.get(k, 0.0) - base.get(k, 0.0) for k in {*base, *got}}
+    worst = max(added, key=added.__getitem__) if added else "-"
+    return {
+        "systems": many.systems,
+        "scaling_efficiency": one.predicted_s / many.predicted_s,
+        "added_s": many.predicted_s - one.predicted_s,
+        "scaling_bound": worst if added.get(worst, 0.0) > 0 else "none",
+        "swarmx_levels": tree_levels(many.systems, many.extra["swarmx_fanout"]),
+        "step_bound": many.bound,
+        "stall_fraction": many.extra["stall_fraction"],
+    }
 
 
 def step_trace(spec: WaferSpec, report: RunReport) -> PeTrace:

@@ -21,6 +21,10 @@ the `StreamedTrainer` runs); a step that cannot run is a `WseError` here, at pla
   emulator's SwarmX moves them.
 - **Resident** placement (`placement="resident"`, only when `plan.resident`): the training
   state stays in SRAM; the chunk is sized from what it leaves free.
+- **Below the layer** (the plan's `chunks` not whole): each matrix streams in column chunks
+  (`wse_trainer.chunks`), each chunk spread over every PE like a whole product
+  (`weight_block` of its columns). A streamed model whose MemoryX state exceeds the spec's
+  `memoryx_capacity_bytes` is refused here (`wse_trainer.plan.check_memoryx`).
 
 `StepWorkload` is what flows through one replica's step (validated when built).
 """
@@ -33,7 +37,8 @@ from typing import Any
 
 from wse_core import Op, WaferSpec, Work, WseError
 
-from wse_trainer.plan import MemoryPlan, working_bytes
+from wse_trainer.chunks import WeightChunks
+from wse_trainer.plan import MemoryPlan, check_memoryx, working_bytes
 
 __all__ = [
     "PRECISIONS",
@@ -112,6 +117,7 @@ class StepPlacement:
     chunk_bytes_per_pe: int  # SRAM for one pass's inputs and partial sums
     mlp_zero_fraction: float = 0.0  # as StepWorkload's
     attention_pairs_per_row: float | None = None  # as StepWorkload's
+    chunks: WeightChunks | None = None  # streamed below the layer (None: whole layers)
 
     @property
     def tokens(self) -> int:
@@ -150,6 +156,7 @@ def place_step(
             )
         free, stride = spec.sram_bytes_per_pe - per_pe(plan.resident_bytes), 1
     elif placement == "streamed":
+        check_memoryx(plan)
         if plan.streaming is None:
             raise WseError(f"the step cannot be placed: {plan.streaming_error}")
         free = int(plan.streaming.sram["bytes_per_pe"]) - int(
@@ -170,6 +177,7 @@ def place_step(
         free + working,
         work.mlp_zero_fraction,
         work.attention_pairs_per_row,
+        plan.streaming.chunks if placement == "streamed" and plan.streaming.chunked else None,
     )
 
 

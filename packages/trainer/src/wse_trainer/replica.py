@@ -9,6 +9,18 @@
 - `head(head_w, h, targets) -> (loss, g_head_w, g_h)`               final norm, logits, loss
 - `embed_bwd(embed_w, tokens, positions, g_h) -> g_embed_w`
 
+`stage_fns(config)` returns `StageFns`, the same layer cut at its matrix products
+(`wse_models.layer`) for weight streaming below the layer (`wse_trainer.chunked`): each stage
+and its VJP (the stage recomputed inside), and one column chunk's product and its VJP:
+
+- `attn_in(vec, h) -> x`; `mix(vec, q, k, v, positions, segment_ids) -> a`;
+  `mlp_in(vec, h, o) -> (h2, x2)`; `hidden(vec, up, gate) -> hidden` (`hidden_zeros` also
+  counts its exact zeros over valid positions); `out(vec, h2, down) -> h`;
+- `<stage>_vjp(same arguments..., cotangent) -> cotangents of (vec, activations...)`;
+- `chunk(x, w_c) -> x @ w_c`; `chunk_vjp(x, w_c, g_c) -> (dx share, dw_c)`.
+
+`vec` is the layer's vectors (its params without the matrices); gate is None for gpt2.
+
 `segment_ids` is None (rows attend across documents) or int32 [b, s] for packed documents
 (`data.segments`, with their positions). `head_w` is `{"embed": ..., "final": ...}` (tied
 embeddings read the embedding). The loss is the token-summed cross-entropy times
@@ -26,7 +38,7 @@ import jax.numpy as jnp
 import optax
 import wse_models
 
-__all__ = ["LayerFns", "layer_fns", "token_loss"]
+__all__ = ["LayerFns", "layer_fns", "StageFns", "stage_fns", "token_loss"]
 
 
 class LayerFns(NamedTuple):
@@ -73,3 +85,53 @@ def layer_fns(config: Any, loss_scale: float) -> LayerFns:
         return vjp(g_h)[0]
 
     return LayerFns(embed_fwd, layer_fwd, layer_fwd_zeros, layer_bwd, head, embed_bwd)
+
+
+class StageFns(NamedTuple):
+    attn_in: Callable[..., Any]
+    attn_in_vjp: Callable[..., Any]
+    mix: Callable[..., Any]
+    mix_vjp: Callable[..., Any]
+    mlp_in: Callable[..., Any]
+    mlp_in_vjp: Callable[..., Any]
+    hidden: Callable[..., Any]
+    hidden_zeros: Callable[..., Any]
+    hidden_vjp: Callable[..., Any]
+    out: Callable[..., Any]
+    out_vjp: Callable[..., Any]
+    chunk: Callable[..., Any]
+    chunk_vjp: Callable[..., Any]
+
+
+def _vjp(f: Callable[..., Any]) -> Callable[..., Any]:
+    """(*primals, cotangent) -> the cotangents of every primal (f recomputed)."""
+
+    def f_vjp(*args):
+        return jax.vjp(f, *args[:-1])[1](args[-1])
+
+    return f_vjp
+
+
+def stage_fns(config: Any) -> StageFns:
+    from wse_models import layer as wl
+
+    def mix(vec, q, k, v, positions, segment_ids):
+        return wl.attention_mix(config, vec, (q, k, v), positions, None, segment_ids)[0]
+
+    def mix_vjp(vec, q, k, v, positions, segment_ids, g):
+        f = lambda vec, q, k, v: mix(vec, q, k, v, positions, segment_ids)  # noqa: E731
+        return jax.vjp(f, vec, q, k, v)[1](g.astype(q.dtype))
+
+    attn_in = lambda vec, h: wl.attention_input(config, vec, h)  # noqa: E731
+    mlp_in = lambda vec, h, o: wl.mlp_input(config, vec, h, o)  # noqa: E731
+    hidden = lambda vec, up, gate: wl.mlp_hidden(config, vec, up, gate, None)[0]  # noqa: E731
+    out = lambda vec, h2, down: wl.layer_output(config, vec, h2, down)  # noqa: E731
+    chunk = lambda x, w: wl.product(config, x, w)  # noqa: E731
+
+    def hidden_zeros(vec, up, gate, positions):
+        return wl.mlp_hidden(config, vec, up, gate, positions >= 0)
+
+    return StageFns(
+        attn_in, _vjp(attn_in), mix, mix_vjp, mlp_in, _vjp(mlp_in), hidden, hidden_zeros,
+        _vjp(hidden), out, _vjp(out), chunk, _vjp(chunk),
+    )  # fmt: skip

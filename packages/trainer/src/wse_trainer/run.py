@@ -52,10 +52,19 @@ from wse_trainer.session import (
     model_config,
     open_checkpoints,
     predict,
+    stream_rows,
     validate,
 )
 
-__all__ = ["RunResult", "TrainingDivergedError", "model_config", "validate", "predict", "run"]
+__all__ = [
+    "RunResult",
+    "TrainingDivergedError",
+    "model_config",
+    "validate",
+    "predict",
+    "stream_rows",
+    "run",
+]
 
 
 class TrainingDivergedError(WseError):

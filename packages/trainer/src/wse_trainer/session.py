@@ -1,10 +1,12 @@
 """One `wse train` run's setup: the config's model, plan and prediction, and its live objects.
 
 Contract. `model_config(config)` (the `model` section's `wse_models.ModelConfig`),
-`validate(config)` (config checks and one replica's memory plan) and `predict(config, model,
-plan)` (the wafer's predicted step on that plan, `wse_trainer.performance.predict_step`)
-allocate nothing; `wse_trainer.run` re-exports them. `Session(config, echo)` builds what a run
-holds while it steps: the tokenizer (`<model_dir>/tokenizer.json` when present, else a
+`validate(config)` (config checks, one replica's memory plan, MemoryX's capacity),
+`predict(config, model, plan)` (the wafer's predicted step on that plan,
+`wse_trainer.performance.predict_step`) and `stream_rows(config, model, plan)` (each
+streamed unit's no-stall condition, `wse_trainer.stall`) allocate nothing;
+`wse_trainer.run` re-exports them. `Session(config, echo)` builds what a run holds while it
+steps: the tokenizer (`<model_dir>/tokenizer.json` when present, else a
 byte-level BPE trained on the train split, saved by process 0), the packed data iterator,
 the `StreamedTrainer` from `init_params(seed)` and the prediction on the plan it runs.
 `open_checkpoints(s)` restores the latest committed checkpoint (or `--checkpoint_path`):
@@ -25,7 +27,15 @@ from wse_core.errors import suggest
 
 from wse_trainer.config import ConfigError, TrainConfig, check_config
 
-__all__ = ["model_config", "validate", "predict", "Session", "open_checkpoints", "evaluate"]
+__all__ = [
+    "model_config",
+    "validate",
+    "predict",
+    "stream_rows",
+    "Session",
+    "open_checkpoints",
+    "evaluate",
+]
 
 
 def model_config(config: TrainConfig):
@@ -52,18 +62,21 @@ def validate(config: TrainConfig):
     """Config checks and the memory plan of one replica (nothing allocated)."""
     from wse_core import preset
 
-    from wse_trainer.plan import memory_plan
+    from wse_trainer.plan import check_memoryx, memory_plan
 
     model = model_config(config)
     check_config(config, model.max_seq_len)
     spec = preset(config.runconfig.wafer)
-    return model, memory_plan(
+    plan = memory_plan(
         model,
         spec,
         _micro_batch(config),
         config.train_input.max_sequence_length,
         stride=config.runconfig.activation_stride,
+        chunks=config.runconfig.weight_chunks,
     )
+    check_memoryx(plan)  # before anything is printed or built
+    return model, plan
 
 
 def predict(config: TrainConfig, model: Any, plan: Any):
@@ -80,6 +93,18 @@ def predict(config: TrainConfig, model: Any, plan: Any):
         seq_len=config.train_input.max_sequence_length,
         plan=plan,
     )
+
+
+def stream_rows(config: TrainConfig, model: Any, plan: Any):
+    """Each streamed unit's no-stall condition on `plan` (`wse_trainer.stall`)."""
+    from wse_core import preset
+
+    from wse_trainer.stall import stream_budget
+
+    return stream_budget(
+        model, preset(config.runconfig.wafer), plan, num_csx=config.runconfig.num_csx,
+        micro_batch=_micro_batch(config), seq_len=config.train_input.max_sequence_length,
+    )  # fmt: skip
 
 
 def _tokenizer(config: TrainConfig, model_dir: Path, vocab_size: int):
@@ -141,8 +166,9 @@ class Session:
         seq = inp.max_sequence_length
         self.iterator = BatchIterator(_rows(self.tok, inp, seq), inp.batch_size, inp.shuffle_seed)
         plan = plan_activations(
-            self.model, preset(run_cfg.wafer), _micro_batch(config), seq, run_cfg.activation_stride
-        )
+            self.model, preset(run_cfg.wafer), _micro_batch(config), seq,
+            run_cfg.activation_stride, run_cfg.weight_chunks,
+        )  # fmt: skip
         self.key = jax.random.key(run_cfg.seed)
         params = wse_models.init_params(self.model, jax.random.fold_in(self.key, 0))
         tx = base_transform(config.optimizer, run_cfg.max_steps)

@@ -14,6 +14,14 @@ int32 rows; `segments`: the packed documents of its inputs, `data.Segments`, or 
    update at once.
 4. the embedding's gradient (plus the head's share when tied) and its update.
 
+Below the layer (`plan.chunks` not whole: `wse_trainer.chunks`, `wse_trainer.chunked`): a
+layer's matrices stream in column chunks; each chunk is used in the forward, again to
+recompute the layer's inner activations in the backward, then for its share of the input
+gradient and its own weight gradient, which goes through SwarmX to MemoryX at once; the
+layer's update is applied when its last chunk has arrived. Every weight item of a step
+(groups, or a layer's vectors and chunks, the recompute schedule included) is listed in use
+order before the step (`_step_items`) and streamed one item ahead of its use.
+
 `StepStats` reports the loss, wall, stall and compute seconds and the bytes streamed, and for
 a ReLU-like model (`ModelConfig.relu_like`) the fraction of exact zeros in each layer's MLP
 hidden activation over the step's tokens, counted in the forward pass (recomputed layers are
@@ -33,9 +41,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from wse_trainer.chunked import ChunkedLayer
 from wse_trainer.memoryx import MemoryX
 from wse_trainer.plan import ActivationPlan
-from wse_trainer.replica import layer_fns
+from wse_trainer.replica import layer_fns, stage_fns
 from wse_trainer.swarmx import SwarmX
 
 __all__ = ["StepStats", "StreamedTrainer"]
@@ -59,6 +68,13 @@ class StepStats:
     @property
     def stall_fraction(self) -> float:
         return self.stall_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_stages(model: Any):
+    """One set of jitted stage functions per config (weight streaming below the layer)."""
+    fns = stage_fns(model)
+    return fns._replace(**{k: jax.jit(f) for k, f in fns._asdict().items()})
 
 
 @functools.lru_cache(maxsize=16)
@@ -105,15 +121,27 @@ class StreamedTrainer:
         ]
         self._stall = 0.0
         self._pos_seg: list[tuple[Any, Any]] = [(p, None) for p in self.positions]
+        self._items: Any = iter(())
+        self._next: Any = None
+        if plan.chunked:  # a layer's matrices stream in column chunks
+            stages = _jitted_stages(model)
+            self.chunked = ChunkedLayer(stages, plan.chunks, self._take, self._send)
 
     # Streaming -------------------------------------------------------------------------
-    def _fetch(self, name: str) -> list[Any]:
-        if name == "head":  # the final norm and head; tied heads read the embedding
+    def _fetch(self, item: Any) -> list[Any]:
+        """Broadcast one stream item: a group name, or a layer's vectors / column chunk."""
+        if isinstance(item, tuple):
+            name, key, *cols = item
+            if key is None:
+                w = self.memx.vectors(name, self.chunked.keys, self.dtype)
+            else:
+                w = self.memx.chunk(name, key, *cols, self.dtype)
+        elif item == "head":  # the final norm and head; tied heads read the embedding
             w = {"final": self.memx.weights("final", self.dtype)}
             if self.model.tie_embeddings:
                 w["embed"] = self.memx.weights("embed", self.dtype)
         else:
-            w = self.memx.weights(name, self.dtype)
+            w = self.memx.weights(item, self.dtype)
         return self.swarm.broadcast(w)
 
     def _wait(self, weights: list[Any]) -> list[Any]:
@@ -122,12 +150,62 @@ class StreamedTrainer:
         self._stall += time.perf_counter() - t0
         return weights
 
-    def _run_layer(self, w, h):
-        return [self.fns.layer_fwd(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)]
+    def _take(self) -> list[Any]:
+        """The next item's weights (waited for); the one after it starts streaming now."""
+        cur = self._next
+        item = next(self._items, None)
+        self._next = None if item is None else self._fetch(item)
+        return self._wait(cur)
 
-    def _run_layer_zeros(self, w, h):
-        out = [self.fns.layer_fwd_zeros(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)]
-        return [o[0] for o in out], [o[1] for o in out]
+    def _send(self, name: str, key: Any, start: int, grads: list[Any], parts: int) -> None:
+        self.memx.receive_part(name, key, start, self.swarm.reduce(grads), parts=parts)
+
+    def _layer_items(self, i: int, backward: bool = False) -> list[Any]:
+        name = f"layer_{i}"
+        if not self.plan.chunked:
+            return [name]
+        c = self.chunked
+        return c.backward_items(name) if backward else c.forward_items(name)
+
+    def _step_items(self) -> list[Any]:
+        """Every stream item of one step, in use order (the recompute schedule included)."""
+        items: list[Any] = ["embed"]
+        for i in range(self.L):
+            items += self._layer_items(i)
+        items.append("head")
+        present = {i for i in range(self.L) if self.plan.keeps(i)}
+        for i in reversed(range(self.L)):
+            if i not in present:
+                start = i - i % self.plan.stride
+                for j in range(start, i):
+                    items += self._layer_items(j)
+                present.update(range(start + 1, i + 1))
+            items += self._layer_items(i, backward=True)
+        return [*items, "embed"]
+
+    def _layer(self, i: int, h, zeros: bool = False):
+        """Layer i's forward on every local replica -> (h, MLP zero counts or None)."""
+        if self.plan.chunked:
+            return self.chunked.forward(h, self._pos_seg, zeros)
+        w = self._take()
+        if zeros:
+            out = [
+                self.fns.layer_fwd_zeros(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)
+            ]
+            return [o[0] for o in out], [o[1] for o in out]
+        return [self.fns.layer_fwd(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)], None
+
+    def _layer_backward(self, i: int, h_in, g_h):
+        """Layer i's input gradient; its weight gradient goes to MemoryX through SwarmX."""
+        name = f"layer_{i}"
+        if self.plan.chunked:
+            return self.chunked.backward(name, h_in, self._pos_seg, g_h)
+        w = self._take()
+        out = [
+            self.fns.layer_bwd(w[r], h_in[r], *self._pos_seg[r], g_h[r]) for r in range(self.local)
+        ]
+        self.memx.receive(name, self.swarm.reduce([o[0] for o in out]))
+        return [o[1] for o in out]
 
     # The step --------------------------------------------------------------------------
     def step(self, batch: np.ndarray, segments: Any = None) -> StepStats:
@@ -139,8 +217,10 @@ class StreamedTrainer:
         else:  # packed documents: this batch's own positions and segment ids
             seg = self.swarm.scatter((np.asarray(segments[1]), np.asarray(segments[0])))
             self._pos_seg = [tuple(x) for x in seg]
-        acts, w_head, h, zeros = self._forward(shards)
-        losses, g_h, g_embed_head = self._head(w_head, h, shards)
+        self._items = iter(self._step_items())
+        self._next = self._fetch(next(self._items))
+        acts, h, zeros = self._forward(shards)
+        losses, g_h, g_embed_head = self._head(h, shards)
         recomputed = self._backward(acts, g_h, shards, g_embed_head)
         self.memx.finish_step()
         loss = sum(float(x) for x in self.swarm.gather(losses))
@@ -167,26 +247,20 @@ class StreamedTrainer:
         return tuple(float(x) for x in total / (tokens * self.model.d_ff))
 
     def _forward(self, shards):
-        w = self._fetch("embed")
-        nxt = self._fetch("layer_0")
-        self._wait(w)
+        w = self._take()
         h = [self.fns.embed_fwd(w[r], shards[r][0], self._pos_seg[r][0]) for r in range(self.local)]
         acts: dict[int, list[Any]] = {}
         zeros: list[list[Any]] = []  # per layer, per replica (ReLU-like models only)
         for i in range(self.L):
-            w, nxt = nxt, self._fetch(f"layer_{i + 1}" if i + 1 < self.L else "head")
-            self._wait(w)
             if self.plan.keeps(i):
                 acts[i] = h
-            if self.model.relu_like:
-                h, z = self._run_layer_zeros(w, h)
+            h, z = self._layer(i, h, zeros=self.model.relu_like)
+            if z is not None:
                 zeros.append(z)
-            else:
-                h = self._run_layer(w, h)
-        return acts, nxt, h, zeros
+        return acts, h, zeros
 
-    def _head(self, w_head, h, shards):
-        self._wait(w_head)
+    def _head(self, h, shards):
+        w_head = self._take()
         out = [self.fns.head(w_head[r], h[r], shards[r][1]) for r in range(self.local)]
         g = self.swarm.reduce([o[1] for o in out])
         self.memx.receive("final", g["final"])
@@ -197,29 +271,20 @@ class StreamedTrainer:
         start = i - i % self.plan.stride
         h = acts[start]
         for j in range(start, i):
-            h = self._run_layer(self._wait(self._fetch(f"layer_{j}")), h)
+            h, _ = self._layer(j, h)
             acts[j + 1] = h
         return i - start
 
     def _backward(self, acts, g_h, shards, g_embed_head) -> int:
         recomputed = 0
-        nxt = self._fetch(f"layer_{self.L - 1}")
         for i in reversed(range(self.L)):
-            w, nxt = nxt, self._fetch(f"layer_{i - 1}" if i > 0 else "embed")
-            self._wait(w)
             if i not in acts:
                 recomputed += self._recompute(acts, i)
-            h_in = acts.pop(i)
-            out = [
-                self.fns.layer_bwd(w[r], h_in[r], *self._pos_seg[r], g_h[r])
-                for r in range(self.local)
-            ]
-            g_h = [o[1] for o in out]
-            self.memx.receive(f"layer_{i}", self.swarm.reduce([o[0] for o in out]))
-        self._wait(nxt)
+            g_h = self._layer_backward(i, acts.pop(i), g_h)
+        w = self._take()
         g_e = self.swarm.reduce(
             [
-                self.fns.embed_bwd(nxt[r], shards[r][0], self._pos_seg[r][0], g_h[r])
+                self.fns.embed_bwd(w[r], shards[r][0], self._pos_seg[r][0], g_h[r])
                 for r in range(self.local)
             ]
         )

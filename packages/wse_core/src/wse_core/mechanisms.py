@@ -154,6 +154,35 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             basis="published",
             source="vendor: 1.2 Tb/s per system",
         ),
+        "memoryx_bytes_per_s": _C(
+            units="B/s each way",
+            mechanism="MemoryX -> SwarmX weight stream, and the gradient write-back",
+            basis="assumed",
+            source="not published: the system's 1.2 Tb/s I/O (12 x 100 GbE)",
+            sweep=(75e9, 150e9, 300e9),
+        ),
+        "swarmx_bytes_per_s": _C(
+            units="B/s per tree level",
+            mechanism="SwarmX link into each system (broadcast of weights, reduce of gradients)",
+            basis="assumed",
+            source="not published: the system's 1.2 Tb/s I/O",
+            sweep=(75e9, 150e9, 300e9),
+        ),
+        "swarmx_fanout": _C(
+            units="systems per SwarmX node",
+            mechanism="broadcast / reduce tree: levels = ceil(log_fanout num_csx), "
+            "system_latency_s each",
+            basis="assumed",
+            source="not published; a binary tree",
+            sweep=(2.0, 4.0, 16.0),
+        ),
+        "memoryx_capacity_bytes": _C(
+            units="B",
+            mechanism="MemoryX capacity for master weights and optimizer state",
+            basis="published",
+            source="largest published configurations: CS-2 up to 2.4 PB (Cerebras glossary), "
+            "CS-3 up to 1.2 PB (CS-3 launch); the 1T-parameter demo used 55 TB",
+        ),
         "system_latency_s": _C(
             units="s/pass",
             mechanism="latency of one activation pass between two systems",

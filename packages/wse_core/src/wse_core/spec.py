@@ -74,6 +74,8 @@ class WaferSpec:
     ramp_latency_cycles: float = 2.0  # T_R, core <-> router one way (Luczynski et al.: ~2)
     memoryx_bytes_per_s: float = 150e9  # weight store -> wafer (assumption: the host I/O rate)
     swarmx_bytes_per_s: float = 150e9  # per-system broadcast / reduce link (same assumption)
+    swarmx_fanout: float = 2.0  # assumption: a binary broadcast / reduce tree
+    memoryx_capacity_bytes: float = 2.4e15  # MemoryX's largest CS-2 configuration (glossary)
     # The instruction-level cost model (wse_core.perf): SIMD width by "kind.dtype" (see
     # SIMD_WSE2 / SIMD_WSE3) and the mechanism constants of wse_core.mechanisms.
     simd_widths: Mapping[str, float] = dataclasses.field(default_factory=lambda: SIMD_WSE2)
@@ -102,6 +104,7 @@ class WaferSpec:
             "host_io_bytes_per_s",
             "memoryx_bytes_per_s",
             "swarmx_bytes_per_s",
+            "memoryx_capacity_bytes",
         ):
             value = getattr(self, field)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
@@ -118,6 +121,8 @@ class WaferSpec:
         ):
             if not getattr(self, field) >= 0:
                 raise SpecError(f"{field} must be >= 0, got {getattr(self, field)!r}")
+        if not self.swarmx_fanout >= 2:
+            raise SpecError(f"swarmx_fanout must be >= 2, got {self.swarmx_fanout!r}")
         if not self.fp32_mul_width > 0:
             raise SpecError(f"fp32_mul_width must be > 0, got {self.fp32_mul_width!r}")
         if self.overlap not in (0, 1, 0.0, 1.0):
@@ -278,7 +283,8 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
         ),
         "wse2": _WSE2,
         # WSE-3: full fabric 762 x 1176 (SDK); 8-wide fp16 FMAC = 16 flop/cycle; the clock
-        # is not published: 1.1 GHz from the marketing totals (REFERENCES.md).
+        # is not published: 1.1 GHz from the marketing totals (REFERENCES.md). MemoryX up
+        # to 1.2 PB (CS-3 launch, March 2024: 1.5 TB, 12 TB or 1.2 PB external memory).
         "wse3": _WSE2.replace(
             name="wse3",
             pe_rows=762,
@@ -287,6 +293,7 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
             flops_per_cycle={"fp16": 16.0, "bf16": 16.0, "fp32": 2.0},
             simd_widths=SIMD_WSE3,
             spare_cols=12,
+            memoryx_capacity_bytes=1.2e15,
         ),
         # Small wafers with WSE-3 per-PE figures, for tests and demos.
         "tiny": _WSE2.replace(

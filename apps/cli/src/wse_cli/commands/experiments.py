@@ -51,6 +51,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_trainer.studies.sparsity_speedup:run",
         "ReLU MLP zero fraction per layer, trained here; predicted zero-skipping speedup",
     ),
+    "trillion-scaling": (
+        "wse_trainer.studies.trillion_scaling:run",
+        "1T-parameter Llama on 1-16 and 2,048 CS-3: step, tokens/s, scaling efficiency",
+    ),
     "varlen-packing": (
         "wse_trainer.studies.varlen_packing:run",
         "Padding fraction of stdlib documents; predicted padded vs packed training time",

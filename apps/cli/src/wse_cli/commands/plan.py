@@ -69,15 +69,32 @@ def _money(x: float) -> str:
 
 
 def _rows(plan) -> list[tuple[str, str, str]]:
-    w, g = plan.wafer.to_dict(), plan.gpu.to_dict()
+    w = plan.wafer.to_dict()
+    g = plan.gpu.to_dict() if plan.gpu is not None else None  # None: no GPU layout holds it
+
+    def gpu(fn) -> str:
+        return "-" if g is None else fn(g)
+
+    tokens = plan.inputs["global_batch"] * plan.inputs["seq_len"]
     rows = [
-        ("systems", f"{w['units']} x {w['system']}", f"{g['units']} x {g['system']}"),
-        ("time to train", _duration(w["time_s"]), _duration(g["time_s"])),
-        ("step", _duration(w["step_s"]), _duration(g["step_s"])),
-        ("energy", f"{w['energy_kwh']:,.4g} kWh", f"{g['energy_kwh']:,.4g} kWh"),
-        ("energy per step", _joules(w["energy_j_per_step"]), _joules(g["energy_j_per_step"])),
-        ("energy per token", _joules(w["energy_j_per_token"]), _joules(g["energy_j_per_token"])),
-    ]
+        ("systems", f"{w['units']} x {w['system']}",
+         gpu(lambda g: f"{g['units']} x {g['system']}")),
+        ("time to train", _duration(w["time_s"]), gpu(lambda g: _duration(g["time_s"]))),
+        ("step", _duration(w["step_s"]), gpu(lambda g: _duration(g["step_s"]))),
+        ("tokens/s", f"{w['tokens_per_s']:,.4g}",
+         gpu(lambda g: f"{tokens / g['step_s']:,.4g}")),
+        ("wafer step bound", f"{w['step_bound']}, streams stall "
+         f"{100 * w['stall_fraction']:.1f}%", ""),
+        ("wafer weights", w["weight_chunks"], ""),
+        ("scaling vs 1 system", f"{100 * w['scaling_efficiency']:.2f}% ("
+         f"{w['swarmx_levels']} SwarmX levels; +{_duration(max(w['added_s'], 0.0))} "
+         f"{w['scaling_bound']})", ""),
+        ("energy", f"{w['energy_kwh']:,.4g} kWh", gpu(lambda g: f"{g['energy_kwh']:,.4g} kWh")),
+        ("energy per step", _joules(w["energy_j_per_step"]),
+         gpu(lambda g: _joules(g["energy_j_per_step"]))),
+        ("energy per token", _joules(w["energy_j_per_token"]),
+         gpu(lambda g: _joules(g["energy_j_per_token"]))),
+    ]  # fmt: skip
     return (
         rows
         + _cost_rows(w, g)
@@ -85,12 +102,12 @@ def _rows(plan) -> list[tuple[str, str, str]]:
     )
 
 
-def _cost_rows(w: dict, g: dict) -> list[tuple[str, str, str]]:
-    c1, c2 = w["cost_usd"], g["cost_usd"]
+def _cost_rows(w: dict, g: dict | None) -> list[tuple[str, str, str]]:
+    c1 = w["cost_usd"]
+    c2 = None if g is None else g["cost_usd"]
     return [
-        ("cost: hardware", _money(c1["hardware_usd"]), _money(c2["hardware_usd"])),
-        ("cost: people", _money(c1["people_usd"]), _money(c2["people_usd"])),
-        ("cost: total", _money(c1["total_usd"]), _money(c2["total_usd"])),
+        (f"cost: {k}", _money(c1[f"{k}_usd"]), "-" if c2 is None else _money(c2[f"{k}_usd"]))
+        for k in ("hardware", "people", "total")
     ]
 
 
@@ -181,7 +198,8 @@ def _print(plan) -> None:
 
 
 def plot(plan, path: Path) -> None:
-    """`plan train`: bars of time, energy and cost; `plan infer`: the two frontiers."""
+    """`plan train`: bars of time, energy and cost (wafers alone when no GPU layout holds
+    the model); `plan infer`: the two frontiers."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,14 +208,14 @@ def plot(plan, path: Path) -> None:
     if plan.workload == "infer":
         fig = frontier_figure(plan)
     else:
-        w, g = plan.wafer, plan.gpu
-        panels = [("time to train (h)", w.time_s / 3600, g.time_s / 3600),
-                  ("energy (MWh)", w.energy_j / 3.6e9, g.energy_j / 3.6e9),
-                  ("cost ($)", w.bill.total_usd, g.bill.total_usd)]  # fmt: skip
+        sides = [plan.wafer] + ([plan.gpu] if plan.gpu is not None else [])
+        panels = [("time to train (h)", [s.time_s / 3600 for s in sides]),
+                  ("energy (MWh)", [s.energy_j / 3.6e9 for s in sides]),
+                  ("cost ($)", [s.bill.total_usd for s in sides])]  # fmt: skip
         fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
-        labels = [f"{w.units} x {w.system}", f"{g.units} x {g.system}"]
-        for ax, (title, a, b) in zip(axes, panels, strict=True):
-            ax.bar(labels, [a, b], color=["tab:orange", "tab:green"])
+        labels = [f"{s.units} x {s.system}" for s in sides]
+        for ax, (title, values) in zip(axes, panels, strict=True):
+            ax.bar(labels, values, color=["tab:orange", "tab:green"][: len(sides)])
             ax.set_title(title, fontsize=9)
             ax.tick_params(labelsize=7)
         fig.suptitle(f"wse plan {plan.workload}: {plan.model}", fontsize=10)

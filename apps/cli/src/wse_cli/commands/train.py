@@ -6,10 +6,13 @@
         [--num_processes N --process_id I --coordinator HOST:PORT]
 
 `params.yaml` may also be given with `--params`, or be a shipped config name (`tiny`,
-`gpt2_124m`, `llama3_8b`, `llama3_70b`). Flags override the file's `runconfig`; dotted
-overrides change any key. `--validate_only` checks the config and prints the memory plan
-and the predicted wafer step and tokens/s on num_csx systems without allocating
-anything. Heavy packages are imported inside the command.
+`gpt2_124m`, `llama3_8b`, `llama3_70b`, `llama_1t`, `llama_24t`). Flags override the
+file's `runconfig`; dotted overrides change any key. `--weight_chunks K` streams every
+weight matrix in K column chunks (`runconfig.weight_chunks`; 0: whole layers when they fit,
+else as the SRAM ledger allows). `--validate_only` checks the config and prints the memory
+plan (with the weight chunks and why), the predicted wafer step and tokens/s on num_csx
+systems, and each streamed unit's no-stall condition, without allocating anything. Heavy
+packages are imported inside the command.
 
 Multi-process: `--num_processes/--process_id/--coordinator` (or the WSE_* variables that
 `wse launch` sets, or SLURM's environment) join one run; the `num_csx` replicas are split
@@ -66,6 +69,10 @@ def _print_plan(console, model, plan, config) -> None:
         f"resident training state {_human(plan.resident_bytes)} vs wafer SRAM "
         f"{_human(plan.sram_total_bytes)} -> {verdict}"
     )
+    console.print(
+        f"MemoryX: {_human(plan.memoryx_bytes)} of masters and optimizer state, capacity "
+        f"{_human(plan.memoryx_capacity_bytes)}"
+    )
     if plan.streaming is not None:
         s = plan.streaming
         console.print(
@@ -73,8 +80,31 @@ def _print_plan(console, model, plan, config) -> None:
             f"{s.held_layers} layer inputs held; SRAM per PE in use "
             f"{s.sram['used_bytes_per_pe']} of {s.sram['bytes_per_pe']} B"
         )
+        console.print(f"weight chunks: {s.chunks.describe()}", highlight=False)
+        console.print(f"  why: {s.chunks.reason}", highlight=False)
     else:
         console.print(f"[red]streaming does not fit either:[/] {plan.streaming_error}")
+
+
+def _seconds(s: float) -> str:
+    for unit, size in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= size:
+            return f"{s / size:.3g} {unit}"
+    return f"{s * 1e9:.3g} ns"
+
+
+def _print_streams(console, rows) -> None:
+    """Each streamed unit's no-stall condition (`wse_trainer.stall.stream_budget`)."""
+    from rich.table import Table
+
+    table = Table(title="streams: no stall when weights in <= the compute they hide under")
+    for col in ("unit", "uses", "weights", "in", "fwd", "bwd", "grad out", "ok"):
+        table.add_column(col, justify="left" if col == "unit" else "right")
+    for r in rows:
+        table.add_row(r.unit, f"{r.per_step:,}", _human(r.weight_bytes), _seconds(r.stream_in_s),
+                      _seconds(r.forward_s), _seconds(r.backward_s), _seconds(r.write_back_s),
+                      "yes" if r.no_stall else "no")  # fmt: skip
+    console.print(table)
 
 
 def _print_prediction(console, report) -> None:
@@ -96,6 +126,9 @@ def train(
     mode: str = typer.Option(None, "--mode", help="train | eval | train_and_eval."),
     model_dir: Path = typer.Option(None, "--model_dir", "-o", help="Run folder."),
     num_csx: int = typer.Option(None, "--num_csx", help="Data-parallel wafer replicas."),
+    weight_chunks: int = typer.Option(
+        None, "--weight_chunks", help="Column chunks per weight matrix (0: as SRAM allows)."
+    ),
     max_steps: int = typer.Option(None, "--max_steps", help="Total steps (global)."),
     num_steps: int = typer.Option(None, "--num_steps", help="Steps of this invocation."),
     checkpoint_path: Path = typer.Option(
@@ -116,20 +149,21 @@ def train(
     """Train a model with weight streaming (MemoryX / SwarmX / wafer replicas)."""
     multiprocess.join(num_processes, process_id, coordinator)
     from rich.console import Console
-    from wse_trainer.config import load_config
+    from wse_trainer.config import SHIPPED, load_config
 
     args = list(args or [])
     if params is None:
         if not args or "=" in args[0]:
             fail(
                 "give a params file: `wse train params.yaml` or `--params params.yaml` "
-                "(shipped: tiny, gpt2_124m, llama3_8b, llama3_70b)"
+                f"(shipped: {', '.join(SHIPPED)})"
             )
         params = Path(args.pop(0))
     flags = {
         "mode": mode,
         "model_dir": model_dir,
         "num_csx": num_csx,
+        "weight_chunks": weight_chunks,
         "max_steps": max_steps,
         "num_steps": num_steps,
         "checkpoint_path": checkpoint_path,
@@ -140,7 +174,7 @@ def train(
     if trace is not None and not validate_only:
         fail("--trace writes the predicted step's per-PE trace: use it with --validate_only")
     if validate_only:
-        from wse_trainer.run import predict, validate
+        from wse_trainer.run import predict, stream_rows, validate
 
         model, plan = validate(config)
         _print_plan(console, model, plan, config)
@@ -151,6 +185,7 @@ def train(
             )
         report = predict(config, model, plan)
         _print_prediction(console, report)
+        _print_streams(console, stream_rows(config, model, plan))
         if trace is not None:
             from wse_core import preset
             from wse_trainer.performance import step_trace
