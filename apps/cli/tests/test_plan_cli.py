@@ -192,7 +192,7 @@ def test_plan_infer_with_a_draft_model():
         (["plan", "infer", "--model", "llama3-8b", "--draft", "llama3-1b", "--alpha", "1.5"],
          "alpha must be in"),
         (["plan", "infer", "--model", "llama3-8b", "--output-tokens", "0"], "output_tokens"),
-        (["plan", "infer", "--model", "llama_24t"], "up to 512 holds it"),
+        (["plan", "infer", "--model", "llama_24t"], "up to 512 holds the model"),
         (["plan", "train", "--model", "llama_1t", "--tokens", "1e9", "--systems", "0"],
          "--systems must be positive"),
     ],

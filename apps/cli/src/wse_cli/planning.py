@@ -282,12 +282,14 @@ def plan_train(
     shape = gpum.ModelShape.of(cfg)
     inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
               "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
-              "wafer_rates": _wafer_rates(wafer, rates).to_dict(),
-              "gpu_rates": _gpu_rates(g, rates).to_dict()}  # fmt: skip
-    notes = _assumptions(g, wafer, mfu) + [
+              "wafer_rates": wafer_rates(wafer, rates).to_dict(),
+              "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
+    notes = power_notes(g, wafer) + [
+        f"GPU training at MFU {mfu:g} of {g.peak_flops / 1e12:g} TFLOP/s bf16; PaLM flop "
+        "accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
         "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
-        "per instruction on the wafer, weights streamed in and gradients out, overlapped; "
-        "the one calibration of wse_core); same global batch and sequence on both systems",
+        "by mechanism on the wafer, weights streamed in and gradients out, overlapped); "
+        "same global batch and sequence on both systems",
         "wafer scaling: the same batch per system on 1 and N systems (the global batch grows "
         "with N); efficiency = step(1) / step(N); SwarmX broadcasts and reduces through a "
         "tree whose levels each add system_latency_s to every streamed item",
@@ -298,6 +300,7 @@ def plan_train(
         notes.append(f"GPUs: {e} (tensor parallel <= a node, pipeline <= layers): no GPU side")
         return Plan("train", choice.name, shape.n_params, inputs, w_side, None, None, notes)
     m = gpus or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
+    inputs["gpus"] = m
     g_side = _gpu_train_side(shape, g, m, steps, global_batch, seq, mfu, rates)
     time_on = _unless_oom(
         lambda k: _gpu_train_time(
@@ -308,15 +311,4 @@ def plan_train(
     match = match_gpus(
         time_on, w_side.time_s, start=start, limit=limit, node=g.gpus_per_node, priced=m
     )
-    inputs = {"tokens": tokens, "systems": n, "gpus": m, "wafer": wafer, "gpu": gpu, "mfu": mfu,
-              "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
-              "wafer_rates": wafer_rates(wafer, rates).to_dict(),
-              "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
-    notes = power_notes(g, wafer) + [
-        f"GPU training at MFU {mfu:g} of {g.peak_flops / 1e12:g} TFLOP/s bf16; PaLM flop "
-        "accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
-        "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
-        "per instruction on the wafer, weights streamed in and gradients out, overlapped; "
-        "the one calibration of wse_core); same global batch and sequence on both systems",
-    ]
     return Plan("train", choice.name, shape.n_params, inputs, w_side, g_side, match, notes)
