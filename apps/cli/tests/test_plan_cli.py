@@ -94,7 +94,7 @@ def test_tokens_per_day_sizes_replicas_and_idle():
     "args, message",
     [
         (["plan", "train", "--model", "llama3-8c", "--tokens", "1e9"], "did you mean 'llama3-8b'"),
-        (["plan", "train", "--model", "llama3-8b", "--tokens", "-5"], "--tokens must be positive"),
+        (["plan", "train", "--model", "llama3-8b", "--tokens", "-5"], "--tokens must be a finite"),
         (["plan", "train", "--model", "llama3-70b", "--tokens", "1e9", "--gpus", "2"],
          "use at least"),
         (["plan", "infer", "--model", "llama3-70b", "--gpus", "1"], "use at least"),

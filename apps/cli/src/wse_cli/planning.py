@@ -133,7 +133,7 @@ class Plan:
 
 def _positive(**values: float | None) -> None:
     for name, v in values.items():
-        if v is not None and not v > 0:
+        if v is not None and not (v > 0 and math.isfinite(v)):  # inf is not a size
             raise PlanError(f"--{name.replace('_', '-')} must be positive, got {v:g}")
 
 

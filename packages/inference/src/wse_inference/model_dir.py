@@ -274,7 +274,18 @@ def check_host_memory(config: Any, *, rows: int, max_context: int, what: str) ->
             budget,
             hi=min(max_context, config.max_seq_len),
         )
-        return f"at most {r} rows of context {max_context}, or context {c} with {rows} rows, fit"
+        options = [f"{r} rows of context {max_context}"] if r else []
+        options += [f"context {c} with {rows} rows"] if c else []
+        if not options:  # a suggestion is always one that passes this check
+            one = largest(
+                lambda k: serving_host_bytes(config, rows=1, max_context=k),
+                budget,
+                hi=min(max_context, config.max_seq_len),
+            )
+            if not one:
+                return "not even the parameters with one row of context 1 fit"
+            options = [f"context {one} with 1 row"]
+        return f"at most {', or '.join(options)}, fit"
 
     require(what, serving_host_bytes(config, rows=rows, max_context=max_context), fits=fits)
 

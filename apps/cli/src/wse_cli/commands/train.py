@@ -25,6 +25,7 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.errors import fail
+from wse_cli.options import number
 
 
 def _human(n: float) -> str:
@@ -95,9 +96,9 @@ def train(
     params: Path = typer.Option(None, "--params", help="The params YAML file."),
     mode: str = typer.Option(None, "--mode", help="train | eval | train_and_eval."),
     model_dir: Path = typer.Option(None, "--model_dir", "-o", help="Run folder."),
-    num_csx: int = typer.Option(None, "--num_csx", help="Data-parallel wafer replicas."),
-    max_steps: int = typer.Option(None, "--max_steps", help="Total steps (global)."),
-    num_steps: int = typer.Option(None, "--num_steps", help="Steps of this invocation."),
+    num_csx: int = number(None, "--num_csx", help="Data-parallel wafer replicas.", kind=int, ge=1),
+    max_steps: int = number(None, "--max_steps", help="Total steps (global).", kind=int, ge=1),
+    num_steps: int = number(None, "--num_steps", help="Steps of this invocation.", kind=int, ge=1),
     checkpoint_path: Path = typer.Option(
         None, "--checkpoint_path", help="Checkpoint to start from."
     ),
@@ -181,10 +182,11 @@ def _check_host_memory(config) -> None:
     def fits(budget: int) -> str:
         b = largest(lambda k: need(k * csx, seq), budget, hi=max(1, batch // csx)) * csx
         s = largest(lambda k: need(batch, k), budget, hi=seq)
-        return (
-            f"at most train_input.batch_size={b} at max_sequence_length={seq}, or "
-            f"max_sequence_length={s} at batch_size={batch}"
-        )
+        options = [f"train_input.batch_size={b} at max_sequence_length={seq}"] if b else []
+        options += [f"max_sequence_length={s} at batch_size={batch}"] if s else []
+        if not options:  # a suggestion is always a config that passes this check
+            return f"not even train_input.batch_size={csx} fits"
+        return "at most " + ", or ".join(options)
 
     require(f"training batch {batch} x {seq} tokens", need(batch, seq), fits=fits)
 
