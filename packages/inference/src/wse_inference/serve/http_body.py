@@ -8,6 +8,8 @@
   (checked without recursion, before anything walks the value);
 - `ClientGone` when the client disconnected while sending it (nobody is left to answer).
 
+`refusal_response(error, metrics)` is the HTTP answer to any refusal (400, 413, 429, 503).
+
 The bytes arrive on the event loop; parsing them, and the CPU work that follows (`run_off_loop`:
 validation and tokenization), runs in a worker thread, so `/health` and the streams in flight
 are answered while a large or hostile body is being refused.
@@ -20,12 +22,20 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import Request
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from wse_inference.serve.admission import InvalidRequestError, RequestLimits, RequestTooLargeError
+from wse_inference.serve.admission import (
+    InvalidRequestError,
+    QueueFullError,
+    RequestLimits,
+    RequestTooLargeError,
+)
+from wse_inference.serve.metrics import ServeMetrics
+from wse_inference.serve.openai_response import error_response
 
-__all__ = ["ClientGone", "read_json", "json_depth", "run_off_loop"]
+__all__ = ["ClientGone", "read_json", "json_depth", "run_off_loop", "refusal_response"]
 
 T = TypeVar("T")
 
@@ -98,3 +108,34 @@ async def read_json(request: Request, limits: RequestLimits) -> Any:
     """The request's JSON body within `limits` (see the module docstring)."""
     raw = await _read_bytes(request, limits.max_body_bytes)
     return await run_off_loop(_parse, raw, limits.max_json_depth)
+
+
+def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
+    """The HTTP answer to a refused request (counted in `metrics` by reason): 400 with
+    OpenAI's error body, 413 (and the connection closed, so the rest of the body is never
+    read), 429 with Retry-After, 503 while draining; an empty 400 to a client already gone."""
+    if isinstance(e, ClientGone):  # nobody is left to read an answer
+        metrics.reject("invalid")
+        return Response(status_code=400)
+    if isinstance(e, RequestTooLargeError):  # close: the rest of the body is not read
+        metrics.reject("invalid")
+        close = {"Connection": "close"}
+        return error_response(
+            413, str(e), type_="invalid_request_error", code=e.code, headers=close
+        )
+    if isinstance(e, InvalidRequestError):
+        metrics.reject("invalid")
+        return error_response(
+            400, str(e), type_="invalid_request_error", param=e.param, code=e.code
+        )
+    if isinstance(e, QueueFullError):
+        metrics.reject("queue_full")
+        return error_response(
+            429,
+            str(e),
+            type_="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": str(e.retry_after_s)},
+        )
+    metrics.reject("shutting_down")
+    return error_response(503, str(e), type_="service_unavailable", code="shutting_down")
