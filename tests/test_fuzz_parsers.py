@@ -253,24 +253,9 @@ def test_wafer_info_spec_through_the_cli(ops):
 @functools.cache
 def _trace_file() -> tuple[Path, bytes]:
     """A small valid trace (tiny wafer, defects, an SRAM ledger) and its bytes."""
-    from wse_core import Op, PerfModel, Phase, RunReport, Work, preset
-    from wse_core.calibration import UNCALIBRATED
-    from wse_core.defects import defect_map, remap
-    from wse_core.sram import SramLedger
-    from wse_core.trace import trace_from
+    from wse_core.testing import tiny_trace
 
-    spec = preset("tiny")
-    dm = defect_map(spec, seed=3, rate=0.05)
-    ledger = SramLedger(8, 8, spec.sram_bytes_per_pe)
-    ledger.allocate("u", 128)
-
-    class W:  # the parts of a Wafer a trace reads
-        rows, cols, sram, defects = 8, 8, ledger, dm
-
-    W.spec, W.remap = spec, remap(spec, dm)
-    phase = Phase("add", Work(ops=(Op("add", "fp32", 64),), links={"E": 10.0}), repeat=3)
-    report = RunReport.build("t", spec, phase, model=PerfModel(spec, UNCALIBRATED), units="s")
-    path = trace_from(W, report).save(WORK / "trace.npz")
+    path = tiny_trace()[0].save(WORK / "trace.npz")
     return path, path.read_bytes()
 
 
