@@ -113,7 +113,7 @@ def test_generate_speculative_terminal(model_dir):
         (["--temperature", -1], "temperature"),
         (["--top_p", 0], "top_p"),
         (["--top_p", 1.5], "top_p"),
-        (["--logprobs", 21], "--logprobs must be a 64-bit integer in [0, 20]"),
+        (["--logprobs", 21], "--logprobs must be an integer in [0, 20]"),
         (["--presence-penalty", 3], "--presence-penalty must be a finite number in [-2, 2]"),
         (["--repetition-penalty", 0], "--repetition-penalty must be a finite number > 0"),
         (["--prompt-ids", ",".join(["1"] * 130)], "exceeds the context"),

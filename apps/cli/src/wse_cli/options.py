@@ -97,7 +97,10 @@ def _parse(kind: type) -> Any:
 
 
 def _range_text(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str) -> str:
-    what = "a 64-bit integer" if kind is int else "a finite number"
+    what = "an integer" if kind is int else "a finite number"
+    if kind is int:  # integers are 64-bit: say the bound a value past it meets
+        ge = -INT_MAX if ge is None and gt is None else ge
+        le = INT_MAX if le is None and lt is None else le
     lo, hi = (ge, "[") if ge is not None else (gt, "(")
     top, end = (le, "]") if le is not None else (lt, ")")
     if lo is not None and top is not None:
