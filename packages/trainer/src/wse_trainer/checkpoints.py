@@ -160,7 +160,7 @@ class StepRead(NamedTuple):
 
 def _one_line(e: BaseException) -> str:
     first = (str(e).strip().splitlines() or [""])[0]
-    return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
+    return f"{type(e).__name__}: {first[:120]}" if first else type(e).__name__
 
 
 def read_step(

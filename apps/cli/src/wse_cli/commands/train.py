@@ -197,7 +197,11 @@ def _train(console, config) -> None:
 
     _check_host_memory(config)
     keep_freed_memory()  # each step's XLA temporaries reuse mapped pages (no page faults)
-    result = run(config, echo=lambda line: console.print(line, highlight=False, markup=False))
+
+    def echo(line: str) -> None:  # one line each, never wrapped at the console's width
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    result = run(config, echo=echo)
     console.print(
         f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s; "
         f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "
