@@ -117,12 +117,9 @@ def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
     if isinstance(e, ClientGone):  # nobody is left to read an answer
         metrics.reject("invalid")
         return Response(status_code=400)
-    if isinstance(e, RequestTooLargeError):  # close: the rest of the body is not read
+    if isinstance(e, RequestTooLargeError):
         metrics.reject("invalid")
-        close = {"Connection": "close"}
-        return error_response(
-            413, str(e), type_="invalid_request_error", code=e.code, headers=close
-        )
+        return error_response(413, str(e), type_="invalid_request_error", code=e.code)
     if isinstance(e, InvalidRequestError):
         metrics.reject("invalid")
         return error_response(
