@@ -235,6 +235,16 @@ def test_checkpoint_path_to_an_older_step_continues_from_there(trained, tmp_path
     assert step_problem(later) is None  # moved whole, still a good step
 
 
+def test_checkpoint_path_to_another_runs_step_moves_this_runs_steps_aside(trained, tmp_path):
+    other = trained[0] / "model_dir" / "checkpoints" / "2"
+    result = _resume(trained, tmp_path / "x", lambda _: None, f"runconfig.checkpoint_path={other}")
+    _, losses = trained
+    assert result.losses == {3: losses[3], 4: losses[4]}
+    aside = tmp_path / "x" / "model_dir" / ASIDE
+    assert sorted(p.name for p in aside.iterdir()) == ["2-superseded", "4-superseded"]
+    assert step_problem(aside / "2-superseded") is None  # moved whole, nothing deleted
+
+
 def _orbax_threads() -> set[int]:
     return {t.ident for t in threading.enumerate() if t.is_alive() and not t.daemon}
 

@@ -236,7 +236,8 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
     """(the run's Checkpointer, the step it starts from, lines to log), the checkpoint loaded
     into `s`: `--checkpoint_path`'s step, else the newest step of `<model_dir>/checkpoints`
     that reads back, each newer one moved aside (`corrupt`) with a line saying why. Steps
-    after the start step are moved aside (`superseded`), so training continues from there.
+    after the start step (and from the start step on, when `--checkpoint_path` names another
+    run's) are moved aside (`superseded`), so training continues from there.
     Nothing is deleted (`wse_trainer.checkpoints`)."""
     from wse_trainer.checkpoints import (
         Checkpointer,
@@ -247,7 +248,7 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
     )
 
     run_cfg, own = s.config.runconfig, (s.dir / "checkpoints").absolute()
-    steps, notes = committed_steps(own), []
+    steps, notes, folder = committed_steps(own), [], own
     if run_cfg.checkpoint_path:
         folder, start = resolve_checkpoint(run_cfg.checkpoint_path)
         _, got, bad = newest_readable(folder, [start], s.state(), meta_keys=_META_KEYS)
@@ -265,10 +266,13 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
             )
     if got is not None:
         s.apply(got)
-    later = [t for t in steps if t > start and all(t != b for b, _ in bad)]
+    # steps after the start, and the start step itself when it came from another run's folder
+    later = [t for t in steps if (t > start or (t == start and folder != own))]
+    later = [t for t in later if all(t != b for b, _ in bad)]
     for step in later:
         where = move_aside(own / str(step), "superseded")
-        notes.append(f"starting from step {start}: moved the later step {step} to {where}")
+        source = "" if folder == own else f" of {folder}"
+        notes.append(f"starting from step {start}{source}: moved step {step} of {own} to {where}")
     barrier("wse_trainer: checkpoints moved aside")
     return Checkpointer(own, keep=run_cfg.keep_checkpoint_max), start, notes
 
