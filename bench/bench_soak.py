@@ -7,8 +7,15 @@ serve --model_dir DIR` on 127.0.0.1, a free port); the model is the demo's
 32-64 concurrent `/v1/completions` streams (random prompts and max_tokens); each request is
 one of: a normal stream read to `data: [DONE]`, a cancel (the client gives up before or just
 after its first token), a disconnect mid-stream (the client closes the connection after a
-few chunks), or an oversize request (a prompt beyond the context, or max_tokens beyond it),
-which must be refused with a 4xx error body. After each wave the server's /metrics gives the
+few chunks), an oversize request (a prompt beyond the context, or max_tokens beyond it),
+which must be refused with a 4xx error body, or a hostile client (issue 31), which sends
+three of: a 5 MB prompt (413), a 1.5 MB prompt (400 before tokenization), a body nested
+2,000 or 100,000 levels deep (400), a seed of 2**70 (400), 1,000 stop strings (400), bytes
+that are not JSON (400), n or logprobs out of range (400), or a Content-Length of 10 GB with
+a few bytes behind it (413 before the body is read) - each must be a 4xx with an error body
+(`refused`). A probe in its own process reads GET /health every 20 ms during the waves; the
+report gives its latency p50/p99 over all waves and over the moments a 5 MB prompt or a deep
+body was in flight. After each wave the server's /metrics gives the
 requests still running and waiting (a leaked slot would stay running); a sampler reads the
 server's resident memory (VmRSS from /proc) every few seconds. Every request is classified:
 `ok`, `cancelled`, `disconnected`, `refused` (4xx with an OpenAI error body), and anything
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import socket
@@ -46,8 +54,13 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO_MODEL = ROOT / "wse_demo_out" / "train" / "model_dir"
 WSE = [sys.executable, "-m", "wse_cli"]
 PROMPTS = ["def ", "import os\n", "class Wafer:\n", "for i in range(", "return self.", "# The "]
-KINDS = ("normal", "cancel", "disconnect", "oversize")
-WEIGHTS = (0.7, 0.1, 0.1, 0.1)
+KINDS = ("normal", "cancel", "disconnect", "oversize", "hostile")
+WEIGHTS = (0.6, 0.1, 0.1, 0.1, 0.1)
+HOSTILE = (
+    "prompt_5mb", "prompt_1_5mb", "deep_2000", "deep_100000", "seed_2_70", "stop_1000",
+    "not_json", "n_99", "logprobs_99", "content_length_10gb",
+)  # fmt: skip
+HEAVY = ("prompt_5mb", "deep_2000", "deep_100000")  # /health is timed while these are refused
 
 
 def _free_port() -> int:
@@ -128,6 +141,68 @@ def _metrics(url: str) -> dict[str, float]:
     }
 
 
+def _hostile_body(what: str, model: str) -> bytes:
+    base = {"model": model, "prompt": "def ", "max_tokens": 8}
+    if what.startswith("deep_"):
+        depth = int(what.split("_")[1])
+        return b'{"model": "%s", "prompt": %s}' % (model.encode(), b"[" * depth + b"]" * depth)
+    if what == "not_json":
+        return b"\xff\xfe{garbage" * 10
+    extra = {
+        "prompt_5mb": {"prompt": "x = 1\n" * (5_000_000 // 6)},
+        "prompt_1_5mb": {"prompt": "x = 1\n" * (1_500_000 // 6)},
+        "seed_2_70": {"seed": 2**70},
+        "stop_1000": {"stop": [f"s{i}" for i in range(1000)]},
+        "n_99": {"n": 99},
+        "logprobs_99": {"logprobs": 99},
+    }[what]
+    return json.dumps({**base, **extra}).encode()
+
+
+async def _lying_content_length(url: str) -> int | None:
+    """A POST whose Content-Length says 10 GB with 100 bytes behind it: the status code the
+    server answers before reading the body, or None if it does not within 10 s."""
+    host, port = url.split("//")[1].split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 10000000000\r\n\r\n" + b"{" * 100
+        )
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout=10)
+        return int(line.split()[1]) if line.startswith(b"HTTP/") else None
+    except (TimeoutError, OSError, ValueError, IndexError):
+        return None
+    finally:
+        writer.close()
+
+
+async def _hostile(client: httpx.AsyncClient, model: str, rng: random.Random) -> list[dict]:
+    """Three hostile requests one after the other; a record each (outcome `refused` when
+    the answer is a 4xx with an error body)."""
+    recs = []
+    for what in rng.sample(HOSTILE, 3):
+        rec = {"kind": f"hostile:{what}", "start": time.monotonic(), "ttft_s": None}
+        try:
+            if what == "content_length_10gb":
+                status = await _lying_content_length(str(client.base_url).rstrip("/"))
+                rec["outcome"] = "refused" if status == 413 else f"http_{status}"
+            else:
+                r = await client.post(
+                    "/v1/completions",
+                    content=_hostile_body(what, model),
+                    headers={"content-type": "application/json"},
+                )
+                ok = 400 <= r.status_code < 500 and "error" in r.json()
+                rec["outcome"] = "refused" if ok else f"http_{r.status_code}"
+        except Exception as e:  # noqa: BLE001 -- counted by kind, none ends the soak
+            rec["outcome"] = f"exception:{type(e).__name__}"
+        rec["end"] = time.monotonic()
+        recs.append(rec)
+    return recs
+
+
 async def _request(client: httpx.AsyncClient, model: str, kind: str, rng: random.Random) -> dict:
     """One client request of `kind`; returns its record (outcome, ttft_s, start)."""
     start = time.monotonic()
@@ -196,7 +271,58 @@ async def _wave(url: str, model: str, n: int, rng: random.Random) -> list[dict]:
     limits = httpx.Limits(max_connections=n + 8)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
         kinds = rng.choices(KINDS, WEIGHTS, k=n)
-        return list(await asyncio.gather(*(_request(client, model, k, rng) for k in kinds)))
+        hostile = [_hostile(client, model, rng) for k in kinds if k == "hostile"]
+        normal = [_request(client, model, k, rng) for k in kinds if k != "hostile"]
+        done = await asyncio.gather(*normal, *hostile)
+        return [r for d in done for r in (d if isinstance(d, list) else [d])]
+
+
+def _probe(url: str, conn, every_s: float = 0.02) -> None:
+    """In its own process: GET /health every `every_s` until told to stop; sends back
+    [(monotonic start, latency s, status)] (CLOCK_MONOTONIC is shared by the processes)."""
+    samples = []
+    with httpx.Client(timeout=30) as client:
+        while not conn.poll(every_s):
+            t = time.monotonic()
+            try:
+                status = client.get(url + "/health").status_code
+            except httpx.HTTPError:
+                status = 0
+            samples.append((t, time.monotonic() - t, status))
+    conn.send(samples)
+
+
+def _health_report(samples: list, records: list[dict]) -> dict:
+    """/health latency (ms) over all samples, and over those taken while a heavy hostile
+    request (a 5 MB prompt, a deep body) was in flight."""
+    heavy = [(r["start"], r["end"]) for r in records if r["kind"].split(":")[-1] in HEAVY]
+    hit = [any(a <= t <= b for a, b in heavy) for t, _, _ in samples]
+    during = [lat for (_, lat, _), h in zip(samples, hit, strict=True) if h]
+    outside = [lat for (_, lat, _), h in zip(samples, hit, strict=True) if not h]
+    every = [lat for _, lat, _ in samples]
+    return {
+        "samples": len(every),
+        "not_200": sum(status != 200 for *_, status in samples),
+        "p50_ms": _ms(_pct(every, 50)),
+        "p99_ms": _ms(_pct(every, 99)),
+        "max_ms": _ms(max(every, default=None)),
+        "during_heavy_hostile": {
+            "samples": len(during),
+            "heavy_requests": len(heavy),
+            "p50_ms": _ms(_pct(during, 50)),
+            "p99_ms": _ms(_pct(during, 99)),
+            "max_ms": _ms(max(during, default=None)),
+        },
+        "outside_heavy_hostile": {  # the same waves, side by side: what the machine gives
+            "samples": len(outside),
+            "p50_ms": _ms(_pct(outside, 50)),
+            "p99_ms": _ms(_pct(outside, 99)),
+        },
+    }
+
+
+def _ms(s: float | None) -> float | None:
+    return None if s is None else round(1e3 * s, 2)
 
 
 def _settle(url: str, timeout_s: float = 30.0) -> tuple[float, float, float]:
@@ -274,6 +400,10 @@ def main() -> None:
         sampler = threading.Thread(target=_sampler, args=(proc.pid, t0, rss, stop, 2.0))
         sampler.start()
         records, waves = [], []
+        here, there = multiprocessing.Pipe()
+        probe = multiprocessing.Process(target=_probe, args=(url, there), daemon=True)
+        probe.start()
+        health: list = []
         try:
             while time.monotonic() - t0 < 60 * minutes and len(records) < args.max_requests:
                 n = rng.randint(lo, hi)
@@ -302,6 +432,9 @@ def main() -> None:
                 )
             final_metrics = _metrics(url)
         finally:
+            here.send("stop")
+            health = here.recv() if here.poll(60) else []
+            probe.join(10)
             stop.set()
             sampler.join()
             proc.terminate()
@@ -309,7 +442,10 @@ def main() -> None:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        _report(args, minutes, model_dir, startup_s, records, waves, rss, t0, final_metrics, proc)
+        summary = _report(
+            args, minutes, model_dir, startup_s, records, waves, rss, t0, final_metrics, proc
+        )
+        _write(args, summary, _health_report(health, records), records)
 
 
 def _report(args, minutes, model_dir, startup_s, records, waves, rss, t0, final, proc) -> None:
@@ -376,6 +512,32 @@ def _report(args, minutes, model_dir, startup_s, records, waves, rss, t0, final,
             f"max first half {m['first_half_max']:.0f} vs second half {m['second_half_max']:.0f}"
             + (f"; slope over the second half {slope:+.2f} MiB/min" if slope is not None else "")
         )
+    return summary
+
+
+def _write(args, summary: dict, health: dict, records: list[dict]) -> None:
+    hostile: dict[str, dict[str, int]] = {}
+    for r in records:
+        if r["kind"].startswith("hostile:"):
+            by = hostile.setdefault(r["kind"].split(":")[1], {})
+            by[r["outcome"]] = by.get(r["outcome"], 0) + 1
+    summary.update(
+        health=health,
+        hostile_outcomes=hostile,
+        http_5xx=sum(str(r["outcome"]).startswith("http_5") for r in records),
+        load_average=os.getloadavg(),
+    )
+    d = health["during_heavy_hostile"]
+    print(
+        f"/health: {health['samples']} probes, p50 {health['p50_ms']} ms, p99 "
+        f"{health['p99_ms']} ms, max {health['max_ms']} ms, {health['not_200']} not 200; while "
+        f"a 5 MB prompt or a deep body was refused ({d['heavy_requests']} of them): "
+        f"{d['samples']} probes, p50 {d['p50_ms']} ms, p99 {d['p99_ms']} ms, max {d['max_ms']} ms"
+        f"; at the other moments of the waves p50 {health['outside_heavy_hostile']['p50_ms']} ms, "
+        f"p99 {health['outside_heavy_hostile']['p99_ms']} ms"
+    )
+    print(f"hostile requests by kind: {hostile}; HTTP 5xx: {summary['http_5xx']}")
+    print(f"load average (1, 5, 15 min): {summary['load_average']}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "soak_quick.json" if args.quick else "soak.json"
     (RESULTS / name).write_text(json.dumps(summary, indent=2))

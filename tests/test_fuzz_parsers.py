@@ -247,3 +247,130 @@ def test_wafer_info_spec_through_the_cli(ops):
         assert r.exit_code == 2 and r.exception is None or isinstance(r.exception, SystemExit)
         lines = r.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error: "), r.output
+
+
+# --- wse_core: per-PE trace files (wse view) ----------------------------------------------
+@functools.cache
+def _trace_file() -> tuple[Path, bytes]:
+    """A small valid trace (tiny wafer, defects, an SRAM ledger) and its bytes."""
+    from wse_core.testing import tiny_trace
+
+    path = tiny_trace()[0].save(WORK / "trace.npz")
+    return path, path.read_bytes()
+
+
+def _view(path: Path) -> None:
+    """`wse view` through the CLI: a page, or exit 2 with one line (never a traceback)."""
+    from wse_cli.app import app
+
+    r = CliRunner().invoke(app, ["view", str(path), "--out", str(path.with_suffix(".html"))])
+    if r.exit_code != 0:
+        assert r.exit_code == 2 and isinstance(r.exception, SystemExit | None), r.output
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), r.output
+
+
+@settings(max_examples=40)
+@given(ops=OPS)
+def test_trace_bytes(ops):
+    from wse_core.trace import load
+
+    path, data = _trace_file()
+    bad = path.with_name("trace-bytes.npz")
+    _accepts(load, bad, mutate(data, ops))
+
+
+JSONISH = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=6),
+    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=6,
+)
+
+
+HEADER_PATHS = [
+    "layers", "rows", "cols", "block", "physical_shape", "phases", "regions", "meta",
+    "allocations", "name", "schema_version", "layers.0.key", "phases.0.path",
+    "phases.0.cycles", "phases.0.critical_pe", "allocations.0.region", "allocations.0.name",
+    "allocations.0.bytes_per_pe", "meta.predicted_s", "meta.units", "physical_shape.0",
+]  # fmt: skip
+
+
+def _set(head: dict, path: str, value, drop: bool) -> None:
+    """Replace (or drop) the value at a dotted path of the header, where it exists."""
+    *parents, last = path.split(".")
+    node = head
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node.get(part)
+        if not isinstance(node, dict | list) or not node:
+            return
+    if isinstance(node, list):
+        node[int(last) % len(node)] = value
+    elif drop:
+        node.pop(last, None)
+    else:
+        node[last] = value
+
+
+@settings(max_examples=30)
+@given(
+    key=st.sampled_from(HEADER_PATHS),
+    value=JSONISH,
+    drop=st.booleans(),
+    array=st.sampled_from(["none", "shape", "nan", "inf", "negative", "dead", "missing"]),
+)  # fmt: skip
+def test_trace_header_and_arrays(key, value, drop, array):
+    """Valid archives with a wrong header field or a wrong array: a trace that `wse view`
+    draws, or one line."""
+    import io
+
+    import numpy as np
+    from wse_core.trace import load
+
+    path, _ = _trace_file()
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    head = json.loads(bytes(arrays["header"]).decode())
+    _set(head, key, value, drop)
+    layer = "busy_cycles"
+    if array == "shape":
+        arrays[layer] = np.zeros((3, 5))
+    elif array in ("nan", "inf", "negative"):
+        arrays[layer] = np.full_like(arrays[layer], {"nan": np.nan, "inf": np.inf}.get(array, -1))
+    elif array == "dead":
+        arrays["dead"] = np.array([[10**6, 0]])
+    elif array == "missing":
+        del arrays[layer]
+    arrays["header"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    bad = path.with_name("trace-head.npz")
+    bad.write_bytes(buf.getvalue())
+    try:
+        load(bad)
+    except WseError as e:
+        assert one_line_error(e), repr(str(e))
+    _view(bad)
+
+
+@pytest.mark.parametrize("case", ["empty", "truncated", "text", "npy"])
+def test_view_of_a_broken_file_is_one_line(case):
+    import numpy as np
+
+    path, data = _trace_file()
+    bad = path.with_name(f"view-{case}.npz")
+    if case == "npy":
+        np.save(bad.with_suffix(".npy"), np.zeros(3))
+        bad.write_bytes(bad.with_suffix(".npy").read_bytes())
+    else:
+        bad.write_bytes({"empty": b"", "truncated": data[: len(data) // 2], "text": b"a,b\n"}[case])
+    from wse_cli.app import app
+
+    r = CliRunner().invoke(app, ["view", str(bad)])
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "allow_pickle" not in r.output

@@ -48,7 +48,10 @@ def test_wafer_info_with_field_overrides():
         (["wafer", "info", "--set", "clockhz=1"], "did you mean 'clock_hz'"),
         (["wafer", "info", "--set", "nonsense"], "FIELD=VALUE"),
         (["wafer", "info", "--spec", "/nonexistent.yaml"], "cannot read spec file"),
-        (["wafer", "defects", "--defect-rate", "1.5"], "must be in [0, 1)"),
+        (
+            ["wafer", "defects", "--defect-rate", "1.5"],
+            "--defect-rate must be a finite number in [0, 1)",
+        ),
         (["experiments", "run", "wafer-yeild"], "did you mean 'wafer-yield'"),
     ],
 )

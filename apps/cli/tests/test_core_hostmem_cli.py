@@ -125,3 +125,78 @@ def test_stencil_estimate_counts_the_manufactured_solution_as_built(kind):
     finally:
         tracemalloc.stop()
     assert 0.9 <= EXACT_BYTES_PER_CELL * ue.size / peak <= 1.25
+
+
+# --- every suggestion is itself an input the command accepts (issue 31) -----------------
+def _accepted(args, budget_bytes):
+    env = {"WSE_DEVICES": "8", "WSE_HOST_MEMORY_BYTES": str(budget_bytes)}
+    r = CliRunner(env=env).invoke(app, [str(a) for a in args])
+    assert r.exit_code == 0, (args, r.output[-2000:])
+
+
+def _grid(line):
+    """The grid the message suggests (the last --grid in it; the first is the one asked)."""
+    return [int(v) for v in re.findall(r"--grid (\d+) (\d+) (\d+)", line)[-1]]
+
+
+@pytest.mark.parametrize(
+    ("kind", "grid", "extra"),
+    [
+        ("heat", (100000, 100000, 100000), []),  # the issue's: it suggested --grid 100000 100000 0
+        ("jacobi", (64, 64, 64), []),
+        ("heat", (700, 900, 10**8), []),
+        ("wave25", (64, 64, 64), ["--block-z", 4]),
+    ],
+)
+def test_each_stencil_suggestion_runs(kind, grid, extra):
+    budget = 4 * MIB
+    line = _refused(["hpc", "stencil", "--kind", kind, "--grid", *grid, *extra], budget)
+    suggested = _grid(line)
+    assert min(suggested) >= 1, line
+    if extra:
+        assert suggested[2] % 4 == 0, line
+    _accepted(["hpc", "stencil", "--kind", kind, "--grid", *suggested, *extra, "--steps", 1,
+               "--json"], budget)  # fmt: skip
+
+
+def test_the_tlrmvm_suggestion_runs(tmp_path):
+    budget = 2 * MIB
+    line = _refused(["hpc", "tlrmvm", "compress", "--n", 4096, "--out", tmp_path / "a"], budget)
+    n = int(re.search(r"at most --n (\d+) fits", line).group(1))
+    _accepted(["hpc", "tlrmvm", "compress", "--n", n, "--nb", 64, "--out", tmp_path / "b"], budget)
+
+
+@pytest.mark.slow
+def test_the_md_suggestion_runs(tmp_path):
+    pot = tmp_path / "Cu.eam.alloy"
+    _accepted(["hpc", "md", "potential", "--elements", "Cu", "--out", pot], MIB)
+    md = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--potential", pot]
+    line = _refused([*md, "--cells", 20, 20, 20], MIB)
+    side = int(re.search(r"at most --cells (\d+) \1 \1 fit", line).group(1))
+    _accepted([*md, "--cells", side, side, side], MIB)
+
+
+def test_train_and_serve_suggestions_pass_their_checks(tmp_path, model_dir, monkeypatch):
+    from wse_cli.commands.train import _check_host_memory
+    from wse_inference.model_dir import check_host_memory, read_config
+    from wse_trainer.config import load_config
+
+    budget = 256 * MIB
+    line = _refused(["train", "tiny", "train_input.batch_size=4096", "-o", tmp_path], budget)
+    monkeypatch.setenv("WSE_HOST_MEMORY_BYTES", str(budget))
+    b, seq = re.search(r"batch_size=(\d+) at max_sequence_length=(\d+)", line).groups()
+    s, b0 = re.search(r"max_sequence_length=(\d+) at batch_size=(\d+)", line).groups()
+    for over in ([f"train_input.batch_size={b}"], [f"train_input.max_sequence_length={s}",
+                                                    f"train_input.batch_size={b0}"]):  # fmt: skip
+        _check_host_memory(load_config("tiny", over))  # raises HostMemoryError if not
+    cfg = read_config(model_dir)
+    rows_budget = 3 * 2**20 + 4 * int(cfg.num_params())
+    monkeypatch.setenv("WSE_HOST_MEMORY_BYTES", str(rows_budget))
+    with pytest.raises(Exception, match="at most") as e:
+        check_host_memory(cfg, rows=10**6, max_context=cfg.max_seq_len, what="x")
+    found = re.search(r"at most (\d+) rows of context (\d+)", str(e.value))
+    if found:
+        check_host_memory(cfg, rows=int(found[1]), max_context=int(found[2]), what="x")
+    found = re.search(r"context (\d+) with (\d+) rows", str(e.value))
+    if found:
+        check_host_memory(cfg, rows=int(found[2]), max_context=int(found[1]), what="x")

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wse_core.testing import mutate
 from wse_inference.mock import ByteTokenizer, expected_continuation
+from wse_inference.serve.admission import RequestLimits
 from wse_inference.serve.proto import load_stubs
 from wse_inference.serve.testing import running_server
 
@@ -154,7 +155,7 @@ def grpc_requests(draw):
     req.presence_penalty = draw(FLOAT)
     req.frequency_penalty = draw(FLOAT)
     req.ignore_eos = draw(st.booleans())
-    req.stop.extend(draw(st.lists(st.text(max_size=3), max_size=5)))
+    req.stop.extend(draw(st.lists(st.text(max_size=3), max_size=8)))
     req.stop_token_ids.extend(draw(st.lists(INT32, max_size=3)))
     return req
 
@@ -226,3 +227,149 @@ def test_a_chat_message_without_content_is_refused_unless_it_calls_tools(server)
     msgs = [{"role": "user", "content": "hi"}, calls, {"role": "user", "content": "go"}]
     r = httpx.post(url, json={"model": "mock", "messages": msgs, "max_tokens": 2}, timeout=30)
     assert r.status_code == 200, r.text
+
+
+# --- hostile clients (issue 31): huge, deep, lying and garbage requests -------------------
+LIMIT = RequestLimits().max_body_bytes
+
+
+def _refused_with(r: httpx.Response, status: int) -> None:
+    assert r.status_code == status, (r.status_code, r.text[:300])
+    err = r.json()["error"]
+    assert err["message"] and "\n" not in err["message"], err
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    depth=st.integers(33, 50_000),
+    kind=st.sampled_from(["[", "{"]),
+    field=st.sampled_from(["prompt", "stop", "extra", "messages"]),
+    route=st.sampled_from(["/v1/completions", "/v1/chat/completions", "/tokenize"]),
+)
+def test_a_deep_body_is_a_400(server, depth, kind, field, route):
+    open_, close = (b"[", b"]") if kind == "[" else (b'{"a":', b"}")
+    nested = open_ * depth + (b"1" if kind == "{" else b"") + close * depth
+    body = b'{"model": "mock", "%s": %s}' % (field.encode(), nested)
+    r = httpx.post(server.http_url + route, content=body, timeout=60)
+    _refused_with(r, 400)
+    assert "levels deep" in r.json()["error"]["message"]
+
+
+@settings(max_examples=6, deadline=None)
+@given(extra=st.integers(1, LIMIT), chunked=st.booleans(), route=st.sampled_from(sorted(VALID)))
+def test_a_body_beyond_the_limit_is_a_413(server, extra, chunked, route):
+    body = json.dumps({"model": "mock", "prompt": "x" * (LIMIT + extra)}).encode()
+    content = (body[i : i + 65536] for i in range(0, len(body), 65536)) if chunked else body
+    r = httpx.post(server.http_url + route, content=content, timeout=60)
+    _refused_with(r, 413)
+
+
+@pytest.mark.parametrize("declared", [b"10000000000", b"-1", b"abc"])
+def test_a_lying_content_length_is_answered_before_the_body(server, declared):
+    import socket
+
+    host, port = server.http_url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + declared
+            + b"\r\n\r\n" + b"{" * 100
+        )  # fmt: skip
+        status = s.recv(64).split(b"\r\n")[0]
+    assert status.split()[1] in (b"413", b"400"), status  # never a wait for 10 GB
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.one_of(st.integers(2**63, 2**80), st.integers(-(2**80), -(2**63) - 1)),
+       n=st.integers(1, 4), stream=st.booleans())  # fmt: skip
+def test_a_seed_beyond_64_bits_is_a_400_before_anything_streams(server, seed, n, stream):
+    body = {"model": "mock", "prompt": "ab", "max_tokens": 2, "seed": seed, "n": n}
+    r = httpx.post(server.http_url + "/v1/completions", json={**body, "stream": stream}, timeout=30)
+    _refused_with(r, 400)
+    assert r.json()["error"]["param"] == "seed"
+
+
+def test_a_long_prompt_is_refused_before_it_is_tokenized(server):
+    # ByteTokenizer: one byte per token, so 65 bytes cannot fit a 64-token context
+    prompt = "é" * 10_000  # 20,000 UTF-8 bytes
+    r = httpx.post(
+        server.http_url + "/v1/completions", json={"model": "mock", "prompt": prompt}, timeout=30
+    )
+    _refused_with(r, 400)
+    assert "20,000 bytes" in r.json()["error"]["message"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.binary(max_size=200))
+def test_grpc_garbage_bytes_are_invalid_argument(server, data):
+    channel = grpc.insecure_channel(server.grpc_target)
+    raw = channel.unary_stream(
+        "/wse.inference.v1.Generation/Generate",
+        request_serializer=lambda b: b,
+        response_deserializer=pb2.GenerateResponse.FromString,
+    )
+    try:
+        responses = list(raw(data, timeout=30))
+        assert responses[-1].finish_reason in ("stop", "length")  # the bytes parsed as a request
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (e.code(), e.details(), data)
+    finally:
+        channel.close()
+
+
+def test_grpc_and_http_refuse_the_same_stop_strings(server, grpc_stub):
+    stops = [f"s{i}" for i in range(1000)]
+    r = httpx.post(
+        server.http_url + "/v1/completions",
+        json={"model": "mock", "prompt": "ab", "max_tokens": 2, "stop": stops},
+        timeout=30,
+    )
+    _refused_with(r, 400)
+    req = pb2.GenerateRequest(text="ab", max_tokens=2)
+    req.stop.extend(stops)
+    with pytest.raises(grpc.RpcError) as e:
+        list(grpc_stub.Generate(req, timeout=30))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details() == r.json()["error"]["message"]  # one validator, one message
+
+
+class _SlowTokenizer(ByteTokenizer):
+    """Encoding takes `delay_s`: a stand-in for a real tokenizer on a huge prompt."""
+
+    max_token_bytes = None  # no bound: only the body limit stops what is encoded
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def encode(self, text: str) -> list[int]:
+        import time
+
+        time.sleep(self.delay_s)
+        return super().encode(text)
+
+
+def test_health_answers_while_a_request_is_tokenized():
+    """Tokenization runs off the event loop: /health answers while encode() is busy."""
+    import threading
+    import time
+
+    from wse_inference.mock import MockEngine
+    from wse_inference.serve.app import ServeConfig, Server
+
+    engine = MockEngine(max_context=64)
+    engine.tokenizer = _SlowTokenizer(3.0)
+    server = Server(engine, ServeConfig(port=0, warmup=False, drain_s=1.0)).start()
+    try:
+        slow = threading.Thread(
+            target=httpx.post,
+            args=(server.http_url + "/v1/completions",),
+            kwargs={"json": {"model": "mock", "prompt": "ab", "max_tokens": 2}, "timeout": 30},
+        )
+        slow.start()
+        time.sleep(0.5)  # the request is inside encode() now
+        t0 = time.monotonic()
+        assert httpx.get(server.http_url + "/health", timeout=30).status_code == 200
+        assert time.monotonic() - t0 < 2.0  # not after the 3 s encode (was: after it)
+        assert slow.is_alive()
+        slow.join(30)
+    finally:
+        server.close()

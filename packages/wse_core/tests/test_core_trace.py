@@ -11,6 +11,7 @@ from wse_core import Op, PerfModel, Phase, RunReport, Work, overlap, preset, ser
 from wse_core.calibration import UNCALIBRATED
 from wse_core.defects import defect_map, remap
 from wse_core.sram import SramLedger
+from wse_core.testing import tiny_trace
 from wse_core.trace import (
     LAYERS,
     SCHEMA_VERSION,
@@ -69,26 +70,14 @@ def test_sram_layer_sums_to_the_ledgers_total_and_regions_weight_phases():
 
 
 def test_schema_round_trips(tmp_path):
-    spec = preset("tiny")
-    dm = defect_map(spec, seed=3, rate=0.05)
-    ledger = SramLedger(8, 8, spec.sram_bytes_per_pe)
-    ledger.allocate("u", 128)
-
-    class W:  # the parts of a Wafer a trace reads
-        rows, cols, sram, defects = 8, 8, ledger, dm
-
-    W.spec, W.remap = spec, remap(spec, dm)
-    tr = trace_from(W, _report(spec, _phases()))
-    assert len(tr.dead) == dm.num_dead > 0
+    tr, rm = tiny_trace(seed=3, rate=0.05)
+    assert len(tr.dead) > 0
     back = load(tr.save(tmp_path / "t.npz"))
     assert back.header() == tr.header() and back.header()["schema_version"] == SCHEMA_VERSION
     for key in tr.layers:
         np.testing.assert_array_equal(back.layers[key], tr.layers[key])
     np.testing.assert_array_equal(back.dead, tr.dead)
-    assert (
-        back.layers["detour_hops"].sum()
-        == W.remap.extra_hops["ew_total"] + W.remap.extra_hops["ns_total"]
-    )
+    assert back.layers["detour_hops"].sum() == rm.extra_hops["ew_total"] + rm.extra_hops["ns_total"]
 
 
 def test_downsampling_keeps_sums_and_maxima_and_the_full_wse3_is_blocked():

@@ -18,6 +18,7 @@ import typer
 from wse_cli import __version__, multiprocess
 from wse_cli.commands import demo, experiments, hpc, infer, launch, plan, train, view, wafer
 from wse_cli.errors import WseGroup
+from wse_cli.options import number
 
 app = typer.Typer(
     cls=WseGroup,
@@ -36,8 +37,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    devices: int = typer.Option(
-        None, "--devices", envvar="WSE_DEVICES", help="Virtual CPU devices (default: one per core)."
+    devices: int = number(
+        None,
+        "--devices",
+        envvar="WSE_DEVICES",
+        help="Virtual CPU devices (default: one per core).",
+        kind=int,
+        ge=1,
     ),
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."

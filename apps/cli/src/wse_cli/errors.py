@@ -28,6 +28,16 @@ def _is_user_error(e: BaseException) -> bool:
 
 
 class WseGroup(TyperGroup):
+    def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[override]
+        # the root's own options (--devices) are parsed here, before `invoke`
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except Exception as e:
+            if _is_user_error(e):
+                typer.echo(f"Error: {e}", err=True)
+                raise typer.Exit(2) from None
+            raise
+
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)

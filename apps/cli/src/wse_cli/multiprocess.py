@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import typer
 
+from wse_cli.options import number
+
 __all__ = ["NUM_PROCESSES", "PROCESS_ID", "COORDINATOR", "join", "is_primary"]
 
-NUM_PROCESSES = typer.Option(
-    None, "--num_processes", envvar="WSE_NUM_PROCESSES", help="Processes in a multi-process run."
+NUM_PROCESSES = number(
+    None,
+    "--num_processes",
+    envvar="WSE_NUM_PROCESSES",
+    help="Processes in a multi-process run.",
+    kind=int,
+    ge=1,
 )
-PROCESS_ID = typer.Option(
-    None, "--process_id", envvar="WSE_PROCESS_ID", help="This process's index (0..N-1)."
+PROCESS_ID = number(
+    None,
+    "--process_id",
+    envvar="WSE_PROCESS_ID",
+    help="This process's index (0..N-1).",
+    kind=int,
+    ge=0,
 )
 COORDINATOR = typer.Option(
     None, "--coordinator", envvar="WSE_COORDINATOR", help="HOST:PORT of process 0."

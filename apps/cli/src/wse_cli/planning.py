@@ -129,7 +129,7 @@ def plan_dict(plan: Any) -> dict[str, Any]:
 
 def check_positive(**values: float | None) -> None:
     for name, v in values.items():
-        if v is not None and not v > 0:
+        if v is not None and not (v > 0 and math.isfinite(v)):  # inf is not a size
             raise PlanError(f"--{name.replace('_', '-')} must be positive, got {v:g}")
 
 

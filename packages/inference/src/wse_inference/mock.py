@@ -44,6 +44,7 @@ class ByteTokenizer:
     """UTF-8 bytes as token ids (vocab 256); invalid UTF-8 decodes to U+FFFD."""
 
     vocab_size = 256
+    max_token_bytes = 1  # a token is one byte of text (`serve.admission.encode_prompt`)
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))

@@ -55,6 +55,7 @@ class ByteTokenizer:
     """UTF-8 bytes as token ids (ids >= 256 decode to nothing)."""
 
     kind = "bytes"
+    max_token_bytes = 1  # a token is one byte of text (`serve.admission.encode_prompt`)
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -79,6 +80,7 @@ class HFTokenizer:
         self.path = path
         self._tok = Tokenizer.from_file(str(path))
         self.chat_template, self.template_vars = _chat_template(path.parent)
+        self.max_token_bytes = _max_token_bytes(self._tok)
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
@@ -88,6 +90,19 @@ class HFTokenizer:
 
     def vocab(self) -> dict[str, int]:
         return dict(self._tok.get_vocab(with_added_tokens=True))
+
+
+def _max_token_bytes(tok: Any) -> int | None:
+    """The most UTF-8 bytes of text one token stands for, when that is known: a BPE without
+    an unknown token or a normalizer spells every token as the text it covers (byte-level
+    symbols like 'Ġ' or byte-fallback names like '<0x41>' are longer than their byte), so a
+    prompt of B bytes has at least B / this many tokens. None otherwise (a WordPiece's [UNK]
+    may cover a long word; a normalizer may shorten text)."""
+    from tokenizers import models
+
+    if not isinstance(tok.model, models.BPE) or tok.model.unk_token or tok.normalizer:
+        return None
+    return max(len(t.encode("utf-8")) for t in tok.get_vocab(with_added_tokens=True))
 
 
 def _chat_template(folder: Path) -> tuple[str | None, dict[str, str]]:
@@ -259,7 +274,18 @@ def check_host_memory(config: Any, *, rows: int, max_context: int, what: str) ->
             budget,
             hi=min(max_context, config.max_seq_len),
         )
-        return f"at most {r} rows of context {max_context}, or context {c} with {rows} rows, fit"
+        options = [f"{r} rows of context {max_context}"] if r else []
+        options += [f"context {c} with {rows} rows"] if c else []
+        if not options:  # a suggestion is always one that passes this check
+            one = largest(
+                lambda k: serving_host_bytes(config, rows=1, max_context=k),
+                budget,
+                hi=min(max_context, config.max_seq_len),
+            )
+            if not one:
+                return "not even the parameters with one row of context 1 fit"
+            options = [f"context {one} with 1 row"]
+        return f"at most {', or '.join(options)}, fit"
 
     require(what, serving_host_bytes(config, rows=rows, max_context=max_context), fits=fits)
 

@@ -1,33 +1,79 @@
-"""Checkpoints with orbax: atomic, the latest committed one resumed automatically.
+"""Checkpoints with orbax: atomic, sealed, verified on resume, never deleted by a fail-over.
 
 `<model_dir>/checkpoints/<step>/` holds two items: `state` (MemoryX's master weights and
 optimizer state by group, and the RNG key data; `StandardSave`) and `meta` (JSON: the step,
-the data iterator's state, the resolved config and the tokenizer's sha256). orbax writes a
-step into a temporary folder and renames it when complete, so a run killed during a save
-leaves only a temporary folder, which is ignored and cleaned up; `latest_step()` is always a
-complete checkpoint. Saves are asynchronous (the device-to-host copy happens before `save`
-returns); `close()` waits for the last one.
+the data iterator's state, the resolved config, the model and the tokenizer's sha256). orbax
+writes a step into a temporary folder and renames it when complete, so a run killed during a
+save leaves only a temporary folder, which is ignored and cleaned up. Saves are asynchronous
+(the device-to-host copy happens before `save` returns); `wait()` and `close()` wait for the
+last one.
+
+Sealing. Once orbax has finished a step, process 0 writes `<step>/wse_sha256.json` (`SEAL`):
+the size and sha256 of every file of the step. `step_problem(step_dir)` compares the files
+with it, so a truncated, deleted or rewritten file (a disk that filled up, a copy cut short,
+a hand edit) is found before anything is restored. Every save's meta says a seal will follow
+(`SEALED_KEY`), so a step whose seal is missing (deleted, or a run killed between orbax's
+rename and the seal) is incomplete too; a step written before seals existed is judged by its
+restore alone.
+`read_step(ckpt, step, like, ...)` is the one verified read: the seal, then orbax's restore,
+then the meta's keys; it returns a `StepRead` or the problem as one line.
+`newest_readable(folder, steps, like, ...)` tries `steps` newest first and returns the first
+that reads back with the problems of the newer ones.
+
+Fail-over (`wse_trainer.session.open_checkpoints`): a step that fails `read_step` is moved
+aside with `move_aside` into `<model_dir>/checkpoints_aside/<step>-<why>` (a sibling of
+`checkpoints/`, where orbax never looks; a second one of the same name gets `-2`, `-3`...)
+and the next older step is tried. Steps after a `--checkpoint_path` step are moved aside as
+`superseded` the same way. Nothing is deleted.
+
+`Checkpointer.close()` waits, seals and closes orbax's manager (its background threads), and
+removes the `checkpoints/` folder again when this Checkpointer created it and no step was
+saved, so a run that stops on an error leaves no empty folder behind.
 
 Multi-process runs: every process holds the same state (MemoryX is replicated per process)
 and calls `save` and `restore`, as orbax requires. Each leaf is saved as one global array
 replicated over the processes (one device each), so orbax writes it once, from process 0,
-and every process restores the whole state onto its own device. The model_dir must be on a
-filesystem every process sees.
+and every process restores the whole state onto its own device. Every process verifies the
+same files and so reaches the same decision; process 0 alone seals and moves steps aside.
+The model_dir must be on a filesystem every process sees.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from wse_core.distributed import is_primary
 
 from wse_trainer.config import ConfigError
 
-__all__ = ["Checkpointer", "resolve_checkpoint"]
+__all__ = [
+    "ASIDE",
+    "SEAL",
+    "SEALED_KEY",
+    "Checkpointer",
+    "StepRead",
+    "committed_steps",
+    "move_aside",
+    "newest_readable",
+    "read_step",
+    "resolve_checkpoint",
+    "seal_step",
+    "step_problem",
+]
+
+SEAL = "wse_sha256.json"  # per step: {relative path: [bytes, sha256]} of every file orbax wrote
+SEALED_KEY = "wse_sealed"  # in every save's meta: the step is complete only with its seal
+ASIDE = "checkpoints_aside"  # beside checkpoints/: steps moved out of the way, never deleted
+_CHUNK_BYTES = 1 << 20
 
 
 def _process_devices() -> list[jax.Device]:
@@ -60,9 +106,105 @@ def _to_local(state: Any) -> Any:
     return jax.tree.map(lambda x: x.addressable_data(0), state)
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _step_files(step_dir: Path) -> dict[str, Path]:
+    return {
+        p.relative_to(step_dir).as_posix(): p
+        for p in sorted(step_dir.rglob("*"))
+        if p.is_file() and p.name != SEAL
+    }
+
+
+def seal_step(step_dir: Path) -> None:
+    """Write `step_dir/SEAL`: the size and sha256 of each of the finished step's files."""
+    record = {rel: [p.stat().st_size, _sha256(p)] for rel, p in _step_files(step_dir).items()}
+    tmp = step_dir / f".{SEAL}.tmp"
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, step_dir / SEAL)  # a kill leaves the old state or the whole seal
+
+
+def step_problem(step_dir: Path) -> str | None:
+    """Why the files of a committed step cannot be trusted (one line), or None: every file
+    its seal lists is there with the size and sha256 it was written with. An unsealed step
+    gives None (its restore decides)."""
+    seal = step_dir / SEAL
+    if not seal.exists():
+        return None
+    try:
+        record = json.loads(seal.read_text())
+        entries = [(str(rel), int(size), str(digest)) for rel, (size, digest) in record.items()]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return f"its {SEAL} is unreadable"
+    for rel, size, digest in entries:
+        path = step_dir / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        if path.stat().st_size != size:
+            return f"{rel} has {path.stat().st_size} bytes where {size} were written"
+        if _sha256(path) != digest:
+            return f"{rel} differs from what was written (sha256)"
+    return None
+
+
+class StepRead(NamedTuple):
+    state: Any
+    meta: dict[str, Any]
+
+
+def _one_line(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first[:120]}" if first else type(e).__name__
+
+
+def read_step(
+    ckpt: Checkpointer, step: int, like: Any, *, meta_keys: Iterable[str] = ()
+) -> StepRead | str:
+    """Step `step` verified and restored (state shaped like `like`), or why it cannot be
+    used as one line: its seal, orbax's restore, the seal its meta promised, then the
+    presence of `meta_keys`."""
+    problem = step_problem(ckpt.step_dir(step))
+    if problem is not None:
+        return problem
+    try:
+        state, meta = ckpt.restore(step, like)
+    except MemoryError:
+        raise
+    except Exception as e:  # whatever orbax or tensorstore raise on a broken step
+        return f"it does not restore ({_one_line(e)})"
+    if meta.get(SEALED_KEY) and not (ckpt.step_dir(step) / SEAL).is_file():
+        return f"its {SEAL} is missing (the save did not finish)"
+    missing = [k for k in meta_keys if k not in meta]
+    if missing:
+        return f"its meta lacks {', '.join(missing)}"
+    return StepRead(state, meta)
+
+
+def move_aside(step_dir: Path, why: str) -> Path:
+    """Rename a step folder to `<model_dir>/checkpoints_aside/<step>-<why>[-k]` (process 0;
+    never deletes) and return the new path."""
+    aside = step_dir.parent.parent / ASIDE
+    target = aside / f"{step_dir.name}-{why}"
+    k = 2
+    while target.exists():
+        target, k = aside / f"{step_dir.name}-{why}-{k}", k + 1
+    if is_primary():
+        aside.mkdir(exist_ok=True)
+        step_dir.rename(target)
+    return target
+
+
 class Checkpointer:
     def __init__(self, directory: str | Path, *, keep: int = 3, read_only: bool = False):
         self.directory = Path(directory).absolute()
+        self._created = not read_only and not self.directory.exists()
+        self._unsealed: list[int] = []
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
             enable_async_checkpointing=not read_only,
@@ -74,20 +216,26 @@ class Checkpointer:
             self.directory, options=options, item_names=("state", "meta")
         )
 
+    def step_dir(self, step: int) -> Path:
+        return self.directory / str(step)
+
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
     def all_steps(self) -> list[int]:
-        return list(self.manager.all_steps())
+        return sorted(self.manager.all_steps())
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
+        self.wait()  # orbax waits for the previous save anyway; then it can be sealed
         self.manager.save(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.StandardSave(_to_global(state)), meta=ocp.args.JsonSave(meta)
+                state=ocp.args.StandardSave(_to_global(state)),
+                meta=ocp.args.JsonSave({**meta, SEALED_KEY: True}),
             ),
             force=True,
         )
+        self._unsealed.append(step)
 
     def restore(self, step: int, like: Any) -> tuple[Any, dict[str, Any]]:
         """The state (shaped like `like`) and meta of checkpoint `step`."""
@@ -101,11 +249,52 @@ class Checkpointer:
         return _to_local(out["state"]), dict(out["meta"])
 
     def wait(self) -> None:
+        """Wait for the save in flight, then seal the finished steps (process 0)."""
         self.manager.wait_until_finished()
+        for step in self._unsealed:
+            if is_primary() and self.step_dir(step).is_dir():  # max_to_keep may have gone
+                seal_step(self.step_dir(step))
+        self._unsealed = []
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.wait()
+        finally:
+            self.manager.close()
+            if self._created and is_primary():
+                try:
+                    self.directory.rmdir()  # only if empty: no step was saved
+                except OSError:
+                    pass
+
+
+def committed_steps(folder: Path) -> list[int]:
+    """The committed steps in a checkpoints folder (none if it does not exist), ascending."""
+    if not folder.is_dir():
+        return []
+    reader = Checkpointer(folder, read_only=True)
+    try:
+        return reader.all_steps()
+    finally:
+        reader.close()
+
+
+def newest_readable(
+    folder: Path, steps: Iterable[int], like: Any, *, meta_keys: Iterable[str] = ()
+) -> tuple[int, StepRead | None, list[tuple[int, str]]]:
+    """The newest of `steps` in `folder` that `read_step` reads back, as (step, StepRead),
+    and the newer ones that do not, as [(step, problem)]; (0, None, problems) if none does."""
+    bad: list[tuple[int, str]] = []
+    reader = Checkpointer(folder, read_only=True)
+    try:
+        for step in sorted(steps, reverse=True):
+            got = read_step(reader, step, like, meta_keys=meta_keys)
+            if isinstance(got, StepRead):
+                return step, got, bad
+            bad.append((step, got))
+    finally:
+        reader.close()
+    return 0, None, bad
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, int]:
@@ -116,9 +305,13 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, int]:
         return p.parent, int(p.name)
     for folder in (p / "checkpoints", p):
         if folder.is_dir():
-            steps = Checkpointer(folder, read_only=True).latest_step()
-            if steps is not None:
-                return folder, steps
+            reader = Checkpointer(folder, read_only=True)
+            try:
+                step = reader.latest_step()
+            finally:
+                reader.close()
+            if step is not None:
+                return folder, step
     raise ConfigError(
         f"no committed checkpoint at {str(path)!r}; give a model_dir, its "
         "checkpoints folder or one step folder"

@@ -236,20 +236,23 @@ def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> Ru
     from wse_trainer.metrics import MetricsLog, NullLog, eval_line
 
     s = Session(config, echo)
-    ckpt, start = open_checkpoints(s)
-    run_cfg = config.runconfig
-    end = (
-        run_cfg.max_steps
-        if run_cfg.num_steps is None
-        else min(run_cfg.max_steps, start + run_cfg.num_steps)
-    )
-    primary = is_primary()
-    log = MetricsLog(s.dir, resume_step=start, echo=echo) if primary else NullLog()
-    if primary:
-        (s.dir / "train").mkdir(exist_ok=True)
-        (s.dir / "train" / "params_train.yaml").write_text(yaml.safe_dump(config.to_dict()))
-    result = RunResult(s.dir, start, {})
+    ckpt, start, notes = open_checkpoints(s)
+    log: Any = NullLog()
     try:
+        run_cfg = config.runconfig
+        end = (
+            run_cfg.max_steps
+            if run_cfg.num_steps is None
+            else min(run_cfg.max_steps, start + run_cfg.num_steps)
+        )
+        primary = is_primary()
+        if primary:
+            log = MetricsLog(s.dir, resume_step=start, echo=echo)
+            (s.dir / "train").mkdir(exist_ok=True)
+            (s.dir / "train" / "params_train.yaml").write_text(yaml.safe_dump(config.to_dict()))
+        result = RunResult(s.dir, start, {})
+        for note in notes:
+            log.line(note)
         if start:
             log.line(f"resumed from checkpoint step {start}")
         result.predicted_step_s = s.prediction.predicted_s

@@ -37,11 +37,12 @@ either system (vendors claim fewer for the wafer; equal by default so the choice
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from wse_core.errors import SpecError, suggest
+from wse_core.errors import SpecError, WseError, suggest
 
 __all__ = [
     "IDLE_FRACTION",
@@ -128,6 +129,11 @@ class Rates:
     usd_per_engineer_hour: float = USD_PER_ENGINEER_HOUR
     engineer_hours: float = ENGINEER_HOURS
     usd_per_kwh: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, value in dataclasses.asdict(self).items():  # a NaN or negative price
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise WseError(f"{name} must be a finite number >= 0, got {value}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -8,6 +8,9 @@ be right (the PE or region, the bytes asked and the bytes free, the nearest vali
 from __future__ import annotations
 
 import difflib
+import struct
+import zipfile
+import zlib
 from collections.abc import Iterable
 
 __all__ = [
@@ -18,6 +21,8 @@ __all__ = [
     "DefectError",
     "suggest",
     "yaml_problem",
+    "NUMPY_FILE_ERRORS",
+    "numpy_file_problem",
 ]
 
 
@@ -56,3 +61,33 @@ def yaml_problem(e: Exception) -> str:
         return " ".join(str(e).split())
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     return f"{where}{problem}"
+
+
+# What `np.load` raises on a damaged or foreign file (inside numpy or zipfile): an empty or cut
+# file, a bad zip directory or member header, a truncated member, an unknown compression
+# method, a bad array header, pickled data refused by allow_pickle=False.
+NUMPY_FILE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    ValueError,
+    EOFError,
+    KeyError,
+    NotImplementedError,
+    RuntimeError,
+    struct.error,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+
+
+def numpy_file_problem(e: BaseException) -> str:
+    """A `NUMPY_FILE_ERRORS` error as one line. Never NumPy's advice to pass allow_pickle
+    (loading a pickle runs the file's code): a file NumPy reads as a pickle is named as
+    what it is, not NumPy arrays."""
+    if isinstance(e, EOFError):
+        return "the file is empty or cut short"
+    if isinstance(e, KeyError):
+        return f"{e.args[0] if e.args else e!r} is missing"
+    text = " ".join(str(e).split())
+    if "pickle" in text:
+        return "it holds no NumPy arrays (another kind of file)"
+    return text or type(e).__name__

@@ -1,5 +1,6 @@
 """Test support shared by every package: NumPy oracles of the fabric ops and mesh shapes,
-and `mutate`, the corruptions the parsers' fuzz tests apply to valid files.
+`mutate`, the corruptions the parsers' fuzz tests apply to valid files, and `tiny_trace`, a
+small per-PE trace with dead PEs for the trace file's tests.
 
 The oracles are plain-NumPy statements of what each fabric op means on the logical grid,
 written independently of `wse_core.fabric`, so a test compares the sharded result with them.
@@ -17,6 +18,7 @@ __all__ = [
     "available_meshes",
     "mutate",
     "one_line_error",
+    "tiny_trace",
 ]
 
 # Mesh shapes the tests exercise with 8 virtual CPU devices.
@@ -89,3 +91,29 @@ def one_line_error(e: BaseException) -> bool:
     """True when `e`'s message is one non-empty line (how the `wse` command prints it)."""
     text = str(e)
     return bool(text.strip()) and "\n" not in text.strip()
+
+
+def tiny_trace(seed: int = 3, rate: float = 0.05):
+    """(a `PeTrace` of an 8 x 8 grid of the tiny preset, the remap of its wafer): dead PEs
+    drawn with `seed` at `rate`, one SRAM allocation, and a step of phases counted on an
+    uncalibrated model (an fp32 add repeated, a halo overlapped with an SRAM read)."""
+    from wse_core import Op, PerfModel, Phase, RunReport, Work, overlap, preset, serial
+    from wse_core.calibration import UNCALIBRATED
+    from wse_core.defects import defect_map, remap
+    from wse_core.sram import SramLedger
+    from wse_core.trace import trace_from
+
+    spec = preset("tiny")
+    dm = defect_map(spec, seed=seed, rate=rate)
+    ledger = SramLedger(8, 8, spec.sram_bytes_per_pe)
+    ledger.allocate("u", 128)
+
+    class Wafer:  # the parts of a wse_core.Wafer a trace reads
+        rows, cols, sram, defects = 8, 8, ledger, dm
+
+    Wafer.spec, Wafer.remap = spec, remap(spec, dm)  # type: ignore[attr-defined]
+    add = Phase("add", Work(ops=(Op("add", "fp32", 64),), links={"E": 10.0}), repeat=3)
+    halo = Phase("halo", Work(links={"N": 5.0, "W": 7.0}, latency_hops=4))
+    step = serial(add, overlap(halo, Phase("read", Work(sram_read_bytes=1600))), name="step")
+    report = RunReport.build("t", spec, step, model=PerfModel(spec, UNCALIBRATED), units="step")
+    return trace_from(Wafer, report), Wafer.remap  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from wse_core.errors import WseError
+from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -112,26 +112,137 @@ class PeTrace:
 
 
 def load(path: str | Path) -> PeTrace:
-    """Read a trace written by `PeTrace.save`; TraceError if it is not one of this schema."""
+    """Read a trace written by `PeTrace.save`; TraceError (one line) if it is not one of this
+    schema: not an `.npz` (empty, cut short, another format), a header that is not JSON or
+    lacks a field, a layer missing, of the wrong shape, negative, NaN or infinite, or dead
+    PEs outside the wafer. Nothing is unpickled."""
     path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"no trace file {path}")
+    if path.stat().st_size == 0:
+        raise TraceError(f"{path} is empty, not a wse trace (.npz with a header)")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError("it is a single array (.npy), not an .npz archive")
+        with z:
             head = json.loads(bytes(z["header"]).decode())
             arrays = {k: np.asarray(z[k]) for k in z.files if k != "header"}
-    except FileNotFoundError:
-        raise TraceError(f"no trace file {path}") from None
-    except (OSError, ValueError, KeyError) as e:
-        raise TraceError(f"{path} is not a wse trace (.npz with a header): {e}") from None
+    except NUMPY_FILE_ERRORS as e:
+        why = numpy_file_problem(e)
+        raise TraceError(f"{path} is not a wse trace (.npz with a header): {why}") from None
+    if not isinstance(head, dict):
+        raise TraceError(f"{path}: the header is not a JSON object")
     version = head.get("schema_version")
     if version != SCHEMA_VERSION:
         raise TraceError(
             f"{path} has trace schema_version {version}; this wse reads {SCHEMA_VERSION}"
         )
-    fields = {f.name for f in dataclasses.fields(PeTrace)} - {"layers", "dead"}
-    kwargs = {k: head[k] for k in fields if k in head}
-    kwargs["physical_shape"] = tuple(head["physical_shape"])
-    layers = {spec["key"]: arrays[spec["key"]].astype(np.float64) for spec in head["layers"]}
-    return PeTrace(layers=layers, dead=arrays["dead"].astype(np.int64), **kwargs)
+    try:
+        return _checked(_trace(head, arrays))
+    except (KeyError, TypeError, ValueError) as e:
+        raise TraceError(f"{path} is not a valid wse trace: {numpy_file_problem(e)}") from None
+
+
+def _trace(head: dict[str, Any], arrays: dict[str, np.ndarray]) -> PeTrace:
+    """The PeTrace of a header and its arrays (KeyError / TypeError / ValueError if a part
+    is missing or of the wrong type)."""
+    layers = {}
+    for spec in head["layers"]:
+        key = spec["key"]
+        if key not in _SPEC:
+            raise ValueError(f"unknown layer {key!r}")
+        layers[key] = np.asarray(arrays[key], dtype=np.float64)
+    dead = np.asarray(arrays["dead"])
+    if not (np.issubdtype(dead.dtype, np.integer) and dead.ndim == 2 and dead.shape[1] == 2):
+        raise ValueError(f"dead must be (n, 2) integers, got {dead.dtype} {dead.shape}")
+    return PeTrace(
+        name=str(head["name"]),
+        wafer=str(head["wafer"]),
+        rows=_count(head, "rows"),
+        cols=_count(head, "cols"),
+        block=_count(head, "block"),
+        layers=layers,
+        dead=dead.astype(np.int64),
+        physical_shape=(_count(head["physical_shape"], 0), _count(head["physical_shape"], 1)),
+        phases=_records(head, "phases"),
+        allocations=_records(head, "allocations"),
+        regions=_records(head, "regions"),
+        meta=_meta(head),
+    )
+
+
+def _count(where: Any, key: Any) -> int:
+    v = where[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{key} must be a positive integer, got {v!r}")
+    return v
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def _is_ints(v: Any, n: int) -> bool:
+    return isinstance(v, list) and len(v) == n and all(type(x) is int for x in v)
+
+
+# What each entry of the header's lists holds, as the page and the PNG read it.
+_FIELDS: dict[str, dict[str, Any]] = {
+    "phases": {
+        "path": lambda v: isinstance(v, str),
+        "cycles": _is_number,
+        "bound": lambda v: isinstance(v, str),
+        "critical_pe": lambda v: v is None or _is_ints(v, 2),
+    },
+    "allocations": {
+        "name": lambda v: isinstance(v, str),
+        "bytes_per_pe": _is_number,
+        "region": lambda v: _is_ints(v, 4),
+    },
+    "regions": {"name": lambda v: isinstance(v, str), "rect": lambda v: _is_ints(v, 4)},
+}
+_META = {"predicted_s": _is_number, "units": lambda v: isinstance(v, str)}
+
+
+def _records(head: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    v = head.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(r, dict) for r in v):
+        raise ValueError(f"{key} must be a list of objects")
+    for i, record in enumerate(v):
+        for field, ok in _FIELDS[key].items():
+            if field not in record or not ok(record[field]):
+                raise ValueError(f"{key}[{i}].{field} is missing or of the wrong type")
+    return v
+
+
+def _meta(head: dict[str, Any]) -> dict[str, Any]:
+    meta = head.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise ValueError("meta must be an object")
+    for field, ok in _META.items():
+        if field in meta and not ok(meta[field]):
+            raise ValueError(f"meta.{field} is of the wrong type")
+    return meta
+
+
+def _checked(t: PeTrace) -> PeTrace:
+    """`t` if its arrays fit its grid: each layer of `t.shape`, finite and >= 0 (sums of
+    bytes, cycles and wavelets), the dead PEs on the physical wafer."""
+    if not t.layers:
+        raise ValueError("it has no layers")
+    for key, a in t.layers.items():
+        if a.shape != t.shape:
+            raise ValueError(f"layer {key} has shape {a.shape}, the header says {t.shape}")
+        bad = int(np.count_nonzero(~np.isfinite(a) | (a < 0)))
+        if bad:
+            raise ValueError(f"layer {key} has {bad} NaN, infinite or negative values")
+    rows, cols = t.physical_shape
+    if len(t.dead) and not (
+        (t.dead >= 0).all() and (t.dead[:, 0] < rows).all() and (t.dead[:, 1] < cols).all()
+    ):
+        raise ValueError(f"dead PEs lie outside the {rows} x {cols} wafer")
+    return t
 
 
 def downsample(trace: PeTrace, block: int) -> PeTrace:

@@ -16,6 +16,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import WseGroup, fail
+from wse_cli.options import SEED, number
 
 # name -> ("module:function", one-line description). Packages add their experiments here.
 EXPERIMENTS: dict[str, tuple[str, str]] = {
@@ -104,7 +105,7 @@ def run(
     name: str = typer.Argument(..., help="Experiment name (see `wse experiments list`)."),
     out: Path = typer.Option(Path("experiments_out"), "--out", help="Output folder."),
     quick: bool = typer.Option(False, "--quick", help="Reduced measured part, fit for CI."),
-    seed: int = typer.Option(0, "--seed", help="Seed."),
+    seed: int = number(0, "--seed", help="Seed.", **SEED),
     assume: list[str] = typer.Option(
         [],
         "--assume",

@@ -20,6 +20,7 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.errors import WseGroup, fail
+from wse_cli.options import SEED, number
 
 app = typer.Typer(
     cls=WseGroup, help="EAM molecular dynamics, one atom per PE.", invoke_without_command=True
@@ -32,37 +33,49 @@ def md(
     structure: Path = typer.Option(None, "--structure", help="Extended XYZ input (last frame)."),
     lattice: str = typer.Option(None, "--lattice", help="fcc | bcc | hcp (instead of a file)."),
     element: str = typer.Option(None, "--element", help="Element of the --lattice crystal."),
-    a: float = typer.Option(None, "--a", help="Lattice constant (A)."),
-    cells: tuple[int, int, int] = typer.Option(None, "--cells", help="NX NY NZ"),
+    a: float = number(None, "--a", help="Lattice constant (A).", gt=0, unit="A"),
+    cells: tuple[int, int, int] = number(None, "--cells", help="NX NY NZ", kind=int, ge=1),
     potential: list[Path] = typer.Option(
         None,
         "--potential",
         help="EAM file(s) (.eam = funcfl one per element, .eam.alloy, .eam.fs).",
     ),
-    steps: int = typer.Option(0, "--steps", help="Timesteps (0: energies and forces only)."),
-    dt_fs: float = typer.Option(1.0, "--dt-fs", help="Timestep (fs)."),
-    temperature_k: float = typer.Option(
+    steps: int = number(
+        0, "--steps", help="Timesteps (0: energies and forces only).", kind=int, ge=0
+    ),
+    dt_fs: float = number(1.0, "--dt-fs", help="Timestep (fs).", gt=0, unit="fs"),
+    temperature_k: float = number(
         None,
         "--temperature-K",
         help="Initial Maxwell-Boltzmann temperature and the thermostat target (K).",
+        ge=0,
+        unit="K",
     ),
     thermostat: str = typer.Option(
         "none", "--thermostat", help="none (NVE) | langevin | nose-hoover"
     ),
-    damp_fs: float = typer.Option(
-        100.0, "--damp-fs", help="Damping time (fs): Langevin damp, Nose-Hoover Tdamp."
+    damp_fs: float = number(
+        100.0,
+        "--damp-fs",
+        help="Damping time (fs): Langevin damp, Nose-Hoover Tdamp.",
+        gt=0,
+        unit="fs",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of velocities and Langevin noise."),
+    seed: int = number(0, "--seed", help="Seed of velocities and Langevin noise.", **SEED),
     out: Path = typer.Option(None, "--out", help="Extended XYZ output (thermo frames)."),
-    thermo_every: int = typer.Option(100, "--thermo-every", help="Thermo row every K steps."),
+    thermo_every: int = number(
+        100, "--thermo-every", help="Thermo row every K steps.", kind=int, ge=1
+    ),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | fp64"),
     preset: str = typer.Option("wse3", "--preset", help="Wafer preset (its PE grid)."),
-    defect_seed: int = typer.Option(None, "--defect-seed", help="Draw and repair defects."),
-    mesh: tuple[int, int] = typer.Option(
+    defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
+    mesh: tuple[int, int] = number(
         None,
         "--mesh",
         help="Device mesh ROWS COLS (default: one device per 8192 PEs; every device when "
         "run over several processes).",
+        kind=int,
+        ge=1,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
@@ -83,6 +96,7 @@ def md(
     from wse_hpc.md import MdConfig, Thermostat, read_potential
 
     pot = read_potential(potential[0] if len(potential) == 1 else potential)
+    s.species(pot.elements)  # every element has parameters: refused before the first line
     target = temperature_k if temperature_k is not None else 0.0
     cfg = MdConfig(
         steps=steps,
@@ -131,15 +145,19 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     primary = multiprocess.is_primary()  # every process runs the same MD; process 0 reports
     bath = cfg.thermostat.kind == "nose-hoover"  # print ecouple / econserve as LAMMPS would
     console = Console(stderr=as_json, highlight=False, soft_wrap=True, quiet=not primary)
-    if not as_json:
-        console.print(
-            f"{s.num_atoms} atoms, {', '.join(pot.elements)} ({pot.kind}), "
-            f"cutoff {pot.cutoff_A:.4f} A, dt {cfg.dt_fs} fs"
-        )
-        console.print(format_header(bath))
+    banner = [] if as_json else [
+        f"{s.num_atoms} atoms, {', '.join(pot.elements)} ({pot.kind}), "
+        f"cutoff {pot.cutoff_A:.4f} A, dt {cfg.dt_fs} fs",
+        format_header(bath),
+    ]  # fmt: skip
+
+    def print_banner():  # with the first row: everything run_md checks comes before it
+        while banner:
+            console.print(banner.pop(0))
 
     def on_row(row):
         if not as_json:
+            print_banner()
             console.print(format_row(row, bath))
 
     def on_frame(step, frame):
@@ -148,6 +166,7 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
 
     with jax.enable_x64(cfg.dtype == "float64"):
         res = run_md(s, pot, cfg, on_thermo=on_row, on_frame=on_frame if out else None)
+    print_banner()
     summary = _summary(res, cfg, s.num_atoms, pot, trace if primary else None)
     if not primary:
         return
@@ -201,8 +220,12 @@ def potential_cmd(
     elements: list[str] = typer.Option(..., "--elements", help="Element symbols, e.g. Cu Ni."),
     more: list[str] = typer.Argument(None, help="More elements (after --elements Cu ...)."),
     out: Path = typer.Option(..., "--out", help="Output setfl file (*.eam.alloy)."),
-    knots: int = typer.Option(
-        1000, "--knots", help="Points of each r and rho table (tables live in PE SRAM)."
+    knots: int = number(
+        1000,
+        "--knots",
+        help="Points of each r and rho table (tables live in PE SRAM).",
+        kind=int,
+        ge=2,
     ),
 ) -> None:
     """Write an eam/alloy (setfl) potential generated from a published parameter table."""

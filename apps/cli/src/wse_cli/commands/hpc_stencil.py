@@ -18,6 +18,7 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.errors import fail
+from wse_cli.options import SEED, number
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
 # Bytes per field cell of each kind's fields on the wafer (wse_hpc.stencil.runs: jacobi and
@@ -52,14 +53,48 @@ def host_bytes(kind: str, grid: tuple[int, int, int], dtype: str) -> int:
     return cells * (EXACT_BYTES_PER_CELL + 2 * field_bytes_per_cell(kind, dtype))
 
 
-def _check_host_memory(kind: str, grid: tuple[int, int, int], dtype: str) -> None:
-    from wse_core.hostmem import largest, require
+def _check_size(kind: str, grid: tuple[int, int, int], dtype: str, preset: str, block_z) -> None:
+    """Refuse, before anything is allocated, a grid with an axis shorter than the stencil's
+    reach, an X x Y beyond the preset's PEs, or host arrays beyond the host's memory. A grid
+    suggested is one these checks accept: within the PEs, every axis at least radius + 1
+    points, NZ a multiple of --block-z (wave25), within the host's memory."""
+    from wse_core import preset as load_preset
+    from wse_core.hostmem import available_bytes, largest, require
+    from wse_hpc.stencil.wave import RADIUS as WAVE_RADIUS
 
+    spec = load_preset(preset)
     nx, ny, nz = grid
+    need = (WAVE_RADIUS if kind == "wave25" else 1) + 1  # points per axis (placement's rule)
+    step = block_z if kind == "wave25" and block_z else 1
+    z_min = -(-need // step) * step
+    if min(nx, ny, nz) < need:
+        fail(
+            f"--grid {nx} {ny} {nz}: --kind {kind} needs at least {need} points on every axis; "
+            f"e.g. --grid {max(nx, need)} {max(ny, need)} {max(nz, z_min)}"
+        )
+    x, y = min(nx, spec.pe_rows), min(ny, spec.pe_cols)
+
+    def cells(budget: int) -> tuple[int, int, int] | None:
+        side = largest(lambda k: host_bytes(kind, (min(x, k), min(y, k), z_min), dtype), budget)
+        sx, sy = min(x, side), min(y, side)
+        z = largest(lambda k: host_bytes(kind, (sx, sy, k * step), dtype), budget, hi=nz // step)
+        return (sx, sy, z * step) if min(sx, sy) >= need and z * step >= z_min else None
+
+    def grid_text(budget: int) -> str:
+        found = cells(budget)
+        return f"--grid {' '.join(map(str, found))}" if found else ""
+
+    if (x, y) != (nx, ny):
+        instead = grid_text(available_bytes())
+        fail(
+            f"--grid {nx} {ny} {nz}: a {nx} x {ny} PE grid does not fit the {spec.name} wafer's "
+            f"{spec.pe_rows} x {spec.pe_cols} PEs"
+            + (f"; e.g. {instead}" if instead else "; and no grid fits the host's memory")
+        )
 
     def fits(budget: int) -> str:
-        z = largest(lambda k: host_bytes(kind, (nx, ny, k), dtype), budget, hi=nz)
-        return f"at most --grid {nx} {ny} {z} fits"
+        instead = grid_text(budget)
+        return f"at most {instead} fits" if instead else f"not even --grid {need} {need} {z_min}"
 
     require(
         f"--kind {kind} --grid {nx} {ny} {nz} ({nx * ny * nz:,} cells)",
@@ -70,16 +105,18 @@ def _check_host_memory(kind: str, grid: tuple[int, int, int], dtype: str) -> Non
 
 def stencil(
     kind: str = typer.Option(..., "--kind", help="jacobi | heat | bicgstab | wave25"),
-    grid: tuple[int, int, int] = typer.Option(..., "--grid", help="NX NY NZ"),
+    grid: tuple[int, int, int] = number(..., "--grid", help="NX NY NZ", kind=int, ge=1),
     preset: str = typer.Option("wse2", "--preset", help="Wafer preset (grid X x Y <= PEs)."),
-    steps: int = typer.Option(None, "--steps", help="Steps (BiCGSTAB: iteration cap)."),
-    tol: float = typer.Option(None, "--tol", help="BiCGSTAB relative residual target."),
+    steps: int = number(None, "--steps", help="Steps (BiCGSTAB: iteration cap).", kind=int, ge=0),
+    tol: float = number(None, "--tol", help="BiCGSTAB relative residual target.", gt=0),
     dtype: str = typer.Option(
         None, "--dtype", help="fp32 | fp16 (jacobi, heat) | mixed (bicgstab, default)"
     ),
     boundary: str = typer.Option("dirichlet", "--boundary", help="dirichlet | periodic"),
-    block_z: int = typer.Option(None, "--block-z", help="wave25: Z block size (divides NZ)."),
-    defect_seed: int = typer.Option(None, "--defect-seed", help="Draw and repair defects."),
+    block_z: int = number(
+        None, "--block-z", help="wave25: Z block size (divides NZ).", kind=int, ge=1
+    ),
+    defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
     png: Path = typer.Option(None, "--png", help="Write a slice and the history as PNG."),
     trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -98,7 +135,7 @@ def stencil(
     if min(grid) < 1:
         fail(f"--grid must be positive, got {' '.join(map(str, grid))}")
     default_dtype = "mixed" if kind == "bicgstab" else "fp32"
-    _check_host_memory(kind, tuple(grid), dtype or default_dtype)
+    _check_size(kind, tuple(grid), dtype or default_dtype, preset, block_z)
     from rich.console import Console
     from wse_hpc.stencil.runs import StencilConfig, run_stencil
 

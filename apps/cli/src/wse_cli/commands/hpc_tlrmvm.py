@@ -18,6 +18,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import WseGroup, fail
+from wse_cli.options import SEED, number
 
 app = typer.Typer(
     cls=WseGroup, help="Tile low-rank matrix-vector multiply (TLR-MVM).", no_args_is_help=True
@@ -50,7 +51,11 @@ def _matrix(matrix: str, n: int, freq_hz: float):
         require(
             f"--n {n} ({n} x {n} complex64)",
             compress_host_bytes(n),
-            fits=lambda budget: f"at most --n {largest(compress_host_bytes, budget, hi=n)} fits",
+            fits=lambda budget: (
+                f"at most --n {largest(compress_host_bytes, budget, hi=n)} fits"
+                if compress_host_bytes(1) <= budget
+                else "not even --n 1 fits"
+            ),
         )
         return green_operator(n=n, freq_hz=freq_hz)
     if not matrix.endswith(".npy"):
@@ -65,12 +70,14 @@ def compress(
         "--matrix",
         help="'synthetic-seismic' or a .npy file with a 2-D matrix.",
     ),
-    n: int = typer.Option(1024, "--n", help="Size of the synthetic operator (n x n)."),
-    nb: int = typer.Option(128, "--nb", help="Tile size."),
-    threshold: float = typer.Option(1e-3, "--threshold", help="Relative accuracy in (0, 1)."),
-    freq_hz: float = typer.Option(15.0, "--freq-hz", help="Frequency of the synthetic slice."),
+    n: int = number(1024, "--n", help="Size of the synthetic operator (n x n).", kind=int, ge=1),
+    nb: int = number(128, "--nb", help="Tile size.", kind=int, ge=1),
+    threshold: float = number(1e-3, "--threshold", help="Relative accuracy in (0, 1).", gt=0, lt=1),
+    freq_hz: float = number(
+        15.0, "--freq-hz", help="Frequency of the synthetic slice.", gt=0, unit="Hz"
+    ),
     out: Path = typer.Option(..., "--out", help="Output operator file (.npz)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the randomized SVD."),
+    seed: int = number(0, "--seed", help="Seed of the randomized SVD.", **SEED),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Compress a dense operator into low-rank tiles and save it (.npz)."""
@@ -120,10 +127,10 @@ def _check_against(op, eng, x):
 def run(
     operator: Path = typer.Option(..., "--operator", help="Operator file from `compress`."),
     preset: str = typer.Option("wse2", "--preset", "-p", help="Wafer preset."),
-    rank_chunk: int = typer.Option(
-        None, "--rank-chunk", help="Ranks per PE (default: the most that fit SRAM)."
+    rank_chunk: int = number(
+        None, "--rank-chunk", help="Ranks per PE (default: the most that fit SRAM).", kind=int, ge=1
     ),
-    batch: int = typer.Option(1, "--batch", help="Vectors per product."),
+    batch: int = number(1, "--batch", help="Vectors per product.", kind=int, ge=1),
     layout: str = typer.Option(
         "grouped",
         "--layout",
@@ -136,7 +143,7 @@ def run(
         help="grouped layout: pe (the PEs' numba kernels), xla (XLA dots) or auto (pe on a "
         "CPU where numba is installed).",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the input vectors."),
+    seed: int = number(0, "--seed", help="Seed of the input vectors.", **SEED),
     trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

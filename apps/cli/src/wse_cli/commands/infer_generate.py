@@ -27,6 +27,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import fail
+from wse_cli.options import SEED, number
 
 
 def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab_size: int):
@@ -107,28 +108,33 @@ def generate(
     ),
     prompt: str = typer.Option(None, "--prompt", help="Prompt text."),
     prompt_ids: str = typer.Option(None, "--prompt-ids", "--prompt_ids", help="Ids: 1,2,3."),
-    max_tokens: int = typer.Option(32, "--max_tokens", "--max-tokens", help="Tokens to make."),
-    temperature: float = typer.Option(1.0, "--temperature", help="0 is greedy."),
-    top_k: int = typer.Option(0, "--top_k", "--top-k", help="0 disables."),
-    top_p: float = typer.Option(1.0, "--top_p", "--top-p", help="In (0, 1]."),
-    seed: int = typer.Option(None, "--seed", help="Sampling seed."),
+    max_tokens: int = number(
+        32, "--max_tokens", "--max-tokens", help="Tokens to make.", kind=int, ge=1
+    ),
+    temperature: float = number(1.0, "--temperature", help="0 is greedy.", ge=0),
+    top_k: int = number(0, "--top_k", "--top-k", help="0 disables.", kind=int, ge=0),
+    top_p: float = number(1.0, "--top_p", "--top-p", help="In (0, 1].", gt=0, le=1),
+    seed: int = number(None, "--seed", help="Sampling seed.", **SEED),
     stop: list[str] = typer.Option(None, "--stop", help="Stop string (repeatable)."),
     ignore_eos: bool = typer.Option(
         False, "--ignore-eos", help="Run past the model's end-of-sequence tokens."
     ),
-    presence_penalty: float = typer.Option(
-        0.0, "--presence-penalty", "--presence_penalty", help="In [-2, 2]; 0 is off."
+    presence_penalty: float = number(
+        0.0, "--presence-penalty", "--presence_penalty", help="In [-2, 2]; 0 is off.", ge=-2, le=2
     ),
-    frequency_penalty: float = typer.Option(
-        0.0, "--frequency-penalty", "--frequency_penalty", help="In [-2, 2]; 0 is off."
+    frequency_penalty: float = number(
+        0.0, "--frequency-penalty", "--frequency_penalty", help="In [-2, 2]; 0 is off.", ge=-2, le=2
     ),
-    repetition_penalty: float = typer.Option(
-        1.0, "--repetition-penalty", "--repetition_penalty", help="> 0; 1 is off."
+    repetition_penalty: float = number(
+        1.0, "--repetition-penalty", "--repetition_penalty", help="> 0; 1 is off.", gt=0
     ),
-    logprobs: int = typer.Option(
+    logprobs: int = number(
         None,
         "--logprobs",
         help="Each token's raw log probability and the N most likely tokens' (0..20).",
+        kind=int,
+        ge=0,
+        le=20,
     ),
     speculative_config: str = typer.Option(
         None,
@@ -136,9 +142,14 @@ def generate(
         "--speculative_config",
         help='vLLM style: \'{"model": DIR, "num_speculative_tokens": 4}\'.',
     ),
-    stages: int = typer.Option(1, "--stages", help="Pipeline stages (<= layers)."),
-    max_context: int = typer.Option(
-        None, "--max-context", "--max_context", help="Context length (default: the model's)."
+    stages: int = number(1, "--stages", help="Pipeline stages (<= layers).", kind=int, ge=1),
+    max_context: int = number(
+        None,
+        "--max-context",
+        "--max_context",
+        help="Context length (default: the model's).",
+        kind=int,
+        ge=1,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     trace: Path = typer.Option(

@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import fail
+from wse_cli.options import PORT, number
 
 MOCK = "mock"
 SERVE_HELP = (
@@ -115,15 +116,21 @@ def serve(
         help="Speculative decoding: JSON (e.g. '{\"num_speculative_tokens\": 4}') or a file.",
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
-    port: int = typer.Option(8000, "--port", help="HTTP port (0: a free port)."),
-    grpc_port: int = typer.Option(None, "--grpc-port", help="gRPC port (0: free; unset: off)."),
-    max_num_seqs: int = typer.Option(
-        8, "--max-num-seqs", min=1, help="Decode slots (sequences in flight)."
+    port: int = number(8000, "--port", **PORT, help="HTTP port (0: a free port)."),
+    grpc_port: int = number(None, "--grpc-port", **PORT, help="gRPC port (0: free; unset: off)."),
+    max_num_seqs: int = number(
+        8, "--max-num-seqs", kind=int, ge=1, help="Decode slots (sequences in flight)."
     ),
-    max_queued: int = typer.Option(
-        64, "--max-queued", min=0, help="Waiting requests beyond which the server says 429."
+    max_queued: int = number(
+        64,
+        "--max-queued",
+        kind=int,
+        ge=0,
+        help="Waiting requests beyond which the server says 429.",
     ),
-    drain_s: float = typer.Option(10.0, "--drain-s", help="Grace for requests at shutdown."),
+    drain_s: float = number(
+        10.0, "--drain-s", ge=0, unit="s", help="Grace for requests at shutdown."
+    ),
     warmup: bool = typer.Option(
         True, "--warmup/--no-warmup", help="Compile the engine with one request before serving."
     ),
@@ -133,11 +140,11 @@ def serve(
     chat_template: str = typer.Option(
         None, "--chat-template", help="Jinja chat template (a file, or the template itself)."
     ),
-    mock_step_delay_ms: float = typer.Option(
-        5.0, "--mock-step-delay-ms", help="Mock engine: time per decode step."
+    mock_step_delay_ms: float = number(
+        5.0, "--mock-step-delay-ms", help="Mock engine: time per decode step.", ge=0, unit="ms"
     ),
-    mock_max_context: int = typer.Option(
-        2048, "--mock-max-context", help="Mock engine: context window in tokens."
+    mock_max_context: int = number(
+        2048, "--mock-max-context", help="Mock engine: context window in tokens.", kind=int, ge=2
     ),
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
@@ -177,11 +184,11 @@ def _ms(stats: dict) -> str:
 def bench(
     url: str = typer.Option(..., "--url", help="Server base URL, e.g. http://127.0.0.1:8000."),
     model: str = typer.Option(None, "--model", help="Model name (default: the server's first)."),
-    num_requests: int = typer.Option(64, "--num-requests", "-n", min=1),
-    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1),
+    num_requests: int = number(64, "--num-requests", "-n", kind=int, ge=1),
+    concurrency: int = number(8, "--concurrency", "-c", kind=int, ge=1),
     prompt: str = typer.Option("The wafer-scale engine", "--prompt"),
-    max_tokens: int = typer.Option(32, "--max-tokens", min=1),
-    timeout_s: float = typer.Option(60.0, "--timeout-s", help="Per-request timeout."),
+    max_tokens: int = number(32, "--max-tokens", kind=int, ge=1),
+    timeout_s: float = number(60.0, "--timeout-s", help="Per-request timeout.", gt=0, unit="s"),
     out: Path = typer.Option(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
 ) -> None:
     """Load-test a server: request throughput, output tokens/s, TTFT and TPOT percentiles."""

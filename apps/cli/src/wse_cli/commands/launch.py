@@ -22,6 +22,7 @@ import time
 import typer
 
 from wse_cli.errors import fail
+from wse_cli.options import PORT, number
 
 GRACE_S = 10.0
 
@@ -47,11 +48,15 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 def launch(
     ctx: typer.Context,
-    nproc: int = typer.Option(..., "--nproc", help="Number of local processes."),
-    devices_per_proc: int = typer.Option(
-        None, "--devices-per-proc", help="Virtual CPU devices per process (default: cores / N)."
+    nproc: int = number(..., "--nproc", help="Number of local processes.", kind=int, ge=1),
+    devices_per_proc: int = number(
+        None,
+        "--devices-per-proc",
+        help="Virtual CPU devices per process (default: cores / N).",
+        kind=int,
+        ge=1,
     ),
-    port: int = typer.Option(0, "--port", help="Coordinator port (default: a free one)."),
+    port: int = number(0, "--port", help="Coordinator port (default: a free one).", **PORT),
 ) -> None:
     """Start N local processes of a wse command as one run: wse launch --nproc 2 -- hpc md ..."""
     args = list(ctx.args)

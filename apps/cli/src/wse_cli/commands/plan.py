@@ -22,6 +22,7 @@ from typing import Any
 import typer
 
 from wse_cli.errors import WseGroup
+from wse_cli.options import number
 
 app = typer.Typer(
     cls=WseGroup, help="Wafers or GPUs? Time, energy and cost of training and serving.",
@@ -33,14 +34,22 @@ WAFER = typer.Option("wse3", "--wafer", help="Wafer preset: wse1, wse2, wse3.")
 GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
 PNG = typer.Option(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
-MFU = typer.Option(0.4, "--mfu", help="GPU model flops utilisation (assumption).")
-USD_GPU = typer.Option(None, "--usd-per-gpu-hour", help="Default: wse_core.gpu.")
-USD_SYS = typer.Option(
-    None, "--usd-per-system-hour", help="Per wafer system; default in economics."
+MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", gt=0, le=1)
+USD_GPU = number(None, "--usd-per-gpu-hour", help="Default: wse_core.gpu.", ge=0, unit="USD/h")
+USD_SYS = number(
+    None,
+    "--usd-per-system-hour",
+    help="Per wafer system; default in economics.",
+    ge=0,
+    unit="USD/h",
 )
-USD_ENG = typer.Option(None, "--usd-per-engineer-hour", help="Default $100.")
-ENG_H = typer.Option(None, "--engineer-hours", help="Per job on each system; default 160.")
-USD_KWH = typer.Option(None, "--usd-per-kwh", help="Electricity; default 0 (in the rates).")
+USD_ENG = number(None, "--usd-per-engineer-hour", help="Default $100.", ge=0, unit="USD/h")
+ENG_H = number(
+    None, "--engineer-hours", help="Per job on each system; default 160.", ge=0, unit="h"
+)
+USD_KWH = number(
+    None, "--usd-per-kwh", help="Electricity; default 0 (in the rates).", ge=0, unit="USD/kWh"
+)
 
 
 def _rates(gpu_h, sys_h, eng_h, hours, kwh) -> dict[str, Any]:
@@ -254,11 +263,21 @@ def _emit(plan, as_json: bool, png: Path | None) -> None:
 @app.command()
 def train(
     model: str = MODEL,
-    tokens: float = typer.Option(..., "--tokens", help="Training tokens, e.g. 1e12."),
-    systems: int = typer.Option(None, "--systems", help="Wafer systems (default: the config's)."),
-    gpus: int = typer.Option(None, "--gpus", help="GPUs (default: 8 per system, or enough nodes)."),
-    batch: int = typer.Option(None, "--batch", help="Sequences per system (default: config's)."),
-    seq_len: int = typer.Option(None, "--seq-len", help="Sequence length (default: config's)."),
+    tokens: float = number(
+        ..., "--tokens", help="Training tokens, e.g. 1e12.", gt=0, unit="tokens"
+    ),
+    systems: int = number(
+        None, "--systems", help="Wafer systems (default: the config's).", kind=int, ge=1
+    ),
+    gpus: int = number(
+        None, "--gpus", help="GPUs (default: 8 per system, or enough nodes).", kind=int, ge=1
+    ),
+    batch: int = number(
+        None, "--batch", help="Sequences per system (default: config's).", kind=int, ge=1
+    ),
+    seq_len: int = number(
+        None, "--seq-len", help="Sequence length (default: config's).", kind=int, ge=1
+    ),
     wafer: str = WAFER,
     gpu: str = GPU,
     mfu: float = MFU,
@@ -284,25 +303,38 @@ def train(
 @app.command()
 def infer(
     model: str = MODEL,
-    users: int = typer.Option(None, "--users", help="Users in flight on each side."),
-    min_user_tokens_per_s: float = typer.Option(
-        None, "--min-user-tokens-per-s", help="The largest load at least this fast per user."
+    users: int = number(None, "--users", help="Users in flight on each side.", kind=int, ge=1),
+    min_user_tokens_per_s: float = number(
+        None, "--min-user-tokens-per-s", help="The largest load at least this fast per user.",
+        gt=0, unit="tokens/s",
     ),
-    wafers: int = typer.Option(None, "--wafers", help="Wafers per replica (default: fewest)."),
-    gpus: int = typer.Option(None, "--gpus", help="GPUs per replica (default: one node)."),
-    tokens_per_day: float = typer.Option(
-        None, "--tokens-per-day", help="Load (default: one wafer replica busy at its point)."
+    wafers: int = number(
+        None, "--wafers", help="Wafers per replica (default: fewest).", kind=int, ge=1
     ),
-    days: float = typer.Option(365.0, "--days", help="Deployment length (people cost)."),
-    prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help="Prompt tokens per user."),
-    output_tokens: int = typer.Option(256, "--output-tokens", help="Output tokens per user."),
-    context_len: int = typer.Option(
-        None, "--context-len", help="KV context held per user (default: prompt + output)."
+    gpus: int = number(
+        None, "--gpus", help="GPUs per replica (default: one node).", kind=int, ge=1
     ),
-    hbm_fraction: float = typer.Option(0.8, "--hbm-fraction", help="Achieved HBM bandwidth."),
+    tokens_per_day: float = number(
+        None, "--tokens-per-day", help="Load (default: one wafer replica busy at its point).",
+        gt=0, unit="tokens/day",
+    ),
+    days: float = number(
+        365.0, "--days", help="Deployment length (people cost).", gt=0, unit="days"
+    ),
+    prompt_tokens: int = number(
+        1024, "--prompt-tokens", help="Prompt tokens per user.", kind=int, ge=1
+    ),
+    output_tokens: int = number(
+        256, "--output-tokens", help="Output tokens per user.", kind=int, ge=1
+    ),
+    context_len: int = number(
+        None, "--context-len", help="KV context held per user (default: prompt + output).",
+        kind=int, ge=1,
+    ),
+    hbm_fraction: float = number(0.8, "--hbm-fraction", help="Achieved HBM bandwidth.", gt=0, le=1),
     draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),
-    gamma: int = typer.Option(4, "--gamma", help="Drafted tokens per round."),
-    alpha: float = typer.Option(
+    gamma: int = number(4, "--gamma", help="Drafted tokens per round.", kind=int, ge=1),
+    alpha: float = number(
         None, "--alpha", help="Leviathan's acceptance rate (the engine's spec_alpha metric)."
     ),
     wafer: str = WAFER,

@@ -28,6 +28,7 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.errors import fail
+from wse_cli.options import number
 
 
 def _human(n: float) -> str:
@@ -125,12 +126,13 @@ def train(
     params: Path = typer.Option(None, "--params", help="The params YAML file."),
     mode: str = typer.Option(None, "--mode", help="train | eval | train_and_eval."),
     model_dir: Path = typer.Option(None, "--model_dir", "-o", help="Run folder."),
-    num_csx: int = typer.Option(None, "--num_csx", help="Data-parallel wafer replicas."),
-    weight_chunks: int = typer.Option(
-        None, "--weight_chunks", help="Column chunks per weight matrix (0: as SRAM allows)."
-    ),
-    max_steps: int = typer.Option(None, "--max_steps", help="Total steps (global)."),
-    num_steps: int = typer.Option(None, "--num_steps", help="Steps of this invocation."),
+    num_csx: int = number(None, "--num_csx", help="Data-parallel wafer replicas.", kind=int, ge=1),
+    weight_chunks: int = number(
+        None, "--weight_chunks", help="Column chunks per weight matrix (0: as SRAM allows).",
+        kind=int, ge=0,
+    ),  # fmt: skip
+    max_steps: int = number(None, "--max_steps", help="Total steps (global).", kind=int, ge=1),
+    num_steps: int = number(None, "--num_steps", help="Steps of this invocation.", kind=int, ge=1),
     checkpoint_path: Path = typer.Option(
         None, "--checkpoint_path", help="Checkpoint to start from."
     ),
@@ -216,10 +218,11 @@ def _check_host_memory(config) -> None:
     def fits(budget: int) -> str:
         b = largest(lambda k: need(k * csx, seq), budget, hi=max(1, batch // csx)) * csx
         s = largest(lambda k: need(batch, k), budget, hi=seq)
-        return (
-            f"at most train_input.batch_size={b} at max_sequence_length={seq}, or "
-            f"max_sequence_length={s} at batch_size={batch}"
-        )
+        options = [f"train_input.batch_size={b} at max_sequence_length={seq}"] if b else []
+        options += [f"max_sequence_length={s} at batch_size={batch}"] if s else []
+        if not options:  # a suggestion is always a config that passes this check
+            return f"not even train_input.batch_size={csx} fits"
+        return "at most " + ", or ".join(options)
 
     require(f"training batch {batch} x {seq} tokens", need(batch, seq), fits=fits)
 
@@ -230,7 +233,11 @@ def _train(console, config) -> None:
 
     _check_host_memory(config)
     keep_freed_memory()  # each step's XLA temporaries reuse mapped pages (no page faults)
-    result = run(config, echo=lambda line: console.print(line, highlight=False, markup=False))
+
+    def echo(line: str) -> None:  # one line each, never wrapped at the console's width
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    result = run(config, echo=echo)
     console.print(
         f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s; "
         f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "

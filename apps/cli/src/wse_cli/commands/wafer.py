@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import WseGroup, fail
+from wse_cli.options import SEED, number
 
 app = typer.Typer(cls=WseGroup, help="Wafer specs, defect maps and repair.", no_args_is_help=True)
 
@@ -92,8 +93,8 @@ def defects(
     preset: str = typer.Option("wse3", "--preset", "-p", help=PRESET_HELP),
     spec: Path = typer.Option(None, "--spec", help="A YAML spec file."),
     sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
-    seed: int = typer.Option(0, "--seed", help="Seed of the defect map."),
-    defect_rate: float = typer.Option(None, "--defect-rate", help="Dead-PE rate in [0, 1)."),
+    seed: int = number(0, "--seed", help="Seed of the defect map.", **SEED),
+    defect_rate: float = number(None, "--defect-rate", help="Dead-PE rate in [0, 1).", ge=0, lt=1),
     png: Path = typer.Option(None, "--png", help="Write a picture of the defects and remap."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -144,9 +145,11 @@ def defects(
 @app.command()
 def check(
     preset: str = typer.Option("small", "--preset", "-p", help=PRESET_HELP),
-    grid: tuple[int, int] = typer.Option((13, 21), "--grid", help="PE grid rows cols."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the data and the defect map."),
-    repeat: int = typer.Option(1, "--repeat", help="Run the ops this many times (a soak)."),
+    grid: tuple[int, int] = number((13, 21), "--grid", help="PE grid rows cols.", kind=int, ge=1),
+    seed: int = number(0, "--seed", help="Seed of the data and the defect map.", **SEED),
+    repeat: int = number(
+        1, "--repeat", help="Run the ops this many times (a soak).", kind=int, ge=1
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run every fabric op on this machine's (or this run's) mesh against NumPy oracles."""

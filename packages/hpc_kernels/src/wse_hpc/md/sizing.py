@@ -73,7 +73,7 @@ def check_atoms(n_atoms: int, dtype: str = "float32", preset_name: str = "wse3")
 
     def fits(budget: int) -> str:
         n = largest(lambda k: state_bytes(k, dtype, preset_name), budget, hi=n_atoms)
-        return f"at most {n:,} atoms fit"
+        return f"at most {n:,} atoms fit" if n else "not even one atom fits"
 
     require(f"{n_atoms:,} atoms", state_bytes(n_atoms, dtype, preset_name), fits=fits)
 
@@ -95,6 +95,8 @@ def check_crystal(
             budget,
             hi=max(1, int((n / len(BASIS[kind])) ** (1 / 3))),
         )
+        if not side:  # a suggestion is always a crystal that passes this check
+            return f"not even --cells 1 1 1 fits ({format_bytes(budget)})"
         return f"at most --cells {side} {side} {side} fit ({format_bytes(budget)})"
 
     require(f"{kind} --cells {' '.join(map(str, cells))} ({n:,} atoms)", need, fits=cube_fits)

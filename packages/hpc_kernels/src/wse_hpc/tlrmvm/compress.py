@@ -17,15 +17,12 @@ the oracle of the wafer kernel.
 from __future__ import annotations
 
 import dataclasses
-import struct
-import zipfile
-import zlib
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
-from wse_core.errors import WseError
+from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
 
 __all__ = [
     "RANDOMIZED_MIN_TILE",
@@ -282,29 +279,14 @@ def save_operator(op: TlrOperator, path: str | Path) -> Path:
     return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
 
-# What a damaged .npz raises inside np.load / zipfile: a bad zip directory or member header,
-# a truncated member, an unknown compression method, a bad array header.
-_DAMAGED = (
-    OSError,
-    ValueError,
-    EOFError,
-    KeyError,
-    NotImplementedError,
-    RuntimeError,
-    struct.error,
-    zipfile.BadZipFile,
-    zlib.error,
-)
-
-
 def load_operator(path: str | Path) -> TlrOperator:
     """Read an operator written by `save_operator`; TlrError for a missing, foreign or
     damaged file (one line naming what is wrong)."""
     try:
         with np.load(Path(path), allow_pickle=False) as f:
             data = {k: f[k] for k in f.files}
-    except _DAMAGED as e:
-        why = " ".join(str(e).split()) or type(e).__name__
+    except NUMPY_FILE_ERRORS as e:
+        why = numpy_file_problem(e)
         raise TlrError(f"cannot read TLR operator {str(path)!r}: {why}") from None
     need = {"format", "shape", "nb", "threshold", "ranks", "u", "v"}
     try:

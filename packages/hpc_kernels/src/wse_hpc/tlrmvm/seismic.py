@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
 
 from wse_hpc.tlrmvm.compress import TlrError, check_matrix
 
@@ -113,6 +114,6 @@ def load_matrix(path: str | Path) -> np.ndarray:
     """A 2-D real or complex matrix from a `.npy` file, checked like any operator."""
     try:
         a = np.load(Path(path), allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise TlrError(f"cannot read matrix {str(path)!r}: {e}") from None
+    except NUMPY_FILE_ERRORS as e:
+        raise TlrError(f"cannot read matrix {str(path)!r}: {numpy_file_problem(e)}") from None
     return check_matrix(a)

@@ -1,9 +1,22 @@
 """Admission rules shared by the HTTP and gRPC servers: which requests are refused, and how.
 
-- `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT): `check_request` raises it for an
-  empty prompt, token ids outside the vocabulary, max_tokens <= 0, a prompt + max_tokens beyond
-  the context window (vLLM's wording, `context_length_message`), temperature < 0, top_p outside
-  (0, 1], top_k < 0. Requests are never silently truncated.
+One validator for both front ends, in the order a request meets it:
+
+1. `RequestLimits`: the body (HTTP) or message (gRPC) size, `RequestTooLargeError` (HTTP 413;
+   gRPC's own RESOURCE_EXHAUSTED past `max_receive_message_length`), and the JSON nesting
+   depth (HTTP; protobuf messages have a fixed depth);
+2. before any tokenization, `check_sampling` (every sampling setting: temperature, top_p,
+   top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most `max_stop` stop strings, a seed
+   that is a 64-bit signed integer, also seed + n - 1 for n choices) and `encode_prompt`, which
+   refuses a prompt text longer in UTF-8 bytes than `max_context` tokens of this tokenizer can
+   hold (`tokenizer.max_token_bytes`, when the tokenizer declares it) before encoding it;
+3. after tokenization, `check_request` (in `Scheduler.submit`): an empty prompt, token ids
+   outside the vocabulary, max_tokens <= 0, a prompt + max_tokens beyond the context window
+   (vLLM's wording, `context_length_message`), and `check_sampling` again for callers that
+   submit directly.
+
+- `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT): any of the above. Requests are
+  never silently truncated.
 - `QueueFullError` (HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED): the bounded waiting
   queue is full.
 - `ShuttingDownError` (HTTP 503 / gRPC UNAVAILABLE): the server is draining.
@@ -11,8 +24,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from wse_core.errors import WseError
 
@@ -20,11 +35,29 @@ from wse_inference.engine import MAX_LOGPROBS, SamplingParams
 
 __all__ = [
     "InvalidRequestError",
+    "RequestTooLargeError",
     "QueueFullError",
     "ShuttingDownError",
+    "RequestLimits",
+    "SEED_MIN",
+    "SEED_MAX",
+    "check_sampling",
+    "encode_prompt",
     "check_request",
     "context_length_message",
 ]
+
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # seeds are int64 (vLLM's range, the proto's type)
+INT32_MAX = 2**31 - 1  # top_k and the other counts travel as int32 on the device
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RequestLimits:
+    """What a request may not exceed, checked before it is parsed or tokenized."""
+
+    max_body_bytes: int = 2**21  # 2 MiB: an HTTP body (413) or a gRPC message
+    max_json_depth: int = 32  # nested objects and lists in an HTTP body (400)
+    max_stop: int = 4  # stop strings (OpenAI's limit)
 
 
 class InvalidRequestError(WseError):
@@ -36,6 +69,17 @@ class InvalidRequestError(WseError):
         super().__init__(message)
         self.param = param
         self.code = code
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """A body beyond `RequestLimits.max_body_bytes` (HTTP 413)."""
+
+    def __init__(self, size_bytes: int | None, limit_bytes: int) -> None:
+        size = "more than that" if size_bytes is None else f"{size_bytes:,} bytes"
+        super().__init__(
+            f"The request body is {size}; this server takes at most {limit_bytes:,} bytes.",
+            code="request_too_large",
+        )
 
 
 class QueueFullError(WseError):
@@ -60,8 +104,77 @@ def context_length_message(max_context: int, prompt_tokens: int, completion_toke
     )
 
 
+def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimits) -> None:
+    """Raise `InvalidRequestError` for a sampling setting no engine can run (see the module
+    docstring); nothing here depends on the prompt, so it runs before tokenization."""
+    if not (sampling.temperature >= 0 and math.isfinite(sampling.temperature)):
+        raise InvalidRequestError(
+            f"temperature must be >= 0, got {sampling.temperature}.", param="temperature"
+        )
+    if not 0 < sampling.top_p <= 1:
+        raise InvalidRequestError(f"top_p must be in (0, 1], got {sampling.top_p}.", param="top_p")
+    if not 0 <= sampling.top_k <= INT32_MAX:
+        raise InvalidRequestError(
+            f"top_k must be >= 0 (0 disables it), got {sampling.top_k}.", param="top_k"
+        )
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = getattr(sampling, name)
+        if not -2.0 <= v <= 2.0:
+            raise InvalidRequestError(f"{name} must be in [-2, 2], got {v}.", param=name)
+    if not 0 < sampling.repetition_penalty < math.inf:
+        raise InvalidRequestError(
+            f"repetition_penalty must be > 0 (1 is off), got {sampling.repetition_penalty}.",
+            param="repetition_penalty",
+        )
+    for name in ("logprobs", "prompt_logprobs"):
+        k = getattr(sampling, name)
+        if k is not None and not 0 <= k <= MAX_LOGPROBS:
+            raise InvalidRequestError(f"{name} must be in 0..{MAX_LOGPROBS}, got {k}.", param=name)
+    if len(sampling.stop) > limits.max_stop:
+        raise InvalidRequestError(
+            f"stop must be a string or a list of at most {limits.max_stop} strings, got "
+            f"{len(sampling.stop)}.",
+            param="stop",
+        )
+    seed = sampling.seed
+    if seed is not None and not SEED_MIN <= seed <= SEED_MAX - (n - 1):
+        raise InvalidRequestError(
+            f"seed must be a 64-bit integer in [{SEED_MIN}, {SEED_MAX - (n - 1)}]"
+            + (f" (choice i uses seed + i, n = {n})" if n > 1 else "")
+            + f", got {seed}.",
+            param="seed",
+        )
+
+
+def encode_prompt(
+    tokenizer: Any, text: str, *, max_context: int, param: str = "prompt"
+) -> list[int]:
+    """`tokenizer.encode(text)`, after refusing a text that cannot fit: more UTF-8 bytes than
+    `max_context` tokens of at most `tokenizer.max_token_bytes` bytes each (a lower bound on
+    its token count, so nothing that fits is refused). A tokenizer without `max_token_bytes`
+    is bounded by the body limit alone."""
+    per_token = getattr(tokenizer, "max_token_bytes", None)
+    if per_token and len(text) > max_context:  # len(text) <= its UTF-8 bytes: a cheap screen
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > max_context * per_token:
+            at_least = -(-size // per_token)
+            raise InvalidRequestError(
+                f"This model's maximum context length is {max_context} tokens. However, the "
+                f"{param} is {size:,} bytes, at least {at_least:,} tokens of this tokenizer "
+                f"(at most {per_token} bytes each). Please reduce the length of the {param}.",
+                param=param,
+                code="context_length_exceeded",
+            )
+    return list(tokenizer.encode(text)) if text else []
+
+
 def check_request(
-    prompt_ids: Sequence[int], sampling: SamplingParams, *, max_context: int, vocab_size: int
+    prompt_ids: Sequence[int],
+    sampling: SamplingParams,
+    *,
+    max_context: int,
+    vocab_size: int,
+    limits: RequestLimits | None = None,
 ) -> None:
     """Raise `InvalidRequestError` unless the request can run exactly as asked."""
     if len(prompt_ids) == 0:
@@ -81,32 +194,10 @@ def check_request(
             param="max_tokens",
             code="context_length_exceeded",
         )
-    if not (sampling.temperature >= 0 and math.isfinite(sampling.temperature)):
-        raise InvalidRequestError(
-            f"temperature must be >= 0, got {sampling.temperature}.", param="temperature"
-        )
-    if not 0 < sampling.top_p <= 1:
-        raise InvalidRequestError(f"top_p must be in (0, 1], got {sampling.top_p}.", param="top_p")
     bad = [t for t in sampling.stop_token_ids if not 0 <= int(t) < vocab_size]
     if bad:
         raise InvalidRequestError(
             f"Stop token id {bad[0]} is outside the vocabulary [0, {vocab_size}).",
             param="stop_token_ids",
         )
-    if sampling.top_k < 0:
-        raise InvalidRequestError(
-            f"top_k must be >= 0 (0 disables it), got {sampling.top_k}.", param="top_k"
-        )
-    for name in ("presence_penalty", "frequency_penalty"):
-        v = getattr(sampling, name)
-        if not -2.0 <= v <= 2.0:
-            raise InvalidRequestError(f"{name} must be in [-2, 2], got {v}.", param=name)
-    if not 0 < sampling.repetition_penalty < math.inf:
-        raise InvalidRequestError(
-            f"repetition_penalty must be > 0 (1 is off), got {sampling.repetition_penalty}.",
-            param="repetition_penalty",
-        )
-    for name in ("logprobs", "prompt_logprobs"):
-        k = getattr(sampling, name)
-        if k is not None and not 0 <= k <= MAX_LOGPROBS:
-            raise InvalidRequestError(f"{name} must be in 0..{MAX_LOGPROBS}, got {k}.", param=name)
+    check_sampling(sampling, limits=limits or RequestLimits())

@@ -3,7 +3,12 @@
 `build_grpc_server(scheduler, host=..., port=..., model_names=...)` returns an unstarted
 `grpc.Server` and its bound port (port 0 picks a free one). Each `Generate` call submits to the
 shared `Scheduler` and streams one response per engine step with output; the last carries
-finish_reason, usage and time_info. Status codes: INVALID_ARGUMENT for a bad request,
+finish_reason, usage and time_info. Requests are checked by the same validator as HTTP's
+(`wse_inference.serve.admission`: `check_sampling`, then `encode_prompt`, before anything is
+tokenized); bytes that are not a GenerateRequest are INVALID_ARGUMENT (the deserializers
+never raise, so gRPC's own INTERNAL "Exception deserializing request" cannot happen), and a
+message beyond `RequestLimits.max_body_bytes` is gRPC's RESOURCE_EXHAUSTED (its
+`max_receive_message_length`). Status codes: INVALID_ARGUMENT for a bad request,
 RESOURCE_EXHAUSTED when the admission queue is full, UNAVAILABLE while draining, INTERNAL
 when the engine fails, and an "abort" finish told as UNAVAILABLE at shutdown. A cancelled call
 (client cancel, deadline, disconnect) cancels its request, so its slot and KV cache are freed
@@ -15,15 +20,24 @@ decided by the scheduler's bounded queue, never by gRPC's own queueing.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from wse_inference.engine import SamplingParams
-from wse_inference.serve.admission import InvalidRequestError, QueueFullError, ShuttingDownError
+from wse_inference.serve.admission import (
+    InvalidRequestError,
+    QueueFullError,
+    RequestLimits,
+    ShuttingDownError,
+    check_sampling,
+    encode_prompt,
+)
 from wse_inference.serve.proto import load_stubs
 from wse_inference.serve.request import StreamEvent
 from wse_inference.serve.scheduler import Scheduler
@@ -53,15 +67,44 @@ def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> Sam
     )
 
 
+class _Undecodable:
+    """What the deserializer returns for bytes that are not the method's request message."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except (DecodeError, ValueError) as e:  # garbage, or a string that is not UTF-8
+            return _Undecodable(" ".join(str(e).split()) or type(e).__name__)
+
+    return deserialize
+
+
+def _refuse_undecodable(request: Any, context: grpc.ServicerContext) -> None:
+    if isinstance(request, _Undecodable):
+        context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"The request bytes are not this method's protobuf message: {request.why}",
+        )
+
+
 class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
-    def __init__(self, scheduler: Scheduler, model_names: Sequence[str]) -> None:
+    def __init__(
+        self, scheduler: Scheduler, model_names: Sequence[str], limits: RequestLimits
+    ) -> None:
         self.scheduler = scheduler
         self.model_names = tuple(model_names)
+        self.limits = limits
 
     def _prompt_ids(self, req: Any) -> list[int]:
+        max_context = self.scheduler.engine.max_context
         if req.WhichOneof("prompt") == "token_ids":
             return list(req.token_ids.ids)
-        return self.scheduler.engine.tokenizer.encode(req.text) if req.text else []
+        return encode_prompt(self.scheduler.engine.tokenizer, req.text, max_context=max_context)
 
     def _submit(self, req: Any, sink: Any, context: grpc.ServicerContext) -> Any:
         try:
@@ -71,10 +114,12 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
                     f"serves {list(self.model_names)}.",
                     param="model",
                 )
+            max_context = self.scheduler.engine.max_context
+            sampling = sampling_from_request(req, prompt_len=0, max_context=max_context)
+            check_sampling(sampling, limits=self.limits)  # before anything is tokenized
             ids = self._prompt_ids(req)
-            sampling = sampling_from_request(
-                req, prompt_len=len(ids), max_context=self.scheduler.engine.max_context
-            )
+            if not req.HasField("max_tokens"):  # the rest of the context (at least one)
+                sampling = dataclasses.replace(sampling, max_tokens=max(1, max_context - len(ids)))
             return self.scheduler.submit(prompt_ids=ids, sampling=sampling, sink=sink)
         except InvalidRequestError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -85,6 +130,7 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
             context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
     def Generate(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+        _refuse_undecodable(request, context)
         events: queue.Queue[StreamEvent] = queue.Queue()
         handle = self._submit(request, events.put, context)
         context.add_callback(handle.cancel)  # runs when the call ends, cancelled or not
@@ -131,6 +177,7 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
         )
 
     def HealthCheck(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        _refuse_undecodable(request, context)
         s = self.scheduler.stats()
         status = (
             pb2.HealthCheckResponse.NOT_SERVING if s.draining else pb2.HealthCheckResponse.SERVING
@@ -144,14 +191,43 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
         )
 
 
+def _handlers(servicer: _Generation) -> grpc.GenericRpcHandler:
+    """The Generation service's methods (as the generated `add_GenerationServicer_to_server`
+    registers them) with deserializers that never raise."""
+    service = pb2.DESCRIPTOR.services_by_name["Generation"]
+    methods = {
+        "Generate": grpc.unary_stream_rpc_method_handler(
+            servicer.Generate,
+            request_deserializer=_lenient(pb2.GenerateRequest.FromString),
+            response_serializer=pb2.GenerateResponse.SerializeToString,
+        ),
+        "HealthCheck": grpc.unary_unary_rpc_method_handler(
+            servicer.HealthCheck,
+            request_deserializer=_lenient(pb2.HealthCheckRequest.FromString),
+            response_serializer=pb2.HealthCheckResponse.SerializeToString,
+        ),
+    }
+    assert set(methods) == {m.name for m in service.methods}, "a method of the proto is missing"
+    return grpc.method_handlers_generic_handler(service.full_name, methods)
+
+
 def build_grpc_server(
-    scheduler: Scheduler, *, host: str, port: int, model_names: Sequence[str]
+    scheduler: Scheduler,
+    *,
+    host: str,
+    port: int,
+    model_names: Sequence[str],
+    limits: RequestLimits = RequestLimits(),
 ) -> tuple[grpc.Server, int]:
     """An unstarted gRPC server bound to host:port, and the port it got."""
     workers = scheduler.engine.max_slots + scheduler.max_queued + 8
     pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wse-grpc")
-    server = grpc.server(pool, maximum_concurrent_rpcs=workers)
-    pb2_grpc.add_GenerationServicer_to_server(_Generation(scheduler, model_names), server)
+    server = grpc.server(
+        pool,
+        maximum_concurrent_rpcs=workers,
+        options=[("grpc.max_receive_message_length", limits.max_body_bytes)],
+    )
+    server.add_generic_rpc_handlers((_handlers(_Generation(scheduler, model_names, limits)),))
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind gRPC to {host}:{port}")

@@ -37,7 +37,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from wse_inference.engine import MAX_LOGPROBS, SamplingParams, Tokenizer
-from wse_inference.serve.admission import InvalidRequestError
+from wse_inference.serve.admission import (
+    InvalidRequestError,
+    RequestLimits,
+    check_sampling,
+    encode_prompt,
+)
 
 __all__ = [
     "ParsedRequest",
@@ -141,17 +146,17 @@ def _stop(body: dict) -> tuple[str, ...]:
         return ()
     if isinstance(v, str):
         v = [v]
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v) or len(v) > 4:
-        raise _bad("stop must be a string or a list of at most 4 strings.", "stop")
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise _bad("stop must be a string or a list of strings.", "stop")  # how many: limits
     return tuple(s for s in v if s)
 
 
-def _completion_prompt(body: dict, tokenizer: Tokenizer) -> list[int]:
+def _completion_prompt(body: dict, tokenizer: Tokenizer, max_context: int) -> list[int]:
     p = body.get("prompt")
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str | list):
         p = p[0]  # the client's batch-of-one form
     if isinstance(p, str):
-        return tokenizer.encode(p) if p else []
+        return encode_prompt(tokenizer, p, max_context=max_context)
     ids = _token_list(p, "prompt")
     if ids is not None:
         return ids
@@ -194,8 +199,15 @@ def compile_chat_template(template: str) -> Any:
     return env.from_string(template)
 
 
-def chat_prompt(messages: Any, tokenizer: Tokenizer, chat_template: str | None = None) -> list[int]:
-    """Token ids of a chat (see the module docstring for the template used)."""
+def chat_prompt(
+    messages: Any,
+    tokenizer: Tokenizer,
+    chat_template: str | None = None,
+    *,
+    max_context: int | None = None,
+) -> list[int]:
+    """Token ids of a chat (see the module docstring for the template used); with
+    `max_context`, a text that cannot fit is refused before it is encoded (`encode_prompt`)."""
     if not isinstance(messages, list) or not messages:
         raise _bad("messages must be a non-empty list.", "messages")
     msgs = []
@@ -222,7 +234,9 @@ def chat_prompt(messages: Any, tokenizer: Tokenizer, chat_template: str | None =
             raise _bad(f"The chat template cannot render these messages: {e}", "messages") from e
     else:
         text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
-    return tokenizer.encode(text)
+    if max_context is None:
+        return tokenizer.encode(text)
+    return encode_prompt(tokenizer, text, max_context=max_context, param="messages")
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -256,12 +270,15 @@ def _logprobs(body: dict, kind: str) -> int | None:
     return k
 
 
-def _sampling(body: dict, kind: str, *, prompt_len: int, max_context: int) -> SamplingParams:
+def _max_tokens(body: dict) -> int | None:
     max_tokens = _integer(body, "max_tokens", None)
-    if max_tokens is None:
-        max_tokens = _integer(body, "max_completion_tokens", None)
-    if max_tokens is None:  # vLLM's default: the rest of the context (at least one token)
-        max_tokens = max(1, max_context - prompt_len)
+    return max_tokens if max_tokens is not None else _integer(body, "max_completion_tokens", None)
+
+
+def _sampling(body: dict, kind: str) -> SamplingParams:
+    """The request's settings; max_tokens 0 when the body leaves it to the context (filled in
+    once the prompt's length is known)."""
+    max_tokens = _max_tokens(body)
     top_k = _integer(body, "top_k", 0) or 0
     stop_ids = body.get("stop_token_ids") or []
     if _token_list(stop_ids, "stop_token_ids") is None:
@@ -270,7 +287,7 @@ def _sampling(body: dict, kind: str, *, prompt_len: int, max_context: int) -> Sa
     if not isinstance(ignore_eos, bool):
         raise _bad(f"ignore_eos must be true or false, got {ignore_eos!r}.", "ignore_eos")
     return SamplingParams(
-        max_tokens=max_tokens,
+        max_tokens=0 if max_tokens is None else max_tokens,
         temperature=_number(body, "temperature", 1.0),
         top_p=_number(body, "top_p", 1.0),
         top_k=0 if top_k == -1 else top_k,
@@ -293,9 +310,11 @@ def parse_request(
     model_names: Sequence[str],
     max_context: int,
     chat_template: str | None = None,
+    limits: RequestLimits | None = None,
 ) -> ParsedRequest:
     """Validate an OpenAI request body (a parsed JSON value) into prompt ids and sampling;
-    `chat_template` overrides the tokenizer's."""
+    `chat_template` overrides the tokenizer's. Every setting is checked before the prompt is
+    tokenized (`admission.check_sampling`, `admission.encode_prompt`)."""
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.", None)
     _refuse_surrogates(body)
@@ -307,14 +326,19 @@ def parse_request(
             code="model_not_found",
         )
     _refuse_unsupported(body)
+    n = _integer(body, "n", 1) or 1
+    sampling = _sampling(body, kind)
+    check_sampling(sampling, n=n, limits=limits or RequestLimits())
     if kind == "chat":
-        prompt_ids = chat_prompt(body.get("messages"), tokenizer, chat_template)
+        messages = body.get("messages")
+        prompt_ids = chat_prompt(messages, tokenizer, chat_template, max_context=max_context)
     else:
-        prompt_ids = _completion_prompt(body, tokenizer)
+        prompt_ids = _completion_prompt(body, tokenizer, max_context)
     if not prompt_ids:
         param = "messages" if kind == "chat" else "prompt"
         raise _bad(f"The {param} is empty; give at least one token.", param)
-    sampling = _sampling(body, kind, prompt_len=len(prompt_ids), max_context=max_context)
+    if _max_tokens(body) is None:  # vLLM's default: the rest of the context (at least one)
+        sampling = dataclasses.replace(sampling, max_tokens=max(1, max_context - len(prompt_ids)))
     echo = body.get("echo", False)
     if not isinstance(echo, bool):
         raise _bad(f"echo must be true or false, got {echo!r}.", "echo")
@@ -334,7 +358,7 @@ def parse_request(
         stream=stream,
         include_usage=stream and bool(opts.get("include_usage")),
         echo=echo,
-        n=_integer(body, "n", 1) or 1,
+        n=n,
     )
 
 
@@ -364,12 +388,12 @@ def tokenize_request(
     {"messages": [...]} through the chat template (the ids a request would run on)."""
     body = _check_model(body, model_names)
     if "messages" in body:
-        ids = chat_prompt(body["messages"], tokenizer, chat_template)
+        ids = chat_prompt(body["messages"], tokenizer, chat_template, max_context=max_context)
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise _bad("Give prompt (a string) or messages (a list of chat messages).", "prompt")
-        ids = tokenizer.encode(prompt) if prompt else []
+        ids = encode_prompt(tokenizer, prompt, max_context=max_context)
     return {"count": len(ids), "max_model_len": max_context, "tokens": ids, "token_strs": None}
 
 

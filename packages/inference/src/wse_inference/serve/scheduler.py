@@ -37,6 +37,7 @@ from wse_inference.engine import Engine, SamplingParams, TokenLogprob
 from wse_inference.serve.admission import (
     InvalidRequestError,
     QueueFullError,
+    RequestLimits,
     ShuttingDownError,
     check_request,
     context_length_message,
@@ -79,10 +80,16 @@ class Scheduler:
     """Continuous batching in one engine thread; see the module docstring."""
 
     def __init__(
-        self, engine: Engine, *, max_queued: int = 64, observer: SchedulerObserver | None = None
+        self,
+        engine: Engine,
+        *,
+        max_queued: int = 64,
+        observer: SchedulerObserver | None = None,
+        limits: RequestLimits = RequestLimits(),
     ) -> None:
         self.engine = engine
         self.max_queued = max_queued
+        self.limits = limits
         self.observer = observer
         self._cond = threading.Condition()
         self._waiting: collections.deque[RequestHandle] = collections.deque()
@@ -111,7 +118,13 @@ class Scheduler:
         sink: Callable[[StreamEvent], None],
     ) -> RequestHandle:
         e = self.engine
-        check_request(prompt_ids, sampling, max_context=e.max_context, vocab_size=e.vocab_size)
+        check_request(
+            prompt_ids,
+            sampling,
+            max_context=e.max_context,
+            vocab_size=e.vocab_size,
+            limits=self.limits,
+        )
         with self._cond:
             if self._draining or self._stopping:
                 raise ShuttingDownError("The server is shutting down; retry on another replica.")

@@ -1,0 +1,155 @@
+"""The one numeric option type of the `wse` command: finite, in range, with units.
+
+Every numeric option of every command is declared with `number` (a `typer.Option`), so
+inf, NaN, text, a fraction given to an integer, a negative count or a port past 65535 is
+refused before the command does any work, with one line and exit code 2:
+
+    Error: --port must be an integer in [0, 65535], got 99999
+    Error: --tokens must be a finite number > 0 (tokens), got inf
+
+How to declare one (keywords after the option's names, like `typer.Option`'s):
+
+    from wse_cli.options import number
+
+    port: int = number(8000, "--port", kind=int, ge=0, le=65535, help="HTTP port.")
+    tokens: float = number(..., "--tokens", gt=0, unit="tokens", help="Training tokens.")
+    usd_kwh: float = number(None, "--usd-per-kwh", ge=0, unit="USD/kWh", help="...")
+    grid: tuple[int, int, int] = number(..., "--grid", kind=int, ge=1, help="NX NY NZ")
+
+- `kind`: `float` (default; any finite real) or `int` (a whole number of at most 64 bits,
+  read exactly: "12", "1e3" and "1000.0" are 1000; "2.5" and 2**70 are refused).
+- Bounds: `gt`, `ge`, `lt`, `le` (strict or not); leave them out for no bound. A value
+  that is finite is always required: inf and NaN never pass.
+- `unit`: said in the error and appended to the help with the range.
+- Tuples (`--grid NX NY NZ`) check every element. `None` (an option left out) passes, so
+  "default: the config's" options keep `None` as their default.
+- Anything else `typer.Option` takes (`envvar`, `show_default`, ...) passes through.
+
+The check runs in the option's callback, where the option's name is known; it raises
+`wse_cli.errors.UserInputError`, which `wse_cli.errors.WseGroup` prints as one line.
+Commands still check what depends on several options together (before their first line of
+output). Each option's callback carries its `NumberSpec` under the attribute `NUMBER_MARK`,
+so a test can find every option declared this way and what it accepts.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from typing import Any, NamedTuple
+
+import typer
+
+from wse_cli.errors import UserInputError
+
+__all__ = ["number", "NumberSpec", "NUMBER_MARK", "PORT", "SEED", "SEED_MAX"]
+
+NUMBER_MARK = "wse_number"  # the callback's attribute holding its NumberSpec
+INT_MAX = 2**63 - 1  # every integer option is a 64-bit signed integer
+SEED_MAX = INT_MAX  # seeds are 64-bit signed integers everywhere (jax.random.key, numpy)
+PORT = {"kind": int, "ge": 0, "le": 65535}  # TCP ports; 0 asks the system for a free one
+SEED = {
+    "kind": int,
+    "ge": 0,
+    "le": SEED_MAX,
+}  # every command's seeds: `number(0, "--seed", **SEED)`
+
+
+class NumberSpec(NamedTuple):
+    """What a `number` option accepts: a finite `kind` within the bounds (None: unbounded)."""
+
+    kind: type
+    gt: float | None
+    ge: float | None
+    lt: float | None
+    le: float | None
+    unit: str
+
+
+class _NotANumber:
+    """What the parser returns for text that is not a number of the kind (the callback,
+    which knows the option's name, refuses it)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _parse(kind: type) -> Any:
+    def parse(value: Any) -> Any:
+        if value is None or isinstance(value, _NotANumber):
+            return value
+        if isinstance(value, bool):
+            return _NotANumber(str(value))
+        text = str(value).strip()
+        if kind is float:
+            try:
+                return float(text)  # "inf", "nan" and "1e999" parse; the callback refuses them
+            except ValueError:
+                return _NotANumber(text)
+        try:  # exactly: "4.12e16" is 41200000000000000, not the nearest double
+            d = decimal.Decimal(text)
+            whole = d.is_finite() and d.adjusted() <= 18 and d == d.to_integral_value()
+        except decimal.DecimalException:  # not a number, or an exponent past any context
+            whole = False
+        return int(d) if whole and abs(d) <= INT_MAX else _NotANumber(text)
+
+    return parse
+
+
+def _range_text(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str) -> str:
+    what = "an integer" if kind is int else "a finite number"
+    if kind is int:  # integers are 64-bit: say the bound a value past it meets
+        ge = -INT_MAX if ge is None and gt is None else ge
+        le = INT_MAX if le is None and lt is None else le
+    lo, hi = (ge, "[") if ge is not None else (gt, "(")
+    top, end = (le, "]") if le is not None else (lt, ")")
+    if lo is not None and top is not None:
+        what += f" in {hi}{lo}, {top}{end}"
+    elif lo is not None:
+        what += f" {'>=' if ge is not None else '>'} {lo}"
+    elif top is not None:
+        what += f" {'<=' if le is not None else '<'} {top}"
+    return what + (f" ({unit})" if unit else "")
+
+
+def _fits(x: Any, gt: Any, ge: Any, lt: Any, le: Any) -> bool:
+    if isinstance(x, _NotANumber) or (isinstance(x, float) and not math.isfinite(x)):
+        return False
+    return not (
+        (gt is not None and not x > gt)
+        or (ge is not None and not x >= ge)
+        or (lt is not None and not x < lt)
+        or (le is not None and not x <= le)
+    )
+
+
+def number(
+    default: Any,
+    *names: str,
+    kind: type = float,
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+    unit: str = "",
+    help: str | None = None,  # noqa: A002 (typer's name)
+    **option: Any,
+) -> Any:
+    """A `typer.Option` whose value (each element of a tuple) must be a finite `kind` within
+    the bounds; see the module docstring."""
+    if kind not in (int, float):
+        raise TypeError(f"kind must be int or float, not {kind!r}")
+    wanted = _range_text(kind, gt, ge, lt, le, unit)
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+        values = value if isinstance(value, tuple | list) else (value,)
+        for x in values:
+            if x is not None and not _fits(x, gt, ge, lt, le):
+                got = x.text if isinstance(x, _NotANumber) else x
+                name = param.opts[0] if param.opts else param.name
+                raise UserInputError(f"{name} must be {wanted}, got {got}")
+        return value
+
+    setattr(check, NUMBER_MARK, NumberSpec(kind, gt, ge, lt, le, unit))
+    text = f"{help} ({wanted})" if help else wanted
+    return typer.Option(default, *names, parser=_parse(kind), callback=check, help=text, **option)

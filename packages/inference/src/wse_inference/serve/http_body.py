@@ -1,0 +1,138 @@
+"""An HTTP request's JSON body, read within `RequestLimits` and parsed off the event loop.
+
+`read_json(request, limits)` (async) returns the parsed body or raises:
+- `RequestTooLargeError` (413) when `Content-Length` says more than `limits.max_body_bytes`
+  (nothing is read), or when a body without one (chunked) grows past it while it streams in;
+- `InvalidRequestError` (400): a `Content-Length` that is not a number, a body that is not
+  UTF-8 JSON (code invalid_json), or one nested deeper than `limits.max_json_depth`
+  (checked without recursion, before anything walks the value);
+- `ClientGone` when the client disconnected while sending it (nobody is left to answer).
+
+`refusal_response(error, metrics)` is the HTTP answer to any refusal (400, 413, 429, 503).
+
+The bytes arrive on the event loop; parsing them, and the CPU work that follows (`run_off_loop`:
+validation and tokenization), runs in a worker thread, so `/health` and the streams in flight
+are answered while a large or hostile body is being refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fastapi import Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
+
+from wse_inference.serve.admission import (
+    InvalidRequestError,
+    QueueFullError,
+    RequestLimits,
+    RequestTooLargeError,
+)
+from wse_inference.serve.metrics import ServeMetrics
+from wse_inference.serve.openai_response import error_response
+
+__all__ = ["ClientGone", "read_json", "json_depth", "run_off_loop", "refusal_response"]
+
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
+async def run_off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a worker thread (the event loop keeps serving meanwhile)."""
+    return await run_in_threadpool(fn, *args)
+
+
+async def _read_bytes(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise InvalidRequestError(
+                f"Content-Length must be a number of bytes, got {declared[:40]!r}."
+            ) from None
+        if size > limit:
+            raise RequestTooLargeError(size, limit)
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestTooLargeError(None, limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone() from None
+    return b"".join(chunks)
+
+
+def json_depth(value: Any) -> int:
+    """The nesting depth of a JSON value (a scalar is 0, [] or {} is 1), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        elif not isinstance(v, list):
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((x, depth + 1) for x in v if isinstance(x, dict | list))
+    return deepest
+
+
+def _parse(raw: bytes, max_depth: int) -> Any:
+    too_deep = InvalidRequestError(
+        f"The request body nests objects and lists more than {max_depth} levels deep.",
+        code="invalid_json",
+    )
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise too_deep from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvalidRequestError(
+            f"Malformed JSON in the request body: {e}", code="invalid_json"
+        ) from None
+    if json_depth(body) > max_depth:
+        raise too_deep
+    return body
+
+
+async def read_json(request: Request, limits: RequestLimits) -> Any:
+    """The request's JSON body within `limits` (see the module docstring)."""
+    raw = await _read_bytes(request, limits.max_body_bytes)
+    return await run_off_loop(_parse, raw, limits.max_json_depth)
+
+
+def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
+    """The HTTP answer to a refused request (counted in `metrics` by reason): 400 with
+    OpenAI's error body, 413 (and the connection closed, so the rest of the body is never
+    read), 429 with Retry-After, 503 while draining; an empty 400 to a client already gone."""
+    if isinstance(e, ClientGone):  # nobody is left to read an answer
+        metrics.reject("invalid")
+        return Response(status_code=400)
+    if isinstance(e, RequestTooLargeError):
+        metrics.reject("invalid")
+        return error_response(413, str(e), type_="invalid_request_error", code=e.code)
+    if isinstance(e, InvalidRequestError):
+        metrics.reject("invalid")
+        return error_response(
+            400, str(e), type_="invalid_request_error", param=e.param, code=e.code
+        )
+    if isinstance(e, QueueFullError):
+        metrics.reject("queue_full")
+        return error_response(
+            429,
+            str(e),
+            type_="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": str(e.retry_after_s)},
+        )
+    metrics.reject("shutting_down")
+    return error_response(503, str(e), type_="service_unavailable", code="shutting_down")
