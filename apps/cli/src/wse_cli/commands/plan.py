@@ -305,8 +305,11 @@ def infer(
     model: str = MODEL,
     users: int = number(None, "--users", help="Users in flight on each side.", kind=int, ge=1),
     min_user_tokens_per_s: float = number(
-        None, "--min-user-tokens-per-s", help="The largest load at least this fast per user.",
-        gt=0, unit="tokens/s",
+        None,
+        "--min-user-tokens-per-s",
+        help="The largest load at least this fast per user.",
+        gt=0,
+        unit="tokens/s",
     ),
     wafers: int = number(
         None, "--wafers", help="Wafers per replica (default: fewest).", kind=int, ge=1
@@ -315,8 +318,11 @@ def infer(
         None, "--gpus", help="GPUs per replica (default: one node).", kind=int, ge=1
     ),
     tokens_per_day: float = number(
-        None, "--tokens-per-day", help="Load (default: one wafer replica busy at its point).",
-        gt=0, unit="tokens/day",
+        None,
+        "--tokens-per-day",
+        help="Load (default: one wafer replica busy at its point).",
+        gt=0,
+        unit="tokens/day",
     ),
     days: float = number(
         365.0, "--days", help="Deployment length (people cost).", gt=0, unit="days"
@@ -328,8 +334,11 @@ def infer(
         256, "--output-tokens", help="Output tokens per user.", kind=int, ge=1
     ),
     context_len: int = number(
-        None, "--context-len", help="KV context held per user (default: prompt + output).",
-        kind=int, ge=1,
+        None,
+        "--context-len",
+        help="KV context held per user (default: prompt + output).",
+        kind=int,
+        ge=1,
     ),
     hbm_fraction: float = number(0.8, "--hbm-fraction", help="Achieved HBM bandwidth.", gt=0, le=1),
     draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),

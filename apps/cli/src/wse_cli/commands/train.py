@@ -128,8 +128,11 @@ def train(
     model_dir: Path = typer.Option(None, "--model_dir", "-o", help="Run folder."),
     num_csx: int = number(None, "--num_csx", help="Data-parallel wafer replicas.", kind=int, ge=1),
     weight_chunks: int = number(
-        None, "--weight_chunks", help="Column chunks per weight matrix (0: as SRAM allows).",
-        kind=int, ge=0,
+        None,
+        "--weight_chunks",
+        help="Column chunks per weight matrix (0: as SRAM allows).",
+        kind=int,
+        ge=0,
     ),  # fmt: skip
     max_steps: int = number(None, "--max_steps", help="Total steps (global).", kind=int, ge=1),
     num_steps: int = number(None, "--num_steps", help="Steps of this invocation.", kind=int, ge=1),
