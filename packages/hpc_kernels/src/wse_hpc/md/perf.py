@@ -9,8 +9,8 @@ here: the one calibration is wse_core's.
 
 What is counted, per step (`Op` = DSD instructions by kind and dtype over a vector length):
 - `integrate`: two half kicks (v += dt/2 F / m: scale, multiply by the PE's precomputed
-  1/m, add over 3 components), the drift, the force store, and the displacement check
-  (`moved_fn`: |x - x_build|^2 and a fabric max reduction every step).
+  1/m, add over 3 components), the drift, the force store, and the PE's own displacement
+  check (`track_fn`: |x - x_build|^2; no fabric).
 - `density`: the window multicast of positions (X stage: row windows E and W over k_cols;
   Y stage: `depth` marching steps N and S of the (2 k_cols + 1)-wide row windows), then per
   candidate (vectors of M = `caps[-1]` elements, every list slot evaluated and masked, as the
@@ -184,8 +184,8 @@ def _traced(wafer: Wafer, fn, *args) -> list[Traffic]:
 
 def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, Traffic]:
     """Per part of a step, the ledger of the real functions traced abstractly (no field is
-    allocated): 'density' and 'force' (the two window multicasts of `forces_fn`), 'moved',
-    'swaps' (`sort_fn`) and 'build' (`build_fn` with its coverage test); unfolded."""
+    allocated): 'density' and 'force' (the two window multicasts of `forces_fn`), 'swaps'
+    (`sort_fn`) and 'build' (`build_fn` with its coverage test); unfolded."""
     pr, pc = wafer.padded_shape
     dtype = jnp.dtype(plan.dtype)
     state = jax.eval_shape(Atoms.of, jax.ShapeDtypeStruct((pr, pc, NFIELDS), dtype))
@@ -198,7 +198,6 @@ def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, T
     return {
         "density": _chain(forces[:half]),
         "force": _chain(forces[half:]),
-        "moved": _chain(_traced(wafer, lists.moved_fn, state, nbrs)),
         "swaps": _chain(_traced(wafer, eam(wafer, pot, plan).sort_fn, state, geo)),
         "build": _chain(build),
     }
@@ -243,7 +242,7 @@ def step_phases(
         + _ops({"max": 2, "add": 1}, 1, dt, count=t["build"].count)  # coverage extremes
     )
     return serial(
-        Phase("integrate", _work(verlet, t["moved"])),
+        Phase("integrate", _work(verlet)),
         Phase("density", _work(density, t["density"])),
         Phase("embed", _work(_ops(EMBED, 1, dt))),
         Phase("force", _work(force, t["force"])),
@@ -274,7 +273,7 @@ def predict(
     `extra` carries the window, candidates, words per step and predicted timesteps/s."""
     counts = fabric_counts(wafer, pot, plan)
     phases = step_phases(wafer, pot, plan, rebuild_every=rebuild_every, traffic=counts)
-    every = counts["density"] + counts["force"] + counts["moved"]
+    every = counts["density"] + counts["force"]
     rebuild = counts["swaps"] + counts["build"]
     traffic = every + rebuild.scaled(1.0 / rebuild_every)
     words = fold(traffic).links
@@ -322,11 +321,9 @@ def run_report(res, pot: EamPotential, wafer_name: str) -> RunReport:
     plan, note = res.plan, {}
     if not plan.caps:
         s = res.structure
-        grid = (res.wafer.rows, res.wafer.cols)
+        grid, pos = (res.wafer.rows, res.wafer.cols), mapping.rewrap(s.positions_A, s.box_A)
         state = mapping.pack(
-            mapping.initial_map(s.positions_A, grid, s.box_A),
-            s.positions_A,
-            np.zeros(s.num_atoms, np.int32),
+            mapping.initial_map(pos, grid, s.box_A, res.tile), pos, np.zeros(s.num_atoms, np.int32)
         )
         cfg = MdConfig(skin_A=plan.skin_A or 1.0, dtype=plan.dtype)
         plan = plan_window(state, s.box_A, pot, cfg, res.wafer, host_lists=False)
@@ -352,7 +349,8 @@ def pe_trace(res, report: RunReport) -> PeTrace:
     from wse_hpc.md import mapping
 
     s, (rows, cols) = res.structure, res.grid
-    occupied = (mapping.initial_map(s.positions_A, (rows, cols), s.box_A) >= 0).astype(float)
+    pos = mapping.rewrap(s.positions_A, s.box_A)
+    occupied = (mapping.initial_map(pos, (rows, cols), s.box_A, res.tile) >= 0).astype(float)
     work = {leaf.name: occupied for leaf, _ in report.phases.leaves()}
     kr, kc = min(res.window[0], (rows - 1) // 2), min(res.window[1], (cols - 1) // 2)
     regions = [
