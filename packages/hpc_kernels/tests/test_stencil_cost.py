@@ -1,13 +1,15 @@
-"""The stencil cost model: counts checked by hand, the 25-point step equal to the
-calibration case, and predictions that move with the plan they price."""
+"""The stencil cost model: counts checked by hand (a step's fixed cost, an allreduce), the
+25-point step's traced halo equal to the published step's, SC20's published kernel, and
+predictions that move with the plan they price."""
 
 import math
 
 import jax.numpy as jnp
 import pytest
 from wse_core import preset
-from wse_core.calibration import wave25_work as calibration_wave25_work
+from wse_core.calibration import UNCALIBRATED
 from wse_core.perf import Op, PerfModel
+from wse_core.stencil_cost import step_terms, wave_step_phases
 from wse_hpc.stencil import jacobi, perf
 from wse_hpc.stencil.placement import grid_wafer
 from wse_hpc.stencil.runs import (
@@ -21,23 +23,44 @@ from wse_hpc.stencil.runs import (
 
 def _wave(shape, b):
     grid = place_wave(grid_wafer(preset("wse2"), shape, mesh_shape=(1, 1)), shape, b)
-    return grid, perf.wave25_work(grid, b, wave_block_fn(grid))
+    return grid, perf.wave25_phases(grid, b, wave_block_fn(grid), 1).total_work()
 
 
 @pytest.mark.parametrize("nz, b", [(16, 4), (20, 7), (40, 40)])
-def test_wave25_step_equals_the_calibration_case(nz, b):
-    # The kernel's own count (its radius, Z blocks, traced multicasts) is the published mix
-    # the calibration was fitted on: the same Work, field for field (20 / 7: a short block).
-    _, work = _wave((9, 10, nz), b)
-    assert work == calibration_wave25_work(nz, b)
+def test_wave25_traced_halo_is_the_published_steps(nz, b):
+    # The kernel's own multicasts (its radius, Z blocks; 20 / 7: a short block) move the
+    # words the published step prices: R = 4 values per cell on each link direction.
+    grid, work = _wave((9, 10, nz), b)
+    traced = perf.wave25_halo_words(grid, b, wave_block_fn(grid))
+    assert traced == {d: work.links[d] for d in "NSEW"} == {d: 4.0 * nz for d in "NSEW"}
+    assert work == wave_step_phases(nz, b, radius=4).total_work()
+
+
+def test_wave25_step_fixed_costs_counted_by_hand():
+    spec = preset("wse2").replace(
+        dsd_issue_cycles=7.0, task_activation_cycles=3.0, ramp_latency_cycles=2.0
+    )
+    model = PerfModel(spec, UNCALIBRATED)
+    nz, b = 48, 20  # blocks of 20, 20, 8
+    timing = model.evaluate(wave_step_phases(nz, b, radius=4))
+    terms = step_terms(timing, 3)
+    # Per step: one task activation (the step's start).
+    assert terms["per_step"] == 3.0
+    # Per block: 43 DSDs, 4 + 1 task activations, 4 hops, one relay of 2 T_R + 1 = 5.
+    assert terms["per_block"] == 3 * (43 * 7.0 + 5 * 3.0 + 4 * 1.0 + 5.0)
+    # Per cell: 17 + 8 one-wide mul/FMA, 17 + 1 add/sub (one-wide: wave25_add_width), the
+    # 16 halo words down the ramp (serial with the update).
+    assert terms["per_cell"] == nz * (17 + 8 + 18 + 16)
+    assert terms["cycles"] == pytest.approx(timing.seconds * spec.clock_hz)
 
 
 def test_wave25_prediction_moves_with_the_z_block_and_the_grid():
     model = PerfModel(preset("wse2"))
     _, small_blocks = _wave((9, 10, 48), 4)
     _, big_blocks = _wave((9, 10, 48), 48)
-    # 12 blocks instead of 1: 11 more issue overheads per instruction and 16 hops per block.
-    assert small_blocks.latency_hops == 16 * 12 and big_blocks.latency_hops == 16
+    # 12 blocks instead of 1: 12 x 43 DSDs, and 4 hops and one relay per block.
+    assert small_blocks.instructions == 12 * 43 and big_blocks.instructions == 43
+    assert small_blocks.latency_hops == 4 * 12 and small_blocks.relay_stages == 12
     assert model.seconds(small_blocks) > model.seconds(big_blocks)
     _, deeper = _wave((9, 10, 96), 48)
     assert model.seconds(deeper) > 1.9 * model.seconds(big_blocks)
@@ -68,23 +91,47 @@ def test_fp16_axpy_and_a_bad_stride_priced_from_the_spec():
     assert Op("fmac", "fp16", n, stride=8).cycles(spec) == n  # stride % 8 == 0: width 1
 
 
-def test_bicgstab_allreduce_grows_with_the_grid_through_the_same_plan():
+def test_bicgstab_allreduce_counted_by_hand_grows_with_the_grid():
     def iteration(shape):
         wafer = grid_wafer(preset("wse2"), shape, mesh_shape=(1, 1))
         grid = place_bicgstab(wafer, shape, "mixed", pair=False)
         return perf.bicgstab_iteration(grid, "mixed", bicgstab_spmv(grid))
 
     small, large = iteration((8, 8, 16)), iteration((64, 32, 16))
-    model = PerfModel(preset("wse2"))
-    lat = lambda p: model.evaluate(p).leaf("allreduce_1").cost.latency_cycles
-    # Reduce to the centre and back: the diameter in hops (7 + 7 vs 63 + 31), x 1.1.
-    cal = model._cal().fabric
-    assert lat(small) == pytest.approx(14 / cal + 0.1 * 14)
-    assert lat(large) == pytest.approx(94 / cal + 0.1 * 94)
+    model = PerfModel(preset("wse2"), UNCALIBRATED)  # hop 1 cycle, T_R 2: relay 5 cycles
+    cyc = lambda p: model.evaluate(p).leaf("allreduce_1").cost.cycles
+    # 8 x 8, one word. Each half row (4 PEs) by the best of Luczynski et al.'s line
+    # reduces: star C = 3 words, L = 3 hops, D = 1 relay: 3 + 3 + 5 = 11 cycles (chain
+    # 1 + 3 + 15, tree 2 + 3 + 10, two-phase 2 + 3 + 10); one more word and relay to join
+    # the halves; the same along the centre column; a flood back over 4 + 4 hops, 1 relay.
+    c, hops, relays = 2 * (3 + 1) + 1, 2 * 3 + 8, 2 * (1 + 1) + 1
+    assert cyc(small) == c + hops + 5 * relays == 48
+    assert cyc(large) > 3 * cyc(small)  # 64 x 32: the diameter grows 94 / 14 times
     assert model.seconds(large) > model.seconds(small)
     ops = small.total_work().ops_by_kind()
     # 5 dots as mixed FMACs over the Z column of 16, fp16 stencil and AXPYs.
     assert ops["fmac_mixed.fp16"] == 5 * 16 and ops["sub.fp16"] == (2 * 6 + 3) * 16
+
+
+def test_sc20_published_kernel_counted_by_hand():
+    shape = (8, 8, 32)
+    grid = place_bicgstab(
+        grid_wafer(preset("wse1"), shape, mesh_shape=(1, 1)), shape, "mixed", pair=False
+    )
+    work = perf.bicgstab_sc20_iteration(grid).total_work()
+    ops = work.ops_by_kind()
+    # Two SpMVs of 1 mul + 6 FMAC (4 from the fabric), 6 AXPY FMACs, 5 mixed dots, all fp16.
+    assert ops == {
+        "mul.fp16": 2 * 32,
+        "fmac.fp16": (2 * 6 + 6) * 32,
+        "fmac_mixed.fp16": 5 * 32,
+        "div.fp32": 3,
+        "sqrt.fp32": 1,
+    }
+    assert work.fabric_in_elements == 2 * 4 * 32
+    # fp16 x to the four neighbours, two values per wavelet, per SpMV.
+    assert work.links["N"] == 2 * 32 / 2
+    assert work.flops() == 32 * (2 * 13 + 6 * 2 + 5 * 2) + 4
 
 
 def test_mixed_bicgstab_is_cheaper_than_fp32_per_iteration():

@@ -16,7 +16,14 @@ def test_sc22_stencil25_writes_table_ii_comparison(tmp_path):
     for p in rows:  # the calibrated model on its own calibration set (marked so)
         assert abs(p["value"] / p["published"] - 1) < 0.02 and "calibration" in p["source"]
         assert {"wafer", "nz", "block_z", "precision"} <= set(p["params"])
+        # A step split by how its cycles scale, and by mechanism, both adding up.
+        shares = [p["params"][f"{k}_share"] for k in ("per_cell", "per_block", "per_step")]
+        assert sum(shares) == pytest.approx(1.0) and min(shares) > 0
+        cycles = p["params"]["cycles_per_step"]
+        assert sum(p["mechanisms"].values()) == pytest.approx(cycles)
     assert (folder / "figure.png").stat().st_size > 1000
+    assert (folder / "mechanisms.png").stat().st_size > 1000
+    assert "cycles by mechanism" in (folder / "table.md").read_text()
     assert d["measurements"][0]["steps"] == 10
 
 
@@ -25,8 +32,10 @@ def test_sc20_and_nz_experiments_predict_the_same_quick_or_not():
     quick = experiments.bicgstab_sc20(quick=True, seed=0)
     full = experiments.bicgstab_sc20(quick=False, seed=0)
     assert [p.value for p in quick.predictions] == [p.value for p in full.predictions]
-    names = {p.name for p in quick.predictions}
-    assert names == {"us_per_iteration", "pflops"}
+    names = {(p.name, p.params["kernel"]) for p in quick.predictions}
+    assert names == {
+        (n, k) for n in ("us_per_iteration", "pflops") for k in ("published", "emulator")
+    }
     assert all(p.published is None and p.params["wafer"] == "wse1" for p in quick.predictions)
     for m in full.measurements:  # the reduced grid converges in both precisions, truly
         assert m["converged"] and m["true_residual"] <= m["tol"]

@@ -54,7 +54,10 @@ def test_experiment_quick_runs(tmp_path):
     assert {"model_pb_per_s", "time_per_mvm"} <= names
     rel = [p for p in result.predictions if p.name == "cerebras_relative_pb_per_s"]
     assert {p.params["systems"] for p in rel} == {1, 48}
-    assert {p.params["pes"] for p in rel} == {745_500, 35_784_000}
+    assert all(p.params["pes"] < p.params["rectangle_pes"] for p in rel)
+    assert {p.params["rectangle_pes"] for p in rel} == {745_500, 35_784_000}
+    assert {p.params["bytes"] for p in rel} == {"real-split"}
+    assert "cerebras_relative_complex_pb_per_s" in names
     assert all({"wafer", "systems", "precision", "nb"} <= set(p.params) for p in rel)
     assert all(p.published is None for p in result.predictions)
     comp = [m for m in result.measurements if m["kind"] == "compression"]

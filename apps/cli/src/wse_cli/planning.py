@@ -68,7 +68,7 @@ def wafer_decode(
     the planner's placement).
 
     Time to first token (no prefill predictor exists yet): the prompt's forward flops at the
-    wafers' bf16 peak times the calibrated compute efficiency, plus one token's time.
+    wafers' bf16 peak (a lower bound: no efficiency is applied), plus one token's time.
     """
     from wse_core import preset
     from wse_inference.pipeline.perf import predict_model
@@ -77,7 +77,7 @@ def wafer_decode(
     report, plan = predict_model(config, wafer=spec, num_wafers=num_wafers, context_len=context_len)
     s, n = report.predicted_s, plan.num_wafers
     flops = prompt_tokens * config.flops_per_token((prompt_tokens + 1) // 2)
-    prefill = flops / (n * spec.peak_flops("bf16") * report.calibration.compute)
+    prefill = flops / (n * spec.peak_flops("bf16"))
     return s, prefill + s, n
 
 
@@ -376,8 +376,7 @@ def _infer_assumptions(
         f"batch 1, one stream per replica; KV cache of {context_len // 2} tokens read per "
         f"token; GPU at {hbm_fraction:g} of HBM bandwidth, 2 tensor-parallel all-reduces "
         "per layer",
-        "wafer time to first token: prompt flops at bf16 peak x the calibrated compute "
-        "efficiency, plus one token",
+        "wafer time to first token: prompt flops at bf16 peak (a lower bound), plus one token",
         f"replicas sized for the tokens per day; rented all day, idle when not busy; "
         f"engineering hours spread over {days:g} days",
     ]

@@ -1,10 +1,13 @@
 """Assumptions a user can change: `with assume(hop_latency_cycles=2): ...`.
 
-The presets carry public figures and, where a figure is not published, an assumption
-(`wse_core.spec.ASSUMED_FIELDS` names them and says why). Inside `assume(...)` every preset
-that `wse_core.spec.preset` returns has those fields replaced, and the calibration
-(`wse_core.calibration.current`) is refitted under them, so a rerun of any prediction shows
-what one assumption moves. `wse experiments run NAME --assume KEY=VALUE` is this context.
+Every constant of the cost model (`wse_core.mechanisms.CONSTANTS`, listed with units,
+mechanism and basis in `wse_core.spec.ASSUMED_FIELDS`) may be changed. Inside `assume(...)`
+every preset that `wse_core.spec.preset` returns has the spec fields replaced, the
+calibration settings (`setting(key)`: the Table II Z block, ...) take the new values, and the
+calibration (`wse_core.calibration.current`) is refitted under them; a fitted constant that
+is assumed is held at the assumed value and left out of the fit. A rerun of any prediction
+shows what one assumption moves. `wse experiments run NAME --assume KEY=VALUE` is this
+context and `--sweep KEY=a,b,c` runs it once per value.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 from wse_core.errors import SpecError, suggest
 
-__all__ = ["assume", "active", "parse_assumptions", "listed"]
+__all__ = ["assume", "active", "setting", "value_of", "parse_assumptions", "listed"]
 
 _ACTIVE: contextvars.ContextVar[Mapping[str, float] | None] = contextvars.ContextVar(
     "wse_assumptions", default=None
@@ -56,6 +59,14 @@ def active() -> Mapping[str, float]:
     return _ACTIVE.get() or {}
 
 
+def setting(key: str) -> float:
+    """A calibration setting (`wse_core.mechanisms.CALIBRATION_DEFAULTS`) under the active
+    assumptions."""
+    from wse_core.mechanisms import CALIBRATION_DEFAULTS
+
+    return float(active().get(key, CALIBRATION_DEFAULTS[key]))
+
+
 def parse_assumptions(items: list[str] | tuple[str, ...]) -> dict[str, float]:
     """`["hop_latency_cycles=2", ...]` -> a checked mapping (SpecError on a bad item)."""
     out: dict[str, Any] = {}
@@ -73,6 +84,13 @@ def listed(spec: Any) -> dict[str, str]:
 
     changed = active()
     return {
-        key: f"{getattr(spec, key):g}{' (changed by --assume)' if key in changed else ''}: {why}"
+        key: f"{value_of(spec, key):g}{' (changed by --assume)' if key in changed else ''}: {why}"
         for key, why in ASSUMED_FIELDS.items()
     }
+
+
+def value_of(spec: Any, key: str) -> float:
+    """`key`'s value on `spec`, or the calibration setting's when `key` is one."""
+    from wse_core.mechanisms import CALIBRATION_DEFAULTS
+
+    return setting(key) if key in CALIBRATION_DEFAULTS else float(getattr(spec, key))

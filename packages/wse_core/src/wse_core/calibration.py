@@ -1,42 +1,58 @@
-"""The one calibration: an efficiency per resource, fitted only on REFERENCES.md's set.
+"""The one calibration: the fitted mechanism constants, fitted only on REFERENCES.md's set.
 
-Contract. `current()` returns the `Calibration` in force: `compute`, `sram` and `fabric`,
-each the fraction of the model's rate that real code reaches on that resource (the fabric
-one scales both link streaming and hop latency). They are fitted lazily, once per set of
-active assumptions (`wse_core.assumptions`), on the calibration set of
-shared/REFERENCES.md and nothing else:
+Contract. `current()` returns the `Calibration` in force: `values`, the fitted `WaferSpec`
+fields (`wse_core.mechanisms` marks them `fitted`), `fitted_on`, the rows that determine
+each, and `settings`, the calibration settings in force (`wse_core.assumptions.setting`).
+`PerfModel` puts `values` into the spec it prices with; nothing divides any cost. The fit
+runs lazily, once per set of active assumptions; a fitted constant the user assumes
+(`--assume dsd_issue_cycles=20`) is held there and not fitted. Rows (the calibration set of
+shared/REFERENCES.md and nothing else; `rows()` gives each with its published and model
+figure and its role):
 
-- Jacquelin et al. Table II: the 25-point stencil, fp32, WSE-2, nz = 1000, 1000 steps, on
-  eight grids from 200 x 200 to 755 x 994. The per-cell instruction mix is the published one
-  (17 FMUL with a fabric operand, 17 FADD, 8 FMA, 1 FSUB); `wave25_work` prices it and the
-  stencil kernel's own count must equal it (a test checks). Fits the efficiency of the
-  resource that bounds it (compute).
-- Llama 3.1 8B, 16-bit weights, one WSE-3, batch-1 decode: 1,800 tokens/s (Hot Chips 2024),
-  planned by `wse_core.pipeline_plan` and priced by `wse_core.decoder_cost`, exactly as the
-  inference engine's prediction. Fits the efficiency of the resource that bounds it.
+- Jacquelin et al. Table II (25-point stencil, fp32, WSE-2, nz = 1000, 1000 steps, eight
+  grids): the step time, priced as the published algorithm
+  (`wse_core.stencil_cost.wave_step_phases`) at the Table II Z block
+  (`table_ii_block_z`). Fits `dsd_issue_cycles` (the mean of the eight rows: the per-PE work
+  does not depend on the grid). The 69.6% busy profile at 600 x 600 is a check row: the
+  model's busy share of the step (simd + DSD issue + task activations over the step).
+- Rocki et al. (SC20): a wafer-wide allreduce "about 10% greater than the diameter" in
+  cycles, on the CS-1 (`wse1` preset's fabric, a scalar): a check of the fabric constants
+  (hop and ramp latency, sourced from Luczynski et al.) and `wse_core.collectives`.
+- Llama 3.1 8B, 16-bit, one WSE-3, batch-1 decode at 1,800 tokens/s (Hot Chips 2024),
+  planned by `wse_core.pipeline_plan` and priced by `wse_core.decoder_cost`: a check (no
+  other row is needed to price it, and nothing is fitted on it).
 
-A resource no calibration case is bound by keeps efficiency 1.0. The fit alternates the two
-cases until both hold (each case's time depends a little on the other's resource). `rows()`
-gives every calibration row with its published and model figure, for tests and the README.
+Luczynski et al.'s measured reduce cycle counts (REFERENCES.md's calibration set) are not
+rows here: the stored corpus held only secondary summaries of the paper (its model, T_R and
+the 1-cycle hop), which `wse_core.mechanisms` uses as sources. `leave_one_out()` refits
+without each fitted row and predicts it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
-from wse_core.perf import Op, PerfModel, Phase, Phases, Work, serial
+from wse_core.perf import PerfModel, Phases, Work
 from wse_core.spec import WaferSpec
+from wse_core.stencil_cost import wave_step_phases
 
 __all__ = [
     "Calibration",
+    "UNCALIBRATED",
     "current",
     "rows",
-    "wave25_work",
+    "leave_one_out",
     "wave25_phases",
+    "table_ii_phases",
+    "allreduce_case",
+    "decode_case",
     "STENCIL_TABLE_II",
+    "STENCIL_BUSY_SHARE",
     "DECODE_8B_TOKENS_PER_S",
+    "ALLREDUCE_OVER_DIAMETER",
 ]
 
 # Jacquelin et al., Table II (shared/REFERENCES.md): WSE-2, nz = 1000, 1000 steps:
@@ -52,156 +68,214 @@ STENCIL_TABLE_II = (
     (755, 994, 0.0761),
 )
 STENCIL_NZ, STENCIL_STEPS = 1000, 1000
-STENCIL_BLOCK_Z = 100  # assumption: the Z block of the Table II runs is not published
+STENCIL_BUSY_SHARE = 0.696  # Jacquelin et al. Sec. V: busy cycles, profiled at 600 x 600
 DECODE_8B_TOKENS_PER_S = 1800.0  # Cerebras, Hot Chips 2024
+ALLREDUCE_OVER_DIAMETER = 1.1  # Rocki et al., SC20: allreduce cycles / diameter (about)
+FITTED = ("dsd_issue_cycles",)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Calibration:
-    """Efficiency per resource (1.0 = the model's rate) and where each came from."""
+    """Fitted spec fields, the rows each was fitted on, and the settings in force."""
 
-    compute: float = 1.0
-    sram: float = 1.0
-    fabric: float = 1.0
-    fitted_on: tuple[str, ...] = ()
+    values: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    fitted_on: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    settings: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        return {
+            "values": dict(self.values),
+            "fitted_on": dict(self.fitted_on),
+            "settings": dict(self.settings),
+        }
 
     def describe(self) -> str:
-        src = "; ".join(self.fitted_on) or "not fitted"
-        return (
-            f"efficiency compute {self.compute:.3f}, sram {self.sram:.3f}, fabric "
-            f"{self.fabric:.3f} (fitted on: {src})"
-        )
+        from wse_core.mechanisms import CONSTANTS
+
+        if not self.values:
+            return "no fitted constants (the spec's own values)"
+        parts = [
+            f"{k} = {v:.4g} {CONSTANTS[k].units} (fitted on {self.fitted_on.get(k, '?')})"
+            for k, v in self.values.items()
+        ]
+        sets = ", ".join(f"{k} = {v:g}" for k, v in self.settings.items())
+        return "; ".join(parts) + (f"; settings: {sets}" if sets else "")
 
 
 UNCALIBRATED = Calibration()
 
 
-def wave25_work(nz: int, block_z: int) -> Work:
-    """One step of the 25-point stencil on one PE's Z column, as published: per cell 17 FMUL
-    (one operand from the fabric), 17 FADD, 8 FMA, 1 FSUB in fp32, as vector instructions
-    over each Z block; 4 multicasts (one per direction) of the 4 nearest PEs' values per
-    block (4 words per cell leave on each link, 4 hops each); SRAM: 9 Z reads, u_prev and
-    (v dt)^2, 16 buffered halos read, 1 + 16 written per cell."""
-    blocks = math.ceil(nz / block_z)
-    length = nz / blocks
-    ops = tuple(
-        Op(kind, "fp32", length, count=n * blocks)
-        for kind, n in (("mul", 17), ("add", 17), ("fmac", 8), ("sub", 1))
-    )
-    return Work(
-        ops=ops,
-        sram_read_bytes=27 * 4 * nz,
-        sram_write_bytes=17 * 4 * nz,
-        links={d: 4.0 * nz for d in ("N", "S", "E", "W")},
-        latency_hops=4 * 4 * blocks,
-    )
-
-
 def wave25_phases(nz: int, block_z: int, steps: int) -> Phases:
-    return serial(Phase("wave25_step", wave25_work(nz, block_z)), name="wave25", repeat=steps)
+    """The published 25-point step (`wse_core.stencil_cost`), `steps` times."""
+    return wave_step_phases(nz, block_z, steps=steps)
 
 
-def _stencil_case(cal: Calibration) -> list[tuple[str, float, float, str]]:
-    spec, phases = _stencil_inputs()
-    timing = PerfModel(spec, cal).evaluate(phases)
-    # The per-PE work does not depend on the grid (every PE has its column): one model
-    # figure for the eight rows; Gcell/s follows from the grid.
-    return [
-        (f"stencil25 {nx}x{ny}", seconds, timing.seconds, timing.bound)
-        for nx, ny, seconds in STENCIL_TABLE_II
-    ]
-
-
-def _stencil_inputs() -> tuple[WaferSpec, Phases]:
+def _wse(name: str) -> WaferSpec:
     from wse_core.spec import preset
 
-    return preset("wse2"), wave25_phases(STENCIL_NZ, STENCIL_BLOCK_Z, STENCIL_STEPS)
+    return preset(name)
+
+
+def table_ii_phases(steps: int = STENCIL_STEPS) -> Phases:
+    """The Table II case as priced: `steps` published steps at nz = 1000 and the Table II Z
+    block (`table_ii_block_z`)."""
+    from wse_core.assumptions import setting
+
+    return wave25_phases(STENCIL_NZ, int(setting("table_ii_block_z")), steps)
+
+
+def _stencil_seconds(cal: Calibration) -> float:
+    return PerfModel(_wse("wse2"), cal).evaluate(table_ii_phases()).seconds
+
+
+def _busy_share(cal: Calibration) -> float:
+    timing = PerfModel(_wse("wse2"), cal).evaluate(table_ii_phases())
+    mech = timing.by_mechanism()
+    busy = sum(mech.get(k, 0.0) for k in ("simd", "dsd_issue", "task_activation"))
+    return busy / (timing.seconds * _wse("wse2").clock_hz)
+
+
+def allreduce_case(cal: Calibration | None = None) -> tuple[WaferSpec, Work]:
+    """Rocki et al.'s case: a scalar fp32 allreduce over the whole CS-1 fabric (`wse1`)."""
+    from wse_core.collectives import allreduce_2d
+
+    spec = _wse("wse1")
+    rates = PerfModel(spec, cal or UNCALIBRATED).rates
+    return spec, allreduce_2d(rates, spec.pe_rows, spec.pe_cols, 1)
+
+
+def _allreduce_cycles(cal: Calibration) -> tuple[float, float]:
+    """(model cycles, published cycles) of Rocki et al.'s wafer-wide scalar allreduce."""
+    spec, work = allreduce_case(cal)
+    diameter = spec.pe_rows + spec.pe_cols - 2
+    return PerfModel(spec, cal).cost(work).cycles, ALLREDUCE_OVER_DIAMETER * diameter
+
+
+def decode_case() -> tuple[WaferSpec, Phases]:
+    """The 8B case: Llama 3.1 8B planned on one WSE-3 (8k context), one decode token."""
+    return _decode_inputs(_wse("wse3").key())
 
 
 @functools.cache
 def _decode_inputs(spec_key: str) -> tuple[WaferSpec, Phases]:
     from wse_core.decoder_cost import LLAMA31_8B, decode_phases
     from wse_core.pipeline_plan import plan_pipeline
-    from wse_core.spec import preset
 
-    spec = preset("wse3")
+    spec = _wse("wse3")
     plan = plan_pipeline(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
     return spec, decode_phases(LLAMA31_8B, plan)
 
 
-def _decode_case(cal: Calibration) -> tuple[str, float, float, str]:
-    from wse_core.spec import preset
-
-    spec, phases = _decode_inputs(preset("wse3").key())
+def _decode_seconds(cal: Calibration) -> tuple[float, str]:
+    spec, phases = decode_case()
     timing = PerfModel(spec, cal).evaluate(phases)
-    return ("llama3.1-8b wse3 x1", 1.0 / DECODE_8B_TOKENS_PER_S, timing.seconds, timing.bound)
+    return timing.seconds, timing.bound
 
 
-def _bound_resource(bound: str) -> str:
-    return {"latency": "fabric", "host_io": "fabric"}.get(bound, bound)
+def _bisect(model_s: Callable[[float], float], target: float, lo=0.0, hi=1e4) -> float:
+    """x with model_s(x) == target, model_s increasing in x (bisection)."""
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if model_s(mid) < target else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
-def _fit_one(cal: Calibration, resource: str, target_s: float, model_s) -> Calibration:
-    """The efficiency of `resource` that makes model_s(cal) == target_s (bisection on a
-    log scale: time falls as efficiency rises)."""
-    lo, hi = 1e-4, 1e4
-    for _ in range(64):  # 2^-64 of the log range: far below any figure we print
-        mid = math.sqrt(lo * hi)
-        if model_s(dataclasses.replace(cal, **{resource: mid})) > target_s:  # type: ignore[arg-type]
-            lo = mid
-        else:
-            hi = mid
-    return dataclasses.replace(cal, **{resource: math.sqrt(lo * hi)})  # type: ignore[arg-type]
+def _table_rows(excluded: frozenset[str]) -> list[tuple[int, int, float]]:
+    return [r for r in STENCIL_TABLE_II if f"stencil25 {r[0]}x{r[1]}" not in excluded]
 
 
-def _fit() -> Calibration:
-    cal = UNCALIBRATED
-    stencil_target = sum(r[2] for r in STENCIL_TABLE_II) / len(STENCIL_TABLE_II)
-    s_res = d_res = ""
-    for _ in range(4):  # alternate until both cases hold (converges in two or three)
-        s_res = _bound_resource(_stencil_case(cal)[0][3])
-        cal = _fit_one(cal, s_res, stencil_target, lambda c: _stencil_case(c)[0][2])
-        _, target, _, bound = _decode_case(cal)
-        d_res = _bound_resource(bound)
-        if d_res == s_res:
-            break  # one case per resource: the second cannot refit the first's
-        cal = _fit_one(cal, d_res, target, lambda c: _decode_case(c)[2])
-    fitted = [f"{s_res}: 25-point stencil, Jacquelin et al. Table II (mean of 8 rows)"]
-    if d_res != s_res:
-        fitted.append(f"{d_res}: Llama 3.1 8B at 1,800 tokens/s on one WSE-3 (Hot Chips 2024)")
-    return dataclasses.replace(cal, fitted_on=tuple(fitted))
+def _fit(excluded: frozenset[str] = frozenset()) -> Calibration:
+    from wse_core.assumptions import active, setting
+    from wse_core.mechanisms import CALIBRATION_KEYS
+
+    pinned = active()
+    values: dict[str, float] = {}
+    fitted_on: dict[str, str] = {}
+    table = _table_rows(excluded)
+    if "dsd_issue_cycles" not in pinned and table:
+        target = sum(r[2] for r in table) / len(table)
+
+        def model_s(d: float) -> float:
+            return _stencil_seconds(Calibration(values={"dsd_issue_cycles": d}))
+
+        values["dsd_issue_cycles"] = _bisect(model_s, target)
+        fitted_on["dsd_issue_cycles"] = (
+            f"Jacquelin et al. Table II, mean step time of {len(table)} rows "
+            "(25-point stencil, fp32, WSE-2, nz = 1000)"
+        )
+    settings = {k: setting(k) for k in CALIBRATION_KEYS}
+    return Calibration(
+        values=MappingProxyType(values),
+        fitted_on=MappingProxyType(fitted_on),
+        settings=MappingProxyType(settings),
+    )
 
 
 @functools.cache
-def _fit_cached(key: tuple[tuple[str, float], ...]) -> Calibration:
+def _fit_cached(key: tuple[tuple[str, float], ...], excluded: frozenset[str]) -> Calibration:
     from wse_core.assumptions import assume
 
     with assume(**dict(key)):
-        return _fit()
+        return _fit(excluded)
 
 
-def current() -> Calibration:
-    """The calibration in force under the active assumptions (fitted on first use)."""
+def current(excluded: frozenset[str] = frozenset()) -> Calibration:
+    """The calibration in force under the active assumptions (fitted on first use);
+    `excluded`: row names to leave out of the fit (for `leave_one_out`)."""
     from wse_core.assumptions import active
 
-    return _fit_cached(tuple(sorted(active().items())))
+    return _fit_cached(tuple(sorted(active().items())), frozenset(excluded))
 
 
-def rows() -> list[dict[str, object]]:
-    """Every calibration row: published and model seconds, their ratio, the bound."""
-    cal = current()
+def _row(case: str, quantity: str, published: float, model: float, role: str, bound: str):
+    return {
+        "case": case,
+        "quantity": quantity,
+        "published": published,
+        "model": model,
+        "ratio": model / published,
+        "role": role,
+        "bound": bound,
+    }
+
+
+def rows(cal: Calibration | None = None) -> list[dict[str, object]]:
+    """Every calibration row: published and model figures, their ratio, its role (which
+    constant it fits, or "check") and the bound."""
+    cal = cal or current()
     out = []
-    for name, published, model, bound in [*_stencil_case(cal), _decode_case(cal)]:
+    model_s = _stencil_seconds(cal)
+    role = "fits dsd_issue_cycles" if "dsd_issue_cycles" in cal.values else "check"
+    for nx, ny, seconds in STENCIL_TABLE_II:
+        out.append(_row(f"stencil25 {nx}x{ny}", "seconds", seconds, model_s, role, "compute"))
+    busy = _busy_share(cal)
+    out.append(_row("stencil25 600x600 busy", "busy share", STENCIL_BUSY_SHARE, busy, "check", "-"))
+    model_c, published_c = _allreduce_cycles(cal)
+    out.append(_row("allreduce wse1 scalar", "cycles", published_c, model_c, "check", "latency"))
+    dec_s, bound = _decode_seconds(cal)
+    published = 1 / DECODE_8B_TOKENS_PER_S
+    out.append(_row("llama3.1-8b wse3 x1", "seconds/token", published, dec_s, "check", bound))
+    return out
+
+
+def leave_one_out() -> list[dict[str, object]]:
+    """For each row that fits a constant: refit without it, predict it (error = model /
+    published - 1 under the refitted calibration)."""
+    full = current()
+    out = []
+    for row in rows(full):
+        if not str(row["role"]).startswith("fits"):
+            continue
+        loo = current(frozenset({str(row["case"])}))
+        pred = next(r for r in rows(loo) if r["case"] == row["case"])
         out.append(
             {
-                "case": name,
-                "published_s": published,
-                "model_s": model,
-                "ratio": model / published,
-                "bound": bound,
+                "case": row["case"],
+                "published": row["published"],
+                "model": row["model"],
+                "model_without_row": pred["model"],
+                "error_without_row": float(pred["ratio"]) - 1.0,  # type: ignore[arg-type]
+                "values_without_row": dict(loo.values),
             }
         )
     return out

@@ -1,14 +1,30 @@
 """What a decoder-only transformer costs on wafer regions, counted per instruction.
 
-Contract. `matvec_work(region, n_in, n_out, ...)` is one matrix-vector product whose
+Contract. `matvec_phases(region, n_in, n_out, ...)` is one matrix-vector product whose
 `n_in x n_out` weight is spread over a `rows x cols` PE region as the SDK's gemv examples
-lay it out: the input vector is split over the columns and multicast down each column; each
-PE holds an `ceil(n_out / rows) x ceil(n_in / cols)` block and runs one column AXPY (FMAC)
-per input element it holds (the `single-tile-matvec` kernel); the partial outputs are
-sum-reduced along each row. `decode_phases(shape, plan, ...)` is one batch-1 decode step of
-`shape` laid out by `wse_core.pipeline_plan.plan_pipeline`: per layer the norms, the q/k/v,
-attention, output and MLP products on that layer's region, the hop to the next region, the
-passes between wafers, and the head. It is the same plan object the inference engine
+lay it out, each step priced by its mechanisms:
+
+- x_in: the input vector sits on the region's top row, split over the columns (n_in / cols
+  values per column); each column floods its piece down (`wse_core.collectives`
+  broadcast: the piece's words down the ramp, rows - 1 hops, one relay).
+- axpy: each PE holds a `ceil(n_out / rows) x ceil(n_in / cols)` block and runs one column
+  AXPY (FMAC DSD) per input element it holds (the `single-tile-matvec` kernel).
+- reduce: the partial outputs are sum-reduced along each row to its middle PE (both halves
+  at once), by the fastest of Luczynski et al.'s line reduces
+  (`wse_core.collectives.reduce_to_centre`).
+- move: the activation goes from the rows' middle PEs to the next product's input layout
+  (the top row, split over the columns) as words over the links the layout has: out along
+  each row both ways (half a row's ceil(n_out / rows) values on each of its two links),
+  then up the columns (n_out / cols values on a column's northward link), half the row
+  plus rows - 1 hops and one relay.
+
+`matvec_work` is the same counts as one `Work` (for counting; `matvec_phases` for timing).
+`decode_phases(shape, plan, ...)` is one batch-1 decode step of `shape` laid out by
+`wse_core.pipeline_plan.plan_pipeline`: per layer the norms, the q/k/v, attention, output
+and MLP products on that layer's region, the residual stream's move to the next region (its
+top row's values down the region's height: words over the links between the bands), the
+passes between wafers, and a named `per_token` group (the head's product, the argmax, the
+token's way back to the embedding). It is the same plan object the inference engine
 emulates, so a change of the plan changes the prediction through it.
 
 `shape` is any object with a model's counts (`n_layers, d_model, n_heads, n_kv_heads, d_ff,
@@ -24,7 +40,8 @@ fabric time does not shrink; a sender-side filter would be a further gain, not a
 Assumptions (listed in every prediction built from here): the exponential of the softmax
 costs `EXP_FMACS` FMACs per element (a polynomial; not published); the attention reads the
 KV cache of `kv_tokens` tokens (default: half the context); words of partial sums travel in
-the weights' dtype.
+the weights' dtype (two 16-bit values per wavelet); reductions over a region (norms,
+softmax) are `wse_core.collectives.allreduce_2d` over its rectangle.
 """
 
 from __future__ import annotations
@@ -36,7 +53,9 @@ from typing import Any
 
 import numpy as np
 
+from wse_core.collectives import allreduce_2d, broadcast_line, reduce_to_centre
 from wse_core.perf import Op, Phase, Phases, Work, serial
+from wse_core.spec import WaferSpec
 from wse_core.sram import Region
 
 __all__ = [
@@ -44,6 +63,7 @@ __all__ = [
     "DECODER_ASSUMPTIONS",
     "ShapeSpec",
     "LLAMA31_8B",
+    "matvec_phases",
     "matvec_work",
     "layer_phases",
     "decode_phases",
@@ -51,8 +71,9 @@ __all__ = [
 
 EXP_FMACS = 6.0  # assumption: exp by a degree-6 polynomial (Horner: one FMAC per term)
 DECODER_ASSUMPTIONS = {
-    "matvec layout": "input split over columns and multicast down them; partial sums "
-    "reduced along rows (SDK gemv examples)",
+    "matvec layout": "input split over the top row's columns and flooded down them; partial "
+    "sums reduced along rows to their middle PEs (the fastest of Luczynski et al.'s line "
+    "reduces); the output moved back to the top row along the rows and up the columns",
     "exp": f"{EXP_FMACS:g} FMACs per element (polynomial; not published)",
     "kv_tokens": "the attention reads half the context unless stated",
     "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
@@ -113,12 +134,22 @@ def _dtype(bytes_per_value: int) -> str:
     return "fp16" if bytes_per_value == 2 else "fp32"
 
 
-def matvec_work(
-    region: Region, n_in: int, n_out: int, *, bytes_per_value: int = 2, input_density: float = 1.0
-) -> Work:
-    """y (n_out) = W^T x (n_in) on `region`, on its busiest PE (see the module contract).
+def _rates(spec: WaferSpec | None) -> WaferSpec:
+    """The constants the collectives choose their algorithm at (fitted ones in place)."""
+    from wse_core.perf import PerfModel
+    from wse_core.spec import preset
 
-    `input_density`: the fraction of x that is nonzero; a zero triggers no column AXPY."""
+    return PerfModel(spec or preset("wse3")).rates
+
+
+def _matvec_parts(
+    region: Region,
+    n_in: int,
+    n_out: int,
+    bytes_per_value: int,
+    input_density: float,
+    spec: WaferSpec | None,
+) -> tuple[tuple[str, Work], ...]:
     if not 0.0 <= input_density <= 1.0:
         raise ValueError(f"input_density must be in [0, 1], got {input_density}")
     r, c = region.rows, region.cols
@@ -126,24 +157,111 @@ def matvec_work(
     words = bytes_per_value / 4
     fired = cols_in * input_density
     elems = rows_out * fired
-    return Work(
+    axpy = Work(
         ops=(Op("fmac", _dtype(bytes_per_value), rows_out, count=fired),),
-        # FMAC y += w * x: reads w and y, writes y (x is a scalar from the fabric).
+        # FMAC y += w * x: reads w and y, writes y (x is a scalar in SRAM from x_in).
         sram_read_bytes=2 * elems * bytes_per_value,
         sram_write_bytes=elems * bytes_per_value,
-        links={"S": cols_in * words, "E": rows_out * words},
-        latency_hops=(r - 1) + (c - 1),
+        task_activations=1.0,
+    )
+    half = math.ceil(rows_out / 2) * words
+    move = Work(
+        links={"W": half, "E": half, "N": math.ceil(n_out / c) * words, "ramp": rows_out * words},
+        latency_hops=float(math.ceil((c - 1) / 2) + (r - 1)),
+        relay_stages=1.0,
+    )
+    return (
+        ("x_in", broadcast_line(r, cols_in * words)),
+        ("axpy", axpy),
+        ("reduce", reduce_to_centre(_rates(spec), c, rows_out * words)),
+        ("move", move),
     )
 
 
-def _reduce_work(region: Region, words: float) -> Work:
-    """A sum (or max) over the region and back to every PE (norms, softmax)."""
-    hops = (region.rows - 1) + (region.cols - 1)
-    return Work(links={"E": words, "S": words}, latency_hops=2 * hops)
+def matvec_phases(
+    region: Region,
+    n_in: int,
+    n_out: int,
+    *,
+    bytes_per_value: int = 2,
+    input_density: float = 1.0,
+    spec: WaferSpec | None = None,
+    name: str = "matvec",
+) -> Phases:
+    """y (n_out) = W^T x (n_in) on `region`, its busiest PE's steps in order (the module
+    contract). `input_density`: the fraction of x that is nonzero; a zero triggers no column
+    AXPY (zeros still cross the fabric). `spec`: whose constants choose the reduce (WSE-3)."""
+    parts = _matvec_parts(region, n_in, n_out, bytes_per_value, input_density, spec)
+    return serial(*(Phase(n, w) for n, w in parts), name=name)
+
+
+def matvec_work(
+    region: Region,
+    n_in: int,
+    n_out: int,
+    *,
+    bytes_per_value: int = 2,
+    input_density: float = 1.0,
+    spec: WaferSpec | None = None,
+) -> Work:
+    """`matvec_phases`' counts as one Work (instructions, SRAM, link words, hops, relays)."""
+    parts = _matvec_parts(region, n_in, n_out, bytes_per_value, input_density, spec)
+    out = Work()
+    for _, w in parts:
+        out = out + w
+    return out
+
+
+def _reduce_work(region: Region, words: float, spec: WaferSpec | None = None) -> Work:
+    """A sum (or max) of `words` per PE over the region and back to every PE (norms,
+    softmax): `wse_core.collectives.allreduce_2d`."""
+    return allreduce_2d(_rates(spec), region.rows, region.cols, words)
 
 
 def _elementwise(kind: str, n: float, region: Region, dtype: str, per: float = 1.0) -> Op:
     return Op(kind, dtype, math.ceil(n / region.num_pes), count=per)
+
+
+def _row_op(kind: str, n: float, region: Region, dtype: str, per: float = 1.0) -> Op:
+    """An elementwise op on a vector held by the region's top row (n / cols per PE)."""
+    return Op(kind, dtype, math.ceil(n / region.cols), count=per)
+
+
+def _norm(region: Region, d: int, dt: str, spec: WaferSpec | None) -> Phases:
+    """RMS/layer norm of the residual on the top row: square-and-sum, the row's sum and
+    back, then the scale."""
+    local = Work(ops=(_row_op("fmac", d, region, dt), _row_op("mul", d, region, dt)))
+    total = allreduce_2d(_rates(spec), 1, region.cols, 1)
+    return serial(Phase("norm_local", local), Phase("norm_sum", total), name="norm")
+
+
+def _attention(shape: Any, region: Region, kv: int, b: int, spec: WaferSpec | None) -> Phases:
+    """Attention over `kv` cached tokens spread over the region: q down the columns, q.k and
+    p.v FMACs and the softmax on each PE's tokens, a max and a sum per head over the region,
+    the heads' outputs reduced along the rows and moved to the top row."""
+    hd, nh, nkv, pes = _head_dim(shape), shape.n_heads, shape.n_kv_heads, region.num_pes
+    dt, words = _dtype(b), b / 4
+    scores = kv * nh
+    local = Work(
+        ops=(
+            Op("fmac", dt, hd, count=2 * scores / pes),
+            _elementwise("fmac", scores, region, dt, EXP_FMACS),
+            _elementwise("max", scores, region, dt),
+            _elementwise("sub", scores, region, dt),
+            _elementwise("add", scores, region, dt),
+            Op("div", dt, math.ceil(nh * hd / pes)),
+        ),
+        sram_read_bytes=2 * kv * nkv * hd * b / pes,
+        task_activations=1.0,
+    )
+    out = _matvec_parts(region, region.cols, nh * hd, b, 1.0, spec)
+    return serial(
+        Phase("q_in", broadcast_line(region.rows, math.ceil(nh * hd / region.cols) * words)),
+        Phase("scores", local),
+        Phase("softmax_sums", allreduce_2d(_rates(spec), region.rows, region.cols, 2 * nh)),
+        *(Phase(f"heads_{n}", w) for n, w in out if n in ("reduce", "move")),
+        name="attention",
+    )
 
 
 def layer_phases(
@@ -153,44 +271,64 @@ def layer_phases(
     kv_tokens: int,
     bytes_per_value: int = 2,
     mlp_zero_fraction: float = 0.0,
+    spec: WaferSpec | None = None,
 ) -> Phases:
     """One layer's decode step (one token) on `region`, phase by phase (`mlp_zero_fraction`:
-    the share of the MLP hidden activation that is zero, skipped by the down projection)."""
+    the share of the MLP hidden activation that is zero, skipped by the down projection;
+    `spec`: whose constants choose the collectives' algorithms, WSE-3 by default)."""
     d, hd = shape.d_model, _head_dim(shape)
     nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
     dt, b = _dtype(bytes_per_value), bytes_per_value
     gated = getattr(shape, "arch", "llama") == "llama"
-    pes = region.num_pes
-    norm = Work(ops=(_elementwise("fmac", d, region, dt), _elementwise("mul", d, region, dt)))
-    norm = norm + _reduce_work(region, 1)
-    # Attention over kv_tokens cached tokens: q.k and p.v FMACs, softmax on the scores.
-    scores = kv_tokens * nh
-    attn = Work(
-        ops=(
-            Op("fmac", dt, hd, count=2 * scores / pes),
-            _elementwise("fmac", scores, region, dt, EXP_FMACS),
-            _elementwise("max", scores, region, dt),
-            _elementwise("sub", scores, region, dt),
-            _elementwise("add", scores, region, dt),
-            Op("div", dt, math.ceil(nh * hd / pes)),
-        ),
-        sram_read_bytes=2 * kv_tokens * nkv * hd * b / pes,
-    ) + _reduce_work(region, 2)
     mlp_out = (2 if gated else 1) * ff
-    act = Work(ops=(_elementwise("fmac", ff, region, dt, EXP_FMACS + 2),))
+    act = Work(ops=(_row_op("fmac", ff, region, dt, EXP_FMACS + 2),), task_activations=1.0)
+    residual = Work(ops=(_row_op("add", d, region, dt),))
+
+    def mv(name: str, n_in: int, n_out: int, density: float = 1.0) -> Phases:
+        return matvec_phases(
+            region, n_in, n_out, bytes_per_value=b, input_density=density, spec=spec, name=name
+        )
+
     return serial(
-        Phase("norm_attn", norm),
-        Phase("qkv", matvec_work(region, d, (nh + 2 * nkv) * hd, bytes_per_value=b)),
-        Phase("attention", attn),
-        Phase("o_proj", matvec_work(region, nh * hd, d, bytes_per_value=b)),
-        Phase("norm_mlp", norm),
-        Phase("up_gate", matvec_work(region, d, mlp_out, bytes_per_value=b)),
+        dataclasses.replace(_norm(region, d, dt, spec), name="norm_attn"),
+        mv("qkv", d, (nh + 2 * nkv) * hd),
+        _attention(shape, region, kv_tokens, b, spec),
+        mv("o_proj", nh * hd, d),
+        Phase("residual_attn", residual),
+        dataclasses.replace(_norm(region, d, dt, spec), name="norm_mlp"),
+        mv("up_gate", d, mlp_out),
         Phase("activation", act),
-        Phase(
-            "down",
-            matvec_work(region, ff, d, bytes_per_value=b, input_density=1 - mlp_zero_fraction),
-        ),
+        mv("down", ff, d, 1 - mlp_zero_fraction),
+        Phase("residual_mlp", residual),
         name="layer",
+    )
+
+
+def _to_next(region: Region, d: int, b: int) -> Work:
+    """The residual stream (on the top row, d / cols values per column) down the region's
+    height to the next region's top row: words over the links between the bands."""
+    words = math.ceil(d / region.cols) * b / 4
+    return Work(
+        links={"S": words, "ramp": words}, latency_hops=float(region.rows), relay_stages=1.0
+    )
+
+
+def _per_token(shape: Any, plan: Any, spec: WaferSpec) -> Phases:
+    """What every token costs outside the layers: the head's product, the argmax over the
+    vocabulary (a max and its index over the head region), and the chosen token's embedding
+    row from its PE to the first stage's top row."""
+    head, b, d = plan.head.region, plan.bytes_per_param, shape.d_model
+    embed = Work(
+        links={"S": math.ceil(d / head.cols) * b / 4, "ramp": math.ceil(d / head.cols) * b / 4},
+        latency_hops=float(head.rows + head.cols),
+        relay_stages=2.0,  # the argmax's PE to the embedding row's, that one to the top row
+        task_activations=1.0,
+    )
+    return serial(
+        matvec_phases(head, d, shape.vocab_size, bytes_per_value=b, spec=spec, name="lm_head"),
+        Phase("argmax", allreduce_2d(_rates(spec), head.rows, head.cols, 2)),
+        Phase("embed", embed),
+        name="per_token",
     )
 
 
@@ -205,31 +343,29 @@ def decode_phases(
     `mlp_zero_fraction` is one value or one per layer (a stage takes its layers' mean).
 
     At batch 1 only one region works at a time: the regions' phases are serial. Each region
-    passes the residual stream to the next (adjacent rows: its own height in hops); each
-    wafer boundary and the way back to wafer 0 is a system pass of d_model values."""
+    passes the residual stream to the next (`_to_next`); each wafer boundary and the way back
+    to wafer 0 is a system pass of d_model values; `per_token` is the head, the argmax and
+    the embedding of the next token."""
     kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
-    b = plan.bytes_per_param
-    d = shape.d_model
+    b, d, spec = plan.bytes_per_param, shape.d_model, plan.spec
     parts: list[Phase | Phases] = []
     zeros = np.broadcast_to(np.asarray(mlp_zero_fraction, np.float64), (shape.n_layers,))
     for stage in plan.stages:
         s = float(zeros[stage.layers[0] : stage.layers[1]].mean())
         layer = layer_phases(
-            shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s
+            shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s, spec=spec
         )
         parts.append(
             serial(
                 dataclasses.replace(layer, repeat=stage.num_layers),
-                Phase("to_next", Work(latency_hops=stage.region.rows)),
+                Phase("to_next", _to_next(stage.region, d, b)),
                 name=stage.name,
             )
         )
-    head = plan.head.region
-    head_work = serial(
-        Phase("lm_head", matvec_work(head, d, shape.vocab_size, bytes_per_value=b)),
-        Phase("argmax", _reduce_work(head, 2)),
-        Phase("embed", Work(latency_hops=head.rows + head.cols)),
-        name="head",
-    )
     passes = Work(host_io_bytes=plan.wafer_crossings * d * b, system_hops=plan.wafer_crossings)
-    return serial(*parts, head_work, Phase("between_wafers", passes), name="decode_step")
+    return serial(
+        *parts,
+        _per_token(shape, plan, spec),
+        Phase("between_wafers", passes),
+        name="decode_step",
+    )

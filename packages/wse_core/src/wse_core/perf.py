@@ -1,23 +1,32 @@
-"""The performance model: instructions, memory, fabric and hops counted on the busiest PE
-of each phase -> cycles per resource -> seconds, with one calibration and one phase algebra.
+"""The performance model: mechanisms counted on the busiest PE of each phase -> cycles per
+mechanism -> seconds, with one calibration of the fitted constants and one phase algebra.
 
-Contract. A kernel describes one phase of its run as a `Work`: on the phase's busiest PE,
-the DSD operations it issues (`Op`: kind, dtype, vector length, count, stride), the SRAM
-bytes it reads and writes, the fabric words that leave it per link direction (`links`,
-"N" / "S" / "E" / "W", plus "ramp" for words between the router and its own core), the
-longest chain of dependent hops, fixed cycles, and the phase's off-wafer bytes. `PerfModel`
-prices it with the spec's SIMD table (`WaferSpec.simd_width`) and rates:
+Contract (the mechanism API). A kernel describes one phase of its run as a `Work`
+(`wse_core.work`): on the phase's busiest PE, the DSD instructions it issues (`Op`: kind,
+dtype, vector length, count, stride, `fabric_in` when an operand streams from the fabric),
+SRAM bytes, 32-bit words per link direction (plus "ramp", router <-> own core), router hops
+on the longest dependent path (`latency_hops`), dependent relay stages through cores
+(`relay_stages`), task activations, and off-wafer bytes and system passes. `PerfModel`
+prices each mechanism with one constant of the spec (`wse_core.mechanisms` lists them with
+units, basis and source; `wse_core.calibration` supplies the fitted ones):
 
-    compute = sum over ops of count * (dsd_issue_cycles + ceil(length / width) * per_elem)
-    sram    = max(read_bytes / read_bytes_per_cycle, write_bytes / write_bytes_per_cycle)
-    fabric  = max over directions of words[d] * 4 / link_bytes_per_cycle   (busiest link)
-    latency = latency_hops * hop_latency_cycles + fixed_cycles
-    host    = host_io_bytes / host_io_bytes_per_s + system_hops * system_latency_s
+    simd            = sum over ops of count * ceil(length / width) * per_element
+    dsd_issue       = DSD instructions issued * dsd_issue_cycles
+    task_activation = task_activations * task_activation_cycles
+    sram            = max(read_bytes / read_bytes_per_cycle, write_bytes / write_bytes_per_cycle)
+    link            = max over directions (ramp included) of words * 4 / link_bytes_per_cycle
+    hop             = latency_hops * hop_latency_cycles
+    relay           = relay_stages * (2 * ramp_latency_cycles + 1)
+    fixed           = fixed_cycles (only where no mechanism is known)
+    host_io         = host_io_bytes / host_io_bytes_per_s + system_hops * system_latency_s
 
-then divides compute, SRAM and fabric (streaming and latency) by the calibration's one
-efficiency per resource (`wse_core.calibration`), and combines them by the spec's overlap
-assumption: with `overlap = 1` the datapath, memory ports and router run at once, so a
-phase takes max(compute, sram, fabric) + latency + host; with `overlap = 0` they add up.
+No efficiency divides any of them. The core's instruction stream (simd + dsd_issue +
+task_activation) is `compute`; with the spec's `overlap = 1` the core,
+the SRAM ports and the router stream at once, so a phase takes
+max(compute, sram, link) + hop + relay + fixed + host_io (Luczynski et al.'s
+max(C, E/N + L) + (2 T_R + 1) D, with L outside the max); with `overlap = 0` they add up.
+`Cost.mechanisms` gives every mechanism's cycles; `Timing.by_mechanism()` sums the cycles
+that set the run's time by mechanism (of an overlapped group, only the slowest part's).
 
 Phases combine with one algebra: `serial(a, b, ...)` (one after the other: times add) and
 `overlap(a, b, ...)` (on separate resources at once: the slowest sets the time), each with a
@@ -28,18 +37,20 @@ Phases combine with one algebra: `serial(a, b, ...)` (one after the other: times
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
-from wse_core.spec import OP_KINDS, WaferSpec
-from wse_core.traffic import Traffic
+from wse_core.mechanisms import CORE_MECHANISMS, LATENCY_MECHANISMS
+from wse_core.spec import WaferSpec
+from wse_core.work import LINK_DIRECTIONS, Op, Work
 
 if TYPE_CHECKING:
     from wse_core.calibration import Calibration
 
 __all__ = [
     "OVERLAP",
+    "LINK_DIRECTIONS",
     "Op",
     "Work",
     "Cost",
@@ -52,140 +63,45 @@ __all__ = [
 ]
 
 OVERLAP = (
-    "phase = max(compute, sram, fabric) + latency + host I/O: a PE's datapath, memory ports "
-    "and router stream at once; hop latency chains and off-wafer I/O are serial"
+    "phase = max(compute, sram, link) + hop + relay + host I/O: a PE's instruction stream, "
+    "memory ports and router stream at once; hop chains, relay stages and off-wafer I/O are "
+    "serial"
 )
-LINK_DIRECTIONS = ("N", "S", "E", "W", "ramp")
-
-
-@dataclasses.dataclass(frozen=True)
-class Op:
-    """`count` DSD instructions of `kind` on `dtype`, each over `length` elements at `stride`.
-
-    `length` may be fractional when it is an average over PEs or blocks; then the ceil is
-    skipped (the average of ceil is not the ceil of the average, so kernels that know their
-    exact vector lengths pass integers)."""
-
-    kind: str
-    dtype: str
-    length: float
-    count: float = 1.0
-    stride: int = 1
-
-    def __post_init__(self) -> None:
-        if self.kind not in OP_KINDS:
-            raise ValueError(f"unknown DSD op kind {self.kind!r}; known: {', '.join(OP_KINDS)}")
-        if self.length < 0 or self.count < 0:
-            raise ValueError(f"Op length and count must be >= 0, got {self.length}, {self.count}")
-
-    def cycles(self, spec: WaferSpec) -> float:
-        """Issue cycles of these instructions on one PE (without calibration)."""
-        if self.count == 0 or self.length == 0:
-            return 0.0
-        width = spec.simd_width(self.kind, self.dtype, self.stride)
-        per_elem = {"sqrt": spec.sqrt_cycles, "div": spec.div_cycles}.get(self.kind, 1.0)
-        n = self.length / width
-        steps = math.ceil(n - 1e-9) if float(self.length).is_integer() else n
-        return self.count * (spec.dsd_issue_cycles + steps * per_elem)
-
-    def scaled(self, k: float) -> Op:
-        return dataclasses.replace(self, count=self.count * k)
-
-
-def _add_maps(a: Mapping[str, float], b: Mapping[str, float], k: float = 1.0) -> dict:
-    out = dict(a)
-    for key, v in b.items():
-        out[key] = out.get(key, 0.0) + v * k
-    return out
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Work:
-    """One phase's counts on its busiest PE, plus the phase's off-wafer bytes."""
-
-    ops: tuple[Op, ...] = ()
-    sram_read_bytes: float = 0.0
-    sram_write_bytes: float = 0.0
-    links: Mapping[str, float] = dataclasses.field(default_factory=dict)  # words per direction
-    latency_hops: float = 0.0
-    fixed_cycles: float = 0.0
-    host_io_bytes: float = 0.0  # off-wafer, whole system
-    system_hops: float = 0.0  # activation passes between systems (system_latency_s each)
-
-    def __post_init__(self) -> None:
-        bad = set(self.links) - set(LINK_DIRECTIONS)
-        if bad:
-            raise ValueError(f"unknown link directions {sorted(bad)}; use {LINK_DIRECTIONS}")
-
-    @classmethod
-    def from_traffic(cls, traffic: Traffic, **kwargs: object) -> Work:
-        """The fabric work of a traced traffic count (per-direction links and hops)."""
-        return cls(links=dict(traffic.links), latency_hops=traffic.latency_hops, **kwargs)  # type: ignore[arg-type]
-
-    def __add__(self, other: Work) -> Work:
-        return Work(
-            ops=self.ops + other.ops,
-            sram_read_bytes=self.sram_read_bytes + other.sram_read_bytes,
-            sram_write_bytes=self.sram_write_bytes + other.sram_write_bytes,
-            links=_add_maps(self.links, other.links),
-            latency_hops=self.latency_hops + other.latency_hops,
-            fixed_cycles=self.fixed_cycles + other.fixed_cycles,
-            host_io_bytes=self.host_io_bytes + other.host_io_bytes,
-            system_hops=self.system_hops + other.system_hops,
-        )
-
-    def scaled(self, k: float) -> Work:
-        """This work repeated k times."""
-        return Work(
-            ops=tuple(op.scaled(k) for op in self.ops),
-            sram_read_bytes=self.sram_read_bytes * k,
-            sram_write_bytes=self.sram_write_bytes * k,
-            links={d: v * k for d, v in self.links.items()},
-            latency_hops=self.latency_hops * k,
-            fixed_cycles=self.fixed_cycles * k,
-            host_io_bytes=self.host_io_bytes * k,
-            system_hops=self.system_hops * k,
-        )
-
-    def flops(self) -> float:
-        """Floating-point operations of the ops (FMAC counts 2, moves and converts 0)."""
-        per = {"fmac": 2.0, "fmac_mixed": 2.0, "move": 0.0, "convert": 0.0, "shift": 0.0}
-        return sum(op.count * op.length * per.get(op.kind, 1.0) for op in self.ops)
-
-    def ops_by_kind(self) -> dict[str, float]:
-        """Elements processed per "kind.dtype" (for tables and tests)."""
-        out: dict[str, float] = {}
-        for op in self.ops:
-            key = f"{op.kind}.{op.dtype}"
-            out[key] = out.get(key, 0.0) + op.count * op.length
-        return out
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "ops": self.ops_by_kind(),
-            "instructions": sum(op.count for op in self.ops),
-            "sram_read_bytes": self.sram_read_bytes,
-            "sram_write_bytes": self.sram_write_bytes,
-            "links": dict(self.links),
-            "latency_hops": self.latency_hops,
-            "fixed_cycles": self.fixed_cycles,
-            "host_io_bytes": self.host_io_bytes,
-            "system_hops": self.system_hops,
-        }
 
 
 @dataclasses.dataclass(frozen=True)
 class Cost:
-    """Predicted cycles per resource of one phase (calibrated), and its time."""
+    """Predicted cycles of one phase by mechanism (`wse_core.mechanisms.MECHANISMS`; host I/O
+    converted to cycles at the clock), the resources they make up, and the phase's time."""
 
-    compute_cycles: float
-    sram_cycles: float
-    fabric_cycles: float
-    latency_cycles: float
+    mechanisms: Mapping[str, float]
     host_io_s: float
     clock_hz: float
     busiest_link: str = "-"
     overlap: float = 1.0
+
+    def _sum(self, keys) -> float:
+        return sum(self.mechanisms.get(k, 0.0) for k in keys)
+
+    @property
+    def compute_cycles(self) -> float:
+        """The core's instruction stream: elements, issue overhead, task activations."""
+        return self._sum(CORE_MECHANISMS)
+
+    @property
+    def sram_cycles(self) -> float:
+        return self.mechanisms.get("sram", 0.0)
+
+    @property
+    def fabric_cycles(self) -> float:
+        return self.mechanisms.get("link", 0.0)
+
+    @property
+    def latency_cycles(self) -> float:
+        return self._sum(LATENCY_MECHANISMS)
+
+    def _streams(self) -> dict[str, tuple[str, ...]]:
+        return {"compute": CORE_MECHANISMS, "sram": ("sram",), "fabric": ("link",)}
 
     @property
     def streaming_cycles(self) -> float:
@@ -199,6 +115,18 @@ class Cost:
     @property
     def seconds(self) -> float:
         return self.cycles / self.clock_hz + self.host_io_s
+
+    def timed_mechanisms(self) -> dict[str, float]:
+        """Cycles by mechanism that set this phase's time (they sum to seconds * clock): of
+        the overlapped streams only the slowest counts."""
+        keep: list[str] = [*LATENCY_MECHANISMS, "host_io"]
+        streams = self._streams()
+        if self.overlap:
+            slow = max(streams, key=lambda r: self._sum(streams[r]))
+            keep += streams[slow]
+        else:
+            keep += [k for ks in streams.values() for k in ks]
+        return {k: self.mechanisms[k] for k in keep if self.mechanisms.get(k)}
 
     @property
     def bound(self) -> str:
@@ -223,6 +151,7 @@ class Cost:
             "seconds": self.seconds,
             "bound": self.bound,
             "busiest_link": self.busiest_link,
+            "mechanism_cycles": dict(self.mechanisms),
         }
 
 
@@ -297,19 +226,34 @@ class Timing:
                 return node
         raise KeyError(name)
 
-    def by_bound(self) -> dict[str, float]:
-        """Seconds of the run set by each resource: leaf times summed by their bound (of an
-        overlap, only the slowest part counts, since it sets the time)."""
+    def _sum_tree(self, leaf: Callable[[Timing], dict[str, float]]) -> dict[str, float]:
+        """`leaf(node)` of every leaf, times the repeats above it, summed by key; of an
+        overlap only the slowest part counts, since it sets the time."""
         if not self.children:
-            return {self.bound: self.seconds}
+            return leaf(self)
         kids = self.children
         if self.mode == "overlap":
             kids = (max(kids, key=lambda c: c.seconds),)
         out: dict[str, float] = {}
         for kid in kids:
-            for bound, sec in kid.by_bound().items():
-                out[bound] = out.get(bound, 0.0) + sec * self.repeat
+            for key, v in kid._sum_tree(leaf).items():
+                out[key] = out.get(key, 0.0) + v * self.repeat
         return out
+
+    def by_bound(self) -> dict[str, float]:
+        """Seconds of the run set by each resource: leaf times summed by their bound."""
+        return self._sum_tree(lambda t: {t.bound: t.seconds})
+
+    def by_mechanism(self) -> dict[str, float]:
+        """Cycles of the run by mechanism (all repeats; host I/O at the clock): leaves'
+        `Cost.timed_mechanisms` summed, of an overlap only the slowest part. They add up to
+        the run's seconds times the clock."""
+
+        def leaf(t: Timing) -> dict[str, float]:
+            mech = t.cost.timed_mechanisms() if t.cost is not None else {}
+            return {k: v * t.repeat for k, v in mech.items()}
+
+        return self._sum_tree(leaf)
 
     def critical(self) -> Timing:
         """The leaf that sets the time: down the largest child of each node."""
@@ -335,8 +279,9 @@ class Timing:
 
 @dataclasses.dataclass(frozen=True)
 class PerfModel:
-    """Prices `Work` and evaluates `Phases` with one spec's rates and one calibration
-    (default: `wse_core.calibration.current()`, fitted lazily on the calibration set)."""
+    """Prices `Work` and evaluates `Phases` with one spec's constants, the fitted ones taken
+    from one calibration (default: `wse_core.calibration.current()`, fitted lazily on the
+    calibration set; `wse_core.calibration.UNCALIBRATED` keeps the spec's own values)."""
 
     spec: WaferSpec
     calibration: Calibration | None = None
@@ -348,24 +293,41 @@ class PerfModel:
 
         return current()
 
-    def cost(self, work: Work) -> Cost:
-        s, cal = self.spec, self._cal()
-        compute = sum(op.cycles(s) for op in work.ops)
-        sram = max(
-            work.sram_read_bytes / s.sram_read_bytes_per_cycle,
-            work.sram_write_bytes / s.sram_write_bytes_per_cycle,
-        )
+    @functools.cached_property
+    def rates(self) -> WaferSpec:
+        """The spec with the calibration's fitted constants in place (what `cost` uses)."""
+        values = self._cal().values
+        return self.spec.replace(**values) if values else self.spec
+
+    def mechanisms(self, work: Work) -> tuple[dict[str, float], str]:
+        """Cycles of `work` by mechanism (host I/O in cycles at the clock) and its busiest
+        link direction (the module docstring's table)."""
+        s = self.rates
         links = {d: w for d, w in work.links.items() if w > 0}
         link = max(links, key=links.__getitem__) if links else "-"
-        fabric = (links[link] * 4.0 / s.link_bytes_per_cycle) if links else 0.0
-        latency = work.latency_hops * s.hop_latency_cycles
+        host_s = work.host_io_bytes / s.host_io_bytes_per_s + work.system_hops * s.system_latency_s
+        cycles = {
+            "simd": sum(op.element_cycles(s) for op in work.ops),
+            "dsd_issue": work.instructions * s.dsd_issue_cycles,
+            "task_activation": work.task_activations * s.task_activation_cycles,
+            "sram": max(
+                work.sram_read_bytes / s.sram_read_bytes_per_cycle,
+                work.sram_write_bytes / s.sram_write_bytes_per_cycle,
+            ),
+            "link": (links[link] * 4.0 / s.link_bytes_per_cycle) if links else 0.0,
+            "hop": work.latency_hops * s.hop_latency_cycles,
+            "relay": work.relay_stages * (2.0 * s.ramp_latency_cycles + 1.0),
+            "fixed": work.fixed_cycles,
+            "host_io": host_s * s.clock_hz,
+        }
+        return cycles, link
+
+    def cost(self, work: Work) -> Cost:
+        cycles, link = self.mechanisms(work)
+        s = self.spec
         return Cost(
-            compute_cycles=compute / cal.compute,
-            sram_cycles=sram / cal.sram,
-            fabric_cycles=fabric / cal.fabric,
-            latency_cycles=latency / cal.fabric + work.fixed_cycles,
-            host_io_s=work.host_io_bytes / s.host_io_bytes_per_s
-            + work.system_hops * s.system_latency_s,
+            mechanisms=cycles,
+            host_io_s=cycles["host_io"] / s.clock_hz,
             clock_hz=s.clock_hz,
             busiest_link=link,
             overlap=s.overlap,

@@ -9,8 +9,12 @@ returns a `RunReport` built by `RunReport.build(...)` from the `Phases` it price
   of every phase, the critical phase, per-resource costs;
 - `work` is the total counted work (instructions by kind and dtype, SRAM bytes, words per
   link direction, hops), `traffic` the fabric ledger's count, `sram` the ledger's summary;
-- `assumptions` lists every assumption behind the figure (the spec's assumed fields, the
-  overlap rule, the kernel's own), and `calibration` the efficiencies in force;
+- `assumptions` lists every constant behind the figure with its units, mechanism and basis
+  (`wse_core.mechanisms`), the overlap rule and the kernel's own assumptions, and
+  `calibration` the fitted constants in force and the rows they were fitted on;
+- `cycles_by_mechanism()` is the predicted time split by mechanism (DSD elements, DSD
+  issue, task activations, SRAM, link words, hops, relays, host I/O; of overlapped
+  streams only the slowest), in cycles of the wafer's clock;
 - `trace` (optional) is the per-PE view of the same figures (`wse_core.trace`), saved by
   `--trace FILE` and drawn by `wse view`;
 - `energy_j` is predicted seconds times the system's power (`wse_core.economics` when it
@@ -111,6 +115,10 @@ class RunReport:
     def predicted_s(self) -> float:
         return self.predicted.seconds
 
+    def cycles_by_mechanism(self) -> dict[str, float]:
+        """Predicted cycles by mechanism (`wse_core.perf.Timing.by_mechanism`)."""
+        return self.predicted.by_mechanism()
+
     @property
     def bound(self) -> str:
         """The resource that sets most of the predicted time (leaves summed by bound)."""
@@ -145,6 +153,7 @@ class RunReport:
             "bound": self.bound,
             "critical_phase": self.predicted.critical().name,
             "seconds_by_bound": self.predicted.by_bound(),
+            "cycles_by_mechanism": self.cycles_by_mechanism(),
             "energy_j": self.energy_j,
             "predicted": self.predicted.to_dict(),
             "work": self.phases.total_work().to_dict(),

@@ -26,6 +26,7 @@ from typing import Any
 
 from wse_core.dtypes import DTYPE_ALIASES, DTYPE_BYTES, DTYPES, dtype_bytes, dtype_name, to_jnp
 from wse_core.errors import SpecError, suggest, yaml_problem
+from wse_core.mechanisms import CALIBRATION_KEYS, CONSTANTS
 from wse_core.simd import OP_KINDS, SIMD_WSE2, SIMD_WSE3
 
 __all__ = [
@@ -46,18 +47,10 @@ __all__ = [
     "to_jnp",
 ]
 
-# Spec fields whose preset values are assumptions (not published); `wse experiments run NAME
-# --assume KEY=VALUE` may change them (wse_core.assumptions), and every prediction lists them.
-ASSUMED_FIELDS = {
-    "clock_hz": "clock (not published; SDK scripts divide by 850 MHz; WSE-3 from marketing)",
-    "hop_latency_cycles": "router latency per fabric hop (SDK scripts: 1 cycle; a trace: 2)",
-    "dsd_issue_cycles": "cycles to issue one DSD instruction before its first element",
-    "sqrt_cycles": "cycles per element of a square root (no SIMD form)",
-    "div_cycles": "cycles per element of a division (SDK example comments: about 50)",
-    "fp32_mul_width": "SIMD width of fp32 mul and FMAC (inferred: not in the SDK table)",
-    "system_latency_s": "latency of one activation pass between two systems",
-    "overlap": "1: compute, SRAM and fabric streaming overlap fully; 0: they add up",
-}
+# Every constant a user may change (`wse experiments run NAME --assume KEY=VALUE`,
+# wse_core.assumptions): its units, mechanism, basis and source (wse_core.mechanisms). Every
+# prediction lists them.
+ASSUMED_FIELDS = {key: c.line() for key, c in CONSTANTS.items()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -77,14 +70,16 @@ class WaferSpec:
     spare_rows: int = 0  # physical rows beyond pe_rows used to repair defects
     spare_cols: int = 0  # physical columns beyond pe_cols used to repair defects
     defect_rate: float = 0.0  # expected fraction of dead physical PEs
-    hop_latency_cycles: float = 1.0  # router latency per fabric hop (assumption: 1 cycle)
+    hop_latency_cycles: float = 1.0  # cycles per link traversal (Luczynski et al.; SDK scripts)
+    ramp_latency_cycles: float = 2.0  # T_R, core <-> router one way (Luczynski et al.: ~2)
     memoryx_bytes_per_s: float = 150e9  # weight store -> wafer (assumption: the host I/O rate)
     swarmx_bytes_per_s: float = 150e9  # per-system broadcast / reduce link (same assumption)
     # The instruction-level cost model (wse_core.perf): SIMD width by "kind.dtype" (see
-    # SIMD_WSE2 / SIMD_WSE3) and the assumed costs listed in ASSUMED_FIELDS.
+    # SIMD_WSE2 / SIMD_WSE3) and the mechanism constants of wse_core.mechanisms.
     simd_widths: Mapping[str, float] = dataclasses.field(default_factory=lambda: SIMD_WSE2)
     fp32_mul_width: float = 1.0  # INFERRED: fp32 mul / FMAC are not in the SDK's table
-    dsd_issue_cycles: float = 3.0  # assumption: not published
+    dsd_issue_cycles: float = 3.0  # FITTED (wse_core.calibration); 3 is the prior
+    task_activation_cycles: float = 10.0  # assumption: not published
     sqrt_cycles: float = 10.0  # assumption: not published (no SIMD form)
     div_cycles: float = 50.0  # SDK example comments ("about 50 cycles")
     system_latency_s: float = 2e-6  # assumption: one system-to-system activation pass
@@ -113,7 +108,14 @@ class WaferSpec:
                 raise SpecError(f"{field} must be a positive number, got {value!r}")
         if not 0.0 <= float(self.defect_rate) < 1.0:
             raise SpecError(f"defect_rate must be in [0, 1), got {self.defect_rate!r}")
-        for field in ("dsd_issue_cycles", "sqrt_cycles", "div_cycles", "system_latency_s"):
+        for field in (
+            "dsd_issue_cycles",
+            "task_activation_cycles",
+            "ramp_latency_cycles",
+            "sqrt_cycles",
+            "div_cycles",
+            "system_latency_s",
+        ):
             if not getattr(self, field) >= 0:
                 raise SpecError(f"{field} must be >= 0, got {getattr(self, field)!r}")
         if not self.fp32_mul_width > 0:
@@ -311,7 +313,7 @@ def preset(name: str) -> WaferSpec:
         ) from None
     from wse_core.assumptions import active
 
-    changes = active()
+    changes = {k: v for k, v in active().items() if k not in CALIBRATION_KEYS}
     return spec.replace(**changes) if changes else spec
 
 

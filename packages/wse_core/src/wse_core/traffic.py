@@ -10,8 +10,9 @@ Counts are for the logical grid: `words` (32-bit words injected into the fabric)
 `max_words_per_pe` (the busiest PE's injected words, all directions together),
 `links` (the busiest PE's words per outgoing link direction, "N", "S", "E", "W": links of
 different directions run at once, so the busiest single link bounds bandwidth time; the
-performance model takes the maximum over directions) and `latency_hops` (the longest chain
-of dependent hops, which bounds latency time).
+performance model takes the maximum over directions), `latency_hops` (the longest chain
+of dependent hops, which bounds latency time) and `relay_stages` (dependent relays through
+a core on that chain: a reduction's combining steps, 2 T_R + 1 cycles each).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Traffic:
     latency_hops: float = 0.0
     count: int = 0  # number of fabric ops
     links: Mapping[str, float] = dataclasses.field(default_factory=dict)  # words per direction
+    relay_stages: float = 0.0  # dependent relays through a core (wse_core.perf: 2 T_R + 1)
 
     def __add__(self, other: Traffic) -> Traffic:
         links = dict(self.links)
@@ -45,6 +47,7 @@ class Traffic:
             latency_hops=self.latency_hops + other.latency_hops,
             count=self.count + other.count,
             links=links,
+            relay_stages=self.relay_stages + other.relay_stages,
         )
 
     def scaled(self, k: float) -> Traffic:
@@ -57,6 +60,7 @@ class Traffic:
             self.latency_hops * k,
             int(self.count * k),
             {d: v * k for d, v in self.links.items()},
+            self.relay_stages * k,
         )
 
     @property

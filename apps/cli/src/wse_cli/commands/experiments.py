@@ -1,7 +1,11 @@
-"""`wse experiments list|run`: named, seeded, reproducible runs (shared/DESIGN.md output).
+"""`wse experiments list|run|assumptions`: named, seeded, reproducible runs (shared/DESIGN.md
+output).
 
 Each experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResult` in its
 package; the registry below maps names to "module:function" so listing imports nothing.
+`run NAME --sweep KEY=a,b,c` reruns only the predictions once per value of one assumption
+(the module's `<function>_predictions(*, seed)` when it has one, else the quick run) and
+prints how each moves (`wse_core.sweeps`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     ),
     "cost-model-calibration": (
         "wse_core.studies.calibration_check:run",
-        "The cost model on the calibration set (Table II, 8B decode) with its efficiencies",
+        "Every cost-model constant, the calibration rows that fit or check it, leave-one-out",
     ),
     "fabric-collectives": (
         "wse_core.studies.fabric_collectives:run",
@@ -59,7 +63,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     ),
     "hotchips24-inference": (
         "wse_inference.studies.hotchips24_inference:run",
-        "Batch-1 decode tokens/s on 1..N WSE-3s (8B calibration)",
+        "Batch-1 decode tokens/s on 1..N WSE-3s (8B: a calibration check)",
     ),
     "tco-training": (
         "wse_cli.tco_training:run",
@@ -100,6 +104,12 @@ def run(
         "(repeatable; `wse experiments assumptions` lists them). The calibration is refitted "
         "under it.",
     ),
+    sweep: str = typer.Option(
+        None,
+        "--sweep",
+        help="KEY=a,b,c (or KEY for its plausible range): print how every prediction moves "
+        "over these values of one assumption, instead of running the experiment.",
+    ),
 ) -> None:
     """Run one experiment; writes results.json, table.md, table.csv, figure.png."""
     from wse_core import write_experiment
@@ -108,6 +118,9 @@ def run(
 
     fn = load(name)
     changes = parse_assumptions(assume)
+    if sweep is not None:
+        _sweep(name, fn, sweep, changes, out, seed)
+        return
     with assumed(**changes):
         result = fn(quick=quick, seed=seed)
     if changes:
@@ -117,16 +130,41 @@ def run(
     typer.echo(f"wrote {folder}/results.json, table.md, table.csv, figure.png")
 
 
+def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> None:
+    """The predictions at each value of one assumption (under the other --assume changes)."""
+    from wse_core.assumptions import assume as assumed
+    from wse_core.sweeps import parse_sweep, sweep
+
+    key, values = parse_sweep(item)
+    module = importlib.import_module(fn.__module__)
+    predict = getattr(module, f"{fn.__name__}_predictions", None)
+    if predict is None:  # no prediction-only entry: the quick run's predictions
+
+        def predict(*, seed: int):
+            return fn(quick=True, seed=seed).predictions
+
+    with assumed(**changes):
+        result = sweep(predict, key, values, seed=seed)
+    path = result.write(out / name)
+    typer.echo(result.markdown())
+    typer.echo(f"wrote {path}")
+
+
 @app.command("assumptions")
 def assumptions() -> None:
-    """The assumptions behind every prediction, with their values on each wafer preset."""
+    """Every constant of the cost model: its value on each wafer preset (fitted ones as the
+    calibration sets them), units, mechanism, basis and source or fitting rows."""
+    from wse_core.assumptions import value_of
     from wse_core.calibration import current
+    from wse_core.perf import PerfModel
     from wse_core.spec import ASSUMED_FIELDS, preset
 
-    typer.echo(f"{'assumption':<20} {'wse1':>10} {'wse2':>10} {'wse3':>10}  why")
+    names = ("wse1", "wse2", "wse3")
+    rates = [PerfModel(preset(p)).rates for p in names]
+    typer.echo(f"{'constant':<24} {'wse1':>10} {'wse2':>10} {'wse3':>10}  units, mechanism, basis")
     for key, why in ASSUMED_FIELDS.items():
-        values = " ".join(f"{getattr(preset(p), key):>10.4g}" for p in ("wse1", "wse2", "wse3"))
-        typer.echo(f"{key:<20} {values}  {why}")
+        values = " ".join(f"{value_of(r, key):>10.4g}" for r in rates)
+        typer.echo(f"{key:<24} {values}  {why}")
     typer.echo(f"calibration: {current().describe()}")
 
 

@@ -3,12 +3,15 @@
 
 Predictions are `wse_hpc.stencil.perf` counts on the full-size plan (`place_wave` /
 `place_bicgstab`, the placements `run_stencil` uses, with traffic traced abstractly), priced
-by `wse_core.perf.PerfModel` with the one calibration (`wse_core.calibration`: its compute
-efficiency is fitted on Table II, so the sc22-stencil25 rows are marked "calibration").
-`published` is filled only from shared/REFERENCES.md (Table III and SC20 list inputs only:
-None). The measured part is a functional emulated run on a reduced grid (smaller with
-`quick`); the predictions do not depend on `quick`. Param keys: wafer, grid, nz, block_z,
-precision, steps.
+by `wse_core.perf.PerfModel` mechanism by mechanism (`wse_core.calibration` fits
+`dsd_issue_cycles` on Table II, so the sc22-stencil25 rows are marked "calibration"). Each
+25-point row splits a step into its per-cell, per-block and per-step cycles
+(`wse_core.stencil_cost.step_terms`) and carries its cycles per step by mechanism. SC20 is
+priced as the kernel Rocki et al. describe (`kernel: published`) and as the emulator's own
+mix (`kernel: emulator`). `published` is filled only from shared/REFERENCES.md (Table III and
+SC20 list inputs only: None). The measured part is a functional emulated run on a reduced
+grid (smaller with `quick`); the predictions do not depend on `quick`. Param keys: wafer,
+grid, nz, block_z, precision, steps, kernel.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from wse_core import ExperimentResult, PredictionRow, RunReport, preset
+from wse_core.assumptions import setting
 from wse_core.calibration import STENCIL_TABLE_II
 from wse_core.perf import PerfModel
+from wse_core.stencil_cost import block_widths, step_terms
 
 from wse_hpc.stencil import perf
 from wse_hpc.stencil.placement import grid_wafer
@@ -30,12 +35,19 @@ from wse_hpc.stencil.runs import (
     wave_block_fn,
 )
 
-__all__ = ["stencil25", "stencil25_nz", "bicgstab_sc20"]
+__all__ = [
+    "stencil25",
+    "stencil25_nz",
+    "bicgstab_sc20",
+    "stencil25_predictions",
+    "stencil25_nz_predictions",
+    "bicgstab_sc20_predictions",
+]
 
 TABLE_II = "Jacquelin et al., arXiv:2204.03775, Table II (calibration)"
 TABLE_III = "Jacquelin et al., arXiv:2204.03775, Table III (inputs only; not fitted)"
 SC20 = "Rocki et al., SC20, arXiv:2010.03660 (inputs only; not fitted)"
-TABLE_II_NZ, TABLE_II_BLOCK_Z, TABLE_II_STEPS = 1000, 100, 1000  # block_z: an assumption
+TABLE_II_NZ, TABLE_II_STEPS = 1000, 1000  # the Z block: the calibration's table_ii_block_z
 # Table II, Gcell/s (shared/REFERENCES.md); the seconds are in wse_core.calibration.
 TABLE_II_GCELLS = {
     (200, 200): 533.64,
@@ -64,7 +76,10 @@ def wave_plan(nx: int, ny: int, nz: int, block_z: int):
 def _wave_row(nx, ny, nz, block_z, steps, published, source):
     grid, phases = wave_plan(nx, ny, nz, block_z)
     timing = PerfModel(grid.wafer.spec).evaluate(phases)
+    clock = grid.wafer.spec.clock_hz
     gcells = nx * ny * nz / timing.seconds / 1e9
+    terms = step_terms(timing, len(block_widths(nz, block_z)))
+    cycles = timing.seconds * clock
     params = {
         "wafer": "wse2",
         "grid": f"{nx}x{ny}",
@@ -74,8 +89,13 @@ def _wave_row(nx, ny, nz, block_z, steps, published, source):
         "precision": "fp32",
         "bound": timing.bound,
         "seconds": timing.seconds * steps,
+        "per": "step",
+        "cycles_per_step": cycles,
+        **{f"{k}_share": terms[k] / cycles for k in ("per_cell", "per_block", "per_step")},
     }
-    return PredictionRow("gcells_per_s", gcells, "Gcell/s", params, published, source)
+    return PredictionRow(
+        "gcells_per_s", gcells, "Gcell/s", params, published, source, timing.by_mechanism()
+    )
 
 
 def _measured(run: RunReport) -> dict[str, Any]:
@@ -110,13 +130,20 @@ def _figure(labels, predicted, published, ylabel, title):
     return fig
 
 
-def stencil25(*, quick: bool, seed: int) -> ExperimentResult:
-    """Table II grids on WSE-2 (nz = 1000, 1000 steps): predicted Gcell/s vs published (the
-    calibration set: the compute efficiency is fitted on these eight rows)."""
-    rows = [
-        _wave_row(nx, ny, TABLE_II_NZ, TABLE_II_BLOCK_Z, TABLE_II_STEPS, published, TABLE_II)
+def stencil25_predictions(*, seed: int = 0) -> list[PredictionRow]:
+    """The Table II rows (Gcell/s at the calibration's Table II Z block)."""
+    b = int(setting("table_ii_block_z"))
+    return [
+        _wave_row(nx, ny, TABLE_II_NZ, b, TABLE_II_STEPS, published, TABLE_II)
         for (nx, ny), published in TABLE_II_GCELLS.items()
     ]
+
+
+def stencil25(*, quick: bool, seed: int) -> ExperimentResult:
+    """Table II grids on WSE-2 (nz = 1000, 1000 steps): predicted Gcell/s vs published (the
+    calibration set: `dsd_issue_cycles` is fitted on these eight rows), each step split
+    into its per-cell, per-block and per-step terms."""
+    rows = stencil25_predictions()
     n = 16 if quick else 48
     run = run_stencil(
         StencilConfig(
@@ -135,14 +162,23 @@ def stencil25(*, quick: bool, seed: int) -> ExperimentResult:
         "25-point stencil on WSE-2 (nz = 1000; calibration set)",
     )
     assert len(STENCIL_TABLE_II) == len(rows)  # the calibration's own list of the same rows
-    config = {"quick": quick, "calibration": run.calibration.describe()}
+    config = {
+        "quick": quick,
+        "calibration": run.calibration.describe(),
+        "table_ii_block_z": setting("table_ii_block_z"),
+    }
     return ExperimentResult("sc22-stencil25", seed, config, [_measured(run)], rows, fig)
+
+
+def stencil25_nz_predictions(*, seed: int = 0) -> list[PredictionRow]:
+    """SC22 Table III inputs: Gcell/s for each (nz, Z block b) on 755 x 994 PEs."""
+    return [_wave_row(755, 994, nz, b, TABLE_III_STEPS, None, TABLE_III) for nz, b in TABLE_III]
 
 
 def stencil25_nz(*, quick: bool, seed: int) -> ExperimentResult:
     """SC22 Table III: 755 x 994 PEs, 100,000 steps, Gcell/s for each (nz, Z block b). No
     published figure is in REFERENCES.md, so `published` stays None."""
-    rows = [_wave_row(755, 994, nz, b, TABLE_III_STEPS, None, TABLE_III) for nz, b in TABLE_III]
+    rows = stencil25_nz_predictions()
     measured = []
     nz = 40 if quick else 120
     for b in (4, 15, 40) if quick else (4, 15, 40, 120):  # 15: a shorter last block
@@ -184,31 +220,53 @@ def _nz_figure(curve):
     return fig
 
 
-def bicgstab_sc20(*, quick: bool, seed: int) -> ExperimentResult:
-    """BiCGSTAB on CS-1 (preset wse1) at 600 x 595 x 1536, mixed precision (fp16 stencil and
-    AXPY, fp32 allreduced dots): predicted microseconds per iteration and PFLOP/s (counted
-    flops of one inner iteration). No published figure is in REFERENCES.md (None)."""
-    shape = (600, 595, 1536)
+SC20_SHAPE = (600, 595, 1536)
+
+
+def bicgstab_sc20_predictions(*, seed: int = 0) -> list[PredictionRow]:
+    """µs per iteration and PFLOP/s of SC20's case on CS-1 (preset wse1), priced as the
+    published kernel and as the emulator's own mix on the same placed grid."""
+    shape = SC20_SHAPE
     # Mixed only, as published: the fp32 variant's seven fp32 vectors do not fit a CS-1 PE.
     wafer = grid_wafer(preset("wse1"), shape, mesh_shape=(1, 1))
     grid = place_bicgstab(wafer, shape, "mixed", pair=False)
-    phases = perf.bicgstab_iteration(grid, "mixed", bicgstab_spmv(grid))
-    timing = PerfModel(grid.wafer.spec).evaluate(phases)
-    params = {
-        "wafer": "wse1",
-        "grid": "600x595x1536",
-        "nz": shape[2],
-        "precision": "mixed",
-        "bound": timing.bound,
-        "critical_phase": timing.critical().name,
-        "allreduce_us": 3 * timing.leaf("allreduce_1").seconds * 1e6,
-        "sram_bytes_per_pe": grid.bytes_per_pe,
+    kernels = {
+        "published": perf.bicgstab_sc20_iteration(grid),
+        "emulator": perf.bicgstab_iteration(grid, "mixed", bicgstab_spmv(grid)),
     }
-    flops = phases.total_work().flops() * shape[0] * shape[1]
-    rows = [
-        PredictionRow("us_per_iteration", timing.seconds * 1e6, "us", params, None, SC20),
-        PredictionRow("pflops", flops / timing.seconds / 1e15, "PFLOP/s", params, None, SC20),
-    ]
+    model = PerfModel(grid.wafer.spec)
+    rows = []
+    for kernel, phases in kernels.items():
+        timing = model.evaluate(phases)
+        params = {
+            "wafer": "wse1",
+            "grid": "600x595x1536",
+            "nz": shape[2],
+            "precision": "mixed",
+            "kernel": kernel,
+            "bound": timing.bound,
+            "critical_phase": timing.critical().name,
+            "allreduce_us": sum(timing.leaf(n).seconds for n in ("allreduce_1", "allreduce_2"))
+            * 1e6,
+            "flop_per_pe": phases.total_work().flops(),
+            "sram_bytes_per_pe": grid.bytes_per_pe,
+            "per": "iteration",
+        }
+        flops = phases.total_work().flops() * shape[0] * shape[1]
+        mech = timing.by_mechanism()
+        us = timing.seconds * 1e6
+        rows.append(PredictionRow("us_per_iteration", us, "us", params, None, SC20, mech))
+        pflops = flops / timing.seconds / 1e15
+        rows.append(PredictionRow("pflops", pflops, "PFLOP/s", params, None, SC20, mech))
+    return rows
+
+
+def bicgstab_sc20(*, quick: bool, seed: int) -> ExperimentResult:
+    """BiCGSTAB on CS-1 (preset wse1) at 600 x 595 x 1536, mixed precision: predicted
+    microseconds per iteration and PFLOP/s (counted flops of one inner iteration), for the
+    kernel SC20 describes and for the emulator's own mix. No published figure is in
+    REFERENCES.md (None)."""
+    rows = bicgstab_sc20_predictions()
     n = (16, 16, 32) if quick else (48, 48, 96)
     measured = [
         _measured(

@@ -5,8 +5,8 @@ and the kernel's own settings (BiCGSTAB precision, the wave's Z block), counts t
 PE's DSD instructions (`wse_core.perf.Op`), SRAM bytes and hop chains, takes the fabric
 words per link direction from tracing the kernel's own step functions
 (`wse_core.fabric.count`), and returns `wse_core.perf.Work` / `Phases`. `PerfModel` prices
-them with the spec's SIMD table and the one calibration (`wse_core.calibration`); nothing
-here carries a factor of its own.
+each mechanism with its constant (`wse_core.mechanisms`; the fitted ones from
+`wse_core.calibration`); nothing here carries a factor of its own.
 
 Counting rules (stated once, used by every kernel):
 - One vector instruction per array operation the kernel's jnp code performs, over the
@@ -19,49 +19,55 @@ Counting rules (stated once, used by every kernel):
 - Sends into the fabric run as asynchronous fabric-output DSDs beside the datapath (not
   issued on it), as in the published 25-point mix; the router replicates them (no ramp
   bound). Hop chains add up in the order they are traced.
-- A wafer-wide fp32 allreduce (BiCGSTAB's dots) is traced as `fabric.allreduce`: reduce to
-  the centre and back, the grid's diameter in hops; Rocki et al. measured one in about
-  1.1x the diameter in cycles, so 0.1 x the traced hops are added as fixed cycles (the adds
-  along the chain).
-- The 25-point step is priced as published (Jacquelin et al.): per cell 4 R FMUL with a
-  fabric operand + 1, 4 R + 1 FADD, 2 R FMA, 1 FSUB (R = 4: 17, 17, 8, 1); SRAM 2R+1 Z
-  reads, u_prev and (v dt)^2, 4 R buffered halos read, 1 + 4 R written. The emulated kernel
-  evaluates the same stencil in another order (pair sums first: 18 mul, 25 add, 1 sub =
-  44 flop per cell); the published mix is what the wafer runs and what the calibration
-  fitted, so the step is priced by it (`wave25_work` equals
-  `wse_core.calibration.wave25_work`; a test checks).
+- A halo exchange is one relay stage (up the sender's ramp, down the receiver's) over the
+  traced hops, and each direction's receive activates a task, as does each step.
+- A wafer-wide fp32 allreduce (BiCGSTAB's dots) is priced as Luczynski et al. model it
+  (`wse_core.collectives.allreduce_2d`: rows to the centre column, the column to the centre,
+  a flood back; the fastest of their line algorithms at the spec's hop and ramp latencies),
+  on the PE rectangle the grid occupies. Rocki et al.'s "about 10% over the diameter" is a
+  check of it in the calibration (`wse_core.calibration.rows`), not a factor here.
+- The 25-point step is priced as Jacquelin et al. publish it
+  (`wse_core.stencil_cost.wave_step_phases`: per step, per Z block the halo of the 4 R
+  nearest PEs then the update, 4 R + 1 FMUL, 4 R + 1 FADD, 2 R FMA, 1 FSUB per cell),
+  with the kernel's own radius, nz and Z block; the kernel's traced multicasts must move the
+  words the published step counts (R w per link direction and block; a test checks). The
+  emulated kernel evaluates the same stencil in another order (pair sums first: 18 mul,
+  25 add, 1 sub = 44 flop per cell); the published mix is what the wafer runs.
+- SC20's BiCGSTAB is priced two ways (`bicgstab_sc20_iteration`): the kernel Rocki et al.
+  describe (fp16 vectors and matrix, a 7-diagonal fp16 SpMV whose four neighbour terms
+  stream from the fabric, fp32 accumulation of the dots only, 3 allreduces) and the
+  emulator's own mix (`bicgstab_iteration`: x kept in fp32, a difference-form SpMV).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from wse_core import fabric
-from wse_core.perf import Op, Phase, Phases, Work, serial
+from wse_core.collectives import allreduce_2d
+from wse_core.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.spec import DTYPE_BYTES
+from wse_core.stencil_cost import block_widths, wave_step_phases
 from wse_core.traffic import Traffic
 
 from wse_hpc.stencil.placement import StencilGrid
 
 __all__ = [
-    "ALLREDUCE_OVER_DIAMETER",
     "allreduce_work",
     "assumptions",
     "bicgstab_iteration",
     "bicgstab_phases",
+    "bicgstab_sc20_iteration",
     "jacobi_phases",
     "heat_phases",
     "refinement_work",
     "spmv7_ops",
     "traced",
+    "wave25_halo_words",
     "wave25_phases",
-    "wave25_work",
 ]
-
-ALLREDUCE_OVER_DIAMETER = 1.1  # Rocki et al. (SC20): allreduce cycles / diameter hops
 
 
 def _name(dtype) -> str:
@@ -114,7 +120,8 @@ def spmv7_ops(dtype: str, n: float) -> Work:
 
 
 def _fabric(traffic: Traffic) -> Work:
-    return Work.from_traffic(traffic)
+    """A traced halo exchange: its words and hops, one relay stage, a task per direction."""
+    return Work.from_traffic(traffic) + Work(relay_stages=1.0, task_activations=4.0)
 
 
 def jacobi_phases(grid: StencilGrid, step_fn: Callable, steps: int) -> Phases:
@@ -132,7 +139,7 @@ def jacobi_phases(grid: StencilGrid, step_fn: Callable, steps: int) -> Phases:
             _vec("mul", d, n, 1, reads=1),
         ]
     )
-    work = ops + _fabric(traced(grid, step_fn, u, u))
+    work = ops + _fabric(traced(grid, step_fn, u, u)) + Work(task_activations=1.0)
     return serial(Phase("jacobi_sweep", work), name="jacobi", repeat=steps)
 
 
@@ -142,18 +149,16 @@ def heat_phases(grid: StencilGrid, step_fn: Callable, steps: int) -> Phases:
     dt = grid.dtype("u")
     n, d = grid.shape[2], _name(dt)
     update = _sum([_vec("neg", d, n, reads=1), _vec("mul", d, n, reads=1), _vec("add", d, n)])
-    work = spmv7_ops(d, n) + update + _fabric(traced(grid, step_fn, field_struct(grid, dt)))
+    halo = _fabric(traced(grid, step_fn, field_struct(grid, dt)))
+    work = spmv7_ops(d, n) + update + halo + Work(task_activations=1.0)
     return serial(Phase("heat_step", work), name="heat", repeat=steps)
 
 
-def allreduce_work(grid: StencilGrid, words: int, spec_hop_cycles: float) -> Work:
-    """One wafer-wide fp32 allreduce of `words` values per PE (traced), with Rocki et al.'s
-    ~10% over the diameter as fixed cycles."""
-    t = traced(
-        grid, lambda a: fabric.allreduce(grid.wafer, a), field_struct(grid, jnp.float32, (words,))
-    )
-    extra = (ALLREDUCE_OVER_DIAMETER - 1) * t.latency_hops * spec_hop_cycles
-    return Work(links=dict(t.links), latency_hops=t.latency_hops, fixed_cycles=extra)
+def allreduce_work(grid: StencilGrid, words: int) -> Work:
+    """One fp32 allreduce of `words` values per PE over the grid's PE rectangle
+    (`wse_core.collectives.allreduce_2d` at the spec's constants)."""
+    rows, cols = grid.shape[0], grid.shape[1]
+    return allreduce_2d(PerfModel(grid.wafer.spec).rates, rows, cols, words)
 
 
 def _dots(vec: str, n: float, pairs: int) -> Work:
@@ -176,11 +181,50 @@ def bicgstab_iteration(grid: StencilGrid, precision: str, spmv: Callable) -> Pha
     )
     vector = (spmv7_ops(vec, n) + _fabric(halo)).scaled(2) + axpy + x_update + _dots(vec, n, 5)
     scalars = Work(ops=(Op("div", "fp32", 1, count=4), Op("sqrt", "fp32", 1, count=2)))
-    hop = grid.wafer.spec.hop_latency_cycles
     return serial(
         Phase("vectors", vector),
-        Phase("allreduce_1", allreduce_work(grid, 1, hop)),
-        Phase("allreduce_2", allreduce_work(grid, 2, hop), repeat=2),
+        Phase("allreduce_1", allreduce_work(grid, 1)),
+        Phase("allreduce_2", allreduce_work(grid, 2), repeat=2),
+        Phase("scalars", scalars),
+        name="bicgstab_iteration",
+    )
+
+
+def _sc20_spmv(n: float) -> Work:
+    """SC20's SpMV y = A x, all fp16, A as 7 diagonals: the centre term one mul, the Z
+    neighbours two FMACs over shifted local views, the four X/Y neighbours four FMACs whose
+    x streams from the fabric; the halo: one value per cell each way (two fp16 per wavelet)
+    over one hop, one relay stage, a task per direction."""
+    ops = (
+        Op("mul", "fp16", n),
+        Op("fmac", "fp16", n, count=2),
+        Op("fmac", "fp16", n, count=4, fabric_in=True),
+    )
+    words = n * DTYPE_BYTES["fp16"] / 4
+    return Work(
+        ops=ops,
+        sram_read_bytes=2 * n * (2 + 2 * 3 + 4 * 2),  # diagonal and x (and y for an FMAC)
+        sram_write_bytes=2 * n * 7,
+        links={"ramp": 4 * words, **{d: words for d in ("N", "S", "E", "W")}},
+        latency_hops=1.0,
+        relay_stages=1.0,
+        task_activations=4.0,
+    )
+
+
+def bicgstab_sc20_iteration(grid: StencilGrid) -> Phases:
+    """One BiCGSTAB iteration as Rocki et al. (SC20) describe the kernel: fp16 matrix and
+    vectors, two SpMVs (`_sc20_spmv`), six fp16 AXPY-type FMACs (p, s, x twice, r), five
+    dots as fp16 products accumulated in fp32 (`@fmachs`), three fp32 allreduces of 1, 2
+    and 2 words (`allreduce_work`), three divisions and a square root on every PE."""
+    n = grid.shape[2]
+    vectors = _vec("fmac", "fp16", n, 6) + _dots("fp16", n, 5) + Work(task_activations=1.0)
+    scalars = Work(ops=(Op("div", "fp32", 1, count=3), Op("sqrt", "fp32", 1)))
+    return serial(
+        Phase("spmv", _sc20_spmv(n), repeat=2),
+        Phase("vectors", vectors),
+        Phase("allreduce_1", allreduce_work(grid, 1)),
+        Phase("allreduce_2", allreduce_work(grid, 2), repeat=2),
         Phase("scalars", scalars),
         name="bicgstab_iteration",
     )
@@ -214,9 +258,8 @@ def refinement_work(grid: StencilGrid, precision: str, pair: bool, spmv: Callabl
             *conv,
         ]
     )
-    hop = grid.wafer.spec.hop_latency_cycles
     scal = Work(ops=(Op("div", "fp32", 1), Op("sqrt", "fp32", 1)))
-    return ops + allreduce_work(grid, 1, hop) + scal
+    return ops + allreduce_work(grid, 1) + scal
 
 
 def bicgstab_phases(
@@ -244,36 +287,23 @@ def bicgstab_phases(
     )
 
 
-def wave25_work(grid: StencilGrid, block_z: int, block_fn: Callable) -> Work:
-    """One 25-point step on `grid` with Z blocks of `block_z` (the last may be shorter):
-    the published per-cell mix for radius R = grid.radius (module docstring) as vector
-    instructions over each block (the mean block length when blocks differ, as the
-    calibration's count), and the halo traffic traced from `block_fn(block_field)` for
-    every block."""
+def wave25_halo_words(grid: StencilGrid, block_z: int, block_fn: Callable) -> dict[str, float]:
+    """Words per link direction the kernel's traced multicasts move in one step (every Z
+    block of `block_z`, the last one shorter): what `wave25_phases` must price."""
     r, nz = grid.radius, grid.shape[2]
-    blocks = math.ceil(nz / block_z)
-    widths = [block_z] * (nz // block_z) + ([nz % block_z] if nz % block_z else [])
+    widths = block_widths(nz, block_z)
     traffic = Traffic()
     for width in sorted(set(widths)):
         t = traced(grid, block_fn, field_struct(grid, jnp.float32, (width + 2 * r,)))
         traffic = traffic + t.scaled(widths.count(width))
-    per_cell = (("mul", 4 * r + 1), ("add", 4 * r + 1), ("fmac", 2 * r), ("sub", 1))
-    length = nz / blocks
-    ops = tuple(Op(kind, "fp32", length, count=k * blocks) for kind, k in per_cell)
-    reads = (2 * r + 1) + 2 + 4 * r  # Z reads, u_prev and (v dt)^2, buffered halos
-    return Work(
-        ops=ops,
-        sram_read_bytes=reads * 4 * nz,
-        sram_write_bytes=(1 + 4 * r) * 4 * nz,
-        links=dict(traffic.links),
-        latency_hops=traffic.latency_hops,
-    )
+    return dict(traffic.links)
 
 
 def wave25_phases(grid: StencilGrid, block_z: int, block_fn: Callable, steps: int) -> Phases:
-    return serial(
-        Phase("wave25_step", wave25_work(grid, block_z, block_fn)), name="wave25", repeat=steps
-    )
+    """`steps` 25-point steps on `grid` with Z blocks of `block_z`: the published algorithm
+    (`wse_core.stencil_cost`) at the grid's radius and nz (module docstring)."""
+    del block_fn  # its traced words equal the published step's (wave25_halo_words; tested)
+    return wave_step_phases(grid.shape[2], block_z, radius=grid.radius, steps=steps)
 
 
 def assumptions(kind: str) -> dict[str, str]:
@@ -284,12 +314,14 @@ def assumptions(kind: str) -> dict[str, str]:
     }
     if kind == "wave25":
         out["wave25 mix"] = (
-            "priced by the published per-cell mix (17 FMUL, 17 FADD, 8 FMA, 1 FSUB); the "
-            "emulated kernel evaluates the same stencil as 18 mul, 25 add, 1 sub"
+            "priced as published (wse_core.stencil_cost): per Z block the 16 nearest PEs' "
+            "values, then 17 FMUL, 17 FADD, 8 FMA, 1 FSUB per cell; the emulated kernel "
+            "evaluates the same stencil as 18 mul, 25 add, 1 sub"
         )
     if kind == "bicgstab":
         out["allreduce"] = (
-            f"fp32 allreduce = traced diameter hops x {ALLREDUCE_OVER_DIAMETER} (Rocki et al.)"
+            "fp32 allreduce as Luczynski et al. model it: rows to the centre column, the "
+            "column to the centre, a flood back (wse_core.collectives.allreduce_2d)"
         )
         out["x in fp32"] = "the emulator accumulates x in fp32 (converts and fp32 FMAs priced)"
     return out

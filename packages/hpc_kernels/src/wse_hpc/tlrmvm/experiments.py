@@ -11,7 +11,11 @@ compressed bases over the predicted time) of the slice alone (systems 1, copies 
 program rectangle (48 systems: 35,784,000 PEs), as `model_pb_per_s` (on-wafer time),
 `model_with_io_pb_per_s` (each copy's x and y through the system's host I/O) and in Cerebras's
 matvec accounting, `cerebras_relative_pb_per_s` and `cerebras_absolute_pb_per_s` (the SDK's
-single-tile-matvec bytes per PE, the slowest PE's cycles over 850 MHz). Layouts: grouped (PE
+single-tile-matvec bytes of the PEs that hold tiles, in every copy and system, the slowest
+PE's cycles over 850 MHz; `pes` is how many PEs that is, `rectangle_pes` the 750 x 994 per
+system it used to be scaled to) in real-split bytes (what the PEs stream) and, as
+`*_complex_pb_per_s`, in complex64 bytes (half). `time_per_mvm` rows carry the cycles of
+one product by mechanism. Layouts: grouped (PE
 rows serve groups of tile columns and rows, rank rows coloured into PE columns; the engine's
 default), packed (slices bucketed by rank), banded (padded to each tile row's largest
 rank); and grouped on WSE-3 (model figures only: the SDK accounting is the CS-2's). Stable
@@ -40,7 +44,7 @@ from wse_hpc.tlrmvm.perf import counting_fns, pe_trace, predict
 from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator
 from wse_hpc.tlrmvm.wafer import plan_placement
 
-__all__ = ["run", "paper_operator", "NAME"]
+__all__ = ["run", "run_predictions", "paper_operator", "NAME"]
 
 NAME = "ltaief23-tlrmvm"
 SOURCE = "Ltaief et al., SC23 (DOI 10.1145/3581784.3627042): case only, no published figure"
@@ -116,8 +120,8 @@ def _speed(n: int, nb: int, seed: int) -> dict:
     }
 
 
-def _row(name: str, value: float, unit: str, params: dict) -> PredictionRow:
-    return PredictionRow(name, value, unit, params, None, SOURCE)
+def _row(name: str, value: float, unit: str, params: dict, mech=None) -> PredictionRow:
+    return PredictionRow(name, value, unit, params, None, SOURCE, mech)
 
 
 def _case_rows(name: str, layout: str, seed: int):
@@ -137,26 +141,31 @@ def _case_rows(name: str, layout: str, seed: int):
     base |= {"grid": list(plan.grid), "rank_chunk": plan.rank_chunk}
     fns = counting_fns(wafer, plan)  # built once: the three predictions trace it
     one = predict(wafer, plan, op, fns=fns)
-    p1 = {**base, "systems": 1, "copies": 1, "pes": plan.grid[0] * plan.grid[1]}
+    p1 = {**base, "systems": 1, "copies": 1, "pes": plan.grid[0] * plan.grid[1], "per": "mvm"}
+    mech = one.predicted.by_mechanism()
     rows = [
-        _row("time_per_mvm", one.predicted_s * 1e6, "µs", p1),
-        _row("model_pb_per_s", one.extra["model_bytes_per_s"] / 1e15, "PB/s", p1),
+        _row("time_per_mvm", one.predicted_s * 1e6, "µs", p1, mech),
+        _row("model_pb_per_s", one.extra["model_bytes_per_s"] / 1e15, "PB/s", p1, mech),
     ]
     info = {"plan": plan.describe(), "slice": _summary(one)}
     for systems in (1, 48):
         rep = predict(wafer, plan, op, fns=fns, systems=systems, fill=True)
         c = rep.extra["cerebras"]
         params = {**base, "systems": systems, "copies": rep.extra["copies_per_system"]}
+        params["per"] = "mvm"
+        mech = rep.predicted.by_mechanism()
         for key, extra in (
             ("model", "model_bytes_per_s"),
             ("model_with_io", "model_bytes_per_s_with_io"),
         ):
-            rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", params))
+            rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", params, mech))
         if name == "wse2":  # the SDK's accounting is defined on the CS-2's 750 x 994
-            params = {**params, "pes": c["program_pes"]}
+            params = {**params, "pes": c["program_pes"], "rectangle_pes": c["rectangle_pes"]}
             for kind in ("relative", "absolute"):
-                value = c[f"{kind}_bytes_per_s"] / 1e15
-                rows.append(_row(f"cerebras_{kind}_pb_per_s", value, "PB/s", params))
+                for conv, key in (("real-split", ""), ("complex64", "_complex")):
+                    value = c[f"{kind}{key}_bytes_per_s"] / 1e15
+                    p = {**params, "bytes": conv}
+                    rows.append(_row(f"cerebras_{kind}{key}_pb_per_s", value, "PB/s", p, mech))
         info[f"systems_{systems}"] = _summary(rep)
     return rows, info, pe_trace(wafer, plan, one)
 
@@ -219,6 +228,11 @@ def _figure(rows: list[dict]):
     ax2.legend()
     fig.tight_layout()
     return fig
+
+
+def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
+    """The prediction rows alone (for `wse experiments run --sweep`)."""
+    return _predictions(seed)[0]
 
 
 def run(*, quick: bool, seed: int) -> ExperimentResult:

@@ -18,8 +18,13 @@ pairs, `pe_kernels`): a complex (m x n) tile product is one real (2m x 2n) tile 
 [[Re, -Im], [Im, Re]] [x_re; x_im]. `cerebras_bandwidth` applies the SDK's accounting to
 every real tile (relative bytes 4mn + 4m + 4n, absolute 12mn + 4n, flops 2mn - m; for
 nb x nb: 4nb^2 + 8nb, 12nb^2 + 4nb, 2nb^2 - nb): time = the slowest PE's cycles of phases 1
-and 3 / 850e6, the mean bytes per PE of the plan scaled to the 750 x 994 program rectangle
-of each system. Nothing here is fitted to a published result.
+and 3 / 850e6; bytes = every tile-holding PE's bytes, over the PEs that hold tiles in each
+copy of the operator, in each system (not the whole 750 x 994 rectangle: copies that do
+not tile it leave PEs idle). Two complex-byte conventions, both reported: `real-split`
+(the bytes of the real 2m x 2n tiles the PEs stream: twice the complex64 bytes) and
+`complex64` (8 bytes per complex value: half of the real-split bytes). The GEMV is priced
+at its own instructions' rates: one fp32 FMAC DSD per column, each paying
+`dsd_issue_cycles`. Nothing here is fitted to a published result.
 
 Per PE (`pe_trace(wafer, plan, report)`, `wse hpc tlrmvm run --trace FILE`): phases 1 and 3
 run each PE's own program (`pe_weights`: its cycles over the busiest PE's); x in, the
@@ -79,7 +84,9 @@ ASSUMPTIONS = {
     "tlrmvm host I/O": "x in and y out overlap the product (a stream of MVMs); copies of "
     "the operator on one system share its I/O",
     "tlrmvm cerebras accounting": "time = slowest PE's cycles of phases 1 and 3 / 850e6; "
-    "mean bytes per PE of the plan x 750 x 994 PEs per system",
+    "bytes of every PE that holds tiles, in every copy and system (not the whole 750 x 994 "
+    "rectangle); reported for real-split tiles (the bytes the PEs stream) and in complex64 "
+    "bytes (half)",
 }
 
 
@@ -214,32 +221,41 @@ def copies_per_system(plan, spec_name: str, rows: int, cols: int) -> int:
 
 
 def cerebras_bandwidth(
-    plan: TlrPlan | PackedPlan | GroupedPlan, model: PerfModel, *, systems: int = 1
+    plan: TlrPlan | PackedPlan | GroupedPlan,
+    model: PerfModel,
+    *,
+    systems: int = 1,
+    copies: int = 1,
 ) -> dict[str, float]:
     """Relative and absolute bandwidth (bytes/s) as the SDK reports a matvec: the slowest
-    PE's cycles of phases 1 and 3 over 850 MHz; the plan's mean bytes per PE times the
-    750 x 994 program rectangle times `systems`."""
+    PE's cycles of phases 1 and 3 over 850 MHz; the bytes of every tile-holding PE of the
+    plan, times `copies` per system, times `systems`. `*_bytes_per_s` count the real-split
+    tiles the PEs stream; `*_complex_bytes_per_s` the same data in complex64 bytes (half,
+    for a complex operator)."""
     b, programs = plan.batch, pe_tiles(plan)
     cycles = max(model.cost(p.work(1, b) + p.work(3, b)).cycles for p in programs)
-    pes = sum(p.pes for p in programs)
+    held = [p for p in programs if p.phase1 or p.phase3]
+    tile_pes = sum(p.pes for p in held)
 
-    def mean(attr: str) -> float:
-        tot = sum(p.pes * sum(getattr(t, attr) for t in p.phase1 + p.phase3) for p in programs)
-        return b * tot / pes
+    def total(attr: str) -> float:  # one copy's bytes (or flops) over its tile PEs
+        return b * sum(p.pes * sum(getattr(t, attr) for t in p.phase1 + p.phase3) for p in held)
 
     seconds = cycles / SDK_CLOCK_HZ
-    scale = PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems
-    return {
+    scale = copies * systems
+    to_complex = 0.5 if real_pairs(plan) == 2 else 1.0
+    out: dict[str, float] = {
         "slowest_pe_cycles": cycles,
         "seconds": seconds,
-        "program_pes": scale,
-        "relative_bytes_per_pe": mean("relative_bytes"),
-        "absolute_bytes_per_pe": mean("absolute_bytes"),
-        "flops_per_pe": mean("flops"),
-        "relative_bytes_per_s": mean("relative_bytes") * scale / seconds,
-        "absolute_bytes_per_s": mean("absolute_bytes") * scale / seconds,
-        "flops_per_s": mean("flops") * scale / seconds,
+        "tile_pes_per_copy": tile_pes,
+        "program_pes": tile_pes * scale,
+        "rectangle_pes": PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems,
+        "flops_per_s": total("flops") * scale / seconds,
     }
+    for kind in ("relative", "absolute"):
+        out[f"{kind}_bytes_per_pe"] = total(f"{kind}_bytes") / tile_pes
+        out[f"{kind}_bytes_per_s"] = total(f"{kind}_bytes") * scale / seconds
+        out[f"{kind}_complex_bytes_per_s"] = out[f"{kind}_bytes_per_s"] * to_complex
+    return out
 
 
 def predict(
@@ -286,7 +302,7 @@ def predict(
             "on_wafer_s": report.predicted.leaf("on_wafer").seconds,
             "model_bytes_per_s": moved / report.predicted.leaf("on_wafer").seconds,
             "model_bytes_per_s_with_io": moved / report.predicted_s,
-            "cerebras": cerebras_bandwidth(plan, model, systems=systems),
+            "cerebras": cerebras_bandwidth(plan, model, systems=systems, copies=copies),
             **dict(extra or {}),
         }
     )

@@ -2,12 +2,13 @@
 
 Contract. This module adds no cost of its own: one token of a decoder laid out as a
 `wse_core.pipeline_plan.PipelinePlan` is `wse_core.decoder_cost.decode_phases` (every layer's
-instructions, SRAM bytes, link words and hops on its region, the hops between regions, the
-head, and each pass between wafers), evaluated by `wse_core.PerfModel` with the one
-calibration of `wse_core.calibration` (whose fabric efficiency is fitted on this very case:
-Llama 3.1 8B, 16-bit, one WSE-3, 1,800 tokens/s). The result is a `wse_core.RunReport` with
-`units="token"`: `predicted_s` is the wafer time of one token, `extra["tokens_per_s"]` its
-inverse, `extra["plan"]` the plan's regions.
+instructions, SRAM bytes, link words, hops and relays on its region, the activation moves
+between products and between regions as words over the plan's links, the named
+`per_token` costs, and each pass between wafers), evaluated mechanism by mechanism by
+`wse_core.PerfModel` (the constants of `wse_core.mechanisms`; nothing is fitted on a decode:
+Llama 3.1 8B at 1,800 tokens/s on one WSE-3 is a check row of `wse_core.calibration`). The
+result is a `wse_core.RunReport` with `units="token"`: `predicted_s` is the wafer time of
+one token, `extra["tokens_per_s"]` its inverse, `extra["plan"]` the plan's regions.
 
 - `predict_decode(config, plan, ...)`: one token of `config` on `plan` — the same plan object
   `wse_inference.pipeline.PipelineEngine` lays its stages out from (`engine.report()`).

@@ -2,9 +2,11 @@
 the wafer, across grid sizes up to the full WSE-3.
 
 Measured: trace-plus-compile time and run time per op of the emulator on this machine's
-devices. Predicted: wafer cycles and microseconds from the traffic each op records
-(`fabric.count`, no allocation needed) through `PerfModel` on WSE-3. Predictions do not depend
-on `quick`, which only skips the largest measured grids. Nothing here is published.
+devices. Predicted: wafer cycles and microseconds on WSE-3, by mechanism: shift, multicast
+and broadcast from the traffic each op records (`fabric.count`, no allocation needed) and one
+relay stage (the sending core's ramp to the receiving core's); the allreduce as Luczynski et
+al. model it (`wse_core.collectives.allreduce_2d`). Predictions do not depend on `quick`,
+which only skips the largest measured grids. Nothing here is published.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from wse_core import fabric
+from wse_core.collectives import allreduce_2d
 from wse_core.experiment import ExperimentResult, PredictionRow
 from wse_core.perf import PerfModel, Work
 from wse_core.spec import preset
@@ -58,15 +61,21 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
                 wafer.padded_shape + (WORDS_PER_PE,), jnp.float32, sharding=wafer.sharding(1)
             )
             traffic = fabric.count(wafer, lambda a, op=op, w=wafer: op(w, a), shape)
-            pred = model.cost(Work.from_traffic(traffic))
+            if name == "allreduce":
+                work = allreduce_2d(model.rates, grid[0], grid[1], WORDS_PER_PE)
+            else:
+                work = Work.from_traffic(traffic) + Work(relay_stages=1.0)
+            pred = model.cost(work)
+            mech = pred.timed_mechanisms()
             params = {
                 "preset": "wse3",
                 "grid": f"{grid[0]}x{grid[1]}",
                 "op": name,
                 "words_per_pe": WORDS_PER_PE,
             }
-            predictions.append(PredictionRow("wafer_cycles", pred.cycles, "cycles", params))
-            predictions.append(PredictionRow("wafer_us", pred.seconds * 1e6, "us", params))
+            params["per"] = "op"
+            rows = (("wafer_cycles", pred.cycles, "cycles"), ("wafer_us", pred.seconds * 1e6, "us"))
+            predictions += [PredictionRow(n, v, u, params, mechanisms=mech) for n, v, u in rows]
             row = {
                 **params,
                 "mesh": "x".join(map(str, wafer.mesh_shape)),
