@@ -65,7 +65,13 @@ def test_compress_then_run(tmp_path):
     assert d["operator"]["compression_ratio"] == pytest.approx(op.compression_ratio)
     assert d["predicted"]["predicted_s"] > 0 and d["predicted_48_systems"]["systems"] == 48
     assert d["predicted"]["measured_wall_s"] == d["wafer_emulator_s"]
-    assert d["predicted_48_systems"]["cerebras"]["program_pes"] == 48 * 750 * 994
+    # Cerebras's accounting covers the copies' tile-holding PEs, not the whole rectangles.
+    cb = d["predicted_48_systems"]["cerebras"]
+    assert cb["rectangle_pes"] == 48 * 750 * 994
+    assert (
+        cb["program_pes"]
+        == 48 * d["predicted_48_systems"]["copies_per_system"] * cb["tile_pes_per_copy"]
+    )
     assert d["dense_gemv_s"] > 0 and d["wafer_emulator_s"] > 0
     assert d["kernel"] == "pe"  # the PEs' numba kernels on a CPU
     base = ["hpc", "tlrmvm", "run", "--operator", str(out), "--preset", "small", "--json"]

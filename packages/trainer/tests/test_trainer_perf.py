@@ -130,7 +130,16 @@ def test_changing_the_placement_changes_the_prediction_through_the_plan():
     )
     assert plan.resident and res.predicted.leaf("weights_in").seconds == 0.0
     assert res.predicted.leaf("adam_on_wafer").seconds > 0
-    assert res.predicted_s < base.predicted_s
+    # Saving the weight streams pays once the weights are more than a few words per PE: on
+    # this 16-wide model the on-wafer Adam's DSD issue overheads outweigh them, on GPT-2
+    # 124M the streams dominate.
+    gpt2 = wse_models.preset_config("gpt2-124m")
+    g_plan = memory_plan(gpt2, WSE3, 4, 8)
+    g = [
+        predict_step(gpt2, WSE3, num_csx=1, micro_batch=4, seq_len=8, plan=g_plan, placement=p)
+        for p in ("streamed", "resident")
+    ]
+    assert g_plan.resident and g[1].predicted_s < g[0].predicted_s
     # a larger batch: more compute through the same layout
     big = predict_step(model, WSE3, num_csx=1, micro_batch=64, seq_len=8)
     assert big.extra["compute_s"] > base.extra["compute_s"]
