@@ -105,7 +105,8 @@ def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
         "md.tables": 4 * (ne * pot.nrho + (n_rho_tables + ne * (ne + 1) // 2) * pot.nr),
     }
     if plan.caps:  # neighbour lists: a column word per window slot kept, and per candidate
-        # its slot, species, displacement (3), distance, 4 density coefficients and F'
+        # its slot, species, the geometry phase 2 reuses (displacement (3), r, 1/r, knot and
+        # fraction), the density slope and F'_j
         sizes["md.neighbours"] = 4 * (sum(plan.caps[:-1]) + 11 * plan.caps[-1]) + 3 * 4
     for name in sizes:
         if any(a.name == name for a in wafer.sram.allocations):

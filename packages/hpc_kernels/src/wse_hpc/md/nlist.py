@@ -27,9 +27,11 @@ the host).
 - `forces_fn(atoms, geo, nbrs) -> EamOutput`: phase 1 multicasts positions over the window
   rows -depth .. depth (depth = the farthest row offset with a capacity); each PE sums its
   density from its candidates and computes F'(rho). Phase 2 multicasts F' and each PE sums
-  its force, energy and virial (it kept the candidates' positions from phase 1, and when a
-  block's PEs are one chunk the density slopes too). One interval lookup per pair serves the
-  density, its slope and the pair spline.
+  its force, energy and virial with the pair geometry phase 1 computed (`Pairs`: on the
+  wafer kept in SRAM; the emulator keeps it with the density slopes when a block's PEs are
+  one chunk, else computes the same values again from the positions' window). One interval
+  lookup per pair serves the density, its slope and the pair spline; 1/r is one inverse
+  square root of r^2 per pair.
 
 What the wafer moves and what the emulator materializes: on the wafer each multicast is the
 marching multicast of Santos et al. (row windows E and W, then steps N and S; 4 words per
