@@ -127,3 +127,15 @@ def test_ballistic_cadence_is_the_fastest_atoms_time_to_cross_half_the_skin(n_at
     # the speed that crosses skin / 2 in `every` and in `every + 1` steps of dt fs
     slow, fast = 0.5 * skin / ((every + 1) * dt * 1e-3), 0.5 * skin / (every * dt * 1e-3)
     assert stats.maxwell.sf(slow / sigma) > 1 / n_atoms >= stats.maxwell.sf(fast / sigma)
+
+
+def test_a_run_starts_rebuilding_when_its_fastest_atom_could_cross_half_the_skin():
+    """`initial_every`: 0.5 A at the fastest atom's 10 A/ps (a (6, 8, 0) A/ps velocity)
+    takes 50 steps of 1 fs; at rest, the longest cadence; never below 1 step."""
+    from wse_hpc.md.simulate import MAX_REBUILD_EVERY, initial_every
+
+    v = np.array([[1.0, 0.0, 0.0], [6.0, 8.0, 0.0], [0.0, -3.0, 4.0]])
+    assert initial_every(v, 1.0, 1.0) == 50
+    assert initial_every(v, 1.0, 2.0) == 25
+    assert initial_every(np.zeros((4, 3)), 1.0, 1.0) == MAX_REBUILD_EVERY
+    assert initial_every(1e6 * v, 1.0, 1.0) == 1

@@ -10,16 +10,17 @@ capacities (`list_plan.list_caps`), declares SRAM, and runs `config.steps` veloc
 steps in jitted chunks of `thermo_every` steps (`lax.while_loop` that stops at the first
 overflow); each step evaluates the EAM splines only for its per-PE candidate lists and
 rebuilds them (sort sweep + build) every `nbrs.every` steps, counted in `list_builds`. After
-each chunk one fabric reduction (`drift_fn`) checks that no atom moved more than `skin_A /
-2` from its build position while its lists were in use: if one did, the chunk is run again
-from its start with half the cadence (`list_reruns`); if every atom stayed within `skin_A /
-4`, the next chunk doubles it (at most MAX_REBUILD_EVERY). The cadence starts at
-`config.rebuild_every`. Lists that would need more than LIST_BUDGET_BYTES of host memory
-(800k atoms) fall back to the full-window kernel (`eam.forces_fn`, a sort sweep and a
-coverage test every step). On overflow the chunk is thrown away and re-run from its start
-with a re-map and a larger window, so an overflow never reaches the results. Thermo rows are
-computed on the host in float64. Returns an `MdResult` with the final structure (positions
-wrapped into the box, velocities, forces, per-atom energies), the rows and the timings.
+each chunk one fabric reduction (`drift_fn`) checks that no atom moved more than half the
+skin from its build position while its lists were in use: if one did, the chunk is run again
+from its start with half the cadence (`list_reruns`); if every atom stayed within a quarter
+of it, the next chunk doubles it (at most MAX_REBUILD_EVERY). The cadence starts at
+`config.rebuild_every` or `initial_every`. Lists that would need more than LIST_BUDGET_BYTES
+of host memory (800k atoms) fall back to the full-window kernel (`eam.forces_fn`, a sort
+sweep and a coverage test every step). On overflow the chunk is thrown away and re-run from
+its start with a re-map and a larger window, so an overflow never reaches the results.
+Thermo rows are computed on the host in float64. Returns an `MdResult` with the final
+structure (positions wrapped into the box, velocities, forces, per-atom energies), the rows
+and the timings.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ __all__ = [
     "plan_window",
     "MIN_PES_PER_DEVICE",
     "MAX_REBUILD_EVERY",
+    "initial_every",
 ]
 
 WINDOW_MARGIN_A = 0.5  # plan the window for cutoff + this, so thermal motion rarely re-plans
@@ -89,7 +91,9 @@ class MdConfig:
     skin_A: float = 1.0  # neighbour-list skin (LAMMPS `neighbor 1.0 bin` in metal units)
     grid: tuple[int, int] | None = None  # PE rows, cols (default: `mapping.choose_grid`)
     tile: tuple[int, int] | None = None  # the map's tile (default: `mapping.choose_tile`)
-    rebuild_every: int = 10  # steps per neighbour-list rebuild at the start (then adapted)
+    # steps per neighbour-list rebuild at the start (then adapted); None: the steps the
+    # fastest atom at the start takes to cross skin / 2 (`initial_every`)
+    rebuild_every: int | None = None
 
 
 @dataclasses.dataclass
@@ -146,6 +150,17 @@ class _Runner:
         return self._chunks[n]
 
 
+def initial_every(velocities_A_ps: np.ndarray, skin_A: float, dt_fs: float) -> int:
+    """Steps the fastest atom takes to cross skin / 2 at its speed (1 .. MAX_REBUILD_EVERY):
+    the cadence a run starts with (`pe_program.ballistic_every` is the same bound for a
+    Maxwell-Boltzmann ensemble); the shell's check after each chunk keeps it exact."""
+    fastest = float(np.sqrt((np.asarray(velocities_A_ps) ** 2).sum(-1)).max(initial=0.0))
+    if fastest == 0.0:
+        return MAX_REBUILD_EVERY
+    steps = int(0.5 * skin_A / (fastest * dt_fs * 1e-3))
+    return min(max(steps, 1), MAX_REBUILD_EVERY)
+
+
 def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
     check_structure(structure)
     if config.steps < 0:
@@ -156,7 +171,7 @@ def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
         raise WseError(f"the neighbour-list skin must be positive, got {config.skin_A} A")
     if config.thermo_every < 1:
         raise WseError(f"--thermo-every must be >= 1, got {config.thermo_every}")
-    if config.rebuild_every < 1:
+    if config.rebuild_every is not None and config.rebuild_every < 1:
         raise WseError(f"the rebuild cadence must be >= 1 step, got {config.rebuild_every}")
     species = structure.species(pot.elements)
     masses = np.asarray(pot.masses_amu)
@@ -227,7 +242,7 @@ def plan_window(
         caps = ()  # lists of this window would not fit the host: the full-window kernel
     box_t = tuple(float(b) for b in box)
     active = active_per_block(state_np, wafer)
-    every = config.rebuild_every
+    every = config.rebuild_every or 1
     return EamPlan(kr, kc, box_t, config.dtype, config.skin_A, caps, active, every)
 
 
@@ -241,6 +256,9 @@ def run_md(
     """Run `config.steps` steps (0: evaluate energies and forces only); `on_thermo` gets
     each thermo row, `on_frame(step, structure)` the structure at each row."""
     species, masses, vel = _prepare(structure, pot, config)
+    if config.rebuild_every is None:
+        every = initial_every(vel, config.skin_A, config.dt_fs)
+        config = dataclasses.replace(config, rebuild_every=every)
     n, box = structure.num_atoms, np.asarray(structure.box_A, dtype=np.float64)
     wafer = _wafer(n, config)
     dtype = np.dtype(config.dtype)
