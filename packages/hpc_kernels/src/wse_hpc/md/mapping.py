@@ -18,7 +18,9 @@ Contract:
   site). Ties (one crystal plane) keep a fixed order, so a strip cut from a plane samples
   all of it. Returns the atom index per PE, (rows, cols), -1 for empty.
 - `choose_tile(positions, grid, box, reach)` tries the tiles of `TILES` and keeps the one
-  whose window (`window_needed`) holds the fewest PEs.
+  whose window (`window_needed`) holds the fewest PEs for the positions displaced by
+  TILE_JITTER_A (seeded): a perfect lattice's ties would otherwise favour a tile whose
+  windows grow as soon as the atoms move (1 x 1 at 4,000 atoms: ten re-plans in 200 steps).
 - Per-PE state is one packed float array `(rows, cols, NFIELDS)`: position (A), velocity
   (A/ps), force (eV/A), species index (-1 = empty PE) and atom id; `pack` / `unpack` convert.
   Empty PEs carry +BIG positions so that sorting keeps them at the end of rows and columns.
@@ -46,6 +48,7 @@ __all__ = [
     "ATOM_ID",
     "EMPTY_POS",
     "TILES",
+    "TILE_JITTER_A",
     "choose_grid",
     "rewrap",
     "initial_map",
@@ -64,6 +67,7 @@ EMPTY_POS = 1.0e6  # A; far beyond any box, so empty PEs sort last and never int
 # smallest windows for Cu crystals of 4k to 200k atoms at 300 K on near-square grids, 2 x 2
 # fits fcc and bcc (001) slabs 4 cells thick on a grid of 2 PE rows and columns per site line
 TILES = ((1, 4), (2, 2), (1, 2), (2, 4), (4, 4), (1, 1))
+TILE_JITTER_A = 0.1  # A: the thermal displacements a tile is chosen for (a ~600 K crystal)
 
 
 def choose_grid(
@@ -153,12 +157,13 @@ def choose_tile(
     tiles: tuple[tuple[int, int], ...] | None = None,
 ) -> tuple[int, int]:
     """The tile of `tiles` (default TILES) whose map needs the fewest window PEs for
-    `reach_A` (`rewrap`ped positions); the first of equals."""
-
+    `reach_A` (`rewrap`ped positions, displaced by TILE_JITTER_A); the first of equals."""
     species = np.zeros(positions_A.shape[0], np.int32)
+    rng = np.random.default_rng(0)
+    moved = positions_A + rng.normal(scale=TILE_JITTER_A, size=positions_A.shape)
 
     def pes(tile):
-        state = pack(initial_map(positions_A, grid, box_A, tile), positions_A, species)
+        state = pack(initial_map(moved, grid, box_A, tile), moved, species)
         kr, kc = window_needed(state, box_A, reach_A)
         return (2 * kr + 1) * (2 * kc + 1)
 
