@@ -105,6 +105,7 @@ def _repairable(seed, rate):
     return True
 
 
+@pytest.mark.cpu_devices
 def test_defects_change_traffic_not_results():
     x = _data((32, 32), seed=3)
     clean = _wafer((32, 32), (2, 4))
