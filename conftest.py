@@ -2,7 +2,10 @@
 
 Every test process sees 8 CPU devices, so meshes such as 2 x 4 and 4 x 2 are real meshes.
 `WSE_TEST_CPU_DEVICES=N` gives N instead: with 1, a CPU run sees the one device a one-GPU
-host gives its tests (tools/gpu_check.sh's CPU mode uses it to prove the GPU lane's split).
+host gives its tests (tools/gpu_check.sh's CPU mode uses it to prove the GPU lane's split;
+CLI tests that pin WSE_DEVICES=8 fail there, and only there: the CLI refuses to switch a
+started CPU backend to another count, while on a GPU host the CPU devices are not the
+default backend).
 
 On a GPU host the GPUs are the default backend (the 8 CPU devices exist beside them):
 - a test marked `cpu_devices` (the collection hook marks every test parametrized with a

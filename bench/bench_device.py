@@ -21,7 +21,8 @@ On a CPU the same code runs with the CPU as the device; there the copy is XLA's 
 device. fp32 everywhere; JAX's float32 dots here ask for HIGHEST precision (the models do;
 PyTorch's default keeps TF32 off for matmuls), so neither side runs TF32.
 
-    python bench/bench_device.py [--quick] [--parts roofline,md,train,decode] [--out FILE]
+    python bench/bench_device.py [--quick] [--parts roofline,train,decode,md] [--out FILE]
+        [--md-budget-s S] [--deadline-s S]
 
 Prints a table per part; writes bench/results/device.json (and FILE with --out) after every
 part, so a run stopped by a time limit keeps the parts it finished.
@@ -42,7 +43,7 @@ from pathlib import Path
 # Before JAX starts: take GPU memory as needed (PyTorch shares the device in this process).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 RESULTS = Path(__file__).parent / "results"
-PARTS = ("roofline", "md", "train", "decode")
+PARTS = ("roofline", "train", "decode", "md")  # md last: it grows into the time left
 
 
 def _setup() -> dict:
@@ -265,6 +266,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="CPU-sized problems, fewer rounds")
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset")
+    ap.add_argument(
+        "--deadline-s", type=float, default=None, help="end within this (md gets what is left)"
+    )
     ap.add_argument("--md-budget-s", type=float, default=240.0, help="all MD sizes together")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     ap.add_argument("--md-worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -280,13 +284,17 @@ def main() -> None:
     result = {"benchmark": "device", "device": device, "jax": jax.__version__}
     result |= {"quick": args.quick, "load_average_start": os.getloadavg()}
     paths = [RESULTS / "device.json", *([Path(args.out)] if args.out else [])]
+    start = time.perf_counter()
     for part in args.parts.split(","):
         if part not in PARTS:
             raise SystemExit(f"unknown part {part!r}; use {', '.join(PARTS)}")
         t0 = time.perf_counter()
         try:
             if part == "md":
-                result[part] = md(args.quick, gpu, args.md_budget_s)
+                budget = args.md_budget_s
+                if args.deadline_s is not None:
+                    budget = min(budget, args.deadline_s - (time.perf_counter() - start) - 10)
+                result[part] = md(args.quick, gpu, budget)
             else:
                 result[part] = {"roofline": roofline, "train": train, "decode": decode}[part](
                     args.quick, gpu

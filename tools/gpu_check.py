@@ -48,14 +48,17 @@ SITE = Path("/tmp/site")
 DETERMINISTIC = "--xla_gpu_deterministic_ops=true"
 # What CPU mode runs by default: the gpu tests (skipped on a CPU), a mesh-parametrized
 # module (its 1x1 cases in the device pass, 2x4 / 4x2 in the cpu8 pass), the HLO precision
-# check, an 8-device-only module, mesh_rows-parametrized pipeline tests and a CLI module.
+# check, an 8-device-only module, mesh_rows-parametrized pipeline tests and a CLI test that
+# follows the process's device count. (CLI tests that pin WSE_DEVICES=8 fail in CPU mode's
+# one-device pass by design: the CLI will not switch a started CPU backend to 8 devices. On
+# a GPU host the GPUs are the default backend and the 8 CPU devices exist beside them.)
 CPU_SELECTION = [
     "tests/test_gpu_devices.py",
     "packages/wse_core/tests/test_core_fabric.py",
     "packages/hpc_kernels/tests/test_tlrmvm_precision.py",
     "packages/models/tests/test_models_sharding.py",
     "packages/inference/tests/test_infer_pipeline.py",
-    "apps/cli/tests/test_stencil_cli.py",
+    "tests/test_bicgstab_reach.py",
 ]
 # top-level modules the project imports that come from third-party distributions
 MODULES = [
@@ -313,7 +316,8 @@ def main() -> None:
     save()
     tests = args.tests if args.tests is not None else (CPU_SELECTION if cpu_mode else [])
     if "tests" not in args.skip:
-        share = left() - (60 if cpu_mode else 200)  # the bench keeps ~200 s on a GPU
+        # the bench keeps 250 s on a GPU; on a CPU (slower, and --quick) half the budget
+        share = left() - (0.5 * args.budget_s if cpu_mode else 250)
         report["tests"] = test_passes(env, cpu_mode, tests, share, logs)
         report["tests"]["selection"] = tests or "all"
         for name in ("device", "cpu8"):
@@ -327,7 +331,7 @@ def main() -> None:
         bench_json = logs / "device.json"
         budget = left() - 15
         cmd = [sys.executable, str(ROOT / "bench" / "bench_device.py"), "--out", str(bench_json),
-               "--md-budget-s", str(max(30.0, min(150.0, budget - 150)))]  # fmt: skip
+               "--deadline-s", str(budget - 10), "--md-budget-s", str(budget)]  # fmt: skip
         cmd += ["--quick"] if cpu_mode else []
         run = _run(cmd, env, budget, logs / "bench_device.log")
         print(run["tail"][-2500:], flush=True)
