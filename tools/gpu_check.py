@@ -14,8 +14,9 @@ after `bash tools/fetch_gpu_wheels.sh` here):
 2. tests, two pytest processes at once: "device", the default suite minus `cpu_devices` tests
    (`-m "not slow and not cpu_devices"`, so the `gpu` tests run too) with the GPU as JAX's
    default backend; "cpu8", the `cpu_devices` tests with JAX_PLATFORMS=cpu (8 virtual CPU
-   devices, as in CI). XLA runs with --xla_gpu_deterministic_ops=true where it accepts it
-   (scatter-adds without atomics: runs that must repeat bit for bit do). Each test has a
+   devices, as in CI). The tests run with --xla_gpu_deterministic_ops=true where XLA accepts
+   it (scatter-adds without atomics: runs that must repeat bit for bit do); the bench runs
+   with XLA's defaults. Each test has a
    120 s limit; pytest-xdist spreads each pass over workers where the image has it;
 3. bench: bench/bench_device.py (roofline, md, train, decode) in the time left;
 4. the JSON: $OUT/gpu_check.json (when OUT is set) and bench/results/gpu_check.json, with the
@@ -231,10 +232,11 @@ def test_passes(env: dict, cpu_mode: bool, tests: list[str], budget_s: float, lo
         ),
         "cpu8": ("cpu_devices and not slow", {"JAX_PLATFORMS": "cpu"}),
     }
-    procs, out = {}, {}
+    procs, rcs, out = {}, {}, {}
     t0 = time.perf_counter()
     for name, (marks, extra) in passes.items():
         xml = logs / f"junit_{name}.xml"
+        xml.unlink(missing_ok=True)  # never read an earlier run's results
         cmd = [sys.executable, "-m", "pytest", "-q", "-m", marks, "-p", "no:cacheprovider",
                "--timeout", "120", f"--junitxml={xml}", "-rfE", *workers.get(name, [])]  # fmt: skip
         cmd += tests
@@ -247,9 +249,9 @@ def test_passes(env: dict, cpu_mode: bool, tests: list[str], budget_s: float, lo
             xml,
         )
         if cpu_mode:  # two cores: one pass at a time
-            _wait(procs[name][0], budget_s - (time.perf_counter() - t0))
+            rcs[name] = _wait(procs[name][0], budget_s - (time.perf_counter() - t0))
     for name, (proc, log, xml) in procs.items():
-        rc = _wait(proc, budget_s - (time.perf_counter() - t0))
+        rc = rcs[name] if name in rcs else _wait(proc, budget_s - (time.perf_counter() - t0))
         log.close()
         out[name] = {"marks": passes[name][0], "rc": rc, **junit(xml)}
     out["wall_s"] = time.perf_counter() - t0
@@ -311,14 +313,16 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
     report["device"] = probe(env)
     if report["device"].get("deterministic_ops"):
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {DETERMINISTIC}".strip()
+        test_env = {**env, "XLA_FLAGS": f"{env.get('XLA_FLAGS', '')} {DETERMINISTIC}".strip()}
+    else:
+        test_env = env  # the bench keeps XLA's defaults (deterministic scatters are slower)
     print(json.dumps({k: report[k] for k in ("mode", "device")}, indent=1), flush=True)
     save()
     tests = args.tests if args.tests is not None else (CPU_SELECTION if cpu_mode else [])
     if "tests" not in args.skip:
         # the bench keeps 250 s on a GPU; on a CPU (slower, and --quick) half the budget
         share = left() - (0.5 * args.budget_s if cpu_mode else 250)
-        report["tests"] = test_passes(env, cpu_mode, tests, share, logs)
+        report["tests"] = test_passes(test_env, cpu_mode, tests, share, logs)
         report["tests"]["selection"] = tests or "all"
         for name in ("device", "cpu8"):
             p = report["tests"][name]
@@ -329,6 +333,7 @@ def main() -> None:
         save()
     if "bench" not in args.skip:
         bench_json = logs / "device.json"
+        bench_json.unlink(missing_ok=True)
         budget = left() - 15
         cmd = [sys.executable, str(ROOT / "bench" / "bench_device.py"), "--out", str(bench_json),
                "--deadline-s", str(budget - 10), "--md-budget-s", str(budget)]  # fmt: skip
