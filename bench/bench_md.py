@@ -50,7 +50,7 @@ def _args():
     return p.parse_args()
 
 
-def _potential(tmp: Path):
+def potential_files(tmp: Path):
     import numpy as np
     from wse_hpc.md import read_potential, write_setfl, zhou04
     from wse_hpc.md.testing import lammps_potential
@@ -75,7 +75,7 @@ def _potential(tmp: Path):
     return pot, path, setfl
 
 
-def _ours(s, pot, steps: int) -> dict:
+def wafer_emulator_md(s, pot, steps: int) -> dict:
     from wse_hpc.md import MdConfig, run_md
 
     res = run_md(s, pot, MdConfig(steps=steps, thermo_every=steps))
@@ -90,7 +90,7 @@ def _ours(s, pot, steps: int) -> dict:
     }
 
 
-def _jaxmd(s, setfl: Path, steps: int) -> dict:
+def jax_md_eam(s, setfl: Path, steps: int) -> dict:
     try:
         import jax
         import jax.numpy as jnp
@@ -177,15 +177,15 @@ def main() -> None:
     steps = {256: 100 if args.quick else 400, 4000: 40 if args.quick else 100, 32000: 40}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        pot, path, setfl = _potential(Path(tmp))
+        pot, path, setfl = potential_files(Path(tmp))
         for n in sizes:
             s = crystal("fcc", "Cu", 3.615, SIZES[n])
             s.velocities_A_ps = maxwell_boltzmann([pot.masses_amu[0]] * s.num_atoms, 1600.0, seed=1)
             row = {"atoms": s.num_atoms, "steps": steps[n]}
             runs = {"wafer_emulator": [], "jax_md": [], "lammps_1rank": []}
             for _ in range(max(1, args.repeats)):  # the codes take turns
-                runs["wafer_emulator"].append(_ours(s, pot, steps[n]))
-                runs["jax_md"].append(_jaxmd(s, setfl, steps[n]))
+                runs["wafer_emulator"].append(wafer_emulator_md(s, pot, steps[n]))
+                runs["jax_md"].append(jax_md_eam(s, setfl, steps[n]))
                 runs["lammps_1rank"].append(_lammps(s, pot, path, steps[n]))
             for name, samples in runs.items():
                 row[name] = _median(samples)

@@ -70,7 +70,7 @@ def bench_prefill(config, ours, hf, batch: int, seq: int, repeats: int) -> dict:
             "max_logit_diff": err}  # fmt: skip
 
 
-def _decode_ours(config, params, prompt, steps: int, cached: bool):
+def decode_ours(config, params, prompt, steps: int, cached: bool):
     import jax
     import jax.numpy as jnp
     import wse_models as wm
@@ -97,19 +97,21 @@ def _decode_ours(config, params, prompt, steps: int, cached: bool):
     return run
 
 
-def _decode_hf(hf, prompt, steps: int):
+def decode_hf(hf, prompt, steps: int, device: str = "cpu"):
+    """Greedy decoding with transformers' own KV cache (`past_key_values`), `hf` and its
+    tokens on `device`; returns a function giving the token ids as NumPy."""
     import numpy as np
     import torch
 
     def run():
         with torch.no_grad():
-            ids = torch.from_numpy(prompt.astype(np.int64))
+            ids = torch.from_numpy(prompt.astype(np.int64)).to(device)
             out = hf(input_ids=ids, use_cache=True)
             seq = [out.logits[:, -1].argmax(-1, keepdim=True)]
             for _ in range(steps - 1):
                 out = hf(input_ids=seq[-1], past_key_values=out.past_key_values, use_cache=True)
                 seq.append(out.logits[:, -1].argmax(-1, keepdim=True))
-            return torch.cat([ids, *seq], 1).numpy()
+            return torch.cat([ids, *seq], 1).cpu().numpy()
 
     return run
 
@@ -118,8 +120,8 @@ def bench_decode(config, ours, hf, prompt_len: int, steps: int, repeats: int) ->
     import numpy as np
 
     prompt = np.random.default_rng(1).integers(0, config.vocab_size, (1, prompt_len), np.int32)
-    cached, nocache = (_decode_ours(config, ours.params(), prompt, steps, c) for c in (1, 0))
-    hf_run = _decode_hf(hf, prompt, steps)
+    cached, nocache = (decode_ours(config, ours.params(), prompt, steps, c) for c in (1, 0))
+    hf_run = decode_hf(hf, prompt, steps)
     same = bool(np.array_equal(np.asarray(cached()), hf_run()))
     same &= bool(np.array_equal(np.asarray(cached()), np.asarray(nocache())))
     t_c, t_n, t_h = (_best(f, repeats) for f in (cached, nocache, hf_run))

@@ -49,7 +49,7 @@ def matmul_peak_flops(n: int = 1024, repeats: int = 10) -> float:
     return 2 * n**3 / best
 
 
-def _jax_contenders(shape, seed: int):
+def jax_contenders(shape, seed: int):
     import jax
     import numpy as np
     import wse_models
@@ -104,7 +104,9 @@ def _jax_contenders(shape, seed: int):
     return model, data, {"streamed": stream, "fused jit": fused}, stalls
 
 
-def _torch_contender(shape, data):
+def torch_contender(shape, data, device: str = "cpu"):
+    """One AdamW step of transformers' GPT2LMHeadModel of `shape` on `device` ("cpu" or
+    "cuda"; each step waits for the device), warmed up."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -122,11 +124,11 @@ def _torch_contender(shape, data):
         attn_pdrop=0.0,
         activation_function="gelu_new",
     )
-    model = GPT2LMHeadModel(cfg)
+    model = GPT2LMHeadModel(cfg).to(device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    x = torch.from_numpy(data[:, :-1].astype("int64"))
-    y = torch.from_numpy(data[:, 1:].astype("int64"))
+    x = torch.from_numpy(data[:, :-1].astype("int64")).to(device)
+    y = torch.from_numpy(data[:, 1:].astype("int64")).to(device)
 
     def torch_step():
         logits = model(input_ids=x).logits
@@ -134,6 +136,8 @@ def _torch_contender(shape, data):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if device != "cpu":
+            torch.cuda.synchronize()
 
     for _ in range(2):
         torch_step()
@@ -143,9 +147,9 @@ def _torch_contender(shape, data):
 def bench_case(name: str, shape, rounds: int) -> dict:
     from wse_core.runtime import wall_s
 
-    model, data, fns, stalls = _jax_contenders(shape, 0)
+    model, data, fns, stalls = jax_contenders(shape, 0)
     try:
-        fns["pytorch"] = _torch_contender(shape, data)
+        fns["pytorch"] = torch_contender(shape, data)
     except ImportError:
         pass
     times: dict[str, list[float]] = {k: [] for k in fns}

@@ -3,7 +3,8 @@
 Contract. `TorchDecoder(config, params)` copies a Llama-arch `wse_models` parameter pytree
 (RMSNorm, RoPE without scaling, SwiGLU, grouped-query attention) into torch tensors and
 decodes greedily with a preallocated KV cache: prompt in one pass, then one token per step,
-as a hand-written PyTorch CPU decoder would. Importing this module does not import torch.
+as a hand-written PyTorch decoder would, on the CPU or on `device` ("cuda": bench_device
+runs it on the GPU beside the JAX decoder). Importing this module does not import torch.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ __all__ = ["TorchDecoder"]
 
 
 class TorchDecoder:
-    """Greedy KV-cache decoding of a Llama-arch model in PyTorch (float32, CPU)."""
+    """Greedy KV-cache decoding of a Llama-arch model in PyTorch (float32, on `device`)."""
 
-    def __init__(self, config: Any, params: Any, max_len: int = 512):
+    def __init__(self, config: Any, params: Any, max_len: int = 512, device: str = "cpu"):
         import torch
 
         if config.arch != "llama" or config.rope_scaling is not None:
             raise ValueError("the torch baseline covers Llama without RoPE scaling")
-        self.torch, self.c, self.max_len = torch, config, max_len
-        t = lambda x: torch.from_numpy(np.asarray(x, np.float32).copy())  # noqa: E731
+        self.torch, self.c, self.max_len, self.device = torch, config, max_len, device
+        t = lambda x: torch.from_numpy(np.asarray(x, np.float32).copy()).to(device)  # noqa: E731
         lay = params["layers"]
         self.layers = [
             {name: t(lay[group][name][i]) for group in ("attn", "mlp") for name in lay[group]}
@@ -37,7 +38,8 @@ class TorchDecoder:
         self.norm = t(params["final"]["norm"]["scale"])
         self.head = self.tok.T if config.tie_embeddings else t(params["final"]["head"])
         hd = config.hd
-        self.inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, hd, 2).float() / hd))
+        exponents = torch.arange(0, hd, 2, device=device).float() / hd
+        self.inv_freq = 1.0 / (config.rope_theta**exponents)
 
     def _rms(self, x, w):
         return x * self.torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.c.norm_eps) * w
@@ -61,15 +63,15 @@ class TorchDecoder:
         keys = k_cache[:end].repeat_interleave(rep, dim=1).transpose(0, 1)  # [H, s, hd]
         vals = v_cache[:end].repeat_interleave(rep, dim=1).transpose(0, 1)
         scores = q.transpose(0, 1) @ keys.transpose(1, 2) / c.hd**0.5  # [H, t, s]
-        mask = torch.arange(end)[None, :] > pos[:, None]
+        mask = torch.arange(end, device=self.device)[None, :] > pos[:, None]
         att = scores.masked_fill(mask, float("-inf")).softmax(-1) @ vals  # [H, t, hd]
         x = x + att.transpose(0, 1).reshape(t, -1) @ p["wo"]
         h = self._rms(x, p["n2"])
         return x + (torch.nn.functional.silu(h @ p["w_gate"]) * (h @ p["w_up"])) @ p["w_down"]
 
     def _forward(self, tokens, start, caches):
-        pos = self.torch.arange(start, start + len(tokens))
-        x = self.tok[self.torch.as_tensor(tokens)]
+        pos = self.torch.arange(start, start + len(tokens), device=self.device)
+        x = self.tok[self.torch.as_tensor(tokens, device=self.device)]
         for p, (kc, vc) in zip(self.layers, caches, strict=True):
             x = self._layer(p, x, pos, kc, vc)
         return self._rms(x[-1], self.norm) @ self.head
@@ -80,8 +82,8 @@ class TorchDecoder:
         with torch.inference_mode():
             caches = [
                 (
-                    torch.zeros(self.max_len, c.n_kv_heads, c.hd),
-                    torch.zeros(self.max_len, c.n_kv_heads, c.hd),
+                    torch.zeros(self.max_len, c.n_kv_heads, c.hd, device=self.device),
+                    torch.zeros(self.max_len, c.n_kv_heads, c.hd, device=self.device),
                 )
                 for _ in self.layers
             ]

@@ -67,6 +67,7 @@ def test_non_positive_timestep_is_an_error():
         Thermostat("berendsen")
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.slow
 def test_nve_conserves_energy_and_output_round_trips(tmp_path):
     s = perturbed("fcc", "Cu", 3.615, (4, 4, 4), 0.05, seed=2)
@@ -87,6 +88,7 @@ def test_nve_conserves_energy_and_output_round_trips(tmp_path):
     np.testing.assert_allclose(back.forces_eV_A, res.structure.forces_eV_A, atol=1e-8)
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.slow
 def test_langevin_brings_the_temperature_to_the_target():
     s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
@@ -102,6 +104,7 @@ def test_langevin_brings_the_temperature_to_the_target():
     assert np.mean(temps) == pytest.approx(500.0, rel=0.2)
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.slow
 @pytest.mark.skipif(not lammps_available(), reason="needs lmp (apt-get install lammps)")
 def test_nve_drift_no_worse_than_lammps_and_same_trajectory(tmp_path):
@@ -129,6 +132,7 @@ def _hot_crystal(temperature_K: float):
     return s
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.slow
 def test_nose_hoover_conserves_the_extended_energy_as_nve_conserves_etotal():
     s = _hot_crystal(1000.0)
@@ -153,6 +157,7 @@ def test_nose_hoover_conserves_the_extended_energy_as_nve_conserves_etotal():
     assert all(r.ecouple == 0.0 for r in nve)
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.slow
 def test_nose_hoover_time_averaged_temperature_is_the_target():
     # from 1000 K (NVE would settle near 500 K) to a 300 K target, Tdamp 50 fs

@@ -65,6 +65,7 @@ def test_kernel_matches_numpy_reference(mesh):
         pytest.param((4, 4), marks=pytest.mark.slow),
     ],
 )
+@pytest.mark.cpu_devices
 def test_a_window_too_small_is_reported_never_silently_wrong(shrink):
     s, sp = _system(seed=5)
     ref = eam_reference(POT, s.positions_A, sp, s.box_A)
@@ -97,6 +98,7 @@ def test_forces_are_minus_the_energy_gradient():
         assert -(e_p - e_m) / (2 * h) == pytest.approx(res.forces_eV_A[atom, axis], abs=1e-6)
 
 
+@pytest.mark.cpu_devices
 def test_window_is_counted_in_sram_and_fabric():
     s, sp = _system()
     with jax.enable_x64(True):
@@ -194,6 +196,7 @@ def test_neighbour_lists_by_chunks_of_pes(monkeypatch, chunk):
     assert got["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)
 
 
+@pytest.mark.cpu_devices
 def test_neighbour_lists_in_a_window_wider_than_their_reach():
     """A window planned wider than cutoff + skin (a re-plan widens it) leaves the farthest
     row offsets without candidates; the padding entries must still read inside the forces'
@@ -208,6 +211,7 @@ def test_neighbour_lists_in_a_window_wider_than_their_reach():
     assert got["virial"] == pytest.approx(ref.virial_eV, rel=1e-12)
 
 
+@pytest.mark.cpu_devices
 def test_neighbour_list_overflow_and_motion_are_reported():
     s, sp = _system(seed=8)
     with jax.enable_x64(True):
@@ -236,6 +240,7 @@ def _shift(s, dx):
     return out
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.slow
 @pytest.mark.parametrize("evaluate", [_kernel, _lists], ids=["full_window", "neighbour_lists"])
 def test_same_results_with_and_without_defects(evaluate):
@@ -247,6 +252,7 @@ def test_same_results_with_and_without_defects(evaluate):
     np.testing.assert_array_equal(clean["energy"], broken["energy"])
 
 
+@pytest.mark.cpu_devices
 def test_filtered_window_equals_the_full_window_and_records_the_whole_multicast():
     """The list kernel reads only its candidates (`fabric.window_apply`), yet computes what
     the full-window kernel computes, and its ledger holds the whole marching multicast: per phase,

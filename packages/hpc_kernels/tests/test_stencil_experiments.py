@@ -44,6 +44,7 @@ def test_sc20_and_nz_experiments_predict_the_same_quick_or_not():
     assert got == list(experiments.TABLE_III) and all(p.published is None for p in nz.predictions)
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.slow
 def test_mixed_bicgstab_converges_on_a_larger_grid():
     from wse_hpc.stencil.runs import StencilConfig, run_stencil

@@ -56,6 +56,7 @@ def test_bad_run_settings_are_errors(changes, message):
         run_stencil(StencilConfig(**{**cfg, **changes}))
 
 
+@pytest.mark.cpu_devices
 def test_runs_report_measurements_and_predictions():
     run = run_stencil(
         StencilConfig(

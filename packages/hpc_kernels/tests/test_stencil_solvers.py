@@ -44,6 +44,7 @@ def test_bicgstab_mixed_precision_converges_to_fp16_accuracy():
     assert np.abs(g.gather(res.x) - discrete).max() / np.abs(discrete).max() < 5e-3
 
 
+@pytest.mark.cpu_devices
 def test_bicgstab_error_falls_at_second_order():
     errs = []
     for n in (8, 16):
@@ -77,6 +78,7 @@ def test_laplacian25_matches_numpy(boundary):
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-6
 
 
+@pytest.mark.cpu_devices
 def test_laplacian25_is_eighth_order():
     errs = []
     for n in (6, 8):
@@ -188,6 +190,7 @@ def test_refined_bicgstab_refuses_what_fp32_cannot_certify():
     assert truth < 1e-6  # it still refines as far as fp32 can
 
 
+@pytest.mark.cpu_devices
 def test_the_recurrence_residual_no_longer_decides_convergence():
     # The old solver stopped when the fp16 recurrence residual passed tol and exited 0 with a
     # true residual ~100x larger (issue 21: 48^3, tol 1e-6, true 2.1e-4). The same on 16^3.

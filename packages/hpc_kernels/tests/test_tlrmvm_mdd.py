@@ -9,6 +9,7 @@ from wse_hpc.tlrmvm.mdd import compare, mdd_case, solve_lsqr
 from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator, morton_order
 
 
+@pytest.mark.cpu_devices
 def test_mdd_tlr_solution_matches_dense_solution():
     case = mdd_case(n=144, freqs_hz=[12.0], seed=1)
     (row,) = compare(case, preset("small"), nb=24, threshold=1e-3, iters=15, mesh_shape=(2, 4))

@@ -12,7 +12,11 @@ from wse_hpc.tlrmvm.engine import TlrEngine
 from wse_hpc.tlrmvm.grouped import resolve_kernel
 from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
 
-pytestmark = pytest.mark.skipif(not pe_kernels.available(), reason="numba is not installed")
+# the PE kernels are numba on XLA:CPU's FFI: a CPU mesh as the default backend
+pytestmark = [
+    pytest.mark.skipif(not pe_kernels.available(), reason="numba is not installed"),
+    pytest.mark.cpu_devices,
+]
 RTOL = 2e-5
 
 

@@ -92,6 +92,7 @@ def test_cerebras_accounting_by_hand(one_tile):
     assert got["relative_complex_bytes_per_s"] == got["relative_bytes_per_s"]
 
 
+@pytest.mark.cpu_devices
 def test_fabric_phases_come_from_the_traced_product(op):
     eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout="packed")
     fab = perf.fabric_by_phase(eng.wafer, eng.plan, eng.fns)

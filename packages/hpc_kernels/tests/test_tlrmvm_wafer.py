@@ -48,6 +48,7 @@ def test_matvec_and_adjoint_match_numpy(op, mesh, rank_chunk, batch, layout):
     assert _rel(eng.rmatvec(y), tlrmvm_numpy(op, y, adjoint=True)) < RTOL
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.parametrize("layout, rank_chunk", [("banded", 5), ("packed", 3), ("grouped", 3)])
 def test_grid_not_divided_by_mesh(monkeypatch, op, layout, rank_chunk):
     monkeypatch.setattr(grouped, "GROUP_SIZES", (2,))  # 3 x 15 PEs
@@ -60,6 +61,7 @@ def test_grid_not_divided_by_mesh(monkeypatch, op, layout, rank_chunk):
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.parametrize("layout", ["banded", "packed", "grouped"])
 def test_adjoint_identity(op, layout):
     eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout=layout)
@@ -69,6 +71,7 @@ def test_adjoint_identity(op, layout):
     assert abs(lhs - rhs) <= RTOL * abs(lhs)
 
 
+@pytest.mark.cpu_devices
 def test_error_against_dense_within_threshold_bound():
     a = smooth_kernel(64, 64, seed=4)
     op = compress(a, nb=16, threshold=1e-3)
@@ -78,6 +81,7 @@ def test_error_against_dense_within_threshold_bound():
     assert err <= 1e-3 * np.linalg.norm(a) * np.linalg.norm(x) * 1.01
 
 
+@pytest.mark.cpu_devices
 def test_real_operator():
     a = smooth_kernel(30, 40, complex_=False)
     op = compress(a, nb=8, threshold=1e-4)
@@ -89,6 +93,7 @@ def test_real_operator():
         eng.matvec(random_vectors(40, None, np.complex64))
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.parametrize("layout", ["banded", "packed", "grouped"])
 def test_defects_do_not_change_results(op, layout):
     clean = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), layout=layout)
@@ -98,6 +103,7 @@ def test_defects_do_not_change_results(op, layout):
     np.testing.assert_array_equal(clean.matvec(x), broken.matvec(x))
 
 
+@pytest.mark.cpu_devices
 def test_wrong_vector_is_a_clear_error(op):
     eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4))
     with pytest.raises(TlrError, match="length 53"):
@@ -124,6 +130,7 @@ def test_plans_that_do_not_fit_are_refused(op):
         plan_placement(op, preset("tiny"), rank_chunk=1)
 
 
+@pytest.mark.cpu_devices
 def test_jit_does_not_retrace(op):
     eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4))
     x = random_vectors(53, None, op.dtype)
@@ -236,6 +243,7 @@ def test_grouped_plan_pads_least(monkeypatch):
     assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
 
 
+@pytest.mark.cpu_devices
 @pytest.mark.parametrize("size", [1, 3])
 @pytest.mark.parametrize("complex_", [True, False])
 def test_grouped_wide_operator_and_batches(monkeypatch, size, complex_):

@@ -49,6 +49,7 @@ def test_pipeline_uneven_stages_on_padded_grid(mesh_rows):
         assert g == _plain(model, p, s)
 
 
+@pytest.mark.cpu_devices
 def test_engine_slots_finish_release_and_reuse():
     """max_tokens=1 finishes with no new token; a stop token finishes 'stop'; a released
     slot takes a new user mid-flight and that user still equals the plain decoder."""

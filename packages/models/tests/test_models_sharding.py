@@ -15,6 +15,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from wse_models.testing import random_tokens, tiny_config
 
+pytestmark = pytest.mark.cpu_devices  # 8-device meshes
+
 TOL = 2e-5  # fp32; only the reduction order differs between sharded and unsharded runs
 
 

@@ -174,6 +174,7 @@ def test_sram_ledger_forces_recompute_then_chunks_then_refuses():
         plan_activations(model, tiny.replace(sram_bytes_per_pe=5800), 8, 32)
 
 
+@pytest.mark.cpu_devices
 def test_swarmx_gives_each_process_its_block_of_replicas():
     # Process 1 of 2 with num_csx=4 computes replicas 2 and 3 on its own devices.
     devs = jax.devices()[:2]

@@ -79,6 +79,7 @@ def test_reductions_and_broadcast_match_numpy(mesh, grid):
     )
 
 
+@pytest.mark.cpu_devices
 def test_integer_and_scalar_fields():
     w = _wafer((6, 9), (2, 4))
     x = np.arange(54, dtype=np.int32).reshape(6, 9)
@@ -88,6 +89,7 @@ def test_integer_and_scalar_fields():
     assert int(fabric.reduce(w, xs, "sum")) == x.sum()
 
 
+@pytest.mark.cpu_devices
 def test_multicast_wider_than_a_block():
     # 2 x 4 mesh on 8 x 8: blocks of 2 columns; a 5-wide multicast spans three devices.
     w = _wafer((8, 8), (2, 4))
@@ -105,6 +107,7 @@ def _repairable(seed, rate):
     return True
 
 
+@pytest.mark.cpu_devices
 def test_defects_change_traffic_not_results():
     x = _data((32, 32), seed=3)
     clean = _wafer((32, 32), (2, 4))
@@ -132,6 +135,7 @@ def test_defects_change_traffic_not_results():
     assert t_dirty.word_hops > t_clean.word_hops  # detours around dead PEs are paid
 
 
+@pytest.mark.cpu_devices
 def test_traffic_is_counted_at_trace_time():
     w = _wafer((8, 8), (2, 4))
     xs = w.place(_data((8, 8), per_pe=(4,)))
@@ -146,6 +150,7 @@ def test_traffic_is_counted_at_trace_time():
     assert len(w.traffic.entries) == before + 1  # traced once, run three times
 
 
+@pytest.mark.cpu_devices
 def test_bad_calls_are_clear_errors():
     w = _wafer((8, 8), (2, 4))
     xs = w.place(_data((8, 8)))
@@ -161,6 +166,7 @@ def test_bad_calls_are_clear_errors():
         w.place(np.zeros((8, 7)))
 
 
+@pytest.mark.cpu_devices
 def test_periodic_shift_by_whole_turns_is_identity():
     w = _wafer((1, 6), (1, 2))
     x = _data((1, 6), seed=4)

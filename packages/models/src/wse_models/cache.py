@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 from wse_models.config import ModelConfig
 from wse_models.errors import ModelError
 
-__all__ = ["KVCache", "LayerCache", "cache_bytes", "init_cache", "write_cache"]
+__all__ = ["KVCache", "LayerCache", "cache_bytes", "init_cache", "read_cache", "write_cache"]
 
 
 class LayerCache(NamedTuple):
@@ -84,6 +84,14 @@ def write_cache(cache: LayerCache, k: jax.Array, v: jax.Array, positions: jax.Ar
     new_k = cache.k.at[rows, slots].set(k, mode="drop", out_sharding=out)
     new_v = cache.v.at[rows, slots].set(v, mode="drop", out_sharding=out)
     return LayerCache(k=new_k, v=new_v)
+
+
+def read_cache(cache: LayerCache, like: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """k, v with their batch laid out as `like`'s (the queries [b, ...]) on a mesh with
+    Explicit axes: a dot's batch dimensions must be sharded alike there, which JAX 0.12
+    enforces (a replicated cache read by batch-sharded queries was a ShardingTypeError)."""
+    axis = _batch_axis(like)
+    return _reshard(cache.k, axis), _reshard(cache.v, axis)
 
 
 def _mesh_sharding(x: jax.Array) -> object:

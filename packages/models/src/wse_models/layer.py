@@ -29,7 +29,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wse_models.cache import LayerCache, write_cache
+from wse_models.cache import LayerCache, read_cache, write_cache
 from wse_models.config import ModelConfig
 from wse_models.errors import ModelError
 from wse_models.params import Params
@@ -260,7 +260,7 @@ def attention_mix(config, p: Params, qkv, positions, cache=None, segment_ids=Non
         keys, vals, kpos = k, v, positions
     else:
         cache = write_cache(cache, k, v, positions)
-        keys, vals = cache.k, cache.v
+        keys, vals = read_cache(cache, q)
         kpos = jnp.broadcast_to(jnp.arange(keys.shape[1]), (b, keys.shape[1]))
     mask = (kpos[:, None, :] <= positions[:, :, None]) & (kpos[:, None, :] >= 0)
     if segment_ids is not None:  # within a segment positions rise with the index: causal

@@ -5,8 +5,10 @@ residual), the measured emulation time beside the predicted wafer time of the sa
 `wse_core.RunReport` that `run_stencil` returns) with Gcell/s and FLOP/s; `--png` writes a
 slice and the convergence curve, `--json` prints the report (`RunReport.to_dict()`) as one
 JSON object. A BiCGSTAB solve whose true residual did not reach --tol says why in one line
-and exits 1 (JSON: "converged": false). Heavy packages are imported inside the command so
-`wse --help` stays fast.
+and exits 1 (JSON: "converged": false); a BiCGSTAB request beyond what its precision was
+measured to reach (the README's table, `wse_hpc.stencil.reach`) gets a one-line warning on
+stderr first that says what to use instead (`--dtype fp32`, a looser --tol, more --steps).
+Heavy packages are imported inside the command so `wse --help` stays fast.
 """
 
 from __future__ import annotations
@@ -151,6 +153,8 @@ def stencil(
         defect_seed=defect_seed,
     )
     console = Console(stderr=as_json, quiet=not multiprocess.is_primary())
+    if kind == "bicgstab":
+        _warn_beyond_reach(cfg)
     run = _run_with_progress(console, cfg, run_stencil)
     if not multiprocess.is_primary():
         return  # every process computed the same run; process 0 reports it
@@ -169,6 +173,22 @@ def stencil(
     if run.extra.get("converged") is False:
         Console(stderr=True).print(f"not converged: {run.extra['reason']}")
         raise typer.Exit(1)
+
+
+def _warn_beyond_reach(cfg) -> None:
+    """One line on stderr when the request lies beyond what its precision was measured to
+    reach (`wse_hpc.stencil.reach`, the README's table); the run still happens."""
+    from wse_core.errors import WseError
+    from wse_hpc.stencil.reach import advice
+    from wse_hpc.stencil.runs import bicgstab_request
+
+    try:
+        precision, tol, maxiter = bicgstab_request(cfg)
+    except WseError:
+        return  # a bad --dtype: the run reports it
+    note = advice(precision, cfg.grid, tol, maxiter)
+    if note and multiprocess.is_primary():
+        typer.echo(f"warning: {note}", err=True)  # one line, never wrapped
 
 
 def _run_with_progress(console, cfg, run_stencil):

@@ -59,6 +59,7 @@ from wse_hpc.stencil.problems import (
     place_wave,
     wave_block_fn,
 )
+from wse_hpc.stencil.reach import advice
 from wse_hpc.stencil.refine import CERTIFY_FLOOR, PAIR_BELOW, refine
 from wse_hpc.stencil.wave import max_stable_dt as wave_dt
 from wse_hpc.stencil.wave import wave25
@@ -66,6 +67,7 @@ from wse_hpc.stencil.wave import wave25
 __all__ = [
     "KINDS",
     "StencilConfig",
+    "bicgstab_request",
     "exact_solution",
     "place_bicgstab",
     "place_wave",
@@ -276,12 +278,18 @@ def _run_heat(cfg, wafer, progress) -> RunReport:
     )  # fmt: skip
 
 
-def _run_bicgstab(cfg, wafer, progress) -> RunReport:
+def bicgstab_request(cfg: StencilConfig) -> tuple[str, float, int]:
+    """(precision, tol, maxiter) a BiCGSTAB run of `cfg` uses: its settings or the defaults
+    (mixed: tol 1e-3; fp32: 1e-6; a 1,000-iteration cap)."""
     precision = "mixed" if cfg.dtype in ("mixed", "fp16") else _field_dtype(cfg, ("fp32",))
     tol = cfg.tol if cfg.tol is not None else (1e-3 if precision == "mixed" else 1e-6)
+    return precision, tol, 1000 if cfg.steps is None else cfg.steps
+
+
+def _run_bicgstab(cfg, wafer, progress) -> RunReport:
+    precision, tol, maxiter = bicgstab_request(cfg)
     pair = tol < PAIR_BELOW
     grid = place_bicgstab(wafer, cfg.grid, precision, pair=pair, boundary=cfg.boundary)
-    maxiter = 1000 if cfg.steps is None else cfg.steps
     solve = refine(grid, precision=precision, tol=tol, maxiter=maxiter, pair=pair)
     ue = exact_solution(grid, "bicgstab")
     b = jax.jit(laplacian7(grid))(grid.place(ue, "b"))
@@ -311,13 +319,19 @@ def _run_bicgstab(cfg, wafer, progress) -> RunReport:
         cfg, grid, phases, "bicgstab_iteration", wall, n, res.x,
         metric="recurrence residual / ||b||", history=hist, final=final,
         true_history=[(int(i), float(v)) for i, v in checks], converged=converged,
-        reason=None if converged else _reason(res, tol, maxiter, precision, pair),
+        reason=None if converged else _reason(res, cfg.grid, tol, maxiter, precision, pair),
         x_carry="fp32 pair (x_hi + x_lo)" if pair else "fp32",
     )  # fmt: skip
 
 
-def _reason(res, tol: float, maxiter: int, precision: str, pair: bool) -> str:
-    """One line: why the true residual did not reach tol."""
+def _reason(res, grid, tol: float, maxiter: int, precision: str, pair: bool) -> str:
+    """One line: why the true residual did not reach tol, and what to use instead where the
+    request lies beyond what was measured (`reach.advice`)."""
+    note = advice(precision, grid, tol, maxiter)
+    return _why(res, tol, maxiter, precision, pair) + (f"; {note}" if note else "")
+
+
+def _why(res, tol: float, maxiter: int, precision: str, pair: bool) -> str:
     t = float(res.true_residual)
     if tol <= 2 * CERTIFY_FLOOR:
         return (

@@ -38,7 +38,7 @@ from wse_core import fabric
 from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm import pe_kernels
-from wse_hpc.tlrmvm.wafer import pad_grid
+from wse_hpc.tlrmvm.wafer import FP32_PRODUCTS, pad_grid
 
 __all__ = ["PhaseSpec", "ring_at", "ring_pick", "row_out", "rows_times_pieces", "west_in"]
 
@@ -70,7 +70,7 @@ def _rows_dot(a: jax.Array, p: jax.Array, win: jax.Array, conj: bool, cplx: bool
     b) its `win` (PR, PC, w) names -> (PR, PC, w, P, b) pairs. One dot per PE row against all
     s pieces (XLA:CPU's dot streams the bases once; N = s P b costs little more than N = 2
     there), then each row keeps its piece."""
-    o = jnp.einsum("gckn,gnq->gckq", a, _rhs(p, conj, cplx))
+    o = jnp.einsum("gckn,gnq->gckq", a, _rhs(p, conj, cplx), precision=FP32_PRODUCTS)
     s = p.shape[1]
     o = o.reshape(*o.shape[:3], s, 2 if cplx else 1, p.shape[-1])
     out = o[:, :, :, 0]
@@ -86,7 +86,7 @@ def _sum_rows(a: jax.Array, t: jax.Array, win: jax.Array, s: int, conj: bool, cp
     PEs' partial pieces; complex as t's (re, im) rows against the interleaved pairs."""
     hot = (win[..., None] == jnp.arange(s)).astype(t.dtype)  # (br, bc, w, s)
     h = hot[..., None, None] * t[..., None, :, :]  # (br, bc, w, s, P, b)
-    o = jnp.einsum("gckspb,gckn->gspbn", h, a)
+    o = jnp.einsum("gckspb,gckn->gspbn", h, a, precision=FP32_PRODUCTS)
     if not cplx:
         return o
     br, _, _, b, _ = o.shape

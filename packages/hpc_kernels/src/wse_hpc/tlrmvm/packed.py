@@ -28,6 +28,7 @@ from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import (
+    FP32_PRODUCTS,
     PlanBase,
     TlrBases,
     TlrFns,
@@ -214,7 +215,7 @@ def tlrmvm_packed(wafer: Wafer, plan: PackedPlan) -> TlrFns:
         x = x.astype(bases.vh.dtype)
         xt = jnp.pad(x, ((0, nt * nb - n), (0, 0))).reshape(1, nt, nb, -1)
         xf = fabric.broadcast(wafer, pad_grid(wafer, xt), "col", 0)
-        yv = jnp.einsum("rcwn,rcnb->rcwb", bases.vh, xf)  # phase 1
+        yv = jnp.einsum("rcwn,rcnb->rcwb", bases.vh, xf, precision=FP32_PRODUCTS)  # phase 1
         if nt > 1:  # phase 2: ring allgather east
             yv = jnp.concatenate(
                 [yv[:, :, None], fabric.multicast(wafer, yv, "E", nt - 1, boundary="periodic")],
@@ -237,10 +238,16 @@ def tlrmvm_packed(wafer: Wafer, plan: PackedPlan) -> TlrFns:
         yt = jnp.pad(yt, ((0, 1), (0, nt * ch - nb), (0, 0))).reshape(mt + 1, nt, ch, -1)
         yw = jnp.take(yt, jnp.asarray(win_tile), axis=0)  # (R, T, nt, ch, b): host -> PEs
         yf = pad_grid(wafer, jnp.transpose(yw, (0, 2, 1, 3, 4)))
-        ys = jnp.einsum("rctmb,rcst->rcsmb", yf, jnp.asarray(slot_win, yf.real.dtype))
-        part = jnp.einsum("rcmsw,rcsmb->rcswb", jnp.conj(bases.u), ys)  # phase 1 (adjoint)
+        ys = jnp.einsum(
+            "rctmb,rcst->rcsmb", yf, jnp.asarray(slot_win, yf.real.dtype), precision=FP32_PRODUCTS
+        )
+        part = jnp.einsum(
+            "rcmsw,rcsmb->rcswb", jnp.conj(bases.u), ys, precision=FP32_PRODUCTS
+        )  # phase 1 (adjoint)
         z = ring_reduce_scatter(wafer, part, nt)  # phase 2 (adjoint)
-        xp = jnp.einsum("rcwn,rcwb->rcnb", jnp.conj(bases.vh), z)  # phase 3 (adjoint)
+        xp = jnp.einsum(
+            "rcwn,rcwb->rcnb", jnp.conj(bases.vh), z, precision=FP32_PRODUCTS
+        )  # phase 3 (adjoint)
         xs = fabric.allreduce(wafer, xp, "sum", axis="col")[0, :nt]
         return xs.reshape(nt * nb, -1)[:n]
 

@@ -23,6 +23,11 @@ The product y = A x (`TlrFns.matvec_fn(bases, x)`, x: (N, b)):
    p_i slices of a band are summed with a multicast north; y leaves from each band's first row.
 The adjoint A^H y (`rmatvec_fn`) runs the same placement backwards: U^H y partials, a ring
 reduce-scatter east (nt - 1 periodic shifts), V z, and a reduction along PE columns.
+
+Every layout's dots (here, `packed`, `grouped_phases`) ask for `FP32_PRODUCTS`, float32
+products on every backend, as the PEs compute them: with DEFAULT precision XLA runs float32
+dots on NVIDIA GPUs in TF32 (a 10-bit mantissa, ~1e-3 relative), including the one-hot
+selections that only move values.
 """
 
 from __future__ import annotations
@@ -42,7 +47,17 @@ from wse_core.wafer import Wafer, build_wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 
-__all__ = ["TlrPlan", "TlrBases", "TlrFns", "plan_placement", "place_plan", "tlrmvm"]
+__all__ = [
+    "FP32_PRODUCTS",
+    "TlrPlan",
+    "TlrBases",
+    "TlrFns",
+    "plan_placement",
+    "place_plan",
+    "tlrmvm",
+]
+
+FP32_PRODUCTS = lax.Precision.HIGHEST  # float32 products on GPUs too (no TF32)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -294,7 +309,9 @@ def tlrmvm(wafer: Wafer, plan: TlrPlan) -> TlrFns:
         yp = _gemv(bases.u, yv.reshape(*yv.shape[:2], -1, yv.shape[-1]))  # phase 3
         if plan.max_band > 1:  # sum the rank slices of each band into its first row
             below = fabric.multicast(wafer, yp, "N", plan.max_band - 1)
-            yp = yp + jnp.einsum("rd,rcdmb->rcmb", jnp.asarray(mask, yp.real.dtype), below)
+            yp = yp + jnp.einsum(
+                "rd,rcdmb->rcmb", jnp.asarray(mask, yp.real.dtype), below, precision=FP32_PRODUCTS
+            )
         y = jnp.take(yp, starts, axis=0)[:, :nt].reshape(mt, nt * ch, -1)[:, :nb]
         return y.reshape(mt * nb, -1)[:m]
 
@@ -304,10 +321,14 @@ def tlrmvm(wafer: Wafer, plan: TlrPlan) -> TlrFns:
         yt = jnp.pad(y, ((0, mt * nb - m), (0, 0))).reshape(mt, nb, -1)
         yt = jnp.pad(yt, ((0, 0), (0, nt * ch - nb), (0, 0))).reshape(mt, nt, ch, -1)
         yf = pad_grid(wafer, jnp.take(yt, jnp.asarray(row_tile), axis=0))  # host -> bands
-        part = jnp.einsum("rcmk,rcmb->rckb", jnp.conj(bases.u), yf)  # phase 1 (adjoint)
+        part = jnp.einsum(
+            "rcmk,rcmb->rckb", jnp.conj(bases.u), yf, precision=FP32_PRODUCTS
+        )  # phase 1 (adjoint)
         part = part.reshape(*part.shape[:2], nt, -1, part.shape[-1])
         z = ring_reduce_scatter(wafer, part, nt)  # phase 2 (adjoint)
-        xp = jnp.einsum("rcwn,rcwb->rcnb", jnp.conj(bases.vh), z)  # phase 3 (adjoint)
+        xp = jnp.einsum(
+            "rcwn,rcwb->rcnb", jnp.conj(bases.vh), z, precision=FP32_PRODUCTS
+        )  # phase 3 (adjoint)
         xs = fabric.allreduce(wafer, xp, "sum", axis="col")[0, :nt]
         return xs.reshape(nt * nb, -1)[:n]
 
@@ -318,7 +339,7 @@ def tlrmvm(wafer: Wafer, plan: TlrPlan) -> TlrFns:
 def _gemv(a: jax.Array, x: jax.Array) -> jax.Array:
     """Per-PE a @ x for a (R, C, m, k), x (R, C, k, b): one dot with (R, C) batch dims
     (on XLA:CPU 2-3x faster than a fused multiply-and-sum at 9801 x 9801)."""
-    return jnp.einsum("rcmk,rckb->rcmb", a, x)
+    return jnp.einsum("rcmk,rckb->rcmb", a, x, precision=FP32_PRODUCTS)
 
 
 def ring_reduce_scatter(wafer: Wafer, part: jax.Array, nt: int) -> jax.Array:
