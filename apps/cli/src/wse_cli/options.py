@@ -48,11 +48,7 @@ NUMBER_MARK = "wse_number"  # the callback's attribute holding its NumberSpec
 INT_MAX = 2**63 - 1  # every integer option is a 64-bit signed integer
 SEED_MAX = INT_MAX  # seeds are 64-bit signed integers everywhere (jax.random.key, numpy)
 PORT = {"kind": int, "ge": 0, "le": 65535}  # TCP ports; 0 asks the system for a free one
-SEED = {
-    "kind": int,
-    "ge": 0,
-    "le": SEED_MAX,
-}  # every command's seeds: `number(0, "--seed", **SEED)`
+SEED = {"kind": int, "ge": 0}  # every command's seeds: `number(0, "--seed", **SEED)` (64-bit)
 
 
 class NumberSpec(NamedTuple):
@@ -98,9 +94,6 @@ def _parse(kind: type) -> Any:
 
 def _range_text(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str) -> str:
     what = "an integer" if kind is int else "a finite number"
-    if kind is int:  # integers are 64-bit: say the bound a value past it meets
-        ge = -INT_MAX if ge is None and gt is None else ge
-        le = INT_MAX if le is None and lt is None else le
     lo, hi = (ge, "[") if ge is not None else (gt, "(")
     top, end = (le, "]") if le is not None else (lt, ")")
     if lo is not None and top is not None:
@@ -110,6 +103,14 @@ def _range_text(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str) -> st
     elif top is not None:
         what += f" {'<=' if le is not None else '<'} {top}"
     return what + (f" ({unit})" if unit else "")
+
+
+def _past_64_bits(text: Any) -> bool:
+    try:
+        d = decimal.Decimal(str(text))
+        return d.is_finite() and d == d.to_integral_value() and abs(d) > INT_MAX
+    except decimal.DecimalException:
+        return False
 
 
 def _fits(x: Any, gt: Any, ge: Any, lt: Any, le: Any) -> bool:
@@ -146,6 +147,8 @@ def number(
         for x in values:
             if x is not None and not _fits(x, gt, ge, lt, le):
                 got = x.text if isinstance(x, _NotANumber) else x
+                if kind is int and _past_64_bits(got):  # the bound no option states
+                    got = f"{got} (integers are 64-bit: at most {INT_MAX} in size)"
                 name = param.opts[0] if param.opts else param.name
                 raise UserInputError(f"{name} must be {wanted}, got {got}")
         return value
