@@ -194,7 +194,7 @@ def test_plan_infer_with_a_draft_model():
         (["plan", "infer", "--model", "llama3-8b", "--output-tokens", "0"], "--output-tokens must"),
         (["plan", "infer", "--model", "llama_24t"], "up to 512 holds the model"),
         (["plan", "train", "--model", "llama_1t", "--tokens", "1e9", "--systems", "0"],
-         "--systems must be an integer"),
+         "--systems must be an integer >= 1"),
     ],
 )  # fmt: skip
 def test_plan_bad_input_is_exit_2_with_one_line(args, message):
