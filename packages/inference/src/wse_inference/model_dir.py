@@ -32,6 +32,8 @@ from typing import Any
 
 from wse_core.errors import WseError
 
+from wse_inference.engine import ByteTokenizer
+
 __all__ = [
     "ModelLoadError",
     "LoadedModel",
@@ -49,22 +51,6 @@ __all__ = [
 
 class ModelLoadError(WseError):
     """A model directory that cannot be used as asked."""
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as token ids (ids >= 256 decode to nothing)."""
-
-    kind = "bytes"
-    max_token_bytes = 1  # a token is one byte of text (`serve.admission.encode_prompt`)
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
-
-    def vocab(self) -> dict[str, int]:
-        return {f"<0x{i:02X}>": i for i in range(256)}
 
 
 class HFTokenizer:
