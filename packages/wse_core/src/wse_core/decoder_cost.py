@@ -47,6 +47,7 @@ softmax) are `wse_core.collectives.allreduce_2d` over its rectangle.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -68,6 +69,8 @@ __all__ = [
     "layer_phases",
     "decode_phases",
     "PER_TOKEN",
+    "decode_case",
+    "decode_check_row",
 ]
 
 # The group of what every token costs outside the layers; it runs on the head region.
@@ -371,4 +374,36 @@ def decode_phases(
         _per_token(shape, plan, spec),
         Phase("between_wafers", passes),
         name="decode_step",
+    )
+
+
+def decode_case() -> tuple[WaferSpec, Phases]:
+    """The calibration set's 8B case: Llama 3.1 8B planned on one WSE-3 (8k context), one
+    decode token (`wse_core.calibration`'s check row; see `decode_check_row`)."""
+    from wse_core.spec import preset
+
+    return _decode_inputs(preset("wse3").key())
+
+
+@functools.cache
+def _decode_inputs(spec_key: str) -> tuple[WaferSpec, Phases]:
+    from wse_core.pipeline_plan import plan_pipeline
+    from wse_core.spec import preset
+
+    spec = preset("wse3")
+    plan = plan_pipeline(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
+    return spec, decode_phases(LLAMA31_8B, plan)
+
+
+def decode_check_row(cal: Any = None) -> dict[str, object]:
+    """The calibration row of the 8B case (`wse_core.calibration.row`): Hot Chips 2024's
+    1,800 tokens/s against the model under `cal` (default: the calibration in force)."""
+    from wse_core.calibration import DECODE_8B_TOKENS_PER_S, current, row
+    from wse_core.perf import PerfModel
+
+    spec, phases = decode_case()
+    timing = PerfModel(spec, cal or current()).evaluate(phases)
+    published = 1 / DECODE_8B_TOKENS_PER_S
+    return row(
+        "llama3.1-8b wse3 x1", "seconds/token", published, timing.seconds, "check", timing.bound
     )
