@@ -1,6 +1,7 @@
 """Decode predictions: a cost counted by hand, the plan the engine and the predictor share,
 the 8B calibration row and the published rows of `hotchips24-inference`."""
 
+import dataclasses
 import math
 
 import pytest
@@ -16,16 +17,9 @@ from wse_inference.testing import tiny_model
 
 # One layer: d 8, 2 heads of 4 (1 KV head), MLP 16, vocabulary 32.
 HAND = DecoderCounts(
-    name="hand",
-    arch="llama",
-    n_layers=1,
-    d_model=8,
-    n_heads=2,
-    n_kv_heads=1,
-    d_ff=16,
-    vocab_size=32,
-    max_seq_len=64,
-)
+    name="hand", arch="llama", n_layers=1, d_model=8, n_heads=2, n_kv_heads=1, d_ff=16,
+    vocab_size=32, max_seq_len=64,
+)  # fmt: skip
 
 
 def _hand_plan(**kw):
@@ -70,17 +64,7 @@ def test_decode_cost_counted_by_hand():
 
 
 def test_wafers_pass_activations_at_system_io_with_stated_latency():
-    two = DecoderCounts(
-        name="hand2",
-        arch="llama",
-        n_layers=2,
-        d_model=8,
-        n_heads=2,
-        n_kv_heads=1,
-        d_ff=16,
-        vocab_size=32,
-        max_seq_len=64,
-    )
+    two = dataclasses.replace(HAND, name="hand2", n_layers=2)
     spec = spec_from("tiny", pe_rows=4, pe_cols=4)
     plan = plan_pipeline(two, spec, num_wafers=2, stages=2, context_len=8)
     report = decode_perf.predict_decode(two, plan)

@@ -7,23 +7,12 @@ import pytest
 from wse_core import SpecError, WseError
 from wse_core import economics as eco
 from wse_core import gpu as gpum
-from wse_core.transformer import DecoderCounts, matmul_params, num_params
+from wse_core.testing import ROUND_DECODER
+from wse_core.transformer import matmul_params, num_params
 
-# A model whose numbers are easy on paper: a tied Llama of 2 layers of width 256 (4 heads of
-# 64) whose matmul weights are exactly 1e8 (the head 376,289 x 256, the layers 2 x (4 x 256^2
-# + 3 x 256 x 2048)); all its parameters add the layers' two norms and the final norm.
-SHAPE = DecoderCounts(
-    name="flat",
-    arch="llama",
-    vocab_size=376_289,
-    d_model=256,
-    n_layers=2,
-    n_heads=4,
-    n_kv_heads=4,
-    d_ff=2048,
-    max_seq_len=128,
-    tie_embeddings=True,
-)
+# A model whose numbers are easy on paper: matmul weights exactly 1e8 over 2 layers of width
+# 256 (4 heads of 64); all its parameters add the layers' two norms and the final norm.
+SHAPE = ROUND_DECODER
 LAYER = 4 * 256**2 + 3 * 256 * 2048  # one layer's matmul weights
 # A GPU with round figures; one GPU per node so that two GPUs must be data parallel over IB.
 ROUND = dataclasses.replace(

@@ -27,6 +27,7 @@ from wse_core.serving import (
     tokens_per_round,
 )
 from wse_core.serving import gpus as sg
+from wse_core.testing import ROUND_DECODER
 from wse_core.transformer import (
     DecoderCounts,
     attn_dim,
@@ -38,10 +39,7 @@ from wse_core.transformer import (
 # A tied Llama whose matmul weights are exactly 1e8 (the head 376,289 x 256 and two layers of
 # 4 x 256^2 + 3 x 256 x 2048): the roofline by hand. All its parameters: the one table, the
 # layers with their two norms, the final norm. K and V: 2 layers x 2 x 4 heads x 64, bf16.
-FLAT = DecoderCounts(
-    name="flat", arch="llama", vocab_size=376_289, d_model=256, n_layers=2, n_heads=4,
-    n_kv_heads=4, d_ff=2048, max_seq_len=128, tie_embeddings=True,
-)  # fmt: skip
+FLAT = ROUND_DECODER
 N_ALL = 376_289 * 256 + 2 * (4 * 256**2 + 3 * 256 * 2048 + 2 * 256) + 256
 KV_BYTES = 2 * (2 * 2 * 4 * 64)  # per token
 # The draft: matmul weights exactly 1e7 (74,029 x 128 + 2 x (4 x 128^2 + 3 x 128 x 512)).
@@ -65,7 +63,7 @@ TOY = DecoderCounts(
     d_ff=512,
     vocab_size=1000,
     max_seq_len=128,
-)  # 4 layers, GQA 4/2 heads
+)  # fmt: skip  (4 layers, GQA 4/2 heads)
 SHORT = Workload(prompt_tokens=16, output_tokens=16)
 
 

@@ -117,16 +117,9 @@ def test_pipeline_traces_put_each_stage_on_its_own_region_and_wafer():
     from wse_core.transformer import DecoderCounts
 
     shape = DecoderCounts(
-        name="toy",
-        arch="llama",
-        n_layers=4,
-        d_model=256,
-        n_heads=4,
-        n_kv_heads=2,
-        d_ff=512,
-        vocab_size=1000,
-        max_seq_len=128,
-    )
+        name="toy", arch="llama", n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, d_ff=512,
+        vocab_size=1000, max_seq_len=128,
+    )  # fmt: skip
     spec = preset("demo")
     plan = plan_pipeline(shape, spec, num_wafers=2, stages=4, context_len=64)
     traces = pipeline_traces(shape, plan)
