@@ -143,3 +143,48 @@ def test_generate_bad_checkpoints_exit_2(model_dir, tmp_path):
     cfg = json.dumps({"model": str(root / "small_vocab"), "num_speculative_tokens": 2})
     res = _run("--model_dir", root / "target", "--prompt-ids", "1,2", "--speculative-config", cfg)
     assert res.exit_code == 2 and "mismatch" in res.output
+
+
+def test_generate_and_serve_accept_the_same_speculative_file(model_dir, tmp_path):
+    """One YAML file for --speculative-config: `generate` decodes with its draft and gamma
+    (greedy speculative output equals the target's plain greedy output), and `serve` builds
+    its engines from it (the real model's SpeculativeEngine, the mock's drafted/accepted)."""
+    from wse_cli.commands import infer_serve
+    from wse_inference.speculative.config import SpeculativeConfig, parse_speculative_config
+    from wse_inference.speculative.engine import SpeculativeEngine
+
+    root, target = model_dir
+    path = tmp_path / "speculative.yaml"
+    path.write_text(f"model: {root / 'draft'}\nnum_speculative_tokens: 2\n")
+    res = _run("--model_dir", root / "target", "--prompt-ids", "5,6,7", "--max_tokens", 6,
+               "--temperature", 0, "--speculative-config", path, "--json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    ref = PlainDecoder(target.config, target.params, max_context=128).generate(
+        [5, 6, 7], SamplingParams(max_tokens=6, temperature=0.0)
+    )
+    assert out["token_ids"] == ref.tokens and "gamma 2" in out["engine"]
+    spec = parse_speculative_config(str(path))
+    assert spec == SpeculativeConfig(model=str(root / "draft"), num_speculative_tokens=2)
+    assert parse_speculative_config(json.dumps({"model": str(root / "draft"),
+                                                "num_speculative_tokens": 2})) == spec  # fmt: skip
+    engine = infer_serve._real_engine(str(root / "target"), spec, 2)
+    assert isinstance(engine, SpeculativeEngine) and engine.gamma == 2
+    assert engine.draft.config.n_layers == 1 and engine.max_slots == 2
+    mock = infer_serve._mock_engine(spec, 2, 64, 0.0)
+    assert (mock.spec_tokens, mock.spec_accepted) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ('{"num_speculative_tokens": 2}', 'needs {"model"'),
+        ('{"model": "m", "num_speculative_tokens": 0}', "integer >= 1"),
+        ('{"model": "m", "draft": 1}', "unknown keys ['draft']"),
+        ("[1, 2]", "must be an object"),
+    ],
+)
+def test_generate_bad_speculative_config_exits_2(model_dir, text, words):
+    root, _ = model_dir
+    res = _run("--model_dir", root / "target", "--prompt-ids", "1,2", "--speculative-config", text)
+    assert res.exit_code == 2 and words in res.output, res.output

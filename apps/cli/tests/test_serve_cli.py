@@ -144,8 +144,8 @@ def test_wse_infer_serve_a_model_folder_with_the_loader(tmp_path):
     """`serve --model_dir DIR` with the real loader: greedy output equals plain decoding."""
     import importlib.util
 
-    if importlib.util.find_spec("wse_inference.model_dir") is None:
-        pytest.skip("wse_inference.model_dir (load_engine) is not installed yet")
+    if importlib.util.find_spec("wse_inference.load") is None:
+        pytest.skip("wse_inference.load (load_engine) is not installed yet")
     import wse_models
     from wse_inference.decoding import PlainDecoder
     from wse_inference.engine import SamplingParams

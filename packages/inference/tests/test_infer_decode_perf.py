@@ -1,21 +1,25 @@
 """Decode predictions: a cost counted by hand, the plan the engine and the predictor share,
 the 8B calibration row and the published rows of `hotchips24-inference`."""
 
+import dataclasses
 import math
 
 import pytest
 from wse_core.assumptions import assume
-from wse_core.decoder_cost import ShapeSpec
 from wse_core.perf import PerfModel
 from wse_core.pipeline_plan import plan_pipeline
 from wse_core.spec import spec_from
+from wse_core.transformer import DecoderCounts
 from wse_inference.pipeline import perf as decode_perf
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.speculative.verify import AcceptanceStats
 from wse_inference.testing import tiny_model
 
 # One layer: d 8, 2 heads of 4 (1 KV head), MLP 16, vocabulary 32.
-HAND = ShapeSpec("hand", "llama", 1, 8, 2, 1, 16, 32, 64)
+HAND = DecoderCounts(
+    name="hand", arch="llama", n_layers=1, d_model=8, n_heads=2, n_kv_heads=1, d_ff=16,
+    vocab_size=32, max_seq_len=64,
+)  # fmt: skip
 
 
 def _hand_plan(**kw):
@@ -60,7 +64,7 @@ def test_decode_cost_counted_by_hand():
 
 
 def test_wafers_pass_activations_at_system_io_with_stated_latency():
-    two = ShapeSpec("hand2", "llama", 2, 8, 2, 1, 16, 32, 64)
+    two = dataclasses.replace(HAND, name="hand2", n_layers=2)
     spec = spec_from("tiny", pe_rows=4, pe_cols=4)
     plan = plan_pipeline(two, spec, num_wafers=2, stages=2, context_len=8)
     report = decode_perf.predict_decode(two, plan)

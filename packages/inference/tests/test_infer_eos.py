@@ -10,7 +10,8 @@ import json
 import httpx
 import pytest
 from wse_inference.engine import SamplingParams
-from wse_inference.model_dir import eos_token_ids, load_engine, load_model, truncated_model
+from wse_inference.load import load_engine
+from wse_inference.model_dir import eos_token_ids, load_model, truncated_model
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.sampling import with_eos
 from wse_inference.serve.openai_request import parse_request

@@ -3,7 +3,7 @@ speculative decoder token for token (same seeds, same round keys)."""
 
 import pytest
 from wse_inference.engine import Engine, SamplingParams
-from wse_inference.model_dir import load_engine
+from wse_inference.load import load_engine
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.speculative.decoder import SpeculativeDecoder
 from wse_inference.speculative.engine import SpeculativeEngine

@@ -5,7 +5,8 @@ from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import SamplingParams
 from wse_inference.model_dir import ModelLoadError, truncated_model
 from wse_inference.sampling import SamplingError
-from wse_inference.speculative.decoder import SpeculativeDecoder, parse_speculative_config
+from wse_inference.speculative.config import SpeculativeConfig, parse_speculative_config
+from wse_inference.speculative.decoder import SpeculativeDecoder
 from wse_inference.testing import tiny_model
 
 
@@ -53,12 +54,18 @@ def test_vocabulary_mismatch_and_bad_config_are_errors():
     other = tiny_model("llama", n_layers=1, vocab_size=300)
     with pytest.raises(ModelLoadError, match="vocabulary mismatch.*300"):
         SpeculativeDecoder(target, other, gamma=2)
-    assert parse_speculative_config('{"model": "/m", "num_speculative_tokens": 3}') == ("/m", 3)
+    got = parse_speculative_config('{"model": "/m", "num_speculative_tokens": 3}')
+    assert got == SpeculativeConfig(model="/m", num_speculative_tokens=3)
+    assert (got.draft_dir(), got.accepted_tokens) == ("/m", 3)
+    with pytest.raises(SamplingError, match="needs"):  # a draft is needed to run one
+        parse_speculative_config('{"num_speculative_tokens": 3}').draft_dir()
     for bad in (
         "{",
-        '{"num_speculative_tokens": 3}',
+        "[1]",
         '{"model": "m", "x": 1}',
         '{"model": "m", "num_speculative_tokens": 0}',
+        '{"model": "m", "num_speculative_tokens": true}',
+        '{"model": "m", "num_speculative_tokens": 2, "mock_accepted_tokens": 3}',
     ):
         with pytest.raises(SamplingError):
             parse_speculative_config(bad)

@@ -7,16 +7,13 @@ import pytest
 from wse_core import SpecError, WseError
 from wse_core import economics as eco
 from wse_core import gpu as gpum
+from wse_core.testing import ROUND_DECODER
+from wse_core.transformer import matmul_params, num_params
 
-# A model whose numbers are easy on paper: 1e8 weights, all in matmuls, 2 layers of width 256.
-SHAPE = gpum.ModelShape(
-    n_params=100_000_000,
-    n_matmul_params=100_000_000,
-    n_layers=2,
-    d_model=256,
-    attn_dim=256,
-    kv_bytes_per_token=0,
-)
+# A model whose numbers are easy on paper: matmul weights exactly 1e8 over 2 layers of width
+# 256 (4 heads of 64); all its parameters add the layers' two norms and the final norm.
+SHAPE = ROUND_DECODER
+LAYER = 4 * 256**2 + 3 * 256 * 2048  # one layer's matmul weights
 # A GPU with round figures; one GPU per node so that two GPUs must be data parallel over IB.
 ROUND = dataclasses.replace(
     gpum.H100,
@@ -54,9 +51,11 @@ def test_data_parallel_pays_the_exposed_ring():
     # one layer: no pipeline split (two stages, with a quarter of the step as bubble, would
     # beat this ring, and the layout search would take them)
     one = dataclasses.replace(SHAPE, n_layers=1)
+    m1, n1 = 1e8 - LAYER, 1e8 - LAYER + 2 * 256 + 256  # matmul weights; all parameters
+    assert (matmul_params(one), num_params(one)) == (m1, n1)
     s = gpum.train_step(one, ROUND, num_gpus=2, batch=4, seq_len=1000, mfu=0.5)
-    compute = 4000 * (6e8 + 12 * 256 * 1000) / (2 * 5e14)
-    ring = 2 * 1 / 2 * (2 * 1e8) / 1e9 + 2 * 1e-5  # bf16 gradients over IB
+    compute = 4000 * (6 * m1 + 12 * 256 * 1000) / (2 * 5e14)
+    ring = 2 * 1 / 2 * (2 * n1) / 1e9 + 2 * 1e-5  # bf16 gradients over IB
     assert (s.layout.dp, s.layout.tp, s.layout.pp) == (2, 1, 1)
     assert s.allreduce_s == pytest.approx(ring)
     assert s.step_s == pytest.approx(compute + ring - 2 / 3 * compute)
@@ -65,7 +64,8 @@ def test_data_parallel_pays_the_exposed_ring():
 
 
 def test_too_few_gpus_names_the_count_that_fits():
-    big = dataclasses.replace(SHAPE, n_params=10**10, n_matmul_params=10**10, n_layers=3)
+    big = dataclasses.replace(SHAPE, vocab_size=39_000_000, n_layers=3)
+    assert num_params(big) == pytest.approx(1e10, rel=0.002)
     # 16 bytes x 1e10 = 160 GB over 0.9 x 80 GB usable: 3 GPUs (3 pipeline stages of a layer)
     assert gpum.min_train_gpus(big, gpum.H100, seq_len=16) == 3
     with pytest.raises(gpum.GpuMemoryError, match="use at least 3 GPUs"):

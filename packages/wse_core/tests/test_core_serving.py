@@ -8,7 +8,7 @@ import math
 import pytest
 from wse_core import PerfModel, preset
 from wse_core import gpu as gpum
-from wse_core.decoder_cost import ShapeSpec, decode_phases
+from wse_core.decoder_cost import decode_phases
 from wse_core.pipeline_plan import PipelinePlanError, kv_bytes_per_token, plan_pipeline
 from wse_core.serving import (
     GpuServing,
@@ -27,19 +27,50 @@ from wse_core.serving import (
     tokens_per_round,
 )
 from wse_core.serving import gpus as sg
+from wse_core.testing import ROUND_DECODER
+from wse_core.transformer import (
+    DecoderCounts,
+    attn_dim,
+    kv_values_per_token,
+    matmul_params,
+    num_params,
+)
 
-# 1e8 weights, all in matmuls, no KV cache and no attention flops: the roofline by hand.
-FLAT = gpum.ModelShape(
-    n_params=100_000_000, n_matmul_params=100_000_000, n_layers=2, d_model=256, attn_dim=0,
-    kv_bytes_per_token=0,
+# A tied Llama whose matmul weights are exactly 1e8 (the head 376,289 x 256 and two layers of
+# 4 x 256^2 + 3 x 256 x 2048): the roofline by hand. All its parameters: the one table, the
+# layers with their two norms, the final norm. K and V: 2 layers x 2 x 4 heads x 64, bf16.
+FLAT = ROUND_DECODER
+N_ALL = 376_289 * 256 + 2 * (4 * 256**2 + 3 * 256 * 2048 + 2 * 256) + 256
+KV_BYTES = 2 * (2 * 2 * 4 * 64)  # per token
+# The draft: matmul weights exactly 1e7 (74,029 x 128 + 2 x (4 x 128^2 + 3 x 128 x 512)).
+DRAFT = DecoderCounts(
+    name="draft", arch="llama", vocab_size=74_029, d_model=128, n_layers=2, n_heads=2,
+    n_kv_heads=2, d_ff=512, max_seq_len=128, tie_embeddings=True,
 )  # fmt: skip
+DRAFT_KV_BYTES = 2 * (2 * 2 * 2 * 64)
 ROUND = dataclasses.replace(
     gpum.H100, name="round", peak_flops=1e15, hbm_bytes_per_s=1e12, memory_bytes=1e9,
     gpus_per_node=8,
 )  # fmt: skip
 ONE = sg.GpuLayout(1, 1)
-TOY = ShapeSpec("toy", "llama", 4, 256, 4, 2, 512, 1000, 128)  # 4 layers, GQA 4/2 heads
+TOY = DecoderCounts(
+    name="toy",
+    arch="llama",
+    n_layers=4,
+    d_model=256,
+    n_heads=4,
+    n_kv_heads=2,
+    d_ff=512,
+    vocab_size=1000,
+    max_seq_len=128,
+)  # fmt: skip  (4 layers, GQA 4/2 heads)
 SHORT = Workload(prompt_tokens=16, output_tokens=16)
+
+
+def test_the_hand_shapes_counts():
+    assert matmul_params(FLAT) == 10**8 and num_params(FLAT) == N_ALL
+    assert kv_values_per_token(FLAT) * 2 == KV_BYTES and attn_dim(FLAT) == 256
+    assert matmul_params(DRAFT) == 10**7 and kv_values_per_token(DRAFT) * 2 == DRAFT_KV_BYTES
 
 
 def test_gpu_step_at_one_user_is_the_weight_read():
@@ -66,23 +97,23 @@ def test_gpu_compute_knee_and_aggregate_plateau():
 
 
 def test_gpu_kv_bytes_per_user_and_the_largest_batch():
-    shape = dataclasses.replace(FLAT, kv_bytes_per_token=1000)
-    # usable 0.9 x 1e9 = 9e8; weights 2e8; a user of 100 tokens holds 1e5 bytes: 7000 users
-    assert sg.max_batch(shape, ROUND, ONE, held_tokens=100) == 7000
-    serve = GpuServing(shape, ROUND, num_gpus=1, workload=Workload(prompt_tokens=60,
+    # usable 0.9 x 1e9 = 9e8; weights 2 N_ALL; a user of 100 tokens holds 100 KV_BYTES
+    users = int((9e8 - 2 * N_ALL) // (100 * KV_BYTES))
+    assert users == 3417 and sg.max_batch(FLAT, ROUND, ONE, held_tokens=100) == users
+    serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=Workload(prompt_tokens=60,
                        output_tokens=40), hbm_fraction=0.5, mfu=0.5)  # fmt: skip
-    assert serve.max_users == 7000
-    with pytest.raises(ServingError, match="at most 7000"):
-        at_users(serve, 7001)
-    big = dataclasses.replace(FLAT, n_params=10**9)  # 2 GB of weights over 0.9 GB: 3 GPUs
+    assert serve.max_users == users
+    with pytest.raises(ServingError, match=f"at most {users}"):
+        at_users(serve, users + 1)
+    big = dataclasses.replace(FLAT, vocab_size=3_900_000)  # 2.0 GB of weights over 0.9 GB: 3
     with pytest.raises(gpum.GpuMemoryError, match="use at least 3 GPUs"):
         GpuServing(big, ROUND, num_gpus=2, workload=SHORT)
 
 
 def test_gpu_kv_read_grows_the_step_and_the_frontier_trades_speed_for_throughput():
-    shape = dataclasses.replace(FLAT, kv_bytes_per_token=1000)
+    shape = FLAT
     s = sg.decode_step(shape, ROUND, ONE, batch=10, kv_tokens=70, hbm_fraction=0.5, mfu=0.5)
-    assert s.memory_s == pytest.approx((2e8 + 10 * 1000 * 70) / 5e11)
+    assert s.memory_s == pytest.approx((2e8 + 10 * KV_BYTES * 70) / 5e11)
     w = Workload(prompt_tokens=60, output_tokens=20)
     serve = GpuServing(shape, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5)
     points = frontier(serve).points
@@ -95,20 +126,21 @@ def test_gpu_kv_read_grows_the_step_and_the_frontier_trades_speed_for_throughput
 
 def test_gpu_prefill_is_the_compute_roofline():
     t = sg.prefill_s(FLAT, ROUND, ONE, prompt_tokens=1000, hbm_fraction=0.5, mfu=0.5)
-    assert t == pytest.approx(1000 * 2e8 / 5e14)  # attention flops are 0 here (attn_dim 0)
+    # 2 N_matmul per token and the attention's 2 L (H Q) p^2
+    assert t == pytest.approx((1000 * 2e8 + 2 * 2 * 256 * 1000**2) / 5e14)
     short = sg.prefill_s(FLAT, ROUND, ONE, prompt_tokens=1, hbm_fraction=0.5, mfu=0.5)
     assert short == pytest.approx(4e-4)  # one weight read is longer than one token's flops
 
 
 def test_speculation_on_a_gpu_is_leviathans_formula():
     # at one user the verification of gamma + 1 tokens reads the weights once, like a step
-    draft = dataclasses.replace(FLAT, n_params=10**7, n_matmul_params=10**7)
     w = Workload(prompt_tokens=8, output_tokens=8)
     plain = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5)
-    spec = Speculation(draft=draft, gamma=4, alpha=0.8)
+    spec = Speculation(draft=DRAFT, gamma=4, alpha=0.8)
     fast = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5,
                       speculation=spec)  # fmt: skip
-    c = 0.1  # draft step / target step: 2e7 / 2e8 bytes
+    kv = 8 + 8 // 2  # the cached tokens a step reads (Workload.kv_tokens)
+    c = (2e7 + DRAFT_KV_BYTES * kv) / (2e8 + KV_BYTES * kv)  # draft step / target step: bytes
     leviathan = (1 - 0.8**5) / ((1 - 0.8) * (4 * c + 1))
     ratio = fast.point(1).user_tokens_per_s / plain.point(1).user_tokens_per_s
     assert ratio == pytest.approx(leviathan)

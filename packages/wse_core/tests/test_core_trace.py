@@ -112,11 +112,14 @@ def test_load_refuses_what_is_not_a_trace(tmp_path):
 
 
 def test_pipeline_traces_put_each_stage_on_its_own_region_and_wafer():
-    from wse_core.decoder_cost import ShapeSpec
     from wse_core.pipeline_plan import plan_pipeline
     from wse_core.pipeline_trace import pipeline_traces
+    from wse_core.transformer import DecoderCounts
 
-    shape = ShapeSpec("toy", "llama", 4, 256, 4, 2, 512, 1000, 128)
+    shape = DecoderCounts(
+        name="toy", arch="llama", n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, d_ff=512,
+        vocab_size=1000, max_seq_len=128,
+    )  # fmt: skip
     spec = preset("demo")
     plan = plan_pipeline(shape, spec, num_wafers=2, stages=4, context_len=64)
     traces = pipeline_traces(shape, plan)

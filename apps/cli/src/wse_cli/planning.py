@@ -24,6 +24,7 @@ from typing import Any
 
 from wse_core import economics as eco
 from wse_core import gpu as gpum
+from wse_core.transformer import DecoderShape, num_params
 
 from wse_cli.model_choice import ModelChoice, PlanError, resolve_model
 
@@ -233,7 +234,7 @@ def _wafer_train_side(
 
 
 def _gpu_train_side(
-    shape: gpum.ModelShape, g: gpum.GpuSpec, m: int, steps: int, global_batch: int, seq: int,
+    shape: DecoderShape, g: gpum.GpuSpec, m: int, steps: int, global_batch: int, seq: int,
     mfu: float, rates: dict[str, Any],
 ) -> SideResult:  # fmt: skip
     """`m` GPUs training for `steps` steps at the same global batch and sequence."""
@@ -279,7 +280,7 @@ def plan_train(
     global_batch = n * batch
     steps = math.ceil(tokens / (global_batch * seq))
     w_side = _wafer_train_side(wafer, n, step_s, steps, global_batch, seq, rates, scale)
-    shape = gpum.ModelShape.of(cfg)
+    shape = cfg
     inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
               "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
               "wafer_rates": wafer_rates(wafer, rates).to_dict(),
@@ -298,7 +299,7 @@ def plan_train(
         start = gpum.min_train_gpus(shape, g, seq_len=seq)
     except gpum.GpuMemoryError as e:  # the wafers alone
         notes.append(f"GPUs: {e} (tensor parallel <= a node, pipeline <= layers): no GPU side")
-        return Plan("train", choice.name, shape.n_params, inputs, w_side, None, None, notes)
+        return Plan("train", choice.name, num_params(shape), inputs, w_side, None, None, notes)
     m = gpus or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
     inputs["gpus"] = m
     g_side = _gpu_train_side(shape, g, m, steps, global_batch, seq, mfu, rates)
@@ -311,4 +312,4 @@ def plan_train(
     match = match_gpus(
         time_on, w_side.time_s, start=start, limit=limit, node=g.gpus_per_node, priced=m
     )
-    return Plan("train", choice.name, shape.n_params, inputs, w_side, g_side, match, notes)
+    return Plan("train", choice.name, num_params(shape), inputs, w_side, g_side, match, notes)

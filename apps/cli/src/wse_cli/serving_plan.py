@@ -30,6 +30,7 @@ from wse_core import gpu as gpum
 from wse_core import serving as sv
 from wse_core.pipeline_plan import PipelinePlanError
 from wse_core.spec import preset
+from wse_core.transformer import DecoderShape, num_params
 
 from wse_cli.model_choice import ModelChoice, PlanError, resolve_model
 from wse_cli.planning import (
@@ -89,7 +90,7 @@ def wafer_serving(
     raise PlanError(f"no number of {spec.name} wafers up to {config.n_layers} holds the model")
 
 
-def _default_gpus(shape: gpum.ModelShape, g: gpum.GpuSpec, workload, speculation) -> int:
+def _default_gpus(shape: DecoderShape, g: gpum.GpuSpec, workload, speculation) -> int:
     """One node, or the fewest whole nodes that hold the model, its draft and one user."""
     for nodes in range(1, sv.gpus.MAX_GPUS // g.gpus_per_node + 1):
         try:
@@ -199,7 +200,7 @@ def plan_infer(
     )
     spec = _speculation(draft, gamma, alpha)
     ws = wafer_serving(cfg, wafer, num_wafers=wafers, workload=work, speculation=spec)
-    shape = gpum.ModelShape.of(cfg)
+    shape = cfg
     m = gpus or _default_gpus(shape, g, work, spec)
     kw = dict(workload=work, hbm_fraction=hbm_fraction, mfu=mfu, speculation=spec)
     gs = sv.GpuServing(shape, g, num_gpus=m, **kw)  # type: ignore[arg-type]
@@ -231,7 +232,7 @@ def plan_infer(
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     how = "users" if users else "min_user_tokens_per_s" if min_user_tokens_per_s else "knee"
     return ServingPlan(
-        choice.name, shape.n_params, inputs, how, w_side, g_side, wp, gp, wf, gf,
+        choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both},
         _notes(g, wafer, work, hbm_fraction, mfu, days, spec),
     )  # fmt: skip

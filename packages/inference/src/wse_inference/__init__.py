@@ -11,12 +11,13 @@ Layout by concept (import modules directly; importing a package imports nothing 
 - `pipeline/` — `perf` (a `wse_core.pipeline_plan` plan priced as a `RunReport` per token),
   `plan` (that plan on an emulation wafer), `schedule` (the device step), `engine`
   (`PipelineEngine`);
-- `speculative/` — `verify` (exact rejection sampling), `decoder` (draft + target rounds),
-  `engine` (`SpeculativeEngine`);
+- `speculative/` — `config` (`--speculative-config`, parsed once), `verify` (exact rejection
+  sampling), `decoder` (draft + target rounds), `engine` (`SpeculativeEngine`);
 - `serve/` — `app` (HTTP and the process shell), `openai_request` / `openai_response` (the
   wire bodies), `generation` (one request's choices), `grpc_server`, `scheduler`, `request`,
   `admission`, `metrics`, `text_stream`, `proto`, `testing`;
-- `model_dir` — model dirs (HF or `wse train`), tokenizers, `load_engine`;
+- `model_dir` — model dirs (HF or `wse train`), tokenizers; `load` — `load_engine`, the
+  engine a model dir serves;
 - `mock` — a hand-checkable `Engine`; `testing` — NumPy oracles and tiny models;
 - `studies` — experiments `hotchips24-inference`, `leviathan23-speculative`;
 - `demo/` — the `wse demo` parts (`generation`, `serving`) and the load-test client.

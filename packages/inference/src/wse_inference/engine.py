@@ -35,6 +35,10 @@ the same way (None for the first, which nothing predicts), as vLLM's prompt_logp
 toward max_tokens; a stop token id (reported) or a stop string in the decoded text
 (`stop_index`) ends with "stop"; max_tokens ends with "length".
 
+`ByteTokenizer` is the one byte-level tokenizer (token id = UTF-8 byte, vocab 256): the mock's,
+and a model directory's without a tokenizer.json. Ids outside [0, 256) are not bytes and
+decode to nothing (as a model's special tokens do); invalid UTF-8 decodes to U+FFFD.
+
 All methods take keyword arguments only. `MockEngine` (in `wse_inference.mock`) implements
 this with outputs that can be computed by hand, for server tests.
 """
@@ -53,6 +57,7 @@ __all__ = [
     "SlotOutput",
     "Engine",
     "Tokenizer",
+    "ByteTokenizer",
     "SequenceTracker",
     "stop_index",
 ]
@@ -126,6 +131,24 @@ class SlotOutput:
 class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
     def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids (vocab 256); ids outside [0, 256) decode to nothing."""
+
+    kind = "bytes"
+    vocab_size = 256
+    max_token_bytes = 1  # a token is one byte of text (`serve.admission.encode_prompt`)
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
+
+    def vocab(self) -> dict[str, int]:
+        """Token names as HF's byte-fallback spells them (`<0x41>`) -> ids."""
+        return {f"<0x{i:02X}>": i for i in range(256)}
 
 
 @runtime_checkable

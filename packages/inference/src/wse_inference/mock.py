@@ -1,6 +1,6 @@
 """A mock `Engine` whose outputs can be computed by hand, for server and scheduler tests.
 
-Contract (see `wse_inference.engine`): byte-level tokenizer (token id = UTF-8 byte, vocab 256);
+Contract (see `wse_inference.engine`): `engine.ByteTokenizer` (token id = UTF-8 byte, vocab 256);
 the first token after a prompt is `(prompt[-1] + 1) % vocab_size` and every next token is
 `(last + 1) % vocab_size`, whatever the sampling temperature and penalties. So the prompt "abc"
 continues "defg...". A sequence finishes with "length" after `max_tokens` generated tokens (the
@@ -29,7 +29,14 @@ import threading
 import time
 from collections.abc import Sequence
 
-from wse_inference.engine import Prefix, SamplingParams, SlotOutput, Tokenizer, TokenLogprob
+from wse_inference.engine import (
+    ByteTokenizer,
+    Prefix,
+    SamplingParams,
+    SlotOutput,
+    Tokenizer,
+    TokenLogprob,
+)
 
 __all__ = [
     "ByteTokenizer",
@@ -38,19 +45,6 @@ __all__ = [
     "expected_continuation",
     "expected_logprob",
 ]
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as token ids (vocab 256); invalid UTF-8 decodes to U+FFFD."""
-
-    vocab_size = 256
-    max_token_bytes = 1  # a token is one byte of text (`serve.admission.encode_prompt`)
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
 
 
 @dataclasses.dataclass

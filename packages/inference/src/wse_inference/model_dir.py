@@ -15,11 +15,8 @@ cannot hold before any weight is read. `check_draft(target, draft)` refuses a dr
 vocabulary differs from the target's (size, or the tokenizers' token tables). Errors are
 `WseError`s with one line.
 
-`load_engine(model_dir, speculative_config=None, max_slots=4)` returns the `Engine` the
-server runs: without a speculative config, the pipelined wafer engine
-(`pipeline.engine.PipelineEngine`) with min(max_slots, n_layers) stages, one slot per stage;
-with `{"model": DIR, "num_speculative_tokens": g}`, a `speculative.engine.SpeculativeEngine`
-of `max_slots` independent slots.
+The `Engine` a directory serves is built by `wse_inference.load.load_engine` (the engines
+import this module, so it builds none of them).
 """
 
 from __future__ import annotations
@@ -32,13 +29,14 @@ from typing import Any
 
 from wse_core.errors import WseError
 
+from wse_inference.engine import ByteTokenizer
+
 __all__ = [
     "ModelLoadError",
     "LoadedModel",
     "ByteTokenizer",
     "HFTokenizer",
     "load_model",
-    "load_engine",
     "check_draft",
     "resolve_model_dir",
     "eos_token_ids",
@@ -49,22 +47,6 @@ __all__ = [
 
 class ModelLoadError(WseError):
     """A model directory that cannot be used as asked."""
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as token ids (ids >= 256 decode to nothing)."""
-
-    kind = "bytes"
-    max_token_bytes = 1  # a token is one byte of text (`serve.admission.encode_prompt`)
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
-
-    def vocab(self) -> dict[str, int]:
-        return {f"<0x{i:02X}>": i for i in range(256)}
 
 
 class HFTokenizer:
@@ -288,29 +270,3 @@ def check_host_memory(config: Any, *, rows: int, max_context: int, what: str) ->
         return f"at most {', or '.join(options)}, fit"
 
     require(what, serving_host_bytes(config, rows=rows, max_context=max_context), fits=fits)
-
-
-def load_engine(
-    model_dir: str,
-    *,
-    speculative_config: dict | None = None,
-    max_slots: int = 4,
-    max_context: int | None = None,
-):
-    """The engine the server runs for `model_dir` (see the module contract)."""
-    # imported here: both engines import this module (LoadedModel, load_model)
-    from wse_inference.pipeline.engine import PipelineEngine
-    from wse_inference.sampling import SamplingError
-    from wse_inference.speculative.engine import SpeculativeEngine
-
-    target = load_model(model_dir)
-    if speculative_config:
-        if "model" not in speculative_config:
-            raise SamplingError('speculative config needs {"model": DIR, ...}')
-        gamma = int(speculative_config.get("num_speculative_tokens", 4))
-        draft = load_model(speculative_config["model"], tokenizer_required=False)
-        return SpeculativeEngine(
-            target, draft, gamma=gamma, max_slots=max_slots, max_context=max_context
-        )
-    stages = max(1, min(max_slots, target.config.n_layers))
-    return PipelineEngine(target, stages=stages, max_context=max_context)

@@ -8,7 +8,8 @@ the gate (relu(gate) * up, as HF's LlamaMLP does with `hidden_act`). "relu" (OPT
 (squared ReLU, Primer) give exact zeros that sparse hardware can skip (`RELU_LIKE`).
 
 Counting methods never allocate: the performance model and the planners ask them about
-Llama-3 405B on a laptop. Presets carry the published shapes; their parameter counts are
+Llama-3 405B on a laptop. They are `wse_core.transformer`'s one formula (a `ModelConfig` is a
+`wse_core.transformer.DecoderShape`). Presets carry the published shapes; their parameter counts are
 checked against the published totals in the tests.
 
 The config is hashable, so it can be a static argument of `jax.jit`.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from wse_core import spec
+from wse_core import spec, transformer
 from wse_core.errors import SpecError, suggest
 
 from wse_models.errors import ModelConfigError
@@ -155,36 +156,27 @@ class ModelConfig:
 
     def embed_params(self) -> int:
         """Parameters of the embedding (token table, plus GPT-2's position table)."""
-        pos = self.max_seq_len * self.d_model if self.arch == "gpt2" else 0
-        return self.vocab_size * self.d_model + pos
+        return transformer.embed_params(self)
 
     def attn_matmul_params(self) -> int:
         """Weights of one layer's q, k, v, o projections."""
-        d, q, kv = self.d_model, self.n_heads * self.hd, self.n_kv_heads * self.hd
-        return 2 * d * q + 2 * d * kv
+        return transformer.attn_matmul_params(self)
 
     def mlp_matmul_params(self) -> int:
         """Weights of one layer's MLP (2 matrices for GELU, 3 for SwiGLU)."""
-        return (2 if self.arch == "gpt2" else 3) * self.d_model * self.d_ff
+        return transformer.mlp_matmul_params(self)
 
     def layer_params(self) -> int:
         """Parameters of one transformer layer (weights, biases and norms)."""
-        d = self.d_model
-        n = self.attn_matmul_params() + self.mlp_matmul_params()
-        if self.arch == "gpt2":
-            q, kv = self.n_heads * self.hd, self.n_kv_heads * self.hd
-            return n + (q + 2 * kv + d) + (self.d_ff + d) + 4 * d
-        return n + 2 * d
+        return transformer.layer_params(self)
 
     def final_params(self) -> int:
         """Parameters of the final norm and (if untied) the output head."""
-        norm = 2 * self.d_model if self.arch == "gpt2" else self.d_model
-        head = 0 if self.tie_embeddings else self.vocab_size * self.d_model
-        return norm + head
+        return transformer.final_params(self)
 
     def num_params(self) -> int:
         """Total parameter count (tied embeddings counted once)."""
-        return self.embed_params() + self.n_layers * self.layer_params() + self.final_params()
+        return transformer.num_params(self)
 
     def param_bytes(self, dtype: str | None = None) -> int:
         """Bytes of all parameters stored in `dtype` (default: param_dtype)."""
@@ -196,8 +188,7 @@ class ModelConfig:
 
     def matmul_params(self) -> int:
         """Parameters that take part in a matmul for every token (all layers and the head)."""
-        layers = self.n_layers * (self.attn_matmul_params() + self.mlp_matmul_params())
-        return layers + self.vocab_size * self.d_model
+        return transformer.matmul_params(self)
 
     def attn_flops_per_token(self, seq_len: int) -> int:
         """Forward FLOPs of q.k and p.v for one token attending to `seq_len` keys."""
@@ -218,8 +209,7 @@ class ModelConfig:
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> int:
         """KV-cache bytes one token adds over all layers (k and v) in `dtype` (default dtype)."""
-        per_layer = 2 * self.n_kv_heads * self.hd
-        return self.n_layers * per_layer * dtype_bytes(dtype or self.dtype)
+        return transformer.kv_values_per_token(self) * dtype_bytes(dtype or self.dtype)
 
 
 def _gpt2(name: str, d: int, layers: int, heads: int, **kw: object) -> ModelConfig:

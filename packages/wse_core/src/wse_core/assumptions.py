@@ -1,7 +1,7 @@
 """Assumptions a user can change: `with assume(hop_latency_cycles=2): ...`.
 
 Every constant of the cost model (`wse_core.mechanisms.CONSTANTS`, listed with units,
-mechanism and basis in `wse_core.spec.ASSUMED_FIELDS`) may be changed. Inside `assume(...)`
+mechanism and basis in `ASSUMED_FIELDS`, the registry, here) may be changed. Inside `assume(...)`
 every preset that `wse_core.spec.preset` returns has the spec fields replaced, the
 calibration settings (`setting(key)`: the Table II Z block, ...) take the new values, and the
 calibration (`wse_core.calibration.current`) is refitted under them; a fitted constant that
@@ -18,8 +18,21 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from wse_core.errors import SpecError, suggest
+from wse_core.mechanisms import CALIBRATION_DEFAULTS, CONSTANTS
 
-__all__ = ["assume", "active", "setting", "value_of", "parse_assumptions", "listed"]
+__all__ = [
+    "ASSUMED_FIELDS",
+    "assume",
+    "active",
+    "setting",
+    "value_of",
+    "parse_assumptions",
+    "listed",
+]
+
+# Every constant a user may change (`wse experiments run NAME --assume KEY=VALUE`): its
+# units, mechanism, basis and source (wse_core.mechanisms). Every prediction lists them.
+ASSUMED_FIELDS = {key: c.line() for key, c in CONSTANTS.items()}
 
 _ACTIVE: contextvars.ContextVar[Mapping[str, float] | None] = contextvars.ContextVar(
     "wse_assumptions", default=None
@@ -27,8 +40,6 @@ _ACTIVE: contextvars.ContextVar[Mapping[str, float] | None] = contextvars.Contex
 
 
 def _check(values: Mapping[str, Any]) -> dict[str, float]:
-    from wse_core.spec import ASSUMED_FIELDS
-
     out = {}
     for key, value in values.items():
         if key not in ASSUMED_FIELDS:
@@ -62,8 +73,6 @@ def active() -> Mapping[str, float]:
 def setting(key: str) -> float:
     """A calibration setting (`wse_core.mechanisms.CALIBRATION_DEFAULTS`) under the active
     assumptions."""
-    from wse_core.mechanisms import CALIBRATION_DEFAULTS
-
     return float(active().get(key, CALIBRATION_DEFAULTS[key]))
 
 
@@ -80,8 +89,6 @@ def parse_assumptions(items: list[str] | tuple[str, ...]) -> dict[str, float]:
 
 def listed(spec: Any) -> dict[str, str]:
     """Every assumption of `spec` with its value and why it is an assumption."""
-    from wse_core.spec import ASSUMED_FIELDS
-
     changed = active()
     return {
         key: f"{value_of(spec, key):g}{' (changed by --assume)' if key in changed else ''}: {why}"
@@ -91,6 +98,4 @@ def listed(spec: Any) -> dict[str, str]:
 
 def value_of(spec: Any, key: str) -> float:
     """`key`'s value on `spec`, or the calibration setting's when `key` is one."""
-    from wse_core.mechanisms import CALIBRATION_DEFAULTS
-
     return setting(key) if key in CALIBRATION_DEFAULTS else float(getattr(spec, key))

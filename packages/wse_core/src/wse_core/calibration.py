@@ -20,7 +20,8 @@ figure and its role):
   (hop and ramp latency, sourced from Luczynski et al.) and `wse_core.collectives`.
 - Llama 3.1 8B, 16-bit, one WSE-3, batch-1 decode at 1,800 tokens/s (Hot Chips 2024),
   planned by `wse_core.pipeline_plan` and priced by `wse_core.decoder_cost`: a check (no
-  other row is needed to price it, and nothing is fitted on it).
+  other row is needed to price it, and nothing is fitted on it). Its row is
+  `decoder_cost.decode_check_row` (this module imports no LLM case; `row` builds it).
 
 Luczynski et al.'s measured reduce cycle counts (REFERENCES.md's calibration set) are not
 rows here: the stored corpus held only secondary summaries of the paper (its model, T_R and
@@ -35,9 +36,10 @@ import functools
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from wse_core.perf import PerfModel, Phases, Work
+from wse_core.pricing import Phases, Pricing
 from wse_core.spec import WaferSpec
 from wse_core.stencil_cost import wave_step_phases
+from wse_core.work import Work
 
 __all__ = [
     "Calibration",
@@ -48,7 +50,7 @@ __all__ = [
     "wave25_phases",
     "table_ii_phases",
     "allreduce_case",
-    "decode_case",
+    "row",
     "STENCIL_TABLE_II",
     "STENCIL_BUSY_SHARE",
     "DECODE_8B_TOKENS_PER_S",
@@ -125,11 +127,11 @@ def table_ii_phases(steps: int = STENCIL_STEPS) -> Phases:
 
 
 def _stencil_seconds(cal: Calibration) -> float:
-    return PerfModel(_wse("wse2"), cal).evaluate(table_ii_phases()).seconds
+    return Pricing(_wse("wse2"), cal).evaluate(table_ii_phases()).seconds
 
 
 def _busy_share(cal: Calibration) -> float:
-    timing = PerfModel(_wse("wse2"), cal).evaluate(table_ii_phases())
+    timing = Pricing(_wse("wse2"), cal).evaluate(table_ii_phases())
     mech = timing.by_mechanism()
     busy = sum(mech.get(k, 0.0) for k in ("simd", "dsd_issue", "task_activation"))
     return busy / (timing.seconds * _wse("wse2").clock_hz)
@@ -140,7 +142,7 @@ def allreduce_case(cal: Calibration | None = None) -> tuple[WaferSpec, Work]:
     from wse_core.collectives import allreduce_2d
 
     spec = _wse("wse1")
-    rates = PerfModel(spec, cal or UNCALIBRATED).rates
+    rates = Pricing(spec, cal or UNCALIBRATED).rates
     return spec, allreduce_2d(rates, spec.pe_rows, spec.pe_cols, 1)
 
 
@@ -148,28 +150,7 @@ def _allreduce_cycles(cal: Calibration) -> tuple[float, float]:
     """(model cycles, published cycles) of Rocki et al.'s wafer-wide scalar allreduce."""
     spec, work = allreduce_case(cal)
     diameter = spec.pe_rows + spec.pe_cols - 2
-    return PerfModel(spec, cal).cost(work).cycles, ALLREDUCE_OVER_DIAMETER * diameter
-
-
-def decode_case() -> tuple[WaferSpec, Phases]:
-    """The 8B case: Llama 3.1 8B planned on one WSE-3 (8k context), one decode token."""
-    return _decode_inputs(_wse("wse3").key())
-
-
-@functools.cache
-def _decode_inputs(spec_key: str) -> tuple[WaferSpec, Phases]:
-    from wse_core.decoder_cost import LLAMA31_8B, decode_phases
-    from wse_core.pipeline_plan import plan_pipeline
-
-    spec = _wse("wse3")
-    plan = plan_pipeline(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
-    return spec, decode_phases(LLAMA31_8B, plan)
-
-
-def _decode_seconds(cal: Calibration) -> tuple[float, str]:
-    spec, phases = decode_case()
-    timing = PerfModel(spec, cal).evaluate(phases)
-    return timing.seconds, timing.bound
+    return Pricing(spec, cal).cost(work).cycles, ALLREDUCE_OVER_DIAMETER * diameter
 
 
 def _bisect(model_s: Callable[[float], float], target: float, lo=0.0, hi=1e4) -> float:
@@ -227,7 +208,8 @@ def current(excluded: frozenset[str] = frozenset()) -> Calibration:
     return _fit_cached(tuple(sorted(active().items())), frozenset(excluded))
 
 
-def _row(case: str, quantity: str, published: float, model: float, role: str, bound: str):
+def row(case: str, quantity: str, published: float, model: float, role: str, bound: str):
+    """One calibration row: its published and model figures, their ratio, role and bound."""
     return {
         "case": case,
         "quantity": quantity,
@@ -240,21 +222,20 @@ def _row(case: str, quantity: str, published: float, model: float, role: str, bo
 
 
 def rows(cal: Calibration | None = None) -> list[dict[str, object]]:
-    """Every calibration row: published and model figures, their ratio, its role (which
-    constant it fits, or "check") and the bound."""
+    """Every calibration row priced here: published and model figures, their ratio, its role
+    (which constant it fits, or "check") and the bound. The Llama 3.1 8B check row is
+    `wse_core.decoder_cost.decode_check_row` (an LLM case: pricing and the calibration do
+    not depend on it)."""
     cal = cal or current()
     out = []
     model_s = _stencil_seconds(cal)
     role = "fits dsd_issue_cycles" if "dsd_issue_cycles" in cal.values else "check"
     for nx, ny, seconds in STENCIL_TABLE_II:
-        out.append(_row(f"stencil25 {nx}x{ny}", "seconds", seconds, model_s, role, "compute"))
+        out.append(row(f"stencil25 {nx}x{ny}", "seconds", seconds, model_s, role, "compute"))
     busy = _busy_share(cal)
-    out.append(_row("stencil25 600x600 busy", "busy share", STENCIL_BUSY_SHARE, busy, "check", "-"))
+    out.append(row("stencil25 600x600 busy", "busy share", STENCIL_BUSY_SHARE, busy, "check", "-"))
     model_c, published_c = _allreduce_cycles(cal)
-    out.append(_row("allreduce wse1 scalar", "cycles", published_c, model_c, "check", "latency"))
-    dec_s, bound = _decode_seconds(cal)
-    published = 1 / DECODE_8B_TOKENS_PER_S
-    out.append(_row("llama3.1-8b wse3 x1", "seconds/token", published, dec_s, "check", bound))
+    out.append(row("allreduce wse1 scalar", "cycles", published_c, model_c, "check", "latency"))
     return out
 
 

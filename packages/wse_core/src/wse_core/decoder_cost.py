@@ -27,9 +27,8 @@ passes between wafers, and a named `per_token` group (the head's product, the ar
 token's way back to the embedding). It is the same plan object the inference engine
 emulates, so a change of the plan changes the prediction through it.
 
-`shape` is any object with a model's counts (`n_layers, d_model, n_heads, n_kv_heads, d_ff,
-vocab_size`, optionally `head_dim`, `arch`), e.g. a `wse_models.ModelConfig` or the
-`LLAMA31_8B` shape of the calibration case.
+`shape` is a `wse_core.transformer.DecoderShape` (its counts), e.g. a
+`wse_models.ModelConfig` or `transformer.LLAMA31_8B`, the calibration case.
 
 Activation sparsity (ReLU and squared-ReLU MLPs): the wafer's dataflow triggers a PE's
 FMAC only when a nonzero operand arrives (Cerebras states the hardware skips zeros), so the
@@ -47,6 +46,7 @@ softmax) are `wse_core.collectives.allreduce_2d` over its rectangle.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -57,17 +57,18 @@ from wse_core.collectives import allreduce_2d, broadcast_line, reduce_to_centre
 from wse_core.perf import Op, Phase, Phases, Work, serial
 from wse_core.spec import WaferSpec
 from wse_core.sram import Region
+from wse_core.transformer import LLAMA31_8B, DecoderShape
 
 __all__ = [
     "EXP_FMACS",
     "DECODER_ASSUMPTIONS",
-    "ShapeSpec",
-    "LLAMA31_8B",
     "matvec_phases",
     "matvec_work",
     "layer_phases",
     "decode_phases",
     "PER_TOKEN",
+    "decode_case",
+    "decode_check_row",
 ]
 
 # The group of what every token costs outside the layers; it runs on the head region.
@@ -82,55 +83,6 @@ DECODER_ASSUMPTIONS = {
     "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
     "still cross the fabric; a stage's layers share its mean zero fraction",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class ShapeSpec:
-    """A decoder's published counts (for cases that must not depend on wse_models)."""
-
-    name: str
-    arch: str
-    n_layers: int
-    d_model: int
-    n_heads: int
-    n_kv_heads: int
-    d_ff: int
-    vocab_size: int
-    max_seq_len: int
-    tie_embeddings: bool = False
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    def layer_params(self) -> int:
-        hd = self.head_dim
-        attn = self.d_model * (self.n_heads + 2 * self.n_kv_heads) * hd
-        attn += self.n_heads * hd * self.d_model
-        mlp = (3 if self.arch == "llama" else 2) * self.d_model * self.d_ff
-        return attn + mlp + 2 * self.d_model
-
-    def num_params(self) -> int:
-        head = 0 if self.tie_embeddings else self.vocab_size * self.d_model
-        return self.vocab_size * self.d_model + self.n_layers * self.layer_params() + head
-
-
-# Llama 3.1 8B (Meta's model card): the calibration case of shared/REFERENCES.md.
-LLAMA31_8B = ShapeSpec(
-    name="llama3.1-8b",
-    arch="llama",
-    n_layers=32,
-    d_model=4096,
-    n_heads=32,
-    n_kv_heads=8,
-    d_ff=14336,
-    vocab_size=128256,
-    max_seq_len=131072,
-)
-
-
-def _head_dim(shape: Any) -> int:
-    return int(getattr(shape, "head_dim", None) or shape.d_model // shape.n_heads)
 
 
 def _dtype(bytes_per_value: int) -> str:
@@ -238,11 +190,13 @@ def _norm(region: Region, d: int, dt: str, spec: WaferSpec | None) -> Phases:
     return serial(Phase("norm_local", local), Phase("norm_sum", total), name="norm")
 
 
-def _attention(shape: Any, region: Region, kv: int, b: int, spec: WaferSpec | None) -> Phases:
+def _attention(
+    shape: DecoderShape, region: Region, kv: int, b: int, spec: WaferSpec | None
+) -> Phases:
     """Attention over `kv` cached tokens spread over the region: q down the columns, q.k and
     p.v FMACs and the softmax on each PE's tokens, a max and a sum per head over the region,
     the heads' outputs reduced along the rows and moved to the top row."""
-    hd, nh, nkv, pes = _head_dim(shape), shape.n_heads, shape.n_kv_heads, region.num_pes
+    hd, nh, nkv, pes = shape.hd, shape.n_heads, shape.n_kv_heads, region.num_pes
     dt, words = _dtype(b), b / 4
     scores = kv * nh
     local = Work(
@@ -268,7 +222,7 @@ def _attention(shape: Any, region: Region, kv: int, b: int, spec: WaferSpec | No
 
 
 def layer_phases(
-    shape: Any,
+    shape: DecoderShape,
     region: Region,
     *,
     kv_tokens: int,
@@ -279,10 +233,10 @@ def layer_phases(
     """One layer's decode step (one token) on `region`, phase by phase (`mlp_zero_fraction`:
     the share of the MLP hidden activation that is zero, skipped by the down projection;
     `spec`: whose constants choose the collectives' algorithms, WSE-3 by default)."""
-    d, hd = shape.d_model, _head_dim(shape)
+    d, hd = shape.d_model, shape.hd
     nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
     dt, b = _dtype(bytes_per_value), bytes_per_value
-    gated = getattr(shape, "arch", "llama") == "llama"
+    gated = shape.arch == "llama"
     mlp_out = (2 if gated else 1) * ff
     act = Work(ops=(_row_op("fmac", ff, region, dt, EXP_FMACS + 2),), task_activations=1.0)
     residual = Work(ops=(_row_op("add", d, region, dt),))
@@ -316,7 +270,7 @@ def _to_next(region: Region, d: int, b: int) -> Work:
     )
 
 
-def _per_token(shape: Any, plan: Any, spec: WaferSpec) -> Phases:
+def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec) -> Phases:
     """What every token costs outside the layers: the head's product, the argmax over the
     vocabulary (a max and its index over the head region), and the chosen token's embedding
     row from its PE to the first stage's top row."""
@@ -336,7 +290,7 @@ def _per_token(shape: Any, plan: Any, spec: WaferSpec) -> Phases:
 
 
 def decode_phases(
-    shape: Any,
+    shape: DecoderShape,
     plan: Any,
     *,
     kv_tokens: int | None = None,
@@ -371,4 +325,36 @@ def decode_phases(
         _per_token(shape, plan, spec),
         Phase("between_wafers", passes),
         name="decode_step",
+    )
+
+
+def decode_case() -> tuple[WaferSpec, Phases]:
+    """The calibration set's 8B case: Llama 3.1 8B planned on one WSE-3 (8k context), one
+    decode token (`wse_core.calibration`'s check row; see `decode_check_row`)."""
+    from wse_core.spec import preset
+
+    return _decode_inputs(preset("wse3").key())
+
+
+@functools.cache
+def _decode_inputs(spec_key: str) -> tuple[WaferSpec, Phases]:
+    from wse_core.pipeline_plan import plan_pipeline
+    from wse_core.spec import preset
+
+    spec = preset("wse3")
+    plan = plan_pipeline(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
+    return spec, decode_phases(LLAMA31_8B, plan)
+
+
+def decode_check_row(cal: Any = None) -> dict[str, object]:
+    """The calibration row of the 8B case (`wse_core.calibration.row`): Hot Chips 2024's
+    1,800 tokens/s against the model under `cal` (default: the calibration in force)."""
+    from wse_core.calibration import DECODE_8B_TOKENS_PER_S, current, row
+    from wse_core.perf import PerfModel
+
+    spec, phases = decode_case()
+    timing = PerfModel(spec, cal or current()).evaluate(phases)
+    published = 1 / DECODE_8B_TOKENS_PER_S
+    return row(
+        "llama3.1-8b wse3 x1", "seconds/token", published, timing.seconds, "check", timing.bound
     )

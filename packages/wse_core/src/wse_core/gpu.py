@@ -50,6 +50,7 @@ from types import MappingProxyType
 from typing import Any
 
 from wse_core.errors import SpecError, WseError, suggest
+from wse_core.transformer import DecoderShape, attn_dim, matmul_params, num_params
 
 __all__ = [
     "GPUS",
@@ -147,32 +148,14 @@ def gpu_spec(name: str) -> GpuSpec:
     return GPUS[key]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelShape:
-    """What the GPU model needs of a transformer (a `wse_models.ModelConfig` gives it all).
+    """Kept for `ModelShape.of(config)` callers: the GPU model reads any
+    `wse_core.transformer.DecoderShape` (a `wse_models.ModelConfig`) directly."""
 
-    n_params: all parameters (memory); n_matmul_params: those every token multiplies (flops);
-    attn_dim: heads x head dim; kv_bytes_per_token: K and V of every layer, bf16.
-    """
-
-    n_params: int
-    n_matmul_params: int
-    n_layers: int
-    d_model: int
-    attn_dim: int
-    kv_bytes_per_token: int
-
-    @classmethod
-    def of(cls, config: Any) -> ModelShape:
-        """From any object with ModelConfig's counts (num_params(), matmul_params(), ...)."""
-        return cls(
-            n_params=int(config.num_params()),
-            n_matmul_params=int(config.matmul_params()),
-            n_layers=int(config.n_layers),
-            d_model=int(config.d_model),
-            attn_dim=int(config.n_heads * config.hd),
-            kv_bytes_per_token=int(config.kv_bytes_per_token("bfloat16")),
-        )
+    @staticmethod
+    def of(config: DecoderShape) -> DecoderShape:
+        """`config` itself (its counts are `wse_core.transformer`'s formula)."""
+        return config
 
 
 def ring_allreduce_s(nbytes: float, p: int, bytes_per_s: float, latency_s: float) -> float:
@@ -182,9 +165,9 @@ def ring_allreduce_s(nbytes: float, p: int, bytes_per_s: float, latency_s: float
     return 2 * (p - 1) / p * nbytes / bytes_per_s + 2 * (p - 1) * latency_s
 
 
-def train_flops_per_token(model: ModelShape, seq_len: int) -> float:
+def train_flops_per_token(model: DecoderShape, seq_len: int) -> float:
     """6 N_matmul + 12 L (H Q) T: forward and backward, PaLM's accounting."""
-    return 6 * model.n_matmul_params + 12 * model.n_layers * model.attn_dim * seq_len
+    return 6 * matmul_params(model) + 12 * model.n_layers * attn_dim(model) * seq_len
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,14 +194,14 @@ class TrainStep:
         return dataclasses.asdict(self)
 
 
-def _train_bytes(model: ModelShape, seq_len: int, tp: int, pp: int) -> float:
-    states = BYTES_PER_PARAM_TRAIN * model.n_params / (tp * pp)
+def _train_bytes(model: DecoderShape, seq_len: int, tp: int, pp: int) -> float:
+    states = BYTES_PER_PARAM_TRAIN * num_params(model) / (tp * pp)
     inputs = model.n_layers * WEIGHT_BYTES * seq_len * model.d_model / tp
     working = ACT_WORKING * seq_len * model.d_model / tp
     return states + inputs + working
 
 
-def _layouts(model: ModelShape, gpu: GpuSpec, num_gpus: int, seq_len: int, batch: int):
+def _layouts(model: DecoderShape, gpu: GpuSpec, num_gpus: int, seq_len: int, batch: int):
     """Every (dp, tp, pp) of num_gpus that fits memory and has a sequence per data rank."""
     usable = USABLE_MEMORY * gpu.memory_bytes
     for tp in (t for t in (1, 2, 4, 8) if t <= gpu.gpus_per_node and num_gpus % t == 0):
@@ -239,14 +222,14 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu) -> TrainStep:
     in_node = n <= gpu.gpus_per_node
     bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
     lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
-    grad_bytes = WEIGHT_BYTES * model.n_params / (layout.tp * layout.pp)
+    grad_bytes = WEIGHT_BYTES * num_params(model) / (layout.tp * layout.pp)
     ring = ring_allreduce_s(grad_bytes, layout.dp, bw, lat)
     exposed = max(0.0, ring - compute * 2 / 3)
     return TrainStep(compute + bubble + exposed, compute, bubble, ring, exposed, layout)
 
 
 def train_step(
-    model: ModelShape,
+    model: DecoderShape,
     gpu: GpuSpec,
     *,
     num_gpus: int,
@@ -272,14 +255,14 @@ def train_step(
         need = min_train_gpus(model, gpu, seq_len=seq_len)
         raise GpuMemoryError(
             f"{num_gpus} x {gpu.name} cannot train this model "
-            f"({model.n_params / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes + "
+            f"({num_params(model) / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes + "
             f"activations, batch {batch}): use at least {need} GPUs, at most "
             f"{batch} data-parallel ranks x tensor x pipeline"
         )
     return min(steps, key=lambda s: s.step_s)
 
 
-def min_train_gpus(model: ModelShape, gpu: GpuSpec, *, seq_len: int) -> int:
+def min_train_gpus(model: DecoderShape, gpu: GpuSpec, *, seq_len: int) -> int:
     """The fewest GPUs (tp <= node, pp <= layers) whose training state fits."""
     usable = USABLE_MEMORY * gpu.memory_bytes
     best = [

@@ -14,8 +14,8 @@ cycles back there for the next token. Every region's bytes are declared in that 
 `wse_core.SramLedger`; a model that does not fit raises `PipelinePlanError` with the numbers
 (needed, available, per region) and the number of wafers that would hold it.
 
-`config` is a `wse_models.ModelConfig` (any object with its counts: n_layers, d_model,
-n_heads, n_kv_heads, d_ff, vocab_size, max_seq_len, num_params(), layer_params()).
+`config` is a `wse_core.transformer.DecoderShape` (e.g. a `wse_models.ModelConfig`); its
+sizes are `wse_core.transformer`'s one formula.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 from wse_core.errors import SramBudgetError
 from wse_core.spec import WaferSpec
 from wse_core.sram import Region, SramLedger
+from wse_core.transformer import DecoderShape, layer_params, num_params
 
 __all__ = [
     "PipelinePlanError",
@@ -116,10 +117,9 @@ class PipelinePlan:
         }
 
 
-def kv_bytes_per_token(config: Any, bytes_per_value: int) -> int:
+def kv_bytes_per_token(config: DecoderShape, bytes_per_value: int) -> int:
     """K and V bytes of one token in one layer."""
-    head_dim = config.d_model // config.n_heads
-    return 2 * config.n_kv_heads * head_dim * bytes_per_value
+    return 2 * config.n_kv_heads * config.hd * bytes_per_value
 
 
 def split_even(n: int, parts: int) -> list[tuple[int, int]]:
@@ -128,8 +128,10 @@ def split_even(n: int, parts: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
-def _region_bytes(config: Any, layers: int, context_len: int, slots: int, bpp: int) -> tuple:
-    weights = layers * int(config.layer_params()) * bpp
+def _region_bytes(
+    config: DecoderShape, layers: int, context_len: int, slots: int, bpp: int
+) -> tuple:
+    weights = layers * layer_params(config) * bpp
     kv = layers * kv_bytes_per_token(config, bpp) * context_len * slots
     # In flight per user: the residual stream, q/k/v/o and the MLP hidden of one token.
     act = (layers > 0) * slots * (4 * config.d_model + 2 * config.d_ff) * bpp
@@ -149,7 +151,7 @@ def _rows_by_bytes(total_rows: int, sizes: list[int]) -> list[int]:
 
 
 def plan_pipeline(
-    config: Any,
+    config: DecoderShape,
     spec: WaferSpec,
     *,
     num_wafers: int = 1,
@@ -163,7 +165,7 @@ def plan_pipeline(
     context_len = config.max_seq_len if context_len is None else context_len
     _check_args(config, spec, num_wafers, stages, context_len, slots)
     bpp = bytes_per_param
-    head_w = (int(config.num_params()) - config.n_layers * int(config.layer_params())) * bpp
+    head_w = (num_params(config) - config.n_layers * layer_params(config)) * bpp
     head_act = slots * (config.d_model + config.vocab_size) * 4  # hidden + fp32 logits
     groups = split_even(config.n_layers, stages)
     layout = []
@@ -236,7 +238,7 @@ def _too_big(
     )
 
 
-def min_wafers(config: Any, spec: WaferSpec, **kwargs: Any) -> int:
+def min_wafers(config: DecoderShape, spec: WaferSpec, **kwargs: Any) -> int:
     """The fewest wafers `plan_pipeline` accepts (search up to the number of layers)."""
     for n in range(1, config.n_layers + 1):
         try:

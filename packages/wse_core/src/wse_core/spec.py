@@ -26,7 +26,7 @@ from typing import Any
 
 from wse_core.dtypes import DTYPE_ALIASES, DTYPE_BYTES, DTYPES, dtype_bytes, dtype_name, to_jnp
 from wse_core.errors import SpecError, suggest, yaml_problem
-from wse_core.mechanisms import CALIBRATION_KEYS, CONSTANTS
+from wse_core.mechanisms import CALIBRATION_KEYS
 from wse_core.simd import OP_KINDS, SIMD_WSE2, SIMD_WSE3
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "OP_KINDS",
     "SIMD_WSE2",
     "SIMD_WSE3",
-    "ASSUMED_FIELDS",
     "PRESETS",
     "preset",
     "spec_from",
@@ -46,11 +45,6 @@ __all__ = [
     "dtype_bytes",
     "to_jnp",
 ]
-
-# Every constant a user may change (`wse experiments run NAME --assume KEY=VALUE`,
-# wse_core.assumptions): its units, mechanism, basis and source (wse_core.mechanisms). Every
-# prediction lists them.
-ASSUMED_FIELDS = {key: c.line() for key, c in CONSTANTS.items()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

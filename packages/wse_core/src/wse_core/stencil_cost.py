@@ -28,7 +28,8 @@ priced step into its per-cell, per-block and per-step cycles.
 
 from __future__ import annotations
 
-from wse_core.perf import Op, Phase, Phases, Timing, Work, serial
+from wse_core.pricing import Phase, Phases, Timing, serial
+from wse_core.work import Op, Work
 
 __all__ = ["wave_step_phases", "block_widths", "step_terms", "PER_CELL", "PER_BLOCK"]
 

@@ -163,10 +163,10 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
 def assumptions() -> None:
     """Every constant of the cost model: its value on each wafer preset (fitted ones as the
     calibration sets them), units, mechanism, basis and source or fitting rows."""
-    from wse_core.assumptions import value_of
+    from wse_core.assumptions import ASSUMED_FIELDS, value_of
     from wse_core.calibration import current
     from wse_core.perf import PerfModel
-    from wse_core.spec import ASSUMED_FIELDS, preset
+    from wse_core.spec import preset
 
     names = ("wse1", "wse2", "wse3")
     rates = [PerfModel(preset(p)).rates for p in names]

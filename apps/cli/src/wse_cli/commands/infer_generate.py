@@ -177,9 +177,10 @@ def generate(
     validate_sampling(sampling, vocab_size=1 << 30, max_context=1 << 30, prompt_len=1)
     spec = None
     if speculative_config is not None:
-        from wse_inference.speculative.decoder import parse_speculative_config
+        from wse_inference.speculative.config import parse_speculative_config
 
         spec = parse_speculative_config(speculative_config)
+        spec.draft_dir()  # generate always runs a draft: say so before loading the target
     if trace is not None and spec is not None:
         fail("--trace draws the pipelined engine's plan; drop --speculative-config to use it")
     if stop and prompt is None:
@@ -212,8 +213,10 @@ def _speculative(model, spec, ids, sampling, context, stream):
     from wse_inference.model_dir import load_model
     from wse_inference.speculative.decoder import SpeculativeDecoder
 
-    draft_dir, gamma = spec
-    draft = load_model(draft_dir, tokenizer_required=False)  # check_draft compares vocabularies
+    gamma = spec.num_speculative_tokens
+    draft = load_model(
+        spec.draft_dir(), tokenizer_required=False
+    )  # check_draft compares vocabularies
     name = f"speculative, draft {draft.name!r}, gamma {gamma}"
     if sampling.logprobs is not None:  # the serving engine's rounds report them
         from wse_inference.speculative.engine import SpeculativeEngine

@@ -1,7 +1,9 @@
 """`wse infer serve` (OpenAI-compatible HTTP + gRPC) and `wse infer bench` (load test).
 
 `serve --model_dir DIR` loads the pipelined engine with
-`wse_inference.model_dir.load_engine(DIR, speculative_config=..., max_slots=...)`;
+`wse_inference.load.load_engine(DIR, speculative_config=..., max_slots=...)`, the
+`--speculative-config` read by `wse_inference.speculative.config.parse_speculative_config` (as
+`wse infer generate` reads it);
 `--model_dir mock` serves `MockEngine` (next token = last + 1, byte tokenizer) for demos and
 tests. The server runs until SIGTERM / SIGINT, then drains (see `wse_inference.serve.app`).
 `bench --url URL` runs `wse_inference.demo.load_test` against a server and saves its JSON.
@@ -28,25 +30,6 @@ SERVE_HELP = (
 )
 
 
-def _speculative_config(value: str | None) -> dict | None:
-    """--speculative-config: a JSON object, or a path to a JSON / YAML file holding one."""
-    if not value:
-        return None
-    path = Path(value)
-    try:
-        if path.is_file():
-            import yaml
-
-            cfg = yaml.safe_load(path.read_text())
-        else:
-            cfg = json.loads(value)
-    except (ValueError, OSError) as e:
-        fail(f"--speculative-config is neither a JSON object nor a readable file: {e}")
-    if not isinstance(cfg, dict):
-        fail(f"--speculative-config must be an object, got {type(cfg).__name__}")
-    return cfg
-
-
 def _chat_template(value: str | None) -> str | None:
     """--chat-template: a Jinja file, or the template itself (as vLLM takes it); checked now."""
     if not value:
@@ -69,32 +52,35 @@ def _chat_template(value: str | None) -> str | None:
     return value
 
 
-def _mock_engine(spec: dict | None, max_slots: int, max_context: int, step_delay_ms: float):
+def _mock_engine(spec, max_slots: int, max_context: int, step_delay_ms: float):
+    """The mock engine; `spec` (a SpeculativeConfig or None) sets its drafted and accepted
+    tokens per round."""
     from wse_inference.mock import MockEngine
 
-    k = int((spec or {}).get("num_speculative_tokens", 0))
-    accepted = int((spec or {}).get("mock_accepted_tokens", k))
     return MockEngine(
         max_slots=max_slots,
         max_context=max_context,
-        spec_tokens=k,
-        spec_accepted=accepted,
+        spec_tokens=spec.num_speculative_tokens if spec else 0,
+        spec_accepted=spec.accepted_tokens if spec else 0,
         step_delay_s=step_delay_ms / 1e3,
     )
 
 
-def _real_engine(model_dir: str, spec: dict | None, max_slots: int):
+def _real_engine(model_dir: str, spec, max_slots: int):
     import importlib.util
 
     if not Path(model_dir).is_dir():
         fail(f"--model_dir {model_dir!r} is not a folder (give a model folder, or 'mock')")
-    if importlib.util.find_spec("wse_inference.model_dir") is None:
+    if importlib.util.find_spec("wse_inference.load") is None:
         fail(
-            "this install has no model loader (wse_inference.model_dir.load_engine) yet; "
+            "this install has no model loader (wse_inference.load.load_engine) yet; "
             "serve the mock engine with --model_dir mock"
         )
-    from wse_inference.model_dir import check_host_memory, load_engine, read_config
+    from wse_inference.load import load_engine
+    from wse_inference.model_dir import check_host_memory, read_config
 
+    if spec is not None:
+        spec.draft_dir()  # a real model's speculation needs a draft: say so before loading
     cfg = read_config(model_dir)
     rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))  # pipeline: one per stage
     check_host_memory(
@@ -151,7 +137,11 @@ def serve(
     from wse_inference.serve.app import ServeConfig
     from wse_inference.serve.app import serve as run_server
 
-    spec = _speculative_config(speculative_config)
+    spec = None
+    if speculative_config:
+        from wse_inference.speculative.config import parse_speculative_config
+
+        spec = parse_speculative_config(speculative_config)
     template = _chat_template(chat_template)
     if model_dir == MOCK:
         engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)

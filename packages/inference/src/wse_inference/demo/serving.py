@@ -1,7 +1,7 @@
 """The serving part of `wse demo`: the model the demo trained, then the mock, over HTTP and gRPC.
 
 `part(console, out_dir=..., quick=...)` first serves the model the training part just wrote
-(`out_dir/train/model_dir`, loaded with `model_dir.load_engine` as `wse infer serve --model_dir`
+(`out_dir/train/model_dir`, loaded with `load.load_engine` as `wse infer serve --model_dir`
 does; run alone, the part makes the same tiny random model the inference part falls back
 to) and asks it, with the official `openai` client, for a chat completion and a streamed
 completion, over gRPC for a `Generate`, and a few concurrent streaming clients; its answers
@@ -120,7 +120,7 @@ def _trained(console: Any, out_dir: Path, quick: bool) -> None:
 
     from wse_inference.demo.generation import demo_model_dir
     from wse_inference.demo.load_test import LoadTestConfig, run_load_test
-    from wse_inference.model_dir import load_engine
+    from wse_inference.load import load_engine
     from wse_inference.serve.app import ServeConfig, Server
 
     model_dir = demo_model_dir(console, out_dir)

@@ -12,14 +12,12 @@ settings apply to both distributions (`sampling.token_probs`), so greedy output 
 target's greedy output, and sampled output is distributed exactly as the target's.
 `AcceptanceStats` is reported.
 
-`parse_speculative_config` reads vLLM's `--speculative-config` JSON:
-`{"model": DIR, "num_speculative_tokens": 4}`.
+`--speculative-config` is read by `speculative.config.parse_speculative_config`.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -52,7 +50,6 @@ from wse_inference.speculative.verify import AcceptanceStats, verify
 
 __all__ = [
     "SpeculativeDecoder",
-    "parse_speculative_config",
     "Pair",
     "Proposal",
     "Round",
@@ -64,25 +61,6 @@ __all__ = [
     "spec_loop_start",
     "speculative_loop",
 ]
-
-
-def parse_speculative_config(text: str) -> tuple[str, int]:
-    """(draft model dir, gamma) from vLLM-style JSON; SamplingError on anything else."""
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SamplingError(f"--speculative-config is not valid JSON: {err}") from None
-    if not isinstance(cfg, dict) or "model" not in cfg:
-        raise SamplingError(
-            '--speculative-config needs {"model": DIR, "num_speculative_tokens": N}'
-        )
-    unknown = set(cfg) - {"model", "num_speculative_tokens", "method"}
-    if unknown:
-        raise SamplingError(f"--speculative-config has unknown keys {sorted(unknown)}")
-    gamma = cfg.get("num_speculative_tokens", 4)
-    if not isinstance(gamma, int) or gamma < 1:
-        raise SamplingError(f"num_speculative_tokens must be an integer >= 1, got {gamma!r}")
-    return str(cfg["model"]), gamma
 
 
 class Pair(NamedTuple):

@@ -1,4 +1,4 @@
-"""The speculative `Engine` the server runs with a draft model (`model_dir.load_engine`).
+"""The speculative `Engine` the server runs with a draft model (`load.load_engine`).
 
 Contract. `SpeculativeEngine(target, draft, gamma=g, max_slots=n)` holds `n` independent
 slots, each `generate` running one speculative round per occupied slot (1..g + 1 tokens),

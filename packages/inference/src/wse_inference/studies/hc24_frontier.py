@@ -35,7 +35,7 @@ from typing import Any
 
 from wse_core import economics as eco
 from wse_core.experiment import ExperimentResult, PredictionRow
-from wse_core.gpu import H100, ModelShape
+from wse_core.gpu import H100
 from wse_core.serving import (
     Frontier,
     GpuServing,
@@ -65,7 +65,7 @@ EMULATED_STAGES = 2
 def _systems(config: Any, wafers: int, spec: Speculation | None):
     w = WaferServing(config, preset(WAFER), num_wafers=wafers, workload=WORKLOAD,
                      speculation=spec)  # fmt: skip
-    g = GpuServing(ModelShape.of(config), H100, num_gpus=GPUS, workload=WORKLOAD,
+    g = GpuServing(config, H100, num_gpus=GPUS, workload=WORKLOAD,
                    hbm_fraction=HBM_FRACTION, mfu=MFU, speculation=spec)  # fmt: skip
     return w, g
 

@@ -133,11 +133,11 @@ def _figure(plans: list[dict]):
 def _stage_regions_figure():
     """The 8B plan on one WSE-3, per PE: the head and the 32 stages' bands, their SRAM and
     predicted busy cycles (each PE works only while the token is in its stage)."""
-    from wse_core.decoder_cost import LLAMA31_8B
     from wse_core.pipeline_plan import plan_pipeline
     from wse_core.pipeline_trace import pipeline_traces
     from wse_core.spec import preset
     from wse_core.trace_png import trace_figure
+    from wse_core.transformer import LLAMA31_8B
 
     plan = plan_pipeline(LLAMA31_8B, preset("wse3"), num_wafers=1, context_len=CONTEXT)
     trace = pipeline_traces(LLAMA31_8B, plan)[0]

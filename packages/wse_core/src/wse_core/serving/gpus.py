@@ -41,7 +41,6 @@ from wse_core.gpu import (
     WEIGHT_BYTES,
     GpuMemoryError,
     GpuSpec,
-    ModelShape,
     ring_allreduce_s,
 )
 from wse_core.serving.frontier import (
@@ -50,6 +49,13 @@ from wse_core.serving.frontier import (
     Speculation,
     Workload,
     prefill_share,
+)
+from wse_core.transformer import (
+    DecoderShape,
+    attn_dim,
+    kv_values_per_token,
+    matmul_params,
+    num_params,
 )
 
 __all__ = [
@@ -104,18 +110,18 @@ def layout_for(num_gpus: int, gpu: GpuSpec) -> GpuLayout:
     return GpuLayout(tp, num_gpus // tp)
 
 
-def _weights_bytes(model: ModelShape, draft: ModelShape | None) -> float:
-    return WEIGHT_BYTES * (model.n_params + (draft.n_params if draft else 0))
+def _weights_bytes(model: DecoderShape, draft: DecoderShape | None) -> float:
+    return WEIGHT_BYTES * (num_params(model) + (num_params(draft) if draft else 0))
 
 
-def _kv_per_user(model: ModelShape, draft: ModelShape | None, held_tokens: int) -> float:
-    per_token = model.kv_bytes_per_token + (draft.kv_bytes_per_token if draft else 0)
-    return per_token * held_tokens
+def _kv_per_user(model: DecoderShape, draft: DecoderShape | None, held_tokens: int) -> float:
+    values = kv_values_per_token(model) + (kv_values_per_token(draft) if draft else 0)
+    return WEIGHT_BYTES * values * held_tokens  # bf16 K and V
 
 
 def max_batch(
-    model: ModelShape, gpu: GpuSpec, layout: GpuLayout, *, held_tokens: int,
-    draft: ModelShape | None = None,
+    model: DecoderShape, gpu: GpuSpec, layout: GpuLayout, *, held_tokens: int,
+    draft: DecoderShape | None = None,
 ) -> int:  # fmt: skip
     """The most users whose KV caches fit beside the weights; GpuMemoryError (naming the
     GPU count that holds one user) when not even one does."""
@@ -136,14 +142,15 @@ def max_batch(
 
 
 def decode_step(
-    model: ModelShape, gpu: GpuSpec, layout: GpuLayout, *, batch: int, kv_tokens: int,
+    model: DecoderShape, gpu: GpuSpec, layout: GpuLayout, *, batch: int, kv_tokens: int,
     tokens: int = 1, hbm_fraction: float = 0.8, mfu: float = 0.4,
 ) -> GpuStep:  # fmt: skip
     """One step of `batch` users adding `tokens` tokens each (module docstring)."""
     tp, pp = layout.tp, layout.pp
-    read = WEIGHT_BYTES * model.n_matmul_params + batch * model.kv_bytes_per_token * kv_tokens
+    n, kv_bytes = matmul_params(model), WEIGHT_BYTES * kv_values_per_token(model)
+    read = WEIGHT_BYTES * n + batch * kv_bytes * kv_tokens
     memory = read / tp / (hbm_fraction * gpu.hbm_bytes_per_s)
-    per_token = 2 * model.n_matmul_params + 4 * model.n_layers * model.attn_dim * kv_tokens
+    per_token = 2 * n + 4 * model.n_layers * attn_dim(model) * kv_tokens
     compute = batch * tokens * per_token / tp / (mfu * gpu.peak_flops)
     act = WEIGHT_BYTES * model.d_model * batch * tokens
     reduces = (
@@ -154,14 +161,15 @@ def decode_step(
 
 
 def prefill_s(
-    model: ModelShape, gpu: GpuSpec, layout: GpuLayout, *, prompt_tokens: int,
+    model: DecoderShape, gpu: GpuSpec, layout: GpuLayout, *, prompt_tokens: int,
     hbm_fraction: float = 0.8, mfu: float = 0.4,
 ) -> float:  # fmt: skip
     """One user's prompt at the compute roofline (or one weight read), plus its
     all-reduces and stage hops."""
     tp, pp, p = layout.tp, layout.pp, prompt_tokens
-    flops = p * 2 * model.n_matmul_params + 2 * model.n_layers * model.attn_dim * p * p
-    weights_s = WEIGHT_BYTES * model.n_matmul_params / tp / (hbm_fraction * gpu.hbm_bytes_per_s)
+    n = matmul_params(model)
+    flops = p * 2 * n + 2 * model.n_layers * attn_dim(model) * p * p
+    weights_s = WEIGHT_BYTES * n / tp / (hbm_fraction * gpu.hbm_bytes_per_s)
     act = WEIGHT_BYTES * model.d_model * p
     reduces = (
         2 * model.n_layers * ring_allreduce_s(act, tp, gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s)
@@ -181,17 +189,14 @@ class GpuServing:
     """Users on `num_gpus` GPUs in replicas of the best layout (a `ServingSystem`)."""
 
     def __init__(
-        self, model: ModelShape, gpu: GpuSpec, *, num_gpus: int, workload: Workload,
+        self, model: DecoderShape, gpu: GpuSpec, *, num_gpus: int, workload: Workload,
         hbm_fraction: float = 0.8, mfu: float = 0.4, speculation: Speculation | None = None,
     ) -> None:  # fmt: skip
         if not (0 < hbm_fraction <= 1 and 0 < mfu <= 1):
             raise ServingError(f"hbm_fraction and mfu must be in (0, 1], got {hbm_fraction}, {mfu}")
         self.model, self.gpu, self.workload = model, gpu, workload
         self.hbm_fraction, self.mfu, self.speculation = hbm_fraction, mfu, speculation
-        draft = None if speculation is None else speculation.draft
-        if draft is not None and not isinstance(draft, ModelShape):
-            draft = ModelShape.of(draft)
-        self.draft = draft
+        self.draft = None if speculation is None else speculation.draft
         self.units, self.name = num_gpus, gpu.name
         self.layouts: dict[GpuLayout, int] = {}  # layout -> users per replica that fit
         error: GpuMemoryError | None = None
@@ -263,7 +268,7 @@ class GpuServing:
 
 
 def gpus_to_match(
-    model: ModelShape, gpu: GpuSpec, *, user_tokens_per_s: float,
+    model: DecoderShape, gpu: GpuSpec, *, user_tokens_per_s: float,
     aggregate_tokens_per_s: float, **serving: Any,
 ) -> tuple[int | None, int | None]:  # fmt: skip
     """(the fewest GPUs, as one replica, whose single user reaches `user_tokens_per_s`; the

@@ -1,7 +1,8 @@
 """Experiment `cost-model-calibration`: every constant of the cost model, the rows that fit
 it, every calibration row against the model, and a leave-one-out table.
 
-Rows (the calibration set of shared/REFERENCES.md, `wse_core.calibration.rows`): the eight
+Rows (the calibration set of shared/REFERENCES.md, `wse_core.calibration.rows` and
+`wse_core.decoder_cost.decode_check_row`): the eight
 grids of Jacquelin et al. Table II (Gcell/s; they fit `dsd_issue_cycles`), the 69.6% busy
 profile at 600 x 600 (a check), Rocki et al.'s allreduce at about 1.1 x the diameter (a
 check of the sourced fabric constants), Llama 3.1 8B batch-1 decode on one WSE-3 (tokens/s,
@@ -25,6 +26,7 @@ from wse_core.calibration import (
     leave_one_out,
     rows,
 )
+from wse_core.decoder_cost import decode_case, decode_check_row
 from wse_core.experiment import ExperimentResult, PredictionRow
 from wse_core.mechanisms import CONSTANTS
 from wse_core.perf import PerfModel
@@ -49,7 +51,7 @@ def _mechanisms(case: str) -> dict[str, float] | None:
     if case.startswith("stencil25") and "busy" not in case:
         return PerfModel(preset("wse2")).evaluate(cal.table_ii_phases(1)).by_mechanism()
     if case.startswith("llama"):
-        spec, phases = cal.decode_case()
+        spec, phases = decode_case()
         return PerfModel(spec).evaluate(phases).by_mechanism()
     if case.startswith("allreduce"):
         spec, work = cal.allreduce_case(current())
@@ -62,7 +64,7 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
     out = []
     grids = {f"stencil25 {nx}x{ny}": (nx, ny) for nx, ny, _ in STENCIL_TABLE_II}
     gcells = dict(zip(grids, TABLE_II_GCELLS, strict=True))
-    for row in rows():
+    for row in [*rows(), decode_check_row()]:
         case, role = str(row["case"]), str(row["role"])
         params: dict[str, object] = {"case": case, "role": role, "bound": row["bound"]}
         pub, model = float(row["published"]), float(row["model"])  # type: ignore[arg-type]

@@ -1,0 +1,48 @@
+"""The engine a model directory serves, built where it is consumed (not by the loader).
+
+Contract. `load_engine(model_dir, speculative_config=None, max_slots=4, max_context=None)`
+loads the model with `model_dir.load_model` and returns the `Engine` the server runs:
+without a speculative config, the pipelined wafer engine (`pipeline.engine.PipelineEngine`)
+with min(max_slots, n_layers) stages, one slot per stage; with a
+`speculative.config.SpeculativeConfig` (or the mapping it is parsed from), a
+`speculative.engine.SpeculativeEngine` of `max_slots` independent slots whose draft is the
+config's `model`. `model_dir` builds no engine, so the engines may import it without a
+circle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from wse_inference.model_dir import load_model
+from wse_inference.pipeline.engine import PipelineEngine
+from wse_inference.speculative.config import SpeculativeConfig
+from wse_inference.speculative.engine import SpeculativeEngine
+
+__all__ = ["load_engine"]
+
+
+def load_engine(
+    model_dir: str,
+    *,
+    speculative_config: SpeculativeConfig | Mapping[str, Any] | None = None,
+    max_slots: int = 4,
+    max_context: int | None = None,
+) -> PipelineEngine | SpeculativeEngine:
+    """The engine the server runs for `model_dir` (see the module contract)."""
+    spec = speculative_config
+    if spec is not None and not isinstance(spec, SpeculativeConfig):
+        spec = SpeculativeConfig.from_mapping(spec) if spec else None
+    target = load_model(model_dir)
+    if spec is not None:
+        draft = load_model(spec.draft_dir(), tokenizer_required=False)
+        return SpeculativeEngine(
+            target,
+            draft,
+            gamma=spec.num_speculative_tokens,
+            max_slots=max_slots,
+            max_context=max_context,
+        )
+    stages = max(1, min(max_slots, target.config.n_layers))
+    return PipelineEngine(target, stages=stages, max_context=max_context)

@@ -1,0 +1,84 @@
+"""The speculative-decoding settings, parsed once for every command that takes them.
+
+Contract. `parse_speculative_config(value)` reads vLLM's `--speculative-config`: a JSON
+object, or the path of a JSON or YAML file holding one, with the keys `model` (the draft's
+model directory), `num_speculative_tokens` (gamma, an integer >= 1, default 4), `method`
+(vLLM's, accepted and not used: the draft is always a model) and `mock_accepted_tokens` (the
+mock engine's accepted drafts per round, 0..gamma, default gamma). Any other key, a
+non-object, bad JSON or an unreadable file is a `SamplingError` with one line. The result is
+a frozen `SpeculativeConfig`; `draft_dir()` is the draft's folder, an error when the config
+names none (only the mock engine needs no draft). `wse infer generate` and `wse infer serve`
+both read the option through this function, so they accept the same text and files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from wse_inference.sampling import SamplingError
+
+__all__ = ["SpeculativeConfig", "parse_speculative_config", "DEFAULT_GAMMA"]
+
+DEFAULT_GAMMA = 4  # drafted tokens per round when the config does not say
+OPTION = "--speculative-config"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpeculativeConfig:
+    """A draft model and how many tokens it proposes per round (see the module contract)."""
+
+    model: str | None = None
+    num_speculative_tokens: int = DEFAULT_GAMMA
+    method: str | None = None
+    mock_accepted_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        gamma = self.num_speculative_tokens
+        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+            raise SamplingError(f"num_speculative_tokens must be an integer >= 1, got {gamma!r}")
+        j = self.mock_accepted_tokens
+        if j is not None and (isinstance(j, bool) or not isinstance(j, int) or not 0 <= j <= gamma):
+            raise SamplingError(
+                f"mock_accepted_tokens must be an integer in [0, {gamma}], got {j!r}"
+            )
+        if self.model is not None and not isinstance(self.model, str):
+            raise SamplingError(f"{OPTION}'s model must be a folder name, got {self.model!r}")
+
+    @classmethod
+    def from_mapping(cls, cfg: Mapping[str, Any]) -> SpeculativeConfig:
+        unknown = set(cfg) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise SamplingError(f"{OPTION} has unknown keys {sorted(unknown)}")
+        return cls(**cfg)
+
+    def draft_dir(self) -> str:
+        """The draft's model directory; a SamplingError when the config names none."""
+        if self.model is None:
+            raise SamplingError(f'{OPTION} needs {{"model": DIR, "num_speculative_tokens": N}}')
+        return self.model
+
+    @property
+    def accepted_tokens(self) -> int:
+        """The mock engine's accepted drafts per round (default: all of them)."""
+        j = self.mock_accepted_tokens
+        return self.num_speculative_tokens if j is None else j
+
+
+def parse_speculative_config(value: str) -> SpeculativeConfig:
+    """A JSON object, or a JSON / YAML file holding one (the module contract)."""
+    import yaml
+
+    path = Path(value)
+    try:
+        cfg = yaml.safe_load(path.read_text()) if path.is_file() else json.loads(value)
+    except (ValueError, OSError, yaml.YAMLError) as err:
+        raise SamplingError(
+            f"{OPTION} is neither a JSON object nor a readable file: {err}"
+        ) from None
+    if not isinstance(cfg, dict):
+        raise SamplingError(f"{OPTION} must be an object, got {type(cfg).__name__}")
+    return SpeculativeConfig.from_mapping(cfg)
