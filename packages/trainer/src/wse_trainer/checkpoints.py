@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -206,15 +207,22 @@ class Checkpointer:
         self._created = not read_only and not self.directory.exists()
         self._unsealed: list[int] = []
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
+            max_to_keep=None if read_only else keep,  # what orbax sets (and warns of) when
+            save_interval_steps=0 if read_only else 1,  # read-only, said here
             enable_async_checkpointing=not read_only,
             create=not read_only,
             cleanup_tmp_directories=not read_only,
             read_only=read_only,
         )
-        self.manager = ocp.CheckpointManager(
-            self.directory, options=options, item_names=("state", "meta")
-        )
+        absl = logging.getLogger("absl")  # orbax warns of every read-only manager it opens
+        level = absl.level
+        absl.setLevel(logging.ERROR if read_only else level)
+        try:
+            self.manager = ocp.CheckpointManager(
+                self.directory, options=options, item_names=("state", "meta")
+            )
+        finally:
+            absl.setLevel(level)
 
     def step_dir(self, step: int) -> Path:
         return self.directory / str(step)
