@@ -12,14 +12,14 @@ north edge, column 0 the west edge. So with `direction="E"`, PE (r, c) receives 
 PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
 
 Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value),
-`multicast_apply` (the multicast consumed where it lands: a function reads each block's
-values and those of the k PEs upstream of it, no per-PE copies), `halo_apply` (the four
-nearest neighbours' halos, consumed from one region per block: a stencil's exchange),
-`window_apply` (the window multicast: every PE receives the values of the (2 k_rows + 1) x
-(2 k_cols + 1) PEs around it and uses what it selects; the emulator hands a function each
-block's window region instead of copying the window to every PE), `broadcast` (one PE's value to its whole row or column),
-`reduce` (to one value) and `allreduce` (to every PE), over the whole grid or along rows /
-columns, with `"sum"` or `"max"`; `allreduce_apply` (the sum along rows / columns of
+`multicast_apply` (the multicast consumed where it lands: a function reads each block's values
+and those of the k PEs upstream of it, no per-PE copies), `halo_apply` (the four nearest
+neighbours' halos, consumed from one region per block: a stencil's exchange), `window_apply`
+(the window multicast: every PE receives the values of the (2 k_rows + 1) x (2 k_cols + 1) PEs
+around it and uses what it selects; the emulator hands a function each block's window region
+instead of copying the window to every PE), `broadcast` (one PE's value to its whole row or
+column), `reduce` (to one value) and `allreduce` (to every PE), over the whole grid or along
+rows / columns, with `"sum"` or `"max"`; `allreduce_apply` (the sum along rows / columns of
 partials a function computes already summed over each block's PEs); `local_apply` (PE-local
 compute on each block, no traffic: for kernels XLA cannot split over devices by itself).
 
