@@ -14,6 +14,11 @@ int32 rows; `segments`: the packed documents of its inputs, `data.Segments`, or 
    update at once.
 4. the embedding's gradient (plus the head's share when tied) and its update.
 
+How this machine computes it (`layout`, a `wse_trainer.layout.Layout`): each replica as
+`shards` SwarmX workers on as many CPU devices, and with `keep_residuals` each layer's
+forward keeps its VJP residuals for the backward (`replica.layer_fwd_vjp`), which then does
+not run the layer's forward again. Neither changes what the wafer does.
+
 `StepStats` reports the loss, wall, stall and compute seconds and the bytes streamed, and for
 a ReLU-like model (`ModelConfig.relu_like`) the fraction of exact zeros in each layer's MLP
 hidden activation over the step's tokens, counted in the forward pass (recomputed layers are
@@ -33,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from wse_trainer.layout import Layout
 from wse_trainer.memoryx import MemoryX
 from wse_trainer.plan import ActivationPlan
 from wse_trainer.replica import layer_fns
@@ -83,8 +89,10 @@ class StreamedTrainer:
         plan: ActivationPlan,
         max_gradient_norm: float | None = None,
         devices=None,
+        layout: Layout | None = None,
     ):
         self.model, self.plan, self.num_csx = model, plan, num_csx
+        self.layout = layout or Layout()
         self.L = int(model.n_layers)
         self.dtype = jnp.dtype(model.dtype)
         self.memx = MemoryX(
@@ -94,12 +102,15 @@ class StreamedTrainer:
             max_gradient_norm=max_gradient_norm,
             device=(devices or jax.local_devices())[0],
         )
-        self.swarm = SwarmX.create(num_csx, devices, home=self.memx.device)
-        self.local = self.swarm.local  # replicas this process computes
+        self.swarm = SwarmX.create(
+            num_csx, devices, home=self.memx.device, shards=self.layout.shards
+        )
+        self.local = self.swarm.local  # workers (replicas, or their shards) this process computes
         self.fns = _jitted_fns(model, 1.0 / (global_batch * seq_len))
         pos = np.broadcast_to(
-            np.arange(seq_len, dtype=np.int32), (global_batch // num_csx, seq_len)
+            np.arange(seq_len, dtype=np.int32), (global_batch // self.swarm.workers, seq_len)
         )
+        self._vjps: dict[int, list[Any]] = {}  # layer -> each worker's kept VJP
         self.positions = [
             jax.device_put(pos, self.swarm.replica_device(r)) for r in range(self.local)
         ]
@@ -128,6 +139,13 @@ class StreamedTrainer:
     def _run_layer_zeros(self, w, h):
         out = [self.fns.layer_fwd_zeros(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)]
         return [o[0] for o in out], [o[1] for o in out]
+
+    def _run_layer_kept(self, i: int, w, h, zeros: bool):
+        """Layer i's forward keeping each worker's VJP for the backward (`keep_residuals`)."""
+        f = self.fns.layer_fwd_vjp_zeros if zeros else self.fns.layer_fwd_vjp
+        out = [f(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)]
+        self._vjps[i] = [o[1] for o in out]
+        return [o[0] for o in out], ([o[2] for o in out] if zeros else None)
 
     # The step --------------------------------------------------------------------------
     def step(self, batch: np.ndarray, segments: Any = None) -> StepStats:
@@ -178,7 +196,10 @@ class StreamedTrainer:
             self._wait(w)
             if self.plan.keeps(i):
                 acts[i] = h
-            if self.model.relu_like:
+            if self.layout.keep_residuals:
+                h, z = self._run_layer_kept(i, w, h, self.model.relu_like)
+                zeros += [z] if z is not None else []
+            elif self.model.relu_like:
                 h, z = self._run_layer_zeros(w, h)
                 zeros.append(z)
             else:
@@ -210,8 +231,11 @@ class StreamedTrainer:
             if i not in acts:
                 recomputed += self._recompute(acts, i)
             h_in = acts.pop(i)
+            kept = self._vjps.pop(i, None)
             out = [
-                self.fns.layer_bwd(w[r], h_in[r], *self._pos_seg[r], g_h[r])
+                self.fns.layer_bwd_saved(kept[r], g_h[r])
+                if kept is not None
+                else self.fns.layer_bwd(w[r], h_in[r], *self._pos_seg[r], g_h[r])
                 for r in range(self.local)
             ]
             g_h = [o[1] for o in out]
