@@ -82,6 +82,14 @@ def test_steps_zero_writes_energies_and_forces_equal_to_the_oracle(cu_file, tmp_
     assert np.abs(frame.forces_eV_A).max() < 1e-3
     assert d["thermo"][0]["pe"] == pytest.approx(ref.total_eV, rel=1e-6)
     assert d["predicted_timesteps_per_s"] > 0
+    # the window and candidates it used: M covers the most neighbours any atom has within
+    # cutoff + skin (all pairs, minimum image), with list_caps' 10% headroom + 2
+    dist = frame.positions_A[:, None] - frame.positions_A[None]
+    dist -= frame.box_A * np.round(dist / frame.box_A)
+    within = (np.sqrt((dist**2).sum(-1)) <= pot.cutoff_A + d["skin_A"]).sum(1) - 1
+    assert within.max() <= d["candidates"] <= np.ceil(1.1 * within.max()) + 2
+    kr, kc = d["window"]
+    assert d["window_pes"] == (2 * kr + 1) * (2 * kc + 1)
 
 
 @pytest.mark.parametrize(
@@ -134,6 +142,7 @@ def test_a_run_writes_one_frame_per_thermo_row(cu_file, tmp_path):
     )
     assert r.exit_code == 0, r.output
     assert "Performance:" in r.output and "timesteps/s" in r.output
+    assert "candidates per PE (cutoff + 1 A skin)" in r.output and "window +-" in r.output
     frames = read_xyz(out)
     assert len(frames) == 3 and frames[2].velocities_A_ps is not None
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from wse_core.errors import WseError
 from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, Thermostat, maxwell_boltzmann
-from wse_hpc.md.lammps import lammps_available, lammps_nve
+from wse_hpc.md.lammps import lammps_available, lammps_eval, lammps_nve
 from wse_hpc.md.lattice import crystal
 from wse_hpc.md.potentials import write_setfl
 from wse_hpc.md.simulate import MdConfig, run_md
@@ -189,3 +189,28 @@ def test_full_window_fallback_and_neighbour_lists_agree(monkeypatch):
     assert lists.plan.caps and not full.plan.caps
     np.testing.assert_allclose(full.structure.forces_eV_A, lists.structure.forces_eV_A, atol=1e-9)
     assert full.thermo[-1].etotal == pytest.approx(lists.thermo[-1].etotal, abs=1e-8)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not lammps_available(), reason="needs lmp (apt-get install lammps)")
+@pytest.mark.parametrize(
+    "cells, grid, tile",
+    [
+        ((10, 10, 10), None, None),  # 4,000 atoms, the tile choose_tile finds
+        ((20, 20, 20), None, None),  # 32,000 atoms
+        ((12, 10, 4), (40, 48), (2, 2)),  # a slab laid site by site, no empty PE
+    ],
+)
+def test_the_tile_map_gives_lammps_forces_and_energies(tmp_path, cells, grid, tile):
+    """The emulator on the tile map (fp64, lists over the window the map needs) against
+    LAMMPS's `run 0` on the same setfl file: per-atom energies and forces, atom by atom."""
+    path = write_setfl(POT, tmp_path / "Cu.eam.alloy")
+    s = perturbed("fcc", "Cu", 3.615, cells, 0.1, seed=3)
+    with jax.enable_x64(True):
+        res = run_md(s, POT, MdConfig(steps=0, dtype="float64", grid=grid, tile=tile))
+    ref = lammps_eval(s, POT, [path], ["Cu"])
+    assert res.plan.caps and (tile is None or res.tile == tile)
+    # the kernel is within 1e-11 of the NumPy reference, the reference within 1e-9 eV/A and
+    # 1e-10 eV of LAMMPS (test_md_potentials)
+    np.testing.assert_allclose(res.structure.forces_eV_A, ref["forces"], atol=1e-9)
+    np.testing.assert_allclose(res.structure.energies_eV, ref["energies"], atol=1e-10)

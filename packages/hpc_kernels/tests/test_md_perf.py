@@ -37,40 +37,82 @@ def _leaf(phases, name):
 
 def test_density_phase_counted_by_hand():
     """WSE-2, fp32, vectors of M = 4 candidates, 3 issue cycles per instruction: sub, add,
-    move, scale 2-wide; mul, fmac, convert, max 1-wide; sqrt 10 cycles per element."""
+    move, scale 2-wide; mul, fmac, convert, max, shift 1-wide; an indexed load (gather) one
+    element per cycle; no square root, no division; 10 cycles per task activation."""
     w = _wafer()
     phases = step_phases(w, POT, PLAN, rebuild_every=10)
     density = _leaf(phases, "density").work
-    geometry_cycles = 5 * (3 + 2) + 4 * (3 + 4) + 5 * (3 + 4) + 6 * (3 + 4) + 1 * (3 + 2)
-    geometry_cycles += 1 * (3 + 40) + 3 * (3 + 4)  # sqrt, the clamps
-    rho_cycles = 8 * (3 + 2) + 3 * (3 + 4) + 1 * (3 + 2)  # fetch x, 4 coeffs, mask; Horner; sum
-    slope_cycles = 3 * (3 + 2) + 3 * (3 + 2) + 2 * (3 + 4)
+    assert not any(op.kind in ("sqrt", "div") for op in density.ops)
+    two, one = 3 + 2, 3 + 4  # one instruction over 4 elements 2-wide, 1-wide
+    # geometry: 6 sub, 11 mul (3 minimum image, r^2, r, 6 Newton), 5 convert, 9 fmac (3
+    # minimum image, 2 r^2, knot, 3 Newton), 1 move, 3 max, 1 shift, 1 scale, 3 gathers
+    geometry_cycles = 6 * two + 11 * one + 5 * one + 9 * one + two + 3 * one + one + two
+    geometry_cycles += 3 * one
+    rho_cycles = 4 * one + 3 * one + two + two  # 4 coefficients, Horner, mask, sum
+    slope_cycles = 3 * two + 2 * one
+    # tasks: the phase and each fabric op received (multicast E, W; one march S, N)
+    tasks = 10 * (1 + 4)
     cost = PerfModel(preset("wse2"), EXACT).cost(density)
-    assert cost.compute_cycles == geometry_cycles + rho_cycles + slope_cycles == 309
+    assert cost.compute_cycles == geometry_cycles + rho_cycles + slope_cycles + tasks == 402
     # the positions' window: X stage 1 PE E and W of 3 words, Y stage 1 marching step N
-    # and S of the 3-PE row windows (9 words); the fold puts E + W on each physical link
-    assert dict(density.links) == {"E": 6.0, "W": 6.0, "N": 18.0, "S": 18.0}
-    assert cost.fabric_cycles == 18.0  # 4-byte words, 4 bytes per link per cycle
+    # and S of the 3-PE row windows (9 words); the fold puts E + W on each physical link;
+    # the core takes every word off its ramp
+    assert dict(density.links) == {"E": 6.0, "W": 6.0, "N": 18.0, "S": 18.0, "ramp": 24.0}
+    assert cost.fabric_cycles == 24.0  # 4-byte words, 4 bytes per link per cycle
     assert _leaf(phases, "force").work.links["N"] == 6.0  # F': 1 word per PE
 
 
+@pytest.mark.parametrize("wafer, per_pair", [("wse2", 70.0), ("wse3", 57.75)])
+def test_one_pair_counted_by_hand(wafer, per_pair):
+    """What one more candidate costs a step (density and force phases), element by
+    element, without issue overheads (they do not grow with M):
+
+    geometry, once:  6 sub, 11 mul, 5 convert, 9 fmac, 1 move, 3 max, 1 shift, 1 scale,
+                     3 gathers
+    density + slope: 4 gathers, 5 fmac (Horner 3, slope 2), 1 move, 1 add, 3 scale
+    force:           5 gathers, 10 fmac, 3 mul, 4 scale, 1 sub, 2 add, 2 move
+
+    WSE-2 fp32 widths: sub, add, move, scale 2; mul, fmac, convert, max, shift 1;
+    WSE-3: sub, add, move, scale, convert, max, shift 4; mul, fmac 1. A gather is 1."""
+    w = build_wafer(preset(wafer), grid=(5, 5), mesh_shape=(1, 1), devices=jax.devices()[:1])
+    model = PerfModel(preset(wafer), EXACT)
+
+    def pair_phases(m):
+        plan = dataclasses.replace(PLAN, caps=(1, 1, 1, m))
+        ph = step_phases(w, POT, plan, rebuild_every=10)
+        return sum(model.cost(_leaf(ph, n).work).compute_cycles for n in ("density", "force"))
+
+    wide = 2.0 if wafer == "wse2" else 4.0
+    narrow = 1.0 if wafer == "wse2" else 4.0  # convert, max, shift
+    by_hand = (
+        (6 + 1 + 1) / wide + 11 + (5 + 3 + 1) / narrow + 9 + 3  # geometry
+        + 4 + 5 + (1 + 1 + 3) / wide  # density and slope
+        + 5 + 10 + 3 + (4 + 1 + 2 + 2) / wide  # force
+    )  # fmt: skip
+    assert by_hand == per_pair
+    assert pair_phases(128) - pair_phases(64) == 64 * per_pair
+
+
 def test_integrate_phase_counted_by_hand():
-    """WSE-2, fp32, 3-element vectors, 3 issue cycles each: two half kicks (scale, multiply
-    by the precomputed 1/m, add: no divide), drift (fmac), force store (move), |x - x_b|^2
-    (sub, fmac) and one compare (sub, 1 element); 2-wide: 2 cycles, 1-wide: 3."""
+    """WSE-2, fp32, 3-element vectors, 3 issue cycles each: two half kicks and the drift
+    (fmac with the PE's constants: no divide), the force store (move), the displacement
+    check d = x - x_build (sub) and |d|^2 (fmac), its running maximum (max, 1 element);
+    2-wide: 2 cycles, 1-wide: 3; and one task. No fabric: no reduction every step."""
     phases = step_phases(_wafer(), POT, PLAN, rebuild_every=10)
     work = _leaf(phases, "integrate").work
-    assert not any(op.kind == "div" for op in work.ops)
-    kicks = 2 * (3 + 2) + 2 * (3 + 3) + 2 * (3 + 2)
-    rest = (3 + 3) + (3 + 2) + (3 + 2) + (3 + 3) + (3 + 1)
+    assert not any(op.kind == "div" for op in work.ops) and not work.links
+    fmacs = 4 * (3 + 3)
+    rest = (3 + 2) + (3 + 2) + (3 + 1)
     cost = PerfModel(preset("wse2"), EXACT).cost(work)
-    assert cost.compute_cycles == kicks + rest == 58
+    assert cost.compute_cycles == fmacs + rest + 10 == 48
+    check = next((p, k) for p, k in phases.leaves() if p.name == "check")
+    assert check[1] == pytest.approx(1 / 100) and check[0].work.latency_hops > 0
 
 
 def test_fold_doubles_hops_and_shares_directions():
     t = Traffic("x", 10.0, 20.0, 4.0, 3.0, 2, {"E": 2.0, "W": 1.0, "S": 5.0})
     f = fold(t)
-    assert dict(f.links) == {"E": 3.0, "W": 3.0, "N": 5.0, "S": 5.0}
+    assert dict(f.links) == {"E": 3.0, "W": 3.0, "N": 5.0, "S": 5.0, "ramp": 8.0}
     assert f.latency_hops == 6.0 and f.word_hops == 40.0 and f.words == 10.0
 
 

@@ -156,9 +156,12 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
         return
     console.print(performance_line(res.steps, res.loop_wall_s, s.num_atoms, cfg.dt_fs))
     console.print(
-        f"wafer {summary['grid'][0]} x {summary['grid'][1]} PEs, window +-{res.window[0]} rows "
-        f"x +-{res.window[1]} cols, {summary['sram_bytes_per_pe']} B SRAM per PE, "
-        f"re-plans {res.replans}; {summary['words_per_step']:.4g} fabric words/step; "
+        f"wafer {summary['grid'][0]} x {summary['grid'][1]} PEs (tile {res.tile[0]} x "
+        f"{res.tile[1]}), window +-{res.window[0]} rows x +-{res.window[1]} cols "
+        f"({summary['window_pes']} PEs), {summary['candidates']} candidates per PE (cutoff + "
+        f"{cfg.skin_A:g} A skin), list builds {res.list_builds} (reruns {res.list_reruns}), "
+        f"{summary['sram_bytes_per_pe']} B SRAM per PE, re-plans {res.replans}; "
+        f"{summary['words_per_step']:.4g} fabric words/step; "
         f"predicted on {cfg.wafer}: {summary['predicted_timesteps_per_s']:.4g} timesteps/s "
         f"({summary['bound']}-bound), measured here "
         f"{summary['timesteps_per_s'] or 0:.4g} timesteps/s"
@@ -183,7 +186,13 @@ def _summary(res, cfg, n_atoms, pot, trace=None) -> dict:
         "compile_s": res.compile_s,
         "timesteps_per_s": res.steps / res.loop_wall_s if res.loop_wall_s > 0 else None,
         "grid": list(res.grid),
+        "tile": list(res.tile),
         "window": list(res.window),
+        "window_pes": (2 * res.window[0] + 1) * (2 * res.window[1] + 1),
+        "candidates": report.extra["candidates"],  # per PE: the list capacity M it evaluates
+        "skin_A": cfg.skin_A,
+        "list_builds": res.list_builds,
+        "list_reruns": res.list_reruns,
         "replans": res.replans,
         "sram_bytes_per_pe": int(sum(res.sram.values())),
         "predicted_timesteps_per_s": report.extra["timesteps_per_s"],

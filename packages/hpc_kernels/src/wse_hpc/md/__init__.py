@@ -1,16 +1,17 @@
 """EAM molecular dynamics on the wafer, one atom per PE (Santos et al., SC24).
 
 Modules: `potentials` (LAMMPS funcfl / setfl / fs files, LAMMPS's splines;
-`potential_format`: the files' text layer), `zhou04`
-(potentials generated from Zhou, Johnson & Wadley 2004), `lattice` (structures, crystals),
-`xyz` (extended XYZ), `mapping` (atoms -> PEs), `state` (`Atoms`, `Bath`, `MdState`
-pytrees), `eam` (the wafer kernel), `nlist` (per-PE candidate lists over the window: splines
-only within cutoff + skin; `list_build`: the build kernel and the lists' static `ListSpec`;
-`list_plan` sizes them on the host), `integrate` (`nve`,
-`nvt_langevin`, `nvt_nose_hoover` -> (init_fn, step_fn); Maxwell–Boltzmann), `thermo`
-(LAMMPS-style output), `simulate`
-(the shell), `reference` (NumPy all-pairs oracle), `perf` (the wafer performance model),
-`experiments` (`santos24-md`), `lammps` (running `lmp` for checks and benchmarks).
+`potential_format`: the files' text layer), `zhou04` (potentials generated from Zhou,
+Johnson & Wadley 2004), `lattice` (structures, crystals), `xyz` (extended XYZ), `mapping`
+(atoms -> PEs: the tile map), `state` (`Atoms`, `Bath`, `MdState` pytrees), `eam` (the wafer
+kernel), `nlist` (per-PE candidate lists over the window: splines only within cutoff + skin;
+`list_build`: the build kernel and the lists' static `ListSpec`; `list_plan` sizes them on
+the host), `integrate` (`nve`, `nvt_langevin`, `nvt_nose_hoover` -> (init_fn, step_fn);
+Maxwell–Boltzmann), `thermo` (LAMMPS-style output), `simulate` (the shell), `reference`
+(NumPy all-pairs oracle), `perf` (the wafer performance model, by mechanism; `pe_program`:
+the PE's instructions and the rebuild cadence), `samples` (Santos et al.'s 801,792-atom
+crystals and their plans), `experiments` (`santos24-md`), `lammps` (running `lmp` for checks
+and benchmarks).
 """
 
 from wse_hpc.md.integrate import Thermostat, maxwell_boltzmann, nve, nvt_langevin, nvt_nose_hoover

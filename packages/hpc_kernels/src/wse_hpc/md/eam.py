@@ -44,9 +44,10 @@ __all__ = ["EamPlan", "EamOutput", "EamFns", "Geometry", "eam", "geometry", "sra
 @dataclasses.dataclass(frozen=True)
 class EamPlan:
     """Static choices: the neighbour window, the box and the float dtype; for neighbour
-    lists (`wse_hpc.md.nlist`) the skin, one candidate capacity per row offset and the most
+    lists (`wse_hpc.md.nlist`) the skin, one candidate capacity per row offset, the most
     atoms any device block holds (`active`, 0: not known; the list kernel then computes
-    every PE of a block, empty ones included)."""
+    every PE of a block, empty ones included) and the rebuild cadence a build starts with
+    (steps per build)."""
 
     k_rows: int
     k_cols: int
@@ -55,6 +56,7 @@ class EamPlan:
     skin_A: float = 0.0
     caps: tuple[int, ...] = ()
     active: int = 0
+    rebuild_every: int = 10
 
     @property
     def window_pes(self) -> int:
@@ -103,7 +105,8 @@ def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
         "md.tables": 4 * (ne * pot.nrho + (n_rho_tables + ne * (ne + 1) // 2) * pot.nr),
     }
     if plan.caps:  # neighbour lists: a column word per window slot kept, and per candidate
-        # its slot, species, displacement (3), distance, 4 density coefficients and F'
+        # its slot, species, the geometry phase 2 reuses (displacement (3), r, 1/r, knot and
+        # fraction), the density slope and F'_j
         sizes["md.neighbours"] = 4 * (sum(plan.caps[:-1]) + 11 * plan.caps[-1]) + 3 * 4
     for name in sizes:
         if any(a.name == name for a in wafer.sram.allocations):
@@ -198,8 +201,9 @@ def splines_for(pot: EamPotential, dtype) -> Splines:
 
     def pair(fp_i, fp_j, sp_i, sp_j, k, p, inv_r, slopes=None):
         """d(pair energy)/dr of i and j, psi' = F'_i rho_j' + F'_j rho_i' + phi', and phi
-        (`slopes` = (rho_j', rho_i') when the density phase kept them). Takes 1 / r: one
-        division per pair serves phi, phi' and the force (a PE divides in ~50 cycles)."""
+        (`slopes` = (rho_j', rho_i') when the density phase kept them). Takes 1 / r, one
+        inverse square root of r^2 per pair, which serves r, phi, phi' and the force: no
+        division (a PE divides in ~50 cycles)."""
         if slopes is not None:
             rhojp, rhoip = slopes
         else:
@@ -309,15 +313,16 @@ def window_overflow(wafer, atoms: Atoms, geo: Geometry, plan: EamPlan, cutoff: f
 
 # -- the two EAM phases ----------------------------------------------------------------------
 def _pairs(pos_i, sp_i, slab, box, cutoff: float, own_row: bool, kc: int):
-    """Displacements (R, C, 3, M) to a slab's atoms, distances (R, C, M) and the pair mask."""
+    """Displacements (R, C, 3, M) to a slab's atoms, distances and their inverses (R, C, M)
+    and the pair mask."""
     d = slab[:, :, :3] - pos_i[..., None]
     d = d - box[:, None] * jnp.round(d * (1.0 / box[:, None]))
     r2 = jnp.sum(d * d, axis=2)
     valid = (sp_i[..., None] >= 0) & (slab[:, :, 3] >= 0) & (r2 < cutoff * cutoff)
     if own_row:
         valid = valid & (jnp.arange(slab.shape[-1]) != kc)
-    r = jnp.sqrt(jnp.where(valid, r2, 1.0))
-    return d, r, valid
+    inv_r = jax.lax.rsqrt(jnp.where(valid, r2, 1.0))
+    return d, jnp.where(valid, r2, 1.0) * inv_r, inv_r, valid
 
 
 def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
@@ -343,7 +348,7 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
         sp_i = species(sp)[..., None]
 
         def density(acc, slab, own_row):
-            _, r, valid = _pairs(pos, sp, slab, box, cutoff, own_row, kc)
+            _, r, _, valid = _pairs(pos, sp, slab, box, cutoff, own_row, kc)
             k, p = spl.locate_r(r)
             rho_j = spl.density(species(slab[:, :, 3]), sp_i, k, p)
             return acc + jnp.sum(jnp.where(valid, rho_j, 0.0), axis=-1)
@@ -353,10 +358,9 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
         fp, emb = spl.embed(rho, species(sp))
 
         def force(acc, slab, own_row):  # phase 2: slab rows x, y, z, species, F'
-            d, r, valid = _pairs(pos, sp, slab, box, cutoff, own_row, kc)
+            d, r, inv_r, valid = _pairs(pos, sp, slab, box, cutoff, own_row, kc)
             k, p = spl.locate_r(r)
             sp_j = species(slab[:, :, 3])
-            inv_r = 1.0 / r
             psip, phi = spl.pair(fp[..., None], slab[:, :, 4], sp_i, sp_j, k, p, inv_r)
             psip = jnp.where(valid, psip, 0.0)
             f, e, v = acc

@@ -1,183 +1,223 @@
 """Experiment `santos24-md` and the `wse demo` part: EAM MD with one atom per PE.
 
-Predictions (the same with and without `quick`), row for row as Santos et al.
-(arXiv:2405.07898) ran them: timesteps per second of 801,792-atom crystals of Cu (fcc), W
-and Ta (bcc) on WSE-2 and WSE-3 (params `wafer`, `atoms`, `element`, `precision`), each
-priced by `wse_hpc.md.perf` from a plan of the whole crystal (`plan_crystal`: the map, the
-window and the neighbour-list capacities on the host; no emulation array is allocated). An
-element's crystal and its pairs within cutoff + skin (`crystal`) are found once and planned
-on both wafers (their grids, hence maps and plans, differ).
-Potentials: the repo's Zhou et al. 2004 tables (`zhou04`, 1000 knots), whose cutoffs are
-Cu 5.72, W 6.13, Ta 6.40 A; skin 1 A. The crystals are near-cubic with the shortest side
-along z, the axis the map folds into rows and columns (the march's words grow with the
-folded side: see `plan_crystal`). 801,792 atoms need more PEs than WSE-2's 757 x 996: that
-row keeps WSE-2's 757 rows and prices a grid 1,060 columns wide with WSE-2's per-PE costs
-(param `fits`: False, and an assumption says so). REFERENCES lists only the inputs, so
-`published` stays empty. Measurements: the emulator's rate on this machine, the NVE drift
-of a short run, and the prediction for the emulated plan with its measured rebuild cadence.
+Predictions (the same with and without `quick`; `run_predictions` alone for `wse experiments
+run santos24-md --sweep KEY=...`): timesteps per second of Santos et al.'s 801,792-atom
+crystals of Cu (fcc), W and Ta (bcc) on WSE-2 and WSE-3, each priced by `wse_hpc.md.perf`
+from a plan made on the host (`wse_hpc.md.samples`: the map, the window for cutoff + skin,
+the list capacities; no emulation array is allocated), with its cycles by mechanism:
+- `plan` "published": the sample as we read the published map (`samples.slab`: a (001) slab
+  CELLS_Z cells thick laid on 696 x 1152 PEs, tile map), lists at the cutoff + SKIN_A,
+  rebuilt every `pe_program.ballistic_every` steps (TEMPERATURE_K, DT_FS), displacements
+  checked every `perf.CHECK_EVERY` steps;
+- `plan` "emulator": the near-cubic crystal as `wse hpc md` plans it by default (a
+  near-square grid, `mapping.TILES[0]`), the same kernel and cadences: every window a prism
+  through the crystal's depth;
+- sweeps of what the paper's text does not give (Cu, WSE-3; params `sweep`): the slab's
+  thickness (SWEEP_CELLS_Z), the skin (SWEEP_SKIN_A, each with its ballistic cadence) and
+  the rebuild cadence (SWEEP_EVERY).
+The 696 x 1152 grid exceeds WSE-2's 757 x 996 PEs: those rows keep the grid and price it with
+WSE-2's per-PE costs (param `fits`: False, and an assumption says so). Potentials: the repo's
+Zhou et al. 2004 tables (`zhou04`, 1000 knots), cutoffs Cu 5.72, W 6.13, Ta 6.40 A.
+REFERENCES lists only the inputs, so `published` stays empty.
+
+Measurements: the emulator's rate on this machine, the NVE drift and the prediction for the
+emulated plan with its measured rebuild cadence, for a 256-atom cube (the emulator's own
+map) and for a Cu slab laid as the published rows are (tile map, 2 x 2 tiles, no empty PE).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
-from typing import NamedTuple
 
-import jax
 import numpy as np
 from wse_core import ExperimentResult, PredictionRow, preset
-from wse_core.wafer import build_wafer
 
-from wse_hpc.md import mapping
-from wse_hpc.md.lattice import Structure
-from wse_hpc.md.list_plan import reach_pairs
-from wse_hpc.md.perf import pe_trace, predict, run_report
-from wse_hpc.md.simulate import MdConfig, plan_window, run_md
+from wse_hpc.md import samples
+from wse_hpc.md.pe_program import ballistic_every
+from wse_hpc.md.perf import CHECK_EVERY, pe_trace, predict, run_report
+from wse_hpc.md.simulate import MdConfig, run_md
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04
 
-__all__ = ["run", "part", "CRYSTALS", "Crystal", "crystal", "plan_crystal", "REBUILD_EVERY_STEPS"]
+__all__ = [
+    "run",
+    "run_predictions",
+    "part",
+    "SKIN_A",
+    "TEMPERATURE_K",
+    "DT_FS",
+    "SWEEP_CELLS_Z",
+    "SWEEP_SKIN_A",
+    "SWEEP_EVERY",
+]
 
-# 801,792 atoms: fcc 64 x 58 x 54 cells (x 4 atoms), bcc 87 x 72 x 64 cells (x 2)
-CRYSTALS = {"Cu": ("fcc", (64, 58, 54)), "W": ("bcc", (87, 72, 64)), "Ta": ("bcc", (87, 72, 64))}
-THERMAL_SIGMA_A = 0.07  # displacements of a ~300 K crystal, for the map and the lists
-REBUILD_EVERY_STEPS = 20.0  # assumption: list rebuild cadence of a 300 K crystal, 1 A skin
-ATOMS = 801_792
+SKIN_A = 1.0  # assumption: LAMMPS's Cu EAM benchmark (`neighbor 1.0 bin`); swept
+TEMPERATURE_K, DT_FS = 300.0, 1.0  # assumptions: a room-temperature crystal, 1 fs steps
+SWEEP_CELLS_Z = (8, 16, 48)  # with CELLS_Z = 4: 14 to 174 A thick (48: near-cubic)
+SWEEP_SKIN_A = (0.5, 1.5)  # with SKIN_A
+SWEEP_EVERY = (10.0, 100.0)  # steps per rebuild, beside the ballistic cadence
+WAFERS = ("wse2", "wse3")
 SOURCE = "model (Santos et al. arXiv:2405.07898: REFERENCES lists the inputs only)"
+_PLANS: dict[tuple, samples.Planned] = {}  # plans by case: a --sweep reprices, never replans
 
 
-def lattice_A(pot, kind: str) -> float:
-    """The cubic lattice constant: Zhou 2004 tabulates sqrt(2) r_e (fcc); bcc has 2 r_e /
-    sqrt(3)."""
-    a_fcc = pot.lattice_A[0]
-    return a_fcc if kind == "fcc" else a_fcc * math.sqrt(2.0 / 3.0)
+def _planned(element: str, geometry: str, wafer: str, skin_A: float, pot) -> samples.Planned:
+    key = (element, geometry, wafer, skin_A)
+    if key not in _PLANS:
+        cfg = MdConfig(skin_A=skin_A)
+        if geometry == "cube":
+            sample = samples.cube(element, pot, skin_A=skin_A)
+        else:
+            sample = samples.slab(element, pot, int(geometry.split()[1]), skin_A=skin_A)
+        for w in WAFERS if geometry != "cube" else (wafer,):  # one grid: one plan for both
+            _PLANS[(element, geometry, w, skin_A)] = samples.plan(sample, w, pot, cfg)
+        del sample  # its pairs are large
+    return _PLANS[key]
 
 
-class Crystal(NamedTuple):
-    """One element's 801,792-atom crystal and its pairs within cutoff + skin (by atom id,
-    from the float32 positions a plan's state holds): found once, planned on every wafer."""
-
-    structure: Structure
-    pairs: np.ndarray
-
-
-def crystal(element: str, pot, seed: int = 0) -> Crystal:
-    """The crystal of `element` (CRYSTALS' cells, THERMAL_SIGMA_A) and its pairs."""
-    kind, cells = CRYSTALS[element]
-    s = perturbed(kind, element, lattice_A(pot, kind), cells, THERMAL_SIGMA_A, seed=seed)
-    assert s.num_atoms == ATOMS, s.num_atoms  # CRYSTALS' cells
-    reach = pot.cutoff_A + MdConfig().skin_A
-    return Crystal(s, reach_pairs(s.positions_A.astype(np.float32), s.box_A, reach))
-
-
-def plan_crystal(element: str, wafer: str, pot, seed: int = 0, *, found: Crystal | None = None):
-    """(wafer, plan, fits) for the 801,792-atom crystal of `element` on `wafer`: the map,
-    the window for cutoff + skin and the list capacities, planned on the host. A crystal
-    larger than the preset keeps its rows and widens the grid (fits False). `found`: the
-    element's `crystal(element, pot, seed)`, when already built for another wafer."""
-    s, pairs = found if found is not None else crystal(element, pot, seed)
-    spec = preset(wafer)
-    fits = s.num_atoms <= spec.num_pes
-    if fits:
-        grid = mapping.choose_grid(s.num_atoms, spec.pe_rows, spec.pe_cols)
-    else:
-        grid = (spec.pe_rows, -(-s.num_atoms // spec.pe_rows))
-        spec = spec.replace(pe_cols=grid[1])
-    w = build_wafer(spec, grid=grid, mesh_shape=(1, 1), devices=jax.devices()[:1])
-    state = mapping.pack(
-        mapping.initial_map(s.positions_A, grid, s.box_A),
-        s.positions_A,
-        np.zeros(s.num_atoms, np.int32),
-        dtype=np.float32,  # the positions `crystal` found its pairs from
+def _row(element: str, wafer: str, case: dict, pot) -> PredictionRow:
+    """One prediction: `case` holds plan, geometry, skin_A and optionally every / sweep."""
+    skin = case["skin_A"]
+    p = _planned(element, case["geometry"], wafer, skin, pot)
+    every = case.get("every") or ballistic_every(
+        skin, TEMPERATURE_K, pot.masses_amu[0], samples.ATOMS, DT_FS
     )
-    plan = plan_window(state, s.box_A, pot, MdConfig(), w, host_lists=False, pairs=pairs)
-    return w, plan, fits
+    note = {} if p.fits else {
+        "md.grid": f"801,792 atoms exceed {wafer}'s PEs: a {p.wafer.rows} x {p.wafer.cols} "
+        f"grid priced with {wafer}'s per-PE costs"
+    }  # fmt: skip
+    rep = predict(preset(wafer), p.wafer, pot, p.plan, rebuild_every=every, assumptions=note)
+    label = case.get("sweep", case["plan"])
+    params = {
+        "case": f"{label} {element} {wafer}",
+        "plan": case["plan"],
+        "wafer": wafer,
+        "atoms": samples.ATOMS,
+        "element": element,
+        "precision": "fp32",
+        "geometry": case["geometry"],
+        "fits": p.fits,
+        "grid": rep.extra["grid"],
+        "window": rep.extra["window"],
+        "candidates": rep.extra["candidates"],
+        "skin_A": skin,
+        "rebuild_every": every,
+        "check_every": CHECK_EVERY,
+        "link_words_per_step": max(rep.extra["link_words_per_step"].values()),
+        "bound": rep.bound,
+        "per": "step",
+    }
+    tps = rep.extra["timesteps_per_s"]
+    return PredictionRow(
+        "timesteps_per_s", tps, "1/s", params, None, SOURCE, rep.cycles_by_mechanism()
+    )
 
 
-def _predictions(seed: int) -> tuple[list[PredictionRow], list[dict]]:
-    rows, rates = [], []
-    for element in CRYSTALS:
-        pot = zhou04([element], knots=1000)
-        found = crystal(element, pot, seed)  # the same crystal on both wafers
-        for wafer in ("wse2", "wse3"):
-            w, plan, fits = plan_crystal(element, wafer, pot, seed, found=found)
-            note = {} if fits else {
-                "md.grid": f"801,792 atoms exceed {wafer}'s PEs: a {w.rows} x {w.cols} grid "
-                f"priced with {wafer}'s per-PE costs"
-            }  # fmt: skip
-            rep = predict(
-                preset(wafer), w, pot, plan, rebuild_every=REBUILD_EVERY_STEPS, assumptions=note
-            )
-            params = {
-                "wafer": wafer,
-                "atoms": ATOMS,
-                "element": element,
-                "precision": "fp32",
-                "fits": fits,
-                "grid": rep.extra["grid"],
-                "window": rep.extra["window"],
-                "candidates": rep.extra["candidates"],
-                "link_words_per_step": max(rep.extra["link_words_per_step"].values()),
-                "bound": rep.bound,
-            }
-            tps = rep.extra["timesteps_per_s"]
-            rows.append(PredictionRow("timesteps_per_s", tps, "1/s", params, None, SOURCE))
-            rates.append({"element": element, "wafer": wafer, "timesteps_per_s": tps})
-    return rows, rates
+def _cases() -> list[tuple[str, str, dict]]:
+    slab = f"slab {samples.CELLS_Z} cells"
+    out = []
+    for element in samples.KINDS:
+        for plan, geometry in (("published", slab), ("emulator", "cube")):
+            for wafer in WAFERS:
+                out.append((element, wafer, {"plan": plan, "geometry": geometry, "skin_A": SKIN_A}))
+    sweeps = [{"geometry": f"slab {n} cells", "sweep": f"cells_z={n}"} for n in SWEEP_CELLS_Z]
+    sweeps += [{"geometry": slab, "skin_A": s, "sweep": f"skin={s}A"} for s in SWEEP_SKIN_A]
+    sweeps += [{"geometry": slab, "every": e, "sweep": f"every={e:g}"} for e in SWEEP_EVERY]
+    for case in sweeps:
+        out.append(("Cu", "wse3", {"plan": "published", "skin_A": SKIN_A, **case}))
+    return out
 
 
-def _measure(pot, quick: bool, seed: int) -> tuple[dict, object]:
-    """The emulated NVE run's figures and its per-PE figure (the atoms' PEs, the window of
-    the middle PE that the marching multicast covers, the predicted WSE-3 cycles and words
-    per link on each PE)."""
-    cells, steps = ((4, 4, 4), 100) if quick else ((8, 8, 8), 1000)
-    s = perturbed("fcc", "Cu", pot.lattice_A[0], cells, 0.0, seed=seed)
-    cfg = MdConfig(steps=steps, temperature_K=600.0, thermo_every=max(steps // 10, 1), seed=seed)
+def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
+    """Every prediction row (the crystals are fixed: `seed` is unused)."""
+    pots = {e: zhou04([e], knots=1000) for e in samples.KINDS}
+    return [_row(element, wafer, case, pots[element]) for element, wafer, case in _cases()]
+
+
+def _emulated(s, pot, cfg: MdConfig, label: str) -> tuple[dict, object, object]:
     res = run_md(s, pot, cfg)
     e = np.array([r.etotal for r in res.thermo])
     report = run_report(res, pot, "wse3")
+    return (
+        {
+            "sample": label,
+            "atoms": s.num_atoms,
+            "steps": res.steps,
+            "emulated_atom_steps_per_s": s.num_atoms * res.steps / res.loop_wall_s,
+            "emulated_timesteps_per_s": res.steps / res.loop_wall_s,
+            "nve_drift_eV_per_atom": float((e[-1] - e[0]) / s.num_atoms),
+            "nve_max_deviation_eV_per_atom": float(np.abs(e - e[0]).max() / s.num_atoms),
+            "grid": f"{res.grid[0]}x{res.grid[1]}",
+            "tile": f"{res.tile[0]}x{res.tile[1]}",
+            "window": f"{2 * res.window[0] + 1}x{2 * res.window[1] + 1}",
+            "candidates": res.plan.caps[-1] if res.plan.caps else None,
+            "compile_s": res.compile_s,
+            "precision": "fp32",
+            "list_builds": res.list_builds,
+            "list_reruns": res.list_reruns,
+            "predicted_wse3_timesteps_per_s": report.extra["timesteps_per_s"],
+        },
+        res,
+        report,
+    )
+
+
+def _measure(pot, quick: bool, seed: int) -> tuple[list[dict], object]:
+    """The emulated NVE runs (a 256-atom cube; a 1,920-atom Cu slab 4 cells thick on 40 x 48
+    PEs, tile 2 x 2) and the cube's per-PE figure (the atoms' PEs, the window of the middle
+    PE that the marching multicast covers, the predicted WSE-3 cycles and words per link)."""
     from wse_core.trace_png import trace_figure
 
+    steps = 100 if quick else 1000
+    cfg = MdConfig(steps=steps, temperature_K=600.0, thermo_every=max(steps // 10, 1), seed=seed)
+    cube = perturbed("fcc", "Cu", pot.lattice_A[0], (4, 4, 4), 0.0, seed=seed)
+    row, res, report = _emulated(cube, pot, cfg, "cube 4x4x4 cells")
+    slab = perturbed("fcc", "Cu", pot.lattice_A[0], (12, 10, 4), 0.0, seed=seed)
+    on_tiles = MdConfig(
+        steps=steps // 2, temperature_K=600.0, thermo_every=max(steps // 20, 1), seed=seed,
+        grid=(40, 48), tile=(2, 2),
+    )  # fmt: skip
+    slab_row = _emulated(slab, pot, on_tiles, "slab 12x10x4 cells")[0]
     figure = trace_figure(
         pe_trace(res, report),
-        title=f"EAM Cu, {s.num_atoms} atoms emulated: per PE (WSE-3 prediction), window",
+        title=f"EAM Cu, {cube.num_atoms} atoms emulated: per PE (WSE-3 prediction), window",
     )
-    return {
-        "atoms": s.num_atoms,
-        "steps": res.steps,
-        "emulated_atom_steps_per_s": s.num_atoms * res.steps / res.loop_wall_s,
-        "emulated_timesteps_per_s": res.steps / res.loop_wall_s,
-        "nve_drift_eV_per_atom": float((e[-1] - e[0]) / s.num_atoms),
-        "nve_max_deviation_eV_per_atom": float(np.abs(e - e[0]).max() / s.num_atoms),
-        "window": f"{2 * res.window[0] + 1}x{2 * res.window[1] + 1}",
-        "compile_s": res.compile_s,
-        "precision": "fp32",
-        "list_builds": res.list_builds,
-        "predicted_wse3_timesteps_per_s": report.extra["timesteps_per_s"],
-    }, figure
+    return [row, slab_row], figure
 
 
-def _figure(rates: list[dict]):
+def _figure(rows: list[PredictionRow]):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for k, wafer in enumerate(("wse2", "wse3")):
-        pts = [r for r in rates if r["wafer"] == wafer]
-        xs = np.arange(len(pts)) + 0.38 * k
-        ax.bar(xs, [p["timesteps_per_s"] for p in pts], width=0.36, label=wafer)
-    ax.set_xticks(np.arange(len(CRYSTALS)) + 0.19, list(CRYSTALS))
-    ax.set_ylabel("predicted timesteps / s")
-    ax.set_title("EAM, 801,792 atoms, one atom per PE (model)")
-    ax.legend()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    elements = list(samples.KINDS)
+    for k, (plan, wafer) in enumerate([(p, w) for p in ("published", "emulator") for w in WAFERS]):
+        pts = [r for r in rows if r.params["case"] in {f"{plan} {e} {wafer}" for e in elements}]
+        xs = np.arange(len(pts)) + 0.2 * k
+        ax.bar(xs, [p.value for p in pts], width=0.19, label=f"{plan}, {wafer}")
+    ax.set_xticks(np.arange(len(elements)) + 0.3, elements)
+    ax.set(ylabel="predicted timesteps / s", title="801,792 atoms, one atom per PE (model)")
+    ax.legend(fontsize=7)
+    thick = [(samples.CELLS_Z, "published Cu wse3")]
+    thick += [(n, f"cells_z={n} Cu wse3") for n in SWEEP_CELLS_Z]
+    by_case = {r.params["case"]: r for r in rows}
+    ax_x = [n for n, _ in thick]
+    bx.plot(ax_x, [by_case[c].value for _, c in thick], "o-")
+    bx.set_xticks(ax_x, [f"{n}\n({n * 3.615:.0f} A)" for n in ax_x])
+    bx.set(
+        xlabel="slab thickness (fcc cells along z)",
+        ylabel="predicted timesteps / s",
+        title="Cu on WSE-3: the unstated thickness",
+    )
+    fig.tight_layout()
     return fig
 
 
 def run(*, quick: bool, seed: int) -> ExperimentResult:
-    predictions, rates = _predictions(seed=0)  # the crystals are fixed: same either way
+    predictions = run_predictions(seed=0)  # the crystals are fixed: same either way
     pot = zhou04(["Cu"], knots=1000)
     measured, per_pe = _measure(pot, quick, seed)
     return ExperimentResult(
@@ -185,13 +225,17 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
         seed=seed,
         config={
             "potential": "zhou04, 1000 knots",
-            "crystals": {e: f"{k} {c} cells" for e, (k, c) in CRYSTALS.items()},
-            "rebuild_every_steps": REBUILD_EVERY_STEPS,
+            "published": f"(001) slab {samples.CELLS_Z} cells thick on {samples.GRID} PEs",
+            "emulator": {e: f"{samples.KINDS[e]} {c} cells" for e, c in samples.CUBES.items()},
+            "skin_A": SKIN_A,
+            "temperature_K": TEMPERATURE_K,
+            "dt_fs": DT_FS,
+            "check_every_steps": CHECK_EVERY,
             "quick": quick,
         },
-        measurements=[measured],
+        measurements=measured,
         predictions=predictions,
-        figure=_figure(rates),
+        figure=_figure(predictions),
         extra_figures={"per_pe_cu_emulated": per_pe},
     )
 
@@ -221,6 +265,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     path = write_xyz(Path(out_dir) / "md_cu.xyz", [res.structure])
     console.print(
         f"{res.grid[0]} x {res.grid[1]} PEs, window {2 * res.window[0] + 1} x "
-        f"{2 * res.window[1] + 1}; predicted on WSE-3: {rep.extra['timesteps_per_s']:.3g} "
-        f"timesteps/s ({rep.bound}-bound); wall {time.perf_counter() - t0:.1f} s; wrote {path}"
+        f"{2 * res.window[1] + 1}, {rep.extra['candidates']} candidates per PE; predicted on "
+        f"WSE-3: {rep.extra['timesteps_per_s']:.3g} timesteps/s ({rep.bound}-bound); wall "
+        f"{time.perf_counter() - t0:.1f} s; wrote {path}"
     )

@@ -8,11 +8,12 @@ kernel `ListFns`), the masses per species (amu) and the timestep (fs), and retur
 functions: `init_fn(atoms, geo) -> MdState` evaluates the forces of the positions (building
 the lists) with the bath at rest; `step_fn(state, geo, key) -> MdState` is one timestep as
 LAMMPS orders it: [Nosé–Hoover half step] half kick + drift (`fix nve` initial_integrate),
-swap sweep (the map stays local; with neighbour lists only when they are rebuilt, after an
-atom moved more than skin / 2), EAM forces, Langevin forces (LAMMPS `fix langevin`: -m v / damp +
-sqrt(24 kB T m / (damp dt)) (u - 1/2) per component, u uniform per PE from `key`), half kick
-[Nosé–Hoover half step]. `state.eam` is the step's force evaluation (its overflow flag: the
-shell re-plans). `integrator(thermostat, ...)` picks the factory a `Thermostat` names.
+swap sweep (the map stays local; with neighbour lists only when they are rebuilt, every
+`nbrs.every` steps, each PE checking its own atom's displacement in between), EAM forces,
+Langevin forces (LAMMPS `fix langevin`: -m v / damp + sqrt(24 kB T m / (damp dt)) (u - 1/2)
+per component, u uniform per PE from `key`), half kick [Nosé–Hoover half step]. `state.eam`
+is the step's force evaluation (its overflow flag: the shell re-plans).
+`integrator(thermostat, ...)` picks the factory a `Thermostat` names.
 
 Nosé–Hoover is LAMMPS's `fix nvt temp T T Tdamp tchain 1`: one thermostat variable with
 velocity xi (1/ps) and position eta, mass Q = Nf kB T Tdamp^2 (Nf = 3N - 3), integrated by the
@@ -104,8 +105,8 @@ NoiseFn = Callable[[Atoms, jax.Array, jax.Array], jax.Array]
 
 
 class _Forces(NamedTuple):
-    """The force evaluation of `init_fn` (no swaps) and of each step (swaps, lists rebuilt
-    when an atom moved more than skin / 2, forces)."""
+    """The force evaluation of `init_fn` (no swaps) and of each step (swaps and lists
+    rebuilt at the cadence, else each PE's displacement check; forces)."""
 
     first: Callable[[Atoms, Geometry], tuple[Neighbours | None, EamOutput]]
     again: Callable[
@@ -144,14 +145,16 @@ def _listed(fns: EamFns, lists: ListFns) -> _Forces:
     def rebuild(atoms, nbrs, geo):
         atoms = fns.sort_fn(atoms, geo)
         new, over = lists.build_fn(atoms, geo)
-        return atoms, new._replace(builds=nbrs.builds + 1), over
+        kept = new._replace(builds=nbrs.builds + 1, every=nbrs.every, drift2=nbrs.drift2)
+        return atoms, kept, over
 
     def keep(atoms, nbrs, geo):
+        nbrs = lists.track_fn(atoms, nbrs._replace(age=nbrs.age + 1))
         return atoms, nbrs, jnp.bool_(False)
 
-    def again(atoms, geo, nbrs):
-        moved = lists.moved_fn(atoms, nbrs)
-        atoms, nbrs, over = jax.lax.cond(moved, rebuild, keep, atoms, nbrs, geo)
+    def again(atoms, geo, nbrs):  # the cadence is a count: no fabric decides a rebuild
+        due = nbrs.age + 1 >= nbrs.every
+        atoms, nbrs, over = jax.lax.cond(due, rebuild, keep, atoms, nbrs, geo)
         return atoms, nbrs, lists.forces_fn(atoms, geo, nbrs)._replace(overflow=over)
 
     return _Forces(first, again)

@@ -47,7 +47,7 @@ class ListSpec(NamedTuple):
     cap_max: int  # the largest capacity of a row offset
     col_dtype: Any  # a build's window columns, compact
     active: int  # list rows evaluated per block (its atom-holding PEs first)
-    keep_slopes: bool  # phase 1 keeps the densities' slopes per candidate for phase 2
+    keep_pairs: bool  # phase 1 keeps the pair geometry and density slopes for phase 2
 
 
 def march_order(k_rows: int) -> list[int]:
@@ -80,10 +80,11 @@ def list_spec(wafer: Wafer, pot: EamPotential, plan: EamPlan, chunk: int) -> Lis
         raise WseError("no atom has a neighbour within the cutoff + skin")
     block_pes = wafer.block_shape[0] * wafer.block_shape[1]
     active = plan.active if 0 < plan.active < block_pes else block_pes
-    # phase 1 keeps the densities' slopes per candidate for phase 2 when a block's PEs are
-    # one chunk (in cache: ~4% per evaluation at 256 atoms); over several chunks writing
-    # and reading them back costs more than phase 2's knot lookups (+20% at 32k atoms)
-    keep_slopes = active <= chunk
+    # phase 1 keeps the pair geometry and the densities' slopes per candidate for phase 2
+    # when a block's PEs are one chunk (in cache); over several chunks writing and reading
+    # them back cost more on a CPU than computing them again (slopes alone: +20% at 32k
+    # atoms). The PE always keeps them (the prediction prices the geometry once)
+    keep_pairs = active <= chunk
     return ListSpec(
         wafer=wafer,
         pot=pot,
@@ -101,7 +102,7 @@ def list_spec(wafer: Wafer, pot: EamPotential, plan: EamPlan, chunk: int) -> Lis
         cap_max=cap_max,
         col_dtype=col_dtype,
         active=active,
-        keep_slopes=keep_slopes,
+        keep_pairs=keep_pairs,
     )
 
 

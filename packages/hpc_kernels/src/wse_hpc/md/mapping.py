@@ -2,18 +2,34 @@
 
 Contract:
 - `choose_grid(n)` gives a near-square PE grid (rows, cols), both odd, rows * cols >= n.
-- `initial_map(positions, grid)` sorts atoms into `cols` x-slabs (PE column c holds the
-  c-th slab) and each slab by y down the column (z is folded into both), so PEs that are
-  close on the grid hold atoms that are close in space. Ties (one crystal plane) break in a
-  fixed pseudo-random order, so a slab cut from a plane samples all of it. Columns hold
-  n // cols atoms or one more; a short column spreads its empty PEs evenly. Returns the
-  atom index per PE, (rows, cols), -1 for empty.
+- `rewrap(positions, box)` moves positions by whole box lengths so that each periodic axis
+  starts in the middle of its widest empty gap (between crystal planes, for a crystal): the
+  map's sorted order then never splits a plane across the periodic boundary. The kernel
+  keeps positions unwrapped, so any such shift is the same configuration.
+- `initial_map(positions, grid, box, tile)` is the tile map: x, y -> PE column, row, with
+  the third axis z folded into tiles of `tile` = (th, tw) PEs. Atoms sorted by x are cut
+  into strips of tw PE columns (rows * tw atoms each, empty PEs spread evenly), each strip
+  sorted by y is cut into tiles of th rows (th * tw atoms each), and each tile holds its
+  atoms by z along a serpentine (z-neighbours are PE neighbours). A tile is then the
+  column of atoms through the sample's thickness above one patch of its (x, y) plane, so a
+  PE's window of rows and columns holds a compact 3D neighbourhood when the sample is a
+  slab a few cutoffs thick; a crystal slab whose projected lattice sites each hold th * tw
+  atoms, on a grid of th (tw) PE rows (columns) per site line, maps exactly (every tile one
+  site). Ties (one crystal plane) keep a fixed order, so a strip cut from a plane samples
+  all of it. Returns the atom index per PE, (rows, cols), -1 for empty.
+- `choose_tile(positions, grid, box, reach)` tries the tiles of `TILES` and keeps the one
+  whose window (`window_needed`) holds the fewest PEs for the positions displaced by
+  TILE_JITTER_A (seeded): a perfect lattice's ties would otherwise favour a tile whose
+  windows grow as soon as the atoms move (1 x 1 at 4,000 atoms: ten re-plans in 200 steps).
 - Per-PE state is one packed float array `(rows, cols, NFIELDS)`: position (A), velocity
   (A/ps), force (eV/A), species index (-1 = empty PE) and atom id; `pack` / `unpack` convert.
   Empty PEs carry +BIG positions so that sorting keeps them at the end of rows and columns.
 - `window_needed(...)` is the host-side version of the kernel's coverage test: the smallest
   window (k_rows, k_cols) of PEs around every atom that holds all its neighbours within
   `reach_A`; the shell plans with it and re-plans when the kernel reports an overflow.
+
+The swap sweep (`eam.sort_fn`: rows by x, columns by y) keeps the map local as atoms move:
+inside a tile atoms share their (x, y) patch, so its swaps only reorder a tile's z.
 """
 
 from __future__ import annotations
@@ -31,9 +47,12 @@ __all__ = [
     "SPECIES",
     "ATOM_ID",
     "EMPTY_POS",
+    "TILES",
+    "TILE_JITTER_A",
     "choose_grid",
+    "rewrap",
     "initial_map",
-    "default_group",
+    "choose_tile",
     "pack",
     "unpack",
     "window_needed",
@@ -44,6 +63,11 @@ POS, VEL, FORCE = slice(0, 3), slice(3, 6), slice(6, 9)
 SPECIES, ATOM_ID = 9, 10
 NFIELDS = 11
 EMPTY_POS = 1.0e6  # A; far beyond any box, so empty PEs sort last and never interact
+# tiles (PE rows, PE columns) `choose_tile` tries; the first is the default: 1 x 4 gave the
+# smallest windows for Cu crystals of 4k to 200k atoms at 300 K on near-square grids, 2 x 2
+# fits fcc and bcc (001) slabs 4 cells thick on a grid of 2 PE rows and columns per site line
+TILES = ((1, 4), (2, 2), (1, 2), (2, 4), (4, 4), (1, 1))
+TILE_JITTER_A = 0.1  # A: the thermal displacements a tile is chosen for (a ~600 K crystal)
 
 
 def choose_grid(
@@ -65,44 +89,85 @@ def choose_grid(
     return rows, cols
 
 
+def rewrap(positions_A: np.ndarray, box_A) -> np.ndarray:
+    """Positions (n, 3) shifted by whole box lengths into [o, o + box) per axis, o in the
+    middle of the axis's widest gap between consecutive wrapped coordinates."""
+    box = np.asarray(box_A, dtype=np.float64)
+    pos = np.mod(np.asarray(positions_A, dtype=np.float64), box)
+    out = np.empty_like(pos)
+    for axis in range(3):
+        v = np.sort(pos[:, axis])
+        gaps = np.diff(np.concatenate([v, v[:1] + box[axis]]))
+        i = int(np.argmax(gaps))
+        origin = v[i] + 0.5 * gaps[i]
+        out[:, axis] = origin + np.mod(pos[:, axis] - origin, box[axis])
+    return out
+
+
+def _spread(count: int, slots: int) -> np.ndarray:
+    """Slot of each of `count` items over `slots` places, evenly (empties spread)."""
+    return np.floor(np.arange(count) * slots / max(count, 1)).astype(np.int64)
+
+
 def initial_map(
     positions_A: np.ndarray,
     grid: tuple[int, int],
     box_A: np.ndarray | None = None,
-    group: int | None = None,
+    tile: tuple[int, int] | None = None,
 ) -> np.ndarray:
-    """Atom index held by each PE, (rows, cols) int64, -1 on empty PEs.
-
-    Columns come in groups of `group` (default `default_group(cols)`): a group takes the
-    next x-slab of atoms, sorts it by y and deals it row by row across its columns, so that
-    row r holds the same y-ranks in every column of a group (a one-column slab would leave
-    row r's y to sampling noise, which widens the window the row test needs).
-    """
+    """Atom index held by each PE, (rows, cols) int64, -1 on empty PEs: the tile map of the
+    module docstring (`tile` = (th, tw) PEs, default `TILES[0]`). Pass `rewrap`ped
+    positions (and pack the same ones)."""
     rows, cols = grid
     n = positions_A.shape[0]
     if n > rows * cols:
         raise ValueError(f"{n} atoms do not fit a {rows} x {cols} PE grid")
-    g = default_group(cols) if group is None else max(1, min(group, cols))
+    th, tw = TILES[0] if tile is None else tile
+    th, tw = max(1, min(th, rows)), max(1, min(tw, cols))
     x, y, z = positions_A[:, 0], positions_A[:, 1], positions_A[:, 2]
-    by_x = np.lexsort((y, z, x))
-    firsts = np.arange(0, cols, g)
-    widths = np.minimum(g, cols - firsts)
-    # atoms per group in proportion to its PEs (empty PEs spread over every group)
+    by_x = np.lexsort((z, y, x))
+    firsts = np.arange(0, cols, tw)
+    widths = np.minimum(tw, cols - firsts)
+    # atoms per strip in proportion to its PEs (empty PEs spread over every strip)
     bounds = np.round(np.concatenate([[0], np.cumsum(widths)]) * n / cols).astype(np.int64)
+    tops = np.arange(0, rows, th)
+    heights = np.minimum(th, rows - tops)
     out = np.full((rows, cols), -1, dtype=np.int64)
     for c0, w, lo, hi in zip(firsts, widths, bounds[:-1], bounds[1:], strict=True):
-        slab = by_x[lo:hi]
-        slab = slab[np.lexsort((x[slab], z[slab], y[slab]))]
-        # slot j of the group's rows * w PEs, row-major; spread evenly when short
-        slot = np.floor(np.arange(slab.size) * (rows * w) / max(slab.size, 1)).astype(np.int64)
-        out[slot // w, c0 + slot % w] = slab
+        strip = by_x[lo:hi]
+        strip = strip[np.lexsort((z[strip], x[strip], y[strip]))]
+        # atoms per tile in proportion to its PEs; each tile's atoms by z
+        ends = np.round(np.cumsum(heights * w) * strip.size / (rows * w)).astype(np.int64)
+        tile_of = np.searchsorted(ends, np.arange(strip.size), side="right")
+        strip = strip[np.lexsort((z[strip], tile_of))]
+        first = np.concatenate([[0], ends[:-1]])[tile_of]
+        count, pes = (ends - np.concatenate([[0], ends[:-1]]))[tile_of], heights[tile_of] * w
+        slot = np.floor((np.arange(strip.size) - first) * pes / np.maximum(count, 1))
+        r, c = np.divmod(slot.astype(np.int64), w)
+        c = np.where(r % 2 == 1, w - 1 - c, c)  # serpentine: z-neighbours are PE neighbours
+        out[tops[tile_of] + r, c0 + c] = strip
     return out
 
 
-def default_group(cols: int) -> int:
-    """Columns per group: 4 gave the smallest windows for Cu crystals of 4k to 200k atoms
-    at 300 K (a wider group costs column reach, a narrower one row consistency)."""
-    return min(4, cols)
+def choose_tile(
+    positions_A: np.ndarray,
+    grid: tuple[int, int],
+    box_A: np.ndarray,
+    reach_A: float,
+    tiles: tuple[tuple[int, int], ...] | None = None,
+) -> tuple[int, int]:
+    """The tile of `tiles` (default TILES) whose map needs the fewest window PEs for
+    `reach_A` (`rewrap`ped positions, displaced by TILE_JITTER_A); the first of equals."""
+    species = np.zeros(positions_A.shape[0], np.int32)
+    rng = np.random.default_rng(0)
+    moved = positions_A + rng.normal(scale=TILE_JITTER_A, size=positions_A.shape)
+
+    def pes(tile):
+        state = pack(initial_map(moved, grid, box_A, tile), moved, species)
+        kr, kc = window_needed(state, box_A, reach_A)
+        return (2 * kr + 1) * (2 * kc + 1)
+
+    return min(tiles or TILES, key=pes)
 
 
 def pack(

@@ -13,15 +13,25 @@ the host).
   own position at build time. `overflow` is True when a PE found more candidates than a
   capacity, or when the window's coverage test (`eam.window_overflow` at cutoff + skin) fails: the
   shell then re-plans (never silently wrong).
-- `moved_fn(atoms, nbrs) -> bool`: some atom moved more than skin / 2 since the build (a
-  fabric max reduction); the lists stay exact until then (any pair within the cutoff now was
-  within cutoff + skin at the build), so the step rebuilds them when this is True.
+- Rebuild cadence: the step rebuilds the lists every `nbrs.every` steps (`plan.rebuild_every`
+  at a build; the shell may change it between chunks of steps), whatever the atoms did:
+  deciding from the atoms' motion would take a wafer-wide reduction every step.
+- `track_fn(atoms, nbrs) -> Neighbours`: each PE's own check, no fabric: `drift2` keeps the
+  largest squared displacement of its atom from its build position seen at any step. The
+  lists are exact while every atom stays within skin / 2 of its build position (any pair
+  within the cutoff then was within cutoff + skin at the build).
+- `drift_fn(nbrs) -> ()`: the largest `drift2` on the wafer (one fabric max reduction), run by
+  the shell once per chunk of steps: above (skin / 2)^2 some step used stale lists (LAMMPS
+  would count a "dangerous build"), and the shell runs the chunk again with a shorter
+  cadence (never silently wrong).
 - `forces_fn(atoms, geo, nbrs) -> EamOutput`: phase 1 multicasts positions over the window
   rows -depth .. depth (depth = the farthest row offset with a capacity); each PE sums its
   density from its candidates and computes F'(rho). Phase 2 multicasts F' and each PE sums
-  its force, energy and virial (it kept the candidates' positions from phase 1, and when a
-  block's PEs are one chunk the density slopes too). One interval lookup per pair serves the
-  density, its slope and the pair spline.
+  its force, energy and virial with the pair geometry phase 1 computed (`Pairs`: on the
+  wafer kept in SRAM; the emulator keeps it with the density slopes when a block's PEs are
+  one chunk, else computes the same values again from the positions' window). One interval
+  lookup per pair serves the density, its slope and the pair spline; 1/r is one inverse
+  square root of r^2 per pair.
 
 What the wafer moves and what the emulator materializes: on the wafer each multicast is the
 marching multicast of Santos et al. (row windows E and W, then steps N and S; 4 words per
@@ -60,7 +70,7 @@ from wse_core.wafer import Wafer
 from wse_hpc.md.eam import EamOutput, EamPlan, Geometry, window_overflow
 from wse_hpc.md.list_build import ListSpec, list_spec, march_order, min_image, select
 from wse_hpc.md.potentials import EamPotential
-from wse_hpc.md.state import Atoms, BuildFn, ListForcesFn, MovedFn
+from wse_hpc.md.state import Atoms, BuildFn, DriftFn, ListForcesFn, TrackFn
 
 __all__ = [
     "Neighbours",
@@ -82,6 +92,9 @@ class Neighbours(NamedTuple):
     species: jax.Array  # (R, C, M) int32 of the candidate
     ref: jax.Array  # (R, C, 3) the PE's position at build time (not reordered)
     builds: jax.Array  # () int32: rebuilds since the first build (the step counts them)
+    age: jax.Array  # () int32: steps since the last build
+    every: jax.Array  # () int32: the rebuild cadence (steps per build)
+    drift2: jax.Array  # (R, C) A^2: the PE's largest squared displacement since the build
     # (R, C) int32: per block, the flat block index of the PE whose list row h holds: the
     # atom-holding PEs first, in row-major order (the identity without `plan.active`)
     order: jax.Array
@@ -89,7 +102,8 @@ class Neighbours(NamedTuple):
 
 class ListFns(NamedTuple):
     build_fn: BuildFn
-    moved_fn: MovedFn
+    track_fn: TrackFn
+    drift_fn: DriftFn
     forces_fn: ListForcesFn
 
 
@@ -159,27 +173,51 @@ def _build(spec: ListSpec, atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax
     over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
     over = over | window_overflow(wafer, atoms, geo, spec.plan, spec.cutoff + spec.skin)
     nbrs = Neighbours(
-        index,
-        jnp.arange(spec.total) < count[..., None],
-        jnp.maximum(sp_j, 0).astype(jnp.int32),
-        pos,
-        jnp.int32(0),
-        order,
+        index=index,
+        valid=jnp.arange(spec.total) < count[..., None],
+        species=jnp.maximum(sp_j, 0).astype(jnp.int32),
+        ref=pos,
+        builds=jnp.int32(0),
+        age=jnp.int32(0),
+        every=jnp.int32(spec.plan.rebuild_every),
+        drift2=jnp.zeros(held.shape, pos.dtype),
+        order=order,
     )
     return nbrs, over
 
 
-def _moved(spec: ListSpec, atoms: Atoms, nbrs: Neighbours) -> jax.Array:
-    """`moved_fn`: some atom moved more than skin / 2 since the build."""
-    held = atoms.species >= 0
+def _track(atoms: Atoms, nbrs: Neighbours) -> Neighbours:
+    """`track_fn`: the PE's own displacement check (no fabric)."""
     d = atoms.position - nbrs.ref
-    moved = jnp.where(held, jnp.sum(d * d, axis=-1), 0.0)
-    return fabric.reduce(spec.wafer, moved, "max") > (0.5 * spec.skin) ** 2
+    d2 = jnp.where(atoms.species >= 0, jnp.sum(d * d, axis=-1), 0.0)
+    return nbrs._replace(drift2=jnp.maximum(nbrs.drift2, d2))
 
 
-def _pairs(spec: ListSpec, at, valid, pos, planes):
-    """Displacements (3 x (n, M)), distances and interval of n PEs to their candidates
-    (at: their flat places in the window region whose x, y, z planes are given)."""
+def _drift(spec: ListSpec, nbrs: Neighbours) -> jax.Array:
+    """`drift_fn`: the largest squared displacement since a build on the wafer (A^2)."""
+    return fabric.reduce(spec.wafer, nbrs.drift2, "max")
+
+
+class Pairs(NamedTuple):
+    """The geometry of n PEs' candidates, each (n, M): what phase 1 computes once per pair
+    and phase 2 reuses (the PE keeps it in SRAM; the emulator keeps it when a block is one
+    chunk, else recomputes the same values)."""
+
+    dx: jax.Array  # A, minimum image
+    dy: jax.Array
+    dz: jax.Array
+    r: jax.Array  # A (1 where not valid)
+    inv_r: jax.Array  # 1/A
+    valid: jax.Array  # bool: a candidate within the cutoff
+    k: jax.Array  # int32: the knot interval of r
+    p: jax.Array  # its fraction
+
+
+def _pairs(spec: ListSpec, at, valid, pos, planes) -> Pairs:
+    """The pair geometry of n PEs to their candidates (at: their flat places in the window
+    region whose x, y, z planes are given). 1/r is one inverse square root of r^2 (on the
+    PE: Newton iterations on the FMAC datapath, `perf.PAIR_GEOMETRY`), r = r^2 / r: no
+    square root and no division per pair."""
     box, cutoff = spec.box, spec.cutoff
     d = [
         q.reshape(-1).at[at].get(mode="promise_in_bounds") - pos[:, i, None]
@@ -188,57 +226,62 @@ def _pairs(spec: ListSpec, at, valid, pos, planes):
     d = [min_image(di, box[i]) for i, di in enumerate(d)]
     r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
     valid = valid & (r2 < cutoff * cutoff)
-    r = jnp.sqrt(jnp.where(valid, r2, 1.0))
+    r2 = jnp.where(valid, r2, 1.0)
+    inv_r = jax.lax.rsqrt(r2)
+    r = r2 * inv_r
     k, p = spec.spl.locate_r(r)  # one interval lookup per pair, for every spline
-    return d, r, valid, k, p
+    return Pairs(*d, r, inv_r, valid, k, p)
 
 
 def _density(spec: ListSpec, region, index, valid, sp_j, order, pos, sp_i):
     """Phase 1 on a block, CHUNK PEs at a time: F'(rho) and the embedding energy, and
-    per candidate the densities' slopes rho_j' (and rho_i' with several elements) that
-    phase 2 needs (kept: phase 2 does not look the knots up again)."""
+    per candidate what phase 2 needs when kept (`spec.keep_pairs`): the pair geometry and
+    the densities' slopes rho_j' (and rho_i' with several elements)."""
     spl = spec.spl
     planes = [region[..., i] for i in range(3)]
 
     def chunk(at, valid, sp_j, pos, sp_i):
-        _, _, valid, k, p = _pairs(spec, at, valid, pos, planes)
-        rho_j = spl.density(sp_j, sp_i[:, None], k, p)
-        rho = jnp.sum(jnp.where(valid, rho_j, 0.0), axis=-1)
-        if not spec.keep_slopes:
+        g = _pairs(spec, at, valid, pos, planes)
+        rho_j = spl.density(sp_j, sp_i[:, None], g.k, g.p)
+        rho = jnp.sum(jnp.where(g.valid, rho_j, 0.0), axis=-1)
+        if not spec.keep_pairs:
             return spl.embed(rho, sp_i), ()
-        slopes = spl.density_slope(sp_j, sp_i[:, None], k, p)
+        slopes = spl.density_slope(sp_j, sp_i[:, None], g.k, g.p)
         if len(spec.pot.elements) > 1:
-            slopes = jnp.stack([slopes, spl.density_slope(sp_i[:, None], sp_j, k, p)], -1)
-        return spl.embed(rho, sp_i), slopes
+            slopes = jnp.stack([slopes, spl.density_slope(sp_i[:, None], sp_j, g.k, g.p)], -1)
+        return spl.embed(rho, sp_i), (g, slopes)
 
     return _on_active(chunk, spec.active, (index, valid, sp_j), (pos, sp_i), order)
 
 
-def _force(spec: ListSpec, fp_region, pos_region, index, valid, sp_j, *rest):
-    """Phase 2 on a block: forces, pair energy and virial (rest: the slopes phase 1
-    kept, if it did, then order, pos, sp_i, fp)."""
-    planes = [pos_region[..., i] for i in range(3)]
+def _force(spec: ListSpec, fp_region, *rest):
+    """Phase 2 on a block: forces, pair energy and virial. rest: with `spec.keep_pairs`
+    (index, sp_j, the 8 fields of `Pairs`, slopes, order, pos, sp_i, fp); else (the
+    positions' region, index, valid, sp_j, order, pos, sp_i, fp): the geometry again."""
     fp_flat = fp_region.reshape(-1)
-    slopes, (order, pos, sp_i, fp) = rest[:-4], rest[-4:]
+    if spec.keep_pairs:
+        lists, (order, *own) = rest[:11], rest[11:]
+    else:
+        planes = [rest[0][..., i] for i in range(3)]
+        lists, (order, *own) = rest[1:4], rest[4:]
 
-    def chunk(at, valid, sp_j, *rest):
-        *slopes, pos, sp_i, fp = rest
-        d, r, valid, k, p = _pairs(spec, at, valid, pos, planes)
-        fp_j = fp_flat.at[at].get(mode="promise_in_bounds")
-        both = None
-        if slopes:
-            (s,) = slopes
+    def chunk(at, *cand_and_own):
+        *cand, pos, sp_i, fp = cand_and_own
+        if spec.keep_pairs:
+            sp_j, g, s = cand[0], Pairs(*cand[1:9]), cand[9]
             both = (s[..., 0], s[..., 1]) if s.ndim == 3 else (s, s)
-        inv_r = 1.0 / r
-        psip, phi = spec.spl.pair(fp[:, None], fp_j, sp_i[:, None], sp_j, k, p, inv_r, both)
-        psip = jnp.where(valid, psip, 0.0)
-        s = psip * inv_r
-        f = jnp.stack([jnp.sum(s * di, axis=-1) for di in d], axis=-1)
-        pair_e = 0.5 * jnp.sum(jnp.where(valid, phi, 0.0), axis=-1)
-        return (f, pair_e, -0.5 * jnp.sum(psip * r, axis=-1)), ()
+        else:
+            valid, sp_j = cand
+            g, both = _pairs(spec, at, valid, pos, planes), None
+        fp_j = fp_flat.at[at].get(mode="promise_in_bounds")
+        psip, phi = spec.spl.pair(fp[:, None], fp_j, sp_i[:, None], sp_j, g.k, g.p, g.inv_r, both)
+        psip = jnp.where(g.valid, psip, 0.0)
+        scale = psip * g.inv_r
+        f = jnp.stack([jnp.sum(scale * di, axis=-1) for di in (g.dx, g.dy, g.dz)], axis=-1)
+        pair_e = 0.5 * jnp.sum(jnp.where(g.valid, phi, 0.0), axis=-1)
+        return (f, pair_e, -0.5 * jnp.sum(psip * g.r, axis=-1)), ()
 
-    lists = (index, valid, sp_j, *slopes)
-    return _on_active(chunk, spec.active, lists, (pos, sp_i, fp), order)[0]
+    return _on_active(chunk, spec.active, lists, tuple(own), order)[0]
 
 
 def _forces(spec: ListSpec, atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> EamOutput:
@@ -252,11 +295,15 @@ def _forces(spec: ListSpec, atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> Ea
     lists = (nbrs.index, nbrs.valid, nbrs.species)
     own = (nbrs.order, pos, sp_i)
     # phase 1: the candidates' positions (the window multicast, filtered)
-    (fp, emb), slopes = fabric.window_apply(wafer, pos, depth, kc, density, *lists, *own)
-    slopes = (slopes,) if spec.keep_slopes else ()
-    # phase 2: their F' (the positions' window and the slopes kept from phase 1)
+    (fp, emb), kept = fabric.window_apply(wafer, pos, depth, kc, density, *lists, *own)
+    # phase 2: their F' (with the geometry phase 1 kept, or the positions' window again)
+    if spec.keep_pairs:
+        g, slopes = kept
+        args, again = (nbrs.index, nbrs.species, *g, slopes), ()
+    else:
+        args, again = lists, (pos,)
     forces, pair_e, virial = fabric.window_apply(
-        wafer, fp, depth, kc, force, *lists, *slopes, *own, fp, kept=(pos,)
+        wafer, fp, depth, kc, force, *args, *own, fp, kept=again
     )
     energy = jnp.where(held, emb + pair_e, 0.0)
     forces = jnp.where(held[..., None], forces, 0.0)
@@ -264,16 +311,17 @@ def _forces(spec: ListSpec, atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> Ea
 
 
 def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
-    """Build, displacement check and list forces for `pot` with `plan`'s window and caps."""
+    """Build, displacement checks and list forces for `pot` with `plan`'s window, caps and
+    rebuild cadence."""
     spec = list_spec(wafer, pot, plan, CHUNK)
 
     def build_fn(atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax.Array]:
         return _build(spec, atoms, geo)
 
-    def moved_fn(atoms: Atoms, nbrs: Neighbours) -> jax.Array:
-        return _moved(spec, atoms, nbrs)
+    def drift_fn(nbrs: Neighbours) -> jax.Array:
+        return _drift(spec, nbrs)
 
     def forces_fn(atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> EamOutput:
         return _forces(spec, atoms, geo, nbrs)
 
-    return ListFns(build_fn, moved_fn, forces_fn)
+    return ListFns(build_fn, _track, drift_fn, forces_fn)

@@ -1,40 +1,46 @@
-"""The predicted wafer time of one EAM timestep, priced from the plan the emulation runs.
+"""The predicted wafer time of one EAM timestep, priced by mechanism from the plan the
+emulation runs.
 
-Contract: `step_phases(wafer, pot, plan, rebuild_every=...) -> Phases` counts, on the busiest
-PE, what one velocity-Verlet step of the neighbour-list kernel (`wse_hpc.md.nlist`, stepped
-by `wse_hpc.md.integrate.nve`) executes for `plan` (`EamPlan`: window k_rows x k_cols,
-candidate capacities `caps`, dtype), and `predict(spec, wafer, pot, plan, ...)` evaluates it
-with `wse_core.perf.PerfModel` into a `wse_core.RunReport` (units "step"). Nothing is fitted
-here: the one calibration is wse_core's.
+Contract: `step_phases(wafer, pot, plan, rebuild_every=..., check_every=...) -> Phases`
+counts, on the busiest PE, what one velocity-Verlet step of the neighbour-list kernel
+(`wse_hpc.md.nlist`, stepped by `wse_hpc.md.integrate`) executes for `plan` (`EamPlan`:
+window k_rows x k_cols, candidate capacities `caps`, dtype), and `predict(spec, wafer, pot,
+plan, ...)` evaluates it with `wse_core.perf.PerfModel` into a `wse_core.RunReport` (units
+"step"), whose `cycles_by_mechanism()` splits it by mechanism. Nothing is fitted here: the
+constants are wse_core's (`wse_core.mechanisms`).
 
-What is counted, per step (`Op` = DSD instructions by kind and dtype over a vector length):
-- `integrate`: two half kicks (v += dt/2 F / m: scale, multiply by the PE's precomputed
-  1/m, add over 3 components), the drift, the force store, and the displacement check
-  (`moved_fn`: |x - x_build|^2 and a fabric max reduction every step).
+What is counted, per step (the instruction tables are `wse_hpc.md.pe_program`'s; vectors
+of M = `caps[-1]` candidates, every list slot evaluated and masked, as the kernel does):
+- `integrate`: two half kicks, the drift, the force store and the PE's own displacement
+  check (|x - x_build|^2 and its running maximum): no fabric.
 - `density`: the window multicast of positions (X stage: row windows E and W over k_cols;
-  Y stage: `depth` marching steps N and S of the (2 k_cols + 1)-wide row windows), then per
-  candidate (vectors of M = `caps[-1]` elements, every list slot evaluated and masked, as the
-  kernel does): the candidate's position fetched (3 moves), the pair geometry (`PAIR_GEOMETRY`:
-  displacement, minimum image, r^2, cutoff test, sqrt, knot location) and the density spline
-  (4 coefficients, 3 FMAC Horner steps), its slope kept for phase 2, the density sum.
+  Y stage: `depth` marching steps N and S of the (2 k_cols + 1)-wide row windows), each
+  word received on the PE's ramp; per candidate the pair geometry, once (1/r by Newton
+  iterations, `pe_program.RSQRT`), the density spline and its slope.
 - `embed`: F(rho) and F'(rho) per atom (vectors of length 1: issue cost dominates).
-- `force`: the F' multicast (1 word), the geometry again (the kernel recomputes it), the pair
-  spline z2r with one reciprocal of r, psi', the force sum, pair energy and virial.
-- `rebuild` (repeated 1 / `rebuild_every` times per step): the swap sweep (four odd-even
-  transposition phases, `eam.sort_fn`), the list build (the whole window multicast of
-  x, y, z, species; per window slot the geometry and cutoff test; the compaction into M
-  candidates) and its coverage test (`eam.window_overflow`: fabric reductions and doubling shifts).
+- `force`: the F' multicast (1 word); per candidate the pair spline z2r, psi', the force,
+  pair energy and virial sums with the geometry phase 1 kept (not computed again).
+- `rebuild` (1 / `rebuild_every` times per step): the swap sweep (four odd-even
+  transposition phases, `eam.sort_fn`), the list build (the whole window multicast of x,
+  y, z, species; per window slot the geometry and reach test; the compaction into M
+  candidates) and its coverage test (`eam.window_overflow`: fabric reductions and
+  doubling shifts).
+- `check` (1 / `check_every` times per step): one wafer-wide max reduction of the PEs'
+  displacement records (`nlist.drift_fn`; Luczynski et al.'s allreduce,
+  `wse_core.collectives.allreduce_2d`): the shell's check once per chunk of steps. No
+  reduction runs every step.
 
-Fabric words per link direction and latency hops come from the traced ledger of the real
-functions (`fabric.count` / `wafer.traffic.scope()` over `nlist.neighbour_fns` and
-`eam.sort_fn`), then `fold` applies the fold placement: each periodic ring (a PE row or
+Task activations: one per fabric operation a PE receives (each multicast stage, each
+marching step in each direction) and one per compute phase. Fabric words per link
+direction and hops come from the traced ledger of the real functions (`fabric.count` /
+`wafer.traffic.scope()` over `nlist.neighbour_fns` and `eam.sort_fn`); every word a
+multicast brings also crosses the PE's ramp to its core ("ramp": the words of all four
+directions). `fold` then applies the fold placement: each periodic ring (a PE row or
 column) is cut in two and laid interleaved, one half reversed, so ring neighbours are 1-2
 physical hops apart (no wafer-long wrap link). A logical neighbour is then 2 physical hops
 away (latency x 2), and a logical shift east moves half the PEs' words physically east and
 half west: when the multicast runs both ways at once each physical direction carries the
-words of both (words per direction E = W = logical E + W, N = S = logical N + S). Without
-the fold the wrap-around words would cross the whole ring (the same link load, but ~n hops
-of latency instead of ~2 k).
+words of both (words per direction E = W = logical E + W, N = S = logical N + S).
 
 SRAM: every DSD element reads two 32-bit operands and writes one (an upper bound; the
 datapath, not the memory ports, bounds these vectors).
@@ -52,6 +58,7 @@ from collections.abc import Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from wse_core.collectives import allreduce_2d
 from wse_core.perf import Op, Phase, Phases, Work, serial
 from wse_core.report import RunReport
 from wse_core.spec import WaferSpec
@@ -63,12 +70,24 @@ from wse_core.wafer import Wafer
 from wse_hpc.md.eam import EamPlan, eam, geometry
 from wse_hpc.md.mapping import NFIELDS
 from wse_hpc.md.nlist import neighbour_fns
+from wse_hpc.md.pe_program import (
+    BUILD_SLOT,
+    DENSITY,
+    EMBED,
+    FORCE,
+    INTEGRATE,
+    INTEGRATE_SCALAR,
+    PAIR_GEOMETRY,
+    SLOPE,
+    SWAP,
+    ops,
+)
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms
 
 __all__ = [
-    "PAIR_GEOMETRY",
     "FOLD_HOPS",
+    "CHECK_EVERY",
     "ASSUMPTIONS",
     "candidates",
     "step_phases",
@@ -80,42 +99,22 @@ __all__ = [
 ]
 
 FOLD_HOPS = 2.0  # physical hops per logical ring link under the fold placement
-# DSD ops per candidate of `nlist.pairs` (one per element of each M-vector):
-# d = x_j - x_i (3 sub), minimum image d - b round(d / b) (3 mul, 3 round, 3 fmac),
-# r^2 (1 mul, 2 fmac), r^2 < c^2 (1 sub), r^2 masked (1 move), sqrt, knot location
-# p = r / dr + 1 (fmac), floor (convert), clamp (2 max), p - m (sub), min(p, 1) (max), int.
-PAIR_GEOMETRY = {"sub": 5, "mul": 4, "convert": 5, "fmac": 6, "move": 1, "sqrt": 1, "max": 3}
-DENSITY = {"move": 3 + 4 + 1, "fmac": 3, "add": 1}  # fetch x, 4 coeffs + value; mask, sum
-SLOPE = {"move": 3, "scale": 3, "fmac": 2}  # rho': 3 coeffs, (3 c0 p + 2 c1) p + c2, / dr
-# phase 2 per candidate: fetch x (3) and F'_j, the kept slope; z2r: 4 coeffs, value (3
-# fmac), 1/r (div), phi = v / r (mul), phi' = (slope - phi) / r (3 scale, 2 fmac, sub,
-# mul); psi' = F'_i rho' + F'_j rho' + phi' (scale, fmac, add), mask; psi'/r (mul), the
-# force sum (3 fmac), pair energy (mask, add), virial (fmac)
-FORCE = {
-    "move": 3 + 1 + 1 + 4 + 1 + 1,
-    "fmac": 3 + 2 + 1 + 3 + 1,
-    "div": 1,
-    "mul": 1 + 1 + 1,
-    "scale": 3 + 1,
-    "sub": 1,
-    "add": 1 + 1,
-}
-# per atom (length 1): F(rho) and F'(rho): locate (fmac, convert, 2 max, sub, max,
-# convert), 4 coeffs, slope (3 scale, 2 fmac), value (3 fmac), linear extension (sub, fmac,
-# move); the pair energy's 1/2 (scale)
-EMBED = {"fmac": 1 + 2 + 3 + 1, "convert": 2, "max": 3, "sub": 2, "move": 4 + 1, "scale": 4}
-# per window slot of a build (`list_build.select`): the geometry without sqrt and locate, the
-# species and self tests (2 sub), the bit of the slot (shift)
-BUILD_SLOT = {"sub": 6, "mul": 4, "convert": 3, "fmac": 5, "shift": 1}
+CHECK_EVERY = 100  # steps per displacement check (the shell's chunk: thermo_every's default)
 ASSUMPTIONS = {
     "md.candidates": "every list slot (M = the plan's capacity) is evaluated and masked, "
     "as the kernel does; SIMD lanes do not skip empty slots",
     "md.round": "round, floor and float->int are priced as one 'convert' each",
     "md.compare": "a comparison is priced as a subtract (its sign is the mask)",
-    "md.gather": "a PE keeps its candidates' values as the slabs pass; fetching one is a move",
+    "md.gather": "an indexed load (a candidate's value out of a received slab, a spline "
+    "coefficient at a pair's knot) is a move at the worst stride: one element per cycle",
+    "md.rsqrt": "1/r by 3 Newton iterations from a bit-trick seed on the FMAC datapath "
+    "(fp32 precision); no square root, no division per pair",
+    "md.geometry": "the pair geometry of phase 1 is kept in SRAM and reused by phase 2",
     "md.sram": "each DSD element reads two 32-bit operands and writes one",
     "md.fold": "fold placement on both periodic axes: 2 physical hops per logical link, "
     "E and W (N and S) words share both physical directions",
+    "md.ramp": "every word of a multicast a PE receives crosses its ramp to the core",
+    "md.tasks": "one task activation per fabric operation received and per compute phase",
     "md.overlap": "the systolic march overlaps the pair arithmetic of each phase",
 }
 
@@ -126,18 +125,23 @@ def candidates(plan: EamPlan) -> int:
     return int(plan.caps[-1]) if plan.caps else plan.window_pes - 1
 
 
-def _ops(table: Mapping[str, float], length: float, dtype: str, count: float = 1.0):
-    return tuple(Op(k, dtype, length, n * count) for k, n in table.items() if n)
-
-
 def _sram(ops: Sequence[Op]) -> dict[str, float]:
     elems = sum(op.count * op.length for op in ops)
     return {"sram_read_bytes": 8.0 * elems, "sram_write_bytes": 4.0 * elems}
 
 
-def _work(ops: Sequence[Op], traffic: Traffic | None = None) -> Work:
+def _work(ops: Sequence[Op], traffic: Traffic | None = None, tasks: float = 1.0) -> Work:
+    """A phase's work: its ops, and with `traffic` (folded) its link words, hops, relay
+    stages and one task activation per fabric operation (`tasks`: the compute phase's)."""
     t = traffic or Traffic()
-    return Work(ops=tuple(ops), links=dict(t.links), latency_hops=t.latency_hops, **_sram(ops))
+    return Work(
+        ops=tuple(ops),
+        links=dict(t.links),
+        latency_hops=t.latency_hops,
+        relay_stages=t.relay_stages,
+        task_activations=tasks + t.count,
+        **_sram(ops),
+    )
 
 
 def fold(traffic: Traffic) -> Traffic:
@@ -146,6 +150,8 @@ def fold(traffic: Traffic) -> Traffic:
     ln = traffic.links
     ew, ns = ln.get("E", 0.0) + ln.get("W", 0.0), ln.get("N", 0.0) + ln.get("S", 0.0)
     links = {d: v for d, v in (("E", ew), ("W", ew), ("N", ns), ("S", ns)) if v}
+    if ew + ns:  # every word the PE receives crosses its ramp
+        links["ramp"] = ew + ns + ln.get("ramp", 0.0)
     return Traffic(
         traffic.op,
         traffic.words,
@@ -154,6 +160,7 @@ def fold(traffic: Traffic) -> Traffic:
         traffic.latency_hops * FOLD_HOPS,
         traffic.count,
         links,
+        traffic.relay_stages,
     )
 
 
@@ -169,7 +176,7 @@ def _chain(entries: Sequence[Traffic]) -> Traffic:
             both = e + nxt
             lat = max(e.latency_hops, nxt.latency_hops)
             total = total + Traffic(both.op, both.words, both.word_hops, both.max_words_per_pe,
-                                    lat, both.count, both.links)  # fmt: skip
+                                    lat, both.count, both.links, both.relay_stages)  # fmt: skip
             i += 2
         else:
             total, i = total + e, i + 1
@@ -184,8 +191,9 @@ def _traced(wafer: Wafer, fn, *args) -> list[Traffic]:
 
 def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, Traffic]:
     """Per part of a step, the ledger of the real functions traced abstractly (no field is
-    allocated): 'density' and 'force' (the two window multicasts of `forces_fn`), 'moved',
-    'swaps' (`sort_fn`) and 'build' (`build_fn` with its coverage test); unfolded."""
+    allocated): 'density' and 'force' (the two window multicasts of `forces_fn`), 'swaps'
+    (`sort_fn`) and 'build' (`build_fn` with its coverage test); unfolded. (The step's
+    displacement check moves nothing; the shell's `drift_fn` is priced as a collective.)"""
     pr, pc = wafer.padded_shape
     dtype = jnp.dtype(plan.dtype)
     state = jax.eval_shape(Atoms.of, jax.ShapeDtypeStruct((pr, pc, NFIELDS), dtype))
@@ -198,7 +206,6 @@ def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, T
     return {
         "density": _chain(forces[:half]),
         "force": _chain(forces[half:]),
-        "moved": _chain(_traced(wafer, lists.moved_fn, state, nbrs)),
         "swaps": _chain(_traced(wafer, eam(wafer, pot, plan).sort_fn, state, geo)),
         "build": _chain(build),
     }
@@ -214,45 +221,45 @@ def step_phases(
     plan: EamPlan,
     *,
     rebuild_every: float,
+    check_every: float = CHECK_EVERY,
     traffic: Mapping[str, Traffic] | None = None,
+    spec: WaferSpec | None = None,
 ) -> Phases:
     """The phases of one timestep on the busiest PE (see the module docstring);
-    `rebuild_every`: steps per list rebuild (>= 1); `traffic`: `fabric_counts` if known."""
+    `rebuild_every`: steps per list rebuild (>= 1); `check_every`: steps per displacement
+    check (>= 1); `traffic`: `fabric_counts` if known; `spec`: the constants that pick the
+    check's reduction (default the wafer's)."""
     if not plan.caps:
         raise ValueError("step_phases prices the neighbour-list kernel: the plan needs caps")
-    if not rebuild_every >= 1:
-        raise ValueError(f"rebuild_every must be >= 1 step, got {rebuild_every}")
-    dt = _dtype(plan)
-    if dt == "fp64":  # no fp64 datapath on the PE: the prediction prices fp32
-        dt = "fp32"
+    if not (rebuild_every >= 1 and check_every >= 1):
+        raise ValueError(f"cadences must be >= 1 step, got {rebuild_every}, {check_every}")
+    dt = "fp32"  # no fp64 datapath on the PE: an fp64 emulation is priced as fp32
     t = {k: fold(v) for k, v in (traffic or fabric_counts(wafer, pot, plan)).items()}
-    m = candidates(plan)
-    verlet = (
-        _ops({"scale": 2, "mul": 2, "add": 2}, 3, dt)  # two half kicks (F * 1/m)
-        + _ops({"fmac": 1, "move": 1}, 3, dt)  # drift, force store
-        + _ops({"sub": 1, "fmac": 1}, 3, dt)  # |x - x_build|^2
-        + _ops({"sub": 1}, 1, dt)  # > (skin / 2)^2
-    )
-    density = _ops(PAIR_GEOMETRY, m, dt) + _ops(DENSITY, m, dt) + _ops(SLOPE, m, dt)
-    force = _ops(PAIR_GEOMETRY, m, dt) + _ops(FORCE, m, dt)
+    m, ne = candidates(plan), len(pot.elements)
+    verlet = ops(INTEGRATE, 3, dt) + ops(INTEGRATE_SCALAR, 1, dt)
+    # with several elements rho_i' is a second slope, from the other table's coefficients
+    slopes = ops(SLOPE, m, dt, count=1 if ne == 1 else 2) + ops({"gather": 4 * (ne > 1)}, m, dt)
+    density = ops(PAIR_GEOMETRY, m, dt) + ops(DENSITY, m, dt) + slopes
     width, offsets = 2 * plan.k_cols + 1, 2 * plan.k_rows + 1
-    swaps = _ops({"sub": 2, "move": 2 * NFIELDS}, 1, dt, count=4)  # 4 odd-even phases
+    swaps = ops(SWAP, 1, dt, count=4) + ops({"move": 2}, NFIELDS, dt, count=4)
     build = (
-        _ops(BUILD_SLOT, width, dt, count=offsets)
-        + _ops({"move": 2}, m, dt)  # compaction: slot and species of each candidate
-        + _ops({"max": 2, "add": 1}, 1, dt, count=t["build"].count)  # coverage extremes
+        ops(BUILD_SLOT, width, dt, count=offsets)
+        + ops({"move": 2}, m, dt)  # compaction: slot and species of each candidate
+        + ops({"max": 2, "add": 1}, 1, dt, count=t["build"].count)  # coverage extremes
     )
+    check = allreduce_2d(spec or wafer.spec, wafer.rows, wafer.cols, 1.0)
     return serial(
-        Phase("integrate", _work(verlet, t["moved"])),
+        Phase("integrate", _work(verlet)),
         Phase("density", _work(density, t["density"])),
-        Phase("embed", _work(_ops(EMBED, 1, dt))),
-        Phase("force", _work(force, t["force"])),
+        Phase("embed", _work(ops(EMBED, 1, dt))),
+        Phase("force", _work(ops(FORCE, m, dt), t["force"])),
         serial(
-            Phase("swaps", _work(swaps, t["swaps"])),
+            Phase("swaps", _work(swaps, t["swaps"], tasks=0.0)),
             Phase("build", _work(build, t["build"])),
             name="rebuild",
             repeat=1.0 / rebuild_every,
         ),
+        Phase("check", check + Work(ops=ops({"max": 1}, 1, dt)), repeat=1.0 / check_every),
         name="step",
     )
 
@@ -264,6 +271,7 @@ def predict(
     plan: EamPlan,
     *,
     rebuild_every: float,
+    check_every: float = CHECK_EVERY,
     measured_wall_s: float | None = None,
     sram: Mapping[str, int] | None = None,
     assumptions: Mapping[str, str] | None = None,
@@ -273,8 +281,16 @@ def predict(
     or one planned abstractly); `measured_wall_s`: the emulator's wall time per step.
     `extra` carries the window, candidates, words per step and predicted timesteps/s."""
     counts = fabric_counts(wafer, pot, plan)
-    phases = step_phases(wafer, pot, plan, rebuild_every=rebuild_every, traffic=counts)
-    every = counts["density"] + counts["force"] + counts["moved"]
+    phases = step_phases(
+        wafer,
+        pot,
+        plan,
+        rebuild_every=rebuild_every,
+        check_every=check_every,
+        traffic=counts,
+        spec=spec,
+    )
+    every = counts["density"] + counts["force"]
     rebuild = counts["swaps"] + counts["build"]
     traffic = every + rebuild.scaled(1.0 / rebuild_every)
     words = fold(traffic).links
@@ -289,7 +305,8 @@ def predict(
         assumptions={
             **ASSUMPTIONS,
             "md.rebuild": f"neighbour lists rebuilt (with a swap sweep) every "
-            f"{rebuild_every:.3g} steps",
+            f"{rebuild_every:.3g} steps; the displacements checked (one wafer-wide "
+            f"reduction) every {check_every:.3g} steps",
             **dict(assumptions or {}),
         },
     )
@@ -299,6 +316,7 @@ def predict(
             "window": f"{2 * plan.k_rows + 1}x{2 * plan.k_cols + 1}",
             "candidates": candidates(plan),
             "rebuild_every": rebuild_every,
+            "check_every": check_every,
             "words_per_step": float(traffic.max_words_per_pe),
             "link_words_per_step": dict(words),
             "timesteps_per_s": 1.0 / report.predicted_s,
@@ -322,11 +340,9 @@ def run_report(res, pot: EamPotential, wafer_name: str) -> RunReport:
     plan, note = res.plan, {}
     if not plan.caps:
         s = res.structure
-        grid = (res.wafer.rows, res.wafer.cols)
+        grid, pos = (res.wafer.rows, res.wafer.cols), mapping.rewrap(s.positions_A, s.box_A)
         state = mapping.pack(
-            mapping.initial_map(s.positions_A, grid, s.box_A),
-            s.positions_A,
-            np.zeros(s.num_atoms, np.int32),
+            mapping.initial_map(pos, grid, s.box_A, res.tile), pos, np.zeros(s.num_atoms, np.int32)
         )
         cfg = MdConfig(skin_A=plan.skin_A or 1.0, dtype=plan.dtype)
         plan = plan_window(state, s.box_A, pot, cfg, res.wafer, host_lists=False)
@@ -352,7 +368,8 @@ def pe_trace(res, report: RunReport) -> PeTrace:
     from wse_hpc.md import mapping
 
     s, (rows, cols) = res.structure, res.grid
-    occupied = (mapping.initial_map(s.positions_A, (rows, cols), s.box_A) >= 0).astype(float)
+    pos = mapping.rewrap(s.positions_A, s.box_A)
+    occupied = (mapping.initial_map(pos, (rows, cols), s.box_A, res.tile) >= 0).astype(float)
     work = {leaf.name: occupied for leaf, _ in report.phases.leaves()}
     kr, kc = min(res.window[0], (rows - 1) // 2), min(res.window[1], (cols - 1) // 2)
     regions = [

@@ -2,19 +2,25 @@
 
 Contract: `run_md(structure, pot, config)` validates the input (atoms in the box, no
 overlaps, elements known to the potential, dt > 0), builds a wafer of one atom per PE
-(`choose_grid`, `initial_map`; without `config.mesh_shape` on at most one device per
-MIN_PES_PER_DEVICE PEs), picks the neighbour window from the cutoff and the map
-(`window_needed` for cutoff + skin, with a margin) and the neighbour-list capacities
-(`list_plan.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet steps in jitted
-chunks of `thermo_every` steps (`lax.while_loop` that stops at the first overflow); each
-step evaluates the EAM splines only for its per-PE candidate lists and rebuilds them (sort
-sweep + build) when an atom moved more than `skin_A / 2`, counted in `list_builds`. Lists
-that would need more than LIST_BUDGET_BYTES of host memory (800k atoms) fall back to the
-full-window kernel (`eam.forces_fn`, a sort sweep and a coverage test every step). On
-overflow the chunk is thrown away and re-run from its start with a re-map and a larger
-window, so an overflow never reaches the results. Thermo rows are computed on the host in
-float64. Returns an `MdResult` with the final structure (positions wrapped into the box,
-velocities, forces, per-atom energies), the rows and the timings.
+(`config.grid` or `choose_grid`; without `config.mesh_shape` on at most one device per
+MIN_PES_PER_DEVICE PEs), maps the atoms with the tile map (`rewrap`, `initial_map`; the tile
+`config.tile` or the one `choose_tile` finds), picks the neighbour window from the cutoff
+and the map (`window_needed` for cutoff + skin, with a margin) and the neighbour-list
+capacities (`list_plan.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet
+steps in jitted chunks of `thermo_every` steps (`lax.while_loop` that stops at the first
+overflow); each step evaluates the EAM splines only for its per-PE candidate lists and
+rebuilds them (sort sweep + build) every `nbrs.every` steps, counted in `list_builds`. After
+each chunk one fabric reduction (`drift_fn`) checks that no atom moved more than half the
+skin from its build position while its lists were in use: if one did, the chunk is run again
+from its start with half the cadence (`list_reruns`); if every atom stayed within a quarter
+of it, the next chunk doubles it (at most MAX_REBUILD_EVERY). The cadence starts at
+`config.rebuild_every` or `initial_every`. Lists that would need more than LIST_BUDGET_BYTES
+of host memory (800k atoms) fall back to the full-window kernel (`eam.forces_fn`, a sort
+sweep and a coverage test every step). On overflow the chunk is thrown away and re-run from
+its start with a re-map and a larger window, so an overflow never reaches the results.
+Thermo rows are computed on the host in float64. Returns an `MdResult` with the final
+structure (positions wrapped into the box, velocities, forces, per-atom energies), the rows
+and the timings.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ __all__ = [
     "LIST_BUDGET_BYTES",
     "plan_window",
     "MIN_PES_PER_DEVICE",
+    "MAX_REBUILD_EVERY",
+    "initial_every",
 ]
 
 WINDOW_MARGIN_A = 0.5  # plan the window for cutoff + this, so thermal motion rarely re-plans
@@ -57,6 +65,7 @@ LIST_BUDGET_BYTES = 4 * 2**30  # host memory for the emulated neighbour lists (a
 # (bench_md on 2 cores: 4k atoms 0.95M atom-steps/s on 1 device, 0.73M on 2; 32k atoms
 # 0.79M on 1, 1.37M on 2).
 MIN_PES_PER_DEVICE = 8192
+MAX_REBUILD_EVERY = 1024  # steps per list rebuild, at most (the shell's doubling stops there)
 
 
 def list_bytes_per_pe(caps: tuple[int, ...]) -> int:
@@ -80,6 +89,11 @@ class MdConfig:
     defect_seed: int | None = None
     mesh_shape: tuple[int, int] | None = None
     skin_A: float = 1.0  # neighbour-list skin (LAMMPS `neighbor 1.0 bin` in metal units)
+    grid: tuple[int, int] | None = None  # PE rows, cols (default: `mapping.choose_grid`)
+    tile: tuple[int, int] | None = None  # the map's tile (default: `mapping.choose_tile`)
+    # steps per neighbour-list rebuild at the start (then adapted); None: the steps the
+    # fastest atom at the start takes to cross skin / 2 (`initial_every`)
+    rebuild_every: int | None = None
 
 
 @dataclasses.dataclass
@@ -97,6 +111,8 @@ class MdResult:
     sram: dict[str, int]
     # neighbour-list rebuilds in the timed steps (LAMMPS: "Neighbor list builds")
     list_builds: int = 0
+    tile: tuple[int, int] = mapping.TILES[0]  # the map's tile (PE rows, cols)
+    list_reruns: int = 0  # chunks run again with a shorter cadence (an atom moved > skin / 2)
 
 
 class _Runner:
@@ -110,6 +126,7 @@ class _Runner:
             config.thermostat, fns, masses, config.dt_fs, wafer=wafer, n_atoms=n_atoms, lists=lists
         )
         self.init = jax.jit(init_fn)
+        self.drift = jax.jit(lists.drift_fn) if lists else None
         self._chunks: dict[int, Callable] = {}
 
     def chunk(self, n: int, *args) -> Callable:
@@ -133,6 +150,17 @@ class _Runner:
         return self._chunks[n]
 
 
+def initial_every(velocities_A_ps: np.ndarray, skin_A: float, dt_fs: float) -> int:
+    """Steps the fastest atom takes to cross skin / 2 at its speed (1 .. MAX_REBUILD_EVERY):
+    the cadence a run starts with (`pe_program.ballistic_every` is the same bound for a
+    Maxwell-Boltzmann ensemble); the shell's check after each chunk keeps it exact."""
+    fastest = float(np.sqrt((np.asarray(velocities_A_ps) ** 2).sum(-1)).max(initial=0.0))
+    if fastest == 0.0:
+        return MAX_REBUILD_EVERY
+    steps = int(0.5 * skin_A / (fastest * dt_fs * 1e-3))
+    return min(max(steps, 1), MAX_REBUILD_EVERY)
+
+
 def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
     check_structure(structure)
     if config.steps < 0:
@@ -143,6 +171,8 @@ def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
         raise WseError(f"the neighbour-list skin must be positive, got {config.skin_A} A")
     if config.thermo_every < 1:
         raise WseError(f"--thermo-every must be >= 1, got {config.thermo_every}")
+    if config.rebuild_every is not None and config.rebuild_every < 1:
+        raise WseError(f"the rebuild cadence must be >= 1 step, got {config.rebuild_every}")
     species = structure.species(pot.elements)
     masses = np.asarray(pot.masses_amu)
     vel = structure.velocities_A_ps
@@ -153,14 +183,25 @@ def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
     return species, masses, vel
 
 
+def _grid(n_atoms: int, config: MdConfig, spec) -> tuple[int, int]:
+    if config.grid is None:
+        return mapping.choose_grid(n_atoms, spec.pe_rows, spec.pe_cols)
+    rows, cols = (int(g) for g in config.grid)
+    if not (0 < rows <= spec.pe_rows and 0 < cols <= spec.pe_cols and rows * cols >= n_atoms):
+        raise ValueError(f"grid {rows} x {cols}")
+    return rows, cols
+
+
 def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
     spec = preset(config.wafer)
     try:
-        grid = mapping.choose_grid(n_atoms, spec.pe_rows, spec.pe_cols)
+        grid = _grid(n_atoms, config, spec)
     except ValueError:
         raise PlacementError(
             f"{n_atoms} atoms need {n_atoms} PEs (one atom per PE); the {spec.name} wafer has "
-            f"{spec.pe_rows} x {spec.pe_cols} = {spec.num_pes}: use a larger --preset"
+            f"{spec.pe_rows} x {spec.pe_cols} = {spec.num_pes}"
+            + ("" if config.grid is None else f", and a grid of {config.grid}")
+            + ": use a larger --preset"
         ) from None
     devices = jax.devices()
     if config.mesh_shape is None and jax.process_count() == 1:
@@ -201,7 +242,8 @@ def plan_window(
         caps = ()  # lists of this window would not fit the host: the full-window kernel
     box_t = tuple(float(b) for b in box)
     active = active_per_block(state_np, wafer)
-    return EamPlan(kr, kc, box_t, config.dtype, config.skin_A, caps, active)
+    every = config.rebuild_every or 1
+    return EamPlan(kr, kc, box_t, config.dtype, config.skin_A, caps, active, every)
 
 
 def run_md(
@@ -214,15 +256,17 @@ def run_md(
     """Run `config.steps` steps (0: evaluate energies and forces only); `on_thermo` gets
     each thermo row, `on_frame(step, structure)` the structure at each row."""
     species, masses, vel = _prepare(structure, pot, config)
+    if config.rebuild_every is None:
+        every = initial_every(vel, config.skin_A, config.dt_fs)
+        config = dataclasses.replace(config, rebuild_every=every)
     n, box = structure.num_atoms, np.asarray(structure.box_A, dtype=np.float64)
     wafer = _wafer(n, config)
     dtype = np.dtype(config.dtype)
+    pos, grid = mapping.rewrap(structure.positions_A, box), (wafer.rows, wafer.cols)
+    reach = pot.cutoff_A + config.skin_A + WINDOW_MARGIN_A
+    tile = config.tile or mapping.choose_tile(pos, grid, box, reach)
     state_np = mapping.pack(
-        mapping.initial_map(structure.positions_A, (wafer.rows, wafer.cols), box),
-        structure.positions_A,
-        species,
-        vel,
-        dtype=dtype,
+        mapping.initial_map(pos, grid, box, tile), pos, species, vel, dtype=dtype
     )
     plan = plan_window(state_np, box, pot, config, wafer)
     sram = sram_plan(wafer, pot, plan)
@@ -230,10 +274,12 @@ def run_md(
     runner = _Runner(wafer, pot, plan, config, masses, n)
     replans = 0
     t0 = time.perf_counter()
-    state = runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo)
+    state = _placed_drift(runner, runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo))
     while bool(state.eam.overflow):  # the margin makes this rare; the fallback is the whole grid
         replans += 1
-        state, runner, plan, sram = _replan(state, wafer, pot, config, masses, box, plan, replans)
+        state, runner, plan, sram = _replan(
+            state, wafer, pot, config, masses, box, plan, replans, tile
+        )
     compile_s = time.perf_counter() - t0
     ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
     rows = [_row(0, wafer, state, masses, structure.volume_A3, ecouple(state.bath))]
@@ -242,7 +288,7 @@ def run_md(
     if on_frame:
         on_frame(0, _final_structure(structure, wafer, state, pot, n, box))
     key = jax.random.key(config.seed)
-    done, loop_s, builds = 0, 0.0, 0
+    done, loop_s, builds, reruns = 0, 0.0, 0, 0
     while done < config.steps:
         todo = min(config.thermo_every, config.steps - done)
         args = (state, geo, key, jnp.int32(done))
@@ -255,16 +301,20 @@ def run_md(
         if bool(new_state.eam.overflow):
             replans += 1
             state, runner, plan, sram = _replan(
-                state, wafer, pot, config, masses, box, plan, replans
+                state, wafer, pot, config, masses, box, plan, replans, tile
             )
             continue
-        loop_s += time.perf_counter() - t_r
-        state = new_state
         if state.nbrs is not None:
-            builds += int(state.nbrs.builds)
-            state = state._replace(
-                nbrs=state.nbrs._replace(builds=jnp.zeros_like(state.nbrs.builds))
-            )
+            new_state, again = _check_lists(runner, state, new_state, config.skin_A)
+            loop_s += time.perf_counter() - t_r  # a chunk run again counts: it ran
+            if again is not None:
+                state, reruns = again, reruns + 1
+                continue
+            builds += int(new_state.nbrs.builds)
+            new_state = new_state._replace(nbrs=new_state.nbrs._replace(builds=jnp.int32(0)))
+        else:
+            loop_s += time.perf_counter() - t_r
+        state = new_state
         done += ran
         rows.append(_row(done, wafer, state, masses, structure.volume_A3, ecouple(state.bath)))
         if on_thermo:
@@ -285,19 +335,45 @@ def run_md(
         plan,
         sram,
         builds,
+        tile,
+        reruns,
     )
 
 
-def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int):
+def _placed_drift(runner: _Runner, state: MdState) -> MdState:
+    """`state` with its lists' displacement record a placed field (as each step leaves it;
+    `init_fn` makes it a constant, which jit may lay out otherwise)."""
+    if state.nbrs is None:
+        return state
+    drift2 = runner.wafer.zeros((), state.nbrs.drift2.dtype)
+    return state._replace(nbrs=state.nbrs._replace(drift2=drift2))
+
+
+def _check_lists(runner: _Runner, start: MdState, new: MdState, skin_A: float):
+    """After a chunk from `start` to `new`: (new with its cadence adapted, None), or (None,
+    start with half the cadence) when some atom moved more than skin / 2 from its build
+    position while its lists were in use (one fabric max reduction, `drift_fn`)."""
+    moved_A = float(runner.drift(new.nbrs)) ** 0.5
+    every = int(new.nbrs.every)
+    if moved_A > 0.5 * skin_A:  # every = 1 rebuilds each step: it never gets here
+        shorter = jnp.int32(max(1, every // 2))
+        return None, start._replace(nbrs=start.nbrs._replace(every=shorter))
+    if moved_A < 0.25 * skin_A:
+        every = min(2 * every, MAX_REBUILD_EVERY)
+    drift2 = runner.wafer.zeros((), new.nbrs.drift2.dtype)
+    return new._replace(nbrs=new.nbrs._replace(every=jnp.int32(every), drift2=drift2)), None
+
+
+def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int, tile):
     """Re-map the chunk's starting state, widen the window by at least one PE and give the
     neighbour lists more headroom (it grows with every re-plan, so re-plans end); the bath
     carries over."""
     st = wafer.gather(state.atoms.record())
     u = mapping.unpack(st, int((st[..., mapping.SPECIES] >= 0).sum()))
-    grid = (wafer.rows, wafer.cols)
+    grid, pos = (wafer.rows, wafer.cols), mapping.rewrap(u["positions_A"], box)
     state_np = mapping.pack(
-        mapping.initial_map(u["positions_A"], grid, box),
-        u["positions_A"],
+        mapping.initial_map(pos, grid, box, tile),
+        pos,
         u["species"],
         u["velocities_A_ps"],
         u["forces_eV_A"],
@@ -308,7 +384,7 @@ def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int)
     sram = sram_plan(wafer, pot, new_plan)
     runner = _Runner(wafer, pot, new_plan, config, masses, len(u["species"]))
     new = runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geometry(wafer))
-    return new._replace(bath=state.bath), runner, new_plan, sram
+    return _placed_drift(runner, new._replace(bath=state.bath)), runner, new_plan, sram
 
 
 def _row(step, wafer, state: MdState, masses, volume, ecouple: float = 0.0) -> ThermoRow:

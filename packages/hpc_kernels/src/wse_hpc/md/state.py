@@ -32,7 +32,8 @@ __all__ = [
     "ForcesFn",
     "SortFn",
     "BuildFn",
-    "MovedFn",
+    "TrackFn",
+    "DriftFn",
     "ListForcesFn",
 ]
 
@@ -95,8 +96,12 @@ class BuildFn(Protocol):
     def __call__(self, atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax.Array]: ...
 
 
-class MovedFn(Protocol):
-    def __call__(self, atoms: Atoms, nbrs: Neighbours) -> jax.Array: ...
+class TrackFn(Protocol):
+    def __call__(self, atoms: Atoms, nbrs: Neighbours) -> Neighbours: ...
+
+
+class DriftFn(Protocol):
+    def __call__(self, nbrs: Neighbours) -> jax.Array: ...
 
 
 class ListForcesFn(Protocol):

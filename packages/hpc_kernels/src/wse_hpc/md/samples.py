@@ -1,0 +1,159 @@
+"""The 801,792-atom crystals of Santos et al. (arXiv:2405.07898) and their plans on a wafer.
+
+Contract. `slab(element, pot, cells_z)` is the sample as we read the published map: a
+(001) slab `cells_z` cells thick of fcc Cu or bcc W / Ta, laid so that the tile map
+(`mapping.initial_map`) is exact on the GRID of 696 x 1152 PEs (= 801,792: one atom per PE,
+no empty PE): each projected lattice site holds `cells_z` atoms, one tile of th x tw PEs
+(th * tw = cells_z), fcc with 2 site lines per cell along x and y, bcc with 2 along x and 1
+along y. `cube(element, pot)` is the near-cubic crystal of the same atoms that the
+emulator's own defaults map onto a near-square grid (`mapping.choose_grid`; the tile
+`TILES[0]`, where `choose_tile` would start: its search over TILES takes about a minute
+per tile at this size and is left out).
+`plan(sample, wafer)` plans either on a preset (the map, the window for cutoff + skin, the
+list capacities: host side, nothing allocated); a sample larger than the preset keeps the
+grid's rows and is priced with the preset's per-PE costs (`fits` False).
+
+What the paper's text gives and what it does not (its body was not reachable here, only its
+abstract; REFERENCES.md lists the inputs): 801,792 atoms of W, Cu and Ta; one atom per core;
+a locality-preserving 3D -> 2D map, atom swaps, a systolic marching multicast, neighbour
+lists. Not given (assumed, and swept by `wse_hpc.md.experiments`): the slab's thickness
+(CELLS_Z: the thinnest whose box exceeds twice the cutoff, which the emulator's minimum
+image needs), its lattice orientation, the grid (696 x 1152 is our inference from the atom
+count: it factors exactly and fits WSE-3's 762 x 1176), the temperature (THERMAL_SIGMA_A:
+~300 K displacements) and the list skin (`simulate.MdConfig.skin_A`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from wse_core import preset
+from wse_core.wafer import Wafer, build_wafer
+
+from wse_hpc.md import mapping
+from wse_hpc.md.eam import EamPlan
+from wse_hpc.md.lattice import Structure
+from wse_hpc.md.list_plan import reach_pairs
+from wse_hpc.md.simulate import MdConfig, plan_window
+from wse_hpc.md.testing import perturbed
+
+__all__ = [
+    "ATOMS",
+    "GRID",
+    "CELLS_Z",
+    "KINDS",
+    "CUBES",
+    "THERMAL_SIGMA_A",
+    "Sample",
+    "Planned",
+    "lattice_A",
+    "tile_for",
+    "slab",
+    "cube",
+    "plan",
+]
+
+ATOMS = 801_792
+GRID = (696, 1152)  # PE rows, columns: 696 x 1152 = 801,792
+CELLS_Z = 4  # assumption: the slab's thickness in cells (swept)
+KINDS = {"Cu": "fcc", "W": "bcc", "Ta": "bcc"}
+# the near-cubic crystals of 801,792 atoms: fcc 64 x 58 x 54 cells (x 4), bcc 87 x 72 x 64 (x 2)
+CUBES = {"Cu": (64, 58, 54), "W": (87, 72, 64), "Ta": (87, 72, 64)}
+THERMAL_SIGMA_A = 0.07  # displacements of a ~300 K crystal, for the map and the lists
+
+
+class Sample(NamedTuple):
+    """A crystal, its pairs within cutoff + skin (by atom id) and the grid and tile its map
+    uses (None: the emulator's defaults on the wafer)."""
+
+    element: str
+    geometry: str  # "slab <n> cells" or "cube"
+    structure: Structure
+    pairs: np.ndarray
+    grid: tuple[int, int] | None
+    tile: tuple[int, int]
+
+
+class Planned(NamedTuple):
+    wafer: Wafer
+    plan: EamPlan
+    fits: bool
+
+
+def lattice_A(pot, kind: str) -> float:
+    """The cubic lattice constant: Zhou 2004 tabulates sqrt(2) r_e (fcc); bcc has 2 r_e /
+    sqrt(3)."""
+    a_fcc = pot.lattice_A[0]
+    return a_fcc if kind == "fcc" else a_fcc * math.sqrt(2.0 / 3.0)
+
+
+def tile_for(kind: str, cells_z: int) -> tuple[int, int]:
+    """The most nearly square tile (th <= tw, th * tw = cells_z) whose site lines divide
+    GRID: th | 348 (fcc) or 696 (bcc) rows, tw | 576 columns."""
+    rows = GRID[0] // 2 if kind == "fcc" else GRID[0]
+    fits = [
+        (th, cells_z // th)
+        for th in range(1, cells_z + 1)
+        if cells_z % th == 0 and rows % th == 0 and (GRID[1] // 2) % (cells_z // th) == 0
+    ]
+    if not fits:
+        raise ValueError(f"no tile of {cells_z} PEs lays a {kind} slab on {GRID}")
+    return min(fits, key=lambda t: (abs(t[1] - t[0]), t[0] > t[1]))
+
+
+def _found(element, geometry, s, pot, grid, tile, skin_A) -> Sample:
+    reach = pot.cutoff_A + skin_A
+    pairs = reach_pairs(s.positions_A.astype(np.float32), s.box_A, reach)
+    return Sample(element, geometry, s, pairs, grid, tile)
+
+
+def slab(
+    element: str, pot, cells_z: int = CELLS_Z, seed: int = 0, skin_A: float = MdConfig.skin_A
+) -> Sample:
+    """The (001) slab of `element`, `cells_z` cells thick, laid for GRID (module docstring),
+    with its pairs within the cutoff + `skin_A`."""
+    kind = KINDS[element]
+    th, tw = tile_for(kind, cells_z)
+    nx = GRID[1] // (2 * tw)
+    ny = GRID[0] // (2 * th) if kind == "fcc" else GRID[0] // th
+    a = lattice_A(pot, kind)
+    s = perturbed(kind, element, a, (nx, ny, cells_z), THERMAL_SIGMA_A, seed=seed)
+    assert s.num_atoms == ATOMS, s.num_atoms
+    return _found(element, f"slab {cells_z} cells", s, pot, GRID, (th, tw), skin_A)
+
+
+def cube(element: str, pot, seed: int = 0, skin_A: float = MdConfig.skin_A) -> Sample:
+    """The near-cubic crystal of `element` (CUBES), mapped as the emulator maps by default,
+    with its pairs within the cutoff + `skin_A`."""
+    kind = KINDS[element]
+    s = perturbed(kind, element, lattice_A(pot, kind), CUBES[element], THERMAL_SIGMA_A, seed)
+    assert s.num_atoms == ATOMS, s.num_atoms
+    return _found(element, "cube", s, pot, None, mapping.TILES[0], skin_A)
+
+
+def plan(sample: Sample, wafer: str, pot, config: MdConfig = MdConfig()) -> Planned:
+    """(wafer, plan, fits) for `sample` on the preset `wafer` (module docstring); `config`
+    gives the skin (the sample's pairs must be for it) and the dtype."""
+    s, spec = sample.structure, preset(wafer)
+    if sample.grid is not None:
+        grid = sample.grid
+    elif ATOMS <= spec.num_pes:
+        grid = mapping.choose_grid(ATOMS, spec.pe_rows, spec.pe_cols)
+    else:  # the preset's rows, as many columns as the atoms need
+        grid = (spec.pe_rows, -(-ATOMS // spec.pe_rows))
+    fits = grid[0] <= spec.pe_rows and grid[1] <= spec.pe_cols
+    if not fits:
+        spec = spec.replace(pe_rows=max(grid[0], spec.pe_rows), pe_cols=max(grid[1], spec.pe_cols))
+    w = build_wafer(spec, grid=grid, mesh_shape=(1, 1), devices=jax.devices()[:1])
+    pos = mapping.rewrap(s.positions_A, s.box_A).astype(np.float32)  # as `pairs` were found
+    state = mapping.pack(
+        mapping.initial_map(pos, grid, s.box_A, sample.tile),
+        pos,
+        np.zeros(s.num_atoms, np.int32),
+        dtype=np.float32,
+    )
+    p = plan_window(state, s.box_A, pot, config, w, host_lists=False, pairs=sample.pairs)
+    return Planned(w, p, fits)
