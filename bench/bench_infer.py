@@ -288,6 +288,9 @@ def main() -> None:
     out["throughput"] = bench_throughput(args.quick, 3)
     _table("multi-user throughput: S users on S stages", out["throughput"])
     RESULTS.mkdir(exist_ok=True)
+    from wse_core.hostmem import host_record
+
+    out["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
     (RESULTS / "infer.json").write_text(json.dumps(out, indent=2, default=float))
     print(f"\nwrote {RESULTS / 'infer.json'}")
 

@@ -378,6 +378,9 @@ def _report(args, minutes, model_dir, startup_s, records, waves, rss, t0, final,
         )
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "soak_quick.json" if args.quick else "soak.json"
+    from wse_core.hostmem import host_record
+
+    summary["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
     (RESULTS / name).write_text(json.dumps(summary, indent=2))
     print(f"wrote {RESULTS / name}")
 

@@ -265,7 +265,10 @@ def main() -> None:
         runs.append(json.loads(out.strip().splitlines()[-1]))
     _print(runs)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "train.json").write_text(json.dumps({"runs": runs}, indent=2))
+    from wse_core.hostmem import host_record
+
+    result = {"runs": runs, "host": host_record()}  # bandwidth, load average, machine, time
+    (RESULTS / "train.json").write_text(json.dumps(result, indent=2))
     print(f"wrote {RESULTS / 'train.json'}")
 
 
