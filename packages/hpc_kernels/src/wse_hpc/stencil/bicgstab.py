@@ -53,6 +53,7 @@ __all__ = [
     "lambda_min",
     "restart_test",
     "scale_for",
+    "solver_setup",
 ]
 
 Precision = Literal["mixed", "fp32"]
@@ -211,6 +212,23 @@ def restart_test(rho_next, rr, r, rhat, hh):
     return restart, rhat, jnp.where(restart, rr, rho_next), jnp.where(restart, rr, hh)
 
 
+def solver_setup(grid: StencilGrid, precision: str, tol: float, maxiter: int):
+    """What `bicgstab` and `refine` both start from: (vector dtype, 1 / the diagonal, the
+    Jacobi-scaled SpMV D^-1 A); raises StencilError for a bad precision, tolerance, cap or
+    boundary."""
+    if precision not in PRECISIONS:
+        raise StencilError(f"unknown precision {precision!r}; use 'mixed' or 'fp32'")
+    if not (tol > 0 and math.isfinite(tol)):
+        raise StencilError(f"tol must be a positive number, got {tol}")
+    if maxiter < 0:
+        raise StencilError(f"maxiter must be >= 0, got {maxiter}")
+    if grid.boundary != "dirichlet":
+        raise StencilError("BiCGSTAB needs Dirichlet boundaries (periodic Poisson is singular)")
+    dtype = jnp.float16 if precision == "mixed" else jnp.float32
+    inv_d = 1.0 / float(diagonal(grid))
+    return dtype, inv_d, laplacian7(grid, scale=inv_d)  # D^-1 A: coefficients fit fp16
+
+
 def bicgstab(
     grid: StencilGrid,
     *,
@@ -227,17 +245,7 @@ def bicgstab(
     `maxiter` (or the traced `limit`) iterations, or at a breakdown. The recurrence residual
     is not the true one: `refine` is what stops on the truth.
     """
-    if precision not in PRECISIONS:
-        raise StencilError(f"unknown precision {precision!r}; use 'mixed' or 'fp32'")
-    if not (tol > 0 and math.isfinite(tol)):
-        raise StencilError(f"tol must be a positive number, got {tol}")
-    if maxiter < 0:
-        raise StencilError(f"maxiter must be >= 0, got {maxiter}")
-    if grid.boundary != "dirichlet":
-        raise StencilError("BiCGSTAB needs Dirichlet boundaries (periodic Poisson is singular)")
-    dtype = jnp.float16 if precision == "mixed" else jnp.float32
-    inv_d = 1.0 / float(diagonal(grid))
-    spmv = laplacian7(grid, scale=inv_d)  # D^-1 A, folded into the coefficients for fp16
+    dtype, inv_d, spmv = solver_setup(grid, precision, tol, maxiter)
     lo = lambda s: s.astype(dtype)
     every = default_replace_every(precision) if replace_every is None else replace_every
     sv = _Solver(grid, spmv, lo, inv_d, maxiter, every)

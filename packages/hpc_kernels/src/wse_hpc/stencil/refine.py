@@ -42,7 +42,6 @@ picks the pair for tol < PAIR_BELOW).
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -51,7 +50,6 @@ import jax.numpy as jnp
 from jax import lax
 
 from wse_hpc.stencil.bicgstab import (
-    PRECISIONS,
     TARGET_MAGNITUDE,
     Krylov,
     Precision,
@@ -59,9 +57,10 @@ from wse_hpc.stencil.bicgstab import (
     krylov_step,
     lambda_min,
     restart_test,
+    solver_setup,
 )
-from wse_hpc.stencil.kernels import diagonal, laplacian7
-from wse_hpc.stencil.placement import StencilError, StencilGrid
+from wse_hpc.stencil.kernels import laplacian7
+from wse_hpc.stencil.placement import StencilGrid
 
 __all__ = [
     "CERTIFY_FLOOR",
@@ -246,17 +245,7 @@ def refine(
 ) -> Callable[[jax.Array], SolveResult]:
     """`solve_fn(b) -> SolveResult` for A x = b (b a placed fp32 field), see the module
     docstring. Raises StencilError for a bad tolerance, cap, precision or boundary."""
-    if precision not in PRECISIONS:
-        raise StencilError(f"unknown precision {precision!r}; use 'mixed' or 'fp32'")
-    if not (tol > 0 and math.isfinite(tol)):
-        raise StencilError(f"tol must be a positive number, got {tol}")
-    if maxiter < 0:
-        raise StencilError(f"maxiter must be >= 0, got {maxiter}")
-    if grid.boundary != "dirichlet":
-        raise StencilError("BiCGSTAB needs Dirichlet boundaries (periodic Poisson is singular)")
-    dtype = jnp.float16 if precision == "mixed" else jnp.float32
-    inv_d = 1.0 / float(diagonal(grid))
-    spmv = laplacian7(grid, scale=inv_d)  # D^-1 A, folded into the coefficients for fp16
+    dtype, inv_d, spmv = solver_setup(grid, precision, tol, maxiter)
     lo = lambda a: a.astype(dtype)
     target = tol - CERTIFY_FLOOR  # <= 0: not certifiable, refine until it stalls
     bound_per_r = inv_d / lambda_min(grid)
