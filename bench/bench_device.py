@@ -178,7 +178,7 @@ def train(quick: bool, gpu: bool) -> dict:
     name, shape = (
         ("d512 L8 b16 s256", (512, 8, 8, 2048, 8192, 16, 256)) if gpu else next(iter(CASES.items()))
     )
-    model, data, fns, stalls = jax_contenders(shape, 0)
+    model, data, fns, stalls, _layout = jax_contenders(shape, 0)
     fns["pytorch"] = torch_contender(shape, data, _torch_device())
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(2 if quick else 7):

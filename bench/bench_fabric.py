@@ -117,7 +117,10 @@ def main() -> None:
         )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "fabric.json"
-    out.write_text(json.dumps({"benchmark": "fabric", "quick": args.quick, "rows": rows}, indent=2))
+    from wse_core.hostmem import host_record
+
+    result = {"benchmark": "fabric", "quick": args.quick, "rows": rows, "host": host_record()}
+    out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
 
 

@@ -347,6 +347,9 @@ def main() -> None:
         out["occupancy"],
     )
     RESULTS.mkdir(exist_ok=True)
+    from wse_core.hostmem import host_record
+
+    out["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
     (RESULTS / "infer.json").write_text(json.dumps(out, indent=2, default=float))
     print(f"\nwrote {RESULTS / 'infer.json'}")
 

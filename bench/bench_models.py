@@ -153,6 +153,9 @@ def main() -> None:
               f"{ratio:6.2f}  {note}")  # fmt: skip
     out = {"model": {"d_model": config.d_model, "n_layers": config.n_layers,
                      "params": config.num_params()}, "quick": args.quick, "rows": rows}  # fmt: skip
+    from wse_core.hostmem import host_record
+
+    out["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
     (RESULTS / "models.json").write_text(json.dumps(out, indent=2) + "\n")
 
 

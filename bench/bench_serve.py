@@ -174,7 +174,10 @@ def main() -> None:
             f"{r['requests_per_s']:7.1f} {ttft:>9} {tpot:>9} {r['ratio_vs_direct']:9.2f}"
         )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "serve.json").write_text(json.dumps({"quick": args.quick, "rows": rows}, indent=2))
+    from wse_core.hostmem import host_record
+
+    result = {"quick": args.quick, "rows": rows, "host": host_record()}
+    (RESULTS / "serve.json").write_text(json.dumps(result, indent=2))
     print(f"wrote {RESULTS / 'serve.json'}")
 
 

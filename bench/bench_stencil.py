@@ -34,21 +34,6 @@ def _best(fn, repeats: int) -> float:
     return min(wall_times_s(fn, repeats=repeats, warmup=0))
 
 
-def bandwidth_gb_s(n_bytes: int = 256 << 20, repeats: int = 5) -> float:
-    """A STREAM-like triad a = b + s c on arrays larger than the L3 cache (3 arrays moved)."""
-    import numpy as np
-
-    n = n_bytes // 8
-    b, c, a = np.ones(n), np.full(n, 2.0), np.empty(n)
-
-    def triad():
-        np.multiply(c, 3.0, out=a)
-        np.add(a, b, out=a)
-
-    # The two-pass triad moves 5 arrays (read c, write a; read a, b, write a).
-    return 5 * n * 8 / _best(triad, repeats) / 1e9
-
-
 def bench_jacobi(n: int, steps: int, repeats: int, mesh_shape=None) -> dict:
     import jax
     import numpy as np
@@ -183,12 +168,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--devices", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
+    from wse_core.hostmem import host_record
     from wse_core.runtime import configure
 
     configure(args.devices, compile_cache=False)
     quick = args.quick
     out = {"devices": args.devices, "quick": quick}
-    out["bandwidth_gb_s"] = bandwidth_gb_s(256 << 20)  # beyond the 105 MiB L3
+    out["host"] = host_record()  # the triad's bandwidth (beyond the 105 MiB L3), the load
+    out["bandwidth_gb_s"] = out["host"]["memory_bandwidth_gb_s"]
     # One device block (no halo ppermutes) and the default mesh over all devices; the table
     # shows the faster, the JSON both.
     runs = [

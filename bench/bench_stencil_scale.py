@@ -136,6 +136,9 @@ def main() -> None:
         else wse2(args.iterations, args.block_z, args.nz)
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
+    from wse_core.hostmem import host_record
+
+    out["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
     (RESULTS / f"stencil_scale_{args.case}.json").write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))
 

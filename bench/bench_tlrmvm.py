@@ -226,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     default_devices = args.devices is None
     name = "tlrmvm" + ("" if default_devices else f"_d{args.devices}")
     name += "" if args.batch == 1 else f"_b{args.batch}"
+    from wse_core.hostmem import host_record
+
+    out["host"] = host_record()  # the triad's bandwidth beside the copy's, the load average
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2, default=float))
     print(f"wrote {RESULTS / f'{name}.json'}")
     return 0

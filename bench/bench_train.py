@@ -22,6 +22,7 @@ fragmentation when interleaved with the others; alone it takes none).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -55,6 +56,7 @@ def jax_contenders(shape, seed: int):
     import wse_models
     from wse_core import preset
     from wse_trainer.config import OptimizerConfig
+    from wse_trainer.layout import Layout, choose_layout
     from wse_trainer.optimizer import base_transform, full_transform
     from wse_trainer.plan import plan_activations
     from wse_trainer.reference import fused_step
@@ -74,15 +76,22 @@ def jax_contenders(shape, seed: int):
     data = np.random.default_rng(seed).integers(0, vocab, (batch, seq + 1)).astype(np.int32)
     opt = OptimizerConfig()
     params = wse_models.init_params(model, jax.random.key(seed))
-    streamed = StreamedTrainer(
-        model,
-        params,
-        base_transform(opt, 1000),
-        num_csx=1,
-        global_batch=batch,
-        seq_len=seq,
-        plan=plan_activations(model, preset("small"), batch, seq),
-    )
+    plan = plan_activations(model, preset("small"), batch, seq)
+    chosen = choose_layout(model, plan, micro_batch=batch, seq_len=seq, local_replicas=1)
+
+    def trainer(layout):
+        return StreamedTrainer(
+            model,
+            params,
+            base_transform(opt, 1000),
+            num_csx=1,
+            global_batch=batch,
+            seq_len=seq,
+            plan=plan,
+            layout=layout,
+        )
+
+    streamed, plain = trainer(chosen), trainer(Layout())
     tx = full_transform(opt, 1000)
     step = jax.jit(fused_step(model, tx), donate_argnums=(0, 1))
     state = {"p": jax.tree.map(lambda x: x.copy(), params)}
@@ -97,11 +106,17 @@ def jax_contenders(shape, seed: int):
     def stream():
         stalls.append(streamed.step(data).stall_fraction)
 
+    def stream_plain():
+        plain.step(data)
+
+    fns = {"streamed": stream, "fused jit": fused}
+    if chosen != Layout():
+        fns["stream 1dev"] = stream_plain  # the same step on one device, no kept residuals
     for _ in range(2):  # compile and warm up
-        fused()
-        stream()
+        for fn in fns.values():
+            fn()
     stalls.clear()
-    return model, data, {"streamed": stream, "fused jit": fused}, stalls
+    return model, data, fns, stalls, chosen
 
 
 def torch_contender(shape, data, device: str = "cpu"):
@@ -147,7 +162,7 @@ def torch_contender(shape, data, device: str = "cpu"):
 def bench_case(name: str, shape, rounds: int) -> dict:
     from wse_core.runtime import wall_s
 
-    model, data, fns, stalls = jax_contenders(shape, 0)
+    model, data, fns, stalls, layout = jax_contenders(shape, 0)
     try:
         fns["pytorch"] = torch_contender(shape, data)
     except ImportError:
@@ -165,6 +180,7 @@ def bench_case(name: str, shape, rounds: int) -> dict:
     flops = model.train_flops_per_token(seq) * tokens
     return {
         "case": name,
+        "layout": dataclasses.asdict(layout),
         "params": model.num_params(),
         "batch": batch,
         "seq": seq,
@@ -173,6 +189,7 @@ def bench_case(name: str, shape, rounds: int) -> dict:
         "model_flops_per_s": {k: flops / v for k, v in t.items()},
         "streamed_vs_fused": t["fused jit"] / t["streamed"],
         "streamed_vs_torch": t["pytorch"] / t["streamed"] if "pytorch" in t else None,
+        "layout_vs_one_device": t["stream 1dev"] / t["streamed"] if "stream 1dev" in t else None,
         "stall_fraction": statistics.median(stalls) if stalls else None,
         "page_faults_per_step": {k: v / rounds for k, v in faults.items()},
     }
@@ -184,7 +201,7 @@ def worker(cores: int, quick: bool) -> dict:
     from wse_core.runtime import configure, keep_freed_memory
 
     kept = keep_freed_memory()  # before any library starts threads (every contender shares it)
-    configure(1)
+    configure(cores)  # one virtual device per core, as `wse train` runs (the layout's shards)
     try:
         import torch
 
@@ -194,7 +211,13 @@ def worker(cores: int, quick: bool) -> dict:
     peak = matmul_peak_flops()
     cases = dict(list(CASES.items())[:1]) if quick else CASES
     rows = [bench_case(k, v, 3 if quick else 7) for k, v in cases.items()]
-    return {"cores": cores, "peak_flops": peak, "keep_freed_memory": kept, "cases": rows}
+    return {
+        "cores": cores,
+        "peak_flops": peak,
+        "keep_freed_memory": kept,
+        "cases": rows,
+        "load_average": os.getloadavg(),
+    }
 
 
 def _print(runs: list[dict]) -> None:
@@ -219,6 +242,13 @@ def _print(runs: list[dict]) -> None:
                 f"  streamed vs fused jit {r['streamed_vs_fused']:.2f}x (target >= 0.8); "
                 f"{torch_part}; stall fraction {r['stall_fraction']:.3f}"
             )
+            lay = r["layout"]
+            gain = r["layout_vs_one_device"]
+            print(
+                f"  layout: {lay['shards']} shard(s), residuals kept: {lay['keep_residuals']}"
+                + (f"; {gain:.2f}x the one-device step" if gain else "")
+            )
+        print(f"  load average {run['load_average'][0]:.2f} at the end of this worker")
 
 
 def main() -> None:
@@ -239,7 +269,10 @@ def main() -> None:
         runs.append(json.loads(out.strip().splitlines()[-1]))
     _print(runs)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "train.json").write_text(json.dumps({"runs": runs}, indent=2))
+    from wse_core.hostmem import host_record
+
+    result = {"runs": runs, "host": host_record()}  # bandwidth, load average, machine, time
+    (RESULTS / "train.json").write_text(json.dumps(result, indent=2))
     print(f"wrote {RESULTS / 'train.json'}")
 
 

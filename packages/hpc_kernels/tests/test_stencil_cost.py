@@ -145,3 +145,49 @@ def test_mixed_bicgstab_is_cheaper_than_fp32_per_iteration():
         secs[p] = model.seconds(perf.bicgstab_iteration(grid, p, bicgstab_spmv(grid)))
     assert secs["mixed"] < secs["fp32"]
     assert jnp.dtype(grid.dtype("r")) == jnp.float32  # the last plan: fp32 vectors
+
+
+def test_reliable_update_and_start_counted_by_hand():
+    shape = (8, 8, 16)
+    grid = place_bicgstab(
+        grid_wafer(preset("wse2"), shape, mesh_shape=(1, 1)), shape, "mixed", pair=True
+    )
+    n = shape[2]
+    ops = perf.update_work(grid, "mixed", True, bicgstab_spmv(grid)).ops_by_kind()
+    # x += d / sigma: a mul and a TwoSum (6 adds/subs) plus x_lo += err; d = 0; two fp32
+    # SpMVs (6 sub, 5 add, 3 mul each) and the two subs of r = (b - A x_hi) - A x_lo; ||r||;
+    # r scaled (mul) and converted to fp16; p, v rescaled (2 fp16 muls); (r^, r), (r, r).
+    assert ops == {
+        "mul.fp32": (1 + 2 * 3 + 1) * n,
+        "add.fp32": (7 + 2 * 5) * n,
+        "sub.fp32": (2 * 6 + 2) * n,
+        "move.fp32": n,
+        "fmac.fp32": n,
+        "convert.fp32": n,
+        "mul.fp16": 2 * n,
+        "fmac_mixed.fp16": 2 * n,
+        "div.fp32": 2,
+        "sqrt.fp32": 2,
+    }
+    start = perf.start_work(grid, "mixed").ops_by_kind()
+    # ||b||, r = sigma D^-1 b (mul, convert), r^ = r (a move), (r, r).
+    assert start == {
+        "fmac.fp32": n,
+        "mul.fp32": n,
+        "convert.fp32": n,
+        "move.fp16": n,
+        "fmac_mixed.fp16": n,
+        "div.fp32": 1,
+        "sqrt.fp32": 2,
+    }
+    phases = perf.bicgstab_phases(
+        grid, "mixed", bicgstab_spmv(grid), iterations=40, updates=5, restarts=3,
+        breakdowns=1, pair=True,
+    )  # fmt: skip
+    model = PerfModel(preset("wse2"))
+    timing = model.evaluate(phases)
+    reps = {n: timing.leaf(n).repeat for n in ("start", "reliable_update", "restart")}
+    assert reps == {"start": 1, "reliable_update": 5, "restart": 2}
+    assert timing.leaf("breakdown_restart").repeat == 1
+    one = model.seconds(perf.bicgstab_iteration(grid, "mixed", bicgstab_spmv(grid)))
+    assert timing.seconds > 40 * one

@@ -77,6 +77,20 @@ def test_batch_must_divide_over_replicas():
         check_config(cfg)
 
 
+@pytest.mark.parametrize(
+    ("shards", "needle"),
+    [(-1, "cpu_shards must be 0 \\(choose\\) or positive, got -1"), (3, "does not divide")],
+)
+def test_cpu_shards_must_split_each_replicas_batch(shards, needle):
+    cfg = config_from_dict(
+        {"train_input": {"batch_size": 8}, "runconfig": {"num_csx": 2, "cpu_shards": shards}}
+    )
+    with pytest.raises(ConfigError, match=needle):
+        check_config(cfg)
+    ok = config_from_dict({"train_input": {"batch_size": 8}, "runconfig": {"cpu_shards": 4}})
+    check_config(ok)
+
+
 def test_sequence_longer_than_the_model_is_refused():
     cfg = load_config("tiny", ["train_input.max_sequence_length=4096"])
     with pytest.raises(ConfigError, match="exceeds the model's max_seq_len=256"):

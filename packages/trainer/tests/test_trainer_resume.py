@@ -65,6 +65,7 @@ def test_model_dir_holds_what_inference_loads(tmp_path):
     log = (d / "run.log").read_text()
     assert "| Train Device=CSX, Step=6, Loss=" in log and "StallFraction=" in log
     assert "| Eval Device=CSX, GlobalStep=6" in log
+    assert "emulator layout: " in log  # which layout this machine's cores ran (layout.describe)
     # The eval perplexity is exp(loss); the model beats the uniform guess over its vocab.
     assert result.eval_loss < np.log(320)
     tok = Tokenizer.from_file(str(d / "hf/tokenizer.json"))

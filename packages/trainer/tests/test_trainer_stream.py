@@ -18,6 +18,7 @@ import pytest
 import wse_models
 from wse_core import SramBudgetError, preset
 from wse_trainer.config import OptimizerConfig
+from wse_trainer.layout import Layout
 from wse_trainer.optimizer import base_transform, full_transform
 from wse_trainer.plan import plan_activations
 from wse_trainer.reference import fused_step
@@ -48,7 +49,7 @@ def _batches(model):
 
 
 @functools.cache
-def _streamed(model, opt, *, num_csx=1, stride=1, chunks=0):
+def _streamed(model, opt, *, num_csx=1, stride=1, chunks=0, layout=None):
     params = wse_models.init_params(model, jax.random.key(1))
     plan = plan_activations(model, preset("small"), B // num_csx, S, stride, chunks)
     assert plan.chunked == (chunks > 0)
@@ -61,6 +62,7 @@ def _streamed(model, opt, *, num_csx=1, stride=1, chunks=0):
         seq_len=S,
         plan=plan,
         max_gradient_norm=opt.max_gradient_norm,
+        layout=layout,
     )
     stats = [tr.step(b) for b in _batches(model)]
     return tr.memx.params_tree(), stats
@@ -227,3 +229,58 @@ def test_chunked_num_csx_1_equals_4_and_counts_its_streams():
     for n, stats in ((1, s1), (4, s4)):
         assert stats[-1].broadcast_bytes == n * sent
         assert stats[-1].reduce_bytes == n * reduced
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        Layout(shards=2),
+        Layout(keep_residuals=True),
+        Layout(shards=4, keep_residuals=True),
+        pytest.param(Layout(shards=2, keep_residuals=True), id="relu", marks=pytest.mark.slow),
+    ],
+    ids=str,
+)
+def test_the_emulator_layout_changes_only_the_order_of_sums(layout):
+    """Shards (a replica's batch over CPU devices) and kept residuals (no recompute inside a
+    layer) give the fused jax.grad oracle's training and leave the wafer's accounting
+    alone: the same bytes streamed as one device per replica."""
+    relu = layout == Layout(shards=2, keep_residuals=True)
+    model = _model(mlp_activation="relu") if relu else _model()
+    p_ref, losses = _fused(model, ADAMW)
+    p, stats = _streamed(model, ADAMW, num_csx=2, layout=layout)
+    _, plain = _streamed(model, ADAMW, num_csx=2)
+    np.testing.assert_allclose([s.loss for s in stats], losses, rtol=1e-6)
+    assert _max_diff(p, p_ref) < 1e-5
+    for key in ("broadcast_bytes", "reduce_bytes", "recomputed_layers", "tokens"):
+        assert [getattr(s, key) for s in stats] == [getattr(s, key) for s in plain]
+    if relu:  # zeros counted over the same tokens: equal to a ulp-level flip at most
+        np.testing.assert_allclose(
+            stats[0].mlp_zero_fraction, plain[0].mlp_zero_fraction, atol=1e-3
+        )
+
+
+def test_choose_layout_follows_the_cores_the_batch_and_the_plan(monkeypatch):
+    """One shard per usable core (within the devices and a divisor of the batch); residuals
+    kept only at stride 1, and their bytes are those of the VJP a forward really keeps."""
+    import wse_core.runtime
+    from wse_trainer import layout as lay
+    from wse_trainer.replica import layer_fns
+
+    model = _model()
+    plan1 = plan_activations(model, preset("small"), 6, S, 1)
+    plan2 = plan_activations(model, preset("small"), 6, S, 2)
+    monkeypatch.setattr(wse_core.runtime, "usable_cores", lambda: 4)
+    pick = functools.partial(lay.choose_layout, model, seq_len=S)
+    assert pick(plan1, micro_batch=6, local_replicas=1) == Layout(shards=3, keep_residuals=True)
+    assert pick(plan1, micro_batch=8, local_replicas=2).shards == 2
+    assert pick(plan2, micro_batch=6, local_replicas=1, shards=1) == Layout()
+    params = wse_models.init_params(model, jax.random.key(0))
+    w0 = jax.tree.map(lambda x: x[0], params["layers"])
+    h = jnp.ones((6, S, model.d_model), model.dtype)
+    pos = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (6, S))
+    _, vjp = layer_fns(model, 1.0).layer_fwd_vjp(w0, h, pos, None)
+    kept = sum(x.nbytes for x in jax.tree.leaves(vjp))
+    assert lay.residual_bytes(model, 6, S) == kept
+    monkeypatch.setattr(lay, "RESIDUAL_SHARE", kept * model.n_layers / 2**50)
+    assert not pick(plan1, micro_batch=6, local_replicas=1).keep_residuals

@@ -302,3 +302,39 @@ def test_local_apply_runs_per_pe_compute_on_blocks_and_moves_nothing(mesh, grid)
     assert entries == []
     with pytest.raises(PlacementError, match="row data"):
         fabric.local_apply(w, fn, w.place(a), row_data=(jnp.ones((w.padded_shape[0] + 1, 3)),))
+
+
+@pytest.mark.parametrize(
+    ("mesh", "grid"), [((1, 1), (7, 10)), ((2, 4), (5, 13)), ((4, 2), (7, 10))]
+)
+@pytest.mark.parametrize("boundary", ["zero", "periodic"])
+@pytest.mark.parametrize("ghost", [0, 2])
+def test_halo_apply_sees_the_cross_and_counts_four_shifts(mesh, grid, boundary, ghost):
+    """fn reads the four neighbours (and the ghost cells of the per-PE axis) from each
+    block's region: they equal the four shifts (and NumPy's zero pad or wrap); the ledger
+    holds exactly what the four shifts record."""
+    w = _wafer(grid, mesh)
+    x = _data(grid, per_pe=(5,))
+    g = ghost
+
+    def fn(region):
+        mid = region[1:-1, 1:-1]
+        cross = (region[2:, 1:-1], region[:-2, 1:-1], region[1:-1, 2:], region[1:-1, :-2])
+        return jnp.stack((mid, *cross), axis=-1)
+
+    with w.traffic.scope() as entries:
+        got = w.gather(
+            jax.jit(lambda a: fabric.halo_apply(w, a, fn, boundary=boundary, ghost=g))(w.place(x))
+        )
+    mode = "wrap" if boundary == "periodic" else "constant"
+    want_mid = np.pad(x, ((0, 0), (0, 0), (g, g)), mode=mode)
+    np.testing.assert_array_equal(got[..., 0], want_mid)
+    for j, d in enumerate("NSWE"):  # N: from the PE south (+1 row); W: from the PE east
+        np.testing.assert_array_equal(got[..., 1 + j], np_shift(want_mid, d, 1, boundary))
+    with w.traffic.scope() as shifts:
+        jax.eval_shape(
+            lambda a: [fabric.shift(w, a, d, boundary=boundary) for d in "NSWE"], w.place(x)
+        )
+    assert entries == shifts
+    with pytest.raises(WseError, match="ghost"):
+        fabric.halo_apply(w, w.place(x), fn, ghost=-1)

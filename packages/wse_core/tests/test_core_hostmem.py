@@ -42,3 +42,19 @@ def test_refusal_is_one_line_with_needed_available_and_fit(monkeypatch):
     assert "3 MiB (3,145,728 B) is available" in msg
     assert re.search(r"at most 3145 widgets fit$", msg)
     assert format_bytes(1536) == "1.5 KiB"
+
+
+def test_host_record_is_json_and_names_this_process_cpus():
+    """What every bench JSON carries: a bandwidth within physical bounds (a triad on 8 MiB
+    arrays moves 40 MiB; no host moves it at under 0.1 or over 10,000 GB/s), the load
+    average, the CPUs this process may use, a round trip through JSON."""
+    import json
+    import os
+
+    from wse_core.hostmem import host_record
+
+    rec = json.loads(json.dumps(host_record(n_bytes=8 << 20)))
+    assert 0.1 < rec["memory_bandwidth_gb_s"] < 10_000
+    assert len(rec["load_average"]) == 3 and min(rec["load_average"]) >= 0
+    assert rec["cpus"] == sorted(os.sched_getaffinity(0))
+    assert rec["utc"].endswith("+00:00") and rec["machine"]

@@ -94,6 +94,7 @@ class RunConfig:
     # 0: whole layers when they fit, else column chunks as the SRAM ledger allows; k: stream
     # every weight matrix in k column chunks (weight streaming below the layer)
     weight_chunks: int = 0
+    cpu_shards: int = 0  # emulator only: CPU devices per replica (0: choose; wse_trainer.layout)
     sample_tokens: int = 0  # tokens sampled after training (0: none)
     sample_prompt: str = "def "
     sample_temperature: float = 0.0  # 0: greedy
@@ -283,6 +284,10 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
     for name in ("activation_stride", "weight_chunks"):
         if getattr(run, name) < 0:
             raise ConfigError(f"runconfig.{name} must be >= 0 (0: as the SRAM ledger allows)")
+    if run.cpu_shards < 0:
+        raise ConfigError(
+            f"runconfig.cpu_shards must be 0 (choose) or positive, got {run.cpu_shards}"
+        )
     _positive("optimizer.learning_rate", opt.learning_rate)
     _choice("runconfig.mode", run.mode, ("train", "eval", "train_and_eval"))
     _choice("optimizer.optimizer_type", opt.optimizer_type, ("adamw", "adam", "sgd", "momentum"))
@@ -297,6 +302,12 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
             raise ConfigError(
                 f"{name}.batch_size={inp.batch_size} is not divisible by num_csx={run.num_csx}; "
                 f"use a multiple such as {max(lo, run.num_csx)} or {lo + run.num_csx}"
+            )
+        micro = inp.batch_size // run.num_csx
+        if name == "train_input" and run.cpu_shards and micro % run.cpu_shards:
+            raise ConfigError(
+                f"runconfig.cpu_shards={run.cpu_shards} does not divide each replica's batch of "
+                f"{micro} (train_input.batch_size / num_csx); use 0 (choose) or a divisor"
             )
         if model_max_seq_len is not None and inp.max_sequence_length > model_max_seq_len:
             raise ConfigError(

@@ -6,6 +6,10 @@
 - `layer_fwd(layer_w, h, positions, segment_ids) -> h`              one layer (`apply_layer`)
 - `layer_fwd_zeros(...)` -> (h, zeros)   the same, with the MLP's zero count (ReLU-like only)
 - `layer_bwd(layer_w, h_in, positions, segment_ids, g_out) -> (g_w, g_in)`  `jax.vjp`
+- `layer_fwd_vjp(...) -> (h, vjp)` (`layer_fwd_vjp_zeros`: (h, vjp, zeros)) and
+  `layer_bwd_saved(vjp, g_out) -> (g_w, g_in)`: the same layer with its VJP residuals kept
+  from the forward (`wse_trainer.layout.Layout.keep_residuals`), so the backward does not
+  run the layer's forward again
 - `head(head_w, h, targets) -> (loss, g_head_w, g_h)`               final norm, logits, loss
 - `embed_bwd(embed_w, tokens, positions, g_h) -> g_embed_w`
 
@@ -48,6 +52,9 @@ class LayerFns(NamedTuple):
     layer_bwd: Callable[..., tuple[Any, jax.Array]]
     head: Callable[..., tuple[jax.Array, Any, jax.Array]]
     embed_bwd: Callable[..., Any]
+    layer_fwd_vjp: Callable[..., tuple[jax.Array, Any]]
+    layer_fwd_vjp_zeros: Callable[..., tuple[jax.Array, Any, jax.Array]]
+    layer_bwd_saved: Callable[..., tuple[Any, jax.Array]]
 
 
 def token_loss(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -84,7 +91,20 @@ def layer_fns(config: Any, loss_scale: float) -> LayerFns:
         _, vjp = jax.vjp(lambda w: embed_fwd(w, tokens, positions), embed_w)
         return vjp(g_h)[0]
 
-    return LayerFns(embed_fwd, layer_fwd, layer_fwd_zeros, layer_bwd, head, embed_bwd)
+    def layer_fwd_vjp(layer_w, h, positions, segment_ids):
+        return jax.vjp(lambda w, x: layer_fwd(w, x, positions, segment_ids), layer_w, h)
+
+    def layer_fwd_vjp_zeros(layer_w, h, positions, segment_ids):
+        f = lambda w, x: layer_fwd_zeros(w, x, positions, segment_ids)  # noqa: E731
+        return jax.vjp(f, layer_w, h, has_aux=True)
+
+    def layer_bwd_saved(vjp, g_out):
+        return vjp(g_out.astype(jnp.dtype(config.dtype)))
+
+    return LayerFns(
+        embed_fwd, layer_fwd, layer_fwd_zeros, layer_bwd, head, embed_bwd,
+        layer_fwd_vjp, layer_fwd_vjp_zeros, layer_bwd_saved,
+    )  # fmt: skip
 
 
 class StageFns(NamedTuple):

@@ -7,6 +7,8 @@
    byte-level BPE trained on the train split; the data packed and iterated with its seed;
 3. MemoryX / SwarmX / replicas from `init_params(seed)`, then the latest committed
    checkpoint (or `--checkpoint_path`) restored: weights, optimizer state, data position;
+   the emulator's layout over this machine's cores (`wse_trainer.layout`: the fastest unless
+   `runconfig.cpu_shards` fixes it) is a line of the run log;
 4. steps until `max_steps` (counted from the global step) or `num_steps` more; a NaN or Inf
    loss stops the run with `TrainingDivergedError` before anything is saved; with
    `train_input.packing` each batch carries its documents' segment ids and positions
@@ -46,6 +48,7 @@ from wse_core import WseError
 from wse_core.distributed import is_primary
 
 from wse_trainer.config import TrainConfig
+from wse_trainer.layout import describe
 from wse_trainer.session import (
     Session,
     evaluate,
@@ -257,6 +260,7 @@ def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> Ru
             log.line(f"resumed from checkpoint step {start}")
         result.predicted_step_s = s.prediction.predicted_s
         log.line(_prediction_line(s.prediction, run_cfg.wafer))
+        log.line(describe(s.layout, config.train_input.batch_size // run_cfg.num_csx))
         if run_cfg.mode != "eval" and end > start:
             if start == 0 and run_cfg.save_initial_checkpoint:
                 ckpt.save(0, s.state(), s.meta(0))

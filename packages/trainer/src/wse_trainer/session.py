@@ -168,6 +168,7 @@ class Session:
         from wse_core import preset
 
         from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
+        from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
         from wse_trainer.plan import memory_plan, plan_activations
         from wse_trainer.stream import StreamedTrainer
@@ -192,6 +193,14 @@ class Session:
         self.key = jax.random.key(run_cfg.seed)
         params = wse_models.init_params(self.model, jax.random.fold_in(self.key, 0))
         tx = base_transform(config.optimizer, run_cfg.max_steps)
+        self.layout = choose_layout(
+            self.model,
+            plan,
+            micro_batch=_micro_batch(config),
+            seq_len=seq,
+            local_replicas=run_cfg.num_csx // jax.process_count(),
+            shards=run_cfg.cpu_shards,
+        )
         self.trainer = StreamedTrainer(
             self.model,
             params,
@@ -201,6 +210,7 @@ class Session:
             seq_len=seq,
             plan=plan,
             max_gradient_norm=config.optimizer.max_gradient_norm,
+            layout=self.layout,
         )
         self.plan, self.echo = plan, echo
         memory = memory_plan(

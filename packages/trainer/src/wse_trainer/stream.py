@@ -22,6 +22,11 @@ layer's update is applied when its last chunk has arrived. Every weight item of 
 (groups, or a layer's vectors and chunks, the recompute schedule included) is listed in use
 order before the step (`_step_items`) and streamed one item ahead of its use.
 
+How this machine computes it (`layout`, a `wse_trainer.layout.Layout`): each replica as
+`shards` SwarmX workers on as many CPU devices, and with `keep_residuals` each layer's
+forward keeps its VJP residuals for the backward (`replica.layer_fwd_vjp`), which then does
+not run the layer's forward again. Neither changes what the wafer does.
+
 `StepStats` reports the loss, wall, stall and compute seconds and the bytes streamed, and for
 a ReLU-like model (`ModelConfig.relu_like`) the fraction of exact zeros in each layer's MLP
 hidden activation over the step's tokens, counted in the forward pass (recomputed layers are
@@ -42,6 +47,7 @@ import numpy as np
 import optax
 
 from wse_trainer.chunked import ChunkedLayer
+from wse_trainer.layout import Layout
 from wse_trainer.memoryx import MemoryX
 from wse_trainer.plan import ActivationPlan
 from wse_trainer.replica import layer_fns, stage_fns
@@ -99,8 +105,10 @@ class StreamedTrainer:
         plan: ActivationPlan,
         max_gradient_norm: float | None = None,
         devices=None,
+        layout: Layout | None = None,
     ):
         self.model, self.plan, self.num_csx = model, plan, num_csx
+        self.layout = layout or Layout()
         self.L = int(model.n_layers)
         self.dtype = jnp.dtype(model.dtype)
         self.memx = MemoryX(
@@ -110,12 +118,15 @@ class StreamedTrainer:
             max_gradient_norm=max_gradient_norm,
             device=(devices or jax.local_devices())[0],
         )
-        self.swarm = SwarmX.create(num_csx, devices, home=self.memx.device)
-        self.local = self.swarm.local  # replicas this process computes
+        self.swarm = SwarmX.create(
+            num_csx, devices, home=self.memx.device, shards=self.layout.shards
+        )
+        self.local = self.swarm.local  # workers (replicas, or their shards) this process computes
         self.fns = _jitted_fns(model, 1.0 / (global_batch * seq_len))
         pos = np.broadcast_to(
-            np.arange(seq_len, dtype=np.int32), (global_batch // num_csx, seq_len)
+            np.arange(seq_len, dtype=np.int32), (global_batch // self.swarm.workers, seq_len)
         )
+        self._vjps: dict[int, list[Any]] = {}  # layer -> each worker's kept VJP
         self.positions = [
             jax.device_put(pos, self.swarm.replica_device(r)) for r in range(self.local)
         ]
@@ -183,11 +194,14 @@ class StreamedTrainer:
             items += self._layer_items(i, backward=True)
         return [*items, "embed"]
 
-    def _layer(self, i: int, h, zeros: bool = False):
-        """Layer i's forward on every local replica -> (h, MLP zero counts or None)."""
+    def _layer(self, i: int, h, zeros: bool = False, keep: bool = False):
+        """Layer i's forward on every local replica -> (h, MLP zero counts or None); with
+        `keep` (whole layers only) each replica's VJP is kept for the backward."""
         if self.plan.chunked:
             return self.chunked.forward(h, self._pos_seg, zeros)
         w = self._take()
+        if keep:
+            return self._run_layer_kept(i, w, h, zeros)
         if zeros:
             out = [
                 self.fns.layer_fwd_zeros(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)
@@ -200,12 +214,23 @@ class StreamedTrainer:
         name = f"layer_{i}"
         if self.plan.chunked:
             return self.chunked.backward(name, h_in, self._pos_seg, g_h)
-        w = self._take()
+        w = self._take()  # streamed for the backward either way: the wafer's stream order
+        kept = self._vjps.pop(i, None)
         out = [
-            self.fns.layer_bwd(w[r], h_in[r], *self._pos_seg[r], g_h[r]) for r in range(self.local)
+            self.fns.layer_bwd_saved(kept[r], g_h[r])
+            if kept is not None
+            else self.fns.layer_bwd(w[r], h_in[r], *self._pos_seg[r], g_h[r])
+            for r in range(self.local)
         ]
         self.memx.receive(name, self.swarm.reduce([o[0] for o in out]))
         return [o[1] for o in out]
+
+    def _run_layer_kept(self, i: int, w, h, zeros: bool):
+        """Layer i's forward keeping each worker's VJP for the backward (`keep_residuals`)."""
+        f = self.fns.layer_fwd_vjp_zeros if zeros else self.fns.layer_fwd_vjp
+        out = [f(w[r], h[r], *self._pos_seg[r]) for r in range(self.local)]
+        self._vjps[i] = [o[1] for o in out]
+        return [o[0] for o in out], ([o[2] for o in out] if zeros else None)
 
     # The step --------------------------------------------------------------------------
     def step(self, batch: np.ndarray, segments: Any = None) -> StepStats:
@@ -254,7 +279,7 @@ class StreamedTrainer:
         for i in range(self.L):
             if self.plan.keeps(i):
                 acts[i] = h
-            h, z = self._layer(i, h, zeros=self.model.relu_like)
+            h, z = self._layer(i, h, zeros=self.model.relu_like, keep=self.layout.keep_residuals)
             if z is not None:
                 zeros.append(z)
         return acts, h, zeros

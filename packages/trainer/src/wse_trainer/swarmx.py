@@ -2,16 +2,19 @@
 of their gradients on the way back, with the bytes counted.
 
 Replicas are split over the processes of a run in contiguous blocks: with P processes,
-process p computes replicas `p * k ... (p + 1) * k - 1` (k = num_csx / P), replica r on its
-local device `r % len(local devices)` (on a CPU host, the virtual devices; with fewer devices
-than replicas, replicas share a device). One process holds every replica. `broadcast` is one
-`jax.device_put` per local replica, issued asynchronously, so a broadcast started before a
-layer's compute overlaps with it. `reduce` sums every replica's gradient on the MemoryX
-device in replica order, 0 first: across processes the per-replica gradients are first
-gathered (`process_allgather`), so P processes x k replicas add exactly the numbers one
-process adds, in the same order — bit-identical results. The sum of per-replica gradients of
-the (globally normalised) loss is the full-batch gradient. Byte counters are global (every
-replica of the run), the same in every process.
+process p computes replicas `p * k ... (p + 1) * k - 1` (k = num_csx / P). The emulator may
+compute each replica as `shards` workers (`wse_trainer.layout`: the replica's batch split
+evenly over CPU devices, their gradients summed here before MemoryX sees them): worker w is
+shard `w % shards` of replica `w // shards`, on local device `w % len(local devices)` (on a
+CPU host, the virtual devices; with fewer devices than workers, workers share a device).
+`first` / `local` count workers (with one shard, the replicas). One process holds every
+replica. `broadcast` is one `jax.device_put` per local replica, issued asynchronously, so a
+broadcast started before a layer's compute overlaps with it. `reduce` sums every replica's
+gradient on the MemoryX device in replica order, 0 first: across processes the per-replica
+gradients are first gathered (`process_allgather`), so P processes x k replicas add exactly
+the numbers one process adds, in the same order — bit-identical results. The sum of
+per-replica gradients of the (globally normalised) loss is the full-batch gradient. Byte
+counters are global (every replica of the run), the same in every process.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class SwarmX:
     processes: int = 1
     broadcast_bytes: int = 0  # bytes delivered to replicas (counted once per replica)
     reduce_bytes: int = 0  # bytes sent by replicas toward MemoryX
+    shards: int = 1  # workers per replica (the emulator's layout, not the wafer's)
 
     @classmethod
     def create(
@@ -60,20 +64,26 @@ class SwarmX:
         num_csx: int,
         devices: Sequence[jax.Device] | None = None,
         home: jax.Device | None = None,
+        shards: int = 1,
     ) -> SwarmX:
         check_split(num_csx)
         procs, me = jax.process_count(), jax.process_index()
         devs = list(devices if devices is not None else jax.local_devices())
-        local = num_csx // procs
-        return cls(num_csx, devs, home or devs[0], me * local, local, procs)
+        local = num_csx * shards // procs
+        return cls(num_csx, devs, home or devs[0], me * local, local, procs, shards=shards)
+
+    @property
+    def workers(self) -> int:
+        """Workers of the whole run: num_csx replicas x shards."""
+        return self.num_csx * self.shards
 
     @property
     def replicas(self) -> range:
-        """The global indices of the replicas this process computes."""
+        """The global indices of the workers (replicas, with one shard) this process computes."""
         return range(self.first, self.first + self.local)
 
     def replica_device(self, r: int) -> jax.Device:
-        """The device of local replica `r` (0 .. local - 1)."""
+        """The device of local worker `r` (0 .. local - 1)."""
         return self.devices[(self.first + r) % len(self.devices)]
 
     def broadcast(self, weights: Any) -> list[Any]:
@@ -82,8 +92,8 @@ class SwarmX:
         return [jax.device_put(weights, self.replica_device(r)) for r in range(self.local)]
 
     def scatter(self, batch: Any) -> list[Any]:
-        """This process's shards of a global batch (leading axis split into num_csx)."""
-        shards = jax.tree.map(lambda x: x.reshape(self.num_csx, -1, *x.shape[1:]), batch)
+        """This process's shards of a global batch (leading axis split into the workers)."""
+        shards = jax.tree.map(lambda x: x.reshape(self.workers, -1, *x.shape[1:]), batch)
         return [
             jax.device_put(
                 jax.tree.map(lambda x, r=r: x[self.first + r], shards), self.replica_device(r)
@@ -92,17 +102,17 @@ class SwarmX:
         ]
 
     def gather(self, values: Sequence[Any]) -> list[Any]:
-        """Every replica's value (pytrees), in replica order, from the local replicas' ones."""
+        """Every worker's value (pytrees), in worker order, from the local workers' ones."""
         if self.processes == 1:
             return list(values)
         from jax.experimental import multihost_utils
 
         stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *values)
         every = multihost_utils.process_allgather(stacked, tiled=True)
-        return [jax.tree.map(lambda x, r=r: x[r], every) for r in range(self.num_csx)]
+        return [jax.tree.map(lambda x, r=r: x[r], every) for r in range(self.workers)]
 
     def reduce(self, grads: Sequence[Any]) -> Any:
-        """Sum of every replica's gradient pytree, in replica order, on the MemoryX device."""
+        """Sum of every worker's gradient pytree, in worker order, on the MemoryX device."""
         self.reduce_bytes += tree_bytes(grads[0]) * self.num_csx
         moved = [jax.device_put(g, self.home) for g in self.gather(grads)]
         total = moved[0]

@@ -10,12 +10,22 @@ from the budget (`largest(bytes_for, budget)` finds the largest size whose estim
 `available_bytes()` is the kernel's MemAvailable (`/proc/meminfo`), else the physical memory
 (`os.sysconf`); the variable `WSE_HOST_MEMORY_BYTES` caps it (a shared machine's share, or a
 test's small budget). Wafer SRAM is checked separately, at plan time, by `SramLedger`.
+
+What a benchmark's numbers were measured on: `bandwidth_gb_s()` is this host's memory
+bandwidth from a STREAM-like triad (NumPy, one thread, arrays beyond the L3 cache) and
+`host_record()` the dict every `bench/*.py` JSON carries: that bandwidth, the load average
+(1, 5, 15 min: other work on a shared machine), the CPUs this process may use, the
+machine (`platform.node()`, `platform.processor()`) and the UTC time.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
+import platform
+import time
 from collections.abc import Callable
+from typing import Any
 
 from wse_core.errors import WseError
 
@@ -23,6 +33,8 @@ __all__ = [
     "HostMemoryError",
     "ENV_LIMIT",
     "available_bytes",
+    "bandwidth_gb_s",
+    "host_record",
     "format_bytes",
     "largest",
     "require",
@@ -101,3 +113,32 @@ def require(what: str, needed_bytes: int, *, fits: Callable[[int], str]) -> None
         f"{what} needs {format_bytes(needed_bytes)} of host memory ({needed_bytes:,} B) but "
         f"{format_bytes(avail)} ({avail:,} B) is available; {fits(avail)}"
     )
+
+
+def bandwidth_gb_s(n_bytes: int = 256 << 20, repeats: int = 5) -> float:
+    """GB/s of a two-pass triad a = b + 3 c on float64 arrays of `n_bytes` each (beyond the L3
+    cache of the 2-core VM, 105 MiB), the best of `repeats`: 5 arrays moved per pass pair
+    (read c, write a; read a and b, write a)."""
+    import numpy as np
+
+    n = n_bytes // 8
+    b, c, a = np.ones(n), np.full(n, 2.0), np.empty(n)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.multiply(c, 3.0, out=a)
+        np.add(a, b, out=a)
+        best = min(best, time.perf_counter() - t0)
+    return 5 * n * 8 / best / 1e9
+
+
+def host_record(n_bytes: int = 256 << 20) -> dict[str, Any]:
+    """What a benchmark ran on (module docstring): JSON-ready."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "memory_bandwidth_gb_s": bandwidth_gb_s(n_bytes),
+        "load_average": list(os.getloadavg()),
+        "cpus": cpus,
+        "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
+        "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }

@@ -138,10 +138,12 @@ def _structure(path, lattice, element, a, cells, dtype, preset):
 def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     import jax
     from rich.console import Console
+    from wse_core.runtime import keep_freed_memory
     from wse_hpc.md import write_xyz
     from wse_hpc.md.simulate import run_md
     from wse_hpc.md.thermo import format_header, format_row, performance_line
 
+    keep_freed_memory()  # each build's XLA temporaries reuse mapped pages (no page faults)
     primary = multiprocess.is_primary()  # every process runs the same MD; process 0 reports
     bath = cfg.thermostat.kind == "nose-hoover"  # print ecouple / econserve as LAMMPS would
     console = Console(stderr=as_json, highlight=False, soft_wrap=True, quiet=not primary)

@@ -144,8 +144,12 @@ def _pack(counts: jax.Array, caps: np.ndarray, total: int):
     kept = jnp.minimum(counts, jnp.asarray(caps, jnp.int32))
     ends = jnp.cumsum(kept, axis=-1)  # (R, C, S)
     t = jnp.arange(total, dtype=jnp.int32)
-    # seg = #{s : ends_s <= t}: one fused pass of S comparisons per candidate
-    seg = sum((ends[..., s, None] <= t).astype(jnp.int32) for s in range(len(caps)))
+    # seg = #{s : ends_s <= t}, a binary search of each PE's ends (a CPU concern: as a sum of
+    # S comparisons XLA fused it into each of the three gathers that read seg, and a build
+    # of 4,000 atoms took 65-77 ms, now 32-40; 32,000 atoms 2.0-2.1 s, now 1.35-1.4)
+    flat = ends.reshape(-1, ends.shape[-1])
+    find = jax.vmap(lambda e: jnp.searchsorted(e, t, side="right", method="scan"))
+    seg = find(flat).astype(jnp.int32).reshape(ends.shape[:-1] + (total,))
     seg = jnp.minimum(seg, len(caps) - 1)
     start = jnp.take_along_axis(ends - kept, seg, axis=-1)
     return seg, jnp.clip(t - start, 0, None), ends[..., -1]

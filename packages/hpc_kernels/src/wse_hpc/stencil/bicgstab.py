@@ -2,10 +2,11 @@
 
 `bicgstab(grid, precision=..., tol=..., maxiter=...)` returns `solve_fn(b, x0=None) ->
 BicgstabResult`, one `lax.while_loop` that the shell jits. Per iteration: two 7-point SpMVs
-(halos through `wse_core.fabric.shift`), the AXPYs, and three wafer-wide fp32 allreduces
-through `fabric.allreduce` ((r^, v); (t, s) with (t, t); (r^, r) with (r, r)). This is the
-inner solver: it stops on its recurrence residual; `wse_hpc.stencil.refine` wraps it in
-iterative refinement that stops on, and reports, the true residual.
+(halos through `wse_core.fabric.halo_apply`), the AXPYs, and three wafer-wide fp32
+allreduces through `fabric.allreduce` ((r^, v); (t, s) with (t, t); (r^, r) with (r, r)).
+This solver stops on its recurrence residual; `wse_hpc.stencil.refine` runs the same
+iteration (`krylov_step`, `restart_test`) with reliable updates and stops on, and reports,
+the true residual (what the CLI, the bench and the experiments run).
 
 Precision: `"mixed"` is the published scheme — vectors, SpMV and AXPYs in fp16, dot products
 accumulated and reduced in fp32, scalars in fp32 — with two safeguards that fp16 needs on
@@ -43,16 +44,23 @@ from wse_hpc.stencil.placement import StencilError, StencilGrid
 
 __all__ = [
     "PRECISIONS",
+    "RESTART_EPS",
     "BicgstabResult",
+    "Krylov",
     "bicgstab",
     "default_replace_every",
+    "krylov_step",
     "lambda_min",
+    "restart_test",
     "scale_for",
+    "solver_setup",
 ]
 
 Precision = Literal["mixed", "fp32"]
 PRECISIONS = ("mixed", "fp32")
-_RESTART = 1e-4  # |(r^, r)| / (|r^| |r|) below this restarts the iteration
+# |(r^, r)| / (|r^| |r|) below this fraction of the vector dtype's epsilon restarts the
+# iteration (fp16: 9.8e-5, fp32: 1.2e-8): below it the dot is rounding noise.
+RESTART_EPS = 0.1
 TARGET_MAGNITUDE = 2.0**10  # |y| kept near this: far from fp16's overflow and underflow
 
 
@@ -64,15 +72,21 @@ class BicgstabResult(NamedTuple):
     breakdown: jax.Array  # bool: rho or omega became zero / non-finite
 
 
-class _State(NamedTuple):
-    x: jax.Array
-    r: jax.Array
+class Krylov(NamedTuple):
+    """BiCGSTAB's recurrence: the iterate, its vectors and scalars (one `krylov_step`)."""
+
+    x: jax.Array  # fp32: the iterate (of the scaled system)
+    r: jax.Array  # working precision from here to v
     rhat: jax.Array
     p: jax.Array
     v: jax.Array
-    rho: jax.Array
+    rho: jax.Array  # fp32 scalars
     alpha: jax.Array
     omega: jax.Array
+
+
+class _State(NamedTuple):
+    k: Krylov
     rr: jax.Array
     it: jax.Array
     history: jax.Array
@@ -123,21 +137,24 @@ class _Solver(NamedTuple):
     every: int  # residual-replacement period (0: off)
 
 
-def _step(sv: _Solver, st: _State, rho_new: jax.Array) -> _State:
-    """One BiCGSTAB iteration's vectors: p, v = A p, s, t = A s, x and r."""
-    grid, spmv, lo = sv.grid, sv.spmv, sv.lo
+def krylov_step(
+    grid: StencilGrid, spmv: Callable, lo: Callable, k: Krylov, rho_new, restart
+) -> Krylov:
+    """One BiCGSTAB iteration's vectors: p, v = A p, s, t = A s, x and r; `rho_new` is
+    (r^, r) of the current r, `restart` (bool) starts afresh with p = r. `spmv` applies the
+    (scaled) operator in the working precision, `lo` casts to it."""
     # The first iteration has p = r: beta from rho = 1 could overflow fp16 (inf * 0).
-    beta = jnp.where(st.restart, 0.0, (rho_new / st.rho) * (st.alpha / st.omega))
-    p = st.r + lo(beta) * (st.p - lo(st.omega) * st.v)
+    beta = jnp.where(restart, 0.0, (rho_new / k.rho) * (k.alpha / k.omega))
+    p = k.r + lo(beta) * (k.p - lo(k.omega) * k.v)
     v = spmv(p)
-    alpha = rho_new / fused_dot(grid, [(st.rhat, v)])[0]
-    s = st.r - lo(alpha) * v
+    alpha = rho_new / fused_dot(grid, [(k.rhat, v)])[0]
+    s = k.r - lo(alpha) * v
     t = spmv(s)
     ts, tt = fused_dot(grid, [(t, s), (t, t)])
     omega = jnp.where(tt > 0, ts / tt, 0.0)
-    x = st.x + alpha * p.astype(jnp.float32) + omega * s.astype(jnp.float32)
+    x = k.x + alpha * p.astype(jnp.float32) + omega * s.astype(jnp.float32)
     r = s - lo(omega) * t
-    return st._replace(x=x, r=r, p=p, v=v, alpha=alpha, omega=omega)
+    return k._replace(x=x, r=r, p=p, v=v, rho=rho_new, alpha=alpha, omega=omega)
 
 
 def _start(
@@ -155,22 +172,8 @@ def _start(
     r0norm = jnp.sqrt(rr0)
     hist = jnp.full((maxiter + 1,), jnp.nan, jnp.float32).at[0].set(1.0)
     one = jnp.float32(1.0)
-    st = _State(
-        x,
-        r,
-        r,
-        jnp.zeros_like(r),
-        jnp.zeros_like(r),
-        one,
-        one,
-        one,
-        rho0,
-        jnp.int32(0),
-        hist,
-        jnp.bool_(False),
-        jnp.bool_(True),
-        rr0,
-    )
+    k = Krylov(x, r, r, jnp.zeros_like(r), jnp.zeros_like(r), one, one, one)
+    st = _State(k, rho0, jnp.int32(0), hist, jnp.bool_(False), jnp.bool_(True), rr0)
     return st, bs, rho0, r0norm
 
 
@@ -182,33 +185,48 @@ def _iterate(
     # rho_new = (r^, r) of the current r, computed with ||r||^2 at the end of the
     # previous iteration (one reduction for both).
     st, rho_new = carry
-    nxt = _step(sv, st, rho_new)
+    k = krylov_step(grid, spmv, lo, st.k, rho_new, st.restart)
     if every:  # residual replacement: r = b - A x from the fp32 solution
         fresh = (st.it + 1) % every == 0
-        fresh_r = lambda: lo(bs.astype(jnp.float32) - spmv(nxt.x))
-        nxt = nxt._replace(r=lax.cond(fresh, fresh_r, lambda: nxt.r))
-    rho_next, rr = fused_dot(grid, [(st.rhat, nxt.r), (nxt.r, nxt.r)])
+        fresh_r = lambda: lo(bs.astype(jnp.float32) - spmv(k.x))
+        k = k._replace(r=lax.cond(fresh, fresh_r, lambda: k.r))
+    rho_next, rr = fused_dot(grid, [(k.rhat, k.r), (k.r, k.r)])
     it = st.it + 1
-    # Restart (r^ = r, p = r) when r^ and r become nearly orthogonal: in fp16 the
-    # next alpha would otherwise blow up.
-    restart = jnp.abs(rho_next) < _RESTART * jnp.sqrt(rr * st.hh)
-    hh = jnp.where(restart, rr, st.hh)
-    rhat = lax.cond(restart, lambda: nxt.r, lambda: st.rhat)
-    rho_next = jnp.where(restart, rr, rho_next)
-    bad = ~jnp.isfinite(rr) | (rho_next == 0) | (nxt.omega == 0)
+    restart, rhat, rho_next, hh = restart_test(rho_next, rr, k.r, k.rhat, st.hh)
+    bad = ~jnp.isfinite(rr) | (rho_next == 0) | (k.omega == 0)
     rr = jnp.where(jnp.isfinite(rr), rr, st.rr)  # report the last finite residual
-    hist = nxt.history.at[it].set(jnp.sqrt(rr) / r0norm)
-    done = nxt._replace(
-        rhat=rhat,
-        rho=rho_new,
-        rr=rr,
-        it=it,
-        history=hist,
-        breakdown=bad,
-        restart=restart,
-        hh=hh,
-    )
+    hist = st.history.at[it].set(jnp.sqrt(rr) / r0norm)
+    done = _State(k._replace(rhat=rhat), rr, it, hist, bad, restart, hh)
     return done, rho_next
+
+
+def restart_test(rho_next, rr, r, rhat, hh):
+    """Restart (r^ = r, p = r) when r^ and r have become nearly orthogonal (|(r^, r)| <
+    RESTART_EPS eps ||r^|| ||r||, eps of r's dtype): the dot is then rounding noise and
+    the next alpha could blow up (in fp16 it overflows). SciPy restarts only at rho = 0;
+    a fixed 1e-4 restarted fp32 solves 5 times at 48^3 for nothing (84 -> 87 iterations).
+    Returns (restart, r^, rho_next, (r^, r^))."""
+    eps = float(jnp.finfo(r.dtype).eps)
+    restart = jnp.abs(rho_next) < RESTART_EPS * eps * jnp.sqrt(rr * hh)
+    rhat = lax.cond(restart, lambda: r, lambda: rhat)
+    return restart, rhat, jnp.where(restart, rr, rho_next), jnp.where(restart, rr, hh)
+
+
+def solver_setup(grid: StencilGrid, precision: str, tol: float, maxiter: int):
+    """What `bicgstab` and `refine` both start from: (vector dtype, 1 / the diagonal, the
+    Jacobi-scaled SpMV D^-1 A); raises StencilError for a bad precision, tolerance, cap or
+    boundary."""
+    if precision not in PRECISIONS:
+        raise StencilError(f"unknown precision {precision!r}; use 'mixed' or 'fp32'")
+    if not (tol > 0 and math.isfinite(tol)):
+        raise StencilError(f"tol must be a positive number, got {tol}")
+    if maxiter < 0:
+        raise StencilError(f"maxiter must be >= 0, got {maxiter}")
+    if grid.boundary != "dirichlet":
+        raise StencilError("BiCGSTAB needs Dirichlet boundaries (periodic Poisson is singular)")
+    dtype = jnp.float16 if precision == "mixed" else jnp.float32
+    inv_d = 1.0 / float(diagonal(grid))
+    return dtype, inv_d, laplacian7(grid, scale=inv_d)  # D^-1 A: coefficients fit fp16
 
 
 def bicgstab(
@@ -220,24 +238,14 @@ def bicgstab(
     replace_every: int | None = None,
 ) -> Callable[..., BicgstabResult]:
     """`solve_fn(b, x0=None, sigma=1.0, *, rtol=None, limit=None) -> BicgstabResult` for
-    A x = b (b an fp32 field): the inner solver of `wse_hpc.stencil.refine`.
+    A x = b (b an fp32 field), stopping on the recurrence residual.
 
     `sigma` is the scaling of the module docstring (a traced scalar; `scale_for` gives it).
     Stops when the recurrence residual ||r|| / ||r_0|| <= tol (or the traced `rtol`), after
     `maxiter` (or the traced `limit`) iterations, or at a breakdown. The recurrence residual
     is not the true one: `refine` is what stops on the truth.
     """
-    if precision not in PRECISIONS:
-        raise StencilError(f"unknown precision {precision!r}; use 'mixed' or 'fp32'")
-    if not (tol > 0 and math.isfinite(tol)):
-        raise StencilError(f"tol must be a positive number, got {tol}")
-    if maxiter < 0:
-        raise StencilError(f"maxiter must be >= 0, got {maxiter}")
-    if grid.boundary != "dirichlet":
-        raise StencilError("BiCGSTAB needs Dirichlet boundaries (periodic Poisson is singular)")
-    dtype = jnp.float16 if precision == "mixed" else jnp.float32
-    inv_d = 1.0 / float(diagonal(grid))
-    spmv = laplacian7(grid, scale=inv_d)  # D^-1 A, folded into the coefficients for fp16
+    dtype, inv_d, spmv = solver_setup(grid, precision, tol, maxiter)
     lo = lambda s: s.astype(dtype)
     every = default_replace_every(precision) if replace_every is None else replace_every
     sv = _Solver(grid, spmv, lo, inv_d, maxiter, every)
@@ -254,7 +262,7 @@ def bicgstab(
 
         iterate = functools.partial(_iterate, sv, bs, r0norm)
         st, _ = lax.while_loop(lambda c: cond(c[0]), iterate, (st, rho0))
-        x_out = st.x / jnp.asarray(sigma, jnp.float32)
+        x_out = st.k.x / jnp.asarray(sigma, jnp.float32)
         res = jnp.sqrt(st.rr) / r0norm
         return BicgstabResult(x_out, st.it, res, st.history, st.breakdown)
 

@@ -2,8 +2,10 @@
 
 Every factory closes over a `StencilGrid` (static) and returns a pure function of placed
 fields `(nx, ny, nz)` (see `wse_hpc.stencil.placement`); the shell decides `jit` and loops.
-±X / ±Y neighbours come only through `wse_core.fabric.shift` (zero halo for Dirichlet,
-wrapped for periodic), ±Z are local slices of the Z column.
+±X / ±Y neighbours come only through the fabric (zero halo for Dirichlet, wrapped for
+periodic): `fabric.halo_apply` for the constant-coefficient SpMV (one materialized region per
+device block, which XLA:CPU vectorizes; the ledger records the same four shifts),
+`fabric.shift` elsewhere; ±Z are local slices of the Z column.
 
 The operator is A = -div(k grad) discretised with 7 points, so A is symmetric positive
 definite with Dirichlet boundaries:
@@ -17,6 +19,7 @@ dtype (fp16 or fp32); `dot` and `norm` reduce in fp32 through `fabric.reduce`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -183,6 +186,18 @@ def _off_diagonal_sum(
     return (f.xp * xp + f.xm * xm + f.yp * yp + f.ym * ym + f.zp * zp + f.zm * zm).astype(u.dtype)
 
 
+def _difference7(coeffs: tuple[jax.Array, ...], region: jax.Array) -> jax.Array:
+    """A u in difference form on one block's halo region (`fabric.halo_apply`, one Z ghost
+    cell at each end): the same operations in the same order as from six neighbour fields."""
+    cx, cy, cz = coeffs
+    mid = region[1:-1, 1:-1, 1:-1]
+    pair = lambda a, b: (mid - a) + (mid - b)
+    xs = pair(region[2:, 1:-1, 1:-1], region[:-2, 1:-1, 1:-1])  # +X from the PE south
+    ys = pair(region[1:-1, 2:, 1:-1], region[1:-1, :-2, 1:-1])  # +Y from the PE east
+    zs = pair(region[1:-1, 1:-1, 2:], region[1:-1, 1:-1, :-2])
+    return xs * cx + ys * cy + zs * cz
+
+
 def laplacian7(
     grid: StencilGrid, *, scale: float = 1.0, padded: bool = False
 ) -> Callable[..., jax.Array]:
@@ -192,12 +207,16 @@ def laplacian7(
     """
 
     def apply_fn(u: jax.Array, faces: Faces | None = None) -> jax.Array:
-        if faces is None:
+        if faces is None and not padded:
             # Difference form: u - u_nb is exact in fp16 for nearby values, so smooth
             # fields (where A u is small) keep their accuracy (diag u - sum u_nb does not).
+            coeffs = tuple(jnp.asarray(c * scale, u.dtype) for c in _inv_h2(grid))
+            fn = functools.partial(_difference7, coeffs)
+            return fabric.halo_apply(grid.wafer, u, fn, boundary=_fabric_boundary(grid), ghost=1)
+        if faces is None:
             xp, xm, yp, ym, zp, zm = neighbours(grid, u, padded)
             cx, cy, cz = (jnp.asarray(c * scale, u.dtype) for c in _inv_h2(grid))
-            mid = u[:, :, 1:-1] if padded else u
+            mid = u[:, :, 1:-1]
             pair = lambda a, b: (mid - a) + (mid - b)
             return pair(xp, xm) * cx + pair(yp, ym) * cy + pair(zp, zm) * cz
         diag = diagonal(grid, faces).astype(u.dtype)

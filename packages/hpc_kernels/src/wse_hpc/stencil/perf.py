@@ -62,9 +62,11 @@ __all__ = [
     "bicgstab_sc20_iteration",
     "jacobi_phases",
     "heat_phases",
-    "refinement_work",
+    "restart_work",
     "spmv7_ops",
+    "start_work",
     "traced",
+    "update_work",
     "wave25_halo_words",
     "wave25_phases",
 ]
@@ -230,36 +232,52 @@ def bicgstab_sc20_iteration(grid: StencilGrid) -> Phases:
     )
 
 
-def _replacement(grid: StencilGrid, precision: str, spmv: Callable) -> Work:
-    """Residual replacement r = lo(b - A x) from the fp32 x: an fp32 SpMV and a sub (mixed:
-    and two converts)."""
+def start_work(grid: StencilGrid, precision: str) -> Work:
+    """The solve's start at x = 0 (refine._first), where the true residual is b itself:
+    ||b|| (an fp32 FMAC and an allreduce), r = sigma D^-1 b in the vector dtype (an fp32
+    mul; mixed: a convert), r^ = r (a move), (r, r) (a dot and an allreduce), sigma from a
+    division and ||r|| from square roots."""
     n = grid.shape[2]
-    conv = [_vec("convert", "fp16", n, 2, reads=1)] if precision == "mixed" else []
-    halo = traced(grid, spmv, field_struct(grid, jnp.float32))
-    return spmv7_ops("fp32", n) + _vec("sub", "fp32", n) + _sum(conv) + _fabric(halo)
+    vec = "fp16" if precision == "mixed" else "fp32"
+    conv = [_vec("convert", "fp32", n, reads=1, write_dtype="fp16")] if vec == "fp16" else []
+    ops = _sum(
+        [_dots("fp32", n, 1), _vec("mul", "fp32", n, reads=1), *conv]
+        + [_vec("move", vec, n, reads=1), _dots(vec, n, 1)]
+    )
+    scal = Work(ops=(Op("div", "fp32", 1), Op("sqrt", "fp32", 1, count=2)))
+    return ops + allreduce_work(grid, 1).scaled(2) + scal
 
 
-def refinement_work(grid: StencilGrid, precision: str, pair: bool, spmv: Callable) -> Work:
-    """One outer refinement step on the wafer, all fp32: r = b - A x_hi (- A x_lo when x is a
-    pair), ||r|| (an FMAC and an allreduce), the scaled inner right-hand side (mul; mixed:
-    convert), and x += d / sigma (pair: a TwoSum, 6 adds/subs, and x_lo += err)."""
+def update_work(grid: StencilGrid, precision: str, pair: bool, spmv: Callable) -> Work:
+    """One reliable update (refine._update), all fp32 but the rescaled vectors: x += d /
+    sigma (a mul, then an add, or with a pair a TwoSum: 6 adds/subs and x_lo += err), d = 0
+    (a move), r = b - A x_hi (- A x_lo) (SpMVs and subs), ||r|| (an FMAC and an
+    allreduce), r = sigma' D^-1 r (a mul; mixed: a convert), p and v times sigma' / sigma
+    (2 muls in the vector dtype), (r^, r) and (r, r) (2 dots, an allreduce of 2 words),
+    two divisions and two square roots."""
     n = grid.shape[2]
+    vec = "fp16" if precision == "mixed" else "fp32"
     halo = traced(grid, spmv, field_struct(grid, jnp.float32))
     spmvs = (spmv7_ops("fp32", n) + _fabric(halo)).scaled(2 if pair else 1)
-    conv = [_vec("convert", "fp32", n, reads=1, write_dtype="fp16")] if precision == "mixed" else []
-    update = _vec("add", "fp32", n, 7) if pair else _vec("add", "fp32", n)
+    conv = [_vec("convert", "fp32", n, reads=1, write_dtype="fp16")] if vec == "fp16" else []
+    fold = _vec("add", "fp32", n, 7) if pair else _vec("add", "fp32", n)
     ops = _sum(
-        [
-            spmvs,
-            _vec("sub", "fp32", n, 2 if pair else 1),
-            _dots("fp32", n, 1),
-            _vec("mul", "fp32", n, 2, reads=1),
-            update,
-            *conv,
-        ]
+        [_vec("mul", "fp32", n, reads=1), fold, _vec("move", "fp32", n, reads=0), spmvs]
+        + [_vec("sub", "fp32", n, 2 if pair else 1), _dots("fp32", n, 1)]
+        + [_vec("mul", "fp32", n, reads=1), *conv, _vec("mul", vec, n, 2, reads=1)]
+        + [_dots(vec, n, 2)]
     )
-    scal = Work(ops=(Op("div", "fp32", 1), Op("sqrt", "fp32", 1)))
-    return ops + allreduce_work(grid, 1) + scal
+    scal = Work(ops=(Op("div", "fp32", 1, count=2), Op("sqrt", "fp32", 1, count=2)))
+    return ops + allreduce_work(grid, 1) + allreduce_work(grid, 2) + scal
+
+
+def restart_work(grid: StencilGrid, precision: str, breakdown: bool) -> Work:
+    """A Krylov restart: r^ = r (a move in the vector dtype); after a breakdown also p and
+    v cleared (2 more moves)."""
+    vec = "fp16" if precision == "mixed" else "fp32"
+    n = grid.shape[2]
+    cleared = _vec("move", vec, n, 2, reads=0) if breakdown else Work()
+    return _vec("move", vec, n, reads=1) + cleared
 
 
 def bicgstab_phases(
@@ -268,21 +286,25 @@ def bicgstab_phases(
     spmv: Callable,
     *,
     iterations: int,
-    outer_steps: int,
-    replacements: int,
+    updates: int,
+    restarts: int = 0,
+    breakdowns: int = 0,
     pair: bool,
 ) -> Phases:
-    """A whole refined solve: `outer_steps` true-residual checks / corrections (the first
-    included), `iterations` inner iterations and `replacements` residual replacements."""
+    """A whole solve (refine.refine): the start, `iterations` BiCGSTAB iterations,
+    `updates` reliable updates (a true-residual check each) and the Krylov restarts
+    (`breakdowns` of the `restarts` after a breakdown)."""
     return serial(
-        Phase("true_residual", refinement_work(grid, precision, pair, spmv), repeat=outer_steps),
+        Phase("start", start_work(grid, precision)),
         Phases(
             "serial",
             bicgstab_iteration(grid, precision, spmv).parts,
             "bicgstab_iteration",
             iterations,
         ),
-        Phase("residual_replacement", _replacement(grid, precision, spmv), repeat=replacements),
+        Phase("reliable_update", update_work(grid, precision, pair, spmv), repeat=updates),
+        Phase("restart", restart_work(grid, precision, False), repeat=restarts - breakdowns),
+        Phase("breakdown_restart", restart_work(grid, precision, True), repeat=breakdowns),
         name="bicgstab",
     )
 

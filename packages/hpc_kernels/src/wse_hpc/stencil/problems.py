@@ -50,11 +50,11 @@ def place_jacobi(wafer, shape, dtype: str, boundary: str = "dirichlet") -> Stenc
 def place_bicgstab(
     wafer, shape, precision: str, *, pair: bool, boundary: str = "dirichlet"
 ) -> StencilGrid:
-    """BiCGSTAB with refinement: the inner vectors r, r^, p, v, s, t and the scaled
-    right-hand side in the vector dtype (fp16 for mixed); b, x and the correction d (which
-    also holds the outer residual) in fp32; x_lo in fp32 when x is a pair."""
+    """BiCGSTAB with reliable updates (`refine`): the Krylov vectors r, r^, p, v, s, t in the
+    vector dtype (fp16 for mixed); b, x and the group's correction d (which also holds the
+    true residual during an update) in fp32; x_lo in fp32 when x is a pair."""
     vec = "fp16" if precision == "mixed" else "fp32"
-    inner = dict.fromkeys(("r", "rhat", "p", "v", "s", "t", "bs"), vec)
+    inner = dict.fromkeys(("r", "rhat", "p", "v", "s", "t"), vec)
     outer = dict.fromkeys(("b", "x", "d", *(("x_lo",) if pair else ())), "fp32")
     return place_grid(wafer, shape, {**inner, **outer}, boundary=boundary)
 

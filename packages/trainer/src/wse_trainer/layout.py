@@ -1,0 +1,96 @@
+"""How the emulator lays a training step over this machine's CPU cores (not what the wafer runs).
+
+Contract. A `Layout` says how `StreamedTrainer` computes each wafer replica's step here:
+
+- `shards`: the replica's batch split evenly over this many CPU devices (`SwarmX` workers),
+  which run at once, one per core; the shards' gradients are summed before MemoryX sees
+  them, so the wafer still sees `num_csx` replicas of the same per-replica batch (the plan,
+  the prediction and the streamed bytes do not change; the numbers change only by the
+  order of the sums). Why: XLA:CPU's dots use a second core poorly at these shapes
+  (shared/PLATFORM.md), and the fused, data-parallel shards keep both busy.
+- `keep_residuals`: each layer's forward keeps its VJP residuals in host memory, so the
+  backward does not run the layer's forward again (a 2-layer-forward saving per layer:
+  0.88 -> 0.73 s a step of the bench's d128 model on one loaded core). The wafer's backward
+  as priced (`wse_trainer.performance`) does not recompute inside a layer either. Only when
+  the plan keeps every layer's input (stride 1: no recompute schedule to follow) and the
+  residuals of every layer and worker fit `RESIDUAL_SHARE` of the available host memory.
+
+`choose_layout(model, plan, ...)` is what `wse train` runs unless the config fixes
+`runconfig.cpu_shards` (0: choose): as many shards as the cores allow (one per core, at most
+the devices one replica gets, and a divisor of its batch), residuals when they fit.
+`describe(layout, cores)` is the run log's line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["RESIDUAL_SHARE", "Layout", "choose_layout", "describe", "residual_bytes"]
+
+RESIDUAL_SHARE = 0.25  # of the available host memory, at most, for kept layer residuals
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Layout:
+    shards: int = 1
+    keep_residuals: bool = False
+
+
+def residual_bytes(model: Any, batch: int, seq_len: int) -> int:
+    """Host bytes of one layer's VJP residuals for `batch` sequences (traced, not run)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import wse_models
+
+    from wse_trainer.replica import layer_fns
+
+    fns = layer_fns(model, 1.0)
+    params = jax.eval_shape(lambda: wse_models.init_params(model, jax.random.key(0)))
+    layer = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), params["layers"])
+    h = jax.ShapeDtypeStruct((batch, seq_len, model.d_model), jnp.dtype(model.dtype))
+    pos = jax.ShapeDtypeStruct((batch, seq_len), jnp.int32)
+    _, vjp = jax.eval_shape(fns.layer_fwd_vjp, layer, h, pos, None)
+    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(vjp)))
+
+
+def choose_layout(
+    model: Any,
+    plan: Any,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    local_replicas: int,
+    shards: int = 0,
+) -> Layout:
+    """The layout for this machine: `shards` as given (0: one per usable core, within the
+    devices each local replica gets and a divisor of `micro_batch`), residuals kept when
+    the plan has stride 1 and every layer's residuals fit (module docstring)."""
+    import jax
+    from wse_core.hostmem import available_bytes
+    from wse_core.runtime import usable_cores
+
+    if shards <= 0:
+        per_replica = max(1, min(usable_cores(), len(jax.local_devices())) // local_replicas)
+        shards = max(k for k in range(1, per_replica + 1) if micro_batch % k == 0)
+    keep = plan.stride == 1 and not plan.chunked  # chunked layers keep no whole-layer VJP
+    if keep:
+        need = model.n_layers * local_replicas * residual_bytes(model, micro_batch, seq_len)
+        keep = need <= RESIDUAL_SHARE * available_bytes()
+    return Layout(shards=shards, keep_residuals=keep)
+
+
+def describe(layout: Layout, micro_batch: int) -> str:
+    """One line for the run log: what the emulator does on this machine's cores."""
+    split = (
+        f"each replica's batch of {micro_batch} split over {layout.shards} CPU devices"
+        if layout.shards > 1
+        else "each replica on one CPU device"
+    )
+    kept = (
+        "layer residuals kept from the forward (no recompute inside a layer)"
+        if layout.keep_residuals
+        else "each layer's forward recomputed in its backward"
+    )
+    return f"emulator layout: {split}; {kept} (runconfig.cpu_shards, 0 = choose)"
