@@ -219,3 +219,36 @@ def test_the_tile_map_gives_lammps_forces_and_energies(tmp_path, cells, grid, ti
     # 1e-10 eV of LAMMPS (test_md_potentials)
     np.testing.assert_allclose(res.structure.forces_eV_A, ref["forces"], atol=1e-9)
     np.testing.assert_allclose(res.structure.energies_eV, ref["energies"], atol=1e-10)
+
+
+def test_a_replan_that_would_overflow_sram_falls_back_to_less_headroom(monkeypatch):
+    """A re-plan first asks for a wider window with more list headroom; where the wafer's
+    SRAM refuses that, it takes the plan with this state's own counts (issue 34's 32,000-atom
+    crash). Forced here: the first plan's lists are starved (an overflow, so a re-plan) and
+    SRAM refuses the first re-plan's try; the run ends as the unforced one does."""
+    import wse_hpc.md.simulate as sim
+    from wse_core.errors import SramBudgetError
+
+    s = perturbed("fcc", "Cu", 3.615, (4, 4, 4), 0.05, seed=2)
+    cfg = MdConfig(steps=4, thermo_every=2, temperature_K=300.0)
+    ref = run_md(s, POT, cfg)
+    caps, sram, calls = sim.list_caps, sim.sram_plan, {"caps": 0, "sram": 0}
+
+    def starved(*args, **kw):  # the first plan's lists hold 3 candidates: an overflow
+        out = caps(*args, **kw)
+        calls["caps"] += 1
+        return tuple(min(c, 3) for c in out) if calls["caps"] == 1 else out
+
+    def tight(wafer, pot, plan):  # the re-plan's first try (wider, more headroom) is refused
+        calls["sram"] += 1
+        if calls["sram"] == 2:
+            raise SramBudgetError("refused by the test")
+        return sram(wafer, pot, plan)
+
+    monkeypatch.setattr(sim, "list_caps", starved)
+    monkeypatch.setattr(sim, "sram_plan", tight)
+    got = run_md(s, POT, cfg)
+    assert got.replans >= 1 and calls["sram"] >= 3
+    np.testing.assert_allclose(
+        [r.etotal for r in got.thermo], [r.etotal for r in ref.thermo], rtol=1e-6
+    )  # fp32: another window and list order sum the same pairs in another order

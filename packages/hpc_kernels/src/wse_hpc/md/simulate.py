@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core import preset
-from wse_core.errors import PlacementError, WseError
+from wse_core.errors import PlacementError, SramBudgetError, WseError
 from wse_core.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping
@@ -44,7 +44,7 @@ from wse_hpc.md.list_plan import active_per_block, list_caps
 from wse_hpc.md.nlist import neighbour_fns
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms, MdState
-from wse_hpc.md.thermo import ThermoRow, thermo_row
+from wse_hpc.md.thermo import ThermoRow, state_row, state_structure
 
 __all__ = [
     "MdConfig",
@@ -283,11 +283,11 @@ def run_md(
         )
     compile_s = time.perf_counter() - t0
     ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
-    rows = [_row(0, wafer, state, masses, structure.volume_A3, ecouple(state.bath))]
+    rows = [state_row(0, wafer, state, masses, structure.volume_A3, ecouple(state.bath))]
     if on_thermo:
         on_thermo(rows[-1])
     if on_frame:
-        on_frame(0, _final_structure(structure, wafer, state, pot, n, box))
+        on_frame(0, state_structure(wafer, state, pot, n, box))
     key = jax.random.key(config.seed)
     done, loop_s, builds, reruns = 0, 0.0, 0, 0
     while done < config.steps:
@@ -317,12 +317,12 @@ def run_md(
             loop_s += time.perf_counter() - t_r
         state = new_state
         done += ran
-        rows.append(_row(done, wafer, state, masses, structure.volume_A3, ecouple(state.bath)))
+        rows.append(state_row(done, wafer, state, masses, structure.volume_A3, ecouple(state.bath)))
         if on_thermo:
             on_thermo(rows[-1])
         if on_frame:
-            on_frame(done, _final_structure(structure, wafer, state, pot, n, box))
-    final = _final_structure(structure, wafer, state, pot, n, box)
+            on_frame(done, state_structure(wafer, state, pot, n, box))
+    final = state_structure(wafer, state, pot, n, box)
     return MdResult(
         final,
         rows,
@@ -384,34 +384,16 @@ def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int,
         u["forces_eV_A"],
         dtype=np.dtype(config.dtype),
     )
-    at_least = (plan.k_rows + 1, plan.k_cols + 1)
-    new_plan = plan_window(state_np, box, pot, config, wafer, at_least, more=0.5 * replans)
-    sram = sram_plan(wafer, pot, new_plan)
+    wider, same = (plan.k_rows + 1, plan.k_cols + 1), (plan.k_rows, plan.k_cols)
+    tries = [(wider, 0.5 * replans), (wider, 0.0), (same, 0.0)]  # the first that fits SRAM
+    for i, (at_least, more) in enumerate(tries):  # (caps come from this state's own counts)
+        new_plan = plan_window(state_np, box, pot, config, wafer, at_least, more=more)
+        try:
+            sram = sram_plan(wafer, pot, new_plan)
+            break
+        except SramBudgetError:
+            if i == len(tries) - 1:
+                raise
     runner = _Runner(wafer, pot, new_plan, config, masses, len(u["species"]))
     new = runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geometry(wafer))
     return _placed_drift(runner, new._replace(bath=state.bath)), runner, new_plan, sram
-
-
-def _row(step, wafer, state: MdState, masses, volume, ecouple: float = 0.0) -> ThermoRow:
-    sp = wafer.gather(state.atoms.species)
-    held = sp >= 0
-    energies = wafer.gather(state.eam.energy)[held]
-    virial = float(np.asarray(wafer.gather(state.eam.virial), dtype=np.float64)[held].sum())
-    vel = wafer.gather(state.atoms.velocity)[held]
-    return thermo_row(step, masses[sp[held]], vel, energies, virial, volume, ecouple)
-
-
-def _final_structure(structure, wafer, state: MdState, pot, n, box) -> Structure:
-    st, out = wafer.gather(state.atoms.record()), state.eam
-    u = mapping.unpack(st, n)
-    energies = wafer.gather(out.energy).reshape(-1)[u["pe_flat_index"]]
-    return Structure(
-        symbols=np.array([pot.elements[s] for s in u["species"]]),
-        positions_A=np.mod(u["positions_A"], box),
-        box_A=box.copy(),
-        velocities_A_ps=u["velocities_A_ps"],
-        forces_eV_A=np.asarray(
-            wafer.gather(out.forces).reshape(-1, 3)[u["pe_flat_index"]], dtype=np.float64
-        ),
-        energies_eV=np.asarray(energies, dtype=np.float64),
-    )

@@ -5,7 +5,8 @@
 3N - 3 degrees of freedom, press = (2 ke + virial) / (3 V) in bar; `ecouple` is the
 thermostat's energy (Nosé–Hoover, else 0) and `econserve` = etotal + ecouple, as LAMMPS's
 thermo keywords of the same names. `format_rows` prints them
-as LAMMPS does; `performance_line` is LAMMPS's closing `Performance:` line.
+as LAMMPS does; `performance_line` is LAMMPS's closing `Performance:` line. `state_row` and
+`state_structure` read a run's placed `MdState` into a row and a `Structure`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,20 @@ import dataclasses
 
 import numpy as np
 
+from wse_hpc.md import mapping
 from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, NKTV2P
+from wse_hpc.md.lattice import Structure
+from wse_hpc.md.state import MdState
 
-__all__ = ["ThermoRow", "thermo_row", "format_header", "format_row", "performance_line"]
+__all__ = [
+    "ThermoRow",
+    "thermo_row",
+    "format_header",
+    "format_row",
+    "performance_line",
+    "state_row",
+    "state_structure",
+]
 
 COLUMNS = ("step", "pe", "ke", "etotal", "temp", "press")
 
@@ -83,4 +95,31 @@ def performance_line(steps: int, wall_s: float, n_atoms: int, dt_fs: float) -> s
     return (
         f"Performance: {ns_day:.3f} ns/day, {24.0 / ns_day:.3f} hours/ns, "
         f"{tps:.3f} timesteps/s, {tps * n_atoms / 1e3:.3f} katom-step/s"
+    )
+
+
+def state_row(step, wafer, state: MdState, masses, volume, ecouple: float = 0.0) -> ThermoRow:
+    """The thermo row of a run's placed state (`MdState` on `wafer`)."""
+    sp = wafer.gather(state.atoms.species)
+    held = sp >= 0
+    energies = wafer.gather(state.eam.energy)[held]
+    virial = float(np.asarray(wafer.gather(state.eam.virial), dtype=np.float64)[held].sum())
+    vel = wafer.gather(state.atoms.velocity)[held]
+    return thermo_row(step, masses[sp[held]], vel, energies, virial, volume, ecouple)
+
+
+def state_structure(wafer, state: MdState, pot, n: int, box) -> Structure:
+    """The n atoms of a placed state as a `Structure` (positions wrapped into the box)."""
+    st, out = wafer.gather(state.atoms.record()), state.eam
+    u = mapping.unpack(st, n)
+    energies = wafer.gather(out.energy).reshape(-1)[u["pe_flat_index"]]
+    return Structure(
+        symbols=np.array([pot.elements[s] for s in u["species"]]),
+        positions_A=np.mod(u["positions_A"], box),
+        box_A=box.copy(),
+        velocities_A_ps=u["velocities_A_ps"],
+        forces_eV_A=np.asarray(
+            wafer.gather(out.forces).reshape(-1, 3)[u["pe_flat_index"]], dtype=np.float64
+        ),
+        energies_eV=np.asarray(energies, dtype=np.float64),
     )
