@@ -215,8 +215,9 @@ def _print(out: dict) -> None:
             f"{b['wafer_s_per_iteration'] * 1e3:.2f} ms/it x {b['wafer_iterations']} "
             f"(true res {b['wafer_true_residual']:.1e}) | SciPy "
             f"{b['scipy_s_per_iteration'] * 1e3:.2f} ms/it x {b['scipy_iterations']} "
-            f"(res {b['scipy_true_residual']:.1e}) | {b['speedup_per_iteration']:.1f}x | "
-            f"WSE-2 predicted {b['predicted_wse2_s_per_iteration'] * 1e6:.2f} us/it |"
+            f"(res {b['scipy_true_residual']:.1e}) | {b['speedup_to_solution']:.2f}x to solution "
+            f"({b['speedup_per_iteration']:.1f}x per it.) | WSE-2 predicted "
+            f"{b['predicted_wse2_s_per_iteration'] * 1e6:.2f} us/it |"
         )
     w = out["wave25"]
     print(
