@@ -45,10 +45,10 @@ def test_mixed_beyond_its_reach_is_sent_to_fp32():
 
 
 def test_the_cli_warns_first_and_says_it_again_in_the_reason():
-    n = REACH["mixed"][1e-3] + 8  # beyond mixed precision's measured reach at tol 1e-3
+    n = REACH["mixed"][1e-4] + 8  # beyond mixed precision's measured reach at tol 1e-4
     args = ["hpc", "stencil", "--kind", "bicgstab", "--grid", str(n), str(n), str(n)]
-    r = CliRunner().invoke(app, [*args, "--tol", "1e-3", "--steps", "1", "--json"])
-    assert r.exit_code == 1  # one iteration cannot reach 1e-3
+    r = CliRunner().invoke(app, [*args, "--tol", "1e-4", "--steps", "1", "--json"])
+    assert r.exit_code == 1  # one iteration cannot reach 1e-4
     warning = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1 and "--dtype fp32" in warning[0]
     assert "--dtype fp32" in json.loads(r.stdout)["reason"]
