@@ -66,8 +66,9 @@ class _NotANumber:
     """What the parser returns for text that is not a number of the kind (the callback,
     which knows the option's name, refuses it)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, past_64_bits: bool = False) -> None:
         self.text = text
+        self.past_64_bits = past_64_bits  # a whole number too wide for an integer option
 
 
 def _parse(kind: type) -> Any:
@@ -85,9 +86,12 @@ def _parse(kind: type) -> Any:
         try:  # exactly: "4.12e16" is 41200000000000000, not the nearest double
             d = decimal.Decimal(text)
             whole = d.is_finite() and d.adjusted() <= 18 and d == d.to_integral_value()
+            wide = d.is_finite() and d.adjusted() > 18 and d == d.to_integral_value()
         except decimal.DecimalException:  # not a number, or an exponent past any context
-            whole = False
-        return int(d) if whole and abs(d) <= INT_MAX else _NotANumber(text)
+            whole = wide = False
+        if whole and abs(d) <= INT_MAX:
+            return int(d)
+        return _NotANumber(text, past_64_bits=wide or whole)  # whole here: past INT_MAX
 
     return parse
 
@@ -103,14 +107,6 @@ def _range_text(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str) -> st
     elif top is not None:
         what += f" {'<=' if le is not None else '<'} {top}"
     return what + (f" ({unit})" if unit else "")
-
-
-def _past_64_bits(text: Any) -> bool:
-    try:
-        d = decimal.Decimal(str(text))
-        return d.is_finite() and d == d.to_integral_value() and abs(d) > INT_MAX
-    except decimal.DecimalException:
-        return False
 
 
 def _fits(x: Any, gt: Any, ge: Any, lt: Any, le: Any) -> bool:
@@ -147,7 +143,7 @@ def number(
         for x in values:
             if x is not None and not _fits(x, gt, ge, lt, le):
                 got = x.text if isinstance(x, _NotANumber) else x
-                if kind is int and _past_64_bits(got):  # the bound no option states
+                if isinstance(x, _NotANumber) and x.past_64_bits:  # the bound no option states
                     got = f"{got} (integers are 64-bit: at most {INT_MAX} in size)"
                 name = param.opts[0] if param.opts else param.name
                 raise UserInputError(f"{name} must be {wanted}, got {got}")
