@@ -1,4 +1,5 @@
-"""No import circles in wse_core, wse_models and wse_inference.
+"""No import circles in any of the stack's packages (wse_core, wse_models, wse_inference,
+wse_trainer, wse_hpc and the wse CLI).
 
 An edge A -> B is any `import B` / `from B import x` in module A, at module level or inside a
 function (a deferred import is still a dependency; only imports under `if TYPE_CHECKING:` are
@@ -10,6 +11,7 @@ connected component of more than one module (Tarjan's algorithm); the test print
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,9 @@ PACKAGES = {
     "wse_core": ROOT / "packages/wse_core/src/wse_core",
     "wse_models": ROOT / "packages/models/src/wse_models",
     "wse_inference": ROOT / "packages/inference/src/wse_inference",
+    "wse_trainer": ROOT / "packages/trainer/src/wse_trainer",
+    "wse_hpc": ROOT / "packages/hpc_kernels/src/wse_hpc",
+    "wse_cli": ROOT / "apps/cli/src/wse_cli",
 }
 
 
@@ -54,6 +59,7 @@ def _targets(node: ast.AST, module: str, is_pkg: bool, known: set[str]) -> list[
     return [s if s in known else base for s in subs]
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """module -> the modules of the three packages it imports (see the module docstring)."""
     files = {m: p for pkg, src in PACKAGES.items() for m, p in _modules(pkg, src).items()}
