@@ -60,7 +60,12 @@ def test_bad_run_settings_are_errors(changes, message):
 def test_runs_report_measurements_and_predictions():
     run = run_stencil(
         StencilConfig(
-            kind="jacobi", grid=(9, 11, 8), preset="small", steps=20, chunks=2, mesh_shape=(2, 4)
+            kind="jacobi",
+            grid=(9, 11, 8),
+            spec=preset("small"),
+            steps=20,
+            chunks=2,
+            mesh_shape=(2, 4),
         )
     )
     x = run.extra

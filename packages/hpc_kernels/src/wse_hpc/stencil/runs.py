@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from wse_core import RunReport, preset
+from wse_core import PRESETS, RunReport, WaferSpec
 from wse_core.perf import Phases
 from wse_core.runtime import wall_s
 from wse_core.spec import DTYPE_BYTES
@@ -82,7 +82,7 @@ Progress = Callable[[int, int], None]
 class StencilConfig:
     kind: str
     grid: tuple[int, int, int]
-    preset: str = "wse2"
+    spec: WaferSpec = PRESETS["wse2"]
     steps: int | None = None  # time steps / sweeps, or BiCGSTAB's iteration cap
     tol: float | None = None  # BiCGSTAB only
     dtype: str = "fp32"  # fp32 | fp16 (jacobi, heat) | mixed (bicgstab); wave25: fp32
@@ -139,9 +139,7 @@ def _setup(cfg: StencilConfig):
         raise StencilError(f"steps must be >= 0, got {cfg.steps}")
     if cfg.tol is not None and not (cfg.tol > 0 and math.isfinite(cfg.tol)):
         raise StencilError(f"tol must be a positive number, got {cfg.tol}")
-    return grid_wafer(
-        preset(cfg.preset), cfg.grid, mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed
-    )
+    return grid_wafer(cfg.spec, cfg.grid, mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed)
 
 
 def run_stencil(cfg: StencilConfig, progress: Progress | None = None) -> RunReport:
