@@ -186,7 +186,7 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
         f"{cfg.skin_A:g} A skin), list builds {res.list_builds} (reruns {res.list_reruns}), "
         f"{summary['sram_bytes_per_pe']} B SRAM per PE, re-plans {res.replans}; "
         f"{summary['words_per_step']:.4g} fabric words/step; "
-        f"predicted on {cfg.wafer}: {summary['predicted_timesteps_per_s']:.4g} timesteps/s "
+        f"predicted on {cfg.spec.name}: {summary['predicted_timesteps_per_s']:.4g} timesteps/s "
         f"({summary['bound']}-bound), measured here "
         f"{summary['timesteps_per_s'] or 0:.4g} timesteps/s"
     )
@@ -223,7 +223,7 @@ def _summary(res, cfg, n_atoms, pot, trace=None) -> dict:
         "words_per_step": report.extra["words_per_step"],
         "bound": report.bound,
         "report": report.to_dict(),
-        "wafer": cfg.wafer,
+        "wafer": cfg.spec.name,
         **({"trace": str(report.trace.save(trace))} if trace is not None else {}),
     }
 

@@ -142,6 +142,17 @@ def _setup(cfg: StencilConfig):
     return grid_wafer(cfg.spec, cfg.grid, mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed)
 
 
+def _config_record(cfg: StencilConfig) -> dict[str, Any]:
+    """The run's settings as its report records them, the wafer by its spec's name."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        key, value = (
+            ("preset", cfg.spec.name) if f.name == "spec" else (f.name, getattr(cfg, f.name))
+        )
+        out[key] = value
+    return out
+
+
 def run_stencil(cfg: StencilConfig, progress: Progress | None = None) -> RunReport:
     """Run one configured problem (see the module docstring) and report it."""
     wafer = _setup(cfg)
@@ -188,7 +199,7 @@ def _report(cfg, grid, phases: Phases, step: str, wall: float, done: int, field,
     flops = phases.total_work().flops()
     pred_s = report.predicted_s
     report.extra.update(
-        config=dataclasses.asdict(cfg),
+        config=_config_record(cfg),
         kind=cfg.kind,
         steps=done,
         cells=cells,
