@@ -51,7 +51,7 @@ def test_bad_grids_and_values_are_errors():
     ],
 )
 def test_bad_run_settings_are_errors(changes, message):
-    cfg = {"kind": "bicgstab", "grid": (8, 8, 8), "preset": "small", "mesh_shape": (1, 1)}
+    cfg = {"kind": "bicgstab", "grid": (8, 8, 8), "spec": preset("small"), "mesh_shape": (1, 1)}
     with pytest.raises(WseError, match=message):
         run_stencil(StencilConfig(**{**cfg, **changes}))
 
