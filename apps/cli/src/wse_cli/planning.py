@@ -140,9 +140,9 @@ def gpu_rates(g: gpum.GpuSpec, rates: dict[str, Any]) -> eco.Rates:
     return eco.Rates(usd_per_system_hour=usd, **given)
 
 
-def wafer_rates(wafer: str, rates: dict[str, Any]) -> eco.Rates:
+def wafer_rates(spec_name: str, rates: dict[str, Any]) -> eco.Rates:
     given = {k: v for k, v in rates.items() if k != "usd_per_gpu_hour"}
-    return eco.wafer_rates(wafer, **given)
+    return eco.wafer_rates(spec_name, **given)
 
 
 def check_rates(rates: dict[str, Any]) -> None:
@@ -152,13 +152,13 @@ def check_rates(rates: dict[str, Any]) -> None:
             raise PlanError(f"--{name.replace('_', '-')} must be a number >= 0, got {v:g}")
 
 
-def power_notes(g: gpum.GpuSpec, wafer: str) -> list[str]:
+def power_notes(g: gpum.GpuSpec, spec_name: str) -> list[str]:
     """The power and price assumptions every plan states."""
-    peak, idle = eco.system_power_w(wafer)
+    peak, idle = eco.system_power_w(spec_name)
     gpeak, gidle = g.power_w_per_gpu()
     return [
-        f"wafer system {eco.system_of(wafer).system}: {peak / 1e3:g} kW while busy, "
-        f"{idle / 1e3:g} kW idle ({eco.system_of(wafer).source}; idle assumed); "
+        f"wafer system {eco.system_of(spec_name).system}: {peak / 1e3:g} kW while busy, "
+        f"{idle / 1e3:g} kW idle ({eco.system_of(spec_name).source}; idle assumed); "
         "MemoryX/SwarmX power not counted",
         f"GPU {g.name}: {gpeak:g} W per GPU busy, {gidle:g} W idle (DGX node max / 8; "
         "idle assumed); switches not counted",
@@ -215,18 +215,18 @@ def match_gpus(
 
 
 def _wafer_train_side(
-    wafer: str, n: int, step_s: float, steps: int, global_batch: int, seq: int,
+    spec_name: str, n: int, step_s: float, steps: int, global_batch: int, seq: int,
     rates: dict[str, Any], scale: dict[str, Any],
 ) -> SideResult:  # fmt: skip
     """`n` wafer systems training for `steps` steps of `step_s` seconds (`scale`: tokens/s,
     efficiency against one system and what bounds it)."""
-    peak, _ = eco.system_power_w(wafer)
+    peak, _ = eco.system_power_w(spec_name)
     w_time = steps * step_s
     w_energy = eco.energy_j(w_time, n * peak)
     return SideResult(
-        eco.system_of(wafer).system, n, w_time, w_energy,
+        eco.system_of(spec_name).system, n, w_time, w_energy,
         eco.bill(system_hours=n * w_time / 3600, energy_j=w_energy,
-                 rates=wafer_rates(wafer, rates)),
+                 rates=wafer_rates(spec_name, rates)),
         {"steps": steps, "step_s": step_s, "energy_j_per_step": eco.per(w_energy, steps),
          "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq), **scale},
     )  # fmt: skip

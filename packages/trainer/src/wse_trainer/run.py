@@ -140,10 +140,10 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
     result.stall_fraction = stall / wall if wall else 0.0
 
 
-def _prediction_line(report: Any, wafer: str) -> str:
+def _prediction_line(report: Any, spec: WaferSpec) -> str:
     x = report.extra
     return (
-        f"predicted wafer step ({report.systems} x {wafer}, {x['precision']}): "
+        f"predicted wafer step ({report.systems} x {spec.name}, {x['precision']}): "
         f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s, "
         f"{report.bound}-bound, streams stall {100 * x['stall_fraction']:.1f}%"
     )
@@ -264,7 +264,7 @@ def run(
         if start:
             log.line(f"resumed from checkpoint step {start}")
         result.predicted_step_s = s.prediction.predicted_s
-        log.line(_prediction_line(s.prediction, spec.name))
+        log.line(_prediction_line(s.prediction, spec))
         log.line(describe(s.layout, config.train_input.batch_size // run_cfg.num_csx))
         if run_cfg.mode != "eval" and end > start:
             if start == 0 and run_cfg.save_initial_checkpoint:
