@@ -93,32 +93,18 @@ def operator_file(tmp_path_factory):
 
 
 def _bad_spec_cases(operator_file: str) -> list[list[str]]:
-    return [
-        ["wafer", "info"],
-        ["wafer", "defects"],
-        ["wafer", "check", "--grid", "4", "4"],
-        ["hpc", "stencil", "--kind", "jacobi", "--grid", "8", "8", "8"],
-        [
-            "hpc",
-            "md",
-            "--lattice",
-            "fcc",
-            "--element",
-            "Cu",
-            "--a",
-            "3.6",
-            "--cells",
-            "4",
-            "4",
-            "4",
-            "--potential",
-            "none.eam.alloy",
-        ],  # fmt: skip
-        ["hpc", "tlrmvm", "run", "--operator", operator_file],
-        ["plan", "train", "--model", "gpt2-124m", "--tokens", "1e9"],
-        ["plan", "infer", "--model", "llama3-8b"],
-        ["train", "tiny", "--validate_only"],
+    lines = [
+        "wafer info",
+        "wafer defects",
+        "wafer check --grid 4 4",
+        "hpc stencil --kind jacobi --grid 8 8 8",
+        "hpc md --lattice fcc --element Cu --a 3.6 --cells 4 4 4 --potential none.eam.alloy",
+        f"hpc tlrmvm run --operator {operator_file}",
+        "plan train --model gpt2-124m --tokens 1e9",
+        "plan infer --model llama3-8b",
+        "train tiny --validate_only",
     ]
+    return [line.split() for line in lines]
 
 
 def test_bad_spec_input_exits_2_with_one_line_on_every_command(tmp_path, operator_file):
