@@ -113,10 +113,11 @@ def test_stencil_estimate_counts_the_manufactured_solution_as_built(kind):
     import tracemalloc
 
     from wse_cli.commands.hpc_stencil import EXACT_BYTES_PER_CELL
+    from wse_core import preset
     from wse_hpc.stencil.placement import place_grid
     from wse_hpc.stencil.runs import StencilConfig, _setup, exact_solution
 
-    cfg = StencilConfig(kind=kind, grid=(20, 24, 30), preset="small")
+    cfg = StencilConfig(kind=kind, grid=(20, 24, 30), spec=preset("small"))
     grid = place_grid(_setup(cfg), cfg.grid, {"u": "fp32"})
     tracemalloc.start()
     try:

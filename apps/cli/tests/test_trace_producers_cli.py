@@ -70,8 +70,9 @@ def test_train_validate_only_trace_is_every_layer_on_every_pe(tmp_path):
     from wse_trainer.run import predict, validate
 
     config = load_config("tiny", [])
-    model, plan = validate(config)
-    report = predict(config, model, plan)
+    spec = preset(config.runconfig.wafer)
+    model, plan = validate(config, spec)
+    report = predict(config, spec, model, plan)
     pes = spec.pe_rows * spec.pe_cols
     used = report.sram["used_bytes_per_pe"]
     assert trace.layers["sram_bytes"].sum() == used * pes == _ledger_total(trace)

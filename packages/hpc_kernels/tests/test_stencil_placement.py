@@ -51,7 +51,7 @@ def test_bad_grids_and_values_are_errors():
     ],
 )
 def test_bad_run_settings_are_errors(changes, message):
-    cfg = {"kind": "bicgstab", "grid": (8, 8, 8), "preset": "small", "mesh_shape": (1, 1)}
+    cfg = {"kind": "bicgstab", "grid": (8, 8, 8), "spec": preset("small"), "mesh_shape": (1, 1)}
     with pytest.raises(WseError, match=message):
         run_stencil(StencilConfig(**{**cfg, **changes}))
 
@@ -60,7 +60,12 @@ def test_bad_run_settings_are_errors(changes, message):
 def test_runs_report_measurements_and_predictions():
     run = run_stencil(
         StencilConfig(
-            kind="jacobi", grid=(9, 11, 8), preset="small", steps=20, chunks=2, mesh_shape=(2, 4)
+            kind="jacobi",
+            grid=(9, 11, 8),
+            spec=preset("small"),
+            steps=20,
+            chunks=2,
+            mesh_shape=(2, 4),
         )
     )
     x = run.extra

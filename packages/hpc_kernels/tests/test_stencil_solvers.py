@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
-from wse_core import fabric
+from wse_core import fabric, preset
 from wse_hpc.stencil import COEFFS, bicgstab, refine, scale_for, wave25
 from wse_hpc.stencil import reference as ref
 from wse_hpc.stencil.kernels import laplacian7
@@ -198,7 +198,7 @@ def test_the_recurrence_residual_no_longer_decides_convergence():
 
     run = run_stencil(
         StencilConfig(
-            kind="bicgstab", grid=(16, 16, 16), preset="small", tol=1e-6, mesh_shape=(2, 4)
+            kind="bicgstab", grid=(16, 16, 16), spec=preset("small"), tol=1e-6, mesh_shape=(2, 4)
         )
     )
     final = run.extra["final"]

@@ -5,10 +5,10 @@ import dataclasses
 import math
 
 import pytest
-from wse_core.assumptions import assume
+from wse_core.assumptions import assume, assumed_spec
 from wse_core.perf import PerfModel
 from wse_core.pipeline_plan import plan_pipeline
-from wse_core.spec import spec_from
+from wse_core.spec import preset, spec_from
 from wse_core.transformer import DecoderCounts
 from wse_inference.pipeline import perf as decode_perf
 from wse_inference.pipeline.engine import PipelineEngine
@@ -24,7 +24,7 @@ HAND = DecoderCounts(
 
 def _hand_plan(**kw):
     # 4 x 4 PEs: the head (1184 B) and the one stage (1440 B) get 2 x 4 PEs each.
-    return plan_pipeline(HAND, spec_from("tiny", pe_rows=4, pe_cols=4), context_len=8, **kw)
+    return plan_pipeline(HAND, spec_from(preset("tiny"), pe_rows=4, pe_cols=4), context_len=8, **kw)
 
 
 def test_decode_cost_counted_by_hand():
@@ -65,15 +65,15 @@ def test_decode_cost_counted_by_hand():
 
 def test_wafers_pass_activations_at_system_io_with_stated_latency():
     two = dataclasses.replace(HAND, name="hand2", n_layers=2)
-    spec = spec_from("tiny", pe_rows=4, pe_cols=4)
+    spec = spec_from(preset("tiny"), pe_rows=4, pe_cols=4)
     plan = plan_pipeline(two, spec, num_wafers=2, stages=2, context_len=8)
     report = decode_perf.predict_decode(two, plan)
     # 2 passes (wafer 0 -> 1 and back) of d_model = 8 fp16 values, plus the latency each.
     between = report.predicted.leaf("between_wafers")
     assert between.seconds == pytest.approx(2 * 8 * 2 / spec.host_io_bytes_per_s + 2 * 2e-6)
     assert "system_latency_s" in report.assumptions
-    with assume(system_latency_s=5e-6):  # presets are read inside: plan again
-        spec5 = spec_from("tiny", pe_rows=4, pe_cols=4)
+    with assume(system_latency_s=5e-6):  # the assumed spec, resolved at the edge: plan again
+        spec5 = spec_from(assumed_spec("tiny"), pe_rows=4, pe_cols=4)
         slower = decode_perf.predict_decode(
             two, plan_pipeline(two, spec5, num_wafers=2, stages=2, context_len=8)
         )
@@ -117,7 +117,7 @@ def test_engine_and_prediction_share_the_plan(change):
 
 def test_engine_takes_a_given_plan():
     model = tiny_model("llama", n_layers=3)
-    plan = plan_pipeline(model.config, spec_from("wse3"), stages=3, context_len=24, slots=3)
+    plan = plan_pipeline(model.config, spec_from(preset("wse3")), stages=3, context_len=24, slots=3)
     eng = PipelineEngine(model, plan=plan)
     assert eng.plan is plan and eng.stages == 3 and eng.max_context == 24
     assert eng._groups() == [(0, 1), (1, 2), (2, 3)]

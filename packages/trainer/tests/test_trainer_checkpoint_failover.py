@@ -30,7 +30,7 @@ from wse_trainer.checkpoints import (
 )
 from wse_trainer.config import ConfigError
 from wse_trainer.metrics import read_metrics
-from wse_trainer.run import run
+from wse_trainer.testing import run_on_preset as run
 from wse_trainer.testing import tiny_config
 
 

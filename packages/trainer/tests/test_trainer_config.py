@@ -1,6 +1,7 @@
 """Params files: ModelZoo sections, dotted overrides, errors that suggest the right key."""
 
 import pytest
+from wse_core import preset
 from wse_trainer.config import (
     SHIPPED,
     ConfigError,
@@ -15,7 +16,7 @@ from wse_trainer.run import model_config, validate
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_config_parses_and_validates(name):
     cfg = load_config(shipped_config(name))
-    model, plan = validate(cfg)
+    model, plan = validate(cfg, preset(cfg.runconfig.wafer))
     assert model.num_params() > 0
     assert plan.streaming is not None, plan.streaming_error
     # The plan's masters row is the analytic count: 4 bytes per parameter for the weights.
@@ -94,7 +95,7 @@ def test_cpu_shards_must_split_each_replicas_batch(shards, needle):
 def test_sequence_longer_than_the_model_is_refused():
     cfg = load_config("tiny", ["train_input.max_sequence_length=4096"])
     with pytest.raises(ConfigError, match="exceeds the model's max_seq_len=256"):
-        validate(cfg)
+        validate(cfg, preset(cfg.runconfig.wafer))
 
 
 def test_missing_file_names_the_shipped_configs(tmp_path):

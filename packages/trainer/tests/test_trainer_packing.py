@@ -25,9 +25,9 @@ from wse_trainer.optimizer import base_transform
 from wse_trainer.plan import plan_activations
 from wse_trainer.reference import loss_fn
 from wse_trainer.replica import token_loss
-from wse_trainer.run import run
 from wse_trainer.stream import StreamedTrainer
 from wse_trainer.studies.varlen_packing import _segment_lengths, padding_fraction
+from wse_trainer.testing import run_on_preset as run
 from wse_trainer.testing import tiny_config
 
 EOS, B, S = 0, 4, 24

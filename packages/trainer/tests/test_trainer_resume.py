@@ -16,7 +16,8 @@ import yaml
 from tokenizers import Tokenizer
 from wse_trainer.checkpoints import Checkpointer
 from wse_trainer.metrics import read_metrics
-from wse_trainer.run import TrainingDivergedError, run
+from wse_trainer.run import TrainingDivergedError
+from wse_trainer.testing import run_on_preset as run
 from wse_trainer.testing import tiny_config, tiny_params, write_corpus
 
 

@@ -10,7 +10,8 @@ from wse_trainer.stream_cost import tree_levels
 
 @pytest.mark.parametrize(("name", "n_params"), [("llama_1t", 1.198e12), ("llama_24t", 24.14e12)])
 def test_the_shipped_trillion_configs_plan_below_the_layer(name, n_params):
-    model, plan = validate(load_config(name))
+    cfg = load_config(name)
+    model, plan = validate(cfg, preset(cfg.runconfig.wafer))
     assert model.num_params() == pytest.approx(n_params, rel=1e-3)
     s = plan.streaming
     assert s is not None and s.chunked and "a whole layer needs" in s.chunks.reason
@@ -32,7 +33,7 @@ def test_swarmx_tree_levels_follow_the_fanout():
 @pytest.mark.parametrize("key", ["weight_chunks", "activation_stride"])
 def test_negative_plan_knobs_are_config_errors(key):
     with pytest.raises(ConfigError, match=f"runconfig.{key} must be >= 0"):
-        validate(load_config("tiny", [f"runconfig.{key}=-1"]))
+        validate(load_config("tiny", [f"runconfig.{key}=-1"]), preset("small"))
 
 
 def test_trillion_scaling_rows_are_the_ratios_of_their_own_predictions():

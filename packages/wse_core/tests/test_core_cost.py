@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from wse_core import Op, PerfModel, Phase, RunReport, SpecError, Traffic, Work, preset
-from wse_core.assumptions import assume, parse_assumptions
+from wse_core import PRESETS, Op, PerfModel, Phase, RunReport, SpecError, Traffic, Work, preset
+from wse_core.assumptions import assume, assumed_spec, parse_assumptions
 from wse_core.calibration import UNCALIBRATED, current, leave_one_out, rows
 from wse_core.perf import overlap, serial
 from wse_core.stencil_cost import wave_step_phases
@@ -140,9 +140,10 @@ def test_assumptions_change_presets_and_refit_the_calibration():
             if str(r["role"]).startswith("fits")
         )
     with assume(dsd_issue_cycles=20, hop_latency_cycles=2):
-        assert preset("wse3").hop_latency_cycles == 2
+        assert assumed_spec("wse3").hop_latency_cycles == 2  # the experiment runners' edge
+        assert preset("wse3") == PRESETS["wse3"]  # pure: the same spec in any context
         assert "dsd_issue_cycles" not in current().values  # assumed: held, not fitted
-        assert PerfModel(preset("wse2")).rates.dsd_issue_cycles == 20
+        assert PerfModel(assumed_spec("wse2")).rates.dsd_issue_cycles == 20
     assert preset("wse3").hop_latency_cycles == 1
     with pytest.raises(SpecError, match="unknown assumption"):
         parse_assumptions(["hop_latency=2"])

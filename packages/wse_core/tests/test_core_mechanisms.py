@@ -7,7 +7,7 @@ import math
 
 import pytest
 from wse_core import Op, PerfModel, Phase, Work, preset
-from wse_core.assumptions import ASSUMED_FIELDS
+from wse_core.assumptions import ASSUMED_FIELDS, assumed_spec
 from wse_core.calibration import UNCALIBRATED, Calibration, current
 from wse_core.collectives import ALGORITHMS, allreduce_2d, line_work, reduce_line
 from wse_core.errors import SpecError
@@ -100,7 +100,7 @@ def test_by_mechanism_adds_up_and_keeps_only_what_sets_the_time():
 def test_sweep_moves_predictions_and_refits():
     def predict(*, seed):
         cal = current()
-        spec = preset("wse2")
+        spec = assumed_spec("wse2")  # a runner: its edge resolves under the sweep
         w = Work(ops=(Op("add", "fp32", 10, count=100),))
         s = PerfModel(spec, cal).cost(w).cycles
         return [PredictionRow("cycles", s, "cycles", {"case": "x"})]

@@ -49,7 +49,7 @@ def test_unknown_preset_suggests_the_closest():
 )
 def test_bad_spec_values_are_refused(field, value):
     with pytest.raises(SpecError, match=field):
-        spec_from("tiny", **{field: value})
+        spec_from(preset("tiny"), **{field: value})
 
 
 def test_yaml_spec_round_trip(tmp_path):
@@ -68,6 +68,49 @@ def test_yaml_spec_round_trip(tmp_path):
         load_spec(tmp_path / "bad.yaml")
     with pytest.raises(SpecError, match="cannot read"):
         load_spec(tmp_path / "missing.yaml")
+
+
+def test_preset_and_load_spec_are_pure_under_any_assumptions(tmp_path):
+    import yaml
+    from wse_core.assumptions import assume
+
+    full = tmp_path / "full.yaml"
+    full.write_text(yaml.safe_dump(preset("wse2").to_dict()))
+    based = tmp_path / "based.yaml"
+    based.write_text("base: wse3\npe_rows: 100\n")
+    outside = [preset(n) for n in PRESETS] + [load_spec(full), load_spec(based)]
+    with assume(hop_latency_cycles=7, clock_hz=1e9, table_ii_block_z=100):
+        with assume(sqrt_cycles=3):
+            inside = [preset(n) for n in PRESETS] + [load_spec(full), load_spec(based)]
+    assert inside == outside
+    assert [s.key() for s in inside] == [s.key() for s in outside]
+
+
+def test_resolve_spec_applies_sets_then_assumptions_to_a_preset_or_a_file(tmp_path):
+    import yaml
+    from wse_core.assumptions import applied, assume, assumed_spec, resolve_spec
+
+    wse2 = preset("wse2")
+    full = tmp_path / "full.yaml"  # every field, no base: --assume applies as to a preset
+    full.write_text(yaml.safe_dump(wse2.to_dict()))
+    assert resolve_spec(path=full) == wse2 == resolve_spec(name="wse2")
+    assert resolve_spec() == preset("wse3")
+    sets, assumed = {"pe_rows": "100", "clock_hz": "1e9"}, {"clock_hz": 2e9, "sqrt_cycles": 4}
+    for got in (
+        resolve_spec(name="wse2", sets=sets, assumptions=assumed),
+        resolve_spec(path=full, sets=sets, assumptions=assumed),
+    ):
+        assert (got.pe_rows, got.clock_hz, got.sqrt_cycles) == (100, 2e9, 4.0)  # --assume last
+        assert got == wse2.replace(pe_rows=100, clock_hz=2e9, sqrt_cycles=4.0)
+    # A calibration setting is not a spec field: it leaves the spec as it is.
+    assert applied(wse2, {"table_ii_block_z": 100}) == wse2
+    with pytest.raises(SpecError, match="not both"):
+        resolve_spec(name="wse2", path=full)
+    with pytest.raises(SpecError, match="unknown assumption"):
+        resolve_spec(name="wse2", assumptions={"hop": 1})
+    with assume(hop_latency_cycles=3):  # the experiment runners' edge reads the block
+        assert assumed_spec("wse2") == wse2.replace(hop_latency_cycles=3.0)
+    assert assumed_spec("wse2") == wse2
 
 
 def test_sram_ledger_budget_and_planning():

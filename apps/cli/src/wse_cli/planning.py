@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from wse_core import PRESETS, WaferSpec
 from wse_core import economics as eco
 from wse_core import gpu as gpum
 from wse_core.transformer import DecoderShape, num_params
@@ -49,7 +50,7 @@ __all__ = [
 
 
 def wafer_train_step(
-    config: Any, wafer: str, *, num_csx: int, batch: int | None, seq_len: int
+    config: Any, spec: WaferSpec, *, num_csx: int, batch: int | None, seq_len: int
 ) -> tuple[float, int, dict[str, Any]]:
     """(seconds per step, batch per system, scaling figures) of weight-streaming training,
     from the trainer's own prediction (`wse_trainer.performance.predict_step`, a RunReport)
@@ -57,10 +58,8 @@ def wafer_train_step(
     what bounds the step and what the added systems cost). With `batch` None the batch is
     the smallest that keeps the streams hidden (`no_stall_batch`; 1 when no batch the SRAM
     plan places does)."""
-    from wse_core import preset
     from wse_trainer.performance import no_stall_batch, predict_step, scaling
 
-    spec = preset(wafer)
     if batch is None:
         batch = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len) or 1
     step = lambda n: predict_step(config, spec, num_csx=n, micro_batch=batch, seq_len=seq_len)  # noqa: E731
@@ -141,9 +140,9 @@ def gpu_rates(g: gpum.GpuSpec, rates: dict[str, Any]) -> eco.Rates:
     return eco.Rates(usd_per_system_hour=usd, **given)
 
 
-def wafer_rates(wafer: str, rates: dict[str, Any]) -> eco.Rates:
+def wafer_rates(spec_name: str, rates: dict[str, Any]) -> eco.Rates:
     given = {k: v for k, v in rates.items() if k != "usd_per_gpu_hour"}
-    return eco.wafer_rates(wafer, **given)
+    return eco.wafer_rates(spec_name, **given)
 
 
 def check_rates(rates: dict[str, Any]) -> None:
@@ -153,13 +152,13 @@ def check_rates(rates: dict[str, Any]) -> None:
             raise PlanError(f"--{name.replace('_', '-')} must be a number >= 0, got {v:g}")
 
 
-def power_notes(g: gpum.GpuSpec, wafer: str) -> list[str]:
+def power_notes(g: gpum.GpuSpec, spec_name: str) -> list[str]:
     """The power and price assumptions every plan states."""
-    peak, idle = eco.system_power_w(wafer)
+    peak, idle = eco.system_power_w(spec_name)
     gpeak, gidle = g.power_w_per_gpu()
     return [
-        f"wafer system {eco.SYSTEMS[wafer].system}: {peak / 1e3:g} kW while busy, "
-        f"{idle / 1e3:g} kW idle ({eco.SYSTEMS[wafer].source}; idle assumed); "
+        f"wafer system {eco.system_of(spec_name).system}: {peak / 1e3:g} kW while busy, "
+        f"{idle / 1e3:g} kW idle ({eco.system_of(spec_name).source}; idle assumed); "
         "MemoryX/SwarmX power not counted",
         f"GPU {g.name}: {gpeak:g} W per GPU busy, {gidle:g} W idle (DGX node max / 8; "
         "idle assumed); switches not counted",
@@ -216,18 +215,18 @@ def match_gpus(
 
 
 def _wafer_train_side(
-    wafer: str, n: int, step_s: float, steps: int, global_batch: int, seq: int,
+    spec_name: str, n: int, step_s: float, steps: int, global_batch: int, seq: int,
     rates: dict[str, Any], scale: dict[str, Any],
 ) -> SideResult:  # fmt: skip
     """`n` wafer systems training for `steps` steps of `step_s` seconds (`scale`: tokens/s,
     efficiency against one system and what bounds it)."""
-    peak, _ = eco.system_power_w(wafer)
+    peak, _ = eco.system_power_w(spec_name)
     w_time = steps * step_s
     w_energy = eco.energy_j(w_time, n * peak)
     return SideResult(
-        eco.SYSTEMS[wafer].system, n, w_time, w_energy,
+        eco.system_of(spec_name).system, n, w_time, w_energy,
         eco.bill(system_hours=n * w_time / 3600, energy_j=w_energy,
-                 rates=wafer_rates(wafer, rates)),
+                 rates=wafer_rates(spec_name, rates)),
         {"steps": steps, "step_s": step_s, "energy_j_per_step": eco.per(w_energy, steps),
          "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq), **scale},
     )  # fmt: skip
@@ -259,7 +258,7 @@ def plan_train(
     tokens: float,
     systems: int | None = None,
     gpus: int | None = None,
-    wafer: str = "wse3",
+    spec: WaferSpec = PRESETS["wse3"],
     gpu: str = "h100",
     mfu: float = 0.4,
     batch_per_system: int | None = None,
@@ -270,13 +269,13 @@ def plan_train(
     check_positive(tokens=tokens, systems=systems, gpus=gpus, mfu=mfu, batch=batch_per_system)
     rates = rates or {}
     check_rates(rates)
-    cfg, g = choice.config, gpum.gpu_spec(gpu)
+    cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
     eco.system_power_w(wafer)  # an unknown system fails before any work
     n = systems or choice.num_csx or 1
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
     batch = batch_per_system or choice.batch_per_system
     # batch None: the smallest batch that keeps the wafer fed
-    step_s, batch, scale = wafer_train_step(cfg, wafer, num_csx=n, batch=batch, seq_len=seq)
+    step_s, batch, scale = wafer_train_step(cfg, spec, num_csx=n, batch=batch, seq_len=seq)
     global_batch = n * batch
     steps = math.ceil(tokens / (global_batch * seq))
     w_side = _wafer_train_side(wafer, n, step_s, steps, global_batch, seq, rates, scale)

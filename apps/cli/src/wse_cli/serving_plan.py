@@ -25,11 +25,11 @@ import dataclasses
 import math
 from typing import Any
 
+from wse_core import PRESETS, WaferSpec
 from wse_core import economics as eco
 from wse_core import gpu as gpum
 from wse_core import serving as sv
 from wse_core.pipeline_plan import PipelinePlanError
-from wse_core.spec import preset
 from wse_core.transformer import DecoderShape, num_params
 
 from wse_cli.model_choice import ModelChoice, PlanError, resolve_model
@@ -72,12 +72,11 @@ class ServingPlan:
 
 
 def wafer_serving(
-    config: Any, wafer: str, *, num_wafers: int | None, workload: sv.Workload,
+    config: Any, spec: WaferSpec, *, num_wafers: int | None, workload: sv.Workload,
     speculation: sv.Speculation | None = None,
 ) -> sv.WaferServing:  # fmt: skip
     """The wafers' serving system on `num_wafers` (default: the fewest that hold the model,
     its draft and one user)."""
-    spec = preset(wafer)
     counts = [num_wafers] if num_wafers else range(1, config.n_layers + 1)
     for n in counts:
         try:
@@ -176,7 +175,7 @@ def plan_infer(
     min_user_tokens_per_s: float | None = None,
     tokens_per_day: float | None = None,
     days: float = 365.0,
-    wafer: str = "wse3",
+    spec: WaferSpec = PRESETS["wse3"],
     gpu: str = "h100",
     prompt_tokens: int = 1024,
     output_tokens: int = 256,
@@ -193,16 +192,16 @@ def plan_infer(
     _check(users, min_user_tokens_per_s, hbm_fraction, mfu)
     rates = rates or {}
     check_rates(rates)
-    cfg, g = choice.config, gpum.gpu_spec(gpu)
+    cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
     power = eco.system_power_w(wafer)
     work = sv.Workload(
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, context_len=context_len
     )
-    spec = _speculation(draft, gamma, alpha)
-    ws = wafer_serving(cfg, wafer, num_wafers=wafers, workload=work, speculation=spec)
+    speculation = _speculation(draft, gamma, alpha)
+    ws = wafer_serving(cfg, spec, num_wafers=wafers, workload=work, speculation=speculation)
     shape = cfg
-    m = gpus or _default_gpus(shape, g, work, spec)
-    kw = dict(workload=work, hbm_fraction=hbm_fraction, mfu=mfu, speculation=spec)
+    m = gpus or _default_gpus(shape, g, work, speculation)
+    kw = dict(workload=work, hbm_fraction=hbm_fraction, mfu=mfu, speculation=speculation)
     gs = sv.GpuServing(shape, g, num_gpus=m, **kw)  # type: ignore[arg-type]
     wf, gf = sv.frontier(ws), sv.frontier(gs)
     wp, w_ok = _choose(ws, wf, users, min_user_tokens_per_s)
@@ -227,14 +226,14 @@ def plan_infer(
     inputs = {"wafers": ws.units, "gpus": m, "users": users, "tokens_per_day": per_day,
               "min_user_tokens_per_s": min_user_tokens_per_s, "days": days, "wafer": wafer,
               "gpu": gpu, "workload": work.to_dict(), "hbm_fraction": hbm_fraction, "mfu": mfu,
-              "speculation": None if spec is None else spec.to_dict(),
+              "speculation": None if speculation is None else speculation.to_dict(),
               "wafer_rates": wafer_rates(wafer, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     how = "users" if users else "min_user_tokens_per_s" if min_user_tokens_per_s else "knee"
     return ServingPlan(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both},
-        _notes(g, wafer, work, hbm_fraction, mfu, days, spec),
+        _notes(g, wafer, work, hbm_fraction, mfu, days, speculation),
     )  # fmt: skip
 
 

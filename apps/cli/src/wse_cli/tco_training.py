@@ -20,6 +20,7 @@ from typing import Any
 from wse_core import ExperimentResult, PredictionRow
 from wse_core import economics as eco
 from wse_core import gpu as gpum
+from wse_core.assumptions import assumed_spec
 
 __all__ = ["run", "SYSTEMS", "TOKENS"]
 
@@ -91,9 +92,10 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
     from wse_cli.planning import ModelChoice, plan_train
 
     del quick  # nothing measured: the predictions are the whole experiment
-    choice = ModelChoice("llama-12b", model_12b(), seq_len=SEQ_LEN)
+    choice, spec = ModelChoice("llama-12b", model_12b(), seq_len=SEQ_LEN), assumed_spec("wse3")
     plans = [
-        (n, plan_train(choice, tokens=TOKENS, systems=n, gpus=GPUS_PER_SYSTEM * n)) for n in SYSTEMS
+        (n, plan_train(choice, tokens=TOKENS, systems=n, gpus=GPUS_PER_SYSTEM * n, spec=spec))
+        for n in SYSTEMS
     ]
     rows = [r for n, p in plans for r in _rows(p, n)]
     first = plans[0][1]

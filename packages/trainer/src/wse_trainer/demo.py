@@ -38,6 +38,8 @@ def fresh_model_dir(out_dir: Path) -> Path:
 
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """Train the shipped tiny config briefly; show the loss falling, the stall, a sample."""
+    from wse_core import preset
+
     from wse_trainer.config import load_config
     from wse_trainer.run import run, validate
 
@@ -57,13 +59,14 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
             "optimizer.warmup_steps=5",
         ],
     )
-    model, plan = validate(config)
+    spec = preset(config.runconfig.wafer)  # the demo is an edge: the name resolved once
+    model, plan = validate(config, spec)
     console.print(
         f"model {model.num_params():,} parameters, {model.n_layers} layers streamed "
         f"layer by layer from MemoryX; activations kept every "
         f"{plan.streaming.stride} layer(s) in the replica's SRAM"
     )
-    result = run(config, echo=lambda line: console.print(line, highlight=False, markup=False))
+    result = run(config, spec, echo=lambda line: console.print(line, highlight=False, markup=False))
     first, last = result.losses[min(result.losses)], result.losses[max(result.losses)]
     console.print(
         f"loss {first:.3f} -> {last:.3f} over {len(result.losses)} steps; "

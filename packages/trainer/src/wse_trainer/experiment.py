@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from wse_core import ExperimentResult, PredictionRow, RunReport, preset
+from wse_core import ExperimentResult, PredictionRow, RunReport
 from wse_core import gpu as gpum
+from wse_core.assumptions import assumed_spec
 
 from wse_trainer.performance import no_stall_batch, predict_step
 
@@ -70,7 +71,7 @@ def _gpu_rows(name: str, model: Any, n: int, batch: int, seq: int) -> list[Predi
 def _predictions() -> tuple[list[PredictionRow], dict[str, Any]]:
     import wse_models
 
-    spec, rows, curves = preset(WAFER), [], {}
+    spec, rows, curves = assumed_spec(WAFER), [], {}
     for name, batch, seq in CASES:
         model = wse_models.preset_config(name, dtype="bfloat16")
         for n in NUM_CSX:
@@ -137,12 +138,12 @@ def _measure(quick: bool, seed: int) -> list[dict[str, Any]]:
             num_csx=n,
             global_batch=batch,
             seq_len=seq,
-            plan=plan_activations(model, preset("small"), batch // n, seq),
+            plan=plan_activations(model, assumed_spec("small"), batch // n, seq),
         )
         tr.step(data[0])  # compile
         stats = [tr.step(b) for b in data[1:]]
         wall = sum(s.wall_s for s in stats)
-        spec = preset("small")
+        spec = assumed_spec("small")
         pred = predict_step(
             model,
             spec,

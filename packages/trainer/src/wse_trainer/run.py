@@ -1,6 +1,8 @@
 """The `wse train` shell: data, model, streamed steps, checkpoints, logs, eval, export.
 
-`run(config)` trains (or evaluates) as the config says and returns a `RunResult`:
+`run(config, spec)` trains (or evaluates) as the config says on a wafer of `spec` (the
+`WaferSpec` its caller resolved once: the CLI from `runconfig.wafer` or `--spec FILE`) and
+returns a `RunResult`:
 
 1. checks what can be known before compiling (`check_config`, the replica's SRAM plan);
 2. the tokenizer: `<model_dir>/tokenizer.json` when present (a resumed run), else a
@@ -20,8 +22,8 @@
    trained model.
 
 Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `open_checkpoints`, `evaluate`).
-`model_config(config)` and `validate(config)` (the `--validate_only` memory plan) allocate
-nothing; `predict(config, model, plan)` is the wafer's predicted step on that plan
+`model_config(config)` and `validate(config, spec)` (the `--validate_only` memory plan)
+allocate nothing; `predict(config, spec, model, plan)` is the wafer's predicted step on that plan
 (`wse_trainer.performance.predict_step`, a `RunReport`), which the run logs next to the
 measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, `RunResult`); the
 three live in `wse_trainer.session` and are re-exported here.
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from wse_core import WseError
+from wse_core import WaferSpec, WseError
 from wse_core.distributed import is_primary
 
 from wse_trainer.config import TrainConfig
@@ -138,10 +140,10 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
     result.stall_fraction = stall / wall if wall else 0.0
 
 
-def _prediction_line(report: Any, wafer: str) -> str:
+def _prediction_line(report: Any, spec: WaferSpec) -> str:
     x = report.extra
     return (
-        f"predicted wafer step ({report.systems} x {wafer}, {x['precision']}): "
+        f"predicted wafer step ({report.systems} x {spec.name}, {x['precision']}): "
         f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s, "
         f"{report.bound}-bound, streams stall {100 * x['stall_fraction']:.1f}%"
     )
@@ -234,11 +236,14 @@ def _samples(s: Session) -> list[str]:
     return [r.sample_prompt + s.tok.decode(ids)]
 
 
-def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> RunResult:
-    """Train and/or evaluate as `config.runconfig.mode` says (see the module docstring)."""
+def run(
+    config: TrainConfig, spec: WaferSpec, *, echo: Callable[[str], None] | None = None
+) -> RunResult:
+    """Train and/or evaluate as `config.runconfig.mode` says on a wafer of `spec` (see the
+    module docstring)."""
     from wse_trainer.metrics import MetricsLog, NullLog, eval_line
 
-    s = Session(config, echo)
+    s = Session(config, spec, echo)
     ckpt, start, notes = open_checkpoints(s)
     log: Any = NullLog()
     try:
@@ -259,7 +264,7 @@ def run(config: TrainConfig, *, echo: Callable[[str], None] | None = None) -> Ru
         if start:
             log.line(f"resumed from checkpoint step {start}")
         result.predicted_step_s = s.prediction.predicted_s
-        log.line(_prediction_line(s.prediction, run_cfg.wafer))
+        log.line(_prediction_line(s.prediction, spec))
         log.line(describe(s.layout, config.train_input.batch_size // run_cfg.num_csx))
         if run_cfg.mode != "eval" and end > start:
             if start == 0 and run_cfg.save_initial_checkpoint:

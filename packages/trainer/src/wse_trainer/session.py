@@ -1,11 +1,13 @@
 """One `wse train` run's setup: the config's model, plan and prediction, and its live objects.
 
 Contract. `model_config(config)` (the `model` section's `wse_models.ModelConfig`),
-`validate(config)` (config checks, one replica's memory plan, MemoryX's capacity),
-`predict(config, model, plan)` (the wafer's predicted step on that plan,
-`wse_trainer.performance.predict_step`) and `stream_rows(config, model, plan)` (each
+`validate(config, spec)` (config checks, one replica's memory plan, MemoryX's capacity),
+`predict(config, spec, model, plan)` (the wafer's predicted step on that plan,
+`wse_trainer.performance.predict_step`) and `stream_rows(config, spec, model, plan)` (each
 streamed unit's no-stall condition, `wse_trainer.stall`) allocate nothing;
-`wse_trainer.run` re-exports them. `Session(config, echo)` builds what a run holds while it
+`wse_trainer.run` re-exports them. `spec` is the `WaferSpec` the caller resolved once (the
+CLI: `runconfig.wafer` or `--spec FILE`); nothing here resolves a preset name.
+`Session(config, spec, echo)` builds what a run holds while it
 steps: the tokenizer (`<model_dir>/tokenizer.json` when present, else a
 byte-level BPE trained on the train split, saved by process 0), the packed data iterator,
 the `StreamedTrainer` from `init_params(seed)` and the prediction on the plan it runs.
@@ -26,6 +28,7 @@ from typing import Any
 
 from wse_core.distributed import barrier, is_primary
 from wse_core.errors import suggest
+from wse_core.spec import WaferSpec
 
 from wse_trainer.config import ConfigError, TrainConfig, check_config
 
@@ -60,15 +63,12 @@ def _micro_batch(config: TrainConfig) -> int:
     return config.train_input.batch_size // config.runconfig.num_csx
 
 
-def validate(config: TrainConfig):
-    """Config checks and the memory plan of one replica (nothing allocated)."""
-    from wse_core import preset
-
+def validate(config: TrainConfig, spec: WaferSpec):
+    """Config checks and the memory plan of one replica on `spec` (nothing allocated)."""
     from wse_trainer.plan import check_memoryx, memory_plan
 
     model = model_config(config)
     check_config(config, model.max_seq_len)
-    spec = preset(config.runconfig.wafer)
     plan = memory_plan(
         model,
         spec,
@@ -81,15 +81,14 @@ def validate(config: TrainConfig):
     return model, plan
 
 
-def predict(config: TrainConfig, model: Any, plan: Any):
-    """The predicted wafer step (`RunReport`) of `config` placed as `plan` (a `MemoryPlan`)."""
-    from wse_core import preset
-
+def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
+    """The predicted wafer step (`RunReport`) of `config` on `spec` placed as `plan` (a
+    `MemoryPlan`)."""
     from wse_trainer.performance import predict_step
 
     return predict_step(
         model,
-        preset(config.runconfig.wafer),
+        spec,
         num_csx=config.runconfig.num_csx,
         micro_batch=_micro_batch(config),
         seq_len=config.train_input.max_sequence_length,
@@ -97,14 +96,12 @@ def predict(config: TrainConfig, model: Any, plan: Any):
     )
 
 
-def stream_rows(config: TrainConfig, model: Any, plan: Any):
+def stream_rows(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
     """Each streamed unit's no-stall condition on `plan` (`wse_trainer.stall`)."""
-    from wse_core import preset
-
     from wse_trainer.stall import stream_budget
 
     return stream_budget(
-        model, preset(config.runconfig.wafer), plan, num_csx=config.runconfig.num_csx,
+        model, spec, plan, num_csx=config.runconfig.num_csx,
         micro_batch=_micro_batch(config), seq_len=config.train_input.max_sequence_length,
     )  # fmt: skip
 
@@ -162,20 +159,20 @@ def _rows(tok, cfg, seq_len: int):
 class Session:
     """One run's live objects (the shell's state), built by `run`."""
 
-    def __init__(self, config: TrainConfig, echo: Callable[[str], None] | None):
+    def __init__(self, config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | None):
         import jax
         import wse_models
-        from wse_core import preset
 
         from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
-        from wse_trainer.plan import memory_plan, plan_activations
+        from wse_trainer.plan import plan_activations
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 
         self.config, run_cfg, inp = config, config.runconfig, config.train_input
-        self.model, _ = validate(config)
+        self.spec = spec
+        self.model, memory = validate(config, spec)  # the one memory plan of the run
         check_split(run_cfg.num_csx)  # before the tokenizer or anything compiles
         self.dir = _model_dir(Path(run_cfg.model_dir))
         if run_cfg.checkpoint_path:  # a wrong path is refused before the tokenizer is made
@@ -186,10 +183,12 @@ class Session:
         self.tok_id = tokenizer_identity(self.tok)
         seq = inp.max_sequence_length
         self.iterator = BatchIterator(_rows(self.tok, inp, seq), inp.batch_size, inp.shuffle_seed)
-        plan = plan_activations(
-            self.model, preset(run_cfg.wafer), _micro_batch(config), seq,
-            run_cfg.activation_stride, run_cfg.weight_chunks,
-        )  # fmt: skip
+        plan = memory.streaming
+        if plan is None:  # the planner's SramBudgetError, raised where the run places
+            plan = plan_activations(
+                self.model, spec, _micro_batch(config), seq,
+                run_cfg.activation_stride, run_cfg.weight_chunks,
+            )  # fmt: skip
         self.key = jax.random.key(run_cfg.seed)
         params = wse_models.init_params(self.model, jax.random.fold_in(self.key, 0))
         tx = base_transform(config.optimizer, run_cfg.max_steps)
@@ -213,10 +212,7 @@ class Session:
             layout=self.layout,
         )
         self.plan, self.echo = plan, echo
-        memory = memory_plan(
-            self.model, preset(run_cfg.wafer), _micro_batch(config), seq, streaming=plan
-        )
-        self.prediction = predict(config, self.model, memory)  # the plan the trainer runs
+        self.prediction = predict(config, spec, self.model, memory)  # the plan the trainer runs
         self.eval_rows: Any = None
         self.eos_id = self.tok.token_to_id(EOS)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from wse_trainer.config import TrainConfig, apply_overrides, config_from_dict
 
-__all__ = ["TINY_MODEL", "write_corpus", "tiny_params", "tiny_config"]
+__all__ = ["TINY_MODEL", "write_corpus", "tiny_params", "tiny_config", "run_on_preset"]
 
 TINY_MODEL: dict[str, Any] = {
     "preset": "tiny-gpt2",
@@ -59,3 +59,13 @@ def tiny_config(tmp_path: Path, *overrides: str) -> TrainConfig:
     corpus = write_corpus(tmp_path / "data")
     data = tiny_params(corpus, tmp_path / "model_dir")
     return config_from_dict(apply_overrides(data, overrides))
+
+
+def run_on_preset(config: TrainConfig, **kwargs: Any) -> Any:
+    """`wse_trainer.run.run` on the config's own `runconfig.wafer` preset (a test is an
+    edge: it resolves the name once, as the CLI does)."""
+    from wse_core import preset
+
+    from wse_trainer.run import run
+
+    return run(config, preset(config.runconfig.wafer), **kwargs)

@@ -2,12 +2,15 @@
 
 Every constant of the cost model (`wse_core.mechanisms.CONSTANTS`, listed with units,
 mechanism and basis in `ASSUMED_FIELDS`, the registry, here) may be changed. Inside `assume(...)`
-every preset that `wse_core.spec.preset` returns has the spec fields replaced, the
-calibration settings (`setting(key)`: the Table II Z block, ...) take the new values, and the
-calibration (`wse_core.calibration.current`) is refitted under them; a fitted constant that
-is assumed is held at the assumed value and left out of the fit. A rerun of any prediction
-shows what one assumption moves. `wse experiments run NAME --assume KEY=VALUE` is this
-context and `--sweep KEY=a,b,c` runs it once per value.
+the calibration settings (`setting(key)`: the Table II Z block, ...) take the new values and
+the calibration (`wse_core.calibration.current`) is refitted under them; a fitted constant that
+is assumed is held at the assumed value and left out of the fit. Spec fields are changed once,
+at the edge: `resolve_spec(...)` turns a preset name or a spec file, `--set` and `--assume`
+into one `WaferSpec` (the CLI's commands and Python callers), and `assumed_spec(name)` is a
+preset under the active `assume` block (the experiment runners, run inside it by `wse
+experiments run NAME --assume KEY=VALUE`; `--sweep KEY=a,b,c` runs it once per value).
+`wse_core.spec.preset` itself is pure. A rerun of any prediction shows what one assumption
+moves.
 """
 
 from __future__ import annotations
@@ -15,15 +18,20 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from wse_core.errors import SpecError, suggest
-from wse_core.mechanisms import CALIBRATION_DEFAULTS, CONSTANTS
+from wse_core.mechanisms import CALIBRATION_DEFAULTS, CALIBRATION_KEYS, CONSTANTS
+from wse_core.spec import WaferSpec, load_spec, preset
 
 __all__ = [
     "ASSUMED_FIELDS",
     "assume",
     "active",
+    "applied",
+    "resolve_spec",
+    "assumed_spec",
     "setting",
     "value_of",
     "parse_assumptions",
@@ -68,6 +76,39 @@ def assume(**values: Any) -> Iterator[Mapping[str, float]]:
 def active() -> Mapping[str, float]:
     """The assumptions changed by the innermost `assume` (empty: the presets' own)."""
     return _ACTIVE.get() or {}
+
+
+def applied(spec: WaferSpec, values: Mapping[str, float]) -> WaferSpec:
+    """`spec` with the spec fields among the assumptions `values` replaced (the calibration
+    settings among them are not spec fields: `setting` reads them)."""
+    changes = {k: v for k, v in _check(values).items() if k not in CALIBRATION_KEYS}
+    return spec.replace(**changes) if changes else spec
+
+
+def resolve_spec(
+    *,
+    name: str | None = None,
+    path: str | Path | None = None,
+    sets: Mapping[str, Any] | None = None,
+    assumptions: Mapping[str, Any] | None = None,
+) -> WaferSpec:
+    """The edge: one `WaferSpec` from a preset name or a YAML spec file (`load_spec`; not
+    both), then the field changes `sets` (`--set FIELD=VALUE`), then the assumptions
+    (`--assume KEY=VALUE`, checked against the registry). A spec file with or without
+    `base:` takes `--assume` alike: an assumption changes a field of whatever spec was read.
+    Neither name nor file: wse3."""
+    if name is not None and path is not None:
+        raise SpecError("give a wafer preset or a spec file (--spec), not both")
+    spec = load_spec(path) if path is not None else preset(name or "wse3")
+    if sets:
+        spec = spec.replace(**dict(sets))
+    return applied(spec, assumptions or {})
+
+
+def assumed_spec(name: str) -> WaferSpec:
+    """The preset `name` under the active `assume` block: the experiment runners' edge
+    (`wse experiments run NAME --assume KEY=VALUE`)."""
+    return applied(preset(name), active())
 
 
 def setting(key: str) -> float:

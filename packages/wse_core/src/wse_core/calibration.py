@@ -113,9 +113,11 @@ def wave25_phases(nz: int, block_z: int, steps: int) -> Phases:
 
 
 def _wse(name: str) -> WaferSpec:
-    from wse_core.spec import preset
+    """The calibration case's wafer under the active assumptions (the fit is refitted under
+    them: `current`)."""
+    from wse_core.assumptions import assumed_spec
 
-    return preset(name)
+    return assumed_spec(name)
 
 
 def table_ii_phases(steps: int = STENCIL_STEPS) -> Phases:

@@ -46,7 +46,6 @@ softmax) are `wse_core.collectives.allreduce_2d` over its rectangle.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -92,9 +91,9 @@ def _dtype(bytes_per_value: int) -> str:
 def _rates(spec: WaferSpec | None) -> WaferSpec:
     """The constants the collectives choose their algorithm at (fitted ones in place)."""
     from wse_core.perf import PerfModel
-    from wse_core.spec import preset
+    from wse_core.spec import PRESETS
 
-    return PerfModel(spec or preset("wse3")).rates
+    return PerfModel(spec or PRESETS["wse3"]).rates
 
 
 def _matvec_parts(
@@ -330,20 +329,21 @@ def decode_phases(
 
 def decode_case() -> tuple[WaferSpec, Phases]:
     """The calibration set's 8B case: Llama 3.1 8B planned on one WSE-3 (8k context), one
-    decode token (`wse_core.calibration`'s check row; see `decode_check_row`)."""
-    from wse_core.spec import preset
+    decode token (`wse_core.calibration`'s check row; see `decode_check_row`). WSE-3 as the
+    calibration sees it: under the active assumptions (`wse_core.assumptions.assumed_spec`)."""
+    from wse_core.assumptions import assumed_spec
 
-    return _decode_inputs(preset("wse3").key())
+    spec = assumed_spec("wse3")
+    key = spec.key()
+    if key not in _DECODE_CASES:
+        from wse_core.pipeline_plan import plan_pipeline
+
+        plan = plan_pipeline(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
+        _DECODE_CASES[key] = (spec, decode_phases(LLAMA31_8B, plan))
+    return _DECODE_CASES[key]
 
 
-@functools.cache
-def _decode_inputs(spec_key: str) -> tuple[WaferSpec, Phases]:
-    from wse_core.pipeline_plan import plan_pipeline
-    from wse_core.spec import preset
-
-    spec = preset("wse3")
-    plan = plan_pipeline(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
-    return spec, decode_phases(LLAMA31_8B, plan)
+_DECODE_CASES: dict[str, tuple[WaferSpec, Phases]] = {}  # by `WaferSpec.key()`
 
 
 def decode_check_row(cal: Any = None) -> dict[str, object]:

@@ -2,8 +2,9 @@
 
 Contract: every predicted time becomes energy and money the same way, wafer or GPU.
 
-- `system_power_w(spec_name) -> (peak_w, idle_w)` for a wafer preset ("wse1", "wse2",
-  "wse3"; a spec loaded from a file as "wse3+name" takes its base's figures). Other names
+- `system_of(spec_name)` (its `SystemPower`) and `system_power_w(spec_name) -> (peak_w,
+  idle_w)` for a wafer preset ("wse1", "wse2", "wse3"; a spec loaded from a file as
+  "wse3+name" takes its base's figures). Other names
   (the small test wafers) are a `SpecError`; callers that must not fail use
   `SYSTEMS.get(name)`. GPU nodes carry their power in `wse_core.gpu.GpuSpec`.
 - `energy_j(busy_s, peak_w, idle_w=0, wall_s=None)`: a system busy for `busy_s` draws its
@@ -50,6 +51,7 @@ __all__ = [
     "SystemPower",
     "Rates",
     "Bill",
+    "system_of",
     "system_power_w",
     "wafer_rates",
     "energy_j",
@@ -92,7 +94,8 @@ SYSTEMS: Mapping[str, SystemPower] = MappingProxyType(
 )
 
 
-def _lookup(spec_name: str) -> SystemPower:
+def system_of(spec_name: str) -> SystemPower:
+    """The system built around wafer `spec_name` ("wse3+name": its base's)."""
     base = spec_name.split("+", 1)[0]
     if base not in SYSTEMS:
         raise SpecError(
@@ -104,7 +107,7 @@ def _lookup(spec_name: str) -> SystemPower:
 
 def system_power_w(spec_name: str) -> tuple[float, float]:
     """(peak_w, idle_w) of the system built around wafer preset `spec_name`."""
-    s = _lookup(spec_name)
+    s = system_of(spec_name)
     return s.peak_w, s.idle_w
 
 
@@ -142,7 +145,9 @@ class Rates:
 def wafer_rates(spec_name: str, **overrides: Any) -> Rates:
     """Default rates for wafer preset `spec_name`; None overrides are ignored."""
     given = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(Rates(usd_per_system_hour=_lookup(spec_name).usd_per_hour), **given)
+    return dataclasses.replace(
+        Rates(usd_per_system_hour=system_of(spec_name).usd_per_hour), **given
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,10 @@ A `WaferSpec` is a frozen, validated dataclass. Presets `wse1`, `wse2`, `wse3` c
 figures of shared/REFERENCES.md; where a figure is not published the value is an assumption
 and the field's comment says so. Small presets (`tiny`, `small`, `demo`) exist for tests and
 demos. Custom specs come from a preset plus overrides (`spec_from(...)`) or a YAML file
-(`load_spec(path)`), which may name a `base` preset and override any field.
+(`load_spec(path)`), which may name a `base` preset and override any field. `preset` and
+`load_spec` are pure: a name or a file gives the same spec in any context. A caller's
+`--set` / `--assume` are applied once, at the edge (`wse_core.assumptions.resolve_spec`);
+below it code takes `spec: WaferSpec`, never a preset name.
 
 Units are in the names: bytes, cycles, Hz, bytes per second. Flops per cycle are per PE and
 by dtype (`"fp16"`, `"bf16"`, `"fp32"`).
@@ -26,7 +29,6 @@ from typing import Any
 
 from wse_core.dtypes import DTYPE_ALIASES, DTYPE_BYTES, DTYPES, dtype_bytes, dtype_name, to_jnp
 from wse_core.errors import SpecError, suggest, yaml_problem
-from wse_core.mechanisms import CALIBRATION_KEYS
 from wse_core.simd import OP_KINDS, SIMD_WSE2, SIMD_WSE3
 
 __all__ = [
@@ -304,25 +306,23 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
 
 
 def preset(name: str) -> WaferSpec:
-    """The preset called `name`; an unknown name is a SpecError with the closest match."""
+    """The preset called `name`; an unknown name is a SpecError with the closest match.
+
+    Pure: the same name gives the same spec in any context (an `assume(...)` block included;
+    `wse_core.assumptions.resolve_spec` is where a caller's `--assume` changes a spec)."""
     try:
-        spec = PRESETS[name]
+        return PRESETS[name]
     except KeyError:
         raise SpecError(
             f"unknown wafer preset {name!r}{suggest(name, PRESETS)}; "
             f"choose one of: {', '.join(PRESETS)}"
         ) from None
-    from wse_core.assumptions import active
-
-    changes = {k: v for k, v in active().items() if k not in CALIBRATION_KEYS}
-    return spec.replace(**changes) if changes else spec
 
 
-def spec_from(base: str | WaferSpec = "wse3", **overrides: Any) -> WaferSpec:
-    """A preset (by name or spec) with field overrides; None values are ignored."""
-    spec = preset(base) if isinstance(base, str) else base
+def spec_from(base: WaferSpec, **overrides: Any) -> WaferSpec:
+    """`base` with field overrides; None values are ignored."""
     changes = {k: v for k, v in overrides.items() if v is not None}
-    return spec.replace(**changes) if changes else spec
+    return base.replace(**changes) if changes else base
 
 
 def _from_fields(data: dict[str, Any]) -> WaferSpec:
@@ -335,7 +335,9 @@ def _from_fields(data: dict[str, Any]) -> WaferSpec:
 
 
 def load_spec(path: str | Path) -> WaferSpec:
-    """Read a spec from YAML: `base: wse2` (optional) plus any WaferSpec fields."""
+    """Read a spec from YAML: `base: wse2` (optional) plus any WaferSpec fields. Pure, as
+    `preset` is: with or without `base:`, the file's spec is what it says (a caller's
+    `--assume` is applied by `wse_core.assumptions.resolve_spec`, to either alike)."""
     import yaml
 
     path = Path(path)
@@ -356,4 +358,4 @@ def load_spec(path: str | Path) -> WaferSpec:
         except TypeError as e:
             raise SpecError(f"spec file {str(path)!r}: {e}; or name a `base:` preset") from None
     data.setdefault("name", f"{base}+{path.stem}")
-    return spec_from(str(base), **data)
+    return spec_from(preset(str(base)), **data)

@@ -21,6 +21,7 @@ import typer
 from wse_cli import multiprocess
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
+from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
     cls=WseGroup, help="EAM molecular dynamics, one atom per PE.", invoke_without_command=True
@@ -67,7 +68,8 @@ def md(
         100, "--thermo-every", help="Thermo row every K steps.", kind=int, ge=1
     ),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | fp64"),
-    preset: str = typer.Option("wse3", "--preset", help="Wafer preset (its PE grid)."),
+    preset: str = preset_option("wse3", help="Wafer preset (its PE grid)"),
+    spec_file: Path = SPEC_FILE,
     defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
     mesh: tuple[int, int] = number(
         None,
@@ -92,7 +94,8 @@ def md(
     if precision not in ("fp32", "fp64"):
         fail(f"--precision must be fp32 or fp64, got {precision!r}")
     dtype = "float64" if precision == "fp64" else "float32"
-    s = _structure(structure, lattice, element, a, cells, dtype, preset)
+    spec = wafer_spec(preset, spec_file, "wse3")
+    s = _structure(structure, lattice, element, a, cells, dtype, spec)
     from wse_hpc.md import MdConfig, Thermostat, read_potential
 
     pot = read_potential(potential[0] if len(potential) == 1 else potential)
@@ -106,15 +109,15 @@ def md(
         thermo_every=thermo_every,
         seed=seed,
         dtype=dtype,
-        wafer=preset,
+        spec=spec,
         defect_seed=defect_seed,
         mesh_shape=None if mesh is None else (int(mesh[0]), int(mesh[1])),
     )
     _run(s, pot, cfg, out, as_json, trace)
 
 
-def _structure(path, lattice, element, a, cells, dtype, preset):
-    """The input structure; its atoms are checked against the preset's PEs and the host
+def _structure(path, lattice, element, a, cells, dtype, spec):
+    """The input structure; its atoms are checked against the wafer's PEs and the host
     memory before the crystal (or the run) is allocated."""
     from wse_hpc.md import crystal, read_xyz
     from wse_hpc.md.sizing import check_atoms, check_crystal
@@ -125,13 +128,13 @@ def _structure(path, lattice, element, a, cells, dtype, preset):
         if not path.is_file():
             fail(f"structure file {str(path)!r} does not exist")
         s = read_xyz(path)[-1]
-        check_atoms(s.num_atoms, dtype, preset)
+        check_atoms(s.num_atoms, dtype, spec)
         return s
     if element is None or a is None or cells is None or None in cells:
         fail("--lattice needs --element, --a and --cells NX NY NZ")
     if min(cells) < 1:
         fail(f"--cells must be positive integers, got {' '.join(map(str, cells))}")
-    check_crystal(lattice, cells, dtype, preset)
+    check_crystal(lattice, cells, dtype, spec)
     return crystal(lattice, element, a, cells)
 
 
@@ -183,7 +186,7 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
         f"{cfg.skin_A:g} A skin), list builds {res.list_builds} (reruns {res.list_reruns}), "
         f"{summary['sram_bytes_per_pe']} B SRAM per PE, re-plans {res.replans}; "
         f"{summary['words_per_step']:.4g} fabric words/step; "
-        f"predicted on {cfg.wafer}: {summary['predicted_timesteps_per_s']:.4g} timesteps/s "
+        f"predicted on {cfg.spec.name}: {summary['predicted_timesteps_per_s']:.4g} timesteps/s "
         f"({summary['bound']}-bound), measured here "
         f"{summary['timesteps_per_s'] or 0:.4g} timesteps/s"
     )
@@ -196,7 +199,7 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
 def _summary(res, cfg, n_atoms, pot, trace=None) -> dict:
     from wse_hpc.md.perf import pe_trace, run_report
 
-    report = run_report(res, pot, cfg.wafer)  # the emulated plan, measured rebuild cadence
+    report = run_report(res, pot)  # the emulated plan, measured rebuild cadence
     if trace is not None:  # every PE holding an atom runs the step
         report = report.with_trace(pe_trace(res, report))
     return {
@@ -220,7 +223,7 @@ def _summary(res, cfg, n_atoms, pot, trace=None) -> dict:
         "words_per_step": report.extra["words_per_step"],
         "bound": report.bound,
         "report": report.to_dict(),
-        "wafer": cfg.wafer,
+        "wafer": cfg.spec.name,
         **({"trace": str(report.trace.save(trace))} if trace is not None else {}),
     }
 

@@ -21,6 +21,7 @@ import typer
 from wse_cli import multiprocess
 from wse_cli.errors import fail
 from wse_cli.options import SEED, number
+from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
 # Bytes per field cell of each kind's fields on the wafer (wse_hpc.stencil.runs: jacobi and
@@ -55,16 +56,14 @@ def host_bytes(kind: str, grid: tuple[int, int, int], dtype: str) -> int:
     return cells * (EXACT_BYTES_PER_CELL + 2 * field_bytes_per_cell(kind, dtype))
 
 
-def _check_size(kind: str, grid: tuple[int, int, int], dtype: str, preset: str, block_z) -> None:
+def _check_size(kind: str, grid: tuple[int, int, int], dtype: str, spec, block_z) -> None:
     """Refuse, before anything is allocated, a grid with an axis shorter than the stencil's
-    reach, an X x Y beyond the preset's PEs, or host arrays beyond the host's memory. A grid
+    reach, an X x Y beyond the wafer's PEs, or host arrays beyond the host's memory. A grid
     suggested is one these checks accept: within the PEs, every axis at least radius + 1
     points, NZ a multiple of --block-z (wave25), within the host's memory."""
-    from wse_core import preset as load_preset
     from wse_core.hostmem import available_bytes, largest, require
     from wse_hpc.stencil.wave import RADIUS as WAVE_RADIUS
 
-    spec = load_preset(preset)
     nx, ny, nz = grid
     need = (WAVE_RADIUS if kind == "wave25" else 1) + 1  # points per axis (placement's rule)
     step = block_z if kind == "wave25" and block_z else 1
@@ -108,7 +107,8 @@ def _check_size(kind: str, grid: tuple[int, int, int], dtype: str, preset: str, 
 def stencil(
     kind: str = typer.Option(..., "--kind", help="jacobi | heat | bicgstab | wave25"),
     grid: tuple[int, int, int] = number(..., "--grid", help="NX NY NZ", kind=int, ge=1),
-    preset: str = typer.Option("wse2", "--preset", help="Wafer preset (grid X x Y <= PEs)."),
+    preset: str = preset_option("wse2", help="Wafer preset (grid X x Y <= PEs)"),
+    spec_file: Path = SPEC_FILE,
     steps: int = number(None, "--steps", help="Steps (BiCGSTAB: iteration cap).", kind=int, ge=0),
     tol: float = number(None, "--tol", help="BiCGSTAB relative residual target.", gt=0),
     dtype: str = typer.Option(
@@ -137,14 +137,15 @@ def stencil(
     if min(grid) < 1:
         fail(f"--grid must be positive, got {' '.join(map(str, grid))}")
     default_dtype = "mixed" if kind == "bicgstab" else "fp32"
-    _check_size(kind, tuple(grid), dtype or default_dtype, preset, block_z)
+    spec = wafer_spec(preset, spec_file, "wse2")
+    _check_size(kind, tuple(grid), dtype or default_dtype, spec, block_z)
     from rich.console import Console
     from wse_hpc.stencil.runs import StencilConfig, run_stencil
 
     cfg = StencilConfig(
         kind=kind,
         grid=tuple(grid),
-        preset=preset,
+        spec=spec,
         steps=steps,
         tol=tol,
         dtype=dtype or default_dtype,

@@ -19,6 +19,7 @@ import typer
 
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
+from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
     cls=WseGroup, help="Tile low-rank matrix-vector multiply (TLR-MVM).", no_args_is_help=True
@@ -126,7 +127,8 @@ def _check_against(op, eng, x):
 @app.command()
 def run(
     operator: Path = typer.Option(..., "--operator", help="Operator file from `compress`."),
-    preset: str = typer.Option("wse2", "--preset", "-p", help="Wafer preset."),
+    preset: str = preset_option("wse2", "--preset", "-p"),
+    spec_file: Path = SPEC_FILE,
     rank_chunk: int = number(
         None, "--rank-chunk", help="Ranks per PE (default: the most that fit SRAM).", kind=int, ge=1
     ),
@@ -149,7 +151,6 @@ def run(
 ) -> None:
     """Run the TLR-MVM on the emulated wafer: error, timing, predicted wafer figures."""
     import numpy as np
-    from wse_core import preset as get_preset
     from wse_core.runtime import keep_freed_memory, sync_dispatch
     from wse_hpc.tlrmvm import load_operator
     from wse_hpc.tlrmvm.engine import TlrEngine
@@ -161,8 +162,8 @@ def run(
             f"operator file {str(operator)!r} does not exist; make one with "
             f"`wse hpc tlrmvm compress --out FILE.npz`"
         )
+    spec = wafer_spec(preset, spec_file, "wse2")
     op = load_operator(operator)
-    spec = get_preset(preset)
     eng = TlrEngine.build(
         op, spec, rank_chunk=rank_chunk, batch=batch, layout=layout, kernel=kernel
     )

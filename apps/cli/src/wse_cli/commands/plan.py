@@ -23,6 +23,7 @@ import typer
 
 from wse_cli.errors import WseGroup
 from wse_cli.options import number
+from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
     cls=WseGroup, help="Wafers or GPUs? Time, energy and cost of training and serving.",
@@ -30,7 +31,7 @@ app = typer.Typer(
 )  # fmt: skip
 
 MODEL = typer.Option(..., "--model", "-m", help="Preset, shipped config, params.yaml or HF dir.")
-WAFER = typer.Option("wse3", "--wafer", help="Wafer preset: wse1, wse2, wse3.")
+WAFER = preset_option("wse3", "--wafer", help="Wafer preset: wse1, wse2, wse3")
 GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
 PNG = typer.Option(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
@@ -279,6 +280,7 @@ def train(
         None, "--seq-len", help="Sequence length (default: config's).", kind=int, ge=1
     ),
     wafer: str = WAFER,
+    spec_file: Path = SPEC_FILE,
     gpu: str = GPU,
     mfu: float = MFU,
     as_json: bool = JSON,
@@ -293,7 +295,8 @@ def train(
     from wse_cli.planning import plan_train, resolve_model
 
     plan = plan_train(
-        resolve_model(model), tokens=tokens, systems=systems, gpus=gpus, wafer=wafer, gpu=gpu,
+        resolve_model(model), tokens=tokens, systems=systems, gpus=gpus,
+        spec=wafer_spec(wafer, spec_file, "wse3"), gpu=gpu,
         mfu=mfu, batch_per_system=batch, seq_len=seq_len,
         rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
     )  # fmt: skip
@@ -347,6 +350,7 @@ def infer(
         None, "--alpha", help="Leviathan's acceptance rate (the engine's spec_alpha metric)."
     ),
     wafer: str = WAFER,
+    spec_file: Path = SPEC_FILE,
     gpu: str = GPU,
     mfu: float = MFU,
     as_json: bool = JSON,
@@ -365,7 +369,7 @@ def infer(
     plan = plan_infer(
         resolve_model(model), wafers=wafers, gpus=gpus, users=users,
         min_user_tokens_per_s=min_user_tokens_per_s, tokens_per_day=tokens_per_day,
-        days=days, wafer=wafer, gpu=gpu, prompt_tokens=prompt_tokens,
+        days=days, spec=wafer_spec(wafer, spec_file, "wse3"), gpu=gpu, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, context_len=context_len, hbm_fraction=hbm_fraction,
         mfu=mfu, draft=draft, gamma=gamma, alpha=alpha,
         rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),

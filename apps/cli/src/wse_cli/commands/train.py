@@ -29,6 +29,7 @@ import typer
 from wse_cli import multiprocess
 from wse_cli.errors import fail
 from wse_cli.options import number
+from wse_cli.wafer_choice import SPEC_FILE, wafer_spec
 
 
 def _human(n: float) -> str:
@@ -39,14 +40,14 @@ def _human(n: float) -> str:
     return str(n)
 
 
-def _print_plan(console, model, plan, config) -> None:
+def _print_plan(console, model, plan, config, spec) -> None:
     from rich.table import Table
 
     r = config.runconfig
     console.print(
         f"model [bold]{model.name or config.model['preset']}[/]: "
         f"{model.num_params():,} parameters, {model.n_layers} layers; wafer "
-        f"[bold]{r.wafer}[/], num_csx={r.num_csx}, per-replica batch "
+        f"[bold]{spec.name}[/], num_csx={r.num_csx}, per-replica batch "
         f"{config.train_input.batch_size // r.num_csx} x "
         f"{config.train_input.max_sequence_length} tokens"
     )
@@ -147,6 +148,7 @@ def train(
     trace: Path = typer.Option(
         None, "--trace", help="With --validate_only: write the step's per-PE trace (wse view)."
     ),
+    spec_file: Path = SPEC_FILE,  # instead of the config's runconfig.wafer preset
     num_processes: int = multiprocess.NUM_PROCESSES,
     process_id: int = multiprocess.PROCESS_ID,
     coordinator: str = multiprocess.COORDINATOR,
@@ -175,31 +177,32 @@ def train(
     }
     overrides = args + [f"runconfig.{k}={v}" for k, v in flags.items() if v is not None]
     config = load_config(params, overrides)
+    named = [o.partition("=")[2] for o in overrides if o.startswith("runconfig.wafer=")]
+    spec = wafer_spec(named[-1] if named else None, spec_file, config.runconfig.wafer)
     console = Console(quiet=not multiprocess.is_primary())
     if trace is not None and not validate_only:
         fail("--trace writes the predicted step's per-PE trace: use it with --validate_only")
     if validate_only:
         from wse_trainer.run import predict, stream_rows, validate
 
-        model, plan = validate(config)
-        _print_plan(console, model, plan, config)
+        model, plan = validate(config, spec)
+        _print_plan(console, model, plan, config, spec)
         if plan.streaming is None:
             fail(
                 f"the config cannot train: {plan.streaming_error}; raise num_csx or lower "
                 "train_input.batch_size or max_sequence_length"
             )
-        report = predict(config, model, plan)
+        report = predict(config, spec, model, plan)
         _print_prediction(console, report)
-        _print_streams(console, stream_rows(config, model, plan))
+        _print_streams(console, stream_rows(config, spec, model, plan))
         if trace is not None:
-            from wse_core import preset
             from wse_trainer.performance import step_trace
 
-            report = report.with_trace(step_trace(preset(config.runconfig.wafer), report))
+            report = report.with_trace(step_trace(spec, report))
             console.print(f"per-PE trace: {report.trace.save(trace)} (wse view FILE)")
         console.print("[green]config is valid[/]")
         return
-    _train(console, config)
+    _train(console, config, spec)
 
 
 def _check_host_memory(config) -> None:
@@ -230,7 +233,7 @@ def _check_host_memory(config) -> None:
     require(f"training batch {batch} x {seq} tokens", need(batch, seq), fits=fits)
 
 
-def _train(console, config) -> None:
+def _train(console, config, spec) -> None:
     from wse_core.runtime import keep_freed_memory
     from wse_trainer.run import run
 
@@ -240,7 +243,7 @@ def _train(console, config) -> None:
     def echo(line: str) -> None:  # one line each, never wrapped at the console's width
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
-    result = run(config, echo=echo)
+    result = run(config, spec, echo=echo)
     console.print(
         f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s; "
         f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "

@@ -53,10 +53,10 @@ def view(
 def save_stencil_trace(report, cfg, path: Path) -> Path:
     """`wse hpc stencil --trace`: every PE of the X x Y stencil grid runs the same step (its
     Z column); the region is the stencil grid, the dead PEs those of the run's wafer."""
-    from wse_core import Region, defect_map, preset
+    from wse_core import Region, defect_map
     from wse_core.trace import trace_uniform
 
-    spec = preset(cfg.preset)
+    spec = cfg.spec
     nx, ny, _ = cfg.grid
     defects = None if cfg.defect_seed is None else defect_map(spec, cfg.defect_seed)
     region = Region("stencil grid", 0, 0, nx, ny)

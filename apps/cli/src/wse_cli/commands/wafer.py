@@ -9,28 +9,11 @@ import typer
 
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
+from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(cls=WseGroup, help="Wafer specs, defect maps and repair.", no_args_is_help=True)
 
-PRESET_HELP = "Wafer preset: wse1, wse2, wse3, tiny, small, demo."
-
-
 SET_HELP = "Override a spec field, e.g. --set clock_hz=1e9 (repeatable)."
-
-
-def resolve_spec(preset: str | None, spec_file: Path | None, sets: list[str] | None = None):
-    """The spec read from --spec (YAML) or named by --preset, with --set FIELD=VALUE applied."""
-    from wse_core import load_spec
-    from wse_core import preset as get_preset
-
-    spec = load_spec(spec_file) if spec_file is not None else get_preset(preset or "wse3")
-    changes = {}
-    for item in sets or []:
-        field, eq, value = item.partition("=")
-        if not eq or not field.strip():
-            fail(f"--set expects FIELD=VALUE, got {item!r}")
-        changes[field.strip()] = value.strip()
-    return spec.replace(**changes) if changes else spec
 
 
 def info_dict(spec) -> dict:
@@ -60,13 +43,13 @@ def _si(v: float, unit: str) -> str:
 
 @app.command()
 def info(
-    preset: str = typer.Option("wse3", "--preset", "-p", help=PRESET_HELP),
-    spec: Path = typer.Option(None, "--spec", help="A YAML spec file (base: PRESET + fields)."),
+    preset: str = preset_option("wse3", "--preset", "-p"),
+    spec: Path = SPEC_FILE,
     sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Grid, PE count, SRAM per PE and in total, clock, bandwidths, peak flops."""
-    s = resolve_spec(preset, spec, sets)
+    s = wafer_spec(preset, spec, "wse3", sets)
     d = info_dict(s)
     if as_json:
         typer.echo(json.dumps(d, indent=2))
@@ -90,8 +73,8 @@ def info(
 
 @app.command()
 def defects(
-    preset: str = typer.Option("wse3", "--preset", "-p", help=PRESET_HELP),
-    spec: Path = typer.Option(None, "--spec", help="A YAML spec file."),
+    preset: str = preset_option("wse3", "--preset", "-p"),
+    spec: Path = SPEC_FILE,
     sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     seed: int = number(0, "--seed", help="Seed of the defect map.", **SEED),
     defect_rate: float = number(None, "--defect-rate", help="Dead-PE rate in [0, 1).", ge=0, lt=1),
@@ -101,7 +84,7 @@ def defects(
     """Dead PEs, spares used, repairable or not (not repairable: exit code 1)."""
     from wse_core import DefectError, defect_map, remap
 
-    s = resolve_spec(preset, spec, sets)
+    s = wafer_spec(preset, spec, "wse3", sets)
     if defect_rate is not None and not 0.0 <= defect_rate < 1.0:
         fail(f"--defect-rate must be in [0, 1), got {defect_rate}")
     dm = defect_map(s, seed, defect_rate)
@@ -144,7 +127,8 @@ def defects(
 
 @app.command()
 def check(
-    preset: str = typer.Option("small", "--preset", "-p", help=PRESET_HELP),
+    preset: str = preset_option("small", "--preset", "-p"),
+    spec: Path = SPEC_FILE,
     grid: tuple[int, int] = number((13, 21), "--grid", help="PE grid rows cols.", kind=int, ge=1),
     seed: int = number(0, "--seed", help="Seed of the data and the defect map.", **SEED),
     repeat: int = number(
@@ -158,14 +142,13 @@ def check(
     import jax
     import numpy as np
     from wse_core import fabric, testing
-    from wse_core import preset as get_preset
     from wse_core.wafer import build_wafer
 
     if min(grid) <= 0:
         fail(f"--grid needs positive sizes, got {grid[0]} {grid[1]}")
     if repeat <= 0:
         fail(f"--repeat must be positive, got {repeat}")
-    wafer = build_wafer(get_preset(preset), grid=tuple(grid), defect_seed=seed)
+    wafer = build_wafer(wafer_spec(preset, spec, "small"), grid=tuple(grid), defect_seed=seed)
     x = np.random.default_rng(seed).normal(size=(*grid, 4)).astype(np.float32)
     xs = wafer.place(x)
     cases = {

@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from wse_core import ExperimentResult, PredictionRow, preset
+from wse_core import ExperimentResult, PredictionRow
+from wse_core.assumptions import assumed_spec
 
 from wse_hpc.md import samples
 from wse_hpc.md.pe_program import ballistic_every
@@ -71,7 +72,7 @@ def _planned(element: str, geometry: str, wafer: str, skin_A: float, pot) -> sam
         else:
             sample = samples.slab(element, pot, int(geometry.split()[1]), skin_A=skin_A)
         for w in WAFERS if geometry != "cube" else (wafer,):  # one grid: one plan for both
-            _PLANS[(element, geometry, w, skin_A)] = samples.plan(sample, w, pot, cfg)
+            _PLANS[(element, geometry, w, skin_A)] = samples.plan(sample, assumed_spec(w), pot, cfg)
         del sample  # its pairs are large
     return _PLANS[key]
 
@@ -87,7 +88,7 @@ def _row(element: str, wafer: str, case: dict, pot) -> PredictionRow:
         "md.grid": f"801,792 atoms exceed {wafer}'s PEs: a {p.wafer.rows} x {p.wafer.cols} "
         f"grid priced with {wafer}'s per-PE costs"
     }  # fmt: skip
-    rep = predict(preset(wafer), p.wafer, pot, p.plan, rebuild_every=every, assumptions=note)
+    rep = predict(assumed_spec(wafer), p.wafer, pot, p.plan, rebuild_every=every, assumptions=note)
     label = case.get("sweep", case["plan"])
     params = {
         "case": f"{label} {element} {wafer}",
@@ -138,7 +139,7 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
 def _emulated(s, pot, cfg: MdConfig, label: str) -> tuple[dict, object, object]:
     res = run_md(s, pot, cfg)
     e = np.array([r.etotal for r in res.thermo])
-    report = run_report(res, pot, "wse3")
+    report = run_report(res, pot)
     return (
         {
             "sample": label,
@@ -169,14 +170,16 @@ def _measure(pot, quick: bool, seed: int) -> tuple[list[dict], object]:
     PE that the marching multicast covers, the predicted WSE-3 cycles and words per link)."""
     from wse_core.trace_png import trace_figure
 
-    steps = 100 if quick else 1000
-    cfg = MdConfig(steps=steps, temperature_K=600.0, thermo_every=max(steps // 10, 1), seed=seed)
+    steps, spec = (100 if quick else 1000), assumed_spec("wse3")
+    cfg = MdConfig(
+        steps=steps, temperature_K=600.0, thermo_every=max(steps // 10, 1), seed=seed, spec=spec
+    )
     cube = perturbed("fcc", "Cu", pot.lattice_A[0], (4, 4, 4), 0.0, seed=seed)
     row, res, report = _emulated(cube, pot, cfg, "cube 4x4x4 cells")
     slab = perturbed("fcc", "Cu", pot.lattice_A[0], (12, 10, 4), 0.0, seed=seed)
     on_tiles = MdConfig(
         steps=steps // 2, temperature_K=600.0, thermo_every=max(steps // 20, 1), seed=seed,
-        grid=(40, 48), tile=(2, 2),
+        grid=(40, 48), tile=(2, 2), spec=spec,
     )  # fmt: skip
     slab_row = _emulated(slab, pot, on_tiles, "slab 12x10x4 cells")[0]
     figure = trace_figure(
@@ -261,7 +264,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         on_thermo=lambda r: console.print(format_row(r)),
     )
     console.print(performance_line(res.steps, res.loop_wall_s, s.num_atoms, 1.0))
-    rep = run_report(res, pot, "wse3")
+    rep = run_report(res, pot)
     path = write_xyz(Path(out_dir) / "md_cu.xyz", [res.structure])
     console.print(
         f"{res.grid[0]} x {res.grid[1]} PEs, window {2 * res.window[0] + 1} x "

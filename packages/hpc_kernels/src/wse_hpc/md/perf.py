@@ -326,14 +326,12 @@ def predict(
     return report
 
 
-def run_report(res, pot: EamPotential, wafer_name: str) -> RunReport:
-    """The `RunReport` of an emulated run (`simulate.MdResult`) on the preset `wafer_name`:
+def run_report(res, pot: EamPotential) -> RunReport:
+    """The `RunReport` of an emulated run (`simulate.MdResult`) on its wafer's spec:
     its plan, its measured wall time per step and its measured rebuild cadence (steps per
     list build; the whole run when none happened). A run that used the full-window kernel
     (lists over the host budget) is priced as the list algorithm the wafer runs, with
     capacities planned on the host from its final structure."""
-    from wse_core import preset
-
     from wse_hpc.md import mapping
     from wse_hpc.md.simulate import MdConfig, plan_window
 
@@ -350,7 +348,7 @@ def run_report(res, pot: EamPotential, wafer_name: str) -> RunReport:
     steps = max(res.steps, 1)
     every = steps / res.list_builds if res.list_builds else float(steps)
     return predict(
-        preset(wafer_name),
+        res.wafer.spec,
         res.wafer,
         pot,
         plan,

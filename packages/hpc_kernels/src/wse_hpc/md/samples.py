@@ -9,9 +9,9 @@ along y. `cube(element, pot)` is the near-cubic crystal of the same atoms that t
 emulator's own defaults map onto a near-square grid (`mapping.choose_grid`; the tile
 `TILES[0]`, where `choose_tile` would start: its search over TILES takes about a minute
 per tile at this size and is left out).
-`plan(sample, wafer)` plans either on a preset (the map, the window for cutoff + skin, the
-list capacities: host side, nothing allocated); a sample larger than the preset keeps the
-grid's rows and is priced with the preset's per-PE costs (`fits` False).
+`plan(sample, spec)` plans either on a wafer spec (the map, the window for cutoff + skin, the
+list capacities: host side, nothing allocated); a sample larger than the wafer keeps the
+grid's rows and is priced with the spec's per-PE costs (`fits` False).
 
 What the paper's text gives and what it does not (its body was not reachable here, only its
 abstract; REFERENCES.md lists the inputs): 801,792 atoms of W, Cu and Ta; one atom per core;
@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
-from wse_core import preset
+from wse_core import WaferSpec
 from wse_core.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping
@@ -134,10 +134,10 @@ def cube(element: str, pot, seed: int = 0, skin_A: float = MdConfig.skin_A) -> S
     return _found(element, "cube", s, pot, None, mapping.TILES[0], skin_A)
 
 
-def plan(sample: Sample, wafer: str, pot, config: MdConfig = MdConfig()) -> Planned:
-    """(wafer, plan, fits) for `sample` on the preset `wafer` (module docstring); `config`
+def plan(sample: Sample, spec: WaferSpec, pot, config: MdConfig = MdConfig()) -> Planned:
+    """(wafer, plan, fits) for `sample` on a wafer of `spec` (module docstring); `config`
     gives the skin (the sample's pairs must be for it) and the dtype."""
-    s, spec = sample.structure, preset(wafer)
+    s = sample.structure
     if sample.grid is not None:
         grid = sample.grid
     elif ATOMS <= spec.num_pes:

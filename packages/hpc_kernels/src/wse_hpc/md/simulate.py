@@ -32,7 +32,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from wse_core import preset
+from wse_core import PRESETS, WaferSpec
 from wse_core.errors import PlacementError, SramBudgetError, WseError
 from wse_core.wafer import Wafer, build_wafer
 
@@ -85,7 +85,7 @@ class MdConfig:
     thermo_every: int = 100
     seed: int = 0
     dtype: str = "float32"
-    wafer: str = "wse3"
+    spec: WaferSpec = PRESETS["wse3"]
     defect_seed: int | None = None
     mesh_shape: tuple[int, int] | None = None
     skin_A: float = 1.0  # neighbour-list skin (LAMMPS `neighbor 1.0 bin` in metal units)
@@ -194,7 +194,7 @@ def _grid(n_atoms: int, config: MdConfig, spec) -> tuple[int, int]:
 
 
 def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
-    spec = preset(config.wafer)
+    spec = config.spec
     try:
         grid = _grid(n_atoms, config, spec)
     except ValueError:

@@ -2,10 +2,10 @@
 
 Contract. `crystal_atoms(kind, cells)` counts a crystal's atoms; `crystal_bytes(kind, cells)`
 is the peak of the host arrays `lattice.crystal` builds (its index grid, fractional and
-Cartesian coordinates, symbols); `state_bytes(n_atoms, dtype)` the host arrays the shell
+Cartesian coordinates, symbols); `state_bytes(n_atoms, dtype, spec)` the host arrays the shell
 holds for the run (the structure's per-atom arrays, the PE map, the packed per-PE state in
 float64 and in the run's dtype, and its placed copy). `check_crystal` / `check_atoms` refuse
-before allocating: more atoms than the preset has PEs is a `PlacementError`, more bytes than
+before allocating: more atoms than the spec has PEs is a `PlacementError`, more bytes than
 the host has a `HostMemoryError`, each naming what would fit. The neighbour lists are
 capped separately (`simulate.LIST_BUDGET_BYTES`) and are not counted here.
 """
@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from wse_core import preset
+from wse_core import PRESETS, WaferSpec
 from wse_core.errors import PlacementError, WseError
 from wse_core.hostmem import format_bytes, largest, require
 
@@ -42,11 +42,10 @@ def crystal_bytes(kind: str, cells: Sequence[int]) -> int:
     return 24 * n_cells + 72 * n + 16 * n
 
 
-def state_bytes(n_atoms: int, dtype: str = "float32", preset_name: str = "wse3") -> int:
+def state_bytes(n_atoms: int, dtype: str = "float32", spec: WaferSpec = PRESETS["wse3"]) -> int:
     """Host bytes of the run's arrays: per atom the positions, velocities (float64 x 3 each),
     symbols and species; per PE the atom map (int64), the packed state (NFIELDS float64, its
     cast to `dtype`) and the placed copy in `dtype`."""
-    spec = preset(preset_name)
     rows, cols = mapping.choose_grid(n_atoms, spec.pe_rows, spec.pe_cols)
     pes = rows * cols
     item = np.dtype(dtype).itemsize
@@ -55,8 +54,7 @@ def state_bytes(n_atoms: int, dtype: str = "float32", preset_name: str = "wse3")
     return n_atoms * per_atom + pes * per_pe
 
 
-def _check_pes(n_atoms: int, preset_name: str) -> None:
-    spec = preset(preset_name)
+def _check_pes(n_atoms: int, spec: WaferSpec) -> None:
     try:
         mapping.choose_grid(n_atoms, spec.pe_rows, spec.pe_cols)
     except ValueError:
@@ -67,30 +65,30 @@ def _check_pes(n_atoms: int, preset_name: str) -> None:
         ) from None
 
 
-def check_atoms(n_atoms: int, dtype: str = "float32", preset_name: str = "wse3") -> None:
-    """Refuse `n_atoms` that the preset's PEs or the host memory cannot hold."""
-    _check_pes(n_atoms, preset_name)
+def check_atoms(n_atoms: int, dtype: str = "float32", spec: WaferSpec = PRESETS["wse3"]) -> None:
+    """Refuse `n_atoms` that the spec's PEs or the host memory cannot hold."""
+    _check_pes(n_atoms, spec)
 
     def fits(budget: int) -> str:
-        n = largest(lambda k: state_bytes(k, dtype, preset_name), budget, hi=n_atoms)
+        n = largest(lambda k: state_bytes(k, dtype, spec), budget, hi=n_atoms)
         return f"at most {n:,} atoms fit" if n else "not even one atom fits"
 
-    require(f"{n_atoms:,} atoms", state_bytes(n_atoms, dtype, preset_name), fits=fits)
+    require(f"{n_atoms:,} atoms", state_bytes(n_atoms, dtype, spec), fits=fits)
 
 
 def check_crystal(
-    kind: str, cells: Sequence[int], dtype: str = "float32", preset_name: str = "wse3"
+    kind: str, cells: Sequence[int], dtype: str = "float32", spec: WaferSpec = PRESETS["wse3"]
 ) -> None:
-    """Refuse a crystal too big for the preset's PEs or the host, before building it."""
+    """Refuse a crystal too big for the spec's PEs or the host, before building it."""
     n = crystal_atoms(kind, cells)
-    _check_pes(n, preset_name)
-    need = crystal_bytes(kind, cells) + state_bytes(n, dtype, preset_name)
+    _check_pes(n, spec)
+    need = crystal_bytes(kind, cells) + state_bytes(n, dtype, spec)
 
     def cube_fits(budget: int) -> str:
         side = largest(
             lambda k: (
                 crystal_bytes(kind, (k,) * 3)
-                + state_bytes(crystal_atoms(kind, (k,) * 3), dtype, preset_name)
+                + state_bytes(crystal_atoms(kind, (k,) * 3), dtype, spec)
             ),
             budget,
             hi=max(1, int((n / len(BASIS[kind])) ** (1 / 3))),

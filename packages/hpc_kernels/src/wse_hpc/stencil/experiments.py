@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from wse_core import ExperimentResult, PredictionRow, RunReport, preset
-from wse_core.assumptions import setting
+from wse_core import ExperimentResult, PredictionRow, RunReport
+from wse_core.assumptions import assumed_spec, setting
 from wse_core.calibration import STENCIL_TABLE_II
 from wse_core.perf import PerfModel
 from wse_core.stencil_cost import block_widths, step_terms
@@ -68,7 +68,7 @@ def wave_plan(nx: int, ny: int, nz: int, block_z: int):
     """The 25-point plan at full size (placed in the SRAM ledger, never allocated) and its
     phases for one step: what `run_stencil` prices for a run of this grid."""
     grid = place_wave(
-        grid_wafer(preset("wse2"), (nx, ny, nz), mesh_shape=(1, 1)), (nx, ny, nz), block_z
+        grid_wafer(assumed_spec("wse2"), (nx, ny, nz), mesh_shape=(1, 1)), (nx, ny, nz), block_z
     )
     return grid, perf.wave25_phases(grid, block_z, wave_block_fn(grid), 1)
 
@@ -149,7 +149,7 @@ def stencil25(*, quick: bool, seed: int) -> ExperimentResult:
         StencilConfig(
             kind="wave25",
             grid=(n, n, 40 if quick else 100),
-            preset="wse2",
+            spec=assumed_spec("wse2"),
             steps=10 if quick else 40,
             chunks=2,
         )
@@ -186,7 +186,7 @@ def stencil25_nz(*, quick: bool, seed: int) -> ExperimentResult:
             StencilConfig(
                 kind="wave25",
                 grid=(16, 16, nz),
-                preset="wse2",
+                spec=assumed_spec("wse2"),
                 steps=5 if quick else 20,
                 block_z=b,
                 chunks=1,
@@ -228,7 +228,7 @@ def bicgstab_sc20_predictions(*, seed: int = 0) -> list[PredictionRow]:
     published kernel and as the emulator's own mix on the same placed grid."""
     shape = SC20_SHAPE
     # Mixed only, as published: the fp32 variant's seven fp32 vectors do not fit a CS-1 PE.
-    wafer = grid_wafer(preset("wse1"), shape, mesh_shape=(1, 1))
+    wafer = grid_wafer(assumed_spec("wse1"), shape, mesh_shape=(1, 1))
     grid = place_bicgstab(wafer, shape, "mixed", pair=False)
     kernels = {
         "published": perf.bicgstab_sc20_iteration(grid),
@@ -270,7 +270,11 @@ def bicgstab_sc20(*, quick: bool, seed: int) -> ExperimentResult:
     n = (16, 16, 32) if quick else (48, 48, 96)
     measured = [
         _measured(
-            run_stencil(StencilConfig(kind="bicgstab", grid=n, preset="wse1", dtype=p, steps=500))
+            run_stencil(
+                StencilConfig(
+                    kind="bicgstab", grid=n, spec=assumed_spec("wse1"), dtype=p, steps=500
+                )
+            )
         )
         for p in ("mixed", "fp32")
     ]

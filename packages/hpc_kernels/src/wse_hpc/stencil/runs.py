@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from wse_core import RunReport, preset
+from wse_core import PRESETS, RunReport, WaferSpec
 from wse_core.perf import Phases
 from wse_core.runtime import wall_s
 from wse_core.spec import DTYPE_BYTES
@@ -82,7 +82,7 @@ Progress = Callable[[int, int], None]
 class StencilConfig:
     kind: str
     grid: tuple[int, int, int]
-    preset: str = "wse2"
+    spec: WaferSpec = PRESETS["wse2"]
     steps: int | None = None  # time steps / sweeps, or BiCGSTAB's iteration cap
     tol: float | None = None  # BiCGSTAB only
     dtype: str = "fp32"  # fp32 | fp16 (jacobi, heat) | mixed (bicgstab); wave25: fp32
@@ -139,9 +139,18 @@ def _setup(cfg: StencilConfig):
         raise StencilError(f"steps must be >= 0, got {cfg.steps}")
     if cfg.tol is not None and not (cfg.tol > 0 and math.isfinite(cfg.tol)):
         raise StencilError(f"tol must be a positive number, got {cfg.tol}")
-    return grid_wafer(
-        preset(cfg.preset), cfg.grid, mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed
-    )
+    return grid_wafer(cfg.spec, cfg.grid, mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed)
+
+
+def _config_record(cfg: StencilConfig) -> dict[str, Any]:
+    """The run's settings as its report records them, the wafer by its spec's name."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        key, value = (
+            ("preset", cfg.spec.name) if f.name == "spec" else (f.name, getattr(cfg, f.name))
+        )
+        out[key] = value
+    return out
 
 
 def run_stencil(cfg: StencilConfig, progress: Progress | None = None) -> RunReport:
@@ -190,7 +199,7 @@ def _report(cfg, grid, phases: Phases, step: str, wall: float, done: int, field,
     flops = phases.total_work().flops()
     pred_s = report.predicted_s
     report.extra.update(
-        config=dataclasses.asdict(cfg),
+        config=_config_record(cfg),
         kind=cfg.kind,
         steps=done,
         cells=cells,

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import jax
 import numpy as np
-from wse_core import preset
+from wse_core import PRESETS, WaferSpec
 
 from wse_hpc.stencil.placement import StencilGrid, grid_wafer, place_grid
 
@@ -24,14 +24,14 @@ def small_grid(
     mesh_shape: tuple[int, int] | None = None,
     defect_seed: int | None = None,
     radius: int = 1,
-    spec: str = "small",
+    spec: WaferSpec = PRESETS["small"],
 ) -> StencilGrid:
-    """A grid of `shape` on the `spec` preset over `mesh_shape` devices; by default 2 x 4
+    """A grid of `shape` on a wafer of `spec` over `mesh_shape` devices; by default 2 x 4
     where JAX's default backend has 8 devices or more (the test suite's CPU devices), else
     1 x 1 (a one-GPU host), so the same tests run on either."""
     if mesh_shape is None:
         mesh_shape = (2, 4) if len(jax.devices()) >= 8 else (1, 1)
-    wafer = grid_wafer(preset(spec), shape, mesh_shape=mesh_shape, defect_seed=defect_seed)
+    wafer = grid_wafer(spec, shape, mesh_shape=mesh_shape, defect_seed=defect_seed)
     return place_grid(
         wafer,
         shape,

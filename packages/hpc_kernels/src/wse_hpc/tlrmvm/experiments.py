@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from wse_core import ExperimentResult, PredictionRow, preset
+from wse_core import ExperimentResult, PredictionRow
+from wse_core.assumptions import assumed_spec
 from wse_core.runtime import cache_dir
 
 from wse_hpc.tlrmvm.baseline import best_median_s, stacked_fn
@@ -95,7 +96,7 @@ def _sweep(n: int, nbs: list[int], thresholds: list[float], seed: int) -> list[d
 def _speed(n: int, nb: int, seed: int) -> dict:
     a = green_operator(n=n)
     op = compress(a, nb=nb, threshold=1e-3, seed=seed)
-    eng = TlrEngine.build(op, preset("wse2"))
+    eng = TlrEngine.build(op, assumed_spec("wse2"))
     x = np.random.default_rng(seed).standard_normal(n).astype(np.complex64)
     dense_s, _ = best_median_s(lambda: a @ x)
     numpy_s, _ = best_median_s(lambda f=stacked_fn(op): f(x))
@@ -132,7 +133,7 @@ def _case_rows(name: str, layout: str, seed: int):
     from wse_core.wafer import build_wafer
 
     op = paper_operator(seed)
-    spec = preset(name)
+    spec = assumed_spec(name)
     plan = PLANNERS[layout](op, spec)
     wafer = build_wafer(spec, grid=plan.grid, mesh_shape=(1, 1))
     for part, nbytes in plan.bytes_per_pe().items():  # the plan's SRAM, as place_plan does
@@ -246,7 +247,7 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
     rows.append(_speed(n, 128 if quick else 256, seed))
     for r in compare(
         mdd_case(n=256, freqs_hz=[10.0, 20.0], seed=seed),
-        preset("wse2"),
+        assumed_spec("wse2"),
         nb=32,
         threshold=1e-3,
         iters=20,

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from wse_core.pipeline_plan import PipelinePlan, PipelinePlanError
 from wse_core.report import RunReport
-from wse_core.spec import WaferSpec
+from wse_core.spec import PRESETS, WaferSpec
 from wse_models.sparsity import ZeroTally
 
 from wse_inference.decoding import first_logprob, first_token, prefill_scored, sequence_key
@@ -84,7 +84,7 @@ class PipelineEngine:
     """The `Engine` of S pipeline stages on an S x 1 emulation wafer (S slots in flight).
 
     The layout is `plan` when given (its stages and context), else `engine_plan(config,
-    stages=, max_context=, wafer=, num_wafers=)`. `mesh_rows` devices hold the stage rows
+    stages=, max_context=, spec=, num_wafers=)`. `mesh_rows` devices hold the stage rows
     (default 1: on a CPU, collectives between virtual devices cost more than the tiny stages
     compute; None spreads the rows over all devices; tests use 2 and a row count the mesh
     does not divide)."""
@@ -97,7 +97,7 @@ class PipelineEngine:
         max_context: int | None = None,
         prefill_chunk: int = 32,
         mesh_rows: int | None = 1,
-        wafer: str | WaferSpec = "wse3",
+        spec: WaferSpec = PRESETS["wse3"],
         num_wafers: int | None = None,
         plan: PipelinePlan | None = None,
     ):
@@ -111,7 +111,7 @@ class PipelineEngine:
                 )
             context = min(max_context or config.max_seq_len, config.max_seq_len)
             plan = engine_plan(
-                config, stages=stages, max_context=context, wafer=wafer, num_wafers=num_wafers
+                config, stages=stages, max_context=context, spec=spec, num_wafers=num_wafers
             )
         elif plan.slots != plan.num_stages:
             raise PipelinePlanError(

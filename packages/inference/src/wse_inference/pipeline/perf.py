@@ -12,7 +12,7 @@ one token, `extra["tokens_per_s"]` its inverse, `extra["plan"]` the plan's regio
 
 - `predict_decode(config, plan, ...)`: one token of `config` on `plan` — the same plan object
   `wse_inference.pipeline.PipelineEngine` lays its stages out from (`engine.report()`).
-- `predict_model(model, wafer=, num_wafers=, context_len=)`: a `wse_models` preset (or a
+- `predict_model(model, spec=, num_wafers=, context_len=)`: a `wse_models` preset (or a
   config) planned by `plan_for` on the fewest wafers that hold it (or `num_wafers`), 16-bit
   weights -> (report, plan).
 - `predict_speculative(...)`: one emitted token of speculative decoding, the draft and the
@@ -31,7 +31,7 @@ from wse_core.decoder_cost import DECODER_ASSUMPTIONS, decode_phases
 from wse_core.perf import Phases, overlap, serial
 from wse_core.pipeline_plan import PipelinePlan, min_wafers, plan_pipeline
 from wse_core.report import RunReport
-from wse_core.spec import WaferSpec, preset
+from wse_core.spec import PRESETS, WaferSpec
 
 __all__ = [
     "CALIBRATION_TOKENS_PER_S",
@@ -111,14 +111,13 @@ def _report(
 def plan_for(
     config: Any,
     *,
-    wafer: str | WaferSpec = "wse3",
+    spec: WaferSpec = PRESETS["wse3"],
     num_wafers: int | None = None,
     context_len: int = 8192,
     bytes_per_param: int = 2,
 ) -> PipelinePlan:
     """One region per layer on `num_wafers` wafers (default: the fewest that hold weights
     and one user's KV cache of `context_len` tokens)."""
-    spec = preset(wafer) if isinstance(wafer, str) else wafer
     kwargs: dict[str, Any] = dict(context_len=context_len, bytes_per_param=bytes_per_param)
     if num_wafers is None:
         num_wafers = min_wafers(config, spec, **kwargs)
@@ -128,7 +127,7 @@ def plan_for(
 def predict_model(
     model: str | Any,
     *,
-    wafer: str | WaferSpec = "wse3",
+    spec: WaferSpec = PRESETS["wse3"],
     num_wafers: int | None = None,
     context_len: int = 8192,
 ) -> tuple[RunReport, PipelinePlan]:
@@ -137,7 +136,7 @@ def predict_model(
     from wse_models import preset_config
 
     config = preset_config(model) if isinstance(model, str) else model
-    plan = plan_for(config, wafer=wafer, num_wafers=num_wafers, context_len=context_len)
+    plan = plan_for(config, spec=spec, num_wafers=num_wafers, context_len=context_len)
     return predict_decode(config, plan), plan
 
 

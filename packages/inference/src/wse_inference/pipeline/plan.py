@@ -14,7 +14,7 @@ from typing import Any
 
 import jax.numpy as jnp
 from wse_core.pipeline_plan import PipelinePlan, PipelinePlanError, plan_pipeline
-from wse_core.spec import WaferSpec, preset
+from wse_core.spec import PRESETS, WaferSpec
 
 __all__ = ["engine_plan", "emulation_spec", "declare_regions", "row_bytes"]
 
@@ -44,7 +44,7 @@ def emulation_spec(plan: PipelinePlan) -> WaferSpec:
     from wse_core.spec import spec_from
 
     return spec_from(
-        "tiny",
+        PRESETS["tiny"],
         name="pipeline",
         pe_rows=max(plan.num_stages, 8),
         spare_rows=0,
@@ -67,13 +67,12 @@ def engine_plan(
     *,
     stages: int,
     max_context: int,
-    wafer: str | WaferSpec = "wse3",
+    spec: WaferSpec = PRESETS["wse3"],
     num_wafers: int | None = None,
 ) -> PipelinePlan:
     """The plan an engine of `stages` stages emulates: `stages` regions on the fewest of 1..
     `stages` wafers that hold them (or `num_wafers`), context `max_context`, one slot per
     stage, the model's parameter bytes. Raises the planner's error (with the numbers)."""
-    spec = preset(wafer) if isinstance(wafer, str) else wafer
     kwargs = dict(stages=stages, context_len=max_context, slots=stages)
     kwargs["bytes_per_param"] = int(jnp.dtype(config.param_dtype).itemsize)
     if num_wafers is not None:

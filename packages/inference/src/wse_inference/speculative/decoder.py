@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from wse_core.report import RunReport
-from wse_core.spec import WaferSpec
+from wse_core.spec import PRESETS, WaferSpec
 from wse_models import dtype_bytes
 
 from wse_inference.decoding import GenerationResult, first_token, prefill, sequence_key
@@ -328,20 +328,20 @@ class SpeculativeDecoder:
         tokens: int | None = None,
         kv_tokens: int | None = None,
         stats: AcceptanceStats | None = None,
-        wafer: str | WaferSpec = "wse3",
+        spec: WaferSpec = PRESETS["wse3"],
     ) -> RunReport:
         """Predicted wafer time of one emitted token (units "token", `pipeline.perf.
         predict_speculative`): target and draft each one region per layer on the fewest
-        `wafer`s that hold them (context `max_context`, their parameter bytes), at the rounds
-        per emitted token of `stats` (default: this decoder's; one round per token before any
-        round ran); `measured_wall_s` over `tokens` is the measured time per token."""
+        wafers of `spec` that hold them (context `max_context`, their parameter bytes), at the
+        rounds per emitted token of `stats` (default: this decoder's; one round per token
+        before any round ran); `measured_wall_s` over `tokens` is the measured time per token."""
         from wse_inference.pipeline import perf as decode_perf
 
         stats = stats or self.stats
         plans = [
             decode_perf.plan_for(
                 m.config,
-                wafer=wafer,
+                spec=spec,
                 context_len=self.max_context,
                 bytes_per_param=dtype_bytes(m.config.param_dtype),
             )

@@ -34,6 +34,7 @@ import dataclasses
 from typing import Any
 
 from wse_core import economics as eco
+from wse_core.assumptions import assumed_spec
 from wse_core.experiment import ExperimentResult, PredictionRow
 from wse_core.gpu import H100
 from wse_core.serving import (
@@ -46,7 +47,6 @@ from wse_core.serving import (
     frontier,
     knee,
 )
-from wse_core.spec import preset
 
 __all__ = ["run", "CASES"]
 
@@ -63,7 +63,7 @@ EMULATED_STAGES = 2
 
 
 def _systems(config: Any, wafers: int, spec: Speculation | None):
-    w = WaferServing(config, preset(WAFER), num_wafers=wafers, workload=WORKLOAD,
+    w = WaferServing(config, assumed_spec(WAFER), num_wafers=wafers, workload=WORKLOAD,
                      speculation=spec)  # fmt: skip
     g = GpuServing(config, H100, num_gpus=GPUS, workload=WORKLOAD,
                    hbm_fraction=HBM_FRACTION, mfu=MFU, speculation=spec)  # fmt: skip
@@ -94,10 +94,10 @@ def _side(name: str, system, front: Frontier, k: OperatingPoint, power, usd) -> 
     }
 
 
-def _case(name: str, preset_name: str, wafers: int, spec: Speculation | None) -> list[dict]:
+def _case(name: str, model_name: str, wafers: int, spec: Speculation | None) -> list[dict]:
     import wse_models
 
-    config = wse_models.preset_config(preset_name, dtype="bfloat16")
+    config = wse_models.preset_config(model_name, dtype="bfloat16")
     w, g = _systems(config, wafers, spec)
     (peak, _), usd_w = eco.system_power_w(WAFER), eco.wafer_rates(WAFER).usd_per_system_hour
     out = []
@@ -152,7 +152,8 @@ def _emulated(seed: int) -> list[dict]:
     from wse_inference.testing import tiny_model
 
     s = EMULATED_STAGES
-    eng = PipelineEngine(tiny_model("llama", n_layers=s, seed=seed), stages=s, max_context=32)
+    model = tiny_model("llama", n_layers=s, seed=seed)
+    eng = PipelineEngine(model, stages=s, max_context=32, spec=assumed_spec(WAFER))
     greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     rows = []
     for users in range(1, s + 1):
@@ -200,12 +201,12 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
 
     del quick  # nothing to shrink: the predictions are analytic, the emulated part tiny
     sides = []
-    for name, preset_name, wafers in CASES:
-        sides += _case(name, preset_name, wafers, None)
+    for name, model_name, wafers in CASES:
+        sides += _case(name, model_name, wafers, None)
         for alpha in ALPHAS:
             draft = wse_models.preset_config(DRAFT, dtype="bfloat16")
             spec = Speculation(draft=draft, gamma=GAMMA, alpha=alpha)
-            sides += _case(name, preset_name, wafers, spec)
+            sides += _case(name, model_name, wafers, spec)
     figure = _figure(sides)
     predictions = [r for side in sides for r in _rows(side)]
     summary = [{k: v for k, v in s.items() if not k.startswith("_")} for s in sides]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 
+from wse_core.assumptions import assumed_spec
 from wse_core.experiment import ExperimentResult, PredictionRow
 
 from wse_inference.pipeline.perf import CALIBRATION_TOKENS_PER_S, predict_model, tokens_per_s
@@ -40,8 +41,10 @@ CALIBRATION_CASE = "llama3.1-8b"
 
 def _predictions() -> tuple[list[PredictionRow], list[dict]]:
     rows, plans = [], []
-    for name, preset_name, wafers in CASES:
-        report, plan = predict_model(preset_name, num_wafers=wafers, context_len=CONTEXT)
+    for name, model_name, wafers in CASES:
+        report, plan = predict_model(
+            model_name, spec=assumed_spec("wse3"), num_wafers=wafers, context_len=CONTEXT
+        )
         calibration = name == CALIBRATION_CASE
         published = CALIBRATION_TOKENS_PER_S if calibration else None
         params = {
@@ -64,7 +67,7 @@ def _predictions() -> tuple[list[PredictionRow], list[dict]]:
         plans.append(
             {
                 **params,
-                "preset": preset_name,
+                "preset": model_name,
                 "stages": plan.num_stages,
                 "tokens_per_s": rate,
                 "ms_per_token": report.predicted_s * 1e3,
@@ -88,7 +91,7 @@ def _emulated(seed: int) -> dict:
     model = tiny_model("llama", n_layers=2, seed=seed)
     greedy = SamplingParams(max_tokens=16, temperature=0.0)
     prompt = [1, 2, 3, 4]
-    eng = PipelineEngine(model, stages=2, max_context=32)
+    eng = PipelineEngine(model, stages=2, max_context=32, spec=assumed_spec("wse3"))
     eng.generate_all([prompt], [greedy], steps_per_call=8)  # compile
     t0 = time.perf_counter()
     got = eng.generate_all([prompt], [greedy], steps_per_call=8)[0]
@@ -135,11 +138,10 @@ def _stage_regions_figure():
     predicted busy cycles (each PE works only while the token is in its stage)."""
     from wse_core.pipeline_plan import plan_pipeline
     from wse_core.pipeline_trace import pipeline_traces
-    from wse_core.spec import preset
     from wse_core.trace_png import trace_figure
     from wse_core.transformer import LLAMA31_8B
 
-    plan = plan_pipeline(LLAMA31_8B, preset("wse3"), num_wafers=1, context_len=CONTEXT)
+    plan = plan_pipeline(LLAMA31_8B, assumed_spec("wse3"), num_wafers=1, context_len=CONTEXT)
     trace = pipeline_traces(LLAMA31_8B, plan)[0]
     return trace_figure(trace, title="Llama 3.1 8B on one WSE-3: stage regions, per PE")
 

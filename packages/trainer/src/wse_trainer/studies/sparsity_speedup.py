@@ -72,6 +72,7 @@ def _params(model_dir: Path, activation: str, steps: int, seed: int) -> dict[str
 def _train_and_measure(activation: str, steps: int, seed: int, folder: Path) -> dict[str, Any]:
     import wse_models
     from tokenizers import Tokenizer
+    from wse_core.assumptions import assumed_spec
 
     from wse_trainer.config import config_from_dict
     from wse_trainer.data import EOS, corpus_texts, pack
@@ -79,7 +80,7 @@ def _train_and_measure(activation: str, steps: int, seed: int, folder: Path) -> 
     from wse_trainer.run import run as train
 
     cfg = config_from_dict(_params(folder / activation, activation, steps, seed))
-    result = train(cfg)
+    result = train(cfg, assumed_spec(cfg.runconfig.wafer))
     model = wse_models.from_pretrained(result.model_dir / "hf")
     tok = Tokenizer.from_file(str(result.model_dir / "tokenizer.json"))
     ids = [e.ids for e in tok.encode_batch(corpus_texts(cfg.eval_input))]
@@ -100,14 +101,14 @@ def wafer_speedups(
     """(training step, batch-1 decode step) dense time over sparse time on one WSE-3, from
     the wafer cost model at the given zero fraction (one value, or one per layer: training
     takes their mean, since one step's products share one placement)."""
+    from wse_core.assumptions import assumed_spec
     from wse_core.decoder_cost import decode_phases
     from wse_core.perf import PerfModel
     from wse_core.pipeline_plan import plan_pipeline
-    from wse_core.spec import preset
 
     from wse_trainer.performance import predict_step
 
-    spec = preset("wse3")
+    spec = assumed_spec("wse3")
     s = np.asarray(zero_fraction, np.float64)
 
     def step(z: float) -> float:

@@ -33,7 +33,7 @@ SYSTEMS = (1, 2, 4, 8, 16, 2048)
 
 def _case() -> tuple[Any, Any, int, int]:
     """(model, spec, batch per system, sequence) of the shipped 1T config."""
-    from wse_core import preset
+    from wse_core.assumptions import assumed_spec
 
     from wse_trainer.config import load_config
     from wse_trainer.session import model_config
@@ -42,7 +42,7 @@ def _case() -> tuple[Any, Any, int, int]:
     batch = cfg.train_input.batch_size // cfg.runconfig.num_csx
     return (
         model_config(cfg),
-        preset(cfg.runconfig.wafer),
+        assumed_spec(cfg.runconfig.wafer),
         batch,
         cfg.train_input.max_sequence_length,
     )

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from wse_core import ExperimentResult, PredictionRow, preset
+from wse_core import ExperimentResult, PredictionRow
+from wse_core.assumptions import assumed_spec
 
 __all__ = ["run", "gpu_train_s", "wafer_epoch_s", "padding_fraction", "SEQ_LENS"]
 
@@ -61,7 +62,7 @@ def wafer_epoch_s(config: Any, rows: int, seq_len: int, pairs_per_row: float | N
 
     step = predict_step(
         config,
-        preset("wse3"),
+        assumed_spec("wse3"),
         num_csx=1,
         micro_batch=WAFER_BATCH,
         seq_len=seq_len,

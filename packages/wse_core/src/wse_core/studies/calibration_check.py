@@ -46,10 +46,10 @@ SOURCES = {
 def _mechanisms(case: str) -> dict[str, float] | None:
     """The row's predicted cycles by mechanism (per step, per allreduce, per token)."""
     from wse_core import calibration as cal
-    from wse_core.spec import preset
+    from wse_core.assumptions import assumed_spec
 
     if case.startswith("stencil25") and "busy" not in case:
-        return PerfModel(preset("wse2")).evaluate(cal.table_ii_phases(1)).by_mechanism()
+        return PerfModel(assumed_spec("wse2")).evaluate(cal.table_ii_phases(1)).by_mechanism()
     if case.startswith("llama"):
         spec, phases = decode_case()
         return PerfModel(spec).evaluate(phases).by_mechanism()
@@ -92,10 +92,10 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
 def constants_table() -> list[dict[str, object]]:
     """Every constant: its value on WSE-2 (fitted ones as the calibration sets them),
     units, mechanism, basis, and its source or the rows that fit it."""
-    from wse_core.spec import preset
+    from wse_core.assumptions import assumed_spec
 
     cal = current()
-    rates = PerfModel(preset("wse2")).rates
+    rates = PerfModel(assumed_spec("wse2")).rates
     return [
         {
             "kind": "constant",

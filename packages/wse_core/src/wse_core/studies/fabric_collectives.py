@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from wse_core import fabric
+from wse_core.assumptions import assumed_spec
 from wse_core.collectives import allreduce_2d
 from wse_core.experiment import ExperimentResult, PredictionRow
 from wse_core.perf import PerfModel, Work
-from wse_core.spec import preset
 from wse_core.wafer import build_wafer
 
 __all__ = ["run", "OPS", "GRIDS"]
@@ -50,7 +50,7 @@ def _measure(wafer, op, repeats: int) -> dict[str, float]:
 
 
 def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
-    spec = preset("wse3")
+    spec = assumed_spec("wse3")
     model = PerfModel(spec)
     measurements, predictions = [], []
     for grid in GRIDS:

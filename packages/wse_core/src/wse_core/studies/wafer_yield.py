@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from wse_core.assumptions import assumed_spec
 from wse_core.experiment import ExperimentResult, PredictionRow
-from wse_core.spec import preset
 
 __all__ = ["run", "predicted_repairable", "simulate"]
 
@@ -41,7 +41,7 @@ def simulate(rows, cols, spare_rows, spare_cols, rate, wafers, rng):
 
 
 def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
-    spec = preset("wse3")
+    spec = assumed_spec("wse3")
     rows, cols = spec.pe_rows, spec.pe_cols
     wafers = 200 if quick else 2000
     rng = np.random.default_rng(seed)
