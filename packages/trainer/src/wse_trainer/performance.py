@@ -44,7 +44,7 @@ import dataclasses
 import math
 from typing import Any
 
-from wse_core import Phase, Phases, RunReport, WaferSpec, WseError, overlap, serial
+from wse_core import Phase, Phases, RunReport, Timing, WaferSpec, WseError, overlap, serial
 from wse_core.decoder_cost import EXP_FMACS
 from wse_core.sram import Region
 from wse_core.trace import PeTrace, trace_uniform
@@ -226,7 +226,25 @@ def predict_step(
     pl = place_step(
         model, spec, plan, work, num_csx=num_csx, placement=placement, precision=precision
     )
-    report = RunReport.build(
+    compute_s = RunReport.build("compute", spec, step_phases(model, pl, streams=False)).predicted_s
+
+    def figures(step: Timing) -> dict[str, Any]:
+        step_s = step.seconds
+        return {
+            "tokens_per_s": num_csx * pl.tokens / step_s,
+            "compute_s": compute_s,
+            "stall_fraction": 1.0 - compute_s / step_s if step_s else 0.0,
+            "placement": placement,
+            "precision": pl.num.precision,
+            "stride": pl.stride,
+            "micro_batch": micro_batch,
+            "seq_len": seq_len,
+            "mlp_zero_fraction": mlp_zero_fraction,
+            "weight_chunks": pl.chunks.summary() if pl.chunks is not None else "whole layers",
+            "swarmx_fanout": spec.swarmx_fanout,
+        }
+
+    return RunReport.build(
         "train_step",
         spec,
         step_phases(model, pl),
@@ -234,23 +252,8 @@ def predict_step(
         assumptions={**ASSUMPTIONS, **(CHUNKED_ASSUMPTIONS if pl.chunks is not None else {})},
         units="step",
         systems=num_csx,
+        extra=figures,
     )
-    compute_s = RunReport.build("compute", spec, step_phases(model, pl, streams=False)).predicted_s
-    step_s = report.predicted_s
-    report.extra.update(
-        tokens_per_s=num_csx * pl.tokens / step_s,
-        compute_s=compute_s,
-        stall_fraction=1.0 - compute_s / step_s if step_s else 0.0,
-        placement=placement,
-        precision=pl.num.precision,
-        stride=pl.stride,
-        micro_batch=micro_batch,
-        seq_len=seq_len,
-        mlp_zero_fraction=mlp_zero_fraction,
-        weight_chunks=pl.chunks.summary() if pl.chunks is not None else "whole layers",
-        swarmx_fanout=spec.swarmx_fanout,
-    )
-    return report
 
 
 def no_stall_batch(

@@ -25,8 +25,9 @@ Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `open_checkpoints`, `
 `model_config(config)` and `validate(config, spec)` (the `--validate_only` memory plan)
 allocate nothing; `predict(config, spec, model, plan)` is the wafer's predicted step on that plan
 (`wse_trainer.performance.predict_step`, a `RunReport`), which the run logs next to the
-measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, `RunResult`); the
-three live in `wse_trainer.session` and are re-exported here.
+measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, and
+`RunResult.report`: that `RunReport` with the measured mean step as its `measured_wall_s`);
+the three live in `wse_trainer.session` and are re-exported here.
 
 Multi-process runs (`jax.distributed` joined before `run`): every process runs the same
 program on the same data stream and computes its block of the `num_csx` replicas (SwarmX
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from wse_core import WaferSpec, WseError
+from wse_core import RunReport, WaferSpec, WseError
 from wse_core.distributed import is_primary
 
 from wse_trainer.config import TrainConfig
@@ -87,7 +88,14 @@ class RunResult:
     stall_fraction: float = 0.0
     hf_dir: Path | None = None
     step_s: float = 0.0  # measured mean step on this machine
-    predicted_step_s: float = 0.0  # the wafer's, from the run's plan (`predict`)
+    # the wafer's predicted step on the run's plan (`predict`), with the measured mean step
+    # as its measured_wall_s once steps ran
+    report: RunReport | None = None
+
+    @property
+    def predicted_step_s(self) -> float:
+        """The wafer's predicted step (s) on the run's plan (0 before the run set it)."""
+        return self.report.predicted_s if self.report is not None else 0.0
 
 
 def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) -> None:
@@ -138,6 +146,8 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
     result.tokens_per_s = tokens / wall if wall else 0.0
     result.step_s = wall / (end - start) if end > start else 0.0
     result.stall_fraction = stall / wall if wall else 0.0
+    if result.step_s:
+        result.report = dataclasses.replace(s.prediction, measured_wall_s=result.step_s)
 
 
 def _prediction_line(report: Any, spec: WaferSpec) -> str:
@@ -263,7 +273,7 @@ def run(
             log.line(note)
         if start:
             log.line(f"resumed from checkpoint step {start}")
-        result.predicted_step_s = s.prediction.predicted_s
+        result.report = s.prediction
         log.line(_prediction_line(s.prediction, spec))
         log.line(describe(s.layout, config.train_input.batch_size // run_cfg.num_csx))
         if run_cfg.mode != "eval" and end > start:

@@ -39,7 +39,8 @@ __all__ = [
 class PerfModel(Pricing):
     """`Pricing` whose default calibration is the one in force (`calibration.current()`)."""
 
-    def _cal(self) -> Calibration:
+    def calibration_in_force(self) -> Calibration:
+        """The calibration given, else the one in force (`calibration.current()`)."""
         if self.calibration is not None:
             return self.calibration
         from wse_core.calibration import current

@@ -290,13 +290,14 @@ class Pricing:
     spec: WaferSpec
     calibration: Calibration | None = None
 
-    def _cal(self) -> Calibration | None:
+    def calibration_in_force(self) -> Calibration | None:
+        """The calibration whose fitted constants `rates` uses (None: the spec's own)."""
         return self.calibration
 
     @functools.cached_property
     def rates(self) -> WaferSpec:
         """The spec with the calibration's fitted constants in place (what `cost` uses)."""
-        cal = self._cal()
+        cal = self.calibration_in_force()
         values = cal.values if cal is not None else {}
         return self.spec.replace(**values) if values else self.spec
 

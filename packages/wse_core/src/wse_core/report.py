@@ -2,7 +2,10 @@
 
 Contract. Every shell (stencil, BiCGSTAB, MD, TLR-MVM, `wse train`, the inference engines)
 returns a `RunReport` built by `RunReport.build(...)` from the `Phases` it priced with
-`PerfModel` (the same plan object its emulation ran), so that:
+`PerfModel` (the same plan object its emulation ran). A report is frozen: the kernel's own
+figures (`extra`, a read-only mapping; those derived from the predicted time come from a
+function of the evaluated `Timing` that `build` calls) are given to `build`, never set
+after; `dataclasses.replace` (as `with_trace`) makes a changed copy. So that:
 
 - `measured_wall_s` is the emulator's wall time on this machine (None for a plan only);
 - `predicted` is the evaluated phase tree (`wse_core.perf.Timing`): seconds and the bound
@@ -17,6 +20,8 @@ returns a `RunReport` built by `RunReport.build(...)` from the `Phases` it price
   streams only the slowest), in cycles of the wafer's clock;
 - `trace` (optional) is the per-PE view of the same figures (`wse_core.trace`), saved by
   `--trace FILE` and drawn by `wse view`;
+- `units_per_s` is the predicted rate of `units` (tokens/s of a per-token report,
+  timesteps/s of a per-step one);
 - `energy_j` is predicted seconds times the system's power (`wse_core.economics` when it
   knows the wafer, else None), with `units` saying what one prediction covers.
 """
@@ -25,8 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any
 
 from wse_core.calibration import Calibration
@@ -35,7 +41,11 @@ from wse_core.perf import OVERLAP, PerfModel, Phase, Phases, Timing
 from wse_core.spec import WaferSpec
 from wse_core.traffic import Traffic
 
-__all__ = ["RunReport", "stopwatch"]
+__all__ = ["Figures", "RunReport", "stopwatch"]
+
+# A kernel's own figures for `RunReport.build`: a mapping, or a function of the evaluated
+# phase tree that returns one (figures derived from the predicted time).
+Figures = Mapping[str, Any] | Callable[[Timing], Mapping[str, Any]]
 
 
 def _power_w(spec: WaferSpec, systems: int) -> float | None:
@@ -50,22 +60,30 @@ def _power_w(spec: WaferSpec, systems: int) -> float | None:
     return peak * systems
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RunReport:
+    """One run's report, frozen: every figure is given to `build` (or the constructor) and
+    none is set after. `assumptions`, `sram` and `extra` are read-only mappings (copies of
+    what was given); `dataclasses.replace` (as `with_trace`) makes a changed copy."""
+
     name: str
     wafer: str
     predicted: Timing
     phases: Phases
     calibration: Calibration
-    assumptions: dict[str, str]
+    assumptions: Mapping[str, str]
     measured_wall_s: float | None = None
     traffic: Traffic = dataclasses.field(default_factory=Traffic)
-    sram: dict[str, Any] = dataclasses.field(default_factory=dict)
+    sram: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     units: str = "run"
     systems: int = 1
     energy_j: float | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     trace: Any = None  # a wse_core.trace.PeTrace of this run (per-PE figures), when built
+
+    def __post_init__(self) -> None:
+        for name in ("assumptions", "sram", "extra"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def with_trace(self, trace: Any) -> RunReport:
         """This report with its per-PE trace attached (`wse_core.trace.trace_from`)."""
@@ -85,9 +103,13 @@ class RunReport:
         units: str = "run",
         systems: int = 1,
         model: PerfModel | None = None,
-        extra: Mapping[str, Any] | None = None,
+        extra: Figures | None = None,
     ) -> RunReport:
-        """Evaluate `phases` on `spec` and gather everything a reader needs beside it."""
+        """Evaluate `phases` on `spec` and gather everything a reader needs beside it.
+
+        `extra`: the kernel's own figures, a mapping or a function of the evaluated
+        `Timing` that returns one (for figures derived from the predicted seconds, such as
+        a rate); they keep the order given and land in `to_dict()` after the fields."""
         from wse_core.assumptions import listed
 
         if isinstance(phases, Phase):
@@ -100,15 +122,15 @@ class RunReport:
             wafer=spec.name,
             predicted=timing,
             phases=phases,
-            calibration=model._cal(),
+            calibration=model.calibration_in_force(),
             assumptions={"overlap rule": OVERLAP, **listed(spec), **dict(assumptions or {})},
             measured_wall_s=measured_wall_s,
             traffic=traffic or Traffic(),
-            sram=dict(sram or {}),
+            sram=sram or {},
             units=units,
             systems=systems,
             energy_j=None if power is None else power * timing.seconds,
-            extra=dict(extra or {}),
+            extra=(extra(timing) if callable(extra) else extra) or {},
         )
 
     @property
@@ -125,8 +147,12 @@ class RunReport:
         shares = self.predicted.by_bound()
         return max(shares, key=shares.__getitem__) if shares else "-"
 
-    def with_measured(self, wall_s: float) -> RunReport:
-        return dataclasses.replace(self, measured_wall_s=wall_s)
+    @property
+    def units_per_s(self) -> float:
+        """Predicted `units` per second (tokens/s of a per-token report, timesteps/s of a
+        per-step one): 1 / `predicted_s`, infinite for a zero prediction."""
+        s = self.predicted.seconds
+        return 1.0 / s if s > 0 else float("inf")
 
     def phase_rows(self) -> list[dict[str, object]]:
         """One row per phase: depth, name, repeat, seconds (all repeats), bound."""
@@ -158,9 +184,9 @@ class RunReport:
             "predicted": self.predicted.to_dict(),
             "work": self.phases.total_work().to_dict(),
             "traffic": self.traffic.to_dict(),
-            "sram": self.sram,
+            "sram": dict(self.sram),
             "calibration": self.calibration.to_dict(),
-            "assumptions": self.assumptions,
+            "assumptions": dict(self.assumptions),
             **self.extra,
         }
 

@@ -219,7 +219,7 @@ def _summary(res, cfg, n_atoms, pot, trace=None) -> dict:
         "list_reruns": res.list_reruns,
         "replans": res.replans,
         "sram_bytes_per_pe": int(sum(res.sram.values())),
-        "predicted_timesteps_per_s": report.extra["timesteps_per_s"],
+        "predicted_timesteps_per_s": report.units_per_s,
         "words_per_step": report.extra["words_per_step"],
         "bound": report.bound,
         "report": report.to_dict(),

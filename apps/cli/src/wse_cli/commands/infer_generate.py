@@ -252,7 +252,7 @@ def _predicted(report) -> dict:
         "wafers": report.systems,
         "regions": len(plan["regions"]),
         "wafer_s_per_token": report.predicted_s,
-        "tokens_per_s": report.extra["tokens_per_s"],
+        "tokens_per_s": report.units_per_s,
         "bound": report.bound,
         "measured_s_per_token": report.measured_wall_s,
         "calibration": report.calibration.describe(),

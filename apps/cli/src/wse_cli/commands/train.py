@@ -249,10 +249,10 @@ def _train(console, config, spec) -> None:
         f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "
         f"{result.model_dir}"
     )
-    if result.step_s:
+    if result.step_s and result.report is not None:  # the predicted step, measured beside
         console.print(
-            f"step: measured {result.step_s:.4g} s (emulator, this machine), predicted "
-            f"{result.predicted_step_s:.4g} s on the wafer"
+            f"step: measured {result.report.measured_wall_s:.4g} s (emulator, this machine), "
+            f"predicted {result.report.predicted_s:.4g} s on the wafer"
         )
     if result.hf_dir is not None:
         console.print(f"HF-format model for inference: {result.hf_dir}")

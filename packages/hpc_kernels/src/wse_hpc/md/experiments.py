@@ -109,7 +109,7 @@ def _row(element: str, wafer: str, case: dict, pot) -> PredictionRow:
         "bound": rep.bound,
         "per": "step",
     }
-    tps = rep.extra["timesteps_per_s"]
+    tps = rep.units_per_s
     return PredictionRow(
         "timesteps_per_s", tps, "1/s", params, None, SOURCE, rep.cycles_by_mechanism()
     )
@@ -157,7 +157,7 @@ def _emulated(s, pot, cfg: MdConfig, label: str) -> tuple[dict, object, object]:
             "precision": "fp32",
             "list_builds": res.list_builds,
             "list_reruns": res.list_reruns,
-            "predicted_wse3_timesteps_per_s": report.extra["timesteps_per_s"],
+            "predicted_wse3_timesteps_per_s": report.units_per_s,
         },
         res,
         report,
@@ -269,6 +269,6 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     console.print(
         f"{res.grid[0]} x {res.grid[1]} PEs, window {2 * res.window[0] + 1} x "
         f"{2 * res.window[1] + 1}, {rep.extra['candidates']} candidates per PE; predicted on "
-        f"WSE-3: {rep.extra['timesteps_per_s']:.3g} timesteps/s ({rep.bound}-bound); wall "
+        f"WSE-3: {rep.units_per_s:.3g} timesteps/s ({rep.bound}-bound); wall "
         f"{time.perf_counter() - t0:.1f} s; wrote {path}"
     )

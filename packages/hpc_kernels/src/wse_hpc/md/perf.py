@@ -294,7 +294,16 @@ def predict(
     rebuild = counts["swaps"] + counts["build"]
     traffic = every + rebuild.scaled(1.0 / rebuild_every)
     words = fold(traffic).links
-    report = RunReport.build(
+    figures = {
+        "grid": f"{wafer.rows}x{wafer.cols}",
+        "window": f"{2 * plan.k_rows + 1}x{2 * plan.k_cols + 1}",
+        "candidates": candidates(plan),
+        "rebuild_every": rebuild_every,
+        "check_every": check_every,
+        "words_per_step": float(traffic.max_words_per_pe),
+        "link_words_per_step": dict(words),
+    }
+    return RunReport.build(
         "md.step",
         spec,
         phases,
@@ -309,21 +318,8 @@ def predict(
             f"reduction) every {check_every:.3g} steps",
             **dict(assumptions or {}),
         },
+        extra=lambda t: {**figures, "timesteps_per_s": 1.0 / t.seconds, **dict(extra or {})},
     )
-    report.extra.update(
-        {
-            "grid": f"{wafer.rows}x{wafer.cols}",
-            "window": f"{2 * plan.k_rows + 1}x{2 * plan.k_cols + 1}",
-            "candidates": candidates(plan),
-            "rebuild_every": rebuild_every,
-            "check_every": check_every,
-            "words_per_step": float(traffic.max_words_per_pe),
-            "link_words_per_step": dict(words),
-            "timesteps_per_s": 1.0 / report.predicted_s,
-            **dict(extra or {}),
-        }
-    )
-    return report
 
 
 def run_report(res, pot: EamPotential) -> RunReport:

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from wse_core import PRESETS, RunReport, WaferSpec
-from wse_core.perf import Phases
+from wse_core.perf import Phases, Timing
 from wse_core.runtime import wall_s
 from wse_core.spec import DTYPE_BYTES
 
@@ -182,36 +182,36 @@ def _slice(grid: StencilGrid, field: jax.Array) -> list[list[float]]:
 
 def _report(cfg, grid, phases: Phases, step: str, wall: float, done: int, field, **extra):
     """The RunReport of a finished run: the phases priced, the measurement, the figures."""
-    spec = grid.wafer.spec
-    report = RunReport.build(
+    cells, flops = grid.cells, phases.total_work().flops()
+
+    def figures(t: Timing) -> dict[str, Any]:
+        node = t.leaf(step)
+        per_step = node.seconds / node.repeat if node.repeat else node.seconds
+        return {
+            "config": _config_record(cfg),
+            "kind": cfg.kind,
+            "steps": done,
+            "cells": cells,
+            "measured_cells_per_s": cells * done / wall if wall > 0 else float("nan"),
+            "predicted_s_per_step": per_step,
+            "predicted_gcells_per_s": cells / per_step / 1e9 if per_step > 0 else float("nan"),
+            "predicted_flops_per_s": flops / t.seconds if t.seconds > 0 else float("nan"),
+            "wafer": grid.wafer.describe(),
+            "slice_xy": _slice(grid, field),
+            **extra,
+        }
+
+    return RunReport.build(
         f"stencil {cfg.kind}",
-        spec,
+        grid.wafer.spec,
         phases,
         measured_wall_s=wall,
         traffic=_traffic(grid, phases),
         sram=grid.wafer.sram.summary(),
         assumptions=perf.assumptions(cfg.kind),
         units="solve" if cfg.kind == "bicgstab" else "run",
+        extra=figures,
     )
-    node = report.predicted.leaf(step)
-    per_step = node.seconds / node.repeat if node.repeat else node.seconds
-    cells = grid.cells
-    flops = phases.total_work().flops()
-    pred_s = report.predicted_s
-    report.extra.update(
-        config=_config_record(cfg),
-        kind=cfg.kind,
-        steps=done,
-        cells=cells,
-        measured_cells_per_s=cells * done / wall if wall > 0 else float("nan"),
-        predicted_s_per_step=per_step,
-        predicted_gcells_per_s=cells / per_step / 1e9 if per_step > 0 else float("nan"),
-        predicted_flops_per_s=flops / pred_s if pred_s > 0 else float("nan"),
-        wafer=grid.wafer.describe(),
-        slice_xy=_slice(grid, field),
-        **extra,
-    )
-    return report
 
 
 def _traffic(grid: StencilGrid, phases: Phases):

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 
 import jax
 import numpy as np
-from wse_core.perf import Op, PerfModel, Phase, Phases, Work, overlap, serial
+from wse_core.perf import Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
 from wse_core.report import RunReport
 from wse_core.sram import Region
 from wse_core.trace import PeTrace, trace_from
@@ -281,7 +281,22 @@ def predict(
     fab = fabric_by_phase(wafer, plan, fns)
     phases = mvm_phases(wafer, plan, fns=fns, copies=copies, model=model, fab=fab)
     traffic = functools.reduce(lambda a, t: a + t, fab.values(), Traffic())
-    report = RunReport.build(
+    moved = systems * copies * op.bases_bytes  # compressed bases, every copy, every system
+
+    def figures(t: Timing) -> dict[str, object]:
+        on_wafer_s = t.leaf("on_wafer").seconds
+        return {
+            "plan": plan.describe(),
+            "copies_per_system": copies,
+            "bases_bytes": op.bases_bytes,
+            "on_wafer_s": on_wafer_s,
+            "model_bytes_per_s": moved / on_wafer_s,
+            "model_bytes_per_s_with_io": moved / t.seconds,
+            "cerebras": cerebras_bandwidth(plan, model, systems=systems, copies=copies),
+            **dict(extra or {}),
+        }
+
+    return RunReport.build(
         "tlrmvm",
         spec,
         phases,
@@ -292,21 +307,8 @@ def predict(
         units="mvm",
         systems=systems,
         model=model,
+        extra=figures,
     )
-    moved = systems * copies * op.bases_bytes  # compressed bases, every copy, every system
-    report.extra.update(
-        {
-            "plan": plan.describe(),
-            "copies_per_system": copies,
-            "bases_bytes": op.bases_bytes,
-            "on_wafer_s": report.predicted.leaf("on_wafer").seconds,
-            "model_bytes_per_s": moved / report.predicted.leaf("on_wafer").seconds,
-            "model_bytes_per_s_with_io": moved / report.predicted_s,
-            "cerebras": cerebras_bandwidth(plan, model, systems=systems, copies=copies),
-            **dict(extra or {}),
-        }
-    )
-    return report
 
 
 # -- per PE ------------------------------------------------------------------------------

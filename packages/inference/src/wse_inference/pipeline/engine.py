@@ -151,17 +151,15 @@ class PipelineEngine:
         per_token = None
         if measured_wall_s is not None:
             per_token = measured_wall_s / tokens if tokens else measured_wall_s
-        report = decode_perf.predict_decode(
+        return decode_perf.predict_decode(
             self.config,
             self.plan,
             kv_tokens=kv_tokens,
             measured_wall_s=per_token,
             name=f"pipelined decode {self.model_name}",
+            sram=self.wafer.sram.summary(),
+            tokens=tokens,
         )
-        report.sram = self.wafer.sram.summary()
-        if tokens is not None:
-            report.extra["tokens"] = tokens
-        return report
 
     def _place_weights(self, params: Any) -> None:
         rows = self.wafer.padded_shape[0]

@@ -24,11 +24,12 @@ Several wafers pass the residual stream (d_model values) at the system I/O rate,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from wse_core.calibration import DECODE_8B_TOKENS_PER_S
 from wse_core.decoder_cost import DECODER_ASSUMPTIONS, decode_phases
-from wse_core.perf import Phases, overlap, serial
+from wse_core.perf import Phases, Timing, overlap, serial
 from wse_core.pipeline_plan import PipelinePlan, min_wafers, plan_pipeline
 from wse_core.report import RunReport
 from wse_core.spec import PRESETS, WaferSpec
@@ -65,8 +66,8 @@ def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, s
 
 
 def tokens_per_s(report: RunReport) -> float:
-    """Predicted tokens/s of a per-token report."""
-    return 1.0 / report.predicted_s if report.predicted_s > 0 else float("inf")
+    """Predicted tokens/s of a per-token report (its `units_per_s`)."""
+    return report.units_per_s
 
 
 def predict_decode(
@@ -76,12 +77,24 @@ def predict_decode(
     kv_tokens: int | None = None,
     measured_wall_s: float | None = None,
     name: str | None = None,
+    sram: Mapping[str, Any] | None = None,
+    tokens: int | None = None,
 ) -> RunReport:
     """One batch-1 decode token of `config` on `plan` (units "token"; seconds per token).
 
-    `measured_wall_s`: the emulator's wall time per token, shown beside the prediction."""
+    `measured_wall_s`: the emulator's wall time per token, shown beside the prediction;
+    `sram`: the SRAM ledger summary of the wafer that ran it; `tokens`: the decode tokens
+    the measurement covers (`extra["tokens"]`)."""
     phases = decode_phases(config, plan, kv_tokens=kv_tokens)
-    return _report(name or f"decode {config.name}", plan, phases, kv_tokens, measured_wall_s)
+    return _report(
+        name or f"decode {config.name}",
+        plan,
+        phases,
+        kv_tokens,
+        measured_wall_s,
+        sram=sram,
+        tail=None if tokens is None else {"tokens": tokens},
+    )
 
 
 def _report(
@@ -93,19 +106,27 @@ def _report(
     assumptions: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
     systems: int | None = None,
+    *,
+    sram: Mapping[str, Any] | None = None,
+    tail: Mapping[str, Any] | None = None,
 ) -> RunReport:
-    report = RunReport.build(
+    """The per-token report; `extra` holds the plan, `extra`, tokens/s, then `tail`."""
+    head = {"plan": plan.summary(), **(extra or {})}
+    return RunReport.build(
         name,
         plan.spec,
         phases,
         measured_wall_s=measured_wall_s,
+        sram=sram,
         assumptions={**decode_assumptions(plan, kv_tokens), **(assumptions or {})},
         units="token",
         systems=systems or plan.num_wafers,
-        extra={"plan": plan.summary(), **(extra or {})},
+        extra=lambda t: {**head, "tokens_per_s": _per_s(t), **(tail or {})},
     )
-    report.extra["tokens_per_s"] = tokens_per_s(report)
-    return report
+
+
+def _per_s(t: Timing) -> float:
+    return 1.0 / t.seconds if t.seconds > 0 else float("inf")
 
 
 def plan_for(
