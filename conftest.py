@@ -32,7 +32,7 @@ CPU_DEVICES = int(os.environ.get("WSE_TEST_CPU_DEVICES", "8"))
 # CLI tests run `wse` in this process: its root callback must keep the same devices.
 os.environ["WSE_DEVICES"] = str(CPU_DEVICES)
 
-from wse_core.runtime import configure  # noqa: E402
+from wse_core.host.runtime import configure  # noqa: E402
 
 configure(CPU_DEVICES)
 

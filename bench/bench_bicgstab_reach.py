@@ -145,7 +145,7 @@ def main() -> None:
     ap.add_argument("--maxiter", type=int, default=1000, help="the CLI's default cap")
     ap.add_argument("--out", type=Path, default=RESULTS / "bicgstab_reach.json")
     args = ap.parse_args()
-    from wse_core.runtime import configure
+    from wse_core.host.runtime import configure
 
     configure(args.devices)
     import jax

@@ -48,7 +48,7 @@ PARTS = ("roofline", "train", "decode", "md")  # md last: it grows into the time
 
 def _setup() -> dict:
     """One device (the GPU's, or one CPU device); the device as the JSON names it."""
-    from wse_core.runtime import configure
+    from wse_core.host.runtime import configure
 
     configure(1, compile_cache=False)
     import jax
@@ -70,7 +70,7 @@ def copy_gb_s(n_bytes: int, repeats: int) -> float:
     CPU), best of `repeats` calls after two warm-ups."""
     import jax
     import jax.numpy as jnp
-    from wse_core.runtime import wall_s
+    from wse_core.host.runtime import wall_s
 
     x = jnp.zeros(n_bytes // 4, jnp.float32)
     add = jax.jit(lambda a: a + 1.0, donate_argnums=0)
@@ -173,7 +173,7 @@ def _md_line(row: dict) -> str:
 
 def train(quick: bool, gpu: bool) -> dict:
     from bench_train import CASES, jax_contenders, torch_contender
-    from wse_core.runtime import wall_s
+    from wse_core.host.runtime import wall_s
 
     name, shape = (
         ("d512 L8 b16 s256", (512, 8, 8, 2048, 8192, 16, 256)) if gpu else next(iter(CASES.items()))
@@ -211,7 +211,7 @@ def decode(quick: bool, gpu: bool) -> dict:
     import wse_models as wm
     from bench_models import decode_hf
     from torch_baseline import TorchDecoder
-    from wse_core.runtime import wall_s
+    from wse_core.host.runtime import wall_s
     from wse_inference.decoding import PlainDecoder
     from wse_inference.engine import SamplingParams
     from wse_models.testing import hf_model

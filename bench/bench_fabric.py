@@ -24,19 +24,19 @@ STEPS = 10  # fabric ops per jitted call (a lax.fori_loop), as a kernel would ru
 
 
 def _best(fn, repeats: int) -> float:
-    from wse_core.runtime import wall_times_s  # imported late: the bench sets up first
+    from wse_core.host.runtime import wall_times_s  # imported late: the bench sets up first
 
     return min(wall_times_s(fn, repeats=repeats, warmup=0))
 
 
 def worker(devices: int, grid: tuple[int, int], repeats: int) -> dict:
-    from wse_core.runtime import configure
+    from wse_core.host.runtime import configure
 
     configure(devices, compile_cache=False)
     import jax
     import numpy as np
     from wse_core import fabric, preset
-    from wse_core.wafer import build_wafer
+    from wse_core.hw.wafer import build_wafer
 
     rows, cols = grid
     x = np.random.default_rng(0).normal(size=(rows, cols, WORDS_PER_PE)).astype(np.float32)
@@ -117,7 +117,7 @@ def main() -> None:
         )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "fabric.json"
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     result = {"benchmark": "fabric", "quick": args.quick, "rows": rows, "host": host_record()}
     out.write_text(json.dumps(result, indent=2))

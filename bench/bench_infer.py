@@ -23,7 +23,7 @@ median over rounds, with ratios taken within a round (pairs measured back to bac
 - throughput: S users on S stages, aggregate tokens/s for S = 1, 2, 4, with the stage rows
   on one device and on two (fabric shifts across devices). On a CPU every stage runs in
   turn (one core does the work of all S regions), so these tokens/s are the CPU's cost of
-  emulating the pipeline, not the wafer's throughput: that is `wse_core.serving.wafer`'s
+  emulating the pipeline, not the wafer's throughput: that is `wse_core.systems.serving.wafer`'s
   prediction (`wse plan infer`), which the next table checks the schedule against;
 - occupancy: U = 1..S users on an S-stage engine, each stage's share of the ticks it worked
   on an occupied slot as the device ran the schedule (`PipelineEngine.stage_occupancy`),
@@ -256,8 +256,8 @@ def bench_throughput(quick: bool, rounds: int) -> list[dict]:
 
 
 def bench_occupancy(quick: bool, stages: int = 4) -> list[dict]:
-    from wse_core.serving import Workload
-    from wse_core.serving.wafer import WaferServing, occupancy
+    from wse_core.systems.serving import Workload
+    from wse_core.systems.serving.wafer import WaferServing, occupancy
     from wse_inference.engine import SamplingParams
     from wse_inference.pipeline.engine import PipelineEngine
 
@@ -317,7 +317,7 @@ def main() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if ONE_THREAD not in flags:  # before JAX starts: one XLA thread, like torch below
         os.environ["XLA_FLAGS"] = f"{flags} {ONE_THREAD}".strip()
-    from wse_core.runtime import configure
+    from wse_core.host.runtime import configure
 
     configure(2)
     import torch
@@ -347,7 +347,7 @@ def main() -> None:
         out["occupancy"],
     )
     RESULTS.mkdir(exist_ok=True)
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     out["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
     (RESULTS / "infer.json").write_text(json.dumps(out, indent=2, default=float))

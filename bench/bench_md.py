@@ -18,7 +18,7 @@ sample of a 256-atom loop (~0.05-0.1 s) moved by 10% from run to run.
 `--cores N` pins the process (and the `lmp` it starts) to N CPUs before JAX starts threads,
 so every code gets the same cores (LAMMPS runs one rank either way). The persistent compile
 cache is off: every code compiles in the run, under its CPUs. XLA runs without
-`--xla_llvm_disable_expensive_passes` (which `wse_core.runtime.configure` adds to halve
+`--xla_llvm_disable_expensive_passes` (which `wse_core.host.runtime.configure` adds to halve
 compile times): it slowed an earlier EAM kernel's gathers and splines 2-4x; the current
 list kernel's force evaluation runs within 3% with and without it.
 
@@ -156,7 +156,7 @@ def main() -> None:
     if args.cores > 0:  # before JAX starts threads: they (and lmp) inherit it
         cpus = cpus[-args.cores :]
         os.sched_setaffinity(0, cpus)
-    from wse_core.runtime import configure, keep_freed_memory
+    from wse_core.host.runtime import configure, keep_freed_memory
 
     kept = keep_freed_memory()  # as `wse hpc md` runs (a 32,000-atom list build 1.9 -> 1.1 s)
     configure(args.devices, compile_cache=False)
@@ -203,7 +203,7 @@ def main() -> None:
         "repeats": max(1, args.repeats),
         "rows": rows,
     }
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     result["host"] = host_record()  # the memory bandwidth beside the load average
     out = Path(__file__).parent / "results" / "md.json"

@@ -22,13 +22,13 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _best(fn, repeats: int) -> float:
-    from wse_core.runtime import wall_times_s  # imported late: the bench sets up first
+    from wse_core.host.runtime import wall_times_s  # imported late: the bench sets up first
 
     return min(wall_times_s(fn, repeats=repeats))  # after one warm-up (compile)
 
 
 def _setup(quick: bool):
-    from wse_core.runtime import configure
+    from wse_core.host.runtime import configure
 
     configure(1)
     import torch
@@ -153,7 +153,7 @@ def main() -> None:
               f"{ratio:6.2f}  {note}")  # fmt: skip
     out = {"model": {"d_model": config.d_model, "n_layers": config.n_layers,
                      "params": config.num_params()}, "quick": args.quick, "rows": rows}  # fmt: skip
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     out["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
     (RESULTS / "models.json").write_text(json.dumps(out, indent=2) + "\n")

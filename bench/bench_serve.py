@@ -174,7 +174,7 @@ def main() -> None:
             f"{r['requests_per_s']:7.1f} {ttft:>9} {tpot:>9} {r['ratio_vs_direct']:9.2f}"
         )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     result = {"quick": args.quick, "rows": rows, "host": host_record()}
     (RESULTS / "serve.json").write_text(json.dumps(result, indent=2))

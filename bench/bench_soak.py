@@ -540,7 +540,7 @@ def _write(args, summary: dict, health: dict, records: list[dict]) -> None:
     print(f"load average (1, 5, 15 min): {summary['load_average']}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "soak_quick.json" if args.quick else "soak.json"
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     summary["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
     (RESULTS / name).write_text(json.dumps(summary, indent=2))

@@ -29,7 +29,7 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _best(fn, repeats: int) -> float:
-    from wse_core.runtime import wall_times_s  # imported late: OPENBLAS_NUM_THREADS first
+    from wse_core.host.runtime import wall_times_s  # imported late: OPENBLAS_NUM_THREADS first
 
     return min(wall_times_s(fn, repeats=repeats, warmup=0))
 
@@ -39,7 +39,7 @@ def bench_jacobi(n: int, steps: int, repeats: int, mesh_shape=None) -> dict:
     import numpy as np
     from jax import lax
     from wse_core import preset
-    from wse_core.runtime import wall_s
+    from wse_core.host.runtime import wall_s
     from wse_hpc.stencil import grid_wafer, jacobi, place_grid
     from wse_hpc.stencil import perf as sperf
     from wse_hpc.stencil.kernels import iterate_padded, pad_z
@@ -168,8 +168,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--devices", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
-    from wse_core.hostmem import host_record
-    from wse_core.runtime import configure
+    from wse_core.host.memory import host_record
+    from wse_core.host.runtime import configure
 
     configure(args.devices, compile_cache=False)
     quick = args.quick

@@ -127,7 +127,7 @@ def main() -> None:
     ap.add_argument("--block-z", type=int, default=50)
     ap.add_argument("--nz", type=int, default=1000, help="wse2: Z length (1000 as published)")
     args = ap.parse_args()
-    from wse_core.runtime import configure
+    from wse_core.host.runtime import configure
 
     configure(1, compile_cache=False)
     out = (
@@ -136,7 +136,7 @@ def main() -> None:
         else wse2(args.iterations, args.block_z, args.nz)
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     out["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
     (RESULTS / f"stencil_scale_{args.case}.json").write_text(json.dumps(out, indent=2))

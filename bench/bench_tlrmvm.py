@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from wse_core.runtime import configure, keep_freed_memory, sync_dispatch
+from wse_core.host.runtime import configure, keep_freed_memory, sync_dispatch
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,7 +56,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from wse_core import preset  # noqa: E402
 from wse_core.errors import SramBudgetError  # noqa: E402
-from wse_core.runtime import median_wall_s  # noqa: E402
+from wse_core.host.runtime import median_wall_s  # noqa: E402
 from wse_hpc.tlrmvm import compress, load_operator, save_operator  # noqa: E402
 from wse_hpc.tlrmvm.baseline import best_median_s, padded_fn, stacked_fn  # noqa: E402
 from wse_hpc.tlrmvm.engine import TlrEngine  # noqa: E402
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     default_devices = args.devices is None
     name = "tlrmvm" + ("" if default_devices else f"_d{args.devices}")
     name += "" if args.batch == 1 else f"_b{args.batch}"
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     out["host"] = host_record()  # the triad's bandwidth beside the copy's, the load average
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2, default=float))

@@ -9,7 +9,7 @@ Equal resources for every contender: each core count N runs in its own worker pr
 pinned to N cores (`sched_setaffinity`, inherited by every thread XLA, oneDNN or OpenMP
 starts) with `torch.set_num_threads(N)` set once; XLA sizes its thread pool by the machine,
 but those threads share the same N cores. The XLA flags are the ones `wse` runs with
-(`wse_core.runtime.configure`), the same for the streamed and the fused step, and so is the
+(`wse_core.host.runtime.configure`), the same for the streamed and the fused step, and so is the
 allocator setting (`keep_freed_memory`, as `wse train` runs: freed temporaries stay mapped
 instead of being faulted in again every call), which holds for torch in the same process
 too. Prints a table
@@ -42,7 +42,7 @@ def matmul_peak_flops(n: int = 1024, repeats: int = 10) -> float:
     """fp32 matmul FLOP/s of this machine through XLA (the best of `repeats`)."""
     import jax
     import jax.numpy as jnp
-    from wse_core.runtime import wall_times_s
+    from wse_core.host.runtime import wall_times_s
 
     a = jnp.ones((n, n), jnp.float32)
     f = jax.jit(lambda x: x @ x)
@@ -160,7 +160,7 @@ def torch_contender(shape, data, device: str = "cpu"):
 
 
 def bench_case(name: str, shape, rounds: int) -> dict:
-    from wse_core.runtime import wall_s
+    from wse_core.host.runtime import wall_s
 
     model, data, fns, stalls, layout = jax_contenders(shape, 0)
     try:
@@ -198,7 +198,7 @@ def bench_case(name: str, shape, rounds: int) -> dict:
 def worker(cores: int, quick: bool) -> dict:
     """Every case on `cores` cores (this process pinned to them): a JSON-able dict."""
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
-    from wse_core.runtime import configure, keep_freed_memory
+    from wse_core.host.runtime import configure, keep_freed_memory
 
     kept = keep_freed_memory()  # before any library starts threads (every contender shares it)
     configure(cores)  # one virtual device per core, as `wse train` runs (the layout's shards)
@@ -269,7 +269,7 @@ def main() -> None:
         runs.append(json.loads(out.strip().splitlines()[-1]))
     _print(runs)
     RESULTS.mkdir(exist_ok=True)
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     result = {"runs": runs, "host": host_record()}  # bandwidth, load average, machine, time
     (RESULTS / "train.json").write_text(json.dumps(result, indent=2))

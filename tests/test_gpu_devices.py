@@ -3,7 +3,7 @@
 Marked `gpu`: `pytest -m gpu` runs them where JAX's default backend is a GPU; elsewhere the
 root conftest skips them (and the default suite deselects them). tools/gpu_check.sh runs
 them. Oracles: NumPy (shifts, the TLR-MVM product), float64 products, a subprocess's view of
-`wse_core.runtime.configure`.
+`wse_core.host.runtime.configure`.
 """
 
 import subprocess
@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from wse_core import fabric, preset
+from wse_core.hw.wafer import build_wafer
 from wse_core.testing import np_shift
-from wse_core.wafer import build_wafer
 
 pytestmark = pytest.mark.gpu
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 def test_configure_keeps_the_gpus_as_the_devices():
     # `wse --devices 8` on a GPU host: 8 virtual CPU devices exist, the GPUs stay the default
     code = (
-        "from wse_core.runtime import configure; configure(8); import jax; "
+        "from wse_core.host.runtime import configure; configure(8); import jax; "
         "print(jax.default_backend(), len(jax.devices('cpu')), "
         "{d.platform for d in jax.devices()})"
     )

@@ -133,7 +133,7 @@ def test_circles_finds_a_circle_by_hand():
 
 def test_import_graph_reads_the_packages():
     g = import_graph()
-    assert "wse_models.config" in g and "wse_core.spec" in g["wse_models.config"]
+    assert "wse_models.config" in g and "wse_core.hw.spec" in g["wse_models.config"]
     assert "wse_inference.engine" in g["wse_inference.mock"]
 
 

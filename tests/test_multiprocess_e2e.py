@@ -150,7 +150,7 @@ def test_training_resumes_across_processes(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_dead_training_peer_stops_the_other_in_bounded_time(tmp_path):
-    # No launcher watching: JAX's heartbeat (30 s, set by wse_core.distributed) must end the
+    # No launcher watching: JAX's heartbeat (30 s, set by wse_core.host.distributed) must end the
     # survivor, with JAX's message naming the cause.
     import socket
     import time

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 from wse_cli.app import app
 from wse_core import Op, PerfModel, Phase, RunReport, Work, preset, serial
-from wse_core.calibration import UNCALIBRATED
-from wse_core.sram import SramLedger
+from wse_core.cost.calibration import UNCALIBRATED
+from wse_core.hw.sram import SramLedger
 from wse_core.trace import trace_from
 
 runner = CliRunner()

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 from wse_core import preset
-from wse_core.wafer import build_wafer
+from wse_core.hw.wafer import build_wafer
 from wse_hpc.md import mapping, nlist
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
 from wse_hpc.md.list_plan import active_per_block, list_caps

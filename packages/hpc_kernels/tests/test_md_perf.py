@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from wse_core import fabric, preset
-from wse_core.calibration import Calibration
-from wse_core.perf import PerfModel
-from wse_core.traffic import Traffic
-from wse_core.wafer import build_wafer
+from wse_core.cost.calibration import Calibration
+from wse_core.cost.perf import PerfModel
+from wse_core.hw.traffic import Traffic
+from wse_core.hw.wafer import build_wafer
 from wse_hpc.md.eam import EamPlan, eam, geometry
 from wse_hpc.md.integrate import nve
 from wse_hpc.md.mapping import NFIELDS

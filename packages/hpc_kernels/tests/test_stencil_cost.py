@@ -7,9 +7,9 @@ import math
 import jax.numpy as jnp
 import pytest
 from wse_core import preset
-from wse_core.calibration import UNCALIBRATED
-from wse_core.perf import Op, PerfModel
-from wse_core.stencil_cost import step_terms, wave_step_phases
+from wse_core.cost.calibration import UNCALIBRATED
+from wse_core.cost.perf import Op, PerfModel
+from wse_core.cost.stencil import step_terms, wave_step_phases
 from wse_hpc.stencil import jacobi, perf
 from wse_hpc.stencil.placement import grid_wafer
 from wse_hpc.stencil.runs import (

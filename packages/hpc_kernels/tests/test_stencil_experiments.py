@@ -4,7 +4,7 @@ import json
 
 import pytest
 from wse_core import write_experiment
-from wse_hpc.stencil import experiments
+from wse_hpc.studies import stencil_bicgstab as experiments
 
 
 def test_sc22_stencil25_writes_table_ii_comparison(tmp_path):

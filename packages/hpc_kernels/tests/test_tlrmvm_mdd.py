@@ -47,7 +47,7 @@ def test_morton_order_is_a_permutation_with_locality():
 @pytest.mark.slow
 def test_experiment_quick_runs(tmp_path):
     from wse_core import write_experiment
-    from wse_hpc.tlrmvm.experiments import run
+    from wse_hpc.studies.ltaief23_tlrmvm import run
 
     result = run(quick=True, seed=0)
     names = {p.name for p in result.predictions}

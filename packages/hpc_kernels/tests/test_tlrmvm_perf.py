@@ -5,9 +5,9 @@ plan object the emulation runs."""
 import numpy as np
 import pytest
 from wse_core import preset
-from wse_core.calibration import Calibration
-from wse_core.perf import PerfModel
-from wse_core.report import RunReport
+from wse_core.cost.calibration import Calibration
+from wse_core.cost.perf import PerfModel
+from wse_core.cost.report import RunReport
 from wse_hpc.tlrmvm import compress, perf
 from wse_hpc.tlrmvm.engine import TlrEngine
 from wse_hpc.tlrmvm.testing import smooth_kernel

@@ -5,11 +5,11 @@ import dataclasses
 import math
 
 import pytest
-from wse_core.assumptions import assume, assumed_spec
-from wse_core.perf import PerfModel
-from wse_core.pipeline_plan import plan_pipeline
-from wse_core.spec import preset, spec_from
-from wse_core.transformer import DecoderCounts
+from wse_core.cost.assumptions import assume, assumed_spec
+from wse_core.cost.perf import PerfModel
+from wse_core.hw.spec import preset, spec_from
+from wse_core.systems.pipeline import plan_pipeline
+from wse_core.systems.transformer import DecoderCounts
 from wse_inference.pipeline import perf as decode_perf
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.speculative.verify import AcceptanceStats

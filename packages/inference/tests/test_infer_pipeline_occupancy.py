@@ -8,8 +8,8 @@ import queue
 
 import numpy as np
 import pytest
-from wse_core.serving import Workload
-from wse_core.serving.wafer import WaferServing, occupancy
+from wse_core.systems.serving import Workload
+from wse_core.systems.serving.wafer import WaferServing, occupancy
 from wse_inference.engine import SamplingParams
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.serve.scheduler import Scheduler

@@ -2,7 +2,7 @@
 
 import pytest
 from wse_core import preset
-from wse_core.pipeline_plan import PipelinePlanError, min_wafers, plan_pipeline
+from wse_core.systems.pipeline import PipelinePlanError, min_wafers, plan_pipeline
 from wse_models import preset_config
 
 

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import wse_models
 from wse_core import PerfModel, preset
-from wse_core.calibration import UNCALIBRATED
-from wse_trainer.experiment import CASES, NUM_CSX, _predictions
+from wse_core.cost.calibration import UNCALIBRATED
 from wse_trainer.performance import (
     Numerics,
     StepPlacement,
@@ -19,6 +18,7 @@ from wse_trainer.performance import (
 )
 from wse_trainer.plan import memory_plan, plan_activations
 from wse_trainer.sample import generate
+from wse_trainer.studies.weight_streaming import CASES, NUM_CSX, _predictions
 
 WSE3, TINY = preset("wse3"), preset("tiny")
 
@@ -218,7 +218,7 @@ def test_experiment_writes_its_files_with_a_measured_stall(tmp_path):
     import json
 
     from wse_core import write_experiment
-    from wse_trainer.experiment import run
+    from wse_trainer.studies.weight_streaming import run
 
     folder = write_experiment(run(quick=True, seed=0), tmp_path)
     data = json.loads((folder / "results.json").read_text())

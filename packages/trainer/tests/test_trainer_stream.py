@@ -263,14 +263,14 @@ def test_the_emulator_layout_changes_only_the_order_of_sums(layout):
 def test_choose_layout_follows_the_cores_the_batch_and_the_plan(monkeypatch):
     """One shard per usable core (within the devices and a divisor of the batch); residuals
     kept only at stride 1, and their bytes are those of the VJP a forward really keeps."""
-    import wse_core.runtime
+    import wse_core.host.runtime
     from wse_trainer import layout as lay
     from wse_trainer.replica import layer_fns
 
     model = _model()
     plan1 = plan_activations(model, preset("small"), 6, S, 1)
     plan2 = plan_activations(model, preset("small"), 6, S, 2)
-    monkeypatch.setattr(wse_core.runtime, "usable_cores", lambda: 4)
+    monkeypatch.setattr(wse_core.host.runtime, "usable_cores", lambda: 4)
     pick = functools.partial(lay.choose_layout, model, seq_len=S)
     assert pick(plan1, micro_batch=6, local_replicas=1) == Layout(shards=3, keep_residuals=True)
     assert pick(plan1, micro_batch=8, local_replicas=2).shards == 2

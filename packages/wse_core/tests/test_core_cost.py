@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 from wse_core import PRESETS, Op, PerfModel, Phase, RunReport, SpecError, Traffic, Work, preset
-from wse_core.assumptions import assume, assumed_spec, parse_assumptions
-from wse_core.calibration import UNCALIBRATED, current, leave_one_out, rows
-from wse_core.perf import overlap, serial
-from wse_core.stencil_cost import wave_step_phases
+from wse_core.cost.assumptions import assume, assumed_spec, parse_assumptions
+from wse_core.cost.calibration import UNCALIBRATED, current, leave_one_out, rows
+from wse_core.cost.perf import overlap, serial
+from wse_core.cost.stencil import wave_step_phases
 
 NO_ISSUE = {"dsd_issue_cycles": 0.0}
 
@@ -57,7 +57,7 @@ def test_sram_and_busiest_link_from_per_direction_counts():
 
 def test_busiest_link_of_a_traced_one_direction_shift():
     from wse_core import fabric
-    from wse_core.wafer import build_wafer
+    from wse_core.hw.wafer import build_wafer
 
     wafer = build_wafer(preset("tiny"), grid=(8, 8))
     x = wafer.place(np.ones((8, 8, 3), np.float32))
@@ -166,7 +166,7 @@ def test_run_report_gathers_prediction_assumptions_and_work():
 def test_counting_the_same_function_twice_records_it_twice():
     # jax.eval_shape caches traces by function: a cached trace would record no traffic.
     from wse_core import fabric
-    from wse_core.wafer import build_wafer
+    from wse_core.hw.wafer import build_wafer
 
     wafer = build_wafer(preset("tiny"), grid=(8, 8))
     x = wafer.place(np.ones((8, 8, 2), np.float32))
@@ -194,9 +194,9 @@ def test_run_bound_is_the_resource_that_sets_most_of_the_time():
 
 
 def test_zero_skipping_prices_only_the_down_projections_fired_fmacs():
-    from wse_core.decoder_cost import layer_phases, matvec_work
-    from wse_core.sram import SramLedger
-    from wse_core.transformer import DecoderCounts
+    from wse_core.hw.sram import SramLedger
+    from wse_core.systems.decoder import layer_phases, matvec_work
+    from wse_core.systems.transformer import DecoderCounts
 
     region = SramLedger(4, 8, 48 * 1024).region("r", 0, 0, 4, 8)
     dense = matvec_work(region, 64, 32)

@@ -1,11 +1,11 @@
-"""The one dtype table (wse_core.spec): every name and alias of a dtype gives the same short
+"""The one dtype table (wse_core.hw.spec): every name and alias of a dtype gives the same short
 name, bytes and jax.numpy dtype; other NumPy dtypes fall back to their itemsize."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from wse_core import SpecError
-from wse_core.spec import DTYPE_ALIASES, DTYPE_BYTES, DTYPES, dtype_bytes, dtype_name, to_jnp
+from wse_core.hw.spec import DTYPE_ALIASES, DTYPE_BYTES, DTYPES, dtype_bytes, dtype_name, to_jnp
 
 
 @pytest.mark.parametrize(

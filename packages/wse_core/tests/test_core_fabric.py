@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from wse_core import DefectError, PlacementError, WseError, defect_map, fabric, preset, remap
+from wse_core.hw.wafer import build_wafer
 from wse_core.testing import MESH_SHAPES, np_multicast, np_shift
-from wse_core.wafer import build_wafer
 
 CASES = [(m, g) for m in MESH_SHAPES for g in [(8, 8), (7, 10)]] + [((2, 4), (5, 13))]
 

@@ -5,10 +5,10 @@ import math
 
 import pytest
 from wse_core import SpecError, WseError
-from wse_core import economics as eco
-from wse_core import gpu as gpum
+from wse_core.systems import economics as eco
+from wse_core.systems import gpu as gpum
+from wse_core.systems.transformer import matmul_params, num_params
 from wse_core.testing import ROUND_DECODER
-from wse_core.transformer import matmul_params, num_params
 
 # A model whose numbers are easy on paper: matmul weights exactly 1e8 over 2 layers of width
 # 256 (4 heads of 64); all its parameters add the layers' two norms and the final norm.

@@ -1,10 +1,10 @@
-"""wse_core.hostmem: what is available, the largest size that fits, and the one-line refusal."""
+"""wse_core.host.memory: what is available, the largest size that fits, and the one-line refusal."""
 
 import re
 
 import pytest
 from wse_core import WseError
-from wse_core.hostmem import HostMemoryError, available_bytes, format_bytes, largest, require
+from wse_core.host.memory import HostMemoryError, available_bytes, format_bytes, largest, require
 
 
 def _meminfo_available() -> int:
@@ -51,7 +51,7 @@ def test_host_record_is_json_and_names_this_process_cpus():
     import json
     import os
 
-    from wse_core.hostmem import host_record
+    from wse_core.host.memory import host_record
 
     rec = json.loads(json.dumps(host_record(n_bytes=8 << 20)))
     assert 0.1 < rec["memory_bandwidth_gb_s"] < 10_000

@@ -7,15 +7,15 @@ import math
 
 import pytest
 from wse_core import Op, PerfModel, Phase, Work, preset
-from wse_core.assumptions import ASSUMED_FIELDS, assumed_spec
-from wse_core.calibration import UNCALIBRATED, Calibration, current
-from wse_core.collectives import ALGORITHMS, allreduce_2d, line_work, reduce_line
+from wse_core.cost.assumptions import ASSUMED_FIELDS, assumed_spec
+from wse_core.cost.calibration import UNCALIBRATED, Calibration, current
+from wse_core.cost.collectives import ALGORITHMS, allreduce_2d, line_work, reduce_line
+from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CONSTANTS, MECHANISMS
+from wse_core.cost.perf import overlap, serial
 from wse_core.errors import SpecError
-from wse_core.experiment import PredictionRow
-from wse_core.mechanisms import CALIBRATION_DEFAULTS, CONSTANTS, MECHANISMS
-from wse_core.perf import overlap, serial
-from wse_core.spec import WaferSpec
-from wse_core.sweeps import parse_sweep, sweep
+from wse_core.hw.spec import WaferSpec
+from wse_core.studies.experiment import PredictionRow
+from wse_core.studies.sweeps import parse_sweep, sweep
 
 SPEC = preset("wse2").replace(dsd_issue_cycles=7.0, task_activation_cycles=3.0)
 MODEL = PerfModel(SPEC, UNCALIBRATED)  # hop 1 cycle, T_R 2 cycles: a relay costs 5

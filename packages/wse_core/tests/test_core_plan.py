@@ -72,7 +72,7 @@ def test_yaml_spec_round_trip(tmp_path):
 
 def test_preset_and_load_spec_are_pure_under_any_assumptions(tmp_path):
     import yaml
-    from wse_core.assumptions import assume
+    from wse_core.cost.assumptions import assume
 
     full = tmp_path / "full.yaml"
     full.write_text(yaml.safe_dump(preset("wse2").to_dict()))
@@ -88,7 +88,7 @@ def test_preset_and_load_spec_are_pure_under_any_assumptions(tmp_path):
 
 def test_resolve_spec_applies_sets_then_assumptions_to_a_preset_or_a_file(tmp_path):
     import yaml
-    from wse_core.assumptions import applied, assume, assumed_spec, resolve_spec
+    from wse_core.cost.assumptions import applied, assume, assumed_spec, resolve_spec
 
     wse2 = preset("wse2")
     full = tmp_path / "full.yaml"  # every field, no base: --assume applies as to a preset

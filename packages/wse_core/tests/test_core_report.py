@@ -7,7 +7,7 @@ import json
 
 import pytest
 from wse_core import Op, PerfModel, Phase, RunReport, Timing, Work, preset, serial
-from wse_core.calibration import UNCALIBRATED
+from wse_core.cost.calibration import UNCALIBRATED
 
 NO_ISSUE = {"dsd_issue_cycles": 0.0}
 

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 from wse_core import WseError
-from wse_core.runtime import keep_freed_memory
+from wse_core.host.runtime import keep_freed_memory
 
 _BLOCK = 80 << 20  # above glibc's largest mmap threshold (32 MiB) and a thread arena (64 MiB)
 _PROBE = f"""
 import ctypes, resource, sys
-from wse_core.runtime import keep_freed_memory
+from wse_core.host.runtime import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 libc = ctypes.CDLL("libc.so.6")
@@ -59,7 +59,7 @@ def test_keep_freed_memory_refuses_bad_sizes():
 def test_default_devices_follow_the_process_cpu_affinity():
     probe = (
         "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); "
-        "from wse_core.runtime import default_devices; print(default_devices())"
+        "from wse_core.host.runtime import default_devices; print(default_devices())"
     )
     env = {k: v for k, v in os.environ.items() if k != "WSE_DEVICES"}
     cpu = min(os.sched_getaffinity(0))

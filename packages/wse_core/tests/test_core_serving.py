@@ -1,4 +1,4 @@
-"""The serving models (`wse_core.serving`) against cases computed by hand: the GPU roofline
+"""The serving models (`wse_core.systems.serving`) against cases computed by hand: the GPU roofline
 at one user and at the compute knee, memory limits on both systems, the wafer pipeline's
 fill, Leviathan's speculative speedup, and the selections."""
 
@@ -7,10 +7,10 @@ import math
 
 import pytest
 from wse_core import PerfModel, preset
-from wse_core import gpu as gpum
-from wse_core.decoder_cost import decode_phases
-from wse_core.pipeline_plan import PipelinePlanError, kv_bytes_per_token, plan_pipeline
-from wse_core.serving import (
+from wse_core.systems import gpu as gpum
+from wse_core.systems.decoder import decode_phases
+from wse_core.systems.pipeline import PipelinePlanError, kv_bytes_per_token, plan_pipeline
+from wse_core.systems.serving import (
     GpuServing,
     ServingError,
     Speculation,
@@ -26,15 +26,15 @@ from wse_core.serving import (
     speculative_speedup,
     tokens_per_round,
 )
-from wse_core.serving import gpus as sg
-from wse_core.testing import ROUND_DECODER
-from wse_core.transformer import (
+from wse_core.systems.serving import gpus as sg
+from wse_core.systems.transformer import (
     DecoderCounts,
     attn_dim,
     kv_values_per_token,
     matmul_params,
     num_params,
 )
+from wse_core.testing import ROUND_DECODER
 
 # A tied Llama whose matmul weights are exactly 1e8 (the head 376,289 x 256 and two layers of
 # 4 x 256^2 + 3 x 256 x 2048): the roofline by hand. All its parameters: the one table, the

@@ -1,4 +1,4 @@
-"""wse_core.runtime's one timing helper, on a fake clock: every number is counted by hand.
+"""wse_core.host.runtime's one timing helper, on a fake clock: every number is counted by hand.
 
 The clock advances only inside `fn` (by the call's listed duration), so `wall_s` must see
 exactly that duration, warm-up calls must not be timed, and the median is of the timed
@@ -11,7 +11,8 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from wse_core import WseError, runtime
+from wse_core import WseError
+from wse_core.host import runtime
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_jax_and_numpy_results_come_back_whole():
 
 
 def test_wse_core_imports_no_jax():
-    probe = "import sys, wse_core, wse_core.runtime; print('jax' in sys.modules)"
+    probe = "import sys, wse_core, wse_core.host.runtime; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from wse_core import Op, PerfModel, Phase, RunReport, Work, overlap, preset, serial
-from wse_core.calibration import UNCALIBRATED
-from wse_core.defects import defect_map, remap
-from wse_core.sram import SramLedger
+from wse_core.cost.calibration import UNCALIBRATED
+from wse_core.hw.defects import defect_map, remap
+from wse_core.hw.sram import SramLedger
 from wse_core.testing import tiny_trace
 from wse_core.trace import (
     LAYERS,
@@ -112,9 +112,9 @@ def test_load_refuses_what_is_not_a_trace(tmp_path):
 
 
 def test_pipeline_traces_put_each_stage_on_its_own_region_and_wafer():
-    from wse_core.pipeline_plan import plan_pipeline
-    from wse_core.pipeline_trace import pipeline_traces
-    from wse_core.transformer import DecoderCounts
+    from wse_core.systems.pipeline import plan_pipeline
+    from wse_core.systems.transformer import DecoderCounts
+    from wse_core.trace.pipeline import pipeline_traces
 
     shape = DecoderCounts(
         name="toy", arch="llama", n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, d_ff=512,

@@ -1,4 +1,4 @@
-"""The per-PE view as a matplotlib Figure (`wse_core.trace_png`) and experiments' extra
+"""The per-PE view as a matplotlib Figure (`wse_core.trace.png`) and experiments' extra
 figures: `write_experiment` writes `figure.png` and each extra figure as `<name>.png`."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from wse_core import Phase, RunReport, Work, preset, serial  # noqa: E402
-from wse_core.experiment import ExperimentResult, PredictionRow, write_experiment  # noqa: E402
-from wse_core.sram import Region  # noqa: E402
+from wse_core.hw.sram import Region  # noqa: E402
+from wse_core.studies.experiment import ExperimentResult, PredictionRow, write_experiment  # noqa: E402
 from wse_core.trace import trace_uniform  # noqa: E402
-from wse_core.trace_png import figure_png, trace_figure  # noqa: E402
+from wse_core.trace.png import figure_png, trace_figure  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,10 +1,10 @@
-"""`wse_core.transformer`: the one parameter formula against published totals (GPT-2 small
+"""`wse_core.systems.transformer`: the one parameter formula against published totals (GPT-2 small
 with its biases, Llama 3.1 8B) and a count by hand; `DecoderCounts` is a `DecoderShape`."""
 
 import dataclasses
 
 import pytest
-from wse_core.transformer import (
+from wse_core.systems.transformer import (
     LLAMA31_8B,
     DecoderCounts,
     DecoderShape,

@@ -52,7 +52,7 @@ def root(
     process_id: int = multiprocess.PROCESS_ID,
     coordinator: str = multiprocess.COORDINATOR,
 ) -> None:
-    from wse_core.runtime import configure
+    from wse_core.host.runtime import configure
 
     configure(devices)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

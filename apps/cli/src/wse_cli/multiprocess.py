@@ -37,7 +37,7 @@ COORDINATOR = typer.Option(
 
 def join(num_processes: int | None, process_id: int | None, coordinator: str | None) -> None:
     """Join a multi-process run when one is asked for; a no-op otherwise."""
-    from wse_core import distributed
+    from wse_core.host import distributed
 
     asked = (num_processes, process_id, coordinator) != (None, None, None)
     if not asked and not distributed.cluster_detected():

@@ -11,8 +11,8 @@ assumptions in words. Nothing here compiles anything. Shared with serving: `Side
 the input checks (`check_positive`, `check_rates`), the rates and `power_notes`.
 
 Wafer time comes from the trainer through ONE adapter (`wafer_train_step`), so a rewrite of
-its predictor is repointed here only. GPU time, energy and cost come from `wse_core.gpu` and
-`wse_core.economics`.
+its predictor is repointed here only. GPU time, energy and cost come from `wse_core.systems.gpu` and
+`wse_core.systems.economics`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from wse_core import PRESETS, WaferSpec
-from wse_core import economics as eco
-from wse_core import gpu as gpum
-from wse_core.transformer import DecoderShape, num_params
+from wse_core.systems import economics as eco
+from wse_core.systems import gpu as gpum
+from wse_core.systems.transformer import DecoderShape, num_params
 
 from wse_cli.model_choice import ModelChoice, PlanError, resolve_model
 
@@ -163,7 +163,7 @@ def power_notes(g: gpum.GpuSpec, spec_name: str) -> list[str]:
         f"GPU {g.name}: {gpeak:g} W per GPU busy, {gidle:g} W idle (DGX node max / 8; "
         "idle assumed); switches not counted",
         "busy systems draw their maximum rated power (an upper bound)",
-        "rates and engineering hours are assumptions (wse_core.economics), inputs here",
+        "rates and engineering hours are assumptions (wse_core.systems.economics), inputs here",
     ]
 
 

@@ -1,6 +1,6 @@
 """`wse plan infer`'s model: wafers against GPUs serving a model at an operating point.
 
-Contract. `plan_infer(choice, ...)` builds both serving systems of `wse_core.serving` — the
+Contract. `plan_infer(choice, ...)` builds both serving systems of `wse_core.systems.serving` — the
 wafers (`WaferServing`: the pipeline plan the inference engine runs, with users in flight
 up to what fits its SRAM) and the GPUs (`GpuServing`: a batch on every tp x pp layout of
 one node, or of the fewest whole nodes that hold the model) — for one `Workload` (prompt,
@@ -11,12 +11,12 @@ against tokens/s per user as the load grows), the point chosen on each side —
 - `users=N`: N users in flight on each side (refused, with the budget, where they do not fit);
 - `min_user_tokens_per_s=S`: the largest load at least S tokens/s per user on each side (a
   side that cannot reach S even for one user says so; neither is an error);
-- neither: each side's knee (`wse_core.serving.knee`: per-user speed x aggregate maximal) —
+- neither: each side's knee (`wse_core.systems.serving.knee`: per-user speed x aggregate maximal) —
 
 and at that point: energy and cost per million tokens (replicas sized for the tokens per
 day; default one wafer replica busy all day at its point), and the GPUs that match the
 wafers' per-user speed, and that speed together with their aggregate throughput
-(`wse_core.serving.gpus_to_match`; None where no count can). Nothing here compiles.
+(`wse_core.systems.serving.gpus_to_match`; None where no count can). Nothing here compiles.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import math
 from typing import Any
 
 from wse_core import PRESETS, WaferSpec
-from wse_core import economics as eco
-from wse_core import gpu as gpum
-from wse_core import serving as sv
-from wse_core.pipeline_plan import PipelinePlanError
-from wse_core.transformer import DecoderShape, num_params
+from wse_core.systems import economics as eco
+from wse_core.systems import gpu as gpum
+from wse_core.systems import serving as sv
+from wse_core.systems.pipeline import PipelinePlanError
+from wse_core.systems.transformer import DecoderShape, num_params
 
 from wse_cli.model_choice import ModelChoice, PlanError, resolve_model
 from wse_cli.planning import (
@@ -241,11 +241,11 @@ def _notes(g, wafer, work, hbm_fraction, mfu, days, spec) -> list[str]:
     notes = power_notes(g, wafer) + [
         f"each user: {work.prompt_tokens} prompt + {work.output_tokens} output tokens, "
         f"{work.held_tokens} tokens of KV cache held, {work.kv_tokens} read per decode step",
-        "wafer (wse_core.serving.wafer): the engine's pipeline plan with every user's KV "
+        "wafer (wse_core.systems.serving.wafer): the engine's pipeline plan with every user's KV "
         "cache in its regions' SRAM; each token priced per instruction (decoder_cost, the "
         "one calibration); a region works on one token at a time; prompts in blocks "
         "pipelined over the regions",
-        f"GPU (wse_core.serving.gpus): weights read once per step plus every user's KV at "
+        f"GPU (wse_core.systems.serving.gpus): weights read once per step plus every user's KV at "
         f"{hbm_fraction:g} of HBM bandwidth, against the batch's flops at MFU {mfu:g} of "
         f"{g.peak_flops / 1e12:g} TFLOP/s bf16 (both assumptions); 2 tensor-parallel "
         "all-reduces per layer; bf16 weights and KV within 90% of HBM; replicas of the "

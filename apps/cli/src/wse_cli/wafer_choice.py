@@ -9,7 +9,7 @@ with neither the command's default preset is used. A spec file is YAML (`base: P
 any `WaferSpec` fields, or every field: `wse_core.load_spec`); a missing, unreadable or
 invalid file, a preset and a file together, or a bad `--set` is a `WseError`, printed as one
 line with exit code 2 (`wse_cli.errors.WseGroup`). `--set FIELD=VALUE` items (`wse wafer`)
-are applied after the file or preset (`wse_core.assumptions.resolve_spec`).
+are applied after the file or preset (`wse_core.cost.assumptions.resolve_spec`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def wafer_spec(
 ) -> WaferSpec:
     """The command's one `WaferSpec`: the preset (or `default`) or the spec file, then
     `--set` items."""
-    from wse_core.assumptions import resolve_spec
+    from wse_core.cost.assumptions import resolve_spec
 
     if preset is not None and spec_file is not None:
         raise SpecError(f"give a wafer preset ({preset!r}) or --spec FILE, not both")

@@ -245,7 +245,7 @@ def serving_host_bytes(config: Any, *, rows: int, max_context: int) -> int:
 def check_host_memory(config: Any, *, rows: int, max_context: int, what: str) -> None:
     """Refuse (`HostMemoryError`, one line) a model with `rows` cache rows of `max_context`
     that the host cannot hold; say how many rows, or what context, would fit."""
-    from wse_core.hostmem import largest, require
+    from wse_core.host.memory import largest, require
 
     def fits(budget: int) -> str:
         r = largest(

@@ -8,9 +8,9 @@ the gate (relu(gate) * up, as HF's LlamaMLP does with `hidden_act`). "relu" (OPT
 (squared ReLU, Primer) give exact zeros that sparse hardware can skip (`RELU_LIKE`).
 
 Counting methods never allocate: the performance model and the planners ask them about
-Llama-3 405B on a laptop. They are `wse_core.transformer`'s one formula (a `ModelConfig` is a
-`wse_core.transformer.DecoderShape`). Presets carry the published shapes; their parameter counts are
-checked against the published totals in the tests.
+Llama-3 405B on a laptop. They are `wse_core.systems.transformer`'s one formula (a `ModelConfig` is
+a `wse_core.systems.transformer.DecoderShape`). Presets carry the published shapes; their parameter
+counts are checked against the published totals in the tests.
 
 The config is hashable, so it can be a static argument of `jax.jit`.
 """
@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from wse_core import spec, transformer
 from wse_core.errors import SpecError, suggest
+from wse_core.hw import spec
+from wse_core.systems import transformer
 
 from wse_models.errors import ModelConfigError
 
@@ -46,7 +47,7 @@ _DEFAULT_ACTIVATION = {"gpt2": "gelu", "llama": "silu"}
 
 def dtype_bytes(dtype: object) -> int:
     """Bytes per element of a dtype ("float32", "bfloat16", "int8", a numpy/jax dtype...):
-    `wse_core.spec.dtype_bytes`, its error as a ModelConfigError."""
+    `wse_core.hw.spec.dtype_bytes`, its error as a ModelConfigError."""
     try:
         return spec.dtype_bytes(dtype)
     except SpecError as err:

@@ -52,7 +52,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from wse_core.distributed import is_primary
+from wse_core.host.distributed import is_primary
 
 from wse_trainer.config import ConfigError
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from wse_core import Op, Phase, Phases, Work, overlap, serial
-from wse_core.decoder_cost import EXP_FMACS
+from wse_core.systems.decoder import EXP_FMACS
 
 from wse_trainer.chunks import WeightChunks
 from wse_trainer.placement import StepPlacement, gemm_work

@@ -68,8 +68,8 @@ def choose_layout(
     devices each local replica gets and a divisor of `micro_batch`), residuals kept when
     the plan has stride 1 and every layer's residuals fit (module docstring)."""
     import jax
-    from wse_core.hostmem import available_bytes
-    from wse_core.runtime import usable_cores
+    from wse_core.host.memory import available_bytes
+    from wse_core.host.runtime import usable_cores
 
     if shards <= 0:
         per_replica = max(1, min(usable_cores(), len(jax.local_devices())) // local_replicas)

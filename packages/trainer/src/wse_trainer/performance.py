@@ -1,7 +1,7 @@
 """What one weight-streaming training step takes on `num_csx` wafers, priced from its placement.
 
 Contract. `predict_step(model, spec, num_csx=, micro_batch=, seq_len=, plan=)` returns a
-`wse_core.report.RunReport` (units "step", `systems=num_csx`) whose phases are counted from
+`wse_core.cost.report.RunReport` (units "step", `systems=num_csx`) whose phases are counted from
 the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` is the
 `ActivationPlan` the `StreamedTrainer` runs), per instruction, on the busiest PE:
 
@@ -29,13 +29,13 @@ the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` 
   streams; with num_csx > 1 the gradients are sum-reduced through SwarmX and come back,
   overlapped with the backward; the optimizer runs on the wafer (fp32 Adam) after it.
 
-`PerfModel` applies the one calibration of `wse_core.calibration`; nothing here is fitted.
+`PerfModel` applies the one calibration of `wse_core.cost.calibration`; nothing here is fitted.
 `step_trace(spec, report)` is the step per PE (`wse train --validate_only --trace FILE`):
 every PE runs every layer's block and holds the plan's allocations.
 `no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute;
 `scaling(one, many)` the efficiency of N systems against one and what bounds it.
 
-The GPU side of every comparison is `wse_core.gpu` (one GPU model for the stack).
+The GPU side of every comparison is `wse_core.systems.gpu` (one GPU model for the stack).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ import math
 from typing import Any
 
 from wse_core import Phase, Phases, RunReport, Timing, WaferSpec, WseError, overlap, serial
-from wse_core.decoder_cost import EXP_FMACS
-from wse_core.sram import Region
+from wse_core.hw.sram import Region
+from wse_core.systems.decoder import EXP_FMACS
 from wse_core.trace import PeTrace, trace_uniform
 
 from wse_trainer.layer_cost import chunked_layer_phases, embed_work, head_phases, layer_phases
@@ -177,7 +177,7 @@ ASSUMPTIONS = {
     "weight-streaming overlap": "next layer's weights prefetched during this layer's "
     "compute; gradients out and the MemoryX update overlap the previous layer's backward",
     "MemoryX update": "applied per group as its gradient arrives, keeping pace with the stream",
-    "exp": f"{EXP_FMACS:g} FMACs per element (wse_core.decoder_cost)",
+    "exp": f"{EXP_FMACS:g} FMACs per element (wse_core.systems.decoder)",
     "zero skipping": "with mlp_zero_fraction s, an FMAC fires only on a nonzero operand: the "
     "down projection (forward, dW) and the up projection (dX, dW) run (1 - s) of their "
     "FMACs; zeros still cross the fabric",

@@ -8,7 +8,7 @@ the `StreamedTrainer` runs); a step that cannot run is a `WseError` here, at pla
 - **Placement of a layer.** Each layer computes on the whole wafer. Its weights land spread
   over every PE (the plan's "current + prefetched layer" allocation): each PE holds an
   ceil(n_out / rows) x ceil(n_in / cols) block of every product (`weight_block`), as in
-  `wse_core.decoder_cost.matvec_work`. The layer inputs stay resident in SRAM (the plan keeps
+  `wse_core.systems.decoder.matvec_work`. The layer inputs stay resident in SRAM (the plan keeps
   every `stride`-th one and recomputes the rest) and flow through the products in passes of
   `chunk` tokens: a token's input is split over the columns and multicast down them ("S"),
   each PE runs one FMAC over the pass's tokens per weight it holds, and the partial sums are

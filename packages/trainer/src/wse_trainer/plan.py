@@ -17,7 +17,7 @@
   `check_memoryx(plan)` refuses a model whose MemoryX state exceeds the spec's capacity.
 - `host_bytes(...)` is what the emulator holds in host memory for a run on one process
   (MemoryX, and every local replica's streamed layers and activations: CPU devices are host
-  memory); `wse train` refuses a run whose total exceeds the host (`wse_core.hostmem`).
+  memory); `wse train` refuses a run whose total exceeds the host (`wse_core.host.memory`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 from typing import Any
 
 from wse_core import SramBudgetError, SramLedger, WaferSpec, WseError
-from wse_core.spec import dtype_bytes
+from wse_core.hw.spec import dtype_bytes
 
 from wse_trainer.chunks import WeightChunks, forced, layer_shapes, whole, within
 

@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 from wse_core import RunReport, WaferSpec, WseError
-from wse_core.distributed import is_primary
+from wse_core.host.distributed import is_primary
 
 from wse_trainer.config import TrainConfig
 from wse_trainer.layout import describe

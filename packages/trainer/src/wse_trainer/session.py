@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wse_core.distributed import barrier, is_primary
 from wse_core.errors import suggest
-from wse_core.spec import WaferSpec
+from wse_core.host.distributed import barrier, is_primary
+from wse_core.hw.spec import WaferSpec
 
 from wse_trainer.config import ConfigError, TrainConfig, check_config
 

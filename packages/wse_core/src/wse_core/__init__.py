@@ -4,13 +4,25 @@ and the performance model.
 The spine (shared/DESIGN.md): `WaferSpec` (a preset) -> `build_wafer` (mesh, defects and
 remap, SRAM ledger, traffic ledger) -> kernels place fields with `wafer.place`, move data only
 with `wse_core.fabric`, and return a `RunReport` whose `predicted` comes from `PerfModel`
-(instruction-level counts, one phase algebra, one calibration: `wse_core.calibration`).
+(instruction-level counts, one phase algebra, one calibration: `wse_core.cost.calibration`).
 
-Importing this package does not import JAX; `wse_core.wafer` and `wse_core.fabric` do, so call
-`wse_core.runtime.configure(devices)` first when the device count matters.
+Importing this package does not import JAX; `wse_core.hw.wafer` and `wse_core.fabric` do, so call
+`wse_core.host.runtime.configure(devices)` first when the device count matters.
 """
 
-from wse_core.defects import DefectMap, Remap, defect_map, remap
+from wse_core.cost.perf import (
+    OVERLAP,
+    Cost,
+    Op,
+    PerfModel,
+    Phase,
+    Phases,
+    Timing,
+    Work,
+    overlap,
+    serial,
+)
+from wse_core.cost.report import RunReport
 from wse_core.errors import (
     DefectError,
     PlacementError,
@@ -19,12 +31,11 @@ from wse_core.errors import (
     WseError,
     suggest,
 )
-from wse_core.experiment import ExperimentResult, PredictionRow, write_experiment
-from wse_core.perf import OVERLAP, Cost, Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
-from wse_core.report import RunReport
-from wse_core.spec import DTYPES, PRESETS, WaferSpec, load_spec, preset, spec_from
-from wse_core.sram import Allocation, Region, SramLedger
-from wse_core.traffic import Traffic, TrafficLedger
+from wse_core.hw.defects import DefectMap, Remap, defect_map, remap
+from wse_core.hw.spec import DTYPES, PRESETS, WaferSpec, load_spec, preset, spec_from
+from wse_core.hw.sram import Allocation, Region, SramLedger
+from wse_core.hw.traffic import Traffic, TrafficLedger
+from wse_core.studies.experiment import ExperimentResult, PredictionRow, write_experiment
 
 __version__ = "0.1.0"
 

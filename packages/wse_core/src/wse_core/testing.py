@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wse_core.transformer import DecoderCounts
+from wse_core.systems.transformer import DecoderCounts
 
 __all__ = [
     "ROUND_DECODER",
@@ -109,9 +109,9 @@ def tiny_trace(seed: int = 3, rate: float = 0.05):
     drawn with `seed` at `rate`, one SRAM allocation, and a step of phases counted on an
     uncalibrated model (an fp32 add repeated, a halo overlapped with an SRAM read)."""
     from wse_core import Op, PerfModel, Phase, RunReport, Work, overlap, preset, serial
-    from wse_core.calibration import UNCALIBRATED
-    from wse_core.defects import defect_map, remap
-    from wse_core.sram import SramLedger
+    from wse_core.cost.calibration import UNCALIBRATED
+    from wse_core.hw.defects import defect_map, remap
+    from wse_core.hw.sram import SramLedger
     from wse_core.trace import trace_from
 
     spec = preset("tiny")

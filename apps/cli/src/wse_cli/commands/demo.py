@@ -18,7 +18,7 @@ DEMO_PARTS: list[tuple[str, str]] = [
     ("The wafer: spec, defects, a fabric collective", "wse_cli.commands.demo:wafer_part"),
     ("HPC: BiCGSTAB and the 25-point stencil", "wse_hpc.stencil.demo:part"),
     ("HPC: TLR-MVM of a seismic operator", "wse_hpc.tlrmvm.demo:part"),
-    ("HPC: EAM molecular dynamics, one atom per PE", "wse_hpc.md.experiments:part"),
+    ("HPC: EAM molecular dynamics, one atom per PE", "wse_hpc.studies.santos24_md:part"),
     ("Training: weight streaming, a model for inference", "wse_trainer.demo:part"),
     ("Inference: pipelined and speculative decoding", "wse_inference.demo.generation:part"),
     ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.demo.serving:part"),
@@ -32,7 +32,7 @@ def wafer_part(console, *, out_dir: Path, quick: bool) -> None:
     import jax
     import numpy as np
     from wse_core import PerfModel, Work, fabric, preset
-    from wse_core.wafer import build_wafer
+    from wse_core.hw.wafer import build_wafer
 
     spec = preset("demo")
     wafer = build_wafer(spec, defect_seed=7)

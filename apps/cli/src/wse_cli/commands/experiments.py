@@ -5,7 +5,7 @@ Each experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResul
 package; the registry below maps names to "module:function" so listing imports nothing.
 `run NAME --sweep KEY=a,b,c` reruns only the predictions once per value of one assumption
 (the module's `<function>_predictions(*, seed)` when it has one, else the quick run) and
-prints how each moves (`wse_core.sweeps`).
+prints how each moves (`wse_core.studies.sweeps`).
 """
 
 from __future__ import annotations
@@ -33,19 +33,19 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "Emulation cost and predicted wafer cycles of shift, broadcast, allreduce",
     ),
     "sc22-stencil25": (
-        "wse_hpc.stencil.experiments:stencil25",
+        "wse_hpc.studies.stencil_bicgstab:stencil25",
         "25-point stencil Gcell/s on WSE-2 vs Table II",
     ),
     "sc22-stencil25-nz": (
-        "wse_hpc.stencil.experiments:stencil25_nz",
+        "wse_hpc.studies.stencil_bicgstab:stencil25_nz",
         "25-point Gcell/s vs nz and Z block on 755 x 994",
     ),
     "sc20-bicgstab": (
-        "wse_hpc.stencil.experiments:bicgstab_sc20",
+        "wse_hpc.studies.stencil_bicgstab:bicgstab_sc20",
         "BiCGSTAB 600 x 595 x 1536 on CS-1: us/iteration, PFLOP/s",
     ),
     "weight-streaming": (
-        "wse_trainer.experiment:run",
+        "wse_trainer.studies.weight_streaming:run",
         "Weight-streaming step time, stall and scaling on WSE-3 vs GPUs",
     ),
     "sparsity-speedup": (
@@ -60,8 +60,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_trainer.studies.varlen_packing:run",
         "Padding fraction of stdlib documents; predicted padded vs packed training time",
     ),
-    "ltaief23-tlrmvm": ("wse_hpc.tlrmvm.experiments:run", "TLR-MVM: compression, speed, PB/s"),
-    "santos24-md": ("wse_hpc.md.experiments:run", "EAM MD, one atom per PE: timesteps/s, drift"),
+    "ltaief23-tlrmvm": ("wse_hpc.studies.ltaief23_tlrmvm:run", "TLR-MVM: compression, speed, PB/s"),
+    "santos24-md": (
+        "wse_hpc.studies.santos24_md:run",
+        "EAM MD, one atom per PE: timesteps/s, drift",
+    ),
     "leviathan23-speculative": (
         "wse_inference.studies.leviathan23_speculative:run",
         "Speculative speedup vs gamma against (1-a^(g+1))/((1-a)(gc+1))",
@@ -71,7 +74,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "Batch-1 decode tokens/s on 1..N WSE-3s (8B: a calibration check)",
     ),
     "tco-training": (
-        "wse_cli.tco_training:run",
+        "wse_cli.studies.tco_training:run",
         "12B model to a token budget: CS-3 vs H100 time, energy, cost",
     ),
     "hc24-frontier": (
@@ -122,8 +125,8 @@ def run(
 ) -> None:
     """Run one experiment; writes results.json, table.md, table.csv, figure.png."""
     from wse_core import write_experiment
-    from wse_core.assumptions import assume as assumed
-    from wse_core.assumptions import parse_assumptions
+    from wse_core.cost.assumptions import assume as assumed
+    from wse_core.cost.assumptions import parse_assumptions
 
     fn = load(name)
     changes = parse_assumptions(assume)
@@ -141,8 +144,8 @@ def run(
 
 def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> None:
     """The predictions at each value of one assumption (under the other --assume changes)."""
-    from wse_core.assumptions import assume as assumed
-    from wse_core.sweeps import parse_sweep, sweep
+    from wse_core.cost.assumptions import assume as assumed
+    from wse_core.studies.sweeps import parse_sweep, sweep
 
     key, values = parse_sweep(item)
     module = importlib.import_module(fn.__module__)
@@ -163,10 +166,10 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
 def assumptions() -> None:
     """Every constant of the cost model: its value on each wafer preset (fitted ones as the
     calibration sets them), units, mechanism, basis and source or fitting rows."""
-    from wse_core.assumptions import ASSUMED_FIELDS, value_of
-    from wse_core.calibration import current
-    from wse_core.perf import PerfModel
-    from wse_core.spec import preset
+    from wse_core.cost.assumptions import ASSUMED_FIELDS, value_of
+    from wse_core.cost.calibration import current
+    from wse_core.cost.perf import PerfModel
+    from wse_core.hw.spec import preset
 
     names = ("wse1", "wse2", "wse3")
     rates = [PerfModel(preset(p)).rates for p in names]

@@ -141,7 +141,7 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
 def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     import jax
     from rich.console import Console
-    from wse_core.runtime import keep_freed_memory
+    from wse_core.host.runtime import keep_freed_memory
     from wse_hpc.md import write_xyz
     from wse_hpc.md.simulate import run_md
     from wse_hpc.md.thermo import format_header, format_row, performance_line

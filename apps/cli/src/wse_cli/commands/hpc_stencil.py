@@ -32,14 +32,14 @@ EXACT_BYTES_PER_CELL = 48  # the float64 manufactured solution: its x, y, z and 
 
 def _item(dtype: str) -> int:
     """Bytes of one field value: fp16 for "fp16" and "mixed", fp32 otherwise."""
-    from wse_core.spec import DTYPE_BYTES
+    from wse_core.hw.spec import DTYPE_BYTES
 
     return DTYPE_BYTES["fp16" if dtype in ("mixed", "fp16") else "fp32"]
 
 
 def field_bytes_per_cell(kind: str, dtype: str) -> int:
     """Bytes per grid cell of the fields `kind` places (all of them, every PE)."""
-    from wse_core.spec import DTYPE_BYTES
+    from wse_core.hw.spec import DTYPE_BYTES
 
     if kind == "bicgstab":
         return 7 * _item(dtype) + DTYPE_BYTES["fp32"]
@@ -61,7 +61,7 @@ def _check_size(kind: str, grid: tuple[int, int, int], dtype: str, spec, block_z
     reach, an X x Y beyond the wafer's PEs, or host arrays beyond the host's memory. A grid
     suggested is one these checks accept: within the PEs, every axis at least radius + 1
     points, NZ a multiple of --block-z (wave25), within the host's memory."""
-    from wse_core.hostmem import available_bytes, largest, require
+    from wse_core.host.memory import available_bytes, largest, require
     from wse_hpc.stencil.wave import RADIUS as WAVE_RADIUS
 
     nx, ny, nz = grid

@@ -47,7 +47,7 @@ def _matrix(matrix: str, n: int, freq_hz: float):
     if matrix == "synthetic-seismic":
         if n <= 0:
             fail(f"--n must be a positive size, got {n}")
-        from wse_core.hostmem import largest, require
+        from wse_core.host.memory import largest, require
 
         require(
             f"--n {n} ({n} x {n} complex64)",
@@ -151,7 +151,7 @@ def run(
 ) -> None:
     """Run the TLR-MVM on the emulated wafer: error, timing, predicted wafer figures."""
     import numpy as np
-    from wse_core.runtime import keep_freed_memory, sync_dispatch
+    from wse_core.host.runtime import keep_freed_memory, sync_dispatch
     from wse_hpc.tlrmvm import load_operator
     from wse_hpc.tlrmvm.engine import TlrEngine
 

@@ -2,7 +2,7 @@
 
 Each child gets `WSE_NUM_PROCESSES`, `WSE_PROCESS_ID`, `WSE_COORDINATOR` (a free loopback
 port) and `WSE_DEVICES` (virtual CPU devices per process), which the `wse` root callback
-hands to `wse_core.distributed.initialize`. The launcher watches its children: when one
+hands to `wse_core.host.distributed.initialize`. The launcher watches its children: when one
 exits with an error, the others are stopped (SIGTERM, then SIGKILL after a grace period) and
 the launcher exits 1 naming the process (2, like the child, when the child rejected its
 input) — a dead peer never leaves the rest hanging.
@@ -64,7 +64,7 @@ def launch(
         fail(f"--nproc must be positive, got {nproc}")
     if not args:
         fail("give the wse command to run after `--`, e.g. wse launch --nproc 2 -- wafer check")
-    from wse_core.runtime import usable_cores
+    from wse_core.host.runtime import usable_cores
 
     per_proc = devices_per_proc or max(1, usable_cores() // nproc)
     coordinator = f"127.0.0.1:{port or _free_port()}"

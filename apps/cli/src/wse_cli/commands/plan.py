@@ -9,8 +9,8 @@ params.yaml or an HF directory (config.json). Prints a table, or JSON with `--js
 `plan train --png FILE` draws bars of time, energy and cost for both systems; `plan infer
 --png FILE` draws both systems' frontiers (aggregate tokens/s against tokens/s per user,
 the chosen points marked). The models and their assumptions are in `wse_cli.planning`,
-`wse_cli.serving_plan`, `wse_core.gpu`, `wse_core.serving` and `wse_core.economics`;
-nothing is compiled.
+`wse_cli.serving_plan`, `wse_core.systems.gpu`, `wse_core.systems.serving` and
+`wse_core.systems.economics`; nothing is compiled.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
 PNG = typer.Option(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
 MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", gt=0, le=1)
-USD_GPU = number(None, "--usd-per-gpu-hour", help="Default: wse_core.gpu.", ge=0, unit="USD/h")
+USD_GPU = number(
+    None, "--usd-per-gpu-hour", help="Default: wse_core.systems.gpu.", ge=0, unit="USD/h"
+)
 USD_SYS = number(
     None,
     "--usd-per-system-hour",
@@ -236,9 +238,9 @@ def plot(plan, path: Path) -> None:
 
 
 def frontier_figure(plan):
-    """Both systems' frontiers (`wse_core.serving.figure`), the chosen points marked."""
+    """Both systems' frontiers (`wse_core.systems.serving.figure`), the chosen points marked."""
     import matplotlib.pyplot as plt
-    from wse_core.serving.figure import Curve, draw_frontiers
+    from wse_core.systems.serving.figure import Curve, draw_frontiers
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     w, g = plan.wafer_frontier, plan.gpu_frontier

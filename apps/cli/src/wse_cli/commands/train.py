@@ -209,7 +209,7 @@ def _check_host_memory(config) -> None:
     """Refuse a run whose host arrays (wse_trainer.plan.host_bytes) exceed the host's
     memory, before the tokenizer, the data or the model is made; name what would fit."""
     import jax
-    from wse_core.hostmem import largest, require
+    from wse_core.host.memory import largest, require
     from wse_trainer.config import check_config
     from wse_trainer.plan import host_bytes
     from wse_trainer.run import model_config
@@ -234,7 +234,7 @@ def _check_host_memory(config) -> None:
 
 
 def _train(console, config, spec) -> None:
-    from wse_core.runtime import keep_freed_memory
+    from wse_core.host.runtime import keep_freed_memory
     from wse_trainer.run import run
 
     _check_host_memory(config)

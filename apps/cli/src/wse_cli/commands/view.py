@@ -3,7 +3,7 @@ self-contained HTML page and, with `--png`, as a PNG.
 
 The page (`wse_cli.wafer_page`) opens offline from disk: layers (SRAM, busy cycles per part,
 link traffic N/S/E/W, defects, regions), zoom and pan, hover with a PE's numbers and
-allocations, each phase's critical PE marked. The PNG (`wse_core.trace_png`) is the same
+allocations, each phase's critical PE marked. The PNG (`wse_core.trace.png`) is the same
 view for papers and terminals. A missing or foreign file exits 2 with one line.
 
 `demo_part` is the demo's wafer view: GPT-2 124M planned for pipelined decoding on two
@@ -26,7 +26,7 @@ def write_view(trace, out: Path, png: Path | None = None) -> tuple[Path, Path | 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page_html(trace), encoding="utf-8")
     if png is not None:
-        from wse_core.trace_png import figure_png
+        from wse_core.trace.png import figure_png
 
         figure_png(trace, png)
     return out, png
@@ -66,9 +66,9 @@ def save_stencil_trace(report, cfg, path: Path) -> Path:
 def demo_part(console, *, out_dir: Path, quick: bool) -> None:
     """The wafer view of a pipelined GPT-2 124M decode on two demo wafers with defects."""
     from wse_core import preset
-    from wse_core.pipeline_plan import plan_pipeline
-    from wse_core.pipeline_trace import pipeline_traces
-    from wse_core.wafer import build_wafer
+    from wse_core.hw.wafer import build_wafer
+    from wse_core.systems.pipeline import plan_pipeline
+    from wse_core.trace.pipeline import pipeline_traces
     from wse_models.config import PRESETS
 
     spec, cfg = preset("demo"), PRESETS["gpt2-124m"]

@@ -142,7 +142,7 @@ def check(
     import jax
     import numpy as np
     from wse_core import fabric, testing
-    from wse_core.wafer import build_wafer
+    from wse_core.hw.wafer import build_wafer
 
     if min(grid) <= 0:
         fail(f"--grid needs positive sizes, got {grid[0]} {grid[1]}")

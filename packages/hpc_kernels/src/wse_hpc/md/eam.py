@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from wse_core import fabric
 from wse_core.errors import SramBudgetError, WseError
-from wse_core.wafer import Wafer
+from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md.mapping import NFIELDS, SPECIES
 from wse_hpc.md.potentials import EamPotential

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from wse_core import fabric
 from wse_core.errors import WseError
-from wse_core.wafer import Wafer
+from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md.eam import EamFns, EamOutput, Geometry
 from wse_hpc.md.nlist import ListFns, Neighbours

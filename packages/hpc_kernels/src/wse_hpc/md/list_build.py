@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core.errors import WseError
-from wse_core.wafer import Wafer
+from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md.eam import EamPlan, Splines, splines_for
 from wse_hpc.md.potentials import EamPotential

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.spatial import cKDTree
-from wse_core.wafer import Wafer
+from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md.mapping import ATOM_ID, SPECIES
 

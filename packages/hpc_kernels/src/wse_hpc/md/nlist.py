@@ -65,7 +65,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from wse_core import fabric
-from wse_core.wafer import Wafer
+from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md.eam import EamOutput, EamPlan, Geometry, window_overflow
 from wse_hpc.md.list_build import ListSpec, list_spec, march_order, min_image, select

@@ -1,7 +1,7 @@
 """What one PE executes in an EAM step, counted instruction by instruction, and the rebuild
 cadence a skin allows: the tables `wse_hpc.md.perf` prices.
 
-Contract. Each table maps a DSD operation kind (`wse_core.perf.Op`) to how many
+Contract. Each table maps a DSD operation kind (`wse_core.cost.perf.Op`) to how many
 instructions of that kind one item needs; the item is one candidate pair (every table
 `PAIR_*`, `DENSITY`, `SLOPE`, `FORCE`: vectors of the plan's M candidates, one DSD per
 entry), one atom (`INTEGRATE`, `EMBED`: vectors of 3 or 1 elements) or one window slot of a
@@ -38,7 +38,7 @@ import math
 from collections.abc import Mapping
 
 from scipy import stats
-from wse_core.perf import Op
+from wse_core.cost.perf import Op
 
 __all__ = [
     "GATHER_STRIDE",

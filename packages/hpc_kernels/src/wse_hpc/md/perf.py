@@ -5,9 +5,9 @@ Contract: `step_phases(wafer, pot, plan, rebuild_every=..., check_every=...) -> 
 counts, on the busiest PE, what one velocity-Verlet step of the neighbour-list kernel
 (`wse_hpc.md.nlist`, stepped by `wse_hpc.md.integrate`) executes for `plan` (`EamPlan`:
 window k_rows x k_cols, candidate capacities `caps`, dtype), and `predict(spec, wafer, pot,
-plan, ...)` evaluates it with `wse_core.perf.PerfModel` into a `wse_core.RunReport` (units
+plan, ...)` evaluates it with `wse_core.cost.perf.PerfModel` into a `wse_core.RunReport` (units
 "step"), whose `cycles_by_mechanism()` splits it by mechanism. Nothing is fitted here: the
-constants are wse_core's (`wse_core.mechanisms`).
+constants are wse_core's (`wse_core.cost.mechanisms`).
 
 What is counted, per step (the instruction tables are `wse_hpc.md.pe_program`'s; vectors
 of M = `caps[-1]` candidates, every list slot evaluated and masked, as the kernel does):
@@ -27,7 +27,7 @@ of M = `caps[-1]` candidates, every list slot evaluated and masked, as the kerne
   doubling shifts).
 - `check` (1 / `check_every` times per step): one wafer-wide max reduction of the PEs'
   displacement records (`nlist.drift_fn`; Luczynski et al.'s allreduce,
-  `wse_core.collectives.allreduce_2d`): the shell's check once per chunk of steps. No
+  `wse_core.cost.collectives.allreduce_2d`): the shell's check once per chunk of steps. No
   reduction runs every step.
 
 Task activations: one per fabric operation a PE receives (each multicast stage, each
@@ -58,14 +58,14 @@ from collections.abc import Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from wse_core.collectives import allreduce_2d
-from wse_core.perf import Op, Phase, Phases, Work, serial
-from wse_core.report import RunReport
-from wse_core.spec import WaferSpec
-from wse_core.sram import Region
+from wse_core.cost.collectives import allreduce_2d
+from wse_core.cost.perf import Op, Phase, Phases, Work, serial
+from wse_core.cost.report import RunReport
+from wse_core.hw.spec import WaferSpec
+from wse_core.hw.sram import Region
+from wse_core.hw.traffic import Traffic
+from wse_core.hw.wafer import Wafer
 from wse_core.trace import PeTrace, trace_from
-from wse_core.traffic import Traffic
-from wse_core.wafer import Wafer
 
 from wse_hpc.md.eam import EamPlan, eam, geometry
 from wse_hpc.md.mapping import NFIELDS

@@ -16,7 +16,7 @@ grid's rows and is priced with the spec's per-PE costs (`fits` False).
 What the paper's text gives and what it does not (its body was not reachable here, only its
 abstract; REFERENCES.md lists the inputs): 801,792 atoms of W, Cu and Ta; one atom per core;
 a locality-preserving 3D -> 2D map, atom swaps, a systolic marching multicast, neighbour
-lists. Not given (assumed, and swept by `wse_hpc.md.experiments`): the slab's thickness
+lists. Not given (assumed, and swept by `wse_hpc.studies.santos24_md`): the slab's thickness
 (CELLS_Z: the thinnest whose box exceeds twice the cutoff, which the emulator's minimum
 image needs), its lattice orientation, the grid (696 x 1152 is our inference from the atom
 count: it factors exactly and fits WSE-3's 762 x 1176), the temperature (THERMAL_SIGMA_A:
@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 from wse_core import WaferSpec
-from wse_core.wafer import Wafer, build_wafer
+from wse_core.hw.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping
 from wse_hpc.md.eam import EamPlan

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from wse_core import PRESETS, WaferSpec
 from wse_core.errors import PlacementError, SramBudgetError, WseError
-from wse_core.wafer import Wafer, build_wafer
+from wse_core.hw.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan

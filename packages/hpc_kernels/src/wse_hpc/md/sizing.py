@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from wse_core import PRESETS, WaferSpec
 from wse_core.errors import PlacementError, WseError
-from wse_core.hostmem import format_bytes, largest, require
+from wse_core.host.memory import format_bytes, largest, require
 
 from wse_hpc.md import mapping
 from wse_hpc.md.lattice import BASIS, LATTICES

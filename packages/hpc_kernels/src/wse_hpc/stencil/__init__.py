@@ -6,7 +6,7 @@ A 3D grid (nx, ny, nz) maps X x Y onto the PE grid and each Z column into its PE
 precision; `wave`: the 25-point acoustic wave stencil with localized broadcasts and Z blocks).
 `refine`: BiCGSTAB with reliable updates that stops on the true residual. `perf`
 counts each kernel's instructions, SRAM bytes and traced fabric words on the plan it runs
-(`wse_core.perf` prices them); `runs` is the shell (jit, loops, timing) used by the CLI, the
+(`wse_core.cost.perf` prices them); `runs` is the shell (jit, loops, timing) used by the CLI, the
 benchmark, the experiments and the demo, and returns a `wse_core.RunReport`; `problems`
 holds the problems' static parts (placed fields, the exact solution, the kernels as run).
 """

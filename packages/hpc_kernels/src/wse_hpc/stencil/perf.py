@@ -2,11 +2,11 @@
 
 Contract. Every function here takes the placed `StencilGrid` (its spec, nz, field dtypes)
 and the kernel's own settings (BiCGSTAB precision, the wave's Z block), counts the busiest
-PE's DSD instructions (`wse_core.perf.Op`), SRAM bytes and hop chains, takes the fabric
+PE's DSD instructions (`wse_core.cost.perf.Op`), SRAM bytes and hop chains, takes the fabric
 words per link direction from tracing the kernel's own step functions
-(`wse_core.fabric.count`), and returns `wse_core.perf.Work` / `Phases`. `PerfModel` prices
-each mechanism with its constant (`wse_core.mechanisms`; the fitted ones from
-`wse_core.calibration`); nothing here carries a factor of its own.
+(`wse_core.fabric.count`), and returns `wse_core.cost.perf.Work` / `Phases`. `PerfModel` prices
+each mechanism with its constant (`wse_core.cost.mechanisms`; the fitted ones from
+`wse_core.cost.calibration`); nothing here carries a factor of its own.
 
 Counting rules (stated once, used by every kernel):
 - One vector instruction per array operation the kernel's jnp code performs, over the
@@ -22,12 +22,12 @@ Counting rules (stated once, used by every kernel):
 - A halo exchange is one relay stage (up the sender's ramp, down the receiver's) over the
   traced hops, and each direction's receive activates a task, as does each step.
 - A wafer-wide fp32 allreduce (BiCGSTAB's dots) is priced as Luczynski et al. model it
-  (`wse_core.collectives.allreduce_2d`: rows to the centre column, the column to the centre,
+  (`wse_core.cost.collectives.allreduce_2d`: rows to the centre column, the column to the centre,
   a flood back; the fastest of their line algorithms at the spec's hop and ramp latencies),
   on the PE rectangle the grid occupies. Rocki et al.'s "about 10% over the diameter" is a
-  check of it in the calibration (`wse_core.calibration.rows`), not a factor here.
+  check of it in the calibration (`wse_core.cost.calibration.rows`), not a factor here.
 - The 25-point step is priced as Jacquelin et al. publish it
-  (`wse_core.stencil_cost.wave_step_phases`: per step, per Z block the halo of the 4 R
+  (`wse_core.cost.stencil.wave_step_phases`: per step, per Z block the halo of the 4 R
   nearest PEs then the update, 4 R + 1 FMUL, 4 R + 1 FADD, 2 R FMA, 1 FSUB per cell),
   with the kernel's own radius, nz and Z block; the kernel's traced multicasts must move the
   words the published step counts (R w per link direction and block; a test checks). The
@@ -46,11 +46,11 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from wse_core import fabric
-from wse_core.collectives import allreduce_2d
-from wse_core.perf import Op, PerfModel, Phase, Phases, Work, serial
-from wse_core.spec import DTYPE_BYTES
-from wse_core.stencil_cost import block_widths, wave_step_phases
-from wse_core.traffic import Traffic
+from wse_core.cost.collectives import allreduce_2d
+from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
+from wse_core.cost.stencil import block_widths, wave_step_phases
+from wse_core.hw.spec import DTYPE_BYTES
+from wse_core.hw.traffic import Traffic
 
 from wse_hpc.stencil.placement import StencilGrid
 
@@ -158,7 +158,7 @@ def heat_phases(grid: StencilGrid, step_fn: Callable, steps: int) -> Phases:
 
 def allreduce_work(grid: StencilGrid, words: int) -> Work:
     """One fp32 allreduce of `words` values per PE over the grid's PE rectangle
-    (`wse_core.collectives.allreduce_2d` at the spec's constants)."""
+    (`wse_core.cost.collectives.allreduce_2d` at the spec's constants)."""
     rows, cols = grid.shape[0], grid.shape[1]
     return allreduce_2d(PerfModel(grid.wafer.spec).rates, rows, cols, words)
 
@@ -323,7 +323,7 @@ def wave25_halo_words(grid: StencilGrid, block_z: int, block_fn: Callable) -> di
 
 def wave25_phases(grid: StencilGrid, block_z: int, block_fn: Callable, steps: int) -> Phases:
     """`steps` 25-point steps on `grid` with Z blocks of `block_z`: the published algorithm
-    (`wse_core.stencil_cost`) at the grid's radius and nz (module docstring)."""
+    (`wse_core.cost.stencil`) at the grid's radius and nz (module docstring)."""
     del block_fn  # its traced words equal the published step's (wave25_halo_words; tested)
     return wave_step_phases(grid.shape[2], block_z, radius=grid.radius, steps=steps)
 
@@ -336,14 +336,14 @@ def assumptions(kind: str) -> dict[str, str]:
     }
     if kind == "wave25":
         out["wave25 mix"] = (
-            "priced as published (wse_core.stencil_cost): per Z block the 16 nearest PEs' "
+            "priced as published (wse_core.cost.stencil): per Z block the 16 nearest PEs' "
             "values, then 17 FMUL, 17 FADD, 8 FMA, 1 FSUB per cell; the emulated kernel "
             "evaluates the same stencil as 18 mul, 25 add, 1 sub"
         )
     if kind == "bicgstab":
         out["allreduce"] = (
             "fp32 allreduce as Luczynski et al. model it: rows to the centre column, the "
-            "column to the centre, a flood back (wse_core.collectives.allreduce_2d)"
+            "column to the centre, a flood back (wse_core.cost.collectives.allreduce_2d)"
         )
         out["x in fp32"] = "the emulator accumulates x in fp32 (converts and fp32 FMAs priced)"
     return out

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core import PlacementError, SramBudgetError, WaferSpec, WseError
-from wse_core.spec import dtype_bytes, to_jnp
-from wse_core.wafer import Wafer, build_wafer
+from wse_core.hw.spec import dtype_bytes, to_jnp
+from wse_core.hw.wafer import Wafer, build_wafer
 
 __all__ = [
     "BOUNDARIES",

@@ -10,7 +10,7 @@ only: nothing here runs under `jit` except the returned kernels.
 from __future__ import annotations
 
 import numpy as np
-from wse_core.spec import DTYPE_BYTES
+from wse_core.hw.spec import DTYPE_BYTES
 
 from wse_hpc.stencil.kernels import laplacian7
 from wse_hpc.stencil.placement import StencilGrid, place_grid

@@ -35,9 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from wse_core import PRESETS, RunReport, WaferSpec
-from wse_core.perf import Phases, Timing
-from wse_core.runtime import wall_s
-from wse_core.spec import DTYPE_BYTES
+from wse_core.cost.perf import Phases, Timing
+from wse_core.host.runtime import wall_s
+from wse_core.hw.spec import DTYPE_BYTES
 
 from wse_hpc.stencil import perf
 from wse_hpc.stencil.kernels import (

@@ -7,7 +7,7 @@ reshuffle, phase 2), one GEMV per tile row over the stacked U_i (phase 3); no pa
 `np.matmul` over all tiles (the "pad to a max rank with masks" layout, on a CPU). Both close
 over contiguous copies made once; x is (N,) or (N, b); the result matches `tlrmvm_numpy`.
 `best_median_s(fn)` times a baseline fairly on a shared machine: the median wall time
-(`wse_core.runtime.median_wall_s`, after one warm-up call) with BLAS on one thread and with
+(`wse_core.host.runtime.median_wall_s`, after one warm-up call) with BLAS on one thread and with
 its default threads, keeping the faster (OpenBLAS GEMV on two busy cores is often several
 times slower than on one).
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
-from wse_core.runtime import median_wall_s
+from wse_core.host.runtime import median_wall_s
 
 from wse_hpc.tlrmvm.compress import TlrOperator
 

@@ -16,10 +16,10 @@ import functools
 
 import jax
 import numpy as np
-from wse_core.report import RunReport
-from wse_core.runtime import median_wall_s
-from wse_core.spec import WaferSpec
-from wse_core.wafer import Wafer
+from wse_core.cost.report import RunReport
+from wse_core.host.runtime import median_wall_s
+from wse_core.hw.spec import WaferSpec
+from wse_core.hw.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.grouped import GroupedPlan, plan_grouped, tlrmvm_grouped

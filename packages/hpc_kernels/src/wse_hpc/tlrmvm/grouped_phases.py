@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from wse_core import fabric
-from wse_core.wafer import Wafer
+from wse_core.hw.wafer import Wafer
 
 from wse_hpc.tlrmvm import pe_kernels
 from wse_hpc.tlrmvm.wafer import FP32_PRODUCTS, pad_grid

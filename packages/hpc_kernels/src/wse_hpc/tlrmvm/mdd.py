@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.sparse.linalg import LinearOperator, lsqr
-from wse_core.spec import WaferSpec
+from wse_core.hw.spec import WaferSpec
 
 from wse_hpc.tlrmvm.compress import compress
 from wse_hpc.tlrmvm.engine import TlrEngine

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 from wse_core import fabric
 from wse_core.errors import PlacementError
-from wse_core.spec import WaferSpec
-from wse_core.sram import SramLedger
-from wse_core.wafer import Wafer
+from wse_core.hw.spec import WaferSpec
+from wse_core.hw.sram import SramLedger
+from wse_core.hw.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import (

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from wse_core.perf import Op, PerfModel, Work
+from wse_core.cost.perf import Op, PerfModel, Work
 
 from wse_hpc.tlrmvm.grouped import GroupedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan

@@ -4,13 +4,13 @@ the matrix-vector bandwidth in the accounting Cerebras reports.
 Contract. `pe_tiles(plan)` (`pe_programs`) lists what each PE's program multiplies in one
 product, grouped by PEs that run the same program: phase 1 (V^H x) and phase 3 (U y) as fp32
 `Tile`s, the column-AXPY GEMV of the SDK's `single-tile-matvec`, padding rows included.
-`mvm_phases(wafer, plan, op)` builds the `wse_core.perf.Phases` of one product: the x pieces
+`mvm_phases(wafer, plan, op)` builds the `wse_core.cost.perf.Phases` of one product: the x pieces
 in, phase 1, the reshuffle, phase 3 and the final sum (band sum, column or row allreduce),
 each phase's fabric words per link direction and hops from the traffic ledger of the
 layout's own `matvec_fn` traced on the wafer (`fabric` records them at trace time), each
 phase's compute and SRAM on its busiest PE; host I/O (x in, y out) overlaps the product (a
 stream of MVMs moves the next x while the wafer computes). `predict(...)` prices them with
-the one `PerfModel` and its one calibration into a `wse_core.report.RunReport` whose `extra`
+the one `PerfModel` and its one calibration into a `wse_core.cost.report.RunReport` whose `extra`
 holds `cerebras_bandwidth(...)` and the model's own figure.
 
 Complex data is split into real arithmetic as the emulator does (`grouped`'s interleaved
@@ -40,12 +40,12 @@ from collections.abc import Mapping
 
 import jax
 import numpy as np
-from wse_core.perf import Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
-from wse_core.report import RunReport
-from wse_core.sram import Region
+from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
+from wse_core.cost.report import RunReport
+from wse_core.hw.sram import Region
+from wse_core.hw.traffic import Traffic
+from wse_core.hw.wafer import Wafer
 from wse_core.trace import PeTrace, trace_from
-from wse_core.traffic import Traffic
-from wse_core.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrOperator
 from wse_hpc.tlrmvm.grouped import GroupedPlan, tlrmvm_grouped

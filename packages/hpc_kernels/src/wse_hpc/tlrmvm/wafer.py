@@ -41,9 +41,9 @@ import numpy as np
 from jax import lax
 from wse_core import fabric
 from wse_core.errors import PlacementError
-from wse_core.spec import WaferSpec
-from wse_core.sram import SramLedger
-from wse_core.wafer import Wafer, build_wafer
+from wse_core.hw.spec import WaferSpec
+from wse_core.hw.sram import SramLedger
+from wse_core.hw.wafer import Wafer, build_wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 

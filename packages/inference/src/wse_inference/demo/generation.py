@@ -31,7 +31,7 @@ def demo_model_dir(console, out_dir: Path) -> Path:
 
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """Load, plan, generate pipelined and speculatively, print the figures."""
-    from wse_core.report import stopwatch
+    from wse_core.cost.report import stopwatch
 
     from wse_inference.engine import SamplingParams
     from wse_inference.model_dir import load_model, truncated_model

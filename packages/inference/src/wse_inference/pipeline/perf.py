@@ -1,12 +1,12 @@
 """Predicted batch-1 decode on one or several wafers: a `PipelinePlan` priced as a `RunReport`.
 
 Contract. This module adds no cost of its own: one token of a decoder laid out as a
-`wse_core.pipeline_plan.PipelinePlan` is `wse_core.decoder_cost.decode_phases` (every layer's
+`wse_core.systems.pipeline.PipelinePlan` is `wse_core.systems.decoder.decode_phases` (every layer's
 instructions, SRAM bytes, link words, hops and relays on its region, the activation moves
 between products and between regions as words over the plan's links, the named
 `per_token` costs, and each pass between wafers), evaluated mechanism by mechanism by
-`wse_core.PerfModel` (the constants of `wse_core.mechanisms`; nothing is fitted on a decode:
-Llama 3.1 8B at 1,800 tokens/s on one WSE-3 is a check row of `wse_core.calibration`). The
+`wse_core.PerfModel` (the constants of `wse_core.cost.mechanisms`; nothing is fitted on a decode:
+Llama 3.1 8B at 1,800 tokens/s on one WSE-3 is a check row of `wse_core.cost.calibration`). The
 result is a `wse_core.RunReport` with `units="token"`: `predicted_s` is the wafer time of
 one token, `extra["tokens_per_s"]` its inverse, `extra["plan"]` the plan's regions.
 
@@ -27,12 +27,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wse_core.calibration import DECODE_8B_TOKENS_PER_S
-from wse_core.decoder_cost import DECODER_ASSUMPTIONS, decode_phases
-from wse_core.perf import Phases, Timing, overlap, serial
-from wse_core.pipeline_plan import PipelinePlan, min_wafers, plan_pipeline
-from wse_core.report import RunReport
-from wse_core.spec import PRESETS, WaferSpec
+from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S
+from wse_core.cost.perf import Phases, Timing, overlap, serial
+from wse_core.cost.report import RunReport
+from wse_core.hw.spec import PRESETS, WaferSpec
+from wse_core.systems.decoder import DECODER_ASSUMPTIONS, decode_phases
+from wse_core.systems.pipeline import PipelinePlan, min_wafers, plan_pipeline
 
 __all__ = [
     "CALIBRATION_TOKENS_PER_S",

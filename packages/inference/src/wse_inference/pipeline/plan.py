@@ -1,4 +1,4 @@
-"""The pipelined engine's plan: a `wse_core.pipeline_plan.PipelinePlan` on the emulation wafer.
+"""The pipelined engine's plan: a `wse_core.systems.pipeline.PipelinePlan` on the emulation wafer.
 
 Contract. `engine_plan(config, stages=S, max_context=...)` is the plan an S-stage
 `PipelineEngine` emulates (the one `pipeline.perf` prices); `emulation_spec(plan)` is the
@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
-from wse_core.pipeline_plan import PipelinePlan, PipelinePlanError, plan_pipeline
-from wse_core.spec import PRESETS, WaferSpec
+from wse_core.hw.spec import PRESETS, WaferSpec
+from wse_core.systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
 
 __all__ = ["engine_plan", "emulation_spec", "declare_regions", "row_bytes"]
 
@@ -41,7 +41,7 @@ def row_bytes(plan: PipelinePlan) -> list[list[tuple[str, int]]]:
 
 def emulation_spec(plan: PipelinePlan) -> WaferSpec:
     """The S x 1 emulation wafer: one PE per stage, as much SRAM as the fullest region row."""
-    from wse_core.spec import spec_from
+    from wse_core.hw.spec import spec_from
 
     return spec_from(
         PRESETS["tiny"],

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from wse_core.report import RunReport
-from wse_core.spec import PRESETS, WaferSpec
+from wse_core.cost.report import RunReport
+from wse_core.hw.spec import PRESETS, WaferSpec
 from wse_models import dtype_bytes
 
 from wse_inference.decoding import GenerationResult, first_token, prefill, sequence_key

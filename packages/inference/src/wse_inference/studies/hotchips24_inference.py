@@ -1,8 +1,8 @@
 """Experiment `hotchips24-inference`: predicted batch-1 decode tokens/s, the published rows.
 
-Predicted (`wse_inference.pipeline.perf`: each model planned by `wse_core.pipeline_plan`, one
+Predicted (`wse_inference.pipeline.perf`: each model planned by `wse_core.systems.pipeline`, one
 region per layer, 16-bit weights, KV cache for an 8k context, priced mechanism by mechanism
-by `wse_core.decoder_cost`), row for row, each with its cycles per token by mechanism:
+by `wse_core.systems.decoder`), row for row, each with its cycles per token by mechanism:
 
 - Llama 3.1 8B on one WSE-3: a calibration-set row (`params["calibration"]` is True) used
   as a check: its published 1,800 tokens/s (Cerebras, Hot Chips 2024; shared/REFERENCES.md)
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import time
 
-from wse_core.assumptions import assumed_spec
-from wse_core.experiment import ExperimentResult, PredictionRow
+from wse_core.cost.assumptions import assumed_spec
+from wse_core.studies.experiment import ExperimentResult, PredictionRow
 
 from wse_inference.pipeline.perf import CALIBRATION_TOKENS_PER_S, predict_model, tokens_per_s
 
@@ -136,10 +136,10 @@ def _figure(plans: list[dict]):
 def _stage_regions_figure():
     """The 8B plan on one WSE-3, per PE: the head and the 32 stages' bands, their SRAM and
     predicted busy cycles (each PE works only while the token is in its stage)."""
-    from wse_core.pipeline_plan import plan_pipeline
-    from wse_core.pipeline_trace import pipeline_traces
-    from wse_core.trace_png import trace_figure
-    from wse_core.transformer import LLAMA31_8B
+    from wse_core.systems.pipeline import plan_pipeline
+    from wse_core.systems.transformer import LLAMA31_8B
+    from wse_core.trace.pipeline import pipeline_traces
+    from wse_core.trace.png import trace_figure
 
     plan = plan_pipeline(LLAMA31_8B, assumed_spec("wse3"), num_wafers=1, context_len=CONTEXT)
     trace = pipeline_traces(LLAMA31_8B, plan)[0]
@@ -162,7 +162,7 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
             "context": CONTEXT,
             "cases": [{"model": n, "preset": p, "wafers": w} for n, p, w in CASES],
             "calibration": "Llama 3.1 8B on 1 WSE-3 = 1800 tokens/s is in the calibration set "
-            "as a check (nothing is fitted on it; wse_core.calibration); the other rows are "
+            "as a check (nothing is fitted on it; wse_core.cost.calibration); the other rows are "
             "predictions",
         },
         measurements=measurements,

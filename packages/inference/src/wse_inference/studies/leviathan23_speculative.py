@@ -104,7 +104,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from wse_core.experiment import ExperimentResult, PredictionRow
+from wse_core.studies.experiment import ExperimentResult, PredictionRow
 
 from wse_inference.speculative.verify import expected_speedup, expected_tokens_per_pass
 from wse_inference.studies.speculative_timing import round_costs

@@ -11,7 +11,7 @@ measurements, because it moves with training length (`--quick` trains fewer step
 Predicted (the same with `--quick`), by the wafer cost model, dense and sparse side by side
 for zero fractions 0 .. 0.95: a training step of this model on one WSE-3 (batch BATCH x
 SEQ; `wse_trainer.performance.predict_step(..., mlp_zero_fraction=s)`) and a batch-1 decode
-step on its pipeline plan (`wse_core.decoder_cost.decode_phases(..., mlp_zero_fraction=s)`);
+step on its pipeline plan (`wse_core.systems.decoder.decode_phases(..., mlp_zero_fraction=s)`);
 the measurements carry the same two speedups at the sparsity measured per layer.
 
 Mechanism and assumption: the down projection multiplies the hidden activation by w_down;
@@ -72,7 +72,7 @@ def _params(model_dir: Path, activation: str, steps: int, seed: int) -> dict[str
 def _train_and_measure(activation: str, steps: int, seed: int, folder: Path) -> dict[str, Any]:
     import wse_models
     from tokenizers import Tokenizer
-    from wse_core.assumptions import assumed_spec
+    from wse_core.cost.assumptions import assumed_spec
 
     from wse_trainer.config import config_from_dict
     from wse_trainer.data import EOS, corpus_texts, pack
@@ -101,10 +101,10 @@ def wafer_speedups(
     """(training step, batch-1 decode step) dense time over sparse time on one WSE-3, from
     the wafer cost model at the given zero fraction (one value, or one per layer: training
     takes their mean, since one step's products share one placement)."""
-    from wse_core.assumptions import assumed_spec
-    from wse_core.decoder_cost import decode_phases
-    from wse_core.perf import PerfModel
-    from wse_core.pipeline_plan import plan_pipeline
+    from wse_core.cost.assumptions import assumed_spec
+    from wse_core.cost.perf import PerfModel
+    from wse_core.systems.decoder import decode_phases
+    from wse_core.systems.pipeline import plan_pipeline
 
     from wse_trainer.performance import predict_step
 

@@ -33,7 +33,7 @@ SYSTEMS = (1, 2, 4, 8, 16, 2048)
 
 def _case() -> tuple[Any, Any, int, int]:
     """(model, spec, batch per system, sequence) of the shipped 1T config."""
-    from wse_core.assumptions import assumed_spec
+    from wse_core.cost.assumptions import assumed_spec
 
     from wse_trainer.config import load_config
     from wse_trainer.session import model_config

@@ -19,8 +19,8 @@ S; packed rows run attention only within each document (the sum of n (n + 1) / 2
 key) pairs over the row's document pieces), and there are fewer rows. On the GPU,
 `gpu_train_s` is training flops (`ModelConfig.train_flops_per_token(n)`: 6 N plus causal
 attention over n keys, per token processed) over one H100's dense bf16 peak (989 TFLOP/s,
-`wse_core.gpu.H100`) at an MFU of 0.4 (`wse_core.gpu`'s default assumption). GPUs pack too
-(varlen attention kernels); the wafer's claim is only that it needs no padding at all.
+`wse_core.systems.gpu.H100`) at an MFU of 0.4 (`wse_core.systems.gpu`'s default assumption). GPUs
+pack too (varlen attention kernels); the wafer's claim is only that it needs no padding at all.
 Predictions are the same with `--quick` (nothing here is timed).
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 from wse_core import ExperimentResult, PredictionRow
-from wse_core.assumptions import assumed_spec
+from wse_core.cost.assumptions import assumed_spec
 
 __all__ = ["run", "gpu_train_s", "wafer_epoch_s", "padding_fraction", "SEQ_LENS"]
 
@@ -101,11 +101,11 @@ def _corpus() -> tuple[list[list[int]], int]:
     return [e.ids for e in tok.encode_batch(texts)], tok.token_to_id(EOS)
 
 
-GPU_MFU = 0.4  # achieved fraction of peak in training: wse_core.gpu's default (assumption)
+GPU_MFU = 0.4  # achieved fraction of peak in training: wse_core.systems.gpu's default (assumption)
 
 
 def _rates() -> dict[str, float]:
-    from wse_core.gpu import H100
+    from wse_core.systems.gpu import H100
 
     return {"h100": H100.peak_flops * GPU_MFU}
 

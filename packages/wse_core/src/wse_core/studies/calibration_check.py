@@ -1,14 +1,14 @@
 """Experiment `cost-model-calibration`: every constant of the cost model, the rows that fit
 it, every calibration row against the model, and a leave-one-out table.
 
-Rows (the calibration set of shared/REFERENCES.md, `wse_core.calibration.rows` and
-`wse_core.decoder_cost.decode_check_row`): the eight
+Rows (the calibration set of shared/REFERENCES.md, `wse_core.cost.calibration.rows` and
+`wse_core.systems.decoder.decode_check_row`): the eight
 grids of Jacquelin et al. Table II (Gcell/s; they fit `dsd_issue_cycles`), the 69.6% busy
 profile at 600 x 600 (a check), Rocki et al.'s allreduce at about 1.1 x the diameter (a
 check of the sourced fabric constants), Llama 3.1 8B batch-1 decode on one WSE-3 (tokens/s,
 a check). Each row says its role and carries its cycles by mechanism.
 
-Measurements: `constant` rows (every `wse_core.mechanisms` constant: its value on WSE-2 with
+Measurements: `constant` rows (every `wse_core.cost.mechanisms` constant: its value on WSE-2 with
 the fitted ones in place, units, mechanism, basis, and its source or the rows that fit it)
 and `leave_one_out` rows (each fitted row left out: the refitted value and the row's
 prediction error). The other published experiments' figures are kept aside on purpose;
@@ -17,8 +17,8 @@ their predictions are reported by their own experiments with `published` left em
 
 from __future__ import annotations
 
-from wse_core.assumptions import value_of
-from wse_core.calibration import (
+from wse_core.cost.assumptions import value_of
+from wse_core.cost.calibration import (
     STENCIL_NZ,
     STENCIL_STEPS,
     STENCIL_TABLE_II,
@@ -26,10 +26,10 @@ from wse_core.calibration import (
     leave_one_out,
     rows,
 )
-from wse_core.decoder_cost import decode_case, decode_check_row
-from wse_core.experiment import ExperimentResult, PredictionRow
-from wse_core.mechanisms import CONSTANTS
-from wse_core.perf import PerfModel
+from wse_core.cost.mechanisms import CONSTANTS
+from wse_core.cost.perf import PerfModel
+from wse_core.studies.experiment import ExperimentResult, PredictionRow
+from wse_core.systems.decoder import decode_case, decode_check_row
 
 __all__ = ["run", "run_predictions", "constants_table"]
 
@@ -45,8 +45,8 @@ SOURCES = {
 
 def _mechanisms(case: str) -> dict[str, float] | None:
     """The row's predicted cycles by mechanism (per step, per allreduce, per token)."""
-    from wse_core import calibration as cal
-    from wse_core.assumptions import assumed_spec
+    from wse_core.cost import calibration as cal
+    from wse_core.cost.assumptions import assumed_spec
 
     if case.startswith("stencil25") and "busy" not in case:
         return PerfModel(assumed_spec("wse2")).evaluate(cal.table_ii_phases(1)).by_mechanism()
@@ -92,7 +92,7 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
 def constants_table() -> list[dict[str, object]]:
     """Every constant: its value on WSE-2 (fitted ones as the calibration sets them),
     units, mechanism, basis, and its source or the rows that fit it."""
-    from wse_core.assumptions import assumed_spec
+    from wse_core.cost.assumptions import assumed_spec
 
     cal = current()
     rates = PerfModel(assumed_spec("wse2")).rates

@@ -5,7 +5,7 @@ Measured: trace-plus-compile time and run time per op of the emulator on this ma
 devices. Predicted: wafer cycles and microseconds on WSE-3, by mechanism: shift, multicast
 and broadcast from the traffic each op records (`fabric.count`, no allocation needed) and one
 relay stage (the sending core's ramp to the receiving core's); the allreduce as Luczynski et
-al. model it (`wse_core.collectives.allreduce_2d`). Predictions do not depend on `quick`,
+al. model it (`wse_core.cost.collectives.allreduce_2d`). Predictions do not depend on `quick`,
 which only skips the largest measured grids. Nothing here is published.
 """
 
@@ -17,11 +17,11 @@ import jax
 import jax.numpy as jnp
 
 from wse_core import fabric
-from wse_core.assumptions import assumed_spec
-from wse_core.collectives import allreduce_2d
-from wse_core.experiment import ExperimentResult, PredictionRow
-from wse_core.perf import PerfModel, Work
-from wse_core.wafer import build_wafer
+from wse_core.cost.assumptions import assumed_spec
+from wse_core.cost.collectives import allreduce_2d
+from wse_core.cost.perf import PerfModel, Work
+from wse_core.hw.wafer import build_wafer
+from wse_core.studies.experiment import ExperimentResult, PredictionRow
 
 __all__ = ["run", "OPS", "GRIDS"]
 

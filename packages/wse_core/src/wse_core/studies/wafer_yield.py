@@ -1,6 +1,6 @@
 """Experiment `wafer-yield`: how often a wafer can be repaired, and how many PEs it keeps.
 
-Measured: over many seeded wafers, the fraction the two-level repair of `wse_core.defects`
+Measured: over many seeded wafers, the fraction the two-level repair of `wse_core.hw.defects`
 can fix (a row with more dead PEs than spare columns is retired; retired rows must not
 outnumber spare rows) and the usable PEs, for a sweep of defect rates and spare budgets on
 the WSE-3 grid. Only the number of dead PEs per physical row decides repairability, so each
@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from wse_core.assumptions import assumed_spec
-from wse_core.experiment import ExperimentResult, PredictionRow
+from wse_core.cost.assumptions import assumed_spec
+from wse_core.studies.experiment import ExperimentResult, PredictionRow
 
 __all__ = ["run", "predicted_repairable", "simulate"]
 

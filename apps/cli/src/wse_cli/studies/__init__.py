@@ -1,0 +1,1 @@
+"""Experiments that need several packages at once and so live in the CLI."""

@@ -1,0 +1,267 @@
+"""Experiment `ltaief23-tlrmvm`: TLR-MVM as in Ltaief et al., SC23 (shared/REFERENCES.md).
+
+Measured: compression ratio, ranks and achieved error of a synthetic seismic slice against
+the threshold and the tile size nb (the figure); the relative MVM error against the dense
+product; emulated and NumPy times against dense NumPy GEMV; an MDD solve with LSQR on the
+wafer operator against the dense solve. Predicted (the same with --quick), from `perf.predict` on
+each layout's plan of the paper's case — a 9801 x 9801 complex64 slice, nb = 256, threshold
+1e-3, complex split into fp32 arithmetic: `time_per_mvm` (µs) and `model_pb_per_s` (the
+compressed bases over the predicted time) of the slice alone (systems 1, copies 1); then
+1 and 48 CS-2 systems, each filled with copies of it (frequency slices) in its 750 x 994
+program rectangle (48 systems: 35,784,000 PEs), as `model_pb_per_s` (on-wafer time),
+`model_with_io_pb_per_s` (each copy's x and y through the system's host I/O) and in Cerebras's
+matvec accounting, `cerebras_relative_pb_per_s` and `cerebras_absolute_pb_per_s` (the SDK's
+single-tile-matvec bytes of the PEs that hold tiles, in every copy and system, the slowest
+PE's cycles over 850 MHz; `pes` is how many PEs that is, `rectangle_pes` the 750 x 994 per
+system it used to be scaled to) in real-split bytes (what the PEs stream) and, as
+`*_complex_pb_per_s`, in complex64 bytes (half). `time_per_mvm` rows carry the cycles of
+one product by mechanism. Layouts: grouped (PE
+rows serve groups of tile columns and rows, rank rows coloured into PE columns; the engine's
+default), packed (slices bucketed by rank), banded (padded to each tile row's largest
+rank); and grouped on WSE-3 (model figures only: the SDK accounting is the CS-2's). Stable
+param keys: `wafer`, `systems`, `precision`, `nb`, `n`, `threshold`, `layout`, `copies`.
+REFERENCES.md lists SC23's inputs only, so `published` stays None. `per_pe_wse2_grouped.png`:
+the slice alone per PE on its grouped grid (`perf.pe_trace`): each PE's phase-1 and phase-3
+cycles from its own tiles, the reshuffle's ring words on every PE, the SRAM of the plan.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from wse_core import ExperimentResult, PredictionRow
+from wse_core.cost.assumptions import assumed_spec
+from wse_core.host.runtime import cache_dir
+
+from wse_hpc.tlrmvm.baseline import best_median_s, stacked_fn
+from wse_hpc.tlrmvm.compress import TlrOperator, compress, load_operator, save_operator
+from wse_hpc.tlrmvm.engine import TlrEngine
+from wse_hpc.tlrmvm.grouped import plan_grouped
+from wse_hpc.tlrmvm.mdd import compare, mdd_case
+from wse_hpc.tlrmvm.packed import plan_packed
+from wse_hpc.tlrmvm.perf import counting_fns, pe_trace, predict
+from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator
+from wse_hpc.tlrmvm.wafer import plan_placement
+
+__all__ = ["run", "run_predictions", "paper_operator", "NAME"]
+
+NAME = "ltaief23-tlrmvm"
+SOURCE = "Ltaief et al., SC23 (DOI 10.1145/3581784.3627042): case only, no published figure"
+PAPER = {"n": 9801, "nb": 256, "threshold": 1e-3}
+
+
+def paper_operator(seed: int = 0) -> TlrOperator:
+    """The paper-sized synthetic slice, compressed tile by tile and cached on disk."""
+    folder = cache_dir().parent / "tlrmvm"
+    path = folder / f"green_{PAPER['n']}_nb{PAPER['nb']}_{PAPER['threshold']:g}_s{seed}.npz"
+    if path.exists():
+        return load_operator(path)
+    op = compress(GreenMatrix(PAPER["n"]), nb=PAPER["nb"], threshold=PAPER["threshold"], seed=seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_operator(op, path)
+    return op
+
+
+def _sweep(n: int, nbs: list[int], thresholds: list[float], seed: int) -> list[dict]:
+    a = green_operator(n=n)
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+    exact = a @ x
+    rows = []
+    for nb in nbs:
+        for eps in thresholds:
+            t0 = time.perf_counter()
+            op = compress(a, nb=nb, threshold=eps, seed=seed)
+            wall = time.perf_counter() - t0
+            y = stacked_fn(op)(x)
+            rows.append(
+                {
+                    "kind": "compression",
+                    "n": n,
+                    "nb": nb,
+                    "threshold": eps,
+                    "compression_ratio": op.compression_ratio,
+                    "rank_mean": float(op.ranks.mean()),
+                    "rank_max": int(op.ranks.max()),
+                    "error_fro": op.error_fro,
+                    "mvm_rel_err": float(np.linalg.norm(y - exact) / np.linalg.norm(exact)),
+                    "compress_s": wall,
+                }
+            )
+    return rows
+
+
+def _speed(n: int, nb: int, seed: int) -> dict:
+    a = green_operator(n=n)
+    op = compress(a, nb=nb, threshold=1e-3, seed=seed)
+    eng = TlrEngine.build(op, assumed_spec("wse2"))
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.complex64)
+    dense_s, _ = best_median_s(lambda: a @ x)
+    numpy_s, _ = best_median_s(lambda f=stacked_fn(op): f(x))
+    emu_s = eng.time_matvec(x)
+    y = eng.matvec(x)
+    report = eng.report(emu_s)
+    return {
+        "kind": "speed",
+        "n": n,
+        "nb": nb,
+        "kernel": eng.kernel,
+        "threshold": 1e-3,
+        "compression_ratio": op.compression_ratio,
+        "dense_gemv_s": dense_s,
+        "numpy_tlr_s": numpy_s,
+        "wafer_emulator_s": emu_s,
+        "predicted_wafer_s": report.predicted_s,
+        "predicted_bound": report.bound,
+        "emulator_speedup_vs_dense": dense_s / emu_s,
+        "numpy_tlr_speedup_vs_dense": dense_s / numpy_s,
+        "mvm_rel_err": float(np.linalg.norm(y - a @ x) / np.linalg.norm(a @ x)),
+    }
+
+
+def _row(name: str, value: float, unit: str, params: dict, mech=None) -> PredictionRow:
+    return PredictionRow(name, value, unit, params, None, SOURCE, mech)
+
+
+def _case_rows(name: str, layout: str, seed: int):
+    """One wafer and layout: the seismic slice alone (time per MVM, the model's bandwidth
+    of its bases), and systems filled with copies of it (SC23: 1 and 48 CS-2) in the
+    model's figure and, on a CS-2, in Cerebras's matvec accounting (relative, absolute);
+    with the slice's per-PE trace."""
+    from wse_core.hw.wafer import build_wafer
+
+    op = paper_operator(seed)
+    spec = assumed_spec(name)
+    plan = PLANNERS[layout](op, spec)
+    wafer = build_wafer(spec, grid=plan.grid, mesh_shape=(1, 1))
+    for part, nbytes in plan.bytes_per_pe().items():  # the plan's SRAM, as place_plan does
+        wafer.sram.allocate(part, nbytes)
+    base = {"wafer": name, "precision": "fp32", **PAPER, "layout": layout}
+    base |= {"grid": list(plan.grid), "rank_chunk": plan.rank_chunk}
+    fns = counting_fns(wafer, plan)  # built once: the three predictions trace it
+    one = predict(wafer, plan, op, fns=fns)
+    p1 = {**base, "systems": 1, "copies": 1, "pes": plan.grid[0] * plan.grid[1], "per": "mvm"}
+    mech = one.predicted.by_mechanism()
+    rows = [
+        _row("time_per_mvm", one.predicted_s * 1e6, "µs", p1, mech),
+        _row("model_pb_per_s", one.extra["model_bytes_per_s"] / 1e15, "PB/s", p1, mech),
+    ]
+    info = {"plan": plan.describe(), "slice": _summary(one)}
+    for systems in (1, 48):
+        rep = predict(wafer, plan, op, fns=fns, systems=systems, fill=True)
+        c = rep.extra["cerebras"]
+        params = {**base, "systems": systems, "copies": rep.extra["copies_per_system"]}
+        params["per"] = "mvm"
+        mech = rep.predicted.by_mechanism()
+        for key, extra in (
+            ("model", "model_bytes_per_s"),
+            ("model_with_io", "model_bytes_per_s_with_io"),
+        ):
+            rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", params, mech))
+        if name == "wse2":  # the SDK's accounting is defined on the CS-2's 750 x 994
+            params = {**params, "pes": c["program_pes"], "rectangle_pes": c["rectangle_pes"]}
+            for kind in ("relative", "absolute"):
+                for conv, key in (("real-split", ""), ("complex64", "_complex")):
+                    value = c[f"{kind}{key}_bytes_per_s"] / 1e15
+                    p = {**params, "bytes": conv}
+                    rows.append(_row(f"cerebras_{kind}{key}_pb_per_s", value, "PB/s", p, mech))
+        info[f"systems_{systems}"] = _summary(rep)
+    return rows, info, pe_trace(wafer, plan, one)
+
+
+def _summary(rep) -> dict:
+    keep = ("predicted_s", "bound", "critical_phase", "copies_per_system", "on_wafer_s")
+    keep += ("model_bytes_per_s", "model_bytes_per_s_with_io")
+    d = rep.to_dict()
+    return {**{k: d[k] for k in keep}, "phases": rep.phase_rows(), "cerebras": d["cerebras"]}
+
+
+PLANNERS = {"grouped": plan_grouped, "packed": plan_packed, "banded": plan_placement}
+CASES = (("wse2", "grouped"), ("wse2", "packed"), ("wse2", "banded"), ("wse3", "grouped"))
+
+
+def _predictions(seed: int) -> tuple[list[PredictionRow], dict, dict]:
+    rows, info, traces = [], {}, {}
+    for name, layout in CASES:
+        r, i, traces[f"{name}_{layout}"] = _case_rows(name, layout, seed)
+        rows += r
+        info[f"{name}_{layout}"] = i
+    return rows, {"paper_operator": paper_operator(seed).describe(), **info}, traces
+
+
+def _per_pe_figure(trace):
+    """The slice per PE: phase 1 and 3 from each PE's own tiles, the reshuffle's words."""
+    from wse_core.trace.png import trace_figure
+
+    p1 = next(p for p in trace.phases if p["name"] == "phase1_vhx")
+    title = (
+        f"TLR-MVM slice on {trace.wafer}, grouped, {trace.rows} x {trace.cols} PEs: "
+        f"{trace.meta['predicted_s'] * 1e6:.3g} µs per MVM ({trace.meta['bound']}-bound); "
+        f"phase 1 set by PE {tuple(p1['critical_pe'])}"
+    )
+    return trace_figure(trace, title=title)
+
+
+def _figure(rows: list[dict]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    comp = [r for r in rows if r["kind"] == "compression"]
+    for nb in sorted({r["nb"] for r in comp}):
+        rs = [r for r in comp if r["nb"] == nb]
+        eps = [r["threshold"] for r in rs]
+        ax1.semilogx(eps, [r["compression_ratio"] for r in rs], "o-", label=f"nb={nb}")
+        ax2.loglog(eps, [r["mvm_rel_err"] for r in rs], "o-", label=f"nb={nb}")
+    all_eps = sorted({r["threshold"] for r in comp})
+    ax2.loglog(all_eps, all_eps, "k--", label="error = threshold")
+    ax1.set(
+        xlabel="threshold",
+        ylabel="compression ratio (dense / bases bytes)",
+        title=f"synthetic seismic slice, n = {comp[0]['n']}",
+    )
+    ax2.set(xlabel="threshold", ylabel="||y - Ax|| / ||Ax||", title="MVM error")
+    ax1.legend()
+    ax2.legend()
+    fig.tight_layout()
+    return fig
+
+
+def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
+    """The prediction rows alone (for `wse experiments run --sweep`)."""
+    return _predictions(seed)[0]
+
+
+def run(*, quick: bool, seed: int) -> ExperimentResult:
+    from wse_core.host.runtime import sync_dispatch
+
+    sync_dispatch()  # products timed on this thread, as NumPy's (no effect once JAX started)
+    n = 1024 if quick else 4096
+    nbs = [64, 128] if quick else [64, 128, 256]
+    thresholds = [1e-2, 1e-3, 1e-4]
+    rows = _sweep(n, nbs, thresholds, seed)
+    rows.append(_speed(n, 128 if quick else 256, seed))
+    for r in compare(
+        mdd_case(n=256, freqs_hz=[10.0, 20.0], seed=seed),
+        assumed_spec("wse2"),
+        nb=32,
+        threshold=1e-3,
+        iters=20,
+    ):
+        rows.append({"kind": "mdd_lsqr", "n": 256, "nb": 32, "threshold": 1e-3, **r})
+    predictions, info, traces = _predictions(seed)
+    config = {"quick": quick, "sweep_n": n, "nbs": nbs, "thresholds": thresholds, **info}
+    per_pe = {"per_pe_wse2_grouped": _per_pe_figure(traces["wse2_grouped"])}
+    return ExperimentResult(
+        NAME, seed, config, rows, predictions, _figure(rows), extra_figures=per_pe
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover - manual run
+    from wse_core import write_experiment
+
+    print(write_experiment(run(quick=True, seed=0), Path("experiments_out")))

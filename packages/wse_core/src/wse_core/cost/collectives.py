@@ -1,0 +1,117 @@
+"""Reduce, broadcast and allreduce on the wafer, priced as Luczynski et al. model them.
+
+Contract. Each function returns the `wse_core.cost.perf.Work` of one collective over `p` PEs in a
+line (or an `rows x cols` rectangle) of `words` 32-bit words per PE, counted in the three
+quantities of Luczynski et al., "Near-Optimal Wafer-Scale Reduce" (HPDC 2024,
+arXiv:2404.15888), whose model T = max(C, E/N + L) + (2 T_R + 1) D they validated on a CS-2
+within 4%:
+
+- C, contention: the most wavelets one PE's core takes off its ramp -> `links["ramp"]`;
+- L, distance: router hops of the longest path -> `latency_hops`;
+- D, depth: dependent relay stages through cores -> `relay_stages` (2 T_R + 1 cycles each).
+
+`PerfModel` prices them as max(C, ...) + L * hop_latency_cycles + D * (2 T_R + 1): L is
+added outside the max (the E/N term, the mean link load, is left out: on a line the busiest
+link carries C words at most). The combining adds stream as the wavelets arrive (the C
+term) and their issue overlaps the wait for data, so a collective counts no `Op`s.
+
+Algorithms (their Sec. 4-5, closed forms per the paper; p PEs, B words):
+    star       C = B (p - 1)          L = p - 1   D = 1
+    chain      C = B                  L = p - 1   D = p - 1
+    tree       C = B ceil(log2 p)     L = p - 1   D = ceil(log2 p)
+    two_phase  C = 2 B                L = p - 1   D = 2 ceil(sqrt p) - 2
+    broadcast  C = B                  L = p - 1   D = 1   (flooding: multicast is free)
+`reduce_line(..., algorithm="best")` takes the fastest of the four at this spec's constants
+(their Auto-Gen trees do at least as well: an upper bound on a tuned library). The 2D
+allreduce reduces along rows to the centre column, then along it to the centre PE (each
+half-line toward the centre at once, and one relay to join the halves), then floods the
+result back from the centre: for a scalar this is about the wafer's diameter plus the
+relays, the shape of Rocki et al.'s "about 10% greater than the diameter".
+"""
+
+from __future__ import annotations
+
+import math
+
+from wse_core.cost.work import Work
+from wse_core.hw.spec import WaferSpec
+
+__all__ = [
+    "ALGORITHMS",
+    "line_work",
+    "reduce_line",
+    "broadcast_line",
+    "allreduce_2d",
+    "reduce_to_centre",
+]
+
+ALGORITHMS = ("star", "chain", "tree", "two_phase")
+
+
+def _log2(p: int) -> int:
+    return max(0, math.ceil(math.log2(p))) if p > 1 else 0
+
+
+def line_work(algorithm: str, p: int, words: float) -> Work:
+    """One reduce of `words` per PE over `p` PEs in a line to its end, by `algorithm`."""
+    if p <= 1 or words <= 0:
+        return Work()
+    b, hops = float(words), float(p - 1)
+    if algorithm == "star":
+        c, d = b * (p - 1), 1.0
+    elif algorithm == "chain":
+        c, d = b, float(p - 1)
+    elif algorithm == "tree":
+        c, d = b * _log2(p), float(_log2(p))
+    elif algorithm == "two_phase":
+        c, d = 2.0 * b, float(2 * math.ceil(math.sqrt(p)) - 2)
+    else:
+        raise ValueError(f"unknown reduce algorithm {algorithm!r}; known: {ALGORITHMS}")
+    return Work(links={"ramp": c}, latency_hops=hops, relay_stages=d)
+
+
+def _cycles(spec: WaferSpec, work: Work) -> float:
+    # Luczynski et al.'s terms at the spec's constants (no calibration needed: a collective
+    # counts no DSD instructions).
+    ramp = work.links.get("ramp", 0.0) * 4.0 / spec.link_bytes_per_cycle
+    relay = 2.0 * spec.ramp_latency_cycles + 1.0
+    return ramp + work.latency_hops * spec.hop_latency_cycles + work.relay_stages * relay
+
+
+def reduce_line(spec: WaferSpec, p: int, words: float, algorithm: str = "best") -> Work:
+    """A reduce over `p` PEs in a line; "best": the fastest algorithm at `spec`'s constants."""
+    if algorithm != "best":
+        return line_work(algorithm, p, words)
+    works = [line_work(a, p, words) for a in ALGORITHMS]
+    return min(works, key=lambda w: _cycles(spec, w))
+
+
+def broadcast_line(p: int, words: float) -> Work:
+    """Flooding broadcast from one end of a line of `p` PEs (the router multicasts)."""
+    if p <= 1 or words <= 0:
+        return Work()
+    return Work(links={"ramp": float(words)}, latency_hops=float(p - 1), relay_stages=1.0)
+
+
+def reduce_to_centre(spec: WaferSpec, p: int, words: float, algorithm: str = "best") -> Work:
+    """A reduce over a line of `p` PEs into its middle PE: both halves at once, then one
+    relay to join them."""
+    if p <= 1 or words <= 0:
+        return Work()
+    half = reduce_line(spec, math.ceil(p / 2), words, algorithm)
+    return half + Work(links={"ramp": float(words)}, relay_stages=1.0)
+
+
+def allreduce_2d(
+    spec: WaferSpec, rows: int, cols: int, words: float, algorithm: str = "best"
+) -> Work:
+    """Allreduce of `words` per PE over a `rows x cols` rectangle: rows to the centre column,
+    the centre column to the centre PE, then a flood back to every PE from the centre."""
+    along_rows = reduce_to_centre(spec, cols, words, algorithm)
+    along_col = reduce_to_centre(spec, rows, words, algorithm)
+    back = Work(
+        links={"ramp": float(words)},
+        latency_hops=float(math.ceil((rows - 1) / 2) + math.ceil((cols - 1) / 2)),
+        relay_stages=1.0 if rows * cols > 1 else 0.0,
+    )
+    return along_rows + along_col + back

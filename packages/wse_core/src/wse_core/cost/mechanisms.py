@@ -1,0 +1,233 @@
+"""The cost model's constants: each one a mechanism of the machine, with units and a basis.
+
+Contract. `CONSTANTS` maps a `WaferSpec` field (or, for `CALIBRATION_KEYS`, a setting of the
+calibration) to a `Constant`: its units, the mechanism it prices, its basis and where that
+basis comes from, and a plausible range (`sweep`) for `wse experiments run NAME --sweep`.
+A kernel pays a constant only by counting its mechanism in `wse_core.cost.perf.Work` / `Op`:
+
+    mechanism (Cost.mechanisms key)  constant                       counted as
+    simd                             SIMD table (spec.simd_widths)  Op elements / width (an
+                                                                    operand from the fabric:
+                                                                    at most 1 per cycle)
+    dsd_issue                        dsd_issue_cycles               Op.count (DSDs issued)
+    task_activation                  task_activation_cycles         Work.task_activations
+    sram                             sram_*_bytes_per_cycle         Work.sram_*_bytes
+    link                             link_bytes_per_cycle           Work.links (busiest, incl. ramp)
+    hop                              hop_latency_cycles             Work.latency_hops
+    relay                            2 * ramp_latency_cycles + 1    Work.relay_stages
+    fixed                            (none: only where no mechanism is known)  Work.fixed_cycles
+    host_io                          host_io_bytes_per_s, system_latency_s  Work.host_io_bytes,
+                                                                    Work.system_hops
+
+Bases: `published` (a vendor or SDK figure), `sourced` (a paper's text, cited), `inferred`
+(read from public material by us; the reasoning is in `source`), `assumed` (no public figure:
+swept), `fitted` (by `wse_core.cost.calibration` on the rows named in `source`; the preset value
+is the prior used when those rows are left out).
+
+References (REFERENCES-style notes; shared/REFERENCES.md has the full list):
+- SDK: Cerebras SDK documentation, "Computing with Cerebras" and the CSL language appendix
+  (SIMD widths); csl-examples benchmark scripts (850 MHz, 1 cycle per hop clock correction).
+- Luczynski et al., "Near-Optimal Wafer-Scale Reduce", HPDC 2024, arXiv:2404.15888: model
+  T = max(C, E/N + L) + (2 T_R + 1) D validated on a CS-2 within 4%; one cycle per link
+  traversal; T_R ~ 2 cycles core<->router on WSE-2; multicast at no extra cost. Read from
+  secondary summaries of the paper (the stored corpus had no copy of its text or figures).
+- Jacquelin et al., arXiv:2204.03775, Table II and Sec. V (25-point stencil, the calibration
+  set): step times at nz = 1000 and 69.6% busy cycles at 600 x 600.
+- Rocki et al., SC20, arXiv:2010.03660: a wafer-wide allreduce "in a cycle count only about
+  10% greater than the diameter of the system".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Literal
+
+__all__ = [
+    "Constant",
+    "CONSTANTS",
+    "CALIBRATION_KEYS",
+    "CALIBRATION_DEFAULTS",
+    "MECHANISMS",
+    "CORE_MECHANISMS",
+    "LATENCY_MECHANISMS",
+    "describe",
+]
+
+Basis = Literal["published", "sourced", "inferred", "assumed", "fitted"]
+
+# Cost.mechanisms keys, grouped as the overlap rule uses them (wse_core.cost.perf.OVERLAP).
+CORE_MECHANISMS = ("simd", "dsd_issue", "task_activation")
+LATENCY_MECHANISMS = ("hop", "relay", "fixed")
+MECHANISMS = (*CORE_MECHANISMS, "sram", "link", *LATENCY_MECHANISMS, "host_io")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Constant:
+    """One constant of the cost model: what it prices, in what units, on what basis."""
+
+    units: str
+    mechanism: str
+    basis: Basis
+    source: str
+    sweep: tuple[float, ...] = ()
+
+    def line(self) -> str:
+        return f"[{self.units}] {self.mechanism}; {self.basis}: {self.source}"
+
+
+_C = Constant
+CONSTANTS: Mapping[str, Constant] = MappingProxyType(
+    {
+        "clock_hz": _C(
+            units="Hz",
+            mechanism="PE clock: cycles per second",
+            basis="assumed",
+            source="not published; SDK scripts divide WSE-2 cycles by 850 MHz; WSE-3 1.1 GHz "
+            "from marketing totals",
+            sweep=(0.85e9, 1.0e9, 1.1e9),
+        ),
+        "hop_latency_cycles": _C(
+            units="cycles/hop",
+            mechanism="router hop: one link traversal of a wavelet",
+            basis="sourced",
+            source="Luczynski et al. (1 cycle per link traversal); SDK scripts correct clocks "
+            "by 1 cycle per hop (a simulator trace shows 2)",
+            sweep=(1.0, 1.5, 2.0),
+        ),
+        "ramp_latency_cycles": _C(
+            units="cycles",
+            mechanism="core<->router ramp, one way (T_R); a dependent relay stage costs "
+            "2 T_R + 1 (up the ramp, down the ramp, one cycle in the core)",
+            basis="sourced",
+            source="Luczynski et al.: T_R ~ 2 cycles on WSE-2 (earlier literature said 7)",
+            sweep=(1.0, 2.0, 3.0, 7.0),
+        ),
+        "link_bytes_per_cycle": _C(
+            units="B/cycle per link direction",
+            mechanism="wavelet injection: one 32-bit wavelet per link (and per ramp) per "
+            "direction per cycle",
+            basis="published",
+            source="SDK, 'Computing with Cerebras'",
+        ),
+        "dsd_issue_cycles": _C(
+            units="cycles/DSD",
+            mechanism="issue overhead of one DSD instruction before its first element",
+            basis="fitted",
+            source="Table II step time (mean of the 8 rows) less the step's other mechanisms, "
+            "over the DSDs a step issues at the Table II Z block (table_ii_block_z); prior 3 "
+            "(no public figure; a third-party WSE-3 study measured 15-17 cycles of DSD set-up)",
+            sweep=(3.0, 10.0, 20.0, 30.0),
+        ),
+        "task_activation_cycles": _C(
+            units="cycles/activation",
+            mechanism="activating a task (a wavelet-triggered or local task starts)",
+            basis="assumed",
+            source="no public figure (REFERENCES.md); about a taken branch and a DSD set-up",
+            sweep=(0.0, 5.0, 10.0, 20.0, 50.0),
+        ),
+        "fp32_mul_width": _C(
+            units="elements/cycle",
+            mechanism="SIMD width of fp32 mul and FMAC",
+            basis="inferred",
+            source="not in the SDK width table: taken as 1 on WSE-2 and WSE-3",
+            sweep=(0.5, 1.0, 2.0),
+        ),
+        "sqrt_cycles": _C(
+            units="cycles/element",
+            mechanism="square root (no SIMD form)",
+            basis="assumed",
+            source="no public figure",
+            sweep=(5.0, 10.0, 50.0),
+        ),
+        "div_cycles": _C(
+            units="cycles/element",
+            mechanism="division",
+            basis="sourced",
+            source="SDK example comments: about 50 cycles",
+            sweep=(20.0, 50.0, 100.0),
+        ),
+        "host_io_bytes_per_s": _C(
+            units="B/s per system",
+            mechanism="off-wafer I/O of one system",
+            basis="published",
+            source="vendor: 1.2 Tb/s per system",
+        ),
+        "memoryx_bytes_per_s": _C(
+            units="B/s each way",
+            mechanism="MemoryX -> SwarmX weight stream, and the gradient write-back",
+            basis="assumed",
+            source="not published: the system's 1.2 Tb/s I/O (12 x 100 GbE)",
+            sweep=(75e9, 150e9, 300e9),
+        ),
+        "swarmx_bytes_per_s": _C(
+            units="B/s per tree level",
+            mechanism="SwarmX link into each system (broadcast of weights, reduce of gradients)",
+            basis="assumed",
+            source="not published: the system's 1.2 Tb/s I/O",
+            sweep=(75e9, 150e9, 300e9),
+        ),
+        "swarmx_fanout": _C(
+            units="systems per SwarmX node",
+            mechanism="broadcast / reduce tree: levels = ceil(log_fanout num_csx), "
+            "system_latency_s each",
+            basis="assumed",
+            source="not published; a binary tree",
+            sweep=(2.0, 4.0, 16.0),
+        ),
+        "memoryx_capacity_bytes": _C(
+            units="B",
+            mechanism="MemoryX capacity for master weights and optimizer state",
+            basis="published",
+            source="largest published configurations: CS-2 up to 2.4 PB (Cerebras glossary), "
+            "CS-3 up to 1.2 PB (CS-3 launch); the 1T-parameter demo used 55 TB",
+        ),
+        "system_latency_s": _C(
+            units="s/pass",
+            mechanism="latency of one activation pass between two systems",
+            basis="assumed",
+            source="no public figure",
+            sweep=(0.5e-6, 2e-6, 10e-6),
+        ),
+        "overlap": _C(
+            units="0 or 1",
+            mechanism="whether a PE's datapath, memory ports and router stream at once (1) or "
+            "their times add (0)",
+            basis="assumed",
+            source="model structure (Luczynski et al. overlap contention and streaming)",
+            sweep=(0.0, 1.0),
+        ),
+        "table_ii_block_z": _C(
+            units="cells",
+            mechanism="Z block of the Table II runs (sets how many DSDs a step issues, which "
+            "the dsd_issue_cycles fit divides by)",
+            basis="inferred",
+            source="not given with Table II; 334 as Table III's nz = 1000 row (the same code "
+            "and column), the largest block whose 16 halo buffers fit beside the column",
+            sweep=(100.0, 200.0, 334.0, 500.0, 1000.0),
+        ),
+        "wave25_add_width": _C(
+            units="elements/cycle",
+            mechanism="SIMD width of the published 25-point step's fp32 FADD / FSUB (bank "
+            "classes of their operands)",
+            basis="inferred",
+            source="Table II: 43 instructions per cell at 69.6% busy of 64.7 cycles = 45 busy "
+            "cycles per cell, one element per cycle each (the SDK's 2-wide fp32 add needs two "
+            "bank classes)",
+            sweep=(1.0, 2.0),
+        ),
+    }
+)
+
+# Keys of CONSTANTS that are settings of the calibration and the kernels' published
+# algorithms, not WaferSpec fields, with their values when no assumption changes them.
+CALIBRATION_DEFAULTS: Mapping[str, float] = MappingProxyType(
+    {"table_ii_block_z": 334.0, "wave25_add_width": 1.0}
+)
+CALIBRATION_KEYS = tuple(CALIBRATION_DEFAULTS)
+
+
+def describe(key: str) -> str:
+    """One line: units, mechanism, basis and source of `key`."""
+    return CONSTANTS[key].line()

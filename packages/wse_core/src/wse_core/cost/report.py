@@ -1,0 +1,202 @@
+"""One result for every run: `RunReport` — what was measured, what the wafer would take.
+
+Contract. Every shell (stencil, BiCGSTAB, MD, TLR-MVM, `wse train`, the inference engines)
+returns a `RunReport` built by `RunReport.build(...)` from the `Phases` it priced with
+`PerfModel` (the same plan object its emulation ran). A report is frozen: the kernel's own
+figures (`extra`, a read-only mapping; those derived from the predicted time come from a
+function of the evaluated `Timing` that `build` calls) are given to `build`, never set
+after; `dataclasses.replace` (as `with_trace`) makes a changed copy. So that:
+
+- `measured_wall_s` is the emulator's wall time on this machine (None for a plan only);
+- `predicted` is the evaluated phase tree (`wse_core.cost.perf.Timing`): seconds and the bound
+  of every phase, the critical phase, per-resource costs;
+- `work` is the total counted work (instructions by kind and dtype, SRAM bytes, words per
+  link direction, hops), `traffic` the fabric ledger's count, `sram` the ledger's summary;
+- `assumptions` lists every constant behind the figure with its units, mechanism and basis
+  (`wse_core.cost.mechanisms`), the overlap rule and the kernel's own assumptions, and
+  `calibration` the fitted constants in force and the rows they were fitted on;
+- `cycles_by_mechanism()` is the predicted time split by mechanism (DSD elements, DSD
+  issue, task activations, SRAM, link words, hops, relays, host I/O; of overlapped
+  streams only the slowest), in cycles of the wafer's clock;
+- `trace` (optional) is the per-PE view of the same figures (`wse_core.trace`), saved by
+  `--trace FILE` and drawn by `wse view`;
+- `units_per_s` is the predicted rate of `units` (tokens/s of a per-token report,
+  timesteps/s of a per-step one);
+- `energy_j` is predicted seconds times the system's power (`wse_core.systems.economics` when it
+  knows the wafer, else None), with `units` saying what one prediction covers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+
+from wse_core.cost.calibration import Calibration
+from wse_core.cost.perf import OVERLAP, PerfModel, Phase, Phases, Timing
+from wse_core.errors import SpecError
+from wse_core.hw.spec import WaferSpec
+from wse_core.hw.traffic import Traffic
+
+__all__ = ["Figures", "RunReport", "stopwatch"]
+
+# A kernel's own figures for `RunReport.build`: a mapping, or a function of the evaluated
+# phase tree that returns one (figures derived from the predicted time).
+Figures = Mapping[str, Any] | Callable[[Timing], Mapping[str, Any]]
+
+
+def _power_w(spec: WaferSpec, systems: int) -> float | None:
+    """Peak power of `systems` systems built around `spec` (None: a custom or test wafer
+    with no figure in `wse_core.systems.economics`)."""
+    from wse_core.systems.economics import system_power_w
+
+    try:
+        peak, _ = system_power_w(spec.name)
+    except SpecError:
+        return None
+    return peak * systems
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunReport:
+    """One run's report, frozen: every figure is given to `build` (or the constructor) and
+    none is set after. `assumptions`, `sram` and `extra` are read-only mappings (copies of
+    what was given); `dataclasses.replace` (as `with_trace`) makes a changed copy."""
+
+    name: str
+    wafer: str
+    predicted: Timing
+    phases: Phases
+    calibration: Calibration
+    assumptions: Mapping[str, str]
+    measured_wall_s: float | None = None
+    traffic: Traffic = dataclasses.field(default_factory=Traffic)
+    sram: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    units: str = "run"
+    systems: int = 1
+    energy_j: float | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    trace: Any = None  # a wse_core.trace.PeTrace of this run (per-PE figures), when built
+
+    def __post_init__(self) -> None:
+        for name in ("assumptions", "sram", "extra"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    def with_trace(self, trace: Any) -> RunReport:
+        """This report with its per-PE trace attached (`wse_core.trace.trace_from`)."""
+        return dataclasses.replace(self, trace=trace)
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        spec: WaferSpec,
+        phases: Phases | Phase,
+        *,
+        measured_wall_s: float | None = None,
+        traffic: Traffic | None = None,
+        sram: Mapping[str, Any] | None = None,
+        assumptions: Mapping[str, str] | None = None,
+        units: str = "run",
+        systems: int = 1,
+        model: PerfModel | None = None,
+        extra: Figures | None = None,
+    ) -> RunReport:
+        """Evaluate `phases` on `spec` and gather everything a reader needs beside it.
+
+        `extra`: the kernel's own figures, a mapping or a function of the evaluated
+        `Timing` that returns one (for figures derived from the predicted seconds, such as
+        a rate); they keep the order given and land in `to_dict()` after the fields."""
+        from wse_core.cost.assumptions import listed
+
+        if isinstance(phases, Phase):
+            phases = Phases("serial", (phases,), phases.name)
+        model = model or PerfModel(spec)
+        timing = model.evaluate(phases)
+        power = _power_w(spec, systems)
+        return cls(
+            name=name,
+            wafer=spec.name,
+            predicted=timing,
+            phases=phases,
+            calibration=model.calibration_in_force(),
+            assumptions={"overlap rule": OVERLAP, **listed(spec), **dict(assumptions or {})},
+            measured_wall_s=measured_wall_s,
+            traffic=traffic or Traffic(),
+            sram=sram or {},
+            units=units,
+            systems=systems,
+            energy_j=None if power is None else power * timing.seconds,
+            extra=(extra(timing) if callable(extra) else extra) or {},
+        )
+
+    @property
+    def predicted_s(self) -> float:
+        return self.predicted.seconds
+
+    def cycles_by_mechanism(self) -> dict[str, float]:
+        """Predicted cycles by mechanism (`wse_core.cost.perf.Timing.by_mechanism`)."""
+        return self.predicted.by_mechanism()
+
+    @property
+    def bound(self) -> str:
+        """The resource that sets most of the predicted time (leaves summed by bound)."""
+        shares = self.predicted.by_bound()
+        return max(shares, key=shares.__getitem__) if shares else "-"
+
+    @property
+    def units_per_s(self) -> float:
+        """Predicted `units` per second (tokens/s of a per-token report, timesteps/s of a
+        per-step one): 1 / `predicted_s`, infinite for a zero prediction."""
+        s = self.predicted.seconds
+        return 1.0 / s if s > 0 else float("inf")
+
+    def phase_rows(self) -> list[dict[str, object]]:
+        """One row per phase: depth, name, repeat, seconds (all repeats), bound."""
+        return [
+            {
+                "depth": depth,
+                "phase": node.name,
+                "repeat": node.repeat,
+                "seconds": node.seconds,
+                "share": node.seconds / self.predicted.seconds if self.predicted.seconds else 0,
+                "bound": node.bound,
+            }
+            for depth, node in self.predicted.rows()
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "wafer": self.wafer,
+            "units": self.units,
+            "systems": self.systems,
+            "measured_wall_s": self.measured_wall_s,
+            "predicted_s": self.predicted.seconds,
+            "bound": self.bound,
+            "critical_phase": self.predicted.critical().name,
+            "seconds_by_bound": self.predicted.by_bound(),
+            "cycles_by_mechanism": self.cycles_by_mechanism(),
+            "energy_j": self.energy_j,
+            "predicted": self.predicted.to_dict(),
+            "work": self.phases.total_work().to_dict(),
+            "traffic": self.traffic.to_dict(),
+            "sram": dict(self.sram),
+            "calibration": self.calibration.to_dict(),
+            "assumptions": dict(self.assumptions),
+            **self.extra,
+        }
+
+
+@contextmanager
+def stopwatch() -> Iterator[dict[str, float]]:
+    """`with stopwatch() as t: ...` then `t["s"]` is the elapsed wall time in seconds."""
+    t: dict[str, float] = {}
+    start = time.perf_counter()
+    try:
+        yield t
+    finally:
+        t["s"] = time.perf_counter() - start

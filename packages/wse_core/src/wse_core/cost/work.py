@@ -1,0 +1,191 @@
+"""What a phase does on its busiest PE, counted by mechanism: `Op` (DSD instructions) and `Work`.
+
+Contract. A kernel never states a time. It counts, on the phase's busiest PE, each mechanism
+the machine runs (`wse_core.cost.mechanisms` lists them with their constants):
+
+- `Op`: `count` DSD instructions of one `kind` on one `dtype`, each over `length` elements at
+  `stride`; `fabric_in=True` when an operand streams from a fabric input queue (one 32-bit
+  wavelet per cycle: one fp32 or two 16-bit elements per cycle at most); `same_bank=True`
+  when its two memory operands sit in banks with bank1 % 4 == bank2 % 4 (the SDK's bank
+  rule: one element per cycle). Each instruction pays `dsd_issue_cycles` once.
+- `Work`: the ops, SRAM bytes read and written, 32-bit words per link direction (`links`:
+  "N" / "S" / "E" / "W", and "ramp" for words between the router and its own core: the
+  contention C of Luczynski et al.), the longest chain of router hops (`latency_hops`, L),
+  dependent relay stages (`relay_stages`, D: a value that goes up a ramp, through a core and
+  down again, 2 T_R + 1 cycles each), task activations, off-wafer bytes and passes between
+  systems. `fixed_cycles` is only for a cost whose mechanism is not known; every use names
+  why.
+
+`wse_core.cost.perf.PerfModel` prices a `Work`; this module only counts. Re-exported by
+`wse_core.cost.perf`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from wse_core.hw.dtypes import DTYPE_BYTES
+from wse_core.hw.simd import OP_KINDS
+
+if TYPE_CHECKING:
+    from wse_core.hw.spec import WaferSpec
+    from wse_core.hw.traffic import Traffic
+
+__all__ = ["LINK_DIRECTIONS", "Op", "Work"]
+
+LINK_DIRECTIONS = ("N", "S", "E", "W", "ramp")
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """`count` DSD instructions of `kind` on `dtype`, each over `length` elements at `stride`
+    (`fabric_in`: one operand comes from a fabric input queue; `same_bank`: its two memory
+    operands share a bank class).
+
+    `length` may be fractional when it is an average over PEs or blocks; then the ceil is
+    skipped (the average of ceil is not the ceil of the average, so kernels that know their
+    exact vector lengths pass integers)."""
+
+    kind: str
+    dtype: str
+    length: float
+    count: float = 1.0
+    stride: int = 1
+    fabric_in: bool = False
+    same_bank: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in OP_KINDS:
+            raise ValueError(f"unknown DSD op kind {self.kind!r}; known: {', '.join(OP_KINDS)}")
+        if self.length < 0 or self.count < 0:
+            raise ValueError(f"Op length and count must be >= 0, got {self.length}, {self.count}")
+
+    @property
+    def issued(self) -> float:
+        """DSD instructions issued (none for an empty op)."""
+        return self.count if self.length > 0 else 0.0
+
+    @property
+    def elements(self) -> float:
+        return self.count * self.length
+
+    def element_cycles(self, spec: WaferSpec) -> float:
+        """Cycles of the elements at the SIMD width (a fabric operand: one wavelet a cycle)."""
+        if self.count == 0 or self.length == 0:
+            return 0.0
+        width = spec.simd_width(self.kind, self.dtype, self.stride)
+        if self.fabric_in:  # one wavelet per cycle: 32 bits of elements
+            width = min(width, spec.link_bytes_per_cycle / DTYPE_BYTES[self.dtype])
+        if self.same_bank:
+            width = min(width, 1.0)
+        per_elem = {"sqrt": spec.sqrt_cycles, "div": spec.div_cycles}.get(self.kind, 1.0)
+        n = self.length / width
+        steps = math.ceil(n - 1e-9) if float(self.length).is_integer() else n
+        return self.count * steps * per_elem
+
+    def cycles(self, spec: WaferSpec) -> float:
+        """Core cycles of these instructions: their elements and their issue overhead."""
+        return self.element_cycles(spec) + self.issued * spec.dsd_issue_cycles
+
+    def scaled(self, k: float) -> Op:
+        return dataclasses.replace(self, count=self.count * k)
+
+
+def _add_maps(a: Mapping[str, float], b: Mapping[str, float], k: float = 1.0) -> dict:
+    out = dict(a)
+    for key, v in b.items():
+        out[key] = out.get(key, 0.0) + v * k
+    return out
+
+
+_COUNTS = (
+    "sram_read_bytes",
+    "sram_write_bytes",
+    "latency_hops",
+    "relay_stages",
+    "task_activations",
+    "fixed_cycles",
+    "host_io_bytes",
+    "system_hops",
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Work:
+    """One phase's counts on its busiest PE, plus the phase's off-wafer bytes."""
+
+    ops: tuple[Op, ...] = ()
+    sram_read_bytes: float = 0.0
+    sram_write_bytes: float = 0.0
+    links: Mapping[str, float] = dataclasses.field(default_factory=dict)  # words per direction
+    latency_hops: float = 0.0  # L: router hops on the longest dependent path
+    relay_stages: float = 0.0  # D: dependent core relays (2 T_R + 1 cycles each)
+    task_activations: float = 0.0  # tasks started on the busiest PE
+    fixed_cycles: float = 0.0  # only where no mechanism is known (name it where used)
+    host_io_bytes: float = 0.0  # off-wafer, whole system
+    system_hops: float = 0.0  # activation passes between systems (system_latency_s each)
+
+    def __post_init__(self) -> None:
+        bad = set(self.links) - set(LINK_DIRECTIONS)
+        if bad:
+            raise ValueError(f"unknown link directions {sorted(bad)}; use {LINK_DIRECTIONS}")
+
+    @classmethod
+    def from_traffic(cls, traffic: Traffic, **kwargs: object) -> Work:
+        """The fabric work of a traced traffic count (per-direction links, hops and relays)."""
+        return cls(
+            links=dict(traffic.links),
+            latency_hops=traffic.latency_hops,
+            relay_stages=traffic.relay_stages,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def __add__(self, other: Work) -> Work:
+        return Work(
+            ops=self.ops + other.ops,
+            links=_add_maps(self.links, other.links),
+            **{f: getattr(self, f) + getattr(other, f) for f in _COUNTS},
+        )
+
+    def scaled(self, k: float) -> Work:
+        """This work repeated k times."""
+        return Work(
+            ops=tuple(op.scaled(k) for op in self.ops),
+            links={d: v * k for d, v in self.links.items()},
+            **{f: getattr(self, f) * k for f in _COUNTS},
+        )
+
+    def flops(self) -> float:
+        """Floating-point operations of the ops (FMAC counts 2, moves and converts 0)."""
+        per = {"fmac": 2.0, "fmac_mixed": 2.0, "move": 0.0, "convert": 0.0, "shift": 0.0}
+        return sum(op.count * op.length * per.get(op.kind, 1.0) for op in self.ops)
+
+    def ops_by_kind(self) -> dict[str, float]:
+        """Elements processed per "kind.dtype" (for tables and tests)."""
+        out: dict[str, float] = {}
+        for op in self.ops:
+            key = f"{op.kind}.{op.dtype}"
+            out[key] = out.get(key, 0.0) + op.count * op.length
+        return out
+
+    @property
+    def instructions(self) -> float:
+        """DSD instructions issued."""
+        return sum(op.issued for op in self.ops)
+
+    @property
+    def fabric_in_elements(self) -> float:
+        """Elements taken from fabric input queues by the ops."""
+        return sum(op.elements for op in self.ops if op.fabric_in)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ops": self.ops_by_kind(),
+            "instructions": self.instructions,
+            "fabric_in_elements": self.fabric_in_elements,
+            "links": dict(self.links),
+            **{f: getattr(self, f) for f in _COUNTS},
+        }

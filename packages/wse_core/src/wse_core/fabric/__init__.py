@@ -1,0 +1,312 @@
+"""The fabric: the only way data crosses PEs (with `fabric.reduce` and `fabric.blocks`, the only
+code that calls shard_map).
+
+Every op takes and returns placed wafer fields (`(rows, cols, *per_pe)` global arrays, see
+`wse_core.hw.wafer`) and may be called inside `jit`. Inside a device's block data moves as array
+slices; across blocks as `lax.ppermute` of the block edges (halos) or `lax.psum`. Padding PEs
+never leak into results: they read as zero (zero boundary), as the wrapped value (periodic
+boundary) or are left out of reductions.
+
+Directions: a shift moves data one PE (or `distance` PEs) toward `direction`; row 0 is the
+north edge, column 0 the west edge. So with `direction="E"`, PE (r, c) receives the value of
+PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
+
+Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value),
+`multicast_apply` (the multicast consumed where it lands: a function reads each block's values
+and those of the k PEs upstream of it, no per-PE copies), `halo_apply` (the four nearest
+neighbours' halos, consumed from one region per block: a stencil's exchange), `window_apply`
+(the window multicast: every PE receives the values of the (2 k_rows + 1) x (2 k_cols + 1) PEs
+around it and uses what it selects; the emulator hands a function each block's window region
+instead of copying the window to every PE), `broadcast` (one PE's value to its whole row or
+column), `reduce` (to one value) and `allreduce` (to every PE), over the whole grid or along
+rows / columns, with `"sum"` or `"max"`; `allreduce_apply` (the sum along rows / columns of
+partials a function computes already summed over each block's PEs); `local_apply` (PE-local
+compute on each block, no traffic: for kernels XLA cannot split over devices by itself).
+
+Each op records its traffic (words, word-hops including detours around dead PEs, busiest-link
+words, latency hops) in `wafer.traffic` at trace time; `count(wafer, fn, *args)` traces a
+function abstractly and returns what it would move (the arithmetic of each entry lives in
+`wse_core.fabric.ledger`). The fabric is three modules, the only ones in the project that call
+shard_map / ppermute / psum: this one (the neighbour ops, `local_apply`, `count`),
+`wse_core.fabric.reduce` (`reduce`, `allreduce`, `allreduce_apply`, `broadcast`, re-exported
+here) and `wse_core.fabric.blocks` (what runs on each device's block: halo exchange, masks,
+the shard_map call itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from wse_core.errors import PlacementError, WseError
+from wse_core.fabric import blocks as blk
+from wse_core.fabric import ledger as led
+from wse_core.fabric.blocks import Boundary
+from wse_core.fabric.reduce import allreduce, allreduce_apply, broadcast, reduce
+from wse_core.hw.traffic import Traffic
+from wse_core.hw.wafer import Wafer
+
+__all__ = [
+    "Direction",
+    "Boundary",
+    "shift",
+    "multicast",
+    "multicast_apply",
+    "halo_apply",
+    "window_apply",
+    "broadcast",
+    "reduce",
+    "allreduce",
+    "allreduce_apply",
+    "local_apply",
+    "count",
+]
+
+Direction = Literal["N", "S", "E", "W"]
+
+
+# -- ops between neighbours ----------------------------------------------------------------
+def _direction(direction: str) -> tuple[int, int]:
+    try:
+        return led.DIRECTIONS[direction]
+    except KeyError:
+        raise WseError(f"unknown direction {direction!r}; use one of N, S, E, W") from None
+
+
+def _check_boundary(boundary: str) -> None:
+    if boundary not in ("zero", "periodic"):
+        raise WseError(f"unknown boundary {boundary!r}; use 'zero' or 'periodic'")
+
+
+def multicast(
+    wafer: Wafer, x: jax.Array, direction: Direction, k: int, *, boundary: Boundary = "zero"
+) -> jax.Array:
+    """Each PE's value travels to the next `k` PEs toward `direction`.
+
+    Returns `(rows, cols, k, *per_pe)`: entry j at a PE is the value of the PE j + 1 steps
+    upstream (for "E", PE (r, c) gets x[r, c - 1 - j]). Zero or wrapped beyond the edge.
+    """
+    blk.check_field(wafer, x, "multicast")
+    _check_boundary(boundary)
+    if k <= 0:
+        raise WseError(f"multicast distance must be positive, got {k}")
+    axis, sign = _direction(direction)
+    block = wafer.block_shape[axis]
+
+    def on_block(b):
+        if sign > 0:  # receive from lower indices: halo before
+            ext = blk.extend(b, wafer, axis, k, 0, boundary)
+            outs = [blk.take(ext, axis, k - d, k - d + block) for d in range(1, k + 1)]
+        else:
+            ext = blk.extend(b, wafer, axis, 0, k, boundary)
+            outs = [blk.take(ext, axis, d, d + block) for d in range(1, k + 1)]
+        return jnp.stack(outs, axis=2)
+
+    led.record_multicast(wafer, direction, led.words_per_pe(x), k)
+    return blk.on_blocks(wafer, on_block, x)
+
+
+def multicast_apply(
+    wafer: Wafer,
+    x: jax.Array,
+    direction: Direction,
+    k: int,
+    fn: Callable[..., jax.Array],
+    *fields: jax.Array,
+    boundary: Boundary = "zero",
+) -> jax.Array:
+    """`multicast(wafer, x, direction, k)` consumed where it lands: `fn(region,
+    *field_blocks)` runs on each block with `region`, x on the block's PEs and on the k PEs
+    upstream of it along the direction (for "S" and "E" the margin comes first: region[k + i
+    - j] along the axis is the value of the PE j steps upstream of the block's PE i; for "N"
+    and "W" it comes last: region[i + j]), and returns a placed field's block. The ledger
+    records the multicast; the emulator never copies the k values to every PE."""
+    for f in (x, *fields):
+        blk.check_field(wafer, f, "multicast_apply")
+    _check_boundary(boundary)
+    if k <= 0:
+        raise WseError(f"multicast distance must be positive, got {k}")
+    axis, sign = _direction(direction)
+
+    def on_block(b, *blocks):
+        region = blk.extend(b, wafer, axis, k if sign > 0 else 0, 0 if sign > 0 else k, boundary)
+        return fn(region, *blocks)
+
+    led.record_multicast(wafer, direction, led.words_per_pe(x), k)
+    return blk.on_blocks(wafer, on_block, x, *fields)
+
+
+def shift(
+    wafer: Wafer,
+    x: jax.Array,
+    direction: Direction,
+    *,
+    boundary: Boundary = "zero",
+    distance: int = 1,
+) -> jax.Array:
+    """Move every PE's value `distance` PEs toward `direction` (same shape as x)."""
+    blk.check_field(wafer, x, "shift")
+    _check_boundary(boundary)
+    if distance <= 0:
+        raise WseError(f"shift distance must be positive, got {distance}")
+    axis, sign = _direction(direction)
+    block = wafer.block_shape[axis]
+    size = (wafer.rows, wafer.cols)[axis]
+    # A periodic shift by a whole number of turns is the identity (e.g. a 1-PE ring).
+    d = distance % size if boundary == "periodic" else distance
+
+    def on_block(b):
+        if d == 0:
+            return b
+        if sign > 0:
+            return blk.take(blk.extend(b, wafer, axis, d, 0, boundary), axis, 0, block)
+        return blk.take(blk.extend(b, wafer, axis, 0, d, boundary), axis, d, d + block)
+
+    led.record_shift(wafer, direction, led.words_per_pe(x), distance)
+    return blk.on_blocks(wafer, on_block, x)
+
+
+def halo_apply(
+    wafer: Wafer,
+    x: jax.Array,
+    fn: Callable[..., Any],
+    *fields: jax.Array,
+    boundary: Boundary = "zero",
+    ghost: int = 0,
+) -> Any:
+    """The four nearest-neighbour halos of x consumed where they land (a 5-point stencil's
+    exchange): `fn(region, *field_blocks)` runs on each block with `region`, x on the block's
+    PEs and one PE of margin on every side (`region[r + 1 + dr, c + 1 + dc]` is x of the PE dr
+    rows south and dc columns east of the block's PE (r, c) for the cross |dr| + |dc| <= 1;
+    zero or wrapped beyond the edge; the corner cells are not defined and fn must not read
+    them), and returns placed fields' blocks. `ghost` cells are added at both ends of the
+    first per-PE axis, zero or wrapped within the PE as `boundary` says (a Z column's own
+    boundary, read beside the halo; nothing sent). The ledger records what four `shift`s of
+    x record (N, S, W, E, one PE each): no PE receives a diagonal value.
+
+    Why an op of its own: four shifts are four pads or concatenates that XLA:CPU fuses into
+    the consumer as per-element bounds selects, which do not vectorize; fn here reads slices
+    of one materialized region (a 7-point fp16 SpMV at 48^3: 4.1 -> 0.36 ms, fp32 0.17 ->
+    0.16 ms, one device).
+    """
+    for f in (x, *fields):
+        blk.check_field(wafer, f, "halo_apply")
+    _check_boundary(boundary)
+    if ghost < 0 or x.ndim < 3 and ghost:
+        raise WseError(f"ghost cells need a per-PE axis and ghost >= 0, got {ghost}")
+
+    def on_block(b, *blocks):
+        if ghost:
+            b = _ghosts(b, ghost, boundary)
+        region = blk.extend(blk.extend(b, wafer, 0, 1, 1, boundary), wafer, 1, 1, 1, boundary)
+        # Materialized: fn's slices then read plain memory (see the docstring).
+        return fn(lax.optimization_barrier(region), *blocks)
+
+    w = led.words_per_pe(x)
+    for direction in ("N", "S", "W", "E"):
+        led.record_shift(wafer, direction, w, 1)
+    return blk.on_blocks(wafer, on_block, x, *fields)
+
+
+def _ghosts(b: jax.Array, g: int, boundary: Boundary) -> jax.Array:
+    """b with g cells at both ends of axis 2: zero, or wrapped from the other end."""
+    if boundary == "periodic":
+        return jnp.concatenate([b[:, :, -g:], b, b[:, :, :g]], axis=2)
+    return jnp.pad(b, ((0, 0), (0, 0), (g, g)) + ((0, 0),) * (b.ndim - 3))
+
+
+def window_apply(
+    wafer: Wafer,
+    x: jax.Array,
+    k_rows: int,
+    k_cols: int,
+    fn: Callable[..., Any],
+    *fields: jax.Array,
+    kept: tuple[jax.Array, ...] = (),
+    boundary: Boundary = "periodic",
+) -> Any:
+    """The window multicast of x, consumed where it lands: `fn(region, *kept_regions,
+    *field_blocks)` runs on each block of PEs with `region`, the values of x on the block's
+    PEs and a margin of k_rows x k_cols PEs around it (`region[r + k_rows + dr, c + k_cols +
+    dc]` is x of the PE dr rows south and dc columns east of the block's PE (r, c); zero or
+    wrapped beyond the edge), the same regions of the fields in `kept` (windows the PEs
+    already received in an earlier multicast and kept: not sent again, not recorded), and
+    the block's part of each placed field in `fields`; fn returns placed fields' blocks
+    `(block rows, block cols, ...)` (any pytree of them).
+
+    On the wafer this is the marching multicast of Santos et al.: every PE multicasts its
+    value k_cols PEs east and west, then the (2 k_cols + 1)-wide row windows march k_rows
+    PEs north and south; the ledger records exactly that (multicasts E and W, then k_rows
+    shifts S and N of the row windows). The emulator never materializes the window per PE:
+    each device extends its block by the margin (an exchange per side at block edges) and fn
+    reads from it.
+    """
+    for f in (x, *kept, *fields):
+        blk.check_field(wafer, f, "window")
+    _check_boundary(boundary)
+    if k_rows < 0 or k_cols < 0:
+        raise WseError(f"window half-widths must be >= 0, got {k_rows} x {k_cols}")
+    if 2 * k_rows + 1 > wafer.rows or 2 * k_cols + 1 > wafer.cols:
+        raise PlacementError(
+            f"a +-{k_rows} x +-{k_cols} window exceeds the {wafer.rows} x {wafer.cols} grid"
+        )
+
+    def extend(b):
+        region = blk.extend(b, wafer, 0, k_rows, k_rows, boundary) if k_rows else b
+        return blk.extend(region, wafer, 1, k_cols, k_cols, boundary) if k_cols else region
+
+    def on_block(*blocks):
+        n = 1 + len(kept)
+        return fn(*(extend(b) for b in blocks[:n]), *blocks[n:])
+
+    w = led.words_per_pe(x)
+    if k_cols:
+        led.record_multicast(wafer, "E", w, k_cols)
+        led.record_multicast(wafer, "W", w, k_cols)
+    for _ in range(k_rows):
+        led.record_shift(wafer, "S", w * (2 * k_cols + 1), 1)
+        led.record_shift(wafer, "N", w * (2 * k_cols + 1), 1)
+    return blk.on_blocks(wafer, on_block, x, *kept, *fields)
+
+
+def local_apply(
+    wafer: Wafer,
+    fn: Callable[..., jax.Array],
+    *fields: jax.Array,
+    row_data: tuple[jax.Array, ...] = (),
+) -> jax.Array:
+    """`fn(*field_blocks, *row_blocks)` on each device's block, returning a placed field's
+    block: compute inside the PEs, nothing crosses a PE and nothing is recorded. `row_data`:
+    arrays `(padded rows, ...)` that every PE of a row holds alike (what `broadcast` along
+    rows leaves), split over the mesh's row axis and whole on each device column. For
+    kernels XLA cannot partition itself (a custom call); plain jnp code needs none."""
+    for f in fields:
+        blk.check_field(wafer, f, "local_apply")
+    for r in row_data:
+        if r.shape[0] != wafer.padded_shape[0]:
+            raise PlacementError(
+                f"fabric.local_apply needs row data of {wafer.padded_shape[0]} rows, got "
+                f"shape {tuple(r.shape)}"
+            )
+    return blk.on_blocks(wafer, fn, *fields, row_data=row_data)
+
+
+def count(wafer: Wafer, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traffic:
+    """The traffic `fn(*args, **kwargs)` records, found by tracing it abstractly (no run).
+
+    A fresh function object is traced every call: `jax.eval_shape` caches traces by
+    function, and a cached trace would run no fabric op and so record nothing."""
+
+    def fresh(*a: Any) -> Any:
+        return fn(*a, **kwargs)
+
+    with wafer.traffic.scope() as entries:
+        jax.eval_shape(fresh, *args)
+    total = Traffic()
+    for e in entries:
+        total = total + e
+    return total

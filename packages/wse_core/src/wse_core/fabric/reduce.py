@@ -1,0 +1,161 @@
+"""The fabric's reductions: `reduce` (to one value), `allreduce` (to every PE),
+`allreduce_apply` (the sum of partials a function computes per block) and `broadcast` (one
+PE's value to its row or column, the second half of an allreduce).
+
+Each takes placed wafer fields, may be called inside `jit`, leaves padding PEs out (they
+read as the reduction's identity) and records its traffic in `wafer.traffic` at trace time
+(`wse_core.fabric.ledger`). Re-exported by `wse_core.fabric`; callers use them from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from wse_core.errors import PlacementError, WseError
+from wse_core.fabric import blocks as blk
+from wse_core.fabric import ledger as led
+from wse_core.hw.wafer import COL, ROW, Wafer
+
+__all__ = ["ReduceOp", "reduce", "allreduce", "allreduce_apply", "broadcast"]
+
+ReduceOp = Literal["sum", "max"]
+
+
+def _combine(op: ReduceOp):
+    if op == "sum":
+        return jnp.sum, lax.psum, 0
+    if op == "max":
+        return jnp.max, lax.pmax, -jnp.inf
+    raise WseError(f"unknown reduction {op!r}; use 'sum' or 'max'")
+
+
+def _fill(dtype, fill):
+    if fill == 0:
+        return jnp.zeros((), dtype)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.array(fill, dtype)
+    return jnp.array(jnp.iinfo(dtype).min, dtype)
+
+
+def _axes_for(axis: Literal["row", "col"] | None) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Grid axes reduced and mesh axes combined: 'row' reduces along a row (over columns)."""
+    if axis is None:
+        return (0, 1), (ROW, COL)
+    if axis == "row":
+        return (1,), (COL,)
+    if axis == "col":
+        return (0,), (ROW,)
+    raise WseError(f"unknown reduction axis {axis!r}; use 'row', 'col' or None for the grid")
+
+
+def allreduce(
+    wafer: Wafer,
+    x: jax.Array,
+    op: ReduceOp = "sum",
+    *,
+    axis: Literal["row", "col"] | None = None,
+) -> jax.Array:
+    """Reduce over the grid (or along each row / column) and give every PE the result.
+
+    Same shape as x: every PE holds the reduction of its group (padding left out).
+    """
+    blk.check_field(wafer, x, "allreduce")
+    local, collective, fill = _combine(op)
+    grid_axes, mesh_axes = _axes_for(axis)
+
+    spanned = blk.spanned(wafer, mesh_axes)
+
+    def on_block(b):
+        masked = jnp.where(blk.logical_mask(wafer, b.ndim), b, _fill(b.dtype, fill))
+        part = local(masked, axis=grid_axes, keepdims=True)
+        return jnp.broadcast_to(collective(part, spanned) if spanned else part, b.shape)
+
+    led.record_reduce(wafer, x, grid_axes, f"allreduce_{op}", both=True)
+    return blk.on_blocks(wafer, on_block, x)
+
+
+def allreduce_apply(
+    wafer: Wafer, fn: Callable[..., jax.Array], *fields: jax.Array, axis: Literal["row", "col"]
+) -> jax.Array:
+    """`allreduce(wafer, partials, "sum", axis=axis)` of per-PE partials that fn computes
+    already summed over each block's PEs: `fn(*field_blocks)` returns the block's sums along
+    each row, `(block rows, *per_pe)` (axis="row"; for "col", `(block cols, *per_pe)`); the
+    blocks' sums are added across devices and every PE gets its row's (column's) total, as a
+    placed field `(rows, cols, *per_pe)`. fn must give padding PEs no weight (`wafer.place`
+    fills them with zeros). The ledger records the allreduce of `per_pe`-shaped partials."""
+    for f in fields:
+        blk.check_field(wafer, f, "allreduce_apply")
+    if axis not in ("row", "col"):
+        raise WseError(f"unknown reduction axis {axis!r}; use 'row' or 'col'")
+    grid_axes, mesh_axes = _axes_for(axis)
+    spanned, red = blk.spanned(wafer, mesh_axes), grid_axes[0]
+
+    def on_block(*blocks):
+        part = jnp.expand_dims(fn(*blocks), red)
+        part = lax.psum(part, spanned) if spanned else part
+        shape = list(part.shape)
+        shape[red] = wafer.block_shape[red]
+        return jnp.broadcast_to(part, shape)
+
+    out = blk.on_blocks(wafer, on_block, *fields)
+    led.record_reduce(wafer, out, grid_axes, "allreduce_sum", both=True)
+    return out
+
+
+def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
+    """Reduce over the whole logical grid to one per-PE-shaped value (replicated array)."""
+    blk.check_field(wafer, x, "reduce")
+    local, collective, fill = _combine(op)
+
+    spanned = blk.spanned(wafer, (ROW, COL))
+
+    def on_block(b):
+        masked = jnp.where(blk.logical_mask(wafer, b.ndim), b, _fill(b.dtype, fill))
+        part = local(masked, axis=(0, 1))
+        return collective(part, spanned) if spanned else part
+
+    led.record_reduce(wafer, x, (0, 1), f"reduce_{op}", both=False)
+    # over a one-device mesh axis the value is replicated without a collective to prove it
+    return blk.on_blocks(wafer, on_block, x, out_spec=P(), check_vma=spanned == (ROW, COL))
+
+
+def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: int) -> jax.Array:
+    """Give every PE of each row (axis="row") the value of that row's PE in column `source`
+    (or, axis="col", of each column's PE in row `source`)."""
+    blk.check_field(wafer, x, "broadcast")
+    grid_axis = {"row": 1, "col": 0}.get(axis)
+    if grid_axis is None:
+        raise WseError(f"unknown broadcast axis {axis!r}; use 'row' or 'col'")
+    size = (wafer.rows, wafer.cols)[grid_axis]
+    if not 0 <= source < size:
+        raise PlacementError(f"broadcast source {source} is outside 0..{size - 1}")
+    name, _, block, _ = blk.geometry(wafer, grid_axis)
+
+    def on_block(b):
+        local = jnp.take(b, jnp.asarray([source % block]), axis=grid_axis)
+        if not blk.spanned(wafer, (name,)):  # the source is in this block
+            return jnp.broadcast_to(local, b.shape)
+        mine = lax.axis_index(name) == source // block
+        return jnp.broadcast_to(
+            lax.psum(jnp.where(mine, local, jnp.zeros_like(local)), name), b.shape
+        )
+
+    w = led.words_per_pe(x)
+    lines = (wafer.cols, wafer.rows)[grid_axis]
+    mean_h, max_h = led.hops(wafer, grid_axis)
+    led.record(
+        wafer,
+        f"broadcast_{axis}",
+        lines * w,
+        lines * w * (size - 1) * mean_h,
+        w,
+        (size - 1) * max_h,
+        {"E": w, "W": w} if grid_axis == 1 else {"N": w, "S": w},  # out from the source
+    )
+    return blk.on_blocks(wafer, on_block, x)

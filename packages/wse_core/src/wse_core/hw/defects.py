@@ -1,0 +1,123 @@
+"""Defect maps and their repair: software always sees a uniform logical PE grid.
+
+A `DefectMap` marks dead PEs on the physical grid (`pe_rows + spare_rows` by
+`pe_cols + spare_cols`), drawn from a seed at the spec's defect rate. `remap` repairs it in
+two levels, as row/column sparing is done on wafers:
+
+1. A physical row with more dead PEs than there are spare columns is retired whole; the
+   spare rows replace retired rows. More retired rows than spare rows: DefectError naming
+   the first row that could not be repaired.
+2. In each kept row, logical column j is the j-th live PE: dead PEs are skipped and the
+   row's spare columns absorb the shift.
+
+The result, `Remap`, gives the physical (row, col) of every logical PE and the hop counts of
+every logical link, so the performance model can pay the detours; the numbers a kernel
+computes never depend on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from wse_core.errors import DefectError
+from wse_core.hw.spec import WaferSpec
+
+__all__ = ["DefectMap", "Remap", "defect_map", "remap"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DefectMap:
+    """Dead PEs on the physical grid: `dead[r, c]` is True for a dead PE."""
+
+    dead: np.ndarray  # bool, (physical_rows, physical_cols)
+    seed: int | None
+    rate: float
+
+    @property
+    def num_dead(self) -> int:
+        return int(self.dead.sum())
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.dead.shape  # type: ignore[return-value]
+
+
+@dataclasses.dataclass(frozen=True)
+class Remap:
+    """Logical PE (r, c) lives on physical PE (phys_row[r], phys_col[r, c])."""
+
+    phys_row: np.ndarray  # int, (pe_rows,)
+    phys_col: np.ndarray  # int, (pe_rows, pe_cols)
+    retired_rows: tuple[int, ...]
+    spare_rows_used: int
+    spare_cols_used: int  # the most spare columns any kept row needed
+
+    def link_hops(self, axis: int) -> np.ndarray:
+        """Physical hops of each logical link along `axis` (0: N-S links, 1: E-W links).
+
+        Shape (pe_rows - 1, pe_cols) for axis 0 and (pe_rows, pe_cols - 1) for axis 1; a link
+        without detour is 1 hop.
+        """
+        if axis == 1:
+            return np.diff(self.phys_col, axis=1)
+        drow = np.diff(self.phys_row)[:, None]
+        return drow + np.abs(np.diff(self.phys_col, axis=0))
+
+    @property
+    def extra_hops(self) -> dict[str, int]:
+        """Detour hops beyond one per link, summed over links and as the worst single link."""
+        ns, ew = self.link_hops(0), self.link_hops(1)
+        return {
+            "ns_total": int((ns - 1).sum()) if ns.size else 0,
+            "ew_total": int((ew - 1).sum()) if ew.size else 0,
+            "ns_max": int(ns.max()) if ns.size else 1,
+            "ew_max": int(ew.max()) if ew.size else 1,
+        }
+
+
+def defect_map(spec: WaferSpec, seed: int, rate: float | None = None) -> DefectMap:
+    """Draw dead PEs independently at `rate` (default: the spec's) from `seed`."""
+    rate = spec.defect_rate if rate is None else rate
+    if not 0.0 <= rate < 1.0:
+        raise DefectError(f"defect rate must be in [0, 1), got {rate!r}")
+    rng = np.random.default_rng(seed)
+    dead = rng.random((spec.physical_rows, spec.physical_cols)) < rate
+    return DefectMap(dead=dead, seed=seed, rate=rate)
+
+
+def remap(spec: WaferSpec, defects: DefectMap | None) -> Remap:
+    """Repair `defects` with the spec's spares; DefectError if it cannot be done."""
+    rows, cols = spec.pe_rows, spec.pe_cols
+    if defects is None:
+        dead = np.zeros((spec.physical_rows, spec.physical_cols), dtype=bool)
+    else:
+        dead = defects.dead
+        if dead.shape != (spec.physical_rows, spec.physical_cols):
+            raise DefectError(
+                f"defect map is {dead.shape[0]} x {dead.shape[1]} but the wafer's physical grid "
+                f"is {spec.physical_rows} x {spec.physical_cols}"
+            )
+    dead_per_row = dead.sum(axis=1)
+    retire = np.flatnonzero(dead_per_row > spec.spare_cols)
+    if retire.size > spec.spare_rows:
+        bad = int(retire[spec.spare_rows])
+        raise DefectError(
+            f"not repairable: physical row {bad} has {int(dead_per_row[bad])} dead PEs but "
+            f"only {spec.spare_cols} spare columns, and all {spec.spare_rows} spare rows are "
+            f"used by rows {', '.join(map(str, retire[: spec.spare_rows])) or '-'}"
+        )
+    kept = np.setdiff1d(np.arange(spec.physical_rows), retire)[:rows]
+    live = ~dead[kept]  # (rows, physical_cols)
+    # j-th live PE of each row: the positions of live PEs, in order, first `cols` of them.
+    order = np.argsort(~live, axis=1, kind="stable")
+    phys_col = order[:, :cols]
+    used_cols = int(phys_col[:, -1].max()) + 1 - cols if rows else 0
+    return Remap(
+        phys_row=kept.astype(np.int64),
+        phys_col=phys_col.astype(np.int64),
+        retired_rows=tuple(int(r) for r in retire),
+        spare_rows_used=int(retire.size),
+        spare_cols_used=max(used_cols, 0),
+    )

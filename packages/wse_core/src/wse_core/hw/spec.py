@@ -1,0 +1,361 @@
+"""Wafer specs: the static hardware description every other part of the stack is built from.
+
+A `WaferSpec` is a frozen, validated dataclass. Presets `wse1`, `wse2`, `wse3` carry the public
+figures of shared/REFERENCES.md; where a figure is not published the value is an assumption
+and the field's comment says so. Small presets (`tiny`, `small`, `demo`) exist for tests and
+demos. Custom specs come from a preset plus overrides (`spec_from(...)`) or a YAML file
+(`load_spec(path)`), which may name a `base` preset and override any field. `preset` and
+`load_spec` are pure: a name or a file gives the same spec in any context. A caller's
+`--set` / `--assume` are applied once, at the edge (`wse_core.cost.assumptions.resolve_spec`);
+below it code takes `spec: WaferSpec`, never a preset name.
+
+Units are in the names: bytes, cycles, Hz, bytes per second. Flops per cycle are per PE and
+by dtype (`"fp16"`, `"bf16"`, `"fp32"`).
+
+Re-exported here for every caller: the one dtype table of the stack (`DTYPES`,
+`DTYPE_BYTES`, `DTYPE_ALIASES`, `dtype_name`, `dtype_bytes`, `to_jnp`) from `wse_core.hw.dtypes`,
+and the DSD op kinds and SIMD width tables (`OP_KINDS`, `SIMD_WSE2`, `SIMD_WSE3`) from
+`wse_core.hw.simd`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from wse_core.errors import SpecError, suggest, yaml_problem
+from wse_core.hw.dtypes import DTYPE_ALIASES, DTYPE_BYTES, DTYPES, dtype_bytes, dtype_name, to_jnp
+from wse_core.hw.simd import OP_KINDS, SIMD_WSE2, SIMD_WSE3
+
+__all__ = [
+    "WaferSpec",
+    "OP_KINDS",
+    "SIMD_WSE2",
+    "SIMD_WSE3",
+    "PRESETS",
+    "preset",
+    "spec_from",
+    "load_spec",
+    "DTYPES",
+    "DTYPE_BYTES",
+    "DTYPE_ALIASES",
+    "dtype_name",
+    "dtype_bytes",
+    "to_jnp",
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaferSpec:
+    """One wafer's hardware constants. All per-PE unless the name says otherwise."""
+
+    name: str
+    pe_rows: int  # logical PE grid rows (what software sees after repair)
+    pe_cols: int  # logical PE grid columns
+    sram_bytes_per_pe: int
+    clock_hz: float
+    sram_read_bytes_per_cycle: float  # per PE
+    sram_write_bytes_per_cycle: float  # per PE
+    link_bytes_per_cycle: float  # per fabric link, per direction
+    flops_per_cycle: Mapping[str, float]  # per PE, by dtype
+    host_io_bytes_per_s: float  # off-wafer I/O of one system
+    spare_rows: int = 0  # physical rows beyond pe_rows used to repair defects
+    spare_cols: int = 0  # physical columns beyond pe_cols used to repair defects
+    defect_rate: float = 0.0  # expected fraction of dead physical PEs
+    hop_latency_cycles: float = 1.0  # cycles per link traversal (Luczynski et al.; SDK scripts)
+    ramp_latency_cycles: float = 2.0  # T_R, core <-> router one way (Luczynski et al.: ~2)
+    memoryx_bytes_per_s: float = 150e9  # weight store -> wafer (assumption: the host I/O rate)
+    swarmx_bytes_per_s: float = 150e9  # per-system broadcast / reduce link (same assumption)
+    swarmx_fanout: float = 2.0  # assumption: a binary broadcast / reduce tree
+    memoryx_capacity_bytes: float = 2.4e15  # MemoryX's largest CS-2 configuration (glossary)
+    # The instruction-level cost model (wse_core.cost.perf): SIMD width by "kind.dtype" (see
+    # SIMD_WSE2 / SIMD_WSE3) and the mechanism constants of wse_core.cost.mechanisms.
+    simd_widths: Mapping[str, float] = dataclasses.field(default_factory=lambda: SIMD_WSE2)
+    fp32_mul_width: float = 1.0  # INFERRED: fp32 mul / FMAC are not in the SDK's table
+    dsd_issue_cycles: float = 3.0  # FITTED (wse_core.cost.calibration); 3 is the prior
+    task_activation_cycles: float = 10.0  # assumption: not published
+    sqrt_cycles: float = 10.0  # assumption: not published (no SIMD form)
+    div_cycles: float = 50.0  # SDK example comments ("about 50 cycles")
+    system_latency_s: float = 2e-6  # assumption: one system-to-system activation pass
+    overlap: float = 1.0  # assumption: 1 = streaming parts overlap fully, 0 = they add up
+
+    def __post_init__(self) -> None:
+        for field in ("pe_rows", "pe_cols", "sram_bytes_per_pe"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value <= 0:
+                raise SpecError(f"{field} must be a positive integer, got {value!r}")
+        for field in ("spare_rows", "spare_cols"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 0:
+                raise SpecError(f"{field} must be a non-negative integer, got {value!r}")
+        for field in (
+            "clock_hz",
+            "sram_read_bytes_per_cycle",
+            "sram_write_bytes_per_cycle",
+            "link_bytes_per_cycle",
+            "host_io_bytes_per_s",
+            "memoryx_bytes_per_s",
+            "swarmx_bytes_per_s",
+            "memoryx_capacity_bytes",
+        ):
+            value = getattr(self, field)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise SpecError(f"{field} must be a positive number, got {value!r}")
+        if not 0.0 <= float(self.defect_rate) < 1.0:
+            raise SpecError(f"defect_rate must be in [0, 1), got {self.defect_rate!r}")
+        for field in (
+            "dsd_issue_cycles",
+            "task_activation_cycles",
+            "ramp_latency_cycles",
+            "sqrt_cycles",
+            "div_cycles",
+            "system_latency_s",
+        ):
+            if not getattr(self, field) >= 0:
+                raise SpecError(f"{field} must be >= 0, got {getattr(self, field)!r}")
+        if not self.swarmx_fanout >= 2:
+            raise SpecError(f"swarmx_fanout must be >= 2, got {self.swarmx_fanout!r}")
+        if not self.fp32_mul_width > 0:
+            raise SpecError(f"fp32_mul_width must be > 0, got {self.fp32_mul_width!r}")
+        if self.overlap not in (0, 1, 0.0, 1.0):
+            raise SpecError(f"overlap must be 0 (serial) or 1 (full overlap), got {self.overlap!r}")
+        widths = dict(self.simd_widths)
+        for key, width in widths.items():
+            kind, _, dtype = str(key).partition(".")
+            if kind not in OP_KINDS or dtype not in DTYPES:
+                raise SpecError(
+                    f"simd_widths key {key!r} must be 'kind.dtype' with kind in "
+                    f"{', '.join(OP_KINDS)} and dtype in {', '.join(DTYPES)}"
+                )
+            if not isinstance(width, int | float) or width <= 0:
+                raise SpecError(f"simd_widths[{key!r}] must be a positive number, got {width!r}")
+        object.__setattr__(self, "simd_widths", MappingProxyType(widths))
+        if self.hop_latency_cycles < 0:
+            raise SpecError(f"hop_latency_cycles must be >= 0, got {self.hop_latency_cycles!r}")
+        flops = dict(self.flops_per_cycle)
+        unknown = set(flops) - set(DTYPES)
+        if unknown:
+            bad = sorted(unknown)[0]
+            raise SpecError(
+                f"flops_per_cycle has unknown dtype {bad!r}{suggest(bad, DTYPES)}; "
+                f"known: {', '.join(DTYPES)}"
+            )
+        if any(v <= 0 for v in flops.values()) or "fp32" not in flops:
+            raise SpecError("flops_per_cycle needs positive values and at least an 'fp32' entry")
+        object.__setattr__(self, "flops_per_cycle", MappingProxyType(flops))
+
+    # Derived figures -------------------------------------------------------------------
+    @property
+    def num_pes(self) -> int:
+        return self.pe_rows * self.pe_cols
+
+    @property
+    def physical_rows(self) -> int:
+        return self.pe_rows + self.spare_rows
+
+    @property
+    def physical_cols(self) -> int:
+        return self.pe_cols + self.spare_cols
+
+    @property
+    def sram_total_bytes(self) -> int:
+        return self.num_pes * self.sram_bytes_per_pe
+
+    def flops_per_cycle_for(self, dtype: str) -> float:
+        """Flops per cycle per PE for `dtype`; bf16 falls back to fp16, then to fp32."""
+        for key in (dtype, "fp16" if dtype == "bf16" else dtype, "fp32"):
+            if key in self.flops_per_cycle:
+                return float(self.flops_per_cycle[key])
+        raise SpecError(f"no flops_per_cycle for {dtype!r}")  # unreachable: fp32 is required
+
+    def simd_width(self, kind: str, dtype: str, stride: int = 1) -> float:
+        """Elements per cycle of one DSD operation `kind` on `dtype` at memory `stride`.
+
+        Full width needs stride 0 or 1 or stride % 8 in {2, 3, 5, 6}; stride % 8 in {1, 7}
+        gives at most 2 and stride % 8 == 0 gives 1 (SDK bank rules, REFERENCES.md)."""
+        if kind not in OP_KINDS:
+            raise SpecError(f"unknown DSD op kind {kind!r}{suggest(kind, OP_KINDS)}")
+        if dtype not in DTYPES:
+            raise SpecError(f"unknown dtype {dtype!r}{suggest(dtype, DTYPES)}")
+        if kind in ("mul", "fmac") and dtype == "fp32":
+            width = float(self.fp32_mul_width)
+        else:
+            width = float(self.simd_widths.get(f"{kind}.{dtype}", 1.0))
+        s = abs(int(stride))
+        if s in (0, 1) or s % 8 in (2, 3, 5, 6):
+            return width
+        return min(width, 2.0) if s % 8 in (1, 7) else 1.0
+
+    def peak_flops(self, dtype: str = "fp16") -> float:
+        """Whole-wafer peak flop/s for `dtype`."""
+        return self.num_pes * self.flops_per_cycle_for(dtype) * self.clock_hz
+
+    @property
+    def sram_bytes_per_s(self) -> float:
+        """Whole-wafer SRAM bandwidth (read + write)."""
+        per_cycle = self.sram_read_bytes_per_cycle + self.sram_write_bytes_per_cycle
+        return self.num_pes * per_cycle * self.clock_hz
+
+    @property
+    def fabric_bytes_per_s(self) -> float:
+        """Whole-wafer fabric bandwidth: 4 links per PE, each direction counted once."""
+        return self.num_pes * 4 * self.link_bytes_per_cycle * self.clock_hz
+
+    def replace(self, **changes: Any) -> WaferSpec:
+        """A copy with `changes` applied (validated); unknown fields are a SpecError.
+
+        Strings are converted to the field's type, so values may come from a command line
+        or from YAML that spells floats as `1.0e9`."""
+        types = {f.name: f.type for f in dataclasses.fields(self)}
+        for key in changes:
+            if key not in types:
+                raise SpecError(f"unknown spec field {key!r}{suggest(key, types)}")
+        return dataclasses.replace(self, **{k: _coerce(k, types[k], v) for k, v in changes.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        # dataclasses.asdict cannot deep-copy a MappingProxy, so build the dict by hand.
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["flops_per_cycle"] = dict(self.flops_per_cycle)
+        out["simd_widths"] = dict(self.simd_widths)
+        return out
+
+    def key(self) -> str:
+        """A stable text key of every field (for caches keyed by spec)."""
+        import json
+
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _coerce(name: str, annotation: object, value: Any) -> Any:
+    if not isinstance(value, str) or annotation == "str":
+        return value
+    cast = int if annotation == "int" else float
+    try:
+        return cast(float(value)) if cast is int and float(value).is_integer() else cast(value)
+    except ValueError:
+        raise SpecError(f"{name} must be a number, got {value!r}") from None
+
+
+# Presets -------------------------------------------------------------------------------
+# WSE-2: full fabric 757 x 996 (SDK), 48 kB per PE, 850 MHz as in the SDK's benchmark
+# scripts; 16 B read + 8 B write per cycle as in Jacquelin et al. (the per-port figure is
+# two 32-bit reads and one write, 8 B + 4 B; we use the stencil paper's, which matches the
+# 20 PB/s marketing total); one 32-bit word per link per direction per cycle; fp16: 4-wide
+# FMAC = 8 flop/cycle; fp32: one FMAC = 2 flop/cycle (assumption). Spares: about 1% of
+# columns (assumption; Cerebras says ~1% of cores are spare). Host I/O 1.2 Tb/s = 150 GB/s.
+_WSE2 = WaferSpec(
+    name="wse2",
+    pe_rows=757,
+    pe_cols=996,
+    sram_bytes_per_pe=48 * 1024,
+    clock_hz=850e6,
+    sram_read_bytes_per_cycle=16.0,
+    sram_write_bytes_per_cycle=8.0,
+    link_bytes_per_cycle=4.0,
+    flops_per_cycle={"fp16": 8.0, "bf16": 8.0, "fp32": 2.0},
+    host_io_bytes_per_s=150e9,
+    spare_rows=0,
+    spare_cols=10,
+    defect_rate=2e-4,
+)
+
+PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
+    {
+        # WSE-1: 400,000 cores and 18 GB; no public fabric size, so a 633 x 633 square
+        # (400,689 PEs) is assumed; clock and SIMD widths assumed equal to WSE-2's (the SDK
+        # documents WSE-2 and WSE-3 only).
+        "wse1": _WSE2.replace(
+            name="wse1",
+            pe_rows=633,
+            pe_cols=633,
+            sram_bytes_per_pe=45 * 1000,  # 18 GB / 400,000 cores
+            flops_per_cycle={"fp16": 8.0, "bf16": 8.0, "fp32": 2.0},
+            host_io_bytes_per_s=150e9,
+            spare_cols=6,
+        ),
+        "wse2": _WSE2,
+        # WSE-3: full fabric 762 x 1176 (SDK); 8-wide fp16 FMAC = 16 flop/cycle; the clock
+        # is not published: 1.1 GHz from the marketing totals (REFERENCES.md). MemoryX up
+        # to 1.2 PB (CS-3 launch, March 2024: 1.5 TB, 12 TB or 1.2 PB external memory).
+        "wse3": _WSE2.replace(
+            name="wse3",
+            pe_rows=762,
+            pe_cols=1176,
+            clock_hz=1.1e9,
+            flops_per_cycle={"fp16": 16.0, "bf16": 16.0, "fp32": 2.0},
+            simd_widths=SIMD_WSE3,
+            spare_cols=12,
+            memoryx_capacity_bytes=1.2e15,
+        ),
+        # Small wafers with WSE-3 per-PE figures, for tests and demos.
+        "tiny": _WSE2.replace(
+            name="tiny", pe_rows=8, pe_cols=8, spare_rows=1, spare_cols=1, defect_rate=0.01
+        ),
+        "small": _WSE2.replace(
+            name="small", pe_rows=32, pe_cols=32, spare_rows=1, spare_cols=2, defect_rate=0.005
+        ),
+        "demo": _WSE2.replace(
+            name="demo", pe_rows=64, pe_cols=96, spare_rows=2, spare_cols=3, defect_rate=0.002
+        ),
+    }
+)
+
+
+def preset(name: str) -> WaferSpec:
+    """The preset called `name`; an unknown name is a SpecError with the closest match.
+
+    Pure: the same name gives the same spec in any context (an `assume(...)` block included;
+    `wse_core.cost.assumptions.resolve_spec` is where a caller's `--assume` changes a spec)."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise SpecError(
+            f"unknown wafer preset {name!r}{suggest(name, PRESETS)}; "
+            f"choose one of: {', '.join(PRESETS)}"
+        ) from None
+
+
+def spec_from(base: WaferSpec, **overrides: Any) -> WaferSpec:
+    """`base` with field overrides; None values are ignored."""
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return base.replace(**changes) if changes else base
+
+
+def _from_fields(data: dict[str, Any]) -> WaferSpec:
+    """A spec from every field (no base preset), strings converted to the field types."""
+    types = {f.name: f.type for f in dataclasses.fields(WaferSpec)}
+    for key in data:
+        if key not in types:
+            raise SpecError(f"unknown spec field {key!r}{suggest(key, types)}")
+    return WaferSpec(**{k: _coerce(k, types[k], v) for k, v in data.items()})
+
+
+def load_spec(path: str | Path) -> WaferSpec:
+    """Read a spec from YAML: `base: wse2` (optional) plus any WaferSpec fields. Pure, as
+    `preset` is: with or without `base:`, the file's spec is what it says (a caller's
+    `--assume` is applied by `wse_core.cost.assumptions.resolve_spec`, to either alike)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise SpecError(f"cannot read spec file {str(path)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"spec file {str(path)!r} is not UTF-8 text: {e.reason}") from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"spec file {str(path)!r} is not valid YAML: {yaml_problem(e)}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"spec file {str(path)!r} must hold a mapping of spec fields")
+    base = data.pop("base", None)
+    if base is None:
+        try:
+            return _from_fields(data)
+        except TypeError as e:
+            raise SpecError(f"spec file {str(path)!r}: {e}; or name a `base:` preset") from None
+    data.setdefault("name", f"{base}+{path.stem}")
+    return spec_from(preset(str(base)), **data)

@@ -1,0 +1,206 @@
+"""The functional wafer: a logical PE grid as sharded arrays on a jax Mesh.
+
+A field on the wafer is one `jax.Array` of shape `(rows, cols, *per_pe)`. It is stored padded
+to `(padded_rows, padded_cols, *per_pe)` so that the device mesh `(mesh_rows, mesh_cols)`
+divides it, and sharded `P(ROW, COL)`: each device holds a block of PEs. Tiles are array axes,
+never Python objects, so an 8 x 8 grid and a 762 x 1176 grid go through the same code.
+
+Padding PEs (beyond the logical grid) hold unspecified values; `wse_core.fabric` masks them
+out of every exchange and reduction, and `gather` drops them. Build a wafer with
+`build_wafer(spec, ...)`; place data with `place`, read it back with `gather`.
+
+A wafer also owns the host-side ledgers: `sram` (per-PE bytes), `traffic` (fabric words and
+hops, recorded at trace time) and its repaired defect map (`defects`, `remap`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from wse_core.errors import PlacementError
+from wse_core.hw.defects import DefectMap, Remap, defect_map, remap
+from wse_core.hw.spec import WaferSpec
+from wse_core.hw.sram import SramLedger
+from wse_core.hw.traffic import TrafficLedger
+
+__all__ = ["ROW", "COL", "Wafer", "build_wafer", "choose_mesh_shape"]
+
+ROW = "row"  # mesh axis over PE-grid rows
+COL = "col"  # mesh axis over PE-grid columns
+
+
+@dataclasses.dataclass(eq=False)
+class Wafer:
+    """A spec's logical PE grid placed on a device mesh, with its ledgers."""
+
+    spec: WaferSpec
+    rows: int
+    cols: int
+    mesh: Mesh
+    defects: DefectMap | None
+    remap: Remap
+    sram: SramLedger
+    traffic: TrafficLedger
+
+    # Shapes ----------------------------------------------------------------------------
+    @property
+    def mesh_shape(self) -> tuple[int, int]:
+        return self.mesh.devices.shape  # type: ignore[return-value]
+
+    @property
+    def block_shape(self) -> tuple[int, int]:
+        """PEs per device block (rows, cols)."""
+        mr, mc = self.mesh_shape
+        return -(-self.rows // mr), -(-self.cols // mc)
+
+    @property
+    def padded_shape(self) -> tuple[int, int]:
+        (br, bc), (mr, mc) = self.block_shape, self.mesh_shape
+        return br * mr, bc * mc
+
+    @property
+    def num_pes(self) -> int:
+        return self.rows * self.cols
+
+    def sharding(self, per_pe_ndim: int = 0) -> NamedSharding:
+        """The sharding of a field with `per_pe_ndim` trailing per-PE axes."""
+        return NamedSharding(self.mesh, P(ROW, COL, *([None] * per_pe_ndim)))
+
+    # Data ------------------------------------------------------------------------------
+    def place(self, x: np.ndarray | jax.Array) -> jax.Array:
+        """Put a `(rows, cols, *per_pe)` array on the wafer (padded and sharded)."""
+        x = jnp.asarray(x)
+        if x.ndim < 2 or x.shape[:2] != (self.rows, self.cols):
+            raise PlacementError(
+                f"a wafer field must have shape ({self.rows}, {self.cols}, ...), got {x.shape}"
+            )
+        pr, pc = self.padded_shape
+        pad = [(0, pr - self.rows), (0, pc - self.cols)] + [(0, 0)] * (x.ndim - 2)
+        if pr != self.rows or pc != self.cols:
+            x = jnp.pad(x, pad)
+        sharding = self.sharding(x.ndim - 2)
+        if sharding.is_fully_addressable:
+            return jax.device_put(x, sharding)
+        # Multi-process: every process holds the same host value and supplies its blocks.
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+    def gather(self, x: jax.Array) -> np.ndarray:
+        """The logical `(rows, cols, *per_pe)` values of a placed field, as NumPy (on every
+        process of a multi-process run)."""
+        if not x.is_fully_addressable:
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))[
+                : self.rows, : self.cols
+            ]
+        return np.asarray(jax.device_get(x))[: self.rows, : self.cols]
+
+    def full(self, per_pe_shape: Sequence[int] = (), value: float = 0, dtype=jnp.float32):
+        """A placed field of `value`, created sharded (no host copy)."""
+        pr, pc = self.padded_shape
+        shape = (pr, pc, *per_pe_shape)
+        make = jax.jit(
+            lambda: jnp.full(shape, value, dtype), out_shardings=self.sharding(len(per_pe_shape))
+        )
+        return make()
+
+    def zeros(self, per_pe_shape: Sequence[int] = (), dtype=jnp.float32) -> jax.Array:
+        return self.full(per_pe_shape, 0, dtype)
+
+    def pe_coords(self) -> tuple[jax.Array, jax.Array]:
+        """Placed int32 fields of each PE's logical row and column index."""
+        pr, pc = self.padded_shape
+        r = jnp.broadcast_to(jnp.arange(pr, dtype=jnp.int32)[:, None], (pr, pc))
+        c = jnp.broadcast_to(jnp.arange(pc, dtype=jnp.int32)[None, :], (pr, pc))
+        s = self.sharding()
+        return jax.device_put(r, s), jax.device_put(c, s)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "preset": self.spec.name,
+            "grid": [self.rows, self.cols],
+            "mesh": list(self.mesh_shape),
+            "block": list(self.block_shape),
+            "padded": list(self.padded_shape),
+            "devices": int(self.mesh.devices.size),
+            "platform": self.mesh.devices.flat[0].platform,
+            "dead_pes": self.defects.num_dead if self.defects is not None else 0,
+            "retired_rows": list(self.remap.retired_rows),
+            "detour_hops": self.remap.extra_hops,
+        }
+
+
+def choose_mesh_shape(rows: int, cols: int, num_devices: int) -> tuple[int, int]:
+    """The factorization mr x mc of the devices (mr <= rows, mc <= cols) with the squarest
+    blocks, using as many devices as possible."""
+    best: tuple[float, int, int] | None = None
+    for n in range(num_devices, 0, -1):
+        for mr in range(1, n + 1):
+            if n % mr:
+                continue
+            mc = n // mr
+            if mr > rows or mc > cols:
+                continue
+            br, bc = math.ceil(rows / mr), math.ceil(cols / mc)
+            score = abs(math.log(br / bc))
+            if best is None or score < best[0]:
+                best = (score, mr, mc)
+        if best is not None:
+            return best[1], best[2]
+    return 1, 1
+
+
+def build_wafer(
+    spec: WaferSpec,
+    *,
+    grid: tuple[int, int] | None = None,
+    mesh_shape: tuple[int, int] | None = None,
+    devices: Sequence[jax.Device] | None = None,
+    defect_seed: int | None = None,
+    defect_rate: float | None = None,
+) -> Wafer:
+    """Lay `spec`'s PE grid (or a `grid` sub-rectangle of it) over the devices.
+
+    `mesh_shape` defaults to `choose_mesh_shape`; `devices` to all of `jax.devices()`.
+    With `defect_seed`, dead PEs are drawn at `defect_rate` (default: the spec's) and
+    repaired; an unrepairable wafer raises DefectError.
+    """
+    rows, cols = grid if grid is not None else (spec.pe_rows, spec.pe_cols)
+    if rows <= 0 or cols <= 0:
+        raise PlacementError(f"the PE grid must have positive size, got {rows} x {cols}")
+    if rows > spec.pe_rows or cols > spec.pe_cols:
+        raise PlacementError(
+            f"a {rows} x {cols} PE grid does not fit the {spec.name} wafer's "
+            f"{spec.pe_rows} x {spec.pe_cols} PEs"
+        )
+    devs = list(devices if devices is not None else jax.devices())
+    if mesh_shape is None:
+        mesh_shape = choose_mesh_shape(rows, cols, len(devs))
+    mr, mc = mesh_shape
+    if mr <= 0 or mc <= 0 or mr * mc > len(devs):
+        raise PlacementError(f"mesh {mr} x {mc} needs {mr * mc} devices; {len(devs)} available")
+    mesh = Mesh(
+        np.array(devs[: mr * mc]).reshape(mr, mc),
+        (ROW, COL),
+        axis_types=(AxisType.Auto, AxisType.Auto),
+    )
+    defects = None if defect_seed is None else defect_map(spec, defect_seed, defect_rate)
+    return Wafer(
+        spec=spec,
+        rows=rows,
+        cols=cols,
+        mesh=mesh,
+        defects=defects,
+        remap=remap(spec, defects),
+        sram=SramLedger(rows, cols, spec.sram_bytes_per_pe),
+        traffic=TrafficLedger(),
+    )

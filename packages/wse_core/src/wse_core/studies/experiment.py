@@ -1,0 +1,162 @@
+"""Experiment output in the shape shared/DESIGN.md fixes, written the same way by every package.
+
+An experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResult` registered
+by name in the CLI. It returns an `ExperimentResult`; `write_experiment` puts
+`results.json`, `table.md`, `table.csv` and `figure.png` into `out_dir/<name>/`, and each of
+`extra_figures` (name -> Figure, e.g. a per-PE view from `wse_core.trace.png.trace_figure`)
+as `<name>.png` beside them.
+
+Each prediction row is `{"name", "value", "unit", "params", "published", "source",
+"mechanisms"}`; `published` and `source` are filled only from shared/REFERENCES.md (None
+otherwise); `mechanisms` (optional) is the row's predicted cycles by mechanism
+(`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's `params["per"]` names), shown
+in the tables and drawn as `mechanisms.png` (stacked shares per row) whenever a row has it.
+`--quick` may shrink the measured part; predictions must be the same either way.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PredictionRow", "ExperimentResult", "write_experiment", "mechanism_figure"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictionRow:
+    name: str
+    value: float
+    unit: str
+    params: dict[str, Any]
+    published: float | None = None
+    source: str | None = None
+    mechanisms: dict[str, float] | None = None  # predicted cycles by mechanism
+
+    def to_dict(self) -> dict[str, Any]:
+        """DESIGN.md's row; `mechanisms` only when the row has it."""
+        out = dataclasses.asdict(self)
+        if out["mechanisms"] is None:
+            del out["mechanisms"]
+        return out
+
+
+@dataclasses.dataclass
+class ExperimentResult:
+    experiment: str
+    seed: int
+    config: dict[str, Any]
+    measurements: list[dict[str, Any]]
+    predictions: list[PredictionRow]
+    figure: Any = None  # a matplotlib Figure, saved as figure.png
+    extra_figures: dict[str, Any] = dataclasses.field(default_factory=dict)  # -> <name>.png
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "experiment": self.experiment,
+            "seed": self.seed,
+            "config": self.config,
+            "measurements": self.measurements,
+            "predictions": [p.to_dict() for p in self.predictions],
+        }
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.6g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_fmt(x)}" for k, x in v.items())
+    return "" if v is None else str(v)
+
+
+def _rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
+    header = ["name", "value", "unit", "params", "published", "ratio", "source"]
+    with_mech = any(p.mechanisms for p in result.predictions)
+    header += ["cycles by mechanism"] if with_mech else []
+    rows = []
+    for p in result.predictions:
+        ratio = p.value / p.published if p.published else None
+        cells: list[Any] = [p.name, p.value, p.unit, p.params, p.published, ratio, p.source]
+        cells += [_mechanism_text(p.mechanisms)] if with_mech else []
+        rows.append([_fmt(x) for x in cells])
+    return header, rows
+
+
+def _mechanism_text(mech: dict[str, float] | None) -> str:
+    """ "simd 61% (1.2e+04), ...": each mechanism's share of the row's cycles, largest first."""
+    if not mech:
+        return ""
+    total = sum(mech.values()) or 1.0
+    order = sorted(mech.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v / total:.0%} ({v:.3g})" for k, v in order if v > 0)
+
+
+def mechanism_figure(predictions: list[PredictionRow]):
+    """Stacked bars: each row's share of predicted cycles by mechanism (None if no row has
+    mechanisms)."""
+    from wse_core.cost.mechanisms import MECHANISMS
+
+    rows = [p for p in predictions if p.mechanisms]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(rows) + 3), 4.2))
+    bottom = [0.0] * len(rows)
+    for key in MECHANISMS:
+        shares = [
+            (p.mechanisms or {}).get(key, 0.0) / sum((p.mechanisms or {}).values() or [1])
+            for p in rows
+        ]
+        if any(shares):
+            ax.bar(range(len(rows)), shares, bottom=bottom, label=key)
+            bottom = [b + v for b, v in zip(bottom, shares, strict=True)]
+    labels = [_row_label(p) for p in rows]
+    ax.set_xticks(range(len(rows)), labels, rotation=40, ha="right", fontsize=7)
+    ax.set(ylabel="share of predicted cycles", ylim=(0, 1), title="Cycles by mechanism")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def _row_label(p: PredictionRow) -> str:
+    keys = ("case", "grid", "model", "layout", "kernel", "nz", "systems")
+    bits = [str(p.params[k]) for k in keys if k in p.params]
+    return f"{p.name} " + " ".join(bits[:3])
+
+
+def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
+    """Write the result's four files into `out_dir/<experiment>/` and return that folder."""
+    folder = Path(out_dir) / result.experiment
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
+    header, rows = _rows(result)
+    with open(folder / "table.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    if result.measurements:
+        keys = list(dict.fromkeys(k for m in result.measurements for k in m))
+        lines += ["", "Measurements:", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        lines += [
+            "| " + " | ".join(_fmt(m.get(k)) for k in keys) + " |" for m in result.measurements
+        ]
+    (folder / "table.md").write_text(f"# {result.experiment}\n\n" + "\n".join(lines) + "\n")
+    figures = {"figure": result.figure, **result.extra_figures}
+    figures.setdefault("mechanisms", mechanism_figure(result.predictions))
+    for name, fig in figures.items():
+        if fig is None:
+            continue
+        fig.savefig(folder / f"{name}.png", dpi=120, bbox_inches="tight")
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    return folder

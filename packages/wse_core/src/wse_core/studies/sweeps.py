@@ -1,0 +1,120 @@
+"""Sensitivity: how each prediction of an experiment moves over one assumption's range.
+
+Contract. `sweep(predict_fn, key, values, seed=...)` calls `predict_fn(seed=seed)` (a list
+of `PredictionRow`) once per value inside `wse_core.cost.assumptions.assume(key=value)` (the
+calibration is refitted under each) and returns a `Sweep`: one line per prediction (its
+name and the params that say which case it is) with its value at each setting, and the
+relative change from the first setting. `values=None` takes the constant's plausible range
+(`wse_core.cost.mechanisms.CONSTANTS[key].sweep`). `Sweep.markdown()` / `write(folder)` give the
+table `wse experiments run NAME --sweep KEY=a,b,c` prints and saves as
+`sweep_<key>.md` / `.csv`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from wse_core.errors import SpecError
+from wse_core.studies.experiment import PredictionRow
+
+__all__ = ["Sweep", "sweep", "parse_sweep", "CASE_KEYS"]
+
+# Params that say which case a row is (never results): a row's identity across settings.
+CASE_KEYS = (
+    "case",
+    "model",
+    "wafer",
+    "wafers",
+    "grid",
+    "nz",
+    "block_z",
+    "layout",
+    "kernel",
+    "systems",
+    "bytes",
+    "precision",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    key: str
+    values: tuple[float, ...]
+    lines: tuple[tuple[str, str, tuple[float, ...]], ...]  # (label, unit, value per setting)
+
+    def markdown(self) -> str:
+        head = ["prediction", "unit", *(f"{self.key}={v:g}" for v in self.values), "range"]
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for label, unit, vals in self.lines:
+            base = vals[0]
+            cells = [
+                f"{v:.5g}" + (f" ({v / base - 1:+.1%})" if base and i else "")
+                for i, v in enumerate(vals)
+            ]
+            spread = (max(vals) / min(vals) - 1) if min(vals) > 0 else float("nan")
+            out.append("| " + " | ".join([label, unit, *cells, f"{spread:.1%}"]) + " |")
+        return "\n".join(out) + "\n"
+
+    def write(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"sweep_{self.key}.md"
+        path.write_text(f"# sweep of {self.key}\n\n" + self.markdown())
+        with open(folder / f"sweep_{self.key}.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["prediction", "unit", *(f"{v:g}" for v in self.values)])
+            w.writerows([label, unit, *vals] for label, unit, vals in self.lines)
+        return path
+
+
+def _label(row: PredictionRow) -> str:
+    bits = [f"{k}={row.params[k]}" for k in CASE_KEYS if k in row.params]
+    return f"{row.name} " + " ".join(bits)
+
+
+def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
+    """ "KEY=a,b,c" -> (KEY, values); "KEY" -> (KEY, None: the constant's range)."""
+    from wse_core.cost.assumptions import parse_assumptions
+
+    key, sep, rest = item.partition("=")
+    key = key.strip()
+    if not sep:
+        parse_assumptions([f"{key}=0"])  # the key must be a known assumption
+        return key, None
+    parts = [v for v in rest.split(",") if v.strip()]
+    if not parts:
+        raise SpecError(f"--sweep takes KEY=a,b,c, got {item!r}")
+    values = tuple(parse_assumptions([f"{key}={v}"])[key] for v in parts)
+    return key, values
+
+
+def sweep(
+    predict_fn: Callable[..., list[PredictionRow]],
+    key: str,
+    values: Sequence[float] | None = None,
+    *,
+    seed: int = 0,
+) -> Sweep:
+    """Every prediction of `predict_fn` at each value of the assumption `key`."""
+    from wse_core.cost.assumptions import assume
+    from wse_core.cost.mechanisms import CONSTANTS
+
+    if values is None:
+        values = CONSTANTS[key].sweep
+    if not values:
+        raise SpecError(f"{key} has no plausible range to sweep: give KEY=a,b,c")
+    table: dict[str, tuple[str, list[float]]] = {}
+    for v in values:
+        with assume(**{key: v}):
+            rows = predict_fn(seed=seed)
+        seen: dict[str, int] = {}
+        for row in rows:
+            label = _label(row)
+            seen[label] = seen.get(label, 0) + 1
+            label += f" #{seen[label]}" if seen[label] > 1 else ""
+            unit, vals = table.setdefault(label, (row.unit, []))
+            vals.append(float(row.value))
+    lines = tuple((lab, unit, tuple(vals)) for lab, (unit, vals) in table.items())
+    return Sweep(key, tuple(float(v) for v in values), lines)
