@@ -242,7 +242,7 @@ def _notes(g, wafer, work, hbm_fraction, mfu, days, spec) -> list[str]:
         f"each user: {work.prompt_tokens} prompt + {work.output_tokens} output tokens, "
         f"{work.held_tokens} tokens of KV cache held, {work.kv_tokens} read per decode step",
         "wafer (wse_core.systems.serving.wafer): the engine's pipeline plan with every user's KV "
-        "cache in its regions' SRAM; each token priced per instruction (decoder_cost, the "
+        "cache in its regions' SRAM; each token priced per instruction (systems.decoder, the "
         "one calibration); a region works on one token at a time; prompts in blocks "
         "pipelined over the regions",
         f"GPU (wse_core.systems.serving.gpus): weights read once per step plus every user's KV at "

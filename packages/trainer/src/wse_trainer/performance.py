@@ -164,7 +164,7 @@ def _chunked_step(model: Any, pl: StepPlacement, st: Streams) -> list[Phase | Ph
 ASSUMPTIONS = {
     "layer placement": "each layer on the whole wafer; its weights spread over every PE "
     "(a ceil(n_out/rows) x ceil(n_in/cols) block per product), inputs multicast down the "
-    "columns, partial sums added along the rows (decoder_cost.matvec_work's layout)",
+    "columns, partial sums added along the rows (wse_core.systems.decoder.matvec_work's layout)",
     "token passes": "activations resident; tokens flow through a product in passes sized by "
     "the SRAM the plan leaves free plus its working set; one FMAC per held weight per pass",
     "attention": "q.k and p.v over the mean causal context (s + 1) / 2 spread over every PE; "

@@ -1,4 +1,4 @@
-"""The fabric: the only way data crosses PEs (with `fabric.reduce` and `fabric.blocks`, the only
+"""The fabric: the only way data crosses PEs (with its `reduce` and `blocks` modules, the only
 code that calls shard_map).
 
 Every op takes and returns placed wafer fields (`(rows, cols, *per_pe)` global arrays, see
