@@ -1,5 +1,6 @@
 """No import circles in any of the stack's packages (wse_core, wse_models, wse_inference,
-wse_trainer, wse_hpc and the wse CLI).
+wse_trainer, wse_hpc and the wse CLI); no wse_core module named with another's prefix (a
+folder, not `fabric_*`).
 
 An edge A -> B is any `import B` / `from B import x` in module A, at module level or inside a
 function (a deferred import is still a dependency; only imports under `if TYPE_CHECKING:` are
@@ -141,3 +142,30 @@ def test_import_graph_reads_the_packages():
 def test_no_import_circles(package):
     found = [c for c in circles(import_graph()) if any(m.startswith(package) for m in c)]
     assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def prefixed_siblings(modules: list[str]) -> list[tuple[str, str]]:
+    """(a, b) for modules of one folder where b is named a_...: a prefix standing in for a
+    folder (issue 33). `modules` are dotted names; a package counts as a module of its
+    parent folder."""
+    out = []
+    for a in modules:
+        parent, _, base = a.rpartition(".")
+        for b in modules:
+            b_parent, _, b_base = b.rpartition(".")
+            if b_parent == parent and b_base.startswith(base + "_"):
+                out.append((a, b))
+    return sorted(out)
+
+
+def test_prefixed_siblings_by_hand():
+    mods = ["p.fabric", "p.fabric_blocks", "p.trace", "p.x.trace_png", "p.x.fabric", "p.y"]
+    assert prefixed_siblings(mods) == [("p.fabric", "p.fabric_blocks")]
+    assert prefixed_siblings(["p.fabric", "p.fabric.blocks", "p.studies.fabric_cost"]) == []
+
+
+def test_wse_core_has_no_module_named_with_anothers_prefix():
+    mods = list(_modules("wse_core", PACKAGES["wse_core"]))
+    assert len(mods) > 40 and "wse_core.fabric.blocks" in mods
+    found = prefixed_siblings(mods)
+    assert not found, "use a folder, not a prefix: " + ", ".join(f"{a} / {b}" for a, b in found)
