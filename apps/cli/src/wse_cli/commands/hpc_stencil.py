@@ -164,9 +164,9 @@ def stencil(
 
         plot_run(run, png)
     if trace is not None:
-        from wse_cli.commands.view import save_stencil_trace
+        from wse_hpc.stencil.perf import pe_trace
 
-        save_stencil_trace(run, cfg, trace)
+        pe_trace(cfg.spec, run, grid_xy=cfg.grid[:2], defect_seed=cfg.defect_seed).save(trace)
     if as_json:
         typer.echo(json.dumps(run.to_dict(), default=float))
     else:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["view", "write_view", "save_stencil_trace", "demo_part", "register"]
+__all__ = ["view", "write_view", "demo_part", "register"]
 
 
 def write_view(trace, out: Path, png: Path | None = None) -> tuple[Path, Path | None]:
@@ -48,19 +48,6 @@ def view(
     typer.echo(f"page: {page} ({page.stat().st_size / 1e6:.2f} MB, {grid})")
     if png is not None:
         typer.echo(f"png: {png}")
-
-
-def save_stencil_trace(report, cfg, path: Path) -> Path:
-    """`wse hpc stencil --trace`: every PE of the X x Y stencil grid runs the same step (its
-    Z column); the region is the stencil grid, the dead PEs those of the run's wafer."""
-    from wse_core import Region, defect_map
-    from wse_core.trace import trace_uniform
-
-    spec = cfg.spec
-    nx, ny, _ = cfg.grid
-    defects = None if cfg.defect_seed is None else defect_map(spec, cfg.defect_seed)
-    region = Region("stencil grid", 0, 0, nx, ny)
-    return trace_uniform(spec, report, region=region, defects=defects).save(path)
 
 
 def demo_part(console, *, out_dir: Path, quick: bool) -> None:

@@ -37,6 +37,10 @@ Counting rules (stated once, used by every kernel):
   describe (fp16 vectors and matrix, a 7-diagonal fp16 SpMV whose four neighbour terms
   stream from the fabric, fp32 accumulation of the dots only, 3 allreduces) and the
   emulator's own mix (`bicgstab_iteration`: x kept in fp32, a difference-form SpMV).
+
+Per PE (`pe_trace`, `wse hpc stencil --trace FILE`): every PE of the X x Y grid runs the same
+step on its Z column, so the report spreads evenly over the grid's region
+(`wse_core.trace.trace_uniform`); the dead PEs are those of the run's defect seed.
 """
 
 from __future__ import annotations
@@ -45,12 +49,13 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from wse_core import fabric
+from wse_core import Region, RunReport, WaferSpec, defect_map, fabric
 from wse_core.cost.collectives import allreduce_2d
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.cost.stencil import block_widths, wave_step_phases
 from wse_core.hw.spec import DTYPE_BYTES
 from wse_core.hw.traffic import Traffic
+from wse_core.trace import PeTrace, trace_uniform
 
 from wse_hpc.stencil.placement import StencilGrid
 
@@ -62,6 +67,7 @@ __all__ = [
     "bicgstab_sc20_iteration",
     "jacobi_phases",
     "heat_phases",
+    "pe_trace",
     "restart_work",
     "spmv7_ops",
     "start_work",
@@ -347,3 +353,13 @@ def assumptions(kind: str) -> dict[str, str]:
         )
         out["x in fp32"] = "the emulator accumulates x in fp32 (converts and fp32 FMAs priced)"
     return out
+
+
+def pe_trace(
+    spec: WaferSpec, report: RunReport, *, grid_xy: tuple[int, int], defect_seed: int | None
+) -> PeTrace:
+    """The per-PE trace of a stencil run: `report` spread over the `grid_xy` PEs that hold
+    the grid, with the dead PEs of `defect_seed` (None: none drawn)."""
+    defects = None if defect_seed is None else defect_map(spec, defect_seed)
+    region = Region("stencil grid", 0, 0, *grid_xy)
+    return trace_uniform(spec, report, region=region, defects=defects)
