@@ -1,7 +1,7 @@
 """Serving soak: `wse infer serve` of a small trained model under 32-64 streaming clients.
 
 Not a test: it runs for minutes. The server is a child process (`python -m wse_cli infer
-serve --model_dir DIR` on 127.0.0.1, a free port); the model is the demo's
+serve --model-dir DIR` on 127.0.0.1, a free port); the model is the demo's
 (`wse_demo_out/train/model_dir`) when present, else `--model-dir`, else one trained here for
 `--train-steps` steps with `wse train tiny` into a temporary folder. Clients come in waves of
 32-64 concurrent `/v1/completions` streams (random prompts and max_tokens); each request is
@@ -104,7 +104,7 @@ def _start_server(model_dir: Path, port: int, slots: int) -> subprocess.Popen:
         *WSE,
         "infer",
         "serve",
-        "--model_dir",
+        "--model-dir",
         str(model_dir),
         "--host",
         "127.0.0.1",

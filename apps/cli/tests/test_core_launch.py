@@ -108,7 +108,7 @@ def test_bad_process_flags_are_exit_2():
         env=_env(),
     )
     assert r.returncode == 2
-    assert r.stderr.strip() == "Error: --process_id must be in 0..1, got 5"
+    assert r.stderr.strip() == "Error: --process-id must be in 0..1, got 5"
     r = subprocess.run(
         WSE
         + [

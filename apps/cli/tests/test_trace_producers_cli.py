@@ -83,7 +83,7 @@ def test_train_validate_only_trace_is_every_layer_on_every_pe(tmp_path):
 
 def test_train_trace_needs_validate_only(tmp_path):
     r = runner.invoke(app, ["train", "tiny", "--trace", str(tmp_path / "t.npz")])
-    assert r.exit_code == 2 and "--validate_only" in r.output
+    assert r.exit_code == 2 and "--validate-only" in r.output
 
 
 @pytest.fixture(scope="module")

@@ -38,8 +38,8 @@ def test_validate_only_says_resident_or_streaming():
         (["tiny", "--mode", "trian"], "did you mean 'train'"),
         (["optimizer.learning_rate=1"], "give a params file"),
         (["llama3_8b", "--num_csx", "1"], "SRAM over budget"),
-        (["llama_1t", "--num_csx", "0"], "--num_csx must be an integer >= 1"),
-        (["tiny", "--weight_chunks", "-1"], "--weight_chunks must be an integer >= 0"),
+        (["llama_1t", "--num_csx", "0"], "--num-csx must be an integer >= 1"),
+        (["tiny", "--weight_chunks", "-1"], "--weight-chunks must be an integer >= 0"),
     ],
 )
 def test_user_errors_exit_2_with_one_line(args, needle):

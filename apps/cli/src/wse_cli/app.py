@@ -1,6 +1,6 @@
 """The `wse` command: wafer, train, infer, plan, hpc, experiments, demo, launch.
 
-Multi-process: `--num_processes N --process_id I --coordinator HOST:PORT` (or the WSE_*
+Multi-process: `--num-processes N --process-id I --coordinator HOST:PORT` (or the WSE_*
 variables `wse launch` sets, or SLURM's environment) join one jax.distributed run before any
 command touches JAX.
 

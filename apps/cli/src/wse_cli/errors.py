@@ -3,7 +3,9 @@
 `WseGroup` is the click group class of every typer app in the CLI: a `WseError` (or a
 `UserInputError`) raised anywhere below it is printed as `Error: <message>` on stderr and the
 command exits with code 2 — no traceback. `typer.Exit(1)` stays for "ran, answer is no"
-(e.g. a wafer that cannot be repaired).
+(e.g. a wafer that cannot be repaired). It is also where the one option spelling is applied
+(`wse_cli.option_names.dashed`: `--model_dir` is read as `--model-dir`) before click parses
+a command's arguments.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import sys
 
 import typer
 from typer.core import TyperGroup
+
+from wse_cli.option_names import dashed
 
 __all__ = ["WseGroup", "UserInputError", "fail"]
 
@@ -28,6 +32,15 @@ def _is_user_error(e: BaseException) -> bool:
 
 
 class WseGroup(TyperGroup):
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
+        return super().parse_args(ctx, dashed(args, self.params))
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[override]
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not isinstance(cmd, TyperGroup):  # a group spells its own
+            rest = dashed(rest, cmd.get_params(ctx))
+        return name, cmd, rest
+
     def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[override]
         # the root's own options (--devices) are parsed here, before `invoke`
         try:

@@ -1,5 +1,5 @@
 """Multi-process options shared by the commands that can span processes (train, hpc stencil,
-hpc md) and by the root callback: `--num_processes N --process_id I --coordinator HOST:PORT`,
+hpc md) and by the root callback: `--num-processes N --process-id I --coordinator HOST:PORT`,
 or the WSE_* variables `wse launch` sets, or a cluster launcher's (SLURM's) environment.
 
 `join` connects this process to the run before the command touches JAX (joining twice is
@@ -16,7 +16,7 @@ __all__ = ["NUM_PROCESSES", "PROCESS_ID", "COORDINATOR", "join", "is_primary"]
 
 NUM_PROCESSES = number(
     None,
-    "--num_processes",
+    "--num-processes",
     envvar="WSE_NUM_PROCESSES",
     help="Processes in a multi-process run.",
     kind=int,
@@ -24,7 +24,7 @@ NUM_PROCESSES = number(
 )
 PROCESS_ID = number(
     None,
-    "--process_id",
+    "--process-id",
     envvar="WSE_PROCESS_ID",
     help="This process's index (0..N-1).",
     kind=int,

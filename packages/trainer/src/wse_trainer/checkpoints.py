@@ -23,7 +23,7 @@ that reads back with the problems of the newer ones.
 Fail-over (`wse_trainer.session.open_checkpoints`): a step that fails `read_step` is moved
 aside with `move_aside` into `<model_dir>/checkpoints_aside/<step>-<why>` (a sibling of
 `checkpoints/`, where orbax never looks; a second one of the same name gets `-2`, `-3`...)
-and the next older step is tried. Steps after a `--checkpoint_path` step are moved aside as
+and the next older step is tried. Steps after a `--checkpoint-path` step are moved aside as
 `superseded` the same way. Nothing is deleted.
 
 `Checkpointer.close()` waits, seals and closes orbax's manager (its background threads), and
@@ -306,7 +306,7 @@ def newest_readable(
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, int]:
-    """(checkpoints folder, step) for `--checkpoint_path`: a step folder, a checkpoints
+    """(checkpoints folder, step) for `--checkpoint-path`: a step folder, a checkpoints
     folder or a model_dir (its latest committed step)."""
     p = Path(path).absolute()
     if p.name.isdigit() and p.is_dir():

@@ -30,7 +30,7 @@ the trainer's own memory plan (`wse_trainer.plan.memory_plan`; `plan.streaming` 
   overlapped with the backward; the optimizer runs on the wafer (fp32 Adam) after it.
 
 `PerfModel` applies the one calibration of `wse_core.cost.calibration`; nothing here is fitted.
-`step_trace(spec, report)` is the step per PE (`wse train --validate_only --trace FILE`):
+`step_trace(spec, report)` is the step per PE (`wse train --validate-only --trace FILE`):
 every PE runs every layer's block and holds the plan's allocations.
 `no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute;
 `scaling(one, many)` the efficiency of N systems against one and what bounds it.

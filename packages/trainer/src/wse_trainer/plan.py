@@ -11,7 +11,7 @@
   first (the smallest stride beside a floor chunk of one output column per PE row), the
   chunk takes the SRAM left (`WeightChunks.reason` says so). `chunks=k` forces k chunks per
   matrix. Too little SRAM even for the floor chunk is a `SramBudgetError` from the ledger.
-- `memory_plan(...)` is the `--validate_only` table: weights, gradients, optimizer state and
+- `memory_plan(...)` is the `--validate-only` table: weights, gradients, optimizer state and
   activations in total and per PE, for a model resident in wafer SRAM and for weight
   streaming (wafer: two layers or two chunks, MemoryX: fp32 masters and optimizer state);
   `check_memoryx(plan)` refuses a model whose MemoryX state exceeds the spec's capacity.

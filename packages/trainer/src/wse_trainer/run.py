@@ -8,7 +8,7 @@ returns a `RunResult`:
 2. the tokenizer: `<model_dir>/tokenizer.json` when present (a resumed run), else a
    byte-level BPE trained on the train split; the data packed and iterated with its seed;
 3. MemoryX / SwarmX / replicas from `init_params(seed)`, then the latest committed
-   checkpoint (or `--checkpoint_path`) restored: weights, optimizer state, data position;
+   checkpoint (or `--checkpoint-path`) restored: weights, optimizer state, data position;
    the emulator's layout over this machine's cores (`wse_trainer.layout`: the fastest unless
    `runconfig.cpu_shards` fixes it) is a line of the run log;
 4. steps until `max_steps` (counted from the global step) or `num_steps` more; a NaN or Inf
@@ -22,7 +22,7 @@ returns a `RunResult`:
    trained model.
 
 Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `open_checkpoints`, `evaluate`).
-`model_config(config)` and `validate(config, spec)` (the `--validate_only` memory plan)
+`model_config(config)` and `validate(config, spec)` (the `--validate-only` memory plan)
 allocate nothing; `predict(config, spec, model, plan)` is the wafer's predicted step on that plan
 (`wse_trainer.performance.predict_step`, a `RunReport`), which the run logs next to the
 measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, and

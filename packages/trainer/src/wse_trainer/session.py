@@ -11,7 +11,7 @@ CLI: `runconfig.wafer` or `--spec FILE`); nothing here resolves a preset name.
 steps: the tokenizer (`<model_dir>/tokenizer.json` when present, else a
 byte-level BPE trained on the train split, saved by process 0), the packed data iterator,
 the `StreamedTrainer` from `init_params(seed)` and the prediction on the plan it runs.
-`open_checkpoints(s)` restores the newest checkpoint that reads back (or `--checkpoint_path`'s):
+`open_checkpoints(s)` restores the newest checkpoint that reads back (or `--checkpoint-path`'s):
 weights, optimizer state, RNG and data position (`Session.state` / `meta` / `apply`); newer
 steps that are corrupt, or come after the start step, are moved aside with a line each, never
 deleted. A model_dir that cannot be a writable folder is a ConfigError before any work.
@@ -266,9 +266,9 @@ _META_KEYS = ("step", "data", "tokenizer_sha256", "model")
 
 def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
     """(the run's Checkpointer, the step it starts from, lines to log), the checkpoint loaded
-    into `s`: `--checkpoint_path`'s step, else the newest step of `<model_dir>/checkpoints`
+    into `s`: `--checkpoint-path`'s step, else the newest step of `<model_dir>/checkpoints`
     that reads back, each newer one moved aside (`corrupt`) with a line saying why. Steps
-    after the start step (and from the start step on, when `--checkpoint_path` names another
+    after the start step (and from the start step on, when `--checkpoint-path` names another
     run's) are moved aside (`superseded`), so training continues from there.
     Nothing is deleted (`wse_trainer.checkpoints`)."""
     from wse_trainer.checkpoints import (

@@ -1,7 +1,7 @@
 """`wse infer generate`: pipelined (or speculative) decoding of one prompt from a model dir.
 
-    wse infer generate --model_dir DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max_tokens N]
-        [--temperature T] [--top_k K] [--top_p P] [--seed S] [--stop STR]...
+    wse infer generate --model-dir DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]
+        [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]...
         [--speculative-config '{"model": DIR, "num_speculative_tokens": 4}'] [--stages S]
         [--max-context N] [--logprobs N] [--ignore-eos] [--presence-penalty X]
         [--frequency-penalty X] [--repetition-penalty X] [--json]
@@ -103,31 +103,25 @@ def _on_engine(engine, ids, sampling, stream, tracker_of, trace=None):
 
 
 def generate(
-    model_dir: Path = typer.Option(
-        ..., "--model_dir", "--model-dir", help="HF dir or wse train model_dir."
-    ),
+    model_dir: Path = typer.Option(..., "--model-dir", help="HF dir or wse train model_dir."),
     prompt: str = typer.Option(None, "--prompt", help="Prompt text."),
-    prompt_ids: str = typer.Option(None, "--prompt-ids", "--prompt_ids", help="Ids: 1,2,3."),
-    max_tokens: int = number(
-        32, "--max_tokens", "--max-tokens", help="Tokens to make.", kind=int, ge=1
-    ),
+    prompt_ids: str = typer.Option(None, "--prompt-ids", help="Ids: 1,2,3."),
+    max_tokens: int = number(32, "--max-tokens", help="Tokens to make.", kind=int, ge=1),
     temperature: float = number(1.0, "--temperature", help="0 is greedy.", ge=0),
-    top_k: int = number(0, "--top_k", "--top-k", help="0 disables.", kind=int, ge=0),
-    top_p: float = number(1.0, "--top_p", "--top-p", help="In (0, 1].", gt=0, le=1),
+    top_k: int = number(0, "--top-k", help="0 disables.", kind=int, ge=0),
+    top_p: float = number(1.0, "--top-p", help="In (0, 1].", gt=0, le=1),
     seed: int = number(None, "--seed", help="Sampling seed.", **SEED),
     stop: list[str] = typer.Option(None, "--stop", help="Stop string (repeatable)."),
     ignore_eos: bool = typer.Option(
         False, "--ignore-eos", help="Run past the model's end-of-sequence tokens."
     ),
     presence_penalty: float = number(
-        0.0, "--presence-penalty", "--presence_penalty", help="In [-2, 2]; 0 is off.", ge=-2, le=2
+        0.0, "--presence-penalty", help="In [-2, 2]; 0 is off.", ge=-2, le=2
     ),
     frequency_penalty: float = number(
-        0.0, "--frequency-penalty", "--frequency_penalty", help="In [-2, 2]; 0 is off.", ge=-2, le=2
+        0.0, "--frequency-penalty", help="In [-2, 2]; 0 is off.", ge=-2, le=2
     ),
-    repetition_penalty: float = number(
-        1.0, "--repetition-penalty", "--repetition_penalty", help="> 0; 1 is off.", gt=0
-    ),
+    repetition_penalty: float = number(1.0, "--repetition-penalty", help="> 0; 1 is off.", gt=0),
     logprobs: int = number(
         None,
         "--logprobs",
@@ -139,14 +133,12 @@ def generate(
     speculative_config: str = typer.Option(
         None,
         "--speculative-config",
-        "--speculative_config",
         help='vLLM style: \'{"model": DIR, "num_speculative_tokens": 4}\'.',
     ),
     stages: int = number(1, "--stages", help="Pipeline stages (<= layers).", kind=int, ge=1),
     max_context: int = number(
         None,
         "--max-context",
-        "--max_context",
         help="Context length (default: the model's).",
         kind=int,
         ge=1,

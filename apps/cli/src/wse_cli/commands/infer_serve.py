@@ -1,10 +1,10 @@
 """`wse infer serve` (OpenAI-compatible HTTP + gRPC) and `wse infer bench` (load test).
 
-`serve --model_dir DIR` loads the pipelined engine with
+`serve --model-dir DIR` loads the pipelined engine with
 `wse_inference.load.load_engine(DIR, speculative_config=..., max_slots=...)`, the
 `--speculative-config` read by `wse_inference.speculative.config.parse_speculative_config` (as
 `wse infer generate` reads it);
-`--model_dir mock` serves `MockEngine` (next token = last + 1, byte tokenizer) for demos and
+`--model-dir mock` serves `MockEngine` (next token = last + 1, byte tokenizer) for demos and
 tests. The server runs until SIGTERM / SIGINT, then drains (see `wse_inference.serve.app`).
 `bench --url URL` runs `wse_inference.demo.load_test` against a server and saves its JSON.
 """
@@ -70,11 +70,11 @@ def _real_engine(model_dir: str, spec, max_slots: int):
     import importlib.util
 
     if not Path(model_dir).is_dir():
-        fail(f"--model_dir {model_dir!r} is not a folder (give a model folder, or 'mock')")
+        fail(f"--model-dir {model_dir!r} is not a folder (give a model folder, or 'mock')")
     if importlib.util.find_spec("wse_inference.load") is None:
         fail(
             "this install has no model loader (wse_inference.load.load_engine) yet; "
-            "serve the mock engine with --model_dir mock"
+            "serve the mock engine with --model-dir mock"
         )
     from wse_inference.load import load_engine
     from wse_inference.model_dir import check_host_memory, read_config
@@ -94,7 +94,7 @@ def _real_engine(model_dir: str, spec, max_slots: int):
 
 def serve(
     model_dir: str = typer.Option(
-        ..., "--model_dir", "--model-dir", help="Model folder, or 'mock' for the mock engine."
+        ..., "--model-dir", help="Model folder, or 'mock' for the mock engine."
     ),
     speculative_config: str = typer.Option(
         None,

@@ -6,7 +6,7 @@ hands to `wse_core.host.distributed.initialize`. The launcher watches its childr
 exits with an error, the others are stopped (SIGTERM, then SIGKILL after a grace period) and
 the launcher exits 1 naming the process (2, like the child, when the child rejected its
 input) — a dead peer never leaves the rest hanging.
-On a real cluster, start one `wse ...` per host with --num_processes/--process_id/
+On a real cluster, start one `wse ...` per host with --num-processes/--process-id/
 --coordinator (or under SLURM with none of them) instead.
 """
 

@@ -1,20 +1,20 @@
 """`wse train`: weight-streaming training with Cerebras ModelZoo conventions.
 
     wse train params.yaml [section.key=value ...] --mode train|eval|train_and_eval
-        [--model_dir/-o DIR] [--num_csx N] [--max_steps N] [--num_steps N]
-        [--checkpoint_path PATH] [--validate_only]
-        [--num_processes N --process_id I --coordinator HOST:PORT]
+        [--model-dir/-o DIR] [--num-csx N] [--max-steps N] [--num-steps N]
+        [--checkpoint-path PATH] [--validate-only]
+        [--num-processes N --process-id I --coordinator HOST:PORT]
 
 `params.yaml` may also be given with `--params`, or be a shipped config name (`tiny`,
 `gpt2_124m`, `llama3_8b`, `llama3_70b`, `llama_1t`, `llama_24t`). Flags override the
-file's `runconfig`; dotted overrides change any key. `--weight_chunks K` streams every
+file's `runconfig`; dotted overrides change any key. `--weight-chunks K` streams every
 weight matrix in K column chunks (`runconfig.weight_chunks`; 0: whole layers when they fit,
-else as the SRAM ledger allows). `--validate_only` checks the config and prints the memory
+else as the SRAM ledger allows). `--validate-only` checks the config and prints the memory
 plan (with the weight chunks and why), the predicted wafer step and tokens/s on num_csx
 systems, and each streamed unit's no-stall condition, without allocating anything. Heavy
 packages are imported inside the command.
 
-Multi-process: `--num_processes/--process_id/--coordinator` (or the WSE_* variables that
+Multi-process: `--num-processes/--process-id/--coordinator` (or the WSE_* variables that
 `wse launch` sets, or SLURM's environment) join one run; the `num_csx` replicas are split
 over the processes and only process 0 prints and writes logs. The model_dir must be on a
 filesystem every process sees.
@@ -126,27 +126,27 @@ def train(
     ),
     params: Path = typer.Option(None, "--params", help="The params YAML file."),
     mode: str = typer.Option(None, "--mode", help="train | eval | train_and_eval."),
-    model_dir: Path = typer.Option(None, "--model_dir", "-o", help="Run folder."),
-    num_csx: int = number(None, "--num_csx", help="Data-parallel wafer replicas.", kind=int, ge=1),
+    model_dir: Path = typer.Option(None, "--model-dir", "-o", help="Run folder."),
+    num_csx: int = number(None, "--num-csx", help="Data-parallel wafer replicas.", kind=int, ge=1),
     weight_chunks: int = number(
         None,
-        "--weight_chunks",
+        "--weight-chunks",
         help="Column chunks per weight matrix (0: as SRAM allows).",
         kind=int,
         ge=0,
     ),  # fmt: skip
-    max_steps: int = number(None, "--max_steps", help="Total steps (global).", kind=int, ge=1),
-    num_steps: int = number(None, "--num_steps", help="Steps of this invocation.", kind=int, ge=1),
+    max_steps: int = number(None, "--max-steps", help="Total steps (global).", kind=int, ge=1),
+    num_steps: int = number(None, "--num-steps", help="Steps of this invocation.", kind=int, ge=1),
     checkpoint_path: Path = typer.Option(
-        None, "--checkpoint_path", help="Checkpoint to start from."
+        None, "--checkpoint-path", help="Checkpoint to start from."
     ),
     validate_only: bool = typer.Option(
         False,
-        "--validate_only",
+        "--validate-only",
         help="Check the config, print the memory plan and the predicted step, stop.",
     ),
     trace: Path = typer.Option(
-        None, "--trace", help="With --validate_only: write the step's per-PE trace (wse view)."
+        None, "--trace", help="With --validate-only: write the step's per-PE trace (wse view)."
     ),
     spec_file: Path = SPEC_FILE,  # instead of the config's runconfig.wafer preset
     num_processes: int = multiprocess.NUM_PROCESSES,
@@ -181,7 +181,7 @@ def train(
     spec = wafer_spec(named[-1] if named else None, spec_file, config.runconfig.wafer)
     console = Console(quiet=not multiprocess.is_primary())
     if trace is not None and not validate_only:
-        fail("--trace writes the predicted step's per-PE trace: use it with --validate_only")
+        fail("--trace writes the predicted step's per-PE trace: use it with --validate-only")
     if validate_only:
         from wse_trainer.run import predict, stream_rows, validate
 

@@ -1,7 +1,7 @@
 """The serving part of `wse demo`: the model the demo trained, then the mock, over HTTP and gRPC.
 
 `part(console, out_dir=..., quick=...)` first serves the model the training part just wrote
-(`out_dir/train/model_dir`, loaded with `load.load_engine` as `wse infer serve --model_dir`
+(`out_dir/train/model_dir`, loaded with `load.load_engine` as `wse infer serve --model-dir`
 does; run alone, the part makes the same tiny random model the inference part falls back
 to) and asks it, with the official `openai` client, for a chat completion and a streamed
 completion, over gRPC for a `Generate`, and a few concurrent streaming clients; its answers

@@ -4,7 +4,7 @@ One program runs in N processes; each owns some devices, and the wafer's mesh sp
 them (a field's blocks live on every process's devices). `initialize` connects the processes:
 
 - explicitly, from `num_processes`, `process_id` and `coordinator` ("HOST:PORT"), as the CLI
-  flags `--num_processes --process_id --coordinator` or the environment variables
+  flags `--num-processes --process-id --coordinator` or the environment variables
   `WSE_NUM_PROCESSES`, `WSE_PROCESS_ID`, `WSE_COORDINATOR` (which `wse launch` sets);
 - or, with none of them given, from a cluster launcher's environment (SLURM, Open MPI, …) the
   way `jax.distributed.initialize()` detects it;
@@ -62,9 +62,9 @@ def cluster_detected() -> bool:
 
 def _validate(num_processes: int, process_id: int, coordinator: str | None) -> None:
     if num_processes <= 0:
-        raise WseError(f"--num_processes must be positive, got {num_processes}")
+        raise WseError(f"--num-processes must be positive, got {num_processes}")
     if not 0 <= process_id < num_processes:
-        raise WseError(f"--process_id must be in 0..{num_processes - 1}, got {process_id}")
+        raise WseError(f"--process-id must be in 0..{num_processes - 1}, got {process_id}")
     if num_processes > 1:
         host, sep, port = (coordinator or "").rpartition(":")
         if not sep or not host or not port.isdigit():
@@ -96,7 +96,7 @@ def initialize(
         )
         return ProcessInfo(jax.process_count(), jax.process_index(), None)
     if n is None or i is None:
-        raise WseError("a multi-process run needs --num_processes and --process_id together")
+        raise WseError("a multi-process run needs --num-processes and --process-id together")
     _validate(n, i, c)
     if n == 1:
         return ProcessInfo(1, 0, c)
