@@ -5,6 +5,7 @@ a bare `--` and unknown options are left as typed."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 import typer
@@ -39,6 +40,7 @@ def test_dashed_by_hand():
         "--model-dir", "d", "--top-k=3", "--a_b", "1", "--no_such", "--", "--model_dir"
     ]  # fmt: skip
     assert dashed(["model_dir", "--stages", "2"], params) == ["model_dir", "--stages", "2"]
+    assert dashed([Path("--top_k"), 3, "--top_k", 3], params) == [Path("--top_k"), 3, "--top-k", 3]
 
 
 def test_every_option_is_declared_with_dashes_only():

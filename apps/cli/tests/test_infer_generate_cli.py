@@ -109,10 +109,10 @@ def test_generate_speculative_terminal(model_dir):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--max_tokens", 0], "max_tokens"),
+        (["--max_tokens", 0], "max-tokens"),
         (["--temperature", -1], "temperature"),
-        (["--top_p", 0], "top_p"),
-        (["--top_p", 1.5], "top_p"),
+        (["--top_p", 0], "top-p"),
+        (["--top_p", 1.5], "top-p"),
         (["--logprobs", 21], "--logprobs must be an integer in [0, 20]"),
         (["--presence-penalty", 3], "--presence-penalty must be a finite number in [-2, 2]"),
         (["--repetition-penalty", 0], "--repetition-penalty must be a finite number > 0"),

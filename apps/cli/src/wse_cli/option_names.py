@@ -31,6 +31,8 @@ def dashed(args: Sequence[str], params: Iterable[Any]) -> list[str]:
     for i, arg in enumerate(out):
         if arg == "--":
             break
+        if not isinstance(arg, str):  # a caller's Path or number, passed through as given
+            continue
         name, eq, value = arg.partition("=")
         if name.startswith("--") and "_" in name and name not in known:
             spelled = name.replace("_", "-")
