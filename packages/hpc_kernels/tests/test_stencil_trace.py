@@ -12,7 +12,7 @@ from wse_hpc.stencil.runs import StencilConfig, run_stencil
 
 def test_stencil_trace_is_the_grid_running_the_predicted_step(tmp_path):
     spec = preset("small")
-    cfg = StencilConfig(kind="jacobi", grid=(12, 10, 8), preset="small", steps=2, defect_seed=3)
+    cfg = StencilConfig(kind="jacobi", grid=(12, 10, 8), spec=spec, steps=2, defect_seed=3)
     report = run_stencil(cfg)
     trace = load(pe_trace(spec, report, grid_xy=(12, 10), defect_seed=3).save(tmp_path / "s"))
     busy = trace.layers["busy_cycles"]
