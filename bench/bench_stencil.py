@@ -194,11 +194,12 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     from wse_core.hostmem import host_record
-    from wse_core.runtime import configure
+    from wse_core.runtime import configure, keep_freed_memory
 
+    kept = keep_freed_memory()  # before JAX starts threads; every contender shares it
     configure(args.devices, compile_cache=False)
     quick = args.quick
-    out = {"devices": args.devices, "quick": quick}
+    out = {"devices": args.devices, "quick": quick, "keep_freed_memory": kept}
     out["host"] = host_record()  # the triad's bandwidth (beyond the 105 MiB L3), the load
     out["bandwidth_gb_s"] = out["host"]["memory_bandwidth_gb_s"]
     # One device block (no halo ppermutes) and the default mesh over all devices; the table
