@@ -31,6 +31,7 @@ import numpy as np
 
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines
+from wse_hpc.pe_ffi import available, register
 
 __all__ = [
     "PairKernel",
@@ -51,24 +52,12 @@ class PairKernel(NamedTuple):
     half: bool  # each pair once, by the PE of the larger block index (one device)
 
 
-def available() -> bool:
-    """numba is installed (the kernels' compiler)."""
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @functools.cache
 def _target(name: str) -> str:
     """The FFI target of a kernel, compiled (numba) and registered with XLA on first use."""
     from wse_hpc.md import pe_pairs_numba
 
-    handler = pe_pairs_numba.HANDLERS[name]
-    target = f"wse_md_{name}"
-    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler.ctypes), platform="cpu")
-    return target
+    return register(f"wse_md_{name}", pe_pairs_numba.HANDLERS[name])
 
 
 def pair_kernel(
