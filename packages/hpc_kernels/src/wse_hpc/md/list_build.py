@@ -22,8 +22,11 @@ import numpy as np
 from wse_core.errors import WseError
 from wse_core.hw.wafer import Wafer
 
-from wse_hpc.md.eam import EamPlan, Splines, splines_for
+from wse_hpc.md import pe_pairs
+from wse_hpc.md.eam import EamPlan
+from wse_hpc.md.pe_pairs import PairKernel
 from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.splines import Splines, splines_for
 
 __all__ = ["ListSpec", "list_spec", "march_order", "min_image", "select"]
 
@@ -48,6 +51,8 @@ class ListSpec(NamedTuple):
     col_dtype: Any  # a build's window columns, compact
     active: int  # list rows evaluated per block (its atom-holding PEs first)
     keep_pairs: bool  # phase 1 keeps the pair geometry and density slopes for phase 2
+    pe: PairKernel | None  # the PEs' own pair loops (`pe_pairs`, a CPU), else XLA's
+    chunk: int  # PEs whose pairs are evaluated together
 
 
 def march_order(k_rows: int) -> list[int]:
@@ -85,6 +90,10 @@ def list_spec(wafer: Wafer, pot: EamPotential, plan: EamPlan, chunk: int) -> Lis
     # them back cost more on a CPU than computing them again (slopes alone: +20% at 32k
     # atoms). The PE always keeps them (the prediction prices the geometry once)
     keep_pairs = active <= chunk
+    pe, cpu = None, all(d.platform == "cpu" for d in wafer.mesh.devices.flat)
+    if pe_pairs.available() and dtype == jnp.float32 and cpu:  # the PEs' own loops
+        pe = pe_pairs.pair_kernel(spl, box, cutoff, pot, wafer.mesh.devices.size)
+        keep_pairs, chunk = False, block_pes  # the kernels walk the lists once per phase
     return ListSpec(
         wafer=wafer,
         pot=pot,
@@ -103,6 +112,8 @@ def list_spec(wafer: Wafer, pot: EamPotential, plan: EamPlan, chunk: int) -> Lis
         col_dtype=col_dtype,
         active=active,
         keep_pairs=keep_pairs,
+        pe=pe,
+        chunk=chunk,
     )
 
 

@@ -67,6 +67,7 @@ import jax.numpy as jnp
 from wse_core import fabric
 from wse_core.hw.wafer import Wafer
 
+from wse_hpc.md import pe_pairs
 from wse_hpc.md.eam import EamOutput, EamPlan, Geometry, window_overflow
 from wse_hpc.md.list_build import ListSpec, list_spec, march_order, min_image, select
 from wse_hpc.md.potentials import EamPotential
@@ -132,7 +133,7 @@ def _by_chunks(fn, size: int, *flat: jax.Array):
     return jax.tree.map(assemble, jax.lax.map(one, starts))
 
 
-def _on_active(fn, active: int, lists, own, order):
+def _on_active(fn, active: int, lists, own, order, size: int = CHUNK):
     """fn (by chunks) over the first `active` list rows of a block and the own values of
     the PEs they belong to (`order`). `lists` are (br, bc, M) blocks stored in `order`,
     `own` per PE; fn returns (per-PE results, per-candidate results): the first scattered
@@ -148,12 +149,12 @@ def _on_active(fn, active: int, lists, own, order):
         return o.reshape((br, bc) + o.shape[1:])
 
     if active >= n:  # every PE (lists in row-major order)
-        out = _by_chunks(fn, CHUNK, *map(flat, lists), *map(flat, own))
+        out = _by_chunks(fn, size, *map(flat, lists), *map(flat, own))
         return jax.tree.map(shaped, out)
     at = flat(order)[:active]
     rows = [flat(a)[:active] for a in lists]
     per_pe, per_candidate = _by_chunks(
-        fn, CHUNK, *rows, *(jnp.take(flat(a), at, axis=0) for a in own)
+        fn, size, *rows, *(jnp.take(flat(a), at, axis=0) for a in own)
     )
 
     def scatter(o):
@@ -244,6 +245,9 @@ def _density(spec: ListSpec, region, index, valid, sp_j, order, pos, sp_i):
     planes = [region[..., i] for i in range(3)]
 
     def chunk(at, valid, sp_j, pos, sp_i):
+        if spec.pe is not None:  # the PEs' own loops (a CPU)
+            rho = pe_pairs.density(spec.pe, region.reshape(-1, 3), (at, valid, sp_j), pos, sp_i)
+            return spl.embed(rho, sp_i), ()
         g = _pairs(spec, at, valid, pos, planes)
         rho_j = spl.density(sp_j, sp_i[:, None], g.k, g.p)
         rho = jnp.sum(jnp.where(g.valid, rho_j, 0.0), axis=-1)
@@ -254,7 +258,8 @@ def _density(spec: ListSpec, region, index, valid, sp_j, order, pos, sp_i):
             slopes = jnp.stack([slopes, spl.density_slope(sp_i[:, None], sp_j, g.k, g.p)], -1)
         return spl.embed(rho, sp_i), (g, slopes)
 
-    return _on_active(chunk, spec.active, (index, valid, sp_j), (pos, sp_i), order)
+    lists = (index, valid, sp_j)
+    return _on_active(chunk, spec.active, lists, (pos, sp_i), order, spec.chunk)
 
 
 def _force(spec: ListSpec, fp_region, *rest):
@@ -273,6 +278,9 @@ def _force(spec: ListSpec, fp_region, *rest):
         if spec.keep_pairs:
             sp_j, g, s = cand[0], Pairs(*cand[1:9]), cand[9]
             both = (s[..., 0], s[..., 1]) if s.ndim == 3 else (s, s)
+        elif spec.pe is not None:  # the PEs' own loops (a CPU)
+            xyz, fpr = rest[0].reshape(-1, 3), fp_flat
+            return pe_pairs.force(spec.pe, xyz, fpr, (at, *cand), (pos, sp_i, fp)), ()
         else:
             valid, sp_j = cand
             g, both = _pairs(spec, at, valid, pos, planes), None
@@ -284,12 +292,38 @@ def _force(spec: ListSpec, fp_region, *rest):
         pair_e = 0.5 * jnp.sum(jnp.where(g.valid, phi, 0.0), axis=-1)
         return (f, pair_e, -0.5 * jnp.sum(psip * g.r, axis=-1)), ()
 
-    return _on_active(chunk, spec.active, lists, tuple(own), order)[0]
+    return _on_active(chunk, spec.active, lists, tuple(own), order, spec.chunk)[0]
+
+
+def _half(spec: ListSpec, pos, sp_i, geo: Geometry, nbrs: Neighbours):
+    """Both phases on one device's block with each pair once (`pe_pairs.density_half`,
+    `force_half`): the same window multicasts; the block indices of the region's PEs come
+    with them (emulator bookkeeping, not sent on the wafer)."""
+    wafer, depth, kc, pe, active = spec.wafer, spec.depth, spec.plan.k_cols, spec.pe, spec.active
+    ids = geo.row * wafer.block_shape[1] + geo.col  # one device: the block's flat index
+    lists = (nbrs.index, nbrs.valid, nbrs.species)
+
+    def density(region, ids_region, *fields):
+        *lists, order, pos, sp_i = fields
+        rho = pe_pairs.density_half(pe, (region, ids_region), lists, order, (pos, sp_i), active)
+        return spec.spl.embed(rho, sp_i)
+
+    fp, emb = fabric.window_apply(
+        wafer, pos, depth, kc, density, *lists, nbrs.order, pos, sp_i, kept=(ids,)
+    )
+
+    def force(fp_region, pos_region, ids_region, *fields):
+        *lists, order, pos, sp_i, fp = fields
+        regions = (pos_region, fp_region, ids_region)
+        return pe_pairs.force_half(pe, regions, lists, order, (pos, sp_i, fp), active)
+
+    own = (nbrs.order, pos, sp_i, fp)
+    return emb, fabric.window_apply(wafer, fp, depth, kc, force, *lists, *own, kept=(pos, ids))
 
 
 def _forces(spec: ListSpec, atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> EamOutput:
     """`forces_fn`: phase 1 (`_density`) over the positions' window, phase 2 (`_force`)
-    over F''s."""
+    over F''s (each pair once with `pe_pairs` on one core: `_half`)."""
     wafer, depth, kc = spec.wafer, spec.depth, spec.plan.k_cols
     density, force = functools.partial(_density, spec), functools.partial(_force, spec)
     pos, sp = atoms.position, atoms.species
@@ -297,6 +331,11 @@ def _forces(spec: ListSpec, atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> Ea
     sp_i = jnp.maximum(sp.astype(jnp.int32), 0)
     lists = (nbrs.index, nbrs.valid, nbrs.species)
     own = (nbrs.order, pos, sp_i)
+    if spec.pe is not None and spec.pe.half:
+        emb, (forces, pair_e, virial) = _half(spec, pos, sp_i, geo, nbrs)
+        energy = jnp.where(held, emb + pair_e, 0.0)
+        forces = jnp.where(held[..., None], forces, 0.0)
+        return EamOutput(forces, energy, jnp.where(held, virial, 0.0), jnp.bool_(False))
     # phase 1: the candidates' positions (the window multicast, filtered)
     (fp, emb), kept = fabric.window_apply(wafer, pos, depth, kc, density, *lists, *own)
     # phase 2: their F' (with the geometry phase 1 kept, or the positions' window again)

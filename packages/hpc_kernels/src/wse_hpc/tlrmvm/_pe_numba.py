@@ -1,84 +1,25 @@
 """The numba side of `pe_kernels`: the kernels and their XLA FFI handlers (imported, and so
 compiled or loaded from numba's cache, only when a CPU product first needs them).
 
-A handler receives XLA's `XLA_FFI_CallFrame*` (jaxlib/include/xla/ffi/api/c_api.h, API
-0.3) and reads it as 8-byte words: 1 extension_start, 9 args.args, 14 rets.rets (arrays of
-`XLA_FFI_Buffer*`, whose words 3 and 5 are data and dims). XLA first calls a handler with a
-metadata extension (word 1 of the extension is its type, word 3 the `XLA_FFI_Metadata*`) to
-learn its API version (int32 words 6, 7) and traits (8). The kernels are compiled twice: on
-the cores (prange) and on the calling thread (the same code with parallel=False).
+A handler reads XLA's call frame as `wse_hpc.numba_ffi` says. The kernels are compiled
+twice: on the cores (prange) and on the calling thread (the same code with parallel=False).
 """
 
 from __future__ import annotations
 
-import types as types_module
-
 import numpy as np
-from numba import carray, cfunc, njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
-from numba.np.ufunc.parallel import _launch_threads
+from numba import carray, cfunc, njit, prange
 
-_launch_threads()  # the parallel kernels' runtime, before any handler links against it
-
-_FRAME_EXT, _FRAME_ARGS, _FRAME_RETS = 1, 9, 14
-_BUF_DATA, _BUF_DIMS = 3, 5
-_EXT_METADATA, _API_MAJOR, _API_MINOR = 1, 0, 3
-_SIG = types.voidptr(types.voidptr)
-_OPTS = {"fastmath": True, "boundscheck": False, "cache": True}
-
-
-@intrinsic
-def _ptr(typingctx, addr):
-    def codegen(context, builder, sig, args):
-        return builder.inttoptr(args[0], cgutils.voidptr_t)
-
-    return types.voidptr(types.int64), codegen
-
-
-@intrinsic
-def _addr(typingctx, p):
-    def codegen(context, builder, sig, args):
-        return builder.ptrtoint(args[0], cgutils.intp_t)
-
-    return types.int64(types.voidptr), codegen
-
-
-@njit(inline="always")
-def _words(addr, n):
-    return carray(_ptr(addr), (n,), np.int64)
-
-
-@njit(inline="always")
-def _metadata_query(frame):
-    """True (and the answer written) when XLA asks for the handler's API version."""
-    ext = _words(frame, 16)[_FRAME_EXT]
-    if ext == 0:
-        return False
-    e = _words(ext, 4)
-    if (e[1] & 0xFFFFFFFF) != _EXT_METADATA:
-        return False
-    md = carray(_ptr(e[3]), (12,), np.int32)
-    md[6] = _API_MAJOR
-    md[7] = _API_MINOR
-    md[8] = 0
-    return True
-
-
-@njit(inline="always")
-def _buffer(frame, slot, i):
-    """The words of the i-th `XLA_FFI_Buffer` of the frame's args or rets (`slot`)."""
-    return _words(_words(_words(frame, 16)[slot], i + 1)[i], 6)
-
-
-@njit(inline="always")
-def _data(frame, slot, i):
-    return _ptr(_buffer(frame, slot, i)[_BUF_DATA])
-
-
-@njit(inline="always")
-def _dims(frame, slot, i, rank):
-    return _words(_buffer(frame, slot, i)[_BUF_DIMS], rank)
+from wse_hpc.numba_ffi import FRAME_ARGS as _FRAME_ARGS
+from wse_hpc.numba_ffi import FRAME_RETS as _FRAME_RETS
+from wse_hpc.numba_ffi import OPTS as _OPTS
+from wse_hpc.numba_ffi import SIG as _SIG
+from wse_hpc.numba_ffi import addr as _addr
+from wse_hpc.numba_ffi import data as _data
+from wse_hpc.numba_ffi import dims as _dims
+from wse_hpc.numba_ffi import metadata_query as _metadata_query
+from wse_hpc.numba_ffi import named as _named
+from wse_hpc.numba_ffi import ptr as _ptr
 
 
 @njit(inline="always")
@@ -161,15 +102,6 @@ def _sum_rows(a, t, win, sg, out):
                     tr = t[g, r, 0, bb]
                     for k in range(H):
                         out[g, p, 0, bb, k] += tr * a[g, r, k]
-
-
-def _named(fn, suffix: str):
-    """A copy of fn under its own name: numba's on-disk cache is keyed by the function's
-    name and line, so the two compilations of one body would otherwise share (and load)
-    one entry."""
-    out = types_module.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix)
-    out.__qualname__ = fn.__qualname__ + suffix
-    return out
 
 
 rows_dot_cores = njit(parallel=True, **_OPTS)(_named(_rows_dot, "_cores"))

@@ -35,16 +35,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from wse_hpc.pe_ffi import available, register
+
 __all__ = ["available", "rows_dot", "sum_rows", "pair_vectors"]
-
-
-def available() -> bool:
-    """numba is installed (the kernels' compiler)."""
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @functools.cache
@@ -54,9 +47,7 @@ def _target(name: str, parallel: bool) -> str:
     from wse_hpc.tlrmvm import _pe_numba
 
     handler = _pe_numba.HANDLERS[name][parallel]
-    target = f"wse_tlr_{name}_{'cores' if parallel else 'thread'}"
-    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler.ctypes), platform="cpu")
-    return target
+    return register(f"wse_tlr_{name}_{'cores' if parallel else 'thread'}", handler)
 
 
 def rows_dot(a: jax.Array, e: jax.Array, sel: jax.Array, *, parallel: bool) -> jax.Array:

@@ -16,6 +16,7 @@ hops, recorded at trace time) and its repaired defect map (`defects`, `remap`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
@@ -35,6 +36,13 @@ __all__ = ["ROW", "COL", "Wafer", "build_wafer", "choose_mesh_shape"]
 
 ROW = "row"  # mesh axis over PE-grid rows
 COL = "col"  # mesh axis over PE-grid columns
+
+
+@functools.cache
+def _filler(shape: tuple[int, ...], value: float, dtype, sharding: NamedSharding):
+    """The jitted maker of a placed field of `value` (compiled once per shape, value, dtype
+    and sharding: `Wafer.full` jitted a new lambda, and so compiled, on every call)."""
+    return jax.jit(lambda: jnp.full(shape, value, dtype), out_shardings=sharding)
 
 
 @dataclasses.dataclass(eq=False)
@@ -107,11 +115,8 @@ class Wafer:
     def full(self, per_pe_shape: Sequence[int] = (), value: float = 0, dtype=jnp.float32):
         """A placed field of `value`, created sharded (no host copy)."""
         pr, pc = self.padded_shape
-        shape = (pr, pc, *per_pe_shape)
-        make = jax.jit(
-            lambda: jnp.full(shape, value, dtype), out_shardings=self.sharding(len(per_pe_shape))
-        )
-        return make()
+        shape = (pr, pc, *(int(n) for n in per_pe_shape))
+        return _filler(shape, value, jnp.dtype(dtype), self.sharding(len(per_pe_shape)))()
 
     def zeros(self, per_pe_shape: Sequence[int] = (), dtype=jnp.float32) -> jax.Array:
         return self.full(per_pe_shape, 0, dtype)

@@ -1,0 +1,330 @@
+"""The numba side of `pe_pairs`: each PE's pair loops over its candidate list and their XLA
+FFI handlers (imported, and so compiled or loaded from numba's cache, only when a CPU force
+evaluation first needs them). A handler reads XLA's call frame as `wse_hpc.numba_ffi` says.
+The kernels run on the calling thread (a mesh of several devices runs one block per
+thread): full lists (each PE its own pairs) or, on one device, each pair once
+(`density_half`, `force_half`: the PE of the larger block index takes the pair from the
+other's list and adds its share to both).
+
+Arguments, float32 and int32 (`pe_pairs` lays them out):
+- density: xyz (Nr, 3) the window region's positions, index / valid / sp_j (n, M) each PE's
+  candidates (place in the region, in the list, species), pos (n, 3), sp_i (n,), rhor (4, K)
+  the density's cubic coefficients, cf (8,) = box (3), 1 / box (3), cutoff^2, 1 / dr,
+  ci (2,) = nr, number of elements; result rho (n,).
+- force: xyz, fpr (Nr,) F' over the region, index, valid, sp_j, pos, sp_i, fp_i (n,), rhor,
+  z2r (4, K), cf, ci; results f (n, 3), pair energy (n,), virial (n,).
+Each PE skips the candidates beyond the cutoff; the splines are `md.splines`' (LAMMPS's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import carray, cfunc, njit
+
+from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, SIG, addr, data, dims, ptr
+from wse_hpc.numba_ffi import metadata_query as metadata
+
+__all__ = ["HANDLERS"]
+
+_F1, _F2, _F3 = np.float32(1.0), np.float32(2.0), np.float32(3.0)
+
+
+@njit(inline="always")
+def _geometry(xyz, j, xi, yi, zi, cf):
+    """Minimum-image displacement from i to the candidate at j and its r^2."""
+    dx = xyz[j, 0] - xi
+    dy = xyz[j, 1] - yi
+    dz = xyz[j, 2] - zi
+    dx = dx - cf[0] * np.rint(dx * cf[3])
+    dy = dy - cf[1] * np.rint(dy * cf[4])
+    dz = dz - cf[2] * np.rint(dz * cf[5])
+    return dx, dy, dz, dx * dx + dy * dy + dz * dz
+
+
+@njit(inline="always")
+def _locate(r, inv_dr, nr):
+    """LAMMPS: p = r / dr + 1, m = int(p) clamped to [1, nr - 1], p -= m, p <= 1."""
+    p = r * inv_dr + _F1
+    m = min(max(np.floor(p), _F1), np.float32(nr - 1))
+    return np.int64(m) - 1, min(p - m, _F1)
+
+
+@njit(inline="always")
+def _knot(a, b, k, ne, nr, size):
+    at = (a * ne + b) * nr + k if ne > 1 else k
+    return min(max(at, 0), size - 1)
+
+
+@njit(inline="always")
+def _value(t, at, p):
+    return ((t[0, at] * p + t[1, at]) * p + t[2, at]) * p + t[3, at]
+
+
+@njit(inline="always")
+def _slope(t, at, p, inv_d):
+    return ((_F3 * t[0, at] * p + _F2 * t[1, at]) * p + t[2, at]) * inv_d
+
+
+def _density(xyz, index, valid, sp_j, pos, sp_i, rhor, cf, ci, rho):
+    n, m = index.shape
+    nr, ne, size = ci[0], ci[1], rhor.shape[1]
+    for i in range(n):
+        xi, yi, zi, si = pos[i, 0], pos[i, 1], pos[i, 2], sp_i[i]
+        acc = np.float32(0.0)
+        for t in range(m):
+            if valid[i, t]:
+                _, _, _, r2 = _geometry(xyz, index[i, t], xi, yi, zi, cf)
+                if r2 < cf[6]:
+                    r = r2 * (_F1 / np.sqrt(r2))
+                    k, p = _locate(r, cf[7], nr)
+                    acc += _value(rhor, _knot(sp_j[i, t], si, k, ne, nr, size), p)
+        rho[i] = acc
+
+
+def _force(xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out):
+    rhor, z2r = tables
+    f, pair_e, virial = out
+    n, m = index.shape
+    nr, ne, size = ci[0], ci[1], rhor.shape[1]
+    for i in range(n):
+        xi, yi, zi, si, fpi = pos[i, 0], pos[i, 1], pos[i, 2], sp_i[i], fp_i[i]
+        fx, fy, fz = np.float32(0.0), np.float32(0.0), np.float32(0.0)
+        e, v = np.float32(0.0), np.float32(0.0)
+        for t in range(m):
+            if valid[i, t]:
+                j = index[i, t]
+                dx, dy, dz, r2 = _geometry(xyz, j, xi, yi, zi, cf)
+                if r2 < cf[6]:
+                    inv_r = _F1 / np.sqrt(r2)
+                    r = r2 * inv_r
+                    k, p = _locate(r, cf[7], nr)
+                    sj = sp_j[i, t]
+                    rhojp = _slope(rhor, _knot(sj, si, k, ne, nr, size), p, cf[7])
+                    rhoip = _slope(rhor, _knot(si, sj, k, ne, nr, size), p, cf[7])
+                    at = _knot(si, sj, k, ne, nr, size)
+                    phi = _value(z2r, at, p) * inv_r
+                    phip = (_slope(z2r, at, p, cf[7]) - phi) * inv_r
+                    psip = fpi * rhojp + fpr[j] * rhoip + phip
+                    scale = psip * inv_r
+                    fx += scale * dx
+                    fy += scale * dy
+                    fz += scale * dz
+                    e += phi
+                    v += psip * r
+        f[i, 0], f[i, 1], f[i, 2] = fx, fy, fz
+        pair_e[i] = np.float32(0.5) * e
+        virial[i] = np.float32(-0.5) * v
+
+
+def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, rho):
+    """Each pair once (the PE of the larger block index takes it from the other's list)."""
+    n, m = index.shape
+    nr, ne, size = ci[0], ci[1], rhor.shape[1]
+    rho[:] = 0.0
+    for h in range(n):
+        i, xi, yi, zi, si = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h]
+        acc = np.float32(0.0)
+        for t in range(m):
+            q = index[h, t]
+            j = ids[q]
+            if valid[h, t] and j > i:
+                _, _, _, r2 = _geometry(xyz, q, xi, yi, zi, cf)
+                if r2 < cf[6]:
+                    r = r2 * (_F1 / np.sqrt(r2))
+                    k, p = _locate(r, cf[7], nr)
+                    sj = sp_j[h, t]
+                    acc += _value(rhor, _knot(sj, si, k, ne, nr, size), p)
+                    rho[j] += _value(rhor, _knot(si, sj, k, ne, nr, size), p)
+        rho[i] += acc
+
+
+def _force_half(xyz, fpr, ids, index, valid, sp_j, pos, sp_i, own, fp_i, tables, cf, ci, out):
+    rhor, z2r = tables
+    f, pair_e, virial = out
+    n, m = index.shape
+    nr, ne, size = ci[0], ci[1], rhor.shape[1]
+    f[:] = 0.0
+    pair_e[:] = 0.0
+    virial[:] = 0.0
+    for h in range(n):
+        i, xi, yi, zi, si, fpi = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h], fp_i[h]
+        fx, fy, fz = np.float32(0.0), np.float32(0.0), np.float32(0.0)
+        e, v = np.float32(0.0), np.float32(0.0)
+        for t in range(m):
+            q = index[h, t]
+            j = ids[q]
+            if valid[h, t] and j > i:
+                dx, dy, dz, r2 = _geometry(xyz, q, xi, yi, zi, cf)
+                if r2 < cf[6]:
+                    inv_r = _F1 / np.sqrt(r2)
+                    r = r2 * inv_r
+                    k, p = _locate(r, cf[7], nr)
+                    sj = sp_j[h, t]
+                    rhojp = _slope(rhor, _knot(sj, si, k, ne, nr, size), p, cf[7])
+                    rhoip = _slope(rhor, _knot(si, sj, k, ne, nr, size), p, cf[7])
+                    at = _knot(si, sj, k, ne, nr, size)
+                    phi = _value(z2r, at, p) * inv_r
+                    phip = (_slope(z2r, at, p, cf[7]) - phi) * inv_r
+                    psip = fpi * rhojp + fpr[q] * rhoip + phip
+                    scale = psip * inv_r
+                    fx += scale * dx
+                    fy += scale * dy
+                    fz += scale * dz
+                    f[j, 0] -= scale * dx
+                    f[j, 1] -= scale * dy
+                    f[j, 2] -= scale * dz
+                    e += phi
+                    v += psip * r
+                    pair_e[j] += np.float32(0.5) * phi
+                    virial[j] -= np.float32(0.5) * psip * r
+        f[i, 0] += fx
+        f[i, 1] += fy
+        f[i, 2] += fz
+        pair_e[i] += np.float32(0.5) * e
+        virial[i] -= np.float32(0.5) * v
+
+
+@njit(inline="always")
+def _vector(frame, slot, i):
+    """The i-th float32 argument or result of one dimension."""
+    return carray(data(frame, slot, i), (dims(frame, slot, i, 1)[0],), np.float32)
+
+
+@njit(inline="always")
+def _matrix(frame, slot, i):
+    """The i-th float32 argument or result of two dimensions."""
+    d = dims(frame, slot, i, 2)
+    return carray(data(frame, slot, i), (d[0], d[1]), np.float32)
+
+
+@njit(inline="always")
+def _lists(frame, first):
+    """index, valid, sp_j (n, M) from args first .. first + 2."""
+    d = dims(frame, FRAME_ARGS, first, 2)
+    index = carray(data(frame, FRAME_ARGS, first), (d[0], d[1]), np.int32)
+    valid = carray(data(frame, FRAME_ARGS, first + 1), (d[0], d[1]), np.bool_)
+    sp_j = carray(data(frame, FRAME_ARGS, first + 2), (d[0], d[1]), np.int32)
+    return index, valid, sp_j
+
+
+@njit(inline="always")
+def _own(frame, first):
+    """pos (n, 3), sp_i (n,) from args first, first + 1."""
+    n = dims(frame, FRAME_ARGS, first, 2)[0]
+    pos = carray(data(frame, FRAME_ARGS, first), (n, 3), np.float32)
+    return pos, carray(data(frame, FRAME_ARGS, first + 1), (n,), np.int32)
+
+
+@njit(inline="always")
+def _consts(frame, first):
+    """cf (8,) float32 and ci (2,) int32 from args first, first + 1."""
+    cf = carray(data(frame, FRAME_ARGS, first), (8,), np.float32)
+    return cf, carray(data(frame, FRAME_ARGS, first + 1), (2,), np.int32)
+
+
+@njit(inline="always")
+def _density_args(frame):
+    xyz = _matrix(frame, FRAME_ARGS, 0)
+    index, valid, sp_j = _lists(frame, 1)
+    pos, sp_i = _own(frame, 4)
+    rhor = _matrix(frame, FRAME_ARGS, 6)
+    cf, ci = _consts(frame, 7)
+    return xyz, index, valid, sp_j, pos, sp_i, rhor, cf, ci, _vector(frame, FRAME_RETS, 0)
+
+
+@njit(inline="always")
+def _force_args(frame):
+    xyz, fpr = _matrix(frame, FRAME_ARGS, 0), _vector(frame, FRAME_ARGS, 1)
+    index, valid, sp_j = _lists(frame, 2)
+    pos, sp_i = _own(frame, 5)
+    fp_i = _vector(frame, FRAME_ARGS, 7)
+    tables = (_matrix(frame, FRAME_ARGS, 8), _matrix(frame, FRAME_ARGS, 9))
+    cf, ci = _consts(frame, 10)
+    n = pos.shape[0]
+    out = (
+        carray(data(frame, FRAME_RETS, 0), (n, 3), np.float32),
+        _vector(frame, FRAME_RETS, 1),
+        _vector(frame, FRAME_RETS, 2),
+    )
+    return xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out
+
+
+@njit(inline="always")
+def _ints(frame, i):
+    """The i-th int32 argument of one dimension."""
+    d = dims(frame, FRAME_ARGS, i, 1)
+    return carray(data(frame, FRAME_ARGS, i), (d[0],), np.int32)
+
+
+@njit(inline="always")
+def _density_half_args(frame):
+    xyz, ids = _matrix(frame, FRAME_ARGS, 0), _ints(frame, 1)
+    index, valid, sp_j = _lists(frame, 2)
+    pos, sp_i = _own(frame, 5)
+    own, rhor = _ints(frame, 7), _matrix(frame, FRAME_ARGS, 8)
+    cf, ci = _consts(frame, 9)
+    rho = _vector(frame, FRAME_RETS, 0)
+    return xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, rho
+
+
+@njit(inline="always")
+def _force_half_args(frame):
+    xyz, fpr, ids = _matrix(frame, FRAME_ARGS, 0), _vector(frame, FRAME_ARGS, 1), _ints(frame, 2)
+    index, valid, sp_j = _lists(frame, 3)
+    pos, sp_i = _own(frame, 6)
+    own, fp_i = _ints(frame, 8), _vector(frame, FRAME_ARGS, 9)
+    tables = (_matrix(frame, FRAME_ARGS, 10), _matrix(frame, FRAME_ARGS, 11))
+    cf, ci = _consts(frame, 12)
+    nb = dims(frame, FRAME_RETS, 0, 2)[0]
+    out = (
+        carray(data(frame, FRAME_RETS, 0), (nb, 3), np.float32),
+        _vector(frame, FRAME_RETS, 1),
+        _vector(frame, FRAME_RETS, 2),
+    )
+    return xyz, fpr, ids, index, valid, sp_j, pos, sp_i, own, fp_i, tables, cf, ci, out
+
+
+density_full = njit(**OPTS)(_density)
+force_full = njit(**OPTS)(_force)
+density_half = njit(**OPTS)(_density_half)
+force_half = njit(**OPTS)(_force_half)
+
+
+@cfunc(SIG, cache=True)
+def density_full_ffi(frame_p):
+    frame = addr(frame_p)
+    if not metadata(frame):
+        density_full(*_density_args(frame))
+    return ptr(0)
+
+
+@cfunc(SIG, cache=True)
+def force_full_ffi(frame_p):
+    frame = addr(frame_p)
+    if not metadata(frame):
+        force_full(*_force_args(frame))
+    return ptr(0)
+
+
+@cfunc(SIG, cache=True)
+def density_half_ffi(frame_p):
+    frame = addr(frame_p)
+    if not metadata(frame):
+        density_half(*_density_half_args(frame))
+    return ptr(0)
+
+
+@cfunc(SIG, cache=True)
+def force_half_ffi(frame_p):
+    frame = addr(frame_p)
+    if not metadata(frame):
+        force_half(*_force_half_args(frame))
+    return ptr(0)
+
+
+HANDLERS = {
+    "density": density_full_ffi,
+    "force": force_full_ffi,
+    "density_half": density_half_ffi,
+    "force_half": force_half_ffi,
+}
