@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from wse_core import preset
 from wse_core.hw.wafer import build_wafer
-from wse_hpc.md import mapping, nlist
+from wse_hpc.md import mapping
+from wse_hpc.md import neighbours as nlist
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
-from wse_hpc.md.list_plan import active_per_block, list_caps
-from wse_hpc.md.nlist import neighbour_fns
+from wse_hpc.md.neighbour_plan import active_per_block, list_caps
+from wse_hpc.md.neighbours import neighbour_fns
 from wse_hpc.md.reference import eam_reference
 from wse_hpc.md.state import Atoms
 from wse_hpc.md.testing import perturbed

@@ -10,8 +10,8 @@ from wse_core import preset
 from wse_core.hw.wafer import build_wafer
 from wse_hpc.md import mapping, pe_pairs
 from wse_hpc.md.eam import EamPlan, geometry, sram_plan
-from wse_hpc.md.list_plan import active_per_block, list_caps
-from wse_hpc.md.nlist import neighbour_fns
+from wse_hpc.md.neighbour_plan import active_per_block, list_caps
+from wse_hpc.md.neighbours import neighbour_fns
 from wse_hpc.md.reference import eam_reference
 from wse_hpc.md.state import Atoms
 from wse_hpc.md.testing import perturbed

@@ -15,7 +15,7 @@ from wse_core.hw.wafer import build_wafer
 from wse_hpc.md.eam import EamPlan, eam, geometry
 from wse_hpc.md.integrate import nve
 from wse_hpc.md.mapping import NFIELDS
-from wse_hpc.md.nlist import neighbour_fns
+from wse_hpc.md.neighbours import neighbour_fns
 from wse_hpc.md.perf import fabric_counts, fold, predict, step_phases
 from wse_hpc.md.state import Atoms
 from wse_hpc.md.zhou04 import zhou04

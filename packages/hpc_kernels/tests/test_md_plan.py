@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 from wse_hpc.md import mapping
-from wse_hpc.md.list_plan import HEADROOM, TOTAL_HEADROOM, list_caps, reach_pairs
 from wse_hpc.md.mapping import _periodic_sliding
+from wse_hpc.md.neighbour_plan import HEADROOM, TOTAL_HEADROOM, list_caps, reach_pairs
 from wse_hpc.md.testing import perturbed
 
 REACH_A = 6.72  # Cu's 5.72 A cutoff + 1 A skin

@@ -4,9 +4,9 @@ Modules: `potentials` (LAMMPS funcfl / setfl / fs files, LAMMPS's splines;
 `potential_format`: the files' text layer), `zhou04` (potentials generated from Zhou,
 Johnson & Wadley 2004), `lattice` (structures, crystals), `xyz` (extended XYZ), `mapping`
 (atoms -> PEs: the tile map), `state` (`Atoms`, `Bath`, `MdState` pytrees), `eam` (the wafer
-kernel), `nlist` (per-PE candidate lists over the window: splines only within cutoff + skin;
-`list_build`: the build kernel and the lists' static `ListSpec`; `list_plan` sizes them on
-the host), `integrate` (`nve`, `nvt_langevin`, `nvt_nose_hoover` -> (init_fn, step_fn);
+kernel), `neighbours` (per-PE candidate lists over the window: splines only within cutoff + skin;
+`neighbours.build`: the build kernel and the lists' static `ListSpec`; `neighbour_plan` sizes them
+on the host), `integrate` (`nve`, `nvt_langevin`, `nvt_nose_hoover` -> (init_fn, step_fn);
 Maxwell–Boltzmann), `thermo` (LAMMPS-style output), `simulate` (the shell), `reference`
 (NumPy all-pairs oracle), `perf` (the wafer performance model, by mechanism; `pe_program`:
 the PE's instructions and the rebuild cadence), `samples` (Santos et al.'s 801,792-atom

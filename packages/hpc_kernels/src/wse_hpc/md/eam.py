@@ -44,7 +44,7 @@ __all__ = ["EamPlan", "EamOutput", "EamFns", "Geometry", "eam", "geometry", "sra
 @dataclasses.dataclass(frozen=True)
 class EamPlan:
     """Static choices: the neighbour window, the box and the float dtype; for neighbour
-    lists (`wse_hpc.md.nlist`) the skin, one candidate capacity per row offset, the most
+    lists (`wse_hpc.md.neighbours`) the skin, one candidate capacity per row offset, the most
     atoms any device block holds (`active`, 0: not known; the list kernel then computes
     every PE of a block, empty ones included) and the rebuild cadence a build starts with
     (steps per build)."""

@@ -38,7 +38,7 @@ from wse_core.errors import WseError
 from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md.eam import EamFns, EamOutput, Geometry
-from wse_hpc.md.nlist import ListFns, Neighbours
+from wse_hpc.md.neighbours import ListFns, Neighbours
 from wse_hpc.md.state import Atoms, Bath, MdState
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The PEs' own pair loops as CPU kernels (numba), called from the jitted force evaluation
 through XLA's typed FFI: what each PE's program does with its candidate list, one kernel
-call per device block (`nlist`'s forces on a CPU).
+call per device block (`neighbours`'s forces on a CPU).
 
 Why: XLA:CPU evaluates the list kernel as some twenty passes over (PEs, M candidates)
 arrays, each materialized (the table gathers feed several consumers), and every candidate
@@ -15,7 +15,7 @@ constants, made once per plan); `density(kernel, xyz, lists, pos, sp_i) -> rho (
 `force(kernel, xyz, fpr, lists, own) -> (f (n, 3), pair energy (n,), virial (n,))` with
 xyz (Nr, 3) the window region's positions, fpr (Nr,) its F', lists = (index, valid, sp_j)
 (n, M) the PEs' candidates (places in the region), own = (pos (n, 3), sp_i (n,), fp_i (n,))
-(`density` takes pos and sp_i). `available()` says whether numba is there; `nlist` runs
+(`density` takes pos and sp_i). `available()` says whether numba is there; `neighbours` runs
 the XLA list kernel where it is not, off the CPU or in float64. numba compiles the kernels
 on first use (~10 s) and caches them beside the source (or in its user cache).
 """
@@ -65,7 +65,7 @@ def pair_kernel(
 ) -> PairKernel:
     """The tables and constants the kernels read, for `spl` (float32) in `box` (3,); on one
     device each pair once, on several each block's PEs with their full lists."""
-    inv_box = 1.0 / box  # as `list_build.min_image` computes it
+    inv_box = 1.0 / box  # as `neighbours.build.min_image` computes it
     cut2, inv_dr = np.float32(cutoff_A * cutoff_A), np.float32(1.0 / pot.dr)
     cf = jnp.concatenate([box, inv_box, jnp.asarray([cut2, inv_dr], jnp.float32)])
     ci = jnp.asarray([pot.nr, len(pot.elements)], jnp.int32)

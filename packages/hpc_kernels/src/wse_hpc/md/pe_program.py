@@ -11,7 +11,7 @@ coefficients at the pair's knot): a DSD walks memory at a fixed stride, so an in
 is priced as a move at the worst stride (`GATHER_STRIDE`: one element per cycle).
 `step_ops(plan, n_elements, dtype)` gives the `Op`s of each phase for a plan.
 
-The pair's arithmetic is the list kernel's (`wse_hpc.md.nlist`), as a PE runs it:
+The pair's arithmetic is the list kernel's (`wse_hpc.md.neighbours`), as a PE runs it:
 - geometry once per pair (phase 1) and kept in SRAM for phase 2: displacement, minimum
   image, r^2, the cutoff mask, 1/r, r = r^2 / r, the knot interval;
 - 1/r is an inverse square root by Newton's method on the FMAC datapath: a seed from the
@@ -111,7 +111,7 @@ INTEGRATE_SCALAR = {"max": 1}
 # (sub, fmac, move); the pair energy's 1/2 (scale)
 EMBED = {"fmac": 1 + 2 + 3 + 1, "convert": 2, "max": 3, "sub": 2, "gather": 4, "move": 1}
 EMBED |= {"scale": 4}
-# per window slot of a build (`list_build.select`): the geometry without 1/r and knot (3
+# per window slot of a build (`neighbours.build.select`): the geometry without 1/r and knot (3
 # sub, 3 mul, 3 round, 3 fmac; r^2: mul, 2 fmac), reach, species and self tests (3 sub),
 # the slot's bit (shift)
 BUILD_SLOT = {"sub": 6, "mul": 4, "convert": 3, "fmac": 5, "shift": 1}

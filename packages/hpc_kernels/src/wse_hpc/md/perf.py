@@ -3,7 +3,7 @@ emulation runs.
 
 Contract: `step_phases(wafer, pot, plan, rebuild_every=..., check_every=...) -> Phases`
 counts, on the busiest PE, what one velocity-Verlet step of the neighbour-list kernel
-(`wse_hpc.md.nlist`, stepped by `wse_hpc.md.integrate`) executes for `plan` (`EamPlan`:
+(`wse_hpc.md.neighbours`, stepped by `wse_hpc.md.integrate`) executes for `plan` (`EamPlan`:
 window k_rows x k_cols, candidate capacities `caps`, dtype), and `predict(spec, wafer, pot,
 plan, ...)` evaluates it with `wse_core.cost.perf.PerfModel` into a `wse_core.RunReport` (units
 "step"), whose `cycles_by_mechanism()` splits it by mechanism. Nothing is fitted here: the
@@ -26,14 +26,14 @@ of M = `caps[-1]` candidates, every list slot evaluated and masked, as the kerne
   candidates) and its coverage test (`eam.window_overflow`: fabric reductions and
   doubling shifts).
 - `check` (1 / `check_every` times per step): one wafer-wide max reduction of the PEs'
-  displacement records (`nlist.drift_fn`; Luczynski et al.'s allreduce,
+  displacement records (`neighbours.drift_fn`; Luczynski et al.'s allreduce,
   `wse_core.cost.collectives.allreduce_2d`): the shell's check once per chunk of steps. No
   reduction runs every step.
 
 Task activations: one per fabric operation a PE receives (each multicast stage, each
 marching step in each direction) and one per compute phase. Fabric words per link
 direction and hops come from the traced ledger of the real functions (`fabric.count` /
-`wafer.traffic.scope()` over `nlist.neighbour_fns` and `eam.sort_fn`); every word a
+`wafer.traffic.scope()` over `neighbours.neighbour_fns` and `eam.sort_fn`); every word a
 multicast brings also crosses the PE's ramp to its core ("ramp": the words of all four
 directions). `fold` then applies the fold placement: each periodic ring (a PE row or
 column) is cut in two and laid interleaved, one half reversed, so ring neighbours are 1-2
@@ -69,7 +69,7 @@ from wse_core.trace import PeTrace, trace_from
 
 from wse_hpc.md.eam import EamPlan, eam, geometry
 from wse_hpc.md.mapping import NFIELDS
-from wse_hpc.md.nlist import neighbour_fns
+from wse_hpc.md.neighbours import neighbour_fns
 from wse_hpc.md.pe_program import (
     BUILD_SLOT,
     DENSITY,

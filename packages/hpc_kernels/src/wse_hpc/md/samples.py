@@ -36,7 +36,7 @@ from wse_core.hw.wafer import Wafer, build_wafer
 from wse_hpc.md import mapping
 from wse_hpc.md.eam import EamPlan
 from wse_hpc.md.lattice import Structure
-from wse_hpc.md.list_plan import reach_pairs
+from wse_hpc.md.neighbour_plan import reach_pairs
 from wse_hpc.md.simulate import MdConfig, plan_window
 from wse_hpc.md.testing import perturbed
 

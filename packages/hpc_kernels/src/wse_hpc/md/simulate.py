@@ -6,7 +6,7 @@ overlaps, elements known to the potential, dt > 0), builds a wafer of one atom p
 MIN_PES_PER_DEVICE PEs), maps the atoms with the tile map (`rewrap`, `initial_map`; the tile
 `config.tile` or the one `choose_tile` finds), picks the neighbour window from the cutoff
 and the map (`window_needed` for cutoff + skin, with a margin) and the neighbour-list
-capacities (`list_plan.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet
+capacities (`neighbour_plan.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet
 steps in jitted chunks of `thermo_every` steps (`lax.while_loop` that stops at the first
 overflow); each step evaluates the EAM splines only for its per-PE candidate lists and
 rebuilds them (sort sweep + build) every `nbrs.every` steps, counted in `list_builds`. After
@@ -40,8 +40,8 @@ from wse_hpc.md import mapping
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
 from wse_hpc.md.integrate import Thermostat, bath_energy, integrator, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure
-from wse_hpc.md.list_plan import active_per_block, list_caps
-from wse_hpc.md.nlist import neighbour_fns
+from wse_hpc.md.neighbour_plan import active_per_block, list_caps
+from wse_hpc.md.neighbours import neighbour_fns
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms, MdState
 from wse_hpc.md.thermo import ThermoRow, state_row, state_structure
@@ -232,7 +232,7 @@ def plan_window(
     neighbour-list capacities of the map (host side; no field is placed). With `host_lists`
     (the emulator) lists over LIST_BUDGET_BYTES are dropped for the full-window kernel; a
     prediction plan (`host_lists=False`) keeps them: the wafer holds its lists in SRAM.
-    `pairs`: the atoms' pairs within cutoff + skin by atom id (`list_plan.reach_pairs`), when
+    `pairs`: the atoms' pairs within cutoff + skin by atom id (`neighbour_plan.reach_pairs`), when
     already known (one crystal planned on several grids)."""
     reach = pot.cutoff_A + config.skin_A
     kr, kc = mapping.window_needed(state_np, box, reach + WINDOW_MARGIN_A)

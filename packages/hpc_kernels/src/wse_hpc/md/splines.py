@@ -5,7 +5,7 @@ same clamps: `interpolate` and `array2spline` of pair_eam.cpp) of F(rho), rho(r)
 z2r = r phi(r), as cubic coefficients per knot in the plan's dtype (`SplineTables`, 4 columns
 of knots), and the pure functions every kernel evaluates them with: the knot interval of r,
 the density and its slope, the embedding energy and its slope, and psi' and phi of a pair.
-Shared by the full-window kernel (`eam`), the neighbour-list kernel (`nlist`) and the PEs'
+Shared by the full-window kernel (`eam`), the neighbour-list kernel (`neighbours`) and the PEs'
 own pair kernels on a CPU (`pe_pairs`, which read `Splines.tables`).
 """
 

@@ -9,7 +9,7 @@ message one swap moves between PEs) and `Atoms.record()` writes it; both are exa
 integrator's `init_fn` returns and its `step_fn` carries (`wse_hpc.md.integrate`): the atoms,
 the bath, the neighbour lists (None for the full-window kernel) and the last force
 evaluation (`EamOutput`: per-atom energy, virial, and the overflow flag the shell acts on).
-The Protocols type the functions `EamFns` (`eam`) and `ListFns` (`nlist`) hold.
+The Protocols type the functions `EamFns` (`eam`) and `ListFns` (`neighbours`) hold.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from wse_hpc.md.mapping import ATOM_ID, FORCE, POS, SPECIES, VEL
 
 if TYPE_CHECKING:
     from wse_hpc.md.eam import EamOutput, Geometry
-    from wse_hpc.md.nlist import Neighbours
+    from wse_hpc.md.neighbours import Neighbours
 
 __all__ = [
     "Atoms",

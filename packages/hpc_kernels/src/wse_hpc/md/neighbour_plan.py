@@ -1,4 +1,4 @@
-"""Host-side sizing of the per-PE neighbour lists (`wse_hpc.md.nlist`): the pairs within a
+"""Host-side sizing of the per-PE neighbour lists (`wse_hpc.md.neighbours`): the pairs within a
 reach (a periodic k-d tree), the candidate capacity per row offset of the window and in all
 (`list_caps`, what `EamPlan.caps` holds), and the most atoms any device block holds
 (`active_per_block`, `EamPlan.active`). NumPy only; nothing here is placed or traced.

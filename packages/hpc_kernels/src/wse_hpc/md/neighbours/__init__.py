@@ -3,7 +3,7 @@ its window that lie within cutoff + skin (a Verlet list in PE coordinates).
 
 Contract: `neighbour_fns(wafer, pot, plan) -> ListFns` of pure functions over placed fields;
 `plan.caps` (one capacity per row offset -k_rows .. k_rows of the window, then the total
-M of candidates per PE) and `plan.skin_A` must be set (`list_plan.list_caps` picks them on
+M of candidates per PE) and `plan.skin_A` must be set (`neighbour_plan.list_caps` picks them on
 the host).
 
 - `build_fn(atoms, geo) -> (Neighbours, overflow)`: one marching multicast of (position,
@@ -44,8 +44,8 @@ The values a PE computes with are bit for bit those the full multicast would bri
 traffic ledger records the whole multicast (words, hops, latency) as the wafer moves it. A
 build tests every window slot in place (a bit mask of window columns per row offset).
 
-Empty PEs do no pair work: with `plan.active` set (`list_plan.active_per_block`: the most atoms any
-device block holds), a build stores each block's lists with its atom-holding PEs first
+Empty PEs do no pair work: with `plan.active` set (`neighbour_plan.active_per_block`: the most atoms
+any device block holds), a build stores each block's lists with its atom-holding PEs first
 (`Neighbours.order` names them) and the forces evaluate only those `active` rows of each
 block, not the block's empty and padding PEs (a 256-atom crystal on 17 x 17 PEs: 11% of the
 pairs). Atoms never move onto empty PEs (swaps pair two atoms), so a block's count holds
@@ -54,7 +54,7 @@ overflow all the same.
 
 Atoms stay on their PEs between builds; `sort_fn` (swaps) runs only before a build. The
 build kernel and the static structure the kernels close over (`ListSpec`, derived once per
-plan) are in `wse_hpc.md.list_build`; here are the forces and the factory.
+plan) are in `wse_hpc.md.neighbours.build`; here are the forces and the factory.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md import pe_pairs
 from wse_hpc.md.eam import EamOutput, EamPlan, Geometry, window_overflow
-from wse_hpc.md.list_build import ListSpec, list_spec, march_order, min_image, select
+from wse_hpc.md.neighbours.build import ListSpec, list_spec, march_order, min_image, select
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms, BuildFn, DriftFn, ListForcesFn, TrackFn
 

@@ -1,4 +1,4 @@
-"""The build kernel of the per-PE neighbour lists (`wse_hpc.md.nlist`), and the static
+"""The build kernel of the per-PE neighbour lists (`wse_hpc.md.neighbours`), and the static
 structure every list kernel closes over.
 
 Contract: `list_spec(wafer, pot, plan, chunk) -> ListSpec` checks the plan (`plan.caps`:
