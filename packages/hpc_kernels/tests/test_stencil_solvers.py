@@ -245,7 +245,7 @@ def test_a_breakdown_keeps_its_finite_correction_and_the_solve_goes_on():
     group breaks down. Dropping its (finite) correction restarted from the same residual and
     replayed the same 44 iterations into the same breakdown until the cap (2,000 iterations,
     true residual 3e-2); keeping it, the solve converges in SciPy's count within 1.25x."""
-    g = small_grid((48, 48, 48), {"b": "fp32"}, spec="wse2", mesh_shape=(2, 1))
+    g = small_grid((48, 48, 48), {"b": "fp32"}, spec=preset("wse2"), mesh_shape=(2, 1))
     placed = jax.jit(laplacian7(g))(g.place(exact_solution(g, "bicgstab"), "b"))
     res = jax.jit(refine(g, precision="fp32", tol=1e-6, maxiter=400, pair=True))(placed)
     assert int(res.breakdowns) >= 1
