@@ -26,7 +26,7 @@ from wse_hpc.numba_ffi import metadata_query as metadata
 
 __all__ = ["HANDLERS"]
 
-_F1, _F2, _F3 = np.float32(1.0), np.float32(2.0), np.float32(3.0)
+_F0, _F1, _F2, _F3 = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.float32(3.0)
 
 
 @njit(inline="always")
@@ -74,7 +74,7 @@ def _density(xyz, index, valid, sp_j, pos, sp_i, rhor, cf, ci, rho):
         for t in range(m):
             if valid[i, t]:
                 _, _, _, r2 = _geometry(xyz, index[i, t], xi, yi, zi, cf)
-                if r2 < cf[6]:
+                if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
                     r = r2 * (_F1 / np.sqrt(r2))
                     k, p = _locate(r, cf[7], nr)
                     acc += _value(rhor, _knot(sp_j[i, t], si, k, ne, nr, size), p)
@@ -94,7 +94,7 @@ def _force(xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out):
             if valid[i, t]:
                 j = index[i, t]
                 dx, dy, dz, r2 = _geometry(xyz, j, xi, yi, zi, cf)
-                if r2 < cf[6]:
+                if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
                     inv_r = _F1 / np.sqrt(r2)
                     r = r2 * inv_r
                     k, p = _locate(r, cf[7], nr)
@@ -129,7 +129,7 @@ def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, rh
             j = ids[q]
             if valid[h, t] and j > i:
                 _, _, _, r2 = _geometry(xyz, q, xi, yi, zi, cf)
-                if r2 < cf[6]:
+                if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
                     r = r2 * (_F1 / np.sqrt(r2))
                     k, p = _locate(r, cf[7], nr)
                     sj = sp_j[h, t]
@@ -155,7 +155,7 @@ def _force_half(xyz, fpr, ids, index, valid, sp_j, pos, sp_i, own, fp_i, tables,
             j = ids[q]
             if valid[h, t] and j > i:
                 dx, dy, dz, r2 = _geometry(xyz, q, xi, yi, zi, cf)
-                if r2 < cf[6]:
+                if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
                     inv_r = _F1 / np.sqrt(r2)
                     r = r2 * inv_r
                     k, p = _locate(r, cf[7], nr)
