@@ -65,6 +65,21 @@ def _slope(t, at, p, inv_d):
     return ((_F3 * t[0, at] * p + _F2 * t[1, at]) * p + t[2, at]) * inv_d
 
 
+@njit(inline="always")
+def _pair(rhor, z2r, r2, si, sj, fpi, fpj, cf, nr, ne, size):
+    """One pair within the cutoff: 1/r, r, the pair energy phi and psi' (the force along the
+    pair is psi' / r times the displacement)."""
+    inv_r = _F1 / np.sqrt(r2)
+    r = r2 * inv_r
+    k, p = _locate(r, cf[7], nr)
+    rhojp = _slope(rhor, _knot(sj, si, k, ne, nr, size), p, cf[7])
+    rhoip = _slope(rhor, _knot(si, sj, k, ne, nr, size), p, cf[7])
+    at = _knot(si, sj, k, ne, nr, size)
+    phi = _value(z2r, at, p) * inv_r
+    phip = (_slope(z2r, at, p, cf[7]) - phi) * inv_r
+    return inv_r, r, phi, fpi * rhojp + fpj * rhoip + phip
+
+
 def _density(xyz, index, valid, sp_j, pos, sp_i, rhor, cf, ci, rho):
     n, m = index.shape
     nr, ne, size = ci[0], ci[1], rhor.shape[1]
@@ -95,16 +110,9 @@ def _force(xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out):
                 j = index[i, t]
                 dx, dy, dz, r2 = _geometry(xyz, j, xi, yi, zi, cf)
                 if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
-                    inv_r = _F1 / np.sqrt(r2)
-                    r = r2 * inv_r
-                    k, p = _locate(r, cf[7], nr)
-                    sj = sp_j[i, t]
-                    rhojp = _slope(rhor, _knot(sj, si, k, ne, nr, size), p, cf[7])
-                    rhoip = _slope(rhor, _knot(si, sj, k, ne, nr, size), p, cf[7])
-                    at = _knot(si, sj, k, ne, nr, size)
-                    phi = _value(z2r, at, p) * inv_r
-                    phip = (_slope(z2r, at, p, cf[7]) - phi) * inv_r
-                    psip = fpi * rhojp + fpr[j] * rhoip + phip
+                    inv_r, r, phi, psip = _pair(
+                        rhor, z2r, r2, si, sp_j[i, t], fpi, fpr[j], cf, nr, ne, size
+                    )
                     scale = psip * inv_r
                     fx += scale * dx
                     fy += scale * dy
@@ -156,16 +164,9 @@ def _force_half(xyz, fpr, ids, index, valid, sp_j, pos, sp_i, own, fp_i, tables,
             if valid[h, t] and j > i:
                 dx, dy, dz, r2 = _geometry(xyz, q, xi, yi, zi, cf)
                 if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
-                    inv_r = _F1 / np.sqrt(r2)
-                    r = r2 * inv_r
-                    k, p = _locate(r, cf[7], nr)
-                    sj = sp_j[h, t]
-                    rhojp = _slope(rhor, _knot(sj, si, k, ne, nr, size), p, cf[7])
-                    rhoip = _slope(rhor, _knot(si, sj, k, ne, nr, size), p, cf[7])
-                    at = _knot(si, sj, k, ne, nr, size)
-                    phi = _value(z2r, at, p) * inv_r
-                    phip = (_slope(z2r, at, p, cf[7]) - phi) * inv_r
-                    psip = fpi * rhojp + fpr[q] * rhoip + phip
+                    inv_r, r, phi, psip = _pair(
+                        rhor, z2r, r2, si, sp_j[h, t], fpi, fpr[q], cf, nr, ne, size
+                    )
                     scale = psip * inv_r
                     fx += scale * dx
                     fy += scale * dy
