@@ -318,7 +318,7 @@ def predict(
             f"reduction) every {check_every:.3g} steps",
             **dict(assumptions or {}),
         },
-        extra=lambda t: {**figures, "timesteps_per_s": 1.0 / t.seconds, **dict(extra or {})},
+        extra=lambda t: {**figures, "timesteps_per_s": t.per_s, **dict(extra or {})},
     )
 
 

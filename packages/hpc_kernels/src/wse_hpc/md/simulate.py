@@ -127,7 +127,6 @@ class _Runner:
         )
         self.init = jax.jit(init_fn)
         self.drift = jax.jit(lists.drift_fn) if lists else None
-        self.zero_drift2: jax.Array | None = None  # made once: `Wafer.zeros` compiles a jit
         self._chunks: dict[int, Callable] = {}
 
     def chunk(self, n: int, *args) -> Callable:
@@ -347,9 +346,7 @@ def _placed_drift(runner: _Runner, state: MdState) -> MdState:
     here, with the set-up (at its first use it took 0.33 s of 4,000 atoms' timed steps)."""
     if state.nbrs is None:
         return state
-    if runner.zero_drift2 is None:
-        runner.zero_drift2 = runner.wafer.zeros((), state.nbrs.drift2.dtype)
-    nbrs = state.nbrs._replace(drift2=runner.zero_drift2)
+    nbrs = state.nbrs._replace(drift2=runner.wafer.zeros((), state.nbrs.drift2.dtype))
     jax.block_until_ready(runner.drift(nbrs))
     return state._replace(nbrs=nbrs)
 
@@ -365,7 +362,7 @@ def _check_lists(runner: _Runner, start: MdState, new: MdState, skin_A: float):
         return None, start._replace(nbrs=start.nbrs._replace(every=shorter))
     if moved_A < 0.25 * skin_A:
         every = min(2 * every, MAX_REBUILD_EVERY)
-    drift2 = runner.zero_drift2
+    drift2 = runner.wafer.zeros((), new.nbrs.drift2.dtype)
     return new._replace(nbrs=new.nbrs._replace(every=jnp.int32(every), drift2=drift2)), None
 
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S
-from wse_core.cost.perf import Phases, Timing, overlap, serial
+from wse_core.cost.perf import Phases, overlap, serial
 from wse_core.cost.report import RunReport
 from wse_core.hw.spec import PRESETS, WaferSpec
 from wse_core.systems.decoder import DECODER_ASSUMPTIONS, decode_phases
@@ -121,12 +121,8 @@ def _report(
         assumptions={**decode_assumptions(plan, kv_tokens), **(assumptions or {})},
         units="token",
         systems=systems or plan.num_wafers,
-        extra=lambda t: {**head, "tokens_per_s": _per_s(t), **(tail or {})},
+        extra=lambda t: {**head, "tokens_per_s": t.per_s, **(tail or {})},
     )
-
-
-def _per_s(t: Timing) -> float:
-    return 1.0 / t.seconds if t.seconds > 0 else float("inf")
 
 
 def plan_for(

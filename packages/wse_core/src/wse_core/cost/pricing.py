@@ -217,6 +217,11 @@ class Timing:
     mode: str = "phase"
     children: tuple[Timing, ...] = ()
 
+    @property
+    def per_s(self) -> float:
+        """Repetitions of the whole tree per second: 1 / seconds, infinite for zero."""
+        return 1.0 / self.seconds if self.seconds > 0 else float("inf")
+
     def rows(self, depth: int = 0) -> Iterator[tuple[int, Timing]]:
         """(depth, node) in order, for tables."""
         yield depth, self

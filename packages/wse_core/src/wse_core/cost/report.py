@@ -151,8 +151,7 @@ class RunReport:
     def units_per_s(self) -> float:
         """Predicted `units` per second (tokens/s of a per-token report, timesteps/s of a
         per-step one): 1 / `predicted_s`, infinite for a zero prediction."""
-        s = self.predicted.seconds
-        return 1.0 / s if s > 0 else float("inf")
+        return self.predicted.per_s
 
     def phase_rows(self) -> list[dict[str, object]]:
         """One row per phase: depth, name, repeat, seconds (all repeats), bound."""
