@@ -46,13 +46,9 @@ def preset_option(
 
 def parse_sets(items: Sequence[str] | None) -> dict[str, str]:
     """`["clock_hz=1e9", ...]` -> {field: text} (a SpecError on an item without `=`)."""
-    out = {}
-    for item in items or ():
-        field, eq, value = item.partition("=")
-        if not eq or not field.strip():
-            raise SpecError(f"--set expects FIELD=VALUE, got {item!r}")
-        out[field.strip()] = value.strip()
-    return out
+    from wse_core.cost.assumptions import key_values
+
+    return key_values(items or (), "--set expects FIELD=VALUE")
 
 
 def wafer_spec(

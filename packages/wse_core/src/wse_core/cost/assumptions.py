@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "assumed_spec",
     "setting",
     "value_of",
+    "key_values",
     "parse_assumptions",
     "listed",
 ]
@@ -117,15 +118,21 @@ def setting(key: str) -> float:
     return float(active().get(key, CALIBRATION_DEFAULTS[key]))
 
 
-def parse_assumptions(items: list[str] | tuple[str, ...]) -> dict[str, float]:
-    """`["hop_latency_cycles=2", ...]` -> a checked mapping (SpecError on a bad item)."""
-    out: dict[str, Any] = {}
+def key_values(items: Sequence[str], usage: str) -> dict[str, str]:
+    """`["KEY=VALUE", ...]` -> {key: value text}, stripped; a SpecError saying `usage` (e.g.
+    "--set expects FIELD=VALUE") on an item without `=` or a key."""
+    out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise SpecError(f"--assume takes KEY=VALUE, got {item!r}")
+            raise SpecError(f"{usage}, got {item!r}")
         out[key.strip()] = value.strip()
-    return _check(out)
+    return out
+
+
+def parse_assumptions(items: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """`["hop_latency_cycles=2", ...]` -> a checked mapping (SpecError on a bad item)."""
+    return _check(key_values(items, "--assume takes KEY=VALUE"))
 
 
 def listed(spec: Any) -> dict[str, str]:
