@@ -26,11 +26,14 @@ WHEELS=(
   datasets dill multiprocess                       # trainer: data loading
   tensorboardX                                     # trainer: logging
   fastapi starlette pydantic pydantic-core annotated-types typing-inspection  # inference HTTP
+  opentelemetry-api                                # fastapi >= 0.16x imports it
   uvicorn openai distro jiter sniffio              # inference serve, the OpenAI client (tests)
+  httpx2 httpcore2 truststore                      # openai >= 3.5x imports httpx2
   ase                                              # tests: MD file round trips
   jax-md e3nn-jax jraph ml-collections             # bench: the jax-md EAM baseline
 )
-GRPC_TOOLS=(1.85.1 1.80.0 1.76.0 1.72.1)           # newest first; gpu_check.sh picks one
+# newest first; gpu_check.sh picks one (the image held grpcio 1.84.0 on 2026-11-27)
+GRPC_TOOLS=(1.85.1 1.84.0 1.80.0 1.76.0 1.72.1)
 
 PLATFORMS=()
 for n in 17 24 27 28 31 34 35; do PLATFORMS+=(--platform "manylinux_2_${n}_x86_64"); done
