@@ -125,7 +125,11 @@ def initial_map(
     th, tw = TILES[0] if tile is None else tile
     th, tw = max(1, min(th, rows)), max(1, min(tw, cols))
     x, y, z = positions_A[:, 0], positions_A[:, 1], positions_A[:, 2]
-    by_x = np.lexsort((z, y, x))
+    # ties in x (a crystal plane) broken by z: a strip that takes part of a plane takes a
+    # z-slab of it, every y, so each strip's rows hold the same y (broken by y, a partial
+    # plane's low-y half shifted a strip's rows by up to a tenth of the box: windows of 8,037
+    # instead of 1,927 PEs for a 32,000-atom Cu cube)
+    by_x = np.lexsort((y, z, x))
     firsts = np.arange(0, cols, tw)
     widths = np.minimum(tw, cols - firsts)
     # atoms per strip in proportion to its PEs (empty PEs spread over every strip)

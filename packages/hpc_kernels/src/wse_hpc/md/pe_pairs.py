@@ -100,24 +100,31 @@ def _rows(lists, order, own, active: int):
     return rows, at, tuple(jnp.take(a.reshape((nb,) + a.shape[2:]), at, axis=0) for a in own)
 
 
-def density_half(kernel: PairKernel, regions, lists, order, own, active: int) -> jax.Array:
-    """One device's block, each pair once: the density of every PE (br, bc). regions =
-    (positions (Rr, Rc, 3), block indices (Rr, Rc)) of the window region; lists (br, bc, M)
-    stored in `order`; own = (pos, sp_i) per PE."""
+def density_half(kernel: PairKernel, regions, lists, order, own, active: int):
+    """One device's block, each pair once: the density of every PE (br, bc) and the pairs
+    each list row took within the cutoff, `cut` = (places (br, bc, M) int32, count (br, bc)
+    int32) for `force_half`. regions = (positions (Rr, Rc, 3), block indices (Rr, Rc)) of
+    the window region; lists (br, bc, M) stored in `order`; own = (pos, sp_i) per PE."""
     rows, at, (pos, sp_i) = _rows(lists, order, own, active)
-    out = jax.ShapeDtypeStruct((order.size,), jnp.float32)
+    nb, m = order.size, lists[0].shape[-1]
+    out = (
+        jax.ShapeDtypeStruct((nb,), jnp.float32),
+        jax.ShapeDtypeStruct((nb, m), jnp.int32),
+        jax.ShapeDtypeStruct((nb,), jnp.int32),
+    )
     call = jax.ffi.ffi_call(_target("density_half"), out)
     xyz, ids = regions[0].reshape(-1, 3), regions[1].reshape(-1)
-    rho = call(xyz, ids, *rows, pos, sp_i, at, kernel.rhor, kernel.cf, kernel.ci)
-    return rho.reshape(order.shape)
+    rho, cut, ncut = call(xyz, ids, *rows, pos, sp_i, at, kernel.rhor, kernel.cf, kernel.ci)
+    return rho.reshape(order.shape), (cut.reshape(order.shape + (m,)), ncut.reshape(order.shape))
 
 
-def force_half(kernel: PairKernel, regions, lists, order, own, active: int):
+def force_half(kernel: PairKernel, regions, lists, cut, order, own, active: int):
     """One device's block, each pair once: force (br, bc, 3), pair energy and virial
-    (br, bc). regions = (positions, F', block indices) of the window region; own = (pos,
-    sp_i, fp) per PE."""
-    rows, at, (pos, sp_i, fp) = _rows(lists, order, own, active)
+    (br, bc) of the pairs `density_half` took (`cut`). regions = (positions, F', block
+    indices) of the window region; lists (index, valid, sp_j); own = (pos, sp_i, fp) per PE."""
+    (index, _, sp_j), at, (pos, sp_i, fp) = _rows(lists, order, own, active)
     nb = order.size
+    places, count = cut[0].reshape(nb, -1)[:active], cut[1].reshape(nb)[:active]
     out = (
         jax.ShapeDtypeStruct((nb, 3), jnp.float32),
         jax.ShapeDtypeStruct((nb,), jnp.float32),
@@ -126,5 +133,5 @@ def force_half(kernel: PairKernel, regions, lists, order, own, active: int):
     call = jax.ffi.ffi_call(_target("force_half"), out)
     xyz, fpr, ids = regions[0].reshape(-1, 3), regions[1].reshape(-1), regions[2].reshape(-1)
     tables = (kernel.rhor, kernel.z2r, kernel.cf, kernel.ci)
-    f, e, v = call(xyz, fpr, ids, *rows, pos, sp_i, at, fp, *tables)
+    f, e, v = call(xyz, fpr, ids, index, places, count, sp_j, pos, sp_i, at, fp, *tables)
     return f.reshape(order.shape + (3,)), e.reshape(order.shape), v.reshape(order.shape)

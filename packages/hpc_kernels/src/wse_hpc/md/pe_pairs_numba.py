@@ -13,6 +13,12 @@ Arguments, float32 and int32 (`pe_pairs` lays them out):
   ci (2,) = nr, number of elements; result rho (n,).
 - force: xyz, fpr (Nr,) F' over the region, index, valid, sp_j, pos, sp_i, fp_i (n,), rhor,
   z2r (4, K), cf, ci; results f (n, 3), pair energy (n,), virial (n,).
+- density_half: xyz, ids (Nr,) the region's block indices, index, valid, sp_j, pos, sp_i,
+  own (n,) the PEs' block indices, rhor, cf, ci; results rho (nb,) over the block, cut
+  (nb, M) and ncut (nb,): per list row, the list places of the pairs it took within the
+  cutoff (rows past n: ncut 0).
+- force_half: xyz, fpr, ids, index, cut, ncut, sp_j, pos, sp_i, own, fp_i, rhor, z2r, cf,
+  ci; results f (nb, 3), pair energy (nb,), virial (nb,): only the pairs `cut` names.
 Each PE skips the candidates beyond the cutoff; the splines are `md.splines`' (LAMMPS's).
 """
 
@@ -124,32 +130,41 @@ def _force(xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out):
         virial[i] = np.float32(-0.5) * v
 
 
-def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, rho):
-    """Each pair once (the PE of the larger block index takes it from the other's list)."""
+def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, out):
+    """Each pair once (the PE of the larger block index takes it from the other's list);
+    each PE's pairs within the cutoff are written down (their places in its list, `cut`,
+    and their count, `ncut`) for the force pass, which then walks only those."""
+    rho, cut, ncut = out
     n, m = index.shape
     nr, ne, size = ci[0], ci[1], rhor.shape[1]
     rho[:] = 0.0
+    ncut[:] = 0
     for h in range(n):
         i, xi, yi, zi, si = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h]
         acc = np.float32(0.0)
+        c = 0
         for t in range(m):
             q = index[h, t]
             j = ids[q]
             if valid[h, t] and j > i:
                 _, _, _, r2 = _geometry(xyz, q, xi, yi, zi, cf)
                 if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
+                    cut[h, c] = t
+                    c += 1
                     r = r2 * (_F1 / np.sqrt(r2))
                     k, p = _locate(r, cf[7], nr)
                     sj = sp_j[h, t]
                     acc += _value(rhor, _knot(sj, si, k, ne, nr, size), p)
                     rho[j] += _value(rhor, _knot(si, sj, k, ne, nr, size), p)
         rho[i] += acc
+        ncut[h] = c
 
 
-def _force_half(xyz, fpr, ids, index, valid, sp_j, pos, sp_i, own, fp_i, tables, cf, ci, out):
+def _force_half(xyz, fpr, ids, index, cut, ncut, sp_j, pos, sp_i, own, fp_i, tables, cf, ci, out):
+    """The pairs `_density_half` found within the cutoff (`cut`, `ncut`), in list order."""
     rhor, z2r = tables
     f, pair_e, virial = out
-    n, m = index.shape
+    n = index.shape[0]
     nr, ne, size = ci[0], ci[1], rhor.shape[1]
     f[:] = 0.0
     pair_e[:] = 0.0
@@ -158,26 +173,25 @@ def _force_half(xyz, fpr, ids, index, valid, sp_j, pos, sp_i, own, fp_i, tables,
         i, xi, yi, zi, si, fpi = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h], fp_i[h]
         fx, fy, fz = np.float32(0.0), np.float32(0.0), np.float32(0.0)
         e, v = np.float32(0.0), np.float32(0.0)
-        for t in range(m):
+        for c in range(ncut[h]):
+            t = cut[h, c]
             q = index[h, t]
             j = ids[q]
-            if valid[h, t] and j > i:
-                dx, dy, dz, r2 = _geometry(xyz, q, xi, yi, zi, cf)
-                if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
-                    inv_r, r, phi, psip = _pair(
-                        rhor, z2r, r2, si, sp_j[h, t], fpi, fpr[q], cf, nr, ne, size
-                    )
-                    scale = psip * inv_r
-                    fx += scale * dx
-                    fy += scale * dy
-                    fz += scale * dz
-                    f[j, 0] -= scale * dx
-                    f[j, 1] -= scale * dy
-                    f[j, 2] -= scale * dz
-                    e += phi
-                    v += psip * r
-                    pair_e[j] += np.float32(0.5) * phi
-                    virial[j] -= np.float32(0.5) * psip * r
+            dx, dy, dz, r2 = _geometry(xyz, q, xi, yi, zi, cf)
+            inv_r, r, phi, psip = _pair(
+                rhor, z2r, r2, si, sp_j[h, t], fpi, fpr[q], cf, nr, ne, size
+            )
+            scale = psip * inv_r
+            fx += scale * dx
+            fy += scale * dy
+            fz += scale * dz
+            f[j, 0] -= scale * dx
+            f[j, 1] -= scale * dy
+            f[j, 2] -= scale * dz
+            e += phi
+            v += psip * r
+            pair_e[j] += np.float32(0.5) * phi
+            virial[j] -= np.float32(0.5) * psip * r
         f[i, 0] += fx
         f[i, 1] += fy
         f[i, 2] += fz
@@ -264,25 +278,34 @@ def _density_half_args(frame):
     pos, sp_i = _own(frame, 5)
     own, rhor = _ints(frame, 7), _matrix(frame, FRAME_ARGS, 8)
     cf, ci = _consts(frame, 9)
-    rho = _vector(frame, FRAME_RETS, 0)
-    return xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, rho
+    d = dims(frame, FRAME_RETS, 1, 2)
+    out = (
+        _vector(frame, FRAME_RETS, 0),
+        carray(data(frame, FRAME_RETS, 1), (d[0], d[1]), np.int32),
+        carray(data(frame, FRAME_RETS, 2), (d[0],), np.int32),
+    )
+    return xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, out
 
 
 @njit(inline="always")
 def _force_half_args(frame):
     xyz, fpr, ids = _matrix(frame, FRAME_ARGS, 0), _vector(frame, FRAME_ARGS, 1), _ints(frame, 2)
-    index, valid, sp_j = _lists(frame, 3)
-    pos, sp_i = _own(frame, 6)
-    own, fp_i = _ints(frame, 8), _vector(frame, FRAME_ARGS, 9)
-    tables = (_matrix(frame, FRAME_ARGS, 10), _matrix(frame, FRAME_ARGS, 11))
-    cf, ci = _consts(frame, 12)
+    d = dims(frame, FRAME_ARGS, 3, 2)
+    index = carray(data(frame, FRAME_ARGS, 3), (d[0], d[1]), np.int32)
+    cut = carray(data(frame, FRAME_ARGS, 4), (d[0], d[1]), np.int32)
+    ncut = _ints(frame, 5)
+    sp_j = carray(data(frame, FRAME_ARGS, 6), (d[0], d[1]), np.int32)
+    pos, sp_i = _own(frame, 7)
+    own, fp_i = _ints(frame, 9), _vector(frame, FRAME_ARGS, 10)
+    tables = (_matrix(frame, FRAME_ARGS, 11), _matrix(frame, FRAME_ARGS, 12))
+    cf, ci = _consts(frame, 13)
     nb = dims(frame, FRAME_RETS, 0, 2)[0]
     out = (
         carray(data(frame, FRAME_RETS, 0), (nb, 3), np.float32),
         _vector(frame, FRAME_RETS, 1),
         _vector(frame, FRAME_RETS, 2),
     )
-    return xyz, fpr, ids, index, valid, sp_j, pos, sp_i, own, fp_i, tables, cf, ci, out
+    return xyz, fpr, ids, index, cut, ncut, sp_j, pos, sp_i, own, fp_i, tables, cf, ci, out
 
 
 density_full = njit(**OPTS)(_density)

@@ -305,19 +305,21 @@ def _half(spec: ListSpec, pos, sp_i, geo: Geometry, nbrs: Neighbours):
 
     def density(region, ids_region, *fields):
         *lists, order, pos, sp_i = fields
-        rho = pe_pairs.density_half(pe, (region, ids_region), lists, order, (pos, sp_i), active)
-        return spec.spl.embed(rho, sp_i)
+        regions = (region, ids_region)
+        rho, cut = pe_pairs.density_half(pe, regions, lists, order, (pos, sp_i), active)
+        return spec.spl.embed(rho, sp_i), cut
 
-    fp, emb = fabric.window_apply(
+    (fp, emb), cut = fabric.window_apply(
         wafer, pos, depth, kc, density, *lists, nbrs.order, pos, sp_i, kept=(ids,)
     )
 
     def force(fp_region, pos_region, ids_region, *fields):
-        *lists, order, pos, sp_i, fp = fields
+        *lists, places, count, order, pos, sp_i, fp = fields
         regions = (pos_region, fp_region, ids_region)
-        return pe_pairs.force_half(pe, regions, lists, order, (pos, sp_i, fp), active)
+        cut = (places, count)
+        return pe_pairs.force_half(pe, regions, lists, cut, order, (pos, sp_i, fp), active)
 
-    own = (nbrs.order, pos, sp_i, fp)
+    own = (*cut, nbrs.order, pos, sp_i, fp)
     return emb, fabric.window_apply(wafer, fp, depth, kc, force, *lists, *own, kept=(pos, ids))
 
 
