@@ -9,8 +9,10 @@ On the GPU machine (`run(command="bash tools/gpu_check.sh", carry=[".whl"], time
 after `bash tools/fetch_gpu_wheels.sh` here):
 1. install: every carried wheel (.whl/) whose distribution the image lacks, into /tmp/site
    (on PYTHONPATH for every step below; nothing of the image is replaced), grpcio-tools the
-   newest carried version whose grpcio and protobuf requirements the image meets; then a
-   child imports every third-party module the project uses and the JSON lists what failed;
+   newest carried version whose grpcio and protobuf requirements the image meets, and a
+   `wse` launcher (`python -m wse_cli`) in /tmp/site/bin, on PATH (the project is not
+   installed there); then a child imports every third-party module the project uses and
+   the JSON lists what failed;
 2. tests, two pytest processes at once: "device", the default suite minus `cpu_devices` tests
    (`-m "not slow and not cpu_devices"`, so the `gpu` tests run too) with the GPU as JAX's
    default backend; "cpu8", the `cpu_devices` tests with JAX_PLATFORMS=cpu (8 virtual CPU
@@ -134,6 +136,22 @@ def install(wheels: Path) -> dict:
         "pip_rc": out.returncode if out else 0,
         "pip_stderr": out.stderr[-2000:] if out else "",
     }
+
+
+def launcher(bin_dir: Path) -> Path:
+    """A `wse` command in bin_dir that runs this checkout's CLI (`python -m wse_cli`, with
+    the sources and SITE on its PYTHONPATH, as an installed one would find them): the project
+    is not pip-installed on the GPU machine, so it has no console script, and the tests that
+    run the installed command (test_core_cli) need one on PATH."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    wse = bin_dir / "wse"
+    path = os.pathsep.join([_src_path(), str(SITE)])
+    wse.write_text(
+        f'#!/bin/sh\nexport PYTHONPATH="{path}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f'exec "{sys.executable}" -m wse_cli "$@"\n'
+    )
+    wse.chmod(0o755)
+    return wse
 
 
 def _run(cmd: list[str], env: dict, timeout: float, log: Path | None = None) -> dict:
@@ -313,6 +331,8 @@ def main() -> None:
         report["install"] = install(ROOT / ".whl")
         report["install"]["wall_s"] = time.perf_counter() - t0
         path.insert(0, str(SITE))
+        report["install"]["wse"] = str(launcher(SITE / "bin"))
+        env["PATH"] = os.pathsep.join([str(SITE / "bin"), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
     report["device"] = probe(env)
     if report["device"].get("deterministic_ops"):

@@ -9,8 +9,10 @@ oracle (`decimal.Decimal`) on random bounds. The issue's cases run through the C
 from __future__ import annotations
 
 import decimal
+import inspect
 import math
 import os
+import typing
 from pathlib import Path
 
 import pytest
@@ -44,13 +46,20 @@ def _commands(cmd=None, path=()):
         yield from _commands(sub, (*path, name))
 
 
-def _numeric(param) -> bool:
-    ann = param.type_descriptor.annotation
-    types = getattr(ann, "__args__", None) or (ann,)
+def _numeric(cmd, param) -> bool:
+    """Whether the command's function annotates `param` int, float or a tuple of them.
+
+    Read from the function itself (typer wraps it with functools.update_wrapper), not from
+    typer's parameter objects, whose private fields change between typer versions (0.29's
+    `type_descriptor` is absent from older ones)."""
+    if cmd.callback is None:
+        return False
+    ann = typing.get_type_hints(inspect.unwrap(cmd.callback)).get(param.name)
+    types = typing.get_args(ann) or (ann,)
     return all(t in (int, float) for t in types)
 
 
-NUMERIC = [(path, param) for path, cmd in _commands() for param in cmd.params if _numeric(param)]
+NUMERIC = [(path, p) for path, cmd in _commands() for p in cmd.params if _numeric(cmd, p)]
 IDS = [" ".join((*path, param.opts[0])) for path, param in NUMERIC]
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -92,10 +93,19 @@ def test_experiments_list_and_run(tmp_path):
     assert (tmp_path / "wafer-yield" / "results.json").read_text() == first
 
 
+def _installed_wse() -> str:
+    """The `wse` command on PATH (a pip install's console script, or on the GPU lane the
+    launcher that tools/gpu_check.py puts in /tmp/site/bin)."""
+    wse = shutil.which("wse")
+    assert wse, "no `wse` command on PATH: `pip install -e .` (tools/gpu_check.py makes one)"
+    return wse
+
+
 def test_installed_wse_is_fast_and_imports_no_jax():
     env = dict(os.environ)
+    wse = _installed_wse()
     t0 = time.perf_counter()
-    r = subprocess.run(["wse", "--version"], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run([wse, "--version"], capture_output=True, text=True, env=env, timeout=60)
     wall = time.perf_counter() - t0
     assert r.returncode == 0 and r.stdout.startswith("wse ")
     assert wall < 5  # "well under a second" unloaded; generous for a busy CI machine
@@ -103,7 +113,7 @@ def test_installed_wse_is_fast_and_imports_no_jax():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False"
     r = subprocess.run(
-        ["wse", "wafer", "info", "-p", "nope"], capture_output=True, text=True, timeout=60
+        [wse, "wafer", "info", "-p", "nope"], capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 2 and r.stderr.strip().startswith("Error: unknown wafer preset")
 
@@ -111,7 +121,7 @@ def test_installed_wse_is_fast_and_imports_no_jax():
 def test_second_run_reuses_the_compile_cache(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_FLAGS"))}
     env.update(WSE_CACHE_DIR=str(tmp_path / "cache"), WSE_DEVICES="2")
-    cmd = ["wse", "wafer", "check", "--grid", "6", "10"]
+    cmd = [_installed_wse(), "wafer", "check", "--grid", "6", "10"]
     assert subprocess.run(cmd, capture_output=True, env=env, timeout=120).returncode == 0
     first = sorted(p.name for p in (tmp_path / "cache").iterdir())
     assert len(first) >= 6  # one entry per compiled fabric program

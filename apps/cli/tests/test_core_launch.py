@@ -2,22 +2,13 @@
 process that dies stops the others with a clear error."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
-
-WSE = [sys.executable, "-m", "wse_cli"]
-
-
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WSE_", "XLA_FLAGS"))}
-    env.update(extra)
-    return env
+from wse_cli.testing import WSE, clean_env
 
 
 def _json_tail(text: str) -> dict:
@@ -29,7 +20,7 @@ def _json_tail(text: str) -> dict:
 def test_two_processes_match_one_process():
     args = ["wafer", "check", "--grid", "13", "21", "--json"]
     one = subprocess.run(
-        WSE + args, capture_output=True, text=True, timeout=120, env=_env(WSE_DEVICES="8")
+        WSE + args, capture_output=True, text=True, timeout=120, env=clean_env(WSE_DEVICES="8")
     )
     assert one.returncode == 0, one.stderr
     two = subprocess.run(
@@ -37,7 +28,7 @@ def test_two_processes_match_one_process():
         capture_output=True,
         text=True,
         timeout=180,
-        env=_env(),
+        env=clean_env(),
     )
     assert two.returncode == 0, two.stderr[-2000:]
     a, b = _json_tail(one.stdout), _json_tail(two.stdout)
@@ -66,7 +57,7 @@ def test_a_dead_process_stops_the_run_with_a_clear_error():
         "1000000",
     ]
     launcher = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env()
     )
     try:
         deadline = time.monotonic() + 90
@@ -76,6 +67,7 @@ def test_a_dead_process_stops_the_run_with_a_clear_error():
             time.sleep(0.2)
         assert len(children) == 2
         time.sleep(8)  # let both join the run and start working
+        assert launcher.poll() is None, launcher.communicate()[1][-2000:]  # none died yet
         victim = next(c for c in children if c.environ().get("WSE_PROCESS_ID") == "1")
         killed_at = time.monotonic()
         victim.send_signal(signal.SIGKILL)
@@ -105,7 +97,7 @@ def test_bad_process_flags_are_exit_2():
         capture_output=True,
         text=True,
         timeout=60,
-        env=_env(),
+        env=clean_env(),
     )
     assert r.returncode == 2
     assert r.stderr.strip() == "Error: --process-id must be in 0..1, got 5"
@@ -124,6 +116,6 @@ def test_bad_process_flags_are_exit_2():
         capture_output=True,
         text=True,
         timeout=60,
-        env=_env(),
+        env=clean_env(),
     )
     assert r.returncode == 2 and "HOST:PORT" in r.stderr

@@ -2,14 +2,22 @@
 
 import json
 
+import jax
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 from wse_cli.app import app
+from wse_hpc import pe_ffi
 from wse_hpc.tlrmvm import load_operator
 from wse_hpc.tlrmvm.seismic import green_operator
 
 runner = CliRunner()
+
+
+def _auto_kernel() -> str:
+    """What `--kernel auto` runs here: the PEs' numba kernels (CPU-only FFI targets) where the
+    default backend is the CPU and numba is installed, XLA dots elsewhere (a GPU)."""
+    return "pe" if jax.default_backend() == "cpu" and pe_ffi.available() else "xla"
 
 
 @pytest.fixture(autouse=True)
@@ -73,8 +81,11 @@ def test_compress_then_run(tmp_path):
         == 48 * d["predicted_48_systems"]["copies_per_system"] * cb["tile_pes_per_copy"]
     )
     assert d["dense_gemv_s"] > 0 and d["wafer_emulator_s"] > 0
-    assert d["kernel"] == "pe"  # the PEs' numba kernels on a CPU
+    assert d["kernel"] == _auto_kernel()
     base = ["hpc", "tlrmvm", "run", "--operator", str(out), "--preset", "small", "--json"]
+    if _auto_kernel() == "xla":  # asked for where they cannot run, the PE kernels are refused
+        r = runner.invoke(app, [*base, "--kernel", "pe"])
+        assert r.exit_code == 2 and "kernel 'pe' needs numba, a CPU mesh" in r.output
     r = runner.invoke(app, [*base, "--kernel", "xla"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
@@ -105,6 +116,8 @@ def test_npy_matrix_and_text_output(tmp_path):
     r = runner.invoke(app, ["hpc", "tlrmvm", "run", "--operator", str(out), "--preset", "tiny"])
     assert r.exit_code == 0, r.output
     assert "predicted on tiny" in r.stdout and "vs measured" in r.stdout
+    ran = {"pe": "PE compute: numba kernels", "xla": "PE compute: XLA dots"}[_auto_kernel()]
+    assert ran in r.stdout  # the text says which kernel ran
     assert "Cerebras matvec accounting" in r.stdout
 
 

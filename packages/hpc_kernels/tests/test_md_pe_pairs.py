@@ -22,9 +22,17 @@ pytestmark = pytest.mark.skipif(not pe_pairs.available(), reason="numba not inst
 
 
 def _forces(s, sp, mesh):
-    """The float32 list kernel's results in atom order, and the kernel that ran."""
+    """The float32 list kernel's results in atom order, on CPU devices on any host: the PE
+    pair loops are CPU FFI targets, which `neighbours` uses only on a CPU mesh (on a GPU,
+    the default backend, no pair kernel was made: `seen` stayed empty, an IndexError)."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        return _forces_on_cpu(s, sp, mesh)
+
+
+def _forces_on_cpu(s, sp, mesh):
     grid = mapping.choose_grid(s.num_atoms)
-    wafer = build_wafer(preset("small"), grid=grid, mesh_shape=mesh)
+    cpus = jax.devices("cpu")[: mesh[0] * mesh[1]]
+    wafer = build_wafer(preset("small"), grid=grid, mesh_shape=mesh, devices=cpus)
     state = mapping.pack(
         mapping.initial_map(s.positions_A, grid, s.box_A), s.positions_A, sp, dtype=np.float32
     )
@@ -55,6 +63,7 @@ def test_pe_pair_loops_match_the_oracle_and_the_xla_kernel(monkeypatch, mesh, ha
     real = pe_pairs.pair_kernel
     monkeypatch.setattr(pe_pairs, "pair_kernel", lambda *a: seen.append(real(*a)) or seen[-1])
     got = _forces(s, sp, mesh)
+    assert seen, "neighbours made no PE pair kernel for a float32 list on a CPU mesh"
     k = seen[-1]
     assert k.half == half  # one device: each pair once; several: full lists
     monkeypatch.setattr(pe_pairs, "available", lambda: False)

@@ -169,15 +169,29 @@ def _refined(g, precision, tol, maxiter=600):
     return res, truth, x, spla.spsolve(a.tocsc(), bb)
 
 
-def assert_within_scipys_iterations(res, a, b) -> None:
-    """The solve took at most 1.25x the iterations SciPy's fp64 BiCGSTAB needs to reach the
-    same true residual on A x = b."""
+def assert_within_scipys_iterations(res, a, b, bound: float = 1.25) -> None:
+    """The solve took at most `bound` x the iterations SciPy's fp64 BiCGSTAB needs to reach
+    the same true residual on A x = b."""
     count = [0]
     spla.bicgstab(
         a, b, rtol=float(res.true_residual), maxiter=1000,
         callback=lambda xk: count.__setitem__(0, count[0] + 1),
     )  # fmt: skip
-    assert int(res.iterations) <= 1.25 * count[0], (int(res.iterations), count[0])
+    assert int(res.iterations) <= bound * count[0], (int(res.iterations), count[0])
+
+
+# The mixed (fp16) count off the CPU. fp16 rounding moves the mixed count by a few
+# iterations on the 20 x 18 x 22 grid below, whatever the platform: on a CPU the mesh alone
+# (the order of the fp32 dot sums) gives 16-19 iterations against SciPy's 15-17 at 1e-3
+# (1.06-1.27x over meshes 1x1, 2x4, 4x2, 1x2, 2x1) and 29-32 against 24-25 at 1e-5
+# (1.16-1.33x); the 1.25 bound holds for the CPU suite's meshes (2 x 4: 1.20x and 1.25x;
+# 1 x 1: 1.07x and 1.16x). XLA:CPU rounds every fp16 op (bit for bit NumPy's per-op fp16);
+# LLVM's NVPTX back end contracts a*b + c into fp16 FMAs by default (one rounding; not
+# checked on the device): the AXPYs so rounded on a CPU give 33 against 25 at 1e-5 on one
+# device, and 1.0-1.32x over the five meshes.
+# Measured on an H200 (JAX 0.11.2, one device): 19 against 15 at 1e-3 (1.27x) and 33
+# against 24 at 1e-5 (1.375x). fp32 is not affected (0.88-1.0x on every CPU mesh).
+MIXED_BOUND_OFF_CPU = 1.4
 
 
 @pytest.mark.parametrize("precision", ["mixed", "fp32"])
@@ -226,25 +240,32 @@ def test_the_recurrence_residual_no_longer_decides_convergence():
 def test_reliable_updates_take_about_scipys_iterations_to_the_same_true_residual(precision, tol):
     """One Krylov space from start to finish: to the true residual it reaches, the solve
     takes at most 1.25x the iterations SciPy's fp64 BiCGSTAB needs for the same residual
-    (0.96-1.15x on this grid and 24^3; restarting at each refinement step, the solver this
-    replaced took 1.27x in fp32 and 1.26x in mixed at 48^3), and the fp64 truth agrees."""
+    (on a CPU's 2 x 4 mesh: fp32 0.88x, mixed 1.20x and 1.25x; restarting at each
+    refinement step, the solver this replaced took 1.27x in fp32 and 1.26x in mixed at
+    48^3), and the fp64 truth agrees. Mixed off the CPU: MIXED_BOUND_OFF_CPU (why there)."""
     g = small_grid((20, 18, 22), {"b": "fp32"})
     res, truth, _, _ = _refined(g, precision, tol)
     assert bool(res.converged) and truth <= tol
     a = ref.poisson_matrix(g.shape, g.spacing)
     b = (a @ exact_solution(g, "bicgstab").ravel()).astype(np.float32).astype(np.float64)
-    assert_within_scipys_iterations(res, a, b)
+    on_cpu = all(d.platform == "cpu" for d in g.wafer.mesh.devices.flat)
+    bound = 1.25 if on_cpu or precision == "fp32" else MIXED_BOUND_OFF_CPU
+    assert_within_scipys_iterations(res, a, b, bound)
     # Each check is one reliable update: far fewer than iterations, the last one converged.
     checks = np.asarray(res.true_history)[: int(res.iterations) + 1]
     assert np.isfinite(checks).sum() == int(res.checks) < int(res.iterations)
     assert checks[int(res.iterations)] == pytest.approx(float(res.true_residual))
 
 
+@pytest.mark.cpu_devices
 def test_a_breakdown_keeps_its_finite_correction_and_the_solve_goes_on():
     """fp32 48^3 on a 2 x 1 mesh: r^ and r lose their biorthogonality at iteration 44 and the
     group breaks down. Dropping its (finite) correction restarted from the same residual and
     replayed the same 44 iterations into the same breakdown until the cap (2,000 iterations,
-    true residual 3e-2); keeping it, the solve converges in SciPy's count within 1.25x."""
+    true residual 3e-2); keeping it, the solve converges in SciPy's count within 1.25x.
+    The breakdown comes from the 2 x 1 mesh's reduction order on CPU devices (on one CPU
+    device the same solve has none: 73 iterations), so the test needs those devices
+    (`cpu_devices`: the GPU lane runs it in its JAX_PLATFORMS=cpu pass)."""
     g = small_grid((48, 48, 48), {"b": "fp32"}, spec=preset("wse2"), mesh_shape=(2, 1))
     placed = jax.jit(laplacian7(g))(g.place(exact_solution(g, "bicgstab"), "b"))
     res = jax.jit(refine(g, precision="fp32", tol=1e-6, maxiter=400, pair=True))(placed)

@@ -262,18 +262,19 @@ def test_the_emulator_layout_changes_only_the_order_of_sums(layout):
 
 def test_choose_layout_follows_the_cores_the_batch_and_the_plan(monkeypatch):
     """One shard per usable core (within the devices and a divisor of the batch); residuals
-    kept only at stride 1, and their bytes are those of the VJP a forward really keeps."""
-    import wse_core.host.runtime
+    kept only at stride 1, and their bytes are those of the VJP a forward really keeps.
+    The cores and devices are given (4 and 8), not this host's (a GPU host has 1 device)."""
     from wse_trainer import layout as lay
     from wse_trainer.replica import layer_fns
 
     model = _model()
     plan1 = plan_activations(model, preset("small"), 6, S, 1)
     plan2 = plan_activations(model, preset("small"), 6, S, 2)
-    monkeypatch.setattr(wse_core.host.runtime, "usable_cores", lambda: 4)
-    pick = functools.partial(lay.choose_layout, model, seq_len=S)
+    pick = functools.partial(lay.choose_layout, model, seq_len=S, cores=4, devices=8)
     assert pick(plan1, micro_batch=6, local_replicas=1) == Layout(shards=3, keep_residuals=True)
     assert pick(plan1, micro_batch=8, local_replicas=2).shards == 2
+    assert pick(plan1, micro_batch=8, local_replicas=1, devices=2).shards == 2  # devices bind
+    assert pick(plan1, micro_batch=6, local_replicas=1, devices=1).shards == 1  # one GPU
     assert pick(plan2, micro_batch=6, local_replicas=1, shards=1) == Layout()
     params = wse_models.init_params(model, jax.random.key(0))
     w0 = jax.tree.map(lambda x: x[0], params["layers"])

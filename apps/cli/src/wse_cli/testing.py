@@ -1,4 +1,9 @@
-"""Test support for running the installed `wse` as subprocesses, alone or under `wse launch`."""
+"""Test support for running the installed `wse` as subprocesses, alone or under `wse launch`.
+
+These runs emulate several hosts on one machine with virtual CPU devices (`WSE_DEVICES`,
+`--devices-per-proc`), so every child runs on the CPU (`JAX_PLATFORMS=cpu`), the default
+backend or not: on a one-GPU host each process would otherwise take the same GPU (NCCL
+refuses it: "Duplicate GPU detected") and `WSE_DEVICES=8` would give one device, not 8."""
 
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ WSE = [sys.executable, "-m", "wse_cli"]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without WSE_* and XLA settings, plus `extra`."""
+    """This environment without WSE_* and XLA settings, on the CPU, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WSE_", "XLA_FLAGS"))}
+    env["JAX_PLATFORMS"] = "cpu"
     env.update(extra)
     return env
 

@@ -63,16 +63,21 @@ def choose_layout(
     seq_len: int,
     local_replicas: int,
     shards: int = 0,
+    cores: int = 0,
+    devices: int = 0,
 ) -> Layout:
     """The layout for this machine: `shards` as given (0: one per usable core, within the
     devices each local replica gets and a divisor of `micro_batch`), residuals kept when
-    the plan has stride 1 and every layer's residuals fit (module docstring)."""
+    the plan has stride 1 and every layer's residuals fit (module docstring). `cores` and
+    `devices` (0: this process's usable cores and local JAX devices) are what `shards` 0
+    divides."""
     import jax
     from wse_core.host.memory import available_bytes
     from wse_core.host.runtime import usable_cores
 
     if shards <= 0:
-        per_replica = max(1, min(usable_cores(), len(jax.local_devices())) // local_replicas)
+        cores, devices = cores or usable_cores(), devices or len(jax.local_devices())
+        per_replica = max(1, min(cores, devices) // local_replicas)
         shards = max(k for k in range(1, per_replica + 1) if micro_batch % k == 0)
     keep = plan.stride == 1 and not plan.chunked  # chunked layers keep no whole-layer VJP
     if keep:
