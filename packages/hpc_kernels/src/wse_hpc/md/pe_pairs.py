@@ -92,11 +92,12 @@ def force(kernel: PairKernel, xyz, fpr, lists, own):
 
 
 def _rows(lists, order, own, active: int):
-    """The first `active` list rows (n, M), the block indices of their PEs and the PEs' own
-    values at them."""
+    """Every list row (nb, M) (the kernels read the first `active`: slicing them would copy
+    them each step), the block indices of the first `active` rows' PEs and those PEs' own
+    values."""
     nb = order.size
     at = order.reshape(-1)[:active]
-    rows = tuple(a.reshape(nb, -1)[:active] for a in lists)
+    rows = tuple(a.reshape(nb, -1) for a in lists)
     return rows, at, tuple(jnp.take(a.reshape((nb,) + a.shape[2:]), at, axis=0) for a in own)
 
 
@@ -124,7 +125,7 @@ def force_half(kernel: PairKernel, regions, lists, cut, order, own, active: int)
     indices) of the window region; lists (index, valid, sp_j); own = (pos, sp_i, fp) per PE."""
     (index, _, sp_j), at, (pos, sp_i, fp) = _rows(lists, order, own, active)
     nb = order.size
-    places, count = cut[0].reshape(nb, -1)[:active], cut[1].reshape(nb)[:active]
+    places, count = cut[0].reshape(nb, -1), cut[1].reshape(nb)
     out = (
         jax.ShapeDtypeStruct((nb, 3), jnp.float32),
         jax.ShapeDtypeStruct((nb,), jnp.float32),

@@ -13,8 +13,9 @@ Arguments, float32 and int32 (`pe_pairs` lays them out):
   ci (2,) = nr, number of elements; result rho (n,).
 - force: xyz, fpr (Nr,) F' over the region, index, valid, sp_j, pos, sp_i, fp_i (n,), rhor,
   z2r (4, K), cf, ci; results f (n, 3), pair energy (n,), virial (n,).
-- density_half: xyz, ids (Nr,) the region's block indices, index, valid, sp_j, pos, sp_i,
-  own (n,) the PEs' block indices, rhor, cf, ci; results rho (nb,) over the block, cut
+- density_half: xyz, ids (Nr,) the region's block indices, index, valid, sp_j (nb, M) every
+  list row of the block (only the first n are read), pos, sp_i, own (n,) the block indices
+  of the PEs of the first n rows, rhor, cf, ci; results rho (nb,) over the block, cut
   (nb, M) and ncut (nb,): per list row, the list places of the pairs it took within the
   cutoff (rows past n: ncut 0).
 - force_half: xyz, fpr, ids, index, cut, ncut, sp_j, pos, sp_i, own, fp_i, rhor, z2r, cf,
@@ -135,7 +136,7 @@ def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, ou
     each PE's pairs within the cutoff are written down (their places in its list, `cut`,
     and their count, `ncut`) for the force pass, which then walks only those."""
     rho, cut, ncut = out
-    n, m = index.shape
+    n, m = own.shape[0], index.shape[1]  # the first n list rows (the block's atoms)
     nr, ne, size = ci[0], ci[1], rhor.shape[1]
     rho[:] = 0.0
     ncut[:] = 0
@@ -164,7 +165,7 @@ def _force_half(xyz, fpr, ids, index, cut, ncut, sp_j, pos, sp_i, own, fp_i, tab
     """The pairs `_density_half` found within the cutoff (`cut`, `ncut`), in list order."""
     rhor, z2r = tables
     f, pair_e, virial = out
-    n = index.shape[0]
+    n = own.shape[0]  # the first n list rows (the block's atoms)
     nr, ne, size = ci[0], ci[1], rhor.shape[1]
     f[:] = 0.0
     pair_e[:] = 0.0

@@ -14,6 +14,7 @@ count, an overflow flag per PE and the order the block's lists are stored in.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -27,6 +28,7 @@ from wse_hpc.md.eam import EamPlan
 from wse_hpc.md.pe_pairs import PairKernel
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines, splines_for
+from wse_hpc.pe_ffi import register
 
 __all__ = ["ListSpec", "list_spec", "march_order", "min_image", "select"]
 
@@ -187,12 +189,64 @@ def _offset_columns(spec: ListSpec, planes, mine, held, off):
     return col.astype(spec.col_dtype), count
 
 
+@functools.cache
+def _build_target() -> str:
+    """The numba build as an FFI target, compiled (or loaded) and registered on first use."""
+    from wse_hpc.md import pe_build_numba
+
+    return register("wse_md_build", pe_build_numba.HANDLERS["build"])
+
+
+def _select_pe(spec: ListSpec, region, pos, held):
+    """`select`'s lists by the PEs' own loop (`pe_build_numba`): index, species, count and
+    overflow per PE, slot for slot XLA's."""
+    br, bc = held.shape
+    m = spec.total
+    out = (
+        jax.ShapeDtypeStruct((br, bc, m), jnp.int32),
+        jax.ShapeDtypeStruct((br, bc, m), jnp.int32),
+        jax.ShapeDtypeStruct((br, bc), jnp.int32),
+        jax.ShapeDtypeStruct((br, bc), jnp.bool_),
+    )
+    cf = jnp.concatenate([spec.box, jnp.asarray([spec.reach2], jnp.float32)])
+    plan = spec.plan
+    ci = jnp.asarray([plan.k_rows, plan.k_cols, spec.depth, m], jnp.int32)
+    caps = jnp.asarray(spec.seg_caps, jnp.int32)
+    call = jax.ffi.ffi_call(_build_target(), out)
+    offsets = jnp.asarray(spec.offsets)
+    planes = [region[..., i].astype(jnp.float32) for i in range(4)]
+    return call(*planes, held, pos, offsets, caps, cf, ci)
+
+
 def select(spec: ListSpec, region, pos, held, pe_row, pe_col):
     """Per block, row offset by row offset (march order): each PE's first `cap_max`
     window columns within cutoff + skin, their species and their count; with
-    `plan.active` in the block's order (atom-holding PEs first) and that order."""
+    `plan.active` in the block's order (atom-holding PEs first) and that order. With the
+    PEs' own loops (`spec.pe`) the numba build does the same."""
+    active, wafer = spec.active, spec.wafer
+    br, bc = held.shape
+    if spec.pe is not None:
+        index, species, count, over = _select_pe(spec, region, pos, held)
+    else:
+        index, species, count, over = _select_xla(spec, region, pos, held)
+    n = br * bc
+    if active >= n:
+        return index, species, count, over, jnp.arange(n, dtype=jnp.int32).reshape(br, bc)
+    # logical PEs that hold an atom first (padding PEs hold zeros, species 0)
+    live = held & (pe_row < wafer.rows) & (pe_col < wafer.cols)
+    order = jnp.argsort(~live.reshape(-1), stable=True).astype(jnp.int32)
+
+    def stored(a):
+        return jnp.take(a.reshape((n,) + a.shape[2:]), order, axis=0).reshape(a.shape)
+
+    over = over | (jnp.sum(live) > active)  # more atoms than planned: never dropped
+    return stored(index), stored(species), stored(count), over, order.reshape(br, bc)
+
+
+def _select_xla(spec: ListSpec, region, pos, held):
+    """`select`'s lists as array operations: index, species, count and overflow per PE."""
     kr, offsets, seg_caps, cap_max = spec.plan.k_rows, spec.offsets, spec.seg_caps, spec.cap_max
-    total, depth, active, wafer = spec.total, spec.depth, spec.active, spec.wafer
+    total, depth = spec.total, spec.depth
     br, bc = held.shape
     planes = [region[..., i] for i in range(4)]  # x, y, z, species of the region
     mine = [pos[..., i] for i in range(3)]
@@ -216,15 +270,4 @@ def select(spec: ListSpec, region, pos, held, pe_row, pe_col):
     # (padding entries may name a row offset beyond depth: clipped into the region)
     index = jnp.clip(row + depth, 0, br + 2 * depth - 1) * pitch + pe_c + col
     over = jnp.any(counts > jnp.asarray(seg_caps, jnp.int32), axis=-1) | (count > total)
-    n = br * bc
-    if active >= n:
-        return index, species, count, over, jnp.arange(n, dtype=jnp.int32).reshape(br, bc)
-    # logical PEs that hold an atom first (padding PEs hold zeros, species 0)
-    live = held & (pe_row < wafer.rows) & (pe_col < wafer.cols)
-    order = jnp.argsort(~live.reshape(-1), stable=True).astype(jnp.int32)
-
-    def stored(a):
-        return jnp.take(a.reshape((n,) + a.shape[2:]), order, axis=0).reshape(a.shape)
-
-    over = over | (jnp.sum(live) > active)  # more atoms than planned: never dropped
-    return stored(index), stored(species), stored(count), over, order.reshape(br, bc)
+    return index, species, count, over
