@@ -12,12 +12,15 @@ branch-free pass (4,000 Cu atoms, 5.1 M slots: 11.4 ms; with the region as (x, y
 species) records and one branchy pass, 22.6 ms).
 
 Arguments (float32, int32, bool; `neighbours.build` lays them out): x, y, z, species
-(Rr, Rc) each, the window region's planes, held (br, bc) bool, pos (br, bc, 3), offsets (S,) and
-caps (S,) int32 (march order), cf (4,) = box (3), (cutoff + skin)^2, ci (4,) = k_rows,
-k_cols, depth (the forces' region rows beyond the block), M. Results: index (br, bc, M)
-int32 (places in the forces' region of rows -depth .. depth; 0 past the count), species
-(br, bc, M) int32, count (br, bc) int32 (the kept candidates: above M the lists overflow),
-over (br, bc) bool (a row offset had more than its capacity, or the count exceeds M).
+(Rr, Rc) each, the window region's planes, held (br, bc) bool, pos (br, bc, 3), ids_region
+(Rr, Rc) and ids_own (br, bc) int32 block indices (read only with ci[4]), offsets (S,) and
+caps (S,) int32 (march order), cf (4,) = box (3), (cutoff + skin)^2, ci (5,) = k_rows, k_cols,
+depth (the forces' region rows beyond the block), M, half (1: store only the candidates of
+a larger block index, for `pe_pairs`' each-pair-once kernels on one device). Results: index
+(br, bc, M) int32 (places in the forces' region of rows -depth .. depth; 0 past the count),
+species (br, bc, M) int32, count (br, bc) int32 (the candidates stored; without half, above
+M the lists overflow), over (br, bc) bool (a row offset had more than its capacity, or the
+full list more than M candidates).
 """
 
 from __future__ import annotations
@@ -31,12 +34,15 @@ from wse_hpc.numba_ffi import metadata_query as metadata
 __all__ = ["HANDLERS"]
 
 
-def _build(planes, held, pos, offsets, caps, cf, ci, index, species, count, over):
+def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count, over):
     """Per PE and row offset: the slots' distances in one branch-free pass (SIMD), then the
-    kept columns in a second."""
+    kept columns in a second. With ci[4] (one device, each pair once) only the kept
+    candidates of a larger block index are stored (ids: the region's and the block's
+    block indices); the capacities and the overflow are the full lists' all the same."""
     px, py, pz, ps = planes
+    ids_region, ids_own = ids
     br, bc = held.shape
-    kr, kc, depth, m = ci[0], ci[1], ci[2], ci[3]
+    kr, kc, depth, m, half = ci[0], ci[1], ci[2], ci[3], ci[4]
     pitch, width = px.shape[1], 2 * kc + 1
     bx, by, bz, reach2 = cf[0], cf[1], cf[2], cf[3]
     ix, iy, iz = np.float32(1.0) / bx, np.float32(1.0) / by, np.float32(1.0) / bz
@@ -45,9 +51,10 @@ def _build(planes, held, pos, offsets, caps, cf, ci, index, species, count, over
     species[:] = 0
     for r in range(br):
         for c in range(bc):
-            kept, too_many = 0, False
+            kept, stored, too_many = 0, 0, False
             if held[r, c]:
                 xi, yi, zi = pos[r, c, 0], pos[r, c, 1], pos[r, c, 2]
+                i = ids_own[r, c] if half else 0
                 for s in range(offsets.shape[0]):
                     off, cap, found = offsets[s], caps[s], 0
                     rr = r + kr + off
@@ -67,13 +74,14 @@ def _build(planes, held, pos, offsets, caps, cf, ci, index, species, count, over
                     for j in range(width):
                         if ok[j]:
                             if found < cap:
-                                if kept < m:
-                                    index[r, c, kept] = at + j
-                                    species[r, c, kept] = np.int32(rs[j])
+                                if stored < m and (not half or ids_region[rr, c + j] > i):
+                                    index[r, c, stored] = at + j
+                                    species[r, c, stored] = np.int32(rs[j])
+                                    stored += 1
                                 kept += 1
                             found += 1
                     too_many = too_many or found > cap
-            count[r, c] = kept
+            count[r, c] = kept if not half else stored
             over[r, c] = too_many or kept > m
 
 
@@ -92,17 +100,22 @@ def _args(frame):
     b = dims(frame, FRAME_ARGS, 4, 2)
     held = carray(data(frame, FRAME_ARGS, 4), (b[0], b[1]), np.bool_)
     pos = carray(data(frame, FRAME_ARGS, 5), (b[0], b[1], 3), np.float32)
-    s = dims(frame, FRAME_ARGS, 6, 1)[0]
-    offsets = carray(data(frame, FRAME_ARGS, 6), (s,), np.int32)
-    caps = carray(data(frame, FRAME_ARGS, 7), (s,), np.int32)
-    cf = carray(data(frame, FRAME_ARGS, 8), (4,), np.float32)
-    ci = carray(data(frame, FRAME_ARGS, 9), (4,), np.int32)
+    e, f = dims(frame, FRAME_ARGS, 6, 2), dims(frame, FRAME_ARGS, 7, 2)
+    ids = (
+        carray(data(frame, FRAME_ARGS, 6), (e[0], e[1]), np.int32),
+        carray(data(frame, FRAME_ARGS, 7), (f[0], f[1]), np.int32),
+    )
+    s = dims(frame, FRAME_ARGS, 8, 1)[0]
+    offsets = carray(data(frame, FRAME_ARGS, 8), (s,), np.int32)
+    caps = carray(data(frame, FRAME_ARGS, 9), (s,), np.int32)
+    cf = carray(data(frame, FRAME_ARGS, 10), (4,), np.float32)
+    ci = carray(data(frame, FRAME_ARGS, 11), (5,), np.int32)
     m = ci[3]
     index = carray(data(frame, FRAME_RETS, 0), (b[0], b[1], m), np.int32)
     species = carray(data(frame, FRAME_RETS, 1), (b[0], b[1], m), np.int32)
     count = carray(data(frame, FRAME_RETS, 2), (b[0], b[1]), np.int32)
     over = carray(data(frame, FRAME_RETS, 3), (b[0], b[1]), np.bool_)
-    return planes, held, pos, offsets, caps, cf, ci, index, species, count, over
+    return planes, held, pos, ids, offsets, caps, cf, ci, index, species, count, over
 
 
 @cfunc(SIG, cache=True)

@@ -145,9 +145,11 @@ def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, ou
         acc = np.float32(0.0)
         c = 0
         for t in range(m):
+            if not valid[h, t]:  # a list's valid entries come first
+                break
             q = index[h, t]
             j = ids[q]
-            if valid[h, t] and j > i:
+            if j > i:  # (a one-device build stores only these)
                 _, _, _, r2 = _geometry(xyz, q, xi, yi, zi, cf)
                 if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
                     cut[h, c] = t

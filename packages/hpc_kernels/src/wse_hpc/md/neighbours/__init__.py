@@ -69,7 +69,14 @@ from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md import pe_pairs
 from wse_hpc.md.eam import EamOutput, EamPlan, Geometry, window_overflow
-from wse_hpc.md.neighbours.build import ListSpec, list_spec, march_order, min_image, select
+from wse_hpc.md.neighbours.build import (
+    ListSpec,
+    list_spec,
+    march_order,
+    min_image,
+    select,
+    select_half,
+)
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms, BuildFn, DriftFn, ListForcesFn, TrackFn
 
@@ -171,8 +178,14 @@ def _build(spec: ListSpec, atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax
     wafer, kr, kc = spec.wafer, spec.plan.k_rows, spec.plan.k_cols
     pos, held = atoms.position, atoms.species >= 0
     window = atoms.tagged_positions()
+    if spec.pe is not None and spec.pe.half:  # one device: each pair's list entry once
+        ids = (geo.row * wafer.block_shape[1] + geo.col).astype(jnp.int32)
+        fields = (pos, held, geo.row, geo.col, ids)
+        fn, kept = functools.partial(select_half, spec), (ids,)
+    else:
+        fields, fn, kept = (pos, held, geo.row, geo.col), functools.partial(select, spec), ()
     index, sp_j, count, over, order = fabric.window_apply(
-        wafer, window, kr, kc, functools.partial(select, spec), pos, held, geo.row, geo.col
+        wafer, window, kr, kc, fn, *fields, kept=kept
     )
     over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
     over = over | window_overflow(wafer, atoms, geo, spec.plan, spec.cutoff + spec.skin)

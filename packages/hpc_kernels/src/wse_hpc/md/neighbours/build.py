@@ -30,7 +30,7 @@ from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines, splines_for
 from wse_hpc.pe_ffi import register
 
-__all__ = ["ListSpec", "list_spec", "march_order", "min_image", "select"]
+__all__ = ["ListSpec", "list_spec", "march_order", "min_image", "select", "select_half"]
 
 
 class ListSpec(NamedTuple):
@@ -197,9 +197,10 @@ def _build_target() -> str:
     return register("wse_md_build", pe_build_numba.HANDLERS["build"])
 
 
-def _select_pe(spec: ListSpec, region, pos, held):
+def _select_pe(spec: ListSpec, region, pos, held, ids=None):
     """`select`'s lists by the PEs' own loop (`pe_build_numba`): index, species, count and
-    overflow per PE, slot for slot XLA's."""
+    overflow per PE, slot for slot XLA's; with `ids` (the region's and the block's block
+    indices) only each pair's candidate of the larger block index is stored."""
     br, bc = held.shape
     m = spec.total
     out = (
@@ -210,12 +211,14 @@ def _select_pe(spec: ListSpec, region, pos, held):
     )
     cf = jnp.concatenate([spec.box, jnp.asarray([spec.reach2], jnp.float32)])
     plan = spec.plan
-    ci = jnp.asarray([plan.k_rows, plan.k_cols, spec.depth, m], jnp.int32)
+    ci = jnp.asarray([plan.k_rows, plan.k_cols, spec.depth, m, ids is not None], jnp.int32)
+    if ids is None:
+        ids = (jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1), jnp.int32))
     caps = jnp.asarray(spec.seg_caps, jnp.int32)
     call = jax.ffi.ffi_call(_build_target(), out)
     offsets = jnp.asarray(spec.offsets)
     planes = [region[..., i].astype(jnp.float32) for i in range(4)]
-    return call(*planes, held, pos, offsets, caps, cf, ci)
+    return call(*planes, held, pos, *ids, offsets, caps, cf, ci)
 
 
 def select(spec: ListSpec, region, pos, held, pe_row, pe_col):
@@ -223,12 +226,26 @@ def select(spec: ListSpec, region, pos, held, pe_row, pe_col):
     window columns within cutoff + skin, their species and their count; with
     `plan.active` in the block's order (atom-holding PEs first) and that order. With the
     PEs' own loops (`spec.pe`) the numba build does the same."""
+    if spec.pe is not None:
+        lists = _select_pe(spec, region, pos, held)
+    else:
+        lists = _select_xla(spec, region, pos, held)
+    return _stored(spec, lists, held, pe_row, pe_col)
+
+
+def select_half(spec: ListSpec, region, ids_region, pos, held, pe_row, pe_col, ids):
+    """`select` on one device for `pe_pairs`' each-pair-once kernels (`spec.pe.half`): each
+    PE stores only its candidates of a larger block index (`ids`; `ids_region` the window
+    region's), the ones it evaluates; capacities and overflow are the full lists'."""
+    lists = _select_pe(spec, region, pos, held, (ids_region.astype(jnp.int32), ids))
+    return _stored(spec, lists, held, pe_row, pe_col)
+
+
+def _stored(spec: ListSpec, lists, held, pe_row, pe_col):
+    """The lists with `plan.active` in the block's order (atom-holding PEs first), and it."""
+    index, species, count, over = lists
     active, wafer = spec.active, spec.wafer
     br, bc = held.shape
-    if spec.pe is not None:
-        index, species, count, over = _select_pe(spec, region, pos, held)
-    else:
-        index, species, count, over = _select_xla(spec, region, pos, held)
     n = br * bc
     if active >= n:
         return index, species, count, over, jnp.arange(n, dtype=jnp.int32).reshape(br, bc)
