@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from wse_core.cost.report import RunReport
 from wse_models.sparsity import ZeroTally
 
 from wse_inference.decoding import first_logprob, first_token, prefill, prefill_scored, sequence_key
@@ -179,7 +180,16 @@ class SpeculativeEngine:
             out["spec_alpha"] = s.alpha
         return out if self._zeros is None else {**out, **self._zeros.metrics()}
 
-    def report(self, **kwargs: Any) -> Any:
+    def report(
+        self,
+        *,
+        measured_wall_s: float | None = None,
+        tokens: int | None = None,
+        kv_tokens: int | None = None,
+    ) -> RunReport:
         """`SpeculativeDecoder.report` (a `wse_core.RunReport` per emitted token) at this
-        engine's acceptance statistics."""
-        return self._dec.report(stats=self.stats, **kwargs)
+        engine's acceptance statistics; `measured_wall_s` over `tokens` is the measured time
+        per token, as `PipelineEngine.report`'s."""
+        return self._dec.report(
+            stats=self.stats, measured_wall_s=measured_wall_s, tokens=tokens, kv_tokens=kv_tokens
+        )
