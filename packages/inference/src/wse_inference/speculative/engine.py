@@ -180,16 +180,9 @@ class SpeculativeEngine:
             out["spec_alpha"] = s.alpha
         return out if self._zeros is None else {**out, **self._zeros.metrics()}
 
-    def report(
-        self,
-        *,
-        measured_wall_s: float | None = None,
-        tokens: int | None = None,
-        kv_tokens: int | None = None,
-    ) -> RunReport:
+    def report(self, **measured: Any) -> RunReport:
         """`SpeculativeDecoder.report` (a `wse_core.RunReport` per emitted token) at this
-        engine's acceptance statistics; `measured_wall_s` over `tokens` is the measured time
-        per token, as `PipelineEngine.report`'s."""
-        return self._dec.report(
-            stats=self.stats, measured_wall_s=measured_wall_s, tokens=tokens, kv_tokens=kv_tokens
-        )
+        engine's acceptance statistics; `measured`: its keywords but `stats`, those of
+        `PipelineEngine.report` (`measured_wall_s` over `tokens` is the measured time per
+        token; `kv_tokens`)."""
+        return self._dec.report(stats=self.stats, **measured)
