@@ -123,7 +123,7 @@ def bench_bicgstab(n: int, precision: str, tol: float, mesh_shape=None, rounds: 
     cfg = StencilConfig(
         kind="bicgstab", grid=shape, dtype=precision, tol=tol, steps=2000, mesh_shape=mesh_shape
     )
-    run = run_stencil(cfg)
+    run = run_stencil(cfg).report
     final = run.extra["final"]
     wafer = grid_wafer(preset("wse2"), shape, mesh_shape=mesh_shape)
     grid = place_bicgstab(wafer, shape, precision, pair=tol < PAIR_BELOW)
@@ -177,7 +177,8 @@ def bench_bicgstab(n: int, precision: str, tol: float, mesh_shape=None, rounds: 
 def bench_wave(n: int, steps: int) -> dict:
     from wse_hpc.stencil.runs import StencilConfig, run_stencil
 
-    run = run_stencil(StencilConfig(kind="wave25", grid=(n, n, n), steps=steps, chunks=2))
+    cfg = StencilConfig(kind="wave25", grid=(n, n, n), steps=steps, chunks=2)
+    run = run_stencil(cfg).report
     return {
         "grid": f"{n}^3",
         "steps": run.extra["steps"],

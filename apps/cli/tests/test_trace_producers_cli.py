@@ -42,7 +42,7 @@ def test_tlrmvm_trace_is_each_pes_own_tiles(tmp_path):
     d = json.loads(r.stdout)
     trace = load(d["trace"])
     eng = TlrEngine.build(op, preset("small"))
-    report = eng.prediction()
+    report = eng.report()
     assert (trace.rows, trace.cols) == eng.plan.grid
     used = d["predicted"]["sram"]["used_bytes_per_pe"]
     assert (

@@ -5,11 +5,12 @@ import jax
 import numpy as np
 import pytest
 from wse_core.errors import WseError
+from wse_hpc.md.config import MdConfig
 from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, Thermostat, maxwell_boltzmann
 from wse_hpc.md.lammps import lammps_available, lammps_eval, lammps_nve
 from wse_hpc.md.lattice import crystal
 from wse_hpc.md.potentials import write_setfl
-from wse_hpc.md.simulate import MdConfig, run_md
+from wse_hpc.md.simulate import run_md
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.xyz import read_xyz, write_xyz
 from wse_hpc.md.zhou04 import zhou04
@@ -183,13 +184,13 @@ def test_nose_hoover_needs_a_positive_target():
 
 @pytest.mark.slow
 def test_full_window_fallback_and_neighbour_lists_agree(monkeypatch):
-    import wse_hpc.md.simulate as simulate
+    import wse_hpc.md.neighbour_plan as neighbour_plan
 
     s = perturbed("fcc", "Cu", 3.615, (4, 4, 4), 0.05, seed=5)
     cfg = MdConfig(steps=30, temperature_K=900.0, thermo_every=30, dtype="float64")
     with jax.enable_x64(True):
         lists = run_md(s, POT, cfg)
-        monkeypatch.setattr(simulate, "LIST_BUDGET_BYTES", 0)  # as for 800k atoms
+        monkeypatch.setattr(neighbour_plan, "LIST_BUDGET_BYTES", 0)  # as for 800k atoms
         full = run_md(s, POT, cfg)
     assert lists.plan.caps and not full.plan.caps
     np.testing.assert_allclose(full.structure.forces_eV_A, lists.structure.forces_eV_A, atol=1e-9)
@@ -226,13 +227,14 @@ def test_a_replan_that_would_overflow_sram_falls_back_to_less_headroom(monkeypat
     SRAM refuses that, it takes the plan with this state's own counts (issue 34's 32,000-atom
     crash). Forced here: the first plan's lists are starved (an overflow, so a re-plan) and
     SRAM refuses the first re-plan's try; the run ends as the unforced one does."""
+    import wse_hpc.md.neighbour_plan as nplan
     import wse_hpc.md.simulate as sim
     from wse_core.errors import SramBudgetError
 
     s = perturbed("fcc", "Cu", 3.615, (4, 4, 4), 0.05, seed=2)
     cfg = MdConfig(steps=4, thermo_every=2, temperature_K=300.0)
     ref = run_md(s, POT, cfg)
-    caps, sram, calls = sim.list_caps, sim.sram_plan, {"caps": 0, "sram": 0}
+    caps, sram, calls = nplan.list_caps, sim.sram_plan, {"caps": 0, "sram": 0}
 
     def starved(*args, **kw):  # the first plan's lists hold 3 candidates: an overflow
         out = caps(*args, **kw)
@@ -245,7 +247,7 @@ def test_a_replan_that_would_overflow_sram_falls_back_to_less_headroom(monkeypat
             raise SramBudgetError("refused by the test")
         return sram(wafer, pot, plan)
 
-    monkeypatch.setattr(sim, "list_caps", starved)
+    monkeypatch.setattr(nplan, "list_caps", starved)
     monkeypatch.setattr(sim, "sram_plan", tight)
     got = run_md(s, POT, cfg)
     assert got.replans >= 1 and calls["sram"] >= 3

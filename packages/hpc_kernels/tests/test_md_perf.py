@@ -157,3 +157,33 @@ def test_the_plan_moves_the_prediction():
     assert base.units == "step" and "md.fold" in base.assumptions
     assert base.extra["timesteps_per_s"] == pytest.approx(1.0 / base.predicted_s)
     assert np.isfinite(base.to_dict()["predicted_s"])
+
+
+def test_a_runs_report_prices_the_plan_it_ran():
+    """`run_md(...).report`: the window, candidates, grid, SRAM and measured rebuild cadence
+    of the run's own plan, priced again here from those alone (`predict`), with the measured
+    wall time per step; built once (the same object on every read)."""
+    import wse_hpc.md.perf as perf
+    from wse_core import RunReport
+    from wse_hpc.md.config import MdConfig
+    from wse_hpc.md.lattice import crystal
+    from wse_hpc.md.simulate import run_md
+
+    pot = zhou04(["Cu"], knots=500)
+    s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
+    cfg = MdConfig(steps=6, thermo_every=3, temperature_K=300.0, spec=preset("small"))
+    res = run_md(s, pot, cfg)
+    rep = res.report
+    assert isinstance(rep, RunReport) and rep is res.report and res.potential is pot
+    plan = res.plan
+    assert plan.caps and rep.extra["candidates"] == plan.caps[-1]
+    assert rep.extra["window"] == f"{2 * plan.k_rows + 1}x{2 * plan.k_cols + 1}"
+    assert rep.extra["grid"] == f"{res.grid[0]}x{res.grid[1]}" and rep.wafer == "small"
+    assert dict(rep.sram) == res.sram
+    every = 6 / res.list_builds if res.list_builds else 6.0  # steps per list build, measured
+    assert rep.extra["rebuild_every"] == max(every, 1.0)
+    assert rep.measured_wall_s == pytest.approx(res.loop_wall_s / 6)
+    again = perf.predict(preset("small"), res.wafer, pot, plan, rebuild_every=max(every, 1.0))
+    assert rep.predicted_s == again.predicted_s and rep.phases == again.phases
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.steps = 0  # type: ignore[misc]

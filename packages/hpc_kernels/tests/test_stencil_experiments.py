@@ -51,7 +51,7 @@ def test_mixed_bicgstab_converges_on_a_larger_grid():
 
     run = run_stencil(
         StencilConfig(kind="bicgstab", grid=(48, 48, 48), dtype="mixed", mesh_shape=(2, 4))
-    )
+    ).report
     # fp16 vectors: the true residual reaches the 1e-3 target and the error stays at the
     # fp16 level of the solution (max |u| ~ 3) plus the discretisation error (~1e-3).
     final = run.extra["final"]

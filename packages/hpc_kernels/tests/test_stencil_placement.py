@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
-from wse_core import SramBudgetError, WseError, preset
+from wse_core import RunReport, SramBudgetError, WseError, preset
 from wse_hpc.stencil import StencilError, grid_wafer, max_nz, place_grid
-from wse_hpc.stencil.runs import StencilConfig, run_stencil
+from wse_hpc.stencil.kernels import jacobi
+from wse_hpc.stencil.perf import jacobi_phases
+from wse_hpc.stencil.runs import StencilConfig, exact_solution, run_stencil
 from wse_hpc.stencil.testing import small_grid
 
 
@@ -58,7 +60,7 @@ def test_bad_run_settings_are_errors(changes, message):
 
 @pytest.mark.cpu_devices
 def test_runs_report_measurements_and_predictions():
-    run = run_stencil(
+    result = run_stencil(
         StencilConfig(
             kind="jacobi",
             grid=(9, 11, 8),
@@ -68,6 +70,7 @@ def test_runs_report_measurements_and_predictions():
             mesh_shape=(2, 4),
         )
     )
+    run = result.report
     x = run.extra
     assert x["steps"] == 20 and len(x["history"]) == 3
     assert x["history"][-1][1] < x["history"][0][1]  # the residual falls
@@ -77,3 +80,11 @@ def test_runs_report_measurements_and_predictions():
     assert run.predicted_s == pytest.approx(20 * x["predicted_s_per_step"])
     d = run.to_dict()
     assert d["sram"]["used_bytes_per_pe"] == 3 * 8 * 4 + 4 * 4  # u, u_next, f; Z ghosts
+    # The report is the run's own plan priced: the grid it returns (cells, SRAM ledger), its
+    # 20 sweeps re-priced from that grid alone, and the field it returns is the one measured.
+    grid = result.grid
+    assert x["cells"] == grid.cells == 9 * 11 * 8 and run.sram == grid.wafer.sram.summary()
+    again = RunReport.build("jacobi", grid.wafer.spec, jacobi_phases(grid, jacobi(grid), 20))
+    assert run.predicted_s == again.predicted_s and run.phases == again.phases
+    error = np.abs(grid.gather(result.field) - exact_solution(grid, "jacobi")).max()
+    assert float(error) == x["final"]["max_error_vs_exact"]

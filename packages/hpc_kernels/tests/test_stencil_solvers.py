@@ -225,7 +225,7 @@ def test_the_recurrence_residual_no_longer_decides_convergence():
         StencilConfig(
             kind="bicgstab", grid=(16, 16, 16), spec=preset("small"), tol=1e-6, mesh_shape=(2, 4)
         )
-    )
+    ).report
     final = run.extra["final"]
     assert run.extra["converged"] and final["true_residual"] <= 1e-6
     checks = run.extra["true_history"]

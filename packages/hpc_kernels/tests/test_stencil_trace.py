@@ -13,7 +13,7 @@ from wse_hpc.stencil.runs import StencilConfig, run_stencil
 def test_stencil_trace_is_the_grid_running_the_predicted_step(tmp_path):
     spec = preset("small")
     cfg = StencilConfig(kind="jacobi", grid=(12, 10, 8), spec=spec, steps=2, defect_seed=3)
-    report = run_stencil(cfg)
+    report = run_stencil(cfg).report
     trace = load(pe_trace(spec, report, grid_xy=(12, 10), defect_seed=3).save(tmp_path / "s"))
     busy = trace.layers["busy_cycles"]
     assert busy[:12, :10].min() == pytest.approx(report.predicted_s * spec.clock_hz, rel=1e-9)

@@ -51,7 +51,7 @@ def test_one_tile_cost_counted_by_hand(one_tile):
     assert w1.sram_write_bytes == 4 * K * NB
     assert model.cost(prog.work(3, 1)).compute_cycles == K * (ISSUE + NB)
     # the engine's report prices the same tiles
-    rep = eng.prediction()
+    rep = eng.report()
     assert isinstance(rep, RunReport)
     leaf = rep.phases.parts[0].parts[1]
     assert leaf.name == "phase1_vhx" and leaf.work == w1
@@ -100,7 +100,7 @@ def test_fabric_phases_come_from_the_traced_product(op):
     nt, w = op.tiles[1], eng.plan.rank_chunk
     # ring allgather east: nt - 1 slices of w complex64 (2 words each) out of each PE
     assert dict(fab["reshuffle"].links) == {"E": (nt - 1) * 2 * w}
-    rep = eng.prediction()
+    rep = eng.report()
     ring = rep.predicted.leaf("reshuffle")
     assert ring.cost.busiest_link == "E"
     per_cycle = preset("small").link_bytes_per_cycle / 4  # words per link per cycle
@@ -112,7 +112,7 @@ def test_plan_changes_the_prediction_through_the_same_object(op, layout):
     spec = preset("small")
     a = TlrEngine.build(op, spec, layout=layout, rank_chunk=2)
     b = TlrEngine.build(op, spec, layout=layout, rank_chunk=4)
-    ra, rb = a.prediction(), b.prediction()
+    ra, rb = a.report(), b.report()
     assert ra.predicted_s != rb.predicted_s
     for eng, rep in ((a, ra), (b, rb)):  # phase 1 is the busiest PE's tiles of its plan
         works = [p.work(1, 1) for p in perf.pe_tiles(eng.plan)]
@@ -123,7 +123,7 @@ def test_plan_changes_the_prediction_through_the_same_object(op, layout):
 def test_layouts_price_different_programs(op):
     spec = preset("small")
     reps = {
-        layout: TlrEngine.build(op, spec, layout=layout, rank_chunk=2).prediction()
+        layout: TlrEngine.build(op, spec, layout=layout, rank_chunk=2).report()
         for layout in ("banded", "packed", "grouped")
     }
     assert len({r.predicted_s for r in reps.values()}) == 3
@@ -132,8 +132,8 @@ def test_layouts_price_different_programs(op):
 
 def test_systems_and_copies_scale_the_figures(op):
     eng = TlrEngine.build(op, preset("wse2"), layout="grouped")
-    one = eng.prediction(systems=1, fill=True)
-    many = eng.prediction(systems=48, fill=True)
+    one = eng.report(systems=1, fill=True)
+    many = eng.report(systems=48, fill=True)
     assert one.extra["copies_per_system"] > 1
     assert many.extra["model_bytes_per_s"] == pytest.approx(48 * one.extra["model_bytes_per_s"])
     c1, c48 = one.extra["cerebras"], many.extra["cerebras"]
@@ -144,3 +144,19 @@ def test_systems_and_copies_scale_the_figures(op):
     # Complex operator: complex64 bytes are half the real-split tiles' bytes.
     assert c1["relative_complex_bytes_per_s"] == pytest.approx(c1["relative_bytes_per_s"] / 2)
     assert "tlrmvm complex" in one.assumptions
+
+
+def test_a_timed_products_report_is_the_engines_own_plan(op):
+    """`engine.report(measured_wall_s=...)`: the caller's measured product beside the
+    prediction of the engine's own plan (its description, its wafer's SRAM ledger, the
+    phase 1 tiles of its busiest PE), which the measurement does not move."""
+    eng = TlrEngine.build(op, preset("small"), layout="grouped", rank_chunk=2)
+    x = np.random.default_rng(1).standard_normal(op.shape[1]).astype(op.dtype)
+    wall_s = eng.time_matvec(x, repeats=2)
+    rep = eng.report(measured_wall_s=wall_s)
+    assert isinstance(rep, RunReport) and rep.measured_wall_s == wall_s > 0
+    assert rep.extra["plan"] == eng.plan.describe() and rep.sram == eng.wafer.sram.summary()
+    works = [p.work(1, 1) for p in perf.pe_tiles(eng.plan)]
+    assert rep.phases.parts[0].parts[1].work in works
+    plan_only = eng.report()
+    assert plan_only.measured_wall_s is None and plan_only.predicted_s == rep.predicted_s

@@ -143,6 +143,37 @@ def test_speculative_report_is_draft_steps_and_a_pipelined_verification():
     assert rep.measured_wall_s == pytest.approx(0.1)
 
 
+def test_the_speculative_engines_report_is_priced_at_its_own_acceptance():
+    """A serving engine's report after it ran: `SpeculativeEngine.report(measured_wall_s=,
+    tokens=)` prices the plans of its own two models at the rounds per token its slots
+    measured (`engine.stats`), as the decoder does given those statistics."""
+    from wse_inference.engine import SamplingParams
+    from wse_inference.speculative.decoder import SpeculativeDecoder
+    from wse_inference.speculative.engine import SpeculativeEngine
+
+    target, draft = tiny_model("llama", n_layers=2), tiny_model("llama", n_layers=1, seed=3)
+    eng = SpeculativeEngine(target, draft, gamma=3, max_slots=1, max_context=32)
+    sampling = SamplingParams(max_tokens=9, temperature=1.0, seed=2)
+    state = eng.insert(
+        prefix=eng.prefill(prompt_ids=[5, 6, 7], sampling=sampling),
+        state=eng.init_decode_state(),
+        slot=0,
+    )
+    while state.slots[0].tracker.finish_reason is None:
+        state, _ = eng.generate(state=state)
+    n = len(state.slots[0].tracker.tokens) - 1  # decode tokens after the prefill's first
+    stats = eng.stats
+    assert stats.rounds > 0 and stats.mean_tokens_per_pass == pytest.approx(n / stats.rounds)
+    rep = eng.report(measured_wall_s=2.0, tokens=n)
+    assert rep.extra["rounds_per_token"] == pytest.approx(stats.rounds / n)
+    assert rep.measured_wall_s == pytest.approx(2.0 / n)
+    dec = SpeculativeDecoder(target, draft, gamma=3, max_context=32)
+    assert rep.predicted_s == dec.report(stats=stats).predicted_s
+    # drafts were accepted (8 tokens in 2 rounds here): fewer rounds per token than the
+    # decoder's one round per token before any round ran, so a shorter predicted token
+    assert stats.mean_tokens_per_pass > 1 and rep.predicted_s < dec.report().predicted_s
+
+
 def test_8b_calibration_row_is_a_check_not_a_fit():
     """Llama 3.1 8B, 16-bit, one WSE-3: 1,800 tokens/s (Hot Chips 2024; the calibration
     set) is priced from mechanisms alone: no constant is fitted on it. The model is within

@@ -14,9 +14,11 @@ import pytest
 import wse_models
 import yaml
 from tokenizers import Tokenizer
+from wse_core import preset
 from wse_trainer.checkpoints import Checkpointer
 from wse_trainer.metrics import read_metrics
 from wse_trainer.run import TrainingDivergedError
+from wse_trainer.session import predict, validate
 from wse_trainer.testing import run_on_preset as run
 from wse_trainer.testing import tiny_config, tiny_params, write_corpus
 
@@ -49,9 +51,8 @@ def test_stopped_and_resumed_run_is_bit_identical(tmp_path):
 
 
 def test_model_dir_holds_what_inference_loads(tmp_path):
-    result = run(
-        tiny_config(tmp_path, "runconfig.mode=train_and_eval", "runconfig.sample_tokens=8")
-    )
+    config = tiny_config(tmp_path, "runconfig.mode=train_and_eval", "runconfig.sample_tokens=8")
+    result = run(config)
     d = result.model_dir
     for name in (
         "metrics.jsonl",
@@ -87,6 +88,11 @@ def test_model_dir_holds_what_inference_loads(tmp_path):
     rep = result.report
     assert rep.units == "step" and {m["predicted_step_s"] for m in steps} == {rep.predicted_s}
     assert rep.measured_wall_s == pytest.approx(np.mean([m["wall_s"] for m in steps]))
+    # ... and that plan is the config's own: its memory plan priced again from the config
+    spec = preset(config.runconfig.wafer)
+    again = predict(config, spec, *validate(config, spec))
+    assert rep.predicted_s == again.predicted_s and rep.phases == again.phases
+    assert rep.systems == config.runconfig.num_csx and rep.sram == again.sram
 
 
 def test_nan_loss_stops_without_a_broken_checkpoint(tmp_path):

@@ -172,7 +172,7 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     with jax.enable_x64(cfg.dtype == "float64"):
         res = run_md(s, pot, cfg, on_thermo=on_row, on_frame=on_frame if out else None)
     print_banner()
-    summary = _summary(res, cfg, s.num_atoms, pot, trace if primary else None)
+    summary = _summary(res, cfg, s.num_atoms, trace if primary else None)
     if not primary:
         return
     if as_json:
@@ -196,10 +196,10 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
         console.print(f"per-PE trace: {summary['trace']} (wse view FILE)")
 
 
-def _summary(res, cfg, n_atoms, pot, trace=None) -> dict:
-    from wse_hpc.md.perf import pe_trace, run_report
+def _summary(res, cfg, n_atoms, trace=None) -> dict:
+    from wse_hpc.md.perf import pe_trace
 
-    report = run_report(res, pot)  # the emulated plan, measured rebuild cadence
+    report = res.report  # the emulated plan, measured rebuild cadence
     if trace is not None:  # every PE holding an atom runs the step
         report = report.with_trace(pe_trace(res, report))
     return {

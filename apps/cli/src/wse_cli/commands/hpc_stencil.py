@@ -1,8 +1,8 @@
 """`wse hpc stencil`: 7-point Jacobi / heat, BiCGSTAB and the 25-point wave stencil on a wafer.
 
 Prints the history (residual, deviation or amplitude; BiCGSTAB: the recurrence and the true
-residual), the measured emulation time beside the predicted wafer time of the same run (the
-`wse_core.RunReport` that `run_stencil` returns) with Gcell/s and FLOP/s; `--png` writes a
+residual), the measured emulation time beside the predicted wafer time of the same run (its
+`wse_core.RunReport`, `run_stencil(...).report`) with Gcell/s and FLOP/s; `--png` writes a
 slice and the convergence curve, `--json` prints the report (`RunReport.to_dict()`) as one
 JSON object. A BiCGSTAB solve whose true residual did not reach --tol says why in one line
 and exits 1 (JSON: "converged": false); a BiCGSTAB request beyond what its precision was
@@ -156,7 +156,7 @@ def stencil(
     console = Console(stderr=as_json, quiet=not multiprocess.is_primary())
     if kind == "bicgstab":
         _warn_beyond_reach(cfg)
-    run = _run_with_progress(console, cfg, run_stencil)
+    run = _run_with_progress(console, cfg, run_stencil).report
     if not multiprocess.is_primary():
         return  # every process computed the same run; process 0 reports it
     if png is not None:

@@ -180,14 +180,14 @@ def run(
     d["wafer_emulator_s"] = eng.time_matvec(x)
     if "dense_gemv_s" in d:
         d["speedup_vs_dense"] = d["dense_gemv_s"] / d["wafer_emulator_s"]
-    report = eng.report(d["wafer_emulator_s"])
+    report = eng.report(measured_wall_s=d["wafer_emulator_s"])
     if trace is not None:  # phases 1 and 3 per PE from its own tiles; the plan's grid
         from wse_hpc.tlrmvm.perf import pe_trace
 
         report = report.with_trace(pe_trace(eng.wafer, eng.plan, report))
         d["trace"] = str(report.trace.save(trace))
     d["predicted"] = report.to_dict()
-    d["predicted_48_systems"] = eng.prediction(systems=48, fill=True).to_dict()
+    d["predicted_48_systems"] = eng.report(systems=48, fill=True).to_dict()
     if as_json:
         typer.echo(json.dumps(d, indent=2, default=float))
         return

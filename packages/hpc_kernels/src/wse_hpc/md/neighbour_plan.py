@@ -1,7 +1,10 @@
 """Host-side sizing of the per-PE neighbour lists (`wse_hpc.md.neighbours`): the pairs within a
 reach (a periodic k-d tree), the candidate capacity per row offset of the window and in all
-(`list_caps`, what `EamPlan.caps` holds), and the most atoms any device block holds
-(`active_per_block`, `EamPlan.active`). NumPy only; nothing here is placed or traced.
+(`list_caps`, what `EamPlan.caps` holds), the most atoms any device block holds
+(`active_per_block`, `EamPlan.active`), and the whole plan of a mapped state (`plan_window`:
+the window for cutoff + skin + WINDOW_MARGIN_A and its capacities, lists over
+LIST_BUDGET_BYTES of host memory dropped for the full-window kernel), which the shell
+(`simulate.run_md`) runs and `perf` prices. NumPy only; nothing here is placed or traced.
 """
 
 from __future__ import annotations
@@ -10,17 +13,26 @@ import numpy as np
 from scipy.spatial import cKDTree
 from wse_core.hw.wafer import Wafer
 
-from wse_hpc.md.mapping import ATOM_ID, SPECIES
+from wse_hpc.md.config import MdConfig
+from wse_hpc.md.eam import EamPlan
+from wse_hpc.md.mapping import ATOM_ID, SPECIES, window_needed
+from wse_hpc.md.potentials import EamPotential
 
 __all__ = [
     "HEADROOM",
     "TOTAL_HEADROOM",
+    "WINDOW_MARGIN_A",
+    "LIST_BUDGET_BYTES",
     "list_caps",
+    "list_bytes_per_pe",
     "reach_pairs",
     "active_per_block",
+    "plan_window",
 ]
 
 HEADROOM, TOTAL_HEADROOM = 1.25, 1.1  # list capacities over the counts (see list_caps)
+WINDOW_MARGIN_A = 0.5  # plan the window for cutoff + this, so thermal motion rarely re-plans
+LIST_BUDGET_BYTES = 4 * 2**30  # host memory for the emulated neighbour lists (all PEs)
 
 
 def reach_pairs(positions_A: np.ndarray, box_A, reach_A: float) -> np.ndarray:
@@ -104,3 +116,42 @@ def active_per_block(state_np: np.ndarray, wafer: Wafer) -> int:
     padded = np.zeros((pr, pc), dtype=np.int64)
     padded[: held.shape[0], : held.shape[1]] = held
     return int(padded.reshape(pr // br, br, pc // bc, bc).sum(axis=(1, 3)).max())
+
+
+def list_bytes_per_pe(caps: tuple[int, ...]) -> int:
+    """Host bytes per PE the neighbour-list path holds at once: a build's per-row-offset
+    candidates (window column and species, `max(caps)` per offset, and a count) and the
+    lists (index, species, valid flag per candidate); forces work on chunks of PEs."""
+    offsets = len(caps) - 1
+    return 4 * offsets * (2 * max(caps[:-1], default=0) + 1) + 9 * caps[-1]
+
+
+def plan_window(
+    state_np: np.ndarray,
+    box,
+    pot: EamPotential,
+    config: MdConfig,
+    wafer: Wafer,
+    at_least: tuple[int, int] = (0, 0),
+    more: float = 0.0,
+    *,
+    host_lists: bool = True,
+    pairs: np.ndarray | None = None,
+) -> EamPlan:
+    """The window for cutoff + skin (+ margin, so thermal motion rarely re-plans) and the
+    neighbour-list capacities of the map (host side; no field is placed). With `host_lists`
+    (the emulator) lists over LIST_BUDGET_BYTES are dropped for the full-window kernel; a
+    prediction plan (`host_lists=False`) keeps them: the wafer holds its lists in SRAM.
+    `pairs`: the atoms' pairs within cutoff + skin by atom id (`reach_pairs`), when already known
+    (one crystal planned on several grids)."""
+    reach = pot.cutoff_A + config.skin_A
+    kr, kc = window_needed(state_np, box, reach + WINDOW_MARGIN_A)
+    kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
+    kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
+    caps = list_caps(state_np, box, reach, kr, kc, more, pairs=pairs)
+    if host_lists and wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
+        caps = ()  # lists of this window would not fit the host: the full-window kernel
+    box_t = tuple(float(b) for b in box)
+    active = active_per_block(state_np, wafer)
+    every = config.rebuild_every or 1
+    return EamPlan(kr, kc, box_t, config.dtype, config.skin_A, caps, active, every)

@@ -45,7 +45,8 @@ words of both (words per direction E = W = logical E + W, N = S = logical N + S)
 SRAM: every DSD element reads two 32-bit operands and writes one (an upper bound; the
 datapath, not the memory ports, bounds these vectors).
 
-Per PE (`pe_trace(res, report)`, `wse hpc md --trace FILE`): the plan has one candidate
+A run's report is `run_md(...).report` (`run_report`, built from the `MdResult`'s own plan).
+Per PE (`pe_trace(res, res.report)`, `wse hpc md --trace FILE`): the plan has one candidate
 capacity M for every PE (each evaluates all M slots, masked), so every PE that holds an atom
 does the busiest PE's step and an empty PE none; the regions are the atoms' grid and the
 (2 k_rows + 1) x (2 k_cols + 1) window of its middle PE.
@@ -67,8 +68,11 @@ from wse_core.hw.traffic import Traffic
 from wse_core.hw.wafer import Wafer
 from wse_core.trace import PeTrace, trace_from
 
+from wse_hpc.md import mapping
+from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, eam, geometry
 from wse_hpc.md.mapping import NFIELDS
+from wse_hpc.md.neighbour_plan import plan_window
 from wse_hpc.md.neighbours import neighbour_fns
 from wse_hpc.md.pe_program import (
     BUILD_SLOT,
@@ -322,16 +326,13 @@ def predict(
     )
 
 
-def run_report(res, pot: EamPotential) -> RunReport:
-    """The `RunReport` of an emulated run (`simulate.MdResult`) on its wafer's spec:
-    its plan, its measured wall time per step and its measured rebuild cadence (steps per
-    list build; the whole run when none happened). A run that used the full-window kernel
-    (lists over the host budget) is priced as the list algorithm the wafer runs, with
-    capacities planned on the host from its final structure."""
-    from wse_hpc.md import mapping
-    from wse_hpc.md.simulate import MdConfig, plan_window
-
-    plan, note = res.plan, {}
+def run_report(res) -> RunReport:
+    """The `RunReport` of an emulated run (`simulate.MdResult`, whose `.report` this is) on
+    its wafer's spec: its plan and potential, its measured wall time per step and its
+    measured rebuild cadence (steps per list build; the whole run when none happened). A run
+    that used the full-window kernel (lists over the host budget) is priced as the list
+    algorithm the wafer runs, with capacities planned on the host from its final structure."""
+    plan, note, pot = res.plan, {}, res.potential
     if not plan.caps:
         s = res.structure
         grid, pos = (res.wafer.rows, res.wafer.cols), mapping.rewrap(s.positions_A, s.box_A)
@@ -356,11 +357,9 @@ def run_report(res, pot: EamPotential) -> RunReport:
 
 
 def pe_trace(res, report: RunReport) -> PeTrace:
-    """The per-PE trace of an emulated run (`simulate.MdResult`) and its `run_report`: its
+    """The per-PE trace of an emulated run (`simulate.MdResult`) and its `report`: its
     wafer's grid, SRAM ledger and dead PEs; every phase on the PEs holding an atom (the
     final structure mapped as `mapping.initial_map` deals it)."""
-    from wse_hpc.md import mapping
-
     s, (rows, cols) = res.structure, res.grid
     pos = mapping.rewrap(s.positions_A, s.box_A)
     occupied = (mapping.initial_map(pos, (rows, cols), s.box_A, res.tile) >= 0).astype(float)

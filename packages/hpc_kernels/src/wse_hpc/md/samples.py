@@ -20,7 +20,7 @@ lists. Not given (assumed, and swept by `wse_hpc.studies.santos24_md`): the slab
 (CELLS_Z: the thinnest whose box exceeds twice the cutoff, which the emulator's minimum
 image needs), its lattice orientation, the grid (696 x 1152 is our inference from the atom
 count: it factors exactly and fits WSE-3's 762 x 1176), the temperature (THERMAL_SIGMA_A:
-~300 K displacements) and the list skin (`simulate.MdConfig.skin_A`).
+~300 K displacements) and the list skin (`MdConfig.skin_A`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from wse_core import WaferSpec
 from wse_core.hw.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping
+from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan
 from wse_hpc.md.lattice import Structure
-from wse_hpc.md.neighbour_plan import reach_pairs
-from wse_hpc.md.simulate import MdConfig, plan_window
+from wse_hpc.md.neighbour_plan import plan_window, reach_pairs
 from wse_hpc.md.testing import perturbed
 
 __all__ = [

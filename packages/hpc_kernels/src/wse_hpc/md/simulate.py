@@ -19,47 +19,44 @@ of host memory (800k atoms) fall back to the full-window kernel (`eam.forces_fn`
 sweep and a coverage test every step). On overflow the chunk is thrown away and re-run from
 its start with a re-map and a larger window, so an overflow never reaches the results.
 Thermo rows are computed on the host in float64. Returns an `MdResult` with the final
-structure (positions wrapped into the box, velocities, forces, per-atom energies), the rows
-and the timings.
+structure (positions wrapped into the box, velocities, forces, per-atom energies), the rows,
+the timings, the plan it ran and `.report`, the run's `wse_core.RunReport` (`perf.run_report`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from wse_core import PRESETS, WaferSpec
+from wse_core.cost.report import RunReport
 from wse_core.errors import PlacementError, SramBudgetError, WseError
 from wse_core.hw.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping
+from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
-from wse_hpc.md.integrate import Thermostat, bath_energy, integrator, maxwell_boltzmann
+from wse_hpc.md.integrate import bath_energy, integrator, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure
-from wse_hpc.md.neighbour_plan import active_per_block, list_caps
+from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, plan_window
 from wse_hpc.md.neighbours import neighbour_fns
+from wse_hpc.md.perf import run_report
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms, MdState
 from wse_hpc.md.thermo import ThermoRow, state_row, state_structure
 
 __all__ = [
-    "MdConfig",
     "MdResult",
     "run_md",
-    "WINDOW_MARGIN_A",
-    "LIST_BUDGET_BYTES",
-    "plan_window",
     "MIN_PES_PER_DEVICE",
     "MAX_REBUILD_EVERY",
     "initial_every",
 ]
 
-WINDOW_MARGIN_A = 0.5  # plan the window for cutoff + this, so thermal motion rarely re-plans
-LIST_BUDGET_BYTES = 4 * 2**30  # host memory for the emulated neighbour lists (all PEs)
 # Without a mesh_shape, one process spreads the grid over at most one device per this many
 # PEs: smaller blocks pay more for their halo exchanges than a second core gives back
 # (bench_md on 2 cores: 4k atoms 0.95M atom-steps/s on 1 device, 0.73M on 2; 32k atoms
@@ -68,36 +65,13 @@ MIN_PES_PER_DEVICE = 8192
 MAX_REBUILD_EVERY = 1024  # steps per list rebuild, at most (the shell's doubling stops there)
 
 
-def list_bytes_per_pe(caps: tuple[int, ...]) -> int:
-    """Host bytes per PE the neighbour-list path holds at once: a build's per-row-offset
-    candidates (window column and species, `max(caps)` per offset, and a count) and the
-    lists (index, species, valid flag per candidate); forces work on chunks of PEs."""
-    offsets = len(caps) - 1
-    return 4 * offsets * (2 * max(caps[:-1], default=0) + 1) + 9 * caps[-1]
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MdConfig:
-    steps: int = 0
-    dt_fs: float = 1.0
-    thermostat: Thermostat = Thermostat()
-    temperature_K: float | None = None  # initial Maxwell–Boltzmann velocities when set
-    thermo_every: int = 100
-    seed: int = 0
-    dtype: str = "float32"
-    spec: WaferSpec = PRESETS["wse3"]
-    defect_seed: int | None = None
-    mesh_shape: tuple[int, int] | None = None
-    skin_A: float = 1.0  # neighbour-list skin (LAMMPS `neighbor 1.0 bin` in metal units)
-    grid: tuple[int, int] | None = None  # PE rows, cols (default: `mapping.choose_grid`)
-    tile: tuple[int, int] | None = None  # the map's tile (default: `mapping.choose_tile`)
-    # steps per neighbour-list rebuild at the start (then adapted); None: the steps the
-    # fastest atom at the start takes to cross skin / 2 (`initial_every`)
-    rebuild_every: int | None = None
-
-
-@dataclasses.dataclass
 class MdResult:
+    """What `run_md` returns: the final structure, the thermo rows, the timings, the plan
+    and wafer the run used and the potential; `report` is the run's `wse_core.RunReport`
+    (`perf.run_report`: that plan priced, with the measured wall time per step and rebuild
+    cadence), built on first use."""
+
     structure: Structure
     thermo: list[ThermoRow]
     steps: int
@@ -113,6 +87,11 @@ class MdResult:
     list_builds: int = 0
     tile: tuple[int, int] = mapping.TILES[0]  # the map's tile (PE rows, cols)
     list_reruns: int = 0  # chunks run again with a shorter cadence (an atom moved > skin / 2)
+    potential: EamPotential
+
+    @functools.cached_property
+    def report(self) -> RunReport:
+        return run_report(self)
 
 
 class _Runner:
@@ -215,37 +194,6 @@ def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
     )
 
 
-def plan_window(
-    state_np,
-    box,
-    pot,
-    config,
-    wafer,
-    at_least=(0, 0),
-    more=0.0,
-    *,
-    host_lists: bool = True,
-    pairs: np.ndarray | None = None,
-) -> EamPlan:
-    """The window for cutoff + skin (+ margin, so thermal motion rarely re-plans) and the
-    neighbour-list capacities of the map (host side; no field is placed). With `host_lists`
-    (the emulator) lists over LIST_BUDGET_BYTES are dropped for the full-window kernel; a
-    prediction plan (`host_lists=False`) keeps them: the wafer holds its lists in SRAM.
-    `pairs`: the atoms' pairs within cutoff + skin by atom id (`neighbour_plan.reach_pairs`), when
-    already known (one crystal planned on several grids)."""
-    reach = pot.cutoff_A + config.skin_A
-    kr, kc = mapping.window_needed(state_np, box, reach + WINDOW_MARGIN_A)
-    kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
-    kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
-    caps = list_caps(state_np, box, reach, kr, kc, more, pairs=pairs)
-    if host_lists and wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
-        caps = ()  # lists of this window would not fit the host: the full-window kernel
-    box_t = tuple(float(b) for b in box)
-    active = active_per_block(state_np, wafer)
-    every = config.rebuild_every or 1
-    return EamPlan(kr, kc, box_t, config.dtype, config.skin_A, caps, active, every)
-
-
 def run_md(
     structure: Structure,
     pot: EamPotential,
@@ -323,20 +271,21 @@ def run_md(
             on_frame(done, state_structure(wafer, state, pot, n, box))
     final = state_structure(wafer, state, pot, n, box)
     return MdResult(
-        final,
-        rows,
-        done,
-        loop_s,
-        compile_s,
-        replans,
-        (wafer.rows, wafer.cols),
-        (plan.k_rows, plan.k_cols),
-        wafer,
-        plan,
-        sram,
-        builds,
-        tile,
-        reruns,
+        structure=final,
+        thermo=rows,
+        steps=done,
+        loop_wall_s=loop_s,
+        compile_s=compile_s,
+        replans=replans,
+        grid=(wafer.rows, wafer.cols),
+        window=(plan.k_rows, plan.k_cols),
+        wafer=wafer,
+        plan=plan,
+        sram=sram,
+        list_builds=builds,
+        tile=tile,
+        list_reruns=reruns,
+        potential=pot,
     )
 
 

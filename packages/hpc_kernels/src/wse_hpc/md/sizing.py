@@ -7,7 +7,7 @@ holds for the run (the structure's per-atom arrays, the PE map, the packed per-P
 float64 and in the run's dtype, and its placed copy). `check_crystal` / `check_atoms` refuse
 before allocating: more atoms than the spec has PEs is a `PlacementError`, more bytes than
 the host has a `HostMemoryError`, each naming what would fit. The neighbour lists are
-capped separately (`simulate.LIST_BUDGET_BYTES`) and are not counted here.
+capped separately (`neighbour_plan.LIST_BUDGET_BYTES`) and are not counted here.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ precision; `wave`: the 25-point acoustic wave stencil with localized broadcasts 
 `refine`: BiCGSTAB with reliable updates that stops on the true residual. `perf`
 counts each kernel's instructions, SRAM bytes and traced fabric words on the plan it runs
 (`wse_core.cost.perf` prices them); `runs` is the shell (jit, loops, timing) used by the CLI, the
-benchmark, the experiments and the demo, and returns a `wse_core.RunReport`; `problems`
+benchmark, the experiments and the demo, and returns a `StencilRun` whose `.report` is the
+`wse_core.RunReport`; `problems`
 holds the problems' static parts (placed fields, the exact solution, the kernels as run).
 """
 

@@ -15,7 +15,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     """Solve a Poisson problem with BiCGSTAB and run the 25-point wave stencil (< ~40 s)."""
     n = 24 if quick else 48
     cfg = StencilConfig(kind="bicgstab", grid=(n, n, 2 * n), dtype="mixed")
-    run = run_stencil(cfg)
+    run = run_stencil(cfg).report
     x = run.extra
     console.print(
         f"BiCGSTAB (fp16 SpMV/AXPY, fp32 allreduce dots) on {n} x {n} x {2 * n}: "
@@ -28,7 +28,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     m = 32 if quick else 48
     # The Ricker source peaks after ~70 steps; 160 steps let the front travel.
     steps = 80 if quick else 160
-    wave = run_stencil(StencilConfig(kind="wave25", grid=(m, m, m), steps=steps, chunks=4))
+    wave = run_stencil(StencilConfig(kind="wave25", grid=(m, m, m), steps=steps, chunks=4)).report
     console.print(
         f"25-point wave (4-PE localized broadcasts, Z blocks of "
         f"{wave.extra['final']['block_z']:.0f}) on {m}^3: {wave.extra['steps']} steps, "

@@ -15,8 +15,9 @@ __all__ = ["plot_run"]
 
 
 def plot_run(run: RunReport, path: str | Path) -> Path:
-    """Write a PNG of a `run_stencil` report: the z = nz/2 slice and the history (log scale
-    when positive; BiCGSTAB's true residual checks as points)."""
+    """Write a PNG of a stencil run's report (`run_stencil(...).report`): the z = nz/2
+    slice and the history (log scale when positive; BiCGSTAB's true residual checks as
+    points)."""
     x = run.extra
     cfg = x["config"]
     slice_xy = np.asarray(x["slice_xy"], np.float32)

@@ -4,11 +4,11 @@
 the demo call. It places the grid (SRAM ledger first; `problems.place_*` are the plans the
 experiments price at full size), builds the problem (below), compiles before timing (the
 measured wall time excludes compilation), runs many steps per jitted call (a `lax.fori_loop`
-per chunk; BiCGSTAB with refinement is one `lax.while_loop`) and returns a
-`wse_core.RunReport`: the measured wall time beside the predicted wafer time of the same run
-(`wse_hpc.stencil.perf` priced on the same grid, dtype, Z block and traced traffic), and in
-`extra` the history, the final figures, the rates and a z-slice of the solution (`slice_xy`,
-at most 64 x 64).
+per chunk; BiCGSTAB with refinement is one `lax.while_loop`) and returns a `StencilRun`: the
+placed grid it ran on, the final field and `.report`, the `wse_core.RunReport` of the run:
+the measured wall time beside the predicted wafer time of the same run (`wse_hpc.stencil.perf`
+priced on that grid, dtype, Z block and traced traffic), and in `extra` the history, the final
+figures, the rates and a z-slice of the solution (`slice_xy`, at most 64 x 64).
 
 Problems (on the unit cube):
 - jacobi: Poisson A u = f with u = sin(pi x) sin(pi y) sin(pi z) (Dirichlet; 2 pi for
@@ -67,6 +67,7 @@ from wse_hpc.stencil.wave import wave25
 __all__ = [
     "KINDS",
     "StencilConfig",
+    "StencilRun",
     "bicgstab_request",
     "exact_solution",
     "place_bicgstab",
@@ -91,6 +92,16 @@ class StencilConfig:
     mesh_shape: tuple[int, int] | None = None
     defect_seed: int | None = None
     chunks: int = 10  # history points for the stepping kernels
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StencilRun:
+    """What `run_stencil` returns: the placed grid the run used (its plan: shape, dtype,
+    wafer and SRAM ledger), the final field on it and the run's `report`."""
+
+    grid: StencilGrid
+    field: jax.Array  # u (jacobi, heat, wave25) or x (bicgstab's high part), as placed
+    report: RunReport
 
 
 def _eigenvalue(grid: StencilGrid) -> float:
@@ -153,8 +164,8 @@ def _config_record(cfg: StencilConfig) -> dict[str, Any]:
     return out
 
 
-def run_stencil(cfg: StencilConfig, progress: Progress | None = None) -> RunReport:
-    """Run one configured problem (see the module docstring) and report it."""
+def run_stencil(cfg: StencilConfig, progress: Progress | None = None) -> StencilRun:
+    """Run one configured problem (see the module docstring): its grid, field and report."""
     wafer = _setup(cfg)
     runner = {
         "jacobi": _run_jacobi,
@@ -180,8 +191,8 @@ def _slice(grid: StencilGrid, field: jax.Array) -> list[list[float]]:
     return plane[:: -(-nx // 64), :: -(-ny // 64)].tolist()
 
 
-def _report(cfg, grid, phases: Phases, step: str, wall: float, done: int, field, **extra):
-    """The RunReport of a finished run: the phases priced, the measurement, the figures."""
+def _result(cfg, grid, phases: Phases, step: str, wall: float, done: int, field, **extra):
+    """A finished run and its RunReport: the phases priced, the measurement, the figures."""
     cells, flops = grid.cells, phases.total_work().flops()
 
     def figures(t: Timing) -> dict[str, Any]:
@@ -201,7 +212,7 @@ def _report(cfg, grid, phases: Phases, step: str, wall: float, done: int, field,
             **extra,
         }
 
-    return RunReport.build(
+    report = RunReport.build(
         f"stencil {cfg.kind}",
         grid.wafer.spec,
         phases,
@@ -212,6 +223,7 @@ def _report(cfg, grid, phases: Phases, step: str, wall: float, done: int, field,
         units="solve" if cfg.kind == "bicgstab" else "run",
         extra=figures,
     )
+    return StencilRun(grid=grid, field=field, report=report)
 
 
 def _traffic(grid: StencilGrid, phases: Phases):
@@ -222,7 +234,7 @@ def _traffic(grid: StencilGrid, phases: Phases):
     return Traffic("run", links=dict(work.links), latency_hops=work.latency_hops)
 
 
-def _run_jacobi(cfg, wafer, progress) -> RunReport:
+def _run_jacobi(cfg, wafer, progress) -> StencilRun:
     dt = _field_dtype(cfg, ("fp32", "fp16"))
     grid = place_jacobi(wafer, cfg.grid, dt, cfg.boundary)
     ue = exact_solution(grid, "jacobi")
@@ -238,7 +250,7 @@ def _run_jacobi(cfg, wafer, progress) -> RunReport:
     u = pair[0][:, :, 1:-1]
     err = float(np.abs(grid.gather(u) - ue).max())
     phases = perf.jacobi_phases(grid, jacobi(grid), done)
-    return _report(
+    return _result(
         cfg, grid, phases, "jacobi_sweep", wall, done, u,
         metric="relative residual", history=hist, final={"max_error_vs_exact": err},
     )  # fmt: skip
@@ -253,7 +265,7 @@ def _eigenvalue_continuous(grid: StencilGrid) -> float:
     return 3 * (2 * np.pi if grid.boundary == "periodic" else np.pi) ** 2
 
 
-def _run_heat(cfg, wafer, progress) -> RunReport:
+def _run_heat(cfg, wafer, progress) -> StencilRun:
     dt_name = _field_dtype(cfg, ("fp32", "fp16"))
     grid = place_grid(
         wafer,
@@ -281,7 +293,7 @@ def _run_heat(cfg, wafer, progress) -> RunReport:
         "dt": dt,
     }
     phases = perf.heat_phases(grid, heat(grid, dt=dt), done)
-    return _report(
+    return _result(
         cfg, grid, phases, "heat_step", wall, done, u,
         metric="max |u - exact decay|", history=hist, final=final,
     )  # fmt: skip
@@ -295,7 +307,7 @@ def bicgstab_request(cfg: StencilConfig) -> tuple[str, float, int]:
     return precision, tol, 1000 if cfg.steps is None else cfg.steps
 
 
-def _run_bicgstab(cfg, wafer, progress) -> RunReport:
+def _run_bicgstab(cfg, wafer, progress) -> StencilRun:
     precision, tol, maxiter = bicgstab_request(cfg)
     pair = tol < PAIR_BELOW
     grid = place_bicgstab(wafer, cfg.grid, precision, pair=pair, boundary=cfg.boundary)
@@ -325,7 +337,7 @@ def _run_bicgstab(cfg, wafer, progress) -> RunReport:
         grid, precision, bicgstab_spmv(grid), iterations=n, updates=k - 1,
         restarts=restarts, breakdowns=breakdowns, pair=pair,
     )  # fmt: skip
-    return _report(
+    return _result(
         cfg, grid, phases, "bicgstab_iteration", wall, n, res.x,
         metric="recurrence residual / ||b||", history=hist, final=final,
         true_history=checks, converged=converged,
@@ -358,7 +370,7 @@ def _why(res, tol: float, maxiter: int, precision: str, pair: bool) -> str:
     return f"iteration cap {maxiter} reached with the true residual at {t:.2e} > tol {tol:g}"
 
 
-def _run_wave(cfg, wafer, progress) -> RunReport:
+def _run_wave(cfg, wafer, progress) -> StencilRun:
     _field_dtype(cfg, ("fp32",))
     nz = cfg.grid[2]
     b = default_block_z(nz) if cfg.block_z is None else cfg.block_z
@@ -376,7 +388,7 @@ def _run_wave(cfg, wafer, progress) -> RunReport:
     st, wall, done, hist = _chunked(advance, st, steps, cfg.chunks, observe, progress)
     phases = perf.wave25_phases(grid, b, wave_block_fn(grid), done)
     final = {"max_abs_u": hist[-1][1], "dt": dt, "f0": f0, "block_z": b}
-    return _report(
+    return _result(
         cfg, grid, phases, "wave25_step", wall, done, fns.field_fn(st),
         metric="max |u|", history=hist, final=final,
     )  # fmt: skip

@@ -102,7 +102,7 @@ def _speed(n: int, nb: int, seed: int) -> dict:
     numpy_s, _ = best_median_s(lambda f=stacked_fn(op): f(x))
     emu_s = eng.time_matvec(x)
     y = eng.matvec(x)
-    report = eng.report(emu_s)
+    report = eng.report(measured_wall_s=emu_s)
     return {
         "kind": "speed",
         "n": n,

@@ -35,9 +35,10 @@ from wse_core import ExperimentResult, PredictionRow
 from wse_core.cost.assumptions import assumed_spec
 
 from wse_hpc.md import samples
+from wse_hpc.md.config import MdConfig
 from wse_hpc.md.pe_program import ballistic_every
-from wse_hpc.md.perf import CHECK_EVERY, pe_trace, predict, run_report
-from wse_hpc.md.simulate import MdConfig, run_md
+from wse_hpc.md.perf import CHECK_EVERY, pe_trace, predict
+from wse_hpc.md.simulate import run_md
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04
 
@@ -139,7 +140,7 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
 def _emulated(s, pot, cfg: MdConfig, label: str) -> tuple[dict, object, object]:
     res = run_md(s, pot, cfg)
     e = np.array([r.etotal for r in res.thermo])
-    report = run_report(res, pot)
+    report = res.report
     return (
         {
             "sample": label,
@@ -264,7 +265,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         on_thermo=lambda r: console.print(format_row(r)),
     )
     console.print(performance_line(res.steps, res.loop_wall_s, s.num_atoms, 1.0))
-    rep = run_report(res, pot)
+    rep = res.report
     path = write_xyz(Path(out_dir) / "md_cu.xyz", [res.structure])
     console.print(
         f"{res.grid[0]} x {res.grid[1]} PEs, window {2 * res.window[0] + 1} x "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wse_core import ExperimentResult, PredictionRow, RunReport
+from wse_core import ExperimentResult, PredictionRow
 from wse_core.cost.assumptions import assumed_spec, setting
 from wse_core.cost.calibration import STENCIL_TABLE_II
 from wse_core.cost.perf import PerfModel
@@ -28,6 +28,7 @@ from wse_hpc.stencil import perf
 from wse_hpc.stencil.placement import grid_wafer
 from wse_hpc.stencil.runs import (
     StencilConfig,
+    StencilRun,
     bicgstab_spmv,
     place_bicgstab,
     place_wave,
@@ -98,15 +99,16 @@ def _wave_row(nx, ny, nz, block_z, steps, published, source):
     )
 
 
-def _measured(run: RunReport) -> dict[str, Any]:
-    x = run.extra
+def _measured(run: StencilRun) -> dict[str, Any]:
+    report = run.report
+    x = report.extra
     return {
         "kind": x["kind"],
         "grid": "x".join(map(str, x["config"]["grid"])),
         "steps": x["steps"],
-        "wall_s": run.measured_wall_s,
+        "wall_s": report.measured_wall_s,
         "emulated_mcells_per_s": x["measured_cells_per_s"] / 1e6,
-        "predicted_s": run.predicted_s,
+        "predicted_s": report.predicted_s,
         **{k: x[k] for k in ("converged", "reason") if k in x},
         **x["final"],
     }
@@ -164,7 +166,7 @@ def stencil25(*, quick: bool, seed: int) -> ExperimentResult:
     assert len(STENCIL_TABLE_II) == len(rows)  # the calibration's own list of the same rows
     config = {
         "quick": quick,
-        "calibration": run.calibration.describe(),
+        "calibration": run.report.calibration.describe(),
         "table_ii_block_z": setting("table_ii_block_z"),
     }
     return ExperimentResult("sc22-stencil25", seed, config, [_measured(run)], rows, fig)

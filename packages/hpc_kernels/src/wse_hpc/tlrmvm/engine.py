@@ -3,10 +3,11 @@
 `TlrEngine.build(op, spec, ...)` plans the layout (`grouped.plan_grouped` by default),
 places it (`wafer.place_plan`), jits the pure `matvec_fn` / `rmatvec_fn` of the layout, and
 offers `matvec(x)` / `rmatvec(y)` on NumPy vectors ((N,) or (N, b)), `time_matvec(x,
-repeats)` (median wall seconds after a warm-up compile), and `report(measured_wall_s, ...)`:
+repeats)` (median wall seconds after a warm-up compile), and `report(measured_wall_s=...)`:
 the `wse_core.RunReport` of `perf.predict`, priced from this engine's own plan and its own
-product's traced fabric (`prediction()` is the same without a measurement). Only this
-module decides jit and timing.
+product's traced fabric (without a measurement: the prediction alone). A long-lived engine
+that its caller times, as the inference engines are: `engine.report(measured_wall_s=...)`
+is the one name for its report. Only this module decides jit and timing.
 """
 
 from __future__ import annotations
@@ -117,20 +118,17 @@ class TlrEngine:
         xb = jax.device_put(as_batch(x, self.op.shape[1], True))
         return median_wall_s(self._matvec, self.bases, xb, repeats=repeats)
 
-    def prediction(self, *, systems: int = 1, fill: bool = False) -> RunReport:
-        """The wafer's predicted product (no measurement); see `perf.predict`."""
-        return self.report(None, systems=systems, fill=fill)
-
     def report(
         self,
-        measured_wall_s: float | None,
         *,
+        measured_wall_s: float | None = None,
         systems: int = 1,
         fill: bool = False,
         **extra: object,
     ) -> RunReport:
         """Measured next to predicted: the RunReport of this engine's plan and product on
-        `systems` wafers (`fill`: each filled with copies of the operator)."""
+        `systems` wafers (`fill`: each filled with copies of the operator), with the
+        caller's measured wall time of one product (`time_matvec`; None: a prediction)."""
         return predict(
             self.wafer,
             self.plan,

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from wse_core.cost.report import RunReport
 from wse_models.sparsity import ZeroTally
 
 from wse_inference.decoding import first_logprob, first_token, prefill, prefill_scored, sequence_key
@@ -179,7 +180,9 @@ class SpeculativeEngine:
             out["spec_alpha"] = s.alpha
         return out if self._zeros is None else {**out, **self._zeros.metrics()}
 
-    def report(self, **kwargs: Any) -> Any:
+    def report(self, **measured: Any) -> RunReport:
         """`SpeculativeDecoder.report` (a `wse_core.RunReport` per emitted token) at this
-        engine's acceptance statistics."""
-        return self._dec.report(stats=self.stats, **kwargs)
+        engine's acceptance statistics; `measured`: its keywords but `stats`, those of
+        `PipelineEngine.report` (`measured_wall_s` over `tokens` is the measured time per
+        token; `kv_tokens`)."""
+        return self._dec.report(stats=self.stats, **measured)

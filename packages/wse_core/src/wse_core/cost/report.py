@@ -1,8 +1,11 @@
 """One result for every run: `RunReport` — what was measured, what the wafer would take.
 
 Contract. Every shell (stencil, BiCGSTAB, MD, TLR-MVM, `wse train`, the inference engines)
-returns a `RunReport` built by `RunReport.build(...)` from the `Phases` it priced with
-`PerfModel` (the same plan object its emulation ran). A report is frozen: the kernel's own
+reports with a `RunReport` built by `RunReport.build(...)` from the `Phases` it priced with
+`PerfModel` (the same plan object its emulation ran), got one way: `.report` on what a run
+returns (`run_stencil(cfg).report`, `run_md(...).report`, `wse_trainer.run.run(...).report`),
+or `engine.report(measured_wall_s=...)` on an engine that outlives one run and is timed by
+its caller (`TlrEngine`, the inference engines). A report is frozen: the kernel's own
 figures (`extra`, a read-only mapping; those derived from the predicted time come from a
 function of the evaluated `Timing` that `build` calls) are given to `build`, never set
 after; `dataclasses.replace` (as `with_trace`) makes a changed copy. So that:

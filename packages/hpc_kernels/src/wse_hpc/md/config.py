@@ -1,0 +1,37 @@
+"""An MD run's settings: `MdConfig`, what `simulate.run_md` runs and `perf` prices.
+
+Contract: a frozen keyword-only dataclass of plain settings (steps, timestep, thermostat,
+wafer spec, grid, tile, list skin and cadence); it checks nothing (`run_md` validates it
+against the structure) and imports only the thermostat's type, so that the shell, the
+planner (`neighbour_plan.plan_window`) and the performance model all read one definition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from wse_core import PRESETS, WaferSpec
+
+from wse_hpc.md.integrate import Thermostat
+
+__all__ = ["MdConfig"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MdConfig:
+    steps: int = 0
+    dt_fs: float = 1.0
+    thermostat: Thermostat = Thermostat()
+    temperature_K: float | None = None  # initial Maxwell–Boltzmann velocities when set
+    thermo_every: int = 100
+    seed: int = 0
+    dtype: str = "float32"
+    spec: WaferSpec = PRESETS["wse3"]
+    defect_seed: int | None = None
+    mesh_shape: tuple[int, int] | None = None
+    skin_A: float = 1.0  # neighbour-list skin (LAMMPS `neighbor 1.0 bin` in metal units)
+    grid: tuple[int, int] | None = None  # PE rows, cols (default: `mapping.choose_grid`)
+    tile: tuple[int, int] | None = None  # the map's tile (default: `mapping.choose_tile`)
+    # steps per neighbour-list rebuild at the start (then adapted); None: the steps the
+    # fastest atom at the start takes to cross skin / 2 (`initial_every`)
+    rebuild_every: int | None = None
