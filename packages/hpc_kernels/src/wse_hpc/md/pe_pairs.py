@@ -105,7 +105,8 @@ def density_half(kernel: PairKernel, regions, lists, order, own, active: int):
     """One device's block, each pair once: the density of every PE (br, bc) and the pairs
     each list row took within the cutoff, `cut` = (places (br, bc, M) int32, count (br, bc)
     int32) for `force_half`. regions = (positions (Rr, Rc, 3), block indices (Rr, Rc)) of
-    the window region; lists (br, bc, M) stored in `order`; own = (pos, sp_i) per PE."""
+    the window region; lists (br, bc, M) stored in `order`, as `neighbours.build.select_half`
+    builds them (only candidates of a larger block index); own = (pos, sp_i) per PE."""
     rows, at, (pos, sp_i) = _rows(lists, order, own, active)
     nb, m = order.size, lists[0].shape[-1]
     out = (

@@ -132,9 +132,10 @@ def _force(xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out):
 
 
 def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, out):
-    """Each pair once (the PE of the larger block index takes it from the other's list);
-    each PE's pairs within the cutoff are written down (their places in its list, `cut`,
-    and their count, `ncut`) for the force pass, which then walks only those."""
+    """Each pair once: the lists are `neighbours.build.select_half`'s (each PE holds only
+    its candidates of a larger block index, and adds its share to both); each PE's pairs
+    within the cutoff are written down (their places in its list, `cut`, and their count,
+    `ncut`) for the force pass, which then walks only those."""
     rho, cut, ncut = out
     n, m = own.shape[0], index.shape[1]  # the first n list rows (the block's atoms)
     nr, ne, size = ci[0], ci[1], rhor.shape[1]
@@ -148,17 +149,15 @@ def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, ou
             if not valid[h, t]:  # a list's valid entries come first
                 break
             q = index[h, t]
-            j = ids[q]
-            if j > i:  # (a one-device build stores only these)
-                _, _, _, r2 = _geometry(xyz, q, xi, yi, zi, cf)
-                if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
-                    cut[h, c] = t
-                    c += 1
-                    r = r2 * (_F1 / np.sqrt(r2))
-                    k, p = _locate(r, cf[7], nr)
-                    sj = sp_j[h, t]
-                    acc += _value(rhor, _knot(sj, si, k, ne, nr, size), p)
-                    rho[j] += _value(rhor, _knot(si, sj, k, ne, nr, size), p)
+            _, _, _, r2 = _geometry(xyz, q, xi, yi, zi, cf)
+            if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
+                cut[h, c] = t
+                c += 1
+                r = r2 * (_F1 / np.sqrt(r2))
+                k, p = _locate(r, cf[7], nr)
+                sj = sp_j[h, t]
+                acc += _value(rhor, _knot(sj, si, k, ne, nr, size), p)
+                rho[ids[q]] += _value(rhor, _knot(si, sj, k, ne, nr, size), p)
         rho[i] += acc
         ncut[h] = c
 

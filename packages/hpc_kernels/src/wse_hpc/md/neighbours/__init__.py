@@ -179,7 +179,7 @@ def _build(spec: ListSpec, atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax
     pos, held = atoms.position, atoms.species >= 0
     window = atoms.tagged_positions()
     if spec.pe is not None and spec.pe.half:  # one device: each pair's list entry once
-        ids = (geo.row * wafer.block_shape[1] + geo.col).astype(jnp.int32)
+        ids = _block_ids(wafer, geo)
         fields = (pos, held, geo.row, geo.col, ids)
         fn, kept = functools.partial(select_half, spec), (ids,)
     else:
@@ -201,6 +201,12 @@ def _build(spec: ListSpec, atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax
         order=order,
     )
     return nbrs, over
+
+
+def _block_ids(wafer: Wafer, geo: Geometry) -> jax.Array:
+    """Each PE's flat index in its device block (int32): on one device, which PE of a pair
+    evaluates it (the larger); emulator bookkeeping, not sent on the wafer."""
+    return (geo.row * wafer.block_shape[1] + geo.col).astype(jnp.int32)
 
 
 def _track(atoms: Atoms, nbrs: Neighbours) -> Neighbours:
@@ -313,7 +319,7 @@ def _half(spec: ListSpec, pos, sp_i, geo: Geometry, nbrs: Neighbours):
     `force_half`): the same window multicasts; the block indices of the region's PEs come
     with them (emulator bookkeeping, not sent on the wafer)."""
     wafer, depth, kc, pe, active = spec.wafer, spec.depth, spec.plan.k_cols, spec.pe, spec.active
-    ids = geo.row * wafer.block_shape[1] + geo.col  # one device: the block's flat index
+    ids = _block_ids(wafer, geo)
     lists = (nbrs.index, nbrs.valid, nbrs.species)
 
     def density(region, ids_region, *fields):

@@ -237,7 +237,7 @@ def select_half(spec: ListSpec, region, ids_region, pos, held, pe_row, pe_col, i
     """`select` on one device for `pe_pairs`' each-pair-once kernels (`spec.pe.half`): each
     PE stores only its candidates of a larger block index (`ids`; `ids_region` the window
     region's), the ones it evaluates; capacities and overflow are the full lists'."""
-    lists = _select_pe(spec, region, pos, held, (ids_region.astype(jnp.int32), ids))
+    lists = _select_pe(spec, region, pos, held, (ids_region, ids))
     return _stored(spec, lists, held, pe_row, pe_col)
 
 
