@@ -1,0 +1,108 @@
+"""NVIDIA's published TensorRT-LLM serving throughput on H100 (FP8), as data with its inputs.
+
+Contract. `ROWS` holds every H100 row of the TensorRT-LLM v0.19.0 performance overview
+(`docs/source/performance/perf-overview.md`, published as
+`0.19.0/_sources/performance/perf-overview.md.txt` on the NVIDIA/TensorRT-LLM gh-pages branch,
+commit 85a2a656c25e374a0d4cb9a7d0f15a3e82855937): model, GPUs, tensor and pipeline parallel
+sizes, input and output lengths and "Total Output Throughput (tokens/sec)". The benchmark
+(`trtllm-bench throughput`, PyTorch backend) feeds requests "at an infinite rate" with every
+request exactly ISL prompt and OSL output tokens, on DGX H100 (H100 SXM 80GB), with ModelOpt
+FP8 checkpoints (`nvidia/Llama-3.1-{8B,70B,405B}-Instruct-FP8`) and
+`kv_cache_free_gpu_mem_fraction` 0.95 "in majority of cases". Blank cells of the table are
+absent here. `SHAPES` are the three models' published shapes (Meta's model cards), counted by
+`wse_systems`'s decoder formula. `fitted(row)`: whether a row may be fitted on
+(input length <= output length, shared/REFERENCES.md); every other row is a check.
+Notes: docs/references/trtllm-h100.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from wse_core.systems.transformer import LLAMA31_8B, DecoderCounts
+
+__all__ = ["SOURCE", "TrtllmRow", "SHAPES", "ROWS", "fitted"]
+
+SOURCE = (
+    "NVIDIA TensorRT-LLM v0.19.0 performance overview (docs/source/performance/"
+    "perf-overview.md; gh-pages 0.19.0/_sources, commit 85a2a656), H100 SXM 80GB, FP8"
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrtllmRow:
+    """One published measurement: `gpus` = tp x pp H100s serving `model` (a `SHAPES` key)."""
+
+    model: str
+    tp: int
+    pp: int
+    input_tokens: int
+    output_tokens: int
+    output_tokens_per_s: float
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+
+def _llama31(name: str, d: int, layers: int, heads: int, ff: int) -> DecoderCounts:
+    return DecoderCounts(
+        name=name, arch="llama", vocab_size=128256, d_model=d, n_layers=layers,
+        n_heads=heads, n_kv_heads=8, d_ff=ff, max_seq_len=131072,
+    )  # fmt: skip
+
+
+SHAPES: Mapping[str, DecoderCounts] = MappingProxyType(
+    {
+        "llama3.1-8b": LLAMA31_8B,
+        "llama3.1-70b": _llama31("llama3.1-70b", 8192, 80, 64, 28672),
+        "llama3.1-405b": _llama31("llama3.1-405b", 16384, 126, 128, 53248),
+    }
+)
+
+_LENGTHS = (
+    (128, 128), (128, 2048), (128, 4096), (500, 2000), (1000, 1000), (1000, 2000),
+    (1024, 2048), (2048, 128), (2048, 2048), (5000, 500), (20000, 2000),
+)  # fmt: skip
+# Output tokens/s per (input, output) row of the table, one column per tensor-parallel size
+# (None: a blank cell). Copied from the source's "H100 80GB HBM3" columns.
+_TABLE: dict[tuple[str, int], tuple[float | None, ...]] = {
+    ("llama3.1-8b", 1): (
+        27568.68, 22003.62, 13640.35, 17794.39, 15270.02, 13850.22,
+        13374.15, 3495.05, 9653.67, 3371.16, 1340.92,
+    ),
+    ("llama3.1-70b", 1): (
+        3191.27, 745.19, None, None, 734.67, 526.31, 525.43, 315.90, 357.98, 203.27, None,
+    ),
+    ("llama3.1-70b", 2): (
+        6183.41, 5822.02, 3714.87, 4704.31, 4191.26, 3920.44,
+        3896.14, 747.51, 2732.86, 866.77, 408.43,
+    ),
+    ("llama3.1-70b", 4): (
+        10260.68, 11442.01, 8209.91, 10278.02, 7427.35, 7590.35,
+        7557.32, 1240.12, 5640.31, 1571.92, 910.77,
+    ),
+    ("llama3.1-70b", 8): (
+        14686.01, 17463.99, 12598.55, 14630.41, 11082.48, 11108.11,
+        11028.32, 1840.12, 8772.88, 2399.78, 1568.84,
+    ),
+    ("llama3.1-405b", 8): (
+        3732.40, 4572.23, 2911.42, 3661.85, 2963.36, 3253.17,
+        3089.16, 448.89, 2139.94, 579.14, 370.26,
+    ),
+}  # fmt: skip
+
+ROWS: tuple[TrtllmRow, ...] = tuple(
+    TrtllmRow(model=model, tp=tp, pp=1, input_tokens=isl, output_tokens=osl,
+              output_tokens_per_s=value)  # fmt: skip
+    for (model, tp), column in _TABLE.items()
+    for (isl, osl), value in zip(_LENGTHS, column, strict=True)
+    if value is not None
+)
+
+
+def fitted(row: TrtllmRow) -> bool:
+    """A row the GPU model may be fitted on: input length at most output length."""
+    return row.input_tokens <= row.output_tokens
