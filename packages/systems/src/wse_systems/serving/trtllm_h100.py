@@ -12,18 +12,22 @@ FP8 checkpoints (`nvidia/Llama-3.1-{8B,70B,405B}-Instruct-FP8`) and
 absent here. `SHAPES` are the three models' published shapes (Meta's model cards), counted by
 `wse_systems`'s decoder formula. `fitted(row)`: whether a row may be fitted on
 (input length <= output length, shared/REFERENCES.md); every other row is a check.
+`predict(row, mfu=, hbm_fraction=)` is `wse_systems.serving.gpus`' output tokens/s for the
+row's layout at the most users it holds, in fp8; `fit()` the two fractions minimising the
+squared log ratios over the fitted rows (what `wse_systems.serving.gpus.FITTED_*` hold).
 Notes: docs/references/trtllm-h100.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
 from wse_core.systems.transformer import LLAMA31_8B, DecoderCounts
 
-__all__ = ["SOURCE", "TrtllmRow", "SHAPES", "ROWS", "fitted"]
+__all__ = ["SOURCE", "TrtllmRow", "SHAPES", "ROWS", "fitted", "predict", "fit"]
 
 SOURCE = (
     "NVIDIA TensorRT-LLM v0.19.0 performance overview (docs/source/performance/"
@@ -106,3 +110,39 @@ ROWS: tuple[TrtllmRow, ...] = tuple(
 def fitted(row: TrtllmRow) -> bool:
     """A row the GPU model may be fitted on: input length at most output length."""
     return row.input_tokens <= row.output_tokens
+
+
+def predict(row: TrtllmRow, *, mfu: float, hbm_fraction: float) -> float:
+    """The GPU serving model's output tokens/s for `row`: its tp x pp layout as one replica in
+    fp8, at the most users it holds (the benchmark's "maximum load")."""
+    from wse_systems.gpu import H100
+    from wse_systems.serving.frontier import Workload
+    from wse_systems.serving.gpus import GpuLayout, GpuServing
+
+    work = Workload(prompt_tokens=row.input_tokens, output_tokens=row.output_tokens)
+    serve = GpuServing(SHAPES[row.model], H100, num_gpus=row.gpus, workload=work,
+                       precision="fp8", mfu=mfu, hbm_fraction=hbm_fraction)  # fmt: skip
+    layout = GpuLayout(row.tp, row.pp)
+    return serve.layout_point(layout, serve.layouts[layout]).aggregate_tokens_per_s
+
+
+def _loss(x, rows) -> float:
+    mfu, hbm = (float(v) for v in x)
+    if not (0.01 <= mfu <= 1 and 0.01 <= hbm <= 1):
+        return math.inf
+    logs = [math.log(predict(r, mfu=mfu, hbm_fraction=hbm) / r.output_tokens_per_s) for r in rows]
+    return sum(v * v for v in logs)
+
+
+def fit() -> tuple[float, float, float]:
+    """(mfu, hbm_fraction, rms of log(model / published)) minimising the squared log ratios
+    over the rows `fitted` admits: a 0.05 grid over (0, 1]^2, then Nelder-Mead from its best."""
+    from scipy.optimize import minimize
+
+    rows = [r for r in ROWS if fitted(r)]
+    grid = [0.05 * i for i in range(1, 21)]
+    start = min(((m, h) for m in grid for h in grid), key=lambda x: _loss(x, rows))
+    best = minimize(_loss, start, args=(rows,), method="Nelder-Mead",
+                    options={"xatol": 1e-4, "fatol": 1e-9})  # fmt: skip
+    mfu, hbm = (float(v) for v in best.x)
+    return mfu, hbm, math.sqrt(best.fun / len(rows))
