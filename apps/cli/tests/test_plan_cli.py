@@ -74,7 +74,14 @@ def test_plan_infer_on_every_shipped_model(model):
     assert d["choice"] == "knee"
     for side, front in ((w, d["frontiers"]["wafer"]), (g, d["frontiers"]["gpu"])):
         assert side["tokens_per_s_per_user"] > 0 and side["users"] >= 1
-        assert side["tokens_per_s"] == pytest.approx(side["users"] * side["tokens_per_s_per_user"])
+        # each request: its first token, then its output at the per-user speed
+        o = d["inputs"]["workload"]["output_tokens"]
+        period = side["ttft_s"] + o / side["tokens_per_s_per_user"]
+        if side is w:
+            assert side["tokens_per_s"] == pytest.approx(side["users"] * o / period)
+        else:  # a GPU step carries the prompts of the requests it finishes: no gap
+            assert side["tokens_per_s"] == pytest.approx(
+                side["users"] * side["tokens_per_s_per_user"])  # fmt: skip
         assert side["users"] <= side["max_users"] == front["max_users"]
         per_token = side["energy_j"] / (d["inputs"]["tokens_per_day"] * d["inputs"]["days"])
         assert side["energy_kwh_per_million_tokens"] == pytest.approx(per_token * 1e6 / 3.6e6)
@@ -139,7 +146,9 @@ def test_plan_infer_at_a_number_of_users():
     one = _json(["plan", "infer", "--model", "llama3-70b", "--users", "1",
                  "--prompt-tokens", "128", "--output-tokens", "20"])  # fmt: skip
     assert w["tokens_per_s_per_user"] == pytest.approx(one["wafer"]["tokens_per_s_per_user"])
-    assert w["tokens_per_s"] == pytest.approx(16 * w["tokens_per_s_per_user"])
+    # a request: the prompt's pass (its first token), then 20 tokens at the one-user speed
+    assert w["tokens_per_s"] == pytest.approx(16 * 20 / (w["ttft_s"] + 20 / w[
+        "tokens_per_s_per_user"]))  # fmt: skip
     assert g["tokens_per_s_per_user"] < one["gpu"]["tokens_per_s_per_user"]  # a batch of 16
 
 
@@ -179,7 +188,7 @@ def test_plan_infer_with_a_draft_model():
         (["plan", "infer", "--model", "llama3-8b", "--users", "0"], "--users must be an integer"),
         (["plan", "infer", "--model", "llama3-70b", "--users", "100000"], "do not fit"),
         (["plan", "infer", "--model", "llama3-8b", "--min-user-tokens-per-s", "1e7"],
-         "no system reaches"),
+         "no system meets"),
         (["plan", "infer", "--model", "llama3-8b", "--min-user-tokens-per-s", "nan"],
          "must be a finite number > 0"),
         (["plan", "infer", "--model", "llama3-8b", "--users", "2", "--min-user-tokens-per-s",

@@ -22,7 +22,6 @@ from wse_systems.serving import (
     knee,
     loads,
     meeting,
-    prefill_share,
     speculative_speedup,
     tokens_per_round,
 )
@@ -73,27 +72,37 @@ def test_the_hand_shapes_counts():
     assert matmul_params(DRAFT) == 10**7 and kv_values_per_token(DRAFT) * 2 == DRAFT_KV_BYTES
 
 
+def _step(**kw):
+    return sg.step(FLAT, ROUND, kw.pop("layout", ONE), hbm_fraction=0.5, mfu=0.5, **kw)
+
+
 def test_gpu_step_at_one_user_is_the_weight_read():
-    s = sg.decode_step(FLAT, ROUND, ONE, batch=1, kv_tokens=0, hbm_fraction=0.5, mfu=0.5)
-    # 2 bytes x 1e8 weights over 0.5 x 1e12 B/s; flops 2e8 at 0.5e15 are far less
-    assert s.memory_s == pytest.approx(2e8 / 5e11)
+    s = _step(users=1)
+    # 2 bytes x 1e8 weights and the new token's K and V over 0.5 x 1e12 B/s; flops 2e8 at
+    # 0.5e15 are far less
+    assert s.memory_s == pytest.approx((2e8 + KV_BYTES) / 5e11)
     assert s.compute_s == pytest.approx(2e8 / 5e14)
-    assert s.seconds == pytest.approx(4e-4) and s.bound == "hbm"
-    eight = sg.GpuLayout(8, 1)
-    s8 = sg.decode_step(FLAT, ROUND, eight, batch=1, kv_tokens=0, hbm_fraction=0.5, mfu=0.5)
+    assert s.seconds == pytest.approx(s.memory_s) and s.bound == "hbm"
+    s8 = _step(users=1, layout=sg.GpuLayout(8, 1))
     reduce = 2 * 7 / 8 * (2 * 256) / ROUND.nvlink_bytes_per_s + 2 * 7 * ROUND.nvlink_latency_s
     assert s8.allreduce_s == pytest.approx(2 * 2 * reduce)  # 2 per layer, 2 layers
-    assert s8.seconds == pytest.approx(2e8 / 8 / 5e11 + 4 * reduce)
+    assert s8.seconds == pytest.approx((2e8 + KV_BYTES) / 8 / 5e11 + 4 * reduce)
+    fp8 = _step(users=1, precision="fp8")  # a byte a weight and a KV value, twice the peak
+    assert fp8.memory_s == pytest.approx((1e8 + KV_BYTES / 2) / 5e11)
+    assert fp8.compute_s == pytest.approx(2e8 / (0.5 * ROUND.peak_fp8_flops))
+    with pytest.raises(ServingError, match="no fp8"):
+        sg.step(FLAT, gpum.A100, ONE, users=1, precision="fp8")
 
 
 def test_gpu_compute_knee_and_aggregate_plateau():
-    # memory = 2e8 / 5e11 = 4e-4 s for any batch; compute = B 2e8 / 5e14: equal at B = 1000
-    at = sg.decode_step(FLAT, ROUND, ONE, batch=1000, kv_tokens=0, hbm_fraction=0.5, mfu=0.5)
-    assert at.compute_s == pytest.approx(at.memory_s)
-    past = sg.decode_step(FLAT, ROUND, ONE, batch=2000, kv_tokens=0, hbm_fraction=0.5, mfu=0.5)
-    assert past.bound == "compute" and past.seconds == pytest.approx(2 * at.seconds)
-    # aggregate B / step: 1000 / 4e-4 at the knee, the same past it (mfu x peak / 2 N)
-    assert 1000 / at.seconds == pytest.approx(2000 / past.seconds) == pytest.approx(2.5e6)
+    # memory (2e8 + B KV_BYTES) / 5e11 against compute B 2e8 / 5e14: equal at B* below
+    knee_b = 4e-4 / (2e8 / 5e14 - KV_BYTES / 5e11)
+    below, past = _step(users=math.floor(knee_b)), _step(users=math.ceil(knee_b))
+    assert below.bound == "hbm" and past.bound == "compute"
+    far = _step(users=4000)
+    assert far.seconds == pytest.approx(4000 * 2e8 / 5e14)
+    # aggregate B / step past the knee: mfu x peak / 2 N
+    assert 4000 / far.seconds == pytest.approx(2.5e6)
 
 
 def test_gpu_kv_bytes_per_user_and_the_largest_batch():
@@ -102,34 +111,45 @@ def test_gpu_kv_bytes_per_user_and_the_largest_batch():
     assert users == 3417 and sg.max_batch(FLAT, ROUND, ONE, held_tokens=100) == users
     serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=Workload(prompt_tokens=60,
                        output_tokens=40), hbm_fraction=0.5, mfu=0.5)  # fmt: skip
-    assert serve.max_users == users
-    with pytest.raises(ServingError, match=f"at most {users}"):
-        at_users(serve, users + 1)
+    # the step budget: each user's decode token and 60 / 40 prompt tokens a step
+    assert serve.budget_users == int(sg.TOKEN_BUDGET // (1 + 60 / 40)) == 3276
+    assert serve.max_users == min(users, 3276)
+    with pytest.raises(ServingError, match="at most 3276"):
+        at_users(serve, 3277)
     big = dataclasses.replace(FLAT, vocab_size=3_900_000)  # 2.0 GB of weights over 0.9 GB: 3
     with pytest.raises(gpum.GpuMemoryError, match="use at least 3 GPUs"):
         GpuServing(big, ROUND, num_gpus=2, workload=SHORT)
+    assert sg.min_gpus(big, ROUND, held_tokens=32) == 3
+    assert sg.min_gpus(big, ROUND, held_tokens=32, precision="fp8") == 2
 
 
-def test_gpu_kv_read_grows_the_step_and_the_frontier_trades_speed_for_throughput():
-    shape = FLAT
-    s = sg.decode_step(shape, ROUND, ONE, batch=10, kv_tokens=70, hbm_fraction=0.5, mfu=0.5)
-    assert s.memory_s == pytest.approx((2e8 + 10 * KV_BYTES * 70) / 5e11)
+def test_gpu_a_round_carries_the_prompts_of_the_requests_it_finishes():
     w = Workload(prompt_tokens=60, output_tokens=20)
-    serve = GpuServing(shape, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5)
+    serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5)
+    kv = w.kv_tokens
+    p = serve.point(10)  # 10 users: 10 decode tokens and 10 x 60 / 20 = 30 prompt tokens
+    s = _step(users=10, kv_tokens=kv, prefill_tokens=30, prompt_tokens=60)
+    assert s.memory_s == pytest.approx((2e8 + KV_BYTES * (10 * kv + 40)) / 5e11)
+    assert p.user_tokens_per_s == pytest.approx(1 / s.seconds)
+    assert p.aggregate_tokens_per_s == pytest.approx(10 / s.seconds)
+    assert p.input_tokens_per_s == pytest.approx(30 / s.seconds)
+    bare = _step(users=10, kv_tokens=kv)
+    assert p.input_time_share == pytest.approx(1 - bare.seconds / s.seconds)
     points = frontier(serve).points
-    assert [p.users for p in points] == loads(serve.max_users)
-    speeds = [p.user_tokens_per_s for p in points]
+    assert [q.users for q in points] == loads(serve.max_users)
+    speeds = [q.user_tokens_per_s for q in points]
     assert speeds == sorted(speeds, reverse=True)
-    for p in points:
-        assert p.aggregate_tokens_per_s == pytest.approx(p.users * p.user_tokens_per_s)
+    for q in points:
+        assert q.aggregate_tokens_per_s == pytest.approx(q.users * q.user_tokens_per_s)
 
 
-def test_gpu_prefill_is_the_compute_roofline():
-    t = sg.prefill_s(FLAT, ROUND, ONE, prompt_tokens=1000, hbm_fraction=0.5, mfu=0.5)
-    # 2 N_matmul per token and the attention's 2 L (H Q) p^2
-    assert t == pytest.approx((1000 * 2e8 + 2 * 2 * 256 * 1000**2) / 5e14)
-    short = sg.prefill_s(FLAT, ROUND, ONE, prompt_tokens=1, hbm_fraction=0.5, mfu=0.5)
-    assert short == pytest.approx(4e-4)  # one weight read is longer than one token's flops
+def test_gpu_prefill_is_the_roofline_of_its_tokens():
+    t = _step(prefill_tokens=10_000, prompt_tokens=10_000)
+    # 2 N_matmul per token and the attention's 2 L (H Q) p per token (p / 2 earlier tokens)
+    assert t.compute_s == pytest.approx((10_000 * 2e8 + 2 * 2 * 256 * 10_000**2) / 5e14)
+    assert t.seconds == pytest.approx(t.compute_s) and t.bound == "compute"
+    short = _step(prefill_tokens=1, prompt_tokens=1)
+    assert short.seconds == pytest.approx((2e8 + KV_BYTES) / 5e11)  # one weight read
 
 
 def test_speculation_on_a_gpu_is_leviathans_formula():
@@ -140,11 +160,14 @@ def test_speculation_on_a_gpu_is_leviathans_formula():
     fast = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5,
                       speculation=spec)  # fmt: skip
     kv = 8 + 8 // 2  # the cached tokens a step reads (Workload.kv_tokens)
-    c = (2e7 + DRAFT_KV_BYTES * kv) / (2e8 + KV_BYTES * kv)  # draft step / target step: bytes
-    leviathan = (1 - 0.8**5) / ((1 - 0.8) * (4 * c + 1))
-    ratio = fast.point(1).user_tokens_per_s / plain.point(1).user_tokens_per_s
+    target = (2e8 + KV_BYTES * (kv + 1)) / 5e11  # a step's bytes, its new token's KV too
+    draft = (2e7 + DRAFT_KV_BYTES * (kv + 1)) / 5e11
+    verify = (2e8 + KV_BYTES * (kv + 5)) / 5e11
+    leviathan = speculative_speedup(0.8, 4, draft_s=draft, target_s=target, verify_s=verify)
+    ratio = plain.round_s(ONE, 1)[0] / fast.round_s(ONE, 1)[0] * spec.tokens_per_round
     assert ratio == pytest.approx(leviathan)
-    assert speculative_speedup(0.8, 4, draft_s=c, target_s=1.0) == pytest.approx(leviathan)
+    c = draft / target
+    assert leviathan == pytest.approx((1 - 0.8**5) / ((1 - 0.8) * (4 * c + verify / target)))
     assert tokens_per_round(0.8, 4) == pytest.approx(3.3616) and tokens_per_round(1.0, 4) == 5
 
 
@@ -197,18 +220,31 @@ def test_wafer_users_are_limited_by_sram_on_a_small_wafer():
         at_users(serve, n + 1)
 
 
-def test_wafer_aggregate_is_users_times_per_user_until_the_pipeline_fills():
-    serve = _toy_serving()
+def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
+    serve = _toy_serving()  # 16 prompt + 16 output tokens a request
     for u in loads(serve.max_users):
         p = serve.point(u)
         latency, held, _ = serve.round_s(u)
-        t_max = max(held.values())
-        assert p.aggregate_tokens_per_s == pytest.approx(u * p.user_tokens_per_s)
-        if u * t_max <= latency:  # not full: every user at the one-user speed
-            assert p.user_tokens_per_s == pytest.approx(1 / latency)
+        prompt, _ = serve.pipelines(u, prompt=True)
+        k = p.layout["prompt_block_tokens"]
+        blocks = math.ceil(16 / k)
+        work = {n: 16 * held[n] + blocks * prompt.occupancy_s(k)[n] for n in held}
+        first = prompt.blocks_s(16, k) + (max(held.values()) if u > 1 else 0.0)
+        period = max(first + 16 * latency, u * max(work.values()))  # by hand
+        assert p.ttft_s == pytest.approx(first)
+        assert p.layout["request_period_s"] == pytest.approx(period)
+        assert p.aggregate_tokens_per_s == pytest.approx(u * 16 / period)
+        assert p.input_tokens_per_s == pytest.approx(p.aggregate_tokens_per_s)  # P = O
+        assert p.user_tokens_per_s == pytest.approx(16 / (period - first))
+        if first + 16 * latency >= u * max(work.values()):
             assert p.bound == "pipeline latency"
-        else:  # full: the busiest region sets the pace, one token at a time
-            assert p.aggregate_tokens_per_s == pytest.approx(1 / t_max)
+        else:  # full: the busiest element, one item at a time
+            assert p.bound == f"region {max(work, key=work.__getitem__)}"
+        # no other block size serves this load with more output
+        for other in prompt.block_sizes():
+            assert serve.request(u, other).output_per_s(u, 16) <= p.aggregate_tokens_per_s * (
+                1 + 1e-12)  # fmt: skip
+    assert serve.point(1).user_tokens_per_s == pytest.approx(1 / serve.round_s(1)[0])
     occ = serve.occupancy(1)
     assert max(occ.values()) < 1 and sum(occ.values()) == pytest.approx(1, rel=0.01)
 
@@ -216,14 +252,14 @@ def test_wafer_aggregate_is_users_times_per_user_until_the_pipeline_fills():
 def test_wafer_prompt_blocks_and_time_to_first_token():
     serve = _toy_serving()
     target, _ = serve.pipelines(1, prompt=True)
-    alone, block = serve.prefill_s(1)
+    alone, block, _ = target.pass_s(16)
     fill = sum(p.seconds(block) for _, _, p in target.elements)
     occ = target.bottleneck(block)[1]
     assert alone == pytest.approx(fill + (math.ceil(16 / block) - 1) * occ)
-    one_token_blocks = target.pass_s(16)[0]
+    one_token_blocks = target.blocks_s(16, 1)
     assert alone <= one_token_blocks <= target.token_s + 15 * target.bottleneck(1)[1] + 1e-15
-    assert serve.point(1).ttft_s == pytest.approx(alone)
-    assert serve.point(4).ttft_s > alone  # the other users keep the bottleneck busy
+    assert serve.point(1).ttft_s >= alone
+    assert serve.point(4).ttft_s > serve.pipelines(4, prompt=True)[0].pass_s(16)[0] * (1 - 1e-12)
 
 
 def test_wafer_speculation_prices_draft_and_verification_on_one_layout():
@@ -235,7 +271,8 @@ def test_wafer_speculation_prices_draft_and_verification_on_one_layout():
     target, d = serve.pipelines(1)
     verify_s, _, _ = target.pass_s(4)
     assert target.token_s < verify_s <= 4 * target.token_s
-    got = serve.point(1).user_tokens_per_s * target.token_s  # speedup over this target
+    latency, _, per_round = serve.round_s(1)
+    got = per_round / latency * target.token_s  # speedup over this target
     assert got == pytest.approx(
         speculative_speedup(0.7, 3, draft_s=d.token_s, target_s=target.token_s, verify_s=verify_s)
     )
@@ -262,7 +299,11 @@ def test_selections():
 
     for q in front.points:  # on the Pareto set exactly when nothing beats it
         assert any(q is b for b in best) == (not any(beats(o, q) for o in front.points))
-    assert prefill_share(0.9, 4) == 0.25 and prefill_share(0.2, 4) == pytest.approx(0.8)
+    quick = meeting(serve, max_ttft_s=serve.point(1).ttft_s * 1.5)
+    assert quick is not None and quick.ttft_s <= serve.point(1).ttft_s * 1.5
+    both = meeting(serve, slow * 1.01, max_ttft_s=quick.ttft_s)
+    assert both.users <= min(p.users, quick.users)
+    assert meeting(serve, max_ttft_s=1e-12) is None
 
 
 @pytest.mark.parametrize(
@@ -273,6 +314,8 @@ def test_selections():
         (lambda: Speculation(draft=TOY, gamma=2, alpha=float("nan")), "alpha"),
         (lambda: Speculation(draft=TOY, gamma=0, alpha=0.5), "gamma"),
         (lambda: meeting(_toy_serving(), -1.0), "positive"),
+        (lambda: meeting(_toy_serving(), max_ttft_s=float("inf")), "positive"),
+        (lambda: meeting(_toy_serving()), "needs"),
         (lambda: at_users(_toy_serving(), 0), "users"),
     ],
 )

@@ -14,6 +14,10 @@ Contract: every predicted time becomes energy and money the same way, wafer or G
 - `bill(system_hours=, energy_j=, rates=) -> Bill`: hardware hours x rate + people hours x
   rate + energy x electricity price (0 by default: cloud and amortised rates include power).
   (Dollars, not `wse_core.cost.perf.Cost`, which is cycles.)
+- `token_costs(usd=, input_tokens=, output_tokens=, input_share=) -> TokenCosts`: dollars
+  per million input and output tokens, as providers bill them, and the blend at the
+  workload: the prompts' share of the system's time is charged to input tokens, the rest to
+  output tokens, so $/M in x input + $/M out x output = usd = blend x all tokens.
 
 Figures (watts per system; "assumption" where nothing is published):
 
@@ -58,6 +62,8 @@ __all__ = [
     "energy_j",
     "per",
     "bill",
+    "TokenCosts",
+    "token_costs",
 ]
 
 IDLE_FRACTION = 0.25  # idle / peak power where none is published (assumption)
@@ -173,4 +179,32 @@ def bill(*, system_hours: float, energy_j: float, rates: Rates) -> Bill:
         hardware_usd=system_hours * rates.usd_per_system_hour,
         people_usd=rates.engineer_hours * rates.usd_per_engineer_hour,
         energy_usd=energy_j / 3.6e6 * rates.usd_per_kwh,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenCosts:
+    """Dollars per million input tokens, output tokens, and all tokens of the workload."""
+
+    usd_per_million_input: float
+    usd_per_million_output: float
+    usd_per_million_blend: float
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+def token_costs(
+    *, usd: float, input_tokens: float, output_tokens: float, input_share: float
+) -> TokenCosts:
+    """`usd` (system-hours x price) over a workload's tokens: `input_share` of it (the
+    prompts' share of the system's time, in [0, 1]) per input token, the rest per output
+    token, and all of it per token of either kind."""
+    if not 0.0 <= input_share <= 1.0:
+        raise WseError(f"input_share must be in [0, 1], got {input_share}")
+    million = 1e6
+    return TokenCosts(
+        usd_per_million_input=per(usd * input_share, input_tokens) * million,
+        usd_per_million_output=per(usd * (1 - input_share), output_tokens) * million,
+        usd_per_million_blend=per(usd, input_tokens + output_tokens) * million,
     )

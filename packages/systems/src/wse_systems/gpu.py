@@ -1,14 +1,15 @@
 """The GPU cluster model beside the wafer model: A100 / H100 nodes and training steps, from
-public figures and stated assumptions (nothing fitted). Serving (a batch of users on tp x pp
-GPUs) is `wse_systems.serving.gpus`, on these figures.
+public figures and stated assumptions (nothing fitted here). Serving (whole requests on
+tp x pp GPUs, bf16 or fp8) is `wse_systems.serving.gpus`, on these figures.
 
 Public figures (per GPU unless noted; "assumption" where no vendor publishes the number):
 
 | quantity | A100 SXM4 80GB | H100 SXM5 80GB | source |
 | --- | --- | --- | --- |
 | dense bf16/fp16 tensor peak | 312 TFLOP/s | 989 TFLOP/s | [1] (H100: 1,979 is 2:4 sparse) |
+| dense fp8 tensor peak | none | 1,979 TFLOP/s | [1] (3,958 is 2:4 sparse) |
 | HBM bandwidth | 2.039 TB/s (HBM2e) | 3.35 TB/s (HBM3) | [1] |
-| memory | 80 GB | 80 GB | [1] |
+| memory | 80 GiB | 80 GiB | [1] ("80GB": binary; nvidia-smi shows 81,559 MiB on H100) |
 | NVLink, one direction | 300 GB/s (600 total) | 450 GB/s (900 total) | [1] |
 | NVLink latency per ring step | 1 us | 1 us | assumption (NCCL small-message scale) |
 | InfiniBand per GPU, one direction | 25 GB/s (HDR) | 50 GB/s (NDR) | [2] (a NIC per GPU) |
@@ -88,6 +89,7 @@ class GpuSpec:
 
     name: str
     peak_flops: float  # dense bf16, flop/s
+    peak_fp8_flops: float | None  # dense fp8, flop/s (None: no fp8 tensor cores)
     hbm_bytes_per_s: float
     memory_bytes: float
     nvlink_bytes_per_s: float  # per GPU, one direction
@@ -111,8 +113,9 @@ class GpuSpec:
 A100 = GpuSpec(
     name="A100-SXM4-80GB",
     peak_flops=312e12,
+    peak_fp8_flops=None,
     hbm_bytes_per_s=2.039e12,
-    memory_bytes=80e9,
+    memory_bytes=80 * 2**30,
     nvlink_bytes_per_s=300e9,
     nvlink_latency_s=1e-6,
     ib_bytes_per_s=25e9,
@@ -126,8 +129,9 @@ A100 = GpuSpec(
 H100 = GpuSpec(
     name="H100-SXM5-80GB",
     peak_flops=989e12,
+    peak_fp8_flops=1979e12,
     hbm_bytes_per_s=3.35e12,
-    memory_bytes=80e9,
+    memory_bytes=80 * 2**30,
     nvlink_bytes_per_s=450e9,
     nvlink_latency_s=1e-6,
     ib_bytes_per_s=50e9,

@@ -77,6 +77,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_trainer.studies.tco_training:run",
         "12B model to a token budget: CS-3 vs H100 time, energy, cost",
     ),
+    "trtllm-h100": (
+        "wse_systems.studies.trtllm_h100:run",
+        "GPU serving model vs TensorRT-LLM v0.19.0 H100 FP8 rows (ISL<=OSL fitted, rest checks)",
+    ),
     "hc24-frontier": (
         "wse_inference.studies.hc24_frontier:run",
         "8B/70B serving frontier: CS-3 vs H100 DGX",

@@ -345,7 +345,19 @@ def infer(
         kind=int,
         ge=1,
     ),
-    hbm_fraction: float = number(0.8, "--hbm-fraction", help="Achieved HBM bandwidth.", gt=0, le=1),
+    hbm_fraction: float = number(
+        None, "--hbm-fraction", help="Achieved HBM bandwidth (default: fitted).", gt=0, le=1
+    ),
+    gpu_precision: str = typer.Option(
+        "bf16", "--gpu-precision", help="GPU weights, KV cache and products: bf16 or fp8."
+    ),
+    max_ttft_s: float = number(
+        None,
+        "--max-ttft-s",
+        help="The largest load whose first token comes this soon.",
+        gt=0,
+        unit="s",
+    ),
     draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),
     gamma: int = number(4, "--gamma", help="Drafted tokens per round.", kind=int, ge=1),
     alpha: float = number(
@@ -354,7 +366,9 @@ def infer(
     wafer: str = WAFER,
     spec_file: Path = SPEC_FILE,
     gpu: str = GPU,
-    mfu: float = MFU,
+    mfu: float = number(
+        None, "--mfu", help="GPU model flops utilisation (default: fitted).", gt=0, le=1
+    ),
     as_json: bool = JSON,
     png: Path = typer.Option(None, "--png", help="Both frontiers, chosen points marked."),
     usd_gpu: float = USD_GPU,
@@ -374,7 +388,8 @@ def infer(
         min_user_tokens_per_s=min_user_tokens_per_s, tokens_per_day=tokens_per_day,
         days=days, spec=wafer_spec(wafer, spec_file, "wse3"), gpu=gpu, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, context_len=context_len, hbm_fraction=hbm_fraction,
-        mfu=mfu, draft=None if draft is None else resolve_model(draft), gamma=gamma, alpha=alpha,
+        mfu=mfu, gpu_precision=gpu_precision, max_ttft_s=max_ttft_s,
+        draft=None if draft is None else resolve_model(draft), gamma=gamma, alpha=alpha,
         rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
     )  # fmt: skip
     _emit(plan, as_json, png)

@@ -89,24 +89,20 @@ def wafer_serving(
     raise PlanError(f"no number of {spec.name} wafers up to {config.n_layers} holds the model")
 
 
-def _default_gpus(shape: DecoderShape, g: gpum.GpuSpec, workload, speculation) -> int:
+def _default_gpus(shape: DecoderShape, g: gpum.GpuSpec, workload, speculation, precision) -> int:
     """One node, or the fewest whole nodes that hold the model, its draft and one user."""
-    for nodes in range(1, sv.gpus.MAX_GPUS // g.gpus_per_node + 1):
-        try:
-            sv.GpuServing(shape, g, num_gpus=nodes * g.gpus_per_node, workload=workload,
-                          speculation=speculation)  # fmt: skip
-            return nodes * g.gpus_per_node
-        except gpum.GpuMemoryError:
-            continue
-    raise PlanError(f"no number of {g.name} nodes up to {sv.gpus.MAX_GPUS} GPUs holds the model")
+    need = sv.gpus.min_gpus(shape, g, held_tokens=workload.held_tokens, precision=precision,
+                            draft=None if speculation is None else speculation.draft)  # fmt: skip
+    return max(need, g.gpus_per_node)
 
 
-def _choose(system, front, users, speed) -> tuple[sv.OperatingPoint, bool]:
-    """(the point, whether it meets the asked speed) — see the module contract."""
+def _choose(system, front, users, speed, ttft) -> tuple[sv.OperatingPoint, bool]:
+    """(the point, whether it meets the asked speed and first-token time) — see the module
+    contract."""
     if users is not None:
         return sv.at_users(system, users), True
-    if speed is not None:
-        p = sv.meeting(system, speed)
+    if speed is not None or ttft is not None:
+        p = sv.meeting(system, speed, max_ttft_s=ttft)
         return (p, True) if p is not None else (system.point(1), False)
     return sv.knee(system, front), True
 
@@ -115,31 +111,50 @@ def _serve(
     name: str, units: int, point: sv.OperatingPoint, tokens_per_day: float, days: float,
     power: tuple[float, float], rates: eco.Rates, figures: dict[str, Any],
 ) -> SideResult:  # fmt: skip
-    """Replicas of `units` at `point` enough for `tokens_per_day`, busy for their share of
-    the day and idle the rest."""
+    """Replicas of `units` at `point` enough for `tokens_per_day` output tokens (and the
+    prompts that come with them), busy for their share of the day and idle the rest."""
     tok_s = point.aggregate_tokens_per_s
     replicas = max(1, math.ceil(tokens_per_day / (tok_s * DAY_S)))
     busy_s = tokens_per_day / tok_s  # summed over replicas
     peak_w, idle_w = power
     energy = days * eco.energy_j(busy_s, units * peak_w, units * idle_w, replicas * DAY_S)
     total_tokens = tokens_per_day * days
-    b = eco.bill(system_hours=replicas * units * days * 24, energy_j=energy, rates=rates)
+    input_tokens = total_tokens * point.input_tokens_per_s / tok_s
+    hours = replicas * units * days * 24
+    b = eco.bill(system_hours=hours, energy_j=energy, rates=rates)
+    costs = eco.token_costs(
+        usd=b.hardware_usd,
+        input_tokens=input_tokens,
+        output_tokens=total_tokens,
+        input_share=point.input_time_share,
+    )
     figures = {
         **figures,
         "point": point.to_dict(),
         "users": point.users,
         "tokens_per_s_per_user": point.user_tokens_per_s,
         "tokens_per_s": tok_s,
+        "input_tokens_per_s": point.input_tokens_per_s,
         "ttft_s": point.ttft_s,
         "bound": point.bound,
         "replicas": replicas,
+        "system_hours": hours,
         "busy_fraction": busy_s / (replicas * DAY_S),
         "energy_j_per_token": eco.per(energy, total_tokens),
         "energy_kwh_per_million_tokens": eco.per(energy, total_tokens) * 1e6 / 3.6e6,
         "usd_per_million_tokens": eco.per(b.total_usd, total_tokens) * 1e6,
         "hardware_usd_per_million_tokens": eco.per(b.hardware_usd, total_tokens) * 1e6,
+        "usd_per_million_input_tokens": costs.usd_per_million_input,
+        "usd_per_million_output_tokens": costs.usd_per_million_output,
+        "usd_per_million_tokens_blend": costs.usd_per_million_blend,
     }
     return SideResult(name, units * replicas, 1.0 / tok_s, energy, b, figures)
+
+
+def _limits(speed: float | None, ttft: float | None) -> str:
+    parts = [f"{speed:g} tokens/s per user" if speed else "", f"a first token in {ttft:g} s"
+             if ttft else ""]  # fmt: skip
+    return " and ".join(p for p in parts if p)
 
 
 def _speculation(
@@ -155,9 +170,11 @@ def _speculation(
     return sv.Speculation(draft=draft.config, gamma=gamma, alpha=alpha)
 
 
-def _check(users, speed, hbm_fraction, mfu) -> None:
-    if users is not None and speed is not None:
-        raise PlanError("give --users or --min-user-tokens-per-s, not both")
+def _check(users, speed, ttft, hbm_fraction, mfu) -> None:
+    if users is not None and (speed is not None or ttft is not None):
+        raise PlanError("give --users, or --min-user-tokens-per-s and/or --max-ttft-s, not both")
+    if ttft is not None and not (ttft > 0 and math.isfinite(ttft)):
+        raise PlanError(f"--max-ttft-s must be a positive number, got {ttft:g}")
     if users is not None and users < 1:
         raise PlanError(f"--users must be at least 1, got {users}")
     if speed is not None and not (speed > 0 and math.isfinite(speed)):
@@ -182,8 +199,10 @@ def plan_infer(
     prompt_tokens: int = 1024,
     output_tokens: int = 256,
     context_len: int | None = None,
-    hbm_fraction: float = 0.8,
-    mfu: float = 0.4,
+    hbm_fraction: float | None = None,
+    mfu: float | None = None,
+    gpu_precision: str = "bf16",
+    max_ttft_s: float | None = None,
     draft: ModelChoice | None = None,
     gamma: int = 4,
     alpha: float | None = None,
@@ -191,7 +210,9 @@ def plan_infer(
 ) -> ServingPlan:
     """Serve `choice` on wafers and on GPUs at an operating point (module contract)."""
     check_positive(wafers=wafers, gpus=gpus, tokens_per_day=tokens_per_day, days=days)
-    _check(users, min_user_tokens_per_s, hbm_fraction, mfu)
+    hbm_fraction = sv.gpus.FITTED_HBM_FRACTION if hbm_fraction is None else hbm_fraction
+    mfu = sv.gpus.FITTED_MFU if mfu is None else mfu
+    _check(users, min_user_tokens_per_s, max_ttft_s, hbm_fraction, mfu)
     rates = rates or {}
     check_rates(rates)
     cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
@@ -202,17 +223,19 @@ def plan_infer(
     speculation = _speculation(draft, gamma, alpha)
     ws = wafer_serving(cfg, spec, num_wafers=wafers, workload=work, speculation=speculation)
     shape = cfg
-    m = gpus or _default_gpus(shape, g, work, speculation)
-    kw = dict(workload=work, hbm_fraction=hbm_fraction, mfu=mfu, speculation=speculation)
+    m = gpus or _default_gpus(shape, g, work, speculation, gpu_precision)
+    kw = dict(workload=work, hbm_fraction=hbm_fraction, mfu=mfu, speculation=speculation,
+              precision=gpu_precision)  # fmt: skip
     gs = sv.GpuServing(shape, g, num_gpus=m, **kw)  # type: ignore[arg-type]
     wf, gf = sv.frontier(ws), sv.frontier(gs)
-    wp, w_ok = _choose(ws, wf, users, min_user_tokens_per_s)
-    gp, g_ok = _choose(gs, gf, users, min_user_tokens_per_s)
+    wp, w_ok = _choose(ws, wf, users, min_user_tokens_per_s, max_ttft_s)
+    gp, g_ok = _choose(gs, gf, users, min_user_tokens_per_s, max_ttft_s)
     if not (w_ok or g_ok):
         raise PlanError(
-            f"no system reaches {min_user_tokens_per_s:g} tokens/s per user: {ws.units} x "
-            f"{ws.name} reach {wp.user_tokens_per_s:,.4g} and {m} x {g.name} "
-            f"{gp.user_tokens_per_s:,.4g} with one user"
+            f"no system meets {_limits(min_user_tokens_per_s, max_ttft_s)}: {ws.units} x "
+            f"{ws.name} reach {wp.user_tokens_per_s:,.4g} tokens/s and a first token in "
+            f"{wp.ttft_s:.3g} s, {m} x {g.name} {gp.user_tokens_per_s:,.4g} tokens/s and "
+            f"{gp.ttft_s:.3g} s with one user"
         )
     per_day = tokens_per_day or wp.aggregate_tokens_per_s * DAY_S
     w_side = _serve(ws.name, ws.units, wp, per_day, days, power, wafer_rates(wafer, rates),
@@ -228,34 +251,45 @@ def plan_infer(
     inputs = {"wafers": ws.units, "gpus": m, "users": users, "tokens_per_day": per_day,
               "min_user_tokens_per_s": min_user_tokens_per_s, "days": days, "wafer": wafer,
               "gpu": gpu, "workload": work.to_dict(), "hbm_fraction": hbm_fraction, "mfu": mfu,
+              "gpu_precision": gpu_precision, "max_ttft_s": max_ttft_s,
               "speculation": None if speculation is None else speculation.to_dict(),
               "wafer_rates": wafer_rates(wafer, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
-    how = "users" if users else "min_user_tokens_per_s" if min_user_tokens_per_s else "knee"
+    how = "users" if users else "limits" if min_user_tokens_per_s or max_ttft_s else "knee"
     return ServingPlan(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both},
-        _notes(g, wafer, work, hbm_fraction, mfu, days, speculation),
+        _notes(g, wafer, work, hbm_fraction, mfu, days, speculation, gpu_precision),
     )  # fmt: skip
 
 
-def _notes(g, wafer, work, hbm_fraction, mfu, days, spec) -> list[str]:
+def _notes(g, wafer, work, hbm_fraction, mfu, days, spec, precision) -> list[str]:
+    prec = sv.gpus.gpu_precision(precision)
     notes = power_notes(g, wafer) + [
-        f"each user: {work.prompt_tokens} prompt + {work.output_tokens} output tokens, "
-        f"{work.held_tokens} tokens of KV cache held, {work.kv_tokens} read per decode step",
+        f"each request: {work.prompt_tokens} prompt + {work.output_tokens} output tokens, "
+        f"{work.held_tokens} tokens of KV cache held, {work.kv_tokens} read per decode step; "
+        "throughput, per-user speed, time to first token and cost include the prompt's work",
         "wafer (wse_systems.serving.wafer): the engine's pipeline plan with every user's KV "
-        "cache in its regions' SRAM; each token priced per instruction (systems.decoder, the "
-        "one calibration); a region works on one token at a time; prompts in blocks "
-        "pipelined over the regions",
-        f"GPU (wse_systems.serving.gpus): weights read once per step plus every user's KV at "
-        f"{hbm_fraction:g} of HBM bandwidth, against the batch's flops at MFU {mfu:g} of "
-        f"{g.peak_flops / 1e12:g} TFLOP/s bf16 (both assumptions); 2 tensor-parallel "
-        "all-reduces per layer; bf16 weights and KV within 90% of HBM; replicas of the "
-        "best tp x pp layout for the load",
-        "time to first token under load: the prompt gets what the other users leave of the "
-        "bottleneck, at least a fair share",
-        f"replicas sized for the tokens per day; rented all day, idle when not busy; "
-        f"engineering hours spread over {days:g} days",
+        "cache in its regions' SRAM, 16-bit weights and KV (as the seeds state); each token "
+        "priced per instruction (wse_systems.decoder, the one calibration); a region works on "
+        "one item at a time, a decode token or a prompt block; prompt blocks go first; a "
+        "request holds each region for its output tokens and its prompt blocks",
+        f"GPU (wse_systems.serving.gpus), {prec.name}: weights read once per step plus every "
+        f"user's KV at {hbm_fraction:g} of HBM bandwidth, against the step's flops at MFU "
+        f"{mfu:g} of {prec.peak_flops(g) / 1e12:g} TFLOP/s dense {prec.name} (the fractions "
+        "fitted on TensorRT-LLM's H100 FP8 rows with input <= output length unless given); 2 "
+        f"tensor-parallel all-reduces per layer; {prec.name} weights and KV within 90% of HBM;"
+        " replicas of the best tp x pp layout for the load",
+        f"GPU scheduling (chunked prefill): {sv.gpus.TOKEN_BUDGET} tokens a step, the decoding "
+        "users' tokens first, prompt chunks in the rest; a step carries the prompts of the "
+        "requests it finishes",
+        "time to first token under load: the step or item under way, then the prompt's own "
+        "chunks (GPU) or blocks (wafer) at the capacity the policy gives them",
+        "$/M input and output tokens: hardware hours x rate split by the prompts' share of "
+        "the system's time; blend: over all tokens of the workload; usd_per_million_tokens: "
+        "all costs (people included) over output tokens",
+        f"replicas sized for the tokens per day (output tokens); rented all day, idle when not"
+        f" busy; engineering hours spread over {days:g} days",
     ]
     if spec is not None:
         notes.append(

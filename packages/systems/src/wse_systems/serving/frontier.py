@@ -8,12 +8,19 @@ it; `max_users` is the most that fit its memory. A `Frontier` is its points over
 pick a point, the same on both systems:
 
 - `at_users(system, n)`: n users in flight (the system refuses more than fit, with numbers);
-- `meeting(system, speed)`: the largest load whose per-user speed is at least `speed` (None
-  when even one user is slower);
+- `meeting(system, speed, max_ttft_s=)`: the largest load whose per-user speed is at least
+  `speed` and whose time to first token is at most `max_ttft_s` (either may be None; None
+  when even one user misses them);
 - `knee(system)`: the load that maximises per-user speed x aggregate throughput (see it).
 
-`meeting` bisects on users, taking per-user speed as non-increasing in the load (true of
-both models: see their modules).
+`meeting` bisects on users, taking per-user speed as non-increasing and time to first token
+as non-decreasing in the load (true of both models at a fixed layout and prompt block: see
+their modules; where a system changes layout or block with the load the bisection's point
+still meets both limits, and a larger load that meets them may be missed).
+
+An `OperatingPoint` counts whole requests: its output tokens/s, and the prompt tokens/s
+(`input_tokens_per_s`) that come with them, and the share of the system's time the prompts
+take (`input_time_share`: what $/M input tokens is charged).
 
 `Workload` is what each user asks: prompt and output tokens and the context held per user
 (default prompt + output); a decode step reads `kv_tokens` = prompt + output // 2 cached
@@ -24,8 +31,6 @@ round and Leviathan's acceptance rate alpha (an input, e.g. the speculative engi
 draft step over the target step and v the verification pass over the target step (v = 1 is
 the published formula, REFERENCES.md).
 
-`prefill_share(busy, users)`: the share of the bottleneck that a new user's prompt gets
-while `users - 1` others decode: what they leave idle (1 - busy), at least a fair 1 / users.
 """
 
 from __future__ import annotations
@@ -46,7 +51,6 @@ __all__ = [
     "Frontier",
     "tokens_per_round",
     "speculative_speedup",
-    "prefill_share",
     "loads",
     "frontier",
     "at_users",
@@ -138,12 +142,6 @@ class Speculation:
                 "tokens_per_round": self.tokens_per_round}  # fmt: skip
 
 
-def prefill_share(busy: float, users: int) -> float:
-    """Share of the bottleneck a new prompt gets beside `users - 1` decoding users that keep
-    it `busy` (a fraction): the idle rest, at least a fair 1 / users."""
-    return max(1.0 - busy, 1.0 / users)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OperatingPoint:
     """One load: `users` in flight, tokens/s per user and in all, time to first token (s),
@@ -155,6 +153,8 @@ class OperatingPoint:
     ttft_s: float
     bound: str
     layout: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    input_tokens_per_s: float = 0.0  # prompt tokens served per second
+    input_time_share: float = 0.0  # the prompts' share of the system's time (for $/M input)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "layout": dict(self.layout)}
@@ -231,15 +231,29 @@ def _bisect(lo: int, hi: int, ok) -> int:
     return lo
 
 
-def meeting(system: ServingSystem, speed: float) -> OperatingPoint | None:
-    """The largest load whose tokens/s per user is at least `speed` (None if one user is
-    slower)."""
-    if not speed > 0 or math.isinf(speed):
-        raise ServingError(f"a per-user speed must be a positive number, got {speed!r}")
-    if system.point(1).user_tokens_per_s < speed:
+def _limits(speed: float | None, max_ttft_s: float | None) -> None:
+    for name, v in (("per-user speed", speed), ("time to first token", max_ttft_s)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ServingError(f"a {name} limit must be a positive number, got {v!r}")
+
+
+def meeting(
+    system: ServingSystem, speed: float | None = None, *, max_ttft_s: float | None = None
+) -> OperatingPoint | None:
+    """The largest load whose tokens/s per user is at least `speed` and whose time to first
+    token is at most `max_ttft_s` (None when one user misses them; see the module)."""
+    _limits(speed, max_ttft_s)
+    if speed is None and max_ttft_s is None:
+        raise ServingError("meeting needs a per-user speed, a time to first token, or both")
+
+    def ok(users: int) -> bool:
+        p = system.point(users)
+        fast = speed is None or p.user_tokens_per_s >= speed
+        return fast and (max_ttft_s is None or p.ttft_s <= max_ttft_s)
+
+    if not ok(1):
         return None
-    u = _bisect(1, system.max_users, lambda n: system.point(n).user_tokens_per_s >= speed)
-    return system.point(u)
+    return system.point(_bisect(1, system.max_users, ok))
 
 
 def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint:

@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from wse_core.systems.transformer import LLAMA31_8B, DecoderCounts
+from wse_systems.transformer import LLAMA31_8B, DecoderCounts
 
 __all__ = ["SOURCE", "TrtllmRow", "SHAPES", "ROWS", "fitted", "predict", "fit"]
 
@@ -99,8 +99,9 @@ _TABLE: dict[tuple[str, int], tuple[float | None, ...]] = {
 }  # fmt: skip
 
 ROWS: tuple[TrtllmRow, ...] = tuple(
-    TrtllmRow(model=model, tp=tp, pp=1, input_tokens=isl, output_tokens=osl,
-              output_tokens_per_s=value)  # fmt: skip
+    TrtllmRow(
+        model=model, tp=tp, pp=1, input_tokens=isl, output_tokens=osl, output_tokens_per_s=value
+    )  # fmt: skip
     for (model, tp), column in _TABLE.items()
     for (isl, osl), value in zip(_LENGTHS, column, strict=True)
     if value is not None

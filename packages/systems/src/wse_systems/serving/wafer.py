@@ -15,24 +15,31 @@ top-level parts are the pipeline's elements in order: regions (the layer stages 
 head) and what lies between them (the passes between wafers). The pipeline:
 
 - one user's token takes T1 = the sum of every element's time (the batch-1 prediction);
-- a region works on one token at a time (REFERENCES.md: "each region works on one token")
-  for its whole time; a pass between wafers is occupied only while its bytes stream (its
-  latency overlaps the next token); t_max = the longest occupancy;
-- with U users each user waits max(T1, U t_max) per token: per-user speed 1 / that,
-  aggregate U / that (= U x per-user while U t_max <= T1, the pipeline not yet full);
+- a region works on one item at a time (REFERENCES.md: "each region works on one token"):
+  a decode token holds element j for h_j (its whole time; a pass between wafers only while
+  its bytes stream, its latency overlapping the next item);
 - a prompt of P tokens runs in blocks of k tokens ("multiple single-user prompt tokens in
-  the same and in multiple pipe stages"): a block costs each element k times its
-  streaming work (instructions, SRAM, link words, off-wafer bytes) plus its latency (hops,
-  fixed cycles, system passes) once; the blocks pipeline through the elements, so the pass
-  takes sum_j b_j(k) + (ceil(P / k) - 1) max_j occ_j(k), for the best k whose activations
-  fit the regions' free SRAM. The prompt is priced at a KV read of P / 2 tokens (its mean);
-- time to first token at load U: that pass over `prefill_share` of the bottleneck, which the
-  U - 1 decoding users keep busy min(1, (U - 1) t_max / T1);
+  the same and in multiple pipe stages"), priced by the same `Pipeline` at a KV read of
+  P / 2 tokens (the prompt's mean): a block holds each element k times its streaming work
+  (instructions, SRAM, link words, off-wafer bytes) plus its latency (hops, fixed cycles,
+  system passes) once, and the blocks pipeline through the elements, so the prompt alone
+  takes sum_j b_j(k) + (ceil(P / k) - 1) max_j b_j(k) (`Pipeline.blocks_s`); k is at most
+  what the regions' free SRAM holds (`Pipeline.block_sizes`: powers of two up to that);
+- whole requests (`RequestWork`), the policy: each user sends a request of P prompt and O
+  output tokens, then the next; prompt blocks go ahead of decode tokens at every element,
+  first come first served, and requests arrive paced by completions (no queue). A request
+  holds element j for W_j = O h_j + ceil(P / k) b_j(k); alone it takes its first token's
+  time (the prompt's pass) plus O T1. With U users in flight a request's period is
+  max(first token + O T1, U max_j W_j): aggregate output U O / period, input U P / period,
+  per-user speed O / (period - first token), and the block size k is the one with the most
+  output at that load (then the first token soonest);
+- time to first token at load U: the prompt's pass plus the item under way at the busiest
+  element (nothing at one user);
 - speculation (`Speculation`): the draft gets the fewest PE rows of every wafer that hold it
   (its own `plan_pipeline` on those rows), the target the rest of each wafer; a round is
   gamma draft tokens one after another then the target's pass over gamma + 1 tokens (blocks
   as a prompt), emitting E = (1 - a^(g+1)) / (1 - a) tokens; with U users a round takes
-  max(latency, U x the target's bottleneck occupancy per round, U x the draft's).
+  in a request, O / E rounds, each holding the draft's elements and the target's.
 """
 
 from __future__ import annotations
@@ -43,18 +50,17 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from wse_core.cost.perf import PerfModel, Phase, Phases, Work
+from wse_core.cost.perf import PerfModel
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.decoder import PER_TOKEN, decode_phases
 from wse_systems.economics import SYSTEMS
 from wse_systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_systems.serving.blocks import Pipeline, max_block_tokens, price_pipeline
 from wse_systems.serving.frontier import (
     OperatingPoint,
     ServingError,
     Speculation,
     Workload,
-    prefill_share,
 )
 
 __all__ = [
@@ -62,111 +68,12 @@ __all__ = [
     "SramBudget",
     "Pipeline",
     "WaferServing",
+    "RequestWork",
     "price_pipeline",
     "occupancy",
 ]
 
 MAX_USERS = 1 << 20  # the search for what fits stops here (tiny models fit millions)
-_LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Priced:
-    """A phase tree priced once: each leaf's streaming and latency seconds (per token)."""
-
-    mode: str  # "leaf", "serial" or "overlap"
-    repeat: float
-    stream_s: float = 0.0
-    latency_s: float = 0.0
-    children: tuple[_Priced, ...] = ()
-
-    def seconds(self, tokens: int, *, latency: bool = True) -> float:
-        """A block of `tokens` tokens: streaming work `tokens` times, latency once."""
-        if self.mode == "leaf":
-            inner = tokens * self.stream_s + (self.latency_s if latency else 0.0)
-        else:
-            kids = [c.seconds(tokens, latency=latency) for c in self.children]
-            inner = sum(kids) if self.mode == "serial" else max(kids, default=0.0)
-        return self.repeat * inner
-
-
-def _fingerprint(work: Work) -> tuple:
-    values = (getattr(work, f.name) for f in dataclasses.fields(work))
-    return tuple(tuple(sorted(v.items())) if isinstance(v, Mapping) else v for v in values)
-
-
-def _price(model: PerfModel, part: Phase | Phases, cache: dict) -> _Priced:
-    if isinstance(part, Phases):
-        kids = tuple(_price(model, p, cache) for p in part.parts)
-        return _Priced(part.mode, part.repeat, children=kids)
-    key = _fingerprint(part.work)
-    if key not in cache:
-        w = part.work
-        stream = dataclasses.replace(w, latency_hops=0.0, fixed_cycles=0.0, system_hops=0.0)
-        latency = Work(**{f: getattr(w, f) for f in _LATENCY_FIELDS})
-        cache[key] = (model.cost(stream).seconds, model.cost(latency).seconds)
-    stream_s, latency_s = cache[key]
-    return _Priced("leaf", part.repeat, stream_s, latency_s)
-
-
-@dataclasses.dataclass(frozen=True)
-class Pipeline:
-    """One plan's elements in order: (name, is a region, priced tree); see the module."""
-
-    elements: tuple[tuple[str, bool, _Priced], ...]
-    max_block_tokens: int  # the largest prompt block whose activations fit every region
-
-    @property
-    def token_s(self) -> float:
-        """T1: one token through every element (the batch-1 seconds per token)."""
-        return sum(p.seconds(1) for _, _, p in self.elements)
-
-    def occupancy_s(self, tokens: int = 1) -> dict[str, float]:
-        """Seconds each element is held by a block of `tokens` tokens."""
-        return {
-            name: p.seconds(tokens, latency=region) for name, region, p in self.elements
-        }  # fmt: skip
-
-    def bottleneck(self, tokens: int = 1) -> tuple[str, float]:
-        occ = self.occupancy_s(tokens)
-        name = max(occ, key=occ.__getitem__)
-        return name, occ[name]
-
-    def pass_s(self, n_tokens: int) -> tuple[float, int, float]:
-        """(seconds, block size, bottleneck seconds) of `n_tokens` of one user in blocks."""
-        best = None
-        sizes = {min(n_tokens, self.max_block_tokens)}
-        sizes |= {k for k in (1 << i for i in range(n_tokens.bit_length())) if k <= max(sizes)}
-        for k in sorted(sizes):
-            blocks = math.ceil(n_tokens / k)
-            fill = sum(p.seconds(k) for _, _, p in self.elements)
-            occ = self.bottleneck(k)[1]
-            total = fill + (blocks - 1) * occ
-            if best is None or total < best[0]:
-                best = (total, k, blocks * occ)
-        assert best is not None
-        return best
-
-
-def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=None) -> Pipeline:
-    """The elements of one decode token of `config` on `plan` (`decode_phases`), priced."""
-    model = model or PerfModel(plan.spec)
-    step = decode_phases(config, plan, kv_tokens=kv_tokens)
-    # the per-token group (head product, argmax, next embedding) holds the head region
-    regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
-    cache: dict = {}
-    elements = tuple((p.name, p.name in regions, _price(model, p, cache)) for p in step.parts)
-    return Pipeline(elements, _max_block(plan))
-
-
-def _max_block(plan: PipelinePlan) -> int:
-    """1 + the extra tokens' activations that fit the free SRAM of every region."""
-    extra = []
-    for s in (plan.head, *plan.stages):
-        per_token = s.act_bytes / plan.slots / s.region.num_pes
-        free = plan.spec.sram_bytes_per_pe - s.bytes_per_pe
-        extra.append(math.inf if per_token == 0 else max(0, free) // per_token)
-    return int(min(1 + min(extra), MAX_USERS))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -188,6 +95,53 @@ class SramBudget:
             f"{self.act_bytes_per_user_per_pe:,.1f} B of activations per PE: at most "
             f"{self.max_users:,} users"
         )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RequestWork:
+    """One request on the pipeline (seconds): what it holds each element for, prompt and
+    output together (`held_s`) and its prompt's part, its prompt pass and its decode alone,
+    and the wait for the item under way at the bottleneck (none at one user)."""
+
+    block: int
+    held_s: Mapping[str, float]
+    prompt_held_s: Mapping[str, float]
+    prompt_s: float
+    decode_s: float
+    wait_s: float
+
+    @property
+    def ttft_s(self) -> float:
+        return self.wait_s + self.prompt_s
+
+    def bottleneck(self) -> tuple[str, float]:
+        name = max(self.held_s, key=self.held_s.__getitem__)
+        return name, self.held_s[name]
+
+    def period_s(self, users: int) -> float:
+        """A user's request period: alone (first token, then the output) or, when full, its
+        share of the busiest element, which serves one item at a time."""
+        return max(self.ttft_s + self.decode_s, users * self.bottleneck()[1])
+
+    def output_per_s(self, users: int, output_tokens: int) -> float:
+        return users * output_tokens / self.period_s(users)
+
+    def point(self, users: int, workload: Workload, **layout: Any) -> OperatingPoint:
+        name, work = self.bottleneck()
+        period = self.period_s(users)
+        latency_bound = self.ttft_s + self.decode_s >= users * work
+        share = self.prompt_s / (self.prompt_s + self.decode_s) if latency_bound else (
+            self.prompt_held_s.get(name, 0.0) / work)  # fmt: skip
+        out = users * workload.output_tokens / period
+        return OperatingPoint(
+            users=users, user_tokens_per_s=workload.output_tokens / (period - self.ttft_s),
+            aggregate_tokens_per_s=out,
+            input_tokens_per_s=out * workload.prompt_tokens / workload.output_tokens,
+            input_time_share=share, ttft_s=self.ttft_s,
+            bound="pipeline latency" if latency_bound else f"region {name}",
+            layout={**layout, "request_period_s": period, "bottleneck_s_per_request": work,
+                    "prompt_block_tokens": self.block},
+        )  # fmt: skip
 
 
 class WaferServing:
@@ -320,7 +274,7 @@ class WaferServing:
         if key not in self._by_layout:
             priced = price_pipeline(config, plan, kv_tokens=kv_tokens, model=self.model)
             self._by_layout[key] = priced
-        return dataclasses.replace(self._by_layout[key], max_block_tokens=_max_block(plan))
+        return dataclasses.replace(self._by_layout[key], max_block_tokens=max_block_tokens(plan))
 
     def _refuse(self, users: int) -> None:
         if users < 1:
@@ -345,12 +299,23 @@ class WaferServing:
         held |= {f"draft {n}": g * s for n, s in draft.occupancy_s(1).items()}
         return g * draft.token_s + verify_s, held, self.speculation.tokens_per_round
 
-    def prefill_s(self, users: int) -> tuple[float, int]:
-        """(seconds, block size) of one user's prompt alone (the draft's alongside)."""
+    def request(self, users: int, block: int) -> RequestWork:
+        """One request at `users` in flight, its prompt in blocks of `block` tokens."""
+        w = self.workload
+        latency, held, per_round = self.round_s(users)
+        rounds = w.output_tokens / per_round
         target, draft = self.pipelines(users, prompt=True)
-        p = self.workload.prompt_tokens
-        t, k, _ = target.pass_s(p)
-        return (max(t, draft.pass_s(p)[0]) if draft is not None else t), k
+        p, k = w.prompt_tokens, min(block, w.prompt_tokens)
+        blocks = math.ceil(p / k)
+        prompt = {n: blocks * s for n, s in target.occupancy_s(k).items()}
+        prompt_s = target.blocks_s(p, k)
+        if draft is not None:  # the draft reads the prompt on its own rows, alongside
+            prompt |= {f"draft {n}": blocks * s for n, s in draft.occupancy_s(k).items()}
+            prompt_s = max(prompt_s, draft.blocks_s(p, k))
+        total = {n: rounds * held.get(n, 0.0) + prompt.get(n, 0.0) for n in held | prompt}
+        return RequestWork(block=k, held_s=total, prompt_held_s=prompt, prompt_s=prompt_s,
+                           decode_s=rounds * latency, wait_s=max(held.values()) if users > 1
+                           else 0.0)  # fmt: skip
 
     def point(self, users: int) -> OperatingPoint:
         if users not in self._points:
@@ -359,21 +324,15 @@ class WaferServing:
         return self._points[users]
 
     def _point(self, users: int) -> OperatingPoint:
-        latency, held, per_round = self.round_s(users)
-        name = max(held, key=held.__getitem__)
-        occ = held[name]
-        round_s = max(latency, users * occ)
-        prefill, block = self.prefill_s(users)
-        busy = min(1.0, (users - 1) * occ / latency)
-        return OperatingPoint(
-            users=users, user_tokens_per_s=per_round / round_s,
-            aggregate_tokens_per_s=users * per_round / round_s,
-            ttft_s=prefill / prefill_share(busy, users),
-            bound="pipeline latency" if latency >= users * occ else f"region {name}",
-            layout={"wafers": self.units, "regions": len(self.plans(users)[0].stages) + 1,
-                    "round_latency_s": latency, "bottleneck_s_per_round": occ,
-                    "prompt_block_tokens": block},
-        )  # fmt: skip
+        """The block size that serves `users` best (most output, then the first token
+        soonest); the module docstring's policy."""
+        target, _ = self.pipelines(users, prompt=True)
+        sizes = {min(k, self.workload.prompt_tokens) for k in target.block_sizes()}
+        works = [self.request(users, k) for k in sorted(sizes)]
+        best = max(works, key=lambda r: (r.output_per_s(users, self.workload.output_tokens),
+                                         -r.ttft_s))  # fmt: skip
+        return best.point(users, self.workload, regions=len(self.plans(users)[0].stages) + 1,
+                          wafers=self.units)  # fmt: skip
 
     def occupancy(self, users: int) -> dict[str, float]:
         """Fraction of the time each element (the draft's too) is busy at `users` in flight."""

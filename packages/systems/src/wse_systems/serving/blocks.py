@@ -1,0 +1,136 @@
+"""The one pricer of a decode token and of a prompt block on a pipeline plan: a plan's
+elements in order (the regions: layer stages and the head, and the passes between wafers),
+each priced once by `wse_core.PerfModel` (the one calibration) from
+`wse_systems.decoder.decode_phases`, split into streaming work and latency.
+
+Contract. `price_pipeline(config, plan, kv_tokens=)` is a `Pipeline`. A block of k tokens of
+one user (k = 1: a decode token) costs each element k times its streaming work (instructions,
+SRAM, link words, off-wafer bytes) plus its latency (hops, fixed cycles, system passes)
+once: `Pipeline.occupancy_s(k)`, the seconds each element is held (a pass between wafers
+only while its bytes stream; its latency overlaps the next item). One token through every
+element is T1 (`token_s`, the batch-1 prediction); n tokens in blocks of k pipeline through
+the elements: the first block through every element, the rest one bottleneck time apart
+(`blocks_s`); `pass_s` takes the block size that finishes soonest. Blocks are at most
+`max_block_tokens(plan)`: 1 + the extra tokens' activations the regions' free SRAM holds.
+`wse_systems.serving.wafer` builds users, requests and their scheduling on these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from wse_core.cost.perf import PerfModel, Phase, Phases, Work
+
+from wse_systems.decoder import PER_TOKEN, decode_phases
+from wse_systems.pipeline import PipelinePlan
+
+__all__ = ["MAX_BLOCK_TOKENS", "Pipeline", "price_pipeline", "max_block_tokens"]
+
+MAX_BLOCK_TOKENS = 1 << 20  # the largest prompt block considered (tiny models fit millions)
+_LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Priced:
+    """A phase tree priced once: each leaf's streaming and latency seconds (per token)."""
+
+    mode: str  # "leaf", "serial" or "overlap"
+    repeat: float
+    stream_s: float = 0.0
+    latency_s: float = 0.0
+    children: tuple[_Priced, ...] = ()
+
+    def seconds(self, tokens: int, *, latency: bool = True) -> float:
+        """A block of `tokens` tokens: streaming work `tokens` times, latency once."""
+        if self.mode == "leaf":
+            inner = tokens * self.stream_s + (self.latency_s if latency else 0.0)
+        else:
+            kids = [c.seconds(tokens, latency=latency) for c in self.children]
+            inner = sum(kids) if self.mode == "serial" else max(kids, default=0.0)
+        return self.repeat * inner
+
+
+def _fingerprint(work: Work) -> tuple:
+    values = (getattr(work, f.name) for f in dataclasses.fields(work))
+    return tuple(tuple(sorted(v.items())) if isinstance(v, Mapping) else v for v in values)
+
+
+def _price(model: PerfModel, part: Phase | Phases, cache: dict) -> _Priced:
+    if isinstance(part, Phases):
+        kids = tuple(_price(model, p, cache) for p in part.parts)
+        return _Priced(part.mode, part.repeat, children=kids)
+    key = _fingerprint(part.work)
+    if key not in cache:
+        w = part.work
+        stream = dataclasses.replace(w, latency_hops=0.0, fixed_cycles=0.0, system_hops=0.0)
+        latency = Work(**{f: getattr(w, f) for f in _LATENCY_FIELDS})
+        cache[key] = (model.cost(stream).seconds, model.cost(latency).seconds)
+    stream_s, latency_s = cache[key]
+    return _Priced("leaf", part.repeat, stream_s, latency_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """One plan's elements in order: (name, is a region, priced tree); see the module."""
+
+    elements: tuple[tuple[str, bool, _Priced], ...]
+    max_block_tokens: int  # the largest prompt block whose activations fit every region
+
+    @property
+    def token_s(self) -> float:
+        """T1: one token through every element (the batch-1 seconds per token)."""
+        return sum(p.seconds(1) for _, _, p in self.elements)
+
+    def occupancy_s(self, tokens: int = 1) -> dict[str, float]:
+        """Seconds each element is held by a block of `tokens` tokens."""
+        return {
+            name: p.seconds(tokens, latency=region) for name, region, p in self.elements
+        }  # fmt: skip
+
+    def bottleneck(self, tokens: int = 1) -> tuple[str, float]:
+        occ = self.occupancy_s(tokens)
+        name = max(occ, key=occ.__getitem__)
+        return name, occ[name]
+
+    def block_sizes(self) -> list[int]:
+        """The prompt block sizes tried: powers of two up to what fits, and that."""
+        k_max = self.max_block_tokens
+        return sorted({k_max} | {1 << i for i in range(k_max.bit_length()) if 1 << i <= k_max})
+
+    def blocks_s(self, n_tokens: int, block: int) -> float:
+        """Seconds of `n_tokens` of one user in blocks of `block` (at most `n_tokens`):
+        the first block through every element, the rest one bottleneck time apart."""
+        k = min(block, n_tokens)
+        fill = sum(p.seconds(k) for _, _, p in self.elements)
+        return fill + (math.ceil(n_tokens / k) - 1) * self.bottleneck(k)[1]
+
+    def pass_s(self, n_tokens: int) -> tuple[float, int, float]:
+        """(seconds, block size, bottleneck seconds) of `n_tokens` of one user in the
+        blocks that finish soonest."""
+        k = min(self.block_sizes(), key=lambda b: (self.blocks_s(n_tokens, b), b))
+        k = min(k, n_tokens)
+        return self.blocks_s(n_tokens, k), k, math.ceil(n_tokens / k) * self.bottleneck(k)[1]
+
+
+def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=None) -> Pipeline:
+    """The elements of one decode token of `config` on `plan` (`decode_phases`), priced."""
+    model = model or PerfModel(plan.spec)
+    step = decode_phases(config, plan, kv_tokens=kv_tokens)
+    # the per-token group (head product, argmax, next embedding) holds the head region
+    regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
+    cache: dict = {}
+    elements = tuple((p.name, p.name in regions, _price(model, p, cache)) for p in step.parts)
+    return Pipeline(elements, max_block_tokens(plan))
+
+
+def max_block_tokens(plan: PipelinePlan) -> int:
+    """1 + the extra tokens' activations that fit the free SRAM of every region."""
+    extra = []
+    for s in (plan.head, *plan.stages):
+        per_token = s.act_bytes / plan.slots / s.region.num_pes
+        free = plan.spec.sram_bytes_per_pe - s.bytes_per_pe
+        extra.append(math.inf if per_token == 0 else max(0, free) // per_token)
+    return int(min(1 + min(extra), MAX_BLOCK_TOKENS))

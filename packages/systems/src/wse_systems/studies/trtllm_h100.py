@@ -1,0 +1,78 @@
+"""Experiment `trtllm-h100`: the GPU serving model against NVIDIA's TensorRT-LLM H100 FP8 rows.
+
+Every row of `wse_systems.serving.trtllm_h100.ROWS` (v0.19.0 performance overview: Llama 3.1
+8B, 70B and 405B on 1 to 8 H100, input/output lengths 128/128 to 20000/2000) predicted by
+`wse_systems.serving.gpus` in fp8 at the row's tp x pp layout and the most users it holds,
+with the fractions `FITTED_MFU` and `FITTED_HBM_FRACTION`, which `trtllm_h100.fit()` finds
+on the rows whose input length is at most their output length (params "role": "fitted").
+The other rows (long prompts, short outputs) are checks ("role": "check"): their ratios
+show whether whole requests, prompts included, are priced right. The figure: model against
+published, both logarithmic, fitted and check rows marked apart. `--quick` changes nothing
+(the model is arithmetic). Measurements: the fit re-run here and its rms log ratio per role.
+"""
+
+from __future__ import annotations
+
+import math
+
+from wse_core import ExperimentResult, PredictionRow
+
+from wse_systems.serving import trtllm_h100 as tr
+from wse_systems.serving.gpus import FITTED_HBM_FRACTION, FITTED_MFU
+
+__all__ = ["run"]
+
+NAME = "trtllm-h100"
+
+
+def _row(r: tr.TrtllmRow) -> PredictionRow:
+    value = tr.predict(r, mfu=FITTED_MFU, hbm_fraction=FITTED_HBM_FRACTION)
+    params = {"model": r.model, "gpus": r.gpus, "tp": r.tp, "pp": r.pp,
+              "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+              "precision": "fp8", "role": "fitted" if tr.fitted(r) else "check"}  # fmt: skip
+    return PredictionRow("output_tokens_per_s", value, "tokens/s", params,
+                         r.output_tokens_per_s, tr.SOURCE)  # fmt: skip
+
+
+def _rms(rows: list[PredictionRow], role: str) -> float:
+    logs = [math.log(p.value / p.published) for p in rows if p.params["role"] == role]
+    return math.sqrt(sum(v * v for v in logs) / len(logs))
+
+
+def _figure(rows: list[PredictionRow]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for role, mark in (("fitted", "o"), ("check", "^")):
+        pts = [(p.published, p.value) for p in rows if p.params["role"] == role]
+        ax.scatter(*zip(*pts, strict=True), marker=mark, label=f"{role} ({len(pts)} rows)")
+    lo = min(min(p.value, p.published) for p in rows) / 1.5
+    hi = max(max(p.value, p.published) for p in rows) * 1.5
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="model = published")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="TensorRT-LLM v0.19.0, output tokens/s",
+        ylabel="model, output tokens/s",
+        title="H100 FP8 serving: model against published",
+    )
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
+    del quick  # arithmetic only: the same rows either way
+    rows = [_row(r) for r in tr.ROWS]
+    mfu, hbm, rms = tr.fit()
+    measurements = [
+        {"what": "fit re-run", "mfu": mfu, "hbm_fraction": hbm, "rms_log_ratio": rms},
+        *({"what": f"rms log ratio, {role} rows", "rows": sum(p.params["role"] == role
+           for p in rows), "rms_log_ratio": _rms(rows, role)} for role in ("fitted", "check")),
+    ]  # fmt: skip
+    config = {"source": tr.SOURCE, "mfu": FITTED_MFU, "hbm_fraction": FITTED_HBM_FRACTION,
+              "precision": "fp8", "gpu": "H100-SXM5-80GB"}  # fmt: skip
+    return ExperimentResult(NAME, seed, config, measurements, rows, _figure(rows))

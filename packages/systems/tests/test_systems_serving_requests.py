@@ -1,0 +1,177 @@
+"""Whole requests (P prompt + O output tokens) on both serving systems, as properties over
+models, workloads, GPU counts, precisions and loads (hypothesis), against ceilings counted
+independently of the models: every token of a request, prompt or output, multiplies every
+matmul weight once (2 N_matmul flops, N_matmul weights read from memory), so no system
+serves more tokens a second than its peak flops or its memory bandwidth allow; a longer
+prompt at the same output length never raises throughput; and the dollars per million input
+and output tokens times the tokens are the system-hours times the price."""
+
+import dataclasses
+import math
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wse_core import WseError, preset
+from wse_systems import economics as eco
+from wse_systems import gpu as gpum
+from wse_systems.serving import GpuServing, WaferServing, Workload, frontier, meeting
+from wse_systems.serving import gpus as sg
+from wse_systems.transformer import DecoderCounts, kv_values_per_token, matmul_params
+
+SHAPES = (
+    DecoderCounts(name="a", arch="llama", vocab_size=32000, d_model=1024, n_layers=8,
+                  n_heads=8, n_kv_heads=2, d_ff=4096, max_seq_len=8192),
+    DecoderCounts(name="b", arch="llama", vocab_size=128256, d_model=4096, n_layers=32,
+                  n_heads=32, n_kv_heads=8, d_ff=14336, max_seq_len=131072),
+    DecoderCounts(name="c", arch="gpt2", vocab_size=50257, d_model=2048, n_layers=24,
+                  n_heads=16, n_kv_heads=16, d_ff=8192, max_seq_len=4096, tie_embeddings=True),
+)  # fmt: skip
+TOY = DecoderCounts(name="toy", arch="llama", n_layers=4, d_model=256, n_heads=4, n_kv_heads=2,
+                    d_ff=512, vocab_size=1000, max_seq_len=128)  # fmt: skip
+
+gpu_cases = st.fixed_dictionaries({
+    "shape": st.sampled_from(SHAPES),
+    "prompt": st.integers(1, 20000),
+    "output": st.integers(1, 4000),
+    "gpus": st.sampled_from([1, 2, 4, 8, 16, 24]),
+    "precision": st.sampled_from(["bf16", "fp8"]),
+    "load": st.floats(0.0, 1.0),
+})  # fmt: skip
+
+
+def _gpu(case, prompt=None, context=None) -> GpuServing:
+    w = Workload(prompt_tokens=prompt or case["prompt"], output_tokens=case["output"],
+                 context_len=context)  # fmt: skip
+    return GpuServing(case["shape"], gpum.H100, num_gpus=case["gpus"], workload=w,
+                      precision=case["precision"], mfu=0.5, hbm_fraction=0.7)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(gpu_cases)
+def test_gpu_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
+    try:
+        serve = _gpu(case)
+    except gpum.GpuMemoryError:
+        return
+    users = max(1, round(case["load"] * serve.max_users))
+    p = serve.point(users)
+    prec, shape = sg.PRECISIONS[case["precision"]], case["shape"]
+    n = matmul_params(shape)
+    tokens = p.aggregate_tokens_per_s + p.input_tokens_per_s  # prompt and output
+    assert p.input_tokens_per_s == pytest.approx(
+        p.aggregate_tokens_per_s * case["prompt"] / case["output"]
+    )
+    peak = case["gpus"] * 0.5 * prec.peak_flops(gpum.H100)
+    assert tokens * 2 * n <= peak * (1 + 1e-9)
+    # every step reads every weight once and every decoding user's cache once
+    lay = sg.GpuLayout(p.layout["tp"], p.layout["pp"])
+    batch, kv = p.layout["batch"], serve.workload.kv_tokens
+    step_bytes = prec.weight_bytes * n + prec.kv_bytes * kv_values_per_token(shape) * batch * kv
+    steps_per_s = p.user_tokens_per_s  # one output token per user per step
+    replicas = p.layout["replicas"]
+    bandwidth = replicas * lay.tp * 0.7 * gpum.H100.hbm_bytes_per_s
+    assert steps_per_s * step_bytes * replicas <= bandwidth * (1 + 1e-9)
+    assert 0.0 <= p.input_time_share < 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(gpu_cases, st.integers(1, 5000))
+def test_gpu_throughput_falls_or_stays_as_the_prompt_grows(case, more):
+    context = case["prompt"] + more + case["output"]  # the same KV held: the same memory
+    try:
+        short, long = _gpu(case, context=context), _gpu(case, case["prompt"] + more, context)
+    except gpum.GpuMemoryError:
+        return
+    assert long.max_users <= short.max_users
+    users = max(1, round(case["load"] * long.max_users))
+    a, b = short.point(users), long.point(users)
+    assert b.aggregate_tokens_per_s <= a.aggregate_tokens_per_s * (1 + 1e-12)
+    assert b.ttft_s >= a.ttft_s * (1 - 1e-12)
+    assert frontier(long).best_aggregate() <= frontier(short).best_aggregate() * (1 + 1e-12)
+
+
+def _wafer(prompt: int, output: int, context: int) -> WaferServing:
+    w = Workload(prompt_tokens=prompt, output_tokens=output, context_len=context)
+    return WaferServing(TOY, preset("small"), num_wafers=1, workload=w)
+
+
+wafer_cases = st.tuples(st.integers(1, 48), st.integers(1, 40), st.integers(0, 40),
+                        st.floats(0.0, 1.0))  # fmt: skip
+
+
+@settings(max_examples=12, deadline=None)
+@given(wafer_cases)
+def test_wafer_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
+    prompt, output, _, load = case
+    serve = _wafer(prompt, output, 96)
+    p = serve.point(max(1, round(load * serve.max_users)))
+    spec, n = preset("small"), matmul_params(TOY)
+    pes = spec.pe_rows * spec.pe_cols
+    tokens = p.aggregate_tokens_per_s + p.input_tokens_per_s
+    assert tokens * 2 * n <= pes * spec.flops_per_cycle["fp16"] * spec.clock_hz
+    assert tokens * 2 * n <= pes * spec.sram_read_bytes_per_cycle * spec.clock_hz  # 16-bit
+    one = serve.point(1)  # one user: the batch-1 token time, and the prompt's pass first
+    assert one.user_tokens_per_s == pytest.approx(1 / serve.pipelines(1)[0].token_s)
+    assert one.ttft_s == pytest.approx(serve.pipelines(1, prompt=True)[0].pass_s(prompt)[0])
+
+
+@settings(max_examples=12, deadline=None)
+@given(wafer_cases)
+def test_wafer_throughput_falls_or_stays_as_the_prompt_grows(case):
+    prompt, output, more, load = case
+    context = prompt + more + output
+    short, long = _wafer(prompt, output, context), _wafer(prompt + more, output, context)
+    assert long.max_users == short.max_users  # the same context: the same plans
+    users = max(1, round(load * long.max_users))
+    a, b = short.point(users), long.point(users)
+    assert b.aggregate_tokens_per_s <= a.aggregate_tokens_per_s * (1 + 1e-12)
+
+
+def test_a_gpu_count_of_1e18_is_priced_at_once():
+    w = Workload(prompt_tokens=1000, output_tokens=1000)
+    start = time.perf_counter()
+    serve = GpuServing(SHAPES[1], gpum.H100, num_gpus=10**18, workload=w)
+    top = serve.point(serve.max_users)
+    assert math.isclose(top.users, serve.max_users) and serve.max_users > 10**18
+    sped = meeting(serve, top.user_tokens_per_s)
+    assert sped is not None and sped.user_tokens_per_s >= top.user_tokens_per_s
+    assert len(sg.replica_sizes(10**18, gpum.H100, SHAPES[1])) <= SHAPES[1].n_layers + 6
+    assert time.perf_counter() - start < 2.0
+
+
+def test_time_to_first_token_is_the_policys_not_a_share():
+    # one user: the prompt in budget-sized chunks; more users: the step under way first,
+    # then chunks beside the others' decode tokens; never divided by the number of users
+    shape = SHAPES[1]
+    w = Workload(prompt_tokens=20000, output_tokens=100)
+    serve = GpuServing(shape, gpum.H100, num_gpus=1, workload=w, mfu=0.5, hbm_fraction=0.7)
+    lay = sg.GpuLayout(1, 1)
+    kw = dict(kv_tokens=w.kv_tokens, prompt_tokens=20000, mfu=0.5, hbm_fraction=0.7)
+    full, rest = divmod(20000, sg.TOKEN_BUDGET)
+    alone = full * sg.step(shape, gpum.H100, lay, prefill_tokens=sg.TOKEN_BUDGET, **kw).seconds
+    alone += sg.step(shape, gpum.H100, lay, prefill_tokens=rest, **kw).seconds
+    assert serve.point(1).ttft_s == pytest.approx(alone)
+    short = GpuServing(shape, gpum.H100, num_gpus=1, mfu=0.5, hbm_fraction=0.7,
+                       workload=dataclasses.replace(w, prompt_tokens=128))  # fmt: skip
+    for u in (1, 2, 8, 32):  # a 128-token prompt is never slower than a 20,000-token one
+        assert short.point(u).ttft_s < serve.point(min(u, serve.max_users)).ttft_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(1e-3, 1e9), st.floats(0.0, 1e4), st.floats(1.0, 1e15), st.floats(1.0, 1e15),
+    st.floats(0.0, 1.0),
+)  # fmt: skip
+def test_cost_times_tokens_is_system_hours_times_price(hours, price, inputs, outputs, share):
+    usd = hours * price
+    c = eco.token_costs(usd=usd, input_tokens=inputs, output_tokens=outputs, input_share=share)
+    paid = (c.usd_per_million_input * inputs + c.usd_per_million_output * outputs) / 1e6
+    assert paid == pytest.approx(usd, rel=1e-12, abs=1e-300)
+    assert c.usd_per_million_blend * (inputs + outputs) / 1e6 == pytest.approx(usd, rel=1e-12)
+
+
+def test_a_share_outside_zero_one_is_refused():
+    with pytest.raises(WseError, match="input_share"):
+        eco.token_costs(usd=1.0, input_tokens=1, output_tokens=1, input_share=1.5)
