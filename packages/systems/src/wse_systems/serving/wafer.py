@@ -9,10 +9,11 @@ user's KV cache for those layers and each user's activations, declared in the wa
 ledger. The most users that fit (`max_users`) is where that plan stops fitting; `budget()`
 states the per-PE budget of the fullest region; more users are refused with its numbers.
 
-Each token is priced by `wse_systems.decoder.decode_phases` on that plan with
-`wse_core.PerfModel` (the one calibration), so a change of either flows through here. Its
-top-level parts are the pipeline's elements in order: regions (the layer stages and the
-head) and what lies between them (the passes between wafers). The pipeline:
+A decode token and a prompt block are priced by `wse_systems.serving.blocks` (one
+`Pipeline`: `wse_systems.decoder.decode_phases` on that plan with `wse_core.PerfModel`, the
+one calibration), so a change of either flows through here. Its parts are the pipeline's
+elements in order: regions (the layer stages and the head) and what lies between them (the
+passes between wafers). The pipeline:
 
 - one user's token takes T1 = the sum of every element's time (the batch-1 prediction);
 - a region works on one item at a time (REFERENCES.md: "each region works on one token"):
