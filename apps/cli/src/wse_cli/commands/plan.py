@@ -136,8 +136,11 @@ def _how(plan, meets: bool) -> str:
         return "knee"
     if plan.choice == "users":
         return "users asked"
-    speed = plan.inputs["min_user_tokens_per_s"]
-    return f">= {speed:g} tokens/s per user" if meets else "one user (slower than asked)"
+    speed, ttft = plan.inputs["min_user_tokens_per_s"], plan.inputs.get("max_ttft_s")
+    limits = [f">= {speed:g} tokens/s per user" if speed else "",
+              f"first token <= {ttft:g} s" if ttft else ""]  # fmt: skip
+    asked = ", ".join(x for x in limits if x)
+    return asked if meets else "one user (misses the limits)"
 
 
 def _serving_rows(plan) -> list[tuple[str, str, str]]:
@@ -149,13 +152,17 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
         ("users in flight", *both("users", lambda u: f"{u:,}")),
         ("most users that fit", *both("max_users", lambda u: f"{u:,}")),
         ("tokens/s per user", *both("tokens_per_s_per_user", lambda x: f"{x:,.4g}")),
-        ("tokens/s in all", *both("tokens_per_s", lambda x: f"{x:,.4g}")),
+        ("output tokens/s in all", *both("tokens_per_s", lambda x: f"{x:,.4g}")),
+        ("prompt tokens/s in all", *both("input_tokens_per_s", lambda x: f"{x:,.4g}")),
         ("time to first token", *both("ttft_s", _duration)),
         ("bound", *both("bound", str)),
         ("replicas for the load", *both("replicas", str)),
         ("energy per million tokens",
          *both("energy_kwh_per_million_tokens", lambda x: f"{x:.4g} kWh")),
-        ("cost per million tokens", *both("usd_per_million_tokens", _money)),
+        ("cost per million output tokens", *both("usd_per_million_tokens", _money)),
+        ("hardware $/M input tokens", *both("usd_per_million_input_tokens", _money)),
+        ("hardware $/M output tokens", *both("usd_per_million_output_tokens", _money)),
+        ("hardware $/M tokens, blend", *both("usd_per_million_tokens_blend", _money)),
     ]  # fmt: skip
     match = plan.gpus_to_match
     return (
