@@ -26,6 +26,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.flax import save_file
 from wse_core.errors import WseError
+from wse_core.host.limits import LimitError, load_json, read_text
 
 from wse_models.config import ModelConfig
 from wse_models.errors import CheckpointError
@@ -165,7 +166,10 @@ class _Tensors:
 def _weight_map(path: Path) -> dict[str, str]:
     index = path / INDEX_FILE
     if index.exists():
-        wm = json.loads(index.read_text())["weight_map"]
+        try:
+            wm = load_json(read_text(index, INDEX_FILE), str(index))["weight_map"]
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            raise CheckpointError(f"cannot read {index}: {err}") from None
         for f in sorted(set(wm.values())):
             if not (path / f).exists():
                 raise CheckpointError(f"{INDEX_FILE} names shard {f!r}, missing from {path}")
@@ -192,8 +196,10 @@ def _read_hf_config(path: Path) -> dict[str, Any]:
     if not cfg.exists():
         raise CheckpointError(f"no config.json in {path}")
     try:
-        d = json.loads(cfg.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        d = load_json(read_text(cfg, "config.json"), str(cfg))
+    except LimitError as err:
+        raise CheckpointError(str(err)) from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{cfg} is not valid JSON: {err}") from None
     if not isinstance(d, dict):
         raise CheckpointError(f"{cfg} must hold a JSON object, got {type(d).__name__}")

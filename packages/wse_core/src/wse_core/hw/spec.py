@@ -340,9 +340,11 @@ def load_spec(path: str | Path) -> WaferSpec:
     `--assume` is applied by `wse_core.cost.assumptions.resolve_spec`, to either alike)."""
     import yaml
 
+    from wse_core.host.limits import load_yaml, read_text
+
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(read_text(path, "spec file"), f"spec file {str(path)!r}")
     except OSError as e:
         raise SpecError(f"cannot read spec file {str(path)!r}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
