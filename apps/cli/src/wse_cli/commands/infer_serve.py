@@ -35,12 +35,13 @@ def _chat_template(value: str | None) -> str | None:
     if not value:
         return None
     import jinja2
-    from wse_inference.serve.openai_request import compile_chat_template
+    from wse_core.host.limits import read_text
+    from wse_inference.serve.chat_template import compile_chat_template
 
     path = Path(value)
     if path.is_file():
         try:
-            value = path.read_text()
+            value = read_text(path, "--chat-template")
         except (OSError, UnicodeDecodeError) as e:
             fail(f"--chat-template: cannot read {str(path)!r}: {e}")
     elif "{{" not in value and "{%" not in value:
@@ -105,7 +106,12 @@ def serve(
     port: int = number(8000, "--port", **PORT, help="HTTP port (0: a free port)."),
     grpc_port: int = number(None, "--grpc-port", **PORT, help="gRPC port (0: free; unset: off)."),
     max_num_seqs: int = number(
-        8, "--max-num-seqs", kind=int, ge=1, help="Decode slots (sequences in flight)."
+        8,
+        "--max-num-seqs",
+        kind=int,
+        ge=1,
+        limit="serve_slots",
+        help="Decode slots (sequences in flight).",
     ),
     max_queued: int = number(
         64,

@@ -22,7 +22,7 @@ from typing import Any
 import typer
 
 from wse_cli.errors import WseGroup
-from wse_cli.options import number
+from wse_cli.options import GPUS, number
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
@@ -273,7 +273,7 @@ def train(
         None, "--systems", help="Wafer systems (default: the config's).", kind=int, ge=1
     ),
     gpus: int = number(
-        None, "--gpus", help="GPUs (default: 8 per system, or enough nodes).", kind=int, ge=1
+        None, "--gpus", help="GPUs (default: 8 per system, or enough nodes).", **GPUS
     ),
     batch: int = number(
         None, "--batch", help="Sequences per system (default: config's).", kind=int, ge=1
@@ -319,9 +319,7 @@ def infer(
     wafers: int = number(
         None, "--wafers", help="Wafers per replica (default: fewest).", kind=int, ge=1
     ),
-    gpus: int = number(
-        None, "--gpus", help="GPUs per replica (default: one node).", kind=int, ge=1
-    ),
+    gpus: int = number(None, "--gpus", help="GPUs per replica (default: one node).", **GPUS),
     tokens_per_day: float = number(
         None,
         "--tokens-per-day",

@@ -89,31 +89,29 @@ LIMITS: dict[str, Limit] = {
             "serve_slots",
             lambda: 4096,
             "slots",
-            "decode slots of one server (--max-num-seqs)",
+            "decode slots of one server",
             "16x vLLM's default max_num_seqs (256)",
         ),
         Limit(
             "devices",
             _devices,
             "devices",
-            "virtual CPU devices of one process (--devices, "
-            "WSE_DEVICES, launch's --devices-per-proc)",
-            "available host memory / "
-            "VIRTUAL_DEVICE_HOST_BYTES (1.2 MB each), at most 1024 (a 512-device "
-            "mesh takes 49 s to run one sum here), at least the tests' 8",
+            "virtual CPU devices of one process",
+            "available host memory / VIRTUAL_DEVICE_HOST_BYTES (1.2 MB each), at most 1024 "
+            "(a 512-device mesh takes 49 s to run one sum here), at least the tests' 8",
         ),
         Limit(
             "processes",
             _cores,
             "processes",
-            "processes `wse launch --nproc` starts on this host",
+            "local processes of one `wse launch`",
             "the cores this process may use (more only time-share them)",
         ),
         Limit(
             "gpus",
             lambda: 10**6,
             "GPUs",
-            "GPUs of one planned cluster (--gpus)",
+            "GPUs of one planned cluster",
             "10x the largest GPU clusters announced (~100,000 GPUs)",
         ),
         Limit(
