@@ -64,6 +64,7 @@ class NumberSpec(NamedTuple):
     lt: float | None
     le: float | None
     unit: str
+    limit: str | None = None  # a wse_core.host.limits.LIMITS name, checked after the range
 
 
 class _NotANumber:
@@ -166,6 +167,6 @@ def number(
                 _check_limit(limit, x, param)
         return value
 
-    setattr(check, NUMBER_MARK, NumberSpec(kind, gt, ge, lt, le, unit))
+    setattr(check, NUMBER_MARK, NumberSpec(kind, gt, ge, lt, le, unit, limit))
     text = f"{help} ({wanted})" if help else wanted
     return typer.Option(default, *names, parser=_parse(kind), callback=check, help=text, **option)

@@ -60,7 +60,11 @@ class HFTokenizer:
         from tokenizers import Tokenizer
 
         self.path = path
-        self._tok = Tokenizer.from_file(str(path))
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+            why = " ".join(str(e).split())[:200]
+            raise ModelLoadError(f"{path} is not a readable tokenizer file: {why}") from None
         self.chat_template, self.template_vars = _chat_template(path.parent)
         self.max_token_bytes = _max_token_bytes(self._tok)
 

@@ -158,9 +158,24 @@ class _Tensors:
             if got != tuple(shape):
                 raise CheckpointError(f"tensor {stored!r} has shape {got}, expected {tuple(shape)}")
             self.used.add(name)
-            return np.asarray(self._open[f].get_tensor(stored))
+            tensor = np.asarray(self._open[f].get_tensor(stored))
         except (SafetensorError, OSError) as err:  # a damaged header or truncated data
             raise CheckpointError(f"cannot read tensor {stored!r} from {f}: {err}") from None
+        _check_finite(tensor, stored, f)
+        return tensor
+
+
+def _check_finite(tensor: np.ndarray, name: str, file: str) -> None:
+    """Refuse a weight holding NaN or Inf: a model would generate nothing from it, silently."""
+    if tensor.dtype.kind not in "fcV":  # V: ml_dtypes' bfloat16 and float8 types
+        return
+    finite = np.isfinite(tensor)
+    if not finite.all():
+        bad = int(finite.size - np.count_nonzero(finite))
+        raise CheckpointError(
+            f"tensor {name!r} in {file} holds {bad:,} NaN or infinite values of "
+            f"{finite.size:,}; this checkpoint cannot be served"
+        )
 
 
 def _weight_map(path: Path) -> dict[str, str]:

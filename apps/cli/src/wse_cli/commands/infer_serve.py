@@ -18,6 +18,7 @@ import typer
 
 from wse_cli.errors import fail
 from wse_cli.options import PORT, number
+from wse_cli.outputs import output_file
 
 MOCK = "mock"
 SERVE_HELP = (
@@ -185,7 +186,7 @@ def bench(
     prompt: str = typer.Option("The wafer-scale engine", "--prompt"),
     max_tokens: int = number(32, "--max-tokens", kind=int, ge=1),
     timeout_s: float = number(60.0, "--timeout-s", help="Per-request timeout.", gt=0, unit="s"),
-    out: Path = typer.Option(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
+    out: Path = output_file(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
 ) -> None:
     """Load-test a server: request throughput, output tokens/s, TTFT and TPOT percentiles."""
     import httpx

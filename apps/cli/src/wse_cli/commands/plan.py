@@ -23,6 +23,7 @@ import typer
 
 from wse_cli.errors import WseGroup
 from wse_cli.options import GPUS, number
+from wse_cli.outputs import png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
@@ -34,8 +35,8 @@ MODEL = typer.Option(..., "--model", "-m", help="Preset, shipped config, params.
 WAFER = preset_option("wse3", "--wafer", help="Wafer preset: wse1, wse2, wse3")
 GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
-PNG = typer.Option(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
-MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", gt=0, le=1)
+PNG = png_file(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
+MFU = number(0.4, "--mfu", help="GPU flops utilisation (assumption).", ge=0.01, le=1)
 USD_GPU = number(
     None, "--usd-per-gpu-hour", help="Default: wse_core.systems.gpu.", ge=0, unit="USD/h"
 )
@@ -343,7 +344,9 @@ def infer(
         kind=int,
         ge=1,
     ),
-    hbm_fraction: float = number(0.8, "--hbm-fraction", help="Achieved HBM bandwidth.", gt=0, le=1),
+    hbm_fraction: float = number(
+        0.8, "--hbm-fraction", help="Achieved HBM bandwidth.", ge=0.01, le=1
+    ),
     draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),
     gamma: int = number(4, "--gamma", help="Drafted tokens per round.", kind=int, ge=1),
     alpha: float = number(
@@ -354,7 +357,7 @@ def infer(
     gpu: str = GPU,
     mfu: float = MFU,
     as_json: bool = JSON,
-    png: Path = typer.Option(None, "--png", help="Both frontiers, chosen points marked."),
+    png: Path = png_file(None, "--png", help="Both frontiers, chosen points marked."),
     usd_gpu: float = USD_GPU,
     usd_sys: float = USD_SYS,
     usd_eng: float = USD_ENG,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -200,26 +201,20 @@ def read_text(path: str | Path, what: str) -> str:
     return raw.decode("utf-8")
 
 
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
+
+
 def text_depth(text: str) -> int:
-    """The deepest nesting of [ and { in JSON text (outside strings), without parsing it."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+    """The deepest nesting of [ and { in JSON text (outside strings), without parsing it:
+    strings removed by one regular expression, then a running sum over the brackets."""
+    import numpy as np
+
+    codes = np.frombuffer(_JSON_STRING.sub("", text).encode(), dtype=np.uint8)
+    step = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
+    return int(np.cumsum(step).max(initial=0))
+
+
+_OPEN, _CLOSE = (ord("["), ord("{")), (ord("]"), ord("}"))
 
 
 def load_json(text: str | bytes, what: str) -> Any:
@@ -246,7 +241,8 @@ def _expanded_nodes(root: Any, what: str) -> tuple[int, int]:
         if done:
             open_.discard(key)
             sizes[key] = 1 + sum(sizes[id(k)] for k in kids)
-            depths[key] = 1 + max((depths[id(k)] for k in kids), default=-1)
+            nested = isinstance(node.value, list)  # a sequence or mapping ([] counts 1)
+            depths[key] = 1 + max((depths[id(k)] for k in kids), default=0) if nested else 0
             continue
         if key in sizes:
             continue
