@@ -3,10 +3,10 @@
 `WseGroup` is the click group class of every typer app in the CLI: a `WseError` (or a
 `UserInputError`) raised anywhere below it is printed as `Error: <message>` on stderr and the
 command exits with code 2 — no traceback; a `wse_core.errors.RunFault` (a fault while a valid
-run works: a full disk, a solver's NaN) is one line too, with exit code 1. `typer.Exit(1)` stays for "ran, answer is no"
-(e.g. a wafer that cannot be repaired). It is also where the one option spelling is applied
-(`wse_cli.option_names.dashed`: `--model_dir` is read as `--model-dir`) before click parses
-a command's arguments.
+run works: a full disk, a solver's NaN) is one line too, with exit code 1. `typer.Exit(1)`
+stays for "ran, answer is no" (e.g. a wafer that cannot be repaired). It is also where the
+one option spelling is applied (`wse_cli.option_names.dashed`: `--model_dir` is read as
+`--model-dir`) before click parses a command's arguments.
 """
 
 from __future__ import annotations
