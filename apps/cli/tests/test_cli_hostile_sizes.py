@@ -254,3 +254,25 @@ def test_a_refused_train_leaves_no_model_dir(tmp_path):
         assert code == 2 and len(output.strip().splitlines()) == 1, output
         assert not (tmp_path / "a").exists(), bad
     assert os.listdir(tmp_path) == []
+
+
+def test_ports_are_checked_before_serving_or_launching():
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        for args, message in (
+            (["infer", "serve", "--model-dir", "mock", "--port", "0", "--grpc-port", port],
+             f"--grpc-port {port} on 127.0.0.1 cannot be bound"),
+            (["infer", "serve", "--model-dir", "mock", "--port", port],
+             f"--port {port} on 127.0.0.1 cannot be bound"),
+            (["infer", "serve", "--model-dir", "mock", "--port", "8123", "--grpc-port", "8123"],
+             "both 8123"),
+            (["launch", "--nproc", "1", "--port", port, "--", "wafer", "info"],
+             f"--port {port} cannot be the coordinator's"),
+            (["launch", "--nproc", "1", "--", "--coordinator", "x:1", "wafer", "info"],
+             "--coordinator is set by wse launch itself"),
+        ):  # fmt: skip
+            code, output = _invoke(args)
+            assert code == 2 and message in output, (args, output)
+            assert len(output.strip().splitlines()) == 1

@@ -54,6 +54,22 @@ def _chat_template(value: str | None) -> str | None:
     return value
 
 
+def _check_ports(host: str, port: int, grpc_port: int | None) -> None:
+    """Refuse ports that are the same or already taken, before any engine is loaded."""
+    import socket
+
+    if grpc_port is not None and grpc_port == port and port != 0:
+        fail(f"--port and --grpc-port are both {port}; give two different ports")
+    for name, p in (("--port", port), ("--grpc-port", grpc_port)):
+        if not p:  # None (off) or 0 (the system picks a free one)
+            continue
+        try:
+            with socket.create_server((host, p)):
+                pass
+        except OSError as e:
+            fail(f"{name} {p} on {host} cannot be bound: {e.strerror or e}")
+
+
 def _mock_engine(spec, max_slots: int, max_context: int, step_delay_ms: float):
     """The mock engine; `spec` (a SpeculativeConfig or None) sets its drafted and accepted
     tokens per round."""
@@ -144,6 +160,7 @@ def serve(
     from wse_inference.serve.app import ServeConfig
     from wse_inference.serve.app import serve as run_server
 
+    _check_ports(host, port, grpc_port)
     spec = None
     if speculative_config:
         from wse_inference.speculative.config import parse_speculative_config

@@ -8,9 +8,10 @@ the launcher exits 1 naming the process (2, like the child, when the child rejec
 input) — a dead peer never leaves the rest hanging.
 Before a child is started the launch is checked (exit 2, one line): `--nproc` within the
 usable cores and `--devices-per-proc` within the devices limit (`wse_core.host.limits`), all
-the processes' devices within host memory, no `infer serve` under several processes (they
-would all bind its one port), no multi-process flags of the launcher's own, and on a host
-with NVIDIA GPUs (JAX_PLATFORMS not cpu) no more processes than GPUs (one GPU a process).
+the processes' devices within host memory, a free coordinator --port, no `infer serve` under
+several processes (they would all bind its one port), no multi-process flags of the
+launcher's own, and on a host with NVIDIA GPUs (JAX_PLATFORMS not cpu) no more processes
+than GPUs (one GPU a process).
 On a real cluster, start one `wse ...` per host with --num-processes/--process-id/
 --coordinator (or under SLURM with none of them) instead.
 """
@@ -112,6 +113,12 @@ def launch(
 
     per_proc = devices_per_proc or max(1, usable_cores() // nproc)
     _check_children(args, nproc, per_proc)
+    if port:
+        try:
+            with socket.create_server(("127.0.0.1", port)):
+                pass
+        except OSError as e:
+            fail(f"--port {port} cannot be the coordinator's: {e.strerror or e}")
     coordinator = f"127.0.0.1:{port or _free_port()}"
     procs = []
     for i in range(nproc):
