@@ -18,7 +18,8 @@ The readers every file of the stack goes through:
   without recursion, before the parser runs);
 - `load_yaml(text, what, loader=...)`: YAML whose node count, every alias expanded, is at
   most `yaml_nodes` (counted on the composed graph, linear in its distinct nodes, before any
-  Python object is built; a recursive alias is refused), nested at most `json_depth` levels.
+  Python object is built; a recursive alias is refused), nested at most `json_depth` levels
+  (flow brackets counted on the text before PyYAML's scanner, which is quadratic in them).
 """
 
 from __future__ import annotations
@@ -268,6 +269,9 @@ def load_yaml(text: str, what: str, loader: Any = None) -> Any:
     and `json_depth` levels; yaml.YAMLError passes through for the caller to phrase."""
     import yaml
 
+    depth = text_depth(text)  # flow [ { nesting, before PyYAML's scanner (quadratic in it)
+    if depth > limit("json_depth"):
+        raise refusal("json_depth", f"the nesting of {what}", f"{depth:,} levels")
     loader_cls = loader or yaml.SafeLoader
     ld = loader_cls(text)
     try:
