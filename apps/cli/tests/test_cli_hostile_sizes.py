@@ -21,32 +21,21 @@ import pytest
 import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 from wse_cli.app import app
 from wse_cli.options import NUMBER_MARK
 from wse_cli.outputs import OUTPUT_MARK
-from wse_cli.testing import RSS_CAP, clean_env, run_watched
+from wse_cli.testing import RSS_CAP, clean_env, invoke, run_watched, walk_commands
 from wse_core.host.limits import LIMITS, limit
 
-runner = CliRunner()
 ROOT = typer.main.get_command(app)
 
 
-def _invoke(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
-    with runner.isolation(env=env) as out:
-        try:
-            ROOT.main(args=[str(a) for a in args], prog_name="wse")
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        return code, out[2].getvalue().decode()
+def _invoke(args: list, env: dict[str, str] | None = None) -> tuple[int, str]:
+    return invoke(ROOT, args, env)
 
 
-def _commands(cmd=None, path=()):
-    cmd = cmd or ROOT
-    yield path, cmd
-    for name, sub in getattr(cmd, "commands", {}).items():
-        yield from _commands(sub, (*path, name))
+def _commands():
+    return walk_commands(ROOT)
 
 
 def _annotation(cmd, param):

@@ -5,9 +5,12 @@ These runs emulate several hosts on one machine with virtual CPU devices (`WSE_D
 backend or not: on a one-GPU host each process would otherwise take the same GPU (NCCL
 refuses it: "Duplicate GPU detected") and `WSE_DEVICES=8` would give one device, not 8.
 
-`run_watched(args)` runs `wse ARGS` for a hostile-input test: it samples the resident memory
-of the process and all its children every few milliseconds and kills the whole tree past a
-cap (1 GiB), so that a regression fails the test instead of filling the machine."""
+`invoke(root, args)` runs `wse ARGS` in this process (exit code, output) and
+`walk_commands(root)` yields every (path, click command) of the app, for the tests that read
+every option of every command. `run_watched(args)` runs `wse ARGS` for a hostile-input test:
+it samples the resident memory of the process and all its children every few milliseconds
+and kills the whole tree past a cap (1 GiB), so that a regression fails the test instead of
+filling the machine."""
 
 from __future__ import annotations
 
@@ -19,7 +22,17 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["WSE", "clean_env", "run_json", "launch_json", "Watched", "run_watched", "RSS_CAP"]
+__all__ = [
+    "WSE",
+    "clean_env",
+    "run_json",
+    "launch_json",
+    "Watched",
+    "run_watched",
+    "RSS_CAP",
+    "invoke",
+    "walk_commands",
+]
 
 RSS_CAP = 1 << 30  # bytes: no process tree refusing an input may hold more (issue 43)
 
@@ -134,3 +147,24 @@ def run_watched(
     _, err = popen.communicate()
     code = None if killed else popen.returncode
     return Watched(code, err.decode(errors="replace"), time.perf_counter() - t0, peak, killed)
+
+
+def invoke(root: Any, args: Sequence[Any], env: dict[str, str] | None = None) -> tuple[int, str]:
+    """(exit code, output) of `wse ARGS` in this process; `root` is the click command of the
+    app, built once (`typer.main.get_command(app)`: typer's runner rebuilds it every call)."""
+    from typer.testing import CliRunner
+
+    with CliRunner().isolation(env=env) as out:
+        try:
+            root.main(args=[str(a) for a in args], prog_name="wse")
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        return code, out[2].getvalue().decode()
+
+
+def walk_commands(cmd: Any, path: tuple[str, ...] = ()) -> Any:
+    """Every (path of names, click command) under `cmd`, itself first."""
+    yield path, cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from walk_commands(sub, (*path, name))
