@@ -344,9 +344,7 @@ def infer(
         kind=int,
         ge=1,
     ),
-    hbm_fraction: float = number(
-        0.8, "--hbm-fraction", help="Achieved HBM bandwidth.", ge=0.01, le=1
-    ),
+    hbm_fraction: float = number(0.8, "--hbm-fraction", help="HBM bandwidth.", ge=0.01, le=1),
     draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),
     gamma: int = number(4, "--gamma", help="Drafted tokens per round.", kind=int, ge=1),
     alpha: float = number(
