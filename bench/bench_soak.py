@@ -12,10 +12,13 @@ which must be refused with a 4xx error body, or a hostile client (issue 31), whi
 three of: a 5 MB prompt (413), a 1.5 MB prompt (400 before tokenization), a body nested
 2,000 or 100,000 levels deep (400), a seed of 2**70 (400), 1,000 stop strings (400), bytes
 that are not JSON (400), n or logprobs out of range (400), or a Content-Length of 10 GB with
-a few bytes behind it (413 before the body is read) - each must be a 4xx with an error body
-(`refused`). A probe in its own process reads GET /health every 20 ms during the waves; the
-report gives its latency p50/p99 over all waves and over the moments a 5 MB prompt or a deep
-body was in flight. After each wave the server's /metrics gives the
+a few bytes behind it (413 before the body is read), or a chat request through the server's
+chat template, a bomb of two nested `range(100000)` loops (400 within the template limits,
+issue 43) - each must be a 4xx with an error body (`refused`). At the end one gRPC stream is
+started and the server is sent SIGTERM: the stream must complete within `--drain-s`
+(`grpc_drain` in the JSON, issue 43). A probe in its own process reads GET /health every 20
+ms during the waves; the report gives its latency p50/p99 over all waves and over the
+moments a 5 MB prompt or a deep body was in flight. After each wave the server's /metrics gives the
 requests still running and waiting (a leaked slot would stay running); a sampler reads the
 server's resident memory (VmRSS from /proc) every few seconds. Every request is classified:
 `ok`, `cancelled`, `disconnected`, `refused` (4xx with an OpenAI error body), and anything
@@ -58,8 +61,9 @@ KINDS = ("normal", "cancel", "disconnect", "oversize", "hostile")
 WEIGHTS = (0.6, 0.1, 0.1, 0.1, 0.1)
 HOSTILE = (
     "prompt_5mb", "prompt_1_5mb", "deep_2000", "deep_100000", "seed_2_70", "stop_1000",
-    "not_json", "n_99", "logprobs_99", "content_length_10gb",
+    "not_json", "n_99", "logprobs_99", "content_length_10gb", "template_bomb",
 )  # fmt: skip
+TEMPLATE_BOMB = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
 HEAVY = ("prompt_5mb", "deep_2000", "deep_100000")  # /health is timed while these are refused
 
 
@@ -99,7 +103,9 @@ def _model_dir(args, tmp: Path) -> Path:
     return out
 
 
-def _start_server(model_dir: Path, port: int, slots: int) -> subprocess.Popen:
+def _start_server(
+    model_dir: Path, port: int, slots: int, grpc_port: int, template: Path
+) -> subprocess.Popen:
     cmd = [
         *WSE,
         "infer",
@@ -114,6 +120,12 @@ def _start_server(model_dir: Path, port: int, slots: int) -> subprocess.Popen:
         str(slots),
         "--max-queued",
         "256",
+        "--grpc-port",
+        str(grpc_port),
+        "--chat-template",
+        str(template),
+        "--drain-s",
+        "30",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
@@ -128,6 +140,37 @@ def _start_server(model_dir: Path, port: int, slots: int) -> subprocess.Popen:
         time.sleep(1)
     proc.kill()
     raise RuntimeError("the server did not become healthy in 300 s")
+
+
+def _grpc_drain(proc: subprocess.Popen, target: str, max_tokens: int = 64) -> dict:
+    """SIGTERM the server while one gRPC stream runs: its status and tokens (all of them
+    when the drain works), and the seconds from the signal to the stream's end."""
+    import grpc
+    from wse_inference.serve.proto import load_stubs
+
+    pb2, stubs = load_stubs()
+    got: dict = {"tokens": 0}
+    first = threading.Event()
+
+    def read() -> None:
+        req = pb2.GenerateRequest(text="def ", max_tokens=max_tokens, ignore_eos=True)
+        with grpc.insecure_channel(target) as ch:
+            try:
+                for r in stubs.GenerationStub(ch).Generate(req, timeout=120):
+                    got["tokens"] += len(r.token_ids)
+                    first.set()
+                got["code"] = "OK"
+            except grpc.RpcError as e:
+                got["code"] = e.code().name
+        first.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    first.wait(60)
+    t = time.monotonic()
+    proc.terminate()
+    reader.join(60)
+    return {**got, "asked": max_tokens, "after_sigterm_s": round(time.monotonic() - t, 3)}
 
 
 def _metrics(url: str) -> dict[str, float]:
@@ -185,7 +228,14 @@ async def _hostile(client: httpx.AsyncClient, model: str, rng: random.Random) ->
     for what in rng.sample(HOSTILE, 3):
         rec = {"kind": f"hostile:{what}", "start": time.monotonic(), "ttft_s": None}
         try:
-            if what == "content_length_10gb":
+            if what == "template_bomb":
+                r = await client.post(
+                    "/v1/chat/completions",
+                    json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+                )
+                ok = r.status_code == 400 and "error" in r.json()
+                rec["outcome"] = "refused" if ok else f"http_{r.status_code}"
+            elif what == "content_length_10gb":
                 status = await _lying_content_length(str(client.base_url).rstrip("/"))
                 rec["outcome"] = "refused" if status == 413 else f"http_{status}"
             else:
@@ -388,10 +438,12 @@ def main() -> None:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="wse-soak-") as tmp:
         model_dir = _model_dir(args, Path(tmp))
-        port = _free_port()
+        port, grpc_port = _free_port(), _free_port()
         url = f"http://127.0.0.1:{port}"
+        template = Path(tmp) / "bomb.jinja"
+        template.write_text(TEMPLATE_BOMB)
         t_start = time.monotonic()
-        proc = _start_server(model_dir, port, args.slots)
+        proc = _start_server(model_dir, port, args.slots, grpc_port, template)
         startup_s = time.monotonic() - t_start
         model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
         rss: list = []
@@ -437,7 +489,7 @@ def main() -> None:
             probe.join(10)
             stop.set()
             sampler.join()
-            proc.terminate()
+            grpc_drain = _grpc_drain(proc, f"127.0.0.1:{grpc_port}")
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -445,6 +497,8 @@ def main() -> None:
         summary = _report(
             args, minutes, model_dir, startup_s, records, waves, rss, t0, final_metrics, proc
         )
+        summary["grpc_drain"] = grpc_drain
+        print(f"gRPC stream across SIGTERM (--drain-s 30): {grpc_drain}")
         _write(args, summary, _health_report(health, records), records)
 
 

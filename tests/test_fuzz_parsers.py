@@ -374,3 +374,67 @@ def test_view_of_a_broken_file_is_one_line(case):
     r = CliRunner().invoke(app, ["view", str(bad)])
     assert r.exit_code == 2, r.output
     assert len(r.output.strip().splitlines()) == 1 and "allow_pickle" not in r.output
+
+
+# --- hostile shapes in every file the stack reads: alias bombs, deep nesting, NaN ----------
+def _alias_bomb(fanout: int, levels: int) -> str:
+    lines = [f"b0: &b0 [{', '.join(['x'] * fanout)}]"]
+    lines += [f"b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * fanout)}]" for i in range(1, levels)]
+    return "".join(f"  {line}\n" for line in lines)
+
+
+HOSTILE = st.one_of(
+    st.builds(lambda f, n: ("bomb", _alias_bomb(f, n)), st.integers(2, 40), st.integers(2, 12)),
+    st.builds(lambda d: ("deep", "[" * d + "]" * d), st.integers(60, 200_000)),
+    st.builds(lambda v: ("nan", v), st.sampled_from([".nan", ".inf", "-.inf", "1e400"])),
+)
+
+
+def _hostile_yaml(kind: str, text: str, key: str) -> str:
+    if kind == "bomb":
+        return f"{key}:\n{text}"
+    return f"{key}: {text}\n"
+
+
+def _refused_quickly(parse, path: Path, data: str) -> None:
+    """parse(path): a result or a one-line WseError, within 2 s (no expansion, no recursion)."""
+    import time
+
+    t0 = time.perf_counter()
+    _accepts(parse, path, data.encode())
+    assert time.perf_counter() - t0 < 2.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(hostile=HOSTILE)
+def test_spec_params_and_speculative_files_refuse_hostile_shapes(hostile):
+    from wse_core import load_spec
+    from wse_inference.speculative.config import parse_speculative_config
+    from wse_trainer.config import check_config, load_config
+
+    kind, text = hostile
+    spec = "base: wse2\n" + _hostile_yaml(kind, text, "clock_hz")
+    _refused_quickly(load_spec, WORK / "hostile-spec.yaml", spec)
+    params = _params_text().replace("optimizer:", "optimizer:\n  eps: 1.0e-8", 1)
+    params += "\n" + _hostile_yaml(kind, text, "extra") if kind != "nan" else ""
+    if kind == "nan":
+        params = _params_text() + f"\noptimizer:\n  learning_rate: {text}\n"
+    _refused_quickly(lambda p: check_config(load_config(p)), WORK / "hostile-params.yaml", params)
+    spec_cfg = _hostile_yaml(kind, text, "num_speculative_tokens")
+    _refused_quickly(parse_speculative_config, WORK / "hostile-spec-cfg.yaml", spec_cfg)
+
+
+@settings(max_examples=15, deadline=None)
+@given(depth=st.integers(65, 200_000))
+def test_a_deep_hf_config_is_one_line(hf_dir, depth):
+    from wse_inference.model_dir import read_config
+
+    folder = WORK / "hf-deep"
+    if not folder.exists():
+        import shutil
+
+        shutil.copytree(hf_dir, folder)
+    (folder / "config.json").write_text('{"a":' * depth + "1" + "}" * depth)
+    with pytest.raises(WseError, match="WSE_LIMIT_JSON_DEPTH") as e:
+        read_config(folder)
+    assert one_line_error(e.value)

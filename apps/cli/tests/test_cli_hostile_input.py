@@ -23,27 +23,18 @@ from typer.testing import CliRunner
 from wse_cli.app import app
 from wse_cli.errors import WseGroup
 from wse_cli.options import NUMBER_MARK, NumberSpec, number
+from wse_cli.testing import invoke, walk_commands
 
 runner = CliRunner()
 ROOT = typer.main.get_command(app)  # built once: typer's runner rebuilds it on every call
 
 
-def _invoke(args: list[str]) -> tuple[int, str]:
-    """(exit code, output) of `wse ARGS` in this process."""
-    with runner.isolation() as out:
-        try:
-            ROOT.main(args=args, prog_name="wse")
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        return code, out[2].getvalue().decode()
+def _invoke(args: list, env: dict[str, str] | None = None) -> tuple[int, str]:
+    return invoke(ROOT, args, env)
 
 
-def _commands(cmd=None, path=()):
-    cmd = cmd or ROOT
-    yield path, cmd
-    for name, sub in getattr(cmd, "commands", {}).items():
-        yield from _commands(sub, (*path, name))
+def _commands():
+    return walk_commands(ROOT)
 
 
 def _numeric(cmd, param) -> bool:

@@ -115,3 +115,31 @@ def test_the_server_template_overrides_the_tokenizers():
     want = ByteTokenizer().decode(expected_continuation(prompt, 5))
     assert r["choices"][0]["message"]["content"] == want
     assert ok.status_code == 200  # content is data, not template code
+
+
+BOMBS = {
+    "output": "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+    "silent": "{% for i in range(100000) %}{% for j in range(100000) %}{% set k = j %}"
+    "{% endfor %}{% endfor %}",
+    "one huge range": "{% for i in range(10 ** 12) %}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("bomb", sorted(BOMBS))
+def test_a_template_bomb_is_a_400_within_the_limits_while_health_answers(bomb):
+    """The render is charged per call, output chunk and range step: a bomb stops at the
+    operation limit (the issue's template took 8.4 GB and ignored SIGTERM)."""
+    import resource
+    import time
+
+    body = {"model": "mock", "messages": MESSAGES[1:2], "max_tokens": 2}
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with running_server(chat_template=BOMBS[bomb], max_slots=1, step_delay_s=0.001) as s:
+        t0 = time.perf_counter()
+        r = httpx.post(s.http_url + "/v1/chat/completions", json=body, timeout=30)
+        wall_s = time.perf_counter() - t0
+        health = httpx.get(s.http_url + "/health", timeout=5)
+    assert r.status_code == 400 and "WSE_LIMIT_TEMPLATE" in r.json()["error"]["message"]
+    assert health.status_code == 200
+    assert wall_s < 2 * 2.0 + 1  # the 2 s time limit, on a machine shared 2-4x
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 200 * 1024  # KiB

@@ -118,3 +118,19 @@ def test_sigterm_tells_requests_that_outlive_the_grace_period():
         err = json.loads(reader.lines[-2])["error"]
         assert "shutting down" in err["message"]
         assert 0 < len(reader.text()) < 1000
+
+
+def test_sigterm_lets_a_grpc_stream_alone_finish_within_drain_s():
+    """With no HTTP connection to wait for, the gRPC stream still gets `drain_s` (it used to
+    be aborted 0.1-0.2 s after SIGTERM)."""
+    engine = {"max_slots": 1, "step_delay_s": 0.01}
+    with serve_subprocess(engine=engine, config={"drain_s": 10.0, "grpc_port": 0}) as served:
+        proc, _, target = served
+        rpc = _GrpcReader(target, "alone", 150)  # ~1.5 s of decoding
+        rpc.start()
+        assert rpc.started.wait(10)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        rpc.join(5)
+        assert rpc.code == grpc.StatusCode.OK, rpc.details
+        assert rpc.ids == expected_continuation(TOK.encode("alone"), 150)

@@ -44,6 +44,7 @@ def root(
         help="Virtual CPU devices (default: one per core).",
         kind=int,
         ge=1,
+        limit="devices",
     ),
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."

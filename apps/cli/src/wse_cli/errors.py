@@ -2,10 +2,11 @@
 
 `WseGroup` is the click group class of every typer app in the CLI: a `WseError` (or a
 `UserInputError`) raised anywhere below it is printed as `Error: <message>` on stderr and the
-command exits with code 2 — no traceback. `typer.Exit(1)` stays for "ran, answer is no"
-(e.g. a wafer that cannot be repaired). It is also where the one option spelling is applied
-(`wse_cli.option_names.dashed`: `--model_dir` is read as `--model-dir`) before click parses
-a command's arguments.
+command exits with code 2 — no traceback; a `wse_core.errors.RunFault` (a fault while a valid
+run works: a full disk, a solver's NaN) is one line too, with exit code 1. `typer.Exit(1)`
+stays for "ran, answer is no" (e.g. a wafer that cannot be repaired). It is also where the
+one option spelling is applied (`wse_cli.option_names.dashed`: `--model_dir` is read as
+`--model-dir`) before click parses a command's arguments.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class WseGroup(TyperGroup):
         except Exception as e:
             if _is_user_error(e):
                 typer.echo(f"Error: {e}", err=True)
-                raise typer.Exit(2) from None
+                raise typer.Exit(getattr(e, "exit_code", 2)) from None
             raise
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
@@ -57,7 +58,7 @@ class WseGroup(TyperGroup):
         except Exception as e:  # click's own exits and usage errors are not user errors here
             if _is_user_error(e):
                 typer.echo(f"Error: {e}", err=True)
-                raise typer.Exit(2) from None
+                raise typer.Exit(getattr(e, "exit_code", 2)) from None
             raise
 
 

@@ -21,6 +21,9 @@ How to declare one (keywords after the option's names, like `typer.Option`'s):
 - Bounds: `gt`, `ge`, `lt`, `le` (strict or not); leave them out for no bound. A value
   that is finite is always required: inf and NaN never pass.
 - `unit`: said in the error and appended to the help with the range.
+- `limit`: the name of a size limit in `wse_core.host.limits.LIMITS` (`"serve_slots"`,
+  `"devices"`, ...) checked after the range, before any work: a larger value is refused with
+  the limit and the variable that lifts it (docs/limits.md).
 - Tuples (`--grid NX NY NZ`) check every element. `None` (an option left out) passes, so
   "default: the config's" options keep `None` as their default.
 - Anything else `typer.Option` takes (`envvar`, `show_default`, ...) passes through.
@@ -42,13 +45,14 @@ import typer
 
 from wse_cli.errors import UserInputError
 
-__all__ = ["number", "NumberSpec", "NUMBER_MARK", "PORT", "SEED", "SEED_MAX"]
+__all__ = ["number", "NumberSpec", "NUMBER_MARK", "PORT", "SEED", "SEED_MAX", "GPUS"]
 
 NUMBER_MARK = "wse_number"  # the callback's attribute holding its NumberSpec
 INT_MAX = 2**63 - 1  # every integer option is a 64-bit signed integer
 SEED_MAX = INT_MAX  # seeds are 64-bit signed integers everywhere (jax.random.key, numpy)
 PORT = {"kind": int, "ge": 0, "le": 65535}  # TCP ports; 0 asks the system for a free one
 SEED = {"kind": int, "ge": 0}  # every command's seeds: `number(0, "--seed", **SEED)` (64-bit)
+GPUS = {"kind": int, "ge": 1, "limit": "gpus"}  # GPU counts: `number(None, "--gpus", **GPUS)`
 
 
 class NumberSpec(NamedTuple):
@@ -60,6 +64,7 @@ class NumberSpec(NamedTuple):
     lt: float | None
     le: float | None
     unit: str
+    limit: str | None = None  # a wse_core.host.limits.LIMITS name, checked after the range
 
 
 class _NotANumber:
@@ -120,6 +125,16 @@ def _fits(x: Any, gt: Any, ge: Any, lt: Any, le: Any) -> bool:
     )
 
 
+def _check_limit(limit: str, x: Any, param: typer.CallbackParam) -> None:
+    from wse_core.host.limits import check
+
+    name = param.opts[0] if param.opts else param.name
+    try:
+        check(limit, x, name)
+    except ValueError as e:  # LimitError, or a malformed WSE_LIMIT_* variable
+        raise UserInputError(str(e)) from None
+
+
 def number(
     default: Any,
     *names: str,
@@ -129,6 +144,7 @@ def number(
     lt: float | None = None,
     le: float | None = None,
     unit: str = "",
+    limit: str | None = None,
     help: str | None = None,  # noqa: A002 (typer's name)
     **option: Any,
 ) -> Any:
@@ -147,8 +163,10 @@ def number(
                     got = f"{got} (integers are 64-bit: at most {INT_MAX} in size)"
                 name = param.opts[0] if param.opts else param.name
                 raise UserInputError(f"{name} must be {wanted}, got {got}")
+            if x is not None and limit is not None:
+                _check_limit(limit, x, param)
         return value
 
-    setattr(check, NUMBER_MARK, NumberSpec(kind, gt, ge, lt, le, unit))
+    setattr(check, NUMBER_MARK, NumberSpec(kind, gt, ge, lt, le, unit, limit))
     text = f"{help} ({wanted})" if help else wanted
     return typer.Option(default, *names, parser=_parse(kind), callback=check, help=text, **option)

@@ -3,7 +3,14 @@
 These runs emulate several hosts on one machine with virtual CPU devices (`WSE_DEVICES`,
 `--devices-per-proc`), so every child runs on the CPU (`JAX_PLATFORMS=cpu`), the default
 backend or not: on a one-GPU host each process would otherwise take the same GPU (NCCL
-refuses it: "Duplicate GPU detected") and `WSE_DEVICES=8` would give one device, not 8."""
+refuses it: "Duplicate GPU detected") and `WSE_DEVICES=8` would give one device, not 8.
+
+`invoke(root, args)` runs `wse ARGS` in this process (exit code, output) and
+`walk_commands(root)` yields every (path, click command) of the app, for the tests that read
+every option of every command. `run_watched(args)` runs `wse ARGS` for a hostile-input test:
+it samples the resident memory of the process and all its children every few milliseconds
+and kills the whole tree past a cap (1 GiB), so that a regression fails the test instead of
+filling the machine."""
 
 from __future__ import annotations
 
@@ -11,9 +18,23 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-__all__ = ["WSE", "clean_env", "run_json", "launch_json"]
+__all__ = [
+    "WSE",
+    "clean_env",
+    "run_json",
+    "launch_json",
+    "Watched",
+    "run_watched",
+    "RSS_CAP",
+    "invoke",
+    "walk_commands",
+]
+
+RSS_CAP = 1 << 30  # bytes: no process tree refusing an input may hold more (issue 43)
 
 WSE = [sys.executable, "-m", "wse_cli"]
 
@@ -62,3 +83,88 @@ def launch_json(
     if done.returncode != 0:
         raise AssertionError(f"wse launch {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return _last_json(done.stdout)
+
+
+class Watched(NamedTuple):
+    """What `run_watched` saw: exit code (None: killed), stderr, wall time, peak tree RSS."""
+
+    returncode: int | None
+    stderr: str
+    wall_s: float
+    peak_rss: int
+    killed: str | None  # why the tree was killed ("rss" or "timeout"), None if it exited
+
+
+def _tree_rss(proc: Any) -> int:  # a psutil.Process (psutil is imported lazily)
+    import psutil
+
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:  # gone meanwhile
+            pass
+    return total
+
+
+def _kill_tree(proc: Any) -> None:
+    import psutil
+
+    for p in [*proc.children(recursive=True), proc]:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def run_watched(
+    args: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cap_bytes: int = RSS_CAP,
+    timeout_s: float = 60.0,
+    stdin: int | None = subprocess.DEVNULL,
+) -> Watched:
+    """`wse ARGS` with its process tree's resident memory watched (module docstring)."""
+    import psutil
+
+    t0 = time.perf_counter()
+    popen = subprocess.Popen(
+        WSE + list(args),
+        stdin=stdin,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env or clean_env(WSE_DEVICES="8"),
+    )
+    proc, peak, killed = psutil.Process(popen.pid), 0, None
+    while popen.poll() is None:
+        peak = max(peak, _tree_rss(proc))
+        if peak > cap_bytes or time.perf_counter() - t0 > timeout_s:
+            killed = "rss" if peak > cap_bytes else "timeout"
+            _kill_tree(proc)
+            break
+        time.sleep(0.01)
+    _, err = popen.communicate()
+    code = None if killed else popen.returncode
+    return Watched(code, err.decode(errors="replace"), time.perf_counter() - t0, peak, killed)
+
+
+def invoke(root: Any, args: Sequence[Any], env: dict[str, str] | None = None) -> tuple[int, str]:
+    """(exit code, output) of `wse ARGS` in this process; `root` is the click command of the
+    app, built once (`typer.main.get_command(app)`: typer's runner rebuilds it every call)."""
+    from typer.testing import CliRunner
+
+    with CliRunner().isolation(env=env) as out:
+        try:
+            root.main(args=[str(a) for a in args], prog_name="wse")
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        return code, out[2].getvalue().decode()
+
+
+def walk_commands(cmd: Any, path: tuple[str, ...] = ()) -> Any:
+    """Every (path of names, click command) under `cmd`, itself first."""
+    yield path, cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from walk_commands(sub, (*path, name))

@@ -22,12 +22,12 @@ import this module, so it builds none of them).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from wse_core.errors import WseError
+from wse_core.host.limits import load_json, read_text
 
 from wse_inference.engine import ByteTokenizer
 
@@ -60,7 +60,11 @@ class HFTokenizer:
         from tokenizers import Tokenizer
 
         self.path = path
-        self._tok = Tokenizer.from_file(str(path))
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+            why = " ".join(str(e).split())[:200]
+            raise ModelLoadError(f"{path} is not a readable tokenizer file: {why}") from None
         self.chat_template, self.template_vars = _chat_template(path.parent)
         self.max_token_bytes = _max_token_bytes(self._tok)
 
@@ -87,10 +91,15 @@ def _max_token_bytes(tok: Any) -> int | None:
     return max(len(t.encode("utf-8")) for t in tok.get_vocab(with_added_tokens=True))
 
 
+def _json_file(path: Path) -> Any:
+    """A JSON file of the model folder, within the stack's file size and depth limits."""
+    return load_json(read_text(path, path.name), str(path))
+
+
 def _chat_template(folder: Path) -> tuple[str | None, dict[str, str]]:
     config_file = folder / "tokenizer_config.json"
     try:
-        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        config = _json_file(config_file) if config_file.is_file() else {}
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"cannot read {str(config_file)!r}: {e}") from None
     tokens = {}
@@ -104,7 +113,7 @@ def _chat_template(folder: Path) -> tuple[str | None, dict[str, str]]:
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("default")
     if (folder / "chat_template.jinja").is_file():
-        template = (folder / "chat_template.jinja").read_text()
+        template = read_text(folder / "chat_template.jinja", "chat template")
     return (template if isinstance(template, str) and template else None), tokens
 
 
@@ -178,7 +187,7 @@ def eos_token_ids(folder: Path, tokenizer: Any, vocab_size: int) -> tuple[int, .
     ids: list[int] = []
     for name in ("config.json", "generation_config.json"):
         try:
-            value = json.loads((folder / name).read_text()).get("eos_token_id")
+            value = _json_file(folder / name).get("eos_token_id")
         except (OSError, ValueError, AttributeError):
             continue
         ids += value if isinstance(value, list) else [value]
@@ -224,7 +233,7 @@ def read_config(path: str | Path) -> Any:
 
     folder = resolve_model_dir(path)
     try:
-        d = json.loads((folder / "config.json").read_text())
+        d = _json_file(folder / "config.json")
         if not isinstance(d, dict):
             raise ValueError("config.json must hold a JSON object")
         return wse_models.config_from_hf(d)

@@ -26,6 +26,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.flax import save_file
 from wse_core.errors import WseError
+from wse_core.host.limits import LimitError, load_json, read_text
 
 from wse_models.config import ModelConfig
 from wse_models.errors import CheckpointError
@@ -157,15 +158,33 @@ class _Tensors:
             if got != tuple(shape):
                 raise CheckpointError(f"tensor {stored!r} has shape {got}, expected {tuple(shape)}")
             self.used.add(name)
-            return np.asarray(self._open[f].get_tensor(stored))
+            tensor = np.asarray(self._open[f].get_tensor(stored))
         except (SafetensorError, OSError) as err:  # a damaged header or truncated data
             raise CheckpointError(f"cannot read tensor {stored!r} from {f}: {err}") from None
+        _check_finite(tensor, stored, f)
+        return tensor
+
+
+def _check_finite(tensor: np.ndarray, name: str, file: str) -> None:
+    """Refuse a weight holding NaN or Inf: a model would generate nothing from it, silently."""
+    if tensor.dtype.kind not in "fcV":  # V: ml_dtypes' bfloat16 and float8 types
+        return
+    finite = np.isfinite(tensor)
+    if not finite.all():
+        bad = int(finite.size - np.count_nonzero(finite))
+        raise CheckpointError(
+            f"tensor {name!r} in {file} holds {bad:,} NaN or infinite values of "
+            f"{finite.size:,}; this checkpoint cannot be served"
+        )
 
 
 def _weight_map(path: Path) -> dict[str, str]:
     index = path / INDEX_FILE
     if index.exists():
-        wm = json.loads(index.read_text())["weight_map"]
+        try:
+            wm = load_json(read_text(index, INDEX_FILE), str(index))["weight_map"]
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            raise CheckpointError(f"cannot read {index}: {err}") from None
         for f in sorted(set(wm.values())):
             if not (path / f).exists():
                 raise CheckpointError(f"{INDEX_FILE} names shard {f!r}, missing from {path}")
@@ -192,8 +211,10 @@ def _read_hf_config(path: Path) -> dict[str, Any]:
     if not cfg.exists():
         raise CheckpointError(f"no config.json in {path}")
     try:
-        d = json.loads(cfg.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        d = load_json(read_text(cfg, "config.json"), str(cfg))
+    except LimitError as err:
+        raise CheckpointError(str(err)) from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{cfg} is not valid JSON: {err}") from None
     if not isinstance(d, dict):
         raise CheckpointError(f"{cfg} must hold a JSON object, got {type(d).__name__}")

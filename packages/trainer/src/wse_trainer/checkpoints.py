@@ -44,6 +44,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -52,12 +53,15 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from wse_core.errors import RunFault
 from wse_core.host.distributed import is_primary
+from wse_core.host.memory import format_bytes
 
 from wse_trainer.config import ConfigError
 
 __all__ = [
     "ASIDE",
+    "CheckpointSaveError",
     "SEAL",
     "SEALED_KEY",
     "Checkpointer",
@@ -201,6 +205,24 @@ def move_aside(step_dir: Path, why: str) -> Path:
     return target
 
 
+class CheckpointSaveError(RunFault):
+    """A checkpoint could not be written (a full disk, a folder gone): training stops."""
+
+
+def _free_bytes(directory: Path) -> int:
+    p = directory
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def _os_error(e: BaseException | None) -> OSError | None:
+    """The OSError under an exception (orbax wraps the disk's own error)."""
+    while e is not None and not isinstance(e, OSError):
+        e = e.__cause__ or e.__context__
+    return e
+
+
 class Checkpointer:
     def __init__(self, directory: str | Path, *, keep: int = 3, read_only: bool = False):
         self.directory = Path(directory).absolute()
@@ -233,17 +255,44 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
 
-    def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
-        self.wait()  # orbax waits for the previous save anyway; then it can be sealed
-        self.manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(_to_global(state)),
-                meta=ocp.args.JsonSave({**meta, SEALED_KEY: True}),
-            ),
-            force=True,
+    def last_good(self) -> str:
+        """The newest sealed step, in words, for a message."""
+        steps = [s for s in self.all_steps() if s not in self._unsealed]
+        return f"step {steps[-1]}" if steps else "none saved yet"
+
+    def _fault(self, step: int, needed: int, why: str) -> CheckpointSaveError:
+        good = self.last_good()
+        self._unsealed = []  # nothing more to seal: wait() and close() must not raise again
+        return CheckpointSaveError(
+            f"checkpoint step {step} could not be written to {self.directory}: {why} "
+            f"({format_bytes(_free_bytes(self.directory))} free on that disk, the state "
+            f"needs about {format_bytes(needed)}); training stopped, last good checkpoint: "
+            f"{good}"
         )
+
+    def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
+        """Save `step` asynchronously; CheckpointSaveError (one line, exit 1) when the disk
+        cannot hold the state (checked first) or the write fails."""
+        self.wait()  # orbax waits for the previous save anyway; then it can be sealed
+        needed = sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state))
+        if needed > _free_bytes(self.directory):
+            raise self._fault(step, needed, "not enough free space")
+        try:
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(_to_global(state)),
+                    meta=ocp.args.JsonSave({**meta, SEALED_KEY: True}),
+                ),
+                force=True,
+            )
+        except Exception as e:
+            err = _os_error(e)
+            if err is None:
+                raise
+            raise self._fault(step, needed, err.strerror or str(err)) from None
         self._unsealed.append(step)
+        self._needed = needed
 
     def restore(self, step: int, like: Any) -> tuple[Any, dict[str, Any]]:
         """The state (shaped like `like`) and meta of checkpoint `step`."""
@@ -258,7 +307,13 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Wait for the save in flight, then seal the finished steps (process 0)."""
-        self.manager.wait_until_finished()
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:
+            err, step = _os_error(e), (self._unsealed or [-1])[-1]
+            if err is None or not self._unsealed:
+                raise
+            raise self._fault(step, getattr(self, "_needed", 0), err.strerror or str(err)) from None
         for step in self._unsealed:
             if is_primary() and self.step_dir(step).is_dir():  # max_to_keep may have gone
                 seal_step(self.step_dir(step))

@@ -12,6 +12,7 @@ can be known before anything compiles (`batch_size % num_csx`, sequence length v
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from typing import Any
 
 import yaml
 from wse_core.errors import WseError, suggest, yaml_problem
+from wse_core.host.limits import load_yaml, read_text
 
 __all__ = [
     "ConfigError",
@@ -149,13 +151,10 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
         origin = typing.get_origin(t) or t
         if t is type(None) and value is None:
             return None
-        if origin is float and isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if origin is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
+        if origin is float and isinstance(value, int | float | str) and type(value) is not bool:
+            number = _finite(where, value)  # YAML 1.1 reads 3e-4 as a string
+            if number is not None:
+                return number
         if origin is int and isinstance(value, int) and not isinstance(value, bool):
             return value
         if origin is list and isinstance(value, list):
@@ -164,6 +163,18 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
             return value
     names = " or ".join(getattr(t, "__name__", str(t)) for t in options)
     raise ConfigError(f"{where} must be {names}, got {value!r}")
+
+
+def _finite(where: str, value: int | float | str) -> float | None:
+    """`value` as a finite float (None: text that is not a number); inf, NaN and numbers
+    beyond float64 ('1e400') are refused: they train to NaN."""
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    if not math.isfinite(number):
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    return number
 
 
 def _section(name: str, data: Any) -> Any:
@@ -211,7 +222,7 @@ def _parse_override(item: str) -> tuple[str, str, Any]:
             f"unknown section {section!r} in override {item!r}{suggest(section, SECTIONS)}"
         )
     try:
-        value = yaml.safe_load(raw) if raw != "" else None
+        value = load_yaml(raw, f"override {item!r}") if raw != "" else None
     except yaml.YAMLError:
         value = raw
     return section, key, value
@@ -236,7 +247,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read a params YAML file (or a shipped config name) and apply dotted overrides."""
     text = _read_params(path)
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
+        data = load_yaml(text, f"params file {str(path)!r}", _UniqueKeyLoader) or {}
     except yaml.YAMLError as e:
         raise ConfigError(
             f"params file {str(path)!r} is not valid YAML: {yaml_problem(e)}"
@@ -260,7 +271,7 @@ def _read_params(path: str | Path) -> str:
     if not p.exists() and str(path) in SHIPPED:
         p = shipped_config(str(path))
     try:
-        return p.read_text()
+        return read_text(p, "params file")
     except UnicodeDecodeError as e:
         raise ConfigError(f"params file {str(path)!r} is not UTF-8 text: {e.reason}") from None
     except OSError as e:

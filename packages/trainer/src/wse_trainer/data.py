@@ -37,6 +37,7 @@ __all__ = [
     "EOS",
     "EVAL_EVERY",
     "stdlib_files",
+    "check_data_dir",
     "corpus_texts",
     "train_tokenizer",
     "tokenizer_identity",
@@ -76,6 +77,11 @@ def stdlib_files(max_bytes: int) -> list[str]:
     return files
 
 
+def _path_like(entry: str) -> bool:
+    """Whether `entry` names a local path (a suffix, a leading / . or ~), not a dataset."""
+    return bool(Path(entry).suffix) or entry.startswith(("/", ".", "~"))
+
+
 def _data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
     """(builder, files) for local paths, or None when `data_dir` is a dataset name."""
     entries = [data_dir] if isinstance(data_dir, str) else list(data_dir)
@@ -86,8 +92,8 @@ def _data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
             files += sorted(str(f) for f in p.rglob("*") if f.suffix in _BUILDERS)
         elif p.exists():
             files.append(str(p))
-        elif isinstance(data_dir, str) and len(entries) == 1 and not p.suffix:
-            return None
+        elif isinstance(data_dir, str) and len(entries) == 1 and not _path_like(entry):
+            return None  # a dataset's name
         else:
             raise ConfigError(f"data file {entry!r} does not exist")
     if not files:
@@ -96,6 +102,13 @@ def _data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
     if len(kinds) > 1:
         raise ConfigError(f"data_dir mixes file kinds {sorted(kinds)}; use one kind per split")
     return kinds.pop(), files
+
+
+def check_data_dir(cfg: InputConfig) -> None:
+    """ConfigError when `cfg.data_dir` names local files that are not there (a dataset's
+    name is checked when it is loaded)."""
+    if cfg.data_dir != "stdlib":
+        _data_files(cfg.data_dir)
 
 
 def _load_documents(cfg: InputConfig) -> list[str]:
@@ -107,7 +120,14 @@ def _load_documents(cfg: InputConfig) -> list[str]:
     else:
         found = _data_files(cfg.data_dir)
         if found is None:
-            ds = datasets.load_dataset(str(cfg.data_dir), split="train")
+            try:
+                ds = datasets.load_dataset(str(cfg.data_dir), split="train")
+            except (OSError, ValueError, ConnectionError) as e:  # not found, offline, bad
+                why = " ".join(str(e).split())[:200]
+                raise ConfigError(
+                    f"data_dir {cfg.data_dir!r} is no local file or folder, and no dataset "
+                    f"of that name could be loaded: {type(e).__name__}: {why}"
+                ) from None
             return _texts(ds, cfg)
         builder, files = found
     kwargs = {"sample_by": "document"} if builder == "text" else {}

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jax
 import yaml
 from wse_core import RunReport, WaferSpec, WseError
 from wse_core.host.distributed import is_primary
@@ -110,11 +111,7 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
             st = s.trainer.step(batch, s.segments(batch, s.config.train_input.packing))
             if not math.isfinite(st.loss):
                 ckpt.wait()
-                raise TrainingDivergedError(
-                    f"loss is {st.loss} at step {step}; the run stopped without saving "
-                    f"(last good checkpoint: step {ckpt.latest_step()}); lower "
-                    "optimizer.learning_rate or set optimizer.max_gradient_norm"
-                )
+                raise _diverged(f"loss is {st.loss}", step, ckpt)
             wall, stall, tokens = wall + st.wall_s, stall + st.stall_s, tokens + st.tokens
             window.append(st)
             result.losses[step] = st.loss
@@ -133,6 +130,7 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
                 )
                 window = []
             if step % run_cfg.checkpoint_steps == 0 or step == end:
+                _check_weights(s, step, ckpt)  # never save (or export) NaN weights
                 ckpt.save(step, s.state(), s.meta(step))
             if (
                 run_cfg.mode == "train_and_eval"
@@ -148,6 +146,25 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
     result.stall_fraction = stall / wall if wall else 0.0
     if result.step_s:
         result.report = dataclasses.replace(s.prediction, measured_wall_s=result.step_s)
+
+
+def _diverged(what: str, step: int, ckpt: Any) -> TrainingDivergedError:
+    ckpt.wait()
+    return TrainingDivergedError(
+        f"{what} at step {step}; the run stopped without saving (last good checkpoint: "
+        f"{ckpt.last_good()}); lower optimizer.learning_rate or set "
+        "optimizer.max_gradient_norm"
+    )
+
+
+def _check_weights(s: Session, step: int, ckpt: Any) -> None:
+    """Stop the run when an update left a non-finite master weight (the last step's update
+    is not seen by any loss before it is saved)."""
+    import numpy as np
+
+    for leaf in jax.tree.leaves(s.trainer.memx.params):
+        if not np.isfinite(np.asarray(leaf)).all():
+            raise _diverged("a weight is not finite after the update", step, ckpt)
 
 
 def _prediction_line(report: Any, spec: WaferSpec) -> str:

@@ -121,23 +121,32 @@ def _model_dir(path: Path) -> Path:
     return path
 
 
+def read_tokenizer(path: Path) -> Any:
+    """A `tokenizers.Tokenizer` from its file; ConfigError (one line) when it is not one."""
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+        why = " ".join(str(e).split())[:200]
+        raise ConfigError(f"{path} is not a readable tokenizer file: {why}") from None
+
+
 def _tokenizer(config: TrainConfig, model_dir: Path, vocab_size: int):
     """Process 0 loads or trains (and saves) the tokenizer; the others then load its file."""
-    from tokenizers import Tokenizer
 
     path = model_dir / "tokenizer.json"
     tok = _own_tokenizer(config, path, vocab_size) if is_primary() else None
     barrier("wse_trainer: tokenizer saved")
-    return tok if tok is not None else Tokenizer.from_file(str(path))
+    return tok if tok is not None else read_tokenizer(path)
 
 
 def _own_tokenizer(config: TrainConfig, path: Path, vocab_size: int):
-    from tokenizers import Tokenizer
 
     from wse_trainer.data import corpus_texts, train_tokenizer
 
     if path.exists():
-        return Tokenizer.from_file(str(path))
+        return read_tokenizer(path)
     tok = train_tokenizer(corpus_texts(config.train_input), vocab_size)
     if tok.get_vocab_size() > vocab_size:
         raise ConfigError(
@@ -164,7 +173,7 @@ class Session:
         import wse_models
         from wse_systems.training.plan import plan_activations
 
-        from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
+        from wse_trainer.data import EOS, BatchIterator, check_data_dir, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
         from wse_trainer.stream import StreamedTrainer
@@ -174,11 +183,12 @@ class Session:
         self.spec = spec
         self.model, memory = validate(config, spec)  # the one memory plan of the run
         check_split(run_cfg.num_csx)  # before the tokenizer or anything compiles
-        self.dir = _model_dir(Path(run_cfg.model_dir))
-        if run_cfg.checkpoint_path:  # a wrong path is refused before the tokenizer is made
+        if run_cfg.checkpoint_path:  # a wrong path is refused before anything is made
             from wse_trainer.checkpoints import resolve_checkpoint
 
             resolve_checkpoint(run_cfg.checkpoint_path)
+        check_data_dir(inp)  # a missing local data_dir too: nothing on disk until inputs hold
+        self.dir = _model_dir(Path(run_cfg.model_dir))
         self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
         self.tok_id = tokenizer_identity(self.tok)
         seq = inp.max_sequence_length

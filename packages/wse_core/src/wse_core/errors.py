@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "WseError",
+    "RunFault",
     "SpecError",
     "SramBudgetError",
     "PlacementError",
@@ -28,6 +29,13 @@ __all__ = [
 
 class WseError(ValueError):
     """Base class: a user-facing error whose message is one readable line."""
+
+
+class RunFault(WseError):
+    """A fault found while a run works (a full disk at a checkpoint, a solver's NaN): one
+    line as every WseError, but exit code 1 (`exit_code`), not 2: the input was valid."""
+
+    exit_code = 1
 
 
 class SpecError(WseError):

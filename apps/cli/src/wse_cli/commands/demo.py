@@ -13,6 +13,8 @@ from pathlib import Path
 
 import typer
 
+from wse_cli.outputs import output_dir
+
 # (title, "module:function"). Each workload appends its part.
 DEMO_PARTS: list[tuple[str, str]] = [
     ("The wafer: spec, defects, a fabric collective", "wse_cli.commands.demo:wafer_part"),
@@ -69,7 +71,7 @@ def wafer_part(console, *, out_dir: Path, quick: bool) -> None:
 
 
 def demo(
-    out: Path = typer.Option(Path("wse_demo_out"), "--out", help="Folder for the demo's files."),
+    out: Path = output_dir(Path("wse_demo_out"), "--out", help="Folder for the demo's files."),
     quick: bool = typer.Option(False, "--quick", help="Shorter parts."),
 ) -> None:
     """Run every part of the stack once on embedded defaults (a few minutes on 2 cores)."""

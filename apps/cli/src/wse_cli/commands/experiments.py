@@ -17,6 +17,7 @@ import typer
 
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
+from wse_cli.outputs import output_dir
 
 # name -> ("module:function", one-line description). Packages add their experiments here.
 EXPERIMENTS: dict[str, tuple[str, str]] = {
@@ -110,7 +111,7 @@ def list_() -> None:
 @app.command()
 def run(
     name: str = typer.Argument(..., help="Experiment name (see `wse experiments list`)."),
-    out: Path = typer.Option(Path("experiments_out"), "--out", help="Output folder."),
+    out: Path = output_dir(Path("experiments_out"), "--out", help="Output folder."),
     quick: bool = typer.Option(False, "--quick", help="Reduced measured part, fit for CI."),
     seed: int = number(0, "--seed", help="Seed.", **SEED),
     assume: list[str] = typer.Option(

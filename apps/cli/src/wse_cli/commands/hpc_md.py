@@ -21,6 +21,7 @@ import typer
 from wse_cli import multiprocess
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
+from wse_cli.outputs import output_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
@@ -63,7 +64,7 @@ def md(
         unit="fs",
     ),
     seed: int = number(0, "--seed", help="Seed of velocities and Langevin noise.", **SEED),
-    out: Path = typer.Option(None, "--out", help="Extended XYZ output (thermo frames)."),
+    out: Path = output_file(None, "--out", help="Extended XYZ output (thermo frames)."),
     thermo_every: int = number(
         100, "--thermo-every", help="Thermo row every K steps.", kind=int, ge=1
     ),
@@ -80,7 +81,7 @@ def md(
         ge=1,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
+    trace: Path = output_file(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
     num_processes: int = multiprocess.NUM_PROCESSES,
     process_id: int = multiprocess.PROCESS_ID,
     coordinator: str = multiprocess.COORDINATOR,
@@ -233,7 +234,7 @@ def potential_cmd(
     table: str = typer.Option("zhou04", "--table", help="Parameter table: zhou04."),
     elements: list[str] = typer.Option(..., "--elements", help="Element symbols, e.g. Cu Ni."),
     more: list[str] = typer.Argument(None, help="More elements (after --elements Cu ...)."),
-    out: Path = typer.Option(..., "--out", help="Output setfl file (*.eam.alloy)."),
+    out: Path = output_file(..., "--out", help="Output setfl file (*.eam.alloy)."),
     knots: int = number(
         1000,
         "--knots",

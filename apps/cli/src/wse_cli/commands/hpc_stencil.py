@@ -21,6 +21,7 @@ import typer
 from wse_cli import multiprocess
 from wse_cli.errors import fail
 from wse_cli.options import SEED, number
+from wse_cli.outputs import output_file, png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
@@ -119,8 +120,8 @@ def stencil(
         None, "--block-z", help="wave25: Z block size (divides NZ).", kind=int, ge=1
     ),
     defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
-    png: Path = typer.Option(None, "--png", help="Write a slice and the history as PNG."),
-    trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
+    png: Path = png_file(None, "--png", help="Write a slice and the history as PNG."),
+    trace: Path = output_file(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     num_processes: int = multiprocess.NUM_PROCESSES,
     process_id: int = multiprocess.PROCESS_ID,

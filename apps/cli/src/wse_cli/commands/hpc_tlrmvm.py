@@ -19,6 +19,7 @@ import typer
 
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
+from wse_cli.outputs import output_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
@@ -77,7 +78,7 @@ def compress(
     freq_hz: float = number(
         15.0, "--freq-hz", help="Frequency of the synthetic slice.", gt=0, unit="Hz"
     ),
-    out: Path = typer.Option(..., "--out", help="Output operator file (.npz)."),
+    out: Path = output_file(..., "--out", help="Output operator file (.npz)."),
     seed: int = number(0, "--seed", help="Seed of the randomized SVD.", **SEED),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -118,6 +119,14 @@ def _check_against(op, eng, x):
     y = eng.matvec(x)
     ref = tlrmvm_numpy(op, x)
     out = {"rel_diff_vs_numpy_tlr": float(np.linalg.norm(y - ref) / np.linalg.norm(ref))}
+    if not np.isfinite(out["rel_diff_vs_numpy_tlr"]):  # NaN is a failure, never a figure
+        from wse_core.errors import RunFault
+
+        finite = bool(np.isfinite(y).all()), bool(np.isfinite(ref).all())
+        raise RunFault(
+            "TLR-MVM result is not finite (emulator finite: {}, NumPy finite: {}); the "
+            "operator's bases or the vector hold NaN or Inf".format(*finite)
+        )
     if op.dense_bytes <= 2**30:  # rebuild A_tlr densely to time a dense GEMV of its size
         a = op.dense()
         out["dense_gemv_s"], _ = best_median_s(lambda: a @ x)
@@ -146,7 +155,7 @@ def run(
         "CPU where numba is installed).",
     ),
     seed: int = number(0, "--seed", help="Seed of the input vectors.", **SEED),
-    trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
+    trace: Path = output_file(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run the TLR-MVM on the emulated wafer: error, timing, predicted wafer figures."""

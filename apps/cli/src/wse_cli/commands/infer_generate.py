@@ -28,6 +28,7 @@ import typer
 
 from wse_cli.errors import fail
 from wse_cli.options import SEED, number
+from wse_cli.outputs import output_file
 
 
 def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab_size: int):
@@ -144,7 +145,7 @@ def generate(
         ge=1,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    trace: Path = typer.Option(
+    trace: Path = output_file(
         None, "--trace", help="Write the per-PE trace of the plan (wse view FILE; pipelined)."
     ),
 ) -> None:

@@ -18,6 +18,7 @@ import typer
 
 from wse_cli.errors import fail
 from wse_cli.options import PORT, number
+from wse_cli.outputs import output_file
 
 MOCK = "mock"
 SERVE_HELP = (
@@ -35,12 +36,13 @@ def _chat_template(value: str | None) -> str | None:
     if not value:
         return None
     import jinja2
-    from wse_inference.serve.openai_request import compile_chat_template
+    from wse_core.host.limits import read_text
+    from wse_inference.serve.chat_template import compile_chat_template
 
     path = Path(value)
     if path.is_file():
         try:
-            value = path.read_text()
+            value = read_text(path, "--chat-template")
         except (OSError, UnicodeDecodeError) as e:
             fail(f"--chat-template: cannot read {str(path)!r}: {e}")
     elif "{{" not in value and "{%" not in value:
@@ -50,6 +52,22 @@ def _chat_template(value: str | None) -> str | None:
     except jinja2.TemplateSyntaxError as e:
         fail(f"--chat-template: Jinja syntax error on line {e.lineno}: {e.message}")
     return value
+
+
+def _check_ports(host: str, port: int, grpc_port: int | None) -> None:
+    """Refuse ports that are the same or already taken, before any engine is loaded."""
+    import socket
+
+    if grpc_port is not None and grpc_port == port and port != 0:
+        fail(f"--port and --grpc-port are both {port}; give two different ports")
+    for name, p in (("--port", port), ("--grpc-port", grpc_port)):
+        if not p:  # None (off) or 0 (the system picks a free one)
+            continue
+        try:
+            with socket.create_server((host, p)):
+                pass
+        except OSError as e:
+            fail(f"{name} {p} on {host} cannot be bound: {e.strerror or e}")
 
 
 def _mock_engine(spec, max_slots: int, max_context: int, step_delay_ms: float):
@@ -105,7 +123,12 @@ def serve(
     port: int = number(8000, "--port", **PORT, help="HTTP port (0: a free port)."),
     grpc_port: int = number(None, "--grpc-port", **PORT, help="gRPC port (0: free; unset: off)."),
     max_num_seqs: int = number(
-        8, "--max-num-seqs", kind=int, ge=1, help="Decode slots (sequences in flight)."
+        8,
+        "--max-num-seqs",
+        kind=int,
+        ge=1,
+        limit="serve_slots",
+        help="Decode slots (sequences in flight).",
     ),
     max_queued: int = number(
         64,
@@ -137,6 +160,7 @@ def serve(
     from wse_inference.serve.app import ServeConfig
     from wse_inference.serve.app import serve as run_server
 
+    _check_ports(host, port, grpc_port)
     spec = None
     if speculative_config:
         from wse_inference.speculative.config import parse_speculative_config
@@ -179,7 +203,7 @@ def bench(
     prompt: str = typer.Option("The wafer-scale engine", "--prompt"),
     max_tokens: int = number(32, "--max-tokens", kind=int, ge=1),
     timeout_s: float = number(60.0, "--timeout-s", help="Per-request timeout.", gt=0, unit="s"),
-    out: Path = typer.Option(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
+    out: Path = output_file(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
 ) -> None:
     """Load-test a server: request throughput, output tokens/s, TTFT and TPOT percentiles."""
     import httpx

@@ -6,6 +6,12 @@ hands to `wse_core.host.distributed.initialize`. The launcher watches its childr
 exits with an error, the others are stopped (SIGTERM, then SIGKILL after a grace period) and
 the launcher exits 1 naming the process (2, like the child, when the child rejected its
 input) — a dead peer never leaves the rest hanging.
+Before a child is started the launch is checked (exit 2, one line): `--nproc` within the
+usable cores and `--devices-per-proc` within the devices limit (`wse_core.host.limits`), all
+the processes' devices within host memory, a free coordinator --port, no `infer serve` under
+several processes (they would all bind its one port), no multi-process flags of the
+launcher's own, and on a host with NVIDIA GPUs (JAX_PLATFORMS not cpu) no more processes
+than GPUs (one GPU a process).
 On a real cluster, start one `wse ...` per host with --num-processes/--process-id/
 --coordinator (or under SLURM with none of them) instead.
 """
@@ -18,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import typer
 
@@ -25,6 +32,7 @@ from wse_cli.errors import fail
 from wse_cli.options import PORT, number
 
 GRACE_S = 10.0
+MULTIPROCESS_FLAGS = ("--num-processes", "--process-id", "--coordinator")
 
 
 def _free_port() -> int:
@@ -46,15 +54,52 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
+def _gpu_count() -> int | None:
+    """NVIDIA GPUs the driver lists (None: no driver, or JAX is told to use the CPU)."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if os.environ.get("JAX_PLATFORMS", "").strip() == "cpu" or not gpus.is_dir():
+        return None
+    return len(list(gpus.iterdir()))
+
+
+def _check_children(args: list[str], nproc: int, per_proc: int) -> None:
+    """Refuse a launch whose children would collide (module docstring)."""
+    from wse_core.host.limits import VIRTUAL_DEVICE_HOST_BYTES
+    from wse_core.host.memory import require
+
+    own = [a for a in args if a.split("=")[0] in MULTIPROCESS_FLAGS]
+    if own:
+        fail(f"{own[0].split('=')[0]} is set by wse launch itself; remove it from the command")
+    if nproc > 1 and "serve" in args and "infer" in args:
+        fail(
+            f"wse launch --nproc {nproc} -- infer serve: every process would bind the same "
+            "--port; start one server (wse infer serve) instead"
+        )
+    gpus = _gpu_count()
+    if gpus is not None and nproc > gpus:
+        fail(
+            f"--nproc {nproc} is more processes than this host's {gpus} GPU(s) (one GPU a "
+            "process); give --nproc <= the GPUs, or JAX_PLATFORMS=cpu for the emulator"
+        )
+    require(
+        f"wse launch: {nproc} processes x {per_proc} virtual devices",
+        nproc * per_proc * VIRTUAL_DEVICE_HOST_BYTES,
+        fits=lambda b: f"at most {b // VIRTUAL_DEVICE_HOST_BYTES:,} devices in all",
+    )
+
+
 def launch(
     ctx: typer.Context,
-    nproc: int = number(..., "--nproc", help="Number of local processes.", kind=int, ge=1),
+    nproc: int = number(
+        ..., "--nproc", help="Number of local processes.", kind=int, ge=1, limit="processes"
+    ),
     devices_per_proc: int = number(
         None,
         "--devices-per-proc",
         help="Virtual CPU devices per process (default: cores / N).",
         kind=int,
         ge=1,
+        limit="devices",
     ),
     port: int = number(0, "--port", help="Coordinator port (default: a free one).", **PORT),
 ) -> None:
@@ -67,6 +112,13 @@ def launch(
     from wse_core.host.runtime import usable_cores
 
     per_proc = devices_per_proc or max(1, usable_cores() // nproc)
+    _check_children(args, nproc, per_proc)
+    if port:
+        try:
+            with socket.create_server(("127.0.0.1", port)):
+                pass
+        except OSError as e:
+            fail(f"--port {port} cannot be the coordinator's: {e.strerror or e}")
     coordinator = f"127.0.0.1:{port or _free_port()}"
     procs = []
     for i in range(nproc):

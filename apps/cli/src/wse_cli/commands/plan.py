@@ -22,7 +22,8 @@ from typing import Any
 import typer
 
 from wse_cli.errors import WseGroup
-from wse_cli.options import number
+from wse_cli.options import GPUS, number
+from wse_cli.outputs import png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
@@ -34,8 +35,8 @@ MODEL = typer.Option(..., "--model", "-m", help="Preset, shipped config, params.
 WAFER = preset_option("wse3", "--wafer", help="Wafer preset: wse1, wse2, wse3")
 GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
-PNG = typer.Option(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
-MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", gt=0, le=1)
+PNG = png_file(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
+MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", ge=0.01, le=1)
 USD_GPU = number(None, "--usd-per-gpu-hour", help="Default: wse_systems.gpu.", ge=0, unit="USD/h")
 USD_SYS = number(
     None,
@@ -278,7 +279,7 @@ def train(
         None, "--systems", help="Wafer systems (default: the config's).", kind=int, ge=1
     ),
     gpus: int = number(
-        None, "--gpus", help="GPUs (default: 8 per system, or enough nodes).", kind=int, ge=1
+        None, "--gpus", help="GPUs (default: 8 per system, or enough nodes).", **GPUS
     ),
     batch: int = number(
         None, "--batch", help="Sequences per system (default: config's).", kind=int, ge=1
@@ -326,9 +327,7 @@ def infer(
     wafers: int = number(
         None, "--wafers", help="Wafers per replica (default: fewest).", kind=int, ge=1
     ),
-    gpus: int = number(
-        None, "--gpus", help="GPUs per replica (default: one node).", kind=int, ge=1
-    ),
+    gpus: int = number(None, "--gpus", help="GPUs per replica (default: one node).", **GPUS),
     tokens_per_day: float = number(
         None,
         "--tokens-per-day",
@@ -353,7 +352,7 @@ def infer(
         ge=1,
     ),
     hbm_fraction: float = number(
-        None, "--hbm-fraction", help="Achieved HBM bandwidth (default: fitted).", gt=0, le=1
+        None, "--hbm-fraction", help="Achieved HBM bandwidth (default: fitted).", ge=0.01, le=1
     ),
     gpu_precision: str = typer.Option(
         "bf16", "--gpu-precision", help="GPU weights, KV cache and products: bf16 or fp8."
@@ -374,10 +373,10 @@ def infer(
     spec_file: Path = SPEC_FILE,
     gpu: str = GPU,
     mfu: float = number(
-        None, "--mfu", help="GPU model flops utilisation (default: fitted).", gt=0, le=1
+        None, "--mfu", help="GPU model flops utilisation (default: fitted).", ge=0.01, le=1
     ),
     as_json: bool = JSON,
-    png: Path = typer.Option(None, "--png", help="Both frontiers, chosen points marked."),
+    png: Path = png_file(None, "--png", help="Both frontiers, chosen points marked."),
     usd_gpu: float = USD_GPU,
     usd_sys: float = USD_SYS,
     usd_eng: float = USD_ENG,

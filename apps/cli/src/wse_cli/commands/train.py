@@ -29,6 +29,7 @@ import typer
 from wse_cli import multiprocess
 from wse_cli.errors import fail
 from wse_cli.options import number
+from wse_cli.outputs import output_dir, output_file
 from wse_cli.wafer_choice import SPEC_FILE, wafer_spec
 
 
@@ -126,7 +127,7 @@ def train(
     ),
     params: Path = typer.Option(None, "--params", help="The params YAML file."),
     mode: str = typer.Option(None, "--mode", help="train | eval | train_and_eval."),
-    model_dir: Path = typer.Option(None, "--model-dir", "-o", help="Run folder."),
+    model_dir: Path = output_dir(None, "--model-dir", "-o", help="Run folder."),
     num_csx: int = number(None, "--num-csx", help="Data-parallel wafer replicas.", kind=int, ge=1),
     weight_chunks: int = number(
         None,
@@ -145,7 +146,7 @@ def train(
         "--validate-only",
         help="Check the config, print the memory plan and the predicted step, stop.",
     ),
-    trace: Path = typer.Option(
+    trace: Path = output_file(
         None, "--trace", help="With --validate-only: write the step's per-PE trace (wse view)."
     ),
     spec_file: Path = SPEC_FILE,  # instead of the config's runconfig.wafer preset

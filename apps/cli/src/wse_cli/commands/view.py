@@ -16,6 +16,8 @@ from pathlib import Path
 
 import typer
 
+from wse_cli.outputs import output_file, png_file
+
 __all__ = ["view", "write_view", "demo_part", "register"]
 
 
@@ -34,8 +36,8 @@ def write_view(trace, out: Path, png: Path | None = None) -> tuple[Path, Path | 
 
 def view(
     file: Path = typer.Argument(..., help="A trace file (.npz) written by --trace."),
-    out: Path = typer.Option(None, "--out", help="The HTML page (default: FILE with .html)."),
-    png: Path = typer.Option(None, "--png", help="Also write the view as a PNG."),
+    out: Path = output_file(None, "--out", help="The HTML page (default: FILE with .html)."),
+    png: Path = png_file(None, "--png", help="Also write the view as a PNG."),
 ) -> None:
     """Show a per-PE trace as a self-contained web page (and a PNG)."""
     from wse_core.trace import load

@@ -9,6 +9,7 @@ import typer
 
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
+from wse_cli.outputs import png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(cls=WseGroup, help="Wafer specs, defect maps and repair.", no_args_is_help=True)
@@ -78,7 +79,7 @@ def defects(
     sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     seed: int = number(0, "--seed", help="Seed of the defect map.", **SEED),
     defect_rate: float = number(None, "--defect-rate", help="Dead-PE rate in [0, 1).", ge=0, lt=1),
-    png: Path = typer.Option(None, "--png", help="Write a picture of the defects and remap."),
+    png: Path = png_file(None, "--png", help="Write a picture of the defects and remap."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Dead PEs, spares used, repairable or not (not repairable: exit code 1)."""

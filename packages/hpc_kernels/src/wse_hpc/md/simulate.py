@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from collections.abc import Callable
 
@@ -34,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core.cost.report import RunReport
-from wse_core.errors import PlacementError, SramBudgetError, WseError
+from wse_core.errors import PlacementError, RunFault, SramBudgetError, WseError
 from wse_core.hw.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping
@@ -51,6 +52,8 @@ from wse_hpc.md.thermo import ThermoRow, state_row, state_structure
 
 __all__ = [
     "MdResult",
+    "MdUnstableError",
+    "EXPLODED_TEMPERATURE_K",
     "run_md",
     "MIN_PES_PER_DEVICE",
     "MAX_REBUILD_EVERY",
@@ -194,6 +197,28 @@ def _wafer(n_atoms: int, config: MdConfig) -> Wafer:
     )
 
 
+class MdUnstableError(RunFault):
+    """The trajectory blew up: a non-finite energy or a temperature past
+    `EXPLODED_TEMPERATURE_K` (exit 1: the input was valid, the run failed)."""
+
+
+# A temperature no EAM metal run reaches while it is physical: 20x the hottest melting point
+# of the shipped potentials' elements (W, 3,695 K) is ~7.4e4 K; past it the atoms have flown
+# apart (a time step far too long for the forces), so the run stops instead of reporting it.
+EXPLODED_TEMPERATURE_K = 1e5
+
+
+def _check_stable(row: ThermoRow, config: MdConfig) -> None:
+    values = (row.pe, row.ke, row.etotal, row.temp, row.press)
+    if all(math.isfinite(v) for v in values) and row.temp <= EXPLODED_TEMPERATURE_K:
+        return
+    raise MdUnstableError(
+        f"the run blew up at step {row.step}: temperature {row.temp:.4g} K, total energy "
+        f"{row.etotal:.4g} eV (past {EXPLODED_TEMPERATURE_K:.0e} K or not finite); give a "
+        f"shorter --dt-fs than {config.dt_fs:g}"
+    )
+
+
 def run_md(
     structure: Structure,
     pot: EamPotential,
@@ -265,6 +290,7 @@ def run_md(
         state = new_state
         done += ran
         rows.append(state_row(done, wafer, state, masses, structure.volume_A3, ecouple(state.bath)))
+        _check_stable(rows[-1], config)
         if on_thermo:
             on_thermo(rows[-1])
         if on_frame:

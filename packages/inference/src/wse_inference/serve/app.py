@@ -289,6 +289,7 @@ class Server:
         self._thread: threading.Thread | None = None
         self._drain_lock = threading.Lock()
         self._grpc_stopped: threading.Event | None = None
+        self._drain_deadline = math.inf
 
     def _start_engine_and_grpc(self) -> None:
         self.scheduler.start()
@@ -301,6 +302,7 @@ class Server:
             if self._grpc_stopped is not None:
                 return
             self.scheduler.drain(self.config.drain_s)
+            self._drain_deadline = time.monotonic() + self.config.drain_s
             if self.grpc_server is not None:
                 # a second past the scheduler's deadline, so an aborted stream is told why
                 self._grpc_stopped = self.grpc_server.stop(self.config.drain_s + 1)
@@ -310,6 +312,10 @@ class Server:
 
     def _finish(self) -> None:
         self.begin_drain()
+        # HTTP is done (uvicorn waited for its connections); gRPC streams may still run:
+        # they get the rest of `drain_s`, as HTTP's did, before what is left is aborted.
+        while not self.scheduler.idle and time.monotonic() < self._drain_deadline:
+            time.sleep(0.02)
         self.scheduler.stop(timeout_s=self.config.drain_s + 5)
         assert self._grpc_stopped is not None
         self._grpc_stopped.wait(self.config.drain_s + 5)

@@ -228,7 +228,10 @@ def build_grpc_server(
         options=[("grpc.max_receive_message_length", limits.max_body_bytes)],
     )
     server.add_generic_rpc_handlers((_handlers(_Generation(scheduler, model_names, limits)),))
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpcio >= 1.60 raises "Failed to bind" where it returned 0
+        bound = 0
     if bound == 0:
         raise OSError(f"cannot bind gRPC to {host}:{port}")
     return server, bound

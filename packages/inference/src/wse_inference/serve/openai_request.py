@@ -1,4 +1,4 @@
-"""The OpenAI wire format of requests: parsing and validation, chat template.
+"""The OpenAI wire format of requests: parsing and validation.
 
 Requests (`parse_request(body, kind=..., ...)`) accept the fields the official `openai` client
 sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or messages, max_tokens
@@ -14,15 +14,8 @@ max_tokens means "the rest of the context window" (vLLM's default).
 Logprobs are asked with `logprobs: k` (completions) or `logprobs: true, top_logprobs: k`
 (chat), k in 0..MAX_LOGPROBS = 20; `echo: true` with logprobs also scores the prompt.
 
-Chat template: a template given to the server (`chat_template=`, vLLM's --chat-template) comes
-first; then a tokenizer with `apply_chat_template` (transformers) is used as is; then one with
-a `chat_template` Jinja string (an HF directory's, see `model_dir`). Jinja templates are
-rendered as transformers renders them: a sandboxed environment with trim_blocks and
-lstrip_blocks, `messages`, `add_generation_prompt=True`, the tokenizer's bos_token and
-eos_token, and `raise_exception(msg)`, whose message (e.g. "roles must alternate") becomes
-the 400's. Otherwise the plain template is one line per message, "role: content", followed
-by "assistant:" — e.g. [system "Be brief.", user "Hi"] becomes "system: Be brief.\\nuser:
-Hi\\nassistant:". Content may be a string or a list of {"type": "text", "text": ...} parts.
+Chat prompts are `wse_inference.serve.chat_template`'s (`chat_prompt`: the template chosen,
+rendered within its operation and time limits).
 
 The answers (response bodies, logprobs, streaming) are `wse_inference.serve.openai_response`'s;
 vLLM's /tokenize and /detokenize bodies are here (`tokenize_request`, `detokenize_request`).
@@ -31,7 +24,6 @@ vLLM's /tokenize and /detokenize bodies are here (`tokenize_request`, `detokeniz
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +35,7 @@ from wse_inference.serve.admission import (
     check_sampling,
     encode_prompt,
 )
+from wse_inference.serve.chat_template import chat_prompt
 
 __all__ = [
     "ParsedRequest",
@@ -52,8 +45,6 @@ __all__ = [
     "detokenize_request",
     "choice_sampling",
 ]
-
-CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,80 +154,6 @@ def _completion_prompt(body: dict, tokenizer: Tokenizer, max_context: int) -> li
     if isinstance(p, list) and len(p) > 1:
         raise _bad("Only one prompt per request is supported; send one request each.", "prompt")
     raise _bad("prompt must be a string or a list of token ids.", "prompt")
-
-
-def _content_text(content: Any, i: int) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not (
-                isinstance(part, dict)
-                and part.get("type") == "text"
-                and isinstance(part.get("text"), str)
-            ):
-                raise _bad(f"messages[{i}].content: only text parts are supported.", "messages")
-            parts.append(part["text"])
-        return "".join(parts)
-    raise _bad(f"messages[{i}].content must be a string or a list of text parts.", "messages")
-
-
-def _raise_exception(message: str) -> None:
-    import jinja2
-
-    raise jinja2.TemplateError(message)
-
-
-@functools.lru_cache(maxsize=8)
-def compile_chat_template(template: str) -> Any:
-    """A Jinja chat template compiled as transformers compiles it; `jinja2.TemplateError`
-    (e.g. a syntax error) if it cannot be."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = _raise_exception
-    return env.from_string(template)
-
-
-def chat_prompt(
-    messages: Any,
-    tokenizer: Tokenizer,
-    chat_template: str | None = None,
-    *,
-    max_context: int | None = None,
-) -> list[int]:
-    """Token ids of a chat (see the module docstring for the template used); with
-    `max_context`, a text that cannot fit is refused before it is encoded (`encode_prompt`)."""
-    if not isinstance(messages, list) or not messages:
-        raise _bad("messages must be a non-empty list.", "messages")
-    msgs = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
-            raise _bad(f"messages[{i}] needs a role among {', '.join(CHAT_ROLES)}.", "messages")
-        if m.get("content") is None and not (
-            m["role"] == "assistant" and (m.get("tool_calls") or m.get("function_call"))
-        ):  # as OpenAI and vLLM: only an assistant message with tool calls may omit it
-            raise _bad(f"messages[{i}] ({m['role']}) needs a content.", "messages")
-        msgs.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
-    if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
-        return list(tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True))
-    template = chat_template or getattr(tokenizer, "chat_template", None)
-    if isinstance(template, str) and template:
-        import jinja2
-
-        variables = getattr(tokenizer, "template_vars", {})
-        try:
-            text = compile_chat_template(template).render(
-                messages=msgs, add_generation_prompt=True, **variables
-            )
-        except jinja2.TemplateError as e:
-            raise _bad(f"The chat template cannot render these messages: {e}", "messages") from e
-    else:
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
-    if max_context is None:
-        return tokenizer.encode(text)
-    return encode_prompt(tokenizer, text, max_context=max_context, param="messages")
 
 
 def _refuse_unsupported(body: dict) -> None:

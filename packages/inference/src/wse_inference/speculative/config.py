@@ -14,7 +14,6 @@ both read the option through this function, so they accept the same text and fil
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -71,10 +70,14 @@ class SpeculativeConfig:
 def parse_speculative_config(value: str) -> SpeculativeConfig:
     """A JSON object, or a JSON / YAML file holding one (the module contract)."""
     import yaml
+    from wse_core.host.limits import load_json, load_yaml, read_text
 
     path = Path(value)
     try:
-        cfg = yaml.safe_load(path.read_text()) if path.is_file() else json.loads(value)
+        if path.is_file():
+            cfg = load_yaml(read_text(path, OPTION), f"{OPTION} file {value!r}")
+        else:
+            cfg = load_json(value, OPTION)
     except (ValueError, OSError, yaml.YAMLError) as err:
         raise SamplingError(
             f"{OPTION} is neither a JSON object nor a readable file: {err}"

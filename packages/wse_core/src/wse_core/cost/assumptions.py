@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,10 @@ def _check(values: Mapping[str, Any]) -> dict[str, float]:
             )
         try:
             out[key] = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise SpecError(f"assumption {key} must be a number, got {value!r}") from None
+        if not math.isfinite(out[key]):
+            raise SpecError(f"assumption {key} must be a finite number, got {value!r}")
     return out
 
 

@@ -232,13 +232,18 @@ class WaferSpec:
 
 
 def _coerce(name: str, annotation: object, value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan / .inf
+        raise SpecError(f"{name} must be a finite number, got {value!r}")
     if not isinstance(value, str) or annotation == "str":
         return value
     cast = int if annotation == "int" else float
     try:
-        return cast(float(value)) if cast is int and float(value).is_integer() else cast(value)
+        number = float(value)
+        if math.isfinite(number):
+            return cast(number) if cast is int and number.is_integer() else cast(value)
     except ValueError:
         raise SpecError(f"{name} must be a number, got {value!r}") from None
+    raise SpecError(f"{name} must be a finite number, got {value!r}")
 
 
 # Presets -------------------------------------------------------------------------------
@@ -347,9 +352,11 @@ def load_spec(path: str | Path) -> WaferSpec:
     `--assume` is applied by `wse_core.cost.assumptions.resolve_spec`, to either alike)."""
     import yaml
 
+    from wse_core.host.limits import load_yaml, read_text
+
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(read_text(path, "spec file"), f"spec file {str(path)!r}")
     except OSError as e:
         raise SpecError(f"cannot read spec file {str(path)!r}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:

@@ -15,12 +15,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
+from wse_core.host.limits import load_json
+from wse_core.host.memory import require
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -126,8 +129,11 @@ def load(path: str | Path) -> PeTrace:
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise ValueError("it is a single array (.npy), not an .npz archive")
         with z:
-            head = json.loads(bytes(z["header"]).decode())
+            _require_memory(path, z)
+            head = load_json(bytes(z["header"]), f"{path}'s header")
             arrays = {k: np.asarray(z[k]) for k in z.files if k != "header"}
+    except WseError:  # a limit refused (memory, header depth): its own line
+        raise
     except NUMPY_FILE_ERRORS as e:
         why = numpy_file_problem(e)
         raise TraceError(f"{path} is not a wse trace (.npz with a header): {why}") from None
@@ -142,6 +148,25 @@ def load(path: str | Path) -> PeTrace:
         return _checked(_trace(head, arrays))
     except (KeyError, TypeError, ValueError) as e:
         raise TraceError(f"{path} is not a valid wse trace: {numpy_file_problem(e)}") from None
+
+
+def _require_memory(path: Path, z: Any) -> None:
+    """Refuse an archive whose array headers claim more host memory than is available (each
+    layer is read, then held as float64), before reading any array's data."""
+    need = 0
+    for name in z.zip.namelist():
+        with z.zip.open(name) as f:
+            major, _ = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if major == 1 else None
+            shape, _, dtype = (read or np.lib.format.read_array_header_2_0)(f)
+        need += math.prod(shape) * (dtype.itemsize + 8)
+    require(
+        f"wse view: {path} (its array headers)",
+        need,
+        fits=lambda budget: (
+            "this trace was not written by this machine's wse, or needs a larger host"
+        ),
+    )
 
 
 def _trace(head: dict[str, Any], arrays: dict[str, np.ndarray]) -> PeTrace:

@@ -1,0 +1,90 @@
+"""The one type of every output option: a path checked when the option is parsed.
+
+Every option that names a file or folder a command writes is declared with `output_file` or
+`output_dir` (a `typer.Option`), so a path that cannot be written is refused before the
+command does any work, with one line and exit code 2:
+
+    Error: --png /tmp is a folder; give a file name, e.g. /tmp/wafer.png
+    Error: --out /proc/x/run.xyz cannot be written: /proc/x is not a writable folder
+
+- `output_file(default, "--png", suffix=".png")`: not an existing folder; an existing file
+  must be writable; the nearest existing folder above it must be writable (folders between
+  are created by the writer, after the work, so a refused command leaves nothing behind).
+  With `suffix`, a name without it gets it, and the command says so on stderr
+  ("note: --png out writes out.png").
+- `png_file(default, "--png")`: `output_file` with suffix ".png".
+- `output_dir(default, "--out")`: an existing path must be a writable folder, else the
+  nearest existing folder above it must be writable. Nothing is created here.
+
+Each option's callback carries the attribute `OUTPUT_MARK` (its kind, "file" or "dir"), so a
+test can find every output option of every command, as `options.NUMBER_MARK` finds every
+numeric one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from wse_cli.errors import UserInputError
+
+__all__ = ["output_file", "output_dir", "png_file", "OUTPUT_MARK", "check_writable"]
+
+OUTPUT_MARK = "wse_output"
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path.absolute().parent
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = None) -> None:
+    """Raise UserInputError unless `path` can be written as a `kind` ("file" or "dir")."""
+    if kind == "file" and path.is_dir():
+        example = path / f"output{suffix or ''}"
+        raise UserInputError(f"{name} {path} is a folder; give a file name, e.g. {example}")
+    if kind == "dir" and path.exists() and not path.is_dir():
+        raise UserInputError(f"{name} {path} is a file; give a folder")
+    if path.exists():
+        if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
+            raise UserInputError(f"{name} {path} cannot be written (permission denied)")
+        return
+    above = _nearest_existing(path)
+    if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+        raise UserInputError(f"{name} {path} cannot be written: {above} is not a writable folder")
+
+
+def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None, **kw: Any):
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+        if value is None or value == "":
+            return value
+        name = param.opts[0] if param.opts else str(param.name)
+        path = Path(value)
+        if suffix and not path.name.endswith(suffix) and not path.is_dir():
+            path = path.with_name(path.name + suffix)
+            typer.echo(f"note: {name} {value} writes {path}", err=True)
+        check_writable(path, kind=kind, name=name, suffix=suffix)
+        return path
+
+    setattr(check, OUTPUT_MARK, kind)
+    return typer.Option(default, *names, callback=check, **kw)
+
+
+def output_file(default: Any, *names: str, suffix: str | None = None, **option: Any) -> Any:
+    """A `typer.Option` for a file the command writes (module docstring)."""
+    return _option("file", default, names, suffix, **option)
+
+
+def output_dir(default: Any, *names: str, **option: Any) -> Any:
+    """A `typer.Option` for a folder the command writes into (module docstring)."""
+    return _option("dir", default, names, None, **option)
+
+
+def png_file(default: Any, *names: str, **option: Any) -> Any:
+    """`output_file` of a PNG picture (".png" added when the name lacks it)."""
+    return _option("file", default, names, ".png", **option)

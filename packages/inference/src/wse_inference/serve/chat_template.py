@@ -1,0 +1,168 @@
+"""A chat's prompt: its messages checked, rendered through a chat template within bounds.
+
+`chat_prompt(messages, tokenizer, chat_template, max_context=...)` gives a chat's token ids.
+The template: one given to the server (`chat_template=`, vLLM's --chat-template) comes first;
+then a tokenizer with `apply_chat_template` (transformers) is used as is; then one with a
+`chat_template` Jinja string (an HF directory's, see `model_dir`). Jinja templates are
+rendered as transformers renders them: a sandboxed environment with trim_blocks and
+lstrip_blocks, `messages`, `add_generation_prompt=True`, the tokenizer's bos_token and
+eos_token, and `raise_exception(msg)`, whose message (e.g. "roles must alternate") becomes
+the 400's. Otherwise the plain template is one line per message, "role: content", followed
+by "assistant:" — e.g. [system "Be brief.", user "Hi"] becomes "system: Be brief.\\nuser:
+Hi\\nassistant:". Content may be a string or a list of {"type": "text", "text": ...} parts.
+
+Bounds (`wse_core.host.limits`): one render may run `template_ops` operations (each function
+call, each output chunk, each step of a `range`, whose whole length is charged when it is
+made) and `template_ms` milliseconds; past either it stops at once (the budget is checked
+inside the render, so the thread that runs it, off the event loop, is freed) and the request
+is refused with `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT) naming the limit.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from typing import Any
+
+from wse_core.host.limits import LIMITS, limit
+
+from wse_inference.engine import Tokenizer
+from wse_inference.serve.admission import InvalidRequestError, encode_prompt
+
+__all__ = ["CHAT_ROLES", "chat_prompt", "compile_chat_template", "render_bounded"]
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+_RANGE_CHECK_EVERY = 1024  # range steps between two looks at the clock
+_budget = threading.local()  # this thread's render: ops left, deadline (the template is shared)
+
+
+class _OverBudget(Exception):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _tick(ops: int) -> None:
+    left = getattr(_budget, "ops", None)
+    if left is None:  # compiled but not rendered by render_bounded (e.g. a syntax check)
+        return
+    _budget.ops = left - ops
+    if _budget.ops < 0:
+        raise _OverBudget("template_ops")
+    if time.monotonic() > _budget.deadline:
+        raise _OverBudget("template_ms")
+
+
+def _bounded_range(*args: int) -> Any:
+    steps = range(*args)
+    _tick(len(steps))
+    for i, x in enumerate(steps):
+        if i % _RANGE_CHECK_EVERY == 0:
+            _tick(0)
+        yield x
+
+
+def _raise_exception(message: str) -> None:
+    import jinja2
+
+    raise jinja2.TemplateError(message)
+
+
+@functools.lru_cache(maxsize=8)
+def compile_chat_template(template: str) -> Any:
+    """A Jinja chat template compiled as transformers compiles it, in a sandbox whose every
+    call and `range` is charged to the render's budget; `jinja2.TemplateError` (e.g. a
+    syntax error) if it cannot be."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            _tick(1)
+            return super().call(__context, __obj, *args, **kwargs)
+
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["range"] = _bounded_range
+    return env.from_string(template)
+
+
+def render_bounded(template: str, **variables: Any) -> str:
+    """`template` rendered with `variables` within `template_ops` and `template_ms`
+    (InvalidRequestError past either; jinja2.TemplateError from the template itself)."""
+    compiled = compile_chat_template(template)
+    _budget.ops = limit("template_ops")
+    _budget.deadline = time.monotonic() + limit("template_ms") / 1e3
+    chunks = []
+    try:
+        for chunk in compiled.generate(**variables):
+            _tick(1)
+            chunks.append(chunk)
+    except _OverBudget as over:
+        lim = LIMITS[over.name]
+        raise InvalidRequestError(
+            f"The chat template needs more than {limit(over.name):,} {lim.unit} ({lim.what}) "
+            f"to render these messages; the server's {lim.env} lifts it.",
+            param="messages",
+        ) from None
+    finally:
+        _budget.ops = None
+    return "".join(chunks)
+
+
+def _bad(message: str) -> InvalidRequestError:
+    return InvalidRequestError(message, param="messages")
+
+
+def _content_text(content: Any, i: int) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+            ):
+                raise _bad(f"messages[{i}].content: only text parts are supported.")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise _bad(f"messages[{i}].content must be a string or a list of text parts.")
+
+
+def chat_prompt(
+    messages: Any,
+    tokenizer: Tokenizer,
+    chat_template: str | None = None,
+    *,
+    max_context: int | None = None,
+) -> list[int]:
+    """Token ids of a chat (see the module docstring for the template used); with
+    `max_context`, a text that cannot fit is refused before it is encoded (`encode_prompt`)."""
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages must be a non-empty list.")
+    msgs = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
+            raise _bad(f"messages[{i}] needs a role among {', '.join(CHAT_ROLES)}.")
+        if m.get("content") is None and not (
+            m["role"] == "assistant" and (m.get("tool_calls") or m.get("function_call"))
+        ):  # as OpenAI and vLLM: only an assistant message with tool calls may omit it
+            raise _bad(f"messages[{i}] ({m['role']}) needs a content.")
+        msgs.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
+    if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
+        return list(tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True))
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and template:
+        import jinja2
+
+        variables = getattr(tokenizer, "template_vars", {})
+        try:
+            text = render_bounded(template, messages=msgs, add_generation_prompt=True, **variables)
+        except jinja2.TemplateError as e:
+            raise _bad(f"The chat template cannot render these messages: {e}") from e
+    else:
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
+    if max_context is None:
+        return tokenizer.encode(text)
+    return encode_prompt(tokenizer, text, max_context=max_context, param="messages")

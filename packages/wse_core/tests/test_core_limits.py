@@ -1,0 +1,157 @@
+"""The table of limits: alias bombs, deep files and files that never end are refused before
+they are built, against independent counts (the expansion of a bomb by formula, the depth of
+a nested value by recursion, the file's size by stat)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wse_core.host import limits
+from wse_core.host.limits import LIMITS, LimitError, load_json, load_yaml, read_text
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _bomb(fanout: int, levels: int) -> str:
+    """Billion laughs: level i is a list of `fanout` aliases of level i - 1."""
+    lines = [f"l0: &l0 [{', '.join(['x'] * fanout)}]"]
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * fanout)}]")
+    return "\n".join(lines) + "\n"
+
+
+def _bomb_nodes(fanout: int, levels: int) -> int:
+    """The oracle: nodes of the bomb's document with every alias expanded (the root mapping,
+    each key, and each level's tree: t0 = 1 + f, t_i = 1 + f t_(i-1))."""
+    trees, t = [], 1 + fanout
+    for _ in range(levels):
+        trees.append(t)
+        t = 1 + fanout * t
+    return 1 + levels + sum(trees)
+
+
+@settings(max_examples=40, deadline=None)
+@given(fanout=st.integers(1, 12), levels=st.integers(1, 12), cap=st.integers(10, 10**6))
+def test_alias_expansion_is_refused_exactly_past_the_limit(fanout, levels, cap):
+    text, nodes = _bomb(fanout, levels), _bomb_nodes(fanout, levels)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WSE_LIMIT_YAML_NODES", str(cap))
+        if nodes > cap:
+            with pytest.raises(LimitError, match="WSE_LIMIT_YAML_NODES") as e:
+                load_yaml(text, "params file 'bomb.yaml'")
+            assert f"{nodes:,} nodes" in str(e.value) and "\n" not in str(e.value)
+        else:
+            assert load_yaml(text, "f") == yaml.safe_load(text)  # as PyYAML loads it
+
+
+def test_a_billion_laughs_is_refused_in_milliseconds_without_memory():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    with pytest.raises(LimitError, match="with its aliases expanded"):
+        load_yaml(_bomb(10, 9), "params file")  # 1.1e9 nodes
+    assert time.perf_counter() - t0 < 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 * 1024  # KiB
+
+
+def test_a_recursive_alias_is_refused():
+    with pytest.raises(LimitError, match="recursive"):
+        load_yaml("a: &a [1, *a]\n", "spec file")
+
+
+def _nested(depth: int, kind: str):
+    v: object = 1
+    for _ in range(depth):
+        v = [v] if kind == "list" else {"k": v}
+    return v
+
+
+def _depth(v) -> int:  # the oracle: by recursion, on small values only
+    if isinstance(v, list):
+        return 1 + max((_depth(x) for x in v), default=0)
+    if isinstance(v, dict):
+        return 1 + max((_depth(x) for x in v.values()), default=0)
+    return 0
+
+
+json_values = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='ab"\\[]{}', max_size=5),
+    lambda kids: (
+        st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=json_values)
+def test_text_depth_matches_the_parsed_depth(value):
+    """Brackets inside strings (escaped quotes included) are not nesting."""
+    assert limits.text_depth(json.dumps(value)) == _depth(value)
+
+
+@settings(max_examples=20, deadline=None)
+@given(depth=st.integers(1, 200_000), kind=st.sampled_from(["list", "dict"]))
+def test_deep_json_is_refused_before_parsing(depth, kind):
+    text = ("[" * depth + "]" * depth) if kind == "list" else ('{"k":' * depth + "1" + "}" * depth)
+    if depth <= limits.limit("json_depth"):
+        assert _depth(load_json(text, "config.json")) == depth
+    else:
+        with pytest.raises(LimitError, match="WSE_LIMIT_JSON_DEPTH"):
+            load_json(text, "config.json")
+
+
+@pytest.mark.parametrize("depth", [65, 5000, 100_000])
+def test_deep_yaml_is_refused(depth):
+    with pytest.raises(LimitError, match="WSE_LIMIT_JSON_DEPTH"):
+        load_yaml("[" * depth + "]" * depth, "spec file")
+
+
+def test_files_past_the_size_limit_or_not_regular_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("WSE_LIMIT_FILE_BYTES", "100")
+    small, big = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    small.write_text("x" * 100)
+    big.write_text("x" * 101)
+    assert read_text(small, "spec file") == "x" * 100
+    with pytest.raises(LimitError, match="101 bytes.*WSE_LIMIT_FILE_BYTES"):
+        read_text(big, "spec file")
+    with pytest.raises(LimitError, match="not a regular file"):
+        read_text("/dev/zero", "spec file")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # a writer, so that opening does not block
+    try:
+        with pytest.raises(LimitError, match="not a regular file"):
+            read_text(fifo, "spec file")
+    finally:
+        os.close(fd)
+
+
+def test_overrides_lift_limits_and_bad_overrides_are_one_line(monkeypatch):
+    monkeypatch.setenv("WSE_LIMIT_SERVE_SLOTS", "10")
+    limits.check("serve_slots", 10, "--max-num-seqs")
+    with pytest.raises(LimitError, match="over the limit of 10 slots.*WSE_LIMIT_SERVE_SLOTS"):
+        limits.check("serve_slots", 11, "--max-num-seqs")
+    for bad in ("-1", "0", "lots"):
+        monkeypatch.setenv("WSE_LIMIT_SERVE_SLOTS", bad)
+        with pytest.raises(ValueError, match="WSE_LIMIT_SERVE_SLOTS must be a positive integer"):
+            limits.limit("serve_slots")
+
+
+def test_the_machine_limits_keep_the_tests_legal():
+    assert limits.limit("devices") >= 8
+    assert limits.limit("processes") == len(os.sched_getaffinity(0))
+
+
+def test_docs_list_every_limit_and_its_override():
+    page = (ROOT / "docs" / "limits.md").read_text()
+    for lim in LIMITS.values():
+        assert f"`{lim.name}`" in page, lim.name
+    assert "WSE_LIMIT_<NAME>" in page
