@@ -25,7 +25,7 @@ from wse_core import WaferSpec
 from wse_hpc.fields.flow import FlowSpec, boussinesq, kinetic_energy
 from wse_hpc.fields.grid import FieldError, dirichlet, field_grid, neumann, no_slip
 
-__all__ = ["GHIA", "CavityResult", "cavity", "centrelines"]
+__all__ = ["GHIA", "CavityResult", "cavity", "cavity_case", "centrelines"]
 
 GHIA_Y = (1.0, 0.9766, 0.9688, 0.9609, 0.9531, 0.8516, 0.7344, 0.6172, 0.5, 0.4531, 0.2813,
           0.1719, 0.1016, 0.0703, 0.0625, 0.0547, 0.0)  # fmt: skip
@@ -71,6 +71,27 @@ def centrelines(u: np.ndarray, v: np.ndarray, lid: float = 1.0) -> tuple[np.ndar
     return np.interp(GHIA_Y, ys, u_line), np.interp(GHIA_X, ys, v_line)
 
 
+def cavity_case(spec: WaferSpec, shape, *, re: float, dt: float | None = None,
+                mesh_shape=None, defect_seed=None):  # fmt: skip
+    """The lid-driven cavity: `(grid, flow_spec, fns, state)` on the unit square or cube
+    (no-slip walls, the lid at y = 1 moving along x at U = 1; 3D: z walls too)."""
+    if not re > 0:
+        raise FieldError(f"the Reynolds number must be positive, got {re}")
+    nx, ny, nz = shape
+    h, nu = 1.0 / max(nx, ny), 1.0 / re
+    dt = dt or 0.8 * min(0.25 * h * h / nu, h, 2 * nu)  # diffusion, CFL (U = 1), Euler-central
+    grid = field_grid(spec, shape, mesh_shape=mesh_shape, defect_seed=defect_seed)
+    zb = no_slip() if nz > 1 else neumann()
+    walls = (no_slip(), no_slip(), zb)
+    lid = (no_slip(), dirichlet(0.0, 1.0), zb)
+    d = 3 if nz > 1 else 2
+    flow = FlowSpec(nu=nu, kappa=0.0, buoyancy=0.0, dt=dt, velocity_bc=(lid, walls, walls)[:d],
+                    temperature_bc=(neumann(), neumann(), neumann()))  # fmt: skip
+    fns = boussinesq(grid, flow)
+    vel = tuple(grid.field("uvw"[a], 0.0, loc="xyz"[a], bc=flow.velocity_bc[a]) for a in range(d))
+    return grid, flow, fns, fns.init_fn(vel, grid.field("T", 0.0))
+
+
 def cavity(
     spec: WaferSpec,
     n: int,
@@ -84,19 +105,9 @@ def cavity(
     defect_seed: int | None = None,
 ) -> CavityResult:
     """Run the cavity to steady state; see the module docstring."""
-    if not re > 0:
-        raise FieldError(f"the Reynolds number must be positive, got {re}")
-    h, nu = 1.0 / n, 1.0 / re
-    dt = dt or 0.8 * min(0.25 * h * h / nu, h, 2 * nu)  # diffusion, CFL (U = 1), Euler-central
-    grid = field_grid(spec, (n, n, 1), mesh_shape=mesh_shape, defect_seed=defect_seed)
-    walls = (no_slip(), no_slip(), neumann())
-    lid = (no_slip(), dirichlet(0.0, 1.0), neumann())
-    flow = FlowSpec(nu=nu, kappa=0.0, buoyancy=0.0, dt=dt, velocity_bc=(lid, walls),
-                    temperature_bc=(neumann(),) * 3)  # fmt: skip
-    fns = boussinesq(grid, flow)
-    u = grid.field("u", 0.0, loc="x", bc=lid)
-    v = grid.field("v", 0.0, loc="y", bc=walls)
-    state = fns.init_fn((u, v), grid.field("T", 0.0))
+    grid, flow, fns, state = cavity_case(spec, (n, n, 1), re=re, dt=dt, mesh_shape=mesh_shape,
+                                         defect_seed=defect_seed)  # fmt: skip
+    dt = flow.dt
 
     @jax.jit
     def advance(s):

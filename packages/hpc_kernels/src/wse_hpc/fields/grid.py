@@ -51,6 +51,9 @@ __all__ = [
     "periodic",
     "program",
     "record",
+    "record_reduction",
+    "record_shift",
+    "scope",
 ]
 
 Loc = Literal["c", "x", "y", "z"]
@@ -89,22 +92,32 @@ def no_slip() -> Bc:
 
 # -- the program a step runs: instructions recorded at trace time ---------------------------
 class Program:
-    """The PE-local instructions (`Op`s over the Z column) a traced function performs."""
+    """What a traced function does on each PE, by scope (`scope(name)`; "" outside any):
+    PE-local instructions (`Op`s over the Z column), fabric shifts (direction, 32-bit words
+    per PE) and wafer-wide reductions (words per PE)."""
 
     def __init__(self) -> None:
-        self.ops: list[Op] = []
+        self.ops: list[tuple[str, Op]] = []
+        self.shifts: list[tuple[str, str, int]] = []
+        self.reductions: list[tuple[str, int]] = []
+        self.scopes: list[str] = [""]
 
-    def add(self, kind: str, length: int, count: float = 1.0, fabric_in: bool = False) -> None:
-        self.ops.append(Op(kind, "fp32", length, count=count, fabric_in=fabric_in))
+    @property
+    def scope(self) -> str:
+        return self.scopes[-1]
 
 
 _ACTIVE = threading.local()
 
 
+def _active() -> Program | None:
+    return getattr(_ACTIVE, "prog", None)
+
+
 @contextlib.contextmanager
 def program() -> Iterator[Program]:
     """Record every field instruction traced inside the block into a fresh `Program`."""
-    prog, prev = Program(), getattr(_ACTIVE, "prog", None)
+    prog, prev = Program(), _active()
     _ACTIVE.prog = prog
     try:
         yield prog
@@ -112,11 +125,36 @@ def program() -> Iterator[Program]:
         _ACTIVE.prog = prev
 
 
+@contextlib.contextmanager
+def scope(name: str) -> Iterator[None]:
+    """Tag what is recorded inside the block (e.g. one solver iteration, priced per use)."""
+    prog = _active()
+    if prog is not None:
+        prog.scopes.append(name)
+    try:
+        yield
+    finally:
+        if prog is not None:
+            prog.scopes.pop()
+
+
 def record(kind: str, length: int, count: float = 1.0, fabric_in: bool = False) -> None:
     """Note `count` instructions of `kind` over `length` elements in the active program."""
-    prog = getattr(_ACTIVE, "prog", None)
+    prog = _active()
     if prog is not None:
-        prog.add(kind, length, count, fabric_in)
+        prog.ops.append((prog.scope, Op(kind, "fp32", length, count=count, fabric_in=fabric_in)))
+
+
+def record_shift(direction: str, words: int) -> None:
+    prog = _active()
+    if prog is not None:
+        prog.shifts.append((prog.scope, direction, words))
+
+
+def record_reduction(words: int) -> None:
+    prog = _active()
+    if prog is not None:
+        prog.reductions.append((prog.scope, words))
 
 
 # -- the grid -------------------------------------------------------------------------------

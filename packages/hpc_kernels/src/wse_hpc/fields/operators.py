@@ -30,7 +30,16 @@ import jax
 import jax.numpy as jnp
 from wse_core import fabric
 
-from wse_hpc.fields.grid import Bc, Field, FieldError, FieldGrid, Loc, record
+from wse_hpc.fields.grid import (
+    Bc,
+    Field,
+    FieldError,
+    FieldGrid,
+    Loc,
+    record,
+    record_reduction,
+    record_shift,
+)
 
 __all__ = [
     "advect",
@@ -68,6 +77,7 @@ def _raw(grid: FieldGrid, x: jax.Array, axis: int, sign: int) -> jax.Array:
     """x at index i + sign along axis: wrapped on a periodic axis, zero beyond a wall."""
     if axis < 2:
         b = "periodic" if grid.periodic[axis] else "zero"
+        record_shift(_SHIFT[(axis, sign)], grid.nz)
         return fabric.shift(grid.wafer, x, _SHIFT[(axis, sign)], boundary=b)  # type: ignore[arg-type]
     if grid.periodic[2]:
         return jnp.roll(x, -sign, axis=2)
@@ -207,6 +217,7 @@ def total(f: Field | jax.Array, grid: FieldGrid | None = None) -> jax.Array:
     """The sum of a field over the grid (a scalar, replicated)."""
     data, grid = (f.data, f.grid) if isinstance(f, Field) else (f, grid)
     record("add", grid.nz)  # type: ignore[union-attr]
+    record_reduction(1)
     return jnp.sum(fabric.reduce(grid.wafer, data, "sum"))  # type: ignore[union-attr]
 
 
@@ -217,11 +228,13 @@ def mean(f: Field) -> jax.Array:
 def dot(a: Field, b: Field) -> jax.Array:
     """sum(a * b) over the grid, fp32."""
     record("fmac", a.grid.nz)
+    record_reduction(1)
     return jnp.sum(fabric.reduce(a.grid.wafer, a.data * b.data, "sum"))
 
 
 def max_abs(f: Field) -> jax.Array:
     record("abs", f.grid.nz)
+    record_reduction(1)
     return jnp.max(fabric.reduce(f.grid.wafer, jnp.abs(f.data), "max"))
 
 

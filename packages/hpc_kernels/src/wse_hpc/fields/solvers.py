@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from wse_hpc.fields.grid import Field
+from wse_hpc.fields.grid import Field, scope
 from wse_hpc.fields.operators import dot, homogeneous, laplacian, laplacian_diagonal, mean
 
 __all__ = [
@@ -100,6 +100,10 @@ def cg(
             return (s.it < maxiter) & (s.rr > tol**2 * bb)
 
         def body(s: _Cg) -> _Cg:
+            with scope("cg_iteration"):
+                return _cg_step(s)
+
+        def _cg_step(s: _Cg) -> _Cg:
             ap = apply_fn(s.p)
             alpha = s.rz / jnp.maximum(dot(s.p, ap), TINY)
             x = s.x + alpha * s.p
@@ -142,6 +146,10 @@ def bicgstab(apply_fn: ApplyFn, *, tol: float = 1e-6, maxiter: int = 1000):
             return (s.it < maxiter) & (s.rr > tol**2 * bb)
 
         def body(s: _Bicg) -> _Bicg:
+            with scope("bicgstab_iteration"):
+                return _bicg_step(s)
+
+        def _bicg_step(s: _Bicg) -> _Bicg:
             rho = dot(rhat, s.r)
             beta = (rho / _nz(s.rho)) * (s.alpha / _nz(s.omega))
             p = s.r + beta * (s.p - s.omega * s.v)
