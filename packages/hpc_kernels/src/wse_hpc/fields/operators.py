@@ -125,7 +125,7 @@ def laplacian(f: Field) -> Field:
     out = None
     for a in axes(grid):
         term = (neighbour(f, a, 1) - 2.0 * f.data + neighbour(f, a, -1)) / grid.spacing[a] ** 2
-        record("add", grid.nz, 2)
+        record("add", grid.nz, 2 if out is None else 3)  # (f+ - 2f) + f-, then into the sum
         record("mul", grid.nz, 2)
         out = term if out is None else out + term
     return f.like(out)

@@ -68,8 +68,8 @@ def program_phases(
 ) -> Phases:
     """`fn(*args)` priced: the unscoped work once, each scope's work `repeats[scope]` times
     (default once), in series."""
-    with program() as prog:
-        jax.eval_shape(fn, *args)
+    with program() as prog:  # a fresh function: a cached trace would record nothing
+        jax.eval_shape(lambda *a: fn(*a), *args)
     repeats = dict(repeats or {})
     scopes = sorted(({s for s, _ in prog.ops} | {s for s, _, _ in prog.shifts}) - {""})
     parts = [Phase(name, program_work(grid, prog, ""))]
