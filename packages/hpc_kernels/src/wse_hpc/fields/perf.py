@@ -33,8 +33,11 @@ __all__ = ["WORD_BYTES", "program_phases", "program_work"]
 WORD_BYTES = 4  # fp32
 
 
-def program_work(grid: FieldGrid, prog: Program, scope: str) -> Work:
-    """The busiest PE's work of everything `prog` recorded under `scope`."""
+def program_work(
+    grid: FieldGrid, prog: Program, scope: str, pe_rect: tuple[int, int] | None = None
+) -> Work:
+    """The busiest PE's work of everything `prog` recorded under `scope`; reductions span
+    `pe_rect` (default: the grid's X x Y PEs)."""
     ops = tuple(op for s, op in prog.ops if s == scope)
     reads = sum(op.count * op.length * WORD_BYTES * (1 if op.fabric_in else 2) for op in ops)
     writes = sum(op.count * op.length * WORD_BYTES for op in ops)
@@ -55,7 +58,8 @@ def program_work(grid: FieldGrid, prog: Program, scope: str) -> Work:
     rates = PerfModel(grid.wafer.spec).rates
     for s, words in prog.reductions:
         if s == scope:
-            work = work + allreduce_2d(rates, grid.shape[0], grid.shape[1], words)
+            rows, cols = pe_rect or (grid.shape[0], grid.shape[1])
+            work = work + allreduce_2d(rates, rows, cols, words)
     return work
 
 
@@ -65,13 +69,19 @@ def program_phases(
     *args,
     repeats: Mapping[str, float] | None = None,
     name: str = "step",
+    pe_rect: tuple[int, int] | None = None,
 ) -> Phases:
     """`fn(*args)` priced: the unscoped work once, each scope's work `repeats[scope]` times
-    (default once), in series."""
+    (default once), in series. `pe_rect`: the PE rectangle the run spans when it is larger
+    than the traced grid's (every PE runs the same program on its Z column, so a grid of a
+    few PEs with the real Z length traces the same per-PE work; only the reductions' span
+    and the halo's hop count differ, and a halo is one hop on any rectangle)."""
     with program() as prog:  # a fresh function: a cached trace would record nothing
         jax.eval_shape(lambda *a: fn(*a), *args)
     repeats = dict(repeats or {})
     scopes = sorted(({s for s, _ in prog.ops} | {s for s, _, _ in prog.shifts}) - {""})
-    parts = [Phase(name, program_work(grid, prog, ""))]
-    parts += [Phase(s, program_work(grid, prog, s), repeat=repeats.get(s, 1.0)) for s in scopes]
+    parts = [Phase(name, program_work(grid, prog, "", pe_rect))]
+    parts += [
+        Phase(s, program_work(grid, prog, s, pe_rect), repeat=repeats.get(s, 1.0)) for s in scopes
+    ]
     return serial(*parts, name=name)
