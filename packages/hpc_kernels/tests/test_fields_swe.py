@@ -50,17 +50,18 @@ def test_mass_to_round_off_and_energy_to_the_schemes_order():
 
 @pytest.mark.slow
 def test_second_order_self_convergence():
-    """h at T on 16, 32, 64 cells: the differences of coarse and 2x2-averaged finer
-    solutions shrink ~4x per refinement (second order)."""
-    runs = {n: _run(n) for n in (16, 32, 64)}
+    """h at T on 32, 64, 128 cells: the differences of coarse and 2x2-averaged finer
+    solutions shrink ~4x per refinement (second order; measured 3.85 here, and 3.16 on
+    16 / 32 / 64, still pre-asymptotic)."""
+    runs = {n: _run(n) for n in (32, 64, 128)}
     sols = {n: g.gather(out.h)[..., 0] for n, (g, _, out) in runs.items()}
 
     def coarsen(a):
         return a.reshape(a.shape[0] // 2, 2, a.shape[1] // 2, 2).mean(axis=(1, 3))
 
-    e1 = np.abs(sols[16] - coarsen(sols[32])).max()
-    e2 = np.abs(sols[32] - coarsen(sols[64])).max()
-    assert 3.0 < e1 / e2 < 5.5, (e1, e2)
+    e1 = np.abs(sols[32] - coarsen(sols[64])).max()
+    e2 = np.abs(sols[64] - coarsen(sols[128])).max()
+    assert 3.5 < e1 / e2 < 4.5, (e1, e2)
 
 
 def test_eight_devices_equal_one():
