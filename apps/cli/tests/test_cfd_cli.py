@@ -65,3 +65,13 @@ def test_bad_input_is_one_line_exit_2(args, message):
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_swe_conserves_mass_and_reports(tmp_path):
+    r = runner.invoke(app, ["hpc", "swe", "--preset", "small", "--n", "16", "--steps", "50",
+                            "--json"], env=ENV)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["mass_drift"] < 2e-6 and d["predicted_s"] > 0 and d["steps"] == 50
+    r = runner.invoke(app, ["hpc", "swe", "--preset", "small", "--n", "40"], env=ENV)
+    assert r.exit_code == 2 and "does not fit the small wafer" in r.output

@@ -34,9 +34,8 @@ def _run(n, mesh=(1, 1), cfl=0.2):
 def test_mass_to_round_off_and_energy_to_the_schemes_order():
     """Energy is measured above the fluid at rest (E - g M^2 / 2 per unit area, M conserved):
     the wave's energy, ~1e-2 of the total, so fp32 rounding of the total stays far below
-    the scheme's change. RK2 multiplies an oscillation's energy by 1 + (w dt)^4 / 4 a step,
-    O(dt^3) over a fixed time: 8x less when h and dt halve (measured 1.29e-2 -> 1.68e-3,
-    7.7x, at CFL 0.5)."""
+    the scheme's change. RK3 damps an oscillation's energy by (w dt)^4 / 12 a step, O(dt^3)
+    over a fixed time: 8x less when h and dt halve (at CFL 0.5)."""
     drifts = []
     for n in (16, 32):
         g, s0, s1 = _run(n, cfl=0.5)
