@@ -4,7 +4,9 @@ A Gaussian hump on depth 1 in the periodic unit square (`wse_hpc.fields.swe`: C 
 centred differences, SSP-RK3), `--steps` steps at `--cfl` of the gravity-wave limit. Prints
 the relative mass drift (round-off), the wave energy's drift (the scheme's O(dt^3)), the
 measured emulation time and the predicted wafer time (`run_swe(...).report`). Bad input is
-one line, exit 2.
+one line, exit 2. `--domain-translation` moves the state one PE east every step (Domain
+Translation, `wse_hpc.fields.swe`); the multi-process flags (or `wse launch`) run it over
+`jax.distributed` processes standing for systems.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import typer
 
+from wse_cli import multiprocess
 from wse_cli.errors import fail
 from wse_cli.options import SEED, number
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
@@ -27,19 +30,30 @@ def swe(
     preset: str = preset_option("wse2", help="Wafer preset (n x n <= PEs)"),
     spec_file: Path = SPEC_FILE,
     defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
+    translate: bool = typer.Option(
+        False, "--domain-translation", help="Move the state one PE east every step."
+    ),  # fmt: skip
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    num_processes: int = multiprocess.NUM_PROCESSES,
+    process_id: int = multiprocess.PROCESS_ID,
+    coordinator: str = multiprocess.COORDINATOR,
 ) -> None:
     """Run shallow water on the emulated wafer and predict its wafer time."""
+    multiprocess.join(num_processes, process_id, coordinator)
     spec = wafer_spec(preset, spec_file, "wse2")
     if n > spec.pe_rows or n > spec.pe_cols:
         fail(f"--n {n}: a {n} x {n} PE grid does not fit the {spec.name} wafer's "
              f"{spec.pe_rows} x {spec.pe_cols} PEs")  # fmt: skip
     from wse_hpc.fields.swe import run_swe
 
-    run = run_swe(spec, n, steps=steps, g=g, cfl=cfl, defect_seed=defect_seed)
+    run = run_swe(spec, n, steps=steps, g=g, cfl=cfl, defect_seed=defect_seed,
+                  translate_domain=translate)  # fmt: skip
+    if not multiprocess.is_primary():
+        return  # every process computed the same run; process 0 reports it
     r = run.report
     if as_json:
         d = r.to_dict() | {"mass_drift": run.mass_drift, "energy_drift": run.energy_drift}
+        d["h"] = run.h.tolist() if n <= 64 else None  # for comparisons of runs
         typer.echo(json.dumps(d, default=float))
         return
     typer.echo(
