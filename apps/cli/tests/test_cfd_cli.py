@@ -75,3 +75,17 @@ def test_swe_conserves_mass_and_reports(tmp_path):
     assert d["mass_drift"] < 2e-6 and d["predicted_s"] > 0 and d["steps"] == 50
     r = runner.invoke(app, ["hpc", "swe", "--preset", "small", "--n", "40"], env=ENV)
     assert r.exit_code == 2 and "does not fit the small wafer" in r.output
+
+
+def test_rayleigh_benard_3d_runs_and_declares_its_work_columns(tmp_path):
+    args = ["--grid", "8", "8", "6", "--ra", "5000", "--aspect", "1.5", "--steps", "10"]
+    r = runner.invoke(app, [*BASE, *args, "--out", str(tmp_path), "--json"], env=ENV)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    names = {a["name"] for a in d["sram"]["allocations"]}
+    assert {"fields.u", "fields.v", "fields.w", "fields.T", "fields.cg.r", "fields.w_star"} <= names
+    # a hand count: u v w T, the 5 PCG columns, the Poisson rhs, u* v* w*: 13 Z columns of
+    # 6 fp32 cells
+    assert d["sram"]["used_bytes_per_pe"] == 13 * 6 * 4
+    f = _last(tmp_path, 10)
+    assert f["w"].shape == (8, 8, 6) and np.abs(f["w"]).max() > 0 and np.isfinite(f["T"]).all()

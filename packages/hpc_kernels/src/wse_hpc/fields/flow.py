@@ -114,6 +114,12 @@ def _momentum_advection(vel: tuple[Field, ...], a: int) -> Field:
 def boussinesq(grid: FieldGrid, spec: FlowSpec) -> FlowFns:
     """`init_fn(velocity, T) -> FlowState` and `step_fn(state) -> state` (see the module)."""
     dims, v_axis = len(axes(grid)), vertical_axis(grid)
+    # The step's work columns beside the user's fields: the PCG vectors and preconditioner,
+    # the Poisson right-hand side and the intermediate velocities u*.
+    for name in ("cg.r", "cg.p", "cg.z", "cg.Ap", "cg.inverse_diagonal", "poisson.rhs"):
+        grid.declare(name)
+    for c in "uvw"[:dims]:
+        grid.declare(f"{c}_star")
     p_bc = tuple(Bc("periodic") if per else Bc("neumann") for per in grid.periodic)
     template = Field(grid.wafer.zeros((grid.nz,)), grid, "c", p_bc)
     solve = cg(
