@@ -187,3 +187,13 @@ def test_a_dead_training_peer_stops_the_other_in_bounded_time(tmp_path):
         for p in procs:
             if p.poll() is None:
                 p.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_swe_domain_translation_over_processes_equals_one_wafer():
+    """Shallow water with Domain Translation on 2 processes x 4 devices (two systems) gives
+    the one-process, one-wafer run's depth bit for bit."""
+    args = ["hpc", "swe", "--n", "16", "--steps", "40", "--preset", "small", "--json"]
+    one, two = run_json(args), launch_json(args + ["--domain-translation"])
+    assert one["h"] == two["h"] and two["domain_translation"] is True

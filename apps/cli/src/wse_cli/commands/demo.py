@@ -21,6 +21,7 @@ DEMO_PARTS: list[tuple[str, str]] = [
     ("HPC: BiCGSTAB and the 25-point stencil", "wse_hpc.stencil.demo:part"),
     ("HPC: TLR-MVM of a seismic operator", "wse_hpc.tlrmvm.demo:part"),
     ("HPC: EAM molecular dynamics, one atom per PE", "wse_hpc.studies.santos24_md:part"),
+    ("HPC: field equations, cavity and Rayleigh-Benard", "wse_hpc.fields.demo:part"),
     ("Training: weight streaming, a model for inference", "wse_trainer.demo:part"),
     ("Inference: pipelined and speculative decoding", "wse_inference.demo.generation:part"),
     ("Serving: OpenAI-compatible HTTP and gRPC", "wse_inference.demo.serving:part"),

@@ -41,6 +41,14 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "wse_hpc.studies.stencil_bicgstab:stencil25_nz",
         "25-point Gcell/s vs nz and Z block on 755 x 994",
     ),
+    "netl-rayleigh-benard": (
+        "wse_hpc.studies.netl_rayleigh_benard:run",
+        "Rayleigh-Benard on a CS-2, ~200 M cells: predicted s/step by mechanism vs nz",
+    ),
+    "domain-translation-swe": (
+        "wse_hpc.studies.domain_translation_swe:run",
+        "Shallow water with Domain Translation on 1-64 CS-3: predicted steps/s",
+    ),
     "sc20-bicgstab": (
         "wse_hpc.studies.stencil_bicgstab:bicgstab_sc20",
         "BiCGSTAB 600 x 595 x 1536 on CS-1: us/iteration, PFLOP/s",

@@ -1,0 +1,131 @@
+"""`wse hpc cfd`: incompressible Boussinesq flow (projection method) on the emulated wafer.
+
+Cases: `rayleigh-benard` (`--ra --pr --aspect`; no-slip plates at T = 1 and 0, periodic
+sides) and `cavity` (`--re`; the lid-driven square / cube). `--grid NX NY NZ` (NZ = 1: 2D;
+the vertical is Y in 2D, Z in 3D). Prints the Nusselt number and kinetic energy as it goes
+(a rich progress bar on a terminal, nothing in between otherwise), writes
+`<out>/step_<n>.npz` (arrays u v w p T) and `.vtk` every `--output-every` steps and at the
+end, `--restart` continues from the newest of them, `--png` the temperature (cavity: the
+speed), `--trace` the per-PE trace for `wse view`, then the measured emulation time beside
+the predicted wafer time (`run_cfd(...).report`). Bad input (Ra <= 0, a grid beyond the
+PEs, a step beyond the explicit limit, a Z column beyond SRAM) is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from wse_cli.errors import fail
+from wse_cli.options import SEED, number
+from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
+
+CASES = ("rayleigh-benard", "cavity")
+
+
+def cfd(
+    case: str = typer.Option("rayleigh-benard", "--case", help="rayleigh-benard | cavity"),
+    grid: tuple[int, int, int] = number(
+        (64, 32, 1), "--grid", kind=int, ge=1, help="NX NY NZ cells (NZ 1: 2D)"
+    ),  # fmt: skip
+    ra: float = number(1e4, "--ra", help="Rayleigh number (rayleigh-benard)."),
+    pr: float = number(1.0, "--pr", gt=0, help="Prandtl number (rayleigh-benard)."),
+    aspect: float = number(2.0, "--aspect", gt=0, help="Width / height (rayleigh-benard)."),
+    re: float = number(100.0, "--re", gt=0, help="Reynolds number (cavity)."),
+    steps: int = number(200, "--steps", kind=int, ge=0, help="Time steps."),
+    dt: float = number(None, "--dt", gt=0, help="Time step (default: half the limit)."),
+    output_every: int = number(
+        0, "--output-every", kind=int, ge=0, help="Write NPZ + VTK every N steps (0: at the end)."
+    ),  # fmt: skip
+    out: Path = typer.Option(None, "--out", help="Folder for step_<n>.npz / .vtk."),
+    restart: bool = typer.Option(False, "--restart", help="Continue from --out's newest."),
+    preset: str = preset_option("wse2", help="Wafer preset (grid X x Y <= PEs)"),
+    spec_file: Path = SPEC_FILE,
+    defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
+    png: Path = typer.Option(None, "--png", help="Write the temperature (cavity: speed)."),
+    trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+) -> None:
+    """Run a CFD case on the emulated wafer and predict its wafer time."""
+    if case not in CASES:
+        from wse_core import suggest
+
+        fail(f"unknown --case {case!r}{suggest(case, CASES)}; use one of {', '.join(CASES)}")
+    if case == "rayleigh-benard" and not ra > 0:
+        fail(f"--ra must be > 0, got {ra:g}")
+    if restart and out is None:
+        fail("--restart needs --out (the folder holding step_<n>.npz)")
+    spec = wafer_spec(preset, spec_file, "wse2")
+    nx, ny, nz = grid
+    if nx > spec.pe_rows or ny > spec.pe_cols:
+        fail(f"--grid {nx} {ny} {nz}: a {nx} x {ny} PE grid does not fit the {spec.name} "
+             f"wafer's {spec.pe_rows} x {spec.pe_cols} PEs")  # fmt: skip
+    from rich.console import Console
+    from wse_hpc.fields.runs import CfdConfig, run_cfd
+
+    cfg = CfdConfig(case=case, grid=(nx, ny, nz), spec=spec, steps=steps, ra=ra, pr=pr,
+                    aspect=aspect, re=re, dt=dt, output_every=output_every, out_dir=out,
+                    restart=restart, defect_seed=defect_seed)  # fmt: skip
+    console = Console(stderr=as_json)
+    run = _run(console, cfg, run_cfd)
+    if png is not None:
+        from wse_hpc.fields.plots import plot_temperature
+
+        plot_temperature(run, png)
+    if trace is not None:
+        from wse_core import Region, defect_map
+        from wse_core.trace import trace_uniform
+
+        region = Region("cfd", 0, 0, nx, ny)
+        dm = defect_map(spec, defect_seed) if defect_seed is not None else None
+        trace_uniform(spec, run.report, region=region, defects=dm).save(trace)
+    if as_json:
+        typer.echo(json.dumps(run.report.to_dict(), default=float))
+        return
+    _summary(console, run, png, trace)
+
+
+def _run(console, cfg, run_cfd):
+    if not console.is_terminal:
+        return run_cfd(cfg)
+    from rich.progress import Progress
+
+    with Progress(console=console) as bar:
+        task = bar.add_task(f"{cfg.case} {cfg.grid}", total=cfg.steps)
+
+        def progress(step, nu, ke):
+            bar.update(task, completed=step, description=f"Nu {nu:.4f}  KE {ke:.4g}")
+
+        return run_cfd(cfg, progress)
+
+
+def _summary(console, run, png, trace) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{run.config.case} on {' x '.join(map(str, run.config.grid))}")
+    for col in ("step", "time", "Nusselt", "kinetic energy"):
+        table.add_column(col, justify="right")
+    hist = run.history
+    shown = hist if len(hist) <= 12 else [*hist[:: max(1, len(hist) // 10)], hist[-1]]
+    for step, t, nu, ke in dict.fromkeys(shown):
+        table.add_row(str(step), f"{t:.4g}", f"{nu:.5f}", f"{ke:.5g}")
+    console.print(table)
+    r, x = run.report, run.report.extra
+    console.print(
+        f"measured (emulated here): {x['steps']} steps in {r.measured_wall_s:.3f} s\n"
+        f"predicted on {r.wafer}: {r.predicted_s * 1e6:.3f} µs for the same run "
+        f"({r.predicted_s / max(x['steps'], 1) * 1e6:.3f} µs per step, {r.bound}-bound, "
+        f"{x['cg_iterations_per_step']:.1f} CG iterations per step)"
+    )
+    for p in run.written[-2:]:
+        console.print(f"wrote {p}")
+    for label, p in (("figure", png), ("trace", trace)):
+        if p is not None:
+            console.print(f"{label}: {p}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's command to the `wse hpc` group."""
+    app.command("cfd")(cfd)

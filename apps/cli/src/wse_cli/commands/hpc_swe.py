@@ -1,0 +1,68 @@
+"""`wse hpc swe`: the nonlinear shallow-water equations on one emulated wafer.
+
+A Gaussian hump on depth 1 in the periodic unit square (`wse_hpc.fields.swe`: C grid,
+centred differences, SSP-RK3), `--steps` steps at `--cfl` of the gravity-wave limit. Prints
+the relative mass drift (round-off), the wave energy's drift (the scheme's O(dt^3)), the
+measured emulation time and the predicted wafer time (`run_swe(...).report`). Bad input is
+one line, exit 2. `--domain-translation` moves the state one PE east every step (Domain
+Translation, `wse_hpc.fields.swe`); the multi-process flags (or `wse launch`) run it over
+`jax.distributed` processes standing for systems.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from wse_cli import multiprocess
+from wse_cli.errors import fail
+from wse_cli.options import SEED, number
+from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
+
+
+def swe(
+    n: int = number(64, "--n", kind=int, ge=3, help="Cells per side (n x n, periodic)."),
+    steps: int = number(200, "--steps", kind=int, ge=0, help="Time steps."),
+    g: float = number(9.81, "--g", gt=0, help="Gravity."),
+    cfl: float = number(0.4, "--cfl", gt=0, le=0.6, help="c dt / h (RK3 limit 0.6)."),
+    preset: str = preset_option("wse2", help="Wafer preset (n x n <= PEs)"),
+    spec_file: Path = SPEC_FILE,
+    defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
+    translate: bool = typer.Option(
+        False, "--domain-translation", help="Move the state one PE east every step."
+    ),  # fmt: skip
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    num_processes: int = multiprocess.NUM_PROCESSES,
+    process_id: int = multiprocess.PROCESS_ID,
+    coordinator: str = multiprocess.COORDINATOR,
+) -> None:
+    """Run shallow water on the emulated wafer and predict its wafer time."""
+    multiprocess.join(num_processes, process_id, coordinator)
+    spec = wafer_spec(preset, spec_file, "wse2")
+    if n > spec.pe_rows or n > spec.pe_cols:
+        fail(f"--n {n}: a {n} x {n} PE grid does not fit the {spec.name} wafer's "
+             f"{spec.pe_rows} x {spec.pe_cols} PEs")  # fmt: skip
+    from wse_hpc.fields.swe import run_swe
+
+    run = run_swe(spec, n, steps=steps, g=g, cfl=cfl, defect_seed=defect_seed,
+                  translate_domain=translate)  # fmt: skip
+    if not multiprocess.is_primary():
+        return  # every process computed the same run; process 0 reports it
+    r = run.report
+    if as_json:
+        d = r.to_dict() | {"mass_drift": run.mass_drift, "energy_drift": run.energy_drift}
+        d["h"] = run.h.tolist() if n <= 64 else None  # for comparisons of runs
+        typer.echo(json.dumps(d, default=float))
+        return
+    typer.echo(
+        f"shallow water {n} x {n}, {steps} steps: mass drift {run.mass_drift:.2e}, wave "
+        f"energy drift {run.energy_drift:.2e}; emulated {r.measured_wall_s:.3f} s; predicted "
+        f"on {r.wafer} {r.predicted_s / max(steps, 1) * 1e6:.3f} µs per step ({r.bound}-bound)"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's command to the `wse hpc` group."""
+    app.command("swe")(swe)

@@ -1,0 +1,75 @@
+"""Experiment `netl-rayleigh-benard`: NETL's Rayleigh-Benard on a CS-2, priced by mechanism.
+
+Published inputs (shared/REFERENCES.md, "Field equations"): NETL's WFA runs
+Rayleigh-Benard convection on a CS-2, "a grid of nearly 200 million cells in nearly
+real-time" (Cerebras's post); 470x Joule 2.0 and 1000x more power efficient (the seed deck).
+No step time, grid shape, solver iteration count or time-step count is given, so:
+
+- ASSUMED grid: the WSE-2's 757 x 996 PEs as X x Y, Z = ceil(200e6 / (757 x 996)) = 266
+  cells per PE column (200.5 M cells); `nz` rows sweep 64 .. 512 to show how it moves.
+- ASSUMED solver: this stack's step (`wse_hpc.fields.flow`: Chorin projection, central
+  momentum fluxes, Jacobi-PCG pressure) with the CG iterations per step measured on a small
+  3D run of the same case (Ra 1e5, Pr 0.71, 24 x 24 x 16, the measured part; `--quick`
+  shortens it). The per-PE program is traced on a 4 x 4 PE grid with the real Z column
+  and its reductions priced over the 757 x 996 rectangle (`perf.program_phases(pe_rect=)`).
+
+Rows: `s_per_step` (predicted wafer seconds per time step), `gcells_per_s`, `cg_iteration_s`;
+params `nz`, `cells`, `cg_iterations`. `published` stays None: the sources state no figure
+this model predicts (the 470x needs Joule 2.0's time, which REFERENCES.md does not give).
+"""
+
+from __future__ import annotations
+
+import math
+
+from wse_core import PRESETS, ExperimentResult, PredictionRow, RunReport
+
+from wse_hpc.fields.convection import rayleigh_benard
+from wse_hpc.fields.perf import program_phases
+from wse_hpc.fields.runs import CfdConfig, run_cfd
+
+__all__ = ["NAME", "run"]
+
+NAME = "netl-rayleigh-benard"
+SOURCE = "Cerebras, 'Real-time computational physics with wafer-scale processing' (inputs only)"
+TARGET_CELLS = 200e6  # "a grid of nearly 200 million cells"
+
+
+def _measured_cg(quick: bool) -> tuple[float, dict]:
+    steps = 40 if quick else 200
+    cfg = CfdConfig(case="rayleigh-benard", grid=(24, 24, 16), spec=PRESETS["small"],
+                    steps=steps, ra=1e5, pr=0.71, aspect=2.0)  # fmt: skip
+    run = run_cfd(cfg)
+    x = run.report.extra
+    return x["cg_iterations_per_step"], {
+        "grid": [24, 24, 16], "steps": steps, "cg_iterations_per_step": x["cg_iterations_per_step"],
+        "nusselt": x["nusselt"], "wall_s": run.report.measured_wall_s,
+    }  # fmt: skip
+
+
+def _step_report(nz: int, cg_its: float) -> RunReport:
+    spec = PRESETS["wse2"]
+    grid, _, fns, state = rayleigh_benard(spec, (4, 4, nz), ra=1e5, pr=0.71, mesh_shape=(1, 1))
+    phases = program_phases(grid, fns.step_fn, state, repeats={"cg_iteration": cg_its},
+                            pe_rect=(spec.pe_rows, spec.pe_cols))  # fmt: skip
+    return RunReport.build(NAME, spec, phases, units="timesteps")
+
+
+def run(*, quick: bool, seed: int) -> ExperimentResult:
+    cg_its, measured = _measured_cg(quick)
+    spec = PRESETS["wse2"]
+    nz0 = math.ceil(TARGET_CELLS / (spec.pe_rows * spec.pe_cols))
+    rows = []
+    for nz in sorted({64, 128, nz0, 512}):
+        rep = _step_report(nz, cg_its)
+        cells = spec.pe_rows * spec.pe_cols * nz
+        params = {"wafer": spec.name, "nz": nz, "cells": cells, "cg_iterations": cg_its}
+        mech = rep.cycles_by_mechanism()
+        rows += [
+            PredictionRow("s_per_step", rep.predicted_s, "s", params, source=SOURCE,
+                          mechanisms=mech),
+            PredictionRow("gcells_per_s", cells / rep.predicted_s / 1e9, "Gcell/s", params,
+                          source=SOURCE),
+        ]  # fmt: skip
+    return ExperimentResult(NAME, seed, {"quick": quick, "target_cells": TARGET_CELLS,
+                                         "assumed_nz": nz0}, [measured], rows)  # fmt: skip

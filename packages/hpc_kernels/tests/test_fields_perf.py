@@ -1,0 +1,37 @@
+"""A field step priced from its recorded program: the links agree with the fabric's own
+traffic ledger, the instruction count with a hand count, and CG iterations scale it."""
+
+import jax
+from wse_core import PRESETS, RunReport, fabric
+from wse_hpc.fields import field_grid, laplacian, neumann, periodic
+from wse_hpc.fields.convection import rayleigh_benard
+from wse_hpc.fields.grid import program
+from wse_hpc.fields.perf import program_phases, program_work
+
+BCS = (periodic(), neumann(), neumann())
+
+
+def test_laplacian_links_match_the_fabric_ledger_and_a_hand_count():
+    g = field_grid(PRESETS["small"], (9, 11, 6), periodic=(True, False, False), mesh_shape=(2, 4))
+    f = g.field("u", 0.0, bc=BCS)
+    with program() as prog:
+        jax.eval_shape(laplacian, f)
+    work = program_work(g, prog, "")
+    traffic = fabric.count(g.wafer, lambda x: laplacian(x), f)
+    assert dict(work.links) == {d: 6.0 for d in "NSWE"}
+    assert {d: v for d, v in traffic.links.items() if v} == dict(work.links)
+    # per axis: 2 neighbour moves, 2 adds / subs and 2 muls (2 f, / h^2); 2 adds summing
+    # the three axes
+    count = {k: sum(op.count for op in work.ops if op.kind == k) for k in ("move", "add", "mul")}
+    assert count == {"move": 6, "add": 8, "mul": 6}
+
+
+def test_cg_iterations_scale_the_predicted_step():
+    g, flow, fns, s = rayleigh_benard(PRESETS["small"], (16, 8, 1), ra=5e3, pr=1.0,
+                                      mesh_shape=(1, 1))  # fmt: skip
+    spec = g.wafer.spec
+    t = [RunReport.build("cfd", spec, program_phases(g, fns.step_fn, s,
+                                                     repeats={"cg_iteration": k})).predicted_s
+         for k in (0, 10, 20)]  # fmt: skip
+    assert 0 < t[0] < t[1] < t[2]
+    assert abs((t[2] - t[1]) - (t[1] - t[0])) < 1e-9 * t[2]  # linear in the iterations
