@@ -275,7 +275,7 @@ def run(
             log.line(f"resumed from checkpoint step {start}")
         result.report = s.prediction
         log.line(_prediction_line(s.prediction, spec))
-        log.line(describe(s.layout, config.train_input.batch_size // run_cfg.num_csx))
+        log.line(describe(s.layout, s.micro_batch))
         if run_cfg.mode != "eval" and end > start:
             if start == 0 and run_cfg.save_initial_checkpoint:
                 ckpt.save(0, s.state(), s.meta(0))
