@@ -23,7 +23,7 @@ median over rounds, with ratios taken within a round (pairs measured back to bac
 - throughput: S users on S stages, aggregate tokens/s for S = 1, 2, 4, with the stage rows
   on one device and on two (fabric shifts across devices). On a CPU every stage runs in
   turn (one core does the work of all S regions), so these tokens/s are the CPU's cost of
-  emulating the pipeline, not the wafer's throughput: that is `wse_core.systems.serving.wafer`'s
+  emulating the pipeline, not the wafer's throughput: that is `wse_systems.serving.wafer`'s
   prediction (`wse plan infer`), which the next table checks the schedule against;
 - occupancy: U = 1..S users on an S-stage engine, each stage's share of the ticks it worked
   on an occupied slot as the device ran the schedule (`PipelineEngine.stage_occupancy`),
@@ -256,10 +256,10 @@ def bench_throughput(quick: bool, rounds: int) -> list[dict]:
 
 
 def bench_occupancy(quick: bool, stages: int = 4) -> list[dict]:
-    from wse_core.systems.serving import Workload
-    from wse_core.systems.serving.wafer import WaferServing, occupancy
     from wse_inference.engine import SamplingParams
     from wse_inference.pipeline.engine import PipelineEngine
+    from wse_systems.serving import Workload
+    from wse_systems.serving.wafer import WaferServing, occupancy
 
     m = _model(stages, 64 if quick else 128, 2048)
     eng = PipelineEngine(m, stages=stages, max_context=48)

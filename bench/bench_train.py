@@ -55,10 +55,10 @@ def jax_contenders(shape, seed: int):
     import numpy as np
     import wse_models
     from wse_core import preset
+    from wse_systems.training.plan import plan_activations
     from wse_trainer.config import OptimizerConfig
     from wse_trainer.layout import Layout, choose_layout
     from wse_trainer.optimizer import base_transform, full_transform
-    from wse_trainer.plan import plan_activations
     from wse_trainer.reference import fused_step
     from wse_trainer.stream import StreamedTrainer
 

@@ -1,6 +1,7 @@
-"""No import circles in any of the stack's packages (wse_core, wse_models, wse_inference,
-wse_trainer, wse_hpc and the wse CLI); no wse_core module named with another's prefix (a
-folder, not `fabric_*`).
+"""No import circles in any of the stack's packages (wse_core, wse_systems, wse_models,
+wse_inference, wse_trainer, wse_hpc and the wse CLI); no wse_core module named with another's
+prefix (a folder, not `fabric_*`); the layers point one way (wse_core imports no other
+package, wse_systems only wse_core).
 
 An edge A -> B is any `import B` / `from B import x` in module A, at module level or inside a
 function (a deferred import is still a dependency; only imports under `if TYPE_CHECKING:` are
@@ -20,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {
     "wse_core": ROOT / "packages/wse_core/src/wse_core",
+    "wse_systems": ROOT / "packages/systems/src/wse_systems",
     "wse_models": ROOT / "packages/models/src/wse_models",
     "wse_inference": ROOT / "packages/inference/src/wse_inference",
     "wse_trainer": ROOT / "packages/trainer/src/wse_trainer",
@@ -166,6 +168,25 @@ def test_prefixed_siblings_by_hand():
 
 def test_wse_core_has_no_module_named_with_anothers_prefix():
     mods = list(_modules("wse_core", PACKAGES["wse_core"]))
-    assert len(mods) > 40 and "wse_core.fabric.blocks" in mods
+    assert len(mods) > 30 and "wse_core.fabric.blocks" in mods
     found = prefixed_siblings(mods)
     assert not found, "use a folder, not a prefix: " + ", ".join(f"{a} / {b}" for a, b in found)
+
+
+# What each package may import of the stack's own packages (WORKSPACE.md's table).
+MAY_IMPORT = {
+    "wse_core": {"wse_core"},
+    "wse_systems": {"wse_core", "wse_systems"},
+}
+
+
+def test_the_layers_point_one_way():
+    g = import_graph()
+    found = [
+        f"{m} -> {t}"
+        for m, targets in g.items()
+        for t in targets
+        if m.split(".")[0] in MAY_IMPORT and t.split(".")[0] not in MAY_IMPORT[m.split(".")[0]]
+    ]
+    assert any(t.startswith("wse_core") for t in g["wse_systems.decoder"])
+    assert not found, "imports against the layers:\n" + "\n".join(sorted(found))

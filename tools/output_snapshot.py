@@ -284,7 +284,7 @@ def _renamer():
     spec = importlib.util.spec_from_file_location("restructure", ROOT / "tools/restructure.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    moves = {**mod.MOVES, **mod.MD_MOVES}
+    moves = {**mod.MOVES, **mod.MD_MOVES, **mod.SYSTEMS_MOVES}
     pattern = mod.dotted_pattern(moves)
     return lambda line: pattern.sub(lambda m: moves[m.group(1)], line)
 

@@ -1,8 +1,10 @@
 """Move modules to their concept folders and rewrite every reference to them (issue 33, 5).
 
-    python tools/restructure.py [--md] [--dry-run] [--no-ruff]
+    python tools/restructure.py [--md] [--systems] [--dry-run] [--no-ruff]
 
-Contract: for each `old -> new` dotted module name in `MOVES` (and `MD_MOVES` with `--md`),
+Contract: for each `old -> new` dotted module name in `MOVES` (and `MD_MOVES` with `--md`,
+`SYSTEMS_MOVES` with `--systems`: issue 40's package `wse_systems`, whose tests move by path
+in `SYSTEMS_TESTS` and whose emptied `wse_core.systems` folder is removed),
 `git mv` the module's file (a module that becomes a package moves to `new/__init__.py`; a
 package moves as a folder), create the new folders' `__init__.py` from `FOLDERS` when
 missing, then rewrite, in every tracked text file under `SCOPE`:
@@ -47,6 +49,7 @@ SRC = {
     "wse_inference": "packages/inference/src",
     "wse_hpc": "packages/hpc_kernels/src",
     "wse_cli": "apps/cli/src",
+    "wse_systems": "packages/systems/src",
 }
 
 MOVES: dict[str, str] = {
@@ -104,6 +107,45 @@ MD_MOVES: dict[str, str] = {
     "wse_hpc.md.list_plan": "wse_hpc.md.neighbour_plan",
 }
 
+# Issue 40: one LLM-systems package above wse_core (applied with --systems only): wse_core's
+# decoder shapes, pipeline plans, GPUs, economics and serving, the pipeline trace and the
+# calibration's LLM check; the trainer's predicted step and the SRAM plan it reads; the CLI's
+# planners and their experiment.
+SYSTEMS_MOVES: dict[str, str] = {
+    "wse_core.systems.transformer": "wse_systems.transformer",
+    "wse_core.systems.pipeline": "wse_systems.pipeline",
+    "wse_core.systems.decoder": "wse_systems.decoder",
+    "wse_core.systems.gpu": "wse_systems.gpu",
+    "wse_core.systems.economics": "wse_systems.economics",
+    "wse_core.systems.serving": "wse_systems.serving",
+    "wse_core.trace.pipeline": "wse_systems.trace",
+    "wse_core.studies.calibration_check": "wse_systems.studies.calibration_check",
+    "wse_trainer.performance": "wse_systems.training.performance",
+    "wse_trainer.layer_cost": "wse_systems.training.layer_cost",
+    "wse_trainer.stream_cost": "wse_systems.training.stream_cost",
+    "wse_trainer.stall": "wse_systems.training.stall",
+    "wse_trainer.placement": "wse_systems.training.placement",
+    "wse_trainer.plan": "wse_systems.training.plan",
+    "wse_trainer.chunks": "wse_systems.training.chunks",
+    "wse_cli.planning": "wse_systems.planning.train",
+    "wse_cli.serving_plan": "wse_systems.planning.infer",
+    "wse_cli.studies.tco_training": "wse_trainer.studies.tco_training",
+}
+# Test files that move with them (--systems): old path -> new path.
+SYSTEMS_TESTS: dict[str, str] = {
+    "packages/wse_core/tests/test_core_serving.py": (
+        "packages/systems/tests/test_systems_serving.py"
+    ),
+    "packages/wse_core/tests/test_core_gpu_economics.py": (
+        "packages/systems/tests/test_systems_gpu_economics.py"
+    ),
+    "packages/wse_core/tests/test_core_transformer.py": (
+        "packages/systems/tests/test_systems_transformer.py"
+    ),
+}
+# Folders a move empties (only their __init__.py left): removed.
+SYSTEMS_EMPTIED = ["wse_core.systems", "wse_cli.studies"]
+
 # Short names in backticks (`nlist.drift_fn`, `fabric_reduce`) in docs and docstrings.
 SHORT: dict[str, str] = {
     "fabric_blocks": "fabric.blocks",
@@ -141,6 +183,12 @@ FOLDERS: dict[str, str] = {
     "wse_hpc.studies": "The HPC kernels' experiments (`wse experiments run NAME`): the "
     "stencil and BiCGSTAB, TLR-MVM and EAM MD against their papers.",
     "wse_cli.studies": "Experiments that need several packages at once and so live in the CLI.",
+    "wse_systems.training": "The predicted training step: the SRAM plan, the placement of a "
+    "layer, its work, the weight and gradient streams, where they stall, and N systems.",
+    "wse_systems.planning": "`wse plan`'s answers: wafers against GPUs for training and "
+    "serving, from a resolved model and wafer (the CLI parses, calls and prints).",
+    "wse_systems.studies": "Experiments of whole systems: the cost model's calibration with its "
+    "LLM decode check.",
 }
 
 SCOPE = ["packages", "apps", "bench", "tools", "tests", "docs", ".ci"]
@@ -176,7 +224,7 @@ def git(*args: str) -> str:
 def ensure_package(name: str, dry: bool) -> None:
     """Create `name`'s folder and __init__.py (docstring from FOLDERS) and its parents'."""
     parts = name.split(".")
-    for i in range(2, len(parts) + 1):
+    for i in range(1, len(parts) + 1):
         pkg = ".".join(parts[:i])
         init = ROOT / SRC[parts[0]] / Path(*parts[:i]) / "__init__.py"
         if init.exists() or pkg not in FOLDERS:
@@ -224,6 +272,35 @@ def move(moves: dict[str, str], dry: bool) -> int:
     return conflicts
 
 
+def move_files(files: dict[str, str], dry: bool) -> int:
+    """`git mv` each test file `old -> new` (paths from the root); conflicts counted."""
+    conflicts = 0
+    for old, new in files.items():
+        src, dest = ROOT / old, ROOT / new
+        if not src.exists():
+            continue
+        if dest.exists():
+            print(f"CONFLICT {old} -> {new}: both exist", file=sys.stderr)
+            conflicts += 1
+            continue
+        print(f"git mv {old} {new}")
+        if not dry:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            git("mv", old, new)
+    return conflicts
+
+
+def drop_emptied(names: list[str], dry: bool) -> None:
+    """`git rm` the `__init__.py` of each package a move left with nothing else in it."""
+    for name in names:
+        folder = ROOT / SRC[name.split(".")[0]] / Path(*name.split("."))
+        left = [p for p in folder.glob("*") if p.name not in ("__init__.py", "__pycache__")]
+        if folder.is_dir() and not left:
+            print(f"git rm {(folder / '__init__.py').relative_to(ROOT)}")
+            if not dry:
+                git("rm", "-q", str(folder / "__init__.py"))
+
+
 def dotted_pattern(moves: dict[str, str]) -> re.Pattern[str]:
     names = sorted(moves, key=len, reverse=True)
     alt = "|".join(re.escape(n) for n in names)
@@ -231,8 +308,16 @@ def dotted_pattern(moves: dict[str, str]) -> re.Pattern[str]:
 
 
 def path_pairs(moves: dict[str, str]) -> list[tuple[re.Pattern[str], str]]:
-    """`pkg/old.py` -> `pkg/new.py` (or `new/__init__.py`) and `pkg/old/` -> `pkg/new/`."""
+    """`pkg/old.py` -> `pkg/new.py` (or `new/__init__.py`) and `pkg/old/` -> `pkg/new/`;
+    first with their source folders (`packages/x/src/pkg/old.py`), for moves between
+    packages."""
     out = []
+    for old, new in moves.items():
+        o = f"{SRC[old.split('.')[0]]}/{old.replace('.', '/')}"
+        n = f"{SRC[new.split('.')[0]]}/{new.replace('.', '/')}"
+        n_file = f"{n}/__init__.py" if new in BECOME_PACKAGES else f"{n}.py"
+        out.append((re.compile(rf"(?<![\w.]){re.escape(o)}\.py\b"), n_file))
+        out.append((re.compile(rf"(?<![\w.]){re.escape(o)}/"), f"{n}/"))
     for old, new in moves.items():
         o, n = old.replace(".", "/"), new.replace(".", "/")
         n_file = f"{n}/__init__.py" if new in BECOME_PACKAGES else f"{n}.py"
@@ -339,9 +424,13 @@ def scope_files() -> list[Path]:
     return out
 
 
-def rewrite(moves: dict[str, str], short: dict[str, str], dry: bool) -> list[Path]:
+def rewrite(
+    moves: dict[str, str], short: dict[str, str], dry: bool, files: dict[str, str] | None = None
+) -> list[Path]:
     pattern = dotted_pattern(moves)
-    paths = path_pairs(moves)
+    paths = path_pairs(moves) + [
+        (re.compile(rf"(?<![\w./]){re.escape(o)}\b"), n) for o, n in (files or {}).items()
+    ]
     alt = "|".join(re.escape(n) for n in sorted(short, key=len, reverse=True))
     short_pattern = re.compile(rf"(?<=`)({alt})(?=[`.(])")
     changed = []
@@ -354,7 +443,8 @@ def rewrite(moves: dict[str, str], short: dict[str, str], dry: bool) -> list[Pat
         new = pattern.sub(lambda m: moves[m.group(1)], new)
         for pat, repl in paths:
             new = pat.sub(repl, new)
-        new = short_pattern.sub(lambda m: short[m.group(1)], new)
+        if short:
+            new = short_pattern.sub(lambda m: short[m.group(1)], new)
         if new != text and path.suffix == ".py":
             new = rewrap(new)
         if new != text:
@@ -368,14 +458,18 @@ def rewrite(moves: dict[str, str], short: dict[str, str], dry: bool) -> list[Pat
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--md", action="store_true", help="also MD's neighbour-list moves")
+    ap.add_argument("--systems", action="store_true", help="also issue 40's wse_systems moves")
     ap.add_argument("--dry-run", action="store_true", help="print, change nothing")
     ap.add_argument("--no-ruff", action="store_true", help="skip ruff on the changed files")
     args = ap.parse_args()
-    moves = dict(MOVES) | (MD_MOVES if args.md else {})
-    conflicts = move(moves, args.dry_run)
+    moves = dict(MOVES) | (MD_MOVES if args.md else {}) | (SYSTEMS_MOVES if args.systems else {})
+    files = SYSTEMS_TESTS if args.systems else {}
+    conflicts = move(moves, args.dry_run) + move_files(files, args.dry_run)
+    if args.systems:
+        drop_emptied(SYSTEMS_EMPTIED, args.dry_run)
     # A module whose move was skipped for a conflict is not rewritten either.
     short = dict(SHORT) | (MD_SHORT if args.md else {})
-    changed = rewrite(moves, short, args.dry_run)
+    changed = rewrite(moves, short, args.dry_run, files)
     py = [str(p) for p in changed if p.suffix == ".py"]
     if py and not args.dry_run and not args.no_ruff:
         subprocess.run(["ruff", "check", "--fix", "--select", "I", "-q", *py], cwd=ROOT)

@@ -7,8 +7,8 @@ import pytest
 import wse_models
 from typer.testing import CliRunner
 from wse_cli.app import app
-from wse_core.systems import economics as eco
-from wse_core.systems import gpu as gpum
+from wse_systems import economics as eco
+from wse_systems import gpu as gpum
 from wse_trainer.config import SHIPPED
 
 runner = CliRunner()
@@ -45,8 +45,8 @@ def test_plan_train_on_every_shipped_model(model):
 def test_gpus_to_match_training_never_exceeds_a_faster_priced_count():
     # tco-training's 12B on one CS-3: 8 H100 take 79 days against the wafer's 113; the search
     # used to start at the memory minimum (3), double past 8 and answer 12
-    from wse_cli.planning import ModelChoice, plan_train
-    from wse_cli.studies.tco_training import model_12b
+    from wse_systems.planning.train import ModelChoice, plan_train
+    from wse_trainer.studies.tco_training import model_12b
 
     plan = plan_train(ModelChoice("llama-12b", model_12b(), seq_len=8192), tokens=2.4e11,
                       systems=1, gpus=8)  # fmt: skip
@@ -55,7 +55,7 @@ def test_gpus_to_match_training_never_exceeds_a_faster_priced_count():
 
 
 def test_match_gpus_search_by_hand():
-    from wse_cli.planning import match_gpus
+    from wse_systems.planning.train import match_gpus
 
     times = {3: 9.0, 4: 6.0, 5: 7.0, 6: 9.0, 7: 9.0, 8: 4.0, 16: 3.0, 24: 2.5, 32: 1.0}
     fn = times.get  # None: the count cannot hold the model

@@ -8,12 +8,12 @@ import pytest
 from wse_core.cost.assumptions import assume, assumed_spec
 from wse_core.cost.perf import PerfModel
 from wse_core.hw.spec import preset, spec_from
-from wse_core.systems.pipeline import plan_pipeline
-from wse_core.systems.transformer import DecoderCounts
 from wse_inference.pipeline import perf as decode_perf
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.speculative.verify import AcceptanceStats
 from wse_inference.testing import tiny_model
+from wse_systems.pipeline import plan_pipeline
+from wse_systems.transformer import DecoderCounts
 
 # One layer: d 8, 2 heads of 4 (1 KV head), MLP 16, vocabulary 32.
 HAND = DecoderCounts(

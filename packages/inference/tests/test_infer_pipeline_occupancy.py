@@ -8,13 +8,13 @@ import queue
 
 import numpy as np
 import pytest
-from wse_core.systems.serving import Workload
-from wse_core.systems.serving.wafer import WaferServing, occupancy
 from wse_inference.engine import SamplingParams
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.serve.scheduler import Scheduler
 from wse_inference.serve.testing import events_until_finished
 from wse_inference.testing import tiny_model
+from wse_systems.serving import Workload
+from wse_systems.serving.wafer import WaferServing, occupancy
 
 pytestmark = pytest.mark.timeout(300)
 # the engine's tick compiles in ~10-40 s on 2 cores: the tests that run it are `slow`

@@ -2,8 +2,8 @@
 
 import pytest
 from wse_core import preset
-from wse_core.systems.pipeline import PipelinePlanError, min_wafers, plan_pipeline
 from wse_models import preset_config
+from wse_systems.pipeline import PipelinePlanError, min_wafers, plan_pipeline
 
 
 @pytest.mark.parametrize("stages, wafers", [(2, 1), (3, 1), (4, 2)])

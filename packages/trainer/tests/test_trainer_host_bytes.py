@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import optax
 import wse_models
-from wse_trainer.plan import host_bytes
+from wse_systems.training.plan import host_bytes
 
 
 def _nbytes(tree) -> int:  # the float arrays (AdamW's step count is a scalar int)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wse_core import preset
+from wse_systems.training.micro_batch import divisors, fits, resolve_micro_batch
 from wse_trainer.config import config_from_dict
-from wse_trainer.micro_batch import divisors, fits, resolve_micro_batch
 from wse_trainer.run import model_config, validate
 
 WSE3 = preset("wse3")

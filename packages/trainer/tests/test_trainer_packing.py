@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import wse_models
 from wse_core import preset
+from wse_systems.training.plan import plan_activations
 from wse_trainer.config import OptimizerConfig, load_config
 from wse_trainer.data import pack, pad_documents, segments
 from wse_trainer.metrics import read_metrics
 from wse_trainer.optimizer import base_transform
-from wse_trainer.plan import plan_activations
 from wse_trainer.reference import loss_fn
 from wse_trainer.replica import token_loss
 from wse_trainer.stream import StreamedTrainer

@@ -9,14 +9,14 @@ import pytest
 import wse_models
 from wse_core import PerfModel, preset
 from wse_core.cost.calibration import UNCALIBRATED
-from wse_trainer.performance import (
+from wse_systems.training.performance import (
     Numerics,
     StepPlacement,
     gemm_work,
     layer_phases,
     predict_step,
 )
-from wse_trainer.plan import memory_plan, plan_activations
+from wse_systems.training.plan import memory_plan, plan_activations
 from wse_trainer.sample import generate
 from wse_trainer.studies.weight_streaming import CASES, NUM_CSX, _predictions
 
@@ -250,9 +250,9 @@ def test_chunked_layer_prices_the_same_products_and_streams_them_by_chunk():
     # up to the whole layer's products (each chunk's block divides the wafer evenly here:
     # qkv 16 -> 16 + 2 x 16 in chunks of 8 columns, 1 x 2 weights a PE; ...), and each
     # chunk streams its own weights at 150 GB/s in the compute dtype (bf16: 2 B).
-    from wse_trainer.chunks import forced
-    from wse_trainer.layer_cost import chunked_layer_phases
-    from wse_trainer.stream_cost import Streams
+    from wse_systems.training.chunks import forced
+    from wse_systems.training.layer_cost import chunked_layer_phases
+    from wse_systems.training.stream_cost import Streams
 
     model = _tiny_model()
     ck = forced(model, 2)
@@ -277,7 +277,7 @@ def test_chunked_layer_prices_the_same_products_and_streams_them_by_chunk():
 
 
 def test_a_1t_model_streams_below_the_layer_and_says_where_it_stalls():
-    from wse_trainer.stall import stream_budget
+    from wse_systems.training.stall import stream_budget
 
     model = wse_models.preset_config(
         "llama3-70b", d_model=25600, n_layers=128, d_ff=102400, n_heads=160, n_kv_heads=16,
@@ -303,7 +303,7 @@ def test_a_1t_model_streams_below_the_layer_and_says_where_it_stalls():
     assert up.no_stall == (up.stream_in_s <= up.forward_s and up.write_back_s <= up.backward_s)
     assert not rows["embedding"].no_stall  # nothing to hide the embedding's stream under
     # weak scaling: 16 systems add 4 SwarmX levels to the exposed streams only
-    from wse_trainer.performance import scaling
+    from wse_systems.training.performance import scaling
 
     s = scaling(r, predict_step(model, WSE3, num_csx=16, micro_batch=3, seq_len=8192, plan=plan))
     assert s["swarmx_levels"] == 4 and 0.99 < s["scaling_efficiency"] <= 1.0

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import wse_models
 from wse_core import SramBudgetError, preset
+from wse_systems.training.plan import plan_activations
 from wse_trainer.config import OptimizerConfig
 from wse_trainer.layout import Layout
 from wse_trainer.optimizer import base_transform, full_transform
-from wse_trainer.plan import plan_activations
 from wse_trainer.reference import fused_step
 from wse_trainer.stream import StreamedTrainer
 from wse_trainer.swarmx import SwarmX, tree_bytes

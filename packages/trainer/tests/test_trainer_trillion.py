@@ -3,9 +3,9 @@
 
 import pytest
 from wse_core import SpecError, preset
+from wse_systems.training.stream_cost import tree_levels
 from wse_trainer.config import ConfigError, load_config
 from wse_trainer.run import validate
-from wse_trainer.stream_cost import tree_levels
 
 
 @pytest.mark.parametrize(("name", "n_params"), [("llama_1t", 1.198e12), ("llama_24t", 24.14e12)])

@@ -115,20 +115,3 @@ def test_sweep_moves_predictions_and_refits():
         parse_sweep("hop=1,2")
     with pytest.raises(SpecError, match="must be a number"):
         parse_sweep("hop_latency_cycles=1,x")
-
-
-@pytest.mark.slow
-def test_calibration_experiment_prints_constants_rows_and_leave_one_out(tmp_path):
-    from wse_core import write_experiment
-    from wse_core.studies.calibration_check import run
-
-    res = run(quick=True)
-    consts = [m for m in res.measurements if m["kind"] == "constant"]
-    assert {m["constant"] for m in consts} == set(CONSTANTS)
-    assert all(m["units"] and m["basis"] and m["source_or_rows"] for m in consts)
-    loo = [m for m in res.measurements if m["kind"] == "leave_one_out"]
-    assert len(loo) == 8 and all(abs(m["error_without_row"]) < 0.10 for m in loo)
-    roles = {p.params["role"] for p in res.predictions}
-    assert roles == {"fits dsd_issue_cycles", "check"}
-    folder = write_experiment(res, tmp_path)
-    assert (folder / "mechanisms.png").stat().st_size > 1000

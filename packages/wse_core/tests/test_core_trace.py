@@ -111,36 +111,6 @@ def test_load_refuses_what_is_not_a_trace(tmp_path):
         load(tmp_path / "missing.npz")
 
 
-def test_pipeline_traces_put_each_stage_on_its_own_region_and_wafer():
-    from wse_core.systems.pipeline import plan_pipeline
-    from wse_core.systems.transformer import DecoderCounts
-    from wse_core.trace.pipeline import pipeline_traces
-
-    shape = DecoderCounts(
-        name="toy", arch="llama", n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, d_ff=512,
-        vocab_size=1000, max_seq_len=128,
-    )  # fmt: skip
-    spec = preset("demo")
-    plan = plan_pipeline(shape, spec, num_wafers=2, stages=4, context_len=64)
-    traces = pipeline_traces(shape, plan)
-    assert len(traces) == 2
-    names = [[g["name"] for g in t.regions] for t in traces]
-    assert names == [["head", "stage0", "stage1"], ["stage2", "stage3"]]
-    for w, t in enumerate(traces):
-        mine = [s for s in (plan.head, *plan.stages) if s.wafer == w]
-        assert t.layers["sram_bytes"].sum() == sum(
-            s.region.num_pes
-            * sum(-(-b // s.region.num_pes) for b in (s.weight_bytes, s.kv_bytes, s.act_bytes))
-            for s in mine
-        )
-        for s in mine:  # each region is busy with its own phases only
-            r = s.region
-            crit = [p["critical_pe"] for p in t.phases if p["path"].split("/")[1] == s.name]
-            assert all(r.row0 <= pe[0] < r.row0 + r.rows for pe in crit)
-    busy = [t.layers["busy_cycles"].max() for t in traces]
-    assert 0 < max(busy) < traces[0].meta["critical_cycles"]  # batch 1: one region at a time
-
-
 def test_uniform_trace_of_a_region_with_defects():
     from wse_core.trace import trace_uniform
 

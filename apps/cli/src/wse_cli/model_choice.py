@@ -3,34 +3,19 @@ a params.yaml, an HF directory or its config.json.
 
 Contract. `resolve_model(text)` returns a `ModelChoice` (the `wse_models.ModelConfig` and, from
 a params file, its per-system batch, sequence and systems) or raises `PlanError` naming the
-choices. `PlanError` is the error of every `wse plan` input (`wse_cli.planning` raises it too).
+choices. `PlanError` is the error of every `wse plan` input (`wse_systems.planning.train` raises it
+too).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
-from wse_core import WseError, suggest
+from wse_core import suggest
+from wse_systems.planning.choice import ModelChoice, PlanError
 
 __all__ = ["PlanError", "ModelChoice", "resolve_model"]
-
-
-class PlanError(WseError):
-    """`wse plan` input that cannot be planned (unknown model, negative tokens...)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelChoice:
-    """The model and, from a params file, its per-system batch, sequence and systems."""
-
-    name: str
-    config: Any  # wse_models.ModelConfig
-    batch_per_system: int | None = None
-    seq_len: int | None = None
-    num_csx: int | None = None
 
 
 def _from_params(path: str, name: str) -> ModelChoice:

@@ -8,7 +8,7 @@ Layout by concept (import modules directly; importing a package imports nothing 
 - `engine` — the `Engine` protocol, `SamplingParams`, `SequenceTracker` (finish logic);
 - `sampling` — temperature, top-k, top-p, penalties, keyed draws, logprobs, `SlotSampling`;
 - `decoding` — the plain single-device KV-cache decoder (the reference);
-- `pipeline/` — `perf` (a `wse_core.systems.pipeline` plan priced as a `RunReport` per token),
+- `pipeline/` — `perf` (a `wse_systems.pipeline` plan priced as a `RunReport` per token),
   `plan` (that plan on an emulation wafer), `schedule` (the device step), `engine`
   (`PipelineEngine`);
 - `speculative/` — `config` (`--speculative-config`, parsed once), `verify` (exact rejection

@@ -8,8 +8,8 @@ the gate (relu(gate) * up, as HF's LlamaMLP does with `hidden_act`). "relu" (OPT
 (squared ReLU, Primer) give exact zeros that sparse hardware can skip (`RELU_LIKE`).
 
 Counting methods never allocate: the performance model and the planners ask them about
-Llama-3 405B on a laptop. They are `wse_core.systems.transformer`'s one formula (a `ModelConfig` is
-a `wse_core.systems.transformer.DecoderShape`). Presets carry the published shapes; their parameter
+Llama-3 405B on a laptop. They are `wse_systems.transformer`'s one formula (a `ModelConfig` is
+a `wse_systems.transformer.DecoderShape`). Presets carry the published shapes; their parameter
 counts are checked against the published totals in the tests.
 
 The config is hashable, so it can be a static argument of `jax.jit`.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from wse_core.errors import SpecError, suggest
 from wse_core.hw import spec
-from wse_core.systems import transformer
+from wse_systems import transformer
 
 from wse_models.errors import ModelConfigError
 

@@ -11,8 +11,8 @@ gains nothing from such unstructured sparsity.
   [n_layers]: the zeros per layer of one forward pass (pure; the caller jits).
 - `zero_fraction(params, config, tokens)` -> float64 [n_layers]: the measured fraction of a
   checkpoint on some tokens (the cost model's input), batched and jitted here.
-  The wafer cost model prices the skipped multiplies from it (`wse_core.systems.decoder`'s
-  `mlp_zero_fraction` for decoding, `wse_trainer.performance.predict_step`'s for training).
+  The wafer cost model prices the skipped multiplies from it (`wse_systems.decoder`'s
+  `mlp_zero_fraction` for decoding, `wse_systems.training.performance.predict_step`'s for training).
 - `ZeroTally(config)`: host-side running totals for a shell (the inference server's prefills).
 """
 

@@ -2,7 +2,7 @@
 
 Contract. `ChunkedLayer(fns, chunks, take, send)` runs layer `name` through the stages of
 `wse_models.layer` (`replica.StageFns`), each matrix column chunk by column chunk as
-`wse_trainer.chunks.WeightChunks` cuts it. Weights arrive through `take(item)` (the
+`wse_systems.training.chunks.WeightChunks` cuts it. Weights arrive through `take(item)` (the
 trainer's stream: SwarmX broadcasts, prefetched one item ahead; a list with one entry per
 local replica), in the order `forward_items(name)` / `backward_items(name)` list:
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from wse_systems.training.chunks import WeightChunks
 
-from wse_trainer.chunks import WeightChunks
 from wse_trainer.replica import StageFns
 
 __all__ = ["ChunkedLayer"]

@@ -11,7 +11,7 @@ Contract. A `Layout` says how `StreamedTrainer` computes each wafer replica's st
 - `keep_residuals`: each layer's forward keeps its VJP residuals in host memory, so the
   backward does not run the layer's forward again (a 2-layer-forward saving per layer:
   0.88 -> 0.73 s a step of the bench's d128 model on one loaded core). The wafer's backward
-  as priced (`wse_trainer.performance`) does not recompute inside a layer either. Only when
+  as priced (`wse_systems.training.performance`) does not recompute inside a layer either. Only when
   the plan keeps every layer's input (stride 1: no recompute schedule to follow) and the
   residuals of every layer and worker fit `RESIDUAL_SHARE` of the available host memory.
 

@@ -11,7 +11,7 @@ needs all of them), then applies every update with optax's clipping rule.
 compute on fp32 masters when the model's dtype says so). The update itself is one jitted
 pure function per group shape (every layer shares one compilation).
 
-Streaming below the layer (`wse_trainer.chunks`): `chunk(name, (group, matrix), start, n,
+Streaming below the layer (`wse_systems.training.chunks`): `chunk(name, (group, matrix), start, n,
 dtype)` serves n columns of one matrix of a layer, `vectors(name, dtype)` the layer without
 its matrices; `receive_part(name, key, start, grads, parts=)` takes one chunk's summed
 gradient (or, key None, the vectors') as soon as it is complete and, once all `parts` of the

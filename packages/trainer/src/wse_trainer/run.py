@@ -24,7 +24,7 @@ returns a `RunResult`:
 Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `open_checkpoints`, `evaluate`).
 `model_config(config)` and `validate(config, spec)` (the `--validate-only` memory plan)
 allocate nothing; `predict(config, spec, model, plan)` is the wafer's predicted step on that plan
-(`wse_trainer.performance.predict_step`, a `RunReport`), which the run logs next to the
+(`wse_systems.training.performance.predict_step`, a `RunReport`), which the run logs next to the
 measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, and
 `RunResult.report`: that `RunReport` with the measured mean step as its `measured_wall_s`);
 the three live in `wse_trainer.session` and are re-exported here.

@@ -3,8 +3,8 @@
 Contract. `model_config(config)` (the `model` section's `wse_models.ModelConfig`),
 `validate(config, spec)` (config checks, one replica's memory plan, MemoryX's capacity),
 `predict(config, spec, model, plan)` (the wafer's predicted step on that plan,
-`wse_trainer.performance.predict_step`) and `stream_rows(config, spec, model, plan)` (each
-streamed unit's no-stall condition, `wse_trainer.stall`) allocate nothing;
+`wse_systems.training.performance.predict_step`) and `stream_rows(config, spec, model, plan)` (each
+streamed unit's no-stall condition, `wse_systems.training.stall`) allocate nothing;
 `wse_trainer.run` re-exports them. `spec` is the `WaferSpec` the caller resolved once (the
 CLI: `runconfig.wafer` or `--spec FILE`); nothing here resolves a preset name.
 `Session(config, spec, echo)` builds what a run holds while it
@@ -66,8 +66,8 @@ def batch_per_system(config: TrainConfig) -> int:
 
 def micro_batch(config: TrainConfig, spec: WaferSpec, model: Any) -> int:
     """Sequences per system at once: `train_input.micro_batch_size` resolved
-    (`wse_trainer.micro_batch`)."""
-    from wse_trainer.micro_batch import resolve_micro_batch
+    (`wse_systems.training.micro_batch`)."""
+    from wse_systems.training.micro_batch import resolve_micro_batch
 
     run, seq = config.runconfig, config.train_input.max_sequence_length
     return resolve_micro_batch(
@@ -80,7 +80,7 @@ def micro_batch(config: TrainConfig, spec: WaferSpec, model: Any) -> int:
 def validate(config: TrainConfig, spec: WaferSpec):
     """Config checks and the memory plan of one replica's micro-batch on `spec` (nothing
     allocated)."""
-    from wse_trainer.plan import check_memoryx, memory_plan
+    from wse_systems.training.plan import check_memoryx, memory_plan
 
     model = model_config(config)
     check_config(config, model.max_seq_len)
@@ -99,7 +99,7 @@ def validate(config: TrainConfig, spec: WaferSpec):
 def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
     """The predicted wafer step (`RunReport`) of `config` on `spec` placed as `plan` (a
     `MemoryPlan`)."""
-    from wse_trainer.performance import predict_step
+    from wse_systems.training.performance import predict_step
 
     return predict_step(
         model,
@@ -112,8 +112,8 @@ def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
 
 
 def stream_rows(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
-    """Each streamed unit's no-stall condition on `plan` (`wse_trainer.stall`)."""
-    from wse_trainer.stall import stream_budget
+    """Each streamed unit's no-stall condition on `plan` (`wse_systems.training.stall`)."""
+    from wse_systems.training.stall import stream_budget
 
     return stream_budget(
         model, spec, plan, num_csx=config.runconfig.num_csx,
@@ -178,11 +178,11 @@ class Session:
     def __init__(self, config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | None):
         import jax
         import wse_models
+        from wse_systems.training.plan import plan_activations
 
         from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
-        from wse_trainer.plan import plan_activations
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 

@@ -14,7 +14,7 @@ int32 rows; `segments`: the packed documents of its inputs, `data.Segments`, or 
    update at once.
 4. the embedding's gradient (plus the head's share when tied) and its update.
 
-Below the layer (`plan.chunks` not whole: `wse_trainer.chunks`, `wse_trainer.chunked`): a
+Below the layer (`plan.chunks` not whole: `wse_systems.training.chunks`, `wse_trainer.chunked`): a
 layer's matrices stream in column chunks; each chunk is used in the forward, again to
 recompute the layer's inner activations in the backward, then for its share of the input
 gradient and its own weight gradient, which goes through SwarmX to MemoryX at once; the
@@ -53,11 +53,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from wse_systems.training.plan import ActivationPlan
 
 from wse_trainer.chunked import ChunkedLayer
 from wse_trainer.layout import Layout
 from wse_trainer.memoryx import MemoryX
-from wse_trainer.plan import ActivationPlan
 from wse_trainer.replica import layer_fns, stage_fns
 from wse_trainer.swarmx import SwarmX
 

@@ -1,7 +1,7 @@
 """Test support shared by every package: NumPy oracles of the fabric ops and mesh shapes,
 `mutate`, the corruptions the parsers' fuzz tests apply to valid files, and `tiny_trace`, a
-small per-PE trace with dead PEs for the trace file's tests, and `ROUND_DECODER`, a decoder
-shape whose GPU roofline is easy on paper.
+small per-PE trace with dead PEs for the trace file's tests. (`ROUND_DECODER`, a decoder
+shape whose GPU roofline is easy on paper, is `wse_systems.testing`'s.)
 
 The oracles are plain-NumPy statements of what each fabric op means on the logical grid,
 written independently of `wse_core.fabric`, so a test compares the sharded result with them.
@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wse_core.systems.transformer import DecoderCounts
-
 __all__ = [
-    "ROUND_DECODER",
     "MESH_SHAPES",
     "MUTATIONS",
     "np_shift",
@@ -24,13 +21,6 @@ __all__ = [
     "one_line_error",
     "tiny_trace",
 ]
-
-# A tied Llama of 2 layers of width 256 (4 heads of 64, all KV heads) whose matmul weights are
-# exactly 1e8: the head 376,289 x 256 and 2 x (4 x 256^2 + 3 x 256 x 2048).
-ROUND_DECODER = DecoderCounts(
-    name="round", arch="llama", vocab_size=376_289, d_model=256, n_layers=2, n_heads=4,
-    n_kv_heads=4, d_ff=2048, max_seq_len=128, tie_embeddings=True,
-)  # fmt: skip
 
 # Mesh shapes the tests exercise with 8 virtual CPU devices.
 MESH_SHAPES = ((1, 1), (2, 4), (4, 2))

@@ -25,7 +25,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "Repairable fraction and usable PEs against defect rate and spares",
     ),
     "cost-model-calibration": (
-        "wse_core.studies.calibration_check:run",
+        "wse_systems.studies.calibration_check:run",
         "Every cost-model constant, the calibration rows that fit or check it, leave-one-out",
     ),
     "fabric-collectives": (
@@ -74,7 +74,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "Batch-1 decode tokens/s on 1..N WSE-3s (8B: a calibration check)",
     ),
     "tco-training": (
-        "wse_cli.studies.tco_training:run",
+        "wse_trainer.studies.tco_training:run",
         "12B model to a token budget: CS-3 vs H100 time, energy, cost",
     ),
     "hc24-frontier": (

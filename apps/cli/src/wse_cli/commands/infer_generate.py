@@ -226,9 +226,9 @@ def _speculative(model, spec, ids, sampling, context, stream):
 
 
 def _save_traces(engine, report, path: Path, *, kv_tokens: int) -> list[str]:
-    """One trace per wafer of the engine's plan (`wse_core.trace.pipeline`, the report's own
+    """One trace per wafer of the engine's plan (`wse_systems.trace`, the report's own
     phases): wafer 0 (the head) at `path`, wafer w at `<stem>.wafer<w>.npz`."""
-    from wse_core.trace.pipeline import pipeline_traces
+    from wse_systems.trace import pipeline_traces
 
     traces = pipeline_traces(engine.config, engine.plan, kv_tokens=kv_tokens, report=report)
     names = [path] + [path.with_name(f"{path.stem}.wafer{w}.npz") for w in range(1, len(traces))]

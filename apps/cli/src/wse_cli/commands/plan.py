@@ -8,9 +8,9 @@
 params.yaml or an HF directory (config.json). Prints a table, or JSON with `--json`.
 `plan train --png FILE` draws bars of time, energy and cost for both systems; `plan infer
 --png FILE` draws both systems' frontiers (aggregate tokens/s against tokens/s per user,
-the chosen points marked). The models and their assumptions are in `wse_cli.planning`,
-`wse_cli.serving_plan`, `wse_core.systems.gpu`, `wse_core.systems.serving` and
-`wse_core.systems.economics`; nothing is compiled.
+the chosen points marked). The models and their assumptions are in `wse_systems.planning.train`,
+`wse_systems.planning.infer`, `wse_systems.gpu`, `wse_systems.serving` and
+`wse_systems.economics`; nothing is compiled.
 """
 
 from __future__ import annotations
@@ -36,9 +36,7 @@ GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
 PNG = typer.Option(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
 MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", gt=0, le=1)
-USD_GPU = number(
-    None, "--usd-per-gpu-hour", help="Default: wse_core.systems.gpu.", ge=0, unit="USD/h"
-)
+USD_GPU = number(None, "--usd-per-gpu-hour", help="Default: wse_systems.gpu.", ge=0, unit="USD/h")
 USD_SYS = number(
     None,
     "--usd-per-system-hour",
@@ -238,9 +236,9 @@ def plot(plan, path: Path) -> None:
 
 
 def frontier_figure(plan):
-    """Both systems' frontiers (`wse_core.systems.serving.figure`), the chosen points marked."""
+    """Both systems' frontiers (`wse_systems.serving.figure`), the chosen points marked."""
     import matplotlib.pyplot as plt
-    from wse_core.systems.serving.figure import Curve, draw_frontiers
+    from wse_systems.serving.figure import Curve, draw_frontiers
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     w, g = plan.wafer_frontier, plan.gpu_frontier
@@ -294,7 +292,9 @@ def train(
     usd_kwh: float = USD_KWH,
 ) -> None:
     """Time, energy and cost to train on N wafers and on M GPUs (same global batch)."""
-    from wse_cli.planning import plan_train, resolve_model
+    from wse_systems.planning.train import plan_train
+
+    from wse_cli.model_choice import resolve_model
 
     plan = plan_train(
         resolve_model(model), tokens=tokens, systems=systems, gpus=gpus,
@@ -365,15 +365,16 @@ def infer(
 ) -> None:
     """Serving at an operating point: tokens/s per user and in all, time to first token,
     energy and cost per million tokens, on wafers and GPUs (default: each side's knee)."""
-    from wse_cli.planning import resolve_model
-    from wse_cli.serving_plan import plan_infer
+    from wse_systems.planning.infer import plan_infer
+
+    from wse_cli.model_choice import resolve_model
 
     plan = plan_infer(
         resolve_model(model), wafers=wafers, gpus=gpus, users=users,
         min_user_tokens_per_s=min_user_tokens_per_s, tokens_per_day=tokens_per_day,
         days=days, spec=wafer_spec(wafer, spec_file, "wse3"), gpu=gpu, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, context_len=context_len, hbm_fraction=hbm_fraction,
-        mfu=mfu, draft=draft, gamma=gamma, alpha=alpha,
+        mfu=mfu, draft=None if draft is None else resolve_model(draft), gamma=gamma, alpha=alpha,
         rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
     )  # fmt: skip
     _emit(plan, as_json, png)
@@ -382,8 +383,10 @@ def infer(
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """`wse demo`: Llama-3 8B on one CS-3 against an 8-GPU H100 node, serving at each side's
     knee (not batch 1), and training."""
-    from wse_cli.planning import plan_train, resolve_model
-    from wse_cli.serving_plan import plan_infer
+    from wse_systems.planning.infer import plan_infer
+    from wse_systems.planning.train import plan_train
+
+    from wse_cli.model_choice import resolve_model
 
     del quick  # already a few seconds
     inf = plan_infer(resolve_model("llama3-8b"), wafers=1, gpus=8)

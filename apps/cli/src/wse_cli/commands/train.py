@@ -96,7 +96,7 @@ def _seconds(s: float) -> str:
 
 
 def _print_streams(console, rows) -> None:
-    """Each streamed unit's no-stall condition (`wse_trainer.stall.stream_budget`)."""
+    """Each streamed unit's no-stall condition (`wse_systems.training.stall.stream_budget`)."""
     from rich.table import Table
 
     table = Table(title="streams: no stall when weights in <= the compute they hide under")
@@ -196,7 +196,7 @@ def train(
         _print_prediction(console, report)
         _print_streams(console, stream_rows(config, spec, model, plan))
         if trace is not None:
-            from wse_trainer.performance import step_trace
+            from wse_systems.training.performance import step_trace
 
             report = report.with_trace(step_trace(spec, report))
             console.print(f"per-PE trace: {report.trace.save(trace)} (wse view FILE)")
@@ -206,12 +206,12 @@ def train(
 
 
 def _check_host_memory(config) -> None:
-    """Refuse a run whose host arrays (wse_trainer.plan.host_bytes) exceed the host's
+    """Refuse a run whose host arrays (wse_systems.training.plan.host_bytes) exceed the host's
     memory, before the tokenizer, the data or the model is made; name what would fit."""
     import jax
     from wse_core.host.memory import largest, require
+    from wse_systems.training.plan import host_bytes
     from wse_trainer.config import check_config
-    from wse_trainer.plan import host_bytes
     from wse_trainer.run import model_config
 
     model = model_config(config)

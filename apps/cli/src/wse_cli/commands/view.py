@@ -54,9 +54,9 @@ def demo_part(console, *, out_dir: Path, quick: bool) -> None:
     """The wafer view of a pipelined GPT-2 124M decode on two demo wafers with defects."""
     from wse_core import preset
     from wse_core.hw.wafer import build_wafer
-    from wse_core.systems.pipeline import plan_pipeline
-    from wse_core.trace.pipeline import pipeline_traces
     from wse_models.config import PRESETS
+    from wse_systems.pipeline import plan_pipeline
+    from wse_systems.trace import pipeline_traces
 
     spec, cfg = preset("demo"), PRESETS["gpt2-124m"]
     plan = plan_pipeline(cfg, spec, num_wafers=2, stages=12, context_len=256)

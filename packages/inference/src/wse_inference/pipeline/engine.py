@@ -1,7 +1,7 @@
 """The pipelined wafer engine: layers on stages, tokens flowing stage to stage on the fabric.
 
 Contract (implements `wse_inference.engine.Engine`). The layout is a
-`wse_core.systems.pipeline.PipelinePlan` (`engine.plan`: `plan_pipeline` of the model on the
+`wse_systems.pipeline.PipelinePlan` (`engine.plan`: `plan_pipeline` of the model on the
 predicted wafer(s), S stages, context `max_context`, S slots, the weights' bytes), the same
 object `engine.report()` prices with `wse_inference.pipeline.perf`: each stage's layers are the
 plan's, and the emulation wafer is an S x 1 PE grid, one PE row per stage standing for that
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from wse_core.cost.report import RunReport
 from wse_core.hw.spec import PRESETS, WaferSpec
-from wse_core.systems.pipeline import PipelinePlan, PipelinePlanError
 from wse_models.sparsity import ZeroTally
+from wse_systems.pipeline import PipelinePlan, PipelinePlanError
 
 from wse_inference.decoding import first_logprob, first_token, prefill_scored, sequence_key
 from wse_inference.engine import Prefix, SamplingParams, SequenceTracker, SlotOutput

@@ -1,7 +1,7 @@
 """Predicted batch-1 decode on one or several wafers: a `PipelinePlan` priced as a `RunReport`.
 
 Contract. This module adds no cost of its own: one token of a decoder laid out as a
-`wse_core.systems.pipeline.PipelinePlan` is `wse_core.systems.decoder.decode_phases` (every layer's
+`wse_systems.pipeline.PipelinePlan` is `wse_systems.decoder.decode_phases` (every layer's
 instructions, SRAM bytes, link words, hops and relays on its region, the activation moves
 between products and between regions as words over the plan's links, the named
 `per_token` costs, and each pass between wafers), evaluated mechanism by mechanism by
@@ -31,8 +31,8 @@ from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S
 from wse_core.cost.perf import Phases, overlap, serial
 from wse_core.cost.report import RunReport
 from wse_core.hw.spec import PRESETS, WaferSpec
-from wse_core.systems.decoder import DECODER_ASSUMPTIONS, decode_phases
-from wse_core.systems.pipeline import PipelinePlan, min_wafers, plan_pipeline
+from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
+from wse_systems.pipeline import PipelinePlan, min_wafers, plan_pipeline
 
 __all__ = [
     "CALIBRATION_TOKENS_PER_S",

@@ -1,4 +1,4 @@
-"""The pipelined engine's plan: a `wse_core.systems.pipeline.PipelinePlan` on the emulation wafer.
+"""The pipelined engine's plan: a `wse_systems.pipeline.PipelinePlan` on the emulation wafer.
 
 Contract. `engine_plan(config, stages=S, max_context=...)` is the plan an S-stage
 `PipelineEngine` emulates (the one `pipeline.perf` prices); `emulation_spec(plan)` is the
@@ -14,7 +14,7 @@ from typing import Any
 
 import jax.numpy as jnp
 from wse_core.hw.spec import PRESETS, WaferSpec
-from wse_core.systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
 
 __all__ = ["engine_plan", "emulation_spec", "declare_regions", "row_bytes"]
 

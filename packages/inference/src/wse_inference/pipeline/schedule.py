@@ -13,7 +13,7 @@ prompt tokens ride in the state, the drawn token counted every tick) and, for a 
 request asked, computes the token's logprobs (`sampling.raw_logprobs`).
 With S users in flight every stage works on every tick; the state counts, per stage row,
 the ticks it worked on an occupied slot (`PipeState.stage_tokens` over `ticks`: the stage
-occupancy the serving model `wse_core.systems.serving.wafer` assumes, U / S for U users).
+occupancy the serving model `wse_systems.serving.wafer` assumes, U / S for U users).
 
 Two executions of that schedule, equal token for token: stage rows spread over several
 devices run vmapped over the rows (every row computes each tick, idle slots discarded, as

@@ -6,7 +6,7 @@ whose tokens equal `speculative.decoder.SpeculativeDecoder.generate` for the sam
 round keys). Its `metrics()` reports spec_draft_tokens, spec_accepted_tokens,
 spec_acceptance_rate, spec_mean_tokens_per_pass and spec_alpha (Leviathan's alpha, the
 mean of sum_x min(p, q) over the positions evaluated: what `wse plan infer --alpha` and
-`wse_core.systems.serving.Speculation` take).
+`wse_systems.serving.Speculation` take).
 """
 
 from __future__ import annotations

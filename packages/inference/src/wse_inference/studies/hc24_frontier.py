@@ -2,19 +2,19 @@
 per user, the wafers' and an H100 DGX's latency-throughput frontiers side by side (the chart
 of the Hot Chips 2024 talk, REFERENCES.md: aggregate tokens/s against tokens/s per user).
 
-Predicted with `wse_core.systems.serving` (nothing fitted; see its modules for the models):
+Predicted with `wse_systems.serving` (nothing fitted; see its modules for the models):
 - wafers (`WaferServing`): 8B on one CS-3, 70B on four, one region per layer, 16-bit weights;
   users in flight up to what fits the regions' SRAM beside the weights, each token priced
-  per instruction by `wse_core.systems.decoder` on the plan with the one calibration, a region
+  per instruction by `wse_systems.decoder` on the plan with the one calibration, a region
   working on one token at a time; prompts in blocks pipelined over the regions;
 - GPUs (`GpuServing`): one DGX H100 (8 GPUs) in replicas of every tp layout that holds the
   model, a batch per replica: weights read once per step plus every user's KV at
   `HBM_FRACTION` of HBM bandwidth, against the batch's flops at `MFU` (both assumptions),
   tensor-parallel all-reduces on NVLink;
-- each system's knee (`wse_core.systems.serving.knee`: per-user speed x aggregate maximal), its
+- each system's knee (`wse_systems.serving.knee`: per-user speed x aggregate maximal), its
   one-user speed, its best aggregate, the most users that fit; energy and cost per million
   tokens at the knee with the system busy all day (hardware rate and peak power, the
-  assumptions of `wse_core.systems.economics` and `wse_core.systems.gpu`; people not counted);
+  assumptions of `wse_systems.economics` and `wse_systems.gpu`; people not counted);
 - speculative decoding with `DRAFT` (Llama 3.2 1B shares the Llama 3 tokenizer), gamma
   `GAMMA`, at the acceptance rates `ALPHAS` (inputs, not measured on these models): on the
   wafers the draft holds the fewest PE rows of each wafer that fit it.
@@ -35,9 +35,9 @@ from typing import Any
 
 from wse_core.cost.assumptions import assumed_spec
 from wse_core.studies.experiment import ExperimentResult, PredictionRow
-from wse_core.systems import economics as eco
-from wse_core.systems.gpu import H100
-from wse_core.systems.serving import (
+from wse_systems import economics as eco
+from wse_systems.gpu import H100
+from wse_systems.serving import (
     Frontier,
     GpuServing,
     OperatingPoint,
@@ -56,7 +56,7 @@ WAFER = "wse3"
 # (published model name, wse_models preset, CS-3 systems)
 CASES = (("llama3.1-8b", "llama3-8b", 1), ("llama3.1-70b", "llama3-70b", 4))
 GPUS = 8  # one DGX H100
-MFU = 0.4  # assumption: achieved fraction of bf16 peak (wse_core.systems.gpu's default)
+MFU = 0.4  # assumption: achieved fraction of bf16 peak (wse_systems.gpu's default)
 HBM_FRACTION = 0.8  # assumption: achieved fraction of HBM bandwidth
 DRAFT, GAMMA, ALPHAS = "llama3-1b", 4, (0.6, 0.8)
 EMULATED_STAGES = 2
@@ -145,7 +145,7 @@ def _points(side: dict) -> list[dict]:
 def _emulated(seed: int) -> list[dict]:
     """Users 1..S on an S-stage engine: the schedule's stage occupancy as run, and the
     model's at equal stage times."""
-    from wse_core.systems.serving.wafer import occupancy
+    from wse_systems.serving.wafer import occupancy
 
     from wse_inference.engine import SamplingParams
     from wse_inference.pipeline.engine import PipelineEngine
@@ -176,7 +176,7 @@ def _figure(sides: list[dict]):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from wse_core.systems.serving.figure import Curve, draw_frontiers
+    from wse_systems.serving.figure import Curve, draw_frontiers
 
     fig, axes = plt.subplots(1, len(CASES), figsize=(11, 4.4))
     colors = {True: "tab:orange", False: "tab:green"}
@@ -230,7 +230,7 @@ def _config() -> dict:
             "gpu_memory_usable": 0.9,
             "wafer_power_w": {"busy": peak, "idle": idle, "source": eco.SYSTEMS[WAFER].source},
             "gpu_power_w_per_gpu": {"busy": gpeak, "idle": gidle,
-                                    "source": "DGX H100 max / 8 (wse_core.systems.gpu)"},
+                                    "source": "DGX H100 max / 8 (wse_systems.gpu)"},
             "usd_per_cs3_hour": eco.wafer_rates(WAFER).usd_per_system_hour,
             "usd_per_gpu_hour": H100.usd_per_gpu_hour,
             "cost_per_mtok": "hardware hours at the knee, busy all day; people not counted",

@@ -1,8 +1,8 @@
 """Experiment `hotchips24-inference`: predicted batch-1 decode tokens/s, the published rows.
 
-Predicted (`wse_inference.pipeline.perf`: each model planned by `wse_core.systems.pipeline`, one
+Predicted (`wse_inference.pipeline.perf`: each model planned by `wse_systems.pipeline`, one
 region per layer, 16-bit weights, KV cache for an 8k context, priced mechanism by mechanism
-by `wse_core.systems.decoder`), row for row, each with its cycles per token by mechanism:
+by `wse_systems.decoder`), row for row, each with its cycles per token by mechanism:
 
 - Llama 3.1 8B on one WSE-3: a calibration-set row (`params["calibration"]` is True) used
   as a check: its published 1,800 tokens/s (Cerebras, Hot Chips 2024; shared/REFERENCES.md)
@@ -136,10 +136,10 @@ def _figure(plans: list[dict]):
 def _stage_regions_figure():
     """The 8B plan on one WSE-3, per PE: the head and the 32 stages' bands, their SRAM and
     predicted busy cycles (each PE works only while the token is in its stage)."""
-    from wse_core.systems.pipeline import plan_pipeline
-    from wse_core.systems.transformer import LLAMA31_8B
-    from wse_core.trace.pipeline import pipeline_traces
     from wse_core.trace.png import trace_figure
+    from wse_systems.pipeline import plan_pipeline
+    from wse_systems.trace import pipeline_traces
+    from wse_systems.transformer import LLAMA31_8B
 
     plan = plan_pipeline(LLAMA31_8B, assumed_spec("wse3"), num_wafers=1, context_len=CONTEXT)
     trace = pipeline_traces(LLAMA31_8B, plan)[0]

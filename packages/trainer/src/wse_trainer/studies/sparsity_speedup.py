@@ -10,8 +10,8 @@ measurements, because it moves with training length (`--quick` trains fewer step
 
 Predicted (the same with `--quick`), by the wafer cost model, dense and sparse side by side
 for zero fractions 0 .. 0.95: a training step of this model on one WSE-3 (batch BATCH x
-SEQ; `wse_trainer.performance.predict_step(..., mlp_zero_fraction=s)`) and a batch-1 decode
-step on its pipeline plan (`wse_core.systems.decoder.decode_phases(..., mlp_zero_fraction=s)`);
+SEQ; `wse_systems.training.performance.predict_step(..., mlp_zero_fraction=s)`) and a batch-1 decode
+step on its pipeline plan (`wse_systems.decoder.decode_phases(..., mlp_zero_fraction=s)`);
 the measurements carry the same two speedups at the sparsity measured per layer.
 
 Mechanism and assumption: the down projection multiplies the hidden activation by w_down;
@@ -103,10 +103,9 @@ def wafer_speedups(
     takes their mean, since one step's products share one placement)."""
     from wse_core.cost.assumptions import assumed_spec
     from wse_core.cost.perf import PerfModel
-    from wse_core.systems.decoder import decode_phases
-    from wse_core.systems.pipeline import plan_pipeline
-
-    from wse_trainer.performance import predict_step
+    from wse_systems.decoder import decode_phases
+    from wse_systems.pipeline import plan_pipeline
+    from wse_systems.training.performance import predict_step
 
     spec = assumed_spec("wse3")
     s = np.asarray(zero_fraction, np.float64)

@@ -5,9 +5,9 @@ The case is the shipped `llama_1t` config (1.198T parameters: d_model 25,600, 12
 d_ff 102,400, 160 heads, 16 KV heads; the shape is an assumption, stated in the config):
 3 sequences of 8,192 tokens per system, so N systems train 3N sequences a step (weak
 scaling: the wafer keeps its activations in SRAM, which caps the per-system batch). Every
-prediction is `wse_trainer.performance.predict_step` on the plan `wse train --validate-only`
-prints: a layer does not fit beside its activations, so its matrices stream in column
-chunks sized by the SRAM ledger; the speedup is tokens/s(N) / tokens/s(1), the efficiency
+prediction is `wse_systems.training.performance.predict_step` on the plan `wse train
+--validate-only` prints: a layer does not fit beside its activations, so its matrices stream in
+column chunks sized by the SRAM ledger; the speedup is tokens/s(N) / tokens/s(1), the efficiency
 that over N (`performance.scaling`, which also names what the added systems cost).
 
 Nothing is fitted here and nothing is compared: Cerebras's published 1T figures are not in
@@ -50,7 +50,7 @@ def _case() -> tuple[Any, Any, int, int]:
 
 def _predictions() -> tuple[list[PredictionRow], list[Any], dict[str, str]]:
     """The rows, the reports (one per system count) and the assumptions they rest on."""
-    from wse_trainer.performance import predict_step, scaling
+    from wse_systems.training.performance import predict_step, scaling
 
     model, spec, batch, seq = _case()
     reports = [
@@ -108,8 +108,8 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
         "batch_per_system": batch, "seq_len": seq, "wafer": spec.name,
         "scaling": "weak: the same batch per system on every system count",
         "weight_chunks": reports[0].extra["weight_chunks"],
-        "priced by": "wse_trainer.performance.predict_step (the plan wse train --validate-only "
-        "prints), performance.scaling against one system",
+        "priced by": "wse_systems.training.performance.predict_step (the plan wse train "
+        "--validate-only prints), performance.scaling against one system",
     }  # fmt: skip
     table = [{"assumption": k, "value": v} for k, v in assumptions.items()]
     return ExperimentResult(NAME, seed, config, table, rows, _figure(rows))

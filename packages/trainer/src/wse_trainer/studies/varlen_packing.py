@@ -13,13 +13,13 @@ thousands). For each sequence length S:
   document segment only.
 
 Predicted time: on the wafer, `wafer_epoch_s` prices the epoch's steps with the trainer's
-own cost model (`wse_trainer.performance.predict_step` on one WSE-3, WAFER_BATCH rows a step,
-16-bit compute with fp32 master weights): padded rows run their full causal attention over
+own cost model (`wse_systems.training.performance.predict_step` on one WSE-3, WAFER_BATCH rows a
+step, 16-bit compute with fp32 master weights): padded rows run their full causal attention over
 S; packed rows run attention only within each document (the sum of n (n + 1) / 2 (query,
 key) pairs over the row's document pieces), and there are fewer rows. On the GPU,
 `gpu_train_s` is training flops (`ModelConfig.train_flops_per_token(n)`: 6 N plus causal
 attention over n keys, per token processed) over one H100's dense bf16 peak (989 TFLOP/s,
-`wse_core.systems.gpu.H100`) at an MFU of 0.4 (`wse_core.systems.gpu`'s default assumption). GPUs
+`wse_systems.gpu.H100`) at an MFU of 0.4 (`wse_systems.gpu`'s default assumption). GPUs
 pack too (varlen attention kernels); the wafer's claim is only that it needs no padding at all.
 Predictions are the same with `--quick` (nothing here is timed).
 """
@@ -58,7 +58,7 @@ def wafer_epoch_s(config: Any, rows: int, seq_len: int, pairs_per_row: float | N
     """Seconds for `rows` rows of `seq_len` tokens on one WSE-3 at WAFER_BATCH rows a step,
     priced by the trainer's cost model (`pairs_per_row`: causal attention pairs of a row;
     None for a full causal row)."""
-    from wse_trainer.performance import predict_step
+    from wse_systems.training.performance import predict_step
 
     step = predict_step(
         config,
@@ -101,11 +101,11 @@ def _corpus() -> tuple[list[list[int]], int]:
     return [e.ids for e in tok.encode_batch(texts)], tok.token_to_id(EOS)
 
 
-GPU_MFU = 0.4  # achieved fraction of peak in training: wse_core.systems.gpu's default (assumption)
+GPU_MFU = 0.4  # achieved fraction of peak in training: wse_systems.gpu's default (assumption)
 
 
 def _rates() -> dict[str, float]:
-    from wse_core.systems.gpu import H100
+    from wse_systems.gpu import H100
 
     return {"h100": H100.peak_flops * GPU_MFU}
 

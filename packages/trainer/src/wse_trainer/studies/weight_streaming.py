@@ -3,7 +3,7 @@ training on WSE-3 for GPT-2 124M, Llama-3 8B and 70B at 1..64 systems, next to a
 data-parallel GPU cluster (8 GPUs per CS-3, ring allreduce), and the stall fraction measured
 in the emulator on a tiny model beside its predicted step on the `small` wafer.
 
-Every wafer row comes from one `wse_trainer.performance.predict_step` RunReport of the
+Every wafer row comes from one `wse_systems.training.performance.predict_step` RunReport of the
 trainer's own memory plan, with the stable params `model`, `wafer`, `systems`, `precision`
 (plus `batch_per_system`, `seq_len`). The models run as the shipped configs do (bf16
 compute, fp32 masters: "mixed"); the per-system batches are the configs' (`gpt2_124m`,
@@ -19,9 +19,8 @@ from typing import Any
 
 from wse_core import ExperimentResult, PredictionRow, RunReport
 from wse_core.cost.assumptions import assumed_spec
-from wse_core.systems import gpu as gpum
-
-from wse_trainer.performance import no_stall_batch, predict_step
+from wse_systems import gpu as gpum
+from wse_systems.training.performance import no_stall_batch, predict_step
 
 __all__ = ["run", "CASES", "NUM_CSX"]
 
@@ -118,10 +117,10 @@ def _measure(quick: bool, seed: int) -> list[dict[str, Any]]:
     import jax
     import numpy as np
     import wse_models
+    from wse_systems.training.plan import memory_plan, plan_activations
 
     from wse_trainer.config import OptimizerConfig
     from wse_trainer.optimizer import base_transform
-    from wse_trainer.plan import memory_plan, plan_activations
     from wse_trainer.stream import StreamedTrainer
 
     model = _tiny_model()
@@ -191,7 +190,7 @@ def _figure(curves: dict[str, Any]):
         xlabel="systems (GPU count / 8)",
         ylabel="scaling efficiency",
         ylim=(0, 1.05),
-        title="GPU cluster (wse_core.systems.gpu: layout, ring all-reduce)",
+        title="GPU cluster (wse_systems.gpu: layout, ring all-reduce)",
     )
     a.legend(fontsize=7)
     b.legend(fontsize=7)
@@ -207,7 +206,7 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
         "wafer": WAFER,
         "gpu": gpum.H100.to_dict(),
         "gpus_per_system": GPUS_PER_SYSTEM,
-        "assumptions": "wafer: each row's RunReport (wse_trainer.performance.ASSUMPTIONS, "
+        "assumptions": "wafer: each row's RunReport (wse_systems.training.performance.ASSUMPTIONS, "
         "the spec's assumed fields, wse_core.cost.calibration); GPU at mfu of peak",
     }
     return ExperimentResult(NAME, seed, config, _measure(quick, seed), rows, _figure(curves))

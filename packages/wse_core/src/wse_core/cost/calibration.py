@@ -19,7 +19,7 @@ figure and its role):
   cycles, on the CS-1 (`wse1` preset's fabric, a scalar): a check of the fabric constants
   (hop and ramp latency, sourced from Luczynski et al.) and `wse_core.cost.collectives`.
 - Llama 3.1 8B, 16-bit, one WSE-3, batch-1 decode at 1,800 tokens/s (Hot Chips 2024),
-  planned by `wse_core.systems.pipeline` and priced by `wse_core.systems.decoder`: a check (no
+  planned by `wse_systems.pipeline` and priced by `wse_systems.decoder`: a check (no
   other row is needed to price it, and nothing is fitted on it). Its row is
   `systems.decoder.decode_check_row` (this module imports no LLM case; `row` builds it).
 
@@ -226,7 +226,7 @@ def row(case: str, quantity: str, published: float, model: float, role: str, bou
 def rows(cal: Calibration | None = None) -> list[dict[str, object]]:
     """Every calibration row priced here: published and model figures, their ratio, its role
     (which constant it fits, or "check") and the bound. The Llama 3.1 8B check row is
-    `wse_core.systems.decoder.decode_check_row` (an LLM case: pricing and the calibration do
+    `wse_systems.decoder.decode_check_row` (an LLM case: pricing and the calibration do
     not depend on it)."""
     cal = cal or current()
     out = []

@@ -37,6 +37,7 @@ __all__ = [
     "SIMD_WSE2",
     "SIMD_WSE3",
     "PRESETS",
+    "SYSTEM_PEAK_W",
     "preset",
     "spec_from",
     "load_spec",
@@ -303,6 +304,12 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
         ),
     }
 )
+
+
+# Peak power of the system built around each wafer preset (W): CS-1 product overview (SC19),
+# CS-2 datasheet, CS-3 announcement (2024, same power as CS-2). Data for `RunReport.energy_j`
+# and `wse_systems.economics` (the systems' idle power and prices live there).
+SYSTEM_PEAK_W: Mapping[str, float] = MappingProxyType({"wse1": 20e3, "wse2": 23e3, "wse3": 23e3})
 
 
 def preset(name: str) -> WaferSpec:

@@ -1,0 +1,360 @@
+"""What a decoder-only transformer costs on wafer regions, counted per instruction.
+
+Contract. `matvec_phases(region, n_in, n_out, ...)` is one matrix-vector product whose
+`n_in x n_out` weight is spread over a `rows x cols` PE region as the SDK's gemv examples
+lay it out, each step priced by its mechanisms:
+
+- x_in: the input vector sits on the region's top row, split over the columns (n_in / cols
+  values per column); each column floods its piece down (`wse_core.cost.collectives`
+  broadcast: the piece's words down the ramp, rows - 1 hops, one relay).
+- axpy: each PE holds a `ceil(n_out / rows) x ceil(n_in / cols)` block and runs one column
+  AXPY (FMAC DSD) per input element it holds (the `single-tile-matvec` kernel).
+- reduce: the partial outputs are sum-reduced along each row to its middle PE (both halves
+  at once), by the fastest of Luczynski et al.'s line reduces
+  (`wse_core.cost.collectives.reduce_to_centre`).
+- move: the activation goes from the rows' middle PEs to the next product's input layout
+  (the top row, split over the columns) as words over the links the layout has: out along
+  each row both ways (half a row's ceil(n_out / rows) values on each of its two links),
+  then up the columns (n_out / cols values on a column's northward link), half the row
+  plus rows - 1 hops and one relay.
+
+`matvec_work` is the same counts as one `Work` (for counting; `matvec_phases` for timing).
+`decode_phases(shape, plan, ...)` is one batch-1 decode step of `shape` laid out by
+`wse_systems.pipeline.plan_pipeline`: per layer the norms, the q/k/v, attention, output
+and MLP products on that layer's region, the residual stream's move to the next region (its
+top row's values down the region's height: words over the links between the bands), the
+passes between wafers, and a named `per_token` group (the head's product, the argmax, the
+token's way back to the embedding). It is the same plan object the inference engine
+emulates, so a change of the plan changes the prediction through it.
+
+`shape` is a `wse_systems.transformer.DecoderShape` (its counts), e.g. a
+`wse_models.ModelConfig` or `transformer.LLAMA31_8B`, the calibration case.
+
+Activation sparsity (ReLU and squared-ReLU MLPs): the wafer's dataflow triggers a PE's
+FMAC only when a nonzero operand arrives (Cerebras states the hardware skips zeros), so the
+down projection's column AXPYs run only for the nonzero hidden values: `mlp_zero_fraction`
+s scales its FMACs and their SRAM traffic by (1 - s). The zeros are still multicast (the
+fabric time does not shrink; a sender-side filter would be a further gain, not assumed).
+
+Assumptions (listed in every prediction built from here): the exponential of the softmax
+costs `EXP_FMACS` FMACs per element (a polynomial; not published); the attention reads the
+KV cache of `kv_tokens` tokens (default: half the context); words of partial sums travel in
+the weights' dtype (two 16-bit values per wavelet); reductions over a region (norms,
+softmax) are `wse_core.cost.collectives.allreduce_2d` over its rectangle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from wse_core.cost.collectives import allreduce_2d, broadcast_line, reduce_to_centre
+from wse_core.cost.perf import Op, Phase, Phases, Work, serial
+from wse_core.hw.spec import WaferSpec
+from wse_core.hw.sram import Region
+
+from wse_systems.transformer import LLAMA31_8B, DecoderShape
+
+__all__ = [
+    "EXP_FMACS",
+    "DECODER_ASSUMPTIONS",
+    "matvec_phases",
+    "matvec_work",
+    "layer_phases",
+    "decode_phases",
+    "PER_TOKEN",
+    "decode_case",
+    "decode_check_row",
+]
+
+# The group of what every token costs outside the layers; it runs on the head region.
+PER_TOKEN = "per_token"
+EXP_FMACS = 6.0  # assumption: exp by a degree-6 polynomial (Horner: one FMAC per term)
+DECODER_ASSUMPTIONS = {
+    "matvec layout": "input split over the top row's columns and flooded down them; partial "
+    "sums reduced along rows to their middle PEs (the fastest of Luczynski et al.'s line "
+    "reduces); the output moved back to the top row along the rows and up the columns",
+    "exp": f"{EXP_FMACS:g} FMACs per element (polynomial; not published)",
+    "kv_tokens": "the attention reads half the context unless stated",
+    "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
+    "still cross the fabric; a stage's layers share its mean zero fraction",
+}
+
+
+def _dtype(bytes_per_value: int) -> str:
+    return "fp16" if bytes_per_value == 2 else "fp32"
+
+
+def _rates(spec: WaferSpec | None) -> WaferSpec:
+    """The constants the collectives choose their algorithm at (fitted ones in place)."""
+    from wse_core.cost.perf import PerfModel
+    from wse_core.hw.spec import PRESETS
+
+    return PerfModel(spec or PRESETS["wse3"]).rates
+
+
+def _matvec_parts(
+    region: Region,
+    n_in: int,
+    n_out: int,
+    bytes_per_value: int,
+    input_density: float,
+    spec: WaferSpec | None,
+) -> tuple[tuple[str, Work], ...]:
+    if not 0.0 <= input_density <= 1.0:
+        raise ValueError(f"input_density must be in [0, 1], got {input_density}")
+    r, c = region.rows, region.cols
+    rows_out, cols_in = math.ceil(n_out / r), math.ceil(n_in / c)
+    words = bytes_per_value / 4
+    fired = cols_in * input_density
+    elems = rows_out * fired
+    axpy = Work(
+        ops=(Op("fmac", _dtype(bytes_per_value), rows_out, count=fired),),
+        # FMAC y += w * x: reads w and y, writes y (x is a scalar in SRAM from x_in).
+        sram_read_bytes=2 * elems * bytes_per_value,
+        sram_write_bytes=elems * bytes_per_value,
+        task_activations=1.0,
+    )
+    half = math.ceil(rows_out / 2) * words
+    move = Work(
+        links={"W": half, "E": half, "N": math.ceil(n_out / c) * words, "ramp": rows_out * words},
+        latency_hops=float(math.ceil((c - 1) / 2) + (r - 1)),
+        relay_stages=1.0,
+    )
+    return (
+        ("x_in", broadcast_line(r, cols_in * words)),
+        ("axpy", axpy),
+        ("reduce", reduce_to_centre(_rates(spec), c, rows_out * words)),
+        ("move", move),
+    )
+
+
+def matvec_phases(
+    region: Region,
+    n_in: int,
+    n_out: int,
+    *,
+    bytes_per_value: int = 2,
+    input_density: float = 1.0,
+    spec: WaferSpec | None = None,
+    name: str = "matvec",
+) -> Phases:
+    """y (n_out) = W^T x (n_in) on `region`, its busiest PE's steps in order (the module
+    contract). `input_density`: the fraction of x that is nonzero; a zero triggers no column
+    AXPY (zeros still cross the fabric). `spec`: whose constants choose the reduce (WSE-3)."""
+    parts = _matvec_parts(region, n_in, n_out, bytes_per_value, input_density, spec)
+    return serial(*(Phase(n, w) for n, w in parts), name=name)
+
+
+def matvec_work(
+    region: Region,
+    n_in: int,
+    n_out: int,
+    *,
+    bytes_per_value: int = 2,
+    input_density: float = 1.0,
+    spec: WaferSpec | None = None,
+) -> Work:
+    """`matvec_phases`' counts as one Work (instructions, SRAM, link words, hops, relays)."""
+    parts = _matvec_parts(region, n_in, n_out, bytes_per_value, input_density, spec)
+    out = Work()
+    for _, w in parts:
+        out = out + w
+    return out
+
+
+def _reduce_work(region: Region, words: float, spec: WaferSpec | None = None) -> Work:
+    """A sum (or max) of `words` per PE over the region and back to every PE (norms,
+    softmax): `wse_core.cost.collectives.allreduce_2d`."""
+    return allreduce_2d(_rates(spec), region.rows, region.cols, words)
+
+
+def _elementwise(kind: str, n: float, region: Region, dtype: str, per: float = 1.0) -> Op:
+    return Op(kind, dtype, math.ceil(n / region.num_pes), count=per)
+
+
+def _row_op(kind: str, n: float, region: Region, dtype: str, per: float = 1.0) -> Op:
+    """An elementwise op on a vector held by the region's top row (n / cols per PE)."""
+    return Op(kind, dtype, math.ceil(n / region.cols), count=per)
+
+
+def _norm(region: Region, d: int, dt: str, spec: WaferSpec | None) -> Phases:
+    """RMS/layer norm of the residual on the top row: square-and-sum, the row's sum and
+    back, then the scale."""
+    local = Work(ops=(_row_op("fmac", d, region, dt), _row_op("mul", d, region, dt)))
+    total = allreduce_2d(_rates(spec), 1, region.cols, 1)
+    return serial(Phase("norm_local", local), Phase("norm_sum", total), name="norm")
+
+
+def _attention(
+    shape: DecoderShape, region: Region, kv: int, b: int, spec: WaferSpec | None
+) -> Phases:
+    """Attention over `kv` cached tokens spread over the region: q down the columns, q.k and
+    p.v FMACs and the softmax on each PE's tokens, a max and a sum per head over the region,
+    the heads' outputs reduced along the rows and moved to the top row."""
+    hd, nh, nkv, pes = shape.hd, shape.n_heads, shape.n_kv_heads, region.num_pes
+    dt, words = _dtype(b), b / 4
+    scores = kv * nh
+    local = Work(
+        ops=(
+            Op("fmac", dt, hd, count=2 * scores / pes),
+            _elementwise("fmac", scores, region, dt, EXP_FMACS),
+            _elementwise("max", scores, region, dt),
+            _elementwise("sub", scores, region, dt),
+            _elementwise("add", scores, region, dt),
+            Op("div", dt, math.ceil(nh * hd / pes)),
+        ),
+        sram_read_bytes=2 * kv * nkv * hd * b / pes,
+        task_activations=1.0,
+    )
+    out = _matvec_parts(region, region.cols, nh * hd, b, 1.0, spec)
+    return serial(
+        Phase("q_in", broadcast_line(region.rows, math.ceil(nh * hd / region.cols) * words)),
+        Phase("scores", local),
+        Phase("softmax_sums", allreduce_2d(_rates(spec), region.rows, region.cols, 2 * nh)),
+        *(Phase(f"heads_{n}", w) for n, w in out if n in ("reduce", "move")),
+        name="attention",
+    )
+
+
+def layer_phases(
+    shape: DecoderShape,
+    region: Region,
+    *,
+    kv_tokens: int,
+    bytes_per_value: int = 2,
+    mlp_zero_fraction: float = 0.0,
+    spec: WaferSpec | None = None,
+) -> Phases:
+    """One layer's decode step (one token) on `region`, phase by phase (`mlp_zero_fraction`:
+    the share of the MLP hidden activation that is zero, skipped by the down projection;
+    `spec`: whose constants choose the collectives' algorithms, WSE-3 by default)."""
+    d, hd = shape.d_model, shape.hd
+    nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
+    dt, b = _dtype(bytes_per_value), bytes_per_value
+    gated = shape.arch == "llama"
+    mlp_out = (2 if gated else 1) * ff
+    act = Work(ops=(_row_op("fmac", ff, region, dt, EXP_FMACS + 2),), task_activations=1.0)
+    residual = Work(ops=(_row_op("add", d, region, dt),))
+
+    def mv(name: str, n_in: int, n_out: int, density: float = 1.0) -> Phases:
+        return matvec_phases(
+            region, n_in, n_out, bytes_per_value=b, input_density=density, spec=spec, name=name
+        )
+
+    return serial(
+        dataclasses.replace(_norm(region, d, dt, spec), name="norm_attn"),
+        mv("qkv", d, (nh + 2 * nkv) * hd),
+        _attention(shape, region, kv_tokens, b, spec),
+        mv("o_proj", nh * hd, d),
+        Phase("residual_attn", residual),
+        dataclasses.replace(_norm(region, d, dt, spec), name="norm_mlp"),
+        mv("up_gate", d, mlp_out),
+        Phase("activation", act),
+        mv("down", ff, d, 1 - mlp_zero_fraction),
+        Phase("residual_mlp", residual),
+        name="layer",
+    )
+
+
+def _to_next(region: Region, d: int, b: int) -> Work:
+    """The residual stream (on the top row, d / cols values per column) down the region's
+    height to the next region's top row: words over the links between the bands."""
+    words = math.ceil(d / region.cols) * b / 4
+    return Work(
+        links={"S": words, "ramp": words}, latency_hops=float(region.rows), relay_stages=1.0
+    )
+
+
+def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec) -> Phases:
+    """What every token costs outside the layers: the head's product, the argmax over the
+    vocabulary (a max and its index over the head region), and the chosen token's embedding
+    row from its PE to the first stage's top row."""
+    head, b, d = plan.head.region, plan.bytes_per_param, shape.d_model
+    embed = Work(
+        links={"S": math.ceil(d / head.cols) * b / 4, "ramp": math.ceil(d / head.cols) * b / 4},
+        latency_hops=float(head.rows + head.cols),
+        relay_stages=2.0,  # the argmax's PE to the embedding row's, that one to the top row
+        task_activations=1.0,
+    )
+    return serial(
+        matvec_phases(head, d, shape.vocab_size, bytes_per_value=b, spec=spec, name="lm_head"),
+        Phase("argmax", allreduce_2d(_rates(spec), head.rows, head.cols, 2)),
+        Phase("embed", embed),
+        name=PER_TOKEN,
+    )
+
+
+def decode_phases(
+    shape: DecoderShape,
+    plan: Any,
+    *,
+    kv_tokens: int | None = None,
+    mlp_zero_fraction: float | Sequence[float] = 0.0,
+) -> Phases:
+    """One batch-1 decode step (one token) of `shape` on `plan` (a `PipelinePlan`);
+    `mlp_zero_fraction` is one value or one per layer (a stage takes its layers' mean).
+
+    At batch 1 only one region works at a time: the regions' phases are serial. Each region
+    passes the residual stream to the next (`_to_next`); each wafer boundary and the way back
+    to wafer 0 is a system pass of d_model values; `per_token` is the head, the argmax and
+    the embedding of the next token."""
+    kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
+    b, d, spec = plan.bytes_per_param, shape.d_model, plan.spec
+    parts: list[Phase | Phases] = []
+    zeros = np.broadcast_to(np.asarray(mlp_zero_fraction, np.float64), (shape.n_layers,))
+    for stage in plan.stages:
+        s = float(zeros[stage.layers[0] : stage.layers[1]].mean())
+        layer = layer_phases(
+            shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s, spec=spec
+        )
+        parts.append(
+            serial(
+                dataclasses.replace(layer, repeat=stage.num_layers),
+                Phase("to_next", _to_next(stage.region, d, b)),
+                name=stage.name,
+            )
+        )
+    passes = Work(host_io_bytes=plan.wafer_crossings * d * b, system_hops=plan.wafer_crossings)
+    return serial(
+        *parts,
+        _per_token(shape, plan, spec),
+        Phase("between_wafers", passes),
+        name="decode_step",
+    )
+
+
+def decode_case() -> tuple[WaferSpec, Phases]:
+    """The calibration set's 8B case: Llama 3.1 8B planned on one WSE-3 (8k context), one
+    decode token (`wse_core.cost.calibration`'s check row; see `decode_check_row`). WSE-3 as the
+    calibration sees it: under the active assumptions (`wse_core.cost.assumptions.assumed_spec`)."""
+    from wse_core.cost.assumptions import assumed_spec
+
+    spec = assumed_spec("wse3")
+    key = spec.key()
+    if key not in _DECODE_CASES:
+        from wse_systems.pipeline import plan_pipeline
+
+        plan = plan_pipeline(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
+        _DECODE_CASES[key] = (spec, decode_phases(LLAMA31_8B, plan))
+    return _DECODE_CASES[key]
+
+
+_DECODE_CASES: dict[str, tuple[WaferSpec, Phases]] = {}  # by `WaferSpec.key()`
+
+
+def decode_check_row(cal: Any = None) -> dict[str, object]:
+    """The calibration row of the 8B case (`wse_core.cost.calibration.row`): Hot Chips 2024's
+    1,800 tokens/s against the model under `cal` (default: the calibration in force)."""
+    from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S, current, row
+    from wse_core.cost.perf import PerfModel
+
+    spec, phases = decode_case()
+    timing = PerfModel(spec, cal or current()).evaluate(phases)
+    published = 1 / DECODE_8B_TOKENS_PER_S
+    return row(
+        "llama3.1-8b wse3 x1", "seconds/token", published, timing.seconds, "check", timing.bound
+    )

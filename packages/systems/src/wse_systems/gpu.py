@@ -1,0 +1,277 @@
+"""The GPU cluster model beside the wafer model: A100 / H100 nodes and training steps, from
+public figures and stated assumptions (nothing fitted). Serving (a batch of users on tp x pp
+GPUs) is `wse_systems.serving.gpus`, on these figures.
+
+Public figures (per GPU unless noted; "assumption" where no vendor publishes the number):
+
+| quantity | A100 SXM4 80GB | H100 SXM5 80GB | source |
+| --- | --- | --- | --- |
+| dense bf16/fp16 tensor peak | 312 TFLOP/s | 989 TFLOP/s | [1] (H100: 1,979 is 2:4 sparse) |
+| HBM bandwidth | 2.039 TB/s (HBM2e) | 3.35 TB/s (HBM3) | [1] |
+| memory | 80 GB | 80 GB | [1] |
+| NVLink, one direction | 300 GB/s (600 total) | 450 GB/s (900 total) | [1] |
+| NVLink latency per ring step | 1 us | 1 us | assumption (NCCL small-message scale) |
+| InfiniBand per GPU, one direction | 25 GB/s (HDR) | 50 GB/s (NDR) | [2] (a NIC per GPU) |
+| InfiniBand latency per ring step | 5 us | 5 us | assumption (as training.performance) |
+| board power (TDP) | 400 W | 700 W | [1] |
+| node (8 GPUs) power, max | 6.5 kW | 10.2 kW | [2] |
+| node power, idle | 1.6 kW | 2.6 kW | assumption: 25% of max (not published) |
+| price per GPU-hour | $1.80 | $3.00 | assumption: typical 2024-25 cloud rates |
+
+[1] NVIDIA A100 Tensor Core GPU datasheet; NVIDIA H100 Tensor Core GPU datasheet.
+[2] NVIDIA DGX A100 datasheet (8 x 200 Gb/s HDR ConnectX-6, 6.5 kW max); NVIDIA DGX H100
+datasheet (8 x 400 Gb/s NDR ConnectX-7, ~10.2 kW max).
+
+Training (`train_step`): per token 6 N_matmul flops plus PaLM's attention term 12 L H Q T
+(Chowdhery et al. 2022, appendix B: N_matmul = the weights every token multiplies — the
+layers and the output head, not the embedding lookup; L layers, H Q = heads x head dim, T the
+sequence length, causal masking not discounted, which is how MFU figures are quoted). The
+step runs at `mfu` of peak (default 0.4, an input). The layout (data x tensor x pipeline
+parallel, tensor parallel inside a node) is the fastest that fits memory: 16 bytes per
+parameter (bf16 weights and gradients, fp32 master and two Adam moments; ZeRO paper's mixed
+precision accounting) over tp x pp GPUs, plus activations under full recompute (each layer's
+bf16 input kept, 2 s d bytes per sequence per layer, and one layer's working set 34 s d
+bytes, Korthikanti et al. 2022 with flash attention), micro-batches of one sequence, 1F1B
+(at most L layer inputs in flight per GPU). The pipeline bubble adds (pp - 1) / m of the
+compute (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken to
+be inside the MFU. Gradients (bf16) are ring-all-reduced over the data-parallel group on
+NVLink when it fits in one node, else InfiniBand, overlapping the backward pass (2/3 of the
+compute): only the excess is exposed.
+
+Ring all-reduce (`ring_allreduce_s`): 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1) x latency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from wse_core.errors import SpecError, WseError, suggest
+
+from wse_systems.transformer import DecoderShape, attn_dim, matmul_params, num_params
+
+__all__ = [
+    "GPUS",
+    "WEIGHT_BYTES",
+    "A100",
+    "H100",
+    "BYTES_PER_PARAM_TRAIN",
+    "USABLE_MEMORY",
+    "GpuSpec",
+    "GpuMemoryError",
+    "ModelShape",
+    "TrainLayout",
+    "TrainStep",
+    "gpu_spec",
+    "ring_allreduce_s",
+    "train_flops_per_token",
+    "train_step",
+    "min_train_gpus",
+]
+
+BYTES_PER_PARAM_TRAIN = 16  # bf16 weight + bf16 grad + fp32 master + Adam m, v
+USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
+WEIGHT_BYTES = 2  # bf16 weights, gradients and activations
+ACT_WORKING = 34  # one layer's activations, bytes per token per d_model (Korthikanti 2022)
+
+
+class GpuMemoryError(WseError):
+    """A model does not fit the GPUs asked for."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GpuSpec:
+    """One GPU model and its node (figures and sources in the module docstring)."""
+
+    name: str
+    peak_flops: float  # dense bf16, flop/s
+    hbm_bytes_per_s: float
+    memory_bytes: float
+    nvlink_bytes_per_s: float  # per GPU, one direction
+    nvlink_latency_s: float
+    ib_bytes_per_s: float  # per GPU, one direction
+    ib_latency_s: float
+    board_power_w: float
+    gpus_per_node: int
+    node_power_w: float  # max
+    node_idle_w: float
+    usd_per_gpu_hour: float
+
+    def power_w_per_gpu(self) -> tuple[float, float]:
+        """(peak, idle) node power per GPU, watts: CPUs, NICs and fans included."""
+        return self.node_power_w / self.gpus_per_node, self.node_idle_w / self.gpus_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+A100 = GpuSpec(
+    name="A100-SXM4-80GB",
+    peak_flops=312e12,
+    hbm_bytes_per_s=2.039e12,
+    memory_bytes=80e9,
+    nvlink_bytes_per_s=300e9,
+    nvlink_latency_s=1e-6,
+    ib_bytes_per_s=25e9,
+    ib_latency_s=5e-6,
+    board_power_w=400.0,
+    gpus_per_node=8,
+    node_power_w=6500.0,
+    node_idle_w=0.25 * 6500.0,
+    usd_per_gpu_hour=1.80,
+)
+H100 = GpuSpec(
+    name="H100-SXM5-80GB",
+    peak_flops=989e12,
+    hbm_bytes_per_s=3.35e12,
+    memory_bytes=80e9,
+    nvlink_bytes_per_s=450e9,
+    nvlink_latency_s=1e-6,
+    ib_bytes_per_s=50e9,
+    ib_latency_s=5e-6,
+    board_power_w=700.0,
+    gpus_per_node=8,
+    node_power_w=10200.0,
+    node_idle_w=0.25 * 10200.0,
+    usd_per_gpu_hour=3.00,
+)
+GPUS: Mapping[str, GpuSpec] = MappingProxyType({"a100": A100, "h100": H100})
+
+
+def gpu_spec(name: str) -> GpuSpec:
+    """The GPU called `name` ("a100" or "h100"); unknown is a SpecError."""
+    key = name.lower()
+    if key not in GPUS:
+        raise SpecError(f"unknown GPU {name!r}{suggest(key, GPUS)}; use one of {list(GPUS)}")
+    return GPUS[key]
+
+
+class ModelShape:
+    """Kept for `ModelShape.of(config)` callers: the GPU model reads any
+    `wse_systems.transformer.DecoderShape` (a `wse_models.ModelConfig`) directly."""
+
+    @staticmethod
+    def of(config: DecoderShape) -> DecoderShape:
+        """`config` itself (its counts are `wse_systems.transformer`'s formula)."""
+        return config
+
+
+def ring_allreduce_s(nbytes: float, p: int, bytes_per_s: float, latency_s: float) -> float:
+    """Ring all-reduce of `nbytes` over `p` GPUs: 2(p-1)/p bytes/bw + 2(p-1) latency."""
+    if p <= 1:
+        return 0.0
+    return 2 * (p - 1) / p * nbytes / bytes_per_s + 2 * (p - 1) * latency_s
+
+
+def train_flops_per_token(model: DecoderShape, seq_len: int) -> float:
+    """6 N_matmul + 12 L (H Q) T: forward and backward, PaLM's accounting."""
+    return 6 * matmul_params(model) + 12 * model.n_layers * attn_dim(model) * seq_len
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainLayout:
+    dp: int
+    tp: int
+    pp: int
+    bytes_per_gpu: float  # states + activations
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainStep:
+    step_s: float
+    compute_s: float  # at mfu, no bubble
+    bubble_s: float
+    allreduce_s: float  # whole ring time; only the part beyond the backward is exposed
+    exposed_allreduce_s: float
+    layout: TrainLayout
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _train_bytes(model: DecoderShape, seq_len: int, tp: int, pp: int) -> float:
+    states = BYTES_PER_PARAM_TRAIN * num_params(model) / (tp * pp)
+    inputs = model.n_layers * WEIGHT_BYTES * seq_len * model.d_model / tp
+    working = ACT_WORKING * seq_len * model.d_model / tp
+    return states + inputs + working
+
+
+def _layouts(model: DecoderShape, gpu: GpuSpec, num_gpus: int, seq_len: int, batch: int):
+    """Every (dp, tp, pp) of num_gpus that fits memory and has a sequence per data rank."""
+    usable = USABLE_MEMORY * gpu.memory_bytes
+    for tp in (t for t in (1, 2, 4, 8) if t <= gpu.gpus_per_node and num_gpus % t == 0):
+        for pp in range(1, model.n_layers + 1):
+            if num_gpus % (tp * pp):
+                continue
+            dp = num_gpus // (tp * pp)
+            need = _train_bytes(model, seq_len, tp, pp)
+            if dp <= batch and need <= usable:
+                yield TrainLayout(dp, tp, pp, need)
+
+
+def _step(model, gpu, layout, *, seq_len, batch, mfu) -> TrainStep:
+    n = layout.dp * layout.tp * layout.pp
+    compute = batch * seq_len * train_flops_per_token(model, seq_len) / (n * gpu.peak_flops * mfu)
+    micro = math.ceil(batch / layout.dp)
+    bubble = compute * (layout.pp - 1) / micro
+    in_node = n <= gpu.gpus_per_node
+    bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
+    lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
+    grad_bytes = WEIGHT_BYTES * num_params(model) / (layout.tp * layout.pp)
+    ring = ring_allreduce_s(grad_bytes, layout.dp, bw, lat)
+    exposed = max(0.0, ring - compute * 2 / 3)
+    return TrainStep(compute + bubble + exposed, compute, bubble, ring, exposed, layout)
+
+
+def train_step(
+    model: DecoderShape,
+    gpu: GpuSpec,
+    *,
+    num_gpus: int,
+    batch: int,
+    seq_len: int,
+    mfu: float = 0.4,
+) -> TrainStep:
+    """One step of `batch` sequences of `seq_len` tokens on `num_gpus` GPUs, fastest layout.
+
+    Raises GpuMemoryError (naming the smallest count that holds the model) when no layout of
+    `num_gpus` fits, or when more data-parallel ranks than sequences would be needed.
+    """
+    if num_gpus < 1 or batch < 1 or seq_len < 1 or not 0 < mfu <= 1:
+        raise WseError(
+            f"num_gpus, batch and seq_len must be >= 1 and 0 < mfu <= 1, got "
+            f"{num_gpus}, {batch}, {seq_len}, {mfu}"
+        )
+    steps = [
+        _step(model, gpu, lay, seq_len=seq_len, batch=batch, mfu=mfu)
+        for lay in _layouts(model, gpu, num_gpus, seq_len, batch)
+    ]
+    if not steps:
+        need = min_train_gpus(model, gpu, seq_len=seq_len)
+        raise GpuMemoryError(
+            f"{num_gpus} x {gpu.name} cannot train this model "
+            f"({num_params(model) / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes + "
+            f"activations, batch {batch}): use at least {need} GPUs, at most "
+            f"{batch} data-parallel ranks x tensor x pipeline"
+        )
+    return min(steps, key=lambda s: s.step_s)
+
+
+def min_train_gpus(model: DecoderShape, gpu: GpuSpec, *, seq_len: int) -> int:
+    """The fewest GPUs (tp <= node, pp <= layers) whose training state fits."""
+    usable = USABLE_MEMORY * gpu.memory_bytes
+    best = [
+        tp * pp
+        for tp in (1, 2, 4, 8)
+        for pp in range(1, model.n_layers + 1)
+        if _train_bytes(model, seq_len, tp, pp) <= usable
+    ]
+    if not best:
+        raise GpuMemoryError(f"no layout of {gpu.name} GPUs holds this model's training state")
+    return min(best)

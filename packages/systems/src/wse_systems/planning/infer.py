@@ -1,0 +1,267 @@
+"""`wse plan infer`'s model: wafers against GPUs serving a model at an operating point.
+
+Contract. `plan_infer(choice, ...)` builds both serving systems of `wse_systems.serving` — the
+wafers (`WaferServing`: the pipeline plan the inference engine runs, with users in flight
+up to what fits its SRAM) and the GPUs (`GpuServing`: a batch on every tp x pp layout of
+one node, or of the fewest whole nodes that hold the model) — for one `Workload` (prompt,
+output and context tokens per user), optionally with speculative decoding (a draft model,
+gamma, alpha). It returns a `ServingPlan`: each system's frontier (aggregate tokens/s
+against tokens/s per user as the load grows), the point chosen on each side —
+
+- `users=N`: N users in flight on each side (refused, with the budget, where they do not fit);
+- `min_user_tokens_per_s=S`: the largest load at least S tokens/s per user on each side (a
+  side that cannot reach S even for one user says so; neither is an error);
+- neither: each side's knee (`wse_systems.serving.knee`: per-user speed x aggregate maximal) —
+
+and at that point: energy and cost per million tokens (replicas sized for the tokens per
+day; default one wafer replica busy all day at its point), and the GPUs that match the
+wafers' per-user speed, and that speed together with their aggregate throughput
+(`wse_systems.serving.gpus_to_match`; None where no count can). Nothing here compiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from wse_core import PRESETS, WaferSpec
+
+from wse_systems import economics as eco
+from wse_systems import gpu as gpum
+from wse_systems import serving as sv
+from wse_systems.pipeline import PipelinePlanError
+from wse_systems.planning.choice import ModelChoice, PlanError
+from wse_systems.planning.train import (
+    SideResult,
+    check_positive,
+    check_rates,
+    gpu_rates,
+    plan_dict,
+    power_notes,
+    wafer_rates,
+)
+from wse_systems.transformer import DecoderShape, num_params
+
+__all__ = ["ServingPlan", "plan_infer", "wafer_serving"]
+
+DAY_S = 86400.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingPlan:
+    """Both sides at the chosen point, both frontiers, the GPU matches, the assumptions."""
+
+    model: str
+    n_params: int
+    inputs: dict[str, Any]
+    choice: str  # "knee", "users" or "min_user_tokens_per_s"
+    wafer: SideResult
+    gpu: SideResult
+    wafer_point: sv.OperatingPoint
+    gpu_point: sv.OperatingPoint
+    wafer_frontier: sv.Frontier
+    gpu_frontier: sv.Frontier
+    gpus_to_match: dict[str, int | None]
+    assumptions: list[str]
+    workload: str = "infer"
+
+    def to_dict(self) -> dict[str, Any]:
+        fronts = {"wafer": self.wafer_frontier.to_dict(), "gpu": self.gpu_frontier.to_dict()}
+        return {**plan_dict(self), "choice": self.choice, "frontiers": fronts}
+
+
+def wafer_serving(
+    config: Any, spec: WaferSpec, *, num_wafers: int | None, workload: sv.Workload,
+    speculation: sv.Speculation | None = None,
+) -> sv.WaferServing:  # fmt: skip
+    """The wafers' serving system on `num_wafers` (default: the fewest that hold the model,
+    its draft and one user)."""
+    counts = [num_wafers] if num_wafers else range(1, config.n_layers + 1)
+    for n in counts:
+        try:
+            return sv.WaferServing(
+                config, spec, num_wafers=n, workload=workload, speculation=speculation
+            )
+        except PipelinePlanError:
+            if num_wafers:
+                raise
+    raise PlanError(f"no number of {spec.name} wafers up to {config.n_layers} holds the model")
+
+
+def _default_gpus(shape: DecoderShape, g: gpum.GpuSpec, workload, speculation) -> int:
+    """One node, or the fewest whole nodes that hold the model, its draft and one user."""
+    for nodes in range(1, sv.gpus.MAX_GPUS // g.gpus_per_node + 1):
+        try:
+            sv.GpuServing(shape, g, num_gpus=nodes * g.gpus_per_node, workload=workload,
+                          speculation=speculation)  # fmt: skip
+            return nodes * g.gpus_per_node
+        except gpum.GpuMemoryError:
+            continue
+    raise PlanError(f"no number of {g.name} nodes up to {sv.gpus.MAX_GPUS} GPUs holds the model")
+
+
+def _choose(system, front, users, speed) -> tuple[sv.OperatingPoint, bool]:
+    """(the point, whether it meets the asked speed) — see the module contract."""
+    if users is not None:
+        return sv.at_users(system, users), True
+    if speed is not None:
+        p = sv.meeting(system, speed)
+        return (p, True) if p is not None else (system.point(1), False)
+    return sv.knee(system, front), True
+
+
+def _serve(
+    name: str, units: int, point: sv.OperatingPoint, tokens_per_day: float, days: float,
+    power: tuple[float, float], rates: eco.Rates, figures: dict[str, Any],
+) -> SideResult:  # fmt: skip
+    """Replicas of `units` at `point` enough for `tokens_per_day`, busy for their share of
+    the day and idle the rest."""
+    tok_s = point.aggregate_tokens_per_s
+    replicas = max(1, math.ceil(tokens_per_day / (tok_s * DAY_S)))
+    busy_s = tokens_per_day / tok_s  # summed over replicas
+    peak_w, idle_w = power
+    energy = days * eco.energy_j(busy_s, units * peak_w, units * idle_w, replicas * DAY_S)
+    total_tokens = tokens_per_day * days
+    b = eco.bill(system_hours=replicas * units * days * 24, energy_j=energy, rates=rates)
+    figures = {
+        **figures,
+        "point": point.to_dict(),
+        "users": point.users,
+        "tokens_per_s_per_user": point.user_tokens_per_s,
+        "tokens_per_s": tok_s,
+        "ttft_s": point.ttft_s,
+        "bound": point.bound,
+        "replicas": replicas,
+        "busy_fraction": busy_s / (replicas * DAY_S),
+        "energy_j_per_token": eco.per(energy, total_tokens),
+        "energy_kwh_per_million_tokens": eco.per(energy, total_tokens) * 1e6 / 3.6e6,
+        "usd_per_million_tokens": eco.per(b.total_usd, total_tokens) * 1e6,
+        "hardware_usd_per_million_tokens": eco.per(b.hardware_usd, total_tokens) * 1e6,
+    }
+    return SideResult(name, units * replicas, 1.0 / tok_s, energy, b, figures)
+
+
+def _speculation(
+    draft: ModelChoice | None, gamma: int, alpha: float | None
+) -> sv.Speculation | None:
+    if draft is None:
+        if alpha is not None:
+            raise PlanError("--alpha needs --draft (the draft model it is the acceptance of)")
+        return None
+    if alpha is None:
+        raise PlanError("--draft needs --alpha: Leviathan's acceptance rate, e.g. the "
+                        "speculative engine's measured spec_alpha")  # fmt: skip
+    return sv.Speculation(draft=draft.config, gamma=gamma, alpha=alpha)
+
+
+def _check(users, speed, hbm_fraction, mfu) -> None:
+    if users is not None and speed is not None:
+        raise PlanError("give --users or --min-user-tokens-per-s, not both")
+    if users is not None and users < 1:
+        raise PlanError(f"--users must be at least 1, got {users}")
+    if speed is not None and not (speed > 0 and math.isfinite(speed)):
+        raise PlanError(f"--min-user-tokens-per-s must be a positive number, got {speed:g}")
+    if not 0 < hbm_fraction <= 1:
+        raise PlanError(f"--hbm-fraction must be in (0, 1], got {hbm_fraction:g}")
+    if not 0 < mfu <= 1:
+        raise PlanError(f"--mfu must be in (0, 1], got {mfu:g}")
+
+
+def plan_infer(
+    choice: ModelChoice,
+    *,
+    wafers: int | None = None,
+    gpus: int | None = None,
+    users: int | None = None,
+    min_user_tokens_per_s: float | None = None,
+    tokens_per_day: float | None = None,
+    days: float = 365.0,
+    spec: WaferSpec = PRESETS["wse3"],
+    gpu: str = "h100",
+    prompt_tokens: int = 1024,
+    output_tokens: int = 256,
+    context_len: int | None = None,
+    hbm_fraction: float = 0.8,
+    mfu: float = 0.4,
+    draft: ModelChoice | None = None,
+    gamma: int = 4,
+    alpha: float | None = None,
+    rates: dict[str, Any] | None = None,
+) -> ServingPlan:
+    """Serve `choice` on wafers and on GPUs at an operating point (module contract)."""
+    check_positive(wafers=wafers, gpus=gpus, tokens_per_day=tokens_per_day, days=days)
+    _check(users, min_user_tokens_per_s, hbm_fraction, mfu)
+    rates = rates or {}
+    check_rates(rates)
+    cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
+    power = eco.system_power_w(wafer)
+    work = sv.Workload(
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens, context_len=context_len
+    )
+    speculation = _speculation(draft, gamma, alpha)
+    ws = wafer_serving(cfg, spec, num_wafers=wafers, workload=work, speculation=speculation)
+    shape = cfg
+    m = gpus or _default_gpus(shape, g, work, speculation)
+    kw = dict(workload=work, hbm_fraction=hbm_fraction, mfu=mfu, speculation=speculation)
+    gs = sv.GpuServing(shape, g, num_gpus=m, **kw)  # type: ignore[arg-type]
+    wf, gf = sv.frontier(ws), sv.frontier(gs)
+    wp, w_ok = _choose(ws, wf, users, min_user_tokens_per_s)
+    gp, g_ok = _choose(gs, gf, users, min_user_tokens_per_s)
+    if not (w_ok or g_ok):
+        raise PlanError(
+            f"no system reaches {min_user_tokens_per_s:g} tokens/s per user: {ws.units} x "
+            f"{ws.name} reach {wp.user_tokens_per_s:,.4g} and {m} x {g.name} "
+            f"{gp.user_tokens_per_s:,.4g} with one user"
+        )
+    per_day = tokens_per_day or wp.aggregate_tokens_per_s * DAY_S
+    w_side = _serve(ws.name, ws.units, wp, per_day, days, power, wafer_rates(wafer, rates),
+                    {"wafers_per_replica": ws.units, "max_users": ws.max_users,
+                     "meets_speed": w_ok, "sram_budget": ws.budget().describe()})  # fmt: skip
+    g_side = _serve(g.name, m, gp, per_day, days, g.power_w_per_gpu(), gpu_rates(g, rates),
+                    {"gpus_per_replica": m, "max_users": gs.max_users, "meets_speed": g_ok,
+                     "tp": gp.layout["tp"], "pp": gp.layout["pp"]})  # fmt: skip
+    speed, both = sv.gpus_to_match(
+        shape, g, user_tokens_per_s=wp.user_tokens_per_s,
+        aggregate_tokens_per_s=wp.aggregate_tokens_per_s, **kw,
+    )  # fmt: skip
+    inputs = {"wafers": ws.units, "gpus": m, "users": users, "tokens_per_day": per_day,
+              "min_user_tokens_per_s": min_user_tokens_per_s, "days": days, "wafer": wafer,
+              "gpu": gpu, "workload": work.to_dict(), "hbm_fraction": hbm_fraction, "mfu": mfu,
+              "speculation": None if speculation is None else speculation.to_dict(),
+              "wafer_rates": wafer_rates(wafer, rates).to_dict(),
+              "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
+    how = "users" if users else "min_user_tokens_per_s" if min_user_tokens_per_s else "knee"
+    return ServingPlan(
+        choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
+        {"user_speed": speed, "user_speed_and_throughput": both},
+        _notes(g, wafer, work, hbm_fraction, mfu, days, speculation),
+    )  # fmt: skip
+
+
+def _notes(g, wafer, work, hbm_fraction, mfu, days, spec) -> list[str]:
+    notes = power_notes(g, wafer) + [
+        f"each user: {work.prompt_tokens} prompt + {work.output_tokens} output tokens, "
+        f"{work.held_tokens} tokens of KV cache held, {work.kv_tokens} read per decode step",
+        "wafer (wse_systems.serving.wafer): the engine's pipeline plan with every user's KV "
+        "cache in its regions' SRAM; each token priced per instruction (systems.decoder, the "
+        "one calibration); a region works on one token at a time; prompts in blocks "
+        "pipelined over the regions",
+        f"GPU (wse_systems.serving.gpus): weights read once per step plus every user's KV at "
+        f"{hbm_fraction:g} of HBM bandwidth, against the batch's flops at MFU {mfu:g} of "
+        f"{g.peak_flops / 1e12:g} TFLOP/s bf16 (both assumptions); 2 tensor-parallel "
+        "all-reduces per layer; bf16 weights and KV within 90% of HBM; replicas of the "
+        "best tp x pp layout for the load",
+        "time to first token under load: the prompt gets what the other users leave of the "
+        "bottleneck, at least a fair share",
+        f"replicas sized for the tokens per day; rented all day, idle when not busy; "
+        f"engineering hours spread over {days:g} days",
+    ]
+    if spec is not None:
+        notes.append(
+            f"speculative decoding: draft {spec.to_dict()['draft']}, gamma {spec.gamma}, "
+            f"acceptance rate {spec.alpha:g} (an input): {spec.tokens_per_round:.3g} tokens "
+            "per round; on the wafer the draft holds the fewest PE rows of each wafer that "
+            "fit it, on GPUs it shares the target's GPUs"
+        )
+    return notes

@@ -1,0 +1,314 @@
+"""`wse plan train`'s model: wafers against a GPU cluster — time, energy and cost of training
+a model to a token budget — and what `wse plan infer` (`wse_systems.planning.infer`) shares
+with it.
+
+Contract. The CLI resolves `--model` (`wse_cli.model_choice.resolve_model`: a `wse_models`
+preset, a shipped trainer config, a params.yaml, an HF directory or its config.json) into a
+`ModelChoice` (`wse_systems.planning.choice`).
+`plan_train(...)` returns a `Plan`: one `SideResult` for the wafers and one for the GPUs
+(time, energy, cost, the figures per step), the GPU count that would match the wafers'
+time (`match_gpus`: never above a count the plan priced that is already as fast), and the
+assumptions in words. Nothing here compiles anything. Shared with serving: `SideResult`,
+the input checks (`check_positive`, `check_rates`), the rates and `power_notes`.
+
+Wafer time comes from the training predictor through ONE adapter (`wafer_train_step`), so a
+rewrite of it is repointed here only. GPU time, energy and cost come from `wse_systems.gpu`
+and `wse_systems.economics`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from wse_core import PRESETS, WaferSpec
+
+from wse_systems import economics as eco
+from wse_systems import gpu as gpum
+from wse_systems.planning.choice import ModelChoice, PlanError
+from wse_systems.transformer import DecoderShape, num_params
+
+__all__ = [
+    "PlanError",
+    "ModelChoice",
+    "SideResult",
+    "Plan",
+    "wafer_train_step",
+    "plan_train",
+    "match_gpus",
+    "plan_dict",
+    "check_positive",
+    "check_rates",
+    "gpu_rates",
+    "wafer_rates",
+    "power_notes",
+]
+
+# ---- the adapters: the only calls into the workload packages' predictors -------------------
+
+
+def wafer_train_step(
+    config: Any, spec: WaferSpec, *, num_csx: int, batch: int | None, seq_len: int
+) -> tuple[float, int, dict[str, Any]]:
+    """(seconds per step, batch per system, scaling figures) of weight-streaming training,
+    from the trainer's own prediction (`wse_systems.training.performance.predict_step`, a RunReport)
+    and the same step on one system (`performance.scaling`: efficiency against one system,
+    what bounds the step and what the added systems cost). With `batch` None the batch is
+    the smallest that keeps the streams hidden (`no_stall_batch`; 1 when no batch the SRAM
+    plan places does)."""
+    from wse_systems.training.performance import no_stall_batch, predict_step, scaling
+
+    if batch is None:
+        batch = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len) or 1
+    step = lambda n: predict_step(config, spec, num_csx=n, micro_batch=batch, seq_len=seq_len)  # noqa: E731
+    report = step(num_csx)
+    figures = {
+        "tokens_per_s": report.extra["tokens_per_s"],
+        "weight_chunks": report.extra["weight_chunks"],
+        **scaling(step(1) if num_csx > 1 else report, report),
+    }
+    return report.predicted_s, batch, figures
+
+
+# ---- results ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SideResult:
+    """One system's answer. `units`: wafer systems or GPUs; per_item: per step or per token."""
+
+    system: str
+    units: int
+    time_s: float
+    energy_j: float
+    bill: eco.Bill
+    figures: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "units": self.units,
+            "time_s": self.time_s,
+            "energy_j": self.energy_j,
+            "energy_kwh": self.energy_j / 3.6e6,
+            "cost_usd": self.bill.to_dict(),
+            **self.figures,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    workload: str  # "train" | "infer"
+    model: str
+    n_params: int
+    inputs: dict[str, Any]
+    wafer: SideResult
+    gpu: SideResult | None  # None: no GPU layout holds the model (training)
+    gpus_to_match: int | None
+    assumptions: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return plan_dict(self)
+
+
+def plan_dict(plan: Any) -> dict[str, Any]:
+    """The fields every plan's JSON has (train's `Plan`, infer's `ServingPlan`)."""
+    return {
+        "workload": plan.workload,
+        "model": plan.model,
+        "n_params": plan.n_params,
+        "inputs": plan.inputs,
+        "wafer": plan.wafer.to_dict(),
+        "gpu": None if plan.gpu is None else plan.gpu.to_dict(),
+        "gpus_to_match": plan.gpus_to_match,
+        "assumptions": plan.assumptions,
+    }
+
+
+def check_positive(**values: float | None) -> None:
+    for name, v in values.items():
+        if v is not None and not (v > 0 and math.isfinite(v)):  # inf is not a size
+            raise PlanError(f"--{name.replace('_', '-')} must be positive, got {v:g}")
+
+
+def gpu_rates(g: gpum.GpuSpec, rates: dict[str, Any]) -> eco.Rates:
+    given = {k: v for k, v in rates.items() if v is not None and k != "usd_per_system_hour"}
+    usd = rates.get("usd_per_gpu_hour") or g.usd_per_gpu_hour
+    given.pop("usd_per_gpu_hour", None)
+    return eco.Rates(usd_per_system_hour=usd, **given)
+
+
+def wafer_rates(spec_name: str, rates: dict[str, Any]) -> eco.Rates:
+    given = {k: v for k, v in rates.items() if k != "usd_per_gpu_hour"}
+    return eco.wafer_rates(spec_name, **given)
+
+
+def check_rates(rates: dict[str, Any]) -> None:
+    """Prices and hours given must be finite and >= 0 (NaN and negatives are refused)."""
+    for name, v in rates.items():
+        if v is not None and not (v >= 0 and math.isfinite(v)):
+            raise PlanError(f"--{name.replace('_', '-')} must be a number >= 0, got {v:g}")
+
+
+def power_notes(g: gpum.GpuSpec, spec_name: str) -> list[str]:
+    """The power and price assumptions every plan states."""
+    peak, idle = eco.system_power_w(spec_name)
+    gpeak, gidle = g.power_w_per_gpu()
+    return [
+        f"wafer system {eco.system_of(spec_name).system}: {peak / 1e3:g} kW while busy, "
+        f"{idle / 1e3:g} kW idle ({eco.system_of(spec_name).source}; idle assumed); "
+        "MemoryX/SwarmX power not counted",
+        f"GPU {g.name}: {gpeak:g} W per GPU busy, {gidle:g} W idle (DGX node max / 8; "
+        "idle assumed); switches not counted",
+        "busy systems draw their maximum rated power (an upper bound)",
+        "rates and engineering hours are assumptions (wse_systems.economics), inputs here",
+    ]
+
+
+def _gpu_train_time(shape, g, *, gpus, batch, seq, steps, mfu) -> tuple[float, gpum.TrainStep]:
+    s = gpum.train_step(shape, g, num_gpus=gpus, batch=batch, seq_len=seq, mfu=mfu)
+    return steps * s.step_s, s
+
+
+def _unless_oom(fn: Callable[[int], float]) -> Callable[[int], float | None]:
+    """`fn(gpus)`, or None where that many GPUs cannot hold the model (`GpuMemoryError`)."""
+
+    def time_on(k: int) -> float | None:
+        try:
+            return fn(k)
+        except gpum.GpuMemoryError:
+            return None
+
+    return time_on
+
+
+def match_gpus(
+    fn: Callable[[int], float | None], target_s: float, *, start: int, limit: int, node: int,
+    priced: int | None = None,
+) -> int | None:  # fmt: skip
+    """Smallest GPU count with fn(count) <= target_s (None where none up to `limit`): every
+    count from `start` (the fewest that hold the model) up to a node, then whole nodes
+    (doubling, then bisection between the last miss and the first hit). A count already
+    priced and fast enough (`priced`) bounds the search, so the match is never above it
+    (time is not monotone in the count: layouts change with it)."""
+
+    def ok(m: int) -> bool:
+        t = fn(m)
+        return t is not None and t <= target_s
+
+    if priced is not None and ok(priced):
+        limit = min(limit, priced)
+    for m in range(start, min(node, limit + 1)):
+        if ok(m):
+            return m
+    miss, n, top = 0, max(1, math.ceil(start / node)), limit // node
+    while n <= top and not ok(n * node):
+        miss, n = n, (2 * n if 2 * n <= top or n == top else top)
+    if n > top:
+        return priced if priced is not None and priced <= limit and ok(priced) else None
+    while n - miss > 1:  # ok(n nodes), not ok(miss nodes)
+        mid = (miss + n) // 2
+        miss, n = (miss, mid) if ok(mid * node) else (mid, n)
+    return n * node
+
+
+def _wafer_train_side(
+    spec_name: str, n: int, step_s: float, steps: int, global_batch: int, seq: int,
+    rates: dict[str, Any], scale: dict[str, Any],
+) -> SideResult:  # fmt: skip
+    """`n` wafer systems training for `steps` steps of `step_s` seconds (`scale`: tokens/s,
+    efficiency against one system and what bounds it)."""
+    peak, _ = eco.system_power_w(spec_name)
+    w_time = steps * step_s
+    w_energy = eco.energy_j(w_time, n * peak)
+    return SideResult(
+        eco.system_of(spec_name).system, n, w_time, w_energy,
+        eco.bill(system_hours=n * w_time / 3600, energy_j=w_energy,
+                 rates=wafer_rates(spec_name, rates)),
+        {"steps": steps, "step_s": step_s, "energy_j_per_step": eco.per(w_energy, steps),
+         "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq), **scale},
+    )  # fmt: skip
+
+
+def _gpu_train_side(
+    shape: DecoderShape, g: gpum.GpuSpec, m: int, steps: int, global_batch: int, seq: int,
+    mfu: float, rates: dict[str, Any],
+) -> SideResult:  # fmt: skip
+    """`m` GPUs training for `steps` steps at the same global batch and sequence."""
+    g_time, g_step = _gpu_train_time(
+        shape, g, gpus=m, batch=global_batch, seq=seq, steps=steps, mfu=mfu
+    )
+    gpeak, _ = g.power_w_per_gpu()
+    g_energy = eco.energy_j(g_time, m * gpeak)
+    return SideResult(
+        g.name, m, g_time, g_energy,
+        eco.bill(system_hours=m * g_time / 3600, energy_j=g_energy, rates=gpu_rates(g, rates)),
+        {"steps": steps, "step_s": g_step.step_s, "layout": g_step.layout.to_dict(),
+         "exposed_allreduce_s": g_step.exposed_allreduce_s, "bubble_s": g_step.bubble_s,
+         "energy_j_per_step": eco.per(g_energy, steps),
+         "energy_j_per_token": eco.per(g_energy, steps * global_batch * seq)},
+    )  # fmt: skip
+
+
+def plan_train(
+    choice: ModelChoice,
+    *,
+    tokens: float,
+    systems: int | None = None,
+    gpus: int | None = None,
+    spec: WaferSpec = PRESETS["wse3"],
+    gpu: str = "h100",
+    mfu: float = 0.4,
+    batch_per_system: int | None = None,
+    seq_len: int | None = None,
+    rates: dict[str, Any] | None = None,
+) -> Plan:
+    """Train `choice` on `tokens` tokens: N wafer systems against M GPUs, same global batch."""
+    check_positive(tokens=tokens, systems=systems, gpus=gpus, mfu=mfu, batch=batch_per_system)
+    rates = rates or {}
+    check_rates(rates)
+    cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
+    eco.system_power_w(wafer)  # an unknown system fails before any work
+    n = systems or choice.num_csx or 1
+    seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
+    batch = batch_per_system or choice.batch_per_system
+    # batch None: the smallest batch that keeps the wafer fed
+    step_s, batch, scale = wafer_train_step(cfg, spec, num_csx=n, batch=batch, seq_len=seq)
+    global_batch = n * batch
+    steps = math.ceil(tokens / (global_batch * seq))
+    w_side = _wafer_train_side(wafer, n, step_s, steps, global_batch, seq, rates, scale)
+    shape = cfg
+    inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
+              "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
+              "wafer_rates": wafer_rates(wafer, rates).to_dict(),
+              "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
+    notes = power_notes(g, wafer) + [
+        f"GPU training at MFU {mfu:g} of {g.peak_flops / 1e12:g} TFLOP/s bf16; PaLM flop "
+        "accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
+        "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
+        "by mechanism on the wafer, weights streamed in and gradients out, overlapped); "
+        "same global batch and sequence on both systems",
+        "wafer scaling: the same batch per system on 1 and N systems (the global batch grows "
+        "with N); efficiency = step(1) / step(N); SwarmX broadcasts and reduces through a "
+        "tree whose levels each add system_latency_s to every streamed item",
+    ]
+    try:
+        start = gpum.min_train_gpus(shape, g, seq_len=seq)
+    except gpum.GpuMemoryError as e:  # the wafers alone
+        notes.append(f"GPUs: {e} (tensor parallel <= a node, pipeline <= layers): no GPU side")
+        return Plan("train", choice.name, num_params(shape), inputs, w_side, None, None, notes)
+    m = gpus or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
+    inputs["gpus"] = m
+    g_side = _gpu_train_side(shape, g, m, steps, global_batch, seq, mfu, rates)
+    time_on = _unless_oom(
+        lambda k: _gpu_train_time(
+            shape, g, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=mfu
+        )[0]
+    )
+    limit = global_batch * g.gpus_per_node * cfg.n_layers
+    match = match_gpus(
+        time_on, w_side.time_s, start=start, limit=limit, node=g.gpus_per_node, priced=m
+    )
+    return Plan("train", choice.name, num_params(shape), inputs, w_side, g_side, match, notes)

@@ -1,0 +1,48 @@
+"""The frontier chart a buyer compares: aggregate tokens/s against tokens/s per user.
+
+Contract. `draw_frontiers(ax, curves, title=...)` draws on a matplotlib `Axes` one curve per
+`Curve` (a `Frontier`: its sampled loads as dots joined in order of users, the chosen
+`OperatingPoint` as a star labelled with its users), on log axes. `wse plan infer --png`
+and the experiment `hc24-frontier` draw with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from wse_systems.serving.frontier import Frontier, OperatingPoint
+
+__all__ = ["Curve", "draw_frontiers"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Curve:
+    """One system's frontier, its chosen point (or None), colour, label and line style."""
+
+    frontier: Frontier
+    chosen: OperatingPoint | None
+    color: str
+    label: str
+    style: str = "-"
+
+
+def draw_frontiers(ax: Any, curves: Sequence[Curve], *, title: str = "") -> None:
+    """The curves on `ax` (see the module contract)."""
+    for c in curves:
+        every = sorted(c.frontier.points, key=lambda p: p.users)
+        xs = [p.user_tokens_per_s for p in every]
+        ys = [p.aggregate_tokens_per_s for p in every]
+        ax.plot(xs, ys, c.style, color=c.color, label=c.label, lw=1.2)
+        ax.plot(xs, ys, ".", color=c.color, ms=4)
+        if c.chosen is not None:
+            x, y = c.chosen.user_tokens_per_s, c.chosen.aggregate_tokens_per_s
+            ax.plot(x, y, "*", color=c.color, ms=13, mec="black")
+            ax.annotate(f"{c.chosen.users:,} users", (x, y), textcoords="offset points",
+                        xytext=(6, 6), fontsize=7)  # fmt: skip
+    ax.set(xscale="log", yscale="log", xlabel="tokens/s per user",
+           ylabel="tokens/s in all (one replica)")  # fmt: skip
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)

@@ -1,0 +1,266 @@
+"""Operating points and frontiers of a serving system, and the arithmetic both systems share.
+
+Contract. A serving system (`ServingSystem`: the wafers of `wse_systems.serving.wafer`, the
+GPUs of `wse_systems.serving.gpus`) answers `point(users)`: with `users` sequences in flight,
+an `OperatingPoint` of tokens/s per user, tokens/s in all, time to first token and what bounds
+it; `max_users` is the most that fit its memory. A `Frontier` is its points over loads
+(aggregate throughput against per-user speed: the chart a buyer compares). Three ways to
+pick a point, the same on both systems:
+
+- `at_users(system, n)`: n users in flight (the system refuses more than fit, with numbers);
+- `meeting(system, speed)`: the largest load whose per-user speed is at least `speed` (None
+  when even one user is slower);
+- `knee(system)`: the load that maximises per-user speed x aggregate throughput (see it).
+
+`meeting` bisects on users, taking per-user speed as non-increasing in the load (true of
+both models: see their modules).
+
+`Workload` is what each user asks: prompt and output tokens and the context held per user
+(default prompt + output); a decode step reads `kv_tokens` = prompt + output // 2 cached
+tokens (the mean over the output). `Speculation` is a draft model, gamma drafted tokens per
+round and Leviathan's acceptance rate alpha (an input, e.g. the speculative engine's measured
+`metrics()["spec_alpha"]`): a round emits (1 - a^(g+1)) / (1 - a) tokens, and
+`speculative_speedup` is Leviathan et al.'s (1 - a^(g+1)) / ((1 - a)(g c + v)) with c the
+draft step over the target step and v the verification pass over the target step (v = 1 is
+the published formula, REFERENCES.md).
+
+`prefill_share(busy, users)`: the share of the bottleneck that a new user's prompt gets
+while `users - 1` others decode: what they leave idle (1 - busy), at least a fair 1 / users.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from wse_core.errors import WseError
+
+__all__ = [
+    "ServingError",
+    "Workload",
+    "Speculation",
+    "OperatingPoint",
+    "ServingSystem",
+    "Frontier",
+    "tokens_per_round",
+    "speculative_speedup",
+    "prefill_share",
+    "loads",
+    "frontier",
+    "at_users",
+    "meeting",
+    "knee",
+]
+
+
+class ServingError(WseError):
+    """A load, speed or workload that cannot be served as asked (the numbers say why)."""
+
+
+def _whole(name: str, value: Any, low: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ServingError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Workload:
+    """Each user's request: prompt and output tokens, and the KV context held per user."""
+
+    prompt_tokens: int
+    output_tokens: int
+    context_len: int | None = None  # KV cache held per user; default prompt + output
+
+    def __post_init__(self) -> None:
+        _whole("prompt_tokens", self.prompt_tokens)
+        _whole("output_tokens", self.output_tokens)
+        if self.context_len is not None:
+            _whole("context_len", self.context_len)
+            if self.context_len < self.prompt_tokens + self.output_tokens:
+                raise ServingError(
+                    f"context_len {self.context_len} is shorter than the prompt and output "
+                    f"({self.prompt_tokens} + {self.output_tokens} tokens)"
+                )
+
+    @property
+    def held_tokens(self) -> int:
+        """Tokens of KV cache reserved per user."""
+        return self.context_len or self.prompt_tokens + self.output_tokens
+
+    @property
+    def kv_tokens(self) -> int:
+        """Cached tokens a decode step reads: the prompt and half the output (the mean)."""
+        return self.prompt_tokens + self.output_tokens // 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "held_tokens": self.held_tokens,
+                "kv_tokens": self.kv_tokens}  # fmt: skip
+
+
+def tokens_per_round(alpha: float, gamma: int) -> float:
+    """(1 - a^(g+1)) / (1 - a): tokens one speculative round emits at acceptance rate a."""
+    if alpha >= 1.0:
+        return float(gamma + 1)
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def speculative_speedup(
+    alpha: float, gamma: int, *, draft_s: float, target_s: float, verify_s: float | None = None
+) -> float:
+    """Tokens/s with speculation over plain decoding: E / (g c + v), c = draft_s / target_s,
+    v = verify_s / target_s (default 1: Leviathan et al.'s formula)."""
+    v = 1.0 if verify_s is None else verify_s / target_s
+    return tokens_per_round(alpha, gamma) / (gamma * draft_s / target_s + v)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Speculation:
+    """Draft-and-verify decoding: `draft` (a model config or shape), `gamma` drafted tokens
+    per round, acceptance rate `alpha` in [0, 1] (an input or measured by the engine)."""
+
+    draft: Any
+    gamma: int
+    alpha: float
+
+    def __post_init__(self) -> None:
+        _whole("gamma", self.gamma)
+        if not 0.0 <= self.alpha <= 1.0:  # also refuses NaN
+            raise ServingError(f"alpha must be in [0, 1], got {self.alpha!r}")
+
+    @property
+    def tokens_per_round(self) -> float:
+        return tokens_per_round(self.alpha, self.gamma)
+
+    def to_dict(self) -> dict[str, Any]:
+        name = getattr(self.draft, "name", None) or type(self.draft).__name__
+        return {"draft": name, "gamma": self.gamma, "alpha": self.alpha,
+                "tokens_per_round": self.tokens_per_round}  # fmt: skip
+
+
+def prefill_share(busy: float, users: int) -> float:
+    """Share of the bottleneck a new prompt gets beside `users - 1` decoding users that keep
+    it `busy` (a fraction): the idle rest, at least a fair 1 / users."""
+    return max(1.0 - busy, 1.0 / users)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OperatingPoint:
+    """One load: `users` in flight, tokens/s per user and in all, time to first token (s),
+    the bound ("pipeline latency", "stage", "hbm", "compute", ...) and the layout."""
+
+    users: int
+    user_tokens_per_s: float
+    aggregate_tokens_per_s: float
+    ttft_s: float
+    bound: str
+    layout: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "layout": dict(self.layout)}
+
+
+class ServingSystem(Protocol):
+    """What the selections need of a system: its name, units, capacity and points."""
+
+    name: str
+    units: int  # wafers or GPUs of one replica of the system
+    max_users: int
+
+    def point(self, users: int) -> OperatingPoint:
+        """The point at `users` in flight; a ServingError beyond `max_users`."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Frontier:
+    """A system's points over loads, fewest users first."""
+
+    system: str
+    units: int
+    max_users: int
+    points: tuple[OperatingPoint, ...]
+
+    def best_aggregate(self) -> float:
+        return max(p.aggregate_tokens_per_s for p in self.points)
+
+    def pareto(self) -> tuple[OperatingPoint, ...]:
+        """The points no other point beats on both per-user speed and aggregate throughput."""
+        fast_first = sorted(
+            self.points, key=lambda p: (-p.user_tokens_per_s, -p.aggregate_tokens_per_s)
+        )
+        out, best = [], -math.inf
+        for p in fast_first:
+            if p.aggregate_tokens_per_s > best:
+                out.append(p)
+                best = p.aggregate_tokens_per_s
+        return tuple(sorted(out, key=lambda p: p.users))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"system": self.system, "units": self.units, "max_users": self.max_users,
+                "points": [p.to_dict() for p in self.points]}  # fmt: skip
+
+
+def loads(max_users: int, extra: tuple[int, ...] = ()) -> list[int]:
+    """1, 2, 4, ... up to `max_users`, the maximum itself, and `extra` (within range)."""
+    out = {max_users, *(u for u in extra if 1 <= u <= max_users)}
+    u = 1
+    while u < max_users:
+        out.add(u)
+        u *= 2
+    return sorted(out)
+
+
+def frontier(system: ServingSystem, extra: tuple[int, ...] = ()) -> Frontier:
+    """The system's points at `loads(system.max_users, extra)`."""
+    points = tuple(system.point(u) for u in loads(system.max_users, extra))
+    return Frontier(system.name, system.units, system.max_users, points)
+
+
+def at_users(system: ServingSystem, users: int) -> OperatingPoint:
+    """`users` in flight; more than fit is the system's ServingError (with its budget)."""
+    _whole("users", users)
+    return system.point(users)
+
+
+def _bisect(lo: int, hi: int, ok) -> int:
+    """The largest u in [lo, hi] with ok(u), given ok(lo) and ok monotone (True then False)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def meeting(system: ServingSystem, speed: float) -> OperatingPoint | None:
+    """The largest load whose tokens/s per user is at least `speed` (None if one user is
+    slower)."""
+    if not speed > 0 or math.isinf(speed):
+        raise ServingError(f"a per-user speed must be a positive number, got {speed!r}")
+    if system.point(1).user_tokens_per_s < speed:
+        return None
+    u = _bisect(1, system.max_users, lambda n: system.point(n).user_tokens_per_s >= speed)
+    return system.point(u)
+
+
+def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint:
+    """The load that maximises per-user speed x aggregate throughput: past it one user more
+    costs a larger fraction of per-user speed than it adds to throughput. On the wafer that
+    is where the pipeline fills; on GPUs where compute binds or the KV reads match the
+    weights'. Found from the frontier's best sample by a ternary search between its
+    neighbours (the product is unimodal in the load for both models)."""
+    front = front or frontier(system)
+
+    def score(users: int) -> float:
+        p = system.point(users)
+        return p.user_tokens_per_s * p.aggregate_tokens_per_s
+
+    us = [p.users for p in front.points]
+    i = max(range(len(us)), key=lambda j: score(us[j]))
+    lo, hi = us[max(0, i - 1)], us[min(len(us) - 1, i + 1)]
+    while hi - lo > 2:
+        m1, m2 = lo + (hi - lo) // 3, hi - (hi - lo) // 3
+        if score(m1) < score(m2):
+            lo = m1 + 1
+        else:
+            hi = m2
+    return system.point(max(range(lo, hi + 1), key=score))

@@ -1,0 +1,1 @@
+"""Experiments of whole systems: the cost model's calibration with its LLM decode check."""

@@ -1,0 +1,314 @@
+"""What one weight-streaming training step takes on `num_csx` wafers, priced from its placement.
+
+Contract. `predict_step(model, spec, num_csx=, micro_batch=, seq_len=, plan=)` returns a
+`wse_core.cost.report.RunReport` (units "step", `systems=num_csx`) whose phases are counted from
+the trainer's own memory plan (`wse_systems.training.plan.memory_plan`; `plan.streaming` is the
+`ActivationPlan` the `StreamedTrainer` runs), per instruction, on the busiest PE:
+
+- **Placement of a layer and precision**: `wse_systems.training.placement` (`place_step`: each
+  layer on the whole wafer, tokens through its products in passes; `gemm_work`: one
+  product's work there), whose names this module re-exports.
+- **Backward** = the transposed product (dX) and the weight-gradient product (dW), each
+  priced like the forward one; the elementwise work and the attention twice the forward's.
+- **Streams** (`wse_systems.training.stream_cost`). Weights flow MemoryX -> SwarmX -> every wafer at
+  min(memoryx, swarmx) bytes/s; gradients flow back, sum-reduced by SwarmX, at the same
+  rate; a SwarmX tree of ceil(log_fanout num_csx) levels adds `system_latency_s` per level
+  to every streamed item. MemoryX applies each group's update as its gradient arrives and
+  keeps pace with that stream; a model over its capacity is refused (`check_memoryx`).
+- **Overlap, as Cerebras describes weight streaming**: forward,
+  `overlap(weights_in(l + 1), forward(l))`; backward,
+  `overlap(weights_in(l - 1), backward(l), gradients_out(l + 1), memoryx_update(l + 1))`;
+  the first weights in and the last gradients out and update are exposed. Recomputed layers
+  stream their weights again, as the emulator does.
+- **Below the layer** (the plan's chunks, `wse_systems.training.chunks`): each matrix streams in
+  column chunks, each chunk's stream overlapped with its own product (`layer_cost.
+  chunked_layer_phases`); a layer's backward first recomputes its inner activations (its
+  chunks stream again), then runs each chunk's dX and dW with its gradient out; the
+  embedding and the head stream during their own work (`_chunked_step`).
+- **Resident** placement (`placement="resident"`, only when `plan.resident`): no weight
+  streams; with num_csx > 1 the gradients are sum-reduced through SwarmX and come back,
+  overlapped with the backward; the optimizer runs on the wafer (fp32 Adam) after it.
+
+`PerfModel` applies the one calibration of `wse_core.cost.calibration`; nothing here is fitted.
+`step_trace(spec, report)` is the step per PE (`wse train --validate-only --trace FILE`):
+every PE runs every layer's block and holds the plan's allocations.
+`no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute;
+`scaling(one, many)` the efficiency of N systems against one and what bounds it.
+
+The GPU side of every comparison is `wse_systems.gpu` (one GPU model for the stack).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from wse_core import Phase, Phases, RunReport, Timing, WaferSpec, WseError, overlap, serial
+from wse_core.hw.sram import Region
+from wse_core.trace import PeTrace, trace_uniform
+
+from wse_systems.decoder import EXP_FMACS
+from wse_systems.training.layer_cost import (
+    chunked_layer_phases,
+    embed_work,
+    head_phases,
+    layer_phases,
+)
+from wse_systems.training.placement import (
+    PRECISIONS,
+    Numerics,
+    StepPlacement,
+    StepWorkload,
+    gemm_work,
+    place_step,
+    precision_of,
+)
+from wse_systems.training.plan import MemoryPlan, memory_plan
+from wse_systems.training.stream_cost import Streams, tree_levels, wafer_update
+
+__all__ = [
+    "PRECISIONS",
+    "Numerics",
+    "StepPlacement",
+    "StepWorkload",
+    "precision_of",
+    "place_step",
+    "gemm_work",
+    "layer_phases",
+    "step_phases",
+    "predict_step",
+    "no_stall_batch",
+    "scaling",
+    "step_trace",
+]
+
+
+def _groups(model: Any) -> dict[str, int]:
+    """Parameters each stream carries: the embedding, one layer, the head (final norm and,
+    untied, the output matrix; tied, it reads the embedding too)."""
+    embed, layer = int(model.embed_params()), int(model.layer_params())
+    final = int(model.num_params()) - embed - int(model.n_layers) * layer
+    head_in = final + (embed if model.tie_embeddings else 0)
+    return {"embed": embed, "layer": layer, "head": head_in, "head_grad": final}
+
+
+def _runs(nodes: list[Phase | Phases]) -> list[Phase | Phases]:
+    """Equal neighbours folded into one node with a repeat."""
+    out: list[Phase | Phases] = []
+    for node in nodes:
+        if out and out[-1] == dataclasses.replace(node, repeat=out[-1].repeat):
+            out[-1] = dataclasses.replace(out[-1], repeat=out[-1].repeat + node.repeat)
+        else:
+            out.append(node)
+    return out
+
+
+def step_phases(model: Any, pl: StepPlacement, *, streams: bool = True) -> Phases:
+    """One training step of one replica as the overlap rules of the module contract say."""
+    st = Streams(pl, streams)
+    if pl.chunks is not None:
+        return serial(*_runs(_chunked_step(model, pl, st)), name="train_step")
+    g, L = _groups(model), int(model.n_layers)
+    fwd, bwd = layer_phases(model, pl), layer_phases(model, pl, backward=True)
+    embed_f = Phase("embed_forward", embed_work(model, pl, backward=False))
+    embed_b = Phase("embed_backward", embed_work(model, pl, backward=True))
+    nodes: list[Phase | Phases] = [
+        serial(st.weights_in(g["embed"]), name="first_weights_in"),
+        overlap(st.weights_in(g["layer"]), embed_f, name="embedding"),
+    ]
+    for i in range(L):
+        nxt = g["layer"] if i + 1 < L else g["head"]
+        nodes.append(overlap(st.weights_in(nxt), fwd, name="forward"))
+    nodes.append(overlap(st.weights_in(g["layer"]), head_phases(model, pl), name="head"))
+    kept = math.ceil(L / pl.stride)
+    if L > kept:
+        again = overlap(st.weights_in(g["layer"]), fwd, name="recompute", repeat=L - kept)
+        nodes.append(again)
+    for i in reversed(range(L)):
+        nxt, done = (
+            (g["layer"] if i else g["embed"]),
+            (g["head_grad"] if i == L - 1 else g["layer"]),
+        )
+        parts = (st.returned(nxt), bwd, st.gradients_out(done), st.update(done))
+        nodes.append(overlap(*parts, name="backward"))
+    tail = (st.gradients_out(g["layer"]), st.update(g["layer"]))
+    nodes.append(overlap(embed_b, *tail, name="embedding_backward"))
+    nodes.append(serial(st.gradients_out(g["embed"]), st.update(g["embed"]), name="last_update"))
+    if pl.resident:
+        n = int(model.num_params())
+        nodes.append(serial(Phase("adam_on_wafer", wafer_update(pl, n)), name="optimizer"))
+    return serial(*_runs(nodes), name="train_step")
+
+
+def _chunked_step(model: Any, pl: StepPlacement, st: Streams) -> list[Phase | Phases]:
+    """Streaming below the layer: every item's stream overlaps its own compute (the link
+    carries one item at a time); the embedding and the head stream during their own work,
+    their gradients out with it; a layer's backward recomputes its inner activations first
+    (its chunks stream again)."""
+    g, L = _groups(model), int(model.n_layers)
+    fwd = chunked_layer_phases(model, pl, st)
+    bwd = serial(dataclasses.replace(fwd, name="inner_recompute"),
+                 chunked_layer_phases(model, pl, st, backward=True), name="backward")  # fmt: skip
+    embed_f = Phase("embed_forward", embed_work(model, pl, backward=False))
+    embed_b = Phase("embed_backward", embed_work(model, pl, backward=True))
+    out = (st.gradients_out(g["head_grad"]), st.update(g["head_grad"]))
+    head = overlap(st.weights_in(g["head"]), head_phases(model, pl), *out, name="head")
+    done = (st.gradients_out(g["embed"]), st.update(g["embed"]))
+    recompute = L - math.ceil(L / pl.stride)
+    return [
+        overlap(st.weights_in(g["embed"]), embed_f, name="embedding"),
+        dataclasses.replace(fwd, name="forward", repeat=L),
+        head,
+        *([dataclasses.replace(fwd, name="recompute", repeat=recompute)] if recompute else []),
+        dataclasses.replace(bwd, repeat=L),
+        overlap(st.weights_in(g["embed"]), embed_b, *done, name="embedding_backward"),
+    ]
+
+
+ASSUMPTIONS = {
+    "layer placement": "each layer on the whole wafer; its weights spread over every PE "
+    "(a ceil(n_out/rows) x ceil(n_in/cols) block per product), inputs multicast down the "
+    "columns, partial sums added along the rows (wse_systems.decoder.matvec_work's layout)",
+    "token passes": "activations resident; tokens flow through a product in passes sized by "
+    "the SRAM the plan leaves free plus its working set; one FMAC per held weight per pass",
+    "attention": "q.k and p.v over the mean causal context (s + 1) / 2 spread over every PE; "
+    "its K/V exchange is not counted (assumed hidden under the FMACs)",
+    "backward": "dX and dW products priced like the forward one; attention and pointwise "
+    "work twice the forward's",
+    "streams": "weights in and gradients out in the compute dtype at min(memoryx, swarmx) "
+    "bytes/s; SwarmX a tree of ceil(log_fanout num_csx) levels (spec swarmx_fanout), "
+    "system_latency_s each, paid by every streamed item",
+    "weight-streaming overlap": "next layer's weights prefetched during this layer's "
+    "compute; gradients out and the MemoryX update overlap the previous layer's backward",
+    "MemoryX update": "applied per group as its gradient arrives, keeping pace with the stream",
+    "exp": f"{EXP_FMACS:g} FMACs per element (wse_systems.decoder)",
+    "zero skipping": "with mlp_zero_fraction s, an FMAC fires only on a nonzero operand: the "
+    "down projection (forward, dW) and the up projection (dX, dW) run (1 - s) of their "
+    "FMACs; zeros still cross the fabric",
+    "MemoryX capacity": "fp32 masters and the optimizer's slots (2, Adam) per parameter; "
+    "gradients held only while a layer's chunks arrive (or for global-norm clipping)",
+}
+CHUNKED_ASSUMPTIONS = {
+    "below the layer": "a layer that does not fit streams matrix by matrix in column chunks "
+    "sized by the SRAM ledger (wse_systems.training.chunks); each chunk spread over every PE "
+    "like a whole product; the embedding and the head stream whole during their own work (not "
+    "chunked in the emulator; the plan's chunk buffers are sized for a layer's matrices)",
+    "chunk overlap": "each chunk's stream overlaps its own product (one link, one item at a "
+    "time, double-buffered); backward: its gradient out and MemoryX's update too; the "
+    "vectors stream during the attention and pointwise work",
+    "chunked backward": "a chunked layer's backward streams its chunks twice: to recompute "
+    "its inner activations from its input, then for the gradients (forward: once)",
+}
+
+
+def predict_step(
+    model: Any,
+    spec: WaferSpec,
+    *,
+    num_csx: int,
+    micro_batch: int,
+    seq_len: int,
+    plan: MemoryPlan | None = None,
+    placement: str = "streamed",
+    precision: str | None = None,
+    stride: int = 0,
+    mlp_zero_fraction: float = 0.0,
+    attention_pairs_per_row: float | None = None,
+) -> RunReport:
+    """One training step of `num_csx` wafers, each with `micro_batch` sequences of `seq_len`
+    tokens, placed as `plan` says (default: `memory_plan(model, spec, micro_batch, seq_len,
+    stride=stride)`, the plan `wse train` builds). `extra`: tokens_per_s (all systems),
+    stall_fraction (the share of the step the streams add), placement, precision, stride."""
+    if plan is None:
+        plan = memory_plan(model, spec, micro_batch, seq_len, stride=stride)
+    work = StepWorkload(
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        mlp_zero_fraction=mlp_zero_fraction,
+        attention_pairs_per_row=attention_pairs_per_row,
+    )
+    pl = place_step(
+        model, spec, plan, work, num_csx=num_csx, placement=placement, precision=precision
+    )
+    compute_s = RunReport.build("compute", spec, step_phases(model, pl, streams=False)).predicted_s
+
+    def figures(step: Timing) -> dict[str, Any]:
+        step_s = step.seconds
+        return {
+            "tokens_per_s": num_csx * pl.tokens / step_s,
+            "compute_s": compute_s,
+            "stall_fraction": 1.0 - compute_s / step_s if step_s else 0.0,
+            "placement": placement,
+            "precision": pl.num.precision,
+            "stride": pl.stride,
+            "micro_batch": micro_batch,
+            "seq_len": seq_len,
+            "mlp_zero_fraction": mlp_zero_fraction,
+            "weight_chunks": pl.chunks.summary() if pl.chunks is not None else "whole layers",
+            "swarmx_fanout": spec.swarmx_fanout,
+        }
+
+    return RunReport.build(
+        "train_step",
+        spec,
+        step_phases(model, pl),
+        sram=plan.streaming.sram if plan.streaming is not None else {},
+        assumptions={**ASSUMPTIONS, **(CHUNKED_ASSUMPTIONS if pl.chunks is not None else {})},
+        units="step",
+        systems=num_csx,
+        extra=figures,
+    )
+
+
+def no_stall_batch(
+    model: Any, spec: WaferSpec, *, num_csx: int, seq_len: int, stall: float = 0.01
+) -> int | None:
+    """Smallest per-system batch whose streams add at most `stall` of the step (None when
+    no batch that the SRAM plan can place gets there)."""
+
+    def ok(b: int) -> bool | None:
+        try:
+            r = predict_step(model, spec, num_csx=num_csx, micro_batch=b, seq_len=seq_len)
+        except WseError:
+            return None
+        return r.extra["stall_fraction"] <= stall
+
+    hi = 1
+    while (got := ok(hi)) is False:
+        hi *= 2
+    if got is None:
+        return None
+    lo = hi // 2  # ok(lo) is False (or lo == 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def scaling(one: RunReport, many: RunReport) -> dict[str, Any]:
+    """`many` (N systems) against `one` (one system, the same per-system batch): tokens/s
+    scale by N * step(1) / step(N), so the efficiency is step(1) / step(N); the seconds N
+    systems add, by the resource that sets them (leaf seconds by bound, differenced: the
+    SwarmX tree's latency shows as host_io), and the SwarmX tree's levels."""
+    base, got = one.predicted.by_bound(), many.predicted.by_bound()
+    added = {k: got.get(k, 0.0) - base.get(k, 0.0) for k in {*base, *got}}
+    worst = max(added, key=added.__getitem__) if added else "-"
+    return {
+        "systems": many.systems,
+        "scaling_efficiency": one.predicted_s / many.predicted_s,
+        "added_s": many.predicted_s - one.predicted_s,
+        "scaling_bound": worst if added.get(worst, 0.0) > 0 else "none",
+        "swarmx_levels": tree_levels(many.systems, many.extra["swarmx_fanout"]),
+        "step_bound": many.bound,
+        "stall_fraction": many.extra["stall_fraction"],
+    }
+
+
+def step_trace(spec: WaferSpec, report: RunReport) -> PeTrace:
+    """The per-PE trace of a `predict_step` report: each layer computes on the whole wafer
+    (every PE its block of every product), so every PE does the busiest PE's work of every
+    phase and holds each of the memory plan's allocations (`report.sram`)."""
+    rows, cols = spec.pe_rows, spec.pe_cols
+    region = Region(f"every layer's block on every PE ({rows} x {cols})", 0, 0, rows, cols)
+    return trace_uniform(spec, report, region=region)

@@ -1,0 +1,214 @@
+"""How one training step lies on the wafer (host-side, static), and one product priced there.
+
+Contract. `place_step(model, spec, plan, StepWorkload(micro_batch=, seq_len=), num_csx=)`
+returns the `StepPlacement` that `wse_systems.training.performance` prices, read from the trainer's
+own memory plan (`wse_systems.training.plan.memory_plan`; `plan.streaming` is the `ActivationPlan`
+the `StreamedTrainer` runs); a step that cannot run is a `WseError` here, at plan time:
+
+- **Placement of a layer.** Each layer computes on the whole wafer. Its weights land spread
+  over every PE (the plan's "current + prefetched layer" allocation): each PE holds an
+  ceil(n_out / rows) x ceil(n_in / cols) block of every product (`weight_block`), as in
+  `wse_systems.decoder.matvec_work`. The layer inputs stay resident in SRAM (the plan keeps
+  every `stride`-th one and recomputes the rest) and flow through the products in passes of
+  `chunk` tokens: a token's input is split over the columns and multicast down them ("S"),
+  each PE runs one FMAC over the pass's tokens per weight it holds, and the partial sums are
+  added along the rows ("E") (`gemm_work`). `chunk` is the most tokens whose inputs and
+  partial sums fit in the SRAM the plan leaves free plus its working-set allocation, so a
+  plan that holds more activations runs shorter vectors.
+- **Precision** (`precision_of(model)`): fp32 compute -> fp32 FMAC; bf16 compute with fp32
+  master weights -> "mixed" (`fmac_mixed`: bf16 operands, fp32 partial sums); bf16 stored
+  and computed -> bf16 FMAC. Weights and gradients stream in the compute dtype, as the
+  emulator's SwarmX moves them.
+- **Resident** placement (`placement="resident"`, only when `plan.resident`): the training
+  state stays in SRAM; the chunk is sized from what it leaves free.
+- **Below the layer** (the plan's `chunks` not whole): each matrix streams in column chunks
+  (`wse_systems.training.chunks`), each chunk spread over every PE like a whole product
+  (`weight_block` of its columns). A streamed model whose MemoryX state exceeds the spec's
+  `memoryx_capacity_bytes` is refused here (`wse_systems.training.plan.check_memoryx`).
+
+`StepWorkload` is what flows through one replica's step (validated when built).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from wse_core import Op, WaferSpec, Work, WseError
+
+from wse_systems.training.chunks import WeightChunks
+from wse_systems.training.plan import MemoryPlan, check_memoryx, working_bytes
+
+__all__ = [
+    "PRECISIONS",
+    "Numerics",
+    "StepWorkload",
+    "StepPlacement",
+    "precision_of",
+    "weight_block",
+    "place_step",
+    "gemm_work",
+]
+
+# precision -> (FMAC kind, operand dtype, operand bytes, partial-sum bytes)
+PRECISIONS = {
+    "fp32": ("fmac", "fp32", 4, 4),
+    "bf16": ("fmac", "bf16", 2, 2),
+    "mixed": ("fmac_mixed", "bf16", 2, 4),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """How a product's FMACs run: instruction kind, operand dtype, and bytes."""
+
+    precision: str
+    kind: str
+    dtype: str
+    operand_bytes: int
+    acc_bytes: int
+
+    @classmethod
+    def of(cls, precision: str) -> Numerics:
+        if precision not in PRECISIONS:
+            raise WseError(f"unknown precision {precision!r}; use one of {list(PRECISIONS)}")
+        return cls(precision, *PRECISIONS[precision])
+
+    @property
+    def acc_dtype(self) -> str:
+        return "fp32" if self.acc_bytes == 4 else self.dtype
+
+
+def precision_of(model: Any) -> str:
+    """fp32 / mixed (bf16 compute, fp32 masters) / bf16, from the model's dtypes."""
+    if str(model.dtype) == "float32":
+        return "fp32"
+    return "mixed" if str(model.param_dtype) == "float32" else "bf16"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepWorkload:
+    """What flows through one replica's step: `micro_batch` sequences of `seq_len` tokens."""
+
+    micro_batch: int
+    seq_len: int
+    mlp_zero_fraction: float = 0.0  # zeros of the MLP hidden activation (ReLU-like MLPs)
+    # Causal (query, key) pairs per row: seq (seq + 1) / 2 unless documents are packed with
+    # attention kept within each (then the sum of n (n + 1) / 2 over its documents).
+    attention_pairs_per_row: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.mlp_zero_fraction < 1.0:
+            raise WseError(f"mlp_zero_fraction must be in [0, 1), got {self.mlp_zero_fraction}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlacement:
+    """One replica's step as the plan lays it out (static; built by `place_step`)."""
+
+    spec: WaferSpec
+    num: Numerics
+    num_csx: int
+    micro_batch: int
+    seq_len: int
+    resident: bool
+    stride: int  # layer inputs kept every `stride` layers (the ActivationPlan's)
+    chunk_bytes_per_pe: int  # SRAM for one pass's inputs and partial sums
+    mlp_zero_fraction: float = 0.0  # as StepWorkload's
+    attention_pairs_per_row: float | None = None  # as StepWorkload's
+    chunks: WeightChunks | None = None  # streamed below the layer (None: whole layers)
+
+    @property
+    def tokens(self) -> int:
+        return self.micro_batch * self.seq_len
+
+    def chunk(self, n_in: int, n_out: int) -> int:
+        """Tokens per pass through an n_in x n_out product (at least 1, at most all)."""
+        ro, ci = weight_block(self.spec, n_in, n_out)
+        per_token = ci * self.num.operand_bytes + ro * self.num.acc_bytes
+        return max(1, min(self.tokens, self.chunk_bytes_per_pe // per_token))
+
+
+def weight_block(spec: WaferSpec, n_in: int, n_out: int) -> tuple[int, int]:
+    """(outputs, inputs) of a product's weight block on one PE."""
+    return math.ceil(n_out / spec.pe_rows), math.ceil(n_in / spec.pe_cols)
+
+
+def place_step(
+    model: Any,
+    spec: WaferSpec,
+    plan: MemoryPlan,
+    work: StepWorkload,
+    *,
+    num_csx: int,
+    placement: str = "streamed",
+    precision: str | None = None,
+) -> StepPlacement:
+    """The placement of one step from the trainer's memory plan (refused if it cannot run)."""
+    per_pe = lambda n: -(-int(n) // spec.num_pes)  # noqa: E731
+    working = per_pe(working_bytes(model, work.micro_batch, work.seq_len))
+    if placement == "resident":
+        if not plan.resident:
+            raise WseError(
+                f"the training state ({plan.resident_bytes:,} B) does not fit in wafer SRAM "
+                f"({plan.sram_total_bytes:,} B): it cannot stay resident; stream it"
+            )
+        free, stride = spec.sram_bytes_per_pe - per_pe(plan.resident_bytes), 1
+    elif placement == "streamed":
+        check_memoryx(plan)
+        if plan.streaming is None:
+            raise WseError(f"the step cannot be placed: {plan.streaming_error}")
+        free = int(plan.streaming.sram["bytes_per_pe"]) - int(
+            plan.streaming.sram["used_bytes_per_pe"]
+        )
+        stride = plan.streaming.stride
+    else:
+        raise WseError(f"unknown placement {placement!r}; use 'streamed' or 'resident'")
+    num = Numerics.of(precision or precision_of(model))
+    return StepPlacement(
+        spec,
+        num,
+        num_csx,
+        work.micro_batch,
+        work.seq_len,
+        placement == "resident",
+        stride,
+        free + working,
+        work.mlp_zero_fraction,
+        work.attention_pairs_per_row,
+        plan.streaming.chunks if placement == "streamed" and plan.streaming.chunked else None,
+    )
+
+
+def _passes(kind: str, dtype: str, tokens: int, chunk: int, per_pass: int) -> tuple[Op, ...]:
+    """`per_pass` instructions over each pass of `chunk` tokens (the last pass shorter)."""
+    full, rest = divmod(tokens, chunk)
+    ops = (Op(kind, dtype, chunk, count=per_pass * full),) if full else ()
+    return ops + ((Op(kind, dtype, rest, count=per_pass),) if rest else ())
+
+
+def gemm_work(pl: StepPlacement, n_in: int, n_out: int, *, density: float = 1.0) -> Work:
+    """Y[T, n_out] = X[T, n_in] W on the whole wafer, on its busiest PE (module contract).
+
+    Per PE: ro * ci FMACs per pass (ro x ci its weight block), the partial sums arriving
+    from the west added in; SRAM reads the input and partial sum of every FMAC element and
+    each weight once per pass, writes the partial sums and the arriving inputs; words out:
+    the inputs down the column ("S"), the partial sums along the row ("E"). `density`: the
+    nonzero fraction of the sparse operand; an FMAC fires only on a nonzero one."""
+    s, num, tokens = pl.spec, pl.num, pl.tokens
+    ro, ci = weight_block(s, n_in, n_out)
+    chunk = pl.chunk(n_in, n_out)
+    ops = _passes(num.kind, num.dtype, tokens, chunk, ro * ci)
+    if density < 1.0:
+        ops = tuple(dataclasses.replace(op, count=op.count * density) for op in ops)
+    ops += _passes("add", num.acc_dtype, tokens, chunk, ro)
+    elems, passes = ro * ci * tokens * density, math.ceil(tokens / chunk)
+    return Work(
+        ops=ops,
+        sram_read_bytes=elems * (num.operand_bytes + num.acc_bytes)
+        + ro * ci * passes * num.operand_bytes,
+        sram_write_bytes=elems * num.acc_bytes + ci * tokens * num.operand_bytes,
+        links={"S": ci * tokens * num.operand_bytes / 4, "E": ro * tokens * num.acc_bytes / 4},
+        latency_hops=(s.pe_rows - 1) + (s.pe_cols - 1),
+    )

@@ -1,0 +1,299 @@
+"""Memory plans from the model's analytic counts (nothing is allocated).
+
+- `plan_activations(model, spec, micro_batch, seq_len, stride=0, chunks=0)` asks a
+  replica's SRAM ledger (`wse_core.SramLedger`) what fits next to the streamed weights (the
+  current and the prefetched layer), one layer's gradient and one layer's working set: it
+  keeps every layer's input when they fit, otherwise the inputs of every `stride`-th layer,
+  recomputing the others segment by segment in the backward pass (at most ceil(L / stride) +
+  stride - 1 layer inputs held at once). When even that leaves no room for a whole layer,
+  the layer streams below itself (`wse_systems.training.chunks`): its matrices in column chunks
+  whose three buffers (current, prefetched, gradient) replace the layer's; the activations come
+  first (the smallest stride beside a floor chunk of one output column per PE row), the
+  chunk takes the SRAM left (`WeightChunks.reason` says so). `chunks=k` forces k chunks per
+  matrix. Too little SRAM even for the floor chunk is a `SramBudgetError` from the ledger.
+- `memory_plan(...)` is the `--validate-only` table: weights, gradients, optimizer state and
+  activations in total and per PE, for a model resident in wafer SRAM and for weight
+  streaming (wafer: two layers or two chunks, MemoryX: fp32 masters and optimizer state);
+  `check_memoryx(plan)` refuses a model whose MemoryX state exceeds the spec's capacity.
+- `host_bytes(...)` is what the emulator holds in host memory for a run on one process
+  (MemoryX, and every local replica's streamed layers and activations: CPU devices are host
+  memory); `wse train` refuses a run whose total exceeds the host (`wse_core.host.memory`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from wse_core import SramBudgetError, SramLedger, WaferSpec, WseError
+from wse_core.hw.spec import dtype_bytes
+
+from wse_systems.training.chunks import WeightChunks, forced, layer_shapes, whole, within
+
+__all__ = [
+    "ActivationPlan",
+    "MemoryPlan",
+    "plan_activations",
+    "memory_plan",
+    "check_memoryx",
+    "layer_counts",
+    "host_bytes",
+]
+
+
+def layer_counts(model: Any) -> tuple[int, int]:
+    """(parameters per layer, parameters outside the layers)."""
+    per_layer = int(model.layer_params())
+    return per_layer, int(model.num_params()) - per_layer * int(model.n_layers)
+
+
+def working_bytes(model: Any, micro_batch: int, seq_len: int) -> int:
+    """Transient bytes inside one layer, which runs one sequence at a time: its q/k/v and
+    MLP hidden, and one attention head's scores (the wafer computes heads in turn)."""
+    del micro_batch  # sequences run one after another through the layer's working set
+    s = seq_len
+    hidden = (2 if model.arch == "llama" else 1) * model.d_ff
+    elems = s * (3 * model.d_model + hidden) + s * s
+    return elems * dtype_bytes(model.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActivationPlan:
+    stride: int  # inputs of layers 0, stride, 2*stride, ... are kept
+    held_layers: int  # layer inputs held at once at most
+    activation_bytes_per_pe: int  # one layer input, per PE
+    sram: dict[str, Any]  # the ledger's summary
+    chunks: WeightChunks | None = None  # how each matrix streams (None: whole layers)
+
+    def keeps(self, layer: int) -> bool:
+        return layer % self.stride == 0
+
+    @property
+    def chunked(self) -> bool:
+        return self.chunks is not None and not self.chunks.whole
+
+
+def _held(n_layers: int, stride: int) -> int:
+    return n_layers if stride == 1 else math.ceil(n_layers / stride) + stride - 1
+
+
+class _Replica:
+    """One replica's SRAM ledger with the helpers the plan asks it."""
+
+    def __init__(self, model: Any, spec: WaferSpec, micro_batch: int, seq_len: int):
+        self.model, self.spec, self.L = model, spec, int(model.n_layers)
+        self.size = dtype_bytes(model.dtype)
+        self.ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+        self.act = self.per_pe(micro_batch * seq_len * model.d_model * self.size)
+        self.working = self.per_pe(working_bytes(model, micro_batch, seq_len))
+
+    def per_pe(self, n: int) -> int:
+        return -(-int(n) // self.spec.num_pes)
+
+    def weights(self, ck: WeightChunks | None) -> None:
+        """The streamed weights' buffers: a whole layer (current + prefetched, gradient) or
+        the largest chunk (current + prefetched, gradient) and the layer's vectors."""
+        a = self.ledger.allocate
+        if ck is None or ck.whole:
+            per_layer = int(self.model.layer_params())
+            a("weights: current + prefetched layer", self.per_pe(2 * per_layer * self.size))
+            a("gradient of one layer", self.per_pe(per_layer * self.size))
+        else:
+            chunk = self.per_pe(ck.largest_params * self.size)
+            a(
+                "layer vectors: current, prefetched, gradient",
+                self.per_pe(3 * ck.vector_params * self.size),
+            )
+            a("weights: current + prefetched chunk", 2 * chunk)
+            a("gradient of one chunk", chunk)
+        a("working set of one layer", self.working)
+
+    def stride(self, stride: int) -> int:
+        """`stride`, or (0) the smallest whose held inputs fit; the cheapest if none fits."""
+        if stride > 0:
+            return stride
+        fit = self.ledger.free_bytes() // max(self.act, 1)
+        choices = [k for k in range(1, self.L + 1) if _held(self.L, k) <= fit]
+        return choices[0] if choices else min(range(1, self.L + 1), key=lambda k: _held(self.L, k))
+
+    def activations(self, stride: int) -> int:
+        held = _held(self.L, min(stride, self.L))
+        self.ledger.allocate(f"activations: {held} layer inputs (stride {stride})", held * self.act)
+        return held
+
+
+def _floor_chunk(model: Any, spec: WaferSpec) -> WeightChunks:
+    """The smallest chunking the planner considers: a chunk of each matrix has at least one
+    output column per PE row (the widest-input matrix sets the size), so that every row of
+    the wafer works on every chunk."""
+    mats, _ = layer_shapes(model)
+    return within(model, max(m.n_in * min(m.n_out, spec.pe_rows) for m in mats))
+
+
+def _auto_chunks(model: Any, spec: WaferSpec, mb: int, seq: int, stride: int) -> WeightChunks:
+    """Activations first (at the smallest stride beside the floor chunk), then the largest
+    chunk the SRAM left over holds in its three buffers (current, prefetched, gradient)."""
+    r = _Replica(model, spec, mb, seq)
+    r.weights(_floor_chunk(model, spec))
+    k = r.stride(stride)
+    held = r.activations(k)
+    r.ledger.free("weights: current + prefetched chunk")
+    r.ledger.free("gradient of one chunk")
+    buffer = r.ledger.free_bytes() // 3
+    params = buffer * spec.num_pes // r.size
+    layer = r.per_pe(int(model.layer_params()) * r.size)
+    why = (
+        f"a whole layer needs {3 * layer} B per PE (current + prefetched weights, its "
+        f"gradient); beside the working set and {held} layer inputs (stride {k}) the ledger "
+        f"leaves {3 * buffer} B: each matrix is cut into column chunks of at most "
+        f"{params:,} parameters ({buffer} B per PE, three buffers: current, prefetched, "
+        "gradient)"
+    )
+    return within(model, params, why)
+
+
+def plan_activations(
+    model: Any, spec: WaferSpec, micro_batch: int, seq_len: int, stride: int = 0, chunks: int = 0
+) -> ActivationPlan:
+    """Keep or recompute layer inputs within one replica's SRAM (`stride` 0: choose) and
+    stream each layer whole when it fits, else in column chunks (`chunks` k > 0: force every
+    matrix into k chunks; 0: as the ledger allows, `WeightChunks.reason` says why)."""
+    if chunks > 0:
+        ck = forced(model, chunks, f"forced: every matrix in {chunks} column chunks "
+                    "(runconfig.weight_chunks)")  # fmt: skip
+    else:
+        ck = None
+        try:
+            return _place(model, spec, micro_batch, seq_len, stride, None)
+        except SramBudgetError:
+            ck = _auto_chunks(model, spec, micro_batch, seq_len, stride)
+    return _place(model, spec, micro_batch, seq_len, stride, ck)
+
+
+def _place(model, spec, micro_batch, seq_len, stride, ck) -> ActivationPlan:
+    r = _Replica(model, spec, micro_batch, seq_len)
+    r.weights(ck)
+    k = r.stride(stride)
+    held = r.activations(k)
+    if ck is None:
+        layer = r.per_pe(int(model.layer_params()) * r.size)
+        ck = whole(model, f"whole layers: a layer's weights (current + prefetched, {2 * layer} "
+                   f"B per PE) and its gradient ({layer} B) fit beside the working set and "
+                   f"{held} layer inputs (stride {k})")  # fmt: skip
+    return ActivationPlan(
+        stride=k, held_layers=held, activation_bytes_per_pe=r.act, sram=r.ledger.summary(),
+        chunks=ck,
+    )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    rows: list[dict[str, Any]]  # {"item", "where", "bytes", "bytes_per_pe"}
+    resident_bytes: int
+    sram_total_bytes: int
+    resident: bool  # whole training state fits in wafer SRAM
+    streaming: ActivationPlan | None
+    streaming_error: str | None
+    memoryx_bytes: int = 0  # fp32 masters and optimizer state in MemoryX
+    memoryx_capacity_bytes: float = math.inf  # the spec's
+
+
+def check_memoryx(plan: MemoryPlan) -> None:
+    """Refuse a model whose MemoryX state exceeds the spec's MemoryX capacity."""
+    if plan.memoryx_bytes > plan.memoryx_capacity_bytes:
+        raise WseError(
+            f"the model does not fit in MemoryX: its fp32 masters and optimizer state take "
+            f"{plan.memoryx_bytes / 1e12:,.4g} TB but MemoryX holds "
+            f"{plan.memoryx_capacity_bytes / 1e12:,.4g} TB (the wafer spec's "
+            "memoryx_capacity_bytes); shrink the model or plan a larger MemoryX"
+        )
+
+
+def memory_plan(
+    model: Any,
+    spec: WaferSpec,
+    micro_batch: int,
+    seq_len: int,
+    optimizer_slots: int = 2,
+    stride: int = 0,
+    streaming: ActivationPlan | None = None,
+    chunks: int = 0,
+) -> MemoryPlan:
+    """Training memory, resident vs streamed, for one replica of `micro_batch` sequences.
+
+    `streaming`: the `ActivationPlan` a trainer already runs (default: planned here with
+    `stride` and `chunks`), so that the prediction (`wse_systems.training.performance.predict_step`)
+    reads the same object."""
+    n_params = int(model.num_params())
+    per_layer, _ = layer_counts(model)
+    size = dtype_bytes(model.dtype)
+    act_all = model.n_layers * micro_batch * seq_len * model.d_model * size
+    items = [
+        ("weights (fp32 master)", 4 * n_params),
+        ("gradients (fp32)", 4 * n_params),
+        ("optimizer state (fp32)", 4 * optimizer_slots * n_params),
+        ("activations (every layer input)", act_all),
+        ("working set (one layer)", working_bytes(model, micro_batch, seq_len)),
+    ]
+    rows = [
+        {"item": k, "where": "wafer if resident", "bytes": v, "bytes_per_pe": -(-v // spec.num_pes)}
+        for k, v in items
+    ]
+    error = None
+    try:
+        if streaming is None:
+            streaming = plan_activations(model, spec, micro_batch, seq_len, stride, chunks)
+    except Exception as e:  # a SramBudgetError: reported in the plan, raised by the run
+        error = str(e)
+    ck = streaming.chunks if streaming is not None else None
+    unit, streamed = "layer", per_layer
+    if ck is not None and not ck.whole:
+        unit, streamed = "chunk", ck.largest_params
+    memx = 4 * (1 + optimizer_slots) * n_params
+    rows += [
+        {
+            "item": f"streamed weights (current + prefetched {unit})",
+            "where": "wafer, streaming",
+            "bytes": 2 * streamed * size,
+            "bytes_per_pe": -(-2 * streamed * size // spec.num_pes),
+        },
+        {"item": "masters + optimizer state", "where": "MemoryX", "bytes": memx, "bytes_per_pe": 0},
+    ]
+    resident = sum(v for _, v in items)
+    return MemoryPlan(
+        rows, resident, spec.sram_total_bytes, resident <= spec.sram_total_bytes, streaming,
+        error, memx, spec.memoryx_capacity_bytes,
+    )  # fmt: skip
+
+
+def host_bytes(
+    model: Any,
+    micro_batch: int,
+    seq_len: int,
+    replicas: int = 1,
+    optimizer_slots: int = 2,
+) -> dict[str, int]:
+    """Host bytes by item for `replicas` local replicas of `micro_batch` sequences.
+
+    MemoryX keeps fp32 masters, optimizer state and (clipping needs them all) the gradients;
+    each replica holds two streamed layers and one layer's gradient in the compute dtype, its
+    layer inputs (every layer's at most), one layer's fp32 working set for all its sequences
+    and heads at once (q/k/v, MLP hidden, attention scores and probabilities, forward and
+    backward), and the fp32 logits, their softmax and gradient."""
+    n_params = int(model.num_params())
+    per_layer, _ = layer_counts(model)
+    size = dtype_bytes(model.dtype)
+    b, s = micro_batch, seq_len
+    hidden = (2 if model.arch == "llama" else 1) * model.d_ff
+    work = 2 * 4 * b * (s * (3 * model.d_model + hidden) + 2 * model.n_heads * s * s)
+    per_replica = {
+        "streamed layers and a gradient": 3 * per_layer * size,
+        "layer inputs": int(model.n_layers) * b * s * model.d_model * size,
+        "working set of one layer": work,
+        "logits, softmax and gradient (fp32)": 3 * 4 * b * s * int(model.vocab_size),
+    }
+    return {
+        "MemoryX: masters, optimizer state, gradients": 4 * (2 + optimizer_slots) * n_params,
+        **{k: replicas * v for k, v in per_replica.items()},
+    }

@@ -1,0 +1,76 @@
+"""The off-wafer side of a training step: weights in, gradients out, MemoryX's update.
+
+Contract. `stream_work(pl, n_params)` is n_params in the compute dtype through MemoryX and
+SwarmX to (or from) every wafer: bytes at min(memoryx_bytes_per_s, swarmx_bytes_per_s), plus
+one `system_latency_s` per level of the SwarmX tree (`tree_levels(num_csx,
+spec.swarmx_fanout)`) on every streamed item. `Streams(pl, on)` names the phases a placement
+streams (all empty when `on` is False: the compute-only step, or a resident placement's
+weights). `wafer_update` is fp32 Adam on the wafer (resident placement).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from wse_core import Op, Phase, Work
+
+from wse_systems.training.placement import StepPlacement
+
+__all__ = ["ADAM_FP32_OPS", "tree_levels", "stream_work", "wafer_update", "Streams"]
+
+ADAM_FP32_OPS = (("fmac", 4), ("mul", 1), ("sqrt", 1), ("div", 1))  # per parameter, on a PE
+
+
+def tree_levels(num_csx: int, fanout: float = 2.0) -> int:
+    """Levels of a SwarmX tree of `fanout` that reaches `num_csx` systems (0 for one)."""
+    levels, reach = 0, 1.0
+    while reach < num_csx:
+        reach, levels = reach * fanout, levels + 1
+    return levels
+
+
+def stream_work(pl: StepPlacement, n_params: int) -> Work:
+    """n_params in the compute dtype through MemoryX / SwarmX to (or from) every wafer.
+
+    Work prices host I/O at the spec's host rate; the bytes are scaled so that the time is
+    bytes / min(memoryx, swarmx) (equal on every preset: the scale is then 1)."""
+    s = pl.spec
+    rate = min(s.memoryx_bytes_per_s, s.swarmx_bytes_per_s)
+    nbytes = n_params * pl.num.operand_bytes
+    return Work(
+        host_io_bytes=nbytes * s.host_io_bytes_per_s / rate,
+        system_hops=tree_levels(pl.num_csx, s.swarmx_fanout),
+    )
+
+
+def wafer_update(pl: StepPlacement, n_params: int) -> Work:
+    """fp32 Adam on the wafer (resident placement): each PE updates its share."""
+    n = n_params / pl.spec.num_pes
+    return Work(ops=tuple(Op(k, "fp32", n, count=c) for k, c in ADAM_FP32_OPS))
+
+
+@dataclasses.dataclass(frozen=True)
+class Streams:
+    """The off-wafer phases of a placement (all empty: the compute-only step)."""
+
+    pl: StepPlacement
+    on: bool = True
+
+    def weights_in(self, n: int) -> Phase:
+        live = self.on and not self.pl.resident
+        return Phase("weights_in", stream_work(self.pl, n) if live else Work())
+
+    def gradients_out(self, n: int) -> Phase:
+        live = self.on and (not self.pl.resident or self.pl.num_csx > 1)
+        return Phase("gradients_out", stream_work(self.pl, n) if live else Work())
+
+    def returned(self, n: int) -> Phase:
+        """Streamed: the next layer's weights; resident: the reduced gradient coming back."""
+        if self.pl.resident:
+            live = self.on and self.pl.num_csx > 1
+            return Phase("gradients_in", stream_work(self.pl, n) if live else Work())
+        return self.weights_in(n)
+
+    def update(self, n: int) -> Phase:
+        live = self.on and not self.pl.resident
+        return Phase("memoryx_update", stream_work(self.pl, n) if live else Work())

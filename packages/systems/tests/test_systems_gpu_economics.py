@@ -1,0 +1,107 @@
+"""The GPU cluster model and the energy/cost arithmetic against cases computed by hand."""
+
+import dataclasses
+import math
+
+import pytest
+from wse_core import SpecError, WseError
+from wse_systems import economics as eco
+from wse_systems import gpu as gpum
+from wse_systems.testing import ROUND_DECODER
+from wse_systems.transformer import matmul_params, num_params
+
+# A model whose numbers are easy on paper: matmul weights exactly 1e8 over 2 layers of width
+# 256 (4 heads of 64); all its parameters add the layers' two norms and the final norm.
+SHAPE = ROUND_DECODER
+LAYER = 4 * 256**2 + 3 * 256 * 2048  # one layer's matmul weights
+# A GPU with round figures; one GPU per node so that two GPUs must be data parallel over IB.
+ROUND = dataclasses.replace(
+    gpum.H100,
+    name="round",
+    peak_flops=1e15,
+    hbm_bytes_per_s=1e12,
+    nvlink_bytes_per_s=1e11,
+    nvlink_latency_s=1e-6,
+    ib_bytes_per_s=1e9,
+    ib_latency_s=1e-5,
+    gpus_per_node=1,
+)
+
+
+def test_ring_allreduce_by_hand():
+    # 2 (p-1)/p * bytes / bw + 2 (p-1) * latency = 1.5 * 0.1 s + 6 us
+    assert gpum.ring_allreduce_s(1e9, 4, 1e10, 1e-6) == pytest.approx(0.15 + 6e-6)
+    assert gpum.ring_allreduce_s(1e9, 1, 1e10, 1e-6) == 0.0
+
+
+def test_training_flops_are_palm_accounting():
+    # 6 N + 12 L (H Q) T = 6e8 + 12 * 2 * 256 * 1000
+    assert gpum.train_flops_per_token(SHAPE, 1000) == 6e8 + 6_144_000
+
+
+def test_one_gpu_training_step_is_flops_over_mfu_peak():
+    s = gpum.train_step(SHAPE, ROUND, num_gpus=1, batch=4, seq_len=1000, mfu=0.5)
+    # 4 * 1000 tokens * 6.06144e8 flop / (1e15 * 0.5) flop/s
+    assert s.step_s == pytest.approx(4000 * 6.06144e8 / 5e14)
+    assert (s.layout.dp, s.layout.tp, s.layout.pp) == (1, 1, 1)
+    assert s.allreduce_s == 0.0 and s.bubble_s == 0.0
+
+
+def test_data_parallel_pays_the_exposed_ring():
+    # one layer: no pipeline split (two stages, with a quarter of the step as bubble, would
+    # beat this ring, and the layout search would take them)
+    one = dataclasses.replace(SHAPE, n_layers=1)
+    m1, n1 = 1e8 - LAYER, 1e8 - LAYER + 2 * 256 + 256  # matmul weights; all parameters
+    assert (matmul_params(one), num_params(one)) == (m1, n1)
+    s = gpum.train_step(one, ROUND, num_gpus=2, batch=4, seq_len=1000, mfu=0.5)
+    compute = 4000 * (6 * m1 + 12 * 256 * 1000) / (2 * 5e14)
+    ring = 2 * 1 / 2 * (2 * n1) / 1e9 + 2 * 1e-5  # bf16 gradients over IB
+    assert (s.layout.dp, s.layout.tp, s.layout.pp) == (2, 1, 1)
+    assert s.allreduce_s == pytest.approx(ring)
+    assert s.step_s == pytest.approx(compute + ring - 2 / 3 * compute)
+    piped = gpum.train_step(SHAPE, ROUND, num_gpus=2, batch=4, seq_len=1000, mfu=0.5)
+    assert piped.layout.pp == 2 and piped.bubble_s == pytest.approx(piped.compute_s / 4)
+
+
+def test_too_few_gpus_names_the_count_that_fits():
+    big = dataclasses.replace(SHAPE, vocab_size=39_000_000, n_layers=3)
+    assert num_params(big) == pytest.approx(1e10, rel=0.002)
+    # 16 bytes x 1e10 = 160 GB over 0.9 x 80 GB usable: 3 GPUs (3 pipeline stages of a layer)
+    assert gpum.min_train_gpus(big, gpum.H100, seq_len=16) == 3
+    with pytest.raises(gpum.GpuMemoryError, match="use at least 3 GPUs"):
+        gpum.train_step(big, gpum.H100, num_gpus=2, batch=8, seq_len=16)
+    assert isinstance(gpum.GpuMemoryError("x"), WseError)
+    two_layers = dataclasses.replace(big, n_layers=2)  # tp is a power of 2, pp <= layers
+    assert gpum.min_train_gpus(two_layers, gpum.H100, seq_len=16) == 4
+
+
+def test_energy_is_power_times_time_plus_idle():
+    assert eco.energy_j(3600, 23e3) == pytest.approx(82.8e6)
+    assert eco.energy_j(10, 100, 20, wall_s=30) == pytest.approx(10 * 100 + 20 * 20)
+    assert eco.per(1400, 7) == 200 and math.isnan(eco.per(1, 0))
+
+
+def test_bill_is_hardware_plus_people_plus_energy():
+    rates = eco.Rates(
+        usd_per_system_hour=2, usd_per_engineer_hour=100, engineer_hours=3, usd_per_kwh=0.1
+    )
+    b = eco.bill(system_hours=10, energy_j=5 * 3.6e6, rates=rates)
+    assert (b.hardware_usd, b.people_usd, b.energy_usd) == pytest.approx((20, 300, 0.5))
+    assert b.total_usd == pytest.approx(320.5)
+
+
+def test_system_power_by_wafer_preset():
+    assert eco.system_power_w("wse3") == (23e3, 0.25 * 23e3)
+    assert eco.system_power_w("wse1")[0] == 20e3
+    assert eco.system_power_w("wse2+my_spec") == eco.system_power_w("wse2")
+    with pytest.raises(SpecError, match="known systems: wse1, wse2, wse3"):
+        eco.system_power_w("tiny")
+    assert eco.wafer_rates("wse3", engineer_hours=None).usd_per_system_hour == 100.0
+
+
+def test_gpu_figures_and_names():
+    assert gpum.gpu_spec("H100") is gpum.H100
+    assert gpum.H100.power_w_per_gpu() == (10200 / 8, 0.25 * 10200 / 8)
+    assert gpum.A100.peak_flops == 312e12 and gpum.H100.hbm_bytes_per_s == 3.35e12
+    with pytest.raises(SpecError, match="did you mean 'h100'"):
+        gpum.gpu_spec("h10")

@@ -1,0 +1,281 @@
+"""The serving models (`wse_systems.serving`) against cases computed by hand: the GPU roofline
+at one user and at the compute knee, memory limits on both systems, the wafer pipeline's
+fill, Leviathan's speculative speedup, and the selections."""
+
+import dataclasses
+import math
+
+import pytest
+from wse_core import PerfModel, preset
+from wse_systems import gpu as gpum
+from wse_systems.decoder import decode_phases
+from wse_systems.pipeline import PipelinePlanError, kv_bytes_per_token, plan_pipeline
+from wse_systems.serving import (
+    GpuServing,
+    ServingError,
+    Speculation,
+    WaferServing,
+    Workload,
+    at_users,
+    frontier,
+    gpus_to_match,
+    knee,
+    loads,
+    meeting,
+    prefill_share,
+    speculative_speedup,
+    tokens_per_round,
+)
+from wse_systems.serving import gpus as sg
+from wse_systems.testing import ROUND_DECODER
+from wse_systems.transformer import (
+    DecoderCounts,
+    attn_dim,
+    kv_values_per_token,
+    matmul_params,
+    num_params,
+)
+
+# A tied Llama whose matmul weights are exactly 1e8 (the head 376,289 x 256 and two layers of
+# 4 x 256^2 + 3 x 256 x 2048): the roofline by hand. All its parameters: the one table, the
+# layers with their two norms, the final norm. K and V: 2 layers x 2 x 4 heads x 64, bf16.
+FLAT = ROUND_DECODER
+N_ALL = 376_289 * 256 + 2 * (4 * 256**2 + 3 * 256 * 2048 + 2 * 256) + 256
+KV_BYTES = 2 * (2 * 2 * 4 * 64)  # per token
+# The draft: matmul weights exactly 1e7 (74,029 x 128 + 2 x (4 x 128^2 + 3 x 128 x 512)).
+DRAFT = DecoderCounts(
+    name="draft", arch="llama", vocab_size=74_029, d_model=128, n_layers=2, n_heads=2,
+    n_kv_heads=2, d_ff=512, max_seq_len=128, tie_embeddings=True,
+)  # fmt: skip
+DRAFT_KV_BYTES = 2 * (2 * 2 * 2 * 64)
+ROUND = dataclasses.replace(
+    gpum.H100, name="round", peak_flops=1e15, hbm_bytes_per_s=1e12, memory_bytes=1e9,
+    gpus_per_node=8,
+)  # fmt: skip
+ONE = sg.GpuLayout(1, 1)
+TOY = DecoderCounts(
+    name="toy",
+    arch="llama",
+    n_layers=4,
+    d_model=256,
+    n_heads=4,
+    n_kv_heads=2,
+    d_ff=512,
+    vocab_size=1000,
+    max_seq_len=128,
+)  # fmt: skip  (4 layers, GQA 4/2 heads)
+SHORT = Workload(prompt_tokens=16, output_tokens=16)
+
+
+def test_the_hand_shapes_counts():
+    assert matmul_params(FLAT) == 10**8 and num_params(FLAT) == N_ALL
+    assert kv_values_per_token(FLAT) * 2 == KV_BYTES and attn_dim(FLAT) == 256
+    assert matmul_params(DRAFT) == 10**7 and kv_values_per_token(DRAFT) * 2 == DRAFT_KV_BYTES
+
+
+def test_gpu_step_at_one_user_is_the_weight_read():
+    s = sg.decode_step(FLAT, ROUND, ONE, batch=1, kv_tokens=0, hbm_fraction=0.5, mfu=0.5)
+    # 2 bytes x 1e8 weights over 0.5 x 1e12 B/s; flops 2e8 at 0.5e15 are far less
+    assert s.memory_s == pytest.approx(2e8 / 5e11)
+    assert s.compute_s == pytest.approx(2e8 / 5e14)
+    assert s.seconds == pytest.approx(4e-4) and s.bound == "hbm"
+    eight = sg.GpuLayout(8, 1)
+    s8 = sg.decode_step(FLAT, ROUND, eight, batch=1, kv_tokens=0, hbm_fraction=0.5, mfu=0.5)
+    reduce = 2 * 7 / 8 * (2 * 256) / ROUND.nvlink_bytes_per_s + 2 * 7 * ROUND.nvlink_latency_s
+    assert s8.allreduce_s == pytest.approx(2 * 2 * reduce)  # 2 per layer, 2 layers
+    assert s8.seconds == pytest.approx(2e8 / 8 / 5e11 + 4 * reduce)
+
+
+def test_gpu_compute_knee_and_aggregate_plateau():
+    # memory = 2e8 / 5e11 = 4e-4 s for any batch; compute = B 2e8 / 5e14: equal at B = 1000
+    at = sg.decode_step(FLAT, ROUND, ONE, batch=1000, kv_tokens=0, hbm_fraction=0.5, mfu=0.5)
+    assert at.compute_s == pytest.approx(at.memory_s)
+    past = sg.decode_step(FLAT, ROUND, ONE, batch=2000, kv_tokens=0, hbm_fraction=0.5, mfu=0.5)
+    assert past.bound == "compute" and past.seconds == pytest.approx(2 * at.seconds)
+    # aggregate B / step: 1000 / 4e-4 at the knee, the same past it (mfu x peak / 2 N)
+    assert 1000 / at.seconds == pytest.approx(2000 / past.seconds) == pytest.approx(2.5e6)
+
+
+def test_gpu_kv_bytes_per_user_and_the_largest_batch():
+    # usable 0.9 x 1e9 = 9e8; weights 2 N_ALL; a user of 100 tokens holds 100 KV_BYTES
+    users = int((9e8 - 2 * N_ALL) // (100 * KV_BYTES))
+    assert users == 3417 and sg.max_batch(FLAT, ROUND, ONE, held_tokens=100) == users
+    serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=Workload(prompt_tokens=60,
+                       output_tokens=40), hbm_fraction=0.5, mfu=0.5)  # fmt: skip
+    assert serve.max_users == users
+    with pytest.raises(ServingError, match=f"at most {users}"):
+        at_users(serve, users + 1)
+    big = dataclasses.replace(FLAT, vocab_size=3_900_000)  # 2.0 GB of weights over 0.9 GB: 3
+    with pytest.raises(gpum.GpuMemoryError, match="use at least 3 GPUs"):
+        GpuServing(big, ROUND, num_gpus=2, workload=SHORT)
+
+
+def test_gpu_kv_read_grows_the_step_and_the_frontier_trades_speed_for_throughput():
+    shape = FLAT
+    s = sg.decode_step(shape, ROUND, ONE, batch=10, kv_tokens=70, hbm_fraction=0.5, mfu=0.5)
+    assert s.memory_s == pytest.approx((2e8 + 10 * KV_BYTES * 70) / 5e11)
+    w = Workload(prompt_tokens=60, output_tokens=20)
+    serve = GpuServing(shape, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5)
+    points = frontier(serve).points
+    assert [p.users for p in points] == loads(serve.max_users)
+    speeds = [p.user_tokens_per_s for p in points]
+    assert speeds == sorted(speeds, reverse=True)
+    for p in points:
+        assert p.aggregate_tokens_per_s == pytest.approx(p.users * p.user_tokens_per_s)
+
+
+def test_gpu_prefill_is_the_compute_roofline():
+    t = sg.prefill_s(FLAT, ROUND, ONE, prompt_tokens=1000, hbm_fraction=0.5, mfu=0.5)
+    # 2 N_matmul per token and the attention's 2 L (H Q) p^2
+    assert t == pytest.approx((1000 * 2e8 + 2 * 2 * 256 * 1000**2) / 5e14)
+    short = sg.prefill_s(FLAT, ROUND, ONE, prompt_tokens=1, hbm_fraction=0.5, mfu=0.5)
+    assert short == pytest.approx(4e-4)  # one weight read is longer than one token's flops
+
+
+def test_speculation_on_a_gpu_is_leviathans_formula():
+    # at one user the verification of gamma + 1 tokens reads the weights once, like a step
+    w = Workload(prompt_tokens=8, output_tokens=8)
+    plain = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5)
+    spec = Speculation(draft=DRAFT, gamma=4, alpha=0.8)
+    fast = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5,
+                      speculation=spec)  # fmt: skip
+    kv = 8 + 8 // 2  # the cached tokens a step reads (Workload.kv_tokens)
+    c = (2e7 + DRAFT_KV_BYTES * kv) / (2e8 + KV_BYTES * kv)  # draft step / target step: bytes
+    leviathan = (1 - 0.8**5) / ((1 - 0.8) * (4 * c + 1))
+    ratio = fast.point(1).user_tokens_per_s / plain.point(1).user_tokens_per_s
+    assert ratio == pytest.approx(leviathan)
+    assert speculative_speedup(0.8, 4, draft_s=c, target_s=1.0) == pytest.approx(leviathan)
+    assert tokens_per_round(0.8, 4) == pytest.approx(3.3616) and tokens_per_round(1.0, 4) == 5
+
+
+def test_gpus_to_match():
+    w = Workload(prompt_tokens=8, output_tokens=8)
+    kw = dict(workload=w, hbm_fraction=0.5, mfu=0.5)
+    one = GpuServing(FLAT, ROUND, num_gpus=1, **kw).point(1).user_tokens_per_s  # 2500 tokens/s
+    speed, both = gpus_to_match(FLAT, ROUND, user_tokens_per_s=one * 1.5,
+                                aggregate_tokens_per_s=1e9, **kw)  # fmt: skip
+    assert speed == 2  # tp 2 halves the read; the all-reduces cost a little
+    assert both is not None and both >= speed
+    assert gpus_to_match(FLAT, ROUND, user_tokens_per_s=1e9, aggregate_tokens_per_s=1, **kw) == (
+        None, None)  # fmt: skip
+
+
+def _toy_serving(**kw):
+    return WaferServing(TOY, preset("small"), num_wafers=1, workload=SHORT, **kw)
+
+
+def test_wafer_one_user_is_the_batch_one_prediction():
+    serve = _toy_serving()
+    plan = plan_pipeline(TOY, preset("small"), context_len=32, slots=1)
+    t1 = PerfModel(plan.spec).evaluate(decode_phases(TOY, plan, kv_tokens=24)).seconds
+    assert serve.plans(1)[0] == plan
+    assert serve.point(1).user_tokens_per_s == pytest.approx(1 / t1)
+
+
+def test_wafer_users_are_limited_by_sram_on_a_small_wafer():
+    serve = _toy_serving()
+    n = serve.max_users
+
+    def fits(u):
+        try:
+            plan_pipeline(TOY, preset("small"), context_len=32, slots=u)
+            return True
+        except PipelinePlanError:
+            return False
+
+    assert fits(n) and not fits(n + 1) and not any(fits(u) for u in (n + 2, 2 * n))
+    b = serve.budget()
+    region = next(s for s in serve.plans(n)[0].stages if s.name == b.region)
+    pes = region.region.num_pes
+    # by hand: one layer's K and V, 2 x 2 KV heads x 64 x 2 bytes, for 32 tokens per user
+    assert b.kv_bytes_per_user_per_pe == pytest.approx(region.num_layers * 512 * 32 / pes)
+    assert kv_bytes_per_token(TOY, 2) == 512
+    assert b.act_bytes_per_user_per_pe == pytest.approx((4 * 256 + 2 * 512) * 2 / pes)
+    per_user = b.kv_bytes_per_user_per_pe + b.act_bytes_per_user_per_pe
+    assert b.weight_bytes_per_pe + n * per_user <= 49152
+    with pytest.raises(ServingError, match=f"at most {n:,} users"):
+        at_users(serve, n + 1)
+
+
+def test_wafer_aggregate_is_users_times_per_user_until_the_pipeline_fills():
+    serve = _toy_serving()
+    for u in loads(serve.max_users):
+        p = serve.point(u)
+        latency, held, _ = serve.round_s(u)
+        t_max = max(held.values())
+        assert p.aggregate_tokens_per_s == pytest.approx(u * p.user_tokens_per_s)
+        if u * t_max <= latency:  # not full: every user at the one-user speed
+            assert p.user_tokens_per_s == pytest.approx(1 / latency)
+            assert p.bound == "pipeline latency"
+        else:  # full: the busiest region sets the pace, one token at a time
+            assert p.aggregate_tokens_per_s == pytest.approx(1 / t_max)
+    occ = serve.occupancy(1)
+    assert max(occ.values()) < 1 and sum(occ.values()) == pytest.approx(1, rel=0.01)
+
+
+def test_wafer_prompt_blocks_and_time_to_first_token():
+    serve = _toy_serving()
+    target, _ = serve.pipelines(1, prompt=True)
+    alone, block = serve.prefill_s(1)
+    fill = sum(p.seconds(block) for _, _, p in target.elements)
+    occ = target.bottleneck(block)[1]
+    assert alone == pytest.approx(fill + (math.ceil(16 / block) - 1) * occ)
+    one_token_blocks = target.pass_s(16)[0]
+    assert alone <= one_token_blocks <= target.token_s + 15 * target.bottleneck(1)[1] + 1e-15
+    assert serve.point(1).ttft_s == pytest.approx(alone)
+    assert serve.point(4).ttft_s > alone  # the other users keep the bottleneck busy
+
+
+def test_wafer_speculation_prices_draft_and_verification_on_one_layout():
+    draft = dataclasses.replace(TOY, name="toy-draft", n_layers=1)
+    spec = Speculation(draft=draft, gamma=3, alpha=0.7)
+    serve = _toy_serving(speculation=spec)
+    target_plan, draft_plan = serve.plans(1)
+    assert target_plan.spec.pe_rows + draft_plan.spec.pe_rows == 32  # one wafer, shared rows
+    target, d = serve.pipelines(1)
+    verify_s, _, _ = target.pass_s(4)
+    assert target.token_s < verify_s <= 4 * target.token_s
+    got = serve.point(1).user_tokens_per_s * target.token_s  # speedup over this target
+    assert got == pytest.approx(
+        speculative_speedup(0.7, 3, draft_s=d.token_s, target_s=target.token_s, verify_s=verify_s)
+    )
+    assert serve.max_users < _toy_serving().max_users  # the draft's SRAM costs users
+
+
+def test_selections():
+    serve = _toy_serving()
+    front = frontier(serve)
+    slow = front.points[-1].user_tokens_per_s
+    p = meeting(serve, slow * 1.01)
+    assert p.user_tokens_per_s >= slow * 1.01
+    assert serve.point(p.users + 1).user_tokens_per_s < slow * 1.01
+    assert meeting(serve, 1e12) is None
+    k = knee(serve, front)
+    score = lambda q: q.user_tokens_per_s * q.aggregate_tokens_per_s  # noqa: E731
+    assert all(score(k) >= score(q) for q in front.points)
+    best = front.pareto()
+
+    def beats(a, b):
+        sa, ga, sb, gb = (a.user_tokens_per_s, a.aggregate_tokens_per_s,
+                          b.user_tokens_per_s, b.aggregate_tokens_per_s)  # fmt: skip
+        return sa >= sb and ga >= gb and (sa > sb or ga > gb)
+
+    for q in front.points:  # on the Pareto set exactly when nothing beats it
+        assert any(q is b for b in best) == (not any(beats(o, q) for o in front.points))
+    assert prefill_share(0.9, 4) == 0.25 and prefill_share(0.2, 4) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Workload(prompt_tokens=0, output_tokens=1), "prompt_tokens"),
+        (lambda: Workload(prompt_tokens=8, output_tokens=8, context_len=10), "shorter than"),
+        (lambda: Speculation(draft=TOY, gamma=2, alpha=float("nan")), "alpha"),
+        (lambda: Speculation(draft=TOY, gamma=0, alpha=0.5), "gamma"),
+        (lambda: meeting(_toy_serving(), -1.0), "positive"),
+        (lambda: at_users(_toy_serving(), 0), "users"),
+    ],
+)
+def test_bad_input_is_a_serving_error(make, message):
+    with pytest.raises(ServingError, match=message):
+        make()
