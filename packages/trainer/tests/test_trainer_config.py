@@ -102,7 +102,7 @@ def test_cpu_shards_must_split_each_replicas_batch(shards, needle):
             r"\(train_input.batch_size=16 over num_csx=2\); use a divisor such as 2 or 4",
         ),
         (0, "micro_batch_size must be positive, got 0"),
-        ("most", "micro_batch_size='most' is not valid; choose one of: auto, none"),
+        ("most", "micro_batch_size='most' is not valid; choose one of: auto, explore, none"),
         (True, "micro_batch_size must be int or str or NoneType, got True"),
     ],
 )
@@ -113,7 +113,7 @@ def test_micro_batch_size_must_divide_the_per_system_batch(value, needle):
         check_config(
             config_from_dict(apply_overrides(base, [f"train_input.micro_batch_size={value}"]))
         )
-    for ok in (1, 2, 4, 8, "auto", "none", None):
+    for ok in (1, 2, 4, 8, "auto", "explore", "none", None):
         cfg = config_from_dict({**base, "train_input": {"batch_size": 16, "micro_batch_size": ok}})
         check_config(cfg)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 from wse_core.errors import WseError, suggest, yaml_problem
+from wse_systems.training.micro_batch import MODES
 
 __all__ = [
     "ConfigError",
@@ -35,7 +36,6 @@ __all__ = [
     "check_config",
     "shipped_config",
     "SHIPPED",
-    "MICRO_BATCH_MODES",
 ]
 
 
@@ -53,8 +53,9 @@ class InputConfig:
     batch_size: int = 16  # global, over all num_csx replicas (each gets batch_size / num_csx)
     # per system, as ModelZoo has it: sequences each replica runs at once, its gradients
     # accumulated over batch_size / num_csx / micro_batch_size micro-batches; "auto": the
-    # largest the SRAM ledger fits; "none" (or null): the whole per-system batch at once
-    micro_batch_size: int | str | None = "auto"
+    # largest the SRAM ledger fits; "explore": the fastest the predicted step finds; "none":
+    # the whole per-system batch at once; unset: auto in `wse train`, explore in `wse plan`
+    micro_batch_size: int | str | None = None
     max_sequence_length: int = 128
     shuffle_seed: int = 0
     split: str = "train"  # "train" | "eval" | "all": every 20th document is held out
@@ -325,16 +326,13 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
             )
 
 
-MICRO_BATCH_MODES = ("auto", "none")
-
-
 def _check_micro_batch(name: str, inp: InputConfig, num_csx: int) -> None:
     """micro_batch_size: a mode, or a positive int dividing the per-system batch."""
     mb, per_system = inp.micro_batch_size, inp.batch_size // num_csx
     if mb is None:
         return
     if isinstance(mb, str):
-        _choice(f"{name}.micro_batch_size", mb, MICRO_BATCH_MODES)
+        _choice(f"{name}.micro_batch_size", mb, MODES)
         return
     _positive(f"{name}.micro_batch_size", mb)
     if per_system % mb:

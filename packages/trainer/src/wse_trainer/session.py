@@ -66,15 +66,18 @@ def batch_per_system(config: TrainConfig) -> int:
 
 def micro_batch(config: TrainConfig, spec: WaferSpec, model: Any) -> int:
     """Sequences per system at once: `train_input.micro_batch_size` resolved
-    (`wse_systems.training.micro_batch`)."""
-    from wse_systems.training.micro_batch import resolve_micro_batch
+    (`wse_systems.training.micro_batch`; unset: "auto", ModelZoo's default; "explore": the
+    micro-batch `plan_step` finds fastest)."""
+    from wse_systems.training.micro_batch import plan_step, resolve_micro_batch
 
     run, seq = config.runconfig, config.train_input.max_sequence_length
-    return resolve_micro_batch(
-        config.train_input.micro_batch_size, model, spec,
-        batch_per_system=batch_per_system(config), seq_len=seq,
-        stride=run.activation_stride, chunks=run.weight_chunks,
-    )  # fmt: skip
+    setting = config.train_input.micro_batch_size
+    where = dict(batch_per_system=batch_per_system(config), seq_len=seq,
+                 stride=run.activation_stride, chunks=run.weight_chunks)  # fmt: skip
+    if setting == "explore":
+        step = plan_step(model, spec, num_csx=run.num_csx, micro_batch=setting, **where)
+        return int(step.extra["micro_batch"])
+    return resolve_micro_batch("auto" if setting is None else setting, model, spec, **where)
 
 
 def validate(config: TrainConfig, spec: WaferSpec):
@@ -97,14 +100,15 @@ def validate(config: TrainConfig, spec: WaferSpec):
 
 
 def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
-    """The predicted wafer step (`RunReport`) of `config` on `spec` placed as `plan` (a
-    `MemoryPlan`)."""
+    """The predicted wafer step (`RunReport`) of `config` on `spec`: each system's batch as
+    micro-batches placed as `plan` (a `MemoryPlan` of one micro-batch) says."""
     from wse_systems.training.performance import predict_step
 
     return predict_step(
         model,
         spec,
         num_csx=config.runconfig.num_csx,
+        batch_per_system=batch_per_system(config),
         micro_batch=micro_batch(config, spec, model),
         seq_len=config.train_input.max_sequence_length,
         plan=plan,

@@ -16,6 +16,12 @@ speed=)`:
 - "explore": of the divisors that fit, the one `speed(micro_batch)` (tokens/s, e.g. the
   predicted step's) finds fastest, the larger on a tie.
 
+`plan_step(model, spec, num_csx=, batch_per_system=, seq_len=, micro_batch="explore")` is the
+step a planner prices (`wse plan train`, `trillion-scaling`): the micro-batch resolved as
+above ("explore" by `predict_step`'s tokens/s), then `predict_step` on that micro-batch's
+memory plan. It never refuses a batch that micro-batches fit: only a model whose one
+sequence the ledger cannot place (or whose state MemoryX cannot hold) is an error.
+
 `divisors(n)` lists a batch's divisors in increasing order.
 """
 
@@ -24,11 +30,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from wse_core import SramBudgetError, WaferSpec
+from wse_core import RunReport, SramBudgetError, WaferSpec
 
-from wse_systems.training.plan import plan_activations
+from wse_systems.training.plan import memory_plan, plan_activations
 
-__all__ = ["divisors", "fits", "resolve_micro_batch"]
+__all__ = ["MODES", "divisors", "fits", "resolve_micro_batch", "plan_step"]
+
+MODES = ("auto", "explore", "none")  # besides an int (ModelZoo's micro_batch_size values)
 
 
 def divisors(n: int) -> list[int]:
@@ -74,3 +82,36 @@ def resolve_micro_batch(
     if setting == "explore" and speed is not None:
         return max(placed, key=lambda d: (speed(d), d))
     raise ValueError(f"micro_batch_size {setting!r}: explore needs speed=")
+
+
+def plan_step(
+    model: Any,
+    spec: WaferSpec,
+    *,
+    num_csx: int,
+    batch_per_system: int,
+    seq_len: int,
+    micro_batch: int | str | None = "explore",
+    stride: int = 0,
+    chunks: int = 0,
+    **kw: Any,
+) -> RunReport:
+    """The planned step (module contract); `kw` goes to `predict_step` (precision, ...)."""
+    from wse_systems.training.performance import predict_step
+
+    reports: dict[int, RunReport] = {}
+
+    def report(m: int) -> RunReport:
+        if m not in reports:
+            plan = memory_plan(model, spec, m, seq_len, stride=stride, chunks=chunks)
+            reports[m] = predict_step(
+                model, spec, num_csx=num_csx, batch_per_system=batch_per_system,
+                micro_batch=m, seq_len=seq_len, plan=plan, stride=stride, **kw,
+            )  # fmt: skip
+        return reports[m]
+
+    m = resolve_micro_batch(
+        micro_batch, model, spec, batch_per_system=batch_per_system, seq_len=seq_len,
+        stride=stride, chunks=chunks, speed=lambda d: report(d).extra["tokens_per_s"],
+    )  # fmt: skip
+    return report(m)
