@@ -13,24 +13,26 @@ What a step of N data-parallel systems pays, and what shrinks as N grows:
 - compute: each system runs its own sequences: strong scaling G / N of them (shrinks as
   1 / N), weak scaling b (stays);
 - weights in: every system receives every weight every micro-batch (MemoryX sends each
-  weight once, SwarmX replicates it on every system's link): the bytes per system per step
-  do not shrink with N, and every streamed item pays `system_latency_s` per SwarmX level
-  (ceil(log_fanout N), `stream_cost.tree_levels`), which grows;
+  weight once, SwarmX replicates it on every system's link): the bytes per system per
+  micro-batch do not shrink with N (per step they shrink only while a system still runs
+  several micro-batches: strong scaling takes micro-batches away, never a weight), and
+  every streamed item pays `system_latency_s` per SwarmX level (ceil(log_fanout N),
+  `stream_cost.tree_levels`), which grows;
 - gradients out: each system's gradient of every weight, every micro-batch, sum-reduced
   on the way up; a SwarmX node of fan-in `swarmx_fanout` takes each child on its own link
   and adds as the words arrive, so a level keeps the link's pace and adds its latency;
   above the tree MemoryX's ingress (`memoryx_bytes_per_s`) is shared by all N systems and
-  takes the one reduced stream: the gradient bytes per step do not shrink with N either;
+  takes the one reduced stream: the gradient bytes per micro-batch do not shrink either;
 - MemoryX's optimizer update: applied group by group as each group's reduced gradient
   arrives in the step's last micro-batch (earlier micro-batches are accumulated, at the same
   pace): **overlapped** with the wafer's backward of the next layer (MemoryX and the wafer
   are separate machines and the update of group l needs nothing the wafer computes after
   it), except the last group's (the embedding's), which is **on the critical path**: the
-  step ends when it lands. Its seconds do not shrink with N.
+  step ends when it lands. Its seconds per micro-batch do not shrink with N.
 
-Under strong scaling the compute shrinks and the streams do not, so once a system's
-compute no longer hides them the step stops shrinking: speedup < N, and it can fall as N
-grows. Under weak scaling only the tree latency grows. `ScalePoint` shows each part's busy
+Under strong scaling a system's compute per micro-batch shrinks once it runs a single
+micro-batch of fewer sequences, and the streams per micro-batch do not, so once its compute
+no longer hides them the step stops shrinking: speedup < N, and it can fall as N grows. Under weak scaling only the tree latency grows. `ScalePoint` shows each part's busy
 seconds (hidden or not), the seconds the streams add beyond compute (`exposed_s`) and what
 sets the step (`bound`, `performance.step_bound`). `stream_busy_s(spec, report)` is the
 busy seconds of each part of one step; `ASSUMPTIONS` the rules above in a line each.
