@@ -32,7 +32,8 @@ What a step of N data-parallel systems pays, and what shrinks as N grows:
 
 Under strong scaling a system's compute per micro-batch shrinks once it runs a single
 micro-batch of fewer sequences, and the streams per micro-batch do not, so once its compute
-no longer hides them the step stops shrinking: speedup < N, and it can fall as N grows. Under weak scaling only the tree latency grows. `ScalePoint` shows each part's busy
+no longer hides them the step stops shrinking: speedup < N, and it can fall as N grows.
+Under weak scaling only the tree latency grows. `ScalePoint` shows each part's busy
 seconds (hidden or not), the seconds the streams add beyond compute (`exposed_s`) and what
 sets the step (`bound`, `performance.step_bound`). `stream_busy_s(spec, report)` is the
 busy seconds of each part of one step; `ASSUMPTIONS` the rules above in a line each.
