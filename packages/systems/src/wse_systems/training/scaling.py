@@ -118,8 +118,17 @@ def scale_point(spec: WaferSpec, r: RunReport, base: float) -> ScalePoint:
     )  # fmt: skip
 
 
-def _curve(spec: WaferSpec, reports: list[RunReport]) -> list[ScalePoint]:
-    base = reports[0].extra["tokens_per_s"] / reports[0].systems
+def _curve(
+    model: Any, spec: WaferSpec, cases: list[tuple[int, int]], seq_len: int, **kw: Any
+) -> list[ScalePoint]:
+    """The planned step of each (systems, batch per system), against the first (one system)."""
+    if not cases or cases[0][0] != 1:
+        raise ValueError("scaling is measured against one system: start at 1")
+    reports = [
+        plan_step(model, spec, num_csx=n, batch_per_system=b, seq_len=seq_len, **kw)
+        for n, b in cases
+    ]
+    base = reports[0].extra["tokens_per_s"]
     return [scale_point(spec, r, base) for r in reports]
 
 
@@ -127,17 +136,10 @@ def strong_scaling(
     model: Any, spec: WaferSpec, *, global_batch: int, seq_len: int, systems: Sequence[int],
     micro_batch: int | str | None = "explore", **kw: Any,
 ) -> list[ScalePoint]:  # fmt: skip
-    """A fixed global batch over each system count that divides it (one system first:
-    the speedups are against it, so `systems` must start at 1)."""
-    ns = [n for n in systems if global_batch % n == 0]
-    if not ns or ns[0] != 1:
-        raise ValueError("strong scaling is measured against one system: start at 1")
-    reports = [
-        plan_step(model, spec, num_csx=n, batch_per_system=global_batch // n, seq_len=seq_len,
-                  micro_batch=micro_batch, **kw)
-        for n in ns
-    ]  # fmt: skip
-    return _curve(spec, reports)
+    """A fixed global batch over each system count that divides it (`systems` starts at 1:
+    the speedups are against one system)."""
+    cases = [(n, global_batch // n) for n in systems if global_batch % n == 0]
+    return _curve(model, spec, cases, seq_len, micro_batch=micro_batch, **kw)
 
 
 def weak_scaling(
@@ -145,11 +147,5 @@ def weak_scaling(
     systems: Sequence[int], micro_batch: int | str | None = "explore", **kw: Any,
 ) -> list[ScalePoint]:  # fmt: skip
     """A fixed per-system batch on each system count (`systems` starts at 1)."""
-    if not systems or systems[0] != 1:
-        raise ValueError("weak scaling is measured against one system: start at 1")
-    reports = [
-        plan_step(model, spec, num_csx=n, batch_per_system=batch_per_system, seq_len=seq_len,
-                  micro_batch=micro_batch, **kw)
-        for n in systems
-    ]  # fmt: skip
-    return _curve(spec, reports)
+    cases = [(n, batch_per_system) for n in systems]
+    return _curve(model, spec, cases, seq_len, micro_batch=micro_batch, **kw)
