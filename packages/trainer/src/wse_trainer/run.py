@@ -155,7 +155,8 @@ def _prediction_line(report: Any, spec: WaferSpec) -> str:
     return (
         f"predicted wafer step ({report.systems} x {spec.name}, {x['precision']}): "
         f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s, "
-        f"{report.bound}-bound, streams stall {100 * x['stall_fraction']:.1f}%"
+        f"{x['micro_batches']} micro-batch(es) of {x['micro_batch']} per system, set by "
+        f"{x['step_bound']}, streams add {100 * x['stall_fraction']:.1f}%"
     )
 
 
