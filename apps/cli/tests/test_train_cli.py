@@ -37,7 +37,7 @@ def test_validate_only_says_resident_or_streaming():
         (["tiny", "--num_csx", "3"], "not divisible by num_csx=3"),
         (["tiny", "--mode", "trian"], "did you mean 'train'"),
         (["optimizer.learning_rate=1"], "give a params file"),
-        (["llama3_8b", "--num_csx", "1"], "SRAM over budget"),
+        (["llama3_8b", "--num_csx", "1", "train_input.micro_batch_size=none"], "SRAM over budget"),
         (["llama_1t", "--num_csx", "0"], "--num-csx must be an integer >= 1"),
         (["tiny", "--weight_chunks", "-1"], "--weight-chunks must be an integer >= 0"),
     ],

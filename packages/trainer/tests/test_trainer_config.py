@@ -5,6 +5,7 @@ from wse_core import preset
 from wse_trainer.config import (
     SHIPPED,
     ConfigError,
+    apply_overrides,
     check_config,
     config_from_dict,
     load_config,
@@ -90,6 +91,39 @@ def test_cpu_shards_must_split_each_replicas_batch(shards, needle):
         check_config(cfg)
     ok = config_from_dict({"train_input": {"batch_size": 8}, "runconfig": {"cpu_shards": 4}})
     check_config(ok)
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        (
+            3,
+            "micro_batch_size=3 does not divide the per-system batch of 8 "
+            r"\(train_input.batch_size=16 over num_csx=2\); use a divisor such as 2 or 4",
+        ),
+        (0, "micro_batch_size must be positive, got 0"),
+        ("most", "micro_batch_size='most' is not valid; choose one of: auto, explore, none"),
+        (True, "micro_batch_size must be int or str or NoneType, got True"),
+    ],
+)
+def test_micro_batch_size_must_divide_the_per_system_batch(value, needle):
+    """ModelZoo's micro_batch_size is per system: it divides batch_size / num_csx."""
+    base = {"train_input": {"batch_size": 16}, "runconfig": {"num_csx": 2}}
+    with pytest.raises(ConfigError, match=needle):
+        check_config(
+            config_from_dict(apply_overrides(base, [f"train_input.micro_batch_size={value}"]))
+        )
+    for ok in (1, 2, 4, 8, "auto", "explore", "none", None):
+        cfg = config_from_dict({**base, "train_input": {"batch_size": 16, "micro_batch_size": ok}})
+        check_config(cfg)
+
+
+def test_cpu_shards_must_split_the_micro_batch():
+    cfg = config_from_dict(
+        {"train_input": {"batch_size": 8, "micro_batch_size": 2}, "runconfig": {"cpu_shards": 4}}
+    )
+    with pytest.raises(ConfigError, match="does not divide each replica's micro-batch of 2"):
+        check_config(cfg)
 
 
 def test_sequence_longer_than_the_model_is_refused():

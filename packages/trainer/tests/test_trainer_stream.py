@@ -49,9 +49,9 @@ def _batches(model):
 
 
 @functools.cache
-def _streamed(model, opt, *, num_csx=1, stride=1, chunks=0, layout=None):
+def _streamed(model, opt, *, num_csx=1, stride=1, chunks=0, layout=None, micro_batch=None):
     params = wse_models.init_params(model, jax.random.key(1))
-    plan = plan_activations(model, preset("small"), B // num_csx, S, stride, chunks)
+    plan = plan_activations(model, preset("small"), micro_batch or B // num_csx, S, stride, chunks)
     assert plan.chunked == (chunks > 0)
     tr = StreamedTrainer(
         model,
@@ -63,6 +63,7 @@ def _streamed(model, opt, *, num_csx=1, stride=1, chunks=0, layout=None):
         plan=plan,
         max_gradient_norm=opt.max_gradient_norm,
         layout=layout,
+        micro_batch=micro_batch,
     )
     stats = [tr.step(b) for b in _batches(model)]
     return tr.memx.params_tree(), stats
@@ -285,3 +286,45 @@ def test_choose_layout_follows_the_cores_the_batch_and_the_plan(monkeypatch):
     assert lay.residual_bytes(model, 6, S) == kept
     monkeypatch.setattr(lay, "RESIDUAL_SHARE", kept * model.n_layers / 2**50)
     assert not pick(plan1, micro_batch=6, local_replicas=1).keep_residuals
+
+
+SGD = OptimizerConfig(optimizer_type="sgd", learning_rate=0.1)
+
+
+@pytest.mark.parametrize(
+    ("num_csx", "micro_batch", "chunks", "opt"),
+    [
+        (1, 2, 0, SGD),
+        (2, 1, 0, ADAMW),
+        pytest.param(2, 2, CHUNKS, SGD, marks=pytest.mark.slow),
+    ],
+    ids=["1x4-as-2x2-sgd", "2x4-as-4x1-adamw", "chunked-sgd"],
+)
+def test_accumulated_micro_batches_equal_one_batch(num_csx, micro_batch, chunks, opt):
+    """Gradient accumulation (ModelZoo's micro_batch_size): the per-replica batch of B /
+    num_csx rows as micro-batches of `micro_batch`, MemoryX summing their gradients, trains
+    the model the whole batch trains (the same run without micro-batching), and streams
+    every weight and gradient once per micro-batch (hand count: the whole step's bytes
+    times the micro-batches).
+
+    Tolerances: fp32; the two runs sum the same products in another order (per
+    micro-batch, then across them), a few ulp of each gradient. Losses rtol 1e-6. SGD moves
+    a parameter by lr * g, so its parameters agree to rtol 1e-5 (atol 1e-9 for elements
+    that start at zero: lr * a gradient ulp). Adam amplifies a near-zero gradient's ulp
+    noise by 1 / eps (module docstring): its bound is the module's 1e-5 absolute."""
+    model = _model()
+    p_one, s_one = _streamed(model, opt, num_csx=num_csx, stride=2, chunks=chunks)
+    p_acc, s_acc = _streamed(
+        model, opt, num_csx=num_csx, stride=2, chunks=chunks, micro_batch=micro_batch
+    )
+    np.testing.assert_allclose([s.loss for s in s_acc], [s.loss for s in s_one], rtol=1e-6)
+    if opt is SGD:
+        for a, b in zip(jax.tree.leaves(p_acc), jax.tree.leaves(p_one), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-9)
+    else:
+        assert _max_diff(p_acc, p_one) < 1e-5
+    k = B // num_csx // micro_batch
+    assert s_acc[0].broadcast_bytes == k * s_one[0].broadcast_bytes
+    assert s_acc[0].reduce_bytes == k * s_one[0].reduce_bytes
+    assert s_acc[0].recomputed_layers == k * s_one[0].recomputed_layers
+    assert s_acc[0].tokens == s_one[0].tokens == B * S

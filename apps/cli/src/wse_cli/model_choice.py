@@ -26,7 +26,8 @@ def _from_params(path: str, name: str) -> ModelChoice:
     n = cfg.runconfig.num_csx
     return ModelChoice(
         name, model_config(cfg), cfg.train_input.batch_size // n,
-        cfg.train_input.max_sequence_length, n,
+        cfg.train_input.max_sequence_length, n, cfg.train_input.micro_batch_size,
+        cfg.train_input.batch_size,
     )  # fmt: skip
 
 

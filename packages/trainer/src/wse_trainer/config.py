@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from wse_core.errors import WseError, suggest, yaml_problem
 from wse_core.host.limits import load_yaml, read_text
+from wse_systems.training.micro_batch import MODES
 
 __all__ = [
     "ConfigError",
@@ -51,7 +52,12 @@ class InputConfig:
 
     data_dir: str | list[str] = "stdlib"
     text_key: str = "text"
-    batch_size: int = 16  # global, over all num_csx replicas
+    batch_size: int = 16  # global, over all num_csx replicas (each gets batch_size / num_csx)
+    # per system, as ModelZoo has it: sequences each replica runs at once, its gradients
+    # accumulated over batch_size / num_csx / micro_batch_size micro-batches; "auto": the
+    # largest the SRAM ledger fits; "explore": the fastest the predicted step finds; "none":
+    # the whole per-system batch at once; unset: auto in `wse train`, explore in `wse plan`
+    micro_batch_size: int | str | None = None
     max_sequence_length: int = 128
     shuffle_seed: int = 0
     split: str = "train"  # "train" | "eval" | "all": every 20th document is held out
@@ -314,17 +320,50 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
                 f"{name}.batch_size={inp.batch_size} is not divisible by num_csx={run.num_csx}; "
                 f"use a multiple such as {max(lo, run.num_csx)} or {lo + run.num_csx}"
             )
+        _check_micro_batch(name, inp, run.num_csx)
         micro = inp.batch_size // run.num_csx
+        if isinstance(inp.micro_batch_size, int):
+            micro = inp.micro_batch_size
         if name == "train_input" and run.cpu_shards and micro % run.cpu_shards:
             raise ConfigError(
-                f"runconfig.cpu_shards={run.cpu_shards} does not divide each replica's batch of "
-                f"{micro} (train_input.batch_size / num_csx); use 0 (choose) or a divisor"
+                f"runconfig.cpu_shards={run.cpu_shards} does not divide each replica's "
+                f"micro-batch of {micro} (train_input.micro_batch_size, else batch_size / "
+                "num_csx); use 0 (choose) or a divisor"
             )
         if model_max_seq_len is not None and inp.max_sequence_length > model_max_seq_len:
             raise ConfigError(
                 f"{name}.max_sequence_length={inp.max_sequence_length} exceeds the model's "
                 f"max_seq_len={model_max_seq_len}; use at most {model_max_seq_len}"
             )
+
+
+def _check_micro_batch(name: str, inp: InputConfig, num_csx: int) -> None:
+    """micro_batch_size: a mode, or a positive int dividing the per-system batch."""
+    mb, per_system = inp.micro_batch_size, inp.batch_size // num_csx
+    if mb is None:
+        return
+    if isinstance(mb, str):
+        _choice(f"{name}.micro_batch_size", mb, MODES)
+        return
+    _positive(f"{name}.micro_batch_size", mb)
+    if per_system % mb:
+        near = " or ".join(str(d) for d in _divisors_near(per_system, mb))
+        raise ConfigError(
+            f"{name}.micro_batch_size={mb} does not divide the per-system batch of "
+            f"{per_system} ({name}.batch_size={inp.batch_size} over num_csx={num_csx}); "
+            f"use a divisor such as {near}, or auto"
+        )
+
+
+def _divisors_near(n: int, x: int) -> list[int]:
+    """The divisors of n just below and above x (found in O(sqrt n); n capped for speed)."""
+    if n > 10**12:
+        return [1]
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    every = sorted({*small, *(n // d for d in small)})
+    below = [d for d in every if d < x][-1:]
+    above = [d for d in every if d > x][:1]
+    return below + above
 
 
 def _choice(where: str, value: str, choices: Sequence[str]) -> None:

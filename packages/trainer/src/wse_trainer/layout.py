@@ -89,7 +89,7 @@ def choose_layout(
 def describe(layout: Layout, micro_batch: int) -> str:
     """One line for the run log: what the emulator does on this machine's cores."""
     split = (
-        f"each replica's batch of {micro_batch} split over {layout.shards} CPU devices"
+        f"each replica's micro-batch of {micro_batch} split over {layout.shards} CPU devices"
         if layout.shards > 1
         else "each replica on one CPU device"
     )

@@ -17,6 +17,12 @@ its matrices; `receive_part(name, key, start, grads, parts=)` takes one chunk's 
 gradient (or, key None, the vectors') as soon as it is complete and, once all `parts` of the
 layer have arrived, applies that layer's update (the same arithmetic as a whole layer's:
 MemoryX, off the wafer, assembles the layer's gradient).
+
+Gradient accumulation (`begin_micro(index, count)`, ModelZoo's `micro_batch_size`): a step
+of `count` micro-batches streams every group's summed gradient once per micro-batch; MemoryX
+adds them up in fp32 (micro-batch 0 first) and applies the group's update when the last
+micro-batch's gradient arrives, so the update sees the whole step's gradient: the sum of
+per-micro-batch gradients of the (globally normalised) loss is the full-batch gradient.
 """
 
 from __future__ import annotations
@@ -69,6 +75,11 @@ def _update_fn(tx: optax.GradientTransformation):
     return jax.jit(update, donate_argnums=(1, 2))
 
 
+@jax.jit
+def _add(a, b):
+    return jax.tree.map(jnp.add, a, b)
+
+
 @functools.partial(jax.jit, static_argnums=1)
 def _cast(weights, dtype):
     return jax.tree.map(lambda x: x.astype(dtype), weights)
@@ -101,6 +112,8 @@ class MemoryX:
         self.opt_state = {k: tx.init(v) for k, v in self.params.items()}
         self._pending: dict[str, Any] = {}
         self._parts: dict[str, list[tuple[Any, int, Any]]] = {}
+        self._accum: dict[str, Any] = {}  # gradients summed over the step's micro-batches
+        self._micro = (0, 1)  # (this micro-batch, micro-batches in the step)
         self._update = _update_fn(tx)
         self.updates_applied = 0
 
@@ -132,9 +145,23 @@ class MemoryX:
             tree[key[0]][key[1]] = jnp.concatenate([g for _, g in cols], axis=-1)
         self.receive(name, tree)
 
+    def begin_micro(self, index: int, count: int) -> None:
+        """Micro-batch `index` of `count` in this step starts (count 1: no accumulation)."""
+        if not 0 <= index < count:
+            raise ValueError(f"micro-batch {index} of {count}")
+        self._micro = (index, count)
+
     def receive(self, name: str, grads) -> None:
-        """A group's summed gradient arrives: update now, or hold it when clipping."""
+        """A group's summed gradient arrives: added to the step's sum until the last
+        micro-batch, then the update is applied now, or held when clipping."""
         grads = jax.tree.map(lambda g: g.astype(jnp.float32), jax.device_put(grads, self.device))
+        index, count = self._micro
+        if count > 1:
+            held = self._accum.pop(name, None)
+            grads = grads if held is None else _add(held, grads)
+            if index < count - 1:
+                self._accum[name] = grads
+                return
         if self.max_norm is not None:
             self._pending[name] = grads
             return

@@ -172,7 +172,8 @@ def _prediction_line(report: Any, spec: WaferSpec) -> str:
     return (
         f"predicted wafer step ({report.systems} x {spec.name}, {x['precision']}): "
         f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s, "
-        f"{report.bound}-bound, streams stall {100 * x['stall_fraction']:.1f}%"
+        f"{x['micro_batches']} micro-batch(es) of {x['micro_batch']} per system, set by "
+        f"{x['step_bound']}, streams add {100 * x['stall_fraction']:.1f}%"
     )
 
 
@@ -292,7 +293,7 @@ def run(
             log.line(f"resumed from checkpoint step {start}")
         result.report = s.prediction
         log.line(_prediction_line(s.prediction, spec))
-        log.line(describe(s.layout, config.train_input.batch_size // run_cfg.num_csx))
+        log.line(describe(s.layout, s.micro_batch))
         if run_cfg.mode != "eval" and end > start:
             if start == 0 and run_cfg.save_initial_checkpoint:
                 ckpt.save(0, s.state(), s.meta(0))

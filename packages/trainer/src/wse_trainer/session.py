@@ -59,12 +59,30 @@ def model_config(config: TrainConfig):
     return wse_models.preset_config(name, **fields)
 
 
-def _micro_batch(config: TrainConfig) -> int:
+def batch_per_system(config: TrainConfig) -> int:
+    """Sequences per system per step: the global `train_input.batch_size` over `num_csx`."""
     return config.train_input.batch_size // config.runconfig.num_csx
 
 
+def micro_batch(config: TrainConfig, spec: WaferSpec, model: Any) -> int:
+    """Sequences per system at once: `train_input.micro_batch_size` resolved
+    (`wse_systems.training.micro_batch`; unset: "auto", ModelZoo's default; "explore": the
+    micro-batch `plan_step` finds fastest)."""
+    from wse_systems.training.micro_batch import plan_step, resolve_micro_batch
+
+    run, seq = config.runconfig, config.train_input.max_sequence_length
+    setting = config.train_input.micro_batch_size
+    where = dict(batch_per_system=batch_per_system(config), seq_len=seq,
+                 stride=run.activation_stride, chunks=run.weight_chunks)  # fmt: skip
+    if setting == "explore":
+        step = plan_step(model, spec, num_csx=run.num_csx, micro_batch=setting, **where)
+        return int(step.extra["micro_batch"])
+    return resolve_micro_batch("auto" if setting is None else setting, model, spec, **where)
+
+
 def validate(config: TrainConfig, spec: WaferSpec):
-    """Config checks and the memory plan of one replica on `spec` (nothing allocated)."""
+    """Config checks and the memory plan of one replica's micro-batch on `spec` (nothing
+    allocated)."""
     from wse_systems.training.plan import check_memoryx, memory_plan
 
     model = model_config(config)
@@ -72,7 +90,7 @@ def validate(config: TrainConfig, spec: WaferSpec):
     plan = memory_plan(
         model,
         spec,
-        _micro_batch(config),
+        micro_batch(config, spec, model),
         config.train_input.max_sequence_length,
         stride=config.runconfig.activation_stride,
         chunks=config.runconfig.weight_chunks,
@@ -82,15 +100,16 @@ def validate(config: TrainConfig, spec: WaferSpec):
 
 
 def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
-    """The predicted wafer step (`RunReport`) of `config` on `spec` placed as `plan` (a
-    `MemoryPlan`)."""
+    """The predicted wafer step (`RunReport`) of `config` on `spec`: each system's batch as
+    micro-batches placed as `plan` (a `MemoryPlan` of one micro-batch) says."""
     from wse_systems.training.performance import predict_step
 
     return predict_step(
         model,
         spec,
         num_csx=config.runconfig.num_csx,
-        micro_batch=_micro_batch(config),
+        batch_per_system=batch_per_system(config),
+        micro_batch=micro_batch(config, spec, model),
         seq_len=config.train_input.max_sequence_length,
         plan=plan,
     )
@@ -102,7 +121,8 @@ def stream_rows(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
 
     return stream_budget(
         model, spec, plan, num_csx=config.runconfig.num_csx,
-        micro_batch=_micro_batch(config), seq_len=config.train_input.max_sequence_length,
+        micro_batch=micro_batch(config, spec, model),
+        seq_len=config.train_input.max_sequence_length,
     )  # fmt: skip
 
 
@@ -193,10 +213,11 @@ class Session:
         self.tok_id = tokenizer_identity(self.tok)
         seq = inp.max_sequence_length
         self.iterator = BatchIterator(_rows(self.tok, inp, seq), inp.batch_size, inp.shuffle_seed)
+        micro = micro_batch(config, spec, self.model)
         plan = memory.streaming
         if plan is None:  # the planner's SramBudgetError, raised where the run places
             plan = plan_activations(
-                self.model, spec, _micro_batch(config), seq,
+                self.model, spec, micro, seq,
                 run_cfg.activation_stride, run_cfg.weight_chunks,
             )  # fmt: skip
         self.key = jax.random.key(run_cfg.seed)
@@ -205,7 +226,7 @@ class Session:
         self.layout = choose_layout(
             self.model,
             plan,
-            micro_batch=_micro_batch(config),
+            micro_batch=micro,
             seq_len=seq,
             local_replicas=run_cfg.num_csx // jax.process_count(),
             shards=run_cfg.cpu_shards,
@@ -220,8 +241,9 @@ class Session:
             plan=plan,
             max_gradient_norm=config.optimizer.max_gradient_norm,
             layout=self.layout,
+            micro_batch=micro,
         )
-        self.plan, self.echo = plan, echo
+        self.plan, self.echo, self.micro_batch = plan, echo, micro
         self.prediction = predict(config, spec, self.model, memory)  # the plan the trainer runs
         self.eval_rows: Any = None
         self.eos_id = self.tok.token_to_id(EOS)

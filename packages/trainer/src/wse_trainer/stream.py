@@ -27,6 +27,14 @@ How this machine computes it (`layout`, a `wse_trainer.layout.Layout`): each rep
 forward keeps its VJP residuals for the backward (`replica.layer_fwd_vjp`), which then does
 not run the layer's forward again. Neither changes what the wafer does.
 
+Gradient accumulation (`micro_batch`, per replica: ModelZoo's `micro_batch_size`; default
+the whole per-replica batch): each replica's `global_batch / num_csx` rows run as
+`micro_batches` micro-batches in turn, each the whole stream above (every weight item in,
+every gradient out); MemoryX sums each group's gradient over them and applies the update
+after the last one (`MemoryX.begin_micro`). Micro-batch j takes rows j*m .. j*m + m - 1 of
+every replica's rows; the loss keeps its global normalisation, so the summed micro-batch
+losses and gradients are the whole batch's.
+
 `StepStats` reports the loss, wall, stall and compute seconds and the bytes streamed, and for
 a ReLU-like model (`ModelConfig.relu_like`) the fraction of exact zeros in each layer's MLP
 hidden activation over the step's tokens, counted in the forward pass (recomputed layers are
@@ -106,8 +114,14 @@ class StreamedTrainer:
         max_gradient_norm: float | None = None,
         devices=None,
         layout: Layout | None = None,
+        micro_batch: int | None = None,
     ):
         self.model, self.plan, self.num_csx = model, plan, num_csx
+        per_replica = global_batch // num_csx
+        self.micro_batch = micro_batch or per_replica  # sequences per replica per micro-batch
+        if per_replica % self.micro_batch:
+            raise ValueError(f"micro_batch {micro_batch} does not divide {per_replica}")
+        self.micro_batches = per_replica // self.micro_batch
         self.layout = layout or Layout()
         self.L = int(model.n_layers)
         self.dtype = jnp.dtype(model.dtype)
@@ -124,7 +138,8 @@ class StreamedTrainer:
         self.local = self.swarm.local  # workers (replicas, or their shards) this process computes
         self.fns = _jitted_fns(model, 1.0 / (global_batch * seq_len))
         pos = np.broadcast_to(
-            np.arange(seq_len, dtype=np.int32), (global_batch // self.swarm.workers, seq_len)
+            np.arange(seq_len, dtype=np.int32),
+            (num_csx * self.micro_batch // self.swarm.workers, seq_len),
         )
         self._vjps: dict[int, list[Any]] = {}  # layer -> each worker's kept VJP
         self.positions = [
@@ -236,17 +251,15 @@ class StreamedTrainer:
     def step(self, batch: np.ndarray, segments: Any = None) -> StepStats:
         t0, self._stall = time.perf_counter(), 0.0
         b0, r0 = self.swarm.broadcast_bytes, self.swarm.reduce_bytes
-        shards = self.swarm.scatter((np.asarray(batch[:, :-1]), np.asarray(batch[:, 1:])))
-        if segments is None:
-            self._pos_seg = [(p, None) for p in self.positions]
-        else:  # packed documents: this batch's own positions and segment ids
-            seg = self.swarm.scatter((np.asarray(segments[1]), np.asarray(segments[0])))
-            self._pos_seg = [tuple(x) for x in seg]
-        self._items = iter(self._step_items())
-        self._next = self._fetch(next(self._items))
-        acts, h, zeros = self._forward(shards)
-        losses, g_h, g_embed_head = self._head(h, shards)
-        recomputed = self._backward(acts, g_h, shards, g_embed_head)
+        losses, zeros, recomputed = [], [], 0
+        for j in range(self.micro_batches):
+            self.memx.begin_micro(j, self.micro_batches)
+            rows = self._micro_rows(batch, j)
+            segs = None if segments is None else tuple(self._micro_rows(x, j) for x in segments)
+            loss, z, again = self._micro_step(rows, segs)
+            losses += loss
+            zeros.append(z)
+            recomputed += again
         self.memx.finish_step()
         loss = sum(float(x) for x in self.swarm.gather(losses))
         jax.block_until_ready(self.memx.params)  # the step ends when every update has landed
@@ -263,11 +276,36 @@ class StreamedTrainer:
             self._zero_fraction(zeros, tokens),
         )
 
+    def _micro_rows(self, x: Any, j: int) -> np.ndarray:
+        """Micro-batch j of every replica's rows (replica-major, as `SwarmX.scatter` splits)."""
+        x = np.asarray(x)
+        k, m = self.micro_batches, self.micro_batch
+        return x.reshape(self.num_csx, k, m, *x.shape[1:])[:, j].reshape(-1, *x.shape[1:])
+
+    def _micro_step(self, batch: np.ndarray, segments: Any) -> tuple[list[Any], Any, int]:
+        """One micro-batch through every layer and back: (each local worker's loss, the MLP
+        zero counts per layer and worker, layers recomputed)."""
+        shards = self.swarm.scatter((np.asarray(batch[:, :-1]), np.asarray(batch[:, 1:])))
+        if segments is None:
+            self._pos_seg = [(p, None) for p in self.positions]
+        else:  # packed documents: this batch's own positions and segment ids
+            seg = self.swarm.scatter((np.asarray(segments[1]), np.asarray(segments[0])))
+            self._pos_seg = [tuple(x) for x in seg]
+        self._items = iter(self._step_items())
+        self._next = self._fetch(next(self._items))
+        acts, h, zeros = self._forward(shards)
+        losses, g_h, g_embed_head = self._head(h, shards)
+        return losses, zeros, self._backward(acts, g_h, shards, g_embed_head)
+
     def _zero_fraction(self, zeros, tokens: int) -> tuple[float, ...] | None:
-        """Every replica's per-layer zero counts summed, over the step's hidden activations."""
-        if not zeros:
+        """Every replica's per-layer zero counts summed over the micro-batches, over the
+        step's hidden activations (`zeros`: per micro-batch, per layer, per worker)."""
+        if not any(zeros):
             return None
-        per_replica = [jnp.stack([z[r] for z in zeros]) for r in range(self.local)]
+        per_replica = [
+            sum(np.asarray(jnp.stack([z[r] for z in micro]), np.int64) for micro in zeros)
+            for r in range(self.local)
+        ]
         total = np.sum([np.asarray(x, np.int64) for x in self.swarm.gather(per_replica)], 0)
         return tuple(float(x) for x in total / (tokens * self.model.d_ff))
 

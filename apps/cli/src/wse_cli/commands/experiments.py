@@ -63,7 +63,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     ),
     "trillion-scaling": (
         "wse_trainer.studies.trillion_scaling:run",
-        "1T-parameter Llama on 1-16 and 2,048 CS-3: step, tokens/s, scaling efficiency",
+        "1T-parameter Llama on 1-64 CS-3, strong and weak scaling: step parts, tokens/s, speedup",
     ),
     "varlen-packing": (
         "wse_trainer.studies.varlen_packing:run",

@@ -94,12 +94,15 @@ def _rows(plan) -> list[tuple[str, str, str]]:
         ("step", _duration(w["step_s"]), gpu(lambda g: _duration(g["step_s"]))),
         ("tokens/s", f"{w['tokens_per_s']:,.4g}",
          gpu(lambda g: f"{tokens / g['step_s']:,.4g}")),
-        ("wafer step bound", f"{w['step_bound']}, streams stall "
+        ("batch per system", f"{plan.inputs['batch_per_system']} = {w['micro_batches']} x "
+         f"micro-batch {w['micro_batch']} ({plan.inputs['micro_batch_size']})", ""),
+        ("wafer step bound", f"{w['step_bound']}, streams add "
          f"{100 * w['stall_fraction']:.1f}%", ""),
+        ("wafer step parts", f"compute {_duration(w['compute_s'])}; busy: weights in "
+         f"{_duration(w['weights_in_s'])}, gradients out {_duration(w['gradients_out_s'])}, "
+         f"MemoryX update {_duration(w['memoryx_update_s'])}", ""),
         ("wafer weights", w["weight_chunks"], ""),
-        ("scaling vs 1 system", f"{100 * w['scaling_efficiency']:.2f}% ("
-         f"{w['swarmx_levels']} SwarmX levels; +{_duration(max(w['added_s'], 0.0))} "
-         f"{w['scaling_bound']})", ""),
+        ("speedup vs 1 system", _scaling(w), ""),
         ("energy", f"{w['energy_kwh']:,.4g} kWh", gpu(lambda g: f"{g['energy_kwh']:,.4g} kWh")),
         ("energy per step", _joules(w["energy_j_per_step"]),
          gpu(lambda g: _joules(g["energy_j_per_step"]))),
@@ -111,6 +114,13 @@ def _rows(plan) -> list[tuple[str, str, str]]:
         + _cost_rows(w, g)
         + [("GPUs to match the wafers' time", "", _count(plan.gpus_to_match))]
     )
+
+
+def _scaling(w: dict) -> str:
+    """Weak (same batch per system) and strong (same global batch) speedups over one system."""
+    weak = f"weak {w['weak_speedup']:.4g}x"
+    strong = "-" if w["strong_speedup"] is None else f"{w['strong_speedup']:.4g}x"
+    return f"{weak}, strong {strong} ({w['swarmx_levels']} SwarmX levels)"
 
 
 def _cost_rows(w: dict, g: dict | None) -> list[tuple[str, str, str]]:
@@ -269,6 +279,18 @@ def _emit(plan, as_json: bool, png: Path | None) -> None:
         _print(plan)
 
 
+def _micro_batch(text: str | None) -> int | str | None:
+    """--micro-batch: a mode of `wse_systems.training.micro_batch.MODES` or a positive int."""
+    from wse_systems.planning.choice import PlanError
+    from wse_systems.training.micro_batch import MODES
+
+    if text is None or text in MODES:
+        return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise PlanError(f"--micro-batch must be {', '.join(MODES)} or a positive integer, got {text!r}")
+
+
 @app.command()
 def train(
     model: str = MODEL,
@@ -282,7 +304,17 @@ def train(
         None, "--gpus", help="GPUs (default: 8 per system, or enough nodes).", **GPUS
     ),
     batch: int = number(
-        None, "--batch", help="Sequences per system (default: config's).", kind=int, ge=1
+        None,
+        "--batch",
+        help="Sequences per system (default: config's batch_size / num_csx).",
+        kind=int,
+        ge=1,
+    ),
+    micro_batch: str = typer.Option(
+        None,
+        "--micro-batch",
+        help="Sequences per system at once: explore (the fastest, "
+        "default), auto (the largest that fits), none, or an integer dividing --batch.",
     ),
     seq_len: int = number(
         None, "--seq-len", help="Sequence length (default: config's).", kind=int, ge=1
@@ -307,8 +339,8 @@ def train(
     plan = plan_train(
         resolve_model(model), tokens=tokens, systems=systems, gpus=gpus,
         spec=wafer_spec(wafer, spec_file, "wse3"), gpu=gpu,
-        mfu=mfu, batch_per_system=batch, seq_len=seq_len,
-        rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
+        mfu=mfu, batch_per_system=batch, micro_batch=_micro_batch(micro_batch),
+        seq_len=seq_len, rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
     )  # fmt: skip
     _emit(plan, as_json, png)
 

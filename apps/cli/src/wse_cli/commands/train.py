@@ -43,16 +43,20 @@ def _human(n: float) -> str:
 
 def _print_plan(console, model, plan, config, spec) -> None:
     from rich.table import Table
+    from wse_trainer.session import batch_per_system, micro_batch
 
-    r = config.runconfig
+    r, per = config.runconfig, batch_per_system(config)
+    micro = micro_batch(config, spec, model)
     console.print(
         f"model [bold]{model.name or config.model['preset']}[/]: "
         f"{model.num_params():,} parameters, {model.n_layers} layers; wafer "
-        f"[bold]{spec.name}[/], num_csx={r.num_csx}, per-replica batch "
-        f"{config.train_input.batch_size // r.num_csx} x "
+        f"[bold]{spec.name}[/], num_csx={r.num_csx}; global batch "
+        f"{config.train_input.batch_size} (train_input.batch_size) = {per} per replica, as "
+        f"{per // micro} micro-batch(es) of {micro} (micro_batch_size "
+        f"{config.train_input.micro_batch_size or 'auto'}) x "
         f"{config.train_input.max_sequence_length} tokens"
     )
-    table = Table(title="memory plan (one replica)")
+    table = Table(title="memory plan (one replica's micro-batch)")
     for col in ("item", "where", "total", "per PE"):
         table.add_column(col, justify="left" if col in ("item", "where") else "right")
     for row in plan.rows:

@@ -19,10 +19,14 @@ class PlanError(WseError):
 
 @dataclasses.dataclass(frozen=True)
 class ModelChoice:
-    """The model and, from a params file, its per-system batch, sequence and systems."""
+    """The model and, from a params file, its per-system batch (`batch_size` / `num_csx`),
+    sequence, systems, micro-batch setting (`micro_batch_size`, None when unset) and global
+    batch (`batch_size`, split over whatever system count is planned)."""
 
     name: str
     config: Any  # a DecoderShape with the sizes of wse_models.ModelConfig
     batch_per_system: int | None = None
     seq_len: int | None = None
     num_csx: int | None = None
+    micro_batch: int | str | None = None
+    global_batch: int | None = None

@@ -50,25 +50,50 @@ __all__ = [
 
 
 def wafer_train_step(
-    config: Any, spec: WaferSpec, *, num_csx: int, batch: int | None, seq_len: int
-) -> tuple[float, int, dict[str, Any]]:
-    """(seconds per step, batch per system, scaling figures) of weight-streaming training,
-    from the trainer's own prediction (`wse_systems.training.performance.predict_step`, a RunReport)
-    and the same step on one system (`performance.scaling`: efficiency against one system,
-    what bounds the step and what the added systems cost). With `batch` None the batch is
-    the smallest that keeps the streams hidden (`no_stall_batch`; 1 when no batch the SRAM
-    plan places does)."""
-    from wse_systems.training.performance import no_stall_batch, predict_step, scaling
+    config: Any, spec: WaferSpec, *, num_csx: int, batch: int | None, seq_len: int,
+    micro_batch: int | str | None = "explore",
+) -> tuple[float, int, dict[str, Any]]:  # fmt: skip
+    """(seconds per step, batch per system, figures) of weight-streaming training, from the
+    planned step (`wse_systems.training.micro_batch.plan_step`: the micro-batch resolved,
+    "explore" the fastest; a RunReport) and its scaling against one system
+    (`wse_systems.training.scaling`): weak, one system with the same per-system batch;
+    strong, one system with the whole global batch, each at its fastest micro-batch.
+    Figures: tokens/s, micro-batch and their count, what sets the step, the step's parts
+    (compute, weights in, gradients out, MemoryX's update: busy seconds) and the seconds the
+    streams add. With `batch` None the
+    batch is the smallest that keeps the streams hidden (`no_stall_batch`; 1 when no batch
+    the SRAM plan places does)."""
+    from wse_core import WseError
+
+    from wse_systems.training.micro_batch import plan_step
+    from wse_systems.training.performance import no_stall_batch
+    from wse_systems.training.scaling import scale_point
 
     if batch is None:
         batch = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len) or 1
-    step = lambda n: predict_step(config, spec, num_csx=n, micro_batch=batch, seq_len=seq_len)  # noqa: E731
-    report = step(num_csx)
+
+    def step(n: int, b: int, m: int | str | None = "explore") -> Any:
+        return plan_step(config, spec, num_csx=n, batch_per_system=b, seq_len=seq_len,
+                         micro_batch=m)  # fmt: skip
+
+    report = step(num_csx, batch, micro_batch)
+    weak = step(1, batch)  # one system at its fastest micro-batch: speedup <= N
+    try:
+        strong = step(1, num_csx * batch)
+    except WseError:  # no micro-batch of the global batch fits one system
+        strong = None
+    x, point = report.extra, scale_point(spec, report, weak.extra["tokens_per_s"])
     figures = {
-        "tokens_per_s": report.extra["tokens_per_s"],
-        "weight_chunks": report.extra["weight_chunks"],
-        **scaling(step(1) if num_csx > 1 else report, report),
-    }
+        **{k: x[k] for k in ("tokens_per_s", "weight_chunks", "micro_batch", "micro_batches",
+                             "step_bound", "stall_fraction")},
+        **{k: getattr(point, k) for k in ("compute_s", "weights_in_s", "gradients_out_s",
+                                          "memoryx_update_s", "exposed_s", "swarmx_levels")},
+        "weak_speedup": point.speedup, "weak_efficiency": point.efficiency,
+        "strong_speedup": None, "strong_efficiency": None,
+    }  # fmt: skip
+    if strong is not None:
+        p = scale_point(spec, report, strong.extra["tokens_per_s"])
+        figures |= {"strong_speedup": p.speedup, "strong_efficiency": p.efficiency}
     return report.predicted_s, batch, figures
 
 
@@ -252,6 +277,18 @@ def _gpu_train_side(
     )  # fmt: skip
 
 
+def _split(choice: ModelChoice, systems: int) -> int | None:
+    """A params file's global batch (`batch_size`) over the planned systems (per system)."""
+    if choice.global_batch is None:
+        return choice.batch_per_system
+    if choice.global_batch % systems:
+        raise PlanError(
+            f"the params file's batch_size of {choice.global_batch} is global and does not "
+            f"split over {systems} systems; give --batch (sequences per system)"
+        )
+    return choice.global_batch // systems
+
+
 def plan_train(
     choice: ModelChoice,
     *,
@@ -262,6 +299,7 @@ def plan_train(
     gpu: str = "h100",
     mfu: float = 0.4,
     batch_per_system: int | None = None,
+    micro_batch: int | str | None = None,
     seq_len: int | None = None,
     rates: dict[str, Any] | None = None,
 ) -> Plan:
@@ -273,15 +311,19 @@ def plan_train(
     eco.system_power_w(wafer)  # an unknown system fails before any work
     n = systems or choice.num_csx or 1
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
-    batch = batch_per_system or choice.batch_per_system
+    batch = batch_per_system or _split(choice, n)
+    micro = micro_batch or choice.micro_batch or "explore"
     # batch None: the smallest batch that keeps the wafer fed
-    step_s, batch, scale = wafer_train_step(cfg, spec, num_csx=n, batch=batch, seq_len=seq)
+    step_s, batch, scale = wafer_train_step(
+        cfg, spec, num_csx=n, batch=batch, seq_len=seq, micro_batch=micro
+    )
     global_batch = n * batch
     steps = math.ceil(tokens / (global_batch * seq))
     w_side = _wafer_train_side(wafer, n, step_s, steps, global_batch, seq, rates, scale)
     shape = cfg
     inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
               "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
+              "micro_batch_size": micro,
               "wafer_rates": wafer_rates(wafer, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     notes = power_notes(g, wafer) + [
@@ -290,9 +332,16 @@ def plan_train(
         "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
         "by mechanism on the wafer, weights streamed in and gradients out, overlapped); "
         "same global batch and sequence on both systems",
-        "wafer scaling: the same batch per system on 1 and N systems (the global batch grows "
-        "with N); efficiency = step(1) / step(N); SwarmX broadcasts and reduces through a "
-        "tree whose levels each add system_latency_s to every streamed item",
+        "batches: --batch and batch_per_system are per system; params.yaml's batch_size is "
+        "global (split over num_csx); each system runs micro-batches of micro_batch "
+        "(micro_batch_size: explore = the fastest predicted divisor, auto = the largest the "
+        "SRAM ledger fits) and MemoryX accumulates their gradients",
+        "wafer scaling against one system: weak = the same batch per system (the global "
+        "batch grows with N), strong = the same global batch on one system; speedup = "
+        "tokens/s(N) / tokens/s(1), one system at its fastest micro-batch; every system "
+        "receives every weight and sends every gradient each micro-batch (these do not "
+        "shrink with N), SwarmX's tree adds system_latency_s per level to every streamed "
+        "item (wse_systems.training.scaling)",
     ]
     try:
         start = gpum.min_train_gpus(shape, g, seq_len=seq)

@@ -1,20 +1,36 @@
 """What one weight-streaming training step takes on `num_csx` wafers, priced from its placement.
 
-Contract. `predict_step(model, spec, num_csx=, micro_batch=, seq_len=, plan=)` returns a
+Contract. `predict_step(model, spec, num_csx=, batch_per_system=, seq_len=, micro_batch=,
+plan=)` returns a
 `wse_core.cost.report.RunReport` (units "step", `systems=num_csx`) whose phases are counted from
 the trainer's own memory plan (`wse_systems.training.plan.memory_plan`; `plan.streaming` is the
-`ActivationPlan` the `StreamedTrainer` runs), per instruction, on the busiest PE:
+`ActivationPlan` the `StreamedTrainer` runs), per instruction, on the busiest PE.
+Batches: `batch_per_system` is per system (the global batch, params.yaml's `batch_size`, is
+num_csx times it); each system runs it as batch_per_system / micro_batch micro-batches:
+
+- **Micro-batches** (ModelZoo's `micro_batch_size`; `wse_systems.training.micro_batch`):
+  each is the whole step below (every weight streamed in, every gradient out, at the
+  micro-batch's placement: its activations, its passes); MemoryX sums the gradients of all
+  but the last (`memoryx_accumulate`, at the update's pace) and updates in the last, so a
+  step of k micro-batches takes k times one and tokens/s depends on the micro-batch only.
+  Why a larger batch at once can be slower: the plan keeps as many layer inputs as SRAM
+  holds (stride 1 when they fit), and the product passes get only what that leaves
+  (`placement.StepPlacement.chunk`); more sequences at once hold more activations, so the
+  passes shorten and each pass's DSDs issue over fewer tokens (`dsd_issue` overhead and the
+  weights re-read per pass grow) until the plan jumps to recomputing (stride 2...), which
+  frees SRAM again: a saw-tooth in tokens/s. `step_bound(timing)` names what sets a step.
 
 - **Placement of a layer and precision**: `wse_systems.training.placement` (`place_step`: each
   layer on the whole wafer, tokens through its products in passes; `gemm_work`: one
   product's work there), whose names this module re-exports.
 - **Backward** = the transposed product (dX) and the weight-gradient product (dW), each
   priced like the forward one; the elementwise work and the attention twice the forward's.
-- **Streams** (`wse_systems.training.stream_cost`). Weights flow MemoryX -> SwarmX -> every wafer at
-  min(memoryx, swarmx) bytes/s; gradients flow back, sum-reduced by SwarmX, at the same
-  rate; a SwarmX tree of ceil(log_fanout num_csx) levels adds `system_latency_s` per level
-  to every streamed item. MemoryX applies each group's update as its gradient arrives and
-  keeps pace with that stream; a model over its capacity is refused (`check_memoryx`).
+- **Streams** (`wse_systems.training.stream_cost`). Weights flow MemoryX -> SwarmX -> every
+  wafer at min(memoryx, swarmx) bytes/s; gradients flow back, sum-reduced by SwarmX, at the
+  same rate; a SwarmX tree of ceil(log_fanout num_csx) levels adds `system_latency_s` per
+  level to every streamed item. MemoryX applies each group's update as its gradient arrives
+  and keeps pace with that stream (overlapped with the backward; the last group's on the
+  critical path); a model over its capacity is refused (`check_memoryx`).
 - **Overlap, as Cerebras describes weight streaming**: forward,
   `overlap(weights_in(l + 1), forward(l))`; backward,
   `overlap(weights_in(l - 1), backward(l), gradients_out(l + 1), memoryx_update(l + 1))`;
@@ -33,7 +49,7 @@ the trainer's own memory plan (`wse_systems.training.plan.memory_plan`; `plan.st
 `step_trace(spec, report)` is the step per PE (`wse train --validate-only --trace FILE`):
 every PE runs every layer's block and holds the plan's allocations.
 `no_stall_batch(...)` is the smallest per-system batch whose streams hide under compute;
-`scaling(one, many)` the efficiency of N systems against one and what bounds it.
+N systems against one, strong and weak, are `wse_systems.training.scaling`.
 
 The GPU side of every comparison is `wse_systems.gpu` (one GPU model for the stack).
 """
@@ -65,7 +81,7 @@ from wse_systems.training.placement import (
     precision_of,
 )
 from wse_systems.training.plan import MemoryPlan, memory_plan
-from wse_systems.training.stream_cost import Streams, tree_levels, wafer_update
+from wse_systems.training.stream_cost import PARTS, Streams, wafer_update
 
 __all__ = [
     "PRECISIONS",
@@ -78,8 +94,8 @@ __all__ = [
     "layer_phases",
     "step_phases",
     "predict_step",
+    "step_bound",
     "no_stall_batch",
-    "scaling",
     "step_trace",
 ]
 
@@ -104,9 +120,12 @@ def _runs(nodes: list[Phase | Phases]) -> list[Phase | Phases]:
     return out
 
 
-def step_phases(model: Any, pl: StepPlacement, *, streams: bool = True) -> Phases:
-    """One training step of one replica as the overlap rules of the module contract say."""
-    st = Streams(pl, streams)
+def step_phases(
+    model: Any, pl: StepPlacement, *, streams: bool = True, accumulate: bool = False
+) -> Phases:
+    """One micro-batch of one replica (the whole step without accumulation) as the overlap
+    rules of the module contract say; `accumulate`: MemoryX only sums its gradients."""
+    st = Streams(pl, streams, accumulate)
     if pl.chunks is not None:
         return serial(*_runs(_chunked_step(model, pl, st)), name="train_step")
     g, L = _groups(model), int(model.n_layers)
@@ -207,8 +226,9 @@ def predict_step(
     spec: WaferSpec,
     *,
     num_csx: int,
-    micro_batch: int,
+    batch_per_system: int,
     seq_len: int,
+    micro_batch: int | None = None,
     plan: MemoryPlan | None = None,
     placement: str = "streamed",
     precision: str | None = None,
@@ -216,14 +236,22 @@ def predict_step(
     mlp_zero_fraction: float = 0.0,
     attention_pairs_per_row: float | None = None,
 ) -> RunReport:
-    """One training step of `num_csx` wafers, each with `micro_batch` sequences of `seq_len`
-    tokens, placed as `plan` says (default: `memory_plan(model, spec, micro_batch, seq_len,
-    stride=stride)`, the plan `wse train` builds). `extra`: tokens_per_s (all systems),
-    stall_fraction (the share of the step the streams add), placement, precision, stride."""
+    """One training step of `num_csx` wafers, each with `batch_per_system` sequences of
+    `seq_len` tokens (the global batch is num_csx times that) run as micro-batches of
+    `micro_batch` (default: the whole per-system batch at once), placed as `plan` says
+    (default: `memory_plan(model, spec, micro_batch, seq_len, stride=stride)`, the plan
+    `wse train` builds for one micro-batch). `extra`: tokens_per_s (all systems),
+    stall_fraction (the share of the step the streams add), step_bound (`step_bound`),
+    micro_batch, micro_batches, batch_per_system, global_batch, placement, precision, stride."""
+    micro = micro_batch or batch_per_system
+    if micro < 1 or batch_per_system % micro:
+        raise WseError(
+            f"micro-batch {micro} does not divide the per-system batch of {batch_per_system}"
+        )
     if plan is None:
-        plan = memory_plan(model, spec, micro_batch, seq_len, stride=stride)
+        plan = memory_plan(model, spec, micro, seq_len, stride=stride)
     work = StepWorkload(
-        micro_batch=micro_batch,
+        micro_batch=micro,
         seq_len=seq_len,
         mlp_zero_fraction=mlp_zero_fraction,
         attention_pairs_per_row=attention_pairs_per_row,
@@ -231,18 +259,24 @@ def predict_step(
     pl = place_step(
         model, spec, plan, work, num_csx=num_csx, placement=placement, precision=precision
     )
-    compute_s = RunReport.build("compute", spec, step_phases(model, pl, streams=False)).predicted_s
+    k = batch_per_system // micro
+    compute = step_phases(model, pl, streams=False)
+    compute_s = k * RunReport.build("compute", spec, compute).predicted_s
 
     def figures(step: Timing) -> dict[str, Any]:
         step_s = step.seconds
         return {
-            "tokens_per_s": num_csx * pl.tokens / step_s,
+            "tokens_per_s": num_csx * batch_per_system * seq_len / step_s,
             "compute_s": compute_s,
             "stall_fraction": 1.0 - compute_s / step_s if step_s else 0.0,
+            "step_bound": step_bound(step),
             "placement": placement,
             "precision": pl.num.precision,
             "stride": pl.stride,
-            "micro_batch": micro_batch,
+            "batch_per_system": batch_per_system,
+            "global_batch": num_csx * batch_per_system,
+            "micro_batch": micro,
+            "micro_batches": k,
             "seq_len": seq_len,
             "mlp_zero_fraction": mlp_zero_fraction,
             "weight_chunks": pl.chunks.summary() if pl.chunks is not None else "whole layers",
@@ -252,13 +286,36 @@ def predict_step(
     return RunReport.build(
         "train_step",
         spec,
-        step_phases(model, pl),
+        _accumulated(model, pl, k),
         sram=plan.streaming.sram if plan.streaming is not None else {},
         assumptions={**ASSUMPTIONS, **(CHUNKED_ASSUMPTIONS if pl.chunks is not None else {})},
         units="step",
         systems=num_csx,
         extra=figures,
     )
+
+
+def _accumulated(model: Any, pl: StepPlacement, k: int) -> Phases:
+    """k micro-batches one after another, each the whole stream of a step; MemoryX sums the
+    first k - 1 gradients (`memoryx_accumulate`) and updates in the last."""
+    last = step_phases(model, pl)
+    if k == 1:
+        return last
+    early = dataclasses.replace(step_phases(model, pl, accumulate=True), name="micro_batch")
+    last = dataclasses.replace(last, name="last_micro_batch")
+    return serial(dataclasses.replace(early, repeat=k - 1), last, name="train_step")
+
+
+def step_bound(step: Timing) -> str:
+    """What sets a step: of the seconds its critical path spends, the part (compute, or a
+    stream of `stream_cost.PARTS`) with the most; compute names the mechanism with the most
+    cycles (simd: the datapath; dsd_issue: instruction issue, short vectors; sram; link...)."""
+    parts = step.by_leaf(lambda name: PARTS.get(name, "compute"))
+    part = max(parts, key=parts.__getitem__)
+    if part != "compute":
+        return part
+    mech = {k: v for k, v in step.by_mechanism().items() if k != "host_io"}
+    return f"compute ({max(mech, key=mech.__getitem__)})" if mech else "compute"
 
 
 def no_stall_batch(
@@ -269,7 +326,7 @@ def no_stall_batch(
 
     def ok(b: int) -> bool | None:
         try:
-            r = predict_step(model, spec, num_csx=num_csx, micro_batch=b, seq_len=seq_len)
+            r = predict_step(model, spec, num_csx=num_csx, batch_per_system=b, seq_len=seq_len)
         except WseError:
             return None
         return r.extra["stall_fraction"] <= stall
@@ -284,25 +341,6 @@ def no_stall_batch(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
-
-
-def scaling(one: RunReport, many: RunReport) -> dict[str, Any]:
-    """`many` (N systems) against `one` (one system, the same per-system batch): tokens/s
-    scale by N * step(1) / step(N), so the efficiency is step(1) / step(N); the seconds N
-    systems add, by the resource that sets them (leaf seconds by bound, differenced: the
-    SwarmX tree's latency shows as host_io), and the SwarmX tree's levels."""
-    base, got = one.predicted.by_bound(), many.predicted.by_bound()
-    added = {k: got.get(k, 0.0) - base.get(k, 0.0) for k in {*base, *got}}
-    worst = max(added, key=added.__getitem__) if added else "-"
-    return {
-        "systems": many.systems,
-        "scaling_efficiency": one.predicted_s / many.predicted_s,
-        "added_s": many.predicted_s - one.predicted_s,
-        "scaling_bound": worst if added.get(worst, 0.0) > 0 else "none",
-        "swarmx_levels": tree_levels(many.systems, many.extra["swarmx_fanout"]),
-        "step_bound": many.bound,
-        "stall_fraction": many.extra["stall_fraction"],
-    }
 
 
 def step_trace(spec: WaferSpec, report: RunReport) -> PeTrace:

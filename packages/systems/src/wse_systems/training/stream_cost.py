@@ -5,7 +5,10 @@ SwarmX to (or from) every wafer: bytes at min(memoryx_bytes_per_s, swarmx_bytes_
 one `system_latency_s` per level of the SwarmX tree (`tree_levels(num_csx,
 spec.swarmx_fanout)`) on every streamed item. `Streams(pl, on)` names the phases a placement
 streams (all empty when `on` is False: the compute-only step, or a resident placement's
-weights). `wafer_update` is fp32 Adam on the wafer (resident placement).
+weights). With `accumulate` (a micro-batch before the step's last) MemoryX adds the
+reduced gradient to the step's sum instead of updating (phase `memoryx_accumulate`, at the
+update's pace). `PARTS` maps each stream phase to the part of the step it belongs to.
+`wafer_update` is fp32 Adam on the wafer (resident placement).
 """
 
 from __future__ import annotations
@@ -16,7 +19,16 @@ from wse_core import Op, Phase, Work
 
 from wse_systems.training.placement import StepPlacement
 
-__all__ = ["ADAM_FP32_OPS", "tree_levels", "stream_work", "wafer_update", "Streams"]
+__all__ = ["ADAM_FP32_OPS", "PARTS", "tree_levels", "stream_work", "wafer_update", "Streams"]
+
+# stream phase name -> the part of a step it is (every other leaf is the wafer's compute)
+PARTS = {
+    "weights_in": "weights_in",
+    "gradients_out": "gradients_out",
+    "gradients_in": "gradients_out",  # resident: the reduced gradient coming back
+    "memoryx_update": "memoryx_update",
+    "memoryx_accumulate": "memoryx_update",
+}
 
 ADAM_FP32_OPS = (("fmac", 4), ("mul", 1), ("sqrt", 1), ("div", 1))  # per parameter, on a PE
 
@@ -55,6 +67,7 @@ class Streams:
 
     pl: StepPlacement
     on: bool = True
+    accumulate: bool = False  # a micro-batch before the step's last: MemoryX only sums
 
     def weights_in(self, n: int) -> Phase:
         live = self.on and not self.pl.resident
@@ -73,4 +86,5 @@ class Streams:
 
     def update(self, n: int) -> Phase:
         live = self.on and not self.pl.resident
-        return Phase("memoryx_update", stream_work(self.pl, n) if live else Work())
+        name = "memoryx_accumulate" if self.accumulate else "memoryx_update"
+        return Phase(name, stream_work(self.pl, n) if live else Work())

@@ -112,7 +112,7 @@ def wafer_speedups(
 
     def step(z: float) -> float:
         return predict_step(
-            config, spec, num_csx=1, micro_batch=batch, seq_len=seq, mlp_zero_fraction=z
+            config, spec, num_csx=1, batch_per_system=batch, seq_len=seq, mlp_zero_fraction=z
         ).predicted_s
 
     plan = plan_pipeline(config, spec, num_wafers=1, context_len=seq)

@@ -64,7 +64,7 @@ def wafer_epoch_s(config: Any, rows: int, seq_len: int, pairs_per_row: float | N
         config,
         assumed_spec("wse3"),
         num_csx=1,
-        micro_batch=WAFER_BATCH,
+        batch_per_system=WAFER_BATCH,
         seq_len=seq_len,
         attention_pairs_per_row=pairs_per_row,
     )

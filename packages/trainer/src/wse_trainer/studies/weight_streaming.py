@@ -74,7 +74,7 @@ def _predictions() -> tuple[list[PredictionRow], dict[str, Any]]:
     for name, batch, seq in CASES:
         model = wse_models.preset_config(name, dtype="bfloat16")
         for n in NUM_CSX:
-            r = predict_step(model, spec, num_csx=n, micro_batch=batch, seq_len=seq)
+            r = predict_step(model, spec, num_csx=n, batch_per_system=batch, seq_len=seq)
             g = _gpu_rows(name, model, n, batch, seq)
             rows += _wafer_rows(name, r) + g
             gpu = (g[0].value, g[1].value) if len(g) == 2 else (float("nan"), float("nan"))
@@ -147,7 +147,7 @@ def _measure(quick: bool, seed: int) -> list[dict[str, Any]]:
             model,
             spec,
             num_csx=n,
-            micro_batch=batch // n,
+            batch_per_system=batch // n,
             seq_len=seq,
             plan=memory_plan(model, spec, batch // n, seq, streaming=tr.plan),
         )

@@ -253,6 +253,11 @@ class Timing:
         """Seconds of the run set by each resource: leaf times summed by their bound."""
         return self._sum_tree(lambda t: {t.bound: t.seconds})
 
+    def by_leaf(self, key: Callable[[str], str] = str) -> dict[str, float]:
+        """Seconds of the run set by each leaf, summed by `key(leaf name)` (of an overlap
+        only the slowest part counts): what sets the time, part by part."""
+        return self._sum_tree(lambda t: {key(t.name): t.seconds})
+
     def by_mechanism(self) -> dict[str, float]:
         """Cycles of the run by mechanism (all repeats; host I/O at the clock): leaves'
         `Cost.timed_mechanisms` summed, of an overlap only the slowest part. They add up to

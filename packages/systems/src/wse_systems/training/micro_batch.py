@@ -1,0 +1,117 @@
+"""Which micro-batch a replica runs: ModelZoo's `micro_batch_size`, resolved once, host-side.
+
+Contract. Batches here are **per system** (per replica): `batch_per_system` is
+`train_input.batch_size / num_csx` (`batch_size` is global, split over `num_csx`), and a
+micro-batch divides it; the replica runs `batch_per_system / micro_batch` micro-batches and
+MemoryX accumulates their gradients (the emulator: `wse_trainer.stream`, `wse_trainer.memoryx`).
+
+`resolve_micro_batch(setting, model, spec, batch_per_system=, seq_len=, stride=, chunks=,
+speed=)`:
+
+- an int: itself (`wse_trainer.config.check_config` has checked that it divides);
+- "none" or None: the whole per-system batch at once;
+- "auto": the largest divisor whose memory plan the SRAM ledger fits
+  (`wse_systems.training.plan.plan_activations`: whole layers or column chunks, any stride); when
+  not even one sequence fits, the ledger's `SramBudgetError` for one sequence;
+- "explore": of the divisors that fit, the one `speed(micro_batch)` (tokens/s, e.g. the
+  predicted step's) finds fastest, the larger on a tie.
+
+`plan_step(model, spec, num_csx=, batch_per_system=, seq_len=, micro_batch="explore")` is the
+step a planner prices (`wse plan train`, `trillion-scaling`): the micro-batch resolved as
+above ("explore" by `predict_step`'s tokens/s), then `predict_step` on that micro-batch's
+memory plan. It never refuses a batch that micro-batches fit: only a model whose one
+sequence the ledger cannot place (or whose state MemoryX cannot hold) is an error.
+
+`divisors(n)` lists a batch's divisors in increasing order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from wse_core import RunReport, SramBudgetError, WaferSpec
+
+from wse_systems.training.plan import memory_plan, plan_activations
+
+__all__ = ["MODES", "divisors", "fits", "resolve_micro_batch", "plan_step"]
+
+MODES = ("auto", "explore", "none")  # besides an int (ModelZoo's micro_batch_size values)
+
+
+def divisors(n: int) -> list[int]:
+    """Every divisor of n >= 1, increasing (O(sqrt n))."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def fits(model: Any, spec: WaferSpec, micro_batch: int, seq_len: int, stride: int = 0,
+         chunks: int = 0) -> bool:  # fmt: skip
+    """Whether one replica's SRAM ledger places `micro_batch` sequences of `seq_len`."""
+    try:
+        plan_activations(model, spec, micro_batch, seq_len, stride, chunks)
+    except SramBudgetError:
+        return False
+    return True
+
+
+def resolve_micro_batch(
+    setting: int | str | None,
+    model: Any,
+    spec: WaferSpec,
+    *,
+    batch_per_system: int,
+    seq_len: int,
+    stride: int = 0,
+    chunks: int = 0,
+    speed: Callable[[int], float] | None = None,
+) -> int:
+    """The micro-batch (sequences per replica at once) that `setting` names (module contract)."""
+    if isinstance(setting, int):
+        return setting
+    if setting in (None, "none"):
+        return batch_per_system
+    placed = [
+        d for d in reversed(divisors(batch_per_system))
+        if fits(model, spec, d, seq_len, stride, chunks)
+    ]  # fmt: skip
+    if not placed:  # the ledger's own error, naming the allocation, for one sequence
+        plan_activations(model, spec, 1, seq_len, stride, chunks)
+    if setting == "auto":
+        return placed[0]
+    if setting == "explore" and speed is not None:
+        return max(placed, key=lambda d: (speed(d), d))
+    raise ValueError(f"micro_batch_size {setting!r}: explore needs speed=")
+
+
+def plan_step(
+    model: Any,
+    spec: WaferSpec,
+    *,
+    num_csx: int,
+    batch_per_system: int,
+    seq_len: int,
+    micro_batch: int | str | None = "explore",
+    stride: int = 0,
+    chunks: int = 0,
+    **kw: Any,
+) -> RunReport:
+    """The planned step (module contract); `kw` goes to `predict_step` (precision, ...)."""
+    from wse_systems.training.performance import predict_step
+
+    reports: dict[int, RunReport] = {}
+
+    def report(m: int) -> RunReport:
+        if m not in reports:
+            plan = memory_plan(model, spec, m, seq_len, stride=stride, chunks=chunks)
+            reports[m] = predict_step(
+                model, spec, num_csx=num_csx, batch_per_system=batch_per_system,
+                micro_batch=m, seq_len=seq_len, plan=plan, stride=stride, **kw,
+            )  # fmt: skip
+        return reports[m]
+
+    m = resolve_micro_batch(
+        micro_batch, model, spec, batch_per_system=batch_per_system, seq_len=seq_len,
+        stride=stride, chunks=chunks, speed=lambda d: report(d).extra["tokens_per_s"],
+    )  # fmt: skip
+    return report(m)
