@@ -37,18 +37,26 @@ THREAD_VARIABLES = (
 
 
 def interleaved(
-    contenders: Mapping[str, Callable[[], float]], rounds: int, *, settle_s: float = 0.0
+    contenders: Mapping[str, Callable[[], float]],
+    rounds: int,
+    *,
+    settle_s: float = 0.0,
+    rotate: bool = False,
 ) -> dict[str, list[float]]:
     """Run every contender once per round, in the mapping's order, `rounds` times.
 
     Each contender times itself and returns seconds (lower is better); `settle_s` of idle
-    before each one lets BLAS worker threads stop spinning. Returns the times per contender,
-    round by round."""
+    before each one lets BLAS worker threads stop spinning; `rotate` starts round r at the
+    (r mod k)-th of the k contenders (no one always runs right after the same other).
+    Returns the times per contender, round by round."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
+    names = list(contenders)
+    for r in range(rounds):
+        first = r % len(names) if rotate and names else 0
+        for name in names[first:] + names[:first]:
+            fn = contenders[name]
             if settle_s > 0:
                 time.sleep(settle_s)
             times[name].append(float(fn()))

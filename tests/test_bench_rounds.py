@@ -25,6 +25,10 @@ def test_interleaved_runs_contenders_in_turn():
     times = rounds.interleaved({"ours": contender("ours", 1.0), "peer": contender("peer", 3.0)}, 3)
     assert calls == ["ours", "peer"] * 3
     assert times == {"ours": [1.0, 1.0, 1.0], "peer": [3.0, 3.0, 3.0]}
+    calls.clear()
+    three = {k: contender(k, 1.0) for k in "abc"}
+    rounds.interleaved(three, 3, rotate=True)
+    assert calls == list("abc" + "bca" + "cab")
     with pytest.raises(ValueError):
         rounds.interleaved({"ours": lambda: 1.0}, 0)
 
