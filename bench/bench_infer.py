@@ -315,7 +315,7 @@ def bench_occupancy(quick: bool, stages: int = 4) -> list[dict]:
 
 def _table(title: str, rows: list[dict]) -> None:
     print(f"\n{title}")
-    keys = list(rows[0])
+    keys = [k for k, v in rows[0].items() if not isinstance(v, dict)]  # ratios: printed after
     print(" | ".join(keys))
     for r in rows:
         print(" | ".join(f"{r[k]:.3g}" if isinstance(r[k], float) else str(r[k]) for k in keys))

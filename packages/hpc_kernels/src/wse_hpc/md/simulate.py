@@ -18,9 +18,9 @@ of it, the next chunk doubles it (at most MAX_REBUILD_EVERY). The cadence starts
 of host memory (800k atoms) fall back to the full-window kernel (`eam.forces_fn`, a sort
 sweep and a coverage test every step). On overflow the chunk is thrown away and re-run from
 its start with a re-map and a larger window, so an overflow never reaches the results.
-A repeat of a run with the same static choices reuses its compiled functions (`_runner`: the
-last RUNNERS_KEPT are kept). Thermo rows are computed on the host in float64. Returns an
-`MdResult` with the final structure (positions wrapped into the box, velocities, forces,
+With `runners` (a dict the caller keeps) a repeat of a run with the same static choices
+reuses its compiled functions (`_runner`). Thermo rows are computed on the host in float64.
+Returns an `MdResult` with the final structure (positions wrapped into the box, velocities, forces,
 per-atom energies), the rows, the timings, the plan it ran and `.report`, the run's
 `wse_core.RunReport` (`perf.run_report`).
 """
@@ -57,7 +57,6 @@ __all__ = [
     "MIN_PES_PER_DEVICE",
     "MAX_REBUILD_EVERY",
     "initial_every",
-    "RUNNERS_KEPT",
 ]
 
 # Without a mesh_shape, one process spreads the grid over at most one device per this many
@@ -66,7 +65,6 @@ __all__ = [
 # 0.79M on 1, 1.37M on 2).
 MIN_PES_PER_DEVICE = 8192
 MAX_REBUILD_EVERY = 1024  # steps per list rebuild, at most (the shell's doubling stops there)
-RUNNERS_KEPT = 2  # compiled runners kept for a repeat of a run (`_runner`)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -133,22 +131,22 @@ class _Runner:
         return self._chunks[n]
 
 
-def _runner(wafer: Wafer, pot: EamPotential, plan: EamPlan, config: MdConfig, masses, n: int):
-    """The `_Runner` of these static choices: reused when one of the last RUNNERS_KEPT runs
-    had the same ones (a repeat of a run, as a benchmark's, compiles nothing again: 4,000 to
-    32,000 atoms compiled for 20-46 s a run), else built. The wafer enters by value (spec,
-    grid, mesh and its devices, defects): a new run builds its own, with an equal mesh."""
+def _runner(
+    wafer: Wafer, pot: EamPotential, plan: EamPlan, config: MdConfig, masses, n: int, runners
+):
+    """The `_Runner` of these static choices: taken from `runners` (the caller's cache, a
+    dict; None: none) when an earlier run put one there with the same ones (a repeat of a
+    run, as a benchmark's, compiles nothing again: 4,000 to 32,000 atoms compiled for
+    20-46 s a run), else built (and put there). The wafer enters by value (spec, grid, mesh
+    and its devices, defects): a new run builds its own, with an equal mesh."""
+    if runners is None:
+        return _Runner(wafer, pot, plan, config, masses, n)
     devices = tuple(int(d.id) for d in wafer.mesh.devices.flat)
     where = (repr(wafer.spec), repr(wafer.describe()), devices, config.defect_seed)
     key = (where, pot, plan, config.thermostat, config.dt_fs, tuple(np.asarray(masses)), n)
-    if key not in _RUNNERS:
-        while len(_RUNNERS) >= RUNNERS_KEPT:
-            _RUNNERS.pop(next(iter(_RUNNERS)))  # the oldest
-        _RUNNERS[key] = _Runner(wafer, pot, plan, config, masses, n)
-    return _RUNNERS[key]
-
-
-_RUNNERS: dict[tuple, _Runner] = {}  # the potential by identity (EamPotential has eq=False)
+    if key not in runners:  # the potential by identity (EamPotential has eq=False)
+        runners[key] = _Runner(wafer, pot, plan, config, masses, n)
+    return runners[key]
 
 
 def initial_every(velocities_A_ps: np.ndarray, skin_A: float, dt_fs: float) -> int:
@@ -222,9 +220,12 @@ def run_md(
     config: MdConfig,
     on_thermo: Callable[[ThermoRow], None] | None = None,
     on_frame: Callable[[int, Structure], None] | None = None,
+    *,
+    runners: dict | None = None,
 ) -> MdResult:
     """Run `config.steps` steps (0: evaluate energies and forces only); `on_thermo` gets
-    each thermo row, `on_frame(step, structure)` the structure at each row."""
+    each thermo row, `on_frame(step, structure)` the structure at each row; `runners`, a
+    dict the caller keeps across runs, holds the compiled runners for a repeat (`_runner`)."""
     species, masses, vel = _prepare(structure, pot, config)
     if config.rebuild_every is None:
         every = initial_every(vel, config.skin_A, config.dt_fs)
@@ -241,14 +242,14 @@ def run_md(
     plan = plan_window(state_np, box, pot, config, wafer)
     sram = sram_plan(wafer, pot, plan)
     geo = geometry(wafer)
-    runner = _runner(wafer, pot, plan, config, masses, n)
+    runner = _runner(wafer, pot, plan, config, masses, n, runners)
     replans = 0
     t0 = time.perf_counter()
     state = _placed_drift(runner, runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo))
     while bool(state.eam.overflow):  # the margin makes this rare; the fallback is the whole grid
         replans += 1
         state, runner, plan, sram = _replan(
-            state, wafer, pot, config, masses, box, plan, replans, tile
+            state, wafer, pot, config, masses, box, plan, replans, tile, runners
         )
     compile_s = time.perf_counter() - t0
     ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
@@ -271,7 +272,7 @@ def run_md(
         if bool(new_state.eam.overflow):
             replans += 1
             state, runner, plan, sram = _replan(
-                state, wafer, pot, config, masses, box, plan, replans, tile
+                state, wafer, pot, config, masses, box, plan, replans, tile, runners
             )
             continue
         if state.nbrs is not None:
@@ -337,7 +338,7 @@ def _check_lists(runner: _Runner, start: MdState, new: MdState, skin_A: float):
     return new._replace(nbrs=new.nbrs._replace(every=jnp.int32(every), drift2=drift2)), None
 
 
-def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int, tile):
+def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int, tile, runners):
     """Re-map the chunk's starting state, widen the window by at least one PE and give the
     neighbour lists more headroom (it grows with every re-plan, so re-plans end); the bath
     carries over."""
@@ -362,6 +363,6 @@ def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int,
         except SramBudgetError:
             if i == len(tries) - 1:
                 raise
-    runner = _runner(wafer, pot, new_plan, config, masses, len(u["species"]))
+    runner = _runner(wafer, pot, new_plan, config, masses, len(u["species"]), runners)
     new = runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geometry(wafer))
     return _placed_drift(runner, new._replace(bath=state.bath)), runner, new_plan, sram
