@@ -46,7 +46,11 @@ import statistics
 import time
 from pathlib import Path
 
+from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+
 RESULTS = Path(__file__).parent / "results"
+DECODE_TARGET = 1.0  # pipelined decode vs PyTorch's KV-cached decode, tokens/s
+SPECULATIVE_TARGET = 2.0  # speculative decode vs the target model alone, tokens/s
 ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 
 
@@ -56,18 +60,23 @@ def _cpu_s() -> float:
 
 
 def _interleaved(fns: dict, rounds: int) -> dict[str, list[tuple[float, float, object]]]:
-    """Each round calls every fn once (rotating order) -> name: [(seconds, cpu_util, result)]:
-    seconds is the fn's own timing when it returns (seconds, ...), else the call's wall
-    time; cpu_util is the process CPU seconds / wall seconds of the whole call."""
-    names = list(fns)
-    out: dict[str, list] = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
+    """Each round calls every fn once (`rounds.interleaved`, rotating order) -> name:
+    [(seconds, cpu_util, result)]: seconds is the fn's own timing when it returns (seconds,
+    ...), else the call's wall time; cpu_util is the process CPU seconds / wall seconds of
+    the whole call."""
+    out: dict[str, list] = {n: [] for n in fns}
+
+    def timed(n):
+        def run() -> float:
             c0, t0 = _cpu_s(), time.perf_counter()
             res = fns[n]()
             wall = time.perf_counter() - t0
-            util = (_cpu_s() - c0) / wall
-            out[n].append((res[0] if isinstance(res, tuple) else wall, util, res))
+            out[n].append((res[0] if isinstance(res, tuple) else wall, (_cpu_s() - c0) / wall, res))
+            return out[n][-1][0]
+
+        return run
+
+    interleaved({n: timed(n) for n in fns}, rounds, rotate=True)
     return out
 
 
@@ -136,6 +145,7 @@ def bench_decode(quick: bool, rounds: int) -> list[dict]:
     runs = _interleaved(fns, rounds)
     ref = runs["pytorch KV-cache"][0][2][1]
     base = [(n - 1) / w for w, _, _ in runs["pytorch KV-cache"]]
+    torch_s = [w for w, _, _ in runs["pytorch KV-cache"]]
     rows = []
     for name, rs in runs.items():
         rates = [(n - 1) / w for w, _, _ in rs]
@@ -146,6 +156,7 @@ def bench_decode(quick: bool, rounds: int) -> list[dict]:
                 "tokens_per_s": statistics.median(rates),
                 "vs_pytorch": statistics.median(ratios),
                 "vs_pytorch_min": min(ratios),
+                "ratio_vs_pytorch": ratio([w for w, _, _ in rs], torch_s, DECODE_TARGET),
                 "cpu_util": statistics.median(u for _, u, _ in rs),
                 "same_tokens": all(r[2][1] == ref for r in rs),
             }
@@ -223,6 +234,11 @@ def bench_speculative(quick: bool, rounds: int, gamma: int = 4) -> dict:
         "speculative_tokens_per_s": statistics.median(r.tokens_per_s for r, _, _ in pairs),
         "speedup": speedup,
         "speedup_min": min(ratios),
+        "ratio_vs_target_model": ratio(
+            [1 / r.tokens_per_s for r, _, _ in pairs],
+            [1 / b.tokens_per_s for _, b, _ in pairs],
+            SPECULATIVE_TARGET,
+        ),
         "leviathan_speedup": formula,
         "measured_vs_formula": speedup / formula,
         "formula_with_verify_cost": expected_tokens_per_pass(alpha, gamma) / (gamma * c + v),
@@ -299,7 +315,7 @@ def bench_occupancy(quick: bool, stages: int = 4) -> list[dict]:
 
 def _table(title: str, rows: list[dict]) -> None:
     print(f"\n{title}")
-    keys = list(rows[0])
+    keys = [k for k, v in rows[0].items() if not isinstance(v, dict)]  # ratios: printed after
     print(" | ".join(keys))
     for r in rows:
         print(" | ".join(f"{r[k]:.3g}" if isinstance(r[k], float) else str(r[k]) for k in keys))
@@ -346,10 +362,15 @@ def main() -> None:
         "stage occupancy, U users on 4 stages: the schedule as run against the serving model",
         out["occupancy"],
     )
+    for r in out["decode"]:
+        print(ratio_line(f"{r['decoder']} vs PyTorch", r["ratio_vs_pytorch"]))
+    print(
+        ratio_line("speculative vs its target model", out["speculative"]["ratio_vs_target_model"])
+    )
     RESULTS.mkdir(exist_ok=True)
-    from wse_core.host.memory import host_record
-
-    out["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
+    rec = record("torch", "numpy")  # host (bandwidth, load, time), versions, threads
+    out["host"], out["baselines"] = rec["host"], rec["baselines"]
+    out["threads"].update(rec["threads"])
     (RESULTS / "infer.json").write_text(json.dumps(out, indent=2, default=float))
     print(f"\nwrote {RESULTS / 'infer.json'}")
 

@@ -11,8 +11,11 @@ with a 1.0 A skin (LAMMPS's `neighbor 1.0 bin` here); its rebuilds (`list_builds
 inside the timed steps. Prints a table and writes bench/results/md.json.
 
 Every contender runs its timed loop `--repeats` times (default 3), the three codes taking
-turns (ours, jax-md, LAMMPS, ours, ...) so that a burst of load on the shared machine hits
-them alike; each reports the median of its rates (all samples are in the JSON). A single
+turns (ours, jax-md, LAMMPS, ours, ...: `bench/rounds.py`) so that a burst of load on the
+shared machine hits them alike; each reports the median of its rates (all samples are in
+the JSON) and each ratio against a peer its median, spread and worst round (target >= 1x
+LAMMPS, no round below). The emulator's repeats reuse its compiled runner (`run_md` keeps
+it). The JSON records LAMMPS's version line, jax-md's version and the thread settings. A single
 sample of a 256-atom loop (~0.05-0.1 s) moved by 10% from run to run.
 
 `--cores N` pins the process (and the `lmp` it starts) to N CPUs before JAX starts threads,
@@ -38,7 +41,10 @@ import time
 import warnings
 from pathlib import Path
 
+from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+
 SIZES = {256: (4, 4, 4), 4000: (10, 10, 10), 32000: (20, 20, 20)}
+TARGETS = {"lammps_1rank": 1.0, "jax_md": 1.0}  # atom-steps/s against each peer (issue 44)
 
 
 def _args():
@@ -75,10 +81,13 @@ def potential_files(tmp: Path):
     return pot, path, setfl
 
 
+RUNNERS: dict = {}  # the emulator's compiled runners, reused by its repeats (`run_md`)
+
+
 def wafer_emulator_md(s, pot, steps: int) -> dict:
     from wse_hpc.md import MdConfig, run_md
 
-    res = run_md(s, pot, MdConfig(steps=steps, thermo_every=steps))
+    res = run_md(s, pot, MdConfig(steps=steps, thermo_every=steps), runners=RUNNERS)
     return {
         "atom_steps_per_s": s.num_atoms * res.steps / res.loop_wall_s,
         "compile_s": res.compile_s,
@@ -150,6 +159,46 @@ def _lammps(s, pot, path: Path, steps: int) -> dict:
     return {"atom_steps_per_s": out["atom_steps_per_s"], "loop_s": out["loop_s"]}
 
 
+def _rounds(s, pot, path: Path, setfl: Path, steps: int, repeats: int) -> dict:
+    """The three codes' timed loops in interleaved rounds: each code's median sample and the
+    emulator's ratios against each peer that ran (`rounds.ratio`, per atom-step)."""
+    runs: dict[str, list[dict]] = {"wafer_emulator": [], "jax_md": [], "lammps_1rank": []}
+    calls = {
+        "wafer_emulator": lambda: wafer_emulator_md(s, pot, steps),
+        "jax_md": lambda: jax_md_eam(s, setfl, steps),
+        "lammps_1rank": lambda: _lammps(s, pot, path, steps),
+    }
+
+    def per_atom_step(name):  # seconds per atom-step of one timed loop (NaN: it did not run)
+        def run() -> float:
+            runs[name].append(calls[name]())
+            rate = _rate(runs[name][-1])
+            return 1.0 / rate if rate else float("nan")
+
+        return run
+
+    times = interleaved({k: per_atom_step(k) for k in calls}, max(1, repeats))
+    out: dict = {name: _median(samples) for name, samples in runs.items()}
+    out["ratios"] = {
+        f"vs_{peer}": ratio(times["wafer_emulator"], times[peer], TARGETS[peer])
+        for peer in ("lammps_1rank", "jax_md")
+        if all(t == t for t in times[peer])  # the peer ran (no NaN)
+    }
+    return out
+
+
+def _lammps_version() -> str | None:
+    """The first line `lmp -h` prints (LAMMPS's version), or None without LAMMPS."""
+    import shutil
+    import subprocess
+
+    lmp = shutil.which("lmp")
+    if lmp is None:
+        return None
+    out = subprocess.run([lmp, "-h"], capture_output=True, text=True, timeout=60).stdout
+    return next((line.strip() for line in out.splitlines() if "LAMMPS" in line), None)
+
+
 def main() -> None:
     args = _args()
     cpus = sorted(os.sched_getaffinity(0))
@@ -183,13 +232,7 @@ def main() -> None:
             s = crystal("fcc", "Cu", 3.615, SIZES[n])
             s.velocities_A_ps = maxwell_boltzmann([pot.masses_amu[0]] * s.num_atoms, 1600.0, seed=1)
             row = {"atoms": s.num_atoms, "steps": steps[n]}
-            runs = {"wafer_emulator": [], "jax_md": [], "lammps_1rank": []}
-            for _ in range(max(1, args.repeats)):  # the codes take turns
-                runs["wafer_emulator"].append(wafer_emulator_md(s, pot, steps[n]))
-                runs["jax_md"].append(jax_md_eam(s, setfl, steps[n]))
-                runs["lammps_1rank"].append(_lammps(s, pot, path, steps[n]))
-            for name, samples in runs.items():
-                row[name] = _median(samples)
+            row.update(_rounds(s, pot, path, setfl, steps[n], args.repeats))
             rows.append(row)
             print(_line(row), flush=True)
     result = {
@@ -203,9 +246,10 @@ def main() -> None:
         "repeats": max(1, args.repeats),
         "rows": rows,
     }
-    from wse_core.host.memory import host_record
-
-    result["host"] = host_record()  # the memory bandwidth beside the load average
+    result.update(record("jax-md", lammps=_lammps_version()))  # host, versions, threads
+    for row in rows:
+        for name, rr in row["ratios"].items():
+            print(ratio_line(f"{row['atoms']} atoms {name}", rr))
     out = Path(__file__).parent / "results" / "md.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=float))

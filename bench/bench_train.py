@@ -13,8 +13,11 @@ but those threads share the same N cores. The XLA flags are the ones `wse` runs 
 allocator setting (`keep_freed_memory`, as `wse train` runs: freed temporaries stay mapped
 instead of being faulted in again every call), which holds for torch in the same process
 too. Prints a table
-and writes bench/results/train.json. Timings are the median of interleaved rounds (the
-machine is shared), each round timing every contender once. `faults` counts minor page faults
+and writes bench/results/train.json. Every contender is timed in interleaved rounds
+(`bench/rounds.py`: 5 with `--quick`, else 9; each round times every contender once) and
+each ratio is reported per round: median, spread and worst round (target vs PyTorch >= 1.1x
+at every core count, no round below 1x); each worker's JSON carries the versions of torch
+and transformers and its thread settings. `faults` counts minor page faults
 per step: memory the allocator had to map afresh (the fused step still takes some, from heap
 fragmentation when interleaved with the others; alone it takes none).
 """
@@ -31,7 +34,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+
 RESULTS = Path(__file__).parent / "results"
+FUSED_TARGET = 0.8  # streamed step vs the fused jit step
+TORCH_TARGET = 1.1  # streamed step vs PyTorch, at every core count (issue 44)
 CASES = {  # name: (d_model, n_layers, n_heads, d_ff, vocab, batch, seq)
     "tiny d128 L4": (128, 4, 4, 512, 2048, 16, 128),
     "small d256 L6": (256, 6, 8, 1024, 4096, 16, 128),
@@ -167,14 +174,22 @@ def bench_case(name: str, shape, rounds: int) -> dict:
         fns["pytorch"] = torch_contender(shape, data)
     except ImportError:
         pass
-    times: dict[str, list[float]] = {k: [] for k in fns}
     faults = dict.fromkeys(fns, 0)  # minor page faults (memory the allocator maps afresh)
-    for _ in range(rounds):
-        for key, fn in fns.items():
+
+    def timed(key, fn):
+        def run() -> float:
             f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            times[key].append(wall_s(fn)[1])
+            seconds = wall_s(fn)[1]
             faults[key] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+            return seconds
+
+        return run
+
+    times = interleaved({k: timed(k, fn) for k, fn in fns.items()}, rounds)
     t = {k: statistics.median(v) for k, v in times.items()}
+    ratios = {"streamed_vs_fused": ratio(times["streamed"], times["fused jit"], FUSED_TARGET)}
+    if "pytorch" in times:
+        ratios["streamed_vs_torch"] = ratio(times["streamed"], times["pytorch"], TORCH_TARGET)
     batch, seq = shape[5], shape[6]
     tokens = batch * seq
     flops = model.train_flops_per_token(seq) * tokens
@@ -187,8 +202,10 @@ def bench_case(name: str, shape, rounds: int) -> dict:
         "step_s": t,
         "tokens_per_s": {k: tokens / v for k, v in t.items()},
         "model_flops_per_s": {k: flops / v for k, v in t.items()},
-        "streamed_vs_fused": t["fused jit"] / t["streamed"],
-        "streamed_vs_torch": t["pytorch"] / t["streamed"] if "pytorch" in t else None,
+        "round_s": times,
+        "ratios": ratios,
+        "streamed_vs_fused": ratios["streamed_vs_fused"]["median"],
+        "streamed_vs_torch": ratios["streamed_vs_torch"]["median"] if "pytorch" in t else None,
         "layout_vs_one_device": t["stream 1dev"] / t["streamed"] if "stream 1dev" in t else None,
         "stall_fraction": statistics.median(stalls) if stalls else None,
         "page_faults_per_step": {k: v / rounds for k, v in faults.items()},
@@ -210,8 +227,9 @@ def worker(cores: int, quick: bool) -> dict:
         pass
     peak = matmul_peak_flops()
     cases = dict(list(CASES.items())[:1]) if quick else CASES
-    rows = [bench_case(k, v, 3 if quick else 7) for k, v in cases.items()]
+    rows = [bench_case(k, v, 5 if quick else 9) for k, v in cases.items()]
     return {
+        **record("torch", "transformers", "numpy"),  # per worker: its threads and CPUs
         "cores": cores,
         "peak_flops": peak,
         "keep_freed_memory": kept,
@@ -236,19 +254,19 @@ def _print(runs: list[dict]) -> None:
                     f"{r['model_flops_per_s'][k] / peak:>8.1%}"
                     f"{r['page_faults_per_step'][k]:>8.0f}"
                 )
-            vs_torch = r["streamed_vs_torch"]
-            torch_part = f"vs PyTorch {vs_torch:.2f}x (target >= 1)" if vs_torch else "no torch"
-            print(
-                f"  streamed vs fused jit {r['streamed_vs_fused']:.2f}x (target >= 0.8); "
-                f"{torch_part}; stall fraction {r['stall_fraction']:.3f}"
-            )
+            for name, rr in r["ratios"].items():
+                print("  " + ratio_line(name, rr))
+            print(f"  stall fraction {r['stall_fraction']:.3f}")
             lay = r["layout"]
             gain = r["layout_vs_one_device"]
             print(
                 f"  layout: {lay['shards']} shard(s), residuals kept: {lay['keep_residuals']}"
                 + (f"; {gain:.2f}x the one-device step" if gain else "")
             )
-        print(f"  load average {run['load_average'][0]:.2f} at the end of this worker")
+        print(
+            f"  load average {run['host']['load_average'][0]:.2f} at the start, "
+            f"{run['load_average'][0]:.2f} at the end of this worker; {run['host']['utc']}"
+        )
 
 
 def main() -> None:
@@ -271,7 +289,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     from wse_core.host.memory import host_record
 
-    result = {"runs": runs, "host": host_record()}  # bandwidth, load average, machine, time
+    result = {"runs": runs, "host": host_record()}  # at the end; each run has its own record
     (RESULTS / "train.json").write_text(json.dumps(result, indent=2))
     print(f"wrote {RESULTS / 'train.json'}")
 
