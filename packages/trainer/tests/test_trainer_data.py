@@ -10,6 +10,7 @@ from wse_trainer.data import (
     EVAL_EVERY,
     BatchIterator,
     corpus_texts,
+    held_out,
     pack,
     stdlib_files,
     tokenizer_identity,
@@ -77,6 +78,23 @@ def test_local_files_load_through_datasets(tmp_path, kind):
     held = corpus_texts(InputConfig(data_dir=str(path), text_key=key, split="eval"))
     assert sorted(train + held) == sorted(docs)
     assert len(held) == 40 // EVAL_EVERY and not set(train) & set(held)
+
+
+def test_eval_split_is_a_twentieth_of_the_bytes_whatever_the_document_sizes():
+    equal = held_out([100] * 60)  # equal documents: every 20th, as a count would give
+    assert [i for i, m in enumerate(equal) if m] == [10, 30, 50]
+    # the standard library's first megabyte: a few big files, then many small ones
+    rng = np.random.default_rng(0)
+    sizes = [230_000, 190_000, 120_000, *rng.integers(500, 9_000, size=150).tolist()]
+    marks = held_out(sizes)
+    held = sum(s for s, m in zip(sizes, marks, strict=True) if m)
+    # hand bound: after each document the held-out bytes are within half a document of the
+    # running twentieth, so at the end within half the largest document held out or not
+    small = max(sizes[3:])
+    assert abs(held - sum(sizes) / 20) <= small / 2
+    assert not any(marks[:3])  # no big file is worth holding out
+    every_20th_file = sum(s for i, s in enumerate(sizes) if i % 20 == 19)
+    assert held > 2 * every_20th_file  # what the old count-based split held here
 
 
 def test_missing_column_and_file_are_readable_errors(tmp_path):
