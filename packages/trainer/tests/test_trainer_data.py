@@ -19,6 +19,7 @@ from wse_trainer.data import (
 from wse_trainer.testing import write_corpus
 
 
+@pytest.mark.smoke
 def test_pack_makes_every_token_a_target_once():
     docs = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
     rows = pack(docs, seq_len=3, eos_id=0)
@@ -48,6 +49,7 @@ def test_iterator_is_seeded_and_resumes_mid_epoch():
         c.restore({"seed": 9, "epoch": 0, "index": 0})
 
 
+@pytest.mark.smoke
 def test_tokenizer_round_trips_text_and_has_an_identity(tmp_path):
     texts = corpus_texts(InputConfig(data_dir=str(write_corpus(tmp_path)), split="all"))
     tok = train_tokenizer(texts, 300)
@@ -80,6 +82,7 @@ def test_local_files_load_through_datasets(tmp_path, kind):
     assert len(held) == 40 // EVAL_EVERY and not set(train) & set(held)
 
 
+@pytest.mark.smoke
 def test_eval_split_is_a_twentieth_of_the_bytes_whatever_the_document_sizes():
     equal = held_out([100] * 60)  # equal documents: every 20th, as a count would give
     assert [i for i, m in enumerate(equal) if m] == [10, 30, 50]
