@@ -25,7 +25,6 @@ def _sections(cmd: Any, ctx: Any, path: list[str]) -> list[str]:
 def cli_reference() -> str:
     """Every command's help as Markdown sections."""
     import typer
-
     from wse_cli.app import app
 
     root = typer.main.get_command(app)
