@@ -14,6 +14,7 @@ from wse_cli.app import app
 runner = CliRunner()
 
 
+@pytest.mark.smoke
 def test_wafer_info_json_matches_the_spec():
     r = runner.invoke(app, ["wafer", "info", "--preset", "wse3", "--json"])
     assert r.exit_code == 0, r.output
@@ -41,6 +42,7 @@ def test_wafer_info_with_field_overrides():
     assert d["clock_hz"] == 1e9 and d["grid"] == [100, 996]
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -13,6 +13,7 @@ ENV = {"WSE_DEVICES": "8"}
 BASE = ["hpc", "stencil", "--preset", "small", "--json"]
 
 
+@pytest.mark.smoke
 def test_heat_json_reports_exact_decay_and_prediction():
     r = runner.invoke(
         app, [*BASE, "--kind", "heat", "--grid", "9", "11", "8", "--steps", "20"], env=ENV

@@ -89,3 +89,17 @@ def test_train_then_continue_with_num_steps(tmp_path):
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 4]  # four train records, then the eval record
     assert (out / "hf" / "tokenizer.json").exists()
+
+
+def test_a_too_small_eval_split_stops_the_run_before_the_first_step(tmp_path):
+    corpus = write_corpus(tmp_path / "data")
+    data = tiny_params(corpus, tmp_path / "run")
+    data["eval_input"]["batch_size"] = 64  # the eval twentieth packs into fewer rows
+    data["runconfig"]["mode"] = "train_and_eval"
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(data))
+    res = runner.invoke(app, ["train", str(params)])
+    assert res.exit_code == 2, res.output
+    assert "the eval split has" in res.output and "eval_input.batch_size=64" in res.output
+    assert "Traceback" not in res.output and "Step=1" not in res.output
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no step was taken

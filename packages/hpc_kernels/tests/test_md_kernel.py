@@ -85,6 +85,7 @@ def test_a_window_too_small_is_reported_never_silently_wrong(shrink):
             assert small["overflow"]  # here every smaller window does miss neighbours
 
 
+@pytest.mark.smoke
 def test_forces_are_minus_the_energy_gradient():
     s, sp = _system(seed=6, cells=(4, 4, 4))
     res = eam_reference(POT, s.positions_A, sp, s.box_A)

@@ -66,6 +66,7 @@ def test_bicgstab_error_falls_at_second_order():
     assert 1.8 < order < 2.3, (errs, order)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("boundary", ["dirichlet", "periodic"])
 def test_laplacian25_matches_numpy(boundary):
     shape = (9, 11, 12)
@@ -129,6 +130,7 @@ def test_dot_products_reduce_in_fp32():
     assert abs(float(got) - want) / want < 1e-6
 
 
+@pytest.mark.smoke
 def test_bicgstab_history_follows_scipy_iteration_by_iteration():
     g = small_grid((9, 11, 12), {"x": "fp32", "b": "fp32"})
     ue = exact_solution(g, "bicgstab")

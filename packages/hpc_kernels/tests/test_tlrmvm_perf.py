@@ -35,6 +35,7 @@ def _uncalibrated(spec):
     return PerfModel(spec, calibration=Calibration())  # the spec's own constants
 
 
+@pytest.mark.smoke
 def test_one_tile_cost_counted_by_hand(one_tile):
     spec = preset("small")
     eng = TlrEngine.build(one_tile, spec, layout="banded", rank_chunk=K)

@@ -67,6 +67,7 @@ def test_draw_follows_probs():
     assert stats.chisquare(counts, expected / expected.sum() * tokens.size).pvalue > P_MIN
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_sample_equals_draw_of_token_probs(temperature):
     """`sample` (greedy fast path: argmax, no random bits) draws the same token as

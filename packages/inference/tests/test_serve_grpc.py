@@ -32,6 +32,7 @@ def test_stubs_are_generated_next_to_the_proto_and_ignored_by_git():
     assert "*_pb2.py" in ignored and "*_pb2_grpc.py" in ignored
 
 
+@pytest.mark.smoke
 def test_generate_streams_the_oracle_and_health():
     with running_server(grpc=True, max_slots=2, step_delay_s=0.001) as s:
         channel, st = stub(s)

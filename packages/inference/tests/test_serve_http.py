@@ -43,6 +43,7 @@ def server():
         yield s
 
 
+@pytest.mark.smoke
 def test_openai_client_completions(server):
     c = client(server)
     r = c.completions.create(model="mock", prompt="abc", max_tokens=7, temperature=0)

@@ -50,6 +50,7 @@ def test_counts_equal_allocated_tree(config):
     assert all(x.dtype == config.param_dtype for x in jax.tree.leaves(params))
 
 
+@pytest.mark.smoke
 def test_flops_per_token_close_to_two_n():
     c = wm.preset_config("llama3-70b")
     f = c.flops_per_token(1)

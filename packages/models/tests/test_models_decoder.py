@@ -34,6 +34,7 @@ def test_shapes_and_causal_masking(model):
     assert float(jnp.abs(b[:, 6:] - full[:, 6:]).max()) > 1e-3
 
 
+@pytest.mark.smoke
 def test_layer_by_layer_equals_scan_equals_forward(model):
     c, p, _, toks, full = model
     pos = wm.default_positions(toks)

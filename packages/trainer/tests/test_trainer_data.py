@@ -10,6 +10,7 @@ from wse_trainer.data import (
     EVAL_EVERY,
     BatchIterator,
     corpus_texts,
+    held_out,
     pack,
     stdlib_files,
     tokenizer_identity,
@@ -18,6 +19,7 @@ from wse_trainer.data import (
 from wse_trainer.testing import write_corpus
 
 
+@pytest.mark.smoke
 def test_pack_makes_every_token_a_target_once():
     docs = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
     rows = pack(docs, seq_len=3, eos_id=0)
@@ -47,6 +49,7 @@ def test_iterator_is_seeded_and_resumes_mid_epoch():
         c.restore({"seed": 9, "epoch": 0, "index": 0})
 
 
+@pytest.mark.smoke
 def test_tokenizer_round_trips_text_and_has_an_identity(tmp_path):
     texts = corpus_texts(InputConfig(data_dir=str(write_corpus(tmp_path)), split="all"))
     tok = train_tokenizer(texts, 300)
@@ -77,6 +80,24 @@ def test_local_files_load_through_datasets(tmp_path, kind):
     held = corpus_texts(InputConfig(data_dir=str(path), text_key=key, split="eval"))
     assert sorted(train + held) == sorted(docs)
     assert len(held) == 40 // EVAL_EVERY and not set(train) & set(held)
+
+
+@pytest.mark.smoke
+def test_eval_split_is_a_twentieth_of_the_bytes_whatever_the_document_sizes():
+    equal = held_out([100] * 60)  # equal documents: every 20th, as a count would give
+    assert [i for i, m in enumerate(equal) if m] == [10, 30, 50]
+    # the standard library's first megabyte: a few big files, then many small ones
+    rng = np.random.default_rng(0)
+    sizes = [230_000, 190_000, 120_000, *rng.integers(500, 9_000, size=150).tolist()]
+    marks = held_out(sizes)
+    held = sum(s for s, m in zip(sizes, marks, strict=True) if m)
+    # hand bound: after each document the held-out bytes are within half a document of the
+    # running twentieth, so at the end within half the largest document held out or not
+    small = max(sizes[3:])
+    assert abs(held - sum(sizes) / 20) <= small / 2
+    assert not any(marks[:3])  # no big file is worth holding out
+    every_20th_file = sum(s for i, s in enumerate(sizes) if i % 20 == 19)
+    assert held > 2 * every_20th_file  # what the old count-based split held here
 
 
 def test_missing_column_and_file_are_readable_errors(tmp_path):

@@ -36,6 +36,7 @@ def test_stride_rules_narrow_the_simd_width(stride, width):
     assert _cycles(spec, Op("fmac", "fp16", 1000, stride=stride)) == math.ceil(1000 / width)
 
 
+@pytest.mark.smoke
 def test_issue_cycles_and_per_element_ops():
     spec = preset("wse2")  # dsd_issue_cycles = 3 (an assumption)
     assert _cycles(spec, Op("add", "fp32", 10, count=5)) == 5 * (3 + 5)  # 2-wide
@@ -80,6 +81,7 @@ def test_traffic_links_add_and_scale():
     assert (a + b).busiest_link == ("N", 4.0)
 
 
+@pytest.mark.smoke
 def test_overlap_rule_and_host_io():
     spec = preset("wse2")
     w = Work(ops=(Op("add", "fp32", 200, count=1),), links={"E": 60}, latency_hops=30)

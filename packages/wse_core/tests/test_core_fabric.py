@@ -44,6 +44,7 @@ def test_shift_and_multicast_match_numpy(mesh, grid):
             np.testing.assert_array_equal(w.gather(next(got)), np_multicast(x, d, 3, b))
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("mesh", MESH_SHAPES)
 @pytest.mark.parametrize("grid", [(8, 8), (7, 10)])
 def test_reductions_and_broadcast_match_numpy(mesh, grid):

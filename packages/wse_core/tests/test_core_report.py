@@ -59,6 +59,7 @@ def test_with_trace_copies_and_leaves_the_report_as_it_was():
     assert traced.extra == report.extra and traced.predicted is report.predicted
 
 
+@pytest.mark.smoke
 def test_the_json_a_report_writes_round_trips():
     report = _report(
         sram={"used_bytes_per_pe": 128, "regions": [{"name": "r", "bytes": 64}]},

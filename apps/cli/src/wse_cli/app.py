@@ -26,6 +26,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: `wse --help` imports no rich (0.3 s budget)
 )
 
 

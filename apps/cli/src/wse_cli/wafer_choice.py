@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from wse_core import SpecError, WaferSpec
+
+if TYPE_CHECKING:  # imported when a command runs: `wse --help` imports no wse_core
+    from wse_core import WaferSpec
 
 __all__ = ["SPEC_FILE", "preset_option", "wafer_spec", "parse_sets"]
 
@@ -59,6 +61,7 @@ def wafer_spec(
 ) -> WaferSpec:
     """The command's one `WaferSpec`: the preset (or `default`) or the spec file, then
     `--set` items."""
+    from wse_core import SpecError
     from wse_core.cost.assumptions import resolve_spec
 
     if preset is not None and spec_file is not None:

@@ -60,7 +60,7 @@ class InputConfig:
     micro_batch_size: int | str | None = None
     max_sequence_length: int = 128
     shuffle_seed: int = 0
-    split: str = "train"  # "train" | "eval" | "all": every 20th document is held out
+    split: str = "train"  # "train" | "eval" | "all": a twentieth of the bytes is held out
     max_corpus_bytes: int = 3_000_000  # cap on the text read (stdlib corpus and files)
     eval_steps: int = 4  # batches per evaluation (eval_input only)
     # documents packed without padding: attention kept within each document (segment ids),

@@ -2,8 +2,9 @@
 
 - `corpus_texts(input_config)` reads documents through HF `datasets` ("text" files as whole
   documents, "json"/"jsonl", "parquet", or a dataset name) or, for `data_dir: stdlib`, the
-  Python standard library's own source files (present on every machine). Every 20th
-  document is held out as the eval split.
+  Python standard library's own source files (present on every machine, different in each
+  Python version). The eval split is a twentieth of the corpus by bytes (`held_out`), so its
+  size follows what is there rather than how the documents happen to be cut.
 - `train_tokenizer(texts, vocab_size)` trains a byte-level BPE with HF `tokenizers`;
   `tokenizer_identity` is the sha256 of its JSON, stored with every checkpoint.
 - `pack(token_lists, seq_len, eos_id)` joins documents with EOS and cuts rows of
@@ -38,6 +39,7 @@ __all__ = [
     "EVAL_EVERY",
     "stdlib_files",
     "check_data_dir",
+    "held_out",
     "corpus_texts",
     "train_tokenizer",
     "tokenizer_identity",
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 EOS = "<|endoftext|>"
-EVAL_EVERY = 20  # every 20th document is the eval split
+EVAL_EVERY = 20  # the eval split holds 1/EVAL_EVERY of the corpus's bytes
 _BUILDERS = {
     ".txt": "text",
     ".py": "text",
@@ -152,13 +154,30 @@ def _texts(ds, cfg: InputConfig) -> list[str]:
     return out
 
 
+def held_out(sizes: Sequence[int]) -> list[bool]:
+    """Which documents (by size in bytes, in corpus order) form the eval split.
+
+    A document is held out when that brings the held-out bytes nearer to 1/EVAL_EVERY of
+    the bytes read so far (itself included): documents of equal size give every 20th one;
+    a corpus of a few large files and many small ones (the standard library's first
+    megabyte) still holds out about a twentieth of its text, not of its files."""
+    out, seen, held = [], 0, 0
+    for size in sizes:
+        seen += size
+        take = EVAL_EVERY * (2 * held + size) < 2 * seen  # held + size/2 < seen/EVAL_EVERY
+        held += size if take else 0
+        out.append(take)
+    return out
+
+
 def corpus_texts(cfg: InputConfig) -> list[str]:
     """The documents of `cfg`'s split, in a fixed order."""
     docs = _load_documents(cfg)
     if cfg.split == "all":
         return docs
-    held_out = cfg.split == "eval"
-    picked = [d for i, d in enumerate(docs) if (i % EVAL_EVERY == EVAL_EVERY - 1) == held_out]
+    want = cfg.split == "eval"
+    marks = held_out([len(d.encode()) for d in docs])
+    picked = [d for d, m in zip(docs, marks, strict=True) if m == want]
     if not picked:
         raise ConfigError(
             f"the {cfg.split} split of {cfg.data_dir!r} is empty; add documents or use split: all"

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,7 +104,9 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
     run_cfg, bsz = s.config.runconfig, s.config.train_input.batch_size
     wall = stall = tokens = 0.0
     window: list[Any] = []
-    with _progress(end - start) as advance:
+    from wse_core.host.progress import progress
+
+    with progress(end - start, "training", quiet=not is_primary()) as done:
         for step in range(start + 1, end + 1):
             batch = next(s.iterator)
             st = s.trainer.step(batch, s.segments(batch, s.config.train_input.packing))
@@ -140,7 +141,7 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
                 and is_primary()
             ):
                 log.line(eval_line(step, evaluate(s)))
-            advance()
+            done(step - start)
     result.tokens_per_s = tokens / wall if wall else 0.0
     result.step_s = wall / (end - start) if end > start else 0.0
     result.stall_fraction = stall / wall if wall else 0.0
@@ -200,23 +201,6 @@ def _sparsity_record(fraction: tuple[float, ...] | None) -> dict[str, Any]:
         "mlp_zero_fraction": list(fraction),
         "mlp_zero_fraction_mean": sum(fraction) / len(fraction),
     }
-
-
-def _progress(total: int):
-    """A rich progress bar on a terminal; a no-op elsewhere."""
-    import contextlib
-
-    if not sys.stdout.isatty() or total <= 0 or not is_primary():
-        return contextlib.nullcontext(lambda: None)
-    from rich.progress import Progress
-
-    @contextlib.contextmanager
-    def bar():
-        with Progress(transient=True) as p:
-            task = p.add_task("training", total=total)
-            yield lambda: p.advance(task)
-
-    return bar()
 
 
 def export_hf(s: Session) -> Path:

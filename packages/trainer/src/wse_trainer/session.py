@@ -9,8 +9,10 @@ streamed unit's no-stall condition, `wse_systems.training.stall`) allocate nothi
 CLI: `runconfig.wafer` or `--spec FILE`); nothing here resolves a preset name.
 `Session(config, spec, echo)` builds what a run holds while it
 steps: the tokenizer (`<model_dir>/tokenizer.json` when present, else a
-byte-level BPE trained on the train split, saved by process 0), the packed data iterator,
-the `StreamedTrainer` from `init_params(seed)` and the prediction on the plan it runs.
+byte-level BPE trained on the train split, saved by process 0), the packed data iterator
+and (unless `mode: train`) the eval split's rows, each split checked against its batch size
+before anything compiles (a ConfigError), the `StreamedTrainer` from `init_params(seed)`
+and the prediction on the plan it runs.
 `open_checkpoints(s)` restores the newest checkpoint that reads back (or `--checkpoint-path`'s):
 weights, optimizer state, RNG and data position (`Session.state` / `meta` / `apply`); newer
 steps that are corrupt, or come after the start step, are moved aside with a line each, never
@@ -214,6 +216,9 @@ class Session:
         seq = inp.max_sequence_length
         self.iterator = BatchIterator(_rows(self.tok, inp, seq), inp.batch_size, inp.shuffle_seed)
         micro = micro_batch(config, spec, self.model)
+        self.eval_rows: Any = None  # both splits checked against their batch sizes here
+        if run_cfg.mode != "train":
+            self.eval_rows = _eval_rows(self.tok, config.eval_input)
         plan = memory.streaming
         if plan is None:  # the planner's SramBudgetError, raised where the run places
             plan = plan_activations(
@@ -245,7 +250,6 @@ class Session:
         )
         self.plan, self.echo, self.micro_batch = plan, echo, micro
         self.prediction = predict(config, spec, self.model, memory)  # the plan the trainer runs
-        self.eval_rows: Any = None
         self.eos_id = self.tok.token_to_id(EOS)
 
     def segments(self, batch: Any, packing: bool) -> Any:
@@ -350,20 +354,28 @@ def _eval_fn(model: Any):
     return jax.jit(lambda p, b, seg: loss_fn(model, p, b, seg))
 
 
+def _eval_rows(tok: Any, cfg: Any) -> Any:
+    """The eval split's packed rows; fewer than one batch is a ConfigError (the run checks
+    this when its session is built, before the first training step)."""
+    rows = _rows(tok, cfg, cfg.max_sequence_length)
+    if len(rows) < cfg.batch_size:
+        raise ConfigError(
+            f"the eval split has {len(rows)} sequences, fewer than eval_input."
+            f"batch_size={cfg.batch_size}; lower it or eval_input.max_sequence_length, "
+            "or add data"
+        )
+    return rows
+
+
 def evaluate(s: Session, steps: int | None = None) -> float:
     """Mean loss over the first `eval_steps` batches of the eval split (fixed order)."""
     import numpy as np
 
     cfg = s.config.eval_input
     if s.eval_rows is None:
-        s.eval_rows = _rows(s.tok, cfg, cfg.max_sequence_length)
+        s.eval_rows = _eval_rows(s.tok, cfg)
     rows = s.eval_rows
     n = min(steps or cfg.eval_steps, len(rows) // cfg.batch_size)
-    if n < 1:
-        raise ConfigError(
-            f"the eval split has {len(rows)} sequences, fewer than eval_input."
-            f"batch_size={cfg.batch_size}"
-        )
     params = s.trainer.memx.params_tree()
     f = _eval_fn(s.model)
     batches = [rows[i * cfg.batch_size : (i + 1) * cfg.batch_size] for i in range(n)]

@@ -10,6 +10,8 @@ Importing this package does not import JAX; `wse_core.hw.wafer` and `wse_core.fa
 `wse_core.host.runtime.configure(devices)` first when the device count matters.
 """
 
+from pathlib import Path
+
 from wse_core.cost.perf import (
     OVERLAP,
     Cost,
@@ -37,7 +39,8 @@ from wse_core.hw.sram import Allocation, Region, SramLedger
 from wse_core.hw.traffic import Traffic, TrafficLedger
 from wse_core.studies.experiment import ExperimentResult, PredictionRow, write_experiment
 
-__version__ = "0.1.0"
+# the one version of every package of the stack (each pyproject reads this file)
+__version__ = (Path(__file__).with_name("VERSION")).read_text().strip()
 
 __all__ = [
     "DTYPES",

@@ -170,8 +170,16 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
         if out is not None and primary:  # one frame per thermo row: a trajectory
             write_xyz(out, [frame], append=step > 0, info={"step": step})
 
-    with jax.enable_x64(cfg.dtype == "float64"):
-        res = run_md(s, pot, cfg, on_thermo=on_row, on_frame=on_frame if out else None)
+    from wse_core.host.progress import progress
+
+    with progress(cfg.steps, "MD steps", quiet=not primary) as done:
+
+        def on_thermo(row):
+            on_row(row)
+            done(row.step)
+
+        with jax.enable_x64(cfg.dtype == "float64"):
+            res = run_md(s, pot, cfg, on_thermo=on_thermo, on_frame=on_frame if out else None)
     print_banner()
     summary = _summary(res, cfg, s.num_atoms, trace if primary else None)
     if not primary:

@@ -6,8 +6,9 @@ residual), the measured emulation time beside the predicted wafer time of the sa
 slice and the convergence curve, `--json` prints the report (`RunReport.to_dict()`) as one
 JSON object. A BiCGSTAB solve whose true residual did not reach --tol says why in one line
 and exits 1 (JSON: "converged": false); a BiCGSTAB request beyond what its precision was
-measured to reach (the README's table, `wse_hpc.stencil.reach`) gets a one-line warning on
-stderr first that says what to use instead (`--dtype fp32`, a looser --tol, more --steps).
+measured to reach (docs/bicgstab-reach.md's table, `wse_hpc.stencil.reach`) gets a one-line
+warning on stderr first that says what to use instead (`--dtype fp32`, a looser --tol, more
+--steps).
 Heavy packages are imported inside the command so `wse --help` stays fast.
 """
 
@@ -179,7 +180,7 @@ def stencil(
 
 def _warn_beyond_reach(cfg) -> None:
     """One line on stderr when the request lies beyond what its precision was measured to
-    reach (`wse_hpc.stencil.reach`, the README's table); the run still happens."""
+    reach (`wse_hpc.stencil.reach`, docs/bicgstab-reach.md's table); the run still happens."""
     from wse_core.errors import WseError
     from wse_hpc.stencil.reach import advice
     from wse_hpc.stencil.runs import bicgstab_request

@@ -1,7 +1,7 @@
 """`wse view FILE`: a per-PE trace (`wse_core.trace`, written by `--trace FILE`) as a
 self-contained HTML page and, with `--png`, as a PNG.
 
-The page (`wse_cli.wafer_page`) opens offline from disk: layers (SRAM, busy cycles per part,
+The page (`wse_core.trace.page`) opens offline from disk: layers (SRAM, busy cycles per part,
 link traffic N/S/E/W, defects, regions), zoom and pan, hover with a PE's numbers and
 allocations, each phase's critical PE marked. The PNG (`wse_core.trace.png`) is the same
 view for papers and terminals. A missing or foreign file exits 2 with one line.
@@ -23,7 +23,7 @@ __all__ = ["view", "write_view", "demo_part", "register"]
 
 def write_view(trace, out: Path, png: Path | None = None) -> tuple[Path, Path | None]:
     """Write the page (and the PNG) of a `PeTrace`; returns their paths."""
-    from wse_cli.wafer_page import page_html
+    from wse_core.trace.page import page_html
 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page_html(trace), encoding="utf-8")

@@ -4,8 +4,9 @@ for a request beyond it.
 `REACH[precision][tol]` is the largest N such that the N^3 Poisson problem of `wse hpc stencil
 --kind bicgstab` (reliable updates, x an fp32 pair below PAIR_BELOW, the CLI's 1,000-iteration
 cap) reached `tol` in the float64 true residual, from `bench/bench_bicgstab_reach.py` (its
-JSON is committed as bench/results/bicgstab_reach.json; the README's table is the same
-sweep). Measured on one virtual CPU device (a 1 x 1 mesh, as on a one-GPU host), JAX 0.10.2,
+JSON is committed as bench/results/bicgstab_reach.json; docs/bicgstab-reach.md's table is
+the same sweep). Measured on one virtual CPU device (a 1 x 1 mesh, as on a one-GPU host),
+JAX 0.10.2,
 2026-11-27, grids 8 to 96 and 128; tolerances 1e-3 to 3e-7. Rounding differs across meshes
 and machines, so this is guidance, never a refusal: the run still happens. (The restarted
 refinement this solver replaced reached only 24^3 in mixed precision:
@@ -52,7 +53,8 @@ def advice(precision: str, grid: tuple[int, ...], tol: float, maxiter: int) -> s
         return None  # inside the measured reach, or past the largest grid tried (unmeasured)
     did = f"reached tol {t:g} on grids up to {largest}^3" if largest else f"did not reach tol {t:g}"
     head = (
-        f"{precision} BiCGSTAB {did} in the measured sweep (README; {MEASURED_MAXITER} iterations)"
+        f"{precision} BiCGSTAB {did} in the measured sweep (docs/bicgstab-reach.md; "
+        f"{MEASURED_MAXITER} iterations)"
     )
     fp32 = reach("fp32", tol)
     if precision == "mixed" and fp32 is not None and fp32[1] >= min(n, LARGEST_TRIED):

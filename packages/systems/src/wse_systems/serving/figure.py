@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wse_systems.serving.frontier import Frontier, OperatingPoint
+if TYPE_CHECKING:  # `Frontier.plot` imports this module
+    from wse_systems.serving.frontier import Frontier, OperatingPoint
 
 __all__ = ["Curve", "draw_frontiers"]
 

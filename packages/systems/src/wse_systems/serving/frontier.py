@@ -196,6 +196,22 @@ class Frontier:
                 best = p.aggregate_tokens_per_s
         return tuple(sorted(out, key=lambda p: p.users))
 
+    def _repr_html_(self) -> str:
+        from wse_core.notebook import frontier_html
+
+        return frontier_html(self, self.plot())
+
+    def plot(self) -> Any:
+        """The frontier chart (`wse_systems.serving.figure`), a matplotlib Figure."""
+        import matplotlib.pyplot as plt
+
+        from wse_systems.serving.figure import Curve, draw_frontiers
+
+        fig, ax = plt.subplots(figsize=(6.5, 4.5), constrained_layout=True)
+        curve = Curve(self, None, "#4c72b0", f"{self.system} ({self.units} units)")
+        draw_frontiers(ax, [curve], title=f"{self.system}: serving frontier")
+        return fig
+
     def to_dict(self) -> dict[str, Any]:
         return {"system": self.system, "units": self.units, "max_users": self.max_users,
                 "points": [p.to_dict() for p in self.points]}  # fmt: skip

@@ -194,7 +194,7 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
     with tempfile.TemporaryDirectory() as tmp:
         runs = [_train_and_measure(a, steps, seed, Path(tmp)) for a in ACTIVATIONS]
     config = {"model": MODEL, "seq_len": SEQ, "batch_size": BATCH, "train_steps": steps,
-              "corpus": "Python standard library source (600 kB), every 20th file held out",
+              "corpus": "Python standard library source (600 kB), 1/20 of its bytes held out",
               "mechanism": "wafer FMACs fire only on nonzero wavelets (zero operands of the "
               "MLP down projection skipped); GPU dense matmuls gain nothing",
               "priced by": "the wafer cost model: predict_step and decode_phases with "

@@ -25,6 +25,8 @@ after; `dataclasses.replace` (as `with_trace`) makes a changed copy. So that:
   `--trace FILE` and drawn by `wse view`;
 - `units_per_s` is the predicted rate of `units` (tokens/s of a per-token report,
   timesteps/s of a per-step one);
+- in a notebook a report shows its mechanism breakdown and phases (`_repr_html_`; `.plot()`
+  a figure: `wse_core.notebook`);
 - `energy_j` is predicted seconds times the system's power (`wse_core.hw.spec.SYSTEM_PEAK_W`
   when it knows the wafer, else None), with `units` saying what one prediction covers.
 """
@@ -163,6 +165,17 @@ class RunReport:
             }
             for depth, node in self.predicted.rows()
         ]
+
+    def _repr_html_(self) -> str:
+        from wse_core.notebook import report_html
+
+        return report_html(self)
+
+    def plot(self) -> Any:
+        """The predicted cycles by mechanism as bars (a matplotlib Figure)."""
+        from wse_core.notebook import report_figure
+
+        return report_figure(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -11,7 +11,8 @@ Each prediction row is `{"name", "value", "unit", "params", "published", "source
 otherwise); `mechanisms` (optional) is the row's predicted cycles by mechanism
 (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's `params["per"]` names), shown
 in the tables and drawn as `mechanisms.png` (stacked shares per row) whenever a row has it.
-`--quick` may shrink the measured part; predictions must be the same either way.
+`--quick` may shrink the measured part; predictions must be the same either way. In a
+notebook a result shows its tables and figure (`_repr_html_`, `.plot()`: `wse_core.notebook`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PredictionRow", "ExperimentResult", "write_experiment", "mechanism_figure"]
+__all__ = [
+    "PredictionRow",
+    "ExperimentResult",
+    "write_experiment",
+    "mechanism_figure",
+    "table_rows",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +70,18 @@ class ExperimentResult:
             "predictions": [p.to_dict() for p in self.predictions],
         }
 
+    def _repr_html_(self) -> str:
+        from wse_core.notebook import experiment_html
+
+        header, rows = table_rows(self)
+        title = f"{self.experiment} (seed {self.seed})"
+        return experiment_html(title, header, rows, self.measurements, self.plot())
+
+    def plot(self) -> Any:
+        """The result's figure, else its rows' mechanism shares (a matplotlib Figure; None
+        when it has neither)."""
+        return self.figure if self.figure is not None else mechanism_figure(self.predictions)
+
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
@@ -72,7 +91,7 @@ def _fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def _rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
+def table_rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
     header = ["name", "value", "unit", "params", "published", "ratio", "source"]
     with_mech = any(p.mechanisms for p in result.predictions)
     header += ["cycles by mechanism"] if with_mech else []
@@ -136,7 +155,7 @@ def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
     folder = Path(out_dir) / result.experiment
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
-    header, rows = _rows(result)
+    header, rows = table_rows(result)
     with open(folder / "table.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)

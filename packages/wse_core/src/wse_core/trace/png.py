@@ -14,11 +14,12 @@ packages' experiments draw the same view as the CLI.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from wse_core.trace import PeTrace
+if TYPE_CHECKING:  # PeTrace.plot / _repr_html_ import this module
+    from wse_core.trace.schema import PeTrace
 
 __all__ = ["trace_figure", "figure_png", "per_pe"]
 

@@ -102,6 +102,19 @@ class PeTrace:
         out["num_dead"] = int(len(self.dead))
         return out
 
+    def _repr_html_(self) -> str:
+        """The page `wse view` writes, inline (`wse_core.trace.page`)."""
+        from wse_core.notebook import iframe_html
+        from wse_core.trace.page import page_html
+
+        return iframe_html(page_html(self))
+
+    def plot(self, title: str | None = None) -> Any:
+        """The four-panel view (`wse_core.trace.png.trace_figure`), a matplotlib Figure."""
+        from wse_core.trace.png import trace_figure
+
+        return trace_figure(self, title)
+
     def save(self, path: str | Path) -> Path:
         """Write one compressed `.npz` (header JSON + arrays); returns the path."""
         path = Path(path)

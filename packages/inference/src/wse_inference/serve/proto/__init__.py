@@ -1,7 +1,9 @@
 """The gRPC protocol of the inference server: `generation.proto` and its generated stubs.
 
 `load_stubs()` returns the modules `(generation_pb2, generation_pb2_grpc)`. The stubs are not
-in git: they are generated with `grpc_tools.protoc` on first use (about 0.05 s) next to the
+in git. A wheel ships them (the root `setup.py` generates them at build time with `_generate`),
+and an installed package's stubs are used as they are. In a source checkout (editable
+installs) they are generated with `grpc_tools.protoc` on first use (about 0.05 s) next to the
 .proto, or regenerated when the .proto is newer. protoc runs with `-I` at the `src` root, so
 the generated `_pb2_grpc` imports `wse_inference.serve.proto.generation_pb2` (a package path, not a
 top-level module). If the package folder is read-only (an installed wheel), the stubs go to
@@ -25,8 +27,12 @@ _STUBS = ("generation_pb2.py", "generation_pb2_grpc.py")
 
 
 def _fresh(folder: Path) -> bool:
-    mtime = PROTO_PATH.stat().st_mtime
-    return all((folder / f).is_file() and (folder / f).stat().st_mtime >= mtime for f in _STUBS)
+    if not all((folder / f).is_file() for f in _STUBS):
+        return False
+    if not (PROTO_PATH.parents[4] / "pyproject.toml").is_file():
+        return True  # installed from a wheel: its stubs were built from its own .proto
+    mtime = PROTO_PATH.stat().st_mtime  # a checkout, where the .proto may have been edited
+    return all((folder / f).stat().st_mtime >= mtime for f in _STUBS)
 
 
 def _generate(folder: Path) -> None:

@@ -1,4 +1,5 @@
 """The wafer view as one self-contained HTML page: a `wse_core.trace.PeTrace` drawn on a canvas.
+Written by `wse view` and shown inline in a notebook (`PeTrace._repr_html_`).
 
 Contract. `page_html(trace) -> str` is a page that needs nothing but itself (no CDN, no
 server, no network): the trace's header as JSON and every layer as base64 float32 (a layer
@@ -20,10 +21,12 @@ from __future__ import annotations
 import base64
 import html
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from wse_core.trace import PeTrace
+
+if TYPE_CHECKING:  # PeTrace.plot / _repr_html_ import this module
+    from wse_core.trace.schema import PeTrace
 
 __all__ = ["page_html", "page_data"]
 

@@ -1,0 +1,104 @@
+"""`wse --help` start-up: wall and CPU time of the help screen against a bare interpreter.
+
+The target is 0.3 s wall on a quiet machine (issue 45): help imports typer and the CLI's own
+modules only (no rich renderer, no NumPy, no JAX, no other package of the stack). Each run is a
+fresh process; the baseline `python -c pass` is measured beside it, so the difference is what
+the CLI itself costs. CPU time (user + sys of the child) is reported too, since on a shared
+machine wall time mostly measures the load. Also lists the top-level modules help imports.
+Prints a table and writes bench/results/cli_help.json.
+
+    python bench/bench_cli_help.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+TARGET_S = 0.3  # issue 45: `wse --help` in under 0.3 s
+STACK = ("wse_core", "wse_models", "wse_trainer", "wse_inference", "wse_hpc")
+HEAVY = ("rich", "numpy", "jax", *STACK)
+
+
+def _timed(cmd: list[str]) -> tuple[float, float]:
+    """(wall s, child CPU s) of one run of `cmd`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def _median(cmd: list[str], repeats: int) -> dict[str, float]:
+    runs = [_timed(cmd) for _ in range(repeats)]
+    return {
+        "wall_s": statistics.median(w for w, _ in runs),
+        "cpu_s": statistics.median(c for _, c in runs),
+        "best_wall_s": min(w for w, _ in runs),
+    }
+
+
+def imported_top_level(cmd_prefix: list[str]) -> list[str]:
+    """Top-level modules `--help` imports (python -X importtime)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *cmd_prefix, "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    names = {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return sorted(n for n in names if n and not n.startswith("_"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args()
+    wse = shutil.which("wse")
+    help_cmd = [wse, "--help"] if wse else [sys.executable, "-m", "wse_cli", "--help"]
+    base = _median([sys.executable, "-c", "pass"], args.repeats)
+    cli = _median(help_cmd, args.repeats)
+    mods = imported_top_level(["-m", "wse_cli"])
+    heavy = [m for m in HEAVY if m in mods]
+    from wse_core.host.memory import host_record
+
+    out = {
+        "command": " ".join([Path(help_cmd[0]).name, *help_cmd[1:]]),
+        "repeats": args.repeats,
+        "target_s": TARGET_S,
+        "help": cli,
+        "python_c_pass": base,
+        "cli_own_wall_s": cli["wall_s"] - base["wall_s"],
+        "heavy_imports": heavy,
+        "load_average": os.getloadavg()[0],
+        "host": host_record(),
+    }
+    print(f"{'':24}{'median wall s':>14}{'best wall s':>13}{'median CPU s':>14}")
+    for name, row in (("wse --help", cli), ("python -c pass", base)):
+        print(f"{name:24}{row['wall_s']:14.3f}{row['best_wall_s']:13.3f}{row['cpu_s']:14.3f}")
+    verdict = "within" if cli["wall_s"] < TARGET_S else "over"
+    print(
+        f"help {verdict} the {TARGET_S} s target (load average {out['load_average']:.1f}); "
+        f"heavy modules imported: {', '.join(heavy) or 'none'}"
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "cli_help.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
