@@ -23,9 +23,9 @@ from wse_core import (
     serial,
 )
 from wse_core.cost.calibration import UNCALIBRATED
-from wse_systems.serving.frontier import Frontier, OperatingPoint
 from wse_core.trace import trace_from
 from wse_core.trace.page import page_html
+from wse_systems.serving.frontier import Frontier, OperatingPoint
 
 matplotlib.use("Agg")
 IPython = pytest.importorskip("IPython")
