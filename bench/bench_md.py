@@ -38,6 +38,8 @@ import time
 import warnings
 from pathlib import Path
 
+from wse_core import preset
+
 SIZES = {256: (4, 4, 4), 4000: (10, 10, 10), 32000: (20, 20, 20)}
 
 
@@ -78,7 +80,7 @@ def potential_files(tmp: Path):
 def wafer_emulator_md(s, pot, steps: int) -> dict:
     from wse_hpc.md import MdConfig, run_md
 
-    res = run_md(s, pot, MdConfig(steps=steps, thermo_every=steps))
+    res = run_md(s, pot, MdConfig(steps=steps, thermo_every=steps, spec=preset("wse3")))
     return {
         "atom_steps_per_s": s.num_atoms * res.steps / res.loop_wall_s,
         "compile_s": res.compile_s,

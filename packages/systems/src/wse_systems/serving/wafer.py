@@ -9,8 +9,8 @@ user's KV cache for those layers and each user's activations, declared in the wa
 ledger. The most users that fit (`max_users`) is where that plan stops fitting; `budget()`
 states the per-PE budget of the fullest region; more users are refused with its numbers.
 
-Each token is priced by `wse_systems.decoder.decode_phases` on that plan with
-`wse_core.PerfModel` (the one calibration), so a change of either flows through here. Its
+Each token is priced by `wse_systems.token.price_token` (`decode_phases` on that plan with
+`wse_core.PerfModel`, the one calibration), so a change of either flows through here. Its
 top-level parts are the pipeline's elements in order: regions (the layer stages and the
 head) and what lies between them (the passes between wafers). The pipeline:
 
@@ -46,8 +46,7 @@ from typing import Any
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.decoder import PER_TOKEN, decode_phases
-from wse_systems.economics import SYSTEMS
+from wse_systems.decoder import PER_TOKEN
 from wse_systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
 from wse_systems.serving.frontier import (
     OperatingPoint,
@@ -56,6 +55,7 @@ from wse_systems.serving.frontier import (
     Workload,
     prefill_share,
 )
+from wse_systems.token import price_token
 
 __all__ = [
     "MAX_USERS",
@@ -149,9 +149,11 @@ class Pipeline:
 
 
 def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=None) -> Pipeline:
-    """The elements of one decode token of `config` on `plan` (`decode_phases`), priced."""
+    """The elements of one decode token of `config` on `plan`, priced: the phases of
+    `wse_systems.token.price_token` (the one pricer of a token), each element's streaming
+    and latency seconds apart (their sum is that report's seconds)."""
     model = model or PerfModel(plan.spec)
-    step = decode_phases(config, plan, kv_tokens=kv_tokens)
+    step = price_token(config, plan, kv_tokens=kv_tokens, model=model).phases
     # the per-token group (head product, argmax, next embedding) holds the head region
     regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
     cache: dict = {}
@@ -208,8 +210,7 @@ class WaferServing:
         self.speculation, self.bytes_per_param = speculation, bytes_per_param
         self.stages = stages  # layer regions of the target (default: one per layer)
         self.units = num_wafers
-        known = SYSTEMS.get(spec.name.split("+", 1)[0])
-        self.name = known.system if known else spec.name
+        self.name = spec.system or spec.name  # the system built around the wafer
         self.model = PerfModel(spec)
         self._plans: dict[int, tuple[PipelinePlan, PipelinePlan | None]] = {}
         self._priced: dict[tuple[int, bool], tuple[Pipeline, Pipeline | None]] = {}
