@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+from wse_core import preset
 
 RESULTS = Path(__file__).parent / "results"
 DECODE_TARGET = 1.0  # pipelined decode vs PyTorch's KV-cached decode, tokens/s
@@ -126,7 +127,7 @@ def bench_decode(quick: bool, rounds: int) -> list[dict]:
     ctx = len(prompt) + n
     torch_dec = TorchDecoder(m.config, m.params, ctx)
     plain = PlainDecoder(m.config, m.params, max_context=ctx)
-    engines = {s: PipelineEngine(m, stages=s, max_context=ctx) for s in (1, 2)}
+    engines = {s: PipelineEngine(m, spec=preset("wse3"), stages=s, max_context=ctx) for s in (1, 2)}
 
     def plain_run():
         out = plain.generate(prompt, greedy)
@@ -255,7 +256,9 @@ def bench_throughput(quick: bool, rounds: int) -> list[dict]:
     for stages, devices in ((1, 1), (2, 1), (4, 1), (2, 2), (4, 2)):
         prompts = [list(range(1 + u, 17 + u)) for u in range(stages)]
         samplings = [SamplingParams(max_tokens=n, temperature=0.0)] * stages
-        eng = PipelineEngine(m, stages=stages, max_context=16 + n, mesh_rows=devices)
+        eng = PipelineEngine(
+            m, spec=preset("wse3"), stages=stages, max_context=16 + n, mesh_rows=devices
+        )
         run = lambda e=eng, p=prompts, s=samplings: e.generate_all(p, s, steps_per_call=8)  # noqa: E731
         run()  # warm-up (compile)
         secs = statistics.median(w for w, _, _ in _interleaved({"run": run}, rounds)["run"])
@@ -278,7 +281,7 @@ def bench_occupancy(quick: bool, stages: int = 4) -> list[dict]:
     from wse_systems.serving.wafer import WaferServing, occupancy
 
     m = _model(stages, 64 if quick else 128, 2048)
-    eng = PipelineEngine(m, stages=stages, max_context=48)
+    eng = PipelineEngine(m, spec=preset("wse3"), stages=stages, max_context=48)
     plan = eng.plan
     serve = WaferServing(
         m.config, plan.spec, num_wafers=plan.num_wafers, stages=stages,

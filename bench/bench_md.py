@@ -42,6 +42,7 @@ import warnings
 from pathlib import Path
 
 from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+from wse_core import preset
 
 SIZES = {256: (4, 4, 4), 4000: (10, 10, 10), 32000: (20, 20, 20)}
 TARGETS = {"lammps_1rank": 1.0, "jax_md": 1.0}  # atom-steps/s against each peer (issue 44)
@@ -87,7 +88,9 @@ RUNNERS: dict = {}  # the emulator's compiled runners, reused by its repeats (`r
 def wafer_emulator_md(s, pot, steps: int) -> dict:
     from wse_hpc.md import MdConfig, run_md
 
-    res = run_md(s, pot, MdConfig(steps=steps, thermo_every=steps), runners=RUNNERS)
+    res = run_md(
+        s, pot, MdConfig(steps=steps, thermo_every=steps, spec=preset("wse3")), runners=RUNNERS
+    )
     return {
         "atom_steps_per_s": s.num_atoms * res.steps / res.loop_wall_s,
         "compile_s": res.compile_s,

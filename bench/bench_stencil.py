@@ -141,7 +141,13 @@ def bench_bicgstab(n: int, precision: str, tol: float, mesh_shape=None, rounds: 
 
     shape = (n, n, n)
     cfg = StencilConfig(
-        kind="bicgstab", grid=shape, dtype=precision, tol=tol, steps=2000, mesh_shape=mesh_shape
+        kind="bicgstab",
+        grid=shape,
+        dtype=precision,
+        tol=tol,
+        steps=2000,
+        mesh_shape=mesh_shape,
+        spec=preset("wse2"),
     )
     run = run_stencil(cfg).report
     final = run.extra["final"]
@@ -201,9 +207,10 @@ def bench_bicgstab(n: int, precision: str, tol: float, mesh_shape=None, rounds: 
 
 
 def bench_wave(n: int, steps: int) -> dict:
+    from wse_core import preset
     from wse_hpc.stencil.runs import StencilConfig, run_stencil
 
-    cfg = StencilConfig(kind="wave25", grid=(n, n, n), steps=steps, chunks=2)
+    cfg = StencilConfig(kind="wave25", grid=(n, n, n), steps=steps, chunks=2, spec=preset("wse2"))
     run = run_stencil(cfg).report
     return {
         "grid": f"{n}^3",

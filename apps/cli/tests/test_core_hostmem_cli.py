@@ -8,6 +8,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 from wse_cli.app import app
+from wse_core import preset
 
 MIB = 2**20
 
@@ -46,9 +47,14 @@ def test_md_cells_beyond_the_host_are_refused_with_the_cube_that_fits(tmp_path):
     args = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615"]
     line = _refused([*args, "--cells", 20, 20, 20, "--potential", pot], budget_bytes=MIB)
     need, avail = _numbers(line)
-    assert need == crystal_bytes("fcc", (20, 20, 20)) + state_bytes(32000) and avail == MIB
+    assert (
+        need == crystal_bytes("fcc", (20, 20, 20)) + state_bytes(32000, "float32", preset("wse3"))
+        and avail == MIB
+    )
     side = int(re.search(r"at most --cells (\d+) \1 \1 fit", line).group(1))
-    fits = lambda k: crystal_bytes("fcc", (k,) * 3) + state_bytes(4 * k**3)  # noqa: E731
+    fits = lambda k: (
+        crystal_bytes("fcc", (k,) * 3) + state_bytes(4 * k**3, "float32", preset("wse3"))
+    )  # noqa: E731
     assert fits(side) <= MIB < fits(side + 1)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 from wse_cli.app import app
+from wse_core import preset
 from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import SamplingParams
 from wse_inference.testing import np_logprobs, save_tiny_model
@@ -168,8 +169,10 @@ def test_generate_and_serve_accept_the_same_speculative_file(model_dir, tmp_path
     assert spec == SpeculativeConfig(model=str(root / "draft"), num_speculative_tokens=2)
     assert parse_speculative_config(json.dumps({"model": str(root / "draft"),
                                                 "num_speculative_tokens": 2})) == spec  # fmt: skip
-    engine = infer_serve._real_engine(str(root / "target"), spec, 2)
+    wse2 = preset("wse2")
+    engine = infer_serve._real_engine(str(root / "target"), spec, 2, wse2)
     assert isinstance(engine, SpeculativeEngine) and engine.gamma == 2
+    assert engine.spec is wse2 and engine.report().wafer == "wse2"  # the wafer it was given
     assert engine.draft.config.n_layers == 1 and engine.max_slots == 2
     mock = infer_serve._mock_engine(spec, 2, 64, 0.0)
     assert (mock.spec_tokens, mock.spec_accepted) == (2, 2)

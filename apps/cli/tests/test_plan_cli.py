@@ -7,6 +7,7 @@ import pytest
 import wse_models
 from typer.testing import CliRunner
 from wse_cli.app import app
+from wse_core import preset
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_trainer.config import SHIPPED
@@ -26,7 +27,9 @@ def test_plan_train_on_every_shipped_model(model):
     d = _json(["plan", "train", "--model", model, "--tokens", "1e9"])
     w, g = d["wafer"], d["gpu"]
     assert d["workload"] == "train" and w["time_s"] > 0
-    assert w["energy_j"] == pytest.approx(w["units"] * eco.system_power_w("wse3")[0] * w["time_s"])
+    assert w["energy_j"] == pytest.approx(
+        w["units"] * eco.system_power_w(preset("wse3"))[0] * w["time_s"]
+    )
     if model == "llama_24t":  # no H100 layout holds it (below): the wafers alone
         assert g is None
         return
@@ -34,7 +37,9 @@ def test_plan_train_on_every_shipped_model(model):
     # the GPU side is steps x step time, energy its units x node power per GPU x time
     assert g["time_s"] == pytest.approx(g["steps"] * g["step_s"])
     assert g["energy_j"] == pytest.approx(g["units"] * gpum.H100.power_w_per_gpu()[0] * g["time_s"])
-    assert w["energy_j"] == pytest.approx(w["units"] * eco.system_power_w("wse3")[0] * w["time_s"])
+    assert w["energy_j"] == pytest.approx(
+        w["units"] * eco.system_power_w(preset("wse3"))[0] * w["time_s"]
+    )
     hours = g["units"] * g["time_s"] / 3600
     assert g["cost_usd"]["hardware_usd"] == pytest.approx(hours * gpum.H100.usd_per_gpu_hour)
     assert d["gpus_to_match"] is None or d["gpus_to_match"] >= 1
@@ -45,11 +50,13 @@ def test_plan_train_on_every_shipped_model(model):
 def test_gpus_to_match_training_never_exceeds_a_faster_priced_count():
     # tco-training's 12B on one CS-3: 8 H100 take 79 days against the wafer's 113; the search
     # used to start at the memory minimum (3), double past 8 and answer 12
-    from wse_systems.planning.train import ModelChoice, plan_train
+    from wse_core import preset
+    from wse_systems.planning.choice import ModelChoice
+    from wse_systems.planning.train import plan_train
     from wse_trainer.studies.tco_training import model_12b
 
     plan = plan_train(ModelChoice("llama-12b", model_12b(), seq_len=8192), tokens=2.4e11,
-                      systems=1, gpus=8)  # fmt: skip
+                      systems=1, gpus=8, spec=preset("wse3"))  # fmt: skip
     assert plan.gpu.time_s < plan.wafer.time_s
     assert plan.gpus_to_match is not None and plan.gpus_to_match <= 8
 
@@ -132,7 +139,7 @@ def test_tokens_per_day_sizes_replicas_and_idle():
                   "--tokens-per-day", str(rate * 86400 / 2)])  # fmt: skip
     w = half["wafer"]
     assert w["replicas"] == 1 and w["busy_fraction"] == pytest.approx(0.5)
-    peak, idle = eco.system_power_w("wse3")
+    peak, idle = eco.system_power_w(preset("wse3"))
     per_day = (peak + idle) / 2 * 86400  # busy half the day at peak, idle the other half
     assert w["energy_j"] == pytest.approx(per_day * half["inputs"]["days"])
 
@@ -184,7 +191,7 @@ def test_plan_infer_with_a_draft_model():
          "use at least"),
         (["plan", "infer", "--model", "llama3-70b", "--gpus", "1"], "use at least"),
         (["plan", "infer", "--model", "llama3-8b", "--gpu", "h200"], "unknown GPU"),
-        (["plan", "infer", "--model", "llama3-8b", "--wafer", "small"], "known systems"),
+        (["plan", "infer", "--model", "llama3-8b", "--wafer", "small"], "part of no system"),
         (["plan", "infer", "--model", "llama3-8b", "--users", "0"], "--users must be an integer"),
         (["plan", "infer", "--model", "llama3-70b", "--users", "100000"], "do not fit"),
         (["plan", "infer", "--model", "llama3-8b", "--min-user-tokens-per-s", "1e7"],

@@ -4,6 +4,7 @@ Langevin temperature, extended XYZ round trips, and the errors users can cause."
 import jax
 import numpy as np
 import pytest
+from wse_core import preset
 from wse_core.errors import WseError
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, Thermostat, maxwell_boltzmann
@@ -57,13 +58,13 @@ def test_bad_structures_are_clear_errors(change, message):
     s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
     change(s)
     with pytest.raises(WseError, match=message):
-        run_md(s, POT, MdConfig(steps=0))
+        run_md(s, POT, MdConfig(steps=0, spec=preset("wse3")))
 
 
 def test_non_positive_timestep_is_an_error():
     s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
     with pytest.raises(WseError, match="timestep must be positive"):
-        run_md(s, POT, MdConfig(steps=1, dt_fs=0.0))
+        run_md(s, POT, MdConfig(steps=1, dt_fs=0.0, spec=preset("wse3")))
     with pytest.raises(WseError, match="unknown thermostat"):
         Thermostat("berendsen")
 
@@ -77,7 +78,12 @@ def test_nve_conserves_energy_and_output_round_trips(tmp_path):
             s,
             POT,
             MdConfig(
-                steps=200, temperature_K=600.0, thermo_every=50, dtype="float64", mesh_shape=(2, 4)
+                steps=200,
+                temperature_K=600.0,
+                thermo_every=50,
+                dtype="float64",
+                mesh_shape=(2, 4),
+                spec=preset("wse3"),
             ),
         )
     e = np.array([r.etotal for r in res.thermo])
@@ -98,6 +104,7 @@ def test_langevin_brings_the_temperature_to_the_target():
         thermostat=Thermostat("langevin", 500.0, 50.0),
         thermo_every=100,
         mesh_shape=(1, 2),
+        spec=preset("wse3"),
     )
     res = run_md(s, POT, cfg)
     temps = [r.temp for r in res.thermo[-3:]]
@@ -114,7 +121,15 @@ def test_nve_drift_no_worse_than_lammps_and_same_trajectory(tmp_path):
     s.velocities_A_ps = maxwell_boltzmann([POT.masses_amu[0]] * s.num_atoms, 600.0, seed=3)
     with jax.enable_x64(True):
         ours = run_md(
-            s, POT, MdConfig(steps=1000, thermo_every=100, dtype="float64", mesh_shape=(1, 2))
+            s,
+            POT,
+            MdConfig(
+                steps=1000,
+                thermo_every=100,
+                dtype="float64",
+                mesh_shape=(1, 2),
+                spec=preset("wse3"),
+            ),
         )
     ref = lammps_nve(s, POT, [path], ["Cu"], steps=1000, thermo_every=100)
     e_ours = np.array([r.etotal for r in ours.thermo])
@@ -146,6 +161,7 @@ def test_nose_hoover_conserves_the_extended_energy_as_nve_conserves_etotal():
                 thermo_every=50,
                 dtype="float64",
                 mesh_shape=(1, 2),
+                spec=preset("wse3"),
             )
             runs[kind] = run_md(s, POT, cfg).thermo
     nh, nve = runs["nose-hoover"], runs["none"]
@@ -168,6 +184,7 @@ def test_nose_hoover_time_averaged_temperature_is_the_target():
         thermostat=Thermostat("nose-hoover", 300.0, 50.0),
         thermo_every=10,
         mesh_shape=(1, 2),
+        spec=preset("wse3"),
     )
     temps = np.array([r.temp for r in run_md(s, POT, cfg).thermo])
     # canonical: <T> = T0 with Nf = 3N - 3 (the thermostat's and the thermo's dof), and the
@@ -187,7 +204,9 @@ def test_full_window_fallback_and_neighbour_lists_agree(monkeypatch):
     import wse_hpc.md.neighbour_plan as neighbour_plan
 
     s = perturbed("fcc", "Cu", 3.615, (4, 4, 4), 0.05, seed=5)
-    cfg = MdConfig(steps=30, temperature_K=900.0, thermo_every=30, dtype="float64")
+    cfg = MdConfig(
+        steps=30, temperature_K=900.0, thermo_every=30, dtype="float64", spec=preset("wse3")
+    )
     with jax.enable_x64(True):
         lists = run_md(s, POT, cfg)
         monkeypatch.setattr(neighbour_plan, "LIST_BUDGET_BYTES", 0)  # as for 800k atoms
@@ -213,7 +232,9 @@ def test_the_tile_map_gives_lammps_forces_and_energies(tmp_path, cells, grid, ti
     path = write_setfl(POT, tmp_path / "Cu.eam.alloy")
     s = perturbed("fcc", "Cu", 3.615, cells, 0.1, seed=3)
     with jax.enable_x64(True):
-        res = run_md(s, POT, MdConfig(steps=0, dtype="float64", grid=grid, tile=tile))
+        res = run_md(
+            s, POT, MdConfig(steps=0, dtype="float64", grid=grid, tile=tile, spec=preset("wse3"))
+        )
     ref = lammps_eval(s, POT, [path], ["Cu"])
     assert res.plan.caps and (tile is None or res.tile == tile)
     # the kernel is within 1e-11 of the NumPy reference, the reference within 1e-9 eV/A and
@@ -232,7 +253,7 @@ def test_a_replan_that_would_overflow_sram_falls_back_to_less_headroom(monkeypat
     from wse_core.errors import SramBudgetError
 
     s = perturbed("fcc", "Cu", 3.615, (4, 4, 4), 0.05, seed=2)
-    cfg = MdConfig(steps=4, thermo_every=2, temperature_K=300.0)
+    cfg = MdConfig(steps=4, thermo_every=2, temperature_K=300.0, spec=preset("wse3"))
     ref = run_md(s, POT, cfg)
     caps, sram, calls = nplan.list_caps, sim.sram_plan, {"caps": 0, "sram": 0}
 

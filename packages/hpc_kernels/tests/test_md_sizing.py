@@ -37,4 +37,4 @@ def test_crystal_and_state_estimates_match_what_is_allocated(kind, cells):
 
     _, peak = _peak(state)
     held = s.positions_A.nbytes + s.symbols.nbytes
-    assert 0.9 <= state_bytes(n) / (peak + held) <= 1.25
+    assert 0.9 <= state_bytes(n, "float32", preset("wse3")) / (peak + held) <= 1.25

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from wse_core import write_experiment
+from wse_core import preset, write_experiment
 from wse_hpc.studies import stencil_bicgstab as experiments
 
 
@@ -50,7 +50,13 @@ def test_mixed_bicgstab_converges_on_a_larger_grid():
     from wse_hpc.stencil.runs import StencilConfig, run_stencil
 
     run = run_stencil(
-        StencilConfig(kind="bicgstab", grid=(48, 48, 48), dtype="mixed", mesh_shape=(2, 4))
+        StencilConfig(
+            kind="bicgstab",
+            grid=(48, 48, 48),
+            dtype="mixed",
+            mesh_shape=(2, 4),
+            spec=preset("wse2"),
+        )
     ).report
     # fp16 vectors: the true residual reaches the 1e-3 target and the error stays at the
     # fp16 level of the solution (max |u| ~ 3) plus the discretisation error (~1e-3).

@@ -9,6 +9,7 @@ import json
 
 import httpx
 import pytest
+from wse_core import preset
 from wse_inference.engine import SamplingParams
 from wse_inference.load import load_engine
 from wse_inference.model_dir import eos_token_ids, load_model, truncated_model
@@ -83,12 +84,15 @@ def test_with_eos_and_ignore_eos():
 
 def test_pipelined_engine_stops_at_eos():
     model = tiny_model(n_layers=2)
-    engine = PipelineEngine(model, stages=2, max_context=32)
+    engine = PipelineEngine(model, spec=preset("wse3"), stages=2, max_context=32)
     free, reason = _engine_tokens(engine, GREEDY)
     assert reason == "length" and len(free) == 12
     k, eos = _eos_from(free)
     engine = PipelineEngine(
-        dataclasses.replace(model, eos_token_ids=(eos,)), stages=2, max_context=32
+        dataclasses.replace(model, eos_token_ids=(eos,)),
+        spec=preset("wse3"),
+        stages=2,
+        max_context=32,
     )
     assert _engine_tokens(engine, GREEDY) == (free[: k + 1], "stop")
     ignored = dataclasses.replace(GREEDY, ignore_eos=True)
@@ -105,7 +109,9 @@ def test_speculative_decoder_and_engine_stop_at_eos():
     draft = truncated_model(with_stop, 1)
     out = SpeculativeDecoder(with_stop, draft, gamma=3, max_context=32).generate(PROMPT, sampled)
     assert (out.tokens, out.finish_reason) == (free.tokens[: k + 1], "stop")
-    engine = SpeculativeEngine(with_stop, draft, gamma=3, max_slots=1, max_context=32)
+    engine = SpeculativeEngine(
+        with_stop, draft, spec=preset("wse3"), gamma=3, max_slots=1, max_context=32
+    )
     assert _engine_tokens(engine, sampled) == (free.tokens[: k + 1], "stop")
 
 
@@ -114,11 +120,11 @@ def test_the_server_stops_at_the_folders_eos(tmp_path):
     from wse_inference.serve.app import ServeConfig, Server
 
     save_tiny_model(tmp_path, n_layers=1)
-    engine = load_engine(str(tmp_path), max_slots=1, max_context=32)
+    engine = load_engine(str(tmp_path), spec=preset("wse3"), max_slots=1, max_context=32)
     free, _ = _engine_tokens(engine, GREEDY)
     k, eos = _eos_from(free)
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
-    engine = load_engine(str(tmp_path), max_slots=1, max_context=32)
+    engine = load_engine(str(tmp_path), spec=preset("wse3"), max_slots=1, max_context=32)
     server = Server(engine, ServeConfig(port=0, warmup=False)).start()
     try:
         body = {"model": engine.model_name, "prompt": bytes(PROMPT).decode(), "max_tokens": 12}

@@ -2,6 +2,7 @@
 speculative decoder token for token (same seeds, same round keys)."""
 
 import pytest
+from wse_core import preset
 from wse_inference.engine import Engine, SamplingParams
 from wse_inference.load import load_engine
 from wse_inference.pipeline.engine import PipelineEngine
@@ -16,6 +17,7 @@ def test_speculative_engine_equals_decoder(tmp_path):
     save_tiny_model(tmp_path / "d", n_layers=1, seed=4)
     eng = load_engine(
         str(tmp_path / "t"),
+        spec=preset("wse3"),
         max_slots=2,
         max_context=48,
         speculative_config={"model": str(tmp_path / "d"), "num_speculative_tokens": 3},
@@ -46,5 +48,5 @@ def test_speculative_engine_equals_decoder(tmp_path):
 
 def test_load_engine_pipelined(tmp_path):
     save_tiny_model(tmp_path / "m" / "hf", n_layers=2)
-    eng = load_engine(str(tmp_path / "m"), max_slots=4, max_context=32)
+    eng = load_engine(str(tmp_path / "m"), spec=preset("wse3"), max_slots=4, max_context=32)
     assert isinstance(eng, PipelineEngine) and eng.max_slots == 2  # stages <= layers

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from wse_core import preset
 from wse_inference.engine import MAX_LOGPROBS, SamplingParams
 from wse_inference.model_dir import truncated_model
 from wse_inference.pipeline.engine import PipelineEngine
@@ -61,7 +62,9 @@ def test_pipeline_logprobs_match_one_forward(mesh_rows):
     """Two users in flight on 2 stages (rows on one device, and vmapped over two): a greedy
     one with 3 alternatives, a sampled one with MAX_LOGPROBS; fused steps on one mesh."""
     model = tiny_model("llama", n_layers=2)
-    eng = PipelineEngine(model, stages=2, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows)
+    eng = PipelineEngine(
+        model, spec=preset("wse3"), stages=2, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows
+    )
     samplings = [
         SamplingParams(max_tokens=7, temperature=0.0, logprobs=3),
         SamplingParams(max_tokens=6, temperature=1.0, seed=3, logprobs=MAX_LOGPROBS),
@@ -76,7 +79,7 @@ def test_pipeline_logprobs_match_one_forward(mesh_rows):
 
 def test_pipeline_logprobs_only_for_the_slot_that_asks():
     model = tiny_model("llama", n_layers=2)
-    eng = PipelineEngine(model, stages=2, max_context=48, prefill_chunk=4)
+    eng = PipelineEngine(model, spec=preset("wse3"), stages=2, max_context=48, prefill_chunk=4)
     samplings = [
         SamplingParams(max_tokens=5, temperature=1.0, seed=1),
         SamplingParams(max_tokens=5, temperature=1.0, seed=2, logprobs=0),
@@ -93,7 +96,9 @@ def test_pipeline_logprobs_only_for_the_slot_that_asks():
 def test_speculative_engine_logprobs_match_one_forward(temperature):
     """Each round emits 1..gamma + 1 tokens; each has the target's raw logprob at its place."""
     model = tiny_model("llama", n_layers=3)
-    eng = SpeculativeEngine(model, truncated_model(model, 1), gamma=3, max_slots=2, max_context=64)
+    eng = SpeculativeEngine(
+        model, truncated_model(model, 1), spec=preset("wse3"), gamma=3, max_slots=2, max_context=64
+    )
     s = SamplingParams(max_tokens=14, temperature=temperature, seed=4, logprobs=4)
     ((tokens, lps),) = _run(eng, PROMPTS[:1], [s])
     assert len(tokens) == 14
@@ -103,7 +108,7 @@ def test_speculative_engine_logprobs_match_one_forward(temperature):
 
 def test_logprobs_outside_range_refused():
     model = tiny_model("llama", n_layers=1)
-    eng = PipelineEngine(model, stages=1, max_context=32)
+    eng = PipelineEngine(model, spec=preset("wse3"), stages=1, max_context=32)
     for k in (-1, MAX_LOGPROBS + 1):
         with pytest.raises(SamplingError, match=f"logprobs must be in 0..{MAX_LOGPROBS}"):
             eng.prefill(prompt_ids=[1, 2], sampling=SamplingParams(max_tokens=2, logprobs=k))
@@ -118,9 +123,11 @@ def test_prompt_logprobs_match_one_forward(speculative):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
     if speculative:
         draft = truncated_model(model, 1)
-        eng = SpeculativeEngine(model, draft, gamma=2, max_slots=1, max_context=48, prefill_chunk=4)
+        eng = SpeculativeEngine(
+            model, draft, spec=preset("wse3"), gamma=2, max_slots=1, max_context=48, prefill_chunk=4
+        )
     else:
-        eng = PipelineEngine(model, stages=1, max_context=48, prefill_chunk=4)
+        eng = PipelineEngine(model, spec=preset("wse3"), stages=1, max_context=48, prefill_chunk=4)
     s = SamplingParams(max_tokens=3, temperature=1.0, seed=2, prompt_logprobs=5)
     pre = eng.prefill(prompt_ids=prompt, sampling=s)
     assert pre.prompt_logprobs[0] is None and len(pre.prompt_logprobs) == len(prompt)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from wse_core import preset
 from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import SamplingParams
 from wse_inference.model_dir import truncated_model
@@ -61,7 +62,9 @@ def test_greedy_with_penalties_equals_the_oracle_in_every_decoder(model, pres, f
     draft = truncated_model(model, 1)
     spec = SpeculativeDecoder(model, draft, gamma=3, max_context=64, prefill_chunk=4)
     assert spec.generate(LOOPING, s).tokens == want
-    eng = SpeculativeEngine(model, draft, gamma=3, max_slots=2, max_context=64, prefill_chunk=4)
+    eng = SpeculativeEngine(
+        model, draft, spec=preset("wse3"), gamma=3, max_slots=2, max_context=64, prefill_chunk=4
+    )
     assert _engine_tokens(eng, LOOPING, s, slot=1) == want
 
 
@@ -69,7 +72,9 @@ def test_greedy_with_penalties_equals_the_oracle_in_every_decoder(model, pres, f
 def test_pipeline_with_penalties_equals_plain(model, mesh_rows):
     """Two users on 3 stages, one penalised greedy, one penalised sampled, next to one
     without penalties (its row stays neutral)."""
-    eng = PipelineEngine(model, stages=3, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows)
+    eng = PipelineEngine(
+        model, spec=preset("wse3"), stages=3, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows
+    )
     prompts = [LOOPING, [1, 2, 3], [7, 7, 7, 7]]
     samplings = [
         _greedy(0.7, 0.3, 1.5, n=10),
@@ -90,7 +95,7 @@ def test_speculative_engine_sampled_with_penalties_equals_decoder(model):
     s = SamplingParams(max_tokens=16, temperature=1.0, seed=3, presence_penalty=1.0,
                        repetition_penalty=1.3)  # fmt: skip
     dec = SpeculativeDecoder(model, draft, gamma=2, max_context=64)
-    eng = SpeculativeEngine(model, draft, gamma=2, max_slots=1, max_context=64)
+    eng = SpeculativeEngine(model, draft, spec=preset("wse3"), gamma=2, max_slots=1, max_context=64)
     assert _engine_tokens(eng, [4, 4, 4], s) == dec.generate([4, 4, 4], s).tokens
 
 

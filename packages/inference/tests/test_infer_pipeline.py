@@ -1,6 +1,7 @@
 """The pipelined engine equals the plain single-device KV-cache decoder, token for token."""
 
 import pytest
+from wse_core import preset
 from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import Engine, SamplingParams
 from wse_inference.pipeline.engine import PipelineEngine
@@ -25,7 +26,9 @@ def test_pipeline_equals_plain_two_stages(users, mesh_rows):
     """Greedy and seeded sampling, 1 and 2 users, 2 stages: both rows on one device (each
     stage runs only for an occupied slot) and on a 2 x 1 device mesh (vmapped rows)."""
     model = tiny_model("llama", n_layers=2)
-    eng = PipelineEngine(model, stages=2, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows)
+    eng = PipelineEngine(
+        model, spec=preset("wse3"), stages=2, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows
+    )
     assert isinstance(eng, Engine)
     order = [1, 0] if users == 2 else [1]  # user 0 greedy when alone is covered by 2 users
     prompts, samplings = [PROMPTS[i] for i in order], [SAMPLINGS[i] for i in order]
@@ -42,7 +45,9 @@ def test_pipeline_uneven_stages_on_padded_grid(mesh_rows):
     2-device mesh that does not divide the 3-row grid; GPT-2 arch; three users with
     different settings."""
     model = tiny_model("gpt2", n_layers=4, seed=1)
-    eng = PipelineEngine(model, stages=3, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows)
+    eng = PipelineEngine(
+        model, spec=preset("wse3"), stages=3, max_context=48, prefill_chunk=4, mesh_rows=mesh_rows
+    )
     assert eng.wafer.padded_shape[0] == (4 if mesh_rows == 2 else 3)
     got = eng.generate_all(PROMPTS, SAMPLINGS)
     for p, s, g in zip(PROMPTS, SAMPLINGS, got, strict=True):
@@ -54,7 +59,9 @@ def test_engine_slots_finish_release_and_reuse():
     """max_tokens=1 finishes with no new token; a stop token finishes 'stop'; a released
     slot takes a new user mid-flight and that user still equals the plain decoder."""
     model = tiny_model("llama", n_layers=2)
-    eng = PipelineEngine(model, stages=2, max_context=48, prefill_chunk=4, mesh_rows=2)
+    eng = PipelineEngine(
+        model, spec=preset("wse3"), stages=2, max_context=48, prefill_chunk=4, mesh_rows=2
+    )
     greedy = SAMPLINGS[0]
     ref = _plain(model, PROMPTS[0], greedy)
     state = eng.init_decode_state()

@@ -8,6 +8,7 @@ import queue
 
 import numpy as np
 import pytest
+from wse_core import preset
 from wse_inference.engine import SamplingParams
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.serve.scheduler import Scheduler
@@ -25,7 +26,9 @@ GREEDY = SamplingParams(max_tokens=9, temperature=0.0, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def engine():
-    return PipelineEngine(tiny_model(n_layers=STAGES), stages=STAGES, max_context=32)
+    return PipelineEngine(
+        tiny_model(n_layers=STAGES), spec=preset("wse3"), stages=STAGES, max_context=32
+    )
 
 
 def _run(engine, users: int):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import wse_models
 from prometheus_client.parser import text_string_to_metric_families
+from wse_core import preset
 from wse_inference.engine import SamplingParams
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.serve.metrics import ServeMetrics
@@ -26,7 +27,7 @@ def _stats(metrics):
 
 def test_pipeline_engine_counts_prompt_zeros():
     model = tiny_model("llama", mlp_activation="relu")
-    engine = PipelineEngine(model, stages=2, max_context=64, prefill_chunk=8)
+    engine = PipelineEngine(model, spec=preset("wse3"), stages=2, max_context=64, prefill_chunk=8)
     prompts = [list(range(1, 13)), list(range(40, 45))]  # 12 tokens: 2 chunks, one padded
     for p in prompts:
         engine.prefill(prompt_ids=p, sampling=SamplingParams(max_tokens=2, temperature=0.0))
@@ -40,7 +41,7 @@ def test_pipeline_engine_counts_prompt_zeros():
 
 
 def test_dense_engine_reports_no_sparsity():
-    engine = PipelineEngine(tiny_model("llama"), stages=1, max_context=32)
+    engine = PipelineEngine(tiny_model("llama"), spec=preset("wse3"), stages=1, max_context=32)
     engine.prefill(prompt_ids=[1, 2, 3], sampling=SamplingParams(max_tokens=1))
     assert not any(k.startswith("mlp_zero") for k in engine.metrics())
 
@@ -77,7 +78,7 @@ def test_pipeline_engine_counts_decode_zeros_too():
     # of prompt + t1 (causal: a token's activations do not depend on later tokens), plus the
     # prompt's own, in one forward each.
     model = tiny_model("llama", mlp_activation="relu")
-    engine = PipelineEngine(model, stages=1, max_context=64, prefill_chunk=8)
+    engine = PipelineEngine(model, spec=preset("wse3"), stages=1, max_context=64, prefill_chunk=8)
     prompt = list(range(3, 14))
     out = engine.generate_all(
         [prompt], [SamplingParams(max_tokens=9, temperature=0.0, ignore_eos=True)]
@@ -98,7 +99,9 @@ def test_speculative_engine_counts_verification_zeros():
     from wse_inference.speculative.engine import SpeculativeEngine
 
     model = tiny_model("llama", mlp_activation="relu")
-    engine = SpeculativeEngine(model, truncated_model(model, 1), gamma=3, max_context=64)
+    engine = SpeculativeEngine(
+        model, truncated_model(model, 1), spec=preset("wse3"), gamma=3, max_context=64
+    )
     rounds, inner = [], engine._round
 
     def spy(params, caches, last2, n, key, s):

@@ -10,6 +10,7 @@ import threading
 import grpc
 import openai
 import pytest
+from wse_core import preset
 from wse_inference.engine import SamplingParams
 from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.proto import load_stubs
@@ -23,7 +24,7 @@ def test_served_pipeline_engine_matches_plain_decoding():
     from wse_inference.testing import np_logprobs, tiny_model
 
     model = tiny_model()
-    engine = PipelineEngine(model, stages=2, max_context=64)
+    engine = PipelineEngine(model, spec=preset("wse3"), stages=2, max_context=64)
     plain = PlainDecoder(model.config, model.params, tokenizer=model.tokenizer, max_context=64)
     prompts = ["hello wafer", "pipelined"]
     greedy = SamplingParams(max_tokens=6, temperature=0.0)

@@ -15,8 +15,9 @@ def test_zero_skipping_prices_only_the_down_projections_fired_fmacs():
     from wse_systems.transformer import DecoderCounts
 
     region = SramLedger(4, 8, 48 * 1024).region("r", 0, 0, 4, 8)
-    dense = matvec_work(region, 64, 32)
-    half = matvec_work(region, 64, 32, input_density=0.5)
+    spec = preset("wse3")
+    dense = matvec_work(region, 64, 32, spec=spec)
+    half = matvec_work(region, 64, 32, input_density=0.5, spec=spec)
     # 64 inputs over 8 columns: 8 column AXPYs of 32 / 4 = 8 outputs; half of them fire.
     assert dense.ops[0].count == 8 and half.ops[0].count == 4
     assert half.sram_read_bytes == dense.sram_read_bytes / 2
@@ -25,9 +26,9 @@ def test_zero_skipping_prices_only_the_down_projections_fired_fmacs():
         name="s", arch="llama", vocab_size=256, d_model=64, n_layers=1, n_heads=4,
         n_kv_heads=4, d_ff=128, max_seq_len=64,
     )  # fmt: skip
-    a = layer_phases(shape, region, kv_tokens=8).total_work().ops_by_kind()
-    b = layer_phases(shape, region, kv_tokens=8, mlp_zero_fraction=0.75).total_work()
-    down_dense = matvec_work(region, 128, 64).ops_by_kind()["fmac.fp16"]
+    a = layer_phases(shape, region, kv_tokens=8, spec=spec).total_work().ops_by_kind()
+    b = layer_phases(shape, region, kv_tokens=8, mlp_zero_fraction=0.75, spec=spec).total_work()
+    down_dense = matvec_work(region, 128, 64, spec=spec).ops_by_kind()["fmac.fp16"]
     assert b.ops_by_kind()["fmac.fp16"] == pytest.approx(a["fmac.fp16"] - 0.75 * down_dense)
 
 

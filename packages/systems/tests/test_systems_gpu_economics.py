@@ -90,13 +90,20 @@ def test_bill_is_hardware_plus_people_plus_energy():
     assert b.total_usd == pytest.approx(320.5)
 
 
-def test_system_power_by_wafer_preset():
-    assert eco.system_power_w("wse3") == (23e3, 0.25 * 23e3)
-    assert eco.system_power_w("wse1")[0] == 20e3
-    assert eco.system_power_w("wse2+my_spec") == eco.system_power_w("wse2")
-    with pytest.raises(SpecError, match="known systems: wse1, wse2, wse3"):
-        eco.system_power_w("tiny")
-    assert eco.wafer_rates("wse3", engineer_hours=None).usd_per_system_hour == 100.0
+def test_system_power_is_the_specs_own(tmp_path):
+    from wse_core import load_spec, preset
+
+    assert eco.system_power_w(preset("wse3")) == (23e3, 0.25 * 23e3)
+    assert eco.system_power_w(preset("wse1"))[0] == 20e3
+    # a spec file inherits its base's system; its name is never parsed
+    (tmp_path / "s.yaml").write_text("base: wse2\nclock_hz: 9.0e8\n")
+    loaded = load_spec(tmp_path / "s.yaml")
+    assert eco.system_of(loaded) == eco.system_of(preset("wse2"))
+    renamed = preset("wse3").replace(name="wse1")  # a name says nothing about power
+    assert eco.system_of(renamed).system == "CS-3"
+    with pytest.raises(SpecError, match="part of no system"):
+        eco.system_power_w(preset("tiny"))
+    assert eco.wafer_rates(preset("wse3"), engineer_hours=None).usd_per_system_hour == 100.0
 
 
 def test_gpu_figures_and_names():

@@ -1,12 +1,14 @@
 """The engine a model directory serves, built where it is consumed (not by the loader).
 
-Contract. `load_engine(model_dir, speculative_config=None, max_slots=4, max_context=None)`
-loads the model with `model_dir.load_model` and returns the `Engine` the server runs:
+Contract. `load_engine(model_dir, spec=wafer, speculative_config=None, max_slots=4,
+max_context=None)` loads the model with `model_dir.load_model` and returns the `Engine` the
+server runs:
 without a speculative config, the pipelined wafer engine (`pipeline.engine.PipelineEngine`)
 with min(max_slots, n_layers) stages, one slot per stage; with a
 `speculative.config.SpeculativeConfig` (or the mapping it is parsed from), a
 `speculative.engine.SpeculativeEngine` of `max_slots` independent slots whose draft is the
-config's `model`. `model_dir` builds no engine, so the engines may import it without a
+config's `model`. Either engine predicts its tokens on `spec` (a `WaferSpec`, required: the
+caller resolved it). `model_dir` builds no engine, so the engines may import it without a
 circle.
 """
 
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from wse_core.hw.spec import WaferSpec
 
 from wse_inference.model_dir import load_model
 from wse_inference.pipeline.engine import PipelineEngine
@@ -26,23 +30,25 @@ __all__ = ["load_engine"]
 def load_engine(
     model_dir: str,
     *,
+    spec: WaferSpec,
     speculative_config: SpeculativeConfig | Mapping[str, Any] | None = None,
     max_slots: int = 4,
     max_context: int | None = None,
 ) -> PipelineEngine | SpeculativeEngine:
     """The engine the server runs for `model_dir` (see the module contract)."""
-    spec = speculative_config
-    if spec is not None and not isinstance(spec, SpeculativeConfig):
-        spec = SpeculativeConfig.from_mapping(spec) if spec else None
+    sc = speculative_config
+    if sc is not None and not isinstance(sc, SpeculativeConfig):
+        sc = SpeculativeConfig.from_mapping(sc) if sc else None
     target = load_model(model_dir)
-    if spec is not None:
-        draft = load_model(spec.draft_dir(), tokenizer_required=False)
+    if sc is not None:
+        draft = load_model(sc.draft_dir(), tokenizer_required=False)
         return SpeculativeEngine(
             target,
             draft,
-            gamma=spec.num_speculative_tokens,
+            gamma=sc.num_speculative_tokens,
+            spec=spec,
             max_slots=max_slots,
             max_context=max_context,
         )
     stages = max(1, min(max_slots, target.config.n_layers))
-    return PipelineEngine(target, stages=stages, max_context=max_context)
+    return PipelineEngine(target, stages=stages, max_context=max_context, spec=spec)

@@ -88,12 +88,11 @@ def _dtype(bytes_per_value: int) -> str:
     return "fp16" if bytes_per_value == 2 else "fp32"
 
 
-def _rates(spec: WaferSpec | None) -> WaferSpec:
+def _rates(spec: WaferSpec) -> WaferSpec:
     """The constants the collectives choose their algorithm at (fitted ones in place)."""
     from wse_core.cost.perf import PerfModel
-    from wse_core.hw.spec import PRESETS
 
-    return PerfModel(spec or PRESETS["wse3"]).rates
+    return PerfModel(spec).rates
 
 
 def _matvec_parts(
@@ -102,7 +101,7 @@ def _matvec_parts(
     n_out: int,
     bytes_per_value: int,
     input_density: float,
-    spec: WaferSpec | None,
+    spec: WaferSpec,
 ) -> tuple[tuple[str, Work], ...]:
     if not 0.0 <= input_density <= 1.0:
         raise ValueError(f"input_density must be in [0, 1], got {input_density}")
@@ -139,12 +138,12 @@ def matvec_phases(
     *,
     bytes_per_value: int = 2,
     input_density: float = 1.0,
-    spec: WaferSpec | None = None,
+    spec: WaferSpec,
     name: str = "matvec",
 ) -> Phases:
     """y (n_out) = W^T x (n_in) on `region`, its busiest PE's steps in order (the module
     contract). `input_density`: the fraction of x that is nonzero; a zero triggers no column
-    AXPY (zeros still cross the fabric). `spec`: whose constants choose the reduce (WSE-3)."""
+    AXPY (zeros still cross the fabric). `spec`: whose constants choose the reduce."""
     parts = _matvec_parts(region, n_in, n_out, bytes_per_value, input_density, spec)
     return serial(*(Phase(n, w) for n, w in parts), name=name)
 
@@ -156,7 +155,7 @@ def matvec_work(
     *,
     bytes_per_value: int = 2,
     input_density: float = 1.0,
-    spec: WaferSpec | None = None,
+    spec: WaferSpec,
 ) -> Work:
     """`matvec_phases`' counts as one Work (instructions, SRAM, link words, hops, relays)."""
     parts = _matvec_parts(region, n_in, n_out, bytes_per_value, input_density, spec)
@@ -166,7 +165,7 @@ def matvec_work(
     return out
 
 
-def _reduce_work(region: Region, words: float, spec: WaferSpec | None = None) -> Work:
+def _reduce_work(region: Region, words: float, spec: WaferSpec) -> Work:
     """A sum (or max) of `words` per PE over the region and back to every PE (norms,
     softmax): `wse_core.cost.collectives.allreduce_2d`."""
     return allreduce_2d(_rates(spec), region.rows, region.cols, words)
@@ -181,7 +180,7 @@ def _row_op(kind: str, n: float, region: Region, dtype: str, per: float = 1.0) -
     return Op(kind, dtype, math.ceil(n / region.cols), count=per)
 
 
-def _norm(region: Region, d: int, dt: str, spec: WaferSpec | None) -> Phases:
+def _norm(region: Region, d: int, dt: str, spec: WaferSpec) -> Phases:
     """RMS/layer norm of the residual on the top row: square-and-sum, the row's sum and
     back, then the scale."""
     local = Work(ops=(_row_op("fmac", d, region, dt), _row_op("mul", d, region, dt)))
@@ -189,9 +188,7 @@ def _norm(region: Region, d: int, dt: str, spec: WaferSpec | None) -> Phases:
     return serial(Phase("norm_local", local), Phase("norm_sum", total), name="norm")
 
 
-def _attention(
-    shape: DecoderShape, region: Region, kv: int, b: int, spec: WaferSpec | None
-) -> Phases:
+def _attention(shape: DecoderShape, region: Region, kv: int, b: int, spec: WaferSpec) -> Phases:
     """Attention over `kv` cached tokens spread over the region: q down the columns, q.k and
     p.v FMACs and the softmax on each PE's tokens, a max and a sum per head over the region,
     the heads' outputs reduced along the rows and moved to the top row."""
@@ -227,11 +224,11 @@ def layer_phases(
     kv_tokens: int,
     bytes_per_value: int = 2,
     mlp_zero_fraction: float = 0.0,
-    spec: WaferSpec | None = None,
+    spec: WaferSpec,
 ) -> Phases:
     """One layer's decode step (one token) on `region`, phase by phase (`mlp_zero_fraction`:
     the share of the MLP hidden activation that is zero, skipped by the down projection;
-    `spec`: whose constants choose the collectives' algorithms, WSE-3 by default)."""
+    `spec`: whose constants choose the collectives' algorithms)."""
     d, hd = shape.d_model, shape.hd
     nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
     dt, b = _dtype(bytes_per_value), bytes_per_value

@@ -2,11 +2,12 @@
 
 Contract: every predicted time becomes energy and money the same way, wafer or GPU.
 
-- `system_of(spec_name)` (its `SystemPower`) and `system_power_w(spec_name) -> (peak_w,
-  idle_w)` for a wafer preset ("wse1", "wse2", "wse3"; a spec loaded from a file as
-  "wse3+name" takes its base's figures). Other names
-  (the small test wafers) are a `SpecError`; callers that must not fail use
-  `SYSTEMS.get(name)`. GPU nodes carry their power in `wse_systems.gpu.GpuSpec`.
+- `system_of(spec)` (its `SystemPower`) and `system_power_w(spec) -> (peak_w, idle_w)` of
+  the system built around a `WaferSpec`, read from the spec's system fields (`system`,
+  `system_peak_w`, `system_usd_per_hour`, `system_source`: the presets wse1..wse3 carry
+  CS-1..CS-3's, a spec file inherits its base's; nothing is looked up by name). A wafer of
+  no system (the small test wafers) is a `SpecError`. GPU nodes carry their power in
+  `wse_systems.gpu.GpuSpec`.
 - `energy_j(busy_s, peak_w, idle_w=0, wall_s=None)`: a system busy for `busy_s` draws its
   peak, and idles for the rest of `wall_s`. Running at the maximum rated power is an upper
   bound (a real training run draws less); say so where it matters. Per step, per token,
@@ -43,16 +44,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
-from wse_core.errors import SpecError, WseError, suggest
-from wse_core.hw.spec import SYSTEM_PEAK_W
+from wse_core.errors import SpecError, WseError
+from wse_core.hw.spec import WaferSpec
 
 __all__ = [
     "IDLE_FRACTION",
-    "SYSTEMS",
     "SystemPower",
     "Rates",
     "Bill",
@@ -82,41 +80,27 @@ class SystemPower:
     source: str
 
 
-def _system(system: str, peak_w: float, usd: float, source: str) -> SystemPower:
+def system_of(spec: WaferSpec) -> SystemPower:
+    """The system built around wafer `spec`, from the spec's own system fields (a spec loaded
+    from a file with `base: wse3` carries its base's); a wafer of no system (`system_peak_w`
+    0, the small test wafers) is a `SpecError`."""
+    if not spec.system_peak_w:
+        raise SpecError(
+            f"wafer {spec.name!r} is part of no system with a known power (system_peak_w is "
+            "0): use a wafer of a CS system (wse1, wse2, wse3) or set system_peak_w"
+        )
     return SystemPower(
-        system=system,
-        peak_w=peak_w,
-        idle_w=IDLE_FRACTION * peak_w,
-        usd_per_hour=usd,
-        source=source,
+        system=spec.system or spec.name,
+        peak_w=spec.system_peak_w,
+        idle_w=IDLE_FRACTION * spec.system_peak_w,
+        usd_per_hour=spec.system_usd_per_hour,
+        source=spec.system_source or "the wafer spec",
     )
 
 
-SYSTEMS: Mapping[str, SystemPower] = MappingProxyType(
-    {
-        "wse1": _system(
-            "CS-1", SYSTEM_PEAK_W["wse1"], 60.0, "Cerebras CS-1 product overview (SC19)"
-        ),
-        "wse2": _system("CS-2", SYSTEM_PEAK_W["wse2"], 90.0, "Cerebras CS-2 datasheet"),
-        "wse3": _system("CS-3", SYSTEM_PEAK_W["wse3"], 100.0, "Cerebras CS-3 announcement (2024)"),
-    }
-)
-
-
-def system_of(spec_name: str) -> SystemPower:
-    """The system built around wafer `spec_name` ("wse3+name": its base's)."""
-    base = spec_name.split("+", 1)[0]
-    if base not in SYSTEMS:
-        raise SpecError(
-            f"no system power for wafer {spec_name!r}{suggest(base, SYSTEMS)}; "
-            f"known systems: {', '.join(SYSTEMS)}"
-        )
-    return SYSTEMS[base]
-
-
-def system_power_w(spec_name: str) -> tuple[float, float]:
-    """(peak_w, idle_w) of the system built around wafer preset `spec_name`."""
-    s = system_of(spec_name)
+def system_power_w(spec: WaferSpec) -> tuple[float, float]:
+    """(peak_w, idle_w) of the system built around wafer `spec`."""
+    s = system_of(spec)
     return s.peak_w, s.idle_w
 
 
@@ -151,12 +135,10 @@ class Rates:
         return dataclasses.asdict(self)
 
 
-def wafer_rates(spec_name: str, **overrides: Any) -> Rates:
-    """Default rates for wafer preset `spec_name`; None overrides are ignored."""
+def wafer_rates(spec: WaferSpec, **overrides: Any) -> Rates:
+    """Default rates of the system built around `spec`; None overrides are ignored."""
     given = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(
-        Rates(usd_per_system_hour=system_of(spec_name).usd_per_hour), **given
-    )
+    return dataclasses.replace(Rates(usd_per_system_hour=system_of(spec).usd_per_hour), **given)
 
 
 @dataclasses.dataclass(frozen=True)

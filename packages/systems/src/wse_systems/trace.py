@@ -1,8 +1,8 @@
 """Per-PE traces of a pipelined decoder: the head and the stages on each wafer.
 
 Contract. `pipeline_traces(shape, plan, kv_tokens=..., defects=...)` prices one batch-1
-decode step of `shape` on `plan` (`wse_systems.decoder.decode_phases`, the same plan
-object the inference engine emulates), wraps it in a `RunReport` and returns one
+decode step of `shape` on `plan` (`wse_systems.token.price_token`, the one pricer of a
+token, on the same plan object the inference engine emulates) and returns one
 `wse_core.trace.PeTrace` per wafer: the regions are the plan's (`head` on wafer 0, `stageN`
 where the planner put them), the SRAM layer is each region's weights, KV cache and
 activations as the planner declared them, and each stage's phases run on its own region
@@ -22,20 +22,15 @@ from wse_core.cost.report import RunReport
 from wse_core.hw.sram import SramLedger
 from wse_core.trace import PeTrace, trace_from
 
-from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
 from wse_systems.pipeline import PipelinePlan, StagePlan
+from wse_systems.token import price_token
 
 __all__ = ["pipeline_report", "pipeline_traces"]
 
 
 def pipeline_report(shape: Any, plan: PipelinePlan, *, kv_tokens: int | None = None) -> RunReport:
-    """One decode step (one token) of `shape` on `plan`, predicted."""
-    phases = decode_phases(shape, plan, kv_tokens=kv_tokens)
-    name = f"decode {getattr(shape, 'name', 'model')}"
-    return RunReport.build(
-        name, plan.spec, phases, assumptions=DECODER_ASSUMPTIONS, units="token",
-        systems=plan.num_wafers,
-    )  # fmt: skip
+    """One decode step (one token) of `shape` on `plan`: `wse_systems.token.price_token`."""
+    return price_token(shape, plan, kv_tokens=kv_tokens)
 
 
 def _ledger(plan: PipelinePlan, regions: Sequence[StagePlan]) -> SramLedger:

@@ -4,12 +4,14 @@
         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]...
         [--speculative-config '{"model": DIR, "num_speculative_tokens": 4}'] [--stages S]
         [--max-context N] [--logprobs N] [--ignore-eos] [--presence-penalty X]
-        [--frequency-penalty X] [--repetition-penalty X] [--json]
+        [--frequency-penalty X] [--repetition-penalty X] [--preset P | --spec FILE] [--json]
 
 On a terminal the text streams as it is generated, then TTFT, tokens/s, the engine's
-predicted wafer time per token and tokens/s (its `RunReport`: the plan it ran, priced by
-`wse_inference.pipeline.perf`) beside the measured time per token, and (speculative)
-acceptance statistics (with `--logprobs`, the mean logprob and perplexity); `--json` prints
+predicted wafer time per token and tokens/s on `--preset` / `--spec` (default wse3; its
+`RunReport`: the plan it ran, priced by `wse_systems.token.price_token`) beside the
+measured time per token, and (speculative) acceptance statistics (speculative decoding runs
+on the serving engine, `SpeculativeEngine`, whose rounds also give logprobs; with
+`--logprobs`, the mean logprob and perplexity); `--json` prints
 token ids, text, metrics and (`--logprobs N`) each token's raw logprob and its N most likely
 alternatives [[id, logprob], ...] as one JSON object. Bad
 input (missing/incompatible checkpoint, prompt longer than the context, max_tokens <= 0,
@@ -29,6 +31,7 @@ import typer
 from wse_cli.errors import fail
 from wse_cli.options import SEED, number
 from wse_cli.outputs import output_file
+from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 
 def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab_size: int):
@@ -49,12 +52,13 @@ def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab_siz
     return ids
 
 
-def _pipelined(model, ids, sampling, stages, context, stream, trace=None):
+def _pipelined(model, ids, sampling, stages, context, stream, wafer, trace=None):
     """Prefill + insert + generate on the pipelined engine, streaming text; -> result dict."""
     from wse_inference.pipeline.engine import PipelineEngine
 
     engine = PipelineEngine(
         model,
+        spec=wafer,
         stages=stages,
         max_context=min(context, len(ids) + sampling.max_tokens),
         prefill_chunk=32,
@@ -148,6 +152,8 @@ def generate(
     trace: Path = output_file(
         None, "--trace", help="Write the per-PE trace of the plan (wse view FILE; pipelined)."
     ),
+    preset: str = preset_option("wse3", help="Wafer the tokens are predicted on: wse1, wse2, wse3"),
+    spec_file: Path = SPEC_FILE,
 ) -> None:
     """Generate text from a model with the pipelined wafer engine (or speculative decoding)."""
     from wse_inference.engine import SamplingParams
@@ -168,6 +174,7 @@ def generate(
         repetition_penalty=repetition_penalty,
     )
     validate_sampling(sampling, vocab_size=1 << 30, max_context=1 << 30, prompt_len=1)
+    wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None
     if speculative_config is not None:
         from wse_inference.speculative.config import parse_speculative_config
@@ -196,34 +203,31 @@ def generate(
     )
     stream = _streamer(enabled=not as_json)
     if spec is None:
-        result = _pipelined(model, ids, sampling, stages, context, stream, trace)
+        result = _pipelined(model, ids, sampling, stages, context, stream, wafer, trace)
     else:
-        result = _speculative(model, spec, ids, sampling, context, stream)
+        result = _speculative(model, spec, ids, sampling, context, stream, wafer)
     _report(result, as_json)
 
 
-def _speculative(model, spec, ids, sampling, context, stream):
+def _speculative(model, spec, ids, sampling, context, stream, wafer):
+    """One runtime, the serving engine's (`SpeculativeEngine`, one slot): its rounds give
+    the logprobs (`SpeculativeDecoder.generate`'s fused loop does not) and the same tokens
+    as the decoder for the same seed; its report is the decoder's prediction at its
+    acceptance statistics."""
     from wse_inference.model_dir import load_model
-    from wse_inference.speculative.decoder import SpeculativeDecoder
+    from wse_inference.speculative.engine import SpeculativeEngine
 
     gamma = spec.num_speculative_tokens
     draft = load_model(
         spec.draft_dir(), tokenizer_required=False
     )  # check_draft compares vocabularies
     name = f"speculative, draft {draft.name!r}, gamma {gamma}"
-    if sampling.logprobs is not None:  # the serving engine's rounds report them
-        from wse_inference.speculative.engine import SpeculativeEngine
-
-        engine = SpeculativeEngine(model, draft, gamma=gamma, max_slots=1, max_context=context)
-        result = _on_engine(engine, ids, sampling, stream, lambda state: state.slots[0].tracker)
-        result["speculative"] = engine.stats.to_dict()
-        return {**result, "engine": name}
-    decoder = SpeculativeDecoder(model, draft, gamma=gamma, max_context=context)
-    out = decoder.generate(ids, sampling)
-    stream(out.text, "")
-    n = len(out.tokens) - 1
-    report = decoder.report(measured_wall_s=out.decode_s, tokens=n, kv_tokens=len(ids) + n // 2)
-    return {**out.to_dict(), "engine": name, "predicted": _predicted(report)}
+    engine = SpeculativeEngine(
+        model, draft, gamma=gamma, spec=wafer, max_slots=1, max_context=context
+    )
+    result = _on_engine(engine, ids, sampling, stream, lambda state: state.slots[0].tracker)
+    result["speculative"] = engine.stats.to_dict()
+    return {**result, "engine": name}
 
 
 def _save_traces(engine, report, path: Path, *, kv_tokens: int) -> list[str]:

@@ -1,7 +1,8 @@
 """`wse infer serve` (OpenAI-compatible HTTP + gRPC) and `wse infer bench` (load test).
 
 `serve --model-dir DIR` loads the pipelined engine with
-`wse_inference.load.load_engine(DIR, speculative_config=..., max_slots=...)`, the
+`wse_inference.load.load_engine(DIR, spec=..., speculative_config=..., max_slots=...)` (its
+tokens predicted on `--preset` / `--spec`, default wse3), the
 `--speculative-config` read by `wse_inference.speculative.config.parse_speculative_config` (as
 `wse infer generate` reads it);
 `--model-dir mock` serves `MockEngine` (next token = last + 1, byte tokenizer) for demos and
@@ -19,6 +20,7 @@ import typer
 from wse_cli.errors import fail
 from wse_cli.options import PORT, number
 from wse_cli.outputs import output_file
+from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 MOCK = "mock"
 SERVE_HELP = (
@@ -84,7 +86,7 @@ def _mock_engine(spec, max_slots: int, max_context: int, step_delay_ms: float):
     )
 
 
-def _real_engine(model_dir: str, spec, max_slots: int):
+def _real_engine(model_dir: str, spec, max_slots: int, wafer):
     import importlib.util
 
     if not Path(model_dir).is_dir():
@@ -107,7 +109,7 @@ def _real_engine(model_dir: str, spec, max_slots: int):
         max_context=cfg.max_seq_len,
         what=f"serving {max_slots} slots ({rows} KV-cache rows) of context {cfg.max_seq_len}",
     )
-    return load_engine(model_dir, speculative_config=spec, max_slots=max_slots)
+    return load_engine(model_dir, spec=wafer, speculative_config=spec, max_slots=max_slots)
 
 
 def serve(
@@ -155,12 +157,15 @@ def serve(
     mock_max_context: int = number(
         2048, "--mock-max-context", help="Mock engine: context window in tokens.", kind=int, ge=2
     ),
+    preset: str = preset_option("wse3", help="Wafer the tokens are predicted on: wse1, wse2, wse3"),
+    spec_file: Path = SPEC_FILE,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
     from wse_inference.serve.app import ServeConfig
     from wse_inference.serve.app import serve as run_server
 
     _check_ports(host, port, grpc_port)
+    wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None
     if speculative_config:
         from wse_inference.speculative.config import parse_speculative_config
@@ -170,7 +175,7 @@ def serve(
     if model_dir == MOCK:
         engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)
     else:
-        engine = _real_engine(model_dir, spec, max_num_seqs)
+        engine = _real_engine(model_dir, spec, max_num_seqs, wafer)
     names = (served_model_name,) if served_model_name else ()
     config = ServeConfig(
         host=host,

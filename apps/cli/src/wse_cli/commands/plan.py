@@ -10,17 +10,18 @@ params.yaml or an HF directory (config.json). Prints a table, or JSON with `--js
 --png FILE` draws both systems' frontiers (aggregate tokens/s against tokens/s per user,
 the chosen points marked). The models and their assumptions are in `wse_systems.planning.train`,
 `wse_systems.planning.infer`, `wse_systems.gpu`, `wse_systems.serving` and
-`wse_systems.economics`; nothing is compiled.
+`wse_systems.economics`; nothing is compiled. Each command parses its options, calls the
+planner and prints (`plan_print`).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from wse_cli.commands.plan_print import count, duration, emit, plot
 from wse_cli.errors import WseGroup
 from wse_cli.options import GPUS, number
 from wse_cli.outputs import png_file
@@ -62,221 +63,6 @@ def _rates(gpu_h, sys_h, eng_h, hours, kwh) -> dict[str, Any]:
         "engineer_hours": hours,
         "usd_per_kwh": kwh,
     }
-
-
-def _duration(s: float) -> str:
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1), ("ms", 1e-3)):
-        if s >= size:
-            return f"{s / size:.3g} {unit}"
-    return f"{s * 1e6:.3g} us"
-
-
-def _joules(x: float) -> str:
-    return f"{x:.4g} J"
-
-
-def _money(x: float) -> str:
-    return f"${x:,.0f}" if x >= 100 else f"${x:.3g}"
-
-
-def _rows(plan) -> list[tuple[str, str, str]]:
-    w = plan.wafer.to_dict()
-    g = plan.gpu.to_dict() if plan.gpu is not None else None  # None: no GPU layout holds it
-
-    def gpu(fn) -> str:
-        return "-" if g is None else fn(g)
-
-    tokens = plan.inputs["global_batch"] * plan.inputs["seq_len"]
-    rows = [
-        ("systems", f"{w['units']} x {w['system']}",
-         gpu(lambda g: f"{g['units']} x {g['system']}")),
-        ("time to train", _duration(w["time_s"]), gpu(lambda g: _duration(g["time_s"]))),
-        ("step", _duration(w["step_s"]), gpu(lambda g: _duration(g["step_s"]))),
-        ("tokens/s", f"{w['tokens_per_s']:,.4g}",
-         gpu(lambda g: f"{tokens / g['step_s']:,.4g}")),
-        ("batch per system", f"{plan.inputs['batch_per_system']} = {w['micro_batches']} x "
-         f"micro-batch {w['micro_batch']} ({plan.inputs['micro_batch_size']})", ""),
-        ("wafer step bound", f"{w['step_bound']}, streams add "
-         f"{100 * w['stall_fraction']:.1f}%", ""),
-        ("wafer step parts", f"compute {_duration(w['compute_s'])}; busy: weights in "
-         f"{_duration(w['weights_in_s'])}, gradients out {_duration(w['gradients_out_s'])}, "
-         f"MemoryX update {_duration(w['memoryx_update_s'])}", ""),
-        ("wafer weights", w["weight_chunks"], ""),
-        ("speedup vs 1 system", _scaling(w), ""),
-        ("energy", f"{w['energy_kwh']:,.4g} kWh", gpu(lambda g: f"{g['energy_kwh']:,.4g} kWh")),
-        ("energy per step", _joules(w["energy_j_per_step"]),
-         gpu(lambda g: _joules(g["energy_j_per_step"]))),
-        ("energy per token", _joules(w["energy_j_per_token"]),
-         gpu(lambda g: _joules(g["energy_j_per_token"]))),
-    ]  # fmt: skip
-    return (
-        rows
-        + _cost_rows(w, g)
-        + [("GPUs to match the wafers' time", "", _count(plan.gpus_to_match))]
-    )
-
-
-def _scaling(w: dict) -> str:
-    """Weak (same batch per system) and strong (same global batch) speedups over one system."""
-    weak = f"weak {w['weak_speedup']:.4g}x"
-    strong = "-" if w["strong_speedup"] is None else f"{w['strong_speedup']:.4g}x"
-    return f"{weak}, strong {strong} ({w['swarmx_levels']} SwarmX levels)"
-
-
-def _cost_rows(w: dict, g: dict | None) -> list[tuple[str, str, str]]:
-    c1 = w["cost_usd"]
-    c2 = None if g is None else g["cost_usd"]
-    return [
-        (f"cost: {k}", _money(c1[f"{k}_usd"]), "-" if c2 is None else _money(c2[f"{k}_usd"]))
-        for k in ("hardware", "people", "total")
-    ]
-
-
-def _count(n: int | None) -> str:
-    return "none" if n is None else f"{n:,}"
-
-
-def _layout(g: dict) -> str:
-    lay = g["point"]["layout"]
-    reps = f"{lay['replicas']} x " if lay["replicas"] > 1 else ""
-    return f"{g['gpus_per_replica']} x {g['system']} ({reps}tp {lay['tp']}, pp {lay['pp']})"
-
-
-def _how(plan, meets: bool) -> str:
-    if plan.choice == "knee":
-        return "knee"
-    if plan.choice == "users":
-        return "users asked"
-    speed, ttft = plan.inputs["min_user_tokens_per_s"], plan.inputs.get("max_ttft_s")
-    limits = [f">= {speed:g} tokens/s per user" if speed else "",
-              f"first token <= {ttft:g} s" if ttft else ""]  # fmt: skip
-    asked = ", ".join(x for x in limits if x)
-    return asked if meets else "one user (misses the limits)"
-
-
-def _serving_rows(plan) -> list[tuple[str, str, str]]:
-    w, g = plan.wafer.to_dict(), plan.gpu.to_dict()
-    both = lambda key, fmt: (fmt(w[key]), fmt(g[key]))  # noqa: E731
-    rows = [
-        ("per replica", f"{w['wafers_per_replica']} x {w['system']}", _layout(g)),
-        ("operating point", *both("meets_speed", lambda ok: _how(plan, ok))),
-        ("users in flight", *both("users", lambda u: f"{u:,}")),
-        ("most users that fit", *both("max_users", lambda u: f"{u:,}")),
-        ("tokens/s per user", *both("tokens_per_s_per_user", lambda x: f"{x:,.4g}")),
-        ("output tokens/s in all", *both("tokens_per_s", lambda x: f"{x:,.4g}")),
-        ("prompt tokens/s in all", *both("input_tokens_per_s", lambda x: f"{x:,.4g}")),
-        ("time to first token", *both("ttft_s", _duration)),
-        ("bound", *both("bound", str)),
-        ("replicas for the load", *both("replicas", str)),
-        ("energy per million tokens",
-         *both("energy_kwh_per_million_tokens", lambda x: f"{x:.4g} kWh")),
-        ("cost per million output tokens", *both("usd_per_million_tokens", _money)),
-        ("hardware $/M input tokens", *both("usd_per_million_input_tokens", _money)),
-        ("hardware $/M output tokens", *both("usd_per_million_output_tokens", _money)),
-        ("hardware $/M tokens, blend", *both("usd_per_million_tokens_blend", _money)),
-    ]  # fmt: skip
-    match = plan.gpus_to_match
-    return (
-        rows
-        + _cost_rows(w, g)
-        + [
-            ("GPUs to match per-user speed", "", _count(match["user_speed"])),
-            ("GPUs to match speed and throughput", "", _count(match["user_speed_and_throughput"])),
-        ]
-    )
-
-
-def _frontier_table(plan):
-    from rich.table import Table
-
-    w, g = plan.wafer_frontier, plan.gpu_frontier
-    t = Table(title=f"frontiers of {w.units} x {w.system} and {g.units} x {g.system} (Pareto "
-              "points; * the chosen point)")  # fmt: skip
-    for col in ("system", "users", "tokens/s per user", "tokens/s in all", "TTFT", "bound"):
-        t.add_column(col, justify="left" if col in ("system", "bound") else "right")
-    for front, chosen in ((plan.wafer_frontier, plan.wafer_point),
-                          (plan.gpu_frontier, plan.gpu_point)):  # fmt: skip
-        points = {p.users: p for p in front.pareto()} | {chosen.users: chosen}
-        for u in sorted(points):
-            p = points[u]
-            mark = "*" if u == chosen.users else ""
-            t.add_row(front.system, f"{mark}{u:,}",
-                      f"{p.user_tokens_per_s:,.4g}", f"{p.aggregate_tokens_per_s:,.4g}",
-                      _duration(p.ttft_s), p.bound)  # fmt: skip
-    return t
-
-
-def _print(plan) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=f"wse plan {plan.workload}: {plan.model} ({plan.n_params / 1e9:.3g}B params)")
-    t.add_column("")
-    t.add_column("wafers", justify="right")
-    t.add_column("GPUs", justify="right")
-    for row in _rows(plan) if plan.workload == "train" else _serving_rows(plan):
-        t.add_row(*row)
-    console = Console()
-    console.print(t)
-    if plan.workload == "infer":
-        console.print(_frontier_table(plan))
-        console.print(f"[dim]- wafer SRAM: {plan.wafer.figures['sram_budget']}[/]")
-    for note in plan.assumptions:
-        console.print(f"[dim]- {note}[/]")
-
-
-def plot(plan, path: Path) -> None:
-    """`plan train`: bars of time, energy and cost (wafers alone when no GPU layout holds
-    the model); `plan infer`: the two frontiers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if plan.workload == "infer":
-        fig = frontier_figure(plan)
-    else:
-        sides = [plan.wafer] + ([plan.gpu] if plan.gpu is not None else [])
-        panels = [("time to train (h)", [s.time_s / 3600 for s in sides]),
-                  ("energy (MWh)", [s.energy_j / 3.6e9 for s in sides]),
-                  ("cost ($)", [s.bill.total_usd for s in sides])]  # fmt: skip
-        fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
-        labels = [f"{s.units} x {s.system}" for s in sides]
-        for ax, (title, values) in zip(axes, panels, strict=True):
-            ax.bar(labels, values, color=["tab:orange", "tab:green"][: len(sides)])
-            ax.set_title(title, fontsize=9)
-            ax.tick_params(labelsize=7)
-        fig.suptitle(f"wse plan {plan.workload}: {plan.model}", fontsize=10)
-        fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def frontier_figure(plan):
-    """Both systems' frontiers (`wse_systems.serving.figure`), the chosen points marked."""
-    import matplotlib.pyplot as plt
-    from wse_systems.serving.figure import Curve, draw_frontiers
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    w, g = plan.wafer_frontier, plan.gpu_frontier
-    curves = [Curve(w, plan.wafer_point, "tab:orange", f"{w.units} x {w.system}"),
-              Curve(g, plan.gpu_point, "tab:green", f"{g.units} x {g.system}")]  # fmt: skip
-    work = plan.inputs["workload"]
-    title = (f"{plan.model}: {work['prompt_tokens']} prompt / {work['output_tokens']} output "
-             f"tokens (* {plan.choice})")  # fmt: skip
-    draw_frontiers(ax, curves, title=title)
-    fig.tight_layout()
-    return fig
-
-
-def _emit(plan, as_json: bool, png: Path | None) -> None:
-    if png is not None:
-        plot(plan, png)
-    if as_json:
-        typer.echo(json.dumps(plan.to_dict(), indent=2, default=float))
-    else:
-        _print(plan)
 
 
 def _micro_batch(text: str | None) -> int | str | None:
@@ -342,7 +128,7 @@ def train(
         mfu=mfu, batch_per_system=batch, micro_batch=_micro_batch(micro_batch),
         seq_len=seq_len, rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
     )  # fmt: skip
-    _emit(plan, as_json, png)
+    emit(plan, as_json, png)
 
 
 @app.command()
@@ -430,7 +216,7 @@ def infer(
         draft=None if draft is None else resolve_model(draft), gamma=gamma, alpha=alpha,
         rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
     )  # fmt: skip
-    _emit(plan, as_json, png)
+    emit(plan, as_json, png)
 
 
 def part(console, *, out_dir: Path, quick: bool) -> None:
@@ -442,7 +228,8 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     from wse_cli.model_choice import resolve_model
 
     del quick  # already a few seconds
-    inf = plan_infer(resolve_model("llama3-8b"), wafers=1, gpus=8)
+    wse3 = wafer_spec(None, None, "wse3")
+    inf = plan_infer(resolve_model("llama3-8b"), wafers=1, gpus=8, spec=wse3)
     w, g = inf.wafer.figures, inf.gpu.figures
     console.print(
         f"serve llama3-8b at the knee of each frontier ({inf.inputs['workload']['prompt_tokens']}"
@@ -451,12 +238,12 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         f"{w['tokens_per_s']:,.0f} in all, {w['usd_per_million_tokens']:.3g} $/Mtok; 8 x H100 "
         f"{g['users']:,} users at {g['tokens_per_s_per_user']:,.0f} tokens/s each, "
         f"{g['tokens_per_s']:,.0f} in all, {g['usd_per_million_tokens']:.3g} $/Mtok; GPUs to "
-        f"match per-user speed: {_count(inf.gpus_to_match['user_speed'])}"
+        f"match per-user speed: {count(inf.gpus_to_match['user_speed'])}"
     )
-    tr = plan_train(resolve_model("llama3_8b"), tokens=1e11)
+    tr = plan_train(resolve_model("llama3_8b"), tokens=1e11, spec=wse3)
     console.print(
-        f"train llama3-8b on 1e11 tokens: {tr.wafer.units} x CS-3 {_duration(tr.wafer.time_s)}, "
-        f"{tr.wafer.energy_j / 3.6e9:.3g} MWh; {tr.gpu.units} x H100 {_duration(tr.gpu.time_s)}, "
+        f"train llama3-8b on 1e11 tokens: {tr.wafer.units} x CS-3 {duration(tr.wafer.time_s)}, "
+        f"{tr.wafer.energy_j / 3.6e9:.3g} MWh; {tr.gpu.units} x H100 {duration(tr.gpu.time_s)}, "
         f"{tr.gpu.energy_j / 3.6e9:.3g} MWh; GPUs to match: {tr.gpus_to_match or 'none'}"
     )
     plot(inf, out_dir / "plan_infer.png")

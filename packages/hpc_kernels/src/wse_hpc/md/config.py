@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from wse_core import PRESETS, WaferSpec
+from wse_core import WaferSpec
 
 from wse_hpc.md.integrate import Thermostat
 
@@ -26,7 +26,7 @@ class MdConfig:
     thermo_every: int = 100
     seed: int = 0
     dtype: str = "float32"
-    spec: WaferSpec = PRESETS["wse3"]
+    spec: WaferSpec  # the wafer the run emulates and is priced on (required: no default wafer)
     defect_seed: int | None = None
     mesh_shape: tuple[int, int] | None = None
     skin_A: float = 1.0  # neighbour-list skin (LAMMPS `neighbor 1.0 bin` in metal units)

@@ -134,9 +134,10 @@ def cube(element: str, pot, seed: int = 0, skin_A: float = MdConfig.skin_A) -> S
     return _found(element, "cube", s, pot, None, mapping.TILES[0], skin_A)
 
 
-def plan(sample: Sample, spec: WaferSpec, pot, config: MdConfig = MdConfig()) -> Planned:
+def plan(sample: Sample, spec: WaferSpec, pot, config: MdConfig | None = None) -> Planned:
     """(wafer, plan, fits) for `sample` on a wafer of `spec` (module docstring); `config`
-    gives the skin (the sample's pairs must be for it) and the dtype."""
+    gives the skin (the sample's pairs must be for it) and the dtype (default: MdConfig's)."""
+    config = config or MdConfig(spec=spec)
     s = sample.structure
     if sample.grid is not None:
         grid = sample.grid

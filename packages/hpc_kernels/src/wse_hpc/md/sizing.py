@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from wse_core import PRESETS, WaferSpec
+from wse_core import WaferSpec
 from wse_core.errors import PlacementError, WseError
 from wse_core.host.memory import format_bytes, largest, require
 
@@ -42,7 +42,7 @@ def crystal_bytes(kind: str, cells: Sequence[int]) -> int:
     return 24 * n_cells + 72 * n + 16 * n
 
 
-def state_bytes(n_atoms: int, dtype: str = "float32", spec: WaferSpec = PRESETS["wse3"]) -> int:
+def state_bytes(n_atoms: int, dtype: str, spec: WaferSpec) -> int:
     """Host bytes of the run's arrays: per atom the positions, velocities (float64 x 3 each),
     symbols and species; per PE the atom map (int64), the packed state (NFIELDS float64, its
     cast to `dtype`) and the placed copy in `dtype`."""
@@ -65,7 +65,7 @@ def _check_pes(n_atoms: int, spec: WaferSpec) -> None:
         ) from None
 
 
-def check_atoms(n_atoms: int, dtype: str = "float32", spec: WaferSpec = PRESETS["wse3"]) -> None:
+def check_atoms(n_atoms: int, dtype: str, spec: WaferSpec) -> None:
     """Refuse `n_atoms` that the spec's PEs or the host memory cannot hold."""
     _check_pes(n_atoms, spec)
 
@@ -76,9 +76,7 @@ def check_atoms(n_atoms: int, dtype: str = "float32", spec: WaferSpec = PRESETS[
     require(f"{n_atoms:,} atoms", state_bytes(n_atoms, dtype, spec), fits=fits)
 
 
-def check_crystal(
-    kind: str, cells: Sequence[int], dtype: str = "float32", spec: WaferSpec = PRESETS["wse3"]
-) -> None:
+def check_crystal(kind: str, cells: Sequence[int], dtype: str, spec: WaferSpec) -> None:
     """Refuse a crystal too big for the spec's PEs or the host, before building it."""
     n = crystal_atoms(kind, cells)
     _check_pes(n, spec)

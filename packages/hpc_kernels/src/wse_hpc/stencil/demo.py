@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wse_core.cost.assumptions import assumed_spec
+
 from wse_hpc.stencil.plots import plot_run
 from wse_hpc.stencil.runs import StencilConfig, run_stencil
 
@@ -14,7 +16,9 @@ __all__ = ["part"]
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """Solve a Poisson problem with BiCGSTAB and run the 25-point wave stencil (< ~40 s)."""
     n = 24 if quick else 48
-    cfg = StencilConfig(kind="bicgstab", grid=(n, n, 2 * n), dtype="mixed")
+    cfg = StencilConfig(
+        kind="bicgstab", grid=(n, n, 2 * n), dtype="mixed", spec=assumed_spec("wse2")
+    )
     run = run_stencil(cfg).report
     x = run.extra
     console.print(
@@ -28,7 +32,11 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     m = 32 if quick else 48
     # The Ricker source peaks after ~70 steps; 160 steps let the front travel.
     steps = 80 if quick else 160
-    wave = run_stencil(StencilConfig(kind="wave25", grid=(m, m, m), steps=steps, chunks=4)).report
+    wave = run_stencil(
+        StencilConfig(
+            kind="wave25", grid=(m, m, m), steps=steps, chunks=4, spec=assumed_spec("wse2")
+        )
+    ).report
     console.print(
         f"25-point wave (4-PE localized broadcasts, Z blocks of "
         f"{wave.extra['final']['block_z']:.0f}) on {m}^3: {wave.extra['steps']} steps, "

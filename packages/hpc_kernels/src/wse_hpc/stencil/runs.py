@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from wse_core import PRESETS, RunReport, WaferSpec
+from wse_core import RunReport, WaferSpec
 from wse_core.cost.perf import Phases, Timing
 from wse_core.host.runtime import wall_s
 from wse_core.hw.spec import DTYPE_BYTES
@@ -83,7 +83,7 @@ Progress = Callable[[int, int], None]
 class StencilConfig:
     kind: str
     grid: tuple[int, int, int]
-    spec: WaferSpec = PRESETS["wse2"]
+    spec: WaferSpec  # the wafer the run emulates and is priced on (required: no default wafer)
     steps: int | None = None  # time steps / sweeps, or BiCGSTAB's iteration cap
     tol: float | None = None  # BiCGSTAB only
     dtype: str = "fp32"  # fp32 | fp16 (jacobi, heat) | mixed (bicgstab); wave25: fp32

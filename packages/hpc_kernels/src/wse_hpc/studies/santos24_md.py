@@ -67,7 +67,7 @@ _PLANS: dict[tuple, samples.Planned] = {}  # plans by case: a --sweep reprices, 
 def _planned(element: str, geometry: str, wafer: str, skin_A: float, pot) -> samples.Planned:
     key = (element, geometry, wafer, skin_A)
     if key not in _PLANS:
-        cfg = MdConfig(skin_A=skin_A)
+        cfg = MdConfig(skin_A=skin_A, spec=assumed_spec("wse3"))
         if geometry == "cube":
             sample = samples.cube(element, pot, skin_A=skin_A)
         else:
@@ -261,7 +261,9 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     res = run_md(
         s,
         pot,
-        MdConfig(steps=steps, temperature_K=600.0, thermo_every=steps // 5),
+        MdConfig(
+            steps=steps, temperature_K=600.0, thermo_every=steps // 5, spec=assumed_spec("wse3")
+        ),
         on_thermo=lambda r: console.print(format_row(r)),
     )
     console.print(performance_line(res.steps, res.loop_wall_s, s.num_atoms, 1.0))

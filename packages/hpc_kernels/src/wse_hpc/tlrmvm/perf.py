@@ -42,6 +42,7 @@ import jax
 import numpy as np
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
 from wse_core.cost.report import RunReport
+from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 from wse_core.hw.traffic import Traffic
 from wse_core.hw.wafer import Wafer
@@ -213,10 +214,11 @@ def mvm_phases(
     return overlap(on_wafer, io, name="tlrmvm")
 
 
-def copies_per_system(plan, spec_name: str, rows: int, cols: int) -> int:
+def copies_per_system(plan, spec: WaferSpec) -> int:
     """Copies of the plan's grid (frequency slices) that fill one system's program
-    rectangle: 750 x 994 on a CS-2, else the spec's logical grid."""
-    r, c = PROGRAM_RECTANGLE if spec_name == "wse2" else (rows, cols)
+    rectangle (`spec.program_rows x program_cols`: 750 x 994 on a CS-2), else the spec's
+    logical grid."""
+    r, c = spec.program_rows or spec.pe_rows, spec.program_cols or spec.pe_cols
     return (r // plan.grid[0]) * (c // plan.grid[1])
 
 
@@ -277,7 +279,7 @@ def predict(
     whole predicted time, host I/O of every copy included)."""
     spec = wafer.spec
     model = PerfModel(spec)
-    copies = copies_per_system(plan, spec.name, spec.pe_rows, spec.pe_cols) if fill else 1
+    copies = copies_per_system(plan, spec) if fill else 1
     fab = fabric_by_phase(wafer, plan, fns)
     phases = mvm_phases(wafer, plan, fns=fns, copies=copies, model=model, fab=fab)
     traffic = functools.reduce(lambda a, t: a + t, fab.values(), Traffic())

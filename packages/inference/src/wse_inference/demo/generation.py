@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wse_core.cost.assumptions import assumed_spec
+
 __all__ = ["part"]
 
 
@@ -45,7 +47,9 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     n = 24 if quick else 48
     greedy = SamplingParams(max_tokens=n, temperature=0.0)
     stages = min(2, c.n_layers)
-    eng = PipelineEngine(model, stages=stages, max_context=len(prompt) + n + 8)
+    eng = PipelineEngine(
+        model, spec=assumed_spec("wse3"), stages=stages, max_context=len(prompt) + n + 8
+    )
     plan = eng.plan  # the layout the engine emulates and its report prices
     console.print(
         f"model {model.name}: {c.n_layers} layers, d_model {c.d_model}, vocab {c.vocab_size}; "
@@ -74,8 +78,8 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         SpeculativeDecoder,
         SamplingParams,
     )
-    pred, plan8 = predict_model("llama3-8b", num_wafers=1)
-    big, plan70 = predict_model("llama3-70b", num_wafers=4)
+    pred, plan8 = predict_model("llama3-8b", spec=assumed_spec("wse3"), num_wafers=1)
+    big, plan70 = predict_model("llama3-70b", spec=assumed_spec("wse3"), num_wafers=4)
     console.print(
         f"predicted batch-1 decode: Llama 3.1 8B on 1 WSE-3 {tokens_per_s(pred):,.0f} tokens/s "
         f"(calibration, published 1,800); 70B on {plan70.num_wafers} WSE-3s "

@@ -19,6 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from wse_core.cost.assumptions import assumed_spec
+
 __all__ = ["part"]
 
 
@@ -124,7 +126,7 @@ def _trained(console: Any, out_dir: Path, quick: bool) -> None:
     from wse_inference.serve.app import ServeConfig, Server
 
     model_dir = demo_model_dir(console, out_dir)
-    engine = load_engine(str(model_dir), max_slots=4)
+    engine = load_engine(str(model_dir), spec=assumed_spec("wse3"), max_slots=4)
     cfg = ServeConfig(port=0, grpc_port=0, max_queued=64, drain_s=2)
     server = Server(engine, cfg).start()
     name = engine.model_name

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core.cost.report import RunReport
-from wse_core.hw.spec import PRESETS, WaferSpec
+from wse_core.hw.spec import WaferSpec
 from wse_models.sparsity import ZeroTally
 from wse_systems.pipeline import PipelinePlan, PipelinePlanError
 
@@ -97,7 +97,7 @@ class PipelineEngine:
         max_context: int | None = None,
         prefill_chunk: int = 32,
         mesh_rows: int | None = 1,
-        spec: WaferSpec = PRESETS["wse3"],
+        spec: WaferSpec,
         num_wafers: int | None = None,
         plan: PipelinePlan | None = None,
     ):
@@ -112,6 +112,11 @@ class PipelineEngine:
             context = min(max_context or config.max_seq_len, config.max_seq_len)
             plan = engine_plan(
                 config, stages=stages, max_context=context, spec=spec, num_wafers=num_wafers
+            )
+        elif plan.spec != spec:
+            raise PipelinePlanError(
+                f"the plan is laid out on wafer {plan.spec.name!r}, the engine asked for "
+                f"{spec.name!r}: give the plan's spec"
             )
         elif plan.slots != plan.num_stages:
             raise PipelinePlanError(

@@ -1,7 +1,8 @@
 """Predicted batch-1 decode on one or several wafers: a `PipelinePlan` priced as a `RunReport`.
 
-Contract. This module adds no cost of its own: one token of a decoder laid out as a
-`wse_systems.pipeline.PipelinePlan` is `wse_systems.decoder.decode_phases` (every layer's
+Contract. This module adds no cost of its own: one token is `wse_systems.token.price_token`
+(the one pricer of a decode token; `decode_assumptions` is its). One token of a decoder laid
+out as a `wse_systems.pipeline.PipelinePlan` is `wse_systems.decoder.decode_phases` (every layer's
 instructions, SRAM bytes, link words, hops and relays on its region, the activation moves
 between products and between regions as words over the plan's links, the named
 `per_token` costs, and each pass between wafers), evaluated mechanism by mechanism by
@@ -24,15 +25,15 @@ Several wafers pass the residual stream (d_model values) at the system I/O rate,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S
-from wse_core.cost.perf import Phases, overlap, serial
+from wse_core.cost.perf import overlap, serial
 from wse_core.cost.report import RunReport
-from wse_core.hw.spec import PRESETS, WaferSpec
-from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
+from wse_core.hw.spec import WaferSpec
+from wse_systems.decoder import decode_phases
 from wse_systems.pipeline import PipelinePlan, min_wafers, plan_pipeline
+from wse_systems.token import decode_assumptions, price_token, token_report
 
 __all__ = [
     "CALIBRATION_TOKENS_PER_S",
@@ -47,88 +48,19 @@ __all__ = [
 CALIBRATION_TOKENS_PER_S = DECODE_8B_TOKENS_PER_S  # Llama 3.1 8B, one WSE-3 (REFERENCES.md)
 
 
-def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, str]:
-    """The assumptions behind a decode prediction on `plan` (beside the spec's own)."""
-    spec = plan.spec
-    kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
-    return {
-        **DECODER_ASSUMPTIONS,
-        "kv_tokens": f"the attention reads {kv} cached tokens (context {plan.context_len})",
-        "batch": "batch 1: one region works at a time, so the regions' times add",
-        "between wafers": (
-            f"{plan.wafer_crossings} pass(es) per token (each wafer boundary and the way back to "
-            f"wafer 0) of d_model values at the system I/O rate "
-            f"({spec.host_io_bytes_per_s / 1e9:g} GB/s) plus system_latency_s "
-            f"({spec.system_latency_s:g} s, assumed) each"
-        ),
-        "weights": f"{plan.bytes_per_param} bytes per parameter and per cached value",
-    }
-
-
 def tokens_per_s(report: RunReport) -> float:
     """Predicted tokens/s of a per-token report (its `units_per_s`)."""
     return report.units_per_s
 
 
-def predict_decode(
-    config: Any,
-    plan: PipelinePlan,
-    *,
-    kv_tokens: int | None = None,
-    measured_wall_s: float | None = None,
-    name: str | None = None,
-    sram: Mapping[str, Any] | None = None,
-    tokens: int | None = None,
-) -> RunReport:
-    """One batch-1 decode token of `config` on `plan` (units "token"; seconds per token).
-
-    `measured_wall_s`: the emulator's wall time per token, shown beside the prediction;
-    `sram`: the SRAM ledger summary of the wafer that ran it; `tokens`: the decode tokens
-    the measurement covers (`extra["tokens"]`)."""
-    phases = decode_phases(config, plan, kv_tokens=kv_tokens)
-    return _report(
-        name or f"decode {config.name}",
-        plan,
-        phases,
-        kv_tokens,
-        measured_wall_s,
-        sram=sram,
-        tail=None if tokens is None else {"tokens": tokens},
-    )
-
-
-def _report(
-    name: str,
-    plan: PipelinePlan,
-    phases: Phases,
-    kv_tokens: int | None,
-    measured_wall_s: float | None,
-    assumptions: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None,
-    systems: int | None = None,
-    *,
-    sram: Mapping[str, Any] | None = None,
-    tail: Mapping[str, Any] | None = None,
-) -> RunReport:
-    """The per-token report; `extra` holds the plan, `extra`, tokens/s, then `tail`."""
-    head = {"plan": plan.summary(), **(extra or {})}
-    return RunReport.build(
-        name,
-        plan.spec,
-        phases,
-        measured_wall_s=measured_wall_s,
-        sram=sram,
-        assumptions={**decode_assumptions(plan, kv_tokens), **(assumptions or {})},
-        units="token",
-        systems=systems or plan.num_wafers,
-        extra=lambda t: {**head, "tokens_per_s": t.per_s, **(tail or {})},
-    )
+# One batch-1 decode token of `config` on `plan`: the one pricer of a decode token.
+predict_decode = price_token
 
 
 def plan_for(
     config: Any,
     *,
-    spec: WaferSpec = PRESETS["wse3"],
+    spec: WaferSpec,
     num_wafers: int | None = None,
     context_len: int = 8192,
     bytes_per_param: int = 2,
@@ -144,7 +76,7 @@ def plan_for(
 def predict_model(
     model: str | Any,
     *,
-    spec: WaferSpec = PRESETS["wse3"],
+    spec: WaferSpec,
     num_wafers: int | None = None,
     context_len: int = 8192,
 ) -> tuple[RunReport, PipelinePlan]:
@@ -188,13 +120,14 @@ def predict_speculative(
         "verification": f"the target's pass over {gamma + 1} tokens is one token's pass plus "
         f"{gamma} tokens pipelined behind it at the slowest region's rate",
     }
-    return _report(
+    return token_report(
         name or f"speculative {target.name or 'target'} / {draft.name or 'draft'}",
         target_plan,
         phases,
-        kv_tokens,
-        measured_wall_s,
-        spec_assumptions,
-        {"draft_plan": draft_plan.summary(), "gamma": gamma, "rounds_per_token": rounds_per_token},
+        kv_tokens=kv_tokens,
+        measured_wall_s=measured_wall_s,
+        assumptions=spec_assumptions,
+        extra={"draft_plan": draft_plan.summary(), "gamma": gamma,
+               "rounds_per_token": rounds_per_token},
         systems=target_plan.num_wafers + draft_plan.num_wafers,
-    )
+    )  # fmt: skip

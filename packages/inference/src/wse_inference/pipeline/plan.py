@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
-from wse_core.hw.spec import PRESETS, WaferSpec
+from wse_core.hw.spec import WaferSpec
 from wse_systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
 
 __all__ = ["engine_plan", "emulation_spec", "declare_regions", "row_bytes"]
@@ -44,9 +44,10 @@ def emulation_spec(plan: PipelinePlan) -> WaferSpec:
     from wse_core.hw.spec import spec_from
 
     return spec_from(
-        PRESETS["tiny"],
+        plan.spec,
         name="pipeline",
         pe_rows=max(plan.num_stages, 8),
+        pe_cols=8,
         spare_rows=0,
         spare_cols=0,
         defect_rate=0.0,
@@ -67,7 +68,7 @@ def engine_plan(
     *,
     stages: int,
     max_context: int,
-    spec: WaferSpec = PRESETS["wse3"],
+    spec: WaferSpec,
     num_wafers: int | None = None,
 ) -> PipelinePlan:
     """The plan an engine of `stages` stages emulates: `stages` regions on the fewest of 1..

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from wse_core.cost.report import RunReport
-from wse_core.hw.spec import PRESETS, WaferSpec
+from wse_core.hw.spec import WaferSpec
 from wse_models import dtype_bytes
 
 from wse_inference.decoding import GenerationResult, first_token, prefill, sequence_key
@@ -328,7 +328,7 @@ class SpeculativeDecoder:
         tokens: int | None = None,
         kv_tokens: int | None = None,
         stats: AcceptanceStats | None = None,
-        spec: WaferSpec = PRESETS["wse3"],
+        spec: WaferSpec,
     ) -> RunReport:
         """Predicted wafer time of one emitted token (units "token", `pipeline.perf.
         predict_speculative`): target and draft each one region per layer on the fewest

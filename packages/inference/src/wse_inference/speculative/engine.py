@@ -1,6 +1,6 @@
 """The speculative `Engine` the server runs with a draft model (`load.load_engine`).
 
-Contract. `SpeculativeEngine(target, draft, gamma=g, max_slots=n)` holds `n` independent
+Contract. `SpeculativeEngine(target, draft, gamma=g, spec=wafer, max_slots=n)` holds `n` independent
 slots, each `generate` running one speculative round per occupied slot (1..g + 1 tokens),
 whose tokens equal `speculative.decoder.SpeculativeDecoder.generate` for the same seed (same
 round keys). Its `metrics()` reports spec_draft_tokens, spec_accepted_tokens,
@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core.cost.report import RunReport
+from wse_core.hw.spec import WaferSpec
 from wse_models.sparsity import ZeroTally
 
 from wse_inference.decoding import first_logprob, first_token, prefill, prefill_scored, sequence_key
@@ -65,10 +66,12 @@ class SpeculativeEngine:
         draft,
         *,
         gamma: int,
+        spec: WaferSpec,
         max_slots: int = 4,
         max_context: int | None = None,
         prefill_chunk: int = 32,
     ):
+        self.spec = spec  # the wafer its report prices on
         self._dec = SpeculativeDecoder(
             target, draft, gamma=gamma, max_context=max_context, prefill_chunk=prefill_chunk
         )
@@ -185,4 +188,4 @@ class SpeculativeEngine:
         engine's acceptance statistics; `measured`: its keywords but `stats`, those of
         `PipelineEngine.report` (`measured_wall_s` over `tokens` is the measured time per
         token; `kv_tokens`)."""
-        return self._dec.report(stats=self.stats, **measured)
+        return self._dec.report(stats=self.stats, spec=self.spec, **measured)

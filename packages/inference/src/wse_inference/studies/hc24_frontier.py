@@ -99,7 +99,8 @@ def _case(name: str, model_name: str, wafers: int, spec: Speculation | None) -> 
 
     config = wse_models.preset_config(model_name, dtype="bfloat16")
     w, g = _systems(config, wafers, spec)
-    (peak, _), usd_w = eco.system_power_w(WAFER), eco.wafer_rates(WAFER).usd_per_system_hour
+    wafer = assumed_spec(WAFER)
+    (peak, _), usd_w = eco.system_power_w(wafer), eco.wafer_rates(wafer).usd_per_system_hour
     out = []
     for system, power, usd in ((w, peak, usd_w),
                                (g, H100.power_w_per_gpu()[0], H100.usd_per_gpu_hour)):  # fmt: skip
@@ -218,7 +219,8 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
 def _config() -> dict:
     from wse_core.cost.calibration import current
 
-    peak, idle = eco.system_power_w(WAFER)
+    wafer = assumed_spec(WAFER)
+    peak, idle = eco.system_power_w(wafer)
     gpeak, gidle = H100.power_w_per_gpu()
     return {
         "workload": WORKLOAD.to_dict(),
@@ -228,10 +230,10 @@ def _config() -> dict:
             "mfu": MFU,
             "hbm_fraction": HBM_FRACTION,
             "gpu_memory_usable": 0.9,
-            "wafer_power_w": {"busy": peak, "idle": idle, "source": eco.SYSTEMS[WAFER].source},
+            "wafer_power_w": {"busy": peak, "idle": idle, "source": eco.system_of(wafer).source},
             "gpu_power_w_per_gpu": {"busy": gpeak, "idle": gidle,
                                     "source": "DGX H100 max / 8 (wse_systems.gpu)"},
-            "usd_per_cs3_hour": eco.wafer_rates(WAFER).usd_per_system_hour,
+            "usd_per_cs3_hour": eco.wafer_rates(wafer).usd_per_system_hour,
             "usd_per_gpu_hour": H100.usd_per_gpu_hour,
             "cost_per_mtok": "hardware hours at the knee, busy all day; people not counted",
             "speculation": {"draft": DRAFT, "gamma": GAMMA, "alphas": list(ALPHAS),

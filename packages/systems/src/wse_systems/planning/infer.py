@@ -25,7 +25,7 @@ import dataclasses
 import math
 from typing import Any
 
-from wse_core import PRESETS, WaferSpec
+from wse_core import WaferSpec
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
@@ -194,7 +194,7 @@ def plan_infer(
     min_user_tokens_per_s: float | None = None,
     tokens_per_day: float | None = None,
     days: float = 365.0,
-    spec: WaferSpec = PRESETS["wse3"],
+    spec: WaferSpec,
     gpu: str = "h100",
     prompt_tokens: int = 1024,
     output_tokens: int = 256,
@@ -216,7 +216,7 @@ def plan_infer(
     rates = rates or {}
     check_rates(rates)
     cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
-    power = eco.system_power_w(wafer)
+    power = eco.system_power_w(spec)
     work = sv.Workload(
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, context_len=context_len
     )
@@ -238,7 +238,7 @@ def plan_infer(
             f"{gp.ttft_s:.3g} s with one user"
         )
     per_day = tokens_per_day or wp.aggregate_tokens_per_s * DAY_S
-    w_side = _serve(ws.name, ws.units, wp, per_day, days, power, wafer_rates(wafer, rates),
+    w_side = _serve(ws.name, ws.units, wp, per_day, days, power, wafer_rates(spec, rates),
                     {"wafers_per_replica": ws.units, "max_users": ws.max_users,
                      "meets_speed": w_ok, "sram_budget": ws.budget().describe()})  # fmt: skip
     g_side = _serve(g.name, m, gp, per_day, days, g.power_w_per_gpu(), gpu_rates(g, rates),
@@ -253,13 +253,13 @@ def plan_infer(
               "gpu": gpu, "workload": work.to_dict(), "hbm_fraction": hbm_fraction, "mfu": mfu,
               "gpu_precision": gpu_precision, "max_ttft_s": max_ttft_s,
               "speculation": None if speculation is None else speculation.to_dict(),
-              "wafer_rates": wafer_rates(wafer, rates).to_dict(),
+              "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     how = "users" if users else "limits" if min_user_tokens_per_s or max_ttft_s else "knee"
     return ServingPlan(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both},
-        _notes(g, wafer, work, hbm_fraction, mfu, days, speculation, gpu_precision),
+        _notes(g, spec, work, hbm_fraction, mfu, days, speculation, gpu_precision),
     )  # fmt: skip
 
 

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from wse_core import PRESETS, WaferSpec
+from wse_core import WaferSpec
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
@@ -165,9 +165,9 @@ def gpu_rates(g: gpum.GpuSpec, rates: dict[str, Any]) -> eco.Rates:
     return eco.Rates(usd_per_system_hour=usd, **given)
 
 
-def wafer_rates(spec_name: str, rates: dict[str, Any]) -> eco.Rates:
+def wafer_rates(spec: WaferSpec, rates: dict[str, Any]) -> eco.Rates:
     given = {k: v for k, v in rates.items() if k != "usd_per_gpu_hour"}
-    return eco.wafer_rates(spec_name, **given)
+    return eco.wafer_rates(spec, **given)
 
 
 def check_rates(rates: dict[str, Any]) -> None:
@@ -177,13 +177,13 @@ def check_rates(rates: dict[str, Any]) -> None:
             raise PlanError(f"--{name.replace('_', '-')} must be a number >= 0, got {v:g}")
 
 
-def power_notes(g: gpum.GpuSpec, spec_name: str) -> list[str]:
+def power_notes(g: gpum.GpuSpec, spec: WaferSpec) -> list[str]:
     """The power and price assumptions every plan states."""
-    peak, idle = eco.system_power_w(spec_name)
+    peak, idle = eco.system_power_w(spec)
     gpeak, gidle = g.power_w_per_gpu()
     return [
-        f"wafer system {eco.system_of(spec_name).system}: {peak / 1e3:g} kW while busy, "
-        f"{idle / 1e3:g} kW idle ({eco.system_of(spec_name).source}; idle assumed); "
+        f"wafer system {eco.system_of(spec).system}: {peak / 1e3:g} kW while busy, "
+        f"{idle / 1e3:g} kW idle ({eco.system_of(spec).source}; idle assumed); "
         "MemoryX/SwarmX power not counted",
         f"GPU {g.name}: {gpeak:g} W per GPU busy, {gidle:g} W idle (DGX node max / 8; "
         "idle assumed); switches not counted",
@@ -240,18 +240,18 @@ def match_gpus(
 
 
 def _wafer_train_side(
-    spec_name: str, n: int, step_s: float, steps: int, global_batch: int, seq: int,
+    spec: WaferSpec, n: int, step_s: float, steps: int, global_batch: int, seq: int,
     rates: dict[str, Any], scale: dict[str, Any],
 ) -> SideResult:  # fmt: skip
     """`n` wafer systems training for `steps` steps of `step_s` seconds (`scale`: tokens/s,
     efficiency against one system and what bounds it)."""
-    peak, _ = eco.system_power_w(spec_name)
+    peak, _ = eco.system_power_w(spec)
     w_time = steps * step_s
     w_energy = eco.energy_j(w_time, n * peak)
     return SideResult(
-        eco.system_of(spec_name).system, n, w_time, w_energy,
+        eco.system_of(spec).system, n, w_time, w_energy,
         eco.bill(system_hours=n * w_time / 3600, energy_j=w_energy,
-                 rates=wafer_rates(spec_name, rates)),
+                 rates=wafer_rates(spec, rates)),
         {"steps": steps, "step_s": step_s, "energy_j_per_step": eco.per(w_energy, steps),
          "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq), **scale},
     )  # fmt: skip
@@ -295,7 +295,7 @@ def plan_train(
     tokens: float,
     systems: int | None = None,
     gpus: int | None = None,
-    spec: WaferSpec = PRESETS["wse3"],
+    spec: WaferSpec,
     gpu: str = "h100",
     mfu: float = 0.4,
     batch_per_system: int | None = None,
@@ -308,7 +308,7 @@ def plan_train(
     rates = rates or {}
     check_rates(rates)
     cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
-    eco.system_power_w(wafer)  # an unknown system fails before any work
+    eco.system_power_w(spec)  # a wafer of no system fails before any work
     n = systems or choice.num_csx or 1
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
     batch = batch_per_system or _split(choice, n)
@@ -319,14 +319,14 @@ def plan_train(
     )
     global_batch = n * batch
     steps = math.ceil(tokens / (global_batch * seq))
-    w_side = _wafer_train_side(wafer, n, step_s, steps, global_batch, seq, rates, scale)
+    w_side = _wafer_train_side(spec, n, step_s, steps, global_batch, seq, rates, scale)
     shape = cfg
     inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
               "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
               "micro_batch_size": micro,
-              "wafer_rates": wafer_rates(wafer, rates).to_dict(),
+              "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
-    notes = power_notes(g, wafer) + [
+    notes = power_notes(g, spec) + [
         f"GPU training at MFU {mfu:g} of {g.peak_flops / 1e12:g} TFLOP/s bf16; PaLM flop "
         "accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
         "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "

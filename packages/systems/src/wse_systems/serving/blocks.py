@@ -24,8 +24,9 @@ from typing import Any
 
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work
 
-from wse_systems.decoder import PER_TOKEN, decode_phases
+from wse_systems.decoder import PER_TOKEN
 from wse_systems.pipeline import PipelinePlan
+from wse_systems.token import price_token
 
 __all__ = ["MAX_BLOCK_TOKENS", "Pipeline", "price_pipeline", "max_block_tokens"]
 
@@ -116,9 +117,11 @@ class Pipeline:
 
 
 def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=None) -> Pipeline:
-    """The elements of one decode token of `config` on `plan` (`decode_phases`), priced."""
+    """The elements of one decode token of `config` on `plan`, priced: the phases of
+    `wse_systems.token.price_token` (the one pricer of a token), each element's streaming
+    and latency seconds apart (their sum is that report's seconds)."""
     model = model or PerfModel(plan.spec)
-    step = decode_phases(config, plan, kv_tokens=kv_tokens)
+    step = price_token(config, plan, kv_tokens=kv_tokens, model=model).phases
     # the per-token group (head product, argmax, next embedding) holds the head region
     regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
     cache: dict = {}

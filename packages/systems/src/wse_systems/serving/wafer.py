@@ -10,7 +10,7 @@ ledger. The most users that fit (`max_users`) is where that plan stops fitting; 
 states the per-PE budget of the fullest region; more users are refused with its numbers.
 
 A decode token and a prompt block are priced by `wse_systems.serving.blocks` (one
-`Pipeline`: `wse_systems.decoder.decode_phases` on that plan with `wse_core.PerfModel`, the
+`Pipeline`: `wse_systems.token.price_token`'s phases on that plan with `wse_core.PerfModel`, the
 one calibration), so a change of either flows through here. Its parts are the pipeline's
 elements in order: regions (the layer stages and the head) and what lies between them (the
 passes between wafers). The pipeline:
@@ -54,7 +54,6 @@ from typing import Any
 from wse_core.cost.perf import PerfModel
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.economics import SYSTEMS
 from wse_systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
 from wse_systems.serving.blocks import Pipeline, max_block_tokens, price_pipeline
 from wse_systems.serving.frontier import (
@@ -163,8 +162,7 @@ class WaferServing:
         self.speculation, self.bytes_per_param = speculation, bytes_per_param
         self.stages = stages  # layer regions of the target (default: one per layer)
         self.units = num_wafers
-        known = SYSTEMS.get(spec.name.split("+", 1)[0])
-        self.name = known.system if known else spec.name
+        self.name = spec.system or spec.name  # the system built around the wafer
         self.model = PerfModel(spec)
         self._plans: dict[int, tuple[PipelinePlan, PipelinePlan | None]] = {}
         self._priced: dict[tuple[int, bool], tuple[Pipeline, Pipeline | None]] = {}

@@ -89,7 +89,8 @@ def _figure(plans: list[tuple[int, Any]]):
 
 
 def run(*, quick: bool, seed: int) -> ExperimentResult:
-    from wse_systems.planning.train import ModelChoice, plan_train
+    from wse_systems.planning.choice import ModelChoice
+    from wse_systems.planning.train import plan_train
 
     del quick  # nothing measured: the predictions are the whole experiment
     choice, spec = ModelChoice("llama-12b", model_12b(), seq_len=SEQ_LEN), assumed_spec("wse3")
@@ -107,7 +108,7 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
         "systems": list(SYSTEMS),
         "gpus_per_system": GPUS_PER_SYSTEM,
         "gpu": gpum.H100.to_dict(),
-        "wafer_system": dataclasses.asdict(eco.SYSTEMS["wse3"]),
+        "wafer_system": dataclasses.asdict(eco.system_of(spec)),
         "rates": {"wafer": first.inputs["wafer_rates"], "gpu": first.inputs["gpu_rates"]},
         "mfu": first.inputs["mfu"],
         "assumptions": first.assumptions,

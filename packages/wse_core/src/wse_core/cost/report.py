@@ -27,8 +27,8 @@ after; `dataclasses.replace` (as `with_trace`) makes a changed copy. So that:
   timesteps/s of a per-step one);
 - in a notebook a report shows its mechanism breakdown and phases (`_repr_html_`; `.plot()`
   a figure: `wse_core.notebook`);
-- `energy_j` is predicted seconds times the system's power (`wse_core.hw.spec.SYSTEM_PEAK_W`
-  when it knows the wafer, else None), with `units` saying what one prediction covers.
+- `energy_j` is predicted seconds times the system's power (`WaferSpec.system_peak_w`, None
+  for a wafer of no system), with `units` saying what one prediction covers.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 
 from wse_core.cost.calibration import Calibration
 from wse_core.cost.perf import OVERLAP, PerfModel, Phase, Phases, Timing
-from wse_core.hw.spec import SYSTEM_PEAK_W, WaferSpec
+from wse_core.hw.spec import WaferSpec
 from wse_core.hw.traffic import Traffic
 
 __all__ = ["Figures", "RunReport", "stopwatch"]
@@ -53,10 +53,9 @@ Figures = Mapping[str, Any] | Callable[[Timing], Mapping[str, Any]]
 
 
 def _power_w(spec: WaferSpec, systems: int) -> float | None:
-    """Peak power of `systems` systems built around `spec` ("wse3+name": its base's; None: a
-    custom or test wafer with no figure in `SYSTEM_PEAK_W`)."""
-    peak = SYSTEM_PEAK_W.get(spec.name.split("+", 1)[0])
-    return None if peak is None else peak * systems
+    """Peak power of `systems` systems built around `spec` (None: a wafer of no system, whose
+    `system_peak_w` is 0)."""
+    return spec.system_peak_w * systems if spec.system_peak_w else None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

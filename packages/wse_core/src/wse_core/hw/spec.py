@@ -37,7 +37,6 @@ __all__ = [
     "SIMD_WSE2",
     "SIMD_WSE3",
     "PRESETS",
-    "SYSTEM_PEAK_W",
     "preset",
     "spec_from",
     "load_spec",
@@ -83,6 +82,18 @@ class WaferSpec:
     div_cycles: float = 50.0  # SDK example comments ("about 50 cycles")
     system_latency_s: float = 2e-6  # assumption: one system-to-system activation pass
     overlap: float = 1.0  # assumption: 1 = streaming parts overlap fully, 0 = they add up
+    # The system built around the wafer (what `RunReport.energy_j` and wse_systems.economics
+    # read; nothing looks a system up by the wafer's name): its name, peak power in W (0:
+    # none published, so no energy is predicted), default hourly rate in USD (an assumption,
+    # an input wherever it is used) and the power figure's source.
+    system: str = ""
+    system_peak_w: float = 0.0
+    system_usd_per_hour: float = 0.0
+    system_source: str = ""
+    # The largest rectangle a user program gets on the system (PE rows, cols; 0: the whole
+    # logical grid): what a kernel that fills the system with copies of its grid may use.
+    program_rows: int = 0
+    program_cols: int = 0
 
     def __post_init__(self) -> None:
         for field in ("pe_rows", "pe_cols", "sram_bytes_per_pe"):
@@ -106,6 +117,14 @@ class WaferSpec:
             value = getattr(self, field)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise SpecError(f"{field} must be a positive number, got {value!r}")
+        for field in ("program_rows", "program_cols"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 0:
+                raise SpecError(f"{field} must be an integer >= 0, got {value!r}")
+        for field in ("system_peak_w", "system_usd_per_hour"):
+            value = getattr(self, field)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise SpecError(f"{field} must be a number >= 0, got {value!r}")
         if not 0.0 <= float(self.defect_rate) < 1.0:
             raise SpecError(f"defect_rate must be in [0, 1), got {self.defect_rate!r}")
         for field in (
@@ -253,6 +272,14 @@ def _coerce(name: str, annotation: object, value: Any) -> Any:
 # 20 PB/s marketing total); one 32-bit word per link per direction per cycle; fp16: 4-wide
 # FMAC = 8 flop/cycle; fp32: one FMAC = 2 flop/cycle (assumption). Spares: about 1% of
 # columns (assumption; Cerebras says ~1% of cores are spare). Host I/O 1.2 Tb/s = 150 GB/s.
+def _system(name: str, peak_w: float, usd_per_hour: float, source: str) -> dict[str, Any]:
+    """A system's fields of a preset: name, peak power (W), default hourly rate (USD: an
+    assumption, no list price is published) and the power figure's source."""
+    return dict(
+        system=name, system_peak_w=peak_w, system_usd_per_hour=usd_per_hour, system_source=source
+    )
+
+
 _WSE2 = WaferSpec(
     name="wse2",
     pe_rows=757,
@@ -267,7 +294,10 @@ _WSE2 = WaferSpec(
     spare_rows=0,
     spare_cols=10,
     defect_rate=2e-4,
+    **_system("CS-2", 23e3, 90.0, "Cerebras CS-2 datasheet"),
 )
+# The small test wafers are parts of no system: no power, no energy predicted.
+_NO_SYSTEM = _system("", 0.0, 0.0, "")
 
 PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
     {
@@ -282,8 +312,10 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
             flops_per_cycle={"fp16": 8.0, "bf16": 8.0, "fp32": 2.0},
             host_io_bytes_per_s=150e9,
             spare_cols=6,
+            **_system("CS-1", 20e3, 60.0, "Cerebras CS-1 product overview (SC19)"),
         ),
-        "wse2": _WSE2,
+        # a CS-2 program gets 750 x 994 of the 757 x 996 PEs (SDK examples)
+        "wse2": _WSE2.replace(program_rows=750, program_cols=994),
         # WSE-3: full fabric 762 x 1176 (SDK); 8-wide fp16 FMAC = 16 flop/cycle; the clock
         # is not published: 1.1 GHz from the marketing totals (REFERENCES.md). MemoryX up
         # to 1.2 PB (CS-3 launch, March 2024: 1.5 TB, 12 TB or 1.2 PB external memory).
@@ -296,25 +328,39 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
             simd_widths=SIMD_WSE3,
             spare_cols=12,
             memoryx_capacity_bytes=1.2e15,
+            # the same power as CS-2
+            **_system("CS-3", 23e3, 100.0, "Cerebras CS-3 announcement (2024)"),
         ),
         # Small wafers with WSE-3 per-PE figures, for tests and demos.
         "tiny": _WSE2.replace(
-            name="tiny", pe_rows=8, pe_cols=8, spare_rows=1, spare_cols=1, defect_rate=0.01
+            name="tiny",
+            pe_rows=8,
+            pe_cols=8,
+            spare_rows=1,
+            spare_cols=1,
+            defect_rate=0.01,
+            **_NO_SYSTEM,
         ),
         "small": _WSE2.replace(
-            name="small", pe_rows=32, pe_cols=32, spare_rows=1, spare_cols=2, defect_rate=0.005
+            name="small",
+            pe_rows=32,
+            pe_cols=32,
+            spare_rows=1,
+            spare_cols=2,
+            defect_rate=0.005,
+            **_NO_SYSTEM,
         ),
         "demo": _WSE2.replace(
-            name="demo", pe_rows=64, pe_cols=96, spare_rows=2, spare_cols=3, defect_rate=0.002
+            name="demo",
+            pe_rows=64,
+            pe_cols=96,
+            spare_rows=2,
+            spare_cols=3,
+            defect_rate=0.002,
+            **_NO_SYSTEM,
         ),
     }
 )
-
-
-# Peak power of the system built around each wafer preset (W): CS-1 product overview (SC19),
-# CS-2 datasheet, CS-3 announcement (2024, same power as CS-2). Data for `RunReport.energy_j`
-# and `wse_systems.economics` (the systems' idle power and prices live there).
-SYSTEM_PEAK_W: Mapping[str, float] = MappingProxyType({"wse1": 20e3, "wse2": 23e3, "wse3": 23e3})
 
 
 def preset(name: str) -> WaferSpec:

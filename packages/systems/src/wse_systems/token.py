@@ -1,0 +1,107 @@
+"""One decode token priced: the one function every consumer of a batch-1 token time calls.
+
+Contract. `price_token(shape, plan, kv_tokens=...)` is one decode token of `shape` (a
+`DecoderShape`) on `plan` (a `wse_systems.pipeline.PipelinePlan`): its phases are
+`wse_systems.decoder.decode_phases`, evaluated by `wse_core.PerfModel` (the one calibration,
+or the `model` given), returned as a `wse_core.RunReport` with `units="token"`:
+`predicted_s` is the wafer time of one token, `extra["plan"]` the plan's regions,
+`extra["tokens_per_s"]` its inverse, and the assumptions (`decode_assumptions`) say what
+the figure rests on. The pipelined engine's report (`wse_inference.pipeline.perf`), the
+per-wafer traces (`wse_systems.trace`), the serving model's pipeline elements
+(`wse_systems.serving.wafer.price_pipeline`, from this report's phases) and so `wse plan
+infer` all price a token here; a test holds them to the same batch-1 time to the cycle.
+
+`token_report(...)` builds the per-token report of any phase tree on a plan (the
+speculative round of `wse_inference.pipeline.perf` uses it with its own phases).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from wse_core.cost.perf import PerfModel, Phases
+from wse_core.cost.report import RunReport
+
+from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
+from wse_systems.pipeline import PipelinePlan
+
+__all__ = ["decode_assumptions", "price_token", "token_report"]
+
+
+def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, str]:
+    """The assumptions behind a decode prediction on `plan` (beside the spec's own)."""
+    spec = plan.spec
+    kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
+    return {
+        **DECODER_ASSUMPTIONS,
+        "kv_tokens": f"the attention reads {kv} cached tokens (context {plan.context_len})",
+        "batch": "batch 1: one region works at a time, so the regions' times add",
+        "between wafers": (
+            f"{plan.wafer_crossings} pass(es) per token (each wafer boundary and the way back to "
+            f"wafer 0) of d_model values at the system I/O rate "
+            f"({spec.host_io_bytes_per_s / 1e9:g} GB/s) plus system_latency_s "
+            f"({spec.system_latency_s:g} s, assumed) each"
+        ),
+        "weights": f"{plan.bytes_per_param} bytes per parameter and per cached value",
+    }
+
+
+def token_report(
+    name: str,
+    plan: PipelinePlan,
+    phases: Phases,
+    *,
+    kv_tokens: int | None = None,
+    measured_wall_s: float | None = None,
+    assumptions: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    systems: int | None = None,
+    sram: Mapping[str, Any] | None = None,
+    tail: Mapping[str, Any] | None = None,
+    model: PerfModel | None = None,
+) -> RunReport:
+    """The per-token report of `phases` on `plan`; `extra` holds the plan, `extra`,
+    tokens/s, then `tail`."""
+    head = {"plan": plan.summary(), **(extra or {})}
+    return RunReport.build(
+        name,
+        plan.spec,
+        phases,
+        measured_wall_s=measured_wall_s,
+        sram=sram,
+        assumptions={**decode_assumptions(plan, kv_tokens), **(assumptions or {})},
+        units="token",
+        systems=systems or plan.num_wafers,
+        model=model,
+        extra=lambda t: {**head, "tokens_per_s": t.per_s, **(tail or {})},
+    )
+
+
+def price_token(
+    shape: Any,
+    plan: PipelinePlan,
+    *,
+    kv_tokens: int | None = None,
+    name: str | None = None,
+    measured_wall_s: float | None = None,
+    sram: Mapping[str, Any] | None = None,
+    tokens: int | None = None,
+    model: PerfModel | None = None,
+) -> RunReport:
+    """One batch-1 decode token of `shape` on `plan` (units "token"; seconds per token).
+
+    `measured_wall_s`: the emulator's wall time per token, shown beside the prediction;
+    `sram`: the SRAM ledger summary of the wafer that ran it; `tokens`: the decode tokens
+    the measurement covers (`extra["tokens"]`)."""
+    phases = decode_phases(shape, plan, kv_tokens=kv_tokens)
+    return token_report(
+        name or f"decode {getattr(shape, 'name', 'model')}",
+        plan,
+        phases,
+        kv_tokens=kv_tokens,
+        measured_wall_s=measured_wall_s,
+        sram=sram,
+        tail=None if tokens is None else {"tokens": tokens},
+        model=model,
+    )
