@@ -7,7 +7,9 @@ by name in the CLI. It returns an `ExperimentResult`; `write_experiment` puts
 as `<name>.png` beside them.
 
 Each prediction row is `{"name", "value", "unit", "params", "published", "source",
-"mechanisms"}`; `published` and `source` are filled only from shared/REFERENCES.md (None
+"mechanisms", "role"}`; `role` says what the row is to the calibration (`row_role`): "fits
+K" (a calibration row that fits constant K), "check" (a published figure nothing is fitted
+on) or "prediction" (no published figure here); `published` and `source` are filled only from shared/REFERENCES.md (None
 otherwise); `mechanisms` (optional) is the row's predicted cycles by mechanism
 (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's `params["per"]` names), shown
 in the tables and drawn as `mechanisms.png` (stacked shares per row) whenever a row has it.
@@ -23,7 +25,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PredictionRow", "ExperimentResult", "write_experiment", "mechanism_figure"]
+__all__ = [
+    "PredictionRow",
+    "ExperimentResult",
+    "write_experiment",
+    "mechanism_figure",
+    "row_role",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,13 +43,25 @@ class PredictionRow:
     published: float | None = None
     source: str | None = None
     mechanisms: dict[str, float] | None = None  # predicted cycles by mechanism
+    role: str | None = None  # "fits K", "check" or "prediction" (None: `row_role` decides)
 
     def to_dict(self) -> dict[str, Any]:
-        """DESIGN.md's row; `mechanisms` only when the row has it."""
+        """DESIGN.md's row; `mechanisms` only when the row has it; `role` always."""
         out = dataclasses.asdict(self)
         if out["mechanisms"] is None:
             del out["mechanisms"]
+        out["role"] = row_role(self)
         return out
+
+
+def row_role(p: PredictionRow) -> str:
+    """The row's role: its own, else `params["role"]`, else "check" when it has a published
+    figure and "prediction" when not."""
+    if p.role:
+        return p.role
+    if p.params.get("role"):
+        return str(p.params["role"])
+    return "check" if p.published is not None else "prediction"
 
 
 @dataclasses.dataclass
@@ -73,13 +93,14 @@ def _fmt(v: Any) -> str:
 
 
 def _rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
-    header = ["name", "value", "unit", "params", "published", "ratio", "source"]
+    header = ["name", "role", "value", "unit", "params", "published", "ratio", "source"]
     with_mech = any(p.mechanisms for p in result.predictions)
     header += ["cycles by mechanism"] if with_mech else []
     rows = []
     for p in result.predictions:
         ratio = p.value / p.published if p.published else None
-        cells: list[Any] = [p.name, p.value, p.unit, p.params, p.published, ratio, p.source]
+        cells: list[Any] = [p.name, row_role(p), p.value, p.unit, p.params, p.published]
+        cells += [ratio, p.source]
         cells += [_mechanism_text(p.mechanisms)] if with_mech else []
         rows.append([_fmt(x) for x in cells])
     return header, rows
