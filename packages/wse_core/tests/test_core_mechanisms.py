@@ -103,6 +103,16 @@ def test_scalar_work_is_priced_as_scalar_instructions_not_dsds():
     assert dsds["simd"] + dsds["dsd_issue"] == 30 + 30 * 7.0
 
 
+def test_each_row_shows_the_assumed_constants_that_move_it_with_their_range():
+    from wse_core.cost.mechanisms import assumed_beside
+
+    text = assumed_beside({"scalar": 30.0, "hop": 4.0, "dsd_issue": 0.0})
+    # scalar instructions: assumed, swept 1..4; the hop is sourced (not listed); the clock
+    # (assumed) moves every time in seconds
+    assert text == "scalar_instruction_cycles in 1..4, clock_hz in 8.5e+08..1.1e+09"
+    assert "system_latency_s in 5e-07..1e-05" in assumed_beside({"host_io": 1.0})
+
+
 def test_router_switches_are_idle_latency_not_core_work():
     spec = SPEC.replace(router_switch_cycles=50.0)
     cost = PerfModel(spec, UNCALIBRATED).cost(Work(router_switches=4, links={"ramp": 100}))

@@ -54,6 +54,8 @@ __all__ = [
     "MECHANISMS",
     "CORE_MECHANISMS",
     "LATENCY_MECHANISMS",
+    "MECHANISM_CONSTANTS",
+    "assumed_beside",
     "describe",
 ]
 
@@ -251,6 +253,35 @@ CALIBRATION_DEFAULTS: Mapping[str, float] = MappingProxyType(
     {"table_ii_block_z": 334.0, "wave25_add_width": 1.0}
 )
 CALIBRATION_KEYS = tuple(CALIBRATION_DEFAULTS)
+
+
+# The constants each Cost.mechanisms key is priced with (for `assumed_beside`).
+MECHANISM_CONSTANTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "simd": ("fp32_mul_width",),  # sqrt and div cycles too, where a row has them
+        "dsd_issue": ("dsd_issue_cycles",),
+        "task_activation": ("task_activation_cycles",),
+        "scalar": ("scalar_instruction_cycles",),
+        "link": ("link_bytes_per_cycle",),
+        "hop": ("hop_latency_cycles",),
+        "relay": ("ramp_latency_cycles",),
+        "router_switch": ("router_switch_cycles",),
+        "host_io": ("host_io_bytes_per_s", "system_latency_s"),
+    }
+)
+
+
+def assumed_beside(mechanisms: Mapping[str, float]) -> str:
+    """The assumed constants that move a prediction with these cycles by mechanism, each
+    with its sweep range ("scalar_instruction_cycles in 1..4"), for its table row."""
+    keys = [k for m, v in mechanisms.items() if v for k in MECHANISM_CONSTANTS.get(m, ())]
+    keys += ["clock_hz"]  # every time in seconds moves with it
+    out = []
+    for key in dict.fromkeys(keys):
+        c = CONSTANTS[key]
+        if c.basis == "assumed" and c.sweep:
+            out.append(f"{key} in {min(c.sweep):g}..{max(c.sweep):g}")
+    return ", ".join(out)
 
 
 def describe(key: str) -> str:

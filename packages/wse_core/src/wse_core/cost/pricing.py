@@ -71,9 +71,9 @@ __all__ = [
 ]
 
 OVERLAP = (
-    "phase = max(compute, sram, link) + hop + relay + host I/O: a PE's instruction stream, "
-    "memory ports and router stream at once; hop chains, relay stages and off-wafer I/O are "
-    "serial"
+    "phase = max(compute, sram, link) + hop + relay + router switch + host I/O: a PE's "
+    "instruction stream, memory ports and router stream at once; hop chains, relay stages, "
+    "router switch reconfigurations and off-wafer I/O are serial"
 )
 
 

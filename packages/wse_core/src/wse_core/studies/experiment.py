@@ -7,14 +7,15 @@ by name in the CLI. It returns an `ExperimentResult`; `write_experiment` puts
 as `<name>.png` beside them.
 
 Each prediction row is `{"name", "value", "unit", "params", "published", "source",
-"mechanisms", "role"}`; `role` says what the row is to the calibration (`row_role`): "fits
-K" (a calibration row that fits constant K), "check" (a published figure nothing is fitted
-on) or "prediction" (no published figure here); `published` and `source` are filled only from shared/REFERENCES.md (None
-otherwise); `mechanisms` (optional) is the row's predicted cycles by mechanism
-(`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's `params["per"]` names), shown
-in the tables and drawn as `mechanisms.png` (stacked shares per row) whenever a row has it.
-`--quick` may shrink the measured part; predictions must be the same either way.
-"""
+"mechanisms", "role"}`; `role` says what the row is to the calibration (`row_role`): "fits K"
+(a calibration row that fits constant K), "check" (a published figure nothing is fitted on) or
+"prediction" (no published figure here); `published` and `source` are filled only from
+shared/REFERENCES.md (None otherwise); `mechanisms` (optional) is the row's predicted cycles by
+mechanism (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's `params["per"]`
+names), shown in the tables and drawn as `mechanisms.png` (stacked shares per row) whenever a
+row has it, with the assumed constants that move it and their sweep ranges beside it
+(`wse_core.cost.mechanisms.assumed_beside`). `--quick` may shrink the measured part;
+predictions must be the same either way."""
 
 from __future__ import annotations
 
@@ -95,13 +96,16 @@ def _fmt(v: Any) -> str:
 def _rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
     header = ["name", "role", "value", "unit", "params", "published", "ratio", "source"]
     with_mech = any(p.mechanisms for p in result.predictions)
-    header += ["cycles by mechanism"] if with_mech else []
+    header += ["cycles by mechanism", "assumed (sweep range)"] if with_mech else []
     rows = []
     for p in result.predictions:
         ratio = p.value / p.published if p.published else None
         cells: list[Any] = [p.name, row_role(p), p.value, p.unit, p.params, p.published]
         cells += [ratio, p.source]
-        cells += [_mechanism_text(p.mechanisms)] if with_mech else []
+        if with_mech:
+            from wse_core.cost.mechanisms import assumed_beside
+
+            cells += [_mechanism_text(p.mechanisms), assumed_beside(p.mechanisms or {})]
         rows.append([_fmt(x) for x in cells])
     return header, rows
 
