@@ -152,6 +152,26 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             source="no public figure; one instruction issued per cycle",
             sweep=(1.0, 2.0, 4.0),
         ),
+        "sram_read_bytes_per_cycle": _C(
+            units="B/cycle per PE",
+            mechanism="SRAM read port: bounds each instruction's vector operands (Op.bounds) "
+            "and a phase's reads",
+            basis="sourced",
+            source="Jacquelin et al.: 16 B read per cycle on WSE-2 (the SDK's per-port figure "
+            "is two 32-bit reads); WSE-3's is not published: the SDK's 8-wide fp16 and "
+            "4-wide fp32 would need 32 B, the 21 PB/s marketing total about 16 B; swept",
+            sweep=(8.0, 16.0, 32.0),
+        ),
+        "sram_write_bytes_per_cycle": _C(
+            units="B/cycle per PE",
+            mechanism="SRAM write port: bounds each instruction's results (Op.bounds) and a "
+            "phase's writes",
+            basis="sourced",
+            source="Jacquelin et al.: 8 B write per cycle on WSE-2 (the SDK's per-port figure "
+            "is one 32-bit write); WSE-3's is not published (16 B would let 4 fp32 or 8 fp16 "
+            "results a cycle, as its SIMD table); swept",
+            sweep=(4.0, 8.0, 16.0),
+        ),
         "fp32_mul_width": _C(
             units="elements/cycle",
             mechanism="SIMD width of fp32 mul and FMAC",
@@ -263,6 +283,7 @@ MECHANISM_CONSTANTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "task_activation": ("task_activation_cycles",),
         "scalar": ("scalar_instruction_cycles",),
         "link": ("link_bytes_per_cycle",),
+        "sram": ("sram_read_bytes_per_cycle", "sram_write_bytes_per_cycle"),
         "hop": ("hop_latency_cycles",),
         "relay": ("ramp_latency_cycles",),
         "router_switch": ("router_switch_cycles",),
