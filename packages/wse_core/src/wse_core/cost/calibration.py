@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
+from wse_core.cost.mechanisms import CORE_MECHANISMS
 from wse_core.cost.pricing import Phases, Pricing
 from wse_core.cost.stencil import wave_step_phases
 from wse_core.cost.work import Op, Work
@@ -155,7 +156,7 @@ def _stencil_seconds(cal: Calibration) -> float:
 def _busy_share(cal: Calibration) -> float:
     timing = Pricing(_wse("wse2"), cal).evaluate(table_ii_phases())
     mech = timing.by_mechanism()
-    busy = sum(mech.get(k, 0.0) for k in ("simd", "dsd_issue", "task_activation"))
+    busy = sum(mech.get(k, 0.0) for k in CORE_MECHANISMS)  # the core's instruction stream
     return busy / (timing.seconds * _wse("wse2").clock_hz)
 
 
@@ -186,14 +187,6 @@ def summa_work() -> Work:
 
 def _summa_cycles(cal: Calibration) -> float:
     return Pricing(_wse("wse2"), cal).cost(summa_work()).cycles
-
-
-def _bisect(model_s: Callable[[float], float], target: float, lo=0.0, hi=1e4) -> float:
-    """x with model_s(x) == target, model_s increasing in x (bisection)."""
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if model_s(mid) < target else (lo, mid)
-    return 0.5 * (lo + hi)
 
 
 def _table_rows(excluded: frozenset[str], published: Mapping[str, float]):
