@@ -62,8 +62,10 @@ def test_density_phase_counted_by_hand():
     assert _leaf(phases, "force").work.links["N"] == 6.0  # F': 1 word per PE
 
 
-@pytest.mark.parametrize("wafer, per_pair", [("wse2", 70.0), ("wse3", 57.75)])
-def test_one_pair_counted_by_hand(wafer, per_pair):
+@pytest.mark.parametrize(
+    "wafer, ports, per_pair", [("wse2", None, 70.0), ("wse3", None, 65.5), ("wse3", 2, 57.75)]
+)
+def test_one_pair_counted_by_hand(wafer, ports, per_pair):
     """What one more candidate costs a step (density and force phases), element by
     element, without issue overheads (they do not grow with M):
 
@@ -73,17 +75,23 @@ def test_one_pair_counted_by_hand(wafer, per_pair):
     force:           5 gathers, 10 fmac, 3 mul, 4 scale, 1 sub, 2 add, 2 move
 
     WSE-2 fp32 widths: sub, add, move, scale 2; mul, fmac, convert, max, shift 1;
-    WSE-3: sub, add, move, scale, convert, max, shift 4; mul, fmac 1. A gather is 1."""
-    w = build_wafer(preset(wafer), grid=(5, 5), mesh_shape=(1, 1), devices=jax.devices()[:1])
-    model = PerfModel(preset(wafer), EXACT)
+    WSE-3's SDK table: sub, add, move, scale, convert, max, shift 4; mul, fmac 1; but each
+    instruction's own ports bound it: 4 fp32 results a cycle are 16 B for an 8 B write
+    port (and two operands 32 B for a 16 B read port): 2 a cycle, unless the ports are
+    twice as wide (`ports=2`: what the SDK's table leaves open). A gather is 1."""
+    spec = preset(wafer)
+    if ports:
+        spec = spec.replace(sram_read_bytes_per_cycle=32.0, sram_write_bytes_per_cycle=16.0)
+    w = build_wafer(spec, grid=(5, 5), mesh_shape=(1, 1), devices=jax.devices()[:1])
+    model = PerfModel(spec, EXACT)
 
     def pair_phases(m):
         plan = dataclasses.replace(PLAN, caps=(1, 1, 1, m))
         ph = step_phases(w, POT, plan, rebuild_every=10)
         return sum(model.cost(_leaf(ph, n).work).compute_cycles for n in ("density", "force"))
 
-    wide = 2.0 if wafer == "wse2" else 4.0
-    narrow = 1.0 if wafer == "wse2" else 4.0  # convert, max, shift
+    wide = 2.0 if wafer == "wse2" else 2.0 * (ports or 1)
+    narrow = 1.0 if wafer == "wse2" else 2.0 * (ports or 1)  # convert, max, shift
     by_hand = (
         (6 + 1 + 1) / wide + 11 + (5 + 3 + 1) / narrow + 9 + 3  # geometry
         + 4 + 5 + (1 + 1 + 3) / wide  # density and slope
@@ -94,17 +102,20 @@ def test_one_pair_counted_by_hand(wafer, per_pair):
 
 
 def test_integrate_phase_counted_by_hand():
-    """WSE-2, fp32, 3-element vectors, 3 issue cycles each: two half kicks and the drift
-    (fmac with the PE's constants: no divide), the force store (move), the displacement
-    check d = x - x_build (sub) and |d|^2 (fmac), its running maximum (max, 1 element);
-    2-wide: 2 cycles, 1-wide: 3; and one task. No fabric: no reduction every step."""
-    phases = step_phases(_wafer(), POT, PLAN, rebuild_every=10)
-    work = _leaf(phases, "integrate").work
-    assert not any(op.kind == "div" for op in work.ops) and not work.links
-    fmacs = 4 * (3 + 3)
-    rest = (3 + 2) + (3 + 2) + (3 + 1)
-    cost = PerfModel(preset("wse2"), EXACT).cost(work)
-    assert cost.compute_cycles == fmacs + rest + 10 == 48
+    """Per atom, scalar instructions on each of 3 components (no DSD, no issue overhead):
+    two half kicks and the drift (fmac with the PE's constants: no divide), the force store
+    (move), the displacement check d = x - x_build (sub) and |d|^2 (fmac): 6 x 3; its
+    running maximum (max): 1; one cycle each on WSE-2 and WSE-3 alike; and one task. No
+    fabric: no reduction every step."""
+    for name in ("wse2", "wse3"):
+        phases = step_phases(_wafer(), POT, PLAN, rebuild_every=10)
+        work = _leaf(phases, "integrate").work
+        assert not work.ops and not work.links and work.scalar_instructions == 6 * 3 + 1
+        cost = PerfModel(preset(name), EXACT).cost(work)
+        assert cost.compute_cycles == 19 + 10 and cost.mechanisms["dsd_issue"] == 0
+    # F(rho) and F'(rho): 23 scalar instructions per atom (7 fmac, 2 convert, 3 max, 2 sub,
+    # 4 coefficient loads, 1 move, 4 scale)
+    assert _leaf(phases, "embed").work.scalar_instructions == 23
     check = next((p, k) for p, k in phases.leaves() if p.name == "check")
     assert check[1] == pytest.approx(1 / 100) and check[0].work.latency_hops > 0
 

@@ -91,6 +91,20 @@ def test_cerebras_accounting_by_hand(one_tile):
     assert got["relative_bytes_per_s"] == pytest.approx(48 * one["relative_bytes_per_s"])
     # A real operator: the complex64 convention is the same bytes.
     assert got["relative_complex_bytes_per_s"] == got["relative_bytes_per_s"]
+    # The SDK's rule: the PE's bytes times the 750 x 994 rectangle per system.
+    assert got["sdk_relative_bytes_per_s"] == pytest.approx(rel * 48 * 745_500 / (cycles / 850e6))
+    assert got["sdk_absolute_bytes_per_s"] == pytest.approx(ab * 48 * 745_500 / (cycles / 850e6))
+    assert got["relative_real_split_exceeds_sram"] == 0.0  # rel bytes fit 48 kB
+
+
+def test_sdk_rule_counts_a_complex_pe_at_what_it_holds(op):
+    # A complex operator's real-split tiles count 16 B per complex entry; the PE holds 8.
+    spec = preset("small")
+    plan = plan_placement(op, spec, rank_chunk=2)
+    got = perf.cerebras_bandwidth(plan, _uncalibrated(spec))
+    held = got["sdk_relative_bytes_per_s"]
+    assert got["sdk_relative_real_split_bytes_per_s"] == pytest.approx(2 * held)
+    assert got["relative_bytes_per_pe"] / 2 <= spec.sram_bytes_per_pe
 
 
 @pytest.mark.cpu_devices

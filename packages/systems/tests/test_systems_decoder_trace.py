@@ -72,8 +72,10 @@ def test_calibration_experiment_prints_constants_rows_and_leave_one_out(tmp_path
     assert {m["constant"] for m in consts} == set(CONSTANTS)
     assert all(m["units"] and m["basis"] and m["source_or_rows"] for m in consts)
     loo = [m for m in res.measurements if m["kind"] == "leave_one_out"]
-    assert len(loo) == 8 and all(abs(m["error_without_row"]) < 0.10 for m in loo)
+    assert len(loo) == 10  # eight Table II rows, the busy share, the SUMMA run
+    table = [m for m in loo if str(m["case"]).startswith("stencil25 ") and "busy" not in m["case"]]
+    assert all(abs(m["error_without_row"]) < 0.05 for m in table)
     roles = {p.params["role"] for p in res.predictions}
-    assert roles == {"fits dsd_issue_cycles", "check"}
+    assert roles >= {"fits router_switch_cycles", "fits dsd_issue_cycles", "check"}
     folder = write_experiment(res, tmp_path)
     assert (folder / "mechanisms.png").stat().st_size > 1000

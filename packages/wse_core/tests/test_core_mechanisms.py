@@ -67,6 +67,59 @@ def test_each_mechanism_counted_by_hand():
     assert set(mech) == set(MECHANISMS)
 
 
+def test_an_spmv_row_is_bounded_by_its_own_read_port():
+    # SC20's local y += d * x over n fp16 cells on WSE-2: the SIMD table allows 4 per cycle,
+    # but three vectors read per element are 3 x 4 x 2 B = 24 B a cycle from a 16 B port:
+    # 16 / 6 elements per cycle. Its write (4 x 2 B = 8 B) fits the 8 B write port.
+    n = 1000
+    op = Op("fmac", "fp16", n, mem_reads=3)
+    assert op.bounds(SPEC) == {"simd": 4.0, "sram_read": 16 / 6, "sram_write": 4.0}
+    assert MODEL.mechanisms(Work(ops=(op,)))[0]["simd"] == math.ceil(n * 6 / 16)  # 375
+    # A neighbour's value streaming in from the fabric replaces one read, but the link
+    # gives 4 B a cycle: two fp16 elements per cycle.
+    fab = Op("fmac", "fp16", n, fabric_in=True)
+    assert fab.reads == 1 and fab.width(SPEC) == 2.0
+    # A phase-total SRAM count would have hidden it: 24 B x n / 16 B is the same 1,500
+    # cycles as the op's own bound here, but only the op's bound stops the SIMD at 4.
+    assert Op("fmac", "fp16", n).width(SPEC) == 4.0
+
+
+def test_a_reduction_into_one_accumulator_takes_one_element_per_cycle():
+    # A dot product of n fp16 pairs accumulated in fp32 (@fmachs): 2-wide in the SDK table,
+    # but every element adds into the same scalar: n cycles, plus one DSD issue.
+    n = 257
+    dot = Op("fmac_mixed", "fp16", n, accumulate=True, mem_writes=0)
+    assert dot.bounds(SPEC)["accumulator"] == 1.0 and "sram_write" not in dot.bounds(SPEC)
+    assert MODEL.cost(Work(ops=(dot,))).compute_cycles == n + 7.0
+    assert MODEL.cost(Work(ops=(Op("fmac_mixed", "fp16", n),))).compute_cycles == 129 + 7.0
+
+
+def test_scalar_work_is_priced_as_scalar_instructions_not_dsds():
+    # 30 scalar instructions (an atom's embedding lookup and update, say): 30 cycles at one
+    # a cycle, no DSD issue; the same work as 30 length-1 DSDs would pay 30 issues.
+    mech = MODEL.mechanisms(Work(scalar_instructions=30))[0]
+    assert mech["scalar"] == 30 and mech["dsd_issue"] == 0
+    dsds = MODEL.mechanisms(Work(ops=(Op("add", "fp32", 1, count=30),)))[0]
+    assert dsds["simd"] + dsds["dsd_issue"] == 30 + 30 * 7.0
+
+
+def test_each_row_shows_the_assumed_constants_that_move_it_with_their_range():
+    from wse_core.cost.mechanisms import assumed_beside
+
+    text = assumed_beside({"scalar": 30.0, "hop": 4.0, "dsd_issue": 0.0})
+    # scalar instructions: assumed, swept 1..4; the hop is sourced (not listed); the clock
+    # (assumed) moves every time in seconds
+    assert text == "scalar_instruction_cycles in 1..4, clock_hz in 8.5e+08..1.1e+09"
+    assert "system_latency_s in 5e-07..1e-05" in assumed_beside({"host_io": 1.0})
+
+
+def test_router_switches_are_idle_latency_not_core_work():
+    spec = SPEC.replace(router_switch_cycles=50.0)
+    cost = PerfModel(spec, UNCALIBRATED).cost(Work(router_switches=4, links={"ramp": 100}))
+    assert cost.mechanisms["router_switch"] == 200 and cost.latency_cycles == 200
+    assert cost.compute_cycles == 0 and cost.cycles == 100 + 200
+
+
 @pytest.mark.parametrize("p, b", [(8, 4), (17, 1), (64, 256)])
 def test_a_reduce_over_k_pes_is_luczynski_et_als_closed_form(p, b):
     tr = SPEC.ramp_latency_cycles

@@ -19,7 +19,11 @@ def test_wafer_yield_monte_carlo_matches_closed_form_and_is_seeded(tmp_path):
     folder = write_experiment(a, tmp_path)
     data = json.loads((folder / "results.json").read_text())
     assert set(data) == {"experiment", "seed", "config", "measurements", "predictions"}
-    assert set(data["predictions"][0]) == {"name", "value", "unit", "params", "published", "source"}
+    keys = {"name", "value", "unit", "params", "published", "source", "role"}
+    assert set(data["predictions"][0]) == keys
+    # No published figure and no role given: a prediction; the table says so per row.
+    assert data["predictions"][0]["role"] == "prediction"
+    assert "| name | role |" in (folder / "table.md").read_text()
     for f in ("table.md", "table.csv", "figure.png"):
         assert (folder / f).stat().st_size > 0
 

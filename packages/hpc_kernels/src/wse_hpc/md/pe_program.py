@@ -9,7 +9,10 @@ list build (`BUILD_SLOT`: vectors of the window's 2 k_cols + 1 columns, one per 
 `GATHER` entries are indexed loads (a candidate's value out of a received slab, a spline's
 coefficients at the pair's knot): a DSD walks memory at a fixed stride, so an indexed load
 is priced as a move at the worst stride (`GATHER_STRIDE`: one element per cycle).
-`step_ops(plan, n_elements, dtype)` gives the `Op`s of each phase for a plan.
+`ops(table, length, dtype)` gives a table's `Op`s over vectors of `length`. Per-atom work
+(`INTEGRATE`'s three components, `INTEGRATE_SCALAR`, `EMBED`) is scalar work: the PE runs
+it as scalar instructions (`scalar_count`: one instruction per entry and component, an
+indexed load one), never as length-1 or length-3 DSDs that would each pay a DSD's set-up.
 
 The pair's arithmetic is the list kernel's (`wse_hpc.md.neighbours`), as a PE runs it:
 - geometry once per pair (phase 1) and kept in SRAM for phase 2: displacement, minimum
@@ -54,6 +57,7 @@ __all__ = [
     "BUILD_SLOT",
     "SWAP",
     "ops",
+    "scalar_count",
     "ballistic_every",
 ]
 
@@ -132,6 +136,11 @@ def ops(table: Mapping[str, float], length: float, dtype: str, count: float = 1.
         else:
             out.append(Op(kind, dtype, length, n * count))
     return tuple(out)
+
+
+def scalar_count(table: Mapping[str, float], components: int = 1) -> float:
+    """Scalar instructions of `table` on `components` values each (a gather: one load)."""
+    return float(sum(table.values()) * components)
 
 
 def ballistic_every(

@@ -12,12 +12,13 @@ constants are wse_core's (`wse_core.cost.mechanisms`).
 What is counted, per step (the instruction tables are `wse_hpc.md.pe_program`'s; vectors
 of M = `caps[-1]` candidates, every list slot evaluated and masked, as the kernel does):
 - `integrate`: two half kicks, the drift, the force store and the PE's own displacement
-  check (|x - x_build|^2 and its running maximum): no fabric.
+  check (|x - x_build|^2 and its running maximum): no fabric; scalar instructions, three
+  components each (`pe_program.scalar_count`), not length-3 DSDs.
 - `density`: the window multicast of positions (X stage: row windows E and W over k_cols;
   Y stage: `depth` marching steps N and S of the (2 k_cols + 1)-wide row windows), each
   word received on the PE's ramp; per candidate the pair geometry, once (1/r by Newton
   iterations, `pe_program.RSQRT`), the density spline and its slope.
-- `embed`: F(rho) and F'(rho) per atom (vectors of length 1: issue cost dominates).
+- `embed`: F(rho) and F'(rho) per atom, as scalar instructions (no DSD set-up).
 - `force`: the F' multicast (1 word); per candidate the pair spline z2r, psi', the force,
   pair energy and virial sums with the geometry phase 1 kept (not computed again).
 - `rebuild` (1 / `rebuild_every` times per step): the swap sweep (four odd-even
@@ -85,6 +86,7 @@ from wse_hpc.md.pe_program import (
     SLOPE,
     SWAP,
     ops,
+    scalar_count,
 )
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms
@@ -240,7 +242,8 @@ def step_phases(
     dt = "fp32"  # no fp64 datapath on the PE: an fp64 emulation is priced as fp32
     t = {k: fold(v) for k, v in (traffic or fabric_counts(wafer, pot, plan)).items()}
     m, ne = candidates(plan), len(pot.elements)
-    verlet = ops(INTEGRATE, 3, dt) + ops(INTEGRATE_SCALAR, 1, dt)
+    # per-atom work as scalar instructions (pe_program.scalar_count)
+    verlet = Work(scalar_instructions=scalar_count(INTEGRATE, 3) + scalar_count(INTEGRATE_SCALAR))
     # with several elements rho_i' is a second slope, from the other table's coefficients
     slopes = ops(SLOPE, m, dt, count=1 if ne == 1 else 2) + ops({"gather": 4 * (ne > 1)}, m, dt)
     density = ops(PAIR_GEOMETRY, m, dt) + ops(DENSITY, m, dt) + slopes
@@ -249,21 +252,21 @@ def step_phases(
     build = (
         ops(BUILD_SLOT, width, dt, count=offsets)
         + ops({"move": 2}, m, dt)  # compaction: slot and species of each candidate
-        + ops({"max": 2, "add": 1}, 1, dt, count=t["build"].count)  # coverage extremes
     )
+    extremes = Work(scalar_instructions=3.0 * t["build"].count)  # coverage: 2 max, 1 add
     check = allreduce_2d(spec or wafer.spec, wafer.rows, wafer.cols, 1.0)
     return serial(
-        Phase("integrate", _work(verlet)),
+        Phase("integrate", _work(()) + verlet),
         Phase("density", _work(density, t["density"])),
-        Phase("embed", _work(ops(EMBED, 1, dt))),
+        Phase("embed", _work(()) + Work(scalar_instructions=scalar_count(EMBED))),
         Phase("force", _work(ops(FORCE, m, dt), t["force"])),
         serial(
             Phase("swaps", _work(swaps, t["swaps"], tasks=0.0)),
-            Phase("build", _work(build, t["build"])),
+            Phase("build", _work(build, t["build"]) + extremes),
             name="rebuild",
             repeat=1.0 / rebuild_every,
         ),
-        Phase("check", check + Work(ops=ops({"max": 1}, 1, dt)), repeat=1.0 / check_every),
+        Phase("check", check + Work(scalar_instructions=1.0), repeat=1.0 / check_every),
         name="step",
     )
 

@@ -84,11 +84,15 @@ def _name(dtype) -> str:
 
 def _vec(kind: str, dtype: str, n: float, count: float = 1, reads: float = 2, **kw) -> Work:
     """`count` instructions over n elements: `reads` memory operands each, one result
-    written (`write_dtype`, default dtype; `writes=0` for a scalar result)."""
+    written (`write_dtype`, default dtype; `writes=0` for a scalar result: a reduction into
+    one accumulator, one element per cycle). The instruction's own ports price the same
+    reads and writes (`Op.bounds`)."""
     size = DTYPE_BYTES[dtype]
-    out = DTYPE_BYTES[kw.get("write_dtype", dtype)] * kw.get("writes", 1)
+    writes = kw.get("writes", 1)
+    out = DTYPE_BYTES[kw.get("write_dtype", dtype)] * writes
+    op = Op(kind, dtype, n, count=count, mem_reads=reads, mem_writes=writes, accumulate=not writes)
     return Work(
-        ops=(Op(kind, dtype, n, count=count),),
+        ops=(op,),
         sram_read_bytes=count * reads * n * size,
         sram_write_bytes=count * n * out,
     )
@@ -199,14 +203,16 @@ def bicgstab_iteration(grid: StencilGrid, precision: str, spmv: Callable) -> Pha
 
 
 def _sc20_spmv(n: float) -> Work:
-    """SC20's SpMV y = A x, all fp16, A as 7 diagonals: the centre term one mul, the Z
-    neighbours two FMACs over shifted local views, the four X/Y neighbours four FMACs whose
-    x streams from the fabric; the halo: one value per cell each way (two fp16 per wavelet)
-    over one hop, one relay stage, a task per direction."""
+    """SC20's SpMV y = A x, all fp16, A as 7 diagonals: the centre term one mul (d and x
+    read), the Z neighbours two FMACs y += d x over shifted local views (y, d and x read:
+    24 B a cycle at 4-wide, so the 16 B read port sets 2.67 a cycle), the four X/Y
+    neighbours four FMACs whose x streams from the fabric (y and d read; the link gives
+    two fp16 a cycle); the halo: one value per cell each way (two fp16 per wavelet) over
+    one hop, one relay stage, a task per direction."""
     ops = (
         Op("mul", "fp16", n),
-        Op("fmac", "fp16", n, count=2),
-        Op("fmac", "fp16", n, count=4, fabric_in=True),
+        Op("fmac", "fp16", n, count=2, mem_reads=3),
+        Op("fmac", "fp16", n, count=4, fabric_in=True, mem_reads=2),
     )
     words = n * DTYPE_BYTES["fp16"] / 4
     return Work(

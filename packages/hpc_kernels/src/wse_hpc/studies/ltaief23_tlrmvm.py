@@ -1,21 +1,25 @@
 """Experiment `ltaief23-tlrmvm`: TLR-MVM as in Ltaief et al., SC23 (shared/REFERENCES.md).
 
-Measured: compression ratio, ranks and achieved error of a synthetic seismic slice against
-the threshold and the tile size nb (the figure); the relative MVM error against the dense
-product; emulated and NumPy times against dense NumPy GEMV; an MDD solve with LSQR on the
-wafer operator against the dense solve. Predicted (the same with --quick), from `perf.predict` on
-each layout's plan of the paper's case — a 9801 x 9801 complex64 slice, nb = 256, threshold
-1e-3, complex split into fp32 arithmetic: `time_per_mvm` (µs) and `model_pb_per_s` (the
-compressed bases over the predicted time) of the slice alone (systems 1, copies 1); then
-1 and 48 CS-2 systems, each filled with copies of it (frequency slices) in its 750 x 994
-program rectangle (48 systems: 35,784,000 PEs), as `model_pb_per_s` (on-wafer time),
-`model_with_io_pb_per_s` (each copy's x and y through the system's host I/O) and in Cerebras's
-matvec accounting, `cerebras_relative_pb_per_s` and `cerebras_absolute_pb_per_s` (the SDK's
-single-tile-matvec bytes of the PEs that hold tiles, in every copy and system, the slowest
-PE's cycles over 850 MHz; `pes` is how many PEs that is, `rectangle_pes` the 750 x 994 per
-system it used to be scaled to) in real-split bytes (what the PEs stream) and, as
-`*_complex_pb_per_s`, in complex64 bytes (half). `time_per_mvm` rows carry the cycles of
-one product by mechanism. Layouts: grouped (PE
+Measured: compression ratio, ranks and achieved error of a synthetic seismic slice against the
+threshold and the tile size nb (the figure); the relative MVM error against the dense product;
+emulated and NumPy times against dense NumPy GEMV; an MDD solve with LSQR on the wafer operator
+against the dense solve. Predicted (the same with --quick), from `perf.predict` on each
+layout's plan of the paper's case — a 9801 x 9801 complex64 slice, nb = 256, threshold 1e-3,
+complex split into fp32 arithmetic: `time_per_mvm` (µs) and `model_pb_per_s` (the compressed
+bases over the predicted time) of the slice alone (systems 1, copies 1); then 1 and 48 CS-2
+systems, each filled with copies of it (frequency slices) in its 750 x 994 program rectangle
+(48 systems: 35,784,000 PEs), as `model_pb_per_s` (on-wafer time), `model_with_io_pb_per_s`
+(each copy's x and y through the system's host I/O) and in Cerebras's matvec accounting: first
+by the SDK's rule (the main figure, `sdk_relative_pb_per_s` and `sdk_absolute_pb_per_s`: the
+average tile PE's single-tile-matvec bytes, in what the PE holds, times the 750 x 994 rectangle
+per system, over the slowest PE's cycles at 850 MHz; beside them `sdk_*_real_split_pb_per_s`,
+the real-split convention, with `exceeds_sram` when it claims more bytes per PE than 48 kB),
+then `cerebras_relative_pb_per_s` and `cerebras_absolute_pb_per_s` (the SDK's
+single-tile-matvec bytes of the PEs that hold tiles, in every copy and system, the slowest PE's
+cycles over 850 MHz; `pes` is how many PEs that is, `rectangle_pes` the 750 x 994 per system it
+used to be scaled to) in real-split bytes (what the PEs stream) and, as `*_complex_pb_per_s`,
+in complex64 bytes (half). `time_per_mvm` rows carry the cycles of one product by mechanism.
+Layouts: grouped (PE
 rows serve groups of tile columns and rows, rank rows coloured into PE columns; the engine's
 default), packed (slices bucketed by rank), banded (padded to each tile row's largest
 rank); and grouped on WSE-3 (model figures only: the SDK accounting is the CS-2's). Stable
@@ -162,10 +166,18 @@ def _case_rows(name: str, layout: str, seed: int):
             rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", params, mech))
         if name == "wse2":  # the SDK's accounting is defined on the CS-2's 750 x 994
             params = {**params, "pes": c["program_pes"], "rectangle_pes": c["rectangle_pes"]}
+            exceeds = bool(c["relative_real_split_exceeds_sram"])
+            for kind in ("relative", "absolute"):  # the SDK's 750 x 994 rule: the main rows
+                for conv, key in (("held", ""), ("real-split", "_real_split")):
+                    value = c[f"sdk_{kind}{key}_bytes_per_s"] / 1e15
+                    p = {**params, "bytes": conv, "scaling": "sdk 750 x 994"}
+                    if conv == "real-split" and kind == "relative":
+                        p["exceeds_sram"] = exceeds
+                    rows.append(_row(f"sdk_{kind}{key}_pb_per_s", value, "PB/s", p, mech))
             for kind in ("relative", "absolute"):
                 for conv, key in (("real-split", ""), ("complex64", "_complex")):
                     value = c[f"{kind}{key}_bytes_per_s"] / 1e15
-                    p = {**params, "bytes": conv}
+                    p = {**params, "bytes": conv, "scaling": "tile PEs of the copies"}
                     rows.append(_row(f"cerebras_{kind}{key}_pb_per_s", value, "PB/s", p, mech))
         info[f"systems_{systems}"] = _summary(rep)
     return rows, info, pe_trace(wafer, plan, one)

@@ -4,7 +4,8 @@
 Predictions are `wse_hpc.stencil.perf` counts on the full-size plan (`place_wave` /
 `place_bicgstab`, the placements `run_stencil` uses, with traffic traced abstractly), priced
 by `wse_core.cost.perf.PerfModel` mechanism by mechanism (`wse_core.cost.calibration` fits
-`dsd_issue_cycles` on Table II, so the sc22-stencil25 rows are marked "calibration"). Each
+`router_switch_cycles` on Table II, so the sc22-stencil25 rows have the role "fits
+router_switch_cycles"; the others are predictions). Each
 25-point row splits a step into its per-cell, per-block and per-step cycles
 (`wse_core.cost.stencil.step_terms`) and carries its cycles per step by mechanism. SC20 is
 priced as the kernel Rocki et al. describe (`kernel: published`) and as the emulator's own
@@ -94,9 +95,9 @@ def _wave_row(nx, ny, nz, block_z, steps, published, source):
         "cycles_per_step": cycles,
         **{f"{k}_share": terms[k] / cycles for k in ("per_cell", "per_block", "per_step")},
     }
-    return PredictionRow(
-        "gcells_per_s", gcells, "Gcell/s", params, published, source, timing.by_mechanism()
-    )
+    role = "fits router_switch_cycles" if published is not None else "prediction"
+    mech = timing.by_mechanism()
+    return PredictionRow("gcells_per_s", gcells, "Gcell/s", params, published, source, mech, role)
 
 
 def _measured(run: StencilRun) -> dict[str, Any]:
@@ -143,7 +144,7 @@ def stencil25_predictions(*, seed: int = 0) -> list[PredictionRow]:
 
 def stencil25(*, quick: bool, seed: int) -> ExperimentResult:
     """Table II grids on WSE-2 (nz = 1000, 1000 steps): predicted Gcell/s vs published (the
-    calibration set: `dsd_issue_cycles` is fitted on these eight rows), each step split
+    calibration set: `router_switch_cycles` is fitted on these eight rows), each step split
     into its per-cell, per-block and per-step terms."""
     rows = stencil25_predictions()
     n = 16 if quick else 48

@@ -233,7 +233,12 @@ def cerebras_bandwidth(
     PE's cycles of phases 1 and 3 over 850 MHz; the bytes of every tile-holding PE of the
     plan, times `copies` per system, times `systems`. `*_bytes_per_s` count the real-split
     tiles the PEs stream; `*_complex_bytes_per_s` the same data in complex64 bytes (half,
-    for a complex operator)."""
+    for a complex operator). The SDK's own rule (`sdk_*`): the bytes of the average tile PE
+    times the 750 x 994 program rectangle per system; `sdk_relative_bytes_per_s` (the main
+    figure) counts what a PE holds (complex64 bytes of a complex operator), never more
+    than its SRAM; `sdk_*_real_split_bytes_per_s` count the real-split tiles, beside it,
+    with `relative_real_split_exceeds_sram` saying when that convention claims more bytes
+    per PE than the PE can hold."""
     b, programs = plan.batch, pe_tiles(plan)
     cycles = max(model.cost(p.work(1, b) + p.work(3, b)).cycles for p in programs)
     held = [p for p in programs if p.phase1 or p.phase3]
@@ -253,10 +258,20 @@ def cerebras_bandwidth(
         "rectangle_pes": PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems,
         "flops_per_s": total("flops") * scale / seconds,
     }
+    rect = PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems
     for kind in ("relative", "absolute"):
-        out[f"{kind}_bytes_per_pe"] = total(f"{kind}_bytes") / tile_pes
+        per_pe = total(f"{kind}_bytes") / tile_pes
+        out[f"{kind}_bytes_per_pe"] = per_pe
         out[f"{kind}_bytes_per_s"] = total(f"{kind}_bytes") * scale / seconds
         out[f"{kind}_complex_bytes_per_s"] = out[f"{kind}_bytes_per_s"] * to_complex
+        out[f"sdk_{kind}_bytes_per_s"] = per_pe * to_complex * rect / seconds
+        out[f"sdk_{kind}_real_split_bytes_per_s"] = per_pe * rect / seconds
+    held = out["relative_bytes_per_pe"] * to_complex
+    if held > model.spec.sram_bytes_per_pe:  # the matrix once: what the PE stores
+        raise ValueError(f"a PE would hold {held:.0f} B, more than its SRAM")
+    out["relative_real_split_exceeds_sram"] = float(
+        out["relative_bytes_per_pe"] > model.spec.sram_bytes_per_pe
+    )
     return out
 
 

@@ -3,10 +3,12 @@ it, every calibration row against the model, and a leave-one-out table.
 
 Rows (the calibration set of shared/REFERENCES.md, `wse_core.cost.calibration.rows` and
 `wse_systems.decoder.decode_check_row`): the eight
-grids of Jacquelin et al. Table II (Gcell/s; they fit `dsd_issue_cycles`), the 69.6% busy
-profile at 600 x 600 (a check), Rocki et al.'s allreduce at about 1.1 x the diameter (a
-check of the sourced fabric constants), Llama 3.1 8B batch-1 decode on one WSE-3 (tokens/s,
-a check). Each row says its role and carries its cycles by mechanism.
+grids of Jacquelin et al. Table II (Gcell/s; they fit `router_switch_cycles`), the 69.6%
+busy profile at 600 x 600 (fits `dsd_issue_cycles`), the SDK-simulator SUMMA GEMM of
+lingzhi227/MIMD_dataflow (cycles; fits `task_activation_cycles`), the same repository's
+@fmacs trace (elements per cycle, a check), Rocki et al.'s allreduce at about 1.1 x the
+diameter (a check of the sourced fabric constants), Llama 3.1 8B batch-1 decode on one
+WSE-3 (tokens/s, a check). Each row says its role and carries its cycles by mechanism.
 
 Measurements: `constant` rows (every `wse_core.cost.mechanisms` constant: its value on WSE-2 with
 the fitted ones in place, units, mechanism, basis, and its source or the rows that fit it)
@@ -40,6 +42,8 @@ SOURCES = {
     "stencil25": "Jacquelin et al., arXiv:2204.03775, Table II (calibration)",
     "busy": "Jacquelin et al., arXiv:2204.03775, Sec. V (calibration, check)",
     "allreduce": "Rocki et al., SC20, arXiv:2010.03660 (calibration, check)",
+    "simulator": "lingzhi227/MIMD_dataflow, SDK simulator, WSE-2 "
+    "(docs/references/calibration-rows.md)",
     "llama3.1-8b": "Cerebras, Hot Chips 2024 (calibration, check)",
 }
 
@@ -57,6 +61,8 @@ def _mechanisms(case: str) -> dict[str, float] | None:
     if case.startswith("allreduce"):
         spec, work = cal.allreduce_case(current())
         return PerfModel(spec).cost(work).timed_mechanisms()
+    if case.startswith("summa"):
+        return PerfModel(assumed_spec("wse2")).cost(cal.summa_work()).timed_mechanisms()
     return None
 
 
@@ -78,6 +84,10 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
             unit, name, src = "Gcell/s", "gcells_per_s", SOURCES["stencil25"]
         elif "busy" in case:
             value, pub_value, unit, name, src = model, pub, "", "busy_share", SOURCES["busy"]
+        elif case.startswith("summa") or case.startswith("fmacs"):
+            params |= {"wafer": "wse2", "per": "run" if case.startswith("summa") else "cycle"}
+            value, pub_value, unit = model, pub, str(row["quantity"])
+            name, src = case.replace(" ", "_"), SOURCES["simulator"]
         elif case.startswith("allreduce"):
             params |= {"wafer": "wse1", "words": 1, "per": "allreduce"}
             value, pub_value, unit, name = model, pub, "cycles", "allreduce_cycles"

@@ -11,17 +11,26 @@ figure and its role):
 
 - Jacquelin et al. Table II (25-point stencil, fp32, WSE-2, nz = 1000, 1000 steps, eight
   grids): the step time, priced as the published algorithm
-  (`wse_core.cost.stencil.wave_step_phases`) at the Table II Z block
-  (`table_ii_block_z`). Fits `dsd_issue_cycles` (the mean of the eight rows: the per-PE work
-  does not depend on the grid). The 69.6% busy profile at 600 x 600 is a check row: the
-  model's busy share of the step (simd + DSD issue + task activations over the step).
-- Rocki et al. (SC20): a wafer-wide allreduce "about 10% greater than the diameter" in
-  cycles, on the CS-1 (`wse1` preset's fabric, a scalar): a check of the fabric constants
-  (hop and ramp latency, sourced from Luczynski et al.) and `wse_core.cost.collectives`.
-- Llama 3.1 8B, 16-bit, one WSE-3, batch-1 decode at 1,800 tokens/s (Hot Chips 2024),
-  planned by `wse_systems.pipeline` and priced by `wse_systems.decoder`: a check (no
-  other row is needed to price it, and nothing is fitted on it). Its row is
-  `systems.decoder.decode_check_row` (this module imports no LLM case; `row` builds it).
+  (`wse_core.cost.stencil.wave_step_phases`) at the Table II Z block (`table_ii_block_z`).
+  Each of the eight rows fits `router_switch_cycles` (the idle per Z block beyond the halo's
+  words and hops; the fit is their mean, so leaving one out predicts it from the others).
+- Jacquelin et al.'s busy share, 69.6% at 600 x 600: fits `dsd_issue_cycles` (the busy
+  cycles beyond the elements and task activations, per DSD issued).
+- An SDK-simulator run published with its inputs (lingzhi227/MIMD_dataflow's SUMMA GEMM,
+  WSE-2, P = 4, f32 tiles 14 x 14 x 14: the main task's 45,783 cycles for 784 FMACS of
+  length 14 and 800 task switches; docs/references/calibration-rows.md cites it): fits
+  `task_activation_cycles`.
+- Checks (nothing fitted on them): the same repository's @fmacs instruction trace (WSE-2
+  simulator: one fp32 element per cycle, the width `fp32_mul_width` prices); Rocki et al.
+  (SC20): a wafer-wide allreduce "about 10% greater than the diameter" in cycles, on the
+  CS-1 (`wse1` preset's fabric, a scalar); the Llama 3.1 8B decode at 1,800 tokens/s
+  (Hot Chips 2024), `systems.decoder.decode_check_row` (this module imports no LLM case).
+
+The three fitted constants are solved together (Newton's method on the three rows: the busy
+share and the SUMMA row both weigh DSD overhead against task activations, so they are
+solved as one system). `leave_one_out()` refits without each
+fitted row and predicts it; `current(overrides=...)` refits with a row's published figure
+changed, which is how a test shows that the leave-one-out can fail.
 
 Luczynski et al.'s measured reduce cycle counts (REFERENCES.md's calibration set) are not
 rows here: the stored corpus held only secondary summaries of the paper (its model, T_R and
@@ -33,12 +42,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
+from wse_core.cost.mechanisms import CORE_MECHANISMS
 from wse_core.cost.pricing import Phases, Pricing
 from wse_core.cost.stencil import wave_step_phases
-from wse_core.cost.work import Work
+from wse_core.cost.work import Op, Work
 from wse_core.hw.spec import WaferSpec
 
 __all__ = [
@@ -50,9 +60,12 @@ __all__ = [
     "wave25_phases",
     "table_ii_phases",
     "allreduce_case",
+    "summa_work",
     "row",
     "STENCIL_TABLE_II",
     "STENCIL_BUSY_SHARE",
+    "SUMMA_GEMM",
+    "FMACS_TRACE_ELEMENTS_PER_CYCLE",
     "DECODE_8B_TOKENS_PER_S",
     "ALLREDUCE_OVER_DIAMETER",
 ]
@@ -73,7 +86,15 @@ STENCIL_NZ, STENCIL_STEPS = 1000, 1000
 STENCIL_BUSY_SHARE = 0.696  # Jacquelin et al. Sec. V: busy cycles, profiled at 600 x 600
 DECODE_8B_TOKENS_PER_S = 1800.0  # Cerebras, Hot Chips 2024
 ALLREDUCE_OVER_DIAMETER = 1.1  # Rocki et al., SC20: allreduce cycles / diameter (about)
-FITTED = ("dsd_issue_cycles",)
+# lingzhi227/MIMD_dataflow SUMMA GEMM on the WSE-2 SDK simulator (docs/references/
+# calibration-rows.md): P, Mt, Kt, Nt, main-task (T11) cycles, task switches on the PE.
+SUMMA_GEMM = {"P": 4, "Mt": 14, "Kt": 14, "Nt": 14, "cycles": 45783.0, "task_switches": 800}
+# lingzhi227/MIMD_dataflow, Systolic_Mul_v2 f32 @fmacs trace (WSE-2 simulator): the 300
+# accumulating instructions run one element per cycle (10 elements in 10 cycles).
+FMACS_TRACE_ELEMENTS_PER_CYCLE = 1.0
+FITTED = ("dsd_issue_cycles", "router_switch_cycles", "task_activation_cycles")
+BUSY_CASE = "stencil25 600x600 busy"
+SUMMA_CASE = "summa gemm P4 14x14x14"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -135,7 +156,7 @@ def _stencil_seconds(cal: Calibration) -> float:
 def _busy_share(cal: Calibration) -> float:
     timing = Pricing(_wse("wse2"), cal).evaluate(table_ii_phases())
     mech = timing.by_mechanism()
-    busy = sum(mech.get(k, 0.0) for k in ("simd", "dsd_issue", "task_activation"))
+    busy = sum(mech.get(k, 0.0) for k in CORE_MECHANISMS)  # the core's instruction stream
     return busy / (timing.seconds * _wse("wse2").clock_hz)
 
 
@@ -155,37 +176,88 @@ def _allreduce_cycles(cal: Calibration) -> tuple[float, float]:
     return Pricing(spec, cal).cost(work).cycles, ALLREDUCE_OVER_DIAMETER * diameter
 
 
-def _bisect(model_s: Callable[[float], float], target: float, lo=0.0, hi=1e4) -> float:
-    """x with model_s(x) == target, model_s increasing in x (bisection)."""
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if model_s(mid) < target else (lo, mid)
-    return 0.5 * (lo + hi)
+def summa_work() -> Work:
+    """The SUMMA case's main task on its PE, as its code runs: P steps of Kt x Nt fp32
+    FMACS of length Mt (C's column += A's column times a scalar of B: two vector reads, one
+    write), and the task switches the run records."""
+    c = SUMMA_GEMM
+    fmacs = Op("fmac", "fp32", c["Mt"], count=c["P"] * c["Kt"] * c["Nt"])
+    return Work(ops=(fmacs,), task_activations=float(c["task_switches"]))
 
 
-def _table_rows(excluded: frozenset[str]) -> list[tuple[int, int, float]]:
-    return [r for r in STENCIL_TABLE_II if f"stencil25 {r[0]}x{r[1]}" not in excluded]
+def _summa_cycles(cal: Calibration) -> float:
+    return Pricing(_wse("wse2"), cal).cost(summa_work()).cycles
 
 
-def _fit(excluded: frozenset[str] = frozenset()) -> Calibration:
+def _table_rows(excluded: frozenset[str], published: Mapping[str, float]):
+    out = []
+    for nx, ny, seconds in STENCIL_TABLE_II:
+        case = f"stencil25 {nx}x{ny}"
+        if case not in excluded:
+            out.append((nx, ny, published.get(case, seconds)))
+    return out
+
+
+def _targets(excluded: frozenset[str], published: Mapping[str, float]) -> dict[str, tuple]:
+    """Each fitted constant: (the model of its row as a function of a calibration, the row's
+    published figure, what it is fitted on), for the rows not excluded."""
+    out: dict[str, tuple] = {}
+    table = _table_rows(excluded, published)
+    if table:
+        out["router_switch_cycles"] = (
+            _stencil_seconds,
+            sum(r[2] for r in table) / len(table),
+            f"Jacquelin et al. Table II, mean step time of {len(table)} rows "
+            "(25-point stencil, fp32, WSE-2, nz = 1000)",
+        )
+    if BUSY_CASE not in excluded:
+        out["dsd_issue_cycles"] = (
+            _busy_share,
+            published.get(BUSY_CASE, STENCIL_BUSY_SHARE),
+            "Jacquelin et al. Sec. V, 69.6% busy cycles at 600 x 600",
+        )
+    if SUMMA_CASE not in excluded:
+        out["task_activation_cycles"] = (
+            _summa_cycles,
+            published.get(SUMMA_CASE, SUMMA_GEMM["cycles"]),
+            "SDK-simulator SUMMA GEMM, WSE-2, P = 4, 14 x 14 x 14 (lingzhi227/MIMD_dataflow)",
+        )
+    return out
+
+
+def _solve(targets: Mapping[str, tuple]) -> dict[str, float]:
+    """The constants that make every target row's model equal its figure: Newton's method
+    on the rows' relative residuals with a finite-difference Jacobian (the rows are linear
+    in the constants while no bound changes, so it converges in a few steps). A constant
+    is never negative: where the rows would need one it stays 0 and its row misses."""
+    import numpy as np
+
+    keys = list(targets)
+    if not keys:
+        return {}
+
+    def residual(x) -> np.ndarray:
+        cal = Calibration(values=dict(zip(keys, (float(v) for v in x), strict=True)))
+        return np.array([targets[k][0](cal) / targets[k][1] - 1.0 for k in keys])
+
+    x = np.full(len(keys), 10.0)
+    for _ in range(20):
+        r = residual(x)
+        if np.max(np.abs(r)) < 1e-9:
+            break
+        jac = np.column_stack([(residual(x + 1e-3 * e) - r) / 1e-3 for e in np.eye(len(keys))])
+        x = np.maximum(x - np.linalg.lstsq(jac, r, rcond=None)[0], 0.0)  # cycles are >= 0
+    return dict(zip(keys, (float(v) for v in x), strict=True))
+
+
+def _fit(excluded: frozenset[str] = frozenset(), published: Mapping[str, float] = {}):
     from wse_core.cost.assumptions import active, setting
     from wse_core.cost.mechanisms import CALIBRATION_KEYS
 
     pinned = active()
-    values: dict[str, float] = {}
-    fitted_on: dict[str, str] = {}
-    table = _table_rows(excluded)
-    if "dsd_issue_cycles" not in pinned and table:
-        target = sum(r[2] for r in table) / len(table)
-
-        def model_s(d: float) -> float:
-            return _stencil_seconds(Calibration(values={"dsd_issue_cycles": d}))
-
-        values["dsd_issue_cycles"] = _bisect(model_s, target)
-        fitted_on["dsd_issue_cycles"] = (
-            f"Jacquelin et al. Table II, mean step time of {len(table)} rows "
-            "(25-point stencil, fp32, WSE-2, nz = 1000)"
-        )
+    targets = {k: v for k, v in _targets(excluded, published).items() if k not in pinned}
+    values = _solve(targets)
+    fitted_on = {k: targets[k][2] for k in values}
     settings = {k: setting(k) for k in CALIBRATION_KEYS}
     return Calibration(
         values=MappingProxyType(values),
@@ -195,19 +267,27 @@ def _fit(excluded: frozenset[str] = frozenset()) -> Calibration:
 
 
 @functools.cache
-def _fit_cached(key: tuple[tuple[str, float], ...], excluded: frozenset[str]) -> Calibration:
+def _fit_cached(
+    key: tuple[tuple[str, float], ...],
+    excluded: frozenset[str],
+    published: tuple[tuple[str, float], ...],
+) -> Calibration:
     from wse_core.cost.assumptions import assume
 
     with assume(**dict(key)):
-        return _fit(excluded)
+        return _fit(excluded, dict(published))
 
 
-def current(excluded: frozenset[str] = frozenset()) -> Calibration:
+def current(
+    excluded: frozenset[str] = frozenset(), published: Mapping[str, float] | None = None
+) -> Calibration:
     """The calibration in force under the active assumptions (fitted on first use);
-    `excluded`: row names to leave out of the fit (for `leave_one_out`)."""
+    `excluded`: row names to leave out of the fit (for `leave_one_out`); `published`: row
+    figures to use instead of the published ones (a perturbation, for tests)."""
     from wse_core.cost.assumptions import active
 
-    return _fit_cached(tuple(sorted(active().items())), frozenset(excluded))
+    pub = tuple(sorted((published or {}).items()))
+    return _fit_cached(tuple(sorted(active().items())), frozenset(excluded), pub)
 
 
 def row(case: str, quantity: str, published: float, model: float, role: str, bound: str):
@@ -223,39 +303,56 @@ def row(case: str, quantity: str, published: float, model: float, role: str, bou
     }
 
 
-def rows(cal: Calibration | None = None) -> list[dict[str, object]]:
+def _role(cal: Calibration, key: str) -> str:
+    return f"fits {key}" if key in cal.values else "check"
+
+
+def rows(
+    cal: Calibration | None = None, published: Mapping[str, float] | None = None
+) -> list[dict[str, object]]:
     """Every calibration row priced here: published and model figures, their ratio, its role
     (which constant it fits, or "check") and the bound. The Llama 3.1 8B check row is
     `wse_systems.decoder.decode_check_row` (an LLM case: pricing and the calibration do
     not depend on it)."""
     cal = cal or current()
+    pub = published or {}
     out = []
     model_s = _stencil_seconds(cal)
-    role = "fits dsd_issue_cycles" if "dsd_issue_cycles" in cal.values else "check"
+    role = _role(cal, "router_switch_cycles")
     for nx, ny, seconds in STENCIL_TABLE_II:
-        out.append(row(f"stencil25 {nx}x{ny}", "seconds", seconds, model_s, role, "compute"))
+        case = f"stencil25 {nx}x{ny}"
+        out.append(row(case, "seconds", pub.get(case, seconds), model_s, role, "compute"))
     busy = _busy_share(cal)
-    out.append(row("stencil25 600x600 busy", "busy share", STENCIL_BUSY_SHARE, busy, "check", "-"))
+    share = pub.get(BUSY_CASE, STENCIL_BUSY_SHARE)
+    out.append(row(BUSY_CASE, "busy share", share, busy, _role(cal, "dsd_issue_cycles"), "-"))
+    summa = pub.get(SUMMA_CASE, SUMMA_GEMM["cycles"])
+    role = _role(cal, "task_activation_cycles")
+    out.append(row(SUMMA_CASE, "cycles", summa, _summa_cycles(cal), role, "compute"))
+    fmacs = Op("fmac", "fp32", 10).width(Pricing(_wse("wse2"), cal).rates)
+    out.append(row("fmacs trace", "elements/cycle", FMACS_TRACE_ELEMENTS_PER_CYCLE, fmacs,
+                   "check", "compute"))  # fmt: skip
     model_c, published_c = _allreduce_cycles(cal)
     out.append(row("allreduce wse1 scalar", "cycles", published_c, model_c, "check", "latency"))
     return out
 
 
-def leave_one_out() -> list[dict[str, object]]:
+def leave_one_out(published: Mapping[str, float] | None = None) -> list[dict[str, object]]:
     """For each row that fits a constant: refit without it, predict it (error = model /
-    published - 1 under the refitted calibration)."""
-    full = current()
+    published - 1 under the refitted calibration). `published` perturbs row figures (the
+    fit and the rows use them), to show that a row the others disagree with fails."""
+    pub = dict(published or {})
+    full = current(published=pub)
     out = []
-    for row in rows(full):
-        if not str(row["role"]).startswith("fits"):
+    for r in rows(full, pub):
+        if not str(r["role"]).startswith("fits"):
             continue
-        loo = current(frozenset({str(row["case"])}))
-        pred = next(r for r in rows(loo) if r["case"] == row["case"])
+        loo = current(frozenset({str(r["case"])}), pub)
+        pred = next(x for x in rows(loo, pub) if x["case"] == r["case"])
         out.append(
             {
-                "case": row["case"],
-                "published": row["published"],
-                "model": row["model"],
+                "case": r["case"],
+                "published": r["published"],
+                "model": r["model"],
                 "model_without_row": pred["model"],
                 "error_without_row": float(pred["ratio"]) - 1.0,  # type: ignore[arg-type]
                 "values_without_row": dict(loo.values),

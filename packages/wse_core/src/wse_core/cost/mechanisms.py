@@ -6,15 +6,17 @@ basis comes from, and a plausible range (`sweep`) for `wse experiments run NAME 
 A kernel pays a constant only by counting its mechanism in `wse_core.cost.perf.Work` / `Op`:
 
     mechanism (Cost.mechanisms key)  constant                       counted as
-    simd                             SIMD table (spec.simd_widths)  Op elements / width (an
-                                                                    operand from the fabric:
-                                                                    at most 1 per cycle)
+    simd                             SIMD table (spec.simd_widths), Op elements / rate: the
+                                     SRAM ports, link bytes         slowest of the instruction's
+                                                                    own bounds (Op.bounds)
     dsd_issue                        dsd_issue_cycles               Op.count (DSDs issued)
     task_activation                  task_activation_cycles         Work.task_activations
+    scalar                           scalar_instruction_cycles      Work.scalar_instructions
     sram                             sram_*_bytes_per_cycle         Work.sram_*_bytes
     link                             link_bytes_per_cycle           Work.links (busiest, incl. ramp)
     hop                              hop_latency_cycles             Work.latency_hops
     relay                            2 * ramp_latency_cycles + 1    Work.relay_stages
+    router_switch                    router_switch_cycles           Work.router_switches
     fixed                            (none: only where no mechanism is known)  Work.fixed_cycles
     host_io                          host_io_bytes_per_s, system_latency_s  Work.host_io_bytes,
                                                                     Work.system_hops
@@ -52,14 +54,16 @@ __all__ = [
     "MECHANISMS",
     "CORE_MECHANISMS",
     "LATENCY_MECHANISMS",
+    "MECHANISM_CONSTANTS",
+    "assumed_beside",
     "describe",
 ]
 
 Basis = Literal["published", "sourced", "inferred", "assumed", "fitted"]
 
 # Cost.mechanisms keys, grouped as the overlap rule uses them (wse_core.cost.perf.OVERLAP).
-CORE_MECHANISMS = ("simd", "dsd_issue", "task_activation")
-LATENCY_MECHANISMS = ("hop", "relay", "fixed")
+CORE_MECHANISMS = ("simd", "dsd_issue", "task_activation", "scalar")
+LATENCY_MECHANISMS = ("hop", "relay", "router_switch", "fixed")
 MECHANISMS = (*CORE_MECHANISMS, "sram", "link", *LATENCY_MECHANISMS, "host_io")
 
 
@@ -113,25 +117,68 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
         ),
         "dsd_issue_cycles": _C(
             units="cycles/DSD",
-            mechanism="issue overhead of one DSD instruction before its first element",
+            mechanism="busy cycles of one DSD instruction beyond its elements (issue, DSD "
+            "set-up and the loop control around it)",
             basis="fitted",
-            source="Table II step time (mean of the 8 rows) less the step's other mechanisms, "
-            "over the DSDs a step issues at the Table II Z block (table_ii_block_z); prior 3 "
-            "(no public figure; a third-party WSE-3 study measured 15-17 cycles of DSD set-up)",
+            source="Jacquelin et al. Table II busy share (69.6% at 600 x 600): busy cycles less "
+            "elements and task activations, over the DSDs a step issues; prior 3 (an SDK "
+            "simulator trace shows 2-3 cycles from issue to the first element: "
+            "lingzhi227/MIMD_dataflow, docs/references/calibration-rows.md)",
             sweep=(3.0, 10.0, 20.0, 30.0),
         ),
         "task_activation_cycles": _C(
             units="cycles/activation",
             mechanism="activating a task (a wavelet-triggered or local task starts)",
-            basis="assumed",
-            source="no public figure (REFERENCES.md); about a taken branch and a DSD set-up",
+            basis="fitted",
+            source="SDK-simulator SUMMA GEMM, WSE-2, P = 4, 14 x 14 x 14 (main task 45,783 "
+            "cycles, 784 FMACS of 14, 800 task switches; lingzhi227/MIMD_dataflow notes, "
+            "docs/references/calibration-rows.md); prior 10",
             sweep=(0.0, 5.0, 10.0, 20.0, 50.0),
+        ),
+        "router_switch_cycles": _C(
+            units="cycles/switch",
+            mechanism="a dependent router switch reconfiguration of a localized broadcast (the "
+            "next of R senders takes the chain), idle on the receiving PE",
+            basis="fitted",
+            source="Jacquelin et al. Table II step time (mean of the 8 rows) less the step's "
+            "other mechanisms, over the R switches per Z block; prior 0. Table II fixes "
+            "one Z block only, so per block and per step are not told apart by it",
+            sweep=(0.0, 100.0, 300.0, 500.0),
+        ),
+        "scalar_instruction_cycles": _C(
+            units="cycles/instruction",
+            mechanism="one scalar (non-DSD) instruction: a per-atom or per-pair scalar step",
+            basis="assumed",
+            source="no public figure; one instruction issued per cycle",
+            sweep=(1.0, 2.0, 4.0),
+        ),
+        "sram_read_bytes_per_cycle": _C(
+            units="B/cycle per PE",
+            mechanism="SRAM read port: bounds each instruction's vector operands (Op.bounds) "
+            "and a phase's reads",
+            basis="sourced",
+            source="Jacquelin et al.: 16 B read per cycle on WSE-2 (the SDK's per-port figure "
+            "is two 32-bit reads); WSE-3's is not published: the SDK's 8-wide fp16 and "
+            "4-wide fp32 would need 32 B, the 21 PB/s marketing total about 16 B; swept",
+            sweep=(8.0, 16.0, 32.0),
+        ),
+        "sram_write_bytes_per_cycle": _C(
+            units="B/cycle per PE",
+            mechanism="SRAM write port: bounds each instruction's results (Op.bounds) and a "
+            "phase's writes",
+            basis="sourced",
+            source="Jacquelin et al.: 8 B write per cycle on WSE-2 (the SDK's per-port figure "
+            "is one 32-bit write); WSE-3's is not published (16 B would let 4 fp32 or 8 fp16 "
+            "results a cycle, as its SIMD table); swept",
+            sweep=(4.0, 8.0, 16.0),
         ),
         "fp32_mul_width": _C(
             units="elements/cycle",
             mechanism="SIMD width of fp32 mul and FMAC",
-            basis="inferred",
-            source="not in the SDK width table: taken as 1 on WSE-2 and WSE-3",
+            basis="sourced",
+            source="not in the SDK width table; an SDK-simulator trace of @fmacs on WSE-2 shows "
+            "one element per cycle (lingzhi227/MIMD_dataflow, Systolic_Mul_v2 fmacs trace); "
+            "WSE-3 not traced: taken as 1, swept",
             sweep=(0.5, 1.0, 2.0),
         ),
         "sqrt_cycles": _C(
@@ -226,6 +273,36 @@ CALIBRATION_DEFAULTS: Mapping[str, float] = MappingProxyType(
     {"table_ii_block_z": 334.0, "wave25_add_width": 1.0}
 )
 CALIBRATION_KEYS = tuple(CALIBRATION_DEFAULTS)
+
+
+# The constants each Cost.mechanisms key is priced with (for `assumed_beside`).
+MECHANISM_CONSTANTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "simd": ("fp32_mul_width",),  # sqrt and div cycles too, where a row has them
+        "dsd_issue": ("dsd_issue_cycles",),
+        "task_activation": ("task_activation_cycles",),
+        "scalar": ("scalar_instruction_cycles",),
+        "link": ("link_bytes_per_cycle",),
+        "sram": ("sram_read_bytes_per_cycle", "sram_write_bytes_per_cycle"),
+        "hop": ("hop_latency_cycles",),
+        "relay": ("ramp_latency_cycles",),
+        "router_switch": ("router_switch_cycles",),
+        "host_io": ("host_io_bytes_per_s", "system_latency_s"),
+    }
+)
+
+
+def assumed_beside(mechanisms: Mapping[str, float]) -> str:
+    """The assumed constants that move a prediction with these cycles by mechanism, each
+    with its sweep range ("scalar_instruction_cycles in 1..4"), for its table row."""
+    keys = [k for m, v in mechanisms.items() if v for k in MECHANISM_CONSTANTS.get(m, ())]
+    keys += ["clock_hz"]  # every time in seconds moves with it
+    out = []
+    for key in dict.fromkeys(keys):
+        c = CONSTANTS[key]
+        if c.basis == "assumed" and c.sweep:
+            out.append(f"{key} in {min(c.sweep):g}..{max(c.sweep):g}")
+    return ", ".join(out)
 
 
 def describe(key: str) -> str:

@@ -14,20 +14,24 @@ on the longest dependent path (`latency_hops`), dependent relay stages through c
 prices each mechanism with one constant of the spec (`wse_core.cost.mechanisms` lists them with
 units, basis and source; `wse_core.cost.calibration` supplies the fitted ones):
 
-    simd            = sum over ops of count * ceil(length / width) * per_element
+    simd            = sum over ops of count * ceil(length / rate) * per_element, the rate
+                      the slowest of each instruction's own bounds (`Op.bounds`: SIMD width,
+                      its SRAM read and write ports, its fabric port, one accumulator)
     dsd_issue       = DSD instructions issued * dsd_issue_cycles
     task_activation = task_activations * task_activation_cycles
+    scalar          = scalar_instructions * scalar_instruction_cycles
     sram            = max(read_bytes / read_bytes_per_cycle, write_bytes / write_bytes_per_cycle)
     link            = max over directions (ramp included) of words * 4 / link_bytes_per_cycle
     hop             = latency_hops * hop_latency_cycles
     relay           = relay_stages * (2 * ramp_latency_cycles + 1)
+    router_switch   = router_switches * router_switch_cycles
     fixed           = fixed_cycles (only where no mechanism is known)
     host_io         = host_io_bytes / host_io_bytes_per_s + system_hops * system_latency_s
 
 No efficiency divides any of them. The core's instruction stream (simd + dsd_issue +
-task_activation) is `compute`; with the spec's `overlap = 1` the core,
+task_activation + scalar) is `compute`; with the spec's `overlap = 1` the core,
 the SRAM ports and the router stream at once, so a phase takes
-max(compute, sram, link) + hop + relay + fixed + host_io (Luczynski et al.'s
+max(compute, sram, link) + hop + relay + router_switch + fixed + host_io (Luczynski et al.'s
 max(C, E/N + L) + (2 T_R + 1) D, with L outside the max); with `overlap = 0` they add up.
 `Cost.mechanisms` gives every mechanism's cycles; `Timing.by_mechanism()` sums the cycles
 that set the run's time by mechanism (of an overlapped group, only the slowest part's).
@@ -67,9 +71,9 @@ __all__ = [
 ]
 
 OVERLAP = (
-    "phase = max(compute, sram, link) + hop + relay + host I/O: a PE's instruction stream, "
-    "memory ports and router stream at once; hop chains, relay stages and off-wafer I/O are "
-    "serial"
+    "phase = max(compute, sram, link) + hop + relay + router switch + host I/O: a PE's "
+    "instruction stream, memory ports and router stream at once; hop chains, relay stages, "
+    "router switch reconfigurations and off-wafer I/O are serial"
 )
 
 
@@ -322,6 +326,7 @@ class Pricing:
             "simd": sum(op.element_cycles(s) for op in work.ops),
             "dsd_issue": work.instructions * s.dsd_issue_cycles,
             "task_activation": work.task_activations * s.task_activation_cycles,
+            "scalar": work.scalar_instructions * s.scalar_instruction_cycles,
             "sram": max(
                 work.sram_read_bytes / s.sram_read_bytes_per_cycle,
                 work.sram_write_bytes / s.sram_write_bytes_per_cycle,
@@ -329,6 +334,7 @@ class Pricing:
             "link": (links[link] * 4.0 / s.link_bytes_per_cycle) if links else 0.0,
             "hop": work.latency_hops * s.hop_latency_cycles,
             "relay": work.relay_stages * (2.0 * s.ramp_latency_cycles + 1.0),
+            "router_switch": work.router_switches * s.router_switch_cycles,
             "fixed": work.fixed_cycles,
             "host_io": host_s * s.clock_hz,
         }

@@ -35,7 +35,7 @@ __all__ = ["wave_step_phases", "block_widths", "step_terms", "PER_CELL", "PER_BL
 
 # Cost.mechanisms keys by how they scale (task activations are split by phase name).
 PER_CELL = ("simd", "sram", "link")
-PER_BLOCK = ("dsd_issue", "hop", "relay")
+PER_BLOCK = ("dsd_issue", "hop", "relay", "router_switch")
 
 
 def block_widths(nz: int, block_z: int) -> list[int]:
@@ -56,6 +56,7 @@ def _block(w: int, r: int) -> tuple[Phase, Phase]:
         links={"ramp": 4.0 * r * w, **{d: float(r * w) for d in ("N", "S", "E", "W")}},
         latency_hops=float(r),
         relay_stages=1.0,
+        router_switches=float(r),  # the R upstream senders take the chain in turn
     )
     one_wide = _add_width() <= 1.0
     mix = (("mul", 4 * r + 1, False), ("add", 4 * r + 1, one_wide), ("fmac", 2 * r, False))

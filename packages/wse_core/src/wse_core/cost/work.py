@@ -4,10 +4,18 @@ Contract. A kernel never states a time. It counts, on the phase's busiest PE, ea
 the machine runs (`wse_core.cost.mechanisms` lists them with their constants):
 
 - `Op`: `count` DSD instructions of one `kind` on one `dtype`, each over `length` elements at
-  `stride`; `fabric_in=True` when an operand streams from a fabric input queue (one 32-bit
-  wavelet per cycle: one fp32 or two 16-bit elements per cycle at most); `same_bank=True`
+  `stride`. Each instruction runs at the slowest of its own bounds (`Op.bounds`): the SIMD
+  width of the spec's table (stride rules applied); its SRAM read port (`mem_reads` vector
+  operands read per element, by default 1 for a unary kind, 2 for a binary kind or an FMAC
+  whose multiplier is a scalar register; an SpMV's `y += d * x` reads 3) and write port
+  (`mem_writes`, default 1); its fabric port (`fabric_in=True`: one operand streams from an
+  input queue, one 32-bit wavelet per cycle, and replaces one memory read); `same_bank=True`
   when its two memory operands sit in banks with bank1 % 4 == bank2 % 4 (the SDK's bank
-  rule: one element per cycle). Each instruction pays `dsd_issue_cycles` once.
+  rule: one element per cycle); `accumulate=True` when it reduces into one scalar
+  accumulator (a dot product: each element depends on the last, one element per cycle).
+  Each instruction pays `dsd_issue_cycles` once.
+- `Work.scalar_instructions`: scalar (non-DSD) instructions, priced one instruction each at
+  `scalar_instruction_cycles`, never as a length-1 DSD.
 - `Work`: the ops, SRAM bytes read and written, 32-bit words per link direction (`links`:
   "N" / "S" / "E" / "W", and "ramp" for words between the router and its own core: the
   contention C of Luczynski et al.), the longest chain of router hops (`latency_hops`, L),
@@ -34,9 +42,11 @@ if TYPE_CHECKING:
     from wse_core.hw.spec import WaferSpec
     from wse_core.hw.traffic import Traffic
 
-__all__ = ["LINK_DIRECTIONS", "Op", "Work"]
+__all__ = ["LINK_DIRECTIONS", "UNARY_KINDS", "Op", "Work"]
 
 LINK_DIRECTIONS = ("N", "S", "E", "W", "ramp")
+# Kinds that read one vector operand (a scalar multiplier or none): 1 SRAM read per element.
+UNARY_KINDS = ("move", "neg", "abs", "scale", "convert", "shift", "sqrt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +66,9 @@ class Op:
     stride: int = 1
     fabric_in: bool = False
     same_bank: bool = False
+    accumulate: bool = False  # reduces into one scalar accumulator: 1 element per cycle
+    mem_reads: float | None = None  # vector operands read from SRAM per element (None: kind's)
+    mem_writes: float = 1.0  # vector results written to SRAM per element
 
     def __post_init__(self) -> None:
         if self.kind not in OP_KINDS:
@@ -72,15 +85,42 @@ class Op:
     def elements(self) -> float:
         return self.count * self.length
 
+    @property
+    def reads(self) -> float:
+        """Vector operands this instruction reads from SRAM per element."""
+        if self.mem_reads is not None:
+            return float(self.mem_reads)
+        base = 1.0 if self.kind in UNARY_KINDS else 2.0
+        return max(base - (1.0 if self.fabric_in else 0.0), 0.0)
+
+    def bounds(self, spec: WaferSpec) -> dict[str, float]:
+        """Elements per cycle each of this instruction's resources allows: `simd` (the
+        table's width at its stride), `sram_read` / `sram_write` (its own ports), `fabric`
+        (one wavelet per cycle from an input queue), `bank` (same bank class: 1) and
+        `accumulator` (one scalar accumulator: 1). The slowest sets its rate."""
+        size = DTYPE_BYTES[self.dtype]
+        out = {"simd": spec.simd_width(self.kind, self.dtype, self.stride)}
+        if self.reads > 0:
+            out["sram_read"] = spec.sram_read_bytes_per_cycle / (self.reads * size)
+        if self.mem_writes > 0:
+            out["sram_write"] = spec.sram_write_bytes_per_cycle / (self.mem_writes * size)
+        if self.fabric_in:
+            out["fabric"] = spec.link_bytes_per_cycle / size
+        if self.same_bank:
+            out["bank"] = 1.0
+        if self.accumulate:
+            out["accumulator"] = 1.0
+        return out
+
+    def width(self, spec: WaferSpec) -> float:
+        """Elements per cycle: the slowest of `bounds`."""
+        return min(self.bounds(spec).values())
+
     def element_cycles(self, spec: WaferSpec) -> float:
-        """Cycles of the elements at the SIMD width (a fabric operand: one wavelet a cycle)."""
+        """Cycles of the elements at the rate of the slowest bound (`bounds`)."""
         if self.count == 0 or self.length == 0:
             return 0.0
-        width = spec.simd_width(self.kind, self.dtype, self.stride)
-        if self.fabric_in:  # one wavelet per cycle: 32 bits of elements
-            width = min(width, spec.link_bytes_per_cycle / DTYPE_BYTES[self.dtype])
-        if self.same_bank:
-            width = min(width, 1.0)
+        width = self.width(spec)
         per_elem = {"sqrt": spec.sqrt_cycles, "div": spec.div_cycles}.get(self.kind, 1.0)
         n = self.length / width
         steps = math.ceil(n - 1e-9) if float(self.length).is_integer() else n
@@ -107,6 +147,8 @@ _COUNTS = (
     "latency_hops",
     "relay_stages",
     "task_activations",
+    "scalar_instructions",
+    "router_switches",
     "fixed_cycles",
     "host_io_bytes",
     "system_hops",
@@ -124,6 +166,8 @@ class Work:
     latency_hops: float = 0.0  # L: router hops on the longest dependent path
     relay_stages: float = 0.0  # D: dependent core relays (2 T_R + 1 cycles each)
     task_activations: float = 0.0  # tasks started on the busiest PE
+    scalar_instructions: float = 0.0  # scalar (non-DSD) instructions on the busiest PE
+    router_switches: float = 0.0  # dependent router switch reconfigurations (control wavelets)
     fixed_cycles: float = 0.0  # only where no mechanism is known (name it where used)
     host_io_bytes: float = 0.0  # off-wafer, whole system
     system_hops: float = 0.0  # activation passes between systems (system_latency_s each)

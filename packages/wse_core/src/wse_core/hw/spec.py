@@ -77,7 +77,9 @@ class WaferSpec:
     simd_widths: Mapping[str, float] = dataclasses.field(default_factory=lambda: SIMD_WSE2)
     fp32_mul_width: float = 1.0  # INFERRED: fp32 mul / FMAC are not in the SDK's table
     dsd_issue_cycles: float = 3.0  # FITTED (wse_core.cost.calibration); 3 is the prior
-    task_activation_cycles: float = 10.0  # assumption: not published
+    task_activation_cycles: float = 10.0  # FITTED (wse_core.cost.calibration); 10 is the prior
+    scalar_instruction_cycles: float = 1.0  # assumption: one scalar instruction per cycle
+    router_switch_cycles: float = 0.0  # FITTED (wse_core.cost.calibration); 0 is the prior
     sqrt_cycles: float = 10.0  # assumption: not published (no SIMD form)
     div_cycles: float = 50.0  # SDK example comments ("about 50 cycles")
     system_latency_s: float = 2e-6  # assumption: one system-to-system activation pass
@@ -130,6 +132,8 @@ class WaferSpec:
         for field in (
             "dsd_issue_cycles",
             "task_activation_cycles",
+            "scalar_instruction_cycles",
+            "router_switch_cycles",
             "ramp_latency_cycles",
             "sqrt_cycles",
             "div_cycles",

@@ -7,13 +7,16 @@ by name in the CLI. It returns an `ExperimentResult`; `write_experiment` puts
 as `<name>.png` beside them.
 
 Each prediction row is `{"name", "value", "unit", "params", "published", "source",
-"mechanisms"}`; `published` and `source` are filled only from shared/REFERENCES.md (None
-otherwise); `mechanisms` (optional) is the row's predicted cycles by mechanism
-(`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's `params["per"]` names), shown
-in the tables and drawn as `mechanisms.png` (stacked shares per row) whenever a row has it.
-`--quick` may shrink the measured part; predictions must be the same either way. In a
-notebook a result shows its tables and figure (`_repr_html_`, `.plot()`: `wse_core.notebook`).
-"""
+"mechanisms", "role"}`; `role` says what the row is to the calibration (`row_role`): "fits K"
+(a calibration row that fits constant K), "check" (a published figure nothing is fitted on) or
+"prediction" (no published figure here); `published` and `source` are filled only from
+shared/REFERENCES.md (None otherwise); `mechanisms` (optional) is the row's predicted cycles by
+mechanism (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's `params["per"]`
+names), shown in the tables and drawn as `mechanisms.png` (stacked shares per row) whenever a
+row has it, with the assumed constants that move it and their sweep ranges beside it
+(`wse_core.cost.mechanisms.assumed_beside`). `--quick` may shrink the measured part;
+predictions must be the same either way. In a notebook a result shows its tables and
+figure (`_repr_html_`, `.plot()`: `wse_core.notebook`)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ __all__ = [
     "write_experiment",
     "mechanism_figure",
     "table_rows",
+    "row_role",
 ]
 
 
@@ -42,13 +46,25 @@ class PredictionRow:
     published: float | None = None
     source: str | None = None
     mechanisms: dict[str, float] | None = None  # predicted cycles by mechanism
+    role: str | None = None  # "fits K", "check" or "prediction" (None: `row_role` decides)
 
     def to_dict(self) -> dict[str, Any]:
-        """DESIGN.md's row; `mechanisms` only when the row has it."""
+        """DESIGN.md's row; `mechanisms` only when the row has it; `role` always."""
         out = dataclasses.asdict(self)
         if out["mechanisms"] is None:
             del out["mechanisms"]
+        out["role"] = row_role(self)
         return out
+
+
+def row_role(p: PredictionRow) -> str:
+    """The row's role: its own, else `params["role"]`, else "check" when it has a published
+    figure and "prediction" when not."""
+    if p.role:
+        return p.role
+    if p.params.get("role"):
+        return str(p.params["role"])
+    return "check" if p.published is not None else "prediction"
 
 
 @dataclasses.dataclass
@@ -92,14 +108,18 @@ def _fmt(v: Any) -> str:
 
 
 def table_rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
-    header = ["name", "value", "unit", "params", "published", "ratio", "source"]
+    header = ["name", "role", "value", "unit", "params", "published", "ratio", "source"]
     with_mech = any(p.mechanisms for p in result.predictions)
-    header += ["cycles by mechanism"] if with_mech else []
+    header += ["cycles by mechanism", "assumed (sweep range)"] if with_mech else []
     rows = []
     for p in result.predictions:
         ratio = p.value / p.published if p.published else None
-        cells: list[Any] = [p.name, p.value, p.unit, p.params, p.published, ratio, p.source]
-        cells += [_mechanism_text(p.mechanisms)] if with_mech else []
+        cells: list[Any] = [p.name, row_role(p), p.value, p.unit, p.params, p.published]
+        cells += [ratio, p.source]
+        if with_mech:
+            from wse_core.cost.mechanisms import assumed_beside
+
+            cells += [_mechanism_text(p.mechanisms), assumed_beside(p.mechanisms or {})]
         rows.append([_fmt(x) for x in cells])
     return header, rows
 
