@@ -1,5 +1,6 @@
 """Multi-process options shared by the commands that can span processes (train, hpc stencil,
-hpc md) and by the root callback: `--num-processes N --process-id I --coordinator HOST:PORT`,
+hpc md, hpc swe) and by the root callback: `--num-processes N --process-id I --coordinator
+HOST:PORT`,
 or the WSE_* variables `wse launch` sets, or a cluster launcher's (SLURM's) environment.
 
 `join` connects this process to the run before the command touches JAX (joining twice is

@@ -17,7 +17,7 @@ u = u* - dt grad phi, so div u = 0 to the CG tolerance. Walls: `no_slip` (u = 0)
 `dirichlet(0, U)` on the tangential velocity.
 
 `boussinesq(grid, spec)` returns `FlowFns(init_fn, step_fn)` over a `FlowState` pytree, the
-jax-md way; the shell (`wse_hpc.fields.cases`, `wse hpc cfd`) jits and loops.
+jax-md way; the shell (`wse_hpc.fields.runs`, `wse hpc cfd`) jits and loops.
 Diagnostics: `nusselt` (1 + <w T> / kappa for unit height and unit temperature drop, the steady
 volume-averaged heat flux), `kinetic_energy` (1/2 <|u|^2>), `divergence_max`.
 """
