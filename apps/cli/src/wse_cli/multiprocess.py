@@ -1,7 +1,7 @@
 """Multi-process options shared by the commands that can span processes (train, hpc stencil,
 hpc md, hpc swe) and by the root callback: `--num-processes N --process-id I --coordinator
-HOST:PORT`,
-or the WSE_* variables `wse launch` sets, or a cluster launcher's (SLURM's) environment.
+HOST:PORT`, or the WSE_* variables `wse launch` sets, or a cluster launcher's (SLURM's)
+environment.
 
 `join` connects this process to the run before the command touches JAX (joining twice is
 harmless); `is_primary()` says whether this process writes what people read.
