@@ -7,8 +7,9 @@ Each workload is one `python -m wse_cli ...` process (the `wse` command) started
 clock runs from the start of the process to its first result: for MD the thermo row of
 step 1 (the first step done; 32,000 atoms, Cu fcc 20^3 at 1600 K, the Zhou 2004 Cu setfl
 written here), for the others the end of the command (its result printed). "cold" runs
-with an empty persistent compile cache (`WSE_CACHE_DIR` a new folder), "warm" runs the same
-command again on the cache the cold run filled. Workloads at their usual sizes: MD 32,000
+with empty persistent compile caches (`WSE_CACHE_DIR` a new folder: JAX's cache, and
+numba's PE kernels in its `numba/`, `NUMBA_CACHE_DIR` left to that default), "warm" runs the
+same command again on the caches the cold run filled. Workloads at their usual sizes: MD 32,000
 atoms, BiCGSTAB fp32 48^3 (`hpc stencil --kind bicgstab`), TLR-MVM n 1,024 (`hpc tlrmvm
 run` on an operator compressed here), training the `tiny` config for 2 steps. Each (cold,
 warm) pair is run `--rounds` times (default 2, `--quick` 1), workloads interleaved; the
@@ -72,6 +73,7 @@ def first_result_s(args: list[str], first, cache: Path, tmp: Path) -> dict:
     """Seconds from the start of `python -m wse_cli ARGS` to its first result (see the
     module doc); the process is left to finish (or stopped at the first result for MD)."""
     env = {**os.environ, "WSE_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
+    env.pop("NUMBA_CACHE_DIR", None)  # numba's cache under WSE_CACHE_DIR: cold is cold
     for stale in (tmp / "train",):  # each run starts its own training folder
         subprocess.run(["rm", "-rf", str(stale)], check=False)
     cmd = [sys.executable, "-m", "wse_cli", *args]

@@ -158,6 +158,18 @@ def test_defect_rate_and_remap_invariants():
     assert (defect_map(spec, seed=1, rate=1e-3).dead == dm.dead).all()
 
 
+def test_link_hops_kept_per_axis_equal_a_fresh_count():
+    spec = preset("wse2")
+    rm = remap(spec, defect_map(spec, seed=3, rate=1e-3))
+    ew, ns = rm.link_hops(1), rm.link_hops(0)
+    assert (ew == np.diff(rm.phys_col, axis=1)).all()
+    drow = np.diff(rm.phys_row)[:, None]
+    assert (ns == drow + np.abs(np.diff(rm.phys_col, axis=0))).all()
+    assert rm.link_hops(1) is ew and rm.link_hops(0) is ns  # computed once
+    with pytest.raises(ValueError):
+        ew[0, 0] = 7  # kept read-only: no caller can change another's counts
+
+
 def test_unrepairable_wafer_names_the_row():
     spec = preset("tiny")  # 1 spare row, 1 spare column
     dead = np.zeros((spec.physical_rows, spec.physical_cols), bool)

@@ -68,3 +68,24 @@ def test_default_devices_follow_the_process_cpu_affinity():
     )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == 1  # pinned to one CPU: one device, whatever os.cpu_count() says
+
+
+def test_numba_cache_lives_under_the_wse_cache_unless_set(tmp_path):
+    """A fresh process: `configure` points numba's cache (NUMBA_CACHE_DIR) into the compile
+    cache's folder, and numba reads it; a NUMBA_CACHE_DIR already set is kept."""
+    probe = (
+        "from wse_core.host.runtime import configure; configure(1); "
+        "from numba.core import config; print(config.CACHE_DIR)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["WSE_CACHE_DIR"] = str(tmp_path / "c")
+
+    def run(extra: dict[str, str]) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env={**env, **extra}, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert run({}) == str(tmp_path / "c" / "numba")
+    assert run({"NUMBA_CACHE_DIR": str(tmp_path / "own")}) == str(tmp_path / "own")

@@ -9,17 +9,22 @@ words 3 and 5 are data and dims). XLA first calls a handler with a metadata exte
 (int32 words 6, 7) and traits (8): `metadata_query(frame)` answers it and says so.
 `data(frame, slot, i)` and `dims(frame, slot, i, rank)` are the i-th argument's (slot
 FRAME_ARGS) or result's (FRAME_RETS) data pointer and dimensions, for `numba.carray`;
-`named(fn, suffix)` is a copy of a kernel under its own name for numba's on-disk cache.
+`named(fn, suffix)` is a copy of a kernel under its own name for numba's on-disk cache;
+`handlers(bodies)` is `name -> cfunc(SIG, cache=True)(bodies[name])`, compiled (or loaded
+from numba's cache) on the name's first request only, so that a process pays for the
+handlers it calls, not for every one a module defines.
 Importing this module starts numba's parallel runtime (the `prange` kernels' threads)
 before any handler links against it.
 """
 
 from __future__ import annotations
 
+import functools
 import types as types_module
+from collections.abc import Callable
 
 import numpy as np
-from numba import carray, njit, types
+from numba import carray, cfunc, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.ufunc.parallel import _launch_threads
@@ -35,6 +40,7 @@ __all__ = [
     "data",
     "dims",
     "named",
+    "handlers",
 ]
 
 _launch_threads()  # the parallel kernels' runtime, before any handler links against it
@@ -112,3 +118,13 @@ def named(fn, suffix: str):
     out = types_module.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix)
     out.__qualname__ = fn.__qualname__ + suffix
     return out
+
+
+def handlers(bodies: dict[str, Callable]) -> Callable[[str], object]:
+    """name -> the cfunc handler of bodies[name] (see the module doc), compiled once."""
+
+    @functools.cache
+    def handler(name: str):
+        return cfunc(SIG, cache=True)(bodies[name])
+
+    return handler

@@ -1,7 +1,7 @@
 """The numba side of a neighbour-list build on a CPU (`neighbours.build.select` with the
 PEs' own loops): what each PE does as the window's slabs pass, one kernel call per device
-block, and its XLA FFI handler (imported, and so compiled or loaded from numba's cache, only
-when a CPU build first needs it; the call frame is read as `wse_hpc.numba_ffi` says).
+block, and its XLA FFI handler (`handler("build")`: compiled or loaded from numba's cache
+only when a CPU build first needs it; the call frame is read as `wse_hpc.numba_ffi` says).
 
 The build is XLA's (`select`) slot for slot: for each row offset in march order, the
 window columns west to east whose atom lies within cutoff + skin (minimum image, float32,
@@ -26,12 +26,12 @@ full list more than M candidates).
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, cfunc, njit
+from numba import carray, njit
 
-from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, SIG, addr, data, dims, ptr
+from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
 from wse_hpc.numba_ffi import metadata_query as metadata
 
-__all__ = ["HANDLERS"]
+__all__ = ["handler"]
 
 
 def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count, over):
@@ -118,7 +118,6 @@ def _args(frame):
     return planes, held, pos, ids, offsets, caps, cf, ci, index, species, count, over
 
 
-@cfunc(SIG, cache=True)
 def build_ffi(frame_p):
     frame = addr(frame_p)
     if not metadata(frame):
@@ -126,4 +125,4 @@ def build_ffi(frame_p):
     return ptr(0)
 
 
-HANDLERS = {"build": build_ffi}
+handler = handlers({"build": build_ffi})

@@ -57,7 +57,7 @@ def _target(name: str) -> str:
     """The FFI target of a kernel, compiled (numba) and registered with XLA on first use."""
     from wse_hpc.md import pe_pairs_numba
 
-    return register(f"wse_md_{name}", pe_pairs_numba.HANDLERS[name])
+    return register(f"wse_md_{name}", pe_pairs_numba.handler(name))
 
 
 def pair_kernel(

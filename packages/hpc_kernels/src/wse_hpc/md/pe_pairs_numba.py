@@ -1,6 +1,7 @@
 """The numba side of `pe_pairs`: each PE's pair loops over its candidate list and their XLA
-FFI handlers (imported, and so compiled or loaded from numba's cache, only when a CPU force
-evaluation first needs them). A handler reads XLA's call frame as `wse_hpc.numba_ffi` says.
+FFI handlers (`handler(name)`: each compiled or loaded from numba's cache only when a CPU
+force evaluation first needs it; one device uses only the half pair). A handler reads
+XLA's call frame as `wse_hpc.numba_ffi` says.
 The kernels run on the calling thread (a mesh of several devices runs one block per
 thread): full lists (each PE its own pairs) or, on one device, each pair once
 (`density_half`, `force_half`: the PE of the larger block index takes the pair from the
@@ -26,12 +27,12 @@ Each PE skips the candidates beyond the cutoff; the splines are `md.splines`' (L
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, cfunc, njit
+from numba import carray, njit
 
-from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, SIG, addr, data, dims, ptr
+from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
 from wse_hpc.numba_ffi import metadata_query as metadata
 
-__all__ = ["HANDLERS"]
+__all__ = ["handler"]
 
 _F0, _F1, _F2, _F3 = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.float32(3.0)
 
@@ -316,7 +317,6 @@ density_half = njit(**OPTS)(_density_half)
 force_half = njit(**OPTS)(_force_half)
 
 
-@cfunc(SIG, cache=True)
 def density_full_ffi(frame_p):
     frame = addr(frame_p)
     if not metadata(frame):
@@ -324,7 +324,6 @@ def density_full_ffi(frame_p):
     return ptr(0)
 
 
-@cfunc(SIG, cache=True)
 def force_full_ffi(frame_p):
     frame = addr(frame_p)
     if not metadata(frame):
@@ -332,7 +331,6 @@ def force_full_ffi(frame_p):
     return ptr(0)
 
 
-@cfunc(SIG, cache=True)
 def density_half_ffi(frame_p):
     frame = addr(frame_p)
     if not metadata(frame):
@@ -340,7 +338,6 @@ def density_half_ffi(frame_p):
     return ptr(0)
 
 
-@cfunc(SIG, cache=True)
 def force_half_ffi(frame_p):
     frame = addr(frame_p)
     if not metadata(frame):
@@ -348,9 +345,11 @@ def force_half_ffi(frame_p):
     return ptr(0)
 
 
-HANDLERS = {
-    "density": density_full_ffi,
-    "force": force_full_ffi,
-    "density_half": density_half_ffi,
-    "force_half": force_half_ffi,
-}
+handler = handlers(
+    {
+        "density": density_full_ffi,
+        "force": force_full_ffi,
+        "density_half": density_half_ffi,
+        "force_half": force_half_ffi,
+    }
+)

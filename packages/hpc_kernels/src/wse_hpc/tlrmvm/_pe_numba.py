@@ -1,5 +1,6 @@
-"""The numba side of `pe_kernels`: the kernels and their XLA FFI handlers (imported, and so
-compiled or loaded from numba's cache, only when a CPU product first needs them).
+"""The numba side of `pe_kernels`: the kernels and their XLA FFI handlers (`handler(name)`,
+name `rows_dot_cores`, `rows_dot_thread`, `sum_rows_cores` or `sum_rows_thread`: each
+compiled or loaded from numba's cache only when a CPU product first needs it).
 
 A handler reads XLA's call frame as `wse_hpc.numba_ffi` says. The kernels are compiled
 twice: on the cores (prange) and on the calling thread (the same code with parallel=False).
@@ -8,15 +9,15 @@ twice: on the cores (prange) and on the calling thread (the same code with paral
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, cfunc, njit, prange
+from numba import carray, njit, prange
 
 from wse_hpc.numba_ffi import FRAME_ARGS as _FRAME_ARGS
 from wse_hpc.numba_ffi import FRAME_RETS as _FRAME_RETS
 from wse_hpc.numba_ffi import OPTS as _OPTS
-from wse_hpc.numba_ffi import SIG as _SIG
 from wse_hpc.numba_ffi import addr as _addr
 from wse_hpc.numba_ffi import data as _data
 from wse_hpc.numba_ffi import dims as _dims
+from wse_hpc.numba_ffi import handlers as _handlers
 from wse_hpc.numba_ffi import metadata_query as _metadata_query
 from wse_hpc.numba_ffi import named as _named
 from wse_hpc.numba_ffi import ptr as _ptr
@@ -110,7 +111,6 @@ sum_rows_cores = njit(parallel=True, **_OPTS)(_named(_sum_rows, "_cores"))
 sum_rows_thread = njit(parallel=False, **_OPTS)(_named(_sum_rows, "_thread"))
 
 
-@cfunc(_SIG, cache=True)
 def rows_dot_cores_ffi(frame_p):
     frame = _addr(frame_p)
     if not _metadata_query(frame):
@@ -118,7 +118,6 @@ def rows_dot_cores_ffi(frame_p):
     return _ptr(0)
 
 
-@cfunc(_SIG, cache=True)
 def rows_dot_thread_ffi(frame_p):
     frame = _addr(frame_p)
     if not _metadata_query(frame):
@@ -126,7 +125,6 @@ def rows_dot_thread_ffi(frame_p):
     return _ptr(0)
 
 
-@cfunc(_SIG, cache=True)
 def sum_rows_cores_ffi(frame_p):
     frame = _addr(frame_p)
     if not _metadata_query(frame):
@@ -134,7 +132,6 @@ def sum_rows_cores_ffi(frame_p):
     return _ptr(0)
 
 
-@cfunc(_SIG, cache=True)
 def sum_rows_thread_ffi(frame_p):
     frame = _addr(frame_p)
     if not _metadata_query(frame):
@@ -142,7 +139,11 @@ def sum_rows_thread_ffi(frame_p):
     return _ptr(0)
 
 
-HANDLERS = {
-    "rows_dot": {True: rows_dot_cores_ffi, False: rows_dot_thread_ffi},
-    "sum_rows": {True: sum_rows_cores_ffi, False: sum_rows_thread_ffi},
-}
+handler = _handlers(
+    {
+        "rows_dot_cores": rows_dot_cores_ffi,
+        "rows_dot_thread": rows_dot_thread_ffi,
+        "sum_rows_cores": sum_rows_cores_ffi,
+        "sum_rows_thread": sum_rows_thread_ffi,
+    }
+)

@@ -46,8 +46,8 @@ def _target(name: str, parallel: bool) -> str:
     cache) and registered with XLA on first use."""
     from wse_hpc.tlrmvm import _pe_numba
 
-    handler = _pe_numba.HANDLERS[name][parallel]
-    return register(f"wse_tlr_{name}_{'cores' if parallel else 'thread'}", handler)
+    kernel = f"{name}_{'cores' if parallel else 'thread'}"
+    return register(f"wse_tlr_{kernel}", _pe_numba.handler(kernel))
 
 
 def rows_dot(a: jax.Array, e: jax.Array, sel: jax.Array, *, parallel: bool) -> jax.Array:

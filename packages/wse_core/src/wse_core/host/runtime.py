@@ -9,7 +9,10 @@ conftest.py.
 Defaults: one virtual device per core (collectives between more virtual devices than cores
 cost ~0.1 ms each, see shared/PLATFORM.md); `WSE_DEVICES` overrides. On a GPU host the real
 devices are used and the CPU device count is irrelevant. The compile cache lives in
-`$WSE_CACHE_DIR` (default `~/.cache/wse/jax`) — the counterpart of Cerebras' compile artifacts.
+`$WSE_CACHE_DIR` (default `~/.cache/wse/jax`) — the counterpart of Cerebras' compile artifacts;
+numba's (the PE kernels of `wse_hpc`) in its `numba/` folder (`NUMBA_CACHE_DIR`, unless set,
+read when numba is first imported): one folder holds everything a first run compiles,
+writable wherever the cache is, also for a package installed read-only.
 
 `sync_dispatch()` (opt-in, process-wide, before the backend starts) runs each jitted call on
 the calling thread. JAX's CPU client otherwise hands every call of more than a few hundred
@@ -107,6 +110,7 @@ def configure(devices: int | None = None, *, compile_cache: bool = True) -> int:
     if compile_cache:
         os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache_dir()))
         os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
     if "jax" in sys.modules:
         _configure_imported_jax(n, compile_cache)
     return n

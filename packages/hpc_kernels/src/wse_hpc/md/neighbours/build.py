@@ -194,7 +194,7 @@ def _build_target() -> str:
     """The numba build as an FFI target, compiled (or loaded) and registered on first use."""
     from wse_hpc.md import pe_build_numba
 
-    return register("wse_md_build", pe_build_numba.HANDLERS["build"])
+    return register("wse_md_build", pe_build_numba.handler("build"))
 
 
 def _select_pe(spec: ListSpec, region, pos, held, ids=None):
