@@ -28,6 +28,7 @@ OPTIONAL = {
         "packages/models/src/wse_models/testing.py",
     },
     "transformers": {"packages/models/src/wse_models/testing.py"},
+    "dedalus": {"packages/hpc_kernels/src/wse_hpc/fields/dedalus_peer.py"},
 }
 
 
