@@ -47,8 +47,10 @@ def test_decode_cost_counted_by_hand():
     # move: the 4 words leave the middle PE (ramp), 2 hops along the row + 1 up, 1 relay.
     assert cycles("move") == pytest.approx(4 + 3 + relay)
     # The residual (d = 8 on the top row: 2 values, 1 word per column) down the region's 2
-    # rows to the next region: 1 word, 2 hops, 1 relay. One wafer: nothing between wafers.
-    assert cycles("to_next") == pytest.approx(1 + 2 + relay)
+    # rows, then back to the head's top row (the pipeline closes on one wafer): from below
+    # the stage (row 4, column 2) to (row 0, column 2), 4 hops: 1 word, 2 + 4 hops, 1 relay.
+    # One wafer: nothing between wafers.
+    assert cycles("to_next") == pytest.approx(1 + 2 + 4 + relay)
     assert report.predicted.leaf("between_wafers").seconds == 0.0
     # At batch 1 the phases add up: the token is the sum of the leaves.
     leaves = [node for _, node in report.predicted.rows() if not node.children]
@@ -127,20 +129,26 @@ def test_engine_takes_a_given_plan():
 
 def test_speculative_report_is_draft_steps_and_a_pipelined_verification():
     from wse_inference.speculative.decoder import SpeculativeDecoder
+    from wse_systems.serving.blocks import price_pipeline
 
     target, draft = tiny_model("llama", n_layers=2), tiny_model("llama", n_layers=1, seed=3)
     dec = SpeculativeDecoder(target, draft, gamma=3, max_context=32)
     stats = AcceptanceStats(3, rounds=4, accepted=6)  # 10 tokens in 4 rounds
-    rep = dec.report(stats=stats, measured_wall_s=1.0, tokens=10, spec=preset("wse3"))
-    plans = [
-        decode_perf.plan_for(m.config, spec=preset("wse3"), context_len=32, bytes_per_param=4)
-        for m in (target, draft)
-    ]
-    t_step = decode_perf.predict_decode(target.config, plans[0]).predicted
-    d_step = decode_perf.predict_decode(draft.config, plans[1]).predicted
-    slowest = max(c.seconds for c in t_step.children)
-    round_s = 3 * d_step.seconds + t_step.seconds + 3 * slowest
-    assert rep.predicted_s == pytest.approx(round_s * 4 / 10)
+    spec = preset("wse3")
+    rep = dec.report(stats=stats, measured_wall_s=1.0, tokens=10, spec=spec)
+    t_plan, d_plan = decode_perf.plan_speculative(
+        target.config, draft.config, spec=spec, gamma=3, context_len=32, bytes_per_param=4
+    )
+    assert t_plan.spec.pe_rows + d_plan.spec.pe_rows == spec.pe_rows  # the draft's rows
+    t_pipe = price_pipeline(target.config, t_plan, kv_tokens=16)
+    d_pipe = price_pipeline(draft.config, d_plan, kv_tokens=16)
+    # the target's pass over 4 tokens: its first block through every element, the rest one
+    # bottleneck apart (`Pipeline.pass_s`)
+    verify, k, _ = t_pipe.pass_s(4)
+    fill = sum(p.seconds(k) for _, _, p in t_pipe.elements)
+    assert verify == pytest.approx(fill + (math.ceil(4 / k) - 1) * t_pipe.bottleneck(k)[1])
+    round_s = 3 * d_pipe.token_s + verify
+    assert rep.predicted_s == pytest.approx(round_s * 4 / 10, rel=1e-12)
     assert rep.measured_wall_s == pytest.approx(0.1)
 
 
@@ -182,12 +190,23 @@ def test_the_speculative_engines_report_is_priced_at_its_own_acceptance():
 
 def test_8b_calibration_row_is_a_check_not_a_fit():
     """Llama 3.1 8B, 16-bit, one WSE-3: 1,800 tokens/s (Hot Chips 2024; the calibration
-    set) is priced from mechanisms alone: no constant is fitted on it. The model is within
-    11% of it (10.6% slow at the time of writing); 15% guards against a regression."""
-    report, plan = decode_perf.predict_model("llama3-8b", spec=preset("wse3"), num_wafers=1)
-    assert plan.num_wafers == 1 and plan.num_stages == 32
+    set) is priced from mechanisms alone: no constant is fitted on it. The model plans the
+    faster of banded and compact regions (issue 41): compact, about 3,000 tokens/s, so the
+    check misses (the model is ~1.7x fast; reported, never fitted). Banded regions, the
+    layout before, stay within 15% of it. The calibration's check row is this figure."""
+    from wse_models import preset_config
+    from wse_systems.decoder import decode_check_row
+
+    spec = preset("wse3")
+    report, plan = decode_perf.predict_model("llama3-8b", spec=spec, num_wafers=1)
+    assert plan.num_wafers == 1 and plan.num_stages == 32 and plan.layout == "compact"
     assert "Llama" not in report.calibration.describe()
-    assert decode_perf.tokens_per_s(report) == pytest.approx(1800, rel=0.15)
+    assert decode_check_row()["model"] == pytest.approx(report.predicted_s, rel=1e-9)
+    config = preset_config("llama3-8b")
+    bands = decode_perf.plan_for(config, spec=spec, num_wafers=1, layout="banded")
+    banded = decode_perf.tokens_per_s(decode_perf.predict_decode(config, bands))
+    assert banded == pytest.approx(1800, rel=0.15)
+    assert decode_perf.tokens_per_s(report) > 1.5 * 1800 > banded  # the check's miss
 
 
 def test_experiment_reports_the_published_rows():

@@ -57,7 +57,7 @@ def test_the_serving_model_on_the_engines_plan(engine):
     work = Workload(prompt_tokens=8, output_tokens=16, context_len=32)  # a KV read of 16
     serve = WaferServing(
         engine.config, plan.spec, num_wafers=plan.num_wafers, workload=work, stages=STAGES,
-        bytes_per_param=plan.bytes_per_param,
+        bytes_per_param=plan.bytes_per_param, layout=plan.layout,
     )  # fmt: skip
     ours = serve.plans(STAGES)[0]
     assert [s.layers for s in ours.stages] == [s.layers for s in plan.stages]

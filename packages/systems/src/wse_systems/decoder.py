@@ -257,13 +257,22 @@ def layer_phases(
     )
 
 
-def _to_next(region: Region, d: int, b: int) -> Work:
+def _to_next(region: Region, d: int, b: int, nxt: Region | None = None) -> Work:
     """The residual stream (on the top row, d / cols values per column) down the region's
-    height to the next region's top row: words over the links between the bands."""
+    height to the next region's top row: words over the links between the bands. When the
+    next region (`nxt`, on the same wafer) does not start right below (a column strip's
+    end, or the way back to the head), the stream also travels from below this region's
+    bottom centre to the next one's top centre (Manhattan hops) and, across strips, shifts
+    sideways as one row: all d values over the strip boundary's link."""
     words = math.ceil(d / region.cols) * b / 4
-    return Work(
-        links={"S": words, "ramp": words}, latency_hops=float(region.rows), relay_stages=1.0
-    )
+    hops, lateral = float(region.rows), 0.0
+    if nxt is not None:
+        out = (region.row0 + region.rows, region.col0 + region.cols // 2)
+        into = (nxt.row0, nxt.col0 + nxt.cols // 2)
+        hops += abs(out[0] - into[0]) + abs(out[1] - into[1])
+        lateral = d * b / 4 if nxt.col0 != region.col0 else 0.0
+    links = {"S": words, "ramp": words} | ({"E": lateral} if lateral else {})
+    return Work(links=links, latency_hops=hops, relay_stages=1.0)
 
 
 def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec) -> Phases:
@@ -285,6 +294,14 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec) -> Phases:
     )
 
 
+def _next_on_wafer(plan: Any, i: int) -> Region | None:
+    """The region after stage i on its wafer (the head after the last stage when the
+    pipeline closes on one wafer); None where the next is on another wafer (a crossing)."""
+    stages = plan.stages
+    nxt = stages[i + 1] if i + 1 < len(stages) else plan.head
+    return nxt.region if nxt.wafer == stages[i].wafer else None
+
+
 def decode_phases(
     shape: DecoderShape,
     plan: Any,
@@ -297,13 +314,16 @@ def decode_phases(
 
     At batch 1 only one region works at a time: the regions' phases are serial. Each region
     passes the residual stream to the next (`_to_next`); each wafer boundary and the way back
-    to wafer 0 is a system pass of d_model values; `per_token` is the head, the argmax and
-    the embedding of the next token."""
+    to wafer 0 is a crossing by its mechanisms: the trip to the wafer's edge and from the
+    next wafer's edge (`PipelinePlan.edge_hops`, fabric hops), the d_model values serialised
+    at the system's I/O rate (`host_io_bytes_per_s`) and one network latency
+    (`system_latency_s`, assumed, with its sweep in `wse_core.cost.mechanisms`);
+    `per_token` is the head, the argmax and the embedding of the next token."""
     kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
     b, d, spec = plan.bytes_per_param, shape.d_model, plan.spec
     parts: list[Phase | Phases] = []
     zeros = np.broadcast_to(np.asarray(mlp_zero_fraction, np.float64), (shape.n_layers,))
-    for stage in plan.stages:
+    for i, stage in enumerate(plan.stages):
         s = float(zeros[stage.layers[0] : stage.layers[1]].mean())
         layer = layer_phases(
             shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s, spec=spec
@@ -311,11 +331,15 @@ def decode_phases(
         parts.append(
             serial(
                 dataclasses.replace(layer, repeat=stage.num_layers),
-                Phase("to_next", _to_next(stage.region, d, b)),
+                Phase("to_next", _to_next(stage.region, d, b, _next_on_wafer(plan, i))),
                 name=stage.name,
             )
         )
-    passes = Work(host_io_bytes=plan.wafer_crossings * d * b, system_hops=plan.wafer_crossings)
+    passes = Work(
+        host_io_bytes=plan.wafer_crossings * d * b,
+        system_hops=plan.wafer_crossings,
+        latency_hops=float(plan.edge_hops),
+    )
     return serial(
         *parts,
         _per_token(shape, plan, spec),
@@ -325,17 +349,21 @@ def decode_phases(
 
 
 def decode_case() -> tuple[WaferSpec, Phases]:
-    """The calibration set's 8B case: Llama 3.1 8B planned on one WSE-3 (8k context), one
-    decode token (`wse_core.cost.calibration`'s check row; see `decode_check_row`). WSE-3 as the
-    calibration sees it: under the active assumptions (`wse_core.cost.assumptions.assumed_spec`)."""
+    """The calibration set's 8B case: Llama 3.1 8B planned on one WSE-3 (8k context, its
+    regions in the faster layout, `wse_systems.token.choose_layout`), one decode token
+    (`wse_core.cost.calibration`'s check row; see `decode_check_row`). WSE-3 as the
+    calibration sees it: under the active assumptions
+    (`wse_core.cost.assumptions.assumed_spec`)."""
     from wse_core.cost.assumptions import assumed_spec
 
     spec = assumed_spec("wse3")
     key = spec.key()
     if key not in _DECODE_CASES:
-        from wse_systems.pipeline import plan_pipeline
+        from wse_systems.token import choose_layout
 
-        plan = plan_pipeline(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
+        # the layout the model chooses (the faster of banded and compact), never the one
+        # nearer the published figure: this row is a check
+        plan, _ = choose_layout(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
         _DECODE_CASES[key] = (spec, decode_phases(LLAMA31_8B, plan))
     return _DECODE_CASES[key]
 

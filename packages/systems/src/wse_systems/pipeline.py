@@ -7,7 +7,9 @@ the calibration case (Llama 3.1 8B on one WSE-3) is planned here too.
 Contract. `plan_pipeline(config, spec, num_wafers=..., stages=..., context_len=..., slots=...)`
 splits the `n_layers` layers into `stages` contiguous groups (sizes differ by at most one),
 spreads the stages over `num_wafers` wafers in order, and gives each stage a band of PE rows
-of its wafer in proportion to the bytes it must hold: its weights, its KV cache for
+of its wafer (`layout="banded"`: full-width bands; `"compact"`: bands of `compact_strips`
+column strips, so that each region is near square and a traversal of it is short) in
+proportion to the bytes it must hold: its weights, its KV cache for
 `context_len` tokens of each of `slots` users in flight, and its activations. The embedding
 and head (and final norm) get one more region, `head`, on wafer 0: the last stage's output
 cycles back there for the next token. Every region's bytes are declared in that wafer's
@@ -15,7 +17,9 @@ cycles back there for the next token. Every region's bytes are declared in that 
 (needed, available, per region) and the number of wafers that would hold it.
 
 `config` is a `wse_systems.transformer.DecoderShape` (e.g. a `wse_models.ModelConfig`); its
-sizes are `wse_systems.transformer`'s one formula.
+sizes are `wse_systems.transformer`'s one formula. `PipelinePlan.edge_hops` counts the
+fabric hops of the wafer crossings (each region's trip to or from its wafer's nearest edge,
+`to_edge`); `wse_systems.token.choose_layout` prices both layouts and takes the faster.
 """
 
 from __future__ import annotations
@@ -38,9 +42,13 @@ __all__ = [
     "min_wafers",
     "kv_bytes_per_token",
     "split_even",
+    "LAYOUTS",
+    "compact_strips",
+    "to_edge",
 ]
 
 GB = 1e9
+LAYOUTS = ("banded", "compact")
 
 
 class PipelinePlanError(SramBudgetError):
@@ -81,6 +89,7 @@ class PipelinePlan:
     context_len: int
     slots: int
     bytes_per_param: int
+    layout: str = "banded"  # LAYOUTS: full-width bands, or near-square rectangles in strips
 
     @property
     def num_stages(self) -> int:
@@ -95,9 +104,24 @@ class PipelinePlan:
         """Inter-wafer hops per token: each boundary between wafers plus the way back."""
         return self.num_wafers - 1 + (1 if self.num_wafers > 1 else 0)
 
+    @property
+    def edge_hops(self) -> int:
+        """Hops to and from the wafers' edges per token: for each wafer boundary the last
+        region's trip to its wafer's nearest edge and the next wafer's edge to its first
+        region, and the way back (the last region's trip, the head's from the edge)."""
+        if self.num_wafers == 1:
+            return 0
+        hops = 0
+        for w in range(self.num_wafers):
+            mine = [s for s in self.stages if s.wafer == w]
+            first = self.head if w == 0 else mine[0]
+            hops += to_edge(first.region, self.spec) + to_edge(mine[-1].region, self.spec)
+        return hops
+
     def summary(self) -> dict[str, Any]:
         return {
             "wafer": self.spec.name,
+            "layout": self.layout,
             "num_wafers": self.num_wafers,
             "num_stages": self.num_stages,
             "context_len": self.context_len,
@@ -109,6 +133,8 @@ class PipelinePlan:
                     "name": s.name,
                     "wafer": s.wafer,
                     "layers": list(s.layers),
+                    "row0": s.region.row0,
+                    "col0": s.region.col0,
                     "pe_rows": s.region.rows,
                     "pe_cols": s.region.cols,
                     "bytes_per_pe": s.bytes_per_pe,
@@ -160,8 +186,13 @@ def plan_pipeline(
     context_len: int | None = None,
     slots: int = 1,
     bytes_per_param: int = 2,
+    layout: str = "banded",
 ) -> PipelinePlan:
-    """Regions for `stages` layer groups (default: one per layer) over `num_wafers` wafers."""
+    """Regions for `stages` layer groups (default: one per layer) over `num_wafers` wafers,
+    each wafer's regions as full-width bands (`layout="banded"`) or as bands of column
+    strips (`"compact"`: `compact_strips` strips, so each region is near square)."""
+    if layout not in LAYOUTS:
+        raise PipelinePlanError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     stages = config.n_layers if stages is None else stages
     context_len = config.max_seq_len if context_len is None else context_len
     _check_args(config, spec, num_wafers, stages, context_len, slots)
@@ -169,20 +200,21 @@ def plan_pipeline(
     head_w = (num_params(config) - config.n_layers * layer_params(config)) * bpp
     head_act = slots * (config.d_model + config.vocab_size) * 4  # hidden + fp32 logits
     groups = split_even(config.n_layers, stages)
-    layout = []
+    layout_ = []
     for w, (s0, s1) in enumerate(split_even(stages, num_wafers)):
         entries = [("head", (0, 0), (head_w, 0, head_act))] if w == 0 else []
         for s in range(s0, s1):
             layers = groups[s]
             bytes_ = _region_bytes(config, layers[1] - layers[0], context_len, slots, bpp)
             entries.append((f"stage{s}", layers, bytes_))
-        layout.append(entries)
-    need = sum(sum(b) for entries in layout for _, _, b in entries)
+        layout_.append(entries)
+    need = sum(sum(b) for entries in layout_ for _, _, b in entries)
     placed = [
-        _place_on_wafer(spec, w, entries, need, num_wafers) for w, entries in enumerate(layout)
+        _place_on_wafer(spec, w, entries, need, num_wafers, _strips(layout, len(entries), spec))
+        for w, entries in enumerate(layout_)
     ]
     head, stage_plans = placed[0][0], [p for w in placed for p in w if p.name != "head"]
-    return PipelinePlan(spec, num_wafers, tuple(stage_plans), head, context_len, slots, bpp)
+    return PipelinePlan(spec, num_wafers, tuple(stage_plans), head, context_len, slots, bpp, layout)
 
 
 def _check_args(config, spec, num_wafers, stages, context_len, slots) -> None:
@@ -203,23 +235,60 @@ def _check_args(config, spec, num_wafers, stages, context_len, slots) -> None:
         )
 
 
+def to_edge(region: Region, spec: WaferSpec) -> int:
+    """Hops from `region` to the nearest edge of its wafer (0 for a band that spans it)."""
+    r1, c1 = region.row0 + region.rows, region.col0 + region.cols
+    return min(region.row0, spec.pe_rows - r1, region.col0, spec.pe_cols - c1)
+
+
+def compact_strips(regions: int, spec: WaferSpec) -> int:
+    """Column strips that make `regions` equal regions near square: sqrt(n cols / rows)."""
+    return max(1, min(regions, round(math.sqrt(regions * spec.pe_cols / spec.pe_rows))))
+
+
+def _strips(layout: str, regions: int, spec: WaferSpec) -> int:
+    return 1 if layout == "banded" else compact_strips(regions, spec)
+
+
+def _by_strip(sizes: list[int], strips: int) -> list[int]:
+    """The strip of each entry: contiguous groups of about equal bytes (by each entry's
+    midpoint in the running total)."""
+    total, before, out = sum(sizes) or 1, 0, []
+    for b in sizes:
+        out.append(min(strips - 1, int(strips * (before + b / 2) / total)))
+        before += b
+    return out
+
+
 def _place_on_wafer(
-    spec: WaferSpec, wafer: int, entries: list, need: int, num_wafers: int
+    spec: WaferSpec, wafer: int, entries: list, need: int, num_wafers: int, strips: int = 1
 ) -> list[StagePlan]:
-    """Give each entry a band of rows and declare its bytes in the wafer's ledger."""
+    """Give each entry a band of rows of its column strip (one strip: the whole width) and
+    declare its bytes in the wafer's ledger."""
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
-    rows = _rows_by_bytes(spec.pe_rows, [sum(b) for _, _, b in entries])
-    out, row0 = [], 0
-    for (name, layers, (w_b, kv_b, act_b)), r in zip(entries, rows, strict=True):
-        region = ledger.region(name, row0, 0, r, spec.pe_cols)
-        plan = StagePlan(name, wafer, region, layers, int(w_b), int(kv_b), int(act_b))
-        try:
-            for part, b in (("weights", w_b), ("kv_cache", kv_b), ("activations", act_b)):
-                ledger.allocate(f"{name}.{part}", math.ceil(b / region.num_pes), region)
-        except SramBudgetError:
-            raise _too_big(spec, wafer, entries, plan, need, num_wafers) from None
-        out.append(plan)
-        row0 += r
+    sizes = [sum(b) for _, _, b in entries]
+    strip_of, cols = _by_strip(sizes, strips), split_even(spec.pe_cols, strips)
+    out: list[StagePlan] = []
+    for k, (c0, c1) in enumerate(cols):
+        mine = [i for i in range(len(entries)) if strip_of[i] == k]
+        if len(mine) > spec.pe_rows:
+            raise PipelinePlanError(
+                f"{len(mine)} regions in one column strip of wafer {wafer} need more than "
+                f"its {spec.pe_rows} PE rows"
+            )
+        rows = _rows_by_bytes(spec.pe_rows, [sizes[i] for i in mine]) if mine else []
+        row0 = 0
+        for i, r in zip(mine, rows, strict=True):
+            name, layers, (w_b, kv_b, act_b) = entries[i]
+            region = ledger.region(name, row0, c0, r, c1 - c0)
+            plan = StagePlan(name, wafer, region, layers, int(w_b), int(kv_b), int(act_b))
+            try:
+                for part, b in (("weights", w_b), ("kv_cache", kv_b), ("activations", act_b)):
+                    ledger.allocate(f"{name}.{part}", math.ceil(b / region.num_pes), region)
+            except SramBudgetError:
+                raise _too_big(spec, wafer, entries, plan, need, num_wafers) from None
+            out.append(plan)
+            row0 += r
     return out
 
 

@@ -11,6 +11,10 @@ per-wafer traces (`wse_systems.trace`), the serving model's pipeline elements
 (`wse_systems.serving.wafer.price_pipeline`, from this report's phases) and so `wse plan
 infer` all price a token here; a test holds them to the same batch-1 time to the cycle.
 
+`choose_layout(shape, spec, ...)` plans the regions banded and compact
+(`wse_systems.pipeline.LAYOUTS`), prices a token on each and returns the faster plan (its
+`layout` says which) with both times.
+
 `token_report(...)` builds the per-token report of any phase tree on a plan (the
 speculative round of `wse_inference.pipeline.perf` uses it with its own phases).
 """
@@ -24,9 +28,9 @@ from wse_core.cost.perf import PerfModel, Phases
 from wse_core.cost.report import RunReport
 
 from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
-from wse_systems.pipeline import PipelinePlan
+from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, plan_pipeline
 
-__all__ = ["decode_assumptions", "price_token", "token_report"]
+__all__ = ["choose_layout", "decode_assumptions", "price_token", "token_report"]
 
 
 def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, str]:
@@ -39,11 +43,13 @@ def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, s
         "batch": "batch 1: one region works at a time, so the regions' times add",
         "between wafers": (
             f"{plan.wafer_crossings} pass(es) per token (each wafer boundary and the way back to "
-            f"wafer 0) of d_model values at the system I/O rate "
+            f"wafer 0): {plan.edge_hops} fabric hops to and from the wafers' edges, d_model "
+            f"values at the system I/O rate "
             f"({spec.host_io_bytes_per_s / 1e9:g} GB/s) plus system_latency_s "
             f"({spec.system_latency_s:g} s, assumed) each"
         ),
         "weights": f"{plan.bytes_per_param} bytes per parameter and per cached value",
+        "regions": f"{plan.layout} (wse_systems.pipeline.LAYOUTS)",
     }
 
 
@@ -105,3 +111,29 @@ def price_token(
         tail=None if tokens is None else {"tokens": tokens},
         model=model,
     )
+
+
+def choose_layout(
+    shape: Any,
+    spec: Any,
+    *,
+    kv_tokens: int | None = None,
+    model: PerfModel | None = None,
+    **plan_kwargs: Any,
+) -> tuple[PipelinePlan, dict[str, float]]:
+    """(the faster plan, seconds per batch-1 token of each layout that fits): `shape` planned
+    by `plan_pipeline(..., layout=...)` banded and compact, each priced by `price_token`;
+    a tie keeps bands. PipelinePlanError (the banded plan's) when neither fits."""
+    plans: dict[str, PipelinePlan] = {}
+    error: PipelinePlanError | None = None
+    for layout in LAYOUTS:
+        try:
+            plans[layout] = plan_pipeline(shape, spec, layout=layout, **plan_kwargs)
+        except PipelinePlanError as e:
+            error = error or e
+    if not plans:
+        assert error is not None
+        raise error
+    seconds = {k: price_token(shape, p, kv_tokens=kv_tokens, model=model).predicted_s
+               for k, p in plans.items()}  # fmt: skip
+    return plans[min(seconds, key=lambda k: (seconds[k], LAYOUTS.index(k)))], seconds

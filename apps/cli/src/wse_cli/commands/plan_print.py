@@ -104,11 +104,17 @@ def _how(plan, meets: bool) -> str:
     return asked if meets else "one user (misses the limits)"
 
 
+def _wafers(w: dict) -> str:
+    """Wafers per replica and their regions' layout (banded or compact, the faster)."""
+    regions = w.get("point", {}).get("layout", {}).get("layout")
+    return f"{w['wafers_per_replica']} x {w['system']}" + (f" ({regions})" if regions else "")
+
+
 def _serving_rows(plan) -> list[tuple[str, str, str]]:
     w, g = plan.wafer.to_dict(), plan.gpu.to_dict()
     both = lambda key, fmt: (fmt(w[key]), fmt(g[key]))  # noqa: E731
     rows = [
-        ("per replica", f"{w['wafers_per_replica']} x {w['system']}", _layout(g)),
+        ("per replica", _wafers(w), _layout(g)),
         ("operating point", *both("meets_speed", lambda ok: _how(plan, ok))),
         ("users in flight", *both("users", lambda u: f"{u:,}")),
         ("most users that fit", *both("max_users", lambda u: f"{u:,}")),

@@ -16,8 +16,9 @@ one token, `extra["tokens_per_s"]` its inverse, `extra["plan"]` the plan's regio
 - `predict_model(model, spec=, num_wafers=, context_len=)`: a `wse_models` preset (or a
   config) planned by `plan_for` on the fewest wafers that hold it (or `num_wafers`), 16-bit
   weights -> (report, plan).
-- `predict_speculative(...)`: one emitted token of speculative decoding, the draft and the
-  target each on their own plan, at a measured number of rounds per token.
+- `predict_speculative(...)`: one emitted token of speculative decoding at a measured number
+  of rounds per token, each `wse_systems.serving.speculative.speculative_round` (the serving
+  model's round too); `plan_speculative` places the draft on a few rows of each wafer.
 
 Several wafers pass the residual stream (d_model values) at the system I/O rate, plus
 `spec.system_latency_s` per pass (an assumption: `--assume system_latency_s=...`).
@@ -25,15 +26,21 @@ Several wafers pass the residual stream (d_model values) at the system I/O rate,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S
-from wse_core.cost.perf import overlap, serial
 from wse_core.cost.report import RunReport
 from wse_core.hw.spec import WaferSpec
-from wse_systems.decoder import decode_phases
-from wse_systems.pipeline import PipelinePlan, min_wafers, plan_pipeline
-from wse_systems.token import decode_assumptions, price_token, token_report
+from wse_systems.pipeline import (
+    LAYOUTS,
+    PipelinePlan,
+    PipelinePlanError,
+    min_wafers,
+    plan_pipeline,
+)
+from wse_systems.serving.speculative import place_speculative, speculative_round
+from wse_systems.token import choose_layout, decode_assumptions, price_token, token_report
 
 __all__ = [
     "CALIBRATION_TOKENS_PER_S",
@@ -41,6 +48,7 @@ __all__ = [
     "predict_decode",
     "predict_model",
     "predict_speculative",
+    "plan_speculative",
     "plan_for",
     "tokens_per_s",
 ]
@@ -64,13 +72,17 @@ def plan_for(
     num_wafers: int | None = None,
     context_len: int = 8192,
     bytes_per_param: int = 2,
+    layout: str | None = None,
 ) -> PipelinePlan:
     """One region per layer on `num_wafers` wafers (default: the fewest that hold weights
-    and one user's KV cache of `context_len` tokens)."""
+    and one user's KV cache of `context_len` tokens), its regions `layout` (default: banded
+    or compact, whichever prices the shorter token, `wse_systems.token.choose_layout`)."""
     kwargs: dict[str, Any] = dict(context_len=context_len, bytes_per_param=bytes_per_param)
     if num_wafers is None:
         num_wafers = min_wafers(config, spec, **kwargs)
-    return plan_pipeline(config, spec, num_wafers=num_wafers, **kwargs)
+    if layout is not None:
+        return plan_pipeline(config, spec, num_wafers=num_wafers, layout=layout, **kwargs)
+    return choose_layout(config, spec, num_wafers=num_wafers, **kwargs)[0]
 
 
 def predict_model(
@@ -89,6 +101,41 @@ def predict_model(
     return predict_decode(config, plan), plan
 
 
+def plan_speculative(
+    target: Any,
+    draft: Any,
+    *,
+    spec: WaferSpec,
+    gamma: int,
+    context_len: int = 8192,
+    kv_tokens: int | None = None,
+    bytes_per_param: int = 2,
+    draft_bytes_per_param: int | None = None,
+) -> tuple[PipelinePlan, PipelinePlan]:
+    """(target plan, draft plan) by `wse_systems.serving.speculative.place_speculative` on
+    the fewest wafers of `spec` that hold both (the draft on a few PE rows of each), its
+    regions banded or compact: whichever round of `gamma` drafts is shorter (a tie keeps
+    bands; the serving model chooses the same way)."""
+    kv = context_len // 2 if kv_tokens is None else kv_tokens
+    first = min_wafers(target, spec, context_len=context_len, bytes_per_param=bytes_per_param)
+    for n in range(first, target.n_layers + 1):
+        placed = []
+        for layout in LAYOUTS:
+            try:
+                plans = place_speculative(
+                    target, draft, spec, num_wafers=n, context_len=context_len,
+                    bytes_per_param=bytes_per_param, draft_bytes_per_param=draft_bytes_per_param,
+                    layout=layout,
+                )  # fmt: skip
+            except PipelinePlanError:
+                continue
+            rnd = speculative_round(target, plans[0], draft, plans[1], gamma=gamma, kv_tokens=kv)
+            placed.append((rnd.seconds, LAYOUTS.index(layout), plans))
+        if placed:
+            return min(placed, key=lambda p: p[:2])[2]
+    raise PipelinePlanError(f"no number of {spec.name} wafers holds the target and its draft")
+
+
 def predict_speculative(
     target: Any,
     target_plan: PipelinePlan,
@@ -102,23 +149,16 @@ def predict_speculative(
     name: str | None = None,
 ) -> RunReport:
     """One emitted token of speculative decoding (units "token"): `rounds_per_token` rounds
-    (measured: rounds / tokens emitted), each `gamma` draft decode tokens on `draft_plan`,
-    then the target's pass over gamma + 1 tokens on `target_plan`, the gamma tokens behind
-    the first pipelined through the target's regions (the slowest region sets their rate)."""
-    draft_step = decode_phases(draft, draft_plan, kv_tokens=kv_tokens)
-    target_step = decode_phases(target, target_plan, kv_tokens=kv_tokens)
-    verify = serial(
-        target_step,
-        overlap(*target_step.parts, name="pipelined_drafts", repeat=gamma),
-        name="verify",
-    )
-    draft_part = serial(draft_step, name="draft", repeat=gamma)
-    phases = serial(draft_part, verify, name="round", repeat=rounds_per_token)
+    (measured: rounds / tokens emitted) of `wse_systems.serving.speculative.speculative_round` (the
+    one round the serving model prices too; plans from `plan_speculative`)."""
+    kv = target_plan.context_len // 2 if kv_tokens is None else kv_tokens
+    rnd = speculative_round(target, target_plan, draft, draft_plan, gamma=gamma, kv_tokens=kv)
+    phases = dataclasses.replace(rnd.phases, repeat=rounds_per_token)
     spec_assumptions = {
-        "speculative placement": "the draft runs on its own plan (its own regions/wafers); "
-        "handing drafted tokens to the target is not priced",
-        "verification": f"the target's pass over {gamma + 1} tokens is one token's pass plus "
-        f"{gamma} tokens pipelined behind it at the slowest region's rate",
+        "speculative placement": f"the draft on {draft_plan.spec.pe_rows} PE rows of each of "
+        f"the target's {target_plan.num_wafers} wafer(s) (wse_systems.serving.speculative)",
+        "verification": f"the target's pass over {gamma + 1} tokens in blocks of "
+        f"{rnd.verify_block}, the first through every element, the rest one bottleneck apart",
     }
     return token_report(
         name or f"speculative {target.name or 'target'} / {draft.name or 'draft'}",
@@ -128,6 +168,6 @@ def predict_speculative(
         measured_wall_s=measured_wall_s,
         assumptions=spec_assumptions,
         extra={"draft_plan": draft_plan.summary(), "gamma": gamma,
-               "rounds_per_token": rounds_per_token},
-        systems=target_plan.num_wafers + draft_plan.num_wafers,
+               "rounds_per_token": rounds_per_token, "round_s": rnd.seconds},
+        systems=target_plan.num_wafers,
     )  # fmt: skip

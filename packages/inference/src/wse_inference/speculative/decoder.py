@@ -331,22 +331,24 @@ class SpeculativeDecoder:
         spec: WaferSpec,
     ) -> RunReport:
         """Predicted wafer time of one emitted token (units "token", `pipeline.perf.
-        predict_speculative`): target and draft each one region per layer on the fewest
-        wafers of `spec` that hold them (context `max_context`, their parameter bytes), at the
-        rounds per emitted token of `stats` (default: this decoder's; one round per token
+        predict_speculative`): the draft on the fewest PE rows of each wafer, the target on
+        the rest, on the fewest wafers of `spec` that hold both (`plan_speculative`;
+        context `max_context`, their parameter bytes), at the rounds per emitted token of
+        `stats` (default: this decoder's; one round per token
         before any round ran); `measured_wall_s` over `tokens` is the measured time per token."""
         from wse_inference.pipeline import perf as decode_perf
 
         stats = stats or self.stats
-        plans = [
-            decode_perf.plan_for(
-                m.config,
-                spec=spec,
-                context_len=self.max_context,
-                bytes_per_param=dtype_bytes(m.config.param_dtype),
-            )
-            for m in (self.target, self.draft)
-        ]
+        plans = decode_perf.plan_speculative(
+            self.target.config,
+            self.draft.config,
+            spec=spec,
+            gamma=self.gamma,
+            context_len=self.max_context,
+            kv_tokens=kv_tokens,
+            bytes_per_param=dtype_bytes(self.target.config.param_dtype),
+            draft_bytes_per_param=dtype_bytes(self.draft.config.param_dtype),
+        )
         per_token = None
         if measured_wall_s is not None:
             per_token = measured_wall_s / tokens if tokens else measured_wall_s

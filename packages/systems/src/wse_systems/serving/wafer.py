@@ -3,7 +3,9 @@ time to first token and speculative decoding (Hot Chips 2024's pipeline, REFEREN
 
 Contract. `WaferServing(config, spec, num_wafers=n, workload=w)` is a `ServingSystem`
 (`wse_systems.serving.frontier`). For `users` in flight it plans the model with
-`wse_systems.pipeline.plan_pipeline(..., context_len=w.held_tokens, slots=users)`: the
+`wse_systems.pipeline.plan_pipeline(..., context_len=w.held_tokens, slots=users)` (its
+regions `layout`: banded or compact as given, by default whichever gives one user the
+shorter token; `OperatingPoint.layout["layout"]` says which): the
 plan object the pipelined engine runs, where every region holds its layers' weights, each
 user's KV cache for those layers and each user's activations, declared in the wafer's SRAM
 ledger. The most users that fit (`max_users`) is where that plan stops fitting; `budget()`
@@ -36,11 +38,12 @@ passes between wafers). The pipeline:
   output at that load (then the first token soonest);
 - time to first token at load U: the prompt's pass plus the item under way at the busiest
   element (nothing at one user);
-- speculation (`Speculation`): the draft gets the fewest PE rows of every wafer that hold it
-  (its own `plan_pipeline` on those rows), the target the rest of each wafer; a round is
-  gamma draft tokens one after another then the target's pass over gamma + 1 tokens (blocks
-  as a prompt), emitting E = (1 - a^(g+1)) / (1 - a) tokens; with U users a round takes
-  in a request, O / E rounds, each holding the draft's elements and the target's.
+- speculation (`Speculation`): the one placement and round of
+  `wse_systems.serving.speculative` (the draft on the fewest PE rows of every wafer that
+  hold it, the target on the rest; a round is gamma draft tokens one after another then the
+  target's pass over gamma + 1 tokens in blocks as a prompt), emitting
+  E = (1 - a^(g+1)) / (1 - a) tokens; with U users a request takes O / E rounds, each
+  holding the draft's elements and the target's.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from typing import Any
 from wse_core.cost.perf import PerfModel
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, plan_pipeline
 from wse_systems.serving.blocks import Pipeline, max_block_tokens, price_pipeline
 from wse_systems.serving.frontier import (
     OperatingPoint,
@@ -62,6 +65,7 @@ from wse_systems.serving.frontier import (
     Speculation,
     Workload,
 )
+from wse_systems.serving.speculative import Round, place_speculative, speculative_round
 
 __all__ = [
     "MAX_USERS",
@@ -157,10 +161,12 @@ class WaferServing:
         speculation: Speculation | None = None,
         bytes_per_param: int = 2,
         stages: int | None = None,
+        layout: str | None = None,
     ) -> None:
         self.config, self.spec, self.workload = config, spec, workload
         self.speculation, self.bytes_per_param = speculation, bytes_per_param
         self.stages = stages  # layer regions of the target (default: one per layer)
+        self.layout = layout or LAYOUTS[0]  # regions banded or compact (`LAYOUTS`)
         self.units = num_wafers
         self.name = spec.system or spec.name  # the system built around the wafer
         self.model = PerfModel(spec)
@@ -168,6 +174,9 @@ class WaferServing:
         self._priced: dict[tuple[int, bool], tuple[Pipeline, Pipeline | None]] = {}
         self._points: dict[int, OperatingPoint] = {}
         self._by_layout: dict[tuple, Pipeline] = {}
+        self._rounds: dict[int, Round] = {}
+        if layout is None:
+            self.layout = self._faster_layout()
         self.plans(1)  # the model (and draft) must fit with one user: else the plan's error
 
     # ---- layout ---------------------------------------------------------------------
@@ -175,15 +184,8 @@ class WaferServing:
         return plan_pipeline(
             config, spec, num_wafers=self.units, context_len=self.workload.held_tokens,
             slots=users, bytes_per_param=self.bytes_per_param,
-            stages=self.stages if config is self.config else None,
+            stages=self.stages if config is self.config else None, layout=self.layout,
         )  # fmt: skip
-
-    def _fits(self, config: Any, rows: int, users: int) -> bool:
-        try:
-            self._plan(config, self.spec.replace(pe_rows=rows), users)
-            return True
-        except PipelinePlanError:
-            return False
 
     def plans(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None]:
         """(target plan, draft plan or None) with `users` in flight; PipelinePlanError if
@@ -195,24 +197,31 @@ class WaferServing:
     def _layout(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None]:
         if self.speculation is None:
             return self._plan(self.config, self.spec, users), None
-        draft, rows = self.speculation.draft, self.spec.pe_rows
-        if not self._fits(draft, rows - 1, users):
-            raise PipelinePlanError(
-                f"the draft model does not fit {self.units} x {self.name} with {users} users"
-            )
-        lo, hi = 1, rows - 1  # the fewest PE rows of each wafer that hold the draft
-        while lo < hi:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if self._fits(draft, mid, users) else (mid + 1, hi)
-        draft_plan = self._plan(draft, self.spec.replace(pe_rows=lo), users)
-        try:
-            target_plan = self._plan(self.config, self.spec.replace(pe_rows=rows - lo), users)
-        except PipelinePlanError as e:
-            raise PipelinePlanError(
-                f"the target and its draft do not fit {self.units} x {self.name} together "
-                f"(the draft takes {lo} of the {rows} PE rows of each wafer): {e}"
-            ) from None
-        return target_plan, draft_plan
+        return place_speculative(
+            self.config, self.speculation.draft, self.spec, num_wafers=self.units,
+            context_len=self.workload.held_tokens, slots=users,
+            bytes_per_param=self.bytes_per_param, stages=self.stages, layout=self.layout,
+        )  # fmt: skip
+
+    def _forget(self) -> None:
+        for cache in (self._plans, self._priced, self._rounds):
+            cache.clear()
+
+    def _faster_layout(self) -> str:
+        """The layout whose one user gets the shorter token (a tie keeps bands)."""
+        per_token: dict[str, float] = {}
+        for layout in LAYOUTS:
+            self.layout = layout
+            self._forget()
+            try:
+                latency, _, per_round = self.round_s(1)
+            except PipelinePlanError:
+                continue
+            per_token[layout] = latency / per_round
+        self._forget()
+        if not per_token:
+            return LAYOUTS[0]  # neither fits: the banded plan's error follows
+        return min(per_token, key=lambda k: (per_token[k], LAYOUTS.index(k)))
 
     def _holds(self, users: int) -> bool:
         try:
@@ -291,12 +300,14 @@ class WaferServing:
         target, draft = self.pipelines(users)
         if draft is None or self.speculation is None:
             return target.token_s, target.occupancy_s(1), 1.0
-        g = self.speculation.gamma
-        verify_s, k, _ = target.pass_s(g + 1)
-        blocks = math.ceil((g + 1) / k)
-        held = {n: blocks * s for n, s in target.occupancy_s(k).items()}
-        held |= {f"draft {n}": g * s for n, s in draft.occupancy_s(1).items()}
-        return g * draft.token_s + verify_s, held, self.speculation.tokens_per_round
+        if users not in self._rounds:
+            (tp, dp), w = self.plans(users), self.workload
+            self._rounds[users] = speculative_round(
+                self.config, tp, self.speculation.draft, dp, gamma=self.speculation.gamma,
+                kv_tokens=w.kv_tokens, model=self.model,
+            )  # fmt: skip
+        rnd = self._rounds[users]
+        return rnd.seconds, rnd.held_s, self.speculation.tokens_per_round
 
     def request(self, users: int, block: int) -> RequestWork:
         """One request at `users` in flight, its prompt in blocks of `block` tokens."""
@@ -331,7 +342,7 @@ class WaferServing:
         best = max(works, key=lambda r: (r.output_per_s(users, self.workload.output_tokens),
                                          -r.ttft_s))  # fmt: skip
         return best.point(users, self.workload, regions=len(self.plans(users)[0].stages) + 1,
-                          wafers=self.units)  # fmt: skip
+                          wafers=self.units, layout=self.layout)  # fmt: skip
 
     def occupancy(self, users: int) -> dict[str, float]:
         """Fraction of the time each element (the draft's too) is busy at `users` in flight."""
