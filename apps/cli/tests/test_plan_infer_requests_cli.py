@@ -54,8 +54,14 @@ def test_dollars_per_million_input_and_output_tokens_add_up_to_the_hours():
             hardware)  # fmt: skip
 
 
-def test_a_gpu_count_of_1e18_is_planned():
-    d = _json(["plan", "infer", "--model", "llama3-8b", "--gpus", "1e18", "--users", "4"])
+def test_a_gpu_count_of_1e18_is_refused_by_its_limit_and_planned_past_it(monkeypatch):
+    # the count is a size limit (wse_core.host.limits, issue 43); past it, the plan is closed
+    # form in the count (issue 40: layouts are enumerated, never GPU counts)
+    args = ["plan", "infer", "--model", "llama3-8b", "--gpus", "1e18", "--users", "4"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "WSE_LIMIT_GPUS" in r.output, r.output
+    monkeypatch.setenv("WSE_LIMIT_GPUS", "1e18")
+    d = _json(args)
     assert d["inputs"]["gpus"] == 10**18 and d["gpu"]["users"] == 4
 
 

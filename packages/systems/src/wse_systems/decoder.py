@@ -56,7 +56,7 @@ from wse_core.cost.perf import Op, Phase, Phases, Work, serial
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
-from wse_systems.transformer import LLAMA31_8B, DecoderShape
+from wse_systems.transformer import DecoderShape
 
 __all__ = [
     "EXP_FMACS",
@@ -66,8 +66,6 @@ __all__ = [
     "layer_phases",
     "decode_phases",
     "PER_TOKEN",
-    "decode_case",
-    "decode_check_row",
 ]
 
 # The group of what every token costs outside the layers; it runs on the head region.
@@ -345,41 +343,4 @@ def decode_phases(
         _per_token(shape, plan, spec),
         Phase("between_wafers", passes),
         name="decode_step",
-    )
-
-
-def decode_case() -> tuple[WaferSpec, Phases]:
-    """The calibration set's 8B case: Llama 3.1 8B planned on one WSE-3 (8k context, its
-    regions in the faster layout, `wse_systems.token.choose_layout`), one decode token
-    (`wse_core.cost.calibration`'s check row; see `decode_check_row`). WSE-3 as the
-    calibration sees it: under the active assumptions
-    (`wse_core.cost.assumptions.assumed_spec`)."""
-    from wse_core.cost.assumptions import assumed_spec
-
-    spec = assumed_spec("wse3")
-    key = spec.key()
-    if key not in _DECODE_CASES:
-        from wse_systems.token import choose_layout
-
-        # the layout the model chooses (the faster of banded and compact), never the one
-        # nearer the published figure: this row is a check
-        plan, _ = choose_layout(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
-        _DECODE_CASES[key] = (spec, decode_phases(LLAMA31_8B, plan))
-    return _DECODE_CASES[key]
-
-
-_DECODE_CASES: dict[str, tuple[WaferSpec, Phases]] = {}  # by `WaferSpec.key()`
-
-
-def decode_check_row(cal: Any = None) -> dict[str, object]:
-    """The calibration row of the 8B case (`wse_core.cost.calibration.row`): Hot Chips 2024's
-    1,800 tokens/s against the model under `cal` (default: the calibration in force)."""
-    from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S, current, row
-    from wse_core.cost.perf import PerfModel
-
-    spec, phases = decode_case()
-    timing = PerfModel(spec, cal or current()).evaluate(phases)
-    published = 1 / DECODE_8B_TOKENS_PER_S
-    return row(
-        "llama3.1-8b wse3 x1", "seconds/token", published, timing.seconds, "check", timing.bound
     )

@@ -26,11 +26,20 @@ from typing import Any
 
 from wse_core.cost.perf import PerfModel, Phases
 from wse_core.cost.report import RunReport
+from wse_core.hw.spec import WaferSpec
 
 from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
 from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_systems.transformer import LLAMA31_8B
 
-__all__ = ["choose_layout", "decode_assumptions", "price_token", "token_report"]
+__all__ = [
+    "choose_layout",
+    "decode_assumptions",
+    "decode_case",
+    "decode_check_row",
+    "price_token",
+    "token_report",
+]
 
 
 def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, str]:
@@ -137,3 +146,38 @@ def choose_layout(
     seconds = {k: price_token(shape, p, kv_tokens=kv_tokens, model=model).predicted_s
                for k, p in plans.items()}  # fmt: skip
     return plans[min(seconds, key=lambda k: (seconds[k], LAYOUTS.index(k)))], seconds
+
+
+def decode_case() -> tuple[WaferSpec, Phases]:
+    """The calibration set's 8B case: Llama 3.1 8B planned on one WSE-3 (8k context, its
+    regions in the faster layout, `wse_systems.token.choose_layout`), one decode token
+    (`wse_core.cost.calibration`'s check row; see `decode_check_row`). WSE-3 as the
+    calibration sees it: under the active assumptions
+    (`wse_core.cost.assumptions.assumed_spec`)."""
+    from wse_core.cost.assumptions import assumed_spec
+
+    spec = assumed_spec("wse3")
+    key = spec.key()
+    if key not in _DECODE_CASES:
+        # the layout the model chooses (the faster of banded and compact), never the one
+        # nearer the published figure: this row is a check
+        plan, _ = choose_layout(LLAMA31_8B, spec, num_wafers=1, context_len=8192)
+        _DECODE_CASES[key] = (spec, decode_phases(LLAMA31_8B, plan))
+    return _DECODE_CASES[key]
+
+
+_DECODE_CASES: dict[str, tuple[WaferSpec, Phases]] = {}  # by `WaferSpec.key()`
+
+
+def decode_check_row(cal: Any = None) -> dict[str, object]:
+    """The calibration row of the 8B case (`wse_core.cost.calibration.row`): Hot Chips 2024's
+    1,800 tokens/s against the model under `cal` (default: the calibration in force)."""
+    from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S, current, row
+    from wse_core.cost.perf import PerfModel
+
+    spec, phases = decode_case()
+    timing = PerfModel(spec, cal or current()).evaluate(phases)
+    published = 1 / DECODE_8B_TOKENS_PER_S
+    return row(
+        "llama3.1-8b wse3 x1", "seconds/token", published, timing.seconds, "check", timing.bound
+    )

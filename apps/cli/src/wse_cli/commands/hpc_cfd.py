@@ -20,6 +20,7 @@ import typer
 
 from wse_cli.errors import fail
 from wse_cli.options import SEED, number
+from wse_cli.outputs import output_dir, output_file, png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 CASES = ("rayleigh-benard", "cavity")
@@ -39,13 +40,13 @@ def cfd(
     output_every: int = number(
         0, "--output-every", kind=int, ge=0, help="Write NPZ + VTK every N steps (0: at the end)."
     ),  # fmt: skip
-    out: Path = typer.Option(None, "--out", help="Folder for step_<n>.npz / .vtk."),
+    out: Path = output_dir(None, "--out", help="Folder for step_<n>.npz / .vtk."),
     restart: bool = typer.Option(False, "--restart", help="Continue from --out's newest."),
     preset: str = preset_option("wse2", help="Wafer preset (grid X x Y <= PEs)"),
     spec_file: Path = SPEC_FILE,
     defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
-    png: Path = typer.Option(None, "--png", help="Write the temperature (cavity: speed)."),
-    trace: Path = typer.Option(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
+    png: Path = png_file(None, "--png", help="Write the temperature (cavity: speed)."),
+    trace: Path = output_file(None, "--trace", help="Write the per-PE trace (wse view FILE)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
 ) -> None:
     """Run a CFD case on the emulated wafer and predict its wafer time."""

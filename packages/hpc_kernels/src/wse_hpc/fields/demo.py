@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from wse_core import PRESETS
+from wse_core import preset
 
 from wse_hpc.fields.cavity import GHIA, cavity
 from wse_hpc.fields.plots import plot_temperature
@@ -18,7 +18,7 @@ __all__ = ["part"]
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """Cavity Re 100 (16^2 quick, 24^2) to steady state; Rayleigh-Benard Ra 5e4 (< ~60 s)."""
     n = 16 if quick else 24
-    r = cavity(PRESETS["small"], n, 100.0, t_max=20.0, steady_tol=1e-3, mesh_shape=(1, 1))
+    r = cavity(preset("small"), n, 100.0, t_max=20.0, steady_tol=1e-3, mesh_shape=(1, 1))
     err = max(np.abs(r.u_centre - GHIA[100]["u"]).max(), np.abs(r.v_centre - GHIA[100]["v"]).max())
     console.print(
         f"lid-driven cavity Re 100 on {n} x {n} (projection, Jacobi-PCG pressure on the "
@@ -27,7 +27,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         f"of the lid speed (the benchmark's bar: 2%)"
     )
     steps = 200 if quick else 600
-    cfg = CfdConfig(case="rayleigh-benard", grid=(32, 16, 1), spec=PRESETS["small"], steps=steps,
+    cfg = CfdConfig(case="rayleigh-benard", grid=(32, 16, 1), spec=preset("small"), steps=steps,
                     ra=5e4, pr=0.71, aspect=2.0)  # fmt: skip
     run = run_cfd(cfg)
     rep, x = run.report, run.report.extra

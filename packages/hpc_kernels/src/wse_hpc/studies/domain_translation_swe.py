@@ -22,7 +22,7 @@ system count; `s_per_step` with its cycles by mechanism.
 from __future__ import annotations
 
 import numpy as np
-from wse_core import PRESETS, ExperimentResult, PredictionRow, RunReport
+from wse_core import ExperimentResult, PredictionRow, RunReport, preset
 
 from wse_hpc.fields.grid import field_grid
 from wse_hpc.fields.perf import program_phases
@@ -37,8 +37,8 @@ SOURCE = "Oppelstrup et al., arXiv:2511.11542 (inputs only)"
 def _measured(quick: bool) -> dict:
     steps = 20 if quick else 100
     kw = {"steps": steps, "g": 1.0}  # the mesh the devices give (8 in the tests)
-    plain = run_swe(PRESETS["small"], 16, **kw)
-    moved = run_swe(PRESETS["small"], 16, translate_domain=True, **kw)
+    plain = run_swe(preset("small"), 16, **kw)
+    moved = run_swe(preset("small"), 16, translate_domain=True, **kw)
     same = bool(np.array_equal(plain.h, moved.h))
     return {
         "grid": [16, 16],
@@ -50,7 +50,7 @@ def _measured(quick: bool) -> dict:
 
 
 def _step_report() -> RunReport:
-    spec = PRESETS["wse3"]
+    spec = preset("wse3")
     grid = field_grid(spec, (4, 4, 1), periodic=(True, True, True), mesh_shape=(1, 1))
     z = np.zeros((4, 4, 1))
     s = swe_state(grid, z + 1.0, z, z)
@@ -63,7 +63,7 @@ def _step_report() -> RunReport:
 def run(*, quick: bool, seed: int) -> ExperimentResult:
     measured = _measured(quick)
     rep = _step_report()
-    spec = PRESETS["wse3"]
+    spec = preset("wse3")
     rows = [PredictionRow("s_per_step", rep.predicted_s, "s", {"wafer": spec.name},
                           source=SOURCE, mechanisms=rep.cycles_by_mechanism())]  # fmt: skip
     for systems in (1, 4, 16, 64):

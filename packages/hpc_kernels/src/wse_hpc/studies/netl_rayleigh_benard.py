@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from wse_core import PRESETS, ExperimentResult, PredictionRow, RunReport
+from wse_core import ExperimentResult, PredictionRow, RunReport, preset
 
 from wse_hpc.fields.convection import rayleigh_benard
 from wse_hpc.fields.perf import program_phases
@@ -37,7 +37,7 @@ TARGET_CELLS = 200e6  # "a grid of nearly 200 million cells"
 
 def _measured_cg(quick: bool) -> tuple[float, dict]:
     steps = 40 if quick else 200
-    cfg = CfdConfig(case="rayleigh-benard", grid=(24, 24, 16), spec=PRESETS["small"],
+    cfg = CfdConfig(case="rayleigh-benard", grid=(24, 24, 16), spec=preset("small"),
                     steps=steps, ra=1e5, pr=0.71, aspect=2.0)  # fmt: skip
     run = run_cfd(cfg)
     x = run.report.extra
@@ -48,7 +48,7 @@ def _measured_cg(quick: bool) -> tuple[float, dict]:
 
 
 def _step_report(nz: int, cg_its: float) -> RunReport:
-    spec = PRESETS["wse2"]
+    spec = preset("wse2")
     grid, _, fns, state = rayleigh_benard(spec, (4, 4, nz), ra=1e5, pr=0.71, mesh_shape=(1, 1))
     phases = program_phases(grid, fns.step_fn, state, repeats={"cg_iteration": cg_its},
                             pe_rect=(spec.pe_rows, spec.pe_cols))  # fmt: skip
@@ -57,7 +57,7 @@ def _step_report(nz: int, cg_its: float) -> RunReport:
 
 def run(*, quick: bool, seed: int) -> ExperimentResult:
     cg_its, measured = _measured_cg(quick)
-    spec = PRESETS["wse2"]
+    spec = preset("wse2")
     nz0 = math.ceil(TARGET_CELLS / (spec.pe_rows * spec.pe_cols))
     rows = []
     for nz in sorted({64, 128, nz0, 512}):

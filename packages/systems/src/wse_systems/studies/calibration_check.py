@@ -2,7 +2,7 @@
 it, every calibration row against the model, and a leave-one-out table.
 
 Rows (the calibration set of shared/REFERENCES.md, `wse_core.cost.calibration.rows` and
-`wse_systems.decoder.decode_check_row`): the eight
+`wse_systems.token.decode_check_row`): the eight
 grids of Jacquelin et al. Table II (Gcell/s; they fit `router_switch_cycles`), the 69.6%
 busy profile at 600 x 600 (fits `dsd_issue_cycles`), the SDK-simulator SUMMA GEMM of
 lingzhi227/MIMD_dataflow (cycles; fits `task_activation_cycles`), the same repository's
@@ -32,7 +32,7 @@ from wse_core.cost.mechanisms import CONSTANTS
 from wse_core.cost.perf import PerfModel
 from wse_core.studies.experiment import ExperimentResult, PredictionRow
 
-from wse_systems.decoder import decode_case, decode_check_row
+from wse_systems.token import decode_case, decode_check_row
 
 __all__ = ["run", "run_predictions", "constants_table"]
 
