@@ -195,7 +195,7 @@ def test_8b_calibration_row_is_a_check_not_a_fit():
     check misses (the model is ~1.7x fast; reported, never fitted). Banded regions, the
     layout before, stay within 15% of it. The calibration's check row is this figure."""
     from wse_models import preset_config
-    from wse_systems.decoder import decode_check_row
+    from wse_systems.token import decode_check_row
 
     spec = preset("wse3")
     report, plan = decode_perf.predict_model("llama3-8b", spec=spec, num_wafers=1)
