@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from wse_core import preset
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.integrate import maxwell_boltzmann
 from wse_hpc.md.lattice import crystal
@@ -19,7 +20,7 @@ POT = zhou04(["Cu"], knots=500)
 def test_repeat_reuses_the_runner_and_matches_bit_for_bit():
     s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
     s.velocities_A_ps = maxwell_boltzmann([POT.masses_amu[0]] * s.num_atoms, 900.0, seed=3)
-    cfg = MdConfig(steps=12, thermo_every=6)
+    cfg = MdConfig(steps=12, thermo_every=6, spec=preset("wse3"))
     cache: dict = {}
     first = run_md(s, POT, cfg, runners=cache)
     runners = list(cache.values())
