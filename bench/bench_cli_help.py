@@ -2,9 +2,10 @@
 
 The target is 0.3 s wall on a quiet machine (issue 45): help imports typer and the CLI's own
 modules only (no rich renderer, no NumPy, no JAX, no other package of the stack). Each run is a
-fresh process; the baseline `python -c pass` is measured beside it, so the difference is what
-the CLI itself costs. CPU time (user + sys of the child) is reported too, since on a shared
-machine wall time mostly measures the load. Also lists the top-level modules help imports.
+fresh process; the baseline `python -c pass` is measured beside it in interleaved rounds, so
+the difference is what the CLI itself costs. CPU time (user + sys of the child) is reported
+too, since on a shared machine wall time mostly measures the load. Also lists the top-level
+modules help imports.
 Prints a table and writes bench/results/cli_help.json.
 
     python bench/bench_cli_help.py [--repeats N]
@@ -23,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from rounds import interleaved, record  # noqa: E402  (bench/rounds.py)
+
 RESULTS = Path(__file__).parent / "results"
 TARGET_S = 0.3  # issue 45: `wse --help` in under 0.3 s
 STACK = ("wse_core", "wse_models", "wse_trainer", "wse_inference", "wse_hpc")
@@ -40,8 +44,23 @@ def _timed(cmd: list[str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def _median(cmd: list[str], repeats: int) -> dict[str, float]:
-    runs = [_timed(cmd) for _ in range(repeats)]
+def _interleaved(cmds: dict[str, list[str]], repeats: int) -> dict[str, dict[str, float]]:
+    """Each command run once per round, in turn (`bench/rounds.py`'s grammar), `repeats`
+    rounds; per command the median and best wall and the median CPU time."""
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in cmds}
+
+    def contender(name: str):
+        def run() -> float:
+            runs[name].append(_timed(cmds[name]))
+            return runs[name][-1][0]
+
+        return run
+
+    interleaved({k: contender(k) for k in cmds}, repeats)
+    return {k: _summary(v) for k, v in runs.items()}
+
+
+def _summary(runs: list[tuple[float, float]]) -> dict[str, float]:
     return {
         "wall_s": statistics.median(w for w, _ in runs),
         "cpu_s": statistics.median(c for _, c in runs),
@@ -71,12 +90,10 @@ def main() -> None:
     args = ap.parse_args()
     wse = shutil.which("wse")
     help_cmd = [wse, "--help"] if wse else [sys.executable, "-m", "wse_cli", "--help"]
-    base = _median([sys.executable, "-c", "pass"], args.repeats)
-    cli = _median(help_cmd, args.repeats)
+    timed = _interleaved({"base": [sys.executable, "-c", "pass"], "help": help_cmd}, args.repeats)
+    base, cli = timed["base"], timed["help"]
     mods = imported_top_level(["-m", "wse_cli"])
     heavy = [m for m in HEAVY if m in mods]
-    from wse_core.host.memory import host_record
-
     out = {
         "command": " ".join([Path(help_cmd[0]).name, *help_cmd[1:]]),
         "repeats": args.repeats,
@@ -86,7 +103,7 @@ def main() -> None:
         "cli_own_wall_s": cli["wall_s"] - base["wall_s"],
         "heavy_imports": heavy,
         "load_average": os.getloadavg()[0],
-        "host": host_record(),
+        **record(),
     }
     print(f"{'':24}{'median wall s':>14}{'best wall s':>13}{'median CPU s':>14}")
     for name, row in (("wse --help", cli), ("python -c pass", base)):

@@ -43,6 +43,9 @@ from pathlib import Path
 # Before JAX starts: take GPU memory as needed (PyTorch shares the device in this process).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
+from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+
 PARTS = ("roofline", "train", "decode", "md")  # md last: it grows into the time left
 
 
@@ -180,10 +183,8 @@ def train(quick: bool, gpu: bool) -> dict:
     )
     model, data, fns, stalls, _layout = jax_contenders(shape, 0)
     fns["pytorch"] = torch_contender(shape, data, _torch_device())
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(2 if quick else 7):
-        for key, fn in fns.items():
-            times[key].append(wall_s(fn)[1])
+    times = interleaved({k: lambda fn=fn: wall_s(fn)[1] for k, fn in fns.items()},
+                        3 if quick else 7)  # fmt: skip
     step_s = {k: statistics.median(v) for k, v in times.items()}
     tokens = shape[5] * shape[6]
     out = {
@@ -192,17 +193,15 @@ def train(quick: bool, gpu: bool) -> dict:
         "torch_device": _torch_device(),
         "step_s": step_s,
         "tokens_per_s": {k: tokens / v for k, v in step_s.items()},
-        "fused_vs_torch": step_s["pytorch"] / step_s["fused jit"],
-        "streamed_vs_torch": step_s["pytorch"] / step_s["streamed"],
+        "fused_vs_torch": ratio(times["fused jit"], times["pytorch"], 1.0),
+        "streamed_vs_torch": ratio(times["streamed"], times["pytorch"], 0.8),
         "stall_fraction": statistics.median(stalls) if stalls else None,
     }
     print(f"\ntrain: GPT-2 {name}, {out['params']:,} params, one step (median)")
     for k, v in step_s.items():
         print(f"  {k:<10} {v * 1e3:9.1f} ms  {tokens / v:11.0f} tokens/s")
-    print(
-        f"  vs PyTorch: fused {out['fused_vs_torch']:.2f}x, "
-        f"streamed {out['streamed_vs_torch']:.2f}x"
-    )
+    print("  " + ratio_line("fused vs PyTorch", out["fused_vs_torch"]))
+    print("  " + ratio_line("streamed vs PyTorch", out["streamed_vs_torch"]))
     return out
 
 
@@ -238,10 +237,8 @@ def decode(quick: bool, gpu: bool) -> dict:
         "transformers (cache)": lambda: hf_run()[0, len(prompt) :].tolist(),
     }
     tokens = {k: fn() for k, fn in fns.items()}  # warm-up (compiles) and the tokens
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(2 if quick else 5):
-        for k, fn in fns.items():
-            times[k].append(wall_s(fn)[1])
+    times = interleaved({k: lambda fn=fn: wall_s(fn)[1] for k, fn in fns.items()},
+                        3 if quick else 5)  # fmt: skip
     call_s = {k: statistics.median(v) for k, v in times.items()}
     ref = tokens["jax plain decoder"]
     out = {
@@ -252,13 +249,17 @@ def decode(quick: bool, gpu: bool) -> dict:
         "call_s": call_s,
         "tokens_per_s": {k: new / v for k, v in call_s.items()},
         "same_tokens": {k: v == ref for k, v in tokens.items()},
-        "vs_torch_kv_cache": call_s["torch KV-cache decoder"] / call_s["jax plain decoder"],
-        "vs_transformers": call_s["transformers (cache)"] / call_s["jax plain decoder"],
+        "vs_torch_kv_cache": ratio(
+            times["jax plain decoder"], times["torch KV-cache decoder"], 1.0
+        ),
+        "vs_transformers": ratio(times["jax plain decoder"], times["transformers (cache)"], 1.0),
     }
     print(f"\ndecode: Llama d{d} L{layers}, batch 1, {len(prompt)} + {new} tokens, whole calls")
     for k, v in call_s.items():
         same = out["same_tokens"][k]
         print(f"  {k:<24} {new / v:9.0f} tokens/s  same tokens: {same}")
+    print("  " + ratio_line("vs torch KV-cache decoder", out["vs_torch_kv_cache"]))
+    print("  " + ratio_line("vs transformers", out["vs_transformers"]))
     return out
 
 
@@ -283,6 +284,7 @@ def main() -> None:
     gpu = jax.default_backend() == "gpu"
     result = {"benchmark": "device", "device": device, "jax": jax.__version__}
     result |= {"quick": args.quick, "load_average_start": os.getloadavg()}
+    result["record"] = record("torch", "transformers", "jax-md", "numpy")
     paths = [RESULTS / "device.json", *([Path(args.out)] if args.out else [])]
     start = time.perf_counter()
     for part in args.parts.split(","):

@@ -2,8 +2,9 @@
 NumPy shift, and trace-plus-compile time against PE-grid size up to the full WSE-3.
 
 Each device count runs in its own process (JAX fixes the device count at start-up); the
-NumPy baseline is measured in each process next to the fabric op, so every ratio compares
-numbers taken side by side. Prints a table and writes bench/results/fabric.json.
+NumPy baseline is measured in each process in interleaved rounds with the fabric ops
+(`bench/rounds.py`), so every ratio is a median of rounds taken side by side, with its spread.
+Prints a table and writes bench/results/fabric.json.
 
     python bench/bench_fabric.py [--quick]
 """
@@ -18,15 +19,23 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+
 RESULTS = Path(__file__).parent / "results"
 WORDS_PER_PE = 16
 STEPS = 10  # fabric ops per jitted call (a lax.fori_loop), as a kernel would run them
 
 
-def _best(fn, repeats: int) -> float:
-    from wse_core.host.runtime import wall_times_s  # imported late: the bench sets up first
+def _timed(fn):
+    """`fn` as a contender of `interleaved`: one call, its wall seconds."""
 
-    return min(wall_times_s(fn, repeats=repeats, warmup=0))
+    def run() -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    return run
 
 
 def worker(devices: int, grid: tuple[int, int], repeats: int) -> dict:
@@ -51,7 +60,6 @@ def worker(devices: int, grid: tuple[int, int], repeats: int) -> dict:
         return a
 
     out = {"devices": devices, "grid": f"{rows}x{cols}", "words_per_pe": WORDS_PER_PE}
-    out["numpy_s"] = _best(numpy_shifts, repeats)
     wafer = build_wafer(preset("wse3"), grid=grid)
     xs = wafer.place(x)
     out["mesh"] = "x".join(map(str, wafer.mesh_shape))
@@ -60,15 +68,19 @@ def worker(devices: int, grid: tuple[int, int], repeats: int) -> dict:
         "multicast4": lambda a: fabric.multicast(wafer, a, "S", 4).sum(axis=2),
         "allreduce": lambda a: fabric.allreduce(wafer, a, "sum", axis="row") * 1e-3,
     }
+    contenders = {"numpy": numpy_shifts}
     for name, op in ops.items():
         loop = jax.jit(lambda a, op=op: jax.lax.fori_loop(0, STEPS, lambda i, b: op(b), a))
-        jax.block_until_ready(loop(xs))
-        out[f"{name}_s"] = _best(lambda loop=loop: jax.block_until_ready(loop(xs)), repeats)
+        jax.block_until_ready(loop(xs))  # compile outside the rounds
+        contenders[name] = lambda loop=loop: jax.block_until_ready(loop(xs))
+    # interleaved rounds (bench/rounds.py): numpy, shift, multicast4, allreduce, numpy, ...
+    times = interleaved({k: _timed(f) for k, f in contenders.items()}, repeats, rotate=True)
+    out["times_s"] = times
     words = rows * cols * WORDS_PER_PE * STEPS
-    out["numpy_words_per_s"] = words / out["numpy_s"]
-    for name in ops:
+    for name in contenders:
+        out[f"{name}_s"] = min(times[name])
         out[f"{name}_words_per_s"] = words / out[f"{name}_s"]
-    out["shift_vs_numpy"] = out["numpy_s"] / out["shift_s"]
+    out["shift_vs_numpy"] = ratio(times["shift"], times["numpy"])
     # Trace + compile time of one fabric op against grid size (same code path for all).
     compile_s = {}
     for g in [(8, 8), (64, 64), (256, 256), (762, 1176)]:
@@ -112,14 +124,14 @@ def main() -> None:
         print(
             f"{r['devices']:>7} {r['mesh']:>5} {r['grid']:>9} "
             f"{r['numpy_words_per_s'] / 1e9:>10.3f} {r['shift_words_per_s'] / 1e9:>10.3f} "
-            f"{r['shift_vs_numpy']:>7.2f} {r['multicast4_words_per_s'] / 1e9:>11.3f} "
+            f"{r['shift_vs_numpy']['median']:>7.2f} {r['multicast4_words_per_s'] / 1e9:>11.3f} "
             f"{r['allreduce_words_per_s'] / 1e9:>11.3f}  {comp}"
         )
+    for r in rows:
+        print(ratio_line(f"{r['devices']} device(s): shift vs numpy", r["shift_vs_numpy"]))
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "fabric.json"
-    from wse_core.host.memory import host_record
-
-    result = {"benchmark": "fabric", "quick": args.quick, "rows": rows, "host": host_record()}
+    result = {"benchmark": "fabric", "quick": args.quick, "rows": rows, **record("numpy")}
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
 

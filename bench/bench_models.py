@@ -6,6 +6,8 @@ Measured in one process, one JAX device (`configure(1)`), torch on 1 thread, fp3
 - decode: greedy KV-cached steps (one token per step, one jitted step function reused) vs
   recomputing the whole prefix every step (our baseline without a cache) vs the transformers
   model with its own cache (`past_key_values`), in tokens/s at batch 1.
+Each pair is timed in interleaved rounds (`bench/rounds.py`: ours, theirs, ours, ...) after
+one warm-up call each; the table gives the median ratio with its spread and worst round.
 Prints a table and writes bench/results/models.json.
 
     python bench/bench_models.py [--quick]
@@ -15,16 +17,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
+import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def _best(fn, repeats: int) -> float:
-    from wse_core.host.runtime import wall_times_s  # imported late: the bench sets up first
+def _timed(fn):
+    """`fn` as a contender of `interleaved`: one call, its wall seconds."""
 
-    return min(wall_times_s(fn, repeats=repeats))  # after one warm-up (compile)
+    def run() -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    return run
+
+
+def _rounds(fns: dict, repeats: int) -> dict[str, list[float]]:
+    for fn in fns.values():  # warm-up: compile and fill caches outside the rounds
+        fn()
+    return interleaved({k: _timed(f) for k, f in fns.items()}, repeats)
 
 
 def _setup(quick: bool):
@@ -58,15 +76,18 @@ def bench_prefill(config, ours, hf, batch: int, seq: int, repeats: int) -> dict:
     params = ours.params()
     fwd = jax.jit(lambda p, t: wm.forward(config, p, t)[0])
     jt = jax.numpy.asarray(toks)
-    t_ours = _best(lambda: fwd(params, jt).block_until_ready(), repeats)
     ids = torch.from_numpy(toks.astype(np.int64))
-    with torch.no_grad():
-        t_hf = _best(lambda: hf(input_ids=ids).logits, repeats)
-        ref = hf(input_ids=ids).logits.numpy()
-    err = float(np.abs(np.asarray(fwd(params, jt)) - ref).max())
+
+    def theirs():
+        with torch.no_grad():
+            return hf(input_ids=ids).logits
+
+    times = _rounds({"ours": lambda: fwd(params, jt).block_until_ready(), "hf": theirs}, repeats)
+    err = float(np.abs(np.asarray(fwd(params, jt)) - theirs().numpy()).max())
     n = batch * seq
-    return {"case": f"prefill b={batch} s={seq}", "ours_tok_s": n / t_ours,
-            "baseline_tok_s": n / t_hf, "baseline": "transformers (torch)",
+    return {"case": f"prefill b={batch} s={seq}", "times_s": times,
+            "ours_tok_s": n / min(times["ours"]), "baseline_tok_s": n / min(times["hf"]),
+            "ratio": ratio(times["ours"], times["hf"]), "baseline": "transformers (torch)",
             "max_logit_diff": err}  # fmt: skip
 
 
@@ -124,11 +145,13 @@ def bench_decode(config, ours, hf, prompt_len: int, steps: int, repeats: int) ->
     hf_run = decode_hf(hf, prompt, steps)
     same = bool(np.array_equal(np.asarray(cached()), hf_run()))
     same &= bool(np.array_equal(np.asarray(cached()), np.asarray(nocache())))
-    t_c, t_n, t_h = (_best(f, repeats) for f in (cached, nocache, hf_run))
-    return {"case": f"greedy decode b=1 prompt={prompt_len} new={steps}",
-            "ours_tok_s": steps / t_c, "ours_nocache_tok_s": steps / t_n,
-            "baseline_tok_s": steps / t_h, "baseline": "transformers (torch) with its cache",
-            "same_tokens": same}  # fmt: skip
+    times = _rounds({"ours": cached, "nocache": nocache, "hf": hf_run}, repeats)
+    return {"case": f"greedy decode b=1 prompt={prompt_len} new={steps}", "times_s": times,
+            "ours_tok_s": steps / min(times["ours"]),
+            "ours_nocache_tok_s": steps / min(times["nocache"]),
+            "baseline_tok_s": steps / min(times["hf"]),
+            "ratio": ratio(times["ours"], times["hf"]),
+            "baseline": "transformers (torch) with its cache", "same_tokens": same}  # fmt: skip
 
 
 def main() -> None:
@@ -137,25 +160,23 @@ def main() -> None:
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     config, ours, hf = _setup(args.quick)
-    reps = 2 if args.quick else 5
+    reps = 3 if args.quick else 7
     rows = [bench_prefill(config, ours, hf, 4, 64 if args.quick else 256, reps)]
     rows.append(bench_decode(config, ours, hf, 16, 16 if args.quick else 64, reps))
     print(f"model: llama d={config.d_model} L={config.n_layers} params={config.num_params():,}")
-    print(f"{'case':45s} {'ours tok/s':>11s} {'baseline tok/s':>15s} {'ratio':>6s}  notes")
+    print(f"{'case':45s} {'ours tok/s':>11s} {'baseline tok/s':>15s} {'median':>6s}  notes")
     for r in rows:
         note = (
             f"max|dlogit|={r['max_logit_diff']:.1e}"
             if "max_logit_diff" in r
             else f"no-cache {r['ours_nocache_tok_s']:.0f} tok/s; same tokens: {r['same_tokens']}"
         )
-        ratio = r["ours_tok_s"] / r["baseline_tok_s"]
         print(f"{r['case']:45s} {r['ours_tok_s']:11.0f} {r['baseline_tok_s']:15.0f} "
-              f"{ratio:6.2f}  {note}")  # fmt: skip
+              f"{r['ratio']['median']:6.2f}  {note}")  # fmt: skip
+        print("  " + ratio_line("ours vs transformers", r["ratio"]))
     out = {"model": {"d_model": config.d_model, "n_layers": config.n_layers,
                      "params": config.num_params()}, "quick": args.quick, "rows": rows}  # fmt: skip
-    from wse_core.host.memory import host_record
-
-    out["host"] = host_record()  # bandwidth, load average, CPUs, machine, time
+    out.update(record("torch", "transformers", "numpy"))  # host, versions, threads
     (RESULTS / "models.json").write_text(json.dumps(out, indent=2) + "\n")
 
 
