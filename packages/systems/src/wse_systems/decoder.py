@@ -56,6 +56,7 @@ from wse_core.cost.perf import Op, Phase, Phases, Work, serial
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
+from wse_systems.attention import EXP_FMACS, attention_phases
 from wse_systems.transformer import DecoderShape
 
 __all__ = [
@@ -70,7 +71,6 @@ __all__ = [
 
 # The group of what every token costs outside the layers; it runs on the head region.
 PER_TOKEN = "per_token"
-EXP_FMACS = 6.0  # assumption: exp by a degree-6 polynomial (Horner: one FMAC per term)
 DECODER_ASSUMPTIONS = {
     "matvec layout": "input split over the top row's columns and flooded down them; partial "
     "sums reduced along rows to their middle PEs (the fastest of Luczynski et al.'s line "
@@ -186,35 +186,6 @@ def _norm(region: Region, d: int, dt: str, spec: WaferSpec) -> Phases:
     return serial(Phase("norm_local", local), Phase("norm_sum", total), name="norm")
 
 
-def _attention(shape: DecoderShape, region: Region, kv: int, b: int, spec: WaferSpec) -> Phases:
-    """Attention over `kv` cached tokens spread over the region: q down the columns, q.k and
-    p.v FMACs and the softmax on each PE's tokens, a max and a sum per head over the region,
-    the heads' outputs reduced along the rows and moved to the top row."""
-    hd, nh, nkv, pes = shape.hd, shape.n_heads, shape.n_kv_heads, region.num_pes
-    dt, words = _dtype(b), b / 4
-    scores = kv * nh
-    local = Work(
-        ops=(
-            Op("fmac", dt, hd, count=2 * scores / pes),
-            _elementwise("fmac", scores, region, dt, EXP_FMACS),
-            _elementwise("max", scores, region, dt),
-            _elementwise("sub", scores, region, dt),
-            _elementwise("add", scores, region, dt),
-            Op("div", dt, math.ceil(nh * hd / pes)),
-        ),
-        sram_read_bytes=2 * kv * nkv * hd * b / pes,
-        task_activations=1.0,
-    )
-    out = _matvec_parts(region, region.cols, nh * hd, b, 1.0, spec)
-    return serial(
-        Phase("q_in", broadcast_line(region.rows, math.ceil(nh * hd / region.cols) * words)),
-        Phase("scores", local),
-        Phase("softmax_sums", allreduce_2d(_rates(spec), region.rows, region.cols, 2 * nh)),
-        *(Phase(f"heads_{n}", w) for n, w in out if n in ("reduce", "move")),
-        name="attention",
-    )
-
-
 def layer_phases(
     shape: DecoderShape,
     region: Region,
@@ -243,7 +214,7 @@ def layer_phases(
     return serial(
         dataclasses.replace(_norm(region, d, dt, spec), name="norm_attn"),
         mv("qkv", d, (nh + 2 * nkv) * hd),
-        _attention(shape, region, kv_tokens, b, spec),
+        attention_phases(shape, region, kv_tokens, b, spec),
         mv("o_proj", nh * hd, d),
         Phase("residual_attn", residual),
         dataclasses.replace(_norm(region, d, dt, spec), name="norm_mlp"),
