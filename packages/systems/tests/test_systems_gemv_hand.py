@@ -85,8 +85,9 @@ def test_attention_on_a_small_region_by_hand():
     sp = attention_split(shape, region, 8)
     assert (sp.g, sp.t, sp.qh, sp.s) == (4, 2, 2, 2)
     got = _cycles(attention_phases(shape, region, 8, 2, SPEC))
-    # q_in: 2 heads x 4 dims = 8 values (4 words) down 4 rows
-    assert got["q_in"] == pytest.approx(4 + 3 + RELAY)
+    # q_in: 2 heads x 4 dims = 8 query values and the new token's 4 keys and 4 values
+    # (16 values: 8 words) down 4 rows
+    assert got["q_in"] == pytest.approx(8 + 3 + RELAY)
     # scores: 2 heads x 2 tokens over 4 dims: AXPYs (8 of length 2: 8 + 8 d) or dots
     # (4 of length 4, one element per cycle: 16 + 4 d): the dots, plus one task
     assert got["scores"] == pytest.approx(16 + 4 * d + rates.task_activation_cycles)

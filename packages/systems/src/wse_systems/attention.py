@@ -11,8 +11,9 @@ K and V cache laid out the one way that matches the query the layer's q projecti
   work on the same column (grouped-query attention: the cache is stored once, never
   replicated per query head); rows split the tokens: each PE holds `t = ceil(kv / rows)`
   tokens of its column's dimensions;
-- q_in: each column's `grp x g` query values flooded down its rows
-  (`wse_core.cost.collectives.broadcast_line`);
+- q_in: each column's `grp x g` query values, with the new token's `g` keys and `g` values
+  for the cache (the row that owns the token's position stores them), flooded down its
+  rows (`wse_core.cost.collectives.broadcast_line`);
 - scores: each PE's partial q.k over its g dimensions for its t tokens and its query heads
   (`qh = grp x ceil(g / hd)`), as the faster of the two loop orders (`_faster`): column
   AXPYs over the tokens, one per (head, dimension), or dot products over the dimensions
@@ -27,8 +28,9 @@ K and V cache laid out the one way that matches the query the layer's q projecti
   again (AXPYs of length g, one per (head, token), or dots over the tokens);
 - heads_reduce: the partial outputs summed down the column to its top PE (the fastest of
   Luczynski et al.'s line reduces to an end, `collectives.reduce_line`), then scaled by
-  the reciprocal of each head's softmax sum (normalise: qh divides, qh multiplies of g): the output lands on the top row split over the columns, the o
-  projection's input layout, so no move is needed.
+  the reciprocal of each head's softmax sum (normalise: qh divides, qh multiplies of g):
+  the output lands on the top row split over the columns, the o projection's input
+  layout, so no move is needed.
 
 Before issue 41's fix the attention mixed three layouts (q split over the columns, each
 PE's tokens with whole heads, the heads' outputs reduced along the rows); this is the one
@@ -37,10 +39,11 @@ dataflow priced now, the same on a band and on a compact region.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from wse_core.cost.collectives import allreduce_2d, broadcast_line, reduce_line
-from wse_core.cost.perf import Op, Phase, Phases, PerfModel, Work, serial
+from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.hw.dtypes import DTYPE_BYTES
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
@@ -50,15 +53,17 @@ __all__ = ["EXP_FMACS", "AttentionSplit", "attention_split", "attention_phases"]
 EXP_FMACS = 6.0  # assumption: exp by a degree-6 polynomial (Horner: one FMAC per term)
 
 
+@dataclasses.dataclass(frozen=True)
 class AttentionSplit:
     """How the KV cache splits over a region: per PE `g` KV dimensions, `t` tokens, `qh`
-    query heads; `s` columns share one KV head (1: a column holds whole heads)."""
+    query heads; `s` columns share one KV head (1: a column holds whole heads); `grp`
+    query heads share a KV head."""
 
-    def __init__(self, g: int, t: int, qh: int, s: int, grp: int) -> None:
-        self.g, self.t, self.qh, self.s, self.grp = g, t, qh, s, grp
-
-    def __repr__(self) -> str:
-        return f"AttentionSplit(g={self.g}, t={self.t}, qh={self.qh}, s={self.s})"
+    g: int
+    t: int
+    qh: int
+    s: int
+    grp: int
 
 
 def attention_split(shape, region: Region, kv_tokens: int) -> AttentionSplit:
@@ -123,7 +128,7 @@ def attention_phases(
                     task_activations=tasks)  # fmt: skip
 
     return serial(
-        Phase("q_in", broadcast_line(region.rows, sp.grp * sp.g * words)),
+        Phase("q_in", broadcast_line(region.rows, (sp.grp + 2) * sp.g * words)),
         Phase("scores", work((qk,), 1.0)),
         Phase("scores_sum", _allreduce(rates, 1, sp.s, n * words)),
         Phase("softmax", work(soft)),

@@ -20,9 +20,10 @@ lay it out, each step priced by its mechanisms:
 
 `matvec_work` is the same counts as one `Work` (for counting; `matvec_phases` for timing).
 `decode_phases(shape, plan, ...)` is one batch-1 decode step of `shape` laid out by
-`wse_systems.pipeline.plan_pipeline`: per layer the norms, the q/k/v, attention, output
-and MLP products on that layer's region, the residual stream's move to the next region (its
-top row's values down the region's height: words over the links between the bands), the
+`wse_systems.pipeline.plan_pipeline`: per layer the norms, the q/k/v, attention
+(`wse_systems.attention`, one dataflow on any region), output and MLP products on that
+layer's region, the residual stream's move to the next region (its top row's values down
+the region's height: words over the links between the bands), the
 passes between wafers, and a named `per_token` group (the head's product, the argmax, the
 token's way back to the embedding). It is the same plan object the inference engine
 emulates, so a change of the plan changes the prediction through it.
@@ -39,8 +40,8 @@ fabric time does not shrink; a sender-side filter would be a further gain, not a
 Assumptions (listed in every prediction built from here): the exponential of the softmax
 costs `EXP_FMACS` FMACs per element (a polynomial; not published); the attention reads the
 KV cache of `kv_tokens` tokens (default: half the context); words of partial sums travel in
-the weights' dtype (two 16-bit values per wavelet); reductions over a region (norms,
-softmax) are `wse_core.cost.collectives.allreduce_2d` over its rectangle.
+the weights' dtype (two 16-bit values per wavelet); reductions over a region (norms, the
+argmax) are `wse_core.cost.collectives.allreduce_2d` over its rectangle.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ DECODER_ASSUMPTIONS = {
     "sums reduced along rows to their middle PEs (the fastest of Luczynski et al.'s line "
     "reduces); the output moved back to the top row along the rows and up the columns",
     "exp": f"{EXP_FMACS:g} FMACs per element (polynomial; not published)",
+    "attention layout": "KV dimensions over the region's columns, tokens over its rows "
+    "(wse_systems.attention): q and the new K/V flooded down the columns, scores summed "
+    "across a KV head's columns, softmax sums and p.v reduced down the columns",
     "kv_tokens": "the attention reads half the context unless stated",
     "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
     "still cross the fabric; a stage's layers share its mean zero fraction",
