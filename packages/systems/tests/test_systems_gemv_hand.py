@@ -109,3 +109,22 @@ def test_attention_on_a_small_region_by_hand():
     # normalise: 2 reciprocals (1 wide, 50 cycles each), 2 x 4 multiplies (1 cycle each)
     div = rates.div_cycles * math.ceil(2 / rates.simd_width("div", "fp16", 1))
     assert got["normalise"] == pytest.approx(div + 2 + 3 * d)
+
+
+def test_both_layouts_pay_the_same_phases():
+    """A band and a compact region run the same phases (broadcast, compute, reduce, move,
+    the attention's dataflow, the handoff): only their counts differ."""
+    from wse_systems.decoder import decode_phases
+    from wse_systems.pipeline import plan_pipeline
+
+    toy = DecoderCounts(name="t", arch="llama", n_layers=4, d_model=64, n_heads=4,
+                        n_kv_heads=2, d_ff=128, vocab_size=100, max_seq_len=64)  # fmt: skip
+    names = {}
+    for layout in ("banded", "compact"):
+        plan = plan_pipeline(toy, preset("small"), context_len=64, layout=layout)
+        stage = decode_phases(toy, plan).parts[0]
+        names[layout] = [leaf.name for leaf, _ in stage.leaves()]
+    assert names["banded"] == names["compact"]
+    assert {"x_in", "axpy", "reduce", "move", "scores_sum", "heads_reduce", "to_next"} <= set(
+        names["compact"]
+    )
