@@ -191,9 +191,11 @@ def test_the_speculative_engines_report_is_priced_at_its_own_acceptance():
 def test_8b_calibration_row_is_a_check_not_a_fit():
     """Llama 3.1 8B, 16-bit, one WSE-3: 1,800 tokens/s (Hot Chips 2024; the calibration
     set) is priced from mechanisms alone: no constant is fitted on it. The model plans the
-    faster of banded and compact regions (issue 41): compact, about 3,000 tokens/s, so the
-    check misses (the model is ~1.7x fast; reported, never fitted). Banded regions, the
-    layout before, stay within 15% of it. The calibration's check row is this figure."""
+    faster of banded and compact regions (issue 41), both priced by the same mechanisms
+    (broadcast down the columns, reduce along the rows, the move back, the handoff, the
+    attention's one dataflow): compact, about 2,780 tokens/s, so the check misses by more
+    than its 10% (+54%; reported, never fitted). Banded regions give about 1,640 (-9%).
+    The calibration's check row is this figure."""
     from wse_models import preset_config
     from wse_systems.token import decode_check_row
 
@@ -206,7 +208,22 @@ def test_8b_calibration_row_is_a_check_not_a_fit():
     bands = decode_perf.plan_for(config, spec=spec, num_wafers=1, layout="banded")
     banded = decode_perf.tokens_per_s(decode_perf.predict_decode(config, bands))
     assert banded == pytest.approx(1800, rel=0.15)
-    assert decode_perf.tokens_per_s(report) > 1.5 * 1800 > banded  # the check's miss
+    assert decode_perf.tokens_per_s(report) > 1.1 * 1800 > banded  # the check's miss
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 41's done-criterion: the 8B check within 10% of 1,800 tokens/s. The model "
+    "chooses compact regions at ~2,776 tokens/s (+54%); banded give ~1,638 (-9.0%). No priced "
+    "mechanism missing from compact was found (both layouts pay the same broadcast, reduce, "
+    "move, handoff and attention); WaferLLM's MeshGEMV (an allreduce along one axis, no "
+    "move) would make compact faster still. Left honest, not fitted.",
+)
+def test_8b_check_within_ten_percent():
+    from wse_systems.token import decode_check_row
+
+    row = decode_check_row()
+    assert row["model"] == pytest.approx(row["published"], rel=0.10)
 
 
 def test_experiment_reports_the_published_rows():

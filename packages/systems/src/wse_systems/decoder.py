@@ -20,9 +20,10 @@ lay it out, each step priced by its mechanisms:
 
 `matvec_work` is the same counts as one `Work` (for counting; `matvec_phases` for timing).
 `decode_phases(shape, plan, ...)` is one batch-1 decode step of `shape` laid out by
-`wse_systems.pipeline.plan_pipeline`: per layer the norms, the q/k/v, attention, output
-and MLP products on that layer's region, the residual stream's move to the next region (its
-top row's values down the region's height: words over the links between the bands), the
+`wse_systems.pipeline.plan_pipeline`: per layer the norms, the q/k/v, attention
+(`wse_systems.attention`, one dataflow on any region), output and MLP products on that
+layer's region, the residual stream's move to the next region (its top row's values down
+the region's height: words over the links between the bands), the
 passes between wafers, and a named `per_token` group (the head's product, the argmax, the
 token's way back to the embedding). It is the same plan object the inference engine
 emulates, so a change of the plan changes the prediction through it.
@@ -39,8 +40,8 @@ fabric time does not shrink; a sender-side filter would be a further gain, not a
 Assumptions (listed in every prediction built from here): the exponential of the softmax
 costs `EXP_FMACS` FMACs per element (a polynomial; not published); the attention reads the
 KV cache of `kv_tokens` tokens (default: half the context); words of partial sums travel in
-the weights' dtype (two 16-bit values per wavelet); reductions over a region (norms,
-softmax) are `wse_core.cost.collectives.allreduce_2d` over its rectangle.
+the weights' dtype (two 16-bit values per wavelet); reductions over a region (norms, the
+argmax) are `wse_core.cost.collectives.allreduce_2d` over its rectangle.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from wse_core.cost.perf import Op, Phase, Phases, Work, serial
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
+from wse_systems.attention import EXP_FMACS, attention_phases
 from wse_systems.transformer import DecoderShape
 
 __all__ = [
@@ -70,12 +72,14 @@ __all__ = [
 
 # The group of what every token costs outside the layers; it runs on the head region.
 PER_TOKEN = "per_token"
-EXP_FMACS = 6.0  # assumption: exp by a degree-6 polynomial (Horner: one FMAC per term)
 DECODER_ASSUMPTIONS = {
     "matvec layout": "input split over the top row's columns and flooded down them; partial "
     "sums reduced along rows to their middle PEs (the fastest of Luczynski et al.'s line "
     "reduces); the output moved back to the top row along the rows and up the columns",
     "exp": f"{EXP_FMACS:g} FMACs per element (polynomial; not published)",
+    "attention layout": "KV dimensions over the region's columns, tokens over its rows "
+    "(wse_systems.attention): q and the new K/V flooded down the columns, scores summed "
+    "across a KV head's columns, softmax sums and p.v reduced down the columns",
     "kv_tokens": "the attention reads half the context unless stated",
     "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
     "still cross the fabric; a stage's layers share its mean zero fraction",
@@ -186,35 +190,6 @@ def _norm(region: Region, d: int, dt: str, spec: WaferSpec) -> Phases:
     return serial(Phase("norm_local", local), Phase("norm_sum", total), name="norm")
 
 
-def _attention(shape: DecoderShape, region: Region, kv: int, b: int, spec: WaferSpec) -> Phases:
-    """Attention over `kv` cached tokens spread over the region: q down the columns, q.k and
-    p.v FMACs and the softmax on each PE's tokens, a max and a sum per head over the region,
-    the heads' outputs reduced along the rows and moved to the top row."""
-    hd, nh, nkv, pes = shape.hd, shape.n_heads, shape.n_kv_heads, region.num_pes
-    dt, words = _dtype(b), b / 4
-    scores = kv * nh
-    local = Work(
-        ops=(
-            Op("fmac", dt, hd, count=2 * scores / pes),
-            _elementwise("fmac", scores, region, dt, EXP_FMACS),
-            _elementwise("max", scores, region, dt),
-            _elementwise("sub", scores, region, dt),
-            _elementwise("add", scores, region, dt),
-            Op("div", dt, math.ceil(nh * hd / pes)),
-        ),
-        sram_read_bytes=2 * kv * nkv * hd * b / pes,
-        task_activations=1.0,
-    )
-    out = _matvec_parts(region, region.cols, nh * hd, b, 1.0, spec)
-    return serial(
-        Phase("q_in", broadcast_line(region.rows, math.ceil(nh * hd / region.cols) * words)),
-        Phase("scores", local),
-        Phase("softmax_sums", allreduce_2d(_rates(spec), region.rows, region.cols, 2 * nh)),
-        *(Phase(f"heads_{n}", w) for n, w in out if n in ("reduce", "move")),
-        name="attention",
-    )
-
-
 def layer_phases(
     shape: DecoderShape,
     region: Region,
@@ -243,7 +218,7 @@ def layer_phases(
     return serial(
         dataclasses.replace(_norm(region, d, dt, spec), name="norm_attn"),
         mv("qkv", d, (nh + 2 * nkv) * hd),
-        _attention(shape, region, kv_tokens, b, spec),
+        attention_phases(shape, region, kv_tokens, b, spec),
         mv("o_proj", nh * hd, d),
         Phase("residual_attn", residual),
         dataclasses.replace(_norm(region, d, dt, spec), name="norm_mlp"),

@@ -5,7 +5,7 @@ Rows (the calibration set of shared/REFERENCES.md, `wse_core.cost.calibration.ro
 `wse_systems.token.decode_check_row`): the eight
 grids of Jacquelin et al. Table II (Gcell/s; they fit `router_switch_cycles`), the 69.6%
 busy profile at 600 x 600 (fits `dsd_issue_cycles`), the SDK-simulator SUMMA GEMM of
-lingzhi227/MIMD_dataflow (cycles; fits `task_activation_cycles`), the same repository's
+Wang-oss-tech/csl-experiments (cycles; fits `task_activation_cycles`), lingzhi227/MIMD_dataflow's
 @fmacs trace (elements per cycle, a check), Rocki et al.'s allreduce at about 1.1 x the
 diameter (a check of the sourced fabric constants), Llama 3.1 8B batch-1 decode on one
 WSE-3 (tokens/s, a check). Each row says its role and carries its cycles by mechanism.
@@ -42,8 +42,8 @@ SOURCES = {
     "stencil25": "Jacquelin et al., arXiv:2204.03775, Table II (calibration)",
     "busy": "Jacquelin et al., arXiv:2204.03775, Sec. V (calibration, check)",
     "allreduce": "Rocki et al., SC20, arXiv:2010.03660 (calibration, check)",
-    "simulator": "lingzhi227/MIMD_dataflow, SDK simulator, WSE-2 "
-    "(docs/references/calibration-rows.md)",
+    "simulator": "Wang-oss-tech/csl-experiments (SUMMA) and lingzhi227/MIMD_dataflow "
+    "(@fmacs trace), SDK simulator, WSE-2 (docs/references/calibration-rows.md)",
     "llama3.1-8b": "Cerebras, Hot Chips 2024 (calibration, check)",
 }
 

@@ -16,11 +16,11 @@ figure and its role):
   words and hops; the fit is their mean, so leaving one out predicts it from the others).
 - Jacquelin et al.'s busy share, 69.6% at 600 x 600: fits `dsd_issue_cycles` (the busy
   cycles beyond the elements and task activations, per DSD issued).
-- An SDK-simulator run published with its inputs (lingzhi227/MIMD_dataflow's SUMMA GEMM,
+- An SDK-simulator run published with its inputs (Wang-oss-tech/csl-experiments' SUMMA GEMM,
   WSE-2, P = 4, f32 tiles 14 x 14 x 14: the main task's 45,783 cycles for 784 FMACS of
   length 14 and 800 task switches; docs/references/calibration-rows.md cites it): fits
   `task_activation_cycles`.
-- Checks (nothing fitted on them): the same repository's @fmacs instruction trace (WSE-2
+- Checks (nothing fitted on them): lingzhi227/MIMD_dataflow's @fmacs instruction trace (WSE-2
   simulator: one fp32 element per cycle, the width `fp32_mul_width` prices); Rocki et al.
   (SC20): a wafer-wide allreduce "about 10% greater than the diameter" in cycles, on the
   CS-1 (`wse1` preset's fabric, a scalar); the Llama 3.1 8B decode at 1,800 tokens/s
@@ -86,7 +86,7 @@ STENCIL_NZ, STENCIL_STEPS = 1000, 1000
 STENCIL_BUSY_SHARE = 0.696  # Jacquelin et al. Sec. V: busy cycles, profiled at 600 x 600
 DECODE_8B_TOKENS_PER_S = 1800.0  # Cerebras, Hot Chips 2024
 ALLREDUCE_OVER_DIAMETER = 1.1  # Rocki et al., SC20: allreduce cycles / diameter (about)
-# lingzhi227/MIMD_dataflow SUMMA GEMM on the WSE-2 SDK simulator (docs/references/
+# Wang-oss-tech/csl-experiments SUMMA GEMM on the WSE-2 SDK simulator (docs/references/
 # calibration-rows.md): P, Mt, Kt, Nt, main-task (T11) cycles, task switches on the PE.
 SUMMA_GEMM = {"P": 4, "Mt": 14, "Kt": 14, "Nt": 14, "cycles": 45783.0, "task_switches": 800}
 # lingzhi227/MIMD_dataflow, Systolic_Mul_v2 f32 @fmacs trace (WSE-2 simulator): the 300
@@ -220,7 +220,7 @@ def _targets(excluded: frozenset[str], published: Mapping[str, float]) -> dict[s
         out["task_activation_cycles"] = (
             _summa_cycles,
             published.get(SUMMA_CASE, SUMMA_GEMM["cycles"]),
-            "SDK-simulator SUMMA GEMM, WSE-2, P = 4, 14 x 14 x 14 (lingzhi227/MIMD_dataflow)",
+            "SDK-simulator SUMMA GEMM, WSE-2, P = 4, 14 x 14 x 14 (Wang-oss-tech/csl-experiments)",
         )
     return out
 

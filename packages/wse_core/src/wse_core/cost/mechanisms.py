@@ -131,7 +131,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="activating a task (a wavelet-triggered or local task starts)",
             basis="fitted",
             source="SDK-simulator SUMMA GEMM, WSE-2, P = 4, 14 x 14 x 14 (main task 45,783 "
-            "cycles, 784 FMACS of 14, 800 task switches; lingzhi227/MIMD_dataflow notes, "
+            "cycles, 784 FMACS of 14, 800 task switches; Wang-oss-tech/csl-experiments notes, "
             "docs/references/calibration-rows.md); prior 10",
             sweep=(0.0, 5.0, 10.0, 20.0, 50.0),
         ),

@@ -1,0 +1,130 @@
+"""A GEMV on a compact region and on a band, and one attention on a small region, counted
+by hand: broadcast, compute, reduce and the move back, each by its mechanisms
+(`wse_systems.decoder.matvec_phases`, `wse_systems.attention.attention_phases`).
+
+The constants are the spec's (`PerfModel(spec).rates`): hop_latency 1 cycle, a relay
+2 T_R + 1 = 5 cycles, links 4 B (one 32-bit wavelet) per cycle, SRAM 16 B/cycle read and
+8 B/cycle written; the SIMD widths are the spec's table; d and t are the fitted DSD issue
+and task activation. fp16 values travel two per wavelet."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from wse_core import PerfModel, preset
+from wse_core.hw.sram import Region
+from wse_systems.attention import attention_phases, attention_split
+from wse_systems.decoder import matvec_phases
+from wse_systems.transformer import DecoderCounts
+
+SPEC = preset("tiny")  # 8 x 8 PEs; fp16 FMAC 4 wide
+RELAY = 5.0  # 2 T_R + 1 with T_R = 2 cycles
+
+
+def _cycles(phases) -> dict[str, float]:
+    model = PerfModel(SPEC)
+    t = model.evaluate(phases)
+    return {c.name: c.seconds * SPEC.clock_hz for c in t.children}
+
+
+def _consts() -> tuple[float, float]:
+    rates = PerfModel(SPEC).rates
+    assert (rates.hop_latency_cycles, rates.ramp_latency_cycles) == (1.0, 2.0)
+    assert rates.link_bytes_per_cycle == 4.0 and rates.simd_width("fmac", "fp16", 1) == 4
+    return rates.dsd_issue_cycles, rates.task_activation_cycles
+
+
+def test_gemv_on_a_compact_region_by_hand():
+    """y (16) = W^T x (16) on 4 x 4 PEs: each PE holds 4 outputs x 4 inputs."""
+    d, t = _consts()
+    got = _cycles(matvec_phases(Region("c", 0, 0, 4, 4), 16, 16, spec=SPEC))
+    # x_in: each column's 4 inputs (2 words) down 4 rows: 2 words, 3 hops, 1 relay
+    assert got["x_in"] == pytest.approx(2 + 3 + RELAY)
+    # axpy: 4 FMAC DSDs of 4 (4 wide: 1 cycle each), their issue and one task; SRAM
+    # (64 B read at 16 B/cycle, 32 B written at 8) takes 4 cycles, under the core's
+    assert got["axpy"] == pytest.approx(4 * 1 + 4 * d + t)
+    # reduce: 4 partial outputs (2 words) to the middle of a row of 4: each half (2 PEs) by
+    # a star (2 words, 1 hop, 1 relay; chain and tree tie, two-phase is slower), then 2 more
+    # words and a relay to join the halves: 4 words, 1 hop, 2 relays
+    assert got["reduce"] == pytest.approx(4 + 1 + 2 * RELAY)
+    # move: the middle PE's 4 outputs (2 words on its ramp; 1 word each way along the row,
+    # 16 / 4 = 4 values = 2 words up each column), 2 hops along + 3 up, 1 relay
+    assert got["move"] == pytest.approx(2 + (2 + 3) + RELAY)
+    assert sum(got.values()) == pytest.approx(41 + 4 * d + t)
+
+
+def test_gemv_on_a_band_by_hand():
+    """The same product on a 2 x 8 band: each PE holds 8 outputs x 2 inputs; the row is
+    twice as long, so the reduce and the move travel farther."""
+    d, t = _consts()
+    got = _cycles(matvec_phases(Region("b", 0, 0, 2, 8), 16, 16, spec=SPEC))
+    # x_in: 2 inputs (1 word) down 2 rows: 1 word, 1 hop, 1 relay
+    assert got["x_in"] == pytest.approx(1 + 1 + RELAY)
+    # axpy: 2 FMAC DSDs of 8 (2 cycles each); SRAM again 4 cycles
+    assert got["axpy"] == pytest.approx(2 * 2 + 2 * d + t)
+    # reduce: 8 partials (4 words) to the middle of a row of 8; each half (4 PEs):
+    # star 4 x 3 = 12 words + 3 hops + 1 relay = 20; chain 4 + 3 + 3 relays = 22;
+    # tree 8 + 3 + 2 relays = 21; two-phase 8 + 3 + 2 relays = 21: the star; then 4 words
+    # and a relay to join: 16 words, 3 hops, 2 relays
+    assert got["reduce"] == pytest.approx(16 + 3 + 2 * RELAY)
+    # move: 8 outputs (4 words) on the middle PE's ramp, 4 hops along + 1 up, 1 relay
+    assert got["move"] == pytest.approx(4 + (4 + 1) + RELAY)
+    assert sum(got.values()) == pytest.approx(54 + 2 * d + t)
+
+
+def test_attention_on_a_small_region_by_hand():
+    """4 query heads of hd 8 sharing 2 KV heads (d 32), 8 cached tokens, on 4 x 4 PEs:
+    16 KV dimensions over 4 columns (g = 4: a KV head spans s = 2 columns), 8 tokens over
+    4 rows (t = 2), 2 query heads per PE."""
+    d, _t = _consts()
+    rates = PerfModel(SPEC).rates
+    shape = DecoderCounts(name="a", arch="llama", n_layers=1, d_model=32, n_heads=4,
+                          n_kv_heads=2, d_ff=64, vocab_size=64, max_seq_len=16)  # fmt: skip
+    region = Region("r", 0, 0, 4, 4)
+    sp = attention_split(shape, region, 8)
+    assert (sp.g, sp.t, sp.qh, sp.s) == (4, 2, 2, 2)
+    got = _cycles(attention_phases(shape, region, 8, 2, SPEC))
+    # q_in: 2 heads x 4 dims = 8 query values and the new token's 4 keys and 4 values
+    # (16 values: 8 words) down 4 rows
+    assert got["q_in"] == pytest.approx(8 + 3 + RELAY)
+    # scores: 2 heads x 2 tokens over 4 dims: AXPYs (8 of length 2: 8 + 8 d) or dots
+    # (4 of length 4, one element per cycle: 16 + 4 d): the dots, plus one task
+    assert got["scores"] == pytest.approx(16 + 4 * d + rates.task_activation_cycles)
+    # scores_sum: 4 scores (2 words) summed over the 2 columns of a KV head and back:
+    # 2 words to join (1 relay), 2 back (1 hop, 1 relay)
+    assert got["scores_sum"] == pytest.approx(4 + 1 + 2 * RELAY)
+    # softmax: 4 scores: 6 FMACs (4 wide: 1 cycle each), max (1 wide: 4), sub, add (1 each)
+    assert got["softmax"] == pytest.approx(6 + 4 + 1 + 1 + 9 * d)
+    # softmax_sums: a max and a sum per head (fp32: 4 words) down a column of 4 to its
+    # middle, then back: half (2 PEs) 4 words, 1 hop, 1 relay; join 4 words, 1 relay;
+    # back 4 words, 2 hops, 1 relay
+    assert got["softmax_sums"] == pytest.approx(12 + 3 + 3 * RELAY)
+    # values: 2 heads x 4 dims over 2 tokens: AXPYs (4 of length 4: 4 + 4 d) or dots
+    # (8 of length 2: 16 + 8 d): the AXPYs
+    assert got["values"] == pytest.approx(4 + 4 * d)
+    # heads_reduce: 8 outputs (4 words) down 4 rows to the top: star 12 + 3 + 1 relay = 20
+    # (chain 22, tree 21, two-phase 21)
+    assert got["heads_reduce"] == pytest.approx(12 + 3 + RELAY)
+    # normalise: 2 reciprocals (1 wide, 50 cycles each), 2 x 4 multiplies (1 cycle each)
+    div = rates.div_cycles * math.ceil(2 / rates.simd_width("div", "fp16", 1))
+    assert got["normalise"] == pytest.approx(div + 2 + 3 * d)
+
+
+def test_both_layouts_pay_the_same_phases():
+    """A band and a compact region run the same phases (broadcast, compute, reduce, move,
+    the attention's dataflow, the handoff): only their counts differ."""
+    from wse_systems.decoder import decode_phases
+    from wse_systems.pipeline import plan_pipeline
+
+    toy = DecoderCounts(name="t", arch="llama", n_layers=4, d_model=64, n_heads=4,
+                        n_kv_heads=2, d_ff=128, vocab_size=100, max_seq_len=64)  # fmt: skip
+    names = {}
+    for layout in ("banded", "compact"):
+        plan = plan_pipeline(toy, preset("small"), context_len=64, layout=layout)
+        stage = decode_phases(toy, plan).parts[0]
+        names[layout] = [leaf.name for leaf, _ in stage.leaves()]
+    assert names["banded"] == names["compact"]
+    assert {"x_in", "axpy", "reduce", "move", "scores_sum", "heads_reduce", "to_next"} <= set(
+        names["compact"]
+    )
