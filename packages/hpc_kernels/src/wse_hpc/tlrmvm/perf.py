@@ -22,8 +22,8 @@ Complex data is split into real arithmetic as the emulator does (`grouped`'s int
 dots, flops 2mn - m; for nb x nb: 4nb^2 + 8nb, 12nb^2 + 4nb, 2nb^2 - nb): time = the slowest
 PE's cycles of phases 1 and 3 / 850e6; bytes = every tile-holding PE's bytes, over the PEs that
 hold tiles in each copy of the operator, in each system (not the whole 750 x 994 rectangle:
-copies that do not tile it leave PEs idle). Two complex-byte conventions, both reported: `real-
-split` (the bytes of the real 2m x 2n tiles the PEs stream: twice the complex64 bytes) and
+copies that do not tile it leave PEs idle). Two complex-byte conventions, both reported:
+`real-split` (the bytes of the real 2m x 2n tiles the PEs stream: twice the complex64 bytes) and
 `complex64` (8 bytes per complex value: half of the real-split bytes). The GEMV is priced at
 its own instructions' rates (`Op.bounds`): one fp32 FMAC DSD per column (phase 3) or per row
 into one accumulator (phase 1), each paying `dsd_issue_cycles`. Nothing here is fitted to a
