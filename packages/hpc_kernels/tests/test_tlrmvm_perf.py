@@ -2,6 +2,8 @@
 by hand, the traced fabric per phase, and plans that change the prediction through the
 plan object the emulation runs."""
 
+import math
+
 import numpy as np
 import pytest
 from wse_core import preset
@@ -41,15 +43,16 @@ def test_one_tile_cost_counted_by_hand(one_tile):
     eng = TlrEngine.build(one_tile, spec, layout="banded", rank_chunk=K)
     assert eng.plan.grid == (1, 1)
     (prog,) = perf.pe_tiles(eng.plan)
-    # phase 1: V^T x, a K x NB tile by column AXPY: NB FMACs of K elements; phase 3: U y,
-    # NB x K: K FMACs of NB elements (ch = nb / nt = NB rows per PE).
-    assert prog.phase1 == (perf.Tile(K, NB),) and prog.phase3 == (perf.Tile(NB, K),)
+    # phase 1: V^T x, a K x NB tile as K row dots: K FMACs of NB elements into one
+    # accumulator; phase 3: U y, NB x K by column AXPY: K FMACs of NB elements (ch = nb / nt
+    # = NB rows per PE).
+    assert prog.phase1 == (perf.Tile(K, NB, "dot"),) and prog.phase3 == (perf.Tile(NB, K),)
     model = _uncalibrated(spec)
     p1 = model.cost(prog.work(1, 1))
-    assert p1.compute_cycles == NB * (ISSUE + K)  # fp32 FMAC is 1-wide (inferred)
+    assert p1.compute_cycles == K * (ISSUE + NB)  # one element per cycle into the accumulator
     w1 = prog.work(1, 1)
-    assert w1.sram_read_bytes == 8 * K * NB + 4 * NB  # A and y per element, x per column
-    assert w1.sram_write_bytes == 4 * K * NB
+    assert w1.sram_read_bytes == 8 * K * NB  # A and x per element
+    assert w1.sram_write_bytes == 4 * K  # each row's result once
     assert model.cost(prog.work(3, 1)).compute_cycles == K * (ISSUE + NB)
     # the engine's report prices the same tiles
     rep = eng.report()
@@ -58,10 +61,38 @@ def test_one_tile_cost_counted_by_hand(one_tile):
     assert leaf.name == "phase1_vhx" and leaf.work == w1
 
 
+@pytest.mark.parametrize("spec_name", ["wse2", "wse3"])
+def test_phase1_per_tile_counted_by_hand(spec_name):
+    """TLR's phase 1 on one PE and one complex tile piece of the paper's shape (nb = 256,
+    8 stored rows): single-tile-matvec's column AXPY would issue 2 nb = 512 FMACs of 2 x 8 =
+    16 elements; the row dots issue 16 FMACs of 512 elements, one element per cycle into the
+    accumulator (whatever the SIMD width), each paying the DSD issue once."""
+    spec = preset(spec_name)
+    model = PerfModel(spec)  # the calibration in force
+    issue, rows, cols = model.rates.dsd_issue_cycles, 2 * 8, 2 * 256  # real-split
+    dot, axpy = perf.Tile(rows, cols, "dot"), perf.Tile(rows, cols)
+    dot_cost = model.cost(dot.work(1))
+    assert dot.work(1).ops[0].count == rows and dot.work(1).ops[0].length == cols
+    assert dot_cost.mechanisms["dsd_issue"] == pytest.approx(rows * issue)
+    assert dot_cost.mechanisms["simd"] == pytest.approx(rows * cols)  # 1 element per cycle
+    assert dot_cost.compute_cycles == pytest.approx(rows * (issue + cols))
+    # the column AXPY at the instruction's own bound (SIMD width, SRAM ports)
+    op = axpy.work(1).ops[0]
+    assert (op.count, op.length) == (cols, rows)
+    width = min(op.bounds(model.rates).values())
+    axpy_cycles = cols * (issue + math.ceil(rows / width))
+    assert model.cost(axpy.work(1)).compute_cycles == pytest.approx(axpy_cycles)
+    assert dot_cost.compute_cycles < axpy_cycles
+    # the SDK's bytes of each form: the matrix once (relative) is the same program-free count
+    assert dot.relative_bytes == axpy.relative_bytes == 4 * rows * cols + 4 * rows + 4 * cols
+    assert dot.absolute_bytes == 8 * rows * cols + 4 * rows
+    assert axpy.absolute_bytes == 12 * rows * cols + 4 * cols
+
+
 def test_complex_tile_is_a_real_block_of_twice_the_size(op):
     plan = plan_placement(op, preset("small"), rank_chunk=2)
     (prog,) = perf.pe_tiles(plan)
-    assert prog.phase1 == (perf.Tile(2 * 2, 2 * op.nb),)  # [[Re, -Im], [Im, Re]]
+    assert prog.phase1 == (perf.Tile(2 * 2, 2 * op.nb, "dot"),)  # [[Re, -Im], [Im, Re]]
     assert prog.phase3 == (perf.Tile(2 * plan.chunk, 2 * op.tiles[1] * 2),)
 
 
@@ -75,10 +106,10 @@ def test_cerebras_accounting_by_hand(one_tile):
     plan = plan_placement(one_tile, spec, rank_chunk=K)
     model = _uncalibrated(spec)
     # the slowest (only) PE: phases 1 and 3 compute-bound; a GEMV pays the issue overhead
-    # of each column's FMAC DSD (NB of K elements, then K of NB), nothing else
-    cycles = NB * (ISSUE + K) + K * (ISSUE + NB)
+    # of each FMAC DSD (K row dots of NB, then K columns of NB), nothing else
+    cycles = K * (ISSUE + NB) + K * (ISSUE + NB)
     rel = (4 * K * NB + 4 * K + 4 * NB) + (4 * NB * K + 4 * NB + 4 * K)
-    ab = (12 * K * NB + 4 * NB) + (12 * NB * K + 4 * K)
+    ab = (8 * K * NB + 4 * K) + (12 * NB * K + 4 * K)  # dot: A, x per element; y per row
     # Only the PEs that hold tiles count: one PE per copy, 5 copies, 48 systems (the whole
     # 750 x 994 rectangle is reported beside it, not used).
     got = perf.cerebras_bandwidth(plan, model, systems=48, copies=5)

@@ -18,7 +18,10 @@ then `cerebras_relative_pb_per_s` and `cerebras_absolute_pb_per_s` (the SDK's
 single-tile-matvec bytes of the PEs that hold tiles, in every copy and system, the slowest PE's
 cycles over 850 MHz; `pes` is how many PEs that is, `rectangle_pes` the 750 x 994 per system it
 used to be scaled to) in real-split bytes (what the PEs stream) and, as `*_complex_pb_per_s`,
-in complex64 bytes (half). `time_per_mvm` rows carry the cycles of one product by mechanism.
+in complex64 bytes (half). The PEs' programs are `tlrmvm.pe_programs`: phase 1 one FMAC
+DSD per stored V^H row (2 nb long, into one accumulator), phase 3 single-tile-matvec's column
+AXPY; each tile's absolute bytes are its own form's. `time_per_mvm` rows carry the cycles of
+one product by mechanism.
 Layouts: grouped (PE
 rows serve groups of tile columns and rows, rank rows coloured into PE columns; the engine's
 default), packed (slices bucketed by rank), banded (padded to each tile row's largest

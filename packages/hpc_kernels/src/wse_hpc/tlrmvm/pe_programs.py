@@ -1,14 +1,23 @@
 """What each PE's program multiplies in one TLR-MVM product, from the plan (priced by `perf`).
 
 `pe_tiles(plan)` lists the distinct PE programs of a plan with the number of PEs that run
-each: phase 1 (V^H x) and phase 3 (U y) as fp32 `Tile`s, the GEMV of the SDK's
-`single-tile-matvec` (column AXPY: one `@fmacs` DSD of `m` elements per column; per element
-it reads A and y and writes y, and it reads x once per column). The tiles are the ones the
-emulation multiplies, padding rows of the PE's rank chunk included (the emulator and every
-PE run the same program over their stored rows; padded rows are zeros), grouped by the x
-piece (phase 1) or y piece (phase 3) they use. A complex (m x n) tile is one real
-(2m x 2n) tile. `pe_weights(plan, model)` gives each PE's share of the busiest PE's cycles
-(grouped plans: the PEs' programs differ).
+each: phase 1 (V^H x) and phase 3 (U y) as fp32 `Tile`s in one of two instruction forms:
+- "axpy", the SDK's `single-tile-matvec` (csl-examples `benchmarks/single-tile-matvec/src/
+  pe_matvec.csl`: `@map` over x of one `@fmacs` y += A[:, i] x_i per column, each a DSD of
+  the column's `m` elements; per element it reads A and y and writes y, and it reads x once
+  per column). Phase 3 (U y) runs it: its columns are U's, 2 nb elements long.
+- "dot", the same FMAC streamed along the tile's long side (one DSD per row of `n`
+  elements into one fp32 accumulator: one element per cycle, reads A and x, the row's
+  result stored once). Phase 1 runs it: a PE's V^H rows are 2 nb long while a PE holds
+  only w of them (2-8 per piece, padding included), so single-tile-matvec's columns would be
+  2-8 elements each paying the DSD issue (512 instructions a tile); the emulator's phase-1
+  kernel (`pe_kernels.rows_dot`) is this program, each stored row against its own piece.
+The tiles are the ones the emulation multiplies, padding rows of the PE's rank chunk included
+(the emulator and every PE run the same program over their stored rows; padded rows are
+zeros), grouped by the x piece (phase 1) or y piece (phase 3) they use. A complex (m x n)
+tile is one real (2m x 2n) tile: in the dot form, two real dots per complex row (re and im)
+over its 2n interleaved values. `pe_weights(plan, model)` gives each PE's share of the
+busiest PE's cycles (grouped plans: the PEs' programs differ).
 """
 
 from __future__ import annotations
@@ -22,19 +31,37 @@ from wse_hpc.tlrmvm.grouped import GroupedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan
 from wse_hpc.tlrmvm.wafer import TlrPlan
 
-__all__ = ["PeProgram", "Tile", "pe_tiles", "pe_weights"]
+__all__ = ["FORMS", "PHASE1_FORM", "PeProgram", "Tile", "pe_tiles", "pe_weights"]
+
+FORMS = ("axpy", "dot")  # single-tile-matvec's column AXPY; one row per DSD (see above)
+PHASE1_FORM = "dot"  # V^H rows are the long side of a PE's phase-1 tiles (module doc)
 
 
 @dataclasses.dataclass(frozen=True)
 class Tile:
-    """One fp32 column-AXPY GEMV y (m) += A (m x n) x (n) on one PE."""
+    """One fp32 GEMV y (m) += A (m x n) x (n) on one PE, as `form` instructions: "axpy"
+    (single-tile-matvec: n FMAC DSDs of m elements) or "dot" (m FMAC DSDs of n elements,
+    each reduced into one accumulator)."""
 
     m: int
     n: int
+    form: str = "axpy"
+
+    def __post_init__(self) -> None:
+        if self.form not in FORMS:
+            raise ValueError(f"Tile form {self.form!r}; known: {', '.join(FORMS)}")
 
     def work(self, vectors: int = 1) -> Work:
-        """n FMAC instructions of m elements; reads A and y, writes y, reads x per column."""
+        """axpy: n FMACs of m, reading A and y and writing y, x once per column; dot: m
+        FMACs of n into one accumulator, reading A and x, each row's result stored once."""
         m, n = self.m, self.n
+        if self.form == "dot":
+            op = Op("fmac", "fp32", n, count=m * vectors, accumulate=True, mem_writes=0.0)
+            return Work(
+                ops=(op,),
+                sram_read_bytes=8 * m * n * vectors,
+                sram_write_bytes=4 * m * vectors,
+            )
         return Work(
             ops=(Op("fmac", "fp32", m, count=n * vectors),),
             sram_read_bytes=(8 * m * n + 4 * n) * vectors,
@@ -48,7 +75,10 @@ class Tile:
 
     @property
     def absolute_bytes(self) -> int:
-        """What the column-AXPY loop moves (SDK accounting)."""
+        """What the loop moves: the SDK's count for axpy (A and y read, y written per
+        element, x per column); for dot, A and x read per element, y written per row."""
+        if self.form == "dot":
+            return 8 * self.m * self.n + 4 * self.m
         return 12 * self.m * self.n + 4 * self.n
 
     @property
@@ -93,7 +123,7 @@ def _grouped_program(plan: GroupedPlan, sig: np.ndarray, pes: int) -> PeProgram:
     p, nb, s = real_pairs(plan), plan.nb, plan.windows
     return PeProgram(
         pes,
-        tuple(Tile(p * int(k), p * nb) for k in sig[:s] if k),
+        tuple(Tile(p * int(k), p * nb, PHASE1_FORM) for k in sig[:s] if k),
         tuple(Tile(p * nb, p * int(k)) for k in sig[s:] if k),
     )
 
@@ -111,8 +141,8 @@ def pe_tiles(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[PeProgram]:
     r, c = plan.grid
     nt, ch = plan.tiles[1], plan.chunk
     if isinstance(plan, PackedPlan):  # phase 3: each ring slot into its tile row's buffer
-        return [PeProgram(r * c, (Tile(p * w, p * nb),), (Tile(p * ch, p * w),) * nt)]
-    return [PeProgram(r * c, (Tile(p * w, p * nb),), (Tile(p * ch, p * nt * w),))]
+        return [PeProgram(r * c, (Tile(p * w, p * nb, PHASE1_FORM),), (Tile(p * ch, p * w),) * nt)]
+    return [PeProgram(r * c, (Tile(p * w, p * nb, PHASE1_FORM),), (Tile(p * ch, p * nt * w),))]
 
 
 def real_pairs(plan) -> int:

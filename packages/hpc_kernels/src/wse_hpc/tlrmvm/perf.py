@@ -3,7 +3,9 @@ the matrix-vector bandwidth in the accounting Cerebras reports.
 
 Contract. `pe_tiles(plan)` (`pe_programs`) lists what each PE's program multiplies in one
 product, grouped by PEs that run the same program: phase 1 (V^H x) and phase 3 (U y) as fp32
-`Tile`s, the column-AXPY GEMV of the SDK's `single-tile-matvec`, padding rows included.
+`Tile`s, padding rows included: phase 3 the column-AXPY GEMV of the SDK's
+`single-tile-matvec` (one `@fmacs` per column), phase 1 the same FMAC along each V^H row (one
+DSD of 2 nb elements per row into one accumulator; `pe_programs` says why).
 `mvm_phases(wafer, plan, op)` builds the `wse_core.cost.perf.Phases` of one product: the x pieces
 in, phase 1, the reshuffle, phase 3 and the final sum (band sum, column or row allreduce),
 each phase's fabric words per link direction and hops from the traffic ledger of the
@@ -13,18 +15,19 @@ stream of MVMs moves the next x while the wafer computes). `predict(...)` prices
 the one `PerfModel` and its one calibration into a `wse_core.cost.report.RunReport` whose `extra`
 holds `cerebras_bandwidth(...)` and the model's own figure.
 
-Complex data is split into real arithmetic as the emulator does (`grouped`'s interleaved
-pairs, `pe_kernels`): a complex (m x n) tile product is one real (2m x 2n) tile product
-[[Re, -Im], [Im, Re]] [x_re; x_im]. `cerebras_bandwidth` applies the SDK's accounting to
-every real tile (relative bytes 4mn + 4m + 4n, absolute 12mn + 4n, flops 2mn - m; for
-nb x nb: 4nb^2 + 8nb, 12nb^2 + 4nb, 2nb^2 - nb): time = the slowest PE's cycles of phases 1
-and 3 / 850e6; bytes = every tile-holding PE's bytes, over the PEs that hold tiles in each
-copy of the operator, in each system (not the whole 750 x 994 rectangle: copies that do
-not tile it leave PEs idle). Two complex-byte conventions, both reported: `real-split`
-(the bytes of the real 2m x 2n tiles the PEs stream: twice the complex64 bytes) and
-`complex64` (8 bytes per complex value: half of the real-split bytes). The GEMV is priced
-at its own instructions' rates: one fp32 FMAC DSD per column, each paying
-`dsd_issue_cycles`. Nothing here is fitted to a published result.
+Complex data is split into real arithmetic as the emulator does (`grouped`'s interleaved pairs,
+`pe_kernels`): a complex (m x n) tile product is one real (2m x 2n) tile product [[Re, -Im],
+[Im, Re]] [x_re; x_im]. `cerebras_bandwidth` applies the SDK's accounting to every real tile
+(relative bytes 4mn + 4m + 4n, absolute 12mn + 4n for the column AXPY and 8mn + 4m for the row
+dots, flops 2mn - m; for nb x nb: 4nb^2 + 8nb, 12nb^2 + 4nb, 2nb^2 - nb): time = the slowest
+PE's cycles of phases 1 and 3 / 850e6; bytes = every tile-holding PE's bytes, over the PEs that
+hold tiles in each copy of the operator, in each system (not the whole 750 x 994 rectangle:
+copies that do not tile it leave PEs idle). Two complex-byte conventions, both reported:
+`real-split` (the bytes of the real 2m x 2n tiles the PEs stream: twice the complex64 bytes) and
+`complex64` (8 bytes per complex value: half of the real-split bytes). The GEMV is priced at
+its own instructions' rates (`Op.bounds`): one fp32 FMAC DSD per column (phase 3) or per row
+into one accumulator (phase 1), each paying `dsd_issue_cycles`. Nothing here is fitted to a
+published result.
 
 Per PE (`pe_trace(wafer, plan, report)`, `wse hpc tlrmvm run --trace FILE`): phases 1 and 3
 run each PE's own program (`pe_weights`: its cycles over the busiest PE's); x in, the
@@ -77,8 +80,11 @@ PROGRAM_RECTANGLE = (750, 994)  # the largest user rectangle of a CS-2 (SDK exam
 ASSUMPTIONS = {
     "tlrmvm complex": "a complex (m x n) tile is one real (2m x 2n) fp32 tile "
     "[[Re, -Im], [Im, Re]], as the emulator stores it (the paper's split is not public)",
-    "tlrmvm kernel": "phases 1 and 3 are column-AXPY GEMVs as in the SDK's single-tile-matvec "
-    "(one fp32 FMAC DSD per column), each PE over all its stored rows (padding included)",
+    "tlrmvm kernel": "phase 3 is the column-AXPY GEMV of the SDK's single-tile-matvec (one fp32 "
+    "FMAC DSD per column, 2 nb long); phase 1 the same FMAC along each stored V^H row (one DSD "
+    "of 2 nb elements per real row into one fp32 accumulator, 1 element/cycle): a PE holds 2-8 "
+    "rows per x piece, so single-tile-matvec's columns would be 2-8 long (the paper's phase-1 "
+    "loop could not be read here); each PE over all its stored rows (padding included)",
     "tlrmvm receive": "every word a PE receives is moved into its SRAM by one fp32 move DSD",
     "tlrmvm sums": "an allreduce adds two incoming partials on its busiest PE; a band sum "
     "adds one per band row below",
