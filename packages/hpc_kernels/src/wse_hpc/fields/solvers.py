@@ -52,7 +52,7 @@ TINY = 1e-30  # guards divisions by a dot product that is exactly zero (a conver
 class SolveResult(NamedTuple):
     x: Field
     iterations: jax.Array  # int32
-    residual: jax.Array  # fp32 ||r|| / ||b|| (recurrence)
+    residual: jax.Array  # fp32 ||r|| / ||b||: CG's recurrence, BiCGSTAB's true residual
 
 
 def poisson(template: Field) -> ApplyFn:
