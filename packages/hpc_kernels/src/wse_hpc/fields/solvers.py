@@ -140,7 +140,8 @@ def bicgstab(apply_fn: ApplyFn, *, tol: float = 1e-6, maxiter: int = 1000):
     """BiCGSTAB over any field operator: the stencil's solver (`wse_hpc.stencil.refine`, fp32,
     reliable updates, stopping on the true residual ||b - A x|| / ||b||, x an fp32 pair below
     tol 1e-4) on `field_operator(apply_fn, b)`. `solve_fn(b, x0=None) -> SolveResult`
-    (`residual`: that true residual); with `x0` it solves for the correction to x0."""
+    (`residual`: that true residual, relative to ||b||); with `x0` it solves A d = b - A x0
+    for the correction d to tol relative to ||b - A x0|| (a restart's tolerance)."""
 
     def solve_fn(b: Field, x0: Field | None = None) -> SolveResult:
         rhs = b if x0 is None else b - apply_fn(x0)
