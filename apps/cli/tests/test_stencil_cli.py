@@ -56,6 +56,10 @@ def test_bicgstab_out_of_reach_says_so_and_exits_1():
         (["--kind", "jacobi", "--grid", "8", "8", "8", "--steps", "-1"], "steps must be"),
         (["--kind", "jacobi", "--grid", "8", "8", "8", "--tol", "1e-3"], "--tol applies"),
         (["--kind", "wave", "--grid", "8", "8", "8"], "did you mean"),
+        (["--kind", "bicgstab", "--grid", "8", "8", "8", "--boundary", "periodic"], "singular"),
+        (["--kind", "bicgstab", "--grid", "8", "8", "8", "--boundary", "neumann"], "singular"),
+        (["--kind", "heat", "--grid", "8", "8", "8", "--boundary", "neumann"], "wse hpc cfd"),
+        (["--kind", "heat", "--grid", "8", "8", "8", "--boundary", "wall"], "unknown --boundary"),
     ],
 )
 def test_bad_input_is_a_clear_error(args, message):

@@ -26,6 +26,7 @@ from wse_cli.outputs import output_file, png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
+BOUNDARIES = ("dirichlet", "periodic", "neumann")
 # Bytes per field cell of each kind's fields on the wafer (wse_hpc.stencil.runs: jacobi and
 # heat u, u_next, f; bicgstab x, r, rhat, p, v, s, t in fp16 (mixed) or fp32, and b in fp32;
 # wave25 u_prev, u, velocity).
@@ -116,7 +117,9 @@ def stencil(
     dtype: str = typer.Option(
         None, "--dtype", help="fp32 | fp16 (jacobi, heat) | mixed (bicgstab, default)"
     ),
-    boundary: str = typer.Option("dirichlet", "--boundary", help="dirichlet | periodic"),
+    boundary: str = typer.Option(
+        "dirichlet", "--boundary", help="dirichlet | periodic (jacobi, heat, wave25) | neumann"
+    ),
     block_z: int = number(
         None, "--block-z", help="wave25: Z block size (divides NZ).", kind=int, ge=1
     ),
@@ -134,6 +137,7 @@ def stencil(
         from wse_core import suggest
 
         fail(f"unknown --kind {kind!r}{suggest(kind, KINDS)}; use one of {', '.join(KINDS)}")
+    _check_boundary(kind, boundary)
     if tol is not None and kind != "bicgstab":
         fail("--tol applies to --kind bicgstab only; use --steps for the others")
     if min(grid) < 1:
@@ -176,6 +180,25 @@ def stencil(
     if run.extra.get("converged") is False:
         Console(stderr=True).print(f"not converged: {run.extra['reason']}")
         raise typer.Exit(1)
+
+
+def _check_boundary(kind: str, boundary: str) -> None:
+    """One line for a boundary the stencil kernels lack or that makes the problem singular:
+    BiCGSTAB's 7-point Poisson matrix with periodic or Neumann boundaries on every side has
+    the constants in its null space (a singular A; the fields' CG handles that null space)."""
+    if boundary not in BOUNDARIES:
+        fail(f"unknown --boundary {boundary!r}; use one of {', '.join(BOUNDARIES)}")
+    if kind == "bicgstab" and boundary != "dirichlet":
+        fail(
+            f"--kind bicgstab --boundary {boundary}: the 7-point Poisson matrix is singular "
+            f"with {boundary} boundaries on every side (constants are its null space); use "
+            "--boundary dirichlet"
+        )
+    if boundary == "neumann":
+        fail(
+            f"--kind {kind} --boundary neumann: the stencil kernels have dirichlet and periodic "
+            "boundaries; Neumann walls are in wse hpc cfd (wse_hpc.fields)"
+        )
 
 
 def _warn_beyond_reach(cfg) -> None:

@@ -4,7 +4,9 @@ A 3D grid (nx, ny, nz) maps X x Y onto the PE grid and each Z column into its PE
 (`placement`); kernels move ±X / ±Y halos only through `wse_core.fabric` (`kernels`: the
 7-point Laplacian, Jacobi and heat steps; `bicgstab`: the Poisson solver in mixed or fp32
 precision; `wave`: the 25-point acoustic wave stencil with localized broadcasts and Z blocks).
-`refine`: BiCGSTAB with reliable updates that stops on the true residual. `perf`
+`refine`: BiCGSTAB with reliable updates that stops on the true residual, the stack's one
+BiCGSTAB (over the 7-point Laplacian or any `bicgstab.Operator`: `wse_hpc.fields.solvers`
+hands it field operators with periodic / Neumann / Dirichlet boundaries). `perf`
 counts each kernel's instructions, SRAM bytes and traced fabric words on the plan it runs
 (`wse_core.cost.perf` prices them); `runs` is the shell (jit, loops, timing) used by the CLI, the
 benchmark, the experiments and the demo, and returns a `StencilRun` whose `.report` is the
@@ -12,7 +14,14 @@ benchmark, the experiments and the demo, and returns a `StencilRun` whose `.repo
 holds the problems' static parts (placed fields, the exact solution, the kernels as run).
 """
 
-from wse_hpc.stencil.bicgstab import PRECISIONS, BicgstabResult, bicgstab, scale_for
+from wse_hpc.stencil.bicgstab import (
+    PRECISIONS,
+    BicgstabResult,
+    Operator,
+    bicgstab,
+    scale_for,
+    stencil_operator,
+)
 from wse_hpc.stencil.kernels import (
     Faces,
     dot,
@@ -44,6 +53,7 @@ __all__ = [
     "RADIUS",
     "BicgstabResult",
     "Faces",
+    "Operator",
     "StencilError",
     "SolveResult",
     "StencilGrid",
@@ -64,6 +74,7 @@ __all__ = [
     "pad_z",
     "place_grid",
     "refine",
+    "stencil_operator",
     "scale_for",
     "wave25",
 ]

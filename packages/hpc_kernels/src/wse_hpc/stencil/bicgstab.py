@@ -23,8 +23,13 @@ known in closed form for Dirichlet boundaries), and returns x = y / sigma in fp3
 precisions use the same scaling, so their iterations differ only by rounding.
 
 The history holds the recurrence residual ||r_k|| / ||r_0|| (fp32) for k = 0..iterations;
-entries past the last iteration are NaN. Dirichlet boundaries only (periodic Poisson is
-singular).
+entries past the last iteration are NaN.
+
+Operators: the iteration is the one BiCGSTAB of the stack. It runs over an `Operator` (A on
+placed fp32 arrays, its Jacobi-scaled form in the working precision, the scaling's constants):
+`stencil_operator(grid)` is the 7-point Laplacian with Dirichlet boundaries (with periodic
+ones it is singular: refused); `wse_hpc.fields.solvers.bicgstab` hands it any linear field
+operator (periodic, Dirichlet, Neumann, advection: `field_operator` there), fp32 only.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +52,7 @@ __all__ = [
     "RESTART_EPS",
     "BicgstabResult",
     "Krylov",
+    "Operator",
     "bicgstab",
     "default_replace_every",
     "krylov_step",
@@ -54,6 +60,7 @@ __all__ = [
     "restart_test",
     "scale_for",
     "solver_setup",
+    "stencil_operator",
 ]
 
 Precision = Literal["mixed", "fp32"]
@@ -93,6 +100,35 @@ class _State(NamedTuple):
     breakdown: jax.Array
     restart: jax.Array  # bool: the next iteration starts afresh (p = r)
     hh: jax.Array  # (r^, r^), fp32: changes only at a restart
+
+
+class Operator(NamedTuple):
+    """A linear operator for BiCGSTAB: `space` is what its vectors are placed on (anything
+    with a `.wafer`: a `StencilGrid`, a fields `FieldGrid`); `apply` is A on placed fp32
+    arrays, `scaled` is `inv_d * A` in the working precision (fp16 only when `fp16`: its
+    coefficients then fit fp16); `lambda_min` bounds `inv_d * A`'s smallest eigenvalue from
+    below (it sets the power-of-two scaling sigma, `refine._sigma`)."""
+
+    space: Any
+    apply: Callable[[jax.Array], jax.Array]
+    scaled: Callable[[jax.Array], jax.Array]
+    inv_d: float
+    lambda_min: float
+    fp16: bool
+
+
+def stencil_operator(grid: StencilGrid) -> Operator:
+    """The 7-point Laplacian A of `grid` (Dirichlet: SPD); StencilError for a periodic grid,
+    where A is singular (the constants are its null space)."""
+    if grid.boundary != "dirichlet":
+        raise StencilError(
+            f"BiCGSTAB on the 7-point Poisson matrix needs Dirichlet boundaries: with "
+            f"{grid.boundary} ones it is singular (constants are its null space); use "
+            "dirichlet, or wse_hpc.fields (cg with nullspace=True)"
+        )
+    inv_d = 1.0 / float(diagonal(grid))
+    scaled = laplacian7(grid, scale=inv_d)  # D^-1 A: coefficients fit fp16
+    return Operator(grid, laplacian7(grid), scaled, inv_d, lambda_min(grid), True)
 
 
 def lambda_min(grid: StencilGrid) -> float:
@@ -215,21 +251,22 @@ def restart_test(rho_next, rr, r, rhat, hh):
     return restart, rhat, jnp.where(restart, rr, rho_next), jnp.where(restart, rr, hh)
 
 
-def solver_setup(grid: StencilGrid, precision: str, tol: float, maxiter: int):
-    """What `bicgstab` and `refine` both start from: (vector dtype, 1 / the diagonal, the
-    Jacobi-scaled SpMV D^-1 A); raises StencilError for a bad precision, tolerance, cap or
-    boundary."""
+def solver_setup(
+    grid: StencilGrid, precision: str, tol: float, maxiter: int, operator: Operator | None = None
+):
+    """What `bicgstab` and `refine` both start from: (vector dtype, the operator: `operator`
+    or `stencil_operator(grid)`); raises StencilError for a bad precision, tolerance, cap or
+    boundary, or mixed precision over an operator without an fp16 form."""
     if precision not in PRECISIONS:
         raise StencilError(f"unknown precision {precision!r}; use 'mixed' or 'fp32'")
     if not (tol > 0 and math.isfinite(tol)):
         raise StencilError(f"tol must be a positive number, got {tol}")
     if maxiter < 0:
         raise StencilError(f"maxiter must be >= 0, got {maxiter}")
-    if grid.boundary != "dirichlet":
-        raise StencilError("BiCGSTAB needs Dirichlet boundaries (periodic Poisson is singular)")
-    dtype = jnp.float16 if precision == "mixed" else jnp.float32
-    inv_d = 1.0 / float(diagonal(grid))
-    return dtype, inv_d, laplacian7(grid, scale=inv_d)  # D^-1 A: coefficients fit fp16
+    op = stencil_operator(grid) if operator is None else operator
+    if precision == "mixed" and not op.fp16:
+        raise StencilError("mixed precision needs an operator with an fp16 form; use 'fp32'")
+    return (jnp.float16 if precision == "mixed" else jnp.float32), op
 
 
 def bicgstab(
@@ -248,10 +285,10 @@ def bicgstab(
     `maxiter` (or the traced `limit`) iterations, or at a breakdown. The recurrence residual
     is not the true one: `refine` is what stops on the truth.
     """
-    dtype, inv_d, spmv = solver_setup(grid, precision, tol, maxiter)
+    dtype, op = solver_setup(grid, precision, tol, maxiter)
     lo = lambda s: s.astype(dtype)
     every = default_replace_every(precision) if replace_every is None else replace_every
-    sv = _Solver(grid, spmv, lo, inv_d, maxiter, every)
+    sv = _Solver(grid, op.scaled, lo, op.inv_d, maxiter, every)
 
     def solve_fn(
         b: jax.Array, x0: jax.Array | None = None, sigma=1.0, *, rtol=None, limit=None

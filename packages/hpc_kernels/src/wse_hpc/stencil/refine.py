@@ -56,14 +56,13 @@ from jax import lax
 from wse_hpc.stencil.bicgstab import (
     TARGET_MAGNITUDE,
     Krylov,
+    Operator,
     Precision,
     fused_dot,
     krylov_step,
-    lambda_min,
     restart_test,
     solver_setup,
 )
-from wse_hpc.stencil.kernels import laplacian7
 from wse_hpc.stencil.placement import StencilGrid
 
 __all__ = [
@@ -251,17 +250,19 @@ def refine(
     tol: float = 1e-6,
     maxiter: int = 1000,
     pair: bool = True,
+    operator: Operator | None = None,
 ) -> Callable[[jax.Array], SolveResult]:
     """`solve_fn(b) -> SolveResult` for A x = b (b a placed fp32 field), see the module
-    docstring. Raises StencilError for a bad tolerance, cap, precision or boundary."""
-    dtype, inv_d, spmv = solver_setup(grid, precision, tol, maxiter)
+    docstring. A is `grid`'s 7-point Laplacian, or `operator` (`bicgstab.Operator`, any
+    linear operator on placed arrays: `grid` is then its `space`, e.g. a fields
+    `FieldGrid`). Raises StencilError for a bad tolerance, cap, precision or boundary."""
+    dtype, op = solver_setup(grid, precision, tol, maxiter, operator)
     lo = lambda a: a.astype(dtype)
     target = tol - CERTIFY_FLOOR  # <= 0: not certifiable, refine until it stalls
-    bound_per_r = inv_d / lambda_min(grid)
+    bound_per_r = op.inv_d / op.lambda_min
     every = UPDATE_EVERY[precision]
-    rf = _Refiner(
-        grid, spmv, lo, laplacian7(grid), inv_d, target, DELTA[precision], bound_per_r, pair, every
-    )
+    delta = DELTA[precision]
+    rf = _Refiner(grid, op.scaled, lo, op.apply, op.inv_d, target, delta, bound_per_r, pair, every)
 
     def solve_fn(b: jax.Array) -> SolveResult:
         bnorm = jnp.sqrt(fused_dot(grid, [(b, b)])[0])
