@@ -2,26 +2,25 @@
 instruction by instruction; and the rebuild cadence a skin allows.
 
 Source: the PE program Cerebras released with Santos et al. (arXiv:2405.07898), a Tungsten
-(Cerebras's PE language) EAM kernel and its header, BSD-3, "Copyright (c) 2024 Cerebras
-Systems Inc." (read from the public-code index; its repository path was not resolved there:
-docs/references/md-pe-program.md quotes what is used). How its PE walks its neighbours:
+(Cerebras's PE language) EAM kernel and its header, BSD-3, (c) 2024 Cerebras Systems Inc.,
+read from the public-code index (its repository was not resolved there; nothing of it is
+copied here): docs/references/md-pe-program.md. How its PE walks its neighbours:
 
-- "neighborhood multicast" of the position (`payloadsz = 4` wavelets: x, y, z, pad) over a
-  candidate window of W x H = (2 rW - 1) x (2 rH - 1) PEs: an X stage (`lr`, `rl`), then a Y
-  stage (`du`, `ud`) of the received rows; `ncandidate = W*H-1` candidates.
-- `detect`, EVERY step, over all candidates: one vector subtract per component
-  (`candidates.full[i][d] <- r0[d] - candidates.full[i][d]`, stride 4 words), then a loop
-  per candidate with a scalar body (`dist <-+ c*c` over d, `if (dist < rcut^2)`: copy the
-  displacement, r^2 and the slot index, count a hit): the compaction into `nhit` hits.
-- then every per-pair statement is a vector over the `nhit` hits, not over the candidates:
-  `invsqrt` (a bit-trick seed and 2 Newton iterations per element: a loop with a scalar body),
-  `r <- r^2 r^-1`, `get_spline_coord` (scalar body), the spline coefficients looked up per
-  hit (`cf[k].rho <- rho_table[x[k].i]`: a quadratic segment, 3 words, and a linear one, 2),
-  rho = x(b + x a) + c, its sum into the PE's rho-bar, rho' and phi' = (b + 2 x a) / dx;
-- per atom, scalar: F'(rho-bar) from its own spline (one segment), the drift and kick;
-- the "neighborhood multicast" of F' (the same window), then per hit: f = phi' + rho' F'_i
-  (vectors), the neighbour's F' taken by its slot index (`forces.full[idx[k]][0]`: a loop
-  with a scalar body), f = f / r, and the three force sums (vectors reduced into f0[d]).
+- a "neighborhood multicast" of the position (a payload of 4 wavelets: x, y, z, pad) over a
+  candidate window of W x H = (2 rW - 1) x (2 rH - 1) PEs, an X stage then a Y stage of the
+  received rows: N_c = W H - 1 candidates;
+- EVERY step, over all candidates: one vector subtract per component (at the payload's
+  stride), then a loop per candidate with a scalar body (the squared distance, the cutoff
+  test; on a hit the copy of its displacement, r^2 and slot index, and the hit count);
+- then every per-pair statement is a vector over the N_h hits, not over the candidates:
+  1/r (a bit-trick seed and 2 Newton iterations per element, a loop with a scalar body),
+  r = r^2 / r, the spline coordinate (scalar body), the coefficients looked up by index (a
+  quadratic segment for rho, 3 words, a linear one for phi, 2), rho = x (b + x a) + c and
+  its sum into the PE's rho-bar, rho' and phi' = (b + 2 x a) / dx;
+- per atom, scalar: F'(rho-bar) from one segment of its spline, the drift and the kick;
+- the same multicast of F', then per hit f = phi' + rho' F'_i (vectors), the neighbour's F'
+  by its slot index (a loop with a scalar body), f / r and the three force sums (vectors
+  reduced into the PE's force).
 No neighbour list outlives a step, no energy or virial is summed, no atom swap is in this
 source (the paper's swaps are priced by `perf` at their cadence).
 
