@@ -223,7 +223,7 @@ def _summary(res, cfg, n_atoms, trace=None) -> dict:
         "window": list(res.window),
         "window_pes": (2 * res.window[0] + 1) * (2 * res.window[1] + 1),
         # per PE: the list capacity M the emulator evaluates (the report prices it as N_h)
-        "candidates": report.extra["hits"],
+        "candidates": int(report.extra["hits"]),
         "skin_A": cfg.skin_A,
         "list_builds": res.list_builds,
         "list_reruns": res.list_reruns,
