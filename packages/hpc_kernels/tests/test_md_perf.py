@@ -1,5 +1,6 @@
-"""The MD step's prediction, counted by hand on a tiny plan, and moved by the plan it prices
-(window, candidates, placement, rebuild cadence) through the same `EamPlan`."""
+"""The MD step's prediction as the released PE program runs it (`wse_hpc.md.pe_program`),
+counted by hand on a tiny plan per phase, per hit and per atom on WSE-2 and WSE-3, and moved
+by the plan it prices (window, hits, placement, swap cadence) through the same `EamPlan`."""
 
 import dataclasses
 

@@ -194,8 +194,8 @@ def _traced(wafer: Wafer, fn, *args) -> list[Traffic]:
 def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, Traffic]:
     """Per part of a step, the ledger of the real functions traced abstractly (no field is
     allocated): 'density' and 'force' (the two window multicasts of `forces_fn`), 'swaps'
-    (`sort_fn`) and 'build' (`build_fn` with its coverage test); unfolded. (The step's
-    displacement check moves nothing; the shell's `drift_fn` is priced as a collective.)"""
+    (`sort_fn`) and 'build' (`build_fn` with its coverage test: the emulator's, traced for
+    the ledger, not priced: the published step has no list build); unfolded."""
     pr, pc = wafer.padded_shape
     dtype = jnp.dtype(plan.dtype)
     state = jax.eval_shape(Atoms.of, jax.ShapeDtypeStruct((pr, pc, NFIELDS), dtype))
