@@ -1,5 +1,6 @@
-"""The MD step's prediction, counted by hand on a tiny plan, and moved by the plan it prices
-(window, candidates, placement, rebuild cadence) through the same `EamPlan`."""
+"""The MD step's prediction as the released PE program runs it (`wse_hpc.md.pe_program`),
+counted by hand on a tiny plan per phase, per hit and per atom on WSE-2 and WSE-3, and moved
+by the plan it prices (window, hits, placement, swap cadence) through the same `EamPlan`."""
 
 import dataclasses
 
@@ -36,88 +37,121 @@ def _leaf(phases, name):
 
 
 def test_density_phase_counted_by_hand():
-    """WSE-2, fp32, vectors of M = 4 candidates, 3 issue cycles per instruction: sub, add,
-    move, scale 2-wide; mul, fmac, convert, max, shift 1-wide; an indexed load (gather) one
-    element per cycle; no square root, no division; 10 cycles per task activation."""
+    """The published program (Cerebras's Tungsten EAM source, `pe_program`) on WSE-2, fp32,
+    a 3 x 3 window (N_c = 8 candidates), N_h = 4 hits; 3 issue cycles per DSD, 1 cycle per
+    scalar instruction, 10 per task activation (the spec's own values, nothing fitted).
+
+    candidates: r0[d] - c[i][d], d = x, y, z: 3 DSDs of 8 at the payload's stride of 4
+                words (bank rule: stride % 8 == 4 -> 1 a cycle): 3 (8 + 3) = 33
+    hits, DSDs: r = r2 r^-1 (mul 1-wide), rho's two FMACs (1-wide), its sum (one
+                accumulator: 1), rho' and phi' (2 mul, 2 fmac 1-wide; 2 scale 2-wide):
+                (4 + 3) + 2 (4 + 3) + (4 + 3) + 2 (4 + 3) + 2 (4 + 3) + 2 (2 + 3) = 66
+    scalar:     per candidate 3 fmac, compare, branch (5); per hit detect's 5 copies and
+                its count (6), invsqrt with 2 Newton iterations (12), the spline
+                coordinate (4), 5 coefficient words: 8 * 5 + 4 * (6 + 12 + 4 + 5) = 148
+    tasks:      the phase and each fabric op received (multicast E, W; one march S, N)"""
     w = _wafer()
-    phases = step_phases(w, POT, PLAN, rebuild_every=10)
+    phases = step_phases(w, POT, PLAN, rebuild_every=10, hits=4)
     density = _leaf(phases, "density").work
     assert not any(op.kind in ("sqrt", "div") for op in density.ops)
-    two, one = 3 + 2, 3 + 4  # one instruction over 4 elements 2-wide, 1-wide
-    # geometry: 6 sub, 11 mul (3 minimum image, r^2, r, 6 Newton), 5 convert, 9 fmac (3
-    # minimum image, 2 r^2, knot, 3 Newton), 1 move, 3 max, 1 shift, 1 scale, 3 gathers
-    geometry_cycles = 6 * two + 11 * one + 5 * one + 9 * one + two + 3 * one + one + two
-    geometry_cycles += 3 * one
-    rho_cycles = 4 * one + 3 * one + two + two  # 4 coefficients, Horner, mask, sum
-    slope_cycles = 3 * two + 2 * one
-    # tasks: the phase and each fabric op received (multicast E, W; one march S, N)
-    tasks = 10 * (1 + 4)
     cost = PerfModel(preset("wse2"), EXACT).cost(density)
-    assert cost.compute_cycles == geometry_cycles + rho_cycles + slope_cycles + tasks == 402
+    assert cost.mechanisms["scalar"] == 148
+    assert cost.compute_cycles == 33 + 66 + 148 + 10 * (1 + 4) == 297
     # the positions' window: X stage 1 PE E and W of 3 words, Y stage 1 marching step N
     # and S of the 3-PE row windows (9 words); the fold puts E + W on each physical link;
     # the core takes every word off its ramp
     assert dict(density.links) == {"E": 6.0, "W": 6.0, "N": 18.0, "S": 18.0, "ramp": 24.0}
     assert cost.fabric_cycles == 24.0  # 4-byte words, 4 bytes per link per cycle
-    assert _leaf(phases, "force").work.links["N"] == 6.0  # F': 1 word per PE
+    force = _leaf(phases, "force").work
+    assert force.links["N"] == 6.0  # F': 1 word per PE
+    # f <- phi' (move 2-wide), f <-+ rho' F'_i, f <- f / r (1-wide), the 3 force sums (one
+    # accumulator each); per hit the neighbour's F' by its slot (3 scalar), per atom 4
+    by_hand = (2 + 3) + (4 + 3) + (4 + 3) + 3 * (4 + 3) + 4 * 3 + 4 + 10 * (1 + 4)
+    assert PerfModel(preset("wse2"), EXACT).cost(force).compute_cycles == by_hand == 106
 
 
 @pytest.mark.parametrize(
-    "wafer, ports, per_pair", [("wse2", None, 70.0), ("wse3", None, 65.5), ("wse3", 2, 57.75)]
+    "wafer, mul_width, ports, per_hit",
+    [("wse2", 1, 1, 44.5), ("wse3", 1, 1, 44.5), ("wse3", 2, 1, 40.5), ("wse3", 2, 2, 39.25)],
 )
-def test_one_pair_counted_by_hand(wafer, ports, per_pair):
-    """What one more candidate costs a step (density and force phases), element by
-    element, without issue overheads (they do not grow with M):
+def test_one_pair_counted_by_hand(wafer, mul_width, ports, per_hit):
+    """What one more neighbour within the cutoff costs a step (density and force phases),
+    element by element, without issue overheads (they do not grow with N_h):
 
-    geometry, once:  6 sub, 11 mul, 5 convert, 9 fmac, 1 move, 3 max, 1 shift, 1 scale,
-                     3 gathers
-    density + slope: 4 gathers, 5 fmac (Horner 3, slope 2), 1 move, 1 add, 3 scale
-    force:           5 gathers, 10 fmac, 3 mul, 4 scale, 1 sub, 2 add, 2 move
+    DSDs:   mul (r), 2 fmac reading 3 vectors (rho), add into one accumulator (rho-bar),
+            2 mul, 2 fmac, 2 scale (rho', phi'), move, fmac, mul (f), 3 fmac into one
+            accumulator each (the force sums)
+    scalar: 6 (detect's copies and count) + 12 (invsqrt) + 4 (spline coordinate) + 5
+            (coefficient words) + 3 (the neighbour's F' by slot) = 30, 1 cycle each
 
-    WSE-2 fp32 widths: sub, add, move, scale 2; mul, fmac, convert, max, shift 1;
-    WSE-3's SDK table: sub, add, move, scale, convert, max, shift 4; mul, fmac 1; but each
-    instruction's own ports bound it: 4 fp32 results a cycle are 16 B for an 8 B write
-    port (and two operands 32 B for a 16 B read port): 2 a cycle, unless the ports are
-    twice as wide (`ports=2`: what the SDK's table leaves open). A gather is 1."""
-    spec = preset(wafer)
-    if ports:
-        spec = spec.replace(sram_read_bytes_per_cycle=32.0, sram_write_bytes_per_cycle=16.0)
+    Widths: the SDK's table (WSE-2 / WSE-3: fp32 add, sub, move, scale 2 / 4), fp32 mul and
+    FMAC `mul_width` (not in the table: 1, the WSE-2 simulator's figure, or 2), each
+    instruction bounded by its own ports: reads 16 B (3 operands: 4/3 a cycle; 2: 2; 1: 4)
+    and writes 8 B (2 a cycle), or twice both (`ports=2`, what WSE-3 leaves open); an
+    accumulator takes 1 a cycle."""
+    spec = preset(wafer).replace(
+        fp32_mul_width=float(mul_width),
+        sram_read_bytes_per_cycle=16.0 * ports,
+        sram_write_bytes_per_cycle=8.0 * ports,
+    )
     w = build_wafer(spec, grid=(5, 5), mesh_shape=(1, 1), devices=jax.devices()[:1])
     model = PerfModel(spec, EXACT)
 
-    def pair_phases(m):
-        plan = dataclasses.replace(PLAN, caps=(1, 1, 1, m))
-        ph = step_phases(w, POT, plan, rebuild_every=10)
-        return sum(model.cost(_leaf(ph, n).work).compute_cycles for n in ("density", "force"))
+    def pair_phases(n):
+        plan = dataclasses.replace(PLAN, caps=(1, 1, 1, 128))
+        ph = step_phases(w, POT, plan, rebuild_every=10, hits=n)
+        return sum(model.cost(_leaf(ph, k).work).compute_cycles for k in ("density", "force"))
 
-    wide = 2.0 if wafer == "wse2" else 2.0 * (ports or 1)
-    narrow = 1.0 if wafer == "wse2" else 2.0 * (ports or 1)  # convert, max, shift
+    table = 2.0 if wafer == "wse2" else 4.0  # fp32 add, sub, move, scale
+    write = 2.0 * ports  # results a cycle through the write port
+    mul = min(mul_width, write)  # two operands read: 2 (4 with ports=2) a cycle
+    fmac3 = min(mul_width, 4.0 * ports / 3.0, write)  # three operands read
+    unary = min(table, write)  # move, scale
     by_hand = (
-        (6 + 1 + 1) / wide + 11 + (5 + 3 + 1) / narrow + 9 + 3  # geometry
-        + 4 + 5 + (1 + 1 + 3) / wide  # density and slope
-        + 5 + 10 + 3 + (4 + 1 + 2 + 2) / wide  # force
+        1 / mul + 2 / fmac3 + 1  # r, rho, rho-bar
+        + 2 / mul + 2 / mul + 2 / unary  # rho', phi'
+        + 1 / unary + 1 / mul + 1 / mul + 3  # f, f / r, the force sums
+        + 30  # scalar
     )  # fmt: skip
-    assert by_hand == per_pair
-    assert pair_phases(128) - pair_phases(64) == 64 * per_pair
+    assert by_hand == per_hit
+    assert pair_phases(128) - pair_phases(64) == pytest.approx(64 * per_hit)
 
 
-def test_integrate_phase_counted_by_hand():
-    """Per atom, scalar instructions on each of 3 components (no DSD, no issue overhead):
-    two half kicks and the drift (fmac with the PE's constants: no divide), the force store
-    (move), the displacement check d = x - x_build (sub) and |d|^2 (fmac): 6 x 3; its
-    running maximum (max): 1; one cycle each on WSE-2 and WSE-3 alike; and one task. No
-    fabric: no reduction every step."""
+def test_integrate_and_embed_counted_by_hand():
+    """Per atom, scalar instructions (no DSD, no issue overhead): the drift r <-+ v dt (3
+    fmac), the kick f * -1/m (3 mul) and v <-+ f dt (3 fmac): 9; F'(rho-bar) from one spline
+    segment: the coordinate (mul, 2 convert, sub), 2 coefficient loads, (b + 2 x a) / drho
+    (3 mul, add), rho-bar's reset (move): 11; one cycle each on WSE-2 and WSE-3 alike; one
+    task each. No fabric, no displacement check, no reduction: the published step filters
+    its window every step."""
+    phases = step_phases(_wafer(), POT, PLAN, rebuild_every=10, hits=4)
     for name in ("wse2", "wse3"):
-        phases = step_phases(_wafer(), POT, PLAN, rebuild_every=10)
+        model = PerfModel(preset(name), EXACT)
         work = _leaf(phases, "integrate").work
-        assert not work.ops and not work.links and work.scalar_instructions == 6 * 3 + 1
-        cost = PerfModel(preset(name), EXACT).cost(work)
-        assert cost.compute_cycles == 19 + 10 and cost.mechanisms["dsd_issue"] == 0
-    # F(rho) and F'(rho): 23 scalar instructions per atom (7 fmac, 2 convert, 3 max, 2 sub,
-    # 4 coefficient loads, 1 move, 4 scale)
-    assert _leaf(phases, "embed").work.scalar_instructions == 23
-    check = next((p, k) for p, k in phases.leaves() if p.name == "check")
-    assert check[1] == pytest.approx(1 / 100) and check[0].work.latency_hops > 0
+        assert not work.ops and not work.links and work.scalar_instructions == 9
+        cost = model.cost(work)
+        assert cost.compute_cycles == 9 + 10 and cost.mechanisms["dsd_issue"] == 0
+        assert model.cost(_leaf(phases, "embed").work).compute_cycles == 11 + 10
+    names = [p.name for p, _ in phases.leaves()]
+    assert names == ["integrate", "density", "embed", "force", "swaps"]
+    assert next(k for p, k in phases.leaves() if p.name == "swaps") == pytest.approx(1 / 10)
+
+
+def test_max_hits_is_the_fcc_shell_count():
+    """N_h of a perfect fcc Cu crystal (a = 3.615 A): the shells at a / sqrt 2, a,
+    a sqrt(3/2), a sqrt 2 and a sqrt(5/2) (2.56, 3.62, 4.43, 5.11, 5.72 A) hold 12, 6, 24,
+    12 and 24 atoms (Zhou's Cu cutoff, 5.7158 A, falls on the fifth shell: left out)."""
+    from wse_hpc.md.lattice import crystal
+    from wse_hpc.md.neighbour_plan import reach_pairs
+    from wse_hpc.md.samples import Sample, max_hits
+
+    s = crystal("fcc", "Cu", 3.615, (4, 4, 4))
+    pairs = reach_pairs(s.positions_A, s.box_A, 6.0)
+    sample = Sample("Cu", "cube", s, pairs, None, (1, 1))
+    assert max_hits(sample, 5.8) == 12 + 6 + 24 + 12 + 24
+    assert max_hits(sample, 5.5) == 12 + 6 + 24 + 12
+    assert max_hits(sample, 5.0) == 12 + 6 + 24
+    assert max_hits(sample, 3.0) == 12
 
 
 def test_fold_doubles_hops_and_shares_directions():
@@ -128,8 +162,9 @@ def test_fold_doubles_hops_and_shares_directions():
 
 
 def test_parts_are_the_ledger_of_the_real_step():
-    """The parts priced (every step: the two window multicasts and the displacement check;
-    per rebuild: swaps and build) add up to what the real Verlet step records (its lax.cond
+    """The parts traced (every step: the two window multicasts; per rebuild: swaps and the
+    emulator's list build, which the published step does not run) add up to what the real
+    Verlet step records (its lax.cond
     traces the rebuild branch too)."""
     w = _wafer()
     counts = fabric_counts(w, POT, PLAN)
@@ -147,18 +182,19 @@ def test_parts_are_the_ledger_of_the_real_step():
 
 
 def test_the_plan_moves_the_prediction():
-    """Through the same EamPlan: more candidates cost compute, a wider window costs link
-    words, a rarer rebuild costs less, and each shows in the report."""
+    """Through the same EamPlan: more hits cost compute, a wider window costs link words
+    and candidates to filter, rarer swaps cost less, and each shows in the report."""
     w, spec = _wafer((7, 7)), preset("wse2")
 
-    def report(plan, every=10.0):
-        return predict(spec, w, POT, plan, rebuild_every=every)
+    def report(plan, every=10.0, hits=4):
+        return predict(spec, w, POT, plan, rebuild_every=every, hits=hits)
 
     base = report(PLAN)
-    more = report(dataclasses.replace(PLAN, caps=(1, 1, 1, 8)))
+    more = report(PLAN, hits=8)
     wider = report(dataclasses.replace(PLAN, k_cols=2, caps=(2, 2, 2, 4)))
     rarer = report(PLAN, every=100.0)
-    assert base.extra["candidates"] == 4 and more.extra["candidates"] == 8
+    assert base.extra["candidates"] == 8 and wider.extra["candidates"] == 14
+    assert base.extra["hits"] == 4 and more.extra["hits"] == 8
     assert more.predicted_s > base.predicted_s
     assert base.predicted.leaf("density").seconds < more.predicted.leaf("density").seconds
     assert wider.extra["window"] == "3x5" and base.extra["window"] == "3x3"
@@ -166,8 +202,11 @@ def test_the_plan_moves_the_prediction():
     assert wider.predicted_s > base.predicted_s
     assert rarer.predicted_s < base.predicted_s
     assert base.units == "step" and "md.fold" in base.assumptions
+    assert "md.hits" in report(PLAN, hits=None).assumptions  # N_h defaulted to M
     assert base.extra["timesteps_per_s"] == pytest.approx(1.0 / base.predicted_s)
     assert np.isfinite(base.to_dict()["predicted_s"])
+    with pytest.raises(ValueError, match="hits"):
+        report(PLAN, hits=100)
 
 
 def test_a_runs_report_prices_the_plan_it_ran():
@@ -187,7 +226,8 @@ def test_a_runs_report_prices_the_plan_it_ran():
     rep = res.report
     assert isinstance(rep, RunReport) and rep is res.report and res.potential is pot
     plan = res.plan
-    assert plan.caps and rep.extra["candidates"] == plan.caps[-1]
+    assert plan.caps and rep.extra["hits"] == plan.caps[-1]
+    assert rep.extra["candidates"] == plan.window_pes - 1
     assert rep.extra["window"] == f"{2 * plan.k_rows + 1}x{2 * plan.k_cols + 1}"
     assert rep.extra["grid"] == f"{res.grid[0]}x{res.grid[1]}" and rep.wafer == "small"
     assert dict(rep.sram) == res.sram

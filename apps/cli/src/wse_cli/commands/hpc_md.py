@@ -222,7 +222,8 @@ def _summary(res, cfg, n_atoms, trace=None) -> dict:
         "tile": list(res.tile),
         "window": list(res.window),
         "window_pes": (2 * res.window[0] + 1) * (2 * res.window[1] + 1),
-        "candidates": report.extra["candidates"],  # per PE: the list capacity M it evaluates
+        # per PE: the list capacity M the emulator evaluates (the report prices it as N_h)
+        "candidates": int(report.extra["hits"]),
         "skin_A": cfg.skin_A,
         "list_builds": res.list_builds,
         "list_reruns": res.list_reruns,

@@ -1,38 +1,42 @@
-"""What one PE executes in an EAM step, counted instruction by instruction, and the rebuild
-cadence a skin allows: the tables `wse_hpc.md.perf` prices.
+"""What one PE executes in an EAM step, as the published program runs it, counted
+instruction by instruction; and the rebuild cadence a skin allows.
 
-Contract. Each table maps a DSD operation kind (`wse_core.cost.perf.Op`) to how many
-instructions of that kind one item needs; the item is one candidate pair (every table
-`PAIR_*`, `DENSITY`, `SLOPE`, `FORCE`: vectors of the plan's M candidates, one DSD per
-entry), one atom (`INTEGRATE`, `EMBED`: vectors of 3 or 1 elements) or one window slot of a
-list build (`BUILD_SLOT`: vectors of the window's 2 k_cols + 1 columns, one per row offset).
-`GATHER` entries are indexed loads (a candidate's value out of a received slab, a spline's
-coefficients at the pair's knot): a DSD walks memory at a fixed stride, so an indexed load
-is priced as a move at the worst stride (`GATHER_STRIDE`: one element per cycle).
-`ops(table, length, dtype)` gives a table's `Op`s over vectors of `length`. Per-atom work
-(`INTEGRATE`'s three components, `INTEGRATE_SCALAR`, `EMBED`) is scalar work: the PE runs
-it as scalar instructions (`scalar_count`: one instruction per entry and component, an
-indexed load one), never as length-1 or length-3 DSDs that would each pay a DSD's set-up.
+Source: the PE program Cerebras released with Santos et al. (arXiv:2405.07898), a Tungsten
+(Cerebras's PE language) EAM kernel and its header, BSD-3, (c) 2024 Cerebras Systems Inc.,
+read from the public-code index (its repository was not resolved there; nothing of it is
+copied here): docs/references/md-pe-program.md. How its PE walks its neighbours:
 
-The pair's arithmetic is the list kernel's (`wse_hpc.md.neighbours`), as a PE runs it:
-- geometry once per pair (phase 1) and kept in SRAM for phase 2: displacement, minimum
-  image, r^2, the cutoff mask, 1/r, r = r^2 / r, the knot interval;
-- 1/r is an inverse square root by Newton's method on the FMAC datapath: a seed from the
-  float's bits (a shift and an integer subtract: relative error <= 3.4%), then
-  NEWTON_ITERATIONS of y <- y (1.5 - (r^2 / 2) y^2) (2 mul + 1 fmac each): errors 1.8e-3,
-  4.6e-6, 3.2e-11 after 1, 2, 3, so 3 reach fp32's 6e-8. No square root and no division
-  per pair (a table seed would need an indexed load per pair and still 2 iterations). The
-  emulator takes XLA's rsqrt (the same value to within rounding);
-- the density spline (4 coefficients by Horner) and its slope (from the same coefficients),
-  summed; phase 2 the pair spline z2r, psi', the force, pair energy and virial sums.
+- a "neighborhood multicast" of the position (a payload of 4 wavelets: x, y, z, pad) over a
+  candidate window of W x H = (2 rW - 1) x (2 rH - 1) PEs, an X stage then a Y stage of the
+  received rows: N_c = W H - 1 candidates;
+- EVERY step, over all candidates: one vector subtract per component (at the payload's
+  stride), then a loop per candidate with a scalar body (the squared distance, the cutoff
+  test; on a hit the copy of its displacement, r^2 and slot index, and the hit count);
+- then every per-pair statement is a vector over the N_h hits, not over the candidates:
+  1/r (a bit-trick seed and 2 Newton iterations per element, a loop with a scalar body),
+  r = r^2 / r, the spline coordinate (scalar body), the coefficients looked up by index (a
+  quadratic segment for rho, 3 words, a linear one for phi, 2), rho = x (b + x a) + c and
+  its sum into the PE's rho-bar, rho' and phi' = (b + 2 x a) / dx;
+- per atom, scalar: F'(rho-bar) from one segment of its spline, the drift and the kick;
+- the same multicast of F', then per hit f = phi' + rho' F'_i (vectors), the neighbour's F'
+  by its slot index (a loop with a scalar body), f / r and the three force sums (vectors
+  reduced into the PE's force).
+No neighbour list outlives a step, no energy or virial is summed, no atom swap is in this
+source (the paper's swaps are priced by `perf` at their cadence).
+
+Pricing rule (what the source leaves to the compiler, stated): a `forall` whose body is one
+vector statement is one DSD instruction over its elements (`Op`, each at the slowest of its
+own bounds); a `forall` whose body holds several statements or scalar temporaries is a loop
+of scalar instructions, one per operation in the body (a word copied or loaded by index is
+one). Tables: `PAIR_DSDS` (DSDs over the hits, per step), `CANDIDATE_DSDS` (over the
+candidates), `*_SCALAR` (scalar instructions per candidate, per hit, per atom).
 
 Rebuild cadence (`ballistic_every`): the lists are exact while no atom moves more than
 skin / 2 from its build position. An atom at speed v crosses skin / 2 in skin / (2 v dt)
 steps; the fastest of N atoms of mass m at temperature T moves at sigma_v chi3(N) with
 sigma_v = sqrt(kB T / m) and chi3(N) the speed (in sigma_v) that one atom in N exceeds
-under Maxwell-Boltzmann. Rebuilding that often is safe whatever the atoms do within it
-(a crystal's atoms vibrate and turn back, so the real cadence can be longer: this is the
-cadence a run with no per-step check may assume).
+under Maxwell-Boltzmann. (The published step filters its window every step; the emulator's
+list kernel uses this cadence, and `perf` prices the swap sweep at it.)
 """
 
 from __future__ import annotations
@@ -44,103 +48,96 @@ from scipy import stats
 from wse_core.cost.perf import Op
 
 __all__ = [
-    "GATHER_STRIDE",
+    "PAYLOAD_WORDS",
     "NEWTON_ITERATIONS",
-    "RSQRT",
-    "PAIR_GEOMETRY",
-    "DENSITY",
-    "SLOPE",
-    "FORCE",
-    "INTEGRATE",
-    "INTEGRATE_SCALAR",
-    "EMBED",
-    "BUILD_SLOT",
+    "CANDIDATE_DSDS",
+    "CANDIDATE_SCALAR",
+    "HIT_SCALAR",
+    "DENSITY_DSDS",
+    "FORCE_DSDS",
+    "PAIR_DSDS",
+    "ATOM_SCALAR",
     "SWAP",
-    "ops",
+    "pair_ops",
+    "candidate_ops",
     "scalar_count",
     "ballistic_every",
 ]
 
-GATHER_STRIDE = 8  # a stride with stride % 8 == 0: width 1 (the SDK's bank rule)
-NEWTON_ITERATIONS = 3
-# 1/r from r^2: seed (shift, integer subtract), h = -r^2 / 2 (scale), then per iteration
-# a = y y (mul), b = 1.5 + h a (fmac), y = y b (mul)
-RSQRT = {
-    "shift": 1,
-    "sub": 1,
-    "scale": 1,
-    "mul": 2 * NEWTON_ITERATIONS,
-    "fmac": NEWTON_ITERATIONS,
+PAYLOAD_WORDS = 4  # wavelets per candidate in the multicast (x, y, z, pad): the subtract's stride
+NEWTON_ITERATIONS = 2  # the header's invsqrt: "sufficient to run only two iterations"
+# per candidate, every step: r0[d] - c[i][d] for d = x, y, z: one DSD each over the
+# candidates at stride PAYLOAD_WORDS (one vector operand read: r0[d] is a scalar)
+CANDIDATE_DSDS = (("sub", 3, {"stride": PAYLOAD_WORDS, "mem_reads": 1}),)
+# the candidate loop's scalar body: dist <-+ c*c (3 fmac), the compare, the branch
+CANDIDATE_SCALAR = {"fmac": 3, "compare": 1, "branch": 1}
+# per hit, scalar bodies: detect's copies (3 displacement words, r^2, the slot index) and
+# the count (add); invsqrt: -r^2/2 (mul), the seed (move, shift, sub, move), per Newton
+# iteration y y (mul), * (-r^2/2) + 1.5 (fmac), * y (mul), the store (move);
+# get_spline_coord: x r / dx (mul), to int (convert), back (convert), the offset (sub);
+# the lookups: 3 + 2 coefficient words; the force loop: the slot index (load), the
+# neighbour's F' by it (load), f <-+ rho' F'_j (fmac)
+HIT_SCALAR = {
+    "detect": {"move": 5, "add": 1},
+    "invsqrt": {"mul": 1 + 2 * NEWTON_ITERATIONS, "move": 3, "shift": 1, "sub": 1,
+                "fmac": NEWTON_ITERATIONS},
+    "spline_coord": {"mul": 1, "convert": 2, "sub": 1},
+    "lookup": {"move": 3 + 2},
+    "force_gather": {"load": 2, "fmac": 1},
+}  # fmt: skip
+# DSDs over the hits, per step, in program order: (kind, count, Op keywords). mem_reads: the
+# vector operands read per element (a multiplier that is a scalar register is not read);
+# accumulate: reduced into one scalar (one element per cycle). Struct strides (cf: 5 words,
+# spline_coord: 2, r-vec: 3) are full-width strides by the bank rule.
+DENSITY_DSDS = (
+    ("mul", 1, {}),  # r = r^2 r^-1
+    ("fmac", 2, {"mem_reads": 3}),  # rho = x (b + x a) + c: two vector-vector FMACs
+    ("add", 1, {"mem_reads": 1, "accumulate": True, "mem_writes": 0}),  # rho-bar <-+ rho
+    ("mul", 2, {}),  # rho', phi': x a
+    ("fmac", 2, {}),  # (x a) 2 + b
+    ("scale", 2, {}),  # * 1/dx
+)
+FORCE_DSDS = (
+    ("move", 1, {}),  # f <- phi'
+    ("fmac", 1, {}),  # f <-+ rho' F'_i (a scalar multiplier)
+    ("mul", 1, {}),  # f <- f r^-1
+    ("fmac", 3, {"stride": 3, "accumulate": True, "mem_writes": 0}),  # f0[d] <-+ r[k][d] f
+)
+PAIR_DSDS = DENSITY_DSDS + FORCE_DSDS
+# per atom, scalar: the drift r0 <-+ v dt (3 fmac); rho-bar's spline coordinate (mul, 2
+# convert, sub), its segment (2 loads) and F' = (b + 2 x a) / drho (mul, mul, add, mul),
+# rho-bar's reset (move); f0 <- 0 (3 moves), F'_i to a register (load); the kick: f0 * -1/m
+# (3 mul), v <-+ f0 dt (3 fmac)
+ATOM_SCALAR = {
+    "integrate": {"fmac": 3 + 3, "mul": 3},
+    "embed": {"mul": 1 + 3, "convert": 2, "sub": 1, "load": 2, "add": 1, "move": 1},
+    "force_init": {"move": 3, "load": 1},
 }
-# per candidate, phase 1 only: d = x_j - x_i (3 sub), minimum image d - b round(d / b)
-# (3 mul, 3 round, 3 fmac), r^2 (mul, 2 fmac), r^2 < c^2 (sub), r^2 masked (move), 1/r
-# (RSQRT), r = r^2 (1/r) (mul), knot p = r / dr + 1 (fmac), floor (convert), clamp (2 max),
-# p - m (sub), min(p, 1) (max), int (convert). Gathered operands: x_j, y_j, z_j.
-PAIR_GEOMETRY = {
-    "sub": 3 + 1 + 1 + RSQRT["sub"],
-    "mul": 3 + 1 + 1 + RSQRT["mul"],
-    "convert": 3 + 2,
-    "fmac": 3 + 2 + 1 + RSQRT["fmac"],
-    "move": 1,
-    "max": 3,
-    "shift": RSQRT["shift"],
-    "scale": RSQRT["scale"],
-    "gather": 3,
-}
-# the density of j at i: 4 coefficients at the knot, value by Horner (3 fmac), mask (move),
-# sum (add)
-DENSITY = {"gather": 4, "fmac": 3, "move": 1, "add": 1}
-# its slope from the same coefficients: (3 c0 p + 2 c1) p + c2, / dr (3 scale, 2 fmac)
-SLOPE = {"scale": 3, "fmac": 2}
-# phase 2 per candidate (the geometry and the slope kept from phase 1): F'_j and z2r's 4
-# coefficients (5 gathers), value (3 fmac), phi = v / r (mul), phi' = (slope - phi) / r (3
-# scale, 2 fmac, sub, mul), psi' = F'_i rho' + F'_j rho' + phi' (scale, fmac, add), mask
-# (move), psi' / r (mul), the force sums (3 fmac), pair energy (mask, add), virial (fmac)
-FORCE = {
-    "gather": 5,
-    "fmac": 3 + 2 + 1 + 3 + 1,
-    "mul": 1 + 1 + 1,
-    "scale": 3 + 1,
-    "sub": 1,
-    "add": 1 + 1,
-    "move": 1 + 1,
-}
-# per atom, vectors of 3: two half kicks v += (dt / 2 / m) F with the PE's constant
-# (2 fmac), drift x += dt v (fmac), force store (move), the displacement check d = x - x_b
-# (sub) and |d|^2 (fmac into a scalar); then its running maximum (max, 1 element)
-INTEGRATE = {"fmac": 2 + 1 + 1, "move": 1, "sub": 1}
-INTEGRATE_SCALAR = {"max": 1}
-# per atom (length 1): F(rho) and F'(rho): locate (fmac, convert, 2 max, sub, max,
-# convert), 4 coefficients, slope (3 scale, 2 fmac), value (3 fmac), linear extension
-# (sub, fmac, move); the pair energy's 1/2 (scale)
-EMBED = {"fmac": 1 + 2 + 3 + 1, "convert": 2, "max": 3, "sub": 2, "gather": 4, "move": 1}
-EMBED |= {"scale": 4}
-# per window slot of a build (`neighbours.build.select`): the geometry without 1/r and knot (3
-# sub, 3 mul, 3 round, 3 fmac; r^2: mul, 2 fmac), reach, species and self tests (3 sub),
-# the slot's bit (shift)
-BUILD_SLOT = {"sub": 6, "mul": 4, "convert": 3, "fmac": 5, "shift": 1}
-# per odd-even phase of a swap sweep: compare the keys (2 sub); taking a neighbour's record
-# (2 moves of the packed record, NFIELDS words) is counted by `perf` over NFIELDS
+# per odd-even phase of a swap sweep (the paper's atom swaps, not in the source): compare the
+# keys (2 sub); taking a neighbour's record (2 moves of NFIELDS words) is counted by `perf`
 SWAP = {"sub": 2}
 
 
-def ops(table: Mapping[str, float], length: float, dtype: str, count: float = 1.0):
-    """The `Op`s of `table` over vectors of `length` (each entry `count` times): a
-    "gather" entry is a move at GATHER_STRIDE."""
-    out = []
-    for kind, n in table.items():
-        if not n:
-            continue
-        if kind == "gather":
-            out.append(Op("move", dtype, length, n * count, stride=GATHER_STRIDE))
-        else:
-            out.append(Op(kind, dtype, length, n * count))
-    return tuple(out)
+def _ops(table, length: float, dtype: str) -> tuple[Op, ...]:
+    return tuple(Op(kind, dtype, length, n, **kw) for kind, n, kw in table if n)
+
+
+def pair_ops(hits: float, table=PAIR_DSDS, dtype: str = "fp32") -> tuple[Op, ...]:
+    """The DSDs of `table` (default: the step's PAIR_DSDS) over `hits` neighbours."""
+    return _ops(table, hits, dtype)
+
+
+def candidate_ops(candidates: float, dtype: str = "fp32") -> tuple[Op, ...]:
+    """The DSDs of one step over `candidates` window slots (CANDIDATE_DSDS)."""
+    return _ops(CANDIDATE_DSDS, candidates, dtype)
 
 
 def scalar_count(table: Mapping[str, float], components: int = 1) -> float:
-    """Scalar instructions of `table` on `components` values each (a gather: one load)."""
-    return float(sum(table.values()) * components)
+    """Scalar instructions of `table` on `components` values each; a nested table (name:
+    table) is summed over its parts."""
+    return float(
+        sum(scalar_count(v) if isinstance(v, Mapping) else v * components for v in table.values())
+    )
 
 
 def ballistic_every(

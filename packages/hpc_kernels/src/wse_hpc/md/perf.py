@@ -1,35 +1,32 @@
-"""The predicted wafer time of one EAM timestep, priced by mechanism from the plan the
-emulation runs.
+"""The predicted wafer time of one EAM timestep, priced by mechanism as the published PE
+program runs it (`wse_hpc.md.pe_program`), on the plan the emulation runs.
 
-Contract: `step_phases(wafer, pot, plan, rebuild_every=..., check_every=...) -> Phases`
-counts, on the busiest PE, what one velocity-Verlet step of the neighbour-list kernel
-(`wse_hpc.md.neighbours`, stepped by `wse_hpc.md.integrate`) executes for `plan` (`EamPlan`:
-window k_rows x k_cols, candidate capacities `caps`, dtype), and `predict(spec, wafer, pot,
-plan, ...)` evaluates it with `wse_core.cost.perf.PerfModel` into a `wse_core.RunReport` (units
-"step"), whose `cycles_by_mechanism()` splits it by mechanism. Nothing is fitted here: the
-constants are wse_core's (`wse_core.cost.mechanisms`).
+Contract: `step_phases(wafer, pot, plan, rebuild_every=..., hits=...) -> Phases` counts, on
+the busiest PE, what one step of the published program executes for `plan` (`EamPlan`:
+window k_rows x k_cols, candidate capacities `caps`) with `hits` neighbours within the
+cutoff on that PE (default: the plan's capacity M, an upper bound: cutoff + skin), and
+`predict(spec, wafer, pot, plan, ...)` evaluates it with `wse_core.cost.perf.PerfModel`
+into a `wse_core.RunReport` (units "step"), whose `cycles_by_mechanism()` splits it by
+mechanism. Nothing is fitted here: the constants are wse_core's
+(`wse_core.cost.mechanisms`).
 
-What is counted, per step (the instruction tables are `wse_hpc.md.pe_program`'s; vectors
-of M = `caps[-1]` candidates, every list slot evaluated and masked, as the kernel does):
-- `integrate`: two half kicks, the drift, the force store and the PE's own displacement
-  check (|x - x_build|^2 and its running maximum): no fabric; scalar instructions, three
-  components each (`pe_program.scalar_count`), not length-3 DSDs.
+What is counted, per step (the instruction tables are `pe_program`'s: the source Cerebras
+released with Santos et al.; N_c = the window's candidates, (2 k_rows + 1)(2 k_cols + 1) - 1;
+N_h = `hits`):
+- `integrate`: the drift and the kick, scalar instructions (`ATOM_SCALAR`).
 - `density`: the window multicast of positions (X stage: row windows E and W over k_cols;
   Y stage: `depth` marching steps N and S of the (2 k_cols + 1)-wide row windows), each
-  word received on the PE's ramp; per candidate the pair geometry, once (1/r by Newton
-  iterations, `pe_program.RSQRT`), the density spline and its slope.
-- `embed`: F(rho) and F'(rho) per atom, as scalar instructions (no DSD set-up).
-- `force`: the F' multicast (1 word); per candidate the pair spline z2r, psi', the force,
-  pair energy and virial sums with the geometry phase 1 kept (not computed again).
-- `rebuild` (1 / `rebuild_every` times per step): the swap sweep (four odd-even
-  transposition phases, `eam.sort_fn`), the list build (the whole window multicast of x,
-  y, z, species; per window slot the geometry and reach test; the compaction into M
-  candidates) and its coverage test (`eam.window_overflow`: fabric reductions and
-  doubling shifts).
-- `check` (1 / `check_every` times per step): one wafer-wide max reduction of the PEs'
-  displacement records (`neighbours.drift_fn`; Luczynski et al.'s allreduce,
-  `wse_core.cost.collectives.allreduce_2d`): the shell's check once per chunk of steps. No
-  reduction runs every step.
+  word received on the PE's ramp; the candidate filter EVERY step (3 DSDs over N_c at the
+  payload's stride, a scalar loop over N_c, the hits' compaction), 1/r (scalar loop), the
+  spline coordinate and the coefficient lookups (scalar loops over N_h), rho, its sum, rho'
+  and phi' (DSDs over N_h).
+- `embed`: F'(rho-bar), scalar.
+- `force`: the F' multicast (1 word); f = phi' + rho' F'_i, f / r and the three force sums
+  (DSDs over N_h), the neighbours' F' by slot index (a scalar loop over N_h).
+- `swaps` (1 / `rebuild_every` times per step): the paper's atom swaps (four odd-even
+  transposition phases, `eam.sort_fn`), which the released source does not hold: priced
+  as the emulator runs them, at its list cadence. No list build, coverage test or
+  displacement check is priced: the published step filters its whole window every step.
 
 Task activations: one per fabric operation a PE receives (each multicast stage, each
 marching step in each direction) and one per compute phase. Fabric words per link
@@ -43,14 +40,13 @@ away (latency x 2), and a logical shift east moves half the PEs' words physicall
 half west: when the multicast runs both ways at once each physical direction carries the
 words of both (words per direction E = W = logical E + W, N = S = logical N + S).
 
-SRAM: every DSD element reads two 32-bit operands and writes one (an upper bound; the
-datapath, not the memory ports, bounds these vectors).
+SRAM: each DSD element reads its `Op.reads` vector operands and writes `mem_writes` (32-bit
+words); each instruction is also bounded by its own ports (`Op.bounds`).
 
 A run's report is `run_md(...).report` (`run_report`, built from the `MdResult`'s own plan).
-Per PE (`pe_trace(res, res.report)`, `wse hpc md --trace FILE`): the plan has one candidate
-capacity M for every PE (each evaluates all M slots, masked), so every PE that holds an atom
-does the busiest PE's step and an empty PE none; the regions are the atoms' grid and the
-(2 k_rows + 1) x (2 k_cols + 1) window of its middle PE.
+Per PE (`pe_trace(res, res.report)`, `wse hpc md --trace FILE`): every PE that holds an atom
+is priced as the busiest PE's step (N_h hits) and an empty PE none; the regions are the
+atoms' grid and the (2 k_rows + 1) x (2 k_cols + 1) window of its middle PE.
 """
 
 from __future__ import annotations
@@ -60,7 +56,6 @@ from collections.abc import Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from wse_core.cost.collectives import allreduce_2d
 from wse_core.cost.perf import Op, Phase, Phases, Work, serial
 from wse_core.cost.report import RunReport
 from wse_core.hw.spec import WaferSpec
@@ -76,16 +71,14 @@ from wse_hpc.md.mapping import NFIELDS
 from wse_hpc.md.neighbour_plan import plan_window
 from wse_hpc.md.neighbours import neighbour_fns
 from wse_hpc.md.pe_program import (
-    BUILD_SLOT,
-    DENSITY,
-    EMBED,
-    FORCE,
-    INTEGRATE,
-    INTEGRATE_SCALAR,
-    PAIR_GEOMETRY,
-    SLOPE,
+    ATOM_SCALAR,
+    CANDIDATE_SCALAR,
+    DENSITY_DSDS,
+    FORCE_DSDS,
+    HIT_SCALAR,
     SWAP,
-    ops,
+    candidate_ops,
+    pair_ops,
     scalar_count,
 )
 from wse_hpc.md.potentials import EamPotential
@@ -93,9 +86,9 @@ from wse_hpc.md.state import Atoms
 
 __all__ = [
     "FOLD_HOPS",
-    "CHECK_EVERY",
     "ASSUMPTIONS",
     "candidates",
+    "window_candidates",
     "step_phases",
     "fabric_counts",
     "fold",
@@ -105,35 +98,38 @@ __all__ = [
 ]
 
 FOLD_HOPS = 2.0  # physical hops per logical ring link under the fold placement
-CHECK_EVERY = 100  # steps per displacement check (the shell's chunk: thermo_every's default)
 ASSUMPTIONS = {
-    "md.candidates": "every list slot (M = the plan's capacity) is evaluated and masked, "
-    "as the kernel does; SIMD lanes do not skip empty slots",
-    "md.round": "round, floor and float->int are priced as one 'convert' each",
-    "md.compare": "a comparison is priced as a subtract (its sign is the mask)",
-    "md.gather": "an indexed load (a candidate's value out of a received slab, a spline "
-    "coefficient at a pair's knot) is a move at the worst stride: one element per cycle",
-    "md.rsqrt": "1/r by 3 Newton iterations from a bit-trick seed on the FMAC datapath "
-    "(fp32 precision); no square root, no division per pair",
-    "md.geometry": "the pair geometry of phase 1 is kept in SRAM and reused by phase 2",
-    "md.sram": "each DSD element reads two 32-bit operands and writes one",
+    "md.program": "the PE program Cerebras released with Santos et al. (Tungsten EAM source): "
+    "the window's candidates filtered every step, vectors over the hits within the cutoff",
+    "md.hits": "N_h, the busiest PE's neighbours within the cutoff, sets every vector's length",
+    "md.loops": "a forall with one vector statement is one DSD; one whose body holds several "
+    "statements or scalar temporaries is a loop of scalar instructions, one per operation "
+    "(a word copied or loaded by index: one)",
     "md.fold": "fold placement on both periodic axes: 2 physical hops per logical link, "
     "E and W (N and S) words share both physical directions",
     "md.ramp": "every word of a multicast a PE receives crosses its ramp to the core",
     "md.tasks": "one task activation per fabric operation received and per compute phase",
     "md.overlap": "the systolic march overlaps the pair arithmetic of each phase",
+    "md.swaps": "the paper's atom swaps (not in the released source) run as the emulator's "
+    "sort, once per list rebuild cadence",
 }
 
 
 def candidates(plan: EamPlan) -> int:
-    """Pair evaluations per PE per phase: the list capacity M, or every window slot but the
-    PE itself without lists (the full-window kernel)."""
+    """The list capacity M (the most candidates within cutoff + skin of any PE), or every
+    window slot but the PE itself without lists: the default N_h, an upper bound."""
     return int(plan.caps[-1]) if plan.caps else plan.window_pes - 1
 
 
+def window_candidates(plan: EamPlan) -> int:
+    """N_c: the window's slots but the PE's own, which the published step filters."""
+    return plan.window_pes - 1
+
+
 def _sram(ops: Sequence[Op]) -> dict[str, float]:
-    elems = sum(op.count * op.length for op in ops)
-    return {"sram_read_bytes": 8.0 * elems, "sram_write_bytes": 4.0 * elems}
+    reads = sum(op.count * op.length * op.reads for op in ops)
+    writes = sum(op.count * op.length * op.mem_writes for op in ops)
+    return {"sram_read_bytes": 4.0 * reads, "sram_write_bytes": 4.0 * writes}
 
 
 def _work(ops: Sequence[Op], traffic: Traffic | None = None, tasks: float = 1.0) -> Work:
@@ -198,8 +194,8 @@ def _traced(wafer: Wafer, fn, *args) -> list[Traffic]:
 def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, Traffic]:
     """Per part of a step, the ledger of the real functions traced abstractly (no field is
     allocated): 'density' and 'force' (the two window multicasts of `forces_fn`), 'swaps'
-    (`sort_fn`) and 'build' (`build_fn` with its coverage test); unfolded. (The step's
-    displacement check moves nothing; the shell's `drift_fn` is priced as a collective.)"""
+    (`sort_fn`) and 'build' (`build_fn` with its coverage test: the emulator's, traced for
+    the ledger, not priced: the published step has no list build); unfolded."""
     pr, pc = wafer.padded_shape
     dtype = jnp.dtype(plan.dtype)
     state = jax.eval_shape(Atoms.of, jax.ShapeDtypeStruct((pr, pc, NFIELDS), dtype))
@@ -227,48 +223,40 @@ def step_phases(
     plan: EamPlan,
     *,
     rebuild_every: float,
-    check_every: float = CHECK_EVERY,
+    hits: float | None = None,
     traffic: Mapping[str, Traffic] | None = None,
-    spec: WaferSpec | None = None,
 ) -> Phases:
     """The phases of one timestep on the busiest PE (see the module docstring);
-    `rebuild_every`: steps per list rebuild (>= 1); `check_every`: steps per displacement
-    check (>= 1); `traffic`: `fabric_counts` if known; `spec`: the constants that pick the
-    check's reduction (default the wafer's)."""
-    if not plan.caps:
-        raise ValueError("step_phases prices the neighbour-list kernel: the plan needs caps")
-    if not (rebuild_every >= 1 and check_every >= 1):
-        raise ValueError(f"cadences must be >= 1 step, got {rebuild_every}, {check_every}")
-    dt = "fp32"  # no fp64 datapath on the PE: an fp64 emulation is priced as fp32
+    `rebuild_every`: steps per swap sweep (>= 1); `hits`: N_h (default `candidates(plan)`);
+    `traffic`: `fabric_counts` if known."""
+    if not rebuild_every >= 1:
+        raise ValueError(f"rebuild_every must be >= 1 step, got {rebuild_every}")
+    nh = float(candidates(plan) if hits is None else hits)
+    nc = float(window_candidates(plan))
+    if not 0 <= nh <= max(nc, candidates(plan)):
+        raise ValueError(f"hits must be in 0..{max(nc, candidates(plan))}, got {hits}")
     t = {k: fold(v) for k, v in (traffic or fabric_counts(wafer, pot, plan)).items()}
-    m, ne = candidates(plan), len(pot.elements)
-    # per-atom work as scalar instructions (pe_program.scalar_count)
-    verlet = Work(scalar_instructions=scalar_count(INTEGRATE, 3) + scalar_count(INTEGRATE_SCALAR))
-    # with several elements rho_i' is a second slope, from the other table's coefficients
-    slopes = ops(SLOPE, m, dt, count=1 if ne == 1 else 2) + ops({"gather": 4 * (ne > 1)}, m, dt)
-    density = ops(PAIR_GEOMETRY, m, dt) + ops(DENSITY, m, dt) + slopes
-    width, offsets = 2 * plan.k_cols + 1, 2 * plan.k_rows + 1
-    swaps = ops(SWAP, 1, dt, count=4) + ops({"move": 2}, NFIELDS, dt, count=4)
-    build = (
-        ops(BUILD_SLOT, width, dt, count=offsets)
-        + ops({"move": 2}, m, dt)  # compaction: slot and species of each candidate
+    per_hit = {k: scalar_count(HIT_SCALAR[k]) for k in HIT_SCALAR}
+    density_scalar = nc * scalar_count(CANDIDATE_SCALAR) + nh * (
+        per_hit["detect"] + per_hit["invsqrt"] + per_hit["spline_coord"] + per_hit["lookup"]
     )
-    extremes = Work(scalar_instructions=3.0 * t["build"].count)  # coverage: 2 max, 1 add
-    check = allreduce_2d(spec or wafer.spec, wafer.rows, wafer.cols, 1.0)
+    density = candidate_ops(nc) + pair_ops(nh, DENSITY_DSDS)
+    force_scalar = nh * per_hit["force_gather"] + scalar_count(ATOM_SCALAR["force_init"])
+    dt = "fp32"  # no fp64 datapath on the PE: an fp64 emulation is priced as fp32
+    swaps = tuple(Op(k, dt, 1, n * 4) for k, n in SWAP.items()) + (Op("move", dt, NFIELDS, 2 * 4),)
     return serial(
-        Phase("integrate", _work(()) + verlet),
-        Phase("density", _work(density, t["density"])),
-        Phase("embed", _work(()) + Work(scalar_instructions=scalar_count(EMBED))),
-        Phase("force", _work(ops(FORCE, m, dt), t["force"])),
-        serial(
-            Phase("swaps", _work(swaps, t["swaps"], tasks=0.0)),
-            Phase("build", _work(build, t["build"]) + extremes),
-            name="rebuild",
-            repeat=1.0 / rebuild_every,
-        ),
-        Phase("check", check + Work(scalar_instructions=1.0), repeat=1.0 / check_every),
+        Phase("integrate", _work(()) + _scalar(ATOM_SCALAR["integrate"])),
+        Phase("density", _work(density, t["density"]) + Work(scalar_instructions=density_scalar)),
+        Phase("embed", _work(()) + _scalar(ATOM_SCALAR["embed"])),
+        Phase("force", _work(pair_ops(nh, FORCE_DSDS), t["force"])
+              + Work(scalar_instructions=force_scalar)),
+        Phase("swaps", _work(swaps, t["swaps"], tasks=0.0), repeat=1.0 / rebuild_every),
         name="step",
-    )
+    )  # fmt: skip
+
+
+def _scalar(table: Mapping[str, float]) -> Work:
+    return Work(scalar_instructions=scalar_count(table))
 
 
 def predict(
@@ -278,35 +266,34 @@ def predict(
     plan: EamPlan,
     *,
     rebuild_every: float,
-    check_every: float = CHECK_EVERY,
+    hits: float | None = None,
     measured_wall_s: float | None = None,
     sram: Mapping[str, int] | None = None,
     assumptions: Mapping[str, str] | None = None,
     extra: Mapping[str, object] | None = None,
 ) -> RunReport:
     """The `RunReport` of one timestep of `plan` on `spec` (`wafer`: the emulated PE grid,
-    or one planned abstractly); `measured_wall_s`: the emulator's wall time per step.
-    `extra` carries the window, candidates, words per step and predicted timesteps/s."""
+    or one planned abstractly); `hits`: N_h (`step_phases`); `measured_wall_s`: the
+    emulator's wall time per step. `extra` carries the window, candidates (N_c), hits (N_h),
+    words per step and predicted timesteps/s."""
     counts = fabric_counts(wafer, pot, plan)
     phases = step_phases(
         wafer,
         pot,
         plan,
         rebuild_every=rebuild_every,
-        check_every=check_every,
+        hits=hits,
         traffic=counts,
-        spec=spec,
     )
     every = counts["density"] + counts["force"]
-    rebuild = counts["swaps"] + counts["build"]
-    traffic = every + rebuild.scaled(1.0 / rebuild_every)
+    traffic = every + counts["swaps"].scaled(1.0 / rebuild_every)
     words = fold(traffic).links
     figures = {
         "grid": f"{wafer.rows}x{wafer.cols}",
         "window": f"{2 * plan.k_rows + 1}x{2 * plan.k_cols + 1}",
-        "candidates": candidates(plan),
+        "candidates": window_candidates(plan),
+        "hits": float(candidates(plan) if hits is None else hits),
         "rebuild_every": rebuild_every,
-        "check_every": check_every,
         "words_per_step": float(traffic.max_words_per_pe),
         "link_words_per_step": dict(words),
     }
@@ -320,9 +307,12 @@ def predict(
         units="step",
         assumptions={
             **ASSUMPTIONS,
-            "md.rebuild": f"neighbour lists rebuilt (with a swap sweep) every "
-            f"{rebuild_every:.3g} steps; the displacements checked (one wafer-wide "
-            f"reduction) every {check_every:.3g} steps",
+            "md.rebuild": f"a swap sweep every {rebuild_every:.3g} steps",
+            **(
+                {}
+                if hits is not None
+                else {"md.hits": "N_h taken as the list capacity M (cutoff + skin): an upper bound"}
+            ),
             **dict(assumptions or {}),
         },
         extra=lambda t: {**figures, "timesteps_per_s": t.per_s, **dict(extra or {})},

@@ -54,6 +54,7 @@ __all__ = [
     "slab",
     "cube",
     "plan",
+    "max_hits",
 ]
 
 ATOMS = 801_792
@@ -132,6 +133,22 @@ def cube(element: str, pot, seed: int = 0, skin_A: float = MdConfig.skin_A) -> S
     s = perturbed(kind, element, lattice_A(pot, kind), CUBES[element], THERMAL_SIGMA_A, seed)
     assert s.num_atoms == ATOMS, s.num_atoms
     return _found(element, "cube", s, pot, None, mapping.TILES[0], skin_A)
+
+
+def max_hits(sample: Sample, cutoff_A: float, chunk: int = 1 << 22) -> int:
+    """The most neighbours within `cutoff_A` of any atom (N_h of the busiest PE: one atom
+    per PE), from the sample's pairs (found within a larger reach), by minimum image."""
+    s = sample.structure
+    box = np.asarray(s.box_A, dtype=np.float64)
+    pos = np.mod(np.asarray(s.positions_A, dtype=np.float64), box)
+    counts = np.zeros(s.num_atoms, np.int64)
+    for lo in range(0, len(sample.pairs), chunk):
+        p = sample.pairs[lo : lo + chunk]
+        d = pos[p[:, 0]] - pos[p[:, 1]]
+        d -= box * np.round(d / box)
+        inside = p[np.einsum("ij,ij->i", d, d) < cutoff_A**2]
+        counts += np.bincount(inside.ravel(), minlength=s.num_atoms)
+    return int(counts.max())
 
 
 def plan(sample: Sample, spec: WaferSpec, pot, config: MdConfig | None = None) -> Planned:

@@ -6,9 +6,10 @@ crystals of Cu (fcc), W and Ta (bcc) on WSE-2 and WSE-3, each priced by `wse_hpc
 from a plan made on the host (`wse_hpc.md.samples`: the map, the window for cutoff + skin,
 the list capacities; no emulation array is allocated), with its cycles by mechanism:
 - `plan` "published": the sample as we read the published map (`samples.slab`: a (001) slab
-  CELLS_Z cells thick laid on 696 x 1152 PEs, tile map), lists at the cutoff + SKIN_A,
-  rebuilt every `pe_program.ballistic_every` steps (TEMPERATURE_K, DT_FS), displacements
-  checked every `perf.CHECK_EVERY` steps;
+  CELLS_Z cells thick laid on 696 x 1152 PEs, tile map), the window for the cutoff + SKIN_A,
+  priced as the released PE program runs (`wse_hpc.md.pe_program`: the window filtered every
+  step, vectors over the busiest PE's neighbours within the cutoff, `samples.max_hits`),
+  atoms swapped every `pe_program.ballistic_every` steps (TEMPERATURE_K, DT_FS);
 - `plan` "emulator": the near-cubic crystal as `wse hpc md` plans it by default (a
   near-square grid, `mapping.TILES[0]`), the same kernel and cadences: every window a prism
   through the crystal's depth;
@@ -37,7 +38,7 @@ from wse_core.cost.assumptions import assumed_spec
 from wse_hpc.md import samples
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.pe_program import ballistic_every
-from wse_hpc.md.perf import CHECK_EVERY, pe_trace, predict
+from wse_hpc.md.perf import pe_trace, predict
 from wse_hpc.md.simulate import run_md
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04
@@ -62,6 +63,7 @@ SWEEP_EVERY = (10.0, 100.0)  # steps per rebuild, beside the ballistic cadence
 WAFERS = ("wse2", "wse3")
 SOURCE = "model (Santos et al. arXiv:2405.07898: REFERENCES lists the inputs only)"
 _PLANS: dict[tuple, samples.Planned] = {}  # plans by case: a --sweep reprices, never replans
+_HITS: dict[tuple, int] = {}  # N_h by (element, geometry): the busiest PE's neighbours
 
 
 def _planned(element: str, geometry: str, wafer: str, skin_A: float, pot) -> samples.Planned:
@@ -74,6 +76,7 @@ def _planned(element: str, geometry: str, wafer: str, skin_A: float, pot) -> sam
             sample = samples.slab(element, pot, int(geometry.split()[1]), skin_A=skin_A)
         for w in WAFERS if geometry != "cube" else (wafer,):  # one grid: one plan for both
             _PLANS[(element, geometry, w, skin_A)] = samples.plan(sample, assumed_spec(w), pot, cfg)
+        _HITS.setdefault((element, geometry), samples.max_hits(sample, pot.cutoff_A))
         del sample  # its pairs are large
     return _PLANS[key]
 
@@ -89,7 +92,10 @@ def _row(element: str, wafer: str, case: dict, pot) -> PredictionRow:
         "md.grid": f"801,792 atoms exceed {wafer}'s PEs: a {p.wafer.rows} x {p.wafer.cols} "
         f"grid priced with {wafer}'s per-PE costs"
     }  # fmt: skip
-    rep = predict(assumed_spec(wafer), p.wafer, pot, p.plan, rebuild_every=every, assumptions=note)
+    hits = _HITS[(element, case["geometry"])]
+    rep = predict(
+        assumed_spec(wafer), p.wafer, pot, p.plan, rebuild_every=every, hits=hits, assumptions=note
+    )
     label = case.get("sweep", case["plan"])
     params = {
         "case": f"{label} {element} {wafer}",
@@ -103,9 +109,9 @@ def _row(element: str, wafer: str, case: dict, pot) -> PredictionRow:
         "grid": rep.extra["grid"],
         "window": rep.extra["window"],
         "candidates": rep.extra["candidates"],
+        "hits": rep.extra["hits"],
         "skin_A": skin,
         "rebuild_every": every,
-        "check_every": CHECK_EVERY,
         "link_words_per_step": max(rep.extra["link_words_per_step"].values()),
         "bound": rep.bound,
         "per": "step",
@@ -234,7 +240,6 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
             "skin_A": SKIN_A,
             "temperature_K": TEMPERATURE_K,
             "dt_fs": DT_FS,
-            "check_every_steps": CHECK_EVERY,
             "quick": quick,
         },
         measurements=measured,

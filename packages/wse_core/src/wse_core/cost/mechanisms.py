@@ -174,12 +174,14 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
         ),
         "fp32_mul_width": _C(
             units="elements/cycle",
-            mechanism="SIMD width of fp32 mul and FMAC",
-            basis="sourced",
-            source="not in the SDK width table; an SDK-simulator trace of @fmacs on WSE-2 shows "
-            "one element per cycle (lingzhi227/MIMD_dataflow, Systolic_Mul_v2 fmacs trace); "
-            "WSE-3 not traced: taken as 1, swept",
-            sweep=(0.5, 1.0, 2.0),
+            mechanism="SIMD width of fp32 mul and FMAC (@fmuls, @fmacs), both generations",
+            basis="assumed",
+            source="the one fp32 width the SDK's table leaves open on both generations. WSE-2: "
+            "one element per cycle in an SDK-simulator trace of @fmacs (lingzhi227/MIMD_dataflow,"
+            " Systolic_Mul_v2); WSE-3: not traced, held at 1; the table's other fp32 rows are "
+            "2x wider on WSE-3 than on WSE-2 (add, sub, move 2 -> 4), so 2 is as plausible; "
+            "swept 1..4",
+            sweep=(1.0, 2.0, 4.0),
         ),
         "sqrt_cycles": _C(
             units="cycles/element",

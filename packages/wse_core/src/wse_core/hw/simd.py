@@ -22,10 +22,12 @@ OP_KINDS = (
 )  # fmt: skip
 
 # SIMD width (elements per cycle) by "kind.dtype", from the SDK language appendix
-# (shared/REFERENCES.md, "PE and fabric costs"). bf16 is priced as fp16. Entries marked
-# INFERRED are not in the SDK table: fp32 mul and FMAC are taken as 1-wide on both
-# generations; sqrt has no SIMD form (width 1, `sqrt_cycles` per element); division is about
-# 50 cycles per element (`div_cycles`).
+# (shared/REFERENCES.md, "PE and fabric costs"). bf16 is priced as fp16. Not in the SDK
+# table: fp32 mul and FMAC (@fmuls, @fmacs) on either generation, priced by the spec's
+# `fp32_mul_width` (an ASSUMED constant, `wse_core.cost.mechanisms`: 1 on both, the WSE-2
+# simulator's figure, swept 1..4; the entries below only mirror it); sqrt has no SIMD form
+# (width 1, `sqrt_cycles` per element); division is about 50 cycles per element
+# (`div_cycles`).
 _FP16_OPS = ("add", "sub", "mul", "fmac", "move", "neg", "abs", "scale")
 _FP32_OPS = ("add", "sub", "move", "neg", "abs", "scale")
 
@@ -37,7 +39,7 @@ def _simd(w16: float, w32: float, wmix: float, wmax16: float, wnarrow: float) ->
     table |= {"fmac_mixed.bf16": wmix, "add_mixed.bf16": wmix}
     table |= {"max.fp16": wmax16, "max.bf16": wmax16, "max.fp32": wnarrow}
     table |= {f"{k}.{d}": wnarrow for k in ("convert", "shift") for d in DTYPES}
-    table |= {"mul.fp32": 1.0, "fmac.fp32": 1.0}  # INFERRED (not in the SDK table)
+    table |= {"mul.fp32": 1.0, "fmac.fp32": 1.0}  # not in the table: spec.fp32_mul_width
     table |= {f"{k}.{d}": 1.0 for k in ("sqrt", "div") for d in DTYPES}
     return table
 

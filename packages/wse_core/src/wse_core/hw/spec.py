@@ -75,7 +75,7 @@ class WaferSpec:
     # The instruction-level cost model (wse_core.cost.perf): SIMD width by "kind.dtype" (see
     # SIMD_WSE2 / SIMD_WSE3) and the mechanism constants of wse_core.cost.mechanisms.
     simd_widths: Mapping[str, float] = dataclasses.field(default_factory=lambda: SIMD_WSE2)
-    fp32_mul_width: float = 1.0  # INFERRED: fp32 mul / FMAC are not in the SDK's table
+    fp32_mul_width: float = 1.0  # ASSUMED: fp32 mul / FMAC are not in the SDK's table (swept)
     dsd_issue_cycles: float = 3.0  # FITTED (wse_core.cost.calibration); 3 is the prior
     task_activation_cycles: float = 10.0  # FITTED (wse_core.cost.calibration); 10 is the prior
     scalar_instruction_cycles: float = 1.0  # assumption: one scalar instruction per cycle
