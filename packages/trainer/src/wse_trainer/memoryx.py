@@ -36,6 +36,8 @@ import jax.numpy as jnp
 import optax
 from wse_models import layer_slice
 
+from wse_trainer.swarmx import to_device
+
 __all__ = ["MemoryX", "group_names", "split_groups", "join_groups", "without"]
 
 
@@ -154,7 +156,9 @@ class MemoryX:
     def receive(self, name: str, grads) -> None:
         """A group's summed gradient arrives: added to the step's sum until the last
         micro-batch, then the update is applied now, or held when clipping."""
-        grads = jax.tree.map(lambda g: g.astype(jnp.float32), jax.device_put(grads, self.device))
+        grads = to_device(grads, self.device)
+        if any(g.dtype != jnp.float32 for g in jax.tree.leaves(grads)):
+            grads = _cast(grads, jnp.dtype(jnp.float32))  # one async call, not one a leaf
         index, count = self._micro
         if count > 1:
             held = self._accum.pop(name, None)

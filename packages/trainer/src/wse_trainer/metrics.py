@@ -7,7 +7,7 @@
 - `<model_dir>/run.log`: every log line, appended.
 - `NullLog`: the same interface writing nothing (processes other than 0 of a run).
 - `train_line` / `eval_line`: the Cerebras ModelZoo log line, plus tokens/s and the fraction
-  of the step spent stalled waiting for streamed weights.
+  of the step the host spent streaming weights (`stream.StepStats.stall_s`).
 """
 
 from __future__ import annotations

@@ -15,6 +15,14 @@ gradients are first gathered (`process_allgather`), so P processes x k replicas 
 the numbers one process adds, in the same order — bit-identical results. The sum of
 per-replica gradients of the (globally normalised) loss is the full-batch gradient. Byte
 counters are global (every replica of the run), the same in every process.
+
+Host cost (the emulator's, not the wafer's): the sum is one jitted call per pair of trees
+(`_add`), dispatched asynchronously like the layers. The per-leaf eager `a + b` it replaces
+ran small arrays inline on the calling thread, which first waited for the gradients: the
+host blocked on every layer's backward before it could dispatch the next (measured: 72 adds a
+step of bench_train's d128 model on 2 cores held the host 1.2 s of a 1.8 s step, load 17).
+A tree already on its target device (MemoryX's weights for the home device's worker, worker
+0's gradient) is used as it is, without `device_put`'s per-leaf bookkeeping.
 """
 
 from __future__ import annotations
@@ -24,10 +32,31 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from wse_core import WseError
 
-__all__ = ["SwarmX", "check_split", "tree_bytes"]
+__all__ = ["SwarmX", "check_split", "to_device", "tree_bytes"]
+
+
+@jax.jit
+def _add(a: Any, b: Any) -> Any:
+    """Leafwise a + b of two gradient trees: the same float adds as eager `a + b`."""
+    return jax.tree.map(jnp.add, a, b)
+
+
+def _on(tree: Any, device: jax.Device) -> bool:
+    """Whether every leaf of `tree` is a jax.Array committed to `device` alone."""
+    want = {device}
+    return all(
+        isinstance(x, jax.Array) and x.committed and x.sharding.device_set == want
+        for x in jax.tree.leaves(tree)
+    )
+
+
+def to_device(tree: Any, device: jax.Device) -> Any:
+    """`tree` on `device`: as it is when it is there already, else `jax.device_put`."""
+    return tree if _on(tree, device) else jax.device_put(tree, device)
 
 
 def tree_bytes(tree: Any) -> int:
@@ -89,7 +118,7 @@ class SwarmX:
     def broadcast(self, weights: Any) -> list[Any]:
         """The same weights on every local replica's device (asynchronous)."""
         self.broadcast_bytes += tree_bytes(weights) * self.num_csx
-        return [jax.device_put(weights, self.replica_device(r)) for r in range(self.local)]
+        return [to_device(weights, self.replica_device(r)) for r in range(self.local)]
 
     def scatter(self, batch: Any) -> list[Any]:
         """This process's shards of a global batch (leading axis split into the workers)."""
@@ -114,10 +143,10 @@ class SwarmX:
     def reduce(self, grads: Sequence[Any]) -> Any:
         """Sum of every worker's gradient pytree, in worker order, on the MemoryX device."""
         self.reduce_bytes += tree_bytes(grads[0]) * self.num_csx
-        moved = [jax.device_put(g, self.home) for g in self.gather(grads)]
+        moved = [to_device(g, self.home) for g in self.gather(grads)]
         total = moved[0]
         for g in moved[1:]:
-            total = jax.tree.map(lambda a, b: a + b, total, g)
+            total = _add(total, g)
         return total
 
     def counters(self) -> dict[str, int]:
