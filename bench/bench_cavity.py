@@ -1,0 +1,95 @@
+"""Lid-driven cavity at Re 1000 to steady state against Ghia, Ghia & Shin (1982): the emulated
+wafer (`wse_hpc.fields.cavity`, fp32, Jacobi-PCG pressure on the fabric) and the same scheme
+in float64 NumPy (`reference_flow.cavity_np`, a sparse-LU pressure), side by side.
+
+Both run SSP-RK3 with the lagged pressure (`FlowSpec.time_scheme="rk3"`) at the step
+`cavity.stable_dt` gives, from rest until max |du| / dt < `--steady-tol`; the figures are
+the largest centreline error over Ghia's 17 + 17 tabulated points (in units of the lid
+speed; the issue's bar is 2%), the steps, the simulated time and the wall time.
+
+Prints a table and writes bench/results/cavity.json (with `host_record()`).
+
+    python bench/bench_cavity.py [--n 130] [--re 1000] [--only numpy|wafer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _errors(uc, vc, re) -> dict:
+    from wse_hpc.fields.cavity import GHIA
+
+    return {"u_err": float(np.abs(uc - np.asarray(GHIA[re]["u"])).max()),
+            "v_err": float(np.abs(vc - np.asarray(GHIA[re]["v"])).max())}  # fmt: skip
+
+
+def numpy_reference(n, re, steady_tol, t_max, chunk=500) -> dict:
+    from wse_hpc.fields.cavity import centrelines, stable_dt
+    from wse_hpc.fields.reference_flow import cavity_np
+
+    dt = stable_dt((n, n, 1), re, "rk3")
+    t0 = time.perf_counter()
+    step = cavity_np(n, dt, re=re, time_scheme="rk3")
+    u, v, p = (np.zeros((n, n, 1)) for _ in range(3))
+    steps, change = 0, np.inf
+    while steps * dt < t_max and change > steady_tol:
+        for _ in range(chunk - 1):
+            u, v, p = step(u, v, p)
+        u1, v1, p = step(u, v, p)
+        change = max(np.abs(u1 - u).max(), np.abs(v1 - v).max()) / dt
+        u, v, steps = u1, v1, steps + chunk
+        print(f"numpy t {steps * dt:.1f} change {change:.2e}", flush=True)
+    uc, vc = centrelines(u[..., 0], v[..., 0])
+    return {"wall_s": time.perf_counter() - t0, "steps": steps, "time": steps * dt,
+            "change": float(change), "dt": dt, **_errors(uc, vc, re)}  # fmt: skip
+
+
+def wafer(n, re, steady_tol, t_max, chunk=500) -> dict:
+    from wse_core import PRESETS
+    from wse_hpc.fields.cavity import CavityConfig, cavity, stable_dt
+
+    cfg = CavityConfig(n=n, re=re, time_scheme="rk3", t_max=t_max, steady_tol=steady_tol,
+                       chunk=chunk, mesh_shape=(1, 1))  # fmt: skip
+    t0 = time.perf_counter()
+    r = cavity(PRESETS["wse1"], cfg)
+    return {"wall_s": time.perf_counter() - t0, "steps": r.steps, "time": r.time,
+            "change": r.change, "dt": stable_dt((n, n, 1), re, "rk3"),
+            **_errors(r.u_centre, r.v_centre, re)}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=130)
+    p.add_argument("--re", type=int, default=1000, choices=(100, 1000))
+    p.add_argument("--steady-tol", type=float, default=1e-4)
+    p.add_argument("--t-max", type=float, default=200.0)
+    p.add_argument("--only", choices=("numpy", "wafer"))
+    args = p.parse_args()
+    out: dict = {"case": {"n": args.n, "re": args.re, "steady_tol": args.steady_tol}}
+    for name, fn in (("numpy", numpy_reference), ("wafer", wafer)):
+        if args.only in (None, name):
+            out[name] = fn(args.n, args.re, args.steady_tol, args.t_max)
+            print(name, out[name], flush=True)
+    from wse_core.host.memory import host_record
+
+    out["host"] = host_record()
+    print(f"{'contender':<10}{'max|du| u':>10}{'max|dv| v':>10}{'steps':>8}{'t':>8}{'wall s':>9}")
+    for name in ("numpy", "wafer"):
+        if (r := out.get(name)) is not None:
+            print(f"{name:<10}{r['u_err']:>10.4f}{r['v_err']:>10.4f}{r['steps']:>8}"
+                  f"{r['time']:>8.1f}{r['wall_s']:>9.1f}")  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    suffix = f"_{args.only}" if args.only else ""
+    (RESULTS / f"cavity{suffix}.json").write_text(json.dumps(out, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
