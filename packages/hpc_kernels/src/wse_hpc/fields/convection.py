@@ -12,11 +12,13 @@ back; the Nusselt number 1 + <w theta> / kappa is the same (<w> vanishes on ever
   units of 1 / the free-fall time; `onset(...)` the Ra where it crosses zero (secant on ln Ra
   between two bracketing runs): rigid-rigid Ra_c = 1707.76 at wavenumber 3.117
   (Chandrasekhar 1961) in a box one critical wavelength wide.
-- `nusselt_run(...)`: the time-averaged Nusselt number over the last part of a run.
+- `nusselt_run(spec, shape, NusseltConfig(...))`: the time-averaged Nusselt number over
+  the last part of a run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -33,6 +35,7 @@ __all__ = [
     "CRITICAL_ASPECT",
     "RA_CRITICAL",
     "growth_rate",
+    "NusseltConfig",
     "nusselt_run",
     "rayleigh_benard",
 ]
@@ -135,17 +138,30 @@ def onset(spec, shape, *, ra_lo: float, ra_hi: float, **kw) -> float:
     return math.exp(a - s_lo * (b - a) / (s_hi - s_lo))
 
 
-def nusselt_run(spec, shape, *, ra, pr, aspect=2.0, t_end=200.0, t_avg=50.0, chunk=500,
-                mesh_shape=None) -> tuple[float, object]:  # fmt: skip
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NusseltConfig:
+    """A Nusselt-number run: the case's Ra, Pr and aspect, its end time and averaging window
+    (free-fall times), steps per jitted call and the PE mesh."""
+
+    ra: float
+    pr: float
+    aspect: float = 2.0
+    t_end: float = 200.0
+    t_avg: float = 50.0
+    chunk: int = 500
+    mesh_shape: tuple[int, int] | None = None
+
+
+def nusselt_run(spec, shape, cfg: NusseltConfig) -> tuple[float, object]:
     """The Nusselt number averaged over the last `t_avg` free-fall times of a run to
     `t_end`, and the final state."""
-    grid, flow, fns, s = rayleigh_benard(spec, shape, ra=ra, pr=pr, aspect=aspect,
-                                         amplitude=1e-2, mesh_shape=mesh_shape)  # fmt: skip
-    run = _runner(fns, flow, chunk)
+    grid, flow, fns, s = rayleigh_benard(spec, shape, ra=cfg.ra, pr=cfg.pr, aspect=cfg.aspect,
+                                         amplitude=1e-2, mesh_shape=cfg.mesh_shape)  # fmt: skip
+    run = _runner(fns, flow, cfg.chunk)
     steps, total, count = 0, 0.0, 0
-    while steps * flow.dt < t_end:
+    while steps * flow.dt < cfg.t_end:
         s, _, nu_sum = run(s)
-        steps += chunk
-        if steps * flow.dt > t_end - t_avg:
-            total, count = total + float(nu_sum), count + chunk
+        steps += cfg.chunk
+        if steps * flow.dt > cfg.t_end - cfg.t_avg:
+            total, count = total + float(nu_sum), count + cfg.chunk
     return total / max(count, 1), s
