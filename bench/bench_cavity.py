@@ -9,7 +9,7 @@ speed; the issue's bar is 2%), the steps, the simulated time and the wall time.
 
 Prints a table and writes bench/results/cavity.json (with `host_record()`).
 
-    python bench/bench_cavity.py [--n 130] [--re 1000] [--only numpy|wafer]
+    python bench/bench_cavity.py [--n 130] [--re 1000] [--only numpy|wafer] [--state F.npz]
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def _errors(uc, vc, re) -> dict:
             "v_err": float(np.abs(vc - np.asarray(GHIA[re]["v"])).max())}  # fmt: skip
 
 
-def numpy_reference(n, re, steady_tol, t_max, chunk=500) -> dict:
+def numpy_reference(n, re, steady_tol, t_max, chunk=500, state: Path | None = None) -> dict:
+    """The NumPy scheme to steady state; `state` (an .npz) is resumed from and written to
+    after every chunk, so a long run can be continued."""
     from wse_hpc.fields.cavity import centrelines, stable_dt
     from wse_hpc.fields.reference_flow import cavity_np
 
@@ -39,16 +41,23 @@ def numpy_reference(n, re, steady_tol, t_max, chunk=500) -> dict:
     t0 = time.perf_counter()
     step = cavity_np(n, dt, re=re, time_scheme="rk3")
     u, v, p = (np.zeros((n, n, 1)) for _ in range(3))
-    steps, change = 0, np.inf
+    steps, change, wall0 = 0, np.inf, 0.0
+    if state is not None and state.exists():
+        z = np.load(state)
+        u, v, p, steps, wall0 = z["u"], z["v"], z["p"], int(z["steps"]), float(z["wall_s"])
     while steps * dt < t_max and change > steady_tol:
         for _ in range(chunk - 1):
             u, v, p = step(u, v, p)
         u1, v1, p = step(u, v, p)
         change = max(np.abs(u1 - u).max(), np.abs(v1 - v).max()) / dt
         u, v, steps = u1, v1, steps + chunk
-        print(f"numpy t {steps * dt:.1f} change {change:.2e}", flush=True)
+        err = _errors(*centrelines(u[..., 0], v[..., 0]), re)
+        wall = wall0 + time.perf_counter() - t0
+        print(f"numpy t {steps * dt:.1f} change {change:.2e} {err} wall {wall:.0f} s", flush=True)
+        if state is not None:
+            np.savez(state, u=u, v=v, p=p, steps=steps, wall_s=wall)
     uc, vc = centrelines(u[..., 0], v[..., 0])
-    return {"wall_s": time.perf_counter() - t0, "steps": steps, "time": steps * dt,
+    return {"wall_s": wall0 + time.perf_counter() - t0, "steps": steps, "time": steps * dt,
             "change": float(change), "dt": dt, **_errors(uc, vc, re)}  # fmt: skip
 
 
@@ -72,11 +81,13 @@ def main() -> None:
     p.add_argument("--steady-tol", type=float, default=1e-4)
     p.add_argument("--t-max", type=float, default=200.0)
     p.add_argument("--only", choices=("numpy", "wafer"))
+    p.add_argument("--state", type=Path, help="numpy: resume from / save to this .npz")
     args = p.parse_args()
     out: dict = {"case": {"n": args.n, "re": args.re, "steady_tol": args.steady_tol}}
     for name, fn in (("numpy", numpy_reference), ("wafer", wafer)):
         if args.only in (None, name):
-            out[name] = fn(args.n, args.re, args.steady_tol, args.t_max)
+            kw = {"state": args.state} if name == "numpy" else {}
+            out[name] = fn(args.n, args.re, args.steady_tol, args.t_max, **kw)
             print(name, out[name], flush=True)
     from wse_core.host.memory import host_record
 
