@@ -32,10 +32,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import time
 from pathlib import Path
 
-import numpy as np
+# one thread per contender, as Dedalus asks ("strongly suggest OMP_NUM_THREADS=1"); set
+# before NumPy and Dedalus load their OpenMP / BLAS runtimes
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 RA, PR, ASPECT = 1e4, 1.0, 2.0
