@@ -11,8 +11,9 @@ Measured 2026-12-02 (n 130, Re 1000; 2 cores shared at load ~20, so wall times a
 pessimistic): numpy steady at t = 48.0 after 9,000 steps in 1,497 s, largest deviation from
 Ghia 0.31% (u) / 1.21% (v) of the lid speed; `--wafer-from-state 200` from that state: the
 emulated step holds it (8e-5 per unit time), 0.30% / 1.21%, 21 CG iterations and 0.086 s a
-step. From rest the emulated Poisson needs ~300 CG iterations a step, falling as the flow
-settles (183 at t = 13). n 64: 1.85% / 2.06%, steady at t = 48.7.
+step. The emulated run from rest (`--only wafer`, the slow test's loop) is steady at t = 48.0
+too (9,000 steps, 943 s), 0.31% / 1.21%; its Poisson takes 300 CG iterations a step at the
+start, 22 at the end. n 64: 1.85% / 2.06%, steady at t = 48.7.
 
 Prints a table and writes bench/results/cavity*.json (with `host_record()`).
 

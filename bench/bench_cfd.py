@@ -22,6 +22,15 @@ runs are reported, not counted). Same end time, same averaging window for every 
   (`wse_hpc.fields.dedalus_peer`, RealFourier x ChebyshevT, RK222, its CFL) over
   DEDALUS_LADDER; "skipped" where Dedalus is not installed (the `peers` extra).
 
+Measured 2026-12-02 (2 cores shared at load ~17, so wall times are pessimistic; Dedalus
+3.0.5 built with `CC=mpicc pip install dedalus==3.0.5`): reference Nu 2.64866 (Dedalus
+64 x 32 modes, 1,452 steps, 415 s; the NumPy scheme's Richardson value from 48 x 24 and
+64 x 32 is 2.64879). At 1%: wafer 48 x 24 cells Nu 2.6727 (+0.91%) in 73.4 s, numpy
+48 x 24 2.6727 (+0.91%) in 78.7 s, Dedalus 16 x 8 modes 2.6466 (-0.08%) in 61.2 s (its
+build 8.6 s included; 640 steps, held at the max_dt 0.125 cap, so its time hardly depends
+on the modes: 8 x 4 took 57.8 s). Ladders: FD 16 x 8 +7.7%, 24 x 12 +3.5%, 32 x 16 +2.0%;
+Dedalus 8 x 4 +21.9%, 12 x 6 +2.8%. The wafer's Nu equals NumPy's to 1.2e-6.
+
 Prints a table and writes bench/results/cfd.json (with `host_record()`).
 
     python bench/bench_cfd.py [--quick]      (--quick: t_end 40, tolerance 2%)
