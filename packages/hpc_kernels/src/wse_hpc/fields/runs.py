@@ -26,7 +26,7 @@ from jax import lax
 from wse_core import RunReport, WaferSpec
 from wse_core.cost.perf import serial
 
-from wse_hpc.fields.convection import full_temperature, rayleigh_benard, stable_dt
+from wse_hpc.fields.convection import RbCase, full_temperature, rayleigh_benard, stable_dt
 from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
 from wse_hpc.fields.perf import program_phases
@@ -79,10 +79,9 @@ def _build(cfg: CfdConfig):
     if cfg.case == "rayleigh-benard":
         if cfg.time_scheme != "euler":
             raise FieldError("time_scheme 'rk3' is the cavity's; rayleigh-benard runs 'euler'")
-        grid, flow, fns, state = rayleigh_benard(
-            cfg.spec, cfg.grid, ra=cfg.ra, pr=cfg.pr, aspect=cfg.aspect, dt=cfg.dt,
-            amplitude=1e-2, mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed,
-        )  # fmt: skip
+        case = RbCase(ra=cfg.ra, pr=cfg.pr, aspect=cfg.aspect, dt=cfg.dt, amplitude=1e-2,
+                      mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed)  # fmt: skip
+        grid, flow, fns, state = rayleigh_benard(cfg.spec, cfg.grid, case)
         return grid, flow, fns, state, flow.kappa
     if cfg.case == "cavity":
         from wse_hpc.fields.cavity import cavity_case
