@@ -58,6 +58,12 @@ def test_rayleigh_benard_json_png_and_trace(tmp_path):
         (["--grid", "16", "8", "20000"], "needs"),
         (["--case", "cavty"], "unknown --case"),
         (["--restart"], "--restart needs --out"),
+        (["--time-scheme", "rk4"], "unknown --time-scheme"),
+        (["--time-scheme", "rk3"], "rk3 is the cavity's"),
+        (
+            ["--case", "cavity", "--grid", "16", "16", "1", "--time-scheme", "rk3", "--dt", "1"],
+            "breaks the explicit step's limit",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, message):

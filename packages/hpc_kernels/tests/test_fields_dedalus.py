@@ -22,7 +22,7 @@ from wse_hpc.fields.runs import CfdConfig, run_cfd
 
 pytest.importorskip("dedalus")
 
-from wse_hpc.fields.dedalus_peer import dedalus_nusselt  # noqa: E402
+from wse_hpc.fields.dedalus_peer import DedalusConfig, dedalus_nusselt  # noqa: E402
 
 T_AVG = 20.0
 # (statistically) steady: Nu's peak-to-peak over the averaging window under 0.5%, so the
@@ -54,7 +54,7 @@ def _ours(ra: float, pr: float, grid: tuple[int, int], t_end: float) -> float:
     ],
 )
 def test_nusselt_within_two_percent_of_dedalus(ra, pr, grid, t_end):
-    peer = dedalus_nusselt(ra=ra, pr=pr, nx=32, nz=16, t_end=t_end, t_avg=T_AVG)
+    peer = dedalus_nusselt(DedalusConfig(ra=ra, pr=pr, nx=32, nz=16, t_end=t_end, t_avg=T_AVG))
     inst = np.array([h[1] for h in peer.history if h[0] > t_end - T_AVG])
     assert np.ptp(inst) < STEADY * peer.nusselt  # Dedalus steady too
     ours = _ours(ra, pr, grid, t_end)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax import lax
 from wse_core import PRESETS
-from wse_hpc.fields.convection import rayleigh_benard
+from wse_hpc.fields.convection import RbCase, rayleigh_benard
 from wse_hpc.fields.flow import divergence_max
 from wse_hpc.fields.reference_flow import rayleigh_benard_np
 
@@ -24,9 +24,8 @@ RTOL = 1e-6
     [((1, 1), None), ((2, 4), 3), pytest.param((4, 2), None, marks=pytest.mark.slow)],
 )
 def test_rayleigh_benard_steps_match_numpy(mesh, defects):
-    grid, flow, fns, s = rayleigh_benard(PRESETS["small"], SHAPE, ra=5e3, pr=0.71,
-                                         amplitude=0.05, mesh_shape=mesh,
-                                         defect_seed=defects)  # fmt: skip
+    case = RbCase(ra=5e3, pr=0.71, amplitude=0.05, mesh_shape=mesh, defect_seed=defects)
+    grid, flow, fns, s = rayleigh_benard(PRESETS["small"], SHAPE, case)
     u0, v0, th0 = (grid.gather(f).astype(np.float64) for f in (*s.velocity, s.T))
     out = jax.jit(lambda x: lax.fori_loop(0, STEPS, lambda i, y: fns.step_fn(y), x))(s)
     step, _ = rayleigh_benard_np(SHAPE[:2], flow.dt, ra=5e3, pr=0.71, aspect=2.0)

@@ -4,7 +4,7 @@ traffic ledger, the instruction count with a hand count, and CG iterations scale
 import jax
 from wse_core import PRESETS, RunReport, fabric
 from wse_hpc.fields import field_grid, laplacian, neumann, periodic
-from wse_hpc.fields.convection import rayleigh_benard
+from wse_hpc.fields.convection import RbCase, rayleigh_benard
 from wse_hpc.fields.grid import program
 from wse_hpc.fields.perf import program_phases, program_work
 
@@ -27,8 +27,8 @@ def test_laplacian_links_match_the_fabric_ledger_and_a_hand_count():
 
 
 def test_cg_iterations_scale_the_predicted_step():
-    g, flow, fns, s = rayleigh_benard(PRESETS["small"], (16, 8, 1), ra=5e3, pr=1.0,
-                                      mesh_shape=(1, 1))  # fmt: skip
+    case = RbCase(ra=5e3, pr=1.0, mesh_shape=(1, 1))
+    g, flow, fns, s = rayleigh_benard(PRESETS["small"], (16, 8, 1), case)
     spec = g.wafer.spec
     t = [RunReport.build("cfd", spec, program_phases(g, fns.step_fn, s,
                                                      repeats={"cg_iteration": k})).predicted_s

@@ -72,9 +72,9 @@ def test_eight_devices_equal_one():
 
 def test_domain_translation_equals_the_plain_run():
     """The state moved one PE east every step, moved back on the host: bit for bit."""
-    from wse_hpc.fields.swe import run_swe
+    from wse_hpc.fields.swe import SweConfig, run_swe
 
     kw = {"steps": 30, "g": 1.0, "mesh_shape": (2, 4)}
-    plain = run_swe(PRESETS["small"], 12, **kw)
-    moved = run_swe(PRESETS["small"], 12, translate_domain=True, **kw)
+    plain = run_swe(PRESETS["small"], SweConfig(n=12, **kw))
+    moved = run_swe(PRESETS["small"], SweConfig(n=12, translate_domain=True, **kw))
     np.testing.assert_array_equal(plain.h, moved.h)

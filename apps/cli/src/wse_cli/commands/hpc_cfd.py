@@ -37,6 +37,9 @@ def cfd(
     re: float = number(100.0, "--re", gt=0, help="Reynolds number (cavity)."),
     steps: int = number(200, "--steps", kind=int, ge=0, help="Time steps."),
     dt: float = number(None, "--dt", gt=0, help="Time step (default: half the limit)."),
+    time_scheme: str = typer.Option(
+        "euler", "--time-scheme", help="euler | rk3 (cavity: SSP-RK3, the advective step)."
+    ),  # fmt: skip
     output_every: int = number(
         0, "--output-every", kind=int, ge=0, help="Write NPZ + VTK every N steps (0: at the end)."
     ),  # fmt: skip
@@ -54,6 +57,10 @@ def cfd(
         from wse_core import suggest
 
         fail(f"unknown --case {case!r}{suggest(case, CASES)}; use one of {', '.join(CASES)}")
+    if time_scheme not in ("euler", "rk3"):
+        fail(f"unknown --time-scheme {time_scheme!r}; use euler or rk3")
+    if time_scheme == "rk3" and case != "cavity":
+        fail("--time-scheme rk3 is the cavity's (rayleigh-benard runs euler)")
     if case == "rayleigh-benard" and not ra > 0:
         fail(f"--ra must be > 0, got {ra:g}")
     if restart and out is None:
@@ -67,7 +74,8 @@ def cfd(
     from wse_hpc.fields.runs import CfdConfig, run_cfd
 
     cfg = CfdConfig(case=case, grid=(nx, ny, nz), spec=spec, steps=steps, ra=ra, pr=pr,
-                    aspect=aspect, re=re, dt=dt, output_every=output_every, out_dir=out,
+                    aspect=aspect, re=re, dt=dt, time_scheme=time_scheme,
+                    output_every=output_every, out_dir=out,
                     restart=restart, defect_seed=defect_seed)  # fmt: skip
     console = Console(stderr=as_json)
     run = _run(console, cfg, run_cfd)

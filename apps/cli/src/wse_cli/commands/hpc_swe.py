@@ -44,10 +44,11 @@ def swe(
     if n > spec.pe_rows or n > spec.pe_cols:
         fail(f"--n {n}: a {n} x {n} PE grid does not fit the {spec.name} wafer's "
              f"{spec.pe_rows} x {spec.pe_cols} PEs")  # fmt: skip
-    from wse_hpc.fields.swe import run_swe
+    from wse_hpc.fields.swe import SweConfig, run_swe
 
-    run = run_swe(spec, n, steps=steps, g=g, cfl=cfl, defect_seed=defect_seed,
-                  translate_domain=translate)  # fmt: skip
+    cfg = SweConfig(n=n, steps=steps, g=g, cfl=cfl, defect_seed=defect_seed,
+                    translate_domain=translate)  # fmt: skip
+    run = run_swe(spec, cfg)
     if not multiprocess.is_primary():
         return  # every process computed the same run; process 0 reports it
     r = run.report

@@ -7,16 +7,18 @@ state is conduction (T = 1 - z) plus a small deterministic perturbation. The sta
 theta = T - (1 - z) (`FlowSpec.stratification` = 1): `full_temperature` adds the profile
 back; the Nusselt number 1 + <w theta> / kappa is the same (<w> vanishes on every level).
 
-- `rayleigh_benard(spec, grid, ra, pr, aspect, ...)` -> `(grid, FlowSpec, FlowFns, state)`.
+- `rayleigh_benard(spec, grid, RbCase(ra=, pr=, ...))` -> `(grid, FlowSpec, FlowFns, state)`.
 - `growth_rate(...)`: d ln(KE) / 2 dt of the linear perturbation, after the transient, in
   units of 1 / the free-fall time; `onset(...)` the Ra where it crosses zero (secant on ln Ra
   between two bracketing runs): rigid-rigid Ra_c = 1707.76 at wavenumber 3.117
   (Chandrasekhar 1961) in a box one critical wavelength wide.
-- `nusselt_run(...)`: the time-averaged Nusselt number over the last part of a run.
+- `nusselt_run(spec, shape, NusseltConfig(...))`: the time-averaged Nusselt number over
+  the last part of a run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -32,7 +34,9 @@ __all__ = [
     "full_temperature",
     "CRITICAL_ASPECT",
     "RA_CRITICAL",
+    "RbCase",
     "growth_rate",
+    "NusseltConfig",
     "nusselt_run",
     "rayleigh_benard",
 ]
@@ -50,19 +54,24 @@ def stable_dt(shape, aspect: float, ra: float, pr: float, u_max: float = 1.0) ->
     return 0.5 * min(h * h / (2 * d * max(nu, kappa)), h / u_max)
 
 
-def rayleigh_benard(
-    spec: WaferSpec,
-    shape: tuple[int, int, int],
-    *,
-    ra: float,
-    pr: float,
-    aspect: float = 2.0,
-    dt: float | None = None,
-    amplitude: float = 1e-3,
-    mesh_shape: tuple[int, int] | None = None,
-    defect_seed: int | None = None,
-):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RbCase:
+    """A Rayleigh-Benard case: Ra, Pr, width / height, the step (None: `stable_dt`), the
+    initial perturbation's amplitude, the PE mesh and the defect draw."""
+
+    ra: float
+    pr: float
+    aspect: float = 2.0
+    dt: float | None = None
+    amplitude: float = 1e-3
+    mesh_shape: tuple[int, int] | None = None
+    defect_seed: int | None = None
+
+
+def rayleigh_benard(spec: WaferSpec, shape: tuple[int, int, int], case: RbCase):
     """The Rayleigh-Benard case: `(grid, flow_spec, fns, state)` (see the module)."""
+    ra, pr, aspect, dt, amplitude = case.ra, case.pr, case.aspect, case.dt, case.amplitude
+    mesh_shape, defect_seed = case.mesh_shape, case.defect_seed
     if not (ra > 0 and math.isfinite(ra)):
         raise FieldError(f"the Rayleigh number must be positive, got {ra}")
     if not (pr > 0 and math.isfinite(pr)) or not (aspect > 0 and math.isfinite(aspect)):
@@ -113,12 +122,11 @@ def _runner(fns, flow: FlowSpec, chunk: int):
     return run
 
 
-def growth_rate(spec, shape, *, ra, pr=1.0, aspect=CRITICAL_ASPECT, t_skip=10.0,
-                t_fit=10.0, mesh_shape=None, defect_seed=None) -> float:  # fmt: skip
-    """The perturbation's growth rate: half the slope of ln KE over `t_fit` after `t_skip`."""
-    grid, flow, fns, s = rayleigh_benard(spec, shape, ra=ra, pr=pr, aspect=aspect,
-                                         amplitude=1e-4, mesh_shape=mesh_shape,
-                                         defect_seed=defect_seed)  # fmt: skip
+def growth_rate(spec, shape, case: RbCase, *, t_skip=10.0, t_fit=10.0) -> float:
+    """The perturbation's growth rate: half the slope of ln KE over `t_fit` after `t_skip`
+    (the case's amplitude replaced by 1e-4, inside the linear regime)."""
+    case = dataclasses.replace(case, amplitude=1e-4)
+    grid, flow, fns, s = rayleigh_benard(spec, shape, case)
     n_skip, n_fit = int(round(t_skip / flow.dt)), int(round(t_fit / flow.dt))
     s, _, _ = _runner(fns, flow, n_skip)(s)
     _, ke, _ = _runner(fns, flow, n_fit)(s)
@@ -126,26 +134,42 @@ def growth_rate(spec, shape, *, ra, pr=1.0, aspect=CRITICAL_ASPECT, t_skip=10.0,
     return float(np.polyfit(t, np.log(np.asarray(ke, np.float64)), 1)[0] / 2)
 
 
-def onset(spec, shape, *, ra_lo: float, ra_hi: float, **kw) -> float:
-    """Ra where the growth rate crosses zero, by the secant in ln Ra between two runs."""
-    s_lo, s_hi = growth_rate(spec, shape, ra=ra_lo, **kw), growth_rate(spec, shape, ra=ra_hi, **kw)
+def onset(spec, shape, case: RbCase, *, ra_lo: float, ra_hi: float, **kw) -> float:
+    """Ra where the growth rate crosses zero, by the secant in ln Ra between two runs of
+    `case` at `ra_lo` and `ra_hi` (its own Ra unused)."""
+    s_lo, s_hi = (growth_rate(spec, shape, dataclasses.replace(case, ra=r), **kw)
+                  for r in (ra_lo, ra_hi))  # fmt: skip
     if not s_lo < 0 < s_hi:
         raise FieldError(f"Ra {ra_lo}..{ra_hi} does not bracket the onset ({s_lo}, {s_hi})")
     a, b = math.log(ra_lo), math.log(ra_hi)
     return math.exp(a - s_lo * (b - a) / (s_hi - s_lo))
 
 
-def nusselt_run(spec, shape, *, ra, pr, aspect=2.0, t_end=200.0, t_avg=50.0, chunk=500,
-                mesh_shape=None) -> tuple[float, object]:  # fmt: skip
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NusseltConfig:
+    """A Nusselt-number run: the case's Ra, Pr and aspect, its end time and averaging window
+    (free-fall times), steps per jitted call and the PE mesh."""
+
+    ra: float
+    pr: float
+    aspect: float = 2.0
+    t_end: float = 200.0
+    t_avg: float = 50.0
+    chunk: int = 500
+    mesh_shape: tuple[int, int] | None = None
+
+
+def nusselt_run(spec, shape, cfg: NusseltConfig) -> tuple[float, object]:
     """The Nusselt number averaged over the last `t_avg` free-fall times of a run to
     `t_end`, and the final state."""
-    grid, flow, fns, s = rayleigh_benard(spec, shape, ra=ra, pr=pr, aspect=aspect,
-                                         amplitude=1e-2, mesh_shape=mesh_shape)  # fmt: skip
-    run = _runner(fns, flow, chunk)
+    case = RbCase(ra=cfg.ra, pr=cfg.pr, aspect=cfg.aspect, amplitude=1e-2,
+                  mesh_shape=cfg.mesh_shape)  # fmt: skip
+    grid, flow, fns, s = rayleigh_benard(spec, shape, case)
+    run = _runner(fns, flow, cfg.chunk)
     steps, total, count = 0, 0.0, 0
-    while steps * flow.dt < t_end:
+    while steps * flow.dt < cfg.t_end:
         s, _, nu_sum = run(s)
-        steps += chunk
-        if steps * flow.dt > t_end - t_avg:
-            total, count = total + float(nu_sum), count + chunk
+        steps += cfg.chunk
+        if steps * flow.dt > cfg.t_end - cfg.t_avg:
+            total, count = total + float(nu_sum), count + cfg.chunk
     return total / max(count, 1), s

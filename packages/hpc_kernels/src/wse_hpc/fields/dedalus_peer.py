@@ -1,7 +1,7 @@
 """Dedalus as a peer for the Rayleigh-Benard case: tests and benches only, never the runtime.
 
-`dedalus_nusselt(ra=, pr=, ...) -> DedalusRun` runs Dedalus 3's own 2D Rayleigh-Benard
-example (examples/ivp_2d_rayleigh_benard: first-order tau formulation, RealFourier x
+`dedalus_nusselt(DedalusConfig(ra=, pr=, ...)) -> DedalusRun` runs Dedalus 3's own 2D
+Rayleigh-Benard example (examples/ivp_2d_rayleigh_benard: first-order tau formulation, RealFourier x
 ChebyshevT bases, 3/2 dealiasing, RK222, the example's CFL controller) on the case of
 `wse_hpc.fields.convection.rayleigh_benard`, and returns the Nusselt number
 1 + <w b> / kappa averaged (weighted by the step) over the last `t_avg` free-fall times of a
@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-__all__ = ["DedalusRun", "dedalus_nusselt"]
+__all__ = ["DedalusConfig", "DedalusRun", "dedalus_nusselt"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +40,23 @@ class DedalusRun:
     steps: int
     wall_s: float  # the time loop alone (the solver's build excluded, reported apart)
     build_s: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DedalusConfig:
+    """One Dedalus run of the case: `nx` x `nz` modes, to `t_end`, Nu averaged over the last
+    `t_avg` (free-fall times); the example's CFL capped at `max_dt`; history every `every`."""
+
+    ra: float
+    pr: float
+    aspect: float = 2.0
+    nx: int = 64
+    nz: int = 32
+    t_end: float = 100.0
+    t_avg: float = 20.0
+    amplitude: float = 1e-2
+    max_dt: float = 0.125
+    every: int = 50
 
 
 def _problem(d3, ra: float, pr: float, aspect: float, nx: int, nz: int):
@@ -77,35 +94,35 @@ def _problem(d3, ra: float, pr: float, aspect: float, nx: int, nz: int):
     return problem, dist, (xb, zb), u, b, ez, kappa
 
 
-def dedalus_nusselt(*, ra: float, pr: float, aspect: float = 2.0, nx: int = 64, nz: int = 32,
-                    t_end: float = 100.0, t_avg: float = 20.0, amplitude: float = 1e-2,
-                    max_dt: float = 0.125, every: int = 50) -> DedalusRun:  # fmt: skip
-    """Dedalus's Rayleigh-Benard example on our case (see the module); `nx` x `nz` modes."""
+def dedalus_nusselt(cfg: DedalusConfig) -> DedalusRun:
+    """Dedalus's Rayleigh-Benard example on our case (see the module)."""
     import dedalus.public as d3
 
     logging.getLogger("dedalus").setLevel(logging.WARNING)
     logging.getLogger("subsystems").setLevel(logging.WARNING)
     logging.getLogger("solvers").setLevel(logging.WARNING)
     t0 = time.perf_counter()
-    problem, dist, (xb, zb), u, b, ez, kappa = _problem(d3, ra, pr, aspect, nx, nz)
+    problem, dist, (xb, zb), u, b, ez, kappa = _problem(
+        d3, cfg.ra, cfg.pr, cfg.aspect, cfg.nx, cfg.nz
+    )
     solver = problem.build_solver(d3.RK222)
     x, z = dist.local_grids(xb, zb)
-    b["g"] = 1 - z + amplitude * np.sin(math.pi * z) * np.cos(2 * math.pi * x / aspect)
-    cfl = d3.CFL(solver, initial_dt=max_dt, cadence=10, safety=0.5, threshold=0.05,
-                 max_change=1.5, min_change=0.5, max_dt=max_dt)  # fmt: skip
+    b["g"] = 1 - z + cfg.amplitude * np.sin(math.pi * z) * np.cos(2 * math.pi * x / cfg.aspect)
+    cfl = d3.CFL(solver, initial_dt=cfg.max_dt, cadence=10, safety=0.5, threshold=0.05,
+                 max_change=1.5, min_change=0.5, max_dt=cfg.max_dt)  # fmt: skip
     cfl.add_velocity(u)
-    nu_op = 1 + d3.Integrate(ez @ u * b, ("x", "z")) / (aspect * kappa)
+    nu_op = 1 + d3.Integrate(ez @ u * b, ("x", "z")) / (cfg.aspect * kappa)
     build = time.perf_counter() - t0
     t0 = time.perf_counter()
     acc, span, history = 0.0, 0.0, []
-    while solver.sim_time < t_end - 1e-12:
-        dt = min(cfl.compute_timestep(), t_end - solver.sim_time)
+    while solver.sim_time < cfg.t_end - 1e-12:
+        dt = min(cfl.compute_timestep(), cfg.t_end - solver.sim_time)
         solver.step(dt)
         inst = None
-        if solver.sim_time > t_end - t_avg:
+        if solver.sim_time > cfg.t_end - cfg.t_avg:
             inst = float(np.ravel(nu_op.evaluate()["g"])[0])
             acc, span = acc + inst * dt, span + dt
-        if solver.iteration % every == 0:
+        if solver.iteration % cfg.every == 0:
             inst = inst if inst is not None else float(np.ravel(nu_op.evaluate()["g"])[0])
             history.append((float(solver.sim_time), inst))
             if not math.isfinite(inst):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from wse_core import preset
 
-from wse_hpc.fields.cavity import GHIA, cavity
+from wse_hpc.fields.cavity import GHIA, CavityConfig, cavity
 from wse_hpc.fields.plots import plot_temperature
 from wse_hpc.fields.runs import CfdConfig, run_cfd
 
@@ -18,7 +18,8 @@ __all__ = ["part"]
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """Cavity Re 100 (16^2 quick, 24^2) to steady state; Rayleigh-Benard Ra 5e4 (< ~60 s)."""
     n = 16 if quick else 24
-    r = cavity(preset("small"), n, 100.0, t_max=20.0, steady_tol=1e-3, mesh_shape=(1, 1))
+    cfg = CavityConfig(n=n, re=100.0, t_max=20.0, steady_tol=1e-3, mesh_shape=(1, 1))
+    r = cavity(preset("small"), cfg)
     err = max(np.abs(r.u_centre - GHIA[100]["u"]).max(), np.abs(r.v_centre - GHIA[100]["v"]).max())
     console.print(
         f"lid-driven cavity Re 100 on {n} x {n} (projection, Jacobi-PCG pressure on the "

@@ -26,7 +26,7 @@ from jax import lax
 from wse_core import RunReport, WaferSpec
 from wse_core.cost.perf import serial
 
-from wse_hpc.fields.convection import full_temperature, rayleigh_benard, stable_dt
+from wse_hpc.fields.convection import RbCase, full_temperature, rayleigh_benard, stable_dt
 from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
 from wse_hpc.fields.perf import program_phases
@@ -49,6 +49,7 @@ class CfdConfig:
     aspect: float = 2.0
     re: float = 100.0
     dt: float | None = None
+    time_scheme: str = "euler"  # cavity only: "euler" or "rk3" (`FlowSpec.time_scheme`)
     output_every: int = 0  # 0: only at the end (when out_dir is given)
     out_dir: Path | None = None
     restart: bool = False
@@ -76,15 +77,17 @@ def latest_output(out_dir: Path) -> Path | None:
 def _build(cfg: CfdConfig):
     """(grid, flow, fns, state, kappa) of the case."""
     if cfg.case == "rayleigh-benard":
-        grid, flow, fns, state = rayleigh_benard(
-            cfg.spec, cfg.grid, ra=cfg.ra, pr=cfg.pr, aspect=cfg.aspect, dt=cfg.dt,
-            amplitude=1e-2, mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed,
-        )  # fmt: skip
+        if cfg.time_scheme != "euler":
+            raise FieldError("time_scheme 'rk3' is the cavity's; rayleigh-benard runs 'euler'")
+        case = RbCase(ra=cfg.ra, pr=cfg.pr, aspect=cfg.aspect, dt=cfg.dt, amplitude=1e-2,
+                      mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed)  # fmt: skip
+        grid, flow, fns, state = rayleigh_benard(cfg.spec, cfg.grid, case)
         return grid, flow, fns, state, flow.kappa
     if cfg.case == "cavity":
         from wse_hpc.fields.cavity import cavity_case
 
         grid, flow, fns, state = cavity_case(cfg.spec, cfg.grid, re=cfg.re, dt=cfg.dt,
+                                             time_scheme=cfg.time_scheme,
                                              mesh_shape=cfg.mesh_shape,
                                              defect_seed=cfg.defect_seed)  # fmt: skip
         return grid, flow, fns, state, 1.0
@@ -97,8 +100,10 @@ def check_dt(cfg: CfdConfig, dt: float) -> None:
     if cfg.case == "rayleigh-benard":
         limit = 2 * stable_dt(cfg.grid, cfg.aspect, cfg.ra, cfg.pr)
     else:
-        h, nu = 1.0 / max(cfg.grid[:2]), 1.0 / cfg.re
-        limit = min(0.25 * h * h / nu, h, 2 * nu)
+        from wse_hpc.fields.cavity import SAFETY
+        from wse_hpc.fields.cavity import stable_dt as cavity_dt
+
+        limit = cavity_dt(cfg.grid, cfg.re, cfg.time_scheme) / SAFETY
     if dt > limit:
         raise FieldError(
             f"--dt {dt:g} breaks the explicit step's limit {limit:.4g} "

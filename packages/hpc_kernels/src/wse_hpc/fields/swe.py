@@ -20,8 +20,8 @@ Translation; their exact discretisation was not read here (the sources at hand g
 method and the scale), so this is the textbook C-grid scheme named above, not theirs.
 
 `shallow_water(grid, g, dt)` returns `step_fn(SweState) -> SweState`; `mass`, `energy`
-are the diagnostics (wafer-wide reductions through the fabric); `run_swe` is the shell of
-`wse hpc swe` (a Gaussian hump, drifts, `.report`).
+are the diagnostics (wafer-wide reductions through the fabric); `run_swe(spec,
+SweConfig(...))` is the shell of `wse hpc swe` (a Gaussian hump, drifts, `.report`).
 
 Domain Translation (`translate=True`): after every step the whole state moves one PE east
 (a periodic fabric shift of each field), so the grid's association with the PEs drifts one
@@ -34,6 +34,7 @@ systems).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import NamedTuple
 
@@ -52,6 +53,7 @@ __all__ = [
     "SweState",
     "energy",
     "mass",
+    "SweConfig",
     "run_swe",
     "shallow_water",
     "swe_state",
@@ -152,12 +154,31 @@ class SweRun(NamedTuple):
     report: RunReport
 
 
-def run_swe(spec: WaferSpec, n: int, *, steps: int, g: float = 9.81, cfl: float = 0.4,
-            amplitude: float = 0.1, mesh_shape=None, defect_seed=None,
-            translate_domain: bool = False) -> SweRun:  # fmt: skip
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweConfig:
+    """One shallow-water run: `n x n` cells, `steps` steps at `cfl` of the gravity-wave
+    limit, a Gaussian hump of `amplitude` on depth 1; Domain Translation when asked."""
+
+    n: int
+    steps: int
+    g: float = 9.81
+    cfl: float = 0.4
+    amplitude: float = 0.1
+    mesh_shape: tuple[int, int] | None = None
+    defect_seed: int | None = None
+    translate_domain: bool = False
+
+
+def run_swe(spec: WaferSpec, cfg: SweConfig) -> SweRun:
     """A Gaussian hump of `amplitude` on depth 1 in the periodic unit square, `steps` steps
     at `cfl` of the gravity-wave limit h / sqrt(g h_max); mass and energy drifts and the
     `RunReport` (each step priced from its recorded program)."""
+    n, steps, g, cfl, amplitude = cfg.n, cfg.steps, cfg.g, cfg.cfl, cfg.amplitude
+    mesh_shape, defect_seed, translate_domain = (
+        cfg.mesh_shape,
+        cfg.defect_seed,
+        cfg.translate_domain,
+    )
     if n < 3 or steps < 0 or not (0 < cfl <= MAX_CFL) or not g > 0 or not 0 <= amplitude < 1:
         raise FieldError(f"bad shallow-water run: n {n}, steps {steps}, cfl {cfl}, g {g}")
     grid = field_grid(spec, (n, n, 1), periodic=(True, True, True), mesh_shape=mesh_shape,

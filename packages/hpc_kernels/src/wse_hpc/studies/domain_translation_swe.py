@@ -26,7 +26,7 @@ from wse_core import ExperimentResult, PredictionRow, RunReport, preset
 
 from wse_hpc.fields.grid import field_grid
 from wse_hpc.fields.perf import program_phases
-from wse_hpc.fields.swe import run_swe, shallow_water, swe_state, translate
+from wse_hpc.fields.swe import SweConfig, run_swe, shallow_water, swe_state, translate
 
 __all__ = ["NAME", "run"]
 
@@ -37,8 +37,8 @@ SOURCE = "Oppelstrup et al., arXiv:2511.11542 (inputs only)"
 def _measured(quick: bool) -> dict:
     steps = 20 if quick else 100
     kw = {"steps": steps, "g": 1.0}  # the mesh the devices give (8 in the tests)
-    plain = run_swe(preset("small"), 16, **kw)
-    moved = run_swe(preset("small"), 16, translate_domain=True, **kw)
+    plain = run_swe(preset("small"), SweConfig(n=16, **kw))
+    moved = run_swe(preset("small"), SweConfig(n=16, translate_domain=True, **kw))
     same = bool(np.array_equal(plain.h, moved.h))
     return {
         "grid": [16, 16],

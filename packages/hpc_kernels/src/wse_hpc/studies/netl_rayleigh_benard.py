@@ -24,7 +24,7 @@ import math
 
 from wse_core import ExperimentResult, PredictionRow, RunReport, preset
 
-from wse_hpc.fields.convection import rayleigh_benard
+from wse_hpc.fields.convection import RbCase, rayleigh_benard
 from wse_hpc.fields.perf import program_phases
 from wse_hpc.fields.runs import CfdConfig, run_cfd
 
@@ -49,7 +49,8 @@ def _measured_cg(quick: bool) -> tuple[float, dict]:
 
 def _step_report(nz: int, cg_its: float) -> RunReport:
     spec = preset("wse2")
-    grid, _, fns, state = rayleigh_benard(spec, (4, 4, nz), ra=1e5, pr=0.71, mesh_shape=(1, 1))
+    case = RbCase(ra=1e5, pr=0.71, mesh_shape=(1, 1))
+    grid, _, fns, state = rayleigh_benard(spec, (4, 4, nz), case)
     phases = program_phases(grid, fns.step_fn, state, repeats={"cg_iteration": cg_its},
                             pe_rect=(spec.pe_rows, spec.pe_cols))  # fmt: skip
     return RunReport.build(NAME, spec, phases, units="timesteps")
