@@ -99,7 +99,7 @@ def test_streamed_equals_plain_jax_grad(arch):
 
 @pytest.mark.parametrize("num_csx, micro_batch", [(1, None), (2, 2)])
 def test_step_gradient_norm_is_the_whole_models_global_norm(num_csx, micro_batch):
-    """`StepStats.grad_norm` is optax.global_norm of `jax.grad` of the whole model's loss at
+    """`StepStats.grad_norm` is the global L2 norm (optax.tree.norm) of `jax.grad` of the whole model's loss at
     the step's starting weights (replicas and micro-batches summed). fp32 sums in another
     order: ~1e-7 relative; 1e-5 leaves room for the ulp-level weight drift of 3 steps."""
     model, opt = _model(), ADAMW
@@ -110,7 +110,7 @@ def test_step_gradient_norm_is_the_whole_models_global_norm(num_csx, micro_batch
     grad = jax.jit(jax.grad(lambda p, b: loss_fn(model, p, b)))
     norms = []
     for b in _batches(model):
-        norms.append(float(optax.global_norm(grad(params, b))))
+        norms.append(float(optax.tree.norm(grad(params, b))))
         params, state, _ = step(params, state, b)
     np.testing.assert_allclose([s.grad_norm for s in stats], norms, rtol=1e-5)
 

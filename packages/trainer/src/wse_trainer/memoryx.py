@@ -83,7 +83,7 @@ def _add(a, b):
 @jax.jit
 def _add_square_norm(total, grads):
     """`total` plus the squared L2 norm of the gradient pytree `grads` (a device scalar)."""
-    return total + jnp.square(optax.global_norm(grads))
+    return total + optax.tree.norm(grads, squared=True)
 
 
 @functools.partial(jax.jit, static_argnums=1)

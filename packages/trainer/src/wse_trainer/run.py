@@ -111,6 +111,7 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
 
     with progress(end - start, "training", quiet=not is_primary()) as done:
         for step in range(start + 1, end + 1):
+            ckpt.check()  # a save that failed in the background stops the run here
             batch = next(s.iterator)
             st = s.trainer.step(batch, s.segments(batch, s.config.train_input.packing))
             if not math.isfinite(st.loss):
