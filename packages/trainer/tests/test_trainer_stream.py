@@ -99,9 +99,10 @@ def test_streamed_equals_plain_jax_grad(arch):
 
 @pytest.mark.parametrize("num_csx, micro_batch", [(1, None), (2, 2)])
 def test_step_gradient_norm_is_the_whole_models_global_norm(num_csx, micro_batch):
-    """`StepStats.grad_norm` is the global L2 norm (optax.tree.norm) of `jax.grad` of the whole model's loss at
-    the step's starting weights (replicas and micro-batches summed). fp32 sums in another
-    order: ~1e-7 relative; 1e-5 leaves room for the ulp-level weight drift of 3 steps."""
+    """`StepStats.grad_norm` is the global L2 norm (optax.tree.norm) of `jax.grad` of the
+    whole model's loss at the step's starting weights (replicas and micro-batches summed).
+    fp32 sums in another order: ~1e-7 relative; 1e-5 leaves room for the ulp-level weight
+    drift of 3 steps."""
     model, opt = _model(), ADAMW
     _, stats = _streamed(model, opt, num_csx=num_csx, micro_batch=micro_batch)
     params = wse_models.init_params(model, jax.random.key(1))

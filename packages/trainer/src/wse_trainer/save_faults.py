@@ -5,10 +5,11 @@ When a save fails on the disk (ENOSPC, a folder gone), `wse_trainer.checkpoints`
 background threads meanwhile log the same error with its traceback at ERROR level, then
 log the follow-on failures of its other threads; tensorstore's writes still in flight
 complete onto the failed save's closed event loop and print `RuntimeError: Event loop is
-closed` through `sys.excepthook`; closing the manager raises the stored error once more.
+closed` (through `sys.excepthook` or `sys.unraisablehook`); closing the manager raises the
+stored error once more.
 `quiet_orbax()` (installed by every writing `Checkpointer`) drops orbax's log records
 whose error is an OSError, and every orbax record once a save has failed; `save_failed()`
-marks that moment and installs an excepthook that drops the closed-loop errors (any other
+marks that moment and installs hooks that drop the closed-loop errors (any other
 error still prints). Errors that are not the disk's keep their tracebacks.
 """
 
@@ -71,10 +72,14 @@ def save_failed() -> None:
     if _failed:
         return
     _failed = True
-    previous = sys.excepthook
+    previous, unraisable = sys.excepthook, sys.unraisablehook
 
     def hook(kind: type[BaseException], e: BaseException, tb: TracebackType | None) -> None:
         if not _closed_loop(e):
             previous(kind, e, tb)
 
-    sys.excepthook = hook
+    def unraisable_hook(u) -> None:  # noqa: ANN001 (sys.UnraisableHookArgs)
+        if u.exc_value is None or not _closed_loop(u.exc_value):
+            unraisable(u)
+
+    sys.excepthook, sys.unraisablehook = hook, unraisable_hook
