@@ -4,8 +4,8 @@
 `wse1`, `wse2`, `wse3` carry the public figures of shared/REFERENCES.md; where a figure is not
 published the value is an assumption and its comment says so. Small presets (`tiny`,
 `small`, `demo`) exist for tests and demos. `preset` and `load_spec` are pure: a name or a
-file gives the same spec in any context. `wse_core.hw.spec` (the `WaferSpec` class)
-re-exports every name here, so `from wse_core.hw.spec import preset` keeps working.
+file gives the same spec in any context. `wse_core.hw.spec` re-exports every name here
+with the `WaferSpec` class (`wse_core.hw.description`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from types import MappingProxyType
 from typing import Any
 
 from wse_core.errors import SpecError, suggest, yaml_problem
+from wse_core.hw.description import WaferSpec, _coerce
 from wse_core.hw.simd import SIMD_WSE3
-from wse_core.hw.spec import WaferSpec, _coerce
 
 __all__ = ["PRESETS", "preset", "spec_from", "load_spec"]
 
