@@ -4,6 +4,7 @@ process that dies stops the others with a clear error."""
 import json
 import signal
 import subprocess
+import threading
 import time
 
 import psutil
@@ -119,3 +120,50 @@ def test_bad_process_flags_are_exit_2():
         env=clean_env(),
     )
     assert r.returncode == 2 and "HOST:PORT" in r.stderr
+
+
+@pytest.mark.timeout(240)
+def test_a_childs_error_is_printed_once_within_seconds(tmp_path):
+    """Both children refuse the same bad input: its one line is printed once, by the launcher
+    naming the process, a few seconds at most after the first child exited (the launcher
+    looks every 0.2 s and waits up to 2 s for the child's last lines)."""
+    missing = tmp_path / "missing.yaml"
+    cmd = WSE + ["launch", "--nproc", "2", "--devices-per-proc", "1", "--", "wafer", "info"]
+    launcher = subprocess.Popen(
+        [*cmd, "--spec", str(missing)], stderr=subprocess.PIPE, text=True, env=clean_env()
+    )
+    lines: list[tuple[float, str]] = []
+
+    def read():
+        for line in launcher.stderr:
+            lines.append((time.monotonic(), line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    first_exit, kids = None, {}
+    try:
+        while launcher.poll() is None:
+            try:
+                kids.update((c.pid, c) for c in psutil.Process(launcher.pid).children())
+            except psutil.NoSuchProcess:
+                break
+            if first_exit is None and any(_exited(c) for c in kids.values()):
+                first_exit = time.monotonic()
+            time.sleep(0.05)
+        reader.join(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    text = "".join(line for _, line in lines)
+    assert launcher.returncode == 2, text
+    assert len(lines) == 1 and text.count("cannot read spec file") == 1, text
+    assert text.startswith("Error: process ") and "stopped the other 1" in text, text
+    assert first_exit is not None
+    assert lines[0][0] - first_exit < 5.0, f"{lines[0][0] - first_exit:.1f} s after a child exit"
+
+
+def _exited(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

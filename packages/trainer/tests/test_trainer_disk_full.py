@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from wse_trainer import checkpoints
+from wse_trainer import save_faults
 from wse_trainer.checkpoints import Checkpointer, CheckpointSaveError
 
 STATE = {"w": np.arange(1024, dtype=np.float32)}  # 4 KiB
@@ -26,7 +26,7 @@ def test_a_save_past_the_free_space_is_refused_before_writing(tmp_path, monkeypa
         ckpt.save(1, STATE, {"step": 1})
         ckpt.wait()
         real = shutil.disk_usage
-        monkeypatch.setattr(checkpoints.shutil, "disk_usage", lambda p: real(p)._replace(free=4095))
+        monkeypatch.setattr(save_faults.shutil, "disk_usage", lambda p: real(p)._replace(free=4095))
         with pytest.raises(CheckpointSaveError) as e:
             ckpt.save(2, STATE, {"step": 2})
         text = _one_line(e)

@@ -110,6 +110,49 @@ def test_nan_loss_stops_without_a_broken_checkpoint(tmp_path):
     assert steps and all(np.isfinite(_losses(tmp_path / "model_dir")[s]) for s in steps)
 
 
+def test_an_inf_gradient_under_a_finite_loss_stops_the_run(tmp_path, monkeypatch):
+    """Step 2's summed gradient turns Inf while its loss (computed before the update) stays
+    finite: the run stops at step 2 naming step 1's checkpoint, which holds finite weights,
+    and nothing is exported."""
+    import jax.numpy as jnp
+    from wse_trainer.stream import StreamedTrainer
+    from wse_trainer.swarmx import SwarmX
+
+    steps: list = []
+    real_step, real_reduce = StreamedTrainer.step, SwarmX.reduce
+
+    def counted_step(self, *args, **kwargs):
+        steps.append(None)
+        st = real_step(self, *args, **kwargs)
+        steps[-1] = st
+        return st
+
+    def broken_reduce(self, grads):
+        total = real_reduce(self, grads)
+        if len(steps) < 2:
+            return total
+        return jax.tree.map(lambda g: g.at[(0,) * g.ndim].set(jnp.inf), total)
+
+    monkeypatch.setattr(StreamedTrainer, "step", counted_step)
+    monkeypatch.setattr(SwarmX, "reduce", broken_reduce)
+    cfg = tiny_config(tmp_path, "runconfig.checkpoint_steps=1", "runconfig.max_steps=4")
+    with pytest.raises(TrainingDivergedError) as e:
+        run(cfg)
+    text = str(e.value)
+    assert "\n" not in text and e.value.exit_code == 1
+    assert "gradient norm is inf at step 2" in text and "last good checkpoint: step 1" in text
+    assert len(steps) == 2 and np.isfinite(steps[1].loss) and not np.isfinite(steps[1].grad_norm)
+    assert np.isfinite(steps[0].grad_norm) and steps[0].grad_norm > 0
+    model_dir = tmp_path / "model_dir"
+    assert not (model_dir / "hf").exists()
+    ckpt = Checkpointer(model_dir / "checkpoints", read_only=True)
+    try:
+        assert ckpt.all_steps() == [1]
+    finally:
+        ckpt.close()
+    assert all(np.isfinite(m["grad_norm"]) for m in read_metrics(model_dir) if m["mode"] == "train")
+
+
 def _cli(args, env):
     code = "from wse_cli.app import main; main()"
     return [sys.executable, "-c", code, "train", *args], env

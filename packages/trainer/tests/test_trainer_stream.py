@@ -14,6 +14,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 import wse_models
 from wse_core import SramBudgetError, preset
@@ -21,7 +22,7 @@ from wse_systems.training.plan import plan_activations
 from wse_trainer.config import OptimizerConfig
 from wse_trainer.layout import Layout
 from wse_trainer.optimizer import base_transform, full_transform
-from wse_trainer.reference import fused_step
+from wse_trainer.reference import fused_step, loss_fn
 from wse_trainer.stream import StreamedTrainer
 from wse_trainer.swarmx import SwarmX, tree_bytes
 
@@ -94,6 +95,25 @@ def test_streamed_equals_plain_jax_grad(arch):
     p_ref, losses = _fused(model, opt)
     np.testing.assert_allclose([s.loss for s in stats], losses, rtol=1e-6)
     assert _max_diff(p_stream, p_ref) < 1e-5
+
+
+@pytest.mark.parametrize("num_csx, micro_batch", [(1, None), (2, 2)])
+def test_step_gradient_norm_is_the_whole_models_global_norm(num_csx, micro_batch):
+    """`StepStats.grad_norm` is the global L2 norm (optax.tree.norm) of `jax.grad` of the
+    whole model's loss at the step's starting weights (replicas and micro-batches summed).
+    fp32 sums in another order: ~1e-7 relative; 1e-5 leaves room for the ulp-level weight
+    drift of 3 steps."""
+    model, opt = _model(), ADAMW
+    _, stats = _streamed(model, opt, num_csx=num_csx, micro_batch=micro_batch)
+    params = wse_models.init_params(model, jax.random.key(1))
+    tx = full_transform(opt, 10)
+    state, step = tx.init(params), jax.jit(fused_step(model, tx))
+    grad = jax.jit(jax.grad(lambda p, b: loss_fn(model, p, b)))
+    norms = []
+    for b in _batches(model):
+        norms.append(float(optax.tree.norm(grad(params, b))))
+        params, state, _ = step(params, state, b)
+    np.testing.assert_allclose([s.grad_norm for s in stats], norms, rtol=1e-5)
 
 
 @pytest.mark.parametrize("n", [4, pytest.param(8, marks=pytest.mark.slow)])

@@ -41,6 +41,7 @@ __all__ = [
     "resolve_model_dir",
     "eos_token_ids",
     "read_config",
+    "check_config_file",
     "check_host_memory",
 ]
 
@@ -229,17 +230,39 @@ def truncated_model(model: LoadedModel, n_layers: int) -> LoadedModel:
 
 def read_config(path: str | Path) -> Any:
     """The model's `wse_models.ModelConfig` from its config.json alone (no weights read)."""
+    folder = resolve_model_dir(path)
+    d = _config_json(folder)  # within the file limits, before JAX is imported
     import wse_models
 
-    folder = resolve_model_dir(path)
+    try:
+        return wse_models.config_from_hf(d)
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise _config_error(folder, err) from None
+
+
+def check_config_file(path: str | Path) -> None:
+    """Refuse a config.json past the file limits (size, JSON depth) when `path` holds one,
+    with no JAX imported; a missing or odd model dir is left to `read_config`."""
+    try:
+        folder = resolve_model_dir(path)
+    except ModelLoadError:
+        return
+    _config_json(folder)
+
+
+def _config_json(folder: Path) -> dict[str, Any]:
     try:
         d = _json_file(folder / "config.json")
-        if not isinstance(d, dict):
-            raise ValueError("config.json must hold a JSON object")
-        return wse_models.config_from_hf(d)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
-        why = " ".join(str(err).split())
-        raise ModelLoadError(f"cannot read {str(folder / 'config.json')!r}: {why}") from None
+    except (OSError, ValueError) as err:
+        raise _config_error(folder, err) from None
+    if not isinstance(d, dict):
+        raise _config_error(folder, ValueError("config.json must hold a JSON object"))
+    return d
+
+
+def _config_error(folder: Path, err: BaseException) -> ModelLoadError:
+    why = " ".join(str(err).split())
+    return ModelLoadError(f"cannot read {str(folder / 'config.json')!r}: {why}")
 
 
 def serving_host_bytes(config: Any, *, rows: int, max_context: int) -> int:

@@ -44,7 +44,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -58,6 +57,7 @@ from wse_core.host.distributed import is_primary
 from wse_core.host.memory import format_bytes
 
 from wse_trainer.config import ConfigError
+from wse_trainer.save_faults import free_bytes, os_error, quiet_orbax, save_failed
 
 __all__ = [
     "ASIDE",
@@ -209,25 +209,12 @@ class CheckpointSaveError(RunFault):
     """A checkpoint could not be written (a full disk, a folder gone): training stops."""
 
 
-def _free_bytes(directory: Path) -> int:
-    p = directory
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return shutil.disk_usage(p).free
-
-
-def _os_error(e: BaseException | None) -> OSError | None:
-    """The OSError under an exception (orbax wraps the disk's own error)."""
-    while e is not None and not isinstance(e, OSError):
-        e = e.__cause__ or e.__context__
-    return e
-
-
 class Checkpointer:
     def __init__(self, directory: str | Path, *, keep: int = 3, read_only: bool = False):
         self.directory = Path(directory).absolute()
         self._created = not read_only and not self.directory.exists()
         self._unsealed: list[int] = []
+        self._failed = False  # a save failed: orbax's manager holds that error
         options = ocp.CheckpointManagerOptions(
             max_to_keep=None if read_only else keep,  # what orbax sets (and warns of) when
             save_interval_steps=0 if read_only else 1,  # read-only, said here
@@ -236,6 +223,8 @@ class Checkpointer:
             cleanup_tmp_directories=not read_only,
             read_only=read_only,
         )
+        if not read_only:
+            quiet_orbax()  # a failed save is reported once, by `_fault`
         absl = logging.getLogger("absl")  # orbax warns of every read-only manager it opens
         level = absl.level
         absl.setLevel(logging.ERROR if read_only else level)
@@ -261,11 +250,13 @@ class Checkpointer:
         return f"step {steps[-1]}" if steps else "none saved yet"
 
     def _fault(self, step: int, needed: int, why: str) -> CheckpointSaveError:
+        save_failed()
         good = self.last_good()
+        self._failed = True
         self._unsealed = []  # nothing more to seal: wait() and close() must not raise again
         return CheckpointSaveError(
             f"checkpoint step {step} could not be written to {self.directory}: {why} "
-            f"({format_bytes(_free_bytes(self.directory))} free on that disk, the state "
+            f"({format_bytes(free_bytes(self.directory))} free on that disk, the state "
             f"needs about {format_bytes(needed)}); training stopped, last good checkpoint: "
             f"{good}"
         )
@@ -275,7 +266,7 @@ class Checkpointer:
         cannot hold the state (checked first) or the write fails."""
         self.wait()  # orbax waits for the previous save anyway; then it can be sealed
         needed = sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state))
-        if needed > _free_bytes(self.directory):
+        if needed > free_bytes(self.directory):
             raise self._fault(step, needed, "not enough free space")
         try:
             self.manager.save(
@@ -287,7 +278,7 @@ class Checkpointer:
                 force=True,
             )
         except Exception as e:
-            err = _os_error(e)
+            err = os_error(e)
             if err is None:
                 raise
             raise self._fault(step, needed, err.strerror or str(err)) from None
@@ -310,20 +301,41 @@ class Checkpointer:
         try:
             self.manager.wait_until_finished()
         except Exception as e:
-            err, step = _os_error(e), (self._unsealed or [-1])[-1]
-            if err is None or not self._unsealed:
-                raise
-            raise self._fault(step, getattr(self, "_needed", 0), err.strerror or str(err)) from None
+            self._raise_fault(e)
         for step in self._unsealed:
             if is_primary() and self.step_dir(step).is_dir():  # max_to_keep may have gone
                 seal_step(self.step_dir(step))
         self._unsealed = []
 
+    def check(self) -> None:
+        """Without waiting: CheckpointSaveError now if the save in flight has already failed
+        (the training loop asks each step, so a failed save stops the run at once)."""
+        if not self._unsealed:
+            return
+        try:
+            self.manager.check_for_errors()
+        except Exception as e:
+            self._raise_fault(e)
+
+    def _raise_fault(self, e: Exception) -> None:
+        """The one line for orbax's error `e` of the last save when it is the disk's (after
+        that line, orbax's errors are its echoes: not raised again)."""
+        if self._failed:
+            return
+        err, step = os_error(e), (self._unsealed or [-1])[-1]
+        if err is None or not self._unsealed:
+            raise e
+        raise self._fault(step, getattr(self, "_needed", 0), err.strerror or str(err)) from None
+
     def close(self) -> None:
         try:
             self.wait()
         finally:
-            self.manager.close()
+            try:
+                self.manager.close()
+            except Exception:  # orbax raises the failed save's error once more
+                if not self._failed:
+                    raise
             if self._created and is_primary():
                 try:
                     self.directory.rmdir()  # only if empty: no step was saved

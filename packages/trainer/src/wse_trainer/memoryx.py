@@ -82,6 +82,12 @@ def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
 
 
+@jax.jit
+def _add_square_norm(total, grads):
+    """`total` plus the squared L2 norm of the gradient pytree `grads` (a device scalar)."""
+    return total + optax.tree.norm(grads, squared=True)
+
+
 @functools.partial(jax.jit, static_argnums=1)
 def _cast(weights, dtype):
     return jax.tree.map(lambda x: x.astype(dtype), weights)
@@ -116,6 +122,7 @@ class MemoryX:
         self._parts: dict[str, list[tuple[Any, int, Any]]] = {}
         self._accum: dict[str, Any] = {}  # gradients summed over the step's micro-batches
         self._micro = (0, 1)  # (this micro-batch, micro-batches in the step)
+        self._square_norm = jnp.zeros((), jnp.float32)  # the step's gradient so far, squared
         self._update = _update_fn(tx)
         self.updates_applied = 0
 
@@ -166,6 +173,7 @@ class MemoryX:
             if index < count - 1:
                 self._accum[name] = grads
                 return
+        self._square_norm = _add_square_norm(self._square_norm, grads)
         if self.max_norm is not None:
             self._pending[name] = grads
             return
@@ -191,6 +199,12 @@ class MemoryX:
         self._pending = {}
         for name in self.params:
             self._apply(name, clipped[name])
+
+    def take_gradient_norm(self) -> jax.Array:
+        """The global L2 norm of the step's whole gradient (every group, summed over its
+        micro-batches, before clipping) as a device scalar, not fetched; the sum restarts."""
+        norm, self._square_norm = jnp.sqrt(self._square_norm), jnp.zeros((), jnp.float32)
+        return norm
 
     def params_tree(self) -> dict[str, Any]:
         """The functional params pytree (stacked layers), fp32."""

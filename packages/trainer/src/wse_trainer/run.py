@@ -12,7 +12,9 @@ returns a `RunResult`:
    the emulator's layout over this machine's cores (`wse_trainer.layout`: the fastest unless
    `runconfig.cpu_shards` fixes it) is a line of the run log;
 4. steps until `max_steps` (counted from the global step) or `num_steps` more; a NaN or Inf
-   loss stops the run with `TrainingDivergedError` before anything is saved; with
+   loss or gradient norm (`StepStats.grad_norm`, fetched with the loss) stops the run with
+   `TrainingDivergedError` naming the step and the last good checkpoint, before anything
+   is saved or exported; with
    `train_input.packing` each batch carries its documents' segment ids and positions
    (`data.segments`); a ReLU-like model's per-layer MLP zero fraction goes to metrics.jsonl
    (`mlp_zero_fraction`, one value per layer, and `mlp_zero_fraction_mean`);
@@ -47,7 +49,8 @@ from typing import Any
 
 import jax
 import yaml
-from wse_core import RunReport, WaferSpec, WseError
+from wse_core import RunReport, WaferSpec
+from wse_core.errors import RunFault
 from wse_core.host.distributed import is_primary
 
 from wse_trainer.config import TrainConfig
@@ -73,8 +76,8 @@ __all__ = [
 ]
 
 
-class TrainingDivergedError(WseError):
-    """The loss became NaN or Inf."""
+class TrainingDivergedError(RunFault):
+    """The loss or the gradient norm became NaN or Inf (a fault mid-run: exit 1)."""
 
 
 @dataclasses.dataclass
@@ -108,11 +111,13 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
 
     with progress(end - start, "training", quiet=not is_primary()) as done:
         for step in range(start + 1, end + 1):
+            ckpt.check()  # a save that failed in the background stops the run here
             batch = next(s.iterator)
             st = s.trainer.step(batch, s.segments(batch, s.config.train_input.packing))
             if not math.isfinite(st.loss):
-                ckpt.wait()
                 raise _diverged(f"loss is {st.loss}", step, ckpt)
+            if not math.isfinite(st.grad_norm):  # a finite loss over a broken gradient
+                raise _diverged(f"gradient norm is {st.grad_norm}", step, ckpt)
             wall, stall, tokens = wall + st.wall_s, stall + st.stall_s, tokens + st.tokens
             window.append(st)
             result.losses[step] = st.loss
@@ -182,6 +187,7 @@ def _train_record(st: Any, predicted_step_s: float) -> dict[str, Any]:
     """metrics.jsonl's fields of one train step (a `StepStats`) next to the predicted one."""
     return {
         "loss": st.loss,
+        "grad_norm": st.grad_norm,
         "wall_s": st.wall_s,
         "stall_s": st.stall_s,
         "compute_s": st.compute_s,

@@ -40,6 +40,7 @@ __all__ = [
     "predict",
     "stream_rows",
     "Session",
+    "check_inputs",
     "open_checkpoints",
     "evaluate",
 ]
@@ -187,6 +188,22 @@ def _rows(tok, cfg, seq_len: int):
     return pack(ids, seq_len, tok.token_to_id(EOS))
 
 
+def check_inputs(config: TrainConfig) -> None:
+    """ConfigError for a local data_dir or a --checkpoint-path that is not there; cheap (no
+    JAX, no orbax): the CLI asks before importing them, `Session` again."""
+    from wse_trainer.data import check_data_dir
+
+    run_cfg = config.runconfig
+    if run_cfg.checkpoint_path and not Path(run_cfg.checkpoint_path).exists():
+        raise ConfigError(
+            f"no committed checkpoint at {str(run_cfg.checkpoint_path)!r}; give a model_dir, "
+            "its checkpoints folder or one step folder"
+        )
+    check_data_dir(config.train_input)  # the tokenizer may be trained on it in any mode
+    if run_cfg.mode != "train":
+        check_data_dir(config.eval_input)
+
+
 class Session:
     """One run's live objects (the shell's state), built by `run`."""
 
@@ -195,7 +212,7 @@ class Session:
         import wse_models
         from wse_systems.training.plan import plan_activations
 
-        from wse_trainer.data import EOS, BatchIterator, check_data_dir, tokenizer_identity
+        from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
         from wse_trainer.stream import StreamedTrainer
@@ -205,11 +222,11 @@ class Session:
         self.spec = spec
         self.model, memory = validate(config, spec)  # the one memory plan of the run
         check_split(run_cfg.num_csx)  # before the tokenizer or anything compiles
-        if run_cfg.checkpoint_path:  # a wrong path is refused before anything is made
+        check_inputs(config)  # nothing on disk until the inputs hold
+        if run_cfg.checkpoint_path:  # a path without a committed step, too
             from wse_trainer.checkpoints import resolve_checkpoint
 
             resolve_checkpoint(run_cfg.checkpoint_path)
-        check_data_dir(inp)  # a missing local data_dir too: nothing on disk until inputs hold
         self.dir = _model_dir(Path(run_cfg.model_dir))
         self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
         self.tok_id = tokenizer_identity(self.tok)

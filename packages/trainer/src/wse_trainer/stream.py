@@ -38,7 +38,8 @@ after the last one (`MemoryX.begin_micro`). Micro-batch j takes rows j*m .. j*m 
 every replica's rows; the loss keeps its global normalisation, so the summed micro-batch
 losses and gradients are the whole batch's.
 
-`StepStats` reports the loss, wall, stall and compute seconds and the bytes streamed, and for
+`StepStats` reports the loss, the gradient's global norm (before clipping), wall, stall and
+compute seconds and the bytes streamed, and for
 a ReLU-like model (`ModelConfig.relu_like`) the fraction of exact zeros in each layer's MLP
 hidden activation over the step's tokens, counted in the forward pass (recomputed layers are
 not counted twice). Dense activations count nothing: their layers run the same function as
@@ -77,6 +78,7 @@ class StepStats:
     recomputed_layers: int
     tokens: int
     mlp_zero_fraction: tuple[float, ...] | None = None  # per layer; ReLU-like models only
+    grad_norm: float = 0.0  # global L2 norm of the step's gradient, before clipping
 
     @property
     def compute_s(self) -> float:
@@ -270,7 +272,9 @@ class StreamedTrainer:
             zeros.append(z)
             recomputed += again
         self.memx.finish_step()
-        loss = sum(float(x) for x in self.swarm.gather(losses))
+        # one fetch for the losses and the gradient norm (no extra host sync per step)
+        losses, norm = jax.device_get((self.swarm.gather(losses), self.memx.take_gradient_norm()))
+        loss = sum(float(x) for x in losses)
         jax.block_until_ready(self.memx.params)  # the step ends when every update has landed
         wall = time.perf_counter() - t0
         tokens = int(batch[:, 1:].size)
@@ -283,6 +287,7 @@ class StreamedTrainer:
             recomputed,
             tokens,
             self._zero_fraction(zeros, tokens),
+            float(norm),
         )
 
     def _micro_rows(self, x: Any, j: int) -> np.ndarray:

@@ -5,7 +5,12 @@ port) and `WSE_DEVICES` (virtual CPU devices per process), which the `wse` root 
 hands to `wse_core.host.distributed.initialize`. The launcher watches its children: when one
 exits with an error, the others are stopped (SIGTERM, then SIGKILL after a grace period) and
 the launcher exits 1 naming the process (2, like the child, when the child rejected its
-input) — a dead peer never leaves the rest hanging.
+input) — a dead peer never leaves the rest hanging. The children's stderr goes through the
+launcher (`_Relay`): a line another process already printed is not printed again (every
+process of a run says the same things), the children's `Error: ...` lines are held, and the
+first of them is printed once, in the launcher's one line naming its process, as soon as a
+child has failed (the launcher looks every 0.2 s); what the stopped children print after is
+dropped.
 Before a child is started the launch is checked (exit 2, one line): `--nproc` within the
 usable cores and `--devices-per-proc` within the devices limit (`wse_core.host.limits`), all
 the processes' devices within host memory, a free coordinator --port, no `infer serve` under
@@ -23,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +38,9 @@ from wse_cli.errors import fail
 from wse_cli.options import PORT, number
 
 GRACE_S = 10.0
+POLL_S = 0.2  # how often the launcher looks at its children
+DRAIN_S = 2.0  # how long a failed child's last stderr lines are waited for
+SEEN_LINES = 10_000  # distinct stderr lines remembered for the de-duplication
 MULTIPROCESS_FLAGS = ("--num-processes", "--process-id", "--coordinator")
 
 
@@ -52,6 +61,60 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+class _Relay:
+    """The children's stderr, relayed line by line (module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[bytes, int] = {}  # line -> the process that printed it first
+        self.first_error: tuple[int, str] | None = None  # (process, message)
+        self.closed = False
+        self._threads: dict[int, threading.Thread] = {}
+
+    def watch(self, i: int, proc: subprocess.Popen) -> None:
+        t = threading.Thread(target=self._read, args=(i, proc.stderr), daemon=True)
+        self._threads[i] = t
+        t.start()
+
+    def _read(self, i: int, stream) -> None:
+        for line in iter(stream.readline, b""):
+            with self._lock:
+                self._line(i, line)
+        stream.close()
+
+    def _line(self, i: int, line: bytes) -> None:
+        if self.closed:
+            return
+        if line.startswith(b"Error: "):
+            if self.first_error is None:
+                text = line[len(b"Error: ") :].decode(errors="replace").strip()
+                self.first_error = (i, text)
+            return
+        if self._seen.setdefault(line, i) != i:
+            return
+        if len(self._seen) > SEEN_LINES:
+            self._seen.clear()
+        sys.stderr.buffer.write(line)
+        sys.stderr.buffer.flush()
+
+    def drain(self, i: int) -> None:
+        """Wait (briefly) for the lines process i wrote before it exited."""
+        self._threads[i].join(timeout=DRAIN_S)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+
+
+def _failure_line(relay: _Relay, i: int, code: int, others: int) -> str:
+    """The launcher's one line for process i's exit `code` (its first error, if any)."""
+    if relay.first_error is None:
+        return f"Error: process {i} exited with code {code}; stopped the other {others}"
+    j, text = relay.first_error
+    why = f"process {i} exited with code {code}; stopped the other {others}"
+    return f"Error: process {j}: {text} ({why})"
 
 
 def _gpu_count() -> int | None:
@@ -120,7 +183,7 @@ def launch(
         except OSError as e:
             fail(f"--port {port} cannot be the coordinator's: {e.strerror or e}")
     coordinator = f"127.0.0.1:{port or _free_port()}"
-    procs = []
+    procs, relay = [], _Relay()
     for i in range(nproc):
         env = dict(
             os.environ,
@@ -129,23 +192,27 @@ def launch(
             WSE_COORDINATOR=coordinator,
             WSE_DEVICES=str(per_proc),
         )
-        procs.append(subprocess.Popen([sys.executable, "-m", "wse_cli", *args], env=env))
+        cmd = [sys.executable, "-m", "wse_cli", *args]
+        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE))
+        relay.watch(i, procs[-1])
     try:
         while True:
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 i, code = failed[0]
+                relay.drain(i)
+                relay.close()  # what the stopped children say next is not news
+                typer.echo(_failure_line(relay, i, code, nproc - 1), err=True)
                 _stop(procs)
-                typer.echo(
-                    f"Error: process {i} exited with code {code}; stopped the other {nproc - 1}",
-                    err=True,
-                )
                 raise typer.Exit(2 if code == 2 else 1)  # bad input stays exit 2
             if all(c == 0 for c in codes):
+                for i in range(nproc):
+                    relay.drain(i)
                 return
-            time.sleep(0.2)
+            time.sleep(POLL_S)
     except KeyboardInterrupt:
+        relay.close()
         _stop(procs)
         raise typer.Exit(130) from None
 

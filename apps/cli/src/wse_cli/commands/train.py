@@ -240,6 +240,9 @@ def _check_host_memory(config) -> None:
 
 def _train(console, config, spec) -> None:
     from wse_core.host.runtime import keep_freed_memory
+    from wse_trainer.session import check_inputs
+
+    check_inputs(config)  # a missing data_dir or checkpoint is refused before JAX is imported
     from wse_trainer.run import run
 
     _check_host_memory(config)

@@ -11,7 +11,8 @@ cache of every slot for those layers (fields `(S, 1, layers_per_stage, ...)`; st
 fewer layers carry masked padding layers). The embedding and head sit with stage 0.
 
 The schedule (which stage works on which slot at each tick, the head, the two executions)
-is `wse_inference.pipeline.schedule`'s: pure functions over `PipeState` that this engine jits.
+is `wse_inference.pipeline.schedule`'s: pure functions over `PipeState` that this engine jits;
+the weights on the stage rows and the empty decode state are `wse_inference.pipeline.placement`'s.
 
 `prefill` runs the prompt in parallel chunks (plain forward into a batch-1 cache) and draws
 the first token; `insert` copies that cache into the slot's rows of every stage and runs the
@@ -38,6 +39,7 @@ from wse_inference.decoding import first_logprob, first_token, prefill_scored, s
 from wse_inference.engine import Prefix, SamplingParams, SequenceTracker, SlotOutput
 from wse_inference.model_dir import LoadedModel
 from wse_inference.pipeline import perf as decode_perf
+from wse_inference.pipeline.placement import empty_state, place_weights
 from wse_inference.pipeline.plan import declare_regions, emulation_spec, engine_plan
 from wse_inference.pipeline.schedule import (
     PipeState,
@@ -51,7 +53,6 @@ from wse_inference.pipeline.schedule import (
 )
 from wse_inference.sampling import (
     Penalties,
-    SlotSampling,
     penalties_for,
     slot_sampling,
     token_logprobs,
@@ -167,28 +168,9 @@ class PipelineEngine:
         )
 
     def _place_weights(self, params: Any) -> None:
-        rows = self.wafer.padded_shape[0]
-        index, valid = stage_layout(self._groups(), rows)
-        self._index = jnp.asarray(index)
-        self._layout = (index, valid)  # host copies: which model layer each row slot holds
-        self._layers = params["layers"]
-        self._head = {"embed": params["embed"], "final": params["final"]}
-        # All rows on one device: each stage keeps exactly its own layers (no padding), one
-        # array per layer. Otherwise the stage rows are wafer fields (padding layers masked).
-        self._local = self.wafer.mesh_shape[0] == 1
-        if self._local:
-            self._row_params = tuple(
-                tuple(
-                    jax.tree.map(lambda x, i=i: jnp.asarray(x)[i], params["layers"])
-                    for i in range(a, b)
-                )
-                for a, b in self._groups()
-            )
-        else:
-            gather = lambda x: np.asarray(x)[index][: self.stages, None]  # noqa: E731
-            place = lambda x: self.wafer.place(gather(x))[:, 0]  # noqa: E731
-            self._sparams = jax.tree.map(place, params["layers"])
-            self._valid = self.wafer.place(valid[: self.stages, None])
+        w = place_weights(self.wafer, self._groups(), params)
+        self._index, self._layout, self._local = w.index, w.layout, w.local
+        self._head, self._layers, self._weights = w.head, w.layers, w.step
 
     def _groups(self) -> list[tuple[int, int]]:
         """[start, stop) of each stage's layers: the plan's."""
@@ -197,10 +179,6 @@ class PipelineEngine:
     def _compile(self) -> None:
         c, w, s = self.config, self.wafer, self.stages
         tick = functools.partial(tick_local if self._local else tick_sharded, c, w, s)
-        if self._local:
-            self._weights: tuple = (self._head, self._row_params)
-        else:
-            self._weights = (self._head, self._sparams, self._valid)
         v = c.vocab_size
         self._cycle_fn = jax.jit(functools.partial(cycle, v, tick, s), donate_argnums=1)
         self._prime_fn = jax.jit(functools.partial(prime, c, s), donate_argnums=1)
@@ -210,38 +188,10 @@ class PipelineEngine:
 
     # -- Engine protocol ------------------------------------------------------------------
     def init_decode_state(self) -> PipelineDecodeState:
-        c, s, rows = self.config, self.stages, self.wafer.padded_shape[0]
         per = int(self._index.shape[1])
-        cache_shape = (s, 1, per, s, self.max_context, c.n_kv_heads, c.hd)
-        zeros_i = lambda: jnp.zeros((s,), jnp.int32)  # noqa: E731 (separate buffers)
-        st = PipeState(
-            h=self.wafer.place(np.zeros((s, 1, c.d_model), c.dtype)),
-            k=self.wafer.place(np.zeros(cache_shape, c.dtype)),
-            v=self.wafer.place(np.zeros(cache_shape, c.dtype)),
-            tokens=zeros_i(),
-            pos=zeros_i(),
-            count=zeros_i(),
-            keys=jnp.zeros((s, 2), jnp.uint32),
-            active=jnp.zeros((s,), bool),
-            sampling=SlotSampling(
-                temperature=jnp.ones((s,), jnp.float32),
-                top_k=zeros_i(),
-                top_p=jnp.ones((s,), jnp.float32),
-                penalties=Penalties(
-                    jnp.zeros((s, c.vocab_size), jnp.int32),
-                    jnp.zeros((s, c.vocab_size), bool),
-                    jnp.zeros((s,), jnp.float32),
-                    jnp.zeros((s,), jnp.float32),
-                    jnp.ones((s,), jnp.float32),
-                ),
-                logprobs=jnp.zeros((s,), bool),
-            ),
-            mlp_zeros=jnp.zeros((rows, per), jnp.int32),
-            stage_tokens=jnp.zeros((rows,), jnp.int32),
-            ticks=jnp.int32(0),
+        return PipelineDecodeState(
+            empty_state(self.config, self.wafer, self.stages, self.max_context, per)
         )
-        assert st.h.shape[0] == rows
-        return PipelineDecodeState(st)
 
     def prefill(self, *, prompt_ids: Sequence[int], sampling: SamplingParams) -> Prefix:
         validate_sampling(

@@ -1,0 +1,242 @@
+"""The `WaferSpec` class: the static hardware description every other part of the stack is
+built from, a frozen dataclass validated when built (`wse_core.hw.spec` is its public home,
+with the presets and spec files of `wse_core.hw.presets`).
+
+Units are in the names: bytes, cycles, Hz, bytes per second. Flops per cycle are per PE and
+by dtype (`"fp16"`, `"bf16"`, `"fp32"`). `_coerce` turns a spec file's text into a field's
+type (finite numbers only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from wse_core.errors import SpecError, suggest
+from wse_core.hw.dtypes import DTYPES
+from wse_core.hw.simd import OP_KINDS, SIMD_WSE2
+
+__all__ = ["WaferSpec"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaferSpec:
+    """One wafer's hardware constants. All per-PE unless the name says otherwise."""
+
+    name: str
+    pe_rows: int  # logical PE grid rows (what software sees after repair)
+    pe_cols: int  # logical PE grid columns
+    sram_bytes_per_pe: int
+    clock_hz: float
+    sram_read_bytes_per_cycle: float  # per PE
+    sram_write_bytes_per_cycle: float  # per PE
+    link_bytes_per_cycle: float  # per fabric link, per direction
+    flops_per_cycle: Mapping[str, float]  # per PE, by dtype
+    host_io_bytes_per_s: float  # off-wafer I/O of one system
+    spare_rows: int = 0  # physical rows beyond pe_rows used to repair defects
+    spare_cols: int = 0  # physical columns beyond pe_cols used to repair defects
+    defect_rate: float = 0.0  # expected fraction of dead physical PEs
+    hop_latency_cycles: float = 1.0  # cycles per link traversal (Luczynski et al.; SDK scripts)
+    ramp_latency_cycles: float = 2.0  # T_R, core <-> router one way (Luczynski et al.: ~2)
+    memoryx_bytes_per_s: float = 150e9  # weight store -> wafer (assumption: the host I/O rate)
+    swarmx_bytes_per_s: float = 150e9  # per-system broadcast / reduce link (same assumption)
+    swarmx_fanout: float = 2.0  # assumption: a binary broadcast / reduce tree
+    memoryx_capacity_bytes: float = 2.4e15  # MemoryX's largest CS-2 configuration (glossary)
+    # The instruction-level cost model (wse_core.cost.perf): SIMD width by "kind.dtype" (see
+    # SIMD_WSE2 / SIMD_WSE3) and the mechanism constants of wse_core.cost.mechanisms.
+    simd_widths: Mapping[str, float] = dataclasses.field(default_factory=lambda: SIMD_WSE2)
+    fp32_mul_width: float = 1.0  # ASSUMED: fp32 mul / FMAC are not in the SDK's table (swept)
+    dsd_issue_cycles: float = 3.0  # FITTED (wse_core.cost.calibration); 3 is the prior
+    task_activation_cycles: float = 10.0  # FITTED (wse_core.cost.calibration); 10 is the prior
+    scalar_instruction_cycles: float = 1.0  # assumption: one scalar instruction per cycle
+    router_switch_cycles: float = 0.0  # FITTED (wse_core.cost.calibration); 0 is the prior
+    sqrt_cycles: float = 10.0  # assumption: not published (no SIMD form)
+    div_cycles: float = 50.0  # SDK example comments ("about 50 cycles")
+    system_latency_s: float = 2e-6  # assumption: one system-to-system activation pass
+    overlap: float = 1.0  # assumption: 1 = streaming parts overlap fully, 0 = they add up
+    # The system built around the wafer (what `RunReport.energy_j` and wse_systems.economics
+    # read; nothing looks a system up by the wafer's name): its name, peak power in W (0:
+    # none published, so no energy is predicted), default hourly rate in USD (an assumption,
+    # an input wherever it is used) and the power figure's source.
+    system: str = ""
+    system_peak_w: float = 0.0
+    system_usd_per_hour: float = 0.0
+    system_source: str = ""
+    # The largest rectangle a user program gets on the system (PE rows, cols; 0: the whole
+    # logical grid): what a kernel that fills the system with copies of its grid may use.
+    program_rows: int = 0
+    program_cols: int = 0
+
+    def __post_init__(self) -> None:
+        for field in ("pe_rows", "pe_cols", "sram_bytes_per_pe"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value <= 0:
+                raise SpecError(f"{field} must be a positive integer, got {value!r}")
+        for field in ("spare_rows", "spare_cols"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 0:
+                raise SpecError(f"{field} must be a non-negative integer, got {value!r}")
+        for field in (
+            "clock_hz",
+            "sram_read_bytes_per_cycle",
+            "sram_write_bytes_per_cycle",
+            "link_bytes_per_cycle",
+            "host_io_bytes_per_s",
+            "memoryx_bytes_per_s",
+            "swarmx_bytes_per_s",
+            "memoryx_capacity_bytes",
+        ):
+            value = getattr(self, field)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise SpecError(f"{field} must be a positive number, got {value!r}")
+        for field in ("program_rows", "program_cols"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 0:
+                raise SpecError(f"{field} must be an integer >= 0, got {value!r}")
+        for field in ("system_peak_w", "system_usd_per_hour"):
+            value = getattr(self, field)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise SpecError(f"{field} must be a number >= 0, got {value!r}")
+        if not 0.0 <= float(self.defect_rate) < 1.0:
+            raise SpecError(f"defect_rate must be in [0, 1), got {self.defect_rate!r}")
+        for field in (
+            "dsd_issue_cycles",
+            "task_activation_cycles",
+            "scalar_instruction_cycles",
+            "router_switch_cycles",
+            "ramp_latency_cycles",
+            "sqrt_cycles",
+            "div_cycles",
+            "system_latency_s",
+        ):
+            if not getattr(self, field) >= 0:
+                raise SpecError(f"{field} must be >= 0, got {getattr(self, field)!r}")
+        if not self.swarmx_fanout >= 2:
+            raise SpecError(f"swarmx_fanout must be >= 2, got {self.swarmx_fanout!r}")
+        if not self.fp32_mul_width > 0:
+            raise SpecError(f"fp32_mul_width must be > 0, got {self.fp32_mul_width!r}")
+        if self.overlap not in (0, 1, 0.0, 1.0):
+            raise SpecError(f"overlap must be 0 (serial) or 1 (full overlap), got {self.overlap!r}")
+        widths = dict(self.simd_widths)
+        for key, width in widths.items():
+            kind, _, dtype = str(key).partition(".")
+            if kind not in OP_KINDS or dtype not in DTYPES:
+                raise SpecError(
+                    f"simd_widths key {key!r} must be 'kind.dtype' with kind in "
+                    f"{', '.join(OP_KINDS)} and dtype in {', '.join(DTYPES)}"
+                )
+            if not isinstance(width, int | float) or width <= 0:
+                raise SpecError(f"simd_widths[{key!r}] must be a positive number, got {width!r}")
+        object.__setattr__(self, "simd_widths", MappingProxyType(widths))
+        if self.hop_latency_cycles < 0:
+            raise SpecError(f"hop_latency_cycles must be >= 0, got {self.hop_latency_cycles!r}")
+        flops = dict(self.flops_per_cycle)
+        unknown = set(flops) - set(DTYPES)
+        if unknown:
+            bad = sorted(unknown)[0]
+            raise SpecError(
+                f"flops_per_cycle has unknown dtype {bad!r}{suggest(bad, DTYPES)}; "
+                f"known: {', '.join(DTYPES)}"
+            )
+        if any(v <= 0 for v in flops.values()) or "fp32" not in flops:
+            raise SpecError("flops_per_cycle needs positive values and at least an 'fp32' entry")
+        object.__setattr__(self, "flops_per_cycle", MappingProxyType(flops))
+
+    # Derived figures -------------------------------------------------------------------
+    @property
+    def num_pes(self) -> int:
+        return self.pe_rows * self.pe_cols
+
+    @property
+    def physical_rows(self) -> int:
+        return self.pe_rows + self.spare_rows
+
+    @property
+    def physical_cols(self) -> int:
+        return self.pe_cols + self.spare_cols
+
+    @property
+    def sram_total_bytes(self) -> int:
+        return self.num_pes * self.sram_bytes_per_pe
+
+    def flops_per_cycle_for(self, dtype: str) -> float:
+        """Flops per cycle per PE for `dtype`; bf16 falls back to fp16, then to fp32."""
+        for key in (dtype, "fp16" if dtype == "bf16" else dtype, "fp32"):
+            if key in self.flops_per_cycle:
+                return float(self.flops_per_cycle[key])
+        raise SpecError(f"no flops_per_cycle for {dtype!r}")  # unreachable: fp32 is required
+
+    def simd_width(self, kind: str, dtype: str, stride: int = 1) -> float:
+        """Elements per cycle of one DSD operation `kind` on `dtype` at memory `stride`.
+
+        Full width needs stride 0 or 1 or stride % 8 in {2, 3, 5, 6}; stride % 8 in {1, 7}
+        gives at most 2 and stride % 8 == 0 gives 1 (SDK bank rules, REFERENCES.md)."""
+        if kind not in OP_KINDS:
+            raise SpecError(f"unknown DSD op kind {kind!r}{suggest(kind, OP_KINDS)}")
+        if dtype not in DTYPES:
+            raise SpecError(f"unknown dtype {dtype!r}{suggest(dtype, DTYPES)}")
+        if kind in ("mul", "fmac") and dtype == "fp32":
+            width = float(self.fp32_mul_width)
+        else:
+            width = float(self.simd_widths.get(f"{kind}.{dtype}", 1.0))
+        s = abs(int(stride))
+        if s in (0, 1) or s % 8 in (2, 3, 5, 6):
+            return width
+        return min(width, 2.0) if s % 8 in (1, 7) else 1.0
+
+    def peak_flops(self, dtype: str = "fp16") -> float:
+        """Whole-wafer peak flop/s for `dtype`."""
+        return self.num_pes * self.flops_per_cycle_for(dtype) * self.clock_hz
+
+    @property
+    def sram_bytes_per_s(self) -> float:
+        """Whole-wafer SRAM bandwidth (read + write)."""
+        per_cycle = self.sram_read_bytes_per_cycle + self.sram_write_bytes_per_cycle
+        return self.num_pes * per_cycle * self.clock_hz
+
+    @property
+    def fabric_bytes_per_s(self) -> float:
+        """Whole-wafer fabric bandwidth: 4 links per PE, each direction counted once."""
+        return self.num_pes * 4 * self.link_bytes_per_cycle * self.clock_hz
+
+    def replace(self, **changes: Any) -> WaferSpec:
+        """A copy with `changes` applied (validated); unknown fields are a SpecError.
+
+        Strings are converted to the field's type, so values may come from a command line
+        or from YAML that spells floats as `1.0e9`."""
+        types = {f.name: f.type for f in dataclasses.fields(self)}
+        for key in changes:
+            if key not in types:
+                raise SpecError(f"unknown spec field {key!r}{suggest(key, types)}")
+        return dataclasses.replace(self, **{k: _coerce(k, types[k], v) for k, v in changes.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        # dataclasses.asdict cannot deep-copy a MappingProxy, so build the dict by hand.
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["flops_per_cycle"] = dict(self.flops_per_cycle)
+        out["simd_widths"] = dict(self.simd_widths)
+        return out
+
+    def key(self) -> str:
+        """A stable text key of every field (for caches keyed by spec)."""
+        import json
+
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _coerce(name: str, annotation: object, value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan / .inf
+        raise SpecError(f"{name} must be a finite number, got {value!r}")
+    if not isinstance(value, str) or annotation == "str":
+        return value
+    cast = int if annotation == "int" else float
+    try:
+        number = float(value)
+        if math.isfinite(number):
+            return cast(number) if cast is int and number.is_integer() else cast(value)
+    except ValueError:
+        raise SpecError(f"{name} must be a number, got {value!r}") from None
+    raise SpecError(f"{name} must be a finite number, got {value!r}")

@@ -1,0 +1,179 @@
+"""Where specs come from: the named presets (`PRESETS`, `preset`), a preset plus overrides
+(`spec_from`) and YAML spec files (`load_spec`).
+
+`wse1`, `wse2`, `wse3` carry the public figures of shared/REFERENCES.md; where a figure is not
+published the value is an assumption and its comment says so. Small presets (`tiny`,
+`small`, `demo`) exist for tests and demos. `preset` and `load_spec` are pure: a name or a
+file gives the same spec in any context. `wse_core.hw.spec` re-exports every name here
+with the `WaferSpec` class (`wse_core.hw.description`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from wse_core.errors import SpecError, suggest, yaml_problem
+from wse_core.hw.description import WaferSpec, _coerce
+from wse_core.hw.simd import SIMD_WSE3
+
+__all__ = ["PRESETS", "preset", "spec_from", "load_spec"]
+
+
+# Presets -------------------------------------------------------------------------------
+# WSE-2: full fabric 757 x 996 (SDK), 48 kB per PE, 850 MHz as in the SDK's benchmark
+# scripts; 16 B read + 8 B write per cycle as in Jacquelin et al. (the per-port figure is
+# two 32-bit reads and one write, 8 B + 4 B; we use the stencil paper's, which matches the
+# 20 PB/s marketing total); one 32-bit word per link per direction per cycle; fp16: 4-wide
+# FMAC = 8 flop/cycle; fp32: one FMAC = 2 flop/cycle (assumption). Spares: about 1% of
+# columns (assumption; Cerebras says ~1% of cores are spare). Host I/O 1.2 Tb/s = 150 GB/s.
+def _system(name: str, peak_w: float, usd_per_hour: float, source: str) -> dict[str, Any]:
+    """A system's fields of a preset: name, peak power (W), default hourly rate (USD: an
+    assumption, no list price is published) and the power figure's source."""
+    return dict(
+        system=name, system_peak_w=peak_w, system_usd_per_hour=usd_per_hour, system_source=source
+    )
+
+
+_WSE2 = WaferSpec(
+    name="wse2",
+    pe_rows=757,
+    pe_cols=996,
+    sram_bytes_per_pe=48 * 1024,
+    clock_hz=850e6,
+    sram_read_bytes_per_cycle=16.0,
+    sram_write_bytes_per_cycle=8.0,
+    link_bytes_per_cycle=4.0,
+    flops_per_cycle={"fp16": 8.0, "bf16": 8.0, "fp32": 2.0},
+    host_io_bytes_per_s=150e9,
+    spare_rows=0,
+    spare_cols=10,
+    defect_rate=2e-4,
+    **_system("CS-2", 23e3, 90.0, "Cerebras CS-2 datasheet"),
+)
+# The small test wafers are parts of no system: no power, no energy predicted.
+_NO_SYSTEM = _system("", 0.0, 0.0, "")
+
+PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
+    {
+        # WSE-1: 400,000 cores and 18 GB; no public fabric size, so a 633 x 633 square
+        # (400,689 PEs) is assumed; clock and SIMD widths assumed equal to WSE-2's (the SDK
+        # documents WSE-2 and WSE-3 only).
+        "wse1": _WSE2.replace(
+            name="wse1",
+            pe_rows=633,
+            pe_cols=633,
+            sram_bytes_per_pe=45 * 1000,  # 18 GB / 400,000 cores
+            flops_per_cycle={"fp16": 8.0, "bf16": 8.0, "fp32": 2.0},
+            host_io_bytes_per_s=150e9,
+            spare_cols=6,
+            **_system("CS-1", 20e3, 60.0, "Cerebras CS-1 product overview (SC19)"),
+        ),
+        # a CS-2 program gets 750 x 994 of the 757 x 996 PEs (SDK examples)
+        "wse2": _WSE2.replace(program_rows=750, program_cols=994),
+        # WSE-3: full fabric 762 x 1176 (SDK); 8-wide fp16 FMAC = 16 flop/cycle; the clock
+        # is not published: 1.1 GHz from the marketing totals (REFERENCES.md). MemoryX up
+        # to 1.2 PB (CS-3 launch, March 2024: 1.5 TB, 12 TB or 1.2 PB external memory).
+        "wse3": _WSE2.replace(
+            name="wse3",
+            pe_rows=762,
+            pe_cols=1176,
+            clock_hz=1.1e9,
+            flops_per_cycle={"fp16": 16.0, "bf16": 16.0, "fp32": 2.0},
+            simd_widths=SIMD_WSE3,
+            spare_cols=12,
+            memoryx_capacity_bytes=1.2e15,
+            # the same power as CS-2
+            **_system("CS-3", 23e3, 100.0, "Cerebras CS-3 announcement (2024)"),
+        ),
+        # Small wafers with WSE-3 per-PE figures, for tests and demos.
+        "tiny": _WSE2.replace(
+            name="tiny",
+            pe_rows=8,
+            pe_cols=8,
+            spare_rows=1,
+            spare_cols=1,
+            defect_rate=0.01,
+            **_NO_SYSTEM,
+        ),
+        "small": _WSE2.replace(
+            name="small",
+            pe_rows=32,
+            pe_cols=32,
+            spare_rows=1,
+            spare_cols=2,
+            defect_rate=0.005,
+            **_NO_SYSTEM,
+        ),
+        "demo": _WSE2.replace(
+            name="demo",
+            pe_rows=64,
+            pe_cols=96,
+            spare_rows=2,
+            spare_cols=3,
+            defect_rate=0.002,
+            **_NO_SYSTEM,
+        ),
+    }
+)
+
+
+def preset(name: str) -> WaferSpec:
+    """The preset called `name`; an unknown name is a SpecError with the closest match.
+
+    Pure: the same name gives the same spec in any context (an `assume(...)` block included;
+    `wse_core.cost.assumptions.resolve_spec` is where a caller's `--assume` changes a spec)."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise SpecError(
+            f"unknown wafer preset {name!r}{suggest(name, PRESETS)}; "
+            f"choose one of: {', '.join(PRESETS)}"
+        ) from None
+
+
+def spec_from(base: WaferSpec, **overrides: Any) -> WaferSpec:
+    """`base` with field overrides; None values are ignored."""
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return base.replace(**changes) if changes else base
+
+
+def _from_fields(data: dict[str, Any]) -> WaferSpec:
+    """A spec from every field (no base preset), strings converted to the field types."""
+    types = {f.name: f.type for f in dataclasses.fields(WaferSpec)}
+    for key in data:
+        if key not in types:
+            raise SpecError(f"unknown spec field {key!r}{suggest(key, types)}")
+    return WaferSpec(**{k: _coerce(k, types[k], v) for k, v in data.items()})
+
+
+def load_spec(path: str | Path) -> WaferSpec:
+    """Read a spec from YAML: `base: wse2` (optional) plus any WaferSpec fields. Pure, as
+    `preset` is: with or without `base:`, the file's spec is what it says (a caller's
+    `--assume` is applied by `wse_core.cost.assumptions.resolve_spec`, to either alike)."""
+    import yaml
+
+    from wse_core.host.limits import load_yaml, read_text
+
+    path = Path(path)
+    try:
+        data = load_yaml(read_text(path, "spec file"), f"spec file {str(path)!r}")
+    except OSError as e:
+        raise SpecError(f"cannot read spec file {str(path)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"spec file {str(path)!r} is not UTF-8 text: {e.reason}") from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"spec file {str(path)!r} is not valid YAML: {yaml_problem(e)}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"spec file {str(path)!r} must hold a mapping of spec fields")
+    base = data.pop("base", None)
+    if base is None:
+        try:
+            return _from_fields(data)
+        except TypeError as e:
+            raise SpecError(f"spec file {str(path)!r}: {e}; or name a `base:` preset") from None
+    data.setdefault("name", f"{base}+{path.stem}")
+    return spec_from(preset(str(base)), **data)
