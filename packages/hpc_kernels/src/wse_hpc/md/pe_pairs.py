@@ -28,6 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from wse_core.errors import WseError
 
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines
@@ -44,9 +45,15 @@ __all__ = [
 ]
 
 
+# `density_half`'s `cut` packs each pair's place in the window region (bits 0-23) and the
+# candidate's species (bits 24-30) in one int32: the force pass reads one word per pair
+SPECIES_SHIFT = 24
+PLACE_MASK = (1 << SPECIES_SHIFT) - 1
+
+
 class PairKernel(NamedTuple):
-    rhor: jax.Array  # (4, K) float32: the density's cubic coefficients per knot
-    z2r: jax.Array  # (4, K) float32: r phi's
+    rhor: jax.Array  # (K, 4) float32: the density's cubic coefficients per knot
+    z2r: jax.Array  # (K, 4) float32: r phi's
     cf: jax.Array  # (8,) float32: box (3) A, 1 / box (3) 1/A, cutoff^2 A^2, 1 / dr 1/A
     ci: jax.Array  # (2,) int32: knots per r table, elements
     half: bool  # each pair once, by the PE of the larger block index (one device)
@@ -66,10 +73,13 @@ def pair_kernel(
     """The tables and constants the kernels read, for `spl` (float32) in `box` (3,); on one
     device each pair once, on several each block's PEs with their full lists."""
     inv_box = 1.0 / box  # as `neighbours.build.min_image` computes it
+    if len(pot.elements) >> (31 - SPECIES_SHIFT):  # `cut` packs a species in 7 bits
+        raise WseError(f"{len(pot.elements)} elements are past the pair kernels' 127")
     cut2, inv_dr = np.float32(cutoff_A * cutoff_A), np.float32(1.0 / pot.dr)
     cf = jnp.concatenate([box, inv_box, jnp.asarray([cut2, inv_dr], jnp.float32)])
     ci = jnp.asarray([pot.nr, len(pot.elements)], jnp.int32)
-    return PairKernel(spl.tables.rhor, spl.tables.z2r, cf, ci, half=devices == 1)
+    rhor, z2r = (jnp.asarray(t).T.copy() for t in (spl.tables.rhor, spl.tables.z2r))
+    return PairKernel(rhor, z2r, cf, ci, half=devices == 1)
 
 
 def density(kernel: PairKernel, xyz, lists, pos, sp_i) -> jax.Array:
@@ -103,12 +113,16 @@ def _rows(lists, order, own, active: int):
 
 def density_half(kernel: PairKernel, regions, lists, order, own, active: int):
     """One device's block, each pair once: the density of every PE (br, bc) and the pairs
-    each list row took within the cutoff, `cut` = (places (br, bc, M) int32, count (br, bc)
-    int32) for `force_half`. regions = (positions (Rr, Rc, 3), block indices (Rr, Rc)) of
-    the window region; lists (br, bc, M) stored in `order`, as `neighbours.build.select_half`
-    builds them (only candidates of a larger block index); own = (pos, sp_i) per PE."""
+    each list row took within the cutoff, `cut` = (places (br, bc, M) int32, with the
+    candidate's species from bit SPECIES_SHIFT up, count (br, bc) int32) for `force_half`.
+    regions = (positions (Rr, Rc, 3), block indices (Rr, Rc)) of the window region; lists
+    (br, bc, M) stored in `order`, as `neighbours.build.select_half` builds them (only
+    candidates of a larger block index); own = (pos, sp_i) per PE."""
     rows, at, (pos, sp_i) = _rows(lists, order, own, active)
     nb, m = order.size, lists[0].shape[-1]
+    places = regions[0].shape[0] * regions[0].shape[1]
+    if places > PLACE_MASK:  # `cut` packs a place in 24 bits
+        raise WseError(f"a window region of {places} PEs is past the pair kernels' 2^24")
     out = (
         jax.ShapeDtypeStruct((nb,), jnp.float32),
         jax.ShapeDtypeStruct((nb, m), jnp.int32),
@@ -124,7 +138,7 @@ def force_half(kernel: PairKernel, regions, lists, cut, order, own, active: int)
     """One device's block, each pair once: force (br, bc, 3), pair energy and virial
     (br, bc) of the pairs `density_half` took (`cut`). regions = (positions, F', block
     indices) of the window region; lists (index, valid, sp_j); own = (pos, sp_i, fp) per PE."""
-    (index, _, sp_j), at, (pos, sp_i, fp) = _rows(lists, order, own, active)
+    _, at, (pos, sp_i, fp) = _rows(lists, order, own, active)
     nb = order.size
     places, count = cut[0].reshape(nb, -1), cut[1].reshape(nb)
     out = (
@@ -135,5 +149,5 @@ def force_half(kernel: PairKernel, regions, lists, cut, order, own, active: int)
     call = jax.ffi.ffi_call(_target("force_half"), out)
     xyz, fpr, ids = regions[0].reshape(-1, 3), regions[1].reshape(-1), regions[2].reshape(-1)
     tables = (kernel.rhor, kernel.z2r, kernel.cf, kernel.ci)
-    f, e, v = call(xyz, fpr, ids, index, places, count, sp_j, pos, sp_i, at, fp, *tables)
+    f, e, v = call(xyz, fpr, ids, places, count, pos, sp_i, at, fp, *tables)
     return f.reshape(order.shape + (3,)), e.reshape(order.shape), v.reshape(order.shape)

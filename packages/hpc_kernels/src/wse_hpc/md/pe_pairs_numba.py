@@ -9,18 +9,19 @@ other's list and adds its share to both).
 
 Arguments, float32 and int32 (`pe_pairs` lays them out):
 - density: xyz (Nr, 3) the window region's positions, index / valid / sp_j (n, M) each PE's
-  candidates (place in the region, in the list, species), pos (n, 3), sp_i (n,), rhor (4, K)
-  the density's cubic coefficients, cf (8,) = box (3), 1 / box (3), cutoff^2, 1 / dr,
-  ci (2,) = nr, number of elements; result rho (n,).
+  candidates (place in the region, in the list, species), pos (n, 3), sp_i (n,), rhor
+  (K, 4) the density's cubic coefficients (a knot's four in one cache line), cf (8,) =
+  box (3), 1 / box (3), cutoff^2, 1 / dr, ci (2,) = nr, number of elements; result rho (n,).
 - force: xyz, fpr (Nr,) F' over the region, index, valid, sp_j, pos, sp_i, fp_i (n,), rhor,
-  z2r (4, K), cf, ci; results f (n, 3), pair energy (n,), virial (n,).
+  z2r (K, 4), cf, ci; results f (n, 3), pair energy (n,), virial (n,).
 - density_half: xyz, ids (Nr,) the region's block indices, index, valid, sp_j (nb, M) every
   list row of the block (only the first n are read), pos, sp_i, own (n,) the block indices
   of the PEs of the first n rows, rhor, cf, ci; results rho (nb,) over the block, cut
-  (nb, M) and ncut (nb,): per list row, the list places of the pairs it took within the
-  cutoff (rows past n: ncut 0).
-- force_half: xyz, fpr, ids, index, cut, ncut, sp_j, pos, sp_i, own, fp_i, rhor, z2r, cf,
-  ci; results f (nb, 3), pair energy (nb,), virial (nb,): only the pairs `cut` names.
+  (nb, M) and ncut (nb,): per list row, the pairs it took within the cutoff, each its
+  place in the region with the candidate's species from bit SPECIES_SHIFT up (rows past n:
+  ncut 0).
+- force_half: xyz, fpr, ids, cut, ncut, pos, sp_i, own, fp_i, rhor, z2r, cf, ci; results
+  f (nb, 3), pair energy (nb,), virial (nb,): only the pairs `cut` names.
 Each PE skips the candidates beyond the cutoff; the splines are `md.splines`' (LAMMPS's).
 """
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit
 
+from wse_hpc.md.pe_pairs import PLACE_MASK, SPECIES_SHIFT
 from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
 from wse_hpc.numba_ffi import metadata_query as metadata
 
@@ -64,13 +66,13 @@ def _knot(a, b, k, ne, nr, size):
 
 
 @njit(inline="always")
-def _value(t, at, p):
-    return ((t[0, at] * p + t[1, at]) * p + t[2, at]) * p + t[3, at]
+def _value(t, at, p):  # t (K, 4): a knot's four coefficients share a cache line
+    return ((t[at, 0] * p + t[at, 1]) * p + t[at, 2]) * p + t[at, 3]
 
 
 @njit(inline="always")
 def _slope(t, at, p, inv_d):
-    return ((_F3 * t[0, at] * p + _F2 * t[1, at]) * p + t[2, at]) * inv_d
+    return ((_F3 * t[at, 0] * p + _F2 * t[at, 1]) * p + t[at, 2]) * inv_d
 
 
 @njit(inline="always")
@@ -90,7 +92,7 @@ def _pair(rhor, z2r, r2, si, sj, fpi, fpj, cf, nr, ne, size):
 
 def _density(xyz, index, valid, sp_j, pos, sp_i, rhor, cf, ci, rho):
     n, m = index.shape
-    nr, ne, size = ci[0], ci[1], rhor.shape[1]
+    nr, ne, size = ci[0], ci[1], rhor.shape[0]
     for i in range(n):
         xi, yi, zi, si = pos[i, 0], pos[i, 1], pos[i, 2], sp_i[i]
         acc = np.float32(0.0)
@@ -108,7 +110,7 @@ def _force(xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out):
     rhor, z2r = tables
     f, pair_e, virial = out
     n, m = index.shape
-    nr, ne, size = ci[0], ci[1], rhor.shape[1]
+    nr, ne, size = ci[0], ci[1], rhor.shape[0]
     for i in range(n):
         xi, yi, zi, si, fpi = pos[i, 0], pos[i, 1], pos[i, 2], sp_i[i], fp_i[i]
         fx, fy, fz = np.float32(0.0), np.float32(0.0), np.float32(0.0)
@@ -135,40 +137,47 @@ def _force(xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out):
 def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, out):
     """Each pair once: the lists are `neighbours.build.select_half`'s (each PE holds only
     its candidates of a larger block index, and adds its share to both); each PE's pairs
-    within the cutoff are written down (their places in its list, `cut`, and their count,
-    `ncut`) for the force pass, which then walks only those."""
+    within the cutoff are written down (`cut`: their places in the region, with the
+    candidate's species from bit SPECIES_SHIFT up; `ncut`: their count) for the force pass,
+    which then walks only those. A PE's list is walked twice: its candidates' r^2 first
+    (the pairs within the cutoff compacted without a branch), then the splines of those."""
     rho, cut, ncut = out
     n, m = own.shape[0], index.shape[1]  # the first n list rows (the block's atoms)
-    nr, ne, size = ci[0], ci[1], rhor.shape[1]
+    nr, ne, size = ci[0], ci[1], rhor.shape[0]
     rho[:] = 0.0
     ncut[:] = 0
+    near_j = np.empty(m, np.int32)  # one PE's pairs within the cutoff: block index, r^2
+    near_r2 = np.empty(m, np.float32)
     for h in range(n):
         i, xi, yi, zi, si = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h]
-        acc = np.float32(0.0)
         c = 0
         for t in range(m):
             if not valid[h, t]:  # a list's valid entries come first
                 break
             q = index[h, t]
             _, _, _, r2 = _geometry(xyz, q, xi, yi, zi, cf)
-            if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
-                cut[h, c] = t
-                c += 1
-                r = r2 * (_F1 / np.sqrt(r2))
-                k, p = _locate(r, cf[7], nr)
-                sj = sp_j[h, t]
-                acc += _value(rhor, _knot(sj, si, k, ne, nr, size), p)
-                rho[ids[q]] += _value(rhor, _knot(si, sj, k, ne, nr, size), p)
+            cut[h, c] = q | (sp_j[h, t] << SPECIES_SHIFT)
+            near_j[c] = ids[q]
+            near_r2[c] = r2
+            c += (r2 < cf[6]) & (r2 > _F0)  # r = 0: no pair (a cfunc must not raise)
+        acc = np.float32(0.0)
+        for u in range(c):
+            r2 = near_r2[u]
+            r = r2 * (_F1 / np.sqrt(r2))
+            k, p = _locate(r, cf[7], nr)
+            sj = cut[h, u] >> SPECIES_SHIFT
+            acc += _value(rhor, _knot(sj, si, k, ne, nr, size), p)
+            rho[near_j[u]] += _value(rhor, _knot(si, sj, k, ne, nr, size), p)
         rho[i] += acc
         ncut[h] = c
 
 
-def _force_half(xyz, fpr, ids, index, cut, ncut, sp_j, pos, sp_i, own, fp_i, tables, cf, ci, out):
+def _force_half(xyz, fpr, ids, cut, ncut, pos, sp_i, own, fp_i, tables, cf, ci, out):
     """The pairs `_density_half` found within the cutoff (`cut`, `ncut`), in list order."""
     rhor, z2r = tables
     f, pair_e, virial = out
     n = own.shape[0]  # the first n list rows (the block's atoms)
-    nr, ne, size = ci[0], ci[1], rhor.shape[1]
+    nr, ne, size = ci[0], ci[1], rhor.shape[0]
     f[:] = 0.0
     pair_e[:] = 0.0
     virial[:] = 0.0
@@ -177,13 +186,11 @@ def _force_half(xyz, fpr, ids, index, cut, ncut, sp_j, pos, sp_i, own, fp_i, tab
         fx, fy, fz = np.float32(0.0), np.float32(0.0), np.float32(0.0)
         e, v = np.float32(0.0), np.float32(0.0)
         for c in range(ncut[h]):
-            t = cut[h, c]
-            q = index[h, t]
+            q = cut[h, c] & PLACE_MASK
             j = ids[q]
             dx, dy, dz, r2 = _geometry(xyz, q, xi, yi, zi, cf)
-            inv_r, r, phi, psip = _pair(
-                rhor, z2r, r2, si, sp_j[h, t], fpi, fpr[q], cf, nr, ne, size
-            )
+            sj = cut[h, c] >> SPECIES_SHIFT
+            inv_r, r, phi, psip = _pair(rhor, z2r, r2, si, sj, fpi, fpr[q], cf, nr, ne, size)
             scale = psip * inv_r
             fx += scale * dx
             fy += scale * dy
@@ -294,21 +301,19 @@ def _density_half_args(frame):
 def _force_half_args(frame):
     xyz, fpr, ids = _matrix(frame, FRAME_ARGS, 0), _vector(frame, FRAME_ARGS, 1), _ints(frame, 2)
     d = dims(frame, FRAME_ARGS, 3, 2)
-    index = carray(data(frame, FRAME_ARGS, 3), (d[0], d[1]), np.int32)
-    cut = carray(data(frame, FRAME_ARGS, 4), (d[0], d[1]), np.int32)
-    ncut = _ints(frame, 5)
-    sp_j = carray(data(frame, FRAME_ARGS, 6), (d[0], d[1]), np.int32)
-    pos, sp_i = _own(frame, 7)
-    own, fp_i = _ints(frame, 9), _vector(frame, FRAME_ARGS, 10)
-    tables = (_matrix(frame, FRAME_ARGS, 11), _matrix(frame, FRAME_ARGS, 12))
-    cf, ci = _consts(frame, 13)
+    cut = carray(data(frame, FRAME_ARGS, 3), (d[0], d[1]), np.int32)
+    ncut = _ints(frame, 4)
+    pos, sp_i = _own(frame, 5)
+    own, fp_i = _ints(frame, 7), _vector(frame, FRAME_ARGS, 8)
+    tables = (_matrix(frame, FRAME_ARGS, 9), _matrix(frame, FRAME_ARGS, 10))
+    cf, ci = _consts(frame, 11)
     nb = dims(frame, FRAME_RETS, 0, 2)[0]
     out = (
         carray(data(frame, FRAME_RETS, 0), (nb, 3), np.float32),
         _vector(frame, FRAME_RETS, 1),
         _vector(frame, FRAME_RETS, 2),
     )
-    return xyz, fpr, ids, index, cut, ncut, sp_j, pos, sp_i, own, fp_i, tables, cf, ci, out
+    return xyz, fpr, ids, cut, ncut, pos, sp_i, own, fp_i, tables, cf, ci, out
 
 
 density_full = njit(**OPTS)(_density)

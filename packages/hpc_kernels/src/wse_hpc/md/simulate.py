@@ -47,7 +47,6 @@ from wse_hpc.md.integrate import bath_energy, integrator, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure
 from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, plan_window
 from wse_hpc.md.neighbours import neighbour_fns
-from wse_hpc.md.perf import run_report
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms, MdState
 from wse_hpc.md.thermo import ThermoRow, state_row, state_structure
@@ -96,6 +95,10 @@ class MdResult:
 
     @functools.cached_property
     def report(self) -> RunReport:
+        # imported here: the price's modules load scipy.stats (a cold import of ~2 s, 15%
+        # of a warm-cache run's time to its first step at 864 atoms)
+        from wse_hpc.md.perf import run_report
+
         return run_report(self)
 
 
