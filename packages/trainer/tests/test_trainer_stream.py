@@ -333,8 +333,8 @@ def test_accumulated_micro_batches_equal_one_batch(num_csx, micro_batch, chunks,
     that start at zero: lr * a gradient ulp) or to a few ulp of the tensor's largest entries
     (an element that cancels to near zero in w - lr * g keeps its operands' rounding: seen
     1.4e-9 on 1.45e-5 in a matrix whose entries reach 0.03, on another CPU than CI's). Adam
-    amplifies a near-zero gradient's ulp
-    noise by 1 / eps (module docstring): its bound is the module's 1e-5 absolute."""
+    amplifies a near-zero gradient's ulp noise by 1 / eps (module docstring): its bound is
+    the module's 1e-5 absolute."""
     model = _model()
     p_one, s_one = _streamed(model, opt, num_csx=num_csx, stride=2, chunks=chunks)
     p_acc, s_acc = _streamed(
