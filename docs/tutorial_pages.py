@@ -14,7 +14,8 @@ Experiments. `experiments_markdown()` is one section per entry of the CLI's regi
 (`wse_cli.commands.experiments.EXPERIMENTS`): its description, its module's documentation
 (what it predicts and measures, its inputs), how to run it, and, where the experiment has a
 predictions-only entry (`<function>_predictions`), its prediction rows computed now, with
-each row's role (fitted, check or prediction) and the published figure beside it.
+each row's role (fitted, check or prediction) and the published figure beside it
+(`WSE_DOCS_EXPERIMENT_ROWS=0` leaves the rows out: a quicker build for editing prose).
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ def _cell(v) -> str:
 def _predictions_table(fn) -> list[str]:
     module = importlib.import_module(fn.__module__)
     predict = getattr(module, f"{fn.__name__}_predictions", None)
+    if os.environ.get("WSE_DOCS_EXPERIMENT_ROWS", "1") == "0":
+        return ["(Prediction rows not computed in this build: WSE_DOCS_EXPERIMENT_ROWS=0.)", ""]
     if predict is None:
         return [
             "Its predictions come with its measured part: `wse experiments run` prints "
