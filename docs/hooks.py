@@ -72,7 +72,12 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, cli_reference())
     if EXPERIMENTS in markdown:
-        markdown = markdown.replace(EXPERIMENTS, tutorial_pages.experiments_markdown())
+        from mkdocs.exceptions import PluginError
+
+        try:
+            markdown = markdown.replace(EXPERIMENTS, tutorial_pages.experiments_markdown())
+        except tutorial_pages.TutorialError as e:
+            raise PluginError(str(e)) from None
     return TUTORIAL.sub(_tutorial, markdown)
 
 

@@ -14,8 +14,11 @@ Experiments. `experiments_markdown()` is one section per entry of the CLI's regi
 (`wse_cli.commands.experiments.EXPERIMENTS`): its description, its module's documentation
 (what it predicts and measures, its inputs), how to run it, and, where the experiment has a
 predictions-only entry (`<function>_predictions`), its prediction rows computed now, with
-each row's role (fitted, check or prediction) and the published figure beside it
-(`WSE_DOCS_EXPERIMENT_ROWS=0` leaves the rows out: a quicker build for editing prose).
+each row's role (fitted, check or prediction) and the published figure beside it; each
+experiment's rows are computed in a child process, 2 at a time, and one that takes over
+`WSE_DOCS_EXPERIMENT_TIMEOUT_S` (default 120 s) says so instead (`WSE_DOCS_EXPERIMENT_ROWS=0`
+leaves all rows out: a quicker build for editing prose). An experiment whose predictions fail
+fails the build.
 """
 
 from __future__ import annotations
@@ -118,30 +121,50 @@ def _cell(v) -> str:
     return html.escape(str(v)).replace("|", "\\|") if v is not None else ""
 
 
-def _predictions_table(fn) -> list[str]:
-    module = importlib.import_module(fn.__module__)
-    predict = getattr(module, f"{fn.__name__}_predictions", None)
-    if os.environ.get("WSE_DOCS_EXPERIMENT_ROWS", "1") == "0":
-        return ["(Prediction rows not computed in this build: WSE_DOCS_EXPERIMENT_ROWS=0.)", ""]
-    if predict is None:
-        return [
-            "Its predictions come with its measured part: `wse experiments run` prints "
-            "them (not run at build time).",
-            "",
-        ]
-    from wse_core.studies.experiment import row_role
+ROWS_SCRIPT = """
+import importlib, json, sys, time
+from wse_cli.commands.experiments import load
+from wse_core.studies.experiment import row_role
+fn = load(sys.argv[1])
+predict = getattr(importlib.import_module(fn.__module__), fn.__name__ + "_predictions", None)
+t0 = time.perf_counter()
+rows = [] if predict is None else predict(seed=0)
+keys = ("name", "value", "unit", "published", "source")
+out = [dict({k: getattr(p, k) for k in keys}, role=row_role(p)) for p in rows]
+print(json.dumps({"has": predict is not None, "rows": out, "s": time.perf_counter() - t0}))
+"""
 
-    t0 = time.perf_counter()
-    rows = predict(seed=0)
+
+def _rows(name: str, timeout_s: float) -> dict | None:
+    """The experiment's prediction rows, computed in a child process; None past timeout_s."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", ROWS_SCRIPT, name], capture_output=True, text=True,
+            timeout=timeout_s, env={**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"},
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode != 0:
+        tail = done.stderr[-TAIL_CHARS:]
+        raise TutorialError(f"experiment {name}: its predictions failed:\n{tail}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _predictions_table(name: str, got: dict | None, timeout_s: float) -> list[str]:
+    run = f"`wse experiments run {name}` prints them"
+    if got is None:
+        return [f"Its prediction rows took over {timeout_s:g} s in this build: {run}.", ""]
+    if not got["has"]:
+        return [f"Its predictions come with its measured part (not run at build time): {run}.", ""]
     out = [
-        f"Its {len(rows)} prediction rows, computed when this page was built "
-        f"({time.perf_counter() - t0:.1f} s):",
+        f"Its {len(got['rows'])} prediction rows, computed when this page was built "
+        f"({got['s']:.1f} s):",
         "",
         "| row | predicted | unit | published | role | source |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for p in rows:
-        cells = (p.name, p.value, p.unit, p.published, row_role(p), p.source)
+    for r in got["rows"]:
+        cells = (r["name"], r["value"], r["unit"], r["published"], r["role"], r["source"])
         out.append("| " + " | ".join(_cell(v) for v in cells) + " |")
     return [*out, ""]
 
@@ -149,6 +172,14 @@ def _predictions_table(fn) -> list[str]:
 def experiments_markdown() -> str:
     from wse_cli.commands.experiments import EXPERIMENTS, load
 
+    timeout_s = float(os.environ.get("WSE_DOCS_EXPERIMENT_TIMEOUT_S", "120"))
+    names = list(EXPERIMENTS)
+    if os.environ.get("WSE_DOCS_EXPERIMENT_ROWS", "1") == "0":
+        computed = {}
+    else:
+        jobs = max(1, int(os.environ.get("WSE_DOCS_JOBS", "2")))
+        with ThreadPoolExecutor(jobs) as pool:
+            computed = dict(zip(names, pool.map(lambda n: _rows(n, timeout_s), names), strict=True))
     out: list[str] = []
     for name, (target, desc) in EXPERIMENTS.items():
         fn = load(name)
@@ -158,5 +189,8 @@ def experiments_markdown() -> str:
             if text:
                 out += _fence("text", text)
         out += _fence("bash", f"wse experiments run {name} --quick   # or without --quick")
-        out += _predictions_table(fn)
+        if name in computed:
+            out += _predictions_table(name, computed[name], timeout_s)
+        else:
+            out += ["(Prediction rows not computed in this build: WSE_DOCS_EXPERIMENT_ROWS=0.)", ""]
     return "\n".join(out)
