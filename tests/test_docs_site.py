@@ -38,6 +38,7 @@ def _commands() -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(BUILD_TIMEOUT_S + 300)  # over pytest-timeout's default (pyproject)
 def test_the_site_builds_strictly_and_renders(tmp_path):
     pytest.importorskip("mkdocs")
     site = tmp_path / "site"
