@@ -2,8 +2,8 @@
 # # Heat on the wafer: a run, its prediction and its per-PE view
 #
 # A jupytext script (`# %%` cells): open it as a notebook with jupytext, or run it as it is
-# (`python docs/tutorials/heat_on_the_wafer.py`); CI runs it at this size
-# (`tests/test_docs_site.py`). It runs the 7-point heat equation on a small grid of
+# (`python docs/tutorials/heat_on_the_wafer.py`); the site build executes it at this size
+# (`docs/hooks.py`). It runs the 7-point heat equation on a small grid of
 # emulated PEs, checks the field against the exact discrete decay, and shows the three
 # things every run returns: the measured result, the predicted wafer time (a `RunReport`,
 # which draws itself in a notebook) and the per-PE view `wse view` draws (a `PeTrace`).

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Your own kernel on `wse_core.fabric`
 #
-# A jupytext script (`# %%` cells; CI runs it as it is, `tests/test_docs_site.py`). The shape
+# A jupytext script (`# %%` cells; the site build executes it, `docs/hooks.py`). The shape
 # every kernel of the stack has: build a wafer, place a field, move data only with
 # `wse_core.fabric` inside `jit`, check the result against NumPy, and price the same program
 # as a `RunReport` from its counted work. The kernel here is a smoothing step: each PE

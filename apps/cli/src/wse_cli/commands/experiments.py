@@ -5,7 +5,9 @@ Each experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResul
 package; the registry below maps names to "module:function" so listing imports nothing.
 `run NAME --sweep KEY=a,b,c` reruns only the predictions once per value of one assumption
 (the module's `<function>_predictions(*, seed)` when it has one, else the quick run) and
-prints how each moves (`wse_core.studies.sweeps`).
+prints how each moves (`wse_core.studies.sweeps`). On a terminal a rich progress line shows
+while an experiment runs and a bar counts a sweep's values; piped or captured output stays
+exactly the same (`wse_core.host.progress`).
 """
 
 from __future__ import annotations
@@ -140,13 +142,14 @@ def run(
     from wse_core import write_experiment
     from wse_core.cost.assumptions import assume as assumed
     from wse_core.cost.assumptions import parse_assumptions
+    from wse_core.host.progress import progress
 
     fn = load(name)
     changes = parse_assumptions(assume)
     if sweep is not None:
         _sweep(name, fn, sweep, changes, out, seed)
         return
-    with assumed(**changes):
+    with assumed(**changes), progress(None, f"experiment {name}"):
         result = fn(quick=quick, seed=seed)
     if changes:
         result.config["assume"] = changes
@@ -158,6 +161,7 @@ def run(
 def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> None:
     """The predictions at each value of one assumption (under the other --assume changes)."""
     from wse_core.cost.assumptions import assume as assumed
+    from wse_core.host.progress import progress
     from wse_core.studies.sweeps import parse_sweep, sweep
 
     key, values = parse_sweep(item)
@@ -168,8 +172,18 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
         def predict(*, seed: int):
             return fn(quick=True, seed=seed).predictions
 
-    with assumed(**changes):
-        result = sweep(predict, key, values, seed=seed)
+    rows_done = 0
+
+    with assumed(**changes), progress(len(values), f"{name}: {key}") as done:
+
+        def counted(*, seed: int):  # one call per value of the sweep: the bar's unit
+            nonlocal rows_done
+            rows = predict(seed=seed)
+            rows_done += 1
+            done(rows_done)
+            return rows
+
+        result = sweep(counted, key, values, seed=seed)
     path = result.write(out / name)
     typer.echo(result.markdown())
     typer.echo(f"wrote {path}")
