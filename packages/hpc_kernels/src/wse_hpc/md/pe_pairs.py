@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from wse_core.errors import WseError
 
+from wse_hpc.md.pair_words import PLACE_MASK, SPECIES_SHIFT
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines
 from wse_hpc.pe_ffi import available, register
@@ -43,12 +44,6 @@ __all__ = [
     "density_half",
     "force_half",
 ]
-
-
-# `density_half`'s `cut` packs each pair's place in the window region (bits 0-23) and the
-# candidate's species (bits 24-30) in one int32: the force pass reads one word per pair
-SPECIES_SHIFT = 24
-PLACE_MASK = (1 << SPECIES_SHIFT) - 1
 
 
 class PairKernel(NamedTuple):

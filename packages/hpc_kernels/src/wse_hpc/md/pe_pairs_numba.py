@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit
 
-from wse_hpc.md.pe_pairs import PLACE_MASK, SPECIES_SHIFT
+from wse_hpc.md.pair_words import PLACE_MASK, SPECIES_SHIFT
 from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
 from wse_hpc.numba_ffi import metadata_query as metadata
 
