@@ -20,22 +20,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+from rounds import interleaved, ratio, ratio_line, record, timed  # noqa: E402  (bench/rounds.py)
 
 RESULTS = Path(__file__).parent / "results"
 WORDS_PER_PE = 16
 STEPS = 10  # fabric ops per jitted call (a lax.fori_loop), as a kernel would run them
-
-
-def _timed(fn):
-    """`fn` as a contender of `interleaved`: one call, its wall seconds."""
-
-    def run() -> float:
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
-
-    return run
 
 
 def worker(devices: int, grid: tuple[int, int], repeats: int) -> dict:
@@ -74,7 +63,7 @@ def worker(devices: int, grid: tuple[int, int], repeats: int) -> dict:
         jax.block_until_ready(loop(xs))  # compile outside the rounds
         contenders[name] = lambda loop=loop: jax.block_until_ready(loop(xs))
     # interleaved rounds (bench/rounds.py): numpy, shift, multicast4, allreduce, numpy, ...
-    times = interleaved({k: _timed(f) for k, f in contenders.items()}, repeats, rotate=True)
+    times = interleaved({k: timed(f) for k, f in contenders.items()}, repeats, rotate=True)
     out["times_s"] = times
     words = rows * cols * WORDS_PER_PE * STEPS
     for name in contenders:

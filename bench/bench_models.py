@@ -19,30 +19,18 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+from rounds import interleaved, ratio, ratio_line, record, timed  # noqa: E402  (bench/rounds.py)
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def _timed(fn):
-    """`fn` as a contender of `interleaved`: one call, its wall seconds."""
-
-    def run() -> float:
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
-
-    return run
 
 
 def _rounds(fns: dict, repeats: int) -> dict[str, list[float]]:
     for fn in fns.values():  # warm-up: compile and fill caches outside the rounds
         fn()
-    return interleaved({k: _timed(f) for k, f in fns.items()}, repeats)
+    return interleaved({k: timed(f) for k, f in fns.items()}, repeats)
 
 
 def _setup(quick: bool):

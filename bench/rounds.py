@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["THREAD_VARIABLES", "interleaved", "ratio", "ratio_line", "record", "versions"]
+__all__ = ["THREAD_VARIABLES", "interleaved", "ratio", "ratio_line", "record", "timed", "versions"]
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -61,6 +61,17 @@ def interleaved(
                 time.sleep(settle_s)
             times[name].append(float(fn()))
     return times
+
+
+def timed(fn: Callable[[], Any]) -> Callable[[], float]:
+    """`fn` as a contender of `interleaved`: one call, its wall seconds."""
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    return run
 
 
 def ratio(
