@@ -16,18 +16,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("wse_core", "wse_models", "wse_trainer", "wse_inference", "wse_hpc", "wse_cli")
+PACKAGES = (
+    "wse_core",
+    "wse_models",
+    "wse_systems",
+    "wse_trainer",
+    "wse_inference",
+    "wse_hpc",
+    "wse_cli",
+)
 
 CHECK = """
 import json, os, sys
 from pathlib import Path
-import wse_core, wse_models, wse_trainer, wse_inference, wse_hpc, wse_cli
+import wse_core, wse_models, wse_systems, wse_trainer, wse_inference, wse_hpc, wse_cli
 from wse_inference.serve import proto
 folder = Path(proto.__file__).parent
 before = sorted(p.name for p in folder.iterdir())
 pb2, pb2_grpc = proto.load_stubs()
 after = sorted(p.name for p in folder.iterdir())
-mods = (wse_core, wse_models, wse_trainer, wse_inference, wse_hpc, wse_cli)
+mods = (wse_core, wse_models, wse_systems, wse_trainer, wse_inference, wse_hpc, wse_cli)
 print(json.dumps({
     "files": {m.__name__: m.__file__ for m in mods},
     "typed": [m.__name__ for m in mods if Path(m.__file__).with_name("py.typed").is_file()],
