@@ -129,3 +129,15 @@ def test_second_run_reuses_the_compile_cache(tmp_path):
     assert len(first) >= 6  # one entry per compiled fabric program
     assert subprocess.run(cmd, capture_output=True, env=env, timeout=120).returncode == 0
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == first  # all cache hits
+
+
+def test_experiments_sweep_of_a_key_alone_runs_its_plausible_range(tmp_path):
+    """`--sweep KEY` (no values) sweeps the constant's own range (it crashed on len(None))."""
+    from wse_core.cost.mechanisms import CONSTANTS
+
+    args = ["experiments", "run", "sc22-stencil25", "--sweep", "hop_latency_cycles"]
+    r = runner.invoke(app, [*args, "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    header = next(line for line in r.output.splitlines() if line.startswith("| "))
+    for v in CONSTANTS["hop_latency_cycles"].sweep:  # one column per value of the range
+        assert f"hop_latency_cycles={v:g}" in header, header

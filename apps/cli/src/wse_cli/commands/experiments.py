@@ -162,9 +162,10 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
     """The predictions at each value of one assumption (under the other --assume changes)."""
     from wse_core.cost.assumptions import assume as assumed
     from wse_core.host.progress import progress
-    from wse_core.studies.sweeps import parse_sweep, sweep
+    from wse_core.studies.sweeps import parse_sweep, sweep, sweep_values
 
-    key, values = parse_sweep(item)
+    key, parsed = parse_sweep(item)
+    values = sweep_values(key, parsed)  # the constant's range when no values are given
     module = importlib.import_module(fn.__module__)
     predict = getattr(module, f"{fn.__name__}_predictions", None)
     if predict is None:  # no prediction-only entry: the quick run's predictions

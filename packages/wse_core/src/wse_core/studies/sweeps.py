@@ -20,7 +20,7 @@ from pathlib import Path
 from wse_core.errors import SpecError
 from wse_core.studies.experiment import PredictionRow
 
-__all__ = ["Sweep", "sweep", "parse_sweep", "CASE_KEYS"]
+__all__ = ["Sweep", "sweep", "parse_sweep", "sweep_values", "CASE_KEYS"]
 
 # Params that say which case a row is (never results): a row's identity across settings.
 CASE_KEYS = (
@@ -90,6 +90,16 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
     return key, values
 
 
+def sweep_values(key: str, values: Sequence[float] | None) -> tuple[float, ...]:
+    """The values a sweep of `key` runs: `values`, or the constant's plausible range."""
+    from wse_core.cost.mechanisms import CONSTANTS
+
+    out = tuple(CONSTANTS[key].sweep if values is None else values)
+    if not out:
+        raise SpecError(f"{key} has no plausible range to sweep: give KEY=a,b,c")
+    return out
+
+
 def sweep(
     predict_fn: Callable[..., list[PredictionRow]],
     key: str,
@@ -99,12 +109,8 @@ def sweep(
 ) -> Sweep:
     """Every prediction of `predict_fn` at each value of the assumption `key`."""
     from wse_core.cost.assumptions import assume
-    from wse_core.cost.mechanisms import CONSTANTS
 
-    if values is None:
-        values = CONSTANTS[key].sweep
-    if not values:
-        raise SpecError(f"{key} has no plausible range to sweep: give KEY=a,b,c")
+    values = sweep_values(key, values)
     table: dict[str, tuple[str, list[float]]] = {}
     for v in values:
         with assume(**{key: v}):
