@@ -1,37 +1,68 @@
-"""Experiment `domain-translation-swe`: shallow water under Domain Translation on CS-3s.
+"""Experiment `domain-translation-swe`: shallow water on 1-64 CS-3, with and without Domain
+Translation, the exchange between systems priced by mechanism so that scale-out can lose.
 
 Published inputs (shared/REFERENCES.md, "Field equations"): Oppelstrup et al.,
 arXiv:2511.11542 — finite-difference shallow water on up to 64 CS-3, Domain Translation
 shifting the processor-grid association each step to hide the latency between systems.
-REFERENCES.md gives no grid, step rate or FLOP figure, so `published` stays None and:
+REFERENCES.md gives no grid, step rate or FLOP figure this model predicts, so `published`
+stays None and nothing here is tuned to the paper's figures. Assumptions, each named:
 
-- ASSUMED layout: one cell per PE over the WSE-3's 762 x 1176 PEs per system (the field
-  layer's 2D placement), systems side by side along Y; 1, 4, 16 and 64 systems.
-- ASSUMED scheme: this stack's (`wse_hpc.fields.swe`: C grid, SSP-RK3) with the
-  translation shift each step; its program traced on a 4 x 4 PE grid and priced per PE
-  (`perf.program_phases`). Domain Translation's claim is that the link between systems
-  adds no time per step once the pipeline is full, so the rows price the on-wafer step
-  only and scale the cells with the systems (weak scaling); that claim is the paper's, not
-  checked here.
+- ASSUMED layout: one cell per PE over the WSE-3's 762 x 1176 PEs per system (X x Y, the
+  field layer's 2D placement), systems side by side along Y, Y periodic over the ring of
+  systems (1, 4, 16, 64; `SYSTEMS`). A system's two Y boundaries are its 762-PE edge
+  columns, on the wafer's edge: the trip to the edge is 0 hops (`EDGE_HOPS`, as
+  `wse_systems.pipeline.to_edge` counts a region on the edge).
+- ASSUMED scheme: this stack's (`wse_hpc.fields.swe`: C grid, SSP-RK3), with the
+  translation's one-PE shift each step when translated; its program traced on a 4 x 4 PE
+  grid and priced per PE (`perf.program_phases`). The words that cross a Y boundary per
+  step are the traced program's E and W shifts (`cluster.y_boundary_words`): 27 words per
+  PE plain, 30 translated (the shift moves h, u, v).
+- ASSUMED exchange: a step's boundary words cross in one message per boundary, one network
+  latency a step (it favours plain scale-out: RK3's three stages each read the Y halo).
+- The crossing (`cluster.crossing_work`): bytes out of each system at `host_io_bytes_per_s`
+  = 1.2 Tb/s per system (REFERENCES.md, system rows: "host I/O per system", vendor), taken
+  as each way (Ethernet is full duplex); one `system_latency_s` (ASSUMED: no public figure;
+  2 us, swept 0.5 .. 10 us in `wse_core.cost.mechanisms`: `--sweep system_latency_s`).
+- Without translation a step waits for its crossing; with it the crossing overlaps the next
+  `cluster.TRANSLATION_SLACK_STEPS` = k steps (ASSUMED 1: the text read gives no number;
+  the stress rows run k over `cluster.slack_sweep`, 1 .. the 1176 PE columns), the I/O
+  serialisation a floor no overlap hides (`cluster.cluster_step`).
+- `STRESS_LATENCY_S` (ASSUMED 1 ms, 100x the top of the latency sweep, not a figure of any
+  network): rows at 64 systems where plain scale-out loses to one system, and which slack
+  recovers it.
 
 Measured: the bit-identity of a translated run with the plain one on the emulator (16 x 16, on
-the devices at hand) and both runs' mass drift. Rows: `steps_per_s` and `gcell_steps_per_s` per
-system count; `s_per_step` with its cycles by mechanism.
+the devices at hand) and both runs' mass drift. Rows: `s_per_step` (on-wafer) and `crossing_s`
+by mechanism per program; per system count and case (plain, translated): `steps_per_s` (with
+the cluster step's cycles by mechanism), `gcell_steps_per_s` and `exposed_crossing_s` (what
+the crossing adds to the on-wafer step); the stress rows at 64 systems.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from wse_core import ExperimentResult, PredictionRow, RunReport, preset
+from wse_core import ExperimentResult, PredictionRow, WaferSpec, preset
+from wse_core.cost.assumptions import assumed_spec
+from wse_core.cost.perf import PerfModel, Phase, Phases
 
+from wse_hpc.fields.cluster import (
+    TRANSLATION_SLACK_STEPS,
+    cluster_step,
+    crossing_work,
+    slack_sweep,
+    y_boundary_words,
+)
 from wse_hpc.fields.grid import field_grid
 from wse_hpc.fields.perf import program_phases
 from wse_hpc.fields.swe import SweConfig, run_swe, shallow_water, swe_state, translate
 
-__all__ = ["NAME", "run"]
+__all__ = ["NAME", "STRESS_LATENCY_S", "SYSTEMS", "run", "run_predictions", "traced_step"]
 
 NAME = "domain-translation-swe"
 SOURCE = "Oppelstrup et al., arXiv:2511.11542 (inputs only)"
+SYSTEMS = (1, 4, 16, 64)
+EDGE_HOPS = 0.0  # the boundary columns are the wafer's edge columns (layout above)
+STRESS_LATENCY_S = 1e-3  # ASSUMED stress value (docstring), s per pass between systems
 
 
 def _measured(quick: bool) -> dict:
@@ -49,29 +80,71 @@ def _measured(quick: bool) -> dict:
     }
 
 
-def _step_report() -> RunReport:
-    spec = preset("wse3")
+def traced_step(spec: WaferSpec, translated: bool) -> tuple[Phases, float]:
+    """The on-wafer step's phases over `spec`'s PE rectangle and the words per PE its
+    program moves across a Y boundary (E + W shifts), plain or translated."""
     grid = field_grid(spec, (4, 4, 1), periodic=(True, True, True), mesh_shape=(1, 1))
     z = np.zeros((4, 4, 1))
     s = swe_state(grid, z + 1.0, z, z)
     step = shallow_water(grid, g=9.81, dt=1e-3)
-    phases = program_phases(grid, lambda x: translate(step(x)), s,
-                            pe_rect=(spec.pe_rows, spec.pe_cols))  # fmt: skip
-    return RunReport.build(NAME, spec, phases, units="timesteps")
+    fn = (lambda x: translate(step(x))) if translated else step
+    phases = program_phases(grid, fn, s, pe_rect=(spec.pe_rows, spec.pe_cols))
+    return phases, sum(y_boundary_words(fn, s).values())
+
+
+def _case_rows(spec: WaferSpec, step: Phases, words: float, systems: int,
+               slack: float | None, case: str) -> list[PredictionRow]:  # fmt: skip
+    """steps_per_s, gcell_steps_per_s and exposed_crossing_s of one cluster case."""
+    model = PerfModel(spec)
+    crossing = crossing_work(words, spec.pe_rows, systems, EDGE_HOPS)
+    timing = model.evaluate(cluster_step(step, crossing, slack))
+    t_step = model.evaluate(step).seconds
+    cells = spec.pe_rows * spec.pe_cols * systems
+    params = {"wafer": spec.name, "systems": systems, "cells": cells, "case": case,
+              "slack_steps": slack, "system_latency_s": spec.system_latency_s,
+              "crossing_bytes": crossing.host_io_bytes}  # fmt: skip
+    kw = {"source": SOURCE}
+    return [
+        PredictionRow("steps_per_s", 1 / timing.seconds, "1/s", params,
+                      mechanisms=timing.by_mechanism(), **kw),
+        PredictionRow("gcell_steps_per_s", cells / timing.seconds / 1e9, "Gcell/s", params, **kw),
+        PredictionRow("exposed_crossing_s", timing.seconds - t_step, "s", params, **kw),
+    ]  # fmt: skip
+
+
+def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
+    """The prediction rows alone (for `wse experiments run --sweep`)."""
+    del seed  # the predictions draw nothing
+    spec = assumed_spec("wse3")  # under `--assume` / `--sweep`
+    traced = {case: traced_step(spec, case == "translated") for case in ("plain", "translated")}
+    rows = []
+    for case, (step, words) in traced.items():
+        crossing = crossing_work(words, spec.pe_rows, 2, EDGE_HOPS)
+        model = PerfModel(spec)
+        t, cross = model.evaluate(step), model.evaluate(Phase("crossing", crossing))
+        params = {"wafer": spec.name, "case": case, "words_per_pe": words,
+                  "crossing_bytes": crossing.host_io_bytes}  # fmt: skip
+        rows += [
+            PredictionRow("s_per_step", t.seconds, "s", params, source=SOURCE,
+                          mechanisms=t.by_mechanism()),
+            PredictionRow("crossing_s", cross.seconds, "s", params, source=SOURCE,
+                          mechanisms=cross.by_mechanism()),
+        ]  # fmt: skip
+    slack = TRANSLATION_SLACK_STEPS
+    for systems in SYSTEMS:
+        rows += _case_rows(spec, *traced["plain"], systems, None, "plain")
+        rows += _case_rows(spec, *traced["translated"], systems, slack, f"translated k={slack:g}")
+    stress = spec.replace(system_latency_s=STRESS_LATENCY_S)
+    tag = f"latency {STRESS_LATENCY_S * 1e3:g} ms"
+    rows += _case_rows(stress, *traced["plain"], SYSTEMS[-1], None, f"plain, {tag}")
+    for k in slack_sweep(spec):
+        rows += _case_rows(stress, *traced["translated"], SYSTEMS[-1], k,
+                           f"translated k={k:g}, {tag}")  # fmt: skip
+    return rows
 
 
 def run(*, quick: bool, seed: int) -> ExperimentResult:
     measured = _measured(quick)
-    rep = _step_report()
-    spec = preset("wse3")
-    rows = [PredictionRow("s_per_step", rep.predicted_s, "s", {"wafer": spec.name},
-                          source=SOURCE, mechanisms=rep.cycles_by_mechanism())]  # fmt: skip
-    for systems in (1, 4, 16, 64):
-        cells = spec.pe_rows * spec.pe_cols * systems
-        params = {"wafer": spec.name, "systems": systems, "cells": cells}
-        rows += [
-            PredictionRow("steps_per_s", 1 / rep.predicted_s, "1/s", params, source=SOURCE),
-            PredictionRow("gcell_steps_per_s", cells / rep.predicted_s / 1e9, "Gcell/s",
-                          params, source=SOURCE),
-        ]  # fmt: skip
-    return ExperimentResult(NAME, seed, {"quick": quick}, [measured], rows)
+    config = {"quick": quick, "slack_steps": TRANSLATION_SLACK_STEPS,
+              "stress_latency_s": STRESS_LATENCY_S, "edge_hops": EDGE_HOPS}  # fmt: skip
+    return ExperimentResult(NAME, seed, config, [measured], run_predictions(seed=seed))
