@@ -9,7 +9,7 @@ from wse_core.cost.mechanisms import CONSTANTS
 from wse_core.cost.perf import PerfModel, Phase, Work
 from wse_hpc.fields import field_grid
 from wse_hpc.fields.cluster import cluster_step, crossing_work, y_boundary_words
-from wse_hpc.fields.swe import shallow_water, swe_state, translate
+from wse_hpc.fields.swe import RK3_STAGES, shallow_water, swe_state, translate
 from wse_hpc.studies.domain_translation_swe import STRESS_LATENCY_S, run_predictions, traced_step
 
 WSE3 = PRESETS["wse3"]
@@ -40,10 +40,11 @@ def test_y_words_and_the_crossing_by_hand():
     assert plain == {"W": W_PER_RHS * RHS_PER_STEP, "E": E_PER_RHS * RHS_PER_STEP}
     assert moved == {"W": plain["W"], "E": plain["E"] + TRANSLATED_FIELDS}
     words = sum(moved.values())  # 30: each boundary PE's E words east, W words west
-    crossing = crossing_work(words, WSE3.pe_rows, systems=4)
+    crossing = crossing_work(words, WSE3.pe_rows, systems=4, messages=RK3_STAGES)
     bytes_ = 762 * 30 * 4  # edge PEs (the WSE-3's 762 rows) x words x 4 B = 91,440 B
     assert crossing.host_io_bytes == bytes_
-    hand_s = bytes_ / WSE3.host_io_bytes_per_s + WSE3.system_latency_s  # 0.61 us + 2 us
+    # one latency per RK3 stage (each reads the previous stage's halo): 0.61 us + 3 x 2 us
+    hand_s = bytes_ / WSE3.host_io_bytes_per_s + 3 * WSE3.system_latency_s
     assert _seconds(WSE3, Phase("crossing", crossing)) == pytest.approx(hand_s, rel=1e-12)
 
 
@@ -61,16 +62,16 @@ def test_plain_pays_the_latency_and_slack_hides_it(steps):
     rates = []
     for lat in latencies:
         spec = WSE3.replace(system_latency_s=lat)
-        cross = crossing_work(w_plain, spec.pe_rows, systems=16)
+        cross = crossing_work(w_plain, spec.pe_rows, systems=16, messages=RK3_STAGES)
         t = _seconds(spec, cluster_step(plain, cross))
         io_s = cross.host_io_bytes / spec.host_io_bytes_per_s
-        assert t == pytest.approx(_seconds(spec, plain) + io_s + lat, rel=1e-12)
+        assert t == pytest.approx(_seconds(spec, plain) + io_s + 3 * lat, rel=1e-12)
         rates.append(1 / t)
         # translated: max(step, crossing / k, serialisation); with k = the PE columns it
-        # hides every latency of the sweep and the stress value (1176 x 3.6 us > 1 ms)
-        cross = crossing_work(w_moved, spec.pe_rows, systems=16)
+        # hides every latency of the sweep and the stress value (1176 x 3.6 us > 3 x 1 ms)
+        cross = crossing_work(w_moved, spec.pe_rows, systems=16, messages=RK3_STAGES)
         on_wafer = _seconds(spec, moved)
-        full = cross.host_io_bytes / spec.host_io_bytes_per_s + lat
+        full = cross.host_io_bytes / spec.host_io_bytes_per_s + 3 * lat
         for k in (1.0, 8.0, float(spec.pe_cols)):
             t_k = _seconds(spec, cluster_step(moved, cross, k))
             io = cross.host_io_bytes / spec.host_io_bytes_per_s

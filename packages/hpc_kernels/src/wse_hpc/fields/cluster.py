@@ -10,14 +10,16 @@ is priced by its mechanisms, as `wse_systems.decoder` prices a crossing between 
   Y boundary per step: the words of its E and W shifts (`wse_hpc.fields.grid.Program`),
   never a hand number. Each boundary PE sends its E words to the next system and its W
   words to the one before.
-- `crossing_work(words_per_pe, edge_pes, systems, edge_hops=0)`: the busiest system's
+- `crossing_work(words_per_pe, edge_pes, systems, edge_hops=0, messages=1)`: the busiest system's
   crossing per step: the trip between the boundary PEs and the wafers' edges
   (`latency_hops`; 0 when the domain's boundary column is the wafer's edge, as
   `wse_systems.pipeline.to_edge` counts it), its boundaries' bytes (`edge_pes x
   words_per_pe x 4` out of each system) serialised at the system's I/O rate
   (`Work.host_io_bytes` at `host_io_bytes_per_s`), and one network latency
-  (`Work.system_hops` at `system_latency_s`, assumed, swept in `wse_core.cost.mechanisms`):
-  both boundaries' messages leave at once. One system: nothing crosses (`Work()`).
+  (`Work.system_hops` at `system_latency_s`, assumed, swept in `wse_core.cost.mechanisms`)
+  per dependent message: a scheme whose stages each read the previous stage's halo (SSP-RK3:
+  `swe.RK3_STAGES` = 3) sends `messages` in a chain, each waiting for the one before; both
+  boundaries' messages of a stage leave at once. One system: nothing crosses (`Work()`).
 - `cluster_step(step, crossing, slack_steps=None)`: one step on the cluster.
   Without Domain Translation (`slack_steps=None`) a step waits for its crossing:
   `serial(step, crossing)`. With it the association moves one PE a step along Y
@@ -78,17 +80,23 @@ def y_boundary_words(fn: Callable, *args) -> dict[str, float]:
     return out
 
 
-def crossing_work(words_per_pe: float, edge_pes: int, systems: int, edge_hops: float = 0.0) -> Work:
-    """The busiest system's exchange per step (module contract); `Work()` for one system.
-    The spec's constants price it (`PerfModel`), so it counts only."""
-    if systems < 1 or edge_pes < 1 or words_per_pe < 0:
-        raise ValueError(f"bad crossing: {systems} systems, {edge_pes} edge PEs, {words_per_pe}")
+def crossing_work(
+    words_per_pe: float, edge_pes: int, systems: int, edge_hops: float = 0.0, messages: int = 1
+) -> Work:
+    """The busiest system's exchange per step (module contract): `messages` dependent
+    messages (one per stage that reads the Y halo) carrying `words_per_pe` in all; `Work()`
+    for one system. The spec's constants price it (`PerfModel`), so it counts only."""
+    if systems < 1 or edge_pes < 1 or words_per_pe < 0 or messages < 1:
+        raise ValueError(
+            f"bad crossing: {systems} systems, {edge_pes} edge PEs, {words_per_pe} words, "
+            f"{messages} messages"
+        )
     if systems == 1:
         return Work()
     return Work(
-        latency_hops=float(edge_hops),
+        latency_hops=float(edge_hops * messages),
         host_io_bytes=float(edge_pes * words_per_pe * WORD_BYTES),
-        system_hops=1.0,
+        system_hops=float(messages),
     )
 
 

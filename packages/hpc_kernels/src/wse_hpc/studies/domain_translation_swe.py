@@ -17,12 +17,14 @@ stays None and nothing here is tuned to the paper's figures. Assumptions, each n
   grid and priced per PE (`perf.program_phases`). The words that cross a Y boundary per
   step are the traced program's E and W shifts (`cluster.y_boundary_words`): 27 words per
   PE plain, 30 translated (the shift moves h, u, v).
-- ASSUMED exchange: a step's boundary words cross in one message per boundary, one network
-  latency a step (it favours plain scale-out: RK3's three stages each read the Y halo).
+- The exchange: RK3's three stages each read the previous stage's Y halo, so a step's
+  boundary words cross in `swe.RK3_STAGES` = 3 dependent messages per boundary, three
+  network latencies a step (both boundaries' messages of a stage leave at once).
 - The crossing (`cluster.crossing_work`): bytes out of each system at `host_io_bytes_per_s`
   = 1.2 Tb/s per system (REFERENCES.md, system rows: "host I/O per system", vendor), taken
-  as each way (Ethernet is full duplex); one `system_latency_s` (ASSUMED: no public figure;
-  2 us, swept 0.5 .. 10 us in `wse_core.cost.mechanisms`: `--sweep system_latency_s`).
+  as each way (Ethernet is full duplex); one `system_latency_s` per message (ASSUMED: no
+  public figure; 2 us, swept 0.5 .. 10 us in `wse_core.cost.mechanisms`:
+  `--sweep system_latency_s`).
 - Without translation a step waits for its crossing; with it the crossing overlaps the next
   `cluster.TRANSLATION_SLACK_STEPS` = k steps (ASSUMED 1: the text read gives no number;
   the stress rows run k over `cluster.slack_sweep`, 1 .. the 1176 PE columns), the I/O
@@ -54,7 +56,7 @@ from wse_hpc.fields.cluster import (
 )
 from wse_hpc.fields.grid import field_grid
 from wse_hpc.fields.perf import program_phases
-from wse_hpc.fields.swe import SweConfig, run_swe, shallow_water, swe_state, translate
+from wse_hpc.fields.swe import RK3_STAGES, SweConfig, run_swe, shallow_water, swe_state, translate
 
 __all__ = ["NAME", "STRESS_LATENCY_S", "SYSTEMS", "run", "run_predictions", "traced_step"]
 
@@ -96,7 +98,7 @@ def _case_rows(spec: WaferSpec, step: Phases, words: float, systems: int,
                slack: float | None, case: str) -> list[PredictionRow]:  # fmt: skip
     """steps_per_s, gcell_steps_per_s and exposed_crossing_s of one cluster case."""
     model = PerfModel(spec)
-    crossing = crossing_work(words, spec.pe_rows, systems, EDGE_HOPS)
+    crossing = crossing_work(words, spec.pe_rows, systems, EDGE_HOPS, RK3_STAGES)
     timing = model.evaluate(cluster_step(step, crossing, slack))
     t_step = model.evaluate(step).seconds
     cells = spec.pe_rows * spec.pe_cols * systems
@@ -119,7 +121,7 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
     traced = {case: traced_step(spec, case == "translated") for case in ("plain", "translated")}
     rows = []
     for case, (step, words) in traced.items():
-        crossing = crossing_work(words, spec.pe_rows, 2, EDGE_HOPS)
+        crossing = crossing_work(words, spec.pe_rows, 2, EDGE_HOPS, RK3_STAGES)
         model = PerfModel(spec)
         t, cross = model.evaluate(step), model.evaluate(Phase("crossing", crossing))
         params = {"wafer": spec.name, "case": case, "words_per_pe": words,
