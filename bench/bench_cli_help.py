@@ -84,12 +84,24 @@ def imported_top_level(cmd_prefix: list[str]) -> list[str]:
     return sorted(n for n in names if n and not n.startswith("_"))
 
 
+def _console_script() -> Path:
+    """The `wse` script pip installed beside this interpreter (what a venv or a plain
+    install runs), not a version manager's shim found first on PATH: pyenv's `wse` is a
+    bash script that runs `pyenv exec` (~0.1 s of its own) before the real one."""
+    real = Path(sys.executable).resolve().with_name("wse")
+    if real.is_file():
+        return real
+    found = shutil.which("wse")
+    if found is None:
+        raise SystemExit("no `wse` script: install the stack first (pip install -e .)")
+    return Path(found)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
-    wse = shutil.which("wse")
-    help_cmd = [wse, "--help"] if wse else [sys.executable, "-m", "wse_cli", "--help"]
+    help_cmd = [str(_console_script()), "--help"]
     timed = _interleaved({"base": [sys.executable, "-c", "pass"], "help": help_cmd}, args.repeats)
     base, cli = timed["base"], timed["help"]
     mods = imported_top_level(["-m", "wse_cli"])
