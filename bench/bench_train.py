@@ -14,10 +14,16 @@ allocator setting (`keep_freed_memory`, as `wse train` runs: freed temporaries s
 instead of being faulted in again every call), which holds for torch in the same process
 too. Prints a table
 and writes bench/results/train.json. Every contender is timed in interleaved rounds
-(`bench/rounds.py`: 5 with `--quick`, else 9; each round times every contender once) and
-each ratio is reported per round: median, spread and worst round (target vs PyTorch >= 1.1x
-at every core count, no round below 1x); each worker's JSON carries the versions of torch
-and transformers and its thread settings. `faults` counts minor page faults
+(`bench/rounds.py`: 5 with `--quick`, else 9; each round times every contender for
+`ROUND_STEPS` steps in a row, its round time their mean; the order rotates from round to
+round, so no contender always follows the same other) and each ratio is reported per round:
+median, spread and worst round (target vs PyTorch >= 1.1x at every core count, no round
+below 1x). Python's garbage collector is off while the rounds run, for every contender
+alike (collected once before). `cpu_ms` is each contender's process CPU time per step
+(every thread's, user + system): on a loaded machine it moves less than the wall time, and
+`cpu_ratios` gives the same per-round ratios on it. Each worker's JSON carries the versions
+of torch and transformers, its thread settings and the XLA ones (`xla`: flags, CPU devices,
+the threads the process runs after warm-up). `faults` counts minor page faults
 per step: memory the allocator had to map afresh (the fused step still takes some, from heap
 fragmentation when interleaved with the others; alone it takes none).
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import resource
@@ -39,6 +46,7 @@ from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/
 RESULTS = Path(__file__).parent / "results"
 FUSED_TARGET = 0.8  # streamed step vs the fused jit step
 TORCH_TARGET = 1.1  # streamed step vs PyTorch, at every core count (issue 44)
+ROUND_STEPS = 3  # steps per contender per round (one ~0.35 s step is shorter than load swings)
 CASES = {  # name: (d_model, n_layers, n_heads, d_ff, vocab, batch, seq)
     "tiny d128 L4": (128, 4, 4, 512, 2048, 16, 128),
     "small d256 L6": (256, 6, 8, 1024, 4096, 16, 128),
@@ -175,21 +183,32 @@ def bench_case(name: str, shape, rounds: int) -> dict:
     except ImportError:
         pass
     faults = dict.fromkeys(fns, 0)  # minor page faults (memory the allocator maps afresh)
+    cpu: dict[str, list[float]] = {k: [] for k in fns}  # process CPU seconds a step, by round
 
     def timed(key, fn):
         def run() -> float:
-            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            seconds = wall_s(fn)[1]
-            faults[key] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+            use0 = resource.getrusage(resource.RUSAGE_SELF)
+            seconds = sum(wall_s(fn)[1] for _ in range(ROUND_STEPS)) / ROUND_STEPS
+            use = resource.getrusage(resource.RUSAGE_SELF)
+            faults[key] += use.ru_minflt - use0.ru_minflt
+            busy = use.ru_utime + use.ru_stime - use0.ru_utime - use0.ru_stime
+            cpu[key].append(busy / ROUND_STEPS)
             return seconds
 
         return run
 
-    times = interleaved({k: timed(k, fn) for k, fn in fns.items()}, rounds)
+    gc.collect()
+    gc.disable()  # for every contender alike: no collection lands inside one side's round
+    try:
+        times = interleaved({k: timed(k, fn) for k, fn in fns.items()}, rounds, rotate=True)
+    finally:
+        gc.enable()
     t = {k: statistics.median(v) for k, v in times.items()}
     ratios = {"streamed_vs_fused": ratio(times["streamed"], times["fused jit"], FUSED_TARGET)}
+    cpu_ratios = {"streamed_vs_fused": ratio(cpu["streamed"], cpu["fused jit"])}
     if "pytorch" in times:
         ratios["streamed_vs_torch"] = ratio(times["streamed"], times["pytorch"], TORCH_TARGET)
+        cpu_ratios["streamed_vs_torch"] = ratio(cpu["streamed"], cpu["pytorch"])
     batch, seq = shape[5], shape[6]
     tokens = batch * seq
     flops = model.train_flops_per_token(seq) * tokens
@@ -203,12 +222,15 @@ def bench_case(name: str, shape, rounds: int) -> dict:
         "tokens_per_s": {k: tokens / v for k, v in t.items()},
         "model_flops_per_s": {k: flops / v for k, v in t.items()},
         "round_s": times,
+        "round_steps": ROUND_STEPS,
+        "cpu_ms": {k: 1e3 * statistics.median(v) for k, v in cpu.items()},
         "ratios": ratios,
+        "cpu_ratios": cpu_ratios,
         "streamed_vs_fused": ratios["streamed_vs_fused"]["median"],
         "streamed_vs_torch": ratios["streamed_vs_torch"]["median"] if "pytorch" in t else None,
         "layout_vs_one_device": t["stream 1dev"] / t["streamed"] if "stream 1dev" in t else None,
         "stall_fraction": statistics.median(stalls) if stalls else None,
-        "page_faults_per_step": {k: v / rounds for k, v in faults.items()},
+        "page_faults_per_step": {k: v / (rounds * ROUND_STEPS) for k, v in faults.items()},
     }
 
 
@@ -234,7 +256,22 @@ def worker(cores: int, quick: bool) -> dict:
         "peak_flops": peak,
         "keep_freed_memory": kept,
         "cases": rows,
+        "xla": _xla_threads(),
         "load_average": os.getloadavg(),
+    }
+
+
+def _xla_threads() -> dict:
+    """XLA's settings in this worker: flags, CPU devices, and the threads the process runs
+    (XLA's intra-op pool and its dispatch threads, torch's, Python's) after the rounds."""
+    import jax
+
+    tasks = Path("/proc/self/task")
+    return {
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
+        "JAX_NUM_CPU_DEVICES": os.environ.get("JAX_NUM_CPU_DEVICES"),
+        "cpu_devices": len(jax.devices("cpu")),
+        "process_threads": len(list(tasks.iterdir())) if tasks.exists() else None,
     }
 
 
@@ -244,7 +281,7 @@ def _print(runs: list[dict]) -> None:
         print(f"\n{n} core(s): fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (XLA, 1024^2)")
         print(
             f"{'case':<15}{'contender':<11}{'step ms':>9}{'tokens/s':>10}{'GFLOP/s':>9}"
-            f"{'of peak':>8}{'faults':>8}"
+            f"{'of peak':>8}{'faults':>8}{'cpu ms':>8}"
         )
         for r in run["cases"]:
             for k, v in r["step_s"].items():
@@ -252,10 +289,12 @@ def _print(runs: list[dict]) -> None:
                     f"{r['case']:<15}{k:<11}{v * 1e3:>9.1f}{r['tokens_per_s'][k]:>10.0f}"
                     f"{r['model_flops_per_s'][k] / 1e9:>9.1f}"
                     f"{r['model_flops_per_s'][k] / peak:>8.1%}"
-                    f"{r['page_faults_per_step'][k]:>8.0f}"
+                    f"{r['page_faults_per_step'][k]:>8.0f}{r['cpu_ms'][k]:>8.1f}"
                 )
             for name, rr in r["ratios"].items():
                 print("  " + ratio_line(name, rr))
+            for name, rr in r["cpu_ratios"].items():
+                print("  " + ratio_line(name + " (CPU time)", rr))
             print(f"  stall fraction {r['stall_fraction']:.3f}")
             lay = r["layout"]
             gain = r["layout_vs_one_device"]

@@ -9,7 +9,9 @@ needs all of them), then applies every update with optax's clipping rule.
 
 `weights(name, dtype)` is what SwarmX broadcasts: the group in the compute dtype (bf16
 compute on fp32 masters when the model's dtype says so). The update itself is one jitted
-pure function per group shape (every layer shares one compilation).
+pure function per group shape (every layer shares one compilation); without clipping the same
+call also adds the group's squared gradient norm to the step's sum (one dispatch a group, not
+two: the host cost is what a 1-core step loses to PyTorch, issue 44).
 
 Streaming below the layer (`wse_systems.training.chunks`): `chunk(name, (group, matrix), start, n,
 dtype)` serves n columns of one matrix of a layer, `vectors(name, dtype)` the layer without
@@ -77,6 +79,19 @@ def _update_fn(tx: optax.GradientTransformation):
     return jax.jit(update, donate_argnums=(1, 2))
 
 
+@functools.lru_cache(maxsize=8)
+def _update_norm_fn(tx: optax.GradientTransformation):
+    """`_update_fn(tx)` that also returns `total` plus the squared L2 norm of `grads`: the
+    same arithmetic as `_update_fn` then `_add_square_norm`, in one call."""
+
+    def update(grads, params, state, total):
+        updates, state = tx.update(grads, state, params)
+        norm = total + optax.tree.norm(grads, squared=True)
+        return optax.apply_updates(params, updates), state, norm
+
+    return jax.jit(update, donate_argnums=(1, 2))
+
+
 @jax.jit
 def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
@@ -124,6 +139,7 @@ class MemoryX:
         self._micro = (0, 1)  # (this micro-batch, micro-batches in the step)
         self._square_norm = jnp.zeros((), jnp.float32)  # the step's gradient so far, squared
         self._update = _update_fn(tx)
+        self._update_norm = _update_norm_fn(tx)
         self.updates_applied = 0
 
     def weights(self, name: str, dtype: Any = jnp.float32):
@@ -173,11 +189,14 @@ class MemoryX:
             if index < count - 1:
                 self._accum[name] = grads
                 return
-        self._square_norm = _add_square_norm(self._square_norm, grads)
         if self.max_norm is not None:
+            self._square_norm = _add_square_norm(self._square_norm, grads)
             self._pending[name] = grads
             return
-        self._apply(name, grads)
+        self.params[name], self.opt_state[name], self._square_norm = self._update_norm(
+            grads, self.params[name], self.opt_state[name], self._square_norm
+        )
+        self.updates_applied += 1
 
     def _apply(self, name: str, grads) -> None:
         self.params[name], self.opt_state[name] = self._update(
