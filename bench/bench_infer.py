@@ -13,13 +13,10 @@ median over rounds, with ratios taken within a round (pairs measured back to bac
   the plain JAX decoder (`decoding.PlainDecoder`, fused while_loop) and the pipelined engine
   (`pipeline.PipelineEngine`, S = 1 and 2 stages, one user, 16 steps per dispatch); all must
   produce the same tokens; target: pipelined >= 1x torch;
-- speculative: a 24-layer target (d_model 256) and its first layer as the draft (c ~ 0.04),
-  gamma = 4, temperature 1, caches sized for the request; the target's head is scaled to set
-  the operating point
-  (acceptance ~0.8, chosen from a short run); speedup = speculative tokens/s / plain target
-  tokens/s (target >= 2x), next to Leviathan's (1 - a^(g+1)) / ((1 - a)(g c + 1)) with the
-  measured a and c, c and the verification cost v timed as the rounds run them
-  (`leviathan23_speculative.round_costs`);
+- speculative (`infer_speculative`): a 24-layer target (d_model 256) and its first layer as
+  the draft, gamma = 4, temperature 1, head scaled for acceptance ~0.8; each round both
+  decoders generate the same two sequences; speedup = speculative tokens/s / plain target
+  tokens/s (target >= 2x), next to Leviathan's formula with the measured a, c and v;
 - throughput: S users on S stages, aggregate tokens/s for S = 1, 2, 4, with the stage rows
   on one device and on two (fabric shifts across devices). On a CPU every stage runs in
   turn (one core does the work of all S regions), so these tokens/s are the CPU's cost of
@@ -30,74 +27,30 @@ median over rounds, with ratios taken within a round (pairs measured back to bac
   beside the serving model's occupancy: at equal stage times (U / S, what the schedule
   should give) and on the engine's plan priced per region (`WaferServing.occupancy`, range
   over the regions, the head region included).
-Prints tables and writes bench/results/infer.json.
+Prints tables and writes bench/results/infer.json (with --only: infer_<section>.json).
 
-    python bench/bench_infer.py [--quick]
+    python bench/bench_infer.py [--quick] [--only SECTION ...] [--rounds N]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
-import resource
 import statistics
 import time
 from pathlib import Path
 
-from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
+from infer_common import interleaved_calls as _interleaved  # bench/infer_common.py
+from infer_common import tiny_llama as _model
+from infer_speculative import bench_speculative  # bench/infer_speculative.py
+from rounds import ratio, ratio_line, record  # bench/rounds.py
 from wse_core import preset
 
 RESULTS = Path(__file__).parent / "results"
 DECODE_TARGET = 1.0  # pipelined decode vs PyTorch's KV-cached decode, tokens/s
-SPECULATIVE_TARGET = 2.0  # speculative decode vs the target model alone, tokens/s
 ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
-
-
-def _cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def _interleaved(fns: dict, rounds: int) -> dict[str, list[tuple[float, float, object]]]:
-    """Each round calls every fn once (`rounds.interleaved`, rotating order) -> name:
-    [(seconds, cpu_util, result)]: seconds is the fn's own timing when it returns (seconds,
-    ...), else the call's wall time; cpu_util is the process CPU seconds / wall seconds of
-    the whole call."""
-    out: dict[str, list] = {n: [] for n in fns}
-
-    def timed(n):
-        def run() -> float:
-            c0, t0 = _cpu_s(), time.perf_counter()
-            res = fns[n]()
-            wall = time.perf_counter() - t0
-            out[n].append((res[0] if isinstance(res, tuple) else wall, (_cpu_s() - c0) / wall, res))
-            return out[n][-1][0]
-
-        return run
-
-    interleaved({n: timed(n) for n in fns}, rounds, rotate=True)
-    return out
-
-
-def _model(n_layers: int, d: int, vocab: int, head_scale: float = 1.0, seed: int = 0):
-    from wse_inference.testing import tiny_model
-
-    m = tiny_model(
-        "llama",
-        n_layers=n_layers,
-        d_model=d,
-        n_heads=4,
-        n_kv_heads=2,
-        d_ff=3 * d,
-        max_seq_len=512,
-        vocab_size=vocab,
-        seed=seed,
-    )
-    params = dict(m.params)
-    params["final"] = {**m.params["final"], "head": m.params["final"]["head"] * head_scale}
-    return dataclasses.replace(m, params=params)
+SECTIONS = ("decode", "speculative", "throughput", "occupancy")
 
 
 def _pipeline_decode(eng, prompt, sampling):
@@ -163,87 +116,6 @@ def bench_decode(quick: bool, rounds: int) -> list[dict]:
             }
         )
     return rows
-
-
-def _spec_pairs(target, draft, gamma, prompt, sampling, rounds, timer=None):
-    """Interleaved (speculative run, plain target run[, round costs]) triples."""
-    from wse_inference.decoding import PlainDecoder
-    from wse_inference.speculative.decoder import SpeculativeDecoder
-
-    ctx = len(prompt) + sampling.max_tokens  # caches sized for the request, both decoders
-    spec = SpeculativeDecoder(target, draft, gamma=gamma, max_context=ctx)
-    plain = PlainDecoder(target.config, target.params, max_context=ctx)
-    spec.generate(prompt, sampling), plain.generate(prompt, sampling)  # compile
-    timer = timer(spec) if timer else None
-    out = []
-    for s in range(rounds):
-        run = spec.generate(prompt, dataclasses.replace(sampling, seed=s))
-        base = plain.generate(prompt, dataclasses.replace(sampling, seed=s))
-        out.append((run, base, timer() if timer else None))
-    return out
-
-
-def bench_speculative(quick: bool, rounds: int, gamma: int = 4) -> dict:
-    from wse_inference.engine import SamplingParams
-    from wse_inference.model_dir import truncated_model
-    from wse_inference.speculative.verify import expected_speedup, expected_tokens_per_pass
-    from wse_inference.studies.leviathan23_speculative import round_costs
-
-    prompt = list(range(1, 17))
-    sampling = SamplingParams(max_tokens=60 if quick else 120, temperature=1.0)
-    layers, d = (8, 192) if quick else (24, 256)
-    best = None
-    for scale in (1.25, 1.5, 1.75, 2.0):  # pick the operating point nearest acceptance 0.8
-        t = _model(layers, d, 1024, scale)
-        run = _spec_pairs(t, truncated_model(t, 1), gamma, prompt, sampling, 1)[0][0]
-        alpha = run.metrics["speculative"]["alpha"]
-        if best is None or abs(alpha - 0.8) < abs(best[1] - 0.8):
-            best = (scale, alpha)
-    t = _model(layers, d, 1024, best[0])
-    draft = truncated_model(t, 1)
-    pairs = _spec_pairs(
-        t,
-        draft,
-        gamma,
-        prompt,
-        sampling,
-        rounds,
-        lambda spec: round_costs(t, draft, gamma, spec.cache_len(t.config)),
-    )
-    stats = [r.metrics["speculative"] for r, _, _ in pairs]
-    alpha = statistics.fmean(s["alpha"] for s in stats)
-    n_rounds = sum(s["rounds"] for s in stats)
-    accepted = sum(s["accepted"] for s in stats)
-    ratios = [r.tokens_per_s / b.tokens_per_s for r, b, _ in pairs]
-    costs = [c for _, _, c in pairs]
-    c = statistics.median(x["draft_step_ms"] / x["target_step_ms"] for x in costs)
-    v = statistics.median(x["verify_ms"] / x["target_step_ms"] for x in costs)
-    speedup = statistics.median(ratios)
-    formula = expected_speedup(alpha, gamma, c)
-    return {
-        "target_layers": layers,
-        "draft_layers": 1,
-        "d_model": d,
-        "gamma": gamma,
-        "head_scale": best[0],
-        "alpha": alpha,
-        "acceptance_rate": accepted / (n_rounds * gamma),
-        "tokens_per_pass": (accepted + n_rounds) / n_rounds,
-        "cost_ratio_c": c,
-        "verify_cost_ratio": v,
-        "target_tokens_per_s": statistics.median(b.tokens_per_s for _, b, _ in pairs),
-        "speculative_tokens_per_s": statistics.median(r.tokens_per_s for r, _, _ in pairs),
-        "speedup": speedup,
-        "speedup_min": min(ratios),
-        "ratio_vs_target_model": ratio(
-            [1 / r.tokens_per_s for r, _, _ in pairs],
-            [1 / b.tokens_per_s for _, b, _ in pairs],
-            SPECULATIVE_TARGET,
-        ),
-        "leviathan_speedup": formula,
-        "measured_vs_formula": speedup / formula,
-        "formula_with_verify_cost": expected_tokens_per_pass(alpha, gamma) / (gamma * c + v),
-    }
 
 
 def bench_throughput(quick: bool, rounds: int) -> list[dict]:
@@ -328,6 +200,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cores", type=int, default=1, help="CPUs the process may use (0: all)")
+    ap.add_argument("--only", nargs="+", choices=SECTIONS, help="run these sections only")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 5 quick, else 9)")
     args = ap.parse_args()
     pinned = sorted(os.sched_getaffinity(0))
     if args.cores > 0:  # before torch and JAX start threads: they inherit it
@@ -342,40 +216,42 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    rounds = 5 if args.quick else 9
-    out = {
-        "threads": {
-            "cpus": pinned,
-            "torch": torch.get_num_threads(),
-            "xla_flags": os.environ["XLA_FLAGS"],
-        }
-    }
-    out["decode"] = bench_decode(args.quick, rounds)
-    _table("batch-1 greedy decode (tokens/s after the first token; medians)", out["decode"])
-    out["speculative"] = bench_speculative(args.quick, rounds)
-    _table("speculative decoding (gamma 4, first-layer draft; medians)", [out["speculative"]])
-    out["throughput"] = bench_throughput(args.quick, 3)
-    _table(
-        "multi-user throughput: S users on S stages (the CPU's cost of emulating the pipeline:"
-        " its stages run in turn on one core, so this is not the wafer's throughput)",
-        out["throughput"],
-    )
-    out["occupancy"] = bench_occupancy(args.quick)
-    _table(
-        "stage occupancy, U users on 4 stages: the schedule as run against the serving model",
-        out["occupancy"],
-    )
-    for r in out["decode"]:
+    rounds = args.rounds or (5 if args.quick else 9)
+    run = set(args.only or SECTIONS)
+    out: dict = {"threads": {"cpus": pinned, "torch": torch.get_num_threads(),
+                             "xla_flags": os.environ["XLA_FLAGS"]}}  # fmt: skip
+    if "decode" in run:
+        out["decode"] = bench_decode(args.quick, rounds)
+        _table("batch-1 greedy decode (tokens/s after the first token; medians)", out["decode"])
+    if "speculative" in run:
+        out["speculative"] = bench_speculative(args.quick, rounds)
+        _table("speculative decoding (gamma 4, first-layer draft; medians)", [out["speculative"]])
+    if "throughput" in run:
+        out["throughput"] = bench_throughput(args.quick, 3)
+        _table(
+            "multi-user throughput: S users on S stages (the CPU's cost of emulating the"
+            " pipeline: its stages run in turn on one core, so this is not the wafer's"
+            " throughput)",
+            out["throughput"],
+        )
+    if "occupancy" in run:
+        out["occupancy"] = bench_occupancy(args.quick)
+        _table(
+            "stage occupancy, U users on 4 stages: the schedule as run against the serving model",
+            out["occupancy"],
+        )
+    for r in out.get("decode", []):
         print(ratio_line(f"{r['decoder']} vs PyTorch", r["ratio_vs_pytorch"]))
-    print(
-        ratio_line("speculative vs its target model", out["speculative"]["ratio_vs_target_model"])
-    )
+    if "speculative" in out:
+        spec = out["speculative"]["ratio_vs_target_model"]
+        print(ratio_line("speculative vs its target model", spec))
     RESULTS.mkdir(exist_ok=True)
     rec = record("torch", "numpy")  # host (bandwidth, load, time), versions, threads
     out["host"], out["baselines"] = rec["host"], rec["baselines"]
     out["threads"].update(rec["threads"])
-    (RESULTS / "infer.json").write_text(json.dumps(out, indent=2, default=float))
-    print(f"\nwrote {RESULTS / 'infer.json'}")
+    name = "infer.json" if args.only is None else f"infer_{'_'.join(args.only)}.json"
+    (RESULTS / name).write_text(json.dumps(out, indent=2, default=float))
+    print(f"\nwrote {RESULTS / name}")
 
 
 if __name__ == "__main__":

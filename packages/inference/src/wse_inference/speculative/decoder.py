@@ -24,7 +24,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from wse_core.cost.report import RunReport
 from wse_core.hw.spec import WaferSpec
@@ -255,7 +254,11 @@ class SpeculativeDecoder:
         self.prefill_chunk = prefill_chunk
         self.stats = AcceptanceStats(gamma)
         configs = Pair(target.config, draft.config)
-        self._loop = jax.jit(functools.partial(speculative_loop, configs, gamma))
+        # the start state is built fresh per call: donated, the loop runs in its buffers
+        # (no entry copy of either KV cache)
+        self._loop = jax.jit(
+            functools.partial(speculative_loop, configs, gamma), donate_argnums=(1,)
+        )
 
     def cache_len(self, config: Any) -> int:
         """KV-cache slots this decoder allocates for `config`'s model (the target's or the
@@ -304,10 +307,12 @@ class SpeculativeDecoder:
                 jnp.int32(sampling.max_tokens - 1),
                 jnp.asarray([*sampling.stop_token_ids, -2], jnp.int32),
             )
-            buf, made, rounds, acc, betas = end.buf, end.made, end.rounds, end.accepted, end.betas
-            r = int(rounds)
-            stats.record_rounds(np.asarray(acc)[:r], np.asarray(betas)[:r])
-            for tok in np.asarray(buf)[: int(made)].tolist():
+            # one transfer to the host per sequence
+            buf, made, r, acc, betas = jax.device_get(
+                (end.buf, end.made, end.rounds, end.accepted, end.betas)
+            )
+            stats.record_rounds(acc[:r], betas[:r])
+            for tok in buf[:made].tolist():
                 if tracker.add(tok) is not None:
                     break
         decode = time.perf_counter() - t0 - ttft

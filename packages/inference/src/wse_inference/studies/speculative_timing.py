@@ -1,6 +1,6 @@
 """The timer of the code speculative decoding runs, for the `leviathan23-speculative`
 experiment (`wse_inference.studies.leviathan23_speculative`, which re-exports `round_costs`)
-and `bench/bench_infer.py`.
+and `bench/infer_speculative.py` (bench_infer's speculative section).
 
 Contract. `round_costs(target, draft, gamma, cache_len)` compiles five jitted loops (the plain
 decoder's step, a proposal of gamma drafts, the verification with and without its rejection
