@@ -166,7 +166,10 @@ def compiled(jitted, args: tuple, key: tuple):
     finally:
         jax.monitoring.unregister_event_listener(listen)
     if path is not None and not hits:  # only a fresh compile serialises whole (module doc)
-        _store(path, lowered, exe)
+        try:
+            _store(path, lowered, exe)
+        except OSError:  # a full or read-only cache directory: the run goes on without it
+            pass
     return exe
 
 
