@@ -40,7 +40,7 @@ from wse_core.cost.report import RunReport
 from wse_core.errors import PlacementError, RunFault, SramBudgetError, WseError
 from wse_core.hw.wafer import Wafer, build_wafer
 
-from wse_hpc.md import mapping
+from wse_hpc.md import exec_cache, mapping
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
 from wse_hpc.md.integrate import bath_energy, integrator, maxwell_boltzmann
@@ -112,8 +112,9 @@ class _Runner:
         init_fn, self._step = integrator(
             config.thermostat, fns, masses, config.dt_fs, wafer=wafer, n_atoms=n_atoms, lists=lists
         )
-        self.init = jax.jit(init_fn)
-        self.drift = jax.jit(lists.drift_fn) if lists else None
+        self._key = exec_cache.runner_key(wafer, pot, plan, config, masses, n_atoms)
+        self.init = exec_cache.Cached(init_fn, ("init", self._key))  # from disk when stored
+        self.drift = exec_cache.Cached(lists.drift_fn, ("drift", self._key)) if lists else None
         self._chunks: dict[int, Callable] = {}
 
     def chunk(self, n: int, *args) -> Callable:
@@ -133,7 +134,7 @@ class _Runner:
                 i, state = jax.lax.while_loop(cond, body, (jnp.int32(0), state))
                 return state, i
 
-            self._chunks[n] = jax.jit(run).lower(*args).compile()
+            self._chunks[n] = exec_cache.compiled(jax.jit(run), args, ("chunk", n, self._key))
         return self._chunks[n]
 
 

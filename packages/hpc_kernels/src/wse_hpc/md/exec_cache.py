@@ -1,0 +1,207 @@
+"""MD's compiled programs kept on disk, so that a warm run neither traces nor lowers them.
+
+Contract: `compiled(jitted, args, key)` is `jitted.lower(*args).compile()`, loaded from
+`<cache>/md_exec/<digest>.bin` when an earlier process stored the same program there, else
+compiled (through JAX's persistent compile cache) and stored. `Cached(fn, key)` is
+`jax.jit(fn)` compiled that way at its first call's arguments (a later call whose arguments
+the executable does not take runs `jax.jit(fn)`). `runner_key(...)` is the static part of a
+runner's key: the wafer (spec, grid, mesh, device ids, defects), a digest of the potential's
+tables, the window plan, the thermostat, the timestep, the masses and the atom count.
+
+The digest covers `key`, the arguments' shapes, dtypes and shardings, the backend and its
+devices, the process count, jax/jaxlib versions, XLA_FLAGS, the stack's version and a hash
+of every source file of `wse_hpc` and `wse_core`: a code change never reuses a stored
+program. `<cache>` is JAX's persistent compile cache directory (`jax_compilation_cache_dir`,
+which `wse_core.host.runtime.configure` sets to `WSE_CACHE_DIR`); without one nothing is
+stored. Multi-process runs are not stored. A file that cannot be read back (truncated,
+written by another jaxlib) is compiled again. Files are pickles, like JAX's own cache
+entries: the cache directory must be the user's own.
+
+Why the executable and not `jax.export`: the 32,000-atom step is 188 `shard_map` blocks
+whose tracing and lowering took ~5 s of a warm run's ~9 s to its first step (profile of
+`wse hpc md`, issue 44). An exported module skips the tracing but is lowered again and looked
+up in the compile cache at every start; the serialised executable (`jax.experimental.
+serialize_executable`, the same bytes the compile cache holds) skips all three, and runs the
+very binary the first run compiled, so its results are bit-identical. The XLA FFI targets
+the program calls (the numba PE kernels, `wse_md_*`) are recorded with it and registered
+(numba loads them from its own cache) before it is loaded.
+
+Only a program compiled afresh is stored: an executable that JAX's compile cache handed back
+serialises without its compiled kernels (jaxlib 0.10.2: loading it again fails at its first
+run with "Function ... fusion not found"), so a compile-cache hit leaves the disk cache as it
+was and that run is as fast as before it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import numpy as np
+
+__all__ = ["Cached", "compiled", "runner_key", "cache_path"]
+
+SUBDIR = "md_exec"  # under JAX's compile cache directory
+_TARGET = re.compile(r"custom_call @(wse_md_\w+)")  # an FFI call in the lowered StableHLO
+_FORMAT = 1  # the layout of a stored file; bump on change
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"  # jax._src.compiler's event
+
+
+@functools.cache
+def _code_hash() -> str:
+    """sha256 of every .py file of wse_hpc and wse_core (paths and bytes)."""
+    import wse_core
+
+    import wse_hpc
+
+    h = hashlib.sha256()
+    for pkg in (wse_hpc, wse_core):
+        root = Path(pkg.__file__).parent
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _environment() -> tuple:
+    import jaxlib
+    import wse_core
+
+    devices = tuple((d.platform, d.id, d.device_kind) for d in jax.devices())
+    return (
+        _FORMAT,
+        jax.__version__,
+        jaxlib.__version__,
+        wse_core.__version__,
+        _code_hash(),
+        os.environ.get("XLA_FLAGS", ""),
+        jax.process_count(),
+        devices,
+    )
+
+
+def _arg_spec(x) -> tuple:
+    dtype = x.dtype if hasattr(x, "dtype") else np.result_type(x)  # PRNG keys: key<fry>
+    return (np.shape(x), str(dtype), repr(getattr(x, "sharding", None)))
+
+
+def _root() -> str | None:
+    """The directory the programs are stored under: JAX's compile cache's (None: none)."""
+    return jax.config.jax_compilation_cache_dir
+
+
+def cache_path(jitted_key: tuple, args: tuple) -> Path | None:
+    """Where the program of `jitted_key` at `args` is stored (None: no cache directory, or a
+    multi-process run)."""
+    where = _root()
+    if not where or jax.process_count() > 1:
+        return None
+    leaves, tree = jax.tree.flatten(args)
+    text = repr((jitted_key, str(tree), [_arg_spec(x) for x in leaves], _environment()))
+    return Path(where) / SUBDIR / f"{hashlib.sha256(text.encode()).hexdigest()}.bin"
+
+
+def _register(target: str) -> None:
+    """Register the FFI target `target` (a numba PE kernel) as tracing would have."""
+    if target == "wse_md_build":
+        from wse_hpc.md.neighbours.build import _build_target as make
+
+        got = make()
+    else:
+        from wse_hpc.md.pe_pairs import _target
+
+        got = _target(target.removeprefix("wse_md_"))
+    if got != target:
+        raise KeyError(target)
+
+
+def _load(path: Path):
+    from jax.experimental.serialize_executable import deserialize_and_load
+
+    with path.open("rb") as f:
+        targets, ids, payload, in_tree, out_tree = pickle.load(f)
+    for t in targets:
+        _register(t)
+    by_id = {d.id: d for d in jax.devices()}
+    devices = [by_id[i] for i in ids]  # the executable's own, in its order
+    return deserialize_and_load(payload, in_tree, out_tree, execution_devices=devices)
+
+
+def _store(path: Path, lowered, exe) -> None:
+    from jax.experimental.serialize_executable import serialize
+
+    try:
+        payload, in_tree, out_tree = serialize(exe)
+        ids = [d.id for d in exe._executable._unloaded_executable.device_list]
+    except (ValueError, NotImplementedError, AttributeError):  # JAX cannot serialise it
+        return
+    targets = sorted(set(_TARGET.findall(lowered.as_text())))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with tmp.open("wb") as f:
+        pickle.dump((targets, ids, payload, in_tree, out_tree), f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)  # atomic: a concurrent reader sees all of it or nothing
+
+
+def compiled(jitted, args: tuple, key: tuple):
+    """`jitted.lower(*args).compile()`, from the disk cache when it holds it (module doc)."""
+    path = cache_path(key, args)
+    if path is not None and path.exists():
+        try:
+            return _load(path)
+        except Exception:  # noqa: BLE001 - any unreadable entry is compiled again
+            pass
+    lowered = jitted.lower(*args)
+    hits: list[str] = []
+    listen = lambda event, **_: hits.append(event) if event == _CACHE_HIT else None  # noqa: E731
+    jax.monitoring.register_event_listener(listen)
+    try:
+        exe = lowered.compile()
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+    if path is not None and not hits:  # only a fresh compile serialises whole (module doc)
+        try:
+            _store(path, lowered, exe)
+        except OSError:  # a full or read-only cache directory: the run goes on without it
+            pass
+    return exe
+
+
+class Cached:
+    """`jax.jit(fn)`, compiled through `compiled` at its first call's arguments."""
+
+    def __init__(self, fn: Callable, key: tuple):
+        self._jit, self._key, self._exe = jax.jit(fn), key, None
+
+    def __call__(self, *args):
+        if self._exe is None:
+            self._exe = compiled(self._jit, args, self._key)
+        try:
+            return self._exe(*args)
+        except (TypeError, ValueError):  # arguments this executable does not take
+            return self._jit(*args)
+
+
+def _potential_digest(pot) -> str:
+    h = hashlib.sha256()
+    scalars = (pot.kind, pot.elements, pot.masses_amu, pot.numbers, pot.nrho, pot.drho)
+    h.update(repr(scalars + (pot.nr, pot.dr, pot.cutoff_A)).encode())
+    for table in (pot.frho, pot.rhor, pot.z2r):
+        a = np.ascontiguousarray(table)
+        h.update(repr((a.shape, str(a.dtype))).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def runner_key(wafer, pot, plan, config, masses, n_atoms: int) -> tuple:
+    """The static choices a runner's programs close over (module doc)."""
+    devices = tuple(int(d.id) for d in wafer.mesh.devices.flat)
+    where = (repr(wafer.spec), repr(wafer.describe()), devices, config.defect_seed)
+    statics = (repr(plan), repr(config.thermostat), float(config.dt_fs))
+    return (where, _potential_digest(pot), statics, tuple(map(float, masses)), int(n_atoms))
