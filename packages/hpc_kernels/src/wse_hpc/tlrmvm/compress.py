@@ -316,6 +316,12 @@ def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
         raise TlrError(f"TLR operator file is corrupt: bases of dtype {u.dtype} and {v.dtype}")
     if ranks.min() < 0 or ranks.max() > nb:
         raise TlrError(f"TLR operator file is corrupt: ranks outside 0..{nb}")
+    for name, basis in (("U", u), ("V", v)):
+        if not np.isfinite(basis).all():  # refused at load: the run would only return NaN
+            bad = int(np.size(basis) - np.count_nonzero(np.isfinite(basis)))
+            raise TlrError(
+                f"TLR operator file is corrupt: {bad:,} {name} basis values are NaN or Inf"
+            )
     mt, nt = ranks.shape
     heights = [min(nb, m - i * nb) for i in range(mt)]
     widths = [min(nb, n - j * nb) for j in range(nt)]
