@@ -231,7 +231,7 @@ def main() -> None:
             if not args.only or args.only in "served front end":
                 from hostile_serve import serve_rows
 
-                model = fx._variant("bomb_model", lambda p: None)
+                model = fx.chat_model()
                 for r in serve_rows(model, env, WSE, SAMPLE_S):
                     rows.append(r)
                     print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['wall_s']:6.2f} s  {r['case']}")

@@ -152,6 +152,19 @@ class Fixtures:
             "garbage_tok", lambda p: (p / "tokenizer.json").write_text('{"model": {"vocab": {1: 2')
         )
 
+    def chat_model(self) -> str:
+        """The tiny model with a tokenizer.json (an empty byte-level BPE, as
+        tests/test_fuzz_parsers.py builds it): the HF tokenizer reads chat_template.jinja."""
+
+        def change(p: Path) -> None:
+            from tokenizers import Tokenizer, models, pre_tokenizers
+
+            tok = Tokenizer(models.BPE())
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel()
+            tok.save(str(p / "tokenizer.json"))
+
+        return self._variant("chat_model", change)
+
     def port_in_use(self) -> str:
         s = socket.create_server(("127.0.0.1", 0))
         self._held.append(s)  # held until the bench ends
@@ -320,6 +333,8 @@ def cases() -> list[Case]:
             "launch", "--nproc", "1", "--port", fx.port_in_use(), "--", "wafer", "info"]),
         Case("front end", "launch 2 -- --num-processes 3", _const(
             *launch, "--num-processes", "3", "wafer", "info")),
+        Case("front end", "launch 2 -- hpc stencil --png <folder>", lambda fx, tmp: [
+            *launch, *_STENCIL, "--png", str(tmp)], message="is a folder"),
         Case("front end", "launch 2 -- a child's error once", _const(
             *launch, "wafer", "info", "--preset", "nope"), timeout_s=120,
             note="each child imports JAX and joins the run before its command's body"),

@@ -292,6 +292,22 @@ def test_a_deep_config_json_is_refused_by_serve_before_jax_is_imported(tmp_path)
         assert lines[1:] == ["jax imported: False"], r.stderr[-2000:]
 
 
+def test_a_process_of_a_run_refuses_its_arguments_before_joining(tmp_path):
+    """A process of a multi-process run (as `wse launch` starts it) refuses an argument at
+    parsing without JAX and without waiting for its coordinator (bench_hostile: each child
+    joined the run first; here there is no coordinator to join)."""
+    import subprocess
+    import sys
+
+    env = clean_env(WSE_NUM_PROCESSES="2", WSE_PROCESS_ID="1", WSE_COORDINATOR="127.0.0.1:9")
+    args = ["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--png", tmp_path]
+    r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *map(str, args)], timeout=120,
+                       capture_output=True, text=True, env=env)  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and lines[0].startswith("Error: --png "), r.stderr[-2000:]
+    assert lines[1:] == ["jax imported: False"], r.stderr[-2000:]
+
+
 def test_a_refused_train_leaves_no_model_dir(tmp_path):
     model_dir = tmp_path / "a" / "b" / "run"
     for bad in (["train_input.data_dir=/nonexistent/corpus"], ["--checkpoint-path", "/nope"]):
