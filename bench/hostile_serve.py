@@ -62,7 +62,8 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     port, grpc_port = _free_port(), _free_port()
     cmd = [*wse, "infer", "serve", "--model-dir", model_dir, "--host", "127.0.0.1", "--port",
            str(port), "--grpc-port", str(grpc_port), "--drain-s", "30"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = open(folder.parent / "serve.log", "w+")  # noqa: SIM115  read back on a failed start
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + HEALTHY_WITHIN_S
     while time.monotonic() < deadline and proc.poll() is None:
@@ -73,7 +74,9 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
             time.sleep(0.5)
     else:
         proc.kill()
-        return [_row("server start", None, "healthy", 0.0, 0, "server did not start")]
+        log.seek(0)
+        why = (log.read().strip().splitlines() or ["no output"])[-1]
+        return [_row("server start", None, "healthy", 0.0, 0, f"did not start: {why}")]
     model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
     peak, stop = [0], threading.Event()
     threading.Thread(target=_sampler, args=(proc.pid, peak, stop, every_s), daemon=True).start()
@@ -113,6 +116,7 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
+    log.close()
     return rows
 
 
