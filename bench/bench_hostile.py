@@ -122,15 +122,19 @@ def run_case(case: Case, fx: Fixtures, env: dict[str, str], timeout_s: float) ->
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
             proc, peak_tree, peak_one, killed = psutil.Process(popen.pid), 0, 0, None
-            while popen.poll() is None:
-                procs = _tree(proc)
-                tree, one = _rss(procs)
-                peak_tree, peak_one = max(peak_tree, tree), max(peak_one, one)
-                if tree > KILL_AT or time.perf_counter() - t0 > timeout_s:
-                    killed = "rss" if tree > KILL_AT else "timeout"
-                    _kill(procs)
-                    break
-                time.sleep(SAMPLE_S)
+            try:
+                while popen.poll() is None:
+                    procs = _tree(proc)
+                    tree, one = _rss(procs)
+                    peak_tree, peak_one = max(peak_tree, tree), max(peak_one, one)
+                    if tree > KILL_AT or time.perf_counter() - t0 > timeout_s:
+                        killed = "rss" if tree > KILL_AT else "timeout"
+                        _kill(procs)
+                        break
+                    time.sleep(SAMPLE_S)
+            finally:  # the bench itself stopped (Ctrl-C, SIGTERM): its case goes too
+                if popen.poll() is None:
+                    _kill(_tree(proc))
             popen.wait()
             wall_s = time.perf_counter() - t0
             _reap(popen.pid)
@@ -212,6 +216,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="run only cases whose name holds this text")
     ap.add_argument("--timeout-s", type=float, default=30.0, help="per case (s)")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the running case is killed
     from rounds import record
 
     load_at_start = list(os.getloadavg())
