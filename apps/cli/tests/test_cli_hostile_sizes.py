@@ -149,6 +149,28 @@ def test_non_finite_assumptions_and_spec_fields_are_refused(value):
         assert len(output.strip().splitlines()) == 1
 
 
+@settings(max_examples=6, deadline=None)
+@given(basis=st.sampled_from(["u", "v"]), bad=st.sampled_from([np.nan, np.inf, -np.inf]),
+       count=st.integers(1, 5))  # fmt: skip
+def test_a_tlr_operator_with_non_finite_bases_is_refused_at_load(basis, bad, count):
+    """`wse hpc tlrmvm run` refuses NaN or Inf in an operator file's bases before the run
+    (bench_hostile: it ran 80 s to report a NaN result), counting them."""
+    from wse_hpc.tlrmvm import compress, save_operator
+
+    tmp = Path(tempfile.mkdtemp())
+    x = np.linspace(0, 1, 40)
+    op = save_operator(compress(1 / (1 + np.abs(x[:, None] - x[None, :])), nb=8,
+                                threshold=1e-3), tmp / "op.npz")  # fmt: skip
+    with np.load(op) as f:
+        data = {k: f[k] for k in f.files}
+    data[basis] = data[basis].copy()
+    data[basis][:count] = bad
+    np.savez(tmp / "bad.npz", **data)
+    code, output = _invoke(["hpc", "tlrmvm", "run", "--operator", tmp / "bad.npz"])
+    assert code == 2 and f"{count:,} {basis.upper()} basis values are NaN or Inf" in output
+    assert len(output.strip().splitlines()) == 1 and output.count("corrupt") == 1, output
+
+
 # --- the issue's cases, as processes with their memory watched ------------------------------
 def _bomb_yaml(path: Path) -> Path:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
@@ -234,6 +256,56 @@ def test_an_alias_bomb_in_a_params_file_is_one_line(tmp_path):
     code, output = _invoke(["train", str(_bomb_yaml(tmp_path / "p.yaml")), "--validate-only"])
     assert code == 2 and "WSE_LIMIT_YAML_NODES" in output, output
     assert len(output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cmd", [["plan", "infer"], ["plan", "train", "--tokens", "1e12"]])
+def test_a_deep_config_json_given_to_plan_is_one_line(cmd, tmp_path):
+    """`wse plan --model DIR/config.json` reads it within the JSON depth limit (bench_hostile:
+    it was a RecursionError traceback after 30 s)."""
+    config = _deep_model_dir(tmp_path) / "config.json"
+    for model in (config, config.parent):
+        code, output = _invoke([*cmd, "--model", model])
+        assert code == 2 and "WSE_LIMIT_JSON_DEPTH" in output, output
+        assert len(output.strip().splitlines()) == 1
+
+
+NO_JAX_PROBE = """import atexit, runpy, sys
+atexit.register(lambda: print("jax imported:", "jax" in sys.modules, file=sys.stderr))
+sys.argv = ["wse", *sys.argv[1:]]
+runpy.run_module("wse_cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_deep_config_json_is_refused_by_serve_before_jax_is_imported(tmp_path):
+    """`wse infer serve --model-dir DIR` refuses DIR's config.json before the front end and
+    the engine bring in JAX (bench_hostile: 30 s to refuse on a loaded machine)."""
+    import subprocess
+    import sys
+
+    model_dir = _deep_model_dir(tmp_path)
+    for args in (["infer", "serve", "--model-dir", model_dir], ["plan", "infer", "--model",
+                 model_dir / "config.json"]):  # fmt: skip
+        r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *map(str, args)], timeout=120,
+                           capture_output=True, text=True, env=clean_env())  # fmt: skip
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and "WSE_LIMIT_JSON_DEPTH" in lines[0], r.stderr[-2000:]
+        assert lines[1:] == ["jax imported: False"], r.stderr[-2000:]
+
+
+def test_a_process_of_a_run_refuses_its_arguments_before_joining(tmp_path):
+    """A process of a multi-process run (as `wse launch` starts it) refuses an argument at
+    parsing without JAX and without waiting for its coordinator (bench_hostile: each child
+    joined the run first; here there is no coordinator to join)."""
+    import subprocess
+    import sys
+
+    env = clean_env(WSE_NUM_PROCESSES="2", WSE_PROCESS_ID="1", WSE_COORDINATOR="127.0.0.1:9")
+    args = ["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--png", tmp_path]
+    r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *map(str, args)], timeout=120,
+                       capture_output=True, text=True, env=env)  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and lines[0].startswith("Error: --png "), r.stderr[-2000:]
+    assert lines[1:] == ["jax imported: False"], r.stderr[-2000:]
 
 
 def test_a_refused_train_leaves_no_model_dir(tmp_path):

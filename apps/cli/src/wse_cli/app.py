@@ -58,7 +58,7 @@ def root(
 
     configure(devices)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    multiprocess.join(num_processes, process_id, coordinator)
+    multiprocess.join_later(num_processes, process_id, coordinator)  # once the command parses
 
 
 for module in (wafer, hpc, train, infer, plan, experiments, launch, demo, view):

@@ -6,11 +6,13 @@ command exits with code 2 — no traceback; a `wse_core.errors.RunFault` (a faul
 run works: a full disk, a solver's NaN) is one line too, with exit code 1. `typer.Exit(1)`
 stays for "ran, answer is no" (e.g. a wafer that cannot be repaired). It is also where the
 one option spelling is applied (`wse_cli.option_names.dashed`: `--model_dir` is read as
-`--model-dir`) before click parses a command's arguments.
+`--model-dir`) before click parses a command's arguments, and where the multi-process join the
+root callback deferred is made, once a command's arguments are parsed (`wse_cli.multiprocess`).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import typer
@@ -40,6 +42,8 @@ class WseGroup(TyperGroup):
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, TyperGroup):  # a group spells its own
             rest = dashed(rest, cmd.get_params(ctx))
+            if "invoke" not in vars(cmd):
+                cmd.invoke = functools.partial(_join_then_invoke, cmd)  # type: ignore[method-assign]
         return name, cmd, rest
 
     def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[override]
@@ -60,6 +64,15 @@ class WseGroup(TyperGroup):
                 typer.echo(f"Error: {e}", err=True)
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
             raise
+
+
+def _join_then_invoke(cmd: typer.core.TyperCommand, ctx: typer.Context):
+    """A command's body, after the multi-process join the root deferred to it (its arguments
+    are parsed by then: a refused input never waits for JAX or the coordinator)."""
+    from wse_cli import multiprocess
+
+    multiprocess.join_pending()
+    return type(cmd).invoke(cmd, ctx)
 
 
 def fail(message: str) -> None:

@@ -9,10 +9,10 @@ too).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from wse_core import suggest
+from wse_core.host.limits import load_json, read_text
 from wse_systems.planning.choice import ModelChoice, PlanError
 
 __all__ = ["PlanError", "ModelChoice", "resolve_model"]
@@ -31,29 +31,41 @@ def _from_params(path: str, name: str) -> ModelChoice:
     )  # fmt: skip
 
 
-def _from_hf(path: Path) -> ModelChoice:
-    import wse_models
+def _hf_file(path: Path) -> Path:
+    return path / "config.json" if path.is_dir() else path
 
-    file = path / "config.json" if path.is_dir() else path
+
+def _read_hf(path: Path) -> dict:
+    """An HF config.json's JSON, within the file limits (size, depth) and with no JAX."""
+    file = _hf_file(path)
     try:
-        data = json.loads(file.read_text())
+        return load_json(read_text(file, "HF config"), str(file))
     except (OSError, ValueError) as e:
         raise PlanError(f"cannot read HF config {str(file)!r}: {e}") from None
+
+
+def _from_hf(path: Path, data: dict | None = None) -> ModelChoice:
+    import wse_models
+
+    data = _read_hf(path) if data is None else data
     return ModelChoice(str(path), wse_models.config_from_hf(data, dtype="bfloat16"))
 
 
 def resolve_model(text: str) -> ModelChoice:
     """A preset ("llama3-70b"), shipped config ("llama3_8b"), params.yaml or HF directory."""
+    path = Path(text)
+    hf = None
+    if (path.is_dir() or path.suffix == ".json") and _hf_file(path).is_file():
+        hf = _read_hf(path)  # a hostile file is refused before wse_models brings in JAX
     import wse_models
     from wse_trainer.config import SHIPPED
 
-    path = Path(text)
     if text in wse_models.PRESETS:
         return ModelChoice(text, wse_models.preset_config(text, dtype="bfloat16"))
     if text in SHIPPED and not path.exists():
         return _from_params(text, text)
     if path.is_dir() or path.suffix == ".json":
-        return _from_hf(path)
+        return _from_hf(path, hf)
     if path.suffix in (".yaml", ".yml") and path.exists():
         return _from_params(text, path.stem)
     names = [*wse_models.PRESETS, *SHIPPED]

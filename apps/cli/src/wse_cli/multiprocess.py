@@ -4,7 +4,10 @@ HOST:PORT`, or the WSE_* variables `wse launch` sets, or a cluster launcher's (S
 environment.
 
 `join` connects this process to the run before the command touches JAX (joining twice is
-harmless); `is_primary()` says whether this process writes what people read.
+harmless); the root callback's join waits (`join_later`) until the command's own arguments
+are parsed (`join_pending`, called by `WseGroup` before a command's body), so that an input
+refused at parsing is refused in each process without JAX or the coordinator; `is_primary()`
+says whether this process writes what people read.
 """
 
 from __future__ import annotations
@@ -13,7 +16,16 @@ import typer
 
 from wse_cli.options import number
 
-__all__ = ["NUM_PROCESSES", "PROCESS_ID", "COORDINATOR", "join", "is_primary"]
+__all__ = [
+    "NUM_PROCESSES",
+    "PROCESS_ID",
+    "COORDINATOR",
+    "join",
+    "join_later",
+    "join_pending",
+    "is_primary",
+]
+_PENDING: list[tuple[int | None, int | None, str | None]] = []  # the root's join, not yet made
 
 NUM_PROCESSES = number(
     None,
@@ -48,6 +60,17 @@ def join(num_processes: int | None, process_id: int | None, coordinator: str | N
     if jax.distributed.is_initialized():
         return
     distributed.initialize(num_processes, process_id, coordinator)
+
+
+def join_later(num_processes: int | None, process_id: int | None, coordinator: str | None) -> None:
+    """The root callback's `join`, made by `join_pending` once the command's arguments parse."""
+    _PENDING[:] = [(num_processes, process_id, coordinator)]
+
+
+def join_pending() -> None:
+    """Make the join `join_later` deferred (a no-op when there is none)."""
+    if _PENDING:
+        join(*_PENDING.pop())
 
 
 def is_primary() -> bool:

@@ -162,17 +162,18 @@ def run(
     import numpy as np
     from wse_core.host.runtime import keep_freed_memory, sync_dispatch
     from wse_hpc.tlrmvm import load_operator
-    from wse_hpc.tlrmvm.engine import TlrEngine
 
-    keep_freed_memory()  # each product's XLA temporaries reuse mapped pages (no page faults)
-    sync_dispatch()  # each product on this thread, as the NumPy GEMV it is timed against
     if not operator.exists():
         fail(
             f"operator file {str(operator)!r} does not exist; make one with "
             f"`wse hpc tlrmvm compress --out FILE.npz`"
         )
     spec = wafer_spec(preset, spec_file, "wse2")
-    op = load_operator(operator)
+    op = load_operator(operator)  # a bad file is refused before JAX is imported
+    keep_freed_memory()  # each product's XLA temporaries reuse mapped pages (no page faults)
+    sync_dispatch()  # each product on this thread, as the NumPy GEMV it is timed against
+    from wse_hpc.tlrmvm.engine import TlrEngine
+
     eng = TlrEngine.build(
         op, spec, rank_chunk=rank_chunk, batch=batch, layout=layout, kernel=kernel
     )

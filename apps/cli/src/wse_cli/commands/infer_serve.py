@@ -96,7 +96,6 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
             "this install has no model loader (wse_inference.load.load_engine) yet; "
             "serve the mock engine with --model-dir mock"
         )
-    from wse_inference.load import load_engine
     from wse_inference.model_dir import check_host_memory, read_config
 
     if spec is not None:
@@ -109,6 +108,8 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
         max_context=cfg.max_seq_len,
         what=f"serving {max_slots} slots ({rows} KV-cache rows) of context {cfg.max_seq_len}",
     )
+    from wse_inference.load import load_engine  # JAX: once the inputs are checked
+
     return load_engine(model_dir, spec=wafer, speculative_config=spec, max_slots=max_slots)
 
 
@@ -161,9 +162,6 @@ def serve(
     spec_file: Path = SPEC_FILE,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
-    from wse_inference.serve.app import ServeConfig
-    from wse_inference.serve.app import serve as run_server
-
     _check_ports(host, port, grpc_port)
     wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None
@@ -176,6 +174,10 @@ def serve(
         engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)
     else:
         engine = _real_engine(model_dir, spec, max_num_seqs, wafer)
+    # the front end (FastAPI, uvicorn, gRPC) is imported once every input has been checked
+    from wse_inference.serve.app import ServeConfig
+    from wse_inference.serve.app import serve as run_server
+
     names = (served_model_name,) if served_model_name else ()
     config = ServeConfig(
         host=host,

@@ -297,8 +297,9 @@ def load_operator(path: str | Path) -> TlrOperator:
         raise TlrError(f"{str(path)!r} is not a TLR operator file (use `wse hpc tlrmvm compress`)")
     try:
         return _operator_from(data)
-    except (TypeError, ValueError, IndexError, OverflowError) as e:
-        raise TlrError(f"TLR operator file {str(path)!r} is corrupt: {e}") from None
+    except (TypeError, ValueError, IndexError, OverflowError) as e:  # TlrError included
+        why = str(e).removeprefix("TLR operator file is corrupt: ")
+        raise TlrError(f"TLR operator file {str(path)!r} is corrupt: {why}") from None
 
 
 def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
@@ -316,6 +317,10 @@ def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
         raise TlrError(f"TLR operator file is corrupt: bases of dtype {u.dtype} and {v.dtype}")
     if ranks.min() < 0 or ranks.max() > nb:
         raise TlrError(f"TLR operator file is corrupt: ranks outside 0..{nb}")
+    for name, basis in (("U", u), ("V", v)):
+        if not np.isfinite(basis).all():  # refused at load: the run would only return NaN
+            bad = int(np.size(basis) - np.count_nonzero(np.isfinite(basis)))
+            raise ValueError(f"{bad:,} {name} basis values are NaN or Inf")
     mt, nt = ranks.shape
     heights = [min(nb, m - i * nb) for i in range(mt)]
     widths = [min(nb, n - j * nb) for j in range(nt)]

@@ -1,0 +1,143 @@
+"""The front-end rows of `bench_hostile.py`: one `wse infer serve` of a tiny model dir whose
+`chat_template.jinja` is a bomb (two nested `range(100000)` loops), given hostile requests
+one at a time while its process tree's resident memory is sampled, then a gRPC stream that
+must complete after SIGTERM within `--drain-s` (issue 43). The bodies and the drain are
+bench_soak's (`_hostile_body`, `_grpc_drain`).
+
+Each row: the request, the status it got (HTTP code or gRPC status name) against the one
+expected (400 / 413 / INVALID_ARGUMENT; OK and every token for the drain), whether the
+refusal carries a one-line error message, its wall time and the server's peak RSS."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from hostile_cases import TEMPLATE_BOMB
+
+HEALTHY_WITHIN_S = 300.0  # seconds a loaded machine may take to start the server (JAX import)
+
+
+def _sampler(pid: int, peak: list[int], stop: threading.Event, every_s: float) -> None:
+    import psutil
+
+    proc = psutil.Process(pid)
+    while not stop.is_set():
+        try:
+            procs = [proc, *proc.children(recursive=True)]
+            peak[0] = max(peak[0], max(p.memory_info().rss for p in procs))
+        except psutil.Error:
+            pass
+        time.sleep(every_s)
+
+
+def _grpc_garbage(target: str) -> tuple[str, str]:
+    import grpc
+    from wse_inference.serve.proto import load_stubs
+
+    pb2, _ = load_stubs()
+    with grpc.insecure_channel(target) as channel:
+        raw = channel.unary_stream(
+            "/wse.inference.v1.Generation/Generate",
+            request_serializer=lambda b: b,
+            response_deserializer=pb2.GenerateResponse.FromString,
+        )
+        try:
+            list(raw(b"\xff\xfe garbage \x00" * 8, timeout=30))
+            return "OK", ""
+        except grpc.RpcError as e:
+            return e.code().name, e.details() or ""
+
+
+def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: float) -> list[dict]:
+    """Start the server on `model_dir` with the bomb template, send the hostile requests,
+    SIGTERM it under a gRPC stream; one row per request."""
+    import httpx
+    from bench_soak import _free_port, _grpc_drain, _hostile_body
+
+    folder = Path(model_dir)
+    (folder / "chat_template.jinja").write_text(TEMPLATE_BOMB)
+    port, grpc_port = _free_port(), _free_port()
+    cmd = [*wse, "infer", "serve", "--model-dir", model_dir, "--host", "127.0.0.1", "--port",
+           str(port), "--grpc-port", str(grpc_port), "--drain-s", "30"]  # fmt: skip
+    log = open(folder.parent / "serve.log", "w+")  # noqa: SIM115  read back on a failed start
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + HEALTHY_WITHIN_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        log.seek(0)
+        why = (log.read().strip().splitlines() or ["no output"])[-1]
+        return [_row("server start", None, "healthy", 0.0, 0, f"did not start: {why}")]
+    model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    peak, stop = [0], threading.Event()
+    threading.Thread(target=_sampler, args=(proc.pid, peak, stop, every_s), daemon=True).start()
+    chat = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    requests = [
+        ("chat template bomb (model dir)", "/v1/chat/completions",
+         httpx.Request("POST", url, json=chat).content, 400),
+        ("5 MB prompt", "/v1/completions", _hostile_body("prompt_5mb", model), 413),
+        ("body 100,000 deep", "/v1/completions", _hostile_body("deep_100000", model), 400),
+        ("bytes that are not JSON", "/v1/completions", _hostile_body("not_json", model), 400),
+        ("seed 2**70", "/v1/completions", _hostile_body("seed_2_70", model), 400),
+        ("1,000 stop strings", "/v1/completions", _hostile_body("stop_1000", model), 400),
+    ]  # fmt: skip
+    rows = []
+    for name, path, body, want in requests:
+        peak[0], t0 = 0, time.perf_counter()
+        r = httpx.post(url + path, content=body, timeout=60,
+                       headers={"content-type": "application/json"})  # fmt: skip
+        try:
+            message = r.json()["error"]["message"]
+        except Exception:  # noqa: BLE001  not an OpenAI error body: the row fails
+            message = ""
+        rows.append(_row(name, r.status_code, want, time.perf_counter() - t0, peak[0], message))
+    peak[0], t0 = 0, time.perf_counter()
+    code, details = _grpc_garbage(f"127.0.0.1:{grpc_port}")
+    rows.append(_row("gRPC garbage bytes", code, "INVALID_ARGUMENT", time.perf_counter() - t0,
+                     peak[0], details))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()
+    drain = _grpc_drain(proc, f"127.0.0.1:{grpc_port}")
+    done = drain.get("code") == "OK" and drain["tokens"] == drain["asked"]
+    got = "OK" if done else f"{drain.get('code')} {drain['tokens']}/{drain['asked']}"
+    rows.append(_row("gRPC stream after SIGTERM (--drain-s 30)", got, "OK",
+                     time.perf_counter() - t0, peak[0], f"{drain['tokens']}/{drain['asked']}",
+                     check_message=False, bound_s=None))  # fmt: skip
+    stop.set()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+    return rows
+
+
+def _row(name, got, want, wall_s, peak, message, check_message=True, bound_s=2.0) -> dict:
+    checks = {
+        "status": got == want,
+        "one_line": not check_message or (bool(message) and "\n" not in message.strip()),
+        "rss": peak < 1 << 30,
+    }
+    return {
+        "class": "front end (served)",
+        "case": name,
+        "expected_rc": want,
+        "rc": got,
+        "lines": 1 if message else 0,
+        "output": message[:500],
+        "wall_s": round(wall_s, 3),
+        "within_2s": bound_s is None or wall_s <= bound_s,
+        "peak_rss_mib": round(peak / 2**20, 1),
+        "peak_process_rss_mib": round(peak / 2**20, 1),
+        "left_behind": [],
+        "checks": checks,
+        "ok": all(checks.values()),
+    }
