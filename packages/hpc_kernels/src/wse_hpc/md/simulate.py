@@ -298,6 +298,9 @@ def run_md(
         t_r = time.perf_counter()
         new_state, ran = compiled(*args)
         ran = int(ran)
+        vol = structure.volume_A3
+        row = state_row(done + ran, wafer, new_state, masses, vol, ecouple(new_state.bath))
+        _check_stable(row, config)  # a blown-up chunk stops here, never replanned or rerun
         if bool(new_state.eam.overflow):
             replans += 1
             state, runner, plan, sram = _replan(
@@ -316,8 +319,7 @@ def run_md(
             loop_s += time.perf_counter() - t_r
         state = new_state
         done += ran
-        rows.append(state_row(done, wafer, state, masses, structure.volume_A3, ecouple(state.bath)))
-        _check_stable(rows[-1], config)
+        rows.append(row)  # only the lists' record changed since it was taken
         if on_thermo:
             on_thermo(rows[-1])
         if on_frame:
