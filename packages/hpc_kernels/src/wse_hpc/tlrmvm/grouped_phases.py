@@ -11,9 +11,11 @@ bases are streamed once per product (the ledgers record what the wafer does, as 
 describes), in one of two forms (`kernel`):
 - "pe" (the default on a CPU): phases 1 and 3 are the PEs' own kernels (`pe_kernels`, numba
   through XLA's FFI, one call per block, on the cores): each stored row times its own piece
-  only, and each row's values times its row into its piece. Benchmark, 2 cores, one device,
-  one vector (bench_tlrmvm, 2026-11-23): 0.12 / 0.19 / 1.42 ms at n = 2500 / 4900 / 9801
-  against 0.34 / 0.82 / 4.08 with "xla", 1.20 / 1.63 / 1.47x the plain NumPy TLR-MVM;
+  only, and each row's values times its row into its piece, reading only the row's own
+  floats (`grouped.row_lengths`: the operator's bases, not the placement's padding).
+  Benchmark, 2 cores, one device, one vector (bench_tlrmvm, 2026-11-23): 0.12 / 0.19 /
+  1.42 ms at n = 2500 / 4900 / 9801 against 0.34 / 0.82 / 4.08 with "xla", 1.20 / 1.63 /
+  1.47x the plain NumPy TLR-MVM (before both of the above);
 - "xla" (any backend; the fallback where numba or a CPU is missing): phase 1 is one dot
   per PE row, its V rows (PEs x w, 2 nb) against all s pieces at once (N = 2 s b), each row
   then keeping its piece; phase 3 one dot per PE row, a one-hot-times-values matrix
