@@ -124,3 +124,43 @@ def test_ledger_is_the_same_with_either_kernel(op):
         x = jax.ShapeDtypeStruct((53, 1), op.dtype)
         counts.append(fabric.count(eng.wafer, eng.fns.matvec_fn, eng.bases, x))
     assert counts[0] == counts[1] and counts[0].words > 0
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_kernels_read_only_each_rows_length(parallel):
+    """NaN past each row's length must not reach the result: what the kernels read is the
+    rows' leading `lengths` floats (0: an empty row, out 0 / nothing added)."""
+    rng = np.random.default_rng(3)
+    rows_n, k, pieces, batch = 9, 16, 3, 2
+    a = rng.standard_normal((rows_n, k)).astype(np.float32)
+    lengths = rng.integers(0, k + 1, rows_n).astype(np.int32)
+    lengths[0] = 0
+    clean = np.where(np.arange(k) < lengths[:, None], a, 0).astype(np.float32)
+    dirty = np.where(np.arange(k) < lengths[:, None], a, np.nan).astype(np.float32)
+    e = rng.standard_normal((pieces, batch, 1, k)).astype(np.float32)
+    sel = rng.integers(0, pieces, rows_n).astype(np.int32)
+    dot = jax.jit(lambda a, le: pe_kernels.rows_dot(a, e, sel, le, parallel=parallel))
+    want = np.einsum("rk,rbk->rb", clean, e[sel, :, 0])
+    np.testing.assert_allclose(np.asarray(dot(dirty, lengths))[:, 0], want, rtol=1e-5, atol=1e-5)
+    t = rng.standard_normal((1, rows_n, 1, batch)).astype(np.float32)
+    win = sel.reshape(1, -1)
+    add = jax.jit(
+        lambda a, le: pe_kernels.sum_rows(a, t, win, False, pieces, le, parallel=parallel)
+    )
+    want = np.zeros((pieces, batch, k))
+    for r in range(rows_n):
+        want[sel[r]] += t[0, r, 0][:, None] * clean[r][None, :]
+    got = np.asarray(add(dirty[None], lengths[None]))[0, :, 0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_row_lengths_cover_the_operators_bases_exactly(op):
+    """The floats the grouped product's kernels read are the operator's own bases: the sum
+    of the row lengths times 4 bytes is the bytes of its U and V (complex64 = 2 floats)."""
+    from wse_hpc.tlrmvm.grouped import row_lengths
+
+    eng = TlrEngine.build(op, preset("small"), rank_chunk=2)
+    v_len, u_len = row_lengths(eng.plan, eng.wafer.padded_shape, 2)
+    assert v_len.sum() * 4 == sum(v.nbytes for v in op.v_cols)
+    assert u_len.sum() * 4 == sum(u.nbytes for u in op.u_rows)
+    assert v_len.size * 2 * op.nb * 4 > v_len.sum() * 4  # the placement pads

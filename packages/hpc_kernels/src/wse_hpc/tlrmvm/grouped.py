@@ -304,6 +304,21 @@ def row_index(plan: GroupedPlan, padded: tuple[int, int], adjoint: bool) -> dict
     return out
 
 
+def row_lengths(plan: GroupedPlan, padded: tuple[int, int], pair: int) -> tuple[np.ndarray, ...]:
+    """(V rows, U rows) int32 (*padded, w): the stored floats of each row that can be nonzero,
+    `pair` x the width of its tile (the edge tiles are narrower than nb); 0 for empty rows.
+    The PE kernels read only these: a product streams the operator's bases, not the padding."""
+    (m, n), nb = plan.shape, plan.nb
+    out = []
+    for rank, axis, size in ((plan.v_rank, 1, n), (plan.u_rank, 0, m)):
+        lens = np.zeros((*padded, plan.rank_chunk), np.int32)
+        at = np.nonzero(rank[..., 0] >= 0)
+        tile = rank[at][:, axis]
+        lens[at] = pair * np.minimum(nb, size - tile * nb)
+        out.append(lens)
+    return tuple(out)
+
+
 KERNELS = ("auto", "pe", "xla")
 
 
@@ -338,8 +353,10 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
     fwd = row_index(plan, wafer.padded_shape, False)
     adj = row_index(plan, wafer.padded_shape, True)
     local_row = (np.arange(wafer.padded_shape[0]) % wafer.block_shape[0])[:, None, None] * s
-    for d, first in ((fwd, "v_win"), (adj, "u_win")):  # the ring slots enter the kernel
+    v_len, u_len = row_lengths(plan, wafer.padded_shape, 2 if cplx else 1)
+    for d, first, lens in ((fwd, "v_win", (v_len, u_len)), (adj, "u_win", (u_len, v_len))):
         d["at"] = ring_at(wafer, d.pop("slot"), ring)  # only as gather positions
+        d["len1"], d["len3"] = lens  # the floats of each stored row the PE kernels read
         if use_pe:  # phase 1's piece among the block's pieces
             d["sel"] = (local_row + d[first]).astype(np.int32)
     fwd, adj = ({k: jnp.asarray(v) for k, v in d.items()} for d in (fwd, adj))
@@ -352,13 +369,13 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
         xr = west_in(ps, x.astype(dtype), n, nt, plan.col_group)
         yv = rows_times_pieces(ps, bases.vh, xr, fwd, "v_win", False)  # phase 1
         yu = ring_pick(wafer, yv, fwd["at"], ring)  # phase 2
-        return row_out(ps, bases.u, yu, fwd["u_win"], False, row_grp, row_pos, m)  # phase 3
+        return row_out(ps, bases.u, yu, fwd, "u_win", False, row_grp, row_pos, m)  # phase 3
 
     def rmatvec_fn(bases: TlrBases, y: jax.Array) -> jax.Array:
         check_vector(y, m, plan, "y")  # type: ignore[arg-type]
         yr = west_in(ps, y.astype(dtype), m, mt, plan.row_group)
         t = rows_times_pieces(ps, bases.u, yr, adj, "u_win", True)  # phase 1 (adjoint)
         tv = ring_pick(wafer, t, adj["at"], ring)  # phase 2 (adjoint)
-        return row_out(ps, bases.vh, tv, adj["v_win"], True, col_grp, col_pos, n)  # phase 3
+        return row_out(ps, bases.vh, tv, adj, "v_win", True, col_grp, col_pos, n)  # phase 3
 
     return TlrFns(matvec_fn, rmatvec_fn, "pe" if use_pe else "xla")

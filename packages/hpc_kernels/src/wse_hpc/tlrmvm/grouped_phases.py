@@ -11,9 +11,11 @@ bases are streamed once per product (the ledgers record what the wafer does, as 
 describes), in one of two forms (`kernel`):
 - "pe" (the default on a CPU): phases 1 and 3 are the PEs' own kernels (`pe_kernels`, numba
   through XLA's FFI, one call per block, on the cores): each stored row times its own piece
-  only, and each row's values times its row into its piece. Benchmark, 2 cores, one device,
-  one vector (bench_tlrmvm, 2026-11-23): 0.12 / 0.19 / 1.42 ms at n = 2500 / 4900 / 9801
-  against 0.34 / 0.82 / 4.08 with "xla", 1.20 / 1.63 / 1.47x the plain NumPy TLR-MVM;
+  only, and each row's values times its row into its piece, reading only the row's own
+  floats (`grouped.row_lengths`: the operator's bases, not the placement's padding).
+  Benchmark, 2 cores, one device, one vector (bench_tlrmvm, 2026-11-23): 0.12 / 0.19 /
+  1.42 ms at n = 2500 / 4900 / 9801 against 0.34 / 0.82 / 4.08 with "xla", 1.20 / 1.63 /
+  1.47x the plain NumPy TLR-MVM (before both of the above);
 - "xla" (any backend; the fallback where numba or a CPU is missing): phase 1 is one dot
   per PE row, its V rows (PEs x w, 2 nb) against all s pieces at once (N = 2 s b), each row
   then keeping its piece; phase 3 one dot per PE row, a one-hot-times-values matrix
@@ -137,26 +139,26 @@ def rows_times_pieces(ps: PhaseSpec, a: jax.Array, p: jax.Array, idx: dict, win:
     if not use_pe:
         return _rows_dot(a, p, idx[win], conj, cplx)
 
-    def on_block(a_b, sel_b, p_b):
+    def on_block(a_b, sel_b, len_b, p_b):
         e = pe_kernels.pair_vectors(p_b, conj, cplx)  # (br, s, b, P, P nb)
         e = e.reshape(-1, *e.shape[2:])
-        out = pe_kernels.rows_dot(
-            a_b.reshape(-1, a_b.shape[-1]), e, sel_b.reshape(-1), parallel=cores
-        )
+        rows = a_b.reshape(-1, a_b.shape[-1])
+        out = pe_kernels.rows_dot(rows, e, sel_b.reshape(-1), len_b, parallel=cores)
         return out.reshape(*a_b.shape[:3], *out.shape[1:])
 
-    return fabric.local_apply(wafer, on_block, a, idx["sel"], row_data=(p,))
+    return fabric.local_apply(wafer, on_block, a, idx["sel"], idx["len1"], row_data=(p,))
 
 
 def row_out(
-    ps: PhaseSpec, a: jax.Array, t: jax.Array, win: jax.Array, conj: bool, grp, pos, length: int
+    ps: PhaseSpec, a: jax.Array, t: jax.Array, idx: dict, win: str, conj: bool, grp, pos, length
 ) -> jax.Array:
     """Phase 3 and the sum of the partial pieces along each PE row (as float32 pairs);
-    piece t of row g is its tile pos."""
+    piece t of row g is its tile pos; `idx[win]` the piece of each row, `idx["len3"]` the
+    floats of each row of `a` that the PE kernel reads."""
     wafer, nb, s, ring = ps.wafer, ps.nb, ps.s, ps.ring
     cplx, use_pe, cores = ps.cplx, ps.use_pe, ps.cores
 
-    def block_sums(a_b, t_b, win_b):
+    def block_sums(a_b, t_b, win_b, len_b):
         if not use_pe:
             return _sum_rows(a_b, t_b, win_b, s, conj, cplx)
         rows = a_b.shape[0]
@@ -166,10 +168,12 @@ def row_out(
             win_b.reshape(rows, -1),
             conj,
             s,
+            len_b,
             parallel=cores,
         )
 
-    got = fabric.allreduce_apply(wafer, block_sums, a, t, win, axis="row")[:ring, 0]
+    fields = (a, t, idx[win], idx["len3"])
+    got = fabric.allreduce_apply(wafer, block_sums, *fields, axis="row")[:ring, 0]
     # (L, s, P, b, nb)
     y = lax.complex(got[:, :, 0], got[:, :, 1]) if cplx else got[:, :, 0]
     y = jnp.take(y.reshape(ring * s, -1, nb), jnp.asarray(grp * s + pos), axis=0)
