@@ -2,6 +2,7 @@
 traffic ledger, the instruction count with a hand count, and CG iterations scale it."""
 
 import jax
+import pytest
 from wse_core import PRESETS, RunReport, fabric
 from wse_hpc.fields import field_grid, laplacian, neumann, periodic
 from wse_hpc.fields.convection import RbCase, rayleigh_benard
@@ -35,3 +36,32 @@ def test_cg_iterations_scale_the_predicted_step():
          for k in (0, 10, 20)]  # fmt: skip
     assert 0 < t[0] < t[1] < t[2]
     assert abs((t[2] - t[1]) - (t[1] - t[0])) < 1e-9 * t[2]  # linear in the iterations
+
+
+def test_the_gpu_alternative_by_hand():
+    """The Laplacian on one H100 (`fields.alternative`): the unfused program's bytes and
+    kernels counted by hand from the ops above; the fused bound one pass over the fields."""
+    from wse_hpc.fields.alternative import KERNEL_OVERHEAD_S, gpu_step, wafer_energy_j
+    from wse_systems.economics import system_power_w
+    from wse_systems.gpu import H100
+
+    g = field_grid(PRESETS["small"], (9, 11, 6), periodic=(True, False, False), mesh_shape=(1, 1))
+    f = g.field("u", 0.0, bc=BCS)
+    cells = 10**8
+    step = gpu_step(g, laplacian, f, cells=cells, gpu=H100, fields=2)
+    # 20 instructions (6 moves, 8 adds, 6 muls) over each cell, 12 B each (2 read, 1 written)
+    assert step.kernels == 20
+    assert step.hbm_bytes == cells * 20 * 12
+    hand = cells * 240 / H100.hbm_bytes_per_s + 20 * KERNEL_OVERHEAD_S
+    assert step.seconds == pytest.approx(hand, rel=1e-12)
+    assert step.joules == pytest.approx(hand * 10200 / 8, rel=1e-12)  # DGX H100 / 8 GPUs
+    # fused: one pass reading and writing both arrays once (16 B a cell), one kernel
+    fused = cells * 16 / H100.hbm_bytes_per_s + KERNEL_OVERHEAD_S
+    assert step.fused_seconds == pytest.approx(fused, rel=1e-12)
+    assert (
+        wafer_energy_j(PRESETS["wse2"], 2.0)
+        == 2.0 * 23e3
+        == 2.0 * system_power_w(PRESETS["wse2"])[0]
+    )
+    with pytest.raises(ValueError, match="GiB"):  # 10 fields of 3e9 cells: 112 GiB > 80
+        gpu_step(g, laplacian, f, cells=3 * 10**9, gpu=H100, fields=10)

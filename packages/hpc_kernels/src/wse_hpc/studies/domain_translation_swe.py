@@ -37,16 +37,21 @@ Measured: the bit-identity of a translated run with the plain one on the emulato
 the devices at hand) and both runs' mass drift. Rows: `s_per_step` (on-wafer) and `crossing_s`
 by mechanism per program; per system count and case (plain, translated): `steps_per_s` (with
 the cluster step's cycles by mechanism), `gcell_steps_per_s` and `exposed_crossing_s` (what
-the crossing adds to the on-wafer step); the stress rows at 64 systems.
+the crossing adds to the on-wafer step); the stress rows at 64 systems; one system's cells on
+one H100 (`wse plan`'s GPU, `fields.alternative`: the program unfused and its fused bound):
+`gpu_s_per_step`, `speedup_vs_gpu`, `energy_ratio_vs_gpu` beside `wafer_j_per_step`.
 """
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 from wse_core import ExperimentResult, PredictionRow, WaferSpec, preset
 from wse_core.cost.assumptions import assumed_spec
 from wse_core.cost.perf import PerfModel, Phase, Phases
+from wse_systems.gpu import H100
 
+from wse_hpc.fields.alternative import gpu_step, wafer_energy_j
 from wse_hpc.fields.cluster import (
     TRANSLATION_SLACK_STEPS,
     cluster_step,
@@ -142,6 +147,32 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
     for k in slack_sweep(spec):
         rows += _case_rows(stress, *traced["translated"], SYSTEMS[-1], k,
                            f"translated k={k:g}, {tag}")  # fmt: skip
+    return rows + _gpu_rows(spec)
+
+
+def _gpu_rows(spec: WaferSpec) -> list[PredictionRow]:
+    """One system's cells on one H100 (`wse plan`'s GPU, `fields.alternative`): the plain
+    step's program unfused and its fused bound, time and energy beside the wafer's."""
+    grid = field_grid(spec, (4, 4, 1), periodic=(True, True, True), mesh_shape=(1, 1))
+    z = np.zeros((4, 4, 1))
+    state = swe_state(grid, z + 1.0, z, z)
+    step = shallow_water(grid, g=9.81, dt=1e-3)
+    cells = spec.pe_rows * spec.pe_cols
+    fields = len(jax.tree.leaves(state)) * (1 + RK3_STAGES)  # the state and each stage's k
+    gpu = gpu_step(grid, step, state, cells=cells, gpu=H100, fields=fields)
+    wafer_s = PerfModel(spec).evaluate(traced_step(spec, False)[0]).seconds
+    wafer_j = wafer_energy_j(spec, wafer_s)
+    params = {"wafer": spec.name, "systems": 1, "cells": cells, "gpu": H100.name}
+    rows = [PredictionRow("wafer_j_per_step", wafer_j, "J", {**params, "case": "plain"},
+                          source=SOURCE)]  # fmt: skip
+    for code, s_gpu, j_gpu in (("unfused", gpu.seconds, gpu.joules),
+                               ("fused", gpu.fused_seconds, gpu.fused_joules)):  # fmt: skip
+        vs = {**params, "case": f"one H100, {code}"}
+        rows += [
+            PredictionRow("gpu_s_per_step", s_gpu, "s", vs, source=SOURCE),
+            PredictionRow("speedup_vs_gpu", s_gpu / wafer_s, "x", vs, source=SOURCE),
+            PredictionRow("energy_ratio_vs_gpu", j_gpu / wafer_j, "x", vs, source=SOURCE),
+        ]
     return rows
 
 

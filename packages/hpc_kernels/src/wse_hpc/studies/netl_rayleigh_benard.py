@@ -14,16 +14,25 @@ No step time, grid shape, solver iteration count or time-step count is given, so
   and its reductions priced over the 757 x 996 rectangle (`perf.program_phases(pe_rect=)`).
 
 Rows: `s_per_step` (predicted wafer seconds per time step), `gcells_per_s`, `cg_iteration_s`;
-params `nz`, `cells`, `cg_iterations`. `published` stays None: the sources state no figure
-this model predicts (the 470x needs Joule 2.0's time, which REFERENCES.md does not give).
+params `nz`, `cells`, `cg_iterations`. Beside them the GPU alternative (`wse plan`'s H100,
+`wse_hpc.fields.alternative`: the same traced program as unfused kernels at the H100's peak
+HBM rate, one GPU holding the whole grid): `gpu_s_per_step`, `speedup_vs_gpu`, and energy per
+step at each system's peak power, `wafer_j_per_step`, `gpu_j_per_step`, `energy_ratio_vs_gpu`
+(GPU joules over wafer joules), each for the program as written (unfused) and for the best
+fused code (`_fused`; the one that favours the GPU); the GPU holds the state plus
+`CG_WORK_VECTORS` arrays. `published` stays None: the sources state no figure this model
+predicts (the 470x needs Joule 2.0's time, which REFERENCES.md does not give).
 """
 
 from __future__ import annotations
 
 import math
 
+import jax
 from wse_core import ExperimentResult, PredictionRow, RunReport, preset
+from wse_systems.gpu import H100
 
+from wse_hpc.fields.alternative import GpuStep, gpu_step, wafer_energy_j
 from wse_hpc.fields.convection import RbCase, rayleigh_benard
 from wse_hpc.fields.perf import program_phases
 from wse_hpc.fields.runs import CfdConfig, run_cfd
@@ -33,6 +42,7 @@ __all__ = ["NAME", "run"]
 NAME = "netl-rayleigh-benard"
 SOURCE = "Cerebras, 'Real-time computational physics with wafer-scale processing' (inputs only)"
 TARGET_CELLS = 200e6  # "a grid of nearly 200 million cells"
+CG_WORK_VECTORS = 5  # Jacobi-PCG's r, z, p, A p and right-hand side beside the state's arrays
 
 
 def _measured_cg(quick: bool) -> tuple[float, dict]:
@@ -47,13 +57,19 @@ def _measured_cg(quick: bool) -> tuple[float, dict]:
     }  # fmt: skip
 
 
-def _step_report(nz: int, cg_its: float) -> RunReport:
+def _step_report(nz: int, cg_its: float) -> tuple[RunReport, GpuStep]:
+    """The wafer step's report, and the H100's seconds and joules for the same program."""
     spec = preset("wse2")
     case = RbCase(ra=1e5, pr=0.71, mesh_shape=(1, 1))
     grid, _, fns, state = rayleigh_benard(spec, (4, 4, nz), case)
-    phases = program_phases(grid, fns.step_fn, state, repeats={"cg_iteration": cg_its},
+    repeats = {"cg_iteration": cg_its}
+    phases = program_phases(grid, fns.step_fn, state, repeats=repeats,
                             pe_rect=(spec.pe_rows, spec.pe_cols))  # fmt: skip
-    return RunReport.build(NAME, spec, phases, units="timesteps")
+    cells = spec.pe_rows * spec.pe_cols * nz
+    fields = len(jax.tree.leaves(state)) + CG_WORK_VECTORS
+    gpu = gpu_step(grid, fns.step_fn, state, cells=cells, gpu=H100, fields=fields,
+                   repeats=repeats)  # fmt: skip
+    return RunReport.build(NAME, spec, phases, units="timesteps"), gpu
 
 
 def run(*, quick: bool, seed: int) -> ExperimentResult:
@@ -62,15 +78,26 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
     nz0 = math.ceil(TARGET_CELLS / (spec.pe_rows * spec.pe_cols))
     rows = []
     for nz in sorted({64, 128, nz0, 512}):
-        rep = _step_report(nz, cg_its)
+        rep, gpu = _step_report(nz, cg_its)
         cells = spec.pe_rows * spec.pe_cols * nz
         params = {"wafer": spec.name, "nz": nz, "cells": cells, "cg_iterations": cg_its}
         mech = rep.cycles_by_mechanism()
+        wafer_j = wafer_energy_j(spec, rep.predicted_s)
         rows += [
             PredictionRow("s_per_step", rep.predicted_s, "s", params, source=SOURCE,
                           mechanisms=mech),
             PredictionRow("gcells_per_s", cells / rep.predicted_s / 1e9, "Gcell/s", params,
                           source=SOURCE),
+            PredictionRow("wafer_j_per_step", wafer_j, "J", params, source=SOURCE),
         ]  # fmt: skip
+        for code, s_gpu, j_gpu in (("unfused", gpu.seconds, gpu.joules),
+                                   ("fused", gpu.fused_seconds, gpu.fused_joules)):  # fmt: skip
+            vs = {**params, "gpu": H100.name, "gpu_code": code}
+            rows += [
+                PredictionRow("gpu_s_per_step", s_gpu, "s", vs, source=SOURCE),
+                PredictionRow("speedup_vs_gpu", s_gpu / rep.predicted_s, "x", vs, source=SOURCE),
+                PredictionRow("gpu_j_per_step", j_gpu, "J", vs, source=SOURCE),
+                PredictionRow("energy_ratio_vs_gpu", j_gpu / wafer_j, "x", vs, source=SOURCE),
+            ]
     return ExperimentResult(NAME, seed, {"quick": quick, "target_cells": TARGET_CELLS,
                                          "assumed_nz": nz0}, [measured], rows)  # fmt: skip

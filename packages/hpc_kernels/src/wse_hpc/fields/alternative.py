@@ -1,0 +1,117 @@
+"""The same field step on a GPU, time and energy beside the wafer's (`wse plan`'s figures).
+
+Contract. `gpu_step(grid, fn, *args, cells=, gpu=, repeats=)` traces `fn` with the field
+layer's `program()` recording, exactly as `wse_hpc.fields.perf.program_phases` does for the
+wafer, and prices that same program on one GPU (`wse_systems.gpu.GpuSpec`, the figures
+`wse plan` uses) as unfused kernels over `cells` cells:
+
+- every recorded instruction is one kernel over the cells: it reads its two operands and
+  writes its result in HBM (4 B each, fp32; a fabric operand is a shifted read there), so
+  `hbm_bytes = cells x sum(count x length x 12 B) / nz` (each `Op` runs over a PE's Z column
+  of `nz` cells), at the GPU's peak HBM rate (`hbm_bytes_per_s`: a bound that favours the
+  GPU: no kernel reaches it, and a fused kernel would move fewer bytes - both stated);
+- every kernel pays `KERNEL_OVERHEAD_S` (launch and tail), every wafer-wide reduction one
+  kernel more (a dot's second pass);
+- scopes run `repeats[scope]` times (the solver's measured iterations), as on the wafer.
+
+That is the program as written, unfused (`seconds`). Beside it, the best a fused GPU code
+could do (`fused_seconds`): one kernel per pass (the step outside any scope, and each
+iteration of each scope), each reading and writing every one of the `fields` arrays once
+(8 B a cell each), plus one kernel per reduction. The truth for a tuned GPU code lies
+between the two; the fused figure is the one that favours the GPU.
+
+`energy_j(seconds, watts)` is time at the system's peak power: the wafer's system
+(`wse_systems.economics.system_power_w`, e.g. 23 kW for a CS-2) and the GPU's share of its
+node (`GpuSpec.power_w_per_gpu`, 10.2 kW / 8 for an H100 in a DGX), as `wse plan` counts them.
+
+ASSUMED: `KERNEL_OVERHEAD_S` = 3 us a kernel (CUDA launch plus the tail of a memory-bound
+kernel; no figure in REFERENCES.md), swept over `KERNEL_OVERHEAD_SWEEP_S`; the state fits one
+GPU's memory (checked: `fields x cells x 4 B` against `memory_bytes`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+import jax
+from wse_systems.economics import system_power_w
+from wse_systems.gpu import GpuSpec
+
+from wse_hpc.fields.grid import FieldGrid, program
+from wse_hpc.fields.perf import WORD_BYTES
+
+__all__ = [
+    "KERNEL_OVERHEAD_S",
+    "KERNEL_OVERHEAD_SWEEP_S",
+    "GpuStep",
+    "gpu_step",
+    "wafer_energy_j",
+]
+
+KERNEL_OVERHEAD_S = 3e-6  # ASSUMED (module docstring): launch + tail of one kernel, s
+KERNEL_OVERHEAD_SWEEP_S = (1e-6, 3e-6, 10e-6)
+OPERANDS = 3  # two read, one written, per element of an instruction
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuStep:
+    """One step of a field program on one GPU: seconds, joules and what set them."""
+
+    gpu: str
+    cells: int
+    hbm_bytes: float
+    kernels: float
+    seconds: float
+    joules: float
+    fused_seconds: float
+    fused_joules: float
+
+    @property
+    def bytes_per_cell(self) -> float:
+        return self.hbm_bytes / self.cells
+
+
+def gpu_step(
+    grid: FieldGrid,
+    fn: Callable,
+    *args,
+    cells: int,
+    gpu: GpuSpec,
+    fields: int,
+    repeats: Mapping[str, float] | None = None,
+    kernel_overhead_s: float = KERNEL_OVERHEAD_S,
+) -> GpuStep:
+    """`fn(*args)`'s program (traced on `grid`) run on one `gpu` over `cells` cells holding
+    `fields` fp32 arrays (module contract)."""
+    if cells < 1 or fields < 1:
+        raise ValueError(f"cells and fields must be >= 1, got {cells}, {fields}")
+    if fields * cells * WORD_BYTES > gpu.memory_bytes:
+        need = fields * cells * WORD_BYTES / 2**30
+        raise ValueError(
+            f"{fields} fields of {cells:,} fp32 cells need {need:.1f} GiB, more than the "
+            f"{gpu.name}'s {gpu.memory_bytes / 2**30:.0f} GiB"
+        )
+    with program() as prog:  # a fresh function: a cached trace would record nothing
+        jax.eval_shape(lambda *a: fn(*a), *args)
+    reps = dict(repeats or {})
+
+    def rep(scope: str) -> float:
+        return 1.0 if scope == "" else reps.get(scope, 1.0)
+
+    nz = grid.shape[2]
+    per_cell = sum(rep(s) * op.count * op.length * OPERANDS * WORD_BYTES for s, op in prog.ops)
+    hbm = cells * per_cell / nz
+    kernels = sum(rep(s) * op.count for s, op in prog.ops) + sum(rep(s) for s, _ in prog.reductions)
+    seconds = hbm / gpu.hbm_bytes_per_s + kernels * kernel_overhead_s
+    scopes = {s for s, _ in prog.ops} - {""}
+    passes = 1.0 + sum(rep(s) for s in scopes)
+    fused = cells * fields * 2 * WORD_BYTES * passes / gpu.hbm_bytes_per_s
+    fused += (passes + sum(rep(s) for s, _ in prog.reductions)) * kernel_overhead_s
+    watts = gpu.power_w_per_gpu()[0]
+    return GpuStep(gpu.name, cells, hbm, kernels, seconds, seconds * watts, fused, fused * watts)
+
+
+def wafer_energy_j(spec, seconds: float) -> float:
+    """Joules of the wafer's system busy `seconds` at its peak power."""
+    return seconds * system_power_w(spec)[0]
