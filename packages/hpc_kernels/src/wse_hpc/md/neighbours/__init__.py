@@ -210,9 +210,12 @@ def _block_ids(wafer: Wafer, geo: Geometry) -> jax.Array:
 
 
 def _track(atoms: Atoms, nbrs: Neighbours) -> Neighbours:
-    """`track_fn`: the PE's own displacement check (no fabric)."""
+    """`track_fn`: the PE's own displacement check (no fabric). The squares summed as
+    three planes, not a reduction over the last axis: XLA:CPU ran that (R, C, 3) sum as a
+    YNNPACK fusion, 280 us a step at 4,000 atoms (a loaded machine; 5 us without it)."""
     d = atoms.position - nbrs.ref
-    d2 = jnp.where(atoms.species >= 0, jnp.sum(d * d, axis=-1), 0.0)
+    dx, dy, dz = (d[..., i] for i in range(3))
+    d2 = jnp.where(atoms.species >= 0, dx * dx + dy * dy + dz * dz, 0.0)
     return nbrs._replace(drift2=jnp.maximum(nbrs.drift2, d2))
 
 

@@ -25,6 +25,7 @@ from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md import pe_pairs
 from wse_hpc.md.eam import EamPlan
+from wse_hpc.md.pair_words import PAIR_MASK_COLS
 from wse_hpc.md.pe_pairs import PairKernel
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines, splines_for
@@ -190,11 +191,12 @@ def _offset_columns(spec: ListSpec, planes, mine, held, off):
 
 
 @functools.cache
-def _build_target() -> str:
-    """The numba build as an FFI target, compiled (or loaded) and registered on first use."""
+def _build_target(name: str) -> str:
+    """A numba build (`pe_build_numba`: "build", or "build_pairs" testing each pair of PEs
+    once) as an FFI target, compiled (or loaded) and registered on first use."""
     from wse_hpc.md import pe_build_numba
 
-    return register("wse_md_build", pe_build_numba.handler("build"))
+    return register(f"wse_md_{name}", pe_build_numba.handler(name))
 
 
 def _select_pe(spec: ListSpec, region, pos, held, ids=None):
@@ -211,11 +213,14 @@ def _select_pe(spec: ListSpec, region, pos, held, ids=None):
     )
     cf = jnp.concatenate([spec.box, jnp.asarray([spec.reach2], jnp.float32)])
     plan = spec.plan
-    ci = jnp.asarray([plan.k_rows, plan.k_cols, spec.depth, m, ids is not None], jnp.int32)
+    ci_half = ids is not None
+    ci = jnp.asarray([plan.k_rows, plan.k_cols, spec.depth, m, ci_half], jnp.int32)
     if ids is None:
         ids = (jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1), jnp.int32))
     caps = jnp.asarray(spec.seg_caps, jnp.int32)
-    call = jax.ffi.ffi_call(_build_target(), out)
+    # one device, each pair once: each pair of PEs tested once (`pe_build_numba`, the same lists)
+    pairs = ci_half and spec.width <= PAIR_MASK_COLS
+    call = jax.ffi.ffi_call(_build_target("build_pairs" if pairs else "build"), out)
     offsets = jnp.asarray(spec.offsets)
     planes = [region[..., i].astype(jnp.float32) for i in range(4)]
     return call(*planes, held, pos, *ids, offsets, caps, cf, ci)
