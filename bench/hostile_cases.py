@@ -5,21 +5,20 @@ A case is a `wse` command line (`args`, a function of the fixtures and the case'
 temporary folder, so that every output path points into that folder), the exit code it must
 give (2: refused; 1: a fault mid-run) and, optionally, text its one line must hold. The
 output-path cases are generated from every command's output options (`wse_cli.outputs`), as
-apps/cli/tests/test_cli_hostile_sizes.py reads them; the file bombs are the tests' own
-(`_bomb_yaml`, `_deep_model_dir`, `_bomb_trace` there)."""
+apps/cli/tests/test_cli_hostile_sizes.py reads them; the file bombs are the ones the tests use
+(`wse_cli.testing`: `alias_bomb_yaml`, `deep_model_dir`, `bomb_trace`)."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "apps" / "cli" / "tests"))  # the tests' fixture builders
+
 
 TEMPLATE_BOMB = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
 
@@ -56,23 +55,23 @@ class Fixtures:
         subprocess.run([*self.wse, *args], env=self.env, check=True, capture_output=True)
 
     def laughs(self) -> str:
-        from test_cli_hostile_sizes import _bomb_yaml
+        from wse_cli.testing import alias_bomb_yaml
 
-        return str(self._once("laughs.yaml", _bomb_yaml))
+        return str(self._once("laughs.yaml", alias_bomb_yaml))
 
     def deep_model(self) -> str:
-        from test_cli_hostile_sizes import _deep_model_dir
+        from wse_cli.testing import deep_model_dir
 
         def build(p: Path) -> Path:
             p.mkdir()
-            return _deep_model_dir(p)
+            return deep_model_dir(p)
 
         return str(self._once("deep", build))
 
     def bomb_trace(self) -> str:
-        from test_cli_hostile_sizes import _bomb_trace
+        from wse_cli.testing import bomb_trace
 
-        return str(self._once("bomb.npz", _bomb_trace))
+        return str(self._once("bomb.npz", bomb_trace))
 
     def nan_params(self) -> str:
         def build(p: Path) -> Path:

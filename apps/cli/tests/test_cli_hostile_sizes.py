@@ -10,7 +10,6 @@ processes whose tree's resident memory is watched (`wse_cli.testing.run_watched`
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import tempfile
 import typing
@@ -24,7 +23,16 @@ from hypothesis import strategies as st
 from wse_cli.app import app
 from wse_cli.options import NUMBER_MARK
 from wse_cli.outputs import OUTPUT_MARK
-from wse_cli.testing import RSS_CAP, clean_env, invoke, run_watched, walk_commands
+from wse_cli.testing import (
+    RSS_CAP,
+    alias_bomb_yaml,
+    bomb_trace,
+    clean_env,
+    deep_model_dir,
+    invoke,
+    run_watched,
+    walk_commands,
+)
 from wse_core.host.limits import LIMITS, limit
 
 ROOT = typer.main.get_command(app)
@@ -172,37 +180,6 @@ def test_a_tlr_operator_with_non_finite_bases_is_refused_at_load(basis, bad, cou
 
 
 # --- the issue's cases, as processes with their memory watched ------------------------------
-def _bomb_yaml(path: Path) -> Path:
-    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
-    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
-    path.write_text(
-        "optimizer:\n  learning_rate: 0.001\nbomb:\n" + "".join(f"  {line}\n" for line in lines)
-    )
-    return path
-
-
-def _deep_model_dir(root: Path) -> Path:
-    d = root / "deep_model"
-    d.mkdir()
-    (d / "config.json").write_text("[" * 100_000 + "]" * 100_000)
-    return d
-
-
-def _bomb_trace(path: Path) -> Path:
-    import io
-    import zipfile
-
-    with zipfile.ZipFile(path, "w") as z:
-        head = io.BytesIO()
-        np.save(head, np.frombuffer(json.dumps({"schema_version": 1}).encode(), np.uint8))
-        z.writestr("header.npy", head.getvalue())
-        layer = io.BytesIO()
-        header = {"descr": "<f8", "fortran_order": False, "shape": (100_000, 100_000)}
-        np.lib.format.write_array_header_1_0(layer, header)
-        z.writestr("busy.npy", layer.getvalue() + b"\0" * 64)
-    return path
-
-
 CASES = {
     "serve slots": (["infer", "serve", "--model-dir", "mock", "--max-num-seqs", "1000000000"],
                     "WSE_LIMIT_SERVE_SLOTS"),
@@ -243,8 +220,8 @@ def test_every_issue_size_is_refused_with_memory_watched(case, tmp_path):
 def test_bombs_in_files_are_refused_with_memory_watched(tmp_path):
     files = tmp_path / "in"
     files.mkdir()
-    bomb, deep = _bomb_yaml(files / "p.yaml"), _deep_model_dir(files)
-    trace = _bomb_trace(files / "bomb.npz")
+    bomb, deep = alias_bomb_yaml(files / "p.yaml"), deep_model_dir(files)
+    trace = bomb_trace(files / "bomb.npz")
     _check_refused(["train", str(bomb), "--validate-only"], "WSE_LIMIT_YAML_NODES", files)
     _check_refused(["infer", "generate", "--model-dir", str(deep), "--prompt", "x"],
                    "WSE_LIMIT_JSON_DEPTH", files)  # fmt: skip
@@ -253,7 +230,7 @@ def test_bombs_in_files_are_refused_with_memory_watched(tmp_path):
 
 
 def test_an_alias_bomb_in_a_params_file_is_one_line(tmp_path):
-    code, output = _invoke(["train", str(_bomb_yaml(tmp_path / "p.yaml")), "--validate-only"])
+    code, output = _invoke(["train", str(alias_bomb_yaml(tmp_path / "p.yaml")), "--validate-only"])
     assert code == 2 and "WSE_LIMIT_YAML_NODES" in output, output
     assert len(output.strip().splitlines()) == 1
 
@@ -262,7 +239,7 @@ def test_an_alias_bomb_in_a_params_file_is_one_line(tmp_path):
 def test_a_deep_config_json_given_to_plan_is_one_line(cmd, tmp_path):
     """`wse plan --model DIR/config.json` reads it within the JSON depth limit (bench_hostile:
     it was a RecursionError traceback after 30 s)."""
-    config = _deep_model_dir(tmp_path) / "config.json"
+    config = deep_model_dir(tmp_path) / "config.json"
     for model in (config, config.parent):
         code, output = _invoke([*cmd, "--model", model])
         assert code == 2 and "WSE_LIMIT_JSON_DEPTH" in output, output
@@ -282,7 +259,7 @@ def test_a_deep_config_json_is_refused_by_serve_before_jax_is_imported(tmp_path)
     import subprocess
     import sys
 
-    model_dir = _deep_model_dir(tmp_path)
+    model_dir = deep_model_dir(tmp_path)
     for args in (["infer", "serve", "--model-dir", model_dir], ["plan", "infer", "--model",
                  model_dir / "config.json"]):  # fmt: skip
         r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *map(str, args)], timeout=120,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 
 import typer
 from typer.core import TyperGroup
@@ -66,12 +67,21 @@ class WseGroup(TyperGroup):
             raise
 
 
-def _join_then_invoke(cmd: typer.core.TyperCommand, ctx: typer.Context):
-    """A command's body, after the multi-process join the root deferred to it (its arguments
-    are parsed by then: a refused input never waits for JAX or the coordinator)."""
-    from wse_cli import multiprocess
+_BEFORE_BODY: list[Callable[[], None]] = []  # what runs once arguments parse, before a body
 
-    multiprocess.join_pending()
+
+def before_body(fn: Callable[[], None]) -> None:
+    """Run `fn` once, after the command's arguments parse and before its body (the root's
+    deferred multi-process join: `wse_cli.multiprocess.join_later`)."""
+    if fn not in _BEFORE_BODY:
+        _BEFORE_BODY.append(fn)
+
+
+def _join_then_invoke(cmd: typer.core.TyperCommand, ctx: typer.Context):
+    """A command's body, after what `before_body` deferred to it (the multi-process join: its
+    arguments are parsed by then, so a refused input never waits for JAX or the coordinator)."""
+    while _BEFORE_BODY:
+        _BEFORE_BODY.pop(0)()
     return type(cmd).invoke(cmd, ctx)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import typer
 
+from wse_cli.errors import before_body
 from wse_cli.options import number
 
 __all__ = [
@@ -65,6 +66,7 @@ def join(num_processes: int | None, process_id: int | None, coordinator: str | N
 def join_later(num_processes: int | None, process_id: int | None, coordinator: str | None) -> None:
     """The root callback's `join`, made by `join_pending` once the command's arguments parse."""
     _PENDING[:] = [(num_processes, process_id, coordinator)]
+    before_body(join_pending)  # WseGroup runs it once the command's arguments parse
 
 
 def join_pending() -> None:

@@ -20,10 +20,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 __all__ = [
     "WSE",
+    "alias_bomb_yaml",
+    "bomb_trace",
+    "deep_model_dir",
     "clean_env",
     "run_json",
     "launch_json",
@@ -168,3 +172,40 @@ def walk_commands(cmd: Any, path: tuple[str, ...] = ()) -> Any:
     yield path, cmd
     for name, sub in getattr(cmd, "commands", {}).items():
         yield from walk_commands(sub, (*path, name))
+
+
+# --- hostile files for the size tests and bench/bench_hostile.py ---------------------------
+def alias_bomb_yaml(path: Path) -> Path:
+    """A params.yaml whose aliases expand to 10^9 items (a billion laughs)."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    path.write_text(
+        "optimizer:\n  learning_rate: 0.001\nbomb:\n" + "".join(f"  {line}\n" for line in lines)
+    )
+    return path
+
+
+def deep_model_dir(root: Path) -> Path:
+    """A model dir under `root` whose config.json nests 100,000 lists deep."""
+    d = root / "deep_model"
+    d.mkdir()
+    (d / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    return d
+
+
+def bomb_trace(path: Path) -> Path:
+    """A trace archive whose layer header claims 100,000 x 100,000 float64 (74.5 GiB)."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    with zipfile.ZipFile(path, "w") as z:
+        head = io.BytesIO()
+        np.save(head, np.frombuffer(json.dumps({"schema_version": 1}).encode(), np.uint8))
+        z.writestr("header.npy", head.getvalue())
+        layer = io.BytesIO()
+        header = {"descr": "<f8", "fortran_order": False, "shape": (100_000, 100_000)}
+        np.lib.format.write_array_header_1_0(layer, header)
+        z.writestr("busy.npy", layer.getvalue() + b"\0" * 64)
+    return path

@@ -70,14 +70,15 @@ def _code_hash() -> str:
 
 
 def _environment() -> tuple:
-    import jaxlib
+    from importlib.metadata import version
+
     import wse_core
 
     devices = tuple((d.platform, d.id, d.device_kind) for d in jax.devices())
     return (
         _FORMAT,
         jax.__version__,
-        jaxlib.__version__,
+        version("jaxlib"),  # its distribution, not an import of a package not declared
         wse_core.__version__,
         _code_hash(),
         os.environ.get("XLA_FLAGS", ""),

@@ -12,9 +12,9 @@ bit masks and a scan; this walks each PE's window once, a row offset's slots in 
 branch-free pass (4,000 Cu atoms, 5.1 M slots: 11.4 ms; with the region as (x, y, z,
 species) records and one branchy pass, 22.6 ms).
 
-On one device (`half`) with a window at most `pair_words.PAIR_MASK_COLS` wide, `build_pairs` gives the
-same lists testing each pair of PEs once: the minimum-image r^2 of (i, j) and of (j, i) are
-the same float32 bits (the displacements are exact negatives of each other and rint is
+On one device (`half`) with a window at most `pair_words.PAIR_MASK_COLS` wide, `build_pairs`
+gives the same lists testing each pair of PEs once: the minimum-image r^2 of (i, j) and of
+(j, i) are the same float32 bits (the displacements are exact negatives of each other and rint is
 symmetric), so each PE tests the row offsets 0 .. k_rows of its window (its own row only
 east of itself) and marks every hit in two bit masks, its own slot and the mirrored slot
 (-offset, the column reflected) of the partner, found by its block index; a second pass
@@ -37,7 +37,6 @@ full list more than M candidates).
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
@@ -54,7 +53,8 @@ def _cttz(typingctx, x):
     """Trailing zero bits of a uint64 != 0 (the lowest set bit's column)."""
 
     def codegen(context, builder, sig, args):
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+        # is_zero_poison false: an i1 0 from numba's own constants (llvmlite is numba's)
+        return builder.cttz(args[0], context.get_constant(types.boolean, False))
 
     return types.uint64(types.uint64), codegen
 
