@@ -145,6 +145,9 @@ def run_case(case: Case, fx: Fixtures, env: dict[str, str], timeout_s: float) ->
         probe.unlink(missing_ok=True)
         new = sorted(_snapshot(tmp) - before)
     lines = _error_lines(text)
+    if case.rc == 1 and lines:  # a fault mid-run: what the valid run printed, then one line
+        errors = [line for line in lines if line.startswith("Error:")]
+        lines = errors if len(errors) == 1 and lines[-1] == errors[0] else lines
     rc = None if killed else popen.returncode
     checks = {
         "rc": rc == case.rc,

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -141,3 +142,31 @@ def test_experiments_sweep_of_a_key_alone_runs_its_plausible_range(tmp_path):
     header = next(line for line in r.output.splitlines() if line.startswith("| "))
     for v in CONSTANTS["hop_latency_cycles"].sweep:  # one column per value of the range
         assert f"hop_latency_cycles={v:g}" in header, header
+
+
+def test_the_root_help_comes_from_its_cache_and_equals_the_apps(tmp_path, monkeypatch, capsys):
+    """`wse --help` (the console script, `wse_cli.entry`): the first call renders it through
+    the app and stores it, the second prints the stored text without typer; a changed CLI
+    module is another key (a miss)."""
+    from wse_cli import entry
+
+    monkeypatch.setenv("WSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["wse", "--help"])
+    with pytest.raises(SystemExit) as done:
+        entry.main()
+    assert done.value.code in (0, None)
+    first = capsys.readouterr().out
+    assert first.startswith("Usage: wse [OPTIONS] COMMAND")  # the app's own help (its width)
+    for name in ("wafer", "train", "infer", "plan", "hpc", "experiments", "demo", "launch"):
+        assert f"  {name} " in first
+    (stored,) = (tmp_path / "help").iterdir()
+    assert stored == entry.help_cache_path("wse") and stored.read_text() == first
+    entry.main()  # a hit: returns, no SystemExit from click
+    assert capsys.readouterr().out == first
+    module = Path(entry.__file__)
+    st = module.stat()
+    os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    try:
+        assert entry.help_cache_path("wse") != stored
+    finally:
+        os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -1,0 +1,76 @@
+"""The `wse` script's entry point: the root help from a cache, everything else through the app.
+
+`wse --help` is what a newcomer types first, and rendering it imports typer, click and every
+command module (~0.3 s on the 2 cores). Its text changes only with the CLI's code, the
+version and the terminal's width, so `main()` keeps the rendered text in
+`$WSE_CACHE_DIR/help/` (default `~/.cache/wse/help/`), keyed by those (every `wse_cli`
+module's size and mtime, the version, the Python version, the width and the program's name)
+and prints it from there without importing typer. A miss (the first call after an install
+or an edit, another width) renders it through the app as always and stores it; a cache that
+cannot be read or written is skipped. Like the command index the Azure CLI keeps for the
+same reason. Nothing else is cached: every other command runs `wse_cli.app.main`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import sys
+from pathlib import Path
+
+__all__ = ["help_cache_path", "main"]
+
+_HELP_ARGS = (["--help"],)
+
+
+def help_cache_path(prog: str) -> Path:
+    """Where the root help of `prog` at this terminal width and code is kept."""
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for p in sorted(here.rglob("*.py")):
+        st = p.stat()
+        h.update(f"{p.relative_to(here)}:{st.st_size}:{st.st_mtime_ns};".encode())
+    from wse_cli import __version__
+
+    width = shutil.get_terminal_size().columns
+    h.update(f"{__version__}|{sys.version}|{width}|{prog}".encode())
+    root = Path(os.environ.get("WSE_CACHE_DIR") or Path.home() / ".cache" / "wse")
+    return root / "help" / f"{h.hexdigest()[:32]}.txt"
+
+
+def main() -> None:
+    """The `wse` command (the console script)."""
+    prog = os.path.basename(sys.argv[0])
+    if sys.argv[1:] not in _HELP_ARGS:
+        from wse_cli.app import main as app_main
+
+        app_main()
+        return
+    path: Path | None = None
+    try:
+        path = help_cache_path(prog)
+        sys.stdout.write(path.read_text())
+        return
+    except OSError:
+        pass
+    from wse_cli.app import app
+
+    out = io.StringIO()
+    code: object = 0
+    with contextlib.redirect_stdout(out):
+        try:
+            app(prog_name=prog)
+        except SystemExit as e:
+            code = e.code
+    text = out.getvalue()
+    sys.stdout.write(text)
+    if path is not None and code in (0, None) and text:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text)
+            tmp.replace(path)  # whole or absent, never half-written
+    raise SystemExit(code)
