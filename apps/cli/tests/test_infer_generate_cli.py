@@ -191,3 +191,25 @@ def test_generate_bad_speculative_config_exits_2(model_dir, text, words):
     root, _ = model_dir
     res = _run("--model_dir", root / "target", "--prompt-ids", "1,2", "--speculative-config", text)
     assert res.exit_code == 2 and words in res.output, res.output
+
+
+def test_an_unreadable_tokenizer_is_refused_before_the_weights(model_dir, tmp_path):
+    """A garbage tokenizer.json: one line, exit 2, from a check that imports no JAX (it ran
+    after the weights loaded, ~5 s, before)."""
+    import shutil
+    import subprocess
+    import sys
+
+    root, _ = model_dir
+    bad = tmp_path / "bad"
+    shutil.copytree(root / "draft", bad)
+    (bad / "tokenizer.json").write_text('{"model": {"vocab": {1: 2')
+    res = _run("--model_dir", bad, "--prompt", "x")
+    assert res.exit_code == 2 and "cannot read" in res.output and "tokenizer.json" in res.output
+    code = (
+        "import sys\nfrom wse_inference.model_dir import ModelLoadError, check_tokenizer_file\n"
+        f"try:\n    check_tokenizer_file({str(bad)!r})\nexcept ModelLoadError:\n"
+        "    print('refused', 'jax' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["refused", "False"], done.stdout + done.stderr

@@ -36,6 +36,7 @@ __all__ = [
     "LoadedModel",
     "ByteTokenizer",
     "HFTokenizer",
+    "check_tokenizer_file",
     "load_model",
     "check_draft",
     "resolve_model_dir",
@@ -142,14 +143,33 @@ def resolve_model_dir(path: str | Path) -> Path:
     )
 
 
+def _read_tokenizer(path: Path) -> HFTokenizer:
+    try:
+        return HFTokenizer(path)
+    except Exception as err:  # tokenizers raises a bare Exception for a bad file
+        why = " ".join(str(err).split())[:300]
+        raise ModelLoadError(f"cannot read {str(path)!r}: {why}") from None
+
+
+def check_tokenizer_file(path: str | Path) -> None:
+    """Refuse an unreadable tokenizer.json of the model in `path` (HF `tokenizers`, no JAX):
+    a command checks it before it loads the weights; a missing or odd model dir is left to
+    `load_model`."""
+    root = Path(path)
+    try:
+        folder = resolve_model_dir(root)
+    except ModelLoadError:
+        return
+    for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
+        if candidate.is_file():
+            _read_tokenizer(candidate)
+            return
+
+
 def _tokenizer(folder: Path, root: Path, vocab_size: int, required: bool):
     for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
         if candidate.is_file():
-            try:
-                return HFTokenizer(candidate)
-            except Exception as err:  # tokenizers raises a bare Exception for a bad file
-                why = " ".join(str(err).split())[:300]
-                raise ModelLoadError(f"cannot read {str(candidate)!r}: {why}") from None
+            return _read_tokenizer(candidate)
     if vocab_size >= 256:
         return ByteTokenizer()
     if not required:

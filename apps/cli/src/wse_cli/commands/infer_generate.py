@@ -157,9 +157,10 @@ def generate(
 ) -> None:
     """Generate text from a model with the pipelined wafer engine (or speculative decoding)."""
     from wse_inference.engine import SamplingParams
-    from wse_inference.model_dir import check_config_file, load_model
+    from wse_inference.model_dir import check_config_file, check_tokenizer_file, load_model
 
     check_config_file(model_dir)  # a huge or deep config.json is refused before JAX loads
+    check_tokenizer_file(model_dir)  # an unreadable tokenizer.json: refused before the weights
     from wse_inference.sampling import validate_sampling
 
     sampling = SamplingParams(
