@@ -110,10 +110,10 @@ def cache_path(jitted_key: tuple, args: tuple) -> Path | None:
 
 def _register(target: str) -> None:
     """Register the FFI target `target` (a numba PE kernel) as tracing would have."""
-    if target == "wse_md_build":
+    if target in ("wse_md_build", "wse_md_build_pairs"):
         from wse_hpc.md.neighbours.build import _build_target as make
 
-        got = make()
+        got = make(target.removeprefix("wse_md_"))
     else:
         from wse_hpc.md.pe_pairs import _target
 
