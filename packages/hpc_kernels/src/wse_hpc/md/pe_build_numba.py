@@ -67,6 +67,16 @@ def _popcount(typingctx, x):
     return types.uint64(types.uint64), codegen
 
 
+@njit(inline="always")
+def _r2(dx, dy, dz, bx, by, bz, ix, iy, iz):
+    """The minimum-image squared distance of (dx, dy, dz) in the box (bx, by, bz), ix = 1 / bx
+    ...: the same float32 operations for (i, j) and (j, i), which `_build_pairs` relies on."""
+    dx = dx - bx * np.rint(dx * ix)
+    dy = dy - by * np.rint(dy * iy)
+    dz = dz - bz * np.rint(dz * iz)
+    return dx * dx + dy * dy + dz * dz
+
+
 def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count, over):
     """Per PE and row offset: the slots' distances in one branch-free pass (SIMD), then the
     kept columns in a second. With ci[4] (one device, each pair once) only the kept
@@ -94,13 +104,8 @@ def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count,
                     rx, ry, rz = px[rr, c : c + width], py[rr, c : c + width], pz[rr, c : c + width]
                     rs = ps[rr, c : c + width]
                     for j in range(width):
-                        dx = rx[j] - xi
-                        dy = ry[j] - yi
-                        dz = rz[j] - zi
-                        dx = dx - bx * np.rint(dx * ix)
-                        dy = dy - by * np.rint(dy * iy)
-                        dz = dz - bz * np.rint(dz * iz)
-                        ok[j] = (dx * dx + dy * dy + dz * dz < reach2) & (rs[j] >= 0)
+                        r2 = _r2(rx[j] - xi, ry[j] - yi, rz[j] - zi, bx, by, bz, ix, iy, iz)
+                        ok[j] = (r2 < reach2) & (rs[j] >= 0)
                     if off == 0:
                         ok[kc] = False  # not itself
                     at = min(max(r + off + depth, 0), br + 2 * depth - 1) * pitch + c
@@ -143,13 +148,8 @@ def _build_pairs(planes, held, pos, ids, offsets, caps, cf, ci, index, species, 
                 rx, ry, rz = px[rr, c : c + width], py[rr, c : c + width], pz[rr, c : c + width]
                 rs = ps[rr, c : c + width]
                 for j in range(j0, width):
-                    dx = rx[j] - xi
-                    dy = ry[j] - yi
-                    dz = rz[j] - zi
-                    dx = dx - bx * np.rint(dx * ix)
-                    dy = dy - by * np.rint(dy * iy)
-                    dz = dz - bz * np.rint(dz * iz)
-                    hit = (dx * dx + dy * dy + dz * dz < reach2) & (rs[j] >= 0)
+                    r2 = _r2(rx[j] - xi, ry[j] - yi, rz[j] - zi, bx, by, bz, ix, iy, iz)
+                    hit = (r2 < reach2) & (rs[j] >= 0)
                     ok[j] = np.uint64(hit) << np.uint64(j)
                 bits = np.uint64(0)
                 for j in range(j0, width):
