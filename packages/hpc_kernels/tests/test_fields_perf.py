@@ -6,7 +6,7 @@ import pytest
 from wse_core import PRESETS, RunReport, fabric
 from wse_hpc.fields import field_grid, laplacian, neumann, periodic
 from wse_hpc.fields.convection import RbCase, rayleigh_benard
-from wse_hpc.fields.grid import program
+from wse_hpc.fields.grid import program, traced_program
 from wse_hpc.fields.perf import program_phases, program_work
 
 BCS = (periodic(), neumann(), neumann())
@@ -48,7 +48,7 @@ def test_the_gpu_alternative_by_hand():
     g = field_grid(PRESETS["small"], (9, 11, 6), periodic=(True, False, False), mesh_shape=(1, 1))
     f = g.field("u", 0.0, bc=BCS)
     cells = 10**8
-    step = gpu_step(g, laplacian, f, cells=cells, gpu=H100, fields=2)
+    step = gpu_step(g, traced_program(laplacian, f), cells=cells, gpu=H100, fields=2)
     # 20 instructions (6 moves, 8 adds, 6 muls) over each cell, 12 B each (2 read, 1 written)
     assert step.kernels == 20
     assert step.hbm_bytes == cells * 20 * 12
@@ -64,4 +64,4 @@ def test_the_gpu_alternative_by_hand():
         == 2.0 * system_power_w(PRESETS["wse2"])[0]
     )
     with pytest.raises(ValueError, match="GiB"):  # 10 fields of 3e9 cells: 112 GiB > 80
-        gpu_step(g, laplacian, f, cells=3 * 10**9, gpu=H100, fields=10)
+        gpu_step(g, traced_program(laplacian, f), cells=3 * 10**9, gpu=H100, fields=10)

@@ -9,6 +9,7 @@ from wse_core.cost.mechanisms import CONSTANTS
 from wse_core.cost.perf import PerfModel, Phase, Work
 from wse_hpc.fields import field_grid
 from wse_hpc.fields.cluster import cluster_step, crossing_work, y_boundary_words
+from wse_hpc.fields.grid import traced_program
 from wse_hpc.fields.swe import RK3_STAGES, shallow_water, swe_state, translate
 from wse_hpc.studies.domain_translation_swe import STRESS_LATENCY_S, run_predictions, traced_step
 
@@ -35,8 +36,8 @@ def test_y_words_and_the_crossing_by_hand():
     z = np.zeros((4, 4, 1))
     s = swe_state(g, z + 1.0, z, z)
     step = shallow_water(g, g=9.81, dt=1e-3)
-    plain = y_boundary_words(step, s)
-    moved = y_boundary_words(lambda x: translate(step(x)), s)
+    plain = y_boundary_words(traced_program(step, s))
+    moved = y_boundary_words(traced_program(lambda x: translate(step(x)), s))
     assert plain == {"W": W_PER_RHS * RHS_PER_STEP, "E": E_PER_RHS * RHS_PER_STEP}
     assert moved == {"W": plain["W"], "E": plain["E"] + TRANSLATED_FIELDS}
     words = sum(moved.values())  # 30: each boundary PE's E words east, W words west

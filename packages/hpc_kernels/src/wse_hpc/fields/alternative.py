@@ -1,9 +1,9 @@
 """The same field step on a GPU, time and energy beside the wafer's (`wse plan`'s figures).
 
-Contract. `gpu_step(grid, fn, *args, cells=, gpu=, repeats=)` traces `fn` with the field
-layer's `program()` recording, exactly as `wse_hpc.fields.perf.program_phases` does for the
-wafer, and prices that same program on one GPU (`wse_systems.gpu.GpuSpec`, the figures
-`wse plan` uses) as unfused kernels over `cells` cells:
+Contract. `gpu_step(grid, prog, cells=, gpu=, repeats=)` prices the recorded program that
+`wse_hpc.fields.perf.recorded_phases` prices for the wafer (`grid.traced_program`), on one
+GPU (`wse_systems.gpu.GpuSpec`, the figures `wse plan` uses) as unfused kernels over `cells`
+cells:
 
 - every recorded instruction is one kernel over the cells: it reads its two operands and
   writes its result in HBM (4 B each, fp32; a fabric operand is a shifted read there), so
@@ -32,13 +32,12 @@ GPU's memory (checked: `fields x cells x 4 B` against `memory_bytes`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-import jax
 from wse_systems.economics import system_power_w
 from wse_systems.gpu import GpuSpec
 
-from wse_hpc.fields.grid import FieldGrid, program
+from wse_hpc.fields.grid import FieldGrid, Program
 from wse_hpc.fields.perf import WORD_BYTES
 
 __all__ = [
@@ -67,23 +66,19 @@ class GpuStep:
     fused_seconds: float
     fused_joules: float
 
-    @property
-    def bytes_per_cell(self) -> float:
-        return self.hbm_bytes / self.cells
-
 
 def gpu_step(
     grid: FieldGrid,
-    fn: Callable,
-    *args,
+    prog: Program,
+    *,
     cells: int,
     gpu: GpuSpec,
     fields: int,
     repeats: Mapping[str, float] | None = None,
     kernel_overhead_s: float = KERNEL_OVERHEAD_S,
 ) -> GpuStep:
-    """`fn(*args)`'s program (traced on `grid`) run on one `gpu` over `cells` cells holding
-    `fields` fp32 arrays (module contract)."""
+    """`prog` (recorded on `grid`) run on one `gpu` over `cells` cells holding `fields` fp32
+    arrays (module contract)."""
     if cells < 1 or fields < 1:
         raise ValueError(f"cells and fields must be >= 1, got {cells}, {fields}")
     if fields * cells * WORD_BYTES > gpu.memory_bytes:
@@ -92,16 +87,14 @@ def gpu_step(
             f"{fields} fields of {cells:,} fp32 cells need {need:.1f} GiB, more than the "
             f"{gpu.name}'s {gpu.memory_bytes / 2**30:.0f} GiB"
         )
-    with program() as prog:  # a fresh function: a cached trace would record nothing
-        jax.eval_shape(lambda *a: fn(*a), *args)
     reps = dict(repeats or {})
 
     def rep(scope: str) -> float:
         return 1.0 if scope == "" else reps.get(scope, 1.0)
 
     nz = grid.shape[2]
-    per_cell = sum(rep(s) * op.count * op.length * OPERANDS * WORD_BYTES for s, op in prog.ops)
-    hbm = cells * per_cell / nz
+    per_pe = sum(rep(s) * op.count * op.length * OPERANDS * WORD_BYTES for s, op in prog.ops)
+    hbm = cells * per_pe / nz  # a PE's Z column holds nz cells
     kernels = sum(rep(s) * op.count for s, op in prog.ops) + sum(rep(s) for s, _ in prog.reductions)
     seconds = hbm / gpu.hbm_bytes_per_s + kernels * kernel_overhead_s
     scopes = {s for s, _ in prog.ops} - {""}

@@ -6,7 +6,7 @@ columns: its halo moves on the E and W links, `wse_hpc.fields.operators`), each 
 full wafer of cells, Y periodic over the ring of systems. A step's exchange between systems
 is priced by its mechanisms, as `wse_systems.decoder` prices a crossing between wafers:
 
-- `y_boundary_words(fn, *args)`: the 32-bit words per PE the traced program moves across a
+- `y_boundary_words(prog)`: the 32-bit words per PE the traced program moves across a
   Y boundary per step: the words of its E and W shifts (`wse_hpc.fields.grid.Program`),
   never a hand number. Each boundary PE sends its E words to the next system and its W
   words to the one before.
@@ -39,13 +39,10 @@ ahead of the one upstream of it), so `slack_sweep(spec)` runs 1 .. spec.pe_cols.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import jax
 from wse_core import WaferSpec
 from wse_core.cost.perf import Phase, Phases, Work, overlap, serial
 
-from wse_hpc.fields.grid import program
+from wse_hpc.fields.grid import Program
 from wse_hpc.fields.perf import WORD_BYTES
 
 __all__ = [
@@ -68,11 +65,9 @@ def slack_sweep(spec: WaferSpec) -> tuple[float, ...]:
     return (1.0, 8.0, 64.0, float(spec.pe_cols))
 
 
-def y_boundary_words(fn: Callable, *args) -> dict[str, float]:
-    """Words per PE of each Y direction ("E", "W") that `fn(*args)`'s traced program shifts
-    (every scope: a step's whole program)."""
-    with program() as prog:  # a fresh function: a cached trace would record nothing
-        jax.eval_shape(lambda *a: fn(*a), *args)
+def y_boundary_words(prog: Program) -> dict[str, float]:
+    """Words per PE of each Y direction ("E", "W") that a recorded program shifts (every
+    scope: a step's whole program; `wse_hpc.fields.grid.traced_program`)."""
     out = dict.fromkeys(Y_DIRECTIONS, 0.0)
     for _, direction, words in prog.shifts:
         if direction in out:

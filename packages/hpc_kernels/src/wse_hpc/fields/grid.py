@@ -54,6 +54,7 @@ __all__ = [
     "record_reduction",
     "record_shift",
     "scope",
+    "traced_program",
 ]
 
 Loc = Literal["c", "x", "y", "z"]
@@ -123,6 +124,14 @@ def program() -> Iterator[Program]:
         yield prog
     finally:
         _ACTIVE.prog = prev
+
+
+def traced_program(fn: Callable, *args) -> Program:
+    """What `fn(*args)` does on each PE: traced abstractly (`jax.eval_shape`, no data) under
+    `program()`. A fresh function each time: a cached trace would record nothing."""
+    with program() as prog:
+        jax.eval_shape(lambda *a: fn(*a), *args)
+    return prog
 
 
 @contextlib.contextmanager

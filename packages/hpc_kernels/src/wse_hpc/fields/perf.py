@@ -1,9 +1,10 @@
 """What a field-equation step costs on the wafer, counted from the program it runs.
 
 Contract. `program_phases(grid, fn, *args, repeats=...)` traces `fn` abstractly
-(`jax.eval_shape`) with a `wse_hpc.fields.grid.program()` recording, and turns what every
-field op recorded into `wse_core.cost.work.Work` per scope: the code that runs is the code
-that is priced, as `wse_hpc.stencil.perf` does for its kernels. A solver's loop body is
+(`wse_hpc.fields.grid.traced_program`) and turns what every field op recorded into
+`wse_core.cost.work.Work` per scope (`recorded_phases` does it for a recording already
+made): the code that runs is the code that is priced, as `wse_hpc.stencil.perf` does for its
+kernels. A solver's loop body is
 traced once under its scope ("cg_iteration", "bicgstab_iteration") and repeated by the
 measured iteration count (`repeats`); everything outside a scope runs once per step.
 
@@ -22,13 +23,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-import jax
 from wse_core.cost.collectives import allreduce_2d
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work, serial
 
-from wse_hpc.fields.grid import FieldGrid, Program, program
+from wse_hpc.fields.grid import FieldGrid, Program, traced_program
 
-__all__ = ["WORD_BYTES", "program_phases", "program_work"]
+__all__ = ["WORD_BYTES", "program_phases", "program_work", "recorded_phases"]
 
 WORD_BYTES = 4  # fp32
 
@@ -71,13 +71,24 @@ def program_phases(
     name: str = "step",
     pe_rect: tuple[int, int] | None = None,
 ) -> Phases:
-    """`fn(*args)` priced: the unscoped work once, each scope's work `repeats[scope]` times
-    (default once), in series. `pe_rect`: the PE rectangle the run spans when it is larger
-    than the traced grid's (every PE runs the same program on its Z column, so a grid of a
-    few PEs with the real Z length traces the same per-PE work; only the reductions' span
-    and the halo's hop count differ, and a halo is one hop on any rectangle)."""
-    with program() as prog:  # a fresh function: a cached trace would record nothing
-        jax.eval_shape(lambda *a: fn(*a), *args)
+    """`fn(*args)` priced: `recorded_phases` of its `traced_program`."""
+    prog = traced_program(fn, *args)
+    return recorded_phases(grid, prog, repeats=repeats, name=name, pe_rect=pe_rect)
+
+
+def recorded_phases(
+    grid: FieldGrid,
+    prog: Program,
+    *,
+    repeats: Mapping[str, float] | None = None,
+    name: str = "step",
+    pe_rect: tuple[int, int] | None = None,
+) -> Phases:
+    """A recorded program priced: the unscoped work once, each scope's work `repeats[scope]`
+    times (default once), in series. `pe_rect`: the PE rectangle the run spans when it is
+    larger than the traced grid's (every PE runs the same program on its Z column, so a grid
+    of a few PEs with the real Z length traces the same per-PE work; only the reductions'
+    span and the halo's hop count differ, and a halo is one hop on any rectangle)."""
     repeats = dict(repeats or {})
     scopes = sorted(({s for s, _ in prog.ops} | {s for s, _, _ in prog.shifts}) - {""})
     parts = [Phase(name, program_work(grid, prog, "", pe_rect))]

@@ -44,6 +44,8 @@ one H100 (`wse plan`'s GPU, `fields.alternative`: the program unfused and its fu
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import numpy as np
 from wse_core import ExperimentResult, PredictionRow, WaferSpec, preset
@@ -59,8 +61,8 @@ from wse_hpc.fields.cluster import (
     slack_sweep,
     y_boundary_words,
 )
-from wse_hpc.fields.grid import field_grid
-from wse_hpc.fields.perf import program_phases
+from wse_hpc.fields.grid import FieldGrid, Program, field_grid, traced_program
+from wse_hpc.fields.perf import recorded_phases
 from wse_hpc.fields.swe import RK3_STAGES, SweConfig, run_swe, shallow_water, swe_state, translate
 
 __all__ = ["NAME", "STRESS_LATENCY_S", "SYSTEMS", "run", "run_predictions", "traced_step"]
@@ -87,16 +89,31 @@ def _measured(quick: bool) -> dict:
     }
 
 
-def traced_step(spec: WaferSpec, translated: bool) -> tuple[Phases, float]:
-    """The on-wafer step's phases over `spec`'s PE rectangle and the words per PE its
-    program moves across a Y boundary (E + W shifts), plain or translated."""
+class _Traced(NamedTuple):
+    phases: Phases  # the on-wafer step over the spec's PE rectangle
+    words: float  # per PE across a Y boundary (E + W shifts)
+    grid: FieldGrid  # the 4 x 4 PE grid it was traced on
+    prog: Program
+    fields: int  # fp32 arrays a GPU holds: the state and each RK3 stage's k
+
+
+def _traced(spec: WaferSpec, translated: bool) -> _Traced:
+    """The step's program, recorded once: priced on the wafer, across systems and on a GPU."""
     grid = field_grid(spec, (4, 4, 1), periodic=(True, True, True), mesh_shape=(1, 1))
     z = np.zeros((4, 4, 1))
     s = swe_state(grid, z + 1.0, z, z)
     step = shallow_water(grid, g=9.81, dt=1e-3)
-    fn = (lambda x: translate(step(x))) if translated else step
-    phases = program_phases(grid, fn, s, pe_rect=(spec.pe_rows, spec.pe_cols))
-    return phases, sum(y_boundary_words(fn, s).values())
+    prog = traced_program((lambda x: translate(step(x))) if translated else step, s)
+    phases = recorded_phases(grid, prog, pe_rect=(spec.pe_rows, spec.pe_cols))
+    words = sum(y_boundary_words(prog).values())
+    return _Traced(phases, words, grid, prog, len(jax.tree.leaves(s)) * (1 + RK3_STAGES))
+
+
+def traced_step(spec: WaferSpec, translated: bool) -> tuple[Phases, float]:
+    """The on-wafer step's phases over `spec`'s PE rectangle and the words per PE its
+    program moves across a Y boundary (E + W shifts), plain or translated."""
+    t = _traced(spec, translated)
+    return t.phases, t.words
 
 
 def _case_rows(spec: WaferSpec, step: Phases, words: float, systems: int,
@@ -123,7 +140,8 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
     """The prediction rows alone (for `wse experiments run --sweep`)."""
     del seed  # the predictions draw nothing
     spec = assumed_spec("wse3")  # under `--assume` / `--sweep`
-    traced = {case: traced_step(spec, case == "translated") for case in ("plain", "translated")}
+    full = {case: _traced(spec, case == "translated") for case in ("plain", "translated")}
+    traced = {case: (t.phases, t.words) for case, t in full.items()}
     rows = []
     for case, (step, words) in traced.items():
         crossing = crossing_work(words, spec.pe_rows, 2, EDGE_HOPS, RK3_STAGES)
@@ -147,20 +165,15 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
     for k in slack_sweep(spec):
         rows += _case_rows(stress, *traced["translated"], SYSTEMS[-1], k,
                            f"translated k={k:g}, {tag}")  # fmt: skip
-    return rows + _gpu_rows(spec)
+    return rows + _gpu_rows(spec, full["plain"])
 
 
-def _gpu_rows(spec: WaferSpec) -> list[PredictionRow]:
+def _gpu_rows(spec: WaferSpec, plain: _Traced) -> list[PredictionRow]:
     """One system's cells on one H100 (`wse plan`'s GPU, `fields.alternative`): the plain
     step's program unfused and its fused bound, time and energy beside the wafer's."""
-    grid = field_grid(spec, (4, 4, 1), periodic=(True, True, True), mesh_shape=(1, 1))
-    z = np.zeros((4, 4, 1))
-    state = swe_state(grid, z + 1.0, z, z)
-    step = shallow_water(grid, g=9.81, dt=1e-3)
     cells = spec.pe_rows * spec.pe_cols
-    fields = len(jax.tree.leaves(state)) * (1 + RK3_STAGES)  # the state and each stage's k
-    gpu = gpu_step(grid, step, state, cells=cells, gpu=H100, fields=fields)
-    wafer_s = PerfModel(spec).evaluate(traced_step(spec, False)[0]).seconds
+    gpu = gpu_step(plain.grid, plain.prog, cells=cells, gpu=H100, fields=plain.fields)
+    wafer_s = PerfModel(spec).evaluate(plain.phases).seconds
     wafer_j = wafer_energy_j(spec, wafer_s)
     params = {"wafer": spec.name, "systems": 1, "cells": cells, "gpu": H100.name}
     rows = [PredictionRow("wafer_j_per_step", wafer_j, "J", {**params, "case": "plain"},

@@ -11,7 +11,7 @@ No step time, grid shape, solver iteration count or time-step count is given, so
   momentum fluxes, Jacobi-PCG pressure) with the CG iterations per step measured on a small
   3D run of the same case (Ra 1e5, Pr 0.71, 24 x 24 x 16, the measured part; `--quick`
   shortens it). The per-PE program is traced on a 4 x 4 PE grid with the real Z column
-  and its reductions priced over the 757 x 996 rectangle (`perf.program_phases(pe_rect=)`).
+  and its reductions priced over the 757 x 996 rectangle (`perf.recorded_phases(pe_rect=)`).
 
 Rows: `s_per_step` (predicted wafer seconds per time step), `gcells_per_s`, `cg_iteration_s`;
 params `nz`, `cells`, `cg_iterations`. Beside them the GPU alternative (`wse plan`'s H100,
@@ -34,7 +34,8 @@ from wse_systems.gpu import H100
 
 from wse_hpc.fields.alternative import GpuStep, gpu_step, wafer_energy_j
 from wse_hpc.fields.convection import RbCase, rayleigh_benard
-from wse_hpc.fields.perf import program_phases
+from wse_hpc.fields.grid import traced_program
+from wse_hpc.fields.perf import recorded_phases
 from wse_hpc.fields.runs import CfdConfig, run_cfd
 
 __all__ = ["NAME", "run"]
@@ -63,12 +64,11 @@ def _step_report(nz: int, cg_its: float) -> tuple[RunReport, GpuStep]:
     case = RbCase(ra=1e5, pr=0.71, mesh_shape=(1, 1))
     grid, _, fns, state = rayleigh_benard(spec, (4, 4, nz), case)
     repeats = {"cg_iteration": cg_its}
-    phases = program_phases(grid, fns.step_fn, state, repeats=repeats,
-                            pe_rect=(spec.pe_rows, spec.pe_cols))  # fmt: skip
+    prog = traced_program(fns.step_fn, state)  # priced on the wafer and on the GPU
+    phases = recorded_phases(grid, prog, repeats=repeats, pe_rect=(spec.pe_rows, spec.pe_cols))
     cells = spec.pe_rows * spec.pe_cols * nz
     fields = len(jax.tree.leaves(state)) + CG_WORK_VECTORS
-    gpu = gpu_step(grid, fns.step_fn, state, cells=cells, gpu=H100, fields=fields,
-                   repeats=repeats)  # fmt: skip
+    gpu = gpu_step(grid, prog, cells=cells, gpu=H100, fields=fields, repeats=repeats)
     return RunReport.build(NAME, spec, phases, units="timesteps"), gpu
 
 
