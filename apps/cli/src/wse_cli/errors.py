@@ -67,21 +67,21 @@ class WseGroup(TyperGroup):
             raise
 
 
-_BEFORE_BODY: list[Callable[[], None]] = []  # what runs once arguments parse, before a body
+_BEFORE_BODY: dict[str, Callable[[], None]] = {}  # run once arguments parse, before a body
 
 
-def before_body(fn: Callable[[], None]) -> None:
-    """Run `fn` once, after the command's arguments parse and before its body (the root's
-    deferred multi-process join: `wse_cli.multiprocess.join_later`)."""
-    if fn not in _BEFORE_BODY:
-        _BEFORE_BODY.append(fn)
+def before_body(key: str, fn: Callable[[], None]) -> None:
+    """Run `fn` once, after the command's arguments parse and before its body; a later call
+    with the same `key` replaces it (the root's deferred multi-process join:
+    `wse_cli.multiprocess.join_later`)."""
+    _BEFORE_BODY[key] = fn
 
 
 def _join_then_invoke(cmd: typer.core.TyperCommand, ctx: typer.Context):
     """A command's body, after what `before_body` deferred to it (the multi-process join: its
     arguments are parsed by then, so a refused input never waits for JAX or the coordinator)."""
     while _BEFORE_BODY:
-        _BEFORE_BODY.pop(0)()
+        _BEFORE_BODY.pop(next(iter(_BEFORE_BODY)))()
     return type(cmd).invoke(cmd, ctx)
 
 

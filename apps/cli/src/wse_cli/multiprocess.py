@@ -5,12 +5,14 @@ environment.
 
 `join` connects this process to the run before the command touches JAX (joining twice is
 harmless); the root callback's join waits (`join_later`) until the command's own arguments
-are parsed (`join_pending`, called by `WseGroup` before a command's body), so that an input
+are parsed (`WseGroup` makes it before a command's body), so that an input
 refused at parsing is refused in each process without JAX or the coordinator; `is_primary()`
 says whether this process writes what people read.
 """
 
 from __future__ import annotations
+
+import functools
 
 import typer
 
@@ -23,10 +25,8 @@ __all__ = [
     "COORDINATOR",
     "join",
     "join_later",
-    "join_pending",
     "is_primary",
 ]
-_PENDING: list[tuple[int | None, int | None, str | None]] = []  # the root's join, not yet made
 
 NUM_PROCESSES = number(
     None,
@@ -64,15 +64,9 @@ def join(num_processes: int | None, process_id: int | None, coordinator: str | N
 
 
 def join_later(num_processes: int | None, process_id: int | None, coordinator: str | None) -> None:
-    """The root callback's `join`, made by `join_pending` once the command's arguments parse."""
-    _PENDING[:] = [(num_processes, process_id, coordinator)]
-    before_body(join_pending)  # WseGroup runs it once the command's arguments parse
-
-
-def join_pending() -> None:
-    """Make the join `join_later` deferred (a no-op when there is none)."""
-    if _PENDING:
-        join(*_PENDING.pop())
+    """The root callback's `join`, made once the command's arguments parse (`WseGroup` runs
+    what `errors.before_body` holds before the command's body)."""
+    before_body("join", functools.partial(join, num_processes, process_id, coordinator))
 
 
 def is_primary() -> bool:
