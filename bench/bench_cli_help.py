@@ -41,13 +41,14 @@ def _timed(cmd: list[str], cache: str | None = None) -> tuple[float, float]:
     """(wall s, child CPU s) of one run of `cmd`; `cache`: its WSE_CACHE_DIR ("" a new empty
     one, the help not rendered yet: the first call after an install or an edit)."""
     env = dict(os.environ)
-    if cache is not None:
-        env["WSE_CACHE_DIR"] = cache or tempfile.mkdtemp(prefix="wse_help_cold_")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryDirectory(prefix="wse_help_cold_") as empty:
+        if cache is not None:
+            env["WSE_CACHE_DIR"] = cache or empty
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
 
@@ -112,11 +113,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
     help_cmd = [str(_console_script()), "--help"]
-    warm = tempfile.mkdtemp(prefix="wse_help_warm_")
-    _timed(help_cmd, warm)  # renders and stores the help once (`wse_cli.entry`)
-    cmds = {"base": ([sys.executable, "-c", "pass"], None), "help": (help_cmd, warm),
-            "first": (help_cmd, "")}  # fmt: skip
-    timed = _interleaved(cmds, args.repeats)
+    with tempfile.TemporaryDirectory(prefix="wse_help_warm_") as warm:
+        _timed(help_cmd, warm)  # renders and stores the help once (`wse_cli.entry`)
+        cmds = {"base": ([sys.executable, "-c", "pass"], None), "help": (help_cmd, warm),
+                "first": (help_cmd, "")}  # fmt: skip
+        timed = _interleaved(cmds, args.repeats)
     base, cli, first = timed["base"], timed["help"], timed["first"]
     mods = imported_top_level(["-m", "wse_cli"])
     heavy = [m for m in HEAVY if m in mods]

@@ -23,8 +23,6 @@ from pathlib import Path
 
 __all__ = ["help_cache_path", "main"]
 
-_HELP_ARGS = (["--help"],)
-
 
 def help_cache_path(prog: str) -> Path:
     """Where the root help of `prog` at this terminal width and code is kept."""
@@ -44,7 +42,7 @@ def help_cache_path(prog: str) -> Path:
 def main() -> None:
     """The `wse` command (the console script)."""
     prog = os.path.basename(sys.argv[0])
-    if sys.argv[1:] not in _HELP_ARGS:
+    if sys.argv[1:] != ["--help"]:  # only the root help is stored
         from wse_cli.app import main as app_main
 
         app_main()
