@@ -68,15 +68,21 @@ def join_groups(groups: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
     return {"embed": groups["embed"], "layers": stacked, "final": groups["final"]}
 
 
+def _updated(tx: optax.GradientTransformation, grads, params, state):
+    """`params` and `state` after `tx`'s update with `grads` (traced inside the jits below)."""
+    updates, state = tx.update(grads, state, params)
+    return optax.apply_updates(params, updates), state
+
+
+def _square_norm(total, grads):
+    """`total` plus the squared L2 norm of the gradient pytree `grads` (a device scalar)."""
+    return total + optax.tree.norm(grads, squared=True)
+
+
 @functools.lru_cache(maxsize=8)
 def _update_fn(tx: optax.GradientTransformation):
     """The jitted per-group update of `tx` (one per transform: runs share compilations)."""
-
-    def update(grads, params, state):
-        updates, state = tx.update(grads, state, params)
-        return optax.apply_updates(params, updates), state
-
-    return jax.jit(update, donate_argnums=(1, 2))
+    return jax.jit(functools.partial(_updated, tx), donate_argnums=(1, 2))
 
 
 @functools.lru_cache(maxsize=8)
@@ -85,9 +91,7 @@ def _update_norm_fn(tx: optax.GradientTransformation):
     same arithmetic as `_update_fn` then `_add_square_norm`, in one call."""
 
     def update(grads, params, state, total):
-        updates, state = tx.update(grads, state, params)
-        norm = total + optax.tree.norm(grads, squared=True)
-        return optax.apply_updates(params, updates), state, norm
+        return (*_updated(tx, grads, params, state), _square_norm(total, grads))
 
     return jax.jit(update, donate_argnums=(1, 2))
 
@@ -97,10 +101,7 @@ def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
 
 
-@jax.jit
-def _add_square_norm(total, grads):
-    """`total` plus the squared L2 norm of the gradient pytree `grads` (a device scalar)."""
-    return total + optax.tree.norm(grads, squared=True)
+_add_square_norm = jax.jit(_square_norm)
 
 
 @functools.partial(jax.jit, static_argnums=1)
