@@ -22,6 +22,7 @@ import this module, so it builds none of them).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -144,11 +145,23 @@ def resolve_model_dir(path: str | Path) -> Path:
 
 
 def _read_tokenizer(path: Path) -> HFTokenizer:
+    """The tokenizer at `path`, read once per version of its files: a command checks it before
+    the weights (`check_tokenizer_file`) and `load_model` takes the same object."""
+    stamps = []
+    for f in (path, path.parent / "tokenizer_config.json", path.parent / "chat_template.jinja"):
+        st = f.stat() if f.is_file() else None
+        stamps.append((st.st_size, st.st_mtime_ns) if st else None)
+    return _tokenizer_of(str(path), tuple(stamps))
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer_of(path: str, stamps: tuple) -> HFTokenizer:
+    del stamps  # the cache key: the files' sizes and times
     try:
-        return HFTokenizer(path)
+        return HFTokenizer(Path(path))
     except Exception as err:  # tokenizers raises a bare Exception for a bad file
         why = " ".join(str(err).split())[:300]
-        raise ModelLoadError(f"cannot read {str(path)!r}: {why}") from None
+        raise ModelLoadError(f"cannot read {path!r}: {why}") from None
 
 
 def check_tokenizer_file(path: str | Path) -> None:
