@@ -68,12 +68,13 @@ def _popcount(typingctx, x):
 
 
 @njit(inline="always")
-def _r2(dx, dy, dz, bx, by, bz, ix, iy, iz):
-    """The minimum-image squared distance of (dx, dy, dz) in the box (bx, by, bz), ix = 1 / bx
-    ...: the same float32 operations for (i, j) and (j, i), which `_build_pairs` relies on."""
-    dx = dx - bx * np.rint(dx * ix)
-    dy = dy - by * np.rint(dy * iy)
-    dz = dz - bz * np.rint(dz * iz)
+def _r2(dx, dy, dz, box, inv):
+    """The minimum-image squared distance of (dx, dy, dz) in the box (bx, by, bz) with inv
+    its inverse lengths: the same float32 operations for (i, j) and (j, i), which
+    `_build_pairs` relies on."""
+    dx = dx - box[0] * np.rint(dx * inv[0])
+    dy = dy - box[1] * np.rint(dy * inv[1])
+    dz = dz - box[2] * np.rint(dz * inv[2])
     return dx * dx + dy * dy + dz * dz
 
 
@@ -88,7 +89,8 @@ def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count,
     kr, kc, depth, m, half = ci[0], ci[1], ci[2], ci[3], ci[4]
     pitch, width = px.shape[1], 2 * kc + 1
     bx, by, bz, reach2 = cf[0], cf[1], cf[2], cf[3]
-    ix, iy, iz = np.float32(1.0) / bx, np.float32(1.0) / by, np.float32(1.0) / bz
+    box = (bx, by, bz)
+    inv = (np.float32(1.0) / bx, np.float32(1.0) / by, np.float32(1.0) / bz)
     ok = np.empty(width, np.bool_)
     index[:] = 0
     species[:] = 0
@@ -104,7 +106,7 @@ def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count,
                     rx, ry, rz = px[rr, c : c + width], py[rr, c : c + width], pz[rr, c : c + width]
                     rs = ps[rr, c : c + width]
                     for j in range(width):
-                        r2 = _r2(rx[j] - xi, ry[j] - yi, rz[j] - zi, bx, by, bz, ix, iy, iz)
+                        r2 = _r2(rx[j] - xi, ry[j] - yi, rz[j] - zi, box, inv)
                         ok[j] = (r2 < reach2) & (rs[j] >= 0)
                     if off == 0:
                         ok[kc] = False  # not itself
@@ -133,7 +135,8 @@ def _build_pairs(planes, held, pos, ids, offsets, caps, cf, ci, index, species, 
     kr, kc, depth, m = ci[0], ci[1], ci[2], ci[3]
     pitch, width = px.shape[1], 2 * kc + 1
     bx, by, bz, reach2 = cf[0], cf[1], cf[2], cf[3]
-    ix, iy, iz = np.float32(1.0) / bx, np.float32(1.0) / by, np.float32(1.0) / bz
+    box = (bx, by, bz)
+    inv = (np.float32(1.0) / bx, np.float32(1.0) / by, np.float32(1.0) / bz)
     ok = np.empty(width, np.uint64)
     mask = np.zeros((br, bc, 2 * kr + 1), np.uint64)
     index[:] = 0
@@ -148,7 +151,7 @@ def _build_pairs(planes, held, pos, ids, offsets, caps, cf, ci, index, species, 
                 rx, ry, rz = px[rr, c : c + width], py[rr, c : c + width], pz[rr, c : c + width]
                 rs = ps[rr, c : c + width]
                 for j in range(j0, width):
-                    r2 = _r2(rx[j] - xi, ry[j] - yi, rz[j] - zi, bx, by, bz, ix, iy, iz)
+                    r2 = _r2(rx[j] - xi, ry[j] - yi, rz[j] - zi, box, inv)
                     hit = (r2 < reach2) & (rs[j] >= 0)
                     ok[j] = np.uint64(hit) << np.uint64(j)
                 bits = np.uint64(0)
