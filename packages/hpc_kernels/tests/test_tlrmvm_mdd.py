@@ -59,6 +59,17 @@ def test_experiment_quick_runs(tmp_path):
     assert {p.params["rectangle_pes"] for p in rel} == {745_500, 35_784_000}
     assert {p.params["bytes"] for p in rel} == {"real-split"}
     assert "cerebras_relative_complex_pb_per_s" in names
+    # every byte convention from a plan whose PEs hold those bytes: never past their SRAM
+    sdk = [p for p in result.predictions if "bytes" in p.params]
+    assert {p.params["bytes"] for p in sdk} == {"held", "complex64", "real-split"}
+    assert all(0 < p.params["bytes_per_pe"] <= p.params["sram"] == 49152 for p in sdk)
+    for layout in ("grouped", "packed", "banded"):  # the real-split plan: a smaller chunk
+        chunk = {
+            p.params["bytes"]: p.params["rank_chunk"]
+            for p in sdk
+            if p.params["layout"] == layout and p.name.startswith("sdk_relative")
+        }
+        assert chunk["real-split"] < chunk["held"]
     assert all({"wafer", "systems", "precision", "nb"} <= set(p.params) for p in rel)
     assert all(p.published is None for p in result.predictions)
     comp = [m for m in result.measurements if m["kind"] == "compression"]

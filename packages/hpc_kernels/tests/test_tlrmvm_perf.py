@@ -2,6 +2,7 @@
 by hand, the traced fabric per phase, and plans that change the prediction through the
 plan object the emulation runs."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,10 +11,13 @@ from wse_core import preset
 from wse_core.cost.calibration import Calibration
 from wse_core.cost.perf import PerfModel
 from wse_core.cost.report import RunReport
+from wse_core.errors import SramBudgetError
 from wse_hpc.tlrmvm import compress, perf
 from wse_hpc.tlrmvm.engine import TlrEngine
-from wse_hpc.tlrmvm.testing import smooth_kernel
-from wse_hpc.tlrmvm.wafer import plan_placement
+from wse_hpc.tlrmvm.grouped import plan_grouped
+from wse_hpc.tlrmvm.packed import plan_packed
+from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
+from wse_hpc.tlrmvm.wafer import place_plan, plan_placement, tlrmvm
 
 NB, K = 16, 3  # one nb x nb tile of rank K
 ISSUE = 3.0  # the presets' dsd_issue_cycles (its prior; uncalibrated models keep it)
@@ -120,22 +124,118 @@ def test_cerebras_accounting_by_hand(one_tile):
     assert got["absolute_bytes_per_s"] == pytest.approx(ab * pes / (cycles / 850e6))
     one = perf.cerebras_bandwidth(plan, model, systems=1, copies=5)
     assert got["relative_bytes_per_s"] == pytest.approx(48 * one["relative_bytes_per_s"])
-    # A real operator: the complex64 convention is the same bytes.
-    assert got["relative_complex_bytes_per_s"] == got["relative_bytes_per_s"]
+    # A real operator: the PE holds its real tiles, whatever the convention.
+    assert got["bytes"] == "held" and got["relative_bytes_per_pe_max"] == rel
     # The SDK's rule: the PE's bytes times the 750 x 994 rectangle per system.
     assert got["sdk_relative_bytes_per_s"] == pytest.approx(rel * 48 * 745_500 / (cycles / 850e6))
     assert got["sdk_absolute_bytes_per_s"] == pytest.approx(ab * 48 * 745_500 / (cycles / 850e6))
-    assert got["relative_real_split_exceeds_sram"] == 0.0  # rel bytes fit 48 kB
+    assert got["relative_exceeds_sram"] == 0.0  # rel bytes fit 48 kB
 
 
 def test_sdk_rule_counts_a_complex_pe_at_what_it_holds(op):
-    # A complex operator's real-split tiles count 16 B per complex entry; the PE holds 8.
+    # Same rank chunk, same tiles and cycles: the real-split plan's PEs hold the real
+    # 2m x 2n tiles (16 B per complex entry) and are credited twice the complex64 plan's.
     spec = preset("small")
-    plan = plan_placement(op, spec, rank_chunk=2)
-    got = perf.cerebras_bandwidth(plan, _uncalibrated(spec))
-    held = got["sdk_relative_bytes_per_s"]
-    assert got["sdk_relative_real_split_bytes_per_s"] == pytest.approx(2 * held)
-    assert got["relative_bytes_per_pe"] / 2 <= spec.sram_bytes_per_pe
+    model = _uncalibrated(spec)
+    held = plan_placement(op, spec, rank_chunk=2)
+    split = plan_placement(op, spec, rank_chunk=2, real_split=True)
+    assert split.bytes_per_pe()["tlrmvm.vh"] == 2 * held.bytes_per_pe()["tlrmvm.vh"]
+    assert split.bytes_per_pe()["tlrmvm.vectors"] == held.bytes_per_pe()["tlrmvm.vectors"]
+    a, b = perf.cerebras_bandwidth(held, model), perf.cerebras_bandwidth(split, model)
+    assert (a["bytes"], b["bytes"]) == ("held", "real-split")
+    assert a["slowest_pe_cycles"] == b["slowest_pe_cycles"]
+    assert b["sdk_relative_bytes_per_s"] == pytest.approx(2 * a["sdk_relative_bytes_per_s"])
+    assert b["relative_bytes_per_pe_max"] <= spec.sram_bytes_per_pe
+
+
+NB_C, K_C = 16, 3  # one complex nb x nb tile of rank K_C
+
+
+def test_real_split_pe_counted_by_hand_on_wse2():
+    """One PE holding one complex NB_C x NB_C tile of rank K_C as real-split tiles on WSE-2:
+    V^H (K_C x NB_C complex) as the real 2 K_C x 2 NB_C tile, 16 K_C NB_C bytes, and U the
+    same; phase 1 runs 2 K_C row dots of 2 NB_C elements into one accumulator (1 element per
+    cycle), phase 3 2 K_C column FMACs of 2 NB_C elements (fmac.fp32 is 1 wide on WSE-2; its
+    ports allow 2: 16 B/cycle read for A and y, 8 B/cycle write), each DSD paying the issue."""
+    rng = np.random.default_rng(2)
+    u, v = (rng.standard_normal((2, *s)) for s in ((NB_C, K_C), (K_C, NB_C)))
+    a = (u[0] + 1j * u[1]) @ (v[0] + 1j * v[1])
+    one = compress(a.astype(np.complex64), nb=NB_C, threshold=1e-5)
+    assert one.ranks.tolist() == [[K_C]]
+    spec = preset("wse2")
+    plan = plan_placement(one, spec, real_split=True)
+    assert (plan.grid, plan.rank_chunk) == ((1, 1), K_C)
+    nbytes = plan.bytes_per_pe()
+    assert nbytes["tlrmvm.vh"] == nbytes["tlrmvm.u"] == 16 * K_C * NB_C  # 4 B x 2K x 2NB
+    assert nbytes["tlrmvm.vectors"] == 8 * (NB_C + K_C + K_C + NB_C)  # x, yv, yu, y: complex
+    model = PerfModel(spec)  # the calibration in force
+    issue = model.rates.dsd_issue_cycles
+    (prog,) = perf.pe_tiles(plan)
+    rows, cols = 2 * K_C, 2 * NB_C
+    assert prog.phase1 == (perf.Tile(rows, cols, "dot"),)
+    assert prog.phase3 == (perf.Tile(cols, rows),)
+    phase1 = rows * (issue + cols)  # 2K dots of 2NB elements, 1 per cycle
+    phase3 = rows * (issue + cols)  # 2K columns of 2NB elements, 1 per cycle
+    assert model.cost(prog.work(1, 1)).compute_cycles == pytest.approx(phase1)
+    assert model.cost(prog.work(3, 1)).compute_cycles == pytest.approx(phase3)
+    # the SDK's relative bytes of the two real tiles: the matrix once, x read, y written
+    rel = 2 * (4 * rows * cols + 4 * rows + 4 * cols)
+    got = perf.cerebras_bandwidth(plan, model)
+    assert got["bytes"] == "real-split" and got["relative_bytes_per_pe_max"] == rel
+    assert got["slowest_pe_cycles"] == pytest.approx(phase1 + phase3)
+    seconds = (phase1 + phase3) / 850e6
+    assert got["sdk_relative_bytes_per_s"] == pytest.approx(rel * 750 * 994 / seconds)
+    # the same tile held as complex64 is credited half
+    held = perf.cerebras_bandwidth(plan_placement(one, spec), model)
+    assert held["sdk_relative_bytes_per_s"] == pytest.approx(rel / 2 * 750 * 994 / seconds)
+
+
+SMALL_SRAM = 2000  # bytes per PE at which every layout's chunk is bound by SRAM on `op`
+
+
+@pytest.mark.parametrize("planner", [plan_placement, plan_packed, plan_grouped])
+def test_real_split_plan_is_sized_for_its_bytes(op, planner):
+    spec = dataclasses.replace(preset("small"), sram_bytes_per_pe=SMALL_SRAM)
+    held, split = planner(op, spec), planner(op, spec, real_split=True)
+    assert split.real_split and split.describe()["real_split"] is True
+    w = split.rank_chunk
+    assert split.bytes_per_pe()["tlrmvm.vh"] == 16 * w * op.nb  # the real 2w x 2nb tile
+    assert sum(split.bytes_per_pe().values()) <= SMALL_SRAM
+    assert w < held.rank_chunk  # the held plan's PEs could not hold their real-split tiles
+    assert sum(dataclasses.replace(held, real_split=True).bytes_per_pe().values()) > SMALL_SRAM
+    if planner is plan_grouped:  # the largest chunk at its group size (the one padding least)
+        wider = dataclasses.replace(split, rank_chunk=w + 1)
+        assert sum(wider.bytes_per_pe().values()) > SMALL_SRAM
+    else:
+        with pytest.raises(SramBudgetError):  # the largest chunk that fits
+            planner(op, spec, rank_chunk=w + 1, real_split=True)
+    c = perf.cerebras_bandwidth(split, PerfModel(spec))
+    assert c["bytes"] == "real-split" and c["relative_exceeds_sram"] == 0.0
+
+
+def test_a_real_split_plan_runs_the_same_product(op):
+    spec = preset("small")
+    plan = plan_placement(op, spec, rank_chunk=2, batch=2, real_split=True)
+    wafer, bases = place_plan(op, spec, plan)
+    assert wafer.sram.used_bytes() == sum(plan.bytes_per_pe().values())
+    x = random_vectors(op.shape[1], 2, op.dtype)
+    y = np.asarray(tlrmvm(wafer, plan).matvec_fn(bases, x))
+    np.testing.assert_allclose(y, op.dense() @ x, rtol=2e-5, atol=2e-5 * np.abs(y).max())
+
+
+def test_the_experiment_refuses_bytes_a_pe_cannot_hold():
+    """The held plan's PEs credited with their real-split tiles: refused, not flagged."""
+    from wse_hpc.studies.ltaief23_tlrmvm import checked
+
+    spec = dataclasses.replace(preset("small"), sram_bytes_per_pe=SMALL_SRAM)
+    op = compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)
+    held = plan_placement(op, spec)
+    model = PerfModel(spec)
+    assert checked(perf.cerebras_bandwidth(held, model), spec, "held")["bytes"] == "held"
+    over = perf.cerebras_bandwidth(dataclasses.replace(held, real_split=True), model)
+    assert over["relative_exceeds_sram"] == 1.0
+    with pytest.raises(SramBudgetError, match="more than its 2,000 B of SRAM"):
+        checked(over, spec, "real-split on the held plan")
 
 
 @pytest.mark.cpu_devices
@@ -187,8 +287,12 @@ def test_systems_and_copies_scale_the_figures(op):
     # The accounting covers the copies' tile-holding PEs, at most the 745,500 rectangle.
     copies = one.extra["copies_per_system"]
     assert c1["program_pes"] == copies * c1["tile_pes_per_copy"] <= c1["rectangle_pes"] == 745_500
-    # Complex operator: complex64 bytes are half the real-split tiles' bytes.
-    assert c1["relative_complex_bytes_per_s"] == pytest.approx(c1["relative_bytes_per_s"] / 2)
+    # Complex operator held as complex64: half the SDK count of the real tiles it runs.
+    real = sum(
+        p.pes * sum(t.relative_bytes for t in p.phase1 + p.phase3) for p in perf.pe_tiles(eng.plan)
+    )
+    assert c1["bytes"] == "held"
+    assert c1["relative_bytes_per_pe"] == pytest.approx(real / 2 / c1["tile_pes_per_copy"])
     assert "tlrmvm complex" in one.assumptions
 
 

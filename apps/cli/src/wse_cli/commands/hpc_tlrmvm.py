@@ -237,7 +237,8 @@ def _print_run(d: dict, spec_name: str) -> None:
     typer.echo(
         f"48 systems, each filled with {c48['copies_per_system']} copies: "
         f"{c48['model_bytes_per_s'] / 1e15:.2f} PB/s of bases; Cerebras matvec accounting "
-        f"({cb['program_pes']:,} PEs): relative {cb['relative_bytes_per_s'] / 1e15:.2f}, "
+        f"({cb['program_pes']:,} PEs, {cb['bytes']} bytes): "
+        f"relative {cb['relative_bytes_per_s'] / 1e15:.2f}, "
         f"absolute {cb['absolute_bytes_per_s'] / 1e15:.2f} PB/s"
     )
     if "trace" in d:

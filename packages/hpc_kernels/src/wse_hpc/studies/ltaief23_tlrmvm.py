@@ -9,16 +9,19 @@ complex split into fp32 arithmetic: `time_per_mvm` (µs) and `model_pb_per_s` (t
 bases over the predicted time) of the slice alone (systems 1, copies 1); then 1 and 48 CS-2
 systems, each filled with copies of it (frequency slices) in its 750 x 994 program rectangle
 (48 systems: 35,784,000 PEs), as `model_pb_per_s` (on-wafer time), `model_with_io_pb_per_s`
-(each copy's x and y through the system's host I/O) and in Cerebras's matvec accounting: first
-by the SDK's rule (the main figure, `sdk_relative_pb_per_s` and `sdk_absolute_pb_per_s`: the
-average tile PE's single-tile-matvec bytes, in what the PE holds, times the 750 x 994 rectangle
-per system, over the slowest PE's cycles at 850 MHz; beside them `sdk_*_real_split_pb_per_s`,
-the real-split convention, with `exceeds_sram` when it claims more bytes per PE than 48 kB),
-then `cerebras_relative_pb_per_s` and `cerebras_absolute_pb_per_s` (the SDK's
-single-tile-matvec bytes of the PEs that hold tiles, in every copy and system, the slowest PE's
-cycles over 850 MHz; `pes` is how many PEs that is, `rectangle_pes` the 750 x 994 per system it
-used to be scaled to) in real-split bytes (what the PEs stream) and, as `*_complex_pb_per_s`,
-in complex64 bytes (half). The PEs' programs are `tlrmvm.pe_programs`: phase 1 one FMAC
+(each copy's x and y through the system's host I/O) and in Cerebras's matvec accounting, in
+two byte conventions, each from a plan whose PEs hold those bytes (a row is refused, never
+flagged, when the SDK's count credits a PE with more relative bytes than its 48 kB: `checked`;
+`bytes_per_pe` and `sram` in each row's params): the held plan (the layout's own, complex64:
+8 mn bytes per complex m x n tile) gives the main figure, the SDK's rule
+(`sdk_relative_pb_per_s`, `sdk_absolute_pb_per_s`: the average tile PE's single-tile-matvec
+bytes times the 750 x 994 rectangle per system, over the slowest PE's cycles at 850 MHz), and
+`cerebras_*_complex_pb_per_s` (the bytes of the PEs that hold tiles, in every copy and system;
+`pes` is how many, `rectangle_pes` the 750 x 994 per system); beside them the real-split plan
+(the same planner sized for the real 2m x 2n tiles, 16 mn bytes: a smaller rank chunk, more
+PEs, fewer copies, its own slowest PE) gives `sdk_*_real_split_pb_per_s` and
+`cerebras_relative_pb_per_s` / `cerebras_absolute_pb_per_s` (`grid`, `rank_chunk`, `copies`
+and `pes` are its own). The PEs' programs are `tlrmvm.pe_programs`: phase 1 one FMAC
 DSD per stored V^H row (2 nb long, into one accumulator), phase 3 single-tile-matvec's column
 AXPY; each tile's absolute bytes are its own form's. `time_per_mvm` rows carry the cycles of
 one product by mechanism.
@@ -40,6 +43,7 @@ from pathlib import Path
 import numpy as np
 from wse_core import ExperimentResult, PredictionRow
 from wse_core.cost.assumptions import assumed_spec
+from wse_core.errors import SramBudgetError
 from wse_core.host.runtime import cache_dir
 
 from wse_hpc.tlrmvm.baseline import best_median_s, stacked_fn
@@ -52,7 +56,7 @@ from wse_hpc.tlrmvm.perf import counting_fns, pe_trace, predict
 from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator
 from wse_hpc.tlrmvm.wafer import plan_placement
 
-__all__ = ["run", "run_predictions", "paper_operator", "NAME"]
+__all__ = ["run", "run_predictions", "paper_operator", "checked", "NAME"]
 
 NAME = "ltaief23-tlrmvm"
 SOURCE = "Ltaief et al., SC23 (DOI 10.1145/3581784.3627042): case only, no published figure"
@@ -132,22 +136,64 @@ def _row(name: str, value: float, unit: str, params: dict, mech=None) -> Predict
     return PredictionRow(name, value, unit, params, None, SOURCE, mech)
 
 
+def _placed(spec, plan):
+    """The plan's wafer, its SRAM declared as `place_plan` does, and its product functions."""
+    from wse_core.hw.wafer import build_wafer
+
+    wafer = build_wafer(spec, grid=plan.grid, mesh_shape=(1, 1))
+    for part, nbytes in plan.bytes_per_pe().items():  # SramBudgetError past a PE's SRAM
+        wafer.sram.allocate(part, nbytes)
+    return wafer, counting_fns(wafer, plan)  # built once: the predictions trace it
+
+
+def checked(c: dict, spec, what: str) -> dict:
+    """`c` (`perf.cerebras_bandwidth`) if no PE is credited more relative bytes than its
+    SRAM holds; else refused (SramBudgetError): a row never claims bytes a PE cannot hold."""
+    most, sram = c["relative_bytes_per_pe_max"], spec.sram_bytes_per_pe
+    if most > sram:
+        raise SramBudgetError(
+            f"{what}: the SDK's count credits a PE with {most:,.0f} B ({c['bytes']} bytes), "
+            f"more than its {sram:,} B of SRAM; plan it for those bytes (real_split)"
+        )
+    return c
+
+
+def _sdk_rows(held, split, spec, params: dict) -> list[PredictionRow]:
+    """The SDK accounting of one system count (CS-2): by the SDK's 750 x 994 rule (the main
+    rows) and over the copies' tile PEs, each convention from its own plan's report (`held`:
+    the complex64 plan, `split`: the plan sized for the real-split tiles)."""
+    rows = []
+    for rep, conv in ((held, "held"), (split, "real-split")):
+        c = checked(rep.extra["cerebras"], spec, f"{params['layout']} {conv}")
+        plan = rep.extra["plan"]
+        p = {**params, "grid": plan["grid"], "rank_chunk": plan["rank_chunk"], "bytes": conv}
+        p |= {"copies": rep.extra["copies_per_system"], "pes": c["program_pes"]}
+        p |= {"bytes_per_pe": c["relative_bytes_per_pe_max"], "sram": spec.sram_bytes_per_pe}
+        mech, key = rep.predicted.by_mechanism(), "" if conv == "held" else "_real_split"
+        for kind in ("relative", "absolute"):
+            value, q = c[f"sdk_{kind}_bytes_per_s"] / 1e15, {**p, "scaling": "sdk 750 x 994"}
+            rows.append(_row(f"sdk_{kind}{key}_pb_per_s", value, "PB/s", q, mech))
+        key = "_complex" if conv == "held" else ""  # historical names: complex64 = held
+        q = {**p, "bytes": "complex64" if conv == "held" else conv}
+        q["scaling"] = "tile PEs of the copies"
+        for kind in ("relative", "absolute"):
+            value = c[f"{kind}_bytes_per_s"] / 1e15
+            rows.append(_row(f"cerebras_{kind}{key}_pb_per_s", value, "PB/s", q, mech))
+    return rows
+
+
 def _case_rows(name: str, layout: str, seed: int):
     """One wafer and layout: the seismic slice alone (time per MVM, the model's bandwidth
     of its bases), and systems filled with copies of it (SC23: 1 and 48 CS-2) in the
-    model's figure and, on a CS-2, in Cerebras's matvec accounting (relative, absolute);
-    with the slice's per-PE trace."""
-    from wse_core.hw.wafer import build_wafer
-
+    model's figure and, on a CS-2, in Cerebras's matvec accounting (relative, absolute) in
+    both byte conventions, each from a plan whose PEs hold those bytes; with the slice's
+    per-PE trace."""
     op = paper_operator(seed)
     spec = assumed_spec(name)
     plan = PLANNERS[layout](op, spec)
-    wafer = build_wafer(spec, grid=plan.grid, mesh_shape=(1, 1))
-    for part, nbytes in plan.bytes_per_pe().items():  # the plan's SRAM, as place_plan does
-        wafer.sram.allocate(part, nbytes)
+    wafer, fns = _placed(spec, plan)
     base = {"wafer": name, "precision": "fp32", **PAPER, "layout": layout}
     base |= {"grid": list(plan.grid), "rank_chunk": plan.rank_chunk}
-    fns = counting_fns(wafer, plan)  # built once: the three predictions trace it
     one = predict(wafer, plan, op, fns=fns)
     p1 = {**base, "systems": 1, "copies": 1, "pes": plan.grid[0] * plan.grid[1], "per": "mvm"}
     mech = one.predicted.by_mechanism()
@@ -156,9 +202,13 @@ def _case_rows(name: str, layout: str, seed: int):
         _row("model_pb_per_s", one.extra["model_bytes_per_s"] / 1e15, "PB/s", p1, mech),
     ]
     info = {"plan": plan.describe(), "slice": _summary(one)}
+    split = None
+    if name == "wse2":  # the SDK's accounting is defined on the CS-2's 750 x 994
+        split = PLANNERS[layout](op, spec, real_split=True)
+        info["plan_real_split"] = split.describe()
+        split = (split, *_placed(spec, split))
     for systems in (1, 48):
         rep = predict(wafer, plan, op, fns=fns, systems=systems, fill=True)
-        c = rep.extra["cerebras"]
         params = {**base, "systems": systems, "copies": rep.extra["copies_per_system"]}
         params["per"] = "mvm"
         mech = rep.predicted.by_mechanism()
@@ -167,22 +217,13 @@ def _case_rows(name: str, layout: str, seed: int):
             ("model_with_io", "model_bytes_per_s_with_io"),
         ):
             rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", params, mech))
-        if name == "wse2":  # the SDK's accounting is defined on the CS-2's 750 x 994
-            params = {**params, "pes": c["program_pes"], "rectangle_pes": c["rectangle_pes"]}
-            exceeds = bool(c["relative_real_split_exceeds_sram"])
-            for kind in ("relative", "absolute"):  # the SDK's 750 x 994 rule: the main rows
-                for conv, key in (("held", ""), ("real-split", "_real_split")):
-                    value = c[f"sdk_{kind}{key}_bytes_per_s"] / 1e15
-                    p = {**params, "bytes": conv, "scaling": "sdk 750 x 994"}
-                    if conv == "real-split" and kind == "relative":
-                        p["exceeds_sram"] = exceeds
-                    rows.append(_row(f"sdk_{kind}{key}_pb_per_s", value, "PB/s", p, mech))
-            for kind in ("relative", "absolute"):
-                for conv, key in (("real-split", ""), ("complex64", "_complex")):
-                    value = c[f"{kind}{key}_bytes_per_s"] / 1e15
-                    p = {**params, "bytes": conv, "scaling": "tile PEs of the copies"}
-                    rows.append(_row(f"cerebras_{kind}{key}_pb_per_s", value, "PB/s", p, mech))
         info[f"systems_{systems}"] = _summary(rep)
+        if split is not None:
+            s_plan, s_wafer, s_fns = split
+            s_rep = predict(s_wafer, s_plan, op, fns=s_fns, systems=systems, fill=True)
+            params = {**params, "rectangle_pes": rep.extra["cerebras"]["rectangle_pes"]}
+            rows += _sdk_rows(rep, s_rep, spec, params)
+            info[f"systems_{systems}_real_split"] = _summary(s_rep)
     return rows, info, pe_trace(wafer, plan, one)
 
 

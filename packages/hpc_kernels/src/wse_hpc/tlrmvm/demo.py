@@ -68,7 +68,8 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         f"emulated {emu_s * 1e3:.2f} ms vs dense NumPy GEMV {dense_s * 1e3:.2f} ms; predicted "
         f"on WSE-2 {rep.predicted_s * 1e6:.2f} µs per MVM ({rep.bound}-bound, "
         f"{rep.extra['model_bytes_per_s'] / 1e12:.2f} TB/s of bases); 48 CS-2 filled with "
-        f"{c48.extra['copies_per_system']} copies each: Cerebras accounting relative "
+        f"{c48.extra['copies_per_system']} copies each: Cerebras accounting ({cb['bytes']} "
+        f"bytes) relative "
         f"{cb['relative_bytes_per_s'] / 1e15:.1f}, absolute {cb['absolute_bytes_per_s'] / 1e15:.1f}"
         f" PB/s"
     )

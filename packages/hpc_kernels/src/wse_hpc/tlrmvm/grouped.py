@@ -69,6 +69,7 @@ from wse_hpc.tlrmvm.wafer import (
     PlanBase,
     TlrBases,
     TlrFns,
+    bases_itemsize,
     ceil_div,
     check_vector,
 )
@@ -108,7 +109,8 @@ class GroupedPlan(PlanBase):
         return self.col_group.shape[1]
 
     def bytes_per_pe(self) -> dict[str, int]:
-        return _bytes(self.nb, self.ring, self.rank_chunk, self.windows, self.batch, self.itemsize)
+        w, s, isz = self.rank_chunk, self.windows, self.itemsize
+        return _bytes(self.nb, self.ring, w, s, self.batch, isz, self.bases_itemsize)
 
     def fields(self, op: TlrOperator) -> tuple[np.ndarray, np.ndarray]:
         """The placed (vh, u) fields of `op` (see the module doc)."""
@@ -118,11 +120,12 @@ class GroupedPlan(PlanBase):
         return {"group_size": self.windows, "rank_rows": int((self.v_rank[..., 0] >= 0).sum())}
 
 
-def _bytes(nb: int, ring: int, w: int, s: int, batch: int, isz: int) -> dict[str, int]:
+def _bytes(nb: int, ring: int, w: int, s: int, batch: int, isz: int, bsz: int) -> dict[str, int]:
+    """Bases at `bsz` bytes per value (`wafer.bases_itemsize`), vectors at `isz`."""
     vectors = (s * nb + w + ring * w + s * nb) * batch  # x pieces, yv, ring slots, y partials
     return {
-        "tlrmvm.vh": w * nb * isz,
-        "tlrmvm.u": w * nb * isz,
+        "tlrmvm.vh": w * nb * bsz,
+        "tlrmvm.u": w * nb * bsz,
         "tlrmvm.vectors": vectors * isz,
     }
 
@@ -196,12 +199,19 @@ def _position(groups: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plan_grouped(
-    op: TlrOperator, spec: WaferSpec, *, rank_chunk: int | None = None, batch: int = 1
+    op: TlrOperator,
+    spec: WaferSpec,
+    *,
+    rank_chunk: int | None = None,
+    batch: int = 1,
+    real_split: bool = False,
 ) -> GroupedPlan:
     """The grouped plan: for each group size the ledger's largest rank chunk (or
     `rank_chunk`); the size whose bases pad least wins (the smaller on a tie): the bases are
-    what a product streams. Refused if no size fits a PE's SRAM or the PEs do not suffice."""
+    what a product streams. Refused if no size fits a PE's SRAM or the PEs do not suffice.
+    `real_split`: the PEs hold complex tiles as real (2m x 2n) tiles (`wafer`)."""
     (mt, nt), ranks, isz, nb = op.tiles, op.ranks, op.dtype.itemsize, op.nb
+    bsz = bases_itemsize(str(op.dtype), isz, real_split)
     if batch <= 0:
         raise TlrError(f"batch must be a positive number of vectors, got {batch}")
     if rank_chunk is not None and rank_chunk <= 0:
@@ -214,7 +224,7 @@ def plan_grouped(
         deg = max(1, _largest_load(ranks.sum(0), cols), _largest_load(ranks.sum(1), rows))
 
         def total(w: int, ring=ring, s=s) -> int:
-            return sum(_bytes(nb, ring, w, s, batch, isz).values())
+            return sum(_bytes(nb, ring, w, s, batch, isz, bsz).values())
 
         w = rank_chunk if rank_chunk is not None else ledger.largest(total, 1, deg)
         if w < 1 or total(w) > ledger.free_bytes():
@@ -228,7 +238,7 @@ def plan_grouped(
     if best is None and too_big:
         _refuse_grid(*too_big, spec)
     if best is None:  # even the smallest group size does not fit: say what is over budget
-        for name, nbytes in _bytes(nb, max(mt, nt), rank_chunk or 1, 1, batch, isz).items():
+        for name, nbytes in _bytes(nb, max(mt, nt), rank_chunk or 1, 1, batch, isz, bsz).items():
             ledger.allocate(name, nbytes)  # raises SramBudgetError
     _, s, ring, w, cols, rows = best
     col_grp, _ = _position(cols, nt)
@@ -246,9 +256,8 @@ def plan_grouped(
     edges = np.stack([ei, ej, eq], axis=1)
     v_rank[col_grp[ej], colour // w, colour % w] = edges
     u_rank[row_grp[ei], colour // w, colour % w] = edges
-    return GroupedPlan(
-        op.shape, nb, op.tiles, int(w), batch, isz, str(op.dtype), cols, rows, v_rank, u_rank
-    )
+    head = (op.shape, nb, op.tiles, int(w), batch, isz, str(op.dtype))
+    return GroupedPlan(*head, cols, rows, v_rank, u_rank, real_split=real_split)
 
 
 def _refuse_grid(rows: int, cols: int, w: int, spec: WaferSpec) -> None:

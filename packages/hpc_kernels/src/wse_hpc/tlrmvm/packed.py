@@ -32,6 +32,7 @@ from wse_hpc.tlrmvm.wafer import (
     PlanBase,
     TlrBases,
     TlrFns,
+    bases_itemsize,
     ceil_div,
     check_vector,
     pad_grid,
@@ -62,7 +63,8 @@ class PackedPlan(PlanBase):
         return self.win_tile.shape[1]
 
     def bytes_per_pe(self) -> dict[str, int]:
-        return _bytes(self.nb, self.tiles, self.rank_chunk, self.batch, self.itemsize)
+        w, isz = self.rank_chunk, self.itemsize
+        return _bytes(self.nb, self.tiles, w, self.batch, isz, self.bases_itemsize)
 
     def fields(self, op: TlrOperator) -> tuple[np.ndarray, np.ndarray]:
         """The placed (vh, u) fields of `op` (see the module doc)."""
@@ -72,13 +74,16 @@ class PackedPlan(PlanBase):
         return {"windows": self.windows, "chunk_rows": self.chunk}
 
 
-def _bytes(nb: int, tiles: tuple[int, int], w: int, batch: int, isz: int) -> dict[str, int]:
+def _bytes(
+    nb: int, tiles: tuple[int, int], w: int, batch: int, isz: int, bsz: int
+) -> dict[str, int]:
+    """Bases at `bsz` bytes per value (`wafer.bases_itemsize`), vectors at `isz`."""
     mt, nt = tiles
     ch = ceil_div(nb, nt)
     vectors = (nb + w + nt * w + 2 * mt * ch) * batch  # x_j, yv, yu, window + column buffers
     return {
-        "tlrmvm.vh": w * nb * isz,
-        "tlrmvm.u": nt * ch * w * isz,
+        "tlrmvm.vh": w * nb * bsz,
+        "tlrmvm.u": nt * ch * w * bsz,
         "tlrmvm.vectors": vectors * isz,
     }
 
@@ -110,23 +115,31 @@ def _windows(slot_tile: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plan_packed(
-    op: TlrOperator, spec: WaferSpec, *, rank_chunk: int | None = None, batch: int = 1
+    op: TlrOperator,
+    spec: WaferSpec,
+    *,
+    rank_chunk: int | None = None,
+    batch: int = 1,
+    real_split: bool = False,
 ) -> PackedPlan:
     """The packed plan: the ledger's largest rank chunk (or `rank_chunk`), refused if the
-    PEs or their SRAM do not suffice."""
+    PEs or their SRAM do not suffice. `real_split`: the PEs hold complex tiles as real
+    (2m x 2n) tiles (`wafer`)."""
     kmax = max(int(op.ranks.max()), 1)
+    isz = op.dtype.itemsize
+    bsz = bases_itemsize(str(op.dtype), isz, real_split)
     if batch <= 0:
         raise TlrError(f"batch must be a positive number of vectors, got {batch}")
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
 
     def total(w: int) -> int:
-        return sum(_bytes(op.nb, op.tiles, w, batch, op.dtype.itemsize).values())
+        return sum(_bytes(op.nb, op.tiles, w, batch, isz, bsz).values())
 
     if rank_chunk is None:
         rank_chunk = max(ledger.largest(total, 1, kmax), 1)
     elif rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
-    for name, nbytes in _bytes(op.nb, op.tiles, rank_chunk, batch, op.dtype.itemsize).items():
+    for name, nbytes in _bytes(op.nb, op.tiles, rank_chunk, batch, isz, bsz).items():
         ledger.allocate(name, nbytes)  # SramBudgetError when even this chunk does not fit
     slot_tile, slot_q = _slots(op.ranks, rank_chunk)
     win_of, win_tile = _windows(slot_tile)
@@ -142,6 +155,7 @@ def plan_packed(
         slot_q,
         win_of,
         win_tile,
+        real_split=real_split,
     )
     rows, cols = plan.grid
     if rows > spec.pe_rows or cols > spec.pe_cols:

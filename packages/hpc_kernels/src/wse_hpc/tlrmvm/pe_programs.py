@@ -16,7 +16,11 @@ The tiles are the ones the emulation multiplies, padding rows of the PE's rank c
 (the emulator and every PE run the same program over their stored rows; padded rows are
 zeros), grouped by the x piece (phase 1) or y piece (phase 3) they use. A complex (m x n)
 tile is one real (2m x 2n) tile: in the dot form, two real dots per complex row (re and im)
-over its 2n interleaved values. `pe_weights(plan, model)` gives each PE's share of the
+over its 2n interleaved values. That is the program of both byte conventions
+(`perf.cerebras_bandwidth`): a plan made with `real_split` stores the real tiles themselves
+(16 mn bytes per complex tile, not 8), so its planner picks a smaller rank chunk and its
+tiles here are shorter (2 w rows of phase 1, 2 w columns of phase 3), priced as they stand.
+`pe_weights(plan, model)` gives each PE's share of the
 busiest PE's cycles (grouped plans: the PEs' programs differ).
 """
 

@@ -20,14 +20,20 @@ Complex data is split into real arithmetic as the emulator does (`grouped`'s int
 [Im, Re]] [x_re; x_im]. `cerebras_bandwidth` applies the SDK's accounting to every real tile
 (relative bytes 4mn + 4m + 4n, absolute 12mn + 4n for the column AXPY and 8mn + 4m for the row
 dots, flops 2mn - m; for nb x nb: 4nb^2 + 8nb, 12nb^2 + 4nb, 2nb^2 - nb): time = the slowest
-PE's cycles of phases 1 and 3 / 850e6; bytes = every tile-holding PE's bytes, over the PEs that
-hold tiles in each copy of the operator, in each system (not the whole 750 x 994 rectangle:
-copies that do not tile it leave PEs idle). Two complex-byte conventions, both reported:
-`real-split` (the bytes of the real 2m x 2n tiles the PEs stream: twice the complex64 bytes) and
-`complex64` (8 bytes per complex value: half of the real-split bytes). The GEMV is priced at
-its own instructions' rates (`Op.bounds`): one fp32 FMAC DSD per column (phase 3) or per row
-into one accumulator (phase 1), each paying `dsd_issue_cycles`. Nothing here is fitted to a
-published result.
+PE's cycles of phases 1 and 3 / 850e6; bytes in the SDK's rule = the average tile PE's bytes
+times the 750 x 994 rectangle per system (the main figure), and beside it the bytes of every
+tile-holding PE, over the copies of the operator in each system. The bytes are those the
+plan's PEs hold (`bytes_convention`): a plan of a complex operator holds complex64 ("held",
+8 mn bytes per complex m x n tile: half of the real tiles' count); a plan made with
+`real_split=True` holds each complex tile as the real 2m x 2n tile the SDK's
+single-tile-matvec would store ("real-split", 16 mn bytes), its planner having sized the rank
+chunk for those bytes against the same SRAM (a smaller chunk, more PEs). Both run the same
+programs (`pe_programs`: the real tile product, whatever the storage), each at its own tiles'
+shapes and slowest PE: a convention is priced on its own plan, never on the other's (the
+real-split bytes credited to a held plan's PEs were 69 kB of a 48 kB SRAM on SC23's case). The
+GEMV is priced at its own instructions' rates (`Op.bounds`): one fp32 FMAC DSD per column
+(phase 3) or per row into one accumulator (phase 1), each paying `dsd_issue_cycles`. Nothing
+here is fitted to a published result.
 
 Per PE (`pe_trace(wafer, plan, report)`, `wse hpc tlrmvm run --trace FILE`): phases 1 and 3
 run each PE's own program (`pe_weights`: its cycles over the busiest PE's); x in, the
@@ -66,6 +72,7 @@ __all__ = [
     "pe_tiles",
     "mvm_phases",
     "predict",
+    "bytes_convention",
     "cerebras_bandwidth",
     "copies_per_system",
     "counting_fns",
@@ -91,9 +98,9 @@ ASSUMPTIONS = {
     "tlrmvm host I/O": "x in and y out overlap the product (a stream of MVMs); copies of "
     "the operator on one system share its I/O",
     "tlrmvm cerebras accounting": "time = slowest PE's cycles of phases 1 and 3 / 850e6; "
-    "bytes of every PE that holds tiles, in every copy and system (not the whole 750 x 994 "
-    "rectangle); reported for real-split tiles (the bytes the PEs stream) and in complex64 "
-    "bytes (half)",
+    "bytes the plan's PEs hold: complex64, or the real (2m x 2n) tiles on a plan sized for "
+    "them (real_split); the SDK's rule scales the average tile PE to the 750 x 994 "
+    "rectangle, the other figure counts every PE that holds tiles, in every copy and system",
 }
 
 
@@ -228,58 +235,68 @@ def copies_per_system(plan, spec: WaferSpec) -> int:
     return (r // plan.grid[0]) * (c // plan.grid[1])
 
 
+def bytes_convention(plan) -> str:
+    """What the plan's PEs hold of a complex operator: "real-split" (each complex m x n tile
+    as its real 2m x 2n tile, 16 mn bytes: `plan.real_split`) or "held" (complex64, 8 mn)."""
+    return "real-split" if plan.real_split else "held"
+
+
+def _held_share(plan) -> float:
+    """The plan's bytes over the SDK count of the real (2m x 2n) tiles `pe_tiles` lists:
+    1 when the PEs hold those tiles (real-split, or a real operator), else 1/2 (complex64)."""
+    return 0.5 if real_pairs(plan) == 2 and not plan.real_split else 1.0
+
+
 def cerebras_bandwidth(
     plan: TlrPlan | PackedPlan | GroupedPlan,
     model: PerfModel,
     *,
     systems: int = 1,
     copies: int = 1,
-) -> dict[str, float]:
-    """Relative and absolute bandwidth (bytes/s) as the SDK reports a matvec: the slowest
-    PE's cycles of phases 1 and 3 over 850 MHz; the bytes of every tile-holding PE of the
-    plan, times `copies` per system, times `systems`. `*_bytes_per_s` count the real-split
-    tiles the PEs stream; `*_complex_bytes_per_s` the same data in complex64 bytes (half,
-    for a complex operator). The SDK's own rule (`sdk_*`): the bytes of the average tile PE
-    times the 750 x 994 program rectangle per system; `sdk_relative_bytes_per_s` (the main
-    figure) counts what a PE holds (complex64 bytes of a complex operator;
-    `relative_exceeds_sram` flags a plan where that is more than its SRAM);
-    `sdk_*_real_split_bytes_per_s` count the real-split tiles, beside it,
-    with `relative_real_split_exceeds_sram` saying when that convention claims more bytes
-    per PE than the PE can hold."""
+) -> dict[str, float | str]:
+    """Relative and absolute bandwidth (bytes/s) as the SDK reports a matvec, in the bytes
+    this plan's PEs hold (`bytes`: `bytes_convention`): the SDK's count of each PE's real
+    (2m x 2n) tiles (`pe_tiles`), halved for a complex operator held as complex64. Time: the
+    slowest PE's cycles of phases 1 and 3 over 850 MHz. `sdk_*_bytes_per_s` (the SDK's rule,
+    the main figure): the average tile PE's bytes times the 750 x 994 program rectangle per
+    system; `*_bytes_per_s`: the bytes of every tile-holding PE of the plan, times `copies`
+    per system, times `systems`. `relative_bytes_per_pe_max`: the most relative bytes one
+    PE counts for one vector (its tiles once, their x and y), and `relative_exceeds_sram`
+    flags a plan where that is more than its SRAM (`ltaief23_tlrmvm` refuses such a row)."""
     b, programs = plan.batch, pe_tiles(plan)
     cycles = max(model.cost(p.work(1, b) + p.work(3, b)).cycles for p in programs)
     held = [p for p in programs if p.phase1 or p.phase3]
     tile_pes = sum(p.pes for p in held)
+    share = _held_share(plan)
+
+    def one(p: PeProgram, attr: str) -> float:  # one PE's bytes (or flops) per vector
+        return sum(getattr(t, attr) for t in p.phase1 + p.phase3)
 
     def total(attr: str) -> float:  # one copy's bytes (or flops) over its tile PEs
-        return b * sum(p.pes * sum(getattr(t, attr) for t in p.phase1 + p.phase3) for p in held)
+        return b * sum(p.pes * one(p, attr) for p in held)
 
     seconds = cycles / SDK_CLOCK_HZ
     scale = copies * systems
-    to_complex = 0.5 if real_pairs(plan) == 2 else 1.0
-    out: dict[str, float] = {
+    rect = PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems
+    most = share * max((one(p, "relative_bytes") for p in held), default=0.0)
+    out: dict[str, float | str] = {
+        "bytes": bytes_convention(plan),
         "slowest_pe_cycles": cycles,
         "seconds": seconds,
         "tile_pes_per_copy": tile_pes,
         "program_pes": tile_pes * scale,
-        "rectangle_pes": PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems,
+        "rectangle_pes": rect,
         "flops_per_s": total("flops") * scale / seconds,
+        "relative_bytes_per_pe_max": most,
+        # a plan past its SRAM in this count (a small test wafer) is flagged, not refused:
+        # the emulated run placed its own tiles in the ledger
+        "relative_exceeds_sram": float(most > model.spec.sram_bytes_per_pe),
     }
-    rect = PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems
     for kind in ("relative", "absolute"):
-        per_pe = total(f"{kind}_bytes") / tile_pes
+        per_pe = share * total(f"{kind}_bytes") / tile_pes
         out[f"{kind}_bytes_per_pe"] = per_pe
-        out[f"{kind}_bytes_per_s"] = total(f"{kind}_bytes") * scale / seconds
-        out[f"{kind}_complex_bytes_per_s"] = out[f"{kind}_bytes_per_s"] * to_complex
-        out[f"sdk_{kind}_bytes_per_s"] = per_pe * to_complex * rect / seconds
-        out[f"sdk_{kind}_real_split_bytes_per_s"] = per_pe * rect / seconds
-    held = out["relative_bytes_per_pe"] * to_complex  # the matrix once: what the PE stores
-    # a plan whose tiles the SDK's byte count puts past the PE's SRAM (a small test wafer)
-    # is flagged, not refused: the emulated run placed its own tiles in the ledger
-    out["relative_exceeds_sram"] = float(held > model.spec.sram_bytes_per_pe)
-    out["relative_real_split_exceeds_sram"] = float(
-        out["relative_bytes_per_pe"] > model.spec.sram_bytes_per_pe
-    )
+        out[f"{kind}_bytes_per_s"] = per_pe * tile_pes * scale / seconds
+        out[f"sdk_{kind}_bytes_per_s"] = per_pe * rect / seconds
     return out
 
 

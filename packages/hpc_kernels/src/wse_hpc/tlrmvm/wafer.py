@@ -12,7 +12,11 @@ chunk) of tile (i, j):
 Bases are zero-padded to w columns per PE (zero columns act as the rank masks), so
 p_i = max_j ceil(k_ij / w). The SRAM ledger picks w: the largest rank chunk whose bases and
 vector buffers fit one PE, which gives the fewest PEs; a plan that needs more PE rows or
-columns than the wafer has, or more SRAM than a PE has, is refused at plan time.
+columns than the wafer has, or more SRAM than a PE has, is refused at plan time. Every
+planner takes `real_split`: the PEs hold each complex tile as the real (2m x 2n) tile
+[[Re, -Im], [Im, Re]] (16 mn bytes, twice complex64; `bases_itemsize`), as the SDK's
+single-tile-matvec would store it, so the ledger picks a smaller w (`perf`'s real-split
+convention is priced on that plan); the product and its fields are the same.
 
 The product y = A x (`TlrFns.matvec_fn(bases, x)`, x: (N, b)):
 0. x enters at the north edge (PE row 0, tile j in column j) and is broadcast down columns;
@@ -50,6 +54,7 @@ from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 __all__ = [
     "FP32_PRODUCTS",
     "TlrPlan",
+    "bases_itemsize",
     "TlrBases",
     "TlrFns",
     "plan_placement",
@@ -73,6 +78,12 @@ class PlanBase:
     batch: int  # vectors per product the buffers are sized for
     itemsize: int
     dtype: str
+    # a PE holds each complex tile as its real (2m x 2n) block (`bases_itemsize`)
+    real_split: bool = dataclasses.field(default=False, kw_only=True)
+
+    @property
+    def bases_itemsize(self) -> int:
+        return bases_itemsize(self.dtype, self.itemsize, self.real_split)
 
     @property
     def padded_bases_bytes(self: LayoutPlan) -> int:
@@ -88,6 +99,7 @@ class PlanBase:
             "grid": list(plan.grid),
             "rank_chunk": plan.rank_chunk,
             **plan._details(),
+            **({"real_split": True} if plan.real_split else {}),
             "bytes_per_pe": plan.bytes_per_pe(),
             "padded_bases_bytes": plan.padded_bases_bytes,
         }
@@ -118,9 +130,8 @@ class TlrPlan(PlanBase):
         return max(self.band_rows)
 
     def bytes_per_pe(self) -> dict[str, int]:
-        return _bytes_per_pe(
-            self.nb, self.tiles[1], self.rank_chunk, self.max_band, self.batch, self.itemsize
-        )
+        nb, nt, w, isz = self.nb, self.tiles[1], self.rank_chunk, self.itemsize
+        return _bytes_per_pe(nb, nt, w, self.max_band, self.batch, isz, self.bases_itemsize)
 
     def fields(self, op: TlrOperator) -> tuple[np.ndarray, np.ndarray]:
         """The placed (vh, u) fields of `op` (see the module doc)."""
@@ -169,30 +180,48 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _bytes_per_pe(nb: int, nt: int, w: int, pmax: int, batch: int, isz: int) -> dict[str, int]:
+def bases_itemsize(dtype: str, itemsize: int, real_split: bool) -> int:
+    """Bytes a PE stores per basis value: the value as held (complex64: 8), or with
+    `real_split` a complex value's share of the real (2m x 2n) tile [[Re, -Im], [Im, Re]]
+    the SDK's single-tile-matvec would store: 4 fp32 (16 B, twice complex64). Vectors stay
+    (re, im) pairs either way. A real operator's tile is its real tile: the same bytes."""
+    return 2 * itemsize if real_split and dtype.startswith("complex") else itemsize
+
+
+def _bytes_per_pe(
+    nb: int, nt: int, w: int, pmax: int, batch: int, isz: int, bsz: int
+) -> dict[str, int]:
+    """Bytes per PE: bases at `bsz` per value (`bases_itemsize`), vectors at `isz`."""
     ch = ceil_div(nb, nt)
     vectors = (nb + w + nt * w + ch * max(pmax, 1)) * batch  # x_j, yv, yu, y chunk partials
     return {
-        "tlrmvm.vh": w * nb * isz,
-        "tlrmvm.u": nt * ch * w * isz,
+        "tlrmvm.vh": w * nb * bsz,
+        "tlrmvm.u": nt * ch * w * bsz,
         "tlrmvm.vectors": vectors * isz,
     }
 
 
 def plan_placement(
-    op: TlrOperator, spec: WaferSpec, *, rank_chunk: int | None = None, batch: int = 1
+    op: TlrOperator,
+    spec: WaferSpec,
+    *,
+    rank_chunk: int | None = None,
+    batch: int = 1,
+    real_split: bool = False,
 ) -> TlrPlan:
-    """The plan for `op` on `spec`: the ledger's largest rank chunk (or `rank_chunk`)."""
+    """The plan for `op` on `spec`: the ledger's largest rank chunk (or `rank_chunk`);
+    `real_split`: each PE holds its complex tiles as real (2m x 2n) tiles (`bases_itemsize`)."""
     mt, nt = op.tiles
     kmax = max(int(op.ranks.max()), 1)
     isz = op.dtype.itemsize
+    bsz = bases_itemsize(str(op.dtype), isz, real_split)
     if batch <= 0:
         raise TlrError(f"batch must be a positive number of vectors, got {batch}")
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
 
     def total(w: int) -> int:
         p = ceil_div(kmax, w)
-        return sum(_bytes_per_pe(op.nb, nt, w, p, batch, isz).values())
+        return sum(_bytes_per_pe(op.nb, nt, w, p, batch, isz, bsz).values())
 
     if rank_chunk is None:
         rank_chunk = ledger.largest(total, 1, kmax)
@@ -201,7 +230,17 @@ def plan_placement(
     elif rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
     bands = tuple(max(1, ceil_div(int(op.ranks[i].max()), rank_chunk)) for i in range(mt))
-    plan = TlrPlan(op.shape, op.nb, (mt, nt), int(rank_chunk), batch, isz, str(op.dtype), bands)
+    plan = TlrPlan(
+        op.shape,
+        op.nb,
+        (mt, nt),
+        int(rank_chunk),
+        batch,
+        isz,
+        str(op.dtype),
+        bands,
+        real_split=real_split,
+    )
     for name, nbytes in plan.bytes_per_pe().items():  # an explicit rank_chunk may not fit
         ledger.allocate(name, nbytes)
     rows, cols = plan.grid
