@@ -114,3 +114,29 @@ def test_to_next_across_a_strip_and_back_to_the_head_by_hand():
     assert to_next["stage1"].links["E"] == 256 * 2 / 4  # the row's d values over one link
     # stage3 -> the head (the way back): 16 rows, then from (32, 24) to (0, 8)
     assert to_next["stage3"].latency_hops == 16 + 32 + 16
+
+
+def test_the_tokens_trip_to_the_host_by_hand():
+    """`token_out`: the head's trip to its nearest edge, one 32-bit id at the system I/O
+    rate and one pass to the host, added once per token to `per_token` and nothing else."""
+    spec = preset("small")  # 32 x 32
+    plan = plan_pipeline(TOY, spec, context_len=64)
+    head = Region("head", 4, 6, 10, 20)  # min(4, 32 - 14, 6, 32 - 26) = 4 hops to the edge
+    plan = dataclasses.replace(plan, head=dataclasses.replace(plan.head, region=head))
+    plain = decode_phases(TOY, plan, kv_tokens=32)
+    out = decode_phases(TOY, plan, kv_tokens=32, token_out=True)
+    per = {p.name: p for p in out.parts}["per_token"]
+    assert [p.name for p in per.parts] == ["lm_head", "argmax", "embed", "token_out"]
+    w = per.parts[-1].work
+    assert (w.latency_hops, w.system_hops, w.host_io_bytes) == (4, 1, 4)
+    model = PerfModel(spec)
+    r = model.rates
+    hand = 4 * r.hop_latency_cycles / r.clock_hz + 4 / r.host_io_bytes_per_s + r.system_latency_s
+    assert model.cost(w).seconds == pytest.approx(hand, rel=1e-12)
+    # the step grows by that trip alone
+    grown = model.evaluate(out).seconds - model.evaluate(plain).seconds
+    assert grown == pytest.approx(hand, rel=1e-9)
+    # the calibration case as published: the measuring workload's cache, the trip paid
+    from wse_systems.token import PUBLISHED_SETUP
+
+    assert PUBLISHED_SETUP["kv_tokens"] == 1000 + 1000 // 2 and PUBLISHED_SETUP["token_out"]

@@ -25,7 +25,8 @@ lay it out, each step priced by its mechanisms:
 layer's region, the residual stream's move to the next region (its top row's values down
 the region's height: words over the links between the bands), the
 passes between wafers, and a named `per_token` group (the head's product, the argmax, the
-token's way back to the embedding). It is the same plan object the inference engine
+token's way back to the embedding and, with `token_out`, the token's trip off the wafer to the
+host, `token_out_work`). It is the same plan object the inference engine
 emulates, so a change of the plan changes the prediction through it.
 
 `shape` is a `wse_systems.transformer.DecoderShape` (its counts), e.g. a
@@ -58,6 +59,7 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
 from wse_systems.attention import EXP_FMACS, attention_phases
+from wse_systems.pipeline import to_edge
 from wse_systems.transformer import DecoderShape
 
 __all__ = [
@@ -68,10 +70,15 @@ __all__ = [
     "layer_phases",
     "decode_phases",
     "PER_TOKEN",
+    "TOKEN_ID_BYTES",
+    "token_out_work",
 ]
 
 # The group of what every token costs outside the layers; it runs on the head region.
 PER_TOKEN = "per_token"
+# The chosen token's id as it leaves the wafer: one 32-bit word (a 128,256-entry vocabulary
+# needs 17 bits; the fabric's wavelet carries 32).
+TOKEN_ID_BYTES = 4
 DECODER_ASSUMPTIONS = {
     "matvec layout": "input split over the top row's columns and flooded down them; partial "
     "sums reduced along rows to their middle PEs (the fastest of Luczynski et al.'s line "
@@ -248,10 +255,24 @@ def _to_next(region: Region, d: int, b: int, nxt: Region | None = None) -> Work:
     return Work(links=links, latency_hops=hops, relay_stages=1.0)
 
 
-def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec) -> Phases:
+def token_out_work(plan: Any) -> Work:
+    """The chosen token's trip off the wafer to the host, once per token: from the head
+    region to its wafer's nearest edge (`wse_systems.pipeline.to_edge`, fabric hops), its id
+    (`TOKEN_ID_BYTES`) at the system's I/O rate and one pass to the host
+    (`system_latency_s`). On the critical path only when the wafer's I/O waits on compute
+    (Cerebras' first inference release; `wse_systems.token.PUBLISHED_SETUP`)."""
+    return Work(
+        host_io_bytes=TOKEN_ID_BYTES,
+        system_hops=1.0,
+        latency_hops=float(to_edge(plan.head.region, plan.spec)),
+    )
+
+
+def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool) -> Phases:
     """What every token costs outside the layers: the head's product, the argmax over the
-    vocabulary (a max and its index over the head region), and the chosen token's embedding
-    row from its PE to the first stage's top row."""
+    vocabulary (a max and its index over the head region), the chosen token's embedding
+    row from its PE to the first stage's top row and, with `token_out`, the token's trip to
+    the host (`token_out_work`)."""
     head, b, d = plan.head.region, plan.bytes_per_param, shape.d_model
     embed = Work(
         links={"S": math.ceil(d / head.cols) * b / 4, "ramp": math.ceil(d / head.cols) * b / 4},
@@ -263,6 +284,7 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec) -> Phases:
         matvec_phases(head, d, shape.vocab_size, bytes_per_value=b, spec=spec, name="lm_head"),
         Phase("argmax", allreduce_2d(_rates(spec), head.rows, head.cols, 2)),
         Phase("embed", embed),
+        *([Phase("token_out", token_out_work(plan))] if token_out else []),
         name=PER_TOKEN,
     )
 
@@ -281,9 +303,11 @@ def decode_phases(
     *,
     kv_tokens: int | None = None,
     mlp_zero_fraction: float | Sequence[float] = 0.0,
+    token_out: bool = False,
 ) -> Phases:
     """One batch-1 decode step (one token) of `shape` on `plan` (a `PipelinePlan`);
-    `mlp_zero_fraction` is one value or one per layer (a stage takes its layers' mean).
+    `mlp_zero_fraction` is one value or one per layer (a stage takes its layers' mean);
+    `token_out`: the token's trip to the host is on the step's path (`token_out_work`).
 
     At batch 1 only one region works at a time: the regions' phases are serial. Each region
     passes the residual stream to the next (`_to_next`); each wafer boundary and the way back
@@ -315,7 +339,7 @@ def decode_phases(
     )
     return serial(
         *parts,
-        _per_token(shape, plan, spec),
+        _per_token(shape, plan, spec, token_out),
         Phase("between_wafers", passes),
         name="decode_step",
     )

@@ -73,16 +73,21 @@ def plan_for(
     context_len: int = 8192,
     bytes_per_param: int = 2,
     layout: str | None = None,
+    kv_tokens: int | None = None,
+    token_out: bool = False,
 ) -> PipelinePlan:
     """One region per layer on `num_wafers` wafers (default: the fewest that hold weights
     and one user's KV cache of `context_len` tokens), its regions `layout` (default: banded
-    or compact, whichever prices the shorter token, `wse_systems.token.choose_layout`)."""
+    or compact, whichever prices the shorter token, `wse_systems.token.choose_layout`, with
+    `kv_tokens` and `token_out` as `price_token` takes them)."""
     kwargs: dict[str, Any] = dict(context_len=context_len, bytes_per_param=bytes_per_param)
     if num_wafers is None:
         num_wafers = min_wafers(config, spec, **kwargs)
     if layout is not None:
         return plan_pipeline(config, spec, num_wafers=num_wafers, layout=layout, **kwargs)
-    return choose_layout(config, spec, num_wafers=num_wafers, **kwargs)[0]
+    return choose_layout(
+        config, spec, num_wafers=num_wafers, kv_tokens=kv_tokens, token_out=token_out, **kwargs
+    )[0]
 
 
 def predict_model(
@@ -91,14 +96,25 @@ def predict_model(
     spec: WaferSpec,
     num_wafers: int | None = None,
     context_len: int = 8192,
+    kv_tokens: int | None = None,
+    token_out: bool = False,
 ) -> tuple[RunReport, PipelinePlan]:
     """(report, plan) of one 16-bit decode token of `model` (a `wse_models` preset name or a
-    config) on `num_wafers` wafers (default: the fewest that hold weights and KV cache)."""
+    config) on `num_wafers` wafers (default: the fewest that hold weights and KV cache),
+    reading `kv_tokens` cached tokens (default: half the context), with the token's trip to
+    the host on the step's path when `token_out` (`wse_systems.token.price_token`)."""
     from wse_models import preset_config
 
     config = preset_config(model) if isinstance(model, str) else model
-    plan = plan_for(config, spec=spec, num_wafers=num_wafers, context_len=context_len)
-    return predict_decode(config, plan), plan
+    plan = plan_for(
+        config,
+        spec=spec,
+        num_wafers=num_wafers,
+        context_len=context_len,
+        kv_tokens=kv_tokens,
+        token_out=token_out,
+    )
+    return predict_decode(config, plan, kv_tokens=kv_tokens, token_out=token_out), plan
 
 
 def plan_speculative(

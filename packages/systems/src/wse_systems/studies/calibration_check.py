@@ -8,7 +8,8 @@ busy profile at 600 x 600 (fits `dsd_issue_cycles`), the SDK-simulator SUMMA GEM
 Wang-oss-tech/csl-experiments (cycles; fits `task_activation_cycles`), lingzhi227/MIMD_dataflow's
 @fmacs trace (elements per cycle, a check), Rocki et al.'s allreduce at about 1.1 x the
 diameter (a check of the sourced fabric constants), Llama 3.1 8B batch-1 decode on one
-WSE-3 (tokens/s, a check). Each row says its role and carries its cycles by mechanism.
+WSE-3 (tokens/s, a check; the published setup, `wse_systems.token.PUBLISHED_SETUP`). Each
+row says its role and carries its cycles by mechanism.
 
 Measurements: `constant` rows (every `wse_core.cost.mechanisms` constant: its value on WSE-2 with
 the fitted ones in place, units, mechanism, basis, and its source or the rows that fit it)
@@ -44,7 +45,8 @@ SOURCES = {
     "allreduce": "Rocki et al., SC20, arXiv:2010.03660 (calibration, check)",
     "simulator": "Wang-oss-tech/csl-experiments (SUMMA) and lingzhi227/MIMD_dataflow "
     "(@fmacs trace), SDK simulator, WSE-2 (docs/references/calibration-rows.md)",
-    "llama3.1-8b": "Cerebras, Hot Chips 2024 (calibration, check)",
+    "llama3.1-8b": "Cerebras, Hot Chips 2024 / launch 2024-08-27, measured by Artificial "
+    "Analysis (API output speed; wse_systems.token.PUBLISHED_SETUP) (calibration, check)",
 }
 
 
