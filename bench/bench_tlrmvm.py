@@ -21,7 +21,11 @@ method's median round, and the ratios (per round: median, spread, worst round; t
 `--batch B` every product is of B vectors and times are per vector. Reports the median time
 of each, the compression ratio, the relative error against the dense product, the speedup
 over dense against the target 0.7 x compression ratio, a STREAM-like copy bandwidth on one
-and on two threads, and the wafer model's predictions. The allocator setting is the one
+and on two threads, the read bandwidth (the roofline of a product, which only reads its bases:
+a numba sum over as many bytes as the TLR bases, on one thread and on the cores, min of
+`READ_REPEATS`; reading runs ~2.5x faster than copying on the 2-core VM), each contender's
+effective GB/s (the bytes it must stream: the TLR bases, or the dense matrix, over its median
+time), and the wafer model's predictions. The allocator setting is the one
 `wse hpc tlrmvm run` uses (`keep_freed_memory`: XLA's per-call temporaries reuse mapped pages;
 ~600 page faults per product at 9801 otherwise, ~10% of its time), the same for every
 method. Writes bench/results/tlrmvm[_dN][_bB].json.
@@ -60,7 +64,7 @@ import numpy as np  # noqa: E402
 from rounds import interleaved, ratio, ratio_line, record  # noqa: E402  (bench/rounds.py)
 from wse_core import preset  # noqa: E402
 from wse_core.errors import SramBudgetError  # noqa: E402
-from wse_core.host.runtime import median_wall_s  # noqa: E402
+from wse_core.host.runtime import median_wall_s, wall_s  # noqa: E402
 from wse_hpc.tlrmvm import compress, load_operator, save_operator  # noqa: E402
 from wse_hpc.tlrmvm.baseline import best_median_s, padded_fn, stacked_fn  # noqa: E402
 from wse_hpc.tlrmvm.engine import TlrEngine  # noqa: E402
@@ -69,6 +73,7 @@ from wse_hpc.tlrmvm.seismic import green_operator  # noqa: E402
 ROUNDS = 5  # interleaved rounds; a ratio's median decides, its worst round is reported
 TARGET = 1.5  # wafer emulator vs the NumPy TLR-MVM at n = 9801 (issue 44)
 SETTLE_S = 0.3  # idle time before each method's timing (see bench_size)
+READ_REPEATS = 20  # read-bandwidth calls; their fastest is the roofline (others' load only slows)
 CACHE = Path(os.environ.get("TLR_BENCH_CACHE", "/tmp/tlr_bench"))
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -109,6 +114,31 @@ def stream_bytes_per_s(repeats: int = 5, threads: int = 1) -> float:
             t.join()
 
     return 2 * a.nbytes / median_wall_s(copy, None, repeats=repeats)
+
+
+def read_bytes_per_s(nbytes: int, repeats: int = READ_REPEATS) -> dict[str, float]:
+    """Bytes read per second by a numba sum over `nbytes` of float32 rows (2 KB, as the PE
+    kernels read them) on one thread and on the cores: the fastest of `repeats` calls each
+    (the machine's read rate; the memory is written once beforehand, so it is mapped)."""
+    from numba import njit, prange
+
+    def row_sums(a):
+        out = np.empty(a.shape[0], np.float32)
+        for r in prange(a.shape[0]):
+            acc = np.float32(0)
+            for k in range(a.shape[1]):
+                acc += a[r, k]
+            out[r] = acc
+        return out
+
+    a = np.ones((max(nbytes // 2048, 1), 512), np.float32)
+    out = {}
+    for name, parallel in (("one_thread", False), ("cores", True)):
+        fn = njit(parallel=parallel, fastmath=True)(row_sums)
+        fn(a)  # compile
+        best = min(wall_s(fn, a)[1] for _ in range(repeats))
+        out[name] = a.nbytes / best
+    return out
 
 
 def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) -> dict:
@@ -178,6 +208,11 @@ def bench_size(n: int, nb: int, threshold: float, repeats: int, batch: int = 1) 
         "wafer_emu_vs_dense": ratio(times["wafer_emu"], times["dense"]),
         "wafer_emu_vs_numpy_padded": ratio(times["wafer_emu"], times["numpy_padded"]),
     }
+    # effective GB/s: the bytes a contender must stream (TLR bases or the dense matrix)
+    row["read_bytes_per_s"] = read_bytes_per_s(op.bases_bytes)
+    for name in times:
+        nbytes = op.dense_bytes if name == "dense" else op.bases_bytes
+        row[f"{name}_bytes_per_s"] = nbytes / row[f"{name}_s"] / batch
     row["wafer_all_devices"] = spread.wafer.describe()
     if packed is not None:
         row["plan_packed"] = packed.plan.describe()
@@ -244,6 +279,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['speedup_vs_dense']:>8.2f} "
             f"{r['speedup_target']:>7.2f} {r['wafer_emu_vs_numpy_tlr']:>9.2f} "
             f"{r['wafer_emu_rel_err']:>9.2e} {r['predicted']['predicted_s'] * 1e6:>8.2f}",
+            flush=True,
+        )
+        rb = r["read_bytes_per_s"]
+        print(
+            f"{'':>6} bases {r['bases_bytes'] / 1e6:.1f} MB: read roofline "
+            f"{rb['one_thread'] / 1e9:.1f} GB/s on one thread, {rb['cores'] / 1e9:.1f} on the "
+            f"cores ({r['bases_bytes'] / rb['cores'] * 1e3:.2f} ms a product); wafer "
+            f"{r['wafer_emu_bytes_per_s'] / 1e9:.1f} GB/s, NumPy TLR "
+            f"{r['numpy_tlr_bytes_per_s'] / 1e9:.1f} GB/s, dense "
+            f"{r['dense_bytes_per_s'] / 1e9:.1f} GB/s",
             flush=True,
         )
     out["load_average_at_end"] = os.getloadavg()[0]

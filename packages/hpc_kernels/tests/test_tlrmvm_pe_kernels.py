@@ -76,6 +76,14 @@ def test_sum_rows_adds_each_row_into_its_piece(cplx, conj, parallel):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_gather_rows_is_numpy_take():
+    rng = np.random.default_rng(3)
+    src = rng.standard_normal((11, 6)).astype(np.float32)
+    at = rng.integers(0, 11, 17).astype(np.int32)  # repeats and misses, as the ring's picks
+    got = np.asarray(jax.jit(pe_kernels.gather_rows)(src, at))
+    np.testing.assert_array_equal(got, src[at])
+
+
 @pytest.fixture(scope="module")
 def op():
     return compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)  # 6 x 5 tiles, edge tiles

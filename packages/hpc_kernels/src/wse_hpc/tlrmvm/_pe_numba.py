@@ -1,15 +1,27 @@
 """The numba side of `pe_kernels`: the kernels and their XLA FFI handlers (`handler(name)`,
-name `rows_dot_cores`, `rows_dot_thread`, `sum_rows_cores` or `sum_rows_thread`: each
-compiled or loaded from numba's cache only when a CPU product first needs it).
+name `rows_dot_cores`, `rows_dot_thread`, `sum_rows_cores`, `sum_rows_thread` or
+`gather_rows_thread`: each compiled or loaded from numba's cache only when a CPU product
+first needs it).
 
 A handler reads XLA's call frame as `wse_hpc.numba_ffi` says. The kernels are compiled
 twice: on the cores (prange) and on the calling thread (the same code with parallel=False).
+`rows_dot` deals its rows in fixed chunks that the threads claim from a shared counter
+(`_claim`) as they get to them: a thread the OS runs late (the machine is shared; the
+threads sleep between regions, `pe_ffi`) leaves its chunks to the others instead of holding
+the product up for a static half (each row's dot is the same whoever computes it; on the
+2-core VM at load 8, 2026-12-02, no better or worse than the static split by min and median
+of 60 calls). `sum_rows` splits its block rows statically (10 at n = 9801, of nearly equal
+loads by `grouped.deal_groups`): claiming them changed the sums' rounding (the vectorized
+loop compiles differently) and splitting a block row into chunks summed into partials ran
+1.2-2x slower.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, njit, prange
+from numba import carray, njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from wse_hpc.numba_ffi import FRAME_ARGS as _FRAME_ARGS
 from wse_hpc.numba_ffi import FRAME_RETS as _FRAME_RETS
@@ -48,30 +60,60 @@ def _sum_rows_args(frame):
     return a, t, win, nk, sg, out
 
 
+ROWS_CHUNK = 512  # rows_dot rows a claim: 1 MB of stored rows (~40 us on one core)
+
+
+@intrinsic
+def _claim(typingctx, counter):
+    """The next chunk: atomically counter[0] += 1, returning the value before."""
+    sig = types.int64(counter)
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        zero = context.get_constant(types.intp, 0)
+        at = cgutils.get_item_pointer(context, builder, aryty, ary, [zero])
+        one = context.get_constant(types.int64, 1)
+        return builder.atomic_rmw("add", at, one, "monotonic")
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def _rows_dot_row(a, e, r, g, n, out):
+    B, C = e.shape[1], e.shape[2]
+    for bb in range(B):
+        if C == 2:
+            s0 = np.float32(0)
+            s1 = np.float32(0)
+            for k in range(n):
+                s0 += a[r, k] * e[g, bb, 0, k]
+                s1 += a[r, k] * e[g, bb, 1, k]
+            out[r, 0, bb] = s0
+            out[r, 1, bb] = s1
+        else:
+            s0 = np.float32(0)
+            for k in range(n):
+                s0 += a[r, k] * e[g, bb, 0, k]
+            out[r, 0, bb] = s0
+
+
 def _rows_dot(a, e, sel, nk, out):
     """out[r, c, b] = a[r, :nk[r]] . e[sel[r], b, c, :nk[r]] (row r is zero past nk[r]: the
-    edge tiles' padding and the empty rows, nk 0, are not read). One row a pass, so that each
-    thread reads its rows as one sequential stream (two rows a pass interleave two streams
-    2 KB apart: 9.5-11 against 20.6 GB/s from DRAM on two cores for 38.6 MB of rows, 44
-    against 54 GB/s from cache; the 2-core machine under load, 2026-12-02)."""
+    edge tiles' padding and the empty rows, nk 0, are not read). One row a pass, so that a
+    thread reads each claim (ROWS_CHUNK rows) as one sequential stream (two rows a pass
+    interleave two streams 2 KB apart: 9.5-11 against 20.6 GB/s from DRAM on two cores for
+    38.6 MB of rows, 44 against 54 GB/s from cache; the 2-core machine under load,
+    2026-12-02)."""
     R, K = a.shape
-    B, C = e.shape[1], e.shape[2]
-    for r in prange(R):
-        g, n = sel[r], min(nk[r], K)
-        for bb in range(B):
-            if C == 2:
-                s0 = np.float32(0)
-                s1 = np.float32(0)
-                for k in range(n):
-                    s0 += a[r, k] * e[g, bb, 0, k]
-                    s1 += a[r, k] * e[g, bb, 1, k]
-                out[r, 0, bb] = s0
-                out[r, 1, bb] = s1
-            else:
-                s0 = np.float32(0)
-                for k in range(n):
-                    s0 += a[r, k] * e[g, bb, 0, k]
-                out[r, 0, bb] = s0
+    chunks = (R + ROWS_CHUNK - 1) // ROWS_CHUNK
+    counter = np.zeros(1, np.int64)
+    for _ in prange(chunks):  # each drains the counter: a thread claims chunks while any are left
+        c = _claim(counter)
+        while c < chunks:
+            for r in range(c * ROWS_CHUNK, min(R, (c + 1) * ROWS_CHUNK)):
+                _rows_dot_row(a, e, r, sel[r], min(nk[r], K), out)
+            c = _claim(counter)
 
 
 def _sum_rows(a, t, win, nk, sg, out):
@@ -99,10 +141,24 @@ def _sum_rows(a, t, win, nk, sg, out):
                         out[g, p, 0, bb, k] += tr * a[g, r, k]
 
 
+def _gather_rows(src, at, out):
+    """out[i] = src[at[i]] (rows of floats; the ring allgather's pick, `ring_pick`)."""
+    F = src.shape[1]
+    for i in range(at.shape[0]):
+        j = at[i]
+        if F == 2:  # one (re, im) pair: the one-vector product's case
+            out[i, 0] = src[j, 0]
+            out[i, 1] = src[j, 1]
+        else:
+            for f in range(F):
+                out[i, f] = src[j, f]
+
+
 rows_dot_cores = njit(parallel=True, **_OPTS)(_named(_rows_dot, "_cores"))
 rows_dot_thread = njit(parallel=False, **_OPTS)(_named(_rows_dot, "_thread"))
 sum_rows_cores = njit(parallel=True, **_OPTS)(_named(_sum_rows, "_cores"))
 sum_rows_thread = njit(parallel=False, **_OPTS)(_named(_sum_rows, "_thread"))
+gather_rows_thread = njit(**_OPTS)(_gather_rows)
 
 
 def rows_dot_cores_ffi(frame_p):
@@ -133,11 +189,32 @@ def sum_rows_thread_ffi(frame_p):
     return _ptr(0)
 
 
+@njit(inline="always")
+def _gather_rows_args(frame):
+    ds, da, do = (
+        _dims(frame, _FRAME_ARGS, 0, 2),
+        _dims(frame, _FRAME_ARGS, 1, 1),
+        _dims(frame, _FRAME_RETS, 0, 2),
+    )
+    src = carray(_data(frame, _FRAME_ARGS, 0), (ds[0], ds[1]), np.float32)
+    at = carray(_data(frame, _FRAME_ARGS, 1), (da[0],), np.int32)
+    out = carray(_data(frame, _FRAME_RETS, 0), (do[0], do[1]), np.float32)
+    return src, at, out
+
+
+def gather_rows_thread_ffi(frame_p):
+    frame = _addr(frame_p)
+    if not _metadata_query(frame):
+        gather_rows_thread(*_gather_rows_args(frame))
+    return _ptr(0)
+
+
 handler = _handlers(
     {
         "rows_dot_cores": rows_dot_cores_ffi,
         "rows_dot_thread": rows_dot_thread_ffi,
         "sum_rows_cores": sum_rows_cores_ffi,
         "sum_rows_thread": sum_rows_thread_ffi,
+        "gather_rows_thread": gather_rows_thread_ffi,
     }
 )

@@ -377,14 +377,14 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
         check_vector(x, n, plan, "x")  # type: ignore[arg-type]
         xr = west_in(ps, x.astype(dtype), n, nt, plan.col_group)
         yv = rows_times_pieces(ps, bases.vh, xr, fwd, "v_win", False)  # phase 1
-        yu = ring_pick(wafer, yv, fwd["at"], ring)  # phase 2
+        yu = ring_pick(ps, yv, fwd["at"])  # phase 2
         return row_out(ps, bases.u, yu, fwd, "u_win", False, row_grp, row_pos, m)  # phase 3
 
     def rmatvec_fn(bases: TlrBases, y: jax.Array) -> jax.Array:
         check_vector(y, m, plan, "y")  # type: ignore[arg-type]
         yr = west_in(ps, y.astype(dtype), m, mt, plan.row_group)
         t = rows_times_pieces(ps, bases.u, yr, adj, "u_win", True)  # phase 1 (adjoint)
-        tv = ring_pick(wafer, t, adj["at"], ring)  # phase 2 (adjoint)
+        tv = ring_pick(ps, t, adj["at"])  # phase 2 (adjoint)
         return row_out(ps, bases.vh, tv, adj, "v_win", True, col_grp, col_pos, n)  # phase 3
 
     return TlrFns(matvec_fn, rmatvec_fn, "pe" if use_pe else "xla")

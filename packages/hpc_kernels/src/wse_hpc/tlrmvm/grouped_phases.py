@@ -109,18 +109,24 @@ def ring_at(wafer: Wafer, slot: np.ndarray, ring: int) -> jax.Array:
     return jnp.asarray((g + ring - 1 - slot) * (bc * w) + c * w + np.arange(w), jnp.int32)
 
 
-def ring_pick(wafer: Wafer, v: jax.Array, at: jax.Array, ring: int) -> jax.Array:
+def ring_pick(ps: PhaseSpec, v: jax.Array, at: jax.Array) -> jax.Array:
     """Phase 2: every PE's (w, P, b) values travel south round its column (a ring allgather,
     consumed where it lands); each PE keeps, for each of its rows k, row k of the PE
-    `slot[..., k]` steps north: one gather per block at `ring_at`."""
-    if ring == 1:
+    `slot[..., k]` steps north: one gather per block at `ring_at` (with the PE kernels, a
+    numba gather, `pe_kernels.gather_rows`: ~45 us against XLA:CPU's ~90 at n = 9801)."""
+    if ps.ring == 1:
         return v
 
     def pick(region, at_block):
-        got = jnp.take(region.reshape(-1, *region.shape[3:]), at_block.reshape(-1), axis=0)
+        rows = region.reshape(-1, *region.shape[3:])
+        if ps.use_pe:
+            flat = pe_kernels.gather_rows(rows.reshape(rows.shape[0], -1), at_block.reshape(-1))
+            got = flat.reshape(-1, *rows.shape[1:])
+        else:
+            got = jnp.take(rows, at_block.reshape(-1), axis=0)
         return got.reshape(*at_block.shape, *region.shape[3:])
 
-    return fabric.multicast_apply(wafer, v, "S", ring - 1, pick, at, boundary="periodic")
+    return fabric.multicast_apply(ps.wafer, v, "S", ps.ring - 1, pick, at, boundary="periodic")
 
 
 def west_in(ps: PhaseSpec, v: jax.Array, length: int, tiles: int, groups: np.ndarray) -> jax.Array:
