@@ -230,8 +230,9 @@ def _keeps_input(f: Any) -> Any:
     """`f` (elementwise) whose VJP keeps only its input and reruns f's own VJP in the
     backward. Autodiff of GELU's tanh form keeps the tanh and four products of it
     ([tokens, d_ff] each: the forward writes them and the backward reads them back); this
-    reads one array and recomputes them in the backward's fusion. The same operations:
-    the gradient is bit for bit autodiff's."""
+    reads one array and recomputes them in the backward's fusion (bench_train's quick GPT-2
+    layer, 1 core: forward with VJP 21.0 -> 19.1 ms, backward 35.5 -> 34.4 ms, the least of
+    30 calls). The same operations: the gradient is bit for bit autodiff's."""
 
     @jax.custom_vjp
     def g(x):

@@ -13,8 +13,12 @@ computes its fp32 logits (`wse_models.layer.product`, whose backward is the CPU-
 one), the shifted log-sum-exp and the target's logit in one pass, the logits' gradient
 `(softmax - onehot) * loss_scale` written in the same pass, then its share of the norm
 output's gradient and of the head matrix's gradient (accumulated in fp32 over the chunks).
-A chunk's logits stay in cache instead of making five round trips through memory
-(1 core, GPT-2 d128 V2048, 2,048 tokens: 50 ms -> 44 ms a head). The arithmetic is
+A chunk's logits stay in cache instead of making five round trips through memory, and
+the head's memory no longer grows with tokens x vocabulary (GPT-2's 50,257 words: 400 MB of
+fp32 logits for 2,048 tokens, and as much again for their gradient). Its time is the three
+products' (bench_train's quick case, 1 core: 3.2 GFLOP, ~41 ms at this AVX2 core's fp32
+peak; autodiff's head 50.2 ms, this one 50.2, the least of 25 interleaved calls each; 54.8
+against 52.4 ms by the median, load 8). The arithmetic is
 `optax.softmax_cross_entropy_with_integer_labels`' and its autodiff's, summed chunk by chunk:
 the same values to fp32 round-off.
 """
@@ -33,7 +37,8 @@ __all__ = ["CHUNK_LOGIT_BYTES", "MIN_CHUNK_ROWS", "chunk_rows", "head_loss", "xe
 
 # fp32 logits of one chunk: 4 MiB sits in this machine's L3 (32 MiB, shared) with the
 # chunk's gradient beside it, and gives products of 512 rows at V 2048 (a 1-core sweep of
-# 128 / 256 / 512 / 2,048 rows: 46 / 44 / 44 / 49 ms a head).
+# 64 / 128 / 256 / 512 / 2,048 rows: 53.9 / 52.1 / 49.0 / 50.2 / 54.7 ms a head, the least
+# of 25 calls; thinner chunks make thinner products, one chunk makes memory round trips).
 CHUNK_LOGIT_BYTES = 4 << 20
 MIN_CHUNK_ROWS = 16  # below this the products get too thin to pay; one chunk instead
 _F32_BYTES = 4
