@@ -226,9 +226,25 @@ def _attend(config: ModelConfig, q, keys, vals, mask) -> jax.Array:
     return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h * hd)
 
 
+def _keeps_input(f: Any) -> Any:
+    """`f` (elementwise) whose VJP keeps only its input and reruns f's own VJP in the
+    backward. Autodiff of GELU's tanh form keeps the tanh and four products of it
+    ([tokens, d_ff] each: the forward writes them and the backward reads them back); this
+    reads one array and recomputes them in the backward's fusion (bench_train's quick GPT-2
+    layer, 1 core: forward with VJP 21.0 -> 19.1 ms, backward 35.5 -> 34.4 ms, the least of
+    30 calls). The same operations: the gradient is bit for bit autodiff's."""
+
+    @jax.custom_vjp
+    def g(x):
+        return f(x)
+
+    g.defvjp(lambda x: (f(x), x), lambda x, ct: jax.vjp(f, x)[1](ct))
+    return g
+
+
 ACTIVATIONS = {
-    "gelu": partial(jax.nn.gelu, approximate=True),  # HF "gelu_new"
-    "silu": jax.nn.silu,
+    "gelu": _keeps_input(partial(jax.nn.gelu, approximate=True)),  # HF "gelu_new"
+    "silu": _keeps_input(jax.nn.silu),
     "relu": jax.nn.relu,
     "relu2": lambda x: jnp.square(jax.nn.relu(x)),  # Primer's squared ReLU (HF "relu2")
 }

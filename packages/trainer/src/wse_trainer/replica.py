@@ -11,6 +11,7 @@
   from the forward (`wse_trainer.layout.Layout.keep_residuals`), so the backward does not
   run the layer's forward again
 - `head(head_w, h, targets) -> (loss, g_head_w, g_h)`               final norm, logits, loss
+  (`wse_trainer.head`: the logits and their gradient in row chunks, never whole)
 - `embed_bwd(embed_w, tokens, positions, g_h) -> g_embed_w`
 
 `stage_fns(config)` returns `StageFns`, the same layer cut at its matrix products
@@ -41,6 +42,8 @@ import jax
 import jax.numpy as jnp
 import optax
 import wse_models
+
+from wse_trainer.head import head_loss
 
 __all__ = ["LayerFns", "layer_fns", "StageFns", "stage_fns", "token_loss"]
 
@@ -80,12 +83,7 @@ def layer_fns(config: Any, loss_scale: float) -> LayerFns:
         _, vjp = jax.vjp(lambda w, x: layer_fwd(w, x, positions, segment_ids), layer_w, h)
         return vjp(g_out.astype(h.dtype))
 
-    def head(head_w, h, targets):
-        def loss_fn(w, x):
-            return token_loss(wse_models.unembed(config, w, x), targets) * loss_scale
-
-        loss, (g_w, g_h) = jax.value_and_grad(loss_fn, argnums=(0, 1))(head_w, h)
-        return loss, g_w, g_h
+    head = head_loss(config, loss_scale)
 
     def embed_bwd(embed_w, tokens, positions, g_h):
         _, vjp = jax.vjp(lambda w: embed_fwd(w, tokens, positions), embed_w)
