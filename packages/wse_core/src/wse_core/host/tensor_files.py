@@ -72,6 +72,7 @@ def _opened(file: str) -> Any:
 
 def read_tensors(folder: str | os.PathLike) -> dict[str, Any]:
     """Every tensor of the checkpoint in `folder` (module docstring): name -> np.ndarray."""
+    import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with NumPy for safetensors)
     from safetensors import SafetensorError
 
     from wse_core.host.memory import require
