@@ -86,9 +86,8 @@ class _JoinOnImport(importlib.abc.MetaPathFinder):
             return spec
         run, then = spec.loader.exec_module, self.then
 
-        def exec_then_join(module) -> None:  # noqa: ANN001
+        def exec_then_join(module) -> None:  # noqa: ANN001  (in sys.modules already)
             run(module)
-            sys.modules[name] = module  # `import jax` inside the join finds this one
             then()
 
         spec.loader.exec_module = exec_then_join  # type: ignore[method-assign]
@@ -117,6 +116,10 @@ def join_later(num_processes: int | None, process_id: int | None, coordinator: s
         return
 
     def hook() -> None:
+        if "jax" in sys.modules:  # imported while the arguments parsed: join now
+            joined()
+            return
+
         def on_import() -> None:
             _PENDING.clear()
             joined()

@@ -30,6 +30,12 @@ INDEX_FILE = "model.safetensors.index.json"
 HF_BUFFERS = re.compile(r"(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq)$")
 
 
+# safetensors dtypes NumPy reads without ml_dtypes (bfloat16 and the float8s need it)
+NUMPY_DTYPES = frozenset(
+    {"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "F32", "F64"}
+)
+
+
 class TensorFileError(WseError):
     """A checkpoint's tensors cannot be read, or hold values no model can use."""
 
@@ -72,7 +78,6 @@ def _opened(file: str) -> Any:
 
 def read_tensors(folder: str | os.PathLike) -> dict[str, Any]:
     """Every tensor of the checkpoint in `folder` (module docstring): name -> np.ndarray."""
-    import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with NumPy for safetensors)
     from safetensors import SafetensorError
 
     from wse_core.host.memory import require
@@ -92,6 +97,8 @@ def read_tensors(folder: str | os.PathLike) -> dict[str, Any]:
         with _opened(f) as h:
             for name in names:
                 try:
+                    if h.get_slice(name).get_dtype() not in NUMPY_DTYPES:
+                        import ml_dtypes  # noqa: F401  (NumPy learns bfloat16, float8: 0.3 s)
                     tensor = h.get_tensor(name)
                 except (SafetensorError, OSError) as err:  # truncated data
                     raise TensorFileError(f"cannot read tensor {name!r} from {f}: {err}") from None
