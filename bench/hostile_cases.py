@@ -355,8 +355,8 @@ def cases() -> list[Case]:
         Case("front end", "launch 2 -- hpc stencil --png <folder>", lambda fx, tmp: [
             *launch, *_STENCIL, "--png", str(tmp)], message="is a folder"),
         Case("front end", "launch 2 -- a child's error once", _const(
-            *launch, "wafer", "info", "--preset", "nope"), timeout_s=120,
-            note="each child imports JAX and joins the run before its command's body"),
+            *launch, "wafer", "info", "--preset", "nope"),
+            note="each child refuses in its body before JAX: the join waits for JAX's import"),
         Case("front end", "launch --nproc 2 on a one-GPU host", _const(), skip="needs a GPU host"),
     ]  # fmt: skip
     return [*sizes, *outputs, *non_finite, *faults, *front]
