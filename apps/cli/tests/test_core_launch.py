@@ -4,6 +4,7 @@ process that dies stops the others with a clear error."""
 import json
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -167,3 +168,52 @@ def _exited(p: psutil.Process) -> bool:
         return p.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+SITE_PROBE = """import atexit, os, sys
+def _said():
+    with open(os.path.join(os.environ["JAX_PROBE_DIR"], f"{os.getpid()}.jax"), "w") as f:
+        f.write(str("jax" in sys.modules))
+atexit.register(_said)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_childs_error_in_its_body_comes_before_jax_and_the_join(tmp_path):
+    """`launch --nproc 2 -- wafer info --preset nope` (bench_hostile: 5.8 s, each child
+    imported JAX and joined the run before its body refused the preset): one line, exit 2,
+    and no process of the launch imported JAX (each says so at exit, from a sitecustomize)."""
+    import os
+
+    site, probes = tmp_path / "site", tmp_path / "probes"
+    site.mkdir()
+    probes.mkdir()
+    (site / "sitecustomize.py").write_text(SITE_PROBE)
+    env = clean_env(JAX_PROBE_DIR=str(probes))
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    cmd = WSE + ["launch", "--nproc", "2", "--devices-per-proc", "1", "--", "wafer", "info"]
+    r = subprocess.run([*cmd, "--preset", "nope"], capture_output=True, text=True, timeout=100,
+                       env=env)  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("Error: process ") and "unknown wafer preset 'nope'" in lines[0]
+    said = [p.read_text() for p in probes.iterdir()]
+    assert len(said) >= 2 and set(said) == {"False"}, said  # the launcher and a child at least
+
+
+@pytest.mark.parametrize(("process_id", "primary"), [("0", True), ("1", False)])
+def test_a_deferred_join_knows_its_process_before_jax(process_id, primary):
+    """Before the join (no JAX yet) `is_primary` is the process id asked for: a command that
+    never imports JAX writes its files from process 0 only; nothing connects to the
+    coordinator (none listens at port 9) until JAX is imported."""
+    code = (
+        "import sys\nfrom wse_cli import errors, multiprocess\n"
+        "multiprocess.join_later(None, None, None)\n"
+        "while errors._BEFORE_BODY:\n    errors._BEFORE_BODY.popitem()[1]()\n"
+        "print(multiprocess.is_primary(), 'jax' in sys.modules)\n"
+    )
+    env = clean_env(WSE_NUM_PROCESSES="2", WSE_PROCESS_ID=process_id,
+                    WSE_COORDINATOR="127.0.0.1:9")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=env, check=True)  # fmt: skip
+    assert r.stdout.split() == [str(primary), "False"], r.stdout + r.stderr

@@ -213,3 +213,43 @@ def test_an_unreadable_tokenizer_is_refused_before_the_weights(model_dir, tmp_pa
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["refused", "False"], done.stdout + done.stderr
+
+
+NO_JAX_PROBE = """import atexit, runpy, sys
+atexit.register(lambda: print("jax imported:", "jax" in sys.modules, file=sys.stderr))
+sys.argv = ["wse", *sys.argv[1:]]
+runpy.run_module("wse_cli", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_by_name_before_jax(model_dir, tmp_path, bad):
+    """A model.safetensors with NaN (or Inf) in one tensor (issue 43: empty output, rc 0; then
+    refused after JAX loaded the weights, 4.8 s): one line naming the tensor and the count,
+    exit 2, no JAX imported, nothing written."""
+    import shutil
+    import subprocess
+    import sys
+
+    from safetensors.numpy import load_file, save_file
+    from wse_cli.testing import clean_env
+
+    root, _ = model_dir
+    bad_dir = tmp_path / "bad"
+    shutil.copytree(root / "draft", bad_dir)
+    (st,) = bad_dir.glob("*.safetensors")
+    tensors = load_file(st)
+    name = sorted(tensors)[len(tensors) // 2]
+    tensors[name].flat[::3] = bad
+    save_file(tensors, st)
+    count = len(tensors[name].flat[::3])
+    before = sorted(tmp_path.rglob("*"))
+    args = ["infer", "generate", "--model-dir", str(bad_dir), "--prompt", "x"]
+    r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *args], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path, env=clean_env())  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert lines[0].startswith("Error: cannot load the model in "), r.stderr
+    assert f"tensor {name!r}" in lines[0] and f"holds {count:,} NaN or infinite" in lines[0]
+    assert lines[1:] == ["jax imported: False"], r.stderr
+    assert sorted(tmp_path.rglob("*")) == before

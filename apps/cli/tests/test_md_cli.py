@@ -161,3 +161,47 @@ def test_nose_hoover_prints_ecouple_and_a_conserved_econserve(cu_file):
     tot, ecouple, econserve = rows[:, 3], rows[:, 6], rows[:, 7]
     np.testing.assert_allclose(econserve, tot + ecouple, atol=2e-8)  # printed with 8 digits
     assert np.ptp(tot) > 20 * np.ptp(econserve)  # the bath really exchanged energy
+
+
+NO_JAX_PROBE = """import atexit, runpy, sys
+atexit.register(lambda: print("jax imported:", "jax" in sys.modules, file=sys.stderr))
+sys.argv = ["wse", *sys.argv[1:]]
+runpy.run_module("wse_cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_timestep_past_the_limit_is_refused_before_jax_and_writes_nothing(cu_file, tmp_path):
+    """`--dt-fs 1e6` (issue 43: 7.6e17 K with rc 0, then rc 1 after a 5.7 s run): refused at
+    parsing, one line naming md_dt_fs's variable, no JAX, no --out file; the limit lifted,
+    the same timestep is not refused for its size."""
+    import subprocess
+    import sys
+
+    from wse_cli.testing import clean_env
+    from wse_core.host.limits import limit
+
+    out = tmp_path / "traj.xyz"
+    args = ["hpc", "md", *LATTICE, "--potential", str(cu_file), "--steps", "20"]
+    args += ["--out", str(out), "--dt-fs", "1000000"]
+    r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *args], capture_output=True,
+                       text=True, timeout=120, env=clean_env(WSE_DEVICES="8"))  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert lines[0].startswith("Error: --dt-fs is 1,000,000") and "WSE_LIMIT_MD_DT_FS" in lines[0]
+    assert f"limit of {limit('md_dt_fs'):,} fs" in lines[0]
+    assert lines[1:] == ["jax imported: False"], r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_timestep_under_the_limit_that_blows_up_stops_with_exit_1(cu_file):
+    """The mid-run check stays: 900 fs (under md_dt_fs) is far past Verlet's bound for Cu's
+    ~7 THz vibrations; a 0 K crystal's rounding grows each step until the temperature passes
+    1e5 K, and the run stops with exit 1 and one error line."""
+    from wse_core.host.limits import limit
+
+    assert 900 < limit("md_dt_fs")
+    args = ["hpc", "md", *LATTICE, "--potential", str(cu_file), "--steps", "5"]
+    r = runner.invoke(app, [*args, "--dt-fs", "900"])
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert r.exit_code == 1, r.output
+    assert len(errors) == 1 and "the run blew up at step" in errors[0], r.output

@@ -234,3 +234,30 @@ def test_published_configs_map_to_presets(hf, preset, param_dtype):
     assert config == wm.preset_config(preset, param_dtype=param_dtype, name="")
     assert wm.config_from_hf(wm.config_to_hf(config)) == config  # and back
     assert len(wm.hf_tensor_names(config)) == (148 if preset == "gpt2-124m" else 291)
+
+
+def test_arrays_read_before_jax_load_bit_identically_and_are_taken(saved):
+    """`from_pretrained(path, tensors=read_tensors(path))` (a command reads the arrays with
+    NumPy before importing JAX) gives the same parameters, bit for bit, as reading the
+    directory itself, and empties the dict (no second copy outlives the load)."""
+    from wse_core.host.tensor_files import read_tensors
+
+    arrays = read_tensors(saved)
+    assert arrays
+    a, b = wm.from_pretrained(saved, tensors=arrays), wm.from_pretrained(saved)
+    assert arrays == {}
+    la, lb = jax.tree.leaves_with_path(a.params()), jax.tree.leaves_with_path(b.params())
+    assert [p for p, _ in la] == [p for p, _ in lb]
+    for (path, x), (_, y) in zip(la, lb, strict=True):
+        assert x.dtype == y.dtype and np.asarray(x).tobytes() == np.asarray(y).tobytes(), path
+
+
+def test_a_nan_weight_is_a_checkpoint_error_naming_it(saved):
+    name = "model.layers.1.self_attn.k_proj.weight"
+
+    def edit(t):
+        t[name] = t[name].at[0, 0].set(np.nan)
+
+    _edit_tensors(saved, edit)
+    with pytest.raises(wm.CheckpointError, match=rf"'{name}' in .* holds 1 NaN or infinite"):
+        wm.from_pretrained(saved)

@@ -155,3 +155,31 @@ def test_docs_list_every_limit_and_its_override():
     for lim in LIMITS.values():
         assert f"`{lim.name}`" in page, lim.name
     assert "WSE_LIMIT_<NAME>" in page
+
+
+def _verlet_amplitude(omega_dt: float, steps: int = 200) -> float:
+    """The largest |x| of a unit harmonic oscillator (x0 = 1, v0 = 0) integrated by velocity
+    Verlet, as `wse hpc md` integrates, in units where omega = 1 and the step is omega_dt."""
+    x, v, h, peak = 1.0, 0.0, omega_dt, 1.0
+    for _ in range(steps):
+        v_half = v - 0.5 * h * x
+        x = x + h * v_half
+        v = v_half - 0.5 * h * x
+        peak = max(peak, abs(x))
+    return peak
+
+
+def test_the_md_timestep_limit_is_past_verlets_stability_for_every_metal():
+    """The basis of `md_dt_fs`, checked by integrating: at cesium's Debye frequency (the
+    slowest highest vibration of any metal) velocity Verlet stays bounded just under the
+    bound the limit is a multiple of, and grows without bound past it; the limit itself is
+    past the bound for that frequency, and far above the 1-5 fs LAMMPS metal runs use."""
+    import math
+
+    omega = 2 * math.pi * limits.BOLTZMANN_J_PER_K * 38.0 / limits.PLANCK_J_S  # Cs, 38 K
+    dt_fs = limits.limit("md_dt_fs")
+    bound_fs = dt_fs / limits.MD_DT_MARGIN
+    assert _verlet_amplitude(omega * bound_fs * 1e-15 * 0.95) < 10
+    assert _verlet_amplitude(omega * bound_fs * 1e-15 * 1.05) > 1e6
+    assert _verlet_amplitude(omega * dt_fs * 1e-15) > 1e100  # at the limit: no metal is stable
+    assert dt_fs >= 100 * 5  # LAMMPS' metal timesteps (1-5 fs) are never near it

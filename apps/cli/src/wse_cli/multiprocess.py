@@ -4,15 +4,22 @@ HOST:PORT`, or the WSE_* variables `wse launch` sets, or a cluster launcher's (S
 environment.
 
 `join` connects this process to the run before the command touches JAX (joining twice is
-harmless); the root callback's join waits (`join_later`) until the command's own arguments
-are parsed (`WseGroup` makes it before a command's body), so that an input
-refused at parsing is refused in each process without JAX or the coordinator; `is_primary()`
-says whether this process writes what people read.
+harmless). The root callback's join (`join_later`) checks the flags at once (no JAX) and
+joins when the command first imports JAX (a hook on the `jax` import: JAX runs nothing
+before the join), or before the body when JAX is already imported: an input refused at
+parsing or in the command's body before JAX is refused in each process without JAX or the
+coordinator (a `wse launch` child's error reaches the user in about a second, not after
+every child has imported JAX, joined and shut the run down), and a command that never uses
+JAX never joins. `is_primary()` says whether this process writes what people read.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
+import sys
+from collections.abc import Callable
 
 import typer
 
@@ -63,18 +70,72 @@ def join(num_processes: int | None, process_id: int | None, coordinator: str | N
     distributed.initialize(num_processes, process_id, coordinator)
 
 
+class _JoinOnImport(importlib.abc.MetaPathFinder):
+    """Runs `then` right after the `jax` package is imported, once: the first `import jax`
+    (or of any jax module, flax, ...) returns a jax that has joined the run."""
+
+    def __init__(self, then: Callable[[], None]) -> None:
+        self.then = then
+
+    def find_spec(self, name, path=None, target=None):  # noqa: ANN001  (importlib's protocol)
+        if name != "jax":
+            return None
+        _unhook()
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run, then = spec.loader.exec_module, self.then
+
+        def exec_then_join(module) -> None:  # noqa: ANN001  (in sys.modules already)
+            run(module)
+            then()
+
+        spec.loader.exec_module = exec_then_join  # type: ignore[method-assign]
+        return spec
+
+
+def _unhook() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _JoinOnImport)]
+
+
+_PENDING: list[int | None] = []  # this process's id while its join waits for JAX
+
+
 def join_later(num_processes: int | None, process_id: int | None, coordinator: str | None) -> None:
-    """The root callback's `join`, made once the command's arguments parse (`WseGroup` runs
-    what `errors.before_body` holds before the command's body)."""
-    before_body("join", functools.partial(join, num_processes, process_id, coordinator))
+    """The root callback's `join` (module docstring): flags checked now, the join made at the
+    first JAX import once the command's arguments parse (`WseGroup` runs what
+    `errors.before_body` holds before the command's body)."""
+    from wse_core.host import distributed
+
+    n, i, c = distributed.resolve(num_processes, process_id, coordinator)
+    if (n, i, c) == (None, None, None) and not distributed.cluster_detected():
+        return
+    joined = functools.partial(join, num_processes, process_id, coordinator)
+    if "jax" in sys.modules:
+        before_body("join", joined)
+        return
+
+    def hook() -> None:
+        if "jax" in sys.modules:  # imported while the arguments parsed: join now
+            joined()
+            return
+
+        def on_import() -> None:
+            _PENDING.clear()
+            joined()
+
+        _PENDING[:] = [i]
+        _unhook()
+        sys.meta_path.insert(0, _JoinOnImport(on_import))
+
+    before_body("join", hook)
 
 
 def is_primary() -> bool:
-    """True in process 0 of a run, and in a single-process run (imports JAX only if needed)."""
-    import sys
-
+    """True in process 0 of a run, and in a single-process run (imports JAX only if needed:
+    before a deferred join, the process id asked for says it)."""
     if "jax" not in sys.modules:
-        return True
+        return _PENDING[0] in (None, 0) if _PENDING else True
     import jax
 
     return jax.process_index() == 0

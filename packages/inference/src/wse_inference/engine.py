@@ -46,12 +46,17 @@ this with outputs that can be computed by hand, for server tests.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
+
+from wse_core.errors import WseError
 
 __all__ = [
     "MAX_LOGPROBS",
     "SamplingParams",
+    "SamplingError",
+    "validate_sampling",
     "TokenLogprob",
     "Prefix",
     "SlotOutput",
@@ -91,6 +96,50 @@ class SamplingParams:
             0.0,
             1.0,
         )
+
+
+class SamplingError(WseError):
+    """A sampling setting or a prompt that no decoder can honour."""
+
+
+def validate_sampling(
+    sampling: SamplingParams, *, vocab_size: int, max_context: int, prompt_len: int
+) -> None:
+    """Raise `SamplingError` for settings outside their ranges or a prompt that cannot fit."""
+    if sampling.max_tokens <= 0:
+        raise SamplingError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
+    if not sampling.temperature >= 0:
+        raise SamplingError(f"temperature must be >= 0 (0 is greedy), got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1:
+        raise SamplingError(f"top_p must be in (0, 1], got {sampling.top_p}")
+    if sampling.top_k < 0:
+        raise SamplingError(f"top_k must be >= 0 (0 disables it), got {sampling.top_k}")
+    if prompt_len <= 0:
+        raise SamplingError("the prompt is empty; give at least one token")
+    if prompt_len + sampling.max_tokens > max_context:
+        raise SamplingError(
+            f"prompt ({prompt_len} tokens) + max_tokens ({sampling.max_tokens}) = "
+            f"{prompt_len + sampling.max_tokens} exceeds the context of {max_context} tokens; "
+            f"shorten the prompt or lower max_tokens to <= {max(max_context - prompt_len, 0)}"
+        )
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = getattr(sampling, name)
+        if not -2.0 <= v <= 2.0:
+            raise SamplingError(f"{name} must be in [-2, 2] (0 is off), got {v}")
+    if not 0 < sampling.repetition_penalty < math.inf:
+        raise SamplingError(
+            f"repetition_penalty must be > 0 (1 is off), got {sampling.repetition_penalty}"
+        )
+    for name in ("logprobs", "prompt_logprobs"):
+        k = getattr(sampling, name)
+        if k is not None and not 0 <= k <= MAX_LOGPROBS:
+            raise SamplingError(
+                f"{name} must be in 0..{MAX_LOGPROBS} (the most likely tokens returned with "
+                f"each token), got {k}"
+            )
+    bad = [t for t in sampling.stop_token_ids if not 0 <= t < vocab_size]
+    if bad:
+        raise SamplingError(f"stop token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,10 @@ folder: `chat_template.jinja`, else `tokenizer_config.json`'s "chat_template" (a
 list of named templates of which "default" is used), with its bos_token and eos_token.
 `eos_token_ids` are the ids generation stops on (config.json, generation_config.json, the
 tokenizer's eos_token); the tokenizer decodes without special tokens, as vLLM does.
-`read_config(path)` reads only config.json, so that `check_host_memory(config, rows=...,
+`read_weights(path)` reads every tensor
+with NumPy and no JAX (a command refuses NaN or infinite weights before JAX loads, and hands
+the arrays to `load_model(path, weights=...)`: read once). `read_config(path)` reads only
+config.json, so that `check_host_memory(config, rows=...,
 max_context=...)` can refuse a serving size (parameters plus KV cache rows) that the host
 cannot hold before any weight is read. `check_draft(target, draft)` refuses a draft whose
 vocabulary differs from the target's (size, or the tokenizers' token tables). Errors are
@@ -39,6 +42,7 @@ __all__ = [
     "HFTokenizer",
     "check_tokenizer_file",
     "load_model",
+    "read_weights",
     "check_draft",
     "resolve_model_dir",
     "eos_token_ids",
@@ -194,17 +198,35 @@ def _tokenizer(folder: Path, root: Path, vocab_size: int, required: bool):
     )
 
 
+def read_weights(path: str | Path) -> dict[str, Any]:
+    """Every tensor of the model in `path` read once with NumPy, no JAX imported: a NaN or
+    infinite weight, a damaged or truncated file, is refused here (`ModelLoadError`, one
+    line); `load_model(path, weights=...)` takes these arrays (and empties the dict)."""
+    from wse_core.host.tensor_files import read_tensors
+
+    folder = resolve_model_dir(path)
+    try:
+        return read_tensors(folder)
+    except WseError as err:
+        raise ModelLoadError(f"cannot load the model in {str(folder)!r}: {err}") from None
+
+
 def load_model(
-    path: str | Path, *, dtype: str = "float32", tokenizer_required: bool = True
+    path: str | Path,
+    *,
+    dtype: str = "float32",
+    tokenizer_required: bool = True,
+    weights: dict[str, Any] | None = None,
 ) -> LoadedModel:
     """Config, parameters and tokenizer of the model in `path` (see the module contract);
-    with `tokenizer_required=False` a model without a usable tokenizer gets None."""
+    with `tokenizer_required=False` a model without a usable tokenizer gets None; `weights`:
+    `read_weights(path)`, taken (not read again)."""
     import wse_models
 
     root = Path(path)
     folder = resolve_model_dir(root)
     try:
-        model = wse_models.from_pretrained(folder, dtype=dtype)
+        model = wse_models.from_pretrained(folder, dtype=dtype, tensors=weights)
     except WseError as err:
         raise ModelLoadError(f"cannot load the model in {str(folder)!r}: {err}") from None
     config = model.config

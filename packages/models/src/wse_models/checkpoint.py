@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from safetensors import SafetensorError, safe_open
 from safetensors.flax import save_file
 from wse_core.errors import WseError
 from wse_core.host.limits import LimitError, load_json, read_text
+from wse_core.host.tensor_files import HF_BUFFERS, INDEX_FILE, read_tensors
 
 from wse_models.config import ModelConfig
 from wse_models.errors import CheckpointError
@@ -36,8 +35,6 @@ from wse_models.params import Params, param_shapes
 
 __all__ = ["from_pretrained", "hf_tensor_names", "load_params", "save_params", "save_pretrained"]
 
-INDEX_FILE = "model.safetensors.index.json"
-_BUFFERS = re.compile(r"(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq)$")
 # (hf name, our paths, kind): kind "copy" | "T" (nn.Linear) | "qkv" (GPT-2's fused c_attn)
 Entry = tuple[str, tuple[tuple[str, ...], ...], str]
 
@@ -138,70 +135,27 @@ def _to_hf(xs: list[np.ndarray], kind: str) -> np.ndarray:
 
 
 class _Tensors:
-    """Lazy access to every tensor of a checkpoint directory, remembering which were read."""
+    """Every tensor of a checkpoint directory, read once (`wse_core.host.tensor_files`), or
+    the arrays a caller read that way; each is taken as it is placed, unused ones dropped."""
 
-    def __init__(self, path: Path) -> None:
-        self.files = _weight_map(path)
+    def __init__(self, path: Path, arrays: dict[str, np.ndarray] | None = None) -> None:
+        try:
+            self.arrays = read_tensors(path) if arrays is None else arrays
+        except WseError as err:  # TensorFileError, HostMemoryError: one line
+            raise CheckpointError(str(err)) from None
+        self.files = dict.fromkeys(self.arrays)  # our names (keys) read as `stored`
         self.stored: dict[str, str] = {}  # our name -> name in the file, where they differ
         self.used: set[str] = set()
-        self._open: dict[str, Any] = {}
 
     def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name not in self.files:
             raise CheckpointError(f"checkpoint is missing tensor {name!r} (shape {shape})")
-        f = self.files[name]
         stored = self.stored.get(name, name)
-        try:
-            if f not in self._open:
-                self._open[f] = safe_open(f, framework="flax")
-            got = tuple(self._open[f].get_slice(stored).get_shape())
-            if got != tuple(shape):
-                raise CheckpointError(f"tensor {stored!r} has shape {got}, expected {tuple(shape)}")
-            self.used.add(name)
-            tensor = np.asarray(self._open[f].get_tensor(stored))
-        except (SafetensorError, OSError) as err:  # a damaged header or truncated data
-            raise CheckpointError(f"cannot read tensor {stored!r} from {f}: {err}") from None
-        _check_finite(tensor, stored, f)
-        return tensor
-
-
-def _check_finite(tensor: np.ndarray, name: str, file: str) -> None:
-    """Refuse a weight holding NaN or Inf: a model would generate nothing from it, silently."""
-    if tensor.dtype.kind not in "fcV":  # V: ml_dtypes' bfloat16 and float8 types
-        return
-    finite = np.isfinite(tensor)
-    if not finite.all():
-        bad = int(finite.size - np.count_nonzero(finite))
-        raise CheckpointError(
-            f"tensor {name!r} in {file} holds {bad:,} NaN or infinite values of "
-            f"{finite.size:,}; this checkpoint cannot be served"
-        )
-
-
-def _weight_map(path: Path) -> dict[str, str]:
-    index = path / INDEX_FILE
-    if index.exists():
-        try:
-            wm = load_json(read_text(index, INDEX_FILE), str(index))["weight_map"]
-        except (OSError, ValueError, TypeError, KeyError) as err:
-            raise CheckpointError(f"cannot read {index}: {err}") from None
-        for f in sorted(set(wm.values())):
-            if not (path / f).exists():
-                raise CheckpointError(f"{INDEX_FILE} names shard {f!r}, missing from {path}")
-        return {k: str(path / f) for k, f in wm.items()}
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(
-            f"no *.safetensors in {path} (only safetensors checkpoints are read, not .bin)"
-        )
-    out: dict[str, str] = {}
-    for f in files:
-        try:
-            with safe_open(str(f), framework="flax") as h:
-                out.update(dict.fromkeys(h.keys(), str(f)))
-        except (SafetensorError, OSError) as err:  # a damaged header
-            raise CheckpointError(f"{f} is not a readable safetensors file: {err}") from None
-    return out
+        got = tuple(self.arrays[stored].shape)
+        if got != tuple(shape):
+            raise CheckpointError(f"tensor {stored!r} has shape {got}, expected {tuple(shape)}")
+        self.used.add(name)
+        return self.arrays.pop(stored)
 
 
 def _read_hf_config(path: Path) -> dict[str, Any]:
@@ -227,12 +181,16 @@ def _normalize(tensors: _Tensors) -> None:
         tensors.stored = {
             (k if k.startswith("lm_head") else f"transformer.{k}"): k for k in tensors.files
         }
-        tensors.files = {ours: tensors.files[k] for ours, k in tensors.stored.items()}
+        tensors.files = dict.fromkeys(tensors.stored)
 
 
-def load_params(path: str | os.PathLike, config: ModelConfig) -> Params:
-    """The parameter pytree of the HF checkpoint in `path`, checked against `config`."""
-    tensors = _Tensors(Path(path))
+def load_params(
+    path: str | os.PathLike, config: ModelConfig, *, tensors: dict[str, np.ndarray] | None = None
+) -> Params:
+    """The parameter pytree of the HF checkpoint in `path`, checked against `config`; with
+    `tensors` (`wse_core.host.tensor_files.read_tensors(path)`, read before JAX by a command)
+    those arrays, taken: the dict is emptied as they are placed, so no copy outlives the load."""
+    tensors = _Tensors(Path(path), tensors)
     if config.arch == "gpt2":
         _normalize(tensors)
     shapes = jax.tree.map(lambda s: s.shape, param_shapes(config))
@@ -246,6 +204,7 @@ def load_params(path: str | os.PathLike, config: ModelConfig) -> Params:
         _load_entries(tensors, layer, layer_shapes, per_layer[-1], {"i": i})
     tree["layers"] = jax.tree.map(lambda *xs: np.stack(xs), *per_layer)
     _check_unused(tensors, config)
+    tensors.arrays.clear()  # what was not placed (a tied lm_head)
     dt = jnp.dtype(config.param_dtype)
     return jax.tree.map(lambda x: jnp.asarray(x, dt), tree)
 
@@ -265,7 +224,7 @@ def _load_entries(tensors, entries, shapes, tree, fmt: dict[str, int]) -> None:
 def _check_unused(tensors: _Tensors, config: ModelConfig) -> None:
     extra = [
         k for k in tensors.files
-        if k not in tensors.used and not _BUFFERS.search(k)
+        if k not in tensors.used and not HF_BUFFERS.search(k)
         and not (k == "lm_head.weight" and config.tie_embeddings)
     ]  # fmt: skip
     if extra:
@@ -276,9 +235,14 @@ def _check_unused(tensors: _Tensors, config: ModelConfig) -> None:
 
 
 def from_pretrained(
-    path: str | os.PathLike, *, dtype: str = "float32", param_dtype: str | None = None
+    path: str | os.PathLike,
+    *,
+    dtype: str = "float32",
+    param_dtype: str | None = None,
+    tensors: dict[str, np.ndarray] | None = None,
 ) -> Transformer:
-    """A `Transformer` from a local HF directory (GPT-2 or Llama; compute `dtype`)."""
+    """A `Transformer` from a local HF directory (GPT-2 or Llama; compute `dtype`); `tensors`:
+    its arrays already read (`load_params`)."""
     d = _read_hf_config(Path(path))
     try:
         config = config_from_hf(d, dtype=dtype, param_dtype=param_dtype)
@@ -288,7 +252,7 @@ def from_pretrained(
         raise CheckpointError(
             f"{Path(path) / 'config.json'}: {type(err).__name__}: {err}"
         ) from None
-    return Transformer(config, params=load_params(path, config))
+    return Transformer(config, params=load_params(path, config, tensors=tensors))
 
 
 # ---- writing ----------------------------------------------------------------------------

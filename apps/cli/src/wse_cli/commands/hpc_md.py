@@ -45,7 +45,7 @@ def md(
     steps: int = number(
         0, "--steps", help="Timesteps (0: energies and forces only).", kind=int, ge=0
     ),
-    dt_fs: float = number(1.0, "--dt-fs", help="Timestep (fs).", gt=0, unit="fs"),
+    dt_fs: float = number(1.0, "--dt-fs", help="Timestep (fs).", gt=0, unit="fs", limit="md_dt_fs"),
     temperature_k: float = number(
         None,
         "--temperature-K",

@@ -156,12 +156,11 @@ def generate(
     spec_file: Path = SPEC_FILE,
 ) -> None:
     """Generate text from a model with the pipelined wafer engine (or speculative decoding)."""
-    from wse_inference.engine import SamplingParams
+    from wse_inference.engine import SamplingParams, validate_sampling
     from wse_inference.model_dir import check_config_file, check_tokenizer_file, load_model
 
     check_config_file(model_dir)  # a huge or deep config.json is refused before JAX loads
     check_tokenizer_file(model_dir)  # an unreadable tokenizer.json: refused before the weights
-    from wse_inference.sampling import validate_sampling
 
     sampling = SamplingParams(
         max_tokens=max_tokens,
@@ -188,6 +187,9 @@ def generate(
         fail("--trace draws the pipelined engine's plan; drop --speculative-config to use it")
     if stop and prompt is None:
         fail("--stop strings need --prompt text (a tokenizer); with --prompt-ids use neither")
+    from wse_inference.model_dir import read_weights
+
+    weights = read_weights(model_dir)  # NumPy, no JAX: a NaN weight is refused in ~1 s
     from wse_inference.model_dir import check_host_memory, read_config
 
     cfg = read_config(model_dir)
@@ -198,7 +200,7 @@ def generate(
         max_context=context,
         what=f"generate with {max(1, stages)} stage(s) and context {context}",
     )
-    model = load_model(model_dir, tokenizer_required=prompt is not None)
+    model = load_model(model_dir, tokenizer_required=prompt is not None, weights=weights)
     ids = _prompt_ids(prompt, prompt_ids, model.tokenizer, model.config.vocab_size)
     context = min(max_context or model.config.max_seq_len, model.config.max_seq_len)
     validate_sampling(

@@ -23,7 +23,15 @@ import os
 
 from wse_core.errors import WseError
 
-__all__ = ["ProcessInfo", "initialize", "from_env", "is_primary", "barrier", "cluster_detected"]
+__all__ = [
+    "ProcessInfo",
+    "initialize",
+    "resolve",
+    "from_env",
+    "is_primary",
+    "barrier",
+    "cluster_detected",
+]
 
 _CLUSTER_ENV = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
@@ -73,6 +81,24 @@ def _validate(num_processes: int, process_id: int, coordinator: str | None) -> N
             )
 
 
+def resolve(
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    coordinator: str | None = None,
+) -> tuple[int | None, int | None, str | None]:
+    """The (num_processes, process_id, coordinator) asked for, by the arguments or else the
+    WSE_* variables, checked (a `WseError` for a bad combination) without importing JAX."""
+    env_n, env_i, env_c = from_env()
+    n = num_processes if num_processes is not None else env_n
+    i = process_id if process_id is not None else env_i
+    c = coordinator if coordinator is not None else env_c
+    if (n, i, c) != (None, None, None):
+        if n is None or i is None:
+            raise WseError("a multi-process run needs --num-processes and --process-id together")
+        _validate(n, i, c)
+    return n, i, c
+
+
 def initialize(
     num_processes: int | None = None,
     process_id: int | None = None,
@@ -82,10 +108,7 @@ def initialize(
     heartbeat_timeout_s: int = 30,
 ) -> ProcessInfo:
     """Join the multi-process run (or do nothing for a single process); see the module doc."""
-    env_n, env_i, env_c = from_env()
-    n = num_processes if num_processes is not None else env_n
-    i = process_id if process_id is not None else env_i
-    c = coordinator if coordinator is not None else env_c
+    n, i, c = resolve(num_processes, process_id, coordinator)
     import jax
 
     if n is None and i is None and c is None:
@@ -95,9 +118,7 @@ def initialize(
             initialization_timeout=init_timeout_s, heartbeat_timeout_seconds=heartbeat_timeout_s
         )
         return ProcessInfo(jax.process_count(), jax.process_index(), None)
-    if n is None or i is None:
-        raise WseError("a multi-process run needs --num-processes and --process-id together")
-    _validate(n, i, c)
+    assert n is not None and i is not None  # resolve() refused the rest
     if n == 1:
         return ProcessInfo(1, 0, c)
     jax.distributed.initialize(

@@ -1,12 +1,12 @@
 """The one table of limits: every size a user can give is bounded before it is used.
 
 Contract. `LIMITS` names each bound a user's input meets (slots, devices, processes, GPUs,
-file sizes, YAML alias expansion, JSON depth, chat-template work), its value (a constant, or
-one computed from what this machine has), its unit, and the environment variable that lifts
-it (`WSE_LIMIT_<NAME>`, a positive integer). `check(name, value, what)` raises `LimitError`
-(a `WseError`: the `wse` command prints one line and exits 2) naming the value, the limit and
-its override; nothing is allocated, forked, looped over or imported before it. docs/limits.md
-is this table for users.
+file sizes, YAML alias expansion, JSON depth, chat-template work, an MD timestep), its value
+(a constant, or one computed from what this machine has), its unit, and the environment
+variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer). `check(name, value, what)`
+raises `LimitError` (a `WseError`: the `wse` command prints one line and exits 2) naming the
+value, the limit and its override; nothing is allocated, forked, looped over or imported
+before it. docs/limits.md is this table for users.
 
 Sizes that turn into host memory are also checked by `wse_core.host.memory.require` (what the
 machine has available; `WSE_HOST_MEMORY_BYTES` lowers it, nothing raises it).
@@ -53,6 +53,14 @@ ENV_PREFIX = "WSE_LIMIT_"
 # (844 MB - 236 MB) / (512 - 8) devices, a (devices x 128) float32 sum under jit on a mesh
 # of 8 and of 512 devices (max RSS, this 2-core host, 2026-11-28).
 VIRTUAL_DEVICE_HOST_BYTES = 1_200_000
+# The lowest Debye temperature of the metals: cesium's 38 K (Kittel, Introduction to Solid
+# State Physics, 8th ed., Table 5.1); its Debye frequency kB * 38 K / h = 0.79 THz is the
+# slowest highest lattice vibration of any metal.
+LOWEST_DEBYE_TEMPERATURE_K = 38.0
+BOLTZMANN_J_PER_K = 1.380649e-23  # exact (SI 2019)
+PLANCK_J_S = 6.62607015e-34  # exact (SI 2019)
+VERLET_STABLE_OMEGA_DT = 2.0  # velocity Verlet keeps a harmonic mode bounded iff omega dt < 2
+MD_DT_MARGIN = 2.5  # the limit is this many times the bound (no metal is refused by luck)
 
 
 class LimitError(WseError):
@@ -76,6 +84,16 @@ class Limit(NamedTuple):
 
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _md_dt_fs() -> int:
+    """fs: `MD_DT_MARGIN` x the velocity-Verlet stability bound (omega dt < 2) at the lowest
+    Debye frequency of any metal (cesium's): past it no metal's vibrations stay bounded,
+    rounding alone grows each step (a 0 K crystal reaches 1e17 K in 20 steps of 1 ns)."""
+    import math
+
+    omega = 2 * math.pi * BOLTZMANN_J_PER_K * LOWEST_DEBYE_TEMPERATURE_K / PLANCK_J_S  # rad/s
+    return int(round(MD_DT_MARGIN * VERLET_STABLE_OMEGA_DT / omega * 1e15, -2))  # 1,000
 
 
 def _devices() -> int:
@@ -143,6 +161,14 @@ LIMITS: dict[str, Limit] = {
             "loop iterations",
             "a chat template's loop iterations for one request",
             "a 10,000-message chat at 100 per message",
+        ),
+        Limit(
+            "md_dt_fs",
+            _md_dt_fs,
+            "fs",
+            "the timestep of an MD run",
+            "2.5x velocity Verlet's stability bound (omega dt < 2) at cesium's Debye frequency "
+            "(0.79 THz, the lowest of the metals: 402 fs), to 100 fs; LAMMPS metal runs use 1-5 fs",
         ),
         Limit(
             "template_ms",
