@@ -9,7 +9,9 @@ and the map (`window_needed` for cutoff + skin, with a margin) and the neighbour
 capacities (`neighbour_plan.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet
 steps in jitted chunks of `thermo_every` steps (`lax.while_loop` that stops at the first
 overflow); each step evaluates the EAM splines only for its per-PE candidate lists and
-rebuilds them (sort sweep + build) every `nbrs.every` steps, counted in `list_builds`. After
+rebuilds them (sort sweep + build) every `nbrs.every` steps, counted in `list_builds` (a
+chunk in which no rebuild is due runs as the program without it, `Runner.kept_fits`, until
+the chunk of its length with it is compiled: the same numbers, a fifth of the compile). After
 each chunk one fabric reduction (`drift_fn`) checks that no atom moved more than half the
 skin from its build position while its lists were in use: if one did, the chunk is run again
 from its start with half the cadence (`list_reruns`); if every atom stayed within a quarter
@@ -241,7 +243,8 @@ def run_md(
         todo = min(config.thermo_every, config.steps - done)
         args = (state, geo, key, jnp.int32(done))
         t_c = time.perf_counter()
-        compiled = runner.chunk(todo, *args)
+        kept = state.nbrs is not None and runner.kept_fits(todo, state)  # no rebuild due
+        compiled = runner.chunk(todo, *args, kept=kept)
         compile_s += time.perf_counter() - t_c
         t_r = time.perf_counter()
         new_state, ran = compiled(*args)

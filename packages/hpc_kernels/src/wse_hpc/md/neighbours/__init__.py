@@ -118,6 +118,9 @@ class ListFns(NamedTuple):
     drift_fn: DriftFn
     forces_fn: ListForcesFn
     kernels: tuple[str, ...] = ()  # the FFI targets (numba PE kernels) they call
+    # False: a step with these lists never rebuilds them (for steps the shell knows have no
+    # rebuild due: the same numbers as the cadence's step, a program without the build)
+    rebuild: bool = True
 
 
 def _by_chunks(fn, size: int, *flat: jax.Array):
