@@ -1,13 +1,14 @@
 """The PE kernels' numba compiles run in helper processes, one per kernel, while the MD shell
 traces and lowers its first program.
 
-Why: on a cold cache numba compiles the pair kernels for ~8 s of CPU at 32,000 atoms
-(density ~3 s, force ~5 s, issue 44's timeline), mostly Python under the GIL, and XLA
-needs a program's FFI targets registered before it compiles it. A thread would hold the GIL
-the tracing needs and would compile the kernels one after the other; a process per kernel
-compiles on another core into numba's on-disk cache (`NUMBA_CACHE_DIR`, set by
-`wse_core.host.runtime.configure`; the child inherits the environment, so it is the same
-place), and this process then loads the handler from there when it registers the target.
+Why: on a cold cache numba compiles the kernels for ~15 s of CPU at 32,000 atoms (force
+5.4 s, density 4.0, build 5.4, each in a process of its own; issue 44's timeline), mostly
+Python under the GIL, and XLA needs a program's FFI targets registered before it compiles
+it. A thread would hold the GIL the tracing needs and would compile the kernels one after
+the other; a process per kernel compiles on another core into numba's on-disk cache
+(`NUMBA_CACHE_DIR`, set by `wse_core.host.runtime.configure`; the child inherits the
+environment, so it is the same place), and this process then loads the handler from there
+when it registers the target. A helper outliving a killed run exits when its compile ends.
 
 Contract: `start(targets)` starts, for each FFI target name (`wse_md_<kernel>`) not started
 before, one process that compiles its handler (`python -c BOOT <target>`: the kernel's
