@@ -24,7 +24,9 @@ up in the compile cache at every start; the serialised executable (`jax.experime
 serialize_executable`, the same bytes the compile cache holds) skips all three, and runs the
 very binary the first run compiled, so its results are bit-identical. The XLA FFI targets
 the program calls (the numba PE kernels, `wse_md_*`) are recorded with it and registered
-(numba loads them from its own cache) before it is loaded.
+(numba loads them from its own cache) before it is loaded. A program not stored is traced
+with its targets only named (`pe_compile.deferred`) while helper processes compile the
+kernels a runner names (`kernels`), and registered after lowering, before XLA compiles it.
 
 Only a program compiled afresh is stored: an executable that JAX's compile cache handed back
 serialises without its compiled kernels (jaxlib 0.10.2: loading it again fails at its first
@@ -44,6 +46,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
+
+from wse_hpc.md import pe_compile
 
 __all__ = ["Cached", "compiled", "runner_key", "cache_path"]
 
@@ -134,7 +138,7 @@ def _load(path: Path):
     return deserialize_and_load(payload, in_tree, out_tree, execution_devices=devices)
 
 
-def _store(path: Path, lowered, exe) -> None:
+def _store(path: Path, targets: list[str], exe) -> None:
     from jax.experimental.serialize_executable import serialize
 
     try:
@@ -142,7 +146,6 @@ def _store(path: Path, lowered, exe) -> None:
         ids = [d.id for d in exe._executable._unloaded_executable.device_list]
     except (ValueError, NotImplementedError, AttributeError):  # JAX cannot serialise it
         return
-    targets = sorted(set(_TARGET.findall(lowered.as_text())))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     with tmp.open("wb") as f:
@@ -150,15 +153,22 @@ def _store(path: Path, lowered, exe) -> None:
     os.replace(tmp, path)  # atomic: a concurrent reader sees all of it or nothing
 
 
-def compiled(jitted, args: tuple, key: tuple):
-    """`jitted.lower(*args).compile()`, from the disk cache when it holds it (module doc)."""
+def compiled(jitted, args: tuple, key: tuple, kernels: tuple[str, ...] = ()):
+    """`jitted.lower(*args).compile()`, from the disk cache when it holds it (module doc);
+    `kernels`: the FFI targets the program may call, compiled by helper processes while it
+    is traced and lowered when it is not stored (`pe_compile`)."""
     path = cache_path(key, args)
     if path is not None and path.exists():
         try:
             return _load(path)
         except Exception:  # noqa: BLE001 - any unreadable entry is compiled again
             pass
-    lowered = jitted.lower(*args)
+    pe_compile.start(kernels)
+    with pe_compile.deferred():  # the PE kernels named, not compiled: numba runs meanwhile
+        lowered = jitted.lower(*args)
+    targets = sorted(set(_TARGET.findall(lowered.as_text())))
+    for t in targets:  # XLA looks them up as it compiles
+        _register(t)
     hits: list[str] = []
     listen = lambda event, **_: hits.append(event) if event == _CACHE_HIT else None  # noqa: E731
     jax.monitoring.register_event_listener(listen)
@@ -168,21 +178,23 @@ def compiled(jitted, args: tuple, key: tuple):
         jax.monitoring.unregister_event_listener(listen)
     if path is not None and not hits:  # only a fresh compile serialises whole (module doc)
         try:
-            _store(path, lowered, exe)
+            _store(path, targets, exe)
         except OSError:  # a full or read-only cache directory: the run goes on without it
             pass
     return exe
 
 
 class Cached:
-    """`jax.jit(fn)`, compiled through `compiled` at its first call's arguments."""
+    """`jax.jit(fn)`, compiled through `compiled` at its first call's arguments (`kernels`:
+    the FFI targets it may call)."""
 
-    def __init__(self, fn: Callable, key: tuple):
+    def __init__(self, fn: Callable, key: tuple, kernels: tuple[str, ...] = ()):
         self._jit, self._key, self._exe = jax.jit(fn), key, None
+        self._kernels = kernels
 
     def __call__(self, *args):
         if self._exe is None:
-            self._exe = compiled(self._jit, args, self._key)
+            self._exe = compiled(self._jit, args, self._key, self._kernels)
         try:
             return self._exe(*args)
         except (TypeError, ValueError):  # arguments this executable does not take

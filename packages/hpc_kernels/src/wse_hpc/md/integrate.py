@@ -157,7 +157,11 @@ def _listed(fns: EamFns, lists: ListFns) -> _Forces:
         atoms, nbrs, over = jax.lax.cond(due, rebuild, keep, atoms, nbrs, geo)
         return atoms, nbrs, lists.forces_fn(atoms, geo, nbrs)._replace(overflow=over)
 
-    return _Forces(first, again)
+    def kept(atoms, geo, nbrs):  # `again` when no rebuild is due (`ListFns.rebuild` False)
+        atoms, nbrs, over = keep(atoms, nbrs, geo)
+        return atoms, nbrs, lists.forces_fn(atoms, geo, nbrs)._replace(overflow=over)
+
+    return _Forces(first, again if lists.rebuild else kept)
 
 
 def _dt_ps(dt_fs: float) -> float:

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from wse_core.errors import WseError
 
+from wse_hpc.md import pe_compile
 from wse_hpc.md.pair_words import PLACE_MASK, SPECIES_SHIFT
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines
@@ -54,11 +55,17 @@ class PairKernel(NamedTuple):
     half: bool  # each pair once, by the PE of the larger block index (one device)
 
 
-@functools.cache
 def _target(name: str) -> str:
-    """The FFI target of a kernel, compiled (numba) and registered with XLA on first use."""
+    """The FFI target of a kernel, compiled (numba) and registered with XLA on first use;
+    only named inside `pe_compile.deferred()` (the shell registers it before XLA compiles)."""
+    return f"wse_md_{name}" if pe_compile.deferring() else _registered(name)
+
+
+@functools.cache
+def _registered(name: str) -> str:
     from wse_hpc.md import pe_pairs_numba
 
+    pe_compile.wait(f"wse_md_{name}")  # a helper compiling it into numba's cache, if any
     return register(f"wse_md_{name}", pe_pairs_numba.handler(name))
 
 

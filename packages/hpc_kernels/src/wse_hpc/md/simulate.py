@@ -9,7 +9,9 @@ and the map (`window_needed` for cutoff + skin, with a margin) and the neighbour
 capacities (`neighbour_plan.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet
 steps in jitted chunks of `thermo_every` steps (`lax.while_loop` that stops at the first
 overflow); each step evaluates the EAM splines only for its per-PE candidate lists and
-rebuilds them (sort sweep + build) every `nbrs.every` steps, counted in `list_builds`. After
+rebuilds them (sort sweep + build) every `nbrs.every` steps, counted in `list_builds` (a
+chunk in which no rebuild is due runs as the program without it, `Runner.kept_fits`, until
+the chunk of its length with it is compiled: the same numbers, a fifth of the compile). After
 each chunk one fabric reduction (`drift_fn`) checks that no atom moved more than half the
 skin from its build position while its lists were in use: if one did, the chunk is run again
 from its start with half the cadence (`list_reruns`); if every atom stayed within a quarter
@@ -19,7 +21,8 @@ of host memory (800k atoms) fall back to the full-window kernel (`eam.forces_fn`
 sweep and a coverage test every step). On overflow the chunk is thrown away and re-run from
 its start with a re-map and a larger window, so an overflow never reaches the results.
 With `runners` (a dict the caller keeps) a repeat of a run with the same static choices
-reuses its compiled functions (`_runner`). Thermo rows are computed on the host in float64.
+reuses its compiled functions (`runners.runner_for`). Thermo rows are computed on the host
+in float64.
 Returns an `MdResult` with the final structure (positions wrapped into the box, velocities, forces,
 per-atom energies), the rows, the timings, the plan it ran and `.report`, the run's
 `wse_core.RunReport` (`perf.run_report`).
@@ -40,14 +43,14 @@ from wse_core.cost.report import RunReport
 from wse_core.errors import PlacementError, RunFault, SramBudgetError, WseError
 from wse_core.hw.wafer import Wafer, build_wafer
 
-from wse_hpc.md import exec_cache, mapping
+from wse_hpc.md import mapping
 from wse_hpc.md.config import MdConfig
-from wse_hpc.md.eam import EamPlan, eam, geometry, sram_plan
-from wse_hpc.md.integrate import bath_energy, integrator, maxwell_boltzmann
+from wse_hpc.md.eam import EamPlan, geometry, sram_plan
+from wse_hpc.md.integrate import bath_energy, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure
 from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, plan_window
-from wse_hpc.md.neighbours import neighbour_fns
 from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.runners import Runner, runner_for
 from wse_hpc.md.state import Atoms, MdState
 from wse_hpc.md.thermo import ThermoRow, state_row, state_structure
 
@@ -100,60 +103,6 @@ class MdResult:
         from wse_hpc.md.perf import run_report
 
         return run_report(self)
-
-
-class _Runner:
-    """Compiled functions for one window plan: `init` (forces, lists) and chunks of steps."""
-
-    def __init__(self, wafer, pot, plan, config, masses, n_atoms):
-        self.wafer, self.plan = wafer, plan
-        lists = neighbour_fns(wafer, pot, plan) if plan.caps else None  # else: full window
-        fns = eam(wafer, pot, plan)
-        init_fn, self._step = integrator(
-            config.thermostat, fns, masses, config.dt_fs, wafer=wafer, n_atoms=n_atoms, lists=lists
-        )
-        self._key = exec_cache.runner_key(wafer, pot, plan, config, masses, n_atoms)
-        self.init = exec_cache.Cached(init_fn, ("init", self._key))  # from disk when stored
-        self.drift = exec_cache.Cached(lists.drift_fn, ("drift", self._key)) if lists else None
-        self._chunks: dict[int, Callable] = {}
-
-    def chunk(self, n: int, *args) -> Callable:
-        """The compiled chunk of up to `n` steps (compiled once per n): `(state, geo, key,
-        step0) -> (state, steps run)`, stopping after a step that overflowed."""
-        if n not in self._chunks:
-            step = self._step
-
-            def run(state: MdState, geo, key, step0):
-                def cond(c):
-                    return (c[0] < n) & ~c[1].eam.overflow
-
-                def body(c):
-                    i, st = c
-                    return i + 1, step(st, geo, jax.random.fold_in(key, step0 + i))
-
-                i, state = jax.lax.while_loop(cond, body, (jnp.int32(0), state))
-                return state, i
-
-            self._chunks[n] = exec_cache.compiled(jax.jit(run), args, ("chunk", n, self._key))
-        return self._chunks[n]
-
-
-def _runner(
-    wafer: Wafer, pot: EamPotential, plan: EamPlan, config: MdConfig, masses, n: int, runners
-):
-    """The `_Runner` of these static choices: taken from `runners` (the caller's cache, a
-    dict; None: none) when an earlier run put one there with the same ones (a repeat of a
-    run, as a benchmark's, compiles nothing again: 4,000 to 32,000 atoms compiled for
-    20-46 s a run), else built (and put there). The wafer enters by value (spec, grid, mesh
-    and its devices, defects): a new run builds its own, with an equal mesh."""
-    if runners is None:
-        return _Runner(wafer, pot, plan, config, masses, n)
-    devices = tuple(int(d.id) for d in wafer.mesh.devices.flat)
-    where = (repr(wafer.spec), repr(wafer.describe()), devices, config.defect_seed)
-    key = (where, pot, plan, config.thermostat, config.dt_fs, tuple(np.asarray(masses)), n)
-    if key not in runners:  # the potential by identity (EamPotential has eq=False)
-        runners[key] = _Runner(wafer, pot, plan, config, masses, n)
-    return runners[key]
 
 
 def initial_every(velocities_A_ps: np.ndarray, skin_A: float, dt_fs: float) -> int:
@@ -254,7 +203,8 @@ def run_md(
 ) -> MdResult:
     """Run `config.steps` steps (0: evaluate energies and forces only); `on_thermo` gets
     each thermo row, `on_frame(step, structure)` the structure at each row; `runners`, a
-    dict the caller keeps across runs, holds the compiled runners for a repeat (`_runner`)."""
+    dict the caller keeps across runs, holds the compiled runners for a repeat
+    (`runners.runner_for`)."""
     species, masses, vel = _prepare(structure, pot, config)
     if config.rebuild_every is None:
         every = initial_every(vel, config.skin_A, config.dt_fs)
@@ -271,7 +221,7 @@ def run_md(
     plan = plan_window(state_np, box, pot, config, wafer)
     sram = sram_plan(wafer, pot, plan)
     geo = geometry(wafer)
-    runner = _runner(wafer, pot, plan, config, masses, n, runners)
+    runner = runner_for(wafer, pot, plan, config, masses, n, runners)
     replans = 0
     t0 = time.perf_counter()
     state = _placed_drift(runner, runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo))
@@ -293,7 +243,8 @@ def run_md(
         todo = min(config.thermo_every, config.steps - done)
         args = (state, geo, key, jnp.int32(done))
         t_c = time.perf_counter()
-        compiled = runner.chunk(todo, *args)
+        kept = state.nbrs is not None and runner.kept_fits(todo, state)  # no rebuild due
+        compiled = runner.chunk(todo, *args, kept=kept)
         compile_s += time.perf_counter() - t_c
         t_r = time.perf_counter()
         new_state, ran = compiled(*args)
@@ -344,7 +295,7 @@ def run_md(
     )
 
 
-def _placed_drift(runner: _Runner, state: MdState) -> MdState:
+def _placed_drift(runner: Runner, state: MdState) -> MdState:
     """`state` with its lists' displacement record a placed field (as each step leaves it;
     `init_fn` makes it a constant, which jit may lay out otherwise); `drift_fn` compiled
     here, with the set-up (at its first use it took 0.33 s of 4,000 atoms' timed steps)."""
@@ -355,7 +306,7 @@ def _placed_drift(runner: _Runner, state: MdState) -> MdState:
     return state._replace(nbrs=nbrs)
 
 
-def _check_lists(runner: _Runner, start: MdState, new: MdState, skin_A: float):
+def _check_lists(runner: Runner, start: MdState, new: MdState, skin_A: float):
     """After a chunk from `start` to `new`: (new with its cadence adapted, None), or (None,
     start with half the cadence) when some atom moved more than skin / 2 from its build
     position while its lists were in use (one fabric max reduction, `drift_fn`)."""
@@ -395,6 +346,6 @@ def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int,
         except SramBudgetError:
             if i == len(tries) - 1:
                 raise
-    runner = _runner(wafer, pot, new_plan, config, masses, len(u["species"]), runners)
+    runner = runner_for(wafer, pot, new_plan, config, masses, len(u["species"]), runners)
     new = runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geometry(wafer))
     return _placed_drift(runner, new._replace(bath=state.bath)), runner, new_plan, sram

@@ -74,6 +74,7 @@ from wse_hpc.md.neighbours.build import (
     list_spec,
     march_order,
     min_image,
+    pe_kernels,
     select,
     select_half,
 )
@@ -116,6 +117,10 @@ class ListFns(NamedTuple):
     track_fn: TrackFn
     drift_fn: DriftFn
     forces_fn: ListForcesFn
+    kernels: tuple[str, ...] = ()  # the FFI targets (numba PE kernels) they call
+    # False: a step with these lists never rebuilds them (for steps the shell knows have no
+    # rebuild due: the same numbers as the cadence's step, a program without the build)
+    rebuild: bool = True
 
 
 def _by_chunks(fn, size: int, *flat: jax.Array):
@@ -390,4 +395,4 @@ def neighbour_fns(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> ListFns:
     def forces_fn(atoms: Atoms, geo: Geometry, nbrs: Neighbours) -> EamOutput:
         return _forces(spec, atoms, geo, nbrs)
 
-    return ListFns(build_fn, _track, drift_fn, forces_fn)
+    return ListFns(build_fn, _track, drift_fn, forces_fn, pe_kernels(spec))

@@ -23,7 +23,7 @@ import numpy as np
 from wse_core.errors import WseError
 from wse_core.hw.wafer import Wafer
 
-from wse_hpc.md import pe_pairs
+from wse_hpc.md import pe_compile, pe_pairs
 from wse_hpc.md.eam import EamPlan
 from wse_hpc.md.pair_words import PAIR_MASK_COLS
 from wse_hpc.md.pe_pairs import PairKernel
@@ -31,7 +31,15 @@ from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines, splines_for
 from wse_hpc.pe_ffi import register
 
-__all__ = ["ListSpec", "list_spec", "march_order", "min_image", "select", "select_half"]
+__all__ = [
+    "ListSpec",
+    "list_spec",
+    "march_order",
+    "min_image",
+    "pe_kernels",
+    "select",
+    "select_half",
+]
 
 
 class ListSpec(NamedTuple):
@@ -190,13 +198,30 @@ def _offset_columns(spec: ListSpec, planes, mine, held, off):
     return col.astype(spec.col_dtype), count
 
 
-@functools.cache
 def _build_target(name: str) -> str:
     """A numba build (`pe_build_numba`: "build", or "build_pairs" testing each pair of PEs
-    once) as an FFI target, compiled (or loaded) and registered on first use."""
+    once) as an FFI target, compiled (or loaded) and registered on first use; only named
+    inside `pe_compile.deferred()` (the shell registers it before XLA compiles)."""
+    return f"wse_md_{name}" if pe_compile.deferring() else _build_registered(name)
+
+
+@functools.cache
+def _build_registered(name: str) -> str:
     from wse_hpc.md import pe_build_numba
 
+    pe_compile.wait(f"wse_md_{name}")  # a helper compiling it into numba's cache, if any
     return register(f"wse_md_{name}", pe_build_numba.handler(name))
+
+
+def pe_kernels(spec: ListSpec) -> tuple[str, ...]:
+    """The FFI targets the lists' kernels call with `spec` (none without the PEs' own
+    loops), the pair kernels first: `_select_pe`'s build and `neighbours`' phases."""
+    if spec.pe is None:
+        return ()
+    half = spec.pe.half
+    pairs = ("force_half", "density_half") if half else ("force", "density")
+    build = "build_pairs" if half and spec.width <= PAIR_MASK_COLS else "build"
+    return tuple(f"wse_md_{name}" for name in (*pairs, build))
 
 
 def _select_pe(spec: ListSpec, region, pos, held, ids=None):
