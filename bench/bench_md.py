@@ -16,7 +16,11 @@ shared machine hits them alike; each reports the median of its rates (all sample
 the JSON) and each ratio against a peer its median, spread and worst round (target >= 1x
 LAMMPS, no round below). The emulator's repeats reuse its compiled runner (`run_md` keeps
 it). The JSON records LAMMPS's version line, jax-md's version and the thread settings. A single
-sample of a 256-atom loop (~0.05-0.1 s) moved by 10% from run to run.
+sample of a 256-atom loop (~0.05-0.1 s) moved by 10% from run to run; LAMMPS's (0.11-0.25 s)
+is the noisiest: a run at load 0.6 had one LAMMPS round at 1.7x its other two (918k against
+540-564k atom-steps/s) while ours ran 22% under its median, the only round below 1x (0.71x);
+neither code's warm-up is timed (our compile, LAMMPS's set-up), and our first round was not
+the slow one. `--sizes` runs some sizes alone (their rounds again).
 
 `--cores N` pins the process (and the `lmp` it starts) to N CPUs before JAX starts threads,
 so every code gets the same cores (LAMMPS runs one rank either way). The persistent compile
@@ -25,7 +29,7 @@ cache is off: every code compiles in the run, under its CPUs. XLA runs without
 compile times): it slowed an earlier EAM kernel's gathers and splines 2-4x; the current
 list kernel's force evaluation runs within 3% with and without it.
 
-    python bench/bench_md.py [--quick] [--devices N] [--cores N] [--repeats N]
+    python bench/bench_md.py [--quick] [--devices N] [--cores N] [--repeats N] [--sizes 256,...]
 
 """
 
@@ -54,6 +58,7 @@ def _args():
     p.add_argument("--devices", type=int, default=None, help="virtual CPU devices")
     p.add_argument("--cores", type=int, default=0, help="CPUs the process may use (0: all)")
     p.add_argument("--repeats", type=int, default=3, help="timed loops per code (median)")
+    p.add_argument("--sizes", default="", help="atom counts, comma-separated (default: all)")
     return p.parse_args()
 
 
@@ -226,6 +231,10 @@ def main() -> None:
 
     load_start = os.getloadavg()
     sizes = [256, 4000] if args.quick else list(SIZES)
+    if args.sizes:  # one size at a time, e.g. to rerun its rounds alone
+        sizes = [int(n) for n in args.sizes.split(",")]
+        if not set(sizes) <= set(SIZES):
+            raise SystemExit(f"--sizes: each of {sorted(SIZES)}, got {args.sizes}")
     # enough steps that every code rebuilds its neighbour list inside the timed loop
     steps = {256: 100 if args.quick else 400, 4000: 40 if args.quick else 100, 32000: 40}
     rows = []

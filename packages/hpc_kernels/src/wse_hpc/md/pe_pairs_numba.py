@@ -30,64 +30,12 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit
 
-from wse_hpc.md.pair_words import PLACE_MASK, SPECIES_SHIFT
+from wse_hpc.md.pe_pair_math import F0, F1, geometry, knot, locate, pair, value
+from wse_hpc.md.pe_pairs_half import density_half, force_half
 from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
 from wse_hpc.numba_ffi import metadata_query as metadata
 
 __all__ = ["handler"]
-
-_F0, _F1, _F2, _F3 = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.float32(3.0)
-
-
-@njit(inline="always")
-def _geometry(xyz, j, xi, yi, zi, cf):
-    """Minimum-image displacement from i to the candidate at j and its r^2."""
-    dx = xyz[j, 0] - xi
-    dy = xyz[j, 1] - yi
-    dz = xyz[j, 2] - zi
-    dx = dx - cf[0] * np.rint(dx * cf[3])
-    dy = dy - cf[1] * np.rint(dy * cf[4])
-    dz = dz - cf[2] * np.rint(dz * cf[5])
-    return dx, dy, dz, dx * dx + dy * dy + dz * dz
-
-
-@njit(inline="always")
-def _locate(r, inv_dr, nr):
-    """LAMMPS: p = r / dr + 1, m = int(p) clamped to [1, nr - 1], p -= m, p <= 1."""
-    p = r * inv_dr + _F1
-    m = min(max(np.floor(p), _F1), np.float32(nr - 1))
-    return np.int64(m) - 1, min(p - m, _F1)
-
-
-@njit(inline="always")
-def _knot(a, b, k, ne, nr, size):
-    at = (a * ne + b) * nr + k if ne > 1 else k
-    return min(max(at, 0), size - 1)
-
-
-@njit(inline="always")
-def _value(t, at, p):  # t (K, 4): a knot's four coefficients share a cache line
-    return ((t[at, 0] * p + t[at, 1]) * p + t[at, 2]) * p + t[at, 3]
-
-
-@njit(inline="always")
-def _slope(t, at, p, inv_d):
-    return ((_F3 * t[at, 0] * p + _F2 * t[at, 1]) * p + t[at, 2]) * inv_d
-
-
-@njit(inline="always")
-def _pair(rhor, z2r, r2, si, sj, fpi, fpj, cf, nr, ne, size):
-    """One pair within the cutoff: 1/r, r, the pair energy phi and psi' (the force along the
-    pair is psi' / r times the displacement)."""
-    inv_r = _F1 / np.sqrt(r2)
-    r = r2 * inv_r
-    k, p = _locate(r, cf[7], nr)
-    rhojp = _slope(rhor, _knot(sj, si, k, ne, nr, size), p, cf[7])
-    rhoip = _slope(rhor, _knot(si, sj, k, ne, nr, size), p, cf[7])
-    at = _knot(si, sj, k, ne, nr, size)
-    phi = _value(z2r, at, p) * inv_r
-    phip = (_slope(z2r, at, p, cf[7]) - phi) * inv_r
-    return inv_r, r, phi, fpi * rhojp + fpj * rhoip + phip
 
 
 def _density(xyz, index, valid, sp_j, pos, sp_i, rhor, cf, ci, rho):
@@ -98,11 +46,11 @@ def _density(xyz, index, valid, sp_j, pos, sp_i, rhor, cf, ci, rho):
         acc = np.float32(0.0)
         for t in range(m):
             if valid[i, t]:
-                _, _, _, r2 = _geometry(xyz, index[i, t], xi, yi, zi, cf)
-                if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
-                    r = r2 * (_F1 / np.sqrt(r2))
-                    k, p = _locate(r, cf[7], nr)
-                    acc += _value(rhor, _knot(sp_j[i, t], si, k, ne, nr, size), p)
+                _, _, _, r2 = geometry(xyz, index[i, t], xi, yi, zi, cf)
+                if F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
+                    r = r2 * (F1 / np.sqrt(r2))
+                    k, p = locate(r, cf[7], nr)
+                    acc += value(rhor, knot(sp_j[i, t], si, k, ne, nr, size), p)
         rho[i] = acc
 
 
@@ -118,9 +66,9 @@ def _force(xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out):
         for t in range(m):
             if valid[i, t]:
                 j = index[i, t]
-                dx, dy, dz, r2 = _geometry(xyz, j, xi, yi, zi, cf)
-                if _F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
-                    inv_r, r, phi, psip = _pair(
+                dx, dy, dz, r2 = geometry(xyz, j, xi, yi, zi, cf)
+                if F0 < r2 < cf[6]:  # r = 0: no pair (a cfunc must not raise)
+                    inv_r, r, phi, psip = pair(
                         rhor, z2r, r2, si, sp_j[i, t], fpi, fpr[j], cf, nr, ne, size
                     )
                     scale = psip * inv_r
@@ -132,81 +80,6 @@ def _force(xyz, fpr, index, valid, sp_j, pos, sp_i, fp_i, tables, cf, ci, out):
         f[i, 0], f[i, 1], f[i, 2] = fx, fy, fz
         pair_e[i] = np.float32(0.5) * e
         virial[i] = np.float32(-0.5) * v
-
-
-def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, out):
-    """Each pair once: the lists are `neighbours.build.select_half`'s (each PE holds only
-    its candidates of a larger block index, and adds its share to both); each PE's pairs
-    within the cutoff are written down (`cut`: their places in the region, with the
-    candidate's species from bit SPECIES_SHIFT up; `ncut`: their count) for the force pass,
-    which then walks only those. A PE's list is walked twice: its candidates' r^2 first
-    (the pairs within the cutoff compacted without a branch), then the splines of those."""
-    rho, cut, ncut = out
-    n, m = own.shape[0], index.shape[1]  # the first n list rows (the block's atoms)
-    nr, ne, size = ci[0], ci[1], rhor.shape[0]
-    rho[:] = 0.0
-    ncut[:] = 0
-    near_j = np.empty(m, np.int32)  # one PE's pairs within the cutoff: block index, r^2
-    near_r2 = np.empty(m, np.float32)
-    for h in range(n):
-        i, xi, yi, zi, si = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h]
-        c = 0
-        for t in range(m):
-            if not valid[h, t]:  # a list's valid entries come first
-                break
-            q = index[h, t]
-            _, _, _, r2 = _geometry(xyz, q, xi, yi, zi, cf)
-            cut[h, c] = q | (sp_j[h, t] << SPECIES_SHIFT)
-            near_j[c] = ids[q]
-            near_r2[c] = r2
-            c += (r2 < cf[6]) & (r2 > _F0)  # r = 0: no pair (a cfunc must not raise)
-        acc = np.float32(0.0)
-        for u in range(c):
-            r2 = near_r2[u]
-            r = r2 * (_F1 / np.sqrt(r2))
-            k, p = _locate(r, cf[7], nr)
-            sj = cut[h, u] >> SPECIES_SHIFT
-            acc += _value(rhor, _knot(sj, si, k, ne, nr, size), p)
-            rho[near_j[u]] += _value(rhor, _knot(si, sj, k, ne, nr, size), p)
-        rho[i] += acc
-        ncut[h] = c
-
-
-def _force_half(xyz, fpr, ids, cut, ncut, pos, sp_i, own, fp_i, tables, cf, ci, out):
-    """The pairs `_density_half` found within the cutoff (`cut`, `ncut`), in list order."""
-    rhor, z2r = tables
-    f, pair_e, virial = out
-    n = own.shape[0]  # the first n list rows (the block's atoms)
-    nr, ne, size = ci[0], ci[1], rhor.shape[0]
-    f[:] = 0.0
-    pair_e[:] = 0.0
-    virial[:] = 0.0
-    for h in range(n):
-        i, xi, yi, zi, si, fpi = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h], fp_i[h]
-        fx, fy, fz = np.float32(0.0), np.float32(0.0), np.float32(0.0)
-        e, v = np.float32(0.0), np.float32(0.0)
-        for c in range(ncut[h]):
-            q = cut[h, c] & PLACE_MASK
-            j = ids[q]
-            dx, dy, dz, r2 = _geometry(xyz, q, xi, yi, zi, cf)
-            sj = cut[h, c] >> SPECIES_SHIFT
-            inv_r, r, phi, psip = _pair(rhor, z2r, r2, si, sj, fpi, fpr[q], cf, nr, ne, size)
-            scale = psip * inv_r
-            fx += scale * dx
-            fy += scale * dy
-            fz += scale * dz
-            f[j, 0] -= scale * dx
-            f[j, 1] -= scale * dy
-            f[j, 2] -= scale * dz
-            e += phi
-            v += psip * r
-            pair_e[j] += np.float32(0.5) * phi
-            virial[j] -= np.float32(0.5) * psip * r
-        f[i, 0] += fx
-        f[i, 1] += fy
-        f[i, 2] += fz
-        pair_e[i] += np.float32(0.5) * e
-        virial[i] -= np.float32(0.5) * v
 
 
 @njit(inline="always")
@@ -318,8 +191,6 @@ def _force_half_args(frame):
 
 density_full = njit(**OPTS)(_density)
 force_full = njit(**OPTS)(_force)
-density_half = njit(**OPTS)(_density_half)
-force_half = njit(**OPTS)(_force_half)
 
 
 def density_full_ffi(frame_p):

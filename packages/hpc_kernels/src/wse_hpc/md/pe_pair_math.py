@@ -1,0 +1,96 @@
+"""The arithmetic of one pair shared by the MD pair kernels (`pe_pairs_numba`'s full lists,
+`pe_pairs_half`'s each pair once): the minimum-image displacement, LAMMPS's knot interval
+and cubic splines (`md.splines`' tables, float32, a knot's four coefficients (K, 4) in one
+cache line), a pair's phi and psi', and a float32 FMA rounded once. All inline numba; the
+kernels that call them fix the order of every sum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+__all__ = [
+    "F0",
+    "F1",
+    "F2",
+    "F3",
+    "fma",
+    "geometry",
+    "knot",
+    "locate",
+    "pair",
+    "slope",
+    "splines",
+    "value",
+]
+
+F0, F1, F2, F3 = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.float32(3.0)
+
+
+@njit(inline="always")
+def geometry(xyz, j, xi, yi, zi, cf):
+    """Minimum-image displacement from i to the candidate at j and its r^2."""
+    dx = xyz[j, 0] - xi
+    dy = xyz[j, 1] - yi
+    dz = xyz[j, 2] - zi
+    dx = dx - cf[0] * np.rint(dx * cf[3])
+    dy = dy - cf[1] * np.rint(dy * cf[4])
+    dz = dz - cf[2] * np.rint(dz * cf[5])
+    return dx, dy, dz, dx * dx + dy * dy + dz * dz
+
+
+@njit(inline="always")
+def locate(r, inv_dr, nr):
+    """LAMMPS: p = r / dr + 1, m = int(p) clamped to [1, nr - 1], p -= m, p <= 1."""
+    p = r * inv_dr + F1
+    m = min(max(np.floor(p), F1), np.float32(nr - 1))
+    return np.int32(m) - np.int32(1), min(p - m, F1)  # int32: SIMD converts it
+
+
+@njit(inline="always")
+def knot(a, b, k, ne, nr, size):
+    at = (a * ne + b) * nr + k if ne > 1 else k
+    return min(max(at, 0), size - 1)
+
+
+@njit(inline="always")
+def value(t, at, p):  # t (K, 4): a knot's four coefficients share a cache line
+    return ((t[at, 0] * p + t[at, 1]) * p + t[at, 2]) * p + t[at, 3]
+
+
+@njit(inline="always")
+def slope(t, at, p, inv_d):
+    return ((F3 * t[at, 0] * p + F2 * t[at, 1]) * p + t[at, 2]) * inv_d
+
+
+@njit(inline="always")
+def pair(rhor, z2r, r2, si, sj, fpi, fpj, cf, nr, ne, size):
+    """One pair within the cutoff: 1/r, r, the pair energy phi and psi' (the force along the
+    pair is psi' / r times the displacement)."""
+    inv_r = F1 / np.sqrt(r2)
+    r = r2 * inv_r
+    k, p = locate(r, cf[7], nr)
+    return (inv_r, r) + splines(rhor, z2r, inv_r, k, p, si, sj, fpi, fpj, cf[7], nr, ne, size)
+
+
+@njit(inline="always")
+def splines(rhor, z2r, inv_r, k, p, si, sj, fpi, fpj, inv_dr, nr, ne, size):
+    """phi and psi' of a pair at 1/r in knot interval k, fraction p."""
+    rhojp = slope(rhor, knot(sj, si, k, ne, nr, size), p, inv_dr)
+    rhoip = slope(rhor, knot(si, sj, k, ne, nr, size), p, inv_dr)
+    at = knot(si, sj, k, ne, nr, size)
+    phi = value(z2r, at, p) * inv_r
+    phip = (slope(z2r, at, p, inv_dr) - phi) * inv_r
+    return phi, fpi * rhojp + fpj * rhoip + phip
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    """a * b + c rounded once (float32)."""
+
+    def codegen(context, builder, sig, args):
+        return builder.fma(*args)
+
+    return types.float32(types.float32, types.float32, types.float32), codegen
