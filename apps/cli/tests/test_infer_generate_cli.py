@@ -197,8 +197,8 @@ def test_an_unreadable_tokenizer_is_refused_before_the_weights(model_dir, tmp_pa
     """A garbage tokenizer.json: one line, exit 2, from a check that imports no JAX (it ran
     after the weights loaded, ~5 s, before)."""
     import shutil
-    import subprocess
-    import sys
+
+    from wse_core.testing import refused_without_jax
 
     root, _ = model_dir
     bad = tmp_path / "bad"
@@ -206,13 +206,10 @@ def test_an_unreadable_tokenizer_is_refused_before_the_weights(model_dir, tmp_pa
     (bad / "tokenizer.json").write_text('{"model": {"vocab": {1: 2')
     res = _run("--model_dir", bad, "--prompt", "x")
     assert res.exit_code == 2 and "cannot read" in res.output and "tokenizer.json" in res.output
-    code = (
-        "import sys\nfrom wse_inference.model_dir import ModelLoadError, check_tokenizer_file\n"
-        f"try:\n    check_tokenizer_file({str(bad)!r})\nexcept ModelLoadError:\n"
-        "    print('refused', 'jax' in sys.modules)\n"
+    got = refused_without_jax(
+        "wse_inference.model_dir", f"check_tokenizer_file({str(bad)!r})", "ModelLoadError"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == ["refused", "False"], done.stdout + done.stderr
+    assert got == ["refused", "False"], got
 
 
 NO_JAX_PROBE = """import atexit, runpy, sys

@@ -4,8 +4,6 @@ safetensors' own loader, every non-finite tensor refused by name before a model 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -13,6 +11,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 from wse_core.host.memory import HostMemoryError
 from wse_core.host.tensor_files import INDEX_FILE, TensorFileError, read_tensors, weight_map
+from wse_core.testing import refused_without_jax
 
 
 def _tensors(seed: int = 0) -> dict[str, np.ndarray]:
@@ -92,10 +91,7 @@ def test_reading_imports_no_jax(tmp_path):
     tensors = _tensors()
     tensors["model.norm.weight"][0] = np.nan
     save_file(tensors, str(tmp_path / "model.safetensors"))
-    code = (
-        "import sys\nfrom wse_core.host.tensor_files import TensorFileError, read_tensors\n"
-        f"try:\n    read_tensors({str(tmp_path)!r})\nexcept TensorFileError:\n"
-        "    print('refused', 'jax' in sys.modules)\n"
+    got = refused_without_jax(
+        "wse_core.host.tensor_files", f"read_tensors({str(tmp_path)!r})", "TensorFileError"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == ["refused", "False"], done.stdout + done.stderr
+    assert got == ["refused", "False"], got

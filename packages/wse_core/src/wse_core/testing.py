@@ -19,6 +19,7 @@ __all__ = [
     "available_meshes",
     "mutate",
     "one_line_error",
+    "refused_without_jax",
     "tiny_trace",
 ]
 
@@ -92,6 +93,22 @@ def one_line_error(e: BaseException) -> bool:
     """True when `e`'s message is one non-empty line (how the `wse` command prints it)."""
     text = str(e)
     return bool(text.strip()) and "\n" not in text.strip()
+
+
+def refused_without_jax(module: str, call: str, error: str) -> list[str]:
+    """Run `from module import call, error; call()` in a fresh Python and return what it
+    printed: `["refused", "False"]` when `call` raised `error` without importing JAX (a
+    refusal the CLI gives before its slow imports). `call` is a call expression."""
+    import subprocess
+    import sys
+
+    name = call.split("(")[0]
+    code = (
+        f"import sys\nfrom {module} import {error}, {name}\n"
+        f"try:\n    {call}\nexcept {error}:\n    print('refused', 'jax' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.split() or [done.stderr]
 
 
 def tiny_trace(seed: int = 3, rate: float = 0.05):
