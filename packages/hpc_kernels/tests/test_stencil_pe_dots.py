@@ -55,8 +55,17 @@ def test_fused_dot_through_the_kernel_matches_xla_and_records_the_same(monkeypat
     np.testing.assert_allclose(np.asarray(kernel), np.asarray(xla), rtol=FP32_SUM_RTOL)
 
 
-def test_not_available_for_fp16_or_three_pairs():
+def test_fp16_fields_are_widened_exactly():
+    g = _grid((10, 6, 12))
+    a, b = (f.astype(jnp.float16) for f in _pair(g))
+    got = jax.jit(lambda a, b: pe_dots.local_dots(g.wafer, [(a, b)]))(a, b)
+    ga, gb = (g.gather(f).astype(np.float64) for f in (a, b))
+    have = np.asarray(got)[: g.shape[0], : g.shape[1], 0]
+    np.testing.assert_allclose(have, np.sum(ga * gb, axis=2), rtol=FP32_SUM_RTOL, atol=1e-5)
+
+
+def test_not_available_for_other_dtypes_or_three_pairs():
     g = small_grid((4, 4, 4), {"a": "fp32"}, mesh_shape=(1, 1))
     x = jnp.zeros((*g.wafer.padded_shape, 4), jnp.float32)
-    assert not pe_dots.available(g.wafer, [(x.astype(jnp.float16), x)])
+    assert not pe_dots.available(g.wafer, [(x.astype(jnp.bfloat16), x)])
     assert not pe_dots.available(g.wafer, [(x, x)] * 3)
