@@ -40,6 +40,7 @@ import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
+from wse_hpc.md.pe_pair_math import minimum_image
 from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
 from wse_hpc.numba_ffi import metadata_query as metadata
 
@@ -67,17 +68,6 @@ def _popcount(typingctx, x):
     return types.uint64(types.uint64), codegen
 
 
-@njit(inline="always")
-def _r2(dx, dy, dz, box, inv):
-    """The minimum-image squared distance of (dx, dy, dz) in the box (bx, by, bz) with inv
-    its inverse lengths: the same float32 operations for (i, j) and (j, i), which
-    `_build_pairs` relies on."""
-    dx = dx - box[0] * np.rint(dx * inv[0])
-    dy = dy - box[1] * np.rint(dy * inv[1])
-    dz = dz - box[2] * np.rint(dz * inv[2])
-    return dx * dx + dy * dy + dz * dz
-
-
 def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count, over):
     """Per PE and row offset: the slots' distances in one branch-free pass (SIMD), then the
     kept columns in a second. With ci[4] (one device, each pair once) only the kept
@@ -89,8 +79,8 @@ def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count,
     kr, kc, depth, m, half = ci[0], ci[1], ci[2], ci[3], ci[4]
     pitch, width = px.shape[1], 2 * kc + 1
     bx, by, bz, reach2 = cf[0], cf[1], cf[2], cf[3]
-    box = (bx, by, bz)
-    inv = (np.float32(1.0) / bx, np.float32(1.0) / by, np.float32(1.0) / bz)
+    one = np.float32(1.0)
+    box = (bx, by, bz, one / bx, one / by, one / bz)
     ok = np.empty(width, np.bool_)
     index[:] = 0
     species[:] = 0
@@ -106,7 +96,7 @@ def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count,
                     rx, ry, rz = px[rr, c : c + width], py[rr, c : c + width], pz[rr, c : c + width]
                     rs = ps[rr, c : c + width]
                     for j in range(width):
-                        r2 = _r2(rx[j] - xi, ry[j] - yi, rz[j] - zi, box, inv)
+                        r2 = minimum_image(rx[j] - xi, ry[j] - yi, rz[j] - zi, box)[3]
                         ok[j] = (r2 < reach2) & (rs[j] >= 0)
                     if off == 0:
                         ok[kc] = False  # not itself
@@ -135,8 +125,8 @@ def _build_pairs(planes, held, pos, ids, offsets, caps, cf, ci, index, species, 
     kr, kc, depth, m = ci[0], ci[1], ci[2], ci[3]
     pitch, width = px.shape[1], 2 * kc + 1
     bx, by, bz, reach2 = cf[0], cf[1], cf[2], cf[3]
-    box = (bx, by, bz)
-    inv = (np.float32(1.0) / bx, np.float32(1.0) / by, np.float32(1.0) / bz)
+    one = np.float32(1.0)
+    box = (bx, by, bz, one / bx, one / by, one / bz)
     ok = np.empty(width, np.uint64)
     mask = np.zeros((br, bc, 2 * kr + 1), np.uint64)
     index[:] = 0
@@ -151,7 +141,7 @@ def _build_pairs(planes, held, pos, ids, offsets, caps, cf, ci, index, species, 
                 rx, ry, rz = px[rr, c : c + width], py[rr, c : c + width], pz[rr, c : c + width]
                 rs = ps[rr, c : c + width]
                 for j in range(j0, width):
-                    r2 = _r2(rx[j] - xi, ry[j] - yi, rz[j] - zi, box, inv)
+                    r2 = minimum_image(rx[j] - xi, ry[j] - yi, rz[j] - zi, box)[3]
                     hit = (r2 < reach2) & (rs[j] >= 0)
                     ok[j] = np.uint64(hit) << np.uint64(j)
                 bits = np.uint64(0)

@@ -20,6 +20,7 @@ __all__ = [
     "geometry",
     "knot",
     "locate",
+    "minimum_image",
     "pair",
     "slope",
     "splines",
@@ -30,15 +31,21 @@ F0, F1, F2, F3 = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.float32(3
 
 
 @njit(inline="always")
+def minimum_image(dx, dy, dz, box):
+    """The minimum-image displacement (dx, dy, dz) and its r^2, `box` (bx, by, bz, 1/bx,
+    1/by, 1/bz) (a tuple, or the first six of a kernel's cf): every kernel's one form, the
+    same float32 operations for (i, j) as for (j, i) (exact negatives), which the list
+    build's each-pair-once test relies on."""
+    dx = dx - box[0] * np.rint(dx * box[3])
+    dy = dy - box[1] * np.rint(dy * box[4])
+    dz = dz - box[2] * np.rint(dz * box[5])
+    return dx, dy, dz, dx * dx + dy * dy + dz * dz
+
+
+@njit(inline="always")
 def geometry(xyz, j, xi, yi, zi, cf):
     """Minimum-image displacement from i to the candidate at j and its r^2."""
-    dx = xyz[j, 0] - xi
-    dy = xyz[j, 1] - yi
-    dz = xyz[j, 2] - zi
-    dx = dx - cf[0] * np.rint(dx * cf[3])
-    dy = dy - cf[1] * np.rint(dy * cf[4])
-    dz = dz - cf[2] * np.rint(dz * cf[5])
-    return dx, dy, dz, dx * dx + dy * dy + dz * dz
+    return minimum_image(xyz[j, 0] - xi, xyz[j, 1] - yi, xyz[j, 2] - zi, cf)
 
 
 @njit(inline="always")

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from wse_hpc.md.pair_words import PLACE_MASK, SPECIES_SHIFT
-from wse_hpc.md.pe_pair_math import F0, F1, fma, knot, locate, splines, value
+from wse_hpc.md.pe_pair_math import F0, F1, fma, knot, locate, minimum_image, splines, value
 from wse_hpc.numba_ffi import OPTS
 
 __all__ = ["density_half", "force_half"]
@@ -53,17 +53,6 @@ def _gather(xyz, words, count, g):
         g.x[t], g.y[t], g.z[t] = xyz[q, 0], xyz[q, 1], xyz[q, 2]
 
 
-@njit(inline="always")
-def _image(g, t, xi, yi, zi, box):
-    """`geometry` on gathered positions: minimum-image displacement and r^2."""
-    bx, by, bz, ix, iy, iz = box
-    dx, dy, dz = g.x[t] - xi, g.y[t] - yi, g.z[t] - zi
-    dx = dx - bx * np.rint(dx * ix)
-    dy = dy - by * np.rint(dy * iy)
-    dz = dz - bz * np.rint(dz * iz)
-    return dx, dy, dz, dx * dx + dy * dy + dz * dz
-
-
 def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, out):
     """Each pair once: the lists are `neighbours.build.select_half`'s (each PE holds only
     its candidates of a larger block index, and adds its share to both); each PE's pairs
@@ -87,7 +76,7 @@ def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, ou
             nv += 1
         _gather(xyz, index[h], nv, g)
         for t in range(nv):
-            g.r2[t] = _image(g, t, xi, yi, zi, box)[3]
+            g.r2[t] = minimum_image(g.x[t] - xi, g.y[t] - yi, g.z[t] - zi, box)[3]
         c = 0
         for t in range(nv):
             r2 = g.r2[t]
@@ -128,7 +117,7 @@ def _force_half(xyz, fpr, ids, cut, ncut, pos, sp_i, own, fp_i, tables, cf, ci, 
         i, xi, yi, zi, si, fpi = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h], fp_i[h]
         _gather(xyz, cut[h], ncut[h], g)
         for c in range(ncut[h]):
-            g.x[c], g.y[c], g.z[c], r2 = _image(g, c, xi, yi, zi, box)
+            g.x[c], g.y[c], g.z[c], r2 = minimum_image(g.x[c] - xi, g.y[c] - yi, g.z[c] - zi, box)
             g.inv_r[c] = F1 / np.sqrt(r2)
             g.r[c] = r2 * g.inv_r[c]
             g.k[c], g.p[c] = locate(g.r[c], inv_dr, nr)
