@@ -24,6 +24,21 @@ def test_available_is_memavailable_capped_by_the_variable(monkeypatch):
         available_bytes()
 
 
+def test_held_bytes_count_once_and_stay_under_the_cap(monkeypatch):
+    """Bytes a run already holds are back in its budget (MemAvailable no longer counts
+    them), but never past the variable's cap: the cap bounds the whole problem."""
+    import wse_core.host.memory as memory
+
+    monkeypatch.delenv("WSE_HOST_MEMORY_BYTES", raising=False)
+    monkeypatch.setattr(memory, "_meminfo_available", lambda: 1000)
+    assert available_bytes(held_bytes=300) == 1300
+    require("held", 1300, fits=lambda b: "unused", held_bytes=300)  # fits
+    with pytest.raises(HostMemoryError, match="1,300 B"):
+        require("not held", 1300, fits=lambda b: "unused")  # 1,000 available
+    monkeypatch.setenv("WSE_HOST_MEMORY_BYTES", "1100")
+    assert available_bytes(held_bytes=300) == 1100
+
+
 @pytest.mark.parametrize("budget", [0, 1, 99, 100, 101, 10**6, 10**12])
 def test_largest_is_the_brute_force_answer(budget):
     cost = lambda n: 100 * n + 7 * n * n  # noqa: E731

@@ -14,7 +14,8 @@ with NumPy and no JAX (a command refuses NaN or infinite weights before JAX load
 the arrays to `load_model(path, weights=...)`: read once). `read_config(path)` reads only
 config.json, so that `check_host_memory(config, rows=...,
 max_context=...)` can refuse a serving size (parameters plus KV cache rows) that the host
-cannot hold before any weight is read. `check_draft(target, draft)` refuses a draft whose
+cannot hold before JAX builds anything (weights already read are passed as `held_bytes`:
+MemAvailable no longer counts them). `check_draft(target, draft)` refuses a draft whose
 vocabulary differs from the target's (size, or the tokenizers' token tables). Errors are
 `WseError`s with one line.
 
@@ -329,9 +330,12 @@ def serving_host_bytes(config: Any, *, rows: int, max_context: int) -> int:
     return 4 * int(config.num_params()) + cache_bytes(config, rows, context)
 
 
-def check_host_memory(config: Any, *, rows: int, max_context: int, what: str) -> None:
+def check_host_memory(
+    config: Any, *, rows: int, max_context: int, what: str, held_bytes: int = 0
+) -> None:
     """Refuse (`HostMemoryError`, one line) a model with `rows` cache rows of `max_context`
-    that the host cannot hold; say how many rows, or what context, would fit."""
+    that the host cannot hold; say how many rows, or what context, would fit. `held_bytes`:
+    weights already read (`read_weights`), part of the parameters, not counted twice."""
     from wse_core.host.memory import largest, require
 
     def fits(budget: int) -> str:
@@ -356,4 +360,5 @@ def check_host_memory(config: Any, *, rows: int, max_context: int, what: str) ->
             options = [f"context {one} with 1 row"]
         return f"at most {', or '.join(options)}, fit"
 
-    require(what, serving_host_bytes(config, rows=rows, max_context=max_context), fits=fits)
+    needed = serving_host_bytes(config, rows=rows, max_context=max_context)
+    require(what, needed, fits=fits, held_bytes=held_bytes)

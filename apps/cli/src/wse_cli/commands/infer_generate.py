@@ -199,6 +199,7 @@ def generate(
         rows=1 if spec is not None else max(1, stages),
         max_context=context,
         what=f"generate with {max(1, stages)} stage(s) and context {context}",
+        held_bytes=sum(a.nbytes for a in weights.values()),  # read above: not counted twice
     )
     model = load_model(model_dir, tokenizer_required=prompt is not None, weights=weights)
     ids = _prompt_ids(prompt, prompt_ids, model.tokenizer, model.config.vocab_size)
