@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -68,3 +70,25 @@ def test_enospc_in_the_async_write_surfaces_at_the_next_wait(tmp_path, monkeypat
     finally:
         monkeypatch.undo()
         ckpt.close()
+
+
+def test_after_a_failed_save_orbaxs_unawaited_writes_print_nothing_at_exit():
+    # orbax's queued writes for the failed save are collected unawaited when the process
+    # ends; CPython prints "sys:1: RuntimeWarning: coroutine ... was never awaited" for each
+    def run(failed: bool) -> str:
+        code = (
+            "import warnings\n"
+            "from wse_trainer.save_faults import save_failed\n"
+            "async def write_fragment():\n    pass\n"
+            f"if {failed}:\n    save_failed()\n"
+            "pending = [write_fragment(), write_fragment()]\n"  # collected at exit
+            "warnings.warn('still shown', RuntimeWarning)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert "RuntimeWarning: still shown" in out.stderr  # other warnings still print
+        return out.stderr
+
+    assert "was never awaited" in run(False)  # the control: CPython does print it
+    err = run(True)
+    assert "never awaited" not in err and "tracemalloc" not in err, err

@@ -5,12 +5,13 @@ When a save fails on the disk (ENOSPC, a folder gone), `wse_trainer.checkpoints`
 background threads meanwhile log the same error with its traceback at ERROR level, then
 log the follow-on failures of its other threads; tensorstore's writes still in flight
 complete onto the failed save's closed event loop and print `RuntimeError: Event loop is
-closed` (through `sys.excepthook` or `sys.unraisablehook`); closing the manager raises the
-stored error once more.
+closed` (through `sys.excepthook` or `sys.unraisablehook`), and the write coroutines that
+never ran are collected at exit with `RuntimeWarning: coroutine ... was never awaited`;
+closing the manager raises the stored error once more.
 `quiet_orbax()` (installed by every writing `Checkpointer`) drops orbax's log records
 whose error is an OSError, and every orbax record once a save has failed; `save_failed()`
-marks that moment and installs hooks that drop the closed-loop errors (any other
-error still prints). Errors that are not the disk's keep their tracebacks.
+marks that moment, installs hooks that drop the closed-loop errors (any other
+error still prints) and ignores the never-awaited warning of orbax's abandoned writes. Errors that are not the disk's keep their tracebacks.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from types import TracebackType
 
@@ -83,3 +85,7 @@ def save_failed() -> None:
             unraisable(u)
 
     sys.excepthook, sys.unraisablehook = hook, unraisable_hook
+    # the writes orbax had queued for the failed save are collected unawaited at exit
+    warnings.filterwarnings(
+        "ignore", message=r"coroutine '.*' was never awaited", category=RuntimeWarning
+    )
