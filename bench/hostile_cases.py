@@ -10,6 +10,7 @@ apps/cli/tests/test_cli_hostile_sizes.py reads them; the file bombs are the ones
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 from collections.abc import Callable
@@ -323,6 +324,14 @@ def cases() -> list[Case]:
             "hpc", "tlrmvm", "run", "--operator", fx.nan_operator()]),
         Case("non-finite", "infer generate NaN weights", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.nan_model(), "--prompt", "x"]),
+        Case("non-finite", "infer generate NaN draft weights", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt", "x",
+            "--speculative-config", json.dumps({"model": fx.nan_model()})]),
+        Case("non-finite", "infer serve NaN weights", lambda fx, tmp: [
+            "infer", "serve", "--model-dir", fx.nan_model(), "--port", "0"]),
+        Case("non-finite", "infer serve NaN draft weights", lambda fx, tmp: [
+            "infer", "serve", "--model-dir", fx.model(), "--port", "0",
+            "--speculative-config", json.dumps({"model": fx.nan_model()})]),
         Case("non-finite", "train lr=1e30 diverges", _const(), rc=1,
              skip="a real training run (> 30 s here): test_trainer_resume's NaN-loss tests"),
     ]  # fmt: skip

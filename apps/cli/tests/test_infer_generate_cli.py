@@ -219,11 +219,47 @@ runpy.run_module("wse_cli", run_name="__main__", alter_sys=True)
 """
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_non_finite_weights_are_refused_by_name_before_jax(model_dir, tmp_path, bad):
+def _spec(draft) -> str:
+    return json.dumps({"model": str(draft), "num_speculative_tokens": 2})
+
+
+# (command, whose weights are bad): generate and serve, the target's or the draft's
+NON_FINITE_CASES = {
+    "generate": lambda bad, good: ["infer", "generate", "--model-dir", bad, "--prompt", "x"],
+    "generate-draft": lambda bad, good: [
+        "infer",
+        "generate",
+        "--model-dir",
+        good,
+        "--prompt",
+        "x",
+        "--speculative-config",
+        _spec(bad),
+    ],  # fmt: skip
+    "serve": lambda bad, good: ["infer", "serve", "--model-dir", bad, "--port", "0"],
+    "serve-draft": lambda bad, good: [
+        "infer",
+        "serve",
+        "--model-dir",
+        good,
+        "--port",
+        "0",
+        "--speculative-config",
+        _spec(bad),
+    ],  # fmt: skip
+}
+
+
+@pytest.mark.parametrize(
+    ("bad", "case"),
+    [(float("nan"), "generate"), (float("inf"), "generate")]
+    + [(float("nan"), c) for c in ("generate-draft", "serve", "serve-draft")],
+)
+def test_non_finite_weights_are_refused_by_name_before_jax(model_dir, tmp_path, bad, case):
     """A model.safetensors with NaN (or Inf) in one tensor (issue 43: empty output, rc 0; then
-    refused after JAX loaded the weights, 4.8 s): one line naming the tensor and the count,
-    exit 2, no JAX imported, nothing written."""
+    refused after JAX loaded the weights, 4.8 s), the target's or the speculative draft's,
+    in `infer generate` or `infer serve`: one line naming the tensor and the count, exit 2,
+    no JAX imported, nothing written."""
     import shutil
     import subprocess
     import sys
@@ -241,12 +277,12 @@ def test_non_finite_weights_are_refused_by_name_before_jax(model_dir, tmp_path, 
     save_file(tensors, st)
     count = len(tensors[name].flat[::3])
     before = sorted(tmp_path.rglob("*"))
-    args = ["infer", "generate", "--model-dir", str(bad_dir), "--prompt", "x"]
+    args = NON_FINITE_CASES[case](str(bad_dir), str(root / "target"))
     r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *args], capture_output=True,
                        text=True, timeout=120, cwd=tmp_path, env=clean_env())  # fmt: skip
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
-    assert lines[0].startswith("Error: cannot load the model in "), r.stderr
+    assert lines[0].startswith(f"Error: cannot load the model in {str(bad_dir)!r}"), r.stderr
     assert f"tensor {name!r}" in lines[0] and f"holds {count:,} NaN or infinite" in lines[0]
     assert lines[1:] == ["jax imported: False"], r.stderr
     assert sorted(tmp_path.rglob("*")) == before

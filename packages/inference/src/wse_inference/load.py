@@ -34,14 +34,18 @@ def load_engine(
     speculative_config: SpeculativeConfig | Mapping[str, Any] | None = None,
     max_slots: int = 4,
     max_context: int | None = None,
+    weights: dict[str, Any] | None = None,
+    draft_weights: dict[str, Any] | None = None,
 ) -> PipelineEngine | SpeculativeEngine:
-    """The engine the server runs for `model_dir` (see the module contract)."""
+    """The engine the server runs for `model_dir` (see the module contract); `weights` and
+    `draft_weights`: the target's and the draft's tensors already read
+    (`model_dir.read_weights`), taken, not read again."""
     sc = speculative_config
     if sc is not None and not isinstance(sc, SpeculativeConfig):
         sc = SpeculativeConfig.from_mapping(sc) if sc else None
-    target = load_model(model_dir)
+    target = load_model(model_dir, weights=weights)
     if sc is not None:
-        draft = load_model(sc.draft_dir(), tokenizer_required=False)
+        draft = load_model(sc.draft_dir(), tokenizer_required=False, weights=draft_weights)
         return SpeculativeEngine(
             target,
             draft,

@@ -10,8 +10,9 @@ never ran are collected at exit with `RuntimeWarning: coroutine ... was never aw
 closing the manager raises the stored error once more.
 `quiet_orbax()` (installed by every writing `Checkpointer`) drops orbax's log records
 whose error is an OSError, and every orbax record once a save has failed; `save_failed()`
-marks that moment, installs hooks that drop the closed-loop errors (any other
-error still prints) and ignores the never-awaited warning of orbax's abandoned writes. Errors that are not the disk's keep their tracebacks.
+marks that moment, installs hooks that drop the closed-loop errors (any other error still
+prints) and ignores the never-awaited warning of orbax's abandoned writes. Errors that are
+not the disk's keep their tracebacks.
 """
 
 from __future__ import annotations

@@ -190,6 +190,7 @@ def generate(
     from wse_inference.model_dir import read_weights
 
     weights = read_weights(model_dir)  # NumPy, no JAX: a NaN weight is refused in ~1 s
+    draft_weights = read_weights(spec.draft_dir()) if spec is not None else None  # the same
     from wse_inference.model_dir import check_host_memory, read_config
 
     cfg = read_config(model_dir)
@@ -211,11 +212,11 @@ def generate(
     if spec is None:
         result = _pipelined(model, ids, sampling, stages, context, stream, wafer, trace)
     else:
-        result = _speculative(model, spec, ids, sampling, context, stream, wafer)
+        result = _speculative(model, spec, draft_weights, ids, sampling, context, stream, wafer)
     _report(result, as_json)
 
 
-def _speculative(model, spec, ids, sampling, context, stream, wafer):
+def _speculative(model, spec, draft_weights, ids, sampling, context, stream, wafer):
     """One runtime, the serving engine's (`SpeculativeEngine`, one slot): its rounds give
     the logprobs (`SpeculativeDecoder.generate`'s fused loop does not) and the same tokens
     as the decoder for the same seed; its report is the decoder's prediction at its
@@ -224,9 +225,8 @@ def _speculative(model, spec, ids, sampling, context, stream, wafer):
     from wse_inference.speculative.engine import SpeculativeEngine
 
     gamma = spec.num_speculative_tokens
-    draft = load_model(
-        spec.draft_dir(), tokenizer_required=False
-    )  # check_draft compares vocabularies
+    # check_draft compares vocabularies; the draft's weights were read before JAX
+    draft = load_model(spec.draft_dir(), tokenizer_required=False, weights=draft_weights)
     name = f"speculative, draft {draft.name!r}, gamma {gamma}"
     engine = SpeculativeEngine(
         model, draft, gamma=gamma, spec=wafer, max_slots=1, max_context=context

@@ -96,10 +96,14 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
             "this install has no model loader (wse_inference.load.load_engine) yet; "
             "serve the mock engine with --model-dir mock"
         )
-    from wse_inference.model_dir import check_host_memory, read_config
+    from wse_inference.model_dir import check_host_memory, read_config, read_weights
 
     if spec is not None:
         spec.draft_dir()  # a real model's speculation needs a draft: say so before loading
+    # NumPy, no JAX: a NaN weight or a damaged file, the target's or the draft's, is refused
+    # in about a second
+    weights = read_weights(model_dir)
+    draft_weights = read_weights(spec.draft_dir()) if spec is not None else None
     cfg = read_config(model_dir)
     rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))  # pipeline: one per stage
     check_host_memory(
@@ -107,10 +111,20 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
         rows=rows,
         max_context=cfg.max_seq_len,
         what=f"serving {max_slots} slots ({rows} KV-cache rows) of context {cfg.max_seq_len}",
+        # the target's weights, read above, are part of what it needs: not counted twice (the
+        # draft's, also read, are not part of it and stay out of what is available)
+        held_bytes=sum(a.nbytes for a in weights.values()),
     )
     from wse_inference.load import load_engine  # JAX: once the inputs are checked
 
-    return load_engine(model_dir, spec=wafer, speculative_config=spec, max_slots=max_slots)
+    return load_engine(
+        model_dir,
+        spec=wafer,
+        speculative_config=spec,
+        max_slots=max_slots,
+        weights=weights,
+        draft_weights=draft_weights,
+    )
 
 
 def serve(

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wse_inference.sampling import SamplingError
+from wse_inference.engine import SamplingError  # no JAX (sampling imports it)
 
 __all__ = ["SpeculativeConfig", "parse_speculative_config", "DEFAULT_GAMMA"]
 
