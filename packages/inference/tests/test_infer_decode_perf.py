@@ -225,14 +225,47 @@ def test_8b_calibration_row_is_a_check_not_a_fit():
     "token) the model chooses compact regions at ~2,986 tokens/s (+66%; ~2,776 with half the "
     "8k context read and no trip); banded give ~1,860 (+3.3%). No priced mechanism missing "
     "from compact was found (both layouts pay the same broadcast, reduce, move, handoff and "
-    "attention); WaferLLM's MeshGEMV (an allreduce along one axis, no move) would make "
-    "compact faster still. Left honest, not fitted.",
+    "attention). WaferLLM's MeshGEMV, now priced from its code (gemv='meshgemv': an allreduce "
+    "along one axis, no flood or move), makes compact faster still (~3,207, +78%) and bands "
+    "slower (~1,322): no GEMV program read so far brings compact near 1,800. Left honest, "
+    "not fitted.",
 )
 def test_8b_check_within_ten_percent():
     from wse_systems.token import decode_check_row
 
     row = decode_check_row()
     assert row["model"] == pytest.approx(row["published"], rel=0.10)
+
+
+def test_8b_check_under_meshgemv_is_shown_beside_never_chosen():
+    """WaferLLM's MeshGEMV (MeshInfra/WaferLLM at 2cd13b5c; `wse_systems.meshgemv`) priced on
+    the 8B check's setup: a stated, switchable assumption (`gemv=`), shown in the report's
+    assumptions, never the check row's program (Cerebras' software is not WaferLLM). It
+    moves compact regions further from 1,800 (about 3,207 tokens/s against 2,986) and bands
+    below it (about 1,322: half the products reduce along the band's 21 rows, Kt = 196 FMACs
+    of 4 or fewer outputs each, the DSD issue's)."""
+    from wse_models import preset_config
+    from wse_systems.token import PUBLISHED_SETUP, decode_check_row
+
+    kv, out = int(PUBLISHED_SETUP["kv_tokens"]), bool(PUBLISHED_SETUP["token_out"])
+    assert PUBLISHED_SETUP["gemv"] == "sdk"
+    spec = preset("wse3")
+    sdk, _ = decode_perf.predict_model("llama3-8b", spec=spec, num_wafers=1, kv_tokens=kv,
+                                       token_out=out)  # fmt: skip
+    mesh, plan = decode_perf.predict_model(
+        "llama3-8b", spec=spec, num_wafers=1, kv_tokens=kv, token_out=out, gemv="meshgemv"
+    )
+    assert plan.gemv == "meshgemv" and plan.layout == "compact"
+    assert "WaferLLM" in mesh.assumptions["gemv program"]
+    assert mesh.assumptions["gemv program"].startswith("meshgemv")
+    assert sdk.assumptions["gemv program"].startswith("sdk")
+    assert decode_check_row()["model"] == pytest.approx(sdk.predicted_s, rel=1e-9)
+    assert decode_perf.tokens_per_s(mesh) == pytest.approx(3207, rel=0.02)
+    assert decode_perf.tokens_per_s(mesh) > decode_perf.tokens_per_s(sdk) > 1.1 * 1800
+    config = preset_config("llama3-8b")
+    bands = decode_perf.plan_for(config, spec=spec, num_wafers=1, layout="banded", gemv="meshgemv")
+    banded = decode_perf.predict_decode(config, bands, kv_tokens=kv, token_out=out)
+    assert decode_perf.tokens_per_s(banded) < 0.9 * 1800
 
 
 def test_experiment_reports_the_published_rows():
@@ -248,3 +281,6 @@ def test_experiment_reports_the_published_rows():
     assert got["llama3.1-70b"].params["wafers"] == 4 and got["llama3.1-70b"].published is None
     assert got["llama3.1-405b"].params["wafers"] > 4 and got["llama3.1-405b"].published is None
     assert got["llama3.1-405b"].value < got["llama3.1-70b"].value < got["llama3.1-8b"].value
+    # each row's value prices the SDK gemv dataflow; WaferLLM's MeshGEMV is shown beside it
+    assert all(r.params["gemv"] == "sdk" for r in rows)
+    assert all(p["meshgemv_tokens_per_s"] > 0 for p in plans)

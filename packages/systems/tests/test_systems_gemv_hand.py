@@ -128,3 +128,65 @@ def test_both_layouts_pay_the_same_phases():
     assert {"x_in", "axpy", "reduce", "move", "scores_sum", "heads_reduce", "to_next"} <= set(
         names["compact"]
     )
+
+
+def test_meshgemv_counted_by_hand():
+    """WaferLLM's MeshGEMV (`wse_systems.meshgemv`; MeshInfra/WaferLLM at 2cd13b5c,
+    MeshGEMV/WSE-3 and Decode/WSE-3): y (16) = W^T x (12) on 4 x 6 PEs reducing along the
+    6 columns in 2 groups of 3: each PE holds Kt = 12 / 6 = 2 inputs and Nt = 16 / 4 = 4
+    outputs. The busiest PE is the allreduce's root (column 4 = 1 x 3 + 1)."""
+    from wse_systems.meshgemv import best_groups, meshgemv_phases
+
+    d, _t = _consts()
+    region = Region("m", 0, 0, 4, 6)
+    got = _cycles(meshgemv_phases(region, 12, 16, reduce_axis="cols", groups=2, spec=SPEC))
+    # zero: @fmovh(out, 0.0), one 16-bit move DSD of 4 (4 wide; 8 B written at 8 B/cycle)
+    assert got["zero"] == pytest.approx(1 + d)
+    # gemv: @map over the 2 inputs, one @fmach of 4 each (4 wide: 1 cycle), no task; SRAM
+    # (32 B read at 16 B/cycle, 16 B written at 8) takes 2 cycles, under the core's
+    assert got["gemv"] == pytest.approx(2 * 1 + 2 * d)
+    # reduce_group: a group of 3 to its root (index 1): one @faddh per side, 4 values each
+    # from the fabric (2 per cycle: one 32-bit wavelet), 2 cycles each; 2 x 2 words off the
+    # ramp (4 cycles, under the core's); the longer side 1 PE: 1 hop, 1 relay
+    assert got["reduce_group"] == pytest.approx(2 * 2 + 2 * d + 1 + RELAY)
+    # reduce_groups: the 2 group roots (columns 1 and 4) to root index 1: one side, one
+    # @faddh (2 cycles); 1 relay stage, 3 hops (the groups' pitch)
+    assert got["reduce_groups"] == pytest.approx(2 + d + 3 + RELAY)
+    # broadcast: @mov16 of 4 to the fabric (4 wide: 1 cycle; 2 words on the ramp, under
+    # it), multicast to the far end (column 0: 4 hops), 1 relay
+    assert got["broadcast"] == pytest.approx(1 + d + 4 + RELAY)
+    assert sum(got.values()) == pytest.approx(33 + 7 * d)
+    # nothing before or after: no flood of the input and no move back
+    assert set(got) == {"zero", "gemv", "reduce_group", "reduce_groups", "broadcast"}
+    # The groups, unless given, are the divisor of 6 whose allreduce prices fastest: with d
+    # = 11.5 cycles one group (31 + 3 d; 2 groups 30 + 4 d, 3 groups 28 + 4 d, 6 groups
+    # 31 + 3 d, a tie that takes fewer groups)
+    assert d > 3 and best_groups(6, 4, 2, SPEC) == 1
+    auto = _cycles(meshgemv_phases(region, 12, 16, reduce_axis="cols", spec=SPEC))
+    assert sum(auto.values()) == pytest.approx((3 + 3 * d) + (31 + 3 * d))  # zero + gemv, allreduce
+
+
+def test_decode_prices_the_gemv_program_the_plan_names():
+    """The GEMV program is the plan's (`plan_pipeline(..., gemv=)`), stated in every
+    report: "sdk" (the default) floods, reduces and moves; "meshgemv" floods the residual
+    once per region and moves nothing between products."""
+    from wse_systems.decoder import decode_phases
+    from wse_systems.pipeline import plan_pipeline
+    from wse_systems.token import price_token
+
+    toy = DecoderCounts(name="t", arch="llama", n_layers=4, d_model=64, n_heads=4,
+                        n_kv_heads=2, d_ff=128, vocab_size=100, max_seq_len=64)  # fmt: skip
+    sdk = plan_pipeline(toy, preset("small"), context_len=64, layout="compact")
+    mesh = plan_pipeline(toy, preset("small"), context_len=64, layout="compact", gemv="meshgemv")
+    assert sdk.gemv == "sdk" and mesh.gemv == "meshgemv" and sdk.stages == mesh.stages
+    names = {p.gemv: [leaf.name for leaf, _ in decode_phases(toy, p).parts[0].leaves()]
+             for p in (sdk, mesh)}  # fmt: skip
+    assert {"axpy", "reduce", "move"} <= set(names["sdk"])
+    assert not {"axpy", "reduce", "move"} & set(names["meshgemv"])
+    assert names["meshgemv"].count("x_in") == 1 and names["meshgemv"].count("broadcast") == 4
+    for plan in (sdk, mesh):
+        report = price_token(toy, plan)
+        assert report.assumptions["gemv program"].startswith(plan.gemv)
+        assert report.extra["plan"]["gemv"] == plan.gemv
+    with pytest.raises(ValueError, match="gemv"):
+        plan_pipeline(toy, preset("small"), context_len=64, gemv="cannon")

@@ -29,6 +29,16 @@ token's way back to the embedding and, with `token_out`, the token's trip off th
 host, `token_out_work`). It is the same plan object the inference engine
 emulates, so a change of the plan changes the prediction through it.
 
+The GEMV program is the plan's `gemv` (`wse_systems.pipeline.GEMV_PROGRAMS`, a stated
+assumption of every prediction): "sdk" is the form above; "meshgemv" is WaferLLM's
+(`wse_systems.meshgemv`): each product's input already replicated along its reduce axis,
+one FMAC per input element, a two-level allreduce along that axis leaving the output
+replicated for the next product, which reduces along the other axis (qkv and up_gate along
+the columns, o_proj and down along the rows, the head along the columns). Nothing moves
+between products; the residual is flooded down a region once as it enters it (`x_in` of the
+stage) and, held on every row after `down`, leaves from the region's bottom row. The
+attention is priced as in the "sdk" form (`wse_systems.attention`) under both.
+
 `shape` is a `wse_systems.transformer.DecoderShape` (its counts), e.g. a
 `wse_models.ModelConfig` or `transformer.LLAMA31_8B`, the calibration case.
 
@@ -59,7 +69,9 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
 from wse_systems.attention import EXP_FMACS, attention_phases
-from wse_systems.pipeline import to_edge
+from wse_systems.meshgemv import SOURCE as MESHGEMV_SOURCE
+from wse_systems.meshgemv import meshgemv_phases
+from wse_systems.pipeline import GEMV_PROGRAMS, to_edge
 from wse_systems.transformer import DecoderShape
 
 __all__ = [
@@ -72,6 +84,7 @@ __all__ = [
     "PER_TOKEN",
     "TOKEN_ID_BYTES",
     "token_out_work",
+    "GEMV_ASSUMPTIONS",
 ]
 
 # The group of what every token costs outside the layers; it runs on the head region.
@@ -91,6 +104,31 @@ DECODER_ASSUMPTIONS = {
     "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
     "still cross the fabric; a stage's layers share its mean zero fraction",
 }
+
+
+GEMV_ASSUMPTIONS = {
+    "sdk": "the SDK gemv dataflow (matvec layout above): what the model takes for Cerebras' "
+    "published software, whose kernels are not public",
+    "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025): per-PE FMACs, a two-level "
+    "allreduce along one axis, no flood or move between products (wse_systems.meshgemv; "
+    f"{MESHGEMV_SOURCE['repository']} at {MESHGEMV_SOURCE['commit'][:12]}); not the software "
+    "Cerebras measured",
+}
+# The axis each product reduces along under "meshgemv": alternating, so that a product's
+# output (replicated along its reduce axis) is the next one's input.
+MESHGEMV_AXES = {
+    "qkv": "cols",
+    "o_proj": "rows",
+    "up_gate": "cols",
+    "down": "rows",
+    "lm_head": "cols",
+}
+
+
+def _check_gemv(gemv: str) -> str:
+    if gemv not in GEMV_PROGRAMS:
+        raise ValueError(f"gemv must be one of {GEMV_PROGRAMS}, got {gemv!r}")
+    return gemv
 
 
 def _dtype(bytes_per_value: int) -> str:
@@ -205,10 +243,14 @@ def layer_phases(
     bytes_per_value: int = 2,
     mlp_zero_fraction: float = 0.0,
     spec: WaferSpec,
+    gemv: str = "sdk",
 ) -> Phases:
     """One layer's decode step (one token) on `region`, phase by phase (`mlp_zero_fraction`:
     the share of the MLP hidden activation that is zero, skipped by the down projection;
-    `spec`: whose constants choose the collectives' algorithms)."""
+    `spec`: whose constants choose the collectives' algorithms; `gemv`: the GEMV program,
+    `wse_systems.pipeline.GEMV_PROGRAMS`; under "meshgemv" the layer's input is already on
+    every row, `decode_phases` floods it once per region)."""
+    _check_gemv(gemv)
     d, hd = shape.d_model, shape.hd
     nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
     dt, b = _dtype(bytes_per_value), bytes_per_value
@@ -218,6 +260,11 @@ def layer_phases(
     residual = Work(ops=(_row_op("add", d, region, dt),))
 
     def mv(name: str, n_in: int, n_out: int, density: float = 1.0) -> Phases:
+        if gemv == "meshgemv":
+            return meshgemv_phases(
+                region, n_in, n_out, reduce_axis=MESHGEMV_AXES[name], bytes_per_value=b,
+                input_density=density, spec=spec, name=name,
+            )  # fmt: skip
         return matvec_phases(
             region, n_in, n_out, bytes_per_value=b, input_density=density, spec=spec, name=name
         )
@@ -237,15 +284,20 @@ def layer_phases(
     )
 
 
-def _to_next(region: Region, d: int, b: int, nxt: Region | None = None) -> Work:
+def _to_next(
+    region: Region, d: int, b: int, nxt: Region | None = None, from_bottom: bool = False
+) -> Work:
     """The residual stream (on the top row, d / cols values per column) down the region's
     height to the next region's top row: words over the links between the bands. When the
     next region (`nxt`, on the same wafer) does not start right below (a column strip's
     end, or the way back to the head), the stream also travels from below this region's
     bottom centre to the next one's top centre (Manhattan hops) and, across strips, shifts
-    sideways as one row: all d values over the strip boundary's link."""
+    sideways as one row: all d values over the strip boundary's link. `from_bottom`: the
+    stream is on the region's bottom row already (MeshGEMV)."""
     words = math.ceil(d / region.cols) * b / 4
-    hops, lateral = float(region.rows), 0.0
+    # from the top row down the region's height, or (`from_bottom`: MeshGEMV leaves the
+    # residual on every row) one hop from its bottom row
+    hops, lateral = (1.0 if from_bottom else float(region.rows)), 0.0
     if nxt is not None:
         out = (region.row0 + region.rows, region.col0 + region.cols // 2)
         into = (nxt.row0, nxt.col0 + nxt.cols // 2)
@@ -268,6 +320,12 @@ def token_out_work(plan: Any) -> Work:
     )
 
 
+def _entry_flood(region: Region, d: int, b: int) -> Phase:
+    """MeshGEMV's input layout at a region's entry: the residual (top row, d / cols values
+    per column) flooded down every column once (a product's input replicated along rows)."""
+    return Phase("x_in", broadcast_line(region.rows, math.ceil(d / region.cols) * b / 4))
+
+
 def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool) -> Phases:
     """What every token costs outside the layers: the head's product, the argmax over the
     vocabulary (a max and its index over the head region), the chosen token's embedding
@@ -280,8 +338,21 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool)
         relay_stages=2.0,  # the argmax's PE to the embedding row's, that one to the top row
         task_activations=1.0,
     )
+    if plan.gemv == "meshgemv":
+        lm_head = serial(
+            _entry_flood(head, d, b),
+            meshgemv_phases(
+                head, d, shape.vocab_size, reduce_axis=MESHGEMV_AXES["lm_head"],
+                bytes_per_value=b, spec=spec, name="gemv",
+            ),
+            name="lm_head",
+        )  # fmt: skip
+    else:
+        lm_head = matvec_phases(
+            head, d, shape.vocab_size, bytes_per_value=b, spec=spec, name="lm_head"
+        )
     return serial(
-        matvec_phases(head, d, shape.vocab_size, bytes_per_value=b, spec=spec, name="lm_head"),
+        lm_head,
         Phase("argmax", allreduce_2d(_rates(spec), head.rows, head.cols, 2)),
         Phase("embed", embed),
         *([Phase("token_out", token_out_work(plan))] if token_out else []),
@@ -318,17 +389,22 @@ def decode_phases(
     `per_token` is the head, the argmax and the embedding of the next token."""
     kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
     b, d, spec = plan.bytes_per_param, shape.d_model, plan.spec
+    gemv = _check_gemv(plan.gemv)
+    mesh = gemv == "meshgemv"
     parts: list[Phase | Phases] = []
     zeros = np.broadcast_to(np.asarray(mlp_zero_fraction, np.float64), (shape.n_layers,))
     for i, stage in enumerate(plan.stages):
         s = float(zeros[stage.layers[0] : stage.layers[1]].mean())
         layer = layer_phases(
-            shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s, spec=spec
-        )
+            shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s,
+            spec=spec, gemv=gemv,
+        )  # fmt: skip
+        handoff = _to_next(stage.region, d, b, _next_on_wafer(plan, i), from_bottom=mesh)
         parts.append(
             serial(
+                *([_entry_flood(stage.region, d, b)] if mesh else []),
                 dataclasses.replace(layer, repeat=stage.num_layers),
-                Phase("to_next", _to_next(stage.region, d, b, _next_on_wafer(plan, i))),
+                Phase("to_next", handoff),
                 name=stage.name,
             )
         )

@@ -43,12 +43,17 @@ __all__ = [
     "kv_bytes_per_token",
     "split_even",
     "LAYOUTS",
+    "GEMV_PROGRAMS",
     "compact_strips",
     "to_edge",
 ]
 
 GB = 1e9
 LAYOUTS = ("banded", "compact")
+# How the decode prices each GEMV on a region (`wse_systems.decoder`): "sdk", the SDK gemv
+# dataflow (input flooded down, column AXPYs, reduce along rows, move back), the default; or
+# "meshgemv", WaferLLM's (`wse_systems.meshgemv`). Pricing only: the regions do not change.
+GEMV_PROGRAMS = ("sdk", "meshgemv")
 
 
 class PipelinePlanError(SramBudgetError):
@@ -90,6 +95,7 @@ class PipelinePlan:
     slots: int
     bytes_per_param: int
     layout: str = "banded"  # LAYOUTS: full-width bands, or near-square rectangles in strips
+    gemv: str = "sdk"  # GEMV_PROGRAMS: the program each GEMV is priced as (an assumption)
 
     @property
     def num_stages(self) -> int:
@@ -122,6 +128,7 @@ class PipelinePlan:
         return {
             "wafer": self.spec.name,
             "layout": self.layout,
+            "gemv": self.gemv,
             "num_wafers": self.num_wafers,
             "num_stages": self.num_stages,
             "context_len": self.context_len,
@@ -187,12 +194,16 @@ def plan_pipeline(
     slots: int = 1,
     bytes_per_param: int = 2,
     layout: str = "banded",
+    gemv: str = "sdk",
 ) -> PipelinePlan:
     """Regions for `stages` layer groups (default: one per layer) over `num_wafers` wafers,
     each wafer's regions as full-width bands (`layout="banded"`) or as bands of column
-    strips (`"compact"`: `compact_strips` strips, so each region is near square)."""
+    strips (`"compact"`: `compact_strips` strips, so each region is near square); `gemv`
+    (`GEMV_PROGRAMS`) is the program the decode prices each GEMV as."""
     if layout not in LAYOUTS:
         raise PipelinePlanError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if gemv not in GEMV_PROGRAMS:
+        raise PipelinePlanError(f"gemv must be one of {GEMV_PROGRAMS}, got {gemv!r}")
     stages = config.n_layers if stages is None else stages
     context_len = config.max_seq_len if context_len is None else context_len
     _check_args(config, spec, num_wafers, stages, context_len, slots)
@@ -214,7 +225,9 @@ def plan_pipeline(
         for w, entries in enumerate(layout_)
     ]
     head, stage_plans = placed[0][0], [p for w in placed for p in w if p.name != "head"]
-    return PipelinePlan(spec, num_wafers, tuple(stage_plans), head, context_len, slots, bpp, layout)
+    return PipelinePlan(
+        spec, num_wafers, tuple(stage_plans), head, context_len, slots, bpp, layout, gemv
+    )
 
 
 def _check_args(config, spec, num_wafers, stages, context_len, slots) -> None:

@@ -31,7 +31,7 @@ from wse_core.cost.perf import PerfModel, Phases
 from wse_core.cost.report import RunReport
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
+from wse_systems.decoder import DECODER_ASSUMPTIONS, GEMV_ASSUMPTIONS, decode_phases
 from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, plan_pipeline
 from wse_systems.transformer import LLAMA31_8B
 
@@ -72,6 +72,9 @@ PUBLISHED_SETUP = {
     "kv_tokens": AA_INPUT_TOKENS + AA_OUTPUT_TOKENS // 2,
     "token_out": True,
     "users": 1,  # one prompt at a time; per-user tokens/s
+    # Cerebras' kernels are not public; the model prices the SDK gemv dataflow. WaferLLM's
+    # MeshGEMV ("meshgemv") is a published program, not the measured software: shown beside.
+    "gemv": "sdk",
 }
 
 
@@ -92,6 +95,8 @@ def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, s
         ),
         "weights": f"{plan.bytes_per_param} bytes per parameter and per cached value",
         "regions": f"{plan.layout} (wse_systems.pipeline.LAYOUTS)",
+        "gemv program": f"{plan.gemv}: {GEMV_ASSUMPTIONS[plan.gemv]} "
+        "(wse_systems.pipeline.GEMV_PROGRAMS; plan_pipeline(..., gemv=...))",
     }
 
 
@@ -210,6 +215,7 @@ def decode_case() -> tuple[WaferSpec, Phases]:
             num_wafers=setup["wafers"],
             context_len=setup["context_len"],
             bytes_per_param=setup["bytes_per_param"],
+            gemv=setup["gemv"],
         )
         _DECODE_CASES[key] = (spec, decode_phases(LLAMA31_8B, plan, kv_tokens=kv, token_out=out))
     return _DECODE_CASES[key]

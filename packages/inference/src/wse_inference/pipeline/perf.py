@@ -75,14 +75,17 @@ def plan_for(
     layout: str | None = None,
     kv_tokens: int | None = None,
     token_out: bool = False,
+    gemv: str = "sdk",
 ) -> PipelinePlan:
     """One region per layer on `num_wafers` wafers (default: the fewest that hold weights
     and one user's KV cache of `context_len` tokens), its regions `layout` (default: banded
     or compact, whichever prices the shorter token, `wse_systems.token.choose_layout`, with
-    `kv_tokens` and `token_out` as `price_token` takes them)."""
+    `kv_tokens` and `token_out` as `price_token` takes them), each GEMV priced as `gemv`
+    (`wse_systems.pipeline.GEMV_PROGRAMS`: "sdk" or WaferLLM's "meshgemv")."""
     kwargs: dict[str, Any] = dict(context_len=context_len, bytes_per_param=bytes_per_param)
     if num_wafers is None:
         num_wafers = min_wafers(config, spec, **kwargs)
+    kwargs["gemv"] = gemv
     if layout is not None:
         return plan_pipeline(config, spec, num_wafers=num_wafers, layout=layout, **kwargs)
     return choose_layout(
@@ -98,11 +101,13 @@ def predict_model(
     context_len: int = 8192,
     kv_tokens: int | None = None,
     token_out: bool = False,
+    gemv: str = "sdk",
 ) -> tuple[RunReport, PipelinePlan]:
     """(report, plan) of one 16-bit decode token of `model` (a `wse_models` preset name or a
     config) on `num_wafers` wafers (default: the fewest that hold weights and KV cache),
     reading `kv_tokens` cached tokens (default: half the context), with the token's trip to
-    the host on the step's path when `token_out` (`wse_systems.token.price_token`)."""
+    the host on the step's path when `token_out` (`wse_systems.token.price_token`), each
+    GEMV priced as `gemv` (`plan_for`)."""
     from wse_models import preset_config
 
     config = preset_config(model) if isinstance(model, str) else model
@@ -113,6 +118,7 @@ def predict_model(
         context_len=context_len,
         kv_tokens=kv_tokens,
         token_out=token_out,
+        gemv=gemv,
     )
     return predict_decode(config, plan, kv_tokens=kv_tokens, token_out=token_out), plan
 

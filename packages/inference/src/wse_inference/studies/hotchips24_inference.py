@@ -17,6 +17,11 @@ average); the 8B and 70B rows (the August 2024 release, whose wafer I/O waited o
 pay the token's trip to the host per token, the 405B row (November 2024, after the release
 that made the wafer's I/O asynchronous) does not (`PUBLISHED_SETUP`'s sources).
 
+Each GEMV is priced as the SDK gemv dataflow (`PUBLISHED_SETUP["gemv"]`, the row's value:
+Cerebras' kernels are not public); WaferLLM's MeshGEMV (`gemv="meshgemv"`,
+`wse_systems.meshgemv`) is priced beside it on the same plan inputs
+(`plans[i]["meshgemv_tokens_per_s"]`), a stated alternative, never the row's value.
+
 Measured: the plans (regions per wafer, bytes per PE), the predicted phases' bound and the
 time between wafers, and, on the emulator, a tiny model's pipelined decode (greedy) agreeing
 token for token with the plain decoder, with its engine's own report beside its wall time.
@@ -48,17 +53,21 @@ CASES = (
 CALIBRATION_CASE = "llama3.1-8b"
 
 
+GEMV = str(PUBLISHED_SETUP["gemv"])  # the program each row's value prices its GEMVs as
+
+
 def _predictions() -> tuple[list[PredictionRow], list[dict]]:
     rows, plans = [], []
     for name, model_name, wafers, token_out in CASES:
-        report, plan = predict_model(
-            model_name,
+        kwargs = dict(
             spec=assumed_spec("wse3"),
             num_wafers=wafers,
             context_len=CONTEXT,
             kv_tokens=KV_TOKENS,
             token_out=token_out,
         )
+        report, plan = predict_model(model_name, gemv=GEMV, **kwargs)
+        mesh, mesh_plan = predict_model(model_name, gemv="meshgemv", **kwargs)
         calibration = name == CALIBRATION_CASE
         published = CALIBRATION_TOKENS_PER_S if calibration else None
         params = {
@@ -70,6 +79,7 @@ def _predictions() -> tuple[list[PredictionRow], list[dict]]:
             "kv_tokens": KV_TOKENS,
             "token_out": token_out,
             "calibration": calibration,
+            "gemv": plan.gemv,
         }
         rate = tokens_per_s(report)
         mech = report.predicted.by_mechanism()
@@ -86,6 +96,9 @@ def _predictions() -> tuple[list[PredictionRow], list[dict]]:
                 "preset": model_name,
                 "stages": plan.num_stages,
                 "tokens_per_s": rate,
+                "layout": plan.layout,
+                "meshgemv_tokens_per_s": tokens_per_s(mesh),
+                "meshgemv_layout": mesh_plan.layout,
                 "ms_per_token": report.predicted_s * 1e3,
                 "bound": report.bound,
                 "critical_phase": report.predicted.critical().name,
@@ -177,6 +190,8 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
             "wafer": "wse3",
             "context": CONTEXT,
             "kv_tokens": KV_TOKENS,
+            "gemv": f"{GEMV} (each row's value); meshgemv_tokens_per_s beside it: WaferLLM's "
+            "MeshGEMV, a published program, not the software Cerebras measured",
             "cases": [
                 {"model": n, "preset": p, "wafers": w, "token_out": o} for n, p, w, o in CASES
             ],

@@ -1,0 +1,202 @@
+"""WaferLLM's MeshGEMV as published, counted per PE: one GEMV's instructions on a region.
+
+Contract. `meshgemv_phases(region, n_in, n_out, reduce_axis=...)` is one matrix-vector
+product y (n_out) = W^T x (n_in) as WaferLLM's decode runs it (He et al., OSDI 2025,
+arXiv:2502.04563; the code `SOURCE`), on the busiest PE (the allreduce's root), phase by
+phase. The input is split along `reduce_axis` ("cols": over the region's columns, the same
+piece on every row; "rows": over its rows) and the output along the other axis; nothing
+moves before or after: the result is left replicated along `reduce_axis`, which is the next
+product's input layout when that product reduces along the other axis (WaferLLM's decode
+alternates the axis, `reconfig_allreduce_axis`). On `a` PEs along the reduce axis and `b`
+across it, each PE holds Kt = ceil(n_in / a) inputs and Nt = ceil(n_out / b) outputs:
+
+- zero: `@fmovh(out, 0.0)`, one 16-bit move DSD of Nt from a scalar (decode.csl, every
+  `*_matvec_mult`): 1 instruction, Nt elements, Nt x 2 bytes written.
+- gemv: `@map(gemv_static_step, left_vector_dsd)`, each step one `@fmach(out, out, W, x_i)`
+  over Nt elements (meshgemv.csl `mv_compute`, decode.csl `vecmat_computation`): Kt FMAC
+  DSDs of Nt (only the nonzero inputs fire, as `wse_systems.decoder` assumes), each reading W
+  and out and writing out (2 reads, 1 write per element). No task: the products are called
+  in sequence from one function (`decode_struct`).
+- reduce_group: the allreduce's first phase (`two_tree_allreduce_y` / `all_reduce_bsz_dim`):
+  the `a` PEs in `groups` groups of m = a / groups; in each group both halves stream their
+  partial sums toward the group's root (index m // 2) at once, each PE one `@faddh(send,
+  recv, own)` (fabric in, fabric out: pipelined). The root runs one `@faddh(own, recv, own)`
+  of Nt per side it has (2, or 1 at a group's end): those DSDs, their 2 x Nt values off its
+  ramp (Nt x bytes / 4 wavelets each), h1 = max(m // 2, m - 1 - m // 2) hops and h1 relay
+  stages (each PE on the longer side passes the stream through its core once).
+- reduce_groups: the second phase, the same chain over the `groups` roots (m PEs apart)
+  toward root index groups // 2: its root's 1 or 2 `@faddh`, h2 = max(groups // 2,
+  groups - 1 - groups // 2) relay stages and h2 x m hops.
+- broadcast: the root's `@mov16(bdcast_send, own)` of Nt values (decode.csl; the routers
+  multicast both ways: Nt x bytes / 4 wavelets on its ramp), to the farther end of the line
+  (max(root, a - 1 - root) hops), one relay. (meshgemv.csl sends up then down, two `@fmovh`:
+  the decode's one multicast is what decode runs.)
+
+`groups`: WaferLLM's `group_num` is a compile-time parameter (its decode configs use 15-32
+for 240-720 PEs per side, e.g. 18 for 360, `Decode/WSE-3/model_config`); here, unless given,
+the divisor of `a` whose allreduce prices fastest at the spec's constants (`best_groups`),
+as `wse_core.cost.collectives.reduce_line` takes the fastest line reduce.
+
+Words of partial sums travel two 16-bit values per 32-bit wavelet (the fabric DSDs' `simd_64`
+mode on WSE-3, `simd_32` on WSE-2, pack 16-bit values; the model's convention throughout).
+"""
+
+from __future__ import annotations
+
+import math
+
+from wse_core.cost.perf import Op, Phase, Phases, Work, serial
+from wse_core.hw.spec import WaferSpec
+from wse_core.hw.sram import Region
+
+__all__ = [
+    "SOURCE",
+    "REDUCE_AXES",
+    "best_groups",
+    "meshgemv_parts",
+    "meshgemv_phases",
+]
+
+# The code read for the counts above (He et al., OSDI 2025; shared/REFERENCES.md lists it as
+# calibration material: instruction counts per PE, no cycle counts published).
+SOURCE = {
+    "repository": "MeshInfra/WaferLLM",
+    "commit": "2cd13b5c16ab0c280a2cc1f80f105d704c333915",
+    "files": (
+        "MeshGEMV/WSE-3/src/meshgemv.csl",
+        "MeshGEMV/WSE-3/src/comm_lib/comm_pe.csl",
+        "MeshGEMV/WSE-3/src/layout.csl",
+        "MeshGEMV/WSE-3/run_sim.sh",
+        "Decode/WSE-3/src/decode.csl",
+        "Decode/WSE-3/src/comm_lib/comm_pe.csl",
+    ),
+}
+REDUCE_AXES = ("cols", "rows")
+
+
+def _dtype(bytes_per_value: int) -> str:
+    return "fp16" if bytes_per_value == 2 else "fp32"
+
+
+def _divisors(a: int) -> list[int]:
+    return [g for g in range(1, a + 1) if a % g == 0]
+
+
+def _chain(p: int) -> tuple[int, int]:
+    """(root index, the longer side's length) of a line of p PEs reduced to its middle."""
+    root = p // 2
+    return root, max(root, p - 1 - root)
+
+
+def _sides(p: int) -> int:
+    """The root's receives: one per side that has PEs."""
+    root = p // 2
+    return int(root > 0) + int(root < p - 1)
+
+
+def _allreduce(a: int, groups: int, nt: int, bytes_per_value: int) -> tuple[tuple[str, Work], ...]:
+    dt, words = _dtype(bytes_per_value), nt * bytes_per_value / 4
+    m = a // groups
+    r1, h1 = _chain(m)
+    r2, h2 = _chain(groups)
+    root = r2 * m + r1
+    add = lambda k: (Op("add", dt, nt, count=k, fabric_in=True),) if k and nt else ()  # noqa: E731
+    first = Work(
+        ops=add(_sides(m)), links={"ramp": _sides(m) * words}, latency_hops=h1, relay_stages=h1
+    )
+    second = Work(
+        ops=add(_sides(groups)),
+        links={"ramp": _sides(groups) * words},
+        latency_hops=h2 * m,
+        relay_stages=h2,
+    )
+    bcast = Work(
+        ops=(Op("move", dt, nt, mem_writes=0.0),) if a > 1 and nt else (),
+        links={"ramp": words} if a > 1 else {},
+        latency_hops=float(max(root, a - 1 - root)),
+        relay_stages=1.0 if a > 1 else 0.0,
+    )
+    return (("reduce_group", first), ("reduce_groups", second), ("broadcast", bcast))
+
+
+def _work_cycles(spec: WaferSpec, work: Work) -> float:
+    core = sum(op.cycles(spec) for op in work.ops)
+    link = max(work.links.values(), default=0.0) * 4.0 / spec.link_bytes_per_cycle
+    relay = 2.0 * spec.ramp_latency_cycles + 1.0
+    return max(core, link) + work.latency_hops * spec.hop_latency_cycles + work.relay_stages * relay
+
+
+_BEST: dict[tuple, int] = {}  # by (a, nt, bytes, the constants the choice reads)
+
+
+def best_groups(a: int, nt: int, bytes_per_value: int, spec: WaferSpec) -> int:
+    """The divisor of `a` (WaferLLM's `group_num`) whose allreduce of `nt` values prices
+    fastest at `spec`'s constants (fitted ones in place; a tie takes fewer groups)."""
+    from wse_core.cost.perf import PerfModel
+
+    rates = PerfModel(spec).rates
+    dt = _dtype(bytes_per_value)
+    key = (
+        a, nt, bytes_per_value, rates.dsd_issue_cycles, rates.hop_latency_cycles,
+        rates.ramp_latency_cycles, rates.link_bytes_per_cycle, rates.sram_read_bytes_per_cycle,
+        rates.simd_width("add", dt, 1), rates.simd_width("move", dt, 1),
+    )  # fmt: skip
+    if key not in _BEST:
+        cost = {
+            g: sum(_work_cycles(rates, w) for _, w in _allreduce(a, g, nt, bytes_per_value))
+            for g in _divisors(a)
+        }
+        _BEST[key] = min(cost, key=lambda g: (cost[g], g))
+    return _BEST[key]
+
+
+def meshgemv_parts(
+    region: Region,
+    n_in: int,
+    n_out: int,
+    *,
+    reduce_axis: str,
+    bytes_per_value: int = 2,
+    input_density: float = 1.0,
+    groups: int | None = None,
+    spec: WaferSpec,
+) -> tuple[tuple[str, Work], ...]:
+    """The named phases of one MeshGEMV (the module contract), on the busiest PE."""
+    if reduce_axis not in REDUCE_AXES:
+        raise ValueError(f"reduce_axis must be one of {REDUCE_AXES}, got {reduce_axis!r}")
+    if not 0.0 <= input_density <= 1.0:
+        raise ValueError(f"input_density must be in [0, 1], got {input_density}")
+    a, b = (region.cols, region.rows) if reduce_axis == "cols" else (region.rows, region.cols)
+    kt, nt = math.ceil(n_in / a), math.ceil(n_out / b)
+    g = best_groups(a, nt, bytes_per_value, spec) if groups is None else groups
+    if a % g:
+        raise ValueError(f"groups ({g}) must divide the {a} PEs along the reduce axis")
+    dt, size = _dtype(bytes_per_value), bytes_per_value
+    fired = kt * input_density
+    zero = Work(ops=(Op("move", dt, nt, mem_reads=0.0),), sram_write_bytes=nt * size)
+    gemv = Work(
+        ops=(Op("fmac", dt, nt, count=fired),),
+        sram_read_bytes=2 * fired * nt * size,
+        sram_write_bytes=fired * nt * size,
+    )
+    return (("zero", zero), ("gemv", gemv), *_allreduce(a, g, nt, bytes_per_value))
+
+
+def meshgemv_phases(
+    region: Region,
+    n_in: int,
+    n_out: int,
+    *,
+    reduce_axis: str,
+    bytes_per_value: int = 2,
+    input_density: float = 1.0,
+    groups: int | None = None,
+    spec: WaferSpec,
+    name: str = "meshgemv",
+) -> Phases:
+    """`meshgemv_parts` as serial phases (the root's steps in order)."""
+    parts = meshgemv_parts(
+        region, n_in, n_out, reduce_axis=reduce_axis, bytes_per_value=bytes_per_value,
+        input_density=input_density, groups=groups, spec=spec,
+    )  # fmt: skip
+    return serial(*(Phase(n, w) for n, w in parts), name=name)
