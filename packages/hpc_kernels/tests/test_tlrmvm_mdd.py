@@ -72,6 +72,9 @@ def test_experiment_quick_runs(tmp_path):
         assert chunk["real-split"] < chunk["held"]
     assert all({"wafer", "systems", "precision", "nb"} <= set(p.params) for p in rel)
     assert all(p.published is None for p in result.predictions)
+    # phase 1 as published (single-tile-matvec's column AXPY), the row dots beside every row
+    assert all(p.params["phase1"] == "axpy" for p in result.predictions)
+    assert all(p.params["alt_phase1_dot"] > 0 for p in result.predictions)
     comp = [m for m in result.measurements if m["kind"] == "compression"]
     assert all(m["error_fro"] <= m["threshold"] * 1.01 for m in comp)
     folder = write_experiment(result, tmp_path)

@@ -21,10 +21,13 @@ bytes times the 750 x 994 rectangle per system, over the slowest PE's cycles at 
 (the same planner sized for the real 2m x 2n tiles, 16 mn bytes: a smaller rank chunk, more
 PEs, fewer copies, its own slowest PE) gives `sdk_*_real_split_pb_per_s` and
 `cerebras_relative_pb_per_s` / `cerebras_absolute_pb_per_s` (`grid`, `rank_chunk`, `copies`
-and `pes` are its own). The PEs' programs are `tlrmvm.pe_programs`: phase 1 one FMAC
-DSD per stored V^H row (2 nb long, into one accumulator), phase 3 single-tile-matvec's column
-AXPY; each tile's absolute bytes are its own form's. `time_per_mvm` rows carry the cycles of
-one product by mechanism.
+and `pes` are its own). The PEs' programs are `tlrmvm.pe_programs`: both phases
+single-tile-matvec's column AXPY (phase 1 over the PE's piece of the transposed V stack, as
+ecrc/tlrmvm stores it: columns of the 2 k real rank rows it holds per x piece, one FMAC DSD
+each, 2 nb per piece; docs/references/tlr-pe-program.md); each row's params carry `phase1`
+(that form) and `alt_phase1_dot`: the same figure with phase 1 as one FMAC DSD per stored
+V^H row into one accumulator (ours, the emulator's kernel). Each tile's absolute bytes are
+its own form's. `time_per_mvm` rows carry the cycles of one product by mechanism.
 Layouts: grouped (PE
 rows serve groups of tile columns and rows, rank rows coloured into PE columns; the engine's
 default), packed (slices bucketed by rank), banded (padded to each tile row's largest
@@ -136,6 +139,13 @@ def _row(name: str, value: float, unit: str, params: dict, mech=None) -> Predict
     return PredictionRow(name, value, unit, params, None, SOURCE, mech)
 
 
+def _alt(rep, value: float) -> dict:
+    """`phase1` (the form priced) and `alt_phase1_<form>`: `value`, the same figure with
+    phase 1 in the other form (`perf.predict`'s `phase1_alternative`)."""
+    form = rep.extra["cerebras"]["phase1_form"]
+    return {"phase1": form, f"alt_phase1_{rep.extra['phase1_alternative']['form']}": value}
+
+
 def _placed(spec, plan):
     """The plan's wafer, its SRAM declared as `place_plan` does, and its product functions."""
     from wse_core.hw.wafer import build_wafer
@@ -170,15 +180,18 @@ def _sdk_rows(held, split, spec, params: dict) -> list[PredictionRow]:
         p |= {"copies": rep.extra["copies_per_system"], "pes": c["program_pes"]}
         p |= {"bytes_per_pe": c["relative_bytes_per_pe_max"], "sram": spec.sram_bytes_per_pe}
         mech, key = rep.predicted.by_mechanism(), "" if conv == "held" else "_real_split"
+        alt = rep.extra["phase1_alternative"]["cerebras"]
         for kind in ("relative", "absolute"):
             value, q = c[f"sdk_{kind}_bytes_per_s"] / 1e15, {**p, "scaling": "sdk 750 x 994"}
+            q |= _alt(rep, alt[f"sdk_{kind}_bytes_per_s"] / 1e15)
             rows.append(_row(f"sdk_{kind}{key}_pb_per_s", value, "PB/s", q, mech))
         key = "_complex" if conv == "held" else ""  # historical names: complex64 = held
         q = {**p, "bytes": "complex64" if conv == "held" else conv}
         q["scaling"] = "tile PEs of the copies"
         for kind in ("relative", "absolute"):
             value = c[f"{kind}_bytes_per_s"] / 1e15
-            rows.append(_row(f"cerebras_{kind}{key}_pb_per_s", value, "PB/s", q, mech))
+            r = q | _alt(rep, alt[f"{kind}_bytes_per_s"] / 1e15)
+            rows.append(_row(f"cerebras_{kind}{key}_pb_per_s", value, "PB/s", r, mech))
     return rows
 
 
@@ -196,10 +209,17 @@ def _case_rows(name: str, layout: str, seed: int):
     base |= {"grid": list(plan.grid), "rank_chunk": plan.rank_chunk}
     one = predict(wafer, plan, op, fns=fns)
     p1 = {**base, "systems": 1, "copies": 1, "pes": plan.grid[0] * plan.grid[1], "per": "mvm"}
-    mech = one.predicted.by_mechanism()
+    mech, alt = one.predicted.by_mechanism(), one.extra["phase1_alternative"]
+    t_alt = one.predicted_s - one.extra["on_wafer_s"] + alt["on_wafer_s"]
     rows = [
-        _row("time_per_mvm", one.predicted_s * 1e6, "µs", p1, mech),
-        _row("model_pb_per_s", one.extra["model_bytes_per_s"] / 1e15, "PB/s", p1, mech),
+        _row("time_per_mvm", one.predicted_s * 1e6, "µs", p1 | _alt(one, t_alt * 1e6), mech),
+        _row(
+            "model_pb_per_s",
+            one.extra["model_bytes_per_s"] / 1e15,
+            "PB/s",
+            p1 | _alt(one, alt["model_bytes_per_s"] / 1e15),
+            mech,
+        ),
     ]
     info = {"plan": plan.describe(), "slice": _summary(one)}
     split = None
@@ -216,7 +236,8 @@ def _case_rows(name: str, layout: str, seed: int):
             ("model", "model_bytes_per_s"),
             ("model_with_io", "model_bytes_per_s_with_io"),
         ):
-            rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", params, mech))
+            q = params | _alt(rep, rep.extra["phase1_alternative"][extra] / 1e15)
+            rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", q, mech))
         info[f"systems_{systems}"] = _summary(rep)
         if split is not None:
             s_plan, s_wafer, s_fns = split

@@ -4,14 +4,24 @@
 each: phase 1 (V^H x) and phase 3 (U y) as fp32 `Tile`s in one of two instruction forms:
 - "axpy", the SDK's `single-tile-matvec` (csl-examples `benchmarks/single-tile-matvec/src/
   pe_matvec.csl`: `@map` over x of one `@fmacs` y += A[:, i] x_i per column, each a DSD of
-  the column's `m` elements; per element it reads A and y and writes y, and it reads x once
-  per column). Phase 3 (U y) runs it: its columns are U's, 2 nb elements long.
+  the column's elements padded to 16 bytes, `padded_nb`; per element it reads A and y and
+  writes y, and it reads x once per column). Both phases run it (docs/references/
+  tlr-pe-program.md says what was read): phase 3 over U's columns (2 nb elements), phase 1
+  over the columns of the PE's piece of the transposed V stack, as the authors' own TLR-MVM
+  stores it (ecrc/tlrmvm `TlrmvmCPU.cpp`: per tile column the V bases stacked rank row under
+  rank row, column-major, one NoTrans GEMV, so a column runs down the rank rows): a PE's
+  piece holds the k rank rows it stores for one x piece, so its columns are 2 k elements
+  (2-12 on the grouped plan of SC23's case) and it issues 2 nb = 512 FMACs per piece, each
+  paying the DSD issue. `PHASE1_FORM`. The columns are not padded here: the plans fill a
+  PE's SRAM with unpadded rows (single-tile-matvec's 16-byte `padded_nb` would put five of
+  the six plans of SC23's case 1.8-4.5 kB past 48 kB), and at fmac.fp32's width of 1 the
+  bank rule the padding avoids cannot slow the FMAC further; `Tile(align=SDK_COLUMN_ALIGN)`
+  prices it.
 - "dot", the same FMAC streamed along the tile's long side (one DSD per row of `n`
   elements into one fp32 accumulator: one element per cycle, reads A and x, the row's
-  result stored once). Phase 1 runs it: a PE's V^H rows are 2 nb long while a PE holds
-  only w of them (2-8 per piece, padding included), so single-tile-matvec's columns would be
-  2-8 elements each paying the DSD issue (512 instructions a tile); the emulator's phase-1
-  kernel (`pe_kernels.rows_dot`) is this program, each stored row against its own piece.
+  result stored once): the emulator's phase-1 kernel (`pe_kernels.rows_dot`) and the
+  reported alternative for phase 1 (`pe_tiles(plan, phase1="dot")`, `perf.predict`'s
+  `phase1_alternative`): a choice of ours, no published program.
 The tiles are the ones the emulation multiplies, padding rows of the PE's rank chunk included
 (the emulator and every PE run the same program over their stored rows; padded rows are
 zeros), grouped by the x piece (phase 1) or y piece (phase 3) they use. A complex (m x n)
@@ -20,6 +30,8 @@ over its 2n interleaved values. That is the program of both byte conventions
 (`perf.cerebras_bandwidth`): a plan made with `real_split` stores the real tiles themselves
 (16 mn bytes per complex tile, not 8), so its planner picks a smaller rank chunk and its
 tiles here are shorter (2 w rows of phase 1, 2 w columns of phase 3), priced as they stand.
+A padded axpy tile (`align`) is priced in cycles and in the SRAM it takes
+(`Tile.stored_bytes`), never in the SDK's byte count, which counts nb as run.py does.
 `pe_weights(plan, model)` gives each PE's share of the
 busiest PE's cycles (grouped plans: the PEs' programs differ).
 """
@@ -35,10 +47,21 @@ from wse_hpc.tlrmvm.grouped import GroupedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan
 from wse_hpc.tlrmvm.wafer import TlrPlan
 
-__all__ = ["FORMS", "PHASE1_FORM", "PeProgram", "Tile", "pe_tiles", "pe_weights"]
+__all__ = [
+    "FORMS",
+    "SDK_COLUMN_ALIGN",
+    "PHASE1_FORM",
+    "PHASE1_ALTERNATIVE",
+    "PeProgram",
+    "Tile",
+    "pe_tiles",
+    "pe_weights",
+]
 
 FORMS = ("axpy", "dot")  # single-tile-matvec's column AXPY; one row per DSD (see above)
-PHASE1_FORM = "dot"  # V^H rows are the long side of a PE's phase-1 tiles (module doc)
+PHASE1_FORM = "axpy"  # the published program: single-tile-matvec on the PE's V^T stack piece
+PHASE1_ALTERNATIVE = "dot"  # ours: one DSD per V^H row into one accumulator (reported beside)
+SDK_COLUMN_ALIGN = 4  # single-tile-matvec pads each column to 16 B (4 fp32): `padded_nb`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,15 +73,30 @@ class Tile:
     m: int
     n: int
     form: str = "axpy"
+    align: int = 1  # axpy: each column (and y) padded to a multiple of this (SDK: 4)
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:
             raise ValueError(f"Tile form {self.form!r}; known: {', '.join(FORMS)}")
+        if self.align < 1:
+            raise ValueError(f"Tile align must be >= 1, got {self.align}")
+
+    @property
+    def column(self) -> int:
+        """Elements one axpy DSD runs over: m padded to `align` (single-tile-matvec's
+        `padded_nb`); the dot form's rows are not padded."""
+        return -(-self.m // self.align) * self.align if self.form == "axpy" else self.m
+
+    @property
+    def stored_bytes(self) -> int:
+        """SRAM the tile takes as its program stores it (axpy: padded columns)."""
+        return 4 * self.column * self.n
 
     def work(self, vectors: int = 1) -> Work:
-        """axpy: n FMACs of m, reading A and y and writing y, x once per column; dot: m
-        FMACs of n into one accumulator, reading A and x, each row's result stored once."""
-        m, n = self.m, self.n
+        """axpy: n FMACs of the padded column, reading A and y and writing y, x once per
+        column; dot: m FMACs of n into one accumulator, reading A and x, each row's result
+        stored once."""
+        m, n = self.column, self.n
         if self.form == "dot":
             op = Op("fmac", "fp32", n, count=m * vectors, accumulate=True, mem_writes=0.0)
             return Work(
@@ -98,6 +136,11 @@ class PeProgram:
     phase1: tuple[Tile, ...]
     phase3: tuple[Tile, ...]
 
+    @property
+    def stored_bytes(self) -> int:
+        """SRAM of the real tiles of both phases as the programs store them."""
+        return sum(t.stored_bytes for t in self.phase1 + self.phase3)
+
     def work(self, phase: int, vectors: int) -> Work:
         out = Work()
         for t in self.phase1 if phase == 1 else self.phase3:
@@ -122,45 +165,54 @@ def _grouped_pieces(plan: GroupedPlan) -> np.ndarray:
     return np.concatenate([v, u], axis=1)
 
 
-def _grouped_program(plan: GroupedPlan, sig: np.ndarray, pes: int) -> PeProgram:
+def _grouped_program(plan: GroupedPlan, sig: np.ndarray, pes: int, phase1: str) -> PeProgram:
     """Phase 1: per x piece, its V rows x nb; phase 3: per y piece, nb x its U rows."""
     p, nb, s = real_pairs(plan), plan.nb, plan.windows
     return PeProgram(
         pes,
-        tuple(Tile(p * int(k), p * nb, PHASE1_FORM) for k in sig[:s] if k),
+        tuple(Tile(p * int(k), p * nb, phase1) for k in sig[:s] if k),
         tuple(Tile(p * nb, p * int(k)) for k in sig[s:] if k),
     )
 
 
-def _grouped_tiles(plan: GroupedPlan) -> list[PeProgram]:
+def _grouped_tiles(plan: GroupedPlan, phase1: str) -> list[PeProgram]:
     sigs, counts = np.unique(_grouped_pieces(plan), axis=0, return_counts=True)
-    return [_grouped_program(plan, sig, int(c)) for sig, c in zip(sigs, counts, strict=True)]
+    return [
+        _grouped_program(plan, sig, int(c), phase1) for sig, c in zip(sigs, counts, strict=True)
+    ]
 
 
-def pe_tiles(plan: TlrPlan | PackedPlan | GroupedPlan) -> list[PeProgram]:
-    """Every distinct PE program of the plan with the number of PEs that run it."""
+def pe_tiles(
+    plan: TlrPlan | PackedPlan | GroupedPlan, phase1: str = PHASE1_FORM
+) -> list[PeProgram]:
+    """Every distinct PE program of the plan with the number of PEs that run it, phase 1 in
+    the form `phase1` (the published column AXPY by default; "dot": the alternative)."""
+    if phase1 not in FORMS:
+        raise ValueError(f"phase-1 form {phase1!r}; known: {', '.join(FORMS)}")
     p, nb, w = real_pairs(plan), plan.nb, plan.rank_chunk
     if isinstance(plan, GroupedPlan):
-        return _grouped_tiles(plan)
+        return _grouped_tiles(plan, phase1)
     r, c = plan.grid
     nt, ch = plan.tiles[1], plan.chunk
     if isinstance(plan, PackedPlan):  # phase 3: each ring slot into its tile row's buffer
-        return [PeProgram(r * c, (Tile(p * w, p * nb, PHASE1_FORM),), (Tile(p * ch, p * w),) * nt)]
-    return [PeProgram(r * c, (Tile(p * w, p * nb, PHASE1_FORM),), (Tile(p * ch, p * nt * w),))]
+        return [PeProgram(r * c, (Tile(p * w, p * nb, phase1),), (Tile(p * ch, p * w),) * nt)]
+    return [PeProgram(r * c, (Tile(p * w, p * nb, phase1),), (Tile(p * ch, p * nt * w),))]
 
 
 def real_pairs(plan) -> int:
     return 2 if plan.dtype.startswith("complex") else 1
 
 
-def pe_weights(plan: TlrPlan | PackedPlan | GroupedPlan, model: PerfModel) -> dict[str, np.ndarray]:
+def pe_weights(
+    plan: TlrPlan | PackedPlan | GroupedPlan, model: PerfModel, phase1: str = PHASE1_FORM
+) -> dict[str, np.ndarray]:
     """(rows, cols) share of phases 1 and 3 each PE of the grid does: its own program's
     cycles over the busiest PE's (the phase's cost in `mvm_phases`). Empty for the banded
     and packed layouts, whose PEs all run one program."""
     if not isinstance(plan, GroupedPlan):
         return {}
     sigs, inverse = np.unique(_grouped_pieces(plan), axis=0, return_inverse=True)
-    programs = [_grouped_program(plan, sig, 1) for sig in sigs]
+    programs = [_grouped_program(plan, sig, 1, phase1) for sig in sigs]
     out = {}
     for phase, name in ((1, "phase1_vhx"), (3, "phase3_uy")):
         cycles = np.array([model.cost(p.work(phase, plan.batch)).cycles for p in programs])

@@ -3,9 +3,12 @@ the matrix-vector bandwidth in the accounting Cerebras reports.
 
 Contract. `pe_tiles(plan)` (`pe_programs`) lists what each PE's program multiplies in one
 product, grouped by PEs that run the same program: phase 1 (V^H x) and phase 3 (U y) as fp32
-`Tile`s, padding rows included: phase 3 the column-AXPY GEMV of the SDK's
-`single-tile-matvec` (one `@fmacs` per column), phase 1 the same FMAC along each V^H row (one
-DSD of 2 nb elements per row into one accumulator; `pe_programs` says why).
+`Tile`s, padding rows included, both the column-AXPY GEMV of the SDK's `single-tile-matvec`
+(one `@fmacs` per column): phase 3 over U's columns (2 nb long), phase 1 over the columns of
+the PE's piece of the transposed V stack (as ecrc/tlrmvm stores it: 2 k long for the k rank
+rows the PE holds per x piece, 2 nb of them); the row-dot form of phase 1 (one DSD of 2 nb
+elements per row into one accumulator, ours) is priced beside it (`phase1_alternative`;
+`pe_programs` and docs/references/tlr-pe-program.md say why).
 `mvm_phases(wafer, plan, op)` builds the `wse_core.cost.perf.Phases` of one product: the x pieces
 in, phase 1, the reshuffle, phase 3 and the final sum (band sum, column or row allreduce),
 each phase's fabric words per link direction and hops from the traffic ledger of the
@@ -32,8 +35,8 @@ programs (`pe_programs`: the real tile product, whatever the storage), each at i
 shapes and slowest PE: a convention is priced on its own plan, never on the other's (the
 real-split bytes credited to a held plan's PEs were 69 kB of a 48 kB SRAM on SC23's case). The
 GEMV is priced at its own instructions' rates (`Op.bounds`): one fp32 FMAC DSD per column
-(phase 3) or per row into one accumulator (phase 1), each paying `dsd_issue_cycles`. Nothing
-here is fitted to a published result.
+(both phases; the alternative: per row into one accumulator in phase 1), each paying
+`dsd_issue_cycles`. Nothing here is fitted to a published result.
 
 Per PE (`pe_trace(wafer, plan, report)`, `wse hpc tlrmvm run --trace FILE`): phases 1 and 3
 run each PE's own program (`pe_weights`: its cycles over the busiest PE's); x in, the
@@ -60,7 +63,15 @@ from wse_core.trace import PeTrace, trace_from
 from wse_hpc.tlrmvm.compress import TlrOperator
 from wse_hpc.tlrmvm.grouped import GroupedPlan, tlrmvm_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, tlrmvm_packed
-from wse_hpc.tlrmvm.pe_programs import PeProgram, Tile, pe_tiles, pe_weights, real_pairs
+from wse_hpc.tlrmvm.pe_programs import (
+    PHASE1_ALTERNATIVE,
+    PHASE1_FORM,
+    PeProgram,
+    Tile,
+    pe_tiles,
+    pe_weights,
+    real_pairs,
+)
 from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, TlrPlan, tlrmvm
 
 __all__ = [
@@ -87,11 +98,17 @@ PROGRAM_RECTANGLE = (750, 994)  # the largest user rectangle of a CS-2 (SDK exam
 ASSUMPTIONS = {
     "tlrmvm complex": "a complex (m x n) tile is one real (2m x 2n) fp32 tile "
     "[[Re, -Im], [Im, Re]], as the emulator stores it (the paper's split is not public)",
-    "tlrmvm kernel": "phase 3 is the column-AXPY GEMV of the SDK's single-tile-matvec (one fp32 "
-    "FMAC DSD per column, 2 nb long); phase 1 the same FMAC along each stored V^H row (one DSD "
-    "of 2 nb elements per real row into one fp32 accumulator, 1 element/cycle): a PE holds 2-8 "
-    "rows per x piece, so single-tile-matvec's columns would be 2-8 long (the paper's phase-1 "
-    "loop could not be read here); each PE over all its stored rows (padding included)",
+    "tlrmvm kernel": "phases 1 and 3 are the column-AXPY GEMV of the SDK's single-tile-matvec "
+    "(one fp32 FMAC DSD per column, each paying the issue): phase 3 over U's columns (2 nb "
+    "long), phase 1 over the PE's piece of the transposed V stack as ecrc/tlrmvm stores it "
+    "(columns down the 2 k real rank rows the PE holds per x piece, 2 nb columns); the SC23 "
+    "text could not be read here. Alternative reported beside (`phase1_alternative`): one DSD "
+    "per V^H row of 2 nb elements into one fp32 accumulator. Columns unpadded (the SDK pads "
+    "to 16 B; the plans fill the SRAM without it); each PE over all its stored rows",
+    "tlrmvm strip order": "where the PEs' strips sit (serpentine or not) is not in what could "
+    "be read: single-tile-matvec moves no data between PEs and the SDK's accounting times "
+    "phases 1 and 3 only; the model's own figure moves x in, the reshuffle and the y sum as "
+    "the layout's traced product does (row-major strips)",
     "tlrmvm receive": "every word a PE receives is moved into its SRAM by one fp32 move DSD",
     "tlrmvm sums": "an allreduce adds two incoming partials on its busiest PE; a band sum "
     "adds one per band row below",
@@ -198,13 +215,15 @@ def mvm_phases(
     copies: int = 1,
     model: PerfModel | None = None,
     fab: Mapping[str, Traffic] | None = None,
+    phase1: str = PHASE1_FORM,
 ) -> Phases:
     """One product of `plan.batch` vectors: overlap(serial(x_in, phase1_vhx, reshuffle,
     phase3_uy, y_sum), host_io); `copies` operators on one system share its host I/O.
-    `fab`: the traffic per phase when the caller has traced it (`fabric_by_phase`)."""
+    `fab`: the traffic per phase when the caller has traced it (`fabric_by_phase`);
+    `phase1`: the phase-1 form (`pe_programs.FORMS`)."""
     model = model or PerfModel(wafer.spec)
     fab = fab if fab is not None else fabric_by_phase(wafer, plan, fns)
-    programs = pe_tiles(plan)
+    programs = pe_tiles(plan, phase1)
     b, isz = plan.batch, plan.itemsize
 
     def fabric(name: str, extra: Work = Work()) -> Work:
@@ -253,6 +272,7 @@ def cerebras_bandwidth(
     *,
     systems: int = 1,
     copies: int = 1,
+    phase1: str = PHASE1_FORM,
 ) -> dict[str, float | str]:
     """Relative and absolute bandwidth (bytes/s) as the SDK reports a matvec, in the bytes
     this plan's PEs hold (`bytes`: `bytes_convention`): the SDK's count of each PE's real
@@ -262,8 +282,9 @@ def cerebras_bandwidth(
     system; `*_bytes_per_s`: the bytes of every tile-holding PE of the plan, times `copies`
     per system, times `systems`. `relative_bytes_per_pe_max`: the most relative bytes one
     PE counts for one vector (its tiles once, their x and y), and `relative_exceeds_sram`
-    flags a plan where that is more than its SRAM (`ltaief23_tlrmvm` refuses such a row)."""
-    b, programs = plan.batch, pe_tiles(plan)
+    flags a plan where that is more than its SRAM (`ltaief23_tlrmvm` refuses such a row).
+    `phase1`: the phase-1 form the PEs run (`pe_programs.FORMS`), `phase1_form` in the result."""
+    b, programs = plan.batch, pe_tiles(plan, phase1)
     cycles = max(model.cost(p.work(1, b) + p.work(3, b)).cycles for p in programs)
     held = [p for p in programs if p.phase1 or p.phase3]
     tile_pes = sum(p.pes for p in held)
@@ -281,6 +302,7 @@ def cerebras_bandwidth(
     most = share * max((one(p, "relative_bytes") for p in held), default=0.0)
     out: dict[str, float | str] = {
         "bytes": bytes_convention(plan),
+        "phase1_form": phase1,
         "slowest_pe_cycles": cycles,
         "seconds": seconds,
         "tile_pes_per_copy": tile_pes,
@@ -310,20 +332,26 @@ def predict(
     fill: bool = False,
     measured_wall_s: float | None = None,
     extra: Mapping[str, object] | None = None,
+    phase1: str = PHASE1_FORM,
 ) -> RunReport:
     """The RunReport of one product on `systems` wafers of `wafer.spec`, each running one
     operator (`fill=False`) or filled with copies of it (`fill=True`). `extra` holds
     `cerebras` (the SDK accounting, `cerebras_bandwidth`), `model_bytes_per_s` (the
     compressed bases of every copy over the predicted on-wafer time: x and y already on
-    the wafer, as the SDK accounting takes them) and `model_bytes_per_s_with_io` (over the
-    whole predicted time, host I/O of every copy included)."""
+    the wafer, as the SDK accounting takes them), `model_bytes_per_s_with_io` (over the
+    whole predicted time, host I/O of every copy included) and `phase1_alternative`: the
+    same figures with phase 1 in the other form (`phase1`: the one priced, the published
+    column AXPY by default; the alternative the row dots, or the reverse)."""
     spec = wafer.spec
     model = PerfModel(spec)
     copies = copies_per_system(plan, spec) if fill else 1
     fab = fabric_by_phase(wafer, plan, fns)
-    phases = mvm_phases(wafer, plan, fns=fns, copies=copies, model=model, fab=fab)
+    phases = mvm_phases(wafer, plan, fns=fns, copies=copies, model=model, fab=fab, phase1=phase1)
     traffic = functools.reduce(lambda a, t: a + t, fab.values(), Traffic())
     moved = systems * copies * op.bases_bytes  # compressed bases, every copy, every system
+    other = PHASE1_ALTERNATIVE if phase1 == PHASE1_FORM else PHASE1_FORM
+    alt = model.evaluate(mvm_phases(wafer, plan, copies=copies, model=model, fab=fab, phase1=other))
+    alt_on_wafer_s = alt.leaf("on_wafer").seconds
 
     def figures(t: Timing) -> dict[str, object]:
         on_wafer_s = t.leaf("on_wafer").seconds
@@ -334,7 +362,18 @@ def predict(
             "on_wafer_s": on_wafer_s,
             "model_bytes_per_s": moved / on_wafer_s,
             "model_bytes_per_s_with_io": moved / t.seconds,
-            "cerebras": cerebras_bandwidth(plan, model, systems=systems, copies=copies),
+            "cerebras": cerebras_bandwidth(
+                plan, model, systems=systems, copies=copies, phase1=phase1
+            ),
+            "phase1_alternative": {
+                "form": other,
+                "on_wafer_s": alt_on_wafer_s,
+                "model_bytes_per_s": moved / alt_on_wafer_s,
+                "model_bytes_per_s_with_io": moved / alt.seconds,
+                "cerebras": cerebras_bandwidth(
+                    plan, model, systems=systems, copies=copies, phase1=other
+                ),
+            },
             **dict(extra or {}),
         }
 
