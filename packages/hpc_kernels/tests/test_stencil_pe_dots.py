@@ -69,3 +69,20 @@ def test_not_available_for_other_dtypes_or_three_pairs():
     x = jnp.zeros((*g.wafer.padded_shape, 4), jnp.float32)
     assert not pe_dots.available(g.wafer, [(x.astype(jnp.bfloat16), x)])
     assert not pe_dots.available(g.wafer, [(x, x)] * 3)
+
+
+@pytest.mark.parametrize("pairs", [1, 2])
+def test_fp16_fields_read_by_the_kernel_equal_widening_first(pairs):
+    """All-fp16 pairs are read as fp16 by the kernel (widened element by element); the sums
+    are bit for bit those of the fp32 kernel on the fields widened by XLA first, subnormals
+    included; a pair mixing fp16 and fp32 is widened by XLA."""
+    g = _grid((10, 6, 12))
+    a, b = (f.astype(jnp.float16) for f in _pair(g))
+    a = a.at[0, 0, :3].set(jnp.float16(6e-8)).at[1, 0, :2].set(jnp.float16(-3e-6))
+    f32 = lambda f: f.astype(jnp.float32)
+    half = lambda a, b: [(a, b), (b, a)][:pairs]
+    got = jax.jit(lambda a, b: pe_dots.local_dots(g.wafer, half(a, b)))(a, b)
+    want = jax.jit(lambda a, b: pe_dots.local_dots(g.wafer, half(f32(a), f32(b))))(a, b)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    mixed = jax.jit(lambda a, b: pe_dots.local_dots(g.wafer, [(a, f32(b))]))(a, b)
+    np.testing.assert_array_equal(np.asarray(mixed)[..., 0], np.asarray(want)[..., 0])
