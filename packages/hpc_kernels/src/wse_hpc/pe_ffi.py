@@ -5,12 +5,21 @@ reads is `numba_ffi`'s, imported only with the kernels).
 Contract: `available()` says whether numba is installed; `register(target, handler)`
 registers a numba `cfunc` handler with XLA's CPU platform under `target` and returns it.
 
-Importing this module sets `OMP_WAIT_POLICY=passive` unless the environment says otherwise
-(read by libgomp when numba's OpenMP layer loads it, on a kernel's first parallel run): the
-kernels' threads sleep at the end of a parallel region instead of spinning. Spinning threads
+Importing this module sets `OMP_WAIT_POLICY=passive` unless the environment sets it or
+`GOMP_SPINCOUNT` (read by libgomp when numba's OpenMP layer loads it, on a kernel's first
+parallel run): the kernels' threads sleep at the end of a parallel region. Spinning threads
 take the cores from the ones still working whenever the machine runs more threads than it
-has cores: a 1,024 TLR-MVM product took 108-120 ms instead of 0.24-0.30 at a load average
-of 11-13 on the 2-core VM (2026-11-28, the same process and code, only this setting).
+has cores (libgomp's default, 300,000 pauses: a 1,024 TLR-MVM product took 108-120 ms
+instead of 0.24-0.30 at a load average of 11-13 on the 2-core VM, 2026-11-28), and MD's
+kernels alternate with XLA's own threads every step (a bounded spin of 20,000 pauses: the
+cold first MD step at 32,000 atoms 18.9 -> 24.3 s, 29.5 -> 37.8 s of CPU, 2026-12-02).
+`wait_policy("spin")`, called by a workload whose products are bursts of back-to-back
+parallel regions (TLR-MVM, `tlrmvm.pe_kernels`) before its first kernel runs, sets a
+bounded spin instead (`OMP_WAIT_POLICY=active`, `GOMP_SPINCOUNT=20000`: ~0.8 ms on the Xeon
+VM, then sleep) unless the user set either variable; the process's first parallel run fixes
+it. TLR-MVM at n 9801, 6 products timed back to back after 0.3 s idle (2026-12-02, 2-core
+Xeon VM): passive 6.4 ms a product, 2,000 pauses 5.0, 20,000 3.9, 200,000 3.4; beside six
+busy processes passive 23.6 ms, 20,000 27.4.
 """
 
 from __future__ import annotations
@@ -19,9 +28,28 @@ import os
 
 import jax
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # before libgomp loads (module doc)
+_USER_SET = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
+WAIT_POLICIES = {
+    "sleep": {"OMP_WAIT_POLICY": "passive"},
+    "spin": {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "20000"},  # bounded (module doc)
+}
 
-__all__ = ["available", "register"]
+
+def wait_policy(kind: str) -> None:
+    """The kernels' threads at the end of a parallel region: "sleep" or "spin" (a bounded
+    while, then sleep); the user's own setting wins, and so does the first parallel run's
+    (libgomp reads the environment once)."""
+    if kind not in WAIT_POLICIES:
+        raise ValueError(f"wait policy {kind!r}; known: {', '.join(WAIT_POLICIES)}")
+    if not _USER_SET:
+        for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+            os.environ.pop(key, None)
+        os.environ.update(WAIT_POLICIES[kind])
+
+
+wait_policy("sleep")  # before libgomp loads (module doc)
+
+__all__ = ["WAIT_POLICIES", "available", "register", "wait_policy"]
 
 
 def available() -> bool:
