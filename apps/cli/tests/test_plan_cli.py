@@ -211,6 +211,8 @@ def test_plan_infer_with_a_draft_model():
          "alpha must be in"),
         (["plan", "infer", "--model", "llama3-8b", "--output-tokens", "0"], "--output-tokens must"),
         (["plan", "infer", "--model", "llama_24t"], "up to 512 holds the model"),
+        (["plan", "infer", "--model", "llama3-8b", "--gemv", "tree"],
+         "known GEMV programs are sdk, meshgemv"),
         (["plan", "train", "--model", "llama_1t", "--tokens", "1e9", "--systems", "0"],
          "--systems must be an integer >= 1"),
     ],

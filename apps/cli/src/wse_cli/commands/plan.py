@@ -193,6 +193,11 @@ def infer(
     mfu: float = number(
         None, "--mfu", help="GPU model flops utilisation (default: fitted).", ge=0.01, le=1
     ),
+    gemv: str = typer.Option(
+        "sdk",
+        "--gemv",
+        help="Each wafer GEMV priced as: sdk (the SDK's dataflow) or meshgemv (WaferLLM's).",
+    ),
     as_json: bool = JSON,
     png: Path = png_file(None, "--png", help="Both frontiers, chosen points marked."),
     usd_gpu: float = USD_GPU,
@@ -214,7 +219,7 @@ def infer(
         output_tokens=output_tokens, context_len=context_len, hbm_fraction=hbm_fraction,
         mfu=mfu, gpu_precision=gpu_precision, max_ttft_s=max_ttft_s,
         draft=None if draft is None else resolve_model(draft), gamma=gamma, alpha=alpha,
-        rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
+        rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh), gemv=gemv,
     )  # fmt: skip
     emit(plan, as_json, png)
 

@@ -30,7 +30,7 @@ from wse_core import WaferSpec
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems import serving as sv
-from wse_systems.pipeline import PipelinePlanError
+from wse_systems.pipeline import GEMV_PROGRAMS, PipelinePlanError
 from wse_systems.planning.choice import ModelChoice, PlanError
 from wse_systems.planning.train import (
     SideResult,
@@ -73,7 +73,7 @@ class ServingPlan:
 
 def wafer_serving(
     config: Any, spec: WaferSpec, *, num_wafers: int | None, workload: sv.Workload,
-    speculation: sv.Speculation | None = None,
+    speculation: sv.Speculation | None = None, gemv: str = "sdk",
 ) -> sv.WaferServing:  # fmt: skip
     """The wafers' serving system on `num_wafers` (default: the fewest that hold the model,
     its draft and one user)."""
@@ -81,8 +81,9 @@ def wafer_serving(
     for n in counts:
         try:
             return sv.WaferServing(
-                config, spec, num_wafers=n, workload=workload, speculation=speculation
-            )
+                config, spec, num_wafers=n, workload=workload, speculation=speculation,
+                gemv=gemv,
+            )  # fmt: skip
         except PipelinePlanError:
             if num_wafers:
                 raise
@@ -185,6 +186,13 @@ def _check(users, speed, ttft, hbm_fraction, mfu) -> None:
         raise PlanError(f"--mfu must be in (0, 1], got {mfu:g}")
 
 
+GEMV_NOTE = {  # the wafer note's words for each GEMV program (`--gemv`)
+    "sdk": "the SDK gemv dataflow (what the model takes for Cerebras' software)",
+    "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025; wse_systems.meshgemv), not "
+    "Cerebras' published software",
+}
+
+
 def plan_infer(
     choice: ModelChoice,
     *,
@@ -207,6 +215,7 @@ def plan_infer(
     gamma: int = 4,
     alpha: float | None = None,
     rates: dict[str, Any] | None = None,
+    gemv: str = "sdk",
 ) -> ServingPlan:
     """Serve `choice` on wafers and on GPUs at an operating point (module contract)."""
     check_positive(wafers=wafers, gpus=gpus, tokens_per_day=tokens_per_day, days=days)
@@ -215,13 +224,17 @@ def plan_infer(
     _check(users, min_user_tokens_per_s, max_ttft_s, hbm_fraction, mfu)
     rates = rates or {}
     check_rates(rates)
+    if gemv not in GEMV_PROGRAMS:
+        raise PlanError(f"--gemv {gemv!r}: the known GEMV programs are {', '.join(GEMV_PROGRAMS)}")
     cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
     power = eco.system_power_w(spec)
     work = sv.Workload(
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, context_len=context_len
     )
     speculation = _speculation(draft, gamma, alpha)
-    ws = wafer_serving(cfg, spec, num_wafers=wafers, workload=work, speculation=speculation)
+    ws = wafer_serving(
+        cfg, spec, num_wafers=wafers, workload=work, speculation=speculation, gemv=gemv
+    )
     shape = cfg
     m = gpus or _default_gpus(shape, g, work, speculation, gpu_precision)
     kw = dict(workload=work, hbm_fraction=hbm_fraction, mfu=mfu, speculation=speculation,
@@ -251,7 +264,7 @@ def plan_infer(
     inputs = {"wafers": ws.units, "gpus": m, "users": users, "tokens_per_day": per_day,
               "min_user_tokens_per_s": min_user_tokens_per_s, "days": days, "wafer": wafer,
               "gpu": gpu, "workload": work.to_dict(), "hbm_fraction": hbm_fraction, "mfu": mfu,
-              "gpu_precision": gpu_precision, "max_ttft_s": max_ttft_s,
+              "gpu_precision": gpu_precision, "max_ttft_s": max_ttft_s, "gemv": gemv,
               "speculation": None if speculation is None else speculation.to_dict(),
               "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
@@ -259,11 +272,11 @@ def plan_infer(
     return ServingPlan(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both},
-        _notes(g, spec, work, hbm_fraction, mfu, days, speculation, gpu_precision),
+        _notes(g, spec, work, hbm_fraction, mfu, days, speculation, gpu_precision, gemv),
     )  # fmt: skip
 
 
-def _notes(g, wafer, work, hbm_fraction, mfu, days, spec, precision) -> list[str]:
+def _notes(g, wafer, work, hbm_fraction, mfu, days, spec, precision, gemv) -> list[str]:
     prec = sv.gpus.gpu_precision(precision)
     notes = power_notes(g, wafer) + [
         f"each request: {work.prompt_tokens} prompt + {work.output_tokens} output tokens, "
@@ -271,7 +284,8 @@ def _notes(g, wafer, work, hbm_fraction, mfu, days, spec, precision) -> list[str
         "throughput, per-user speed, time to first token and cost include the prompt's work",
         "wafer (wse_systems.serving.wafer): the engine's pipeline plan with every user's KV "
         "cache in its regions' SRAM, 16-bit weights and KV (as the seeds state); each token "
-        "priced per instruction (wse_systems.decoder, the one calibration); a region works on "
+        f"priced per instruction (wse_systems.decoder, the one calibration), each GEMV as "
+        f"{GEMV_NOTE[gemv]}; a region works on "
         "one item at a time, a decode token or a prompt block; prompt blocks go first; a "
         "request holds each region for its output tokens and its prompt blocks",
         f"GPU (wse_systems.serving.gpus), {prec.name}: weights read once per step plus every "

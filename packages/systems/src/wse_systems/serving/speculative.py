@@ -53,6 +53,7 @@ def place_speculative(
     draft_bytes_per_param: int | None = None,
     stages: int | None = None,
     layout: str = "banded",
+    gemv: str = "sdk",
 ) -> tuple[PipelinePlan, PipelinePlan]:
     """(target plan, draft plan): the draft on the fewest PE rows of each of `num_wafers`
     wafers that hold it, the target on the rest (the module's placement)."""
@@ -62,6 +63,7 @@ def place_speculative(
         return plan_pipeline(
             config, spec.replace(pe_rows=rows), num_wafers=num_wafers, stages=n,
             context_len=context_len, slots=slots, bytes_per_param=bpp, layout=layout,
+            gemv=gemv,
         )  # fmt: skip
 
     def fits(rows: int) -> bool:

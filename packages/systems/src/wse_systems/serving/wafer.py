@@ -162,11 +162,13 @@ class WaferServing:
         bytes_per_param: int = 2,
         stages: int | None = None,
         layout: str | None = None,
+        gemv: str = "sdk",
     ) -> None:
         self.config, self.spec, self.workload = config, spec, workload
         self.speculation, self.bytes_per_param = speculation, bytes_per_param
         self.stages = stages  # layer regions of the target (default: one per layer)
         self.layout = layout or LAYOUTS[0]  # regions banded or compact (`LAYOUTS`)
+        self.gemv = gemv  # the program each GEMV is priced as (`pipeline.GEMV_PROGRAMS`)
         self.units = num_wafers
         self.name = spec.system or spec.name  # the system built around the wafer
         self.model = PerfModel(spec)
@@ -185,6 +187,7 @@ class WaferServing:
             config, spec, num_wafers=self.units, context_len=self.workload.held_tokens,
             slots=users, bytes_per_param=self.bytes_per_param,
             stages=self.stages if config is self.config else None, layout=self.layout,
+            gemv=self.gemv,
         )  # fmt: skip
 
     def plans(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None]:
@@ -201,6 +204,7 @@ class WaferServing:
             self.config, self.speculation.draft, self.spec, num_wafers=self.units,
             context_len=self.workload.held_tokens, slots=users,
             bytes_per_param=self.bytes_per_param, stages=self.stages, layout=self.layout,
+            gemv=self.gemv,
         )  # fmt: skip
 
     def _forget(self) -> None:
