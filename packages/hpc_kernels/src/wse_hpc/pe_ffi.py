@@ -18,9 +18,9 @@ parallel regions (TLR-MVM, `tlrmvm.pe_kernels`) before its first kernel runs, se
 bounded spin instead (`OMP_WAIT_POLICY=active`, `GOMP_SPINCOUNT=20000`, then sleep: the
 process burns 0.09 ms of CPU in the 50 ms after a tiny parallel region against 0.07 passive
 and 0.30 at 200,000, Xeon VM) unless the user set either variable; the process's first
-parallel run fixes it. TLR-MVM at n 9801, 6 products timed back to back after 0.3 s idle (2026-12-02, 2-core
-Xeon VM): passive 6.4 ms a product, 2,000 pauses 5.0, 20,000 3.9, 200,000 3.4; beside six
-busy processes passive 23.6 ms, 20,000 27.4.
+parallel run fixes it. TLR-MVM at n 9801, 6 products timed back to back after 0.3 s idle
+(2026-12-02, 2-core Xeon VM): passive 6.4 ms a product, 2,000 pauses 5.0, 20,000 3.9,
+200,000 3.4; beside six busy processes passive 23.6 ms, 20,000 27.4.
 """
 
 from __future__ import annotations
