@@ -69,9 +69,8 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
 from wse_systems.attention import EXP_FMACS, attention_phases
-from wse_systems.meshgemv import SOURCE as MESHGEMV_SOURCE
-from wse_systems.meshgemv import meshgemv_phases
-from wse_systems.pipeline import GEMV_PROGRAMS, to_edge
+from wse_systems.meshgemv import DECODE_AXES, meshgemv_phases
+from wse_systems.pipeline import check_gemv, to_edge
 from wse_systems.transformer import DecoderShape
 
 __all__ = [
@@ -84,7 +83,6 @@ __all__ = [
     "PER_TOKEN",
     "TOKEN_ID_BYTES",
     "token_out_work",
-    "GEMV_ASSUMPTIONS",
 ]
 
 # The group of what every token costs outside the layers; it runs on the head region.
@@ -104,31 +102,6 @@ DECODER_ASSUMPTIONS = {
     "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
     "still cross the fabric; a stage's layers share its mean zero fraction",
 }
-
-
-GEMV_ASSUMPTIONS = {
-    "sdk": "the SDK gemv dataflow (matvec layout above): what the model takes for Cerebras' "
-    "published software, whose kernels are not public",
-    "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025): per-PE FMACs, a two-level "
-    "allreduce along one axis, no flood or move between products (wse_systems.meshgemv; "
-    f"{MESHGEMV_SOURCE['repository']} at {MESHGEMV_SOURCE['commit'][:12]}); not the software "
-    "Cerebras measured",
-}
-# The axis each product reduces along under "meshgemv": alternating, so that a product's
-# output (replicated along its reduce axis) is the next one's input.
-MESHGEMV_AXES = {
-    "qkv": "cols",
-    "o_proj": "rows",
-    "up_gate": "cols",
-    "down": "rows",
-    "lm_head": "cols",
-}
-
-
-def _check_gemv(gemv: str) -> str:
-    if gemv not in GEMV_PROGRAMS:
-        raise ValueError(f"gemv must be one of {GEMV_PROGRAMS}, got {gemv!r}")
-    return gemv
 
 
 def _dtype(bytes_per_value: int) -> str:
@@ -250,7 +223,7 @@ def layer_phases(
     `spec`: whose constants choose the collectives' algorithms; `gemv`: the GEMV program,
     `wse_systems.pipeline.GEMV_PROGRAMS`; under "meshgemv" the layer's input is already on
     every row, `decode_phases` floods it once per region)."""
-    _check_gemv(gemv)
+    check_gemv(gemv)
     d, hd = shape.d_model, shape.hd
     nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
     dt, b = _dtype(bytes_per_value), bytes_per_value
@@ -262,7 +235,7 @@ def layer_phases(
     def mv(name: str, n_in: int, n_out: int, density: float = 1.0) -> Phases:
         if gemv == "meshgemv":
             return meshgemv_phases(
-                region, n_in, n_out, reduce_axis=MESHGEMV_AXES[name], bytes_per_value=b,
+                region, n_in, n_out, reduce_axis=DECODE_AXES[name], bytes_per_value=b,
                 input_density=density, spec=spec, name=name,
             )  # fmt: skip
         return matvec_phases(
@@ -342,7 +315,7 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool)
         lm_head = serial(
             _entry_flood(head, d, b),
             meshgemv_phases(
-                head, d, shape.vocab_size, reduce_axis=MESHGEMV_AXES["lm_head"],
+                head, d, shape.vocab_size, reduce_axis=DECODE_AXES["lm_head"],
                 bytes_per_value=b, spec=spec, name="gemv",
             ),
             name="lm_head",
@@ -389,7 +362,7 @@ def decode_phases(
     `per_token` is the head, the argmax and the embedding of the next token."""
     kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
     b, d, spec = plan.bytes_per_param, shape.d_model, plan.spec
-    gemv = _check_gemv(plan.gemv)
+    gemv = check_gemv(plan.gemv)
     mesh = gemv == "meshgemv"
     parts: list[Phase | Phases] = []
     zeros = np.broadcast_to(np.asarray(mlp_zero_fraction, np.float64), (shape.n_layers,))

@@ -52,6 +52,7 @@ from wse_core.hw.sram import Region
 __all__ = [
     "SOURCE",
     "REDUCE_AXES",
+    "DECODE_AXES",
     "best_groups",
     "meshgemv_parts",
     "meshgemv_phases",
@@ -72,6 +73,16 @@ SOURCE = {
     ),
 }
 REDUCE_AXES = ("cols", "rows")
+# The axis each of a decoder layer's products (and the head's) reduces along in WaferLLM's
+# decode: alternating, so that a product's output (replicated along its reduce axis) is the
+# next one's input (`reconfig_allreduce_axis`).
+DECODE_AXES = {
+    "qkv": "cols",
+    "o_proj": "rows",
+    "up_gate": "cols",
+    "down": "rows",
+    "lm_head": "cols",
+}
 
 
 def _dtype(bytes_per_value: int) -> str:

@@ -32,6 +32,7 @@ from wse_core.errors import SramBudgetError
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region, SramLedger
 
+from wse_systems.meshgemv import SOURCE as MESHGEMV_SOURCE
 from wse_systems.transformer import DecoderShape, layer_params, num_params
 
 __all__ = [
@@ -44,6 +45,8 @@ __all__ = [
     "split_even",
     "LAYOUTS",
     "GEMV_PROGRAMS",
+    "GEMV_ASSUMPTIONS",
+    "check_gemv",
     "compact_strips",
     "to_edge",
 ]
@@ -54,6 +57,21 @@ LAYOUTS = ("banded", "compact")
 # dataflow (input flooded down, column AXPYs, reduce along rows, move back), the default; or
 # "meshgemv", WaferLLM's (`wse_systems.meshgemv`). Pricing only: the regions do not change.
 GEMV_PROGRAMS = ("sdk", "meshgemv")
+GEMV_ASSUMPTIONS = {  # each program as every decode report states it
+    "sdk": "the SDK gemv dataflow (wse_systems.decoder's matvec layout): what the model takes "
+    "for Cerebras' published software, whose kernels are not public",
+    "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025): per-PE FMACs, a two-level "
+    "allreduce along one axis, no flood or move between products (wse_systems.meshgemv; "
+    f"{MESHGEMV_SOURCE['repository']} at {MESHGEMV_SOURCE['commit'][:12]}); not the software "
+    "Cerebras measured",
+}
+
+
+def check_gemv(gemv: str) -> str:
+    """`gemv` if it is one of `GEMV_PROGRAMS`, else ValueError."""
+    if gemv not in GEMV_PROGRAMS:
+        raise ValueError(f"gemv must be one of {GEMV_PROGRAMS}, got {gemv!r}")
+    return gemv
 
 
 class PipelinePlanError(SramBudgetError):

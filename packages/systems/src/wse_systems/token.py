@@ -31,8 +31,14 @@ from wse_core.cost.perf import PerfModel, Phases
 from wse_core.cost.report import RunReport
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.decoder import DECODER_ASSUMPTIONS, GEMV_ASSUMPTIONS, decode_phases
-from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
+from wse_systems.pipeline import (
+    GEMV_ASSUMPTIONS,
+    LAYOUTS,
+    PipelinePlan,
+    PipelinePlanError,
+    plan_pipeline,
+)
 from wse_systems.transformer import LLAMA31_8B
 
 __all__ = [

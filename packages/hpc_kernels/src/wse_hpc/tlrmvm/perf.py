@@ -54,12 +54,18 @@ import jax
 import numpy as np
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
 from wse_core.cost.report import RunReport
-from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 from wse_core.hw.traffic import Traffic
 from wse_core.hw.wafer import Wafer
 from wse_core.trace import PeTrace, trace_from
 
+from wse_hpc.tlrmvm.bandwidth import (
+    PROGRAM_RECTANGLE,
+    SDK_CLOCK_HZ,
+    bytes_convention,
+    cerebras_bandwidth,
+    copies_per_system,
+)
 from wse_hpc.tlrmvm.compress import TlrOperator
 from wse_hpc.tlrmvm.grouped import GroupedPlan, tlrmvm_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, tlrmvm_packed
@@ -92,8 +98,6 @@ __all__ = [
     "pe_trace",
 ]
 
-SDK_CLOCK_HZ = 850e6  # the SDK's benchmark scripts divide cycles by this (REFERENCES.md)
-PROGRAM_RECTANGLE = (750, 994)  # the largest user rectangle of a CS-2 (SDK examples)
 
 ASSUMPTIONS = {
     "tlrmvm complex": "a complex (m x n) tile is one real (2m x 2n) fp32 tile "
@@ -244,82 +248,6 @@ def mvm_phases(
     (m, n) = plan.shape
     io = Phase("host_io", Work(host_io_bytes=(m + n) * b * isz), repeat=copies)
     return overlap(on_wafer, io, name="tlrmvm")
-
-
-def copies_per_system(plan, spec: WaferSpec) -> int:
-    """Copies of the plan's grid (frequency slices) that fill one system's program
-    rectangle (`spec.program_rows x program_cols`: 750 x 994 on a CS-2), else the spec's
-    logical grid."""
-    r, c = spec.program_rows or spec.pe_rows, spec.program_cols or spec.pe_cols
-    return (r // plan.grid[0]) * (c // plan.grid[1])
-
-
-def bytes_convention(plan) -> str:
-    """What the plan's PEs hold of a complex operator: "real-split" (each complex m x n tile
-    as its real 2m x 2n tile, 16 mn bytes: `plan.real_split`) or "held" (complex64, 8 mn)."""
-    return "real-split" if plan.real_split else "held"
-
-
-def _held_share(plan) -> float:
-    """The plan's bytes over the SDK count of the real (2m x 2n) tiles `pe_tiles` lists:
-    1 when the PEs hold those tiles (real-split, or a real operator), else 1/2 (complex64)."""
-    return 0.5 if real_pairs(plan) == 2 and not plan.real_split else 1.0
-
-
-def cerebras_bandwidth(
-    plan: TlrPlan | PackedPlan | GroupedPlan,
-    model: PerfModel,
-    *,
-    systems: int = 1,
-    copies: int = 1,
-    phase1: str = PHASE1_FORM,
-) -> dict[str, float | str]:
-    """Relative and absolute bandwidth (bytes/s) as the SDK reports a matvec, in the bytes
-    this plan's PEs hold (`bytes`: `bytes_convention`): the SDK's count of each PE's real
-    (2m x 2n) tiles (`pe_tiles`), halved for a complex operator held as complex64. Time: the
-    slowest PE's cycles of phases 1 and 3 over 850 MHz. `sdk_*_bytes_per_s` (the SDK's rule,
-    the main figure): the average tile PE's bytes times the 750 x 994 program rectangle per
-    system; `*_bytes_per_s`: the bytes of every tile-holding PE of the plan, times `copies`
-    per system, times `systems`. `relative_bytes_per_pe_max`: the most relative bytes one
-    PE counts for one vector (its tiles once, their x and y), and `relative_exceeds_sram`
-    flags a plan where that is more than its SRAM (`ltaief23_tlrmvm` refuses such a row).
-    `phase1`: the phase-1 form the PEs run (`pe_programs.FORMS`), `phase1_form` in the result."""
-    b, programs = plan.batch, pe_tiles(plan, phase1)
-    cycles = max(model.cost(p.work(1, b) + p.work(3, b)).cycles for p in programs)
-    held = [p for p in programs if p.phase1 or p.phase3]
-    tile_pes = sum(p.pes for p in held)
-    share = _held_share(plan)
-
-    def one(p: PeProgram, attr: str) -> float:  # one PE's bytes (or flops) per vector
-        return sum(getattr(t, attr) for t in p.phase1 + p.phase3)
-
-    def total(attr: str) -> float:  # one copy's bytes (or flops) over its tile PEs
-        return b * sum(p.pes * one(p, attr) for p in held)
-
-    seconds = cycles / SDK_CLOCK_HZ
-    scale = copies * systems
-    rect = PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems
-    most = share * max((one(p, "relative_bytes") for p in held), default=0.0)
-    out: dict[str, float | str] = {
-        "bytes": bytes_convention(plan),
-        "phase1_form": phase1,
-        "slowest_pe_cycles": cycles,
-        "seconds": seconds,
-        "tile_pes_per_copy": tile_pes,
-        "program_pes": tile_pes * scale,
-        "rectangle_pes": rect,
-        "flops_per_s": total("flops") * scale / seconds,
-        "relative_bytes_per_pe_max": most,
-        # a plan past its SRAM in this count (a small test wafer) is flagged, not refused:
-        # the emulated run placed its own tiles in the ledger
-        "relative_exceeds_sram": float(most > model.spec.sram_bytes_per_pe),
-    }
-    for kind in ("relative", "absolute"):
-        per_pe = share * total(f"{kind}_bytes") / tile_pes
-        out[f"{kind}_bytes_per_pe"] = per_pe
-        out[f"{kind}_bytes_per_s"] = per_pe * tile_pes * scale / seconds
-        out[f"sdk_{kind}_bytes_per_s"] = per_pe * rect / seconds
-    return out
 
 
 def predict(
