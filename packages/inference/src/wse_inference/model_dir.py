@@ -200,12 +200,15 @@ def _tokenizer(folder: Path, root: Path, vocab_size: int, required: bool):
 
 
 def read_weights(path: str | Path) -> dict[str, Any]:
-    """Every tensor of the model in `path` read once with NumPy, no JAX imported: a NaN or
-    infinite weight, a damaged or truncated file, is refused here (`ModelLoadError`, one
-    line); `load_model(path, weights=...)` takes these arrays (and empties the dict)."""
+    """Every tensor of the model in `path` read once with NumPy, no JAX imported, after its
+    config.json is checked within the file limits (`check_config_file`: a deep or huge one
+    is refused before a byte of data is read): a NaN or infinite weight, a damaged or
+    truncated file, is refused here (`ModelLoadError`, one line); `load_model(path,
+    weights=...)` takes these arrays (and empties the dict)."""
     from wse_core.host.tensor_files import read_tensors
 
     folder = resolve_model_dir(path)
+    _config_json(folder)
     try:
         return read_tensors(folder)
     except WseError as err:

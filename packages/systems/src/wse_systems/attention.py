@@ -48,7 +48,7 @@ from wse_core.hw.dtypes import DTYPE_BYTES
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
-__all__ = ["EXP_FMACS", "AttentionSplit", "attention_split", "attention_phases"]
+__all__ = ["EXP_FMACS", "AttentionSplit", "attention_split", "attention_phases", "value_dtype"]
 
 EXP_FMACS = 6.0  # assumption: exp by a degree-6 polynomial (Horner: one FMAC per term)
 
@@ -76,7 +76,9 @@ def attention_split(shape, region: Region, kv_tokens: int) -> AttentionSplit:
     return AttentionSplit(g, t, grp * math.ceil(g / hd), s, grp)
 
 
-def _dtype(bytes_per_value: int) -> str:
+def value_dtype(bytes_per_value: int) -> str:
+    """The SIMD dtype of a stored value: fp16 for 2 bytes (the 16-bit weights and KV), else
+    fp32 (shared by `decoder` and `meshgemv`)."""
     return "fp16" if bytes_per_value == 2 else "fp32"
 
 
@@ -109,7 +111,7 @@ def attention_phases(
     order: q_in, scores, scores_sum, softmax, softmax_sums, values, heads_reduce."""
     rates = PerfModel(spec).rates
     sp = attention_split(shape, region, kv_tokens)
-    dt, words = _dtype(bytes_per_value), bytes_per_value / 4
+    dt, words = value_dtype(bytes_per_value), bytes_per_value / 4
     qk = _faster(rates, sp.qh, sp.t, sp.g, dt)  # scores: qh x t, each over g dims
     pv = _faster(rates, sp.qh, sp.g, sp.t, dt)  # outputs: qh x g, each over t tokens
     n = sp.t * sp.qh

@@ -68,7 +68,7 @@ from wse_core.cost.perf import Op, Phase, Phases, Work, serial
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
-from wse_systems.attention import EXP_FMACS, attention_phases
+from wse_systems.attention import EXP_FMACS, attention_phases, value_dtype
 from wse_systems.meshgemv import DECODE_AXES, meshgemv_phases
 from wse_systems.pipeline import check_gemv, to_edge
 from wse_systems.transformer import DecoderShape
@@ -104,10 +104,6 @@ DECODER_ASSUMPTIONS = {
 }
 
 
-def _dtype(bytes_per_value: int) -> str:
-    return "fp16" if bytes_per_value == 2 else "fp32"
-
-
 def _rates(spec: WaferSpec) -> WaferSpec:
     """The constants the collectives choose their algorithm at (fitted ones in place)."""
     from wse_core.cost.perf import PerfModel
@@ -131,7 +127,7 @@ def _matvec_parts(
     fired = cols_in * input_density
     elems = rows_out * fired
     axpy = Work(
-        ops=(Op("fmac", _dtype(bytes_per_value), rows_out, count=fired),),
+        ops=(Op("fmac", value_dtype(bytes_per_value), rows_out, count=fired),),
         # FMAC y += w * x: reads w and y, writes y (x is a scalar in SRAM from x_in).
         sram_read_bytes=2 * elems * bytes_per_value,
         sram_write_bytes=elems * bytes_per_value,
@@ -226,7 +222,7 @@ def layer_phases(
     check_gemv(gemv)
     d, hd = shape.d_model, shape.hd
     nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
-    dt, b = _dtype(bytes_per_value), bytes_per_value
+    dt, b = value_dtype(bytes_per_value), bytes_per_value
     gated = shape.arch == "llama"
     mlp_out = (2 if gated else 1) * ff
     act = Work(ops=(_row_op("fmac", ff, region, dt, EXP_FMACS + 2),), task_activations=1.0)

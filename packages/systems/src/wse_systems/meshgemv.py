@@ -45,9 +45,11 @@ from __future__ import annotations
 
 import math
 
-from wse_core.cost.perf import Op, Phase, Phases, Work, serial
+from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
+
+from wse_systems.attention import value_dtype
 
 __all__ = [
     "SOURCE",
@@ -85,10 +87,6 @@ DECODE_AXES = {
 }
 
 
-def _dtype(bytes_per_value: int) -> str:
-    return "fp16" if bytes_per_value == 2 else "fp32"
-
-
 def _divisors(a: int) -> list[int]:
     return [g for g in range(1, a + 1) if a % g == 0]
 
@@ -106,7 +104,7 @@ def _sides(p: int) -> int:
 
 
 def _allreduce(a: int, groups: int, nt: int, bytes_per_value: int) -> tuple[tuple[str, Work], ...]:
-    dt, words = _dtype(bytes_per_value), nt * bytes_per_value / 4
+    dt, words = value_dtype(bytes_per_value), nt * bytes_per_value / 4
     m = a // groups
     r1, h1 = _chain(m)
     r2, h2 = _chain(groups)
@@ -130,31 +128,17 @@ def _allreduce(a: int, groups: int, nt: int, bytes_per_value: int) -> tuple[tupl
     return (("reduce_group", first), ("reduce_groups", second), ("broadcast", bcast))
 
 
-def _work_cycles(spec: WaferSpec, work: Work) -> float:
-    core = sum(op.cycles(spec) for op in work.ops)
-    link = max(work.links.values(), default=0.0) * 4.0 / spec.link_bytes_per_cycle
-    relay = 2.0 * spec.ramp_latency_cycles + 1.0
-    return max(core, link) + work.latency_hops * spec.hop_latency_cycles + work.relay_stages * relay
-
-
-_BEST: dict[tuple, int] = {}  # by (a, nt, bytes, the constants the choice reads)
+_BEST: dict[tuple, int] = {}  # by (a, nt, bytes, the model's constants)
 
 
 def best_groups(a: int, nt: int, bytes_per_value: int, spec: WaferSpec) -> int:
     """The divisor of `a` (WaferLLM's `group_num`) whose allreduce of `nt` values prices
     fastest at `spec`'s constants (fitted ones in place; a tie takes fewer groups)."""
-    from wse_core.cost.perf import PerfModel
-
-    rates = PerfModel(spec).rates
-    dt = _dtype(bytes_per_value)
-    key = (
-        a, nt, bytes_per_value, rates.dsd_issue_cycles, rates.hop_latency_cycles,
-        rates.ramp_latency_cycles, rates.link_bytes_per_cycle, rates.sram_read_bytes_per_cycle,
-        rates.simd_width("add", dt, 1), rates.simd_width("move", dt, 1),
-    )  # fmt: skip
+    model = PerfModel(spec)
+    key = (a, nt, bytes_per_value, repr(model.rates))
     if key not in _BEST:
         cost = {
-            g: sum(_work_cycles(rates, w) for _, w in _allreduce(a, g, nt, bytes_per_value))
+            g: sum(model.cost(w).cycles for _, w in _allreduce(a, g, nt, bytes_per_value))
             for g in _divisors(a)
         }
         _BEST[key] = min(cost, key=lambda g: (cost[g], g))
@@ -182,7 +166,7 @@ def meshgemv_parts(
     g = best_groups(a, nt, bytes_per_value, spec) if groups is None else groups
     if a % g:
         raise ValueError(f"groups ({g}) must divide the {a} PEs along the reduce axis")
-    dt, size = _dtype(bytes_per_value), bytes_per_value
+    dt, size = value_dtype(bytes_per_value), bytes_per_value
     fired = kt * input_density
     zero = Work(ops=(Op("move", dt, nt, mem_reads=0.0),), sram_write_bytes=nt * size)
     gemv = Work(

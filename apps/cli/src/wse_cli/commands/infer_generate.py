@@ -190,10 +190,7 @@ def generate(
     from wse_inference.model_dir import read_weights
 
     weights = read_weights(model_dir)  # NumPy, no JAX: a NaN weight is refused in ~1 s
-    draft_weights = None
-    if spec is not None:  # the draft's too
-        check_config_file(spec.draft_dir())
-        draft_weights = read_weights(spec.draft_dir())
+    draft_weights = read_weights(spec.draft_dir()) if spec is not None else None  # the same
     from wse_inference.model_dir import check_host_memory, read_config
 
     cfg = read_config(model_dir)

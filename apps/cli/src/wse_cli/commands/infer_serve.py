@@ -96,23 +96,14 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
             "this install has no model loader (wse_inference.load.load_engine) yet; "
             "serve the mock engine with --model-dir mock"
         )
-    from wse_inference.model_dir import (
-        check_config_file,
-        check_host_memory,
-        read_config,
-        read_weights,
-    )
+    from wse_inference.model_dir import check_host_memory, read_config, read_weights
 
     if spec is not None:
         spec.draft_dir()  # a real model's speculation needs a draft: say so before loading
-    # NumPy, no JAX: a NaN weight or a damaged file, the target's or the draft's, is refused
-    # in about a second
-    check_config_file(model_dir)  # the config first: within the JSON limits, before the data
+    # NumPy, no JAX: a deep config.json, a NaN weight or a damaged file, the target's or the
+    # draft's, is refused in about a second
     weights = read_weights(model_dir)
-    draft_weights = None
-    if spec is not None:
-        check_config_file(spec.draft_dir())
-        draft_weights = read_weights(spec.draft_dir())
+    draft_weights = read_weights(spec.draft_dir()) if spec is not None else None
     cfg = read_config(model_dir)  # imports JAX (wse_models)
     rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))  # pipeline: one per stage
     check_host_memory(
