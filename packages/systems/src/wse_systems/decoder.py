@@ -37,7 +37,9 @@ replicated for the next product, which reduces along the other axis (qkv and up_
 the columns, o_proj and down along the rows, the head along the columns). Nothing moves
 between products; the residual is flooded down a region once as it enters it (`x_in` of the
 stage) and, held on every row after `down`, leaves from the region's bottom row. The
-attention is priced as in the "sdk" form (`wse_systems.attention`) under both.
+attention is priced as in the "sdk" form (`wse_systems.attention`) under both. Under
+"meshgemv" a prompt block of k > 1 tokens (`block_tokens`) runs each product as WaferLLM's
+prefill does, one MeshGEMM of the k tokens (`wse_systems.meshgemm`).
 
 `shape` is a `wse_systems.transformer.DecoderShape` (its counts), e.g. a
 `wse_models.ModelConfig` or `transformer.LLAMA31_8B`, the calibration case.
@@ -69,21 +71,13 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
 from wse_systems.attention import EXP_FMACS, attention_phases, value_dtype
+from wse_systems.meshgemm import meshgemm_phases
 from wse_systems.meshgemv import DECODE_AXES, meshgemv_phases
 from wse_systems.pipeline import check_gemv, to_edge
 from wse_systems.transformer import DecoderShape
 
-__all__ = [
-    "EXP_FMACS",
-    "DECODER_ASSUMPTIONS",
-    "matvec_phases",
-    "matvec_work",
-    "layer_phases",
-    "decode_phases",
-    "PER_TOKEN",
-    "TOKEN_ID_BYTES",
-    "token_out_work",
-]
+__all__ = ["EXP_FMACS", "DECODER_ASSUMPTIONS", "matvec_phases", "matvec_work", "layer_phases",
+           "decode_phases", "PER_TOKEN", "TOKEN_ID_BYTES", "token_out_work"]  # fmt: skip
 
 # The group of what every token costs outside the layers; it runs on the head region.
 PER_TOKEN = "per_token"
@@ -213,12 +207,14 @@ def layer_phases(
     mlp_zero_fraction: float = 0.0,
     spec: WaferSpec,
     gemv: str = "sdk",
+    block_tokens: int = 1,
 ) -> Phases:
     """One layer's decode step (one token) on `region`, phase by phase (`mlp_zero_fraction`:
     the share of the MLP hidden activation that is zero, skipped by the down projection;
     `spec`: whose constants choose the collectives' algorithms; `gemv`: the GEMV program,
     `wse_systems.pipeline.GEMV_PROGRAMS`; under "meshgemv" the layer's input is already on
-    every row, `decode_phases` floods it once per region)."""
+    every row, `decode_phases` floods it once per region, and with `block_tokens` k > 1
+    each product is one MeshGEMM of the k tokens, the rest one token's)."""
     check_gemv(gemv)
     d, hd = shape.d_model, shape.hd
     nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
@@ -230,10 +226,7 @@ def layer_phases(
 
     def mv(name: str, n_in: int, n_out: int, density: float = 1.0) -> Phases:
         if gemv == "meshgemv":
-            return meshgemv_phases(
-                region, n_in, n_out, reduce_axis=DECODE_AXES[name], bytes_per_value=b,
-                input_density=density, spec=spec, name=name,
-            )  # fmt: skip
+            return _mesh(region, n_in, n_out, name, b, spec, block_tokens, density)
         return matvec_phases(
             region, n_in, n_out, bytes_per_value=b, input_density=density, spec=spec, name=name
         )
@@ -295,7 +288,21 @@ def _entry_flood(region: Region, d: int, b: int) -> Phase:
     return Phase("x_in", broadcast_line(region.rows, math.ceil(d / region.cols) * b / 4))
 
 
-def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool) -> Phases:
+def _mesh(
+    region: Region, n_in: int, n_out: int, product: str, b: int, spec: WaferSpec, k: int,
+    density: float = 1.0, name: str | None = None,
+) -> Phases:  # fmt: skip
+    """WaferLLM's programs: one token's MeshGEMV along `product`'s axis (`DECODE_AXES`),
+    or for a prompt block of k > 1 tokens one MeshGEMM (the prefill's; dense: no skipping)."""
+    if k > 1:
+        return meshgemm_phases(region, k, n_in, n_out, bytes_per_value=b, name=name or product)
+    return meshgemv_phases(
+        region, n_in, n_out, reduce_axis=DECODE_AXES[product], bytes_per_value=b,
+        input_density=density, spec=spec, name=name or product,
+    )  # fmt: skip
+
+
+def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool, k=1) -> Phases:
     """What every token costs outside the layers: the head's product, the argmax over the
     vocabulary (a max and its index over the head region), the chosen token's embedding
     row from its PE to the first stage's top row and, with `token_out`, the token's trip to
@@ -308,14 +315,8 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool)
         task_activations=1.0,
     )
     if plan.gemv == "meshgemv":
-        lm_head = serial(
-            _entry_flood(head, d, b),
-            meshgemv_phases(
-                head, d, shape.vocab_size, reduce_axis=DECODE_AXES["lm_head"],
-                bytes_per_value=b, spec=spec, name="gemv",
-            ),
-            name="lm_head",
-        )  # fmt: skip
+        mm = _mesh(head, d, shape.vocab_size, "lm_head", b, spec, k, name="gemv")
+        lm_head = serial(_entry_flood(head, d, b), mm, name="lm_head")
     else:
         lm_head = matvec_phases(
             head, d, shape.vocab_size, bytes_per_value=b, spec=spec, name="lm_head"
@@ -344,6 +345,7 @@ def decode_phases(
     kv_tokens: int | None = None,
     mlp_zero_fraction: float | Sequence[float] = 0.0,
     token_out: bool = False,
+    block_tokens: int = 1,
 ) -> Phases:
     """One batch-1 decode step (one token) of `shape` on `plan` (a `PipelinePlan`);
     `mlp_zero_fraction` is one value or one per layer (a stage takes its layers' mean);
@@ -355,7 +357,8 @@ def decode_phases(
     next wafer's edge (`PipelinePlan.edge_hops`, fabric hops), the d_model values serialised
     at the system's I/O rate (`host_io_bytes_per_s`) and one network latency
     (`system_latency_s`, assumed, with its sweep in `wse_core.cost.mechanisms`);
-    `per_token` is the head, the argmax and the embedding of the next token."""
+    `per_token` is the head, the argmax and the embedding of the next token. `block_tokens`
+    k > 1 under "meshgemv": each product one MeshGEMM of k tokens, the rest one token's."""
     kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
     b, d, spec = plan.bytes_per_param, shape.d_model, plan.spec
     gemv = check_gemv(plan.gemv)
@@ -366,7 +369,7 @@ def decode_phases(
         s = float(zeros[stage.layers[0] : stage.layers[1]].mean())
         layer = layer_phases(
             shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s,
-            spec=spec, gemv=gemv,
+            spec=spec, gemv=gemv, block_tokens=block_tokens,
         )  # fmt: skip
         handoff = _to_next(stage.region, d, b, _next_on_wafer(plan, i), from_bottom=mesh)
         parts.append(
@@ -384,7 +387,7 @@ def decode_phases(
     )
     return serial(
         *parts,
-        _per_token(shape, plan, spec, token_out),
+        _per_token(shape, plan, spec, token_out, block_tokens),
         Phase("between_wafers", passes),
         name="decode_step",
     )

@@ -188,8 +188,9 @@ def _check(users, speed, ttft, hbm_fraction, mfu) -> None:
 
 GEMV_NOTE = {  # the wafer note's words for each GEMV program (`--gemv`)
     "sdk": "the SDK gemv dataflow (what the model takes for Cerebras' software)",
-    "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025; wse_systems.meshgemv), not "
-    "Cerebras' published software",
+    "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025; wse_systems.meshgemv), prompt "
+    "blocks of k > 1 tokens as its MeshGEMM (wse_systems.meshgemm), not Cerebras' published "
+    "software",
 }
 
 

@@ -12,6 +12,10 @@ element is T1 (`token_s`, the batch-1 prediction); n tokens in blocks of k pipel
 the elements: the first block through every element, the rest one bottleneck time apart
 (`blocks_s`); `pass_s` takes the block size that finishes soonest. Blocks are at most
 `max_block_tokens(plan)`: 1 + the extra tokens' activations the regions' free SRAM holds.
+Under the plan's gemv "meshgemv" (WaferLLM's programs) a block of k > 1 tokens prices each
+matrix product as one MeshGEMM of the k tokens (`wse_systems.meshgemm`, its whole time:
+`decode_phases(..., block_tokens=k)`) in place of k times the MeshGEMV's streaming work plus
+its latency; the rest of the element as above. A decode token (k = 1) is the MeshGEMV's.
 `wse_systems.serving.wafer` builds users, requests and their scheduling on these.
 """
 
@@ -19,12 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work
 
-from wse_systems.decoder import PER_TOKEN
+from wse_systems.decoder import PER_TOKEN, decode_phases
+from wse_systems.meshgemm import is_meshgemm
 from wse_systems.pipeline import PipelinePlan
 from wse_systems.token import price_token
 
@@ -38,14 +43,19 @@ _LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
 class _Priced:
     """A phase tree priced once: each leaf's streaming and latency seconds (per token)."""
 
-    mode: str  # "leaf", "serial" or "overlap"
+    mode: str  # "leaf", "serial", "overlap" or "product" (a MeshGEMV: a MeshGEMM per block)
     repeat: float
     stream_s: float = 0.0
     latency_s: float = 0.0
     children: tuple[_Priced, ...] = ()
+    block_s: Callable[[int], float] | None = None  # "product": seconds of a k > 1 block
 
     def seconds(self, tokens: int, *, latency: bool = True) -> float:
-        """A block of `tokens` tokens: streaming work `tokens` times, latency once."""
+        """A block of `tokens` tokens: streaming work `tokens` times, latency once (a
+        "product" node: one token's MeshGEMV, or the block's MeshGEMM whole)."""
+        if self.mode == "product":
+            one = tokens == 1
+            return self.children[0].seconds(1, latency=latency) if one else self.block_s(tokens)
         if self.mode == "leaf":
             inner = tokens * self.stream_s + (self.latency_s if latency else 0.0)
         else:
@@ -59,9 +69,23 @@ def _fingerprint(work: Work) -> tuple:
     return tuple(tuple(sorted(v.items())) if isinstance(v, Mapping) else v for v in values)
 
 
-def _price(model: PerfModel, part: Phase | Phases, cache: dict) -> _Priced:
+def _price(model: PerfModel, part: Phase | Phases, cache: dict, block=None) -> _Priced:
+    """`part` priced per token; `block(k)`: the same node of the k-token block's tree (None
+    when no product changes program with k)."""
     if isinstance(part, Phases):
-        kids = tuple(_price(model, p, cache) for p in part.parts)
+        if block is not None and is_meshgemm(block(2)):
+            memo: dict[int, float] = {}
+
+            def gemm_s(k: int) -> float:
+                if k not in memo:
+                    memo[k] = model.seconds(block(k))
+                return memo[k]
+
+            return _Priced("product", 1.0, children=(_price(model, part, cache),), block_s=gemm_s)
+        kids = tuple(
+            _price(model, p, cache, None if block is None else _child(block, i))
+            for i, p in enumerate(part.parts)
+        )
         return _Priced(part.mode, part.repeat, children=kids)
     key = _fingerprint(part.work)
     if key not in cache:
@@ -125,8 +149,29 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
     # the per-token group (head product, argmax, next embedding) holds the head region
     regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
     cache: dict = {}
-    elements = tuple((p.name, p.name in regions, _price(model, p, cache)) for p in step.parts)
+    block = _block_trees(config, plan, kv_tokens) if plan.gemv == "meshgemv" else None
+    elements = tuple(
+        (p.name, p.name in regions, _price(model, p, cache, block and _child(block, i)))
+        for i, p in enumerate(step.parts)
+    )
     return Pipeline(elements, max_block_tokens(plan))
+
+
+def _child(block: Callable[[int], Phases], i: int) -> Callable[[int], Phase | Phases]:
+    return lambda k: block(k).parts[i]
+
+
+def _block_trees(config: Any, plan: PipelinePlan, kv_tokens: int) -> Callable[[int], Phases]:
+    """k -> the phase tree of a k-token block (`decode_phases(..., block_tokens=k)`), built
+    once per k."""
+    trees: dict[int, Phases] = {}
+
+    def tree(k: int) -> Phases:
+        if k not in trees:
+            trees[k] = decode_phases(config, plan, kv_tokens=kv_tokens, block_tokens=k)
+        return trees[k]
+
+    return tree
 
 
 def max_block_tokens(plan: PipelinePlan) -> int:
