@@ -34,11 +34,11 @@ one product, as up and gate). Words: two 16-bit values per 32-bit wavelet (the f
 DSDs' `simd_64`, the model's convention). The code's fabric DSD extents round Mt Kt and Kt Nt
 down to even (`_Mt_Kt`); the model counts the values.
 
-At k = 1 the program pads X to P rows (Mt = 1 on every PE row): P times MeshGEMV's FMAC
-elements, n_in n_out / P FMAC DSDs of length 1 per PE; at k = P and beyond it does k
-MeshGEMVs' arithmetic in P Kt Nt DSDs of Mt (`test_systems_gemm_hand`). Not checked: the
-SRAM of its double buffers (2 Kt Nt + 2 Mt Kt + Mt Nt values per PE; the plan's regions are
-the decode's).
+At k = 1 the program pads X to P rows (Mt = 1 on every PE row): P times the FMAC elements of a
+MeshGEMV on the same P x P PEs, n_in n_out / P FMAC DSDs of length 1 per PE; at k a multiple
+of P it does k such MeshGEMVs' arithmetic in P Kt Nt DSDs of Mt (`test_systems_gemm_hand`).
+Not checked: the SRAM of its double buffers (2 Kt Nt + 2 Mt Kt + Mt Nt values per PE; the
+plan's regions are the decode's).
 """
 
 from __future__ import annotations
