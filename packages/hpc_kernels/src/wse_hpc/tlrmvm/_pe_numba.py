@@ -89,9 +89,14 @@ PREFETCH_ROWS = 4  # the kernels ask for the row this many rows ahead (8 KB) as 
 @intrinsic
 def _prefetch_row(typingctx, rows, r, n):
     """Ask the cache for floats [0, n) of row r of a 2-D C array (llvm.prefetch, one per
-    64-byte line; no arithmetic changes). Phase 1's 38.6 MB of rows at n = 9801 read from
-    memory (a 400 MB read between calls) on one thread: 3.7-3.8 -> 3.3-3.4 ms of CPU at 2, 4
-    or 6 rows ahead, the same 12 rows ahead (p10 of 40 interleaved calls, 2026-12-02, load 2)."""
+    64-byte line, into L2: prefetcht2; no arithmetic changes). Phase 1's 38.6 MB of rows at
+    n = 9801 read from memory (a 400 MB read between calls) on one thread: 3.7-3.8 -> 3.3-3.4
+    ms of CPU at 2, 4 or 6 rows ahead, the same 12 rows ahead (p10 of 40 interleaved calls,
+    2026-12-02, load 2). Into L2 rather than L1 (prefetcht0): the L3 keeps more of the 74 MB
+    of bases from one product to the next, so a burst of products after other work warms up
+    sooner (both phases on the cores, 10 products after a 400 MB read, medians of 8 rounds,
+    Xeon VM, 2026-12-02: products 1-4 3.9 / 3.6 / 3.1 / 2.4 ms against 4.5 / 4.1 / 3.7 / 3.1,
+    products 2-10 2.15 against 2.3 ms; cold, one thread, the same or 3% faster)."""
     sig = types.none(rows, r, n)
 
     def codegen(context, builder, sig, args):
@@ -105,7 +110,7 @@ def _prefetch_row(typingctx, rows, r, n):
         at = builder.bitcast(row, i8p)
         size = builder.mul(args[2], context.get_constant(types.intp, 4))
         line = context.get_constant(types.intp, 64)
-        read, keep, data = (ir.Constant(i32, v) for v in (0, 3, 1))
+        read, keep, data = (ir.Constant(i32, v) for v in (0, 1, 1))  # keep 1: prefetcht2
         with cgutils.for_range_slice(builder, zero, size, line, inc=True) as (off, _):
             builder.call(fn, [builder.gep(at, [off]), read, keep, data])
         return context.get_dummy_value()

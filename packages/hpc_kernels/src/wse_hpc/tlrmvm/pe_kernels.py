@@ -6,9 +6,14 @@ Why: XLA:CPU lowers the phases' dots (N or M = 2-4, complex stored as float32 pa
 YNNPACK at 45-75 GB/s of bases on one core and never uses the second one; the grouped
 layout's one-dot-per-PE-row form also multiplies every row by all s pieces of its row when
 each row needs one. These kernels read each stored row once, multiply it by its own piece
-only, and split the rows over the cores (2-core machine, 2026-11-23: ~85-100 GB/s of bases
-from L3 and ~50 from DRAM on two cores, the machine's read bandwidth; the product is 1.2-1.6x
-faster than the NumPy TLR-MVM, 2.5-4x faster than the XLA dots).
+only, and split the rows over the cores. Measured at n = 9801 (37.1 MB of rows in each of
+phases 1 and 3) on the 2-core Xeon VM (KVM, Emerald Rapids, 2026-12-02): products back to
+back 2.2-2.5 ms (phase 1 1.0-1.2 ms, phase 3 1.1-1.3, the rest 0.15 or less: 30-37 GB/s of
+bases, against 41-55 GB/s for a plain read of as many bytes at its best); on one thread from
+L3 19-20 GB/s against 24-25 for a plain read of the same rows, from memory ~10 GB/s, as the
+plain read. bench_tlrmvm's bursts (9 products after other work) take 2.2-3.9 ms where
+nothing else runs, 1.0-2.2x the NumPy TLR-MVM (2.3-8 ms), ~2.3x faster than the XLA dots;
+a round where other processes hold a core loses (ours 8-11 ms, NumPy on one thread 8-11).
 
 Contract (float32 everywhere; complex values as (re, im) pairs):
 - `rows_dot(a, e, sel, lengths) -> (R, C, B)`: a (R, K) stored rows, e (G, B, C, K)
