@@ -13,12 +13,6 @@ pure function per group shape (every layer shares one compilation); without clip
 call also adds the group's squared gradient norm to the step's sum (one dispatch a group, not
 two: the host cost is what a 1-core step loses to PyTorch, issue 44).
 
-Where (the emulator's placement, not the wafer's): group k of `group_names` lives on
-`devices[k % len(devices)]` (`device_of(name)`; `device` first, the default alone), and its
-update runs there, so a trainer whose workers sit on several CPU devices spreads the updates
-over them. The step's squared gradient norm follows the updates from device to device, summed
-in the same order; the clipped path and `params_tree` gather the groups on `device` first.
-
 Streaming below the layer (`wse_systems.training.chunks`): `chunk(name, (group, matrix), start, n,
 dtype)` serves n columns of one matrix of a layer, `vectors(name, dtype)` the layer without
 its matrices; `receive_part(name, key, start, grads, parts=)` takes one chunk's summed
@@ -36,7 +30,7 @@ per-micro-batch gradients of the (globally normalised) loss is the full-batch gr
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -131,21 +125,15 @@ class MemoryX:
         *,
         max_gradient_norm: float | None = None,
         device: jax.Device | None = None,
-        devices: Sequence[jax.Device] = (),
     ):
         self.n_layers, self.tx, self.max_norm = n_layers, tx, max_gradient_norm
         self.device = device or jax.devices()[0]
-        spread = [self.device, *(d for d in devices if d != self.device)]
-        names = group_names(n_layers)  # group k on spread[k % len(spread)]: module doc
-        self._homes = {k: spread[i % len(spread)] for i, k in enumerate(names)}
         f32 = lambda x: jnp.array(x, jnp.float32, copy=True)  # own copy: updates donate it
         self.params = {
-            k: jax.device_put(jax.tree.map(f32, v), self._homes[k])
+            k: jax.device_put(jax.tree.map(f32, v), self.device)
             for k, v in split_groups(params, n_layers).items()
         }
-        self.opt_state = {
-            k: jax.device_put(tx.init(v), self._homes[k]) for k, v in self.params.items()
-        }
+        self.opt_state = {k: tx.init(v) for k, v in self.params.items()}
         self._pending: dict[str, Any] = {}
         self._parts: dict[str, list[tuple[Any, int, Any]]] = {}
         self._accum: dict[str, Any] = {}  # gradients summed over the step's micro-batches
@@ -154,10 +142,6 @@ class MemoryX:
         self._update = _update_fn(tx)
         self._update_norm = _update_norm_fn(tx)
         self.updates_applied = 0
-
-    def device_of(self, name: str) -> jax.Device:
-        """The device that holds group `name` and applies its update."""
-        return self._homes[name]
 
     def weights(self, name: str, dtype: Any = jnp.float32):
         """The group's weights in `dtype` (dispatched asynchronously)."""
@@ -177,7 +161,7 @@ class MemoryX:
         """One chunk of layer `name`'s summed gradient (columns from `start` of matrix `key`,
         or key None: the vectors'); with all `parts` in, the layer's update is applied."""
         got = self._parts.setdefault(name, [])
-        got.append((key, start, jax.device_put(grads, self._homes[name])))
+        got.append((key, start, jax.device_put(grads, self.device)))
         if len(got) < parts:
             return
         del self._parts[name]
@@ -196,8 +180,7 @@ class MemoryX:
     def receive(self, name: str, grads) -> None:
         """A group's summed gradient arrives: added to the step's sum until the last
         micro-batch, then the update is applied now, or held when clipping."""
-        home = self._homes[name]
-        grads = to_device(grads, home)
+        grads = to_device(grads, self.device)
         if any(g.dtype != jnp.float32 for g in jax.tree.leaves(grads)):
             grads = _cast(grads, jnp.dtype(jnp.float32))  # one async call, not one a leaf
         index, count = self._micro
@@ -207,19 +190,18 @@ class MemoryX:
             if index < count - 1:
                 self._accum[name] = grads
                 return
-        total = to_device(self._square_norm, home)  # the same sum, in arrival order
         if self.max_norm is not None:
-            self._square_norm = _add_square_norm(total, grads)
+            self._square_norm = _add_square_norm(self._square_norm, grads)
             self._pending[name] = grads
             return
         self.params[name], self.opt_state[name], self._square_norm = self._update_norm(
-            grads, self.params[name], self.opt_state[name], total
+            grads, self.params[name], self.opt_state[name], self._square_norm
         )
         self.updates_applied += 1
 
     def _apply(self, name: str, grads) -> None:
         self.params[name], self.opt_state[name] = self._update(
-            to_device(grads, self._homes[name]), self.params[name], self.opt_state[name]
+            grads, self.params[name], self.opt_state[name]
         )
         self.updates_applied += 1
 
@@ -230,9 +212,10 @@ class MemoryX:
         missing = set(self.params) - set(self._pending)
         if missing:
             raise RuntimeError(f"gradients missing for {sorted(missing)}")
-        # One optax update over every group at once (on one device): the whole model's norm.
-        pending = {k: to_device(v, self.device) for k, v in self._pending.items()}
-        clipped, _ = optax.clip_by_global_norm(self.max_norm).update(pending, optax.EmptyState())
+        # One optax update over every group at once: the norm is the whole model's.
+        clipped, _ = optax.clip_by_global_norm(self.max_norm).update(
+            self._pending, optax.EmptyState()
+        )
         self._pending = {}
         for name in self.params:
             self._apply(name, clipped[name])
@@ -245,17 +228,15 @@ class MemoryX:
 
     def params_tree(self) -> dict[str, Any]:
         """The functional params pytree (stacked layers), fp32."""
-        return join_groups(
-            {k: to_device(v, self.device) for k, v in self.params.items()}, self.n_layers
-        )
+        return join_groups(self.params, self.n_layers)
 
     def state_tree(self) -> dict[str, Any]:
         """Everything to checkpoint: master weights and optimizer state by group."""
         return {"params": self.params, "opt_state": self.opt_state}
 
     def load_state_tree(self, tree: Mapping[str, Any]) -> None:
-        put = lambda part: {k: jax.device_put(v, self._homes[k]) for k, v in part.items()}
-        self.params, self.opt_state = put(tree["params"]), put(tree["opt_state"])
+        self.params = {k: jax.device_put(v, self.device) for k, v in tree["params"].items()}
+        self.opt_state = {k: jax.device_put(v, self.device) for k, v in tree["opt_state"].items()}
 
     @property
     def master_bytes(self) -> int:

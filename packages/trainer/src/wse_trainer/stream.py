@@ -29,12 +29,8 @@ How this machine computes it (`layout`, a `wse_trainer.layout.Layout`): each rep
 `shards` SwarmX workers on as many CPU devices, and with `keep_residuals` each layer's
 forward keeps its VJP residuals for the backward (`replica.layer_fwd_vjp`), which then does
 not run the layer's forward again: those residuals hold the layer's weights, so its backward
-stream item is counted (`broadcast_bytes`, the wafer streams it again) but not copied. With
-several devices MemoryX spreads its groups' updates over the workers' devices
-(`MemoryX.device_of`) and SwarmX sums each group's gradients where it is updated: with every
-update on one device the other device idled at the end of the backward while the first
-applied them (issue 44). None of this changes what the wafer does, nor a number: every sum
-and update is the same arithmetic in the same order.
+stream item is counted (`broadcast_bytes`: the wafer streams it again) but not copied to
+the workers again (issue 44). Neither changes what the wafer does.
 
 Gradient accumulation (`micro_batch`, per replica: ModelZoo's `micro_batch_size`; default
 the whole per-replica batch): each replica's `global_batch / num_csx` rows run as
@@ -69,7 +65,7 @@ from wse_trainer.chunked import ChunkedLayer
 from wse_trainer.layout import Layout
 from wse_trainer.memoryx import MemoryX
 from wse_trainer.replica import layer_fns, stage_fns
-from wse_trainer.swarmx import SwarmX, to_device
+from wse_trainer.swarmx import SwarmX
 
 __all__ = ["StepStats", "StreamedTrainer"]
 
@@ -147,16 +143,15 @@ class StreamedTrainer:
         self.layout = layout or Layout()
         self.L = int(model.n_layers)
         self.dtype = jnp.dtype(model.dtype)
-        home = (devices or jax.local_devices())[0]
-        self.swarm = SwarmX.create(num_csx, devices, home=home, shards=self.layout.shards)
-        workers = dict.fromkeys(self.swarm.replica_device(r) for r in range(self.swarm.local))
         self.memx = MemoryX(
             params,
             self.L,
             tx,
             max_gradient_norm=max_gradient_norm,
-            device=home,
-            devices=list(workers),  # the groups' updates spread over the workers' devices
+            device=(devices or jax.local_devices())[0],
+        )
+        self.swarm = SwarmX.create(
+            num_csx, devices, home=self.memx.device, shards=self.layout.shards
         )
         self.local = self.swarm.local  # workers (replicas, or their shards) this process computes
         self.fns = _jitted_fns(model, 1.0 / (global_batch * seq_len))
@@ -217,12 +212,7 @@ class StreamedTrainer:
         return cur
 
     def _send(self, name: str, key: Any, start: int, grads: list[Any], parts: int) -> None:
-        g = self.swarm.reduce(grads, self.memx.device_of(name))
-        self.memx.receive_part(name, key, start, g, parts=parts)
-
-    def _reduce(self, name: str, grads: list[Any]) -> Any:
-        """The workers' gradients of group `name` summed on the device that updates it."""
-        return self.swarm.reduce(grads, self.memx.device_of(name))
+        self.memx.receive_part(name, key, start, self.swarm.reduce(grads), parts=parts)
 
     def _layer_items(self, i: int, backward: bool = False) -> list[Any]:
         name = f"layer_{i}"
@@ -275,7 +265,7 @@ class StreamedTrainer:
             else self.fns.layer_bwd(w[r], h_in[r], *self._pos_seg[r], g_h[r])
             for r in range(self.local)
         ]
-        self.memx.receive(name, self._reduce(name, [o[0] for o in out]))
+        self.memx.receive(name, self.swarm.reduce([o[0] for o in out]))
         return [o[1] for o in out]
 
     def _run_layer_kept(self, i: int, w, h, zeros: bool):
@@ -366,7 +356,7 @@ class StreamedTrainer:
     def _head(self, h, shards):
         w_head = self._take()
         out = [self.fns.head(w_head[r], h[r], shards[r][1]) for r in range(self.local)]
-        g = self._reduce("final", [o[1] for o in out])
+        g = self.swarm.reduce([o[1] for o in out])
         self.memx.receive("final", g["final"])
         return [o[0] for o in out], [o[2] for o in out], g.get("embed")
 
@@ -386,14 +376,13 @@ class StreamedTrainer:
                 recomputed += self._recompute(acts, i)
             g_h = self._layer_backward(i, acts.pop(i), g_h)
         w = self._take()
-        g_e = self._reduce(
-            "embed",
+        g_e = self.swarm.reduce(
             [
                 self.fns.embed_bwd(w[r], shards[r][0], self._pos_seg[r][0], g_h[r])
                 for r in range(self.local)
-            ],
+            ]
         )
         if g_embed_head is not None:
-            g_e = _add_f32(g_e, to_device(g_embed_head, self.memx.device_of("embed")))
+            g_e = _add_f32(g_e, g_embed_head)
         self.memx.receive("embed", g_e)
         return recomputed

@@ -10,10 +10,9 @@ CPU host, the virtual devices; with fewer devices than workers, workers share a 
 `first` / `local` count workers (with one shard, the replicas). One process holds every
 replica. `broadcast` is one `jax.device_put` per local replica, issued asynchronously, so a
 broadcast started before a layer's compute overlaps with it. `reduce` sums every replica's
-gradient on the MemoryX device, or the one given (where MemoryX updates that group), in
-replica order, 0 first: across processes the per-replica gradients are first gathered
-(`process_allgather`), so P processes x k replicas add exactly the numbers one process
-adds, in the same order — bit-identical results. The sum of
+gradient on the MemoryX device in replica order, 0 first: across processes the per-replica
+gradients are first gathered (`process_allgather`), so P processes x k replicas add exactly
+the numbers one process adds, in the same order — bit-identical results. The sum of
 per-replica gradients of the (globally normalised) loss is the full-batch gradient. Byte
 counters are global (every replica of the run), the same in every process.
 
@@ -146,12 +145,10 @@ class SwarmX:
         replicas hold those weights already: `StreamedTrainer`'s kept layer residuals)."""
         self.broadcast_bytes += nbytes * self.num_csx
 
-    def reduce(self, grads: Sequence[Any], home: jax.Device | None = None) -> Any:
-        """Sum of every worker's gradient pytree, in worker order, on `home` (default the
-        MemoryX device; MemoryX may keep a group on another, `MemoryX.device_of`)."""
+    def reduce(self, grads: Sequence[Any]) -> Any:
+        """Sum of every worker's gradient pytree, in worker order, on the MemoryX device."""
         self.reduce_bytes += tree_bytes(grads[0]) * self.num_csx
-        home = home or self.home
-        moved = [to_device(g, home) for g in self.gather(grads)]
+        moved = [to_device(g, self.home) for g in self.gather(grads)]
         total = moved[0]
         for g in moved[1:]:
             total = _add(total, g)
