@@ -28,7 +28,9 @@ order before the step (`_step_items`) and streamed one item ahead of its use.
 How this machine computes it (`layout`, a `wse_trainer.layout.Layout`): each replica as
 `shards` SwarmX workers on as many CPU devices, and with `keep_residuals` each layer's
 forward keeps its VJP residuals for the backward (`replica.layer_fwd_vjp`), which then does
-not run the layer's forward again. Neither changes what the wafer does.
+not run the layer's forward again: those residuals hold the layer's weights, so its backward
+stream item is counted (`broadcast_bytes`: the wafer streams it again) but not copied to
+the workers again (issue 44). Neither changes what the wafer does.
 
 Gradient accumulation (`micro_batch`, per replica: ModelZoo's `micro_batch_size`; default
 the whole per-replica batch): each replica's `global_batch / num_csx` rows run as
@@ -87,6 +89,17 @@ class StepStats:
     @property
     def stall_fraction(self) -> float:
         return self.stall_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class _Held(str):
+    """A backward stream item of a layer whose kept VJP holds its weights: the bytes are
+    counted as streamed (the wafer streams them again) but nothing is copied (issue 44)."""
+
+
+@jax.jit
+def _add_f32(a, b):
+    """Leafwise a + b in fp32 (the embedding's gradient and the tied head's share of it)."""
+    return jax.tree.map(lambda x, y: x.astype(jnp.float32) + y.astype(jnp.float32), a, b)
 
 
 @functools.lru_cache(maxsize=16)
@@ -168,7 +181,11 @@ class StreamedTrainer:
         finally:
             self._stall += time.perf_counter() - t0
 
-    def _broadcast(self, item: Any) -> list[Any]:
+    def _broadcast(self, item: Any) -> list[Any] | None:
+        if isinstance(item, _Held):  # counted as streamed; the kept VJP holds the weights
+            leaves = jax.tree.leaves(self.memx.params[item])
+            self.swarm.count_broadcast(sum(x.size for x in leaves) * self.dtype.itemsize)
+            return None
         if isinstance(item, tuple):
             name, key, *cols = item
             if key is None:
@@ -200,7 +217,7 @@ class StreamedTrainer:
     def _layer_items(self, i: int, backward: bool = False) -> list[Any]:
         name = f"layer_{i}"
         if not self.plan.chunked:
-            return [name]
+            return [_Held(name) if backward and self.layout.keep_residuals else name]
         c = self.chunked
         return c.backward_items(name) if backward else c.forward_items(name)
 
@@ -366,7 +383,6 @@ class StreamedTrainer:
             ]
         )
         if g_embed_head is not None:
-            f32 = lambda a, b: a.astype(jnp.float32) + b.astype(jnp.float32)
-            g_e = jax.tree.map(f32, g_e, g_embed_head)
+            g_e = _add_f32(g_e, g_embed_head)
         self.memx.receive("embed", g_e)
         return recomputed

@@ -140,6 +140,11 @@ class SwarmX:
         every = multihost_utils.process_allgather(stacked, tiled=True)
         return [jax.tree.map(lambda x, r=r: x[r], every) for r in range(self.workers)]
 
+    def count_broadcast(self, nbytes: int) -> None:
+        """Count a broadcast of `nbytes` per replica that need not be copied here (the
+        replicas hold those weights already: `StreamedTrainer`'s kept layer residuals)."""
+        self.broadcast_bytes += nbytes * self.num_csx
+
     def reduce(self, grads: Sequence[Any]) -> Any:
         """Sum of every worker's gradient pytree, in worker order, on the MemoryX device."""
         self.reduce_bytes += tree_bytes(grads[0]) * self.num_csx
