@@ -158,3 +158,60 @@ def test_the_sdk_block_is_untouched():
     )
     diffs = [pipe.blocks_s(k, k) for k in (2, 4, 8)]
     assert diffs[1] - diffs[0] == pytest.approx((diffs[2] - diffs[1]) / 2, rel=1e-9)
+
+
+def test_meshgemm_buffers_bound_the_block_by_hand():
+    """On 4 x 6 PEs (P = 4: the square is 16 of the 24 PEs) holding 600 B a PE (900 B on the
+    square), 48 kB of SRAM: a product of 64 -> 96 at 2 B has Kt 16, Nt 24, W's receive tile
+    16 x 24 x 2 = 768 B, and each row per PE of the block costs (2 x 16 + 24) x 2 = 112 B:
+    (49,152 - 900 - 768) // 112 = 423 rows a PE, 1,692 tokens; a second product 128 -> 8
+    (Kt 32, Nt 2: 128 B, 132 B a row) allows (49,152 - 900 - 128) // 132 = 364 rows."""
+    from wse_systems.meshgemm import meshgemm_max_tokens
+
+    region = Region("g", 0, 0, 4, 6)
+    kw = {"held_bytes_per_pe": 600, "sram_bytes_per_pe": 49152, "bytes_per_value": 2}
+    assert meshgemm_max_tokens(region, ((64, 96),), **kw) == 423 * 4
+    assert meshgemm_max_tokens(region, ((64, 96), (128, 8)), **kw) == 364 * 4
+    full = {**kw, "held_bytes_per_pe": 49152}  # nothing left: not one row fits
+    assert meshgemm_max_tokens(region, ((64, 96),), **full) == 0
+
+
+def test_meshgemv_blocks_are_those_whose_buffers_fit():
+    """The serving pipeline under "meshgemv" offers only blocks whose MeshGEMMs fit every
+    region: the largest block is the least of the plan's own limit and, region by region, the
+    largest k for which the held bytes on the square plus W's tile and X's and Y's tiles of
+    every product (q, k, v as one; up and gate as one; the head's) fit, found by trying k."""
+    import math
+
+    from wse_systems.meshgemm import fused_products
+    from wse_systems.serving.blocks import max_block_tokens, price_pipeline
+    from wse_systems.transformer import LLAMA31_8B, layer_matrices
+
+    plan = _plans()["meshgemv"]
+    hd, d, ff = TOY.d_model // TOY.n_heads, TOY.d_model, TOY.d_ff
+    layer = [(d, (TOY.n_heads + 2 * TOY.n_kv_heads) * hd), (d, d), (d, 2 * ff), (ff, d)]
+    b, sram = plan.bytes_per_param, plan.spec.sram_bytes_per_pe
+
+    def fits(stage, products, k: int) -> bool:
+        p = min(stage.region.rows, stage.region.cols)
+        held = stage.bytes_per_pe * stage.region.num_pes / p**2
+        need = []
+        for n_in, n_out in products:
+            mt, kt, nt = math.ceil(k / p), math.ceil(n_in / p), math.ceil(n_out / p)
+            need.append(held + (kt * nt + 2 * mt * kt + mt * nt) * b)
+        return max(need) <= sram
+
+    regions = [(plan.head, [(d, TOY.vocab_size)])] + [(s, layer) for s in plan.stages]
+    # the decode's products from the parameter list: q, k, v one; o alone (its input is the
+    # attention's, even where it is as long as d); up and gate one; down
+    assert fused_products(layer_matrices(TOY)) == tuple(layer)
+    assert fused_products(layer_matrices(LLAMA31_8B)) == (
+        (4096, 4096 + 2 * 8 * 128), (4096, 4096), (4096, 2 * 14336), (14336, 4096)
+    )  # fmt: skip
+    limit = max_block_tokens(plan)
+    k = 1
+    while k < limit and all(fits(s, pr, k + 1) for s, pr in regions):
+        k += 1
+    assert price_pipeline(TOY, plan, kv_tokens=32).max_block_tokens == k
+    sdk = _plans()["sdk"]
+    assert price_pipeline(TOY, sdk, kv_tokens=32).max_block_tokens == max_block_tokens(sdk)

@@ -16,6 +16,8 @@ Under the plan's gemv "meshgemv" (WaferLLM's programs) a block of k > 1 tokens p
 matrix product as one MeshGEMM of the k tokens (`wse_systems.meshgemm`, its whole time:
 `decode_phases(..., block_tokens=k)`) in place of k times the MeshGEMV's streaming work plus
 its latency; the rest of the element as above. A decode token (k = 1) is the MeshGEMV's.
+Such blocks are at most what the MeshGEMMs' buffers leave room for on every region
+(`wse_systems.meshgemm.meshgemm_max_tokens`; 1 when none fits).
 `wse_systems.serving.wafer` builds users, requests and their scheduling on these.
 """
 
@@ -29,9 +31,10 @@ from typing import Any
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work
 
 from wse_systems.decoder import PER_TOKEN, decode_phases
-from wse_systems.meshgemm import is_meshgemm
+from wse_systems.meshgemm import fused_products, is_meshgemm, meshgemm_max_tokens
 from wse_systems.pipeline import PipelinePlan
 from wse_systems.token import price_token
+from wse_systems.transformer import layer_matrices
 
 __all__ = ["MAX_BLOCK_TOKENS", "Pipeline", "price_pipeline", "max_block_tokens"]
 
@@ -154,7 +157,24 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
         (p.name, p.name in regions, _price(model, p, cache, block and _child(block, i)))
         for i, p in enumerate(step.parts)
     )
-    return Pipeline(elements, max_block_tokens(plan))
+    k_max = max_block_tokens(plan)
+    if plan.gemv == "meshgemv":  # blocks of k > 1 run MeshGEMMs: their buffers must fit too
+        k_max = max(1, min(k_max, _gemm_tokens(config, plan)))
+    return Pipeline(elements, k_max)
+
+
+def _gemm_tokens(config: Any, plan: PipelinePlan) -> int:
+    """The largest block whose MeshGEMMs fit every region (`meshgemm_max_tokens`)."""
+    layer = fused_products(layer_matrices(config))
+    regions = [(plan.head, ((config.d_model, config.vocab_size),))]
+    regions += [(s, layer) for s in plan.stages]
+    sram, b = plan.spec.sram_bytes_per_pe, plan.bytes_per_param
+    return min(
+        meshgemm_max_tokens(
+            s.region, p, held_bytes_per_pe=s.bytes_per_pe, sram_bytes_per_pe=sram, bytes_per_value=b
+        )
+        for s, p in regions
+    )
 
 
 def _child(block: Callable[[int], Phases], i: int) -> Callable[[int], Phase | Phases]:
