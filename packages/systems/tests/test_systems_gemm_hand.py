@@ -183,9 +183,8 @@ def test_meshgemv_blocks_are_those_whose_buffers_fit():
     every product (q, k, v as one; up and gate as one; the head's) fit, found by trying k."""
     import math
 
-    from wse_systems.meshgemm import fused_products
     from wse_systems.serving.blocks import max_block_tokens, price_pipeline
-    from wse_systems.transformer import LLAMA31_8B, layer_matrices
+    from wse_systems.transformer import LLAMA31_8B, layer_products
 
     plan = _plans()["meshgemv"]
     hd, d, ff = TOY.d_model // TOY.n_heads, TOY.d_model, TOY.d_ff
@@ -204,10 +203,11 @@ def test_meshgemv_blocks_are_those_whose_buffers_fit():
     regions = [(plan.head, [(d, TOY.vocab_size)])] + [(s, layer) for s in plan.stages]
     # the decode's products from the parameter list: q, k, v one; o alone (its input is the
     # attention's, even where it is as long as d); up and gate one; down
-    assert fused_products(layer_matrices(TOY)) == tuple(layer)
-    assert fused_products(layer_matrices(LLAMA31_8B)) == (
-        (4096, 4096 + 2 * 8 * 128), (4096, 4096), (4096, 2 * 14336), (14336, 4096)
-    )  # fmt: skip
+    assert tuple(layer_products(TOY).values()) == tuple(layer)
+    assert layer_products(LLAMA31_8B) == {
+        "qkv": (4096, 4096 + 2 * 8 * 128), "o_proj": (4096, 4096),
+        "up_gate": (4096, 2 * 14336), "down": (14336, 4096),
+    }  # fmt: skip
     limit = max_block_tokens(plan)
     k = 1
     while k < limit and all(fits(s, pr, k + 1) for s, pr in regions):

@@ -74,7 +74,7 @@ from wse_systems.attention import EXP_FMACS, attention_phases, value_dtype
 from wse_systems.meshgemm import meshgemm_phases
 from wse_systems.meshgemv import DECODE_AXES, meshgemv_phases
 from wse_systems.pipeline import check_gemv, to_edge
-from wse_systems.transformer import DecoderShape
+from wse_systems.transformer import DecoderShape, layer_products
 
 __all__ = ["EXP_FMACS", "DECODER_ASSUMPTIONS", "matvec_phases", "matvec_work", "layer_phases",
            "decode_phases", "PER_TOKEN", "TOKEN_ID_BYTES", "token_out_work"]  # fmt: skip
@@ -216,15 +216,13 @@ def layer_phases(
     every row, `decode_phases` floods it once per region, and with `block_tokens` k > 1
     each product is one MeshGEMM of the k tokens, the rest one token's)."""
     check_gemv(gemv)
-    d, hd = shape.d_model, shape.hd
-    nh, nkv, ff = shape.n_heads, shape.n_kv_heads, shape.d_ff
+    d, ff, dims = shape.d_model, shape.d_ff, layer_products(shape)
     dt, b = value_dtype(bytes_per_value), bytes_per_value
-    gated = shape.arch == "llama"
-    mlp_out = (2 if gated else 1) * ff
     act = Work(ops=(_row_op("fmac", ff, region, dt, EXP_FMACS + 2),), task_activations=1.0)
     residual = Work(ops=(_row_op("add", d, region, dt),))
 
-    def mv(name: str, n_in: int, n_out: int, density: float = 1.0) -> Phases:
+    def mv(name: str, density: float = 1.0) -> Phases:
+        n_in, n_out = dims[name]
         if gemv == "meshgemv":
             return _mesh(region, n_in, n_out, name, b, spec, block_tokens, density)
         return matvec_phases(
@@ -233,14 +231,14 @@ def layer_phases(
 
     return serial(
         dataclasses.replace(_norm(region, d, dt, spec), name="norm_attn"),
-        mv("qkv", d, (nh + 2 * nkv) * hd),
+        mv("qkv"),
         attention_phases(shape, region, kv_tokens, b, spec),
-        mv("o_proj", nh * hd, d),
+        mv("o_proj"),
         Phase("residual_attn", residual),
         dataclasses.replace(_norm(region, d, dt, spec), name="norm_mlp"),
-        mv("up_gate", d, mlp_out),
+        mv("up_gate"),
         Phase("activation", act),
-        mv("down", ff, d, 1 - mlp_zero_fraction),
+        mv("down", 1 - mlp_zero_fraction),
         Phase("residual_mlp", residual),
         name="layer",
     )

@@ -52,7 +52,7 @@ from wse_core.hw.sram import Region
 from wse_systems.attention import value_dtype
 
 __all__ = ["SOURCE", "PHASE_NAMES", "is_meshgemm", "meshgemm_tiles", "meshgemm_parts",
-           "meshgemm_phases", "PRODUCT_OF", "fused_products", "meshgemm_max_tokens"]  # fmt: skip
+           "meshgemm_phases", "meshgemm_max_tokens"]  # fmt: skip
 
 # The code read for the counts above (He et al., OSDI 2025; shared/REFERENCES.md lists it as
 # calibration material: instruction counts per PE, no cycle counts published). At this
@@ -139,22 +139,6 @@ def meshgemm_phases(
     return serial(*(Phase(n, w, repeat=r) for n, w, r in parts), name=name)
 
 
-# the decode's products (`wse_systems.decoder`) by `transformer.layer_matrices`' names
-PRODUCT_OF = {"wq": "qkv", "wk": "qkv", "wv": "qkv", "wo": "o_proj",
-              "w_up": "up_gate", "w_gate": "up_gate", "w_down": "down"}  # fmt: skip
-
-
-def fused_products(matrices) -> tuple[tuple[int, int], ...]:
-    """(n_in, n_out) of each product the decode runs, from `transformer.layer_matrices`:
-    q, k and v are one product, as up and gate (`PRODUCT_OF`), as `wse_systems.decoder`
-    multiplies them."""
-    out: dict[str, list[int]] = {}
-    for _, name, n_in, n_out in matrices:
-        product = out.setdefault(PRODUCT_OF[name], [n_in, 0])
-        product[1] += n_out
-    return tuple((n_in, n_out) for n_in, n_out in out.values())
-
-
 def meshgemm_max_tokens(
     region: Region,
     products,
@@ -167,10 +151,9 @@ def meshgemm_max_tokens(
     PE of `region` holds (`held_bytes_per_pe`: weights, KV cache, activations) re-spread over
     the P x P square, beside the largest of `products`' (n_in, n_out) W receive tile (Kt Nt)
     and X and Y tiles (2 Mt Kt + Mt Nt), Mt = ceil(k / P). 0 when not even one row fits."""
-    p, b = min(region.rows, region.cols), bytes_per_value
-    free = sram_bytes_per_pe - held_bytes_per_pe * region.num_pes / (p * p)
-    rows = math.inf
+    b, rows = bytes_per_value, math.inf
     for n_in, n_out in products:
-        kt, nt = math.ceil(n_in / p), math.ceil(n_out / p)
+        p, _, kt, nt = meshgemm_tiles(region, 1, n_in, n_out)
+        free = sram_bytes_per_pe - held_bytes_per_pe * region.num_pes / (p * p)
         rows = min(rows, math.floor((free - kt * nt * b) / ((2 * kt + nt) * b)))
     return 0 if rows == math.inf else int(max(0, rows)) * p

@@ -72,6 +72,7 @@ __all__ = [
 AA_INPUT_TOKENS = 1000  # Artificial Analysis 1k workload, input (tokens)
 AA_OUTPUT_TOKENS = 1000  # its output (tokens); a decode step reads input + output / 2 on average
 PUBLISHED_SETUP = {
+    "wafer": "wse3",  # WSE-3 (CS-3), as the calibration set names it
     "wafers": 1,
     "bytes_per_param": 2,
     "context_len": 8192,
@@ -206,7 +207,7 @@ def decode_case() -> tuple[WaferSpec, Phases]:
     (`wse_core.cost.assumptions.assumed_spec`)."""
     from wse_core.cost.assumptions import assumed_spec
 
-    spec = assumed_spec("wse3")
+    spec = assumed_spec(str(PUBLISHED_SETUP["wafer"]))
     key = spec.key()
     if key not in _DECODE_CASES:
         # the layout the model chooses (the faster of banded and compact), never the one

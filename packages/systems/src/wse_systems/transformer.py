@@ -34,6 +34,7 @@ __all__ = [
     "matmul_params",
     "attn_dim",
     "kv_values_per_token",
+    "layer_products",
     "layer_matrices",
 ]
 
@@ -129,6 +130,22 @@ def layer_matrices(s: DecoderShape) -> tuple[tuple[str, str, int, int], ...]:
     )
     return (("attn", "wq", d, q), ("attn", "wk", d, kv), ("attn", "wv", d, kv),
             ("attn", "wo", q, d), *mlp, ("mlp", "w_down", f, d))  # fmt: skip
+
+
+# the products a decode step runs, by `layer_matrices`' names: q, k and v are one product
+# (one input, outputs side by side), as up and gate
+PRODUCT_OF = {"wq": "qkv", "wk": "qkv", "wv": "qkv", "wo": "o_proj",
+              "w_up": "up_gate", "w_gate": "up_gate", "w_down": "down"}  # fmt: skip
+
+
+def layer_products(s: DecoderShape) -> dict[str, tuple[int, int]]:
+    """One layer's products as name -> (n_in, n_out), in the forward's order: qkv, o_proj,
+    up_gate, down (`PRODUCT_OF` over `layer_matrices`)."""
+    out: dict[str, tuple[int, int]] = {}
+    for _, name, n_in, n_out in layer_matrices(s):
+        product = PRODUCT_OF[name]
+        out[product] = (n_in, out.get(product, (n_in, 0))[1] + n_out)
+    return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -190,7 +190,7 @@ def generate(
     from wse_inference.model_dir import read_weights
 
     weights = read_weights(model_dir)  # NumPy, no JAX: a NaN weight is refused in ~1 s
-    draft_weights = read_weights(spec.draft_dir()) if spec is not None else None  # the same
+    draft_weights = read_weights(spec.draft_dir()) if spec is not None else None  # the draft's
     from wse_inference.model_dir import check_host_memory, read_config
 
     cfg = read_config(model_dir)

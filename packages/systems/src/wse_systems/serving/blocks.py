@@ -31,10 +31,10 @@ from typing import Any
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work
 
 from wse_systems.decoder import PER_TOKEN, decode_phases
-from wse_systems.meshgemm import fused_products, is_meshgemm, meshgemm_max_tokens
+from wse_systems.meshgemm import is_meshgemm, meshgemm_max_tokens
 from wse_systems.pipeline import PipelinePlan
 from wse_systems.token import price_token
-from wse_systems.transformer import layer_matrices
+from wse_systems.transformer import layer_products
 
 __all__ = ["MAX_BLOCK_TOKENS", "Pipeline", "price_pipeline", "max_block_tokens"]
 
@@ -152,20 +152,20 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
     # the per-token group (head product, argmax, next embedding) holds the head region
     regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
     cache: dict = {}
-    block = _block_trees(config, plan, kv_tokens) if plan.gemv == "meshgemv" else None
+    block, k_max = None, max_block_tokens(plan)
+    if plan.gemv == "meshgemv":  # blocks of k > 1 run MeshGEMMs: their buffers must fit too
+        block = _block_trees(config, plan, kv_tokens)
+        k_max = max(1, min(k_max, _gemm_tokens(config, plan)))
     elements = tuple(
         (p.name, p.name in regions, _price(model, p, cache, block and _child(block, i)))
         for i, p in enumerate(step.parts)
     )
-    k_max = max_block_tokens(plan)
-    if plan.gemv == "meshgemv":  # blocks of k > 1 run MeshGEMMs: their buffers must fit too
-        k_max = max(1, min(k_max, _gemm_tokens(config, plan)))
     return Pipeline(elements, k_max)
 
 
 def _gemm_tokens(config: Any, plan: PipelinePlan) -> int:
     """The largest block whose MeshGEMMs fit every region (`meshgemm_max_tokens`)."""
-    layer = fused_products(layer_matrices(config))
+    layer = tuple(layer_products(config).values())
     regions = [(plan.head, ((config.d_model, config.vocab_size),))]
     regions += [(s, layer) for s in plan.stages]
     sram, b = plan.spec.sram_bytes_per_pe, plan.bytes_per_param
