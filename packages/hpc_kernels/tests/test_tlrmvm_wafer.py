@@ -9,8 +9,9 @@ from wse_hpc.tlrmvm import TlrError, compress, grouped, tlrmvm_numpy
 from wse_hpc.tlrmvm.engine import TlrEngine
 from wse_hpc.tlrmvm.grouped import colour_slices, deal_groups, plan_grouped
 from wse_hpc.tlrmvm.packed import plan_packed
+from wse_hpc.tlrmvm.perf import predict, product_s
 from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
-from wse_hpc.tlrmvm.wafer import plan_placement
+from wse_hpc.tlrmvm.wafer import place_plan, plan_placement
 
 # float32 GEMVs of length <= 64 accumulate rounding of a few 1e-7 relative.
 RTOL = 2e-5
@@ -30,7 +31,9 @@ def op():
     "mesh, rank_chunk, batch",
     [((2, 4), None, 1), ((4, 2), 2, 3), ((1, 1), 3, 2)],
 )
-def test_matvec_and_adjoint_match_numpy(op, mesh, rank_chunk, batch, layout):
+def test_matvec_and_adjoint_match_numpy(monkeypatch, op, mesh, rank_chunk, batch, layout):
+    if rank_chunk is not None and layout == "grouped":  # several pieces per PE (priced: s 1)
+        monkeypatch.setattr(grouped, "GROUP_SIZES", (2, 3, 4))
     eng = TlrEngine.build(
         op, preset("small"), mesh_shape=mesh, rank_chunk=rank_chunk, batch=batch, layout=layout
     )
@@ -186,7 +189,7 @@ def _placed(field):
 
 @pytest.mark.parametrize("rank_chunk", [2, 5])
 def test_grouped_plan_places_every_rank_row_once(op, rank_chunk):
-    plan = plan_grouped(op, preset("small"), rank_chunk=rank_chunk)
+    plan = plan_grouped(op, preset("small"), rank_chunk=rank_chunk, price=product_s)
     expect = sorted((i, j, q) for (i, j), k in np.ndenumerate(op.ranks) for q in range(k))
     v_at = {tuple(map(int, e)): idx for idx, e in _placed(plan.v_rank)}
     u_at = {tuple(map(int, e)): idx for idx, e in _placed(plan.u_rank)}
@@ -201,9 +204,11 @@ def test_grouped_plan_places_every_rank_row_once(op, rank_chunk):
     koenig = -(-max(loads) // rank_chunk)  # PE columns of Koenig's D colours
     assert plan.grid == (len(plan.col_group), koenig)
     with pytest.raises(SramBudgetError):
-        plan_grouped(op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8)
+        plan_grouped(
+            op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8, price=product_s
+        )
     with pytest.raises(PlacementError, match="PEs"):
-        plan_grouped(op, preset("tiny"), rank_chunk=1)
+        plan_grouped(op, preset("tiny"), rank_chunk=1, price=product_s)
 
 
 def test_groups_are_balanced_and_capped():
@@ -215,32 +220,61 @@ def test_groups_are_balanced_and_capped():
     assert sums.max() <= load.sum() / 6 + load.max()  # LPT: within one item of the mean
 
 
-def test_grouped_plan_pads_least(monkeypatch):
+@pytest.fixture(scope="module")
+def uneven():
+    """12 x 12 tiles of 8, tile column j of rank 1 + j % 6."""
     rng = np.random.default_rng(5)
     cols = [
         rng.standard_normal((96, 1 + j % 6)) @ rng.standard_normal((1 + j % 6, 8))
         for j in range(12)
     ]
-    op = compress(
-        np.hstack(cols).astype(np.float32), nb=8, threshold=1e-4
-    )  # tile column j: rank 1 + j % 6
+    op = compress(np.hstack(cols).astype(np.float32), nb=8, threshold=1e-4)
     assert (op.ranks == 1 + np.arange(12) % 6).all()
-    plan = plan_grouped(op, preset("small"), rank_chunk=4)
-    padded = {}
+    return op
+
+
+def _each_size(monkeypatch, op, price):
+    """{s: the plan at group size s alone}, the sizes whose grid fits the wafer."""
+    plans = {}
     for size in grouped.GROUP_SIZES:
         with monkeypatch.context() as m:
             m.setattr(grouped, "GROUP_SIZES", (size,))
             try:
-                padded[size] = plan_grouped(op, preset("small"), rank_chunk=4).padded_bases_bytes
+                plans[size] = plan_grouped(op, preset("small"), rank_chunk=4, price=price)
             except PlacementError:  # wider than the wafer: the plan skips that size
                 continue
+    return plans
+
+
+def test_grouped_plan_is_the_fastest_priced(monkeypatch, uneven):
+    """Each size's plan priced by hand (its `predict` report on its own wafer): the planner
+    takes the fastest, not the one padding least (here s = 2 pads least, s = 1 is faster)."""
+    spec, x = preset("small"), random_vectors(96, None, np.float32)
+    plans, by_hand = _each_size(monkeypatch, uneven, product_s), {}
+    for size, plan in plans.items():
+        wafer, _ = place_plan(uneven, spec, plan)
+        by_hand[size] = predict(wafer, plan, uneven).predicted_s
+        assert product_s(plan, spec) == pytest.approx(by_hand[size], rel=1e-12)
+    eng = TlrEngine.build(uneven, spec, rank_chunk=4)
+    assert eng.plan.windows == min(by_hand, key=by_hand.get)
+    assert eng.report().predicted_s == pytest.approx(min(by_hand.values()), rel=1e-12)
+    least = min(p.padded_bases_bytes for p in plans.values())
+    assert eng.plan.padded_bases_bytes > least  # the price decided, not the padding
+    assert _rel(eng.matvec(x), tlrmvm_numpy(uneven, x)) < RTOL
+
+
+def test_grouped_plan_ties_go_to_least_padding(monkeypatch, uneven):
+    """Under one price for every plan: the least padding, then the smaller s."""
+    plan = plan_grouped(uneven, preset("small"), rank_chunk=4, price=lambda p, spec: 0.0)
+    padded = {
+        s: p.padded_bases_bytes for s, p in _each_size(monkeypatch, uneven, product_s).items()
+    }
     assert 2 <= len(padded) < len(grouped.GROUP_SIZES)  # one size too wide: skipped, no error
     assert plan.padded_bases_bytes == min(padded.values())
     assert plan.windows == min(s for s, b in padded.items() if b == min(padded.values()))
     assert padded[1] > 1.5 * plan.padded_bases_bytes  # one tile column per PE row pads more
-    x = random_vectors(96, None, np.float32)
-    eng = TlrEngine.build(op, preset("small"), rank_chunk=4)
-    assert _rel(eng.matvec(x), tlrmvm_numpy(op, x)) < RTOL
+    narrow = plan_grouped(uneven, preset("small"), rank_chunk=4, price=lambda p, _: p.windows)
+    assert narrow.windows == 1  # the price decides before the padding
 
 
 @pytest.mark.cpu_devices

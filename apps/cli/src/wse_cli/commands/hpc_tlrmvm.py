@@ -145,7 +145,8 @@ def run(
     layout: str = typer.Option(
         "grouped",
         "--layout",
-        help="grouped (PE rows serve groups of tile columns and rows; least padding), packed "
+        help="grouped (PE rows serve groups of tile columns and rows; the group size priced "
+        "fastest), packed "
         "(slices bucketed by rank) or banded (padded).",
     ),
     kernel: str = typer.Option(

@@ -30,7 +30,8 @@ V^H row into one accumulator (ours, the emulator's kernel). Each tile's absolute
 its own form's. `time_per_mvm` rows carry the cycles of one product by mechanism.
 Layouts: grouped (PE
 rows serve groups of tile columns and rows, rank rows coloured into PE columns; the engine's
-default), packed (slices bucketed by rank), banded (padded to each tile row's largest
+default; its group size, for each byte convention, the one whose product `perf.product_s`
+prices fastest), packed (slices bucketed by rank), banded (padded to each tile row's largest
 rank); and grouped on WSE-3 (model figures only: the SDK accounting is the CS-2's). Stable
 param keys: `wafer`, `systems`, `precision`, `nb`, `n`, `threshold`, `layout`, `copies`.
 REFERENCES.md lists SC23's inputs only, so `published` stays None. `per_pe_wse2_grouped.png`:
@@ -40,6 +41,7 @@ cycles from its own tiles, the reshuffle's ring words on every PE, the SRAM of t
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -55,7 +57,7 @@ from wse_hpc.tlrmvm.engine import TlrEngine
 from wse_hpc.tlrmvm.grouped import plan_grouped
 from wse_hpc.tlrmvm.mdd import compare, mdd_case
 from wse_hpc.tlrmvm.packed import plan_packed
-from wse_hpc.tlrmvm.perf import counting_fns, pe_trace, predict
+from wse_hpc.tlrmvm.perf import counting_fns, pe_trace, predict, product_s
 from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator
 from wse_hpc.tlrmvm.wafer import plan_placement
 
@@ -255,7 +257,11 @@ def _summary(rep) -> dict:
     return {**{k: d[k] for k in keep}, "phases": rep.phase_rows(), "cerebras": d["cerebras"]}
 
 
-PLANNERS = {"grouped": plan_grouped, "packed": plan_packed, "banded": plan_placement}
+PLANNERS = {  # grouped: the group size whose product is predicted fastest (as the engine's)
+    "grouped": functools.partial(plan_grouped, price=product_s),
+    "packed": plan_packed,
+    "banded": plan_placement,
+}
 CASES = (("wse2", "grouped"), ("wse2", "packed"), ("wse2", "banded"), ("wse3", "grouped"))
 
 

@@ -2,7 +2,8 @@
 
 `compress` cuts a dense operator into low-rank tiles (`TlrOperator`, saved as `.npz`);
 `grouped.plan_grouped` (default: PE rows serve groups of tile columns and tile rows, each
-PE column a set of rank rows found by an edge colouring, a few percent of padding),
+PE column a set of rank rows found by an edge colouring, the group size the one whose
+product `perf.product_s` prices fastest),
 `packed.plan_packed` (rank slices bucketed per tile column) or `wafer.plan_placement`
 (banded: each tile row padded to its largest rank) plans the layout (the ledger sizes it) and
 `wafer.place_plan` puts any plan's bases in PE SRAM; `tlrmvm_grouped` / `tlrmvm_packed` /

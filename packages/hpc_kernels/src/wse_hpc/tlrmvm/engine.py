@@ -1,13 +1,14 @@
 """The shell around the TLR-MVM kernel: place once, jit once, run, time, report.
 
-`TlrEngine.build(op, spec, ...)` plans the layout (`grouped.plan_grouped` by default),
-places it (`wafer.place_plan`), jits the pure `matvec_fn` / `rmatvec_fn` of the layout, and
-offers `matvec(x)` / `rmatvec(y)` on NumPy vectors ((N,) or (N, b)), `time_matvec(x,
-repeats)` (median wall seconds after a warm-up compile), and `report(measured_wall_s=...)`:
-the `wse_core.RunReport` of `perf.predict`, priced from this engine's own plan and its own
-product's traced fabric (without a measurement: the prediction alone). A long-lived engine
-that its caller times, as the inference engines are: `engine.report(measured_wall_s=...)`
-is the one name for its report. Only this module decides jit and timing.
+`TlrEngine.build(op, spec, ...)` plans the layout (`grouped.plan_grouped` by default, its
+group size chosen by `perf.product_s`), places it (`wafer.place_plan`), jits the pure
+`matvec_fn` / `rmatvec_fn` of the layout, and offers `matvec(x)` / `rmatvec(y)` on NumPy
+vectors ((N,) or (N, b)), `time_matvec(x, repeats)` (median wall seconds after a warm-up
+compile), and `report(measured_wall_s=...)`: the `wse_core.RunReport` of `perf.predict`,
+priced from this engine's own plan and its own product's traced fabric (without a
+measurement: the prediction alone). A long-lived engine that its caller times, as the
+inference engines are: `engine.report(measured_wall_s=...)` is the one name for its report.
+Only this module decides jit and timing.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from wse_core.hw.wafer import Wafer
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.grouped import GroupedPlan, plan_grouped, tlrmvm_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, plan_packed, tlrmvm_packed
-from wse_hpc.tlrmvm.perf import predict
+from wse_hpc.tlrmvm.perf import predict, product_s
 from wse_hpc.tlrmvm.wafer import (
     TlrBases,
     TlrFns,
@@ -75,16 +76,19 @@ class TlrEngine:
         kernel: str = "auto",
     ) -> TlrEngine:
         """`layout`: "grouped" (PE rows serve groups of tile columns and rows, PE columns
-        hold rank rows by an edge colouring, `grouped`: the least padding and the fastest
-        emulation), "packed" (slices bucketed per tile column, `packed`) or
-        "banded" (each tile row padded to its largest rank, `wafer`). `mesh_shape`: the
+        hold rank rows by an edge colouring, `grouped`: its group size the one whose product
+        `perf.product_s` predicts fastest), "packed" (slices bucketed per tile column,
+        `packed`) or "banded" (each tile row padded to its largest rank, `wafer`). `mesh_shape`: the
         device mesh under the PE grid; one device by default, since the phases are a few
         large dots and collectives between virtual devices only add cost (grouped, 2
         devices: 2-2.6x slower at n = 2500-4900, ~10% at 9801); None spreads the grid
         over all devices. `kernel` (grouped only): "auto", "pe" or "xla", see
         `grouped.tlrmvm_grouped`."""
         layouts = {
-            "grouped": (plan_grouped, functools.partial(tlrmvm_grouped, kernel=kernel)),
+            "grouped": (
+                functools.partial(plan_grouped, price=product_s),
+                functools.partial(tlrmvm_grouped, kernel=kernel),
+            ),
             "packed": (plan_packed, tlrmvm_packed),
             "banded": (plan_placement, tlrmvm),
         }

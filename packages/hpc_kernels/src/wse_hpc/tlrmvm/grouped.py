@@ -1,7 +1,8 @@
 """TLR-MVM on the wafer, grouped layout: each PE row serves a group of tile columns (phase 1)
 and a group of tile rows (phase 3); every PE column is a set of rank rows that meets each PE
-row at most w times, so the bases fill the PEs with almost no padding. Same contract and
-`TlrFns` as `wafer.tlrmvm`; the default layout of `TlrEngine.build`.
+row at most w times (an edge colouring), so the bases fill the PEs with little padding once
+a PE row serves several tile columns. Same contract and `TlrFns` as `wafer.tlrmvm`; the
+default layout of `TlrEngine.build`.
 
 Placement. A rank row is one column q of one tile (i, j): V_ij[:, q] and U_ij[:, q]. The
 tile columns are dealt into L groups of at most s (heaviest first, to the group with the
@@ -14,11 +15,17 @@ the ledger's largest):
 - `vh[g, r, k]` = conj(V_ij[:, q]) (nb), g the group of tile column j;
 - `u[g, r, k]` = U_ij[:, q] (nb), g the group of tile row i;
 so no PE holds two V rows, or two U rows, of one colour, and the V and U of a rank row sit
-at the same row k of two PEs of one PE column. The group size s (1-4) is the plan's choice:
-the one whose bases pad least (larger groups balance the loads better but give each PE s
-pieces to hold and sum; each row still multiplies only its own piece). The grid is L x
-ceil(D / w); the padding is the unused rows of the PEs, 4-6% on the benchmark's operators
-(9801: 1.50 / 1.09 / 1.06 / 1.04 at s = 1 / 2 / 3 / 4).
+at the same row k of two PEs of one PE column. The grid is L x ceil(D / w); the padding is
+the unused rows of the PEs. The group size s (1-4) is the plan's choice: the one whose
+product the caller's price says is fastest (`perf.product_s`: the PE programs and traced
+fabric of that very plan), ties to the least padding, then the smaller s. Larger groups
+balance the loads better and pad less (SC23's case, n 9801: padded bases 1.50 / 1.09 /
+1.06 / 1.04 x the operator's at s = 1 / 2 / 3 / 4) but split each PE's rank rows into s
+pieces, and the published phase 1 (single-tile-matvec's column AXPY, `pe_programs`) issues
+2 nb FMAC DSDs per piece: 512 at s = 1, up to 2,048 at s = 4. There s = 1 wins on every
+wafer and byte convention: one product on WSE-2 34.2 us against 40.1 / 46.4 / 52.8 (phase
+1 19.0 against 36.1 us at s = 4; its larger rank chunk, w 10 against 7, costs phase 3 12.3
+against 8.6 us; x in and the y sum carry one piece instead of four).
 
 Complex bases are stored as float32 pairs (w, 2 nb), real and imaginary parts interleaved,
 and the values between the phases travel as (re, im) pairs: XLA:CPU's complex dot and
@@ -45,6 +52,7 @@ one dot per PE row) is in `grouped_phases`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import ClassVar
 
 import jax
@@ -76,6 +84,7 @@ from wse_hpc.tlrmvm.wafer import (
 
 __all__ = [
     "GroupedPlan",
+    "PlanPrice",
     "colour_slices",
     "deal_groups",
     "plan_grouped",
@@ -198,18 +207,25 @@ def _position(groups: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
     return grp, pos
 
 
+PlanPrice = Callable[[GroupedPlan, WaferSpec], float]  # seconds of one product
+
+
 def plan_grouped(
     op: TlrOperator,
     spec: WaferSpec,
     *,
+    price: PlanPrice,
     rank_chunk: int | None = None,
     batch: int = 1,
     real_split: bool = False,
 ) -> GroupedPlan:
-    """The grouped plan: for each group size the ledger's largest rank chunk (or
-    `rank_chunk`); the size whose bases pad least wins (the smaller on a tie): the bases are
-    what a product streams. Refused if no size fits a PE's SRAM or the PEs do not suffice.
-    `real_split`: the PEs hold complex tiles as real (2m x 2n) tiles (`wafer`)."""
+    """The grouped plan whose product `price(plan, spec)` says is fastest (`perf.product_s`:
+    the predicted seconds of one product, the PE programs and fabric of that very plan),
+    among one plan per group size s in GROUP_SIZES, each with the ledger's largest rank
+    chunk (or `rank_chunk`) that fits a PE's SRAM and on no more PEs than the wafer has;
+    ties to the one padding less, then the smaller s. Refused if no size fits a PE's SRAM
+    or the PEs do not suffice. `real_split`: the PEs hold complex tiles as real (2m x 2n)
+    tiles (`wafer`)."""
     (mt, nt), ranks, isz, nb = op.tiles, op.ranks, op.dtype.itemsize, op.nb
     bsz = bases_itemsize(str(op.dtype), isz, real_split)
     if batch <= 0:
@@ -217,7 +233,7 @@ def plan_grouped(
     if rank_chunk is not None and rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
-    best, too_big = None, None
+    fits, too_big = [], None
     for s in sorted({min(s, max(mt, nt)) for s in GROUP_SIZES}):
         ring = ceil_div(max(mt, nt), s)
         cols, rows = deal_groups(ranks.sum(0), ring, s), deal_groups(ranks.sum(1), ring, s)
@@ -232,15 +248,28 @@ def plan_grouped(
         if ring > spec.pe_rows or ceil_div(deg, w) > spec.pe_cols:  # Koenig: deg colours
             too_big = too_big or (ring, ceil_div(deg, w), w)  # the first (fewest PEs) misfit
             continue
-        pad = ring * ceil_div(deg, w) * w / max(int(ranks.sum()), 1)
-        if best is None or pad < best[0]:
-            best = (pad, s, ring, w, cols, rows)
-    if best is None and too_big:
+        fits.append((cols, rows, w))
+    if not fits and too_big:
         _refuse_grid(*too_big, spec)
-    if best is None:  # even the smallest group size does not fit: say what is over budget
+    if not fits:  # even the smallest group size does not fit: say what is over budget
         for name, nbytes in _bytes(nb, max(mt, nt), rank_chunk or 1, 1, batch, isz, bsz).items():
             ledger.allocate(name, nbytes)  # raises SramBudgetError
-    _, s, ring, w, cols, rows = best
+    plans = [_coloured(op, spec, *fit, batch, real_split) for fit in fits]
+    return min(plans, key=lambda p: (price(p, spec), p.padded_bases_bytes, p.windows))
+
+
+def _coloured(
+    op: TlrOperator,
+    spec: WaferSpec,
+    cols: np.ndarray,
+    rows: np.ndarray,
+    w: int,
+    batch: int,
+    real_split: bool,
+) -> GroupedPlan:
+    """The plan of the tile-column groups `cols` and tile-row groups `rows` at rank chunk
+    `w`: each rank row's PE column and row from its colour (see the module doc)."""
+    (mt, nt), ranks, ring = op.tiles, op.ranks, len(cols)
     col_grp, _ = _position(cols, nt)
     row_grp, _ = _position(rows, mt)
     i, j = np.nonzero(ranks > 0)
@@ -256,7 +285,7 @@ def plan_grouped(
     edges = np.stack([ei, ej, eq], axis=1)
     v_rank[col_grp[ej], colour // w, colour % w] = edges
     u_rank[row_grp[ei], colour // w, colour % w] = edges
-    head = (op.shape, nb, op.tiles, int(w), batch, isz, str(op.dtype))
+    head = (op.shape, op.nb, op.tiles, int(w), batch, op.dtype.itemsize, str(op.dtype))
     return GroupedPlan(*head, cols, rows, v_rank, u_rank, real_split=real_split)
 
 

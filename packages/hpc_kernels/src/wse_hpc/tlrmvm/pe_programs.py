@@ -11,12 +11,13 @@ each: phase 1 (V^H x) and phase 3 (U y) as fp32 `Tile`s in one of two instructio
   stores it (ecrc/tlrmvm `TlrmvmCPU.cpp`: per tile column the V bases stacked rank row under
   rank row, column-major, one NoTrans GEMV, so a column runs down the rank rows): a PE's
   piece holds the k rank rows it stores for one x piece, so its columns are 2 k elements
-  (2-12 on the grouped plan of SC23's case) and it issues 2 nb = 512 FMACs per piece, each
-  paying the DSD issue. `PHASE1_FORM`. The columns are not padded here: the plans fill a
-  PE's SRAM with unpadded rows (single-tile-matvec's 16-byte `padded_nb` would put five of
-  the six plans of SC23's case 1.8-4.5 kB past 48 kB), and at fmac.fp32's width of 1 the
-  bank rule the padding avoids cannot slow the FMAC further; `Tile(align=SDK_COLUMN_ALIGN)`
-  prices it.
+  (the grouped plan of SC23's case: 20 held, 10 real-split, one piece per PE; 2-14 in up to
+  4 pieces at group size 4) and it issues 2 nb = 512 FMACs per piece, each paying the DSD
+  issue (why the grouped planner, pricing each group size, takes 1 there). `PHASE1_FORM`.
+  The columns are not padded here: the plans fill a PE's SRAM with unpadded rows
+  (single-tile-matvec's 16-byte `padded_nb` would put four of the six plans of SC23's case
+  1.6-4.5 kB past 48 kB), and at fmac.fp32's width of 1 the bank rule the padding avoids
+  cannot slow the FMAC further; `Tile(align=SDK_COLUMN_ALIGN)` prices it.
 - "dot", the same FMAC streamed along the tile's long side (one DSD per row of `n`
   elements into one fp32 accumulator: one element per cycle, reads A and x, the row's
   result stored once): the emulator's phase-1 kernel (`pe_kernels.rows_dot`) and the

@@ -16,7 +16,8 @@ layout's own `matvec_fn` traced on the wafer (`fabric` records them at trace tim
 phase's compute and SRAM on its busiest PE; host I/O (x in, y out) overlaps the product (a
 stream of MVMs moves the next x while the wafer computes). `predict(...)` prices them with
 the one `PerfModel` and its one calibration into a `wse_core.cost.report.RunReport` whose `extra`
-holds `cerebras_bandwidth(...)` and the model's own figure.
+holds `cerebras_bandwidth(...)` and the model's own figure; `product_s(plan, spec)`: the
+predicted seconds of one product alone, the price by which `grouped.plan_grouped` chooses.
 
 Complex data is split into real arithmetic as the emulator does (`grouped`'s interleaved pairs,
 `pe_kernels`): a complex (m x n) tile product is one real (2m x 2n) tile product [[Re, -Im],
@@ -54,9 +55,10 @@ import jax
 import numpy as np
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
 from wse_core.cost.report import RunReport
+from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 from wse_core.hw.traffic import Traffic
-from wse_core.hw.wafer import Wafer
+from wse_core.hw.wafer import Wafer, build_wafer
 from wse_core.trace import PeTrace, trace_from
 
 from wse_hpc.tlrmvm.bandwidth import (
@@ -89,6 +91,7 @@ __all__ = [
     "pe_tiles",
     "mvm_phases",
     "predict",
+    "product_s",
     "bytes_convention",
     "cerebras_bandwidth",
     "copies_per_system",
@@ -248,6 +251,14 @@ def mvm_phases(
     (m, n) = plan.shape
     io = Phase("host_io", Work(host_io_bytes=(m + n) * b * isz), repeat=copies)
     return overlap(on_wafer, io, name="tlrmvm")
+
+
+def product_s(plan: TlrPlan | PackedPlan | GroupedPlan, spec: WaferSpec) -> float:
+    """Predicted seconds of one product of `plan` alone on one wafer of `spec` (a one-device
+    wafer of the plan's grid; `predict(...).predicted_s` at systems 1, copies 1): the price
+    by which `grouped.plan_grouped` chooses its group size."""
+    wafer = build_wafer(spec, grid=plan.grid, mesh_shape=(1, 1))
+    return PerfModel(spec).evaluate(mvm_phases(wafer, plan)).seconds
 
 
 def predict(
