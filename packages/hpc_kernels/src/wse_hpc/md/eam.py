@@ -155,44 +155,30 @@ def _march(wafer: Wafer, row: jax.Array, kr: int, acc, visit):
     return jax.lax.fori_loop(0, kr, body, (row, row, acc))[2]
 
 
-def _unrolled_shift(wafer, v, d: int, axis: int, index, n: int, length: float):
-    """v of the PE d further along `axis` (periodic), plus `length` where it wrapped."""
-    out = fabric.shift(wafer, v, "W" if axis == 1 else "N", boundary="periodic", distance=d)
-    return out + jnp.where(index + d >= n, length, 0.0).astype(v.dtype)
-
-
-def _sliding(wafer, v, width: int, axis: int, index, n: int, length: float, op):
-    """op of v over the `width` PEs starting at each PE along `axis` (unrolled periodic),
-    by doubling: ceil(log2 width) + 1 shifts."""
-    span, acc = 1, v
-    while 2 * span <= width:
-        acc = op(acc, _unrolled_shift(wafer, acc, span, axis, index, n, length))
-        span *= 2
-    if span < width:
-        acc = op(acc, _unrolled_shift(wafer, acc, width - span, axis, index, n, length))
-    return acc
-
-
-def _arc_bounds(wafer, lo_field, hi_field, k: int, axis: int, index, length: float):
+def _arc_bounds(wafer, lo_field, hi_field, k: int, direction: str, length: float):
     """Min of lo_field and max of hi_field over the PEs k + 1 .. n - k - 1 further along
-    `axis` (the lines outside a +-k window), unrolled: `length` added past the wrap."""
-    n = (wafer.rows, wafer.cols)[axis]
-    width = n - 2 * k - 1
-    lo = _sliding(wafer, lo_field, width, axis, index, n, length, jnp.minimum)
-    hi = _sliding(wafer, hi_field, width, axis, index, n, length, jnp.maximum)
-    lo = _unrolled_shift(wafer, lo, k + 1, axis, index, n, length)
-    hi = _unrolled_shift(wafer, hi, k + 1, axis, index, n, length) - length
-    return lo, hi
+    `direction`'s axis (the lines outside a +-k window), unrolled: `length` added past the
+    wrap."""
+    n = wafer.rows if direction == "N" else wafer.cols
+    width, start = n - 2 * k - 1, k + 1
+    lo = fabric.sliding_extreme(
+        wafer, lo_field, "min", direction, width, start=start, wrap_add=length
+    )
+    hi = fabric.sliding_extreme(
+        wafer, hi_field, "max", direction, width, start=start, wrap_add=length
+    )
+    return lo, hi - length
 
 
-def window_overflow(wafer, atoms: Atoms, geo: Geometry, plan: EamPlan, cutoff: float):
+def window_overflow(wafer, atoms: Atoms, plan: EamPlan, cutoff: float):
     """True when some atom may have a neighbour within `cutoff` outside its window.
 
     x: every atom on a column outside the window lies between that arc's column extremes
     (fabric allreduce per column, then a sliding extreme along the row). y: every atom in the
     window's columns but on a row outside it lies within the extremes of that rectangle
     (sliding extremes along the row over the window's columns, then along the column over
-    the row arc). A gap <= cutoff on either side is an overflow.
+    the row arc). A gap <= cutoff on either side is an overflow. The sliding extremes are
+    `fabric.sliding_extreme` (doubling shifts on the PEs; one region per block here).
     """
     held = atoms.species >= 0
     big = jnp.asarray(jnp.inf, atoms.position.dtype)
@@ -201,17 +187,15 @@ def window_overflow(wafer, atoms: Atoms, geo: Geometry, plan: EamPlan, cutoff: f
     if wafer.cols - 2 * plan.k_cols - 1 > 0:
         lo = -fabric.allreduce(wafer, jnp.where(held, -x, -big), "max", axis="col")
         hi = fabric.allreduce(wafer, jnp.where(held, x, -big), "max", axis="col")
-        lo, hi = _arc_bounds(wafer, lo, hi, plan.k_cols, 1, geo.col, plan.box_A[0])
+        lo, hi = _arc_bounds(wafer, lo, hi, plan.k_cols, "W", plan.box_A[0])
         gaps.append(jnp.minimum(lo - x, x - hi))
     if wafer.rows - 2 * plan.k_rows - 1 > 0:
-        kc, n = plan.k_cols, wafer.cols
+        kc = plan.k_cols
         lo_y, hi_y = jnp.where(held, y, big), jnp.where(held, y, -big)
         if kc:  # extremes over the window's columns c - kc .. c + kc (no unrolling in y)
-            lo_y = _unrolled_shift(wafer, lo_y, n - kc, 1, geo.col, n, 0.0)
-            hi_y = _unrolled_shift(wafer, hi_y, n - kc, 1, geo.col, n, 0.0)
-            lo_y = _sliding(wafer, lo_y, 2 * kc + 1, 1, geo.col, n, 0.0, jnp.minimum)
-            hi_y = _sliding(wafer, hi_y, 2 * kc + 1, 1, geo.col, n, 0.0, jnp.maximum)
-        lo, hi = _arc_bounds(wafer, lo_y, hi_y, plan.k_rows, 0, geo.row, plan.box_A[1])
+            lo_y = fabric.sliding_extreme(wafer, lo_y, "min", "W", 2 * kc + 1, start=-kc)
+            hi_y = fabric.sliding_extreme(wafer, hi_y, "max", "W", 2 * kc + 1, start=-kc)
+        lo, hi = _arc_bounds(wafer, lo_y, hi_y, plan.k_rows, "N", plan.box_A[1])
         gaps.append(jnp.minimum(lo - y, y - hi))
     if not gaps:
         return jnp.bool_(False)
@@ -283,7 +267,7 @@ def eam(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> EamFns:
         acc = (jnp.zeros(pos.shape, dtype), zero, zero)
         forces, pair_e, virial = _march(wafer, _row_window(wafer, packed, kc), kr, acc, force)
         energy = jnp.where(sp >= 0, emb + pair_e, 0.0)
-        return EamOutput(forces, energy, virial, window_overflow(wafer, atoms, geo, plan, cutoff))
+        return EamOutput(forces, energy, virial, window_overflow(wafer, atoms, plan, cutoff))
 
     def sort_fn(atoms: Atoms, geo: Geometry) -> Atoms:
         record = atoms.record()

@@ -13,7 +13,8 @@ PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
 
 Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value),
 `multicast_apply` (the multicast consumed where it lands: a function reads each block's values
-and those of the k PEs upstream of it, no per-PE copies), `halo_apply` (the four nearest
+and those of the k PEs upstream of it, no per-PE copies), `sliding_extreme` (the min or max
+over a run of PEs upstream, by doubling shifts), `halo_apply` (the four nearest
 neighbours' halos, consumed from one region per block: a stencil's exchange), `window_apply`
 (the window multicast: every PE receives the values of the (2 k_rows + 1) x (2 k_cols + 1) PEs
 around it and uses what it selects; the emulator hands a function each block's window region
@@ -57,6 +58,7 @@ __all__ = [
     "multicast",
     "multicast_apply",
     "halo_apply",
+    "sliding_extreme",
     "window_apply",
     "broadcast",
     "reduce",
@@ -167,6 +169,82 @@ def shift(
         return blk.take(blk.extend(b, wafer, axis, 0, d, boundary), axis, d, d + block)
 
     led.record_shift(wafer, direction, led.words_per_pe(x), distance)
+    return blk.on_blocks(wafer, on_block, x)
+
+
+def _doubling(width: int) -> list[int]:
+    """The shift distances of a sliding extreme over `width` PEs by doubling: 1, 2, 4, ...
+    while the span doubles within the width, then the remainder (ceil(log2 width) shifts)."""
+    out, span = [], 1
+    while 2 * span <= width:
+        out.append(span)
+        span *= 2
+    if span < width:
+        out.append(width - span)
+    return out
+
+
+def sliding_extreme(
+    wafer: Wafer,
+    x: jax.Array,
+    op: Literal["min", "max"],
+    direction: Direction,
+    width: int,
+    *,
+    start: int = 0,
+    wrap_add: float = 0.0,
+) -> jax.Array:
+    """Every PE gets the min (max) of x over the `width` PEs `start`, `start` + 1, ... PEs
+    upstream of it along `direction` (the PEs a `shift` toward `direction` by those
+    distances would bring it), periodic; `start` may be negative (the run begins that many
+    PEs downstream). `wrap_add`: the values are an unrolled periodic coordinate, so a value
+    that comes round the end of the axis carries `wrap_add` times the turns it made (+1 past
+    the far end, -1 before the near end; an atom's x seen across the box's boundary).
+
+    The PE program: the extreme over the run by doubling, ceil(log2 width) shifts (1, 2, 4,
+    ... and the remainder, each combining its partial extreme with the one that many PEs
+    upstream), then one shift by `start` (by -`start` the other way when negative); the
+    ledger records those shifts. The emulator computes the same values in one pass: the
+    block with a halo of the run's reach (one `extend`) and a `reduce_window`. Exact: min and
+    max pick a value, and adding the same `wrap_add` before or after picking rounds alike.
+    """
+    blk.check_field(wafer, x, "sliding_extreme")
+    axis, sign = _direction(direction)
+    size = (wafer.rows, wafer.cols)[axis]
+    if op not in ("min", "max"):
+        raise WseError(f"unknown extreme {op!r}; use 'min' or 'max'")
+    if not 0 < width <= size or not -size < start <= size - width:
+        raise WseError(
+            f"a sliding extreme needs 0 < width <= {size} and the run inside one turn of the "
+            f"axis; got width {width}, start {start}"
+        )
+    up = -sign  # PE i's run is the cells i + up * (start + t), t in [0, width)
+    near, far = sorted((up * start, up * (start + width - 1)))
+    before, after = max(0, -near), max(0, far)
+    block = wafer.block_shape[axis]
+    combine, init = (lax.min, jnp.inf) if op == "min" else (lax.max, -jnp.inf)
+
+    def on_block(b):
+        region = blk.extend(b, wafer, axis, before, after, "periodic")
+        if wrap_add:
+            g = blk.along(
+                blk.global_index(wafer, axis, -before, region.shape[axis]), axis, region.ndim
+            )
+            turn = jnp.where(g >= size, 1.0, jnp.where(g < 0, -1.0, 0.0)).astype(region.dtype)
+            region = jnp.where(turn != 0, region + wrap_add * turn, region)
+        dims = [1] * region.ndim
+        dims[axis] = width
+        runs = lax.reduce_window(
+            region, jnp.asarray(init, region.dtype), combine, dims, (1,) * region.ndim, "VALID"
+        )
+        return blk.take(runs, axis, before + near, before + near + block)
+
+    words = led.words_per_pe(x)
+    for d in _doubling(width):
+        led.record_shift(wafer, direction, words, d)
+    if start:
+        other = {"N": "S", "S": "N", "E": "W", "W": "E"}[direction]
+        led.record_shift(wafer, direction if start > 0 else other, words, abs(start))
     return blk.on_blocks(wafer, on_block, x)
 
 

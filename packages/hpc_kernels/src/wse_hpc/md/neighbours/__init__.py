@@ -193,7 +193,7 @@ def _build(spec: ListSpec, atoms: Atoms, geo: Geometry) -> tuple[Neighbours, jax
         wafer, window, kr, kc, fn, *fields, kept=kept
     )
     over = fabric.reduce(wafer, (over & held).astype(jnp.int32), "max") > 0
-    over = over | window_overflow(wafer, atoms, geo, spec.plan, spec.cutoff + spec.skin)
+    over = over | window_overflow(wafer, atoms, spec.plan, spec.cutoff + spec.skin)
     nbrs = Neighbours(
         index=index,
         valid=jnp.arange(spec.total) < count[..., None],
