@@ -32,7 +32,7 @@ def _caps_by_all_pairs(state, box, reach, k_rows, k_cols):
     counts = np.stack([(near & (off == o)).sum(1) for o in range(-k_rows, k_rows + 1)], 1)
     most = counts.max(0)
     caps = np.minimum(np.ceil(most * HEADROOM).astype(int) + 2, 2 * k_cols + 1)
-    used = np.abs(np.nonzero(most)[0] - k_rows).max()
+    used = np.abs(np.nonzero(most)[0] - k_rows).max() + 1  # and one spare row offset
     caps[np.abs(np.arange(2 * k_rows + 1) - k_rows) > used] = 0
     total = int(np.ceil(counts.sum(1).max() * TOTAL_HEADROOM)) + 2
     return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)

@@ -25,6 +25,7 @@ __all__ = [
     "LIST_BUDGET_BYTES",
     "list_caps",
     "list_bytes_per_pe",
+    "most_in_reach",
     "reach_pairs",
     "active_per_block",
     "plan_window",
@@ -74,21 +75,44 @@ def list_caps(
     k_cols: int,
     more: float = 0.0,
     *,
+    spare_rows: int = 1,
+    more_total: float | None = None,
     pairs: np.ndarray | None = None,
 ) -> tuple[int, ...]:
     """Capacities for a mapped state: one per row offset (-k_rows .. k_rows), then the total
     M: the most atoms within `reach_A` any PE has at that offset (in all), times HEADROOM
     (TOTAL_HEADROOM) + `more` (a re-plan's extra), plus 2, at most the window's 2 k_cols + 1
-    columns per offset; 0 beyond the farthest offset in use. Host side: the pairs within
-    `reach_A` (`reach_pairs`) counted per PE and row offset in NumPy; `pairs`, when given,
-    are those of the state's atoms in atom-id order (`reach_pairs` of the positions by id,
-    as the state holds them) and must be for `reach_A`.
+    columns per offset; 0 beyond the farthest offset in use but `spare_rows` (within the
+    window): those keep the 2. Swaps carry atoms between rows, so a neighbour can come one
+    row further than any is at the start; with no capacity there a build overflows, and a
+    re-plan planned again from the same start state overflowed again (Cu, Zhou 2004, 32,000
+    atoms at 1600 K: the window widened at every re-plan, offsets +-20 kept 0 each time).
+    Host side: the pairs within `reach_A` (`reach_pairs`) counted per PE and row offset in
+    NumPy; `pairs`, when given, are those of the state's atoms in atom-id order
+    (`reach_pairs` of the positions by id, as the state holds them) and must be for
+    `reach_A`.
 
     M sets the work of every force evaluation (M candidates per PE), the per-offset caps
     only a build's; an atom's count within the reach fluctuates less than its count at one
     row offset (Cu fcc started at 1600 K: 78 in the crystal, at most 81 later over 32,000
     atoms), hence the smaller total headroom. A count over a cap is an overflow: re-planned
     with more headroom, never dropped."""
+    n_off = 2 * k_rows + 1
+    counts = _reach_counts(state_np, box_A, reach_A, k_rows, pairs)
+    most = counts.max(axis=0) if counts.size else np.zeros(n_off, np.int64)
+    caps = np.minimum(np.ceil(most * (HEADROOM + more)).astype(np.int64) + 2, 2 * k_cols + 1)
+    used = np.nonzero(most > 0)[0]
+    reach = int(np.abs(used - k_rows).max()) + spare_rows if used.size else 0
+    caps[np.abs(np.arange(n_off) - k_rows) > reach] = 0
+    more_total = more if more_total is None else more_total  # the total's extra
+    total = int(np.ceil(counts.sum(axis=1).max(initial=0) * (TOTAL_HEADROOM + more_total))) + 2
+    return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
+
+
+def _reach_counts(
+    state_np: np.ndarray, box_A, reach_A: float, k_rows: int, pairs: np.ndarray | None
+) -> np.ndarray:
+    """(held PEs, 2 k_rows + 1): each atom's atoms within `reach_A` per row offset."""
     held = state_np[..., SPECIES] >= 0
     rr, _ = np.nonzero(held)
     if pairs is None:  # over the held PEs in row-major order
@@ -97,15 +121,14 @@ def list_caps(
         ids = np.rint(state_np[held][:, ATOM_ID]).astype(np.int64)
         row_of = np.empty(rr.size, np.int64)
         row_of[ids] = rr
-    n_off = 2 * k_rows + 1
-    counts = _offset_counts(row_of, pairs, state_np.shape[0], k_rows)
-    most = counts.max(axis=0) if rr.size else np.zeros(n_off, np.int64)
-    caps = np.minimum(np.ceil(most * (HEADROOM + more)).astype(np.int64) + 2, 2 * k_cols + 1)
-    used = np.nonzero(most > 0)[0]
-    reach = int(np.abs(used - k_rows).max()) if used.size else 0
-    caps[np.abs(np.arange(n_off) - k_rows) > reach] = 0
-    total = int(np.ceil(counts.sum(axis=1).max(initial=0) * (TOTAL_HEADROOM + more))) + 2
-    return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
+    return _offset_counts(row_of, pairs, state_np.shape[0], k_rows)
+
+
+def most_in_reach(state_np: np.ndarray, box_A, reach_A: float, k_rows: int) -> int:
+    """The most atoms within `reach_A` any PE of a mapped state has in its window's rows (a
+    list's total M holds at least this plus what a build adds)."""
+    counts = _reach_counts(state_np, box_A, reach_A, k_rows, None)
+    return int(counts.sum(axis=1).max(initial=0))
 
 
 def active_per_block(state_np: np.ndarray, wafer: Wafer) -> int:
@@ -135,6 +158,8 @@ def plan_window(
     at_least: tuple[int, int] = (0, 0),
     more: float = 0.0,
     *,
+    spare_rows: int = 1,
+    more_total: float | None = None,
     host_lists: bool = True,
     pairs: np.ndarray | None = None,
 ) -> EamPlan:
@@ -148,7 +173,17 @@ def plan_window(
     kr, kc = window_needed(state_np, box, reach + WINDOW_MARGIN_A)
     kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
-    caps = list_caps(state_np, box, reach, kr, kc, more, pairs=pairs)
+    caps = list_caps(
+        state_np,
+        box,
+        reach,
+        kr,
+        kc,
+        more,
+        spare_rows=spare_rows,
+        more_total=more_total,
+        pairs=pairs,
+    )
     if host_lists and wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
         caps = ()  # lists of this window would not fit the host: the full-window kernel
     box_t = tuple(float(b) for b in box)

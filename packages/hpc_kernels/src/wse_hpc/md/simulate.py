@@ -48,7 +48,7 @@ from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, geometry, sram_plan
 from wse_hpc.md.integrate import bath_energy, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure
-from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, plan_window
+from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, most_in_reach, plan_window
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.runners import Runner, runner_for
 from wse_hpc.md.state import Atoms, MdState
@@ -228,7 +228,7 @@ def run_md(
     while bool(state.eam.overflow):  # the margin makes this rare; the fallback is the whole grid
         replans += 1
         state, runner, plan, sram = _replan(
-            state, wafer, pot, config, masses, box, plan, replans, tile, runners
+            state, wafer, pot, config, masses, box, plan, replans, tile, runners, state
         )
     compile_s = time.perf_counter() - t0
     ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
@@ -255,7 +255,7 @@ def run_md(
         if bool(new_state.eam.overflow):
             replans += 1
             state, runner, plan, sram = _replan(
-                state, wafer, pot, config, masses, box, plan, replans, tile, runners
+                state, wafer, pot, config, masses, box, plan, replans, tile, runners, new_state
             )
             continue
         if state.nbrs is not None:
@@ -321,10 +321,21 @@ def _check_lists(runner: Runner, start: MdState, new: MdState, skin_A: float):
     return new._replace(nbrs=new.nbrs._replace(every=jnp.int32(every), drift2=drift2)), None
 
 
-def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int, tile, runners):
+def _replan(
+    state: MdState, wafer, pot, config, masses, box, plan, replans: int, tile, runners, seen
+):
     """Re-map the chunk's starting state, widen the window by at least one PE and give the
-    neighbour lists more headroom (it grows with every re-plan, so re-plans end); the bath
-    carries over."""
+    neighbour lists' row offsets more headroom and one more spare row offset (both grow with
+    every re-plan, so re-plans end); the bath carries over. The total M (the work of every
+    force evaluation) gets the headroom only when `seen`, the state that overflowed, has a
+    PE with more atoms in reach than M holds, or from the third re-plan on: a row offset's
+    count fluctuates more than an atom's total (Cu at 1600 K, 32,000 atoms: M 88 held, an
+    offset did not; with the headroom on both, M went to 127 for the rest of the run)."""
+    grown = replans > 2 or not plan.caps
+    if not grown:  # the overflowing state on its own map: did some PE pass M?
+        seen_np = wafer.gather(seen.atoms.record())
+        reach = pot.cutoff_A + config.skin_A
+        grown = most_in_reach(seen_np, box, reach, plan.k_rows) > plan.caps[-1]
     st = wafer.gather(state.atoms.record())
     u = mapping.unpack(st, int((st[..., mapping.SPECIES] >= 0).sum()))
     grid, pos = (wafer.rows, wafer.cols), mapping.rewrap(u["positions_A"], box)
@@ -339,7 +350,17 @@ def _replan(state: MdState, wafer, pot, config, masses, box, plan, replans: int,
     wider, same = (plan.k_rows + 1, plan.k_cols + 1), (plan.k_rows, plan.k_cols)
     tries = [(wider, 0.5 * replans), (wider, 0.0), (same, 0.0)]  # the first that fits SRAM
     for i, (at_least, more) in enumerate(tries):  # (caps come from this state's own counts)
-        new_plan = plan_window(state_np, box, pot, config, wafer, at_least, more=more)
+        new_plan = plan_window(
+            state_np,
+            box,
+            pot,
+            config,
+            wafer,
+            at_least,
+            more=more,
+            spare_rows=1 + replans,
+            more_total=more if grown else 0.0,
+        )
         try:
             sram = sram_plan(wafer, pot, new_plan)
             break
