@@ -8,7 +8,7 @@ import pytest
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 from wse_hpc.md import mapping
 from wse_hpc.md.mapping import _periodic_sliding
-from wse_hpc.md.neighbour_plan import HEADROOM, TOTAL_HEADROOM, list_caps, reach_pairs
+from wse_hpc.md.neighbour_plan import HEADROOM, TOTAL_HEADROOM, Margins, list_caps, reach_pairs
 from wse_hpc.md.testing import perturbed
 
 REACH_A = 6.72  # Cu's 5.72 A cutoff + 1 A skin
@@ -19,7 +19,7 @@ def _state(s, grid):
     return mapping.pack(atom_of_pe, s.positions_A, np.zeros(s.num_atoms, np.int32))
 
 
-def _caps_by_all_pairs(state, box, reach, k_rows, k_cols):
+def _caps_by_all_pairs(state, box, reach, k_rows, k_cols, spare=0):
     """list_caps' contract by brute force: every pair's minimum-image distance in float64."""
     held = state[..., mapping.SPECIES] >= 0
     rr, _ = np.nonzero(held)
@@ -32,7 +32,7 @@ def _caps_by_all_pairs(state, box, reach, k_rows, k_cols):
     counts = np.stack([(near & (off == o)).sum(1) for o in range(-k_rows, k_rows + 1)], 1)
     most = counts.max(0)
     caps = np.minimum(np.ceil(most * HEADROOM).astype(int) + 2, 2 * k_cols + 1)
-    used = np.abs(np.nonzero(most)[0] - k_rows).max() + 1  # and one spare row offset
+    used = np.abs(np.nonzero(most)[0] - k_rows).max() + spare  # the spare row offsets
     caps[np.abs(np.arange(2 * k_rows + 1) - k_rows) > used] = 0
     total = int(np.ceil(counts.sum(1).max() * TOTAL_HEADROOM)) + 2
     return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
@@ -46,6 +46,8 @@ def test_list_caps_count_every_pair_as_the_all_pairs_oracle(grid):
     for k_rows in (kr, max(kr - 2, 0)):  # and pairs beyond the window's rows
         got = list_caps(state, s.box_A, REACH_A, k_rows, kc)
         assert got == _caps_by_all_pairs(state, s.box_A, REACH_A, k_rows, kc)
+        spare = list_caps(state, s.box_A, REACH_A, k_rows, kc, Margins(spare_rows=1))
+        assert spare == _caps_by_all_pairs(state, s.box_A, REACH_A, k_rows, kc, spare=1)
 
 
 def test_pairs_found_once_plan_every_grid_alike():

@@ -9,6 +9,8 @@ LIST_BUDGET_BYTES of host memory dropped for the full-window kernel), which the 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from scipy.spatial import cKDTree
 from wse_core.hw.wafer import Wafer
@@ -23,6 +25,7 @@ __all__ = [
     "TOTAL_HEADROOM",
     "WINDOW_MARGIN_A",
     "LIST_BUDGET_BYTES",
+    "Margins",
     "list_caps",
     "list_bytes_per_pe",
     "most_in_reach",
@@ -67,30 +70,41 @@ def _offset_counts(row_of: np.ndarray, pairs: np.ndarray, rows: int, k_rows: int
     return counts.reshape(n, n_off)
 
 
+class Margins(NamedTuple):
+    """What a plan leaves beyond the counts of its state (the defaults: nothing).
+
+    `at_least`: the window's smallest (k_rows, k_cols). `more`: added to each row offset's
+    HEADROOM (a re-plan's extra), `more_total` to the total's TOTAL_HEADROOM (None: `more`).
+    `spare_rows`: row offsets past the farthest in use that keep a list's base capacity (2):
+    swaps carry atoms between rows, so in a run a neighbour can come a row further than any
+    is at the start; with no capacity there a build overflows, and a re-plan planned again
+    from the same start state overflowed again (Cu, Zhou 2004, 32,000 atoms at 1600 K: the
+    window widened at every re-plan, offsets +-20 kept 0 each time)."""
+
+    at_least: tuple[int, int] = (0, 0)
+    more: float = 0.0
+    more_total: float | None = None
+    spare_rows: int = 0
+
+
 def list_caps(
     state_np: np.ndarray,
     box_A,
     reach_A: float,
     k_rows: int,
     k_cols: int,
-    more: float = 0.0,
+    margins: Margins = Margins(),
     *,
-    spare_rows: int = 1,
-    more_total: float | None = None,
     pairs: np.ndarray | None = None,
 ) -> tuple[int, ...]:
     """Capacities for a mapped state: one per row offset (-k_rows .. k_rows), then the total
     M: the most atoms within `reach_A` any PE has at that offset (in all), times HEADROOM
-    (TOTAL_HEADROOM) + `more` (a re-plan's extra), plus 2, at most the window's 2 k_cols + 1
-    columns per offset; 0 beyond the farthest offset in use but `spare_rows` (within the
-    window): those keep the 2. Swaps carry atoms between rows, so a neighbour can come one
-    row further than any is at the start; with no capacity there a build overflows, and a
-    re-plan planned again from the same start state overflowed again (Cu, Zhou 2004, 32,000
-    atoms at 1600 K: the window widened at every re-plan, offsets +-20 kept 0 each time).
-    Host side: the pairs within `reach_A` (`reach_pairs`) counted per PE and row offset in
-    NumPy; `pairs`, when given, are those of the state's atoms in atom-id order
-    (`reach_pairs` of the positions by id, as the state holds them) and must be for
-    `reach_A`.
+    (TOTAL_HEADROOM) + the margins' extra, plus 2, at most the window's 2 k_cols + 1
+    columns per offset; 0 beyond the farthest offset in use but the margins' spare rows
+    (within the window), which keep the 2. Host side: the pairs within `reach_A`
+    (`reach_pairs`) counted per PE and row offset in NumPy; `pairs`, when given, are those
+    of the state's atoms in atom-id order (`reach_pairs` of the positions by id, as the
+    state holds them) and must be for `reach_A`.
 
     M sets the work of every force evaluation (M candidates per PE), the per-offset caps
     only a build's; an atom's count within the reach fluctuates less than its count at one
@@ -100,11 +114,12 @@ def list_caps(
     n_off = 2 * k_rows + 1
     counts = _reach_counts(state_np, box_A, reach_A, k_rows, pairs)
     most = counts.max(axis=0) if counts.size else np.zeros(n_off, np.int64)
+    more = margins.more
     caps = np.minimum(np.ceil(most * (HEADROOM + more)).astype(np.int64) + 2, 2 * k_cols + 1)
     used = np.nonzero(most > 0)[0]
-    reach = int(np.abs(used - k_rows).max()) + spare_rows if used.size else 0
+    reach = int(np.abs(used - k_rows).max()) + margins.spare_rows if used.size else 0
     caps[np.abs(np.arange(n_off) - k_rows) > reach] = 0
-    more_total = more if more_total is None else more_total  # the total's extra
+    more_total = more if margins.more_total is None else margins.more_total
     total = int(np.ceil(counts.sum(axis=1).max(initial=0) * (TOTAL_HEADROOM + more_total))) + 2
     return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
 
@@ -155,11 +170,8 @@ def plan_window(
     pot: EamPotential,
     config: MdConfig,
     wafer: Wafer,
-    at_least: tuple[int, int] = (0, 0),
-    more: float = 0.0,
+    margins: Margins = Margins(),
     *,
-    spare_rows: int = 1,
-    more_total: float | None = None,
     host_lists: bool = True,
     pairs: np.ndarray | None = None,
 ) -> EamPlan:
@@ -171,19 +183,9 @@ def plan_window(
     (one crystal planned on several grids)."""
     reach = pot.cutoff_A + config.skin_A
     kr, kc = window_needed(state_np, box, reach + WINDOW_MARGIN_A)
-    kr = min(max(kr, at_least[0]), (wafer.rows - 1) // 2)
-    kc = min(max(kc, at_least[1]), (wafer.cols - 1) // 2)
-    caps = list_caps(
-        state_np,
-        box,
-        reach,
-        kr,
-        kc,
-        more,
-        spare_rows=spare_rows,
-        more_total=more_total,
-        pairs=pairs,
-    )
+    kr = min(max(kr, margins.at_least[0]), (wafer.rows - 1) // 2)
+    kc = min(max(kc, margins.at_least[1]), (wafer.cols - 1) // 2)
+    caps = list_caps(state_np, box, reach, kr, kc, margins, pairs=pairs)
     if host_lists and wafer.num_pes * list_bytes_per_pe(caps) > LIST_BUDGET_BYTES:
         caps = ()  # lists of this window would not fit the host: the full-window kernel
     box_t = tuple(float(b) for b in box)

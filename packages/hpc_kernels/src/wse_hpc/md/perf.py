@@ -333,7 +333,7 @@ def run_report(res) -> RunReport:
             mapping.initial_map(pos, grid, s.box_A, res.tile), pos, np.zeros(s.num_atoms, np.int32)
         )
         cfg = MdConfig(skin_A=plan.skin_A or 1.0, dtype=plan.dtype, spec=res.wafer.spec)
-        plan = plan_window(state, s.box_A, pot, cfg, res.wafer, spare_rows=0, host_lists=False)
+        plan = plan_window(state, s.box_A, pot, cfg, res.wafer, host_lists=False)
         note = {"md.lists": "the emulator ran the full-window kernel; lists priced as planned"}
     steps = max(res.steps, 1)
     every = steps / res.list_builds if res.list_builds else float(steps)

@@ -173,7 +173,5 @@ def plan(sample: Sample, spec: WaferSpec, pot, config: MdConfig | None = None) -
         np.zeros(s.num_atoms, np.int32),
         dtype=np.float32,
     )
-    p = plan_window(
-        state, s.box_A, pot, config, w, spare_rows=0, host_lists=False, pairs=sample.pairs
-    )
+    p = plan_window(state, s.box_A, pot, config, w, host_lists=False, pairs=sample.pairs)
     return Planned(w, p, fits)

@@ -48,7 +48,7 @@ from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, geometry, sram_plan
 from wse_hpc.md.integrate import bath_energy, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure
-from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, most_in_reach, plan_window
+from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, Margins, most_in_reach, plan_window
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.runners import Runner, runner_for
 from wse_hpc.md.state import Atoms, MdState
@@ -218,7 +218,7 @@ def run_md(
     state_np = mapping.pack(
         mapping.initial_map(pos, grid, box, tile), pos, species, vel, dtype=dtype
     )
-    plan = plan_window(state_np, box, pot, config, wafer)
+    plan = plan_window(state_np, box, pot, config, wafer, Margins(spare_rows=1))
     sram = sram_plan(wafer, pot, plan)
     geo = geometry(wafer)
     runner = runner_for(wafer, pot, plan, config, masses, n, runners)
@@ -350,17 +350,8 @@ def _replan(
     wider, same = (plan.k_rows + 1, plan.k_cols + 1), (plan.k_rows, plan.k_cols)
     tries = [(wider, 0.5 * replans), (wider, 0.0), (same, 0.0)]  # the first that fits SRAM
     for i, (at_least, more) in enumerate(tries):  # (caps come from this state's own counts)
-        new_plan = plan_window(
-            state_np,
-            box,
-            pot,
-            config,
-            wafer,
-            at_least,
-            more=more,
-            spare_rows=1 + replans,
-            more_total=more if grown else 0.0,
-        )
+        margins = Margins(at_least, more, more if grown else 0.0, spare_rows=1 + replans)
+        new_plan = plan_window(state_np, box, pot, config, wafer, margins)
         try:
             sram = sram_plan(wafer, pot, new_plan)
             break
