@@ -9,6 +9,13 @@ jitted call of the trainer waited for in turn (`jax.block_until_ready`, so each 
 work is what is timed), the calls per step and CPU ms per step of each replica function
 (`wse_trainer.replica`), MemoryX's update and the weight fetches. CPU time, not wall time:
 on a shared machine it moves far less. Also the PyTorch step's CPU time, for scale.
+
+`--fusions N` then runs `--steps` more steps under `jax.profiler.trace` and prints, per step,
+the busy ms of each compiled module and of its N costliest HLO ops (fusions, library dots:
+the thunks XLA:CPU runs, summed over the threads that ran them, as the trace records them;
+a `while` loop's own line spans its body's ops, which the module's sum counts instead; the
+tracer itself adds some time to each). Pair an op's name with the module's optimized HLO
+(`XLA_FLAGS=--xla_dump_to=DIR`, `*.<module>.cpu_after_optimizations.txt`) to see what it is.
 """
 
 from __future__ import annotations
@@ -39,12 +46,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cores", type=int, default=1, help="Cores to pin to (default 1).")
     ap.add_argument("--steps", type=int, default=5, help="Timed steps (default 5).")
+    ap.add_argument(
+        "--fusions", type=int, default=0, metavar="N", help="Also each module's N costliest ops."
+    )
     args = ap.parse_args()
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
     from wse_core.host.runtime import configure, keep_freed_memory
 
     keep_freed_memory()
     configure(args.cores)
+    try:
+        import torch
+
+        torch.set_num_threads(args.cores)  # as bench_train's workers do, before JAX starts
+    except ImportError:
+        pass
     import jax
 
     name, shape = next(iter(bench_train.CASES.items()))
@@ -90,6 +106,50 @@ def main() -> None:
         print(f"  {key:<20}{len(ts) / args.steps:>7.1f}{1e3 * sum(ts) / args.steps:>9.1f}")
     rest = whole - 1e3 * sum(map(sum, spent.values())) / args.steps
     print(f"  {'the rest':<20}{'':>7}{rest:>9.1f}")
+    if args.fusions:
+        _fusions(lambda: trainer.step(data), args.steps, args.fusions)
+
+
+_NESTING = ("while", "conditional", "call")  # ops whose trace events span other ops'
+
+
+def _busy(item) -> float:
+    return -sum(item[1])
+
+
+def _fusions(step, steps: int, top: int) -> None:
+    """Busy ms per step of each compiled module and its `top` costliest HLO ops, from a
+    `jax.profiler` trace of `steps` calls of `step` (module docstring)."""
+    import gzip
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import jax
+
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp, create_perfetto_trace=True):
+            for _ in range(steps):
+                step()
+        trace = next(Path(tmp).rglob("*.trace.json.gz"))
+        events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    ops: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for e in events:
+        a = e.get("args", {})
+        if e.get("ph") == "X" and "hlo_module" in a and "hlo_op" in a:
+            ops[a["hlo_module"], a["hlo_op"]].append(e.get("dur", 0) / 1e3)
+    modules: dict[str, float] = defaultdict(float)
+    for (mod, op), ts in ops.items():
+        if not op.startswith(_NESTING):  # a loop's time is its body ops', counted already
+            modules[mod] += sum(ts) / steps
+    print("  traced, busy ms per step (module, then its costliest ops; calls per step)")
+    for mod, ms in sorted(modules.items(), key=lambda kv: -kv[1]):
+        if ms < 0.5:
+            continue
+        print(f"  {mod:<38}{ms:>9.1f}")
+        mine = sorted(((op, ts) for (m, op), ts in ops.items() if m == mod), key=_busy)
+        for op, ts in mine[:top]:
+            print(f"    {op:<32}{len(ts) / steps:>7.1f}{sum(ts) / steps:>9.2f}")
 
 
 if __name__ == "__main__":
