@@ -14,7 +14,7 @@ from wse_core.cost.report import RunReport
 from wse_core.errors import SramBudgetError
 from wse_hpc.tlrmvm import compress, perf
 from wse_hpc.tlrmvm.engine import TlrEngine
-from wse_hpc.tlrmvm.grouped import plan_grouped
+from wse_hpc.tlrmvm.grouped_plan import plan_grouped
 from wse_hpc.tlrmvm.packed import plan_packed
 from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
 from wse_hpc.tlrmvm.wafer import place_plan, plan_placement, tlrmvm

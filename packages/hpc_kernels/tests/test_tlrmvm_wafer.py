@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from wse_core import preset
 from wse_core.errors import PlacementError, SramBudgetError
-from wse_hpc.tlrmvm import TlrError, compress, grouped, tlrmvm_numpy
+from wse_hpc.tlrmvm import TlrError, compress, grouped_plan, tlrmvm_numpy
 from wse_hpc.tlrmvm.engine import TlrEngine
-from wse_hpc.tlrmvm.grouped import colour_slices, deal_groups, plan_grouped
+from wse_hpc.tlrmvm.grouped_plan import colour_slices, deal_groups, plan_grouped
 from wse_hpc.tlrmvm.packed import plan_packed
 from wse_hpc.tlrmvm.perf import predict, product_s
 from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
@@ -33,7 +33,7 @@ def op():
 )
 def test_matvec_and_adjoint_match_numpy(monkeypatch, op, mesh, rank_chunk, batch, layout):
     if rank_chunk is not None and layout == "grouped":  # several pieces per PE (priced: s 1)
-        monkeypatch.setattr(grouped, "GROUP_SIZES", (2, 3, 4))
+        monkeypatch.setattr(grouped_plan, "GROUP_SIZES", (2, 3, 4))
     eng = TlrEngine.build(
         op, preset("small"), mesh_shape=mesh, rank_chunk=rank_chunk, batch=batch, layout=layout
     )
@@ -54,7 +54,7 @@ def test_matvec_and_adjoint_match_numpy(monkeypatch, op, mesh, rank_chunk, batch
 @pytest.mark.cpu_devices
 @pytest.mark.parametrize("layout, rank_chunk", [("banded", 5), ("packed", 3), ("grouped", 3)])
 def test_grid_not_divided_by_mesh(monkeypatch, op, layout, rank_chunk):
-    monkeypatch.setattr(grouped, "GROUP_SIZES", (2,))  # 3 x 15 PEs
+    monkeypatch.setattr(grouped_plan, "GROUP_SIZES", (2,))  # 3 x 15 PEs
     eng = TlrEngine.build(
         op, preset("small"), mesh_shape=(4, 2), rank_chunk=rank_chunk, layout=layout
     )
@@ -236,9 +236,9 @@ def uneven():
 def _each_size(monkeypatch, op, price):
     """{s: the plan at group size s alone}, the sizes whose grid fits the wafer."""
     plans = {}
-    for size in grouped.GROUP_SIZES:
+    for size in grouped_plan.GROUP_SIZES:
         with monkeypatch.context() as m:
-            m.setattr(grouped, "GROUP_SIZES", (size,))
+            m.setattr(grouped_plan, "GROUP_SIZES", (size,))
             try:
                 plans[size] = plan_grouped(op, preset("small"), rank_chunk=4, price=price)
             except PlacementError:  # wider than the wafer: the plan skips that size
@@ -269,7 +269,7 @@ def test_grouped_plan_ties_go_to_least_padding(monkeypatch, uneven):
     padded = {
         s: p.padded_bases_bytes for s, p in _each_size(monkeypatch, uneven, product_s).items()
     }
-    assert 2 <= len(padded) < len(grouped.GROUP_SIZES)  # one size too wide: skipped, no error
+    assert 2 <= len(padded) < len(grouped_plan.GROUP_SIZES)  # one size too wide: skipped, no error
     assert plan.padded_bases_bytes == min(padded.values())
     assert plan.windows == min(s for s, b in padded.items() if b == min(padded.values()))
     assert padded[1] > 1.5 * plan.padded_bases_bytes  # one tile column per PE row pads more
@@ -281,7 +281,7 @@ def test_grouped_plan_ties_go_to_least_padding(monkeypatch, uneven):
 @pytest.mark.parametrize("size", [1, 3])
 @pytest.mark.parametrize("complex_", [True, False])
 def test_grouped_wide_operator_and_batches(monkeypatch, size, complex_):
-    monkeypatch.setattr(grouped, "GROUP_SIZES", (size,))
+    monkeypatch.setattr(grouped_plan, "GROUP_SIZES", (size,))
     a = smooth_kernel(40, 75, seed=3, complex_=complex_)
     op = compress(a, nb=12, threshold=1e-3)  # 4 x 7 tiles, edge tiles on both sides
     eng = TlrEngine.build(op, preset("small"), mesh_shape=(2, 4), rank_chunk=2, batch=3)

@@ -54,7 +54,7 @@ from wse_core.host.runtime import cache_dir
 from wse_hpc.tlrmvm.baseline import best_median_s, stacked_fn
 from wse_hpc.tlrmvm.compress import TlrOperator, compress, load_operator, save_operator
 from wse_hpc.tlrmvm.engine import TlrEngine
-from wse_hpc.tlrmvm.grouped import plan_grouped
+from wse_hpc.tlrmvm.grouped_plan import plan_grouped
 from wse_hpc.tlrmvm.mdd import compare, mdd_case
 from wse_hpc.tlrmvm.packed import plan_packed
 from wse_hpc.tlrmvm.perf import counting_fns, pe_trace, predict, product_s

@@ -1,7 +1,7 @@
 """TLR-MVM: tile low-rank matrix-vector multiply on the wafer (Ltaief et al., SC23).
 
 `compress` cuts a dense operator into low-rank tiles (`TlrOperator`, saved as `.npz`);
-`grouped.plan_grouped` (default: PE rows serve groups of tile columns and tile rows, each
+`grouped_plan.plan_grouped` (default: PE rows serve groups of tile columns and tile rows, each
 PE column a set of rank rows found by an edge colouring, the group size the one whose
 product `perf.product_s` prices fastest),
 `packed.plan_packed` (rank slices bucketed per tile column) or `wafer.plan_placement`

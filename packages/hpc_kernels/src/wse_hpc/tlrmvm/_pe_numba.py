@@ -11,7 +11,7 @@ threads sleep between regions, `pe_ffi`) leaves its chunks to the others instead
 the product up for a static half (each row's dot is the same whoever computes it; on the
 2-core VM at load 8, 2026-12-02, no better or worse than the static split by min and median
 of 60 calls). `sum_rows` splits its block rows statically (10 at n = 9801, of nearly equal
-loads by `grouped.deal_groups`): claiming them changed the sums' rounding (the vectorized
+loads by `grouped_plan.deal_groups`): claiming them changed the sums' rounding (the vectorized
 loop compiles differently) and splitting a block row into chunks summed into partials ran
 1.2-2x slower; claimed again on 2026-12-02 (bit for bit then), no faster at load 2 in three
 process pairs. Both kernels prefetch the stored row PREFETCH_ROWS ahead of the one they

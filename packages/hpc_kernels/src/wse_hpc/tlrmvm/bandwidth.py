@@ -14,7 +14,7 @@ from __future__ import annotations
 from wse_core.cost.perf import PerfModel
 from wse_core.hw.spec import WaferSpec
 
-from wse_hpc.tlrmvm.grouped import GroupedPlan
+from wse_hpc.tlrmvm.grouped_plan import GroupedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan
 from wse_hpc.tlrmvm.pe_programs import PHASE1_FORM, PeProgram, pe_tiles, real_pairs
 from wse_hpc.tlrmvm.wafer import TlrPlan

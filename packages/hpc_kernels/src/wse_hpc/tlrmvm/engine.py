@@ -1,6 +1,6 @@
 """The shell around the TLR-MVM kernel: place once, jit once, run, time, report.
 
-`TlrEngine.build(op, spec, ...)` plans the layout (`grouped.plan_grouped` by default, its
+`TlrEngine.build(op, spec, ...)` plans the layout (`grouped_plan.plan_grouped` by default, its
 group size chosen by `perf.product_s`), places it (`wafer.place_plan`), jits the pure
 `matvec_fn` / `rmatvec_fn` of the layout, and offers `matvec(x)` / `rmatvec(y)` on NumPy
 vectors ((N,) or (N, b)), `time_matvec(x, repeats)` (median wall seconds after a warm-up
@@ -25,7 +25,8 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
-from wse_hpc.tlrmvm.grouped import GroupedPlan, plan_grouped, tlrmvm_grouped
+from wse_hpc.tlrmvm.grouped import tlrmvm_grouped
+from wse_hpc.tlrmvm.grouped_plan import GroupedPlan, plan_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, plan_packed, tlrmvm_packed
 from wse_hpc.tlrmvm.perf import predict, product_s
 from wse_hpc.tlrmvm.wafer import (

@@ -44,7 +44,7 @@ import dataclasses
 import numpy as np
 from wse_core.cost.perf import Op, PerfModel, Work
 
-from wse_hpc.tlrmvm.grouped import GroupedPlan
+from wse_hpc.tlrmvm.grouped_plan import GroupedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan
 from wse_hpc.tlrmvm.wafer import TlrPlan
 

@@ -17,7 +17,7 @@ phase's compute and SRAM on its busiest PE; host I/O (x in, y out) overlaps the 
 stream of MVMs moves the next x while the wafer computes). `predict(...)` prices them with
 the one `PerfModel` and its one calibration into a `wse_core.cost.report.RunReport` whose `extra`
 holds `cerebras_bandwidth(...)` and the model's own figure; `product_s(plan, spec)`: the
-predicted seconds of one product alone, the price by which `grouped.plan_grouped` chooses.
+predicted seconds of one product alone, the price by which `grouped_plan.plan_grouped` chooses.
 
 Complex data is split into real arithmetic as the emulator does (`grouped`'s interleaved pairs,
 `pe_kernels`): a complex (m x n) tile product is one real (2m x 2n) tile product [[Re, -Im],
@@ -69,7 +69,8 @@ from wse_hpc.tlrmvm.bandwidth import (
     copies_per_system,
 )
 from wse_hpc.tlrmvm.compress import TlrOperator
-from wse_hpc.tlrmvm.grouped import GroupedPlan, tlrmvm_grouped
+from wse_hpc.tlrmvm.grouped import tlrmvm_grouped
+from wse_hpc.tlrmvm.grouped_plan import GroupedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan, tlrmvm_packed
 from wse_hpc.tlrmvm.pe_programs import (
     PHASE1_ALTERNATIVE,
@@ -256,7 +257,7 @@ def mvm_phases(
 def product_s(plan: TlrPlan | PackedPlan | GroupedPlan, spec: WaferSpec) -> float:
     """Predicted seconds of one product of `plan` alone on one wafer of `spec` (a one-device
     wafer of the plan's grid; `predict(...).predicted_s` at systems 1, copies 1): the price
-    by which `grouped.plan_grouped` chooses its group size."""
+    by which `grouped_plan.plan_grouped` chooses its group size."""
     wafer = build_wafer(spec, grid=plan.grid, mesh_shape=(1, 1))
     return PerfModel(spec).evaluate(mvm_phases(wafer, plan)).seconds
 
