@@ -88,11 +88,10 @@ def neighbour_cells(x, wafer: Wafer, axis: int, width: int, side: int, periodic:
 def _pair_cells(x, wafer: Wafer, axis: int, before: int, after: int):
     """Both halos of a block on an axis of two devices, in one ppermute: each device sends
     the other its last `before` and first `after` cells (the other's before and after
-    halos, both ways round on two devices). Two ppermutes (`neighbour_cells` per side)
-    cost two cross-device rendezvous, ~0.1 ms each on the 2-core host: BiCGSTAB's two
-    SpMVs an iteration on a 1 x 2 mesh paid four. Beyond the grid (no wrap) the received
-    cells are the other end's: `extend` zeroes them by their global index, as it zeroes
-    `neighbour_cells`' there."""
+    halos, both ways round on two devices): one cross-device rendezvous instead of one a
+    side (`neighbour_cells`), ~0.1 ms each on a CPU host. Beyond the grid (no wrap) the
+    received cells are the other end's: `extend` zeroes them by their global index, as it
+    zeroes `neighbour_cells`' there."""
     name, _, block, _ = geometry(wafer, axis)
     send = jnp.concatenate([take(x, axis, block - before, block), take(x, axis, 0, after)], axis)
     got = lax.ppermute(send, name, [(0, 1), (1, 0)])
@@ -126,22 +125,20 @@ def wrap_strip(x, wafer: Wafer, axis: int, first: int, width: int):
 def extend(x, wafer: Wafer, axis: int, before: int, after: int, boundary: Boundary):
     """This block with `before` / `after` halo cells along `axis`; cells outside the logical
     grid are zero or wrapped, padding inside the block is made safe as well."""
-    _, _, block, size = geometry(wafer, axis)
+    _, ndev, block, size = geometry(wafer, axis)
     if max(before, after) >= size and boundary == "periodic":
         raise PlacementError(f"a periodic halo of {max(before, after)} needs a grid over {size}")
     periodic = boundary == "periodic"
     padded = wafer.padded_shape[axis] != size
-    if geometry(wafer, axis)[1] == 2 and 0 < before <= block and 0 < after <= block:
-        cells_before, cells_after = _pair_cells(x, wafer, axis, before, after)
+    if ndev == 2 and 0 < before <= block and 0 < after <= block:
+        halo_before, halo_after = _pair_cells(x, wafer, axis, before, after)
     else:
-        cells_before = before and neighbour_cells(x, wafer, axis, before, -1, periodic)
-        cells_after = after and neighbour_cells(x, wafer, axis, after, +1, periodic)
-    parts = []
-    if before:
-        parts.append((-before, cells_before))
+        halo_before = neighbour_cells(x, wafer, axis, before, -1, periodic) if before else None
+        halo_after = neighbour_cells(x, wafer, axis, after, +1, periodic) if after else None
+    parts = [(-before, halo_before)] if before else []
     parts.append((0, x))
     if after:
-        parts.append((block, cells_after))
+        parts.append((block, halo_after))
     strips = {}
     if periodic and padded:
         if before:
