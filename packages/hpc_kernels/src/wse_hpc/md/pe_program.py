@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from scipy import stats
+from scipy import special
 from wse_core.cost.perf import Op
 
 __all__ = [
@@ -148,5 +148,7 @@ def ballistic_every(
     from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E
 
     sigma_A_ps = math.sqrt(BOLTZ_EV_K * temperature_K / (mass_amu * MVV2E))
-    fastest = float(stats.chi(3).isf(1.0 / max(n_atoms, 2))) * sigma_A_ps
+    # the chi distribution's (3 degrees of freedom) inverse survival function, written with
+    # scipy.special (the same value as scipy.stats.chi(3).isf, without stats' ~0.5 s import)
+    fastest = math.sqrt(2.0 * special.gammainccinv(1.5, 1.0 / max(n_atoms, 2))) * sigma_A_ps
     return max(1.0, math.floor(0.5 * skin_A / (fastest * dt_fs * 1e-3)))
