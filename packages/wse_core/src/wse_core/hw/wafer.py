@@ -45,6 +45,15 @@ def _filler(shape: tuple[int, ...], value: float, dtype, sharding: NamedSharding
     return jax.jit(lambda: jnp.full(shape, value, dtype), out_shardings=sharding)
 
 
+def _put(x, sharding: NamedSharding) -> jax.Array:
+    """`x` (the padded field) placed with `sharding`."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(x, sharding)
+    # Multi-process: every process holds the same host value and supplies its blocks.
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
 @dataclasses.dataclass(eq=False)
 class Wafer:
     """A spec's logical PE grid placed on a device mesh, with its ledgers."""
@@ -94,12 +103,7 @@ class Wafer:
         pad = [(0, pr - self.rows), (0, pc - self.cols)] + [(0, 0)] * (x.ndim - 2)
         if pr != self.rows or pc != self.cols:
             x = jnp.pad(x, pad)
-        sharding = self.sharding(x.ndim - 2)
-        if sharding.is_fully_addressable:
-            return jax.device_put(x, sharding)
-        # Multi-process: every process holds the same host value and supplies its blocks.
-        host = np.asarray(x)
-        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+        return _put(x, self.sharding(x.ndim - 2))
 
     def gather(self, x: jax.Array) -> np.ndarray:
         """The logical `(rows, cols, *per_pe)` values of a placed field, as NumPy (on every
@@ -123,11 +127,13 @@ class Wafer:
 
     def pe_coords(self) -> tuple[jax.Array, jax.Array]:
         """Placed int32 fields of each PE's logical row and column index."""
+        # made on the host: jnp's iota and broadcasts were four small programs to compile or
+        # load (~0.09 s of a warm `wse hpc md` start at 32,000 atoms)
         pr, pc = self.padded_shape
-        r = jnp.broadcast_to(jnp.arange(pr, dtype=jnp.int32)[:, None], (pr, pc))
-        c = jnp.broadcast_to(jnp.arange(pc, dtype=jnp.int32)[None, :], (pr, pc))
+        r = np.broadcast_to(np.arange(pr, dtype=np.int32)[:, None], (pr, pc))
+        c = np.broadcast_to(np.arange(pc, dtype=np.int32)[None, :], (pr, pc))
         s = self.sharding()
-        return jax.device_put(r, s), jax.device_put(c, s)
+        return _put(r, s), _put(c, s)
 
     def describe(self) -> dict[str, object]:
         return {
