@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from wse_core.errors import WseError
 
-__all__ = ["Structure", "crystal", "LATTICES", "check_structure"]
+__all__ = ["Structure", "crystal", "LATTICES", "check_structure", "closest_pair"]
 
 LATTICES = ("fcc", "bcc", "hcp")
 
@@ -78,8 +78,10 @@ def crystal(
     return Structure(np.array([symbol] * len(positions)), positions, box)
 
 
-def check_structure(s: Structure, *, min_distance_A: float = 0.5) -> None:
-    """Atoms inside the box [0, L) and no two closer than `min_distance_A` (else WseError)."""
+def check_structure(s: Structure, *, min_distance_A: float = 0.5, pair_fn=None) -> None:
+    """Atoms inside the box [0, L) and no two closer than `min_distance_A` (else WseError);
+    `pair_fn(x, box) -> (i, j, r)`, when given, is `closest_pair`'s value found another way
+    (the MD shell's: stored on disk by the positions, `plan_cache`)."""
     x, box = s.positions_A, s.box_A
     if np.any(box <= 0):
         raise WseError(f"box sides must be positive, got {box.tolist()}")
@@ -90,12 +92,12 @@ def check_structure(s: Structure, *, min_distance_A: float = 0.5) -> None:
             f"atom {i} at {x[i].round(4).tolist()} lies outside the box [0, L) with L = "
             f"{box.tolist()} ({outside.size} atoms outside); wrap positions into the box"
         )
-    i, j, r = _closest_pair(x, box)
+    i, j, r = (pair_fn or closest_pair)(x, box)
     if r < min_distance_A:
         raise WseError(f"atoms {i} and {j} overlap: {r:.4f} A apart (minimum {min_distance_A} A)")
 
 
-def _closest_pair(x: np.ndarray, box: np.ndarray) -> tuple[int, int, float]:
+def closest_pair(x: np.ndarray, box: np.ndarray) -> tuple[int, int, float]:
     """The closest pair under minimum image, with a cKDTree on the periodic box."""
     from scipy.spatial import cKDTree
 

@@ -27,6 +27,8 @@ Contract:
 - `window_needed(...)` is the host-side version of the kernel's coverage test: the smallest
   window (k_rows, k_cols) of PEs around every atom that holds all its neighbours within
   `reach_A`; the shell plans with it and re-plans when the kernel reports an overflow.
+  scipy.ndimage (its sliding extremes) is imported by the functions that use it: a warm
+  `wse hpc md` loads its tile and window from disk (`plan_cache`) and never calls them.
 
 The swap sweep (`eam.sort_fn`: rows by x, columns by y) keeps the map local as atoms move:
 inside a tile atoms share their (x, y) patch, so its swaps only reorder a tile's z.
@@ -37,7 +39,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
 __all__ = [
     "NFIELDS",
@@ -230,6 +231,8 @@ def _periodic_sliding(values: np.ndarray, width: int, extreme, length: float) ->
 
 def _arc(lo: np.ndarray, hi: np.ndarray, k: int, length: float) -> tuple[np.ndarray, np.ndarray]:
     """Extremes over lines k + 1 .. n - k - 1 further along axis 0 (unrolled)."""
+    from scipy.ndimage import maximum_filter1d, minimum_filter1d  # module doc: imported here
+
     n = lo.shape[0]
     width = n - 2 * k - 1
     starts = (np.arange(n) + k + 1) % n
@@ -243,6 +246,8 @@ def _arc(lo: np.ndarray, hi: np.ndarray, k: int, length: float) -> tuple[np.ndar
 def coverage_gap(state: np.ndarray, box_A: np.ndarray, k_rows: int, k_cols: int) -> np.ndarray:
     """The kernel's coverage test on the host: per PE, a lower bound on the distance to any
     atom outside the window (inf where the window covers the grid), shape (rows, cols)."""
+    from scipy.ndimage import maximum_filter1d, minimum_filter1d  # module doc: imported here
+
     held = state[..., SPECIES] >= 0
     x, y = state[..., 0].astype(np.float64), state[..., 1].astype(np.float64)
     rows, cols = held.shape

@@ -5,6 +5,9 @@ reach (a periodic k-d tree), the candidate capacity per row offset of the window
 the window for cutoff + skin + WINDOW_MARGIN_A and its capacities, lists over
 LIST_BUDGET_BYTES of host memory dropped for the full-window kernel), which the shell
 (`simulate.run_md`) runs and `perf` prices. NumPy only; nothing here is placed or traced.
+The window a state needs and its per-offset counts are stored on disk by the state
+(`plan_cache`: a warm `wse hpc md` at 32,000 atoms skipped ~0.4 s of k-d tree and counting,
+and scipy's imports, which are made where they are used).
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from scipy.spatial import cKDTree
 from wse_core.hw.wafer import Wafer
 
+from wse_hpc.md import plan_cache
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan
 from wse_hpc.md.mapping import ATOM_ID, SPECIES, window_needed
@@ -44,6 +47,8 @@ def reach_pairs(positions_A: np.ndarray, box_A, reach_A: float) -> np.ndarray:
     other in the periodic box: host side, a periodic k-d tree over the positions in float64
     wrapped into the box. `list_caps` takes them in atom-id order, so a crystal mapped onto
     several grids finds its pairs once."""
+    from scipy.spatial import cKDTree  # here: ~0.25 s of import a warm start skips (module doc)
+
     box = np.asarray(box_A, dtype=np.float64)
     pos = np.mod(np.asarray(positions_A, dtype=np.float64), box)
     pos = np.where(pos >= box, 0.0, pos)
@@ -112,16 +117,28 @@ def list_caps(
     atoms), hence the smaller total headroom. A count over a cap is an overflow: re-planned
     with more headroom, never dropped."""
     n_off = 2 * k_rows + 1
-    counts = _reach_counts(state_np, box_A, reach_A, k_rows, pairs)
-    most = counts.max(axis=0) if counts.size else np.zeros(n_off, np.int64)
+    count = lambda: _most_in_reach(state_np, box_A, reach_A, k_rows, pairs)  # noqa: E731
+    if pairs is None:  # stored by the state (given pairs: a crystal's prediction, not a run)
+        inputs = (state_np, np.asarray(box_A, np.float64), reach_A, k_rows)
+        most, most_total = plan_cache.cached("reach counts", inputs, count)
+    else:
+        most, most_total = count()
     more = margins.more
     caps = np.minimum(np.ceil(most * (HEADROOM + more)).astype(np.int64) + 2, 2 * k_cols + 1)
     used = np.nonzero(most > 0)[0]
     reach = int(np.abs(used - k_rows).max()) + margins.spare_rows if used.size else 0
     caps[np.abs(np.arange(n_off) - k_rows) > reach] = 0
     more_total = more if margins.more_total is None else margins.more_total
-    total = int(np.ceil(counts.sum(axis=1).max(initial=0) * (TOTAL_HEADROOM + more_total))) + 2
+    total = int(np.ceil(most_total * (TOTAL_HEADROOM + more_total))) + 2
     return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
+
+
+def _most_in_reach(state_np, box_A, reach_A: float, k_rows: int, pairs) -> tuple[np.ndarray, int]:
+    """The most atoms within `reach_A` any PE has at each row offset (2 k_rows + 1,), and in
+    all: what `list_caps` sizes (stored on disk by `plan_cache`: a warm start counts nothing)."""
+    counts = _reach_counts(state_np, box_A, reach_A, k_rows, pairs)
+    most = counts.max(axis=0) if counts.size else np.zeros(2 * k_rows + 1, np.int64)
+    return most, counts.sum(axis=1).max(initial=0)
 
 
 def _reach_counts(
@@ -182,7 +199,8 @@ def plan_window(
     `pairs`: the atoms' pairs within cutoff + skin by atom id (`reach_pairs`), when already known
     (one crystal planned on several grids)."""
     reach = pot.cutoff_A + config.skin_A
-    kr, kc = window_needed(state_np, box, reach + WINDOW_MARGIN_A)
+    inputs = (state_np, np.asarray(box, np.float64), reach + WINDOW_MARGIN_A)
+    kr, kc = plan_cache.cached("window", inputs, lambda: window_needed(state_np, box, inputs[2]))
     kr = min(max(kr, margins.at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, margins.at_least[1]), (wafer.cols - 1) // 2)
     caps = list_caps(state_np, box, reach, kr, kc, margins, pairs=pairs)

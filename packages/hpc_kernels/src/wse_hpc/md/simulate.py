@@ -43,11 +43,11 @@ from wse_core.cost.report import RunReport
 from wse_core.errors import PlacementError, RunFault, SramBudgetError, WseError
 from wse_core.hw.wafer import Wafer, build_wafer
 
-from wse_hpc.md import mapping
+from wse_hpc.md import mapping, plan_cache
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, geometry, sram_plan
 from wse_hpc.md.integrate import bath_energy, maxwell_boltzmann
-from wse_hpc.md.lattice import Structure, check_structure
+from wse_hpc.md.lattice import Structure, check_structure, closest_pair
 from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, Margins, most_in_reach, plan_window
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.runners import Runner, runner_for
@@ -117,7 +117,10 @@ def initial_every(velocities_A_ps: np.ndarray, skin_A: float, dt_fs: float) -> i
 
 
 def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
-    check_structure(structure)
+    # the closest pair (a periodic k-d tree, scipy.spatial: ~0.45 s with its import) stored
+    # on disk by the positions, as the plans are (`plan_cache`)
+    pair_fn = lambda x, box: plan_cache.cached("pair", (x, box), lambda: closest_pair(x, box))  # noqa: E731
+    check_structure(structure, pair_fn=pair_fn)
     if config.steps < 0:
         raise WseError(f"--steps must be >= 0, got {config.steps}")
     if not config.dt_fs > 0:
@@ -214,7 +217,10 @@ def run_md(
     dtype = np.dtype(config.dtype)
     pos, grid = mapping.rewrap(structure.positions_A, box), (wafer.rows, wafer.cols)
     reach = pot.cutoff_A + config.skin_A + WINDOW_MARGIN_A
-    tile = config.tile or mapping.choose_tile(pos, grid, box, reach)
+    # the tile stored on disk by its inputs, as the plan's window and counts are (`plan_cache`)
+    choose = lambda: mapping.choose_tile(pos, grid, box, reach)  # noqa: E731
+    inputs = (pos, grid, box, reach, mapping.TILES, mapping.TILE_JITTER_A)
+    tile = config.tile or plan_cache.cached("tile", inputs, choose)
     state_np = mapping.pack(
         mapping.initial_map(pos, grid, box, tile), pos, species, vel, dtype=dtype
     )
@@ -301,9 +307,15 @@ def _placed_drift(runner: Runner, state: MdState) -> MdState:
     here, with the set-up (at its first use it took 0.33 s of 4,000 atoms' timed steps)."""
     if state.nbrs is None:
         return state
-    nbrs = state.nbrs._replace(drift2=runner.wafer.zeros((), state.nbrs.drift2.dtype))
+    nbrs = state.nbrs._replace(drift2=_no_drift(runner.wafer, state.nbrs.drift2.dtype))
     jax.block_until_ready(runner.drift(nbrs))
     return state._replace(nbrs=nbrs)
+
+
+def _no_drift(wafer: Wafer, dtype) -> jax.Array:
+    """The lists' displacement record, zero on every PE, placed from the host: `wafer.zeros`
+    jits its filler, ~0.3 s of a warm start's time to its first step (32,000 atoms)."""
+    return wafer.place(np.zeros((wafer.rows, wafer.cols), dtype))
 
 
 def _check_lists(runner: Runner, start: MdState, new: MdState, skin_A: float):
@@ -317,7 +329,7 @@ def _check_lists(runner: Runner, start: MdState, new: MdState, skin_A: float):
         return None, start._replace(nbrs=start.nbrs._replace(every=shorter))
     if moved_A < 0.25 * skin_A:
         every = min(2 * every, MAX_REBUILD_EVERY)
-    drift2 = runner.wafer.zeros((), new.nbrs.drift2.dtype)
+    drift2 = _no_drift(runner.wafer, new.nbrs.drift2.dtype)
     return new._replace(nbrs=new.nbrs._replace(every=jnp.int32(every), drift2=drift2)), None
 
 

@@ -45,6 +45,15 @@ def _filler(shape: tuple[int, ...], value: float, dtype, sharding: NamedSharding
     return jax.jit(lambda: jnp.full(shape, value, dtype), out_shardings=sharding)
 
 
+def _put(x, sharding: NamedSharding) -> jax.Array:
+    """`x` (the padded field) placed with `sharding`."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(x, sharding)
+    # Multi-process: every process holds the same host value and supplies its blocks.
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
 @dataclasses.dataclass(eq=False)
 class Wafer:
     """A spec's logical PE grid placed on a device mesh, with its ledgers."""
@@ -85,7 +94,11 @@ class Wafer:
     # Data ------------------------------------------------------------------------------
     def place(self, x: np.ndarray | jax.Array) -> jax.Array:
         """Put a `(rows, cols, *per_pe)` array on the wafer (padded and sharded)."""
-        x = jnp.asarray(x)
+        # a NumPy array JAX takes as it is (its dtype canonical) is padded and cut into blocks
+        # on the host: jnp's pad and the sharded put's slicing were small programs compiled
+        # (or loaded) at every start (~0.05 s of a warm `wse hpc md` at 32,000 atoms)
+        host = isinstance(x, np.ndarray) and x.dtype == jax.dtypes.canonicalize_dtype(x.dtype)
+        x = x if host else jnp.asarray(x)
         if x.ndim < 2 or x.shape[:2] != (self.rows, self.cols):
             raise PlacementError(
                 f"a wafer field must have shape ({self.rows}, {self.cols}, ...), got {x.shape}"
@@ -93,13 +106,8 @@ class Wafer:
         pr, pc = self.padded_shape
         pad = [(0, pr - self.rows), (0, pc - self.cols)] + [(0, 0)] * (x.ndim - 2)
         if pr != self.rows or pc != self.cols:
-            x = jnp.pad(x, pad)
-        sharding = self.sharding(x.ndim - 2)
-        if sharding.is_fully_addressable:
-            return jax.device_put(x, sharding)
-        # Multi-process: every process holds the same host value and supplies its blocks.
-        host = np.asarray(x)
-        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+            x = np.pad(x, pad) if host else jnp.pad(x, pad)
+        return _put(x, self.sharding(x.ndim - 2))
 
     def gather(self, x: jax.Array) -> np.ndarray:
         """The logical `(rows, cols, *per_pe)` values of a placed field, as NumPy (on every
@@ -123,11 +131,13 @@ class Wafer:
 
     def pe_coords(self) -> tuple[jax.Array, jax.Array]:
         """Placed int32 fields of each PE's logical row and column index."""
+        # made on the host: jnp's iota and broadcasts were four small programs to compile or
+        # load (~0.09 s of a warm `wse hpc md` start at 32,000 atoms)
         pr, pc = self.padded_shape
-        r = jnp.broadcast_to(jnp.arange(pr, dtype=jnp.int32)[:, None], (pr, pc))
-        c = jnp.broadcast_to(jnp.arange(pc, dtype=jnp.int32)[None, :], (pr, pc))
+        r = np.broadcast_to(np.arange(pr, dtype=np.int32)[:, None], (pr, pc))
+        c = np.broadcast_to(np.arange(pc, dtype=np.int32)[None, :], (pr, pc))
         s = self.sharding()
-        return jax.device_put(r, s), jax.device_put(c, s)
+        return _put(r, s), _put(c, s)
 
     def describe(self) -> dict[str, object]:
         return {
