@@ -35,6 +35,7 @@ import functools
 import math
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -116,11 +117,14 @@ def initial_every(velocities_A_ps: np.ndarray, skin_A: float, dt_fs: float) -> i
     return min(max(steps, 1), MAX_REBUILD_EVERY)
 
 
+def _stored_closest_pair(x: np.ndarray, box: np.ndarray):
+    """`lattice.closest_pair`, stored on disk by the positions as the plans are (`plan_cache`):
+    a periodic k-d tree, ~0.45 s of a warm start with scipy.spatial's import."""
+    return plan_cache.cached("pair", (x, box), functools.partial(closest_pair, x, box))
+
+
 def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
-    # the closest pair (a periodic k-d tree, scipy.spatial: ~0.45 s with its import) stored
-    # on disk by the positions, as the plans are (`plan_cache`)
-    pair_fn = lambda x, box: plan_cache.cached("pair", (x, box), lambda: closest_pair(x, box))  # noqa: E731
-    check_structure(structure, pair_fn=pair_fn)
+    check_structure(structure, pair_fn=_stored_closest_pair)
     if config.steps < 0:
         raise WseError(f"--steps must be >= 0, got {config.steps}")
     if not config.dt_fs > 0:
@@ -218,7 +222,7 @@ def run_md(
     pos, grid = mapping.rewrap(structure.positions_A, box), (wafer.rows, wafer.cols)
     reach = pot.cutoff_A + config.skin_A + WINDOW_MARGIN_A
     # the tile stored on disk by its inputs, as the plan's window and counts are (`plan_cache`)
-    choose = lambda: mapping.choose_tile(pos, grid, box, reach)  # noqa: E731
+    choose = functools.partial(mapping.choose_tile, pos, grid, box, reach)
     inputs = (pos, grid, box, reach, mapping.TILES, mapping.TILE_JITTER_A)
     tile = config.tile or plan_cache.cached("tile", inputs, choose)
     state_np = mapping.pack(
@@ -228,14 +232,12 @@ def run_md(
     sram = sram_plan(wafer, pot, plan)
     geo = geometry(wafer)
     runner = runner_for(wafer, pot, plan, config, masses, n, runners)
-    replans = 0
+    replans, fixed = 0, _RunFixed(wafer, pot, config, masses, box, tile, runners)
     t0 = time.perf_counter()
     state = _placed_drift(runner, runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo))
     while bool(state.eam.overflow):  # the margin makes this rare; the fallback is the whole grid
         replans += 1
-        state, runner, plan, sram = _replan(
-            state, wafer, pot, config, masses, box, plan, replans, tile, runners, state
-        )
+        state, runner, plan, sram = _replan(fixed, state, plan, replans, state)
     compile_s = time.perf_counter() - t0
     ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
     rows = [state_row(0, wafer, state, masses, structure.volume_A3, ecouple(state.bath))]
@@ -260,9 +262,7 @@ def run_md(
         _check_stable(row, config)  # a blown-up chunk stops here, never replanned or rerun
         if bool(new_state.eam.overflow):
             replans += 1
-            state, runner, plan, sram = _replan(
-                state, wafer, pot, config, masses, box, plan, replans, tile, runners, new_state
-            )
+            state, runner, plan, sram = _replan(fixed, state, plan, replans, new_state)
             continue
         if state.nbrs is not None:
             new_state, again = _check_lists(runner, state, new_state, config.skin_A)
@@ -333,9 +333,19 @@ def _check_lists(runner: Runner, start: MdState, new: MdState, skin_A: float):
     return new._replace(nbrs=new.nbrs._replace(every=jnp.int32(every), drift2=drift2)), None
 
 
-def _replan(
-    state: MdState, wafer, pot, config, masses, box, plan, replans: int, tile, runners, seen
-):
+class _RunFixed(NamedTuple):
+    """What a run keeps from its start to its end: a re-plan's context."""
+
+    wafer: Wafer
+    pot: EamPotential
+    config: MdConfig
+    masses: np.ndarray
+    box: np.ndarray
+    tile: tuple[int, int]
+    runners: dict | None
+
+
+def _replan(fixed: _RunFixed, state: MdState, plan, replans: int, seen: MdState):
     """Re-map the chunk's starting state, widen the window by at least one PE and give the
     neighbour lists' row offsets more headroom and one more spare row offset (both grow with
     every re-plan, so re-plans end); the bath carries over. The total M (the work of every
@@ -343,6 +353,7 @@ def _replan(
     PE with more atoms in reach than M holds, or from the third re-plan on: a row offset's
     count fluctuates more than an atom's total (Cu at 1600 K, 32,000 atoms: M 88 held, an
     offset did not; with the headroom on both, M went to 127 for the rest of the run)."""
+    wafer, pot, config, masses, box, tile, runners = fixed
     grown = replans > 2 or not plan.caps
     if not grown:  # the overflowing state on its own map: did some PE pass M?
         seen_np = wafer.gather(seen.atoms.record())
