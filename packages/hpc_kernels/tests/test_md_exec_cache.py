@@ -98,3 +98,40 @@ def test_runner_key_follows_the_potential_and_the_settings():
     half = dataclasses.replace(cfg, dt_fs=0.5)
     assert exec_cache.runner_key(wafer, POT, plan, half, [63.546], 64) != base
     assert exec_cache.runner_key(wafer, POT, plan, cfg, [63.546], 63) != base
+
+
+def test_a_program_jax_cache_holds_is_compiled_afresh_and_stored(tmp_path):
+    """After a change to the stack's code (a new source hash, the same HLO) JAX's compile
+    cache holds the program but this cache does not: `compiled` must compile it afresh and
+    store it (a compile-cache hit serialises without its kernels), so the next run loads it."""
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")  # fmt: skip
+    saved = {n: getattr(jax.config, n) for n in names}
+    fn = lambda: jax.jit(lambda x: jnp.sin(x) * 3.0 + 1.0)  # noqa: E731 - new objects: no jit cache
+    x = np.arange(12.0, dtype=np.float32).reshape(4, 3)
+    hits = []
+    listen = lambda event, **_: hits.append(event)  # noqa: E731
+    try:
+        for n, v in zip(names, (str(tmp_path), 0.0, -1), strict=True):
+            jax.config.update(n, v)
+        cc.reset_cache()
+        fn().lower(x).compile()  # JAX's compile cache now holds the program
+        jax.monitoring.register_event_listener(listen)
+        try:
+            fn().lower(x).compile()
+        finally:
+            jax.monitoring.unregister_event_listener(listen)
+        assert "/jax/compilation_cache/cache_hits" in hits  # the case this test is about
+        exe = exec_cache.compiled(fn(), (x,), ("edited stack",))
+        path = exec_cache.cache_path(("edited stack",), (x,))
+        assert path is not None and path.exists()
+        want = np.sin(x) * np.float32(3.0) + np.float32(1.0)
+        np.testing.assert_allclose(exec_cache._load(path)(x), want, rtol=1e-6)
+        np.testing.assert_array_equal(exe(x), exec_cache._load(path)(x))
+        assert jax.config.jax_enable_compilation_cache  # left as it was
+    finally:
+        for n, v in saved.items():
+            jax.config.update(n, v)
+        cc.reset_cache()
