@@ -55,3 +55,105 @@ def files(tmp_path) -> Path:
 )  # fmt: skip
 def test_wafer_inputs_are_refused_in_one_line(files, args, message):
     _refused([a.format(d=files) for a in args], message)
+
+
+# --- MD inputs: structure and potential files, and options -----------------------------
+XYZ_HEAD = ["4", 'Lattice="{L}" Properties=species:S:1:pos:R:3 pbc="T T T"']
+XYZ_ATOMS = ["Cu {x} 0 0", "Cu 1.8075 1.8075 0", "Cu 1.8075 0 1.8075", "Cu 0 1.8075 1.8075"]
+
+
+def _xyz(folder: Path, name: str, lattice: str = "3.615 0 0 0 3.615 0 0 0 3.615", x="0"):
+    path = folder / f"{name}.xyz"
+    head = [XYZ_HEAD[0], XYZ_HEAD[1].format(L=lattice)]
+    path.write_text("\n".join([*head, *(a.format(x=x) for a in XYZ_ATOMS)]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cu(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("md") / "Cu.eam.alloy"
+    code, output = invoke(ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", out])
+    assert code == 0, output
+    return out
+
+
+def _setfl(cu: Path, folder: Path, name: str, line: int, text: str) -> Path:
+    lines = cu.read_text().splitlines()
+    lines[line] = text
+    path = folder / f"{name}.eam.alloy"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d, cu: _xyz(d, "nan", x="nan"), "positions must be finite"),
+        (lambda d, cu: _xyz(d, "huge", x="1e308"), "lies outside the box"),
+        (lambda d, cu: _xyz(d, "nanbox", lattice="nan 0 0 0 3.6 0 0 0 3.6"), "box sides must"),
+        (lambda d, cu: _xyz(d, "hugebox", lattice="1e300 0 0 0 1e300 0 0 0 1e300"), "at most"),
+        (lambda d, cu: d, "is a folder"),
+        (lambda d, cu: d / "fifo", "not a regular file"),
+    ],
+)
+def test_md_structure_files(files, cu, make, message):
+    args = ["hpc", "md", "--structure", make(files, cu), "--potential", cu, "--steps", "1"]
+    _refused(args, message)
+
+
+@pytest.mark.parametrize(
+    ("line", "text", "message"),
+    [
+        (4, "1000000000000 1e-1 1000 5e-3 5.7", "file ends early"),  # was a 7 TiB np.empty
+        (8, "1e308 0 0 0 0", "within +-3.4e38"),  # was fp32 overflow warnings and a run
+    ],
+)
+def test_md_potential_files(files, cu, line, text, message):
+    pot = _setfl(cu, files, "bad", line, text)
+    base = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615"]
+    _refused([*base, "--cells", "4", "4", "4", "--potential", pot], message)
+
+
+def test_md_potential_that_is_a_folder_or_fifo(files):
+    base = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells"]
+    _refused([*base, "4", "4", "4", "--potential", files], "is a folder")
+    _refused([*base, "4", "4", "4", "--potential", files / "fifo"], "not a regular file")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--temperature-K", "1e300"], "--temperature-K must be"),
+        (["--element", " "], "--element must name an element"),
+        (["--out", "/proc/x/y.xyz"], "takes no new files"),
+        (["--out", "{d}/fifo"], "not a regular file"),
+        (["--out", "/dev/full"], "not a regular file"),
+    ],
+)
+def test_md_options(files, cu, extra, message):
+    base = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells"]
+    args = [*base, "4", "4", "4", "--potential", cu, "--steps", "1"]
+    _refused([*args, *(a.format(d=files) for a in extra)], message)
+
+
+def test_md_potential_knots_and_outputs(files):
+    base = ["hpc", "md", "potential", "--elements", "Cu", "--out"]
+    _refused([*base, files / "x.eam.alloy", "--knots", "1000000000000"], "--knots must be")
+    _refused([*base, "/proc/x/Cu.eam.alloy"], "takes no new files")
+    _refused(["wafer", "defects", "--png", "/sys/x.png"], "takes no new files")
+    assert not (files / "x.eam.alloy").exists()
+
+
+def test_a_full_disk_mid_write_is_one_line_and_exit_1(monkeypatch, files):
+    import errno
+
+    import wse_hpc.md as md
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(md, "write_setfl", full)
+    code, output = invoke(
+        ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", files / "p"]
+    )
+    assert code == 1 and output.strip() == "Error: cannot write: No space left on device", output

@@ -5,7 +5,8 @@ Every option that names a file or folder a command writes is declared with `outp
 command does any work, with one line and exit code 2:
 
     Error: --png /tmp is a folder; give a file name, e.g. /tmp/wafer.png
-    Error: --out /proc/x/run.xyz cannot be written: /proc/x is not a writable folder
+    Error: --out /proc/x/run.xyz cannot be written: /proc takes no new files (No such file
+    or directory); give a path in a writable folder
 
 - `output_file(default, "--png", suffix=".png")`: not an existing folder; an existing file
   must be writable; the nearest existing folder above it must be writable (folders between
@@ -50,13 +51,35 @@ def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = Non
         raise UserInputError(f"{name} {path} is a folder; give a file name, e.g. {example}")
     if kind == "dir" and path.exists() and not path.is_dir():
         raise UserInputError(f"{name} {path} is a file; give a folder")
+    if kind == "file" and path.exists() and not path.is_file() and str(path) != os.devnull:
+        raise UserInputError(  # a FIFO blocks the writer, a device is no file to keep
+            f"{name} {path} is a FIFO, socket or device, not a regular file; give a file name"
+        )
     if path.exists():
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
             raise UserInputError(f"{name} {path} cannot be written (permission denied)")
+        if kind == "dir":
+            _probe(path, name, path)
         return
     above = _nearest_existing(path)
     if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
         raise UserInputError(f"{name} {path} cannot be written: {above} is not a writable folder")
+    _probe(above, name, path)
+
+
+def _probe(folder: Path, name: str, path: Path) -> None:
+    """Make and remove an empty folder in `folder`: os.access says yes to root everywhere,
+    but /proc, /sys and read-only mounts refuse new entries (the writer would fail after
+    the work, with a traceback)."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".wse-probe-", dir=folder))
+    except OSError as e:
+        raise UserInputError(
+            f"{name} {path} cannot be written: {folder} takes no new files "
+            f"({e.strerror or e}); give a path in a writable folder"
+        ) from None
 
 
 def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None, **kw: Any):

@@ -49,8 +49,10 @@ def md(
     temperature_k: float = number(
         None,
         "--temperature-K",
-        help="Initial Maxwell-Boltzmann temperature and the thermostat target (K).",
+        help="Initial Maxwell-Boltzmann temperature and the thermostat target (K; a run "
+        "stops past 1e5 K).",
         ge=0,
+        lt=1e5,
         unit="K",
     ),
     thermostat: str = typer.Option(
@@ -127,12 +129,15 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
         fail("give either --structure FILE.xyz or --lattice with --element, --a and --cells")
     if path is not None:
         if not path.is_file():
-            fail(f"structure file {str(path)!r} does not exist")
+            why = "is a folder" if path.is_dir() else "is not a regular file"
+            fail(f"structure file {str(path)!r} {why if path.exists() else 'does not exist'}")
         s = read_xyz(path)[-1]
         check_atoms(s.num_atoms, dtype, spec)
         return s
     if element is None or a is None or cells is None or None in cells:
         fail("--lattice needs --element, --a and --cells NX NY NZ")
+    if not element.strip():
+        fail("--element must name an element (e.g. Cu), got an empty string")
     if min(cells) < 1:
         fail(f"--cells must be positive integers, got {' '.join(map(str, cells))}")
     check_crystal(lattice, cells, dtype, spec)
@@ -247,9 +252,11 @@ def potential_cmd(
     knots: int = number(
         1000,
         "--knots",
-        help="Points of each r and rho table (tables live in PE SRAM).",
+        help="Points of each r and rho table (tables live in PE SRAM: a 48 KiB PE holds "
+        "~12,000 fp32 values; LAMMPS files use 500-10,000).",
         kind=int,
         ge=2,
+        le=100_000,
     ),
 ) -> None:
     """Write an eam/alloy (setfl) potential generated from a published parameter table."""
