@@ -157,3 +157,78 @@ def test_a_full_disk_mid_write_is_one_line_and_exit_1(monkeypatch, files):
         ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", files / "p"]
     )
     assert code == 1 and output.strip() == "Error: cannot write: No space left on device", output
+
+
+# --- wse view: corrupt traces, and outputs that are inputs ------------------------------
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("trace") / "t.npz"
+    args = ["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--preset", "tiny"]
+    code, output = invoke(ROOT, [*args, "--steps", "1", "--trace", out])
+    assert code == 0, output
+    return out
+
+
+def _variant(trace: Path, folder: Path, change) -> Path:
+    import json
+
+    import numpy as np
+
+    with np.load(trace) as f:
+        arrays = {k: f[k] for k in f.files}
+    head = json.loads(bytes(arrays["header"]))
+    change(head, arrays)
+    arrays["header"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
+    out = folder / "bad.npz"
+    np.savez(out, **arrays)
+    return out
+
+
+def _set(**kv):
+    return lambda head, arrays: head.update(kv)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda h, a: a.update(sram_bytes=a["sram_bytes"].astype("U3")), "real numbers"),
+        (lambda h, a: a.update(sram_bytes=a["sram_bytes"].astype(complex)), "real numbers"),
+        (_set(physical_shape=[1]), "physical_shape must be"),
+        (_set(layers="x"), "layers must be a list"),
+        (_set(name="x" * 10**6), "at most 1,000 characters"),  # was a minute in matplotlib
+        (lambda h, a: h.update(regions=h["regions"] * 100_000), "at most 10,000"),
+    ],
+)
+def test_view_refuses_corrupt_traces(trace, tmp_path, change, message):
+    bad = _variant(trace, tmp_path, change)
+    _refused(["view", bad, "--out", tmp_path / "v.html", "--png", tmp_path / "v.png"], message)
+    assert not (tmp_path / "v.html").exists() and not (tmp_path / "v.png").exists()
+
+
+def test_view_names_a_missing_header_once(tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "no_header.npz", dead=np.zeros((0, 2), dtype=np.int64))
+    line = _refused(["view", tmp_path / "no_header.npz"], "array 'header' is missing")
+    assert "not a file in the archive" not in line
+
+
+def test_an_output_that_is_an_input_is_refused(trace, tmp_path):
+    import shutil
+
+    t = tmp_path / "t.npz"
+    shutil.copy(trace, t)
+    before = t.read_bytes()
+    _refused(["view", t, "--out", t], "would destroy the input")
+    _refused(["view", t, "--out", tmp_path / "a.png", "--png", tmp_path / "a.png"], "both")
+    _refused(["hpc", "tlrmvm", "run", "--operator", t, "--trace", t], "destroy the input")
+    assert t.read_bytes() == before  # was overwritten with the HTML page
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["wafer", "info", "--nope"], ["nope"], ["hpc", "stencil"], ["--nope", "wafer", "info"],
+     ["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "extra"]],
+)  # fmt: skip
+def test_click_usage_errors_are_one_line(args):
+    _refused(args, "--help')")

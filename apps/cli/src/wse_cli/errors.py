@@ -57,6 +57,7 @@ class WseGroup(TyperGroup):
             if _is_user_error(e):
                 typer.echo(f"Error: {e}", err=True)
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
+            _one_line_usage(e)
             raise
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
@@ -66,11 +67,23 @@ class WseGroup(TyperGroup):
             if _is_user_error(e):
                 typer.echo(f"Error: {e}", err=True)
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
+            _one_line_usage(e)
             if isinstance(e, OSError) and e.errno in _DISK_FAULTS:  # a valid run's fault: 1
                 where = f" {e.filename}" if e.filename else ""
                 typer.echo(f"Error: cannot write{where}: {e.strerror}", err=True)
                 raise typer.Exit(1) from None
             raise
+
+
+def _one_line_usage(e: Exception) -> None:
+    """Raise click's usage error (unknown option or command, a missing option) as one line,
+    `Error: ... (see 'wse CMD --help')`, without click's usage and hint lines; a group called
+    without a command (NoArgsIsHelpError) still prints its help."""
+    usage = [c for c in type(e).__mro__ if c.__name__ == "UsageError"]  # typer's own click
+    ctx = getattr(e, "ctx", None)
+    if usage and ctx is not None and type(e).__name__ != "NoArgsIsHelpError":
+        hint = f" (see '{ctx.command_path} --help')"
+        raise usage[0](" ".join(e.format_message().split()) + hint) from None
 
 
 # Faults of the disk a run writes to (full, over quota, read-only, failing, too large): one

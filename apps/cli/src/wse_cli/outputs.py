@@ -32,7 +32,14 @@ import typer
 
 from wse_cli.errors import UserInputError
 
-__all__ = ["output_file", "output_dir", "png_file", "OUTPUT_MARK", "check_writable"]
+__all__ = [
+    "output_file",
+    "output_dir",
+    "png_file",
+    "OUTPUT_MARK",
+    "check_writable",
+    "refuse_overlap",
+]
 
 OUTPUT_MARK = "wse_output"
 
@@ -111,3 +118,25 @@ def output_dir(default: Any, *names: str, **option: Any) -> Any:
 def png_file(default: Any, *names: str, **option: Any) -> Any:
     """`output_file` of a PNG picture (".png" added when the name lacks it)."""
     return _option("file", default, names, ".png", **option)
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def refuse_overlap(inputs: dict[str, Path | None], outputs: dict[str, Path | None]) -> None:
+    """Refuse an output that is one of the command's inputs (writing it would destroy the
+    input: `wse view t.npz --out t.npz`) or another of its outputs (one would be lost)."""
+    outs = [(n, p) for n, p in outputs.items() if p is not None]
+    for i, (name, path) in enumerate(outs):
+        for other, src in inputs.items():
+            if src is not None and _same(path, src):
+                raise UserInputError(
+                    f"{name} {path} is the input {other}; writing it would destroy the input: "
+                    "give another name"
+                )
+        for other, path2 in outs[:i]:
+            if _same(path, path2):
+                raise UserInputError(f"{name} and {other} are both {path}; give two names")

@@ -21,7 +21,7 @@ import typer
 from wse_cli import multiprocess
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
-from wse_cli.outputs import output_file
+from wse_cli.outputs import output_file, refuse_overlap
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
@@ -94,6 +94,8 @@ def md(
     multiprocess.join(num_processes, process_id, coordinator)
     if not potential:
         fail("--potential FILE is required (or use `wse hpc md potential` to make one)")
+    for name, path in [("--structure", structure), *(("--potential", p) for p in potential)]:
+        refuse_overlap({name: path}, {"--out": out, "--trace": trace})
     if precision not in ("fp32", "fp64"):
         fail(f"--precision must be fp32 or fp64, got {precision!r}")
     dtype = "float64" if precision == "fp64" else "float32"
