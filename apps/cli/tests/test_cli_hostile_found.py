@@ -232,3 +232,26 @@ def test_an_output_that_is_an_input_is_refused(trace, tmp_path):
 )  # fmt: skip
 def test_click_usage_errors_are_one_line(args):
     _refused(args, "--help')")
+
+
+# --- tlrmvm compress --matrix: forged, pickled and out-of-range .npy files ---------------
+def _forged_npy(path: Path) -> Path:
+    head = "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }"
+    head = head.ljust(117) + "\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (_forged_npy, "claims more data than the file holds"),  # was a 7 TiB MemoryError
+        (lambda p: __import__("numpy").save(p, __import__("numpy").full((8, 8), 1e308)) or p,
+         "beyond fp32's range"),  # was overflow warnings, then the NaN message
+    ],
+)  # fmt: skip
+def test_tlrmvm_matrix_files(tmp_path, make, message):
+    m = make(tmp_path / "m.npy")
+    args = ["hpc", "tlrmvm", "compress", "--matrix", m, "--nb", "4", "--out"]
+    _refused([*args, tmp_path / "op.npz"], message)
+    assert not (tmp_path / "op.npz").exists()
