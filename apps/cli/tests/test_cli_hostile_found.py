@@ -255,3 +255,17 @@ def test_tlrmvm_matrix_files(tmp_path, make, message):
     args = ["hpc", "tlrmvm", "compress", "--matrix", m, "--nb", "4", "--out"]
     _refused([*args, tmp_path / "op.npz"], message)
     assert not (tmp_path / "op.npz").exists()
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("  d_model: 1e30\n", "d_model must be an integer, got '1e30'"),  # was a ValueError
+        ("  norm_eps: .nan\n", "norm_eps must be a finite number > 0"),
+        ("  rope_theta: -1\n", "rope_theta must be a finite number > 0"),
+    ],
+)
+def test_train_model_fields(tmp_path, model, message):
+    params = tmp_path / "p.yaml"
+    params.write_text("model:\n" + model)
+    _refused(["train", params, "--validate-only"], message)
