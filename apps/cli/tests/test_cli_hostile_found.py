@@ -269,3 +269,12 @@ def test_train_model_fields(tmp_path, model, message):
     params = tmp_path / "p.yaml"
     params.write_text("model:\n" + model)
     _refused(["train", params, "--validate-only"], message)
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["optimizer.beta1=2", "optimizer.eps=0", "optimizer.max_gradient_norm=-1",
+     "optimizer.warmup_steps=-1", "optimizer.decay_steps=0", "train_input.shuffle_seed=-1"],
+)  # fmt: skip
+def test_train_optimizer_ranges(override):
+    _refused(["train", "tiny", override, "--validate-only"], override.split("=")[0])
