@@ -278,3 +278,13 @@ def test_train_model_fields(tmp_path, model, message):
 )  # fmt: skip
 def test_train_optimizer_ranges(override):
     _refused(["train", "tiny", override, "--validate-only"], override.split("=")[0])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--engineer-hours", "1e308",
+      "--usd-per-engineer-hour", "1e308", "--json"],
+     ["plan", "infer", "--model", "llama3-8b", "--usd-per-kwh", "1e308", "--json"]],
+)  # fmt: skip
+def test_plan_totals_that_overflow_are_refused(args):
+    _refused(args, "overflow a float")  # --json printed Infinity (not JSON)
