@@ -293,3 +293,13 @@ def test_plan_totals_that_overflow_are_refused(args):
 def test_generate_top_k_past_int32_is_refused_at_parsing():
     args = ["infer", "generate", "--model-dir", "x", "--prompt", "x", "--top-k", "99999999999"]
     _refused(args, "--top-k must be an integer in [0, 2147483647]")  # was an OverflowError
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("{d}/bare.yaml", "is not a folder"), ("{d}/bare.yaml/sub", "cannot be made"),
+     ("/proc/wse-cache", "cannot be made")],
+)  # fmt: skip
+def test_a_cache_dir_that_cannot_hold_the_cache_is_refused(files, value, message):
+    # JAX warned on every compile (two lines of UserWarning) and ran without its cache
+    _refused(["wafer", "info"], message, env={"WSE_CACHE_DIR": value.format(d=files)})
