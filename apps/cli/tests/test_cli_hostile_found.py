@@ -303,3 +303,15 @@ def test_generate_top_k_past_int32_is_refused_at_parsing():
 def test_a_cache_dir_that_cannot_hold_the_cache_is_refused(files, value, message):
     # JAX warned on every compile (two lines of UserWarning) and ran without its cache
     _refused(["wafer", "info"], message, env={"WSE_CACHE_DIR": value.format(d=files)})
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--host", ""], "--host must be an address"),  # uvicorn bound every interface
+     (["--served-model-name", " "], "leading or trailing blanks"),
+     (["--mock-step-delay-ms", "1e300"], "--mock-step-delay-ms must be"),  # OverflowError
+     (["--drain-s", "1e300"], "--drain-s must be"),  # OverflowError at shutdown
+     (["--max-queued", "1000000000000"], "--max-queued must be")],
+)  # fmt: skip
+def test_serve_options(extra, message):
+    _refused(["infer", "serve", "--model-dir", "mock", "--port", "0", *extra], message)

@@ -152,10 +152,11 @@ def serve(
         "--max-queued",
         kind=int,
         ge=0,
+        le=1_000_000,
         help="Waiting requests beyond which the server says 429.",
     ),
     drain_s: float = number(
-        10.0, "--drain-s", ge=0, unit="s", help="Grace for requests at shutdown."
+        10.0, "--drain-s", ge=0, le=86_400, unit="s", help="Grace for requests at shutdown."
     ),
     warmup: bool = typer.Option(
         True, "--warmup/--no-warmup", help="Compile the engine with one request before serving."
@@ -167,7 +168,12 @@ def serve(
         None, "--chat-template", help="Jinja chat template (a file, or the template itself)."
     ),
     mock_step_delay_ms: float = number(
-        5.0, "--mock-step-delay-ms", help="Mock engine: time per decode step.", ge=0, unit="ms"
+        5.0,
+        "--mock-step-delay-ms",
+        help="Mock engine: time per decode step.",
+        ge=0,
+        le=60_000,
+        unit="ms",
     ),
     mock_max_context: int = number(
         2048, "--mock-max-context", help="Mock engine: context window in tokens.", kind=int, ge=2
@@ -176,6 +182,10 @@ def serve(
     spec_file: Path = SPEC_FILE,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
+    if not host.strip():  # uvicorn reads "" as every interface
+        fail("--host must be an address, e.g. 127.0.0.1 (0.0.0.0: every interface); got ''")
+    if served_model_name is not None and served_model_name != served_model_name.strip():
+        fail(f"--served-model-name {served_model_name!r} has leading or trailing blanks")
     _check_ports(host, port, grpc_port)
     wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None
