@@ -315,3 +315,13 @@ def test_a_cache_dir_that_cannot_hold_the_cache_is_refused(files, value, message
 )  # fmt: skip
 def test_serve_options(extra, message):
     _refused(["infer", "serve", "--model-dir", "mock", "--port", "0", *extra], message)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--preset", "tiny"],
+     ["hpc", "swe", "--n", "8", "--preset", "tiny"], ["hpc", "cfd", "--grid", "8", "8", "1"]],
+)  # fmt: skip
+def test_steps_past_int32_are_refused(args):
+    # JAX's OverflowError traceback when the count reached the jitted loop
+    _refused([*args, "--steps", "1000000000000"], "--steps must be an integer in [0, 2147483647]")

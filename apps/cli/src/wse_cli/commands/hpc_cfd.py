@@ -19,7 +19,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import fail
-from wse_cli.options import SEED, number
+from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_dir, output_file, png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
@@ -35,7 +35,7 @@ def cfd(
     pr: float = number(1.0, "--pr", gt=0, help="Prandtl number (rayleigh-benard)."),
     aspect: float = number(2.0, "--aspect", gt=0, help="Width / height (rayleigh-benard)."),
     re: float = number(100.0, "--re", gt=0, help="Reynolds number (cavity)."),
-    steps: int = number(200, "--steps", kind=int, ge=0, help="Time steps."),
+    steps: int = number(200, "--steps", kind=int, ge=0, le=INT32_MAX, help="Time steps."),
     dt: float = number(None, "--dt", gt=0, help="Time step (default: half the limit)."),
     time_scheme: str = typer.Option(
         "euler", "--time-scheme", help="euler | rk3 (cavity: SSP-RK3, the advective step)."

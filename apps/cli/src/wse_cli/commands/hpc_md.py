@@ -20,7 +20,7 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.errors import WseGroup, fail
-from wse_cli.options import SEED, number
+from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_file, refuse_overlap
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
@@ -43,7 +43,12 @@ def md(
         help="EAM file(s) (.eam = funcfl one per element, .eam.alloy, .eam.fs).",
     ),
     steps: int = number(
-        0, "--steps", help="Timesteps (0: energies and forces only).", kind=int, ge=0
+        0,
+        "--steps",
+        help="Timesteps (0: energies and forces only).",
+        kind=int,
+        ge=0,
+        le=INT32_MAX,
     ),
     dt_fs: float = number(1.0, "--dt-fs", help="Timestep (fs).", gt=0, unit="fs", limit="md_dt_fs"),
     temperature_k: float = number(
