@@ -325,3 +325,11 @@ def test_serve_options(extra, message):
 def test_steps_past_int32_are_refused(args):
     # JAX's OverflowError traceback when the count reached the jitted loop
     _refused([*args, "--steps", "1000000000000"], "--steps must be an integer in [0, 2147483647]")
+
+
+def test_cfd_restart_from_a_garbage_or_other_grid_step_file(tmp_path):
+    (tmp_path / "step_0000010.npz").write_text("garbage")
+    base = ["hpc", "cfd", "--grid", "8", "8", "1", "--steps", "1", "--out", tmp_path, "--restart"]
+    _refused(base, "is not a step file")  # was NumPy's pickle ValueError traceback
+    for opt, value in (("--aspect", "1e300"), ("--pr", "1e-308"), ("--re", "1e-300")):
+        _refused(["hpc", "cfd", opt, value], f"{opt} must be")  # OverflowError / fp32 overflow
