@@ -333,3 +333,15 @@ def test_cfd_restart_from_a_garbage_or_other_grid_step_file(tmp_path):
     _refused(base, "is not a step file")  # was NumPy's pickle ValueError traceback
     for opt, value in (("--aspect", "1e300"), ("--pr", "1e-308"), ("--re", "1e-300")):
         _refused(["hpc", "cfd", opt, value], f"{opt} must be")  # OverflowError / fp32 overflow
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--url", "http://[::1"], "is not a URL"),  # httpx.InvalidURL traceback
+     (["--url", "http://127.0.0.1:99999"], "Port out of range"),  # OverflowError traceback
+     (["--url", "ftp://x"], "must be http(s)://"),
+     (["--url", "http://127.0.0.1:9", "-c", "1000000000"], "--concurrency must be")],
+)  # fmt: skip
+def test_bench_urls_and_sizes(tmp_path, extra, message):
+    _refused(["infer", "bench", *extra, "--out", tmp_path / "b.json"], message)
+    assert not (tmp_path / "b.json").exists()
