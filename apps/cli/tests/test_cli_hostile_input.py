@@ -203,7 +203,7 @@ def test_train_model_dir_that_is_a_file_or_cannot_be_made(tmp_path):
     unwritable = Path("/sys/wse-test-model-dir") if os.geteuid() == 0 else tmp_path / "ro" / "d"
     if os.geteuid() != 0:
         (tmp_path / "ro").mkdir(mode=0o555)
-    for model_dir, message in ((a_file, "is a file"), (unwritable, "cannot make model_dir")):
+    for model_dir, message in ((a_file, "is a file"), (unwritable, "cannot be written")):
         r = runner.invoke(app, ["train", "tiny", "--model_dir", str(model_dir)])
         assert r.exit_code == 2 and message in r.output, r.output
         assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output

@@ -3,7 +3,8 @@
 `WseGroup` is the click group class of every typer app in the CLI: a `WseError` (or a
 `UserInputError`) raised anywhere below it is printed as `Error: <message>` on stderr and the
 command exits with code 2 — no traceback; a `wse_core.errors.RunFault` (a fault while a valid
-run works: a full disk, a solver's NaN) is one line too, with exit code 1. `typer.Exit(1)`
+run works: a full disk, a solver's NaN) is one line too, with exit code 1, and so is an
+OSError of the disk (full, read-only, failing) from any write. `typer.Exit(1)`
 stays for "ran, answer is no" (e.g. a wafer that cannot be repaired). It is also where the
 one option spelling is applied (`wse_cli.option_names.dashed`: `--model_dir` is read as
 `--model-dir`) before click parses a command's arguments, and where the multi-process join the
@@ -12,6 +13,7 @@ root callback deferred is made, once a command's arguments are parsed (`wse_cli.
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 from collections.abc import Callable
@@ -55,6 +57,7 @@ class WseGroup(TyperGroup):
             if _is_user_error(e):
                 typer.echo(f"Error: {e}", err=True)
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
+            _one_line_usage(e)
             raise
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
@@ -64,8 +67,28 @@ class WseGroup(TyperGroup):
             if _is_user_error(e):
                 typer.echo(f"Error: {e}", err=True)
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
+            _one_line_usage(e)
+            if isinstance(e, OSError) and e.errno in _DISK_FAULTS:  # a valid run's fault: 1
+                where = f" {e.filename}" if e.filename else ""
+                typer.echo(f"Error: cannot write{where}: {e.strerror}", err=True)
+                raise typer.Exit(1) from None
             raise
 
+
+def _one_line_usage(e: Exception) -> None:
+    """Raise click's usage error (unknown option or command, a missing option) as one line,
+    `Error: ... (see 'wse CMD --help')`, without click's usage and hint lines; a group called
+    without a command (NoArgsIsHelpError) still prints its help."""
+    usage = [c for c in type(e).__mro__ if c.__name__ == "UsageError"]  # typer's own click
+    ctx = getattr(e, "ctx", None)
+    if usage and ctx is not None and type(e).__name__ != "NoArgsIsHelpError":
+        hint = f" (see '{ctx.command_path} --help')"
+        raise usage[0](" ".join(e.format_message().split()) + hint) from None
+
+
+# Faults of the disk a run writes to (full, over quota, read-only, failing, too large): one
+# line and exit code 1, wherever the write is (a file already open has no path to check).
+_DISK_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG}
 
 _BEFORE_BODY: dict[str, Callable[[], None]] = {}  # run once arguments parse, before a body
 

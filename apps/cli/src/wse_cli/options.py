@@ -45,7 +45,7 @@ import typer
 
 from wse_cli.errors import UserInputError
 
-__all__ = ["number", "NumberSpec", "NUMBER_MARK", "PORT", "SEED", "SEED_MAX", "GPUS"]
+__all__ = ["number", "NumberSpec", "NUMBER_MARK", "PORT", "SEED", "SEED_MAX", "GPUS", "INT32_MAX"]
 
 NUMBER_MARK = "wse_number"  # the callback's attribute holding its NumberSpec
 INT_MAX = 2**63 - 1  # every integer option is a 64-bit signed integer
@@ -133,6 +133,9 @@ def _check_limit(limit: str, x: Any, param: typer.CallbackParam) -> None:
         check(limit, x, name)
     except ValueError as e:  # LimitError, or a malformed WSE_LIMIT_* variable
         raise UserInputError(str(e)) from None
+
+
+INT32_MAX = 2**31 - 1  # step counts and the like travel as int32 into jitted code
 
 
 def number(

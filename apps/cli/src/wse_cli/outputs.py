@@ -5,7 +5,8 @@ Every option that names a file or folder a command writes is declared with `outp
 command does any work, with one line and exit code 2:
 
     Error: --png /tmp is a folder; give a file name, e.g. /tmp/wafer.png
-    Error: --out /proc/x/run.xyz cannot be written: /proc/x is not a writable folder
+    Error: --out /proc/x/run.xyz cannot be written: /proc takes no new files (No such file
+    or directory); give a path in a writable folder
 
 - `output_file(default, "--png", suffix=".png")`: not an existing folder; an existing file
   must be writable; the nearest existing folder above it must be writable (folders between
@@ -31,7 +32,14 @@ import typer
 
 from wse_cli.errors import UserInputError
 
-__all__ = ["output_file", "output_dir", "png_file", "OUTPUT_MARK", "check_writable"]
+__all__ = [
+    "output_file",
+    "output_dir",
+    "png_file",
+    "OUTPUT_MARK",
+    "check_writable",
+    "refuse_overlap",
+]
 
 OUTPUT_MARK = "wse_output"
 
@@ -50,13 +58,35 @@ def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = Non
         raise UserInputError(f"{name} {path} is a folder; give a file name, e.g. {example}")
     if kind == "dir" and path.exists() and not path.is_dir():
         raise UserInputError(f"{name} {path} is a file; give a folder")
+    if kind == "file" and path.exists() and not path.is_file() and str(path) != os.devnull:
+        raise UserInputError(  # a FIFO blocks the writer, a device is no file to keep
+            f"{name} {path} is a FIFO, socket or device, not a regular file; give a file name"
+        )
     if path.exists():
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
             raise UserInputError(f"{name} {path} cannot be written (permission denied)")
+        if kind == "dir":
+            _probe(path, name, path)
         return
     above = _nearest_existing(path)
     if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
         raise UserInputError(f"{name} {path} cannot be written: {above} is not a writable folder")
+    _probe(above, name, path)
+
+
+def _probe(folder: Path, name: str, path: Path) -> None:
+    """Make and remove an empty folder in `folder`: os.access says yes to root everywhere,
+    but /proc, /sys and read-only mounts refuse new entries (the writer would fail after
+    the work, with a traceback)."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".wse-probe-", dir=folder))
+    except OSError as e:
+        raise UserInputError(
+            f"{name} {path} cannot be written: {folder} takes no new files "
+            f"({e.strerror or e}); give a path in a writable folder"
+        ) from None
 
 
 def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None, **kw: Any):
@@ -88,3 +118,25 @@ def output_dir(default: Any, *names: str, **option: Any) -> Any:
 def png_file(default: Any, *names: str, **option: Any) -> Any:
     """`output_file` of a PNG picture (".png" added when the name lacks it)."""
     return _option("file", default, names, ".png", **option)
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def refuse_overlap(inputs: dict[str, Path | None], outputs: dict[str, Path | None]) -> None:
+    """Refuse an output that is one of the command's inputs (writing it would destroy the
+    input: `wse view t.npz --out t.npz`) or another of its outputs (one would be lost)."""
+    outs = [(n, p) for n, p in outputs.items() if p is not None]
+    for i, (name, path) in enumerate(outs):
+        for other, src in inputs.items():
+            if src is not None and _same(path, src):
+                raise UserInputError(
+                    f"{name} {path} is the input {other}; writing it would destroy the input: "
+                    "give another name"
+                )
+        for other, path2 in outs[:i]:
+            if _same(path, path2):
+                raise UserInputError(f"{name} and {other} are both {path}; give two names")

@@ -66,5 +66,5 @@ def wafer_spec(
 
     if preset is not None and spec_file is not None:
         raise SpecError(f"give a wafer preset ({preset!r}) or --spec FILE, not both")
-    name = None if spec_file is not None else (preset or default)
+    name = None if spec_file is not None else (default if preset is None else preset)
     return resolve_spec(name=name, path=spec_file, sets=parse_sets(sets))

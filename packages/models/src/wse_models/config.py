@@ -18,6 +18,7 @@ The config is hashable, so it can be a static argument of `jax.jit`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from wse_core.errors import SpecError, suggest
@@ -105,11 +106,23 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
             raise ModelConfigError(f"unknown arch {self.arch!r}; use one of {ARCHS}")
-        for field in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
-            if int(getattr(self, field)) <= 0:
-                raise ModelConfigError(f"{field} must be positive, got {getattr(self, field)}")
-        if self.max_seq_len <= 0:
-            raise ModelConfigError(f"max_seq_len must be positive, got {self.max_seq_len}")
+        sizes = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
+        for field in (*sizes, "max_seq_len", "head_dim"):
+            v = getattr(self, field)
+            if v is None and field == "head_dim":
+                continue
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+                object.__setattr__(self, field, v)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ModelConfigError(f"{field} must be an integer, got {v!r}")
+            if v <= 0:
+                what = "positive" if field in sizes else "a positive integer"
+                raise ModelConfigError(f"{field} must be {what}, got {v}")
+        for field in ("norm_eps", "rope_theta"):
+            v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+                raise ModelConfigError(f"{field} must be a finite number > 0, got {v!r}")
         if self.n_heads % self.n_kv_heads:
             raise ModelConfigError(
                 f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}"

@@ -292,6 +292,19 @@ def _positive(where: str, value: int | float | None) -> None:
         raise ConfigError(f"{where} must be positive, got {value}")
 
 
+def _check_optimizer(opt: OptimizerConfig) -> None:
+    """Ranges of the optimizer's settings (types and finiteness are checked when read)."""
+    for name in ("beta1", "beta2", "momentum"):
+        if not 0 <= getattr(opt, name) < 1:
+            raise ConfigError(f"optimizer.{name} must be in [0, 1), got {getattr(opt, name)}")
+    _positive("optimizer.eps", opt.eps)  # 0 divides by a zero second moment
+    _positive("optimizer.max_gradient_norm", opt.max_gradient_norm)  # None: no clipping
+    _positive("optimizer.decay_steps", opt.decay_steps)
+    for name in ("warmup_steps", "weight_decay", "min_learning_rate"):
+        if getattr(opt, name) < 0:
+            raise ConfigError(f"optimizer.{name} must be >= 0, got {getattr(opt, name)}")
+
+
 def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> None:
     """The problems that can be known before compiling; raises ConfigError."""
     run, opt = config.runconfig, config.optimizer
@@ -306,6 +319,7 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
             f"runconfig.cpu_shards must be 0 (choose) or positive, got {run.cpu_shards}"
         )
     _positive("optimizer.learning_rate", opt.learning_rate)
+    _check_optimizer(opt)
     _choice("runconfig.mode", run.mode, ("train", "eval", "train_and_eval"))
     _choice("optimizer.optimizer_type", opt.optimizer_type, ("adamw", "adam", "sgd", "momentum"))
     _choice("optimizer.lr_schedule", opt.lr_schedule, ("constant", "cosine", "linear"))
@@ -313,6 +327,8 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
         inp: InputConfig = getattr(config, name)
         _positive(f"{name}.batch_size", inp.batch_size)
         _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
+        if inp.shuffle_seed < 0:  # NumPy's generators take seeds >= 0
+            raise ConfigError(f"{name}.shuffle_seed must be >= 0, got {inp.shuffle_seed}")
         _choice(f"{name}.split", inp.split, ("train", "eval", "all"))
         if inp.batch_size % run.num_csx:
             lo = inp.batch_size - inp.batch_size % run.num_csx

@@ -94,7 +94,10 @@ def numpy_file_problem(e: BaseException) -> str:
     if isinstance(e, EOFError):
         return "the file is empty or cut short"
     if isinstance(e, KeyError):
-        return f"{e.args[0] if e.args else e!r} is missing"
+        what = e.args[0] if e.args else repr(e)
+        if isinstance(what, str) and what.endswith(" is not a file in the archive"):
+            return f"array {what.removesuffix(' is not a file in the archive')!r} is missing"
+        return f"{what} is missing"
     text = " ".join(str(e).split())
     if "pickle" in text:
         return "it holds no NumPy arrays (another kind of file)"

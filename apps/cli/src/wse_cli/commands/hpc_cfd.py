@@ -19,7 +19,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import fail
-from wse_cli.options import SEED, number
+from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_dir, output_file, png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
@@ -32,10 +32,12 @@ def cfd(
         (64, 32, 1), "--grid", kind=int, ge=1, help="NX NY NZ cells (NZ 1: 2D)"
     ),  # fmt: skip
     ra: float = number(1e4, "--ra", help="Rayleigh number (rayleigh-benard)."),
-    pr: float = number(1.0, "--pr", gt=0, help="Prandtl number (rayleigh-benard)."),
-    aspect: float = number(2.0, "--aspect", gt=0, help="Width / height (rayleigh-benard)."),
-    re: float = number(100.0, "--re", gt=0, help="Reynolds number (cavity)."),
-    steps: int = number(200, "--steps", kind=int, ge=0, help="Time steps."),
+    pr: float = number(1.0, "--pr", ge=1e-6, le=1e6, help="Prandtl number (rayleigh-benard)."),
+    aspect: float = number(
+        2.0, "--aspect", ge=1e-3, le=1e3, help="Width / height (rayleigh-benard)."
+    ),
+    re: float = number(100.0, "--re", ge=1e-3, le=1e9, help="Reynolds number (cavity)."),
+    steps: int = number(200, "--steps", kind=int, ge=0, le=INT32_MAX, help="Time steps."),
     dt: float = number(None, "--dt", gt=0, help="Time step (default: half the limit)."),
     time_scheme: str = typer.Option(
         "euler", "--time-scheme", help="euler | rk3 (cavity: SSP-RK3, the advective step)."

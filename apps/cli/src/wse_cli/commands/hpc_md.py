@@ -20,8 +20,8 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.errors import WseGroup, fail
-from wse_cli.options import SEED, number
-from wse_cli.outputs import output_file
+from wse_cli.options import INT32_MAX, SEED, number
+from wse_cli.outputs import output_file, refuse_overlap
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
@@ -43,14 +43,21 @@ def md(
         help="EAM file(s) (.eam = funcfl one per element, .eam.alloy, .eam.fs).",
     ),
     steps: int = number(
-        0, "--steps", help="Timesteps (0: energies and forces only).", kind=int, ge=0
+        0,
+        "--steps",
+        help="Timesteps (0: energies and forces only).",
+        kind=int,
+        ge=0,
+        le=INT32_MAX,
     ),
     dt_fs: float = number(1.0, "--dt-fs", help="Timestep (fs).", gt=0, unit="fs", limit="md_dt_fs"),
     temperature_k: float = number(
         None,
         "--temperature-K",
-        help="Initial Maxwell-Boltzmann temperature and the thermostat target (K).",
+        help="Initial Maxwell-Boltzmann temperature and the thermostat target (K; a run "
+        "stops past 1e5 K).",
         ge=0,
+        lt=1e5,
         unit="K",
     ),
     thermostat: str = typer.Option(
@@ -92,6 +99,8 @@ def md(
     multiprocess.join(num_processes, process_id, coordinator)
     if not potential:
         fail("--potential FILE is required (or use `wse hpc md potential` to make one)")
+    for name, path in [("--structure", structure), *(("--potential", p) for p in potential)]:
+        refuse_overlap({name: path}, {"--out": out, "--trace": trace})
     if precision not in ("fp32", "fp64"):
         fail(f"--precision must be fp32 or fp64, got {precision!r}")
     dtype = "float64" if precision == "fp64" else "float32"
@@ -127,12 +136,15 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
         fail("give either --structure FILE.xyz or --lattice with --element, --a and --cells")
     if path is not None:
         if not path.is_file():
-            fail(f"structure file {str(path)!r} does not exist")
+            why = "is a folder" if path.is_dir() else "is not a regular file"
+            fail(f"structure file {str(path)!r} {why if path.exists() else 'does not exist'}")
         s = read_xyz(path)[-1]
         check_atoms(s.num_atoms, dtype, spec)
         return s
     if element is None or a is None or cells is None or None in cells:
         fail("--lattice needs --element, --a and --cells NX NY NZ")
+    if not element.strip():
+        fail("--element must name an element (e.g. Cu), got an empty string")
     if min(cells) < 1:
         fail(f"--cells must be positive integers, got {' '.join(map(str, cells))}")
     check_crystal(lattice, cells, dtype, spec)
@@ -247,9 +259,11 @@ def potential_cmd(
     knots: int = number(
         1000,
         "--knots",
-        help="Points of each r and rho table (tables live in PE SRAM).",
+        help="Points of each r and rho table (tables live in PE SRAM: a 48 KiB PE holds "
+        "~12,000 fp32 values; LAMMPS files use 500-10,000).",
         kind=int,
         ge=2,
+        le=100_000,
     ),
 ) -> None:
     """Write an eam/alloy (setfl) potential generated from a published parameter table."""

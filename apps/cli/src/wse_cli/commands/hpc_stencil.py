@@ -21,7 +21,7 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.errors import fail
-from wse_cli.options import SEED, number
+from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_file, png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
@@ -112,7 +112,9 @@ def stencil(
     grid: tuple[int, int, int] = number(..., "--grid", help="NX NY NZ", kind=int, ge=1),
     preset: str = preset_option("wse2", help="Wafer preset (grid X x Y <= PEs)"),
     spec_file: Path = SPEC_FILE,
-    steps: int = number(None, "--steps", help="Steps (BiCGSTAB: iteration cap).", kind=int, ge=0),
+    steps: int = number(
+        None, "--steps", help="Steps (BiCGSTAB: iteration cap).", kind=int, ge=0, le=INT32_MAX
+    ),
     tol: float = number(None, "--tol", help="BiCGSTAB relative residual target.", gt=0),
     dtype: str = typer.Option(
         None, "--dtype", help="fp32 | fp16 (jacobi, heat) | mixed (bicgstab, default)"
@@ -178,7 +180,7 @@ def stencil(
     else:
         _print_table(console, run, png)
     if run.extra.get("converged") is False:
-        Console(stderr=True).print(f"not converged: {run.extra['reason']}")
+        typer.echo(f"not converged: {run.extra['reason']}", err=True)  # one line, unwrapped
         raise typer.Exit(1)
 
 

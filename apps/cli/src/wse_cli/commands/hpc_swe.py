@@ -18,13 +18,13 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.errors import fail
-from wse_cli.options import SEED, number
+from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 
 def swe(
     n: int = number(64, "--n", kind=int, ge=3, help="Cells per side (n x n, periodic)."),
-    steps: int = number(200, "--steps", kind=int, ge=0, help="Time steps."),
+    steps: int = number(200, "--steps", kind=int, ge=0, le=INT32_MAX, help="Time steps."),
     g: float = number(9.81, "--g", gt=0, help="Gravity."),
     cfl: float = number(0.4, "--cfl", gt=0, le=0.6, help="c dt / h (RK3 limit 0.6)."),
     preset: str = preset_option("wse2", help="Wafer preset (n x n <= PEs)"),

@@ -19,7 +19,7 @@ import typer
 
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
-from wse_cli.outputs import output_file
+from wse_cli.outputs import output_file, refuse_overlap
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
@@ -89,6 +89,8 @@ def compress(
     from wse_hpc.tlrmvm import compress as tlr_compress
     from wse_hpc.tlrmvm import save_operator
 
+    if matrix != "synthetic-seismic":
+        refuse_overlap({"--matrix": Path(matrix)}, {"--out": out})
     a = _matrix(matrix, n, freq_hz)
     t0 = time.perf_counter()
     op = tlr_compress(a, nb=nb, threshold=threshold, seed=seed)
@@ -169,6 +171,7 @@ def run(
             f"operator file {str(operator)!r} does not exist; make one with "
             f"`wse hpc tlrmvm compress --out FILE.npz`"
         )
+    refuse_overlap({"--operator": operator}, {"--trace": trace})
     spec = wafer_spec(preset, spec_file, "wse2")
     op = load_operator(operator)  # a bad file is refused before JAX is imported
     keep_freed_memory()  # each product's XLA temporaries reuse mapped pages (no page faults)

@@ -113,7 +113,9 @@ def generate(
     prompt_ids: str = typer.Option(None, "--prompt-ids", help="Ids: 1,2,3."),
     max_tokens: int = number(32, "--max-tokens", help="Tokens to make.", kind=int, ge=1),
     temperature: float = number(1.0, "--temperature", help="0 is greedy.", ge=0),
-    top_k: int = number(0, "--top-k", help="0 disables.", kind=int, ge=0),
+    top_k: int = number(
+        0, "--top-k", help="0 disables (int32 on the device).", kind=int, ge=0, le=2**31 - 1
+    ),
     top_p: float = number(1.0, "--top-p", help="In (0, 1].", gt=0, le=1),
     seed: int = number(None, "--seed", help="Sampling seed.", **SEED),
     stop: list[str] = typer.Option(None, "--stop", help="Stop string (repeatable)."),

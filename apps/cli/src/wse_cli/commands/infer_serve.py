@@ -152,10 +152,11 @@ def serve(
         "--max-queued",
         kind=int,
         ge=0,
+        le=1_000_000,
         help="Waiting requests beyond which the server says 429.",
     ),
     drain_s: float = number(
-        10.0, "--drain-s", ge=0, unit="s", help="Grace for requests at shutdown."
+        10.0, "--drain-s", ge=0, le=86_400, unit="s", help="Grace for requests at shutdown."
     ),
     warmup: bool = typer.Option(
         True, "--warmup/--no-warmup", help="Compile the engine with one request before serving."
@@ -167,7 +168,12 @@ def serve(
         None, "--chat-template", help="Jinja chat template (a file, or the template itself)."
     ),
     mock_step_delay_ms: float = number(
-        5.0, "--mock-step-delay-ms", help="Mock engine: time per decode step.", ge=0, unit="ms"
+        5.0,
+        "--mock-step-delay-ms",
+        help="Mock engine: time per decode step.",
+        ge=0,
+        le=60_000,
+        unit="ms",
     ),
     mock_max_context: int = number(
         2048, "--mock-max-context", help="Mock engine: context window in tokens.", kind=int, ge=2
@@ -176,6 +182,10 @@ def serve(
     spec_file: Path = SPEC_FILE,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
+    if not host.strip():  # uvicorn reads "" as every interface
+        fail("--host must be an address, e.g. 127.0.0.1 (0.0.0.0: every interface); got ''")
+    if served_model_name is not None and served_model_name != served_model_name.strip():
+        fail(f"--served-model-name {served_model_name!r} has leading or trailing blanks")
     _check_ports(host, port, grpc_port)
     wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None
@@ -216,14 +226,30 @@ def _ms(stats: dict) -> str:
     return " / ".join(f"{v * 1e3:.1f}" for v in vals)
 
 
+def _check_url(url: str) -> None:
+    """An http(s) URL with a host and a port in range (httpx raised InvalidURL, and the
+    socket layer an OverflowError, as tracebacks)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port out of range or not a number)
+    except ValueError as e:
+        fail(f"--url {url!r} is not a URL: {e}; e.g. http://127.0.0.1:8000")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        fail(f"--url {url!r} must be http(s)://HOST[:PORT], e.g. http://127.0.0.1:8000")
+
+
 def bench(
     url: str = typer.Option(..., "--url", help="Server base URL, e.g. http://127.0.0.1:8000."),
     model: str = typer.Option(None, "--model", help="Model name (default: the server's first)."),
-    num_requests: int = number(64, "--num-requests", "-n", kind=int, ge=1),
-    concurrency: int = number(8, "--concurrency", "-c", kind=int, ge=1),
+    num_requests: int = number(64, "--num-requests", "-n", kind=int, ge=1, le=1_000_000),
+    concurrency: int = number(8, "--concurrency", "-c", kind=int, ge=1, le=10_000),
     prompt: str = typer.Option("The wafer-scale engine", "--prompt"),
     max_tokens: int = number(32, "--max-tokens", kind=int, ge=1),
-    timeout_s: float = number(60.0, "--timeout-s", help="Per-request timeout.", gt=0, unit="s"),
+    timeout_s: float = number(
+        60.0, "--timeout-s", help="Per-request timeout.", gt=0, le=86_400, unit="s"
+    ),
     out: Path = output_file(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
 ) -> None:
     """Load-test a server: request throughput, output tokens/s, TTFT and TPOT percentiles."""
@@ -232,6 +258,7 @@ def bench(
     from rich.table import Table
     from wse_inference.demo.load_test import LoadTestConfig, run_load_test
 
+    _check_url(url)
     cfg = LoadTestConfig(
         url=url.rstrip("/"),
         model=model,

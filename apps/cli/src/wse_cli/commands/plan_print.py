@@ -7,9 +7,12 @@ the plans are `wse_systems.planning`'s.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
+
+from wse_cli.errors import UserInputError
 
 __all__ = ["emit", "plot", "frontier_figure", "duration", "count"]
 
@@ -226,7 +229,25 @@ def frontier_figure(plan):
     return fig
 
 
+def _first_non_finite(value, path: str = "") -> tuple[str, float] | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else (
+        enumerate(value) if isinstance(value, list | tuple) else ())  # fmt: skip
+    for k, v in items:
+        found = _first_non_finite(v, f"{path}.{k}" if path else str(k))
+        if found:
+            return found
+    return None
+
+
 def emit(plan, as_json: bool, png: Path | None) -> None:
+    found = _first_non_finite(plan.to_dict())
+    if found:  # extreme inputs (1e300 tokens, 1e308 hours x 1e308 USD) overflow a float
+        raise UserInputError(
+            f"the plan's {found[0]} comes out {found[1]}: the inputs overflow a float; give "
+            "smaller values (tokens, hours, rates)"
+        )
     if png is not None:
         plot(plan, png)
     if as_json:

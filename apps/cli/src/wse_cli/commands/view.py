@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from wse_cli.outputs import output_file, png_file
+from wse_cli.outputs import output_file, png_file, refuse_overlap
 
 __all__ = ["view", "write_view", "demo_part", "register"]
 
@@ -42,8 +42,10 @@ def view(
     """Show a per-PE trace as a self-contained web page (and a PNG)."""
     from wse_core.trace import load
 
+    out = out or file.with_suffix(".html")
+    refuse_overlap({"FILE": file}, {"--out": out, "--png": png})
     trace = load(file)  # TraceError (exit 2) for a missing or foreign file
-    page, _ = write_view(trace, out or file.with_suffix(".html"), png)
+    page, _ = write_view(trace, out, png)
     grid = f"{trace.rows} x {trace.cols} PEs" + (
         f" in {trace.block} x {trace.block} blocks" if trace.block > 1 else ""
     )

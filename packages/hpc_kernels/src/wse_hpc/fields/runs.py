@@ -111,8 +111,32 @@ def check_dt(cfg: CfdConfig, dt: float) -> None:
         )
 
 
+def _read_step(path: Path, grid) -> dict[str, np.ndarray]:
+    """A step file's arrays, or FieldError naming what is wrong (never unpickled)."""
+    from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except NUMPY_FILE_ERRORS as e:
+        raise FieldError(f"--restart: {path} is not a step file: {numpy_file_problem(e)}") from None
+    missing = [k for k in ("u", "v", "p", "T", "step", "time") if k not in data]
+    if missing:
+        raise FieldError(f"--restart: {path} lacks the arrays {', '.join(missing)}")
+    for k in ("u", "v", "p", "T"):
+        a = data[k]
+        if a.dtype.kind not in "iuf" or a.shape != tuple(grid.shape):
+            raise FieldError(
+                f"--restart: {path}'s {k} is {a.dtype} {a.shape}; this run's grid is "
+                f"{tuple(grid.shape)} (restart with the --grid it was written with)"
+            )
+        if not np.isfinite(a).all():
+            raise FieldError(f"--restart: {path}'s {k} holds NaN or infinite values")
+    return data
+
+
 def _load(state: FlowState, path: Path, grid) -> tuple[FlowState, int, float]:
-    data = np.load(path)
+    data = _read_step(path, grid)
     vel = tuple(v.like(grid.wafer.place(jnp.asarray(data[n], jnp.float32)))
                 for v, n in zip(state.velocity, "uvw", strict=False))  # fmt: skip
     T = data["T"] - (full_temperature(grid, 0 * data["T"]) if "theta_offset" in data else 0)

@@ -78,18 +78,29 @@ def crystal(
     return Structure(np.array([symbol] * len(positions)), positions, box)
 
 
+MAX_BOX_A = 1e6  # 0.1 mm: 10^4 x the box of the largest run that fits a wafer (~100 A)
+
+
 def check_structure(s: Structure, *, min_distance_A: float = 0.5, pair_fn=None) -> None:
     """Atoms inside the box [0, L) and no two closer than `min_distance_A` (else WseError);
     `pair_fn(x, box) -> (i, j, r)`, when given, is `closest_pair`'s value found another way
     (the MD shell's: stored on disk by the positions, `plan_cache`)."""
     x, box = s.positions_A, s.box_A
-    if np.any(box <= 0):
-        raise WseError(f"box sides must be positive, got {box.tolist()}")
+    if not np.all((box > 0) & (box <= MAX_BOX_A)):  # NaN fails too
+        raise WseError(
+            f"box sides must be positive and at most {MAX_BOX_A:g} A, got {box.tolist()}"
+        )
+    bad = np.nonzero(~np.all(np.isfinite(x), axis=1))[0]
+    if bad.size:
+        raise WseError(
+            f"atom {int(bad[0])} has position {x[bad[0]].tolist()}: positions must be finite "
+            f"numbers ({bad.size} atoms are not)"
+        )
     outside = np.nonzero(np.any((x < 0) | (x >= box), axis=1))[0]
     if outside.size:
         i = int(outside[0])
         raise WseError(
-            f"atom {i} at {x[i].round(4).tolist()} lies outside the box [0, L) with L = "
+            f"atom {i} at {[float(f'{v:.6g}') for v in x[i]]} lies outside the box [0, L) with L = "
             f"{box.tolist()} ({outside.size} atoms outside); wrap positions into the box"
         )
     i, j, r = (pair_fn or closest_pair)(x, box)
@@ -106,4 +117,5 @@ def closest_pair(x: np.ndarray, box: np.ndarray) -> tuple[int, int, float]:
     tree = cKDTree(np.mod(x, box), boxsize=box)
     dist, idx = tree.query(np.mod(x, box), k=2)
     i = int(np.argmin(dist[:, 1]))
-    return i, int(idx[i, 1]), float(dist[i, 1])
+    j = int(idx[i, 1]) if idx[i, 1] != i else int(idx[i, 0])  # a duplicate may come first
+    return i, j, float(dist[i, 1])

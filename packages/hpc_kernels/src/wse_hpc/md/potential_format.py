@@ -30,6 +30,9 @@ class PotentialError(WseError):
 
 
 # -- a line cursor with line numbers --------------------------------------------------------
+FP32_MAX = float(np.finfo(np.float32).max)  # the tables run in fp32 by default
+
+
 class PotentialLines:
     """A potential file read as LAMMPS does: header lines one at a time; a table of n values
     from as many whole lines as it takes (values left on its last line are dropped), so every
@@ -60,7 +63,10 @@ class PotentialLines:
         return self.at, self.lines[self.at - 1].split()
 
     def numbers(self, count: int, what: str) -> np.ndarray:
-        out = np.empty(count)
+        # A header may claim 10^12 values: allocate only what the rest of the file can hold
+        # (a value and its separator take two characters); short of `count`, it ends early.
+        rest = sum(len(line) + 1 for line in self.lines[self.at :])
+        out = np.empty(max(0, min(count, rest // 2 + 1)))
         n = 0
         while n < count:
             if self.at >= len(self.lines):
@@ -74,8 +80,10 @@ class PotentialLines:
                     out[n] = float(tok.replace("D", "E").replace("d", "e"))
                 except ValueError:
                     raise self.error(lineno, k, tok, f"a number (reading {what})") from None
-                if not np.isfinite(out[n]):
-                    raise self.error(lineno, k, tok, f"a finite number (reading {what})")
+                if not abs(out[n]) <= FP32_MAX:  # NaN, inf, and what fp32 tables cannot hold
+                    raise self.error(
+                        lineno, k, tok, f"a finite number within +-3.4e38 (reading {what})"
+                    )
                 n += 1
         return out
 

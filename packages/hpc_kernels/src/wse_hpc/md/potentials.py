@@ -259,7 +259,9 @@ def read_potential(
         raise PotentialError("no potential file given")
     for p in ps:
         if not p.is_file():
-            raise PotentialError(f"potential file {str(p)!r} does not exist")
+            why = "does not exist" if not p.exists() else (
+                "is a folder" if p.is_dir() else "is not a regular file")  # fmt: skip
+            raise PotentialError(f"potential file {str(p)!r} {why}")
     name = ps[0].name.lower()
     if name.endswith((".eam.alloy", ".setfl")):
         return read_setfl(ps[0])

@@ -17,6 +17,7 @@ the oracle of the wafer kernel.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -137,6 +138,10 @@ def check_matrix(a: np.ndarray) -> np.ndarray:
     if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.bool_):
         raise TlrError(f"the operator must hold real or complex numbers, got dtype {a.dtype}")
     dtype = np.complex64 if np.iscomplexobj(a) else np.float32
+    parts = (a.real, a.imag) if np.iscomplexobj(a) else (a,)
+    big = max(float(np.abs(p).max(initial=0)) for p in parts) if a.dtype.itemsize > 4 else 0.0
+    if math.isfinite(big) and big > float(np.finfo(np.float32).max):  # NaN, inf: below
+        raise TlrError(f"the operator holds {big:.3g}, beyond fp32's range (+-3.4e38)")
     a = a.astype(dtype, copy=False)
     if not np.isfinite(a).all():
         raise TlrError("the operator holds NaN or infinite values; clean it before compressing")

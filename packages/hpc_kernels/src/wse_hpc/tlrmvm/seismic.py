@@ -112,8 +112,25 @@ def green_operators(*, n: int, freqs_hz: Sequence[float], **kwargs: float) -> np
 
 def load_matrix(path: str | Path) -> np.ndarray:
     """A 2-D real or complex matrix from a `.npy` file, checked like any operator."""
-    try:
-        a = np.load(Path(path), allow_pickle=False)
+    from wse_core.host.memory import require
+
+    path = Path(path)
+    if not path.is_file():  # a FIFO would block np.load
+        why = "is not a regular file" if path.exists() else "does not exist"
+        raise TlrError(f"cannot read matrix {str(path)!r}: it {why}")
+    try:  # mapped, not read: the header's shape is checked against memory first
+        m = np.load(path, mmap_mode="r", allow_pickle=False)
+        if not isinstance(m, np.ndarray):
+            raise ValueError("it is an .npz archive, not one .npy array")
+        # the array, its complex64/fp32 copy and the SVD work of about its size again
+        require(f"--matrix {str(path)!r} ({m.shape} {m.dtype})", 3 * m.size * 8,
+                fits=lambda budget: "give a smaller matrix")  # fmt: skip
+        a = np.array(m)
     except NUMPY_FILE_ERRORS as e:
-        raise TlrError(f"cannot read matrix {str(path)!r}: {numpy_file_problem(e)}") from None
+        why = numpy_file_problem(e)
+        if "mmap length is greater" in why:
+            why = "its header claims more data than the file holds (cut short or forged)"
+        elif "Python objects" in why:
+            why = "it holds Python objects (a pickle), not numbers"
+        raise TlrError(f"cannot read matrix {str(path)!r}: {why}") from None
     return check_matrix(a)

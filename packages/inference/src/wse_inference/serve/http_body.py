@@ -96,8 +96,11 @@ def _parse(raw: bytes, max_depth: int) -> Any:
     except RecursionError:
         raise too_deep from None
     except (ValueError, UnicodeDecodeError) as e:
+        why = str(e)
+        if "integer string conversion" in why:  # Python's own advice (sys.set_int_max_...)
+            why = "a number has more than 4300 digits"
         raise InvalidRequestError(
-            f"Malformed JSON in the request body: {e}", code="invalid_json"
+            f"Malformed JSON in the request body: {why}", code="invalid_json"
         ) from None
     if json_depth(body) > max_depth:
         raise too_deep

@@ -7,8 +7,10 @@ sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or message
 echo (completions), presence_penalty and frequency_penalty (in [-2, 2]), and vLLM's top_k,
 repetition_penalty (> 0), stop_token_ids and ignore_eos (generation stops at the model's
 end-of-sequence tokens unless it is true). Fields that would change the output but are not
-supported (best_of > 1, several prompts, a logit_bias) are refused with
-`InvalidRequestError` (HTTP 400); other fields (user, ...) are ignored. A missing
+supported (best_of > 1, several prompts, a logit_bias, suffix, tools, functions, min_tokens,
+a response_format other than text) are refused with `InvalidRequestError` (HTTP 400); other
+fields (user, ...) are ignored. Flags (stream, echo, ignore_eos, include_usage) must be JSON
+true, false or null: "false" would read as true. A missing
 max_tokens means "the rest of the context window" (vLLM's default).
 
 Logprobs are asked with `logprobs: k` (completions) or `logprobs: true, top_logprobs: k`
@@ -164,6 +166,15 @@ def _refuse_unsupported(body: dict) -> None:
         raise _bad("best_of > 1 is not supported.", "best_of")
     if body.get("logit_bias"):
         raise _bad("logit_bias is not supported by this server.", "logit_bias")
+    for name in ("suffix", "tools", "functions", "min_tokens"):  # they would change the output
+        if body.get(name):
+            raise _bad(f"{name} is not supported by this server; leave it out.", name)
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise _bad(
+            f'response_format {fmt!r} is not supported; only {{"type": "text"}} is.',
+            "response_format",
+        )
 
 
 def _logprobs(body: dict, kind: str) -> int | None:
@@ -173,6 +184,8 @@ def _logprobs(body: dict, kind: str) -> int | None:
         if want is not None and not isinstance(want, bool):
             raise _bad(f"logprobs must be true or false, got {want!r}.", "logprobs")
         k, name = _integer(body, "top_logprobs", None), "top_logprobs"
+        if k is not None and not 0 <= k <= MAX_LOGPROBS:
+            raise _bad(f"{name} must be in 0..{MAX_LOGPROBS}, got {k}.", name)
         if k is not None and k > 0 and not want:
             raise _bad("when using top_logprobs, logprobs must be set to true.", name)
         if not want:
@@ -188,8 +201,22 @@ def _logprobs(body: dict, kind: str) -> int | None:
 
 
 def _max_tokens(body: dict) -> int | None:
+    """max_tokens, else max_completion_tokens (both checked: either may hold a bad value)."""
     max_tokens = _integer(body, "max_tokens", None)
-    return max_tokens if max_tokens is not None else _integer(body, "max_completion_tokens", None)
+    completion = _integer(body, "max_completion_tokens", None)
+    if completion is not None and completion <= 0:
+        raise _bad(f"max_completion_tokens must be at least 1, got {completion}.",
+                   "max_completion_tokens")  # fmt: skip
+    return max_tokens if max_tokens is not None else completion
+
+
+def _flag(value: Any, name: str) -> bool:
+    """A JSON true/false (null: false); "false" or 1 would be read as true, so they are refused."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _bad(f"{name} must be true or false, got {value!r}.", name)
+    return value
 
 
 def _sampling(body: dict, kind: str) -> SamplingParams:
@@ -200,9 +227,7 @@ def _sampling(body: dict, kind: str) -> SamplingParams:
     stop_ids = body.get("stop_token_ids") or []
     if _token_list(stop_ids, "stop_token_ids") is None:
         raise _bad("stop_token_ids must be a list of token ids.", "stop_token_ids")
-    ignore_eos = body.get("ignore_eos", False)
-    if not isinstance(ignore_eos, bool):
-        raise _bad(f"ignore_eos must be true or false, got {ignore_eos!r}.", "ignore_eos")
+    ignore_eos = _flag(body.get("ignore_eos"), "ignore_eos")
     return SamplingParams(
         max_tokens=0 if max_tokens is None else max_tokens,
         temperature=_number(body, "temperature", 1.0),
@@ -256,24 +281,24 @@ def parse_request(
         raise _bad(f"The {param} is empty; give at least one token.", param)
     if _max_tokens(body) is None:  # vLLM's default: the rest of the context (at least one)
         sampling = dataclasses.replace(sampling, max_tokens=max(1, max_context - len(prompt_ids)))
-    echo = body.get("echo", False)
-    if not isinstance(echo, bool):
-        raise _bad(f"echo must be true or false, got {echo!r}.", "echo")
+    echo = _flag(body.get("echo"), "echo")
     if echo and kind == "chat":
         raise _bad("echo is supported by /v1/completions only.", "echo")
     if echo and sampling.logprobs is not None:  # the prompt's tokens are scored too
         sampling = dataclasses.replace(sampling, prompt_logprobs=sampling.logprobs)
-    stream = bool(body.get("stream", False))
-    opts = body.get("stream_options") or {}
+    stream = _flag(body.get("stream"), "stream")
+    opts = body.get("stream_options")
+    opts = {} if opts is None else opts
     if not isinstance(opts, dict):
-        raise _bad("stream_options must be an object.", "stream_options")
+        raise _bad(f"stream_options must be an object, got {opts!r}.", "stream_options")
+    include_usage = _flag(opts.get("include_usage"), "stream_options.include_usage")
     return ParsedRequest(
         kind=kind,
         model=str(model),
         prompt_ids=prompt_ids,
         sampling=sampling,
         stream=stream,
-        include_usage=stream and bool(opts.get("include_usage")),
+        include_usage=stream and include_usage,
         echo=echo,
         n=n,
     )

@@ -103,7 +103,7 @@ def resolve_spec(
     Neither name nor file: wse3."""
     if name is not None and path is not None:
         raise SpecError("give a wafer preset or a spec file (--spec), not both")
-    spec = load_spec(path) if path is not None else preset(name or "wse3")
+    spec = load_spec(path) if path is not None else preset("wse3" if name is None else name)
     if sets:
         spec = spec.replace(**dict(sets))
     return applied(spec, assumptions or {})

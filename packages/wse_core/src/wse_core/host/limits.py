@@ -216,6 +216,10 @@ def read_text(path: str | Path, what: str) -> str:
     through for the caller to phrase, size and kind refusals are `LimitError`."""
     path = Path(path)
     cap = limit("file_bytes")
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):  # before open: a FIFO's open blocks until a writer comes
+        kind = "a folder" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+        raise LimitError(f"{what} {str(path)!r} is {kind}, not a regular file")
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):

@@ -44,6 +44,7 @@ import ctypes
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -91,7 +92,30 @@ def usable_cores() -> int:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("WSE_CACHE_DIR", Path.home() / ".cache" / "wse" / "jax"))
+    """`$WSE_CACHE_DIR` (unset or empty: ~/.cache/wse/jax); WseError when it is set to a
+    path that cannot hold the cache (a file, or under a folder that takes no new files):
+    JAX would warn on every compile, and the cache would silently not work."""
+    raw = os.environ.get("WSE_CACHE_DIR", "").strip()
+    if not raw:
+        return Path.home() / ".cache" / "wse" / "jax"
+    path = Path(raw)
+    if path.exists():
+        if not path.is_dir():
+            raise WseError(f"WSE_CACHE_DIR {raw} is not a folder; give a folder or unset it")
+        return path
+    above = path.absolute().parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    try:
+        if not above.is_dir():
+            raise NotADirectoryError(0, f"{above} is not a folder")
+        os.rmdir(tempfile.mkdtemp(prefix=".wse-probe-", dir=above))
+    except OSError as e:
+        raise WseError(
+            f"WSE_CACHE_DIR {raw} cannot be made: {e.strerror or e}; give a writable folder "
+            "or unset it"
+        ) from None
+    return path
 
 
 def configure(devices: int | None = None, *, compile_cache: bool = True) -> int:

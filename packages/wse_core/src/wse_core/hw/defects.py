@@ -83,11 +83,27 @@ class Remap:
         }
 
 
+PER_PE_BYTES = 48  # the draw (float64), the map (bool), remap's sort (int64 x 2) and copies
+
+
+def _check_size(spec: WaferSpec) -> None:
+    """Refuse a physical grid whose per-PE arrays do not fit in host memory, before any."""
+    from wse_core.host.memory import require
+
+    rows, cols = spec.physical_rows, spec.physical_cols
+    require(
+        f"the defect map of a {rows:,} x {cols:,} PE wafer",
+        rows * cols * PER_PE_BYTES,
+        fits=lambda b: f"at most {b // PER_PE_BYTES:,} physical PEs fit (wse3 has 905,256)",
+    )
+
+
 def defect_map(spec: WaferSpec, seed: int, rate: float | None = None) -> DefectMap:
     """Draw dead PEs independently at `rate` (default: the spec's) from `seed`."""
     rate = spec.defect_rate if rate is None else rate
     if not 0.0 <= rate < 1.0:
         raise DefectError(f"defect rate must be in [0, 1), got {rate!r}")
+    _check_size(spec)
     rng = np.random.default_rng(seed)
     dead = rng.random((spec.physical_rows, spec.physical_cols)) < rate
     return DefectMap(dead=dead, seed=seed, rate=rate)
@@ -96,6 +112,7 @@ def defect_map(spec: WaferSpec, seed: int, rate: float | None = None) -> DefectM
 def remap(spec: WaferSpec, defects: DefectMap | None) -> Remap:
     """Repair `defects` with the spec's spares; DefectError if it cannot be done."""
     rows, cols = spec.pe_rows, spec.pe_cols
+    _check_size(spec)
     if defects is None:
         dead = np.zeros((spec.physical_rows, spec.physical_cols), dtype=bool)
     else:

@@ -112,11 +112,13 @@ class WaferSpec:
             "div_cycles",
             "system_latency_s",
         ):
-            if not getattr(self, field) >= 0:
-                raise SpecError(f"{field} must be >= 0, got {getattr(self, field)!r}")
-        if not self.swarmx_fanout >= 2:
+            if not 0 <= getattr(self, field) < math.inf:
+                raise SpecError(
+                    f"{field} must be a finite number >= 0, got {getattr(self, field)!r}"
+                )
+        if not 2 <= self.swarmx_fanout < math.inf:
             raise SpecError(f"swarmx_fanout must be >= 2, got {self.swarmx_fanout!r}")
-        if not self.fp32_mul_width > 0:
+        if not 0 < self.fp32_mul_width < math.inf:
             raise SpecError(f"fp32_mul_width must be > 0, got {self.fp32_mul_width!r}")
         if self.overlap not in (0, 1, 0.0, 1.0):
             raise SpecError(f"overlap must be 0 (serial) or 1 (full overlap), got {self.overlap!r}")
@@ -128,10 +130,10 @@ class WaferSpec:
                     f"simd_widths key {key!r} must be 'kind.dtype' with kind in "
                     f"{', '.join(OP_KINDS)} and dtype in {', '.join(DTYPES)}"
                 )
-            if not isinstance(width, int | float) or width <= 0:
+            if not isinstance(width, int | float) or not 0 < width < math.inf:
                 raise SpecError(f"simd_widths[{key!r}] must be a positive number, got {width!r}")
         object.__setattr__(self, "simd_widths", MappingProxyType(widths))
-        if self.hop_latency_cycles < 0:
+        if not 0 <= self.hop_latency_cycles < math.inf:
             raise SpecError(f"hop_latency_cycles must be >= 0, got {self.hop_latency_cycles!r}")
         flops = dict(self.flops_per_cycle)
         unknown = set(flops) - set(DTYPES)
@@ -141,9 +143,19 @@ class WaferSpec:
                 f"flops_per_cycle has unknown dtype {bad!r}{suggest(bad, DTYPES)}; "
                 f"known: {', '.join(DTYPES)}"
             )
-        if any(v <= 0 for v in flops.values()) or "fp32" not in flops:
-            raise SpecError("flops_per_cycle needs positive values and at least an 'fp32' entry")
+        if not all(0 < v < math.inf for v in flops.values()) or "fp32" not in flops:
+            raise SpecError(
+                "flops_per_cycle needs positive finite values and at least an 'fp32' entry, "
+                f"got {flops!r}"
+            )
         object.__setattr__(self, "flops_per_cycle", MappingProxyType(flops))
+        per_cycle = max(*flops.values(), self.sram_read_bytes_per_cycle,
+                        self.sram_write_bytes_per_cycle, self.link_bytes_per_cycle)  # fmt: skip
+        if not math.isfinite(float(self.num_pes) * self.clock_hz * per_cycle * 4):
+            raise SpecError(
+                f"clock_hz {self.clock_hz!r} x {self.num_pes:,} PEs x {per_cycle!r} per cycle "
+                "overflows a float: the wafer's totals would be infinite; give smaller values"
+            )
 
     # Derived figures -------------------------------------------------------------------
     @property

@@ -173,7 +173,13 @@ def load_spec(path: str | Path) -> WaferSpec:
     if base is None:
         try:
             return _from_fields(data)
-        except TypeError as e:
-            raise SpecError(f"spec file {str(path)!r}: {e}; or name a `base:` preset") from None
+        except TypeError:
+            missing = [f.name for f in dataclasses.fields(WaferSpec)
+                       if f.name not in data and f.default is dataclasses.MISSING
+                       and f.default_factory is dataclasses.MISSING]  # fmt: skip
+            raise SpecError(
+                f"spec file {str(path)!r} lacks the fields {', '.join(missing)}: give every "
+                f"field, or name a preset to start from (base: {', '.join(PRESETS)})"
+            ) from None
     data.setdefault("name", f"{base}+{path.stem}")
     return spec_from(preset(str(base)), **data)

@@ -62,21 +62,23 @@ def trace_figure(trace: PeTrace, title: str | None = None) -> Any:
         ax.set_title(title)
         ax.set_xlabel("PE column")
         ax.set_ylabel("PE row")
-    crit = [p for p in trace.phases if p["critical_pe"]]
-    for p in crit:
-        axes[0, 1].plot(p["critical_pe"][1], p["critical_pe"][0], "o", mfc="none", mec="#ff4fd8")
-    if crit:
+    crit = sorted({tuple(p["critical_pe"]) for p in trace.phases if p["critical_pe"]})
+    if crit:  # one marker per distinct PE, in one call (a header may list 10^5 phases)
+        ys, xs = zip(*crit, strict=True)
+        axes[0, 1].plot(xs, ys, "o", ls="none", mfc="none", mec="#ff4fd8")
         axes[0, 1].plot([], [], "o", mfc="none", mec="#ff4fd8", label="critical PE of a phase")
         axes[0, 1].legend(loc="lower right", fontsize=7)
     ax = axes[1, 1]
     if len(trace.dead):
         ax.plot(trace.dead[:, 1], trace.dead[:, 0], "s", ms=2.5, color="#ff3030", label="dead PE")
     colors = [plt.get_cmap("tab20")(k) for k in range(20)]
-    for n, g in enumerate(trace.regions):
+    for n, g in enumerate(trace.regions[:MAX_REGIONS]):  # beyond: unreadable, and slow
         r0, c0, nr, nc = g["rect"]
         ax.add_patch(Rectangle((c0 - 0.5, r0 - 0.5), nc, nr, fill=False, ec=colors[n % 20], lw=1.2))
         ax.text(c0, r0, g["name"], color=colors[n % 20], fontsize=7, va="top")
-    if len(trace.dead):
+    if len(trace.regions) > MAX_REGIONS:
+        ax.plot([], [], " ", label=f"first {MAX_REGIONS} of {len(trace.regions):,} regions")
+    if len(trace.dead) or len(trace.regions) > MAX_REGIONS:
         ax.legend(loc="lower right", fontsize=7)
     grid = f"{trace.rows} x {trace.cols} PEs" + (f", {b} x {b} blocks" if b > 1 else "")
     meta = trace.meta
@@ -86,6 +88,9 @@ def trace_figure(trace: PeTrace, title: str | None = None) -> Any:
         f"per {meta.get('units', 'run')}, {meta.get('bound', '-')}-bound"
     )
     return fig
+
+
+MAX_REGIONS = 200  # regions drawn with their names on the PNG
 
 
 def figure_png(trace: PeTrace, path: str | Path) -> Path:

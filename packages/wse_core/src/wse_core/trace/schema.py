@@ -134,7 +134,10 @@ def load(path: str | Path) -> PeTrace:
     PEs outside the wafer. Nothing is unpickled."""
     path = Path(path)
     if not path.is_file():
-        raise TraceError(f"no trace file {path}")
+        why = "is a folder" if path.is_dir() else "is a FIFO, socket or device"
+        raise TraceError(
+            f"{path} {why}, not a trace file" if path.exists() else f"no trace file {path}"
+        )
     if path.stat().st_size == 0:
         raise TraceError(f"{path} is empty, not a wse trace (.npz with a header)")
     try:
@@ -159,7 +162,7 @@ def load(path: str | Path) -> PeTrace:
         )
     try:
         return _checked(_trace(head, arrays))
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, IndexError, TypeError, ValueError) as e:
         raise TraceError(f"{path} is not a valid wse trace: {numpy_file_problem(e)}") from None
 
 
@@ -186,23 +189,28 @@ def _trace(head: dict[str, Any], arrays: dict[str, np.ndarray]) -> PeTrace:
     """The PeTrace of a header and its arrays (KeyError / TypeError / ValueError if a part
     is missing or of the wrong type)."""
     layers = {}
-    for spec in head["layers"]:
+    specs = head["layers"]
+    if not isinstance(specs, list) or not all(isinstance(x, dict) for x in specs):
+        raise ValueError("layers must be a list of objects")
+    for spec in specs:
         key = spec["key"]
         if key not in _SPEC:
             raise ValueError(f"unknown layer {key!r}")
+        if arrays[key].dtype.kind not in "biuf":  # strings would parse, complex lose a part
+            raise ValueError(f"layer {key} must hold real numbers, got dtype {arrays[key].dtype}")
         layers[key] = np.asarray(arrays[key], dtype=np.float64)
     dead = np.asarray(arrays["dead"])
     if not (np.issubdtype(dead.dtype, np.integer) and dead.ndim == 2 and dead.shape[1] == 2):
         raise ValueError(f"dead must be (n, 2) integers, got {dead.dtype} {dead.shape}")
     return PeTrace(
-        name=str(head["name"]),
-        wafer=str(head["wafer"]),
+        name=_text(head, "name"),
+        wafer=_text(head, "wafer"),
         rows=_count(head, "rows"),
         cols=_count(head, "cols"),
         block=_count(head, "block"),
         layers=layers,
         dead=dead.astype(np.int64),
-        physical_shape=(_count(head["physical_shape"], 0), _count(head["physical_shape"], 1)),
+        physical_shape=_physical(head["physical_shape"]),
         phases=_records(head, "phases"),
         allocations=_records(head, "allocations"),
         regions=_records(head, "regions"),
@@ -217,6 +225,28 @@ def _count(where: Any, key: Any) -> int:
     return v
 
 
+MAX_TEXT = 1000  # characters of a name in a header (a page title, a PNG's caption)
+MAX_RECORDS = 10_000  # phases, allocations, regions (the producers write < 1,000 of each)
+
+
+def _text(head: dict[str, Any], key: str) -> str:
+    v = head[key]
+    if not isinstance(v, str) or len(v) > MAX_TEXT:
+        what = f"{len(v):,} characters" if isinstance(v, str) else repr(v)[:40]
+        raise ValueError(f"{key} must be a text of at most {MAX_TEXT:,} characters, got {what}")
+    return v
+
+
+def _physical(v: Any) -> tuple[int, int]:
+    if not isinstance(v, list) or len(v) != 2:
+        raise ValueError(f"physical_shape must be [rows, cols], got {str(v)[:40]}")
+    return _count(v, 0), _count(v, 1)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str) and len(v) <= MAX_TEXT
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v)
 
@@ -228,25 +258,27 @@ def _is_ints(v: Any, n: int) -> bool:
 # What each entry of the header's lists holds, as the page and the PNG read it.
 _FIELDS: dict[str, dict[str, Any]] = {
     "phases": {
-        "path": lambda v: isinstance(v, str),
+        "path": _is_str,
         "cycles": _is_number,
-        "bound": lambda v: isinstance(v, str),
+        "bound": _is_str,
         "critical_pe": lambda v: v is None or _is_ints(v, 2),
     },
     "allocations": {
-        "name": lambda v: isinstance(v, str),
+        "name": _is_str,
         "bytes_per_pe": _is_number,
         "region": lambda v: _is_ints(v, 4),
     },
-    "regions": {"name": lambda v: isinstance(v, str), "rect": lambda v: _is_ints(v, 4)},
+    "regions": {"name": _is_str, "rect": lambda v: _is_ints(v, 4)},
 }
-_META = {"predicted_s": _is_number, "units": lambda v: isinstance(v, str)}
+_META = {"predicted_s": _is_number, "units": _is_str}
 
 
 def _records(head: dict[str, Any], key: str) -> list[dict[str, Any]]:
     v = head.get(key, [])
     if not isinstance(v, list) or not all(isinstance(r, dict) for r in v):
         raise ValueError(f"{key} must be a list of objects")
+    if len(v) > MAX_RECORDS:
+        raise ValueError(f"{key} lists {len(v):,} entries; a trace holds at most {MAX_RECORDS:,}")
     for i, record in enumerate(v):
         for field, ok in _FIELDS[key].items():
             if field not in record or not ok(record[field]):

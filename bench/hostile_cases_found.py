@@ -1,0 +1,120 @@
+"""Issue 54's hostile cases: inputs found by trying every option of every command as a careless
+or hostile user would (each fixed; apps/cli/tests/test_cli_hostile_found.py holds the same
+classes as tests). Built as `hostile_cases.Case`s, each with the files it needs written into
+its own temporary folder before the run (the bench snapshots the folder after that)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hostile_cases import _MD, Case, Fixtures, _const, _fill
+
+_XYZ = '4\nLattice="{L}" Properties=species:S:1:pos:R:3 pbc="T T T"\n' + "\n".join(
+    ["Cu {x} 0 0", "Cu 1.8075 1.8075 0", "Cu 1.8075 0 1.8075", "Cu 0 1.8075 1.8075"]
+)
+
+
+def _xyz(tmp: Path, lattice: str = "3.615 0 0 0 3.615 0 0 0 3.615", x: str = "0") -> str:
+    (tmp / "in.xyz").write_text(_XYZ.format(L=lattice, x=x) + "\n")
+    return str(tmp / "in.xyz")
+
+
+def _fifo(tmp: Path) -> str:
+    os.mkfifo(tmp / "fifo")
+    return str(tmp / "fifo")
+
+
+def _setfl(fx: Fixtures, tmp: Path, line: int, text: str) -> str:
+    lines = Path(fx.potential()).read_text().splitlines()
+    lines[line] = text
+    (tmp / "bad.eam.alloy").write_text("\n".join(lines) + "\n")
+    return str(tmp / "bad.eam.alloy")
+
+
+def _trace_variant(fx: Fixtures, tmp: Path, **header) -> str:
+    import numpy as np
+
+    with np.load(fx.trace()) as f:
+        arrays = {k: f[k] for k in f.files}
+    head = json.loads(bytes(arrays["header"]))
+    head.update(header)
+    arrays["header"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
+    np.savez(tmp / "bad.npz", **arrays)
+    return str(tmp / "bad.npz")
+
+
+def _forged_npy(tmp: Path) -> str:
+    head = "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }".ljust(117)
+    raw = b"\x93NUMPY\x01\x00" + (len(head) + 1).to_bytes(2, "little") + (head + "\n").encode()
+    (tmp / "m.npy").write_bytes(raw)
+    return str(tmp / "m.npy")
+
+
+def _copy(src: str, tmp: Path, name: str) -> str:
+    (tmp / name).write_bytes(Path(src).read_bytes())
+    return str(tmp / name)
+
+
+def found_cases() -> list[Case]:
+    md = lambda fx: _fill(fx, _MD)  # noqa: E731
+    pot = lambda fx: _fill(fx, ["{potential}"])[0]  # noqa: E731
+    return [
+        Case("found", "wafer info --spec <FIFO>", lambda fx, tmp: [
+            "wafer", "info", "--spec", _fifo(tmp)], message="not a regular file"),
+        Case("found", "wafer info --preset ''", _const("wafer", "info", "--preset", ""),
+             message="unknown wafer preset ''"),
+        Case("found", "wafer info --set clock_hz=1e308 --json", _const(
+            "wafer", "info", "--set", "clock_hz=1e308", "--json"), message="overflows"),
+        Case("found", "wafer defects 1e5 x 1e5 PEs", _const(
+            "wafer", "defects", "--set", "pe_rows=100000", "--set", "pe_cols=100000"),
+            message="host memory"),
+        Case("found", "hpc md --structure NaN position", lambda fx, tmp: [
+            "hpc", "md", "--structure", _xyz(tmp, x="nan"), "--potential", pot(fx)],
+            message="finite"),
+        Case("found", "hpc md --structure Lattice 1e300", lambda fx, tmp: [
+            "hpc", "md", "--structure", _xyz(tmp, "1e300 0 0 0 1e300 0 0 0 1e300"),
+            "--potential", pot(fx)], message="box sides"),
+        Case("found", "hpc md setfl claiming 1e12 values", lambda fx, tmp: [
+            *md(fx)[:-1], _setfl(fx, tmp, 4, "1000000000000 1e-1 1000 5e-3 5.7")],
+            message="file ends early"),
+        Case("found", "hpc md setfl value 1e308", lambda fx, tmp: [
+            *md(fx)[:-1], _setfl(fx, tmp, 8, "1e308 0 0 0 0")], message="3.4e38"),
+        Case("found", "hpc md --temperature-K 1e300", lambda fx, tmp: [
+            *md(fx), "--temperature-K", "1e300"], message="--temperature-K"),
+        Case("found", "hpc md --out /proc/x/y.xyz", lambda fx, tmp: [
+            *md(fx), "--out", "/proc/x/y.xyz"], message="takes no new files"),
+        Case("found", "hpc md potential --out <FIFO>", lambda fx, tmp: [
+            "hpc", "md", "potential", "--elements", "Cu", "--out", _fifo(tmp)],
+            message="not a regular file"),
+        Case("found", "hpc md potential --knots 1e12", lambda fx, tmp: [
+            "hpc", "md", "potential", "--elements", "Cu", "--knots", "1000000000000",
+            "--out", str(tmp / "p.eam.alloy")], message="--knots"),
+        Case("found", "view corrupt physical_shape", lambda fx, tmp: [
+            "view", _trace_variant(fx, tmp, physical_shape=[1]), "--out", str(tmp / "v.html")],
+            message="physical_shape"),
+        Case("found", "view 1e6-character name", lambda fx, tmp: [
+            "view", _trace_variant(fx, tmp, name="x" * 10**6), "--out", str(tmp / "v.html"),
+            "--png", str(tmp / "v.png")], message="1,000 characters"),
+        Case("found", "view t.npz --out t.npz", lambda fx, tmp: [
+            "view", _copy(fx.trace(), tmp, "t.npz"), "--out", str(tmp / "t.npz")],
+            message="destroy the input"),
+        Case("found", "tlrmvm compress forged .npy header", lambda fx, tmp: [
+            "hpc", "tlrmvm", "compress", "--matrix", _forged_npy(tmp), "--out",
+            str(tmp / "op.npz")], message="more data than the file holds"),
+        Case("found", "train model.d_model=1e30", _const(
+            "train", "tiny", "model.d_model=1e30", "--validate-only"), message="integer"),
+        Case("found", "train optimizer.beta1=2", _const(
+            "train", "tiny", "optimizer.beta1=2", "--validate-only"), message="[0, 1)"),
+        Case("found", "plan train 1e308 hours x 1e308 USD", _const(
+            "plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--engineer-hours",
+            "1e308", "--usd-per-engineer-hour", "1e308", "--json"), message="overflow"),
+        Case("found", "infer generate --top-k 1e11", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--top-k",
+            "99999999999"], message="--top-k"),
+        Case("found", "WSE_CACHE_DIR is a file", lambda fx, tmp: ["wafer", "info"],
+             env={"WSE_CACHE_DIR": "/etc/passwd"}, message="WSE_CACHE_DIR"),
+        Case("found", "wafer info --nope (usage)", _const("wafer", "info", "--nope"),
+             message="--help')"),
+    ]  # fmt: skip
