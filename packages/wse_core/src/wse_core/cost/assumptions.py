@@ -26,6 +26,8 @@ from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CALIBRATION_KEYS, CON
 from wse_core.errors import SpecError, suggest
 from wse_core.hw.spec import WaferSpec, load_spec, preset
 
+DEFAULT_WAFER = "wse3"  # the edge's wafer when neither a preset nor a spec file is given
+
 __all__ = [
     "ASSUMED_FIELDS",
     "assume",
@@ -103,7 +105,10 @@ def resolve_spec(
     Neither name nor file: wse3."""
     if name is not None and path is not None:
         raise SpecError("give a wafer preset or a spec file (--spec), not both")
-    spec = load_spec(path) if path is not None else preset("wse3" if name is None else name)
+    if path is not None:
+        spec = load_spec(path)
+    else:  # '' is an unknown preset, as any other name is
+        spec = preset(name if name is not None else DEFAULT_WAFER)
     if sets:
         spec = spec.replace(**dict(sets))
     return applied(spec, assumptions or {})

@@ -67,15 +67,16 @@ def _meminfo_available() -> int | None:
     return None
 
 
-def available_bytes(held_bytes: int = 0) -> int:
+def available_bytes(held_bytes: int = 0, *, share: bool = True) -> int:
     """Host bytes a new problem may use: MemAvailable (else physical memory) plus the
     `held_bytes` of the problem already resident (read before the check, so MemAvailable no
-    longer counts them), capped by `$WSE_HOST_MEMORY_BYTES` when set."""
+    longer counts them), capped by `$WSE_HOST_MEMORY_BYTES` when set and `share` (False: the
+    machine's own bytes, for a cost every run of a wafer pays whatever its problem's share)."""
     avail = _meminfo_available()
     if avail is None:
         avail = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     avail += held_bytes
-    cap = os.environ.get(ENV_LIMIT)
+    cap = os.environ.get(ENV_LIMIT) if share else None
     if cap:
         try:
             limit = int(float(cap))
@@ -104,14 +105,19 @@ def largest(bytes_for: Callable[[int], int], budget_bytes: int, *, hi: int = 2**
 
 
 def require(
-    what: str, needed_bytes: int, *, fits: Callable[[int], str], held_bytes: int = 0
+    what: str,
+    needed_bytes: int,
+    *,
+    fits: Callable[[int], str],
+    held_bytes: int = 0,
+    share: bool = True,
 ) -> None:
-    """Raise `HostMemoryError` when `needed_bytes` exceed `available_bytes(held_bytes)`.
+    """Raise `HostMemoryError` when `needed_bytes` exceed `available_bytes(held_bytes, share)`.
 
     `what` names the problem ('wse hpc md: 32,000,000 atoms'); `fits(budget_bytes)` says what
     would fit in the available bytes ('at most 1,200,000 atoms (--cells 66 66 66)');
     `held_bytes`: the part of `needed_bytes` this process already holds (not counted twice)."""
-    avail = available_bytes(held_bytes)
+    avail = available_bytes(held_bytes, share=share)
     if needed_bytes <= avail:
         return
     raise HostMemoryError(

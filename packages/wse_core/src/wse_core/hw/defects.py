@@ -87,7 +87,9 @@ PER_PE_BYTES = 48  # the draw (float64), the map (bool), remap's sort (int64 x 2
 
 
 def _check_size(spec: WaferSpec) -> None:
-    """Refuse a physical grid whose per-PE arrays do not fit in host memory, before any."""
+    """Refuse a physical grid whose per-PE arrays do not fit in the machine's memory, before
+    any (not the problem's share, `WSE_HOST_MEMORY_BYTES`: every run on this wafer pays the
+    map, and the workloads' own checks and suggestions size their problems within the share)."""
     from wse_core.host.memory import require
 
     rows, cols = spec.physical_rows, spec.physical_cols
@@ -95,6 +97,7 @@ def _check_size(spec: WaferSpec) -> None:
         f"the defect map of a {rows:,} x {cols:,} PE wafer",
         rows * cols * PER_PE_BYTES,
         fits=lambda b: f"at most {b // PER_PE_BYTES:,} physical PEs fit (wse3 has 905,256)",
+        share=False,
     )
 
 
