@@ -51,6 +51,7 @@ def files(tmp_path) -> Path:
         (["wafer", "defects", "--set", "pe_rows=100000", "--set", "pe_cols=100000"],
          "of host memory"),
         (["wafer", "defects", "--set", "spare_rows=100000000000"], "of host memory"),
+        (["wafer", "check", "--repeat", "1000000000"], "--repeat must be an integer in [1, 1"),
     ],
 )  # fmt: skip
 def test_wafer_inputs_are_refused_in_one_line(files, args, message):
