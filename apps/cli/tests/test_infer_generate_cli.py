@@ -119,6 +119,8 @@ def test_generate_speculative_terminal(model_dir):
         (["--repetition-penalty", 0], "--repetition-penalty must be a finite number > 0"),
         (["--prompt-ids", ",".join(["1"] * 130)], "exceeds the context"),
         (["--prompt-ids", "1,999"], "outside the vocabulary"),
+        (["--prompt-ids", "1,,2"], "comma-separated integers"),  # a typo, not a 2-id prompt
+        (["--prompt-ids", "1,2,"], "comma-separated integers"),
     ],
 )
 def test_generate_bad_input_exits_2(model_dir, args, words):

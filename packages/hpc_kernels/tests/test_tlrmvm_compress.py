@@ -62,6 +62,17 @@ def test_load_rejects_foreign_file(tmp_path):
         load_operator(tmp_path / "missing.npz")
 
 
+@pytest.mark.parametrize("threshold", [np.nan, np.inf, 0.0, 2.0])
+def test_load_refuses_a_threshold_compress_never_writes(tmp_path, threshold):
+    path = save_operator(compress(smooth_kernel(37, 45), nb=8, threshold=1e-3), tmp_path / "op.npz")
+    with np.load(path) as f:
+        data = dict(f)
+    data["threshold"] = np.asarray(threshold)
+    np.savez(path, **data)
+    with pytest.raises(TlrError, match=r"is corrupt: threshold must lie in \(0, 1\)"):
+        load_operator(path)
+
+
 @pytest.mark.parametrize(
     "a, nb, eps, match",
     [

@@ -40,10 +40,10 @@ def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab_siz
     if prompt is not None:
         ids = tokenizer.encode(prompt)
     else:
-        try:
-            ids = [int(x) for x in prompt_ids.split(",") if x.strip()]
+        try:  # "1,,2" or a trailing comma is a typo, not a shorter prompt
+            ids = [int(x) for x in prompt_ids.split(",")]
         except ValueError:
-            fail(f"--prompt-ids must be comma-separated integers, got {prompt_ids!r}")
+            fail(f"--prompt-ids must be comma-separated integers (e.g. 1,2,3), got {prompt_ids!r}")
     bad = [i for i in ids if not 0 <= i < vocab_size]
     if bad:
         fail(f"prompt id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")

@@ -14,6 +14,7 @@ from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(cls=WseGroup, help="Wafer specs, defect maps and repair.", no_args_is_help=True)
 
+MAX_REPEAT = 100_000  # a soak of ~10-100 s a case on 2 cores; past it a run outlives a session
 SET_HELP = "Override a spec field, e.g. --set clock_hz=1e9 (repeatable)."
 
 
@@ -133,7 +134,7 @@ def check(
     grid: tuple[int, int] = number((13, 21), "--grid", help="PE grid rows cols.", kind=int, ge=1),
     seed: int = number(0, "--seed", help="Seed of the data and the defect map.", **SEED),
     repeat: int = number(
-        1, "--repeat", help="Run the ops this many times (a soak).", kind=int, ge=1
+        1, "--repeat", help="Run the ops this many times (a soak).", kind=int, ge=1, le=MAX_REPEAT
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

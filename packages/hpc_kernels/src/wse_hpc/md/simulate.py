@@ -133,6 +133,12 @@ def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
         raise WseError(f"the neighbour-list skin must be positive, got {config.skin_A} A")
     if config.thermo_every < 1:
         raise WseError(f"--thermo-every must be >= 1, got {config.thermo_every}")
+    bath = config.thermostat
+    if bath.kind != "none" and bath.damp_fs < config.dt_fs:  # the drag would overshoot: NaN
+        raise WseError(
+            f"--damp-fs {bath.damp_fs:g} is shorter than the timestep ({config.dt_fs:g} fs): the "
+            f"{bath.kind} damping time must be at least one step (LAMMPS advises ~100 steps)"
+        )
     if config.rebuild_every is not None and config.rebuild_every < 1:
         raise WseError(f"the rebuild cadence must be >= 1 step, got {config.rebuild_every}")
     species = structure.species(pot.elements)

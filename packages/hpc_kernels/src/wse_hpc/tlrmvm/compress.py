@@ -318,6 +318,7 @@ def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
         raise TlrError(f"bases of dtype {u.dtype} and {v.dtype}")
     if ranks.min() < 0 or ranks.max() > nb:
         raise TlrError(f"ranks outside 0..{nb}")
+    _check_args((m, n), nb, float(data["threshold"]))  # NaN, 0 or 2 is no file compress wrote
     for name, basis in (("U", u), ("V", v)):
         bad = int(np.size(basis) - np.count_nonzero(np.isfinite(basis)))
         if bad:  # refused at load: the run would only return NaN
