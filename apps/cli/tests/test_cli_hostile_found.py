@@ -51,7 +51,8 @@ def files(tmp_path) -> Path:
         (["wafer", "defects", "--set", "pe_rows=100000", "--set", "pe_cols=100000"],
          "of host memory"),
         (["wafer", "defects", "--set", "spare_rows=100000000000"], "of host memory"),
-        (["wafer", "check", "--repeat", "1000000000"], "--repeat must be an integer in [1, 1"),
+        (["wafer", "check", "--repeat", "1000000000"],
+         "--repeat must be an integer in [1, 10000000]"),
     ],
 )  # fmt: skip
 def test_wafer_inputs_are_refused_in_one_line(files, args, message):
@@ -130,8 +131,10 @@ def test_md_potential_that_is_a_folder_or_fifo(files):
         (["--out", "{d}/fifo"], "not a regular file"),
         (["--out", "/dev/full"], "not a regular file"),
         (["--thermostat", "langevin", "--damp-fs", "1e-300"], "is shorter than the timestep"),
-        (["--thermostat", "nose-hoover", "--temperature-K", "300", "--damp-fs", "0.5"],
-         "is shorter than the timestep"),
+        (
+            ["--thermostat", "nose-hoover", "--temperature-K", "300", "--damp-fs", "0.5"],
+            "is shorter than the timestep",
+        ),
     ],
 )
 def test_md_options(files, cu, extra, message):

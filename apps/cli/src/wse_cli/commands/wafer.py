@@ -14,7 +14,8 @@ from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(cls=WseGroup, help="Wafer specs, defect maps and repair.", no_args_is_help=True)
 
-MAX_REPEAT = 100_000  # a soak of ~10-100 s a case on 2 cores; past it a run outlives a session
+# a soak's bound (test_core_launch keeps a run busy with 10^6 repeats); 10^9 ran until killed
+MAX_REPEAT = 10_000_000
 SET_HELP = "Override a spec field, e.g. --set clock_hz=1e9 (repeatable)."
 
 
