@@ -352,3 +352,8 @@ def test_cfd_restart_from_a_garbage_or_other_grid_step_file(tmp_path):
 def test_bench_urls_and_sizes(tmp_path, extra, message):
     _refused(["infer", "bench", *extra, "--out", tmp_path / "b.json"], message)
     assert not (tmp_path / "b.json").exists()
+
+
+def test_launch_inside_launch_is_refused():
+    _refused(["launch", "--nproc", "2", "--", "launch", "--nproc", "2", "--", "wafer", "check"],
+             "wse launch cannot run inside wse launch")  # fmt: skip

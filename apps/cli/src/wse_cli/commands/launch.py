@@ -130,6 +130,10 @@ def _check_children(args: list[str], nproc: int, per_proc: int) -> None:
     from wse_core.host.limits import VIRTUAL_DEVICE_HOST_BYTES
     from wse_core.host.memory import require
 
+    words = [a for a in args if not a.startswith("-")]
+    if words and words[0] == "launch":  # each child would start nproc more, and so on
+        fail("wse launch cannot run inside wse launch; give the command each process runs, "
+             "e.g. wse launch --nproc 2 -- wafer check")  # fmt: skip
     own = [a for a in args if a.split("=")[0] in MULTIPROCESS_FLAGS]
     if own:
         fail(f"{own[0].split('=')[0]} is set by wse launch itself; remove it from the command")
