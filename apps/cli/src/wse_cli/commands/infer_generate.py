@@ -29,7 +29,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import fail
-from wse_cli.options import SEED, number
+from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
@@ -114,7 +114,7 @@ def generate(
     max_tokens: int = number(32, "--max-tokens", help="Tokens to make.", kind=int, ge=1),
     temperature: float = number(1.0, "--temperature", help="0 is greedy.", ge=0),
     top_k: int = number(
-        0, "--top-k", help="0 disables (int32 on the device).", kind=int, ge=0, le=2**31 - 1
+        0, "--top-k", help="0 disables (int32 on the device).", kind=int, ge=0, le=INT32_MAX
     ),
     top_p: float = number(1.0, "--top-p", help="In (0, 1].", gt=0, le=1),
     seed: int = number(None, "--seed", help="Sampling seed.", **SEED),

@@ -148,11 +148,17 @@ def _store(path: Path, targets: list[str], exe) -> None:
         ids = [d.id for d in exe._executable._unloaded_executable.device_list]
     except (ValueError, NotImplementedError, AttributeError):  # JAX cannot serialise it
         return
+    write_pickle(path, (targets, ids, payload, in_tree, out_tree))
+
+
+def write_pickle(path: Path, value) -> None:
+    """`value` pickled to `path` (folders made): written beside it, then renamed over it,
+    so a concurrent reader sees all of it or nothing (`plan_cache` stores this way too)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     with tmp.open("wb") as f:
-        pickle.dump((targets, ids, payload, in_tree, out_tree), f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)  # atomic: a concurrent reader sees all of it or nothing
+        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
 
 
 def compiled(jitted, args: tuple, key: tuple, kernels: tuple[str, ...] = ()):

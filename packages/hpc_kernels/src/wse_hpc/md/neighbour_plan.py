@@ -12,6 +12,7 @@ and scipy's imports, which are made where they are used).
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -117,7 +118,7 @@ def list_caps(
     atoms), hence the smaller total headroom. A count over a cap is an overflow: re-planned
     with more headroom, never dropped."""
     n_off = 2 * k_rows + 1
-    count = lambda: _most_in_reach(state_np, box_A, reach_A, k_rows, pairs)  # noqa: E731
+    count = functools.partial(_most_in_reach, state_np, box_A, reach_A, k_rows, pairs)
     if pairs is None:  # stored by the state (given pairs: a crystal's prediction, not a run)
         inputs = (state_np, np.asarray(box_A, np.float64), reach_A, k_rows)
         most, most_total = plan_cache.cached("reach counts", inputs, count)
@@ -200,7 +201,8 @@ def plan_window(
     (one crystal planned on several grids)."""
     reach = pot.cutoff_A + config.skin_A
     inputs = (state_np, np.asarray(box, np.float64), reach + WINDOW_MARGIN_A)
-    kr, kc = plan_cache.cached("window", inputs, lambda: window_needed(state_np, box, inputs[2]))
+    needed = functools.partial(window_needed, state_np, box, inputs[2])
+    kr, kc = plan_cache.cached("window", inputs, needed)
     kr = min(max(kr, margins.at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, margins.at_least[1]), (wafer.cols - 1) // 2)
     caps = list_caps(state_np, box, reach, kr, kc, margins, pairs=pairs)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -86,11 +85,7 @@ def cached(kind: str, key: tuple, make: Callable[[], T]) -> T:
     value = make()
     if path is not None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            with tmp.open("wb") as f:
-                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)  # atomic: a concurrent reader sees all of it or nothing
+            exec_cache.write_pickle(path, value)
         except OSError:  # a full or read-only cache directory: the run goes on without it
             pass
     return value
