@@ -1,7 +1,7 @@
 """The PE kernels compiled by helper processes (`wse_hpc.md.pe_compile`): a helper leaves
 the kernel in numba's on-disk cache (the oracle: numba's own cache files, found by the
 kernel's module name), tracing under `deferred()` names a target without registering it,
-and a registered target is never handed to a helper."""
+and a registered target is never handed to a helper; one helper per kernel module."""
 
 import subprocess
 
@@ -32,6 +32,17 @@ def test_a_waited_target_is_never_started(monkeypatch):
     pe_compile.wait("wse_md_force")  # as a registration does
     pe_compile.start(["wse_md_force"])
     assert started == []
+
+
+def test_one_helper_per_module_compiles_its_kernels_in_turn(monkeypatch):
+    started = []
+    monkeypatch.setattr(pe_compile, "_procs", {})
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd, **k: started.append(cmd[4:]) or cmd)
+    pe_compile.start(["wse_md_force", "wse_md_density", "wse_md_build", "wse_md_force"])
+    assert started == [["pe_pairs_numba", "force", "density"], ["pe_build_numba", "build"]]
+    assert pe_compile._procs["wse_md_force"] is pe_compile._procs["wse_md_density"]
+    pe_compile.start(["wse_md_density"])  # started before: no second process
+    assert len(started) == 2
 
 
 @pytest.mark.slow  # one numba compile of the build kernel in a child: ~5 s

@@ -1,26 +1,28 @@
-"""The PE kernels' numba compiles run in helper processes, one per kernel, while the MD shell
-traces and lowers its first program.
+"""The PE kernels' numba compiles run in helper processes, one per kernel module, while the MD
+shell traces and lowers its first program.
 
-Why: on a cold cache numba compiles the kernels for ~15 s of CPU at 32,000 atoms (force
-5.4 s, density 4.0, build 5.4, each in a process of its own; issue 44's timeline), mostly
-Python under the GIL, and XLA needs a program's FFI targets registered before it compiles
-it. A thread would hold the GIL the tracing needs and would compile the kernels one after
-the other; a process per kernel compiles on another core into numba's on-disk cache
-(`NUMBA_CACHE_DIR`, set by `wse_core.host.runtime.configure`; the child inherits the
-environment, so it is the same place), and this process then loads the handler from there
-when it registers the target. A helper outliving a killed run exits when its compile ends.
+Why: on a cold cache numba compiles the kernels for ~15 s of CPU at 32,000 atoms (force 5.4 s,
+density 4.0, build 5.4, each in a process of its own; issue 44's timeline; ~6.5 s since
+`numba_ffi` reads XLA's call frame by intrinsics, in two processes), mostly Python under the
+GIL, and XLA needs a program's FFI targets registered before it compiles it. A thread would
+hold the GIL the tracing needs and would compile the kernels one after the other; a process
+per kernel module (the pair kernels, the build) compiles on another core into numba's on-disk
+cache (`NUMBA_CACHE_DIR`, set by `wse_core.host.runtime.configure`; the child inherits the
+environment, so it is the same place), and this process then loads the handler from there when
+it registers the target. A helper outliving a killed run exits when its compile ends.
 
-Contract: `start(targets)` starts, for each FFI target name (`wse_md_<kernel>`) not started
-before, one process that compiles its handler (`python -c BOOT <target>`: the kernel's
-module imported without `wse_hpc.md`'s package imports, which load jax). `wait(target)`
-waits for that target's process, when one was started, and marks the target done (its
-registration calls it first: a registered target is never started); a process that failed
-or hung (past WAIT_S) is ignored: the caller then compiles in-process, as it did without.
-`deferred()` is a context in which `pe_pairs._target` and `neighbours.build._build_target`
-name their target without compiling or registering it (tracing needs only the name);
-`exec_cache.compiled` registers the targets a lowered program calls before XLA compiles it.
-Only the shell starts processes, and only when a program is not in the disk cache (a warm
-run starts none).
+Contract: `start(targets)` starts, for the FFI target names (`wse_md_<kernel>`) not started
+before, one process per module that compiles their handlers in turn (`python -c BOOT <module>
+<kernel>...`: the kernels' module imported without `wse_hpc.md`'s package imports, which load
+jax); a process compiling two kernels pays numba's start-up once (the force and density
+kernels: ~0.5 s of CPU less than a process each). `wait(target)` waits for that target's
+process, when one was started, and marks the target done (its registration calls it first: a
+registered target is never started); a process that failed or hung (past WAIT_S) is ignored:
+the caller then compiles in-process, as it did without. `deferred()` is a context in which
+`pe_pairs._target` and `neighbours.build._build_target` name their target without compiling or
+registering it (tracing needs only the name); `exec_cache.compiled` registers the targets a
+lowered program calls before XLA compiles it. Only the shell starts processes, and only when a
+program is not in the disk cache (a warm run starts none).
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ _BOOT = """
 import sys, types, importlib
 pkg = types.ModuleType("wse_hpc.md"); pkg.__path__ = [sys.argv[1]]
 sys.modules["wse_hpc.md"] = pkg
-importlib.import_module("wse_hpc.md." + sys.argv[2]).handler(sys.argv[3])
+handler = importlib.import_module("wse_hpc.md." + sys.argv[2]).handler
+for name in sys.argv[3:]:
+    handler(name)
 """
 
 _procs: dict[str, subprocess.Popen | None] = {}
@@ -57,23 +61,25 @@ def module_of(target: str) -> tuple[str, str]:
 
 
 def start(targets) -> None:
-    """One compiling process per target not started before (module doc)."""
+    """One compiling process per module of the targets not started before (module doc)."""
     here = str(Path(__file__).resolve().parent)
-    for target in targets:
-        if target in _procs:
-            continue
-        module, name = module_of(target)
-        cmd = [sys.executable, "-c", _BOOT, here, module, name]
+    by_module: dict[str, list[str]] = {}
+    for target in dict.fromkeys(targets):
+        if target not in _procs:
+            by_module.setdefault(module_of(target)[0], []).append(target)
+    for module, group in by_module.items():
+        cmd = [sys.executable, "-c", _BOOT, here, module, *(module_of(t)[1] for t in group)]
         try:
-            _procs[target] = subprocess.Popen(
+            proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 env=os.environ.copy(),
             )
-        except OSError:  # no process: the kernel is compiled in-process
-            _procs[target] = None
+        except OSError:  # no process: the kernels are compiled in-process
+            proc = None
+        _procs.update(dict.fromkeys(group, proc))
 
 
 def wait(target: str) -> None:
