@@ -16,7 +16,8 @@ build 4.0 -> 2.9, the density 4.0 -> 2.0 on a cold cache; the same loads, the sa
 `named(fn, suffix)` is a copy of a kernel under its own name for numba's on-disk cache;
 `handlers(bodies)` is `name -> cfunc(SIG, cache=True)(bodies[name])`, compiled (or loaded
 from numba's cache) on the name's first request only, so that a process pays for the
-handlers it calls, not for every one a module defines.
+handlers it calls, not for every one a module defines; `stored(body)` says whether numba's
+cache holds a handler, without compiling it.
 Importing this module starts numba's parallel runtime (the `prange` kernels' threads)
 before any handler links against it.
 """
@@ -46,6 +47,7 @@ __all__ = [
     "dims",
     "named",
     "handlers",
+    "stored",
 ]
 
 _launch_threads()  # the parallel kernels' runtime, before any handler links against it
@@ -164,10 +166,24 @@ def named(fn, suffix: str):
 
 
 def handlers(bodies: dict[str, Callable]) -> Callable[[str], object]:
-    """name -> the cfunc handler of bodies[name] (see the module doc), compiled once."""
+    """name -> the cfunc handler of bodies[name] (see the module doc), compiled once; its
+    `stored(name)` says whether numba's cache holds that handler (`stored`)."""
 
     @functools.cache
     def handler(name: str):
         return cfunc(SIG, cache=True)(bodies[name])
 
+    handler.stored = lambda name: stored(bodies[name])  # type: ignore[attr-defined]
     return handler
+
+
+def stored(body: Callable) -> bool:
+    """Whether numba's on-disk cache holds `cfunc(SIG, cache=True)(body)` for body's source as
+    it is now (numba's own index of it, and its stamp of the source file): compiling it
+    would load it."""
+    from numba.core.caching import FunctionCache
+
+    try:
+        return bool(FunctionCache(body)._cache_file._load_index())
+    except Exception:  # noqa: BLE001 - a cache numba cannot read holds nothing
+        return False

@@ -12,29 +12,33 @@ environment, so it is the same place), and this process then loads the handler f
 it registers the target. A helper outliving a killed run exits when its compile ends.
 
 Contract: `start(targets)` starts, for the FFI target names (`wse_md_<kernel>`) not started
-before, one process per module that compiles their handlers in turn (`python -c BOOT <module>
-<kernel>...`: the kernels' module imported without `wse_hpc.md`'s package imports, which load
-jax); a process compiling two kernels pays numba's start-up once (the force and density
-kernels: ~0.5 s of CPU less than a process each). `wait(target)` waits for that target's
-process, when one was started, and marks the target done (its registration calls it first: a
-registered target is never started); a process that failed or hung (past WAIT_S) is ignored:
-the caller then compiles in-process, as it did without. `deferred()` is a context in which
-`pe_pairs._target` and `neighbours.build._build_target` name their target without compiling or
-registering it (tracing needs only the name); `exec_cache.compiled` registers the targets a
-lowered program calls before XLA compiles it. Only the shell starts processes, and only when a
-program is not in the disk cache (a warm run starts none).
+before and not in numba's cache (`stored`, numba's own index and source stamp: a warm run
+starts none), one process per module that compiles their handlers in turn (`python -c BOOT
+<module> <kernel>...`: the kernels' module imported without `wse_hpc.md`'s package imports,
+which load jax); a process compiling two kernels pays numba's start-up once (the force and
+density kernels: ~0.5 s of CPU less than a process each). `wait(target)` waits for that
+target's process, when one was started, and marks the target done (its registration calls it
+first: a registered target is never started); a process that failed or hung (past WAIT_S) is
+ignored: the caller then compiles in-process, as it did without. `deferred()` is a context in
+which `pe_pairs._target` and `neighbours.build._build_target` name their target without
+compiling or registering it (tracing needs only the name); `exec_cache.compiled` registers the
+targets a lowered program calls before XLA compiles it. Only the shell starts processes:
+`simulate.run_md` the pair kernels' once the wafer is known and the build's once the window is
+(`neighbours.build.pe_kernels_for`; the 32,000-atom cold start's ~1.2 s of planning runs
+beside them), `exec_cache.compiled` a program's kernels not started before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-__all__ = ["deferred", "deferring", "start", "wait", "module_of"]
+__all__ = ["deferred", "deferring", "start", "stored", "wait", "module_of"]
 
 # A kernel's compile took at most ~10 s of CPU (force, 32,000 atoms, issue 44); past this a
 # helper is taken as hung and the kernel is compiled in-process
@@ -65,8 +69,12 @@ def start(targets) -> None:
     here = str(Path(__file__).resolve().parent)
     by_module: dict[str, list[str]] = {}
     for target in dict.fromkeys(targets):
-        if target not in _procs:
-            by_module.setdefault(module_of(target)[0], []).append(target)
+        if target in _procs:
+            continue
+        if stored(target):  # numba loads it: nothing to compile
+            _procs[target] = None
+            continue
+        by_module.setdefault(module_of(target)[0], []).append(target)
     for module, group in by_module.items():
         cmd = [sys.executable, "-c", _BOOT, here, module, *(module_of(t)[1] for t in group)]
         try:
@@ -80,6 +88,13 @@ def start(targets) -> None:
         except OSError:  # no process: the kernels are compiled in-process
             proc = None
         _procs.update(dict.fromkeys(group, proc))
+
+
+def stored(target: str) -> bool:
+    """Whether numba's on-disk cache holds the handler of `target` (`numba_ffi.stored`; this
+    imports the kernels' module, as registering it does)."""
+    module, name = module_of(target)
+    return importlib.import_module(f"wse_hpc.md.{module}").handler.stored(name)
 
 
 def wait(target: str) -> None:
