@@ -44,12 +44,13 @@ from wse_core.cost.report import RunReport
 from wse_core.errors import PlacementError, RunFault, SramBudgetError, WseError
 from wse_core.hw.wafer import Wafer, build_wafer
 
-from wse_hpc.md import mapping, plan_cache
+from wse_hpc.md import mapping, pe_compile, plan_cache
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, geometry, sram_plan
 from wse_hpc.md.integrate import bath_energy, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure, closest_pair
 from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, Margins, most_in_reach, plan_window
+from wse_hpc.md.neighbours.build import pe_kernels_for
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.runners import Runner, runner_for
 from wse_hpc.md.state import Atoms, MdState
@@ -225,6 +226,8 @@ def run_md(
     n, box = structure.num_atoms, np.asarray(structure.box_A, dtype=np.float64)
     wafer = _wafer(n, config)
     dtype = np.dtype(config.dtype)
+    # numba compiles the PE kernels aside while this plans (the build's once the window is)
+    pe_compile.start(pe_kernels_for(wafer, dtype))
     pos, grid = mapping.rewrap(structure.positions_A, box), (wafer.rows, wafer.cols)
     reach = pot.cutoff_A + config.skin_A + WINDOW_MARGIN_A
     # the tile stored on disk by its inputs, as the plan's window and counts are (`plan_cache`)
@@ -235,6 +238,7 @@ def run_md(
         mapping.initial_map(pos, grid, box, tile), pos, species, vel, dtype=dtype
     )
     plan = plan_window(state_np, box, pot, config, wafer, Margins(spare_rows=1))
+    pe_compile.start(pe_kernels_for(wafer, dtype, plan))
     sram = sram_plan(wafer, pot, plan)
     geo = geometry(wafer)
     runner = runner_for(wafer, pot, plan, config, masses, n, runners)

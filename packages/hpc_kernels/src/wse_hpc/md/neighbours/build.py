@@ -37,6 +37,8 @@ __all__ = [
     "march_order",
     "min_image",
     "pe_kernels",
+    "pe_kernels_for",
+    "pe_loops",
     "select",
     "select_half",
 ]
@@ -101,8 +103,8 @@ def list_spec(wafer: Wafer, pot: EamPotential, plan: EamPlan, chunk: int) -> Lis
     # them back cost more on a CPU than computing them again (slopes alone: +20% at 32k
     # atoms). The PE always keeps them (the prediction prices the geometry once)
     keep_pairs = active <= chunk
-    pe, cpu = None, all(d.platform == "cpu" for d in wafer.mesh.devices.flat)
-    if pe_pairs.available() and dtype == jnp.float32 and cpu:  # the PEs' own loops
+    pe = None
+    if pe_loops(wafer, dtype):  # the PEs' own loops
         pe = pe_pairs.pair_kernel(spl, box, cutoff, pot, wafer.mesh.devices.size)
         keep_pairs, chunk = False, block_pes  # the kernels walk the lists once per phase
     return ListSpec(
@@ -213,15 +215,32 @@ def _build_registered(name: str) -> str:
     return register(f"wse_md_{name}", pe_build_numba.handler(name))
 
 
+def pe_loops(wafer: Wafer, dtype) -> bool:
+    """Whether lists on `wafer` in `dtype` run the PEs' own loops (numba, float32, a CPU)."""
+    cpu = all(d.platform == "cpu" for d in wafer.mesh.devices.flat)
+    return pe_pairs.available() and jnp.dtype(dtype) == jnp.float32 and cpu
+
+
 def pe_kernels(spec: ListSpec) -> tuple[str, ...]:
     """The FFI targets the lists' kernels call with `spec` (none without the PEs' own
     loops), the pair kernels first: `_select_pe`'s build and `neighbours`' phases."""
-    if spec.pe is None:
+    return pe_kernels_for(spec.wafer, spec.plan.dtype, spec.plan) if spec.pe is not None else ()
+
+
+def pe_kernels_for(wafer: Wafer, dtype, plan: EamPlan | None = None) -> tuple[str, ...]:
+    """`pe_kernels` of the lists of `plan` on `wafer` in `dtype`, known before the lists are
+    made (the MD shell starts their compiles early, `pe_compile`): none without the PEs' own
+    loops or without lists (a plan without capacities: the full-window kernel). Without
+    `plan`, the pair kernels only: they need only the device count (one device: each pair
+    once, as `pe_pairs.pair_kernel`) and the dtype; the build needs the window's width."""
+    if not pe_loops(wafer, dtype) or (plan is not None and not plan.caps):
         return ()
-    half = spec.pe.half
-    pairs = ("force_half", "density_half") if half else ("force", "density")
-    build = "build_pairs" if half and spec.width <= PAIR_MASK_COLS else "build"
-    return tuple(f"wse_md_{name}" for name in (*pairs, build))
+    half = wafer.mesh.devices.size == 1
+    names = ["force_half", "density_half"] if half else ["force", "density"]
+    if plan is not None:
+        narrow = 2 * plan.k_cols + 1 <= PAIR_MASK_COLS
+        names.append("build_pairs" if half and narrow else "build")
+    return tuple(f"wse_md_{name}" for name in names)
 
 
 def _select_pe(spec: ListSpec, region, pos, held, ids=None):
