@@ -113,6 +113,9 @@ def found_cases() -> list[Case]:
         Case("found", "infer generate --top-k 1e11", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--top-k",
             "99999999999"], message="--top-k"),
+        Case("found", "infer generate --temperature 1e308", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--temperature",
+            "1e308"], message="[0, 2]"),
         Case("found", "WSE_CACHE_DIR is a file", lambda fx, tmp: ["wafer", "info"],
              env={"WSE_CACHE_DIR": "/etc/passwd"}, message="WSE_CACHE_DIR"),
         Case("found", "wafer info --nope (usage)", _const("wafer", "info", "--nope"),
