@@ -52,6 +52,11 @@ def _forged_npy(tmp: Path) -> str:
     return str(tmp / "m.npy")
 
 
+def _text(tmp: Path, name: str, text: str) -> str:
+    (tmp / name).write_text(text)
+    return str(tmp / name)
+
+
 def _copy(src: str, tmp: Path, name: str) -> str:
     (tmp / name).write_bytes(Path(src).read_bytes())
     return str(tmp / name)
@@ -116,6 +121,15 @@ def found_cases() -> list[Case]:
         Case("found", "infer generate --temperature 1e308", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--temperature",
             "1e308"], message="[0, 2]"),
+        Case("found", "train params with key 1:", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", "model:\n  1: 2\n"), "--validate-only"],
+            message="not a name"),
+        Case("found", "wafer info spec with a key twice", lambda fx, tmp: [
+            "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\nclock_hz: 1e9\n"
+            "clock_hz: 2e9\n")], message="duplicate key"),
+        Case("found", "wafer info spec flops_per_cycle: 5", lambda fx, tmp: [
+            "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\nflops_per_cycle: 5\n")],
+            message="must be a mapping"),
         Case("found", "WSE_CACHE_DIR is a file", lambda fx, tmp: ["wafer", "info"],
              env={"WSE_CACHE_DIR": "/etc/passwd"}, message="WSE_CACHE_DIR"),
         Case("found", "wafer info --nope (usage)", _const("wafer", "info", "--nope"),

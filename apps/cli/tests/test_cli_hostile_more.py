@@ -25,3 +25,32 @@ def _refused(args: list, message: str, env: dict[str, str] | None = None) -> str
 def test_generate_temperature_outside_openai_range_is_refused(value):
     args = ["infer", "generate", "--model-dir", "x", "--prompt", "x", "--temperature", value]
     _refused(args, "--temperature must be a finite number in [0, 2]")  # 1e308 was sampled
+
+
+@pytest.mark.parametrize(
+    ("cmd", "text", "message"),
+    [
+        (["train", "{f}", "--validate-only"], "model:\n  1: 2\n", "key 1 at line 2 is not a name"),
+        (["train", "{f}", "--validate-only"], "? [a, b]\n: 1\n", "key at line 1 is a sequence"),
+        (["wafer", "info", "--spec", "{f}"], "base: wse3\n1: 2\n", "key 1 at line 2 is not a name"),
+        (["wafer", "info", "--spec", "{f}"], "base: wse3\nclock_hz: 1e9\nclock_hz: 2e9\n",
+         "duplicate key 'clock_hz' at line 3"),  # the last one silently won
+        (["wafer", "info", "--spec", "{f}"], "base: wse3\nflops_per_cycle: 5\n",
+         "flops_per_cycle must be a mapping"),
+        (["wafer", "info", "--spec", "{f}"], "base: wse3\nsimd_widths: [1]\n",
+         "simd_widths must be a mapping"),
+        (["wafer", "info", "--spec", "{f}"], "base: wse3\nflops_per_cycle: {fp32: abc}\n",
+         "flops_per_cycle needs positive finite values"),
+    ],
+)  # fmt: skip
+def test_yaml_keys_and_spec_mappings_of_the_wrong_shape(tmp_path, cmd, text, message):
+    # issue 56: each was a TypeError traceback (difflib on an int key, spec_from(**{1: 2}),
+    # dict(5), 0 < 'abc'), or a duplicate key silently kept the last value (spec files)
+    f = tmp_path / "in.yaml"
+    f.write_text(text)
+    _refused([a.format(f=f) for a in cmd], message)
+
+
+@pytest.mark.parametrize("field", ["flops_per_cycle", "simd_widths"])
+def test_set_of_a_mapping_field_to_a_number_is_refused(field):
+    _refused(["wafer", "info", "--set", f"{field}=5", "--json"], f"{field} must be a mapping")
