@@ -130,6 +130,11 @@ def found_cases() -> list[Case]:
         Case("found", "wafer info spec flops_per_cycle: 5", lambda fx, tmp: [
             "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\nflops_per_cycle: 5\n")],
             message="must be a mapping"),
+        Case("found", "hpc md xyz Properties=pos:R:3:species:S:1", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "in.xyz", _XYZ.format(
+                L="3.615 0 0 0 3.615 0 0 0 3.615", x="0").replace(
+                "species:S:1:pos:R:3", "pos:R:3:species:S:1") + "\n"), "--potential", pot(fx)],
+            message="species:S:1"),
         Case("found", "WSE_CACHE_DIR is a file", lambda fx, tmp: ["wafer", "info"],
              env={"WSE_CACHE_DIR": "/etc/passwd"}, message="WSE_CACHE_DIR"),
         Case("found", "wafer info --nope (usage)", _const("wafer", "info", "--nope"),

@@ -54,3 +54,17 @@ def test_yaml_keys_and_spec_mappings_of_the_wrong_shape(tmp_path, cmd, text, mes
 @pytest.mark.parametrize("field", ["flops_per_cycle", "simd_widths"])
 def test_set_of_a_mapping_field_to_a_number_is_refused(field):
     _refused(["wafer", "info", "--set", f"{field}=5", "--json"], f"{field} must be a mapping")
+
+
+def test_md_structure_whose_properties_do_not_start_with_species(tmp_path):
+    # issue 56: species read from column 0 whatever Properties said, then a numpy broadcast
+    # ValueError traceback
+    pot = tmp_path / "Cu.eam.alloy"
+    code, output = invoke(ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", pot])
+    assert code == 0, output
+    xyz = tmp_path / "in.xyz"
+    xyz.write_text(
+        '4\nLattice="3.615 0 0 0 3.615 0 0 0 3.615" Properties=pos:R:3:species:S:1\n'
+        + "".join(f"{p} Cu\n" for p in ["0 0 0", "1.8 1.8 0", "1.8 0 1.8", "0 1.8 1.8"])
+    )
+    _refused(["hpc", "md", "--structure", xyz, "--potential", pot], "must start with species:S:1")

@@ -116,6 +116,11 @@ def _columns(props: str, lineno: int) -> list[tuple[str, int, int]]:
             raise XyzError(f"line {lineno}: Properties count of {name!r} must be >= 1, got {n}")
         out.append((name, col, n))
         col += n
+    if out[0][0] != "species" or out[0][2] != 1:  # the reader takes column 0 as the symbol
+        raise XyzError(
+            f"line {lineno}: Properties must start with species:S:1 (the element symbol), "
+            f"got {props[:60]!r}"
+        )
     return out
 
 
