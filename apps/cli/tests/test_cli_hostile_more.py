@@ -4,6 +4,8 @@ nothing written."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import typer
 from wse_cli.app import app
@@ -68,3 +70,23 @@ def test_md_structure_whose_properties_do_not_start_with_species(tmp_path):
         + "".join(f"{p} Cu\n" for p in ["0 0 0", "1.8 1.8 0", "1.8 0 1.8", "0 1.8 1.8"])
     )
     _refused(["hpc", "md", "--structure", xyz, "--potential", pot], "must start with species:S:1")
+
+
+def test_outputs_in_folders_that_do_not_exist_yet_are_written(tmp_path):
+    # issue 56: the CLI accepts a path whose folders do not exist (the nearest existing one
+    # is writable; "folders between are created by the writer"), but these writers did not
+    # create them: a FileNotFoundError traceback after the work
+    new = tmp_path / "a" / "b"
+    pot = new / "1" / "Cu.eam.alloy"
+    runs = [
+        ["hpc", "md", "potential", "--elements", "Cu", "--out", pot],
+        ["hpc", "tlrmvm", "compress", "--n", "256", "--nb", "64", "--out", new / "2" / "op.npz"],
+        ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4",
+         "4", "--potential", pot, "--out", new / "3" / "o.xyz"],
+        ["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--preset", "tiny",
+         "--steps", "1", "--png", new / "4" / "s.png"],
+    ]  # fmt: skip
+    for args in runs:
+        code, output = invoke(ROOT, [str(a) for a in args])
+        assert code == 0 and "Traceback" not in output, (args, output[-1500:])
+        assert Path(args[-1]).is_file(), args

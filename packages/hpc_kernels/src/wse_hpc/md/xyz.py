@@ -59,6 +59,7 @@ def write_xyz(
 ) -> Path:
     """Write (or append) frames; `info` adds key=value pairs to every comment line."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
     with open(path, "a" if append else "w") as f:
         for s in frames:
             cols = [s.positions_A]
