@@ -135,6 +135,9 @@ def found_cases() -> list[Case]:
                 L="3.615 0 0 0 3.615 0 0 0 3.615", x="0").replace(
                 "species:S:1:pos:R:3", "pos:R:3:species:S:1") + "\n"), "--potential", pot(fx)],
             message="species:S:1"),
+        Case("found", "WSE_HOST_MEMORY_BYTES=1e400", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--max-tokens", "1"],
+            env={"WSE_HOST_MEMORY_BYTES": "1e400"}, message="WSE_HOST_MEMORY_BYTES"),
         Case("found", "WSE_CACHE_DIR is a file", lambda fx, tmp: ["wafer", "info"],
              env={"WSE_CACHE_DIR": "/etc/passwd"}, message="WSE_CACHE_DIR"),
         Case("found", "wafer info --nope (usage)", _const("wafer", "info", "--nope"),

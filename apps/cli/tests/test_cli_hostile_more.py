@@ -90,3 +90,14 @@ def test_outputs_in_folders_that_do_not_exist_yet_are_written(tmp_path):
         code, output = invoke(ROOT, [str(a) for a in args])
         assert code == 0 and "Traceback" not in output, (args, output[-1500:])
         assert Path(args[-1]).is_file(), args
+
+
+@pytest.mark.parametrize("value", ["1e400", "nan", "abc", "-1"])
+def test_a_host_memory_cap_that_is_not_a_byte_count_is_one_error(monkeypatch, value):
+    # issue 56: 1e400 (float inf) was an OverflowError traceback from int(inf)
+    from wse_core.errors import WseError
+    from wse_core.host.memory import available_bytes
+
+    monkeypatch.setenv("WSE_HOST_MEMORY_BYTES", value)
+    with pytest.raises(WseError, match="WSE_HOST_MEMORY_BYTES must be"):
+        available_bytes()
