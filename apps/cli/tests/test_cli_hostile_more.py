@@ -101,3 +101,14 @@ def test_a_host_memory_cap_that_is_not_a_byte_count_is_one_error(monkeypatch, va
     monkeypatch.setenv("WSE_HOST_MEMORY_BYTES", value)
     with pytest.raises(WseError, match="WSE_HOST_MEMORY_BYTES must be"):
         available_bytes()
+
+
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [("clock_hz=" + ",".join(["1e9"] * 100_000), "--sweep's number of values is 100,000"),
+     ("", "--sweep takes KEY=a,b,c or KEY, got ''"),  # was "--assume takes KEY=VALUE, got '=0'"
+     ("=1,2", "--sweep takes KEY=a,b,c or KEY")],
+)  # fmt: skip
+def test_experiment_sweeps_are_bounded_and_named(sweep, message):
+    # issue 56: 100,000 values ran for more than 15 minutes (each reruns every prediction)
+    _refused(["experiments", "run", "wafer-yield", "--quick", "--sweep", sweep], message)

@@ -1,12 +1,12 @@
 """The one table of limits: every size a user can give is bounded before it is used.
 
 Contract. `LIMITS` names each bound a user's input meets (slots, devices, processes, GPUs,
-file sizes, YAML alias expansion, JSON depth, chat-template work, an MD timestep), its value
-(a constant, or one computed from what this machine has), its unit, and the environment
-variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer). `check(name, value, what)`
-raises `LimitError` (a `WseError`: the `wse` command prints one line and exits 2) naming the
-value, the limit and its override; nothing is allocated, forked, looped over or imported
-before it. docs/limits.md is this table for users.
+file sizes, YAML alias expansion, JSON depth, chat-template work, an MD timestep, the
+values of a sweep), its value (a constant, or one computed from what this machine has), its
+unit, and the environment variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer).
+`check(name, value, what)` raises `LimitError` (a `WseError`: the `wse` command prints one
+line and exits 2) naming the value, the limit and its override; nothing is allocated,
+forked, looped over or imported before it. docs/limits.md is this table for users.
 
 Sizes that turn into host memory are also checked by `wse_core.host.memory.require` (what the
 machine has available; `WSE_HOST_MEMORY_BYTES` lowers it, nothing raises it).
@@ -170,6 +170,13 @@ LIMITS: dict[str, Limit] = {
             "the timestep of an MD run",
             "2.5x velocity Verlet's stability bound (omega dt < 2) at cesium's Debye frequency "
             "(0.79 THz, the lowest of the metals: 402 fs), to 100 fs; LAMMPS metal runs use 1-5 fs",
+        ),
+        Limit(
+            "sweep_values",
+            lambda: 64,
+            "values",
+            "settings of one `--sweep` (each reruns every prediction)",
+            "the shipped plausible ranges have at most 5; a table of 64 columns is unreadable",
         ),
         Limit(
             "template_ms",
