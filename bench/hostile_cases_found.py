@@ -141,6 +141,9 @@ def found_cases() -> list[Case]:
         Case("found", "experiments run --sweep of 10,000 values", _const(
             "experiments", "run", "wafer-yield", "--quick", "--sweep",
             "clock_hz=" + ",".join(["1e9"] * 10_000)), message="WSE_LIMIT_SWEEP_VALUES"),
+        Case("found", "infer serve --served-model-name ''", _const(
+            "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
+            message="must not be empty"),
         Case("found", "WSE_CACHE_DIR is a file", lambda fx, tmp: ["wafer", "info"],
              env={"WSE_CACHE_DIR": "/etc/passwd"}, message="WSE_CACHE_DIR"),
         Case("found", "wafer info --nope (usage)", _const("wafer", "info", "--nope"),

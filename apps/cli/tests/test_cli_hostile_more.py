@@ -112,3 +112,9 @@ def test_a_host_memory_cap_that_is_not_a_byte_count_is_one_error(monkeypatch, va
 def test_experiment_sweeps_are_bounded_and_named(sweep, message):
     # issue 56: 100,000 values ran for more than 15 minutes (each reruns every prediction)
     _refused(["experiments", "run", "wafer-yield", "--quick", "--sweep", sweep], message)
+
+
+def test_serve_refuses_an_empty_served_model_name():
+    # issue 56: '' was dropped and the engine's own name served, silently
+    args = ["infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""]
+    _refused(args, "--served-model-name must not be empty")
