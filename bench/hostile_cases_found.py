@@ -52,6 +52,11 @@ def _forged_npy(tmp: Path) -> str:
     return str(tmp / "m.npy")
 
 
+def _text(tmp: Path, name: str, text: str) -> str:
+    (tmp / name).write_text(text)
+    return str(tmp / name)
+
+
 def _copy(src: str, tmp: Path, name: str) -> str:
     (tmp / name).write_bytes(Path(src).read_bytes())
     return str(tmp / name)
@@ -113,6 +118,32 @@ def found_cases() -> list[Case]:
         Case("found", "infer generate --top-k 1e11", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--top-k",
             "99999999999"], message="--top-k"),
+        Case("found", "infer generate --temperature 1e308", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--temperature",
+            "1e308"], message="[0, 2]"),
+        Case("found", "train params with key 1:", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", "model:\n  1: 2\n"), "--validate-only"],
+            message="not a name"),
+        Case("found", "wafer info spec with a key twice", lambda fx, tmp: [
+            "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\nclock_hz: 1e9\n"
+            "clock_hz: 2e9\n")], message="duplicate key"),
+        Case("found", "wafer info spec flops_per_cycle: 5", lambda fx, tmp: [
+            "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\nflops_per_cycle: 5\n")],
+            message="must be a mapping"),
+        Case("found", "hpc md xyz Properties=pos:R:3:species:S:1", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "in.xyz", _XYZ.format(
+                L="3.615 0 0 0 3.615 0 0 0 3.615", x="0").replace(
+                "species:S:1:pos:R:3", "pos:R:3:species:S:1") + "\n"), "--potential", pot(fx)],
+            message="species:S:1"),
+        Case("found", "WSE_HOST_MEMORY_BYTES=1e400", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--max-tokens", "1"],
+            env={"WSE_HOST_MEMORY_BYTES": "1e400"}, message="WSE_HOST_MEMORY_BYTES"),
+        Case("found", "experiments run --sweep of 10,000 values", _const(
+            "experiments", "run", "wafer-yield", "--quick", "--sweep",
+            "clock_hz=" + ",".join(["1e9"] * 10_000)), message="WSE_LIMIT_SWEEP_VALUES"),
+        Case("found", "infer serve --served-model-name ''", _const(
+            "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
+            message="must not be empty"),
         Case("found", "WSE_CACHE_DIR is a file", lambda fx, tmp: ["wafer", "info"],
              env={"WSE_CACHE_DIR": "/etc/passwd"}, message="WSE_CACHE_DIR"),
         Case("found", "wafer info --nope (usage)", _const("wafer", "info", "--nope"),

@@ -51,6 +51,23 @@ def _grpc_garbage(target: str) -> tuple[str, str]:
             return e.code().name, e.details() or ""
 
 
+def _bad_content_length(port: int) -> tuple[int | None, str]:
+    """A request h11 cannot parse (it never reaches the app): its status and JSON message."""
+    import json
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}")
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    try:
+        return int(head.split()[1]), json.loads(body)["error"]["message"]
+    except Exception:  # noqa: BLE001  not an OpenAI error body: the row fails
+        return None, ""
+
+
 def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: float) -> list[dict]:
     """Start the server on `model_dir` with the bomb template, send the hostile requests,
     SIGTERM it under a gRPC stream; one row per request."""
@@ -89,6 +106,12 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
         ("bytes that are not JSON", "/v1/completions", _hostile_body("not_json", model), 400),
         ("seed 2**70", "/v1/completions", _hostile_body("seed_2_70", model), 400),
         ("1,000 stop strings", "/v1/completions", _hostile_body("stop_1000", model), 400),
+        ("temperature 1e308", "/v1/completions", httpx.Request("POST", url, json={
+            "model": model, "prompt": "a", "max_tokens": 2, "temperature": 1e308}).content, 400),
+        ("NaN literal (not JSON)", "/v1/completions",
+         b'{"model": "%s", "prompt": "a", "top_p": NaN}' % model.encode(), 400),
+        ("key given twice", "/v1/completions",
+         b'{"model": "%s", "prompt": "a", "prompt": "b"}' % model.encode(), 400),
     ]  # fmt: skip
     rows = []
     for name, path, body, want in requests:
@@ -100,6 +123,9 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
         except Exception:  # noqa: BLE001  not an OpenAI error body: the row fails
             message = ""
         rows.append(_row(name, r.status_code, want, time.perf_counter() - t0, peak[0], message))
+    peak[0], t0 = 0, time.perf_counter()
+    code, message = _bad_content_length(port)
+    rows.append(_row("Content-Length: abc", code, 400, time.perf_counter() - t0, peak[0], message))
     peak[0], t0 = 0, time.perf_counter()
     code, details = _grpc_garbage(f"127.0.0.1:{grpc_port}")
     rows.append(_row("gRPC garbage bytes", code, "INVALID_ARGUMENT", time.perf_counter() - t0,

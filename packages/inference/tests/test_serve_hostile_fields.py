@@ -6,8 +6,11 @@ negative top_logprobs without logprobs, and suffix / tools / response_format wer
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
+from wse_inference.serve.admission import RequestLimits
 from wse_inference.serve.testing import running_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -44,6 +47,15 @@ def server():
         (CHAT, "tools", [{"type": "function", "function": {"name": "f"}}], "not supported"),
         (CHAT, "response_format", {"type": "json_object"}, "not supported"),
         (CHAT, "response_format", "json", "not supported"),
+        (C, "temperature", 1e308, "[0, 2]"),  # issue 56: OpenAI's range, 1e308 was sampled
+        (CHAT, "temperature", 2.5, "[0, 2]"),
+        (C, "temperature", -0.5, "[0, 2]"),
+        (C, "top_p", 1e308, "(0, 1]"),
+        (C, "presence_penalty", -1e308, "[-2, 2]"),
+        (CHAT, "frequency_penalty", 2.01, "[-2, 2]"),
+        (C, "n", 0, "1..16"),
+        (C, "logprobs", 10**9, "0..20"),
+        (CHAT, "max_completion_tokens", 2**70, "differ"),  # was ignored beside max_tokens
     ],
 )
 def test_a_bad_field_is_a_400_naming_it(server, route, field, value, words):
@@ -58,7 +70,8 @@ def test_a_bad_field_is_a_400_naming_it(server, route, field, value, words):
 @pytest.mark.parametrize(
     "field, value",
     [("stream", None), ("stream", False), ("stream_options", None), ("echo", None),
-     ("response_format", {"type": "text"}), ("tools", []), ("suffix", "")],
+     ("response_format", {"type": "text"}), ("tools", []), ("suffix", ""), ("temperature", 2),
+     ("temperature", 0), ("top_p", 1), ("presence_penalty", -2), ("max_completion_tokens", 3)],
 )  # fmt: skip
 def test_null_and_neutral_values_are_still_accepted(server, field, value):
     body = {**BASE[C], field: value}
@@ -72,3 +85,49 @@ def test_a_number_of_5000_digits_is_refused_without_python_advice(server):
     assert r.status_code == 400
     msg = r.json()["error"]["message"]
     assert "4300 digits" in msg and "sys." not in msg, msg
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [(b'{"model": "mock", "prompt": "a", "prompt": "b"}', "'prompt' appears more than once"),
+     (b'{"model": "mock", "prompt": "a", "user": NaN}', "NaN is not a JSON value"),
+     (b'{"model": "mock", "prompt": "a", "top_p": Infinity}', "Infinity is not a JSON value")],
+)  # fmt: skip
+def test_json_python_reads_but_json_does_not_have_is_a_400(server, raw, words):
+    # issue 56: a duplicated key silently took the last value; NaN / Infinity were read
+    r = httpx.post(server.http_url + C, content=raw, timeout=30)
+    assert r.status_code == 400 and words in r.json()["error"]["message"], r.text[:300]
+
+
+def _raw_request(server, head: bytes, timeout_s: float = 30) -> tuple[bytes, bytes]:
+    import socket
+
+    host, port = server.http_url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
+        s.sendall(head)
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+            if b"\r\n\r\n" in answer and answer.rstrip().endswith(b"}"):
+                break
+    status, _, body = answer.partition(b"\r\n\r\n")
+    return status.split(b"\r\n")[0], body
+
+
+@pytest.mark.parametrize("declared", [b"abc", b"-1", b"1e3", b"5, 6"])
+def test_a_content_length_h11_cannot_read_gets_a_json_400(server, declared):
+    # issue 56: uvicorn answered these with text/plain "Invalid HTTP request received."
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + declared
+    status, body = _raw_request(server, head + b"\r\n\r\n{}")
+    assert status.split()[1] == b"400", status
+    msg = json.loads(body)["error"]["message"]
+    assert "Content-Length" in msg and "decimal integer" in msg and "\n" not in msg, msg
+
+
+def test_a_body_shorter_than_its_content_length_is_a_400_not_a_hang():
+    with running_server(grpc=False, limits=RequestLimits(body_idle_s=0.5)) as server:
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{}"
+        status, body = _raw_request(server, head, timeout_s=20)
+        assert status.split()[1] == b"400", status
+        msg = json.loads(body)["error"]["message"]
+        assert "stopped arriving" in msg and "100 bytes" in msg, msg

@@ -261,3 +261,17 @@ def test_a_nan_weight_is_a_checkpoint_error_naming_it(saved):
     _edit_tensors(saved, edit)
     with pytest.raises(wm.CheckpointError, match=rf"'{name}' in .* holds 1 NaN or infinite"):
         wm.from_pretrained(saved)
+
+
+@pytest.mark.parametrize(
+    ("rope", "match"),
+    [({"rope_scaling": "x"}, "rope_scaling must be an object or null, got 'x'"),
+     ({"rope_parameters": [1]}, "rope_parameters must be an object"),
+     ({"rope_scaling": {"rope_type": "llama3"}}, "needs a factor")],
+)  # fmt: skip
+def test_a_rope_setting_of_the_wrong_shape_is_a_checkpoint_error(rope, match):
+    # issue 56: "x" was "dictionary update sequence element #0 has length 1", no factor a
+    # KeyError 'factor'
+    d = {**wm.config_to_hf(tiny_config("llama")), "rope_parameters": None, **rope}
+    with pytest.raises(wm.CheckpointError, match=match):
+        wm.config_from_hf(d)

@@ -79,8 +79,12 @@ def _gpt2(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rope(d: dict[str, Any]) -> tuple[float, RopeScaling | None]:
-    params = dict(d.get("rope_scaling") or {})
-    params.update(d.get("rope_parameters") or {})
+    params: dict[str, Any] = {}
+    for key in ("rope_scaling", "rope_parameters"):  # transformers 4.x, then 5.x
+        value = d.get(key) or {}
+        if not isinstance(value, dict):
+            raise CheckpointError(f"{key} must be an object or null, got {value!r:.60}")
+        params.update(value)
     theta = float(params.get("rope_theta", d.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     if kind in (None, "default"):
@@ -90,6 +94,8 @@ def _rope(d: dict[str, Any]) -> tuple[float, RopeScaling | None]:
             f"unsupported config option rope_type={kind!r}; wse_models supports "
             "'default' and 'llama3'"
         )
+    if "factor" not in params:
+        raise CheckpointError("rope_type 'llama3' needs a factor (rope_scaling.factor)")
     scaling = RopeScaling(
         factor=float(params["factor"]),
         low_freq_factor=float(params.get("low_freq_factor", 1.0)),

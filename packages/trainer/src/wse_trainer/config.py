@@ -136,20 +136,6 @@ SECTIONS: dict[str, type | None] = {
 SHIPPED = ("tiny", "gpt2_124m", "llama3_8b", "llama3_70b", "llama_1t", "llama_24t")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one."""
-
-    def construct_mapping(self, node, deep=False):  # type: ignore[override]
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                mark = key_node.start_mark
-                raise ConfigError(f"duplicate key {key!r} at line {mark.line + 1}; keep one")
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def _check_type(where: str, value: Any, annotation: Any) -> Any:
     hint = typing.get_type_hints(annotation[0])[annotation[1]]
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
@@ -253,7 +239,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read a params YAML file (or a shipped config name) and apply dotted overrides."""
     text = _read_params(path)
     try:
-        data = load_yaml(text, f"params file {str(path)!r}", _UniqueKeyLoader) or {}
+        data = load_yaml(text, f"params file {str(path)!r}") or {}
     except yaml.YAMLError as e:
         raise ConfigError(
             f"params file {str(path)!r} is not valid YAML: {yaml_problem(e)}"

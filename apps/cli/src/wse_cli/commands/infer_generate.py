@@ -15,7 +15,7 @@ on the serving engine, `SpeculativeEngine`, whose rounds also give logprobs; wit
 token ids, text, metrics and (`--logprobs N`) each token's raw logprob and its N most likely
 alternatives [[id, logprob], ...] as one JSON object. Bad
 input (missing/incompatible checkpoint, prompt longer than the context, max_tokens <= 0,
-temperature < 0, top_p outside (0, 1], draft/target vocabulary mismatch) exits 2 with one
+temperature outside [0, 2], top_p outside (0, 1], draft/target vocabulary mismatch) exits 2 with one
 line. Heavy packages are imported inside the command, so `wse --help` stays fast.
 """
 
@@ -112,7 +112,9 @@ def generate(
     prompt: str = typer.Option(None, "--prompt", help="Prompt text."),
     prompt_ids: str = typer.Option(None, "--prompt-ids", help="Ids: 1,2,3."),
     max_tokens: int = number(32, "--max-tokens", help="Tokens to make.", kind=int, ge=1),
-    temperature: float = number(1.0, "--temperature", help="0 is greedy.", ge=0),
+    temperature: float = number(  # the server's range (admission.MAX_TEMPERATURE, OpenAI's)
+        1.0, "--temperature", help="In [0, 2]; 0 is greedy.", ge=0, le=2
+    ),
     top_k: int = number(
         0, "--top-k", help="0 disables (int32 on the device).", kind=int, ge=0, le=INT32_MAX
     ),

@@ -184,6 +184,8 @@ def serve(
     """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
     if not host.strip():  # uvicorn reads "" as every interface
         fail("--host must be an address, e.g. 127.0.0.1 (0.0.0.0: every interface); got ''")
+    if served_model_name == "":  # was served under the engine's name, silently
+        fail("--served-model-name must not be empty; leave it out to use the model's own name")
     if served_model_name is not None and served_model_name != served_model_name.strip():
         fail(f"--served-model-name {served_model_name!r} has leading or trailing blanks")
     _check_ports(host, port, grpc_port)

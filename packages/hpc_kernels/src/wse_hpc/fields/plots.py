@@ -34,6 +34,7 @@ def plot_temperature(run, path: str | Path) -> Path:
     ax.set(title=f"{case}: step {step}, t {t:.3g}, Nu {nu:.4f}, KE {ke:.3g}",
            xlabel="x (PE row)", ylabel="vertical")  # fmt: skip
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)

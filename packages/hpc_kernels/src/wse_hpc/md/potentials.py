@@ -297,5 +297,6 @@ def write_setfl(pot: EamPotential, path: str | Path, comments: Sequence[str] = (
         for b in range(a + 1):
             out.append(table_text(pot.z2r[a, b]))
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
     path.write_text("".join(out))
     return path

@@ -59,6 +59,7 @@ def write_xyz(
 ) -> Path:
     """Write (or append) frames; `info` adds key=value pairs to every comment line."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
     with open(path, "a" if append else "w") as f:
         for s in frames:
             cols = [s.positions_A]
@@ -116,6 +117,11 @@ def _columns(props: str, lineno: int) -> list[tuple[str, int, int]]:
             raise XyzError(f"line {lineno}: Properties count of {name!r} must be >= 1, got {n}")
         out.append((name, col, n))
         col += n
+    if out[0][0] != "species" or out[0][2] != 1:  # the reader takes column 0 as the symbol
+        raise XyzError(
+            f"line {lineno}: Properties must start with species:S:1 (the element symbol), "
+            f"got {props[:60]!r}"
+        )
     return out
 
 

@@ -46,6 +46,7 @@ def plot_run(run: RunReport, path: str | Path) -> Path:
     fig.suptitle(f"{nx} x {ny} x {nz} on {cfg['preset']}, {cfg['dtype']}")
     fig.tight_layout()
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -270,6 +270,7 @@ def tlrmvm_numpy(op: TlrOperator, x: np.ndarray, *, adjoint: bool = False) -> np
 def save_operator(op: TlrOperator, path: str | Path) -> Path:
     """Write `op` to an uncompressed `.npz` (bases flattened, ranks and shape kept)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
     np.savez(
         path,
         format=np.int64(_FORMAT),

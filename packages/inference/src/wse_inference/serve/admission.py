@@ -5,9 +5,10 @@ One validator for both front ends, in the order a request meets it:
 1. `RequestLimits`: the body (HTTP) or message (gRPC) size, `RequestTooLargeError` (HTTP 413;
    gRPC's own RESOURCE_EXHAUSTED past `max_receive_message_length`), and the JSON nesting
    depth (HTTP; protobuf messages have a fixed depth);
-2. before any tokenization, `check_sampling` (every sampling setting: temperature, top_p,
-   top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most `max_stop` stop strings, a seed
-   that is a 64-bit signed integer, also seed + n - 1 for n choices) and `encode_prompt`, which
+2. before any tokenization, `check_sampling` (every sampling setting: temperature in [0, 2]
+   (OpenAI's range), top_p, top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most
+   `max_stop` stop strings (empty ones counted), a seed that is a 64-bit signed integer,
+   also seed + n - 1 for n choices) and `encode_prompt`, which
    refuses a prompt text longer in UTF-8 bytes than `max_context` tokens of this tokenizer can
    hold (`tokenizer.max_token_bytes`, when the tokenizer declares it) before encoding it;
 3. after tokenization, `check_request` (in `Scheduler.submit`): an empty prompt, token ids
@@ -41,6 +42,7 @@ __all__ = [
     "RequestLimits",
     "SEED_MIN",
     "SEED_MAX",
+    "MAX_TEMPERATURE",
     "check_sampling",
     "encode_prompt",
     "check_request",
@@ -49,6 +51,7 @@ __all__ = [
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # seeds are int64 (vLLM's range, the proto's type)
 INT32_MAX = 2**31 - 1  # top_k and the other counts travel as int32 on the device
+MAX_TEMPERATURE = 2.0  # OpenAI's documented range is [0, 2]; 1e308 was taken (issue 56)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,6 +61,7 @@ class RequestLimits:
     max_body_bytes: int = 2**21  # 2 MiB: an HTTP body (413) or a gRPC message
     max_json_depth: int = 32  # nested objects and lists in an HTTP body (400)
     max_stop: int = 4  # stop strings (OpenAI's limit)
+    body_idle_s: float = 10.0  # an HTTP body that sends nothing for this long is refused (400)
 
 
 class InvalidRequestError(WseError):
@@ -107,9 +111,11 @@ def context_length_message(max_context: int, prompt_tokens: int, completion_toke
 def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimits) -> None:
     """Raise `InvalidRequestError` for a sampling setting no engine can run (see the module
     docstring); nothing here depends on the prompt, so it runs before tokenization."""
-    if not (sampling.temperature >= 0 and math.isfinite(sampling.temperature)):
+    if not 0 <= sampling.temperature <= MAX_TEMPERATURE:  # NaN fails both comparisons
         raise InvalidRequestError(
-            f"temperature must be >= 0, got {sampling.temperature}.", param="temperature"
+            f"temperature must be in [0, {MAX_TEMPERATURE:g}] (0 is greedy), got "
+            f"{sampling.temperature}.",
+            param="temperature",
         )
     if not 0 < sampling.top_p <= 1:
         raise InvalidRequestError(f"top_p must be in (0, 1], got {sampling.top_p}.", param="top_p")

@@ -57,7 +57,13 @@ from wse_inference.serve.admission import (
     ShuttingDownError,
 )
 from wse_inference.serve.generation import Generation
-from wse_inference.serve.http_body import ClientGone, read_json, refusal_response, run_off_loop
+from wse_inference.serve.http_body import (
+    ClientGone,
+    JsonErrorsH11Protocol,
+    read_json,
+    refusal_response,
+    run_off_loop,
+)
 from wse_inference.serve.metrics import CONTENT_TYPE, ServeMetrics
 from wse_inference.serve.openai_response import error_response
 from wse_inference.serve.scheduler import Scheduler
@@ -280,7 +286,7 @@ class Server:
                 log_level="warning",
                 access_log=False,
                 lifespan="off",
-                http="h11",
+                http=JsonErrorsH11Protocol,  # h11, with OpenAI's JSON body on a parse error
                 ws="none",
                 timeout_graceful_shutdown=math.ceil(config.drain_s + 2),
             ),

@@ -4,11 +4,19 @@
 - `RequestTooLargeError` (413) when `Content-Length` says more than `limits.max_body_bytes`
   (nothing is read), or when a body without one (chunked) grows past it while it streams in;
 - `InvalidRequestError` (400): a `Content-Length` that is not a number, a body that is not
-  UTF-8 JSON (code invalid_json), or one nested deeper than `limits.max_json_depth`
+  UTF-8 JSON (code invalid_json; NaN / Infinity and a key twice in one object included), or
+  one nested deeper than `limits.max_json_depth`
   (checked without recursion, before anything walks the value);
 - `ClientGone` when the client disconnected while sending it (nobody is left to answer).
 
 `refusal_response(error, metrics)` is the HTTP answer to any refusal (400, 413, 429, 503).
+
+A body that stops arriving (a Content-Length larger than what is sent) is refused with 400
+after `limits.body_idle_s` seconds without a byte, instead of holding the connection forever.
+Requests h11 cannot parse at all (a Content-Length of "abc" or -1, an illegal header line)
+never reach the app: `JsonErrorsH11Protocol`, the uvicorn protocol the server runs, answers
+them with the same OpenAI JSON error body (uvicorn's own answer is plain text) saying what h11
+found.
 
 The bytes arrive on the event loop; parsing them, and the CPU work that follows (`run_off_loop`:
 validation and tokenization), runs in a worker thread, so `/health` and the streams in flight
@@ -17,14 +25,17 @@ are answered while a large or hostile body is being refused.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import h11
 from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from wse_inference.serve.admission import (
     InvalidRequestError,
@@ -33,9 +44,16 @@ from wse_inference.serve.admission import (
     RequestTooLargeError,
 )
 from wse_inference.serve.metrics import ServeMetrics
-from wse_inference.serve.openai_response import error_response
+from wse_inference.serve.openai_response import error_body, error_response
 
-__all__ = ["ClientGone", "read_json", "json_depth", "run_off_loop", "refusal_response"]
+__all__ = [
+    "ClientGone",
+    "read_json",
+    "json_depth",
+    "run_off_loop",
+    "refusal_response",
+    "JsonErrorsH11Protocol",
+]
 
 T = TypeVar("T")
 
@@ -49,7 +67,7 @@ async def run_off_loop(fn: Callable[..., T], *args: Any) -> T:
     return await run_in_threadpool(fn, *args)
 
 
-async def _read_bytes(request: Request, limit: int) -> bytes:
+async def _read_bytes(request: Request, limit: int, idle_s: float) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -61,14 +79,25 @@ async def _read_bytes(request: Request, limit: int) -> bytes:
         if size > limit:
             raise RequestTooLargeError(size, limit)
     chunks, size = [], 0
+    stream = request.stream()
     try:
-        async for chunk in request.stream():
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(stream), idle_s)
+            except StopAsyncIteration:
+                break
             size += len(chunk)
             if size > limit:
                 raise RequestTooLargeError(None, limit)
             chunks.append(chunk)
     except ClientDisconnect:
         raise ClientGone() from None
+    except TimeoutError:
+        said = "" if declared is None else f" of the {declared} bytes its Content-Length says"
+        raise InvalidRequestError(
+            f"The request body stopped arriving: {size:,} bytes{said} came, then nothing for "
+            f"{idle_s:g} s. Send the whole body, with a Content-Length that is its size."
+        ) from None
     return b"".join(chunks)
 
 
@@ -86,13 +115,31 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
+def _not_json(word: str) -> Any:
+    """NaN, Infinity and -Infinity: Python's json reads them, JSON has no such values."""
+    raise ValueError(f"{word} is not a JSON value (numbers must be finite)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are distinct: {"prompt": "a", "prompt": "b"} is ambiguous (the
+    last would silently win), so it is refused."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key[:40]!r} appears more than once in one object")
+            seen.add(key)
+    return out
+
+
 def _parse(raw: bytes, max_depth: int) -> Any:
     too_deep = InvalidRequestError(
         f"The request body nests objects and lists more than {max_depth} levels deep.",
         code="invalid_json",
     )
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_not_json, object_pairs_hook=_no_duplicates)
     except RecursionError:
         raise too_deep from None
     except (ValueError, UnicodeDecodeError) as e:
@@ -109,7 +156,7 @@ def _parse(raw: bytes, max_depth: int) -> Any:
 
 async def read_json(request: Request, limits: RequestLimits) -> Any:
     """The request's JSON body within `limits` (see the module docstring)."""
-    raw = await _read_bytes(request, limits.max_body_bytes)
+    raw = await _read_bytes(request, limits.max_body_bytes, limits.body_idle_s)
     return await run_off_loop(_parse, raw, limits.max_json_depth)
 
 
@@ -139,3 +186,40 @@ def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
         )
     metrics.reject("shutting_down")
     return error_response(503, str(e), type_="service_unavailable", code="shutting_down")
+
+
+class JsonErrorsH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, answering a request h11 cannot parse with OpenAI's JSON error
+    body naming what is wrong (uvicorn's own answer is text/plain "Invalid HTTP request
+    received."; such a request never reaches the app)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._why = ""
+        parse = self.conn.next_event
+
+        def next_event() -> Any:
+            try:
+                return parse()
+            except h11.RemoteProtocolError as e:
+                self._why = " ".join(str(e).split())[:200]
+                raise
+
+        self.conn.next_event = next_event  # type: ignore[method-assign]
+
+    def send_400_response(self, msg: str) -> None:
+        why = self._why or "not an HTTP/1.1 request"
+        if "Content-Length" in why:
+            why += "; Content-Length must be the body's size in bytes, one decimal integer >= 0"
+        err = error_body(f"Malformed HTTP request: {why}.", code="invalid_http")
+        body = json.dumps(err, separators=(",", ":")).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        head = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
+        self.transport.write(self.conn.send(head))
+        self.transport.write(self.conn.send(h11.Data(data=body)))
+        self.transport.write(self.conn.send(h11.EndOfMessage()))
+        self.transport.close()

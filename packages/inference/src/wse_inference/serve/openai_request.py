@@ -201,12 +201,19 @@ def _logprobs(body: dict, kind: str) -> int | None:
 
 
 def _max_tokens(body: dict) -> int | None:
-    """max_tokens, else max_completion_tokens (both checked: either may hold a bad value)."""
+    """max_tokens, else max_completion_tokens (both checked: either may hold a bad value, and
+    two different values are refused: which one wins differs between OpenAI and vLLM)."""
     max_tokens = _integer(body, "max_tokens", None)
     completion = _integer(body, "max_completion_tokens", None)
     if completion is not None and completion <= 0:
         raise _bad(f"max_completion_tokens must be at least 1, got {completion}.",
                    "max_completion_tokens")  # fmt: skip
+    if max_tokens is not None and completion is not None and max_tokens != completion:
+        raise _bad(
+            f"max_tokens ({max_tokens}) and max_completion_tokens ({completion}) differ; give "
+            "one of them (or the same value in both).",
+            "max_completion_tokens",
+        )
     return max_tokens if max_tokens is not None else completion
 
 

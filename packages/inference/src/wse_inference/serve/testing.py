@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from wse_inference.mock import MockEngine
+from wse_inference.serve.admission import RequestLimits
 from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.request import StreamEvent
 
@@ -40,6 +41,7 @@ def running_server(
     max_queued: int = 64,
     drain_s: float = 2.0,
     chat_template: str | None = None,
+    limits: RequestLimits | None = None,
     **engine_kw: object,
 ) -> Iterator[Server]:
     """A started mock server on 127.0.0.1 (free ports); yields the `Server`."""
@@ -50,6 +52,7 @@ def running_server(
         max_queued=max_queued,
         drain_s=drain_s,
         chat_template=chat_template,
+        limits=limits or RequestLimits(),
     )
     server = Server(engine, cfg).start()
     try:
@@ -85,6 +88,7 @@ _SERVE_CODE = """
 import ast
 import sys
 from wse_inference.mock import MockEngine
+from wse_inference.serve.admission import RequestLimits
 from wse_inference.serve.app import ServeConfig, serve
 kw = ast.literal_eval(sys.argv[1])
 serve(MockEngine(**kw.pop("engine")), ServeConfig(**kw), announce=lambda s: print(s, flush=True))

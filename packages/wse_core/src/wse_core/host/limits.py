@@ -1,12 +1,12 @@
 """The one table of limits: every size a user can give is bounded before it is used.
 
 Contract. `LIMITS` names each bound a user's input meets (slots, devices, processes, GPUs,
-file sizes, YAML alias expansion, JSON depth, chat-template work, an MD timestep), its value
-(a constant, or one computed from what this machine has), its unit, and the environment
-variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer). `check(name, value, what)`
-raises `LimitError` (a `WseError`: the `wse` command prints one line and exits 2) naming the
-value, the limit and its override; nothing is allocated, forked, looped over or imported
-before it. docs/limits.md is this table for users.
+file sizes, YAML alias expansion, JSON depth, chat-template work, an MD timestep, the
+values of a sweep), its value (a constant, or one computed from what this machine has), its
+unit, and the environment variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer).
+`check(name, value, what)` raises `LimitError` (a `WseError`: the `wse` command prints one
+line and exits 2) naming the value, the limit and its override; nothing is allocated,
+forked, looped over or imported before it. docs/limits.md is this table for users.
 
 Sizes that turn into host memory are also checked by `wse_core.host.memory.require` (what the
 machine has available; `WSE_HOST_MEMORY_BYTES` lowers it, nothing raises it).
@@ -19,7 +19,8 @@ The readers every file of the stack goes through:
 - `load_yaml(text, what, loader=...)`: YAML whose node count, every alias expanded, is at
   most `yaml_nodes` (counted on the composed graph, linear in its distinct nodes, before any
   Python object is built; a recursive alias is refused), nested at most `json_depth` levels
-  (flow brackets counted on the text before PyYAML's scanner, which is quadratic in them).
+  (flow brackets counted on the text before PyYAML's scanner, which is quadratic in them),
+  each mapping's keys distinct text (`names_loader`: a key twice or `1: 2` is refused).
 """
 
 from __future__ import annotations
@@ -171,6 +172,13 @@ LIMITS: dict[str, Limit] = {
             "(0.79 THz, the lowest of the metals: 402 fs), to 100 fs; LAMMPS metal runs use 1-5 fs",
         ),
         Limit(
+            "sweep_values",
+            lambda: 64,
+            "values",
+            "settings of one `--sweep` (each reruns every prediction)",
+            "the shipped plausible ranges have at most 5; a table of 64 columns is unreadable",
+        ),
+        Limit(
             "template_ms",
             lambda: 2000,
             "ms",
@@ -294,15 +302,46 @@ def _children(node: Any) -> list[Any]:
     return list(value)
 
 
-def load_yaml(text: str, what: str, loader: Any = None) -> Any:
-    """YAML through `loader` (default `yaml.SafeLoader`) within `yaml_nodes` expanded nodes
-    and `json_depth` levels; yaml.YAMLError passes through for the caller to phrase."""
-    import yaml
+_NAMES_LOADER: list[Any] = []  # built on first use: importing yaml costs `wse --help` time
 
+
+def names_loader() -> Any:
+    """`yaml.SafeLoader` whose mappings have distinct text keys: a key given twice (PyYAML
+    keeps the last one silently) and a key that is not text (`1: 2`, `? [a, b]`: unhashable,
+    or not a field name) are a `yaml.constructor.ConstructorError` at the key's line."""
+    if not _NAMES_LOADER:
+        import yaml
+
+        class NamesLoader(yaml.SafeLoader):
+            def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+                seen: set[str] = set()
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=deep)
+                    line = key_node.start_mark.line + 1
+                    if not isinstance(key_node, yaml.ScalarNode):
+                        why = f"the key at line {line} is a {key_node.id}; keys are names"
+                    elif not isinstance(key, str):
+                        why = f"key {key!r:.40} at line {line} is not a name; keys are text"
+                    elif key in seen:
+                        why = f"duplicate key {key[:40]!r} at line {line}; keep one"
+                    else:
+                        seen.add(key)
+                        continue
+                    raise yaml.constructor.ConstructorError(problem=why)
+                return super().construct_mapping(node, deep=deep)
+
+        _NAMES_LOADER.append(NamesLoader)
+    return _NAMES_LOADER[0]
+
+
+def load_yaml(text: str, what: str, loader: Any = None) -> Any:
+    """YAML through `loader` (default `names_loader()`: distinct text keys) within
+    `yaml_nodes` expanded nodes and `json_depth` levels; yaml.YAMLError passes through for
+    the caller to phrase."""
     depth = text_depth(text)  # flow [ { nesting, before PyYAML's scanner (quadratic in it)
     if depth > limit("json_depth"):
         raise refusal("json_depth", f"the nesting of {what}", f"{depth:,} levels")
-    loader_cls = loader or yaml.SafeLoader
+    loader_cls = loader or names_loader()
     ld = loader_cls(text)
     try:
         try:

@@ -80,7 +80,7 @@ def available_bytes(held_bytes: int = 0, *, share: bool = True) -> int:
     if cap:
         try:
             limit = int(float(cap))
-        except ValueError:
+        except (ValueError, OverflowError):  # 'abc', 'nan', '1e400' (inf)
             raise WseError(f"{ENV_LIMIT} must be a number of bytes, got {cap!r}") from None
         if limit <= 0:
             raise WseError(f"{ENV_LIMIT} must be positive, got {cap!r}")

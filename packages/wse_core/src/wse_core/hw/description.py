@@ -122,6 +122,11 @@ class WaferSpec:
             raise SpecError(f"fp32_mul_width must be > 0, got {self.fp32_mul_width!r}")
         if self.overlap not in (0, 1, 0.0, 1.0):
             raise SpecError(f"overlap must be 0 (serial) or 1 (full overlap), got {self.overlap!r}")
+        for field in ("simd_widths", "flops_per_cycle"):  # a number or a list in a spec file
+            if not isinstance(getattr(self, field), Mapping):
+                raise SpecError(
+                    f"{field} must be a mapping of key: number, got {getattr(self, field)!r:.80}"
+                )
         widths = dict(self.simd_widths)
         for key, width in widths.items():
             kind, _, dtype = str(key).partition(".")
@@ -143,7 +148,9 @@ class WaferSpec:
                 f"flops_per_cycle has unknown dtype {bad!r}{suggest(bad, DTYPES)}; "
                 f"known: {', '.join(DTYPES)}"
             )
-        if not all(0 < v < math.inf for v in flops.values()) or "fp32" not in flops:
+        values = flops.values()
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        if not numbers or not all(0 < v < math.inf for v in values) or "fp32" not in flops:
             raise SpecError(
                 "flops_per_cycle needs positive finite values and at least an 'fp32' entry, "
                 f"got {flops!r}"

@@ -77,15 +77,19 @@ def _label(row: PredictionRow) -> str:
 def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
     """ "KEY=a,b,c" -> (KEY, values); "KEY" -> (KEY, None: the constant's range)."""
     from wse_core.cost.assumptions import parse_assumptions
+    from wse_core.host.limits import check
 
     key, sep, rest = item.partition("=")
     key = key.strip()
+    if not key:
+        raise SpecError(f"--sweep takes KEY=a,b,c or KEY, got {item!r}")
     if not sep:
         parse_assumptions([f"{key}=0"])  # the key must be a known assumption
         return key, None
     parts = [v for v in rest.split(",") if v.strip()]
     if not parts:
         raise SpecError(f"--sweep takes KEY=a,b,c, got {item!r}")
+    check("sweep_values", len(parts), "--sweep's number of values")  # each reruns everything
     values = tuple(parse_assumptions([f"{key}={v}"])[key] for v in parts)
     return key, values
 

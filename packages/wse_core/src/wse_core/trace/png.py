@@ -6,9 +6,10 @@ matplotlib Figure, e.g. an experiment's extra figure) and `figure_png(trace, pat
 them (`wse view --png`): SRAM
 in use per PE, busy cycles per PE with each phase's critical PE circled, link traffic (the
 four directions' wavelets per PE) and defects and regions (detour hops, dead PEs at their
-physical position, region outlines). Sum layers in blocks are drawn per PE (the block's
-mean), as on the page; each colour bar names its unit. Here, in wse_core, so that the
-packages' experiments draw the same view as the CLI.
+physical position, the first MAX_REGIONS regions outlined, the first MAX_LABELS named in at
+most LABEL_CHARS characters: a PNG of any trace takes seconds). Sum layers in blocks are
+drawn per PE (the block's mean), as on the page; each colour bar names its unit. Here, in
+wse_core, so that the packages' experiments draw the same view as the CLI.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def trace_figure(trace: PeTrace, title: str | None = None) -> Any:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
 
     heading, b = title, trace.block
@@ -71,11 +73,18 @@ def trace_figure(trace: PeTrace, title: str | None = None) -> Any:
     ax = axes[1, 1]
     if len(trace.dead):
         ax.plot(trace.dead[:, 1], trace.dead[:, 0], "s", ms=2.5, color="#ff3030", label="dead PE")
-    colors = [plt.get_cmap("tab20")(k) for k in range(20)]
-    for n, g in enumerate(trace.regions[:MAX_REGIONS]):  # beyond: unreadable, and slow
-        r0, c0, nr, nc = g["rect"]
-        ax.add_patch(Rectangle((c0 - 0.5, r0 - 0.5), nc, nr, fill=False, ec=colors[n % 20], lw=1.2))
-        ax.text(c0, r0, g["name"], color=colors[n % 20], fontsize=7, va="top")
+    colors = [plt.get_cmap("tab20")(k % 20) for k in range(MAX_REGIONS)]
+    shown = trace.regions[:MAX_REGIONS]  # beyond: unreadable, and slow
+    rects = (g["rect"] for g in shown)
+    boxes = [Rectangle((c0 - 0.5, r0 - 0.5), nc, nr) for r0, c0, nr, nc in rects]
+    ax.add_collection(  # one artist, clipped to the wafer (the view keeps the wafer's extent)
+        PatchCollection(boxes, facecolor="none", edgecolor=colors[: len(boxes)], lw=1.2),
+        autolim=False,
+    )
+    for n, g in enumerate(shown[:MAX_LABELS]):  # text is matplotlib's slow part: 1,000
+        r0, c0 = g["rect"][:2]  # labels of 1,000 characters took 25 s
+        ax.text(c0, r0, _label(g["name"]), color=colors[n], fontsize=7, va="top", clip_on=True,
+                in_layout=False)  # fmt: skip
     if len(trace.regions) > MAX_REGIONS:
         ax.plot([], [], " ", label=f"first {MAX_REGIONS} of {len(trace.regions):,} regions")
     if len(trace.dead) or len(trace.regions) > MAX_REGIONS:
@@ -90,7 +99,13 @@ def trace_figure(trace: PeTrace, title: str | None = None) -> Any:
     return fig
 
 
-MAX_REGIONS = 200  # regions drawn with their names on the PNG
+MAX_REGIONS = 200  # regions outlined on the PNG
+MAX_LABELS = 40  # of those, the first ones named (at most LABEL_CHARS characters each)
+LABEL_CHARS = 24
+
+
+def _label(name: str) -> str:
+    return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
 
 
 def figure_png(trace: PeTrace, path: str | Path) -> Path:
