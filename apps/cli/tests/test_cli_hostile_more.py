@@ -1,4 +1,4 @@
-"""Hostile inputs found by issue 56's hunt (the options and files issue 54's left untried):
+"""Hostile inputs found by stop 55's hunt (the options and files stop 54's left untried):
 each exits 2 with one line naming the input and what is allowed, before any work, with
 nothing written."""
 
@@ -46,7 +46,7 @@ def test_generate_temperature_outside_openai_range_is_refused(value):
     ],
 )  # fmt: skip
 def test_yaml_keys_and_spec_mappings_of_the_wrong_shape(tmp_path, cmd, text, message):
-    # issue 56: each was a TypeError traceback (difflib on an int key, spec_from(**{1: 2}),
+    # hunt 55: each was a TypeError traceback (difflib on an int key, spec_from(**{1: 2}),
     # dict(5), 0 < 'abc'), or a duplicate key silently kept the last value (spec files)
     f = tmp_path / "in.yaml"
     f.write_text(text)
@@ -59,7 +59,7 @@ def test_set_of_a_mapping_field_to_a_number_is_refused(field):
 
 
 def test_md_structure_whose_properties_do_not_start_with_species(tmp_path):
-    # issue 56: species read from column 0 whatever Properties said, then a numpy broadcast
+    # hunt 55: species read from column 0 whatever Properties said, then a numpy broadcast
     # ValueError traceback
     pot = tmp_path / "Cu.eam.alloy"
     code, output = invoke(ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", pot])
@@ -73,7 +73,7 @@ def test_md_structure_whose_properties_do_not_start_with_species(tmp_path):
 
 
 def test_outputs_in_folders_that_do_not_exist_yet_are_written(tmp_path):
-    # issue 56: the CLI accepts a path whose folders do not exist (the nearest existing one
+    # hunt 55: the CLI accepts a path whose folders do not exist (the nearest existing one
     # is writable; "folders between are created by the writer"), but these writers did not
     # create them: a FileNotFoundError traceback after the work
     new = tmp_path / "a" / "b"
@@ -94,7 +94,7 @@ def test_outputs_in_folders_that_do_not_exist_yet_are_written(tmp_path):
 
 @pytest.mark.parametrize("value", ["1e400", "nan", "abc", "-1"])
 def test_a_host_memory_cap_that_is_not_a_byte_count_is_one_error(monkeypatch, value):
-    # issue 56: 1e400 (float inf) was an OverflowError traceback from int(inf)
+    # hunt 55: 1e400 (float inf) was an OverflowError traceback from int(inf)
     from wse_core.errors import WseError
     from wse_core.host.memory import available_bytes
 
@@ -110,11 +110,11 @@ def test_a_host_memory_cap_that_is_not_a_byte_count_is_one_error(monkeypatch, va
      ("=1,2", "--sweep takes KEY=a,b,c or KEY")],
 )  # fmt: skip
 def test_experiment_sweeps_are_bounded_and_named(sweep, message):
-    # issue 56: 100,000 values ran for more than 15 minutes (each reruns every prediction)
+    # hunt 55: 100,000 values ran for more than 15 minutes (each reruns every prediction)
     _refused(["experiments", "run", "wafer-yield", "--quick", "--sweep", sweep], message)
 
 
 def test_serve_refuses_an_empty_served_model_name():
-    # issue 56: '' was dropped and the engine's own name served, silently
+    # hunt 55: '' was dropped and the engine's own name served, silently
     args = ["infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""]
     _refused(args, "--served-model-name must not be empty")

@@ -47,7 +47,7 @@ def server():
         (CHAT, "tools", [{"type": "function", "function": {"name": "f"}}], "not supported"),
         (CHAT, "response_format", {"type": "json_object"}, "not supported"),
         (CHAT, "response_format", "json", "not supported"),
-        (C, "temperature", 1e308, "[0, 2]"),  # issue 56: OpenAI's range, 1e308 was sampled
+        (C, "temperature", 1e308, "[0, 2]"),  # hunt 55: OpenAI's range, 1e308 was sampled
         (CHAT, "temperature", 2.5, "[0, 2]"),
         (C, "temperature", -0.5, "[0, 2]"),
         (C, "top_p", 1e308, "(0, 1]"),
@@ -94,7 +94,7 @@ def test_a_number_of_5000_digits_is_refused_without_python_advice(server):
      (b'{"model": "mock", "prompt": "a", "top_p": Infinity}', "Infinity is not a JSON value")],
 )  # fmt: skip
 def test_json_python_reads_but_json_does_not_have_is_a_400(server, raw, words):
-    # issue 56: a duplicated key silently took the last value; NaN / Infinity were read
+    # hunt 55: a duplicated key silently took the last value; NaN / Infinity were read
     r = httpx.post(server.http_url + C, content=raw, timeout=30)
     assert r.status_code == 400 and words in r.json()["error"]["message"], r.text[:300]
 
@@ -116,7 +116,7 @@ def _raw_request(server, head: bytes, timeout_s: float = 30) -> tuple[bytes, byt
 
 @pytest.mark.parametrize("declared", [b"abc", b"-1", b"1e3", b"5, 6"])
 def test_a_content_length_h11_cannot_read_gets_a_json_400(server, declared):
-    # issue 56: uvicorn answered these with text/plain "Invalid HTTP request received."
+    # hunt 55: uvicorn answered these with text/plain "Invalid HTTP request received."
     head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + declared
     status, body = _raw_request(server, head + b"\r\n\r\n{}")
     assert status.split()[1] == b"400", status

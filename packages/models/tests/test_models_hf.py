@@ -270,7 +270,7 @@ def test_a_nan_weight_is_a_checkpoint_error_naming_it(saved):
      ({"rope_scaling": {"rope_type": "llama3"}}, "needs a factor")],
 )  # fmt: skip
 def test_a_rope_setting_of_the_wrong_shape_is_a_checkpoint_error(rope, match):
-    # issue 56: "x" was "dictionary update sequence element #0 has length 1", no factor a
+    # hunt 55: "x" was "dictionary update sequence element #0 has length 1", no factor a
     # KeyError 'factor'
     d = {**wm.config_to_hf(tiny_config("llama")), "rope_parameters": None, **rope}
     with pytest.raises(wm.CheckpointError, match=match):

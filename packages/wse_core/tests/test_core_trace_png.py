@@ -45,7 +45,7 @@ def test_write_experiment_writes_extra_figures_beside_figure_png(tmp_path):
 
 
 def test_many_long_region_names_draw_few_short_labels():
-    # issue 56: 10,000 regions named with 1,000 characters each took 25 s to draw (200 labels
+    # hunt 55: 10,000 regions named with 1,000 characters each took 25 s to draw (200 labels
     # of 1,000 characters); now 40 labels of at most 24 and one collection of 200 outlines
     import dataclasses
 

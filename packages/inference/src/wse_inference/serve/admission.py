@@ -51,7 +51,7 @@ __all__ = [
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # seeds are int64 (vLLM's range, the proto's type)
 INT32_MAX = 2**31 - 1  # top_k and the other counts travel as int32 on the device
-MAX_TEMPERATURE = 2.0  # OpenAI's documented range is [0, 2]; 1e308 was taken (issue 56)
+MAX_TEMPERATURE = 2.0  # OpenAI's documented range is [0, 2]; 1e308 was taken (hunt 55)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
