@@ -16,12 +16,21 @@ the thunks XLA:CPU runs, summed over the threads that ran them, as the trace rec
 a `while` loop's own line spans its body's ops, which the module's sum counts instead; the
 tracer itself adds some time to each). Pair an op's name with the module's optimized HLO
 (`XLA_FLAGS=--xla_dump_to=DIR`, `*.<module>.cpu_after_optimizations.txt`) to see what it is.
+
+`--timeline N` traces `--steps` steps (before any call is waited for) and prints, per CPU
+device, its busy and idle ms per step (busy: some HLO op of that device running on some
+thread), the idle before its first op and after its last one, and the N largest idle totals
+between two calls, by the pair of modules around the gap. Each device runs its calls in
+dispatch order, so a gap before a call is the host dispatching late or the call waiting for
+an input from the other device (issue 44: at 2 cores device 1 idles 3-20 ms a step after
+its last call while device 0, MemoryX's, finishes the updates).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
 import statistics
 import sys
@@ -49,6 +58,9 @@ def main() -> None:
     ap.add_argument(
         "--fusions", type=int, default=0, metavar="N", help="Also each module's N costliest ops."
     )
+    ap.add_argument(
+        "--timeline", type=int, default=0, metavar="N", help="Also each device's idle, N gaps."
+    )
     args = ap.parse_args()
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
     from wse_core.host.runtime import configure, keep_freed_memory
@@ -71,6 +83,8 @@ def main() -> None:
     step, host = _cpu_ms(lambda: trainer.step(data), args.steps)
     print(f"{name}, {args.cores} core(s), {layout}: streamed step {step:.1f} CPU ms")
     print(f"  host thread (Python, dispatch) {host:.1f} CPU ms")
+    if args.timeline:
+        _timeline(lambda: trainer.step(data), args.steps, args.timeline)
     try:
         torch_step = bench_train.torch_contender(shape, data)
         print(f"  pytorch step {_cpu_ms(torch_step, args.steps)[0]:.1f} CPU ms")
@@ -117,9 +131,9 @@ def _busy(item) -> float:
     return -sum(item[1])
 
 
-def _fusions(step, steps: int, top: int) -> None:
-    """Busy ms per step of each compiled module and its `top` costliest HLO ops, from a
-    `jax.profiler` trace of `steps` calls of `step` (module docstring)."""
+def _trace_events(step, steps: int, mark: str = "") -> list[dict]:
+    """The trace events of `steps` calls of `step` under `jax.profiler.trace` (each call
+    inside an annotation named `mark`, when given)."""
     import gzip
     import json
     import tempfile
@@ -130,9 +144,57 @@ def _fusions(step, steps: int, top: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp, create_perfetto_trace=True):
             for _ in range(steps):
-                step()
+                if mark:
+                    with jax.profiler.TraceAnnotation(mark):
+                        step()
+                else:
+                    step()
         trace = next(Path(tmp).rglob("*.trace.json.gz"))
-        events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+        return json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+
+
+def _timeline(step, steps: int, top: int, merge_us: float = 50.0) -> None:
+    """Per device: busy and idle ms per step and where the idle lies (module docstring)."""
+    events = _trace_events(step, steps, mark="train_step")
+    marks = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "train_step")
+    ops = defaultdict(list)  # device -> (start, end, module) of its HLO ops
+    for e in events:
+        a = e.get("args", {})
+        if e.get("ph") == "X" and "device_ordinal" in a and "hlo_op" in a:
+            if not a["hlo_op"].startswith(_NESTING):
+                ops[a["device_ordinal"]].append((e["ts"], e["ts"] + e["dur"], a["hlo_module"]))
+    print(f"  timeline, ms per step ({steps} traced steps)")
+    for dev in sorted(ops):
+        busy = start = end = 0.0
+        between: dict[str, float] = defaultdict(float)
+        for t0, t1 in marks:
+            spans: list[list] = []  # merged op intervals: [start, end, first module, last]
+            for s, e, m in sorted(x for x in ops[dev] if t0 <= x[0] <= t1):
+                if spans and s - spans[-1][1] < merge_us:
+                    spans[-1][1], spans[-1][3] = max(spans[-1][1], e), m
+                else:
+                    spans.append([s, e, m, m])
+            if not spans:
+                continue
+            busy += sum(e - s for s, e, _, _ in spans)
+            start += spans[0][0] - t0
+            end += t1 - spans[-1][1]
+            for a, b in itertools.pairwise(spans):
+                between[f"{a[3]} -> {b[2]}"] += b[0] - a[1]
+        wall = sum(t1 - t0 for t0, t1 in marks)
+        n = 1e3 * len(marks)
+        print(
+            f"  device {dev}: busy {busy / n:.1f}, idle {(wall - busy) / n:.1f} "
+            f"(before its first op {start / n:.1f}, after its last {end / n:.1f})"
+        )
+        for pair, us in sorted(between.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"    {pair:<58}{us / n:>7.1f}")
+
+
+def _fusions(step, steps: int, top: int) -> None:
+    """Busy ms per step of each compiled module and its `top` costliest HLO ops, from a
+    `jax.profiler` trace of `steps` calls of `step` (module docstring)."""
+    events = _trace_events(step, steps)
     ops: dict[tuple[str, str], list[float]] = defaultdict(list)
     for e in events:
         a = e.get("args", {})
