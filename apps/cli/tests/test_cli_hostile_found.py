@@ -50,7 +50,7 @@ def files(tmp_path) -> Path:
         (["wafer", "info", "--set", "clock_hz=1e308", "--json"], "overflows a float"),
         (["wafer", "defects", "--set", "pe_rows=100000", "--set", "pe_cols=100000"],
          "of host memory"),
-        (["wafer", "defects", "--set", "spare_rows=100000000000"], "of host memory"),
+        (["wafer", "defects", "--set", "spare_rows=100000000000"], "[0, 100,000]"),
         (["wafer", "check", "--repeat", "1000000000"],
          "--repeat must be an integer in [1, 10000000]"),
     ],
