@@ -156,4 +156,7 @@ def found_cases() -> list[Case]:
             message="must be a number, got the text"),
         Case("found", "wafer info --set pe_rows=2**63", _const(
             "wafer", "info", "--set", "pe_rows=9223372036854775808"), message="[1, 100,000]"),
+        Case("found", "wafer info 20 MB comment-only spec", lambda fx, tmp: [
+            "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\n" + "# pad pad\n"
+            * 2_000_000)], message="WSE_LIMIT_YAML_BYTES"),
     ]  # fmt: skip

@@ -4,6 +4,8 @@ exits 2 with one line naming the input and what is allowed, before any work."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import typer
 from wse_cli.app import app
@@ -53,3 +55,17 @@ def test_spec_file_numbers_in_any_yaml_spelling_still_read(tmp_path):
 )
 def test_set_integers_past_the_model_are_refused_naming_the_bound(field, value):
     _refused(["wafer", "info", "--set", f"{field}={value}"], f"{field} must be an integer in [")
+
+
+def test_a_yaml_file_past_yaml_bytes_is_refused_before_parsing(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("base: wse3\n" + "# a comment that pads the file out\n" * 600_000)  # 21 MB
+    t0 = time.perf_counter()
+    line = _refused(["wafer", "info", "--spec", spec], "over the limit of 262,144 bytes")
+    assert "WSE_LIMIT_YAML_BYTES" in line and time.perf_counter() - t0 < 5  # parsing took 11 s
+    small = tmp_path / "small.yaml"
+    small.write_text("base: wse3\n" + "# pad\n" * 1000)
+    code, _ = invoke(ROOT, ["wafer", "info", "--spec", str(small)], None)
+    assert code == 0
+    env = {"WSE_LIMIT_YAML_BYTES": "100"}
+    _refused(["wafer", "info", "--spec", small], "WSE_LIMIT_YAML_BYTES", env)
