@@ -159,4 +159,9 @@ def found_cases() -> list[Case]:
         Case("found", "wafer info 20 MB comment-only spec", lambda fx, tmp: [
             "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\n" + "# pad pad\n"
             * 2_000_000)], message="WSE_LIMIT_YAML_BYTES"),
+        Case("found", "plan train --tokens 1e308", _const(
+            "plan", "train", "--model", "llama3-8b", "--tokens", "1e308"), message="1e+17]"),
+        Case("found", "plan train --systems 2**62", _const(
+            "plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--systems",
+            str(2**62)), message="--systems must be"),
     ]  # fmt: skip

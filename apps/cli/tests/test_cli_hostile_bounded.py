@@ -57,6 +57,25 @@ def test_set_integers_past_the_model_are_refused_naming_the_bound(field, value):
     _refused(["wafer", "info", "--set", f"{field}={value}"], f"{field} must be an integer in [")
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plan", "train", "--model", "llama3-8b", "--tokens", "1e308"], "(0, 1e+17]"),
+        (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--systems", 2**62],
+         "--systems must be an integer in [1, 20480]"),  # ran past a minute
+        (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--batch", 2**62],
+         "--batch must be"),  # ran past a minute
+        (["plan", "infer", "--model", "llama3-8b", "--tokens-per-day", "1e300"], "1e+16]"),
+        (["plan", "infer", "--model", "llama3-8b", "--gamma", 2**62], "--gamma"),
+        (["plan", "infer", "--model", "llama3-8b", "--days", "1e300"], "--days"),
+        (["plan", "infer", "--model", "llama3-8b", "--usd-per-gpu-hour", "1e300"],
+         "1000000] (USD/h)"),
+    ],
+)  # fmt: skip
+def test_plan_quantities_are_bounded(args, message):
+    _refused(args, message)
+
+
 def test_a_yaml_file_past_yaml_bytes_is_refused_before_parsing(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text("base: wse3\n" + "# a comment that pads the file out\n" * 600_000)  # 21 MB
