@@ -164,4 +164,6 @@ def found_cases() -> list[Case]:
         Case("found", "plan train --systems 2**62", _const(
             "plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--systems",
             str(2**62)), message="--systems must be"),
+        Case("found", "train empty params file", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", ""), "--validate-only"], message="is empty"),
     ]  # fmt: skip

@@ -76,6 +76,13 @@ def test_plan_quantities_are_bounded(args, message):
     _refused(args, message)
 
 
+@pytest.mark.parametrize("text", ["", "# nothing here\n", "{}\n"])
+def test_an_empty_params_file_is_refused(tmp_path, text):
+    params = tmp_path / "p.yaml"
+    params.write_text(text)
+    _refused(["train", params, "--validate-only"], "is empty: it needs its sections")
+
+
 def test_a_yaml_file_past_yaml_bytes_is_refused_before_parsing(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text("base: wse3\n" + "# a comment that pads the file out\n" * 600_000)  # 21 MB

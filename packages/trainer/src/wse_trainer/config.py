@@ -239,11 +239,16 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read a params YAML file (or a shipped config name) and apply dotted overrides."""
     text = _read_params(path)
     try:
-        data = load_yaml(text, f"params file {str(path)!r}") or {}
+        data = load_yaml(text, f"params file {str(path)!r}")
     except yaml.YAMLError as e:
         raise ConfigError(
             f"params file {str(path)!r} is not valid YAML: {yaml_problem(e)}"
         ) from None
+    if data is None or data == {}:  # hunt 55: an empty file validated as every default
+        raise ConfigError(
+            f"params file {str(path)!r} is empty: it needs its sections ({', '.join(SECTIONS)}); "
+            "start from a shipped one (wse train tiny --validate-only)"
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"params file {str(path)!r} must hold a mapping of sections")
     return config_from_dict(apply_overrides(data, overrides))
