@@ -166,4 +166,7 @@ def found_cases() -> list[Case]:
             str(2**62)), message="--systems must be"),
         Case("found", "train empty params file", lambda fx, tmp: [
             "train", _text(tmp, "p.yaml", ""), "--validate-only"], message="is empty"),
+        Case("found", "infer generate --stop ''", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
+            message="--stop strings must not be empty"),
     ]  # fmt: skip
