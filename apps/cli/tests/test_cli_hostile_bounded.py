@@ -95,3 +95,11 @@ def test_a_yaml_file_past_yaml_bytes_is_refused_before_parsing(tmp_path):
     assert code == 0
     env = {"WSE_LIMIT_YAML_BYTES": "100"}
     _refused(["wafer", "info", "--spec", small], "WSE_LIMIT_YAML_BYTES", env)
+
+
+def test_generate_refuses_an_empty_stop_string(tmp_path):
+    from wse_inference.testing import save_tiny_model
+
+    save_tiny_model(tmp_path / "m", n_layers=1)
+    args = ["infer", "generate", "--model-dir", tmp_path / "m", "--prompt", "x", "--stop", ""]
+    _refused(args, "--stop strings must not be empty")  # it matched at once, as in vLLM
