@@ -166,6 +166,12 @@ def found_cases() -> list[Case]:
             str(2**62)), message="--systems must be"),
         Case("found", "train empty params file", lambda fx, tmp: [
             "train", _text(tmp, "p.yaml", ""), "--validate-only"], message="is empty"),
+        Case("found", "train model.n_layers=1e9", _const(
+            "train", "tiny", "model.n_layers=1000000000", "--validate-only"),
+            message="[1, 4,096]"),
+        Case("found", "train train_input.batch_size=2**63", _const(
+            "train", "tiny", "train_input.batch_size=9223372036854775808", "--validate-only"),
+            message="at most 1,048,576"),
         Case("found", "infer generate --stop ''", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
             message="--stop strings must not be empty"),

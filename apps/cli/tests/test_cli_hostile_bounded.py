@@ -103,3 +103,13 @@ def test_generate_refuses_an_empty_stop_string(tmp_path):
     save_tiny_model(tmp_path / "m", n_layers=1)
     args = ["infer", "generate", "--model-dir", tmp_path / "m", "--prompt", "x", "--stop", ""]
     _refused(args, "--stop strings must not be empty")  # it matched at once, as in vLLM
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("train_input.batch_size=9223372036854775808", "at most 1,048,576 sequences"),
+     ("model.n_layers=1000000000", "n_layers must be an integer in [1, 4,096]"),
+     ("model.vocab_size=1000000000000", "vocab_size must be an integer in [1, ")],
+)  # fmt: skip
+def test_train_sizes_past_any_model_are_refused(override, message):
+    _refused(["train", "tiny", override, "--validate-only"], message)  # ran past a minute

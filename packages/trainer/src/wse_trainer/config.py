@@ -278,6 +278,10 @@ def _read_params(path: str | Path) -> str:
         ) from None
 
 
+# Sequences of one global batch: ~700x GPT-3's 1,536 (3.2M tokens of 2,048).
+MAX_BATCH_SIZE = 1 << 20
+
+
 def _positive(where: str, value: int | float | None) -> None:
     if value is not None and value <= 0:
         raise ConfigError(f"{where} must be positive, got {value}")
@@ -317,6 +321,11 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
     for name in ("train_input", "eval_input"):
         inp: InputConfig = getattr(config, name)
         _positive(f"{name}.batch_size", inp.batch_size)
+        if inp.batch_size > MAX_BATCH_SIZE:  # hunt 55: 2**63 ran past a minute
+            raise ConfigError(
+                f"{name}.batch_size must be at most {MAX_BATCH_SIZE:,} sequences, got "
+                f"{inp.batch_size:,}"
+            )
         _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
         if inp.shuffle_seed < 0:  # NumPy's generators take seeds >= 0
             raise ConfigError(f"{name}.shuffle_seed must be >= 0, got {inp.shuffle_seed}")
