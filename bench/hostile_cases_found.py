@@ -114,7 +114,7 @@ def found_cases() -> list[Case]:
             "train", "tiny", "optimizer.beta1=2", "--validate-only"), message="[0, 1)"),
         Case("found", "plan train 1e308 hours x 1e308 USD", _const(
             "plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--engineer-hours",
-            "1e308", "--usd-per-engineer-hour", "1e308", "--json"), message="overflow"),
+            "1e308", "--usd-per-engineer-hour", "1e308", "--json"), message="--engineer-hours"),
         Case("found", "infer generate --top-k 1e11", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--top-k",
             "99999999999"], message="--top-k"),
@@ -148,4 +148,31 @@ def found_cases() -> list[Case]:
              env={"WSE_CACHE_DIR": "/etc/passwd"}, message="WSE_CACHE_DIR"),
         Case("found", "wafer info --nope (usage)", _const("wafer", "info", "--nope"),
              message="--help')"),
+        Case("found", "wafer info spec name: 5", lambda fx, tmp: [
+            "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\nname: 5\n")],
+            message="name must be text"),
+        Case("found", "wafer info spec pe_rows: '100'", lambda fx, tmp: [
+            "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\npe_rows: '100'\n")],
+            message="must be a number, got the text"),
+        Case("found", "wafer info --set pe_rows=2**63", _const(
+            "wafer", "info", "--set", "pe_rows=9223372036854775808"), message="[1, 100,000]"),
+        Case("found", "wafer info 20 MB comment-only spec", lambda fx, tmp: [
+            "wafer", "info", "--spec", _text(tmp, "s.yaml", "base: wse3\n" + "# pad pad\n"
+            * 2_000_000)], message="WSE_LIMIT_YAML_BYTES"),
+        Case("found", "plan train --tokens 1e308", _const(
+            "plan", "train", "--model", "llama3-8b", "--tokens", "1e308"), message="1e+17]"),
+        Case("found", "plan train --systems 2**62", _const(
+            "plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--systems",
+            str(2**62)), message="--systems must be"),
+        Case("found", "train empty params file", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", ""), "--validate-only"], message="is empty"),
+        Case("found", "train model.n_layers=1e9", _const(
+            "train", "tiny", "model.n_layers=1000000000", "--validate-only"),
+            message="[1, 4,096]"),
+        Case("found", "train train_input.batch_size=2**63", _const(
+            "train", "tiny", "train_input.batch_size=9223372036854775808", "--validate-only"),
+            message="at most 1,048,576"),
+        Case("found", "infer generate --stop ''", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
+            message="--stop strings must not be empty"),
     ]  # fmt: skip

@@ -48,7 +48,7 @@ def test_wafer_info_with_field_overrides():
     ("args", "message"),
     [
         (["wafer", "info", "--preset", "wse4"], "did you mean 'wse3'"),
-        (["wafer", "info", "--set", "pe_rows=0"], "pe_rows must be a positive integer"),
+        (["wafer", "info", "--set", "pe_rows=0"], "pe_rows must be an integer in [1, 100,000]"),
         (["wafer", "info", "--set", "clockhz=1"], "did you mean 'clock_hz'"),
         (["wafer", "info", "--set", "nonsense"], "FIELD=VALUE"),
         (["wafer", "info", "--spec", "/nonexistent.yaml"], "cannot read spec file"),

@@ -99,3 +99,13 @@ def test_stub_generation_from_the_proto(tmp_path):
     code = (tmp_path / "generation_pb2_grpc.py").read_text()
     assert "from wse_inference.serve.proto import generation_pb2" in code
     assert "GenerationStub" in code and "HealthCheck" in code
+
+
+@pytest.mark.parametrize(("stop", "words"), [([""] * 100, "at most 4"), (["x", ""], "empty")])
+def test_empty_stop_strings_are_counted_then_refused(shared, stop, words):
+    """Hunt 55: 100 empty stop strings passed (dropped before the count of at most 4)."""
+    channel, st = stub(shared)
+    with channel, pytest.raises(grpc.RpcError) as info:
+        list(st.Generate(pb2.GenerateRequest(text="hi", max_tokens=2, stop=stop), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert words in info.value.details(), info.value.details()

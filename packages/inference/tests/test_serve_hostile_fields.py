@@ -56,6 +56,9 @@ def server():
         (C, "n", 0, "1..16"),
         (C, "logprobs", 10**9, "0..20"),
         (CHAT, "max_completion_tokens", 2**70, "differ"),  # was ignored beside max_tokens
+        (C, "stop", [""] * 100, "at most 4"),  # hunt 55: empties were dropped, then counted
+        (CHAT, "stop", ["end", ""], "empty string"),  # vLLM refuses it too
+        (C, "stop", "", "empty string"),
     ],
 )
 def test_a_bad_field_is_a_400_naming_it(server, route, field, value, words):

@@ -77,6 +77,21 @@ class RopeScaling:
             )
 
 
+# Upper bounds of a model's sizes: well past every published model (Llama 3 405B: 126 layers,
+# d_model 16,384, d_ff 53,248, 128 heads; Gemma: a 262,144-token vocabulary; Llama 4 Scout:
+# a 10M-token context), inside what int32 indexing and one process's loops can take.
+MAX_SIZES = {
+    "vocab_size": 1 << 24,
+    "d_model": 1 << 20,
+    "n_layers": 4096,
+    "n_heads": 1 << 16,
+    "n_kv_heads": 1 << 16,
+    "d_ff": 1 << 22,
+    "max_seq_len": 1 << 27,
+    "head_dim": 1 << 16,
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """A decoder-only transformer. `dtype` is the compute dtype, `param_dtype` the storage one.
@@ -119,6 +134,11 @@ class ModelConfig:
             if v <= 0:
                 what = "positive" if field in sizes else "a positive integer"
                 raise ModelConfigError(f"{field} must be {what}, got {v}")
+            if v > MAX_SIZES[field]:  # hunt 55: n_layers=1e9 ran past a minute
+                raise ModelConfigError(
+                    f"{field} must be an integer in [1, {MAX_SIZES[field]:,}], got "
+                    f"{v if v < 10**15 else f'{v:.3e}'}"
+                )
         for field in ("norm_eps", "rope_theta"):
             v = getattr(self, field)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:

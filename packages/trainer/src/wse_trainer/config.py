@@ -239,11 +239,16 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read a params YAML file (or a shipped config name) and apply dotted overrides."""
     text = _read_params(path)
     try:
-        data = load_yaml(text, f"params file {str(path)!r}") or {}
+        data = load_yaml(text, f"params file {str(path)!r}")
     except yaml.YAMLError as e:
         raise ConfigError(
             f"params file {str(path)!r} is not valid YAML: {yaml_problem(e)}"
         ) from None
+    if data is None or data == {}:  # hunt 55: an empty file validated as every default
+        raise ConfigError(
+            f"params file {str(path)!r} is empty: it needs its sections ({', '.join(SECTIONS)}); "
+            "start from a shipped one (wse train tiny --validate-only)"
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"params file {str(path)!r} must hold a mapping of sections")
     return config_from_dict(apply_overrides(data, overrides))
@@ -271,6 +276,10 @@ def _read_params(path: str | Path) -> str:
             f"cannot read params file {str(path)!r}: {e.strerror or e}; "
             f"or name a shipped config: {', '.join(SHIPPED)}"
         ) from None
+
+
+# Sequences of one global batch: ~700x GPT-3's 1,536 (3.2M tokens of 2,048).
+MAX_BATCH_SIZE = 1 << 20
 
 
 def _positive(where: str, value: int | float | None) -> None:
@@ -312,6 +321,11 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
     for name in ("train_input", "eval_input"):
         inp: InputConfig = getattr(config, name)
         _positive(f"{name}.batch_size", inp.batch_size)
+        if inp.batch_size > MAX_BATCH_SIZE:  # hunt 55: 2**63 ran past a minute
+            raise ConfigError(
+                f"{name}.batch_size must be at most {MAX_BATCH_SIZE:,} sequences, got "
+                f"{inp.batch_size:,}"
+            )
         _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
         if inp.shuffle_seed < 0:  # NumPy's generators take seeds >= 0
             raise ConfigError(f"{name}.shuffle_seed must be >= 0, got {inp.shuffle_seed}")

@@ -189,6 +189,8 @@ def generate(
         spec.draft_dir()  # generate always runs a draft: say so before loading the target
     if trace is not None and spec is not None:
         fail("--trace draws the pipelined engine's plan; drop --speculative-config to use it")
+    if any(not s for s in stop or ()):  # hunt 55: as vLLM, an empty stop matches at once
+        fail("--stop strings must not be empty (an empty one would stop at once)")
     if stop and prompt is None:
         fail("--stop strings need --prompt text (a tokenizer); with --prompt-ids use neither")
     from wse_inference.model_dir import read_weights

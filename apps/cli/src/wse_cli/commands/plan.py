@@ -37,21 +37,56 @@ WAFER = preset_option("wse3", "--wafer", help="Wafer preset: wse1, wse2, wse3")
 GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
 PNG = png_file(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
+# Upper bounds of the plan's quantities (hunt 55): inside them every total is finite and still
+# means something; `--tokens 1e308` printed 1e301 kWh.
+MAX_TOKENS = 1e17  # training tokens: ~7,000x Llama 3's 15e12
+MAX_TOKENS_PER_DAY = 1e16  # served a day: ~300x Google's ~3e13 (2025)
+MAX_USER_TOKENS_PER_S = 1_000_000  # per user: ~500x the fastest served (~2,000 tokens/s)
+MAX_DAYS = 36_500  # a century of deployment
+MAX_HOURS = 1_000_000  # engineer hours per job (~114 years)
+MAX_TTFT_S = 86_400  # a day to the first token
+MAX_USD_PER_HOUR = 1_000_000  # any hourly rate: ~250,000x an H100's cloud price (~$4/h)
+MAX_USD_PER_KWH = 100  # ~1,000x industrial electricity (~$0.1/kWh)
+MAX_SYSTEMS = 20_480  # wafer systems or wafers: 10x the 2,048 CS-3 of Cerebras' largest cluster
+MAX_BATCH = 1 << 20  # sequences per system
+MAX_SEQ_TOKENS = 100_000_000  # one sequence / context: 10x Llama 4 Scout's 10M-token context
+MAX_USERS = 10_000_000  # users in flight on one replica
+MAX_GAMMA = 64  # drafted tokens per round (vLLM's examples use 1-8)
 MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", ge=0.01, le=1)
-USD_GPU = number(None, "--usd-per-gpu-hour", help="Default: wse_systems.gpu.", ge=0, unit="USD/h")
+USD_GPU = number(
+    None,
+    "--usd-per-gpu-hour",
+    help="Default: wse_systems.gpu.",
+    ge=0,
+    le=MAX_USD_PER_HOUR,
+    unit="USD/h",
+)
 USD_SYS = number(
     None,
     "--usd-per-system-hour",
     help="Per wafer system; default in economics.",
     ge=0,
+    le=MAX_USD_PER_HOUR,
     unit="USD/h",
 )
-USD_ENG = number(None, "--usd-per-engineer-hour", help="Default $100.", ge=0, unit="USD/h")
+USD_ENG = number(
+    None, "--usd-per-engineer-hour", help="Default $100.", ge=0, le=MAX_USD_PER_HOUR, unit="USD/h"
+)
 ENG_H = number(
-    None, "--engineer-hours", help="Per job on each system; default 160.", ge=0, unit="h"
+    None,
+    "--engineer-hours",
+    help="Per job on each system; default 160.",
+    ge=0,
+    le=MAX_HOURS,
+    unit="h",
 )
 USD_KWH = number(
-    None, "--usd-per-kwh", help="Electricity; default 0 (in the rates).", ge=0, unit="USD/kWh"
+    None,
+    "--usd-per-kwh",
+    help="Electricity; default 0 (in the rates).",
+    ge=0,
+    le=MAX_USD_PER_KWH,
+    unit="USD/kWh",
 )
 
 
@@ -81,10 +116,15 @@ def _micro_batch(text: str | None) -> int | str | None:
 def train(
     model: str = MODEL,
     tokens: float = number(
-        ..., "--tokens", help="Training tokens, e.g. 1e12.", gt=0, unit="tokens"
+        ..., "--tokens", help="Training tokens, e.g. 1e12.", gt=0, le=MAX_TOKENS, unit="tokens"
     ),
     systems: int = number(
-        None, "--systems", help="Wafer systems (default: the config's).", kind=int, ge=1
+        None,
+        "--systems",
+        help="Wafer systems (default: the config's).",
+        kind=int,
+        ge=1,
+        le=MAX_SYSTEMS,
     ),
     gpus: int = number(
         None, "--gpus", help="GPUs (default: 8 per system, or enough nodes).", **GPUS
@@ -95,6 +135,7 @@ def train(
         help="Sequences per system (default: config's batch_size / num_csx).",
         kind=int,
         ge=1,
+        le=MAX_BATCH,
     ),
     micro_batch: str = typer.Option(
         None,
@@ -103,7 +144,12 @@ def train(
         "default), auto (the largest that fits), none, or an integer dividing --batch.",
     ),
     seq_len: int = number(
-        None, "--seq-len", help="Sequence length (default: config's).", kind=int, ge=1
+        None,
+        "--seq-len",
+        help="Sequence length (default: config's).",
+        kind=int,
+        ge=1,
+        le=MAX_SEQ_TOKENS,
     ),
     wafer: str = WAFER,
     spec_file: Path = SPEC_FILE,
@@ -134,16 +180,24 @@ def train(
 @app.command()
 def infer(
     model: str = MODEL,
-    users: int = number(None, "--users", help="Users in flight on each side.", kind=int, ge=1),
+    users: int = number(
+        None, "--users", help="Users in flight on each side.", kind=int, ge=1, le=MAX_USERS
+    ),
     min_user_tokens_per_s: float = number(
         None,
         "--min-user-tokens-per-s",
         help="The largest load at least this fast per user.",
         gt=0,
+        le=MAX_USER_TOKENS_PER_S,
         unit="tokens/s",
     ),
     wafers: int = number(
-        None, "--wafers", help="Wafers per replica (default: fewest).", kind=int, ge=1
+        None,
+        "--wafers",
+        help="Wafers per replica (default: fewest).",
+        kind=int,
+        ge=1,
+        le=MAX_SYSTEMS,
     ),
     gpus: int = number(None, "--gpus", help="GPUs per replica (default: one node).", **GPUS),
     tokens_per_day: float = number(
@@ -151,16 +205,17 @@ def infer(
         "--tokens-per-day",
         help="Load (default: one wafer replica busy at its point).",
         gt=0,
+        le=MAX_TOKENS_PER_DAY,
         unit="tokens/day",
     ),
     days: float = number(
-        365.0, "--days", help="Deployment length (people cost).", gt=0, unit="days"
+        365.0, "--days", help="Deployment length (people cost).", gt=0, le=MAX_DAYS, unit="days"
     ),
     prompt_tokens: int = number(
-        1024, "--prompt-tokens", help="Prompt tokens per user.", kind=int, ge=1
+        1024, "--prompt-tokens", help="Prompt tokens per user.", kind=int, ge=1, le=MAX_SEQ_TOKENS
     ),
     output_tokens: int = number(
-        256, "--output-tokens", help="Output tokens per user.", kind=int, ge=1
+        256, "--output-tokens", help="Output tokens per user.", kind=int, ge=1, le=MAX_SEQ_TOKENS
     ),
     context_len: int = number(
         None,
@@ -168,6 +223,7 @@ def infer(
         help="KV context held per user (default: prompt + output).",
         kind=int,
         ge=1,
+        le=MAX_SEQ_TOKENS,
     ),
     hbm_fraction: float = number(
         None, "--hbm-fraction", help="Achieved HBM bandwidth (default: fitted).", ge=0.01, le=1
@@ -180,10 +236,13 @@ def infer(
         "--max-ttft-s",
         help="The largest load whose first token comes this soon.",
         gt=0,
+        le=MAX_TTFT_S,
         unit="s",
     ),
     draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),
-    gamma: int = number(4, "--gamma", help="Drafted tokens per round.", kind=int, ge=1),
+    gamma: int = number(
+        4, "--gamma", help="Drafted tokens per round.", kind=int, ge=1, le=MAX_GAMMA
+    ),
     alpha: float = number(
         None, "--alpha", help="Leviathan's acceptance rate (the engine's spec_alpha metric)."
     ),

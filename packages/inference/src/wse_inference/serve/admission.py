@@ -7,8 +7,8 @@ One validator for both front ends, in the order a request meets it:
    depth (HTTP; protobuf messages have a fixed depth);
 2. before any tokenization, `check_sampling` (every sampling setting: temperature in [0, 2]
    (OpenAI's range), top_p, top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most
-   `max_stop` stop strings (empty ones counted), a seed that is a 64-bit signed integer,
-   also seed + n - 1 for n choices) and `encode_prompt`, which
+   `max_stop` stop strings (empty ones counted, then refused as vLLM does), a seed that is
+   a 64-bit signed integer, also seed + n - 1 for n choices) and `encode_prompt`, which
    refuses a prompt text longer in UTF-8 bytes than `max_context` tokens of this tokenizer can
    hold (`tokenizer.max_token_bytes`, when the tokenizer declares it) before encoding it;
 3. after tokenization, `check_request` (in `Scheduler.submit`): an empty prompt, token ids
@@ -141,6 +141,10 @@ def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimit
             f"stop must be a string or a list of at most {limits.max_stop} strings, got "
             f"{len(sampling.stop)}.",
             param="stop",
+        )
+    if any(not s for s in sampling.stop):  # counted above first (hunt 55: 100 '' passed)
+        raise InvalidRequestError(
+            "stop cannot contain an empty string (it would match at once).", param="stop"
         )
     seed = sampling.seed
     if seed is not None and not SEED_MIN <= seed <= SEED_MAX - (n - 1):

@@ -57,7 +57,7 @@ def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> Sam
         top_p=req.top_p if req.HasField("top_p") else 1.0,
         top_k=req.top_k,
         seed=req.seed if req.HasField("seed") else None,
-        stop=tuple(s for s in req.stop if s),
+        stop=tuple(req.stop),  # empty ones too: check_sampling counts and refuses them
         stop_token_ids=tuple(req.stop_token_ids),
         ignore_eos=req.ignore_eos,
         logprobs=req.logprobs if req.HasField("logprobs") else None,

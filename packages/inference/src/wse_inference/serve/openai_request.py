@@ -141,7 +141,7 @@ def _stop(body: dict) -> tuple[str, ...]:
         v = [v]
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise _bad("stop must be a string or a list of strings.", "stop")  # how many: limits
-    return tuple(s for s in v if s)
+    return tuple(v)  # empty ones too: check_sampling counts them, then refuses them (vLLM)
 
 
 def _completion_prompt(body: dict, tokenizer: Tokenizer, max_context: int) -> list[int]:

@@ -1,8 +1,8 @@
 """The one table of limits: every size a user can give is bounded before it is used.
 
 Contract. `LIMITS` names each bound a user's input meets (slots, devices, processes, GPUs,
-file sizes, YAML alias expansion, JSON depth, chat-template work, an MD timestep, the
-values of a sweep), its value (a constant, or one computed from what this machine has), its
+file sizes, YAML bytes and alias expansion, JSON depth, chat-template work, an MD timestep,
+the values of a sweep), its value (a constant, or one computed from what this machine has), its
 unit, and the environment variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer).
 `check(name, value, what)` raises `LimitError` (a `WseError`: the `wse` command prints one
 line and exits 2) naming the value, the limit and its override; nothing is allocated,
@@ -16,7 +16,8 @@ The readers every file of the stack goes through:
   FIFO are refused before a byte is read; a file growing while read is cut at the limit);
 - `load_json(text, what)`: JSON nested at most `json_depth` levels (counted on the text,
   without recursion, before the parser runs);
-- `load_yaml(text, what, loader=...)`: YAML whose node count, every alias expanded, is at
+- `load_yaml(text, what, loader=...)`: YAML of at most `yaml_bytes` (refused before PyYAML,
+  which parses ~1.2 MB/s) whose node count, every alias expanded, is at
   most `yaml_nodes` (counted on the composed graph, linear in its distinct nodes, before any
   Python object is built; a recursive alias is refused), nested at most `json_depth` levels
   (flow brackets counted on the text before PyYAML's scanner, which is quadratic in them),
@@ -141,6 +142,14 @@ LIMITS: dict[str, Limit] = {
             "bytes",
             "a spec, params, config, tokenizer or template file read whole",
             "7x Llama 3's tokenizer.json (9 MB)",
+        ),
+        Limit(
+            "yaml_bytes",
+            lambda: 256 << 10,
+            "bytes",
+            "a YAML document (spec, params, speculative config) parsed",
+            "160x the largest shipped params file (1.6 KB); PyYAML parses ~1.2 MB/s here "
+            "(a 20 MB comment-only spec took 11 s), so 256 KiB parses in about 0.2 s",
         ),
         Limit(
             "yaml_nodes",
@@ -338,6 +347,9 @@ def load_yaml(text: str, what: str, loader: Any = None) -> Any:
     """YAML through `loader` (default `names_loader()`: distinct text keys) within
     `yaml_nodes` expanded nodes and `json_depth` levels; yaml.YAMLError passes through for
     the caller to phrase."""
+    size = len(text) if len(text) * 4 <= limit("yaml_bytes") else len(text.encode())
+    if size > limit("yaml_bytes"):  # before any parsing: PyYAML reads ~1.2 MB/s (hunt 55)
+        raise refusal("yaml_bytes", what, f"{size:,} bytes")
     depth = text_depth(text)  # flow [ { nesting, before PyYAML's scanner (quadratic in it)
     if depth > limit("json_depth"):
         raise refusal("json_depth", f"the nesting of {what}", f"{depth:,} levels")

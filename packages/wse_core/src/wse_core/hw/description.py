@@ -19,7 +19,14 @@ from wse_core.errors import SpecError, suggest
 from wse_core.hw.dtypes import DTYPES
 from wse_core.hw.simd import OP_KINDS, SIMD_WSE2
 
-__all__ = ["WaferSpec"]
+__all__ = ["WaferSpec", "MAX_PE_SIDE", "MAX_SRAM_BYTES_PER_PE", "MAX_NAME_CHARS"]
+
+# Bounds of the integer fields (hunt 55): past them no model of a wafer means anything, and
+# a grid of 2**63 rows overflows every product the cost model forms from it.
+MAX_PE_SIDE = 100_000  # PE rows / columns (spares, program rectangle): ~100x WSE-3's 762 x 1,176
+MAX_SRAM_BYTES_PER_PE = 1 << 30  # 1 GiB: ~20,000x WSE-3's 48 KiB
+MAX_NAME_CHARS = 1_000  # name, system, system_source
+_TEXT_FIELDS = ("name", "system", "system_source")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -71,14 +78,34 @@ class WaferSpec:
     program_cols: int = 0
 
     def __post_init__(self) -> None:
-        for field in ("pe_rows", "pe_cols", "sram_bytes_per_pe"):
+        for field in _TEXT_FIELDS:  # a spec file's `name: 5` is a number, not a name
             value = getattr(self, field)
-            if not isinstance(value, int) or value <= 0:
-                raise SpecError(f"{field} must be a positive integer, got {value!r}")
-        for field in ("spare_rows", "spare_cols"):
+            if not isinstance(value, str):
+                raise SpecError(f"{field} must be text, got {value!r:.60} ({type(value).__name__})")
+            if len(value) > MAX_NAME_CHARS or (field == "name" and not value):
+                raise SpecError(
+                    f"{field} must be text of 1 to {MAX_NAME_CHARS:,} characters, "
+                    f"got {len(value):,} characters"
+                )
+        for field in dataclasses.fields(self):  # YAML's yes / true is no number
+            if field.type in ("int", "float") and isinstance(getattr(self, field.name), bool):
+                raise SpecError(
+                    f"{field.name} must be a number, got {_typed(getattr(self, field.name))}"
+                )
+        for field, low, high in (
+            ("pe_rows", 1, MAX_PE_SIDE),
+            ("pe_cols", 1, MAX_PE_SIDE),
+            ("sram_bytes_per_pe", 1, MAX_SRAM_BYTES_PER_PE),
+            ("spare_rows", 0, MAX_PE_SIDE),
+            ("spare_cols", 0, MAX_PE_SIDE),
+            ("program_rows", 0, MAX_PE_SIDE),
+            ("program_cols", 0, MAX_PE_SIDE),
+        ):
             value = getattr(self, field)
-            if not isinstance(value, int) or value < 0:
-                raise SpecError(f"{field} must be a non-negative integer, got {value!r}")
+            if not isinstance(value, int) or not low <= value <= high:
+                raise SpecError(
+                    f"{field} must be an integer in [{low}, {high:,}], got {_typed(value)}"
+                )
         for field in (
             "clock_hz",
             "sram_read_bytes_per_cycle",
@@ -92,10 +119,6 @@ class WaferSpec:
             value = getattr(self, field)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise SpecError(f"{field} must be a positive number, got {value!r}")
-        for field in ("program_rows", "program_cols"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value < 0:
-                raise SpecError(f"{field} must be an integer >= 0, got {value!r}")
         for field in ("system_peak_w", "system_usd_per_hour"):
             value = getattr(self, field)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
@@ -244,6 +267,18 @@ class WaferSpec:
         import json
 
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _typed(value: Any) -> str:
+    """`value` for an error line: short, with its type when that is the problem."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        return f"{value:.3e}"
+    text = f"{value!r:.60}"
+    return (
+        text
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        else (f"{text} ({type(value).__name__})")
+    )
 
 
 def _coerce(name: str, annotation: object, value: Any) -> Any:

@@ -11,6 +11,7 @@ with the `WaferSpec` class (`wse_core.hw.description`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -150,6 +151,44 @@ def _from_fields(data: dict[str, Any]) -> WaferSpec:
     return WaferSpec(**{k: _coerce(k, types[k], v) for k, v in data.items()})
 
 
+# A plain scalar such as 1e9 or -2E-3 is a float (YAML 1.2's core schema); PyYAML's YAML 1.1
+# reads it as text unless it has a dot. With it, any text a spec file gives a number field
+# was quoted (`pe_rows: '100'`) and is refused rather than read as a number.
+_EXP_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_SPEC_LOADER: list[Any] = []
+
+
+def spec_loader() -> Any:
+    """`names_loader()` whose plain scalars like `1e9` are floats, as YAML 1.2 reads them."""
+    if not _SPEC_LOADER:
+        from wse_core.host.limits import names_loader
+
+        class SpecLoader(names_loader()):  # type: ignore[misc]
+            pass
+
+        SpecLoader.add_implicit_resolver(
+            "tag:yaml.org,2002:float", _EXP_FLOAT, list("-+0123456789")
+        )
+        _SPEC_LOADER.append(SpecLoader)
+    return _SPEC_LOADER[0]
+
+
+def _refuse_text_numbers(data: dict[str, Any], path: Path) -> None:
+    """A spec file's number fields hold YAML numbers: text there (`pe_rows: '100'`) is refused
+    naming the field and the type (the command line's `--set` text is converted instead); an
+    integer field takes a whole float (`pe_rows: 1e3`)."""
+    types = {f.name: f.type for f in dataclasses.fields(WaferSpec)}
+    for key, value in data.items():
+        kind = types.get(key)
+        if kind in ("int", "float") and isinstance(value, str):
+            raise SpecError(
+                f"{key} in spec file {str(path)!r} must be a number, got the text {value!r:.40}; "
+                f"write it unquoted ({key}: {value.strip()[:20] or 1})"
+            )
+        if kind == "int" and isinstance(value, float) and value.is_integer():
+            data[key] = int(value)
+
+
 def load_spec(path: str | Path) -> WaferSpec:
     """Read a spec from YAML: `base: wse2` (optional) plus any WaferSpec fields. Pure, as
     `preset` is: with or without `base:`, the file's spec is what it says (a caller's
@@ -160,7 +199,9 @@ def load_spec(path: str | Path) -> WaferSpec:
 
     path = Path(path)
     try:
-        data = load_yaml(read_text(path, "spec file"), f"spec file {str(path)!r}")
+        data = load_yaml(
+            read_text(path, "spec file"), f"spec file {str(path)!r}", loader=spec_loader()
+        )
     except OSError as e:
         raise SpecError(f"cannot read spec file {str(path)!r}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
@@ -170,6 +211,7 @@ def load_spec(path: str | Path) -> WaferSpec:
     if not isinstance(data, dict):
         raise SpecError(f"spec file {str(path)!r} must hold a mapping of spec fields")
     base = data.pop("base", None)
+    _refuse_text_numbers(data, path)
     if base is None:
         try:
             return _from_fields(data)

@@ -1,0 +1,115 @@
+"""Hostile inputs left by stop 55's hunt (issue 44, bounded input): loosely typed or unbounded
+spec fields, plan quantities past any sense, an empty params file, a huge YAML file. Each
+exits 2 with one line naming the input and what is allowed, before any work."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import typer
+from wse_cli.app import app
+from wse_cli.testing import invoke
+
+ROOT = typer.main.get_command(app)
+
+
+def _refused(args: list, message: str, env: dict[str, str] | None = None) -> str:
+    code, output = invoke(ROOT, [str(a) for a in args], env)
+    lines = output.strip().splitlines()
+    assert code == 2, (code, output[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
+    assert message in lines[0] and "Traceback" not in output, lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("base: wse3\nname: 5\n", "name must be text, got 5 (int)"),
+        ("base: wse3\npe_rows: '100'\n", "pe_rows in spec file"),  # was read as 100
+        ('base: wse3\nclock_hz: "1e9"\n', "must be a number, got the text '1e9'"),
+        ("base: wse3\npe_rows: yes\n", "pe_rows must be a number, got True (bool)"),
+        ("base: wse3\nsram_bytes_per_pe: 1e30\n", "sram_bytes_per_pe must be an integer in"),
+        ("base: wse3\nspare_cols: 1e12\n", "[0, 100,000]"),
+    ],
+)  # fmt: skip
+def test_spec_file_fields_are_typed_and_bounded(tmp_path, text, message):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(text)
+    _refused(["wafer", "info", "--spec", spec], message)
+
+
+def test_spec_file_numbers_in_any_yaml_spelling_still_read(tmp_path):
+    from wse_core import load_spec
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("base: wse3\nclock_hz: 1e9\npe_rows: 1e3\nflops_per_cycle: {fp32: 2e0}\n")
+    got = load_spec(spec)
+    assert (got.clock_hz, got.pe_rows, got.flops_per_cycle["fp32"]) == (1e9, 1000, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("pe_rows", "9223372036854775808"), ("pe_cols", "100001"), ("program_rows", "1e9")],
+)
+def test_set_integers_past_the_model_are_refused_naming_the_bound(field, value):
+    _refused(["wafer", "info", "--set", f"{field}={value}"], f"{field} must be an integer in [")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plan", "train", "--model", "llama3-8b", "--tokens", "1e308"], "(0, 1e+17]"),
+        (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--systems", 2**62],
+         "--systems must be an integer in [1, 20480]"),  # ran past a minute
+        (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--batch", 2**62],
+         "--batch must be"),  # ran past a minute
+        (["plan", "infer", "--model", "llama3-8b", "--tokens-per-day", "1e300"], "1e+16]"),
+        (["plan", "infer", "--model", "llama3-8b", "--gamma", 2**62], "--gamma"),
+        (["plan", "infer", "--model", "llama3-8b", "--days", "1e300"], "--days"),
+        (["plan", "infer", "--model", "llama3-8b", "--usd-per-gpu-hour", "1e300"],
+         "1000000] (USD/h)"),
+    ],
+)  # fmt: skip
+def test_plan_quantities_are_bounded(args, message):
+    _refused(args, message)
+
+
+@pytest.mark.parametrize("text", ["", "# nothing here\n", "{}\n"])
+def test_an_empty_params_file_is_refused(tmp_path, text):
+    params = tmp_path / "p.yaml"
+    params.write_text(text)
+    _refused(["train", params, "--validate-only"], "is empty: it needs its sections")
+
+
+def test_a_yaml_file_past_yaml_bytes_is_refused_before_parsing(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("base: wse3\n" + "# a comment that pads the file out\n" * 600_000)  # 21 MB
+    t0 = time.perf_counter()
+    line = _refused(["wafer", "info", "--spec", spec], "over the limit of 262,144 bytes")
+    assert "WSE_LIMIT_YAML_BYTES" in line and time.perf_counter() - t0 < 5  # parsing took 11 s
+    small = tmp_path / "small.yaml"
+    small.write_text("base: wse3\n" + "# pad\n" * 1000)
+    code, _ = invoke(ROOT, ["wafer", "info", "--spec", str(small)], None)
+    assert code == 0
+    env = {"WSE_LIMIT_YAML_BYTES": "100"}
+    _refused(["wafer", "info", "--spec", small], "WSE_LIMIT_YAML_BYTES", env)
+
+
+def test_generate_refuses_an_empty_stop_string(tmp_path):
+    from wse_inference.testing import save_tiny_model
+
+    save_tiny_model(tmp_path / "m", n_layers=1)
+    args = ["infer", "generate", "--model-dir", tmp_path / "m", "--prompt", "x", "--stop", ""]
+    _refused(args, "--stop strings must not be empty")  # it matched at once, as in vLLM
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("train_input.batch_size=9223372036854775808", "at most 1,048,576 sequences"),
+     ("model.n_layers=1000000000", "n_layers must be an integer in [1, 4,096]"),
+     ("model.vocab_size=1000000000000", "vocab_size must be an integer in [1, ")],
+)  # fmt: skip
+def test_train_sizes_past_any_model_are_refused(override, message):
+    _refused(["train", "tiny", override, "--validate-only"], message)  # ran past a minute
