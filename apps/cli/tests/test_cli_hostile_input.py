@@ -75,7 +75,7 @@ def _refused_values(spec: NumberSpec) -> list[str]:
     if spec.gt is not None:
         out += [repr(spec.gt), repr(spec.gt - 1), "-1e300"]
     if spec.le is not None:
-        out += [repr(spec.le + 1), str(2**70), "1e300"]
+        out += [repr(max(spec.le + 1, spec.le * 2)), str(2**70), "1e300"]  # le + 1 == le past 2**53
     if spec.lt is not None:
         out += [repr(spec.lt), repr(spec.lt + 1)]
     return [v for v in out if v]
