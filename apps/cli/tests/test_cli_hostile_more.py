@@ -9,18 +9,13 @@ from pathlib import Path
 import pytest
 import typer
 from wse_cli.app import app
-from wse_cli.testing import invoke
+from wse_cli.testing import invoke, refused_in_one_line
 
 ROOT = typer.main.get_command(app)
 
 
 def _refused(args: list, message: str, env: dict[str, str] | None = None) -> str:
-    code, output = invoke(ROOT, [str(a) for a in args], env)
-    lines = output.strip().splitlines()
-    assert code == 2, (code, output[-2000:])
-    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
-    assert message in lines[0] and "Traceback" not in output, lines[0]
-    return lines[0]
+    return refused_in_one_line(ROOT, args, message, env)
 
 
 @pytest.mark.parametrize("value", ["1e308", "2.5", "-0.1", "nan"])

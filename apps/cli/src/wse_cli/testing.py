@@ -35,6 +35,7 @@ __all__ = [
     "run_watched",
     "RSS_CAP",
     "invoke",
+    "refused_in_one_line",
     "walk_commands",
 ]
 
@@ -209,3 +210,16 @@ def bomb_trace(path: Path) -> Path:
         np.lib.format.write_array_header_1_0(layer, header)
         z.writestr("busy.npy", layer.getvalue() + b"\0" * 64)
     return path
+
+
+def refused_in_one_line(
+    root, args: Sequence, message: str, env: dict[str, str] | None = None
+) -> str:
+    """`wse ARGS` in this process (`invoke`) must exit 2 with one line, "Error: ..." holding
+    `message` and no traceback; that line (the hostile-input tests' check)."""
+    code, output = invoke(root, [str(a) for a in args], env)
+    lines = output.strip().splitlines()
+    assert code == 2, (code, output[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
+    assert message in lines[0] and "Traceback" not in output, lines[0]
+    return lines[0]
