@@ -87,10 +87,10 @@ class WaferSpec:
                     f"{field} must be text of 1 to {MAX_NAME_CHARS:,} characters, "
                     f"got {len(value):,} characters"
                 )
-        for field in dataclasses.fields(self):  # YAML's yes / true is no number
-            if field.type in ("int", "float") and isinstance(getattr(self, field.name), bool):
+        for declared in dataclasses.fields(self):  # YAML's yes / true is no number
+            if declared.type in ("int", "float") and isinstance(getattr(self, declared.name), bool):
                 raise SpecError(
-                    f"{field.name} must be a number, got {_typed(getattr(self, field.name))}"
+                    f"{declared.name} must be a number, got {_typed(getattr(self, declared.name))}"
                 )
         for field, low, high in (
             ("pe_rows", 1, MAX_PE_SIDE),
