@@ -41,15 +41,14 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     from wse_inference.pipeline.perf import predict_model, tokens_per_s
     from wse_inference.speculative.decoder import SpeculativeDecoder
 
+    wse3 = assumed_spec("wse3")  # the demo is an edge: this part's wafer, resolved once
     model = load_model(demo_model_dir(console, out_dir))
     c = model.config
     prompt = model.tokenizer.encode("The wafer ") if model.tokenizer else [1, 2, 3]
     n = 24 if quick else 48
     greedy = SamplingParams(max_tokens=n, temperature=0.0)
     stages = min(2, c.n_layers)
-    eng = PipelineEngine(
-        model, spec=assumed_spec("wse3"), stages=stages, max_context=len(prompt) + n + 8
-    )
+    eng = PipelineEngine(model, spec=wse3, stages=stages, max_context=len(prompt) + n + 8)
     plan = eng.plan  # the layout the engine emulates and its report prices
     console.print(
         f"model {model.name}: {c.n_layers} layers, d_model {c.d_model}, vocab {c.vocab_size}; "
@@ -78,8 +77,8 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         SpeculativeDecoder,
         SamplingParams,
     )
-    pred, plan8 = predict_model("llama3-8b", spec=assumed_spec("wse3"), num_wafers=1)
-    big, plan70 = predict_model("llama3-70b", spec=assumed_spec("wse3"), num_wafers=4)
+    pred, plan8 = predict_model("llama3-8b", spec=wse3, num_wafers=1)
+    big, plan70 = predict_model("llama3-70b", spec=wse3, num_wafers=4)
     console.print(
         f"predicted batch-1 decode: Llama 3.1 8B on 1 WSE-3 {tokens_per_s(pred):,.0f} tokens/s "
         f"(calibration, published 1,800); 70B on {plan70.num_wafers} WSE-3s "
