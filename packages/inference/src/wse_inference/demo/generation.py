@@ -3,8 +3,8 @@
 Uses `<out>/train/model_dir` (written by the training part that runs first); without it,
 saves a tiny random model with `wse_models.save_pretrained` and uses that. Shows the wafer
 plan, the pipelined engine's text equal to the plain decoder's, speculative generation with a
-first-layer draft (greedy: the same text; acceptance statistics), and the calibrated
-prediction for Llama 3.1 8B on one WSE-3.
+first-layer draft (greedy: the same text; acceptance statistics), and the calibration set's
+8B check on one WSE-3 priced on its published setup (`wse_systems.token.decode_check_row`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def demo_model_dir(console, out_dir: Path) -> Path:
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """Load, plan, generate pipelined and speculatively, print the figures."""
     from wse_core.cost.report import stopwatch
+    from wse_systems.token import decode_check_row
 
     from wse_inference.engine import SamplingParams
     from wse_inference.model_dir import load_model, truncated_model
@@ -77,11 +78,12 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         SpeculativeDecoder,
         SamplingParams,
     )
-    pred, plan8 = predict_model("llama3-8b", spec=wse3, num_wafers=1)
+    check = decode_check_row()  # the calibration set's 8B case, priced as it was measured
     big, plan70 = predict_model("llama3-70b", spec=wse3, num_wafers=4)
     console.print(
-        f"predicted batch-1 decode: Llama 3.1 8B on 1 WSE-3 {tokens_per_s(pred):,.0f} tokens/s "
-        f"(calibration, published 1,800); 70B on {plan70.num_wafers} WSE-3s "
+        f"predicted batch-1 decode: Llama 3.1 8B on 1 WSE-3 {1 / float(check['model']):,.0f} "
+        f"tokens/s on the published setup (a calibration check: published "
+        f"{1 / float(check['published']):,.0f}); 70B on {plan70.num_wafers} WSE-3s "
         f"{tokens_per_s(big):,.0f} tokens/s"
     )
 
