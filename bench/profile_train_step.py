@@ -24,6 +24,12 @@ between two calls, by the pair of modules around the gap. Each device runs its c
 dispatch order, so a gap before a call is the host dispatching late or the call waiting for
 an input from the other device (issue 44: at 2 cores device 1 idles 3-20 ms a step after
 its last call while device 0, MemoryX's, finishes the updates).
+
+`--host` times the host's side of `--steps` steps, nothing waited for: per function (the
+replica functions, MemoryX's update, the weight fetches, SwarmX's reduce), its calls and host
+ms per step (the host thread's CPU: Python, dispatch, and a copy to another CPU device, which
+runs on the calling thread), and how far into the step the host has dispatched the whole step
+(the rest of the step it waits for the devices).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ def main() -> None:
     ap.add_argument(
         "--timeline", type=int, default=0, metavar="N", help="Also each device's idle, N gaps."
     )
+    ap.add_argument("--host", action="store_true", help="Also the host's dispatch, by function.")
     args = ap.parse_args()
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
     from wse_core.host.runtime import configure, keep_freed_memory
@@ -85,6 +92,8 @@ def main() -> None:
     print(f"  host thread (Python, dispatch) {host:.1f} CPU ms")
     if args.timeline:
         _timeline(lambda: trainer.step(data), args.steps, args.timeline)
+    if args.host:
+        _host(trainer, data, args.steps)
     try:
         torch_step = bench_train.torch_contender(shape, data)
         print(f"  pytorch step {_cpu_ms(torch_step, args.steps)[0]:.1f} CPU ms")
@@ -122,6 +131,50 @@ def main() -> None:
     print(f"  {'the rest':<20}{'':>7}{rest:>9.1f}")
     if args.fusions:
         _fusions(lambda: trainer.step(data), args.steps, args.fusions)
+
+
+def _host(trainer, data, steps: int) -> None:
+    """The host's side of `steps` steps: host CPU ms by function, and when the host has
+    dispatched the step (module docstring). The trainer's calls are wrapped only meanwhile."""
+    spent: dict[str, list[float]] = defaultdict(list)
+    ends: list[float] = []  # wall ms into the step at which each call had been dispatched
+    t_step = [0.0]
+
+    def timed(key, fn):
+        def call(*a, **kw):
+            h0 = time.thread_time()
+            out = fn(*a, **kw)
+            spent[key].append(time.thread_time() - h0)
+            ends.append(1e3 * (time.perf_counter() - t_step[0]))
+            return out
+
+        return call
+
+    memx, swarm = trainer.memx, trainer.swarm
+    saved = trainer.fns, memx._update_norm, memx._update
+    trainer.fns = trainer.fns._replace(**{k: timed(k, f) for k, f in trainer.fns._asdict().items()})
+    memx._update_norm, memx._update = timed("update", saved[1]), timed("update", saved[2])
+    trainer._fetch = timed("fetch", trainer._fetch)
+    swarm.reduce = timed("reduce", swarm.reduce)
+    dispatched, walls = [], []
+    try:
+        for _ in range(steps):
+            ends.clear()
+            t_step[0] = time.perf_counter()
+            trainer.step(data)
+            walls.append(1e3 * (time.perf_counter() - t_step[0]))
+            dispatched.append(max(ends))
+    finally:
+        trainer.fns, memx._update_norm, memx._update = saved
+        del trainer._fetch, swarm.reduce
+    print(
+        f"  host: the step dispatched at {statistics.median(dispatched):.1f} ms of "
+        f"{statistics.median(walls):.1f} (medians of {steps} steps, nothing waited for)"
+    )
+    print(f"  {'function':<20}{'calls':>7}{'host ms':>9}{'per call':>9}")
+    for key, ts in sorted(spent.items(), key=lambda kv: -sum(kv[1])):
+        per = 1e3 * statistics.median(ts)
+        print(f"  {key:<20}{len(ts) / steps:>7.1f}{1e3 * sum(ts) / steps:>9.2f}{per:>9.3f}")
 
 
 _NESTING = ("while", "conditional", "call")  # ops whose trace events span other ops'
