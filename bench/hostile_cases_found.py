@@ -172,6 +172,15 @@ def found_cases() -> list[Case]:
         Case("found", "train train_input.batch_size=2**63", _const(
             "train", "tiny", "train_input.batch_size=9223372036854775808", "--validate-only"),
             message="at most 1,048,576"),
+        Case("found", "train params d_model: '128'", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", "model:\n  d_model: '128'\n"), "--validate-only"],
+            message="write it unquoted (d_model: 128)"),
+        Case("found", "train params learning_rate: \"3e-4\"", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", 'optimizer:\n  learning_rate: "3e-4"\n'),
+            "--validate-only"], message="optimizer.learning_rate must be a number, got the text"),
+        Case("found", "train params model.n_layers: 1e9", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", "model:\n  n_layers: 1e9\n"), "--validate-only"],
+            message="model.n_layers must be an integer in [1, 4,096]"),
         Case("found", "infer generate --stop ''", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
             message="--stop strings must not be empty"),

@@ -103,8 +103,41 @@ def test_generate_refuses_an_empty_stop_string(tmp_path):
 @pytest.mark.parametrize(
     ("override", "message"),
     [("train_input.batch_size=9223372036854775808", "at most 1,048,576 sequences"),
-     ("model.n_layers=1000000000", "n_layers must be an integer in [1, 4,096]"),
+     ("model.n_layers=1000000000", "model.n_layers must be an integer in [1, 4,096]"),
      ("model.vocab_size=1000000000000", "vocab_size must be an integer in [1, ")],
 )  # fmt: skip
 def test_train_sizes_past_any_model_are_refused(override, message):
     _refused(["train", "tiny", override, "--validate-only"], message)  # ran past a minute
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("model:\n  preset: tiny-gpt2\n  d_model: '128'\n",
+      "model.d_model must be a number, got the text '128'; write it unquoted (d_model: 128)"),
+     ("model:\n  rope_theta: '1e4'\n", "model.rope_theta must be a number, got the text"),
+     ('optimizer:\n  learning_rate: "3e-4"\n',  # was read as 3e-4
+      "optimizer.learning_rate must be a number, got the text '3e-4'; write it unquoted"),
+     ("train_input:\n  micro_batch_size: '4'\n", "write it unquoted (micro_batch_size: 4)"),
+     ("optimizer:\n  learning_rate: inf\n", "optimizer.learning_rate must be a finite number"),
+     ("model:\n  n_layers: 100000\n", "model.n_layers must be an integer in [1, 4,096]")],
+)  # fmt: skip
+def test_params_file_numbers_are_yaml_numbers_named_by_their_key_path(tmp_path, text, message):
+    params = tmp_path / "p.yaml"
+    params.write_text(text)
+    _refused(["train", params, "--validate-only"], message)  # hunt 56
+
+
+def test_params_file_numbers_in_any_yaml_spelling_still_read(tmp_path):
+    from wse_trainer.config import load_config
+    from wse_trainer.run import model_config
+
+    params = tmp_path / "p.yaml"
+    params.write_text(
+        "model: {preset: tiny-gpt2, norm_eps: 1e-6, d_model: 1.28e2}\n"
+        "optimizer: {learning_rate: 3e-4}\nrunconfig: {max_steps: 1e3}\n"
+    )
+    cfg = load_config(params, ["optimizer.eps=1e-7"])
+    opt = cfg.optimizer
+    assert (opt.learning_rate, opt.eps, cfg.runconfig.max_steps) == (3e-4, 1e-7, 1000)
+    model = model_config(cfg)
+    assert (model.norm_eps, model.d_model) == (1e-6, 128)
