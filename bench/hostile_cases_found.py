@@ -181,6 +181,21 @@ def found_cases() -> list[Case]:
         Case("found", "train params model.n_layers: 1e9", lambda fx, tmp: [
             "train", _text(tmp, "p.yaml", "model:\n  n_layers: 1e9\n"), "--validate-only"],
             message="model.n_layers must be an integer in [1, 4,096]"),
+        Case("found", "wafer info --set pe_rows twice", _const(
+            "wafer", "info", "--set", "pe_rows=10", "--set", "pe_rows=20"),
+            message="--set gives pe_rows twice"),
+        Case("found", "experiments run --assume clock_hz twice", _const(
+            "experiments", "run", "wafer-yield", "--assume", "clock_hz=1e9", "--assume",
+            "clock_hz=2e9"), message="--assume gives clock_hz twice"),
+        Case("found", "infer serve --mock-max-context 1e15", _const(
+            "infer", "serve", "--model-dir", "mock", "--mock-max-context", str(10**15)),
+            message="--mock-max-context must be an integer in [2, 134217728]"),
+        Case("found", "infer generate --max-context 1e12", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt-ids", "1",
+            "--max-context", str(10**12)], message="is greater than the model's context"),
+        Case("found", "infer generate --model-dir <config.json>", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", str(Path(fx.model()) / "config.json"),
+            "--prompt-ids", "1"], message="is a file"),
         Case("found", "infer generate --stop ''", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
             message="--stop strings must not be empty"),

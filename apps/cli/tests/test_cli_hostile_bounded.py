@@ -141,3 +141,43 @@ def test_params_file_numbers_in_any_yaml_spelling_still_read(tmp_path):
     assert (opt.learning_rate, opt.eps, cfg.runconfig.max_steps) == (3e-4, 1e-7, 1000)
     model = model_config(cfg)
     assert (model.norm_eps, model.d_model) == (1e-6, 128)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["wafer", "info", "--set", "pe_rows=10", "--set", "pe_rows=20"],
+      "--set gives pe_rows twice ('10', then '20'); give each key once"),
+     (["experiments", "run", "wafer-yield", "--assume", "clock_hz=1e9", "--assume",
+       " clock_hz=2e9"], "--assume gives clock_hz twice"),
+     (["infer", "serve", "--model-dir", "mock", "--mock-max-context", 10**15],
+      "--mock-max-context must be an integer in [2, 134217728]")],
+)  # fmt: skip
+def test_a_key_given_twice_and_a_context_past_any_model_are_refused(args, message):
+    _refused(args, message)  # hunt 56: the last key won silently; the server started
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from wse_inference.testing import save_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny") / "m"
+    save_tiny_model(path, n_layers=1)
+    return path
+
+
+def test_generate_refuses_a_context_past_the_models(tiny_dir):
+    gen = ["infer", "generate", "--model-dir", tiny_dir, "--prompt-ids", "1,2"]
+    _refused(
+        [*gen, "--max-context", 10**12],  # was cut to 128 silently
+        "--max-context 1,000,000,000,000 is greater than the model's context of 128",
+    )
+    _refused([*gen, "--max-tokens", 10**12], "exceeds the context of 128 tokens")  # said 2**30
+
+
+def test_generate_names_a_file_or_a_folder_without_config_json(tmp_path, tiny_dir):
+    weights = tmp_path / "w"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes((tiny_dir / "model.safetensors").read_bytes())
+    gen = ["infer", "generate", "--prompt-ids", "1", "--model-dir"]
+    _refused([*gen, tiny_dir / "config.json"], "is a file; give the folder holding config.json")
+    _refused([*gen, weights], "has safetensors but no config.json")
