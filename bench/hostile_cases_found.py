@@ -196,6 +196,16 @@ def found_cases() -> list[Case]:
         Case("found", "infer generate --model-dir <config.json>", lambda fx, tmp: [
             "infer", "generate", "--model-dir", str(Path(fx.model()) / "config.json"),
             "--prompt-ids", "1"], message="is a file"),
+        Case("found", "hpc swe --g 1e308", _const("hpc", "swe", "--g", "1e308"),
+             message="--g must be a finite number in (0, 1e+30]"),
+        Case("found", "hpc cfd --ra 1e308", _const("hpc", "cfd", "--ra", "1e308"),
+             message="--ra must be a finite number <= 1e+17"),
+        Case("found", "hpc tlrmvm compress --freq-hz 1e308", lambda fx, tmp: [
+            "hpc", "tlrmvm", "compress", "--freq-hz", "1e308", "--out", str(tmp / "op.npz")],
+            message="--freq-hz must be a finite number in (0, 1000000.0]"),
+        Case("found", "train --num-csx 1e9", _const(
+            "train", "tiny", "--validate-only", "--num-csx", str(10**9)),
+            message="runconfig.num_csx must be at most 20,480 systems"),
         Case("found", "infer generate --stop ''", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
             message="--stop strings must not be empty"),

@@ -181,3 +181,16 @@ def test_generate_names_a_file_or_a_folder_without_config_json(tmp_path, tiny_di
     gen = ["infer", "generate", "--prompt-ids", "1", "--model-dir"]
     _refused([*gen, tiny_dir / "config.json"], "is a file; give the folder holding config.json")
     _refused([*gen, weights], "has safetensors but no config.json")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["hpc", "swe", "--g", "1e308"], "--g must be a finite number in (0, 1e+30]"),  # NaN drift
+     (["hpc", "cfd", "--ra", "1e308"], "--ra must be a finite number <= 1e+17"),  # Nusselt inf
+     (["hpc", "tlrmvm", "compress", "--freq-hz", "1e308", "--out", "op.npz"],
+      "--freq-hz must be a finite number in (0, 1000000.0] (Hz)"),  # NumPy's warnings
+     (["train", "tiny", "--validate-only", "--num-csx", 10**9],
+      "runconfig.num_csx must be at most 20,480 systems")],
+)  # fmt: skip
+def test_physical_and_system_counts_past_any_sense_are_refused(args, message):
+    _refused(args, message)  # hunt 56: each ran (or printed warnings) with nonsense values

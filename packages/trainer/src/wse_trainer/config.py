@@ -24,6 +24,7 @@ import yaml
 from wse_core.errors import WseError, quoted_number, suggest, yaml_problem
 from wse_core.host.limits import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
+from wse_systems.bounds import MAX_SYSTEMS
 from wse_systems.training.micro_batch import MODES
 
 __all__ = [
@@ -327,6 +328,10 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
     for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
         _positive(f"runconfig.{name}", getattr(run, name))
     _positive("runconfig.num_steps", run.num_steps)
+    if run.num_csx > MAX_SYSTEMS:  # hunt 56: 10^9 was refused only by a batch not dividing
+        raise ConfigError(
+            f"runconfig.num_csx must be at most {MAX_SYSTEMS:,} systems, got {run.num_csx:,}"
+        )
     for name in ("activation_stride", "weight_chunks"):
         if getattr(run, name) < 0:
             raise ConfigError(f"runconfig.{name} must be >= 0 (0: as the SRAM ledger allows)")
