@@ -62,6 +62,16 @@ def _copy(src: str, tmp: Path, name: str) -> str:
     return str(tmp / name)
 
 
+def _model_with(fx: Fixtures, tmp: Path, **config) -> str:
+    """The fixture model's folder with config.json keys changed."""
+    import shutil
+
+    shutil.copytree(fx.model(), tmp / "m")
+    data = json.loads((tmp / "m" / "config.json").read_text())
+    (tmp / "m" / "config.json").write_text(json.dumps({**data, **config}))
+    return str(tmp / "m")
+
+
 def found_cases() -> list[Case]:
     md = lambda fx: _fill(fx, _MD)  # noqa: E731
     pot = lambda fx: _fill(fx, ["{potential}"])[0]  # noqa: E731
@@ -206,6 +216,13 @@ def found_cases() -> list[Case]:
         Case("found", "train --num-csx 1e9", _const(
             "train", "tiny", "--validate-only", "--num-csx", str(10**9)),
             message="runconfig.num_csx must be at most 20,480 systems"),
+        Case("found", "infer generate config.json hidden_size: '64'", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", _model_with(fx, tmp, hidden_size="64"),
+            "--prompt-ids", "1"], message="hidden_size in config.json must be a number"),
+        Case("found", "infer generate config.json tie_word_embeddings: 'false'",
+             lambda fx, tmp: ["infer", "generate", "--model-dir", _model_with(
+                 fx, tmp, tie_word_embeddings="false"), "--prompt-ids", "1"],
+             message="must be true or false"),
         Case("found", "infer generate --stop ''", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
             message="--stop strings must not be empty"),

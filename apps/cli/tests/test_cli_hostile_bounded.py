@@ -194,3 +194,25 @@ def test_generate_names_a_file_or_a_folder_without_config_json(tmp_path, tiny_di
 )  # fmt: skip
 def test_physical_and_system_counts_past_any_sense_are_refused(args, message):
     _refused(args, message)  # hunt 56: each ran (or printed warnings) with nonsense values
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"hidden_size": "64"},
+      "hidden_size in config.json must be a number, got the text '64'; write it unquoted "
+      '("hidden_size": 64)'),
+     ({"rope_parameters": {"rope_type": "default", "rope_theta": "1e4"}},  # was read as 1e4
+      "rope_parameters.rope_theta in config.json must be a number, got the text"),
+     ({"tie_word_embeddings": "false"}, "must be true or false, got 'false'")],  # tied them
+)  # fmt: skip
+def test_config_json_numbers_and_flags_are_json_numbers_and_booleans(
+    tmp_path, tiny_dir, change, message
+):
+    import json
+    import shutil
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, **change}))
+    _refused(["infer", "generate", "--model-dir", model, "--prompt-ids", "1"], message)

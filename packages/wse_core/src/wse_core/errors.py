@@ -73,20 +73,22 @@ def yaml_problem(e: Exception) -> str:
     return f"{where}{problem}"
 
 
-def quoted_number(where: str, key: str, value: str) -> str:
-    """The refusal of text in a YAML file's number field (`d_model: "128"`), one wording for
-    spec files, params files and model sections: `where` names the field (and the file),
-    `key` is the name as the file writes it. Text Python reads as inf or NaN is refused as
-    not finite instead (YAML reads `inf`, unlike `.inf`, as text)."""
+def quoted_number(where: str, key: str, value: str, *, json: bool = False) -> str:
+    """The refusal of text in a file's number field (`d_model: "128"`), one wording for spec
+    files, params files, model sections and config.json (`json`: the advice in JSON's
+    spelling): `where` names the field (and the file), `key` is the name as the file writes
+    it. Text Python reads as inf or NaN is refused as not finite instead (YAML reads `inf`,
+    unlike `.inf`, as text)."""
     try:
         finite = math.isfinite(float(value))
     except ValueError:
         finite = True
     if not finite:
         return f"{where} must be a finite number, got {value!r:.40}"
+    spelled = f'"{key}"' if json else key
     return (
         f"{where} must be a number, got the text {value!r:.40}; "
-        f"write it unquoted ({key}: {value.strip()[:20] or 1})"
+        f"write it unquoted ({spelled}: {value.strip()[:20] or 1})"
     )
 
 

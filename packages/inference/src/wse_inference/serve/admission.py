@@ -62,8 +62,8 @@ class RequestLimits:
     max_body_bytes: int = 2**21  # 2 MiB: an HTTP body (413) or a gRPC message
     max_json_depth: int = 32  # nested objects and lists in an HTTP body (400)
     max_stop: int = 4  # stop strings (OpenAI's limit)
-    # stop token ids (vLLM sets no bound; each distinct count compiles the decode step again,
-    # and 10^5 ids were taken, hunt 56): well past any model's end-of-sequence ids
+    # stop token ids (vLLM sets no bound; 10^5 were taken, hunt 56, and each distinct count
+    # compiles `decoding._decode_loop` again): well past any model's end-of-sequence ids
     max_stop_token_ids: int = 64
     body_idle_s: float = 10.0  # an HTTP body that sends nothing for this long is refused (400)
 
