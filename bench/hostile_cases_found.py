@@ -223,6 +223,11 @@ def found_cases() -> list[Case]:
              lambda fx, tmp: ["infer", "generate", "--model-dir", _model_with(
                  fx, tmp, tie_word_embeddings="false"), "--prompt-ids", "1"],
              message="must be true or false"),
+        Case("found", "infer generate num_speculative_tokens 1e12", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt-ids", "1",
+            "--speculative-config", json.dumps({"model": fx.model(),
+                                                "num_speculative_tokens": 10**12})],
+            message="num_speculative_tokens must be an integer in [1, 64]"),
         Case("found", "infer generate --stop ''", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
             message="--stop strings must not be empty"),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from wse_systems.bounds import MAX_SYSTEMS
+from wse_systems.bounds import MAX_GAMMA, MAX_SYSTEMS
 
 from wse_cli.commands.plan_print import count, duration, emit, plot
 from wse_cli.errors import WseGroup
@@ -51,7 +51,6 @@ MAX_USD_PER_KWH = 100  # ~1,000x industrial electricity (~$0.1/kWh)
 MAX_BATCH = 1 << 20  # sequences per system
 MAX_SEQ_TOKENS = 100_000_000  # one sequence / context: 10x Llama 4 Scout's 10M-token context
 MAX_USERS = 10_000_000  # users in flight on one replica
-MAX_GAMMA = 64  # drafted tokens per round (vLLM's examples use 1-8)
 MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", ge=0.01, le=1)
 USD_GPU = number(
     None,
