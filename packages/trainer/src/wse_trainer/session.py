@@ -33,7 +33,7 @@ from wse_core.errors import quoted_number, suggest
 from wse_core.host.distributed import barrier, is_primary
 from wse_core.hw.spec import WaferSpec
 
-from wse_trainer.config import ConfigError, TrainConfig, number_text, check_config
+from wse_trainer.config import ConfigError, TrainConfig, check_config, number_text
 
 __all__ = [
     "model_config",
