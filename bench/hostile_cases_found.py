@@ -62,6 +62,16 @@ def _copy(src: str, tmp: Path, name: str) -> str:
     return str(tmp / name)
 
 
+def _model_with(fx: Fixtures, tmp: Path, **config) -> str:
+    """The fixture model's folder with config.json keys changed."""
+    import shutil
+
+    shutil.copytree(fx.model(), tmp / "m")
+    data = json.loads((tmp / "m" / "config.json").read_text())
+    (tmp / "m" / "config.json").write_text(json.dumps({**data, **config}))
+    return str(tmp / "m")
+
+
 def found_cases() -> list[Case]:
     md = lambda fx: _fill(fx, _MD)  # noqa: E731
     pot = lambda fx: _fill(fx, ["{potential}"])[0]  # noqa: E731
@@ -172,6 +182,52 @@ def found_cases() -> list[Case]:
         Case("found", "train train_input.batch_size=2**63", _const(
             "train", "tiny", "train_input.batch_size=9223372036854775808", "--validate-only"),
             message="at most 1,048,576"),
+        Case("found", "train params d_model: '128'", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", "model:\n  d_model: '128'\n"), "--validate-only"],
+            message="write it unquoted (d_model: 128)"),
+        Case("found", "train params learning_rate: \"3e-4\"", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", 'optimizer:\n  learning_rate: "3e-4"\n'),
+            "--validate-only"], message="optimizer.learning_rate must be a number, got the text"),
+        Case("found", "train params model.n_layers: 1e9", lambda fx, tmp: [
+            "train", _text(tmp, "p.yaml", "model:\n  n_layers: 1e9\n"), "--validate-only"],
+            message="model.n_layers must be an integer in [1, 4,096]"),
+        Case("found", "wafer info --set pe_rows twice", _const(
+            "wafer", "info", "--set", "pe_rows=10", "--set", "pe_rows=20"),
+            message="--set gives pe_rows twice"),
+        Case("found", "experiments run --assume clock_hz twice", _const(
+            "experiments", "run", "wafer-yield", "--assume", "clock_hz=1e9", "--assume",
+            "clock_hz=2e9"), message="--assume gives clock_hz twice"),
+        Case("found", "infer serve --mock-max-context 1e15", _const(
+            "infer", "serve", "--model-dir", "mock", "--mock-max-context", str(10**15)),
+            message="--mock-max-context must be an integer in [2, 134217728]"),
+        Case("found", "infer generate --max-context 1e12", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt-ids", "1",
+            "--max-context", str(10**12)], message="is greater than the model's context"),
+        Case("found", "infer generate --model-dir <config.json>", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", str(Path(fx.model()) / "config.json"),
+            "--prompt-ids", "1"], message="is a file"),
+        Case("found", "hpc swe --g 1e308", _const("hpc", "swe", "--g", "1e308"),
+             message="--g must be a finite number in (0, 1e+30]"),
+        Case("found", "hpc cfd --ra 1e308", _const("hpc", "cfd", "--ra", "1e308"),
+             message="--ra must be a finite number <= 1e+17"),
+        Case("found", "hpc tlrmvm compress --freq-hz 1e308", lambda fx, tmp: [
+            "hpc", "tlrmvm", "compress", "--freq-hz", "1e308", "--out", str(tmp / "op.npz")],
+            message="--freq-hz must be a finite number in (0, 1000000.0]"),
+        Case("found", "train --num-csx 1e9", _const(
+            "train", "tiny", "--validate-only", "--num-csx", str(10**9)),
+            message="runconfig.num_csx must be at most 20,480 systems"),
+        Case("found", "infer generate config.json hidden_size: '64'", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", _model_with(fx, tmp, hidden_size="64"),
+            "--prompt-ids", "1"], message="hidden_size in config.json must be a number"),
+        Case("found", "infer generate config.json tie_word_embeddings: 'false'",
+             lambda fx, tmp: ["infer", "generate", "--model-dir", _model_with(
+                 fx, tmp, tie_word_embeddings="false"), "--prompt-ids", "1"],
+             message="must be true or false"),
+        Case("found", "infer generate num_speculative_tokens 1e12", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt-ids", "1",
+            "--speculative-config", json.dumps({"model": fx.model(),
+                                                "num_speculative_tokens": 10**12})],
+            message="num_speculative_tokens must be an integer in [1, 64]"),
         Case("found", "infer generate --stop ''", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
             message="--stop strings must not be empty"),

@@ -112,6 +112,9 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
          b'{"model": "%s", "prompt": "a", "top_p": NaN}' % model.encode(), 400),
         ("100 empty stop strings", "/v1/completions", httpx.Request("POST", url, json={
             "model": model, "prompt": "a", "max_tokens": 2, "stop": [""] * 100}).content, 400),
+        ("100,000 stop_token_ids", "/v1/completions", httpx.Request("POST", url, json={
+            "model": model, "prompt": "a", "max_tokens": 2,
+            "stop_token_ids": [1] * 100_000}).content, 400),
         ("key given twice", "/v1/completions",
          b'{"model": "%s", "prompt": "a", "prompt": "b"}' % model.encode(), 400),
     ]  # fmt: skip

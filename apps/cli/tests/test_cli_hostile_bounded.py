@@ -103,8 +103,116 @@ def test_generate_refuses_an_empty_stop_string(tmp_path):
 @pytest.mark.parametrize(
     ("override", "message"),
     [("train_input.batch_size=9223372036854775808", "at most 1,048,576 sequences"),
-     ("model.n_layers=1000000000", "n_layers must be an integer in [1, 4,096]"),
+     ("model.n_layers=1000000000", "model.n_layers must be an integer in [1, 4,096]"),
      ("model.vocab_size=1000000000000", "vocab_size must be an integer in [1, ")],
 )  # fmt: skip
 def test_train_sizes_past_any_model_are_refused(override, message):
     _refused(["train", "tiny", override, "--validate-only"], message)  # ran past a minute
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("model:\n  preset: tiny-gpt2\n  d_model: '128'\n",
+      "model.d_model must be a number, got the text '128'; write it unquoted (d_model: 128)"),
+     ("model:\n  rope_theta: '1e4'\n", "model.rope_theta must be a number, got the text"),
+     ('optimizer:\n  learning_rate: "3e-4"\n',  # was read as 3e-4
+      "optimizer.learning_rate must be a number, got the text '3e-4'; write it unquoted"),
+     ("train_input:\n  micro_batch_size: '4'\n", "write it unquoted (micro_batch_size: 4)"),
+     ("optimizer:\n  learning_rate: inf\n", "optimizer.learning_rate must be a finite number"),
+     ("model:\n  n_layers: 100000\n", "model.n_layers must be an integer in [1, 4,096]")],
+)  # fmt: skip
+def test_params_file_numbers_are_yaml_numbers_named_by_their_key_path(tmp_path, text, message):
+    params = tmp_path / "p.yaml"
+    params.write_text(text)
+    _refused(["train", params, "--validate-only"], message)  # hunt 56
+
+
+def test_params_file_numbers_in_any_yaml_spelling_still_read(tmp_path):
+    from wse_trainer.config import load_config
+    from wse_trainer.run import model_config
+
+    params = tmp_path / "p.yaml"
+    params.write_text(
+        "model: {preset: tiny-gpt2, norm_eps: 1e-6, d_model: 1.28e2}\n"
+        "optimizer: {learning_rate: 3e-4}\nrunconfig: {max_steps: 1e3}\n"
+    )
+    cfg = load_config(params, ["optimizer.eps=1e-7"])
+    opt = cfg.optimizer
+    assert (opt.learning_rate, opt.eps, cfg.runconfig.max_steps) == (3e-4, 1e-7, 1000)
+    model = model_config(cfg)
+    assert (model.norm_eps, model.d_model) == (1e-6, 128)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["wafer", "info", "--set", "pe_rows=10", "--set", "pe_rows=20"],
+      "--set gives pe_rows twice ('10', then '20'); give each key once"),
+     (["experiments", "run", "wafer-yield", "--assume", "clock_hz=1e9", "--assume",
+       " clock_hz=2e9"], "--assume gives clock_hz twice"),
+     (["infer", "serve", "--model-dir", "mock", "--mock-max-context", 10**15],
+      "--mock-max-context must be an integer in [2, 134217728]")],
+)  # fmt: skip
+def test_a_key_given_twice_and_a_context_past_any_model_are_refused(args, message):
+    _refused(args, message)  # hunt 56: the last key won silently; the server started
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from wse_inference.testing import save_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny") / "m"
+    save_tiny_model(path, n_layers=1)
+    return path
+
+
+def test_generate_refuses_a_context_past_the_models(tiny_dir):
+    gen = ["infer", "generate", "--model-dir", tiny_dir, "--prompt-ids", "1,2"]
+    _refused(
+        [*gen, "--max-context", 10**12],  # was cut to 128 silently
+        "--max-context 1,000,000,000,000 is greater than the model's context of 128",
+    )
+    _refused([*gen, "--max-tokens", 10**12], "exceeds the context of 128 tokens")  # said 2**30
+
+
+def test_generate_names_a_file_or_a_folder_without_config_json(tmp_path, tiny_dir):
+    weights = tmp_path / "w"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes((tiny_dir / "model.safetensors").read_bytes())
+    gen = ["infer", "generate", "--prompt-ids", "1", "--model-dir"]
+    _refused([*gen, tiny_dir / "config.json"], "is a file; give the folder holding config.json")
+    _refused([*gen, weights], "has safetensors but no config.json")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["hpc", "swe", "--g", "1e308"], "--g must be a finite number in (0, 1e+30]"),  # NaN drift
+     (["hpc", "cfd", "--ra", "1e308"], "--ra must be a finite number <= 1e+17"),  # Nusselt inf
+     (["hpc", "tlrmvm", "compress", "--freq-hz", "1e308", "--out", "op.npz"],
+      "--freq-hz must be a finite number in (0, 1000000.0] (Hz)"),  # NumPy's warnings
+     (["train", "tiny", "--validate-only", "--num-csx", 10**9],
+      "runconfig.num_csx must be at most 20,480 systems")],
+)  # fmt: skip
+def test_physical_and_system_counts_past_any_sense_are_refused(args, message):
+    _refused(args, message)  # hunt 56: each ran (or printed warnings) with nonsense values
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"hidden_size": "64"},
+      "hidden_size in config.json must be a number, got the text '64'; write it unquoted "
+      '("hidden_size": 64)'),
+     ({"rope_parameters": {"rope_type": "default", "rope_theta": "1e4"}},  # was read as 1e4
+      "rope_parameters.rope_theta in config.json must be a number, got the text"),
+     ({"tie_word_embeddings": "false"}, "must be true or false, got 'false'")],  # tied them
+)  # fmt: skip
+def test_config_json_numbers_and_flags_are_json_numbers_and_booleans(
+    tmp_path, tiny_dir, change, message
+):
+    import json
+    import shutil
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, **change}))
+    _refused(["infer", "generate", "--model-dir", model, "--prompt-ids", "1"], message)

@@ -262,7 +262,7 @@ def test_tlrmvm_matrix_files(tmp_path, make, message):
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        ("  d_model: 1e30\n", "d_model must be an integer, got '1e30'"),  # was a ValueError
+        ("  d_model: 1e30\n", "model.d_model must be an integer in [1, 1,048,576], got 1.0"),
         ("  norm_eps: .nan\n", "norm_eps must be a finite number > 0"),
         ("  rope_theta: -1\n", "rope_theta must be a finite number > 0"),
     ],

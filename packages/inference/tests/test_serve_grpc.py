@@ -109,3 +109,13 @@ def test_empty_stop_strings_are_counted_then_refused(shared, stop, words):
         list(st.Generate(pb2.GenerateRequest(text="hi", max_tokens=2, stop=stop), timeout=10))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert words in info.value.details(), info.value.details()
+
+
+def test_stop_token_ids_are_bounded_as_stop_strings_are(shared):
+    """Hunt 56: the stop token ids had no bound (stop strings: at most 4)."""
+    channel, st = stub(shared)
+    req = pb2.GenerateRequest(text="hi", max_tokens=2, stop_token_ids=[1] * 65)
+    with channel, pytest.raises(grpc.RpcError) as info:
+        list(st.Generate(req, timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "at most 64 token ids" in info.value.details(), info.value.details()

@@ -59,6 +59,9 @@ def server():
         (C, "stop", [""] * 100, "at most 4"),  # hunt 55: empties were dropped, then counted
         (CHAT, "stop", ["end", ""], "empty string"),  # vLLM refuses it too
         (C, "stop", "", "empty string"),
+        (C, "stop_token_ids", [1] * 65, "at most 64 token ids"),  # hunt 56: 10^5 were taken
+        (C, "stop_token_ids", {}, "a list of token ids"),  # hunt 56: passed as none
+        (CHAT, "user", 5, "must be a string"),  # hunt 56: OpenAI's user is a string
     ],
 )
 def test_a_bad_field_is_a_400_naming_it(server, route, field, value, words):

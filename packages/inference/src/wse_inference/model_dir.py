@@ -138,11 +138,21 @@ class LoadedModel:
 def resolve_model_dir(path: str | Path) -> Path:
     """The folder holding config.json: `path` itself or its `hf/` export."""
     path = Path(path)
+    if path.exists() and not path.is_dir():  # hunt 56: a file was said not to exist
+        raise ModelLoadError(
+            f"model directory {str(path)!r} is a file; give the folder holding config.json "
+            "(an HF-format directory or a `wse train` model_dir)"
+        )
     if not path.is_dir():
         raise ModelLoadError(f"model directory {str(path)!r} does not exist")
     for candidate in (path, path / "hf"):
         if (candidate / "config.json").is_file():
             return candidate
+    if any(path.glob("*.safetensors")):
+        raise ModelLoadError(
+            f"{str(path)!r} has safetensors but no config.json: an HF-format directory needs "
+            "both (the config says which model the tensors belong to)"
+        )
     raise ModelLoadError(
         f"{str(path)!r} is neither an HF-format directory (config.json + safetensors) nor a "
         "`wse train` model_dir with an hf/ export"

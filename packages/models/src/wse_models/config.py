@@ -77,19 +77,7 @@ class RopeScaling:
             )
 
 
-# Upper bounds of a model's sizes: well past every published model (Llama 3 405B: 126 layers,
-# d_model 16,384, d_ff 53,248, 128 heads; Gemma: a 262,144-token vocabulary; Llama 4 Scout:
-# a 10M-token context), inside what int32 indexing and one process's loops can take.
-MAX_SIZES = {
-    "vocab_size": 1 << 24,
-    "d_model": 1 << 20,
-    "n_layers": 4096,
-    "n_heads": 1 << 16,
-    "n_kv_heads": 1 << 16,
-    "d_ff": 1 << 22,
-    "max_seq_len": 1 << 27,
-    "head_dim": 1 << 16,
-}
+MAX_SIZES = transformer.MAX_SIZES  # a model's size bounds (one table, for the CLI too)
 
 
 @dataclass(frozen=True, kw_only=True)

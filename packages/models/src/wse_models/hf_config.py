@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from wse_core.errors import quoted_number
+
 from wse_models.config import DTYPES, ModelConfig, RopeScaling
 from wse_models.errors import CheckpointError
 
@@ -42,6 +44,36 @@ def _arch(d: dict[str, Any]) -> str:
         f"unsupported architecture: model_type={mt!r}, architectures={d.get('architectures')}; "
         f"wse_models reads {sorted(_ARCH_BY_HF)}"
     )
+
+
+# The numbers and flags `config_from_hf` reads (rope_scaling's and rope_parameters' too).
+_NUMBER_KEYS = (
+    "vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "n_positions", "layer_norm_epsilon",
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "intermediate_size", "max_position_embeddings", "rms_norm_eps", "rope_theta", "head_dim",
+    "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+)  # fmt: skip
+_FLAG_KEYS = ("tie_word_embeddings",)
+
+
+def _check_types(d: dict[str, Any], where: str = "") -> None:
+    """Hunt 56: a config.json number given as text (`"hidden_size": "64"`; a quoted
+    `rope_theta` was read as a number, GPT-2's d_ff became '64646464') or a flag that is not
+    true/false (`"tie_word_embeddings": "false"` tied the embeddings) is refused by its key."""
+    for key in _NUMBER_KEYS:
+        value = d.get(key)
+        if isinstance(value, str):
+            raise CheckpointError(
+                quoted_number(f"{where}{key} in config.json", key, value, json=True)
+            )
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise CheckpointError(
+                f"{where}{key} in config.json must be a number, got {value!r:.40}"
+            )
+    for key in _FLAG_KEYS:
+        value = d.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise CheckpointError(f"{key} in config.json must be true or false, got {value!r:.40}")
 
 
 def _refuse(d: dict[str, Any], option: str, ok: Any, default: Any) -> None:
@@ -84,6 +116,7 @@ def _rope(d: dict[str, Any]) -> tuple[float, RopeScaling | None]:
         value = d.get(key) or {}
         if not isinstance(value, dict):
             raise CheckpointError(f"{key} must be an object or null, got {value!r:.60}")
+        _check_types(value, f"{key}.")
         params.update(value)
     theta = float(params.get("rope_theta", d.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
@@ -127,6 +160,7 @@ def config_from_hf(
 ) -> ModelConfig:
     """A `ModelConfig` from a parsed HF config.json (param_dtype default: the checkpoint's)."""
     arch = _arch(d)
+    _check_types(d)
     fields = _gpt2(d) if arch == "gpt2" else _llama(d)
     return ModelConfig(
         arch=arch, dtype=dtype, param_dtype=param_dtype or _ckpt_dtype(d),

@@ -22,6 +22,7 @@ import dataclasses
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "MAX_SIZES",
     "DecoderShape",
     "DecoderCounts",
     "LLAMA31_8B",
@@ -37,6 +38,21 @@ __all__ = [
     "layer_products",
     "layer_matrices",
 ]
+
+
+# Upper bounds of a model's sizes: well past every published model (Llama 3 405B: 126 layers,
+# d_model 16,384, d_ff 53,248, 128 heads; Gemma: a 262,144-token vocabulary; Llama 4 Scout:
+# a 10M-token context), inside what int32 indexing and one process's loops can take.
+MAX_SIZES = {
+    "vocab_size": 1 << 24,
+    "d_model": 1 << 20,
+    "n_layers": 4096,
+    "n_heads": 1 << 16,
+    "n_kv_heads": 1 << 16,
+    "d_ff": 1 << 22,
+    "max_seq_len": 1 << 27,
+    "head_dim": 1 << 16,
+}
 
 
 @runtime_checkable

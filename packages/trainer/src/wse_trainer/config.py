@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from wse_core.errors import WseError, suggest, yaml_problem
+from wse_core.errors import WseError, quoted_number, suggest, yaml_problem
 from wse_core.host.limits import load_yaml, read_text
+from wse_core.hw.presets import spec_loader
+from wse_systems.bounds import MAX_SYSTEMS
 from wse_systems.training.micro_batch import MODES
 
 __all__ = [
@@ -136,19 +138,30 @@ SECTIONS: dict[str, type | None] = {
 SHIPPED = ("tiny", "gpt2_124m", "llama3_8b", "llama3_70b", "llama_1t", "llama_24t")
 
 
+# Whole floats an integer field takes (`max_steps: 1e3`): exact in a float64.
+_EXACT_INT = 1 << 53
+
+
 def _check_type(where: str, value: Any, annotation: Any) -> Any:
     hint = typing.get_type_hints(annotation[0])[annotation[1]]
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if isinstance(value, str) and {int, float} & set(options) and number_text(value):
+        # hunt 56: `learning_rate: "3e-4"` was read as a number (the file is read as YAML 1.2
+        # reads numbers, `spec_loader`, so 3e-4 unquoted is a float): refused as spec files do
+        raise ConfigError(quoted_number(where, annotation[1], value))
     for t in options:
         origin = typing.get_origin(t) or t
         if t is type(None) and value is None:
             return None
-        if origin is float and isinstance(value, int | float | str) and type(value) is not bool:
-            number = _finite(where, value)  # YAML 1.1 reads 3e-4 as a string
+        if origin is float and isinstance(value, int | float) and type(value) is not bool:
+            number = _finite(where, value)
             if number is not None:
                 return number
         if origin is int and isinstance(value, int) and not isinstance(value, bool):
             return value
+        if origin is int and isinstance(value, float) and value.is_integer():
+            if abs(value) <= _EXACT_INT:  # as spec files and model sections take them
+                return int(value)
         if origin is list and isinstance(value, list):
             return [str(v) for v in value]
         if origin in (str, bool) and type(value) is origin:
@@ -157,9 +170,18 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
     raise ConfigError(f"{where} must be {names}, got {value!r}")
 
 
-def _finite(where: str, value: int | float | str) -> float | None:
-    """`value` as a finite float (None: text that is not a number); inf, NaN and numbers
-    beyond float64 ('1e400') are refused: they train to NaN."""
+def number_text(text: str) -> bool:
+    """True for text Python reads as a number ('128', '3e-4', 'inf')."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _finite(where: str, value: int | float) -> float | None:
+    """`value` as a finite float (None: an integer beyond float64); inf, NaN and numbers
+    beyond float64 (`1e400`) are refused: they train to NaN."""
     try:
         number = float(value)
     except (ValueError, OverflowError):
@@ -214,7 +236,7 @@ def _parse_override(item: str) -> tuple[str, str, Any]:
             f"unknown section {section!r} in override {item!r}{suggest(section, SECTIONS)}"
         )
     try:
-        value = load_yaml(raw, f"override {item!r}") if raw != "" else None
+        value = load_yaml(raw, f"override {item!r}", spec_loader()) if raw != "" else None
     except yaml.YAMLError:
         value = raw
     return section, key, value
@@ -239,7 +261,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read a params YAML file (or a shipped config name) and apply dotted overrides."""
     text = _read_params(path)
     try:
-        data = load_yaml(text, f"params file {str(path)!r}")
+        data = load_yaml(text, f"params file {str(path)!r}", spec_loader())
     except yaml.YAMLError as e:
         raise ConfigError(
             f"params file {str(path)!r} is not valid YAML: {yaml_problem(e)}"
@@ -306,6 +328,10 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
     for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
         _positive(f"runconfig.{name}", getattr(run, name))
     _positive("runconfig.num_steps", run.num_steps)
+    if run.num_csx > MAX_SYSTEMS:  # hunt 56: 10^9 was refused only by a batch not dividing
+        raise ConfigError(
+            f"runconfig.num_csx must be at most {MAX_SYSTEMS:,} systems, got {run.num_csx:,}"
+        )
     for name in ("activation_stride", "weight_chunks"):
         if getattr(run, name) < 0:
             raise ConfigError(f"runconfig.{name} must be >= 0 (0: as the SRAM ledger allows)")

@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wse_core.errors import suggest
+from wse_core.errors import quoted_number, suggest
 from wse_core.host.distributed import barrier, is_primary
 from wse_core.hw.spec import WaferSpec
 
-from wse_trainer.config import ConfigError, TrainConfig, check_config
+from wse_trainer.config import ConfigError, TrainConfig, check_config, number_text
 
 __all__ = [
     "model_config",
@@ -52,14 +53,29 @@ def model_config(config: TrainConfig):
 
     fields = dict(config.model)
     name = str(fields.pop("preset"))
-    known = {f.name for f in dataclasses.fields(wse_models.ModelConfig)} - {"name"}
-    for key in fields:
-        if key not in known:
+    types = {f.name: str(f.type) for f in dataclasses.fields(wse_models.ModelConfig)}
+    types.pop("name")
+    for key, value in fields.items():
+        if key not in types:
             raise ConfigError(
-                f"unknown key model.{key}{suggest(key, known)}; valid keys: "
-                f"preset, {', '.join(sorted(known))}"
+                f"unknown key model.{key}{suggest(key, types)}; valid keys: "
+                f"preset, {', '.join(sorted(types))}"
             )
-    return wse_models.preset_config(name, **fields)
+        number = "int" in types[key] or "float" in types[key]
+        if number and isinstance(value, str) and number_text(value):  # hunt 56: as spec files
+            raise ConfigError(quoted_number(f"model.{key}", key, value))
+    try:
+        return wse_models.preset_config(name, **fields)
+    except wse_models.ModelConfigError as e:
+        raise wse_models.ModelConfigError(_model_keys(str(e), fields)) from None
+
+
+def _model_keys(message: str, fields: dict[str, Any]) -> str:
+    """`message` with the model fields the section sets named as the file has them
+    (`n_layers` -> `model.n_layers`; hunt 56: the refusal named a key the file does not have)."""
+    for key in fields:
+        message = re.sub(rf"(?<![\w.]){re.escape(key)}\b", f"model.{key}", message)
+    return message
 
 
 def batch_per_system(config: TrainConfig) -> int:

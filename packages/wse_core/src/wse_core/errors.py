@@ -8,6 +8,7 @@ be right (the PE or region, the bytes asked and the bytes free, the nearest vali
 from __future__ import annotations
 
 import difflib
+import math
 import struct
 import zipfile
 import zlib
@@ -22,6 +23,7 @@ __all__ = [
     "DefectError",
     "suggest",
     "yaml_problem",
+    "quoted_number",
     "NUMPY_FILE_ERRORS",
     "numpy_file_problem",
 ]
@@ -69,6 +71,25 @@ def yaml_problem(e: Exception) -> str:
         return " ".join(str(e).split())
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     return f"{where}{problem}"
+
+
+def quoted_number(where: str, key: str, value: str, *, json: bool = False) -> str:
+    """The refusal of text in a file's number field (`d_model: "128"`), one wording for spec
+    files, params files, model sections and config.json (`json`: the advice in JSON's
+    spelling): `where` names the field (and the file), `key` is the name as the file writes
+    it. Text Python reads as inf or NaN is refused as not finite instead (YAML reads `inf`,
+    unlike `.inf`, as text)."""
+    try:
+        finite = math.isfinite(float(value))
+    except ValueError:
+        finite = True
+    if not finite:
+        return f"{where} must be a finite number, got {value!r:.40}"
+    spelled = f'"{key}"' if json else key
+    return (
+        f"{where} must be a number, got the text {value!r:.40}; "
+        f"write it unquoted ({spelled}: {value.strip()[:20] or 1})"
+    )
 
 
 # What `np.load` raises on a damaged or foreign file (inside numpy or zipfile): an empty or cut

@@ -179,7 +179,8 @@ def generate(
         frequency_penalty=frequency_penalty,
         repetition_penalty=repetition_penalty,
     )
-    validate_sampling(sampling, vocab_size=1 << 30, max_context=1 << 30, prompt_len=1)
+    # the settings alone, before any file is read (the context: once config.json is read)
+    validate_sampling(sampling, vocab_size=1 << 30, max_context=max_tokens + 1, prompt_len=1)
     wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None
     if speculative_config is not None:
@@ -200,7 +201,14 @@ def generate(
     from wse_inference.model_dir import check_host_memory, read_config
 
     cfg = read_config(model_dir)
+    if max_context is not None and max_context > cfg.max_seq_len:  # hunt 56: cut silently
+        fail(
+            f"--max-context {max_context:,} is greater than the model's context of "
+            f"{cfg.max_seq_len:,} tokens (its config.json); use at most "
+            f"{cfg.max_seq_len:,}, or leave it unset"
+        )
     context = max_context or cfg.max_seq_len
+    validate_sampling(sampling, vocab_size=cfg.vocab_size, max_context=context, prompt_len=1)
     check_host_memory(
         cfg,
         rows=1 if spec is not None else max(1, stages),
@@ -210,7 +218,7 @@ def generate(
     )
     model = load_model(model_dir, tokenizer_required=prompt is not None, weights=weights)
     ids = _prompt_ids(prompt, prompt_ids, model.tokenizer, model.config.vocab_size)
-    context = min(max_context or model.config.max_seq_len, model.config.max_seq_len)
+    context = max_context or model.config.max_seq_len
     validate_sampling(
         sampling, vocab_size=model.config.vocab_size, max_context=context, prompt_len=len(ids)
     )

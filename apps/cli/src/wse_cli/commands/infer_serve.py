@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import typer
+from wse_systems.transformer import MAX_SIZES
 
 from wse_cli.errors import fail
 from wse_cli.options import PORT, number
@@ -176,7 +177,12 @@ def serve(
         unit="ms",
     ),
     mock_max_context: int = number(
-        2048, "--mock-max-context", help="Mock engine: context window in tokens.", kind=int, ge=2
+        2048,
+        "--mock-max-context",
+        help="Mock engine: context window in tokens.",
+        kind=int,
+        ge=2,
+        le=MAX_SIZES["max_seq_len"],  # hunt 56: 10^15 was served, as no model's context is
     ),
     preset: str = preset_option("wse3", help="Wafer the tokens are predicted on: wse1, wse2, wse3"),
     spec_file: Path = SPEC_FILE,

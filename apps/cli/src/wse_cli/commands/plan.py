@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from wse_systems.bounds import MAX_GAMMA, MAX_SYSTEMS
 
 from wse_cli.commands.plan_print import count, duration, emit, plot
 from wse_cli.errors import WseGroup
@@ -47,11 +48,9 @@ MAX_HOURS = 1_000_000  # engineer hours per job (~114 years)
 MAX_TTFT_S = 86_400  # a day to the first token
 MAX_USD_PER_HOUR = 1_000_000  # any hourly rate: ~250,000x an H100's cloud price (~$4/h)
 MAX_USD_PER_KWH = 100  # ~1,000x industrial electricity (~$0.1/kWh)
-MAX_SYSTEMS = 20_480  # wafer systems or wafers: 10x the 2,048 CS-3 of Cerebras' largest cluster
 MAX_BATCH = 1 << 20  # sequences per system
 MAX_SEQ_TOKENS = 100_000_000  # one sequence / context: 10x Llama 4 Scout's 10M-token context
 MAX_USERS = 10_000_000  # users in flight on one replica
-MAX_GAMMA = 64  # drafted tokens per round (vLLM's examples use 1-8)
 MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", ge=0.01, le=1)
 USD_GPU = number(
     None,

@@ -7,7 +7,8 @@ One validator for both front ends, in the order a request meets it:
    depth (HTTP; protobuf messages have a fixed depth);
 2. before any tokenization, `check_sampling` (every sampling setting: temperature in [0, 2]
    (OpenAI's range), top_p, top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most
-   `max_stop` stop strings (empty ones counted, then refused as vLLM does), a seed that is
+   `max_stop` stop strings (empty ones counted, then refused as vLLM does) and
+   `max_stop_token_ids` stop token ids, a seed that is
    a 64-bit signed integer, also seed + n - 1 for n choices) and `encode_prompt`, which
    refuses a prompt text longer in UTF-8 bytes than `max_context` tokens of this tokenizer can
    hold (`tokenizer.max_token_bytes`, when the tokenizer declares it) before encoding it;
@@ -61,6 +62,9 @@ class RequestLimits:
     max_body_bytes: int = 2**21  # 2 MiB: an HTTP body (413) or a gRPC message
     max_json_depth: int = 32  # nested objects and lists in an HTTP body (400)
     max_stop: int = 4  # stop strings (OpenAI's limit)
+    # stop token ids (vLLM sets no bound; 10^5 were taken, hunt 56, and each distinct count
+    # compiles `decoding._decode_loop` again): well past any model's end-of-sequence ids
+    max_stop_token_ids: int = 64
     body_idle_s: float = 10.0  # an HTTP body that sends nothing for this long is refused (400)
 
 
@@ -145,6 +149,12 @@ def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimit
     if any(not s for s in sampling.stop):  # counted above first (hunt 55: 100 '' passed)
         raise InvalidRequestError(
             "stop cannot contain an empty string (it would match at once).", param="stop"
+        )
+    if len(sampling.stop_token_ids) > limits.max_stop_token_ids:
+        raise InvalidRequestError(
+            f"stop_token_ids must be a list of at most {limits.max_stop_token_ids} token ids, "
+            f"got {len(sampling.stop_token_ids)}.",
+            param="stop_token_ids",
         )
     seed = sampling.seed
     if seed is not None and not SEED_MIN <= seed <= SEED_MAX - (n - 1):

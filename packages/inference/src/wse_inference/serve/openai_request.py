@@ -169,6 +169,9 @@ def _refuse_unsupported(body: dict) -> None:
     for name in ("suffix", "tools", "functions", "min_tokens"):  # they would change the output
         if body.get(name):
             raise _bad(f"{name} is not supported by this server; leave it out.", name)
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):  # hunt 56: 5 passed (OpenAI: a string)
+        raise _bad(f"user must be a string, got {user!r:.40}.", "user")
     fmt = body.get("response_format")
     if fmt is not None and fmt != {"type": "text"}:
         raise _bad(
@@ -231,7 +234,8 @@ def _sampling(body: dict, kind: str) -> SamplingParams:
     once the prompt's length is known)."""
     max_tokens = _max_tokens(body)
     top_k = _integer(body, "top_k", 0) or 0
-    stop_ids = body.get("stop_token_ids") or []
+    stop_ids = body.get("stop_token_ids")
+    stop_ids = [] if stop_ids is None else stop_ids  # hunt 56: {}, 0 and "" passed as none
     if _token_list(stop_ids, "stop_token_ids") is None:
         raise _bad("stop_token_ids must be a list of token ids.", "stop_token_ids")
     ignore_eos = _flag(body.get("ignore_eos"), "ignore_eos")

@@ -2,13 +2,14 @@
 
 Contract. `parse_speculative_config(value)` reads vLLM's `--speculative-config`: a JSON
 object, or the path of a JSON or YAML file holding one, with the keys `model` (the draft's
-model directory), `num_speculative_tokens` (gamma, an integer >= 1, default 4), `method`
-(vLLM's, accepted and not used: the draft is always a model) and `mock_accepted_tokens` (the
-mock engine's accepted drafts per round, 0..gamma, default gamma). Any other key, a
-non-object, bad JSON or an unreadable file is a `SamplingError` with one line. The result is
-a frozen `SpeculativeConfig`; `draft_dir()` is the draft's folder, an error when the config
-names none (only the mock engine needs no draft). `wse infer generate` and `wse infer serve`
-both read the option through this function, so they accept the same text and files.
+model directory), `num_speculative_tokens` (gamma, an integer in [1, 64], `MAX_GAMMA`;
+default 4), `method` (vLLM's, accepted and not used: the draft is always a model) and
+`mock_accepted_tokens` (the mock engine's accepted drafts per round, 0..gamma, default
+gamma). Any other key, a non-object, bad JSON or an unreadable file is a `SamplingError`
+with one line. The result is a frozen `SpeculativeConfig`; `draft_dir()` is the draft's
+folder, an error when the config names none (only the mock engine needs no draft).
+`wse infer generate` and `wse infer serve` both read the option through this function, so
+they accept the same text and files.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from wse_systems.bounds import MAX_GAMMA
 
 from wse_inference.engine import SamplingError  # no JAX (sampling imports it)
 
@@ -37,8 +40,10 @@ class SpeculativeConfig:
 
     def __post_init__(self) -> None:
         gamma = self.num_speculative_tokens
-        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-            raise SamplingError(f"num_speculative_tokens must be an integer >= 1, got {gamma!r}")
+        if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= MAX_GAMMA:
+            raise SamplingError(  # hunt 56: 10^12 was a 7 TiB allocation's traceback
+                f"num_speculative_tokens must be an integer in [1, {MAX_GAMMA}], got {gamma!r:.40}"
+            )
         j = self.mock_accepted_tokens
         if j is not None and (isinstance(j, bool) or not isinstance(j, int) or not 0 <= j <= gamma):
             raise SamplingError(

@@ -128,12 +128,18 @@ def setting(key: str) -> float:
 
 def key_values(items: Sequence[str], usage: str) -> dict[str, str]:
     """`["KEY=VALUE", ...]` -> {key: value text}, stripped; a SpecError saying `usage` (e.g.
-    "--set expects FIELD=VALUE") on an item without `=` or a key."""
+    "--set expects FIELD=VALUE") on an item without `=` or a key, or on a key given twice
+    (hunt 56: the last one won, silently, as a YAML key twice did before)."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise SpecError(f"{usage}, got {item!r}")
+        if key.strip() in out:
+            raise SpecError(
+                f"{usage.split()[0]} gives {key.strip()} twice ({out[key.strip()]!r:.40}, then "
+                f"{value.strip()!r:.40}); give each key once"
+            )
         out[key.strip()] = value.strip()
     return out
 

@@ -11,14 +11,13 @@ with the `WaferSpec` class (`wse_core.hw.description`).
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from wse_core.errors import SpecError, suggest, yaml_problem
+from wse_core.errors import SpecError, quoted_number, suggest, yaml_problem
 from wse_core.hw.description import WaferSpec, _coerce
 from wse_core.hw.simd import SIMD_WSE3
 
@@ -174,14 +173,6 @@ def spec_loader() -> Any:
     return _SPEC_LOADER[0]
 
 
-def _finite_text(text: str) -> bool:
-    """False for text Python reads as a non-finite float ('inf', '-Infinity', 'nan')."""
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return True
-
-
 def _refuse_text_numbers(data: dict[str, Any], path: Path) -> None:
     """A spec file's number fields hold YAML numbers: text there (`pe_rows: '100'`) is refused
     naming the field and the type (the command line's `--set` text is converted instead); an
@@ -190,14 +181,7 @@ def _refuse_text_numbers(data: dict[str, Any], path: Path) -> None:
     for key, value in data.items():
         kind = types.get(key)
         if kind in ("int", "float") and isinstance(value, str):
-            if not _finite_text(value):  # YAML reads inf / nan (not .inf / .nan) as text
-                raise SpecError(
-                    f"{key} in spec file {str(path)!r} must be a finite number, got {value!r:.40}"
-                )
-            raise SpecError(
-                f"{key} in spec file {str(path)!r} must be a number, got the text {value!r:.40}; "
-                f"write it unquoted ({key}: {value.strip()[:20] or 1})"
-            )
+            raise SpecError(quoted_number(f"{key} in spec file {str(path)!r}", key, value))
         if kind == "int" and isinstance(value, float) and value.is_integer():
             data[key] = int(value)
 
