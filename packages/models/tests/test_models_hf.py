@@ -275,3 +275,18 @@ def test_a_rope_setting_of_the_wrong_shape_is_a_checkpoint_error(rope, match):
     d = {**wm.config_to_hf(tiny_config("llama")), "rope_parameters": None, **rope}
     with pytest.raises(wm.CheckpointError, match=match):
         wm.config_from_hf(d)
+
+
+@pytest.mark.parametrize(
+    ("arch", "edit", "match"),
+    [("llama", {"num_hidden_layers": 100_000}, r"^config\.json's num_hidden_layers must be"),
+     ("llama", {"num_attention_heads": 6, "num_key_value_heads": 4},
+      r"config\.json's num_attention_heads=6 must be a multiple of "
+      r"config\.json's num_key_value_heads=4"),
+     ("gpt2", {"n_embd": 0}, r"^config\.json's n_embd must be positive, got 0$")],
+)  # fmt: skip
+def test_a_config_json_refusal_names_the_key_the_file_has(arch, edit, match):
+    # hunt 56: the refusal said n_layers / d_model, names config.json does not have
+    d = {**wm.config_to_hf(tiny_config(arch)), **edit}
+    with pytest.raises(wm.ModelConfigError, match=match):
+        wm.config_from_hf(d)

@@ -47,7 +47,8 @@ Additions beyond the contract (implemented here; the contract above is unchanged
   themselves; `count_zeros=True` also returns the MLP hidden activation's exact zeros per
   layer. `wse_models.sparsity`: `zero_counts`, `zero_fraction(params, config, tokens)` (the
   measured per-layer sparsity of a checkpoint, which the cost model prices).
-- Errors (all `wse_core.errors.WseError`): `ModelError`, `ModelConfigError`, `CheckpointError`.
+- Errors (all `wse_core.errors.WseError`): `ModelError`, `ModelConfigError`, `CheckpointError`;
+  `renamed_fields(message, names)` calls config fields by the names the user's file has.
 - `wse_models.layer`: one layer cut at its matrix products — `layer_matrices(config)`, the
   stages between the products (`attention_input`, `attention_mix`, `mlp_input`,
   `mlp_hidden`, `layer_output`) and `product` (x @ w in the compute dtype, hand-written
@@ -78,7 +79,7 @@ from wse_models.config import (
     preset_config,
 )
 from wse_models.decoder import apply_layers, default_positions, embed, forward, unembed
-from wse_models.errors import CheckpointError, ModelConfigError, ModelError
+from wse_models.errors import CheckpointError, ModelConfigError, ModelError, renamed_fields
 from wse_models.hf_config import config_from_hf, config_to_hf
 from wse_models.layer import apply_layer, layer_matrices, rope_inv_freq
 from wse_models.module import Transformer
@@ -127,6 +128,7 @@ __all__ = [
     "layer_update",
     "load_params",
     "param_shapes",
+    "renamed_fields",
     "preset_config",
     "rope_inv_freq",
     "save_params",

@@ -15,7 +15,7 @@ from typing import Any
 from wse_core.errors import quoted_number
 
 from wse_models.config import DTYPES, ModelConfig, RopeScaling
-from wse_models.errors import CheckpointError
+from wse_models.errors import CheckpointError, ModelConfigError, renamed_fields
 
 __all__ = ["HF_ACTIVATIONS", "HF_ARCHITECTURES", "config_from_hf", "config_to_hf"]
 
@@ -31,6 +31,20 @@ HF_ACTIVATIONS = {
     "relu2": "relu2",
 }
 _HF_NAME = {"gelu": "gelu_new", "silu": "silu", "relu": "relu", "relu2": "relu2"}
+# ModelConfig field -> the config.json key it is read from, per architecture (refusals name
+# the key the file has: `num_hidden_layers`, not `n_layers`)
+_HF_KEYS = {
+    "gpt2": {
+        "d_model": "n_embd", "n_layers": "n_layer", "n_heads": "n_head", "d_ff": "n_inner",
+        "max_seq_len": "n_positions", "norm_eps": "layer_norm_epsilon",
+    },
+    "llama": {
+        "d_model": "hidden_size", "n_layers": "num_hidden_layers",
+        "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
+        "d_ff": "intermediate_size", "max_seq_len": "max_position_embeddings",
+        "norm_eps": "rms_norm_eps",
+    },
+}  # fmt: skip
 
 
 def _arch(d: dict[str, Any]) -> str:
@@ -162,10 +176,14 @@ def config_from_hf(
     arch = _arch(d)
     _check_types(d)
     fields = _gpt2(d) if arch == "gpt2" else _llama(d)
-    return ModelConfig(
-        arch=arch, dtype=dtype, param_dtype=param_dtype or _ckpt_dtype(d),
-        name=str(d.get("_name_or_path") or ""), **fields,
-    )  # fmt: skip
+    try:
+        return ModelConfig(
+            arch=arch, dtype=dtype, param_dtype=param_dtype or _ckpt_dtype(d),
+            name=str(d.get("_name_or_path") or ""), **fields,
+        )  # fmt: skip
+    except ModelConfigError as e:
+        names = {k: f"config.json's {v}" for k, v in _HF_KEYS[arch].items()}
+        raise ModelConfigError(renamed_fields(str(e), names)) from None
 
 
 def _gpt2_to_hf(c: ModelConfig) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,15 +66,8 @@ def model_config(config: TrainConfig):
     try:
         return wse_models.preset_config(name, **fields)
     except wse_models.ModelConfigError as e:
-        raise wse_models.ModelConfigError(_model_keys(str(e), fields)) from None
-
-
-def _model_keys(message: str, fields: dict[str, Any]) -> str:
-    """`message` with the model fields the section sets named as the file has them
-    (`n_layers` -> `model.n_layers`; hunt 56: the refusal named a key the file does not have)."""
-    for key in fields:
-        message = re.sub(rf"(?<![\w.]){re.escape(key)}\b", f"model.{key}", message)
-    return message
+        names = {key: f"model.{key}" for key in fields}
+        raise wse_models.ModelConfigError(wse_models.renamed_fields(str(e), names)) from None
 
 
 def batch_per_system(config: TrainConfig) -> int:
