@@ -156,17 +156,8 @@ def test_a_key_given_twice_and_a_context_past_any_model_are_refused(args, messag
     _refused(args, message)  # hunt 56: the last key won silently; the server started
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from wse_inference.testing import save_tiny_model
-
-    path = tmp_path_factory.mktemp("tiny") / "m"
-    save_tiny_model(path, n_layers=1)
-    return path
-
-
-def test_generate_refuses_a_context_past_the_models(tiny_dir):
-    gen = ["infer", "generate", "--model-dir", tiny_dir, "--prompt-ids", "1,2"]
+def test_generate_refuses_a_context_past_the_models(tiny_model_dir):
+    gen = ["infer", "generate", "--model-dir", tiny_model_dir, "--prompt-ids", "1,2"]
     _refused(
         [*gen, "--max-context", 10**12],  # was cut to 128 silently
         "--max-context 1,000,000,000,000 is greater than the model's context of 128",
@@ -174,12 +165,14 @@ def test_generate_refuses_a_context_past_the_models(tiny_dir):
     _refused([*gen, "--max-tokens", 10**12], "exceeds the context of 128 tokens")  # said 2**30
 
 
-def test_generate_names_a_file_or_a_folder_without_config_json(tmp_path, tiny_dir):
+def test_generate_names_a_file_or_a_folder_without_config_json(tmp_path, tiny_model_dir):
     weights = tmp_path / "w"
     weights.mkdir()
-    (weights / "model.safetensors").write_bytes((tiny_dir / "model.safetensors").read_bytes())
+    (weights / "model.safetensors").write_bytes((tiny_model_dir / "model.safetensors").read_bytes())
     gen = ["infer", "generate", "--prompt-ids", "1", "--model-dir"]
-    _refused([*gen, tiny_dir / "config.json"], "is a file; give the folder holding config.json")
+    _refused(
+        [*gen, tiny_model_dir / "config.json"], "is a file; give the folder holding config.json"
+    )
     _refused([*gen, weights], "has safetensors but no config.json")
 
 
@@ -206,13 +199,13 @@ def test_physical_and_system_counts_past_any_sense_are_refused(args, message):
      ({"tie_word_embeddings": "false"}, "must be true or false, got 'false'")],  # tied them
 )  # fmt: skip
 def test_config_json_numbers_and_flags_are_json_numbers_and_booleans(
-    tmp_path, tiny_dir, change, message
+    tmp_path, tiny_model_dir, change, message
 ):
     import json
     import shutil
 
     model = tmp_path / "m"
-    shutil.copytree(tiny_dir, model)
+    shutil.copytree(tiny_model_dir, model)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, **change}))
     _refused(["infer", "generate", "--model-dir", model, "--prompt-ids", "1"], message)

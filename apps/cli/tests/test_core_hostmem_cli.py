@@ -88,27 +88,18 @@ def test_train_batch_beyond_the_host_is_refused_before_anything_is_written(tmp_p
     assert not (tmp_path / "run").exists()
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from wse_inference.testing import save_tiny_model
-
-    path = tmp_path_factory.mktemp("hostmem") / "hf"
-    save_tiny_model(path, n_layers=2)
-    return path
-
-
-def test_generate_and_serve_refuse_a_cache_beyond_the_host(model_dir):
+def test_generate_and_serve_refuse_a_cache_beyond_the_host(tiny_model_dir):
     from wse_inference.model_dir import read_config, serving_host_bytes
 
-    cfg = read_config(model_dir)
+    cfg = read_config(tiny_model_dir)
     budget = serving_host_bytes(cfg, rows=1, max_context=cfg.max_seq_len)  # one row fits
-    gen = ["infer", "generate", "--model_dir", model_dir, "--prompt-ids", "1,2", "--stages", 2]
+    gen = ["infer", "generate", "--model_dir", tiny_model_dir, "--prompt-ids", "1,2", "--stages", 2]
     line = _refused(gen, budget)
     need, avail = _numbers(line)
     assert need == serving_host_bytes(cfg, rows=2, max_context=cfg.max_seq_len)
     assert avail == budget and f"at most 1 rows of context {cfg.max_seq_len}" in line
-    spec = json.dumps({"model": str(model_dir), "num_speculative_tokens": 2})
-    serve = ["infer", "serve", "--model_dir", model_dir, "--max-num-seqs", 8]
+    spec = json.dumps({"model": str(tiny_model_dir), "num_speculative_tokens": 2})
+    serve = ["infer", "serve", "--model_dir", tiny_model_dir, "--max-num-seqs", 8]
     line = _refused([*serve, "--speculative-config", spec, "--port", 0], budget)
     assert "serving 8 slots (8 KV-cache rows)" in line
     assert _numbers(line)[0] == serving_host_bytes(cfg, rows=8, max_context=cfg.max_seq_len)
@@ -183,7 +174,7 @@ def test_the_md_suggestion_runs(tmp_path):
     _accepted([*md, "--cells", side, side, side], MIB)
 
 
-def test_train_and_serve_suggestions_pass_their_checks(tmp_path, model_dir, monkeypatch):
+def test_train_and_serve_suggestions_pass_their_checks(tmp_path, tiny_model_dir, monkeypatch):
     from wse_cli.commands.train import _check_host_memory
     from wse_inference.model_dir import check_host_memory, read_config
     from wse_trainer.config import load_config
@@ -196,7 +187,7 @@ def test_train_and_serve_suggestions_pass_their_checks(tmp_path, model_dir, monk
     for over in ([f"train_input.batch_size={b}"], [f"train_input.max_sequence_length={s}",
                                                     f"train_input.batch_size={b0}"]):  # fmt: skip
         _check_host_memory(load_config("tiny", over))  # raises HostMemoryError if not
-    cfg = read_config(model_dir)
+    cfg = read_config(tiny_model_dir)
     rows_budget = 3 * 2**20 + 4 * int(cfg.num_params())
     monkeypatch.setenv("WSE_HOST_MEMORY_BYTES", str(rows_budget))
     with pytest.raises(Exception, match="at most") as e:

@@ -1,0 +1,15 @@
+"""Fixtures the CLI's test files share."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A 2-layer tiny HF model folder (`wse_inference.testing.save_tiny_model`), one per file."""
+    from wse_inference.testing import save_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny") / "hf"
+    save_tiny_model(path, n_layers=2)
+    return path
