@@ -105,7 +105,6 @@ def test_raw_sse_ends_with_done(server):
 
 BAD = [
     (b"{not json", "/v1/completions", None),
-    ({"model": "nope", "prompt": "a"}, "/v1/completions", "model"),
     ({"prompt": "a"}, "/v1/completions", "model"),
     ({"model": "mock", "prompt": ""}, "/v1/completions", "prompt"),
     ({"model": "mock", "prompt": []}, "/v1/completions", "prompt"),
@@ -147,6 +146,20 @@ def test_bad_requests_get_400_with_openai_error_body(server, body, route, param)
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"}
     assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]
+
+
+def test_a_model_not_served_is_openais_404_model_not_found(server):
+    # hunt 56: it was a 400; OpenAI and vLLM answer 404 with code model_not_found
+    for route, body in [("/v1/completions", {"model": "nope", "prompt": "a"}),
+                        ("/v1/chat/completions", {"model": "gpt-4", "messages": [
+                            {"role": "user", "content": "hi"}]})]:  # fmt: skip
+        r = httpx.post(server.http_url + route, json=body, timeout=10)
+        err = r.json()["error"]
+        assert r.status_code == 404 and err["code"] == "model_not_found", r.text
+        assert err["param"] == "model" and "['mock']" in err["message"]
+    r = httpx.get(server.http_url + "/v1/models/nope", timeout=10)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    assert httpx.get(server.http_url + "/v1/models/mock", timeout=10).json()["id"] == "mock"
 
 
 def test_context_length_wording_and_client_error(server):

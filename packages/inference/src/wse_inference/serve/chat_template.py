@@ -130,6 +130,23 @@ def _content_text(content: Any, i: int) -> str:
     raise _bad(f"messages[{i}].content must be a string or a list of text parts.")
 
 
+def _check_message_fields(m: dict, i: int) -> None:
+    """OpenAI's types of a message's other fields (hunt 56: a name of 5 or ["a"], tool_calls
+    "garbage" and a tool message without tool_call_id were taken)."""
+    name = m.get("name")
+    if name is not None and not isinstance(name, str):
+        raise _bad(f"messages[{i}].name must be a string, got {name!r:.40}.")
+    calls = m.get("tool_calls")
+    if calls is not None and not (
+        m["role"] == "assistant"
+        and isinstance(calls, list)
+        and all(isinstance(c, dict) for c in calls)
+    ):
+        raise _bad(f"messages[{i}].tool_calls must be a list of objects, on an assistant message.")
+    if m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str):
+        raise _bad(f"messages[{i}] (tool) needs a tool_call_id (a string): the call it answers.")
+
+
 def chat_prompt(
     messages: Any,
     tokenizer: Tokenizer,
@@ -149,6 +166,7 @@ def chat_prompt(
             m["role"] == "assistant" and (m.get("tool_calls") or m.get("function_call"))
         ):  # as OpenAI and vLLM: only an assistant message with tool calls may omit it
             raise _bad(f"messages[{i}] ({m['role']}) needs a content.")
+        _check_message_fields(m, i)
         msgs.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
     if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
         return list(tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True))
