@@ -92,6 +92,7 @@ def server():
         (CHAT, "messages", [{"role": "tool", "content": "r"}], "tool_call_id"),
         (CHAT, "messages", [{"role": "assistant", "tool_calls": "x"}], "tool_calls must be"),
         (CHAT, "modalities", ["audio"], "not supported"),
+        (C, "top_logprobs", 5, "takes logprobs"),
     ],
 )
 def test_a_bad_field_is_a_400_naming_it(server, route, field, value, words):
@@ -199,3 +200,12 @@ def test_a_wrong_method_or_url_says_what_is_served(server, method, path, status,
     r = httpx.request(method, server.http_url + path, timeout=30)
     assert r.status_code == status and words in r.json()["error"]["message"], r.text
     assert httpx.get(server.http_url + "/health", timeout=30).status_code == 200
+
+
+def test_a_compressed_body_is_a_400_naming_the_encoding(server):
+    import gzip
+
+    raw = gzip.compress(json.dumps(BASE[C]).encode())
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    r = httpx.post(server.http_url + C, content=raw, headers=headers, timeout=30)
+    assert r.status_code == 400 and "Content-Encoding 'gzip'" in r.json()["error"]["message"]

@@ -11,8 +11,8 @@
 
 `refusal_response(error, metrics)` is the HTTP answer to any refusal (400, 404 for a model this
 server does not serve, 413, 429, 503). A Content-Type other than application/json (or
-`application/*+json`) is a 400 before the body is read; a body that is not UTF-8 (UTF-16
-included) is a 400 invalid_json.
+`application/*+json`), or any Content-Encoding (gzip...), is a 400 before the body is read;
+a body that is not UTF-8 (UTF-16 included) is a 400 invalid_json.
 
 A body that stops arriving (a Content-Length larger than what is sent) is refused with 400
 after `limits.body_idle_s` seconds without a byte, instead of holding the connection forever.
@@ -180,6 +180,13 @@ def _parse(raw: bytes, max_depth: int) -> Any:
 async def read_json(request: Request, limits: RequestLimits) -> Any:
     """The request's JSON body within `limits` (see the module docstring)."""
     _check_content_type(request.headers.get("content-type"))
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":  # hunt 56: a gzip body was "Malformed JSON ... byte 0x8b"
+        raise InvalidRequestError(
+            f"Content-Encoding {encoding[:40]!r} is not supported; send the JSON body "
+            "uncompressed (no Content-Encoding).",
+            code="invalid_content_encoding",
+        )
     raw = await _read_bytes(request, limits.max_body_bytes, limits.body_idle_s)
     return await run_off_loop(_parse, raw, limits.max_json_depth)
 

@@ -231,6 +231,9 @@ def _refuse_other_route(body: dict, kind: str) -> None:
                          else ("messages", "prompt", "/v1/completions"))  # fmt: skip
     if body.get(other) is not None:
         raise _bad(f"{other} is a field of {route}; this route takes {own}.", other)
+    if kind == "completion" and body.get("top_logprobs") is not None:  # chat's; ignored before
+        raise _bad("top_logprobs is a field of /v1/chat/completions; /v1/completions takes "
+                   "logprobs: k (0..20).", "top_logprobs")  # fmt: skip
 
 
 def _best_of(body: dict, n: int) -> None:
