@@ -93,6 +93,17 @@ def server():
         (CHAT, "messages", [{"role": "assistant", "tool_calls": "x"}], "tool_calls must be"),
         (CHAT, "modalities", ["audio"], "not supported"),
         (C, "top_logprobs", 5, "takes logprobs"),
+        (
+            CHAT,
+            "messages",
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}],
+                }
+            ],
+            "'image_url' part; this model takes text",
+        ),
     ],
 )
 def test_a_bad_field_is_a_400_naming_it(server, route, field, value, words):
@@ -209,3 +220,11 @@ def test_a_compressed_body_is_a_400_naming_the_encoding(server):
     headers = {"content-type": "application/json", "content-encoding": "gzip"}
     r = httpx.post(server.http_url + C, content=raw, headers=headers, timeout=30)
     assert r.status_code == 400 and "Content-Encoding 'gzip'" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("field", ["model", "n", "temperature", "stream", "prompt"])
+def test_a_huge_bad_value_is_not_echoed_back_whole(server, field):
+    # hunt 56: a 1 MB model name (or n, temperature...) came back whole in a 1 MB error
+    value = ["m" * 500_000, 1] if field == "prompt" else "m" * 500_000
+    r = httpx.post(server.http_url + C, json={**BASE[C], field: value}, timeout=30)
+    assert r.status_code in (400, 404) and len(r.content) < 1000, r.text[:300]

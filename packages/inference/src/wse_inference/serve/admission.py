@@ -82,7 +82,7 @@ class ModelNotFoundError(InvalidRequestError):
 
     def __init__(self, model: object, served: Sequence[str]) -> None:
         super().__init__(
-            f"The model {model!r} does not exist; this server serves {list(served)}.",
+            f"The model {model!r:.80} does not exist; this server serves {list(served)}.",
             param="model",
             code="model_not_found",
         )

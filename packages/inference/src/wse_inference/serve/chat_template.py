@@ -118,14 +118,17 @@ def _content_text(content: Any, i: int) -> str:
         return content or ""
     if isinstance(content, list):
         parts = []
-        for part in content:
-            if not (
-                isinstance(part, dict)
-                and part.get("type") == "text"
-                and isinstance(part.get("text"), str)
-            ):
-                raise _bad(f"messages[{i}].content: only text parts are supported.")
-            parts.append(part["text"])
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+                continue
+            got = (f"a {kind!r:.40} part" if isinstance(kind, str) and kind != "text"
+                   else f"{part!r:.60}")  # fmt: skip
+            raise _bad(
+                f"messages[{i}].content[{j}] is {got}; this model takes text only: give "
+                '{"type": "text", "text": "..."} parts or a string.'
+            )
         return "".join(parts)
     raise _bad(f"messages[{i}].content must be a string or a list of text parts.")
 

@@ -125,7 +125,7 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
         try:
             if req.model and req.model not in self.model_names:
                 raise InvalidRequestError(
-                    f"The model {req.model!r} does not exist; this server "
+                    f"The model {req.model!r:.80} does not exist; this server "
                     f"serves {list(self.model_names)}.",
                     param="model",
                 )

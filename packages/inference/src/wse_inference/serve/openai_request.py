@@ -129,7 +129,9 @@ def _check_model_name(model: Any, model_names: Sequence[str], *, required: bool)
             code="missing_required_parameter",
         )
     if not isinstance(model, str):
-        raise _bad(f"model must be a string (one of {list(model_names)}), got {model!r}.", "model")
+        raise _bad(
+            f"model must be a string (one of {list(model_names)}), got {model!r:.80}.", "model"
+        )
     if model not in model_names:
         raise ModelNotFoundError(model, model_names)
 
@@ -139,7 +141,7 @@ def _number(body: dict, name: str, default: float) -> float:
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise _bad(f"{name} must be a finite number, got {v!r}.", name)
+        raise _bad(f"{name} must be a finite number, got {v!r:.80}.", name)
     return float(v)
 
 
@@ -148,7 +150,7 @@ def _integer(body: dict, name: str, default: int | None) -> int | None:
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _bad(f"{name} must be an integer, got {v!r}.", name)
+        raise _bad(f"{name} must be an integer, got {v!r:.80}.", name)
     return v
 
 
@@ -183,7 +185,7 @@ def _completion_prompt(body: dict, tokenizer: Tokenizer, max_context: int) -> li
     if isinstance(p, list):  # hunt 56: [1, "a"] and [[1, [2]]] were called several prompts
         bad = next(x for x in p if isinstance(x, bool) or not isinstance(x, int))
         raise _bad(
-            f"prompt must be a string or one list of integer token ids; it holds {bad!r}.",
+            f"prompt must be a string or one list of integer token ids; it holds {bad!r:.80}.",
             "prompt",
         )
     raise _bad(f"prompt must be a string or a list of token ids, got {p!r:.80}.", "prompt")
@@ -335,7 +337,7 @@ def _logprobs(body: dict, kind: str) -> int | None:
     if kind == "chat":
         want = body.get("logprobs")
         if want is not None and not isinstance(want, bool):
-            raise _bad(f"logprobs must be true or false, got {want!r}.", "logprobs")
+            raise _bad(f"logprobs must be true or false, got {want!r:.80}.", "logprobs")
         k, name = _integer(body, "top_logprobs", None), "top_logprobs"
         if k is not None and not 0 <= k <= MAX_LOGPROBS:
             raise _bad(f"{name} must be in 0..{MAX_LOGPROBS}, got {k}.", name)
@@ -375,7 +377,7 @@ def _flag(value: Any, name: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise _bad(f"{name} must be true or false, got {value!r}.", name)
+        raise _bad(f"{name} must be true or false, got {value!r:.80}.", name)
     return value
 
 
