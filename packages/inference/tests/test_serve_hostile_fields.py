@@ -93,6 +93,7 @@ def server():
         (CHAT, "messages", [{"role": "assistant", "tool_calls": "x"}], "tool_calls must be"),
         (CHAT, "modalities", ["audio"], "not supported"),
         (C, "top_logprobs", 5, "takes logprobs"),
+        (CHAT, "reasoning_effort", "high", "not supported"),
         (
             CHAT,
             "messages",
@@ -204,7 +205,8 @@ def test_a_utf16_body_is_a_400(server):
     "method, path, status, words",
     [("GET", C, 405, "this route takes POST"), ("DELETE", CHAT, 405, "this route takes POST"),
      ("POST", "/health", 405, "takes GET"), ("PUT", "/metrics", 405, "takes GET"),
-     ("GET", "/v1/embeddings", 404, "POST /v1/completions")],
+     ("GET", "/v1/embeddings", 404, "POST /v1/completions"),
+     ("POST", C + "/", 404, "did you mean /v1/completions?")],
 )  # fmt: skip
 def test_a_wrong_method_or_url_says_what_is_served(server, method, path, status, words):
     # hunt 56: the messages were Starlette's "Method Not Allowed" / "Not Found"
@@ -228,3 +230,10 @@ def test_a_huge_bad_value_is_not_echoed_back_whole(server, field):
     value = ["m" * 500_000, 1] if field == "prompt" else "m" * 500_000
     r = httpx.post(server.http_url + C, json={**BASE[C], field: value}, timeout=30)
     assert r.status_code in (400, 404) and len(r.content) < 1000, r.text[:300]
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/models/mock", "/metrics"])
+def test_head_is_answered_where_get_is(server, path):
+    # hunt 56: HEAD /health (a load balancer's probe) was a 405
+    r = httpx.head(server.http_url + path, timeout=30)
+    assert r.status_code == 200 and r.content == b"", r

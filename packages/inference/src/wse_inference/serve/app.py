@@ -100,6 +100,9 @@ def build_app(
 ) -> FastAPI:
     """The FastAPI app over a started scheduler; see the module docstring."""
     app = FastAPI(title="wse-stack inference", docs_url=None, redoc_url=None)
+    app.router.redirect_slashes = (
+        False  # /v1/completions/ is a JSON 404 naming the route, not a 307
+    )
     started = int(time.time())
     _add_error_handlers(app)
     _add_generation_routes(app, scheduler, metrics, model_names, chat_template, limits)
@@ -116,7 +119,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         where = f"{request.method} {request.url.path[:200]}"
         headers = dict(exc.headers or {})
         if exc.status_code == 405 and "Allow" in headers:  # hunt 56: "Method Not Allowed"
-            message = f"{where} is not allowed; this route takes {headers['Allow']}."
+            allowed = sorted(m.strip() for m in headers["Allow"].split(","))
+            message = f"{where} is not allowed; this route takes {' or '.join(allowed)}."
         elif exc.status_code == 404:  # OpenAI's "Invalid URL (...)", with the routes there are
             routes = sorted(
                 f"{'/'.join(sorted(r.methods - {'HEAD'}))} {r.path_format}"  # type: ignore[attr-defined]
@@ -124,6 +128,9 @@ def _add_error_handlers(app: FastAPI) -> None:
                 if getattr(r, "methods", None) and getattr(r, "include_in_schema", True)
             )
             message = f"Invalid URL ({where}); this server serves {', '.join(routes)}."
+            path = request.url.path.rstrip("/")
+            if path != request.url.path and any(r.endswith(" " + path) for r in routes):
+                message = f"Invalid URL ({where}); did you mean {path}?"
         else:
             message = str(exc.detail)
         return error_response(
@@ -212,7 +219,7 @@ def _add_status_routes(
     """GET /v1/models, /health (503 while draining) and /metrics (Prometheus)."""
     engine = scheduler.engine
 
-    @app.get("/v1/models")
+    @app.api_route("/v1/models", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def models() -> dict:
         data = [
             {
@@ -226,7 +233,7 @@ def _add_status_routes(
         ]
         return {"object": "list", "data": data}
 
-    @app.get("/v1/models/{model:path}")
+    @app.api_route("/v1/models/{model:path}", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def model(model: str) -> Response:  # OpenAI's retrieve: one model, or 404
         if model not in model_names:
             err = ModelNotFoundError(model, model_names)
@@ -243,7 +250,7 @@ def _add_status_routes(
             }  # fmt: skip
         )
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def health() -> Response:
         s = scheduler.stats()
         body = {
@@ -254,7 +261,7 @@ def _add_status_routes(
         }
         return JSONResponse(body, status_code=503 if s.draining else 200)
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 

@@ -224,6 +224,7 @@ _NOT_HONOURED: dict[str, Any] = {
     "prediction": None,
     "web_search_options": None,
     "modalities": ["text"],
+    "reasoning_effort": None,  # this server's models do not reason (OpenAI refuses it too)
 }
 
 
