@@ -70,6 +70,7 @@ class ParsedRequest:
 
 
 MAX_N = 16  # choices per request
+MAX_LOGIT_BIAS = 100  # OpenAI's logit_bias values are in [-100, 100] (checked, then refused)
 
 
 def choice_sampling(sampling: SamplingParams, i: int) -> SamplingParams:
@@ -236,7 +237,7 @@ def _refuse_other_route(body: dict, kind: str) -> None:
         raise _bad(f"{other} is a field of {route}; this route takes {own}.", other)
     if kind == "completion" and body.get("top_logprobs") is not None:  # chat's; ignored before
         raise _bad("top_logprobs is a field of /v1/chat/completions; /v1/completions takes "
-                   "logprobs: k (0..20).", "top_logprobs")  # fmt: skip
+                   f"logprobs: k (0..{MAX_LOGPROBS}).", "top_logprobs")  # fmt: skip
 
 
 def _best_of(body: dict, n: int) -> None:
@@ -267,9 +268,10 @@ def _logit_bias(body: dict) -> None:
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
-            or not -100 <= value <= 100
+            or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS
         ):
-            raise _bad(f"logit_bias values must be numbers in [-100, 100], got {value!r:.40} "
+            raise _bad(f"logit_bias values must be numbers in [-{MAX_LOGIT_BIAS}, "
+                       f"{MAX_LOGIT_BIAS}], got {value!r:.40} "
                        f"for token {key}.", "logit_bias")  # fmt: skip
     if bias:
         raise _bad("logit_bias is not supported by this server; leave it out (or give {}).",
