@@ -118,11 +118,13 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
         ("key given twice", "/v1/completions",
          b'{"model": "%s", "prompt": "a", "prompt": "b"}' % model.encode(), 400),
     ]  # fmt: skip
+    requests += _hunt56_requests(model)
     rows = []
-    for name, path, body, want in requests:
+    for name, path, body, want, *how in requests:
+        method, ctype = how if how else ("POST", "application/json")
         peak[0], t0 = 0, time.perf_counter()
-        r = httpx.post(url + path, content=body, timeout=60,
-                       headers={"content-type": "application/json"})  # fmt: skip
+        r = httpx.request(method, url + path, content=body, timeout=60,
+                          headers={"content-type": ctype})  # fmt: skip
         try:
             message = r.json()["error"]["message"]
         except Exception:  # noqa: BLE001  not an OpenAI error body: the row fails
@@ -149,6 +151,41 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
         proc.kill()
     log.close()
     return rows
+
+
+def _hunt56_requests(model: str) -> list[tuple]:
+    """Hunt 56's served rows: fields a vLLM / OpenAI client may send that were taken (200) and
+    ignored, a model not served (400, OpenAI's code model_not_found), a body not declared JSON, a GET on a POST
+    route: (name, path, body, expected status[, method, content type])."""
+    import json
+
+    def c(**fields) -> bytes:
+        return json.dumps({"model": model, "prompt": "a", "max_tokens": 2, **fields}).encode()
+
+    def chat(**fields) -> bytes:
+        msgs = [{"role": "user", "content": "hi"}]
+        return json.dumps({"model": model, "messages": msgs, "max_tokens": 2, **fields}).encode()
+
+    cc, ch = "/v1/completions", "/v1/chat/completions"
+    return [
+        ("min_p 'x'", cc, c(min_p="x"), 400),
+        ("guided_json (not honoured)", ch, chat(guided_json={"type": "object"}), 400),
+        ("prompt_logprobs 99", cc, c(prompt_logprobs=99), 400),
+        ("chat_template in the request", ch, chat(chat_template="{{ 7*7 }}"), 400),
+        ("tool_choice required, no tools", ch, chat(tool_choice="required"), 400),
+        ("stream_options without stream", cc, c(stream_options={"include_usage": True}), 400),
+        ("user of 1,000,000 characters", cc, c(user="u" * 1_000_000), 400),
+        ("logit_bias value 200", ch, chat(logit_bias={"5": 200}), 400),
+        ("best_of 1 with n 3", cc, c(best_of=1, n=3), 400),
+        ("messages name 5", ch, chat(messages=[{"role": "user", "content": "x", "name": 5}]), 400),
+        ("tool message without tool_call_id", ch, chat(messages=[{"role": "tool",
+         "content": "r"}]), 400),
+        ("prompt [1, 'a']", cc, c(prompt=[1, "a"]), 400),
+        ("model not served (model_not_found)", cc, c(model="gpt-4"), 400),
+        ("body declared text/plain", cc, c(), 400, "POST", "text/plain"),
+        ("body in UTF-16", cc, c().decode().encode("utf-16"), 400),
+        ("GET on a POST route (405)", cc, b"", 405, "GET", "application/json"),
+    ]  # fmt: skip
 
 
 def _row(name, got, want, wall_s, peak, message, check_message=True, bound_s=2.0) -> dict:

@@ -119,3 +119,24 @@ def test_stop_token_ids_are_bounded_as_stop_strings_are(shared):
         list(st.Generate(req, timeout=10))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "at most 64 token ids" in info.value.details(), info.value.details()
+
+
+def test_a_field_with_the_wrong_wire_type_is_invalid_argument(shared):
+    """Hunt 56: max_tokens sent as bytes was kept as an unknown field and the request ran with
+    max_tokens unset (the rest of the context); top_k -1 (vLLM's off) was refused here only."""
+    channel, _ = stub(shared)
+    with channel:
+        raw = channel.unary_stream(
+            "/wse.inference.v1.Generation/Generate",
+            request_serializer=lambda b: b,
+            response_deserializer=pb2.GenerateResponse.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            list(raw(b"\x0a\x01a\x22\x01a", timeout=10))  # text "a", field 4 as bytes
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "field 4 (max_tokens)" in info.value.details(), info.value.details()
+        unknown = pb2.GenerateRequest(text="a", max_tokens=1).SerializeToString() + b"\x98\x06\x01"
+        assert len(list(raw(unknown, timeout=10))) == 1  # field 99: a newer client's, ignored
+        st = pb2_grpc.GenerationStub(channel)
+        out = list(st.Generate(pb2.GenerateRequest(text="a", max_tokens=1, top_k=-1), timeout=10))
+        assert out[-1].finish_reason == "length"

@@ -61,7 +61,52 @@ def server():
         (C, "stop", "", "empty string"),
         (C, "stop_token_ids", [1] * 65, "at most 64 token ids"),  # hunt 56: 10^5 were taken
         (C, "stop_token_ids", {}, "a list of token ids"),  # hunt 56: passed as none
-        (CHAT, "user", 5, "must be a string"),  # hunt 56: OpenAI's user is a string
+        # hunt 56: each of these was taken (a 200) and ignored, or refused in wrong words
+        (C, "min_p", "x", "[0, 1]"),
+        (CHAT, "min_p", 0.5, "not supported"),
+        (C, "length_penalty", "x", "not supported"),
+        (CHAT, "guided_json", {"type": "object"}, "not supported"),
+        (C, "prompt_logprobs", 99, "not supported"),
+        (CHAT, "chat_template", "{{ 7*7 }}", "not supported"),
+        (CHAT, "add_generation_prompt", "x", "not supported"),
+        (CHAT, "skip_special_tokens", "x", "not supported"),
+        (CHAT, "tool_choice", "required", "needs tools"),
+        (CHAT, "tool_choice", {"type": "function", "function": {"name": "f"}}, "needs tools"),
+        (CHAT, "function_call", "auto", "needs tools"),
+        (CHAT, "parallel_tool_calls", "yes", "true or false"),
+        (C, "stream_options", {"include_usage": True}, "only allowed when stream is true"),
+        (CHAT, "stream_options", {"include_usage": True, "foo": 1}, "no field 'foo'"),
+        (C, "user", "u" * 100_000, "at most 256 characters"),
+        (CHAT, "user", 5, "must be a string"),
+        (C, "logit_bias", [], "an object"),
+        (C, "logit_bias", {"abc": 1}, "token ids"),
+        (CHAT, "logit_bias", {"5": 200}, "[-100, 100]"),
+        (C, "logit_bias", {"5": 1}, "not supported"),
+        (C, "best_of", 0, "at least n"),
+        (C, "best_of", 2, "best_of > n is not supported"),
+        (C, "prompt", [1, "a"], "it holds 'a'"),
+        (C, "prompt", [[1, [2]]], "it holds [2]"),
+        (C, "messages", [{"role": "user", "content": "hi"}], "/v1/chat/completions"),
+        (CHAT, "prompt", "hi", "/v1/completions"),
+        (CHAT, "model", 5, "must be a string"),
+        (C, "model", None, "model is required"),
+        (CHAT, "messages", [{"role": "user", "content": "x", "name": 5}], "name must be"),
+        (CHAT, "messages", [{"role": "tool", "content": "r"}], "tool_call_id"),
+        (CHAT, "messages", [{"role": "assistant", "tool_calls": "x"}], "tool_calls must be"),
+        (CHAT, "modalities", ["audio"], "not supported"),
+        (C, "top_logprobs", 5, "takes logprobs"),
+        (CHAT, "reasoning_effort", "high", "not supported"),
+        (
+            CHAT,
+            "messages",
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}],
+                }
+            ],
+            "'image_url' part; this model takes text",
+        ),
     ],
 )
 def test_a_bad_field_is_a_400_naming_it(server, route, field, value, words):
@@ -77,7 +122,10 @@ def test_a_bad_field_is_a_400_naming_it(server, route, field, value, words):
     "field, value",
     [("stream", None), ("stream", False), ("stream_options", None), ("echo", None),
      ("response_format", {"type": "text"}), ("tools", []), ("suffix", ""), ("temperature", 2),
-     ("temperature", 0), ("top_p", 1), ("presence_penalty", -2), ("max_completion_tokens", 3)],
+     ("temperature", 0), ("top_p", 1), ("presence_penalty", -2), ("max_completion_tokens", 3),
+     ("min_p", 0), ("length_penalty", 1), ("tool_choice", "none"), ("logit_bias", {}),
+     ("best_of", 1), ("user", "u" * 256), ("skip_special_tokens", True), ("top_k", -1),
+     ("parallel_tool_calls", False), ("metadata", {"a": "b"}), ("unknown_field", 1)],
 )  # fmt: skip
 def test_null_and_neutral_values_are_still_accepted(server, field, value):
     body = {**BASE[C], field: value}
@@ -137,3 +185,57 @@ def test_a_body_shorter_than_its_content_length_is_a_400_not_a_hang():
         assert status.split()[1] == b"400", status
         msg = json.loads(body)["error"]["message"]
         assert "stopped arriving" in msg and "100 bytes" in msg, msg
+
+
+@pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_that_is_not_declared_json_is_a_400(server, ctype):
+    # hunt 56: text/plain (and curl -d's form type) were parsed as JSON; vLLM refuses them
+    raw = json.dumps(BASE[C]).encode()
+    r = httpx.post(server.http_url + C, content=raw, headers={"content-type": ctype}, timeout=30)
+    assert r.status_code == 400 and "application/json" in r.json()["error"]["message"], r.text
+    ok = {"content-type": "application/json; charset=utf-8"}
+    assert httpx.post(server.http_url + C, content=raw, headers=ok, timeout=30).status_code == 200
+
+
+def test_a_utf16_body_is_a_400(server):
+    # hunt 56: json.loads(bytes) read UTF-16 and UTF-32; JSON bodies are UTF-8
+    r = httpx.post(server.http_url + C, content=json.dumps(BASE[C]).encode("utf-16"), timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text
+
+
+@pytest.mark.parametrize(
+    "method, path, status, words",
+    [("GET", C, 405, "this route takes POST"), ("DELETE", CHAT, 405, "this route takes POST"),
+     ("POST", "/health", 405, "takes GET"), ("PUT", "/metrics", 405, "takes GET"),
+     ("GET", "/v1/embeddings", 404, "POST /v1/completions"),
+     ("POST", C + "/", 404, "did you mean /v1/completions?")],
+)  # fmt: skip
+def test_a_wrong_method_or_url_says_what_is_served(server, method, path, status, words):
+    # hunt 56: the messages were Starlette's "Method Not Allowed" / "Not Found"
+    r = httpx.request(method, server.http_url + path, timeout=30)
+    assert r.status_code == status and words in r.json()["error"]["message"], r.text
+    assert httpx.get(server.http_url + "/health", timeout=30).status_code == 200
+
+
+def test_a_compressed_body_is_a_400_naming_the_encoding(server):
+    import gzip
+
+    raw = gzip.compress(json.dumps(BASE[C]).encode())
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    r = httpx.post(server.http_url + C, content=raw, headers=headers, timeout=30)
+    assert r.status_code == 400 and "Content-Encoding 'gzip'" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("field", ["model", "n", "temperature", "stream", "prompt"])
+def test_a_huge_bad_value_is_not_echoed_back_whole(server, field):
+    # hunt 56: a 1 MB model name (or n, temperature...) came back whole in a 1 MB error
+    value = ["m" * 500_000, 1] if field == "prompt" else "m" * 500_000
+    r = httpx.post(server.http_url + C, json={**BASE[C], field: value}, timeout=30)
+    assert r.status_code in (400, 404) and len(r.content) < 1000, r.text[:300]
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/models/mock", "/metrics"])
+def test_head_is_answered_where_get_is(server, path):
+    # hunt 56: HEAD /health (a load balancer's probe) was a 405
+    r = httpx.head(server.http_url + path, timeout=30)
+    assert r.status_code == 200 and r.content == b"", r

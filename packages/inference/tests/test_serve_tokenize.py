@@ -37,7 +37,7 @@ def test_tokenize_matches_what_requests_run_on(url):
 @pytest.mark.parametrize(
     ("route", "body", "param"),
     [
-        ("/tokenize", {"model": "nope", "prompt": "a"}, "model"),
+        ("/tokenize", {"model": 5, "prompt": "a"}, "model"),
         ("/tokenize", {"prompt": 5}, "prompt"),
         ("/tokenize", {"messages": []}, "messages"),
         ("/detokenize", {"tokens": [1, 256]}, "tokens"),
@@ -51,3 +51,9 @@ def test_bad_bodies_are_400(url, route, body, param):
     assert r.json()["error"]["param"] == param
     r = httpx.post(url + route, content=b"{no", timeout=10)
     assert r.status_code == 400 and "Malformed JSON" in r.json()["error"]["message"]
+
+
+def test_a_model_not_served_is_a_400_model_not_found(url):
+    # hunt 56: OpenAI's code model_not_found (their status is 404; bad input is a 400 here)
+    r = httpx.post(url + "/tokenize", json={"model": "nope", "prompt": "a"}, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "model_not_found", r.text

@@ -18,7 +18,7 @@ One validator for both front ends, in the order a request meets it:
    submit directly.
 
 - `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT): any of the above. Requests are
-  never silently truncated.
+  never silently truncated. `ModelNotFoundError`, a model name not served, is a 400 with code model_not_found.
 - `QueueFullError` (HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED): the bounded waiting
   queue is full.
 - `ShuttingDownError` (HTTP 503 / gRPC UNAVAILABLE): the server is draining.
@@ -37,6 +37,7 @@ from wse_inference.engine import MAX_LOGPROBS, SamplingParams
 
 __all__ = [
     "InvalidRequestError",
+    "ModelNotFoundError",
     "RequestTooLargeError",
     "QueueFullError",
     "ShuttingDownError",
@@ -66,6 +67,7 @@ class RequestLimits:
     # compiles `decoding._decode_loop` again): well past any model's end-of-sequence ids
     max_stop_token_ids: int = 64
     body_idle_s: float = 10.0  # an HTTP body that sends nothing for this long is refused (400)
+    max_user_chars: int = 256  # `user`, an end-user id (hunt 56: 1.5 MB ids were taken)
 
 
 class InvalidRequestError(WseError):
@@ -77,6 +79,19 @@ class InvalidRequestError(WseError):
         super().__init__(message)
         self.param = param
         self.code = code
+
+
+class ModelNotFoundError(InvalidRequestError):
+    """A model name this server does not serve: HTTP 400 with OpenAI's code model_not_found
+    (bad input is a 400 in this stack; OpenAI and vLLM answer 404, which only
+    GET /v1/models/{id}, a resource that is not there, does here)."""
+
+    def __init__(self, model: object, served: Sequence[str]) -> None:
+        super().__init__(
+            f"The model {model!r:.80} does not exist; this server serves {list(served)}.",
+            param="model",
+            code="model_not_found",
+        )
 
 
 class RequestTooLargeError(InvalidRequestError):
@@ -125,7 +140,7 @@ def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimit
         raise InvalidRequestError(f"top_p must be in (0, 1], got {sampling.top_p}.", param="top_p")
     if not 0 <= sampling.top_k <= INT32_MAX:
         raise InvalidRequestError(
-            f"top_k must be >= 0 (0 disables it), got {sampling.top_k}.", param="top_k"
+            f"top_k must be -1 or >= 0 (-1 and 0 disable it), got {sampling.top_k}.", param="top_k"
         )
     for name in ("presence_penalty", "frequency_penalty"):
         v = getattr(sampling, name)

@@ -8,11 +8,14 @@ Architecture (one process):
     GET /metrics ◄─ ServeMetrics ◄───────────────┘   bounded queue    └─ continuous batching
 
 Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
-`data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models,
-/health (503 while draining), /metrics (Prometheus), and vLLM's POST /tokenize ({prompt} or
+`data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models
+(and /v1/models/{id}, 404 model_not_found for a name not served), /health (503 while
+draining), /metrics (Prometheus), and vLLM's POST /tokenize ({prompt} or
 {messages} -> {count, max_model_len, tokens}) and /detokenize ({tokens} -> {prompt}).
 Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
-request (malformed or too deeply nested JSON included), 413 for a body beyond
+request (malformed or too deeply nested JSON, a Content-Type other than JSON included), 404
+for a model this server does not serve (model_not_found, as OpenAI and vLLM) or a URL it does
+not have (the message lists the routes), 405 naming the methods a route takes, 413 for a body beyond
 `ServeConfig.limits.max_body_bytes` (from Content-Length, or while it streams in), 429 with
 Retry-After when the queue is full, 503 while shutting down. Bodies are read by
 `wse_inference.serve.http_body`; parsing, validation (`wse_inference.serve.admission`, the
@@ -52,6 +55,7 @@ from wse_inference.engine import Engine, SamplingParams
 from wse_inference.serve import openai_request as oa
 from wse_inference.serve.admission import (
     InvalidRequestError,
+    ModelNotFoundError,
     QueueFullError,
     RequestLimits,
     ShuttingDownError,
@@ -96,6 +100,9 @@ def build_app(
 ) -> FastAPI:
     """The FastAPI app over a started scheduler; see the module docstring."""
     app = FastAPI(title="wse-stack inference", docs_url=None, redoc_url=None)
+    app.router.redirect_slashes = (
+        False  # /v1/completions/ is a JSON 404 naming the route, not a 307
+    )
     started = int(time.time())
     _add_error_handlers(app)
     _add_generation_routes(app, scheduler, metrics, model_names, chat_template, limits)
@@ -109,7 +116,26 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _httperror_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail), type_="invalid_request_error")
+        where = f"{request.method} {request.url.path[:200]}"
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405 and "Allow" in headers:  # hunt 56: "Method Not Allowed"
+            allowed = sorted(m.strip() for m in headers["Allow"].split(","))
+            message = f"{where} is not allowed; this route takes {' or '.join(allowed)}."
+        elif exc.status_code == 404:  # OpenAI's "Invalid URL (...)", with the routes there are
+            routes = sorted(
+                f"{'/'.join(sorted(r.methods - {'HEAD'}))} {r.path_format}"  # type: ignore[attr-defined]
+                for r in app.routes
+                if getattr(r, "methods", None) and getattr(r, "include_in_schema", True)
+            )
+            message = f"Invalid URL ({where}); this server serves {', '.join(routes)}."
+            path = request.url.path.rstrip("/")
+            if path != request.url.path and any(r.endswith(" " + path) for r in routes):
+                message = f"Invalid URL ({where}); did you mean {path}?"
+        else:
+            message = str(exc.detail)
+        return error_response(
+            exc.status_code, message, type_="invalid_request_error", headers=headers or None
+        )
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
@@ -193,7 +219,7 @@ def _add_status_routes(
     """GET /v1/models, /health (503 while draining) and /metrics (Prometheus)."""
     engine = scheduler.engine
 
-    @app.get("/v1/models")
+    @app.api_route("/v1/models", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def models() -> dict:
         data = [
             {
@@ -207,7 +233,24 @@ def _add_status_routes(
         ]
         return {"object": "list", "data": data}
 
-    @app.get("/health")
+    @app.api_route("/v1/models/{model:path}", methods=["GET", "HEAD"])  # HEAD: as GET, no body
+    async def model(model: str) -> Response:  # OpenAI's retrieve: one model, or 404
+        if model not in model_names:
+            err = ModelNotFoundError(model, model_names)
+            return error_response(
+                404, str(err), type_="invalid_request_error", param="model", code=err.code
+            )
+        return JSONResponse(
+            {
+                "id": model,
+                "object": "model",
+                "created": started,
+                "owned_by": "wse-stack",
+                "max_model_len": engine.max_context,
+            }  # fmt: skip
+        )
+
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def health() -> Response:
         s = scheduler.stats()
         body = {
@@ -218,7 +261,7 @@ def _add_status_routes(
         }
         return JSONResponse(body, status_code=503 if s.draining else 200)
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 

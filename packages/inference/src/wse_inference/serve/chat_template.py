@@ -118,16 +118,36 @@ def _content_text(content: Any, i: int) -> str:
         return content or ""
     if isinstance(content, list):
         parts = []
-        for part in content:
-            if not (
-                isinstance(part, dict)
-                and part.get("type") == "text"
-                and isinstance(part.get("text"), str)
-            ):
-                raise _bad(f"messages[{i}].content: only text parts are supported.")
-            parts.append(part["text"])
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+                continue
+            got = (f"a {kind!r:.40} part" if isinstance(kind, str) and kind != "text"
+                   else f"{part!r:.60}")  # fmt: skip
+            raise _bad(
+                f"messages[{i}].content[{j}] is {got}; this model takes text only: give "
+                '{"type": "text", "text": "..."} parts or a string.'
+            )
         return "".join(parts)
     raise _bad(f"messages[{i}].content must be a string or a list of text parts.")
+
+
+def _check_message_fields(m: dict, i: int) -> None:
+    """OpenAI's types of a message's other fields (hunt 56: a name of 5 or ["a"], tool_calls
+    "garbage" and a tool message without tool_call_id were taken)."""
+    name = m.get("name")
+    if name is not None and not isinstance(name, str):
+        raise _bad(f"messages[{i}].name must be a string, got {name!r:.40}.")
+    calls = m.get("tool_calls")
+    if calls is not None and not (
+        m["role"] == "assistant"
+        and isinstance(calls, list)
+        and all(isinstance(c, dict) for c in calls)
+    ):
+        raise _bad(f"messages[{i}].tool_calls must be a list of objects, on an assistant message.")
+    if m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str):
+        raise _bad(f"messages[{i}] (tool) needs a tool_call_id (a string): the call it answers.")
 
 
 def chat_prompt(
@@ -149,6 +169,7 @@ def chat_prompt(
             m["role"] == "assistant" and (m.get("tool_calls") or m.get("function_call"))
         ):  # as OpenAI and vLLM: only an assistant message with tool calls may omit it
             raise _bad(f"messages[{i}] ({m['role']}) needs a content.")
+        _check_message_fields(m, i)
         msgs.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
     if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
         return list(tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True))

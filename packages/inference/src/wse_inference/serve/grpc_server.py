@@ -55,7 +55,7 @@ def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> Sam
         max_tokens=max_tokens,
         temperature=req.temperature if req.HasField("temperature") else 1.0,
         top_p=req.top_p if req.HasField("top_p") else 1.0,
-        top_k=req.top_k,
+        top_k=0 if req.top_k == -1 else req.top_k,  # -1: off, as vLLM's (and HTTP's) -1
         seed=req.seed if req.HasField("seed") else None,
         stop=tuple(req.stop),  # empty ones too: check_sampling counts and refuses them
         stop_token_ids=tuple(req.stop_token_ids),
@@ -84,11 +84,26 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
+def _misread_field(request: Any) -> str | None:
+    """A field of the message sent with another wire type (max_tokens as bytes...): protobuf
+    keeps it as an unknown field and leaves the field unset, a request silently changed
+    (hunt 56). Unknown field numbers are ignored, protobuf's rule for a newer client."""
+    from google.protobuf import unknown_fields
+
+    known = request.DESCRIPTOR.fields_by_number
+    for f in unknown_fields.UnknownFieldSet(request):
+        if f.field_number in known:
+            name = known[f.field_number].name
+            return f"field {f.field_number} ({name}) has wire type {f.wire_type}, not its own"
+    return None
+
+
 def _refuse_undecodable(request: Any, context: grpc.ServicerContext) -> None:
-    if isinstance(request, _Undecodable):
+    why = request.why if isinstance(request, _Undecodable) else _misread_field(request)
+    if why is not None:
         context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
-            f"The request bytes are not this method's protobuf message: {request.why}",
+            f"The request bytes are not this method's protobuf message: {why}",
         )
 
 
@@ -110,7 +125,7 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
         try:
             if req.model and req.model not in self.model_names:
                 raise InvalidRequestError(
-                    f"The model {req.model!r} does not exist; this server "
+                    f"The model {req.model!r:.80} does not exist; this server "
                     f"serves {list(self.model_names)}.",
                     param="model",
                 )

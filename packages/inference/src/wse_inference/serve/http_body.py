@@ -9,7 +9,10 @@
   (checked without recursion, before anything walks the value);
 - `ClientGone` when the client disconnected while sending it (nobody is left to answer).
 
-`refusal_response(error, metrics)` is the HTTP answer to any refusal (400, 413, 429, 503).
+`refusal_response(error, metrics)` is the HTTP answer to any refusal (400, a model this server
+does not serve included, with code model_not_found; 413, 429, 503). A Content-Type other than application/json (or
+`application/*+json`), or any Content-Encoding (gzip...), is a 400 before the body is read;
+a body that is not UTF-8 (UTF-16 included) is a 400 invalid_json.
 
 A body that stops arriving (a Content-Length larger than what is sent) is refused with 400
 after `limits.body_idle_s` seconds without a byte, instead of holding the connection forever.
@@ -39,6 +42,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from wse_inference.serve.admission import (
     InvalidRequestError,
+    ModelNotFoundError,
     QueueFullError,
     RequestLimits,
     RequestTooLargeError,
@@ -133,13 +137,32 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _check_content_type(declared: str | None) -> None:
+    """A body declared as anything but JSON (text/plain, a form: curl -d without -H) is refused,
+    as vLLM refuses it; no Content-Type at all is read as JSON."""
+    if declared is None:
+        return
+    media = declared.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    raise InvalidRequestError(
+        f"Content-Type must be application/json, got {declared[:60]!r}; send the body as JSON "
+        "with the header Content-Type: application/json.",
+        code="invalid_content_type",
+    )
+
+
 def _parse(raw: bytes, max_depth: int) -> Any:
     too_deep = InvalidRequestError(
         f"The request body nests objects and lists more than {max_depth} levels deep.",
         code="invalid_json",
     )
     try:
-        body = json.loads(raw, parse_constant=_not_json, object_pairs_hook=_no_duplicates)
+        # UTF-8 only (a BOM allowed): json.loads(bytes) also reads UTF-16 and UTF-32 (hunt 56)
+        text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        body = json.loads(text, parse_constant=_not_json, object_pairs_hook=_no_duplicates)
     except RecursionError:
         raise too_deep from None
     except (ValueError, UnicodeDecodeError) as e:
@@ -156,6 +179,14 @@ def _parse(raw: bytes, max_depth: int) -> Any:
 
 async def read_json(request: Request, limits: RequestLimits) -> Any:
     """The request's JSON body within `limits` (see the module docstring)."""
+    _check_content_type(request.headers.get("content-type"))
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":  # hunt 56: a gzip body was "Malformed JSON ... byte 0x8b"
+        raise InvalidRequestError(
+            f"Content-Encoding {encoding[:40]!r} is not supported; send the JSON body "
+            "uncompressed (no Content-Encoding).",
+            code="invalid_content_encoding",
+        )
     raw = await _read_bytes(request, limits.max_body_bytes, limits.body_idle_s)
     return await run_off_loop(_parse, raw, limits.max_json_depth)
 
