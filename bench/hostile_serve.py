@@ -155,8 +155,8 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
 
 def _hunt56_requests(model: str) -> list[tuple]:
     """Hunt 56's served rows: fields a vLLM / OpenAI client may send that were taken (200) and
-    ignored, a model not served (400, OpenAI's code model_not_found), a body not declared JSON, a GET on a POST
-    route: (name, path, body, expected status[, method, content type])."""
+    ignored, a model not served (400, OpenAI's code model_not_found), a body not declared
+    JSON, a GET on a POST route: (name, path, body, expected status[, method, content type])."""
     import json
 
     def c(**fields) -> bytes:

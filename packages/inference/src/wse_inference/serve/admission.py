@@ -18,7 +18,8 @@ One validator for both front ends, in the order a request meets it:
    submit directly.
 
 - `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT): any of the above. Requests are
-  never silently truncated. `ModelNotFoundError`, a model name not served, is a 400 with code model_not_found.
+  never silently truncated. `ModelNotFoundError`, a model name not served, is a 400 with
+  code model_not_found.
 - `QueueFullError` (HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED): the bounded waiting
   queue is full.
 - `ShuttingDownError` (HTTP 503 / gRPC UNAVAILABLE): the server is draining.

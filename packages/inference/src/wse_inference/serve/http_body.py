@@ -10,9 +10,9 @@
 - `ClientGone` when the client disconnected while sending it (nobody is left to answer).
 
 `refusal_response(error, metrics)` is the HTTP answer to any refusal (400, a model this server
-does not serve included, with code model_not_found; 413, 429, 503). A Content-Type other than application/json (or
-`application/*+json`), or any Content-Encoding (gzip...), is a 400 before the body is read;
-a body that is not UTF-8 (UTF-16 included) is a 400 invalid_json.
+does not serve included, with code model_not_found; 413, 429, 503). A Content-Type other than
+application/json (or `application/*+json`), or any Content-Encoding (gzip...), is a 400 before
+the body is read; a body that is not UTF-8 (UTF-16 included) is a 400 invalid_json.
 
 A body that stops arriving (a Content-Length larger than what is sent) is refused with 400
 after `limits.body_idle_s` seconds without a byte, instead of holding the connection forever.
@@ -42,7 +42,6 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from wse_inference.serve.admission import (
     InvalidRequestError,
-    ModelNotFoundError,
     QueueFullError,
     RequestLimits,
     RequestTooLargeError,

@@ -7,17 +7,17 @@ sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or message
 echo (completions), presence_penalty and frequency_penalty (in [-2, 2]), and vLLM's top_k,
 repetition_penalty (> 0), stop_token_ids and ignore_eos (generation stops at the model's
 end-of-sequence tokens unless it is true). Fields that would change the output but are not
-supported (best_of other than n, several prompts, a logit_bias, suffix, tools, functions,
-a tool_choice other than "none", a response_format other than text, and vLLM's extras in
+supported (best_of other than n, several prompts, a logit_bias, suffix, tools, functions, a
+tool_choice other than "none", a response_format other than text, and vLLM's extras in
 `_NOT_HONOURED`: min_p, min_tokens, guided_*, prompt_logprobs, a request's chat_template...)
 are refused with `InvalidRequestError` (HTTP 400) unless absent, null or neutral; so are the
 other route's field (messages on /v1/completions, prompt on chat) and stream_options without
 stream. `user` must be a string of at most `RequestLimits.max_user_chars`. A model name this
 server does not serve is `ModelNotFoundError` (HTTP 400 with OpenAI's code model_not_found;
-OpenAI and vLLM answer 404); a missing one a 400. Fields this module does not know are ignored, as vLLM ignores them
-(metadata, store, service_tier, a misspelt name...). Flags (stream, echo, ignore_eos,
-include_usage, parallel_tool_calls) must be JSON true, false or null: "false" would read as
-true. A missing max_tokens means "the rest of the context window" (vLLM's default).
+OpenAI and vLLM answer 404); a missing one a 400. Fields this module does not know are ignored,
+as vLLM ignores them (metadata, store, service_tier, a misspelt name...). Flags (stream, echo,
+ignore_eos, include_usage, parallel_tool_calls) must be JSON true, false or null: "false" would
+read as true. A missing max_tokens means "the rest of the context window" (vLLM's default).
 
 Logprobs are asked with `logprobs: k` (completions) or `logprobs: true, top_logprobs: k`
 (chat), k in 0..MAX_LOGPROBS = 20; `echo: true` with logprobs also scores the prompt.
