@@ -64,6 +64,18 @@ def _forged_npy(tmp: Path) -> str:
     return str(tmp / "m.npy")
 
 
+def _forged_operator(fx: Fixtures, tmp: Path) -> str:
+    """The fixture operator with u.npy's header claiming 10^12 float32 values."""
+    import zipfile
+
+    head = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }".ljust(117)
+    raw = b"\x93NUMPY\x01\x00" + (len(head) + 1).to_bytes(2, "little") + (head + "\n").encode()
+    with zipfile.ZipFile(fx.operator()) as src, zipfile.ZipFile(tmp / "op.npz", "w") as out:
+        for name in src.namelist():
+            out.writestr(name, raw + bytes(64) if name == "u.npy" else src.read(name))
+    return str(tmp / "op.npz")
+
+
 def _text(tmp: Path, name: str, text: str) -> str:
     (tmp / name).write_text(text)
     return str(tmp / name)
@@ -263,4 +275,7 @@ def found_cases() -> list[Case]:
             "hpc", "md", "--structure", _text(tmp, "in.xyz", _xyz_text(
                 "species:S:1:pos:R:3:x:R:1000000000000")), "--potential", pot(fx)],
             message="Properties announces 1000000000004"),
+        Case("found", "tlrmvm run operator with a forged u.npy header", lambda fx, tmp: [
+            "hpc", "tlrmvm", "run", "--operator", _forged_operator(fx, tmp)],
+            message="(its array headers) needs 3.64 TiB of host memory"),
     ]  # fmt: skip

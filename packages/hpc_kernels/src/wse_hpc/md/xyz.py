@@ -125,6 +125,11 @@ def _columns(props: str, where: str) -> list[tuple[str, int, int]]:
     parts = props.split(":")
     if len(parts) % 3:
         raise XyzError(f"{where}: Properties must be name:type:count triples, got {_quote(props)}")
+    if parts[0].lower() != "species" or parts[2] != "1":  # column 0 is the symbol
+        raise XyzError(
+            f"{where}: Properties must start with species:S:1 (the element symbol), "
+            f"got {_quote(props)}"
+        )
     out, col = [], 0
     for i in range(0, len(parts), 3):
         try:
@@ -145,11 +150,6 @@ def _columns(props: str, where: str) -> list[tuple[str, int, int]]:
             )
         out.append((name, col, n))
         col += n
-    if out[0][0] != "species" or out[0][2] != 1:  # the reader takes column 0 as the symbol
-        raise XyzError(
-            f"{where}: Properties must start with species:S:1 (the element symbol), "
-            f"got {_quote(props)}"
-        )
     return out
 
 
