@@ -49,9 +49,7 @@ class Structure:
         lookup = {e: i for i, e in enumerate(elements)}
         missing = sorted(set(self.symbols.tolist()) - set(lookup))
         if missing:
-            shown = ", ".join(
-                repr(m) if len(m) <= 20 else repr(m[:20] + "...") for m in missing[:5]
-            )
+            shown = ", ".join(m if len(m) <= 20 else m[:20] + "..." for m in missing[:5])
             raise WseError(
                 f"the potential has no parameters for {shown}{' ...' if len(missing) > 5 else ''} "
                 f"(it has {', '.join(elements)})"
