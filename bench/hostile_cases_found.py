@@ -21,6 +21,18 @@ def _xyz(tmp: Path, lattice: str = "3.615 0 0 0 3.615 0 0 0 3.615", x: str = "0"
     return str(tmp / "in.xyz")
 
 
+def _xyz_text(props: str = "species:S:1:pos:R:3", extra: str = "") -> str:
+    head = _XYZ.format(L="3.615 0 0 0 3.615 0 0 0 3.615", x="0")
+    lines = head.replace("species:S:1:pos:R:3", props).splitlines()
+    return "\n".join(lines[:2] + [ln + extra for ln in lines[2:]]) + "\n"
+
+
+_LAMMPS_DATA = (
+    "LAMMPS data file\n\n4 atoms\n1 atom types\n\n0 3.615 xlo xhi\n0 3.615 ylo yhi\n"
+    "0 3.615 zlo zhi\n\nMasses\n\n1 63.546\n\nAtoms # atomic\n\n1 1 0 0 0\n"
+)
+
+
 def _fifo(tmp: Path) -> str:
     os.mkfifo(tmp / "fifo")
     return str(tmp / "fifo")
@@ -50,6 +62,18 @@ def _forged_npy(tmp: Path) -> str:
     raw = b"\x93NUMPY\x01\x00" + (len(head) + 1).to_bytes(2, "little") + (head + "\n").encode()
     (tmp / "m.npy").write_bytes(raw)
     return str(tmp / "m.npy")
+
+
+def _forged_operator(fx: Fixtures, tmp: Path) -> str:
+    """The fixture operator with u.npy's header claiming 10^12 float32 values."""
+    import zipfile
+
+    head = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }".ljust(117)
+    raw = b"\x93NUMPY\x01\x00" + (len(head) + 1).to_bytes(2, "little") + (head + "\n").encode()
+    with zipfile.ZipFile(fx.operator()) as src, zipfile.ZipFile(tmp / "op.npz", "w") as out:
+        for name in src.namelist():
+            out.writestr(name, raw + bytes(64) if name == "u.npy" else src.read(name))
+    return str(tmp / "op.npz")
 
 
 def _text(tmp: Path, name: str, text: str) -> str:
@@ -231,4 +255,27 @@ def found_cases() -> list[Case]:
         Case("found", "infer generate --stop ''", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt", "x", "--stop", ""],
             message="--stop strings must not be empty"),
+        # hunt 56 (files): extended XYZ as users write it (each was taken or a traceback)
+        Case("found", "hpc md --structure <LAMMPS data file>", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "cu.data", _LAMMPS_DATA),
+            "--potential", pot(fx)], message="looks like a LAMMPS data file"),
+        Case("found", "hpc md xyz pbc=\"F F F\"", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "in.xyz", _xyz_text().replace(
+                'pbc="T T T"', 'pbc="F F F"')), "--potential", pot(fx)],
+            message="only periodic boxes"),
+        Case("found", "hpc md xyz NaN velocity", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "in.xyz", _xyz_text(
+                "species:S:1:pos:R:3:velocities:R:3", " 0 0 0").replace(
+                "Cu 0 0 0 0 0 0", "Cu 0 0 0 nan 0 0")), "--potential", pot(fx)],
+            message="line 3 field 5: 'nan' is not a finite number"),
+        Case("found", "hpc md xyz frames after a blank line", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "in.xyz", _xyz_text() + "\n" + _xyz_text()),
+            "--potential", pot(fx)], message="text after the blank line 7"),
+        Case("found", "hpc md xyz Properties count 1e12", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "in.xyz", _xyz_text(
+                "species:S:1:pos:R:3:x:R:1000000000000")), "--potential", pot(fx)],
+            message="Properties announces 1000000000004"),
+        Case("found", "tlrmvm run operator with a forged u.npy header", lambda fx, tmp: [
+            "hpc", "tlrmvm", "run", "--operator", _forged_operator(fx, tmp)],
+            message="(its array headers) needs 3.64 TiB of host memory"),
     ]  # fmt: skip

@@ -66,6 +66,16 @@ def _xyz(folder: Path, name: str, lattice: str = "3.615 0 0 0 3.615 0 0 0 3.615"
     return path
 
 
+def _text(folder: Path, name: str, text: str) -> Path:
+    (folder / name).write_text(text)
+    return folder / name
+
+
+def _sub(path: Path, old: str, new: str) -> Path:
+    path.write_text(path.read_text().replace(old, new))
+    return path
+
+
 @pytest.fixture(scope="module")
 def cu(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("md") / "Cu.eam.alloy"
@@ -85,14 +95,25 @@ def _setfl(cu: Path, folder: Path, name: str, line: int, text: str) -> Path:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda d, cu: _xyz(d, "nan", x="nan"), "positions must be finite"),
+        (lambda d, cu: _xyz(d, "nan", x="nan"), "nan.xyz line 3 field 2: 'nan' is not a finite"),
         (lambda d, cu: _xyz(d, "huge", x="1e308"), "lies outside the box"),
         (lambda d, cu: _xyz(d, "nanbox", lattice="nan 0 0 0 3.6 0 0 0 3.6"), "box sides must"),
         (lambda d, cu: _xyz(d, "hugebox", lattice="1e300 0 0 0 1e300 0 0 0 1e300"), "at most"),
         (lambda d, cu: d, "is a folder"),
         (lambda d, cu: d / "fifo", "not a regular file"),
+        # hunt 56 (files): a LAMMPS data file, pbc F (was run periodic), a Properties count of
+        # 10^12 (was a 29 TiB np.empty), frames after a blank line (were dropped)
+        (lambda d, cu: _text(d, "cu.data", "LAMMPS data\n\n4 atoms\n1 atom types\n"),
+         "cu.data line 1: expected the atom count, got 'LAMMPS data': it looks like a LAMMPS "
+         "data file (read_data format); --structure reads extended XYZ"),
+        (lambda d, cu: _sub(_xyz(d, "pbc"), 'pbc="T T T"', 'pbc="T T F"'),
+         'pbc.xyz line 2: pbc="T T F": only periodic boxes are supported'),
+        (lambda d, cu: _sub(_xyz(d, "props"), "pos:R:3", "pos:R:3:x:R:1000000000000"),
+         "props.xyz line 3: 4 fields, Properties announces 1000000000004"),
+        (lambda d, cu: _text(d, "gap.xyz", _xyz(d, "one").read_text() * 1 + "\n4\n"),
+         "gap.xyz line 8: text after the blank line 7 ('4')"),
     ],
-)
+)  # fmt: skip
 def test_md_structure_files(files, cu, make, message):
     args = ["hpc", "md", "--structure", make(files, cu), "--potential", cu, "--steps", "1"]
     _refused(args, message)

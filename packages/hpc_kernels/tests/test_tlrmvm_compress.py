@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from wse_core.errors import WseError
 from wse_hpc.tlrmvm import TlrError, compress, load_operator, save_operator, tlrmvm_numpy
 from wse_hpc.tlrmvm.compress import RANDOMIZED_MIN_TILE
 from wse_hpc.tlrmvm.seismic import green_operator, load_matrix
@@ -116,3 +117,31 @@ def test_numpy_baselines_match_reference(b):
     ref = tlrmvm_numpy(op, x)
     for fn in (stacked_fn(op), padded_fn(op)):
         np.testing.assert_allclose(fn(x), ref, rtol=1e-4, atol=1e-5)
+
+
+def _forged_member(count: int) -> bytes:
+    head = f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({count},), }}".ljust(117)
+    raw = b"\x93NUMPY\x01\x00" + (len(head) + 1).to_bytes(2, "little") + (head + "\n").encode()
+    return raw + bytes(64)
+
+
+def test_load_refuses_a_forged_member_header_before_allocating(tmp_path):
+    """Hunt 56 (files): an operator whose u.npy header claims 10^12 values was a NumPy
+    MemoryError traceback (np.load allocates the claimed array, then reads)."""
+    import io
+    import zipfile
+
+    path = save_operator(compress(smooth_kernel(24, 24), nb=8, threshold=1e-3), tmp_path / "op")
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    with zipfile.ZipFile(tmp_path / "bad.npz", "w") as z:
+        for k, v in arrays.items():
+            buf = io.BytesIO()
+            np.save(buf, v)
+            z.writestr(f"{k}.npy", _forged_member(10**12) if k == "u" else buf.getvalue())
+    with pytest.raises(WseError, match=r"^TLR operator .*bad.npz' \(its array headers\) needs "
+                       r"3.64 TiB of host memory"):  # fmt: skip
+        load_operator(tmp_path / "bad.npz")
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    with pytest.raises(TlrError, match=r"single array \(.npy\), not an .npz archive"):
+        load_operator(tmp_path / "one.npy")

@@ -114,10 +114,19 @@ def check_dt(cfg: CfdConfig, dt: float) -> None:
 def _read_step(path: Path, grid) -> dict[str, np.ndarray]:
     """A step file's arrays, or FieldError naming what is wrong (never unpickled)."""
     from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
+    from wse_core.host.memory import HostMemoryError, require_npz
 
-    try:
-        with np.load(path, allow_pickle=False) as z:
+    try:  # mmap: a .npy named step_<n>.npz is not read whole
+        z = np.load(path, allow_pickle=False, mmap_mode="r")
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError("it is a single array (.npy), not an .npz archive")
+        with z:
+            require_npz(
+                z, f"--restart: {path}", fits=lambda budget: "it is no step file of this run"
+            )
             data = {k: z[k] for k in z.files}
+    except HostMemoryError:  # its own line (a WseError is a ValueError)
+        raise
     except NUMPY_FILE_ERRORS as e:
         raise FieldError(f"--restart: {path} is not a step file: {numpy_file_problem(e)}") from None
     missing = [k for k in ("u", "v", "p", "T", "step", "time") if k not in data]

@@ -49,8 +49,9 @@ class Structure:
         lookup = {e: i for i, e in enumerate(elements)}
         missing = sorted(set(self.symbols.tolist()) - set(lookup))
         if missing:
+            shown = ", ".join(m if len(m) <= 20 else m[:20] + "..." for m in missing[:5])
             raise WseError(
-                f"the potential has no parameters for {', '.join(missing)} "
+                f"the potential has no parameters for {shown}{' ...' if len(missing) > 5 else ''} "
                 f"(it has {', '.join(elements)})"
             )
         return np.array([lookup[s] for s in self.symbols.tolist()], dtype=np.int32)

@@ -10,7 +10,7 @@ accepted (a tilted one is a WseError naming the line).
 
 from __future__ import annotations
 
-import re
+import math
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +21,8 @@ from wse_core.errors import WseError
 from wse_hpc.md.lattice import Structure
 
 __all__ = ["write_xyz", "read_xyz", "XyzError"]
+
+QUOTE_CHARS = 80  # characters of a file's text quoted in an error line
 
 _FIELDS = (
     ("velocities", "velocities_A_ps", 3),
@@ -75,11 +77,16 @@ def write_xyz(
     return path
 
 
-def _parse_comment(line: str, lineno: int) -> dict[str, str]:
+def _quote(text: str) -> str:
+    """`text` quoted for an error line, cut to QUOTE_CHARS characters."""
+    return repr(text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + "...")
+
+
+def _parse_comment(line: str, where: str) -> dict[str, str]:
     try:
         tokens = shlex.split(line)
     except ValueError as e:
-        raise XyzError(f"line {lineno}: cannot parse the comment line ({e})") from None
+        raise XyzError(f"{where}: cannot parse the comment line ({e})") from None
     out = {}
     for tok in tokens:
         if "=" in tok:
@@ -88,100 +95,173 @@ def _parse_comment(line: str, lineno: int) -> dict[str, str]:
     return out
 
 
-def _lattice(info: dict[str, str], lineno: int) -> np.ndarray:
+def _lattice(info: dict[str, str], where: str) -> np.ndarray:
     if "lattice" not in info:
-        raise XyzError(f'line {lineno}: no Lattice="..." (a periodic box is needed)')
+        raise XyzError(f'{where}: no Lattice="..." (a periodic box is needed)')
     try:
         m = np.array([float(v) for v in info["lattice"].split()]).reshape(3, 3)
     except ValueError:
-        raise XyzError(f"line {lineno}: Lattice must hold 9 numbers") from None
-    if np.any(np.abs(m - np.diag(np.diag(m))) > 1e-9):
-        raise XyzError(f"line {lineno}: only orthorhombic lattices are supported")
+        raise XyzError(
+            f"{where}: Lattice must hold 9 numbers (3 cell vectors), got {_quote(info['lattice'])}"
+        ) from None
+    with np.errstate(invalid="ignore"):  # a NaN side is refused by check_structure
+        tilted = np.any(np.abs(m - np.diag(np.diag(m))) > 1e-9)
+    if tilted:
+        raise XyzError(
+            f"{where}: only orthorhombic lattices are supported "
+            f'(Lattice="Lx 0 0 0 Ly 0 0 0 Lz"), got {_quote(info["lattice"])}'
+        )
+    pbc = info.get("pbc", "T T T").split()
+    if [v.upper() for v in pbc] not in (["T"] * 3, ["TRUE"] * 3, ["1"] * 3):
+        raise XyzError(
+            f'{where}: pbc="{info["pbc"][:20]}": only periodic boxes are supported '
+            '(pbc="T T T", LAMMPS\'s boundary p p p)'
+        )
     return np.diag(m).copy()
 
 
-def _columns(props: str, lineno: int) -> list[tuple[str, int, int]]:
+def _columns(props: str, where: str) -> list[tuple[str, int, int]]:
     """(name, first column, width) per property."""
     parts = props.split(":")
     if len(parts) % 3:
-        raise XyzError(f"line {lineno}: Properties must be name:type:count triples")
+        raise XyzError(f"{where}: Properties must be name:type:count triples, got {_quote(props)}")
+    if parts[0].lower() != "species" or parts[2] != "1":  # column 0 is the symbol
+        raise XyzError(
+            f"{where}: Properties must start with species:S:1 (the element symbol), "
+            f"got {_quote(props)}"
+        )
     out, col = [], 0
     for i in range(0, len(parts), 3):
         try:
             name, n = parts[i].lower(), int(parts[i + 2])
         except ValueError:
             raise XyzError(
-                f"line {lineno}: Properties count {parts[i + 2]!r} is not an integer"
+                f"{where}: Properties count {_quote(parts[i + 2])} is not an integer"
             ) from None
         if n < 1:
-            raise XyzError(f"line {lineno}: Properties count of {name!r} must be >= 1, got {n}")
+            raise XyzError(f"{where}: Properties count of {name!r} must be >= 1, got {n}")
+        if any(name == o for o, _, _ in out):
+            raise XyzError(f"{where}: Properties names {_quote(name)} twice")
+        if i and parts[i + 1].upper() not in ("R", "I", "L"):
+            raise XyzError(
+                f"{where}: Properties type of {_quote(name)} is {_quote(parts[i + 1])}; "
+                "only the species may be text (S): the other columns are read as numbers "
+                "(R, I or L)"
+            )
         out.append((name, col, n))
         col += n
-    if out[0][0] != "species" or out[0][2] != 1:  # the reader takes column 0 as the symbol
-        raise XyzError(
-            f"line {lineno}: Properties must start with species:S:1 (the element symbol), "
-            f"got {props[:60]!r}"
-        )
     return out
 
 
 _WIDTHS = {"pos": 3, "velocities": 3, "vel": 3, "velo": 3, "forces": 3, "energies": 1}
 
 
+def _not_xyz(path: Path, lines: list[str]) -> str:
+    """What the file looks like, when its first line is not an atom count."""
+    words = {" ".join(ln.split()[1:3]) for ln in lines[:40]}
+    if {"atoms", "xlo xhi"} & words or "atom types" in words:
+        out = f"{path.stem}-extended.xyz" if path.suffix == ".xyz" else f"{path.stem}.xyz"
+        return (
+            ": it looks like a LAMMPS data file (read_data format); --structure reads extended "
+            f"XYZ: convert it, e.g. `ase convert -i lammps-data {path.name} {out}`"
+        )
+    return " (an extended XYZ frame starts with its atom count)"
+
+
 def read_xyz(path: str | Path) -> list[Structure]:
-    """Every frame of an extended XYZ file."""
+    """Every frame of an extended XYZ file. Frames follow each other; blank lines may only
+    end the file. Errors name the file, the line (1-based) and the field."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        raw = path.read_bytes()
     except OSError as e:
         raise XyzError(f"cannot read {str(path)!r}: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors) is dropped
     except UnicodeDecodeError as e:
-        raise XyzError(f"{str(path)!r} is not UTF-8 text: {e.reason}") from None
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise XyzError(
+            f"{path.name} line {line}: not UTF-8 text ({e.reason} at byte {e.start:,}); "
+            "extended XYZ is a text file"
+        ) from None
+    lines = text.splitlines()
     frames, i = [], 0
     while i < len(lines) and lines[i].strip():
-        frames.append(_frame(lines, i))
+        frames.append(_frame(path, lines, i, frames[-1].num_atoms if frames else 0))
         i += 2 + frames[-1].num_atoms
+    rest = next((j for j in range(i, len(lines)) if lines[j].strip()), None)
+    if rest is not None:
+        raise XyzError(
+            f"{path.name} line {rest + 1}: text after the blank line {i + 1} "
+            f"({_quote(lines[rest].strip())}); frames must follow each other without blank "
+            "lines (the frames after it would be dropped)"
+        )
     if not frames:
-        raise XyzError(f"{path.name}: no frames")
+        raise XyzError(f"{path.name} is empty: an extended XYZ file holds at least one frame")
     return frames
 
 
-def _frame(lines: list[str], i: int) -> Structure:
+def _frame(path: Path, lines: list[str], i: int, before: int) -> Structure:
+    """The frame starting at line i + 1 (0-based i); `before`: the previous frame's atom count."""
+    name = path.name
     try:
         n = int(lines[i].split()[0])
     except (ValueError, IndexError):
-        raise XyzError(f"line {i + 1}: expected the atom count, got {lines[i]!r}") from None
+        why = (
+            f" (the frame before announced {before:,} atoms: is its count right?)"
+            if before
+            else _not_xyz(path, lines)
+        )
+        raise XyzError(
+            f"{name} line {i + 1}: expected the atom count, got {_quote(lines[i].strip())}{why}"
+        ) from None
     if n < 1:
-        raise XyzError(f"line {i + 1}: the atom count must be >= 1, got {n}")
+        raise XyzError(f"{name} line {i + 1}: the atom count must be >= 1, got {n}")
     if i + 2 + n > len(lines):
-        raise XyzError(f"line {i + 1}: {n} atoms announced, the file ends first")
-    info = _parse_comment(lines[i + 1], i + 2)
-    box = _lattice(info, i + 2)
-    cols = _columns(info.get("properties", "species:S:1:pos:R:3"), i + 2)
-    rows = [re.split(r"\s+", ln.strip()) for ln in lines[i + 2 : i + 2 + n]]
+        raise XyzError(
+            f"{name} line {i + 1}: {n:,} atoms announced, the file ends first "
+            f"({max(0, len(lines) - i - 2):,} lines follow the comment line)"
+        )
+    where = f"{name} line {i + 2}"
+    info = _parse_comment(lines[i + 1], where)
+    box = _lattice(info, where)
+    cols = _columns(info.get("properties", "species:S:1:pos:R:3"), where)
     width = sum(w for _, _, w in cols)
-    for j, r in enumerate(rows):
+    for name_, _, w in cols:
+        if _WIDTHS.get(name_, w) != w:
+            raise XyzError(f"{where}: {name_} needs {_WIDTHS[name_]} columns, got {w}")
+    if not any(c == "pos" for c, _, _ in cols):
+        raise XyzError(f"{where}: Properties has no pos:R:3")
+    rows = [ln.split() for ln in lines[i + 2 : i + 2 + n]]
+    for j, r in enumerate(rows):  # every row's width before the table is allocated
         if len(r) != width:
-            raise XyzError(f"line {i + 3 + j}: {len(r)} fields, Properties announces {width}")
-    for name, _, w in cols:
-        if _WIDTHS.get(name, w) != w:
-            raise XyzError(f"line {i + 2}: {name} needs {_WIDTHS[name]} columns, got {w}")
-    symbols = np.array([r[0] for r in rows])
-    try:
-        data = np.array([[float(v) for v in r[1:]] for r in rows])
-    except ValueError:
-        raise XyzError(f"lines {i + 3}-{i + 2 + n}: a non-numeric atom field") from None
-    found = {name: data[:, c - 1 : c - 1 + w] for name, c, w in cols if name != "species"}
-    if "pos" not in found:
-        raise XyzError(f"line {i + 2}: Properties has no pos:R:3")
+            raise XyzError(
+                f"{name} line {i + 3 + j}: {len(r)} fields, Properties announces {width}"
+                + (" (is the atom count on the frame's first line right?)" if j else "")
+            )
+    symbols, data = [], np.empty((n, width - 1))
+    for j, r in enumerate(rows):
+        symbols.append(r[0])
+        for k, tok in enumerate(r[1:], 2):
+            try:
+                data[j, k - 2] = v = float(tok)
+            except ValueError:
+                raise XyzError(
+                    f"{name} line {i + 3 + j} field {k}: {_quote(tok)} is not a number"
+                ) from None
+            if not math.isfinite(v):
+                raise XyzError(
+                    f"{name} line {i + 3 + j} field {k}: {_quote(tok)} is not a finite number"
+                )
+    found = {c: data[:, s - 1 : s - 1 + w] for c, s, w in cols if c != "species"}
     get = {"velocities": "velocities", "vel": "velocities", "velo": "velocities"}
     vel = next((found[k] for k in get if k in found), None)
     energies = found.get("energies")
     return Structure(
-        symbols,
+        np.array(symbols),
         found["pos"].copy(),
         box,
-        vel,
-        found.get("forces"),
-        None if energies is None else energies[:, 0],
+        None if vel is None else vel.copy(),
+        None if found.get("forces") is None else found["forces"].copy(),
+        None if energies is None else energies[:, 0].copy(),
     )

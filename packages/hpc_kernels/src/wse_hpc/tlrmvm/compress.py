@@ -24,6 +24,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from threadpoolctl import threadpool_limits
 from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
+from wse_core.host.memory import HostMemoryError, require_npz
 
 __all__ = [
     "RANDOMIZED_MIN_TILE",
@@ -285,12 +286,22 @@ def save_operator(op: TlrOperator, path: str | Path) -> Path:
     return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
 
+def _not_this_host(budget: int) -> str:
+    return "this operator was not written by this machine's wse, or needs a larger host"
+
+
 def load_operator(path: str | Path) -> TlrOperator:
     """Read an operator written by `save_operator`; TlrError for a missing, foreign or
     damaged file (one line naming what is wrong)."""
-    try:
-        with np.load(Path(path), allow_pickle=False) as f:
-            data = {k: f[k] for k in f.files}
+    try:  # mmap: a .npy given here is not read whole (its header may claim 10^12 values)
+        z = np.load(Path(path), allow_pickle=False, mmap_mode="r")
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError("it is a single array (.npy), not an .npz archive")
+        with z:
+            require_npz(z, f"TLR operator {str(path)!r}", fits=_not_this_host)
+            data = {k: z[k] for k in z.files}
+    except HostMemoryError:  # its own line (a WseError is a ValueError)
+        raise
     except NUMPY_FILE_ERRORS as e:
         why = numpy_file_problem(e)
         raise TlrError(f"cannot read TLR operator {str(path)!r}: {why}") from None

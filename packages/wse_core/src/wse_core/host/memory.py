@@ -38,6 +38,7 @@ __all__ = [
     "format_bytes",
     "largest",
     "require",
+    "require_npz",
 ]
 
 ENV_LIMIT = "WSE_HOST_MEMORY_BYTES"
@@ -124,6 +125,25 @@ def require(
         f"{what} needs {format_bytes(needed_bytes)} of host memory ({needed_bytes:,} B) but "
         f"{format_bytes(avail)} ({avail:,} B) is available; {fits(avail)}"
     )
+
+
+def require_npz(z: Any, what: str, *, fits: Callable[[int], str], extra_per_value: int = 0) -> None:
+    """`require` for an open `np.load` archive `z` from its members' array headers alone,
+    before any array is read: a forged header claiming 10^12 values is refused here (NumPy
+    would allocate it, then read). `extra_per_value`: bytes the caller adds per value (a
+    float64 copy). A member that is not an array raises NumPy's error for the caller."""
+    import math
+
+    import numpy as np
+
+    need = 0
+    for name in z.zip.namelist():
+        with z.zip.open(name) as f:
+            major, _ = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if major == 1 else None
+            shape, _, dtype = (read or np.lib.format.read_array_header_2_0)(f)
+        need += math.prod(shape) * (dtype.itemsize + extra_per_value)
+    require(f"{what} (its array headers)", need, fits=fits)
 
 
 def bandwidth_gb_s(n_bytes: int = 256 << 20, repeats: int = 5) -> float:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import numpy as np
 
 from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
 from wse_core.host.limits import load_json
-from wse_core.host.memory import require
+from wse_core.host.memory import require_npz
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -169,16 +168,10 @@ def load(path: str | Path) -> PeTrace:
 def _require_memory(path: Path, z: Any) -> None:
     """Refuse an archive whose array headers claim more host memory than is available (each
     layer is read, then held as float64), before reading any array's data."""
-    need = 0
-    for name in z.zip.namelist():
-        with z.zip.open(name) as f:
-            major, _ = np.lib.format.read_magic(f)
-            read = np.lib.format.read_array_header_1_0 if major == 1 else None
-            shape, _, dtype = (read or np.lib.format.read_array_header_2_0)(f)
-        need += math.prod(shape) * (dtype.itemsize + 8)
-    require(
-        f"wse view: {path} (its array headers)",
-        need,
+    require_npz(
+        z,
+        f"wse view: {path}",
+        extra_per_value=8,
         fits=lambda budget: (
             "this trace was not written by this machine's wse, or needs a larger host"
         ),
