@@ -15,13 +15,11 @@ crystals and their plans), `experiments` (`santos24-md`), `lammps` (running `lmp
 and benchmarks).
 """
 
-from wse_hpc.md.config import MdConfig
-from wse_hpc.md.integrate import Thermostat, maxwell_boltzmann, nve, nvt_langevin, nvt_nose_hoover
-from wse_hpc.md.lattice import Structure, crystal
-from wse_hpc.md.potentials import EamPotential, PotentialError, read_potential, write_setfl
-from wse_hpc.md.simulate import MdResult, run_md
-from wse_hpc.md.state import Atoms, MdState
-from wse_hpc.md.xyz import read_xyz, write_xyz
+import importlib
+from typing import Any
+
+# the function, not its module of the same name (a lazy name would be shadowed by the
+# submodule once anything imports `wse_hpc.md.zhou04`); NumPy only
 from wse_hpc.md.zhou04 import zhou04
 
 __all__ = [
@@ -45,3 +43,20 @@ __all__ = [
     "write_xyz",
     "zhou04",
 ]
+
+# name -> module, imported on first use (PEP 562): reading a structure or a potential file
+# (`wse hpc md --structure`'s refusals) does not wait ~2 s for JAX (hunt 56)
+_WHERE = {
+    "MdConfig": "config", "Thermostat": "integrate", "maxwell_boltzmann": "integrate",
+    "nve": "integrate", "nvt_langevin": "integrate", "nvt_nose_hoover": "integrate",
+    "Structure": "lattice", "crystal": "lattice", "EamPotential": "potentials",
+    "PotentialError": "potentials", "read_potential": "potentials",
+    "write_setfl": "potentials", "MdResult": "simulate", "run_md": "simulate",
+    "Atoms": "state", "MdState": "state", "read_xyz": "xyz", "write_xyz": "xyz",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"wse_hpc.md.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'wse_hpc.md' has no attribute {name!r}")
