@@ -1,0 +1,205 @@
+"""Reading and refusing an OpenAI request's fields (`wse_inference.serve.openai_request`'s
+parsing uses them): `invalid` (an `InvalidRequestError` naming its field); `number`,
+`integer` and `flag` (a field of that JSON type or its default); and the fields this server
+does not honour: `refuse_unsupported` (n past `MAX_N`, best_of, logit_bias, suffix, tools,
+response_format, min_p, vLLM's extras in `NOT_HONOURED` unless absent, null or neutral,
+`user`) and `refuse_other_route` (messages on /v1/completions, prompt on chat).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from wse_inference.engine import MAX_LOGPROBS
+from wse_inference.serve.admission import InvalidRequestError, RequestLimits
+
+__all__ = [
+    "MAX_N",
+    "MAX_LOGIT_BIAS",
+    "NOT_HONOURED",
+    "invalid",
+    "integer",
+    "number",
+    "flag",
+    "refuse_other_route",
+    "refuse_unsupported",
+]
+
+MAX_N = 16  # choices per request
+MAX_LOGIT_BIAS = 100  # OpenAI's logit_bias values are in [-100, 100] (checked, then refused)
+
+
+def invalid(message: str, param: str | None) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+def number(body: dict, name: str, default: float) -> float:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise invalid(f"{name} must be a finite number, got {v!r:.80}.", name)
+    return float(v)
+
+
+def integer(body: dict, name: str, default: int | None) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise invalid(f"{name} must be an integer, got {v!r:.80}.", name)
+    return v
+
+
+# vLLM's and OpenAI's fields that would change the answer, which this server does not honour:
+# refused unless absent, null or this neutral value (hunt 56: min_p "x" and guided_json were
+# silently ignored). Every other field this module does not read is ignored, as vLLM ignores
+# fields it does not know (a typo of a known field included).
+NOT_HONOURED: dict[str, Any] = {
+    "min_tokens": 0,
+    "length_penalty": 1.0,
+    "use_beam_search": False,
+    "prompt_logprobs": None,  # the prompt's logprobs: echo with logprobs
+    "include_stop_str_in_output": False,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "allowed_token_ids": None,
+    "bad_words": [],
+    "truncate_prompt_tokens": None,
+    "logits_processors": None,
+    "return_tokens_as_token_ids": False,
+    "guided_json": None,
+    "guided_regex": None,
+    "guided_choice": None,
+    "guided_grammar": None,
+    "guided_decoding_backend": None,
+    "guided_whitespace_pattern": None,
+    "structured_outputs": None,
+    "chat_template": None,  # the server's (--chat-template), never a request's
+    "chat_template_kwargs": {},
+    "continue_final_message": False,
+    "add_generation_prompt": True,
+    "documents": None,
+    "audio": None,
+    "prediction": None,
+    "web_search_options": None,
+    "modalities": ["text"],
+    "reasoning_effort": None,  # this server's models do not reason (OpenAI refuses it too)
+}
+
+
+def refuse_other_route(body: dict, kind: str) -> None:
+    """messages on /v1/completions or prompt on /v1/chat/completions: the other route's."""
+    own, other, route = (("prompt", "messages", "/v1/chat/completions") if kind == "completion"
+                         else ("messages", "prompt", "/v1/completions"))  # fmt: skip
+    if body.get(other) is not None:
+        raise invalid(f"{other} is a field of {route}; this route takes {own}.", other)
+    if kind == "completion" and body.get("top_logprobs") is not None:  # chat's; ignored before
+        raise invalid("top_logprobs is a field of /v1/chat/completions; /v1/completions takes "
+                   f"logprobs: k (0..{MAX_LOGPROBS}).", "top_logprobs")  # fmt: skip
+
+
+def _best_of(body: dict, n: int) -> None:
+    best_of = integer(body, "best_of", None)
+    if best_of is None or best_of == n:  # n candidates, all n returned: what n alone does
+        return
+    if best_of < n:
+        raise invalid(f"best_of must be at least n ({n}), got {best_of}.", "best_of")
+    raise invalid(
+        f"best_of > n is not supported (best_of {best_of}, n {n}); leave it out or give n.",
+        "best_of",
+    )
+
+
+def _logit_bias(body: dict) -> None:
+    """OpenAI's shape checked (token id keys, values in [-100, 100]), then refused: not
+    supported; {} and null are."""
+    bias = body.get("logit_bias")
+    if bias is None:
+        return
+    if not isinstance(bias, dict):
+        raise invalid(f"logit_bias must be an object of token id -> bias, got {bias!r:.80}.",
+                   "logit_bias")  # fmt: skip
+    for key, value in bias.items():
+        if not (key.isascii() and key.isdigit()):
+            raise invalid(f"logit_bias keys must be token ids (decimal integers >= 0), got "
+                       f"{key!r:.40}.", "logit_bias")  # fmt: skip
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS
+        ):
+            raise invalid(f"logit_bias values must be numbers in [-{MAX_LOGIT_BIAS}, "
+                       f"{MAX_LOGIT_BIAS}], got {value!r:.40} "
+                       f"for token {key}.", "logit_bias")  # fmt: skip
+    if bias:
+        raise invalid("logit_bias is not supported by this server; leave it out (or give {}).",
+                   "logit_bias")  # fmt: skip
+
+
+def _tools(body: dict) -> None:
+    for name in ("tools", "functions"):  # they would change the output
+        if body.get(name):
+            raise invalid(f"{name} is not supported by this server; leave it out.", name)
+    for name in ("tool_choice", "function_call"):
+        v = body.get(name)
+        if v is not None and v != "none":
+            raise invalid(
+                f"{name} {v!r:.80} needs tools, which this server does not support; leave it "
+                'out (or give "none").',
+                name,
+            )
+    flag(body.get("parallel_tool_calls"), "parallel_tool_calls")
+
+
+def refuse_unsupported(body: dict, limits: RequestLimits) -> None:
+    n = integer(body, "n", 1)
+    if n is None or not 1 <= n <= MAX_N:
+        raise invalid(f"n must be in 1..{MAX_N}, got {n}.", "n")
+    _best_of(body, n)
+    _logit_bias(body)
+    if body.get("suffix"):
+        raise invalid("suffix is not supported by this server; leave it out.", "suffix")
+    _tools(body)
+    min_p = body.get("min_p")
+    if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, int | float)
+                              or not 0 <= min_p <= 1):  # fmt: skip
+        raise invalid(f"min_p must be a number in [0, 1], got {min_p!r:.40}.", "min_p")
+    if min_p:
+        raise invalid("min_p is not supported by this server; leave it out (or give 0).", "min_p")
+    for name, neutral in NOT_HONOURED.items():
+        v = body.get(name)
+        if v is not None and not (v == neutral and type(v) is type(neutral)):
+            if not (isinstance(neutral, float) and type(v) is int and v == neutral):
+                raise invalid(
+                    f"{name} is not supported by this server; leave it out"
+                    + ("." if neutral is None else f" (or give {json.dumps(neutral)}).")
+                    + f" Got {v!r:.60}.",
+                    name,
+                )
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise invalid(
+            f'response_format {fmt!r:.80} is not supported; only {{"type": "text"}} is.',
+            "response_format",
+        )
+    user = body.get("user")
+    if user is not None and (not isinstance(user, str) or len(user) > limits.max_user_chars):
+        got = f"{len(user):,} characters" if isinstance(user, str) else repr(user)[:40]
+        raise InvalidRequestError(
+            f"user must be a string of at most {limits.max_user_chars} characters (an id of the "
+            f"end user), got {got}.",
+            param="user",
+            code="string_above_max_length" if isinstance(user, str) else "invalid_value",
+        )
+
+
+def flag(value: Any, name: str) -> bool:
+    """A JSON true/false (null: false); "false" or 1 would be read as true, so they are refused."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise invalid(f"{name} must be true or false, got {value!r:.80}.", name)
+    return value
