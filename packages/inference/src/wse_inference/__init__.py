@@ -13,9 +13,9 @@ Layout by concept (import modules directly; importing a package imports nothing 
   (`PipelineEngine`);
 - `speculative/` — `config` (`--speculative-config`, parsed once), `verify` (exact rejection
   sampling), `decoder` (draft + target rounds), `engine` (`SpeculativeEngine`);
-- `serve/` — `app` (HTTP and the process shell), `openai_request` / `openai_response` (the
-  wire bodies), `generation` (one request's choices), `grpc_server`, `scheduler`, `request`,
-  `admission`, `metrics`, `text_stream`, `proto`, `testing`;
+- `serve/` — `app` (the process shell), `routes` (the HTTP routes), `openai_request` /
+  `openai_response` (the wire bodies), `generation` (one request's choices), `grpc_server`,
+  `scheduler`, `request`, `admission`, `metrics`, `text_stream`, `proto`, `testing`;
 - `model_dir` — model dirs (HF or `wse train`), tokenizers; `load` — `load_engine`, the
   engine a model dir serves;
 - `mock` — a hand-checkable `Engine`; `testing` — NumPy oracles and tiny models;

@@ -7,22 +7,9 @@ Architecture (one process):
                                                  │   one engine thread│    generate / release)
     GET /metrics ◄─ ServeMetrics ◄───────────────┘   bounded queue    └─ continuous batching
 
-Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
-`data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models
-(and /v1/models/{id}, 404 model_not_found for a name not served), /health (503 while
-draining), /metrics (Prometheus), and vLLM's POST /tokenize ({prompt} or
-{messages} -> {count, max_model_len, tokens}) and /detokenize ({tokens} -> {prompt}).
-Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
-request (malformed or too deeply nested JSON, a Content-Type other than JSON included), 404
-for a model this server does not serve (model_not_found, as OpenAI and vLLM) or a URL it does
-not have (the message lists the routes), 405 naming the methods a route takes, 413 for a body beyond
-`ServeConfig.limits.max_body_bytes` (from Content-Length, or while it streams in), 429 with
-Retry-After when the queue is full, 503 while shutting down. Bodies are read by
-`wse_inference.serve.http_body`; parsing, validation (`wse_inference.serve.admission`, the
-same for gRPC) and tokenization run in a worker thread, never on the event loop. A client
-that disconnects cancels its request: its slot and KV cache are released before the next
-engine step. The wire format lives in `wse_inference.serve.openai_request`, one request's
-answer (whole or streamed, n choices) in `wse_inference.serve.openai_response`.
+The HTTP routes (OpenAI's /v1/completions, /v1/chat/completions and /v1/models, /health,
+/metrics, vLLM's /tokenize and /detokenize) and their error bodies are
+`wse_inference.serve.routes`' (`build_app`); this module runs them.
 
 `Server(engine, ServeConfig(...))` wires everything; `.start()` runs it on background threads
 (tests, demos) and `.close()` drains and stops it; `serve(engine, config)` runs in the
@@ -35,46 +22,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import logging
 import math
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from wse_inference.engine import Engine, SamplingParams
-from wse_inference.serve import openai_request as oa
-from wse_inference.serve.admission import (
-    InvalidRequestError,
-    ModelNotFoundError,
-    QueueFullError,
-    RequestLimits,
-    ShuttingDownError,
-)
-from wse_inference.serve.generation import Generation
-from wse_inference.serve.http_body import (
-    ClientGone,
-    JsonErrorsH11Protocol,
-    read_json,
-    refusal_response,
-    run_off_loop,
-)
-from wse_inference.serve.metrics import CONTENT_TYPE, ServeMetrics
-from wse_inference.serve.openai_response import error_response
+from wse_inference.serve.admission import RequestLimits
+from wse_inference.serve.http_body import JsonErrorsH11Protocol
+from wse_inference.serve.metrics import ServeMetrics
+from wse_inference.serve.routes import build_app
 from wse_inference.serve.scheduler import Scheduler
 
-__all__ = ["ServeConfig", "Server", "build_app", "serve"]
-
-log = logging.getLogger(__name__)
+__all__ = ["ServeConfig", "Server", "serve"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -88,182 +53,6 @@ class ServeConfig:
     warmup: bool = True  # `run` sends one tiny request through the engine before serving
     chat_template: str | None = None  # Jinja; overrides the tokenizer's (vLLM's --chat-template)
     limits: RequestLimits = RequestLimits()  # body size, JSON depth, stop strings (both APIs)
-
-
-def build_app(
-    scheduler: Scheduler,
-    metrics: ServeMetrics,
-    *,
-    model_names: Sequence[str],
-    chat_template: str | None = None,
-    limits: RequestLimits = RequestLimits(),
-) -> FastAPI:
-    """The FastAPI app over a started scheduler; see the module docstring."""
-    app = FastAPI(title="wse-stack inference", docs_url=None, redoc_url=None)
-    app.router.redirect_slashes = (
-        False  # /v1/completions/ is a JSON 404 naming the route, not a 307
-    )
-    started = int(time.time())
-    _add_error_handlers(app)
-    _add_generation_routes(app, scheduler, metrics, model_names, chat_template, limits)
-    _add_tokenizer_routes(app, scheduler.engine, metrics, model_names, chat_template, limits)
-    _add_status_routes(app, scheduler, metrics, model_names, started)
-    return app
-
-
-def _add_error_handlers(app: FastAPI) -> None:
-    """HTTP errors (404, 405...) and unhandled exceptions in OpenAI's error body."""
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _httperror_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        where = f"{request.method} {request.url.path[:200]}"
-        headers = dict(exc.headers or {})
-        if exc.status_code == 405 and "Allow" in headers:  # hunt 56: "Method Not Allowed"
-            allowed = sorted(m.strip() for m in headers["Allow"].split(","))
-            message = f"{where} is not allowed; this route takes {' or '.join(allowed)}."
-        elif exc.status_code == 404:  # OpenAI's "Invalid URL (...)", with the routes there are
-            routes = sorted(
-                f"{'/'.join(sorted(r.methods - {'HEAD'}))} {r.path_format}"  # type: ignore[attr-defined]
-                for r in app.routes
-                if getattr(r, "methods", None) and getattr(r, "include_in_schema", True)
-            )
-            message = f"Invalid URL ({where}); this server serves {', '.join(routes)}."
-            path = request.url.path.rstrip("/")
-            if path != request.url.path and any(r.endswith(" " + path) for r in routes):
-                message = f"Invalid URL ({where}); did you mean {path}?"
-        else:
-            message = str(exc.detail)
-        return error_response(
-            exc.status_code, message, type_="invalid_request_error", headers=headers or None
-        )
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return error_response(500, f"internal error: {type(exc).__name__}", type_="server_error")
-
-
-def _add_generation_routes(
-    app: FastAPI, scheduler: Scheduler, metrics: ServeMetrics, model_names: Sequence[str],
-    chat_template: str | None, limits: RequestLimits,
-) -> None:  # fmt: skip
-    """POST /v1/completions and /v1/chat/completions, whole or streamed."""
-    engine = scheduler.engine
-    parse = functools.partial(
-        oa.parse_request,
-        tokenizer=engine.tokenizer,
-        model_names=model_names,
-        max_context=engine.max_context,
-        chat_template=chat_template,
-        limits=limits,
-    )
-
-    async def generate(request: Request, kind: str) -> Response:
-        try:
-            body = await read_json(request, limits)
-            p = await run_off_loop(functools.partial(parse, body, kind=kind))
-            gen = Generation(scheduler, p)
-        except (InvalidRequestError, QueueFullError, ShuttingDownError, ClientGone) as e:
-            return refusal_response(e, metrics)
-        if p.stream:
-            # The background task also runs when the client left before the stream started.
-            return StreamingResponse(
-                gen.stream(),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
-                background=BackgroundTask(gen.cancel),
-            )
-        return await gen.whole(request)
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        return await generate(request, "completion")
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await generate(request, "chat")
-
-
-def _add_tokenizer_routes(
-    app: FastAPI, engine: Engine, metrics: ServeMetrics, model_names: Sequence[str],
-    chat_template: str | None, limits: RequestLimits,
-) -> None:  # fmt: skip
-    """vLLM's utilities: POST /tokenize and /detokenize."""
-
-    def utility(answer: Callable[[Any], dict]) -> Callable:
-        """A route: a JSON body in, `answer(body)` (off the event loop) out; malformed or
-        refused, a 400 (413 when too large)."""
-
-        async def route(request: Request) -> Response:
-            try:
-                body = await read_json(request, limits)
-                return JSONResponse(await run_off_loop(answer, body))
-            except (InvalidRequestError, ClientGone) as e:
-                return refusal_response(e, metrics)
-
-        return route
-
-    known = {"tokenizer": engine.tokenizer, "model_names": model_names}
-    tokenize = functools.partial(
-        oa.tokenize_request, **known, chat_template=chat_template, max_context=engine.max_context
-    )
-    app.post("/tokenize")(utility(tokenize))
-    detokenize = functools.partial(oa.detokenize_request, **known, vocab_size=engine.vocab_size)
-    app.post("/detokenize")(utility(detokenize))
-
-
-def _add_status_routes(
-    app: FastAPI, scheduler: Scheduler, metrics: ServeMetrics, model_names: Sequence[str],
-    started: int,
-) -> None:  # fmt: skip
-    """GET /v1/models, /health (503 while draining) and /metrics (Prometheus)."""
-    engine = scheduler.engine
-
-    @app.api_route("/v1/models", methods=["GET", "HEAD"])  # HEAD: as GET, no body
-    async def models() -> dict:
-        data = [
-            {
-                "id": n,
-                "object": "model",
-                "created": started,
-                "owned_by": "wse-stack",
-                "max_model_len": engine.max_context,
-            }
-            for n in model_names
-        ]
-        return {"object": "list", "data": data}
-
-    @app.api_route("/v1/models/{model:path}", methods=["GET", "HEAD"])  # HEAD: as GET, no body
-    async def model(model: str) -> Response:  # OpenAI's retrieve: one model, or 404
-        if model not in model_names:
-            err = ModelNotFoundError(model, model_names)
-            return error_response(
-                404, str(err), type_="invalid_request_error", param="model", code=err.code
-            )
-        return JSONResponse(
-            {
-                "id": model,
-                "object": "model",
-                "created": started,
-                "owned_by": "wse-stack",
-                "max_model_len": engine.max_context,
-            }  # fmt: skip
-        )
-
-    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: as GET, no body
-    async def health() -> Response:
-        s = scheduler.stats()
-        body = {
-            "status": "draining" if s.draining else "ok",
-            "running": s.running,
-            "waiting": s.waiting,
-            "max_slots": s.max_slots,
-        }
-        return JSONResponse(body, status_code=503 if s.draining else 200)
-
-    @app.api_route("/metrics", methods=["GET", "HEAD"])  # HEAD: as GET, no body
-    async def prometheus() -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE)
 
 
 def _freeze_startup_objects() -> None:

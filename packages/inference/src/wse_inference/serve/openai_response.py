@@ -18,8 +18,8 @@ lm-evaluation-harness' local-completions scores loglikelihoods; `/v1/chat/comple
 top_logprobs: [{token, logprob, bytes}] x k}]}. Streamed chunks carry their tokens'.
 A token's text is `tokenizer.decode([id])`; logprobs are clamped at -9999.0 as vLLM's are.
 
-This module is the answer side of the wire format (`openai_request` reads requests; `app`
-holds the app and the process shell).
+This module is the answer side of the wire format (`openai_request` reads requests; `routes`
+holds the app, `app` the process shell).
 """
 
 from __future__ import annotations
