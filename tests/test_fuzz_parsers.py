@@ -66,7 +66,8 @@ def _params_text() -> str:
 @settings(max_examples=60)
 @given(ops=OPS)
 def test_params_yaml(ops):
-    from wse_trainer.config import check_config, load_config
+    from wse_trainer.config import load_config
+    from wse_trainer.config_check import check_config
 
     def parse(path):
         check_config(load_config(path))
@@ -88,7 +89,8 @@ OVERRIDE = st.builds(
 @settings(max_examples=80)
 @given(overrides=st.lists(st.one_of(OVERRIDE, st.text(max_size=20)), min_size=1, max_size=3))
 def test_params_overrides(overrides):
-    from wse_trainer.config import check_config, load_config, shipped_config
+    from wse_trainer.config import load_config, shipped_config
+    from wse_trainer.config_check import check_config
 
     try:
         check_config(load_config(shipped_config("tiny"), overrides))
@@ -410,7 +412,8 @@ def _refused_quickly(parse, path: Path, data: str) -> None:
 def test_spec_params_and_speculative_files_refuse_hostile_shapes(hostile):
     from wse_core import load_spec
     from wse_inference.speculative.config import parse_speculative_config
-    from wse_trainer.config import check_config, load_config
+    from wse_trainer.config import load_config
+    from wse_trainer.config_check import check_config
 
     kind, text = hostile
     spec = "base: wse2\n" + _hostile_yaml(kind, text, "clock_hz")

@@ -6,11 +6,11 @@ from wse_trainer.config import (
     SHIPPED,
     ConfigError,
     apply_overrides,
-    check_config,
     config_from_dict,
     load_config,
     shipped_config,
 )
+from wse_trainer.config_check import check_config
 from wse_trainer.run import model_config, validate
 
 

@@ -5,8 +5,9 @@ overrides), `optimizer` (an optax transform and its schedule) and `runconfig` (s
 checkpoints, `num_csx`, the wafer). `load_config(path, overrides)` reads the file, applies
 dotted overrides (`optimizer.learning_rate=3e-4`, values parsed as YAML) and returns a frozen
 `TrainConfig`. Unknown sections or keys, duplicate keys and wrong types are `ConfigError`s
-that name the key and suggest the closest valid one; `check_config` finds the problems that
-can be known before anything compiles (`batch_size % num_csx`, sequence length vs the model).
+that name the key and suggest the closest valid one. What the values cannot run is checked
+before anything compiles by `wse_trainer.config_check.check_config` (`batch_size % num_csx`,
+sequence length vs the model).
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import yaml
 from wse_core.errors import WseError, quoted_number, suggest, yaml_problem
 from wse_core.host.limits import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
-from wse_systems.bounds import MAX_SYSTEMS
-from wse_systems.training.micro_batch import MODES
 
 __all__ = [
     "ConfigError",
@@ -37,7 +36,6 @@ __all__ = [
     "load_config",
     "config_from_dict",
     "apply_overrides",
-    "check_config",
     "shipped_config",
     "SHIPPED",
 ]
@@ -298,119 +296,3 @@ def _read_params(path: str | Path) -> str:
             f"cannot read params file {str(path)!r}: {e.strerror or e}; "
             f"or name a shipped config: {', '.join(SHIPPED)}"
         ) from None
-
-
-# Sequences of one global batch: ~700x GPT-3's 1,536 (3.2M tokens of 2,048).
-MAX_BATCH_SIZE = 1 << 20
-
-
-def _positive(where: str, value: int | float | None) -> None:
-    if value is not None and value <= 0:
-        raise ConfigError(f"{where} must be positive, got {value}")
-
-
-def _check_optimizer(opt: OptimizerConfig) -> None:
-    """Ranges of the optimizer's settings (types and finiteness are checked when read)."""
-    for name in ("beta1", "beta2", "momentum"):
-        if not 0 <= getattr(opt, name) < 1:
-            raise ConfigError(f"optimizer.{name} must be in [0, 1), got {getattr(opt, name)}")
-    _positive("optimizer.eps", opt.eps)  # 0 divides by a zero second moment
-    _positive("optimizer.max_gradient_norm", opt.max_gradient_norm)  # None: no clipping
-    _positive("optimizer.decay_steps", opt.decay_steps)
-    for name in ("warmup_steps", "weight_decay", "min_learning_rate"):
-        if getattr(opt, name) < 0:
-            raise ConfigError(f"optimizer.{name} must be >= 0, got {getattr(opt, name)}")
-
-
-def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> None:
-    """The problems that can be known before compiling; raises ConfigError."""
-    run, opt = config.runconfig, config.optimizer
-    for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
-        _positive(f"runconfig.{name}", getattr(run, name))
-    _positive("runconfig.num_steps", run.num_steps)
-    if run.num_csx > MAX_SYSTEMS:  # hunt 56: 10^9 was refused only by a batch not dividing
-        raise ConfigError(
-            f"runconfig.num_csx must be at most {MAX_SYSTEMS:,} systems, got {run.num_csx:,}"
-        )
-    for name in ("activation_stride", "weight_chunks"):
-        if getattr(run, name) < 0:
-            raise ConfigError(f"runconfig.{name} must be >= 0 (0: as the SRAM ledger allows)")
-    if run.cpu_shards < 0:
-        raise ConfigError(
-            f"runconfig.cpu_shards must be 0 (choose) or positive, got {run.cpu_shards}"
-        )
-    _positive("optimizer.learning_rate", opt.learning_rate)
-    _check_optimizer(opt)
-    _choice("runconfig.mode", run.mode, ("train", "eval", "train_and_eval"))
-    _choice("optimizer.optimizer_type", opt.optimizer_type, ("adamw", "adam", "sgd", "momentum"))
-    _choice("optimizer.lr_schedule", opt.lr_schedule, ("constant", "cosine", "linear"))
-    for name in ("train_input", "eval_input"):
-        inp: InputConfig = getattr(config, name)
-        _positive(f"{name}.batch_size", inp.batch_size)
-        if inp.batch_size > MAX_BATCH_SIZE:  # hunt 55: 2**63 ran past a minute
-            raise ConfigError(
-                f"{name}.batch_size must be at most {MAX_BATCH_SIZE:,} sequences, got "
-                f"{inp.batch_size:,}"
-            )
-        _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
-        if inp.shuffle_seed < 0:  # NumPy's generators take seeds >= 0
-            raise ConfigError(f"{name}.shuffle_seed must be >= 0, got {inp.shuffle_seed}")
-        _choice(f"{name}.split", inp.split, ("train", "eval", "all"))
-        if inp.batch_size % run.num_csx:
-            lo = inp.batch_size - inp.batch_size % run.num_csx
-            raise ConfigError(
-                f"{name}.batch_size={inp.batch_size} is not divisible by num_csx={run.num_csx}; "
-                f"use a multiple such as {max(lo, run.num_csx)} or {lo + run.num_csx}"
-            )
-        _check_micro_batch(name, inp, run.num_csx)
-        micro = inp.batch_size // run.num_csx
-        if isinstance(inp.micro_batch_size, int):
-            micro = inp.micro_batch_size
-        if name == "train_input" and run.cpu_shards and micro % run.cpu_shards:
-            raise ConfigError(
-                f"runconfig.cpu_shards={run.cpu_shards} does not divide each replica's "
-                f"micro-batch of {micro} (train_input.micro_batch_size, else batch_size / "
-                "num_csx); use 0 (choose) or a divisor"
-            )
-        if model_max_seq_len is not None and inp.max_sequence_length > model_max_seq_len:
-            raise ConfigError(
-                f"{name}.max_sequence_length={inp.max_sequence_length} exceeds the model's "
-                f"max_seq_len={model_max_seq_len}; use at most {model_max_seq_len}"
-            )
-
-
-def _check_micro_batch(name: str, inp: InputConfig, num_csx: int) -> None:
-    """micro_batch_size: a mode, or a positive int dividing the per-system batch."""
-    mb, per_system = inp.micro_batch_size, inp.batch_size // num_csx
-    if mb is None:
-        return
-    if isinstance(mb, str):
-        _choice(f"{name}.micro_batch_size", mb, MODES)
-        return
-    _positive(f"{name}.micro_batch_size", mb)
-    if per_system % mb:
-        near = " or ".join(str(d) for d in _divisors_near(per_system, mb))
-        raise ConfigError(
-            f"{name}.micro_batch_size={mb} does not divide the per-system batch of "
-            f"{per_system} ({name}.batch_size={inp.batch_size} over num_csx={num_csx}); "
-            f"use a divisor such as {near}, or auto"
-        )
-
-
-def _divisors_near(n: int, x: int) -> list[int]:
-    """The divisors of n just below and above x (found in O(sqrt n); n capped for speed)."""
-    if n > 10**12:
-        return [1]
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    every = sorted({*small, *(n // d for d in small)})
-    below = [d for d in every if d < x][-1:]
-    above = [d for d in every if d > x][:1]
-    return below + above
-
-
-def _choice(where: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ConfigError(
-            f"{where}={value!r} is not valid{suggest(value, choices)}; "
-            f"choose one of: {', '.join(choices)}"
-        )

@@ -4,7 +4,7 @@
 `WaferSpec` its caller resolved once: the CLI from `runconfig.wafer` or `--spec FILE`) and
 returns a `RunResult`:
 
-1. checks what can be known before compiling (`check_config`, the replica's SRAM plan);
+1. checks what can be known before compiling (`config_check`, the replica's SRAM plan);
 2. the tokenizer: `<model_dir>/tokenizer.json` when present (a resumed run), else a
    byte-level BPE trained on the train split; the data packed and iterated with its seed;
 3. MemoryX / SwarmX / replicas from `init_params(seed)`, then the latest committed

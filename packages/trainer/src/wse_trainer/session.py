@@ -32,7 +32,8 @@ from wse_core.errors import quoted_number, suggest
 from wse_core.host.distributed import barrier, is_primary
 from wse_core.hw.spec import WaferSpec
 
-from wse_trainer.config import ConfigError, TrainConfig, check_config, number_text
+from wse_trainer.config import ConfigError, TrainConfig, number_text
+from wse_trainer.config_check import check_config
 
 __all__ = [
     "model_config",

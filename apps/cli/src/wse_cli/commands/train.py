@@ -216,7 +216,7 @@ def _check_host_memory(config) -> None:
     import jax
     from wse_core.host.memory import largest, require
     from wse_systems.training.plan import host_bytes
-    from wse_trainer.config import check_config
+    from wse_trainer.config_check import check_config
     from wse_trainer.run import model_config
 
     model = model_config(config)

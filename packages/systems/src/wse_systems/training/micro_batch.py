@@ -8,7 +8,7 @@ MemoryX accumulates their gradients (the emulator: `wse_trainer.stream`, `wse_tr
 `resolve_micro_batch(setting, model, spec, batch_per_system=, seq_len=, stride=, chunks=,
 speed=)`:
 
-- an int: itself (`wse_trainer.config.check_config` has checked that it divides);
+- an int: itself (`wse_trainer.config_check.check_config` has checked that it divides);
 - "none" or None: the whole per-system batch at once;
 - "auto": the largest divisor whose memory plan the SRAM ledger fits
   (`wse_systems.training.plan.plan_activations`: whole layers or column chunks, any stride); when
