@@ -20,7 +20,7 @@ then the meta's keys; it returns a `StepRead` or the problem as one line.
 `newest_readable(folder, steps, like, ...)` tries `steps` newest first and returns the first
 that reads back with the problems of the newer ones.
 
-Fail-over (`wse_trainer.session.open_checkpoints`): a step that fails `read_step` is moved
+Fail-over (`wse_trainer.resume.open_checkpoints`): a step that fails `read_step` is moved
 aside with `move_aside` into `<model_dir>/checkpoints_aside/<step>-<why>` (a sibling of
 `checkpoints/`, where orbax never looks; a second one of the same name gets `-2`, `-3`...)
 and the next older step is tried. Steps after a `--checkpoint-path` step are moved aside as

@@ -23,7 +23,8 @@ returns a `RunResult`:
    `tokenizer_config.json` and `generation_config.json` naming EOS) and samples from the
    trained model.
 
-Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `open_checkpoints`, `evaluate`).
+Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `evaluate`) and
+`wse_trainer.resume`'s (`open_checkpoints`).
 `model_config(config)` and `validate(config, spec)` (the `--validate-only` memory plan)
 allocate nothing; `predict(config, spec, model, plan)` is the wafer's predicted step on that plan
 (`wse_systems.training.performance.predict_step`, a `RunReport`), which the run logs next to the
@@ -55,11 +56,11 @@ from wse_core.host.distributed import is_primary
 
 from wse_trainer.config import TrainConfig
 from wse_trainer.layout import describe
+from wse_trainer.resume import open_checkpoints
 from wse_trainer.session import (
     Session,
     evaluate,
     model_config,
-    open_checkpoints,
     predict,
     stream_rows,
     validate,
