@@ -24,6 +24,7 @@ from wse_cli.app import app
 from wse_cli.options import NUMBER_MARK
 from wse_cli.outputs import OUTPUT_MARK
 from wse_cli.testing import (
+    NO_JAX_PROBE,
     RSS_CAP,
     alias_bomb_yaml,
     bomb_trace,
@@ -244,13 +245,6 @@ def test_a_deep_config_json_given_to_plan_is_one_line(cmd, tmp_path):
         code, output = _invoke([*cmd, "--model", model])
         assert code == 2 and "WSE_LIMIT_JSON_DEPTH" in output, output
         assert len(output.strip().splitlines()) == 1
-
-
-NO_JAX_PROBE = """import atexit, runpy, sys
-atexit.register(lambda: print("jax imported:", "jax" in sys.modules, file=sys.stderr))
-sys.argv = ["wse", *sys.argv[1:]]
-runpy.run_module("wse_cli", run_name="__main__", alter_sys=True)
-"""
 
 
 def test_a_deep_config_json_is_refused_by_serve_before_jax_is_imported(tmp_path):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 from wse_cli.app import app
+from wse_cli.testing import NO_JAX_PROBE
 from wse_core import preset
 from wse_inference.decoding import PlainDecoder
 from wse_inference.engine import SamplingParams
@@ -213,13 +214,6 @@ def test_an_unreadable_tokenizer_is_refused_before_the_weights(model_dir, tmp_pa
         "wse_inference.model_dir", f"check_tokenizer_file({str(bad)!r})", "ModelLoadError"
     )
     assert got == ["refused", "False"], got
-
-
-NO_JAX_PROBE = """import atexit, runpy, sys
-atexit.register(lambda: print("jax imported:", "jax" in sys.modules, file=sys.stderr))
-sys.argv = ["wse", *sys.argv[1:]]
-runpy.run_module("wse_cli", run_name="__main__", alter_sys=True)
-"""
 
 
 def _spec(draft) -> str:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 from wse_cli.app import app
+from wse_cli.testing import NO_JAX_PROBE
 
 runner = CliRunner(env={"WSE_DEVICES": "8"})  # the root conftest runs JAX with 8 devices
 LATTICE = ["--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4", "4"]
@@ -161,13 +162,6 @@ def test_nose_hoover_prints_ecouple_and_a_conserved_econserve(cu_file):
     tot, ecouple, econserve = rows[:, 3], rows[:, 6], rows[:, 7]
     np.testing.assert_allclose(econserve, tot + ecouple, atol=2e-8)  # printed with 8 digits
     assert np.ptp(tot) > 20 * np.ptp(econserve)  # the bath really exchanged energy
-
-
-NO_JAX_PROBE = """import atexit, runpy, sys
-atexit.register(lambda: print("jax imported:", "jax" in sys.modules, file=sys.stderr))
-sys.argv = ["wse", *sys.argv[1:]]
-runpy.run_module("wse_cli", run_name="__main__", alter_sys=True)
-"""
 
 
 def test_a_timestep_past_the_limit_is_refused_before_jax_and_writes_nothing(cu_file, tmp_path):

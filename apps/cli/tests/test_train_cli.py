@@ -103,3 +103,33 @@ def test_a_too_small_eval_split_stops_the_run_before_the_first_step(tmp_path):
     assert "the eval split has" in res.output and "eval_input.batch_size=64" in res.output
     assert "Traceback" not in res.output and "Step=1" not in res.output
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no step was taken
+
+
+@pytest.mark.parametrize(
+    ("override", "rc", "first"),
+    [
+        ("model.n_layers=1000000000", 2, "Error: model.n_layers must be an integer in [1, 4,096]"),
+        ("optimizer.beta1=2", 2, "Error: optimizer.beta1 must be in [0, 1), got 2.0"),
+        ("model.n_layers=2", 0, None),
+    ],
+)
+def test_validate_only_reads_and_refuses_a_config_without_jax(override, rc, first):
+    """`wse train --validate-only` is the config's checks and the wafer's plan and prediction:
+    none of it needs JAX, so a bad value is refused in ~0.4 s, not after JAX's ~2-3 s import
+    (hunt 57: `wse_models` imports its modules on first use, the CLI takes `validate` from
+    the JAX-free `session`). A good config prints the same plan and still imports no JAX."""
+    import subprocess
+    import sys
+
+    from wse_cli.testing import NO_JAX_PROBE, clean_env
+
+    args = ["train", "tiny", override, "--validate-only"]
+    r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *args], capture_output=True,
+                       text=True, timeout=120, env=clean_env(COLUMNS="200"))  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == rc, r.stdout + r.stderr
+    assert lines[-1] == "jax imported: False", r.stderr
+    if first is None:
+        assert "config is valid" in r.stdout and "memory plan" in r.stdout
+    else:
+        assert lines[0].startswith(first) and len(lines) == 2, r.stderr

@@ -87,3 +87,25 @@ def test_config_is_hashable_and_replace_validates():
     assert c.replace(dtype="bfloat16").dtype == "bfloat16"
     with pytest.raises(wm.ModelConfigError):
         c.replace(d_model=0)
+
+
+def test_the_package_imports_its_modules_on_first_use():
+    """`import wse_models` and a config (preset, HF config.json) need no JAX; every exported
+    name resolves to the object its module defines, and a JAX name brings JAX in then."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, wse_models\n"
+        "c = wse_models.preset_config('tiny-gpt2')\n"
+        "h = wse_models.config_from_hf(wse_models.config_to_hf(c))\n"
+        "print('jax' in sys.modules, (h.d_model, h.n_layers) == (c.d_model, c.n_layers))\n"
+        "import importlib\n"
+        "ok = all(getattr(wse_models, n) is (importlib.import_module('wse_models.' + n)\n"
+        "    if n in ('layer', 'sparsity') else getattr(importlib.import_module(\n"
+        "    'wse_models.' + wse_models._WHERE[n]), n)) for n in wse_models.__all__)\n"
+        "print(ok, 'jax' in sys.modules, sorted(dir(wse_models)) == sorted(wse_models.__all__))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split()  # fmt: skip
+    assert out == ["False", "True", "True", "True", "True"], out

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "WSE",
+    "NO_JAX_PROBE",
     "alias_bomb_yaml",
     "bomb_trace",
     "deep_model_dir",
@@ -42,6 +43,14 @@ __all__ = [
 RSS_CAP = 1 << 30  # bytes: no process tree refusing an input may hold more (issue 43)
 
 WSE = [sys.executable, "-m", "wse_cli"]
+
+# `python -c NO_JAX_PROBE ARGS...` runs `wse ARGS...` and prints, last on stderr, whether the
+# command imported JAX ("jax imported: False"): refusals made before JAX's import
+NO_JAX_PROBE = """import atexit, runpy, sys
+atexit.register(lambda: print("jax imported:", "jax" in sys.modules, file=sys.stderr))
+sys.argv = ["wse", *sys.argv[1:]]
+runpy.run_module("wse_cli", run_name="__main__", alter_sys=True)
+"""
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -59,40 +59,8 @@ Additions beyond the contract (implemented here; the contract above is unchanged
   default) with the batch sharded over a data axis and parameters replicated.
 """
 
-from wse_models import layer, sparsity
-from wse_models.cache import KVCache, LayerCache, init_cache, write_cache
-from wse_models.checkpoint import (
-    from_pretrained,
-    hf_tensor_names,
-    load_params,
-    save_params,
-    save_pretrained,
-)
-from wse_models.config import (
-    ARCHS,
-    MLP_ACTIVATIONS,
-    PRESETS,
-    RELU_LIKE,
-    ModelConfig,
-    RopeScaling,
-    dtype_bytes,
-    preset_config,
-)
-from wse_models.decoder import apply_layers, default_positions, embed, forward, unembed
-from wse_models.errors import CheckpointError, ModelConfigError, ModelError, renamed_fields
-from wse_models.hf_config import config_from_hf, config_to_hf
-from wse_models.layer import apply_layer, layer_matrices, rope_inv_freq
-from wse_models.module import Transformer
-from wse_models.params import (
-    Params,
-    cast_params,
-    init_params,
-    layer_range,
-    layer_slice,
-    layer_update,
-    param_shapes,
-    tree_num_params,
-)
+import importlib
+from typing import Any
 
 __all__ = [
     "ARCHS",
@@ -138,3 +106,40 @@ __all__ = [
     "unembed",
     "write_cache",
 ]
+
+
+# name -> module, imported on first use (PEP 562): reading a params file or a config.json
+# (`wse train --validate-only`, `wse infer generate`'s refusals) does not wait for JAX's
+# import (~1-2 s); `layer` and `sparsity` are the submodules themselves. No exported name is
+# also a submodule's name, so none can be shadowed by its module (see wse_hpc.md's zhou04).
+_WHERE = {
+    "KVCache": "cache", "LayerCache": "cache", "init_cache": "cache", "write_cache": "cache",
+    "from_pretrained": "checkpoint", "hf_tensor_names": "checkpoint",
+    "load_params": "checkpoint", "save_params": "checkpoint", "save_pretrained": "checkpoint",
+    "ARCHS": "config", "MLP_ACTIVATIONS": "config", "PRESETS": "config", "RELU_LIKE": "config",
+    "ModelConfig": "config", "RopeScaling": "config", "dtype_bytes": "config",
+    "preset_config": "config",
+    "apply_layers": "decoder", "default_positions": "decoder", "embed": "decoder",
+    "forward": "decoder", "unembed": "decoder",
+    "CheckpointError": "errors", "ModelConfigError": "errors", "ModelError": "errors",
+    "renamed_fields": "errors",
+    "config_from_hf": "hf_config", "config_to_hf": "hf_config",
+    "apply_layer": "layer", "layer_matrices": "layer", "rope_inv_freq": "layer",
+    "Transformer": "module",
+    "Params": "params", "cast_params": "params", "init_params": "params",
+    "layer_range": "params", "layer_slice": "params", "layer_update": "params",
+    "param_shapes": "params", "tree_num_params": "params",
+}  # fmt: skip
+_MODULES = ("layer", "sparsity")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(f"wse_models.{name}")
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"wse_models.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'wse_models' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

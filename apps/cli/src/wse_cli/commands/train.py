@@ -188,7 +188,7 @@ def train(
     if trace is not None and not validate_only:
         fail("--trace writes the predicted step's per-PE trace: use it with --validate-only")
     if validate_only:
-        from wse_trainer.run import predict, stream_rows, validate
+        from wse_trainer.session import predict, stream_rows, validate
 
         model, plan = validate(config, spec)
         _print_plan(console, model, plan, config, spec)
