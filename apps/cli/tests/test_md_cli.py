@@ -199,3 +199,32 @@ def test_a_timestep_under_the_limit_that_blows_up_stops_with_exit_1(cu_file):
     errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
     assert r.exit_code == 1, r.output
     assert len(errors) == 1 and "the run blew up at step" in errors[0], r.output
+
+
+@pytest.mark.parametrize("bad", ["box", "potential"])
+def test_a_bad_structure_box_or_potential_value_is_refused_before_jax(cu_file, tmp_path, bad):
+    """A structure file's 1e300 A box and a setfl value past fp32 are refused from the files
+    alone (NumPy), before JAX's import (hunt 57: they waited 2-6 s for JAX, the box until
+    the run's own check); one line, exit 2."""
+    import subprocess
+    import sys
+
+    from wse_cli.testing import clean_env
+
+    xyz = tmp_path / "in.xyz"
+    side = "1e300" if bad == "box" else "20"
+    xyz.write_text(f'2\nLattice="{side} 0 0 0 {side} 0 0 0 {side}" '
+                   "Properties=species:S:1:pos:R:3\nCu 0 0 0\nCu 2 2 2\n")  # fmt: skip
+    pot = cu_file
+    if bad == "potential":
+        lines = cu_file.read_text().splitlines()
+        lines[6] = "1e308 " + lines[6].split(None, 1)[1]  # F(rho)'s first value of Cu
+        pot = tmp_path / "bad.eam.alloy"
+        pot.write_text("\n".join(lines) + "\n")
+    args = ["hpc", "md", "--structure", str(xyz), "--potential", str(pot), "--steps", "2"]
+    r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *args], capture_output=True,
+                       text=True, timeout=120, env=clean_env(WSE_DEVICES="8"))  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    want = "box sides must be positive" if bad == "box" else "is not a finite number"
+    assert want in lines[0] and lines[1:] == ["jax imported: False"], r.stderr

@@ -106,10 +106,12 @@ def md(
     dtype = "float64" if precision == "fp64" else "float32"
     spec = wafer_spec(preset, spec_file, "wse3")
     s = _structure(structure, lattice, element, a, cells, dtype, spec)
-    from wse_hpc.md import MdConfig, Thermostat, read_potential
+    from wse_hpc.md import read_potential
 
     pot = read_potential(potential[0] if len(potential) == 1 else potential)
     s.species(pot.elements)  # every element has parameters: refused before the first line
+    from wse_hpc.md import MdConfig, Thermostat  # JAX: after the files' checks (hunt 57)
+
     target = temperature_k if temperature_k is not None else 0.0
     cfg = MdConfig(
         steps=steps,
@@ -130,6 +132,7 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
     """The input structure; its atoms are checked against the wafer's PEs and the host
     memory before the crystal (or the run) is allocated."""
     from wse_hpc.md import crystal, read_xyz
+    from wse_hpc.md.lattice import check_box
     from wse_hpc.md.sizing import check_atoms, check_crystal
 
     if (path is None) == (lattice is None):
@@ -140,6 +143,7 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
             fail(f"structure file {str(path)!r} {why if path.exists() else 'does not exist'}")
         s = read_xyz(path)[-1]
         check_atoms(s.num_atoms, dtype, spec)
+        check_box(s)  # before JAX's import (hunt 57); the run checks the closest pair
         return s
     if element is None or a is None or cells is None or None in cells:
         fail("--lattice needs --element, --a and --cells NX NY NZ")

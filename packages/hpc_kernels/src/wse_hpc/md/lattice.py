@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from wse_core.errors import WseError
 
-__all__ = ["Structure", "crystal", "LATTICES", "check_structure", "closest_pair"]
+__all__ = ["Structure", "crystal", "LATTICES", "check_box", "check_structure", "closest_pair"]
 
 LATTICES = ("fcc", "bcc", "hcp")
 
@@ -83,9 +83,20 @@ MAX_BOX_A = 1e6  # 0.1 mm: 10^4 x the box of the largest run that fits a wafer (
 
 
 def check_structure(s: Structure, *, min_distance_A: float = 0.5, pair_fn=None) -> None:
-    """Atoms inside the box [0, L) and no two closer than `min_distance_A` (else WseError);
-    `pair_fn(x, box) -> (i, j, r)`, when given, is `closest_pair`'s value found another way
-    (the MD shell's: stored on disk by the positions, `plan_cache`)."""
+    """Atoms inside the box [0, L) (`check_box`) and no two closer than `min_distance_A`
+    (else WseError); `pair_fn(x, box) -> (i, j, r)`, when given, is `closest_pair`'s value
+    found another way (the MD shell's: stored on disk by the positions, `plan_cache`)."""
+    check_box(s)
+    x, box = s.positions_A, s.box_A
+    i, j, r = (pair_fn or closest_pair)(x, box)
+    if r < min_distance_A:
+        raise WseError(f"atoms {i} and {j} overlap: {r:.4f} A apart (minimum {min_distance_A} A)")
+
+
+def check_box(s: Structure) -> None:
+    """Box sides in (0, MAX_BOX_A], every position finite and inside the box [0, L) (else
+    WseError): NumPy only, one pass over the positions (`wse hpc md` checks a structure file
+    with it before JAX is imported; the closest pair waits for the run's cached one)."""
     x, box = s.positions_A, s.box_A
     if not np.all((box > 0) & (box <= MAX_BOX_A)):  # NaN fails too
         raise WseError(
@@ -104,9 +115,6 @@ def check_structure(s: Structure, *, min_distance_A: float = 0.5, pair_fn=None) 
             f"atom {i} at {[float(f'{v:.6g}') for v in x[i]]} lies outside the box [0, L) with L = "
             f"{box.tolist()} ({outside.size} atoms outside); wrap positions into the box"
         )
-    i, j, r = (pair_fn or closest_pair)(x, box)
-    if r < min_distance_A:
-        raise WseError(f"atoms {i} and {j} overlap: {r:.4f} A apart (minimum {min_distance_A} A)")
 
 
 def closest_pair(x: np.ndarray, box: np.ndarray) -> tuple[int, int, float]:
