@@ -278,4 +278,52 @@ def found_cases() -> list[Case]:
         Case("found", "tlrmvm run operator with a forged u.npy header", lambda fx, tmp: [
             "hpc", "tlrmvm", "run", "--operator", _forged_operator(fx, tmp)],
             message="(its array headers) needs 3.64 TiB of host memory"),
+        # hunt 57 (plan, wafer, view, launch, experiments): each taken, ignored, two lines or a hang
+        Case("found", "plan train unknown model --png <no suffix>", lambda fx, tmp: [
+            "plan", "train", "--model", "nope", "--tokens", "1e12", "--png", str(tmp / "p")],
+            message="unknown model 'nope'"),
+        Case("found", "view ''", _const("view", ""), message="FILE is empty or '.'"),
+        Case("found", "experiments run --sweep twice", _const(
+            "experiments", "run", "wafer-yield", "--sweep", "clock_hz=1e9", "--sweep",
+            "clock_hz=2e9"), message="--sweep takes one assumption, given 2 times"),
+        Case("found", "hpc stencil --kind jacobi --block-z 2", _const(
+            "hpc", "stencil", "--kind", "jacobi", "--grid", "8", "8", "8", "--block-z", "2"),
+            message="--block-z applies to --kind wave25 only"),
+        Case("found", "hpc cfd --case cavity --ra 1e5", _const(
+            "hpc", "cfd", "--case", "cavity", "--ra", "1e5"),
+            message="--ra applies to --case rayleigh-benard only"),
+        Case("found", "hpc stencil --tol 1e300", _const(
+            "hpc", "stencil", "--kind", "bicgstab", "--grid", "8", "8", "8", "--tol", "1e300"),
+            message="--tol must be a finite number in (0, 1)"),
+        Case("found", "hpc cfd --dt 1e-300", _const("hpc", "cfd", "--dt", "1e-300"),
+             message="--dt must be a finite number >= 1e-09"),
+        Case("found", "infer bench --model ''", _const(
+            "infer", "bench", "--url", "http://127.0.0.1:1", "--model", ""),
+            message="--model must not be empty"),
+        Case("found", "infer bench --model m, no server", _const(
+            "infer", "bench", "--url", "http://127.0.0.1:1", "--model", "m", "-n", "2"),
+            message="cannot reach http://127.0.0.1:1: ConnectError"),
+        Case("found", "WSE_COORDINATOR=127.0.0.1:0", _const("hpc", "swe", "--n", "8"),
+             env={"WSE_NUM_PROCESSES": "2", "WSE_PROCESS_ID": "1",
+                  "WSE_COORDINATOR": "127.0.0.1:0"}, message="the port must be in [1, 65535]"),
+        Case("found", "WSE_COORDINATOR=256.1.1.1:80", _const("hpc", "swe", "--n", "8"),
+             env={"WSE_NUM_PROCESSES": "2", "WSE_PROCESS_ID": "1",
+                  "WSE_COORDINATOR": "256.1.1.1:80"}, message="is no hostname, IPv4 address"),
+        Case("found", "wafer info --set clock_hz=1e-300", _const(
+            "wafer", "info", "--set", "clock_hz=1e-300"), message="[1e+06, 1e+12] Hz"),
+        Case("found", "wafer info --set system_usd_per_hour=1e308", _const(
+            "wafer", "info", "--set", "system_usd_per_hour=1e308"), message="[0, 1e+06] USD/h"),
+        Case("found", "wafer defects --set spare_rows=100000", _const(
+            "wafer", "defects", "--set", "spare_rows=100000"),
+            message="spare_rows must be at most pe_rows (762)"),
+        Case("found", "plan train --tokens 0.5", _const(
+            "plan", "train", "--model", "llama3-8b", "--tokens", "0.5"), message="[1, 1e+17]"),
+        Case("found", "plan infer --days 1e-300", _const(
+            "plan", "infer", "--model", "llama3-8b", "--days", "1e-300"), message="[1, 36500]"),
+        Case("found", "plan infer --wafers 20480", _const(
+            "plan", "infer", "--model", "llama3-8b", "--users", "1", "--wafers", "20480"),
+            message="give --wafers in [1, 32]"),
+        Case("found", "plan infer 70B --draft for an 8B model", _const(
+            "plan", "infer", "--model", "llama3-8b", "--draft", "llama3-70b", "--alpha", "0.5"),
+            message="a draft must be at most the model's size"),
     ]  # fmt: skip

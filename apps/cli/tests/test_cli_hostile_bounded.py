@@ -55,7 +55,7 @@ def test_set_integers_past_the_model_are_refused_naming_the_bound(field, value):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["plan", "train", "--model", "llama3-8b", "--tokens", "1e308"], "(0, 1e+17]"),
+        (["plan", "train", "--model", "llama3-8b", "--tokens", "1e308"], "[1, 1e+17]"),
         (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--systems", 2**62],
          "--systems must be an integer in [1, 20480]"),  # ran past a minute
         (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--batch", 2**62],

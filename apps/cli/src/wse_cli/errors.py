@@ -23,7 +23,7 @@ from typer.core import TyperGroup
 
 from wse_cli.option_names import dashed
 
-__all__ = ["WseGroup", "UserInputError", "fail"]
+__all__ = ["WseGroup", "UserInputError", "fail", "note"]
 
 
 class UserInputError(ValueError):
@@ -62,17 +62,39 @@ class WseGroup(TyperGroup):
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
-            return super().invoke(ctx)
+            done = super().invoke(ctx)
         except Exception as e:  # click's own exits and usage errors are not user errors here
             if _is_user_error(e):
+                _NOTES.clear()  # the refusal is the one line
                 typer.echo(f"Error: {e}", err=True)
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
-            _one_line_usage(e)
             if isinstance(e, OSError) and e.errno in _DISK_FAULTS:  # a valid run's fault: 1
+                _NOTES.clear()
                 where = f" {e.filename}" if e.filename else ""
                 typer.echo(f"Error: cannot write{where}: {e.strerror}", err=True)
                 raise typer.Exit(1) from None
+            if type(e).__name__ == "Exit" and getattr(e, "exit_code", 1) in (0, 1):
+                _say_notes()  # ran: "ran, answer is no" (exit 1) wrote its files too
+            else:
+                _NOTES.clear()
+            _one_line_usage(e)
             raise
+        _say_notes()
+        return done
+
+
+_NOTES: list[str] = []  # what the options said about the command's files, said once it ran
+
+
+def note(text: str) -> None:
+    """Say `text` ("note: --png out writes out.png") on stderr once the command has run; a
+    refused command says only its one error line."""
+    _NOTES.append(text)
+
+
+def _say_notes() -> None:
+    while _NOTES:
+        typer.echo(_NOTES.pop(0), err=True)
 
 
 def _one_line_usage(e: Exception) -> None:

@@ -11,8 +11,9 @@ command does any work, with one line and exit code 2:
 - `output_file(default, "--png", suffix=".png")`: not an existing folder; an existing file
   must be writable; the nearest existing folder above it must be writable (folders between
   are created by the writer, after the work, so a refused command leaves nothing behind).
-  With `suffix`, a name without it gets it, and the command says so on stderr
-  ("note: --png out writes out.png").
+  With `suffix`, a name without it gets it, and the command says so on stderr once it has
+  run ("note: --png out writes out.png"; a refused command prints only its error line);
+  with `suffix`, /dev/null draws nothing (the writer would add the suffix: /dev/null.png).
 - `png_file(default, "--png")`: `output_file` with suffix ".png".
 - `output_dir(default, "--out")`: an existing path must be a writable folder, else the
   nearest existing folder above it must be writable. Nothing is created here.
@@ -30,7 +31,7 @@ from typing import Any
 
 import typer
 
-from wse_cli.errors import UserInputError
+from wse_cli.errors import UserInputError, note
 
 __all__ = [
     "output_file",
@@ -95,9 +96,11 @@ def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None,
             return value
         name = param.opts[0] if param.opts else str(param.name)
         path = Path(value)
+        if suffix and str(path) == os.devnull:  # matplotlib would write /dev/null.png
+            return None  # nothing drawn: the picture is thrown away
         if suffix and not path.name.endswith(suffix) and not path.is_dir():
             path = path.with_name(path.name + suffix)
-            typer.echo(f"note: {name} {value} writes {path}", err=True)
+            note(f"note: {name} {value} writes {path}")
         check_writable(path, kind=kind, name=name, suffix=suffix)
         return path
 

@@ -131,7 +131,7 @@ def run(
         "(repeatable; `wse experiments assumptions` lists them). The calibration is refitted "
         "under it.",
     ),
-    sweep: str = typer.Option(
+    sweep: list[str] = typer.Option(  # a list, so a second --sweep is refused, not dropped
         None,
         "--sweep",
         help="KEY=a,b,c (or KEY for its plausible range): print how every prediction moves "
@@ -146,8 +146,11 @@ def run(
 
     fn = load(name)
     changes = parse_assumptions(assume)
-    if sweep is not None:
-        _sweep(name, fn, sweep, changes, out, seed)
+    if len(sweep or ()) > 1:
+        fail(f"--sweep takes one assumption, given {len(sweep)} times ({', '.join(sweep)}); "
+             "give one --sweep KEY=a,b,c per run")  # fmt: skip
+    if sweep:
+        _sweep(name, fn, sweep[0], changes, out, seed)
         return
     with assumed(**changes), progress(None, f"experiment {name}"):
         result = fn(quick=quick, seed=seed)

@@ -26,7 +26,21 @@ from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 CASES = ("rayleigh-benard", "cavity")
 
 
+# Each case's own options: given to the other case they were taken and ignored (hunt 57)
+CASE_OPTIONS = {"rayleigh-benard": ("--ra", "--pr", "--aspect"), "cavity": ("--re",)}
+
+
+def _refuse_other_case(ctx: typer.Context, case: str) -> None:
+    for other, names in CASE_OPTIONS.items():
+        for param in ctx.command.params:
+            source = ctx.get_parameter_source(str(param.name))
+            given = getattr(source, "name", "") == "COMMANDLINE"  # typer's click, not click's
+            if other != case and given and param.opts[0] in names:
+                fail(f"{param.opts[0]} applies to --case {other} only; leave it out for {case}")
+
+
 def cfd(
+    ctx: typer.Context,
     case: str = typer.Option("rayleigh-benard", "--case", help="rayleigh-benard | cavity"),
     grid: tuple[int, int, int] = number(
         (64, 32, 1), "--grid", kind=int, ge=1, help="NX NY NZ cells (NZ 1: 2D)"
@@ -40,7 +54,9 @@ def cfd(
     ),
     re: float = number(100.0, "--re", ge=1e-3, le=1e9, help="Reynolds number (cavity)."),
     steps: int = number(200, "--steps", kind=int, ge=0, le=INT32_MAX, help="Time steps."),
-    dt: float = number(None, "--dt", gt=0, help="Time step (default: half the limit)."),
+    # hunt 57: 1e-300 overflowed a float32 cast (a NumPy warning); below ~1e-7 of the run's
+    # time a float32 step no longer advances it, so 1e-9 is far below any useful step
+    dt: float = number(None, "--dt", ge=1e-9, help="Time step (default: half the limit)."),
     time_scheme: str = typer.Option(
         "euler", "--time-scheme", help="euler | rk3 (cavity: SSP-RK3, the advective step)."
     ),  # fmt: skip
@@ -61,6 +77,7 @@ def cfd(
         from wse_core import suggest
 
         fail(f"unknown --case {case!r}{suggest(case, CASES)}; use one of {', '.join(CASES)}")
+    _refuse_other_case(ctx, case)
     if time_scheme not in ("euler", "rk3"):
         fail(f"unknown --time-scheme {time_scheme!r}; use euler or rk3")
     if time_scheme == "rk3" and case != "cavity":

@@ -267,6 +267,8 @@ def bench(
     from wse_inference.demo.load_test import LoadTestConfig, run_load_test
 
     _check_url(url)
+    if model is not None and not model.strip():
+        fail("--model must not be empty; leave it out to use the server's first model")
     cfg = LoadTestConfig(
         url=url.rstrip("/"),
         model=model,
@@ -280,6 +282,9 @@ def bench(
         summary = run_load_test(cfg)
     except httpx.HTTPError as e:
         fail(f"cannot reach {url}: {type(e).__name__}: {e}")
+    errors = summary["errors"]
+    if not summary["completed"] and errors and all(e.startswith("Connect") for e in errors):
+        fail(f"cannot reach {url}: {errors[0]}")  # --model given: no /v1/models asked first
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2))
     t = Table(title=f"{summary['model']} at {url}", show_header=False)

@@ -39,7 +39,8 @@ GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
 PNG = png_file(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
 # Upper bounds of the plan's quantities (hunt 55): inside them every total is finite and still
-# means something; `--tokens 1e308` printed 1e301 kWh.
+# means something; `--tokens 1e308` printed 1e301 kWh. Lower ones (hunt 57): at least one
+# token to train, a day of deployment (1e-300 days spread the people cost over nothing).
 MAX_TOKENS = 1e17  # training tokens: ~7,000x Llama 3's 15e12
 MAX_TOKENS_PER_DAY = 1e16  # served a day: ~300x Google's ~3e13 (2025)
 MAX_USER_TOKENS_PER_S = 1_000_000  # per user: ~500x the fastest served (~2,000 tokens/s)
@@ -115,7 +116,7 @@ def _micro_batch(text: str | None) -> int | str | None:
 def train(
     model: str = MODEL,
     tokens: float = number(
-        ..., "--tokens", help="Training tokens, e.g. 1e12.", gt=0, le=MAX_TOKENS, unit="tokens"
+        ..., "--tokens", help="Training tokens, e.g. 1e12.", ge=1, le=MAX_TOKENS, unit="tokens"
     ),
     systems: int = number(
         None,
@@ -208,7 +209,7 @@ def infer(
         unit="tokens/day",
     ),
     days: float = number(
-        365.0, "--days", help="Deployment length (people cost).", gt=0, le=MAX_DAYS, unit="days"
+        365.0, "--days", help="Deployment length (people cost).", ge=1, le=MAX_DAYS, unit="days"
     ),
     prompt_tokens: int = number(
         1024, "--prompt-tokens", help="Prompt tokens per user.", kind=int, ge=1, le=MAX_SEQ_TOKENS

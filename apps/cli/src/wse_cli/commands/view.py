@@ -16,6 +16,7 @@ from pathlib import Path
 
 import typer
 
+from wse_cli.errors import UserInputError
 from wse_cli.outputs import output_file, png_file, refuse_overlap
 
 __all__ = ["view", "write_view", "demo_part", "register"]
@@ -42,6 +43,8 @@ def view(
     """Show a per-PE trace as a self-contained web page (and a PNG)."""
     from wse_core.trace import load
 
+    if not file.name:  # "" (or "."): with_suffix raised ValueError (hunt 57)
+        raise UserInputError("FILE is empty or '.': give a trace file (.npz) written by --trace")
     out = out or file.with_suffix(".html")
     refuse_overlap({"FILE": file}, {"--out": out, "--png": png})
     trace = load(file)  # TraceError (exit 2) for a missing or foreign file

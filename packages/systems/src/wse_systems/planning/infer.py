@@ -77,6 +77,11 @@ def wafer_serving(
 ) -> sv.WaferServing:  # fmt: skip
     """The wafers' serving system on `num_wafers` (default: the fewest that hold the model,
     its draft and one user)."""
+    if num_wafers and num_wafers > config.n_layers:  # the pipeline's "stages" error (hunt 57)
+        raise PlanError(
+            f"--wafers {num_wafers}: a replica holds at least one of the model's "
+            f"{config.n_layers} layers on each wafer; give --wafers in [1, {config.n_layers}]"
+        )
     counts = [num_wafers] if num_wafers else range(1, config.n_layers + 1)
     for n in counts:
         try:
@@ -159,7 +164,7 @@ def _limits(speed: float | None, ttft: float | None) -> str:
 
 
 def _speculation(
-    draft: ModelChoice | None, gamma: int, alpha: float | None
+    draft: ModelChoice | None, gamma: int, alpha: float | None, target: ModelChoice
 ) -> sv.Speculation | None:
     if draft is None:
         if alpha is not None:
@@ -168,6 +173,12 @@ def _speculation(
     if alpha is None:
         raise PlanError("--draft needs --alpha: Leviathan's acceptance rate, e.g. the "
                         "speculative engine's measured spec_alpha")  # fmt: skip
+    big, small = draft.config.num_params(), target.config.num_params()
+    if big > small:  # hunt 57: a 70B draft for an 8B model searched placements for minutes
+        raise PlanError(
+            f"--draft {draft.name} ({big / 1e9:.3g}B parameters) is larger than the model "
+            f"{target.name} ({small / 1e9:.3g}B): a draft must be at most the model's size"
+        )
     return sv.Speculation(draft=draft.config, gamma=gamma, alpha=alpha)
 
 
@@ -232,7 +243,7 @@ def plan_infer(
     work = sv.Workload(
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, context_len=context_len
     )
-    speculation = _speculation(draft, gamma, alpha)
+    speculation = _speculation(draft, gamma, alpha, choice)
     ws = wafer_serving(
         cfg, spec, num_wafers=wafers, workload=work, speculation=speculation, gemv=gemv
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CALIBRATION_KEYS, CONSTANTS
 from wse_core.errors import SpecError, suggest
+from wse_core.hw.presets import refuse_past_the_grid
 from wse_core.hw.spec import WaferSpec, load_spec, preset
 
 DEFAULT_WAFER = "wse3"  # the edge's wafer when neither a preset nor a spec file is given
@@ -110,7 +111,7 @@ def resolve_spec(
     else:  # '' is an unknown preset, as any other name is
         spec = preset(name if name is not None else DEFAULT_WAFER)
     if sets:
-        spec = spec.replace(**dict(sets))
+        spec = refuse_past_the_grid(spec.replace(**dict(sets)), sets)
     return applied(spec, assumptions or {})
 
 

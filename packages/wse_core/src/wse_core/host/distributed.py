@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 from wse_core.errors import WseError
 
@@ -73,12 +74,38 @@ def _validate(num_processes: int, process_id: int, coordinator: str | None) -> N
         raise WseError(f"--num-processes must be positive, got {num_processes}")
     if not 0 <= process_id < num_processes:
         raise WseError(f"--process-id must be in 0..{num_processes - 1}, got {process_id}")
-    if num_processes > 1:
-        host, sep, port = (coordinator or "").rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise WseError(
-                f"--coordinator must be HOST:PORT (e.g. 127.0.0.1:12345), got {coordinator!r}"
-            )
+    if num_processes > 1 or coordinator is not None:  # garbage is refused even when unused
+        _check_coordinator(coordinator)
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
+def _check_coordinator(coordinator: str | None) -> None:
+    """HOST:PORT with a port in [1, 65535] and a host that can name a machine: a hostname, an
+    IPv4 address or a bracketed IPv6 one. Port 0 and 256.1.1.1 waited 120 s for a process 0
+    that no process could reach (hunt 57)."""
+    import ipaddress
+
+    host, sep, port = (coordinator or "").rpartition(":")
+    wanted = f"--coordinator must be HOST:PORT (e.g. 127.0.0.1:12345), got {coordinator!r}"
+    if not sep or not host or not (port.isascii() and port.isdigit()):
+        raise WseError(wanted)
+    if not 1 <= int(port) <= 65535:
+        raise WseError(f"{wanted}: the port must be in [1, 65535]")
+    try:
+        if host.startswith("["):
+            if not host.endswith("]"):
+                raise ValueError(host)
+            ipaddress.IPv6Address(host[1:-1])
+        elif all(c.isdigit() or c == "." for c in host):
+            ipaddress.IPv4Address(host)
+        elif len(host) > 253 or not all(_HOST_LABEL.fullmatch(x) for x in host.split(".")):
+            raise ValueError(host)
+    except ValueError:
+        raise WseError(
+            f"{wanted}: {host!r} is no hostname, IPv4 address or [IPv6] address"
+        ) from None
 
 
 def resolve(

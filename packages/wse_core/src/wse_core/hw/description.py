@@ -27,6 +27,13 @@ MAX_PE_SIDE = 100_000  # PE rows / columns (spares, program rectangle): ~100x WS
 MAX_SRAM_BYTES_PER_PE = 1 << 30  # 1 GiB: ~20,000x WSE-3's 48 KiB
 MAX_NAME_CHARS = 1_000  # name, system, system_source
 _TEXT_FIELDS = ("name", "system", "system_source")
+# Bounds past which a figure describes no machine (hunt 57): checked after the overflow
+# check, so 1e308 Hz still says the totals overflow.
+_PLAUSIBLE = (
+    ("clock_hz", 1e6, 1e12, "Hz"),  # WSE-3: 1.1e9; a MHz to a THz
+    ("system_peak_w", 0.0, 1e9, "W"),  # CS-3: ~2.3e4; a gigawatt is a power station
+    ("system_usd_per_hour", 0.0, 1e6, "USD/h"),  # wse plan's --usd-per-system-hour bound
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -186,6 +193,10 @@ class WaferSpec:
                 f"clock_hz {self.clock_hz!r} x {self.num_pes:,} PEs x {per_cycle!r} per cycle "
                 "overflows a float: the wafer's totals would be infinite; give smaller values"
             )
+        for field, low, high, unit in _PLAUSIBLE:  # hunt 57: 1e-300 Hz printed 1e-293 FLOP/s
+            value = getattr(self, field)
+            if not low <= value <= high:
+                raise SpecError(f"{field} must be in [{low:g}, {high:g}] {unit}, got {value!r}")
 
     # Derived figures -------------------------------------------------------------------
     @property

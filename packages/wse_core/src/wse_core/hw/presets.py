@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -21,7 +21,7 @@ from wse_core.errors import SpecError, quoted_number, suggest, yaml_problem
 from wse_core.hw.description import WaferSpec, _coerce
 from wse_core.hw.simd import SIMD_WSE3
 
-__all__ = ["PRESETS", "preset", "spec_from", "load_spec"]
+__all__ = ["PRESETS", "preset", "spec_from", "load_spec", "refuse_past_the_grid"]
 
 
 # Presets -------------------------------------------------------------------------------
@@ -142,6 +142,20 @@ def spec_from(base: WaferSpec, **overrides: Any) -> WaferSpec:
     return base.replace(**changes) if changes else base
 
 
+def refuse_past_the_grid(spec: WaferSpec, given: Iterable[str]) -> WaferSpec:
+    """`spec`, unless a field the user changed (`given`: a `base:` spec file's keys, --set's)
+    puts more spare rows or columns than the logical grid has (hunt 57: 100,000 spare rows on
+    762 drew a 119M-PE defect map). Only changed fields: a grid shrunk under a preset keeps its
+    spares, and a spec written out whole (`to_dict`) reads back as it was."""
+    for field, side in (("spare_rows", "pe_rows"), ("spare_cols", "pe_cols")):
+        if field in given and getattr(spec, field) > getattr(spec, side):
+            raise SpecError(
+                f"{field} must be at most {side} ({getattr(spec, side):,}), "
+                f"got {getattr(spec, field):,}"
+            )
+    return spec
+
+
 def _from_fields(data: dict[str, Any]) -> WaferSpec:
     """A spec from every field (no base preset), strings converted to the field types."""
     types = {f.name: f.type for f in dataclasses.fields(WaferSpec)}
@@ -221,4 +235,4 @@ def load_spec(path: str | Path) -> WaferSpec:
                 f"field, or name a preset to start from (base: {', '.join(PRESETS)})"
             ) from None
     data.setdefault("name", f"{base}+{path.stem}")
-    return spec_from(preset(str(base)), **data)
+    return refuse_past_the_grid(spec_from(preset(str(base)), **data), data)
