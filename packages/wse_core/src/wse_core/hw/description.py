@@ -193,10 +193,10 @@ class WaferSpec:
                 f"clock_hz {self.clock_hz!r} x {self.num_pes:,} PEs x {per_cycle!r} per cycle "
                 "overflows a float: the wafer's totals would be infinite; give smaller values"
             )
-        for field, low, high, unit in _PLAUSIBLE:  # hunt 57: 1e-300 Hz printed 1e-293 FLOP/s
-            value = getattr(self, field)
-            if not low <= value <= high:
-                raise SpecError(f"{field} must be in [{low:g}, {high:g}] {unit}, got {value!r}")
+        for name, least, most, unit in _PLAUSIBLE:  # hunt 57: 1e-300 Hz printed 1e-293 FLOP/s
+            figure = getattr(self, name)
+            if not least <= figure <= most:
+                raise SpecError(f"{name} must be in [{least:g}, {most:g}] {unit}, got {figure!r}")
 
     # Derived figures -------------------------------------------------------------------
     @property
