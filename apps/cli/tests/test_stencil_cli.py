@@ -66,3 +66,16 @@ def test_bad_input_is_a_clear_error(args, message):
     r = runner.invoke(app, [*BASE, *args], env=ENV)
     assert r.exit_code == 2, r.output
     assert message in r.output
+
+
+@pytest.mark.parametrize("kind", ["jacobi", "bicgstab"])
+def test_zero_steps_report_no_rates_instead_of_nan(kind):
+    """`--steps 0` is a run of nothing (as LAMMPS's `run 0`): the initial state, no rates.
+    The JSON's rates are null (NaN is not JSON) and the text says no step ran (hunt 57: it
+    printed "nan TFLOP/s" / "nan Gcell/s")."""
+    args = ["--kind", kind, "--grid", "8", "8", "8", "--steps", "0"]
+    d = json.loads(runner.invoke(app, [*BASE, *args], env=ENV).stdout)
+    rates = ("measured_cells_per_s", "predicted_gcells_per_s", "predicted_flops_per_s")
+    assert d["steps"] == 0 and [d[k] for k in rates] == [None, None, None]
+    text = runner.invoke(app, [*BASE[:-1], *args], env={**ENV, "COLUMNS": "200"}).output
+    assert "nan" not in text.lower() and "ran, so no rates" in text, text

@@ -267,14 +267,19 @@ def _print_table(console, run, png) -> None:
     for key, value in x["final"].items():
         console.print(f"  {key}: {value:.6g}")
     unit = "iteration" if solver else "step"
+    if x["steps"]:
+        rates = (
+            f"measured (emulated here): {x['steps']} {unit}s in {run.measured_wall_s:.3f} s = "
+            f"{x['measured_cells_per_s'] / 1e6:.2f} Mcell/s\n"
+            f"predicted on {cfg['preset']}: {run.predicted_s * 1e6:.3f} µs for the same run "
+            f"({x['predicted_s_per_step'] * 1e6:.3f} µs per {unit}, {run.bound}-bound), "
+            f"{x['predicted_gcells_per_s']:.1f} Gcell/s, "
+            f"{x['predicted_flops_per_s'] / 1e12:.3f} TFLOP/s\n"
+        )
+    else:  # hunt 57: printed "nan TFLOP/s"
+        rates = f"no {unit} ran, so no rates (measured or predicted on {cfg['preset']})\n"
     console.print(
-        f"measured (emulated here): {x['steps']} {unit}s in {run.measured_wall_s:.3f} s = "
-        f"{x['measured_cells_per_s'] / 1e6:.2f} Mcell/s\n"
-        f"predicted on {cfg['preset']}: {run.predicted_s * 1e6:.3f} µs for the same run "
-        f"({x['predicted_s_per_step'] * 1e6:.3f} µs per {unit}, {run.bound}-bound), "
-        f"{x['predicted_gcells_per_s']:.1f} Gcell/s, "
-        f"{x['predicted_flops_per_s'] / 1e12:.3f} TFLOP/s\n"
-        f"SRAM per PE: {run.sram['used_bytes_per_pe']} of {run.sram['bytes_per_pe']} B; "
+        rates + f"SRAM per PE: {run.sram['used_bytes_per_pe']} of {run.sram['bytes_per_pe']} B; "
         f"{run.calibration.describe()}"
     )
     if png is not None:
