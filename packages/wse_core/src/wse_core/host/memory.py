@@ -39,9 +39,18 @@ __all__ = [
     "largest",
     "require",
     "require_npz",
+    "MAX_NPZ_INFLATION",
+    "NPZ_INFLATE_FLOOR_BYTES",
 ]
 
 ENV_LIMIT = "WSE_HOST_MEMORY_BYTES"
+# A member of an .npz larger than NPZ_INFLATE_FLOOR_BYTES may inflate at most
+# MAX_NPZ_INFLATION x its compressed size (hunt 57: a 2 MiB file inflating to 2 GiB of zeros
+# was read whole). Deflate's best is ~1,032x (all zeros), a zip bomb's ratio; this stack's
+# writers stay far below: np.savez stores operators and restarts (1x), and a trace's
+# compressed layers hold at most wse_core.trace.MAX_CELLS values (1 MiB, under the floor).
+MAX_NPZ_INFLATION = 100
+NPZ_INFLATE_FLOOR_BYTES = 64 << 20
 
 
 class HostMemoryError(WseError):
@@ -130,12 +139,23 @@ def require(
 def require_npz(z: Any, what: str, *, fits: Callable[[int], str], extra_per_value: int = 0) -> None:
     """`require` for an open `np.load` archive `z` from its members' array headers alone,
     before any array is read: a forged header claiming 10^12 values is refused here (NumPy
-    would allocate it, then read). `extra_per_value`: bytes the caller adds per value (a
-    float64 copy). A member that is not an array raises NumPy's error for the caller."""
+    would allocate it, then read), and so is a member that inflates beyond MAX_NPZ_INFLATION
+    (a zip bomb), from the zip directory's sizes. `extra_per_value`: bytes the caller adds
+    per value (a float64 copy). A member that is not an array raises NumPy's error for the
+    caller."""
     import math
 
     import numpy as np
 
+    for info in z.zip.infolist():  # the zip directory's sizes, before inflating anything
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > NPZ_INFLATE_FLOOR_BYTES and ratio > MAX_NPZ_INFLATION:
+            raise HostMemoryError(
+                f"{what}: member {info.filename!r:.80} inflates to {format_bytes(info.file_size)}"
+                f" from {format_bytes(info.compress_size)} ({ratio:,.0f}x, a zip bomb?); a "
+                f"member over {format_bytes(NPZ_INFLATE_FLOOR_BYTES)} may inflate at most "
+                f"{MAX_NPZ_INFLATION}x (np.savez writes arrays uncompressed)"
+            )
     need = 0
     for name in z.zip.namelist():
         with z.zip.open(name) as f:

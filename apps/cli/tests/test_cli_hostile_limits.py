@@ -1,0 +1,92 @@
+"""Hostile inputs of hunt 57 that a named limit now refuses, each in one line naming the input
+and what is allowed, before the work: an --assume value past the constant's `limits`
+(fp32_mul_width=1e30 was priced), an .npz member that inflates ~1,000x (a 256 MiB array of
+zeros in a 250 KiB file was read whole), and extended XYZ files past MAX_XYZ_BYTES or
+MAX_XYZ_ATOMS (read whole, then split into per-line strings, ~13x the file in memory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from wse_cli.app import app
+from wse_cli.testing import invoke, refused_in_one_line, zip_bomb_npz
+
+ROOT = typer.main.get_command(app)
+
+
+def _refused(args: list, message: str, env: dict[str, str] | None = None) -> str:
+    return refused_in_one_line(ROOT, [str(a) for a in args], message, env)
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("fp32_mul_width=1e30", "fp32_mul_width must be in [0.125, 64] elements/cycle, got '1e30'"),
+        ("fp32_mul_width=1e-30", "[0.125, 64] elements/cycle"),
+        ("sram_read_bytes_per_cycle=1e300", "[0.125, 1024] B/cycle per PE"),
+        ("clock_hz=1e30", "clock_hz must be in [1e+06, 1e+11] Hz"),
+        ("swarmx_fanout=1e9", "swarmx_fanout must be in [2, 1024]"),
+        ("table_ii_block_z=1e12", "table_ii_block_z must be in [1, 1000] cells"),
+        ("overlap=7", "overlap must be in [0, 1]"),
+    ],
+)
+def test_an_assumption_past_its_limits_is_refused_with_the_range(item, message):
+    _refused(["experiments", "run", "wafer-yield", "--quick", "--assume", item], message)
+
+
+def test_a_sweep_past_the_limits_is_refused_too():
+    _refused(
+        ["experiments", "run", "wafer-yield", "--quick", "--sweep", "fp32_mul_width=1,1e30"],
+        "fp32_mul_width must be in [0.125, 64]",
+    )
+
+
+def test_every_preset_and_sweep_value_lies_within_the_limits():
+    from wse_core.cost.assumptions import value_of
+    from wse_core.cost.mechanisms import CONSTANTS
+    from wse_core.hw.spec import PRESETS, preset
+
+    for key, c in CONSTANTS.items():
+        low, high = c.limits
+        assert all(low <= v <= high for v in c.sweep), (key, c.sweep, c.limits)
+        for name in PRESETS:
+            assert low <= value_of(preset(name), key) <= high, (name, key)
+
+
+@pytest.fixture(scope="module")
+def bomb(tmp_path_factory) -> Path:
+    return zip_bomb_npz(tmp_path_factory.mktemp("bomb") / "bomb.npz")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["view", "{b}", "--out", "{d}/v.html"], ["hpc", "tlrmvm", "run", "--operator", "{b}"]],
+)
+def test_a_zip_bomb_is_refused_from_the_zip_directory(bomb, tmp_path, args):
+    line = _refused(
+        [a.format(b=bomb, d=tmp_path) for a in args],
+        "member 'u.npy' inflates to 256 MiB from 255 KiB (1,028x, a zip bomb?); a member over "
+        "64 MiB may inflate at most 100x",
+    )
+    assert line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stored_npz_of_the_same_size_is_not_a_bomb(tmp_path):
+    """The ratio, not the size, is refused: np.savez's stored members (1x) pass the check."""
+    import numpy as np
+    from wse_core.host.memory import require_npz
+
+    np.savez(tmp_path / "s.npz", u=np.zeros(80 << 17))  # 80 MiB stored
+    with np.load(tmp_path / "s.npz") as z:
+        require_npz(z, "s.npz", fits=lambda b: "")
+
+
+def test_an_untouched_operator_still_runs(tmp_path):
+    op = tmp_path / "op.npz"
+    code, out = invoke(ROOT, ["hpc", "tlrmvm", "compress", "--n", "256", "--nb", "64", "--out", op])
+    assert code == 0, out
+    code, out = invoke(ROOT, ["hpc", "tlrmvm", "run", "--operator", op])
+    assert code == 0, out
