@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hostile_cases import Case, _const
+from hostile_cases import Case, _const, _fill
 
 
 def _bomb(tmp: Path) -> str:
@@ -17,7 +17,20 @@ def _bomb(tmp: Path) -> str:
     return str(zip_bomb_npz(tmp / "bomb.npz"))
 
 
+def _sparse_xyz(tmp: Path, size: int) -> str:
+    with open(tmp / "huge.xyz", "w") as f:  # a hole: no disk used
+        f.write("4\n")
+        f.truncate(size)
+    return str(tmp / "huge.xyz")
+
+
+def _text(tmp: Path, name: str, text: str) -> str:
+    (tmp / name).write_text(text)
+    return str(tmp / name)
+
+
 def more_cases() -> list[Case]:
+    pot = lambda fx: _fill(fx, ["{potential}"])[0]  # noqa: E731
     return [
         Case("more", "experiments run --assume fp32_mul_width=1e30", _const(
             "experiments", "run", "wafer-yield", "--quick", "--assume", "fp32_mul_width=1e30"),
@@ -29,4 +42,10 @@ def more_cases() -> list[Case]:
             "hpc", "tlrmvm", "run", "--operator", _bomb(tmp)], message="a zip bomb?"),
         Case("more", "view <zip bomb>", lambda fx, tmp: [
             "view", _bomb(tmp), "--out", str(tmp / "v.html")], message="a zip bomb?"),
+        Case("more", "hpc md --structure <9 GiB sparse file>", lambda fx, tmp: [
+            "hpc", "md", "--structure", _sparse_xyz(tmp, 9 << 30), "--potential", pot(fx)],
+            message="MAX_XYZ_BYTES"),
+        Case("more", "hpc md --structure with 2e8 atoms announced", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "in.xyz", '200000000\nLattice="3.6 0 0 0 '
+            '3.6 0 0 0 3.6"\nCu 0 0 0\n'), "--potential", pot(fx)], message="MAX_XYZ_ATOMS"),
     ]  # fmt: skip

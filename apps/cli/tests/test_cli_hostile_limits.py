@@ -90,3 +90,40 @@ def test_an_untouched_operator_still_runs(tmp_path):
     assert code == 0, out
     code, out = invoke(ROOT, ["hpc", "tlrmvm", "run", "--operator", op])
     assert code == 0, out
+
+
+@pytest.fixture(scope="module")
+def cu(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("md") / "Cu.eam.alloy"
+    code, output = invoke(ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", out])
+    assert code == 0, output
+    return out
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "w") as f:  # a hole: no disk used, no byte of it read by the check
+        f.write("4\n")
+        f.truncate(size)
+    return path
+
+
+def _atoms(path: Path, n: int) -> Path:
+    path.write_text(f'{n}\nLattice="3.6 0 0 0 3.6 0 0 0 3.6"\nCu 0 0 0\n')
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "message", "env"),
+    [
+        (lambda d: _sparse(d / "huge.xyz", 9 << 30),
+         "huge.xyz is 9 GiB; extended XYZ files are read up to 8 GiB (MAX_XYZ_BYTES", None),
+        (lambda d: _atoms(d / "many.xyz", 200_000_000),
+         "many.xyz line 1: the atom count must be in [1, 100,000,000] (MAX_XYZ_ATOMS), got "
+         "200,000,000", None),
+        (lambda d: _sparse(d / "mid.xyz", 10 << 20),
+         "reading mid.xyz (10 MiB) needs 160 MiB of host memory", {"WSE_HOST_MEMORY_BYTES": "1e8"}),
+    ],
+)  # fmt: skip
+def test_an_xyz_file_past_its_limits_is_refused_before_it_is_read(tmp_path, cu, make, message, env):
+    path = make(tmp_path)
+    _refused(["hpc", "md", "--structure", path, "--potential", cu, "--steps", "1"], message, env)
