@@ -63,7 +63,7 @@ from wse_inference.serve.admission import (
 from wse_inference.serve.generation import Generation
 from wse_inference.serve.http_body import (
     ClientGone,
-    JsonErrorsH11Protocol,
+    protocol_for,
     read_json,
     refusal_response,
     run_off_loop,
@@ -329,7 +329,8 @@ class Server:
                 log_level="warning",
                 access_log=False,
                 lifespan="off",
-                http=JsonErrorsH11Protocol,  # h11, with OpenAI's JSON body on a parse error
+                http=protocol_for(config.limits),  # h11, OpenAI's JSON body on a parse error
+                h11_max_incomplete_event_size=config.limits.max_head_bytes,
                 ws="none",
                 timeout_graceful_shutdown=math.ceil(config.drain_s + 2),
             ),
