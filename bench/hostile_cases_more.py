@@ -29,6 +29,36 @@ def _text(tmp: Path, name: str, text: str) -> str:
     return str(tmp / name)
 
 
+_TRAIN = ["train", "tiny", "runconfig.max_steps=2", "runconfig.mode=train", "model.vocab_size=300",
+          "train_input.batch_size=2", "runconfig.sample_tokens=0"]  # fmt: skip
+
+
+def _data(tmp: Path, name: str, raw: bytes) -> list[str]:
+    (tmp / name).write_bytes(raw)
+    return [*_TRAIN, f"train_input.data_dir={tmp / name}", "-o", str(tmp / "run")]
+
+
+def _fake_step(tmp: Path, **model) -> Path:
+    """A step folder whose meta is the tiny config's model with `model`'s fields changed."""
+    import dataclasses
+    import json
+
+    from wse_trainer.config import load_config
+    from wse_trainer.session import model_config
+
+    own = json.loads(json.dumps(dataclasses.asdict(model_config(load_config("tiny", _TRAIN[2:])))))
+    folder = tmp / "run" / "checkpoints" / "2" / "meta"
+    folder.mkdir(parents=True)
+    (folder / "metadata").write_text(json.dumps({"step": 2, "model": {**own, **model}}))
+    return folder.parent
+
+
+def _folder_of(tmp: Path, name: str) -> str:
+    (tmp / "mine").mkdir()
+    (tmp / "mine" / name).write_text("precious\n")
+    return str(tmp / "mine")
+
+
 def more_cases() -> list[Case]:
     pot = lambda fx: _fill(fx, ["{potential}"])[0]  # noqa: E731
     return [
@@ -48,4 +78,25 @@ def more_cases() -> list[Case]:
         Case("more", "hpc md --structure with 2e8 atoms announced", lambda fx, tmp: [
             "hpc", "md", "--structure", _text(tmp, "in.xyz", '200000000\nLattice="3.6 0 0 0 '
             '3.6 0 0 0 3.6"\nCu 0 0 0\n'), "--potential", pot(fx)], message="MAX_XYZ_ATOMS"),
+        Case("more", "train data: empty .txt", lambda fx, tmp: _data(tmp, "e.txt", b""),
+             message="is empty (0 bytes)"),
+        Case("more", "train data: binary .txt", lambda fx, tmp: _data(
+            tmp, "b.txt", b"ab\0" * 1000), message="is binary (a NUL byte at offset 2)"),
+        Case("more", "train data: Latin-1 .txt", lambda fx, tmp: _data(
+            tmp, "l.txt", "café ".encode("latin-1") * 200), message="is not UTF-8 text"),
+        Case("more", "train data: smaller than one batch", lambda fx, tmp: _data(
+            tmp, "s.txt", b"hello world\n"), message="fewer than one batch"),
+        Case("more", "train data: a .parquet that is not one", lambda fx, tmp: _data(
+            tmp, "x.parquet", b"nope" * 100), message="is not a Parquet file"),
+        Case("more", "train data: .jsonl with a number as text", lambda fx, tmp: _data(
+            tmp, "n.jsonl", b"".join(b'{"text": %d}\n' % i for i in range(1, 300))),
+            message="not text; every 'text' must be a string"),
+        Case("more", "train -o <folder of other files>", lambda fx, tmp: [
+            *_TRAIN, "-o", _folder_of(tmp, "thesis.tex")], message="is no run folder"),
+        Case("more", "train -o <run of another model size>", lambda fx, tmp: [
+            *_TRAIN, "-o", str(_fake_step(tmp, d_model=64).parent.parent)],
+            message="is of another model (d_model 64 there, 128 here)"),
+        Case("more", "train --checkpoint-path <another model>", lambda fx, tmp: [
+            *_TRAIN, "-o", str(tmp / "new"), "--checkpoint-path", str(_fake_step(
+                tmp, n_layers=2))], message="drop --checkpoint-path"),
     ]  # fmt: skip
