@@ -24,6 +24,20 @@ def _sparse_xyz(tmp: Path, size: int) -> str:
     return str(tmp / "huge.xyz")
 
 
+def _many(tmp: Path, n: int) -> str:
+    import io
+    import zipfile
+
+    import numpy as np
+
+    one = io.BytesIO()
+    np.save(one, np.zeros(1))
+    with zipfile.ZipFile(tmp / "many.npz", "w") as z:
+        for i in range(n):
+            z.writestr(f"a{i}.npy", one.getvalue())
+    return str(tmp / "many.npz")
+
+
 def _text(tmp: Path, name: str, text: str) -> str:
     (tmp / name).write_text(text)
     return str(tmp / name)
@@ -78,6 +92,13 @@ def more_cases() -> list[Case]:
         Case("more", "hpc md --structure with 2e8 atoms announced", lambda fx, tmp: [
             "hpc", "md", "--structure", _text(tmp, "in.xyz", '200000000\nLattice="3.6 0 0 0 '
             '3.6 0 0 0 3.6"\nCu 0 0 0\n'), "--potential", pot(fx)], message="MAX_XYZ_ATOMS"),
+        Case("more", "hpc md --potential <9 GiB sparse file>", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "one.xyz", '1\nLattice="3.6 0 0 0 3.6 0 0 0 '
+            '3.6"\nCu 0 0 0\n'), "--potential", _sparse_xyz(tmp, 9 << 30)],
+            message="WSE_LIMIT_FILE_BYTES"),
+        Case("more", "tlrmvm run --operator <.npz of 200,000 members>", lambda fx, tmp: [
+            "hpc", "tlrmvm", "run", "--operator", _many(tmp, 200_000)],
+            message="MAX_NPZ_MEMBERS"),
         Case("more", "train data: empty .txt", lambda fx, tmp: _data(tmp, "e.txt", b""),
              message="is empty (0 bytes)"),
         Case("more", "train data: binary .txt", lambda fx, tmp: _data(

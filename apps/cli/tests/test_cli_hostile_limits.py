@@ -127,3 +127,27 @@ def _atoms(path: Path, n: int) -> Path:
 def test_an_xyz_file_past_its_limits_is_refused_before_it_is_read(tmp_path, cu, make, message, env):
     path = make(tmp_path)
     _refused(["hpc", "md", "--structure", path, "--potential", cu, "--steps", "1"], message, env)
+
+
+def test_a_potential_file_past_the_file_bytes_limit_is_refused_unread(tmp_path, cu):
+    # hunt 57: a 9 GiB potential file was read whole (a MemoryError traceback)
+    xyz = _atoms(tmp_path / "one.xyz", 1)
+    pot = _sparse(tmp_path / "huge.eam.alloy", 9 << 30)
+    message = f"potential file '{pot}' is 9,663,676,416 bytes, over the limit"
+    _refused(["hpc", "md", "--structure", xyz, "--potential", pot], message)
+
+
+def test_an_npz_of_too_many_members_is_refused_by_count(tmp_path):
+    # hunt 57: 200,000 one-value members took 30 s to refuse (each header opened)
+    import io
+    import zipfile
+
+    import numpy as np
+
+    one = io.BytesIO()
+    np.save(one, np.zeros(1))
+    with zipfile.ZipFile(tmp_path / "many.npz", "w") as z:
+        for i in range(1_001):
+            z.writestr(f"a{i}.npy", one.getvalue())
+    message = "the archive holds 1,001 members; an .npz read here holds at most 1,000 arrays"
+    _refused(["hpc", "tlrmvm", "run", "--operator", tmp_path / "many.npz"], message)

@@ -41,6 +41,7 @@ __all__ = [
     "require_npz",
     "MAX_NPZ_INFLATION",
     "NPZ_INFLATE_FLOOR_BYTES",
+    "MAX_NPZ_MEMBERS",
 ]
 
 ENV_LIMIT = "WSE_HOST_MEMORY_BYTES"
@@ -51,6 +52,9 @@ ENV_LIMIT = "WSE_HOST_MEMORY_BYTES"
 # compressed layers hold at most wse_core.trace.MAX_CELLS values (1 MiB, under the floor).
 MAX_NPZ_INFLATION = 100
 NPZ_INFLATE_FLOOR_BYTES = 64 << 20
+# Arrays in one .npz: each header is opened and read before any data (200,000 one-value
+# members took 30 s to refuse); this stack writes < 40 (a trace's layers, an operator's 7)
+MAX_NPZ_MEMBERS = 1_000
 
 
 class HostMemoryError(WseError):
@@ -147,7 +151,13 @@ def require_npz(z: Any, what: str, *, fits: Callable[[int], str], extra_per_valu
 
     import numpy as np
 
-    for info in z.zip.infolist():  # the zip directory's sizes, before inflating anything
+    members = z.zip.infolist()
+    if len(members) > MAX_NPZ_MEMBERS:
+        raise HostMemoryError(
+            f"{what}: the archive holds {len(members):,} members; an .npz read here holds at "
+            f"most {MAX_NPZ_MEMBERS:,} arrays (MAX_NPZ_MEMBERS)"
+        )
+    for info in members:  # the zip directory's sizes, before inflating anything
         ratio = info.file_size / max(info.compress_size, 1)
         if info.file_size > NPZ_INFLATE_FLOOR_BYTES and ratio > MAX_NPZ_INFLATION:
             raise HostMemoryError(
