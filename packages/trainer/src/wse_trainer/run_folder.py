@@ -106,10 +106,16 @@ def _steps(folder: Path) -> list[Path]:
                   key=lambda p: int(p.name), reverse=True)  # fmt: skip
 
 
+META_MAX_BYTES = 1 << 20  # a step's meta JSON is ~2 KB; a larger one is left to orbax's read
+
+
 def _meta(step: Path) -> dict[str, Any] | None:
+    path = step / "meta" / "metadata"
     try:
-        meta = json.loads((step / "meta" / "metadata").read_text())
-    except (OSError, ValueError):
+        if not path.is_file() or path.stat().st_size > META_MAX_BYTES:
+            return None
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
         return None
     return meta if isinstance(meta, dict) and isinstance(meta.get("model"), dict) else None
 
