@@ -112,6 +112,9 @@ def more_cases() -> list[Case]:
         Case("more", "train data: .jsonl with a number as text", lambda fx, tmp: _data(
             tmp, "n.jsonl", b"".join(b'{"text": %d}\n' % i for i in range(1, 300))),
             message="not text; every 'text' must be a string"),
+        Case("more", "train train_input.max_corpus_bytes=0", lambda fx, tmp: [
+            *_TRAIN, "train_input.max_corpus_bytes=0", "-o", str(tmp / "run")],
+            message="max_corpus_bytes must be positive"),
         Case("more", "train -o <folder of other files>", lambda fx, tmp: [
             *_TRAIN, "-o", _folder_of(tmp, "thesis.tex")], message="is no run folder"),
         Case("more", "train -o <run of another model size>", lambda fx, tmp: [

@@ -114,3 +114,16 @@ def test_a_checkpoint_path_of_another_model_is_refused_before_the_run_folder(tmp
     )
     assert "n_layers 2 there, 4 here" in line and "drop --checkpoint-path" in line
     assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train_input.max_corpus_bytes=0", "train_input.max_corpus_bytes must be positive, got 0"),
+        ("train_input.max_corpus_bytes=100", "fewer than one sequence of 129"),
+    ],
+)
+def test_a_corpus_cap_too_small_is_one_line_and_leaves_no_run_folder(tmp_path, override, message):
+    # hunt 57: 0 was datasets' "Empty 'data_files'" traceback
+    refused_in_one_line(ROOT, _train(tmp_path, override), message)
+    assert _files(tmp_path) == set()

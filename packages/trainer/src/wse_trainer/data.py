@@ -79,6 +79,11 @@ def _load_documents(cfg: InputConfig) -> list[str]:
     datasets.disable_progress_bars()
     if cfg.data_dir == "stdlib":
         builder, files = "text", list(stdlib_files(cfg.max_corpus_bytes))
+        if not files:  # hunt 57: datasets' "Empty 'data_files'" traceback
+            raise ConfigError(
+                f"max_corpus_bytes={cfg.max_corpus_bytes:,} holds no standard library file; "
+                "give at least 100000"
+            )
     else:
         found = data_files(cfg.data_dir)
         if found is None:
