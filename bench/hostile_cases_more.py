@@ -67,6 +67,13 @@ def _fake_step(tmp: Path, **model) -> Path:
     return folder.parent
 
 
+def _empties(tmp: Path, n: int) -> str:
+    (tmp / "docs").mkdir()
+    for i in range(n):
+        (tmp / "docs" / f"{i}.txt").touch()
+    return str(tmp / "docs")
+
+
 def _folder_of(tmp: Path, name: str) -> str:
     (tmp / "mine").mkdir()
     (tmp / "mine" / name).write_text("precious\n")
@@ -115,6 +122,9 @@ def more_cases() -> list[Case]:
         Case("more", "train train_input.max_corpus_bytes=0", lambda fx, tmp: [
             *_TRAIN, "train_input.max_corpus_bytes=0", "-o", str(tmp / "run")],
             message="max_corpus_bytes must be positive"),
+        Case("more", "train data_dir of 100,001 .txt files", lambda fx, tmp: [
+            *_TRAIN, f"train_input.data_dir={_empties(tmp, 100_001)}", "-o", str(tmp / "run")],
+            message="holds more than 100,000 data files"),
         Case("more", "train -o <folder of other files>", lambda fx, tmp: [
             *_TRAIN, "-o", _folder_of(tmp, "thesis.tex")], message="is no run folder"),
         Case("more", "train -o <run of another model size>", lambda fx, tmp: [

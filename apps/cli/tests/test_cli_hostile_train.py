@@ -127,3 +127,17 @@ def test_a_corpus_cap_too_small_is_one_line_and_leaves_no_run_folder(tmp_path, o
     # hunt 57: 0 was datasets' "Empty 'data_files'" traceback
     refused_in_one_line(ROOT, _train(tmp_path, override), message)
     assert _files(tmp_path) == set()
+
+
+def test_a_data_dir_of_too_many_files_is_refused_while_walking(tmp_path, monkeypatch):
+    # hunt 57: data_dir=/ walked the whole filesystem (the bound is 100,000 files; 3 here)
+    import wse_trainer.data_files as data_files
+
+    monkeypatch.setattr(data_files, "MAX_DATA_FILES", 3)
+    (tmp_path / "docs").mkdir()
+    for i in range(5):
+        (tmp_path / "docs" / f"{i}.txt").write_text("text " * 100)
+    refused_in_one_line(
+        ROOT, _train(tmp_path, f"train_input.data_dir={tmp_path / 'docs'}"),
+        "holds more than 3 data files; give the corpus's own folder, or pack its documents",
+    )  # fmt: skip

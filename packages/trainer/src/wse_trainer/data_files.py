@@ -19,7 +19,7 @@ from pathlib import Path
 
 from wse_trainer.config import ConfigError, InputConfig
 
-__all__ = ["BUILDERS", "SCAN_BYTES", "data_files", "check_data_dir"]
+__all__ = ["BUILDERS", "SCAN_BYTES", "MAX_DATA_FILES", "MAX_WALKED", "data_files", "check_data_dir"]
 
 BUILDERS = {
     ".txt": "text",
@@ -30,12 +30,32 @@ BUILDERS = {
     ".parquet": "parquet",
 }
 SCAN_BYTES = 1 << 30  # bytes of text / JSON read by the check per split, at most (1 GiB)
+# Data files of one split, and entries walked to find them (hunt 57: data_dir=/ walked the
+# whole filesystem): a corpus of more files is packed into .jsonl or .parquet shards first
+MAX_DATA_FILES = 100_000
+MAX_WALKED = 1_000_000
 _CHUNK = 1 << 20
 
 
 def _path_like(entry: str) -> bool:
     """Whether `entry` names a local path (a suffix, a leading / . or ~), not a dataset."""
     return bool(Path(entry).suffix) or entry.startswith(("/", ".", "~"))
+
+
+def _walk(folder: Path) -> list[str]:
+    """The data files under `folder`, sorted; ConfigError past MAX_DATA_FILES or MAX_WALKED."""
+    found: list[str] = []
+    for walked, f in enumerate(folder.rglob("*"), 1):
+        if f.suffix in BUILDERS:
+            found.append(str(f))
+        if len(found) > MAX_DATA_FILES or walked > MAX_WALKED:
+            what = (f"more than {MAX_DATA_FILES:,} data files" if len(found) > MAX_DATA_FILES
+                    else f"more than {MAX_WALKED:,} entries")  # fmt: skip
+            raise ConfigError(
+                f"data_dir {str(folder)!r} holds {what}; give the corpus's own folder, or "
+                "pack its documents into .jsonl or .parquet shards"
+            )
+    return sorted(found)
 
 
 def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
@@ -45,7 +65,7 @@ def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
     for entry in entries:
         p = Path(entry)
         if p.is_dir():
-            files += sorted(str(f) for f in p.rglob("*") if f.suffix in BUILDERS)
+            files += _walk(p)
         elif p.exists():
             if not stat.S_ISREG(p.stat().st_mode):
                 raise ConfigError(f"data file {entry!r} is not a regular file; give a file")
