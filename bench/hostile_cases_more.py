@@ -89,6 +89,9 @@ def more_cases() -> list[Case]:
         Case("more", "experiments run --assume clock_hz=1e30", _const(
             "experiments", "run", "wafer-yield", "--quick", "--assume", "clock_hz=1e30"),
             message="clock_hz must be in [1e+06, 1e+11] Hz"),
+        Case("more", "wafer info --set fp32_mul_width=1e30", _const(
+            "wafer", "info", "--set", "fp32_mul_width=1e30"),
+            message="fp32_mul_width must be in [0.125, 64] elements/cycle"),
         Case("more", "tlrmvm run --operator <zip bomb>", lambda fx, tmp: [
             "hpc", "tlrmvm", "run", "--operator", _bomb(tmp)], message="a zip bomb?"),
         Case("more", "view <zip bomb>", lambda fx, tmp: [

@@ -36,6 +36,20 @@ def test_an_assumption_past_its_limits_is_refused_with_the_range(item, message):
     _refused(["experiments", "run", "wafer-yield", "--quick", "--assume", item], message)
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "fp32_mul_width=1e30"], "fp32_mul_width must be in [0.125, 64] elements/cycle"),
+        (["--set", "hop_latency_cycles=1e30"], "hop_latency_cycles must be in [0, 1000] cycles"),
+        (["--spec", "{d}/w.yaml"], "simd_widths['add.fp32'] must be in [0.125, 64], got 1e+30"),
+    ],
+)  # fmt: skip
+def test_a_spec_past_the_constants_limits_is_refused_too(tmp_path, args, message):
+    # hunt 57: --set and spec files reach the same fields as --assume, and were priced
+    (tmp_path / "w.yaml").write_text("base: wse3\nsimd_widths: {add.fp32: 1e30}\n")
+    _refused(["wafer", "info", *(a.format(d=tmp_path) for a in args)], message)
+
+
 def test_a_sweep_past_the_limits_is_refused_too():
     _refused(
         ["experiments", "run", "wafer-yield", "--quick", "--sweep", "fp32_mul_width=1,1e30"],
