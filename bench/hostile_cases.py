@@ -369,5 +369,6 @@ def cases() -> list[Case]:
         Case("front end", "launch --nproc 2 on a one-GPU host", _const(), skip="needs a GPU host"),
     ]  # fmt: skip
     from hostile_cases_found import found_cases  # issue 54's
+    from hostile_cases_more import more_cases  # hunt 57's
 
-    return [*sizes, *outputs, *non_finite, *faults, *front, *found_cases()]
+    return [*sizes, *outputs, *non_finite, *faults, *front, *found_cases(), *more_cases()]

@@ -51,13 +51,16 @@ def _grpc_garbage(target: str) -> tuple[str, str]:
             return e.code().name, e.details() or ""
 
 
-def _bad_content_length(port: int) -> tuple[int | None, str]:
-    """A request h11 cannot parse (it never reaches the app): its status and JSON message."""
+def _bad_content_length(port: int, raw: bytes = b"") -> tuple[int | None, str]:
+    """A request h11 cannot parse (it never reaches the app): its status and JSON message;
+    `raw` instead of the Content-Length of "abc" (half a head: the head timeout's answer)."""
     import json
     import socket
 
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}")
+        s.sendall(
+            raw or b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}"
+        )
         answer = b""
         while chunk := s.recv(4096):
             answer += chunk
@@ -133,6 +136,15 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     peak[0], t0 = 0, time.perf_counter()
     code, message = _bad_content_length(port)
     rows.append(_row("Content-Length: abc", code, 400, time.perf_counter() - t0, peak[0], message))
+    peak[0], t0 = 0, time.perf_counter()  # hunt 57: h11's words "Receive buffer too long"
+    r = httpx.post(url + "/v1/completions", content=b"{}", headers={"x-big": "a" * 200_000})
+    message = r.json()["error"]["message"] if r.status_code == 400 else r.text[:200]
+    rows.append(_row("a 200 KB header", r.status_code, 400, time.perf_counter() - t0, peak[0],
+                     message))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()  # hunt 57: half a head was held forever (slowloris)
+    code, message = _bad_content_length(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+    rows.append(_row("half a head, then nothing (slowloris)", code, 400,
+                     time.perf_counter() - t0, peak[0], message, bound_s=None))  # fmt: skip
     peak[0], t0 = 0, time.perf_counter()
     code, details = _grpc_garbage(f"127.0.0.1:{grpc_port}")
     rows.append(_row("gRPC garbage bytes", code, "INVALID_ARGUMENT", time.perf_counter() - t0,
@@ -185,6 +197,8 @@ def _hunt56_requests(model: str) -> list[tuple]:
         ("body declared text/plain", cc, c(), 400, "POST", "text/plain"),
         ("body in UTF-16", cc, c().decode().encode("utf-16"), 400),
         ("GET on a POST route (405)", cc, b"", 405, "GET", "application/json"),
+        ("messages name of 1,000,000 characters", ch, chat(messages=[{"role": "user",
+         "content": "x", "name": "n" * 1_000_000}]), 400),  # hunt 57
     ]  # fmt: skip
 
 

@@ -239,3 +239,51 @@ def test_head_is_answered_where_get_is(server, path):
     # hunt 56: HEAD /health (a load balancer's probe) was a 405
     r = httpx.head(server.http_url + path, timeout=30)
     assert r.status_code == 200 and r.content == b"", r
+
+
+def test_a_message_name_past_openais_64_characters_is_a_400(server):
+    # hunt 57: a 1 MB name was taken (a 200)
+    msgs = [{"role": "user", "content": "hi", "name": "n" * 1_000_000}]
+    r = httpx.post(server.http_url + CHAT, json={**BASE[CHAT], "messages": msgs}, timeout=30)
+    assert r.status_code == 400, r.text[:300]
+    err = r.json()["error"]
+    assert "messages[0].name must be at most 64 characters" in err["message"], err
+    assert len(r.content) < 1000
+    msgs[0]["name"] = "n" * 64
+    ok = httpx.post(server.http_url + CHAT, json={**BASE[CHAT], "messages": msgs}, timeout=30)
+    assert ok.status_code == 200, ok.text[:300]
+
+
+def test_a_200kb_header_is_a_json_400_naming_the_limit(server):
+    # hunt 57: the 400 said "Receive buffer too long" (h11's words)
+    r = httpx.post(server.http_url + C, json=BASE[C], headers={"x-big": "a" * 200_000}, timeout=30)
+    assert r.status_code == 400, r.text[:300]
+    msg = r.json()["error"]["message"]
+    assert "the request line and headers exceed 16,384 bytes" in msg, msg
+    assert httpx.get(server.http_url + "/health", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("head", [b"", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"])
+def test_a_head_that_stops_arriving_is_a_400_not_a_held_connection(head):
+    # hunt 57 (slowloris): a connection that sent nothing, or half a head, was held forever
+    import socket
+    import time
+
+    with running_server(grpc=False, limits=RequestLimits(head_s=0.5)) as server:
+        host, port = server.http_url.split("//")[1].split(":")
+        held = [socket.create_connection((host, int(port)), timeout=20) for _ in range(3)]
+        t0 = time.monotonic()
+        for s in held:
+            s.sendall(head)
+        for s in held:
+            answer = b""
+            while chunk := s.recv(4096):
+                answer += chunk
+            s.close()
+            status, _, body = answer.partition(b"\r\n\r\n")
+            assert status.split()[1] == b"400", answer[:200]
+            msg = json.loads(body)["error"]["message"]
+            assert "did not arrive within 0.5 s" in msg and "\n" not in msg, msg
+        assert time.monotonic() - t0 < 10
+        r = httpx.post(server.http_url + C, json=BASE[C], timeout=30)  # served meanwhile
+        assert r.status_code == 200, r.text[:300]

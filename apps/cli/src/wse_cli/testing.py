@@ -221,6 +221,30 @@ def bomb_trace(path: Path) -> Path:
     return path
 
 
+def zip_bomb_npz(path: Path, member: str = "u.npy", n_bytes: int = 256 << 20) -> Path:
+    """An .npz whose `member` is a float64 array of `n_bytes` zeros, deflated (~1,000x: a
+    256 MiB member in a ~250 KiB file), beside a small `header.npy` as a trace has."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        head, {"descr": "<f8", "fortran_order": False, "shape": (n_bytes // 8,)}
+    )
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        small = io.BytesIO()
+        np.save(small, np.frombuffer(json.dumps({"schema_version": 1}).encode(), np.uint8))
+        z.writestr("header.npy", small.getvalue())
+        with z.open(member, "w", force_zip64=True) as f:
+            f.write(head.getvalue())
+            chunk = bytes(1 << 24)
+            for _ in range(n_bytes // len(chunk)):
+                f.write(chunk)
+    return path
+
+
 def refused_in_one_line(
     root, args: Sequence, message: str, env: dict[str, str] | None = None
 ) -> str:

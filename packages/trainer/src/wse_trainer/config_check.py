@@ -75,6 +75,7 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
                 f"{inp.batch_size:,}"
             )
         _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
+        _positive(f"{name}.max_corpus_bytes", inp.max_corpus_bytes)  # hunt 57: 0 a traceback
         if inp.shuffle_seed < 0:  # NumPy's generators take seeds >= 0
             raise ConfigError(f"{name}.shuffle_seed must be >= 0, got {inp.shuffle_seed}")
         _choice(f"{name}.split", inp.split, ("train", "eval", "all"))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import logging
 import sysconfig
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from wse_trainer.config import ConfigError, InputConfig
+from wse_trainer.data_files import check_data_dir, data_files
 
 __all__ = [
     "EOS",
@@ -52,14 +54,6 @@ __all__ = [
 
 EOS = "<|endoftext|>"
 EVAL_EVERY = 20  # the eval split holds 1/EVAL_EVERY of the corpus's bytes
-_BUILDERS = {
-    ".txt": "text",
-    ".py": "text",
-    ".md": "text",
-    ".jsonl": "json",
-    ".json": "json",
-    ".parquet": "parquet",
-}
 
 
 @functools.lru_cache(maxsize=4)
@@ -79,48 +73,19 @@ def stdlib_files(max_bytes: int) -> list[str]:
     return files
 
 
-def _path_like(entry: str) -> bool:
-    """Whether `entry` names a local path (a suffix, a leading / . or ~), not a dataset."""
-    return bool(Path(entry).suffix) or entry.startswith(("/", ".", "~"))
-
-
-def _data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
-    """(builder, files) for local paths, or None when `data_dir` is a dataset name."""
-    entries = [data_dir] if isinstance(data_dir, str) else list(data_dir)
-    files: list[str] = []
-    for entry in entries:
-        p = Path(entry)
-        if p.is_dir():
-            files += sorted(str(f) for f in p.rglob("*") if f.suffix in _BUILDERS)
-        elif p.exists():
-            files.append(str(p))
-        elif isinstance(data_dir, str) and len(entries) == 1 and not _path_like(entry):
-            return None  # a dataset's name
-        else:
-            raise ConfigError(f"data file {entry!r} does not exist")
-    if not files:
-        raise ConfigError(f"no .txt, .jsonl, .json or .parquet files in {data_dir!r}")
-    kinds = {_BUILDERS.get(Path(f).suffix, "text") for f in files}
-    if len(kinds) > 1:
-        raise ConfigError(f"data_dir mixes file kinds {sorted(kinds)}; use one kind per split")
-    return kinds.pop(), files
-
-
-def check_data_dir(cfg: InputConfig) -> None:
-    """ConfigError when `cfg.data_dir` names local files that are not there (a dataset's
-    name is checked when it is loaded)."""
-    if cfg.data_dir != "stdlib":
-        _data_files(cfg.data_dir)
-
-
 def _load_documents(cfg: InputConfig) -> list[str]:
     import datasets
 
     datasets.disable_progress_bars()
     if cfg.data_dir == "stdlib":
         builder, files = "text", list(stdlib_files(cfg.max_corpus_bytes))
+        if not files:  # hunt 57: datasets' "Empty 'data_files'" traceback
+            raise ConfigError(
+                f"max_corpus_bytes={cfg.max_corpus_bytes:,} holds no standard library file; "
+                "give at least 100000"
+            )
     else:
-        found = _data_files(cfg.data_dir)
+        found = data_files(cfg.data_dir)
         if found is None:
             try:
                 ds = datasets.load_dataset(str(cfg.data_dir), split="train")
@@ -133,7 +98,19 @@ def _load_documents(cfg: InputConfig) -> list[str]:
             return _texts(ds, cfg)
         builder, files = found
     kwargs = {"sample_by": "document"} if builder == "text" else {}
-    ds = datasets.load_dataset(builder, data_files=files, split="train", **kwargs)
+    log = logging.getLogger("datasets")  # its error lines would precede the one line
+    level, _ = log.level, log.setLevel(logging.CRITICAL)
+    try:
+        ds = datasets.load_dataset(builder, data_files=files, split="train", **kwargs)
+    except datasets.exceptions.DatasetGenerationError as e:  # a file past check_data_dir's scan
+        cause = e.__cause__ or e
+        why = " ".join(f"{type(cause).__name__}: {cause}".split())[:200]
+        fix = "; give one JSON object per line (.jsonl) or a JSON list" if builder == "json" else ""
+        raise ConfigError(
+            f"the {builder} files of {cfg.data_dir!r} cannot be read: {why}{fix}"
+        ) from None
+    finally:
+        log.setLevel(level)
     return _texts(ds, cfg)
 
 
@@ -144,9 +121,14 @@ def _texts(ds, cfg: InputConfig) -> list[str]:
             f"{', '.join(ds.column_names)} (set text_key)"
         )
     out, total = [], 0
-    for text in ds[cfg.text_key]:
+    for i, text in enumerate(ds[cfg.text_key]):
         if not text:
             continue
+        if not isinstance(text, str):  # hunt 57: {"text": 5} was a TypeError traceback
+            raise ConfigError(
+                f"row {i} of {cfg.data_dir!r} has {cfg.text_key!r}: {text!r:.40}, not text; "
+                f"every {cfg.text_key!r} must be a string"
+            )
         if total + len(text) > cfg.max_corpus_bytes and out:
             break
         out.append(text)

@@ -135,21 +135,6 @@ def stream_rows(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
     )  # fmt: skip
 
 
-def _model_dir(path: Path) -> Path:
-    """`path` made (with its parents) and writable, or a ConfigError saying why not."""
-    import os
-
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"model_dir {str(path)!r} is a file; give a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"cannot make model_dir {str(path)!r}: {e.strerror}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"model_dir {str(path)!r} is not writable")
-    return path
-
-
 def read_tokenizer(path: Path) -> Any:
     """A `tokenizers.Tokenizer` from its file; ConfigError (one line) when it is not one."""
     from tokenizers import Tokenizer
@@ -197,7 +182,8 @@ def _rows(tok, cfg, seq_len: int):
 def check_inputs(config: TrainConfig) -> None:
     """ConfigError for a local data_dir or a --checkpoint-path that is not there; cheap (no
     JAX, no orbax): the CLI asks before importing them, `Session` again."""
-    from wse_trainer.data import check_data_dir
+    from wse_trainer.data_files import check_data_dir
+    from wse_trainer.run_folder import check_model_dir
 
     run_cfg = config.runconfig
     if run_cfg.checkpoint_path and not Path(run_cfg.checkpoint_path).exists():
@@ -205,6 +191,7 @@ def check_inputs(config: TrainConfig) -> None:
             f"no committed checkpoint at {str(run_cfg.checkpoint_path)!r}; give a model_dir, "
             "its checkpoints folder or one step folder"
         )
+    check_model_dir(Path(run_cfg.model_dir))  # a folder of someone's files is no run folder
     check_data_dir(config.train_input)  # the tokenizer may be trained on it in any mode
     if run_cfg.mode != "train":
         check_data_dir(config.eval_input)
@@ -221,6 +208,7 @@ class Session:
         from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
+        from wse_trainer.run_folder import check_resume, make_model_dir, undone_on_error
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 
@@ -233,15 +221,17 @@ class Session:
             from wse_trainer.checkpoints import resolve_checkpoint
 
             resolve_checkpoint(run_cfg.checkpoint_path)
-        self.dir = _model_dir(Path(run_cfg.model_dir))
-        self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
+        check_resume(config, self.model)  # another model's step: refused, never moved aside
+        self.dir, seq = make_model_dir(Path(run_cfg.model_dir)), inp.max_sequence_length
+        with undone_on_error(self.dir):  # data refused: no run folder or tokenizer left
+            self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
+            rows = _rows(self.tok, inp, seq)
+            self.iterator = BatchIterator(rows, inp.batch_size, inp.shuffle_seed)
+            self.eval_rows: Any = None  # both splits checked against their batch sizes here
+            if run_cfg.mode != "train":
+                self.eval_rows = _eval_rows(self.tok, config.eval_input)
         self.tok_id = tokenizer_identity(self.tok)
-        seq = inp.max_sequence_length
-        self.iterator = BatchIterator(_rows(self.tok, inp, seq), inp.batch_size, inp.shuffle_seed)
         micro = micro_batch(config, spec, self.model)
-        self.eval_rows: Any = None  # both splits checked against their batch sizes here
-        if run_cfg.mode != "train":
-            self.eval_rows = _eval_rows(self.tok, config.eval_input)
         plan = memory.streaming
         if plan is None:  # the planner's SramBudgetError, raised where the run places
             plan = plan_activations(

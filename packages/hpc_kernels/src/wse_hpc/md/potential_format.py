@@ -39,9 +39,11 @@ class PotentialLines:
     header and table starts on a fresh line."""
 
     def __init__(self, path: Path):
+        from wse_core.host.limits import read_text
+
         self.path = path
-        try:
-            self.lines = path.read_text().splitlines()
+        try:  # at most the file_bytes limit (hunt 57: a 9 GiB file was read whole)
+            self.lines = read_text(path, "potential file").splitlines()
         except OSError as e:
             raise PotentialError(f"cannot read potential file {str(path)!r}: {e.strerror}") from e
         except UnicodeDecodeError:

@@ -20,9 +20,16 @@ from wse_core.errors import WseError
 
 from wse_hpc.md.lattice import Structure
 
-__all__ = ["write_xyz", "read_xyz", "XyzError"]
+__all__ = ["write_xyz", "read_xyz", "XyzError", "MAX_XYZ_ATOMS", "MAX_XYZ_BYTES"]
 
 QUOTE_CHARS = 80  # characters of a file's text quoted in an error line
+# Bounds of what read_xyz reads (hunt 57: a file of any size was read whole, then split into
+# per-line strings). Atoms in one frame: ~110x a WSE-3's 900,000 PEs at one atom per PE.
+MAX_XYZ_ATOMS = 100_000_000
+MAX_XYZ_BYTES = 8 << 30  # 8 GiB: a frame of MAX_XYZ_ATOMS atoms at ~80 characters a line
+# Host bytes per byte of file while reading: the bytes, the text, its lines and their fields
+# (measured: a 15 MB file of 200,000 atoms with velocities peaks at 200 MB, 13x).
+READ_BYTES_PER_FILE_BYTE = 16
 
 _FIELDS = (
     ("velocities", "velocities_A_ps", 3),
@@ -172,6 +179,7 @@ def read_xyz(path: str | Path) -> list[Structure]:
     """Every frame of an extended XYZ file. Frames follow each other; blank lines may only
     end the file. Errors name the file, the line (1-based) and the field."""
     path = Path(path)
+    _check_size(path)
     try:
         raw = path.read_bytes()
     except OSError as e:
@@ -201,6 +209,29 @@ def read_xyz(path: str | Path) -> list[Structure]:
     return frames
 
 
+def _check_size(path: Path) -> None:
+    """Refuse a file past MAX_XYZ_BYTES, or one whose reading needs more host memory than is
+    available, from its size alone (before a byte is read)."""
+    from wse_core.host.memory import format_bytes, require
+
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise XyzError(f"cannot read {str(path)!r}: {e.strerror}") from None
+    if size > MAX_XYZ_BYTES:
+        raise XyzError(
+            f"{path.name} is {format_bytes(size)}; extended XYZ files are read up to "
+            f"{format_bytes(MAX_XYZ_BYTES)} (MAX_XYZ_BYTES: a frame of {MAX_XYZ_ATOMS:,} atoms); "
+            "keep the frame to run (e.g. ase convert -n -1 in.xyz last.xyz)"
+        )
+
+    def fits(budget: int) -> str:
+        return f"files up to {format_bytes(budget // READ_BYTES_PER_FILE_BYTE)} can be read"
+
+    require(f"reading {path.name} ({format_bytes(size)})", READ_BYTES_PER_FILE_BYTE * size,
+            fits=fits)  # fmt: skip
+
+
 def _frame(path: Path, lines: list[str], i: int, before: int) -> Structure:
     """The frame starting at line i + 1 (0-based i); `before`: the previous frame's atom count."""
     name = path.name
@@ -215,8 +246,11 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> Structure:
         raise XyzError(
             f"{name} line {i + 1}: expected the atom count, got {_quote(lines[i].strip())}{why}"
         ) from None
-    if n < 1:
-        raise XyzError(f"{name} line {i + 1}: the atom count must be >= 1, got {n}")
+    if not 1 <= n <= MAX_XYZ_ATOMS:
+        raise XyzError(
+            f"{name} line {i + 1}: the atom count must be in [1, {MAX_XYZ_ATOMS:,}] "
+            f"(MAX_XYZ_ATOMS), got {n:,}"
+        )
     if i + 2 + n > len(lines):
         raise XyzError(
             f"{name} line {i + 1}: {n:,} atoms announced, the file ends first "

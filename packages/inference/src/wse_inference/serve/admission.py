@@ -69,6 +69,10 @@ class RequestLimits:
     max_stop_token_ids: int = 64
     body_idle_s: float = 10.0  # an HTTP body that sends nothing for this long is refused (400)
     max_user_chars: int = 256  # `user`, an end-user id (hunt 56: 1.5 MB ids were taken)
+    # HTTP's request line and headers (uvicorn's h11_max_incomplete_event_size; h11's default):
+    # past it a 400 says so (hunt 57: a 200 KB header was "Receive buffer too long")
+    max_head_bytes: int = 16 * 1024
+    head_s: float = 10.0  # the request line and headers must have arrived by then (slowloris)
 
 
 class InvalidRequestError(WseError):

@@ -34,7 +34,7 @@ import uvicorn
 
 from wse_inference.engine import Engine, SamplingParams
 from wse_inference.serve.admission import RequestLimits
-from wse_inference.serve.http_body import JsonErrorsH11Protocol
+from wse_inference.serve.http_body import protocol_for
 from wse_inference.serve.metrics import ServeMetrics
 from wse_inference.serve.routes import build_app
 from wse_inference.serve.scheduler import Scheduler
@@ -118,7 +118,8 @@ class Server:
                 log_level="warning",
                 access_log=False,
                 lifespan="off",
-                http=JsonErrorsH11Protocol,  # h11, with OpenAI's JSON body on a parse error
+                http=protocol_for(config.limits),  # h11, OpenAI's JSON body on a parse error
+                h11_max_incomplete_event_size=config.limits.max_head_bytes,
                 ws="none",
                 timeout_graceful_shutdown=math.ceil(config.drain_s + 2),
             ),

@@ -30,9 +30,10 @@ from wse_core.host.limits import LIMITS, limit
 from wse_inference.engine import Tokenizer
 from wse_inference.serve.admission import InvalidRequestError, encode_prompt
 
-__all__ = ["CHAT_ROLES", "chat_prompt", "compile_chat_template", "render_bounded"]
+__all__ = ["CHAT_ROLES", "MAX_NAME_CHARS", "chat_prompt", "compile_chat_template", "render_bounded"]
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_NAME_CHARS = 64  # a message's `name` (OpenAI documents 64 characters)
 _RANGE_CHECK_EVERY = 1024  # range steps between two looks at the clock
 _budget = threading.local()  # this thread's render: ops left, deadline (the template is shared)
 
@@ -139,6 +140,11 @@ def _check_message_fields(m: dict, i: int) -> None:
     name = m.get("name")
     if name is not None and not isinstance(name, str):
         raise _bad(f"messages[{i}].name must be a string, got {name!r:.40}.")
+    if name is not None and len(name) > MAX_NAME_CHARS:  # hunt 57: 1 MB names were taken
+        raise _bad(
+            f"messages[{i}].name must be at most {MAX_NAME_CHARS} characters (OpenAI's limit), "
+            f"got {len(name):,}."
+        )
     calls = m.get("tool_calls")
     if calls is not None and not (
         m["role"] == "assistant"

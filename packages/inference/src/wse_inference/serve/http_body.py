@@ -56,6 +56,7 @@ __all__ = [
     "run_off_loop",
     "refusal_response",
     "JsonErrorsH11Protocol",
+    "protocol_for",
 ]
 
 T = TypeVar("T")
@@ -221,35 +222,94 @@ def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
 class JsonErrorsH11Protocol(H11Protocol):
     """uvicorn's h11 protocol, answering a request h11 cannot parse with OpenAI's JSON error
     body naming what is wrong (uvicorn's own answer is text/plain "Invalid HTTP request
-    received."; such a request never reaches the app)."""
+    received."; such a request never reaches the app). A request line and headers that have
+    not all arrived `head_s` seconds after their first byte (or after the connection opened)
+    get a 400 and the connection is closed (uvicorn has no such timeout: a slowloris client
+    held its connection forever). `protocol_for(limits)` sets `head_s` and `max_head_bytes`."""
+
+    head_s: float = RequestLimits.head_s
+    max_head_bytes: int = RequestLimits.max_head_bytes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._why = ""
+        self._head_timer: asyncio.TimerHandle | None = None
         parse = self.conn.next_event
 
         def next_event() -> Any:
             try:
-                return parse()
+                event = parse()
             except h11.RemoteProtocolError as e:
                 self._why = " ".join(str(e).split())[:200]
                 raise
+            if isinstance(event, h11.Request):  # the head is complete: the app takes over
+                self._stop_head_timer()
+            return event
 
         self.conn.next_event = next_event  # type: ignore[method-assign]
 
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn.their_state is h11.IDLE:  # a new request's head is arriving
+            self._start_head_timer()
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _start_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_s, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        self._why = (
+            f"the request line and headers did not arrive within {self.head_s:g} s of their "
+            "first byte; send the whole head at once"
+        )
+        self._send_json_400()
+
     def send_400_response(self, msg: str) -> None:
+        self._stop_head_timer()
+        self._send_json_400()
+
+    def _send_json_400(self) -> None:
+        """The 400 with OpenAI's body, written as bytes: h11 sends no response before a
+        request's head (the timeout's case); the connection is closed after it."""
         why = self._why or "not an HTTP/1.1 request"
         if "Content-Length" in why:
             why += "; Content-Length must be the body's size in bytes, one decimal integer >= 0"
+        if "Receive buffer too long" in why:
+            why = (
+                f"the request line and headers exceed {self.max_head_bytes:,} bytes; send "
+                "smaller headers"
+            )
         err = error_body(f"Malformed HTTP request: {why}.", code="invalid_http")
         body = json.dumps(err, separators=(",", ":")).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),
-        ]
-        head = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
-        self.transport.write(self.conn.send(head))
-        self.transport.write(self.conn.send(h11.Data(data=body)))
-        self.transport.write(self.conn.send(h11.EndOfMessage()))
+        head = (
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        )
+        self.transport.write(head.encode() + body)
         self.transport.close()
+
+
+def protocol_for(limits: RequestLimits) -> type[JsonErrorsH11Protocol]:
+    """`JsonErrorsH11Protocol` with `limits`' head timeout and size (uvicorn builds one per
+    connection from the class; give uvicorn `h11_max_incomplete_event_size` the same size)."""
+    return type(
+        "JsonErrorsH11Protocol",
+        (JsonErrorsH11Protocol,),
+        {"head_s": limits.head_s, "max_head_bytes": limits.max_head_bytes},
+    )

@@ -2,7 +2,9 @@
 
 Contract. `CONSTANTS` maps a `WaferSpec` field (or, for `CALIBRATION_KEYS`, a setting of the
 calibration) to a `Constant`: its units, the mechanism it prices, its basis and where that
-basis comes from, and a plausible range (`sweep`) for `wse experiments run NAME --sweep`.
+basis comes from, a plausible range (`sweep`) for `wse experiments run NAME --sweep`, and the
+values `--assume` takes (`limits`, inclusive: past them no wafer means anything; hunt 57:
+fp32_mul_width=1e30 was priced).
 A kernel pays a constant only by counting its mechanism in `wse_core.cost.perf.Work` / `Op`:
 
     mechanism (Cost.mechanisms key)  constant                       counted as
@@ -42,6 +44,7 @@ References (REFERENCES-style notes; shared/REFERENCES.md has the full list):
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal
@@ -76,6 +79,7 @@ class Constant:
     basis: Basis
     source: str
     sweep: tuple[float, ...] = ()
+    limits: tuple[float, float] = (0.0, math.inf)  # [low, high] an assumption may take
 
     def line(self) -> str:
         return f"[{self.units}] {self.mechanism}; {self.basis}: {self.source}"
@@ -88,6 +92,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="Hz",
             mechanism="PE clock: cycles per second",
             basis="assumed",
+            limits=(1e6, 1e11),
             source="not published; SDK scripts divide WSE-2 cycles by 850 MHz; WSE-3 1.1 GHz "
             "from marketing totals",
             sweep=(0.85e9, 1.0e9, 1.1e9),
@@ -96,6 +101,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="cycles/hop",
             mechanism="router hop: one link traversal of a wavelet",
             basis="sourced",
+            limits=(0.0, 1000.0),
             source="Luczynski et al. (1 cycle per link traversal); SDK scripts correct clocks "
             "by 1 cycle per hop (a simulator trace shows 2)",
             sweep=(1.0, 1.5, 2.0),
@@ -105,6 +111,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="core<->router ramp, one way (T_R); a dependent relay stage costs "
             "2 T_R + 1 (up the ramp, down the ramp, one cycle in the core)",
             basis="sourced",
+            limits=(0.0, 1000.0),
             source="Luczynski et al.: T_R ~ 2 cycles on WSE-2 (earlier literature said 7)",
             sweep=(1.0, 2.0, 3.0, 7.0),
         ),
@@ -113,6 +120,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="wavelet injection: one 32-bit wavelet per link (and per ramp) per "
             "direction per cycle",
             basis="published",
+            limits=(0.125, 1024.0),
             source="SDK, 'Computing with Cerebras'",
         ),
         "dsd_issue_cycles": _C(
@@ -120,6 +128,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="busy cycles of one DSD instruction beyond its elements (issue, DSD "
             "set-up and the loop control around it)",
             basis="fitted",
+            limits=(0.0, 10_000.0),
             source="Jacquelin et al. Table II busy share (69.6% at 600 x 600): busy cycles less "
             "elements and task activations, over the DSDs a step issues; prior 3 (an SDK "
             "simulator trace shows 2-3 cycles from issue to the first element: "
@@ -130,6 +139,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="cycles/activation",
             mechanism="activating a task (a wavelet-triggered or local task starts)",
             basis="fitted",
+            limits=(0.0, 10_000.0),
             source="SDK-simulator SUMMA GEMM, WSE-2, P = 4, 14 x 14 x 14 (main task 45,783 "
             "cycles, 784 FMACS of 14, 800 task switches; Wang-oss-tech/csl-experiments notes, "
             "docs/references/calibration-rows.md); prior 10",
@@ -140,6 +150,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="a dependent router switch reconfiguration of a localized broadcast (the "
             "next of R senders takes the chain), idle on the receiving PE",
             basis="fitted",
+            limits=(0.0, 100_000.0),
             source="Jacquelin et al. Table II step time (mean of the 8 rows) less the step's "
             "other mechanisms, over the R switches per Z block; prior 0. Table II fixes "
             "one Z block only, so per block and per step are not told apart by it",
@@ -149,6 +160,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="cycles/instruction",
             mechanism="one scalar (non-DSD) instruction: a per-atom or per-pair scalar step",
             basis="assumed",
+            limits=(0.0, 1000.0),
             source="no public figure; one instruction issued per cycle",
             sweep=(1.0, 2.0, 4.0),
         ),
@@ -157,6 +169,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="SRAM read port: bounds each instruction's vector operands (Op.bounds) "
             "and a phase's reads",
             basis="sourced",
+            limits=(0.125, 1024.0),
             source="Jacquelin et al.: 16 B read per cycle on WSE-2 (the SDK's per-port figure "
             "is two 32-bit reads); WSE-3's is not published: the SDK's 8-wide fp16 and "
             "4-wide fp32 would need 32 B, the 21 PB/s marketing total about 16 B; swept",
@@ -167,6 +180,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="SRAM write port: bounds each instruction's results (Op.bounds) and a "
             "phase's writes",
             basis="sourced",
+            limits=(0.125, 1024.0),
             source="Jacquelin et al.: 8 B write per cycle on WSE-2 (the SDK's per-port figure "
             "is one 32-bit write); WSE-3's is not published (16 B would let 4 fp32 or 8 fp16 "
             "results a cycle, as its SIMD table); swept",
@@ -176,6 +190,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="elements/cycle",
             mechanism="SIMD width of fp32 mul and FMAC (@fmuls, @fmacs), both generations",
             basis="assumed",
+            limits=(0.125, 64.0),
             source="the one fp32 width the SDK's table leaves open on both generations. WSE-2: "
             "one element per cycle in an SDK-simulator trace of @fmacs (lingzhi227/MIMD_dataflow,"
             " Systolic_Mul_v2); WSE-3: not traced, held at 1; the table's other fp32 rows are "
@@ -187,6 +202,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="cycles/element",
             mechanism="square root (no SIMD form)",
             basis="assumed",
+            limits=(0.0, 10_000.0),
             source="no public figure",
             sweep=(5.0, 10.0, 50.0),
         ),
@@ -194,6 +210,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="cycles/element",
             mechanism="division",
             basis="sourced",
+            limits=(0.0, 10_000.0),
             source="SDK example comments: about 50 cycles",
             sweep=(20.0, 50.0, 100.0),
         ),
@@ -201,12 +218,14 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="B/s per system",
             mechanism="off-wafer I/O of one system",
             basis="published",
+            limits=(1e6, 1e15),
             source="vendor: 1.2 Tb/s per system",
         ),
         "memoryx_bytes_per_s": _C(
             units="B/s each way",
             mechanism="MemoryX -> SwarmX weight stream, and the gradient write-back",
             basis="assumed",
+            limits=(1e6, 1e15),
             source="not published: the system's 1.2 Tb/s I/O (12 x 100 GbE)",
             sweep=(75e9, 150e9, 300e9),
         ),
@@ -214,6 +233,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="B/s per tree level",
             mechanism="SwarmX link into each system (broadcast of weights, reduce of gradients)",
             basis="assumed",
+            limits=(1e6, 1e15),
             source="not published: the system's 1.2 Tb/s I/O",
             sweep=(75e9, 150e9, 300e9),
         ),
@@ -222,6 +242,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="broadcast / reduce tree: levels = ceil(log_fanout num_csx), "
             "system_latency_s each",
             basis="assumed",
+            limits=(2.0, 1024.0),
             source="not published; a binary tree",
             sweep=(2.0, 4.0, 16.0),
         ),
@@ -229,6 +250,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="B",
             mechanism="MemoryX capacity for master weights and optimizer state",
             basis="published",
+            limits=(1e9, 1e18),
             source="largest published configurations: CS-2 up to 2.4 PB (Cerebras glossary), "
             "CS-3 up to 1.2 PB (CS-3 launch); the 1T-parameter demo used 55 TB",
         ),
@@ -236,6 +258,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="s/pass",
             mechanism="latency of one activation pass between two systems",
             basis="assumed",
+            limits=(0.0, 1.0),
             source="no public figure",
             sweep=(0.5e-6, 2e-6, 10e-6),
         ),
@@ -244,6 +267,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="whether a PE's datapath, memory ports and router stream at once (1) or "
             "their times add (0)",
             basis="assumed",
+            limits=(0.0, 1.0),
             source="model structure (Luczynski et al. overlap contention and streaming)",
             sweep=(0.0, 1.0),
         ),
@@ -252,6 +276,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="Z block of the Table II runs (sets how many DSDs a step issues, which "
             "the dsd_issue_cycles fit divides by)",
             basis="inferred",
+            limits=(1.0, 1000.0),
             source="not given with Table II; 334 as Table III's nz = 1000 row (the same code "
             "and column), the largest block whose 16 halo buffers fit beside the column",
             sweep=(100.0, 200.0, 334.0, 500.0, 1000.0),
@@ -261,6 +286,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="SIMD width of the published 25-point step's fp32 FADD / FSUB (bank "
             "classes of their operands)",
             basis="inferred",
+            limits=(0.125, 64.0),
             source="Table II: 43 instructions per cell at 69.6% busy of 64.7 cycles = 45 busy "
             "cycles per cell, one element per cycle each (the SDK's 2-wide fp32 add needs two "
             "bank classes)",

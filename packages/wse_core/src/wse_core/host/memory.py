@@ -39,9 +39,22 @@ __all__ = [
     "largest",
     "require",
     "require_npz",
+    "MAX_NPZ_INFLATION",
+    "NPZ_INFLATE_FLOOR_BYTES",
+    "MAX_NPZ_MEMBERS",
 ]
 
 ENV_LIMIT = "WSE_HOST_MEMORY_BYTES"
+# A member of an .npz larger than NPZ_INFLATE_FLOOR_BYTES may inflate at most
+# MAX_NPZ_INFLATION x its compressed size (hunt 57: a 2 MiB file inflating to 2 GiB of zeros
+# was read whole). Deflate's best is ~1,032x (all zeros), a zip bomb's ratio; this stack's
+# writers stay far below: np.savez stores operators and restarts (1x), and a trace's
+# compressed layers hold at most wse_core.trace.MAX_CELLS values (1 MiB, under the floor).
+MAX_NPZ_INFLATION = 100
+NPZ_INFLATE_FLOOR_BYTES = 64 << 20
+# Arrays in one .npz: each header is opened and read before any data (200,000 one-value
+# members took 30 s to refuse); this stack writes < 40 (a trace's layers, an operator's 7)
+MAX_NPZ_MEMBERS = 1_000
 
 
 class HostMemoryError(WseError):
@@ -130,12 +143,29 @@ def require(
 def require_npz(z: Any, what: str, *, fits: Callable[[int], str], extra_per_value: int = 0) -> None:
     """`require` for an open `np.load` archive `z` from its members' array headers alone,
     before any array is read: a forged header claiming 10^12 values is refused here (NumPy
-    would allocate it, then read). `extra_per_value`: bytes the caller adds per value (a
-    float64 copy). A member that is not an array raises NumPy's error for the caller."""
+    would allocate it, then read), and so is a member that inflates beyond MAX_NPZ_INFLATION
+    (a zip bomb), from the zip directory's sizes. `extra_per_value`: bytes the caller adds
+    per value (a float64 copy). A member that is not an array raises NumPy's error for the
+    caller."""
     import math
 
     import numpy as np
 
+    members = z.zip.infolist()
+    if len(members) > MAX_NPZ_MEMBERS:
+        raise HostMemoryError(
+            f"{what}: the archive holds {len(members):,} members; an .npz read here holds at "
+            f"most {MAX_NPZ_MEMBERS:,} arrays (MAX_NPZ_MEMBERS)"
+        )
+    for info in members:  # the zip directory's sizes, before inflating anything
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > NPZ_INFLATE_FLOOR_BYTES and ratio > MAX_NPZ_INFLATION:
+            raise HostMemoryError(
+                f"{what}: member {info.filename!r:.80} inflates to {format_bytes(info.file_size)}"
+                f" from {format_bytes(info.compress_size)} ({ratio:,.0f}x, a zip bomb?); a "
+                f"member over {format_bytes(NPZ_INFLATE_FLOOR_BYTES)} may inflate at most "
+                f"{MAX_NPZ_INFLATION}x (np.savez writes arrays uncompressed)"
+            )
     need = 0
     for name in z.zip.namelist():
         with z.zip.open(name) as f:

@@ -197,6 +197,26 @@ class WaferSpec:
             figure = getattr(self, name)
             if not least <= figure <= most:
                 raise SpecError(f"{name} must be in [{least:g}, {most:g}] {unit}, got {figure!r}")
+        self._check_constant_limits()
+
+    def _check_constant_limits(self) -> None:
+        """The cost model's constants within the `limits` `--assume` takes (hunt 57: `--set
+        fp32_mul_width=1e30` or a spec file's was priced); the SIMD table's widths within
+        fp32_mul_width's, the same unit."""
+        from wse_core.cost.mechanisms import CONSTANTS
+
+        for key, c in CONSTANTS.items():
+            value = getattr(self, key, None)
+            if value is not None and not c.limits[0] <= value <= c.limits[1]:
+                raise SpecError(
+                    f"{key} must be in [{c.limits[0]:g}, {c.limits[1]:g}] {c.units}, got {value!r}"
+                )
+        low, high = CONSTANTS["fp32_mul_width"].limits
+        for key, width in self.simd_widths.items():
+            if not low <= width <= high:
+                raise SpecError(
+                    f"simd_widths[{key!r}] must be in [{low:g}, {high:g}], got {width!r}"
+                )
 
     # Derived figures -------------------------------------------------------------------
     @property

@@ -84,7 +84,10 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
     if not key:
         raise SpecError(f"--sweep takes KEY=a,b,c or KEY, got {item!r}")
     if not sep:
-        parse_assumptions([f"{key}=0"])  # the key must be a known assumption
+        from wse_core.cost.mechanisms import CONSTANTS
+
+        low = CONSTANTS[key].limits[0] if key in CONSTANTS else 0.0
+        parse_assumptions([f"{key}={low!r}"])  # the key must be a known assumption
         return key, None
     parts = [v for v in rest.split(",") if v.strip()]
     if not parts:

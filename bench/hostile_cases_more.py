@@ -1,0 +1,139 @@
+"""Hunt 57's hostile cases (each fixed; the tests are apps/cli/tests/test_cli_hostile_limits.py,
+test_cli_hostile_train.py and packages/inference/tests/test_serve_hostile_fields.py): limits
+with a name that were missing (an --assume value past its constant's range, a zip bomb, XYZ
+files past MAX_XYZ_BYTES / MAX_XYZ_ATOMS) and `wse train`'s data files and run folders. Built
+as `hostile_cases.Case`s, each writing the files it needs into its own temporary folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hostile_cases import Case, _const, _fill
+
+
+def _bomb(tmp: Path) -> str:
+    from wse_cli.testing import zip_bomb_npz
+
+    return str(zip_bomb_npz(tmp / "bomb.npz"))
+
+
+def _sparse_xyz(tmp: Path, size: int) -> str:
+    with open(tmp / "huge.xyz", "w") as f:  # a hole: no disk used
+        f.write("4\n")
+        f.truncate(size)
+    return str(tmp / "huge.xyz")
+
+
+def _many(tmp: Path, n: int) -> str:
+    import io
+    import zipfile
+
+    import numpy as np
+
+    one = io.BytesIO()
+    np.save(one, np.zeros(1))
+    with zipfile.ZipFile(tmp / "many.npz", "w") as z:
+        for i in range(n):
+            z.writestr(f"a{i}.npy", one.getvalue())
+    return str(tmp / "many.npz")
+
+
+def _text(tmp: Path, name: str, text: str) -> str:
+    (tmp / name).write_text(text)
+    return str(tmp / name)
+
+
+_TRAIN = ["train", "tiny", "runconfig.max_steps=2", "runconfig.mode=train", "model.vocab_size=300",
+          "train_input.batch_size=2", "runconfig.sample_tokens=0"]  # fmt: skip
+
+
+def _data(tmp: Path, name: str, raw: bytes) -> list[str]:
+    (tmp / name).write_bytes(raw)
+    return [*_TRAIN, f"train_input.data_dir={tmp / name}", "-o", str(tmp / "run")]
+
+
+def _fake_step(tmp: Path, **model) -> Path:
+    """A step folder whose meta is the tiny config's model with `model`'s fields changed."""
+    import dataclasses
+    import json
+
+    from wse_trainer.config import load_config
+    from wse_trainer.session import model_config
+
+    own = json.loads(json.dumps(dataclasses.asdict(model_config(load_config("tiny", _TRAIN[2:])))))
+    folder = tmp / "run" / "checkpoints" / "2" / "meta"
+    folder.mkdir(parents=True)
+    (folder / "metadata").write_text(json.dumps({"step": 2, "model": {**own, **model}}))
+    return folder.parent
+
+
+def _empties(tmp: Path, n: int) -> str:
+    (tmp / "docs").mkdir()
+    for i in range(n):
+        (tmp / "docs" / f"{i}.txt").touch()
+    return str(tmp / "docs")
+
+
+def _folder_of(tmp: Path, name: str) -> str:
+    (tmp / "mine").mkdir()
+    (tmp / "mine" / name).write_text("precious\n")
+    return str(tmp / "mine")
+
+
+def more_cases() -> list[Case]:
+    pot = lambda fx: _fill(fx, ["{potential}"])[0]  # noqa: E731
+    return [
+        Case("more", "experiments run --assume fp32_mul_width=1e30", _const(
+            "experiments", "run", "wafer-yield", "--quick", "--assume", "fp32_mul_width=1e30"),
+            message="fp32_mul_width must be in [0.125, 64] elements/cycle"),
+        Case("more", "experiments run --assume clock_hz=1e30", _const(
+            "experiments", "run", "wafer-yield", "--quick", "--assume", "clock_hz=1e30"),
+            message="clock_hz must be in [1e+06, 1e+11] Hz"),
+        Case("more", "wafer info --set fp32_mul_width=1e30", _const(
+            "wafer", "info", "--set", "fp32_mul_width=1e30"),
+            message="fp32_mul_width must be in [0.125, 64] elements/cycle"),
+        Case("more", "tlrmvm run --operator <zip bomb>", lambda fx, tmp: [
+            "hpc", "tlrmvm", "run", "--operator", _bomb(tmp)], message="a zip bomb?"),
+        Case("more", "view <zip bomb>", lambda fx, tmp: [
+            "view", _bomb(tmp), "--out", str(tmp / "v.html")], message="a zip bomb?"),
+        Case("more", "hpc md --structure <9 GiB sparse file>", lambda fx, tmp: [
+            "hpc", "md", "--structure", _sparse_xyz(tmp, 9 << 30), "--potential", pot(fx)],
+            message="MAX_XYZ_BYTES"),
+        Case("more", "hpc md --structure with 2e8 atoms announced", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "in.xyz", '200000000\nLattice="3.6 0 0 0 '
+            '3.6 0 0 0 3.6"\nCu 0 0 0\n'), "--potential", pot(fx)], message="MAX_XYZ_ATOMS"),
+        Case("more", "hpc md --potential <9 GiB sparse file>", lambda fx, tmp: [
+            "hpc", "md", "--structure", _text(tmp, "one.xyz", '1\nLattice="3.6 0 0 0 3.6 0 0 0 '
+            '3.6"\nCu 0 0 0\n'), "--potential", _sparse_xyz(tmp, 9 << 30)],
+            message="WSE_LIMIT_FILE_BYTES"),
+        Case("more", "tlrmvm run --operator <.npz of 200,000 members>", lambda fx, tmp: [
+            "hpc", "tlrmvm", "run", "--operator", _many(tmp, 200_000)],
+            message="MAX_NPZ_MEMBERS"),
+        Case("more", "train data: empty .txt", lambda fx, tmp: _data(tmp, "e.txt", b""),
+             message="is empty (0 bytes)"),
+        Case("more", "train data: binary .txt", lambda fx, tmp: _data(
+            tmp, "b.txt", b"ab\0" * 1000), message="is binary (a NUL byte at offset 2)"),
+        Case("more", "train data: Latin-1 .txt", lambda fx, tmp: _data(
+            tmp, "l.txt", "café ".encode("latin-1") * 200), message="is not UTF-8 text"),
+        Case("more", "train data: smaller than one batch", lambda fx, tmp: _data(
+            tmp, "s.txt", b"hello world\n"), message="fewer than one batch"),
+        Case("more", "train data: a .parquet that is not one", lambda fx, tmp: _data(
+            tmp, "x.parquet", b"nope" * 100), message="is not a Parquet file"),
+        Case("more", "train data: .jsonl with a number as text", lambda fx, tmp: _data(
+            tmp, "n.jsonl", b"".join(b'{"text": %d}\n' % i for i in range(1, 300))),
+            message="not text; every 'text' must be a string"),
+        Case("more", "train train_input.max_corpus_bytes=0", lambda fx, tmp: [
+            *_TRAIN, "train_input.max_corpus_bytes=0", "-o", str(tmp / "run")],
+            message="max_corpus_bytes must be positive"),
+        Case("more", "train data_dir of 100,001 .txt files", lambda fx, tmp: [
+            *_TRAIN, f"train_input.data_dir={_empties(tmp, 100_001)}", "-o", str(tmp / "run")],
+            message="holds more than 100,000 data files"),
+        Case("more", "train -o <folder of other files>", lambda fx, tmp: [
+            *_TRAIN, "-o", _folder_of(tmp, "thesis.tex")], message="is no run folder"),
+        Case("more", "train -o <run of another model size>", lambda fx, tmp: [
+            *_TRAIN, "-o", str(_fake_step(tmp, d_model=64).parent.parent)],
+            message="is of another model (d_model 64 there, 128 here)"),
+        Case("more", "train --checkpoint-path <another model>", lambda fx, tmp: [
+            *_TRAIN, "-o", str(tmp / "new"), "--checkpoint-path", str(_fake_step(
+                tmp, n_layers=2))], message="drop --checkpoint-path"),
+    ]  # fmt: skip

@@ -1,0 +1,149 @@
+"""A split's local data files, found and checked before `datasets` reads them (no JAX).
+
+`data_files(data_dir)` is (builder, files) for local paths ("text", "json" or "parquet",
+one kind per split), or None when `data_dir` names a dataset. `check_data_dir(cfg)` refuses,
+each in one line naming the file: a path that is not there or not a regular file (a FIFO
+would block the reader), a folder without data files, text or JSON that is empty, binary
+(a NUL byte) or not UTF-8 (the byte and its offset), a .parquet file without Parquet's
+magic bytes, and a corpus that cannot hold one batch: byte-level BPE tokens cover at least
+one byte each, so a split's tokens are at most its files' bytes plus one EOS per document,
+and fewer than `batch_size x max_sequence_length + 1` cannot fill a batch (hunt 57: these
+were `datasets` tracebacks, or refused only after the run folder and tokenizer were made).
+"""
+
+from __future__ import annotations
+
+import codecs
+import stat
+from pathlib import Path
+
+from wse_trainer.config import ConfigError, InputConfig
+
+__all__ = ["BUILDERS", "SCAN_BYTES", "MAX_DATA_FILES", "MAX_WALKED", "data_files", "check_data_dir"]
+
+BUILDERS = {
+    ".txt": "text",
+    ".py": "text",
+    ".md": "text",
+    ".jsonl": "json",
+    ".json": "json",
+    ".parquet": "parquet",
+}
+SCAN_BYTES = 1 << 30  # bytes of text / JSON read by the check per split, at most (1 GiB)
+# Data files of one split, and entries walked to find them (hunt 57: data_dir=/ walked the
+# whole filesystem): a corpus of more files is packed into .jsonl or .parquet shards first
+MAX_DATA_FILES = 100_000
+MAX_WALKED = 1_000_000
+_CHUNK = 1 << 20
+
+
+def _path_like(entry: str) -> bool:
+    """Whether `entry` names a local path (a suffix, a leading / . or ~), not a dataset."""
+    return bool(Path(entry).suffix) or entry.startswith(("/", ".", "~"))
+
+
+def _walk(folder: Path) -> list[str]:
+    """The data files under `folder`, sorted; ConfigError past MAX_DATA_FILES or MAX_WALKED."""
+    found: list[str] = []
+    for walked, f in enumerate(folder.rglob("*"), 1):
+        if f.suffix in BUILDERS:
+            found.append(str(f))
+        if len(found) > MAX_DATA_FILES or walked > MAX_WALKED:
+            what = (f"more than {MAX_DATA_FILES:,} data files" if len(found) > MAX_DATA_FILES
+                    else f"more than {MAX_WALKED:,} entries")  # fmt: skip
+            raise ConfigError(
+                f"data_dir {str(folder)!r} holds {what}; give the corpus's own folder, or "
+                "pack its documents into .jsonl or .parquet shards"
+            )
+    return sorted(found)
+
+
+def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
+    """(builder, files) for local paths, or None when `data_dir` is a dataset name."""
+    entries = [data_dir] if isinstance(data_dir, str) else list(data_dir)
+    files: list[str] = []
+    for entry in entries:
+        p = Path(entry)
+        if p.is_dir():
+            files += _walk(p)
+        elif p.exists():
+            if not stat.S_ISREG(p.stat().st_mode):
+                raise ConfigError(f"data file {entry!r} is not a regular file; give a file")
+            files.append(str(p))
+        elif isinstance(data_dir, str) and len(entries) == 1 and not _path_like(entry):
+            return None  # a dataset's name
+        else:
+            raise ConfigError(f"data file {entry!r} does not exist")
+    if not files:
+        raise ConfigError(f"no .txt, .py, .md, .jsonl, .json or .parquet files in {data_dir!r}")
+    kinds = {BUILDERS.get(Path(f).suffix, "text") for f in files}
+    if len(kinds) > 1:
+        raise ConfigError(f"data_dir mixes file kinds {sorted(kinds)}; use one kind per split")
+    return kinds.pop(), files
+
+
+def _scan_text(path: str, budget: int) -> int:
+    """Bytes of `path` read (at most `budget`); ConfigError for a NUL byte or bad UTF-8."""
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    with open(path, "rb") as f:
+        while offset < budget and (chunk := f.read(min(_CHUNK, budget - offset))):
+            nul = chunk.find(b"\0")
+            if nul >= 0:
+                raise ConfigError(
+                    f"data file {path!r} is binary (a NUL byte at offset {offset + nul:,}), not "
+                    "text; give .txt, .jsonl or .parquet files"
+                )
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as e:
+                bad = chunk[e.start : e.start + 1].hex()
+                raise ConfigError(
+                    f"data file {path!r} is not UTF-8 text (byte 0x{bad} at offset "
+                    f"{offset + e.start:,}); convert it, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            offset += len(chunk)
+    return offset
+
+
+def _check_parquet(path: str) -> None:
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(max(0, Path(path).stat().st_size - 4))
+        tail = f.read(4)
+    if head != b"PAR1" or tail != b"PAR1":
+        raise ConfigError(
+            f"data file {path!r} is not a Parquet file (no PAR1 magic bytes at its start and "
+            "end); give .parquet files written by pyarrow or pandas"
+        )
+
+
+def check_data_dir(cfg: InputConfig) -> None:
+    """ConfigError when `cfg.data_dir`'s local files cannot give one batch of its split (the
+    module docstring); a dataset's name is checked when it is loaded."""
+    if cfg.data_dir == "stdlib":
+        return
+    found = data_files(cfg.data_dir)
+    if found is None:
+        return
+    builder, files = found
+    sizes = [Path(f).stat().st_size for f in files]
+    one = len(files) == 1
+    where = f"data file {files[0]!r}" if one else f"the {len(files)} data files in {cfg.data_dir!r}"
+    if not any(sizes):
+        raise ConfigError(f"{where} {'is' if one else 'are all'} empty (0 bytes); give text")
+    if builder == "parquet":
+        for f in files:
+            _check_parquet(f)
+        return
+    budget = SCAN_BYTES
+    for f in files:
+        budget -= _scan_text(f, budget)
+    need = cfg.batch_size * cfg.max_sequence_length + 1
+    most = sum(sizes) + len(files)  # tokens: at most one per byte, plus one EOS per document
+    if most < need:
+        raise ConfigError(
+            f"{where} hold{'s' if one else ''} {sum(sizes):,} bytes: at most {most:,} tokens, "
+            f"fewer than one batch of batch_size {cfg.batch_size} x max_sequence_length "
+            f"{cfg.max_sequence_length} (+1) = {need:,} tokens; add data, or lower batch_size "
+            "or max_sequence_length"
+        )

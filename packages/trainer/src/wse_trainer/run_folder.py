@@ -1,0 +1,157 @@
+"""What a `wse train` model_dir may be, and whose checkpoints a run may resume.
+
+Contract. `check_model_dir(path)` (cheap: no JAX, no orbax) refuses a model_dir that exists
+and holds files, none of them a run's (`RUN_ENTRIES`: checkpoints/, tokenizer.json,
+metrics.jsonl...): a run would write its checkpoints, logs and HF export among someone's
+files (hunt 57: `-o ~/data` trained into it). A new, empty or run folder passes.
+`make_model_dir(path)` makes it (with its parents) and checks it is writable.
+`check_resume(config, model)` reads the meta JSON of the step a run would resume (the newest
+in `<model_dir>/checkpoints`, or `--checkpoint-path`'s) and refuses one written for another
+model (its `model` differs in any field but the name), naming the fields: before, the
+model_dir's steps were moved aside as "corrupt" and the run started again from step 0, and a
+`--checkpoint-path` was refused by orbax's shape error after the tokenizer was made. A
+step without a readable meta is left to the verified read (`wse_trainer.checkpoints`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from wse_trainer.config import ConfigError, TrainConfig
+
+__all__ = ["RUN_ENTRIES", "check_model_dir", "make_model_dir", "undone_on_error", "check_resume"]
+
+# What a run writes in its model_dir (wse_trainer.metrics, checkpoints, run, session) and
+# `wse demo`'s mark (wse_trainer.demo.MARKER)
+RUN_ENTRIES = frozenset(
+    {"checkpoints", "checkpoints_aside", "tokenizer.json", "metrics.jsonl", "run.log", "train",
+     "eval", "hf", ".wse-demo"}
+)  # fmt: skip
+_IGNORED = frozenset({".DS_Store"})  # a file browser's, in any folder
+
+
+def check_model_dir(path: Path) -> None:
+    """ConfigError for a file, or a folder with files of which none is a run's."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"model_dir {str(path)!r} is a file; give a folder")
+    if not path.is_dir():
+        return
+    try:
+        names = sorted(set(os.listdir(path)) - _IGNORED)
+    except OSError as e:
+        raise ConfigError(f"cannot read model_dir {str(path)!r}: {e.strerror}") from None
+    if names and not RUN_ENTRIES.intersection(names):
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
+        raise ConfigError(
+            f"model_dir {str(path)!r} holds {shown} and is no run folder (no checkpoints/, "
+            "tokenizer.json or metrics.jsonl): a run would write among them; give a new or "
+            "empty folder"
+        )
+
+
+def make_model_dir(path: Path) -> Path:
+    """`path` made (with its parents) and writable, or a ConfigError saying why not; a folder
+    it makes is marked, for `undone_on_error`."""
+    check_model_dir(path)
+    top = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
+    _made[str(path.absolute())] = top
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot make model_dir {str(path)!r}: {e.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"model_dir {str(path)!r} is not writable")
+    return path
+
+
+_made: dict[str, Path | None] = {}  # model_dir -> the outermost folder make_model_dir made
+
+
+@contextlib.contextmanager
+def undone_on_error(path: Path) -> Iterator[None]:
+    """On an error inside (the data refused), remove the tokenizer.json the block wrote and
+    the folders `make_model_dir` made when they are empty again (process 0 alone:
+    the others only read). A retry then trains its tokenizer on the data it is given."""
+    from wse_core.host.distributed import is_primary
+
+    tok = path / "tokenizer.json"
+    had = tok.exists()
+    try:
+        yield
+    except BaseException:
+        if is_primary():
+            if not had:
+                tok.unlink(missing_ok=True)
+            top = _made.get(str(path.absolute()))
+            for folder in [path, *path.parents] if top is not None else []:
+                if any(folder.iterdir()):
+                    break
+                folder.rmdir()
+                if folder == top:
+                    break
+        raise
+
+
+def _steps(folder: Path) -> list[Path]:
+    """Step folders of a checkpoints folder, newest first."""
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if p.name.isdigit() and p.is_dir()),
+                  key=lambda p: int(p.name), reverse=True)  # fmt: skip
+
+
+META_MAX_BYTES = 1 << 20  # a step's meta JSON is ~2 KB; a larger one is left to orbax's read
+
+
+def _meta(step: Path) -> dict[str, Any] | None:
+    path = step / "meta" / "metadata"
+    try:
+        if not path.is_file() or path.stat().st_size > META_MAX_BYTES:
+            return None
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return meta if isinstance(meta, dict) and isinstance(meta.get("model"), dict) else None
+
+
+def _resumed(config: TrainConfig) -> tuple[Path, dict[str, Any], str] | None:
+    """(step folder, its meta, how to name it) of the step the run would resume, if any."""
+    ckpt = config.runconfig.checkpoint_path
+    if ckpt:
+        p = Path(ckpt).absolute()
+        steps = [p] if p.name.isdigit() and p.is_dir() else _steps(p / "checkpoints") or _steps(p)
+        where = "--checkpoint-path"
+    else:
+        steps = _steps(Path(config.runconfig.model_dir) / "checkpoints")
+        where = f"model_dir {str(config.runconfig.model_dir)!r}"
+    for step in steps:
+        meta = _meta(step)
+        if meta is not None:
+            return step, meta, where
+    return None
+
+
+def check_resume(config: TrainConfig, model: Any) -> None:
+    """ConfigError when the step the run would resume was written for another model than
+    `model` (the run's `wse_models.ModelConfig`)."""
+    found = _resumed(config)
+    if found is None:
+        return
+    step, meta, where = found
+    want = json.loads(json.dumps(dataclasses.asdict(model)))
+    got = meta["model"]
+    diff = [k for k in sorted(set(want) | set(got)) if k != "name" and want.get(k) != got.get(k)]
+    if not diff:
+        return
+    shown = "; ".join(f"{k} {got.get(k)!r} there, {want.get(k)!r} here" for k in diff[:4])
+    new = "give a new model_dir (-o)" if where != "--checkpoint-path" else "drop --checkpoint-path"
+    raise ConfigError(
+        f"{where}: checkpoint step {step.name} ({step}) is of another model ({shown}); resume "
+        f"with its model settings (model.{diff[0]}={got.get(diff[0])!r}), or {new}"
+    )
