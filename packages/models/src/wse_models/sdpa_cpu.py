@@ -6,9 +6,9 @@ Why: XLA:CPU runs the attention's batched dots (a 32-long contraction at GPT-2 d
 dim) at 24-64 GFLOP/s and makes several passes over the [b, h, t, s] scores; the kernels
 take a block of query rows through scores, softmax and P V in L1, skip a causal mask's upper
 triangle, and in the backward accumulate dK, dV per kv head in L1. Measured at [b, 4 heads,
-128, 32], causal, one thread of the 2-core Xeon VM (forward + backward, median of 15
-interleaved rounds, 2026-12-03; `bench/attention_kernels.py`): batch 16 XLA 10.6 ms, torch
-SDPA 8.9, these kernels 8.0; batch 8 XLA 4.7, torch 4.1, kernels 3.7.
+128, 32], causal, one core of the 2-core Xeon VM (forward + backward through jit, median
+of 15 interleaved rounds, 2026-12-03; `bench/attention_kernels.py`): batch 16 XLA 11.7 ms,
+torch SDPA 9.8, these kernels 9.2; batch 8 XLA 5.7, torch 5.2, kernels 4.9.
 
 Contract: `usable(q, k, v, dtype)` (at trace time): the default backend is the CPU, numba
 is installed, q, k, v and the probs' dtype are float32, the head dim is a multiple of 4,
@@ -18,7 +18,8 @@ each call has its own block). `forward(q, k, v, mask) -> (out, probs)` and
 `backward(q, k, v, mask, probs, out, d_out) -> (dq, dk, dv)` are `layer._sdpa_fwd`'s and
 `_sdpa_bwd`'s values (float round-off apart: the softmax's exp is a polynomial of relative
 error ~2e-7) in the same layouts, mask broadcast to [b, t, s]. numba compiles the two
-handlers on their first use (`_target`; ~N s, then loaded from its cache beside the source).
+handlers on their first use (`_target`: ~13 s cold, ~1 s from numba's cache with numba's
+import).
 """
 
 from __future__ import annotations
