@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 from wse_cli.app import app
-from wse_hpc import pe_ffi
+from wse_core.host import pe_ffi
 from wse_hpc.tlrmvm import load_operator
 from wse_hpc.tlrmvm.seismic import green_operator
 

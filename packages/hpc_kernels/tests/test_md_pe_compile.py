@@ -69,7 +69,7 @@ def test_a_kernel_in_numbas_cache_starts_no_helper(monkeypatch):
 
 
 def test_a_handler_is_stored_once_compiled_and_not_for_another_source(tmp_path):
-    numba_ffi = pytest.importorskip("wse_hpc.numba_ffi")
+    numba_ffi = pytest.importorskip("wse_core.host.numba_ffi")
     src = tmp_path / "kernels_for_cache_test.py"  # its own file: its own numba cache entry
     src.write_text("def body(frame_p):\n    return frame_p\n")
     namespace = {"__file__": str(src), "__name__": "kernels_for_cache_test"}

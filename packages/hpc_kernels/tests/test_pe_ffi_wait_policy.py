@@ -1,4 +1,4 @@
-"""Importing `wse_hpc.pe_ffi` makes the PE kernels' OpenMP threads sleep when idle
+"""Importing `wse_core.host.pe_ffi` makes the PE kernels' OpenMP threads sleep when idle
 (`OMP_WAIT_POLICY=passive`); TLR-MVM's kernels ask for a bounded spin (`active`,
 `GOMP_SPINCOUNT=20000`); the user's own setting of either variable always wins."""
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-MODULES = {"pe_ffi": "wse_hpc.pe_ffi", "tlr": "wse_hpc.tlrmvm.pe_kernels"}
+MODULES = {"pe_ffi": "wse_core.host.pe_ffi", "tlr": "wse_hpc.tlrmvm.pe_kernels"}
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ def test_wait_policy_default_respects_the_environment(module, given, expected):
 
 
 def test_an_unknown_policy_is_refused():
-    from wse_hpc.pe_ffi import wait_policy
+    from wse_core.host.pe_ffi import wait_policy
 
     with pytest.raises(ValueError, match="known: sleep, spin"):
         wait_policy("busy")

@@ -29,6 +29,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from wse_models import sdpa_cpu
 from wse_models.cache import LayerCache, read_cache, write_cache
 from wse_models.config import ModelConfig
 from wse_models.errors import ModelError
@@ -180,11 +181,16 @@ def _sdpa(q, k, v, mask, precision: lax.Precision, dtype: Any) -> jax.Array:
     the left, the form XLA:CPU's fast kernel takes, and only small [.., t, hd] operands are
     transposed, never the [t, s] score matrices. Masked entries get zero gradient, as
     autodiff of the `where` gives. Float round-off apart, equal to autodiff's gradients.
+    In fp32 on a CPU both directions are numba kernels instead (`sdpa_cpu`: the same values
+    and residuals).
     """
     return _sdpa_fwd(q, k, v, mask, precision, dtype)[0]
 
 
 def _sdpa_fwd(q, k, v, mask, precision, dtype):
+    if sdpa_cpu.usable(q, k, v, dtype):  # fp32 on a CPU: numba kernels (`sdpa_cpu`)
+        out, probs = sdpa_cpu.forward(q, k, v, mask)
+        return out, (q, k, v, mask, probs, out)
     hd = q.shape[-1]
     scores = _dg(q, k, ((4,), (3,)), precision=precision, preferred_element_type=jnp.float32)
     scores = jnp.where(mask[:, None, None], scores / math.sqrt(hd), _MASKED)
@@ -195,6 +201,8 @@ def _sdpa_fwd(q, k, v, mask, precision, dtype):
 
 def _sdpa_bwd(precision, dtype, res, d_out):
     q, k, v, mask, probs, out = res
+    if sdpa_cpu.usable(q, k, v, dtype):
+        return (*sdpa_cpu.backward(q, k, v, mask, probs, out, d_out), None)
     b, kv, g, t, hd = q.shape
     f32 = jnp.float32
     d_probs = _dg(d_out, v, ((4,), (3,)), precision=precision, preferred_element_type=f32)

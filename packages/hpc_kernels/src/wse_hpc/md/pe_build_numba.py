@@ -2,7 +2,7 @@
 PEs' own loops): what each PE does as the window's slabs pass, one kernel call per device
 block, and its XLA FFI handlers (`handler("build")`, `handler("build_pairs")`: each compiled
 or loaded from numba's cache only when a CPU build first needs it; the call frame is read as
-`wse_hpc.numba_ffi` says).
+`wse_core.host.numba_ffi` says).
 
 The build is XLA's (`select`) slot for slot: for each row offset in march order, the
 window columns west to east whose atom lies within cutoff + skin (minimum image, float32,
@@ -39,10 +39,10 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
+from wse_core.host.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
+from wse_core.host.numba_ffi import metadata_query as metadata
 
 from wse_hpc.md.pe_pair_math import minimum_image
-from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
-from wse_hpc.numba_ffi import metadata_query as metadata
 
 __all__ = ["handler"]
 

@@ -29,12 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core.errors import WseError
+from wse_core.host.pe_ffi import available, register
 
 from wse_hpc.md import pe_compile
 from wse_hpc.md.pair_words import PLACE_MASK, SPECIES_SHIFT
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines
-from wse_hpc.pe_ffi import available, register
 
 __all__ = [
     "PairKernel",

@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+from wse_core.host.numba_ffi import OPTS
 
 from wse_hpc.md.pair_words import PLACE_MASK, SPECIES_SHIFT
 from wse_hpc.md.pe_pair_math import F0, F1, fma, knot, locate, minimum_image, splines, value
-from wse_hpc.numba_ffi import OPTS
 
 __all__ = ["density_half", "force_half"]
 

@@ -1,7 +1,7 @@
 """The numba side of `pe_pairs`: each PE's pair loops over its candidate list and their XLA
 FFI handlers (`handler(name)`: each compiled or loaded from numba's cache only when a CPU
 force evaluation first needs it; one device uses only the half pair). A handler reads
-XLA's call frame as `wse_hpc.numba_ffi` says.
+XLA's call frame as `wse_core.host.numba_ffi` says.
 The kernels run on the calling thread (a mesh of several devices runs one block per
 thread): full lists (each PE its own pairs) or, on one device, each pair once
 (`density_half`, `force_half`: the PE of the larger block index takes the pair from the
@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 from numba import carray, njit
+from wse_core.host.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
+from wse_core.host.numba_ffi import metadata_query as metadata
 
 from wse_hpc.md.pe_pair_math import F0, F1, geometry, knot, locate, pair, value
 from wse_hpc.md.pe_pairs_half import density_half, force_half
-from wse_hpc.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
-from wse_hpc.numba_ffi import metadata_query as metadata
 
 __all__ = ["handler"]
 

@@ -3,7 +3,7 @@ products (the local half of BiCGSTAB's dot products), as XLA FFI handlers (`hand
 name `dots1` or `dots2` for fp32 fields, `dots1_f16` or `dots2_f16` for fp16 ones, compiled
 or loaded from numba's cache on first use).
 
-A handler reads XLA's call frame as `wse_hpc.numba_ffi` says: arguments the fields (PEs,
+A handler reads XLA's call frame as `wse_core.host.numba_ffi` says: arguments the fields (PEs,
 nz) of each pair in turn (a, b for `dots1`; a, b, c, d for `dots2`), result (PEs, k) fp32:
 out[i, 0] = sum_z a[i, z] b[i, z] (and out[i, 1] = sum_z c[i, z] d[i, z]), each sum in
 fp32 over the PE's column, on the calling thread (a mesh of several devices already runs
@@ -20,16 +20,15 @@ import numpy as np
 from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
-
-from wse_hpc.numba_ffi import FRAME_ARGS as _FRAME_ARGS
-from wse_hpc.numba_ffi import FRAME_RETS as _FRAME_RETS
-from wse_hpc.numba_ffi import OPTS as _OPTS
-from wse_hpc.numba_ffi import addr as _addr
-from wse_hpc.numba_ffi import data as _data
-from wse_hpc.numba_ffi import dims as _dims
-from wse_hpc.numba_ffi import handlers as _handlers
-from wse_hpc.numba_ffi import metadata_query as _metadata_query
-from wse_hpc.numba_ffi import ptr as _ptr
+from wse_core.host.numba_ffi import FRAME_ARGS as _FRAME_ARGS
+from wse_core.host.numba_ffi import FRAME_RETS as _FRAME_RETS
+from wse_core.host.numba_ffi import OPTS as _OPTS
+from wse_core.host.numba_ffi import addr as _addr
+from wse_core.host.numba_ffi import data as _data
+from wse_core.host.numba_ffi import dims as _dims
+from wse_core.host.numba_ffi import handlers as _handlers
+from wse_core.host.numba_ffi import metadata_query as _metadata_query
+from wse_core.host.numba_ffi import ptr as _ptr
 
 
 @intrinsic

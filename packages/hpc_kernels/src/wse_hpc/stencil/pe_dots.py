@@ -38,9 +38,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
-
-from wse_hpc.pe_ffi import available as _numba_available
-from wse_hpc.pe_ffi import register
+from wse_core.host.pe_ffi import available as _numba_available
+from wse_core.host.pe_ffi import register
 
 __all__ = ["available", "local_dots"]
 

@@ -3,7 +3,7 @@ name `rows_dot_cores`, `rows_dot_thread`, `sum_rows_cores`, `sum_rows_thread` or
 `gather_rows_thread`: each compiled or loaded from numba's cache only when a CPU product
 first needs it).
 
-A handler reads XLA's call frame as `wse_hpc.numba_ffi` says. The kernels are compiled
+A handler reads XLA's call frame as `wse_core.host.numba_ffi` says. The kernels are compiled
 twice: on the cores (prange) and on the calling thread (the same code with parallel=False).
 `rows_dot` deals its rows in fixed chunks that the threads claim from a shared counter
 (`_claim`) as they get to them: a thread the OS runs late (the machine is shared; the
@@ -26,17 +26,16 @@ from llvmlite import ir
 from numba import carray, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
-
-from wse_hpc.numba_ffi import FRAME_ARGS as _FRAME_ARGS
-from wse_hpc.numba_ffi import FRAME_RETS as _FRAME_RETS
-from wse_hpc.numba_ffi import OPTS as _OPTS
-from wse_hpc.numba_ffi import addr as _addr
-from wse_hpc.numba_ffi import data as _data
-from wse_hpc.numba_ffi import dims as _dims
-from wse_hpc.numba_ffi import handlers as _handlers
-from wse_hpc.numba_ffi import metadata_query as _metadata_query
-from wse_hpc.numba_ffi import named as _named
-from wse_hpc.numba_ffi import ptr as _ptr
+from wse_core.host.numba_ffi import FRAME_ARGS as _FRAME_ARGS
+from wse_core.host.numba_ffi import FRAME_RETS as _FRAME_RETS
+from wse_core.host.numba_ffi import OPTS as _OPTS
+from wse_core.host.numba_ffi import addr as _addr
+from wse_core.host.numba_ffi import data as _data
+from wse_core.host.numba_ffi import dims as _dims
+from wse_core.host.numba_ffi import handlers as _handlers
+from wse_core.host.numba_ffi import metadata_query as _metadata_query
+from wse_core.host.numba_ffi import named as _named
+from wse_core.host.numba_ffi import ptr as _ptr
 
 
 @njit(inline="always")

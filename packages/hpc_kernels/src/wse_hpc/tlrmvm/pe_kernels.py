@@ -47,8 +47,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
-
-from wse_hpc.pe_ffi import available, register, wait_policy
+from wse_core.host.pe_ffi import available, register, wait_policy
 
 # a product is three parallel regions back to back, products come in bursts: the second
 # core's threads spin a bounded while between them instead of being woken each time (pe_ffi).

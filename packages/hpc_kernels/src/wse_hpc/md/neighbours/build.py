@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core.errors import WseError
+from wse_core.host.pe_ffi import register
 from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md import pe_compile, pe_pairs
@@ -29,7 +30,6 @@ from wse_hpc.md.pair_words import PAIR_MASK_COLS
 from wse_hpc.md.pe_pairs import PairKernel
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.splines import Splines, splines_for
-from wse_hpc.pe_ffi import register
 
 __all__ = [
     "ListSpec",

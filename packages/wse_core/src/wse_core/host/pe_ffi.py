@@ -1,6 +1,7 @@
 """The PEs' own kernels on a CPU (numba) as XLA FFI targets: whether they can run and their
-registration, shared by `tlrmvm.pe_kernels` and `md.pe_pairs` (the call frame a handler
-reads is `numba_ffi`'s, imported only with the kernels).
+registration, shared by `wse_hpc`'s `tlrmvm.pe_kernels` and `md.pe_pairs` and by
+`wse_models.sdpa_cpu` (the call frame a handler reads is `numba_ffi`'s, imported only with
+the kernels).
 
 Contract: `available()` says whether numba is installed; `register(target, handler)`
 registers a numba `cfunc` handler with XLA's CPU platform under `target` and returns it.

@@ -1,5 +1,6 @@
 """How a numba `cfunc` serves as an XLA typed-FFI handler on the CPU: the call frame read
-from numba, for the PEs' own kernels (`tlrmvm.pe_kernels`, `md.pe_pairs`).
+from numba, for the PEs' own kernels (`wse_hpc`'s `tlrmvm.pe_kernels`, `md.pe_pairs`) and the
+CPU attention (`wse_models.sdpa_cpu`).
 
 Contract: a handler compiled with `cfunc(SIG, cache=True)` receives XLA's
 `XLA_FFI_CallFrame*` (jaxlib/include/xla/ffi/api/c_api.h, API 0.3) and reads it as 8-byte
