@@ -76,14 +76,6 @@ def _sub(path: Path, old: str, new: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def cu(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("md") / "Cu.eam.alloy"
-    code, output = invoke(ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", out])
-    assert code == 0, output
-    return out
-
-
 def _setfl(cu: Path, folder: Path, name: str, line: int, text: str) -> Path:
     lines = cu.read_text().splitlines()
     lines[line] = text

@@ -106,14 +106,6 @@ def test_an_untouched_operator_still_runs(tmp_path):
     assert code == 0, out
 
 
-@pytest.fixture(scope="module")
-def cu(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("md") / "Cu.eam.alloy"
-    code, output = invoke(ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", out])
-    assert code == 0, output
-    return out
-
-
 def _sparse(path: Path, size: int) -> Path:
     with open(path, "w") as f:  # a hole: no disk used, no byte of it read by the check
         f.write("4\n")
