@@ -310,7 +310,7 @@ def found_cases() -> list[Case]:
              env={"WSE_NUM_PROCESSES": "2", "WSE_PROCESS_ID": "1",
                   "WSE_COORDINATOR": "256.1.1.1:80"}, message="is no hostname, IPv4 address"),
         Case("found", "wafer info --set clock_hz=1e-300", _const(
-            "wafer", "info", "--set", "clock_hz=1e-300"), message="[1e+06, 1e+12] Hz"),
+            "wafer", "info", "--set", "clock_hz=1e-300"), message="[1e+06, 1e+11] Hz"),
         Case("found", "wafer info --set system_usd_per_hour=1e308", _const(
             "wafer", "info", "--set", "system_usd_per_hour=1e308"), message="[0, 1e+06] USD/h"),
         Case("found", "wafer defects --set spare_rows=100000", _const(

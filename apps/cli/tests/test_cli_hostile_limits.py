@@ -41,7 +41,8 @@ def test_an_assumption_past_its_limits_is_refused_with_the_range(item, message):
     [
         (["--set", "fp32_mul_width=1e30"], "fp32_mul_width must be in [0.125, 64] elements/cycle"),
         (["--set", "hop_latency_cycles=1e30"], "hop_latency_cycles must be in [0, 1000] cycles"),
-        (["--spec", "{d}/w.yaml"], "simd_widths['add.fp32'] must be in [0.125, 64], got 1e+30"),
+        (["--spec", "{d}/w.yaml"],
+         "simd_widths['add.fp32'] must be in [0.125, 64] elements/cycle, got 1e+30"),
     ],
 )  # fmt: skip
 def test_a_spec_past_the_constants_limits_is_refused_too(tmp_path, args, message):

@@ -173,11 +173,11 @@ def _speculation(
     if alpha is None:
         raise PlanError("--draft needs --alpha: Leviathan's acceptance rate, e.g. the "
                         "speculative engine's measured spec_alpha")  # fmt: skip
-    big, small = draft.config.num_params(), target.config.num_params()
-    if big > small:  # hunt 57: a 70B draft for an 8B model searched placements for minutes
+    drafted, served = draft.config.num_params(), target.config.num_params()
+    if drafted > served:  # hunt 57: a 70B draft for an 8B model searched placements for minutes
         raise PlanError(
-            f"--draft {draft.name} ({big / 1e9:.3g}B parameters) is larger than the model "
-            f"{target.name} ({small / 1e9:.3g}B): a draft must be at most the model's size"
+            f"--draft {draft.name} ({drafted / 1e9:.3g}B parameters) is larger than the model "
+            f"{target.name} ({served / 1e9:.3g}B): a draft must be at most the model's size"
         )
     return sv.Speculation(draft=draft.config, gamma=gamma, alpha=alpha)
 

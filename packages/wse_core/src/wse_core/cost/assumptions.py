@@ -67,13 +67,10 @@ def _check(values: Mapping[str, Any]) -> dict[str, float]:
         if not math.isfinite(out[key]):
             raise SpecError(f"assumption {key} must be a finite number, got {value!r}")
         c = CONSTANTS[key]
-        low, high = c.limits
-        if not low <= out[key] <= high:  # hunt 57: fp32_mul_width=1e30 was priced
+        why = c.outside(out[key])  # hunt 57: fp32_mul_width=1e30 was priced
+        if why:
             sweep = f"; plausible: {', '.join(f'{v:g}' for v in c.sweep)}" if c.sweep else ""
-            raise SpecError(
-                f"assumption {key} must be in [{low:g}, {high:g}] {c.units}, got {value!r:.40}"
-                f"{sweep}"
-            )
+            raise SpecError(f"assumption {key} {why}, got {value!r:.40}{sweep}")
     return out
 
 

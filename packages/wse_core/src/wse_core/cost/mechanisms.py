@@ -84,6 +84,12 @@ class Constant:
     def line(self) -> str:
         return f"[{self.units}] {self.mechanism}; {self.basis}: {self.source}"
 
+    def outside(self, value: float) -> str | None:
+        """ "must be in [low, high] units" when `value` is outside `limits`, else None (the one
+        wording of `--assume`'s, `--set`'s and a spec file's refusals)."""
+        low, high = self.limits
+        return None if low <= value <= high else f"must be in [{low:g}, {high:g}] {self.units}"
+
 
 _C = Constant
 CONSTANTS: Mapping[str, Constant] = MappingProxyType(
