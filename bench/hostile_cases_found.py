@@ -197,7 +197,7 @@ def found_cases() -> list[Case]:
             "plan", "train", "--model", "llama3-8b", "--tokens", "1e308"), message="1e+17]"),
         Case("found", "plan train --systems 2**62", _const(
             "plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--systems",
-            str(2**62)), message="--systems must be"),
+            str(2**62)), message="WSE_LIMIT_SYSTEMS"),
         Case("found", "train empty params file", lambda fx, tmp: [
             "train", _text(tmp, "p.yaml", ""), "--validate-only"], message="is empty"),
         Case("found", "train model.n_layers=1e9", _const(

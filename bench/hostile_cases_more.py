@@ -1,7 +1,7 @@
 """Hunt 57's hostile cases (each fixed; the tests are apps/cli/tests/test_cli_hostile_limits.py,
 test_cli_hostile_train.py and packages/inference/tests/test_serve_hostile_fields.py): limits
 with a name that were missing (an --assume value past its constant's range, a zip bomb, XYZ
-files past MAX_XYZ_BYTES / MAX_XYZ_ATOMS) and `wse train`'s data files and run folders. Built
+files past the limits xyz_bytes / xyz_atoms) and `wse train`'s data files and run folders. Built
 as `hostile_cases.Case`s, each writing the files it needs into its own temporary folder."""
 
 from __future__ import annotations
@@ -98,17 +98,17 @@ def more_cases() -> list[Case]:
             "view", _bomb(tmp), "--out", str(tmp / "v.html")], message="a zip bomb?"),
         Case("more", "hpc md --structure <9 GiB sparse file>", lambda fx, tmp: [
             "hpc", "md", "--structure", _sparse_xyz(tmp, 9 << 30), "--potential", pot(fx)],
-            message="MAX_XYZ_BYTES"),
+            message="WSE_LIMIT_XYZ_BYTES"),
         Case("more", "hpc md --structure with 2e8 atoms announced", lambda fx, tmp: [
             "hpc", "md", "--structure", _text(tmp, "in.xyz", '200000000\nLattice="3.6 0 0 0 '
-            '3.6 0 0 0 3.6"\nCu 0 0 0\n'), "--potential", pot(fx)], message="MAX_XYZ_ATOMS"),
+            '3.6 0 0 0 3.6"\nCu 0 0 0\n'), "--potential", pot(fx)], message="WSE_LIMIT_XYZ_ATOMS"),
         Case("more", "hpc md --potential <9 GiB sparse file>", lambda fx, tmp: [
             "hpc", "md", "--structure", _text(tmp, "one.xyz", '1\nLattice="3.6 0 0 0 3.6 0 0 0 '
             '3.6"\nCu 0 0 0\n'), "--potential", _sparse_xyz(tmp, 9 << 30)],
             message="WSE_LIMIT_FILE_BYTES"),
         Case("more", "tlrmvm run --operator <.npz of 200,000 members>", lambda fx, tmp: [
             "hpc", "tlrmvm", "run", "--operator", _many(tmp, 200_000)],
-            message="MAX_NPZ_MEMBERS"),
+            message="WSE_LIMIT_NPZ_MEMBERS"),
         Case("more", "train data: empty .txt", lambda fx, tmp: _data(tmp, "e.txt", b""),
              message="is empty (0 bytes)"),
         Case("more", "train data: binary .txt", lambda fx, tmp: _data(

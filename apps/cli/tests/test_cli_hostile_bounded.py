@@ -57,11 +57,13 @@ def test_set_integers_past_the_model_are_refused_naming_the_bound(field, value):
     [
         (["plan", "train", "--model", "llama3-8b", "--tokens", "1e308"], "[1, 1e+17]"),
         (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--systems", 2**62],
-         "--systems must be an integer in [1, 20480]"),  # ran past a minute
+         "over the limit of 20,480 systems (wafer systems of one plan or training run); set "
+         "WSE_LIMIT_SYSTEMS to lift it"),  # ran past a minute
         (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--batch", 2**62],
          "--batch must be"),  # ran past a minute
         (["plan", "infer", "--model", "llama3-8b", "--tokens-per-day", "1e300"], "1e+16]"),
-        (["plan", "infer", "--model", "llama3-8b", "--gamma", 2**62], "--gamma"),
+        (["plan", "infer", "--model", "llama3-8b", "--gamma", 2**62],
+         "over the limit of 64 tokens (drafted tokens per speculative round); set WSE_LIMIT_GAMMA"),
         (["plan", "infer", "--model", "llama3-8b", "--days", "1e300"], "--days"),
         (["plan", "infer", "--model", "llama3-8b", "--usd-per-gpu-hour", "1e300"],
          "1000000] (USD/h)"),
@@ -183,7 +185,8 @@ def test_generate_names_a_file_or_a_folder_without_config_json(tmp_path, tiny_mo
      (["hpc", "tlrmvm", "compress", "--freq-hz", "1e308", "--out", "op.npz"],
       "--freq-hz must be a finite number in (0, 1000000.0] (Hz)"),  # NumPy's warnings
      (["train", "tiny", "--validate-only", "--num-csx", 10**9],
-      "runconfig.num_csx must be at most 20,480 systems")],
+      "runconfig.num_csx must be at most 20,480 systems, got 1,000,000,000; set "
+      "WSE_LIMIT_SYSTEMS to lift it")],
 )  # fmt: skip
 def test_physical_and_system_counts_past_any_sense_are_refused(args, message):
     _refused(args, message)  # hunt 56: each ran (or printed warnings) with nonsense values

@@ -1,8 +1,8 @@
 """Hostile inputs of hunt 57 that a named limit now refuses, each in one line naming the input
 and what is allowed, before the work: an --assume value past the constant's `limits`
 (fp32_mul_width=1e30 was priced), an .npz member that inflates ~1,000x (a 256 MiB array of
-zeros in a 250 KiB file was read whole), and extended XYZ files past MAX_XYZ_BYTES or
-MAX_XYZ_ATOMS (read whole, then split into per-line strings, ~13x the file in memory)."""
+zeros in a 250 KiB file was read whole), and extended XYZ files past the limits xyz_bytes
+or xyz_atoms (read whole, then split into per-line strings, ~13x the file in memory)."""
 
 from __future__ import annotations
 
@@ -123,10 +123,14 @@ def _atoms(path: Path, n: int) -> Path:
     ("make", "message", "env"),
     [
         (lambda d: _sparse(d / "huge.xyz", 9 << 30),
-         "huge.xyz is 9 GiB; extended XYZ files are read up to 8 GiB (MAX_XYZ_BYTES", None),
+         "huge.xyz is 9 GiB; extended XYZ files are read up to 8 GiB (a frame of 100,000,000 "
+         "atoms; set WSE_LIMIT_XYZ_BYTES to lift it)", None),
         (lambda d: _atoms(d / "many.xyz", 200_000_000),
-         "many.xyz line 1: the atom count must be in [1, 100,000,000] (MAX_XYZ_ATOMS), got "
-         "200,000,000", None),
+         "many.xyz line 1: the atom count must be in [1, 100,000,000] (set WSE_LIMIT_XYZ_ATOMS "
+         "to lift it), got 200,000,000", None),
+        (lambda d: _atoms(d / "few.xyz", 4),  # the override lowers it as well as lifting it
+         "few.xyz line 1: the atom count must be in [1, 3] (set WSE_LIMIT_XYZ_ATOMS to lift it)",
+         {"WSE_LIMIT_XYZ_ATOMS": "3"}),
         (lambda d: _sparse(d / "mid.xyz", 10 << 20),
          "reading mid.xyz (10 MiB) needs 160 MiB of host memory", {"WSE_HOST_MEMORY_BYTES": "1e8"}),
     ],

@@ -130,14 +130,14 @@ def test_a_corpus_cap_too_small_is_one_line_and_leaves_no_run_folder(tmp_path, o
 
 
 def test_a_data_dir_of_too_many_files_is_refused_while_walking(tmp_path, monkeypatch):
-    # hunt 57: data_dir=/ walked the whole filesystem (the bound is 100,000 files; 3 here)
-    import wse_trainer.data_files as data_files
-
-    monkeypatch.setattr(data_files, "MAX_DATA_FILES", 3)
+    # hunt 57: data_dir=/ walked the whole filesystem (the limit is 100,000 files; its
+    # override sets 3 here)
+    monkeypatch.setenv("WSE_LIMIT_DATA_FILES", "3")
     (tmp_path / "docs").mkdir()
     for i in range(5):
         (tmp_path / "docs" / f"{i}.txt").write_text("text " * 100)
     refused_in_one_line(
         ROOT, _train(tmp_path, f"train_input.data_dir={tmp_path / 'docs'}"),
-        "holds more than 3 data files; give the corpus's own folder, or pack its documents",
+        "holds more than 3 data files; give the corpus's own folder, or pack its documents "
+        "into .jsonl or .parquet shards (set WSE_LIMIT_DATA_FILES to lift it)",
     )  # fmt: skip

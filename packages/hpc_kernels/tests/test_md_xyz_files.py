@@ -38,7 +38,8 @@ def _vel(text: str) -> str:
          "1.8075' (the frame before announced 3 atoms: is its count right?)"),
         (GOOD.replace("4\n", "10**12\n", 1), "line 1: expected the atom count, got '10**12'"),
         (GOOD.replace("4\n", "1000000000000\n", 1),  # hunt 57: the bound, before the lines
-         "line 1: the atom count must be in [1, 100,000,000] (MAX_XYZ_ATOMS), got 1,000,000,"),
+         "line 1: the atom count must be in [1, 100,000,000] (set WSE_LIMIT_XYZ_ATOMS to lift it), "
+         "got 1,000,000,"),
         (GOOD.replace("4\n", "5\n", 1),
          "line 1: 5 atoms announced, the file ends first (4 lines follow"),
         (GOOD + "\n" + GOOD, "line 8: text after the blank line 7 ('4'); frames must follow"),

@@ -14,8 +14,9 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wse_core.host import limits
-from wse_core.host.limits import LIMITS, LimitError, load_json, load_yaml, read_text
+from wse_core.host import limits, readers
+from wse_core.host.limits import LIMITS, LimitError
+from wse_core.host.readers import load_json, load_yaml, read_text
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -94,7 +95,7 @@ json_values = st.recursive(
 @given(value=json_values)
 def test_text_depth_matches_the_parsed_depth(value):
     """Brackets inside strings (escaped quotes included) are not nesting."""
-    assert limits.text_depth(json.dumps(value)) == _depth(value)
+    assert readers.text_depth(json.dumps(value)) == _depth(value)
 
 
 @settings(max_examples=20, deadline=None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wse_core import suggest
-from wse_core.host.limits import load_json, read_text
+from wse_core.host.readers import load_json, read_text
 from wse_systems.planning.choice import ModelChoice, PlanError
 
 __all__ = ["PlanError", "ModelChoice", "resolve_model"]

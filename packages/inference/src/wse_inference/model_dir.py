@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from wse_core.errors import WseError
-from wse_core.host.limits import load_json, read_text
+from wse_core.host.readers import load_json, read_text
 
 from wse_inference.engine import ByteTokenizer
 

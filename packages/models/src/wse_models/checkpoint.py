@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.flax import save_file
 from wse_core.errors import WseError
-from wse_core.host.limits import LimitError, load_json, read_text
+from wse_core.host.limits import LimitError
+from wse_core.host.readers import load_json, read_text
 from wse_core.host.tensor_files import HF_BUFFERS, INDEX_FILE, read_tensors
 
 from wse_models.config import ModelConfig

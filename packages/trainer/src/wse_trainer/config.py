@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 from wse_core.errors import WseError, quoted_number, suggest, yaml_problem
-from wse_core.host.limits import load_yaml, read_text
+from wse_core.host.readers import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
 
 __all__ = [

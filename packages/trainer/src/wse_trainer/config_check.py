@@ -3,11 +3,11 @@
 `check_config(config, model_max_seq_len)` takes a `TrainConfig` as `wse_trainer.config` read it
 (keys and types already checked there) and raises a `ConfigError` naming the key for what
 its values cannot run: counts that must be positive, ranges (`optimizer.beta1` in [0, 1)), choices
-(`runconfig.mode`, `optimizer.lr_schedule`), limits (`MAX_BATCH_SIZE`, `num_csx` at most
-`wse_systems.bounds.MAX_SYSTEMS`) and the settings that must agree with each other
-(`batch_size % num_csx`, `micro_batch_size` dividing the per-system batch, `cpu_shards`
-dividing the micro-batch, the sequence length against the model's), with a value to use
-instead where there is one.
+(`runconfig.mode`, `optimizer.lr_schedule`), limits (`batch_size` and `num_csx` within the
+limits `batch_size` and `systems` of `wse_core.host.limits`) and the settings that must agree
+with each other (`batch_size % num_csx`, `micro_batch_size` dividing the per-system batch,
+`cpu_shards` dividing the micro-batch, the sequence length against the model's), with a
+value to use instead where there is one.
 """
 
 from __future__ import annotations
@@ -15,15 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from wse_core.errors import suggest
-from wse_systems.bounds import MAX_SYSTEMS
+from wse_core.host.limits import lift, limit
 from wse_systems.training.micro_batch import MODES
 
 from wse_trainer.config import ConfigError, InputConfig, OptimizerConfig, TrainConfig
 
-__all__ = ["MAX_BATCH_SIZE", "check_config"]
-
-# Sequences of one global batch: ~700x GPT-3's 1,536 (3.2M tokens of 2,048).
-MAX_BATCH_SIZE = 1 << 20
+__all__ = ["check_config"]
 
 
 def _positive(where: str, value: int | float | None) -> None:
@@ -50,9 +47,10 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
     for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
         _positive(f"runconfig.{name}", getattr(run, name))
     _positive("runconfig.num_steps", run.num_steps)
-    if run.num_csx > MAX_SYSTEMS:  # hunt 56: 10^9 was refused only by a batch not dividing
+    if run.num_csx > limit("systems"):  # hunt 56: 10^9 was refused only by a batch not dividing
         raise ConfigError(
-            f"runconfig.num_csx must be at most {MAX_SYSTEMS:,} systems, got {run.num_csx:,}"
+            f"runconfig.num_csx must be at most {limit('systems'):,} systems, got "
+            f"{run.num_csx:,}; {lift('systems')}"
         )
     for name in ("activation_stride", "weight_chunks"):
         if getattr(run, name) < 0:
@@ -69,10 +67,10 @@ def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> N
     for name in ("train_input", "eval_input"):
         inp: InputConfig = getattr(config, name)
         _positive(f"{name}.batch_size", inp.batch_size)
-        if inp.batch_size > MAX_BATCH_SIZE:  # hunt 55: 2**63 ran past a minute
+        if inp.batch_size > limit("batch_size"):  # hunt 55: 2**63 ran past a minute
             raise ConfigError(
-                f"{name}.batch_size must be at most {MAX_BATCH_SIZE:,} sequences, got "
-                f"{inp.batch_size:,}"
+                f"{name}.batch_size must be at most {limit('batch_size'):,} sequences, got "
+                f"{inp.batch_size:,}; {lift('batch_size')}"
             )
         _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
         _positive(f"{name}.max_corpus_bytes", inp.max_corpus_bytes)  # hunt 57: 0 a traceback

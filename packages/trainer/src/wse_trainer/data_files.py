@@ -17,9 +17,11 @@ import codecs
 import stat
 from pathlib import Path
 
+from wse_core.host.limits import lift, limit
+
 from wse_trainer.config import ConfigError, InputConfig
 
-__all__ = ["BUILDERS", "SCAN_BYTES", "MAX_DATA_FILES", "MAX_WALKED", "data_files", "check_data_dir"]
+__all__ = ["BUILDERS", "SCAN_BYTES", "data_files", "check_data_dir"]
 
 BUILDERS = {
     ".txt": "text",
@@ -30,10 +32,9 @@ BUILDERS = {
     ".parquet": "parquet",
 }
 SCAN_BYTES = 1 << 30  # bytes of text / JSON read by the check per split, at most (1 GiB)
-# Data files of one split, and entries walked to find them (hunt 57: data_dir=/ walked the
-# whole filesystem): a corpus of more files is packed into .jsonl or .parquet shards first
-MAX_DATA_FILES = 100_000
-MAX_WALKED = 1_000_000
+# Data files of one split, and entries walked to find them, are at most the limits
+# `data_files` and `data_entries` of wse_core.host.limits (hunt 57: data_dir=/ walked the
+# whole filesystem): a corpus of more files is packed into .jsonl or .parquet shards first.
 _CHUNK = 1 << 20
 
 
@@ -43,17 +44,20 @@ def _path_like(entry: str) -> bool:
 
 
 def _walk(folder: Path) -> list[str]:
-    """The data files under `folder`, sorted; ConfigError past MAX_DATA_FILES or MAX_WALKED."""
+    """The data files under `folder`, sorted; ConfigError past the limits `data_files` or
+    `data_entries`."""
     found: list[str] = []
+    max_files, max_walked = limit("data_files"), limit("data_entries")
     for walked, f in enumerate(folder.rglob("*"), 1):
         if f.suffix in BUILDERS:
             found.append(str(f))
-        if len(found) > MAX_DATA_FILES or walked > MAX_WALKED:
-            what = (f"more than {MAX_DATA_FILES:,} data files" if len(found) > MAX_DATA_FILES
-                    else f"more than {MAX_WALKED:,} entries")  # fmt: skip
+        if len(found) > max_files or walked > max_walked:
+            name = "data_files" if len(found) > max_files else "data_entries"
+            what = (f"more than {max_files:,} data files" if name == "data_files"
+                    else f"more than {max_walked:,} entries")  # fmt: skip
             raise ConfigError(
                 f"data_dir {str(folder)!r} holds {what}; give the corpus's own folder, or "
-                "pack its documents into .jsonl or .parquet shards"
+                f"pack its documents into .jsonl or .parquet shards ({lift(name)})"
             )
     return sorted(found)
 

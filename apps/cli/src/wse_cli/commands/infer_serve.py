@@ -39,7 +39,7 @@ def _chat_template(value: str | None) -> str | None:
     if not value:
         return None
     import jinja2
-    from wse_core.host.limits import read_text
+    from wse_core.host.readers import read_text
     from wse_inference.serve.chat_template import compile_chat_template
 
     path = Path(value)

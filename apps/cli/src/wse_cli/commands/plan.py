@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from wse_systems.bounds import MAX_GAMMA, MAX_SYSTEMS
 
 from wse_cli.commands.plan_print import count, duration, emit, plot
 from wse_cli.errors import WseGroup
@@ -124,7 +123,7 @@ def train(
         help="Wafer systems (default: the config's).",
         kind=int,
         ge=1,
-        le=MAX_SYSTEMS,
+        limit="systems",
     ),
     gpus: int = number(
         None, "--gpus", help="GPUs (default: 8 per system, or enough nodes).", **GPUS
@@ -197,7 +196,7 @@ def infer(
         help="Wafers per replica (default: fewest).",
         kind=int,
         ge=1,
-        le=MAX_SYSTEMS,
+        limit="systems",
     ),
     gpus: int = number(None, "--gpus", help="GPUs per replica (default: one node).", **GPUS),
     tokens_per_day: float = number(
@@ -241,7 +240,7 @@ def infer(
     ),
     draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),
     gamma: int = number(
-        4, "--gamma", help="Drafted tokens per round.", kind=int, ge=1, le=MAX_GAMMA
+        4, "--gamma", help="Drafted tokens per round.", kind=int, ge=1, limit="gamma"
     ),
     alpha: float = number(
         None, "--alpha", help="Leviathan's acceptance rate (the engine's spec_alpha metric)."

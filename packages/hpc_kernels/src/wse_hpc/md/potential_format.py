@@ -39,7 +39,7 @@ class PotentialLines:
     header and table starts on a fresh line."""
 
     def __init__(self, path: Path):
-        from wse_core.host.limits import read_text
+        from wse_core.host.readers import read_text
 
         self.path = path
         try:  # at most the file_bytes limit (hunt 57: a 9 GiB file was read whole)

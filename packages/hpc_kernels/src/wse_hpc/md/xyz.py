@@ -17,16 +17,15 @@ from pathlib import Path
 
 import numpy as np
 from wse_core.errors import WseError
+from wse_core.host.limits import lift, limit
 
 from wse_hpc.md.lattice import Structure
 
-__all__ = ["write_xyz", "read_xyz", "XyzError", "MAX_XYZ_ATOMS", "MAX_XYZ_BYTES"]
+__all__ = ["write_xyz", "read_xyz", "XyzError"]
 
 QUOTE_CHARS = 80  # characters of a file's text quoted in an error line
-# Bounds of what read_xyz reads (hunt 57: a file of any size was read whole, then split into
-# per-line strings). Atoms in one frame: ~110x a WSE-3's 900,000 PEs at one atom per PE.
-MAX_XYZ_ATOMS = 100_000_000
-MAX_XYZ_BYTES = 8 << 30  # 8 GiB: a frame of MAX_XYZ_ATOMS atoms at ~80 characters a line
+# read_xyz reads at most the limits `xyz_bytes` and `xyz_atoms` of wse_core.host.limits
+# (hunt 57: a file of any size was read whole, then split into per-line strings).
 # Host bytes per byte of file while reading: the bytes, the text, its lines and their fields
 # (measured: a 15 MB file of 200,000 atoms with velocities peaks at 200 MB, 13x).
 READ_BYTES_PER_FILE_BYTE = 16
@@ -210,19 +209,20 @@ def read_xyz(path: str | Path) -> list[Structure]:
 
 
 def _check_size(path: Path) -> None:
-    """Refuse a file past MAX_XYZ_BYTES, or one whose reading needs more host memory than is
-    available, from its size alone (before a byte is read)."""
+    """Refuse a file past the limit `xyz_bytes`, or one whose reading needs more host memory
+    than is available, from its size alone (before a byte is read)."""
     from wse_core.host.memory import format_bytes, require
 
     try:
         size = path.stat().st_size
     except OSError as e:
         raise XyzError(f"cannot read {str(path)!r}: {e.strerror}") from None
-    if size > MAX_XYZ_BYTES:
+    if size > limit("xyz_bytes"):
         raise XyzError(
             f"{path.name} is {format_bytes(size)}; extended XYZ files are read up to "
-            f"{format_bytes(MAX_XYZ_BYTES)} (MAX_XYZ_BYTES: a frame of {MAX_XYZ_ATOMS:,} atoms); "
-            "keep the frame to run (e.g. ase convert -n -1 in.xyz last.xyz)"
+            f"{format_bytes(limit('xyz_bytes'))} (a frame of {limit('xyz_atoms'):,} atoms; "
+            f"{lift('xyz_bytes')}); keep the frame to run (e.g. ase convert -n -1 in.xyz "
+            "last.xyz)"
         )
 
     def fits(budget: int) -> str:
@@ -246,10 +246,10 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> Structure:
         raise XyzError(
             f"{name} line {i + 1}: expected the atom count, got {_quote(lines[i].strip())}{why}"
         ) from None
-    if not 1 <= n <= MAX_XYZ_ATOMS:
+    if not 1 <= n <= limit("xyz_atoms"):
         raise XyzError(
-            f"{name} line {i + 1}: the atom count must be in [1, {MAX_XYZ_ATOMS:,}] "
-            f"(MAX_XYZ_ATOMS), got {n:,}"
+            f"{name} line {i + 1}: the atom count must be in [1, {limit('xyz_atoms'):,}] "
+            f"({lift('xyz_atoms')}), got {n:,}"
         )
     if i + 2 + n > len(lines):
         raise XyzError(

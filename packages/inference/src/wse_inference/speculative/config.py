@@ -2,8 +2,9 @@
 
 Contract. `parse_speculative_config(value)` reads vLLM's `--speculative-config`: a JSON
 object, or the path of a JSON or YAML file holding one, with the keys `model` (the draft's
-model directory), `num_speculative_tokens` (gamma, an integer in [1, 64], `MAX_GAMMA`;
-default 4), `method` (vLLM's, accepted and not used: the draft is always a model) and
+model directory), `num_speculative_tokens` (gamma, an integer in [1, 64]: the limit
+`gamma` of `wse_core.host.limits`; default 4), `method` (vLLM's, accepted and not used: the
+draft is always a model) and
 `mock_accepted_tokens` (the mock engine's accepted drafts per round, 0..gamma, default
 gamma). Any other key, a non-object, bad JSON or an unreadable file is a `SamplingError`
 with one line. The result is a frozen `SpeculativeConfig`; `draft_dir()` is the draft's
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wse_systems.bounds import MAX_GAMMA
+from wse_core.host.limits import lift, limit
 
 from wse_inference.engine import SamplingError  # no JAX (sampling imports it)
 
@@ -40,9 +41,11 @@ class SpeculativeConfig:
 
     def __post_init__(self) -> None:
         gamma = self.num_speculative_tokens
-        if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= MAX_GAMMA:
+        top = limit("gamma")
+        if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= top:
             raise SamplingError(  # hunt 56: 10^12 was a 7 TiB allocation's traceback
-                f"num_speculative_tokens must be an integer in [1, {MAX_GAMMA}], got {gamma!r:.40}"
+                f"num_speculative_tokens must be an integer in [1, {top}], got {gamma!r:.40}"
+                + (f"; {lift('gamma')}" if isinstance(gamma, int) and gamma > top else "")
             )
         j = self.mock_accepted_tokens
         if j is not None and (isinstance(j, bool) or not isinstance(j, int) or not 0 <= j <= gamma):
@@ -75,7 +78,7 @@ class SpeculativeConfig:
 def parse_speculative_config(value: str) -> SpeculativeConfig:
     """A JSON object, or a JSON / YAML file holding one (the module contract)."""
     import yaml
-    from wse_core.host.limits import load_json, load_yaml, read_text
+    from wse_core.host.readers import load_json, load_yaml, read_text
 
     path = Path(value)
     try:

@@ -42,7 +42,7 @@ class TensorFileError(WseError):
 
 def weight_map(folder: str | os.PathLike) -> dict[str, str]:
     """Tensor name -> the file holding it (module docstring)."""
-    from wse_core.host.limits import load_json, read_text
+    from wse_core.host.readers import load_json, read_text
 
     path = Path(folder)
     index = path / INDEX_FILE

@@ -175,7 +175,7 @@ _SPEC_LOADER: list[Any] = []
 def spec_loader() -> Any:
     """`names_loader()` whose plain scalars like `1e9` are floats, as YAML 1.2 reads them."""
     if not _SPEC_LOADER:
-        from wse_core.host.limits import names_loader
+        from wse_core.host.readers import names_loader
 
         class SpecLoader(names_loader()):  # type: ignore[misc]
             pass
@@ -206,7 +206,7 @@ def load_spec(path: str | Path) -> WaferSpec:
     `--assume` is applied by `wse_core.cost.assumptions.resolve_spec`, to either alike)."""
     import yaml
 
-    from wse_core.host.limits import load_yaml, read_text
+    from wse_core.host.readers import load_yaml, read_text
 
     path = Path(path)
     try:

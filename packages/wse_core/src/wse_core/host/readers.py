@@ -1,0 +1,175 @@
+"""The bounded readers every file of the stack goes through (limits from `wse_core.host.limits`).
+
+Contract. Each refuses an input past its limit before the work it would cost, with the
+`LimitError` of `wse_core.host.limits` (one line naming the value, the limit and its override):
+- `read_text(path, what)`: a regular file's text, at most `file_bytes` (`/dev/zero` and a
+  FIFO are refused before a byte is read; a file growing while read is cut at the limit);
+- `load_json(text, what)`: JSON nested at most `json_depth` levels (counted on the text,
+  without recursion, before the parser runs);
+- `load_yaml(text, what, loader=...)`: YAML of at most `yaml_bytes` (refused before PyYAML,
+  which parses ~1.2 MB/s) whose node count, every alias expanded, is at
+  most `yaml_nodes` (counted on the composed graph, linear in its distinct nodes, before any
+  Python object is built; a recursive alias is refused), nested at most `json_depth` levels
+  (flow brackets counted on the text before PyYAML's scanner, which is quadratic in them),
+  each mapping's keys distinct text (`names_loader`: a key twice or `1: 2` is refused).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from wse_core.host.limits import LimitError, limit, refusal
+
+__all__ = ["read_text", "load_json", "load_yaml", "names_loader", "text_depth"]
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """A regular file's UTF-8 text, at most `file_bytes`; OSError / UnicodeDecodeError pass
+    through for the caller to phrase, size and kind refusals are `LimitError`."""
+    path = Path(path)
+    cap = limit("file_bytes")
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):  # before open: a FIFO's open blocks until a writer comes
+        kind = "a folder" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+        raise LimitError(f"{what} {str(path)!r} is {kind}, not a regular file")
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise LimitError(f"{what} {str(path)!r} is not a regular file")
+        if st.st_size > cap:
+            raise refusal("file_bytes", f"{what} {str(path)!r}", f"{st.st_size:,} bytes")
+        raw = f.read(cap + 1)
+    if len(raw) > cap:
+        raise refusal("file_bytes", f"{what} {str(path)!r}", f"over {cap:,} bytes")
+    return raw.decode("utf-8")
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
+
+
+def text_depth(text: str) -> int:
+    """The deepest nesting of [ and { in JSON text (outside strings), without parsing it:
+    strings removed by one regular expression, then a running sum over the brackets."""
+    import numpy as np
+
+    codes = np.frombuffer(_JSON_STRING.sub("", text).encode(), dtype=np.uint8)
+    step = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
+    return int(np.cumsum(step).max(initial=0))
+
+
+_OPEN, _CLOSE = (ord("["), ord("{")), (ord("]"), ord("}"))
+
+
+def load_json(text: str | bytes, what: str) -> Any:
+    """JSON within `json_depth` (checked on the text first); ValueError for malformed JSON."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    depth = text_depth(text)
+    if depth > limit("json_depth"):
+        raise refusal("json_depth", f"the nesting of {what}", f"{depth:,} levels")
+    return json.loads(text)
+
+
+def _expanded_nodes(root: Any, what: str) -> tuple[int, int]:
+    """(nodes, depth) of a composed YAML graph with every alias expanded (memoized per node,
+    so linear in distinct nodes); a node reachable from itself is a recursive alias."""
+    sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    open_: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        kids = _children(node)
+        if done:
+            open_.discard(key)
+            sizes[key] = 1 + sum(sizes[id(k)] for k in kids)
+            nested = isinstance(node.value, list)  # a sequence or mapping ([] counts 1)
+            depths[key] = 1 + max((depths[id(k)] for k in kids), default=0) if nested else 0
+            continue
+        if key in sizes:
+            continue
+        if key in open_:
+            raise LimitError(f"{what} has a recursive YAML alias (a node inside itself)")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in sizes)
+    return sizes[id(root)], depths[id(root)]
+
+
+def _children(node: Any) -> list[Any]:
+    value = node.value
+    if not isinstance(value, list):
+        return []
+    if value and isinstance(value[0], tuple):
+        return [n for pair in value for n in pair]
+    return list(value)
+
+
+_NAMES_LOADER: list[Any] = []  # built on first use: importing yaml costs `wse --help` time
+
+
+def names_loader() -> Any:
+    """`yaml.SafeLoader` whose mappings have distinct text keys: a key given twice (PyYAML
+    keeps the last one silently) and a key that is not text (`1: 2`, `? [a, b]`: unhashable,
+    or not a field name) are a `yaml.constructor.ConstructorError` at the key's line."""
+    if not _NAMES_LOADER:
+        import yaml
+
+        class NamesLoader(yaml.SafeLoader):
+            def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+                seen: set[str] = set()
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=deep)
+                    line = key_node.start_mark.line + 1
+                    if not isinstance(key_node, yaml.ScalarNode):
+                        why = f"the key at line {line} is a {key_node.id}; keys are names"
+                    elif not isinstance(key, str):
+                        why = f"key {key!r:.40} at line {line} is not a name; keys are text"
+                    elif key in seen:
+                        why = f"duplicate key {key[:40]!r} at line {line}; keep one"
+                    else:
+                        seen.add(key)
+                        continue
+                    raise yaml.constructor.ConstructorError(problem=why)
+                return super().construct_mapping(node, deep=deep)
+
+        _NAMES_LOADER.append(NamesLoader)
+    return _NAMES_LOADER[0]
+
+
+def load_yaml(text: str, what: str, loader: Any = None) -> Any:
+    """YAML through `loader` (default `names_loader()`: distinct text keys) within
+    `yaml_nodes` expanded nodes and `json_depth` levels; yaml.YAMLError passes through for
+    the caller to phrase."""
+    size = len(text) if len(text) * 4 <= limit("yaml_bytes") else len(text.encode())
+    if size > limit("yaml_bytes"):  # before any parsing: PyYAML reads ~1.2 MB/s (hunt 55)
+        raise refusal("yaml_bytes", what, f"{size:,} bytes")
+    depth = text_depth(text)  # flow [ { nesting, before PyYAML's scanner (quadratic in it)
+    if depth > limit("json_depth"):
+        raise refusal("json_depth", f"the nesting of {what}", f"{depth:,} levels")
+    loader_cls = loader or names_loader()
+    ld = loader_cls(text)
+    try:
+        try:
+            node = ld.get_single_node()
+        except RecursionError:
+            raise refusal("json_depth", f"the nesting of {what}", "too many levels") from None
+        if node is None:
+            return None
+        size, depth = _expanded_nodes(node, what)
+        if depth > limit("json_depth"):
+            raise refusal("json_depth", f"the nesting of {what}", f"{depth:,} levels")
+        if size > limit("yaml_nodes"):
+            raise refusal("yaml_nodes", f"{what} with its aliases expanded", f"{size:,} nodes")
+        try:
+            return ld.construct_document(node)
+        except RecursionError:
+            raise refusal("json_depth", f"the nesting of {what}", "too many levels") from None
+    finally:
+        ld.dispose()
