@@ -92,7 +92,7 @@ def test_a_zip_bomb_is_refused_from_the_zip_directory(bomb, tmp_path, args):
 def test_a_stored_npz_of_the_same_size_is_not_a_bomb(tmp_path):
     """The ratio, not the size, is refused: np.savez's stored members (1x) pass the check."""
     import numpy as np
-    from wse_core.host.memory import require_npz
+    from wse_core.host.readers import require_npz
 
     np.savez(tmp_path / "s.npz", u=np.zeros(80 << 17))  # 80 MiB stored
     with np.load(tmp_path / "s.npz") as z:

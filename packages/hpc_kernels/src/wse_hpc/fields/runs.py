@@ -114,7 +114,8 @@ def check_dt(cfg: CfdConfig, dt: float) -> None:
 def _read_step(path: Path, grid) -> dict[str, np.ndarray]:
     """A step file's arrays, or FieldError naming what is wrong (never unpickled)."""
     from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
-    from wse_core.host.memory import HostMemoryError, require_npz
+    from wse_core.host.memory import HostMemoryError
+    from wse_core.host.readers import require_npz
 
     try:  # mmap: a .npy named step_<n>.npz is not read whole
         z = np.load(path, allow_pickle=False, mmap_mode="r")

@@ -24,7 +24,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from threadpoolctl import threadpool_limits
 from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
-from wse_core.host.memory import HostMemoryError, require_npz
+from wse_core.host.memory import HostMemoryError
+from wse_core.host.readers import require_npz
 
 __all__ = [
     "RANDOMIZED_MIN_TILE",

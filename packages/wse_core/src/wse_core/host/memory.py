@@ -38,20 +38,9 @@ __all__ = [
     "format_bytes",
     "largest",
     "require",
-    "require_npz",
-    "NPZ_INFLATE_FLOOR_BYTES",
 ]
 
 ENV_LIMIT = "WSE_HOST_MEMORY_BYTES"
-# A member of an .npz larger than NPZ_INFLATE_FLOOR_BYTES may inflate at most the limit
-# `npz_inflation` x its compressed size (hunt 57: a 2 MiB file inflating to 2 GiB of zeros
-# was read whole). Deflate's best is ~1,032x (all zeros), a zip bomb's ratio; this stack's
-# writers stay far below: np.savez stores operators and restarts (1x), and a trace's
-# compressed layers hold at most wse_core.trace.MAX_CELLS values (1 MiB, under the floor).
-# Arrays in one .npz are at most the limit `npz_members`: each header is opened and read
-# before any data (200,000 one-value members took 30 s to refuse); this stack writes < 40
-# (a trace's layers, an operator's 7). Both limits are in wse_core.host.limits.LIMITS.
-NPZ_INFLATE_FLOOR_BYTES = 64 << 20
 
 
 class HostMemoryError(WseError):
@@ -135,45 +124,6 @@ def require(
         f"{what} needs {format_bytes(needed_bytes)} of host memory ({needed_bytes:,} B) but "
         f"{format_bytes(avail)} ({avail:,} B) is available; {fits(avail)}"
     )
-
-
-def require_npz(z: Any, what: str, *, fits: Callable[[int], str], extra_per_value: int = 0) -> None:
-    """`require` for an open `np.load` archive `z` from its members' array headers alone,
-    before any array is read: a forged header claiming 10^12 values is refused here (NumPy
-    would allocate it, then read), and so is a member that inflates beyond the limit
-    `npz_inflation` (a zip bomb), from the zip directory's sizes. `extra_per_value`: bytes the
-    caller adds per value (a float64 copy). A member that is not an array raises NumPy's error
-    for the caller."""
-    import math
-
-    import numpy as np
-
-    from wse_core.host.limits import lift, limit
-
-    members, max_members = z.zip.infolist(), limit("npz_members")
-    if len(members) > max_members:
-        raise HostMemoryError(
-            f"{what}: the archive holds {len(members):,} members; an .npz read here holds at "
-            f"most {max_members:,} arrays ({lift('npz_members')})"
-        )
-    max_ratio = limit("npz_inflation")
-    for info in members:  # the zip directory's sizes, before inflating anything
-        ratio = info.file_size / max(info.compress_size, 1)
-        if info.file_size > NPZ_INFLATE_FLOOR_BYTES and ratio > max_ratio:
-            raise HostMemoryError(
-                f"{what}: member {info.filename!r:.80} inflates to {format_bytes(info.file_size)}"
-                f" from {format_bytes(info.compress_size)} ({ratio:,.0f}x, a zip bomb?); a "
-                f"member over {format_bytes(NPZ_INFLATE_FLOOR_BYTES)} may inflate at most "
-                f"{max_ratio}x (np.savez writes arrays uncompressed; {lift('npz_inflation')})"
-            )
-    need = 0
-    for name in z.zip.namelist():
-        with z.zip.open(name) as f:
-            major, _ = np.lib.format.read_magic(f)
-            read = np.lib.format.read_array_header_1_0 if major == 1 else None
-            shape, _, dtype = (read or np.lib.format.read_array_header_2_0)(f)
-        need += math.prod(shape) * (dtype.itemsize + extra_per_value)
-    require(f"{what} (its array headers)", need, fits=fits)
 
 
 def bandwidth_gb_s(n_bytes: int = 256 << 20, repeats: int = 5) -> float:

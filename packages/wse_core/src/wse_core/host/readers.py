@@ -11,7 +11,10 @@ Contract. Each refuses an input past its limit before the work it would cost, wi
   most `yaml_nodes` (counted on the composed graph, linear in its distinct nodes, before any
   Python object is built; a recursive alias is refused), nested at most `json_depth` levels
   (flow brackets counted on the text before PyYAML's scanner, which is quadratic in them),
-  each mapping's keys distinct text (`names_loader`: a key twice or `1: 2` is refused).
+  each mapping's keys distinct text (`names_loader`: a key twice or `1: 2` is refused);
+- `require_npz(z, what, fits=...)`: an open `np.load` archive of at most `npz_members`
+  arrays, none over 64 MiB inflating past `npz_inflation` x its compressed size, whose array
+  headers fit the host memory (`wse_core.host.memory.require`), before any array is read.
 """
 
 from __future__ import annotations
@@ -20,12 +23,32 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wse_core.host.limits import LimitError, limit, refusal
+from wse_core.host.limits import LimitError, lift, limit, refusal
+from wse_core.host.memory import HostMemoryError, format_bytes, require
 
-__all__ = ["read_text", "load_json", "load_yaml", "names_loader", "text_depth"]
+__all__ = [
+    "read_text",
+    "load_json",
+    "load_yaml",
+    "names_loader",
+    "text_depth",
+    "require_npz",
+    "NPZ_INFLATE_FLOOR_BYTES",
+]
+
+# A member of an .npz larger than NPZ_INFLATE_FLOOR_BYTES may inflate at most the limit
+# `npz_inflation` x its compressed size (hunt 57: a 2 MiB file inflating to 2 GiB of zeros
+# was read whole). Deflate's best is ~1,032x (all zeros), a zip bomb's ratio; this stack's
+# writers stay far below: np.savez stores operators and restarts (1x), and a trace's
+# compressed layers hold at most wse_core.trace.MAX_CELLS values (1 MiB, under the floor).
+# Arrays in one .npz are at most the limit `npz_members`: each header is opened and read
+# before any data (200,000 one-value members took 30 s to refuse); this stack writes < 40
+# (a trace's layers, an operator's 7). Both limits are in wse_core.host.limits.LIMITS.
+NPZ_INFLATE_FLOOR_BYTES = 64 << 20
 
 
 def read_text(path: str | Path, what: str) -> str:
@@ -173,3 +196,40 @@ def load_yaml(text: str, what: str, loader: Any = None) -> Any:
             raise refusal("json_depth", f"the nesting of {what}", "too many levels") from None
     finally:
         ld.dispose()
+
+
+def require_npz(z: Any, what: str, *, fits: Callable[[int], str], extra_per_value: int = 0) -> None:
+    """`require` for an open `np.load` archive `z` from its members' array headers alone,
+    before any array is read: a forged header claiming 10^12 values is refused here (NumPy
+    would allocate it, then read), and so is a member that inflates beyond the limit
+    `npz_inflation` (a zip bomb), from the zip directory's sizes. `extra_per_value`: bytes the
+    caller adds per value (a float64 copy). A member that is not an array raises NumPy's error
+    for the caller."""
+    import math
+
+    import numpy as np
+
+    members, max_members = z.zip.infolist(), limit("npz_members")
+    if len(members) > max_members:
+        raise HostMemoryError(
+            f"{what}: the archive holds {len(members):,} members; an .npz read here holds at "
+            f"most {max_members:,} arrays ({lift('npz_members')})"
+        )
+    max_ratio = limit("npz_inflation")
+    for info in members:  # the zip directory's sizes, before inflating anything
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > NPZ_INFLATE_FLOOR_BYTES and ratio > max_ratio:
+            raise HostMemoryError(
+                f"{what}: member {info.filename!r:.80} inflates to {format_bytes(info.file_size)}"
+                f" from {format_bytes(info.compress_size)} ({ratio:,.0f}x, a zip bomb?); a "
+                f"member over {format_bytes(NPZ_INFLATE_FLOOR_BYTES)} may inflate at most "
+                f"{max_ratio}x (np.savez writes arrays uncompressed; {lift('npz_inflation')})"
+            )
+    need = 0
+    for name in z.zip.namelist():
+        with z.zip.open(name) as f:
+            major, _ = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if major == 1 else None
+            shape, _, dtype = (read or np.lib.format.read_array_header_2_0)(f)
+        need += math.prod(shape) * (dtype.itemsize + extra_per_value)
+    require(f"{what} (its array headers)", need, fits=fits)

@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
-from wse_core.host.memory import require_npz
-from wse_core.host.readers import load_json
+from wse_core.host.readers import load_json, require_npz
 
 __all__ = [
     "SCHEMA_VERSION",
