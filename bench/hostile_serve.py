@@ -2,7 +2,7 @@
 `chat_template.jinja` is a bomb (two nested `range(100000)` loops), given hostile requests
 one at a time while its process tree's resident memory is sampled, then a gRPC stream that
 must complete after SIGTERM within `--drain-s` (issue 43). The bodies and the drain are
-bench_soak's (`_hostile_body`, `_grpc_drain`).
+the soak's (`soak_traffic.hostile_body`, `soak_server.grpc_drain`).
 
 Each row: the request, the status it got (HTTP code or gRPC status name) against the one
 expected (400 / 413 / INVALID_ARGUMENT; OK and every token for the drain), whether the
@@ -75,11 +75,12 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     """Start the server on `model_dir` with the bomb template, send the hostile requests,
     SIGTERM it under a gRPC stream; one row per request."""
     import httpx
-    from bench_soak import _free_port, _grpc_drain, _hostile_body
+    from soak_server import free_port, grpc_drain
+    from soak_traffic import hostile_body
 
     folder = Path(model_dir)
     (folder / "chat_template.jinja").write_text(TEMPLATE_BOMB)
-    port, grpc_port = _free_port(), _free_port()
+    port, grpc_port = free_port(), free_port()
     cmd = [*wse, "infer", "serve", "--model-dir", model_dir, "--host", "127.0.0.1", "--port",
            str(port), "--grpc-port", str(grpc_port), "--drain-s", "30"]  # fmt: skip
     log = open(folder.parent / "serve.log", "w+")  # noqa: SIM115  read back on a failed start
@@ -104,11 +105,11 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     requests = [
         ("chat template bomb (model dir)", "/v1/chat/completions",
          httpx.Request("POST", url, json=chat).content, 400),
-        ("5 MB prompt", "/v1/completions", _hostile_body("prompt_5mb", model), 413),
-        ("body 100,000 deep", "/v1/completions", _hostile_body("deep_100000", model), 400),
-        ("bytes that are not JSON", "/v1/completions", _hostile_body("not_json", model), 400),
-        ("seed 2**70", "/v1/completions", _hostile_body("seed_2_70", model), 400),
-        ("1,000 stop strings", "/v1/completions", _hostile_body("stop_1000", model), 400),
+        ("5 MB prompt", "/v1/completions", hostile_body("prompt_5mb", model), 413),
+        ("body 100,000 deep", "/v1/completions", hostile_body("deep_100000", model), 400),
+        ("bytes that are not JSON", "/v1/completions", hostile_body("not_json", model), 400),
+        ("seed 2**70", "/v1/completions", hostile_body("seed_2_70", model), 400),
+        ("1,000 stop strings", "/v1/completions", hostile_body("stop_1000", model), 400),
         ("temperature 1e308", "/v1/completions", httpx.Request("POST", url, json={
             "model": model, "prompt": "a", "max_tokens": 2, "temperature": 1e308}).content, 400),
         ("NaN literal (not JSON)", "/v1/completions",
@@ -150,7 +151,7 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     rows.append(_row("gRPC garbage bytes", code, "INVALID_ARGUMENT", time.perf_counter() - t0,
                      peak[0], details))  # fmt: skip
     peak[0], t0 = 0, time.perf_counter()
-    drain = _grpc_drain(proc, f"127.0.0.1:{grpc_port}")
+    drain = grpc_drain(proc, f"127.0.0.1:{grpc_port}")
     done = drain.get("code") == "OK" and drain["tokens"] == drain["asked"]
     got = "OK" if done else f"{drain.get('code')} {drain['tokens']}/{drain['asked']}"
     rows.append(_row("gRPC stream after SIGTERM (--drain-s 30)", got, "OK",
