@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wse_core.cost.assumptions import assumed_spec
-
 __all__ = ["part"]
 
 
@@ -33,6 +31,7 @@ def demo_model_dir(console, out_dir: Path) -> Path:
 
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """Load, plan, generate pipelined and speculatively, print the figures."""
+    from wse_core import preset
     from wse_core.cost.report import stopwatch
     from wse_systems.token import decode_check_row
 
@@ -42,7 +41,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     from wse_inference.pipeline.perf import predict_model, tokens_per_s
     from wse_inference.speculative.decoder import SpeculativeDecoder
 
-    wse3 = assumed_spec("wse3")  # the demo is an edge: this part's wafer, resolved once
+    wse3 = preset("wse3")  # the demo is an edge: this part's wafer, resolved once, passed down
     model = load_model(demo_model_dir(console, out_dir))
     c = model.config
     prompt = model.tokenizer.encode("The wafer ") if model.tokenizer else [1, 2, 3]

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wse_core.cost.assumptions import assumed_spec
+from wse_core.hw.spec import WaferSpec
 
 __all__ = ["part"]
 
@@ -116,8 +116,9 @@ def _trained_grpc(console: Any, who: str, target: str) -> None:
     )
 
 
-def _trained(console: Any, out_dir: Path, quick: bool) -> None:
-    """Serve the model the demo trained and ask it over every client path."""
+def _trained(console: Any, out_dir: Path, quick: bool, *, spec: WaferSpec) -> None:
+    """Serve the model the demo trained (its engine priced on `spec`) and ask it over every
+    client path."""
     import openai
 
     from wse_inference.demo.generation import demo_model_dir
@@ -126,7 +127,7 @@ def _trained(console: Any, out_dir: Path, quick: bool) -> None:
     from wse_inference.serve.app import ServeConfig, Server
 
     model_dir = demo_model_dir(console, out_dir)
-    engine = load_engine(str(model_dir), spec=assumed_spec("wse3"), max_slots=4)
+    engine = load_engine(str(model_dir), spec=spec, max_slots=4)
     cfg = ServeConfig(port=0, grpc_port=0, max_queued=64, drain_s=2)
     server = Server(engine, cfg).start()
     name = engine.model_name
@@ -171,11 +172,13 @@ def _trained(console: Any, out_dir: Path, quick: bool) -> None:
 
 def part(console: Any, *, out_dir: Path, quick: bool) -> None:
     """Serve the trained model, then the mock; see the module docstring."""
+    from wse_core import preset
+
     from wse_inference.demo.load_test import LoadTestConfig, run_load_test
     from wse_inference.mock import MockEngine
     from wse_inference.serve.app import ServeConfig, Server
 
-    _trained(console, out_dir, quick)
+    _trained(console, out_dir, quick, spec=preset("wse3"))  # the demo is an edge: resolved once
     engine = MockEngine(
         max_slots=8, max_context=256, step_delay_s=0.002, spec_tokens=3, spec_accepted=2
     )
