@@ -25,6 +25,13 @@ dispatch order, so a gap before a call is the host dispatching late or the call 
 an input from the other device (issue 44: at 2 cores device 1 idles 3-20 ms a step after
 its last call while device 0, MemoryX's, finishes the updates).
 
+`--threads N` traces `--steps` steps and prints how many threads run HLO ops at once (ms per
+step with 0, 1, 2, 3 or more busy: on N cores, time with fewer than N busy is idle cores,
+more is oversubscription), then the N ops that most often run alone (module@device op) and
+the N largest spans with no op running, by the calls around them (issue 44: at 2 cores the
+numba attention kernels, one thread each, are the largest ops running alone, and the step's
+first ~3 ms wait for the host).
+
 `--host` times the host's side of `--steps` steps, nothing waited for: per function (the
 replica functions, MemoryX's update, the weight fetches, SwarmX's reduce), its calls and host
 ms per step (the host thread's CPU: Python, dispatch, and a copy to another CPU device, which
@@ -67,6 +74,9 @@ def main() -> None:
     ap.add_argument(
         "--timeline", type=int, default=0, metavar="N", help="Also each device's idle, N gaps."
     )
+    ap.add_argument(
+        "--threads", type=int, default=0, metavar="N", help="Also threads busy at once, N ops."
+    )
     ap.add_argument("--host", action="store_true", help="Also the host's dispatch, by function.")
     args = ap.parse_args()
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
@@ -92,6 +102,8 @@ def main() -> None:
     print(f"  host thread (Python, dispatch) {host:.1f} CPU ms")
     if args.timeline:
         _timeline(lambda: trainer.step(data), args.steps, args.timeline)
+    if args.threads:
+        _threads(lambda: trainer.step(data), args.steps, args.threads)
     if args.host:
         _host(trainer, data, args.steps)
     try:
@@ -242,6 +254,53 @@ def _timeline(step, steps: int, top: int, merge_us: float = 50.0) -> None:
         )
         for pair, us in sorted(between.items(), key=lambda kv: -kv[1])[:top]:
             print(f"    {pair:<58}{us / n:>7.1f}")
+
+
+def _threads(step, steps: int, top: int) -> None:
+    """Threads busy at once per step, the ops running alone, the spans with none (module
+    docstring)."""
+    events = _trace_events(step, steps, mark="train_step")
+    marks = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "train_step"]
+    ops = []  # (start, end, "module@device op") of each HLO op, nesting ones left out
+    for e in events:
+        a = e.get("args", {})
+        if e.get("ph") == "X" and "hlo_op" in a and not a["hlo_op"].startswith(_NESTING):
+            name = f"{a.get('hlo_module')}@{a.get('device_ordinal')} {a['hlo_op']}"
+            ops.append((e["ts"], e["ts"] + e["dur"], name))
+    busy: dict[int, float] = defaultdict(float)
+    alone: dict[str, float] = defaultdict(float)
+    idle: dict[str, float] = defaultdict(float)
+    for t0, t1 in marks:
+        edges = sorted(
+            [(s, 1, i) for i, (s, e, _) in enumerate(ops) if t0 <= s <= t1]
+            + [(min(e, t1), -1, i) for i, (s, e, _) in enumerate(ops) if t0 <= s <= t1]
+        )
+        active: set[int] = set()
+        last, before = t0, "step start"
+        for t, kind, i in edges:
+            span = t - last
+            if len(active) == 1:
+                alone[ops[next(iter(active))][2]] += span
+            elif not active and span > 0:
+                idle[f"{before} -> {ops[i][2].split(' ')[0]}"] += span
+            busy[min(len(active), 3)] += span
+            last = t
+            if kind > 0:
+                active.add(i)
+            else:
+                active.discard(i)
+                before = ops[i][2].split(" ")[0]
+        busy[0] += t1 - last
+        idle[f"{before} -> step end"] += t1 - last
+    n = 1e3 * len(marks)
+    counts = ", ".join(f"{k}{'+' if k == 3 else ''}: {v / n:.1f}" for k, v in sorted(busy.items()))
+    print(f"  threads running ops, ms per step ({len(marks)} traced steps): {counts}")
+    print("  running alone (module@device op)")
+    for name, us in sorted(alone.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"    {name:<60}{us / n:>7.2f}")
+    print("  no op running, between")
+    for pair, us in sorted(idle.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"    {pair:<60}{us / n:>7.2f}")
 
 
 def _fusions(step, steps: int, top: int) -> None:
