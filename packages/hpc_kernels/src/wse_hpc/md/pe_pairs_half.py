@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from wse_core.host.numba_ffi import OPTS
+from wse_core.host.numba_ffi import KERNEL_OPTS
 
 from wse_hpc.md.pair_words import PLACE_MASK, SPECIES_SHIFT
 from wse_hpc.md.pe_pair_math import (
@@ -160,6 +160,6 @@ def _force_half(region, pairs, own, tables, out):
 
 
 # the SIMD loops without a ZeroDivisionError branch (their r^2 are > 0)
-_SIMD = {**OPTS, "error_model": "numpy"}
+_SIMD = {**KERNEL_OPTS, "error_model": "numpy"}
 density_half = njit(**_SIMD)(_density_half)
 force_half = njit(**_SIMD)(_force_half)

@@ -34,7 +34,16 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import carray, njit
-from wse_core.host.numba_ffi import FRAME_ARGS, FRAME_RETS, OPTS, addr, data, dims, handlers, ptr
+from wse_core.host.numba_ffi import (
+    FRAME_ARGS,
+    FRAME_RETS,
+    KERNEL_OPTS,
+    addr,
+    data,
+    dims,
+    handlers,
+    ptr,
+)
 from wse_core.host.numba_ffi import metadata_query as metadata
 
 from wse_hpc.md.pe_pair_math import F0, F1, Splines, geometry, knot, locate, pair, value
@@ -241,8 +250,8 @@ def _force_half_args(frame):
     return region, cut, own, tables, out
 
 
-density_full = njit(**OPTS)(_density)
-force_full = njit(**OPTS)(_force)
+density_full = njit(**KERNEL_OPTS)(_density)
+force_full = njit(**KERNEL_OPTS)(_force)
 
 
 def density_full_ffi(frame_p):
