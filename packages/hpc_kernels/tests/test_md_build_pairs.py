@@ -42,25 +42,29 @@ def _inputs(cells, grid, caps_scale: float):
     region, ids_region = fabric.window_apply(
         wafer, atoms.tagged_positions(), kr, kc, lambda r, i: (r, i), kept=(ids,)
     )
+    from wse_hpc.md.pe_build_numba import Block, March, Window
+
     held = np.asarray(atoms.species >= 0)
-    planes = tuple(np.ascontiguousarray(np.asarray(region)[..., i]) for i in range(4))
+    planes = (np.ascontiguousarray(np.asarray(region)[..., i]) for i in range(4))
+    window = Window(*planes, np.asarray(ids_region))
     cf = np.asarray(jnp.concatenate([spec.box, jnp.asarray([spec.reach2], jnp.float32)]))
     ci = np.asarray([kr, kc, spec.depth, spec.total, 1], np.int32)
-    ids_pair = (np.asarray(ids_region), np.asarray(ids))
-    pos = np.ascontiguousarray(np.asarray(atoms.position))
-    offsets, seg_caps = spec.offsets, np.asarray(spec.seg_caps, np.int32)
-    return (planes, held, pos, ids_pair, offsets, seg_caps, cf, ci), spec.total
+    block = Block(held, np.ascontiguousarray(np.asarray(atoms.position)), np.asarray(ids))
+    march = March(spec.offsets, np.asarray(spec.seg_caps, np.int32))
+    return (window, block, march, cf, ci), spec.total
 
 
 def _run(kernel, args, m):
-    br, bc = args[1].shape
-    out = (
+    from wse_hpc.md.pe_build_numba import Built
+
+    br, bc = args[1].held.shape
+    out = Built(
         np.full((br, bc, m), -7, np.int32),
         np.full((br, bc, m), -7, np.int32),
         np.full((br, bc), -7, np.int32),
         np.zeros((br, bc), np.bool_),
     )
-    kernel(*args, *out)
+    kernel(*args, out)
     return out
 
 

@@ -31,10 +31,13 @@ a larger block index, for `pe_pairs`' each-pair-once kernels on one device). Res
 (br, bc, M) int32 (places in the forces' region of rows -depth .. depth; 0 past the count),
 species (br, bc, M) int32, count (br, bc) int32 (the candidates stored; without half, above
 M the lists overflow), over (br, bc) bool (a row offset had more than its capacity, or the
-full list more than M candidates).
+full list more than M candidates). The handler hands them to the kernels as `Window`,
+`Block`, `March`, cf, ci and `Built` (the results).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import carray, njit, types
@@ -44,9 +47,43 @@ from wse_core.host.numba_ffi import metadata_query as metadata
 
 from wse_hpc.md.pe_pair_math import minimum_image
 
-__all__ = ["handler"]
+__all__ = ["Block", "Built", "March", "Window", "handler"]
 
 _ONE = np.uint64(1)
+
+
+class Window(NamedTuple):
+    """The window region's planes (Rr, Rc)."""
+
+    x: np.ndarray  # float32 positions (A)
+    y: np.ndarray
+    z: np.ndarray
+    species: np.ndarray  # float32: the species, < 0 where no atom is
+    ids: np.ndarray  # int32 block indices (read only with ci[4])
+
+
+class Block(NamedTuple):
+    """The block's PEs (br, bc)."""
+
+    held: np.ndarray  # bool: the PE holds an atom
+    pos: np.ndarray  # (br, bc, 3) float32 (A)
+    ids: np.ndarray  # int32 block indices (read only with ci[4])
+
+
+class March(NamedTuple):
+    """The row offsets in march order (S,), int32."""
+
+    offsets: np.ndarray
+    caps: np.ndarray  # each offset's capacity
+
+
+class Built(NamedTuple):
+    """The lists (the results; the module doc)."""
+
+    index: np.ndarray  # (br, bc, M) int32
+    species: np.ndarray  # (br, bc, M) int32
+    count: np.ndarray  # (br, bc) int32
+    over: np.ndarray  # (br, bc) bool
 
 
 @intrinsic
@@ -68,13 +105,14 @@ def _popcount(typingctx, x):
     return types.uint64(types.uint64), codegen
 
 
-def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count, over):
+def _build(window, block, march, cf, ci, out):
     """Per PE and row offset: the slots' distances in one branch-free pass (SIMD), then the
     kept columns in a second. With ci[4] (one device, each pair once) only the kept
     candidates of a larger block index are stored (ids: the region's and the block's
     block indices); the capacities and the overflow are the full lists' all the same."""
-    px, py, pz, ps = planes
-    ids_region, ids_own = ids
+    px, py, pz, ps, ids_region = window.x, window.y, window.z, window.species, window.ids
+    held, pos, ids_own, offsets, caps = block.held, block.pos, block.ids, march.offsets, march.caps
+    index, species, count, over = out.index, out.species, out.count, out.over
     br, bc = held.shape
     kr, kc, depth, m, half = ci[0], ci[1], ci[2], ci[3], ci[4]
     pitch, width = px.shape[1], 2 * kc + 1
@@ -115,12 +153,13 @@ def _build(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count,
             over[r, c] = too_many or kept > m
 
 
-def _build_pairs(planes, held, pos, ids, offsets, caps, cf, ci, index, species, count, over):
+def _build_pairs(window, block, march, cf, ci, out):
     """`_build`'s lists with `half` (its arguments; ci[4] is taken as 1), each pair of PEs
     tested once (the module docstring): the same float32 test of a slot, the hits as bits
     of per-PE masks (br, bc, 2 k_rows + 1) of window columns, then `_build`'s packing."""
-    px, py, pz, ps = planes
-    ids_region, ids_own = ids
+    px, py, pz, ps, ids_region = window.x, window.y, window.z, window.species, window.ids
+    held, pos, ids_own, offsets, caps = block.held, block.pos, block.ids, march.offsets, march.caps
+    index, species, count, over = out.index, out.species, out.count, out.over
     br, bc = held.shape
     kr, kc, depth, m = ci[0], ci[1], ci[2], ci[3]
     pitch, width = px.shape[1], 2 * kc + 1
@@ -183,31 +222,35 @@ build_pairs = njit(**OPTS)(_build_pairs)
 @njit(inline="always")
 def _args(frame):
     d = dims(frame, FRAME_ARGS, 0, 2)
-    planes = (
+    e, f = dims(frame, FRAME_ARGS, 6, 2), dims(frame, FRAME_ARGS, 7, 2)
+    window = Window(
         carray(data(frame, FRAME_ARGS, 0), (d[0], d[1]), np.float32),
         carray(data(frame, FRAME_ARGS, 1), (d[0], d[1]), np.float32),
         carray(data(frame, FRAME_ARGS, 2), (d[0], d[1]), np.float32),
         carray(data(frame, FRAME_ARGS, 3), (d[0], d[1]), np.float32),
+        carray(data(frame, FRAME_ARGS, 6), (e[0], e[1]), np.int32),
     )
     b = dims(frame, FRAME_ARGS, 4, 2)
-    held = carray(data(frame, FRAME_ARGS, 4), (b[0], b[1]), np.bool_)
-    pos = carray(data(frame, FRAME_ARGS, 5), (b[0], b[1], 3), np.float32)
-    e, f = dims(frame, FRAME_ARGS, 6, 2), dims(frame, FRAME_ARGS, 7, 2)
-    ids = (
-        carray(data(frame, FRAME_ARGS, 6), (e[0], e[1]), np.int32),
+    block = Block(
+        carray(data(frame, FRAME_ARGS, 4), (b[0], b[1]), np.bool_),
+        carray(data(frame, FRAME_ARGS, 5), (b[0], b[1], 3), np.float32),
         carray(data(frame, FRAME_ARGS, 7), (f[0], f[1]), np.int32),
     )
     s = dims(frame, FRAME_ARGS, 8, 1)[0]
-    offsets = carray(data(frame, FRAME_ARGS, 8), (s,), np.int32)
-    caps = carray(data(frame, FRAME_ARGS, 9), (s,), np.int32)
+    march = March(
+        carray(data(frame, FRAME_ARGS, 8), (s,), np.int32),
+        carray(data(frame, FRAME_ARGS, 9), (s,), np.int32),
+    )
     cf = carray(data(frame, FRAME_ARGS, 10), (4,), np.float32)
     ci = carray(data(frame, FRAME_ARGS, 11), (5,), np.int32)
     m = ci[3]
-    index = carray(data(frame, FRAME_RETS, 0), (b[0], b[1], m), np.int32)
-    species = carray(data(frame, FRAME_RETS, 1), (b[0], b[1], m), np.int32)
-    count = carray(data(frame, FRAME_RETS, 2), (b[0], b[1]), np.int32)
-    over = carray(data(frame, FRAME_RETS, 3), (b[0], b[1]), np.bool_)
-    return planes, held, pos, ids, offsets, caps, cf, ci, index, species, count, over
+    out = Built(
+        carray(data(frame, FRAME_RETS, 0), (b[0], b[1], m), np.int32),
+        carray(data(frame, FRAME_RETS, 1), (b[0], b[1], m), np.int32),
+        carray(data(frame, FRAME_RETS, 2), (b[0], b[1]), np.int32),
+        carray(data(frame, FRAME_RETS, 3), (b[0], b[1]), np.bool_),
+    )
+    return window, block, march, cf, ci, out
 
 
 def build_ffi(frame_p):

@@ -2,10 +2,13 @@
 `pe_pairs_half`'s each pair once): the minimum-image displacement, LAMMPS's knot interval
 and cubic splines (`md.splines`' tables, float32, a knot's four coefficients (K, 4) in one
 cache line), a pair's phi and psi', and a float32 FMA rounded once. All inline numba; the
-kernels that call them fix the order of every sum.
+kernels that call them fix the order of every sum. `Splines` carries a potential's tables
+with their knot grid (a NamedTuple: inlined, its fields are the values it was built from).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, types
@@ -16,6 +19,7 @@ __all__ = [
     "F1",
     "F2",
     "F3",
+    "Splines",
     "fma",
     "geometry",
     "knot",
@@ -28,6 +32,18 @@ __all__ = [
 ]
 
 F0, F1, F2, F3 = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.float32(3.0)
+
+
+class Splines(NamedTuple):
+    """A potential's cubic tables as `pair` and `splines` read them: `md.splines`' (float32
+    (K, 4), a knot's four coefficients in one cache line; the row `knot` picks) on their
+    knot grid."""
+
+    rhor: np.ndarray  # the density rho(r)
+    z2r: np.ndarray  # r phi(r)
+    inv_dr: np.float32  # 1 / knot spacing (1/A)
+    nr: np.int32  # knots per table
+    ne: np.int32  # elements
 
 
 @njit(inline="always")
@@ -73,18 +89,19 @@ def slope(t, at, p, inv_d):
 
 
 @njit(inline="always")
-def pair(rhor, z2r, r2, si, sj, fpi, fpj, cf, nr, ne, size):
-    """One pair within the cutoff: 1/r, r, the pair energy phi and psi' (the force along the
-    pair is psi' / r times the displacement)."""
+def pair(s, r2, si, sj, fpi, fpj):
+    """One pair within the cutoff of `s` (`Splines`): 1/r, r, the pair energy phi and psi'
+    (the force along the pair is psi' / r times the displacement)."""
     inv_r = F1 / np.sqrt(r2)
     r = r2 * inv_r
-    k, p = locate(r, cf[7], nr)
-    return (inv_r, r) + splines(rhor, z2r, inv_r, k, p, si, sj, fpi, fpj, cf[7], nr, ne, size)
+    k, p = locate(r, s.inv_dr, s.nr)
+    return (inv_r, r) + splines(s, inv_r, k, p, si, sj, fpi, fpj)
 
 
 @njit(inline="always")
-def splines(rhor, z2r, inv_r, k, p, si, sj, fpi, fpj, inv_dr, nr, ne, size):
-    """phi and psi' of a pair at 1/r in knot interval k, fraction p."""
+def splines(s, inv_r, k, p, si, sj, fpi, fpj):
+    """phi and psi' of a pair at 1/r in knot interval k, fraction p, of `s` (`Splines`)."""
+    rhor, z2r, inv_dr, nr, ne, size = s.rhor, s.z2r, s.inv_dr, s.nr, s.ne, s.rhor.shape[0]
     rhojp = slope(rhor, knot(sj, si, k, ne, nr, size), p, inv_dr)
     rhoip = slope(rhor, knot(si, sj, k, ne, nr, size), p, inv_dr)
     at = knot(si, sj, k, ne, nr, size)

@@ -1,6 +1,6 @@
 """The PEs' pair loops on one device, each pair once (`pe_pairs.density_half`,
-`force_half`; the arguments are `pe_pairs_numba`'s, which serves them to XLA): the PE of the
-larger block index takes the pair from the other's list and adds its share to both.
+`force_half`; the arguments are `pe_pairs_numba`'s NamedTuples, which it serves to XLA): the
+PE of the larger block index takes the pair from the other's list and adds its share to both.
 
 Per PE and phase: its candidates' positions gathered into contiguous arrays (the only
 gathers), their minimum-image geometry and knot intervals over those arrays (loops numba
@@ -16,10 +16,20 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from wse_core.host.numba_ffi import OPTS
+from wse_core.host.numba_ffi import KERNEL_OPTS
 
 from wse_hpc.md.pair_words import PLACE_MASK, SPECIES_SHIFT
-from wse_hpc.md.pe_pair_math import F0, F1, fma, knot, locate, minimum_image, splines, value
+from wse_hpc.md.pe_pair_math import (
+    F0,
+    F1,
+    Splines,
+    fma,
+    knot,
+    locate,
+    minimum_image,
+    splines,
+    value,
+)
 
 __all__ = ["density_half", "force_half"]
 
@@ -53,7 +63,7 @@ def _gather(xyz, words, count, g):
         g.x[t], g.y[t], g.z[t] = xyz[q, 0], xyz[q, 1], xyz[q, 2]
 
 
-def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, out):
+def _density_half(region, lists, own, tables, out):
     """Each pair once: the lists are `neighbours.build.select_half`'s (each PE holds only
     its candidates of a larger block index, and adds its share to both); each PE's pairs
     within the cutoff are written down (`cut`: their places in the region, with the
@@ -62,15 +72,17 @@ def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, ou
     (SIMD), the pairs within the cutoff compacted without a branch, their r's knots (SIMD),
     then the splines and sums in list order (with one element the density's cubic once per
     pair, its two sums as the per-pair code had them: (sum + c3) + x p in one FMA)."""
+    xyz, ids, index, valid, sp_j = region.xyz, region.ids, lists.index, lists.valid, lists.sp
+    pos, sp_i, rhor, cf, ci = own.pos, own.sp, tables.rhor, tables.cf, tables.ci
     rho, cut, ncut = out
-    n, m = own.shape[0], index.shape[1]  # the first n list rows (the block's atoms)
+    n, m = own.ids.shape[0], index.shape[1]  # the first n list rows (the block's atoms)
     nr, ne, size = ci[0], ci[1], rhor.shape[0]
     box, cut2, inv_dr = (cf[0], cf[1], cf[2], cf[3], cf[4], cf[5]), cf[6], cf[7]
     rho[:] = 0.0
     ncut[:] = 0
     g = _rows(m)
     for h in range(n):
-        i, xi, yi, zi, si = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h]
+        i, xi, yi, zi, si = own.ids[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h]
         nv = 0
         while nv < m and valid[h, nv]:  # a list's valid entries come first
             nv += 1
@@ -100,21 +112,23 @@ def _density_half(xyz, ids, index, valid, sp_j, pos, sp_i, own, rhor, cf, ci, ou
         ncut[h] = c
 
 
-def _force_half(xyz, fpr, ids, cut, ncut, pos, sp_i, own, fp_i, tables, cf, ci, out):
-    """The pairs `_density_half` found within the cutoff (`cut`, `ncut`), in list order:
-    per PE their positions gathered, their geometry and knots (SIMD), then the splines
-    and sums."""
-    rhor, z2r = tables
+def _force_half(region, pairs, own, tables, out):
+    """The pairs `_density_half` found within the cutoff (`pairs`: `cut`, `ncut`), in list
+    order: per PE their positions gathered, their geometry and knots (SIMD), then the
+    splines and sums."""
+    xyz, fpr, ids, cut, ncut = region.xyz, region.fp, region.ids, pairs.words, pairs.count
+    pos, sp_i, fp_i, cf, ci = own.pos, own.sp, own.fp, tables.cf, tables.ci
     f, pair_e, virial = out
-    n = own.shape[0]  # the first n list rows (the block's atoms)
-    nr, ne, size = ci[0], ci[1], rhor.shape[0]
+    n = own.ids.shape[0]  # the first n list rows (the block's atoms)
+    nr, ne = ci[0], ci[1]
     box, inv_dr = (cf[0], cf[1], cf[2], cf[3], cf[4], cf[5]), cf[7]
+    s = Splines(tables.rhor, tables.z2r, inv_dr, nr, ne)
     f[:] = 0.0
     pair_e[:] = 0.0
     virial[:] = 0.0
     g = _rows(cut.shape[1])
     for h in range(n):
-        i, xi, yi, zi, si, fpi = own[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h], fp_i[h]
+        i, xi, yi, zi, si, fpi = own.ids[h], pos[h, 0], pos[h, 1], pos[h, 2], sp_i[h], fp_i[h]
         _gather(xyz, cut[h], ncut[h], g)
         for c in range(ncut[h]):
             g.x[c], g.y[c], g.z[c], r2 = minimum_image(g.x[c] - xi, g.y[c] - yi, g.z[c] - zi, box)
@@ -126,9 +140,7 @@ def _force_half(xyz, fpr, ids, cut, ncut, pos, sp_i, own, fp_i, tables, cf, ci, 
         for c in range(ncut[h]):
             q, sj = cut[h, c] & PLACE_MASK, cut[h, c] >> SPECIES_SHIFT
             j, dx, dy, dz, inv_r, r = ids[q], g.x[c], g.y[c], g.z[c], g.inv_r[c], g.r[c]
-            phi, psip = splines(
-                rhor, z2r, inv_r, g.k[c], g.p[c], si, sj, fpi, fpr[q], inv_dr, nr, ne, size
-            )
+            phi, psip = splines(s, inv_r, g.k[c], g.p[c], si, sj, fpi, fpr[q])
             scale = psip * inv_r
             fx += scale * dx
             fy += scale * dy
@@ -148,6 +160,6 @@ def _force_half(xyz, fpr, ids, cut, ncut, pos, sp_i, own, fp_i, tables, cf, ci, 
 
 
 # the SIMD loops without a ZeroDivisionError branch (their r^2 are > 0)
-_SIMD = {**OPTS, "error_model": "numpy"}
+_SIMD = {**KERNEL_OPTS, "error_model": "numpy"}
 density_half = njit(**_SIMD)(_density_half)
 force_half = njit(**_SIMD)(_force_half)
