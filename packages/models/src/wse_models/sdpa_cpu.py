@@ -18,12 +18,13 @@ each call has its own block). `forward(q, k, v, mask) -> (out, probs)` and
 `backward(q, k, v, mask, probs, out, d_out) -> (dq, dk, dv)` are `layer._sdpa_fwd`'s and
 `_sdpa_bwd`'s values (float round-off apart: the softmax's exp is a polynomial of relative
 error ~2e-7) in the same layouts, mask broadcast to [b, t, s]. numba compiles the two
-handlers on their first use (`_target`: ~13 s cold, ~1 s from numba's cache with numba's
-import), unless `compile_early(head_dim, dtype, backward=)` started them (`applies`: the
-same predicate as `usable`'s, mesh apart) in a helper process (`wse_core.host.compile_ahead`)
-when a shell learnt its model: the trainer's session and `wse infer generate` do, before
-their tokenizer, data, JAX set-up and first trace, and `_target` then waits for the helper and
-loads the handler from numba's cache, the same code a warm run loads.
+handlers on their first use (`_target`: ~6.5 s of CPU cold, forward 3.6 then backward 2.6;
+~1 s from numba's cache with numba's import), unless `compile_early(head_dim, dtype,
+backward=)` started them (where `applies`: `usable`'s predicate, mesh apart) in a helper
+process (`wse_core.host.compile_ahead`) when a shell learnt its model (the trainer's session,
+before its tokenizer, data and first trace; `wse infer generate`, before the weights load):
+`_target` then waits for the helper and loads the handler from numba's cache, the same code
+a warm run loads.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 this process does its other start-up work; the handler's first request here then loads it.
 
 Why: on a cold cache numba compiles a handler for seconds of CPU (MD's PE kernels 2-5 s each,
-`wse_hpc.md.pe_compile`; the CPU attention's forward ~3.4 s and backward ~5.8 s,
+`wse_hpc.md.pe_compile`; the CPU attention's forward ~3.5 s and backward ~2.6 s after it,
 `wse_models.sdpa_cpu`), mostly Python under the GIL, and XLA needs a program's FFI targets
 registered before it compiles it. A thread would hold the GIL the tracing needs; a process
 compiles on another core into numba's on-disk cache (`NUMBA_CACHE_DIR`, set by
