@@ -1,15 +1,18 @@
-"""The PE kernels compiled by helper processes (`wse_hpc.md.pe_compile`): a helper leaves
-the kernel in numba's on-disk cache (the oracle: numba's own cache files, found by the
-kernel's module name), tracing under `deferred()` names a target without registering it,
-and a registered target is never handed to a helper; one helper per kernel module."""
+"""The PE kernels compiled by helper processes (`wse_hpc.md.pe_compile` over
+`wse_core.host.compile_ahead`): a helper leaves the kernel in numba's on-disk cache (the
+oracle: numba's own cache files, found by the kernel's module name), tracing under
+`deferred()` names a target without registering it, and a registered target is never handed
+to a helper; one helper per kernel module."""
 
 import dataclasses
 import subprocess
+import types
 
 import jax
 import numpy as np
 import pytest
 from wse_core import preset
+from wse_core.host import compile_ahead
 from wse_core.hw.wafer import build_wafer
 from wse_hpc.md import mapping, pe_compile, pe_pairs
 from wse_hpc.md.eam import EamPlan
@@ -34,33 +37,39 @@ def test_deferred_tracing_names_targets_without_registering(monkeypatch):
         pe_pairs._target("force")
 
 
-def test_a_waited_target_is_never_started(monkeypatch):
+def _no_processes(monkeypatch, cached=()):
     started = []
-    monkeypatch.setattr(pe_compile, "_procs", {})
-    monkeypatch.setattr(pe_compile, "stored", lambda target: False)
-    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+
+    def popen(cmd, **kwargs):
+        started.append([cmd[3].rpartition(".")[2], *cmd[5:]])  # module, its kernels
+        return types.SimpleNamespace(stdout=None)
+
+    monkeypatch.setattr(compile_ahead, "_helpers", {})
+    monkeypatch.setattr(compile_ahead, "stored", lambda module, name: name in cached)
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    return started
+
+
+def test_a_waited_target_is_never_started(monkeypatch):
+    started = _no_processes(monkeypatch)
     pe_compile.wait("wse_md_force")  # as a registration does
     pe_compile.start(["wse_md_force"])
     assert started == []
 
 
 def test_one_helper_per_module_compiles_its_kernels_in_turn(monkeypatch):
-    started = []
-    monkeypatch.setattr(pe_compile, "_procs", {})
-    monkeypatch.setattr(pe_compile, "stored", lambda target: False)
-    monkeypatch.setattr(subprocess, "Popen", lambda cmd, **k: started.append(cmd[4:]) or cmd)
+    started = _no_processes(monkeypatch)
     pe_compile.start(["wse_md_force", "wse_md_density", "wse_md_build", "wse_md_force"])
     assert started == [["pe_pairs_numba", "force", "density"], ["pe_build_numba", "build"]]
-    assert pe_compile._procs["wse_md_force"] is pe_compile._procs["wse_md_density"]
+    helpers = compile_ahead._helpers
+    pairs = "wse_hpc.md.pe_pairs_numba"
+    assert helpers[(pairs, "force")] is helpers[(pairs, "density")]
     pe_compile.start(["wse_md_density"])  # started before: no second process
     assert len(started) == 2
 
 
 def test_a_kernel_in_numbas_cache_starts_no_helper(monkeypatch):
-    started = []
-    monkeypatch.setattr(pe_compile, "_procs", {})
-    monkeypatch.setattr(pe_compile, "stored", lambda target: target == "wse_md_build")
-    monkeypatch.setattr(subprocess, "Popen", lambda cmd, **k: started.append(cmd[4:]) or cmd)
+    started = _no_processes(monkeypatch, cached=("build",))
     pe_compile.start(["wse_md_force", "wse_md_build"])
     assert started == [["pe_pairs_numba", "force"]]
     pe_compile.wait("wse_md_build")  # nothing to wait for
@@ -82,15 +91,15 @@ def test_a_handler_is_stored_once_compiled_and_not_for_another_source(tmp_path):
 
 @pytest.mark.slow  # one numba compile of the build kernel in a child: ~5 s
 def test_a_helper_leaves_the_kernel_in_numbas_cache(monkeypatch, tmp_path):
-    monkeypatch.setattr(pe_compile, "_procs", {})
-    monkeypatch.setattr(pe_compile, "stored", lambda target: False)  # this process's cache
+    monkeypatch.setattr(compile_ahead, "_helpers", {})
+    monkeypatch.setattr(compile_ahead, "stored", lambda module, name: False)  # this process's
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     pe_compile.start(["wse_md_build"])
-    proc = pe_compile._procs["wse_md_build"]
+    helper = compile_ahead._helpers[("wse_hpc.md.pe_build_numba", "build")]
     pe_compile.wait("wse_md_build")
-    assert proc.returncode == 0
+    assert helper.proc.wait(timeout=30) == 0
     assert list(tmp_path.rglob("pe_build_numba.build_ffi*.nbi"))  # numba's index of it
-    assert pe_compile._procs["wse_md_build"] is None
+    assert compile_ahead._helpers[("wse_hpc.md.pe_build_numba", "build")] is None
 
 
 @pytest.mark.skipif(not pe_pairs.available(), reason="numba not installed")

@@ -18,8 +18,13 @@ each call has its own block). `forward(q, k, v, mask) -> (out, probs)` and
 `backward(q, k, v, mask, probs, out, d_out) -> (dq, dk, dv)` are `layer._sdpa_fwd`'s and
 `_sdpa_bwd`'s values (float round-off apart: the softmax's exp is a polynomial of relative
 error ~2e-7) in the same layouts, mask broadcast to [b, t, s]. numba compiles the two
-handlers on their first use (`_target`: ~13 s cold, ~1 s from numba's cache with numba's
-import).
+handlers on their first use (`_target`: ~6.5 s of CPU cold, forward 3.6 then backward 2.6;
+~1 s from numba's cache with numba's import), unless `compile_early(head_dim, dtype,
+backward=)` started them (where `applies`: `usable`'s predicate, mesh apart) in a helper
+process (`wse_core.host.compile_ahead`) when a shell learnt its model (the trainer's session,
+before its tokenizer, data and first trace; `wse infer generate`, before the weights load):
+`_target` then waits for the helper and loads the handler from numba's cache, the same code
+a warm run loads.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["backward", "forward", "usable"]
+__all__ = ["applies", "backward", "compile_early", "forward", "usable"]
+
+_KERNELS = "wse_models._sdpa_numba"  # their module, for compile_ahead
 
 
 @functools.cache
@@ -42,22 +49,40 @@ def _numba() -> bool:
 
 @functools.cache
 def _target(name: str) -> str:
-    """The FFI target of `name`, compiled (or loaded from numba's cache) and registered."""
-    from wse_core.host import pe_ffi
+    """The FFI target of `name`, compiled (or loaded from numba's cache: from a helper's
+    compile, `compile_early`) and registered."""
+    from wse_core.host import compile_ahead, pe_ffi
 
     from wse_models import _sdpa_numba
 
+    compile_ahead.wait(_KERNELS, name)  # a helper compiling it into numba's cache, if any
     return pe_ffi.register(f"wse_models_{name}", _sdpa_numba.handler(name))
+
+
+def applies(head_dim: int, *dtypes: Any) -> bool:
+    """Whether the kernels stand for the XLA formula at this head dim and these dtypes (q's,
+    k's, v's, the probs'), outside a mesh with non-manual axes (`usable`, module doc)."""
+    if jax.default_backend() != "cpu" or head_dim % 4:
+        return False
+    return all(jnp.dtype(x) == jnp.float32 for x in dtypes) and _numba()
 
 
 def usable(q: jax.Array, k: jax.Array, v: jax.Array, dtype: Any) -> bool:
     """Whether `forward` / `backward` stand for the XLA formula here (module doc)."""
-    if jax.default_backend() != "cpu" or q.shape[-1] % 4:
-        return False
-    if any(jnp.dtype(x) != jnp.float32 for x in (q.dtype, k.dtype, v.dtype, dtype)):
-        return False
     mesh = jax.sharding.get_abstract_mesh()
-    return (mesh.empty or mesh.are_all_axes_manual) and _numba()
+    if not (mesh.empty or mesh.are_all_axes_manual):
+        return False
+    return applies(q.shape[-1], q.dtype, k.dtype, v.dtype, dtype)
+
+
+def compile_early(head_dim: int, dtype: Any, *, backward: bool) -> None:
+    """Start compiling, in a helper process, the handlers a model of `head_dim` computing in
+    `dtype` calls where `applies` (the forward's; the backward's too when `backward`), unless
+    numba's cache holds them; their first use waits for it (module doc)."""
+    if applies(head_dim, dtype):
+        from wse_core.host import compile_ahead
+
+        compile_ahead.start(_KERNELS, ["sdpa_fwd", "sdpa_bwd"][: 1 + backward])
 
 
 def _call(name: str, outs, *args) -> Any:

@@ -11,10 +11,11 @@ CLI: `runconfig.wafer` or `--spec FILE`); nothing here resolves a preset name.
 steps: the tokenizer (`<model_dir>/tokenizer.json` when present, else a
 byte-level BPE trained on the train split, saved by process 0), the packed data iterator
 and (unless `mode: train`) the eval split's rows, each split checked against its batch size
-before anything compiles (a ConfigError), the `StreamedTrainer` from `init_params(seed)`
-and the prediction on the plan it runs; `Session.state` / `meta` are what a checkpoint saves
-(`wse_trainer.resume.open_checkpoints` restores them). A model_dir that cannot be a writable
-folder is a ConfigError before any work.
+before anything compiles (a ConfigError; the CPU attention kernels' compile started before
+them in a helper process, `wse_models.sdpa_cpu.compile_early`), the `StreamedTrainer` from
+`init_params(seed)` and the prediction on the plan it runs; `Session.state` / `meta` are
+what a checkpoint saves (`wse_trainer.resume.open_checkpoints` restores them). A model_dir
+that cannot be a writable folder is a ConfigError before any work.
 `evaluate(s)` is the mean eval loss over the first `eval_steps` batches.
 """
 
@@ -203,6 +204,7 @@ class Session:
     def __init__(self, config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | None):
         import jax
         import wse_models
+        from wse_models import sdpa_cpu
         from wse_systems.training.plan import plan_activations
 
         from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
@@ -222,6 +224,8 @@ class Session:
 
             resolve_checkpoint(run_cfg.checkpoint_path)
         check_resume(config, self.model)  # another model's step: refused, never moved aside
+        # the CPU attention's numba kernels compile in a helper meanwhile (`sdpa_cpu`)
+        sdpa_cpu.compile_early(self.model.hd, self.model.dtype, backward=run_cfg.mode != "eval")
         self.dir, seq = make_model_dir(Path(run_cfg.model_dir)), inp.max_sequence_length
         with undone_on_error(self.dir):  # data refused: no run folder or tokenizer left
             self.tok = _tokenizer(config, self.dir, self.model.vocab_size)

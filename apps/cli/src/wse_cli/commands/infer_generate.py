@@ -16,7 +16,9 @@ token ids, text, metrics and (`--logprobs N`) each token's raw logprob and its N
 alternatives [[id, logprob], ...] as one JSON object. Bad
 input (missing/incompatible checkpoint, prompt longer than the context, max_tokens <= 0,
 temperature outside [0, 2], top_p outside (0, 1], draft/target vocabulary mismatch) exits 2 with one
-line. Heavy packages are imported inside the command, so `wse --help` stays fast.
+line. Heavy packages are imported inside the command, so `wse --help` stays fast. On a CPU
+the attention's numba kernels compile in a helper process while the weights load
+(`wse_models.sdpa_cpu.compile_early`).
 """
 
 from __future__ import annotations
@@ -216,6 +218,9 @@ def generate(
         what=f"generate with {max(1, stages)} stage(s) and context {context}",
         held_bytes=sum(a.nbytes for a in weights.values()),  # read above: not counted twice
     )
+    from wse_models import sdpa_cpu
+
+    sdpa_cpu.compile_early(cfg.hd, "float32", backward=False)  # load_model's dtype; meanwhile
     model = load_model(model_dir, tokenizer_required=prompt is not None, weights=weights)
     ids = _prompt_ids(prompt, prompt_ids, model.tokenizer, model.config.vocab_size)
     context = max_context or model.config.max_seq_len
