@@ -175,6 +175,9 @@ def found_cases() -> list[Case]:
         Case("found", "experiments run --sweep of 10,000 values", _const(
             "experiments", "run", "wafer-yield", "--quick", "--sweep",
             "clock_hz=" + ",".join(["1e9"] * 10_000)), message="WSE_LIMIT_SWEEP_VALUES"),
+        Case("found", "experiments run --sweep 1e9,,2e9 (hunt 58)", _const(
+            "experiments", "run", "wafer-yield", "--quick", "--sweep", "clock_hz=1e9,,2e9"),
+            message="--sweep's value 2 of 3 is empty"),
         Case("found", "infer serve --served-model-name ''", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
             message="must not be empty"),
