@@ -178,6 +178,12 @@ def found_cases() -> list[Case]:
         Case("found", "experiments run --sweep 1e9,,2e9 (hunt 58)", _const(
             "experiments", "run", "wafer-yield", "--quick", "--sweep", "clock_hz=1e9,,2e9"),
             message="--sweep's value 2 of 3 is empty"),
+        Case("found", "plan infer --gamma without --draft (hunt 58)", _const(
+            "plan", "infer", "--model", "llama3-8b", "--gamma", "4"),
+            message="--gamma needs --draft"),
+        Case("found", "plan infer --tokens-per-day 1e-300 (hunt 58)", _const(
+            "plan", "infer", "--model", "llama3-8b", "--tokens-per-day", "1e-300"),
+            message="[1, 1e+16] (tokens/day)"),
         Case("found", "infer serve --served-model-name ''", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
             message="must not be empty"),
