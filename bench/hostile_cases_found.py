@@ -184,6 +184,14 @@ def found_cases() -> list[Case]:
         Case("found", "plan infer --tokens-per-day 1e-300 (hunt 58)", _const(
             "plan", "infer", "--model", "llama3-8b", "--tokens-per-day", "1e-300"),
             message="[1, 1e+16] (tokens/day)"),
+        Case("found", "WSE_LIMIT_SWEEP_VALUE (misspelt) (hunt 58)", _const("wafer", "info"),
+             env={"WSE_LIMIT_SWEEP_VALUE": "100"}, message="is no limit (did you mean"),
+        Case("found", "WSE_LIMIT_SWEEP_VALUES=1.5 (hunt 58)", _const("wafer", "info"),
+             env={"WSE_LIMIT_SWEEP_VALUES": "1.5"}, message="must be a positive integer"),
+        Case("found", "WSE_LIMIT_FILE_BYTES=1e26 (hunt 58)", _const("wafer", "info"),
+             env={"WSE_LIMIT_FILE_BYTES": "1e26"}, message="of at most 64 bits"),
+        Case("found", "JAX_PLATFORMS=nope (hunt 58)", _const("wafer", "check", "--grid", "2", "2"),
+             env={"JAX_PLATFORMS": "nope"}, message="Unable to initialize backend 'nope'"),
         Case("found", "infer serve --served-model-name ''", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
             message="must not be empty"),

@@ -1,14 +1,21 @@
 """Hostile inputs found by hunt 58: each exits 2 with one line that names the input and what
 is allowed. Before the fixes: `plan infer --gamma 4` without `--draft` was dropped and the plan
-ran without speculation (exit 0), and `--tokens-per-day 1e-300` made the energy per token inf
-and the refusal asked for smaller values."""
+ran without speculation (exit 0), `--tokens-per-day 1e-300` made the energy per token inf
+and the refusal asked for smaller values, a misspelt `WSE_LIMIT_*` lifted nothing silently,
+`WSE_LIMIT_SWEEP_VALUES=1.5` was read as 1, `WSE_LIMIT_FILE_BYTES=1e12` made every file read a
+MemoryError traceback (1e26: an OverflowError), and `JAX_PLATFORMS=nope` (or `cuda` where JAX
+has no CUDA) was a traceback with exit 1."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
 
 import pytest
 import typer
 from wse_cli.app import app
-from wse_cli.testing import refused_in_one_line
+from wse_cli.testing import clean_env, invoke, refused_in_one_line
 
 ROOT = typer.main.get_command(app)
 INFER = ["plan", "infer", "--model", "llama3-8b"]
@@ -28,3 +35,44 @@ def _refused(args: list, message: str, env: dict[str, str] | None = None) -> str
 )  # fmt: skip
 def test_plan_options_that_were_dropped_or_misread_are_refused(args, message):
     _refused(args, message)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"WSE_LIMIT_SWEEP_VALUE": "100"},
+         "WSE_LIMIT_SWEEP_VALUE is no limit (did you mean 'WSE_LIMIT_SWEEP_VALUES'?)"),
+        ({"WSE_LIMIT_SWEEP_VALUES": "1.5"},
+         "WSE_LIMIT_SWEEP_VALUES must be a positive integer of at most 64 bits, got '1.5'"),
+        ({"WSE_LIMIT_FILE_BYTES": "1e26"}, "WSE_LIMIT_FILE_BYTES must be a positive integer"),
+    ],
+)  # fmt: skip
+def test_a_limit_variable_that_is_no_limit_or_no_count_is_refused(env, message):
+    _refused(["wafer", "info"], message, env)  # a command that reads no limit: still refused
+
+
+@pytest.mark.parametrize("cap", ["1e12", str(2**63 - 1)])
+def test_a_lifted_file_limit_still_reads_a_small_file(tmp_path, cap):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("base: wse3\nclock_hz: 1e9\n")
+    code, output = invoke(ROOT, ["wafer", "info", "--spec", spec, "--json"],
+                          {"WSE_LIMIT_FILE_BYTES": cap})  # fmt: skip
+    assert code == 0 and '"clock_hz": 1000000000.0' in output, output[-500:]
+
+
+@pytest.mark.parametrize(
+    ("platforms", "message"),
+    [("nope", "Unable to initialize backend 'nope'"),
+     ("cuda", "JAX cannot start JAX_PLATFORMS='cuda' on this machine; set JAX_PLATFORMS=cpu")],
+)  # fmt: skip
+def test_a_jax_platform_that_cannot_start_is_one_line(platforms, message):
+    """JAX reads JAX_PLATFORMS once per process: a fresh `wse` each. (`cuda` without a GPU
+    fails inside JAX on an assert, not with its RuntimeError.)"""
+    if platforms == "cuda" and shutil.which("nvidia-smi"):
+        pytest.skip("this machine may start CUDA")
+    p = subprocess.run(
+        [sys.executable, "-m", "wse_cli", "wafer", "check", "--grid", "2", "2"],
+        env=clean_env(JAX_PLATFORMS=platforms), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and message in lines[0], p.stderr[-2000:]

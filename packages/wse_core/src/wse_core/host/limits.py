@@ -30,11 +30,11 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from wse_core.errors import WseError
+from wse_core.errors import WseError, suggest
 
 __all__ = [
     "LimitError",
@@ -44,6 +44,7 @@ __all__ = [
     "VIRTUAL_DEVICE_HOST_BYTES",
     "limit",
     "check",
+    "check_variables",
     "read_text",
     "load_json",
     "load_yaml",
@@ -204,13 +205,27 @@ def limit(name: str) -> int:
     raw = os.environ.get(lim.env)
     if raw is None or raw == "":
         return int(lim.value())
-    try:
-        value = int(float(raw))
-    except (ValueError, OverflowError):
-        raise WseError(f"{lim.env} must be a positive integer, got {raw!r}") from None
-    if value <= 0:
-        raise WseError(f"{lim.env} must be a positive integer, got {raw!r}")
+    try:  # "1e6" is a million; "1.5" is no count (hunt 58: it was read as 1)
+        number = float(raw)
+        value = int(raw) if raw.strip().isdigit() else int(number) if number.is_integer() else 0
+    except ValueError:  # not a number, or digits past int()'s 4300
+        value = 0
+    if not 1 <= value < 2**63:
+        raise WseError(f"{lim.env} must be a positive integer of at most 64 bits, got {raw!r}")
     return value
+
+
+def check_variables(environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse a `WSE_LIMIT_*` naming no limit (a misspelt one lifted nothing) or no count."""
+    known = {lim.env: name for name, lim in LIMITS.items()}
+    for env in sorted(environ):
+        if env.startswith(ENV_PREFIX) and env not in known:
+            raise WseError(
+                f"{env} is no limit{suggest(env, known)}; the limits are "
+                f"{', '.join(sorted(known))} (docs/limits.md)"
+            )
+        if env in known:
+            limit(known[env])
 
 
 def refusal(name: str, what: str, value: int | str) -> LimitError:
@@ -243,10 +258,19 @@ def read_text(path: str | Path, what: str) -> str:
             raise LimitError(f"{what} {str(path)!r} is not a regular file")
         if st.st_size > cap:
             raise refusal("file_bytes", f"{what} {str(path)!r}", f"{st.st_size:,} bytes")
-        raw = f.read(cap + 1)
+        raw = _read_at_most(f, cap + 1)  # a byte past the cap: a file growing while read
     if len(raw) > cap:
         raise refusal("file_bytes", f"{what} {str(path)!r}", f"over {cap:,} bytes")
     return raw.decode("utf-8")
+
+
+def _read_at_most(f: Any, n: int, chunk: int = 1 << 24) -> bytes:
+    """Up to `n` bytes of `f` (`f.read(n)` allocates n bytes: hunt 58's MemoryError at 1e12)."""
+    parts, got = [], 0
+    while got < n and (part := f.read(min(n - got, chunk))):
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
