@@ -192,6 +192,10 @@ def found_cases() -> list[Case]:
              env={"WSE_LIMIT_FILE_BYTES": "1e26"}, message="of at most 64 bits"),
         Case("found", "JAX_PLATFORMS=nope (hunt 58)", _const("wafer", "check", "--grid", "2", "2"),
              env={"JAX_PLATFORMS": "nope"}, message="Unable to initialize backend 'nope'"),
+        Case("found", "serve --speculative-config with a key twice (hunt 58)", _const(
+            "infer", "serve", "--model-dir", "mock", "--port", "0", "--speculative-config",
+            '{"num_speculative_tokens": 2, "num_speculative_tokens": 3}'),
+            message="appears more than once"),
         Case("found", "infer serve --served-model-name ''", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
             message="must not be empty"),

@@ -4,7 +4,9 @@ ran without speculation (exit 0), `--tokens-per-day 1e-300` made the energy per 
 and the refusal asked for smaller values, a misspelt `WSE_LIMIT_*` lifted nothing silently,
 `WSE_LIMIT_SWEEP_VALUES=1.5` was read as 1, `WSE_LIMIT_FILE_BYTES=1e12` made every file read a
 MemoryError traceback (1e26: an OverflowError), and `JAX_PLATFORMS=nope` (or `cuda` where JAX
-has no CUDA) was a traceback with exit 1."""
+has no CUDA) was a traceback with exit 1. A JSON key given twice (`--speculative-config`, a
+model's config.json) silently took the last value: every JSON file now reads as the server's
+request bodies do."""
 
 from __future__ import annotations
 
@@ -76,3 +78,13 @@ def test_a_jax_platform_that_cannot_start_is_one_line(platforms, message):
     )  # fmt: skip
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and message in lines[0], p.stderr[-2000:]
+
+
+def test_a_json_key_given_twice_is_refused_in_every_json_input(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 2, '
+                                          '"num_hidden_layers": 7}')  # fmt: skip
+    twice = "the key 'num_hidden_layers' appears more than once in one object"
+    _refused(["plan", "train", "--model", tmp_path, "--tokens", "1e9"], twice)
+    spec = '{"num_speculative_tokens": 2, "num_speculative_tokens": 3}'
+    _refused(["infer", "serve", "--model-dir", "mock", "--port", "0", "--speculative-config", spec],
+             "the key 'num_speculative_tokens' appears more than once")  # fmt: skip

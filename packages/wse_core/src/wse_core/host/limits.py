@@ -15,7 +15,7 @@ The readers every file of the stack goes through:
 - `read_text(path, what)`: a regular file's text, at most `file_bytes` (`/dev/zero` and a
   FIFO are refused before a byte is read; a file growing while read is cut at the limit);
 - `load_json(text, what)`: JSON nested at most `json_depth` levels (counted on the text,
-  without recursion, before the parser runs);
+  without recursion, before the parser runs), each object's keys distinct (`json_keys`);
 - `load_yaml(text, what, loader=...)`: YAML of at most `yaml_bytes` (refused before PyYAML,
   which parses ~1.2 MB/s) whose node count, every alias expanded, is at
   most `yaml_nodes` (counted on the composed graph, linear in its distinct nodes, before any
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from wse_core.errors import WseError, suggest
+from wse_core.host.json_keys import distinct_keys
 
 __all__ = [
     "LimitError",
@@ -220,10 +221,7 @@ def check_variables(environ: Mapping[str, str] = os.environ) -> None:
     known = {lim.env: name for name, lim in LIMITS.items()}
     for env in sorted(environ):
         if env.startswith(ENV_PREFIX) and env not in known:
-            raise WseError(
-                f"{env} is no limit{suggest(env, known)}; the limits are "
-                f"{', '.join(sorted(known))} (docs/limits.md)"
-            )
+            raise WseError(f"{env} is no limit{suggest(env, known)}; see docs/limits.md")
         if env in known:
             limit(known[env])
 
@@ -296,7 +294,7 @@ def load_json(text: str | bytes, what: str) -> Any:
     depth = text_depth(text)
     if depth > limit("json_depth"):
         raise refusal("json_depth", f"the nesting of {what}", f"{depth:,} levels")
-    return json.loads(text)
+    return json.loads(text, object_pairs_hook=distinct_keys)  # a key twice: ValueError
 
 
 def _expanded_nodes(root: Any, what: str) -> tuple[int, int]:
