@@ -196,6 +196,12 @@ def found_cases() -> list[Case]:
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--speculative-config",
             '{"num_speculative_tokens": 2, "num_speculative_tokens": 3}'),
             message="appears more than once"),
+        Case("found", "serve --chat-template <empty file> (hunt 58)", lambda fx, tmp: [
+            "infer", "serve", "--model-dir", "mock", "--port", "0", "--chat-template",
+            _text(tmp, "t.jinja", "")], message="holds no Jinja"),
+        Case("found", "infer generate --prompt-ids 1_0 (hunt 58)", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt-ids", "1_0"],
+            message="must be comma-separated integers"),
         Case("found", "infer serve --served-model-name ''", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
             message="must not be empty"),

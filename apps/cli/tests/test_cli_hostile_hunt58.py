@@ -6,7 +6,10 @@ and the refusal asked for smaller values, a misspelt `WSE_LIMIT_*` lifted nothin
 MemoryError traceback (1e26: an OverflowError), and `JAX_PLATFORMS=nope` (or `cuda` where JAX
 has no CUDA) was a traceback with exit 1. A JSON key given twice (`--speculative-config`, a
 model's config.json) silently took the last value: every JSON file now reads as the server's
-request bodies do."""
+request bodies do. `infer serve --chat-template` of an empty (or plain-text) file served a
+template that ignores every message, and `--chat-template ''` served the default silently.
+`infer generate --prompt-ids 1_0` was token 10 (Python's int() syntax; "+1" and Arabic-Indic
+digits too), and every --prompt-ids refusal waited ~2 s for the model to load."""
 
 from __future__ import annotations
 
@@ -88,3 +91,31 @@ def test_a_json_key_given_twice_is_refused_in_every_json_input(tmp_path):
     spec = '{"num_speculative_tokens": 2, "num_speculative_tokens": 3}'
     _refused(["infer", "serve", "--model-dir", "mock", "--port", "0", "--speculative-config", spec],
              "the key 'num_speculative_tokens' appears more than once")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("", "holds no Jinja ({{ }} or {% %}): every chat would render the same text"),
+     ("You are helpful.", "holds no Jinja"),
+     (None, "--chat-template must not be empty")],
+)  # fmt: skip
+def test_a_chat_template_that_reads_no_message_is_refused(tmp_path, text, message):
+    value = ""
+    if text is not None:
+        (tmp_path / "t.jinja").write_text(text)
+        value = tmp_path / "t.jinja"
+    _refused(["infer", "serve", "--model-dir", "mock", "--port", "0", "--chat-template", value],
+             message)  # fmt: skip
+
+
+@pytest.mark.parametrize("ids", ["1_0", "+1", "\u0663", "1,2,"])
+def test_prompt_ids_are_ascii_digits_refused_before_the_model_is_read(ids):
+    # "x" is no model folder: the refusal comes before any file is read
+    message = f"--prompt-ids must be comma-separated integers (e.g. 1,2,3), got {ids!r}"
+    _refused(["infer", "generate", "--model-dir", "x", "--prompt-ids", ids], message)
+
+
+def test_a_prompt_id_past_64_bits_is_one_short_line():
+    line = _refused(["infer", "generate", "--model-dir", "x", "--prompt-ids", "1," + "9" * 5000],
+                    "prompt id 99999999999999999999... is outside every vocabulary")  # fmt: skip
+    assert len(line) < 200
