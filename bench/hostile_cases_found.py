@@ -202,6 +202,12 @@ def found_cases() -> list[Case]:
         Case("found", "infer generate --prompt-ids 1_0 (hunt 58)", lambda fx, tmp: [
             "infer", "generate", "--model-dir", fx.model(), "--prompt-ids", "1_0"],
             message="must be comma-separated integers"),
+        Case("found", "experiments run --sweep K --assume K=v (hunt 58)", _const(
+            "experiments", "run", "wafer-yield", "--sweep", "clock_hz=1e9", "--assume",
+            "clock_hz=2e9"), message="set the same assumption"),
+        Case("found", "train --weight-chunks 1000000 (hunt 58)", _const(
+            "train", "tiny", "--validate-only", "--weight-chunks", "1000000"),
+            message="the widest matrix's columns"),
         Case("found", "infer serve --served-model-name ''", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
             message="must not be empty"),

@@ -9,7 +9,9 @@ model's config.json) silently took the last value: every JSON file now reads as 
 request bodies do. `infer serve --chat-template` of an empty (or plain-text) file served a
 template that ignores every message, and `--chat-template ''` served the default silently.
 `infer generate --prompt-ids 1_0` was token 10 (Python's int() syntax; "+1" and Arabic-Indic
-digits too), and every --prompt-ids refusal waited ~2 s for the model to load."""
+digits too), and every --prompt-ids refusal waited ~2 s for the model to load. `experiments run
+--sweep K --assume K=v` dropped the --assume value; `train --weight-chunks 1000000` planned one
+column a chunk and reported "every matrix in 1000000 column chunks"."""
 
 from __future__ import annotations
 
@@ -119,3 +121,16 @@ def test_a_prompt_id_past_64_bits_is_one_short_line():
     line = _refused(["infer", "generate", "--model-dir", "x", "--prompt-ids", "1," + "9" * 5000],
                     "prompt id 99999999999999999999... is outside every vocabulary")  # fmt: skip
     assert len(line) < 200
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["experiments", "run", "wafer-yield", "--sweep", "clock_hz=1e9", "--assume",
+          "clock_hz=2e9"], "--sweep clock_hz and --assume clock_hz=2e+09 set the same assumption"),
+        (["train", "tiny", "--validate-only", "--weight-chunks", "1000000"],
+         "must be at most 512, the widest matrix's columns, got 1,000,000"),
+    ],
+)  # fmt: skip
+def test_options_that_were_silently_overridden_or_clamped_are_refused(args, message):
+    _refused(args, message)
