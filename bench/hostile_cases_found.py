@@ -208,6 +208,9 @@ def found_cases() -> list[Case]:
         Case("found", "train --weight-chunks 1000000 (hunt 58)", _const(
             "train", "tiny", "--validate-only", "--weight-chunks", "1000000"),
             message="the widest matrix's columns"),
+        Case("found", "experiments run --out '' (hunt 58)", _const(
+            "experiments", "run", "wafer-yield", "--quick", "--out", ""),
+            message="--out is empty; give a folder name"),
         Case("found", "infer serve --served-model-name ''", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
             message="must not be empty"),

@@ -11,7 +11,8 @@ template that ignores every message, and `--chat-template ''` served the default
 `infer generate --prompt-ids 1_0` was token 10 (Python's int() syntax; "+1" and Arabic-Indic
 digits too), and every --prompt-ids refusal waited ~2 s for the model to load. `experiments run
 --sweep K --assume K=v` dropped the --assume value; `train --weight-chunks 1000000` planned one
-column a chunk and reported "every matrix in 1000000 column chunks"."""
+column a chunk and reported "every matrix in 1000000 column chunks". An empty output path
+(`--out ''`) was click's Path('.'): `experiments run` wrote into the current folder."""
 
 from __future__ import annotations
 
@@ -134,3 +135,20 @@ def test_a_prompt_id_past_64_bits_is_one_short_line():
 )  # fmt: skip
 def test_options_that_were_silently_overridden_or_clamped_are_refused(args, message):
     _refused(args, message)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["experiments", "run", "wafer-yield", "--quick", "--out", ""],
+         "--out is empty; give a folder name, e.g. out"),
+        (["wafer", "defects", "--preset", "tiny", "--png", ""],
+         "--png is empty; give a file name, e.g. output.png"),
+        (["hpc", "tlrmvm", "compress", "--matrix", "synthetic-seismic", "--n", "64", "--out", ""],
+         "--out is empty; give a file name"),
+    ],
+)  # fmt: skip
+def test_an_empty_output_path_is_refused_not_read_as_here(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    _refused(args, message)
+    assert list(tmp_path.iterdir()) == []  # nothing written where the command ran
