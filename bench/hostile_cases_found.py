@@ -175,6 +175,42 @@ def found_cases() -> list[Case]:
         Case("found", "experiments run --sweep of 10,000 values", _const(
             "experiments", "run", "wafer-yield", "--quick", "--sweep",
             "clock_hz=" + ",".join(["1e9"] * 10_000)), message="WSE_LIMIT_SWEEP_VALUES"),
+        Case("found", "experiments run --sweep 1e9,,2e9 (hunt 58)", _const(
+            "experiments", "run", "wafer-yield", "--quick", "--sweep", "clock_hz=1e9,,2e9"),
+            message="--sweep's value 2 of 3 is empty"),
+        Case("found", "plan infer --gamma without --draft (hunt 58)", _const(
+            "plan", "infer", "--model", "llama3-8b", "--gamma", "4"),
+            message="--gamma needs --draft"),
+        Case("found", "plan infer --tokens-per-day 1e-300 (hunt 58)", _const(
+            "plan", "infer", "--model", "llama3-8b", "--tokens-per-day", "1e-300"),
+            message="[1, 1e+16] (tokens/day)"),
+        Case("found", "WSE_LIMIT_SWEEP_VALUE (misspelt) (hunt 58)", _const("wafer", "info"),
+             env={"WSE_LIMIT_SWEEP_VALUE": "100"}, message="is no limit (did you mean"),
+        Case("found", "WSE_LIMIT_SWEEP_VALUES=1.5 (hunt 58)", _const("wafer", "info"),
+             env={"WSE_LIMIT_SWEEP_VALUES": "1.5"}, message="must be a positive integer"),
+        Case("found", "WSE_LIMIT_FILE_BYTES=1e26 (hunt 58)", _const("wafer", "info"),
+             env={"WSE_LIMIT_FILE_BYTES": "1e26"}, message="of at most 64 bits"),
+        Case("found", "JAX_PLATFORMS=nope (hunt 58)", _const("wafer", "check", "--grid", "2", "2"),
+             env={"JAX_PLATFORMS": "nope"}, message="Unable to initialize backend 'nope'"),
+        Case("found", "serve --speculative-config with a key twice (hunt 58)", _const(
+            "infer", "serve", "--model-dir", "mock", "--port", "0", "--speculative-config",
+            '{"num_speculative_tokens": 2, "num_speculative_tokens": 3}'),
+            message="appears more than once"),
+        Case("found", "serve --chat-template <empty file> (hunt 58)", lambda fx, tmp: [
+            "infer", "serve", "--model-dir", "mock", "--port", "0", "--chat-template",
+            _text(tmp, "t.jinja", "")], message="holds no Jinja"),
+        Case("found", "infer generate --prompt-ids 1_0 (hunt 58)", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt-ids", "1_0"],
+            message="must be comma-separated integers"),
+        Case("found", "experiments run --sweep K --assume K=v (hunt 58)", _const(
+            "experiments", "run", "wafer-yield", "--sweep", "clock_hz=1e9", "--assume",
+            "clock_hz=2e9"), message="set the same assumption"),
+        Case("found", "train --weight-chunks 1000000 (hunt 58)", _const(
+            "train", "tiny", "--validate-only", "--weight-chunks", "1000000"),
+            message="the widest matrix's columns"),
+        Case("found", "experiments run --out '' (hunt 58)", _const(
+            "experiments", "run", "wafer-yield", "--quick", "--out", ""),
+            message="--out is empty; give a folder name"),
         Case("found", "infer serve --served-model-name ''", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name", ""),
             message="must not be empty"),

@@ -121,6 +121,10 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
             "stop_token_ids": [1] * 100_000}).content, 400),
         ("key given twice", "/v1/completions",
          b'{"model": "%s", "prompt": "a", "prompt": "b"}' % model.encode(), 400),
+        ("tokenize return_token_strs (hunt 58)", "/tokenize", httpx.Request("POST", url, json={
+            "model": model, "prompt": "a", "return_token_strs": True}).content, 400),
+        ("tokenize prompt and messages (hunt 58)", "/tokenize", httpx.Request("POST", url, json={
+            "model": model, "prompt": "a", "messages": chat["messages"]}).content, 400),
     ]  # fmt: skip
     requests += _hunt56_requests(model)
     rows = []

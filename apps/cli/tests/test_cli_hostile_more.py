@@ -102,7 +102,10 @@ def test_a_host_memory_cap_that_is_not_a_byte_count_is_one_error(monkeypatch, va
     ("sweep", "message"),
     [("clock_hz=" + ",".join(["1e9"] * 100_000), "--sweep's number of values is 100,000"),
      ("", "--sweep takes KEY=a,b,c or KEY, got ''"),  # was "--assume takes KEY=VALUE, got '=0'"
-     ("=1,2", "--sweep takes KEY=a,b,c or KEY")],
+     ("=1,2", "--sweep takes KEY=a,b,c or KEY"),
+     # hunt 58: an empty value was skipped, and a sweep of fewer values ran with exit 0
+     ("clock_hz=1e9,,2e9", "--sweep's value 2 of 3 is empty in 'clock_hz=1e9,,2e9'"),
+     ("clock_hz=1e9,2e9,", "commas (did you mean clock_hz=1e9,2e9?)")],
 )  # fmt: skip
 def test_experiment_sweeps_are_bounded_and_named(sweep, message):
     # hunt 55: 100,000 values ran for more than 15 minutes (each reruns every prediction)

@@ -168,3 +168,27 @@ def test_penalised_speculative_sampling_is_exact(gamma):
 
     assert stats.chisquare(cells, law(pres, freq, rep)).pvalue > 1e-4
     assert stats.chisquare(cells, law(0.0, 0.0, 1.0)).pvalue < 1e-10
+
+
+@pytest.mark.parametrize("huge, large", [(1e300, 1e20), (1e-300, 1e-20)])
+def test_a_repetition_penalty_past_float32_acts_as_its_extreme(huge, large):
+    """Hunt 58: repetition_penalty 1e300 (inf in float32) made a seen logit of 0 NaN (0 x inf)
+    and 1e-300 (0 in float32) sent a positive one to inf (inf - inf in softmax): NaN rows, and
+    token 0 drawn every time, with an overflow warning. Now the logits are held finite and the
+    token drawn is the one a large representable penalty gives."""
+    import warnings
+
+    import jax.numpy as jnp
+    from wse_inference.sampling import penalize, penalties_for
+
+    z = np.array([3.0, 0.0, -2.0, 1.0, 2.5, -0.5], np.float32)
+    seen = [0, 1, 2, 5]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the float32 cast of 1e300 warned on stderr
+        got = {
+            rep: np.asarray(penalize(jnp.asarray(z), penalties_for(_greedy(0, 0, rep), seen, 6)))
+            for rep in (huge, large)
+        }
+    assert np.isfinite(got[huge]).all(), got[huge]
+    want = np_penalize(z.astype(np.float64), [], seen, repetition=large)
+    assert np.argmax(got[huge]) == np.argmax(got[large]) == np.argmax(want)

@@ -192,3 +192,20 @@ def test_acceptance_stats_and_formula():
     # (1 - a^(g+1)) / ((1 - a)(g c + 1)) at a = 0.8, g = 4, c = 0: 3.3616
     assert expected_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8**5) / 0.2)
     assert expected_speedup(0.8, 4, 0.25) == pytest.approx((1 - 0.8**5) / 0.2 / 2)
+
+
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p",
+    [(1.5e-38, 0, 1.0), (1.5e-38, 3, 0.9), (1.0, 0, 1e-300), (0.7, 4, 1e-46), (2e-38, 0, 1e-300)],
+)
+def test_settings_past_float32_are_greedy_not_nan(temperature, top_k, top_p):
+    """Hunt 58: a temperature whose logits / T overflow float32, or a top_p that is 0 in
+    float32 (both pass the request checks, which read doubles), gave rows of NaN, and every
+    token drawn was id 0. Both are the limit of greedy: one-hot on the argmax."""
+    logits = np.random.default_rng(5).normal(size=(4, 17)) * 10
+    got = np.asarray(token_probs(jnp.asarray(logits, jnp.float32), temperature, top_k, top_p))
+    assert np.isfinite(got).all(), got
+    np.testing.assert_array_equal(got, np.eye(17)[np.argmax(logits, axis=-1)])
+    keys = jax.vmap(lambda i: token_key(seed_key(6), i))(jnp.arange(4))
+    drawn = sample(jnp.asarray(logits, jnp.float32), temperature, top_k, top_p, keys)
+    np.testing.assert_array_equal(np.asarray(drawn), np.argmax(logits, axis=-1))

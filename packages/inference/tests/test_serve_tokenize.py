@@ -57,3 +57,17 @@ def test_a_model_not_served_is_a_400_model_not_found(url):
     # hunt 56: OpenAI's code model_not_found (their status is 404; bad input is a 400 here)
     r = httpx.post(url + "/tokenize", json={"model": "nope", "prompt": "a"}, timeout=10)
     assert r.status_code == 400 and r.json()["error"]["code"] == "model_not_found", r.text
+
+
+@pytest.mark.parametrize(
+    "body, param, words",
+    [({"prompt": "a", "add_special_tokens": "x"}, "add_special_tokens", "true or false"),
+     ({"prompt": "a", "return_token_strs": True}, "return_token_strs", "not supported"),
+     ({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, "prompt", "not both")],
+)  # fmt: skip
+def test_tokenize_fields_it_cannot_honour_are_400s(url, body, param, words):
+    # hunt 58: each was a 200 (the flag ignored, token_strs null, the prompt dropped)
+    r = httpx.post(url + "/tokenize", json=body, timeout=10)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and words in err["message"], err

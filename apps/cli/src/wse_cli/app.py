@@ -54,8 +54,10 @@ def root(
     process_id: int = multiprocess.PROCESS_ID,
     coordinator: str = multiprocess.COORDINATOR,
 ) -> None:
+    from wse_core.host.limits import check_variables
     from wse_core.host.runtime import configure
 
+    check_variables()  # a misspelt or fractional WSE_LIMIT_* before any work
     configure(devices)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     multiprocess.join_later(num_processes, process_id, coordinator)  # once the command parses

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import sys
 from collections.abc import Callable
 
@@ -68,6 +69,10 @@ class WseGroup(TyperGroup):
                 _NOTES.clear()  # the refusal is the one line
                 typer.echo(f"Error: {e}", err=True)
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
+            if (no_backend := _no_backend(e)) is not None:  # hunt 58: was a traceback
+                _NOTES.clear()
+                typer.echo(f"Error: {no_backend}", err=True)
+                raise typer.Exit(2) from None
             if isinstance(e, OSError) and e.errno in _DISK_FAULTS:  # a valid run's fault: 1
                 _NOTES.clear()
                 where = f" {e.filename}" if e.filename else ""
@@ -81,6 +86,23 @@ class WseGroup(TyperGroup):
             raise
         _say_notes()
         return done
+
+
+def _no_backend(e: Exception) -> str | None:
+    """One line for JAX failing to start the platforms `JAX_PLATFORMS` names (`nope`: JAX's
+    RuntimeError; `cuda` without its plugin: an AssertionError in xla_bridge), else None."""
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if isinstance(e, RuntimeError) and str(e).startswith("Unable to initialize backend"):
+        return " ".join(str(e).split())
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if platforms and tb is not None and tb.tb_frame.f_code.co_filename.endswith("xla_bridge.py"):
+        return (
+            f"JAX cannot start JAX_PLATFORMS={platforms!r} on this machine; set "
+            "JAX_PLATFORMS=cpu or unset it"
+        )
+    return None
 
 
 _NOTES: list[str] = []  # what the options said about the command's files, said once it ran

@@ -17,6 +17,7 @@ command does any work, with one line and exit code 2:
 - `png_file(default, "--png")`: `output_file` with suffix ".png".
 - `output_dir(default, "--out")`: an existing path must be a writable folder, else the
   nearest existing folder above it must be writable. Nothing is created here.
+- An empty path ('') is refused by both (click would read it as '.', the current folder).
 
 Each option's callback carries the attribute `OUTPUT_MARK` (its kind, "file" or "dir"), so a
 test can find every output option of every command, as `options.NUMBER_MARK` finds every
@@ -90,11 +91,24 @@ def _probe(folder: Path, name: str, path: Path) -> None:
         ) from None
 
 
+class _Empty(str):
+    """What `_path` makes of an empty argument: click would make it Path('.'), the current
+    folder (hunt 58: `--out ''` wrote into it, `--png ''` named '.')."""
+
+
+def _path(value: Any) -> Any:
+    return _Empty() if value == "" else value if isinstance(value, Path) else Path(value)
+
+
 def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None, **kw: Any):
     def check(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
-        if value is None or value == "":
-            return value
         name = param.opts[0] if param.opts else str(param.name)
+        if isinstance(value, _Empty):
+            example = f"output{suffix or ''}" if kind == "file" else "out"
+            word = "file" if kind == "file" else "folder"
+            raise UserInputError(f"{name} is empty; give a {word} name, e.g. {example}")
+        if value is None:
+            return value
         path = Path(value)
         if suffix and str(path) == os.devnull:  # matplotlib would write /dev/null.png
             return None  # nothing drawn: the picture is thrown away
@@ -105,7 +119,8 @@ def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None,
         return path
 
     setattr(check, OUTPUT_MARK, kind)
-    return typer.Option(default, *names, callback=check, **kw)
+    kw.setdefault("metavar", "<path>")  # the house's help metavar (a parser hides the type)
+    return typer.Option(default, *names, callback=check, parser=_path, **kw)
 
 
 def output_file(default: Any, *names: str, suffix: str | None = None, **option: Any) -> Any:

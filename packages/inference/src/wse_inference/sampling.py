@@ -94,7 +94,11 @@ def token_probs(
     top_k = jnp.broadcast_to(jnp.asarray(top_k, jnp.int32), lead)[..., None]
     top_p = jnp.broadcast_to(jnp.asarray(top_p, jnp.float32), lead)[..., None]
     greedy = jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
-    scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
+    # Shifted by the row's max before dividing (softmax is shift-invariant): a temperature as
+    # small as float32 allows (1.5e-38) then sends the others to -inf, never the max to inf
+    # (inf - inf was NaN in every probability).
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    scaled = (logits - top) / jnp.where(temperature > 0, temperature, 1.0)
 
     def cut(z):
         return _top_p_cut(jax.nn.softmax(_top_k_cut(z, top_k), axis=-1), top_p)
@@ -119,7 +123,9 @@ def _top_p_cut(probs: jax.Array, top_p: jax.Array) -> jax.Array:
     order = jnp.argsort(-probs, axis=-1)
     ordered = jnp.take_along_axis(probs, order, axis=-1)
     before = jnp.cumsum(ordered, axis=-1) - ordered  # mass of the strictly more likely tokens
-    keep_sorted = (before < top_p) | (top_p >= 1.0)
+    first = jnp.arange(probs.shape[-1]) == 0  # the most likely token is always kept (vLLM's
+    # rule): a top_p that is 0 in float32 (1e-300) is greedy, not a row of NaN
+    keep_sorted = (before < top_p) | (top_p >= 1.0) | first
     keep = jnp.take_along_axis(keep_sorted, jnp.argsort(order, axis=-1), axis=-1)
     kept = jnp.where(keep, probs, 0.0)
     return kept / jnp.sum(kept, axis=-1, keepdims=True)
@@ -211,8 +217,12 @@ def penalize(logits: jax.Array, pen: Penalties | None) -> jax.Array:
     col = lambda x: jnp.asarray(x, jnp.float32)[..., None]  # noqa: E731
     rep = col(pen.repetition)
     seen = pen.prompt | (pen.counts > 0)
-    z = jnp.where(seen, jnp.where(z > 0, z / rep, z * rep), z)
-    return z - col(pen.frequency) * c - col(pen.presence) * (c > 0)
+    z = jnp.where(seen, jnp.where(z > 0, z / rep, jnp.where(z < 0, z * rep, z)), z)
+    z = z - col(pen.frequency) * c - col(pen.presence) * (c > 0)
+    # A penalty past float32 (1e300 is inf, 1e-300 is 0) pushes logits to +-inf (0 * inf was
+    # NaN): held at float32's largest, the row keeps its order and softmax stays finite.
+    big = jnp.finfo(jnp.float32).max
+    return jnp.clip(z, -big, big)
 
 
 def count_tokens(pen: Penalties | None, tokens: jax.Array, weight=1) -> Penalties | None:
@@ -233,7 +243,8 @@ def penalties_for(
     prompt = np.zeros(vocab_size, bool)
     prompt[np.asarray(prompt_ids, np.int64)] = True
     counts = np.bincount(np.asarray(generated, np.int64), minlength=vocab_size).astype(np.int32)
-    f32 = np.float32
+    big = float(np.finfo(np.float32).max)  # 1e300 saturates (no overflow warning); see penalize
+    f32 = lambda x: np.float32(min(max(x, -big), big))  # noqa: E731
     return Penalties(
         counts,
         prompt,

@@ -168,6 +168,9 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
     from wse_core.studies.sweeps import parse_sweep, sweep, sweep_values
 
     key, parsed = parse_sweep(item)
+    if key in changes:  # hunt 58: the sweep's values replaced the --assume one, silently
+        fail(f"--sweep {key} and --assume {key}={changes[key]:g} set the same assumption; "
+             f"drop --assume {key} (the sweep sets it to each of its values)")  # fmt: skip
     values = sweep_values(key, parsed)  # the constant's range when no values are given
     module = importlib.import_module(fn.__module__)
     predict = getattr(module, f"{fn.__name__}_predictions", None)

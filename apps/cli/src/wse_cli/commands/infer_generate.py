@@ -36,16 +36,27 @@ from wse_cli.outputs import output_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 
-def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab_size: int):
+def _parse_prompt_ids(prompt: str | None, prompt_ids: str | None) -> list[int] | None:
+    """--prompt-ids as integers, checked before any file is read (None: --prompt is given)."""
     if (prompt is None) == (prompt_ids is None):
         fail("give exactly one of --prompt TEXT or --prompt-ids 1,2,3")
-    if prompt is not None:
+    if prompt_ids is None:
+        return None
+    # "1,,2" or a trailing comma is a typo, not a shorter prompt; "1_0", "+1" and other
+    # scripts' digits are Python's int() syntax, not token ids (hunt 58: 1_0 was 10)
+    parts = [x.strip() for x in prompt_ids.split(",")]
+    digits = [x.removeprefix("-") for x in parts]
+    if not all(d.isascii() and d.isdigit() for d in digits):
+        fail(f"--prompt-ids must be comma-separated integers (e.g. 1,2,3), got {prompt_ids!r}")
+    long = next((x for x, d in zip(parts, digits, strict=True) if len(d) > 18), None)
+    if long is not None:  # past 64 bits (int() refuses past 4,300 digits with a traceback)
+        fail(f"prompt id {long[:20]}... is outside every vocabulary (at most 64 bits)")
+    return [int(x) for x in parts]
+
+
+def _prompt_ids(prompt: str | None, ids: list[int] | None, tokenizer, vocab_size: int):
+    if ids is None:
         ids = tokenizer.encode(prompt)
-    else:
-        try:  # "1,,2" or a trailing comma is a typo, not a shorter prompt
-            ids = [int(x) for x in prompt_ids.split(",")]
-        except ValueError:
-            fail(f"--prompt-ids must be comma-separated integers (e.g. 1,2,3), got {prompt_ids!r}")
     bad = [i for i in ids if not 0 <= i < vocab_size]
     if bad:
         fail(f"prompt id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
@@ -165,6 +176,7 @@ def generate(
     from wse_inference.engine import SamplingParams, validate_sampling
     from wse_inference.model_dir import check_config_file, check_tokenizer_file, load_model
 
+    parsed_ids = _parse_prompt_ids(prompt, prompt_ids)  # a typo: refused before any file
     check_config_file(model_dir)  # a huge or deep config.json is refused before JAX loads
     check_tokenizer_file(model_dir)  # an unreadable tokenizer.json: refused before the weights
 
@@ -211,6 +223,8 @@ def generate(
         )
     context = max_context or cfg.max_seq_len
     validate_sampling(sampling, vocab_size=cfg.vocab_size, max_context=context, prompt_len=1)
+    if parsed_ids is not None:  # ids outside the vocabulary: before the model loads (JAX)
+        _prompt_ids(None, parsed_ids, None, cfg.vocab_size)
     check_host_memory(
         cfg,
         rows=1 if spec is not None else max(1, stages),
@@ -222,7 +236,7 @@ def generate(
 
     sdpa_cpu.compile_early(cfg.hd, "float32", backward=False)  # load_model's dtype; meanwhile
     model = load_model(model_dir, tokenizer_required=prompt is not None, weights=weights)
-    ids = _prompt_ids(prompt, prompt_ids, model.tokenizer, model.config.vocab_size)
+    ids = _prompt_ids(prompt, parsed_ids, model.tokenizer, model.config.vocab_size)
     context = max_context or model.config.max_seq_len
     validate_sampling(
         sampling, vocab_size=model.config.vocab_size, max_context=context, prompt_len=len(ids)

@@ -36,8 +36,10 @@ SERVE_HELP = (
 
 def _chat_template(value: str | None) -> str | None:
     """--chat-template: a Jinja file, or the template itself (as vLLM takes it); checked now."""
-    if not value:
+    if value is None:
         return None
+    if not value.strip():  # hunt 58: '' served the default template, silently
+        fail("--chat-template must not be empty: give a Jinja file or template, or leave it out")
     import jinja2
     from wse_core.host.readers import read_text
     from wse_inference.serve.chat_template import compile_chat_template
@@ -48,6 +50,9 @@ def _chat_template(value: str | None) -> str | None:
             value = read_text(path, "--chat-template")
         except (OSError, UnicodeDecodeError) as e:
             fail(f"--chat-template: cannot read {str(path)!r}: {e}")
+        if "{{" not in value and "{%" not in value:  # hunt 58: an empty file was served
+            fail(f"--chat-template file {str(path)!r} holds no Jinja ({{{{ }}}} or {{% %}}): "
+                 "every chat would render the same text, its messages unread")  # fmt: skip
     elif "{{" not in value and "{%" not in value:
         fail(f"--chat-template: {value!r} is neither a file nor a Jinja template")
     try:

@@ -39,7 +39,9 @@ JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
 PNG = png_file(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
 # Upper bounds of the plan's quantities (hunt 55): inside them every total is finite and still
 # means something; `--tokens 1e308` printed 1e301 kWh. Lower ones (hunt 57): at least one
-# token to train, a day of deployment (1e-300 days spread the people cost over nothing).
+# token to train, a day of deployment (1e-300 days spread the people cost over nothing); a
+# token a day served (hunt 58: 1e-300 made the energy per token inf, and the refusal asked
+# for smaller values).
 MAX_TOKENS = 1e17  # training tokens: ~7,000x Llama 3's 15e12
 MAX_TOKENS_PER_DAY = 1e16  # served a day: ~300x Google's ~3e13 (2025)
 MAX_USER_TOKENS_PER_S = 1_000_000  # per user: ~500x the fastest served (~2,000 tokens/s)
@@ -203,7 +205,7 @@ def infer(
         None,
         "--tokens-per-day",
         help="Load (default: one wafer replica busy at its point).",
-        gt=0,
+        ge=1,
         le=MAX_TOKENS_PER_DAY,
         unit="tokens/day",
     ),
@@ -240,7 +242,12 @@ def infer(
     ),
     draft: str = typer.Option(None, "--draft", help="Draft model: speculative decoding."),
     gamma: int = number(
-        4, "--gamma", help="Drafted tokens per round.", kind=int, ge=1, limit="gamma"
+        None,
+        "--gamma",
+        help="Drafted tokens per round (default: 4).",
+        kind=int,
+        ge=1,
+        limit="gamma",
     ),
     alpha: float = number(
         None, "--alpha", help="Leviathan's acceptance rate (the engine's spec_alpha metric)."

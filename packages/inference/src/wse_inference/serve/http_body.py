@@ -39,6 +39,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from wse_core.host.json_keys import distinct_keys, not_json
 
 from wse_inference.serve.admission import (
     InvalidRequestError,
@@ -119,24 +120,6 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-def _not_json(word: str) -> Any:
-    """NaN, Infinity and -Infinity: Python's json reads them, JSON has no such values."""
-    raise ValueError(f"{word} is not a JSON value (numbers must be finite)")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object whose keys are distinct: {"prompt": "a", "prompt": "b"} is ambiguous (the
-    last would silently win), so it is refused."""
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"the key {key[:40]!r} appears more than once in one object")
-            seen.add(key)
-    return out
-
-
 def _check_content_type(declared: str | None) -> None:
     """A body declared as anything but JSON (text/plain, a form: curl -d without -H) is refused,
     as vLLM refuses it; no Content-Type at all is read as JSON."""
@@ -162,7 +145,7 @@ def _parse(raw: bytes, max_depth: int) -> Any:
     try:
         # UTF-8 only (a BOM allowed): json.loads(bytes) also reads UTF-16 and UTF-32 (hunt 56)
         text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
-        body = json.loads(text, parse_constant=_not_json, object_pairs_hook=_no_duplicates)
+        body = json.loads(text, parse_constant=not_json, object_pairs_hook=distinct_keys)
     except RecursionError:
         raise too_deep from None
     except (ValueError, UnicodeDecodeError) as e:

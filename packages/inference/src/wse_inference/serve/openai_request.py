@@ -330,6 +330,12 @@ def tokenize_request(
     """vLLM's /tokenize: {count, max_model_len, tokens, token_strs} of {"prompt": text} or of
     {"messages": [...]} through the chat template (the ids a request would run on)."""
     body = _check_model(body, model_names)
+    flag(body.get("add_special_tokens"), "add_special_tokens")  # hunt 58: "x" was taken
+    if flag(body.get("return_token_strs"), "return_token_strs"):  # was answered with null
+        raise invalid("return_token_strs is not supported by this server; leave it out.",
+                      "return_token_strs")  # fmt: skip
+    if "messages" in body and "prompt" in body:  # the prompt was dropped silently
+        raise invalid("Give prompt or messages, not both.", "prompt")
     if "messages" in body:
         ids = chat_prompt(body["messages"], tokenizer, chat_template, max_context=max_context)
     else:

@@ -46,6 +46,7 @@ from wse_systems.transformer import DecoderShape, num_params
 __all__ = ["ServingPlan", "plan_infer", "wafer_serving"]
 
 DAY_S = 86400.0
+DEFAULT_GAMMA = 4  # drafted tokens per round when a draft is given without --gamma
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,11 +165,13 @@ def _limits(speed: float | None, ttft: float | None) -> str:
 
 
 def _speculation(
-    draft: ModelChoice | None, gamma: int, alpha: float | None, target: ModelChoice
+    draft: ModelChoice | None, gamma: int | None, alpha: float | None, target: ModelChoice
 ) -> sv.Speculation | None:
     if draft is None:
         if alpha is not None:
             raise PlanError("--alpha needs --draft (the draft model it is the acceptance of)")
+        if gamma is not None:  # hunt 58: it was dropped, and the plan ran without speculation
+            raise PlanError("--gamma needs --draft (the draft model that drafts the tokens)")
         return None
     if alpha is None:
         raise PlanError("--draft needs --alpha: Leviathan's acceptance rate, e.g. the "
@@ -179,7 +182,8 @@ def _speculation(
             f"--draft {draft.name} ({drafted / 1e9:.3g}B parameters) is larger than the model "
             f"{target.name} ({served / 1e9:.3g}B): a draft must be at most the model's size"
         )
-    return sv.Speculation(draft=draft.config, gamma=gamma, alpha=alpha)
+    return sv.Speculation(draft=draft.config, gamma=DEFAULT_GAMMA if gamma is None else gamma,
+                          alpha=alpha)  # fmt: skip
 
 
 def _check(users, speed, ttft, hbm_fraction, mfu) -> None:
@@ -224,7 +228,7 @@ def plan_infer(
     gpu_precision: str = "bf16",
     max_ttft_s: float | None = None,
     draft: ModelChoice | None = None,
-    gamma: int = 4,
+    gamma: int | None = None,  # with a draft: DEFAULT_GAMMA; without one: must stay None
     alpha: float | None = None,
     rates: dict[str, Any] | None = None,
     gemv: str = "sdk",

@@ -110,6 +110,12 @@ def forced(model: Any, k: int, reason: str = "") -> WeightChunks:
     if k < 1:
         raise WseError(f"weight chunks per matrix must be >= 1, got {k}")
     mats, vectors = layer_shapes(model)
+    widest = max(m.n_out for m in mats)
+    if k > widest:  # hunt 58: 10**6 was planned as one column a chunk, and reported as 10**6
+        raise WseError(
+            f"weight chunks per matrix (runconfig.weight_chunks) must be at most {widest:,}, "
+            f"the widest matrix's columns, got {k:,}; 0 chunks them as SRAM allows"
+        )
     counts = tuple(min(k, m.n_out) for m in mats)
     return WeightChunks(matrices=mats, counts=counts, vector_params=vectors, reason=reason)
 

@@ -19,10 +19,10 @@ every file of the stack goes through (`read_text`, `load_json`, `load_yaml`) are
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from wse_core.errors import WseError
+from wse_core.errors import WseError, suggest
 
 __all__ = [
     "LimitError",
@@ -34,6 +34,7 @@ __all__ = [
     "lift",
     "refusal",
     "check",
+    "check_variables",
 ]
 
 ENV_PREFIX = "WSE_LIMIT_"
@@ -254,13 +255,24 @@ def limit(name: str) -> int:
     raw = os.environ.get(lim.env)
     if raw is None or raw == "":
         return int(lim.value())
-    try:
-        value = int(float(raw))
-    except (ValueError, OverflowError):
-        raise WseError(f"{lim.env} must be a positive integer, got {raw!r}") from None
-    if value <= 0:
-        raise WseError(f"{lim.env} must be a positive integer, got {raw!r}")
+    try:  # "1e6" is a million; "1.5" is no count (hunt 58: it was read as 1)
+        number = float(raw)
+        value = int(raw) if raw.strip().isdigit() else int(number) if number.is_integer() else 0
+    except ValueError:  # not a number, or digits past int()'s 4300
+        value = 0
+    if not 1 <= value < 2**63:
+        raise WseError(f"{lim.env} must be a positive integer of at most 64 bits, got {raw!r}")
     return value
+
+
+def check_variables(environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse a `WSE_LIMIT_*` naming no limit (a misspelt one lifted nothing) or no count."""
+    known = {lim.env: name for name, lim in LIMITS.items()}
+    for env in sorted(environ):
+        if env.startswith(ENV_PREFIX) and env not in known:
+            raise WseError(f"{env} is no limit{suggest(env, known)}; see docs/limits.md")
+        if env in known:
+            limit(known[env])
 
 
 def lift(name: str) -> str:

@@ -5,7 +5,7 @@ Contract. Each refuses an input past its limit before the work it would cost, wi
 - `read_text(path, what)`: a regular file's text, at most `file_bytes` (`/dev/zero` and a
   FIFO are refused before a byte is read; a file growing while read is cut at the limit);
 - `load_json(text, what)`: JSON nested at most `json_depth` levels (counted on the text,
-  without recursion, before the parser runs);
+  without recursion, before the parser runs), each object's keys distinct (`json_keys`);
 - `load_yaml(text, what, loader=...)`: YAML of at most `yaml_bytes` (refused before PyYAML,
   which parses ~1.2 MB/s) whose node count, every alias expanded, is at
   most `yaml_nodes` (counted on the composed graph, linear in its distinct nodes, before any
@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wse_core.host.json_keys import distinct_keys
 from wse_core.host.limits import LimitError, lift, limit, refusal
 from wse_core.host.memory import HostMemoryError, format_bytes, require
 
@@ -66,10 +67,19 @@ def read_text(path: str | Path, what: str) -> str:
             raise LimitError(f"{what} {str(path)!r} is not a regular file")
         if st.st_size > cap:
             raise refusal("file_bytes", f"{what} {str(path)!r}", f"{st.st_size:,} bytes")
-        raw = f.read(cap + 1)
+        raw = _read_at_most(f, cap + 1)  # a byte past the cap: a file growing while read
     if len(raw) > cap:
         raise refusal("file_bytes", f"{what} {str(path)!r}", f"over {cap:,} bytes")
     return raw.decode("utf-8")
+
+
+def _read_at_most(f: Any, n: int, chunk: int = 1 << 24) -> bytes:
+    """Up to `n` bytes of `f` (`f.read(n)` allocates n bytes: hunt 58's MemoryError at 1e12)."""
+    parts, got = [], 0
+    while got < n and (part := f.read(min(n - got, chunk))):
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
@@ -95,7 +105,7 @@ def load_json(text: str | bytes, what: str) -> Any:
     depth = text_depth(text)
     if depth > limit("json_depth"):
         raise refusal("json_depth", f"the nesting of {what}", f"{depth:,} levels")
-    return json.loads(text)
+    return json.loads(text, object_pairs_hook=distinct_keys)  # a key twice: ValueError
 
 
 def _expanded_nodes(root: Any, what: str) -> tuple[int, int]:

@@ -89,10 +89,16 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
         low = CONSTANTS[key].limits[0] if key in CONSTANTS else 0.0
         parse_assumptions([f"{key}={low!r}"])  # the key must be a known assumption
         return key, None
-    parts = [v for v in rest.split(",") if v.strip()]
-    if not parts:
+    parts = [v.strip() for v in rest.split(",")]
+    if not any(parts):
         raise SpecError(f"--sweep takes KEY=a,b,c, got {item!r}")
     check("sweep_values", len(parts), "--sweep's number of values")  # each reruns everything
+    if "" in parts:  # "1e9,,2e9" or a trailing comma is a typo, not a shorter sweep
+        meant = ",".join(v for v in parts if v)
+        raise SpecError(
+            f"--sweep's value {parts.index('') + 1} of {len(parts)} is empty in {item!r}: "
+            f"give a number between every two commas (did you mean {key}={meant}?)"
+        )
     values = tuple(parse_assumptions([f"{key}={v}"])[key] for v in parts)
     return key, values
 
