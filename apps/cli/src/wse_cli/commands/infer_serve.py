@@ -264,7 +264,7 @@ def bench(
     import httpx
     from rich.console import Console
     from rich.table import Table
-    from wse_inference.demo.load_test import LoadTestConfig, run_load_test
+    from wse_inference.demo.load_test import LoadTestConfig, ServerReplyError, run_load_test
 
     _check_url(url)
     if model is not None and not model.strip():
@@ -282,6 +282,8 @@ def bench(
         summary = run_load_test(cfg)
     except httpx.HTTPError as e:
         fail(f"cannot reach {url}: {type(e).__name__}: {e}")
+    except ServerReplyError as e:
+        fail(f"{url} is not an OpenAI-compatible server: {e}")
     errors = summary["errors"]
     if not summary["completed"] and errors and all(e.startswith("Connect") for e in errors):
         fail(f"cannot reach {url}: {errors[0]}")  # --model given: no /v1/models asked first

@@ -1,0 +1,103 @@
+"""`wse infer bench`'s client (`demo.load_test`) against a server whose answers are not
+OpenAI's (hostile or not an OpenAI server at all): before hunt 58b, a /v1/models that was
+HTML or listed no model, and a stream chunk that was a list, had "choices": "abc", text 5,
+usage "x" or completion_tokens NaN, crashed the client with a traceback (or summed NaN
+tokens); a stream cut before `data: [DONE]` was counted as completed."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+from wse_inference.demo.load_test import LoadTestConfig, ServerReplyError, run_load_test
+
+pytestmark = pytest.mark.timeout(60)
+
+GOOD_MODELS = b'{"object": "list", "data": [{"id": "m"}]}'
+GOOD_STREAM = b'data: {"choices": [{"text": "a"}]}\n\ndata: [DONE]\n\n'
+
+
+@contextlib.contextmanager
+def fake_server(models: bytes, stream: bytes) -> Iterator[str]:
+    """An HTTP server answering GET with `models` and POST with the SSE bytes `stream`."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, body: bytes, ctype: str) -> None:
+            self.send_response(200)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._send(models, "application/json")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self._send(stream, "text/event-stream")
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _run(url: str) -> dict:
+    return run_load_test(LoadTestConfig(url=url, num_requests=2, concurrency=1, timeout_s=10))
+
+
+@pytest.mark.parametrize(
+    "models", [b"<html>hi</html>", b'{"data": []}', b"[1, 2]", b'{"data": [{"id": 5}]}']
+)
+def test_a_models_list_without_a_model_id_is_one_clear_error(models):
+    with fake_server(models, GOOD_STREAM) as url, pytest.raises(ServerReplyError) as e:
+        _run(url)
+    assert "GET /v1/models" in str(e.value) and "--model" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "chunk, words",
+    [
+        (b"[1]", "not a JSON object"),
+        (b'{"error": "boom"}', "boom"),
+        (b'{"error": {"message": "too long"}}', "too long"),
+        (b'{"choices": "abc"}', "choices"),
+        (b'{"choices": [5]}', "choices"),
+        (b'{"choices": [{"text": 5}]}', "choices"),
+        (b'{"choices": [], "usage": "x"}', "usage"),
+        (b'{"choices": [], "usage": {"completion_tokens": NaN}}', "usage"),
+        (b'{"choices": [], "usage": {"completion_tokens": "7"}}', "usage"),
+        (b"{not json", "Expecting"),
+    ],
+)
+def test_a_chunk_that_is_not_openais_fails_that_request_saying_why(chunk, words):
+    stream = b"data: " + chunk + b"\n\ndata: [DONE]\n\n"
+    with fake_server(GOOD_MODELS, stream) as url:
+        summary = _run(url)
+    assert (summary["completed"], summary["failed"]) == (0, 2)
+    assert words in summary["errors"][0]
+
+
+def test_a_stream_cut_before_done_is_a_failed_request():
+    with fake_server(GOOD_MODELS, b'data: {"choices": [{"text": "a"}]}\n\n') as url:
+        summary = _run(url)
+    assert summary["failed"] == 2 and "[DONE]" in summary["errors"][0]
+
+
+def test_an_openai_stream_still_completes():
+    usage = b'data: {"choices": [], "usage": {"completion_tokens": 3}}\n\n'
+    stream = (
+        b'data: {"choices": [{"text": "abc"}], "usage": null}\n\n' + usage + b"data: [DONE]\n\n"
+    )
+    with fake_server(GOOD_MODELS, stream) as url:
+        summary = _run(url)
+    assert (summary["completed"], summary["output_tokens"]) == (2, 6)
