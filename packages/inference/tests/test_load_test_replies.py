@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -101,3 +102,37 @@ def test_an_openai_stream_still_completes():
     with fake_server(GOOD_MODELS, stream) as url:
         summary = _run(url)
     assert (summary["completed"], summary["output_tokens"]) == (2, 6)
+
+
+def test_a_stream_that_never_ends_is_cut_off_at_the_timeout():
+    class Endless(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("content-length", str(len(GOOD_MODELS)))
+            self.end_headers()
+            self.wfile.write(GOOD_MODELS)
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            data = b'data: {"choices": [{"text": "a"}]}\n\n'
+            with contextlib.suppress(OSError):
+                while True:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    time.sleep(0.01)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    t0 = time.monotonic()
+    summary = run_load_test(LoadTestConfig(url=url, num_requests=1, concurrency=1, timeout_s=1))
+    srv.shutdown()
+    assert time.monotonic() - t0 < 10  # was: held forever
+    assert summary["failed"] == 1 and "within 1 s" in summary["errors"][0]

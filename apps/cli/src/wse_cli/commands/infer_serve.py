@@ -269,6 +269,11 @@ def bench(
     _check_url(url)
     if model is not None and not model.strip():
         fail("--model must not be empty; leave it out to use the server's first model")
+    for name, text in (("--prompt", prompt), ("--model", model or "")):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # bytes of the shell that are not UTF-8 (hunt 58b)
+            fail(f"{name} holds bytes that are not UTF-8 text (at character {e.start}); give text")
     cfg = LoadTestConfig(
         url=url.rstrip("/"),
         model=model,

@@ -16,7 +16,8 @@ as failed (the client does not retry), so the figures reflect the server's admis
 The server's answers are checked, not trusted (hunt 58b: a /v1/models that was HTML or had no
 model, or a chunk that was a list or had text 5, crashed the client with a traceback): a
 /v1/models without a model id is `ServerReplyError`; a chunk that is not OpenAI's shape, an
-`error` event, or a stream that ends without `data: [DONE]` fails that request, with why.
+`error` event, a stream that ends without `data: [DONE]` or that has not ended `timeout_s`
+after it was sent (one that never ends held the client forever) fails that request, with why.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class LoadTestConfig:
     concurrency: int = 8
     prompt: str = "The wafer-scale engine"
     max_tokens: int = 32
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # per request, from sending it to data: [DONE]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,9 +113,17 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
     ttft, usage, done = float("nan"), None, False
     parts: list[str] = []
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as r:
+        async with (  # the whole request: a server that streams forever is cut off
+            asyncio.timeout(cfg.timeout_s),
+            client.stream("POST", "/v1/completions", json=body) as r,
+        ):
             if r.status_code != 200:
-                detail = (await r.aread())[:200].decode(errors="replace")
+                detail = b""
+                async for part in r.aiter_bytes():  # the start of it: a body may be endless
+                    detail += part
+                    if len(detail) >= 200:
+                        break
+                detail = detail[:200].decode(errors="replace")
                 return RequestResult(False, error=f"HTTP {r.status_code}: {detail}")
             async for line in r.aiter_lines():
                 if not line.startswith("data: "):
@@ -132,6 +141,8 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
                 parts.append(text)
     except httpx.HTTPError as e:
         return RequestResult(False, error=f"{type(e).__name__}: {e}")
+    except TimeoutError:
+        return RequestResult(False, error=f"no data: [DONE] within {cfg.timeout_s:g} s")
     if not done:
         return RequestResult(False, error="the stream ended without data: [DONE]")
     n = usage if usage is not None else len([p for p in parts if p])
