@@ -123,6 +123,7 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
          b'{"model": "%s", "prompt": "a", "prompt": "b"}' % model.encode(), 400),
     ]  # fmt: skip
     requests += _hunt56_requests(model)
+    requests += _hunt58b_requests(model)
     rows = []
     for name, path, body, want, *how in requests:
         method, ctype = how if how else ("POST", "application/json")
@@ -201,6 +202,20 @@ def _hunt56_requests(model: str) -> list[tuple]:
         ("messages name of 1,000,000 characters", ch, chat(messages=[{"role": "user",
          "content": "x", "name": "n" * 1_000_000}]), 400),  # hunt 57
     ]  # fmt: skip
+
+
+def _hunt58b_requests(model: str) -> list[tuple]:
+    """Hunt 58b's served rows: a body declared in another charset than UTF-8, an empty body
+    (a 400 saying so), and FastAPI's /openapi.json (a JSON 404)."""
+    import json
+
+    body = json.dumps({"model": model, "prompt": "a", "max_tokens": 2}).encode()
+    cc, latin = "/v1/completions", "application/json; charset=latin-1"
+    return [
+        ("body declared charset=latin-1", cc, body, 400, "POST", latin),
+        ("empty body", cc, b"", 400),
+        ("GET /openapi.json (404)", "/openapi.json", b"", 404, "GET", "application/json"),
+    ]
 
 
 def _row(name, got, want, wall_s, peak, message, check_message=True, bound_s=2.0) -> dict:

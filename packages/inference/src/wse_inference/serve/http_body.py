@@ -11,8 +11,9 @@
 
 `refusal_response(error, metrics)` is the HTTP answer to any refusal (400, a model this server
 does not serve included, with code model_not_found; 413, 429, 503). A Content-Type other than
-application/json (or `application/*+json`), or any Content-Encoding (gzip...), is a 400 before
-the body is read; a body that is not UTF-8 (UTF-16 included) is a 400 invalid_json.
+application/json (or `application/*+json`), a charset other than UTF-8, or any Content-Encoding
+(gzip...), is a 400 before the body is read; a body that is empty, or not UTF-8 (UTF-16
+included), is a 400 invalid_json.
 
 A body that stops arriving (a Content-Length larger than what is sent) is refused with 400
 after `limits.body_idle_s` seconds without a byte, instead of holding the connection forever.
@@ -142,10 +143,12 @@ def _check_content_type(declared: str | None) -> None:
     as vLLM refuses it; no Content-Type at all is read as JSON."""
     if declared is None:
         return
-    media = declared.split(";", 1)[0].strip().lower()
+    media, *params = (part.strip() for part in declared.split(";"))
+    media = media.lower()
     if media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
     ):
+        _check_charset(params, declared)
         return
     raise InvalidRequestError(
         f"Content-Type must be application/json, got {declared[:60]!r}; send the body as JSON "
@@ -154,11 +157,32 @@ def _check_content_type(declared: str | None) -> None:
     )
 
 
+def _check_charset(params: list[str], declared: str) -> None:
+    """JSON is UTF-8 (RFC 8259); a body declared in another charset (latin-1, utf-16) would be
+    misread or refused as "Malformed JSON ... can't decode byte", so the charset is refused
+    by name (hunt 58b)."""
+    for param in params:
+        name, _, value = param.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            raise InvalidRequestError(
+                f"Content-Type {declared[:60]!r} declares the charset {charset[:20]!r}; this "
+                "server reads JSON in UTF-8 only: send the body as UTF-8 (charset=utf-8 or no "
+                "charset).",
+                code="invalid_content_type",
+            )
+
+
 def _parse(raw: bytes, max_depth: int) -> Any:
     too_deep = InvalidRequestError(
         f"The request body nests objects and lists more than {max_depth} levels deep.",
         code="invalid_json",
     )
+    if not raw.strip():  # was "Malformed JSON ...: Expecting value: line 1 column 1 (char 0)"
+        raise InvalidRequestError(
+            "The request body is empty; send a JSON object (Content-Type: application/json).",
+            code="invalid_json",
+        )
     try:
         # UTF-8 only (a BOM allowed): json.loads(bytes) also reads UTF-16 and UTF-32 (hunt 56)
         text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")

@@ -1,0 +1,70 @@
+"""Hostile HTTP requests of hunt 58b, each answered with OpenAI's JSON error body naming what
+would be right, the server still healthy after: a body declared in a charset other than
+UTF-8 (was read as UTF-8 anyway, or "Malformed JSON ... can't decode byte"), an empty body
+(was "Expecting value: line 1 column 1 (char 0)"), GET /openapi.json (was FastAPI's schema
+of 422 bodies this server never sends) and n choices beyond the server's slots + queue (was
+a 429 "retry later" on an idle server, which no retry could pass)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from wse_inference.serve.testing import running_server
+
+pytestmark = pytest.mark.timeout(120)
+
+BODY = {"model": "mock", "prompt": "abc", "max_tokens": 2}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server(max_slots=2, max_queued=1) as s:
+        yield s
+
+
+def _error(r: httpx.Response, status: int, server) -> dict:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and "\n" not in err["message"]
+    assert httpx.get(server.http_url + "/health").status_code == 200
+    return err
+
+
+@pytest.mark.parametrize("charset", ["utf-16", "latin-1", '"ISO-8859-1"', "ascii"])
+def test_a_charset_other_than_utf8_is_a_400_naming_it(server, charset):
+    ctype = f"application/json; charset={charset}"
+    r = httpx.post(server.http_url + "/v1/completions", json=BODY, headers={"content-type": ctype})
+    err = _error(r, 400, server)
+    assert err["code"] == "invalid_content_type" and "UTF-8" in err["message"]
+    assert charset.strip('"').lower() in err["message"]
+
+
+@pytest.mark.parametrize("charset", ["utf-8", "UTF-8", '"utf-8"', "utf8"])
+def test_utf8_declared_is_still_served(server, charset):
+    headers = {"content-type": f"application/json; charset={charset}"}
+    r = httpx.post(server.http_url + "/v1/completions", json=BODY, headers=headers)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == "de"
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/tokenize"])
+@pytest.mark.parametrize("raw", [b"", b"  \r\n "])
+def test_an_empty_body_is_a_400_saying_so(server, path, raw):
+    r = httpx.post(server.http_url + path, content=raw)
+    err = _error(r, 400, server)
+    assert err["code"] == "invalid_json" and "body is empty" in err["message"]
+
+
+@pytest.mark.parametrize("path", ["/openapi.json", "/docs", "/redoc"])
+def test_no_schema_or_docs_route_is_served(server, path):
+    err = _error(httpx.get(server.http_url + path), 404, server)
+    assert "Invalid URL" in err["message"] and "POST /v1/completions" in err["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_more_choices_than_slots_and_queue_is_a_400_not_a_429(server, stream):
+    r = httpx.post(server.http_url + "/v1/completions", json={**BODY, "n": 4, "stream": stream})
+    err = _error(r, 400, server)
+    assert err["param"] == "n" and "at most 3 (2 decode slots + 1 queued" in err["message"]
+    assert "n <= 3" in err["message"]
+    ok = httpx.post(server.http_url + "/v1/completions", json={**BODY, "n": 3})
+    assert ok.status_code == 200 and [c["text"] for c in ok.json()["choices"]] == ["de"] * 3
