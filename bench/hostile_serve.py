@@ -205,14 +205,19 @@ def _hunt56_requests(model: str) -> list[tuple]:
 
 
 def _hunt58b_requests(model: str) -> list[tuple]:
-    """Hunt 58b's served rows: a body declared in another charset than UTF-8, an empty body
-    (a 400 saying so), and FastAPI's /openapi.json (a JSON 404)."""
+    """Hunt 58b's served rows: a body declared in another charset than UTF-8, numbers past a
+    float or of thousands of digits (a short 400), an empty body (a 400 saying so), and
+    FastAPI's /openapi.json (a JSON 404)."""
     import json
 
-    body = json.dumps({"model": model, "prompt": "a", "max_tokens": 2}).encode()
+    def c(**fields) -> bytes:
+        return json.dumps({"model": model, "prompt": "a", "max_tokens": 2, **fields}).encode()
+
     cc, latin = "/v1/completions", "application/json; charset=latin-1"
     return [
-        ("body declared charset=latin-1", cc, body, 400, "POST", latin),
+        ("body declared charset=latin-1", cc, c(), 400, "POST", latin),
+        ("temperature 10**400 (was a 500)", cc, c(temperature=10**400), 400),
+        ("max_tokens of 4,001 digits", cc, c(max_tokens=10**4000), 400),
         ("empty body", cc, b"", 400),
         ("GET /openapi.json (404)", "/openapi.json", b"", 404, "GET", "application/json"),
     ]

@@ -68,3 +68,38 @@ def test_more_choices_than_slots_and_queue_is_a_400_not_a_429(server, stream):
     assert "n <= 3" in err["message"]
     ok = httpx.post(server.http_url + "/v1/completions", json={**BODY, "n": 3})
     assert ok.status_code == 200 and [c["text"] for c in ok.json()["choices"]] == ["de"] * 3
+
+
+BIG = 10**4000  # JSON reads it (4,001 digits, under Python's 4,300); past 1.8e308 as a float
+
+
+@pytest.mark.parametrize(
+    "field, value, param",
+    [
+        ("temperature", BIG, "temperature"),  # was a 500: math.isfinite(int) overflowed
+        ("top_p", -BIG, "top_p"),
+        ("presence_penalty", BIG, "presence_penalty"),
+        ("repetition_penalty", 10**309, "repetition_penalty"),
+        ("max_tokens", BIG, "max_tokens"),  # was an 8 KB message, the digits twice
+        ("max_completion_tokens", -BIG, "max_completion_tokens"),
+        ("seed", BIG, "seed"),
+        ("n", BIG, "n"),
+        ("best_of", BIG, "best_of"),
+        ("top_k", BIG, "top_k"),
+        ("logprobs", BIG, "logprobs"),
+        ("prompt", [BIG], "prompt"),
+        ("prompt", [[1, BIG]], "prompt"),
+        ("stop_token_ids", [BIG], "stop_token_ids"),
+    ],
+)
+def test_a_number_of_thousands_of_digits_is_a_short_400(server, field, value, param):
+    r = httpx.post(server.http_url + "/v1/completions", json={**BODY, field: value}, timeout=30)
+    err = _error(r, 400, server)
+    assert err["param"] == param and len(err["message"]) < 200, err["message"][:300]
+    assert "4,001 digits" in err["message"] or "310 digits" in err["message"]
+
+
+def test_detokenize_of_a_token_id_of_thousands_of_digits_is_a_short_400(server):
+    r = httpx.post(server.http_url + "/detokenize", json={"tokens": [65, BIG]}, timeout=30)
+    err = _error(r, 400, server)
+    assert err["param"] == "tokens" and len(err["message"]) < 200

@@ -43,6 +43,7 @@ from wse_inference.serve.admission import (
     RequestLimits,
     check_sampling,
     encode_prompt,
+    shown_int,
 )
 from wse_inference.serve.chat_template import chat_prompt
 from wse_inference.serve.openai_fields import (
@@ -350,5 +351,7 @@ def detokenize_request(
         raise invalid("tokens must be a list of token ids.", "tokens")
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
-        raise invalid(f"Token id {bad[0]} is outside the vocabulary [0, {vocab_size}).", "tokens")
+        raise invalid(
+            f"Token id {shown_int(bad[0])} is outside the vocabulary [0, {vocab_size}).", "tokens"
+        )
     return {"prompt": tokenizer.decode(ids)}
