@@ -143,6 +143,12 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     message = r.json()["error"]["message"] if r.status_code == 400 else r.text[:200]
     rows.append(_row("a 200 KB header", r.status_code, 400, time.perf_counter() - t0, peak[0],
                      message))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()  # hunt 58b: a 17 KB head in one write was taken
+    code, message = _bad_content_length(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                        b"X-A: " + b"a" * 17_000 + b"\r\nContent-Length: 2"
+                                        b"\r\nConnection: close\r\n\r\n{}")  # fmt: skip
+    rows.append(_row("a 17 KB header in one write", code, 400, time.perf_counter() - t0,
+                     peak[0], message))  # fmt: skip
     peak[0], t0 = 0, time.perf_counter()  # hunt 57: half a head was held forever (slowloris)
     code, message = _bad_content_length(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
     rows.append(_row("half a head, then nothing (slowloris)", code, 400,

@@ -3,9 +3,14 @@ would be right, the server still healthy after: a body declared in a charset oth
 UTF-8 (was read as UTF-8 anyway, or "Malformed JSON ... can't decode byte"), an empty body
 (was "Expecting value: line 1 column 1 (char 0)"), GET /openapi.json (was FastAPI's schema
 of 422 bodies this server never sends) and n choices beyond the server's slots + queue (was
-a 429 "retry later" on an idle server, which no retry could pass)."""
+a 429 "retry later" on an idle server, which no retry could pass), numbers of thousands of
+digits (a 500, or an 8 KB message), and a request line or headers past 16 KiB sent in one
+write (taken up to ~256 KB: the limit held only for a head that arrived in pieces)."""
 
 from __future__ import annotations
+
+import json
+import socket
 
 import httpx
 import pytest
@@ -103,3 +108,42 @@ def test_detokenize_of_a_token_id_of_thousands_of_digits_is_a_short_400(server):
     r = httpx.post(server.http_url + "/detokenize", json={"tokens": [65, BIG]}, timeout=30)
     err = _error(r, 400, server)
     assert err["param"] == "tokens" and len(err["message"]) < 200
+
+
+def _send_whole(server, head: bytes) -> bytes:
+    """A request written in one sendall (one read on the server: h11 sees a complete head)."""
+    port = int(server.http_url.rsplit(":", 1)[1])
+    body = json.dumps(BODY).encode()
+    end = b"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(head + end % len(body) + body)
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except ConnectionResetError:  # closed after its 400, with our bytes still unread
+            pass
+    return answer
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST /v1/completions?" + b"q" * 17_000 + b" HTTP/1.1\r\nHost: x\r\n",
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 17_000 + b"\r\n",
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+        + b"".join(b"X-%d: %s\r\n" % (i, b"a" * 90) for i in range(200)),
+    ],
+)
+def test_a_head_past_16kib_in_one_write_is_a_400_naming_the_limit(server, head):
+    answer = _send_whole(server, head)
+    status, _, rest = answer.partition(b"\r\n")
+    assert status == b"HTTP/1.1 400 Bad Request", answer[:200]
+    err = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
+    assert "the request line and headers exceed 16,384 bytes" in err["message"]
+    assert httpx.get(server.http_url + "/health").status_code == 200
+
+
+def test_a_head_under_16kib_in_one_write_is_served(server):
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 15_000 + b"\r\n"
+    assert _send_whole(server, head).startswith(b"HTTP/1.1 200 OK")

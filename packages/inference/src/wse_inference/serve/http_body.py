@@ -243,13 +243,21 @@ def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
     return error_response(503, str(e), type_="service_unavailable", code="shutting_down")
 
 
+def _head_bytes(event: h11.Request) -> int:
+    """The size of a parsed request line and headers as sent (CRLFs included)."""
+    line = len(event.method) + len(event.target) + len(event.http_version) + 9
+    return line + sum(len(name) + len(value) + 4 for name, value in event.headers) + 2
+
+
 class JsonErrorsH11Protocol(H11Protocol):
     """uvicorn's h11 protocol, answering a request h11 cannot parse with OpenAI's JSON error
     body naming what is wrong (uvicorn's own answer is text/plain "Invalid HTTP request
     received."; such a request never reaches the app). A request line and headers that have
     not all arrived `head_s` seconds after their first byte (or after the connection opened)
     get a 400 and the connection is closed (uvicorn has no such timeout: a slowloris client
-    held its connection forever). `protocol_for(limits)` sets `head_s` and `max_head_bytes`."""
+    held its connection forever). A head past `max_head_bytes` is a 400 whether it arrived in
+    pieces (h11's incomplete-event limit) or whole in one read (hunt 58b: up to ~256 KB were
+    taken that way). `protocol_for(limits)` sets `head_s` and `max_head_bytes`."""
 
     head_s: float = RequestLimits.head_s
     max_head_bytes: int = RequestLimits.max_head_bytes
@@ -268,6 +276,12 @@ class JsonErrorsH11Protocol(H11Protocol):
                 raise
             if isinstance(event, h11.Request):  # the head is complete: the app takes over
                 self._stop_head_timer()
+                if _head_bytes(event) > self.max_head_bytes:  # it came whole in one read
+                    self._why = (
+                        f"the request line and headers exceed {self.max_head_bytes:,} bytes; "
+                        "send smaller headers"
+                    )
+                    raise h11.RemoteProtocolError(self._why)
             return event
 
         self.conn.next_event = next_event  # type: ignore[method-assign]
