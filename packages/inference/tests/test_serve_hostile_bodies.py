@@ -147,3 +147,22 @@ def test_a_head_past_16kib_in_one_write_is_a_400_naming_the_limit(server, head):
 def test_a_head_under_16kib_in_one_write_is_served(server):
     head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 15_000 + b"\r\n"
     assert _send_whole(server, head).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_both_transfer_encoding_and_content_length_is_a_400_and_a_close(server):
+    # was a 200 read as chunked, the connection kept open (RFC 9112 6.3: close it)
+    port = int(server.http_url.rsplit(":", 1)[1])
+    body = json.dumps(BODY).encode()
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    framing = b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head + framing + chunked)
+        while chunk := s.recv(65536):  # ends: the server closed the connection
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request"), answer[:200]
+    err = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert "both Transfer-Encoding and Content-Length" in err["message"]
+    assert "decimal integer" not in err["message"]
+    assert httpx.get(server.http_url + "/health").status_code == 200

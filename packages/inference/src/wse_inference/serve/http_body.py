@@ -249,6 +249,22 @@ def _head_bytes(event: h11.Request) -> int:
     return line + sum(len(name) + len(value) + 4 for name, value in event.headers) + 2
 
 
+def _head_refusal(event: h11.Request, max_head_bytes: int) -> str:
+    """Why a complete head is refused ('' if it is not): past `max_head_bytes` (it came whole
+    in one read, which h11's limit never sees), or both Transfer-Encoding and Content-Length
+    (h11 read the body as chunked and kept the connection open: RFC 9112 6.3 says close, as
+    the two framings are how requests are smuggled past a proxy)."""
+    if _head_bytes(event) > max_head_bytes:
+        return f"the request line and headers exceed {max_head_bytes:,} bytes; send smaller headers"
+    names = {name for name, _ in event.headers}
+    if b"transfer-encoding" in names and b"content-length" in names:
+        return (
+            "it has both Transfer-Encoding and Content-Length, two framings of one body; "
+            "send one of them"
+        )
+    return ""
+
+
 class JsonErrorsH11Protocol(H11Protocol):
     """uvicorn's h11 protocol, answering a request h11 cannot parse with OpenAI's JSON error
     body naming what is wrong (uvicorn's own answer is text/plain "Invalid HTTP request
@@ -257,7 +273,8 @@ class JsonErrorsH11Protocol(H11Protocol):
     get a 400 and the connection is closed (uvicorn has no such timeout: a slowloris client
     held its connection forever). A head past `max_head_bytes` is a 400 whether it arrived in
     pieces (h11's incomplete-event limit) or whole in one read (hunt 58b: up to ~256 KB were
-    taken that way). `protocol_for(limits)` sets `head_s` and `max_head_bytes`."""
+    taken that way); so is a head with both Transfer-Encoding and Content-Length.
+    `protocol_for(limits)` sets `head_s` and `max_head_bytes`."""
 
     head_s: float = RequestLimits.head_s
     max_head_bytes: int = RequestLimits.max_head_bytes
@@ -276,11 +293,8 @@ class JsonErrorsH11Protocol(H11Protocol):
                 raise
             if isinstance(event, h11.Request):  # the head is complete: the app takes over
                 self._stop_head_timer()
-                if _head_bytes(event) > self.max_head_bytes:  # it came whole in one read
-                    self._why = (
-                        f"the request line and headers exceed {self.max_head_bytes:,} bytes; "
-                        "send smaller headers"
-                    )
+                self._why = _head_refusal(event, self.max_head_bytes)
+                if self._why:
                     raise h11.RemoteProtocolError(self._why)
             return event
 
@@ -326,7 +340,7 @@ class JsonErrorsH11Protocol(H11Protocol):
         """The 400 with OpenAI's body, written as bytes: h11 sends no response before a
         request's head (the timeout's case); the connection is closed after it."""
         why = self._why or "not an HTTP/1.1 request"
-        if "Content-Length" in why:
+        if "Content-Length" in why and "framings" not in why:  # h11's words on the header
             why += "; Content-Length must be the body's size in bytes, one decimal integer >= 0"
         if "Receive buffer too long" in why:
             why = (
