@@ -155,6 +155,10 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
                                         b"\r\n2\r\n{}\r\n0\r\n\r\n")  # fmt: skip
     rows.append(_row("Transfer-Encoding and Content-Length both", code, 400,
                      time.perf_counter() - t0, peak[0], message))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()  # hunt 58b: a 404 for "PRI *", then a 400 for "SM"
+    code, message = _bad_content_length(port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+    rows.append(_row("HTTP/2 preface on the HTTP port", code, 400, time.perf_counter() - t0,
+                     peak[0], message))  # fmt: skip
     peak[0], t0 = 0, time.perf_counter()  # hunt 57: half a head was held forever (slowloris)
     code, message = _bad_content_length(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
     rows.append(_row("half a head, then nothing (slowloris)", code, 400,

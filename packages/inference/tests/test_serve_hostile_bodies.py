@@ -166,3 +166,32 @@ def test_both_transfer_encoding_and_content_length_is_a_400_and_a_close(server):
     assert "both Transfer-Encoding and Content-Length" in err["message"]
     assert "decimal integer" not in err["message"]
     assert httpx.get(server.http_url + "/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",  # h2 preface
+        b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n",
+        b"GET /health HTTP/1.2\r\nHost: x\r\n\r\n",
+    ],
+)
+def test_an_http_version_other_than_1x_is_one_400_naming_it(server, raw):
+    # the preface was a 404 for "PRI *", then a 400 on "SM"; HTTP/2.0 lines were served
+    port = int(server.http_url.rsplit(":", 1)[1])
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(raw)
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.count(b"content-length:") == 1, answer[:300]  # one answer
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
+    err = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert "is not served here; send HTTP/1.1" in err["message"]
+
+
+def test_http_10_is_still_served(server):
+    port = int(server.http_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 200 OK")

@@ -217,8 +217,10 @@ async def read_json(request: Request, limits: RequestLimits) -> Any:
 
 def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
     """The HTTP answer to a refused request (counted in `metrics` by reason): 400 with
-    OpenAI's error body, 413 (and the connection closed, so the rest of the body is never
-    read), 429 with Retry-After, 503 while draining; an empty 400 to a client already gone."""
+    OpenAI's error body, 413 before the rest of the body is read (a client that sends it
+    anyway has it read and dropped: closing at once would reset the connection before the
+    client reads the 413), 429 with Retry-After, 503 while draining; an empty 400 to a client
+    already gone."""
     if isinstance(e, ClientGone):  # nobody is left to read an answer
         metrics.reject("invalid")
         return Response(status_code=400)
@@ -253,9 +255,15 @@ def _head_refusal(event: h11.Request, max_head_bytes: int) -> str:
     """Why a complete head is refused ('' if it is not): past `max_head_bytes` (it came whole
     in one read, which h11's limit never sees), or both Transfer-Encoding and Content-Length
     (h11 read the body as chunked and kept the connection open: RFC 9112 6.3 says close, as
-    the two framings are how requests are smuggled past a proxy)."""
+    the two framings are how requests are smuggled past a proxy), or an HTTP version other than
+    1.0 and 1.1 (HTTP/2's preface "PRI * HTTP/2.0" was a 404, then a 400 on its "SM")."""
     if _head_bytes(event) > max_head_bytes:
         return f"the request line and headers exceed {max_head_bytes:,} bytes; send smaller headers"
+    if event.http_version not in (b"1.0", b"1.1"):  # h11 read HTTP/2's preface as a request
+        return (
+            f"HTTP/{event.http_version.decode(errors='replace')[:8]} is not served here; send "
+            "HTTP/1.1 (gRPC clients: the server's gRPC port)"
+        )
     names = {name for name, _ in event.headers}
     if b"transfer-encoding" in names and b"content-length" in names:
         return (
