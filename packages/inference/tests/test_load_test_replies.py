@@ -2,7 +2,8 @@
 OpenAI's (hostile or not an OpenAI server at all): before hunt 58b, a /v1/models that was
 HTML or listed no model, and a stream chunk that was a list, had "choices": "abc", text 5,
 usage "x" or completion_tokens NaN, crashed the client with a traceback (or summed NaN
-tokens); a stream cut before `data: [DONE]` was counted as completed."""
+tokens); a stream cut before `data: [DONE]` was counted as completed. And the client's own
+size: it made one task per request up front (1.5 GB for -n 1,000,000)."""
 
 from __future__ import annotations
 
@@ -136,3 +137,22 @@ def test_a_stream_that_never_ends_is_cut_off_at_the_timeout():
     srv.shutdown()
     assert time.monotonic() - t0 < 10  # was: held forever
     assert summary["failed"] == 1 and "within 1 s" in summary["errors"][0]
+
+
+def test_requests_run_on_concurrency_tasks_not_one_task_each(monkeypatch):
+    import asyncio
+
+    import wse_inference.demo.load_test as lt
+
+    alive: list[int] = []
+
+    async def one(client, cfg, model):  # stands for a request: counts the tasks alive
+        alive.append(len(asyncio.all_tasks()))
+        await asyncio.sleep(0)
+        return lt.RequestResult(True, 0.1, 0.2, 2, "ab")
+
+    monkeypatch.setattr(lt, "_one", one)
+    cfg = LoadTestConfig(url="http://127.0.0.1:9", model="m", num_requests=2000, concurrency=4)
+    summary = run_load_test(cfg)
+    assert summary["completed"] == 2000 and summary["output_tokens"] == 4000
+    assert max(alive) <= 4 + 1, max(alive)  # the workers and the main task (was 2,001)
