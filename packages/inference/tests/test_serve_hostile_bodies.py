@@ -195,3 +195,14 @@ def test_http_10_is_still_served(server):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
         assert s.recv(65536).startswith(b"HTTP/1.1 200 OK")
+
+
+@pytest.mark.parametrize(
+    "path, field", [("/v1/completions", "prompt"), ("/v1/chat/completions", "messages")]
+)
+@pytest.mark.parametrize("how", ["left out", "null"])
+def test_a_missing_prompt_is_missing_required_parameter_as_model_is(server, path, field, how):
+    body = {"model": "mock", "max_tokens": 2, **({field: None} if how == "null" else {})}
+    err = _error(httpx.post(server.http_url + path, json=body), 400, server)
+    assert (err["param"], err["code"]) == (field, "missing_required_parameter")
+    assert err["message"].startswith(f"{field} is required")

@@ -137,6 +137,16 @@ def _check_model_name(model: Any, model_names: Sequence[str], *, required: bool)
         raise ModelNotFoundError(model, model_names)
 
 
+def _check_present(body: dict, name: str) -> None:
+    """A route's prompt field left out (or null) is OpenAI's missing_required_parameter, as a
+    missing model is (hunt 58b: it was "prompt must be a string ..., got None")."""
+    if body.get(name) is None:
+        what = "a list of chat messages" if name == "messages" else "a string or token ids"
+        raise InvalidRequestError(
+            f"{name} is required ({what}).", param=name, code="missing_required_parameter"
+        )
+
+
 def _token_list(v: Any, name: str) -> list[int] | None:
     if isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
         return list(v)
@@ -283,6 +293,7 @@ def parse_request(
     n = integer(body, "n", 1) or 1
     sampling = _sampling(body, kind)
     check_sampling(sampling, n=n, limits=limits or RequestLimits())
+    _check_present(body, "messages" if kind == "chat" else "prompt")
     if kind == "chat":
         messages = body.get("messages")
         prompt_ids = chat_prompt(messages, tokenizer, chat_template, max_context=max_context)
