@@ -206,3 +206,19 @@ def test_a_missing_prompt_is_missing_required_parameter_as_model_is(server, path
     err = _error(httpx.post(server.http_url + path, json=body), 400, server)
     assert (err["param"], err["code"]) == (field, "missing_required_parameter")
     assert err["message"].startswith(f"{field} is required")
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (json.dumps(BODY).encode("utf-16"), "in UTF-16 or UTF-32"),
+        (json.dumps(BODY).encode("utf-32-le"), "in UTF-16 or UTF-32"),
+        (b'{"model": "mock", "prompt": "caf\xe9"}', "not UTF-8 (byte 32 is 0xe9)"),
+        (b'\xef\xbb\xbf{"prompt": "\xff"}', "not UTF-8 (byte 12 is 0xff)"),  # after its BOM
+    ],
+)
+def test_a_body_not_in_utf8_says_so_and_what_to_send(server, raw, words):
+    # was Python's "Malformed JSON ...: 'utf-8' codec can't decode byte 0xff in position 0"
+    err = _error(httpx.post(server.http_url + "/v1/completions", content=raw), 400, server)
+    assert err["code"] == "invalid_json" and words in err["message"]
+    assert "send the JSON in UTF-8" in err["message"] and "codec" not in err["message"]

@@ -183,13 +183,24 @@ def _parse(raw: bytes, max_depth: int) -> Any:
             "The request body is empty; send a JSON object (Content-Type: application/json).",
             code="invalid_json",
         )
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in raw[:4]:  # JSON has no NUL byte
+        raise InvalidRequestError(
+            "The request body is in UTF-16 or UTF-32; send the JSON in UTF-8.", code="invalid_json"
+        )
     try:
         # UTF-8 only (a BOM allowed): json.loads(bytes) also reads UTF-16 and UTF-32 (hunt 56)
-        text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        raw = raw.removeprefix(b"\xef\xbb\xbf")
+        text = raw.decode("utf-8")
         body = json.loads(text, parse_constant=_not_json, object_pairs_hook=_no_duplicates)
     except RecursionError:
         raise too_deep from None
-    except (ValueError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:  # was Python's "'utf-8' codec can't decode byte 0xff ..."
+        raise InvalidRequestError(
+            f"The request body is not UTF-8 (byte {e.start:,} is 0x{raw[e.start]:02x}); send "
+            "the JSON in UTF-8.",
+            code="invalid_json",
+        ) from None
+    except ValueError as e:
         why = str(e)
         if "integer string conversion" in why:  # Python's own advice (sys.set_int_max_...)
             why = "a number has more than 4300 digits"
