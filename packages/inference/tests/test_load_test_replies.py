@@ -156,3 +156,10 @@ def test_requests_run_on_concurrency_tasks_not_one_task_each(monkeypatch):
     summary = run_load_test(cfg)
     assert summary["completed"] == 2000 and summary["output_tokens"] == 4000
     assert max(alive) <= 4 + 1, max(alive)  # the workers and the main task (was 2,001)
+
+
+def test_sse_data_without_its_optional_space_is_read():
+    stream = b'data:{"choices": [{"text": "ab"}]}\n\ndata:[DONE]\n\n'  # valid SSE
+    with fake_server(GOOD_MODELS, stream) as url:
+        summary = _run(url)
+    assert (summary["completed"], summary["output_tokens"]) == (2, 2)

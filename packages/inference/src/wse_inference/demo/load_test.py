@@ -126,13 +126,14 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
                 detail = detail[:200].decode(errors="replace")
                 return RequestResult(False, error=f"HTTP {r.status_code}: {detail}")
             async for line in r.aiter_lines():
-                if not line.startswith("data: "):
+                if not line.startswith("data:"):  # SSE: "data:" then an optional space
                     continue
-                if line == "data: [DONE]":
+                data = line[5:].removeprefix(" ")
+                if data == "[DONE]":
                     done = True
                     break
                 try:
-                    text, tokens = _chunk(line[6:])
+                    text, tokens = _chunk(data)
                 except ValueError as e:  # JSONDecodeError included
                     return RequestResult(False, error=str(e))
                 usage = tokens if tokens is not None else usage
