@@ -71,6 +71,31 @@ def _bad_content_length(port: int, raw: bytes = b"") -> tuple[int | None, str]:
         return None, ""
 
 
+def _stalled_bodies(port: int, clients: int = 80) -> tuple[int | None, str]:
+    """`clients` connections each sending 2 MB of a 2 MB + 10 body, then nothing (hunt 58b:
+    each was held whole, 650 MB for 300): the status and message of a refused one (429 once
+    the bodies held pass `RequestLimits.max_body_bytes_in_flight`), None if none was."""
+    import json
+    import select
+    import socket
+
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(clients)]
+    try:
+        for s in socks:
+            s.sendall(head % (2_000_010,) + b" " * 2_000_000)
+        ready, _, _ = select.select(socks, [], [], 10)
+        for s in ready:
+            answer = s.recv(65536)
+            status, _, rest = answer.partition(b"\r\n")
+            if status.startswith(b"HTTP/1.1 429"):
+                return 429, json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["message"]
+        return None, ""
+    finally:
+        for s in socks:
+            s.close()
+
+
 def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: float) -> list[dict]:
     """Start the server on `model_dir` with the bomb template, send the hostile requests,
     SIGTERM it under a gRPC stream; one row per request."""
@@ -159,6 +184,10 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     code, message = _bad_content_length(port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
     rows.append(_row("HTTP/2 preface on the HTTP port", code, 400, time.perf_counter() - t0,
                      peak[0], message))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()
+    code, message = _stalled_bodies(port)
+    rows.append(_row("80 clients stalling 2 MB bodies", code, 429, time.perf_counter() - t0,
+                     peak[0], message, bound_s=None))  # fmt: skip
     peak[0], t0 = 0, time.perf_counter()  # hunt 57: half a head was held forever (slowloris)
     code, message = _bad_content_length(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
     rows.append(_row("half a head, then nothing (slowloris)", code, 400,

@@ -63,6 +63,9 @@ class RequestLimits:
     """What a request may not exceed, checked before it is parsed or tokenized."""
 
     max_body_bytes: int = 2**21  # 2 MiB: an HTTP body (413) or a gRPC message
+    # HTTP bodies held at once, read or being parsed, all connections together (429 past
+    # it): 64 bodies of max_body_bytes (hunt 58b: 300 stalled 2 MB bodies held 650 MB)
+    max_body_bytes_in_flight: int = 64 * 2**21
     max_json_depth: int = 32  # nested objects and lists in an HTTP body (400)
     max_stop: int = 4  # stop strings (OpenAI's limit)
     # stop token ids (vLLM sets no bound; 10^5 were taken, hunt 56, and each distinct count

@@ -164,7 +164,7 @@ def _add_tokenizer_routes(
             try:
                 body = await read_json(request, limits)
                 return JSONResponse(await run_off_loop(answer, body))
-            except (InvalidRequestError, ClientGone) as e:
+            except (InvalidRequestError, QueueFullError, ClientGone) as e:
                 return refusal_response(e, metrics)
 
         return route
