@@ -71,6 +71,31 @@ def _bad_content_length(port: int, raw: bytes = b"") -> tuple[int | None, str]:
         return None, ""
 
 
+def _stalled_bodies(port: int, clients: int = 80) -> tuple[int | None, str]:
+    """`clients` connections each sending 2 MB of a 2 MB + 10 body, then nothing (hunt 58b:
+    each was held whole, 650 MB for 300): the status and message of a refused one (429 once
+    the bodies held pass `RequestLimits.max_body_bytes_in_flight`), None if none was."""
+    import json
+    import select
+    import socket
+
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(clients)]
+    try:
+        for s in socks:
+            s.sendall(head % (2_000_010,) + b" " * 2_000_000)
+        ready, _, _ = select.select(socks, [], [], 10)
+        for s in ready:
+            answer = s.recv(65536)
+            status, _, rest = answer.partition(b"\r\n")
+            if status.startswith(b"HTTP/1.1 429"):
+                return 429, json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["message"]
+        return None, ""
+    finally:
+        for s in socks:
+            s.close()
+
+
 def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: float) -> list[dict]:
     """Start the server on `model_dir` with the bomb template, send the hostile requests,
     SIGTERM it under a gRPC stream; one row per request."""
@@ -127,6 +152,7 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
             "model": model, "prompt": "a", "messages": chat["messages"]}).content, 400),
     ]  # fmt: skip
     requests += _hunt56_requests(model)
+    requests += _hunt58b_requests(model)
     rows = []
     for name, path, body, want, *how in requests:
         method, ctype = how if how else ("POST", "application/json")
@@ -146,6 +172,26 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     message = r.json()["error"]["message"] if r.status_code == 400 else r.text[:200]
     rows.append(_row("a 200 KB header", r.status_code, 400, time.perf_counter() - t0, peak[0],
                      message))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()  # hunt 58b: a 17 KB head in one write was taken
+    code, message = _bad_content_length(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                        b"X-A: " + b"a" * 17_000 + b"\r\nContent-Length: 2"
+                                        b"\r\nConnection: close\r\n\r\n{}")  # fmt: skip
+    rows.append(_row("a 17 KB header in one write", code, 400, time.perf_counter() - t0,
+                     peak[0], message))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()  # hunt 58b: read as chunked, connection kept open
+    code, message = _bad_content_length(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                        b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"
+                                        b"\r\n2\r\n{}\r\n0\r\n\r\n")  # fmt: skip
+    rows.append(_row("Transfer-Encoding and Content-Length both", code, 400,
+                     time.perf_counter() - t0, peak[0], message))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()  # hunt 58b: a 404 for "PRI *", then a 400 for "SM"
+    code, message = _bad_content_length(port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+    rows.append(_row("HTTP/2 preface on the HTTP port", code, 400, time.perf_counter() - t0,
+                     peak[0], message))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()
+    code, message = _stalled_bodies(port)
+    rows.append(_row("80 clients stalling 2 MB bodies", code, 429, time.perf_counter() - t0,
+                     peak[0], message, bound_s=None))  # fmt: skip
     peak[0], t0 = 0, time.perf_counter()  # hunt 57: half a head was held forever (slowloris)
     code, message = _bad_content_length(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
     rows.append(_row("half a head, then nothing (slowloris)", code, 400,
@@ -205,6 +251,25 @@ def _hunt56_requests(model: str) -> list[tuple]:
         ("messages name of 1,000,000 characters", ch, chat(messages=[{"role": "user",
          "content": "x", "name": "n" * 1_000_000}]), 400),  # hunt 57
     ]  # fmt: skip
+
+
+def _hunt58b_requests(model: str) -> list[tuple]:
+    """Hunt 58b's served rows: a body declared in another charset than UTF-8, numbers past a
+    float or of thousands of digits (a short 400), an empty body (a 400 saying so), and
+    FastAPI's /openapi.json (a JSON 404)."""
+    import json
+
+    def c(**fields) -> bytes:
+        return json.dumps({"model": model, "prompt": "a", "max_tokens": 2, **fields}).encode()
+
+    cc, latin = "/v1/completions", "application/json; charset=latin-1"
+    return [
+        ("body declared charset=latin-1", cc, c(), 400, "POST", latin),
+        ("temperature 10**400 (was a 500)", cc, c(temperature=10**400), 400),
+        ("max_tokens of 4,001 digits", cc, c(max_tokens=10**4000), 400),
+        ("empty body", cc, b"", 400),
+        ("GET /openapi.json (404)", "/openapi.json", b"", 404, "GET", "application/json"),
+    ]
 
 
 def _row(name, got, want, wall_s, peak, message, check_message=True, bound_s=2.0) -> dict:

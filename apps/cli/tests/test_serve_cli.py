@@ -198,3 +198,12 @@ def test_wse_infer_serve_a_model_folder_with_the_loader(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_bench_prompt_of_bytes_that_are_not_utf8_is_one_line(tmp_path):
+    # the shell's bytes b"a\xff" arrive as "a\udcff" (surrogateescape): was a traceback
+    out = tmp_path / "x.json"
+    args = ["infer", "bench", "--url", "http://127.0.0.1:9", "--out", str(out)]
+    r = runner.invoke(app, [*args, "--prompt", "a\udcff"])
+    assert r.exit_code == 2 and "--prompt holds bytes that are not UTF-8" in r.output
+    assert "Traceback" not in r.output and not out.exists()

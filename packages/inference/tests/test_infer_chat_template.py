@@ -122,6 +122,14 @@ BOMBS = {
     "silent": "{% for i in range(100000) %}{% for j in range(100000) %}{% set k = j %}"
     "{% endfor %}{% endfor %}",
     "one huge range": "{% for i in range(10 ** 12) %}{% endfor %}",
+    # hunt 58b: one operation that builds a huge value (1.2 GB for 'x' * 300000000)
+    "one string": "{{ 'x' * 300000000 }}",
+    "one list": "{{ [0] * 100000000 }}",
+    "a method's width": "{{ 'x'.ljust(300000000) }}",
+    "a filter's width": "{{ 'x' | center(300000000) }}",
+    "a format's width": "{{ '%0300000000d' % 1 }}",
+    "doubling": "{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+    "{% set ns.s = ns.s + ns.s %}{% endfor %}",
 }
 
 
@@ -143,3 +151,24 @@ def test_a_template_bomb_is_a_400_within_the_limits_while_health_answers(bomb):
     assert health.status_code == 200
     assert wall_s < 2 * 2.0 + 1  # the 2 s time limit, on a machine shared 2-4x
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 200 * 1024  # KiB
+
+
+@pytest.mark.parametrize(
+    "template, error",
+    [
+        ("{{ 10 // (messages | length - 1) }}", "ZeroDivisionError"),
+        ("{{ messages[0]['content'] + 1 }}", "TypeError"),
+        ("{{ '%d' % messages[0]['content'] }}", "TypeError"),
+        ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+    ],
+)
+def test_a_templates_python_error_on_these_messages_is_a_400_naming_it(template, error):
+    # hunt 58b: each was a 500 "internal error: ZeroDivisionError" and a logged traceback
+    body = {"model": "mock", "messages": MESSAGES[1:2], "max_tokens": 2}
+    with running_server(chat_template=template) as s:
+        r = httpx.post(s.http_url + "/v1/chat/completions", json=body, timeout=30)
+        health = httpx.get(s.http_url + "/health", timeout=5)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "messages" and f"cannot render these messages: {error}" in err["message"]
+    assert health.status_code == 200

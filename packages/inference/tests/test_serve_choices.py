@@ -69,14 +69,20 @@ def test_choice_seeds():
     assert choice_sampling(SamplingParams(), 2).seed is None
 
 
-def test_n_that_overflows_the_queue_is_429_and_runs_nothing():
+def test_n_that_overflows_a_busy_queue_is_429_and_runs_nothing():
     with running_server(max_slots=1, max_queued=2, step_delay_s=0.01) as s:
-        body = {"model": "mock", "prompt": "a", "max_tokens": 50, "n": 5}
+        body = {"model": "mock", "prompt": "a", "max_tokens": 50, "n": 4}
+        r = httpx.post(s.http_url + "/v1/completions", content=json.dumps(body), timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "n"  # never fits: no 429
+        busy = s.scheduler.submit(
+            prompt_ids=[1], sampling=SamplingParams(max_tokens=200), sink=lambda ev: None
+        )
+        assert wait_until(lambda: s.scheduler.stats().running == 1, 5)
+        body["n"] = 3  # fits an idle server (one running, two waiting), not this busy one
         r = httpx.post(s.http_url + "/v1/completions", content=json.dumps(body), timeout=10)
         assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full"
-        assert wait_until(lambda: s.scheduler.stats().running == 0, 5)
-        assert s.scheduler.stats().waiting == 0
+        assert s.scheduler.stats().waiting == 0 and s.scheduler.stats().running == 1
+        busy.cancel()
         assert wait_until(lambda: s.engine.metrics()["slots_in_use"] == 0, 5)
-        body["n"] = 3  # fits: one running, two waiting
         r = httpx.post(s.http_url + "/v1/completions", content=json.dumps(body), timeout=20)
         assert r.status_code == 200 and len(r.json()["choices"]) == 3

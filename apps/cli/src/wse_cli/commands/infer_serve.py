@@ -269,11 +269,16 @@ def bench(
     import httpx
     from rich.console import Console
     from rich.table import Table
-    from wse_inference.demo.load_test import LoadTestConfig, run_load_test
+    from wse_inference.demo.load_test import LoadTestConfig, ServerReplyError, run_load_test
 
     _check_url(url)
     if model is not None and not model.strip():
         fail("--model must not be empty; leave it out to use the server's first model")
+    for name, text in (("--prompt", prompt), ("--model", model or "")):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # bytes of the shell that are not UTF-8 (hunt 58b)
+            fail(f"{name} holds bytes that are not UTF-8 text (at character {e.start}); give text")
     cfg = LoadTestConfig(
         url=url.rstrip("/"),
         model=model,
@@ -287,6 +292,8 @@ def bench(
         summary = run_load_test(cfg)
     except httpx.HTTPError as e:
         fail(f"cannot reach {url}: {type(e).__name__}: {e}")
+    except ServerReplyError as e:
+        fail(f"{url} is not an OpenAI-compatible server: {e}")
     errors = summary["errors"]
     if not summary["completed"] and errors and all(e.startswith("Connect") for e in errors):
         fail(f"cannot reach {url}: {errors[0]}")  # --model given: no /v1/models asked first

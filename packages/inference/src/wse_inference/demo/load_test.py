@@ -12,6 +12,12 @@
 each as {"mean", "p50", "p90", "p99"} (NumPy's linear-interpolation percentiles), and the
 counts of completed and failed requests with the first few error messages. A 429 is counted
 as failed (the client does not retry), so the figures reflect the server's admission policy.
+
+The server's answers are checked, not trusted (hunt 58b: a /v1/models that was HTML or had no
+model, or a chunk that was a list or had text 5, crashed the client with a traceback): a
+/v1/models without a model id is `ServerReplyError`; a chunk that is not OpenAI's shape, an
+`error` event, a stream that ends without `data: [DONE]` or that has not ended `timeout_s`
+after it was sent (one that never ends held the client forever) fails that request, with why.
 """
 
 from __future__ import annotations
@@ -24,7 +30,11 @@ import time
 import httpx
 import numpy as np
 
-__all__ = ["LoadTestConfig", "RequestResult", "run_load_test", "summarize"]
+__all__ = ["LoadTestConfig", "RequestResult", "ServerReplyError", "run_load_test", "summarize"]
+
+
+class ServerReplyError(Exception):
+    """The server's GET /v1/models is not OpenAI's list of models (no model id to ask for)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,7 +45,7 @@ class LoadTestConfig:
     concurrency: int = 8
     prompt: str = "The wafer-scale engine"
     max_tokens: int = 32
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # per request, from sending it to data: [DONE]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +63,43 @@ class RequestResult:
         return (self.e2e_s - self.ttft_s) / (n - 1) if self.ok and n > 1 else float("nan")
 
 
+def _first_model(reply: httpx.Response) -> str:
+    """The first model id of OpenAI's GET /v1/models reply."""
+    try:
+        model = reply.json()["data"][0]["id"]
+    except (ValueError, LookupError, TypeError):
+        model = None
+    if not isinstance(model, str) or not model:
+        raise ServerReplyError(
+            f'GET /v1/models did not answer OpenAI\'s {{"data": [{{"id": ...}}]}} (got '
+            f"{reply.text[:80]!r}); give the model with --model, or check the URL"
+        )
+    return model
+
+
+def _chunk(data: str) -> tuple[str, int | None]:
+    """The text and completion token count (None if absent) of one SSE `data:` payload;
+    ValueError naming what is wrong if it is not OpenAI's chunk (or is an error event)."""
+    chunk = json.loads(data)
+    if not isinstance(chunk, dict):
+        raise ValueError(f"a chunk that is not a JSON object: {data[:80]!r}")
+    if "error" in chunk:
+        err = chunk["error"]
+        raise ValueError(str(err.get("message") if isinstance(err, dict) else err)[:200])
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("text") or "", str) for c in choices
+    ):
+        raise ValueError(f"a chunk whose choices are not OpenAI's: {data[:80]!r}")
+    usage = chunk.get("usage")
+    if usage is None:
+        return "".join(c.get("text") or "" for c in choices), None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"a chunk whose usage is not OpenAI's: {data[:80]!r}")
+    return "".join(c.get("text") or "" for c in choices), tokens
+
+
 async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> RequestResult:
     body = {
         "model": model,
@@ -63,29 +110,43 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
         "stream_options": {"include_usage": True},
     }
     t0 = time.perf_counter()
-    ttft, usage = float("nan"), None
+    ttft, usage, done = float("nan"), None, False
     parts: list[str] = []
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as r:
+        async with (  # the whole request: a server that streams forever is cut off
+            asyncio.timeout(cfg.timeout_s),
+            client.stream("POST", "/v1/completions", json=body) as r,
+        ):
             if r.status_code != 200:
-                detail = (await r.aread())[:200].decode(errors="replace")
+                detail = b""
+                async for part in r.aiter_bytes():  # the start of it: a body may be endless
+                    detail += part
+                    if len(detail) >= 200:
+                        break
+                detail = detail[:200].decode(errors="replace")
                 return RequestResult(False, error=f"HTTP {r.status_code}: {detail}")
             async for line in r.aiter_lines():
-                if not line.startswith("data: "):
+                if not line.startswith("data:"):  # SSE: "data:" then an optional space
                     continue
-                if line == "data: [DONE]":
+                data = line[5:].removeprefix(" ")
+                if data == "[DONE]":
+                    done = True
                     break
-                chunk = json.loads(line[6:])
-                if "error" in chunk:
-                    return RequestResult(False, error=chunk["error"].get("message"))
-                usage = chunk.get("usage") or usage
-                text = "".join(c.get("text") or "" for c in chunk.get("choices", []))
+                try:
+                    text, tokens = _chunk(data)
+                except ValueError as e:  # JSONDecodeError included
+                    return RequestResult(False, error=str(e))
+                usage = tokens if tokens is not None else usage
                 if text and not parts:
                     ttft = time.perf_counter() - t0
                 parts.append(text)
-    except (httpx.HTTPError, json.JSONDecodeError) as e:
+    except httpx.HTTPError as e:
         return RequestResult(False, error=f"{type(e).__name__}: {e}")
-    n = usage["completion_tokens"] if usage else len([p for p in parts if p])
+    except TimeoutError:
+        return RequestResult(False, error=f"no data: [DONE] within {cfg.timeout_s:g} s")
+    if not done:
+        return RequestResult(False, error="the stream ended without data: [DONE]")
+    n = usage if usage is not None else len([p for p in parts if p])
     return RequestResult(True, ttft, time.perf_counter() - t0, n, "".join(parts))
 
 
@@ -128,16 +189,18 @@ async def _run(cfg: LoadTestConfig) -> tuple[list[RequestResult], float, str]:
         if model is None:
             r = await client.get("/v1/models")
             r.raise_for_status()
-            model = r.json()["data"][0]["id"]
-        gate = asyncio.Semaphore(cfg.concurrency)
+            model = _first_model(r)
+        # `concurrency` workers taking turns from one counter: a task per request made all
+        # num_requests tasks up front (hunt 58b: 1.5 GB for -n 1,000,000)
+        todo, results = iter(range(cfg.num_requests)), []
 
-        async def gated() -> RequestResult:
-            async with gate:
-                return await _one(client, cfg, model)
+        async def worker() -> None:
+            for _ in todo:
+                results.append(await _one(client, cfg, model))
 
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(gated() for _ in range(cfg.num_requests)))
-        return list(results), time.perf_counter() - t0, model
+        await asyncio.gather(*(worker() for _ in range(min(n, cfg.num_requests))))
+        return results, time.perf_counter() - t0, model
 
 
 def run_load_test(cfg: LoadTestConfig) -> dict:

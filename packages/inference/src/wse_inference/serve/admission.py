@@ -50,6 +50,7 @@ __all__ = [
     "encode_prompt",
     "check_request",
     "context_length_message",
+    "shown_int",
 ]
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # seeds are int64 (vLLM's range, the proto's type)
@@ -62,6 +63,9 @@ class RequestLimits:
     """What a request may not exceed, checked before it is parsed or tokenized."""
 
     max_body_bytes: int = 2**21  # 2 MiB: an HTTP body (413) or a gRPC message
+    # HTTP bodies held at once, read or being parsed, all connections together (429 past
+    # it): 64 bodies of max_body_bytes (hunt 58b: 300 stalled 2 MB bodies held 650 MB)
+    max_body_bytes_in_flight: int = 64 * 2**21
     max_json_depth: int = 32  # nested objects and lists in an HTTP body (400)
     max_stop: int = 4  # stop strings (OpenAI's limit)
     # stop token ids (vLLM sets no bound; 10^5 were taken, hunt 56, and each distinct count
@@ -120,6 +124,17 @@ class QueueFullError(WseError):
 
 class ShuttingDownError(WseError):
     """The server is draining and takes no new requests (HTTP 503 / gRPC UNAVAILABLE)."""
+
+
+def shown_int(v: int) -> str:
+    """An integer for an error message: whole up to 24 digits, else its head and its length
+    (hunt 58b: a 4,000-digit max_tokens or token id came back whole, twice, in an 8 KB error)."""
+    text = str(v)
+    return (
+        text
+        if len(text) <= 24
+        else f"{text[:12]}... (an integer of {len(text.lstrip('-')):,} digits)"
+    )
 
 
 def context_length_message(max_context: int, prompt_tokens: int, completion_tokens: int) -> str:
@@ -222,7 +237,8 @@ def check_request(
     bad = [t for t in prompt_ids if not 0 <= int(t) < vocab_size]
     if bad:
         raise InvalidRequestError(
-            f"Token id {bad[0]} is outside the vocabulary [0, {vocab_size}).", param="prompt"
+            f"Token id {shown_int(bad[0])} is outside the vocabulary [0, {vocab_size}).",
+            param="prompt",
         )
     if sampling.max_tokens <= 0:
         raise InvalidRequestError(
@@ -237,7 +253,7 @@ def check_request(
     bad = [t for t in sampling.stop_token_ids if not 0 <= int(t) < vocab_size]
     if bad:
         raise InvalidRequestError(
-            f"Stop token id {bad[0]} is outside the vocabulary [0, {vocab_size}).",
+            f"Stop token id {shown_int(bad[0])} is outside the vocabulary [0, {vocab_size}).",
             param="stop_token_ids",
         )
     check_sampling(sampling, limits=limits or RequestLimits())

@@ -34,7 +34,7 @@ import uvicorn
 
 from wse_inference.engine import Engine, SamplingParams
 from wse_inference.serve.admission import RequestLimits
-from wse_inference.serve.http_body import protocol_for
+from wse_inference.serve.http_protocol import protocol_for
 from wse_inference.serve.metrics import ServeMetrics
 from wse_inference.serve.routes import build_app
 from wse_inference.serve.scheduler import Scheduler

@@ -13,7 +13,10 @@ Hi\\nassistant:". Content may be a string or a list of {"type": "text", "text": 
 
 Bounds (`wse_core.host.limits`): one render may run `template_ops` operations (each function
 call, each output chunk, each step of a `range`, whose whole length is charged when it is
-made) and `template_ms` milliseconds; past either it stops at once (the budget is checked
+made) and `template_ms` milliseconds, and build `template_chars` characters (every `*`, `+`
+and `%` on strings and lists, charged before it runs, and each call's and filter's result; an
+integer argument past what is left is refused before the call: hunt 58b, `'x' * 300000000`
+was one operation that held 1.2 GB); past any it stops at once (the budget is checked
 inside the render, so the thread that runs it, off the event loop, is freed) and the request
 is refused with `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT) naming the limit.
 """
@@ -21,6 +24,7 @@ is refused with `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT) naming 
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import time
 from typing import Any
@@ -54,6 +58,68 @@ def _tick(ops: int) -> None:
         raise _OverBudget("template_ms")
 
 
+def _charge_chars(n: int) -> None:
+    """Charge n characters (or list items) a render builds to its `template_chars`. At compile
+    time (Jinja folds constants: `{{ 'x' | center(10**9) }}` runs then) there is no render:
+    one value past the whole budget is refused as a template error."""
+    left = getattr(_budget, "chars", None)
+    if left is None:
+        if n > limit("template_chars"):
+            import jinja2
+
+            raise jinja2.TemplateError(
+                f"it builds a value of {n:,} characters, past template_chars "
+                f"({limit('template_chars'):,})"
+            )
+        return
+    _budget.chars = left - n
+    if _budget.chars < 0:
+        raise _OverBudget("template_chars")
+
+
+def _sized(value: Any) -> int:
+    return len(value) if isinstance(value, str | list | tuple) else 0
+
+
+def _check_int_args(args: tuple, kwargs: dict) -> None:
+    """An integer argument past what is left of `template_chars` (a width, a count: 'x'.ljust
+    or center(300000000)) is refused before the call builds it."""
+    left = getattr(_budget, "chars", None)
+    left = limit("template_chars") if left is None else left
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, int) and not isinstance(a, bool) and a > left:
+            _charge_chars(a)
+
+
+_FORMAT_WIDTHS = re.compile(r"%[-#0 +]*(\d*)(?:\.(\d+))?")
+
+
+def _binop_chars(operator: str, left: Any, right: Any) -> int:
+    """The characters (items) `left operator right` would build, known before it is run."""
+    if operator == "*":
+        for seq, n in ((left, right), (right, left)):
+            if _sized(seq) and isinstance(n, int) and not isinstance(n, bool):
+                return len(seq) * max(n, 0)
+    if operator == "+":
+        return _sized(left) + _sized(right)
+    if operator == "%" and isinstance(left, str):
+        widths = (int(w or 0) + int(p or 0) for w, p in _FORMAT_WIDTHS.findall(left))
+        return len(left) + sum(widths)
+    return 0
+
+
+def _bounded_filter(fn: Any) -> Any:
+    @functools.wraps(fn)  # keeps jinja's pass_context / pass_environment marks
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _tick(1)
+        _check_int_args(args, kwargs)
+        result = fn(*args, **kwargs)
+        _charge_chars(_sized(result))
+        return result
+
+    return bounded
+
+
 def _bounded_range(*args: int) -> Any:
     steps = range(*args)
     _tick(len(steps))
@@ -77,11 +143,21 @@ def compile_chat_template(template: str) -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "+", "%"})  # not folded at compile time either
+
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
             _tick(1)
-            return super().call(__context, __obj, *args, **kwargs)
+            _check_int_args(args, kwargs)
+            result = super().call(__context, __obj, *args, **kwargs)
+            _charge_chars(_sized(result))
+            return result
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            _charge_chars(_binop_chars(operator, left, right))
+            return super().call_binop(context, operator, left, right)
 
     env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters = {name: _bounded_filter(fn) for name, fn in env.filters.items()}
     env.globals["raise_exception"] = _raise_exception
     env.globals["range"] = _bounded_range
     return env.from_string(template)
@@ -92,6 +168,7 @@ def render_bounded(template: str, **variables: Any) -> str:
     (InvalidRequestError past either; jinja2.TemplateError from the template itself)."""
     compiled = compile_chat_template(template)
     _budget.ops = limit("template_ops")
+    _budget.chars = limit("template_chars")
     _budget.deadline = time.monotonic() + limit("template_ms") / 1e3
     chunks = []
     try:
@@ -106,7 +183,7 @@ def render_bounded(template: str, **variables: Any) -> str:
             param="messages",
         ) from None
     finally:
-        _budget.ops = None
+        _budget.ops = _budget.chars = None
     return "".join(chunks)
 
 
@@ -186,8 +263,17 @@ def chat_prompt(
         variables = getattr(tokenizer, "template_vars", {})
         try:
             text = render_bounded(template, messages=msgs, add_generation_prompt=True, **variables)
+        except InvalidRequestError:
+            raise
         except jinja2.TemplateError as e:
             raise _bad(f"The chat template cannot render these messages: {e}") from e
+        except (ArithmeticError, LookupError, TypeError, ValueError, RuntimeError) as e:
+            # the template's own Python error on these messages (10 // 0, '%d' % 'x', a macro
+            # calling itself): a 400 as vLLM answers, not a 500 (hunt 58b)
+            why = " ".join(str(e).split())[:200]
+            raise _bad(
+                f"The chat template cannot render these messages: {type(e).__name__}: {why}"
+            ) from None
     else:
         text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
     if max_context is None:

@@ -5,7 +5,8 @@ each, `openai_request.choice_sampling`) and turns their `StreamEvent`s into eith
 response (`whole`: every choice's text, logprobs and finish reason, usage counting the prompt
 once) or an SSE stream (`stream`: chunks tagged by choice index, a slow reader's queued events
 merged per choice, echo and logprobs in each choice's chunks, one usage chunk and one
-`data: [DONE]` after the last choice). A client that goes away cancels every choice. The
+`data: [DONE]` after the last choice). A client that goes away cancels every choice. More
+choices than the server's slots and queue hold together is `InvalidRequestError` (400). The
 bodies are `openai_response`'s.
 """
 
@@ -21,6 +22,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from wse_inference.serve import openai_request as oa
+from wse_inference.serve.admission import InvalidRequestError
 from wse_inference.serve.openai_response import (
     Choice,
     chunk_body,
@@ -40,6 +42,19 @@ from wse_inference.serve.scheduler import Scheduler
 __all__ = ["Generation"]
 
 
+def _check_fits(scheduler: Scheduler, n: int) -> None:
+    """n choices are n requests at once: more than the slots and the queue hold together
+    would be a 429 whatever the load, and retrying never helps (hunt 58b), so it is a 400."""
+    slots, queued = scheduler.engine.max_slots, scheduler.max_queued
+    if n > slots + queued:
+        raise InvalidRequestError(
+            f"n = {n} choices run as {n} requests at once; this server holds at most "
+            f"{slots + queued} ({slots} decode slots + {queued} queued: its --max-num-seqs and "
+            f"--max-queued). Ask for n <= {slots + queued}, or send several requests.",
+            param="n",
+        )
+
+
 class Generation:
     """One admitted request of `p.n` choices (one scheduler submission each): events arrive
     from the engine thread into one asyncio queue as (choice index, event)."""
@@ -52,6 +67,7 @@ class Generation:
         self.tokenizer = scheduler.engine.tokenizer
         self.rid = new_request_id(p.kind)
         self.handles: list[Any] = []
+        _check_fits(scheduler, p.n)
         try:
             for i in range(p.n):
                 self.handles.append(

@@ -7,19 +7,20 @@
   UTF-8 JSON (code invalid_json; NaN / Infinity and a key twice in one object included), or
   one nested deeper than `limits.max_json_depth`
   (checked without recursion, before anything walks the value);
-- `ClientGone` when the client disconnected while sending it (nobody is left to answer).
+- `ClientGone` when the client disconnected while sending it (nobody is left to answer);
+- `QueueFullError` (429) when the bodies being read or parsed at once, all connections
+  together, would pass `limits.max_body_bytes_in_flight`.
 
 `refusal_response(error, metrics)` is the HTTP answer to any refusal (400, a model this server
 does not serve included, with code model_not_found; 413, 429, 503). A Content-Type other than
-application/json (or `application/*+json`), or any Content-Encoding (gzip...), is a 400 before
-the body is read; a body that is not UTF-8 (UTF-16 included) is a 400 invalid_json.
+application/json (or `application/*+json`), a charset other than UTF-8, or any Content-Encoding
+(gzip...), is a 400 before the body is read; a body that is empty, or not UTF-8 (UTF-16
+included), is a 400 invalid_json.
 
 A body that stops arriving (a Content-Length larger than what is sent) is refused with 400
 after `limits.body_idle_s` seconds without a byte, instead of holding the connection forever.
 Requests h11 cannot parse at all (a Content-Length of "abc" or -1, an illegal header line)
-never reach the app: `JsonErrorsH11Protocol`, the uvicorn protocol the server runs, answers
-them with the same OpenAI JSON error body (uvicorn's own answer is plain text) saying what h11
-found.
+never reach the app: `wse_inference.serve.http_protocol` answers them.
 
 The bytes arrive on the event loop; parsing them, and the CPU work that follows (`run_off_loop`:
 validation and tokenization), runs in a worker thread, so `/health` and the streams in flight
@@ -33,12 +34,10 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import h11
 from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
-from uvicorn.protocols.http.h11_impl import H11Protocol
 from wse_core.host.json_keys import distinct_keys, not_json
 
 from wse_inference.serve.admission import (
@@ -48,7 +47,7 @@ from wse_inference.serve.admission import (
     RequestTooLargeError,
 )
 from wse_inference.serve.metrics import ServeMetrics
-from wse_inference.serve.openai_response import error_body, error_response
+from wse_inference.serve.openai_response import error_response
 
 __all__ = [
     "ClientGone",
@@ -56,8 +55,6 @@ __all__ = [
     "json_depth",
     "run_off_loop",
     "refusal_response",
-    "JsonErrorsH11Protocol",
-    "protocol_for",
 ]
 
 T = TypeVar("T")
@@ -72,7 +69,35 @@ async def run_off_loop(fn: Callable[..., T], *args: Any) -> T:
     return await run_in_threadpool(fn, *args)
 
 
-async def _read_bytes(request: Request, limit: int, idle_s: float) -> bytes:
+class _BodyBudget:
+    """Bytes of request bodies one app holds at once, read or being parsed, all connections
+    together (used on the event loop only, so no lock). Past `limit` a body is refused with
+    429: each connection may hold `max_body_bytes`, so without it memory grew with the number
+    of connections (hunt 58b: 300 clients each stalling a 2 MB body held 650 MB)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+
+    def take(self, n: int) -> None:
+        if self.held + n > self.limit:
+            raise QueueFullError(
+                f"The server is holding {self.held:,} bytes of other request bodies (at most "
+                f"{self.limit:,} at once); retry later.",
+                retry_after_s=1,
+            )
+        self.held += n
+
+
+def _budget(request: Request, limits: RequestLimits) -> _BodyBudget:
+    state = request.app.state
+    if getattr(state, "body_budget", None) is None:
+        state.body_budget = _BodyBudget(limits.max_body_bytes_in_flight)
+    return state.body_budget
+
+
+async def _read_bytes(request: Request, limits: RequestLimits, budget: _BodyBudget) -> bytes:
+    """The body, its size taken from `budget` (the caller gives it back)."""
+    limit, idle_s = limits.max_body_bytes, limits.body_idle_s
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -91,18 +116,24 @@ async def _read_bytes(request: Request, limit: int, idle_s: float) -> bytes:
                 chunk = await asyncio.wait_for(anext(stream), idle_s)
             except StopAsyncIteration:
                 break
-            size += len(chunk)
-            if size > limit:
+            if size + len(chunk) > limit:
                 raise RequestTooLargeError(None, limit)
+            budget.take(len(chunk))
+            size += len(chunk)
             chunks.append(chunk)
     except ClientDisconnect:
+        budget.held -= size
         raise ClientGone() from None
     except TimeoutError:
+        budget.held -= size
         said = "" if declared is None else f" of the {declared} bytes its Content-Length says"
         raise InvalidRequestError(
             f"The request body stopped arriving: {size:,} bytes{said} came, then nothing for "
             f"{idle_s:g} s. Send the whole body, with a Content-Length that is its size."
         ) from None
+    except BaseException:
+        budget.held -= size
+        raise
     return b"".join(chunks)
 
 
@@ -125,10 +156,12 @@ def _check_content_type(declared: str | None) -> None:
     as vLLM refuses it; no Content-Type at all is read as JSON."""
     if declared is None:
         return
-    media = declared.split(";", 1)[0].strip().lower()
+    media, *params = (part.strip() for part in declared.split(";"))
+    media = media.lower()
     if media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
     ):
+        _check_charset(params, declared)
         return
     raise InvalidRequestError(
         f"Content-Type must be application/json, got {declared[:60]!r}; send the body as JSON "
@@ -137,18 +170,50 @@ def _check_content_type(declared: str | None) -> None:
     )
 
 
+def _check_charset(params: list[str], declared: str) -> None:
+    """JSON is UTF-8 (RFC 8259); a body declared in another charset (latin-1, utf-16) would be
+    misread or refused as "Malformed JSON ... can't decode byte", so the charset is refused
+    by name (hunt 58b)."""
+    for param in params:
+        name, _, value = param.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            raise InvalidRequestError(
+                f"Content-Type {declared[:60]!r} declares the charset {charset[:20]!r}; this "
+                "server reads JSON in UTF-8 only: send the body as UTF-8 (charset=utf-8 or no "
+                "charset).",
+                code="invalid_content_type",
+            )
+
+
 def _parse(raw: bytes, max_depth: int) -> Any:
     too_deep = InvalidRequestError(
         f"The request body nests objects and lists more than {max_depth} levels deep.",
         code="invalid_json",
     )
+    if not raw.strip():  # was "Malformed JSON ...: Expecting value: line 1 column 1 (char 0)"
+        raise InvalidRequestError(
+            "The request body is empty; send a JSON object (Content-Type: application/json).",
+            code="invalid_json",
+        )
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in raw[:4]:  # JSON has no NUL byte
+        raise InvalidRequestError(
+            "The request body is in UTF-16 or UTF-32; send the JSON in UTF-8.", code="invalid_json"
+        )
     try:
         # UTF-8 only (a BOM allowed): json.loads(bytes) also reads UTF-16 and UTF-32 (hunt 56)
-        text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        raw = raw.removeprefix(b"\xef\xbb\xbf")
+        text = raw.decode("utf-8")
         body = json.loads(text, parse_constant=not_json, object_pairs_hook=distinct_keys)
     except RecursionError:
         raise too_deep from None
-    except (ValueError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:  # was Python's "'utf-8' codec can't decode byte 0xff ..."
+        raise InvalidRequestError(
+            f"The request body is not UTF-8 (byte {e.start:,} is 0x{raw[e.start]:02x}); send "
+            "the JSON in UTF-8.",
+            code="invalid_json",
+        ) from None
+    except ValueError as e:
         why = str(e)
         if "integer string conversion" in why:  # Python's own advice (sys.set_int_max_...)
             why = "a number has more than 4300 digits"
@@ -170,14 +235,20 @@ async def read_json(request: Request, limits: RequestLimits) -> Any:
             "uncompressed (no Content-Encoding).",
             code="invalid_content_encoding",
         )
-    raw = await _read_bytes(request, limits.max_body_bytes, limits.body_idle_s)
-    return await run_off_loop(_parse, raw, limits.max_json_depth)
+    budget = _budget(request, limits)
+    raw = await _read_bytes(request, limits, budget)
+    try:
+        return await run_off_loop(_parse, raw, limits.max_json_depth)
+    finally:
+        budget.held -= len(raw)
 
 
 def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
     """The HTTP answer to a refused request (counted in `metrics` by reason): 400 with
-    OpenAI's error body, 413 (and the connection closed, so the rest of the body is never
-    read), 429 with Retry-After, 503 while draining; an empty 400 to a client already gone."""
+    OpenAI's error body, 413 before the rest of the body is read (a client that sends it
+    anyway has it read and dropped: closing at once would reset the connection before the
+    client reads the 413), 429 with Retry-After, 503 while draining; an empty 400 to a client
+    already gone."""
     if isinstance(e, ClientGone):  # nobody is left to read an answer
         metrics.reject("invalid")
         return Response(status_code=400)
@@ -200,99 +271,3 @@ def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
         )
     metrics.reject("shutting_down")
     return error_response(503, str(e), type_="service_unavailable", code="shutting_down")
-
-
-class JsonErrorsH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, answering a request h11 cannot parse with OpenAI's JSON error
-    body naming what is wrong (uvicorn's own answer is text/plain "Invalid HTTP request
-    received."; such a request never reaches the app). A request line and headers that have
-    not all arrived `head_s` seconds after their first byte (or after the connection opened)
-    get a 400 and the connection is closed (uvicorn has no such timeout: a slowloris client
-    held its connection forever). `protocol_for(limits)` sets `head_s` and `max_head_bytes`."""
-
-    head_s: float = RequestLimits.head_s
-    max_head_bytes: int = RequestLimits.max_head_bytes
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._why = ""
-        self._head_timer: asyncio.TimerHandle | None = None
-        parse = self.conn.next_event
-
-        def next_event() -> Any:
-            try:
-                event = parse()
-            except h11.RemoteProtocolError as e:
-                self._why = " ".join(str(e).split())[:200]
-                raise
-            if isinstance(event, h11.Request):  # the head is complete: the app takes over
-                self._stop_head_timer()
-            return event
-
-        self.conn.next_event = next_event  # type: ignore[method-assign]
-
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._start_head_timer()
-
-    def data_received(self, data: bytes) -> None:
-        if self.conn.their_state is h11.IDLE:  # a new request's head is arriving
-            self._start_head_timer()
-        super().data_received(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
-        super().connection_lost(exc)
-
-    def _start_head_timer(self) -> None:
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.head_s, self._head_timed_out)
-
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-            return
-        self._why = (
-            f"the request line and headers did not arrive within {self.head_s:g} s of their "
-            "first byte; send the whole head at once"
-        )
-        self._send_json_400()
-
-    def send_400_response(self, msg: str) -> None:
-        self._stop_head_timer()
-        self._send_json_400()
-
-    def _send_json_400(self) -> None:
-        """The 400 with OpenAI's body, written as bytes: h11 sends no response before a
-        request's head (the timeout's case); the connection is closed after it."""
-        why = self._why or "not an HTTP/1.1 request"
-        if "Content-Length" in why:
-            why += "; Content-Length must be the body's size in bytes, one decimal integer >= 0"
-        if "Receive buffer too long" in why:
-            why = (
-                f"the request line and headers exceed {self.max_head_bytes:,} bytes; send "
-                "smaller headers"
-            )
-        err = error_body(f"Malformed HTTP request: {why}.", code="invalid_http")
-        body = json.dumps(err, separators=(",", ":")).encode()
-        head = (
-            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-        )
-        self.transport.write(head.encode() + body)
-        self.transport.close()
-
-
-def protocol_for(limits: RequestLimits) -> type[JsonErrorsH11Protocol]:
-    """`JsonErrorsH11Protocol` with `limits`' head timeout and size (uvicorn builds one per
-    connection from the class; give uvicorn `h11_max_incomplete_event_size` the same size)."""
-    return type(
-        "JsonErrorsH11Protocol",
-        (JsonErrorsH11Protocol,),
-        {"head_s": limits.head_s, "max_head_bytes": limits.max_head_bytes},
-    )

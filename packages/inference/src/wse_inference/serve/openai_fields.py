@@ -13,7 +13,13 @@ import math
 from typing import Any
 
 from wse_inference.engine import MAX_LOGPROBS
-from wse_inference.serve.admission import InvalidRequestError, RequestLimits
+from wse_inference.serve.admission import (
+    SEED_MAX,
+    SEED_MIN,
+    InvalidRequestError,
+    RequestLimits,
+    shown_int,
+)
 
 __all__ = [
     "MAX_N",
@@ -39,8 +45,13 @@ def number(body: dict, name: str, default: float) -> float:
     v = body.get(name)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise invalid(f"{name} must be a finite number, got {v!r:.80}.", name)
+    try:  # an integer past 1.8e308 is an OverflowError (hunt 58b: temperature 10**400, a 500)
+        finite = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+    except OverflowError:
+        finite = False
+    if not finite:
+        got = shown_int(v) if isinstance(v, int) else f"{v!r:.80}"
+        raise invalid(f"{name} must be a finite number, got {got}.", name)
     return float(v)
 
 
@@ -50,6 +61,8 @@ def integer(body: dict, name: str, default: int | None) -> int | None:
         return default
     if isinstance(v, bool) or not isinstance(v, int):
         raise invalid(f"{name} must be an integer, got {v!r:.80}.", name)
+    if not SEED_MIN <= v <= SEED_MAX:  # no field takes more; its digits are not echoed whole
+        raise invalid(f"{name} must be a 64-bit integer, got {shown_int(v)}.", name)
     return v
 
 

@@ -43,6 +43,7 @@ from wse_inference.serve.admission import (
     RequestLimits,
     check_sampling,
     encode_prompt,
+    shown_int,
 )
 from wse_inference.serve.chat_template import chat_prompt
 from wse_inference.serve.openai_fields import (
@@ -134,6 +135,16 @@ def _check_model_name(model: Any, model_names: Sequence[str], *, required: bool)
         )
     if model not in model_names:
         raise ModelNotFoundError(model, model_names)
+
+
+def _check_present(body: dict, name: str) -> None:
+    """A route's prompt field left out (or null) is OpenAI's missing_required_parameter, as a
+    missing model is (hunt 58b: it was "prompt must be a string ..., got None")."""
+    if body.get(name) is None:
+        what = "a list of chat messages" if name == "messages" else "a string or token ids"
+        raise InvalidRequestError(
+            f"{name} is required ({what}).", param=name, code="missing_required_parameter"
+        )
 
 
 def _token_list(v: Any, name: str) -> list[int] | None:
@@ -282,6 +293,7 @@ def parse_request(
     n = integer(body, "n", 1) or 1
     sampling = _sampling(body, kind)
     check_sampling(sampling, n=n, limits=limits or RequestLimits())
+    _check_present(body, "messages" if kind == "chat" else "prompt")
     if kind == "chat":
         messages = body.get("messages")
         prompt_ids = chat_prompt(messages, tokenizer, chat_template, max_context=max_context)
@@ -356,5 +368,7 @@ def detokenize_request(
         raise invalid("tokens must be a list of token ids.", "tokens")
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
-        raise invalid(f"Token id {bad[0]} is outside the vocabulary [0, {vocab_size}).", "tokens")
+        raise invalid(
+            f"Token id {shown_int(bad[0])} is outside the vocabulary [0, {vocab_size}).", "tokens"
+        )
     return {"prompt": tokenizer.decode(ids)}

@@ -63,7 +63,9 @@ def build_app(
     limits: RequestLimits = RequestLimits(),
 ) -> FastAPI:
     """The FastAPI app over a started scheduler; see the module docstring."""
-    app = FastAPI(title="wse-stack inference", docs_url=None, redoc_url=None)
+    # no /openapi.json either (hunt 58b: it described FastAPI's 422 bodies, which this server
+    # never sends, and warned of duplicate operation ids on every fetch); a JSON 404 instead
+    app = FastAPI(title="wse-stack inference", docs_url=None, redoc_url=None, openapi_url=None)
     app.router.redirect_slashes = (
         False  # /v1/completions/ is a JSON 404 naming the route, not a 307
     )
@@ -162,7 +164,7 @@ def _add_tokenizer_routes(
             try:
                 body = await read_json(request, limits)
                 return JSONResponse(await run_off_loop(answer, body))
-            except (InvalidRequestError, ClientGone) as e:
+            except (InvalidRequestError, QueueFullError, ClientGone) as e:
                 return refusal_response(e, metrics)
 
         return route

@@ -182,6 +182,13 @@ LIMITS: dict[str, Limit] = {
             "the front ends answer within 2 s",
         ),
         Limit(
+            "template_chars",
+            lambda: 64 << 20,
+            "characters",
+            "strings and lists one chat template render builds",
+            "30x a 2 MiB request body; one 'x' * 300000000 held 1.2 GB",
+        ),
+        Limit(
             "systems",
             lambda: 20_480,
             "systems",

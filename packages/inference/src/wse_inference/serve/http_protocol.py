@@ -1,0 +1,155 @@
+"""The HTTP/1.1 connection the server runs: uvicorn's h11 protocol, answering what h11 cannot
+parse with OpenAI's JSON error body.
+
+Requests h11 cannot parse at all (a Content-Length of "abc" or -1, an illegal header line)
+never reach the app: `JsonErrorsH11Protocol`, the uvicorn protocol the server runs, answers
+them with the same OpenAI JSON error body as the app's refusals (uvicorn's own answer is plain
+text) saying what h11 found, and closes the connection. So are heads past
+`RequestLimits.max_head_bytes`, heads that do not arrive within `RequestLimits.head_s`
+(slowloris), heads with both Transfer-Encoding and Content-Length, and HTTP versions other
+than 1.0 and 1.1. `protocol_for(limits)` is the class uvicorn is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from wse_inference.serve.admission import RequestLimits
+from wse_inference.serve.openai_response import error_body
+
+__all__ = ["JsonErrorsH11Protocol", "protocol_for"]
+
+
+def _head_bytes(event: h11.Request) -> int:
+    """The size of a parsed request line and headers as sent (CRLFs included)."""
+    line = len(event.method) + len(event.target) + len(event.http_version) + 9
+    return line + sum(len(name) + len(value) + 4 for name, value in event.headers) + 2
+
+
+def _head_refusal(event: h11.Request, max_head_bytes: int) -> str:
+    """Why a complete head is refused ('' if it is not): past `max_head_bytes` (it came whole
+    in one read, which h11's limit never sees), or both Transfer-Encoding and Content-Length
+    (h11 read the body as chunked and kept the connection open: RFC 9112 6.3 says close, as
+    the two framings are how requests are smuggled past a proxy), or an HTTP version other than
+    1.0 and 1.1 (HTTP/2's preface "PRI * HTTP/2.0" was a 404, then a 400 on its "SM")."""
+    if _head_bytes(event) > max_head_bytes:
+        return f"the request line and headers exceed {max_head_bytes:,} bytes; send smaller headers"
+    if event.http_version not in (b"1.0", b"1.1"):  # h11 read HTTP/2's preface as a request
+        return (
+            f"HTTP/{event.http_version.decode(errors='replace')[:8]} is not served here; send "
+            "HTTP/1.1 (gRPC clients: the server's gRPC port)"
+        )
+    names = {name for name, _ in event.headers}
+    if b"transfer-encoding" in names and b"content-length" in names:
+        return (
+            "it has both Transfer-Encoding and Content-Length, two framings of one body; "
+            "send one of them"
+        )
+    return ""
+
+
+class JsonErrorsH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, answering a request h11 cannot parse with OpenAI's JSON error
+    body naming what is wrong (uvicorn's own answer is text/plain "Invalid HTTP request
+    received."; such a request never reaches the app). A request line and headers that have
+    not all arrived `head_s` seconds after their first byte (or after the connection opened)
+    get a 400 and the connection is closed (uvicorn has no such timeout: a slowloris client
+    held its connection forever). A head past `max_head_bytes` is a 400 whether it arrived in
+    pieces (h11's incomplete-event limit) or whole in one read (hunt 58b: up to ~256 KB were
+    taken that way); so is a head with both Transfer-Encoding and Content-Length.
+    `protocol_for(limits)` sets `head_s` and `max_head_bytes`."""
+
+    head_s: float = RequestLimits.head_s
+    max_head_bytes: int = RequestLimits.max_head_bytes
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._why = ""
+        self._head_timer: asyncio.TimerHandle | None = None
+        parse = self.conn.next_event
+
+        def next_event() -> Any:
+            try:
+                event = parse()
+            except h11.RemoteProtocolError as e:
+                self._why = " ".join(str(e).split())[:200]
+                raise
+            if isinstance(event, h11.Request):  # the head is complete: the app takes over
+                self._stop_head_timer()
+                self._why = _head_refusal(event, self.max_head_bytes)
+                if self._why:
+                    raise h11.RemoteProtocolError(self._why)
+            return event
+
+        self.conn.next_event = next_event  # type: ignore[method-assign]
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn.their_state is h11.IDLE:  # a new request's head is arriving
+            self._start_head_timer()
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _start_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_s, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        self._why = (
+            f"the request line and headers did not arrive within {self.head_s:g} s of their "
+            "first byte; send the whole head at once"
+        )
+        self._send_json_400()
+
+    def send_400_response(self, msg: str) -> None:
+        self._stop_head_timer()
+        self._send_json_400()
+
+    def _send_json_400(self) -> None:
+        """The 400 with OpenAI's body, written as bytes: h11 sends no response before a
+        request's head (the timeout's case); the connection is closed after it."""
+        why = self._why or "not an HTTP/1.1 request"
+        if "Content-Length" in why and "framings" not in why:  # h11's words on the header
+            why += "; Content-Length must be the body's size in bytes, one decimal integer >= 0"
+        if "Receive buffer too long" in why:
+            why = (
+                f"the request line and headers exceed {self.max_head_bytes:,} bytes; send "
+                "smaller headers"
+            )
+        err = error_body(f"Malformed HTTP request: {why}.", code="invalid_http")
+        body = json.dumps(err, separators=(",", ":")).encode()
+        head = (
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        )
+        self.transport.write(head.encode() + body)
+        self.transport.close()
+
+
+def protocol_for(limits: RequestLimits) -> type[JsonErrorsH11Protocol]:
+    """`JsonErrorsH11Protocol` with `limits`' head timeout and size (uvicorn builds one per
+    connection from the class; give uvicorn `h11_max_incomplete_event_size` the same size)."""
+    return type(
+        "JsonErrorsH11Protocol",
+        (JsonErrorsH11Protocol,),
+        {"head_s": limits.head_s, "max_head_bytes": limits.max_head_bytes},
+    )
