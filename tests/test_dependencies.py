@@ -53,8 +53,9 @@ def _imports(src: Path) -> dict[str, set[str]]:
             else:
                 continue
             for n in names:
-                if (src / f"{n.split('.')[0]}.py").exists():
-                    continue  # a sibling module of the scanned folder (bench/torch_baseline)
+                top = n.split(".")[0]
+                if (src / f"{top}.py").exists() or (ROOT / "bench" / f"{top}.py").exists():
+                    continue  # a sibling module (bench/torch_baseline) or a bench a test loads
                 found.setdefault(n.split(".")[0], set()).add(str(f.relative_to(ROOT)))
     return {
         m: files
