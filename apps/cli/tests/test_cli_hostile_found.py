@@ -324,6 +324,8 @@ def test_a_cache_dir_that_cannot_hold_the_cache_is_refused(files, value, message
     ("extra", "message"),
     [(["--host", ""], "--host must be an address"),  # uvicorn bound every interface
      (["--served-model-name", " "], "leading or trailing blanks"),
+     (["--served-model-name", "m\udcff"], "must be printable UTF-8"),  # /v1/models: 500
+     (["--served-model-name", "a\nb"], "must be printable UTF-8"),
      (["--mock-step-delay-ms", "1e300"], "--mock-step-delay-ms must be"),  # OverflowError
      (["--drain-s", "1e300"], "--drain-s must be"),  # OverflowError at shutdown
      (["--max-queued", "1000000000000"], "--max-queued must be")],

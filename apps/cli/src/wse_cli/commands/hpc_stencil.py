@@ -125,7 +125,14 @@ def stencil(
         "dirichlet", "--boundary", help="dirichlet | periodic (jacobi, heat, wave25) | neumann"
     ),
     block_z: int = number(
-        None, "--block-z", help="wave25: Z block size (divides NZ).", kind=int, ge=1
+        None,
+        "--block-z",
+        help=(
+            "wave25: Z block size, 1..NZ (default: the largest divisor of NZ <= 64; one that"
+            " does not divide NZ leaves the last block shorter, as SC22's 1000 / 334)."
+        ),
+        kind=int,
+        ge=1,
     ),
     defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
     png: Path = png_file(None, "--png", help="Write a slice and the history as PNG."),

@@ -199,6 +199,9 @@ def serve(
         fail("--served-model-name must not be empty; leave it out to use the model's own name")
     if served_model_name is not None and served_model_name != served_model_name.strip():
         fail(f"--served-model-name {served_model_name!r} has leading or trailing blanks")
+    if served_model_name is not None and not served_model_name.isprintable():
+        # a byte that is not UTF-8 arrives surrogate-escaped: /v1/models answered 500
+        fail(f"--served-model-name {served_model_name!r} must be printable UTF-8 text")
     _check_ports(host, port, grpc_port)
     wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None
