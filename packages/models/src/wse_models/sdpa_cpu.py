@@ -19,7 +19,7 @@ each call has its own block). `forward(q, k, v, mask) -> (out, probs)` and
 `_sdpa_bwd`'s values (float round-off apart: the softmax's exp is a polynomial of relative
 error ~2e-7) in the same layouts, mask broadcast to [b, t, s]. The handlers are always
 compiled in a helper process (`wse_core.host.compile_ahead.load`: ~6.5 s of CPU cold,
-forward 3.6 then backward 2.6, plus ~0.5 s for the helper's numba import; ~1 s from numba's
+forward 3.6 then backward 2.6, plus ~0.4 s a helper for its numba import; ~1 s from numba's
 cache with numba's import) and loaded from numba's cache, so that a cold run rounds as a
 warm one does, bit for bit (compiled in-process, 3-33% of the outputs came out a few ulps
 apart: `compile_ahead`'s module doc). `compile_early(head_dim, dtype, backward=)` starts
