@@ -207,3 +207,23 @@ def test_bench_prompt_of_bytes_that_are_not_utf8_is_one_line(tmp_path):
     r = runner.invoke(app, [*args, "--prompt", "a\udcff"])
     assert r.exit_code == 2 and "--prompt holds bytes that are not UTF-8" in r.output
     assert "Traceback" not in r.output and not out.exists()
+
+
+def test_serve_starts_the_attention_compile_before_the_weights_load(tiny_model_dir, monkeypatch):
+    """As `wse infer generate` does: the CPU attention's helper (`sdpa_cpu.compile_early`,
+    the forward only, at the model's head dim and load_model's float32) is started before
+    `load_engine`, so that numba compiles while the weights load."""
+    import wse_inference.load
+    from wse_cli.commands import infer_serve
+    from wse_inference.model_dir import read_config
+    from wse_models import sdpa_cpu
+
+    calls = []
+    monkeypatch.setattr(
+        sdpa_cpu,
+        "compile_early",
+        lambda hd, dtype, *, backward: calls.append((hd, dtype, backward)),
+    )
+    monkeypatch.setattr(wse_inference.load, "load_engine", lambda *a, **k: calls.append("load"))
+    infer_serve._real_engine(str(tiny_model_dir), None, 2, None)
+    assert calls == [(read_config(tiny_model_dir).hd, "float32", False), "load"]

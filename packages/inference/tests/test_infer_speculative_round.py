@@ -32,11 +32,11 @@ def test_engine_report_and_serving_at_one_user_give_the_same_round():
         TARGET, DRAFT, spec=SPEC, gamma=3, context_len=W.held_tokens, kv_tokens=W.kv_tokens
     )
     assert [p.summary() for p in engine_plans] == [target_plan.summary(), draft_plan.summary()]
-    report = predict_speculative(TARGET, target_plan, DRAFT, draft_plan, gamma=3,
+    report = predict_speculative(TARGET, DRAFT, (target_plan, draft_plan), gamma=3,
                                  rounds_per_token=1.0, kv_tokens=W.kv_tokens)  # fmt: skip
     latency, _, _ = serve.round_s(1)
     assert report.predicted_s == pytest.approx(latency, rel=1e-12)
-    two = predict_speculative(TARGET, target_plan, DRAFT, draft_plan, gamma=3,
+    two = predict_speculative(TARGET, DRAFT, (target_plan, draft_plan), gamma=3,
                               rounds_per_token=0.5, kv_tokens=W.kv_tokens)  # fmt: skip
     assert two.predicted_s == pytest.approx(latency / 2, rel=1e-12)
 

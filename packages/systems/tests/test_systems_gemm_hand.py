@@ -69,7 +69,7 @@ def test_one_token_pads_to_p_rows_and_p_tokens_match_p_meshgemvs():
     DSDs of length 1; from k = P on it does k MeshGEMVs' arithmetic. (The MeshGEMV on the
     same 4 x 4 PEs holds 8 / 4 inputs and 12 / 4 outputs: 6 FMAC elements in 2 DSDs.)"""
     region = Region("g", 0, 0, 4, 4)
-    gemv = meshgemv_phases(region, 8, 12, reduce_axis="cols", spec=SPEC).total_work()
+    gemv = meshgemv_phases(region, (8, 12), reduce_axis="cols", spec=SPEC).total_work()
     assert gemv.ops_by_kind()["fmac.fp16"] == 6
     fmacs = [op for op in gemv.ops if op.kind == "fmac"]
     assert sum(op.count for op in fmacs) == 2 and {op.length for op in fmacs} == {3}

@@ -139,7 +139,7 @@ def test_meshgemv_counted_by_hand():
 
     d, _t = _consts()
     region = Region("m", 0, 0, 4, 6)
-    got = _cycles(meshgemv_phases(region, 12, 16, reduce_axis="cols", groups=2, spec=SPEC))
+    got = _cycles(meshgemv_phases(region, (12, 16), reduce_axis="cols", groups=2, spec=SPEC))
     # zero: @fmovh(out, 0.0), one 16-bit move DSD of 4 (4 wide; 8 B written at 8 B/cycle)
     assert got["zero"] == pytest.approx(1 + d)
     # gemv: @map over the 2 inputs, one @fmach of 4 each (4 wide: 1 cycle), no task; SRAM
@@ -162,7 +162,7 @@ def test_meshgemv_counted_by_hand():
     # = 11.5 cycles one group (31 + 3 d; 2 groups 30 + 4 d, 3 groups 28 + 4 d, 6 groups
     # 31 + 3 d, a tie that takes fewer groups)
     assert d > 3 and best_groups(6, 4, 2, SPEC) == 1
-    auto = _cycles(meshgemv_phases(region, 12, 16, reduce_axis="cols", spec=SPEC))
+    auto = _cycles(meshgemv_phases(region, (12, 16), reduce_axis="cols", spec=SPEC))
     assert sum(auto.values()) == pytest.approx((3 + 3 * d) + (31 + 3 * d))  # zero + gemv, allreduce
 
 

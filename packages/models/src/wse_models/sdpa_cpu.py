@@ -17,14 +17,16 @@ and sharded: an FFI call would have them gathered; inside `shard_map` or a per-d
 each call has its own block). `forward(q, k, v, mask) -> (out, probs)` and
 `backward(q, k, v, mask, probs, out, d_out) -> (dq, dk, dv)` are `layer._sdpa_fwd`'s and
 `_sdpa_bwd`'s values (float round-off apart: the softmax's exp is a polynomial of relative
-error ~2e-7) in the same layouts, mask broadcast to [b, t, s]. numba compiles the two
-handlers on their first use (`_target`: ~6.5 s of CPU cold, forward 3.6 then backward 2.6;
-~1 s from numba's cache with numba's import), unless `compile_early(head_dim, dtype,
-backward=)` started them (where `applies`: `usable`'s predicate, mesh apart) in a helper
-process (`wse_core.host.compile_ahead`) when a shell learnt its model (the trainer's session,
-before its tokenizer, data and first trace; `wse infer generate`, before the weights load):
-`_target` then waits for the helper and loads the handler from numba's cache, the same code
-a warm run loads.
+error ~2e-7) in the same layouts, mask broadcast to [b, t, s]. The handlers are always
+compiled in a helper process (`wse_core.host.compile_ahead.load`: ~6.5 s of CPU cold,
+forward 3.6 then backward 2.6, plus ~0.4 s a helper for its numba import; ~1 s from numba's
+cache with numba's import) and loaded from numba's cache, so that a cold run rounds as a
+warm one does, bit for bit (compiled in-process, 3-33% of the outputs came out a few ulps
+apart: `compile_ahead`'s module doc). `compile_early(head_dim, dtype, backward=)` starts
+that helper (where `applies`: `usable`'s predicate, mesh apart) when a shell learns its
+model (the trainer's session, before its tokenizer, data and first trace; `wse infer
+generate` and `serve`, beside the weights' load); otherwise the first use (`_target`)
+starts it and waits.
 """
 
 from __future__ import annotations
@@ -49,14 +51,11 @@ def _numba() -> bool:
 
 @functools.cache
 def _target(name: str) -> str:
-    """The FFI target of `name`, compiled (or loaded from numba's cache: from a helper's
-    compile, `compile_early`) and registered."""
+    """The FFI target of `name`, its handler compiled by a helper (`compile_early`'s, or one
+    started now) and loaded from numba's cache (module doc), registered."""
     from wse_core.host import compile_ahead, pe_ffi
 
-    from wse_models import _sdpa_numba
-
-    compile_ahead.wait(_KERNELS, name)  # a helper compiling it into numba's cache, if any
-    return pe_ffi.register(f"wse_models_{name}", _sdpa_numba.handler(name))
+    return pe_ffi.register(f"wse_models_{name}", compile_ahead.load(_KERNELS, name))
 
 
 def applies(head_dim: int, *dtypes: Any) -> bool:

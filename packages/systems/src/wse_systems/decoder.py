@@ -224,7 +224,7 @@ def layer_phases(
     def mv(name: str, density: float = 1.0) -> Phases:
         n_in, n_out = dims[name]
         if gemv == "meshgemv":
-            return _mesh(region, n_in, n_out, name, b, spec, block_tokens, density)
+            return _mesh(region, name, dims[name], b, spec, block_tokens, density)
         return matvec_phases(
             region, n_in, n_out, bytes_per_value=b, input_density=density, spec=spec, name=name
         )
@@ -287,15 +287,16 @@ def _entry_flood(region: Region, d: int, b: int) -> Phase:
 
 
 def _mesh(
-    region: Region, n_in: int, n_out: int, product: str, b: int, spec: WaferSpec, k: int,
+    region: Region, product: str, dims: tuple[int, int], b: int, spec: WaferSpec, k: int,
     density: float = 1.0, name: str | None = None,
 ) -> Phases:  # fmt: skip
-    """WaferLLM's programs: one token's MeshGEMV along `product`'s axis (`DECODE_AXES`),
-    or for a prompt block of k > 1 tokens one MeshGEMM (the prefill's; dense: no skipping)."""
+    """WaferLLM's programs: one token's MeshGEMV of `dims` (n_in, n_out) along `product`'s
+    axis (`DECODE_AXES`), or for a prompt block of k > 1 tokens one MeshGEMM (the prefill's;
+    dense: no skipping)."""
     if k > 1:
-        return meshgemm_phases(region, k, n_in, n_out, bytes_per_value=b, name=name or product)
+        return meshgemm_phases(region, k, *dims, bytes_per_value=b, name=name or product)
     return meshgemv_phases(
-        region, n_in, n_out, reduce_axis=DECODE_AXES[product], bytes_per_value=b,
+        region, dims, reduce_axis=DECODE_AXES[product], bytes_per_value=b,
         input_density=density, spec=spec, name=name or product,
     )  # fmt: skip
 
@@ -313,7 +314,7 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool,
         task_activations=1.0,
     )
     if plan.gemv == "meshgemv":
-        mm = _mesh(head, d, shape.vocab_size, "lm_head", b, spec, k, name="gemv")
+        mm = _mesh(head, "lm_head", (d, shape.vocab_size), b, spec, k, name="gemv")
         lm_head = serial(_entry_flood(head, d, b), mm, name="lm_head")
     else:
         lm_head = matvec_phases(

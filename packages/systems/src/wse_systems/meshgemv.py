@@ -1,7 +1,8 @@
 """WaferLLM's MeshGEMV as published, counted per PE: one GEMV's instructions on a region.
 
-Contract. `meshgemv_phases(region, n_in, n_out, reduce_axis=...)` is one matrix-vector
-product y (n_out) = W^T x (n_in) as WaferLLM's decode runs it (He et al., OSDI 2025,
+Contract. `meshgemv_phases(region, (n_in, n_out), reduce_axis=...)` is one matrix-vector
+product y (n_out) = W^T x (n_in) (`dims`: (n_in, n_out), as `transformer.layer_products`
+gives a product's) as WaferLLM's decode runs it (He et al., OSDI 2025,
 arXiv:2502.04563; the code `SOURCE`), on the busiest PE (the allreduce's root), phase by
 phase. The input is split along `reduce_axis` ("cols": over the region's columns, the same
 piece on every row; "rows": over its rows) and the output along the other axis; nothing
@@ -147,8 +148,7 @@ def best_groups(a: int, nt: int, bytes_per_value: int, spec: WaferSpec) -> int:
 
 def meshgemv_parts(
     region: Region,
-    n_in: int,
-    n_out: int,
+    dims: tuple[int, int],
     *,
     reduce_axis: str,
     bytes_per_value: int = 2,
@@ -156,7 +156,9 @@ def meshgemv_parts(
     groups: int | None = None,
     spec: WaferSpec,
 ) -> tuple[tuple[str, Work], ...]:
-    """The named phases of one MeshGEMV (the module contract), on the busiest PE."""
+    """The named phases of one MeshGEMV of `dims` (n_in, n_out; the module contract), on the
+    busiest PE."""
+    n_in, n_out = dims
     if reduce_axis not in REDUCE_AXES:
         raise ValueError(f"reduce_axis must be one of {REDUCE_AXES}, got {reduce_axis!r}")
     if not 0.0 <= input_density <= 1.0:
@@ -179,8 +181,7 @@ def meshgemv_parts(
 
 def meshgemv_phases(
     region: Region,
-    n_in: int,
-    n_out: int,
+    dims: tuple[int, int],
     *,
     reduce_axis: str,
     bytes_per_value: int = 2,
@@ -191,7 +192,7 @@ def meshgemv_phases(
 ) -> Phases:
     """`meshgemv_parts` as serial phases (the root's steps in order)."""
     parts = meshgemv_parts(
-        region, n_in, n_out, reduce_axis=reduce_axis, bytes_per_value=bytes_per_value,
+        region, dims, reduce_axis=reduce_axis, bytes_per_value=bytes_per_value,
         input_density=input_density, groups=groups, spec=spec,
     )  # fmt: skip
     return serial(*(Phase(n, w) for n, w in parts), name=name)

@@ -6,7 +6,9 @@ tokens predicted on `--preset` / `--spec`, default wse3), the
 `--speculative-config` read by `wse_inference.speculative.config.parse_speculative_config` (as
 `wse infer generate` reads it);
 `--model-dir mock` serves `MockEngine` (next token = last + 1, byte tokenizer) for demos and
-tests. The server runs until SIGTERM / SIGINT, then drains (see `wse_inference.serve.app`).
+tests. On a CPU the attention's numba kernels compile in a helper process while the weights
+load (`wse_models.sdpa_cpu.compile_early`), as `wse infer generate`'s do. The server runs
+until SIGTERM / SIGINT, then drains (see `wse_inference.serve.app`).
 `bench --url URL` runs `wse_inference.demo.load_test` against a server and saves its JSON.
 """
 
@@ -122,7 +124,9 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
         held_bytes=sum(a.nbytes for a in weights.values()),
     )
     from wse_inference.load import load_engine  # JAX: once the inputs are checked
+    from wse_models import sdpa_cpu
 
+    sdpa_cpu.compile_early(cfg.hd, "float32", backward=False)  # load_model's dtype; meanwhile
     return load_engine(
         model_dir,
         spec=wafer,

@@ -6,7 +6,8 @@ the busiest PE, what one step of the published program executes for `plan` (`Eam
 window k_rows x k_cols, candidate capacities `caps`) with `hits` neighbours within the
 cutoff on that PE (default: the plan's capacity M, an upper bound: cutoff + skin), and
 `predict(spec, wafer, pot, plan, ...)` evaluates it with `wse_core.cost.perf.PerfModel`
-into a `wse_core.RunReport` (units "step"), whose `cycles_by_mechanism()` splits it by
+into a `wse_core.RunReport` (units "step"; `Measured`: what an emulated run measured, shown
+beside the prediction), whose `cycles_by_mechanism()` splits it by
 mechanism. Nothing is fitted here: the constants are wse_core's
 (`wse_core.cost.mechanisms`).
 
@@ -52,6 +53,7 @@ atoms' grid and the (2 k_rows + 1) x (2 k_cols + 1) window of its middle PE.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -92,6 +94,7 @@ __all__ = [
     "step_phases",
     "fabric_counts",
     "fold",
+    "Measured",
     "predict",
     "run_report",
     "pe_trace",
@@ -259,6 +262,13 @@ def _scalar(table: Mapping[str, float]) -> Work:
     return Work(scalar_instructions=scalar_count(table))
 
 
+class Measured(NamedTuple):
+    """What an emulated run measured, shown in its report beside the prediction."""
+
+    wall_s: float | None = None  # the emulator's wall time per step (s)
+    sram: Mapping[str, int] | None = None  # the SRAM ledger summary of the wafer that ran it
+
+
 def predict(
     spec: WaferSpec,
     wafer: Wafer,
@@ -267,15 +277,13 @@ def predict(
     *,
     rebuild_every: float,
     hits: float | None = None,
-    measured_wall_s: float | None = None,
-    sram: Mapping[str, int] | None = None,
+    measured: Measured = Measured(),
     assumptions: Mapping[str, str] | None = None,
-    extra: Mapping[str, object] | None = None,
 ) -> RunReport:
     """The `RunReport` of one timestep of `plan` on `spec` (`wafer`: the emulated PE grid,
-    or one planned abstractly); `hits`: N_h (`step_phases`); `measured_wall_s`: the
-    emulator's wall time per step. `extra` carries the window, candidates (N_c), hits (N_h),
-    words per step and predicted timesteps/s."""
+    or one planned abstractly); `hits`: N_h (`step_phases`); `measured`: the emulated run's
+    figures, if any. `extra` carries the window, candidates (N_c), hits (N_h), words per
+    step and predicted timesteps/s."""
     counts = fabric_counts(wafer, pot, plan)
     phases = step_phases(
         wafer,
@@ -301,9 +309,9 @@ def predict(
         "md.step",
         spec,
         phases,
-        measured_wall_s=measured_wall_s,
+        measured_wall_s=measured.wall_s,
         traffic=traffic,
-        sram=sram,
+        sram=measured.sram,
         units="step",
         assumptions={
             **ASSUMPTIONS,
@@ -315,7 +323,7 @@ def predict(
             ),
             **dict(assumptions or {}),
         },
-        extra=lambda t: {**figures, "timesteps_per_s": t.per_s, **dict(extra or {})},
+        extra=lambda t: {**figures, "timesteps_per_s": t.per_s},
     )
 
 
@@ -343,8 +351,7 @@ def run_report(res) -> RunReport:
         pot,
         plan,
         rebuild_every=max(every, 1.0),
-        measured_wall_s=res.loop_wall_s / res.steps if res.steps else None,
-        sram=res.sram,
+        measured=Measured(res.loop_wall_s / res.steps if res.steps else None, res.sram),
         assumptions=note,
     )
 

@@ -16,9 +16,11 @@ one token, `extra["tokens_per_s"]` its inverse, `extra["plan"]` the plan's regio
 - `predict_model(model, spec=, num_wafers=, context_len=)`: a `wse_models` preset (or a
   config) planned by `plan_for` on the fewest wafers that hold it (or `num_wafers`), 16-bit
   weights -> (report, plan).
-- `predict_speculative(...)`: one emitted token of speculative decoding at a measured number
-  of rounds per token, each `wse_systems.serving.speculative.speculative_round` (the serving
-  model's round too); `plan_speculative` places the draft on a few rows of each wafer.
+- `predict_speculative(target, draft, plans, ...)`: one emitted token of speculative decoding
+  at a measured number of rounds per token, each
+  `wse_systems.serving.speculative.speculative_round` (the serving model's round too);
+  `plan_speculative` places the draft on a few rows of each wafer: `plans`, (target plan,
+  draft plan).
 
 Several wafers pass the residual stream (d_model values) at the system I/O rate, plus
 `spec.system_latency_s` per pass (an assumption: `--assume system_latency_s=...`).
@@ -27,7 +29,7 @@ Several wafers pass the residual stream (d_model values) at the system I/O rate,
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S
 from wse_core.cost.report import RunReport
@@ -51,6 +53,7 @@ __all__ = [
     "plan_speculative",
     "plan_for",
     "tokens_per_s",
+    "TokenSetup",
 ]
 
 CALIBRATION_TOKENS_PER_S = DECODE_8B_TOKENS_PER_S  # Llama 3.1 8B, one WSE-3 (REFERENCES.md)
@@ -65,6 +68,15 @@ def tokens_per_s(report: RunReport) -> float:
 predict_decode = price_token
 
 
+class TokenSetup(NamedTuple):
+    """The decode token a layout is chosen on, as `price_token` takes it: `kv_tokens` cached
+    tokens read (None: half the context) and, with `token_out`, the token's trip to the host
+    on the step's path."""
+
+    kv_tokens: int | None = None
+    token_out: bool = False
+
+
 def plan_for(
     config: Any,
     *,
@@ -73,24 +85,21 @@ def plan_for(
     context_len: int = 8192,
     bytes_per_param: int = 2,
     layout: str | None = None,
-    kv_tokens: int | None = None,
-    token_out: bool = False,
+    token: TokenSetup = TokenSetup(),
     gemv: str = "sdk",
 ) -> PipelinePlan:
     """One region per layer on `num_wafers` wafers (default: the fewest that hold weights
     and one user's KV cache of `context_len` tokens), its regions `layout` (default: banded
-    or compact, whichever prices the shorter token, `wse_systems.token.choose_layout`, with
-    `kv_tokens` and `token_out` as `price_token` takes them), each GEMV priced as `gemv`
-    (`wse_systems.pipeline.GEMV_PROGRAMS`: "sdk" or WaferLLM's "meshgemv")."""
+    or compact, whichever prices the shorter `token`, `wse_systems.token.choose_layout`),
+    each GEMV priced as `gemv` (`wse_systems.pipeline.GEMV_PROGRAMS`: "sdk" or WaferLLM's
+    "meshgemv")."""
     kwargs: dict[str, Any] = dict(context_len=context_len, bytes_per_param=bytes_per_param)
     if num_wafers is None:
         num_wafers = min_wafers(config, spec, **kwargs)
     kwargs["gemv"] = gemv
     if layout is not None:
         return plan_pipeline(config, spec, num_wafers=num_wafers, layout=layout, **kwargs)
-    return choose_layout(
-        config, spec, num_wafers=num_wafers, kv_tokens=kv_tokens, token_out=token_out, **kwargs
-    )[0]
+    return choose_layout(config, spec, num_wafers=num_wafers, **token._asdict(), **kwargs)[0]
 
 
 def predict_model(
@@ -111,16 +120,11 @@ def predict_model(
     from wse_models import preset_config
 
     config = preset_config(model) if isinstance(model, str) else model
+    token = TokenSetup(kv_tokens, token_out)
     plan = plan_for(
-        config,
-        spec=spec,
-        num_wafers=num_wafers,
-        context_len=context_len,
-        kv_tokens=kv_tokens,
-        token_out=token_out,
-        gemv=gemv,
+        config, spec=spec, num_wafers=num_wafers, context_len=context_len, token=token, gemv=gemv
     )
-    return predict_decode(config, plan, kv_tokens=kv_tokens, token_out=token_out), plan
+    return predict_decode(config, plan, **token._asdict()), plan
 
 
 def plan_speculative(
@@ -160,9 +164,8 @@ def plan_speculative(
 
 def predict_speculative(
     target: Any,
-    target_plan: PipelinePlan,
     draft: Any,
-    draft_plan: PipelinePlan,
+    plans: tuple[PipelinePlan, PipelinePlan],
     *,
     gamma: int,
     rounds_per_token: float,
@@ -172,7 +175,9 @@ def predict_speculative(
 ) -> RunReport:
     """One emitted token of speculative decoding (units "token"): `rounds_per_token` rounds
     (measured: rounds / tokens emitted) of `wse_systems.serving.speculative.speculative_round` (the
-    one round the serving model prices too; plans from `plan_speculative`)."""
+    one round the serving model prices too) on `plans`, (target plan, draft plan) as
+    `plan_speculative` returns them."""
+    target_plan, draft_plan = plans
     kv = target_plan.context_len // 2 if kv_tokens is None else kv_tokens
     rnd = speculative_round(target, target_plan, draft, draft_plan, gamma=gamma, kv_tokens=kv)
     phases = dataclasses.replace(rnd.phases, repeat=rounds_per_token)

@@ -359,9 +359,8 @@ class SpeculativeDecoder:
             per_token = measured_wall_s / tokens if tokens else measured_wall_s
         return decode_perf.predict_speculative(
             self.target.config,
-            plans[0],
             self.draft.config,
-            plans[1],
+            plans,
             gamma=self.gamma,
             rounds_per_token=1.0 / (stats.mean_tokens_per_pass or 1.0),
             kv_tokens=kv_tokens,

@@ -10,6 +10,17 @@ compiles on another core into numba's on-disk cache (`NUMBA_CACHE_DIR`, set by
 process loads the handler from there when it registers the target. A helper outliving a
 killed run exits when its compile ends.
 
+Why a handler is never compiled in the process that runs it (`load`): numba links each
+`njit` kernel a handler calls into the handler's module as a weak (`linkonce_odr`) copy,
+optimised again there, and caches the handler's object code with those copies. A process
+that compiles the handler has compiled each kernel on its own first, and the JIT binds the
+handler's calls to those earlier, strong definitions; a process that loads the handler from
+the cache (no kernel compiled) runs the handler's own copies. The two are optimised apart,
+and under `fastmath` LLVM orders the sums differently (the CPU attention's `_exp_row` adds
+its four vector accumulators as ((a + b) + c) + d on its own, (a + b) + (c + d) as a copy):
+on fixed inputs 3-33% of the attention's outputs came out a few ulps apart, a cold run
+against a warm one. Compiled in a helper, every run loads the same object code.
+
 Contract: a kernel module (a dotted name, inside a package) defines `handler =
 numba_ffi.handlers({...})`. `start(module, names)` starts, for the handlers `names` not
 started before and not in numba's cache (`stored`: numba's own index and its stamp of the
@@ -20,7 +31,10 @@ cache; a process compiling two handlers pays numba's start-up once. `wait(module
 waits for that line (not for the process's later handlers), when a helper was started, and
 marks the handler done: its registration calls it first, so a registered handler is never
 started; a helper that failed (its output ended without the name) or hung (past WAIT_S) is
-given up, and the caller compiles in-process, as it would without.
+given up, and the caller compiles in-process, as it would without. `load(module, name)`
+is the handler, from numba's cache: `start` (a helper, unless the cache holds it or one was
+started) then `wait`; in-process only where no helper could compile it (the rounding of a
+cold run then, see above).
 """
 
 from __future__ import annotations
@@ -34,7 +48,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-__all__ = ["WAIT_S", "start", "stored", "wait"]
+__all__ = ["WAIT_S", "load", "start", "stored", "wait"]
 
 # A handler's compile took at most ~10 s of CPU (MD's force at 32,000 atoms, issue 44); past
 # this a helper is taken as hung and the handler is compiled in-process
@@ -97,6 +111,14 @@ class _Helper:
 
 
 _helpers: dict[tuple[str, str], _Helper | None] = {}
+
+
+def load(module: str, name: str) -> object:
+    """Handler `name` of `module`, compiled by a helper (unless numba's cache holds it) and
+    loaded from numba's cache: the code a warm run runs, bit for bit (module doc)."""
+    start(module, [name])
+    wait(module, name)
+    return importlib.import_module(module).handler(name)
 
 
 def start(module: str, names: Iterable[str]) -> None:
