@@ -73,6 +73,10 @@ class WseGroup(TyperGroup):
                 _NOTES.clear()
                 typer.echo(f"Error: {no_backend}", err=True)
                 raise typer.Exit(2) from None
+            if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:  # hunt 59: a traceback
+                _NOTES.clear()
+                typer.echo(f"Error: {_name_too_long(e)}", err=True)
+                raise typer.Exit(2) from None
             if isinstance(e, OSError) and e.errno in _DISK_FAULTS:  # a valid run's fault: 1
                 _NOTES.clear()
                 where = f" {e.filename}" if e.filename else ""
@@ -117,6 +121,18 @@ def note(text: str) -> None:
 def _say_notes() -> None:
     while _NOTES:
         typer.echo(_NOTES.pop(0), err=True)
+
+
+def _name_too_long(e: OSError) -> str:
+    """A path given that the file system cannot name (a name past 255 bytes, a path past
+    4,096): the path's head and length, and the bounds."""
+    from wse_core.errors import shown
+
+    where = f" {shown(os.fsdecode(e.filename))}" if e.filename else ""
+    return (
+        f"the path{where} is too long for this file system (each name of a path at most 255 "
+        "bytes, the whole at most 4,096); give a shorter path"
+    )
 
 
 def _one_line_usage(e: Exception) -> None:

@@ -162,6 +162,10 @@ def number(
         for x in values:
             if x is not None and not _fits(x, gt, ge, lt, le):
                 got = x.text if isinstance(x, _NotANumber) else x
+                if isinstance(got, str):  # hunt 59: a 6,000-character value came back whole
+                    from wse_core.errors import shown
+
+                    got = shown(got, quote=not got.strip())  # blank: quoted, to be seen
                 if isinstance(x, _NotANumber) and x.past_64_bits:  # the bound no option states
                     got = f"{got} (integers are 64-bit: at most {INT_MAX} in size)"
                 name = param.opts[0] if param.opts else param.name

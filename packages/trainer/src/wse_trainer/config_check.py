@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wse_core.errors import suggest
+from wse_core.errors import shown, suggest
 from wse_core.host.limits import lift, limit
 from wse_systems.training.micro_batch import MODES
 
@@ -132,6 +132,6 @@ def _divisors_near(n: int, x: int) -> list[int]:
 def _choice(where: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ConfigError(
-            f"{where}={value!r} is not valid{suggest(value, choices)}; "
+            f"{where}={shown(value)} is not valid{suggest(value, choices)}; "
             f"choose one of: {', '.join(choices)}"
         )

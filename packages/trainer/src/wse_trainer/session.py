@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wse_core.errors import quoted_number, suggest
+from wse_core.errors import quoted_number, shown, suggest
 from wse_core.host.distributed import barrier, is_primary
 from wse_core.hw.spec import WaferSpec
 
@@ -56,7 +56,7 @@ def model_config(config: TrainConfig):
     for key, value in fields.items():
         if key not in types:
             raise ConfigError(
-                f"unknown key model.{key}{suggest(key, types)}; valid keys: "
+                f"unknown key model.{shown(key, quote=False)}{suggest(key, types)}; valid keys: "
                 f"preset, {', '.join(sorted(types))}"
             )
         number = "int" in types[key] or "float" in types[key]

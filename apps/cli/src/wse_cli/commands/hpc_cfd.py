@@ -74,12 +74,14 @@ def cfd(
 ) -> None:
     """Run a CFD case on the emulated wafer and predict its wafer time."""
     if case not in CASES:
-        from wse_core import suggest
+        from wse_core.errors import shown, suggest
 
-        fail(f"unknown --case {case!r}{suggest(case, CASES)}; use one of {', '.join(CASES)}")
+        fail(f"unknown --case {shown(case)}{suggest(case, CASES)}; use one of {', '.join(CASES)}")
     _refuse_other_case(ctx, case)
     if time_scheme not in ("euler", "rk3"):
-        fail(f"unknown --time-scheme {time_scheme!r}; use euler or rk3")
+        from wse_core.errors import shown
+
+        fail(f"unknown --time-scheme {shown(time_scheme)}; use euler or rk3")
     if time_scheme == "rk3" and case != "cavity":
         fail("--time-scheme rk3 is the cavity's (rayleigh-benard runs euler)")
     if case == "rayleigh-benard" and not ra > 0:

@@ -47,7 +47,9 @@ def _parse_prompt_ids(prompt: str | None, prompt_ids: str | None) -> list[int] |
     parts = [x.strip() for x in prompt_ids.split(",")]
     digits = [x.removeprefix("-") for x in parts]
     if not all(d.isascii() and d.isdigit() for d in digits):
-        fail(f"--prompt-ids must be comma-separated integers (e.g. 1,2,3), got {prompt_ids!r}")
+        from wse_core.errors import shown
+
+        fail(f"--prompt-ids must be comma-separated integers (e.g. 1,2,3), got {shown(prompt_ids)}")
     long = next((x for x, d in zip(parts, digits, strict=True) if len(d) > 18), None)
     if long is not None:  # past 64 bits (int() refuses past 4,300 digits with a traceback)
         fail(f"prompt id {long[:20]}... is outside every vocabulary (at most 64 bits)")

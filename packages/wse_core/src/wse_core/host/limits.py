@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from wse_core.errors import WseError, suggest
+from wse_core.errors import WseError, shown, suggest
 
 __all__ = [
     "LimitError",
@@ -268,7 +268,7 @@ def limit(name: str) -> int:
     except ValueError:  # not a number, or digits past int()'s 4300
         value = 0
     if not 1 <= value < 2**63:
-        raise WseError(f"{lim.env} must be a positive integer of at most 64 bits, got {raw!r}")
+        raise WseError(f"{lim.env} must be a positive integer of at most 64 bits, got {shown(raw)}")
     return value
 
 
