@@ -56,6 +56,22 @@ def _parse_prompt_ids(prompt: str | None, prompt_ids: str | None) -> list[int] |
     return [int(x) for x in parts]
 
 
+def _check_stop(stop: list[str]) -> None:
+    """--stop within the server's bounds (`RequestLimits`: OpenAI's 4 strings, 1,024
+    characters each; hunt 59: 100 stops of 100,000 characters were taken)."""
+    from wse_core.errors import shown
+    from wse_inference.serve.admission import RequestLimits
+
+    most, chars = RequestLimits.max_stop, RequestLimits.max_stop_chars
+    if len(stop) > most:
+        fail(
+            f"--stop is given {len(stop)} times; give at most {most} stop strings (OpenAI's limit)"
+        )
+    for s in stop:
+        if len(s) > chars:
+            fail(f"--stop {shown(s)} is too long; a stop string has at most {chars:,} characters")
+
+
 def _prompt_ids(prompt: str | None, ids: list[int] | None, tokenizer, vocab_size: int):
     if ids is None:
         ids = tokenizer.encode(prompt)
@@ -179,6 +195,7 @@ def generate(
     from wse_inference.model_dir import check_config_file, check_tokenizer_file, load_model
 
     parsed_ids = _parse_prompt_ids(prompt, prompt_ids)  # a typo: refused before any file
+    _check_stop(stop or [])  # the server's bounds on stop strings, before any file too
     check_config_file(model_dir)  # a huge or deep config.json is refused before JAX loads
     check_tokenizer_file(model_dir)  # an unreadable tokenizer.json: refused before the weights
 
