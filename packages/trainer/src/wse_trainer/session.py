@@ -96,7 +96,7 @@ def validate(config: TrainConfig, spec: WaferSpec):
     from wse_systems.training.plan import check_memoryx, memory_plan
 
     model = model_config(config)
-    check_config(config, model.max_seq_len)
+    check_config(config, model.max_seq_len, model.vocab_size)
     plan = memory_plan(
         model,
         spec,
