@@ -53,7 +53,9 @@ def cfd(
         2.0, "--aspect", ge=1e-3, le=1e3, help="Width / height (rayleigh-benard)."
     ),
     re: float = number(100.0, "--re", ge=1e-3, le=1e9, help="Reynolds number (cavity)."),
-    steps: int = number(200, "--steps", kind=int, ge=0, le=INT32_MAX, help="Time steps."),
+    steps: int = number(
+        200, "--steps", kind=int, ge=0, le=INT32_MAX, limit="time_steps", help="Time steps."
+    ),
     # hunt 57: 1e-300 overflowed a float32 cast (a NumPy warning); below ~1e-7 of the run's
     # time a float32 step no longer advances it, so 1e-9 is far below any useful step
     dt: float = number(None, "--dt", ge=1e-9, help="Time step (default: half the limit)."),

@@ -49,6 +49,7 @@ def md(
         kind=int,
         ge=0,
         le=INT32_MAX,
+        limit="time_steps",
     ),
     dt_fs: float = number(1.0, "--dt-fs", help="Timestep (fs).", gt=0, unit="fs", limit="md_dt_fs"),
     temperature_k: float = number(

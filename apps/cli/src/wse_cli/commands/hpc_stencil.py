@@ -113,7 +113,13 @@ def stencil(
     preset: str = preset_option("wse2", help="Wafer preset (grid X x Y <= PEs)"),
     spec_file: Path = SPEC_FILE,
     steps: int = number(
-        None, "--steps", help="Steps (BiCGSTAB: iteration cap).", kind=int, ge=0, le=INT32_MAX
+        None,
+        "--steps",
+        help="Steps (BiCGSTAB: iteration cap).",
+        kind=int,
+        ge=0,
+        le=INT32_MAX,
+        limit="time_steps",
     ),
     # hunt 57: a target of 1e300 (met by the initial residual) printed nan Gcell/s after an
     # overflow warning; a relative residual target is below 1

@@ -2,9 +2,9 @@
 
 Contract. `LIMITS` names each bound a user's input meets (slots, devices, processes, GPUs,
 wafer systems, batch and draft sizes, file sizes, YAML bytes and alias expansion, JSON depth,
-chat-template work, an MD timestep, the values of a sweep, XYZ and .npz files, data folders),
-its value (a constant, or one computed from what this machine has), its unit, and the
-environment variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer).
+chat-template work, an MD timestep, HPC time steps, the values of a sweep, XYZ and .npz
+files, data folders), its value (a constant, or one computed from what this machine has), its
+unit, and the environment variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer).
 `check(name, value, what)` raises `LimitError` (a `WseError`: the `wse` command prints one
 line and exits 2) naming the value, the limit and its override; nothing is allocated,
 forked, looped over or imported before it. docs/limits.md is this table for users.
@@ -166,6 +166,15 @@ LIMITS: dict[str, Limit] = {
             "the timestep of an MD run",
             "2.5x velocity Verlet's stability bound (omega dt < 2) at cesium's Debye frequency "
             "(0.79 THz, the lowest of the metals: 402 fs), to 100 fs; LAMMPS metal runs use 1-5 fs",
+        ),
+        Limit(
+            "time_steps",
+            lambda: 10_000_000,
+            "steps",
+            "time steps (or solver iterations) of one HPC run",
+            "10x the longest published wafer runs reproduced here (~10^6 steps); the "
+            "emulator's fastest step (jacobi on 8^3 cells) takes ~0.25 ms here, so the limit "
+            "is ~40 min of it, while 2**31 steps ran for days",
         ),
         Limit(
             "sweep_values",
