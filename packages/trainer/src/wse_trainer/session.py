@@ -181,11 +181,14 @@ def _rows(tok, cfg, seq_len: int):
 
 
 def check_inputs(config: TrainConfig) -> None:
-    """ConfigError for a local data_dir or a --checkpoint-path that is not there; cheap (no
-    JAX, no orbax): the CLI asks before importing them, `Session` again."""
+    """ConfigError for the config's values (`check_config`), a local data_dir or a
+    --checkpoint-path that is not there; cheap (no JAX, no orbax): the CLI asks before
+    importing them, `Session` again."""
     from wse_trainer.data_files import check_data_dir
     from wse_trainer.run_folder import check_model_dir
 
+    model = model_config(config)
+    check_config(config, model.max_seq_len, model.vocab_size)  # hunt 59: was after JAX's import
     run_cfg = config.runconfig
     if run_cfg.checkpoint_path and not Path(run_cfg.checkpoint_path).exists():
         raise ConfigError(
