@@ -26,7 +26,7 @@ import typer
 from typer.core import TyperGroup
 
 from wse_cli.option_names import dashed
-from wse_cli.option_repeats import refuse_repeats
+from wse_cli.option_repeats import repeated
 
 __all__ = ["WseGroup", "UserInputError", "fail", "note"]
 
@@ -45,14 +45,16 @@ def _is_user_error(e: BaseException) -> bool:
 class WseGroup(TyperGroup):
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
         args = dashed(args, self.params)
-        refuse_repeats(args, self.params, group=True)
+        if why := repeated(args, self.params, group=True):
+            raise UserInputError(why)
         return super().parse_args(ctx, args)
 
     def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[override]
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, TyperGroup):  # a group spells its own
             rest = dashed(rest, cmd.get_params(ctx))
-            refuse_repeats(rest, cmd.get_params(ctx))
+            if why := repeated(rest, cmd.get_params(ctx)):
+                raise UserInputError(why)
             if "invoke" not in vars(cmd):
                 cmd.invoke = functools.partial(_join_then_invoke, cmd)  # type: ignore[method-assign]
         return name, cmd, rest

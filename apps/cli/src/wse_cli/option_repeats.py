@@ -2,15 +2,16 @@
 
 click keeps the last of `--devices 8 --devices 9` silently (argparse does too), so a script
 that appends an option it already holds runs with whichever came last, and a typo in a long
-command line goes unseen. `refuse_repeats(args, params)` reads the arguments as click will
-(an option's values are skipped, `--name=value` and a short option's attached value `-oDIR`
-included, up to a bare `--`) and raises `UserInputError` naming the option and both values
+command line goes unseen. `repeated(args, params)` reads the arguments as click will (an
+option's values are skipped, `--name=value` and a short option's attached value `-oDIR`
+included, up to a bare `--`) and says what is wrong, naming the option and both values,
 when one of `params`' single-valued options, under any of its spellings, is given twice with
 different values, or a flag together with its `--no-` form. The same value twice is taken:
 it asks for one thing. Options declared `multiple` (`--stop`, `--set`, `--assume`) and
-counters are repeatable by design. `wse_cli.errors.WseGroup` calls it where it spells the
-options (`wse_cli.option_names.dashed`), once per command, before click parses them: for a
-group, only the arguments before its subcommand are its own (`group=True`).
+counters are repeatable by design. `wse_cli.errors.WseGroup` asks it where it spells the
+options (`wse_cli.option_names.dashed`), once per command, before click parses them, and
+refuses with its answer: for a group, only the arguments before its subcommand are its own
+(`group=True`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["refuse_repeats"]
+__all__ = ["repeated"]
 
 
 def _single_valued(params: Iterable[Any]) -> dict[str, tuple[Any, bool]]:
@@ -39,12 +40,10 @@ def _said(given: Any) -> str:
     return " ".join(shown(v) for v in given) if isinstance(given, tuple) else shown(given)
 
 
-def refuse_repeats(args: Sequence[Any], params: Iterable[Any], *, group: bool = False) -> None:
-    """Raise `UserInputError` for a single-valued option of `params` given twice with
-    different values in `args` (see the module docstring); `group`: stop at the first
+def repeated(args: Sequence[Any], params: Iterable[Any], *, group: bool = False) -> str:
+    """What is wrong when a single-valued option of `params` is given twice with different
+    values in `args` ('' when none is; see the module docstring); `group`: stop at the first
     argument that is not an option (the subcommand)."""
-    from wse_cli.errors import UserInputError
-
     names = _single_valued(params)
     seen: dict[str, tuple[str, Any]] = {}
     i = 0
@@ -74,8 +73,9 @@ def refuse_repeats(args: Sequence[Any], params: Iterable[Any], *, group: bool = 
         if p.name in seen and seen[p.name][1] != given:
             first, before = seen[p.name]
             if p.is_flag:
-                raise UserInputError(f"{first} and {name} are both given; give one of them")
-            raise UserInputError(
+                return f"{first} and {name} are both given; give one of them"
+            return (
                 f"{p.opts[0]} is given twice ({_said(before)}, then {_said(given)}); give it once"
             )
         seen[p.name] = (name, given)
+    return ""
