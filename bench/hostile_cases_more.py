@@ -1,8 +1,9 @@
 """Hunt 57's hostile cases (each fixed; the tests are apps/cli/tests/test_cli_hostile_limits.py,
 test_cli_hostile_train.py and packages/inference/tests/test_serve_hostile_fields.py): limits
 with a name that were missing (an --assume value past its constant's range, a zip bomb, XYZ
-files past the limits xyz_bytes / xyz_atoms) and `wse train`'s data files and run folders. Built
-as `hostile_cases.Case`s, each writing the files it needs into its own temporary folder."""
+files past the limits xyz_bytes / xyz_atoms) and `wse train`'s data files and run folders; and
+hunt 59's (`hunt59_cases`, tested in apps/cli/tests/test_cli_hostile_hunt59.py). Built as
+`hostile_cases.Case`s, each writing the files it needs into its own temporary folder."""
 
 from __future__ import annotations
 
@@ -136,4 +137,39 @@ def more_cases() -> list[Case]:
         Case("more", "train --checkpoint-path <another model>", lambda fx, tmp: [
             *_TRAIN, "-o", str(tmp / "new"), "--checkpoint-path", str(_fake_step(
                 tmp, n_layers=2))], message="drop --checkpoint-path"),
+    ]  # fmt: skip
+
+
+def hunt59_cases() -> list[Case]:
+    """Hunt 59's: an argument echoed whole, a path too long for the file system, --stop past
+    the server's bounds, a vocabulary under the tokenizer's, --num-steps past --max-steps, an
+    option given twice, WSE_DEVICES set empty, HPC steps past time_steps, data_dir=/."""
+    gen = ["infer", "generate", "--model-dir", "no-model", "--prompt", "hi"]
+    return [
+        Case("more", "infer generate --prompt-ids <6,000 characters> (hunt 59)", _const(
+            "infer", "generate", "--model-dir", "m", "--prompt-ids", "1," + "Q" * 6000),
+            message="... (6,002 characters)"),
+        Case("more", "view <a 300-character file name> (hunt 59)", _const("view", "Q" * 300),
+             message="is too long for this file system"),
+        Case("more", "infer generate --stop x5 (hunt 59)", _const(
+            *gen, *[a for s in "abcde" for a in ("--stop", s)]), message="--stop is given 5 times"),
+        Case("more", "infer generate --stop <2,000 characters> (hunt 59)", _const(
+            *gen, "--stop", "s" * 2000), message="a stop string has at most 1,024 characters"),
+        Case("more", "train model.vocab_size=1 (hunt 59)", lambda fx, tmp: [
+            *_TRAIN, "model.vocab_size=1", "-o", str(tmp / "run")],
+            message="set model.vocab_size to at least 257"),
+        Case("more", "train --max-steps 5 --num-steps 10 (hunt 59)", lambda fx, tmp: [
+            *_TRAIN, "--max-steps", "5", "--num-steps", "10", "-o", str(tmp / "run")],
+            message="runconfig.num_steps=10 (--num-steps"),
+        Case("more", "--devices 8 --devices 9 (hunt 59)", _const(
+            "--devices", "8", "--devices", "9", "wafer", "info"),
+            message="--devices is given twice ('8', then '9')"),
+        Case("more", "WSE_DEVICES='' (hunt 59)", _const("wafer", "info"),
+             env={"WSE_DEVICES": ""}, message="WSE_DEVICES is set but empty"),
+        Case("more", "hpc swe --steps 2147483647 (hunt 59)", _const(
+            "hpc", "swe", "--steps", "2147483647"), message="WSE_LIMIT_TIME_STEPS"),
+        Case("more", "train train_input.data_dir=/ (hunt 59)", lambda fx, tmp: [
+            *_TRAIN, "train_input.data_dir=/", "-o", str(tmp / "run")],
+            message="give the corpus's own folder",
+            note="walks / to 100,000 data files: ~1 s warm, 3-5 s with a cold dentry cache"),
     ]  # fmt: skip

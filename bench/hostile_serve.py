@@ -33,7 +33,9 @@ def _sampler(pid: int, peak: list[int], stop: threading.Event, every_s: float) -
         time.sleep(every_s)
 
 
-def _grpc_garbage(target: str) -> tuple[str, str]:
+def _grpc_garbage(target: str, stop: list[str] | None = None) -> tuple[str, str]:
+    """Garbage bytes as a Generate request (or, with `stop`, a request with those stop
+    strings): its status name and details."""
     import grpc
     from wse_inference.serve.proto import load_stubs
 
@@ -44,8 +46,11 @@ def _grpc_garbage(target: str) -> tuple[str, str]:
             request_serializer=lambda b: b,
             response_deserializer=pb2.GenerateResponse.FromString,
         )
+        body = b"\xff\xfe garbage \x00" * 8
+        if stop is not None:
+            body = pb2.GenerateRequest(text="a", max_tokens=2, stop=stop).SerializeToString()
         try:
-            list(raw(b"\xff\xfe garbage \x00" * 8, timeout=30))
+            list(raw(body, timeout=30))
             return "OK", ""
         except grpc.RpcError as e:
             return e.code().name, e.details() or ""
@@ -69,6 +74,37 @@ def _bad_content_length(port: int, raw: bytes = b"") -> tuple[int | None, str]:
         return int(head.split()[1]), json.loads(body)["error"]["message"]
     except Exception:  # noqa: BLE001  not an OpenAI error body: the row fails
         return None, ""
+
+
+def _body_after_413(port: int, most_bytes: int = 1 << 30) -> tuple[int | str | None, str]:
+    """A Content-Length of 10**11 bytes, then up to `most_bytes` of body after the 413: the
+    status and message when the server closed within RequestLimits' bounds (64 MiB, 10 s),
+    else how much it took."""
+    import json
+    import socket
+
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000000000\r\n\r\n")  # fmt: skip
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(head)
+        answer = b""
+        while not answer.rstrip().endswith(b"}"):  # the 413's head and its JSON body
+            answer += s.recv(65536) or b"}"
+        sent, chunk = 0, b"x" * (1 << 20)
+        try:
+            while sent < most_bytes:
+                s.sendall(chunk)
+                sent += len(chunk)
+        except OSError:  # closed: reset or a broken pipe
+            pass
+    status, _, rest = answer.partition(b"\r\n")
+    try:
+        code, message = int(status.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
+    except (IndexError, ValueError):
+        return None, answer[:200].decode(errors="replace")
+    if sent >= most_bytes:
+        return f"{code}, then {sent >> 20} MiB read", ""
+    return code, message["error"]["message"]
 
 
 def _stalled_bodies(port: int, clients: int = 80) -> tuple[int | None, str]:
@@ -153,6 +189,9 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     ]  # fmt: skip
     requests += _hunt56_requests(model)
     requests += _hunt58b_requests(model)
+    long_stop = {"model": model, "prompt": "a", "max_tokens": 2, "stop": ["s" * 1_000_000]}
+    requests += [("a stop string of 1,000,000 characters (hunt 59)", "/v1/completions",
+                  httpx.Request("POST", url, json=long_stop).content, 400)]  # fmt: skip
     rows = []
     for name, path, body, want, *how in requests:
         method, ctype = how if how else ("POST", "application/json")
@@ -196,6 +235,14 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     code, message = _bad_content_length(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
     rows.append(_row("half a head, then nothing (slowloris)", code, 400,
                      time.perf_counter() - t0, peak[0], message, bound_s=None))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()  # hunt 59: read to the end of a 10**11-byte body
+    code, message = _body_after_413(port)
+    rows.append(_row("413, then the body goes on (hunt 59)", code, 413, time.perf_counter() - t0,
+                     peak[0], message))  # fmt: skip
+    peak[0], t0 = 0, time.perf_counter()
+    code, details = _grpc_garbage(f"127.0.0.1:{grpc_port}", stop=["s" * 1_000_000])
+    rows.append(_row("gRPC stop string of 1,000,000 characters (hunt 59)", code,
+                     "INVALID_ARGUMENT", time.perf_counter() - t0, peak[0], details))  # fmt: skip
     peak[0], t0 = 0, time.perf_counter()
     code, details = _grpc_garbage(f"127.0.0.1:{grpc_port}")
     rows.append(_row("gRPC garbage bytes", code, "INVALID_ARGUMENT", time.perf_counter() - t0,

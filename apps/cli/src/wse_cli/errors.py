@@ -7,8 +7,11 @@ run works: a full disk, a solver's NaN) is one line too, with exit code 1, and s
 OSError of the disk (full, read-only, failing) from any write. `typer.Exit(1)`
 stays for "ran, answer is no" (e.g. a wafer that cannot be repaired). It is also where the
 one option spelling is applied (`wse_cli.option_names.dashed`: `--model_dir` is read as
-`--model-dir`) before click parses a command's arguments, and where the multi-process join the
-root callback deferred is made, once a command's arguments are parsed (`wse_cli.multiprocess`).
+`--model-dir`) and a single-valued option given twice with different values is refused
+(`wse_cli.option_repeats`) before click parses a command's arguments, and where the
+multi-process join the root callback deferred is made, once a command's arguments are parsed
+(`wse_cli.multiprocess`). A path the file system cannot name (ENAMETOOLONG) is one line and
+exit code 2 too.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import typer
 from typer.core import TyperGroup
 
 from wse_cli.option_names import dashed
+from wse_cli.option_repeats import repeated
 
 __all__ = ["WseGroup", "UserInputError", "fail", "note"]
 
@@ -40,12 +44,17 @@ def _is_user_error(e: BaseException) -> bool:
 
 class WseGroup(TyperGroup):
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
-        return super().parse_args(ctx, dashed(args, self.params))
+        args = dashed(args, self.params)
+        if why := repeated(args, self.params, group=True):
+            raise UserInputError(why)
+        return super().parse_args(ctx, args)
 
     def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[override]
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, TyperGroup):  # a group spells its own
             rest = dashed(rest, cmd.get_params(ctx))
+            if why := repeated(rest, cmd.get_params(ctx)):
+                raise UserInputError(why)
             if "invoke" not in vars(cmd):
                 cmd.invoke = functools.partial(_join_then_invoke, cmd)  # type: ignore[method-assign]
         return name, cmd, rest
@@ -72,6 +81,10 @@ class WseGroup(TyperGroup):
             if (no_backend := _no_backend(e)) is not None:  # hunt 58: was a traceback
                 _NOTES.clear()
                 typer.echo(f"Error: {no_backend}", err=True)
+                raise typer.Exit(2) from None
+            if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:  # hunt 59: a traceback
+                _NOTES.clear()
+                typer.echo(f"Error: {_name_too_long(e)}", err=True)
                 raise typer.Exit(2) from None
             if isinstance(e, OSError) and e.errno in _DISK_FAULTS:  # a valid run's fault: 1
                 _NOTES.clear()
@@ -117,6 +130,18 @@ def note(text: str) -> None:
 def _say_notes() -> None:
     while _NOTES:
         typer.echo(_NOTES.pop(0), err=True)
+
+
+def _name_too_long(e: OSError) -> str:
+    """A path given that the file system cannot name (a name past 255 bytes, a path past
+    4,096): the path's head and length, and the bounds."""
+    from wse_core.errors import shown
+
+    where = f" {shown(os.fsdecode(e.filename))}" if e.filename else ""
+    return (
+        f"the path{where} is too long for this file system (each name of a path at most 255 "
+        "bytes, the whole at most 4,096); give a shorter path"
+    )
 
 
 def _one_line_usage(e: Exception) -> None:

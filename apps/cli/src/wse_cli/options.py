@@ -125,12 +125,20 @@ def _fits(x: Any, gt: Any, ge: Any, lt: Any, le: Any) -> bool:
     )
 
 
-def _check_limit(limit: str, x: Any, param: typer.CallbackParam) -> None:
+def _source(ctx: typer.Context, param: typer.CallbackParam) -> str:
+    """The option's name, or its variable's when the value came from there (WSE_DEVICES)."""
+    source = ctx.get_parameter_source(str(param.name))
+    if param.envvar and getattr(source, "name", "") == "ENVIRONMENT":  # typer's click's enum
+        envvar = param.envvar if isinstance(param.envvar, str) else param.envvar[0]
+        return envvar
+    return param.opts[0] if param.opts else str(param.name)
+
+
+def _check_limit(limit: str, x: Any, ctx: typer.Context, param: typer.CallbackParam) -> None:
     from wse_core.host.limits import check
 
-    name = param.opts[0] if param.opts else param.name
     try:
-        check(limit, x, name)
+        check(limit, x, _source(ctx, param))
     except ValueError as e:  # LimitError, or a malformed WSE_LIMIT_* variable
         raise UserInputError(str(e)) from None
 
@@ -162,12 +170,15 @@ def number(
         for x in values:
             if x is not None and not _fits(x, gt, ge, lt, le):
                 got = x.text if isinstance(x, _NotANumber) else x
+                if isinstance(got, str):  # hunt 59: a 6,000-character value came back whole
+                    from wse_core.errors import shown
+
+                    got = shown(got, quote=not got.strip())  # blank: quoted, to be seen
                 if isinstance(x, _NotANumber) and x.past_64_bits:  # the bound no option states
                     got = f"{got} (integers are 64-bit: at most {INT_MAX} in size)"
-                name = param.opts[0] if param.opts else param.name
-                raise UserInputError(f"{name} must be {wanted}, got {got}")
+                raise UserInputError(f"{_source(ctx, param)} must be {wanted}, got {got}")
             if x is not None and limit is not None:
-                _check_limit(limit, x, param)
+                _check_limit(limit, x, ctx, param)
         return value
 
     setattr(check, NUMBER_MARK, NumberSpec(kind, gt, ge, lt, le, unit, limit))

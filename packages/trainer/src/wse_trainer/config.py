@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from wse_core.errors import WseError, quoted_number, suggest, yaml_problem
+from wse_core.errors import WseError, quoted_number, shown, suggest, yaml_problem
 from wse_core.host.readers import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
 
@@ -165,7 +165,7 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
         if origin in (str, bool) and type(value) is origin:
             return value
     names = " or ".join(getattr(t, "__name__", str(t)) for t in options)
-    raise ConfigError(f"{where} must be {names}, got {value!r}")
+    raise ConfigError(f"{where} must be {names}, got {shown(repr(value), quote=False)}")
 
 
 def number_text(text: str) -> bool:
@@ -185,7 +185,7 @@ def _finite(where: str, value: int | float) -> float | None:
     except (ValueError, OverflowError):
         return None
     if not math.isfinite(number):
-        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+        raise ConfigError(f"{where} must be a finite number, got {shown(value, quote=False)}")
     return number
 
 
@@ -194,7 +194,9 @@ def _section(name: str, data: Any) -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"section {name!r} must be a mapping of keys, got {data!r}")
+        raise ConfigError(
+            f"section {name!r} must be a mapping of keys, got {shown(repr(data), quote=False)}"
+        )
     if cls is None:
         return types.MappingProxyType({"preset": "tiny-gpt2", **data})
     fields = {f.name for f in dataclasses.fields(cls)}
@@ -202,7 +204,7 @@ def _section(name: str, data: Any) -> Any:
     for key, value in data.items():
         if key not in fields:
             raise ConfigError(
-                f"unknown key {name}.{key}{suggest(str(key), fields)}; "
+                f"unknown key {name}.{shown(key, quote=False)}{suggest(str(key), fields)}; "
                 f"valid keys: {', '.join(sorted(fields))}"
             )
         kwargs[key] = _check_type(f"{name}.{key}", value, (cls, key))

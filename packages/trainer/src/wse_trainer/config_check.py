@@ -1,26 +1,31 @@
 """The checks of a params file that can be known before anything compiles.
 
-`check_config(config, model_max_seq_len)` takes a `TrainConfig` as `wse_trainer.config` read it
-(keys and types already checked there) and raises a `ConfigError` naming the key for what
-its values cannot run: counts that must be positive, ranges (`optimizer.beta1` in [0, 1)), choices
-(`runconfig.mode`, `optimizer.lr_schedule`), limits (`batch_size` and `num_csx` within the
-limits `batch_size` and `systems` of `wse_core.host.limits`) and the settings that must agree
-with each other (`batch_size % num_csx`, `micro_batch_size` dividing the per-system batch,
-`cpu_shards` dividing the micro-batch, the sequence length against the model's), with a
-value to use instead where there is one.
+`check_config(config, model_max_seq_len, model_vocab_size)` takes a `TrainConfig` as
+`wse_trainer.config` read it (keys and types already checked there) and raises a
+`ConfigError` naming the key for what its values cannot run: counts that must be positive,
+ranges (`optimizer.beta1` in [0, 1)), choices (`runconfig.mode`, `optimizer.lr_schedule`),
+limits (`batch_size` and `num_csx` within the limits `batch_size` and `systems` of
+`wse_core.host.limits`) and the settings that must agree with each other (`batch_size %
+num_csx`, `num_steps` at most `max_steps`, `micro_batch_size` dividing the per-system batch,
+`cpu_shards` dividing the micro-batch, the sequence length against the model's, a vocabulary
+that holds the run's tokenizer), with a value to use instead where there is one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wse_core.errors import suggest
+from wse_core.errors import shown, suggest
 from wse_core.host.limits import lift, limit
 from wse_systems.training.micro_batch import MODES
 
 from wse_trainer.config import ConfigError, InputConfig, OptimizerConfig, TrainConfig
 
-__all__ = ["check_config"]
+__all__ = ["MIN_VOCAB_SIZE", "check_config"]
+
+# The smallest vocabulary a run can train: its tokenizer (`wse_trainer.data.train_tokenizer`,
+# a byte-level BPE) holds the 256 byte tokens and EOS before any merge.
+MIN_VOCAB_SIZE = 257
 
 
 def _positive(where: str, value: int | float | None) -> None:
@@ -41,12 +46,28 @@ def _check_optimizer(opt: OptimizerConfig) -> None:
             raise ConfigError(f"optimizer.{name} must be >= 0, got {getattr(opt, name)}")
 
 
-def check_config(config: TrainConfig, model_max_seq_len: int | None = None) -> None:
+def check_config(
+    config: TrainConfig, model_max_seq_len: int | None = None, model_vocab_size: int | None = None
+) -> None:
     """The problems that can be known before compiling; raises ConfigError."""
     run, opt = config.runconfig, config.optimizer
+    if model_vocab_size is not None and model_vocab_size < MIN_VOCAB_SIZE:  # hunt 59: 1 ran
+        whose = "" if "vocab_size" in config.model else f" (preset {config.model['preset']}'s)"
+        raise ConfigError(  # until the tokenizer, trained first, did not fit
+            f"model.vocab_size is {model_vocab_size:,}{whose}; the run's byte-level tokenizer "
+            f"has {MIN_VOCAB_SIZE} tokens at least (256 bytes and the end of text), so set "
+            f"model.vocab_size to at least {MIN_VOCAB_SIZE}"
+        )
     for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
         _positive(f"runconfig.{name}", getattr(run, name))
     _positive("runconfig.num_steps", run.num_steps)
+    if run.num_steps is not None and run.num_steps > run.max_steps:  # hunt 59: was taken
+        raise ConfigError(
+            f"runconfig.num_steps={run.num_steps:,} (--num-steps: steps of this invocation) is "
+            f"more than runconfig.max_steps={run.max_steps:,} (--max-steps: the total, counted "
+            f"from step 0), so the run would stop at step {run.max_steps:,} first; raise "
+            "max_steps or lower num_steps"
+        )
     if run.num_csx > limit("systems"):  # hunt 56: 10^9 was refused only by a batch not dividing
         raise ConfigError(
             f"runconfig.num_csx must be at most {limit('systems'):,} systems, got "
@@ -132,6 +153,6 @@ def _divisors_near(n: int, x: int) -> list[int]:
 def _choice(where: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ConfigError(
-            f"{where}={value!r} is not valid{suggest(value, choices)}; "
+            f"{where}={shown(value)} is not valid{suggest(value, choices)}; "
             f"choose one of: {', '.join(choices)}"
         )

@@ -14,6 +14,7 @@ were `datasets` tracebacks, or refused only after the run folder and tokenizer w
 from __future__ import annotations
 
 import codecs
+import os
 import stat
 from pathlib import Path
 
@@ -44,22 +45,45 @@ def _path_like(entry: str) -> bool:
 
 
 def _walk(folder: Path) -> list[str]:
-    """The data files under `folder`, sorted; ConfigError past the limits `data_files` or
-    `data_entries`."""
+    """The data files under `folder` (what `folder.rglob("*")` finds: symlinked folders are
+    not entered, unreadable ones skipped), sorted; ConfigError past the limits `data_files`
+    or `data_entries`, counted while each folder is read. `os.scandir` makes no Path per
+    entry and reads each entry's type from the folder itself: data_dir=/ walked its 10^6
+    entries in ~0.9 s, not rglob's ~10 s (hunt 59)."""
     found: list[str] = []
     max_files, max_walked = limit("data_files"), limit("data_entries")
-    for walked, f in enumerate(folder.rglob("*"), 1):
-        if f.suffix in BUILDERS:
-            found.append(str(f))
-        if len(found) > max_files or walked > max_walked:
-            name = "data_files" if len(found) > max_files else "data_entries"
-            what = (f"more than {max_files:,} data files" if name == "data_files"
-                    else f"more than {max_walked:,} entries")  # fmt: skip
-            raise ConfigError(
-                f"data_dir {str(folder)!r} holds {what}; give the corpus's own folder, or "
-                f"pack its documents into .jsonl or .parquet shards ({lift(name)})"
-            )
+    walked, folders = 0, [str(folder)]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    walked += 1
+                    if os.path.splitext(entry.name)[1] in BUILDERS:
+                        found.append(entry.path)
+                    if len(found) > max_files or walked > max_walked:
+                        raise _too_many(folder, len(found) > max_files)
+                    if _is_folder(entry):
+                        folders.append(entry.path)
+        except OSError:  # a folder that cannot be read (permissions, gone meanwhile)
+            continue
     return sorted(found)
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _too_many(folder: Path, files: bool) -> ConfigError:
+    name = "data_files" if files else "data_entries"
+    what = (f"more than {limit(name):,} data files" if files
+            else f"more than {limit(name):,} entries")  # fmt: skip
+    return ConfigError(
+        f"data_dir {str(folder)!r} holds {what}; give the corpus's own folder, or pack its "
+        f"documents into .jsonl or .parquet shards ({lift(name)})"
+    )
 
 
 def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wse_core.errors import quoted_number, suggest
+from wse_core.errors import quoted_number, shown, suggest
 from wse_core.host.distributed import barrier, is_primary
 from wse_core.hw.spec import WaferSpec
 
@@ -56,7 +56,7 @@ def model_config(config: TrainConfig):
     for key, value in fields.items():
         if key not in types:
             raise ConfigError(
-                f"unknown key model.{key}{suggest(key, types)}; valid keys: "
+                f"unknown key model.{shown(key, quote=False)}{suggest(key, types)}; valid keys: "
                 f"preset, {', '.join(sorted(types))}"
             )
         number = "int" in types[key] or "float" in types[key]
@@ -96,7 +96,7 @@ def validate(config: TrainConfig, spec: WaferSpec):
     from wse_systems.training.plan import check_memoryx, memory_plan
 
     model = model_config(config)
-    check_config(config, model.max_seq_len)
+    check_config(config, model.max_seq_len, model.vocab_size)
     plan = memory_plan(
         model,
         spec,
@@ -181,11 +181,14 @@ def _rows(tok, cfg, seq_len: int):
 
 
 def check_inputs(config: TrainConfig) -> None:
-    """ConfigError for a local data_dir or a --checkpoint-path that is not there; cheap (no
-    JAX, no orbax): the CLI asks before importing them, `Session` again."""
+    """ConfigError for the config's values (`check_config`), a local data_dir or a
+    --checkpoint-path that is not there; cheap (no JAX, no orbax): the CLI asks before
+    importing them, `Session` again."""
     from wse_trainer.data_files import check_data_dir
     from wse_trainer.run_folder import check_model_dir
 
+    model = model_config(config)
+    check_config(config, model.max_seq_len, model.vocab_size)  # hunt 59: was after JAX's import
     run_cfg = config.runconfig
     if run_cfg.checkpoint_path and not Path(run_cfg.checkpoint_path).exists():
         raise ConfigError(

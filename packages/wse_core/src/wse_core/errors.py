@@ -22,6 +22,8 @@ __all__ = [
     "PlacementError",
     "DefectError",
     "suggest",
+    "shown",
+    "SHOWN_CHARS",
     "yaml_problem",
     "quoted_number",
     "NUMPY_FILE_ERRORS",
@@ -60,6 +62,23 @@ def suggest(name: str, choices: Iterable[str]) -> str:
     """Return ' (did you mean X?)' for the closest choice, or '' when none is close."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# Characters of a user's input an error line repeats: enough to recognise it, never a 1 MB
+# argument echoed whole (hunt 59: --prompt-ids of 6,000 characters came back whole).
+SHOWN_CHARS = 60
+
+
+def shown(value: object, *, quote: bool = True, head: int = SHOWN_CHARS) -> str:
+    """A user's input as an error line repeats it: whole when at most `head` characters,
+    else its first `head` characters and its length ('QQQQ'... (3,000 characters)); quoted
+    as `repr` does unless `quote` is False. Every echo of input in a refusal ("got
+    {value!r}") goes through it."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= head:
+        return repr(text) if quote else text
+    start = repr(text[:head]) if quote else text[:head]
+    return f"{start}... ({len(text):,} characters)"
 
 
 def yaml_problem(e: Exception) -> str:

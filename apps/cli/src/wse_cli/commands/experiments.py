@@ -102,10 +102,11 @@ app = typer.Typer(cls=WseGroup, help="Reproducible paper-style experiments.", no
 
 
 def load(name: str):
-    from wse_core import suggest
+    from wse_core.errors import shown, suggest
 
     if name not in EXPERIMENTS:
-        fail(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; see `wse experiments list`")
+        close = suggest(name, EXPERIMENTS)
+        fail(f"unknown experiment {shown(name)}{close}; see `wse experiments list`")
     module, func = EXPERIMENTS[name][0].split(":")
     return getattr(importlib.import_module(module), func)
 

@@ -53,7 +53,9 @@ def cfd(
         2.0, "--aspect", ge=1e-3, le=1e3, help="Width / height (rayleigh-benard)."
     ),
     re: float = number(100.0, "--re", ge=1e-3, le=1e9, help="Reynolds number (cavity)."),
-    steps: int = number(200, "--steps", kind=int, ge=0, le=INT32_MAX, help="Time steps."),
+    steps: int = number(
+        200, "--steps", kind=int, ge=0, le=INT32_MAX, limit="time_steps", help="Time steps."
+    ),
     # hunt 57: 1e-300 overflowed a float32 cast (a NumPy warning); below ~1e-7 of the run's
     # time a float32 step no longer advances it, so 1e-9 is far below any useful step
     dt: float = number(None, "--dt", ge=1e-9, help="Time step (default: half the limit)."),
@@ -74,12 +76,14 @@ def cfd(
 ) -> None:
     """Run a CFD case on the emulated wafer and predict its wafer time."""
     if case not in CASES:
-        from wse_core import suggest
+        from wse_core.errors import shown, suggest
 
-        fail(f"unknown --case {case!r}{suggest(case, CASES)}; use one of {', '.join(CASES)}")
+        fail(f"unknown --case {shown(case)}{suggest(case, CASES)}; use one of {', '.join(CASES)}")
     _refuse_other_case(ctx, case)
     if time_scheme not in ("euler", "rk3"):
-        fail(f"unknown --time-scheme {time_scheme!r}; use euler or rk3")
+        from wse_core.errors import shown
+
+        fail(f"unknown --time-scheme {shown(time_scheme)}; use euler or rk3")
     if time_scheme == "rk3" and case != "cavity":
         fail("--time-scheme rk3 is the cavity's (rayleigh-benard runs euler)")
     if case == "rayleigh-benard" and not ra > 0:

@@ -49,6 +49,7 @@ def md(
         kind=int,
         ge=0,
         le=INT32_MAX,
+        limit="time_steps",
     ),
     dt_fs: float = number(1.0, "--dt-fs", help="Timestep (fs).", gt=0, unit="fs", limit="md_dt_fs"),
     temperature_k: float = number(
@@ -102,7 +103,9 @@ def md(
     for name, path in [("--structure", structure), *(("--potential", p) for p in potential)]:
         refuse_overlap({name: path}, {"--out": out, "--trace": trace})
     if precision not in ("fp32", "fp64"):
-        fail(f"--precision must be fp32 or fp64, got {precision!r}")
+        from wse_core.errors import shown
+
+        fail(f"--precision must be fp32 or fp64, got {shown(precision)}")
     dtype = "float64" if precision == "fp64" else "float32"
     spec = wafer_spec(preset, spec_file, "wse3")
     s = _structure(structure, lattice, element, a, cells, dtype, spec)
@@ -272,7 +275,9 @@ def potential_cmd(
 ) -> None:
     """Write an eam/alloy (setfl) potential generated from a published parameter table."""
     if table != "zhou04":
-        fail(f"unknown --table {table!r}; the only table is zhou04")
+        from wse_core.errors import shown
+
+        fail(f"unknown --table {shown(table)}; the only table is zhou04")
     from wse_hpc.md import write_setfl, zhou04
 
     names = [e for item in [*elements, *(more or [])] for e in item.replace(",", " ").split()]

@@ -113,7 +113,13 @@ def stencil(
     preset: str = preset_option("wse2", help="Wafer preset (grid X x Y <= PEs)"),
     spec_file: Path = SPEC_FILE,
     steps: int = number(
-        None, "--steps", help="Steps (BiCGSTAB: iteration cap).", kind=int, ge=0, le=INT32_MAX
+        None,
+        "--steps",
+        help="Steps (BiCGSTAB: iteration cap).",
+        kind=int,
+        ge=0,
+        le=INT32_MAX,
+        limit="time_steps",
     ),
     # hunt 57: a target of 1e300 (met by the initial residual) printed nan Gcell/s after an
     # overflow warning; a relative residual target is below 1
@@ -145,9 +151,9 @@ def stencil(
     """Run a stencil kernel on the emulated wafer and predict its wafer time."""
     multiprocess.join(num_processes, process_id, coordinator)
     if kind not in KINDS:
-        from wse_core import suggest
+        from wse_core.errors import shown, suggest
 
-        fail(f"unknown --kind {kind!r}{suggest(kind, KINDS)}; use one of {', '.join(KINDS)}")
+        fail(f"unknown --kind {shown(kind)}{suggest(kind, KINDS)}; use one of {', '.join(KINDS)}")
     _check_boundary(kind, boundary)
     if tol is not None and kind != "bicgstab":
         fail("--tol applies to --kind bicgstab only; use --steps for the others")
@@ -200,7 +206,9 @@ def _check_boundary(kind: str, boundary: str) -> None:
     BiCGSTAB's 7-point Poisson matrix with periodic or Neumann boundaries on every side has
     the constants in its null space (a singular A; the fields' CG handles that null space)."""
     if boundary not in BOUNDARIES:
-        fail(f"unknown --boundary {boundary!r}; use one of {', '.join(BOUNDARIES)}")
+        from wse_core.errors import shown
+
+        fail(f"unknown --boundary {shown(boundary)}; use one of {', '.join(BOUNDARIES)}")
     if kind == "bicgstab" and boundary != "dirichlet":
         fail(
             f"--kind bicgstab --boundary {boundary}: the 7-point Poisson matrix is singular "

@@ -24,7 +24,9 @@ from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 def swe(
     n: int = number(64, "--n", kind=int, ge=3, help="Cells per side (n x n, periodic)."),
-    steps: int = number(200, "--steps", kind=int, ge=0, le=INT32_MAX, help="Time steps."),
+    steps: int = number(
+        200, "--steps", kind=int, ge=0, le=INT32_MAX, limit="time_steps", help="Time steps."
+    ),
     # hunt 56: g 1e308 ran to NaN drifts with exit 0; the float32 fluxes g h^2 summed over up
     # to 10^6 cells stay finite to 1e30 (10^29 times the Earth's 9.81)
     g: float = number(9.81, "--g", gt=0, le=1e30, help="Gravity."),

@@ -61,7 +61,9 @@ def _matrix(matrix: str, n: int, freq_hz: float):
         )
         return green_operator(n=n, freq_hz=freq_hz)
     if not matrix.endswith(".npy"):
-        fail(f"--matrix must be 'synthetic-seismic' or a .npy file, got {matrix!r}")
+        from wse_core.errors import shown
+
+        fail(f"--matrix must be 'synthetic-seismic' or a .npy file, got {shown(matrix)}")
     return load_matrix(matrix)
 
 

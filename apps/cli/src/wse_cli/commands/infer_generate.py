@@ -47,11 +47,29 @@ def _parse_prompt_ids(prompt: str | None, prompt_ids: str | None) -> list[int] |
     parts = [x.strip() for x in prompt_ids.split(",")]
     digits = [x.removeprefix("-") for x in parts]
     if not all(d.isascii() and d.isdigit() for d in digits):
-        fail(f"--prompt-ids must be comma-separated integers (e.g. 1,2,3), got {prompt_ids!r}")
+        from wse_core.errors import shown
+
+        fail(f"--prompt-ids must be comma-separated integers (e.g. 1,2,3), got {shown(prompt_ids)}")
     long = next((x for x, d in zip(parts, digits, strict=True) if len(d) > 18), None)
     if long is not None:  # past 64 bits (int() refuses past 4,300 digits with a traceback)
         fail(f"prompt id {long[:20]}... is outside every vocabulary (at most 64 bits)")
     return [int(x) for x in parts]
+
+
+def _check_stop(stop: list[str]) -> None:
+    """--stop within the server's bounds (`RequestLimits`: OpenAI's 4 strings, 1,024
+    characters each; hunt 59: 100 stops of 100,000 characters were taken)."""
+    from wse_core.errors import shown
+    from wse_inference.serve.admission import RequestLimits
+
+    most, chars = RequestLimits.max_stop, RequestLimits.max_stop_chars
+    if len(stop) > most:
+        fail(
+            f"--stop is given {len(stop)} times; give at most {most} stop strings (OpenAI's limit)"
+        )
+    for s in stop:
+        if len(s) > chars:
+            fail(f"--stop {shown(s)} is too long; a stop string has at most {chars:,} characters")
 
 
 def _prompt_ids(prompt: str | None, ids: list[int] | None, tokenizer, vocab_size: int):
@@ -177,6 +195,7 @@ def generate(
     from wse_inference.model_dir import check_config_file, check_tokenizer_file, load_model
 
     parsed_ids = _parse_prompt_ids(prompt, prompt_ids)  # a typo: refused before any file
+    _check_stop(stop or [])  # the server's bounds on stop strings, before any file too
     check_config_file(model_dir)  # a huge or deep config.json is refused before JAX loads
     check_tokenizer_file(model_dir)  # an unreadable tokenizer.json: refused before the weights
 

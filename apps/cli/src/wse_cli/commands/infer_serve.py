@@ -251,13 +251,15 @@ def _check_url(url: str) -> None:
     socket layer an OverflowError, as tracebacks)."""
     from urllib.parse import urlsplit
 
+    from wse_core.errors import shown
+
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises ValueError for a port out of range or not a number)
     except ValueError as e:
-        fail(f"--url {url!r} is not a URL: {e}; e.g. http://127.0.0.1:8000")
+        fail(f"--url {shown(url)} is not a URL: {e}; e.g. http://127.0.0.1:8000")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        fail(f"--url {url!r} must be http(s)://HOST[:PORT], e.g. http://127.0.0.1:8000")
+        fail(f"--url {shown(url)} must be http(s)://HOST[:PORT], e.g. http://127.0.0.1:8000")
 
 
 def bench(

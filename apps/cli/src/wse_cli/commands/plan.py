@@ -110,7 +110,11 @@ def _micro_batch(text: str | None) -> int | str | None:
         return text
     if text.isdigit() and int(text) > 0:
         return int(text)
-    raise PlanError(f"--micro-batch must be {', '.join(MODES)} or a positive integer, got {text!r}")
+    from wse_core.errors import shown
+
+    raise PlanError(
+        f"--micro-batch must be {', '.join(MODES)} or a positive integer, got {shown(text)}"
+    )
 
 
 @app.command()

@@ -220,7 +220,7 @@ def _check_host_memory(config) -> None:
     from wse_trainer.run import model_config
 
     model = model_config(config)
-    check_config(config, model.max_seq_len)
+    check_config(config, model.max_seq_len, model.vocab_size)
     csx = config.runconfig.num_csx
     replicas = max(1, csx // max(1, jax.process_count()))
     batch, seq = config.train_input.batch_size, config.train_input.max_sequence_length

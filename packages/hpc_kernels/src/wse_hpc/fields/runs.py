@@ -115,10 +115,10 @@ def _read_step(path: Path, grid) -> dict[str, np.ndarray]:
     """A step file's arrays, or FieldError naming what is wrong (never unpickled)."""
     from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
     from wse_core.host.memory import HostMemoryError
-    from wse_core.host.readers import require_npz
+    from wse_core.host.readers import open_npz, require_npz
 
     try:  # mmap: a .npy named step_<n>.npz is not read whole
-        z = np.load(path, allow_pickle=False, mmap_mode="r")
+        z = open_npz(path, f"--restart: {path}", mmap_mode="r")
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise ValueError("it is a single array (.npy), not an .npz archive")
         with z:

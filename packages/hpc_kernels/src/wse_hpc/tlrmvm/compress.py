@@ -25,7 +25,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
 from wse_core.host.memory import HostMemoryError
-from wse_core.host.readers import require_npz
+from wse_core.host.readers import open_npz, require_npz
 
 __all__ = [
     "RANDOMIZED_MIN_TILE",
@@ -295,11 +295,12 @@ def load_operator(path: str | Path) -> TlrOperator:
     """Read an operator written by `save_operator`; TlrError for a missing, foreign or
     damaged file (one line naming what is wrong)."""
     try:  # mmap: a .npy given here is not read whole (its header may claim 10^12 values)
-        z = np.load(Path(path), allow_pickle=False, mmap_mode="r")
+        what = f"TLR operator {str(path)!r}"
+        z = open_npz(Path(path), what, mmap_mode="r")
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise ValueError("it is a single array (.npy), not an .npz archive")
         with z:
-            require_npz(z, f"TLR operator {str(path)!r}", fits=_not_this_host)
+            require_npz(z, what, fits=_not_this_host)
             data = {k: z[k] for k in z.files}
     except HostMemoryError:  # its own line (a WseError is a ValueError)
         raise

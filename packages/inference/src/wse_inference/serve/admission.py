@@ -7,8 +7,8 @@ One validator for both front ends, in the order a request meets it:
    depth (HTTP; protobuf messages have a fixed depth);
 2. before any tokenization, `check_sampling` (every sampling setting: temperature in [0, 2]
    (OpenAI's range), top_p, top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most
-   `max_stop` stop strings (empty ones counted, then refused as vLLM does) and
-   `max_stop_token_ids` stop token ids, a seed that is
+   `max_stop` stop strings (empty ones counted, then refused as vLLM does) of at most
+   `max_stop_chars` characters each and `max_stop_token_ids` stop token ids, a seed that is
    a 64-bit signed integer, also seed + n - 1 for n choices) and `encode_prompt`, which
    refuses a prompt text longer in UTF-8 bytes than `max_context` tokens of this tokenizer can
    hold (`tokenizer.max_token_bytes`, when the tokenizer declares it) before encoding it;
@@ -68,6 +68,10 @@ class RequestLimits:
     max_body_bytes_in_flight: int = 64 * 2**21
     max_json_depth: int = 32  # nested objects and lists in an HTTP body (400)
     max_stop: int = 4  # stop strings (OpenAI's limit)
+    # characters of one stop string (hunt 59: 1 MB stops were taken; the stream holds back
+    # len - 1 characters of text to match one, so a stop that long held a whole completion
+    # back): 40x the longest end markers of chat templates ('<|eot_id|>', '\n\nHuman:')
+    max_stop_chars: int = 1024
     # stop token ids (vLLM sets no bound; 10^5 were taken, hunt 56, and each distinct count
     # compiles `decoding._decode_loop` again): well past any model's end-of-sequence ids
     max_stop_token_ids: int = 64
@@ -77,6 +81,12 @@ class RequestLimits:
     # past it a 400 says so (hunt 57: a 200 KB header was "Receive buffer too long")
     max_head_bytes: int = 16 * 1024
     head_s: float = 10.0  # the request line and headers must have arrived by then (slowloris)
+    # The rest of a body answered before it all came (a 413 on its Content-Length) is read and
+    # dropped, so the client, still sending, is not reset before it reads the answer; then
+    # the connection is closed (hunt 59: 8.9 GB were read in 15 s, for as long as the client
+    # sent). nginx's lingering close reads for at most 30 s; Go's server reads 256 KiB.
+    max_discard_bytes: int = 64 * 2**20  # 32 bodies of max_body_bytes: ~5 s at 100 Mbit/s
+    discard_s: float = 10.0
 
 
 class InvalidRequestError(WseError):
@@ -180,6 +190,15 @@ def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimit
             f"stop must be a string or a list of at most {limits.max_stop} strings, got "
             f"{len(sampling.stop)}.",
             param="stop",
+        )
+    long = next((i for i, s in enumerate(sampling.stop) if len(s) > limits.max_stop_chars), None)
+    if long is not None:  # OpenAI's wording for a string past its length
+        raise InvalidRequestError(
+            f"Invalid 'stop[{long}]': string too long. Expected a string with maximum length "
+            f"{limits.max_stop_chars}, but got a string with length "
+            f"{len(sampling.stop[long]):,} instead.",
+            param="stop",
+            code="string_above_max_length",
         )
     if any(not s for s in sampling.stop):  # counted above first (hunt 55: 100 '' passed)
         raise InvalidRequestError(

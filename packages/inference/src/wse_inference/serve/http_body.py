@@ -246,7 +246,8 @@ async def read_json(request: Request, limits: RequestLimits) -> Any:
 def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
     """The HTTP answer to a refused request (counted in `metrics` by reason): 400 with
     OpenAI's error body, 413 before the rest of the body is read (a client that sends it
-    anyway has it read and dropped: closing at once would reset the connection before the
+    anyway has it read and dropped, within `RequestLimits.max_discard_bytes` and
+    `discard_s` (`http_protocol`): closing at once would reset the connection before the
     client reads the 413), 429 with Retry-After, 503 while draining; an empty 400 to a client
     already gone."""
     if isinstance(e, ClientGone):  # nobody is left to read an answer

@@ -7,7 +7,11 @@ them with the same OpenAI JSON error body as the app's refusals (uvicorn's own a
 text) saying what h11 found, and closes the connection. So are heads past
 `RequestLimits.max_head_bytes`, heads that do not arrive within `RequestLimits.head_s`
 (slowloris), heads with both Transfer-Encoding and Content-Length, and HTTP versions other
-than 1.0 and 1.1. `protocol_for(limits)` is the class uvicorn is given.
+than 1.0 and 1.1. After a response sent before its request's body all came (a 413 on the
+Content-Length), the rest of the body is read and dropped for at most
+`RequestLimits.max_discard_bytes` and `RequestLimits.discard_s`, then the connection is
+closed (uvicorn read it to its end, however long). `protocol_for(limits)` is the class
+uvicorn is given.
 """
 
 from __future__ import annotations
@@ -66,11 +70,15 @@ class JsonErrorsH11Protocol(H11Protocol):
 
     head_s: float = RequestLimits.head_s
     max_head_bytes: int = RequestLimits.max_head_bytes
+    discard_s: float = RequestLimits.discard_s
+    max_discard_bytes: int = RequestLimits.max_discard_bytes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._why = ""
         self._head_timer: asyncio.TimerHandle | None = None
+        self._discard_timer: asyncio.TimerHandle | None = None
+        self._discarded = 0
         parse = self.conn.next_event
 
         def next_event() -> Any:
@@ -93,12 +101,39 @@ class JsonErrorsH11Protocol(H11Protocol):
         self._start_head_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._discard_timer is not None:  # answered: the rest of the body is dropped
+            self._discarded += len(data)
+            if self._discarded > self.max_discard_bytes:
+                self._stop_discarding()
+                return
         if self.conn.their_state is h11.IDLE:  # a new request's head is arriving
             self._start_head_timer()
         super().data_received(data)
+        if self._discard_timer is not None and self.conn.their_state is not h11.SEND_BODY:
+            self._discard_timer.cancel()  # the body ended: the connection is kept
+            self._discard_timer = None
+            self._start_head_timer()  # uvicorn's keep-alive timer was unset by its data
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+            return
+        self._discarded = 0  # answered before the body all came: drop the rest, for a while
+        self._discard_timer = self.loop.call_later(self.discard_s, self._stop_discarding)
+
+    def _stop_discarding(self) -> None:
+        """Close a connection whose refused body goes on past the bounds on dropping it."""
+        if self._discard_timer is not None:
+            self._discard_timer.cancel()
+            self._discard_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        if self._discard_timer is not None:
+            self._discard_timer.cancel()
+            self._discard_timer = None
         super().connection_lost(exc)
 
     def _start_head_timer(self) -> None:
@@ -146,10 +181,12 @@ class JsonErrorsH11Protocol(H11Protocol):
 
 
 def protocol_for(limits: RequestLimits) -> type[JsonErrorsH11Protocol]:
-    """`JsonErrorsH11Protocol` with `limits`' head timeout and size (uvicorn builds one per
-    connection from the class; give uvicorn `h11_max_incomplete_event_size` the same size)."""
+    """`JsonErrorsH11Protocol` with `limits`' head timeout and size and its bounds on dropping
+    a refused body (uvicorn builds one per connection from the class; give uvicorn
+    `h11_max_incomplete_event_size` the same head size)."""
+    bounds = ("head_s", "max_head_bytes", "discard_s", "max_discard_bytes")
     return type(
         "JsonErrorsH11Protocol",
         (JsonErrorsH11Protocol,),
-        {"head_s": limits.head_s, "max_head_bytes": limits.max_head_bytes},
+        {name: getattr(limits, name) for name in bounds},
     )

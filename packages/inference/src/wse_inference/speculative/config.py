@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wse_core.errors import shown
 from wse_core.host.limits import lift, limit
 
 from wse_inference.engine import SamplingError  # no JAX (sampling imports it)
@@ -49,11 +50,13 @@ class SpeculativeConfig:
             )
         j = self.mock_accepted_tokens
         if j is not None and (isinstance(j, bool) or not isinstance(j, int) or not 0 <= j <= gamma):
+            got = shown(repr(j), quote=False)
             raise SamplingError(
-                f"mock_accepted_tokens must be an integer in [0, {gamma}], got {j!r}"
+                f"mock_accepted_tokens must be an integer in [0, {gamma}], got {got}"
             )
         if self.model is not None and not isinstance(self.model, str):
-            raise SamplingError(f"{OPTION}'s model must be a folder name, got {self.model!r}")
+            got = shown(repr(self.model), quote=False)
+            raise SamplingError(f"{OPTION}'s model must be a folder name, got {got}")
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any]) -> SpeculativeConfig:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CALIBRATION_KEYS, CONSTANTS
-from wse_core.errors import SpecError, suggest
+from wse_core.errors import SpecError, shown, suggest
 from wse_core.hw.presets import refuse_past_the_grid
 from wse_core.hw.spec import WaferSpec, load_spec, preset
 
@@ -57,7 +57,7 @@ def _check(values: Mapping[str, Any]) -> dict[str, float]:
     for key, value in values.items():
         if key not in ASSUMED_FIELDS:
             raise SpecError(
-                f"unknown assumption {key!r}{suggest(key, ASSUMED_FIELDS)}; "
+                f"unknown assumption {shown(key)}{suggest(key, ASSUMED_FIELDS)}; "
                 f"known: {', '.join(ASSUMED_FIELDS)}"
             )
         try:
@@ -140,7 +140,7 @@ def key_values(items: Sequence[str], usage: str) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise SpecError(f"{usage}, got {item!r}")
+            raise SpecError(f"{usage}, got {shown(item)}")
         if key.strip() in out:
             raise SpecError(
                 f"{usage.split()[0]} gives {key.strip()} twice ({out[key.strip()]!r:.40}, then "

@@ -2,9 +2,9 @@
 
 Contract. `LIMITS` names each bound a user's input meets (slots, devices, processes, GPUs,
 wafer systems, batch and draft sizes, file sizes, YAML bytes and alias expansion, JSON depth,
-chat-template work, an MD timestep, the values of a sweep, XYZ and .npz files, data folders),
-its value (a constant, or one computed from what this machine has), its unit, and the
-environment variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer).
+chat-template work, an MD timestep, HPC time steps, the values of a sweep, XYZ and .npz
+files, data folders), its value (a constant, or one computed from what this machine has), its
+unit, and the environment variable that lifts it (`WSE_LIMIT_<NAME>`, a positive integer).
 `check(name, value, what)` raises `LimitError` (a `WseError`: the `wse` command prints one
 line and exits 2) naming the value, the limit and its override; nothing is allocated,
 forked, looped over or imported before it. docs/limits.md is this table for users.
@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from wse_core.errors import WseError, suggest
+from wse_core.errors import WseError, shown, suggest
 
 __all__ = [
     "LimitError",
@@ -168,6 +168,15 @@ LIMITS: dict[str, Limit] = {
             "(0.79 THz, the lowest of the metals: 402 fs), to 100 fs; LAMMPS metal runs use 1-5 fs",
         ),
         Limit(
+            "time_steps",
+            lambda: 10_000_000,
+            "steps",
+            "time steps (or solver iterations) of one HPC run",
+            "10x the longest published wafer runs reproduced here (~10^6 steps); the "
+            "emulator's fastest step (jacobi on 8^3 cells) takes ~0.25 ms here, so the limit "
+            "is ~40 min of it, while 2**31 steps ran for days",
+        ),
+        Limit(
             "sweep_values",
             lambda: 64,
             "values",
@@ -268,7 +277,7 @@ def limit(name: str) -> int:
     except ValueError:  # not a number, or digits past int()'s 4300
         value = 0
     if not 1 <= value < 2**63:
-        raise WseError(f"{lim.env} must be a positive integer of at most 64 bits, got {raw!r}")
+        raise WseError(f"{lim.env} must be a positive integer of at most 64 bits, got {shown(raw)}")
     return value
 
 

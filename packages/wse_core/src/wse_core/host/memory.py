@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wse_core.errors import WseError
+from wse_core.errors import WseError, shown
 
 __all__ = [
     "HostMemoryError",
@@ -81,9 +81,9 @@ def available_bytes(held_bytes: int = 0, *, share: bool = True) -> int:
         try:
             limit = int(float(cap))
         except (ValueError, OverflowError):  # 'abc', 'nan', '1e400' (inf)
-            raise WseError(f"{ENV_LIMIT} must be a number of bytes, got {cap!r}") from None
+            raise WseError(f"{ENV_LIMIT} must be a number of bytes, got {shown(cap)}") from None
         if limit <= 0:
-            raise WseError(f"{ENV_LIMIT} must be positive, got {cap!r}")
+            raise WseError(f"{ENV_LIMIT} must be positive, got {shown(cap)}")
         avail = min(avail, limit)
     return int(avail)
 

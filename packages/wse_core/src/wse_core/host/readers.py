@@ -12,6 +12,9 @@ Contract. Each refuses an input past its limit before the work it would cost, wi
   Python object is built; a recursive alias is refused), nested at most `json_depth` levels
   (flow brackets counted on the text before PyYAML's scanner, which is quadratic in them),
   each mapping's keys distinct text (`names_loader`: a key twice or `1: 2` is refused);
+- `open_npz(path, what)`: `np.load` (no pickles) of an .npz whose zip end record counts at
+  most `npz_members` members, refused from that record alone before zipfile reads the
+  directory (200,000 members took ~1.3 s to refuse after reading it, 0.4 s this way);
 - `require_npz(z, what, fits=...)`: an open `np.load` archive of at most `npz_members`
   arrays, none over 64 MiB inflating past `npz_inflation` x its compressed size, whose array
   headers fit the host memory (`wse_core.host.memory.require`), before any array is read.
@@ -37,6 +40,7 @@ __all__ = [
     "load_yaml",
     "names_loader",
     "text_depth",
+    "open_npz",
     "require_npz",
     "NPZ_INFLATE_FLOOR_BYTES",
 ]
@@ -208,6 +212,29 @@ def load_yaml(text: str, what: str, loader: Any = None) -> Any:
         ld.dispose()
 
 
+def _too_many_members(what: str, members: int) -> HostMemoryError:
+    return HostMemoryError(
+        f"{what}: the archive holds {members:,} members; an .npz read here holds at most "
+        f"{limit('npz_members'):,} arrays ({lift('npz_members')})"
+    )
+
+
+def open_npz(path: str | Path, what: str, *, mmap_mode: str | None = None) -> Any:
+    """`np.load(path, allow_pickle=False, mmap_mode=...)` after refusing an archive of more
+    than `npz_members` members from the zip's end record (zip64's included): a few bytes at
+    the end, read before zipfile builds an entry for every member of the directory. A file
+    with no end record (a .npy, a foreign file) is left to `np.load`."""
+    import zipfile
+
+    import numpy as np
+
+    with open(path, "rb") as f:
+        end = zipfile._EndRecData(f)  # the stdlib's reader of that record (private, stable)
+    if end is not None and end[zipfile._ECD_ENTRIES_TOTAL] > limit("npz_members"):
+        raise _too_many_members(what, end[zipfile._ECD_ENTRIES_TOTAL])
+    return np.load(path, allow_pickle=False, mmap_mode=mmap_mode)
+
+
 def require_npz(z: Any, what: str, *, fits: Callable[[int], str], extra_per_value: int = 0) -> None:
     """`require` for an open `np.load` archive `z` from its members' array headers alone,
     before any array is read: a forged header claiming 10^12 values is refused here (NumPy
@@ -219,12 +246,9 @@ def require_npz(z: Any, what: str, *, fits: Callable[[int], str], extra_per_valu
 
     import numpy as np
 
-    members, max_members = z.zip.infolist(), limit("npz_members")
-    if len(members) > max_members:
-        raise HostMemoryError(
-            f"{what}: the archive holds {len(members):,} members; an .npz read here holds at "
-            f"most {max_members:,} arrays ({lift('npz_members')})"
-        )
+    members = z.zip.infolist()
+    if len(members) > limit("npz_members"):  # a caller that opened it without `open_npz`
+        raise _too_many_members(what, len(members))
     max_ratio = limit("npz_inflation")
     for info in members:  # the zip directory's sizes, before inflating anything
         ratio = info.file_size / max(info.compress_size, 1)

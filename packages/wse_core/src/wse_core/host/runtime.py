@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from wse_core.errors import WseError
+from wse_core.errors import WseError, shown
 
 __all__ = [
     "configure",
@@ -71,17 +71,24 @@ _FAST_COMPILE_FLAG = "--xla_llvm_disable_expensive_passes=true"
 
 def default_devices() -> int:
     """`WSE_DEVICES` if set, else one virtual CPU device per core this process may run on
-    (its CPU affinity: `taskset`, a SLURM allocation, a benchmark's pinning)."""
+    (its CPU affinity: `taskset`, a SLURM allocation, a benchmark's pinning). Set but empty
+    (`WSE_DEVICES=` in a script whose value went missing) is a WseError, not "unset"."""
     env = os.environ.get("WSE_DEVICES")
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise WseError(f"WSE_DEVICES must be a positive integer, got {env!r}") from None
-        if n <= 0:
-            raise WseError(f"WSE_DEVICES must be a positive integer, got {env!r}")
-        return n
-    return usable_cores()
+    if env is None:
+        return usable_cores()
+    wanted = (
+        "a positive integer of virtual CPU devices (e.g. WSE_DEVICES=8), or unset it for one "
+        f"per core ({usable_cores()} here)"
+    )
+    if not env.strip():  # hunt 59: was read as unset
+        raise WseError(f"WSE_DEVICES is set but empty; give {wanted}")
+    try:
+        n = int(env)
+    except ValueError:
+        raise WseError(f"WSE_DEVICES must be {wanted}; got {shown(env)}") from None
+    if n <= 0:
+        raise WseError(f"WSE_DEVICES must be {wanted}; got {shown(env)}")
+    return n
 
 
 def usable_cores() -> int:

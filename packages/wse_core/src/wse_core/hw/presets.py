@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from wse_core.errors import SpecError, quoted_number, suggest, yaml_problem
+from wse_core.errors import SpecError, quoted_number, shown, suggest, yaml_problem
 from wse_core.hw.description import WaferSpec, _coerce
 from wse_core.hw.simd import SIMD_WSE3
 
@@ -131,7 +131,7 @@ def preset(name: str) -> WaferSpec:
         return PRESETS[name]
     except KeyError:
         raise SpecError(
-            f"unknown wafer preset {name!r}{suggest(name, PRESETS)}; "
+            f"unknown wafer preset {shown(name)}{suggest(name, PRESETS)}; "
             f"choose one of: {', '.join(PRESETS)}"
         ) from None
 
@@ -214,7 +214,7 @@ def load_spec(path: str | Path) -> WaferSpec:
             read_text(path, "spec file"), f"spec file {str(path)!r}", loader=spec_loader()
         )
     except OSError as e:
-        raise SpecError(f"cannot read spec file {str(path)!r}: {e.strerror or e}") from None
+        raise SpecError(f"cannot read spec file {shown(path)}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise SpecError(f"spec file {str(path)!r} is not UTF-8 text: {e.reason}") from None
     except yaml.YAMLError as e:

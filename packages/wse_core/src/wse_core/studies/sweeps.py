@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from wse_core.errors import SpecError
+from wse_core.errors import SpecError, shown
 from wse_core.studies.experiment import PredictionRow
 
 __all__ = ["Sweep", "sweep", "parse_sweep", "sweep_values", "CASE_KEYS"]
@@ -82,7 +82,7 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
     key, sep, rest = item.partition("=")
     key = key.strip()
     if not key:
-        raise SpecError(f"--sweep takes KEY=a,b,c or KEY, got {item!r}")
+        raise SpecError(f"--sweep takes KEY=a,b,c or KEY, got {shown(item)}")
     if not sep:
         from wse_core.cost.mechanisms import CONSTANTS
 
@@ -91,7 +91,7 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
         return key, None
     parts = [v.strip() for v in rest.split(",")]
     if not any(parts):
-        raise SpecError(f"--sweep takes KEY=a,b,c, got {item!r}")
+        raise SpecError(f"--sweep takes KEY=a,b,c, got {shown(item)}")
     check("sweep_values", len(parts), "--sweep's number of values")  # each reruns everything
     if "" in parts:  # "1e9,,2e9" or a trailing comma is a typo, not a shorter sweep
         meant = ",".join(v for v in parts if v)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
-from wse_core.host.readers import load_json, require_npz
+from wse_core.host.readers import load_json, open_npz, require_npz
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -139,7 +139,7 @@ def load(path: str | Path) -> PeTrace:
     if path.stat().st_size == 0:
         raise TraceError(f"{path} is empty, not a wse trace (.npz with a header)")
     try:
-        z = np.load(path, allow_pickle=False)
+        z = open_npz(path, f"wse view: {path}")
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise ValueError("it is a single array (.npy), not an .npz archive")
         with z:
