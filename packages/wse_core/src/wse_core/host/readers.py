@@ -28,7 +28,7 @@ import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from wse_core.host.json_keys import distinct_keys
 from wse_core.host.limits import LimitError, lift, limit, refusal
@@ -219,7 +219,9 @@ def _too_many_members(what: str, members: int) -> HostMemoryError:
     )
 
 
-def open_npz(path: str | Path, what: str, *, mmap_mode: str | None = None) -> Any:
+def open_npz(
+    path: str | Path, what: str, *, mmap_mode: Literal["r+", "r", "w+", "c"] | None = None
+) -> Any:
     """`np.load(path, allow_pickle=False, mmap_mode=...)` after refusing an archive of more
     than `npz_members` members from the zip's end record (zip64's included): a few bytes at
     the end, read before zipfile builds an entry for every member of the directory. A file
@@ -228,10 +230,11 @@ def open_npz(path: str | Path, what: str, *, mmap_mode: str | None = None) -> An
 
     import numpy as np
 
+    stdlib: Any = zipfile  # its reader of that record is private (3.11 to 3.13 alike)
     with open(path, "rb") as f:
-        end = zipfile._EndRecData(f)  # the stdlib's reader of that record (private, stable)
-    if end is not None and end[zipfile._ECD_ENTRIES_TOTAL] > limit("npz_members"):
-        raise _too_many_members(what, end[zipfile._ECD_ENTRIES_TOTAL])
+        end = stdlib._EndRecData(f)
+    if end is not None and end[stdlib._ECD_ENTRIES_TOTAL] > limit("npz_members"):
+        raise _too_many_members(what, end[stdlib._ECD_ENTRIES_TOTAL])
     return np.load(path, allow_pickle=False, mmap_mode=mmap_mode)
 
 
