@@ -1,6 +1,6 @@
 """Importing `wse_core.host.pe_ffi` makes the PE kernels' OpenMP threads sleep when idle
 (`OMP_WAIT_POLICY=passive`); TLR-MVM's kernels ask for a bounded spin (`active`,
-`GOMP_SPINCOUNT=20000`); the user's own setting of either variable always wins."""
+`GOMP_SPINCOUNT=10000000`); the user's own setting of either variable always wins."""
 
 import os
 import subprocess
@@ -15,7 +15,7 @@ MODULES = {"pe_ffi": "wse_core.host.pe_ffi", "tlr": "wse_hpc.tlrmvm.pe_kernels"}
     ("module", "given", "expected"),
     [
         ("pe_ffi", {}, ("passive", "-")),
-        ("tlr", {}, ("active", "20000")),
+        ("tlr", {}, ("active", "10000000")),
         ("tlr", {"OMP_WAIT_POLICY": "passive"}, ("passive", "-")),
         ("tlr", {"GOMP_SPINCOUNT": "500"}, ("-", "500")),
         ("pe_ffi", {"OMP_WAIT_POLICY": "active"}, ("active", "-")),

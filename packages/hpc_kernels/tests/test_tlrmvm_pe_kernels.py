@@ -162,6 +162,34 @@ def test_kernels_read_only_each_rows_length(parallel):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("parallel", [True, False])
+def test_sum_rows_split_by_load_covers_every_block_row(parallel):
+    """Block rows of very unequal loads (one holding most of the floats, one none): each
+    block row's sums are the NumPy ones, whichever thread's run of block rows it falls in,
+    and an empty block row comes back zeroed."""
+    rng = np.random.default_rng(5)
+    block_rows, rows_n, k, pieces = 7, 6, 8, 2
+    a = rng.standard_normal((block_rows, rows_n, k)).astype(np.float32)
+    lengths = np.zeros((block_rows, rows_n), np.int32)
+    lengths[0] = k  # the heaviest first, as deal_groups orders the PE rows
+    lengths[2, :2] = k // 2
+    lengths[3:, 0] = 1
+    lengths[5] = 0  # a PE row with no rows
+    t = rng.standard_normal((block_rows, rows_n, 1, 1)).astype(np.float32)
+    win = rng.integers(0, pieces, (block_rows, rows_n)).astype(np.int32)
+    add = jax.jit(
+        lambda a, le: pe_kernels.sum_rows(a, t, win, False, pieces, le, parallel=parallel)
+    )
+    clean = np.where(np.arange(k) < lengths[..., None], a, 0)
+    want = np.zeros((block_rows, pieces, k))
+    for g in range(block_rows):
+        for r in range(rows_n):
+            want[g, win[g, r]] += t[g, r, 0, 0] * clean[g, r]
+    got = np.asarray(add(a, lengths))[:, :, 0, 0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not got[5].any()
+
+
 def test_row_lengths_cover_the_operators_bases_exactly(op):
     """The floats the grouped product's kernels read are the operator's own bases: the sum
     of the row lengths times 4 bytes is the bytes of its U and V (complex64 = 2 floats)."""

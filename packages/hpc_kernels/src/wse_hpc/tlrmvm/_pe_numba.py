@@ -10,10 +10,14 @@ twice: on the cores (prange) and on the calling thread (the same code with paral
 threads sleep between regions, `pe_ffi`) leaves its chunks to the others instead of holding
 the product up for a static half (each row's dot is the same whoever computes it; on the
 2-core VM at load 8, 2026-12-02, no better or worse than the static split by min and median
-of 60 calls). `sum_rows` splits its block rows statically (10 at n = 9801, of nearly equal
-loads by `grouped_plan.deal_groups`): claiming them changed the sums' rounding (the vectorized
-loop compiles differently) and splitting a block row into chunks summed into partials ran
-1.2-2x slower; claimed again on 2026-12-02 (bit for bit then), no faster at load 2 in three
+of 60 calls). `sum_rows` gives each thread a run of whole block rows holding an equal share
+of the floats it reads (`_parts`). The block rows are the PE rows, whose loads are far from
+equal with one tile column per group (n = 9801: 304-692 U rows each, the heaviest first by
+`grouped_plan.deal_groups`), so an even split by count gave one of two threads 58% of the
+floats; split by floats phase 3 alone takes 0.71-0.72 ms against 0.78-0.81 (p10, median of
+200 calls, 2-core VM, 2026-12-03), the sums bit for bit the same (a block row is summed by one
+thread, in row order, whichever). Claiming block rows from a counter changed the sums'
+rounding once (the vectorized loop compiled differently) and ran no faster at load 2 in three
 process pairs. Both kernels prefetch the stored row PREFETCH_ROWS ahead of the one they
 read (`_prefetch_row`): the hardware prefetcher restarts at each 4 KB page (two rows), and
 the bases come from memory, not cache, when other work shares the machine.
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, njit, prange, types
+from numba import carray, config, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 from wse_core.host.numba_ffi import FRAME_ARGS as _FRAME_ARGS
@@ -63,6 +67,7 @@ def _sum_rows_args(frame):
     return a, t, win, nk, sg, out
 
 
+THREADS = config.NUMBA_NUM_THREADS  # sum_rows' parts (a constant: get_num_threads() is not cached)
 ROWS_CHUNK = 512  # rows_dot rows a claim: 1 MB of stored rows (~40 us on one core)
 
 
@@ -157,32 +162,64 @@ def _rows_dot(a, e, sel, nk, out):
             c = _claim(counter)
 
 
+@njit(inline="always")
+def _sum_block_row(a, t, win, nk, sg, out, g):
+    """out[g] of `_sum_rows`: block row g's rows into its pieces, in row order."""
+    RW, K = a.shape[1], a.shape[2]
+    C, B = t.shape[2], t.shape[3]
+    out[g] = 0
+    rows = a[g]
+    for r in range(RW):
+        if r + PREFETCH_ROWS < RW:
+            _prefetch_row(rows, r + PREFETCH_ROWS, min(nk[g, r + PREFETCH_ROWS], K))
+        p, h = win[g, r], min(nk[g, r], K) // C
+        for bb in range(B):
+            if C == 2:
+                tr = t[g, r, 0, bb]
+                ti = t[g, r, 1, bb]
+                for k in range(h):
+                    ar = a[g, r, 2 * k]
+                    ai = a[g, r, 2 * k + 1]
+                    out[g, p, 0, bb, k] += tr * ar - sg * ti * ai
+                    out[g, p, 1, bb, k] += sg * tr * ai + ti * ar
+            else:
+                tr = t[g, r, 0, bb]
+                for k in range(h):
+                    out[g, p, 0, bb, k] += tr * a[g, r, k]
+
+
 def _sum_rows(a, t, win, nk, sg, out):
     """out[g, win[g, r]] += t[g, r] * row (g, r); complex rows interleaved (conj when sg < 0),
     the output planar (re, im): strided reads vectorize, interleaved writes do not. Row
-    (g, r) is zero past its first nk[g, r] floats, which are all that is read."""
-    BR, RW, K = a.shape
-    C, B = t.shape[2], t.shape[3]
-    for g in prange(BR):
-        out[g] = 0
-        rows = a[g]
+    (g, r) is zero past its first nk[g, r] floats, which are all that is read. Each thread
+    sums a run of whole block rows holding an equal share of the floats read (`_parts`):
+    a block row is summed by one thread in row order, so the sums do not depend on the
+    split."""
+    BR = a.shape[0]
+    P = min(THREADS, BR)
+    part = _parts(nk, P)
+    for q in prange(P):
+        for g in range(BR):
+            if part[g] == q:
+                _sum_block_row(a, t, win, nk, sg, out, g)
+
+
+@njit(inline="always")
+def _parts(nk, P):
+    """(BR,) the part in [0, P) of each block row: P runs of consecutive block rows, a block
+    row in the run whose 1/P of all the floats read (nk) holds its middle float."""
+    BR, RW = nk.shape
+    load = np.zeros(BR, np.int64)
+    for g in range(BR):
         for r in range(RW):
-            if r + PREFETCH_ROWS < RW:
-                _prefetch_row(rows, r + PREFETCH_ROWS, min(nk[g, r + PREFETCH_ROWS], K))
-            p, h = win[g, r], min(nk[g, r], K) // C
-            for bb in range(B):
-                if C == 2:
-                    tr = t[g, r, 0, bb]
-                    ti = t[g, r, 1, bb]
-                    for k in range(h):
-                        ar = a[g, r, 2 * k]
-                        ai = a[g, r, 2 * k + 1]
-                        out[g, p, 0, bb, k] += tr * ar - sg * ti * ai
-                        out[g, p, 1, bb, k] += sg * tr * ai + ti * ar
-                else:
-                    tr = t[g, r, 0, bb]
-                    for k in range(h):
-                        out[g, p, 0, bb, k] += tr * a[g, r, k]
+            load[g] += nk[g, r]
+    total = max(load.sum(), 1)
+    part = np.zeros(BR, np.int64)
+    before = 0
+    for g in range(BR):
+        part[g] = min(P - 1, (2 * before + load[g]) * P // (2 * total))
+        before += load[g]
+    return part
 
 
 def _gather_rows(src, at, out):

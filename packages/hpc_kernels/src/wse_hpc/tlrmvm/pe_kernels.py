@@ -50,10 +50,8 @@ import jax.numpy as jnp
 from wse_core.host.pe_ffi import available, register, wait_policy
 
 # a product is three parallel regions back to back, products come in bursts: the second
-# core's threads spin a bounded while between them instead of being woken each time (pe_ffi).
-# bench_tlrmvm at n 9801, against NumPy's TLR-MVM (Xeon VM, 2026-12-02, one run each, A/B/A/B):
-# quiet, spin 1.32 / 0.83x, passive (OMP_WAIT_POLICY=passive) 0.64 / 0.49x; beside a process
-# busy on one core, spin 0.96x, passive 1.16x. Quiet machines are the case served; on a
+# core's threads spin between them (~0.1 s at most, as OpenBLAS's) instead of being woken
+# each time (pe_ffi, which has the measurements). Quiet machines are the case served; on a
 # shared one, OMP_WAIT_POLICY=passive in the environment wins over this.
 wait_policy("spin")
 

@@ -16,12 +16,21 @@ kernels alternate with XLA's own threads every step (a bounded spin of 20,000 pa
 cold first MD step at 32,000 atoms 18.9 -> 24.3 s, 29.5 -> 37.8 s of CPU, 2026-12-02).
 `wait_policy("spin")`, called by a workload whose products are bursts of back-to-back
 parallel regions (TLR-MVM, `tlrmvm.pe_kernels`) before its first kernel runs, sets a
-bounded spin instead (`OMP_WAIT_POLICY=active`, `GOMP_SPINCOUNT=20000`, then sleep: the
-process burns 0.09 ms of CPU in the 50 ms after a tiny parallel region against 0.07 passive
-and 0.30 at 200,000, Xeon VM) unless the user set either variable; the process's first
-parallel run fixes it. TLR-MVM at n 9801, 6 products timed back to back after 0.3 s idle
-(2026-12-02, 2-core Xeon VM): passive 6.4 ms a product, 2,000 pauses 5.0, 20,000 3.9,
-200,000 3.4; beside six busy processes passive 23.6 ms, 20,000 27.4.
+bounded spin instead (`OMP_WAIT_POLICY=active`, `GOMP_SPINCOUNT=10000000`, then sleep)
+unless the user set either variable; the process's first parallel run fixes it. The spin
+outlasts the gaps inside a burst (XLA's work between two regions of one product, the caller's
+between products: 0.05-0.2 ms) and ends ~0.1 s after the burst, as OpenBLAS's threads do
+after a call (the process burns, in the 1 s after a tiny parallel region, 0.1 ms of CPU at
+20,000 pauses or 300,000, 7 ms at 1,000,000, 104 ms at 10,000,000; 2-core VM, 2026-12-03).
+A thread that sleeps between the regions of a product is woken once per region, and on the
+VM a woken core runs the product's next regions slowly for a while: TLR-MVM at n 9801,
+bench_tlrmvm's rounds (0.3 s idle, then the median of 9 products after one) against NumPy's
+TLR-MVM in 10 or 14 processes alternated (2026-12-03): median of the processes' median
+ratios 0.51x at 20,000 (0.46-0.94x), 0.90x at 10,000,000 (0.35-1.07x), 1,000,000 between
+(0.64-0.96x, 4 processes). Earlier (2026-12-02): 6 products back to back after 0.3 s idle,
+passive 6.4 ms a product, 2,000 pauses 5.0, 20,000 3.9, 200,000 3.4; beside six busy
+processes passive 23.6 ms, 20,000 27.4: on a machine shared with busy processes
+`OMP_WAIT_POLICY=passive` in the environment wins over this.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import jax
 _USER_SET = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
 WAIT_POLICIES = {
     "sleep": {"OMP_WAIT_POLICY": "passive"},
-    "spin": {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "20000"},  # bounded (module doc)
+    "spin": {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "10000000"},  # ~0.1 s (module doc)
 }
 
 
