@@ -10,9 +10,9 @@ pinned to N cores (`sched_setaffinity`, inherited by every thread XLA, oneDNN or
 starts) with `torch.set_num_threads(N)` set once; XLA sizes its thread pool by the machine,
 but those threads share the same N cores. The XLA flags are the ones `wse` runs with
 (`wse_core.host.runtime.configure`), the same for the streamed and the fused step, and so is the
-allocator setting (`keep_freed_memory`, as `wse train` runs: freed temporaries stay mapped
-instead of being faulted in again every call), which holds for torch in the same process
-too. Prints a table
+allocator setting (`keep_freed_memory(arenas=0)`, as `wse train` runs: freed temporaries
+stay mapped instead of being faulted in again every call, one malloc arena a thread), which
+holds for torch in the same process too. Prints a table
 and writes bench/results/train.json. Every contender is timed in interleaved rounds
 (`bench/rounds.py`: 5 with `--quick`, else 9; each round times every contender for
 `ROUND_STEPS` steps in a row, its round time their mean; the order rotates from round to
@@ -239,7 +239,8 @@ def worker(cores: int, quick: bool) -> dict:
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
     from wse_core.host.runtime import configure, keep_freed_memory
 
-    kept = keep_freed_memory()  # before any library starts threads (every contender shares it)
+    # as `wse train` runs; before any library starts threads (every contender shares it)
+    kept = keep_freed_memory(arenas=0)
     configure(cores)  # one virtual device per core, as `wse train` runs (the layout's shards)
     try:
         import torch

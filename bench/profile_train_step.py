@@ -82,7 +82,7 @@ def main() -> None:
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
     from wse_core.host.runtime import configure, keep_freed_memory
 
-    keep_freed_memory()
+    keep_freed_memory(arenas=0)  # as `wse train` and bench_train run
     configure(args.cores)
     try:
         import torch

@@ -19,12 +19,13 @@ import pytest
 import wse_models
 from wse_core import SramBudgetError, preset
 from wse_systems.training.plan import plan_activations
+from wse_trainer import swarmx
 from wse_trainer.config import OptimizerConfig
 from wse_trainer.layout import Layout
 from wse_trainer.optimizer import base_transform, full_transform
 from wse_trainer.reference import fused_step, loss_fn
 from wse_trainer.stream import StreamedTrainer
-from wse_trainer.swarmx import SwarmX, tree_bytes
+from wse_trainer.swarmx import SwarmX, to_device, tree_bytes
 
 B, S, STEPS = 8, 16, 3
 ADAMW = OptimizerConfig(learning_rate=1e-3, weight_decay=0.01, eps=1e-6)
@@ -208,6 +209,31 @@ def test_swarmx_gives_each_process_its_block_of_replicas():
     shards = swarm.scatter(batch)
     np.testing.assert_array_equal(np.concatenate([np.asarray(x) for x in shards]), batch[4:])
     assert len(swarm.broadcast(jnp.zeros(5))) == 2 and swarm.broadcast_bytes == 4 * 20
+
+
+@pytest.mark.cpu_devices
+@pytest.mark.parametrize("batched", [True, False])
+def test_to_device_copies_a_tree_as_device_put_does(batched, monkeypatch):
+    # The batched copy (and its fallback, jax.device_put itself) against jax.device_put: the
+    # same values, dtypes (weak types too), tree and device; a tree already there is kept.
+    if not batched:
+        monkeypatch.setattr(swarmx, "_batched_copy", None)
+    src, dst = jax.devices()[:2]
+    tree = {
+        "w": jax.device_put(jnp.arange(12.0).reshape(3, 4), src),
+        "b": [jax.device_put(jnp.array([1, 2], jnp.int8), src), jax.device_put(2.5, src)],
+    }
+    want = jax.device_put(tree, dst)
+    got = to_device(tree, dst)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert g.sharding.device_set == {dst} and g.committed
+        assert g.dtype == w.dtype and g.weak_type == w.weak_type
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    assert to_device(got, dst) is got
+    # a leaf that is not a jax.Array (a process's gathered NumPy copy) goes through device_put
+    mixed = to_device({"a": np.ones(3, np.float32), "b": tree["w"]}, dst)
+    assert {x.sharding.device_set == {dst} for x in jax.tree.leaves(mixed)} == {True}
 
 
 # Weight streaming below the layer: every matrix forced into 4 column chunks gives the same

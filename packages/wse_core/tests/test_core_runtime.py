@@ -15,8 +15,8 @@ _BLOCK = 80 << 20  # above glibc's largest mmap threshold (32 MiB) and a thread 
 _PROBE = f"""
 import ctypes, resource, sys
 from wse_core.host.runtime import keep_freed_memory
-if sys.argv[1] == "keep":
-    assert keep_freed_memory()
+if sys.argv[1].startswith("keep"):
+    assert keep_freed_memory(arenas=int(sys.argv[1][4:] or 1))
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
 
@@ -47,12 +47,53 @@ def test_freed_blocks_are_reused_without_page_faults():
     # (huge pages would fault 512x less; glibc does not ask for them by default)
     assert _faults_per_reuse("default") > pages / 2
     assert _faults_per_reuse("keep") < pages / 100
+    assert _faults_per_reuse("keep0") < pages / 100  # glibc's arenas (`wse train`'s setting)
+
+
+_ARENAS = """
+import ctypes, os, sys, tempfile, threading
+from wse_core.host.runtime import keep_freed_memory
+assert keep_freed_memory(arenas=int(sys.argv[1]))
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = libc.fdopen.restype = ctypes.c_void_p
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+go = threading.Barrier(4)
+
+def hold():  # four threads, each holding a block while the others allocate theirs
+    go.wait()
+    libc.malloc(1 << 16)
+    go.wait()
+
+threads = [threading.Thread(target=hold) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+with tempfile.TemporaryFile() as f:  # malloc_info writes one <heap nr=...> per arena
+    libc.malloc_info(0, libc.fdopen(os.dup(f.fileno()), b"w+"))
+    libc.fflush(None)
+    f.seek(0)
+    print(f.read().decode().count("<heap nr="))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc malloc setting")
+def test_arenas_zero_gives_threads_their_own_malloc_arenas():
+    # The oracle: glibc's own report of its arenas after four threads allocated at once.
+    def heaps(arenas: int) -> int:
+        cmd = [sys.executable, "-c", _ARENAS, str(arenas)]
+        return int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+    assert heaps(1) == 1
+    assert heaps(0) > 1
 
 
 def test_keep_freed_memory_refuses_bad_sizes():
     for bad in (0, -1, 1 << 31):
         with pytest.raises(WseError, match="keep_bytes"):
             keep_freed_memory(bad)
+    with pytest.raises(WseError, match="arenas must be >= 0"):
+        keep_freed_memory(arenas=-1)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")

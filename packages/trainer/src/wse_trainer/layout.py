@@ -7,7 +7,11 @@ Contract. A `Layout` says how `StreamedTrainer` computes each wafer replica's st
   them, so the wafer still sees `num_csx` replicas of the same per-replica batch (the plan,
   the prediction and the streamed bytes do not change; the numbers change only by the
   order of the sums). Why: XLA:CPU's dots use a second core poorly at these shapes
-  (shared/PLATFORM.md), and the fused, data-parallel shards keep both busy.
+  (shared/PLATFORM.md), and the fused, data-parallel shards keep both busy. One device on
+  both cores instead (the whole batch, XLA's intra-op threads) ran bench_train's d128 step
+  at 0.89-0.95x the two shards' speed, and at 1.00x even with the attention kernels split
+  over both cores (numba prange; three interleaved runs, 2-core VM, 2026-12-03): the
+  YNNPACK dots and most fusions still run on one thread.
 - `keep_residuals`: each layer's forward keeps its VJP residuals in host memory, so the
   backward does not run the layer's forward again (a 2-layer-forward saving per layer:
   0.88 -> 0.73 s a step of the bench's d128 model on one loaded core). The wafer's backward

@@ -246,7 +246,8 @@ def _train(console, config, spec) -> None:
     from wse_trainer.run import run
 
     _check_host_memory(config)
-    keep_freed_memory()  # each step's XLA temporaries reuse mapped pages (no page faults)
+    # each step's XLA temporaries reuse mapped pages; one arena a thread (keep_freed_memory)
+    keep_freed_memory(arenas=0)
 
     def echo(line: str) -> None:  # one line each, never wrapped at the console's width
         console.print(line, highlight=False, markup=False, soft_wrap=True)
