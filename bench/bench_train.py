@@ -10,8 +10,9 @@ pinned to N cores (`sched_setaffinity`, inherited by every thread XLA, oneDNN or
 starts) with `torch.set_num_threads(N)` set once; XLA sizes its thread pool by the machine,
 but those threads share the same N cores. The XLA flags are the ones `wse` runs with
 (`wse_core.host.runtime.configure`), the same for the streamed and the fused step, and so is the
-allocator setting (`keep_freed_memory(arenas=0)`, as `wse train` runs: freed temporaries
-stay mapped instead of being faulted in again every call, one malloc arena a thread), which
+allocator setting (`keep_freed_memory(arenas=train_arenas())`, as `wse train` runs: freed
+temporaries stay mapped instead of being faulted in again every call; glibc's arenas on 2+
+cores, one on one core), which
 holds for torch in the same process too. Prints a table
 and writes bench/results/train.json. Every contender is timed in interleaved rounds
 (`bench/rounds.py`: 5 with `--quick`, else 9; each round times every contender for
@@ -237,10 +238,10 @@ def bench_case(name: str, shape, rounds: int) -> dict:
 def worker(cores: int, quick: bool) -> dict:
     """Every case on `cores` cores (this process pinned to them): a JSON-able dict."""
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
-    from wse_core.host.runtime import configure, keep_freed_memory
+    from wse_core.host.runtime import configure, keep_freed_memory, train_arenas
 
     # as `wse train` runs; before any library starts threads (every contender shares it)
-    kept = keep_freed_memory(arenas=0)
+    kept = keep_freed_memory(arenas=train_arenas())  # after the pinning above
     configure(cores)  # one virtual device per core, as `wse train` runs (the layout's shards)
     try:
         import torch

@@ -80,9 +80,9 @@ def main() -> None:
     ap.add_argument("--host", action="store_true", help="Also the host's dispatch, by function.")
     args = ap.parse_args()
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
-    from wse_core.host.runtime import configure, keep_freed_memory
+    from wse_core.host.runtime import configure, keep_freed_memory, train_arenas
 
-    keep_freed_memory(arenas=0)  # as `wse train` and bench_train run
+    keep_freed_memory(arenas=train_arenas())  # as `wse train` and bench_train run
     configure(args.cores)
     try:
         import torch

@@ -130,3 +130,16 @@ def test_numba_cache_lives_under_the_wse_cache_unless_set(tmp_path):
 
     assert run({}) == str(tmp_path / "c" / "numba")
     assert run({"NUMBA_CACHE_DIR": str(tmp_path / "own")}) == str(tmp_path / "own")
+
+
+def test_train_arenas_follow_the_cores_this_process_may_run_on():
+    # One core: no two threads allocate at once, one arena. More: glibc's own (0).
+    code = (
+        "import os; os.sched_setaffinity(0, {0}); "
+        "from wse_core.host.runtime import train_arenas; print(train_arenas())"
+    )
+    one = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert one.stdout.strip() == "1"
+    from wse_core.host.runtime import train_arenas, usable_cores
+
+    assert train_arenas() == (0 if usable_cores() > 1 else 1)

@@ -239,15 +239,15 @@ def _check_host_memory(config) -> None:
 
 
 def _train(console, config, spec) -> None:
-    from wse_core.host.runtime import keep_freed_memory
+    from wse_core.host.runtime import keep_freed_memory, train_arenas
     from wse_trainer.session import check_inputs
 
     check_inputs(config)  # a missing data_dir or checkpoint is refused before JAX is imported
     from wse_trainer.run import run
 
     _check_host_memory(config)
-    # each step's XLA temporaries reuse mapped pages; one arena a thread (keep_freed_memory)
-    keep_freed_memory(arenas=0)
+    # each step's XLA temporaries reuse mapped pages; arenas by cores (train_arenas)
+    keep_freed_memory(arenas=train_arenas())
 
     def echo(line: str) -> None:  # one line each, never wrapped at the console's width
         console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -60,6 +60,7 @@ __all__ = [
     "usable_cores",
     "cache_dir",
     "keep_freed_memory",
+    "train_arenas",
     "sync_dispatch",
     "wall_s",
     "wall_times_s",
@@ -202,6 +203,10 @@ def keep_freed_memory(keep_bytes: int = 1 << 30, *, arenas: int = 1) -> bool:
     (2026-12-03, load 1.0-1.4): 96.2 and 98.4 ms against 102.5 and 104.3 with one arena; a
     thread's arena heap is at most 64 MiB, so a larger block still comes from the main one,
     and some blocks are faulted in again (0-2,400 page faults a step against none).
+    `train_arenas()` gives what `wse train` passes: 0 on more than one core, 1 on one core,
+    where no two threads allocate at once and one arena faults nothing in (bench_train's quick
+    1-core worker, alternated 2026-12-03: 1.12 / 1.11x PyTorch with one arena, 1.10 / 1.10x
+    with glibc's, 84-134 page faults a step against none).
     """
     if not 0 < keep_bytes < 1 << 31:
         raise WseError(f"keep_bytes must be in (0, 2**31), got {keep_bytes}")
@@ -214,6 +219,12 @@ def keep_freed_memory(keep_bytes: int = 1 << 30, *, arenas: int = 1) -> bool:
     settings = [(_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, keep_bytes)]
     settings += [(_M_ARENA_MAX, arenas)] if arenas else []
     return all(mallopt(param, value) == 1 for param, value in settings)
+
+
+def train_arenas() -> int:
+    """`keep_freed_memory`'s `arenas` for a training process: glibc's own arenas (0) when it
+    runs on more than one core, where threads allocate side by side, else one arena (1)."""
+    return 0 if usable_cores() > 1 else 1
 
 
 def _ready(out: Any) -> Any:
