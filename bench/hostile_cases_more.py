@@ -48,6 +48,9 @@ _TRAIN = ["train", "tiny", "runconfig.max_steps=2", "runconfig.mode=train", "mod
           "train_input.batch_size=2", "runconfig.sample_tokens=0"]  # fmt: skip
 
 
+_UNSTEPPED = [a for a in _TRAIN if not a.startswith("runconfig.max_steps=")]  # for --max-steps
+
+
 def _data(tmp: Path, name: str, raw: bytes) -> list[str]:
     (tmp / name).write_bytes(raw)
     return [*_TRAIN, f"train_input.data_dir={tmp / name}", "-o", str(tmp / "run")]
@@ -159,7 +162,7 @@ def hunt59_cases() -> list[Case]:
             *_TRAIN, "model.vocab_size=1", "-o", str(tmp / "run")],
             message="set model.vocab_size to at least 257"),
         Case("more", "train --max-steps 5 --num-steps 10 (hunt 59)", lambda fx, tmp: [
-            *_TRAIN, "--max-steps", "5", "--num-steps", "10", "-o", str(tmp / "run")],
+            *_UNSTEPPED, "--max-steps", "5", "--num-steps", "10", "-o", str(tmp / "run")],
             message="runconfig.num_steps=10 (--num-steps"),
         Case("more", "--devices 8 --devices 9 (hunt 59)", _const(
             "--devices", "8", "--devices", "9", "wafer", "info"),
@@ -171,5 +174,31 @@ def hunt59_cases() -> list[Case]:
         Case("more", "train train_input.data_dir=/ (hunt 59)", lambda fx, tmp: [
             *_TRAIN, "train_input.data_dir=/", "-o", str(tmp / "run")],
             message="give the corpus's own folder",
-            note="walks / to 100,000 data files: ~1 s warm, 3-5 s with a cold dentry cache"),
+            note="walks / to 10,000 folders (data_folders, hunt 60; was 48,000 folders to "
+            "100,000 data files: ~1 s warm, 3-5 s with a cold dentry cache)"),
     ]  # fmt: skip
+
+
+def hunt60_cases() -> list[Case]:
+    """Hunt 60's: one config key given two values (two overrides, an override and its flag),
+    a blank WSE_DEVICES echoed as given, a data_dir of more folders than `data_folders`."""
+    check = ["train", "tiny", "--validate-only"]
+    return [
+        Case("more", "train model.vocab_size=300 model.vocab_size=1 (hunt 60)", _const(
+            *check, "model.vocab_size=300", "model.vocab_size=1"),
+            message="model.vocab_size is given twice ('300', then '1')"),
+        Case("more", "train runconfig.max_steps=2 --max-steps 5 (hunt 60)", lambda fx, tmp: [
+            *_TRAIN, "--max-steps", "5", "-o", str(tmp / "run")],
+            message="runconfig.max_steps is given twice ('2', then --max-steps '5')"),
+        Case("more", "WSE_DEVICES=' ' (hunt 60)", _const("wafer", "info"),
+             env={"WSE_DEVICES": " "}, message="got ' '"),
+        Case("more", "train data_dir of 10,001 folders (hunt 60)", lambda fx, tmp: [
+            *_TRAIN, f"train_input.data_dir={_folders(tmp, 10_001)}", "-o", str(tmp / "run")],
+            message="holds more than 10,000 folders"),
+    ]  # fmt: skip
+
+
+def _folders(tmp: Path, n: int) -> str:
+    for i in range(n):
+        (tmp / "docs" / str(i)).mkdir(parents=True)
+    return str(tmp / "docs")

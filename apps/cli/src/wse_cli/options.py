@@ -87,7 +87,7 @@ def _parse(kind: type) -> Any:
             try:
                 return float(text)  # "inf", "nan" and "1e999" parse; the callback refuses them
             except ValueError:
-                return _NotANumber(text)
+                return _NotANumber(str(value))  # as given: ' ' is shown as ' ', not ''
         try:  # exactly: "4.12e16" is 41200000000000000, not the nearest double
             d = decimal.Decimal(text)
             whole = d.is_finite() and d.adjusted() <= 18 and d == d.to_integral_value()
@@ -96,7 +96,7 @@ def _parse(kind: type) -> Any:
             whole = wide = False
         if whole and abs(d) <= INT_MAX:
             return int(d)
-        return _NotANumber(text, past_64_bits=wide or whole)  # whole here: past INT_MAX
+        return _NotANumber(str(value), past_64_bits=wide or whole)  # whole: past INT_MAX
 
     return parse
 
@@ -173,7 +173,8 @@ def number(
                 if isinstance(got, str):  # hunt 59: a 6,000-character value came back whole
                     from wse_core.errors import shown
 
-                    got = shown(got, quote=not got.strip())  # blank: quoted, to be seen
+                    # blank or padded (WSE_DEVICES=' '): quoted, so the spaces are seen
+                    got = shown(got, quote=got != got.strip() or not got)
                 if isinstance(x, _NotANumber) and x.past_64_bits:  # the bound no option states
                     got = f"{got} (integers are 64-bit: at most {INT_MAX} in size)"
                 raise UserInputError(f"{_source(ctx, param)} must be {wanted}, got {got}")

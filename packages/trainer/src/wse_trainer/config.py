@@ -251,10 +251,26 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
             f"{type(data[bad[0]]).__name__}"
         )
     out = {k: dict(v or {}) for k, v in data.items()}
+    given: dict[str, tuple[str, Any]] = {}
     for item in overrides:
         section, key, value = _parse_override(item)
+        path, raw = item.split("=", 1)
+        if path in given and not _same(given[path][1], value):
+            # hunt 60: `model.vocab_size=300 model.vocab_size=1` took the last, as click did
+            # `--devices 8 --devices 9` (wse_cli.option_repeats refuses that the same way)
+            raise ConfigError(
+                f"{shown(path, quote=False)} is given twice ({shown(given[path][0])}, then "
+                f"{shown(raw)}); give it once"
+            )
+        given[path] = (raw, value)
         out.setdefault(section, {})[key] = value
     return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two override values are one value (`300` and `300`; not `300` and `300.0`,
+    nor `1` and `true`)."""
+    return type(a) is type(b) and a == b
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:

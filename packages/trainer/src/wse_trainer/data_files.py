@@ -46,13 +46,15 @@ def _path_like(entry: str) -> bool:
 
 def _walk(folder: Path) -> list[str]:
     """The data files under `folder` (what `folder.rglob("*")` finds: symlinked folders are
-    not entered, unreadable ones skipped), sorted; ConfigError past the limits `data_files`
-    or `data_entries`, counted while each folder is read. `os.scandir` makes no Path per
-    entry and reads each entry's type from the folder itself: data_dir=/ walked its 10^6
-    entries in ~0.9 s, not rglob's ~10 s (hunt 59)."""
+    not entered, unreadable ones skipped), sorted; ConfigError past the limits `data_files`,
+    `data_entries` or `data_folders`, counted while each folder is read. `os.scandir` makes
+    no Path per entry and reads each entry's type from the folder itself: data_dir=/ walked
+    its 10^6 entries in ~0.9 s, not rglob's ~10 s (hunt 59); each folder read costs ~90 us
+    with a cold cache, so `data_folders` bounds a cold walk of / (3.5 s) too (hunt 60)."""
     found: list[str] = []
-    max_files, max_walked = limit("data_files"), limit("data_entries")
-    walked, folders = 0, [str(folder)]
+    max_files, max_walked, max_below = (limit(n) for n in ("data_files", "data_entries",
+                                                           "data_folders"))  # fmt: skip
+    walked, below, folders = 0, 0, [str(folder)]
     while folders:
         try:
             with os.scandir(folders.pop()) as entries:
@@ -60,10 +62,11 @@ def _walk(folder: Path) -> list[str]:
                     walked += 1
                     if os.path.splitext(entry.name)[1] in BUILDERS:
                         found.append(entry.path)
-                    if len(found) > max_files or walked > max_walked:
-                        raise _too_many(folder, len(found) > max_files)
                     if _is_folder(entry):
                         folders.append(entry.path)
+                        below += 1
+                    if len(found) > max_files or walked > max_walked or below > max_below:
+                        raise _too_many(folder, len(found) > max_files, walked > max_walked)
         except OSError:  # a folder that cannot be read (permissions, gone meanwhile)
             continue
     return sorted(found)
@@ -76,10 +79,10 @@ def _is_folder(entry: os.DirEntry) -> bool:
         return False
 
 
-def _too_many(folder: Path, files: bool) -> ConfigError:
-    name = "data_files" if files else "data_entries"
-    what = (f"more than {limit(name):,} data files" if files
-            else f"more than {limit(name):,} entries")  # fmt: skip
+def _too_many(folder: Path, files: bool, entries: bool) -> ConfigError:
+    name, unit = (("data_files", "data files") if files else ("data_entries", "entries")
+                  if entries else ("data_folders", "folders"))  # fmt: skip
+    what = f"more than {limit(name):,} {unit}"
     return ConfigError(
         f"data_dir {str(folder)!r} holds {what}; give the corpus's own folder, or pack its "
         f"documents into .jsonl or .parquet shards ({lift(name)})"

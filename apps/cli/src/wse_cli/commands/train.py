@@ -7,12 +7,13 @@
 
 `params.yaml` may also be given with `--params`, or be a shipped config name (`tiny`,
 `gpt2_124m`, `llama3_8b`, `llama3_70b`, `llama_1t`, `llama_24t`). Flags override the
-file's `runconfig`; dotted overrides change any key. `--weight-chunks K` streams every
-weight matrix in K column chunks (`runconfig.weight_chunks`; 0: whole layers when they fit,
-else as the SRAM ledger allows). `--validate-only` checks the config and prints the memory
-plan (with the weight chunks and why), the predicted wafer step and tokens/s on num_csx
-systems, and each streamed unit's no-stall condition, without allocating anything. Heavy
-packages are imported inside the command.
+file's `runconfig`; dotted overrides change any key; one key given two values (two overrides,
+or an override and its flag) is refused, as an option given twice is. `--weight-chunks K`
+streams every weight matrix in K column chunks (`runconfig.weight_chunks`; 0: whole layers
+when they fit, else as the SRAM ledger allows). `--validate-only` checks the config and
+prints the memory plan (with the weight chunks and why), the predicted wafer step and
+tokens/s on num_csx systems, and each streamed unit's no-stall condition, without
+allocating anything. Heavy packages are imported inside the command.
 
 Multi-process: `--num-processes/--process-id/--coordinator` (or the WSE_* variables that
 `wse launch` sets, or SLURM's environment) join one run; the `num_csx` replicas are split
@@ -180,6 +181,7 @@ def train(
         "num_steps": num_steps,
         "checkpoint_path": checkpoint_path,
     }
+    _set_twice(args, flags)
     overrides = args + [f"runconfig.{k}={v}" for k, v in flags.items() if v is not None]
     config = load_config(params, overrides)
     named = [o.partition("=")[2] for o in overrides if o.startswith("runconfig.wafer=")]
@@ -208,6 +210,21 @@ def train(
         console.print("[green]config is valid[/]")
         return
     _train(console, config, spec)
+
+
+def _set_twice(args: list[str], flags: dict) -> None:
+    """Refuse a runconfig key given as an override and as its flag with another value
+    (hunt 60: `runconfig.max_steps=2 --max-steps 5` ran 5), as `wse_cli.option_repeats`
+    refuses `--max-steps 2 --max-steps 5`; two overrides are `apply_overrides`' to refuse."""
+    from wse_core.errors import shown
+
+    for key, value in flags.items():
+        said = [a.partition("=")[2] for a in args if a.partition("=")[0] == f"runconfig.{key}"]
+        if value is not None and said and said[-1] != str(value):
+            fail(
+                f"runconfig.{key} is given twice ({shown(said[-1])}, then "
+                f"--{key.replace('_', '-')} {shown(str(value))}); give it once"
+            )
 
 
 def _check_host_memory(config) -> None:
