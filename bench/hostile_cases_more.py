@@ -7,6 +7,7 @@ hunt 59's (`hunt59_cases`, tested in apps/cli/tests/test_cli_hostile_hunt59.py).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hostile_cases import Case, _const, _fill
@@ -195,7 +196,39 @@ def hunt60_cases() -> list[Case]:
         Case("more", "train data_dir of 10,001 folders (hunt 60)", lambda fx, tmp: [
             *_TRAIN, f"train_input.data_dir={_folders(tmp, 10_001)}", "-o", str(tmp / "run")],
             message="holds more than 10,000 folders"),
+        Case("more", "train data_dir holding a FIFO .txt (hunt 60)", lambda fx, tmp: [
+            *_TRAIN, f"train_input.data_dir={_with(tmp, os.mkfifo)}", "-o", str(tmp / "run")],
+            message="is not a regular file", note="the check's read hung on the FIFO"),
+        Case("more", "train data_dir holding a link loop .txt (hunt 60)", lambda fx, tmp: [
+            *_TRAIN, f"train_input.data_dir={_with(tmp, lambda p: p.symlink_to(p))}", "-o",
+            str(tmp / "run")], message="Too many levels of symbolic links"),
+        Case("more", "train data_dir=<a link loop> (hunt 60)", lambda fx, tmp: [
+            *_TRAIN, f"train_input.data_dir={_loop(tmp / 'corpus')}", "-o", str(tmp / "run")],
+            message="cannot be read", note="was looked up on the Hub as a dataset name"),
+        Case("more", "hpc md potential --out <a link loop> (hunt 60)", lambda fx, tmp: [
+            "hpc", "md", "potential", "--elements", "Cu", "--out", _loop(tmp / "pot")],
+            message="is a symbolic link that cannot be followed"),
+        Case("more", "wafer defects --png <under a link loop> (hunt 60)", lambda fx, tmp: [
+            "wafer", "defects", "--preset", "wse1", "--png", _loop(tmp / "d") + "/w.png"],
+            message="is not a writable folder"),
+        Case("more", "view <a link loop> (hunt 60)", lambda fx, tmp: [
+            "view", _loop(tmp / "t.npz")], message="no trace file"),
+        Case("more", "view <a name with a newline and ESC> (hunt 60)", _const(
+            "view", "a\nb\x1b[2J.npz"), message="no trace file a\\nb\\x1b[2J.npz"),
     ]  # fmt: skip
+
+
+def _loop(path: Path) -> str:
+    path.symlink_to(path)
+    return str(path)
+
+
+def _with(tmp: Path, make) -> str:
+    """A corpus folder of one document and `make(folder / "f.txt")` beside it."""
+    (tmp / "docs").mkdir()
+    (tmp / "docs" / "a.txt").write_text("the wafer streams weights " * 100)
+    make(tmp / "docs" / "f.txt")
+    return str(tmp / "docs")
 
 
 def _folders(tmp: Path, n: int) -> str:

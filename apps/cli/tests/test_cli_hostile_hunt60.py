@@ -3,10 +3,16 @@ would be right. Before the fixes: `wse train tiny model.vocab_size=300 model.voc
 took the last value (and `runconfig.max_steps=2 --max-steps 5` the flag's), where a
 single-valued option given twice is refused (`wse_cli.option_repeats`); `WSE_DEVICES=' '`
 was refused as "got ''" (the blank stripped away); data_dir=/ read 48,000 folders (3.5 s
-with a cold cache) before its 100,001st data file was refused."""
+with a cold cache) before its 100,001st data file was refused. Found by the hunt: a FIFO in a
+data folder hung the check, a link there was a traceback, a folder `notes.md` was read as a
+file, `data_dir=` a link loop was looked up on the Hub; an output option at a broken link
+was the writer's traceback after the work; a newline or ESC in a path reached the error
+line raw (two lines; the terminal driven)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -80,3 +86,92 @@ def test_a_data_dir_of_too_many_folders_is_refused_while_walking(tmp_path, monke
     monkeypatch.setenv("WSE_LIMIT_DATA_FOLDERS", "5")  # at the limit: every document found
     builder, files = data_files(str(corpus))
     assert builder == "text" and sorted(files) == sorted(map(str, corpus.rglob("*.txt")))
+
+
+def _run(tmp_path: Path, corpus: Path) -> list:
+    return ["train", "tiny", "train_input.batch_size=2", f"train_input.data_dir={corpus}",
+            "-o", tmp_path / "run"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: os.mkfifo(p), "f.txt' is not a regular file; give a file"),
+        (lambda p: p.symlink_to(p), "f.txt' cannot be read (Too many levels of symbolic links)"),
+        (lambda p: p.symlink_to("/nonexistent/x"), "f.txt' cannot be read (No such file or"),
+    ],
+    ids=["FIFO", "link loop", "dangling link"],
+)
+def test_a_data_folder_holding_what_is_no_file_is_refused_naming_it(tmp_path, make, message):
+    # hunt 60: a FIFO hung the check's read forever, a link was a FileNotFoundError traceback
+    corpus = _corpus(tmp_path / "corpus", 1)
+    make(corpus / "f.txt")
+    refused_in_one_line(ROOT, _run(tmp_path, corpus), message)  # hung before
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_named_like_a_data_file_is_walked_not_read():
+    # hunt 60: a folder `notes.md` was taken for a data file (IsADirectoryError traceback)
+    from wse_trainer.data_files import data_files
+
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = _corpus(Path(tmp) / "corpus", 2)
+        (corpus / "notes.md").mkdir()
+        (corpus / "notes.md" / "inside.txt").write_text("more text")
+        builder, files = data_files(str(corpus))
+        assert builder == "text" and sorted(files) == sorted(map(str, corpus.rglob("*.txt")))
+
+
+@pytest.mark.parametrize("target", ["self", "/nonexistent/x"], ids=["loop", "dangling"])
+def test_a_data_dir_that_is_a_broken_link_is_refused_not_looked_up_as_a_dataset(
+    tmp_path, monkeypatch, target
+):
+    # hunt 60: `data_dir=loop` (no suffix) was taken for a dataset name: HF was asked, 5 retries
+    monkeypatch.chdir(tmp_path)
+    Path("corpus").symlink_to("corpus" if target == "self" else target)
+    refused_in_one_line(ROOT, _run(tmp_path, Path("corpus")), "data file 'corpus' cannot be read")
+
+
+OUTPUTS = [
+    ["hpc", "md", "potential", "--elements", "Cu", "--out"],
+    ["train", "tiny", "--validate-only", "--trace"],
+    ["experiments", "run", "wafer-yield", "--quick", "--out"],
+    ["wafer", "defects", "--preset", "wse1", "--png"],
+]
+
+
+@pytest.mark.parametrize("args", OUTPUTS, ids=lambda a: " ".join(a[:2] + a[-1:]))
+@pytest.mark.parametrize("where", ["loop", "dangling", "under a loop"])
+def test_an_output_through_a_broken_link_is_refused_at_parsing(tmp_path, monkeypatch, args, where):
+    # hunt 60: each was the writer's OSError traceback (ELOOP, FileNotFoundError or
+    # FileExistsError from makedirs), after the work
+    monkeypatch.chdir(tmp_path)
+    Path("loop").symlink_to("loop")
+    Path("dangling").symlink_to("/nonexistent/dir/x")
+    path = {"loop": "loop", "dangling": "dangling", "under a loop": "loop/x.png"}[where]
+    if args[-1] == "--png" and where != "under a loop":
+        path += ".png"  # the name the option writes (a name without .png gets it)
+        Path(path).symlink_to(path if where == "loop" else "/nonexistent/dir/x")
+    message = "cannot be written" if where == "under a loop" else "symbolic link that cannot"
+    before = sorted(os.listdir(tmp_path))
+    line = refused_in_one_line(ROOT, [*args, path], message)
+    assert line.startswith(f"Error: {args[-1]} ") and sorted(os.listdir(tmp_path)) == before
+
+
+def test_view_of_a_link_loop_is_one_line():
+    # hunt 60: refuse_overlap's Path.resolve raised RuntimeError on the loop
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "t.npz").symlink_to(Path(tmp) / "t.npz")
+        refused_in_one_line(ROOT, ["view", Path(tmp) / "t.npz"], "no trace file")
+
+
+@pytest.mark.parametrize(
+    ("name", "escaped"),
+    [("a\nb.npz", "a\\nb.npz"), ("\x1b[2J\x1b[31mred.npz", "\\x1b[2J\\x1b[31mred.npz"),
+     ("evil\u202egpj.npz", "evil\\u202egpj.npz"), ("tab\there.npz", "tab\\there.npz")],
+    ids=["newline", "ESC", "RTL override", "tab"],
+)  # fmt: skip
+def test_control_characters_in_an_error_line_are_escaped(name, escaped):
+    # hunt 60: a newline made two lines; ESC sequences reached the terminal (clear, colours)
+    line = refused_in_one_line(ROOT, ["view", name], "no trace file")
+    assert line == f"Error: no trace file {escaped}", line

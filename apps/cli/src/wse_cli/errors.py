@@ -11,7 +11,8 @@ one option spelling is applied (`wse_cli.option_names.dashed`: `--model_dir` is 
 (`wse_cli.option_repeats`) before click parses a command's arguments, and where the
 multi-process join the root callback deferred is made, once a command's arguments are parsed
 (`wse_cli.multiprocess`). A path the file system cannot name (ENAMETOOLONG) is one line and
-exit code 2 too.
+exit code 2 too. Control characters in an error line (a newline or ESC in a path) are printed
+escaped (`printable`), so the line stays one line and cannot drive the terminal.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import errno
 import functools
 import os
 import sys
+import unicodedata
 from collections.abc import Callable
 
 import typer
@@ -65,7 +67,7 @@ class WseGroup(TyperGroup):
             return super().make_context(info_name, args, parent=parent, **extra)
         except Exception as e:
             if _is_user_error(e):
-                typer.echo(f"Error: {e}", err=True)
+                _say(str(e))
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
             _one_line_usage(e)
             raise
@@ -76,20 +78,20 @@ class WseGroup(TyperGroup):
         except Exception as e:  # click's own exits and usage errors are not user errors here
             if _is_user_error(e):
                 _NOTES.clear()  # the refusal is the one line
-                typer.echo(f"Error: {e}", err=True)
+                _say(str(e))
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
             if (no_backend := _no_backend(e)) is not None:  # hunt 58: was a traceback
                 _NOTES.clear()
-                typer.echo(f"Error: {no_backend}", err=True)
+                _say(no_backend)
                 raise typer.Exit(2) from None
             if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:  # hunt 59: a traceback
                 _NOTES.clear()
-                typer.echo(f"Error: {_name_too_long(e)}", err=True)
+                _say(_name_too_long(e))
                 raise typer.Exit(2) from None
             if isinstance(e, OSError) and e.errno in _DISK_FAULTS:  # a valid run's fault: 1
                 _NOTES.clear()
                 where = f" {e.filename}" if e.filename else ""
-                typer.echo(f"Error: cannot write{where}: {e.strerror}", err=True)
+                _say(f"cannot write{where}: {e.strerror}")
                 raise typer.Exit(1) from None
             if type(e).__name__ == "Exit" and getattr(e, "exit_code", 1) in (0, 1):
                 _say_notes()  # ran: "ran, answer is no" (exit 1) wrote its files too
@@ -99,6 +101,25 @@ class WseGroup(TyperGroup):
             raise
         _say_notes()
         return done
+
+
+def _say(message: str) -> None:
+    """Print `message` as the one error line, its unseen characters escaped (`printable`;
+    hunt 60: a path holding a newline was two lines, and one holding ESC
+    sequences drove the terminal: `wse view $'\\e[2J.npz'` cleared it)."""
+    typer.echo(f"Error: {printable(message)}", err=True)
+
+
+def printable(text: str) -> str:
+    """`text` with each control, format or line-separator character (newline, ESC, U+202E)
+    written as its escape (\\n, \\x1b, \\u202e); other text as it is."""
+    return "".join(
+        c.encode("unicode_escape").decode() if unicodedata.category(c) in _UNSEEN else c
+        for c in text
+    )
+
+
+_UNSEEN = {"Cc", "Cf", "Zl", "Zp"}  # Unicode's control, format, line and paragraph separators
 
 
 def _no_backend(e: Exception) -> str | None:
@@ -152,7 +173,7 @@ def _one_line_usage(e: Exception) -> None:
     ctx = getattr(e, "ctx", None)
     if usage and ctx is not None and type(e).__name__ != "NoArgsIsHelpError":
         hint = f" (see '{ctx.command_path} --help')"
-        raise usage[0](" ".join(e.format_message().split()) + hint) from None
+        raise usage[0](printable(" ".join(e.format_message().split())) + hint) from None
 
 
 # Faults of the disk a run writes to (full, over quota, read-only, failing, too large): one

@@ -17,7 +17,9 @@ command does any work, with one line and exit code 2:
 - `png_file(default, "--png")`: `output_file` with suffix ".png".
 - `output_dir(default, "--out")`: an existing path must be a writable folder, else the
   nearest existing folder above it must be writable. Nothing is created here.
-- An empty path ('') is refused by both (click would read it as '.', the current folder).
+- An empty path ('') is refused by both (click would read it as '.', the current folder),
+  and so is a symbolic link that cannot be followed (a loop, a dangling link) or a path
+  under one (the writer would fail after the work).
 
 Each option's callback carries the attribute `OUTPUT_MARK` (its kind, "file" or "dir"), so a
 test can find every output option of every command, as `options.NUMBER_MARK` finds every
@@ -47,14 +49,24 @@ OUTPUT_MARK = "wse_output"
 
 
 def _nearest_existing(path: Path) -> Path:
+    """The nearest folder above `path` that is there, a link that cannot be followed included
+    (hunt 60: past a link loop the writer's makedirs failed after the work)."""
     p = path.absolute().parent
-    while not p.exists() and p != p.parent:
+    while not os.path.lexists(p) and p != p.parent:
         p = p.parent
     return p
 
 
 def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = None) -> None:
     """Raise UserInputError unless `path` can be written as a `kind` ("file" or "dir")."""
+    if os.path.islink(path) and not path.exists():  # hunt 60: the writer's traceback
+        try:
+            os.stat(path)
+        except OSError as e:
+            raise UserInputError(
+                f"{name} {path} is a symbolic link that cannot be followed ({e.strerror}); "
+                "remove it or give another name"
+            ) from None
     if kind == "file" and path.is_dir():
         example = path / f"output{suffix or ''}"
         raise UserInputError(f"{name} {path} is a folder; give a file name, e.g. {example}")
@@ -141,7 +153,7 @@ def png_file(default: Any, *names: str, **option: Any) -> Any:
 def _same(a: Path, b: Path) -> bool:
     if a.exists() and b.exists():
         return os.path.samefile(a, b)
-    return a.resolve() == b.resolve()
+    return os.path.realpath(a) == os.path.realpath(b)  # resolve() raised on a link loop
 
 
 def refuse_overlap(inputs: dict[str, Path | None], outputs: dict[str, Path | None]) -> None:

@@ -60,11 +60,11 @@ def _walk(folder: Path) -> list[str]:
             with os.scandir(folders.pop()) as entries:
                 for entry in entries:
                     walked += 1
-                    if os.path.splitext(entry.name)[1] in BUILDERS:
-                        found.append(entry.path)
-                    if _is_folder(entry):
+                    if _is_folder(entry):  # hunt 60: a folder named notes.md was a data file
                         folders.append(entry.path)
                         below += 1
+                    elif os.path.splitext(entry.name)[1] in BUILDERS:
+                        found.append(entry.path)
                     if len(found) > max_files or walked > max_walked or below > max_below:
                         raise _too_many(folder, len(found) > max_files, walked > max_walked)
         except OSError:  # a folder that cannot be read (permissions, gone meanwhile)
@@ -97,9 +97,8 @@ def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
         p = Path(entry)
         if p.is_dir():
             files += _walk(p)
-        elif p.exists():
-            if not stat.S_ISREG(p.stat().st_mode):
-                raise ConfigError(f"data file {entry!r} is not a regular file; give a file")
+        elif os.path.lexists(p):  # a file, or a link that cannot be followed (a loop)
+            _size(str(p))
             files.append(str(p))
         elif isinstance(data_dir, str) and len(entries) == 1 and not _path_like(entry):
             return None  # a dataset's name
@@ -111,6 +110,21 @@ def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
     if len(kinds) > 1:
         raise ConfigError(f"data_dir mixes file kinds {sorted(kinds)}; use one kind per split")
     return kinds.pop(), files
+
+
+def _size(path: str) -> int:
+    """The bytes of the regular file `path`; ConfigError for anything else: a FIFO would
+    block the reader (hunt 60: one in a data folder hung `wse train`), and a folder, a
+    dangling link or a link loop cannot be read (they were tracebacks)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError(
+            f"data file {path!r} cannot be read ({e.strerror or e}); give a file"
+        ) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"data file {path!r} is not a regular file; give a file")
+    return st.st_size
 
 
 def _scan_text(path: str, budget: int) -> int:
@@ -157,7 +171,7 @@ def check_data_dir(cfg: InputConfig) -> None:
     if found is None:
         return
     builder, files = found
-    sizes = [Path(f).stat().st_size for f in files]
+    sizes = [_size(f) for f in files]
     one = len(files) == 1
     where = f"data file {files[0]!r}" if one else f"the {len(files)} data files in {cfg.data_dir!r}"
     if not any(sizes):
