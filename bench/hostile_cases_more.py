@@ -215,6 +215,13 @@ def hunt60_cases() -> list[Case]:
             "view", _loop(tmp / "t.npz")], message="no trace file"),
         Case("more", "view <a name with a newline and ESC> (hunt 60)", _const(
             "view", "a\nb\x1b[2J.npz"), message="no trace file a\\nb\\x1b[2J.npz"),
+        Case("more", "infer generate --prompt $'\\xff' (hunt 60)", lambda fx, tmp: [
+            "infer", "generate", "--model-dir", fx.model(), "--prompt", "ab\udcff"],
+            message="is not UTF-8 text (byte 0xff", note="was a traceback after the model loaded"),
+        Case("more", "train runconfig.sample_prompt=$'\\xff' (hunt 60)", lambda fx, tmp: [
+            *[a for a in _TRAIN if "sample_tokens" not in a], "runconfig.sample_tokens=4",
+            "runconfig.sample_prompt=\udcff", "-o", str(tmp / "run")],
+            message="is not UTF-8 text", note="was a traceback after the whole run"),
     ]  # fmt: skip
 
 

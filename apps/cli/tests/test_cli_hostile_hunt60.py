@@ -175,3 +175,23 @@ def test_control_characters_in_an_error_line_are_escaped(name, escaped):
     # hunt 60: a newline made two lines; ESC sequences reached the terminal (clear, colours)
     line = refused_in_one_line(ROOT, ["view", name], "no trace file")
     assert line == f"Error: no trace file {escaped}", line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["infer", "generate", "--model-dir", "no-model", "--prompt", "ab\udcff"],
+         "--prompt 'ab\\udcff' is not UTF-8 text (byte 0xff at character 2); give UTF-8 text"),
+        (["infer", "generate", "--model-dir", "no-model", "--prompt", "x", "--stop", "\udce9"],
+         "--stop '\\udce9' is not UTF-8 text (byte 0xe9 at character 0)"),
+        ([*CHECK, "runconfig.sample_prompt=\udcff"],
+         "runconfig.sample_prompt '\\udcff' is not UTF-8 text"),
+        ([*CHECK, "model.preset=\udcff"], "unknown model preset '\\udcff'"),
+    ],
+    ids=["prompt", "stop", "sample_prompt", "model preset"],
+)  # fmt: skip
+def test_text_that_is_not_utf8_is_refused_before_any_file(args, message):
+    # hunt 60: argv's undecodable bytes arrive as lone surrogates: --prompt $'\xff' was the
+    # tokenizer's UnicodeEncodeError after the model loaded, sample_prompt the same after the
+    # whole training run, and any override's value a traceback in the YAML depth check
+    refused_in_one_line(ROOT, args, message)

@@ -33,6 +33,15 @@ def _positive(where: str, value: int | float | None) -> None:
         raise ConfigError(f"{where} must be positive, got {value}")
 
 
+def _utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (argv's undecodable bytes arrive as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_optimizer(opt: OptimizerConfig) -> None:
     """Ranges of the optimizer's settings (types and finiteness are checked when read)."""
     for name in ("beta1", "beta2", "momentum"):
@@ -57,6 +66,11 @@ def check_config(
             f"model.vocab_size is {model_vocab_size:,}{whose}; the run's byte-level tokenizer "
             f"has {MIN_VOCAB_SIZE} tokens at least (256 bytes and the end of text), so set "
             f"model.vocab_size to at least {MIN_VOCAB_SIZE}"
+        )
+    if not _utf8(run.sample_prompt):  # hunt 60: the sample after training was a traceback
+        raise ConfigError(
+            f"runconfig.sample_prompt {shown(run.sample_prompt)} is not UTF-8 text (bytes the "
+            "shell passed undecoded); give UTF-8 text"
         )
     for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
         _positive(f"runconfig.{name}", getattr(run, name))

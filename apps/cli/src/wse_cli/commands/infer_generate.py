@@ -56,6 +56,21 @@ def _parse_prompt_ids(prompt: str | None, prompt_ids: str | None) -> list[int] |
     return [int(x) for x in parts]
 
 
+def _check_utf8(name: str, text: str | None) -> None:
+    """Refuse text that is not UTF-8: bytes the shell passed that do not decode arrive as
+    lone surrogates (`$'\\xff'` is '\\udcff'), which no tokenizer encodes."""
+    from wse_core.errors import shown
+
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError as e:
+        byte = ord(e.object[e.start]) - 0xDC00  # surrogateescape's mapping of a byte
+        fail(
+            f"{name} {shown(text)} is not UTF-8 text (byte 0x{byte & 0xFF:02x} at character "
+            f"{e.start:,}); give UTF-8 text"
+        )
+
+
 def _check_stop(stop: list[str]) -> None:
     """--stop within the server's bounds (`RequestLimits`: OpenAI's 4 strings, 1,024
     characters each; hunt 59: 100 stops of 100,000 characters were taken)."""
@@ -194,6 +209,8 @@ def generate(
     from wse_inference.engine import SamplingParams, validate_sampling
     from wse_inference.model_dir import check_config_file, check_tokenizer_file, load_model
 
+    for name, text in [("--prompt", prompt), *(("--stop", s) for s in stop or ())]:
+        _check_utf8(name, text)  # hunt 60: the tokenizer's UnicodeEncodeError, after loading
     parsed_ids = _parse_prompt_ids(prompt, prompt_ids)  # a typo: refused before any file
     _check_stop(stop or [])  # the server's bounds on stop strings, before any file too
     check_config_file(model_dir)  # a huge or deep config.json is refused before JAX loads

@@ -94,7 +94,8 @@ def text_depth(text: str) -> int:
     strings removed by one regular expression, then a running sum over the brackets."""
     import numpy as np
 
-    codes = np.frombuffer(_JSON_STRING.sub("", text).encode(), dtype=np.uint8)
+    # surrogatepass: text from argv with bytes that are not UTF-8 (hunt 60: a traceback here)
+    codes = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
     step = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
     return int(np.cumsum(step).max(initial=0))
 
