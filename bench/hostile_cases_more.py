@@ -222,7 +222,34 @@ def hunt60_cases() -> list[Case]:
             *[a for a in _TRAIN if "sample_tokens" not in a], "runconfig.sample_tokens=4",
             "runconfig.sample_prompt=\udcff", "-o", str(tmp / "run")],
             message="is not UTF-8 text", note="was a traceback after the whole run"),
+        Case("more", "hpc cfd --restart <step -5> (hunt 60)", lambda fx, tmp: [
+            *_CFD, _step(tmp, step=-5)], message="step must be one integer >= 0"),
+        Case("more", "hpc cfd --restart <time inf> (hunt 60)", lambda fx, tmp: [
+            *_CFD, _step(tmp, time=float("inf"))], message="time must be one finite number"),
+        Case("more", "hpc cfd --restart <a FIFO step file> (hunt 60)", lambda fx, tmp: [
+            *_CFD, _fifo(tmp, "step_0000010.npz")], message="not a regular file",
+            note="np.load's open waited for a writer forever"),
+        Case("more", "hpc tlrmvm run --operator <FIFO> (hunt 60)", lambda fx, tmp: [
+            "hpc", "tlrmvm", "run", "--operator", _fifo(tmp, "op.npz") + "/op.npz"],
+            message="not a regular file", note="np.load's open waited for a writer forever"),
     ]  # fmt: skip
+
+
+_CFD = ["hpc", "cfd", "--grid", "8", "8", "1", "--steps", "1", "--restart", "--out"]
+
+
+def _step(tmp: Path, **change) -> str:
+    """A folder holding a CFD step file of the 8 x 8 x 1 grid with `change`'s arrays."""
+    import numpy as np
+
+    fields = {k: np.zeros((8, 8, 1), np.float32) for k in "uvwpT"}
+    np.savez(tmp / "step_0000010.npz", **{**fields, "step": 10, "time": 0.5, **change})
+    return str(tmp)
+
+
+def _fifo(tmp: Path, name: str) -> str:
+    os.mkfifo(tmp / name)
+    return str(tmp)
 
 
 def _loop(path: Path) -> str:

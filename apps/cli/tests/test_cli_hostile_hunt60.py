@@ -195,3 +195,47 @@ def test_text_that_is_not_utf8_is_refused_before_any_file(args, message):
     # tokenizer's UnicodeEncodeError after the model loaded, sample_prompt the same after the
     # whole training run, and any override's value a traceback in the YAML depth check
     refused_in_one_line(ROOT, args, message)
+
+
+CFD = ["hpc", "cfd", "--grid", "8", "8", "1", "--steps", "1", "--restart", "--out"]
+
+
+def _step_file(folder: Path, **change) -> None:
+    import numpy as np
+
+    fields = {k: np.zeros((8, 8, 1), np.float32) for k in "uvwpT"}
+    arrays = {**fields, "step": np.int64(10), "time": np.float64(0.5), **change}
+    np.savez(folder / "step_0000010.npz", **arrays)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"step": -5}, "step must be one integer >= 0, got array(-5)"),
+     ({"step": [10, 11]}, "step must be one integer >= 0"),
+     ({"step": 2.5}, "step must be one integer >= 0"),
+     ({"time": float("inf")}, "time must be one finite number >= 0, got array(inf)")],
+    ids=["step -5", "two steps", "step 2.5", "time inf"],
+)  # fmt: skip
+def test_a_cfd_step_files_step_and_time_are_checked(tmp_path, change, message):
+    # hunt 60: step -5 and time inf ran on from them; a step of two values was a TypeError
+    _step_file(tmp_path, **change)
+    refused_in_one_line(ROOT, [*CFD, tmp_path], f"step_0000010.npz's {message}")
+
+
+def test_a_cfd_step_file_as_written_restarts(tmp_path):
+    _step_file(tmp_path)  # the refusals above change only what they name
+    code, output = invoke(ROOT, [*CFD, tmp_path])
+    assert code == 0 and (tmp_path / "step_0000011.npz").exists(), output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(CFD, "is not a step file: it is a device, FIFO or socket, not a regular file"),
+     (["hpc", "tlrmvm", "run", "--operator"], "cannot read TLR operator '{}': it is a device")],
+    ids=["cfd --restart", "tlrmvm --operator"],
+)  # fmt: skip
+def test_a_fifo_as_an_npz_input_is_refused_not_waited_on(tmp_path, args, message):
+    # hunt 60: np.load's open of a FIFO waited for a writer forever
+    fifo = tmp_path / ("step_0000010.npz" if args is CFD else "op.npz")
+    os.mkfifo(fifo)
+    refused_in_one_line(ROOT, [*args, tmp_path if args is CFD else fifo], message.format(fifo))

@@ -142,6 +142,11 @@ def _read_step(path: Path, grid) -> dict[str, np.ndarray]:
             )
         if not np.isfinite(a).all():
             raise FieldError(f"--restart: {path}'s {k} holds NaN or infinite values")
+    step, t = data["step"], data["time"]  # hunt 60: a step of -5 or a time of inf ran on
+    if step.shape != () or step.dtype.kind not in "iu" or not 0 <= step < 2**62:
+        raise FieldError(f"--restart: {path}'s step must be one integer >= 0, got {step!r:.60}")
+    if t.shape != () or t.dtype.kind not in "iuf" or not 0 <= t < np.inf:
+        raise FieldError(f"--restart: {path}'s time must be one finite number >= 0, got {t!r:.60}")
     return data
 
 

@@ -61,10 +61,7 @@ def read_text(path: str | Path, what: str) -> str:
     through for the caller to phrase, size and kind refusals are `LimitError`."""
     path = Path(path)
     cap = limit("file_bytes")
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):  # before open: a FIFO's open blocks until a writer comes
-        kind = "a folder" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
-        raise LimitError(f"{what} {str(path)!r} is {kind}, not a regular file")
+    _require_regular(path, f"{what} {str(path)!r}")
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
@@ -75,6 +72,16 @@ def read_text(path: str | Path, what: str) -> str:
     if len(raw) > cap:
         raise refusal("file_bytes", f"{what} {str(path)!r}", f"over {cap:,} bytes")
     return raw.decode("utf-8")
+
+
+def _require_regular(path: Path, named: str) -> None:
+    """LimitError ("`named` is a folder, not a regular file") unless `path` is a regular
+    file, checked before it is opened: a FIFO's open blocks until a writer comes (hunt 60:
+    `wse hpc cfd --restart` and `wse hpc tlrmvm run --operator` hung on one)."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+        raise LimitError(f"{named} is {kind}, not a regular file")
 
 
 def _read_at_most(f: Any, n: int, chunk: int = 1 << 24) -> bytes:
@@ -232,6 +239,7 @@ def open_npz(
     import numpy as np
 
     stdlib: Any = zipfile  # its reader of that record is private (3.11 to 3.13 alike)
+    _require_regular(Path(path), "it")  # each caller says "cannot read <what>: it is ..."
     with open(path, "rb") as f:
         end = stdlib._EndRecData(f)
     if end is not None and end[stdlib._ECD_ENTRIES_TOTAL] > limit("npz_members"):
