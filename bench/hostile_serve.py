@@ -6,7 +6,8 @@ the soak's (`soak_traffic.hostile_body`, `soak_server.grpc_drain`).
 
 Each row: the request, the status it got (HTTP code or gRPC status name) against the one
 expected (400 / 413 / INVALID_ARGUMENT; OK and every token for the drain), whether the
-refusal carries a one-line error message, its wall time and the server's peak RSS."""
+refusal carries a one-line error message of at most `MESSAGE_CHARS`, its wall time and the
+server's peak RSS."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from hostile_cases import TEMPLATE_BOMB
 
 HEALTHY_WITHIN_S = 300.0  # seconds a loaded machine may take to start the server (JAX import)
+MESSAGE_CHARS = 1_000  # an error message echoes input as its head and length, never whole
 
 
 def _sampler(pid: int, peak: list[int], stop: threading.Event, every_s: float) -> None:
@@ -189,6 +191,12 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     ]  # fmt: skip
     requests += _hunt56_requests(model)
     requests += _hunt58b_requests(model)
+    requests += [  # hunt 60: the method came back whole in the error (h11 takes any token)
+        ("a 10,000-character method (hunt 60)", "/v1/models", b"", 405, "X" * 10_000,
+         "application/json"),
+        ("a 10,000-character method, no route (hunt 60)", "/nope", b"", 404, "X" * 10_000,
+         "application/json"),
+    ]  # fmt: skip
     long_stop = {"model": model, "prompt": "a", "max_tokens": 2, "stop": ["s" * 1_000_000]}
     requests += [("a stop string of 1,000,000 characters (hunt 59)", "/v1/completions",
                   httpx.Request("POST", url, json=long_stop).content, 400)]  # fmt: skip
@@ -323,6 +331,7 @@ def _row(name, got, want, wall_s, peak, message, check_message=True, bound_s=2.0
     checks = {
         "status": got == want,
         "one_line": not check_message or (bool(message) and "\n" not in message.strip()),
+        "short": len(message) <= MESSAGE_CHARS,  # hunt 60: a 10,000-character method echoed
         "rss": peak < 1 << 30,
     }
     return {

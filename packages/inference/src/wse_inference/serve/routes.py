@@ -33,6 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from wse_core.errors import shown
 
 from wse_inference.engine import Engine
 from wse_inference.serve import openai_request as oa
@@ -82,7 +83,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _httperror_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        where = f"{request.method} {request.url.path[:200]}"
+        # hunt 60: a 10,000-character method came back whole (h11 takes any token)
+        where = f"{shown(request.method, quote=False)} {shown(request.url.path, quote=False)}"
         headers = dict(exc.headers or {})
         if exc.status_code == 405 and "Allow" in headers:  # hunt 56: "Method Not Allowed"
             allowed = sorted(m.strip() for m in headers["Allow"].split(","))

@@ -1,0 +1,39 @@
+"""A serving leftover found by hunt 60: the 404 or 405 for a request whose method is a
+10,000-character token (h11 takes any token as a method) repeated the method whole in its
+message (10 KB); the method and path are echoed as `wse_core.errors.shown` echoes input,
+their head and length."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from wse_inference.serve.testing import running_server
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _raw(port: int, data: bytes) -> tuple[int, str]:
+    """Status and error message of one raw HTTP/1.1 request."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(data)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("line", "status", "start"),
+    [(b"X" * 10_000 + b" /v1/models", 405, "XXXX"), (b"X" * 10_000 + b" /nope", 404,
+      "Invalid URL (XXXX"), (b"GET /" + b"a" * 10_000, 404, "Invalid URL (GET /aaaa")],
+    ids=["method (405)", "method (404)", "path (404)"],
+)  # fmt: skip
+def test_an_http_error_echoes_a_long_method_or_path_as_its_head_and_length(line, status, start):
+    with running_server() as server:
+        port = int(server.http_url.rsplit(":", 1)[1])
+        got, message = _raw(port, line + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert got == status and message.startswith(start), (got, message[:200])
+    assert len(message) < 1_000 and "... (10,00" in message, len(message)
