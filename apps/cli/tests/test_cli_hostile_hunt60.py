@@ -239,3 +239,28 @@ def test_a_fifo_as_an_npz_input_is_refused_not_waited_on(tmp_path, args, message
     fifo = tmp_path / ("step_0000010.npz" if args is CFD else "op.npz")
     os.mkfifo(fifo)
     refused_in_one_line(ROOT, [*args, tmp_path if args is CFD else fifo], message.format(fifo))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [('model.tie_embeddings="false"', "model.tie_embeddings must be true or false, got 'false'"),
+     ("model.rope_scaling=5", "model.rope_scaling must be null or a mapping of factor"),
+     ("model.rope_scaling={factor: x}", "model.rope_scaling.factor must be a finite number"),
+     ("model.rope_scaling={factor: 8, bogus: 1}", "got {'factor': 8, 'bogus': 1}")],
+    ids=["tie text", "rope 5", "rope factor x", "rope unknown key"],
+)  # fmt: skip
+def test_a_model_sections_flag_and_rope_scaling_are_checked(tmp_path, override, message):
+    # hunt 60: the text "false" tied the embeddings; rope_scaling=5 was an AttributeError
+    # after the run folder and tokenizer were made, {factor: x} a TypeError
+    args = ["train", "tiny", "model.preset=tiny-llama", "model.vocab_size=300", override]
+    refused_in_one_line(ROOT, [*args, "-o", tmp_path / "run"], message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_sections_rope_scaling_mapping_is_read():
+    from wse_models import RopeScaling
+    from wse_trainer.config import load_config
+    from wse_trainer.session import model_config
+
+    config = load_config("tiny", ["model.preset=tiny-llama", "model.rope_scaling={factor: 8}"])
+    assert model_config(config).rope_scaling == RopeScaling(factor=8.0)

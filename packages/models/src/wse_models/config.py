@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wse_core.errors import SpecError, suggest
@@ -65,6 +66,17 @@ class RopeScaling:
     original_max_position_embeddings: int = 8192
 
     def __post_init__(self) -> None:
+        for name in ("factor", "low_freq_factor", "high_freq_factor"):  # hunt 60: "x" was a
+            v = getattr(self, name)  # TypeError at the comparison below
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ModelConfigError(
+                    f"rope_scaling.{name} must be a finite number, got {v!r:.40}"
+                )
+        v = self.original_max_position_embeddings
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ModelConfigError(
+                f"rope_scaling.original_max_position_embeddings must be an integer, got {v!r:.40}"
+            )
         if not self.factor > 0 or not self.original_max_position_embeddings > 0:
             raise ModelConfigError(
                 f"rope_scaling needs factor > 0 and original_max_position_embeddings > 0, got "
@@ -75,6 +87,21 @@ class RopeScaling:
                 f"rope_scaling needs high_freq_factor > low_freq_factor, got "
                 f"{self.high_freq_factor} <= {self.low_freq_factor}"
             )
+
+
+def _rope_scaling(value: object) -> RopeScaling | None:
+    """`value` as a RopeScaling: a params file's mapping (`model.rope_scaling: {factor: 8}`)
+    is read as one; anything else but None is a ModelConfigError (hunt 60: `rope_scaling=5`
+    was taken, then an AttributeError once the run had made its folder)."""
+    if value is None or isinstance(value, RopeScaling):
+        return value
+    keys = [f.name for f in dataclasses.fields(RopeScaling)]
+    if not isinstance(value, Mapping) or "factor" not in value or set(value) - set(keys):
+        raise ModelConfigError(
+            f"rope_scaling must be null or a mapping of factor (required), {', '.join(keys[1:])};"
+            f" got {value!r:.60}"
+        )
+    return RopeScaling(**value)  # type: ignore[arg-type]
 
 
 MAX_SIZES = transformer.MAX_SIZES  # a model's size bounds (one table, for the CLI too)
@@ -127,6 +154,11 @@ class ModelConfig:
                     f"{field} must be an integer in [1, {MAX_SIZES[field]:,}], got "
                     f"{v if v < 10**15 else f'{v:.3e}'}"
                 )
+        object.__setattr__(self, "rope_scaling", _rope_scaling(self.rope_scaling))
+        if not isinstance(self.tie_embeddings, bool):  # hunt 60: the text "false" tied them
+            raise ModelConfigError(
+                f"tie_embeddings must be true or false, got {self.tie_embeddings!r:.60}"
+            )
         for field in ("norm_eps", "rope_theta"):
             v = getattr(self, field)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
