@@ -1,13 +1,15 @@
 """A serving leftover found by hunt 60: the 404 or 405 for a request whose method is a
 10,000-character token (h11 takes any token as a method) repeated the method whole in its
 message (10 KB); the method and path are echoed as `wse_core.errors.shown` echoes input,
-their head and length."""
+their head and length. A chat template's exception (`raise_exception`) came back whole, its
+newlines too; now one line of at most 200 characters of it and its length."""
 
 from __future__ import annotations
 
 import json
 import socket
 
+import httpx
 import pytest
 from wse_inference.serve.testing import running_server
 
@@ -37,3 +39,16 @@ def test_an_http_error_echoes_a_long_method_or_path_as_its_head_and_length(line,
         got, message = _raw(port, line + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert got == status and message.startswith(start), (got, message[:200])
     assert len(message) < 1_000 and "... (10,00" in message, len(message)
+
+
+def test_a_template_exception_is_one_short_line():
+    # hunt 60: raise_exception's text came back whole, its newlines too (a template that
+    # names the offending message repeated 100,000 characters of it)
+    template = "{{ raise_exception('bad turn:\\n' + messages[0].content) }}"
+    body = {"model": "mock", "messages": [{"role": "user", "content": "x" * 100_000}]}
+    with running_server(chat_template=template) as server:
+        r = httpx.post(server.http_url + "/v1/chat/completions", json=body, timeout=30)
+    message = r.json()["error"]["message"]
+    assert r.status_code == 400 and "\n" not in message and len(message) < 400, message[:300]
+    assert message.startswith("The chat template cannot render these messages: bad turn: xxx")
+    assert message.endswith("... (100,010 characters)")

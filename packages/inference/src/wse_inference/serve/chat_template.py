@@ -265,8 +265,10 @@ def chat_prompt(
             text = render_bounded(template, messages=msgs, add_generation_prompt=True, **variables)
         except InvalidRequestError:
             raise
-        except jinja2.TemplateError as e:
-            raise _bad(f"The chat template cannot render these messages: {e}") from e
+        except jinja2.TemplateError as e:  # hunt 60: raise_exception's text whole, newlines too
+            why = " ".join(str(e).split())
+            why = why if len(why) <= 200 else f"{why[:200]}... ({len(why):,} characters)"
+            raise _bad(f"The chat template cannot render these messages: {why}") from e
         except (ArithmeticError, LookupError, TypeError, ValueError, RuntimeError) as e:
             # the template's own Python error on these messages (10 // 0, '%d' % 'x', a macro
             # calling itself): a 400 as vLLM answers, not a 500 (hunt 58b)
