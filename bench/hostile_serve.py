@@ -125,6 +125,8 @@ def _stalled_bodies(port: int, clients: int = 80) -> tuple[int | None, str]:
         ready, _, _ = select.select(socks, [], [], 10)
         for s in ready:
             answer = s.recv(65536)
+            while answer.startswith(b"HTTP/1.1 429") and not answer.rstrip().endswith(b"}"):
+                answer += s.recv(65536) or b"}"  # the head came alone: its JSON body follows
             status, _, rest = answer.partition(b"\r\n")
             if status.startswith(b"HTTP/1.1 429"):
                 return 429, json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["message"]
