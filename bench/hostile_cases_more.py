@@ -240,7 +240,22 @@ def hunt60_cases() -> list[Case]:
             *_TRAIN, "model.preset=tiny-llama", "model.rope_scaling=5", "-o", str(tmp / "run")],
             message="rope_scaling must be null or a mapping",
             note="an AttributeError after the run folder and tokenizer were made"),
+        Case("more", "infer generate <model dir with a FIFO .safetensors> (hunt 60)",
+             lambda fx, tmp: ["infer", "generate", "--model-dir", _fifo_weights(fx, tmp),
+                              "--prompt-ids", "1,2"], message="is not a regular file",
+             note="safe_open waited for a writer forever"),
     ]  # fmt: skip
+
+
+def _fifo_weights(fx, tmp: Path) -> str:
+    """A copy of the tiny model dir whose .safetensors is a FIFO."""
+    import shutil
+
+    shutil.copytree(fx.model(), tmp / "m")
+    (st,) = (tmp / "m").glob("*.safetensors")
+    st.unlink()
+    os.mkfifo(st)
+    return str(tmp / "m")
 
 
 _CFD = ["hpc", "cfd", "--grid", "8", "8", "1", "--steps", "1", "--restart", "--out"]

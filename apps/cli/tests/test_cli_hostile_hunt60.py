@@ -264,3 +264,16 @@ def test_a_model_sections_rope_scaling_mapping_is_read():
 
     config = load_config("tiny", ["model.preset=tiny-llama", "model.rope_scaling={factor: 8}"])
     assert model_config(config).rope_scaling == RopeScaling(factor=8.0)
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "folder"])
+def test_a_model_dirs_safetensors_that_is_no_file_is_refused(tmp_path, kind):
+    # hunt 60: safetensors' safe_open of a FIFO waited for a writer forever
+    from wse_inference.testing import save_tiny_model
+
+    save_tiny_model(tmp_path / "m", n_layers=1)
+    (st,) = (tmp_path / "m").glob("*.safetensors")
+    st.unlink()
+    os.mkfifo(st) if kind == "FIFO" else st.mkdir()
+    args = ["infer", "generate", "--model-dir", tmp_path / "m", "--prompt-ids", "1,2"]
+    refused_in_one_line(ROOT, args, f"{st} is not a regular file (a FIFO, device or folder)")
