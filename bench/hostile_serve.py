@@ -139,9 +139,7 @@ def _stalled_bodies(port: int, clients: int = 80) -> tuple[int | None, str]:
 def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: float) -> list[dict]:
     """Start the server on `model_dir` with the bomb template, send the hostile requests,
     SIGTERM it under a gRPC stream; one row per request."""
-    import httpx
-    from soak_server import free_port, grpc_drain
-    from soak_traffic import hostile_body
+    from soak_server import free_port
 
     folder = Path(model_dir)
     (folder / "chat_template.jinja").write_text(TEMPLATE_BOMB)
@@ -150,6 +148,20 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
            str(port), "--grpc-port", str(grpc_port), "--drain-s", "30"]  # fmt: skip
     log = open(folder.parent / "serve.log", "w+")  # noqa: SIM115  read back on a failed start
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        return _rows(proc, log, port, grpc_port, every_s)
+    finally:  # a row that raised left the server running past the bench (hunt 60)
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+def _rows(proc, log, port: int, grpc_port: int, every_s: float) -> list[dict]:
+    """`serve_rows`' requests against the started server `proc`."""
+    import httpx
+    from soak_server import grpc_drain
+    from soak_traffic import hostile_body
+
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + HEALTHY_WITHIN_S
     while time.monotonic() < deadline and proc.poll() is None:
@@ -269,7 +281,6 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
-    log.close()
     return rows
 
 
