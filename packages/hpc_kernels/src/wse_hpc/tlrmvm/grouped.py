@@ -125,15 +125,15 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
     adj = row_index(plan, wafer.padded_shape, True)
     local_row = (np.arange(wafer.padded_shape[0]) % wafer.block_shape[0])[:, None, None] * s
     v_len, u_len = row_lengths(plan, wafer.padded_shape, 2 if cplx else 1)
+    ps = PhaseSpec(wafer, nb, s, ring, cplx, use_pe, cores)
     for d, first, lens in ((fwd, "v_win", (v_len, u_len)), (adj, "u_win", (u_len, v_len))):
-        d["at"] = ring_at(wafer, d.pop("slot"), ring)  # only as gather positions
+        d["at"] = ring_at(ps, d.pop("slot"))  # only as gather positions
         d["len1"], d["len3"] = lens  # the floats of each stored row the PE kernels read
         if use_pe:  # phase 1's piece among the block's pieces
             d["sel"] = (local_row + d[first]).astype(np.int32)
     fwd, adj = ({k: jnp.asarray(v) for k, v in d.items()} for d in (fwd, adj))
     col_grp, col_pos = group_position(plan.col_group, nt)
     row_grp, row_pos = group_position(plan.row_group, mt)
-    ps = PhaseSpec(wafer, nb, s, ring, cplx, use_pe, cores)
 
     def matvec_fn(bases: TlrBases, x: jax.Array) -> jax.Array:
         check_vector(x, n, plan, "x")  # type: ignore[arg-type]
