@@ -107,7 +107,7 @@ def whole_column(ps: PhaseSpec) -> bool:
     return ps.use_pe and w.block_shape[0] == w.padded_shape[0] == w.rows
 
 
-def ring_at(ps: PhaseSpec, slot: np.ndarray) -> jax.Array:
+def ring_at(ps: PhaseSpec, slot: np.ndarray) -> np.ndarray:
     """Where each PE's row k finds its value in phase 2 (flattened over the block's rows, PEs
     and w): the PE `slot` steps north, k rows of its PE, in the block's region (`ring_pick`)
     or, where `whole_column`, in the block itself (computed on the host: XLA:CPU's gather
@@ -116,7 +116,7 @@ def ring_at(ps: PhaseSpec, slot: np.ndarray) -> jax.Array:
     g = np.arange(slot.shape[0])[:, None, None] % br
     c = np.arange(slot.shape[1])[None, :, None] % bc
     row = (g - slot) % br if whole_column(ps) else g + ps.ring - 1 - slot
-    return jnp.asarray(row * (bc * w) + c * w + np.arange(w), jnp.int32)
+    return (row * (bc * w) + c * w + np.arange(w)).astype(np.int32)
 
 
 def ring_pick(ps: PhaseSpec, v: jax.Array, at: jax.Array) -> jax.Array:
