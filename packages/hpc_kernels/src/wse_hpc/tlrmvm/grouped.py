@@ -26,7 +26,8 @@ U row, the ring allgather south (the V row keeps the slot of its tile row's grou
 it into partial x pieces and a sum along the row.
 
 How the emulator runs each phase (`kernel`: "pe", the PEs' own numba kernels, or "xla",
-one dot per PE row) is in `grouped_phases`.
+one dot per PE row) is in `grouped_phases`; the order in which the PE kernels keep the bases
+in host memory (each block's PE rows packed, `TlrFns.store_fn`) in `grouped_storage`.
 """
 
 from __future__ import annotations
