@@ -1,7 +1,7 @@
 """The order in which the grouped product's PE kernels store the bases on the host: each PE
 row of each device block keeps its PEs' stored rows first, in slot order, and its empty
 slots after them (`storage_order`), so that a kernel streams the operator's rows back to
-back instead of skipping the placement's empty slots one PE at a time.
+back instead of skipping the placement's empty slots.
 
 Contract: the placed bases (`TlrBases`, (PR, PC, w, K) per field) and the product's per-slot
 maps (the pieces, lengths and phase-2 positions of `grouped.tlrmvm_grouped`) go through the
@@ -14,10 +14,12 @@ bit those of the placement's own order. What a PE holds (the plan, the SRAM ledg
 fabric's traffic) is the placement's; only where the emulator keeps it in host memory moves.
 
 Why: the placement leaves a third of the slots empty at n = 9801 (27,300 slots, 18,355
-rows), a gap after each PE's rows, and the cores' streaming prefetchers run on into each
-gap: phase 1 alone 0.72 -> 0.66 ms, phase 3 0.76 -> 0.71 with the rows packed (2-core VM,
-p10 of 150 calls, 2026-12-04). Skipping the empty slots by a list of rows, prefetching by
-bytes rather than rows, or 2 MB pages gained nothing: the bytes in the gaps are the cost.
+rows), in gaps between the rows (465-577 of the 2,730 PEs hold no U or no V rows, others are
+part full), and the cores' streaming prefetchers run on into each gap: in a product, phase 1
+0.71 -> 0.67 ms and phase 3 0.72 -> 0.67 with the rows packed (minimum of 100 products back
+to back, jax.profiler, 2-core VM, 2026-12-04). Skipping the empty slots by a list of rows,
+prefetching by bytes rather than rows, or 2 MB pages gained nothing (phase 1 alone, p10 of
+150 calls): the bytes in the gaps are the cost.
 """
 
 from __future__ import annotations
