@@ -91,7 +91,13 @@ def op():
 
 @pytest.mark.parametrize(
     "mesh, rank_chunk, batch, cplx",
-    [((1, 1), None, 1, True), ((2, 4), 3, 2, True), ((4, 2), 2, 1, False), ((1, 1), 2, 3, False)],
+    [
+        ((1, 1), None, 1, True),
+        ((2, 4), 3, 2, True),
+        ((4, 2), 2, 1, False),
+        ((1, 1), 2, 3, False),
+        ((1, 4), 2, 2, True),  # blocks side by side: each stores its PE rows packed
+    ],
 )
 def test_grouped_pe_kernels_equal_xla_dots_and_numpy(op, mesh, rank_chunk, batch, cplx):
     if not cplx:
@@ -110,6 +116,38 @@ def test_grouped_pe_kernels_equal_xla_dots_and_numpy(op, mesh, rank_chunk, batch
     assert _rel(pe.rmatvec(y), tlrmvm_numpy(op, y, adjoint=True)) < RTOL
     assert _rel(pe.matvec(x), xla.matvec(x)) < RTOL
     assert _rel(pe.rmatvec(y), xla.rmatvec(y)) < RTOL
+
+
+@pytest.mark.parametrize("cplx", [True, False])
+def test_packed_storage_gives_the_placed_orders_products_bit_for_bit(op, cplx):
+    """Where phase 2 picks from the block itself (one block down the columns), the PE
+    kernels read the bases packed (`grouped_storage`): each PE row's rows in their order,
+    the empty slots after them. Same rows, same sums: bit for bit the products of a mesh
+    split down the columns, which reads them as placed."""
+    from wse_hpc.tlrmvm.grouped import row_lengths
+    from wse_hpc.tlrmvm.wafer import place_plan
+
+    if not cplx:
+        op = compress(smooth_kernel(70, 53, complex_=False), nb=12, threshold=1e-3)
+    packed, placed = (
+        TlrEngine.build(op, preset("small"), mesh_shape=m, rank_chunk=2, batch=2)
+        for m in ((1, 1), (2, 1))
+    )
+    assert packed.fns.store_fn is not None and placed.fns.store_fn is None
+    x = random_vectors(53, 2, op.dtype)
+    y = random_vectors(70, 2, op.dtype, seed=2)
+    np.testing.assert_array_equal(packed.matvec(x), placed.matvec(x))
+    np.testing.assert_array_equal(packed.rmatvec(y), placed.rmatvec(y))
+    _, bases = place_plan(op, preset("small"), packed.plan, mesh_shape=(1, 1))
+    lens = row_lengths(packed.plan, packed.wafer.padded_shape, 2 if cplx else 1)
+    for got, want, le in zip(packed.bases, bases, lens, strict=True):
+        got, want = (np.asarray(a).reshape(a.shape[0], -1, a.shape[-1]) for a in (got, want))
+        rows = (le > 0).reshape(le.shape[0], -1)
+        assert (rows.sum(1) < rows.shape[1]).any()  # the placement leaves empty slots
+        for g in range(rows.shape[0]):  # each PE row: its rows first, in order, then zeros
+            k = rows[g].sum()
+            np.testing.assert_array_equal(got[g, :k], want[g, rows[g]])
+            assert not got[g, k:].any()
 
 
 def test_kernel_choice_and_clear_errors(op):

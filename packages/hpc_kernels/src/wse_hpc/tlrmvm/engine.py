@@ -99,6 +99,8 @@ class TlrEngine:
         plan = planner(op, spec, rank_chunk=rank_chunk, batch=batch)
         wafer, bases = place_plan(op, spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)
         fns = factory(wafer, plan)
+        if fns.store_fn is not None:  # the order the products read the bases in
+            bases = fns.store_fn(bases)
         return cls(op, wafer, plan, bases, fns, jax.jit(fns.matvec_fn), jax.jit(fns.rmatvec_fn))
 
     @property

@@ -26,7 +26,8 @@ U row, the ring allgather south (the V row keeps the slot of its tile row's grou
 it into partial x pieces and a sum along the row.
 
 How the emulator runs each phase (`kernel`: "pe", the PEs' own numba kernels, or "xla",
-one dot per PE row) is in `grouped_phases`.
+one dot per PE row) is in `grouped_phases`; the order in which the PE kernels keep the bases
+in host memory (each block's PE rows packed, `TlrFns.store_fn`) in `grouped_storage`.
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ from wse_hpc.tlrmvm.grouped_phases import (
     row_out,
     rows_times_pieces,
     west_in,
+    whole_column,
 )
 from wse_hpc.tlrmvm.grouped_plan import GroupedPlan, group_position
+from wse_hpc.tlrmvm.grouped_storage import at_in_order, in_order, storage_order, stored
 from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, check_vector
 
 __all__ = ["resolve_kernel", "tlrmvm_grouped"]
@@ -125,15 +128,26 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
     adj = row_index(plan, wafer.padded_shape, True)
     local_row = (np.arange(wafer.padded_shape[0]) % wafer.block_shape[0])[:, None, None] * s
     v_len, u_len = row_lengths(plan, wafer.padded_shape, 2 if cplx else 1)
-    for d, first, lens in ((fwd, "v_win", (v_len, u_len)), (adj, "u_win", (u_len, v_len))):
-        d["at"] = ring_at(wafer, d.pop("slot"), ring)  # only as gather positions
-        d["len1"], d["len3"] = lens  # the floats of each stored row the PE kernels read
+    ps = PhaseSpec(wafer, nb, s, ring, cplx, use_pe, cores)
+    bc = wafer.block_shape[1]
+    # the PE kernels' storage order (`grouped_storage`), where phase 2 picks from the block
+    order = {"v": storage_order(v_len, bc), "u": storage_order(u_len, bc)}
+    packs = whole_column(ps)
+    for d, one, three in ((fwd, "v", "u"), (adj, "u", "v")):  # phase 1's and 3's bases
+        d["at"] = ring_at(ps, d.pop("slot"))  # only as gather positions
+        # the floats of each stored row the PE kernels read
+        d["len1"], d["len3"] = (v_len, u_len) if one == "v" else (u_len, v_len)
         if use_pe:  # phase 1's piece among the block's pieces
-            d["sel"] = (local_row + d[first]).astype(np.int32)
+            d["sel"] = (local_row + d[f"{one}_win"]).astype(np.int32)
+        if packs:
+            for key, o in ((f"{one}_win", one), ("sel", one), ("len1", one)):
+                d[key] = in_order(d[key], order[o])
+            for key in (f"{three}_win", "len3"):
+                d[key] = in_order(d[key], order[three])
+            d["at"] = at_in_order(d["at"], order[one], order[three], bc)
     fwd, adj = ({k: jnp.asarray(v) for k, v in d.items()} for d in (fwd, adj))
     col_grp, col_pos = group_position(plan.col_group, nt)
     row_grp, row_pos = group_position(plan.row_group, mt)
-    ps = PhaseSpec(wafer, nb, s, ring, cplx, use_pe, cores)
 
     def matvec_fn(bases: TlrBases, x: jax.Array) -> jax.Array:
         check_vector(x, n, plan, "x")  # type: ignore[arg-type]
@@ -149,4 +163,7 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
         tv = ring_pick(ps, t, adj["at"])  # phase 2 (adjoint)
         return row_out(ps, bases.vh, tv, adj, "v_win", True, col_grp, col_pos, n)  # phase 3
 
-    return TlrFns(matvec_fn, rmatvec_fn, "pe" if use_pe else "xla")
+    def store_fn(bases: TlrBases) -> TlrBases:
+        return TlrBases(stored(bases.vh, order["v"]), stored(bases.u, order["u"]))
+
+    return TlrFns(matvec_fn, rmatvec_fn, "pe" if use_pe else "xla", store_fn if packs else None)

@@ -99,34 +99,52 @@ def _sum_rows(a: jax.Array, t: jax.Array, win: jax.Array, s: int, conj: bool, cp
     return jnp.stack([re, im], axis=2)
 
 
-def ring_at(wafer: Wafer, slot: np.ndarray, ring: int) -> jax.Array:
-    """Where each PE's row k finds its value in its block's phase-2 region (flattened over
-    the block's rows, PEs and w): the PE `slot` steps north, k rows of its PE (computed on
-    the host: XLA:CPU's gather runs ~2x slower with the index arithmetic fused in)."""
-    (br, bc), w = wafer.block_shape, slot.shape[2]
+def whole_column(ps: PhaseSpec) -> bool:
+    """Phase 2 picks from the block itself: the PE kernels' pick, on a block that spans the
+    whole PE column without padding, where the periodic region is the block repeated (see
+    `ring_pick`)."""
+    w = ps.wafer
+    return ps.use_pe and w.block_shape[0] == w.padded_shape[0] == w.rows
+
+
+def ring_at(ps: PhaseSpec, slot: np.ndarray) -> np.ndarray:
+    """Where each PE's row k finds its value in phase 2 (flattened over the block's rows, PEs
+    and w): the PE `slot` steps north, k rows of its PE, in the block's region (`ring_pick`)
+    or, where `whole_column`, in the block itself (computed on the host: XLA:CPU's gather
+    runs ~2x slower with the index arithmetic fused in)."""
+    (br, bc), w = ps.wafer.block_shape, slot.shape[2]
     g = np.arange(slot.shape[0])[:, None, None] % br
     c = np.arange(slot.shape[1])[None, :, None] % bc
-    return jnp.asarray((g + ring - 1 - slot) * (bc * w) + c * w + np.arange(w), jnp.int32)
+    row = (g - slot) % br if whole_column(ps) else g + ps.ring - 1 - slot
+    return (row * (bc * w) + c * w + np.arange(w)).astype(np.int32)
 
 
 def ring_pick(ps: PhaseSpec, v: jax.Array, at: jax.Array) -> jax.Array:
     """Phase 2: every PE's (w, P, b) values travel south round its column (a ring allgather,
     consumed where it lands); each PE keeps, for each of its rows k, row k of the PE
     `slot[..., k]` steps north: one gather per block at `ring_at` (with the PE kernels, a
-    numba gather, `pe_kernels.gather_rows`: ~45 us against XLA:CPU's ~90 at n = 9801)."""
+    numba gather, `pe_kernels.gather_rows`: ~20 us against XLA:CPU's ~90 at n = 9801).
+    Where `whole_column` (one device down the columns, the default mesh), the region the
+    multicast delivers is the block's own values, wrapped round, and the pick reads them
+    there: XLA then never lays the region out (at n = 9801 a 431 KB copy that XLA:CPU split
+    over its threads, ~70 us a product, whose pool then spun beside phase 3's threads)."""
     if ps.ring == 1:
         return v
 
-    def pick(region, at_block):
-        rows = region.reshape(-1, *region.shape[3:])
+    def gather(rows: jax.Array, at_block: jax.Array) -> jax.Array:
+        rows = rows.reshape(-1, *rows.shape[3:])
         if ps.use_pe:
             flat = pe_kernels.gather_rows(rows.reshape(rows.shape[0], -1), at_block.reshape(-1))
             got = flat.reshape(-1, *rows.shape[1:])
         else:
             got = jnp.take(rows, at_block.reshape(-1), axis=0)
-        return got.reshape(*at_block.shape, *region.shape[3:])
+        return got.reshape(*at_block.shape, *rows.shape[1:])
 
-    return fabric.multicast_apply(ps.wafer, v, "S", ps.ring - 1, pick, at, boundary="periodic")
+    if whole_column(ps):
+        fields, pick = (at, v), lambda _region, at_block, v_block: gather(v_block, at_block)
+    else:
+        fields, pick = (at,), gather
+    return fabric.multicast_apply(ps.wafer, v, "S", ps.ring - 1, pick, *fields, boundary="periodic")
 
 
 def west_in(ps: PhaseSpec, v: jax.Array, length: int, tiles: int, groups: np.ndarray) -> jax.Array:

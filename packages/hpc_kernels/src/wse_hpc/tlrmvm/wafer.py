@@ -169,11 +169,14 @@ class TlrBases(NamedTuple):
 
 class TlrFns(NamedTuple):
     """`matvec_fn(bases, x (N, b)) -> (M, b)`, `rmatvec_fn(bases, y (M, b)) -> (N, b)`, and
-    what computes inside the PEs: "pe" (the PEs' numba kernels, grouped layout) or "xla"."""
+    what computes inside the PEs: "pe" (the PEs' numba kernels, grouped layout) or "xla".
+    `store_fn(placed) -> bases`: the placed bases (`place_plan`) in the order the products
+    read them, once (the grouped PE kernels', `grouped_storage`); None: as placed."""
 
     matvec_fn: object
     rmatvec_fn: object
     kernel: str = "xla"
+    store_fn: object = None
 
 
 def ceil_div(a: int, b: int) -> int:
