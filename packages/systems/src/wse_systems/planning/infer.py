@@ -300,8 +300,8 @@ def plan_infer(
     )
     shape = cfg
     m = gpus or _default_gpus(shape, g, work, speculation, gpu_precision)
-    kw = dict(workload=work, hbm_fraction=hbm_fraction, mfu=mfu, speculation=speculation,
-              precision=gpu_precision)  # fmt: skip
+    kw = dict(workload=work, fractions=sv.gpus.GpuFractions(hbm_fraction, mfu),
+              speculation=speculation, precision=gpu_precision)  # fmt: skip
     gs = sv.GpuServing(shape, g, num_gpus=m, **kw)  # type: ignore[arg-type]
     wf, gf = sv.frontier(ws), sv.frontier(gs)
     wp, w_ok = _choose(ws, wf, users, min_user_tokens_per_s, max_ttft_s)
