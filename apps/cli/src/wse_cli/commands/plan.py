@@ -169,15 +169,15 @@ def train(
     usd_kwh: float = USD_KWH,
 ) -> None:
     """Time, energy and cost to train on N wafers and on M GPUs (same global batch)."""
-    from wse_systems.planning.train import plan_train
+    from wse_systems.planning.train import TrainBatch, TrainGpus, plan_train
 
     from wse_cli.model_choice import resolve_model
 
     plan = plan_train(
-        resolve_model(model), tokens=tokens, systems=systems, gpus=gpus,
-        spec=wafer_spec(wafer, spec_file, "wse3"), gpu=gpu,
-        mfu=mfu, batch_per_system=batch, micro_batch=_micro_batch(micro_batch),
-        seq_len=seq_len, rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
+        resolve_model(model), tokens=tokens, spec=wafer_spec(wafer, spec_file, "wse3"),
+        systems=systems, gpus=TrainGpus(gpu, gpus, mfu),
+        batch=TrainBatch(batch, _micro_batch(micro_batch), seq_len),
+        rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
     )  # fmt: skip
     emit(plan, as_json, png)
 
