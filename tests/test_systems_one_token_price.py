@@ -10,7 +10,7 @@ from wse_core import preset
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.testing import tiny_model
 from wse_systems.planning.choice import ModelChoice
-from wse_systems.planning.infer import plan_infer
+from wse_systems.planning.infer import Target, WaferSetup, plan_infer
 from wse_systems.serving import Workload
 from wse_systems.serving.wafer import WaferServing
 from wse_systems.token import price_token
@@ -27,8 +27,8 @@ def test_engine_serving_trace_and_plan_price_a_token_alike(prompt, output):
     kv = work.kv_tokens
     engine = PipelineEngine(model, plan=plan, spec=spec)
     planned = plan_infer(
-        ModelChoice("tiny", model.config), wafers=1, users=1, spec=spec,
-        prompt_tokens=prompt, output_tokens=output,
+        ModelChoice("tiny", model.config), wafer=WaferSetup(spec, 1), workload=work,
+        target=Target(users=1),
     )  # fmt: skip
     seconds = {
         "one pricer": price_token(model.config, plan, kv_tokens=kv).predicted_s,

@@ -11,11 +11,11 @@
 from wse_cli.commands.plan_print import count, duration
 from wse_cli.model_choice import resolve_model
 from wse_core.cost.assumptions import assumed_spec
-from wse_systems.planning.infer import plan_infer
+from wse_systems.planning.infer import GpuSetup, WaferSetup, plan_infer
 from wse_systems.planning.train import plan_train
 
 wse3 = assumed_spec("wse3")
-inf = plan_infer(resolve_model("llama3-8b"), wafers=1, gpus=8, spec=wse3)
+inf = plan_infer(resolve_model("llama3-8b"), wafer=WaferSetup(wse3, 1), gpu=GpuSetup(gpus=8))
 w, g = inf.wafer.figures, inf.gpu.figures
 for side, f in (("1 x CS-3", w), ("8 x H100", g)):
     print(

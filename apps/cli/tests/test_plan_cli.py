@@ -53,11 +53,11 @@ def test_gpus_to_match_training_never_exceeds_a_faster_priced_count():
     # start at the memory minimum (3), double past the priced count and answer more than it
     from wse_core import preset
     from wse_systems.planning.choice import ModelChoice
-    from wse_systems.planning.train import plan_train
+    from wse_systems.planning.train import TrainGpus, plan_train
     from wse_trainer.studies.tco_training import model_12b
 
     plan = plan_train(ModelChoice("llama-12b", model_12b(), seq_len=8192), tokens=2.4e11,
-                      systems=1, gpus=16, spec=preset("wse3"))  # fmt: skip
+                      systems=1, gpus=TrainGpus(gpus=16), spec=preset("wse3"))  # fmt: skip
     assert plan.gpu.time_s < plan.wafer.time_s
     assert plan.gpus_to_match is not None and plan.gpus_to_match <= 16
 

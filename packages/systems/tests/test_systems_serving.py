@@ -52,6 +52,7 @@ ROUND = dataclasses.replace(
     gpus_per_node=8,
 )  # fmt: skip
 ONE = sg.GpuLayout(1, 1)
+HALF = sg.GpuFractions(hbm_fraction=0.5, mfu=0.5)
 TOY = DecoderCounts(
     name="toy",
     arch="llama",
@@ -73,7 +74,8 @@ def test_the_hand_shapes_counts():
 
 
 def _step(**kw):
-    return sg.step(FLAT, ROUND, kw.pop("layout", ONE), hbm_fraction=0.5, mfu=0.5, **kw)
+    layout, precision = kw.pop("layout", ONE), kw.pop("precision", "bf16")
+    return sg.step(FLAT, ROUND, layout, sg.StepBatch(**kw), precision=precision, fractions=HALF)
 
 
 def test_gpu_step_at_one_user_is_the_weight_read():
@@ -91,7 +93,7 @@ def test_gpu_step_at_one_user_is_the_weight_read():
     assert fp8.memory_s == pytest.approx((1e8 + KV_BYTES / 2) / 5e11)
     assert fp8.compute_s == pytest.approx(2e8 / (0.5 * ROUND.peak_fp8_flops))
     with pytest.raises(ServingError, match="no fp8"):
-        sg.step(FLAT, gpum.A100, ONE, users=1, precision="fp8")
+        sg.step(FLAT, gpum.A100, ONE, sg.StepBatch(users=1), precision="fp8")
 
 
 def test_gpu_compute_knee_and_aggregate_plateau():
@@ -110,7 +112,7 @@ def test_gpu_kv_bytes_per_user_and_the_largest_batch():
     users = int((9e8 - 2 * N_ALL) // (100 * KV_BYTES))
     assert users == 3417 and sg.max_batch(FLAT, ROUND, ONE, held_tokens=100) == users
     serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=Workload(prompt_tokens=60,
-                       output_tokens=40), hbm_fraction=0.5, mfu=0.5)  # fmt: skip
+                       output_tokens=40), fractions=HALF)  # fmt: skip
     # the step budget: each user's decode token and 60 / 40 prompt tokens a step
     assert serve.budget_users == int(sg.TOKEN_BUDGET // (1 + 60 / 40)) == 3276
     assert serve.max_users == min(users, 3276)
@@ -125,7 +127,7 @@ def test_gpu_kv_bytes_per_user_and_the_largest_batch():
 
 def test_gpu_a_round_carries_the_prompts_of_the_requests_it_finishes():
     w = Workload(prompt_tokens=60, output_tokens=20)
-    serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5)
+    serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, fractions=HALF)
     kv = w.kv_tokens
     p = serve.point(10)  # 10 users: 10 decode tokens and 10 x 60 / 20 = 30 prompt tokens
     s = _step(users=10, kv_tokens=kv, prefill_tokens=30, prompt_tokens=60)
@@ -155,9 +157,9 @@ def test_gpu_prefill_is_the_roofline_of_its_tokens():
 def test_speculation_on_a_gpu_is_leviathans_formula():
     # at one user the verification of gamma + 1 tokens reads the weights once, like a step
     w = Workload(prompt_tokens=8, output_tokens=8)
-    plain = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5)
+    plain = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, fractions=HALF)
     spec = Speculation(draft=DRAFT, gamma=4, alpha=0.8)
-    fast = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, hbm_fraction=0.5, mfu=0.5,
+    fast = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, fractions=HALF,
                       speculation=spec)  # fmt: skip
     kv = 8 + 8 // 2  # the cached tokens a step reads (Workload.kv_tokens)
     target = (2e8 + KV_BYTES * (kv + 1)) / 5e11  # a step's bytes, its new token's KV too
@@ -173,7 +175,7 @@ def test_speculation_on_a_gpu_is_leviathans_formula():
 
 def test_gpus_to_match():
     w = Workload(prompt_tokens=8, output_tokens=8)
-    kw = dict(workload=w, hbm_fraction=0.5, mfu=0.5)
+    kw = dict(workload=w, fractions=HALF)
     one = GpuServing(FLAT, ROUND, num_gpus=1, **kw).point(1).user_tokens_per_s  # 2500 tokens/s
     speed, both = gpus_to_match(FLAT, ROUND, user_tokens_per_s=one * 1.5,
                                 aggregate_tokens_per_s=1e9, **kw)  # fmt: skip

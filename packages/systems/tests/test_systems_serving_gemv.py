@@ -27,7 +27,7 @@ def test_one_users_token_is_the_pricers_on_the_plan_of_that_program(gemv):
 
 def test_the_programs_price_differently_and_the_plan_says_which():
     from wse_systems.planning.choice import PlanError
-    from wse_systems.planning.infer import plan_infer, wafer_serving
+    from wse_systems.planning.infer import WaferSetup, plan_infer, wafer_serving
 
     speeds = {
         g: wafer_serving(LLAMA31_8B, preset("wse3"), num_wafers=1, workload=WORK, gemv=g)
@@ -37,4 +37,4 @@ def test_the_programs_price_differently_and_the_plan_says_which():
     }
     assert speeds["sdk"] != pytest.approx(speeds["meshgemv"], rel=1e-3)
     with pytest.raises(PlanError, match="known GEMV programs are sdk, meshgemv"):
-        plan_infer(None, spec=preset("wse3"), gemv="tree")  # type: ignore[arg-type]
+        plan_infer(None, wafer=WaferSetup(preset("wse3"), gemv="tree"))  # type: ignore[arg-type]

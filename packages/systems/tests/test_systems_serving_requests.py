@@ -28,6 +28,7 @@ SHAPES = (
     DecoderCounts(name="c", arch="gpt2", vocab_size=50257, d_model=2048, n_layers=24,
                   n_heads=16, n_kv_heads=16, d_ff=8192, max_seq_len=4096, tie_embeddings=True),
 )  # fmt: skip
+FRACTIONS = sg.GpuFractions(hbm_fraction=0.7, mfu=0.5)
 TOY = DecoderCounts(name="toy", arch="llama", n_layers=4, d_model=256, n_heads=4, n_kv_heads=2,
                     d_ff=512, vocab_size=1000, max_seq_len=128)  # fmt: skip
 
@@ -45,7 +46,7 @@ def _gpu(case, prompt=None, context=None) -> GpuServing:
     w = Workload(prompt_tokens=prompt or case["prompt"], output_tokens=case["output"],
                  context_len=context)  # fmt: skip
     return GpuServing(case["shape"], gpum.H100, num_gpus=case["gpus"], workload=w,
-                      precision=case["precision"], mfu=0.5, hbm_fraction=0.7)  # fmt: skip
+                      precision=case["precision"], fractions=FRACTIONS)  # fmt: skip
 
 
 @settings(max_examples=60, deadline=None)
@@ -146,14 +147,17 @@ def test_time_to_first_token_is_the_policys_not_a_share():
     # then chunks beside the others' decode tokens; never divided by the number of users
     shape = SHAPES[1]
     w = Workload(prompt_tokens=20000, output_tokens=100)
-    serve = GpuServing(shape, gpum.H100, num_gpus=1, workload=w, mfu=0.5, hbm_fraction=0.7)
+    serve = GpuServing(shape, gpum.H100, num_gpus=1, workload=w, fractions=FRACTIONS)
     lay = sg.GpuLayout(1, 1)
-    kw = dict(kv_tokens=w.kv_tokens, prompt_tokens=20000, mfu=0.5, hbm_fraction=0.7)
+
+    def chunk(tokens):
+        batch = sg.StepBatch(kv_tokens=w.kv_tokens, prefill_tokens=tokens, prompt_tokens=20000)
+        return sg.step(shape, gpum.H100, lay, batch, fractions=FRACTIONS).seconds
+
     full, rest = divmod(20000, sg.TOKEN_BUDGET)
-    alone = full * sg.step(shape, gpum.H100, lay, prefill_tokens=sg.TOKEN_BUDGET, **kw).seconds
-    alone += sg.step(shape, gpum.H100, lay, prefill_tokens=rest, **kw).seconds
+    alone = full * chunk(sg.TOKEN_BUDGET) + chunk(rest)
     assert serve.point(1).ttft_s == pytest.approx(alone)
-    short = GpuServing(shape, gpum.H100, num_gpus=1, mfu=0.5, hbm_fraction=0.7,
+    short = GpuServing(shape, gpum.H100, num_gpus=1, fractions=FRACTIONS,
                        workload=dataclasses.replace(w, prompt_tokens=128))  # fmt: skip
     for u in (1, 2, 8, 32):  # a 128-token prompt is never slower than a 20,000-token one
         assert short.point(u).ttft_s < serve.point(min(u, serve.max_users)).ttft_s

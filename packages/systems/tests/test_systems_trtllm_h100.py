@@ -35,9 +35,10 @@ def test_a_row_is_the_serving_model_at_its_layout_and_most_users():
     usable = 0.9 * gpum.H100.memory_bytes - num_params(shape)
     memory_users = int(usable // (kv_values_per_token(shape) * w.held_tokens))
     users = min(481, memory_users)
-    s = sg.step(shape, gpum.H100, sg.GpuLayout(1, 1), users=users, kv_tokens=w.kv_tokens,
-                prefill_tokens=users * 16, prompt_tokens=2048, precision="fp8",
-                mfu=0.3, hbm_fraction=0.7)  # fmt: skip
+    batch = sg.StepBatch(users=users, kv_tokens=w.kv_tokens, prefill_tokens=users * 16,
+                         prompt_tokens=2048)  # fmt: skip
+    s = sg.step(shape, gpum.H100, sg.GpuLayout(1, 1), batch, precision="fp8",
+                fractions=sg.GpuFractions(hbm_fraction=0.7, mfu=0.3))  # fmt: skip
     assert tr.predict(row, mfu=0.3, hbm_fraction=0.7) == pytest.approx(users / s.seconds)
 
 

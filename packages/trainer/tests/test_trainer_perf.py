@@ -11,6 +11,8 @@ from wse_core import PerfModel, preset
 from wse_core.cost.calibration import UNCALIBRATED
 from wse_systems.training.performance import (
     Numerics,
+    Sparsity,
+    StepLayout,
     StepPlacement,
     gemm_work,
     layer_phases,
@@ -92,11 +94,11 @@ def test_zero_skipping_fires_only_the_sparse_operands_fmacs():
     big = wse_models.preset_config("llama3-8b", dtype="bfloat16", mlp_activation="relu")
     base = predict_step(big, WSE3, num_csx=1, batch_per_system=16, seq_len=8192)
     assert predict_step(
-        big, WSE3, num_csx=1, batch_per_system=16, seq_len=8192, mlp_zero_fraction=0.0
+        big, WSE3, num_csx=1, batch_per_system=16, seq_len=8192, sparsity=Sparsity(0.0)
     ).predicted_s == pytest.approx(base.predicted_s)
     assert (
         predict_step(
-            big, WSE3, num_csx=1, batch_per_system=16, seq_len=8192, mlp_zero_fraction=0.5
+            big, WSE3, num_csx=1, batch_per_system=16, seq_len=8192, sparsity=Sparsity(0.5)
         ).predicted_s
         < base.predicted_s
     )
@@ -118,15 +120,19 @@ def test_the_stream_overlaps_the_layer_it_prefetches_for():
 def test_changing_the_placement_changes_the_prediction_through_the_plan():
     model = _tiny_model()
     plan = memory_plan(model, WSE3, 4, 8)
-    base = predict_step(model, WSE3, num_csx=1, batch_per_system=4, seq_len=8, plan=plan)
+    base = predict_step(
+        model, WSE3, num_csx=1, batch_per_system=4, seq_len=8, layout=StepLayout(plan)
+    )
     # the same plan object's stride: keeping every 2nd layer input recomputes one layer
     strided = memory_plan(model, WSE3, 4, 8, streaming=plan_activations(model, WSE3, 4, 8, 2))
-    again = predict_step(model, WSE3, num_csx=1, batch_per_system=4, seq_len=8, plan=strided)
+    again = predict_step(
+        model, WSE3, num_csx=1, batch_per_system=4, seq_len=8, layout=StepLayout(strided)
+    )
     assert again.predicted.leaf("recompute").repeat == 1
     assert again.predicted_s > base.predicted_s
     # resident: no weight streams, the optimizer on the wafer
     res = predict_step(
-        model, WSE3, num_csx=1, batch_per_system=4, seq_len=8, plan=plan, placement="resident"
+        model, WSE3, num_csx=1, batch_per_system=4, seq_len=8, layout=StepLayout(plan, "resident")
     )
     assert plan.resident and res.predicted.leaf("weights_in").seconds == 0.0
     assert res.predicted.leaf("adam_on_wafer").seconds > 0
@@ -136,7 +142,9 @@ def test_changing_the_placement_changes_the_prediction_through_the_plan():
     gpt2 = wse_models.preset_config("gpt2-124m")
     g_plan = memory_plan(gpt2, WSE3, 4, 8)
     g = [
-        predict_step(gpt2, WSE3, num_csx=1, batch_per_system=4, seq_len=8, plan=g_plan, placement=p)
+        predict_step(
+            gpt2, WSE3, num_csx=1, batch_per_system=4, seq_len=8, layout=StepLayout(g_plan, p)
+        )
         for p in ("streamed", "resident")
     ]
     assert g_plan.resident and g[1].predicted_s < g[0].predicted_s
@@ -144,7 +152,9 @@ def test_changing_the_placement_changes_the_prediction_through_the_plan():
     big = predict_step(model, WSE3, num_csx=1, batch_per_system=64, seq_len=8)
     assert big.extra["compute_s"] > base.extra["compute_s"]
     # more systems: the SwarmX tree adds its levels to every exposed stream
-    four = predict_step(model, WSE3, num_csx=4, batch_per_system=4, seq_len=8, plan=plan)
+    four = predict_step(
+        model, WSE3, num_csx=4, batch_per_system=4, seq_len=8, layout=StepLayout(plan)
+    )
     lvl = (
         four.predicted.leaf("first_weights_in").seconds
         - base.predicted.leaf("first_weights_in").seconds
@@ -157,7 +167,14 @@ def test_resident_is_refused_when_the_state_does_not_fit():
 
     model = wse_models.preset_config("llama3-8b", dtype="bfloat16")
     with pytest.raises(WseError, match="cannot stay resident"):
-        predict_step(model, WSE3, num_csx=1, batch_per_system=1, seq_len=1024, placement="resident")
+        predict_step(
+            model,
+            WSE3,
+            num_csx=1,
+            batch_per_system=1,
+            seq_len=1024,
+            layout=StepLayout(placement="resident"),
+        )
 
 
 def test_tokens_per_s_scale_with_systems_as_the_overlap_says():
@@ -291,7 +308,9 @@ def test_a_1t_model_streams_below_the_layer_and_says_where_it_stalls():
     assert 3 * per_pe <= WSE3.sram_bytes_per_pe - plan.streaming.held_layers * (
         plan.streaming.activation_bytes_per_pe
     )
-    r = predict_step(model, WSE3, num_csx=1, batch_per_system=3, seq_len=8192, plan=plan)
+    r = predict_step(
+        model, WSE3, num_csx=1, batch_per_system=3, seq_len=8192, layout=StepLayout(plan)
+    )
     assert r.extra["weight_chunks"].startswith(f"{sum(ck.counts)} column chunks a layer")
     rows = {row.unit.split()[0]: row for row in stream_budget(
         model, WSE3, plan, num_csx=1, micro_batch=3, seq_len=8192)}  # fmt: skip
@@ -307,7 +326,9 @@ def test_a_1t_model_streams_below_the_layer_and_says_where_it_stalls():
     # bound): speedup = 16 step(1) / step(16) < 16
     from wse_systems.training.stream_cost import PARTS
 
-    many = predict_step(model, WSE3, num_csx=16, batch_per_system=3, seq_len=8192, plan=plan)
+    many = predict_step(
+        model, WSE3, num_csx=16, batch_per_system=3, seq_len=8192, layout=StepLayout(plan)
+    )
     items = sum(k for leaf, k in r.phases.leaves() if leaf.name in PARTS)
     added = many.predicted_s - r.predicted_s
     assert 0 < added <= 4 * WSE3.system_latency_s * items

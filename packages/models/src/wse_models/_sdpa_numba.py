@@ -255,6 +255,7 @@ def sdpa_fwd(q, k, v, mask, out, probs):
                             oh[i0 + r, d] = ob[r, d] * inv[r]
 
 
+# flat (10 > 8): the XLA FFI call's 7 inputs and 3 outputs one for one (`_bwd_args`)
 @njit(**OPTS)
 def sdpa_bwd(q, k, v, mask, probs, out, d_out, dq, dk, dv):
     """dq, dk, dv of `sdpa_fwd`'s out against d_out (module doc)."""

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from wse_core.cost.perf import PerfModel, Phases
-from wse_core.cost.report import RunReport
+from wse_core.cost.report import Measured, RunReport
 from wse_core.hw.spec import WaferSpec
 
 from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
@@ -112,27 +112,25 @@ def token_report(
     plan: PipelinePlan,
     phases: Phases,
     *,
-    kv_tokens: int | None = None,
-    measured_wall_s: float | None = None,
-    assumptions: Mapping[str, str] | None = None,
+    assumptions: Mapping[str, str],
+    measured: Measured = Measured(),
     extra: Mapping[str, Any] | None = None,
-    systems: int | None = None,
-    sram: Mapping[str, Any] | None = None,
     tail: Mapping[str, Any] | None = None,
     model: PerfModel | None = None,
 ) -> RunReport:
-    """The per-token report of `phases` on `plan`; `extra` holds the plan, `extra`,
-    tokens/s, then `tail`."""
+    """The per-token report of `phases` on `plan` (on its `num_wafers` systems): `assumptions`
+    those of the decode (`decode_assumptions(plan, kv_tokens)`) and any beside them;
+    `extra` holds the plan, `extra`, tokens/s, then `tail`."""
     head = {"plan": plan.summary(), **(extra or {})}
     return RunReport.build(
         name,
         plan.spec,
         phases,
-        measured_wall_s=measured_wall_s,
-        sram=sram,
-        assumptions={**decode_assumptions(plan, kv_tokens), **(assumptions or {})},
+        measured_wall_s=measured.wall_s,
+        sram=measured.sram,
+        assumptions=assumptions,
         units="token",
-        systems=systems or plan.num_wafers,
+        systems=plan.num_wafers,
         model=model,
         extra=lambda t: {**head, "tokens_per_s": t.per_s, **(tail or {})},
     )
@@ -144,26 +142,24 @@ def price_token(
     *,
     kv_tokens: int | None = None,
     name: str | None = None,
-    measured_wall_s: float | None = None,
-    sram: Mapping[str, Any] | None = None,
+    measured: Measured = Measured(),
     tokens: int | None = None,
     model: PerfModel | None = None,
     token_out: bool = False,
 ) -> RunReport:
     """One batch-1 decode token of `shape` on `plan` (units "token"; seconds per token).
 
-    `measured_wall_s`: the emulator's wall time per token, shown beside the prediction;
-    `sram`: the SRAM ledger summary of the wafer that ran it; `tokens`: the decode tokens
-    the measurement covers (`extra["tokens"]`); `token_out`: the token's trip to the host
-    is on the step's path (`wse_systems.decoder.token_out_work`)."""
+    `measured`: the emulator's wall time per token and the SRAM ledger summary of the wafer
+    that ran it, shown beside the prediction; `tokens`: the decode tokens the measurement
+    covers (`extra["tokens"]`); `token_out`: the token's trip to the host is on the step's
+    path (`wse_systems.decoder.token_out_work`)."""
     phases = decode_phases(shape, plan, kv_tokens=kv_tokens, token_out=token_out)
     return token_report(
         name or f"decode {getattr(shape, 'name', 'model')}",
         plan,
         phases,
-        kv_tokens=kv_tokens,
-        measured_wall_s=measured_wall_s,
-        sram=sram,
+        assumptions=decode_assumptions(plan, kv_tokens),
+        measured=measured,
         tail=None if tokens is None else {"tokens": tokens},
         model=model,
     )

@@ -112,7 +112,7 @@ def validate(config: TrainConfig, spec: WaferSpec):
 def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
     """The predicted wafer step (`RunReport`) of `config` on `spec`: each system's batch as
     micro-batches placed as `plan` (a `MemoryPlan` of one micro-batch) says."""
-    from wse_systems.training.performance import predict_step
+    from wse_systems.training.performance import StepLayout, predict_step
 
     return predict_step(
         model,
@@ -121,7 +121,7 @@ def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
         batch_per_system=batch_per_system(config),
         micro_batch=micro_batch(config, spec, model),
         seq_len=config.train_input.max_sequence_length,
-        plan=plan,
+        layout=StepLayout(plan),
     )
 
 

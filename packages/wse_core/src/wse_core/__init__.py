@@ -24,7 +24,7 @@ from wse_core.cost.perf import (
     overlap,
     serial,
 )
-from wse_core.cost.report import RunReport
+from wse_core.cost.report import Measured, RunReport
 from wse_core.errors import (
     DefectError,
     PlacementError,
@@ -50,6 +50,7 @@ __all__ = [
     "DefectError",
     "DefectMap",
     "ExperimentResult",
+    "Measured",
     "PerfModel",
     "PlacementError",
     "Op",

@@ -169,15 +169,15 @@ def train(
     usd_kwh: float = USD_KWH,
 ) -> None:
     """Time, energy and cost to train on N wafers and on M GPUs (same global batch)."""
-    from wse_systems.planning.train import plan_train
+    from wse_systems.planning.train import TrainBatch, TrainGpus, plan_train
 
     from wse_cli.model_choice import resolve_model
 
     plan = plan_train(
-        resolve_model(model), tokens=tokens, systems=systems, gpus=gpus,
-        spec=wafer_spec(wafer, spec_file, "wse3"), gpu=gpu,
-        mfu=mfu, batch_per_system=batch, micro_batch=_micro_batch(micro_batch),
-        seq_len=seq_len, rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
+        resolve_model(model), tokens=tokens, spec=wafer_spec(wafer, spec_file, "wse3"),
+        systems=systems, gpus=TrainGpus(gpu, gpus, mfu),
+        batch=TrainBatch(batch, _micro_batch(micro_batch), seq_len),
+        rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
     )  # fmt: skip
     emit(plan, as_json, png)
 
@@ -277,18 +277,21 @@ def infer(
 ) -> None:
     """Serving at an operating point: tokens/s per user and in all, time to first token,
     energy and cost per million tokens, on wafers and GPUs (default: each side's knee)."""
-    from wse_systems.planning.infer import plan_infer
+    from wse_systems import serving as sv
+    from wse_systems.planning import infer as pi
 
     from wse_cli.model_choice import resolve_model
 
-    plan = plan_infer(
-        resolve_model(model), wafers=wafers, gpus=gpus, users=users,
-        min_user_tokens_per_s=min_user_tokens_per_s, tokens_per_day=tokens_per_day,
-        days=days, spec=wafer_spec(wafer, spec_file, "wse3"), gpu=gpu, prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens, context_len=context_len, hbm_fraction=hbm_fraction,
-        mfu=mfu, gpu_precision=gpu_precision, max_ttft_s=max_ttft_s,
-        draft=None if draft is None else resolve_model(draft), gamma=gamma, alpha=alpha,
-        rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh), gemv=gemv,
+    plan = pi.plan_infer(
+        resolve_model(model),
+        wafer=pi.WaferSetup(wafer_spec(wafer, spec_file, "wse3"), wafers, gemv),
+        gpu=pi.GpuSetup(gpu, gpus, hbm_fraction, mfu, gpu_precision),
+        workload=sv.Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                             context_len=context_len),
+        target=pi.Target(users, min_user_tokens_per_s, max_ttft_s),
+        costing=pi.Costing(tokens_per_day, days, _rates(usd_gpu, usd_sys, usd_eng, eng_hours,
+                                                        usd_kwh)),
+        draft=pi.Draft(None if draft is None else resolve_model(draft), gamma, alpha),
     )  # fmt: skip
     emit(plan, as_json, png)
 
@@ -296,14 +299,14 @@ def infer(
 def part(console, *, out_dir: Path, quick: bool) -> None:
     """`wse demo`: Llama-3 8B on one CS-3 against an 8-GPU H100 node, serving at each side's
     knee (not batch 1), and training."""
-    from wse_systems.planning.infer import plan_infer
+    from wse_systems.planning.infer import GpuSetup, WaferSetup, plan_infer
     from wse_systems.planning.train import plan_train
 
     from wse_cli.model_choice import resolve_model
 
     del quick  # already a few seconds
     wse3 = wafer_spec(None, None, "wse3")
-    inf = plan_infer(resolve_model("llama3-8b"), wafers=1, gpus=8, spec=wse3)
+    inf = plan_infer(resolve_model("llama3-8b"), wafer=WaferSetup(wse3, 1), gpu=GpuSetup(gpus=8))
     w, g = inf.wafer.figures, inf.gpu.figures
     console.print(
         f"serve llama3-8b at the knee of each frontier ({inf.inputs['workload']['prompt_tokens']}"

@@ -53,13 +53,12 @@ atoms' grid and the (2 k_rows + 1) x (2 k_cols + 1) window of its middle PE.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core.cost.perf import Op, Phase, Phases, Work, serial
-from wse_core.cost.report import RunReport
+from wse_core.cost.report import Measured, RunReport
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 from wse_core.hw.traffic import Traffic
@@ -260,13 +259,6 @@ def step_phases(
 
 def _scalar(table: Mapping[str, float]) -> Work:
     return Work(scalar_instructions=scalar_count(table))
-
-
-class Measured(NamedTuple):
-    """What an emulated run measured, shown in its report beside the prediction."""
-
-    wall_s: float | None = None  # the emulator's wall time per step (s)
-    sram: Mapping[str, int] | None = None  # the SRAM ledger summary of the wafer that ran it
 
 
 def predict(

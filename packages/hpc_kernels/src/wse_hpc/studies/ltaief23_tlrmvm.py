@@ -57,7 +57,7 @@ from wse_hpc.tlrmvm.engine import TlrEngine
 from wse_hpc.tlrmvm.grouped_plan import plan_grouped
 from wse_hpc.tlrmvm.mdd import compare, mdd_case
 from wse_hpc.tlrmvm.packed import plan_packed
-from wse_hpc.tlrmvm.perf import counting_fns, pe_trace, predict, product_s
+from wse_hpc.tlrmvm.perf import Deployment, counting_fns, pe_trace, predict, product_s
 from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator
 from wse_hpc.tlrmvm.wafer import plan_placement
 
@@ -230,7 +230,7 @@ def _case_rows(name: str, layout: str, seed: int):
         info["plan_real_split"] = split.describe()
         split = (split, *_placed(spec, split))
     for systems in (1, 48):
-        rep = predict(wafer, plan, op, fns=fns, systems=systems, fill=True)
+        rep = predict(wafer, plan, op, fns=fns, on=Deployment(systems, fill=True))
         params = {**base, "systems": systems, "copies": rep.extra["copies_per_system"]}
         params["per"] = "mvm"
         mech = rep.predicted.by_mechanism()
@@ -243,7 +243,7 @@ def _case_rows(name: str, layout: str, seed: int):
         info[f"systems_{systems}"] = _summary(rep)
         if split is not None:
             s_plan, s_wafer, s_fns = split
-            s_rep = predict(s_wafer, s_plan, op, fns=s_fns, systems=systems, fill=True)
+            s_rep = predict(s_wafer, s_plan, op, fns=s_fns, on=Deployment(systems, fill=True))
             params = {**params, "rectangle_pes": rep.extra["cerebras"]["rectangle_pes"]}
             rows += _sdk_rows(rep, s_rep, spec, params)
             info[f"systems_{systems}_real_split"] = _summary(s_rep)

@@ -28,7 +28,7 @@ from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.grouped import tlrmvm_grouped
 from wse_hpc.tlrmvm.grouped_plan import GroupedPlan, plan_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, plan_packed, tlrmvm_packed
-from wse_hpc.tlrmvm.perf import predict, product_s
+from wse_hpc.tlrmvm.perf import Deployment, predict, product_s
 from wse_hpc.tlrmvm.wafer import (
     TlrBases,
     TlrFns,
@@ -149,8 +149,7 @@ class TlrEngine:
             self.plan,
             self.op,
             fns=self.fns,
-            systems=systems,
-            fill=fill,
+            on=Deployment(systems, fill),
             measured_wall_s=measured_wall_s,
             extra={"operator": self.op.describe(), "kernel": self.kernel, **extra},
         )

@@ -41,6 +41,7 @@ from wse_hpc.tlrmvm import pe_kernels
 from wse_hpc.tlrmvm.compress import TlrError
 from wse_hpc.tlrmvm.grouped_phases import (
     PhaseSpec,
+    Side,
     ring_at,
     ring_pick,
     row_out,
@@ -146,22 +147,22 @@ def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> 
                 d[key] = in_order(d[key], order[three])
             d["at"] = at_in_order(d["at"], order[one], order[three], bc)
     fwd, adj = ({k: jnp.asarray(v) for k, v in d.items()} for d in (fwd, adj))
-    col_grp, col_pos = group_position(plan.col_group, nt)
-    row_grp, row_pos = group_position(plan.row_group, mt)
+    cols = Side(n, nt, plan.col_group, *group_position(plan.col_group, nt))
+    rows = Side(m, mt, plan.row_group, *group_position(plan.row_group, mt))
 
     def matvec_fn(bases: TlrBases, x: jax.Array) -> jax.Array:
         check_vector(x, n, plan, "x")  # type: ignore[arg-type]
-        xr = west_in(ps, x.astype(dtype), n, nt, plan.col_group)
+        xr = west_in(ps, x.astype(dtype), cols)
         yv = rows_times_pieces(ps, bases.vh, xr, fwd, "v_win", False)  # phase 1
         yu = ring_pick(ps, yv, fwd["at"])  # phase 2
-        return row_out(ps, bases.u, yu, fwd, "u_win", False, row_grp, row_pos, m)  # phase 3
+        return row_out(ps, bases.u, yu, fwd, "u_win", False, rows)  # phase 3
 
     def rmatvec_fn(bases: TlrBases, y: jax.Array) -> jax.Array:
         check_vector(y, m, plan, "y")  # type: ignore[arg-type]
-        yr = west_in(ps, y.astype(dtype), m, mt, plan.row_group)
+        yr = west_in(ps, y.astype(dtype), rows)
         t = rows_times_pieces(ps, bases.u, yr, adj, "u_win", True)  # phase 1 (adjoint)
         tv = ring_pick(ps, t, adj["at"])  # phase 2 (adjoint)
-        return row_out(ps, bases.vh, tv, adj, "v_win", True, col_grp, col_pos, n)  # phase 3
+        return row_out(ps, bases.vh, tv, adj, "v_win", True, cols)  # phase 3
 
     def store_fn(bases: TlrBases) -> TlrBases:
         return TlrBases(stored(bases.vh, order["v"]), stored(bases.u, order["u"]))

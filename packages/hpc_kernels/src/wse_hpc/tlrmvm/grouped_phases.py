@@ -2,9 +2,10 @@
 blocks; `grouped.tlrmvm_grouped` chains them into A x and A^H y.
 
 `PhaseSpec` holds the static layout they close over (wafer, nb, group size s, ring length L,
-complex or real, which kernel). `west_in` brings the x (or y) pieces in at the west edges,
-`rows_times_pieces` is phase 1, `ring_pick` (at the host-side `ring_at` positions) phase 2,
-`row_out` phase 3 and the sum along each PE row.
+complex or real, which kernel), `Side` one side of the operator (its columns or its rows).
+`west_in` brings the x (or y) pieces in at the west edges, `rows_times_pieces` is phase 1,
+`ring_pick` (at the host-side `ring_at` positions) phase 2, `row_out` phase 3 and the sum
+along each PE row.
 
 The emulator computes each phase over a device block with one large operation, so the
 bases are streamed once per product (the ledgers record what the wafer does, as `grouped`
@@ -42,7 +43,7 @@ from wse_core.hw.wafer import Wafer
 from wse_hpc.tlrmvm import pe_kernels
 from wse_hpc.tlrmvm.wafer import FP32_PRODUCTS, pad_grid
 
-__all__ = ["PhaseSpec", "ring_at", "ring_pick", "row_out", "rows_times_pieces", "west_in"]
+__all__ = ["PhaseSpec", "Side", "ring_at", "ring_pick", "row_out", "rows_times_pieces", "west_in"]
 
 
 class PhaseSpec(NamedTuple):
@@ -55,6 +56,18 @@ class PhaseSpec(NamedTuple):
     cplx: bool  # complex bases, stored as interleaved float32 pairs
     use_pe: bool  # phases 1 and 3 as `pe_kernels` (else one XLA dot per PE row)
     cores: bool  # the PE kernels spread a block over the cores (one device)
+
+
+class Side(NamedTuple):
+    """One side of the operator: its columns (x's side) or its rows (y's), `length` entries
+    in `tiles` tiles of nb; `groups` the plan's tiles of each group (-1 padded) and, per
+    tile, its group `grp` and its position `pos` in it (`grouped_plan.group_position`)."""
+
+    length: int
+    tiles: int
+    groups: np.ndarray
+    grp: np.ndarray
+    pos: np.ndarray
 
 
 def _rhs(p: jax.Array, conj: bool, cplx: bool) -> jax.Array:
@@ -147,10 +160,10 @@ def ring_pick(ps: PhaseSpec, v: jax.Array, at: jax.Array) -> jax.Array:
     return fabric.multicast_apply(ps.wafer, v, "S", ps.ring - 1, pick, *fields, boundary="periodic")
 
 
-def west_in(ps: PhaseSpec, v: jax.Array, length: int, tiles: int, groups: np.ndarray) -> jax.Array:
-    """(length, b) -> PE row g's s pieces at its west edge, broadcast along the row;
+def west_in(ps: PhaseSpec, v: jax.Array, side: Side) -> jax.Array:
+    """(side.length, b) -> PE row g's s pieces at its west edge, broadcast along the row;
     returns the copy each row's PEs hold, (PR, s, nb, b) (all copies are equal)."""
-    wafer, nb = ps.wafer, ps.nb
+    wafer, nb, length, tiles, groups = ps.wafer, ps.nb, side.length, side.tiles, side.groups
     b = v.shape[-1]
     vt = jnp.pad(v, ((0, (tiles + 1) * nb - length), (0, 0))).reshape(tiles + 1, nb, b)
     pieces = jnp.take(vt, jnp.asarray(np.where(groups >= 0, groups, tiles)), axis=0)
@@ -174,11 +187,12 @@ def rows_times_pieces(ps: PhaseSpec, a: jax.Array, p: jax.Array, idx: dict, win:
 
 
 def row_out(
-    ps: PhaseSpec, a: jax.Array, t: jax.Array, idx: dict, win: str, conj: bool, grp, pos, length
+    ps: PhaseSpec, a: jax.Array, t: jax.Array, idx: dict, win: str, conj: bool, out: Side
 ) -> jax.Array:
-    """Phase 3 and the sum of the partial pieces along each PE row (as float32 pairs);
-    piece t of row g is its tile pos; `idx[win]` the piece of each row, `idx["len3"]` the
-    floats of each row of `a` that the PE kernel reads."""
+    """Phase 3 and the sum of the partial pieces along each PE row (as float32 pairs) into
+    the `out` side's vector (out.length, b); piece t of row g is its tile out.pos; `idx[win]`
+    the piece of each row, `idx["len3"]` the floats of each row of `a` that the PE kernel
+    reads."""
     wafer, nb, s, ring = ps.wafer, ps.nb, ps.s, ps.ring
     cplx, use_pe, cores = ps.cplx, ps.use_pe, ps.cores
 
@@ -200,5 +214,5 @@ def row_out(
     got = fabric.allreduce_apply(wafer, block_sums, *fields, axis="row")[:ring, 0]
     # (L, s, P, b, nb)
     y = lax.complex(got[:, :, 0], got[:, :, 1]) if cplx else got[:, :, 0]
-    y = jnp.take(y.reshape(ring * s, -1, nb), jnp.asarray(grp * s + pos), axis=0)
-    return jnp.transpose(y, (0, 2, 1)).reshape(len(grp) * nb, -1)[:length]
+    y = jnp.take(y.reshape(ring * s, -1, nb), jnp.asarray(out.grp * s + out.pos), axis=0)
+    return jnp.transpose(y, (0, 2, 1)).reshape(len(out.grp) * nb, -1)[: out.length]

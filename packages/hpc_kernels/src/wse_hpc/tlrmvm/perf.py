@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -89,6 +90,7 @@ __all__ = [
     "ASSUMPTIONS",
     "Tile",
     "PeProgram",
+    "Deployment",
     "pe_tiles",
     "mvm_phases",
     "predict",
@@ -262,26 +264,34 @@ def product_s(plan: TlrPlan | PackedPlan | GroupedPlan, spec: WaferSpec) -> floa
     return PerfModel(spec).evaluate(mvm_phases(wafer, plan)).seconds
 
 
+class Deployment(NamedTuple):
+    """The wafers one product is priced on: `systems` systems, each running one copy of the
+    operator (`fill=False`) or as many copies as fit it (`fill=True`)."""
+
+    systems: int = 1
+    fill: bool = False
+
+
 def predict(
     wafer: Wafer,
     plan: TlrPlan | PackedPlan | GroupedPlan,
     op: TlrOperator,
     *,
     fns: TlrFns | None = None,
-    systems: int = 1,
-    fill: bool = False,
+    on: Deployment = Deployment(),
     measured_wall_s: float | None = None,
     extra: Mapping[str, object] | None = None,
     phase1: str = PHASE1_FORM,
 ) -> RunReport:
-    """The RunReport of one product on `systems` wafers of `wafer.spec`, each running one
-    operator (`fill=False`) or filled with copies of it (`fill=True`). `extra` holds
+    """The RunReport of one product on `on.systems` wafers of `wafer.spec`, each running one
+    operator or filled with copies of it (`Deployment`). `extra` holds
     `cerebras` (the SDK accounting, `cerebras_bandwidth`), `model_bytes_per_s` (the
     compressed bases of every copy over the predicted on-wafer time: x and y already on
     the wafer, as the SDK accounting takes them), `model_bytes_per_s_with_io` (over the
     whole predicted time, host I/O of every copy included) and `phase1_alternative`: the
     same figures with phase 1 in the other form (`phase1`: the one priced, the published
     column AXPY by default; the alternative the row dots, or the reverse)."""
+    systems, fill = on
     spec = wafer.spec
     model = PerfModel(spec)
     copies = copies_per_system(plan, spec) if fill else 1

@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from wse_core.cost.report import RunReport
+from wse_core.cost.report import Measured, RunReport
 from wse_core.hw.spec import WaferSpec
 from wse_models.sparsity import ZeroTally
 from wse_systems.pipeline import PipelinePlan, PipelinePlanError
@@ -161,9 +161,8 @@ class PipelineEngine:
             self.config,
             self.plan,
             kv_tokens=kv_tokens,
-            measured_wall_s=per_token,
             name=f"pipelined decode {self.model_name}",
-            sram=self.wafer.sram.summary(),
+            measured=Measured(per_token, self.wafer.sram.summary()),
             tokens=tokens,
         )
 

@@ -32,7 +32,7 @@ import dataclasses
 from typing import Any, NamedTuple
 
 from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S
-from wse_core.cost.report import RunReport
+from wse_core.cost.report import Measured, RunReport
 from wse_core.hw.spec import WaferSpec
 from wse_systems.pipeline import (
     LAYOUTS,
@@ -191,10 +191,8 @@ def predict_speculative(
         name or f"speculative {target.name or 'target'} / {draft.name or 'draft'}",
         target_plan,
         phases,
-        kv_tokens=kv_tokens,
-        measured_wall_s=measured_wall_s,
-        assumptions=spec_assumptions,
+        assumptions={**decode_assumptions(target_plan, kv_tokens), **spec_assumptions},
+        measured=Measured(measured_wall_s),
         extra={"draft_plan": draft_plan.summary(), "gamma": gamma,
                "rounds_per_token": rounds_per_token, "round_s": rnd.seconds},
-        systems=target_plan.num_wafers,
     )  # fmt: skip

@@ -47,6 +47,7 @@ from wse_systems.serving import (
     frontier,
     knee,
 )
+from wse_systems.serving.gpus import GpuFractions
 
 __all__ = ["run", "CASES"]
 
@@ -66,7 +67,7 @@ def _systems(config: Any, wafers: int, spec: Speculation | None):
     w = WaferServing(config, assumed_spec(WAFER), num_wafers=wafers, workload=WORKLOAD,
                      speculation=spec)  # fmt: skip
     g = GpuServing(config, H100, num_gpus=GPUS, workload=WORKLOAD,
-                   hbm_fraction=HBM_FRACTION, mfu=MFU, speculation=spec)  # fmt: skip
+                   fractions=GpuFractions(HBM_FRACTION, MFU), speculation=spec)  # fmt: skip
     return w, g
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from wse_core import WaferSpec
 
@@ -43,7 +43,16 @@ from wse_systems.planning.train import (
 )
 from wse_systems.transformer import DecoderShape, num_params
 
-__all__ = ["ServingPlan", "plan_infer", "wafer_serving"]
+__all__ = [
+    "Costing",
+    "Draft",
+    "GpuSetup",
+    "ServingPlan",
+    "Target",
+    "WaferSetup",
+    "plan_infer",
+    "wafer_serving",
+]
 
 DAY_S = 86400.0
 DEFAULT_GAMMA = 4  # drafted tokens per round when a draft is given without --gamma
@@ -164,9 +173,8 @@ def _limits(speed: float | None, ttft: float | None) -> str:
     return " and ".join(p for p in parts if p)
 
 
-def _speculation(
-    draft: ModelChoice | None, gamma: int | None, alpha: float | None, target: ModelChoice
-) -> sv.Speculation | None:
+def _speculation(asked: Draft, target: ModelChoice) -> sv.Speculation | None:
+    draft, gamma, alpha = asked
     if draft is None:
         if alpha is not None:
             raise PlanError("--alpha needs --draft (the draft model it is the acceptance of)")
@@ -209,52 +217,91 @@ GEMV_NOTE = {  # the wafer note's words for each GEMV program (`--gemv`)
 }
 
 
+class WaferSetup(NamedTuple):
+    """The wafer side asked for: replicas of `wafers` wafers of `spec` (None: the fewest that
+    hold the model, its draft and one user), each GEMV priced as `gemv` (`GEMV_PROGRAMS`)."""
+
+    spec: WaferSpec
+    wafers: int | None = None
+    gemv: str = "sdk"
+
+
+class GpuSetup(NamedTuple):
+    """The GPU side asked for: replicas of `gpus` GPUs of kind `gpu` (None: one node, or the
+    fewest whole nodes that hold the model), at `hbm_fraction` of HBM bandwidth and `mfu`
+    (None: the fitted `wse_systems.serving.gpus` values), weights, KV and products in
+    `precision` (bf16 or fp8)."""
+
+    gpu: str = "h100"
+    gpus: int | None = None
+    hbm_fraction: float | None = None
+    mfu: float | None = None
+    precision: str = "bf16"
+
+
+class Target(NamedTuple):
+    """Where on each frontier to serve (module contract): `users` in flight, or the largest
+    load at least `min_user_tokens_per_s` per user and/or with a first token within
+    `max_ttft_s`; none of them: each side's knee."""
+
+    users: int | None = None
+    min_user_tokens_per_s: float | None = None
+    max_ttft_s: float | None = None
+
+
+class Costing(NamedTuple):
+    """What the costs are counted over: `tokens_per_day` output tokens a day (None: one wafer
+    replica busy all day at its point) for `days` days (people's cost spread over them), at
+    `rates` (`check_rates`' keys; the rest the defaults of `wse_systems.economics`)."""
+
+    tokens_per_day: float | None = None
+    days: float = 365.0
+    rates: dict[str, Any] | None = None
+
+
+class Draft(NamedTuple):
+    """Speculative decoding asked for: a draft `model` drafting `gamma` tokens a round
+    (None: DEFAULT_GAMMA) accepted at Leviathan's rate `alpha`; no model: none (then gamma and
+    alpha must stay None)."""
+
+    model: ModelChoice | None = None
+    gamma: int | None = None
+    alpha: float | None = None
+
+
 def plan_infer(
     choice: ModelChoice,
     *,
-    wafers: int | None = None,
-    gpus: int | None = None,
-    users: int | None = None,
-    min_user_tokens_per_s: float | None = None,
-    tokens_per_day: float | None = None,
-    days: float = 365.0,
-    spec: WaferSpec,
-    gpu: str = "h100",
-    prompt_tokens: int = 1024,
-    output_tokens: int = 256,
-    context_len: int | None = None,
-    hbm_fraction: float | None = None,
-    mfu: float | None = None,
-    gpu_precision: str = "bf16",
-    max_ttft_s: float | None = None,
-    draft: ModelChoice | None = None,
-    gamma: int | None = None,  # with a draft: DEFAULT_GAMMA; without one: must stay None
-    alpha: float | None = None,
-    rates: dict[str, Any] | None = None,
-    gemv: str = "sdk",
+    wafer: WaferSetup,
+    gpu: GpuSetup = GpuSetup(),
+    workload: sv.Workload = sv.Workload(prompt_tokens=1024, output_tokens=256),
+    target: Target = Target(),
+    costing: Costing = Costing(),
+    draft: Draft = Draft(),
 ) -> ServingPlan:
     """Serve `choice` on wafers and on GPUs at an operating point (module contract)."""
+    spec, wafers, gemv = wafer
+    users, min_user_tokens_per_s, max_ttft_s = target
+    tokens_per_day, days, rates = costing
+    gpus, gpu_precision = gpu.gpus, gpu.precision
     check_positive(wafers=wafers, gpus=gpus, tokens_per_day=tokens_per_day, days=days)
-    hbm_fraction = sv.gpus.FITTED_HBM_FRACTION if hbm_fraction is None else hbm_fraction
-    mfu = sv.gpus.FITTED_MFU if mfu is None else mfu
+    hbm_fraction = sv.gpus.FITTED_HBM_FRACTION if gpu.hbm_fraction is None else gpu.hbm_fraction
+    mfu = sv.gpus.FITTED_MFU if gpu.mfu is None else gpu.mfu
     _check(users, min_user_tokens_per_s, max_ttft_s, hbm_fraction, mfu)
     rates = rates or {}
     check_rates(rates)
     if gemv not in GEMV_PROGRAMS:
         raise PlanError(f"--gemv {gemv!r}: the known GEMV programs are {', '.join(GEMV_PROGRAMS)}")
-    cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
-    power = eco.system_power_w(spec)
-    work = sv.Workload(
-        prompt_tokens=prompt_tokens, output_tokens=output_tokens, context_len=context_len
-    )
-    speculation = _speculation(draft, gamma, alpha, choice)
+    cfg, g = choice.config, gpum.gpu_spec(gpu.gpu)
+    power, work = eco.system_power_w(spec), workload
+    speculation = _speculation(draft, choice)
     ws = wafer_serving(
         cfg, spec, num_wafers=wafers, workload=work, speculation=speculation, gemv=gemv
     )
     shape = cfg
     m = gpus or _default_gpus(shape, g, work, speculation, gpu_precision)
-    kw = dict(workload=work, hbm_fraction=hbm_fraction, mfu=mfu, speculation=speculation,
-              precision=gpu_precision)  # fmt: skip
+    kw = dict(workload=work, fractions=sv.gpus.GpuFractions(hbm_fraction, mfu),
+              speculation=speculation, precision=gpu_precision)  # fmt: skip
     gs = sv.GpuServing(shape, g, num_gpus=m, **kw)  # type: ignore[arg-type]
     wf, gf = sv.frontier(ws), sv.frontier(gs)
     wp, w_ok = _choose(ws, wf, users, min_user_tokens_per_s, max_ttft_s)
@@ -278,9 +325,10 @@ def plan_infer(
         aggregate_tokens_per_s=wp.aggregate_tokens_per_s, **kw,
     )  # fmt: skip
     inputs = {"wafers": ws.units, "gpus": m, "users": users, "tokens_per_day": per_day,
-              "min_user_tokens_per_s": min_user_tokens_per_s, "days": days, "wafer": wafer,
-              "gpu": gpu, "workload": work.to_dict(), "hbm_fraction": hbm_fraction, "mfu": mfu,
-              "gpu_precision": gpu_precision, "max_ttft_s": max_ttft_s, "gemv": gemv,
+              "min_user_tokens_per_s": min_user_tokens_per_s, "days": days,
+              "wafer": spec.name, "gpu": gpu.gpu, "workload": work.to_dict(),
+              "hbm_fraction": hbm_fraction, "mfu": mfu, "gpu_precision": gpu_precision,
+              "max_ttft_s": max_ttft_s, "gemv": gemv,
               "speculation": None if speculation is None else speculation.to_dict(),
               "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
@@ -288,12 +336,15 @@ def plan_infer(
     return ServingPlan(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both},
-        _notes(g, spec, work, hbm_fraction, mfu, days, speculation, gpu_precision, gemv),
+        _notes(g, wafer, work, gpu._replace(hbm_fraction=hbm_fraction, mfu=mfu), days,
+               speculation),
     )  # fmt: skip
 
 
-def _notes(g, wafer, work, hbm_fraction, mfu, days, spec, precision, gemv) -> list[str]:
-    prec = sv.gpus.gpu_precision(precision)
+def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
+    """The assumptions in words (`gpu`: its fractions resolved; `spec`: the speculation)."""
+    wafer, gemv, hbm_fraction, mfu = setup.spec, setup.gemv, gpu.hbm_fraction, gpu.mfu
+    prec = sv.gpus.gpu_precision(gpu.precision)
     notes = power_notes(g, wafer) + [
         f"each request: {work.prompt_tokens} prompt + {work.output_tokens} output tokens, "
         f"{work.held_tokens} tokens of KV cache held, {work.kv_tokens} read per decode step; "

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from wse_core import WaferSpec
 
@@ -36,6 +36,8 @@ __all__ = [
     "SideResult",
     "Plan",
     "wafer_train_step",
+    "TrainBatch",
+    "TrainGpus",
     "plan_train",
     "match_gpus",
     "plan_dict",
@@ -289,40 +291,59 @@ def _split(choice: ModelChoice, systems: int) -> int | None:
     return choice.global_batch // systems
 
 
+class TrainGpus(NamedTuple):
+    """The GPU cluster the wafers are compared with: `gpus` GPUs of kind `gpu` (None: the
+    fewest whole nodes that hold the model, at least 8 a wafer system) at `mfu` of their
+    bf16 peak."""
+
+    gpu: str = "h100"
+    gpus: int | None = None
+    mfu: float = 0.4
+
+
+class TrainBatch(NamedTuple):
+    """Each system's batch: `batch_per_system` sequences of `seq_len` tokens as micro-batches
+    of `micro_batch` (an int, "explore" or "auto"); None: the model choice's (a params
+    file's), else the smallest batch that keeps the wafer fed, the fastest micro-batch and
+    min(the model's context, 8192)."""
+
+    batch_per_system: int | None = None
+    micro_batch: int | str | None = None
+    seq_len: int | None = None
+
+
 def plan_train(
     choice: ModelChoice,
     *,
     tokens: float,
-    systems: int | None = None,
-    gpus: int | None = None,
     spec: WaferSpec,
-    gpu: str = "h100",
-    mfu: float = 0.4,
-    batch_per_system: int | None = None,
-    micro_batch: int | str | None = None,
-    seq_len: int | None = None,
+    systems: int | None = None,
+    gpus: TrainGpus = TrainGpus(),
+    batch: TrainBatch = TrainBatch(),
     rates: dict[str, Any] | None = None,
 ) -> Plan:
     """Train `choice` on `tokens` tokens: N wafer systems against M GPUs, same global batch."""
-    check_positive(tokens=tokens, systems=systems, gpus=gpus, mfu=mfu, batch=batch_per_system)
+    gpu, m_asked, mfu = gpus
+    batch_per_system, micro_batch, seq_len = batch
+    check_positive(tokens=tokens, systems=systems, gpus=m_asked, mfu=mfu, batch=batch_per_system)
     rates = rates or {}
     check_rates(rates)
     cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
     eco.system_power_w(spec)  # a wafer of no system fails before any work
     n = systems or choice.num_csx or 1
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
-    batch = batch_per_system or _split(choice, n)
+    per_system = batch_per_system or _split(choice, n)
     micro = micro_batch or choice.micro_batch or "explore"
-    # batch None: the smallest batch that keeps the wafer fed
-    step_s, batch, scale = wafer_train_step(
-        cfg, spec, num_csx=n, batch=batch, seq_len=seq, micro_batch=micro
+    # per_system None: the smallest batch that keeps the wafer fed
+    step_s, per_system, scale = wafer_train_step(
+        cfg, spec, num_csx=n, batch=per_system, seq_len=seq, micro_batch=micro
     )
-    global_batch = n * batch
+    global_batch = n * per_system
     steps = math.ceil(tokens / (global_batch * seq))
     w_side = _wafer_train_side(spec, n, step_s, steps, global_batch, seq, rates, scale)
     shape = cfg
     inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
-              "batch_per_system": batch, "global_batch": global_batch, "seq_len": seq,
+              "batch_per_system": per_system, "global_batch": global_batch, "seq_len": seq,
               "micro_batch_size": micro,
               "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
@@ -348,7 +369,7 @@ def plan_train(
     except gpum.GpuMemoryError as e:  # the wafers alone
         notes.append(f"GPUs: {e} (tensor parallel <= a node, pipeline <= layers): no GPU side")
         return Plan("train", choice.name, num_params(shape), inputs, w_side, None, None, notes)
-    m = gpus or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
+    m = m_asked or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
     inputs["gpus"] = m
     g_side = _gpu_train_side(shape, g, m, steps, global_batch, seq, mfu, rates)
     time_on = _unless_oom(

@@ -118,11 +118,11 @@ def predict(row: TrtllmRow, *, mfu: float, hbm_fraction: float) -> float:
     fp8, at the most users it holds (the benchmark's "maximum load")."""
     from wse_systems.gpu import H100
     from wse_systems.serving.frontier import Workload
-    from wse_systems.serving.gpus import GpuLayout, GpuServing
+    from wse_systems.serving.gpus import GpuFractions, GpuLayout, GpuServing
 
     work = Workload(prompt_tokens=row.input_tokens, output_tokens=row.output_tokens)
     serve = GpuServing(SHAPES[row.model], H100, num_gpus=row.gpus, workload=work,
-                       precision="fp8", mfu=mfu, hbm_fraction=hbm_fraction)  # fmt: skip
+                       precision="fp8", fractions=GpuFractions(hbm_fraction, mfu))  # fmt: skip
     layout = GpuLayout(row.tp, row.pp)
     return serve.layout_point(layout, serve.layouts[layout]).aggregate_tokens_per_s
 

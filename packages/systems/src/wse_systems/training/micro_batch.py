@@ -96,17 +96,19 @@ def plan_step(
     chunks: int = 0,
     **kw: Any,
 ) -> RunReport:
-    """The planned step (module contract); `kw` goes to `predict_step` (precision, ...)."""
-    from wse_systems.training.performance import predict_step
+    """The planned step (module contract); `kw` goes to `predict_step` (`layout`: its
+    placement and precision, the plan each micro-batch's; `sparsity`)."""
+    from wse_systems.training.performance import StepLayout, predict_step
 
     reports: dict[int, RunReport] = {}
+    layout = kw.pop("layout", StepLayout())  # its plan: each micro-batch's own
 
     def report(m: int) -> RunReport:
         if m not in reports:
             plan = memory_plan(model, spec, m, seq_len, stride=stride, chunks=chunks)
             reports[m] = predict_step(
                 model, spec, num_csx=num_csx, batch_per_system=batch_per_system,
-                micro_batch=m, seq_len=seq_len, plan=plan, stride=stride, **kw,
+                micro_batch=m, seq_len=seq_len, layout=layout._replace(plan=plan), **kw,
             )  # fmt: skip
         return reports[m]
 

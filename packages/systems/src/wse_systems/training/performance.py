@@ -1,7 +1,7 @@
 """What one weight-streaming training step takes on `num_csx` wafers, priced from its placement.
 
 Contract. `predict_step(model, spec, num_csx=, batch_per_system=, seq_len=, micro_batch=,
-plan=)` returns a
+layout=, sparsity=)` returns a
 `wse_core.cost.report.RunReport` (units "step", `systems=num_csx`) whose phases are counted from
 the trainer's own memory plan (`wse_systems.training.plan.memory_plan`; `plan.streaming` is the
 `ActivationPlan` the `StreamedTrainer` runs), per instruction, on the busiest PE.
@@ -74,18 +74,22 @@ from wse_systems.training.layer_cost import (
 from wse_systems.training.placement import (
     PRECISIONS,
     Numerics,
+    Sparsity,
+    StepLayout,
     StepPlacement,
     StepWorkload,
     gemm_work,
     place_step,
     precision_of,
 )
-from wse_systems.training.plan import MemoryPlan, memory_plan
+from wse_systems.training.plan import memory_plan
 from wse_systems.training.stream_cost import PARTS, Streams, wafer_update
 
 __all__ = [
     "PRECISIONS",
     "Numerics",
+    "Sparsity",
+    "StepLayout",
     "StepPlacement",
     "StepWorkload",
     "precision_of",
@@ -229,33 +233,27 @@ def predict_step(
     batch_per_system: int,
     seq_len: int,
     micro_batch: int | None = None,
-    plan: MemoryPlan | None = None,
-    placement: str = "streamed",
-    precision: str | None = None,
-    stride: int = 0,
-    mlp_zero_fraction: float = 0.0,
-    attention_pairs_per_row: float | None = None,
+    layout: StepLayout = StepLayout(),
+    sparsity: Sparsity = Sparsity(),
 ) -> RunReport:
     """One training step of `num_csx` wafers, each with `batch_per_system` sequences of
     `seq_len` tokens (the global batch is num_csx times that) run as micro-batches of
-    `micro_batch` (default: the whole per-system batch at once), placed as `plan` says
-    (default: `memory_plan(model, spec, micro_batch, seq_len, stride=stride)`, the plan
-    `wse train` builds for one micro-batch). `extra`: tokens_per_s (all systems),
-    stall_fraction (the share of the step the streams add), step_bound (`step_bound`),
-    micro_batch, micro_batches, batch_per_system, global_batch, placement, precision, stride."""
+    `micro_batch` (default: the whole per-system batch at once), placed as `layout` says
+    (`StepLayout`: its `plan` by default `memory_plan(model, spec, micro_batch, seq_len)`,
+    the plan `wse train` builds for one micro-batch, streamed, in the model's precision),
+    skipping what `sparsity` lets it. `extra`: tokens_per_s (all systems), stall_fraction
+    (the share of the step the streams add), step_bound (`step_bound`), micro_batch,
+    micro_batches, batch_per_system, global_batch, placement, precision, stride."""
     micro = micro_batch or batch_per_system
     if micro < 1 or batch_per_system % micro:
         raise WseError(
             f"micro-batch {micro} does not divide the per-system batch of {batch_per_system}"
         )
+    plan, placement, precision = layout
     if plan is None:
-        plan = memory_plan(model, spec, micro, seq_len, stride=stride)
-    work = StepWorkload(
-        micro_batch=micro,
-        seq_len=seq_len,
-        mlp_zero_fraction=mlp_zero_fraction,
-        attention_pairs_per_row=attention_pairs_per_row,
-    )
+        plan = memory_plan(model, spec, micro, seq_len)
+    mlp_zero_fraction = sparsity.mlp_zero_fraction
+    work = StepWorkload(micro_batch=micro, seq_len=seq_len, **sparsity._asdict())
     pl = place_step(
         model, spec, plan, work, num_csx=num_csx, placement=placement, precision=precision
     )

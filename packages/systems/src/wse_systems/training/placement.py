@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from wse_core import Op, WaferSpec, Work, WseError
 
@@ -44,6 +44,8 @@ __all__ = [
     "PRECISIONS",
     "Numerics",
     "StepWorkload",
+    "Sparsity",
+    "StepLayout",
     "StepPlacement",
     "precision_of",
     "weight_block",
@@ -101,6 +103,24 @@ class StepWorkload:
     def __post_init__(self) -> None:
         if not 0.0 <= self.mlp_zero_fraction < 1.0:
             raise WseError(f"mlp_zero_fraction must be in [0, 1), got {self.mlp_zero_fraction}")
+
+
+class Sparsity(NamedTuple):
+    """What the data lets a step skip (the fields of `StepWorkload` beside its batch)."""
+
+    mlp_zero_fraction: float = 0.0  # zeros of the MLP hidden activation (ReLU-like MLPs)
+    attention_pairs_per_row: float | None = None  # causal pairs per row (None: seq (seq+1)/2)
+
+
+class StepLayout(NamedTuple):
+    """Where a step's training state lives and in which numbers (what `place_step` reads
+    beside the workload): `plan` the memory plan of one micro-batch (None: the one `wse
+    train` builds, `memory_plan(model, spec, micro_batch, seq_len)`), its state `placement`
+    "streamed" or "resident", its `precision` (None: the model's, `precision_of`)."""
+
+    plan: MemoryPlan | None = None
+    placement: str = "streamed"
+    precision: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

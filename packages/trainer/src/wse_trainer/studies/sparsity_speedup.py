@@ -10,9 +10,10 @@ measurements, because it moves with training length (`--quick` trains fewer step
 
 Predicted (the same with `--quick`), by the wafer cost model, dense and sparse side by side
 for zero fractions 0 .. 0.95: a training step of this model on one WSE-3 (batch BATCH x
-SEQ; `wse_systems.training.performance.predict_step(..., mlp_zero_fraction=s)`) and a batch-1 decode
-step on its pipeline plan (`wse_systems.decoder.decode_phases(..., mlp_zero_fraction=s)`);
-the measurements carry the same two speedups at the sparsity measured per layer.
+SEQ; `wse_systems.training.performance.predict_step(..., sparsity=Sparsity(s))`) and a
+batch-1 decode step on its pipeline plan (`wse_systems.decoder.decode_phases(...,
+mlp_zero_fraction=s)`); the measurements carry the same two speedups at the sparsity
+measured per layer.
 
 Mechanism and assumption: the down projection multiplies the hidden activation by w_down;
 on the wafer each activation travels as a wavelet and a PE's FMACs fire only for nonzero
@@ -105,14 +106,14 @@ def wafer_speedups(
     from wse_core.cost.perf import PerfModel
     from wse_systems.decoder import decode_phases
     from wse_systems.pipeline import plan_pipeline
-    from wse_systems.training.performance import predict_step
+    from wse_systems.training.performance import Sparsity, predict_step
 
     spec = assumed_spec("wse3")
     s = np.asarray(zero_fraction, np.float64)
 
     def step(z: float) -> float:
         return predict_step(
-            config, spec, num_csx=1, batch_per_system=batch, seq_len=seq, mlp_zero_fraction=z
+            config, spec, num_csx=1, batch_per_system=batch, seq_len=seq, sparsity=Sparsity(z)
         ).predicted_s
 
     plan = plan_pipeline(config, spec, num_wafers=1, context_len=seq)

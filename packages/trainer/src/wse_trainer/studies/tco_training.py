@@ -90,12 +90,21 @@ def _figure(plans: list[tuple[int, Any]]):
 
 def run(*, quick: bool, seed: int) -> ExperimentResult:
     from wse_systems.planning.choice import ModelChoice
-    from wse_systems.planning.train import plan_train
+    from wse_systems.planning.train import TrainGpus, plan_train
 
     del quick  # nothing measured: the predictions are the whole experiment
     choice, spec = ModelChoice("llama-12b", model_12b(), seq_len=SEQ_LEN), assumed_spec("wse3")
     plans = [
-        (n, plan_train(choice, tokens=TOKENS, systems=n, gpus=GPUS_PER_SYSTEM * n, spec=spec))
+        (
+            n,
+            plan_train(
+                choice,
+                tokens=TOKENS,
+                spec=spec,
+                systems=n,
+                gpus=TrainGpus(gpus=GPUS_PER_SYSTEM * n),
+            ),
+        )  # fmt: skip
         for n in SYSTEMS
     ]
     rows = [r for n, p in plans for r in _rows(p, n)]

@@ -58,7 +58,7 @@ def wafer_epoch_s(config: Any, rows: int, seq_len: int, pairs_per_row: float | N
     """Seconds for `rows` rows of `seq_len` tokens on one WSE-3 at WAFER_BATCH rows a step,
     priced by the trainer's cost model (`pairs_per_row`: causal attention pairs of a row;
     None for a full causal row)."""
-    from wse_systems.training.performance import predict_step
+    from wse_systems.training.performance import Sparsity, predict_step
 
     step = predict_step(
         config,
@@ -66,7 +66,7 @@ def wafer_epoch_s(config: Any, rows: int, seq_len: int, pairs_per_row: float | N
         num_csx=1,
         batch_per_system=WAFER_BATCH,
         seq_len=seq_len,
-        attention_pairs_per_row=pairs_per_row,
+        sparsity=Sparsity(attention_pairs_per_row=pairs_per_row),
     )
     return -(-rows // WAFER_BATCH) * step.predicted_s
 

@@ -20,7 +20,7 @@ from typing import Any
 from wse_core import ExperimentResult, PredictionRow, RunReport
 from wse_core.cost.assumptions import assumed_spec
 from wse_systems import gpu as gpum
-from wse_systems.training.performance import no_stall_batch, predict_step
+from wse_systems.training.performance import StepLayout, no_stall_batch, predict_step
 
 __all__ = ["run", "CASES", "NUM_CSX"]
 
@@ -149,7 +149,7 @@ def _measure(quick: bool, seed: int) -> list[dict[str, Any]]:
             num_csx=n,
             batch_per_system=batch // n,
             seq_len=seq,
-            plan=memory_plan(model, spec, batch // n, seq, streaming=tr.plan),
+            layout=StepLayout(memory_plan(model, spec, batch // n, seq, streaming=tr.plan)),
         )
         out.append(
             {

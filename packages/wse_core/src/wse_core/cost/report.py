@@ -38,18 +38,26 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from wse_core.cost.calibration import Calibration
 from wse_core.cost.perf import OVERLAP, PerfModel, Phase, Phases, Timing
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.traffic import Traffic
 
-__all__ = ["Figures", "RunReport", "stopwatch"]
+__all__ = ["Figures", "Measured", "RunReport", "stopwatch"]
 
 # A kernel's own figures for `RunReport.build`: a mapping, or a function of the evaluated
 # phase tree that returns one (figures derived from the predicted time).
 Figures = Mapping[str, Any] | Callable[[Timing], Mapping[str, Any]]
+
+
+class Measured(NamedTuple):
+    """What an emulated run measured, shown in its report beside the prediction (a shell's
+    `measured_wall_s=` and `sram=` to `RunReport.build`)."""
+
+    wall_s: float | None = None  # the emulator's wall time per unit (step, token) (s)
+    sram: Mapping[str, Any] | None = None  # the SRAM ledger summary of the wafer that ran it
 
 
 def _power_w(spec: WaferSpec, systems: int) -> float | None:

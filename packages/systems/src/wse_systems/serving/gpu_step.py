@@ -1,0 +1,232 @@
+"""One forward pass of a GPU replica priced: `step`, the one pricer of the GPU serving model
+(`wse_systems.serving.gpus` schedules whole requests with it). The GPUs' figures are
+`wse_systems.gpu`'s (datasheets); the achieved fractions of their peaks (`GpuFractions`) are
+inputs, fitted on TensorRT-LLM's H100 rows (`wse_systems.serving.trtllm_h100`, experiment
+`trtllm-h100`).
+
+`step(model, gpu, layout, StepBatch(...))`: one forward pass of a replica (tp GPUs per stage
+inside a node, pp stages run one after another) over B users each adding t tokens (1; gamma
++ 1 when verifying drafts) and c prompt tokens of prefill chunks, in precision x (weights w_x
+and KV k_x bytes a value):
+
+    memory  = (w_x N_matmul + k_x V (B kv_tokens + B t + c)) / tp  /  (hbm x HBM)
+    compute = (B t (2 N_matmul + 4 L HQ kv_tokens) + c (2 N_matmul + 2 L HQ P)) / tp
+              /  (mfu x peak_x)
+    step    = max(memory, compute) + 2 L ring_allreduce((B t + c) d 2 B over tp on NVLink)
+              + (pp - 1) ((B t + c) d 2 B / InfiniBand + its latency)
+
+(N_matmul the weights every token multiplies, V the KV values a token adds, L layers, HQ
+heads x head dim, kv_tokens = `Workload.kv_tokens` cached tokens each decode token reads; a
+prompt token attends to P / 2 earlier tokens on average; the chunks' reads of their own
+prompt's earlier KV, under P / 2 tokens a step, are left out.) A decode token is `step` with
+c = 0, a prompt alone is `step` with B = 0.
+
+Memory: w_x n_params weight bytes plus B x `held_tokens` of KV cache (k_x bytes a value; the
+draft's too) within `USABLE_MEMORY` of each GPU's HBM (`max_batch`); `min_gpus` is the closed
+form of the fewest GPUs that hold the model and one user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import NamedTuple
+
+from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec, ring_allreduce_s
+from wse_systems.serving.frontier import ServingError
+from wse_systems.transformer import (
+    DecoderShape,
+    attn_dim,
+    kv_values_per_token,
+    matmul_params,
+    num_params,
+)
+
+__all__ = [
+    "FITTED_MFU",
+    "FITTED_HBM_FRACTION",
+    "ACT_BYTES",
+    "GpuPrecision",
+    "PRECISIONS",
+    "gpu_precision",
+    "GpuLayout",
+    "GpuFractions",
+    "StepBatch",
+    "GpuStep",
+    "layout_for",
+    "replica_sizes",
+    "max_batch",
+    "min_gpus",
+    "step",
+]
+
+# Fitted on TensorRT-LLM v0.19.0's 46 H100 FP8 rows with input <= output length
+# (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`; rms log ratio 0.247):
+FITTED_MFU = 0.269  # share of the tensor peak a step's products reach
+FITTED_HBM_FRACTION = 0.713  # share of HBM bandwidth a step's reads reach
+ACT_BYTES = 2  # activations between GPUs travel in 16 bits in either precision
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPrecision:
+    """Bytes a weight and a KV value take, and which tensor peak the products run at."""
+
+    name: str
+    weight_bytes: float
+    kv_bytes: float
+
+    def peak_flops(self, gpu: GpuSpec) -> float:
+        """The GPU's dense tensor peak in this precision (datasheet; `wse_systems.gpu`)."""
+        peak = gpu.peak_fp8_flops if self.name == "fp8" else gpu.peak_flops
+        if not peak:
+            raise ServingError(f"{gpu.name} has no {self.name} tensor cores; use bf16")
+        return peak
+
+
+# bf16: weights and KV in 16 bits; fp8: ModelOpt's FP8 weights and an FP8 KV cache
+PRECISIONS: Mapping[str, GpuPrecision] = MappingProxyType(
+    {"bf16": GpuPrecision("bf16", 2, 2), "fp8": GpuPrecision("fp8", 1, 1)}
+)
+
+
+def gpu_precision(name: str | GpuPrecision) -> GpuPrecision:
+    """`PRECISIONS[name]` (a GpuPrecision passes through); unknown is a ServingError."""
+    if isinstance(name, GpuPrecision):
+        return name
+    if name not in PRECISIONS:
+        raise ServingError(f"unknown GPU precision {name!r}; use one of {list(PRECISIONS)}")
+    return PRECISIONS[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuLayout:
+    """One replica: tp GPUs per stage, pp stages."""
+
+    tp: int
+    pp: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+
+class GpuFractions(NamedTuple):
+    """The shares of a GPU's peaks a step reaches: of its HBM bandwidth (the reads) and of
+    its dense tensor flops (MFU, the products); `FITTED_*` are the fitted values."""
+
+    hbm_fraction: float = 0.8
+    mfu: float = 0.4
+
+
+class StepBatch(NamedTuple):
+    """What one forward pass carries: `users` decoding users adding `tokens_per_user` tokens
+    each (reading `kv_tokens` cached tokens) and `prefill_tokens` tokens of prompts of
+    `prompt_tokens` tokens."""
+
+    users: int = 0
+    tokens_per_user: int = 1
+    kv_tokens: int = 0
+    prefill_tokens: float = 0.0
+    prompt_tokens: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuStep:
+    """One forward pass of a replica (seconds) and what sets it."""
+
+    seconds: float
+    memory_s: float
+    compute_s: float
+    allreduce_s: float
+    stage_hops_s: float
+
+    @property
+    def bound(self) -> str:
+        return "hbm" if self.memory_s >= self.compute_s else "compute"
+
+
+def layout_for(num_gpus: int, gpu: GpuSpec) -> GpuLayout:
+    """tp fills a node, pp spans nodes; a count beyond one node must be whole nodes."""
+    tp = min(num_gpus, gpu.gpus_per_node)
+    if num_gpus < 1 or num_gpus % tp:
+        raise ServingError(
+            f"{num_gpus} GPUs: use up to {gpu.gpus_per_node} (one node) or whole nodes"
+        )
+    return GpuLayout(tp, num_gpus // tp)
+
+
+def replica_sizes(num_gpus: int, gpu: GpuSpec, model: DecoderShape) -> list[int]:
+    """Replica sizes that divide `num_gpus`: 1, 2, 4, 8, ... within a node (and the count
+    itself if it is one node or less), and whole nodes up to one stage per layer. At most
+    n_layers + 6 sizes whatever `num_gpus` is (the closed form of the layouts)."""
+    node = gpu.gpus_per_node
+    small = {r for r in (1, 2, 4, 8, 16, 32) if r <= node and num_gpus % r == 0}
+    if num_gpus <= node:
+        small.add(num_gpus)
+    whole = {node * k for k in range(1, model.n_layers + 1) if num_gpus % (node * k) == 0}
+    return sorted(small | whole)
+
+
+def _bytes(model, draft, precision: GpuPrecision, held_tokens: int) -> tuple[float, float]:
+    """(weight bytes, KV bytes of one user) of the model and its draft."""
+    params = num_params(model) + (num_params(draft) if draft else 0)
+    values = kv_values_per_token(model) + (kv_values_per_token(draft) if draft else 0)
+    return precision.weight_bytes * params, precision.kv_bytes * values * held_tokens
+
+
+def min_gpus(
+    model: DecoderShape, gpu: GpuSpec, *, held_tokens: int, precision: str | GpuPrecision = "bf16",
+    draft: DecoderShape | None = None,
+) -> int:  # fmt: skip
+    """The fewest GPUs (up to a node, then whole nodes) whose usable HBM holds the weights
+    and one user's KV cache: ceil(bytes / usable per GPU), rounded up to whole nodes past one."""
+    weights, per_user = _bytes(model, draft, gpu_precision(precision), held_tokens)
+    fit = math.ceil((weights + per_user) / (USABLE_MEMORY * gpu.memory_bytes))
+    node = gpu.gpus_per_node
+    return fit if fit <= node else node * math.ceil(fit / node)
+
+
+def max_batch(
+    model: DecoderShape, gpu: GpuSpec, layout: GpuLayout, *, held_tokens: int,
+    draft: DecoderShape | None = None, precision: str | GpuPrecision = "bf16",
+) -> int:  # fmt: skip
+    """The most users whose KV caches fit beside the weights; GpuMemoryError (naming
+    `min_gpus`) when not even one does."""
+    prec = gpu_precision(precision)
+    usable = USABLE_MEMORY * gpu.memory_bytes * layout.gpus
+    weights, per_user = _bytes(model, draft, prec, held_tokens)
+    if weights + per_user > usable:
+        at_least = min_gpus(model, gpu, held_tokens=held_tokens, precision=prec, draft=draft)
+        raise GpuMemoryError(
+            f"{layout.gpus} x {gpu.name} cannot hold this model for serving "
+            f"({(weights + per_user) / 1e9:.1f} GB of {prec.name} weights and one user's KV "
+            f"cache of {held_tokens} tokens): use at least {at_least} GPUs (up to "
+            f"{gpu.gpus_per_node} per node, then whole nodes)"
+        )
+    return int((usable - weights) // per_user) if per_user else 1 << 62
+
+
+def step(
+    model: DecoderShape, gpu: GpuSpec, layout: GpuLayout, batch: StepBatch, *,
+    precision: str | GpuPrecision = "bf16", fractions: GpuFractions = GpuFractions(),
+) -> GpuStep:  # fmt: skip
+    """One forward pass of `batch` (module docstring) at `fractions` of the GPU's peaks: the
+    one pricer of a decode token, a verification, a prompt chunk and any mix of them."""
+    users, tokens_per_user, kv_tokens, prefill_tokens, prompt_tokens = batch
+    hbm_fraction, mfu = fractions
+    prec = gpu_precision(precision)
+    tp, pp, layers = layout.tp, layout.pp, model.n_layers
+    n, v, hq = matmul_params(model), kv_values_per_token(model), attn_dim(model)
+    new = users * tokens_per_user + prefill_tokens
+    read = prec.weight_bytes * n + prec.kv_bytes * v * (users * kv_tokens + new)
+    memory = read / tp / (hbm_fraction * gpu.hbm_bytes_per_s)
+    flops = users * tokens_per_user * (2 * n + 4 * layers * hq * kv_tokens) + prefill_tokens * (
+        2 * n + 2 * layers * hq * prompt_tokens
+    )
+    compute = flops / tp / (mfu * prec.peak_flops(gpu))
+    act = ACT_BYTES * model.d_model * new
+    reduces = 2 * layers * ring_allreduce_s(act, tp, gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s)
+    hops = (pp - 1) * (act / gpu.ib_bytes_per_s + gpu.ib_latency_s)
+    return GpuStep(max(memory, compute) + reduces + hops, memory, compute, reduces, hops)
