@@ -10,7 +10,7 @@ int32 rows; `segments`: the packed documents of its inputs, `data.Segments`, or 
    spent streaming weights (a copy to another CPU device runs when it is dispatched, on the
    host thread). Layer inputs are kept or dropped as the replica's `ActivationPlan` (SRAM
    ledger) says.
-2. the head (final norm, logits, loss) and its gradient; the final norm's update is applied.
+2. the head (final norm, logits, loss) and its gradient (into MemoryX later: `_land_head`).
 3. backward: each layer from the last, its weights streamed again (prefetched one layer
    ahead), dropped inputs recomputed from the nearest kept one, `jax.vjp` of the layer; the
    replicas' weight gradients are sum-reduced by SwarmX and MemoryX applies that layer's
@@ -167,6 +167,7 @@ class StreamedTrainer:
         self._pos_seg: list[tuple[Any, Any]] = [(p, None) for p in self.positions]
         self._items: Any = iter(())
         self._next: Any = None
+        self._head_grads, self._head_embed = None, None  # until / from `_land_head`
         if plan.chunked:  # a layer's matrices stream in column chunks
             stages = _jitted_stages(model)
             self.chunked = ChunkedLayer(stages, plan.chunks, self._take, self._send)
@@ -256,6 +257,7 @@ class StreamedTrainer:
         """Layer i's input gradient; its weight gradient goes to MemoryX through SwarmX."""
         name = f"layer_{i}"
         if self.plan.chunked:
+            self._land_head()
             return self.chunked.backward(name, h_in, self._pos_seg, g_h)
         w = self._take()  # streamed for the backward either way: the wafer's stream order
         kept = self._vjps.pop(i, None)
@@ -265,6 +267,7 @@ class StreamedTrainer:
             else self.fns.layer_bwd(w[r], h_in[r], *self._pos_seg[r], g_h[r])
             for r in range(self.local)
         ]
+        self._land_head()
         self.memx.receive(name, self.swarm.reduce([o[0] for o in out]))
         return [o[1] for o in out]
 
@@ -325,8 +328,8 @@ class StreamedTrainer:
         self._items = iter(self._step_items())
         self._next = self._fetch(next(self._items))
         acts, h, zeros = self._forward(shards)
-        losses, g_h, g_embed_head = self._head(h, shards)
-        return losses, zeros, self._backward(acts, g_h, shards, g_embed_head)
+        losses, g_h = self._head(h, shards)
+        return losses, zeros, self._backward(acts, g_h, shards)
 
     def _zero_fraction(self, zeros, tokens: int) -> tuple[float, ...] | None:
         """Every replica's per-layer zero counts summed over the micro-batches, over the
@@ -356,9 +359,16 @@ class StreamedTrainer:
     def _head(self, h, shards):
         w_head = self._take()
         out = [self.fns.head(w_head[r], h[r], shards[r][1]) for r in range(self.local)]
-        g = self.swarm.reduce([o[1] for o in out])
-        self.memx.receive("final", g["final"])
-        return [o[0] for o in out], [o[2] for o in out], g.get("embed")
+        self._head_grads = [o[1] for o in out]
+        return [o[0] for o in out], [o[2] for o in out]
+
+    def _land_head(self) -> None:
+        """The head's gradient into MemoryX ("final"; the tied share kept), once: MemoryX's
+        device starts the last layer's backward without waiting for every head (issue 44)."""
+        if self._head_grads is not None:
+            g, self._head_grads = self.swarm.reduce(self._head_grads), None
+            self.memx.receive("final", g["final"])
+            self._head_embed = g.get("embed")
 
     def _recompute(self, acts, i: int) -> int:
         """Refill layer inputs start+1 .. i from the kept input of layer `start`."""
@@ -369,12 +379,13 @@ class StreamedTrainer:
             acts[j + 1] = h
         return i - start
 
-    def _backward(self, acts, g_h, shards, g_embed_head) -> int:
+    def _backward(self, acts, g_h, shards) -> int:
         recomputed = 0
         for i in reversed(range(self.L)):
             if i not in acts:
                 recomputed += self._recompute(acts, i)
             g_h = self._layer_backward(i, acts.pop(i), g_h)
+        self._land_head()
         w = self._take()
         g_e = self.swarm.reduce(
             [
@@ -382,7 +393,7 @@ class StreamedTrainer:
                 for r in range(self.local)
             ]
         )
-        if g_embed_head is not None:
-            g_e = _add_f32(g_e, g_embed_head)
+        if self._head_embed is not None:
+            g_e = _add_f32(g_e, self._head_embed)
         self.memx.receive("embed", g_e)
         return recomputed
