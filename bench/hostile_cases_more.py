@@ -244,15 +244,23 @@ def hunt60_cases() -> list[Case]:
              lambda fx, tmp: ["infer", "generate", "--model-dir", _fifo_weights(fx, tmp),
                               "--prompt-ids", "1,2"], message="is not a regular file",
              note="safe_open waited for a writer forever"),
+        Case("more", "infer generate <model dir with a FIFO config.json> (hunt 60)",
+             lambda fx, tmp: ["infer", "generate", "--model-dir", _fifo_weights(fx, tmp,
+                              "config.json"), "--prompt-ids", "1,2"],
+             message="config.json' is a device, FIFO or socket, not a regular file",
+             note="was said to be missing ('has safetensors but no config.json')"),
+        Case("more", "infer serve --served-model-name <100,000 characters> (hunt 60)", _const(
+            "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name",
+            "x" * 100_000), message="is longer than 256 characters", note="was served"),
     ]  # fmt: skip
 
 
-def _fifo_weights(fx, tmp: Path) -> str:
-    """A copy of the tiny model dir whose .safetensors is a FIFO."""
+def _fifo_weights(fx, tmp: Path, name: str = "*.safetensors") -> str:
+    """A copy of the tiny model dir whose .safetensors (or `name`) is a FIFO."""
     import shutil
 
     shutil.copytree(fx.model(), tmp / "m")
-    (st,) = (tmp / "m").glob("*.safetensors")
+    (st,) = (tmp / "m").glob(name)
     st.unlink()
     os.mkfifo(st)
     return str(tmp / "m")

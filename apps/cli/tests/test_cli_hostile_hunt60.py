@@ -277,3 +277,52 @@ def test_a_model_dirs_safetensors_that_is_no_file_is_refused(tmp_path, kind):
     os.mkfifo(st) if kind == "FIFO" else st.mkdir()
     args = ["infer", "generate", "--model-dir", tmp_path / "m", "--prompt-ids", "1,2"]
     refused_in_one_line(ROOT, args, f"{st} is not a regular file (a FIFO, device or folder)")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"step": -5}, "step_0000010.npz's step must be one integer >= 0, got array(-5)"),
+     ({"time": float("inf")}, "step_0000010.npz's time must be one finite number >= 0"),
+     (None, "is not a step file: it is a device, FIFO or socket, not a regular file")],
+    ids=["step -5", "time inf", "FIFO"],
+)  # fmt: skip
+def test_a_bad_cfd_step_file_is_refused_before_jax(tmp_path, change, message):
+    # hunt 60: the step file was read after the case was built, JAX imported (1.5 s)
+    import subprocess
+    import sys
+
+    from wse_cli.testing import NO_JAX_PROBE, clean_env
+
+    _step_file(tmp_path, **change) if change else os.mkfifo(tmp_path / "step_0000010.npz")
+    r = subprocess.run([sys.executable, "-c", NO_JAX_PROBE, *CFD, str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, env=clean_env())  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert lines[0].startswith("Error: --restart: ") and message in lines[0], r.stderr
+    assert lines[1:] == ["jax imported: False"], r.stderr
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "folder"])
+def test_a_model_dirs_config_json_that_is_no_file_is_refused(tmp_path, kind):
+    # hunt 60: it was "has safetensors but no config.json"
+    from wse_inference.testing import save_tiny_model
+
+    save_tiny_model(tmp_path / "m", n_layers=1)
+    config = tmp_path / "m" / "config.json"
+    config.unlink()
+    os.mkfifo(config) if kind == "FIFO" else config.mkdir()
+    what = "a device, FIFO or socket" if kind == "FIFO" else "a folder"
+    message = f"{str(config)!r} is {what}, not a regular file; config.json must be a JSON file"
+    for command in (["generate", "--prompt-ids", "1,2"], ["serve", "--port", "0"]):
+        refused_in_one_line(ROOT, ["infer", *command, "--model-dir", tmp_path / "m"], message)
+
+
+def test_a_served_model_name_is_bounded():
+    # hunt 60: 100,000 characters were taken (and served back by /v1/models)
+    args = ["infer", "serve", "--model-dir", "mock", "--served-model-name", "x" * 100_000]
+    line = refused_in_one_line(ROOT, args, "'... (100,000 characters) is longer than 256 ")
+    assert len(line) < 400, len(line)
+    refused_in_one_line(ROOT, [*args[:-1], "a\tb"], "'a\\tb' must be printable UTF-8 text")
+    from wse_cli.commands.infer_serve import _served_name
+
+    assert _served_name("y" * 256) == "y" * 256

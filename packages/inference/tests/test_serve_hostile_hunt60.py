@@ -52,3 +52,20 @@ def test_a_template_exception_is_one_short_line():
     assert r.status_code == 400 and "\n" not in message and len(message) < 400, message[:300]
     assert message.startswith("The chat template cannot render these messages: bad turn: xxx")
     assert message.endswith("... (100,010 characters)")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "start"),
+    [("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 100_000}]},
+      "However, the messages are 100,0"),
+     ("/v1/completions", {"prompt": "x" * 100_000}, "However, the prompt is 100,000 bytes, "
+      "at least 100,000 tokens of this tokenizer (at most 1 byte each). Please reduce")],
+    ids=["messages", "prompt"],
+)  # fmt: skip
+def test_the_context_length_refusal_reads_as_english(path, body, start):
+    # hunt 60: "the messages is N bytes", "(at most 1 bytes each)"
+    with running_server() as server:
+        r = httpx.post(server.http_url + path, json={"model": "mock", **body}, timeout=30)
+    message = r.json()["error"]["message"]
+    assert r.status_code == 400 and start in message, message
+    assert " messages is " not in message and " 1 bytes " not in message, message

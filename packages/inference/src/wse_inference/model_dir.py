@@ -148,6 +148,12 @@ def resolve_model_dir(path: str | Path) -> Path:
     for candidate in (path, path / "hf"):
         if (candidate / "config.json").is_file():
             return candidate
+    for cfg in (path / "config.json", path / "hf" / "config.json"):
+        if cfg.exists():  # hunt 60: a FIFO or folder config.json was said to be missing
+            kind = "a folder" if cfg.is_dir() else "a device, FIFO or socket"
+            raise ModelLoadError(
+                f"{str(cfg)!r} is {kind}, not a regular file; config.json must be a JSON file"
+            )
     if any(path.glob("*.safetensors")):
         raise ModelLoadError(
             f"{str(path)!r} has safetensors but no config.json: an HF-format directory needs "

@@ -20,7 +20,7 @@ from pathlib import Path
 import typer
 from wse_systems.transformer import MAX_SIZES
 
-from wse_cli.errors import fail
+from wse_cli.errors import UserInputError, fail
 from wse_cli.options import PORT, number
 from wse_cli.outputs import output_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
@@ -34,6 +34,32 @@ SERVE_HELP = (
     "tokenizer_config.json beside tokenizer.json), else one "
     '"role: content" line per message followed by "assistant:".'
 )
+
+MAX_NAME_CHARS = 256  # hunt 60: 100,000 characters were served (vLLM and OpenAI ids are short)
+
+
+def _served_name(value: str | None) -> str | None:
+    """--served-model-name, checked at parsing: not empty, not padded, printable, at most
+    MAX_NAME_CHARS characters."""
+    if value is None:
+        return None
+    from wse_core.errors import shown
+
+    if value == "":  # was served under the engine's name, silently
+        raise UserInputError(
+            "--served-model-name must not be empty; leave it out to use the model's own name"
+        )
+    if len(value) > MAX_NAME_CHARS:
+        raise UserInputError(
+            f"--served-model-name {shown(value)} is longer than {MAX_NAME_CHARS} characters; "
+            "give a short model name"
+        )
+    if value != value.strip():
+        raise UserInputError(f"--served-model-name {value!r} has leading or trailing blanks")
+    if not value.isprintable():  # control characters; a byte that is not UTF-8 arrives
+        # surrogate-escaped: /v1/models answered 500
+        raise UserInputError(f"--served-model-name {value!r} must be printable UTF-8 text")
+    return value
 
 
 def _chat_template(value: str | None) -> str | None:
@@ -172,7 +198,10 @@ def serve(
         True, "--warmup/--no-warmup", help="Compile the engine with one request before serving."
     ),
     served_model_name: str = typer.Option(
-        None, "--served-model-name", help="Model name clients use (default: engine's)."
+        None,
+        "--served-model-name",
+        callback=_served_name,
+        help=f"Model name clients use (default: engine's; at most {MAX_NAME_CHARS} characters).",
     ),
     chat_template: str = typer.Option(
         None, "--chat-template", help="Jinja chat template (a file, or the template itself)."
@@ -199,13 +228,6 @@ def serve(
     """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
     if not host.strip():  # uvicorn reads "" as every interface
         fail("--host must be an address, e.g. 127.0.0.1 (0.0.0.0: every interface); got ''")
-    if served_model_name == "":  # was served under the engine's name, silently
-        fail("--served-model-name must not be empty; leave it out to use the model's own name")
-    if served_model_name is not None and served_model_name != served_model_name.strip():
-        fail(f"--served-model-name {served_model_name!r} has leading or trailing blanks")
-    if served_model_name is not None and not served_model_name.isprintable():
-        # a byte that is not UTF-8 arrives surrogate-escaped: /v1/models answered 500
-        fail(f"--served-model-name {served_model_name!r} must be printable UTF-8 text")
     _check_ports(host, port, grpc_port)
     wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None

@@ -14,7 +14,6 @@ priced from its program (`wse_hpc.fields.perf`) with the measured mean CG iterat
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from jax import lax
 from wse_core import RunReport, WaferSpec
 from wse_core.cost.perf import serial
 
+from wse_hpc.cfd_steps import StepFileError, latest_output, read_step
 from wse_hpc.fields.convection import RbCase, full_temperature, rayleigh_benard, stable_dt
 from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
@@ -35,7 +35,6 @@ from wse_hpc.fields.vtk import write_vtk
 __all__ = ["CASES", "CfdConfig", "CfdRun", "latest_output", "run_cfd"]
 
 CASES = ("rayleigh-benard", "cavity")
-_STEP_FILE = re.compile(r"step_(\d+)\.npz$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -64,14 +63,6 @@ class CfdRun:
     fields: dict[str, np.ndarray]
     written: tuple[Path, ...]
     report: RunReport
-
-
-def latest_output(out_dir: Path) -> Path | None:
-    """The newest `step_<n>.npz` in out_dir, or None."""
-    found = [
-        (int(m.group(1)), p) for p in out_dir.glob("step_*.npz") if (m := _STEP_FILE.search(p.name))
-    ]
-    return max(found)[1] if found else None
 
 
 def _build(cfg: CfdConfig):
@@ -112,42 +103,11 @@ def check_dt(cfg: CfdConfig, dt: float) -> None:
 
 
 def _read_step(path: Path, grid) -> dict[str, np.ndarray]:
-    """A step file's arrays, or FieldError naming what is wrong (never unpickled)."""
-    from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
-    from wse_core.host.memory import HostMemoryError
-    from wse_core.host.readers import open_npz, require_npz
-
-    try:  # mmap: a .npy named step_<n>.npz is not read whole
-        z = open_npz(path, f"--restart: {path}", mmap_mode="r")
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise ValueError("it is a single array (.npy), not an .npz archive")
-        with z:
-            require_npz(
-                z, f"--restart: {path}", fits=lambda budget: "it is no step file of this run"
-            )
-            data = {k: z[k] for k in z.files}
-    except HostMemoryError:  # its own line (a WseError is a ValueError)
-        raise
-    except NUMPY_FILE_ERRORS as e:
-        raise FieldError(f"--restart: {path} is not a step file: {numpy_file_problem(e)}") from None
-    missing = [k for k in ("u", "v", "p", "T", "step", "time") if k not in data]
-    if missing:
-        raise FieldError(f"--restart: {path} lacks the arrays {', '.join(missing)}")
-    for k in ("u", "v", "p", "T"):
-        a = data[k]
-        if a.dtype.kind not in "iuf" or a.shape != tuple(grid.shape):
-            raise FieldError(
-                f"--restart: {path}'s {k} is {a.dtype} {a.shape}; this run's grid is "
-                f"{tuple(grid.shape)} (restart with the --grid it was written with)"
-            )
-        if not np.isfinite(a).all():
-            raise FieldError(f"--restart: {path}'s {k} holds NaN or infinite values")
-    step, t = data["step"], data["time"]  # hunt 60: a step of -5 or a time of inf ran on
-    if step.shape != () or step.dtype.kind not in "iu" or not 0 <= step < 2**62:
-        raise FieldError(f"--restart: {path}'s step must be one integer >= 0, got {step!r:.60}")
-    if t.shape != () or t.dtype.kind not in "iuf" or not 0 <= t < np.inf:
-        raise FieldError(f"--restart: {path}'s time must be one finite number >= 0, got {t!r:.60}")
-    return data
+    """A step file's arrays, or FieldError naming what is wrong (`wse_hpc.cfd_steps`)."""
+    try:
+        return read_step(path, tuple(grid.shape))
+    except StepFileError as e:
+        raise FieldError(str(e)) from None
 
 
 def _load(state: FlowState, path: Path, grid) -> tuple[FlowState, int, float]:

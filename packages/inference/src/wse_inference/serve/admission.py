@@ -232,10 +232,12 @@ def encode_prompt(
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > max_context * per_token:
             at_least = -(-size // per_token)
+            # hunt 60: "the messages is", "at most 1 bytes each"
+            are, each = ("are" if param.endswith("s") else "is"), ("s" if per_token > 1 else "")
             raise InvalidRequestError(
                 f"This model's maximum context length is {max_context} tokens. However, the "
-                f"{param} is {size:,} bytes, at least {at_least:,} tokens of this tokenizer "
-                f"(at most {per_token} bytes each). Please reduce the length of the {param}.",
+                f"{param} {are} {size:,} bytes, at least {at_least:,} tokens of this tokenizer "
+                f"(at most {per_token} byte{each} each). Please reduce the length of the {param}.",
                 param=param,
                 code="context_length_exceeded",
             )

@@ -1,0 +1,75 @@
+"""The CFD shell's step files (`step_<n>.npz`, written by `wse_hpc.fields.runs`), found and
+checked with NumPy alone: `wse_hpc.fields` imports JAX, and `wse hpc cfd --restart` refuses a
+bad step file before JAX is imported (hunt 60: 1.5 s to say "step -5").
+
+`latest_output(out_dir)` is the newest `step_<n>.npz` there (or None); `read_step(path,
+shape)` its arrays, or `StepFileError` naming what is wrong: not an .npz archive (or not a
+regular file), an array missing, a field not of `shape` or not finite, `step` not one
+integer >= 0, `time` not one finite number >= 0. Nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+from wse_core.errors import WseError
+
+__all__ = ["StepFileError", "latest_output", "read_step"]
+
+_STEP_FILE = re.compile(r"step_(\d+)\.npz$")
+
+
+class StepFileError(WseError):
+    """A step file that cannot be restarted from."""
+
+
+def latest_output(out_dir: Path) -> Path | None:
+    """The newest `step_<n>.npz` in out_dir, or None."""
+    found = [
+        (int(m.group(1)), p) for p in out_dir.glob("step_*.npz") if (m := _STEP_FILE.search(p.name))
+    ]
+    return max(found)[1] if found else None
+
+
+def read_step(path: Path, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """A step file's arrays (fields of `shape`), or StepFileError naming what is wrong."""
+    from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
+    from wse_core.host.memory import HostMemoryError
+    from wse_core.host.readers import open_npz, require_npz
+
+    try:  # mmap: a .npy named step_<n>.npz is not read whole
+        z = open_npz(path, f"--restart: {path}", mmap_mode="r")
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError("it is a single array (.npy), not an .npz archive")
+        with z:
+            require_npz(
+                z, f"--restart: {path}", fits=lambda budget: "it is no step file of this run"
+            )
+            data = {k: z[k] for k in z.files}
+    except HostMemoryError:  # its own line (a WseError is a ValueError)
+        raise
+    except NUMPY_FILE_ERRORS as e:
+        problem = numpy_file_problem(e)
+        raise StepFileError(f"--restart: {path} is not a step file: {problem}") from None
+    missing = [k for k in ("u", "v", "p", "T", "step", "time") if k not in data]
+    if missing:
+        raise StepFileError(f"--restart: {path} lacks the arrays {', '.join(missing)}")
+    for k in ("u", "v", "p", "T"):
+        a = data[k]
+        if a.dtype.kind not in "iuf" or a.shape != tuple(shape):
+            raise StepFileError(
+                f"--restart: {path}'s {k} is {a.dtype} {a.shape}; this run's grid is "
+                f"{tuple(shape)} (restart with the --grid it was written with)"
+            )
+        if not np.isfinite(a).all():
+            raise StepFileError(f"--restart: {path}'s {k} holds NaN or infinite values")
+    step, t = data["step"], data["time"]  # hunt 60: a step of -5 or a time of inf ran on
+    if step.shape != () or step.dtype.kind not in "iu" or not 0 <= step < 2**62:
+        raise StepFileError(f"--restart: {path}'s step must be one integer >= 0, got {step!r:.60}")
+    if t.shape != () or t.dtype.kind not in "iuf" or not 0 <= t < np.inf:
+        raise StepFileError(
+            f"--restart: {path}'s time must be one finite number >= 0, got {t!r:.60}"
+        )
+    return data
