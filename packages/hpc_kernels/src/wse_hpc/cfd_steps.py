@@ -41,8 +41,6 @@ def read_step(path: Path, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
 
     try:  # mmap: a .npy named step_<n>.npz is not read whole
         z = open_npz(path, f"--restart: {path}", mmap_mode="r")
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise ValueError("it is a single array (.npy), not an .npz archive")
         with z:
             require_npz(
                 z, f"--restart: {path}", fits=lambda budget: "it is no step file of this run"

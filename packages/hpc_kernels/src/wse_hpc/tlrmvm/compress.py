@@ -297,8 +297,6 @@ def load_operator(path: str | Path) -> TlrOperator:
     try:  # mmap: a .npy given here is not read whole (its header may claim 10^12 values)
         what = f"TLR operator {str(path)!r}"
         z = open_npz(Path(path), what, mmap_mode="r")
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise ValueError("it is a single array (.npy), not an .npz archive")
         with z:
             require_npz(z, what, fits=_not_this_host)
             data = {k: z[k] for k in z.files}

@@ -233,7 +233,8 @@ def open_npz(
     """`np.load(path, allow_pickle=False, mmap_mode=...)` after refusing an archive of more
     than `npz_members` members from the zip's end record (zip64's included): a few bytes at
     the end, read before zipfile builds an entry for every member of the directory. A file
-    with no end record (a .npy, a foreign file) is left to `np.load`."""
+    with no end record (a foreign file) is left to `np.load`; a single array (.npy) is a
+    ValueError for the caller to phrase, as NumPy's own errors are."""
     import zipfile
 
     import numpy as np
@@ -244,7 +245,10 @@ def open_npz(
         end = stdlib._EndRecData(f)
     if end is not None and end[stdlib._ECD_ENTRIES_TOTAL] > limit("npz_members"):
         raise _too_many_members(what, end[stdlib._ECD_ENTRIES_TOTAL])
-    return np.load(path, allow_pickle=False, mmap_mode=mmap_mode)
+    z = np.load(path, allow_pickle=False, mmap_mode=mmap_mode)
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise ValueError("it is a single array (.npy), not an .npz archive")
+    return z
 
 
 def require_npz(z: Any, what: str, *, fits: Callable[[int], str], extra_per_value: int = 0) -> None:

@@ -140,8 +140,6 @@ def load(path: str | Path) -> PeTrace:
         raise TraceError(f"{path} is empty, not a wse trace (.npz with a header)")
     try:
         z = open_npz(path, f"wse view: {path}")
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise ValueError("it is a single array (.npy), not an .npz archive")
         with z:
             _require_memory(path, z)
             head = load_json(bytes(z["header"]), f"{path}'s header")
