@@ -25,6 +25,7 @@ from wse_systems.serving import (
     speculative_speedup,
     tokens_per_round,
 )
+from wse_systems.serving import gpu_step as gs
 from wse_systems.serving import gpus as sg
 from wse_systems.testing import ROUND_DECODER
 from wse_systems.transformer import (
@@ -51,8 +52,8 @@ ROUND = dataclasses.replace(
     gpum.H100, name="round", peak_flops=1e15, hbm_bytes_per_s=1e12, memory_bytes=1e9,
     gpus_per_node=8,
 )  # fmt: skip
-ONE = sg.GpuLayout(1, 1)
-HALF = sg.GpuFractions(hbm_fraction=0.5, mfu=0.5)
+ONE = gs.GpuLayout(1, 1)
+HALF = gs.GpuFractions(hbm_fraction=0.5, mfu=0.5)
 TOY = DecoderCounts(
     name="toy",
     arch="llama",
@@ -75,7 +76,7 @@ def test_the_hand_shapes_counts():
 
 def _step(**kw):
     layout, precision = kw.pop("layout", ONE), kw.pop("precision", "bf16")
-    return sg.step(FLAT, ROUND, layout, sg.StepBatch(**kw), precision=precision, fractions=HALF)
+    return gs.step(FLAT, ROUND, layout, gs.StepBatch(**kw), precision=precision, fractions=HALF)
 
 
 def test_gpu_step_at_one_user_is_the_weight_read():
@@ -85,7 +86,7 @@ def test_gpu_step_at_one_user_is_the_weight_read():
     assert s.memory_s == pytest.approx((2e8 + KV_BYTES) / 5e11)
     assert s.compute_s == pytest.approx(2e8 / 5e14)
     assert s.seconds == pytest.approx(s.memory_s) and s.bound == "hbm"
-    s8 = _step(users=1, layout=sg.GpuLayout(8, 1))
+    s8 = _step(users=1, layout=gs.GpuLayout(8, 1))
     reduce = 2 * 7 / 8 * (2 * 256) / ROUND.nvlink_bytes_per_s + 2 * 7 * ROUND.nvlink_latency_s
     assert s8.allreduce_s == pytest.approx(2 * 2 * reduce)  # 2 per layer, 2 layers
     assert s8.seconds == pytest.approx((2e8 + KV_BYTES) / 8 / 5e11 + 4 * reduce)
@@ -93,7 +94,7 @@ def test_gpu_step_at_one_user_is_the_weight_read():
     assert fp8.memory_s == pytest.approx((1e8 + KV_BYTES / 2) / 5e11)
     assert fp8.compute_s == pytest.approx(2e8 / (0.5 * ROUND.peak_fp8_flops))
     with pytest.raises(ServingError, match="no fp8"):
-        sg.step(FLAT, gpum.A100, ONE, sg.StepBatch(users=1), precision="fp8")
+        gs.step(FLAT, gpum.A100, ONE, gs.StepBatch(users=1), precision="fp8")
 
 
 def test_gpu_compute_knee_and_aggregate_plateau():
@@ -110,7 +111,7 @@ def test_gpu_compute_knee_and_aggregate_plateau():
 def test_gpu_kv_bytes_per_user_and_the_largest_batch():
     # usable 0.9 x 1e9 = 9e8; weights 2 N_ALL; a user of 100 tokens holds 100 KV_BYTES
     users = int((9e8 - 2 * N_ALL) // (100 * KV_BYTES))
-    assert users == 3417 and sg.max_batch(FLAT, ROUND, ONE, held_tokens=100) == users
+    assert users == 3417 and gs.max_batch(FLAT, ROUND, ONE, held_tokens=100) == users
     serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=Workload(prompt_tokens=60,
                        output_tokens=40), fractions=HALF)  # fmt: skip
     # the step budget: each user's decode token and 60 / 40 prompt tokens a step
@@ -121,8 +122,8 @@ def test_gpu_kv_bytes_per_user_and_the_largest_batch():
     big = dataclasses.replace(FLAT, vocab_size=3_900_000)  # 2.0 GB of weights over 0.9 GB: 3
     with pytest.raises(gpum.GpuMemoryError, match="use at least 3 GPUs"):
         GpuServing(big, ROUND, num_gpus=2, workload=SHORT)
-    assert sg.min_gpus(big, ROUND, held_tokens=32) == 3
-    assert sg.min_gpus(big, ROUND, held_tokens=32, precision="fp8") == 2
+    assert gs.min_gpus(big, ROUND, held_tokens=32) == 3
+    assert gs.min_gpus(big, ROUND, held_tokens=32, precision="fp8") == 2
 
 
 def test_gpu_a_round_carries_the_prompts_of_the_requests_it_finishes():

@@ -17,6 +17,7 @@ from wse_core import WseError, preset
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems.serving import GpuServing, WaferServing, Workload, frontier, meeting
+from wse_systems.serving import gpu_step as gs
 from wse_systems.serving import gpus as sg
 from wse_systems.transformer import DecoderCounts, kv_values_per_token, matmul_params
 
@@ -28,7 +29,7 @@ SHAPES = (
     DecoderCounts(name="c", arch="gpt2", vocab_size=50257, d_model=2048, n_layers=24,
                   n_heads=16, n_kv_heads=16, d_ff=8192, max_seq_len=4096, tie_embeddings=True),
 )  # fmt: skip
-FRACTIONS = sg.GpuFractions(hbm_fraction=0.7, mfu=0.5)
+FRACTIONS = gs.GpuFractions(hbm_fraction=0.7, mfu=0.5)
 TOY = DecoderCounts(name="toy", arch="llama", n_layers=4, d_model=256, n_heads=4, n_kv_heads=2,
                     d_ff=512, vocab_size=1000, max_seq_len=128)  # fmt: skip
 
@@ -58,7 +59,7 @@ def test_gpu_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
         return
     users = max(1, round(case["load"] * serve.max_users))
     p = serve.point(users)
-    prec, shape = sg.PRECISIONS[case["precision"]], case["shape"]
+    prec, shape = gs.PRECISIONS[case["precision"]], case["shape"]
     n = matmul_params(shape)
     tokens = p.aggregate_tokens_per_s + p.input_tokens_per_s  # prompt and output
     assert p.input_tokens_per_s == pytest.approx(
@@ -67,7 +68,7 @@ def test_gpu_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
     peak = case["gpus"] * 0.5 * prec.peak_flops(gpum.H100)
     assert tokens * 2 * n <= peak * (1 + 1e-9)
     # every step reads every weight once and every decoding user's cache once
-    lay = sg.GpuLayout(p.layout["tp"], p.layout["pp"])
+    lay = gs.GpuLayout(p.layout["tp"], p.layout["pp"])
     batch, kv = p.layout["batch"], serve.workload.kv_tokens
     step_bytes = prec.weight_bytes * n + prec.kv_bytes * kv_values_per_token(shape) * batch * kv
     steps_per_s = p.user_tokens_per_s  # one output token per user per step
@@ -138,7 +139,7 @@ def test_a_gpu_count_of_1e18_is_priced_at_once():
     assert math.isclose(top.users, serve.max_users) and serve.max_users > 10**18
     sped = meeting(serve, top.user_tokens_per_s)
     assert sped is not None and sped.user_tokens_per_s >= top.user_tokens_per_s
-    assert len(sg.replica_sizes(10**18, gpum.H100, SHAPES[1])) <= SHAPES[1].n_layers + 6
+    assert len(gs.replica_sizes(10**18, gpum.H100, SHAPES[1])) <= SHAPES[1].n_layers + 6
     assert time.perf_counter() - start < 2.0
 
 
@@ -148,11 +149,11 @@ def test_time_to_first_token_is_the_policys_not_a_share():
     shape = SHAPES[1]
     w = Workload(prompt_tokens=20000, output_tokens=100)
     serve = GpuServing(shape, gpum.H100, num_gpus=1, workload=w, fractions=FRACTIONS)
-    lay = sg.GpuLayout(1, 1)
+    lay = gs.GpuLayout(1, 1)
 
     def chunk(tokens):
-        batch = sg.StepBatch(kv_tokens=w.kv_tokens, prefill_tokens=tokens, prompt_tokens=20000)
-        return sg.step(shape, gpum.H100, lay, batch, fractions=FRACTIONS).seconds
+        batch = gs.StepBatch(kv_tokens=w.kv_tokens, prefill_tokens=tokens, prompt_tokens=20000)
+        return gs.step(shape, gpum.H100, lay, batch, fractions=FRACTIONS).seconds
 
     full, rest = divmod(20000, sg.TOKEN_BUDGET)
     alone = full * chunk(sg.TOKEN_BUDGET) + chunk(rest)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 from wse_systems import gpu as gpum
-from wse_systems.serving import gpus as sg
+from wse_systems.serving import gpu_step as gs
 from wse_systems.serving import trtllm_h100 as tr
 from wse_systems.serving.frontier import Workload
 from wse_systems.transformer import kv_values_per_token, num_params
@@ -35,18 +35,18 @@ def test_a_row_is_the_serving_model_at_its_layout_and_most_users():
     usable = 0.9 * gpum.H100.memory_bytes - num_params(shape)
     memory_users = int(usable // (kv_values_per_token(shape) * w.held_tokens))
     users = min(481, memory_users)
-    batch = sg.StepBatch(users=users, kv_tokens=w.kv_tokens, prefill_tokens=users * 16,
+    batch = gs.StepBatch(users=users, kv_tokens=w.kv_tokens, prefill_tokens=users * 16,
                          prompt_tokens=2048)  # fmt: skip
-    s = sg.step(shape, gpum.H100, sg.GpuLayout(1, 1), batch, precision="fp8",
-                fractions=sg.GpuFractions(hbm_fraction=0.7, mfu=0.3))  # fmt: skip
+    s = gs.step(shape, gpum.H100, gs.GpuLayout(1, 1), batch, precision="fp8",
+                fractions=gs.GpuFractions(hbm_fraction=0.7, mfu=0.3))  # fmt: skip
     assert tr.predict(row, mfu=0.3, hbm_fraction=0.7) == pytest.approx(users / s.seconds)
 
 
 @pytest.mark.slow
 def test_the_fit_uses_only_rows_with_input_at_most_output_and_gives_the_constants():
     mfu, hbm, rms = tr.fit()
-    assert mfu == pytest.approx(sg.FITTED_MFU, abs=2e-3)
-    assert hbm == pytest.approx(sg.FITTED_HBM_FRACTION, abs=2e-3)
+    assert mfu == pytest.approx(gs.FITTED_MFU, abs=2e-3)
+    assert hbm == pytest.approx(gs.FITTED_HBM_FRACTION, abs=2e-3)
     fitted = [r for r in tr.ROWS if tr.fitted(r)]
     logs = [math.log(tr.predict(r, mfu=mfu, hbm_fraction=hbm) / r.output_tokens_per_s)
             for r in fitted]  # fmt: skip

@@ -47,7 +47,7 @@ from wse_systems.serving import (
     frontier,
     knee,
 )
-from wse_systems.serving.gpus import GpuFractions
+from wse_systems.serving.gpu_step import GpuFractions
 
 __all__ = ["run", "CASES"]
 

@@ -41,6 +41,7 @@ from wse_systems.planning.train import (
     power_notes,
     wafer_rates,
 )
+from wse_systems.serving import gpu_step
 from wse_systems.transformer import DecoderShape, num_params
 
 __all__ = [
@@ -107,7 +108,7 @@ def wafer_serving(
 
 def _default_gpus(shape: DecoderShape, g: gpum.GpuSpec, workload, speculation, precision) -> int:
     """One node, or the fewest whole nodes that hold the model, its draft and one user."""
-    need = sv.gpus.min_gpus(shape, g, held_tokens=workload.held_tokens, precision=precision,
+    need = gpu_step.min_gpus(shape, g, held_tokens=workload.held_tokens, precision=precision,
                             draft=None if speculation is None else speculation.draft)  # fmt: skip
     return max(need, g.gpus_per_node)
 
@@ -229,7 +230,7 @@ class WaferSetup(NamedTuple):
 class GpuSetup(NamedTuple):
     """The GPU side asked for: replicas of `gpus` GPUs of kind `gpu` (None: one node, or the
     fewest whole nodes that hold the model), at `hbm_fraction` of HBM bandwidth and `mfu`
-    (None: the fitted `wse_systems.serving.gpus` values), weights, KV and products in
+    (None: the fitted `wse_systems.serving.gpu_step` values), weights, KV and products in
     `precision` (bf16 or fp8)."""
 
     gpu: str = "h100"
@@ -285,8 +286,8 @@ def plan_infer(
     tokens_per_day, days, rates = costing
     gpus, gpu_precision = gpu.gpus, gpu.precision
     check_positive(wafers=wafers, gpus=gpus, tokens_per_day=tokens_per_day, days=days)
-    hbm_fraction = sv.gpus.FITTED_HBM_FRACTION if gpu.hbm_fraction is None else gpu.hbm_fraction
-    mfu = sv.gpus.FITTED_MFU if gpu.mfu is None else gpu.mfu
+    hbm_fraction = gpu_step.FITTED_HBM_FRACTION if gpu.hbm_fraction is None else gpu.hbm_fraction
+    mfu = gpu_step.FITTED_MFU if gpu.mfu is None else gpu.mfu
     _check(users, min_user_tokens_per_s, max_ttft_s, hbm_fraction, mfu)
     rates = rates or {}
     check_rates(rates)
@@ -300,7 +301,7 @@ def plan_infer(
     )
     shape = cfg
     m = gpus or _default_gpus(shape, g, work, speculation, gpu_precision)
-    kw = dict(workload=work, fractions=sv.gpus.GpuFractions(hbm_fraction, mfu),
+    kw = dict(workload=work, fractions=gpu_step.GpuFractions(hbm_fraction, mfu),
               speculation=speculation, precision=gpu_precision)  # fmt: skip
     gs = sv.GpuServing(shape, g, num_gpus=m, **kw)  # type: ignore[arg-type]
     wf, gf = sv.frontier(ws), sv.frontier(gs)
@@ -344,7 +345,7 @@ def plan_infer(
 def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
     """The assumptions in words (`gpu`: its fractions resolved; `spec`: the speculation)."""
     wafer, gemv, hbm_fraction, mfu = setup.spec, setup.gemv, gpu.hbm_fraction, gpu.mfu
-    prec = sv.gpus.gpu_precision(gpu.precision)
+    prec = gpu_step.gpu_precision(gpu.precision)
     notes = power_notes(g, wafer) + [
         f"each request: {work.prompt_tokens} prompt + {work.output_tokens} output tokens, "
         f"{work.held_tokens} tokens of KV cache held, {work.kv_tokens} read per decode step; "

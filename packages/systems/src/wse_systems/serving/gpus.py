@@ -2,7 +2,7 @@
 chunked prefill, per-user speed against aggregate throughput, time to first token,
 speculative decoding, in bf16 or fp8. Each forward pass is priced by the one pricer,
 `wse_systems.serving.gpu_step.step` (its formula, the GPUs' figures and the achieved
-fractions of their peaks, `GpuFractions`, are there; this module re-exports its names).
+fractions of their peaks, `GpuFractions`, are there).
 
 The scheduling policy (vLLM's chunked prefill, TensorRT-LLM's in-flight batching): each step
 has a token budget T (`TOKEN_BUDGET`, TensorRT-LLM's default `max_num_tokens`); the decoding
@@ -36,10 +36,6 @@ from typing import Any
 from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec
 from wse_systems.serving.frontier import OperatingPoint, ServingError, Speculation, Workload
 from wse_systems.serving.gpu_step import (
-    ACT_BYTES,
-    FITTED_HBM_FRACTION,
-    FITTED_MFU,
-    PRECISIONS,
     GpuFractions,
     GpuLayout,
     GpuPrecision,
@@ -48,32 +44,12 @@ from wse_systems.serving.gpu_step import (
     gpu_precision,
     layout_for,
     max_batch,
-    min_gpus,
     replica_sizes,
     step,
 )
 from wse_systems.transformer import DecoderShape
 
-__all__ = [
-    "TOKEN_BUDGET",
-    "FITTED_MFU",
-    "FITTED_HBM_FRACTION",
-    "ACT_BYTES",
-    "GpuPrecision",
-    "PRECISIONS",
-    "gpu_precision",
-    "GpuLayout",
-    "GpuStep",
-    "GpuFractions",
-    "StepBatch",
-    "layout_for",
-    "replica_sizes",
-    "max_batch",
-    "min_gpus",
-    "step",
-    "GpuServing",
-    "gpus_to_match",
-]
+__all__ = ["TOKEN_BUDGET", "GpuServing", "gpus_to_match"]
 
 TOKEN_BUDGET = 8192  # tokens a step: TensorRT-LLM's default max_num_tokens (trtllm-serve)
 

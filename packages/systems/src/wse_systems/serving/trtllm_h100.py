@@ -14,7 +14,7 @@ absent here. `SHAPES` are the three models' published shapes (Meta's model cards
 (input length <= output length, shared/REFERENCES.md); every other row is a check.
 `predict(row, mfu=, hbm_fraction=)` is `wse_systems.serving.gpus`' output tokens/s for the
 row's layout at the most users it holds, in fp8; `fit()` the two fractions minimising the
-squared log ratios over the fitted rows (what `wse_systems.serving.gpus.FITTED_*` hold).
+squared log ratios over the fitted rows (what `wse_systems.serving.gpu_step.FITTED_*` hold).
 Notes: docs/references/trtllm-h100.md.
 """
 
@@ -118,7 +118,8 @@ def predict(row: TrtllmRow, *, mfu: float, hbm_fraction: float) -> float:
     fp8, at the most users it holds (the benchmark's "maximum load")."""
     from wse_systems.gpu import H100
     from wse_systems.serving.frontier import Workload
-    from wse_systems.serving.gpus import GpuFractions, GpuLayout, GpuServing
+    from wse_systems.serving.gpu_step import GpuFractions, GpuLayout
+    from wse_systems.serving.gpus import GpuServing
 
     work = Workload(prompt_tokens=row.input_tokens, output_tokens=row.output_tokens)
     serve = GpuServing(SHAPES[row.model], H100, num_gpus=row.gpus, workload=work,

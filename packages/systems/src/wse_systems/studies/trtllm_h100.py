@@ -18,7 +18,7 @@ import math
 from wse_core import ExperimentResult, PredictionRow
 
 from wse_systems.serving import trtllm_h100 as tr
-from wse_systems.serving.gpus import FITTED_HBM_FRACTION, FITTED_MFU
+from wse_systems.serving.gpu_step import FITTED_HBM_FRACTION, FITTED_MFU
 
 __all__ = ["run"]
 
