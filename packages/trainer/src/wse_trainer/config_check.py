@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wse_core.errors import shown, suggest
+from wse_core.errors import not_utf8, shown, suggest
 from wse_core.host.limits import lift, limit
 from wse_systems.training.micro_batch import MODES
 
@@ -31,15 +31,6 @@ MIN_VOCAB_SIZE = 257
 def _positive(where: str, value: int | float | None) -> None:
     if value is not None and value <= 0:
         raise ConfigError(f"{where} must be positive, got {value}")
-
-
-def _utf8(text: str) -> bool:
-    """Whether `text` encodes as UTF-8 (argv's undecodable bytes arrive as lone surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _check_optimizer(opt: OptimizerConfig) -> None:
@@ -67,10 +58,10 @@ def check_config(
             f"has {MIN_VOCAB_SIZE} tokens at least (256 bytes and the end of text), so set "
             f"model.vocab_size to at least {MIN_VOCAB_SIZE}"
         )
-    if not _utf8(run.sample_prompt):  # hunt 60: the sample after training was a traceback
+    if (where := not_utf8(run.sample_prompt)) is not None:  # hunt 60: a traceback after training
         raise ConfigError(
-            f"runconfig.sample_prompt {shown(run.sample_prompt)} is not UTF-8 text (bytes the "
-            "shell passed undecoded); give UTF-8 text"
+            f"runconfig.sample_prompt {shown(run.sample_prompt)} is not UTF-8 text ({where}); "
+            "give UTF-8 text"
         )
     for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
         _positive(f"runconfig.{name}", getattr(run, name))

@@ -24,6 +24,7 @@ __all__ = [
     "suggest",
     "shown",
     "SHOWN_CHARS",
+    "not_utf8",
     "yaml_problem",
     "quoted_number",
     "NUMPY_FILE_ERRORS",
@@ -79,6 +80,18 @@ def shown(value: object, *, quote: bool = True, head: int = SHOWN_CHARS) -> str:
         return repr(text) if quote else text
     start = repr(text[:head]) if quote else text[:head]
     return f"{start}... ({len(text):,} characters)"
+
+
+def not_utf8(text: str) -> str | None:
+    """None when `text` encodes as UTF-8, else where it does not ("byte 0xff at character
+    3"): bytes the shell passed undecoded arrive from argv as lone surrogates ($'\\xff' is
+    '\\udcff', surrogateescape's mapping of the byte), which no tokenizer encodes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        byte = (ord(e.object[e.start]) - 0xDC00) & 0xFF
+        return f"byte 0x{byte:02x} at character {e.start:,}"
+    return None
 
 
 def yaml_problem(e: Exception) -> str:

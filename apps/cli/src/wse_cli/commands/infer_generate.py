@@ -57,18 +57,11 @@ def _parse_prompt_ids(prompt: str | None, prompt_ids: str | None) -> list[int] |
 
 
 def _check_utf8(name: str, text: str | None) -> None:
-    """Refuse text that is not UTF-8: bytes the shell passed that do not decode arrive as
-    lone surrogates (`$'\\xff'` is '\\udcff'), which no tokenizer encodes."""
-    from wse_core.errors import shown
+    """Refuse text that is not UTF-8 (`wse_core.errors.not_utf8`)."""
+    from wse_core.errors import not_utf8, shown
 
-    try:
-        (text or "").encode("utf-8")
-    except UnicodeEncodeError as e:
-        byte = ord(e.object[e.start]) - 0xDC00  # surrogateescape's mapping of a byte
-        fail(
-            f"{name} {shown(text)} is not UTF-8 text (byte 0x{byte & 0xFF:02x} at character "
-            f"{e.start:,}); give UTF-8 text"
-        )
+    if (where := not_utf8(text or "")) is not None:
+        fail(f"{name} {shown(text)} is not UTF-8 text ({where}); give UTF-8 text")
 
 
 def _check_stop(stop: list[str]) -> None:
