@@ -149,6 +149,7 @@ def bench_throughput(quick: bool, rounds: int) -> list[dict]:
 def bench_occupancy(quick: bool, stages: int = 4) -> list[dict]:
     from wse_inference.engine import SamplingParams
     from wse_inference.pipeline.engine import PipelineEngine
+    from wse_systems.pipeline import Regions
     from wse_systems.serving import Workload
     from wse_systems.serving.wafer import WaferServing, occupancy
 
@@ -156,9 +157,9 @@ def bench_occupancy(quick: bool, stages: int = 4) -> list[dict]:
     eng = PipelineEngine(m, spec=preset("wse3"), stages=stages, max_context=48)
     plan = eng.plan
     serve = WaferServing(
-        m.config, plan.spec, num_wafers=plan.num_wafers, stages=stages,
+        m.config, plan.spec, num_wafers=plan.num_wafers,
         workload=Workload(prompt_tokens=16, output_tokens=32, context_len=48),
-        bytes_per_param=plan.bytes_per_param,
+        bytes_per_param=plan.bytes_per_param, regions=Regions(stages=stages, layout=None),
     )  # fmt: skip
     rows = []
     for users in range(1, stages + 1):

@@ -31,16 +31,8 @@ EXEMPT = {
     ("wse_core/cost/report.py", "RunReport.build"): "RunReport's own fields",
     # builds one typer option: typer.Option's default, flag and help, the bounds it checks
     ("wse_cli/options.py", "number"): "one CLI option's own settings",
-    # Not yet grouped (tidy 60 left them; no concept found that keeps their call sites
-    # readable): the pipeline plan's own fields, passed by keyword at ~40 call sites and
-    # through **kwargs by min_wafers / choose_layout / plan_for (a candidate: the KV cache
-    # reserved, context_len x slots, which alone leaves place_speculative at 10); the
-    # speculative placement forwards the same plus the draft's bytes per parameter; the
-    # wafer serving system holds them. The streamed trainer: a shell's constructor, its
+    # Not yet grouped (tidy 60 left it): the streamed trainer, a shell's constructor, its
     # run's settings one for one (batch geometry, optimizer, devices).
-    ("wse_systems/pipeline.py", "plan_pipeline"): "pending: PipelinePlan's own fields",
-    ("wse_systems/serving/speculative.py", "place_speculative"): "pending: plan_pipeline's",
-    ("wse_systems/serving/wafer.py", "WaferServing.__init__"): "pending: plan_pipeline's",
     ("wse_trainer/stream.py", "StreamedTrainer.__init__"): "pending: the trainer's setup",
 }
 

@@ -12,11 +12,11 @@ import numpy as np
 from wse_core import preset
 from wse_core.hw.wafer import build_wafer
 from wse_models.config import PRESETS
-from wse_systems.pipeline import plan_pipeline
+from wse_systems.pipeline import Regions, plan_pipeline
 from wse_systems.trace import pipeline_traces
 
 spec, cfg = preset("demo"), PRESETS["gpt2-124m"]
-plan = plan_pipeline(cfg, spec, num_wafers=2, stages=12, context_len=256)
+plan = plan_pipeline(cfg, spec, num_wafers=2, context_len=256, regions=Regions(stages=12))
 wafers = [build_wafer(spec, defect_seed=7 + w) for w in range(plan.num_wafers)]
 trace = pipeline_traces(cfg, plan, wafers=wafers)[0]
 print(f"wafer 0 holds {', '.join(r['name'] for r in trace.regions)}")

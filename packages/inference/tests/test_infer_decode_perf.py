@@ -12,7 +12,7 @@ from wse_inference.pipeline import perf as decode_perf
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.speculative.verify import AcceptanceStats
 from wse_inference.testing import tiny_model
-from wse_systems.pipeline import plan_pipeline
+from wse_systems.pipeline import Regions, plan_pipeline
 from wse_systems.transformer import DecoderCounts
 
 # One layer: d 8, 2 heads of 4 (1 KV head), MLP 16, vocabulary 32.
@@ -68,7 +68,7 @@ def test_decode_cost_counted_by_hand():
 def test_wafers_pass_activations_at_system_io_with_stated_latency():
     two = dataclasses.replace(HAND, name="hand2", n_layers=2)
     spec = spec_from(preset("tiny"), pe_rows=4, pe_cols=4)
-    plan = plan_pipeline(two, spec, num_wafers=2, stages=2, context_len=8)
+    plan = plan_pipeline(two, spec, num_wafers=2, context_len=8, regions=Regions(stages=2))
     report = decode_perf.predict_decode(two, plan)
     # 2 passes (wafer 0 -> 1 and back) of d_model = 8 fp16 values, plus the latency each.
     between = report.predicted.leaf("between_wafers")
@@ -77,7 +77,7 @@ def test_wafers_pass_activations_at_system_io_with_stated_latency():
     with assume(system_latency_s=5e-6):  # the assumed spec, resolved at the edge: plan again
         spec5 = spec_from(assumed_spec("tiny"), pe_rows=4, pe_cols=4)
         slower = decode_perf.predict_decode(
-            two, plan_pipeline(two, spec5, num_wafers=2, stages=2, context_len=8)
+            two, plan_pipeline(two, spec5, num_wafers=2, context_len=8, regions=Regions(stages=2))
         )
     assert slower.predicted.leaf("between_wafers").seconds == pytest.approx(
         2 * 8 * 2 / spec.host_io_bytes_per_s + 2 * 5e-6
@@ -119,7 +119,9 @@ def test_engine_and_prediction_share_the_plan(change):
 
 def test_engine_takes_a_given_plan():
     model = tiny_model("llama", n_layers=3)
-    plan = plan_pipeline(model.config, spec_from(preset("wse3")), stages=3, context_len=24, slots=3)
+    plan = plan_pipeline(
+        model.config, spec_from(preset("wse3")), context_len=24, slots=3, regions=Regions(stages=3)
+    )
     eng = PipelineEngine(model, spec=preset("wse3"), plan=plan)
     assert eng.plan is plan and eng.stages == 3 and eng.max_context == 24
     assert eng._groups() == [(0, 1), (1, 2), (2, 3)]

@@ -14,6 +14,7 @@ from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.serve.scheduler import Scheduler
 from wse_inference.serve.testing import events_until_finished
 from wse_inference.testing import tiny_model
+from wse_systems.pipeline import Regions
 from wse_systems.serving import Workload
 from wse_systems.serving.wafer import WaferServing, occupancy
 
@@ -56,8 +57,8 @@ def test_the_serving_model_on_the_engines_plan(engine):
     plan = engine.plan
     work = Workload(prompt_tokens=8, output_tokens=16, context_len=32)  # a KV read of 16
     serve = WaferServing(
-        engine.config, plan.spec, num_wafers=plan.num_wafers, workload=work, stages=STAGES,
-        bytes_per_param=plan.bytes_per_param, layout=plan.layout,
+        engine.config, plan.spec, num_wafers=plan.num_wafers, workload=work,
+        bytes_per_param=plan.bytes_per_param, regions=Regions(stages=STAGES, layout=plan.layout),
     )  # fmt: skip
     ours = serve.plans(STAGES)[0]
     assert [s.layers for s in ours.stages] == [s.layers for s in plan.stages]

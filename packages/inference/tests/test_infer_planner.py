@@ -3,14 +3,16 @@
 import pytest
 from wse_core import preset
 from wse_models import preset_config
-from wse_systems.pipeline import PipelinePlanError, min_wafers, plan_pipeline
+from wse_systems.pipeline import PipelinePlanError, Regions, min_wafers, plan_pipeline
 
 
 @pytest.mark.parametrize("stages, wafers", [(2, 1), (3, 1), (4, 2)])
 def test_plan_partitions_layers_rows_and_bytes(stages, wafers):
     config = preset_config("tiny-llama", n_layers=4)
     spec = preset("tiny")
-    plan = plan_pipeline(config, spec, num_wafers=wafers, stages=stages, context_len=64, slots=2)
+    plan = plan_pipeline(
+        config, spec, num_wafers=wafers, context_len=64, slots=2, regions=Regions(stages=stages)
+    )
     layers = [s.layers for s in plan.stages]
     assert layers[0][0] == 0 and layers[-1][1] == 4
     assert all(a[1] == b[0] for a, b in zip(layers, layers[1:], strict=False))
@@ -33,7 +35,7 @@ def test_plan_refuses_with_numbers():
         plan_pipeline(config, preset("wse3"), num_wafers=1, context_len=8192)
     assert 4 <= min_wafers(config, preset("wse3"), context_len=8192) <= 5
     with pytest.raises(PipelinePlanError, match="stages must be"):
-        plan_pipeline(preset_config("tiny-llama"), preset("tiny"), stages=3)
+        plan_pipeline(preset_config("tiny-llama"), preset("tiny"), regions=Regions(stages=3))
 
 
 def test_longer_context_needs_more_wafers():

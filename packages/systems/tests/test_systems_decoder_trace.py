@@ -33,7 +33,7 @@ def test_zero_skipping_prices_only_the_down_projections_fired_fmacs():
 
 
 def test_pipeline_traces_put_each_stage_on_its_own_region_and_wafer():
-    from wse_systems.pipeline import plan_pipeline
+    from wse_systems.pipeline import Regions, plan_pipeline
     from wse_systems.trace import pipeline_traces
     from wse_systems.transformer import DecoderCounts
 
@@ -42,7 +42,7 @@ def test_pipeline_traces_put_each_stage_on_its_own_region_and_wafer():
         vocab_size=1000, max_seq_len=128,
     )  # fmt: skip
     spec = preset("demo")
-    plan = plan_pipeline(shape, spec, num_wafers=2, stages=4, context_len=64)
+    plan = plan_pipeline(shape, spec, num_wafers=2, context_len=64, regions=Regions(stages=4))
     traces = pipeline_traces(shape, plan)
     assert len(traces) == 2
     names = [[g["name"] for g in t.regions] for t in traces]

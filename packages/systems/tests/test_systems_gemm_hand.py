@@ -93,10 +93,12 @@ TOY = DecoderCounts(name="t", arch="llama", n_layers=4, d_model=64, n_heads=4, n
 
 
 def _plans():
-    from wse_systems.pipeline import plan_pipeline
+    from wse_systems.pipeline import Regions, plan_pipeline
 
     return {
-        g: plan_pipeline(TOY, preset("small"), context_len=64, layout="compact", gemv=g)
+        g: plan_pipeline(
+            TOY, preset("small"), context_len=64, regions=Regions(layout="compact", gemv=g)
+        )
         for g in ("sdk", "meshgemv")
     }
 

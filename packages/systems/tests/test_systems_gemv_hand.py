@@ -115,13 +115,13 @@ def test_both_layouts_pay_the_same_phases():
     """A band and a compact region run the same phases (broadcast, compute, reduce, move,
     the attention's dataflow, the handoff): only their counts differ."""
     from wse_systems.decoder import decode_phases
-    from wse_systems.pipeline import plan_pipeline
+    from wse_systems.pipeline import Regions, plan_pipeline
 
     toy = DecoderCounts(name="t", arch="llama", n_layers=4, d_model=64, n_heads=4,
                         n_kv_heads=2, d_ff=128, vocab_size=100, max_seq_len=64)  # fmt: skip
     names = {}
     for layout in ("banded", "compact"):
-        plan = plan_pipeline(toy, preset("small"), context_len=64, layout=layout)
+        plan = plan_pipeline(toy, preset("small"), context_len=64, regions=Regions(layout=layout))
         stage = decode_phases(toy, plan).parts[0]
         names[layout] = [leaf.name for leaf, _ in stage.leaves()]
     assert names["banded"] == names["compact"]
@@ -167,17 +167,19 @@ def test_meshgemv_counted_by_hand():
 
 
 def test_decode_prices_the_gemv_program_the_plan_names():
-    """The GEMV program is the plan's (`plan_pipeline(..., gemv=)`), stated in every
-    report: "sdk" (the default) floods, reduces and moves; "meshgemv" floods the residual
-    once per region and moves nothing between products."""
+    """The GEMV program is the plan's (`plan_pipeline(..., regions=Regions(gemv=))`), stated
+    in every report: "sdk" (the default) floods, reduces and moves; "meshgemv" floods the
+    residual once per region and moves nothing between products."""
     from wse_systems.decoder import decode_phases
-    from wse_systems.pipeline import plan_pipeline
+    from wse_systems.pipeline import Regions, plan_pipeline
     from wse_systems.token import price_token
 
     toy = DecoderCounts(name="t", arch="llama", n_layers=4, d_model=64, n_heads=4,
                         n_kv_heads=2, d_ff=128, vocab_size=100, max_seq_len=64)  # fmt: skip
-    sdk = plan_pipeline(toy, preset("small"), context_len=64, layout="compact")
-    mesh = plan_pipeline(toy, preset("small"), context_len=64, layout="compact", gemv="meshgemv")
+    sdk = plan_pipeline(toy, preset("small"), context_len=64, regions=Regions(layout="compact"))
+    mesh = plan_pipeline(
+        toy, preset("small"), context_len=64, regions=Regions(layout="compact", gemv="meshgemv")
+    )
     assert sdk.gemv == "sdk" and mesh.gemv == "meshgemv" and sdk.stages == mesh.stages
     names = {p.gemv: [leaf.name for leaf, _ in decode_phases(toy, p).parts[0].leaves()]
              for p in (sdk, mesh)}  # fmt: skip
@@ -189,4 +191,4 @@ def test_decode_prices_the_gemv_program_the_plan_names():
         assert report.assumptions["gemv program"].startswith(plan.gemv)
         assert report.extra["plan"]["gemv"] == plan.gemv
     with pytest.raises(ValueError, match="gemv"):
-        plan_pipeline(toy, preset("small"), context_len=64, gemv="cannon")
+        plan_pipeline(toy, preset("small"), context_len=64, regions=Regions(gemv="cannon"))

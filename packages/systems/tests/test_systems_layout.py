@@ -11,7 +11,7 @@ from wse_core import PerfModel, preset
 from wse_core.cost.perf import Work
 from wse_core.hw.sram import Region
 from wse_systems.decoder import decode_phases, matvec_phases
-from wse_systems.pipeline import PipelinePlanError, compact_strips, plan_pipeline, to_edge
+from wse_systems.pipeline import PipelinePlanError, Regions, compact_strips, plan_pipeline, to_edge
 from wse_systems.token import choose_layout, price_token
 from wse_systems.transformer import LLAMA31_8B, DecoderCounts
 
@@ -31,7 +31,7 @@ def _move_hops(region: Region) -> float:
 def test_8b_traversal_hops_banded_against_compact():
     spec = preset("wse3")  # 762 x 1176 PEs
     banded = plan_pipeline(LLAMA31_8B, spec, context_len=8192)
-    compact = plan_pipeline(LLAMA31_8B, spec, context_len=8192, layout="compact")
+    compact = plan_pipeline(LLAMA31_8B, spec, context_len=8192, regions=Regions(layout="compact"))
     # 33 regions (32 layers + head): round(sqrt(33 * 1176 / 762)) = round(7.14) = 7 strips
     assert compact_strips(33, spec) == 7
     b, c = banded.stages[0].region, compact.stages[0].region
@@ -54,7 +54,7 @@ def test_choose_layout_takes_the_faster_and_says_which():
     assert plan.layout == min(seconds, key=seconds.__getitem__)
     assert price_token(LLAMA31_8B, plan).predicted_s == pytest.approx(min(seconds.values()))
     with pytest.raises(PipelinePlanError, match="layout"):
-        plan_pipeline(TOY, spec, layout="diagonal")
+        plan_pipeline(TOY, spec, regions=Regions(layout="diagonal"))
 
 
 def test_to_edge_counts_the_nearest_border():
@@ -94,7 +94,7 @@ def test_a_wafer_crossing_is_edge_trips_serialisation_and_a_latency():
 
 
 def test_to_next_across_a_strip_and_back_to_the_head_by_hand():
-    plan = plan_pipeline(TOY, preset("small"), context_len=64, layout="compact")
+    plan = plan_pipeline(TOY, preset("small"), context_len=64, regions=Regions(layout="compact"))
     got = [(s.region.row0, s.region.col0, s.region.rows, s.region.cols)
            for s in (plan.head, *plan.stages)]  # fmt: skip
     assert got == [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from wse_core import preset
 from wse_systems import serving as sv
-from wse_systems.pipeline import GEMV_PROGRAMS
+from wse_systems.pipeline import GEMV_PROGRAMS, Regions
 from wse_systems.token import price_token
 from wse_systems.transformer import LLAMA31_8B
 
@@ -17,8 +17,9 @@ WORK = sv.Workload(prompt_tokens=256, output_tokens=64)
 @pytest.mark.parametrize("gemv", GEMV_PROGRAMS)
 def test_one_users_token_is_the_pricers_on_the_plan_of_that_program(gemv):
     ws = sv.WaferServing(
-        LLAMA31_8B, preset("wse3"), num_wafers=1, workload=WORK, gemv=gemv, layout="compact"
-    )
+        LLAMA31_8B, preset("wse3"), num_wafers=1, workload=WORK,
+        regions=Regions(layout="compact", gemv=gemv),
+    )  # fmt: skip
     plan, _ = ws.plans(1)
     assert plan.gemv == gemv
     report = price_token(LLAMA31_8B, plan, kv_tokens=WORK.kv_tokens)

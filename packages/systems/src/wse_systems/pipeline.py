@@ -4,11 +4,12 @@ It lives in wse_core because the same plan object is what the inference engine e
 (`wse_inference.pipeline.engine`) and what the cost model prices (`wse_systems.decoder`), and
 the calibration case (Llama 3.1 8B on one WSE-3) is planned here too.
 
-Contract. `plan_pipeline(config, spec, num_wafers=..., stages=..., context_len=..., slots=...)`
-splits the `n_layers` layers into `stages` contiguous groups (sizes differ by at most one),
-spreads the stages over `num_wafers` wafers in order, and gives each stage a band of PE rows
-of its wafer (`layout="banded"`: full-width bands; `"compact"`: bands of `compact_strips`
-column strips, so that each region is near square and a traversal of it is short) in
+Contract. `plan_pipeline(config, spec, num_wafers=..., context_len=..., slots=...,
+regions=Regions(stages=..., layout=..., gemv=...))` splits the `n_layers` layers into
+`stages` contiguous groups (sizes differ by at most one), spreads the stages over
+`num_wafers` wafers in order, and gives each stage a band of PE rows of its wafer
+(`layout="banded"`: full-width bands; `"compact"`: bands of `compact_strips` column
+strips, so that each region is near square and a traversal of it is short) in
 proportion to the bytes it must hold: its weights, its KV cache for
 `context_len` tokens of each of `slots` users in flight, and its activations. The embedding
 and head (and final norm) get one more region, `head`, on wafer 0: the last stage's output
@@ -39,6 +40,7 @@ __all__ = [
     "PipelinePlanError",
     "StagePlan",
     "PipelinePlan",
+    "Regions",
     "plan_pipeline",
     "min_wafers",
     "kv_bytes_per_token",
@@ -79,6 +81,17 @@ def check_gemv(gemv: str) -> str:
 
 class PipelinePlanError(SramBudgetError):
     """The model does not fit the given wafers as asked."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Regions:
+    """The regions asked for: `stages` layer regions (None: one per layer), laid out as
+    `layout` (`LAYOUTS`; None, where a caller chooses the faster: `WaferServing`), each
+    GEMV on them priced as `gemv` (`GEMV_PROGRAMS`). Checked by `plan_pipeline`."""
+
+    stages: int | None = None
+    layout: str | None = "banded"
+    gemv: str = "sdk"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,17 +223,16 @@ def plan_pipeline(
     spec: WaferSpec,
     *,
     num_wafers: int = 1,
-    stages: int | None = None,
     context_len: int | None = None,
     slots: int = 1,
     bytes_per_param: int = 2,
-    layout: str = "banded",
-    gemv: str = "sdk",
+    regions: Regions = Regions(),
 ) -> PipelinePlan:
-    """Regions for `stages` layer groups (default: one per layer) over `num_wafers` wafers,
-    each wafer's regions as full-width bands (`layout="banded"`) or as bands of column
-    strips (`"compact"`: `compact_strips` strips, so each region is near square); `gemv`
-    (`GEMV_PROGRAMS`) is the program the decode prices each GEMV as."""
+    """Regions for `regions.stages` layer groups (default: one per layer) over `num_wafers`
+    wafers, each wafer's regions as full-width bands (`layout="banded"`) or as bands of
+    column strips (`"compact"`: `compact_strips` strips, so each region is near square);
+    `gemv` (`GEMV_PROGRAMS`) is the program the decode prices each GEMV as."""
+    stages, layout, gemv = regions.stages, regions.layout, regions.gemv
     if layout not in LAYOUTS:
         raise PipelinePlanError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if gemv not in GEMV_PROGRAMS:

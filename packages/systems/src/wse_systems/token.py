@@ -24,6 +24,7 @@ speculative round of `wse_inference.pipeline.perf` uses it with its own phases).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ from wse_systems.pipeline import (
     LAYOUTS,
     PipelinePlan,
     PipelinePlanError,
+    Regions,
     plan_pipeline,
 )
 from wse_systems.transformer import LLAMA31_8B
@@ -175,13 +177,16 @@ def choose_layout(
     **plan_kwargs: Any,
 ) -> tuple[PipelinePlan, dict[str, float]]:
     """(the faster plan, seconds per batch-1 token of each layout that fits): `shape` planned
-    by `plan_pipeline(..., layout=...)` banded and compact, each priced by `price_token`;
-    a tie keeps bands. PipelinePlanError (the banded plan's) when neither fits."""
+    by `plan_pipeline(..., regions=...)` banded and compact (the `regions` asked, else
+    `Regions()`, in each layout), each priced by `price_token`; a tie keeps bands.
+    PipelinePlanError (the banded plan's) when neither fits."""
+    asked = plan_kwargs.pop("regions", Regions())
     plans: dict[str, PipelinePlan] = {}
     error: PipelinePlanError | None = None
     for layout in LAYOUTS:
+        regions = dataclasses.replace(asked, layout=layout)
         try:
-            plans[layout] = plan_pipeline(shape, spec, layout=layout, **plan_kwargs)
+            plans[layout] = plan_pipeline(shape, spec, regions=regions, **plan_kwargs)
         except PipelinePlanError as e:
             error = error or e
     if not plans:
@@ -218,7 +223,7 @@ def decode_case() -> tuple[WaferSpec, Phases]:
             num_wafers=setup["wafers"],
             context_len=setup["context_len"],
             bytes_per_param=setup["bytes_per_param"],
-            gemv=setup["gemv"],
+            regions=Regions(gemv=str(setup["gemv"])),
         )
         _DECODE_CASES[key] = (spec, decode_phases(LLAMA31_8B, plan, kv_tokens=kv, token_out=out))
     return _DECODE_CASES[key]

@@ -38,10 +38,11 @@ from wse_systems.pipeline import (
     LAYOUTS,
     PipelinePlan,
     PipelinePlanError,
+    Regions,
     min_wafers,
     plan_pipeline,
 )
-from wse_systems.serving.speculative import place_speculative, speculative_round
+from wse_systems.serving.speculative import ParamBytes, place_speculative, speculative_round
 from wse_systems.token import choose_layout, decode_assumptions, price_token, token_report
 
 __all__ = [
@@ -96,10 +97,12 @@ def plan_for(
     kwargs: dict[str, Any] = dict(context_len=context_len, bytes_per_param=bytes_per_param)
     if num_wafers is None:
         num_wafers = min_wafers(config, spec, **kwargs)
-    kwargs["gemv"] = gemv
+    regions = Regions(layout=layout, gemv=gemv)
     if layout is not None:
-        return plan_pipeline(config, spec, num_wafers=num_wafers, layout=layout, **kwargs)
-    return choose_layout(config, spec, num_wafers=num_wafers, **token._asdict(), **kwargs)[0]
+        return plan_pipeline(config, spec, num_wafers=num_wafers, regions=regions, **kwargs)
+    return choose_layout(
+        config, spec, num_wafers=num_wafers, regions=regions, **token._asdict(), **kwargs
+    )[0]
 
 
 def predict_model(
@@ -150,8 +153,8 @@ def plan_speculative(
             try:
                 plans = place_speculative(
                     target, draft, spec, num_wafers=n, context_len=context_len,
-                    bytes_per_param=bytes_per_param, draft_bytes_per_param=draft_bytes_per_param,
-                    layout=layout,
+                    param_bytes=ParamBytes(target=bytes_per_param, draft=draft_bytes_per_param),
+                    regions=Regions(layout=layout),
                 )  # fmt: skip
             except PipelinePlanError:
                 continue

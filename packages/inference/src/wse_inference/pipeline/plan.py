@@ -14,7 +14,7 @@ from typing import Any
 
 import jax.numpy as jnp
 from wse_core.hw.spec import WaferSpec
-from wse_systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_systems.pipeline import PipelinePlan, PipelinePlanError, Regions, plan_pipeline
 
 __all__ = ["engine_plan", "emulation_spec", "declare_regions", "row_bytes"]
 
@@ -74,8 +74,9 @@ def engine_plan(
     """The plan an engine of `stages` stages emulates: `stages` regions on the fewest of 1..
     `stages` wafers that hold them (or `num_wafers`), context `max_context`, one slot per
     stage, the model's parameter bytes. Raises the planner's error (with the numbers)."""
-    kwargs = dict(stages=stages, context_len=max_context, slots=stages)
+    kwargs: dict[str, Any] = dict(context_len=max_context, slots=stages)
     kwargs["bytes_per_param"] = int(jnp.dtype(config.param_dtype).itemsize)
+    kwargs["regions"] = Regions(stages=stages)
     if num_wafers is not None:
         return plan_pipeline(config, spec, num_wafers=num_wafers, **kwargs)
     for n in range(1, stages + 1):

@@ -30,7 +30,7 @@ from wse_core import WaferSpec
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems import serving as sv
-from wse_systems.pipeline import GEMV_PROGRAMS, PipelinePlanError
+from wse_systems.pipeline import GEMV_PROGRAMS, PipelinePlanError, Regions
 from wse_systems.planning.choice import ModelChoice, PlanError
 from wse_systems.planning.train import (
     SideResult,
@@ -98,7 +98,7 @@ def wafer_serving(
         try:
             return sv.WaferServing(
                 config, spec, num_wafers=n, workload=workload, speculation=speculation,
-                gemv=gemv,
+                regions=Regions(layout=None, gemv=gemv),
             )  # fmt: skip
         except PipelinePlanError:
             if num_wafers:

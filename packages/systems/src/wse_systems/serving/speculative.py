@@ -1,9 +1,10 @@
 """One speculative round on wafers: where the draft sits and what a round costs.
 
-Contract. `place_speculative(target, draft, spec, num_wafers=, context_len=, slots=)` is the
-one placement of draft-and-verify decoding: the draft takes the fewest PE rows of every
-wafer that hold it (its own `plan_pipeline` on those rows), the target the rest of each
-wafer; -> (target plan, draft plan), `PipelinePlanError` when they do not fit together.
+Contract. `place_speculative(target, draft, spec, num_wafers=, context_len=, slots=,
+param_bytes=ParamBytes(target=, draft=), regions=Regions(...))` is the one placement of
+draft-and-verify decoding: the draft takes the fewest PE rows of every wafer that hold it
+(its own `plan_pipeline` on those rows), the target the rest of each wafer; -> (target
+plan, draft plan), `PipelinePlanError` when they do not fit together.
 `speculative_round(target, target_plan, draft, draft_plan, gamma=, kv_tokens=)` is one round
 (a `Round`): gamma draft decode tokens one after another, then the target's pass over
 gamma + 1 tokens in the prompt blocks that finish soonest (`wse_systems.serving.blocks.
@@ -32,13 +33,21 @@ from typing import Any
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work, serial
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_systems.pipeline import PipelinePlan, PipelinePlanError, Regions, plan_pipeline
 from wse_systems.serving.blocks import price_pipeline
 from wse_systems.token import price_token
 
-__all__ = ["Round", "place_speculative", "speculative_round", "block_phases"]
+__all__ = ["ParamBytes", "Round", "place_speculative", "speculative_round", "block_phases"]
 
 _LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ParamBytes:
+    """Bytes per parameter of the target and of its draft (None: the target's)."""
+
+    target: int = 2
+    draft: int | None = None
 
 
 def place_speculative(
@@ -49,26 +58,25 @@ def place_speculative(
     num_wafers: int,
     context_len: int,
     slots: int = 1,
-    bytes_per_param: int = 2,
-    draft_bytes_per_param: int | None = None,
-    stages: int | None = None,
-    layout: str = "banded",
-    gemv: str = "sdk",
+    param_bytes: ParamBytes = ParamBytes(),
+    regions: Regions = Regions(),
 ) -> tuple[PipelinePlan, PipelinePlan]:
     """(target plan, draft plan): the draft on the fewest PE rows of each of `num_wafers`
-    wafers that hold it, the target on the rest (the module's placement)."""
-    dbpp = bytes_per_param if draft_bytes_per_param is None else draft_bytes_per_param
+    wafers that hold it, the target on the rest (the module's placement); `regions` are the
+    target's (the draft's: one per layer, laid out and priced as the target's)."""
+    bpp = param_bytes.target
+    dbpp = bpp if param_bytes.draft is None else param_bytes.draft
+    drafted = dataclasses.replace(regions, stages=None)
 
-    def plan(config: Any, rows: int, bpp: int, n: int | None) -> PipelinePlan:
+    def plan(config: Any, rows: int, bpp: int, asked: Regions) -> PipelinePlan:
         return plan_pipeline(
-            config, spec.replace(pe_rows=rows), num_wafers=num_wafers, stages=n,
-            context_len=context_len, slots=slots, bytes_per_param=bpp, layout=layout,
-            gemv=gemv,
+            config, spec.replace(pe_rows=rows), num_wafers=num_wafers, context_len=context_len,
+            slots=slots, bytes_per_param=bpp, regions=asked,
         )  # fmt: skip
 
     def fits(rows: int) -> bool:
         try:
-            plan(draft, rows, dbpp, None)
+            plan(draft, rows, dbpp, drafted)
             return True
         except PipelinePlanError:
             return False
@@ -83,13 +91,13 @@ def place_speculative(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
     try:
-        target_plan = plan(target, rows - lo, bytes_per_param, stages)
+        target_plan = plan(target, rows - lo, bpp, regions)
     except PipelinePlanError as e:
         raise PipelinePlanError(
             f"the target and its draft do not fit {num_wafers} x {spec.name} together "
             f"(the draft takes {lo} of the {rows} PE rows of each wafer): {e}"
         ) from None
-    return target_plan, plan(draft, lo, dbpp, None)
+    return target_plan, plan(draft, lo, dbpp, drafted)
 
 
 def _split(work: Work) -> tuple[Work, Work]:

@@ -4,8 +4,9 @@ time to first token and speculative decoding (Hot Chips 2024's pipeline, REFEREN
 Contract. `WaferServing(config, spec, num_wafers=n, workload=w)` is a `ServingSystem`
 (`wse_systems.serving.frontier`). For `users` in flight it plans the model with
 `wse_systems.pipeline.plan_pipeline(..., context_len=w.held_tokens, slots=users)` (its
-regions `layout`: banded or compact as given, by default whichever gives one user the
-shorter token; `OperatingPoint.layout["layout"]` says which): the
+`regions`, a `wse_systems.pipeline.Regions`, laid out banded or compact as given, by
+default (`layout=None`) whichever gives one user the shorter token;
+`OperatingPoint.layout["layout"]` says which): the
 plan object the pipelined engine runs, where every region holds its layers' weights, each
 user's KV cache for those layers and each user's activations, declared in the wafer's SRAM
 ledger. The most users that fit (`max_users`) is where that plan stops fitting; `budget()`
@@ -57,7 +58,7 @@ from typing import Any
 from wse_core.cost.perf import PerfModel
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, plan_pipeline
+from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regions, plan_pipeline
 from wse_systems.serving.blocks import Pipeline, max_block_tokens, price_pipeline
 from wse_systems.serving.frontier import (
     OperatingPoint,
@@ -65,7 +66,12 @@ from wse_systems.serving.frontier import (
     Speculation,
     Workload,
 )
-from wse_systems.serving.speculative import Round, place_speculative, speculative_round
+from wse_systems.serving.speculative import (
+    ParamBytes,
+    Round,
+    place_speculative,
+    speculative_round,
+)
 
 __all__ = [
     "MAX_USERS",
@@ -160,15 +166,13 @@ class WaferServing:
         workload: Workload,
         speculation: Speculation | None = None,
         bytes_per_param: int = 2,
-        stages: int | None = None,
-        layout: str | None = None,
-        gemv: str = "sdk",
+        regions: Regions = Regions(layout=None),
     ) -> None:
         self.config, self.spec, self.workload = config, spec, workload
         self.speculation, self.bytes_per_param = speculation, bytes_per_param
-        self.stages = stages  # layer regions of the target (default: one per layer)
-        self.layout = layout or LAYOUTS[0]  # regions banded or compact (`LAYOUTS`)
-        self.gemv = gemv  # the program each GEMV is priced as (`pipeline.GEMV_PROGRAMS`)
+        self.stages = regions.stages  # layer regions of the target (default: one per layer)
+        self.layout = regions.layout or LAYOUTS[0]  # banded or compact (None: the faster)
+        self.gemv = regions.gemv  # the program each GEMV is priced as (`GEMV_PROGRAMS`)
         self.units = num_wafers
         self.name = spec.system or spec.name  # the system built around the wafer
         self.model = PerfModel(spec)
@@ -177,17 +181,19 @@ class WaferServing:
         self._points: dict[int, OperatingPoint] = {}
         self._by_layout: dict[tuple, Pipeline] = {}
         self._rounds: dict[int, Round] = {}
-        if layout is None:
+        if regions.layout is None:
             self.layout = self._faster_layout()
         self.plans(1)  # the model (and draft) must fit with one user: else the plan's error
 
     # ---- layout ---------------------------------------------------------------------
+    def _regions(self) -> Regions:
+        """The target's regions as asked, in the layout now in use."""
+        return Regions(stages=self.stages, layout=self.layout, gemv=self.gemv)
+
     def _plan(self, config: Any, spec: WaferSpec, users: int) -> PipelinePlan:
         return plan_pipeline(
             config, spec, num_wafers=self.units, context_len=self.workload.held_tokens,
-            slots=users, bytes_per_param=self.bytes_per_param,
-            stages=self.stages if config is self.config else None, layout=self.layout,
-            gemv=self.gemv,
+            slots=users, bytes_per_param=self.bytes_per_param, regions=self._regions(),
         )  # fmt: skip
 
     def plans(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None]:
@@ -203,8 +209,7 @@ class WaferServing:
         return place_speculative(
             self.config, self.speculation.draft, self.spec, num_wafers=self.units,
             context_len=self.workload.held_tokens, slots=users,
-            bytes_per_param=self.bytes_per_param, stages=self.stages, layout=self.layout,
-            gemv=self.gemv,
+            param_bytes=ParamBytes(target=self.bytes_per_param), regions=self._regions(),
         )  # fmt: skip
 
     def _forget(self) -> None:
