@@ -199,7 +199,7 @@ def hunt60_cases() -> list[Case]:
             message="holds more than 10,000 folders"),
         Case("more", "train data_dir holding a FIFO .txt (hunt 60)", lambda fx, tmp: [
             *_TRAIN, f"train_input.data_dir={_with(tmp, os.mkfifo)}", "-o", str(tmp / "run")],
-            message="is not a regular file", note="the check's read hung on the FIFO"),
+            message="is a FIFO, not a regular file", note="the check's read hung on the FIFO"),
         Case("more", "train data_dir holding a link loop .txt (hunt 60)", lambda fx, tmp: [
             *_TRAIN, f"train_input.data_dir={_with(tmp, lambda p: p.symlink_to(p))}", "-o",
             str(tmp / "run")], message="Too many levels of symbolic links"),
@@ -242,12 +242,12 @@ def hunt60_cases() -> list[Case]:
             note="an AttributeError after the run folder and tokenizer were made"),
         Case("more", "infer generate <model dir with a FIFO .safetensors> (hunt 60)",
              lambda fx, tmp: ["infer", "generate", "--model-dir", _fifo_weights(fx, tmp),
-                              "--prompt-ids", "1,2"], message="is not a regular file",
+                              "--prompt-ids", "1,2"], message="is a FIFO, not a regular file",
              note="safe_open waited for a writer forever"),
         Case("more", "infer generate <model dir with a FIFO config.json> (hunt 60)",
              lambda fx, tmp: ["infer", "generate", "--model-dir", _fifo_weights(fx, tmp,
                               "config.json"), "--prompt-ids", "1,2"],
-             message="config.json' is a device, FIFO or socket, not a regular file",
+             message="config.json' is a FIFO, not a regular file",
              note="was said to be missing ('has safetensors but no config.json')"),
         Case("more", "infer serve --served-model-name <100,000 characters> (hunt 60)", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--served-model-name",

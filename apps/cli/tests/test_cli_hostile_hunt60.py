@@ -96,7 +96,7 @@ def _run(tmp_path: Path, corpus: Path) -> list:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda p: os.mkfifo(p), "f.txt' is not a regular file; give a file"),
+        (lambda p: os.mkfifo(p), "f.txt' is a FIFO, not a regular file; give a file"),
         (lambda p: p.symlink_to(p), "f.txt' cannot be read (Too many levels of symbolic links)"),
         (lambda p: p.symlink_to("/nonexistent/x"), "f.txt' cannot be read (No such file or"),
     ],
@@ -230,8 +230,8 @@ def test_a_cfd_step_file_as_written_restarts(tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(CFD, "is not a step file: it is a device, FIFO or socket, not a regular file"),
-     (["hpc", "tlrmvm", "run", "--operator"], "cannot read TLR operator '{}': it is a device")],
+    [(CFD, "is not a step file: it is a FIFO, not a regular file"),
+     (["hpc", "tlrmvm", "run", "--operator"], "cannot read TLR operator '{}': it is a FIFO")],
     ids=["cfd --restart", "tlrmvm --operator"],
 )  # fmt: skip
 def test_a_fifo_as_an_npz_input_is_refused_not_waited_on(tmp_path, args, message):
@@ -276,14 +276,15 @@ def test_a_model_dirs_safetensors_that_is_no_file_is_refused(tmp_path, kind):
     st.unlink()
     os.mkfifo(st) if kind == "FIFO" else st.mkdir()
     args = ["infer", "generate", "--model-dir", tmp_path / "m", "--prompt-ids", "1,2"]
-    refused_in_one_line(ROOT, args, f"{st} is not a regular file (a FIFO, device or folder)")
+    what = "a FIFO" if kind == "FIFO" else "a folder"
+    refused_in_one_line(ROOT, args, f"{st} is {what}, not a regular file")
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [({"step": -5}, "step_0000010.npz's step must be one integer >= 0, got array(-5)"),
      ({"time": float("inf")}, "step_0000010.npz's time must be one finite number >= 0"),
-     (None, "is not a step file: it is a device, FIFO or socket, not a regular file")],
+     (None, "is not a step file: it is a FIFO, not a regular file")],
     ids=["step -5", "time inf", "FIFO"],
 )  # fmt: skip
 def test_a_bad_cfd_step_file_is_refused_before_jax(tmp_path, change, message):
@@ -311,7 +312,7 @@ def test_a_model_dirs_config_json_that_is_no_file_is_refused(tmp_path, kind):
     config = tmp_path / "m" / "config.json"
     config.unlink()
     os.mkfifo(config) if kind == "FIFO" else config.mkdir()
-    what = "a device, FIFO or socket" if kind == "FIFO" else "a folder"
+    what = "a FIFO" if kind == "FIFO" else "a folder"
     message = f"{str(config)!r} is {what}, not a regular file; config.json must be a JSON file"
     for command in (["generate", "--prompt-ids", "1,2"], ["serve", "--port", "0"]):
         refused_in_one_line(ROOT, ["infer", *command, "--model-dir", tmp_path / "m"], message)

@@ -52,7 +52,7 @@ def _files(d: Path) -> set[str]:
         (lambda d: (d / "docs").mkdir() or _data(d, "docs/a.csv", b"a,b\n" * 100).replace(
             "/a.csv", ""), "no .txt, .py, .md, .jsonl, .json or .parquet files in"),
         (lambda d: os.mkfifo(d / "f.txt") or f"train_input.data_dir={d / 'f.txt'}",
-         "f.txt' is not a regular file"),
+         "f.txt' is a FIFO, not a regular file"),
         (lambda d: _data(d, "n.jsonl", b"".join(
             json.dumps({"text": i}).encode() + b"\n" for i in range(1, 200))),
          "row 0 of"),

@@ -135,6 +135,36 @@ def test_files_past_the_size_limit_or_not_regular_are_refused(tmp_path, monkeypa
         os.close(fd)
 
 
+def test_not_regular_names_each_kind_against_what_the_test_made(tmp_path):
+    """`readers.not_regular`: the kind of each thing made here by its own call (mkdir,
+    mkfifo, a bound AF_UNIX socket, /dev/null, links), never opened (the FIFO has no writer:
+    an open would block); None for a regular file, a link to one, and nothing there."""
+    import socket
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    (tmp_path / "to_file").symlink_to(tmp_path / "file")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    try:
+        got = {
+            name: readers.not_regular(tmp_path / name)
+            for name in ("file", "to_file", "nowhere", "folder", "fifo", "sock", "dangling", "loop")
+        }
+    finally:
+        sock.close()
+    got["/dev/null"] = readers.not_regular("/dev/null")
+    words = "is {}, not a regular file".format
+    assert got == {
+        "file": None, "to_file": None, "nowhere": None, "folder": words("a folder"),
+        "fifo": words("a FIFO"), "sock": words("a socket"), "dangling": words("a broken link"),
+        "loop": words("a broken link"), "/dev/null": words("a device"),
+    }  # fmt: skip
+
+
 def test_overrides_lift_limits_and_bad_overrides_are_one_line(monkeypatch):
     monkeypatch.setenv("WSE_LIMIT_SERVE_SLOTS", "10")
     limits.check("serve_slots", 10, "--max-num-seqs")

@@ -73,9 +73,10 @@ def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = Non
     if kind == "dir" and path.exists() and not path.is_dir():
         raise UserInputError(f"{name} {path} is a file; give a folder")
     if kind == "file" and path.exists() and not path.is_file() and str(path) != os.devnull:
-        raise UserInputError(  # a FIFO blocks the writer, a device is no file to keep
-            f"{name} {path} is a FIFO, socket or device, not a regular file; give a file name"
-        )
+        from wse_core.host.readers import not_regular  # only here: the CLI starts without it
+
+        # a FIFO blocks the writer, a device is no file to keep
+        raise UserInputError(f"{name} {path} {not_regular(path)}; give a file name")
     if path.exists():
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
             raise UserInputError(f"{name} {path} cannot be written (permission denied)")

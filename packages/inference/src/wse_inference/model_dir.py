@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from wse_core.errors import WseError
-from wse_core.host.readers import load_json, read_text
+from wse_core.host.readers import load_json, not_regular, read_text
 
 from wse_inference.engine import ByteTokenizer
 
@@ -149,11 +149,8 @@ def resolve_model_dir(path: str | Path) -> Path:
         if (candidate / "config.json").is_file():
             return candidate
     for cfg in (path / "config.json", path / "hf" / "config.json"):
-        if cfg.exists():  # hunt 60: a FIFO or folder config.json was said to be missing
-            kind = "a folder" if cfg.is_dir() else "a device, FIFO or socket"
-            raise ModelLoadError(
-                f"{str(cfg)!r} is {kind}, not a regular file; config.json must be a JSON file"
-            )
+        if why := not_regular(cfg):  # hunt 60: a FIFO or folder config.json was "missing"
+            raise ModelLoadError(f"{str(cfg)!r} {why}; config.json must be a JSON file")
     if any(path.glob("*.safetensors")):
         raise ModelLoadError(
             f"{str(path)!r} has safetensors but no config.json: an HF-format directory needs "

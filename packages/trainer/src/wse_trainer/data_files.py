@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import codecs
 import os
-import stat
 from pathlib import Path
 
 from wse_core.host.limits import lift, limit
+from wse_core.host.readers import not_regular
 
 from wse_trainer.config import ConfigError, InputConfig
 
@@ -122,8 +122,8 @@ def _size(path: str) -> int:
         raise ConfigError(
             f"data file {path!r} cannot be read ({e.strerror or e}); give a file"
         ) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"data file {path!r} is not a regular file; give a file")
+    if why := not_regular(path):
+        raise ConfigError(f"data file {path!r} {why}; give a file")
     return st.st_size
 
 

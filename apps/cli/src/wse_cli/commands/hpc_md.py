@@ -142,8 +142,9 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
         fail("give either --structure FILE.xyz or --lattice with --element, --a and --cells")
     if path is not None:
         if not path.is_file():
-            why = "is a folder" if path.is_dir() else "is not a regular file"
-            fail(f"structure file {str(path)!r} {why if path.exists() else 'does not exist'}")
+            from wse_core.host.readers import not_regular
+
+            fail(f"structure file {str(path)!r} {not_regular(path) or 'does not exist'}")
         s = read_xyz(path)[-1]
         check_atoms(s.num_atoms, dtype, spec)
         check_box(s)  # before JAX's import (hunt 57); the run checks the closest pair

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from wse_core.host.readers import not_regular
 
 from wse_hpc.md.potential_format import (
     PotentialError,
@@ -259,8 +260,7 @@ def read_potential(
         raise PotentialError("no potential file given")
     for p in ps:
         if not p.is_file():
-            why = "does not exist" if not p.exists() else (
-                "is a folder" if p.is_dir() else "is not a regular file")  # fmt: skip
+            why = not_regular(p) or "does not exist"
             raise PotentialError(f"potential file {str(p)!r} {why}")
     name = ps[0].name.lower()
     if name.endswith((".eam.alloy", ".setfl")):

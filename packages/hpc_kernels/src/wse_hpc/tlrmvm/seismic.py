@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
+from wse_core.host.readers import not_regular
 
 from wse_hpc.tlrmvm.compress import TlrError, check_matrix
 
@@ -116,7 +117,7 @@ def load_matrix(path: str | Path) -> np.ndarray:
 
     path = Path(path)
     if not path.is_file():  # a FIFO would block np.load
-        why = "is not a regular file" if path.exists() else "does not exist"
+        why = not_regular(path) or "does not exist"
         raise TlrError(f"cannot read matrix {str(path)!r}: it {why}")
     try:  # mapped, not read: the header's shape is checked against memory first
         m = np.load(path, mmap_mode="r", allow_pickle=False)

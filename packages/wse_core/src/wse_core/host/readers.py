@@ -2,6 +2,9 @@
 
 Contract. Each refuses an input past its limit before the work it would cost, with the
 `LimitError` of `wse_core.host.limits` (one line naming the value, the limit and its override):
+- `not_regular(path)`: why `path` is no regular file ("is a FIFO, not a regular file"; a
+  folder, socket, device or broken link likewise), None for one: the one wording of that
+  check, from stat alone (a FIFO's open waits for a writer), each caller's error around it;
 - `read_text(path, what)`: a regular file's text, at most `file_bytes` (`/dev/zero` and a
   FIFO are refused before a byte is read; a file growing while read is cut at the limit);
 - `load_json(text, what)`: JSON nested at most `json_depth` levels (counted on the text,
@@ -22,6 +25,7 @@ Contract. Each refuses an input past its limit before the work it would cost, wi
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -35,6 +39,7 @@ from wse_core.host.limits import LimitError, lift, limit, refusal
 from wse_core.host.memory import HostMemoryError, format_bytes, require
 
 __all__ = [
+    "not_regular",
     "read_text",
     "load_json",
     "load_yaml",
@@ -64,8 +69,8 @@ def read_text(path: str | Path, what: str) -> str:
     _require_regular(path, f"{what} {str(path)!r}")
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise LimitError(f"{what} {str(path)!r} is not a regular file")
+        if not stat.S_ISREG(st.st_mode):  # swapped for another kind since the check
+            raise LimitError(f"{what} {str(path)!r} {_kind_words(st.st_mode)}")
         if st.st_size > cap:
             raise refusal("file_bytes", f"{what} {str(path)!r}", f"{st.st_size:,} bytes")
         raw = _read_at_most(f, cap + 1)  # a byte past the cap: a file growing while read
@@ -74,14 +79,34 @@ def read_text(path: str | Path, what: str) -> str:
     return raw.decode("utf-8")
 
 
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """Why `path` is no regular file, as the words after its name: "is a folder, not a
+    regular file" (likewise "a FIFO", "a socket", "a device", and "a broken link": a link
+    that cannot be followed, dangling or in a loop); None for a regular file (a link
+    followed to one) and where nothing is there (each caller says that its own way). From
+    stat alone, never an open: a FIFO's open waits for a writer (hunt 60)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        broken = e.errno == errno.ELOOP or os.path.islink(path)
+        return "is a broken link, not a regular file" if broken else None
+    return None if stat.S_ISREG(mode) else _kind_words(mode)
+
+
+def _kind_words(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))  # fmt: skip
+    kind = next((k for test, k in kinds if test(mode)), "a special file")
+    return f"is {kind}, not a regular file"
+
+
 def _require_regular(path: Path, named: str) -> None:
     """LimitError ("`named` is a folder, not a regular file") unless `path` is a regular
     file, checked before it is opened: a FIFO's open blocks until a writer comes (hunt 60:
-    `wse hpc cfd --restart` and `wse hpc tlrmvm run --operator` hung on one)."""
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        kind = "a folder" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
-        raise LimitError(f"{named} is {kind}, not a regular file")
+    `wse hpc cfd --restart` and `wse hpc tlrmvm run --operator` hung on one). Nothing
+    there: the open's OSError, for the caller to phrase."""
+    if why := not_regular(path):
+        raise LimitError(f"{named} {why}")
 
 
 def _read_at_most(f: Any, n: int, chunk: int = 1 << 24) -> bytes:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
 from wse_core.errors import WseError
+from wse_core.host.readers import not_regular
 
 __all__ = ["INDEX_FILE", "HF_BUFFERS", "TensorFileError", "weight_map", "read_tensors"]
 
@@ -71,8 +71,8 @@ def weight_map(folder: str | os.PathLike) -> dict[str, str]:
 def _opened(file: str) -> Any:
     from safetensors import SafetensorError, safe_open
 
-    if not stat.S_ISREG(os.stat(file).st_mode):  # hunt 60: safe_open of a FIFO waited forever
-        raise TensorFileError(f"{file} is not a regular file (a FIFO, device or folder)")
+    if why := not_regular(file):  # hunt 60: safe_open of a FIFO waited forever
+        raise TensorFileError(f"{file} {why}")
     try:
         return safe_open(file, framework="numpy")
     except (SafetensorError, OSError) as err:  # a damaged header
