@@ -182,7 +182,8 @@ def sync_dispatch() -> bool:
     return True
 
 
-_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc's mallopt parameters
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -2, -4, -8  # glibc's mallopt
+_ARENA_HEAP = 64 << 20  # a thread arena's heap, at most (glibc's HEAP_MAX_SIZE on 64-bit)
 
 
 def keep_freed_memory(keep_bytes: int = 1 << 30, *, arenas: int = 1) -> bool:
@@ -202,7 +203,14 @@ def keep_freed_memory(keep_bytes: int = 1 << 30, *, arenas: int = 1) -> bool:
     the main arena's lock). bench_train's quick step at 2 cores, fresh processes alternated
     (2026-12-03, load 1.0-1.4): 96.2 and 98.4 ms against 102.5 and 104.3 with one arena; a
     thread's arena heap is at most 64 MiB, so a larger block still comes from the main one,
-    and some blocks are faulted in again (0-2,400 page faults a step against none).
+    and some blocks are faulted in again (0-2,400 page faults a step against none). Those
+    came from glibc unmapping a thread arena's extra heap once every block in it is free
+    (the trim threshold does not hold these back): the next step maps it and faults its
+    pages in afresh (bench_train's quick streamed step at 2 cores: 0-14 page faults a step in
+    most runs, 2,700-5,600 in some, by the heap state the run's other contenders left). With
+    `arenas` 0, `M_TOP_PAD` of a whole arena heap (64 MiB) keeps every such heap (glibc
+    frees one only while its arena keeps less than the pad spare): 0-300 a step, 12
+    alternated runs (2026-12-04).
     `train_arenas()` gives what `wse train` passes: 0 on more than one core, 1 on one core,
     where no two threads allocate at once and one arena faults nothing in (bench_train's quick
     1-core worker, alternated 2026-12-03: 1.12 / 1.11x PyTorch with one arena, 1.10 / 1.10x
@@ -217,7 +225,7 @@ def keep_freed_memory(keep_bytes: int = 1 << 30, *, arenas: int = 1) -> bool:
     except (OSError, AttributeError):
         return False
     settings = [(_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, keep_bytes)]
-    settings += [(_M_ARENA_MAX, arenas)] if arenas else []
+    settings += [(_M_ARENA_MAX, arenas)] if arenas else [(_M_TOP_PAD, _ARENA_HEAP)]
     return all(mallopt(param, value) == 1 for param, value in settings)
 
 
