@@ -140,7 +140,9 @@ def ring_pick(ps: PhaseSpec, v: jax.Array, at: jax.Array) -> jax.Array:
     Where `whole_column` (one device down the columns, the default mesh), the region the
     multicast delivers is the block's own values, wrapped round, and the pick reads them
     there: XLA then never lays the region out (at n = 9801 a 431 KB copy that XLA:CPU split
-    over its threads, ~70 us a product, whose pool then spun beside phase 3's threads)."""
+    over its threads, ~70 us a product, whose pool then spun beside phase 3's threads).
+    Phase 3's kernel picking each row's value itself as it reads (no gather, one call fewer)
+    ran ~40 us a product slower at n = 9801 (2026-12-04): the pick stays its own call."""
     if ps.ring == 1:
         return v
 

@@ -32,6 +32,11 @@ Contract (float32 everywhere; complex values as (re, im) pairs):
   (phase 2's pick, on the calling thread: ~20 us for the 18,830 pairs at n = 9801 plus
   ~25 us for XLA to lay out the region it picks from, against ~90 us for XLA:CPU's gather
   of (1, 2, 1) slices; jax.profiler trace, minimum of 100 products, 2026-12-02).
+Tried at n = 9801 without gain (2-core VM, 2026-12-04): `rows_dot`'s last 4,096 rows in claims
+of 64 rows (0.68 ms either way, alternated in one process); phase 1 writing each value where
+phase 3 reads it (instead of `gather_rows`: its scattered stores ~25 us slower than the two).
+In a product (jax.profiler, 100 products): the kernels 0.68 + 0.67 ms, the pick 27 us, XLA's
+four small fusions (x into pieces, the pieces' zero indices, y out) 34 us, the call ~35 us.
 Both run on the cores (numba prange) when `parallel`, else on the calling thread (a mesh of
 several devices already runs one block per thread). `available()` says whether numba is
 there; the grouped kernel falls back to XLA dots where it is not or off the CPU. numba
