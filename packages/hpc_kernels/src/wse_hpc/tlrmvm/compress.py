@@ -147,6 +147,11 @@ def check_matrix(a: np.ndarray) -> np.ndarray:
     a = a.astype(dtype, copy=False)
     if not np.isfinite(a).all():
         raise TlrError("the operator holds NaN or infinite values; clean it before compressing")
+    if not np.linalg.norm(a) > 0:  # hunt 61: its relative error was 0/0 (NaN, a warning)
+        raise TlrError(
+            "the operator is zero (its Frobenius norm is 0 in fp32): there is nothing to "
+            "compress; give a matrix with non-zero entries"
+        )
     return a
 
 
@@ -271,8 +276,16 @@ def tlrmvm_numpy(op: TlrOperator, x: np.ndarray, *, adjoint: bool = False) -> np
 # -- .npz ---------------------------------------------------------------------------------
 def save_operator(op: TlrOperator, path: str | Path) -> Path:
     """Write `op` to an uncompressed `.npz` (bases flattened, ranks and shape kept)."""
+    from wse_core.host.atomic import atomic_path
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
+    path = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")  # savez's
+    with atomic_path(path) as tmp:  # the CLI checked the nearest folder
+        _savez_operator(op, tmp)
+    return path
+
+
+def _savez_operator(op: TlrOperator, path: Path) -> None:
     np.savez(
         path,
         format=np.int64(_FORMAT),
@@ -284,7 +297,6 @@ def save_operator(op: TlrOperator, path: str | Path) -> Path:
         v=np.concatenate([v.ravel() for v in op.v_cols]),
         error_fro=np.float64(op.error_fro),
     )
-    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
 
 def _not_this_host(budget: int) -> str:
