@@ -49,10 +49,13 @@ class Structure:
         lookup = {e: i for i, e in enumerate(elements)}
         missing = sorted(set(self.symbols.tolist()) - set(lookup))
         if missing:
-            shown = ", ".join(m if len(m) <= 20 else m[:20] + "..." for m in missing[:5])
+            def listed(names: Sequence[str]) -> str:  # hunt 61: 1,000 names were one line
+                head = ", ".join(m if len(m) <= 20 else m[:20] + "..." for m in names[:5])
+                return head + (f", ... ({len(names):,} in all)" if len(names) > 5 else "")
+
             raise WseError(
-                f"the potential has no parameters for {shown}{' ...' if len(missing) > 5 else ''} "
-                f"(it has {', '.join(elements)})"
+                f"the potential has no parameters for {listed(missing)} (it has "
+                f"{listed(list(elements))})"
             )
         return np.array([lookup[s] for s in self.symbols.tolist()], dtype=np.int32)
 
