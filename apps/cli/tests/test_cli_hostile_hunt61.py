@@ -1,0 +1,186 @@
+"""Hostile inputs fixed by hunt 61: each exits 2 with one line naming the input and what would
+be right, before any work, with nothing half-written. Before the fixes: a setfl naming 20,000
+elements (or Nr 10^10) was a MemoryError traceback (np.zeros of the tables before one value was
+read); dr / mass / drho given as inf or 1e308 ran (and blew up, exit 1); a setfl given twice
+ran on the first; a gzip'd potential was "not a text file"; `ulimit -f` cut an existing
+potential or operator to its size (the old file lost); `tlrmvm compress --out op` wrote
+op.npz unchecked (a folder there: a traceback after the work); a zero matrix printed NaN
+after a RuntimeWarning; `--kernel nope` was ignored outside the grouped layout; '١٠' and
+'１０' were read as 10; `wse hpc cfd` with NZ 10^8 built 95 GiB of host arrays, with
+`--output-every 1 --steps 3000000` wrote files until stopped, and a second run into a run's
+`--out` mixed its step files with the first's."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+from wse_cli.app import app
+from wse_cli.testing import invoke, refused_in_one_line
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = typer.main.get_command(app)
+MD = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4", "4"]
+
+
+def _setfl(cu: Path, folder: Path, line: int, text: str, name: str = "bad") -> Path:
+    lines = cu.read_text().splitlines()
+    lines[line] = text
+    path = folder / f"{name}.eam.alloy"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("line", "text", "message"),
+    [
+        (3, "20000 " + " ".join(f"E{i}" for i in range(20000)),
+         "line 407 field 1: "),  # E1's element line: was a 2.91 TiB np.zeros up front
+        (4, "1000 1e-1 10000000000 5e-3 5.7",
+         "file ends early: expected 10000000000 values of rho(r) of Cu"),  # was 75 GiB
+        (4, "1000 1e-1 1000 inf 5.7", "line 5 field 4: 'inf' is not a finite number"),  # ran
+        (4, "1000 1e308 1000 5e-3 5.7", "line 5 field 2: '1e308' is not a finite number"),
+        (4, "1000 1e36 1000 5e-3 5.7", "the rho table spans (Nrho - 1) * drho = 9.99e+38"),
+        (5, "29 inf 3.615 fcc", "line 6 field 2: 'inf' is not a finite number"),  # blew up
+        (5, "29 63.5 nan fcc", "line 6 field 3: 'nan' is not a finite number"),
+        (3, "3 Cu Ni Cu", "line 4: element 'Cu' is named twice; name each once"),
+    ],
+    ids=["20000 elements", "Nr 1e10", "dr inf", "drho 1e308", "rho span", "mass inf",
+         "alat nan", "element twice"],
+)  # fmt: skip
+def test_a_setfl_header_is_checked_before_its_tables_are_allocated(tmp_path, cu, line, text,
+                                                                   message):  # fmt: skip
+    refused_in_one_line(ROOT, [*MD, "--potential", _setfl(cu, tmp_path, line, text)], message)
+
+
+def test_a_setfl_is_given_alone(cu):
+    refused_in_one_line(ROOT, [*MD, "--potential", cu, "--potential", cu],
+                        "holds every element of its potential: give it alone")  # fmt: skip
+
+
+def test_a_gzipped_potential_says_to_unpack_it(tmp_path, cu):
+    packed = tmp_path / "Cu.eam.alloy"
+    packed.write_bytes(gzip.compress(cu.read_bytes()))
+    message = "is not a text file (it is gzip-compressed: unpack it with gunzip"
+    refused_in_one_line(ROOT, [*MD, "--potential", packed], message)
+
+
+def _capped(args: list[str], cwd: Path, file_bytes: int) -> subprocess.CompletedProcess:
+    """`wse ARGS` with writes capped at `file_bytes` (`ulimit -f`: EFBIG past it)."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, resource.RLIM_INFINITY))
+
+    return subprocess.run([sys.executable, "-m", "wse_cli", *args], cwd=cwd, preexec_fn=cap,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [("Cu.eam.alloy", ["hpc", "md", "potential", "--elements", "Cu", "--knots", "2000"]),
+     ("op.npz", ["hpc", "tlrmvm", "compress", "--n", "256", "--nb", "64"])],
+    ids=["setfl", "operator"],
+)  # fmt: skip
+def test_a_write_that_fails_leaves_the_old_file_whole(tmp_path, name, args):
+    old = bytes(range(256)) * 16  # 4 KiB under the cap; the new file is larger
+    (tmp_path / name).write_bytes(old)
+    done = _capped([*args, "--out", name], tmp_path, 20_000)
+    assert done.returncode == 1 and "File too large" in done.stderr, done.stderr[-2000:]
+    assert (tmp_path / name).read_bytes() == old  # was cut to 20,000 bytes of the new one
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary file left
+
+
+def test_tlrmvm_compress_checks_the_npz_name_it_writes(tmp_path):
+    (tmp_path / "op.npz").mkdir()
+    refused_in_one_line(ROOT, ["hpc", "tlrmvm", "compress", "--n", "64", "--nb", "16", "--out",
+                               tmp_path / "op"], "op.npz is a folder")  # fmt: skip
+    os.symlink(tmp_path / "nowhere", tmp_path / "dl.npz")
+    message = "dl.npz is a symbolic link that cannot be followed"
+    refused_in_one_line(ROOT, ["hpc", "tlrmvm", "compress", "--n", "64", "--nb", "16", "--out",
+                               tmp_path / "dl"], message)  # fmt: skip
+
+
+def test_tlrmvm_compress_refuses_a_zero_matrix(tmp_path):
+    np.save(tmp_path / "zero.npy", np.zeros((64, 64)))
+    args = ["hpc", "tlrmvm", "compress", "--matrix", tmp_path / "zero.npy", "--nb", "16"]
+    refused_in_one_line(ROOT, [*args, "--out", tmp_path / "z.npz"], "the operator is zero")
+    assert not (tmp_path / "z.npz").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--kernel", "nope", "--layout", "packed"], "unknown kernel 'nope'; use one of auto, pe"),
+     (["--kernel", "pe", "--layout", "banded"], "kernel 'pe' applies to the grouped layout")],
+)  # fmt: skip
+def test_tlrmvm_run_refuses_a_kernel_the_layout_ignores(tmp_path, extra, message):
+    op = tmp_path / "op.npz"
+    code, out = invoke(ROOT, ["hpc", "tlrmvm", "compress", "--n", "64", "--nb", "16", "--out", op])
+    assert code == 0, out
+    refused_in_one_line(ROOT, ["hpc", "tlrmvm", "run", "--operator", op, "--preset", "tiny",
+                               *extra], message)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [(["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--steps", "١٠"], {},
+      "--steps must be an integer in [0, 2147483647], got ١٠"),
+     (["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "４"], {},
+      "--grid must be an integer >= 1, got ４"),
+     ([*MD[:6], "--a", "３.６"], {}, "--a must be a finite number > 0 (A), got ３.６"),
+     (["wafer", "info"], {"WSE_NUM_PROCESSES": "١"}, "WSE_NUM_PROCESSES must be"),
+     (["hpc", "tlrmvm", "compress", "--n", "64", "--nb", "16", "--out", "x.npz"],
+      {"WSE_HOST_MEMORY_BYTES": "١٠٠"}, "WSE_HOST_MEMORY_BYTES must be a number of bytes"),
+     (["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--steps", "1"],
+      {"WSE_LIMIT_TIME_STEPS": "١٠"}, "WSE_LIMIT_TIME_STEPS must be a positive integer")],
+    ids=["arabic-indic steps", "fullwidth grid", "fullwidth float", "env count", "env bytes",
+         "env limit"],
+)  # fmt: skip
+def test_numbers_are_ascii(tmp_path, monkeypatch, args, env, message):
+    monkeypatch.chdir(tmp_path)
+    refused_in_one_line(ROOT, args, message, env)
+
+
+CFD = ["hpc", "cfd", "--preset", "small", "--grid", "16", "8", "1"]
+
+
+def test_cfd_refuses_a_z_column_past_sram_before_building(tmp_path):
+    message = "one field's Z column of 100,000,000 fp32 cells needs 400,000,000 B per PE"
+    refused_in_one_line(ROOT, [*CFD[:5], "16", "8", "100000000"], message)
+
+
+def test_cfd_step_files_are_bounded(tmp_path):
+    args = [*CFD, "--steps", "3000000", "--output-every", "1", "--out", tmp_path / "run"]
+    refused_in_one_line(ROOT, args, "is 3,000,001, over the limit of 10,000 step files")
+    assert not (tmp_path / "run").exists()
+
+
+def test_cfd_never_mixes_two_runs_in_one_folder(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "step_0000005.npz").write_bytes(b"first run's")
+    refused_in_one_line(ROOT, [*CFD, "--steps", "3", "--out", run],
+                        "holds another run's step files (the newest step_0000005.npz); give "
+                        "--restart")  # fmt: skip
+    assert sorted(p.name for p in run.iterdir()) == ["step_0000005.npz"]
+
+
+def test_a_setfl_of_many_tiny_tables_is_read_in_linear_time(tmp_path):
+    # hunt 61: each table summed the rest of the file first (1,000 elements of 5-point
+    # tables, a 5 MB file: past a minute); a line listed every element of the file
+    ne = 300
+    lines = ["c", "c", "c", f"{ne} " + " ".join(f"E{i}" for i in range(ne)), "5 0.1 5 0.5 1.9"]
+    lines += ["1 1.0 3.6 fcc", "0 0 0 0 0", "1 1 1 1 1"] * ne
+    lines += ["0 0 0 0 0"] * (ne * (ne + 1) // 2)
+    (tmp_path / "many.eam.alloy").write_text("\n".join(lines) + "\n")
+    t0 = time.perf_counter()
+    refused_in_one_line(ROOT, [*MD, "--potential", tmp_path / "many.eam.alloy"],
+                        "no parameters for Cu (it has E0, E1, E2, E3, E4, ... (300 in all))")  # fmt: skip
+    assert time.perf_counter() - t0 < 10  # 0.3 s here
