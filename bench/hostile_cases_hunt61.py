@@ -1,0 +1,131 @@
+"""Hunt 61's hostile cases (each fixed; the tests are
+apps/cli/tests/test_cli_hostile_hunt61.py): LAMMPS potential files (headers past the file,
+non-finite grid and element lines, an element twice, a setfl given twice, gzip'd), the TLR
+operator's output name and a zero matrix, numbers in other scripts than ASCII, and CFD runs
+whose Z column, step files or output folder would do harm. Built as `hostile_cases.Case`s,
+each writing the files it needs into its own temporary folder. A write cut short by `ulimit
+-f` (the atomic writers) needs a resource limit a `Case` cannot give: the tests check it."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+from hostile_cases import Case, Fixtures, _const
+
+_MD = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4",
+       "4", "--potential"]  # fmt: skip
+_CFD = ["hpc", "cfd", "--preset", "small", "--grid", "16", "8", "1"]
+
+
+def _setfl(fx: Fixtures, tmp: Path, line: int, text: str) -> str:
+    lines = Path(fx.potential()).read_text().splitlines()
+    lines[line] = text
+    (tmp / "bad.eam.alloy").write_text("\n".join(lines) + "\n")
+    return str(tmp / "bad.eam.alloy")
+
+
+def _many(tmp: Path, ne: int) -> str:
+    """A setfl of `ne` elements of 5-point tables (the rest of the file was summed per table)."""
+    lines = ["c", "c", "c", f"{ne} " + " ".join(f"E{i}" for i in range(ne)), "5 0.1 5 0.5 1.9"]
+    lines += ["1 1.0 3.6 fcc", "0 0 0 0 0", "1 1 1 1 1"] * ne
+    lines += ["0 0 0 0 0"] * (ne * (ne + 1) // 2)
+    (tmp / "many.eam.alloy").write_text("\n".join(lines) + "\n")
+    return str(tmp / "many.eam.alloy")
+
+
+def _gz(fx: Fixtures, tmp: Path) -> str:
+    (tmp / "Cu.eam.alloy").write_bytes(gzip.compress(Path(fx.potential()).read_bytes()))
+    return str(tmp / "Cu.eam.alloy")
+
+
+def _zero(tmp: Path) -> str:
+    import numpy as np
+
+    np.save(tmp / "zero.npy", np.zeros((64, 64)))
+    return str(tmp / "zero.npy")
+
+
+def _made(tmp: Path, name: str, link: bool = False) -> str:
+    """`tmp/name` made a folder (or a link to nowhere); returns tmp/name without .npz."""
+    if link:
+        (tmp / name).symlink_to(tmp / "nowhere")
+    else:
+        (tmp / name).mkdir()
+    return str(tmp / name.removesuffix(".npz"))
+
+
+def _run_folder(tmp: Path) -> str:
+    (tmp / "run").mkdir()
+    (tmp / "run" / "step_0000005.npz").write_bytes(b"a first run's step")
+    return str(tmp / "run")
+
+
+def hunt61_cases() -> list[Case]:
+    """Hunt 61's: each failed on the code before (the note says how)."""
+    compress = ["hpc", "tlrmvm", "compress", "--n", "64", "--nb", "16", "--out"]
+    stencil = ["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--preset", "tiny"]
+    return [
+        Case("hunt61", "md <setfl naming 20,000 elements> (hunt 61)", lambda fx, tmp: [*_MD, _setfl(
+            fx, tmp, 3, "20000 " + " ".join(f"E{i}" for i in range(20000)))],
+            message="line 407 field 1", note="np.zeros of 2.91 TiB: a MemoryError traceback"),
+        Case("hunt61", "md <setfl with Nr 1e10> (hunt 61)", lambda fx, tmp: [*_MD, _setfl(
+            fx, tmp, 4, "1000 1e-1 10000000000 5e-3 5.7")], message="file ends early",
+            note="np.zeros of 75 GiB: a MemoryError traceback"),
+        Case("hunt61", "md <setfl with dr inf> (hunt 61)", lambda fx, tmp: [*_MD, _setfl(
+            fx, tmp, 4, "1000 1e-1 1000 inf 5.7")], message="'inf' is not a finite number",
+            note="ran (exit 0)"),
+        Case("hunt61", "md <setfl with drho 1e308> (hunt 61)", lambda fx, tmp: [*_MD, _setfl(
+            fx, tmp, 4, "1000 1e308 1000 5e-3 5.7")], message="'1e308' is not a finite number",
+            note="ran (exit 0)"),
+        Case("hunt61", "md <setfl with mass inf> (hunt 61)", lambda fx, tmp: [*_MD, _setfl(
+            fx, tmp, 5, "29 inf 3.615 fcc")], message="'inf' is not a finite number",
+            note="ran and blew up (exit 1)"),
+        Case("hunt61", "md <setfl naming Cu twice> (hunt 61)", lambda fx, tmp: [*_MD, _setfl(
+            fx, tmp, 3, "3 Cu Ni Cu")], message="element 'Cu' is named twice",
+            note="a table value read as an element line"),
+        Case("hunt61", "md <setfl of 1,000 elements of tiny tables> (hunt 61)", lambda fx, tmp: [
+            *_MD, _many(tmp, 1000)], message="(1,000 in all)",
+            note="past a minute (the rest of the file summed per table), then a line of "
+                 "1,000 element names"),
+        Case("hunt61", "md --potential <setfl> --potential <setfl> (hunt 61)", lambda fx, tmp: [
+            *_MD, fx.potential(), "--potential", fx.potential()], message="give it alone",
+            note="the second file was ignored"),
+        Case("hunt61", "md --potential <gzip'd setfl> (hunt 61)", lambda fx, tmp: [
+            *_MD, _gz(fx, tmp)],
+             message="gzip-compressed: unpack it", note="'is not a text file'"),
+        Case("hunt61", "tlrmvm compress --out op (op.npz a folder) (hunt 61)", lambda fx, tmp: [
+            *compress, _made(tmp, "op.npz")], message="op.npz is a folder",
+            note="IsADirectoryError traceback after the work"),
+        Case("hunt61", "tlrmvm compress --out op (op.npz a bad link) (hunt 61)", lambda fx, tmp: [
+            *compress, _made(tmp, "op.npz", link=True)], message="cannot be followed",
+            note="FileNotFoundError traceback after the work"),
+        Case("hunt61", "tlrmvm compress --matrix <zeros> (hunt 61)", lambda fx, tmp: [
+            *compress[:-5], "--matrix", _zero(tmp), "--nb", "16", "--out", str(tmp / "z.npz")],
+            message="the operator is zero", note="a RuntimeWarning, a NaN error, exit 0"),
+        Case("hunt61", "tlrmvm run --kernel nope --layout packed (hunt 61)", lambda fx, tmp: [
+            "hpc", "tlrmvm", "run", "--operator", fx.operator(), "--kernel", "nope", "--layout",
+            "packed"], message="unknown kernel 'nope'", note="ignored (exit 0)"),
+        Case("hunt61", "stencil --steps ١٠ (Arabic-Indic) (hunt 61)", _const(
+            *stencil, "--steps", "١٠"), message="--steps must be an integer", note="read as 10"),
+        Case("hunt61", "stencil --grid 4 4 ４ (a fullwidth digit) (hunt 61)", _const(
+            *stencil[:5], "4", "4", "４", "--preset", "tiny"), message="--grid must be an integer",
+            note="read as 4"),
+        Case("hunt61", "WSE_LIMIT_TIME_STEPS=١٠ (hunt 61)", _const(*stencil, "--steps", "1"),
+             env={"WSE_LIMIT_TIME_STEPS": "١٠"}, message="WSE_LIMIT_TIME_STEPS must be",
+             note="read as 10"),
+        Case("hunt61", "WSE_HOST_MEMORY_BYTES=١٠٠ (hunt 61)", lambda fx, tmp: [*compress, str(
+            tmp / "x.npz")], env={"WSE_HOST_MEMORY_BYTES": "١٠٠"},
+            message="WSE_HOST_MEMORY_BYTES must be a number", note="read as 100 bytes"),
+        Case("hunt61", "cfd --grid 16 8 100000000 (hunt 61)", _const(
+            *_CFD[:5], "16", "8", "100000000"),
+             message="Z column of 100,000,000", note="95 GiB of host arrays: MemoryError"),
+        Case("hunt61", "cfd --steps 3000000 --output-every 1 --out (hunt 61)", lambda fx, tmp: [
+            *_CFD, "--steps", "3000000", "--output-every", "1", "--out", str(tmp / "run")],
+            message="over the limit of 10,000 step files",
+            note="wrote 142,480 files in 90 s before it was stopped"),
+        Case("hunt61", "cfd --out <another run's folder> (hunt 61)", lambda fx, tmp: [
+            *_CFD, "--steps", "3", "--out", _run_folder(tmp)],
+            message="holds another run's step files",
+            note="mixed its step files with the first run's (--restart took the newest)"),
+    ]  # fmt: skip
