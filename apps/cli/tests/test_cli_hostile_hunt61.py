@@ -181,6 +181,28 @@ def test_a_setfl_of_many_tiny_tables_is_read_in_linear_time(tmp_path):
     lines += ["0 0 0 0 0"] * (ne * (ne + 1) // 2)
     (tmp_path / "many.eam.alloy").write_text("\n".join(lines) + "\n")
     t0 = time.perf_counter()
-    refused_in_one_line(ROOT, [*MD, "--potential", tmp_path / "many.eam.alloy"],
-                        "no parameters for Cu (it has E0, E1, E2, E3, E4, ... (300 in all))")  # fmt: skip
+    message = "no parameters for Cu (it has E0, E1, E2, E3, E4, ... (300 in all))"
+    refused_in_one_line(ROOT, [*MD, "--potential", tmp_path / "many.eam.alloy"], message)
     assert time.perf_counter() - t0 < 10  # 0.3 s here
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["hpc", "md", "--structure", "", "--potential", "x.eam.alloy"], "--structure is empty"),
+        ([*MD, "--potential", ""], "--potential is empty; give a file or folder name"),
+        ([*MD, "--potential=", "--steps", "1"], "--potential is empty"),
+        (["wafer", "info", "--spec", ""], "--spec is empty; give a file or folder name"),
+        (["hpc", "tlrmvm", "run", "--operator", ""], "--operator is empty"),
+        (["infer", "generate", "--model-dir", "", "--prompt", "x"], "--model-dir is empty"),
+        (["infer", "serve", "--model-dir", ""], "--model-dir is empty ('')"),
+        (["plan", "train", "--model", "", "--tokens", "1e12"], "--model is empty ('')"),
+        (["train", "", "--validate-only"], "the params file is empty text ('')"),
+    ],
+    ids=["structure", "potential", "potential=", "spec", "operator", "generate", "serve",
+         "plan", "train"],
+)  # fmt: skip
+def test_an_empty_input_path_is_named_not_read_as_the_current_folder(args, message):
+    # hunt 61: click reads '' as '.': "structure file '.' is a folder", "'.' is neither an
+    # HF-format directory", "cannot read HF config 'config.json': [Errno 2] ..."
+    refused_in_one_line(ROOT, args, message)

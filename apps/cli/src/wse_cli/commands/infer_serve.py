@@ -236,6 +236,8 @@ def serve(
 
         spec = parse_speculative_config(speculative_config)
     template = _chat_template(chat_template)
+    if not model_dir.strip():  # hunt 61: '' was read as '.', the current folder
+        fail(f"--model-dir is empty ({model_dir!r}); give a model folder (or {MOCK!r})")
     if model_dir == MOCK:
         engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)
     else:
