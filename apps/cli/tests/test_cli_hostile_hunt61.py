@@ -206,3 +206,20 @@ def test_an_empty_input_path_is_named_not_read_as_the_current_folder(args, messa
     # hunt 61: click reads '' as '.': "structure file '.' is a folder", "'.' is neither an
     # HF-format directory", "cannot read HF config 'config.json': [Errno 2] ..."
     refused_in_one_line(ROOT, args, message)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--out", "p5.txt"], "--out p5.txt: wse reads a setfl by its name"),
+     (["Ni", "Al", "Fe", "Ag", "Au", "Pd", "Pt", "Pb", "W", "Mo", "Ta", "Co", "Ti", "Zr", "Mg",
+       "--knots", "100000", "--out", "p.eam.alloy"],
+      "the size of a setfl of 16 elements, 100,000 knots is 403,200,000, over the limit of "
+      "67,108,864 bytes")],
+    ids=["name read as funcfl", "past file_bytes"],
+)  # fmt: skip
+def test_md_potential_writes_only_what_md_reads_back(tmp_path, monkeypatch, extra, message):
+    # hunt 61: p5.txt was written, then read as funcfl ("'X.' is not an integer"); 16
+    # elements at 100,000 knots wrote 397 MB in 15 s, past what --potential reads
+    monkeypatch.chdir(tmp_path)
+    refused_in_one_line(ROOT, ["hpc", "md", "potential", "--elements", "Cu", *extra], message)
+    assert list(tmp_path.iterdir()) == []

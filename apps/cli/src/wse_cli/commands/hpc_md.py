@@ -14,6 +14,7 @@ the commands so `wse --help` stays fast.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -278,9 +279,19 @@ def potential_cmd(
         from wse_core.errors import shown
 
         fail(f"unknown --table {shown(table)}; the only table is zhou04")
+    if not out.name.lower().endswith((".eam.alloy", ".setfl")) and str(out) != os.devnull:
+        fail(f"--out {out}: wse reads a setfl by its name (`--potential` takes another name "
+             "for a funcfl file): give a name ending in .eam.alloy (or .setfl)")  # fmt: skip
+    names = [e for item in [*elements, *(more or [])] for e in item.replace(",", " ").split()]
+    # hunt 61: 16 elements at 100,000 knots wrote 397 MB in 15 s, a file `--potential` (and
+    # its file_bytes limit) then refused; 24 characters a value ("%.16e ")
+    values = len(names) * 2 * knots + len(names) * (len(names) + 1) // 2 * knots
+    from wse_core.host.limits import check
+
+    what = f"the size of a setfl of {len(names)} elements, {knots:,} knots"
+    check("file_bytes", 24 * values, what)
     from wse_hpc.md import write_setfl, zhou04
 
-    names = [e for item in [*elements, *(more or [])] for e in item.replace(",", " ").split()]
     pot = zhou04(names, knots=knots)
     write_setfl(
         pot,
