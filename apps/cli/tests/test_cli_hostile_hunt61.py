@@ -139,9 +139,11 @@ def test_tlrmvm_run_refuses_a_kernel_the_layout_ignores(tmp_path, extra, message
      (["hpc", "tlrmvm", "compress", "--n", "64", "--nb", "16", "--out", "x.npz"],
       {"WSE_HOST_MEMORY_BYTES": "١٠٠"}, "WSE_HOST_MEMORY_BYTES must be a number of bytes"),
      (["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--steps", "1"],
-      {"WSE_LIMIT_TIME_STEPS": "١٠"}, "WSE_LIMIT_TIME_STEPS must be a positive integer")],
+      {"WSE_LIMIT_TIME_STEPS": "١٠"}, "WSE_LIMIT_TIME_STEPS must be a positive integer"),
+     (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--batch", "8",
+       "--micro-batch", "٢"], {}, "--micro-batch must be auto, explore, none or a positive")],
     ids=["arabic-indic steps", "fullwidth grid", "fullwidth float", "env count", "env bytes",
-         "env limit"],
+         "env limit", "micro-batch"],
 )  # fmt: skip
 def test_numbers_are_ascii(tmp_path, monkeypatch, args, env, message):
     monkeypatch.chdir(tmp_path)
