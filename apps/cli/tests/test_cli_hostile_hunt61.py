@@ -12,6 +12,7 @@ after a RuntimeWarning; `--kernel nope` was ignored outside the grouped layout; 
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import os
 import resource
@@ -66,11 +67,16 @@ def test_a_setfl_is_given_alone(cu):
                         "holds every element of its potential: give it alone")  # fmt: skip
 
 
-def test_a_gzipped_potential_says_to_unpack_it(tmp_path, cu):
+def test_a_compressed_input_says_to_unpack_it(tmp_path, cu):
+    # hunt 61: "is not a text file", "line 1: not UTF-8 text (invalid start byte ...)"
     packed = tmp_path / "Cu.eam.alloy"
     packed.write_bytes(gzip.compress(cu.read_bytes()))
-    message = "is not a text file (it is gzip-compressed: unpack it with gunzip"
+    message = "is not a text file (it is gzip-compressed: unpack it with gunzip first)"
     refused_in_one_line(ROOT, [*MD, "--potential", packed], message)
+    (tmp_path / "cu.xyz").write_bytes(bz2.compress(b"1\nLattice=...\nCu 0 0 0\n"))
+    message = "cu.xyz is not extended XYZ text (it is bzip2-compressed: unpack it with bunzip2"
+    refused_in_one_line(ROOT, ["hpc", "md", "--structure", tmp_path / "cu.xyz", "--potential",
+                               cu], message)  # fmt: skip
 
 
 def _capped(args: list[str], cwd: Path, file_bytes: int) -> subprocess.CompletedProcess:

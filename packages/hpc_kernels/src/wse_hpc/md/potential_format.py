@@ -47,9 +47,10 @@ class PotentialLines:
         except OSError as e:
             raise PotentialError(f"cannot read potential file {str(path)!r}: {e.strerror}") from e
         except UnicodeDecodeError:
-            with open(path, "rb") as f:  # hunt 61: LAMMPS reads .gz potentials; say so
-                packed = f.read(2) == b"\x1f\x8b"
-            how = " (it is gzip-compressed: unpack it with gunzip first)" if packed else ""
+            from wse_core.host.readers import packed_hint
+
+            with open(path, "rb") as f:
+                how = packed_hint(f.read(8))
             raise PotentialError(f"potential file {str(path)!r} is not a text file{how}") from None
         self.at = 0  # 0-based index of the next line
         self.chars_from = np.cumsum([0, *(len(line) + 1 for line in reversed(self.lines))])[::-1]

@@ -36,6 +36,7 @@ from wse_core.host.memory import HostMemoryError, format_bytes, require
 
 __all__ = [
     "read_text",
+    "packed_hint",
     "load_json",
     "load_yaml",
     "names_loader",
@@ -72,6 +73,25 @@ def read_text(path: str | Path, what: str) -> str:
     if len(raw) > cap:
         raise refusal("file_bytes", f"{what} {str(path)!r}", f"over {cap:,} bytes")
     return raw.decode("utf-8")
+
+
+_PACKED = {  # the magic bytes of compressed files a user may give for a text file
+    b"\x1f\x8b": "gzip-compressed: unpack it with gunzip",
+    b"BZh": "bzip2-compressed: unpack it with bunzip2",
+    b"\xfd7zXZ\x00": "xz-compressed: unpack it with unxz",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed: unpack it with unzstd",
+    b"PK\x03\x04": "a zip archive: unpack it with unzip",
+}
+
+
+def packed_hint(head: bytes) -> str:
+    """' (it is gzip-compressed: unpack it with gunzip first)' when `head` (a file's first
+    bytes) opens a compressed file or archive, else '' (hunt 61: LAMMPS reads .gz potentials;
+    wse said only "not a text file")."""
+    for magic, what in _PACKED.items():
+        if head.startswith(magic):
+            return f" (it is {what} first)"
+    return ""
 
 
 def _require_regular(path: Path, named: str) -> None:
