@@ -231,3 +231,27 @@ def test_md_potential_writes_only_what_md_reads_back(tmp_path, monkeypatch, extr
     monkeypatch.chdir(tmp_path)
     refused_in_one_line(ROOT, ["hpc", "md", "potential", "--elements", "Cu", *extra], message)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--model", "nope"], "refused every request (HTTP 400: The model 'nope' does not exist"),
+     (["--max-tokens", "100000"], "refused every request (HTTP 400: This model's maximum "
+      "context length is 256 tokens. However, you requested 100022 tokens")],
+    ids=["unknown model", "past the context"],
+)  # fmt: skip
+def test_infer_bench_whose_every_request_is_refused_says_why(tmp_path, extra, message):
+    # hunt 61: each refusal was printed (cut at 200 bytes, mid-JSON), a JSON of nothing was
+    # saved and the bench exited 0
+    from wse_inference.serve.testing import running_server
+
+    out = tmp_path / "bench.json"
+    with running_server() as server:
+        args = ["infer", "bench", "--url", server.http_url, "-n", "2", "--out", out, *extra]
+        refused_in_one_line(ROOT, args, message)
+    assert not out.exists()
+
+
+def test_infer_bench_refuses_an_empty_prompt_before_connecting():
+    refused_in_one_line(ROOT, ["infer", "bench", "--url", "http://127.0.0.1:9", "--prompt", ""],
+                        "--prompt is empty; give the text each request sends")  # fmt: skip
