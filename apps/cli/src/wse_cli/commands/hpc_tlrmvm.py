@@ -103,7 +103,9 @@ def compress(
     wall = time.perf_counter() - t0
     path = save_operator(op, out)
     if op.dense_bytes <= 256 * 2**20:
-        frob = float(np.linalg.norm(op.dense() - a) / np.linalg.norm(a))
+        # in float64: fp32 squares of 1e-30 entries underflow, 0/0 (hunt 61)
+        diff = (op.dense() - a).astype(np.complex128 if np.iscomplexobj(a) else np.float64)
+        frob = float(np.linalg.norm(diff) / np.linalg.norm(a.astype(diff.dtype)))
     else:  # the error the SVDs dropped, without rebuilding A_tlr densely
         frob = op.error_fro
     d = {**op.describe(), "frobenius_rel_error": frob, "compress_s": wall, "out": str(path)}
