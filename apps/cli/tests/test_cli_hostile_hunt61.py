@@ -260,3 +260,22 @@ def test_infer_bench_whose_every_request_is_refused_says_why(tmp_path, extra, me
 def test_infer_bench_refuses_an_empty_prompt_before_connecting():
     refused_in_one_line(ROOT, ["infer", "bench", "--url", "http://127.0.0.1:9", "--prompt", ""],
                         "--prompt is empty; give the text each request sends")  # fmt: skip
+
+
+def test_md_out_keeps_an_existing_trajectory_until_the_run_ends(tmp_path, monkeypatch, cu):
+    # hunt 61: the first frame truncated an existing --out; a run stopped after it (a
+    # refusal, Ctrl-C, a kill) left one frame where a whole trajectory was
+    import wse_hpc.md.simulate as simulate
+    from wse_core.errors import WseError
+
+    def stopped(s, pot, cfg, on_thermo=None, on_frame=None):
+        on_frame(0, s)  # the first frame is written, then the run is stopped
+        raise WseError("stopped after the first frame")
+
+    old = tmp_path / "traj.xyz"
+    old.write_text("a whole trajectory\n")
+    monkeypatch.setattr(simulate, "run_md", stopped)
+    refused_in_one_line(ROOT, [*MD, "--potential", cu, "--steps", "2", "--out", old],
+                        "stopped after the first frame")  # fmt: skip
+    assert old.read_text() == "a whole trajectory\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["traj.xyz"]

@@ -13,6 +13,7 @@ the commands so `wse --help` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -159,6 +160,26 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
     return crystal(lattice, element, a, cells)
 
 
+@contextlib.contextmanager
+def _kept(part: Path | None, out: Path | None):
+    """Rename the trajectory `part` onto `out` when the run ends or faults (exit 1); remove
+    it otherwise (a refusal, Ctrl-C)."""
+    from wse_core.errors import RunFault
+
+    try:
+        yield
+    except RunFault:
+        if part != out and part is not None and part.exists():
+            os.replace(part, out)
+        raise
+    except BaseException:
+        if part != out and part is not None:
+            part.unlink(missing_ok=True)
+        raise
+    if part != out and part is not None and part.exists():
+        os.replace(part, out)
+
+
 def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     import jax
     from rich.console import Console
@@ -186,9 +207,15 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
             print_banner()
             console.print(format_row(row, bath))
 
+    # The trajectory grows beside --out and replaces it when the run ends, or stops on a
+    # fault (the frames up to it, as LAMMPS's dump keeps them); a run killed or refused
+    # leaves an existing --out as it was (hunt 61: its first frame truncated it).
+    target = Path(os.path.realpath(out)) if out is not None else None  # through a link
+    part = target.with_name(f".{target.name}.part") if target and target.is_file() else target
+
     def on_frame(step, frame):
-        if out is not None and primary:  # one frame per thermo row: a trajectory
-            write_xyz(out, [frame], append=step > 0, info={"step": step})
+        if part is not None and primary:  # one frame per thermo row: a trajectory
+            write_xyz(part, [frame], append=step > 0, info={"step": step})
 
     from wse_core.host.progress import progress
 
@@ -198,7 +225,7 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
             on_row(row)
             done(row.step)
 
-        with jax.enable_x64(cfg.dtype == "float64"):
+        with jax.enable_x64(cfg.dtype == "float64"), _kept(part, target):
             res = run_md(s, pot, cfg, on_thermo=on_thermo, on_frame=on_frame if out else None)
     print_banner()
     summary = _summary(res, cfg, s.num_atoms, trace if primary else None)
