@@ -12,6 +12,7 @@ import gzip
 from pathlib import Path
 
 from hostile_cases import Case, Fixtures, _const
+from hostile_cases_more import _TRAIN
 
 _MD = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4",
        "4", "--potential"]  # fmt: skip
@@ -154,7 +155,19 @@ def hunt61_cases() -> list[Case]:
         Case("hunt61", "md --structure <bzip2'd xyz> (hunt 61)", lambda fx, tmp: [
             "hpc", "md", "--structure", _bz2_xyz(tmp), "--potential", fx.potential()],
             message="bzip2-compressed: unpack it", note="'line 1: not UTF-8 text'"),
+        Case("hunt61", "train data_dir=<a .jsonl line 100,000 levels deep> (hunt 61)",
+             lambda fx, tmp: [*_TRAIN, f"train_input.data_dir={_deep_jsonl(tmp)}", "-o",
+                              str(tmp / "run")], message="nests JSON 100,000 levels deep",
+             note="a segmentation fault in pyarrow's JSON reader, after the run folder"),
     ]  # fmt: skip
+
+
+def _deep_jsonl(tmp: Path) -> str:
+    (tmp / "docs").mkdir()
+    line = '{"text": "the wafer streams weights ' + "x" * 500 + '"}\n'
+    deep = '{"a":' * 100_000 + "1" + "}" * 100_000 + "\n"
+    (tmp / "docs" / "a.jsonl").write_text(line * 20 + deep)
+    return str(tmp / "docs")
 
 
 def _bz2_xyz(tmp: Path) -> str:

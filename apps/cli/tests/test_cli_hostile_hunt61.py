@@ -279,3 +279,17 @@ def test_md_out_keeps_an_existing_trajectory_until_the_run_ends(tmp_path, monkey
                         "stopped after the first frame")  # fmt: skip
     assert old.read_text() == "a whole trajectory\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["traj.xyz"]
+
+
+def test_train_refuses_a_jsonl_line_nested_past_json_depth_before_the_run_folder(tmp_path):
+    # hunt 61: pyarrow's JSON reader crashed the process (a segmentation fault, exit -11)
+    # on a line 100,000 levels deep, after the run folder was made
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    line = '{"text": "the wafer streams weights ' + "x" * 500 + '"}\n'
+    (docs / "a.jsonl").write_text(line * 20 + '{"a":' * 100_000 + "1" + "}" * 100_000 + "\n")
+    args = ["train", "tiny", "runconfig.max_steps=2", "runconfig.mode=train",
+            "model.vocab_size=300", "train_input.batch_size=2", "runconfig.sample_tokens=0",
+            f"train_input.data_dir={docs}", "-o", tmp_path / "run"]  # fmt: skip
+    refused_in_one_line(ROOT, args, "a.jsonl' nests JSON 100,000 levels deep (before byte")
+    assert not (tmp_path / "run").exists()

@@ -41,6 +41,7 @@ __all__ = [
     "load_yaml",
     "names_loader",
     "text_depth",
+    "depth_run",
     "open_npz",
     "require_npz",
     "NPZ_INFLATE_FLOOR_BYTES",
@@ -119,12 +120,20 @@ _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes
 def text_depth(text: str) -> int:
     """The deepest nesting of [ and { in JSON text (outside strings), without parsing it:
     strings removed by one regular expression, then a running sum over the brackets."""
+    return depth_run(text)[0]
+
+
+def depth_run(text: str, start: int = 0) -> tuple[int, int]:
+    """(deepest, last) nesting of [ and { in JSON text outside strings, counted from `start`:
+    a file read in pieces of whole lines carries `last` into the next (a JSON string holds
+    no raw newline, so none is cut)."""
     import numpy as np
 
     # surrogatepass: text from argv with bytes that are not UTF-8 (hunt 60: a traceback here)
     codes = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
     step = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
-    return int(np.cumsum(step).max(initial=0))
+    run = start + np.cumsum(step)
+    return int(run.max(initial=start)), int(run[-1]) if len(run) else start
 
 
 _OPEN, _CLOSE = (ord("["), ord("{")), (ord("]"), ord("}"))
