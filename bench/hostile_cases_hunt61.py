@@ -159,7 +159,23 @@ def hunt61_cases() -> list[Case]:
              lambda fx, tmp: [*_TRAIN, f"train_input.data_dir={_deep_jsonl(tmp)}", "-o",
                               str(tmp / "run")], message="nests JSON 100,000 levels deep",
              note="a segmentation fault in pyarrow's JSON reader, after the run folder"),
+        Case("hunt61", "tlrmvm run --operator <nb 16.5> (hunt 61)", lambda fx, tmp: [
+            "hpc", "tlrmvm", "run", "--operator", _op_with(fx, tmp, nb=16.5)],
+            message="nb must be one integer", note="truncated to 16 and run"),
+        Case("hunt61", "tlrmvm run --operator <error_fro inf> (hunt 61)", lambda fx, tmp: [
+            "hpc", "tlrmvm", "run", "--operator", _op_with(fx, tmp, error_fro=float("inf"))],
+            message="error_fro must be a finite number", note="printed as the error, exit 0"),
     ]  # fmt: skip
+
+
+def _op_with(fx: Fixtures, tmp: Path, **change) -> str:
+    """The fixtures' operator with `change`'s arrays."""
+    import numpy as np
+
+    with np.load(fx.operator()) as f:
+        data = {k: f[k] for k in f.files}
+    np.savez(tmp / "op.npz", **{**data, **{k: np.asarray(v) for k, v in change.items()}})
+    return str(tmp / "op.npz")
 
 
 def _deep_jsonl(tmp: Path) -> str:

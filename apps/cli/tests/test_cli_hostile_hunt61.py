@@ -293,3 +293,24 @@ def test_train_refuses_a_jsonl_line_nested_past_json_depth_before_the_run_folder
             f"train_input.data_dir={docs}", "-o", tmp_path / "run"]  # fmt: skip
     refused_in_one_line(ROOT, args, "a.jsonl' nests JSON 100,000 levels deep (before byte")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"nb": np.float64(16.5)}, "nb must be one integer, got float64 of shape ()"),
+     ({"nb": np.array([16, 16])}, "nb must be one integer, got int64 of shape (2,)"),
+     ({"shape": np.array([64.5, 64.0])}, "shape or ranks have the wrong form"),
+     ({"error_fro": np.float64("inf")}, "error_fro must be a finite number >= 0, got inf")],
+    ids=["nb 16.5", "nb of two", "shape 64.5", "error inf"],
+)  # fmt: skip
+def test_tlrmvm_run_refuses_an_operator_of_fractional_sizes(tmp_path, change, message):
+    # hunt 61: nb 16.5 and a shape of 64.5 were truncated and run, error_fro inf printed as
+    # the operator's error, an nb of two values was numpy's own words
+    op = tmp_path / "op.npz"
+    code, out = invoke(ROOT, ["hpc", "tlrmvm", "compress", "--n", "64", "--nb", "16", "--out", op])
+    assert code == 0, out
+    with np.load(op) as f:
+        data = {k: f[k] for k in f.files}
+    np.savez(tmp_path / "bad.npz", **{**data, **change})
+    refused_in_one_line(ROOT, ["hpc", "tlrmvm", "run", "--operator", tmp_path / "bad.npz",
+                               "--preset", "tiny"], message)  # fmt: skip

@@ -332,9 +332,13 @@ def load_operator(path: str | Path) -> TlrOperator:
 
 def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
     shape, ranks = np.asarray(data["shape"]), np.asarray(data["ranks"])
-    if shape.shape != (2,) or ranks.ndim != 2 or ranks.dtype.kind not in "iu":
+    kinds = {ranks.dtype.kind, shape.dtype.kind}  # hunt 61: a shape of 64.5 was read as 64
+    if shape.shape != (2,) or ranks.ndim != 2 or not kinds <= {"i", "u"}:
         raise TlrError("shape or ranks have the wrong form")
-    (m, n), nb = (int(s) for s in shape), int(data["nb"])
+    nb_array = np.asarray(data["nb"])  # hunt 61: nb 16.5 was read as 16, [16, 16] a numpy line
+    if nb_array.shape != () or nb_array.dtype.kind not in "iu":
+        raise TlrError(f"nb must be one integer, got {nb_array.dtype} of shape {nb_array.shape}")
+    (m, n), nb = (int(s) for s in shape), int(nb_array)
     if min(m, n, nb) < 1 or ranks.shape != (-(-m // nb), -(-n // nb)):
         raise TlrError(f"{m} x {n} in tiles of {nb} does not match ranks {ranks.shape}")
     u, v = np.asarray(data["u"]), np.asarray(data["v"])
@@ -352,7 +356,9 @@ def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
     widths = [min(nb, n - j * nb) for j in range(nt)]
     u_rows = _split(u, [(h, int(ranks[i].sum())) for i, h in enumerate(heights)])
     v_cols = _split(v, [(w, int(ranks[:, j].sum())) for j, w in enumerate(widths)])
-    err = float(data.get("error_fro", np.nan))
+    err = float(np.asarray(data.get("error_fro", np.nan)).reshape(()))
+    if "error_fro" in data and not 0 <= err < math.inf:  # hunt 61: inf was printed as the error
+        raise TlrError(f"error_fro must be a finite number >= 0, got {err}")
     return TlrOperator((m, n), nb, float(data["threshold"]), ranks, u_rows, v_cols, err)
 
 
