@@ -165,7 +165,25 @@ def hunt61_cases() -> list[Case]:
         Case("hunt61", "tlrmvm run --operator <error_fro inf> (hunt 61)", lambda fx, tmp: [
             "hpc", "tlrmvm", "run", "--operator", _op_with(fx, tmp, error_fro=float("inf"))],
             message="error_fro must be a finite number", note="printed as the error, exit 0"),
+        Case("hunt61", "infer generate <config.json rope_theta 1e308> (hunt 61)",
+             lambda fx, tmp: ["infer", "generate", "--model-dir", _model_with(
+                 fx, tmp, rope_theta=1e308, rope_parameters={"rope_type": "default",
+                                                             "rope_theta": 1e308}),
+                 "--prompt-ids", "1,2", "--max-tokens", "2"],
+             message="rope_theta must be a finite number > 0 within fp32",
+             note="ran, with JAX's overflow-in-cast warnings, exit 0"),
     ]  # fmt: skip
+
+
+def _model_with(fx: Fixtures, tmp: Path, **config) -> str:
+    """A copy of the tiny model dir whose config.json has `config`'s keys."""
+    import json
+    import shutil
+
+    shutil.copytree(fx.model(), tmp / "m")
+    data = json.loads((tmp / "m" / "config.json").read_text())
+    (tmp / "m" / "config.json").write_text(json.dumps({**data, **config}))
+    return str(tmp / "m")
 
 
 def _op_with(fx: Fixtures, tmp: Path, **change) -> str:

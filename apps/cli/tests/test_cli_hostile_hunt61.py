@@ -314,3 +314,23 @@ def test_tlrmvm_run_refuses_an_operator_of_fractional_sizes(tmp_path, change, me
     np.savez(tmp_path / "bad.npz", **{**data, **change})
     refused_in_one_line(ROOT, ["hpc", "tlrmvm", "run", "--operator", tmp_path / "bad.npz",
                                "--preset", "tiny"], message)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"rms_norm_eps": 1e308}, "rms_norm_eps must be a finite number > 0 within fp32"),
+     ({"rope_theta": 1e308, "rope_parameters": {"rope_type": "default", "rope_theta": 1e308}},
+      "rope_theta must be a finite number > 0 within fp32 (3.4e38), got 1e+308")],
+    ids=["rms_norm_eps", "rope_theta"],
+)  # fmt: skip
+def test_a_model_config_number_past_fp32_is_refused(tmp_path, change, message):
+    # hunt 61: both ran, with JAX's "overflow encountered in cast" warnings on stderr
+    import json
+
+    from wse_inference.testing import save_tiny_model
+
+    save_tiny_model(tmp_path / "m", n_layers=1)
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, **change}))
+    refused_in_one_line(ROOT, ["infer", "generate", "--model-dir", tmp_path / "m",
+                               "--prompt-ids", "1,2", "--max-tokens", "2"], message)  # fmt: skip
