@@ -152,9 +152,14 @@ def test_tlrmvm_run_refuses_a_kernel_the_layout_ignores(tmp_path, extra, message
      (["hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--steps", "1"],
       {"WSE_LIMIT_TIME_STEPS": "١٠"}, "WSE_LIMIT_TIME_STEPS must be a positive integer"),
      (["plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--batch", "8",
-       "--micro-batch", "٢"], {}, "--micro-batch must be auto, explore, none or a positive")],
+       "--micro-batch", "٢"], {}, "--micro-batch must be auto, explore, none or a positive"),
+     (["wafer", "info", "--set", "pe_rows=١٠"], {}, "pe_rows must be a number, got '١٠'"),
+     (["experiments", "run", "wafer-yield", "--quick", "--assume", "fp32_mul_width=４"], {},
+      "assumption fp32_mul_width must be a number, got '４'"),
+     (["train", "tiny", "--validate-only", "model.vocab_size=３００"], {},
+      "model.vocab_size must be a number in ASCII digits, got the text '３００'")],
     ids=["arabic-indic steps", "fullwidth grid", "fullwidth float", "env count", "env bytes",
-         "env limit", "micro-batch"],
+         "env limit", "micro-batch", "--set", "--assume", "override advice"],
 )  # fmt: skip
 def test_numbers_are_ascii(tmp_path, monkeypatch, args, env, message):
     monkeypatch.chdir(tmp_path)
