@@ -172,6 +172,12 @@ def hunt61_cases() -> list[Case]:
                  "--prompt-ids", "1,2", "--max-tokens", "2"],
              message="rope_theta must be a finite number > 0 within fp32",
              note="ran, with JAX's overflow-in-cast warnings, exit 0"),
+        Case("hunt61", "wafer info --set pe_rows=١٠ (hunt 61)", _const(
+            "wafer", "info", "--set", "pe_rows=١٠"), message="pe_rows must be a number",
+            note="read as 10"),
+        Case("hunt61", "experiments run --assume fp32_mul_width=４ (hunt 61)", _const(
+            "experiments", "run", "wafer-yield", "--quick", "--assume", "fp32_mul_width=４"),
+            message="must be a number, got '４'", note="read as 4 and run"),
     ]  # fmt: skip
 
 
