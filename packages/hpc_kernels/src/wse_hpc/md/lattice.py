@@ -49,6 +49,7 @@ class Structure:
         lookup = {e: i for i, e in enumerate(elements)}
         missing = sorted(set(self.symbols.tolist()) - set(lookup))
         if missing:
+
             def listed(names: Sequence[str]) -> str:  # hunt 61: 1,000 names were one line
                 head = ", ".join(m if len(m) <= 20 else m[:20] + "..." for m in names[:5])
                 return head + (f", ... ({len(names):,} in all)" if len(names) > 5 else "")
