@@ -369,7 +369,8 @@ def cases() -> list[Case]:
         Case("front end", "launch --nproc 2 on a one-GPU host", _const(), skip="needs a GPU host"),
     ]  # fmt: skip
     from hostile_cases_found import found_cases  # issue 54's
+    from hostile_cases_hunt61 import hunt61_cases
     from hostile_cases_more import hunt59_cases, hunt60_cases, more_cases  # hunts 57, 59, 60
 
     return [*sizes, *outputs, *non_finite, *faults, *front, *found_cases(), *more_cases(),
-            *hunt59_cases(), *hunt60_cases()]  # fmt: skip
+            *hunt59_cases(), *hunt60_cases(), *hunt61_cases()]  # fmt: skip

@@ -149,15 +149,16 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     log = open(folder.parent / "serve.log", "w+")  # noqa: SIM115  read back on a failed start
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
     try:
-        return _rows(proc, log, port, grpc_port, every_s)
+        return _rows(proc, log, port, grpc_port, every_s, bench=(wse, env))
     finally:  # a row that raised left the server running past the bench (hunt 60)
         if proc.poll() is None:
             proc.kill()
         log.close()
 
 
-def _rows(proc, log, port: int, grpc_port: int, every_s: float) -> list[dict]:
-    """`serve_rows`' requests against the started server `proc`."""
+def _rows(proc, log, port: int, grpc_port: int, every_s: float, bench=None) -> list[dict]:
+    """`serve_rows`' requests against the started server `proc` (and, with `bench` the
+    `(wse, env)` to run it by, a `wse infer bench` every request of which it refuses)."""
     import httpx
     from soak_server import grpc_drain
     from soak_traffic import hostile_body
@@ -269,6 +270,11 @@ def _rows(proc, log, port: int, grpc_port: int, every_s: float) -> list[dict]:
     code, details = _grpc_garbage(f"127.0.0.1:{grpc_port}")
     rows.append(_row("gRPC garbage bytes", code, "INVALID_ARGUMENT", time.perf_counter() - t0,
                      peak[0], details))  # fmt: skip
+    if bench is not None:  # hunt 61: each refusal printed, a JSON of nothing saved, exit 0
+        peak[0], t0 = 0, time.perf_counter()
+        code, message = _refused_bench(url, *bench)
+        rows.append(_row("wse infer bench --model nope (hunt 61)", code, 2,
+                         time.perf_counter() - t0, peak[0], message, bound_s=None))  # fmt: skip
     peak[0], t0 = 0, time.perf_counter()
     drain = grpc_drain(proc, f"127.0.0.1:{grpc_port}")
     done = drain.get("code") == "OK" and drain["tokens"] == drain["asked"]
@@ -282,6 +288,18 @@ def _rows(proc, log, port: int, grpc_port: int, every_s: float) -> list[dict]:
     except subprocess.TimeoutExpired:
         proc.kill()
     return rows
+
+
+def _refused_bench(url: str, wse: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Exit code and stderr of `wse infer bench` asking the server for a model it lacks."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run([*wse, "infer", "bench", "--url", url, "-n", "2", "--model", "nope",
+                               "--out", f"{tmp}/b.json"], env=env, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        left = list(Path(tmp).iterdir())
+    return (done.returncode if not left else -1), done.stderr.strip()
 
 
 def _hunt56_requests(model: str) -> list[tuple]:

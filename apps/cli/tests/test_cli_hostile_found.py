@@ -169,7 +169,7 @@ def test_a_full_disk_mid_write_is_one_line_and_exit_1(monkeypatch, files):
 
     monkeypatch.setattr(md, "write_setfl", full)
     code, output = invoke(
-        ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", files / "p"]
+        ROOT, ["hpc", "md", "potential", "--elements", "Cu", "--out", files / "p.eam.alloy"]
     )
     assert code == 1 and output.strip() == "Error: cannot write: No space left on device", output
 

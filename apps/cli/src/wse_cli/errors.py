@@ -47,7 +47,7 @@ def _is_user_error(e: BaseException) -> bool:
 class WseGroup(TyperGroup):
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
         args = dashed(args, self.params)
-        if why := repeated(args, self.params, group=True):
+        if why := repeated(args, self.params, group=True) or empty_input_path(args, self.params):
             raise UserInputError(why)
         return super().parse_args(ctx, args)
 
@@ -55,7 +55,9 @@ class WseGroup(TyperGroup):
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, TyperGroup):  # a group spells its own
             rest = dashed(rest, cmd.get_params(ctx))
-            if why := repeated(rest, cmd.get_params(ctx)):
+            if why := repeated(rest, cmd.get_params(ctx)) or empty_input_path(
+                rest, cmd.get_params(ctx)
+            ):
                 raise UserInputError(why)
             if "invoke" not in vars(cmd):
                 cmd.invoke = functools.partial(_join_then_invoke, cmd)  # type: ignore[method-assign]
@@ -101,6 +103,37 @@ class WseGroup(TyperGroup):
             raise
         _say_notes()
         return done
+
+
+def empty_input_path(args: list[str], params: list) -> str | None:
+    """Why `args` give an input file option (a `click.Path`: --spec, --structure,
+    --potential, --operator, --model-dir, ...) an empty value, else None. click reads '' as
+    '.', the current folder (hunt 61: `--model-dir ''` was "'.' is neither an HF-format
+    directory", `--structure ''` "structure file '.' is a folder")."""
+    names = {n for p in params if _reads_a_path(p) for n in p.opts}
+    texts = [str(a) for a in args]  # a test's runner may pass Path objects
+    for i, arg in enumerate(texts):
+        if arg == "--":
+            return None
+        name, eq, value = arg.partition("=")
+        if name in names and (value == "" if eq else i + 1 < len(texts) and texts[i + 1] == ""):
+            return f"{name} is empty; give a file or folder name"
+    return None
+
+
+def _reads_a_path(param) -> bool:
+    """Whether `param` is an input path option: annotated `Path` (or a list of them), not an
+    output option (`wse_cli.outputs`, which refuses '' itself)."""
+    import typing
+    from pathlib import Path
+
+    from wse_cli.outputs import OUTPUT_MARK
+
+    descriptor = getattr(param, "type_descriptor", None)
+    ann = getattr(descriptor, "annotation", None)
+    if ann is None or getattr(param.callback, OUTPUT_MARK, None) is not None:
+        return False
+    return ann is Path or Path in typing.get_args(ann)
 
 
 def _say(message: str) -> None:

@@ -53,6 +53,11 @@ def _from_hf(path: Path, data: dict | None = None) -> ModelChoice:
 
 def resolve_model(text: str) -> ModelChoice:
     """A preset ("llama3-70b"), shipped config ("llama3_8b"), params.yaml or HF directory."""
+    if not text.strip():  # hunt 61: '' was read as '.', then "cannot read HF config"
+        raise PlanError(
+            f"--model is empty ({text!r}); give a preset (e.g. llama3-8b), a params.yaml or an "
+            "HF directory with config.json"
+        )
     path = Path(text)
     hf = None
     if (path.is_dir() or path.suffix == ".json") and _hf_file(path).is_file():

@@ -83,6 +83,8 @@ def _parse(kind: type) -> Any:
         if isinstance(value, bool):
             return _NotANumber(str(value))
         text = str(value).strip()
+        if not text.isascii():  # hunt 61: Python reads '١٠' and '１０' as 10; a number is ASCII
+            return _NotANumber(str(value))
         if kind is float:
             try:
                 return float(text)  # "inf", "nan" and "1e999" parse; the callback refuses them

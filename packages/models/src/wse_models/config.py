@@ -45,6 +45,7 @@ DTYPES = ("float32", "bfloat16")
 MLP_ACTIVATIONS = ("gelu", "silu", "relu", "relu2")  # gelu: tanh approximation (gelu_new)
 RELU_LIKE = ("relu", "relu2")  # activations with exact zeros (counted by wse_models.sparsity)
 _DEFAULT_ACTIVATION = {"gpt2": "gelu", "llama": "silu"}
+FP32_MAX = 3.4028234663852886e38  # norm_eps and rope_theta run in fp32
 
 
 def dtype_bytes(dtype: object) -> int:
@@ -159,10 +160,12 @@ class ModelConfig:
             raise ModelConfigError(
                 f"tie_embeddings must be true or false, got {self.tie_embeddings!r:.60}"
             )
-        for field in ("norm_eps", "rope_theta"):
+        for field in ("norm_eps", "rope_theta"):  # hunt 61: 1e308 overflowed the fp32 cast
             v = getattr(self, field)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
-                raise ModelConfigError(f"{field} must be a finite number > 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= FP32_MAX:
+                raise ModelConfigError(
+                    f"{field} must be a finite number > 0 within fp32 (3.4e38), got {v!r}"
+                )
         if self.n_heads % self.n_kv_heads:
             raise ModelConfigError(
                 f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}"

@@ -302,6 +302,11 @@ def shipped_config(name: str) -> Path:
 
 
 def _read_params(path: str | Path) -> str:
+    if not str(path).strip():  # hunt 61: '' was read as '.', "params file '.' is a folder"
+        raise ConfigError(
+            f"the params file is empty text ({str(path)!r}); give a params YAML file or a "
+            f"shipped config: {', '.join(SHIPPED)}"
+        )
     p = Path(path)
     if not p.exists() and str(path) in SHIPPED:
         p = shipped_config(str(path))

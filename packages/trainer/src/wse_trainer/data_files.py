@@ -127,11 +127,15 @@ def _size(path: str) -> int:
     return st.st_size
 
 
-def _scan_text(path: str, budget: int) -> int:
-    """Bytes of `path` read (at most `budget`); ConfigError for a NUL byte or bad UTF-8."""
+def _scan_text(path: str, budget: int, json: bool = False) -> int:
+    """Bytes of `path` read (at most `budget`); ConfigError for a NUL byte, bad UTF-8 or
+    (`json`) JSON nested deeper than the limit `json_depth`."""
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    depth = _JsonDepth(path) if json else None
     with open(path, "rb") as f:
         while offset < budget and (chunk := f.read(min(_CHUNK, budget - offset))):
+            if depth is not None:
+                depth.feed(chunk, offset)
             nul = chunk.find(b"\0")
             if nul >= 0:
                 raise ConfigError(
@@ -148,6 +152,29 @@ def _scan_text(path: str, budget: int) -> int:
                 ) from None
             offset += len(chunk)
     return offset
+
+
+class _JsonDepth:
+    """The nesting of a JSON data file read in chunks, each cut after its last newline (hunt
+    61: a .jsonl line 100,000 levels deep crashed the process in pyarrow's JSON reader, a
+    segmentation fault after the run folder was made)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.depth, self.rest = path, 0, b""
+
+    def feed(self, chunk: bytes, offset: int) -> None:
+        from wse_core.host.readers import depth_run
+
+        text = self.rest + chunk
+        cut = text.rfind(b"\n") + 1 or len(text)  # a line past a chunk: its brackets now
+        text, self.rest = text[:cut], text[cut:]
+        deepest, self.depth = depth_run(text.decode("utf-8", "ignore"), self.depth)
+        if deepest > (most := limit("json_depth")):
+            raise ConfigError(
+                f"data file {self.path!r} nests JSON {deepest:,} levels deep (before byte "
+                f"{offset + len(chunk):,}), over the limit of {most} ({lift('json_depth')}); "
+                "give one flat JSON object per line"
+            )
 
 
 def _check_parquet(path: str) -> None:
@@ -182,7 +209,7 @@ def check_data_dir(cfg: InputConfig) -> None:
         return
     budget = SCAN_BYTES
     for f in files:
-        budget -= _scan_text(f, budget)
+        budget -= _scan_text(f, budget, json=builder == "json")
     need = cfg.batch_size * cfg.max_sequence_length + 1
     most = sum(sizes) + len(files)  # tokens: at most one per byte, plus one EOS per document
     if most < need:

@@ -118,6 +118,8 @@ def quoted_number(where: str, key: str, value: str, *, json: bool = False) -> st
     if not finite:
         return f"{where} must be a finite number, got {value!r:.40}"
     spelled = f'"{key}"' if json else key
+    if not value.isascii():  # hunt 61: '３００' was told to be written unquoted, as it was
+        return f"{where} must be a number in ASCII digits, got the text {value!r:.40}"
     return (
         f"{where} must be a number, got the text {value!r:.40}; "
         f"write it unquoted ({spelled}: {value.strip()[:20] or 1})"

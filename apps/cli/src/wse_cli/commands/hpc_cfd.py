@@ -90,11 +90,16 @@ def cfd(
         fail(f"--ra must be > 0, got {ra:g}")
     if restart and out is None:
         fail("--restart needs --out (the folder holding step_<n>.npz)")
+    _check_out(out, restart, steps, output_every)
     spec = wafer_spec(preset, spec_file, "wse2")
     nx, ny, nz = grid
     if nx > spec.pe_rows or ny > spec.pe_cols:
         fail(f"--grid {nx} {ny} {nz}: a {nx} x {ny} PE grid does not fit the {spec.name} "
              f"wafer's {spec.pe_rows} x {spec.pe_cols} PEs")  # fmt: skip
+    if nz * 4 > spec.sram_bytes_per_pe:  # hunt 61: NZ 10^8 built 95 GiB of host arrays first
+        fail(f"--grid {nx} {ny} {nz}: one field's Z column of {nz:,} fp32 cells needs "
+             f"{nz * 4:,} B per PE but a {spec.name} PE holds {spec.sram_bytes_per_pe:,} B; "
+             f"give NZ well under {spec.sram_bytes_per_pe // 4:,}")  # fmt: skip
     if restart:  # hunt 60: a bad step file was refused after JAX's import and the build (1.5 s)
         from wse_hpc.cfd_steps import latest_output, read_step
 
@@ -124,6 +129,27 @@ def cfd(
         typer.echo(json.dumps(run.report.to_dict(), default=float))
         return
     _summary(console, run, png, trace)
+
+
+def _check_out(out: Path | None, restart: bool, steps: int, output_every: int) -> None:
+    """Refuse, before any work, a run that would write more step files than the limit
+    `step_files`, or one that would mix its step files with another run's in `--out` (hunt
+    61: a second run there overwrote the first's files of the same steps, and `--restart`
+    then continued from whichever run's step was newest)."""
+    if out is None:
+        return
+    if output_every > 0:
+        from wse_core.host.limits import check
+
+        files = steps // output_every + 1
+        check("step_files", files, f"the count of step files of --steps {steps} "
+              f"--output-every {output_every}")  # fmt: skip
+    if not restart and out.is_dir():
+        from wse_hpc.cfd_steps import latest_output
+
+        if (last := latest_output(out)) is not None:
+            fail(f"--out {out} holds another run's step files (the newest {last.name}); give "
+                 "--restart to continue that run, or a new folder")  # fmt: skip
 
 
 def _run(console, cfg, run_cfd):

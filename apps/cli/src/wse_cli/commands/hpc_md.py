@@ -13,7 +13,9 @@ the commands so `wse --help` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -159,6 +161,26 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
     return crystal(lattice, element, a, cells)
 
 
+@contextlib.contextmanager
+def _kept(part: Path | None, out: Path | None):
+    """Rename the trajectory `part` onto `out` when the run ends or faults (exit 1); remove
+    it otherwise (a refusal, Ctrl-C)."""
+    from wse_core.errors import RunFault
+
+    try:
+        yield
+    except RunFault:
+        if part != out and part is not None and part.exists():
+            os.replace(part, out)
+        raise
+    except BaseException:
+        if part != out and part is not None:
+            part.unlink(missing_ok=True)
+        raise
+    if part != out and part is not None and part.exists():
+        os.replace(part, out)
+
+
 def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     import jax
     from rich.console import Console
@@ -186,9 +208,15 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
             print_banner()
             console.print(format_row(row, bath))
 
+    # The trajectory grows beside --out and replaces it when the run ends, or stops on a
+    # fault (the frames up to it, as LAMMPS's dump keeps them); a run killed or refused
+    # leaves an existing --out as it was (hunt 61: its first frame truncated it).
+    target = Path(os.path.realpath(out)) if out is not None else None  # through a link
+    part = target.with_name(f".{target.name}.part") if target and target.is_file() else target
+
     def on_frame(step, frame):
-        if out is not None and primary:  # one frame per thermo row: a trajectory
-            write_xyz(out, [frame], append=step > 0, info={"step": step})
+        if part is not None and primary:  # one frame per thermo row: a trajectory
+            write_xyz(part, [frame], append=step > 0, info={"step": step})
 
     from wse_core.host.progress import progress
 
@@ -198,7 +226,7 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
             on_row(row)
             done(row.step)
 
-        with jax.enable_x64(cfg.dtype == "float64"):
+        with jax.enable_x64(cfg.dtype == "float64"), _kept(part, target):
             res = run_md(s, pot, cfg, on_thermo=on_thermo, on_frame=on_frame if out else None)
     print_banner()
     summary = _summary(res, cfg, s.num_atoms, trace if primary else None)
@@ -279,9 +307,19 @@ def potential_cmd(
         from wse_core.errors import shown
 
         fail(f"unknown --table {shown(table)}; the only table is zhou04")
+    if not out.name.lower().endswith((".eam.alloy", ".setfl")) and str(out) != os.devnull:
+        fail(f"--out {out}: wse reads a setfl by its name (`--potential` takes another name "
+             "for a funcfl file): give a name ending in .eam.alloy (or .setfl)")  # fmt: skip
+    names = [e for item in [*elements, *(more or [])] for e in item.replace(",", " ").split()]
+    # hunt 61: 16 elements at 100,000 knots wrote 397 MB in 15 s, a file `--potential` (and
+    # its file_bytes limit) then refused; 24 characters a value ("%.16e ")
+    values = len(names) * 2 * knots + len(names) * (len(names) + 1) // 2 * knots
+    from wse_core.host.limits import check
+
+    what = f"the size of a setfl of {len(names)} elements, {knots:,} knots"
+    check("file_bytes", 24 * values, what)
     from wse_hpc.md import write_setfl, zhou04
 
-    names = [e for item in [*elements, *(more or [])] for e in item.replace(",", " ").split()]
     pot = zhou04(names, knots=knots)
     write_setfl(
         pot,

@@ -82,7 +82,9 @@ def compress(
     freq_hz: float = number(
         15.0, "--freq-hz", help="Frequency of the synthetic slice.", gt=0, le=1e6, unit="Hz"
     ),
-    out: Path = output_file(..., "--out", help="Output operator file (.npz)."),
+    # hunt 61: np.savez adds .npz, so `--out op` wrote op.npz unchecked (a folder there: the
+    # writer's traceback after the work)
+    out: Path = output_file(..., "--out", suffix=".npz", help="Output operator file (.npz)."),
     seed: int = number(0, "--seed", help="Seed of the randomized SVD.", **SEED),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -101,7 +103,9 @@ def compress(
     wall = time.perf_counter() - t0
     path = save_operator(op, out)
     if op.dense_bytes <= 256 * 2**20:
-        frob = float(np.linalg.norm(op.dense() - a) / np.linalg.norm(a))
+        # in float64: fp32 squares of 1e-30 entries underflow, 0/0 (hunt 61)
+        diff = (op.dense() - a).astype(np.complex128 if np.iscomplexobj(a) else np.float64)
+        frob = float(np.linalg.norm(diff) / np.linalg.norm(a.astype(diff.dtype)))
     else:  # the error the SVDs dropped, without rebuilding A_tlr densely
         frob = op.error_fro
     d = {**op.describe(), "frobenius_rel_error": frob, "compress_s": wall, "out": str(path)}
@@ -124,7 +128,10 @@ def _check_against(op, eng, x):
 
     y = eng.matvec(x)
     ref = tlrmvm_numpy(op, x)
-    out = {"rel_diff_vs_numpy_tlr": float(np.linalg.norm(y - ref) / np.linalg.norm(ref))}
+    diff, scale = float(np.linalg.norm(y - ref)), float(np.linalg.norm(ref))
+    # a zero operator's product is zero: its difference is the figure (hunt 61: 0/0, a
+    # RuntimeWarning and a "not finite" fault)
+    out = {"rel_diff_vs_numpy_tlr": diff / scale if scale > 0 else diff}
     if not np.isfinite(out["rel_diff_vs_numpy_tlr"]):  # NaN is a failure, never a figure
         from wse_core.errors import RunFault
 

@@ -236,6 +236,8 @@ def serve(
 
         spec = parse_speculative_config(speculative_config)
     template = _chat_template(chat_template)
+    if not model_dir.strip():  # hunt 61: '' was read as '.', the current folder
+        fail(f"--model-dir is empty ({model_dir!r}); give a model folder (or {MOCK!r})")
     if model_dir == MOCK:
         engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)
     else:
@@ -305,6 +307,8 @@ def bench(
     _check_url(url)
     if model is not None and not model.strip():
         fail("--model must not be empty; leave it out to use the server's first model")
+    if not prompt:  # hunt 61: each request was the server's 400, then exit 0 and a JSON
+        fail("--prompt is empty; give the text each request sends")
     for name, text in (("--prompt", prompt), ("--model", model or "")):
         try:
             text.encode("utf-8")
@@ -328,8 +332,13 @@ def bench(
     errors = summary["errors"]
     if not summary["completed"] and errors and all(e.startswith("Connect") for e in errors):
         fail(f"cannot reach {url}: {errors[0]}")  # --model given: no /v1/models asked first
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
+    if not summary["completed"] and errors and all(e.startswith("HTTP 4") for e in errors):
+        # hunt 61: every request refused (--model nope, --max-tokens past the context) printed
+        # the refusals, saved a JSON of nothing and exited 0
+        fail(f"{url} refused every request ({errors[0]}); fix the bench's settings")
+    from wse_core.host.atomic import write_atomically
+
+    write_atomically(out, json.dumps(summary, indent=2))
     t = Table(title=f"{summary['model']} at {url}", show_header=False)
     t.add_row("requests", f"{summary['completed']} completed, {summary['failed']} failed")
     t.add_row("request throughput", f"{summary['request_throughput_per_s']:.2f} req/s")

@@ -108,7 +108,7 @@ def _micro_batch(text: str | None) -> int | str | None:
 
     if text is None or text in MODES:
         return text
-    if text.isdigit() and int(text) > 0:
+    if text.isascii() and text.isdigit() and int(text) > 0:  # hunt 61: "٢" was read as 2
         return int(text)
     from wse_core.errors import shown
 

@@ -207,8 +207,10 @@ def plot(plan, path: Path) -> None:
             ax.tick_params(labelsize=7)
         fig.suptitle(f"wse plan {plan.workload}: {plan.model}", fontsize=10)
         fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    from wse_core.host.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 

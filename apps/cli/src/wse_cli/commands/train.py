@@ -171,7 +171,7 @@ def train(
                 "give a params file: `wse train params.yaml` or `--params params.yaml` "
                 f"(shipped: {', '.join(SHIPPED)})"
             )
-        params = Path(args.pop(0))
+        params = args.pop(0)  # text: Path('') would be '.' (hunt 61), load_config says so
     flags = {
         "mode": mode,
         "model_dir": model_dir,

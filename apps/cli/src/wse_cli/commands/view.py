@@ -24,10 +24,10 @@ __all__ = ["view", "write_view", "demo_part", "register"]
 
 def write_view(trace, out: Path, png: Path | None = None) -> tuple[Path, Path | None]:
     """Write the page (and the PNG) of a `PeTrace`; returns their paths."""
+    from wse_core.host.atomic import write_atomically
     from wse_core.trace.page import page_html
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page_html(trace), encoding="utf-8")
+    write_atomically(out, page_html(trace))
     if png is not None:
         from wse_core.trace.png import figure_png
 

@@ -233,9 +233,10 @@ def plot_defects(path: Path, dm, rm) -> None:
     for ax in axes:
         ax.set_xlabel("column")
         ax.set_ylabel("row")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    from wse_core.host.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

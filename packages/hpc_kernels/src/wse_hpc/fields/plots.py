@@ -34,7 +34,9 @@ def plot_temperature(run, path: str | Path) -> Path:
     ax.set(title=f"{case}: step {step}, t {t:.3g}, Nu {nu:.4f}, KE {ke:.3g}",
            xlabel="x (PE row)", ylabel="vertical")  # fmt: skip
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
-    fig.savefig(path, dpi=100)
+    from wse_core.host.atomic import atomic_path
+
+    with atomic_path(path) as tmp:  # the CLI checked the nearest folder
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return Path(path)

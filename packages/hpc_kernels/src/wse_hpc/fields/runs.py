@@ -135,8 +135,11 @@ def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float) -> list[Path
     arrays = _arrays(cfg, grid, s)
     npz = cfg.out_dir / f"step_{step:07d}.npz"
     extra = {"theta_offset": 1} if cfg.case == "rayleigh-benard" else {}
-    np.savez(npz, step=step, time=t, lengths=np.asarray(grid.spacing) * grid.shape, **arrays,
-             **extra)  # fmt: skip
+    from wse_core.host.atomic import atomic_path
+
+    with atomic_path(npz) as tmp:  # a killed run leaves no half step file for --restart
+        np.savez(tmp, step=step, time=t, lengths=np.asarray(grid.spacing) * grid.shape,
+                 **arrays, **extra)  # fmt: skip
     vtk = npz.with_suffix(".vtk")
     write_vtk(vtk, arrays, grid.spacing)
     return [npz, vtk]

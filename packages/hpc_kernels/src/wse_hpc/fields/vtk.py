@@ -42,7 +42,9 @@ def write_vtk(path: Path, arrays: Mapping[str, np.ndarray], spacing) -> None:
         if name in ("u", "v", "w"):
             continue
         parts += [f"SCALARS {name} float 1\nLOOKUP_TABLE default\n".encode(), _block(a), b"\n"]
-    Path(path).write_bytes(b"".join(parts))
+    from wse_core.host.atomic import write_atomically
+
+    write_atomically(path, b"".join(parts))
 
 
 def read_vtk(path: Path) -> dict[str, np.ndarray]:

@@ -49,12 +49,18 @@ class Structure:
         lookup = {e: i for i, e in enumerate(elements)}
         missing = sorted(set(self.symbols.tolist()) - set(lookup))
         if missing:
-            shown = ", ".join(m if len(m) <= 20 else m[:20] + "..." for m in missing[:5])
             raise WseError(
-                f"the potential has no parameters for {shown}{' ...' if len(missing) > 5 else ''} "
-                f"(it has {', '.join(elements)})"
+                f"the potential has no parameters for {_listed(missing)} (it has "
+                f"{_listed(list(elements))})"
             )
         return np.array([lookup[s] for s in self.symbols.tolist()], dtype=np.int32)
+
+
+def _listed(names: Sequence[str]) -> str:
+    """At most five names, each cut at 20 characters, and how many in all (hunt 61: a line
+    named all 1,000 elements of a potential)."""
+    head = ", ".join(m if len(m) <= 20 else m[:20] + "..." for m in names[:5])
+    return head + (f", ... ({len(names):,} in all)" if len(names) > 5 else "")
 
 
 def crystal(

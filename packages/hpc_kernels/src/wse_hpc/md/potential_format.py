@@ -47,8 +47,13 @@ class PotentialLines:
         except OSError as e:
             raise PotentialError(f"cannot read potential file {str(path)!r}: {e.strerror}") from e
         except UnicodeDecodeError:
-            raise PotentialError(f"potential file {str(path)!r} is not a text file") from None
+            from wse_core.host.readers import packed_hint
+
+            with open(path, "rb") as f:
+                how = packed_hint(f.read(8))
+            raise PotentialError(f"potential file {str(path)!r} is not a text file{how}") from None
         self.at = 0  # 0-based index of the next line
+        self.chars_from = np.cumsum([0, *(len(line) + 1 for line in reversed(self.lines))])[::-1]
 
     def error(self, lineno: int, field: int, tok: str, what: str) -> PotentialError:
         return PotentialError(
@@ -67,7 +72,7 @@ class PotentialLines:
     def numbers(self, count: int, what: str) -> np.ndarray:
         # A header may claim 10^12 values: allocate only what the rest of the file can hold
         # (a value and its separator take two characters); short of `count`, it ends early.
-        rest = sum(len(line) + 1 for line in self.lines[self.at :])
+        rest = self.chars_from[self.at]  # hunt 61: summed per table, 10^5 tables took minutes
         out = np.empty(max(0, min(count, rest // 2 + 1)))
         n = 0
         while n < count:
@@ -103,10 +108,12 @@ def header_numbers(
     out: list[float | int] = []
     for k, (t, s) in enumerate(zip(types, fields, strict=False), 1):
         try:
-            v = int(s) if t == "i" else float(s.replace("D", "E"))
+            v = int(s) if t == "i" else float(s.replace("D", "E").replace("d", "e"))
         except ValueError:
             kind = "an integer" if t == "i" else "a number"
             raise src.error(lineno, k, s, f"{kind} ({what})") from None
+        if t == "f" and not abs(v) <= FP32_MAX:  # hunt 61: dr inf, mass inf ran (and blew up)
+            raise src.error(lineno, k, s, f"a finite number within +-3.4e38 ({what})")
         out.append(v)
     return lineno, out, fields
 
@@ -121,6 +128,12 @@ def grid_line(src: PotentialLines) -> tuple[int, float, int, float, float]:
     for name, v in (("drho", drho), ("dr", dr), ("cutoff", cut)):
         if not v > 0:
             raise PotentialError(f"{src.path.name} line {lineno}: {name} = {v} must be positive")
+    for name, n, d in (("rho", nrho, drho), ("r", nr, dr)):  # hunt 61: drho 1e308 ran
+        if not (n - 1) * d <= FP32_MAX:
+            raise PotentialError(
+                f"{src.path.name} line {lineno}: the {name} table spans (N{name} - 1) * d{name}"
+                f" = {(n - 1) * d:.3g}; it must stay within 3.4e38 (fp32)"
+            )
     return int(nrho), float(drho), int(nr), float(dr), float(cut)
 
 

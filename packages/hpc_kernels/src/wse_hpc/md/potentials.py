@@ -215,20 +215,27 @@ def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
             f"{path.name} line {lineno}: says {ne} elements but names {len(head) - 1}"
         )
     elements = tuple(head[1 : ne + 1])
+    seen: set[str] = set()  # hunt 61: "2 Cu Cu" failed later, on a table value
+    if (twice := next((e for e in elements if e in seen or seen.add(e)), None)) is not None:
+        raise PotentialError(
+            f"{path.name} line {lineno}: element {twice!r} is named twice; name each once"
+        )
     nrho, drho, nr, dr, cut = grid_line(src)
-    meta, frho, rhor = [], [], np.zeros((ne, ne, nr))
+    # Tables are read before they are stacked: each read is bounded by the rest of the file
+    # (hunt 61: np.zeros((N, N, Nr)) up front was 2.9 TiB for a line 4 naming 20,000
+    # elements, 75 GiB for Nr 10^10: a MemoryError traceback before a value was read).
+    meta, frho, rho = [], [], []
     for a in range(ne):
         meta.append(element_line(src))
         frho.append(src.numbers(nrho, f"F(rho) of {elements[a]}"))
         if fs:
-            for b in range(ne):
-                rhor[a, b] = src.numbers(nr, f"rho_{elements[a]}{elements[b]}(r)")
+            rho.append([src.numbers(nr, f"rho_{elements[a]}{e}(r)") for e in elements])
         else:
-            rhor[a, :] = src.numbers(nr, f"rho(r) of {elements[a]}")
-    z2r = np.zeros((ne, ne, nr))
-    for a in range(ne):
-        for b in range(a + 1):
-            z2r[a, b] = z2r[b, a] = src.numbers(nr, f"r*phi(r) of {elements[a]}-{elements[b]}")
+            rho.append([src.numbers(nr, f"rho(r) of {elements[a]}")] * ne)
+    phi = [[src.numbers(nr, f"r*phi(r) of {elements[a]}-{elements[b]}") for b in range(a + 1)]
+           for a in range(ne)]  # fmt: skip
+    rhor = np.array(rho)
+    z2r = np.array([[phi[max(a, b)][min(a, b)] for b in range(ne)] for a in range(ne)])
     return EamPotential(
         kind="fs" if fs else "setfl",
         elements=elements,
@@ -263,6 +270,11 @@ def read_potential(
             why = not_regular(p) or "does not exist"
             raise PotentialError(f"potential file {str(p)!r} {why}")
     name = ps[0].name.lower()
+    if name.endswith((".eam.alloy", ".setfl", ".eam.fs")) and len(ps) > 1:
+        raise PotentialError(  # hunt 61: the files after the first were ignored
+            f"{ps[0].name} holds every element of its potential: give it alone (funcfl .eam "
+            f"files are the ones given one per element), got {len(ps)} files"
+        )
     if name.endswith((".eam.alloy", ".setfl")):
         return read_setfl(ps[0])
     if name.endswith(".eam.fs"):
@@ -296,7 +308,6 @@ def write_setfl(pot: EamPotential, path: str | Path, comments: Sequence[str] = (
     for a in range(len(pot.elements)):
         for b in range(a + 1):
             out.append(table_text(pot.z2r[a, b]))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
-    path.write_text("".join(out))
-    return path
+    from wse_core.host.atomic import write_atomically
+
+    return write_atomically(path, "".join(out))  # the CLI checked the nearest folder

@@ -186,6 +186,10 @@ def read_xyz(path: str | Path) -> list[Structure]:
     try:
         text = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors) is dropped
     except UnicodeDecodeError as e:
+        from wse_core.host.readers import packed_hint
+
+        if how := packed_hint(raw[:8]):  # hunt 61: a gzip'd file was "line 1: not UTF-8"
+            raise XyzError(f"{path.name} is not extended XYZ text{how}") from None
         line = raw.count(b"\n", 0, e.start) + 1
         raise XyzError(
             f"{path.name} line {line}: not UTF-8 text ({e.reason} at byte {e.start:,}); "

@@ -45,8 +45,10 @@ def plot_run(run: RunReport, path: str | Path) -> Path:
     nx, ny, nz = cfg["grid"]
     fig.suptitle(f"{nx} x {ny} x {nz} on {cfg['preset']}, {cfg['dtype']}")
     fig.tight_layout()
+    from wse_core.host.atomic import atomic_path
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:  # the CLI checked the nearest folder
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path

@@ -147,6 +147,11 @@ def check_matrix(a: np.ndarray) -> np.ndarray:
     a = a.astype(dtype, copy=False)
     if not np.isfinite(a).all():
         raise TlrError("the operator holds NaN or infinite values; clean it before compressing")
+    if not a.any():  # hunt 61: its relative error was 0/0 (NaN, a warning)
+        raise TlrError(
+            "the operator is zero: there is nothing to compress; give a matrix with non-zero "
+            "entries"
+        )
     return a
 
 
@@ -271,8 +276,16 @@ def tlrmvm_numpy(op: TlrOperator, x: np.ndarray, *, adjoint: bool = False) -> np
 # -- .npz ---------------------------------------------------------------------------------
 def save_operator(op: TlrOperator, path: str | Path) -> Path:
     """Write `op` to an uncompressed `.npz` (bases flattened, ranks and shape kept)."""
+    from wse_core.host.atomic import atomic_path
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
+    path = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")  # savez's
+    with atomic_path(path) as tmp:  # the CLI checked the nearest folder
+        _savez_operator(op, tmp)
+    return path
+
+
+def _savez_operator(op: TlrOperator, path: Path) -> None:
     np.savez(
         path,
         format=np.int64(_FORMAT),
@@ -284,7 +297,6 @@ def save_operator(op: TlrOperator, path: str | Path) -> Path:
         v=np.concatenate([v.ravel() for v in op.v_cols]),
         error_fro=np.float64(op.error_fro),
     )
-    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
 
 def _not_this_host(budget: int) -> str:
@@ -320,9 +332,13 @@ def load_operator(path: str | Path) -> TlrOperator:
 
 def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
     shape, ranks = np.asarray(data["shape"]), np.asarray(data["ranks"])
-    if shape.shape != (2,) or ranks.ndim != 2 or ranks.dtype.kind not in "iu":
+    kinds = {ranks.dtype.kind, shape.dtype.kind}  # hunt 61: a shape of 64.5 was read as 64
+    if shape.shape != (2,) or ranks.ndim != 2 or not kinds <= {"i", "u"}:
         raise TlrError("shape or ranks have the wrong form")
-    (m, n), nb = (int(s) for s in shape), int(data["nb"])
+    nb_array = np.asarray(data["nb"])  # hunt 61: nb 16.5 was read as 16, [16, 16] a numpy line
+    if nb_array.shape != () or nb_array.dtype.kind not in "iu":
+        raise TlrError(f"nb must be one integer, got {nb_array.dtype} of shape {nb_array.shape}")
+    (m, n), nb = (int(s) for s in shape), int(nb_array)
     if min(m, n, nb) < 1 or ranks.shape != (-(-m // nb), -(-n // nb)):
         raise TlrError(f"{m} x {n} in tiles of {nb} does not match ranks {ranks.shape}")
     u, v = np.asarray(data["u"]), np.asarray(data["v"])
@@ -340,7 +356,9 @@ def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
     widths = [min(nb, n - j * nb) for j in range(nt)]
     u_rows = _split(u, [(h, int(ranks[i].sum())) for i, h in enumerate(heights)])
     v_cols = _split(v, [(w, int(ranks[:, j].sum())) for j, w in enumerate(widths)])
-    err = float(data.get("error_fro", np.nan))
+    err = float(np.asarray(data.get("error_fro", np.nan)).reshape(()))
+    if "error_fro" in data and not 0 <= err < math.inf:  # hunt 61: inf was printed as the error
+        raise TlrError(f"error_fro must be a finite number >= 0, got {err}")
     return TlrOperator((m, n), nb, float(data["threshold"]), ranks, u_rows, v_cols, err)
 
 

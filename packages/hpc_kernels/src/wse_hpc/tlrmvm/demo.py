@@ -25,7 +25,10 @@ def _plot_ranks(path: Path, ranks: np.ndarray, title: str) -> None:
     im = ax.imshow(ranks, cmap="viridis")
     fig.colorbar(im, ax=ax, label="rank")
     ax.set(title=title, xlabel="tile column", ylabel="tile row")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    from wse_core.host.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

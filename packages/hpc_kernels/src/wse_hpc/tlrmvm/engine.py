@@ -25,7 +25,7 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
-from wse_hpc.tlrmvm.grouped import tlrmvm_grouped
+from wse_hpc.tlrmvm.grouped import KERNELS, tlrmvm_grouped
 from wse_hpc.tlrmvm.grouped_plan import GroupedPlan, plan_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, plan_packed, tlrmvm_packed
 from wse_hpc.tlrmvm.perf import Deployment, predict, product_s
@@ -95,6 +95,13 @@ class TlrEngine:
         }
         if layout not in layouts:
             raise TlrError(f"unknown layout {layout!r}; use 'grouped', 'packed' or 'banded'")
+        if kernel not in KERNELS:  # hunt 61: was ignored unless the layout is grouped
+            raise TlrError(f"unknown kernel {kernel!r}; use one of {', '.join(KERNELS)}")
+        if kernel != "auto" and layout != "grouped":
+            raise TlrError(
+                f"kernel {kernel!r} applies to the grouped layout only; the {layout} layout "
+                "runs XLA dots: leave the kernel out (auto)"
+            )
         planner, factory = layouts[layout]
         plan = planner(op, spec, rank_chunk=rank_chunk, batch=batch)
         wafer, bases = place_plan(op, spec, plan, mesh_shape=mesh_shape, defect_seed=defect_seed)

@@ -100,6 +100,16 @@ def _chunk(data: str) -> tuple[str, int | None]:
     return "".join(c.get("text") or "" for c in choices), tokens
 
 
+def _reason(detail: bytes) -> str:
+    """An error reply's OpenAI message (at most 300 characters), else its first 200 bytes
+    (hunt 61: the JSON was cut at 200 bytes, mid-message)."""
+    try:
+        message = str(json.loads(detail)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return detail[:200].decode(errors="replace")
+    return message if len(message) <= 300 else message[:300] + "..."
+
+
 async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> RequestResult:
     body = {
         "model": model,
@@ -121,10 +131,9 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
                 detail = b""
                 async for part in r.aiter_bytes():  # the start of it: a body may be endless
                     detail += part
-                    if len(detail) >= 200:
+                    if len(detail) >= 4096:
                         break
-                detail = detail[:200].decode(errors="replace")
-                return RequestResult(False, error=f"HTTP {r.status_code}: {detail}")
+                return RequestResult(False, error=f"HTTP {r.status_code}: {_reason(detail)}")
             async for line in r.aiter_lines():
                 if not line.startswith("data:"):  # SSE: "data:" then an optional space
                     continue

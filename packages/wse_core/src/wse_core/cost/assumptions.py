@@ -61,6 +61,8 @@ def _check(values: Mapping[str, Any]) -> dict[str, float]:
                 f"known: {', '.join(ASSUMED_FIELDS)}"
             )
         try:
+            if isinstance(value, str) and not value.isascii():  # hunt 61: '４' was read as 4
+                raise ValueError(value)
             out[key] = float(value)
         except (TypeError, ValueError, OverflowError):
             raise SpecError(f"assumption {key} must be a number, got {value!r}") from None

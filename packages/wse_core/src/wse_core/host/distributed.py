@@ -56,6 +56,8 @@ def from_env() -> tuple[int | None, int | None, str | None]:
         if not value:
             return None
         try:
+            if not value.isascii():  # hunt 61: '١' was read as 1
+                raise ValueError(value)
             return int(value)
         except ValueError:
             raise WseError(f"{name} must be an integer, got {value!r}") from None

@@ -269,6 +269,14 @@ LIMITS: dict[str, Limit] = {
             "a folder per 10 data files at data_files; data_dir=/ read 48,000 folders "
             "(3.5 s with a cold cache) before data_files refused it",
         ),
+        Limit(
+            "step_files",
+            lambda: 10_000,
+            "step files",
+            "step files (an .npz and a .vtk each) one CFD run writes",
+            "a ParaView series of 10,000 frames is already past reading; --steps 3,000,000 "
+            "--output-every 1 wrote 142,480 files in 90 s",
+        ),
     )
 }
 
@@ -280,6 +288,8 @@ def limit(name: str) -> int:
     if raw is None or raw == "":
         return int(lim.value())
     try:  # "1e6" is a million; "1.5" is no count (hunt 58: it was read as 1)
+        if not raw.isascii():  # hunt 61: '١٠' was read as 10
+            raise ValueError(raw)
         number = float(raw)
         value = int(raw) if raw.strip().isdigit() else int(number) if number.is_integer() else 0
     except ValueError:  # not a number, or digits past int()'s 4300

@@ -41,10 +41,12 @@ from wse_core.host.memory import HostMemoryError, format_bytes, require
 __all__ = [
     "not_regular",
     "read_text",
+    "packed_hint",
     "load_json",
     "load_yaml",
     "names_loader",
     "text_depth",
+    "depth_run",
     "open_npz",
     "require_npz",
     "NPZ_INFLATE_FLOOR_BYTES",
@@ -100,6 +102,25 @@ def _kind_words(mode: int) -> str:
     return f"is {kind}, not a regular file"
 
 
+_PACKED = {  # the magic bytes of compressed files a user may give for a text file
+    b"\x1f\x8b": "gzip-compressed: unpack it with gunzip",
+    b"BZh": "bzip2-compressed: unpack it with bunzip2",
+    b"\xfd7zXZ\x00": "xz-compressed: unpack it with unxz",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed: unpack it with unzstd",
+    b"PK\x03\x04": "a zip archive: unpack it with unzip",
+}
+
+
+def packed_hint(head: bytes) -> str:
+    """' (it is gzip-compressed: unpack it with gunzip first)' when `head` (a file's first
+    bytes) opens a compressed file or archive, else '' (hunt 61: LAMMPS reads .gz potentials;
+    wse said only "not a text file")."""
+    for magic, what in _PACKED.items():
+        if head.startswith(magic):
+            return f" (it is {what} first)"
+    return ""
+
+
 def _require_regular(path: Path, named: str) -> None:
     """LimitError ("`named` is a folder, not a regular file") unless `path` is a regular
     file, checked before it is opened: a FIFO's open blocks until a writer comes (hunt 60:
@@ -124,12 +145,20 @@ _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes
 def text_depth(text: str) -> int:
     """The deepest nesting of [ and { in JSON text (outside strings), without parsing it:
     strings removed by one regular expression, then a running sum over the brackets."""
+    return depth_run(text)[0]
+
+
+def depth_run(text: str, start: int = 0) -> tuple[int, int]:
+    """(deepest, last) nesting of [ and { in JSON text outside strings, counted from `start`:
+    a file read in pieces of whole lines carries `last` into the next (a JSON string holds
+    no raw newline, so none is cut)."""
     import numpy as np
 
     # surrogatepass: text from argv with bytes that are not UTF-8 (hunt 60: a traceback here)
     codes = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
     step = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
-    return int(np.cumsum(step).max(initial=0))
+    run = start + np.cumsum(step)
+    return int(run.max(initial=start)), int(run[-1]) if len(run) else start
 
 
 _OPEN, _CLOSE = (ord("["), ord("{")), (ord("]"), ord("}"))

@@ -84,7 +84,7 @@ def default_devices() -> int:
     if not env.strip():  # hunt 59: was read as unset
         raise WseError(f"WSE_DEVICES is set but empty; give {wanted}")
     try:
-        n = int(env)
+        n = int(env) if env.isascii() else 0  # hunt 61: '٨' was read as 8
     except ValueError:
         raise WseError(f"WSE_DEVICES must be {wanted}; got {shown(env)}") from None
     if n <= 0:

@@ -316,6 +316,8 @@ def _coerce(name: str, annotation: object, value: Any) -> Any:
         return value
     cast = int if annotation == "int" else float
     try:
+        if not value.isascii():  # hunt 61: --set pe_rows=١٠ was read as 10
+            raise ValueError(value)
         number = float(value)
         if math.isfinite(number):
             return cast(number) if cast is int and number.is_integer() else cast(value)

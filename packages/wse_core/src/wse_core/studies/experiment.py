@@ -27,10 +27,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from wse_core.host.atomic import atomic_path, write_atomically
+
 __all__ = [
     "PredictionRow",
     "ExperimentResult",
     "write_experiment",
+    "csv_text",
     "mechanism_figure",
     "table_rows",
     "row_role",
@@ -170,16 +173,22 @@ def _row_label(p: PredictionRow) -> str:
     return f"{p.name} " + " ".join(bits[:3])
 
 
+def csv_text(rows: list[list[Any]]) -> str:
+    """`rows` as CSV text (`csv.writer`'s dialect), for `write_atomically`."""
+    import io
+
+    buf = io.StringIO(newline="")
+    csv.writer(buf).writerows(rows)
+    return buf.getvalue()
+
+
 def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
     """Write the result's four files into `out_dir/<experiment>/` and return that folder."""
     folder = Path(out_dir) / result.experiment
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
+    write_atomically(folder / "results.json", json.dumps(result.to_dict(), indent=2, default=float))
     header, rows = table_rows(result)
-    with open(folder / "table.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
+    write_atomically(folder / "table.csv", csv_text([header, *rows]))
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     if result.measurements:
@@ -188,13 +197,14 @@ def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
         lines += [
             "| " + " | ".join(_fmt(m.get(k)) for k in keys) + " |" for m in result.measurements
         ]
-    (folder / "table.md").write_text(f"# {result.experiment}\n\n" + "\n".join(lines) + "\n")
+    write_atomically(folder / "table.md", f"# {result.experiment}\n\n" + "\n".join(lines) + "\n")
     figures = {"figure": result.figure, **result.extra_figures}
     figures.setdefault("mechanisms", mechanism_figure(result.predictions))
     for name, fig in figures.items():
         if fig is None:
             continue
-        fig.savefig(folder / f"{name}.png", dpi=120, bbox_inches="tight")
+        with atomic_path(folder / f"{name}.png") as tmp:
+            fig.savefig(tmp, dpi=120, bbox_inches="tight")
         import matplotlib.pyplot as plt
 
         plt.close(fig)

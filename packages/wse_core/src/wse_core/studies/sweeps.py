@@ -12,7 +12,6 @@ table `wse experiments run NAME --sweep KEY=a,b,c` prints and saves as
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -61,11 +60,13 @@ class Sweep:
     def write(self, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"sweep_{self.key}.md"
-        path.write_text(f"# sweep of {self.key}\n\n" + self.markdown())
-        with open(folder / f"sweep_{self.key}.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["prediction", "unit", *(f"{v:g}" for v in self.values)])
-            w.writerows([label, unit, *vals] for label, unit, vals in self.lines)
+        from wse_core.host.atomic import write_atomically
+        from wse_core.studies.experiment import csv_text
+
+        write_atomically(path, f"# sweep of {self.key}\n\n" + self.markdown())
+        head = ["prediction", "unit", *(f"{v:g}" for v in self.values)]
+        rows = [[label, unit, *vals] for label, unit, vals in self.lines]
+        write_atomically(folder / f"sweep_{self.key}.csv", csv_text([head, *rows]))
         return path
 
 

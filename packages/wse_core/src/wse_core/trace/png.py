@@ -112,9 +112,11 @@ def figure_png(trace: PeTrace, path: str | Path) -> Path:
     """Write `trace_figure(trace)` as a PNG; returns the path."""
     import matplotlib.pyplot as plt
 
+    from wse_core.host.atomic import atomic_path
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig = trace_figure(trace)
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path

@@ -115,14 +115,13 @@ class PeTrace:
 
     def save(self, path: str | Path) -> Path:
         """Write one compressed `.npz` (header JSON + arrays); returns the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        from wse_core.host.atomic import write_atomically
+
         head = np.frombuffer(json.dumps(self.header()).encode(), dtype=np.uint8)
         buf = io.BytesIO()
         arrays: dict[str, Any] = {"header": head, "dead": self.dead, **self.layers}
         np.savez_compressed(buf, **arrays)
-        path.write_bytes(buf.getvalue())
-        return path
+        return write_atomically(path, buf.getvalue())
 
 
 def load(path: str | Path) -> PeTrace:
