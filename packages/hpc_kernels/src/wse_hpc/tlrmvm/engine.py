@@ -97,10 +97,10 @@ class TlrEngine:
             raise TlrError(f"unknown layout {layout!r}; use 'grouped', 'packed' or 'banded'")
         if kernel not in KERNELS:  # hunt 61: was ignored unless the layout is grouped
             raise TlrError(f"unknown kernel {kernel!r}; use one of {', '.join(KERNELS)}")
-        if kernel != "auto" and layout != "grouped":
+        if kernel == "pe" and layout != "grouped":  # 'xla' is what the other layouts run
             raise TlrError(
                 f"kernel {kernel!r} applies to the grouped layout only; the {layout} layout "
-                "runs XLA dots: leave the kernel out (auto)"
+                "runs XLA dots: leave the kernel out (auto) or give 'xla'"
             )
         planner, factory = layouts[layout]
         plan = planner(op, spec, rank_chunk=rank_chunk, batch=batch)
