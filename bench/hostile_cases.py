@@ -229,7 +229,7 @@ def output_cases() -> list[Case]:
     file: each must be refused at parsing, naming the option, and nothing made."""
     import typer
     from wse_cli.app import app
-    from wse_cli.outputs import OUTPUT_MARK
+    from wse_cli.option_names import OUTPUT_MARK
     from wse_cli.testing import walk_commands
 
     out = []

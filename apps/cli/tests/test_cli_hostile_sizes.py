@@ -21,8 +21,8 @@ import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wse_cli.app import app
+from wse_cli.option_names import OUTPUT_MARK
 from wse_cli.options import NUMBER_MARK
-from wse_cli.outputs import OUTPUT_MARK
 from wse_cli.testing import (
     NO_JAX_PROBE,
     RSS_CAP,

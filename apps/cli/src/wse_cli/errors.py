@@ -27,7 +27,7 @@ from collections.abc import Callable
 import typer
 from typer.core import TyperGroup
 
-from wse_cli.option_names import dashed
+from wse_cli.option_names import OUTPUT_MARK, dashed
 from wse_cli.option_repeats import repeated
 
 __all__ = ["WseGroup", "UserInputError", "fail", "note"]
@@ -126,8 +126,6 @@ def _reads_a_path(param) -> bool:
     output option (`wse_cli.outputs`, which refuses '' itself)."""
     import typing
     from pathlib import Path
-
-    from wse_cli.outputs import OUTPUT_MARK
 
     descriptor = getattr(param, "type_descriptor", None)
     ann = getattr(descriptor, "annotation", None)

@@ -18,7 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["dashed"]
+__all__ = ["dashed", "OUTPUT_MARK"]
+
+# the attribute an output option's callback carries (its kind, "file" or "dir"): set by
+# `wse_cli.outputs`, read by `wse_cli.errors` (which must not import outputs: a circle)
+OUTPUT_MARK = "wse_output"
 
 
 def dashed(args: Sequence[str], params: Iterable[Any]) -> list[str]:

@@ -21,9 +21,9 @@ command does any work, with one line and exit code 2:
   and so is a symbolic link that cannot be followed (a loop, a dangling link) or a path
   under one (the writer would fail after the work).
 
-Each option's callback carries the attribute `OUTPUT_MARK` (its kind, "file" or "dir"), so a
-test can find every output option of every command, as `options.NUMBER_MARK` finds every
-numeric one.
+Each option's callback carries the attribute `option_names.OUTPUT_MARK` (its kind, "file"
+or "dir"), so a test can find every output option of every command, as
+`options.NUMBER_MARK` finds every numeric one.
 """
 
 from __future__ import annotations
@@ -35,17 +35,15 @@ from typing import Any
 import typer
 
 from wse_cli.errors import UserInputError, note
+from wse_cli.option_names import OUTPUT_MARK
 
 __all__ = [
     "output_file",
     "output_dir",
     "png_file",
-    "OUTPUT_MARK",
     "check_writable",
     "refuse_overlap",
 ]
-
-OUTPUT_MARK = "wse_output"
 
 
 def _nearest_existing(path: Path) -> Path:
