@@ -13,6 +13,7 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "WseError",
@@ -25,6 +26,7 @@ __all__ = [
     "shown",
     "SHOWN_CHARS",
     "not_utf8",
+    "ascii_only",
     "yaml_problem",
     "quoted_number",
     "NUMPY_FILE_ERRORS",
@@ -92,6 +94,15 @@ def not_utf8(text: str) -> str | None:
         byte = (ord(e.object[e.start]) - 0xDC00) & 0xFF
         return f"byte 0x{byte:02x} at character {e.start:,}"
     return None
+
+
+def ascii_only(value: Any) -> Any:
+    """`value` as given, unless it is text outside ASCII: ValueError then. Python's int() and
+    float() read any script's digits ('١٠' and '１０' are 10) where a number a user means is
+    written in ASCII digits (hunt 61); wrap user text in it where int() or float() reads it."""
+    if isinstance(value, str) and not value.isascii():
+        raise ValueError(f"{value!r} is not written in ASCII")
+    return value
 
 
 def yaml_problem(e: Exception) -> str:

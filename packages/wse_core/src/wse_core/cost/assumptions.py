@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CALIBRATION_KEYS, CONSTANTS
-from wse_core.errors import SpecError, shown, suggest
+from wse_core.errors import SpecError, ascii_only, shown, suggest
 from wse_core.hw.presets import refuse_past_the_grid
 from wse_core.hw.spec import WaferSpec, load_spec, preset
 
@@ -61,9 +61,7 @@ def _check(values: Mapping[str, Any]) -> dict[str, float]:
                 f"known: {', '.join(ASSUMED_FIELDS)}"
             )
         try:
-            if isinstance(value, str) and not value.isascii():  # hunt 61: '４' was read as 4
-                raise ValueError(value)
-            out[key] = float(value)
+            out[key] = float(ascii_only(value))  # hunt 61: '４' was read as 4
         except (TypeError, ValueError, OverflowError):
             raise SpecError(f"assumption {key} must be a number, got {value!r}") from None
         if not math.isfinite(out[key]):

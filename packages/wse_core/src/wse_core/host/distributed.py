@@ -22,7 +22,7 @@ import dataclasses
 import os
 import re
 
-from wse_core.errors import WseError
+from wse_core.errors import WseError, ascii_only
 
 __all__ = [
     "ProcessInfo",
@@ -56,9 +56,7 @@ def from_env() -> tuple[int | None, int | None, str | None]:
         if not value:
             return None
         try:
-            if not value.isascii():  # hunt 61: '١' was read as 1
-                raise ValueError(value)
-            return int(value)
+            return int(ascii_only(value))  # hunt 61: '١' was read as 1
         except ValueError:
             raise WseError(f"{name} must be an integer, got {value!r}") from None
 

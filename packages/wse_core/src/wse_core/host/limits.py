@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from wse_core.errors import WseError, shown, suggest
+from wse_core.errors import WseError, ascii_only, shown, suggest
 
 __all__ = [
     "LimitError",
@@ -288,9 +288,7 @@ def limit(name: str) -> int:
     if raw is None or raw == "":
         return int(lim.value())
     try:  # "1e6" is a million; "1.5" is no count (hunt 58: it was read as 1)
-        if not raw.isascii():  # hunt 61: '١٠' was read as 10
-            raise ValueError(raw)
-        number = float(raw)
+        number = float(ascii_only(raw))  # hunt 61: '١٠' was read as 10
         value = int(raw) if raw.strip().isdigit() else int(number) if number.is_integer() else 0
     except ValueError:  # not a number, or digits past int()'s 4300
         value = 0

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wse_core.errors import WseError, shown
+from wse_core.errors import WseError, ascii_only, shown
 
 __all__ = [
     "HostMemoryError",
@@ -79,7 +79,7 @@ def available_bytes(held_bytes: int = 0, *, share: bool = True) -> int:
     cap = os.environ.get(ENV_LIMIT) if share else None
     if cap:
         try:
-            limit = int(float(cap if cap.isascii() else "nan"))  # hunt 61: '١٠٠' was 100
+            limit = int(float(ascii_only(cap)))  # hunt 61: '١٠٠' was 100
         except (ValueError, OverflowError):  # 'abc', 'nan', '1e400' (inf)
             raise WseError(f"{ENV_LIMIT} must be a number of bytes, got {shown(cap)}") from None
         if limit <= 0:

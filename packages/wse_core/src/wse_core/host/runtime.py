@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from wse_core.errors import WseError, shown
+from wse_core.errors import WseError, ascii_only, shown
 
 __all__ = [
     "configure",
@@ -84,7 +84,7 @@ def default_devices() -> int:
     if not env.strip():  # hunt 59: was read as unset
         raise WseError(f"WSE_DEVICES is set but empty; give {wanted}")
     try:
-        n = int(env) if env.isascii() else 0  # hunt 61: '٨' was read as 8
+        n = int(ascii_only(env))  # hunt 61: '٨' was read as 8
     except ValueError:
         raise WseError(f"WSE_DEVICES must be {wanted}; got {shown(env)}") from None
     if n <= 0:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from wse_core.errors import SpecError, suggest
+from wse_core.errors import SpecError, ascii_only, suggest
 from wse_core.hw.dtypes import DTYPES
 from wse_core.hw.simd import OP_KINDS, SIMD_WSE2
 
@@ -316,9 +316,7 @@ def _coerce(name: str, annotation: object, value: Any) -> Any:
         return value
     cast = int if annotation == "int" else float
     try:
-        if not value.isascii():  # hunt 61: --set pe_rows=١٠ was read as 10
-            raise ValueError(value)
-        number = float(value)
+        number = float(ascii_only(value))  # hunt 61: --set pe_rows=١٠ was read as 10
         if math.isfinite(number):
             return cast(number) if cast is int and number.is_integer() else cast(value)
     except ValueError:
