@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from hostile_cases import _MD, Case, Fixtures, _const, _fill
+from wse_cli.testing import setfl_with_line
 
 _XYZ = '4\nLattice="{L}" Properties=species:S:1:pos:R:3 pbc="T T T"\n' + "\n".join(
     ["Cu {x} 0 0", "Cu 1.8075 1.8075 0", "Cu 1.8075 0 1.8075", "Cu 0 1.8075 1.8075"]
@@ -39,10 +40,7 @@ def _fifo(tmp: Path) -> str:
 
 
 def _setfl(fx: Fixtures, tmp: Path, line: int, text: str) -> str:
-    lines = Path(fx.potential()).read_text().splitlines()
-    lines[line] = text
-    (tmp / "bad.eam.alloy").write_text("\n".join(lines) + "\n")
-    return str(tmp / "bad.eam.alloy")
+    return str(setfl_with_line(Path(fx.potential()), tmp, line, text))
 
 
 def _trace_variant(fx: Fixtures, tmp: Path, **header) -> str:

@@ -12,18 +12,12 @@ import gzip
 from pathlib import Path
 
 from hostile_cases import Case, Fixtures, _const
+from hostile_cases_found import _setfl
 from hostile_cases_more import _TRAIN
 
 _MD = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4",
        "4", "--potential"]  # fmt: skip
 _CFD = ["hpc", "cfd", "--preset", "small", "--grid", "16", "8", "1"]
-
-
-def _setfl(fx: Fixtures, tmp: Path, line: int, text: str) -> str:
-    lines = Path(fx.potential()).read_text().splitlines()
-    lines[line] = text
-    (tmp / "bad.eam.alloy").write_text("\n".join(lines) + "\n")
-    return str(tmp / "bad.eam.alloy")
 
 
 def _many(tmp: Path, ne: int) -> str:

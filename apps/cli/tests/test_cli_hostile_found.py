@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import typer
 from wse_cli.app import app
-from wse_cli.testing import invoke, refused_in_one_line
+from wse_cli.testing import invoke, refused_in_one_line, setfl_with_line
 
 ROOT = typer.main.get_command(app)
 
@@ -76,14 +76,6 @@ def _sub(path: Path, old: str, new: str) -> Path:
     return path
 
 
-def _setfl(cu: Path, folder: Path, name: str, line: int, text: str) -> Path:
-    lines = cu.read_text().splitlines()
-    lines[line] = text
-    path = folder / f"{name}.eam.alloy"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 @pytest.mark.parametrize(
     ("make", "message"),
     [
@@ -119,7 +111,7 @@ def test_md_structure_files(files, cu, make, message):
     ],
 )
 def test_md_potential_files(files, cu, line, text, message):
-    pot = _setfl(cu, files, "bad", line, text)
+    pot = setfl_with_line(cu, files, line, text)
     base = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615"]
     _refused([*base, "--cells", "4", "4", "4", "--potential", pot], message)
 

@@ -25,19 +25,11 @@ import numpy as np
 import pytest
 import typer
 from wse_cli.app import app
-from wse_cli.testing import invoke, refused_in_one_line
+from wse_cli.testing import invoke, refused_in_one_line, setfl_with_line
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = typer.main.get_command(app)
 MD = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4", "4"]
-
-
-def _setfl(cu: Path, folder: Path, line: int, text: str, name: str = "bad") -> Path:
-    lines = cu.read_text().splitlines()
-    lines[line] = text
-    path = folder / f"{name}.eam.alloy"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 @pytest.mark.parametrize(
@@ -59,7 +51,9 @@ def _setfl(cu: Path, folder: Path, line: int, text: str, name: str = "bad") -> P
 )  # fmt: skip
 def test_a_setfl_header_is_checked_before_its_tables_are_allocated(tmp_path, cu, line, text,
                                                                    message):  # fmt: skip
-    refused_in_one_line(ROOT, [*MD, "--potential", _setfl(cu, tmp_path, line, text)], message)
+    refused_in_one_line(
+        ROOT, [*MD, "--potential", setfl_with_line(cu, tmp_path, line, text)], message
+    )
 
 
 def test_a_setfl_is_given_alone(cu):

@@ -185,6 +185,16 @@ def walk_commands(cmd: Any, path: tuple[str, ...] = ()) -> Any:
 
 
 # --- hostile files for the size tests and bench/bench_hostile.py ---------------------------
+def setfl_with_line(setfl: Path, folder: Path, line: int, text: str, name: str = "bad") -> Path:
+    """A copy of the setfl potential `setfl` as `folder`/`name`.eam.alloy with its line `line`
+    (from 0) replaced by `text`: a hostile potential file."""
+    lines = Path(setfl).read_text().splitlines()
+    lines[line] = text
+    path = folder / f"{name}.eam.alloy"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def alias_bomb_yaml(path: Path) -> Path:
     """A params.yaml whose aliases expand to 10^9 items (a billion laughs)."""
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
