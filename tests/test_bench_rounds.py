@@ -42,6 +42,10 @@ def test_ratio_median_spread_and_worst_round():
     ok = rounds.ratio([1.0, 1.0, 1.0, 1.0], [1.6, 1.5, 1.2, 1.8], target=1.5)
     assert ok["median"] == pytest.approx(1.55) and ok["met"] is True
     assert "met" in rounds.ratio_line("x", ok) and "NOT" in rounds.ratio_line("x", r)
+    # a target below 1x against our own other path: its floor, not 1x, bounds the worst round
+    own = rounds.ratio([1.0, 1.0, 1.0], [0.9, 0.85, 0.95], target=0.8, floor=0.8)
+    assert own["met"] is True and "no round < 0.8x: met" in rounds.ratio_line("x", own)
+    assert rounds.ratio([1.0, 1.0, 1.0], [0.9, 0.75, 0.95], target=0.8, floor=0.8)["met"] is False
     with pytest.raises(ValueError):
         rounds.ratio([1.0], [1.0, 2.0])
 

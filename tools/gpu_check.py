@@ -231,8 +231,11 @@ def junit(path: Path) -> dict:
     return {**counts, "passed": passed, "failed": failed, "skip_reasons": skipped}
 
 
-def test_passes(env: dict, cpu_mode: bool, tests: list[str], budget_s: float, logs: Path) -> dict:
-    """The "device" and "cpu8" passes (at once on a GPU machine, in turn in CPU mode)."""
+def test_passes(
+    env: dict, cpu_mode: bool, tests: list[str], budget_s: float, logs: Path, cpu8: bool = True
+) -> dict:
+    """The "device" and "cpu8" passes (at once on a GPU machine, in turn in CPU mode);
+    without `cpu8` the device pass alone, on the workers both would share."""
     workers = {}
     try:
         import xdist  # noqa: F401 - is pytest-xdist there?
@@ -241,7 +244,7 @@ def test_passes(env: dict, cpu_mode: bool, tests: list[str], budget_s: float, lo
             workers = {
                 # -v: each result is logged as it comes, so a pass cut by the budget
                 # still shows (in pytest_device.log) which tests failed
-                "device": ["-n", "10", "--dist", "loadfile", "-v"],
+                "device": ["-n", "10" if cpu8 else "14", "--dist", "loadfile", "-v"],
                 "cpu8": ["-n", "4", "--dist", "loadfile", "-v"],
             }
     except ImportError:
@@ -253,6 +256,8 @@ def test_passes(env: dict, cpu_mode: bool, tests: list[str], budget_s: float, lo
         ),
         "cpu8": ("cpu_devices and not slow", {"JAX_PLATFORMS": "cpu"}),
     }
+    if not cpu8:  # the CPU-only tests: CI's own machine runs them
+        del passes["cpu8"]
     procs, rcs, out = {}, {}, {}
     t0 = time.perf_counter()
     for name, (marks, extra) in passes.items():
@@ -298,7 +303,9 @@ def main() -> None:
         default=None,
         help="test paths (default: all; CPU mode: CPU_SELECTION)",
     )
-    ap.add_argument("--skip", default="", help="comma-separated steps to skip: tests,bench")
+    ap.add_argument(
+        "--skip", default="", help="comma-separated steps to skip: tests,cpu8 (that pass),bench"
+    )
     args = ap.parse_args()
     start = time.perf_counter()
     left = lambda: args.budget_s - (time.perf_counter() - start)  # noqa: E731
@@ -345,9 +352,10 @@ def main() -> None:
     if "tests" not in args.skip:
         # the bench keeps 250 s on a GPU; on a CPU (slower, and --quick) half the budget
         share = left() - (10 if "bench" in args.skip else 0.5 * args.budget_s if cpu_mode else 250)
-        report["tests"] = test_passes(test_env, cpu_mode, tests, share, logs)
+        cpu8 = "cpu8" not in args.skip
+        report["tests"] = test_passes(test_env, cpu_mode, tests, share, logs, cpu8)
         report["tests"]["selection"] = tests or "all"
-        for name in ("device", "cpu8"):
+        for name in ("device", "cpu8")[: 1 + cpu8]:
             p = report["tests"][name]
             print(f"{name}: rc {p['rc']}, {p.get('passed')} passed, {p.get('failures')} failed, "
                   f"{p.get('errors')} errors, {p.get('skipped')} skipped", flush=True)  # fmt: skip

@@ -318,11 +318,14 @@ def test_choose_layout_follows_the_cores_the_batch_and_the_plan(monkeypatch):
     plan1 = plan_activations(model, preset("small"), 6, S, 1)
     plan2 = plan_activations(model, preset("small"), 6, S, 2)
     pick = functools.partial(lay.choose_layout, model, seq_len=S, cores=4, devices=8)
-    assert pick(plan1, micro_batch=6, local_replicas=1) == Layout(shards=3, keep_residuals=True)
+    loop = jax.default_backend() != "cpu"  # an accelerator runs the step as one program
+    assert pick(plan1, micro_batch=6, local_replicas=1) == Layout(
+        shards=3, keep_residuals=True, device_loop=loop
+    )
     assert pick(plan1, micro_batch=8, local_replicas=2).shards == 2
     assert pick(plan1, micro_batch=8, local_replicas=1, devices=2).shards == 2  # devices bind
     assert pick(plan1, micro_batch=6, local_replicas=1, devices=1).shards == 1  # one GPU
-    assert pick(plan2, micro_batch=6, local_replicas=1, shards=1) == Layout()
+    assert pick(plan2, micro_batch=6, local_replicas=1, shards=1) == Layout(device_loop=loop)
     params = wse_models.init_params(model, jax.random.key(0))
     w0 = jax.tree.map(lambda x: x[0], params["layers"])
     h = jnp.ones((6, S, model.d_model), model.dtype)
@@ -379,3 +382,92 @@ def test_accumulated_micro_batches_equal_one_batch(num_csx, micro_batch, chunks,
     assert s_acc[0].reduce_bytes == k * s_one[0].reduce_bytes
     assert s_acc[0].recomputed_layers == k * s_one[0].recomputed_layers
     assert s_acc[0].tokens == s_one[0].tokens == B * S
+
+
+def _run(model, opt, plan, layout, *, num_csx=1, micro_batch=None, segments=None, one=True):
+    """(params tree, stats, trainer) of STEPS steps; `one`: every worker on the first device."""
+    tr = StreamedTrainer(
+        model,
+        wse_models.init_params(model, jax.random.key(1)),
+        base_transform(opt, 10),
+        num_csx=num_csx,
+        global_batch=B,
+        seq_len=S,
+        plan=plan,
+        max_gradient_norm=opt.max_gradient_norm,
+        devices=jax.devices()[:1] if one else None,
+        layout=layout,
+        micro_batch=micro_batch,
+    )
+    stats = [tr.step(b, segments) for b in _batches(model)]
+    return tr.memx.params_tree(), stats, tr
+
+
+CLIPPED = OptimizerConfig(learning_rate=1e-3, max_gradient_norm=0.05)
+
+
+@pytest.mark.parametrize(
+    ("num_csx", "micro_batch", "stride", "chunks", "opt", "relu"),
+    [
+        (1, None, 1, 0, ADAMW, False),  # whole layers, residuals kept
+        (2, 2, 2, 0, CLIPPED, False),  # replicas, micro-batches, recompute, global-norm clip
+        (1, None, 2, CHUNKS, ADAMW, True),  # column chunks, ReLU zero counts
+    ],
+    ids=["whole-kept", "2x2-micro-clipped", "chunked-relu"],
+)
+def test_device_loop_is_the_host_loop_as_one_program(
+    num_csx, micro_batch, stride, chunks, opt, relu
+):
+    """`Layout.device_loop` (what an accelerator chooses): the same host loop traced once into
+    one jitted program trains the model the host loop trains, with the same stream: every
+    byte counter, update and recomputed layer of every step equal, the stall 0. Tolerances:
+    XLA fuses across the host loop's call boundaries (float round-off): losses rtol 1e-6,
+    parameters 1e-5 absolute (Adam's 1 / eps, as above)."""
+    model = _model(mlp_activation="relu") if relu else _model()
+    plan = plan_activations(model, preset("small"), micro_batch or B // num_csx, S, stride, chunks)
+    keep = stride == 1 and not chunks
+    kw = {"num_csx": num_csx, "micro_batch": micro_batch}
+    p_host, s_host, host = _run(model, opt, plan, Layout(keep_residuals=keep), **kw)
+    loop = Layout(keep_residuals=keep, device_loop=True)
+    p_dev, s_dev, dev = _run(model, opt, plan, loop, **kw)
+    assert dev._on_device and not host._on_device
+    np.testing.assert_allclose([s.loss for s in s_dev], [s.loss for s in s_host], rtol=1e-6)
+    np.testing.assert_allclose(
+        [s.grad_norm for s in s_dev], [s.grad_norm for s in s_host], rtol=1e-5
+    )
+    assert _max_diff(p_dev, p_host) < 1e-5
+    for key in ("broadcast_bytes", "reduce_bytes", "recomputed_layers", "tokens"):
+        assert [getattr(s, key) for s in s_dev] == [getattr(s, key) for s in s_host]
+    assert dev.swarm.counters() == host.swarm.counters()
+    assert dev.memx.updates_applied == host.memx.updates_applied == STEPS * (model.n_layers + 2)
+    assert all(s.stall_s == 0.0 for s in s_dev)
+    if relu:
+        np.testing.assert_allclose(
+            s_dev[0].mlp_zero_fraction, s_host[0].mlp_zero_fraction, atol=1e-3
+        )
+        assert 0.2 < min(s_dev[0].mlp_zero_fraction) < 0.8  # ReLU zeros were counted
+    # the trace leaves no tracer behind: the host loop still runs on the same trainer
+    dev._on_device = False
+    assert np.isfinite(dev.step(_batches(model)[0]).loss)
+
+
+def test_device_loop_packed_documents_and_its_fallback():
+    """Packed documents (segment ids and positions as the program's inputs) train as the
+    host loop does; workers on several devices (or processes) keep the host loop."""
+    from wse_trainer.data import segments as packed_segments
+
+    model = _model()
+    plan = plan_activations(model, preset("small"), B, S, 1)
+    rows = _batches(model)[0]
+    rows[:, ::5] = 0  # EOS every 5 tokens: several documents per row
+    seg = packed_segments(rows[:, :-1], 0)
+    assert seg.segment_ids.max() >= 2
+    p_host, s_host, _ = _run(model, ADAMW, plan, Layout(), segments=seg)
+    p_dev, s_dev, _ = _run(model, ADAMW, plan, Layout(device_loop=True), segments=seg)
+    _, s_unpacked, _ = _run(model, ADAMW, plan, Layout(device_loop=True))
+    np.testing.assert_allclose([s.loss for s in s_dev], [s.loss for s in s_host], rtol=1e-6)
+    assert abs(s_dev[0].loss - s_unpacked[0].loss) > 1e-4  # the segments were used
+    assert _max_diff(p_dev, p_host) < 1e-5
+    if len(jax.devices()) > 1:
+        _, _, spread = _run(model, ADAMW, plan, Layout(shards=2, device_loop=True), one=False)
+        assert not spread._on_device

@@ -30,7 +30,12 @@ How this machine computes it (`layout`, a `wse_trainer.layout.Layout`): each rep
 forward keeps its VJP residuals for the backward (`replica.layer_fwd_vjp`), which then does
 not run the layer's forward again: those residuals hold the layer's weights, so its backward
 stream item is counted (`broadcast_bytes`: the wafer streams it again) but not copied to
-the workers again (issue 44). Neither changes what the wafer does.
+the workers again (issue 44). With `device_loop` (an accelerator, one process, MemoryX and
+every worker on one device) `step` runs the same host loop once under `jax.jit`, MemoryX's
+weights and optimizer state as the program's donated inputs and outputs: the whole step is
+one XLA program on the device (`_device_step`); the byte counters, updates and recomputed
+layers the trace counted are added each step, and the stall is 0 (the host streams
+nothing while the device runs). None of these changes what the wafer does.
 
 Gradient accumulation (`micro_batch`, per replica: ModelZoo's `micro_batch_size`; default
 the whole per-replica batch): each replica's `global_batch / num_csx` rows run as
@@ -171,6 +176,12 @@ class StreamedTrainer:
         if plan.chunked:  # a layer's matrices stream in column chunks
             stages = _jitted_stages(model)
             self.chunked = ChunkedLayer(stages, plan.chunks, self._take, self._send)
+        one_device = all(
+            self.swarm.replica_device(r) == self.memx.device for r in range(self.local)
+        )
+        self._on_device = self.layout.device_loop and self.swarm.processes == 1 and one_device
+        self._programs: dict[bool, Any] = {}  # segments given? -> the jitted step
+        self._counted: tuple[int, int, int, int] = (0, 0, 0, 0)  # what one traced step counts
 
     # Streaming -------------------------------------------------------------------------
     def _fetch(self, item: Any) -> list[Any]:
@@ -280,6 +291,8 @@ class StreamedTrainer:
 
     # The step --------------------------------------------------------------------------
     def step(self, batch: np.ndarray, segments: Any = None) -> StepStats:
+        if self._on_device:
+            return self._device_step(batch, segments)
         t0, self._stall = time.perf_counter(), 0.0
         b0, r0 = self.swarm.broadcast_bytes, self.swarm.reduce_bytes
         losses, zeros, recomputed = [], [], 0
@@ -310,6 +323,80 @@ class StreamedTrainer:
             float(norm),
         )
 
+    # The whole step as one program on the device (`Layout.device_loop`) ---------------
+    def _device_step(self, batch: np.ndarray, segments: Any) -> StepStats:
+        """`step` as one jitted call: the host loop traced once per batch shape (module doc)."""
+        t0 = time.perf_counter()
+        k = self.micro_batches
+        micro = [self._micro_rows(batch, j) for j in range(k)]
+        segs = (
+            None
+            if segments is None
+            else [tuple(self._micro_rows(x, j) for x in segments) for j in range(k)]
+        )
+        program = self._programs.get(segs is not None)
+        if program is None:
+            program = jax.jit(self._traced_step, donate_argnums=(0, 1))
+            self._programs[segs is not None] = program
+        params, state, losses, norm, zeros = program(
+            self.memx.params, self.memx.opt_state, micro, segs
+        )
+        self.memx.params, self.memx.opt_state = dict(params), dict(state)
+        broadcast, reduced, updates, recomputed = self._counted
+        self.swarm.broadcast_bytes += broadcast
+        self.swarm.reduce_bytes += reduced
+        self.memx.updates_applied += updates
+        losses, norm = jax.device_get((losses, norm))
+        loss = sum(float(x) for x in losses)
+        jax.block_until_ready(self.memx.params)
+        wall = time.perf_counter() - t0
+        tokens = int(np.asarray(batch)[:, 1:].size)
+        return StepStats(
+            loss,
+            wall,
+            0.0,
+            broadcast,
+            reduced,
+            recomputed,
+            tokens,
+            self._zero_fraction(zeros, tokens),
+            float(norm),
+        )
+
+    def _traced_step(self, params, opt_state, micro, segs):
+        """The host loop of `step` on traced weights (run by jax.jit's trace only): MemoryX
+        holds the tracers for the trace; what the trace counts is kept in `_counted` and
+        every counter is put back (`_device_step` adds the counts each step)."""
+        memx, swarm = self.memx, self.swarm
+        kept = (memx.params, memx.opt_state, memx._square_norm)
+        b0, r0, u0 = swarm.broadcast_bytes, swarm.reduce_bytes, memx.updates_applied
+        memx.params, memx.opt_state = dict(params), dict(opt_state)
+        memx._square_norm = jnp.zeros((), jnp.float32)
+        try:
+            losses, zeros, recomputed = [], [], 0
+            for j, rows in enumerate(micro):
+                memx.begin_micro(j, len(micro))
+                loss, z, again = self._micro_step(rows, None if segs is None else segs[j])
+                losses += loss
+                zeros.append(z)
+                recomputed += again
+            memx.finish_step()
+            out = (memx.params, memx.opt_state, losses, memx.take_gradient_norm(), zeros)
+            self._counted = (
+                swarm.broadcast_bytes - b0,
+                swarm.reduce_bytes - r0,
+                memx.updates_applied - u0,
+                recomputed,
+            )
+            return out
+        finally:  # no tracer stays behind in the trainer
+            memx.params, memx.opt_state, memx._square_norm = kept
+            swarm.broadcast_bytes, swarm.reduce_bytes, memx.updates_applied = b0, r0, u0
+            memx.begin_micro(0, 1)
+            self._vjps, self._head_grads, self._head_embed = {}, None, None
+            self._items, self._next = iter(()), None
+            self._pos_seg = [(p, None) for p in self.positions]
+
     def _micro_rows(self, x: Any, j: int) -> np.ndarray:
         """Micro-batch j of every replica's rows (replica-major, as `SwarmX.scatter` splits)."""
         x = np.asarray(x)
@@ -319,11 +406,11 @@ class StreamedTrainer:
     def _micro_step(self, batch: np.ndarray, segments: Any) -> tuple[list[Any], Any, int]:
         """One micro-batch through every layer and back: (each local worker's loss, the MLP
         zero counts per layer and worker, layers recomputed)."""
-        shards = self.swarm.scatter((np.asarray(batch[:, :-1]), np.asarray(batch[:, 1:])))
+        shards = self.swarm.scatter((batch[:, :-1], batch[:, 1:]))
         if segments is None:
             self._pos_seg = [(p, None) for p in self.positions]
         else:  # packed documents: this batch's own positions and segment ids
-            seg = self.swarm.scatter((np.asarray(segments[1]), np.asarray(segments[0])))
+            seg = self.swarm.scatter((segments[1], segments[0]))
             self._pos_seg = [tuple(x) for x in seg]
         self._items = iter(self._step_items())
         self._next = self._fetch(next(self._items))

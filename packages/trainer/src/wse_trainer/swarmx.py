@@ -51,10 +51,12 @@ def _add(a: Any, b: Any) -> Any:
 
 
 def _on(tree: Any, device: jax.Device) -> bool:
-    """Whether every leaf of `tree` is a jax.Array committed to `device` alone."""
+    """Whether every leaf of `tree` is a jax.Array committed to `device` alone, or traced
+    (`StreamedTrainer`'s device loop: one program on the one device it runs on)."""
     want = {device}
     return all(
-        isinstance(x, jax.Array) and x.committed and x.sharding.device_set == want
+        isinstance(x, jax.core.Tracer)
+        or (isinstance(x, jax.Array) and x.committed and x.sharding.device_set == want)
         for x in jax.tree.leaves(tree)
     )
 
