@@ -11,8 +11,10 @@ device's own limit and against jax-md and PyTorch on the same device, side by si
   every size in a child process under a time limit, sizes growing until one fails or runs
   out of time: the last that ran is the largest crystal that runs;
 - train: one training step of the same GPT-2 (the fused jit step and the weight-streamed step
-  of `bench_train`) against transformers' GPT2LMHeadModel + AdamW on the same device,
-  interleaved rounds, medians;
+  of `bench_train`, planned for the small wafer and for a CS-3; on a GPU each streamed step
+  runs as one program, `Layout.device_loop`) against transformers' GPT2LMHeadModel + AdamW
+  on the same device, interleaved rounds, medians; the streamed steps against the fused one
+  (target >= 0.8x);
 - decode: greedy batch-1 decoding of the same random Llama: the plain JAX decoder (one fused
   loop, `wse_inference.decoding.PlainDecoder`) against `bench/torch_baseline.TorchDecoder`
   (preallocated KV cache) and transformers with its own cache, on the same device, whole
@@ -185,6 +187,11 @@ def train(quick: bool, gpu: bool) -> dict:
     # host loop (0.11x PyTorch on an H200, 2026-11-27) is not timed again: compiling its
     # many small programs took most of that run's 193 s
     model, data, fns, stalls, layout = jax_contenders(shape, 0, host_loop=not gpu)
+    # the small wafer's plan (bench_train's) cuts each matrix into column chunks and keeps
+    # every 2nd layer input: its backward runs each layer's forward again, and half of them
+    # a third time (4.5 layer-forward units a step against the fused step's 3, so <= 0.67x
+    # of it at equal speed); on a CS-3 the same model streams whole layers at stride 1
+    fns["streamed cs3"] = _streamed_on(model, data, "wse3")
     fns["pytorch"] = torch_contender(shape, data, _torch_device())
     times = interleaved({k: lambda fn=fn: wall_s(fn)[1] for k, fn in fns.items()},
                         3 if quick else 7)  # fmt: skip
@@ -199,6 +206,7 @@ def train(quick: bool, gpu: bool) -> dict:
         "fused_vs_torch": ratio(times["fused jit"], times["pytorch"], 1.0),
         "streamed_vs_torch": ratio(times["streamed"], times["pytorch"], 0.8, floor=0.8),
         "streamed_vs_fused": ratio(times["streamed"], times["fused jit"], 0.8, floor=0.8),
+        "streamed_cs3_vs_fused": ratio(times["streamed cs3"], times["fused jit"], 0.8, floor=0.8),
         "stall_fraction": statistics.median(stalls) if stalls else None,
         "layout": str(layout),
     }
@@ -208,8 +216,32 @@ def train(quick: bool, gpu: bool) -> dict:
     print("  " + ratio_line("fused vs PyTorch", out["fused_vs_torch"]))
     print("  " + ratio_line("streamed vs PyTorch", out["streamed_vs_torch"]))
     print("  " + ratio_line("streamed vs fused", out["streamed_vs_fused"]))
+    print("  " + ratio_line("streamed cs3 vs fused", out["streamed_cs3_vs_fused"]))
     print(f"  layout: {layout}")
     return out
+
+
+def _streamed_on(model, data, wafer: str):
+    """bench_train's streamed step of `model` planned for the preset `wafer` (its layout
+    chosen as `wse train` does), compiled and warmed up: a callable that runs one step."""
+    import jax
+    import wse_models
+    from wse_core import preset
+    from wse_systems.training.plan import plan_activations
+    from wse_trainer.config import OptimizerConfig
+    from wse_trainer.layout import choose_layout
+    from wse_trainer.optimizer import base_transform
+    from wse_trainer.stream import StreamedTrainer
+
+    batch, seq = data.shape[0], data.shape[1] - 1
+    plan = plan_activations(model, preset(wafer), batch, seq)
+    layout = choose_layout(model, plan, micro_batch=batch, seq_len=seq, local_replicas=1)
+    params = wse_models.init_params(model, jax.random.key(0))
+    tr = StreamedTrainer(model, params, base_transform(OptimizerConfig(), 1000), num_csx=1,
+                         global_batch=batch, seq_len=seq, plan=plan, layout=layout)  # fmt: skip
+    for _ in range(2):  # compile and warm up
+        tr.step(data)
+    return lambda: tr.step(data)
 
 
 def decode(quick: bool, gpu: bool) -> dict:

@@ -306,6 +306,9 @@ def main() -> None:
     ap.add_argument(
         "--skip", default="", help="comma-separated steps to skip: tests,cpu8 (that pass),bench"
     )
+    ap.add_argument(
+        "--bench-parts", default=None, help="bench_device.py's --parts (default: all of them)"
+    )
     args = ap.parse_args()
     start = time.perf_counter()
     left = lambda: args.budget_s - (time.perf_counter() - start)  # noqa: E731
@@ -369,6 +372,7 @@ def main() -> None:
         cmd = [sys.executable, str(ROOT / "bench" / "bench_device.py"), "--out", str(bench_json),
                "--deadline-s", str(budget - 10), "--md-budget-s", str(budget)]  # fmt: skip
         cmd += ["--quick"] if cpu_mode else []
+        cmd += ["--parts", args.bench_parts] if args.bench_parts else []
         run = _run(cmd, env, budget, logs / "bench_device.log")
         print(run["tail"][-2500:], flush=True)
         report["bench"] = json.loads(bench_json.read_text()) if bench_json.exists() else {}
