@@ -26,6 +26,7 @@ def test_onset_within_one_percent():
     assert abs(rc / RA_CRITICAL - 1) < 0.01
 
 
+@pytest.mark.cpu_devices  # a 2 x 4 mesh of CPU devices
 def test_subcritical_perturbation_decays_at_the_diffusive_rate():
     """Ra 200, far below onset: the perturbation decays; buoyancy only slows it, so the rate
     lies between conduction's slowest mode alone (kappa (pi^2 + k^2)) and zero."""

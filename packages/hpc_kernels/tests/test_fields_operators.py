@@ -122,6 +122,7 @@ def test_operators_2d_match_numpy(mesh):
     _check_ops(SHAPE2, BCS["walls"], mesh)
 
 
+@pytest.mark.cpu_devices  # a 2 x 4 mesh of CPU devices
 def test_dead_pes_change_nothing():
     """A wafer with dead PEs (remapped around) gives the same fields bit for bit."""
     bcs = BCS["mixed"]
@@ -133,6 +134,7 @@ def test_dead_pes_change_nothing():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.cpu_devices  # a 2 x 4 mesh of CPU devices
 def test_arithmetic_is_numpy_and_recorded():
     bcs = BCS["walls"]
     g = _grid(SHAPE3, bcs, (2, 4))

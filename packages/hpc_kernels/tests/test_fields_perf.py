@@ -12,6 +12,7 @@ from wse_hpc.fields.perf import program_phases, program_work
 BCS = (periodic(), neumann(), neumann())
 
 
+@pytest.mark.cpu_devices  # a 2 x 4 mesh of CPU devices
 def test_laplacian_links_match_the_fabric_ledger_and_a_hand_count():
     g = field_grid(PRESETS["small"], (9, 11, 6), periodic=(True, False, False), mesh_shape=(2, 4))
     f = g.field("u", 0.0, bc=BCS)

@@ -69,6 +69,7 @@ def test_poisson_null_space_zero_mean(mesh, kind, pcg):
     assert float(res.residual) <= TOL
 
 
+@pytest.mark.cpu_devices  # a 2 x 4 mesh of CPU devices
 def test_pcg_needs_fewer_iterations_with_walls():
     """Dirichlet and Neumann walls make the diagonal vary: Jacobi PCG converges in fewer
     iterations than CG to the same solution."""
@@ -112,6 +113,7 @@ def test_bicgstab_periodic_advection_diffusion(mesh):
     assert float(res.residual) <= TOL
 
 
+@pytest.mark.cpu_devices  # a 2 x 4 mesh of CPU devices
 def test_bicgstab_neumann_and_dirichlet_walls_is_the_stencil_solver():
     """The fields' BiCGSTAB is the stencil's (`refine` over `field_operator`): implicit
     diffusion (I - dt nu lap) x = b with Neumann and Dirichlet walls and a periodic axis,

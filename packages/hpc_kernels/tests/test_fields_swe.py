@@ -63,6 +63,7 @@ def test_second_order_self_convergence():
     assert 3.5 < e1 / e2 < 4.5, (e1, e2)
 
 
+@pytest.mark.cpu_devices  # a 2 x 4 mesh of CPU devices
 def test_eight_devices_equal_one():
     g1, _, a = _run(12, (1, 1))
     g8, _, b = _run(12, (2, 4))
@@ -70,6 +71,7 @@ def test_eight_devices_equal_one():
         np.testing.assert_allclose(g1.gather(x), g8.gather(y), rtol=0, atol=2e-6)
 
 
+@pytest.mark.cpu_devices  # a 2 x 4 mesh of CPU devices
 def test_domain_translation_equals_the_plain_run():
     """The state moved one PE east every step, moved back on the host: bit for bit."""
     from wse_hpc.fields.swe import SweConfig, run_swe
