@@ -100,7 +100,9 @@ def wafer_emulator_md(s, pot, steps: int) -> dict:
         "atom_steps_per_s": s.num_atoms * res.steps / res.loop_wall_s,
         "compile_s": res.compile_s,
         "window": [2 * k + 1 for k in res.window],
-        "candidates_per_pe": res.plan.caps[-1],  # neighbour-list capacity (cutoff + skin)
+        # neighbour-list capacity (cutoff + skin); None: a re-plan fell back to the whole
+        # window without lists (seen on an H200 at 256,000 atoms, 1600 K, 100 steps)
+        "candidates_per_pe": res.plan.caps[-1] if res.plan.caps else None,
         "list_builds": res.list_builds,  # rebuilds inside the timed steps
         "replans": res.replans,
         "etotal_drift_eV_per_atom": (res.thermo[-1].etotal - res.thermo[0].etotal) / s.num_atoms,

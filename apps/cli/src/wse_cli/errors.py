@@ -47,7 +47,7 @@ def _is_user_error(e: BaseException) -> bool:
 class WseGroup(TyperGroup):
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
         args = dashed(args, self.params)
-        if why := repeated(args, self.params, group=True) or empty_input_path(args, self.params):
+        if why := repeated(args, self.params, group=True) or empty_path(args, self.params):
             raise UserInputError(why)
         return super().parse_args(ctx, args)
 
@@ -55,9 +55,7 @@ class WseGroup(TyperGroup):
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, TyperGroup):  # a group spells its own
             rest = dashed(rest, cmd.get_params(ctx))
-            if why := repeated(rest, cmd.get_params(ctx)) or empty_input_path(
-                rest, cmd.get_params(ctx)
-            ):
+            if why := repeated(rest, cmd.get_params(ctx)) or empty_path(rest, cmd.get_params(ctx)):
                 raise UserInputError(why)
             if "invoke" not in vars(cmd):
                 cmd.invoke = functools.partial(_join_then_invoke, cmd)  # type: ignore[method-assign]
@@ -105,32 +103,47 @@ class WseGroup(TyperGroup):
         return done
 
 
-def empty_input_path(args: list[str], params: list) -> str | None:
-    """Why `args` give an input file option (a `click.Path`: --spec, --structure,
-    --potential, --operator, --model-dir, ...) an empty value, else None. click reads '' as
-    '.', the current folder (hunt 61: `--model-dir ''` was "'.' is neither an HF-format
-    directory", `--structure ''` "structure file '.' is a folder")."""
-    names = {n for p in params if _reads_a_path(p) for n in p.opts}
+def empty_path(args: list[str], params: list) -> str | None:
+    """Why `args` give a path option an empty value, else None: an input file option (a
+    `Path`: --spec, --structure, --potential, --operator, --model-dir, ...) or an output
+    option (`wse_cli.outputs`, in its own words). click reads '' as '.', the current folder
+    (hunt 61: `--model-dir ''` was "'.' is neither an HF-format directory", `--structure ''`
+    "structure file '.' is a folder"; with an older typer, 0.15.4 here and the GPU
+    machine's image's, `--out ''` wrote into the current folder: typer turned outputs'
+    marker for '' into Path('.') before outputs' callback saw it)."""
+    words = {}
+    for p in params:
+        own = getattr(p.callback, "empty_message", None)  # an output option's
+        if own is not None or _reads_a_path(p):
+            words |= dict.fromkeys(p.opts, own or _empty_input)
     texts = [str(a) for a in args]  # a test's runner may pass Path objects
     for i, arg in enumerate(texts):
         if arg == "--":
             return None
         name, eq, value = arg.partition("=")
-        if name in names and (value == "" if eq else i + 1 < len(texts) and texts[i + 1] == ""):
-            return f"{name} is empty; give a file or folder name"
+        if name in words and (value == "" if eq else i + 1 < len(texts) and texts[i + 1] == ""):
+            return words[name](name)
     return None
 
 
+def _empty_input(name: str) -> str:
+    return f"{name} is empty; give a file or folder name"
+
+
 def _reads_a_path(param) -> bool:
-    """Whether `param` is an input path option: annotated `Path` (or a list of them), not an
-    output option (`wse_cli.outputs`, which refuses '' itself)."""
+    """Whether `param` is an input path option: annotated `Path` (or a list of them; typer
+    before ~0.2x: a `click.Path`), not an output option (`wse_cli.outputs`)."""
     import typing
     from pathlib import Path
 
+    import click
+
+    if getattr(param.callback, OUTPUT_MARK, None) is not None:
+        return False
     descriptor = getattr(param, "type_descriptor", None)
     ann = getattr(descriptor, "annotation", None)
-    if ann is None or getattr(param.callback, OUTPUT_MARK, None) is not None:
-        return False
+    if ann is None:
+        return isinstance(getattr(param, "type", None), click.Path)
     return ann is Path or Path in typing.get_args(ann)
 
 

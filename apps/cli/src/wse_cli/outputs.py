@@ -112,12 +112,16 @@ def _path(value: Any) -> Any:
 
 
 def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None, **kw: Any):
+    example = f"output{suffix or ''}" if kind == "file" else "out"
+    word = "file" if kind == "file" else "folder"
+
+    def empty(name: str) -> str:
+        return f"{name} is empty; give a {word} name, e.g. {example}"
+
     def check(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
         name = param.opts[0] if param.opts else str(param.name)
         if isinstance(value, _Empty):
-            example = f"output{suffix or ''}" if kind == "file" else "out"
-            word = "file" if kind == "file" else "folder"
-            raise UserInputError(f"{name} is empty; give a {word} name, e.g. {example}")
+            raise UserInputError(empty(name))
         if value is None:
             return value
         path = Path(value)
@@ -130,6 +134,10 @@ def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None,
         return path
 
     setattr(check, OUTPUT_MARK, kind)
+    # typer before ~0.2x converts the parser's value to the annotation's Path ('' -> '.')
+    # before the callback sees it: `wse_cli.errors.empty_path` refuses '' from the
+    # arguments themselves, in these words
+    check.empty_message = empty  # type: ignore[attr-defined]
     kw.setdefault("metavar", "<path>")  # the house's help metavar (a parser hides the type)
     return typer.Option(default, *names, callback=check, parser=_path, **kw)
 
