@@ -193,6 +193,8 @@ def train(quick: bool, gpu: bool) -> dict:
     # of it at equal speed); on a CS-3 the same model streams whole layers at stride 1
     fns["streamed cs3"] = _streamed_on(model, data, "wse3")
     fns["pytorch"] = torch_contender(shape, data, _torch_device())
+    for fn in fns.values():  # one untimed round: each was warmed before the next was built
+        fn()  # (H200, 2026-12-04: without it the first round's streamed step ran 0.62x fused)
     times = interleaved({k: lambda fn=fn: wall_s(fn)[1] for k, fn in fns.items()},
                         3 if quick else 7)  # fmt: skip
     step_s = {k: statistics.median(v) for k, v in times.items()}

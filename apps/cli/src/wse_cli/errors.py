@@ -136,14 +136,13 @@ def _reads_a_path(param) -> bool:
     import typing
     from pathlib import Path
 
-    import click
-
     if getattr(param.callback, OUTPUT_MARK, None) is not None:
         return False
     descriptor = getattr(param, "type_descriptor", None)
     ann = getattr(descriptor, "annotation", None)
-    if ann is None:
-        return isinstance(getattr(param, "type", None), click.Path)
+    if ann is None:  # an older typer, on click (already imported by it, not our dependency)
+        click = sys.modules.get("click")
+        return click is not None and isinstance(getattr(param, "type", None), click.Path)
     return ann is Path or Path in typing.get_args(ann)
 
 

@@ -65,12 +65,19 @@ __all__ = ["available", "rows_dot", "sum_rows", "gather_rows", "pair_vectors"]
 
 @functools.cache
 def _target(name: str, parallel: bool) -> str:
-    """The FFI target of a kernel, compiled (numba; ~6 s the first time, then from its
-    cache) and registered with XLA on first use."""
-    from wse_hpc.tlrmvm import _pe_numba
+    """The FFI target of a kernel, compiled in a helper process (numba; ~6 s the first
+    time, then from its cache) and loaded from numba's cache, registered with XLA on first
+    use. Never compiled here, as the attention's handlers are not: a handler compiled in
+    the process that runs it binds its kernels' own earlier compiles and can round apart
+    from a warm run (`wse_core.host.compile_ahead`; a TLR recompile in-process differed by
+    up to 2e-9, stop 61)."""
+    from wse_core.host import compile_ahead
 
     kernel = f"{name}_{'cores' if parallel else 'thread'}"
-    return register(f"wse_tlr_{kernel}", _pe_numba.handler(kernel))
+    return register(f"wse_tlr_{kernel}", compile_ahead.load(_KERNELS, kernel))
+
+
+_KERNELS = "wse_hpc.tlrmvm._pe_numba"  # their module, for compile_ahead
 
 
 def _lengths(lengths: jax.Array | None, shape: tuple[int, ...], k: int) -> jax.Array:
