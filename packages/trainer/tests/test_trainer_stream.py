@@ -50,25 +50,31 @@ def _batches(model):
     return [rng.integers(0, model.vocab_size, (B, S + 1)).astype(np.int32) for _ in range(STEPS)]
 
 
-@functools.cache
-def _streamed(model, opt, *, num_csx=1, stride=1, chunks=0, layout=None, micro_batch=None):
-    params = wse_models.init_params(model, jax.random.key(1))
-    plan = plan_activations(model, preset("small"), micro_batch or B // num_csx, S, stride, chunks)
-    assert plan.chunked == (chunks > 0)
+def _run(model, opt, plan, layout, *, num_csx=1, micro_batch=None, segments=None, one=True):
+    """(params tree, stats, trainer) of STEPS steps; `one`: every worker on the first device."""
     tr = StreamedTrainer(
         model,
-        params,
+        wse_models.init_params(model, jax.random.key(1)),
         base_transform(opt, 10),
         num_csx=num_csx,
         global_batch=B,
         seq_len=S,
         plan=plan,
         max_gradient_norm=opt.max_gradient_norm,
+        devices=jax.devices()[:1] if one else None,
         layout=layout,
         micro_batch=micro_batch,
     )
-    stats = [tr.step(b) for b in _batches(model)]
-    return tr.memx.params_tree(), stats
+    stats = [tr.step(b, segments) for b in _batches(model)]
+    return tr.memx.params_tree(), stats, tr
+
+
+@functools.cache
+def _streamed(model, opt, *, num_csx=1, stride=1, chunks=0, layout=None, micro_batch=None):
+    plan = plan_activations(model, preset("small"), micro_batch or B // num_csx, S, stride, chunks)
+    assert plan.chunked == (chunks > 0)
+    kw = {"num_csx": num_csx, "micro_batch": micro_batch, "one": False}
+    return _run(model, opt, plan, layout, **kw)[:2]
 
 
 @functools.cache
@@ -382,25 +388,6 @@ def test_accumulated_micro_batches_equal_one_batch(num_csx, micro_batch, chunks,
     assert s_acc[0].reduce_bytes == k * s_one[0].reduce_bytes
     assert s_acc[0].recomputed_layers == k * s_one[0].recomputed_layers
     assert s_acc[0].tokens == s_one[0].tokens == B * S
-
-
-def _run(model, opt, plan, layout, *, num_csx=1, micro_batch=None, segments=None, one=True):
-    """(params tree, stats, trainer) of STEPS steps; `one`: every worker on the first device."""
-    tr = StreamedTrainer(
-        model,
-        wse_models.init_params(model, jax.random.key(1)),
-        base_transform(opt, 10),
-        num_csx=num_csx,
-        global_batch=B,
-        seq_len=S,
-        plan=plan,
-        max_gradient_norm=opt.max_gradient_norm,
-        devices=jax.devices()[:1] if one else None,
-        layout=layout,
-        micro_batch=micro_batch,
-    )
-    stats = [tr.step(b, segments) for b in _batches(model)]
-    return tr.memx.params_tree(), stats, tr
 
 
 CLIPPED = OptimizerConfig(learning_rate=1e-3, max_gradient_norm=0.05)
