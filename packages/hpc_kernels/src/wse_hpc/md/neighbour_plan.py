@@ -32,7 +32,6 @@ __all__ = [
     "Margins",
     "list_caps",
     "list_bytes_per_pe",
-    "most_in_reach",
     "reach_pairs",
     "active_per_block",
     "plan_window",
@@ -172,13 +171,6 @@ def _reach_counts(
         row_of = np.empty(rr.size, np.int64)
         row_of[ids] = rr
     return _offset_counts(row_of, pairs, state_np.shape[0], k_rows)
-
-
-def most_in_reach(state_np: np.ndarray, box_A, reach_A: float, k_rows: int) -> int:
-    """The most atoms within `reach_A` any PE of a mapped state has in its window's rows (a
-    list's total M holds at least this plus what a build adds)."""
-    counts = _reach_counts(state_np, box_A, reach_A, k_rows, None)
-    return int(counts.sum(axis=1).max(initial=0))
 
 
 def active_per_block(state_np: np.ndarray, wafer: Wafer) -> int:
