@@ -243,6 +243,29 @@ def test_the_tile_map_gives_lammps_forces_and_energies(tmp_path, cells, grid, ti
     np.testing.assert_allclose(res.structure.energies_eV, ref["energies"], atol=1e-10)
 
 
+def test_a_hot_start_from_the_sites_replans_once_with_the_counts_it_measured():
+    """Cu fcc from its sites at 1600 K (2,048 atoms, 100 steps in one chunk): the sites
+    count 86 atoms within cutoff + skin, the hot crystal ~115 twenty steps on (the shell at
+    6.76 A comes in). The first re-plan sizes the lists from the state that overflowed, so
+    the run re-plans once, and M holds the counts without the third re-plan's headroom
+    (before: a re-plan for the window planned M from the sites again, 97, and overflowed
+    again; three re-plans, M 226)."""
+    from wse_hpc.md.neighbour_plan import TOTAL_HEADROOM, reach_pairs
+
+    s = crystal("fcc", "Cu", 3.615, (8, 8, 8))
+    s.velocities_A_ps = maxwell_boltzmann([POT.masses_amu[0]] * s.num_atoms, 1600.0, seed=1)
+    res = run_md(s, POT, MdConfig(steps=100, thermo_every=100, spec=preset("wse3")))
+    assert res.replans <= 1 and res.steps == 100
+    end = res.structure
+    in_reach = np.bincount(
+        reach_pairs(end.positions_A, end.box_A, POT.cutoff_A + res.plan.skin_A).ravel(),
+        minlength=s.num_atoms,
+    ).max()
+    # M: the headroom over the counts, a fifth more for those of the end against the measured
+    # state's (the third re-plan's headroom is 1.5 more)
+    assert in_reach < res.plan.caps[-1] <= int(np.ceil(1.2 * TOTAL_HEADROOM * in_reach)) + 2
+
+
 def test_a_replan_that_would_overflow_sram_falls_back_to_less_headroom(monkeypatch):
     """A re-plan first asks for a wider window with more list headroom; where the wafer's
     SRAM refuses that, it takes the plan with this state's own counts (issue 34's 32,000-atom

@@ -50,6 +50,22 @@ def test_list_caps_count_every_pair_as_the_all_pairs_oracle(grid):
         assert spare == _caps_by_all_pairs(state, s.box_A, REACH_A, k_rows, kc, spare=1)
 
 
+def test_list_caps_hold_the_counts_of_the_states_a_run_reached():
+    """`Margins.seen`: each capacity holds the most the plan's state or any state seen
+    counts there (each on its own map), with the same headroom: a crystal's sites and the
+    same crystal displaced (the hot run a re-plan measured)."""
+    grid = (19, 17)
+    sites = _state(perturbed("fcc", "Cu", 3.6, (4, 4, 5), 0.0, seed=3), grid)
+    hot_s = perturbed("fcc", "Cu", 3.6, (4, 4, 5), 0.25, seed=4)
+    hot, box = _state(hot_s, grid), hot_s.box_A
+    kr, kc = mapping.window_needed(hot, box, REACH_A + 0.5)
+    got = list_caps(sites, box, REACH_A, kr, kc, Margins(seen=(hot,)))
+    each = [_caps_by_all_pairs(st, box, REACH_A, kr, kc) for st in (sites, hot)]
+    assert got[:-1] == tuple(max(a, b) for a, b in zip(*each, strict=True))[:-1]
+    assert got[-1] == min(max(each[0][-1], each[1][-1]), sum(got[:-1]))
+    assert each[1][-1] > each[0][-1]  # the displaced crystal counts more than its sites
+
+
 def test_pairs_found_once_plan_every_grid_alike():
     """`reach_pairs` of the float32 positions by atom id, given to list_caps, gives the caps
     it finds on its own, on two grids of one crystal (the map differs, the pairs do not)."""

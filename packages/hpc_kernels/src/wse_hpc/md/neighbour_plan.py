@@ -32,7 +32,6 @@ __all__ = [
     "Margins",
     "list_caps",
     "list_bytes_per_pe",
-    "most_in_reach",
     "reach_pairs",
     "active_per_block",
     "plan_window",
@@ -85,12 +84,21 @@ class Margins(NamedTuple):
     swaps carry atoms between rows, so in a run a neighbour can come a row further than any
     is at the start; with no capacity there a build overflows, and a re-plan planned again
     from the same start state overflowed again (Cu, Zhou 2004, 32,000 atoms at 1600 K: the
-    window widened at every re-plan, offsets +-20 kept 0 each time)."""
+    window widened at every re-plan, offsets +-20 kept 0 each time).
+
+    `seen`: mapped states the run reached (a re-plan's: the states that overflowed, each on
+    its own map): the window covers each of them as it covers the plan's state, and each
+    capacity holds the most any of them counts there, with the same headroom. A hot start
+    from a crystal's sites counts fewer than the run soon does (Cu fcc at 1600 K: 86 atoms
+    within cutoff + skin on the sites, 115 twenty steps later: the 48 of the shell at
+    6.76 A, 0.05 A beyond the reach, come in), so the counts a run measured size its
+    re-plan, not the start state's alone."""
 
     at_least: tuple[int, int] = (0, 0)
     more: float = 0.0
     more_total: float | None = None
     spare_rows: int = 0
+    seen: tuple[np.ndarray, ...] = ()
 
 
 def list_caps(
@@ -118,12 +126,10 @@ def list_caps(
     atoms), hence the smaller total headroom. A count over a cap is an overflow: re-planned
     with more headroom, never dropped."""
     n_off = 2 * k_rows + 1
-    count = functools.partial(_most_in_reach, state_np, box_A, reach_A, k_rows, pairs)
-    if pairs is None:  # stored by the state (given pairs: a crystal's prediction, not a run)
-        inputs = (state_np, np.asarray(box_A, np.float64), reach_A, k_rows)
-        most, most_total = plan_cache.cached("reach counts", inputs, count)
-    else:
-        most, most_total = count()
+    most, most_total = _stored_most(state_np, box_A, reach_A, k_rows, pairs)
+    for seen in margins.seen:  # the states the run reached, each on its own map
+        seen_most, seen_total = _stored_most(seen, box_A, reach_A, k_rows, None)
+        most, most_total = np.maximum(most, seen_most), max(most_total, seen_total)
     more = margins.more
     caps = np.minimum(np.ceil(most * (HEADROOM + more)).astype(np.int64) + 2, 2 * k_cols + 1)
     used = np.nonzero(most > 0)[0]
@@ -132,6 +138,16 @@ def list_caps(
     more_total = more if margins.more_total is None else margins.more_total
     total = int(np.ceil(most_total * (TOTAL_HEADROOM + more_total))) + 2
     return tuple(int(c) for c in caps) + (min(total, int(caps.sum())),)
+
+
+def _stored_most(state_np, box_A, reach_A: float, k_rows: int, pairs):
+    """`_most_in_reach`, stored on disk by the state without `pairs` (given pairs: a
+    crystal's prediction, not a run)."""
+    count = functools.partial(_most_in_reach, state_np, box_A, reach_A, k_rows, pairs)
+    if pairs is not None:
+        return count()
+    inputs = (state_np, np.asarray(box_A, np.float64), reach_A, k_rows)
+    return plan_cache.cached("reach counts", inputs, count)
 
 
 def _most_in_reach(state_np, box_A, reach_A: float, k_rows: int, pairs) -> tuple[np.ndarray, int]:
@@ -155,13 +171,6 @@ def _reach_counts(
         row_of = np.empty(rr.size, np.int64)
         row_of[ids] = rr
     return _offset_counts(row_of, pairs, state_np.shape[0], k_rows)
-
-
-def most_in_reach(state_np: np.ndarray, box_A, reach_A: float, k_rows: int) -> int:
-    """The most atoms within `reach_A` any PE of a mapped state has in its window's rows (a
-    list's total M holds at least this plus what a build adds)."""
-    counts = _reach_counts(state_np, box_A, reach_A, k_rows, None)
-    return int(counts.sum(axis=1).max(initial=0))
 
 
 def active_per_block(state_np: np.ndarray, wafer: Wafer) -> int:
@@ -203,6 +212,9 @@ def plan_window(
     inputs = (state_np, np.asarray(box, np.float64), reach + WINDOW_MARGIN_A)
     needed = functools.partial(window_needed, state_np, box, inputs[2])
     kr, kc = plan_cache.cached("window", inputs, needed)
+    for seen in margins.seen:  # the window covers the states the run reached, too
+        seen_kr, seen_kc = window_needed(seen, box, inputs[2])
+        kr, kc = max(kr, seen_kr), max(kc, seen_kc)
     kr = min(max(kr, margins.at_least[0]), (wafer.rows - 1) // 2)
     kc = min(max(kc, margins.at_least[1]), (wafer.cols - 1) // 2)
     caps = list_caps(state_np, box, reach, kr, kc, margins, pairs=pairs)

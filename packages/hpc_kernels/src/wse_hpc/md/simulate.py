@@ -49,7 +49,7 @@ from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, geometry, sram_plan
 from wse_hpc.md.integrate import bath_energy, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure, closest_pair
-from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, Margins, most_in_reach, plan_window
+from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, Margins, plan_window
 from wse_hpc.md.neighbours.build import pe_kernels_for
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.runners import Runner, runner_for
@@ -245,9 +245,11 @@ def run_md(
     replans, fixed = 0, _RunFixed(wafer, pot, config, masses, box, tile, runners)
     t0 = time.perf_counter()
     state = _placed_drift(runner, runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo))
+    seen = []  # the states that overflowed, gathered: their counts size each re-plan
     while bool(state.eam.overflow):  # the margin makes this rare; the fallback is the whole grid
         replans += 1
-        state, runner, plan, sram = _replan(fixed, state, plan, replans, state)
+        seen.append(wafer.gather(state.atoms.record()))
+        state, runner, plan, sram = _replan(fixed, state, plan, replans, seen)
     compile_s = time.perf_counter() - t0
     ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
     rows = [state_row(0, wafer, state, masses, structure.volume_A3, ecouple(state.bath))]
@@ -272,7 +274,8 @@ def run_md(
         _check_stable(row, config)  # a blown-up chunk stops here, never replanned or rerun
         if bool(new_state.eam.overflow):
             replans += 1
-            state, runner, plan, sram = _replan(fixed, state, plan, replans, new_state)
+            seen.append(wafer.gather(new_state.atoms.record()))
+            state, runner, plan, sram = _replan(fixed, state, plan, replans, seen)
             continue
         if state.nbrs is not None:
             new_state, again = _check_lists(runner, state, new_state, config.skin_A)
@@ -355,20 +358,20 @@ class _RunFixed(NamedTuple):
     runners: dict | None
 
 
-def _replan(fixed: _RunFixed, state: MdState, plan, replans: int, seen: MdState):
+def _replan(fixed: _RunFixed, state: MdState, plan, replans: int, seen: list[np.ndarray]):
     """Re-map the chunk's starting state, widen the window by at least one PE and give the
     neighbour lists' row offsets more headroom and one more spare row offset (both grow with
-    every re-plan, so re-plans end); the bath carries over. The total M (the work of every
-    force evaluation) gets the headroom only when `seen`, the state that overflowed, has a
-    PE with more atoms in reach than M holds, or from the third re-plan on: a row offset's
-    count fluctuates more than an atom's total (Cu at 1600 K, 32,000 atoms: M 88 held, an
-    offset did not; with the headroom on both, M went to 127 for the rest of the run)."""
+    every re-plan, so re-plans end); the bath carries over. `seen`: the states (gathered,
+    each on its own map) that overflowed in this run so far, the last this one's: the
+    window covers them and every capacity holds their counts with the plan's headroom
+    (`Margins.seen`), so no re-plan gives back what an earlier one measured (Cu at 1600 K,
+    32,000 atoms: M 97 from the crystal, 115 in reach at step 21; a re-plan for the window
+    at step 42 planned M from the start state alone, 97 again, and overflowed once more).
+    The total M (the work of every force evaluation) gets the extra headroom only from the
+    third re-plan on: an atom's total is measured, and fluctuates less than a row offset's
+    count."""
     wafer, pot, config, masses, box, tile, runners = fixed
     grown = replans > 2 or not plan.caps
-    if not grown:  # the overflowing state on its own map: did some PE pass M?
-        seen_np = wafer.gather(seen.atoms.record())
-        reach = pot.cutoff_A + config.skin_A
-        grown = most_in_reach(seen_np, box, reach, plan.k_rows) > plan.caps[-1]
     st = wafer.gather(state.atoms.record())
     u = mapping.unpack(st, int((st[..., mapping.SPECIES] >= 0).sum()))
     grid, pos = (wafer.rows, wafer.cols), mapping.rewrap(u["positions_A"], box)
@@ -383,7 +386,8 @@ def _replan(fixed: _RunFixed, state: MdState, plan, replans: int, seen: MdState)
     wider, same = (plan.k_rows + 1, plan.k_cols + 1), (plan.k_rows, plan.k_cols)
     tries = [(wider, 0.5 * replans), (wider, 0.0), (same, 0.0)]  # the first that fits SRAM
     for i, (at_least, more) in enumerate(tries):  # (caps come from this state's own counts)
-        margins = Margins(at_least, more, more if grown else 0.0, spare_rows=1 + replans)
+        extra = more if grown else 0.0
+        margins = Margins(at_least, more, extra, spare_rows=1 + replans, seen=tuple(seen))
         new_plan = plan_window(state_np, box, pot, config, wafer, margins)
         try:
             sram = sram_plan(wafer, pot, new_plan)
