@@ -333,3 +333,20 @@ def test_a_model_config_number_past_fp32_is_refused(tmp_path, change, message):
     (tmp_path / "m" / "config.json").write_text(json.dumps({**config, **change}))
     refused_in_one_line(ROOT, ["infer", "generate", "--model-dir", tmp_path / "m",
                                "--prompt-ids", "1,2", "--max-tokens", "2"], message)  # fmt: skip
+
+
+def test_a_rerun_into_the_same_experiment_folder_says_it_replaced_the_results(tmp_path):
+    """hunt 61: `experiments run NAME --out DIR` twice replaced DIR/NAME's results without a
+    word; the second run now says so (on stderr, after its table) and still writes them."""
+    import json
+
+    args = ["experiments", "run", "wafer-yield", "--quick", "--out", tmp_path]
+    code, first = invoke(ROOT, args)
+    assert code == 0 and "held an earlier run" not in first
+    results = tmp_path / "wafer-yield" / "results.json"
+    os.utime(results, (0, 0))  # the first run's file, as written long ago
+    code, second = invoke(ROOT, args)
+    assert code == 0, second
+    line = f"note: {tmp_path / 'wafer-yield'} held an earlier run's results (written 1970-01-01"
+    assert line in second and "its files are replaced by this run's" in second
+    assert results.stat().st_mtime > 0 and json.loads(results.read_text())["experiment"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from wse_cli.errors import WseGroup, fail
+from wse_cli.errors import WseGroup, fail, note
 from wse_cli.options import SEED, number
 from wse_cli.outputs import output_dir
 
@@ -157,9 +157,25 @@ def run(
         result = fn(quick=quick, seed=seed)
     if changes:
         result.config["assume"] = changes
+    earlier = _earlier_run(out / result.experiment)
     folder = write_experiment(result, out)
+    if earlier:  # hunt 61: a rerun into the same --out replaced the results without a word
+        note(f"note: {folder} held {earlier}; its files are replaced by this run's")
     typer.echo((folder / "table.md").read_text())
     typer.echo(f"wrote {folder}/results.json, table.md, table.csv, figure.png")
+
+
+def _earlier_run(folder: Path) -> str | None:
+    """What `folder` holds from an earlier run ("an earlier run's results (written
+    2026-12-04 18:05 UTC)"), or None where it holds no results.json."""
+    import datetime
+
+    try:
+        when = (folder / "results.json").stat().st_mtime
+    except OSError:
+        return None
+    utc = datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"an earlier run's results (written {utc})"
 
 
 def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> None:
