@@ -350,3 +350,19 @@ def test_a_rerun_into_the_same_experiment_folder_says_it_replaced_the_results(tm
     line = f"note: {tmp_path / 'wafer-yield'} held an earlier run's results (written 1970-01-01"
     assert line in second and "its files are replaced by this run's" in second
     assert results.stat().st_mtime > 0 and json.loads(results.read_text())["experiment"]
+
+
+def test_the_bench_never_prints_the_urls_password(tmp_path):
+    """hunt 61: `infer bench --url http://user:secret@host:port` echoed the password in its
+    error (and would in its table and JSON); it is shown as ****, as pip and curl show it."""
+    import socket
+
+    with socket.socket() as s:  # a port with no server: nothing listens once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://alice:s3cr3t-pw@127.0.0.1:{port}"
+    code, out = invoke(ROOT, ["infer", "bench", "--url", url, "-n", "1",
+                              "--out", tmp_path / "b.json"])  # fmt: skip
+    assert code == 2 and "s3cr3t" not in out, out
+    assert f"cannot reach http://alice:****@127.0.0.1:{port}" in out
+    assert not (tmp_path / "b.json").exists()

@@ -286,6 +286,23 @@ def _check_url(url: str) -> None:
         fail(f"--url {shown(url)} must be http(s)://HOST[:PORT], e.g. http://127.0.0.1:8000")
 
 
+def _redacted(url: str) -> str:
+    """`url` as the bench prints and saves it: a password in it as **** (pip's and curl's
+    way; hunt 61: `--url http://user:secret@host` echoed the secret in every line)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:****@{host}"))
+
+
+def _hide(text: str, secret: str | None) -> str:
+    """`text` (an error of the client) with the URL's password, if any, as ****."""
+    return text.replace(secret, "****") if secret else text
+
+
 def bench(
     url: str = typer.Option(..., "--url", help="Server base URL, e.g. http://127.0.0.1:8000."),
     model: str = typer.Option(None, "--model", help="Model name (default: the server's first)."),
@@ -299,6 +316,8 @@ def bench(
     out: Path = output_file(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
 ) -> None:
     """Load-test a server: request throughput, output tokens/s, TTFT and TPOT percentiles."""
+    from urllib.parse import urlsplit
+
     import httpx
     from rich.console import Console
     from rich.table import Table
@@ -323,12 +342,16 @@ def bench(
         max_tokens=max_tokens,
         timeout_s=timeout_s,
     )
+    secret = urlsplit(url).password
+    url = _redacted(url)  # what is printed and saved from here on
     try:
         summary = run_load_test(cfg)
     except httpx.HTTPError as e:
-        fail(f"cannot reach {url}: {type(e).__name__}: {e}")
+        fail(f"cannot reach {url}: {type(e).__name__}: {_hide(str(e), secret)}")
     except ServerReplyError as e:
-        fail(f"{url} is not an OpenAI-compatible server: {e}")
+        fail(f"{url} is not an OpenAI-compatible server: {_hide(str(e), secret)}")
+    summary["url"] = url
+    summary["errors"] = [_hide(e, secret) for e in summary["errors"]]
     errors = summary["errors"]
     if not summary["completed"] and errors and all(e.startswith("Connect") for e in errors):
         fail(f"cannot reach {url}: {errors[0]}")  # --model given: no /v1/models asked first
