@@ -228,19 +228,10 @@ def _streamed_on(model, data, wafer: str):
     chosen as `wse train` does), compiled and warmed up: a callable that runs one step."""
     import jax
     import wse_models
-    from wse_core import preset
-    from wse_systems.training.plan import plan_activations
-    from wse_trainer.config import OptimizerConfig
-    from wse_trainer.layout import choose_layout
-    from wse_trainer.optimizer import base_transform
-    from wse_trainer.stream import StreamedTrainer
+    from bench_train import streamed_trainer
 
-    batch, seq = data.shape[0], data.shape[1] - 1
-    plan = plan_activations(model, preset(wafer), batch, seq)
-    layout = choose_layout(model, plan, micro_batch=batch, seq_len=seq, local_replicas=1)
     params = wse_models.init_params(model, jax.random.key(0))
-    tr = StreamedTrainer(model, params, base_transform(OptimizerConfig(), 1000), num_csx=1,
-                         global_batch=batch, seq_len=seq, plan=plan, layout=layout)  # fmt: skip
+    tr, _ = streamed_trainer(model, params, data, wafer)
     for _ in range(2):  # compile and warm up
         tr.step(data)
     return lambda: tr.step(data)

@@ -66,17 +66,34 @@ def matmul_peak_flops(n: int = 1024, repeats: int = 10) -> float:
     return 2 * n**3 / best
 
 
+def streamed_trainer(model, params, data, wafer: str = "small", layout=None):
+    """The streamed trainer of `model` for `data`'s batch, planned for the preset `wafer`,
+    with `layout` (None: chosen as `wse train` chooses it): (trainer, its layout)."""
+    from wse_core import preset
+    from wse_systems.training.plan import plan_activations
+    from wse_trainer.config import OptimizerConfig
+    from wse_trainer.layout import choose_layout
+    from wse_trainer.optimizer import base_transform
+    from wse_trainer.stream import StreamedTrainer
+
+    batch, seq = data.shape[0], data.shape[1] - 1
+    plan = plan_activations(model, preset(wafer), batch, seq)
+    if layout is None:
+        layout = choose_layout(model, plan, micro_batch=batch, seq_len=seq, local_replicas=1)
+    tx = base_transform(OptimizerConfig(), 1000)
+    tr = StreamedTrainer(model, params, tx, num_csx=1, global_batch=batch, seq_len=seq,
+                         plan=plan, layout=layout)  # fmt: skip
+    return tr, layout
+
+
 def jax_contenders(shape, seed: int, host_loop: bool = True):
     import jax
     import numpy as np
     import wse_models
-    from wse_core import preset
-    from wse_systems.training.plan import plan_activations
     from wse_trainer.config import OptimizerConfig
-    from wse_trainer.layout import Layout, choose_layout
-    from wse_trainer.optimizer import base_transform, full_transform
+    from wse_trainer.layout import Layout
+    from wse_trainer.optimizer import full_transform
     from wse_trainer.reference import fused_step
-    from wse_trainer.stream import StreamedTrainer
 
     d, layers, heads, ff, vocab, batch, seq = shape
     model = wse_models.preset_config(
@@ -92,22 +109,8 @@ def jax_contenders(shape, seed: int, host_loop: bool = True):
     data = np.random.default_rng(seed).integers(0, vocab, (batch, seq + 1)).astype(np.int32)
     opt = OptimizerConfig()
     params = wse_models.init_params(model, jax.random.key(seed))
-    plan = plan_activations(model, preset("small"), batch, seq)
-    chosen = choose_layout(model, plan, micro_batch=batch, seq_len=seq, local_replicas=1)
-
-    def trainer(layout):
-        return StreamedTrainer(
-            model,
-            params,
-            base_transform(opt, 1000),
-            num_csx=1,
-            global_batch=batch,
-            seq_len=seq,
-            plan=plan,
-            layout=layout,
-        )
-
-    streamed, plain = trainer(chosen), trainer(Layout())
+    streamed, chosen = streamed_trainer(model, params, data)
+    plain, _ = streamed_trainer(model, params, data, layout=Layout())
     tx = full_transform(opt, 1000)
     step = jax.jit(fused_step(model, tx), donate_argnums=(0, 1))
     state = {"p": jax.tree.map(lambda x: x.copy(), params)}

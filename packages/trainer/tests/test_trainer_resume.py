@@ -125,7 +125,7 @@ def test_an_inf_gradient_under_a_finite_loss_stops_the_run(tmp_path, monkeypatch
         steps.append(None)
         # the host loop (on a GPU `choose_layout` picks the device loop, whose program is
         # traced once, at step 1: the reduce below would never break in it)
-        self._on_device = False
+        self._device_loop = None
         st = real_step(self, *args, **kwargs)
         steps[-1] = st
         return st

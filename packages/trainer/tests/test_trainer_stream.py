@@ -417,7 +417,7 @@ def test_device_loop_is_the_host_loop_as_one_program(
     p_host, s_host, host = _run(model, opt, plan, Layout(keep_residuals=keep), **kw)
     loop = Layout(keep_residuals=keep, device_loop=True)
     p_dev, s_dev, dev = _run(model, opt, plan, loop, **kw)
-    assert dev._on_device and not host._on_device
+    assert dev._device_loop is not None and host._device_loop is None
     np.testing.assert_allclose([s.loss for s in s_dev], [s.loss for s in s_host], rtol=1e-6)
     np.testing.assert_allclose(
         [s.grad_norm for s in s_dev], [s.grad_norm for s in s_host], rtol=1e-5
@@ -434,7 +434,7 @@ def test_device_loop_is_the_host_loop_as_one_program(
         )
         assert 0.2 < min(s_dev[0].mlp_zero_fraction) < 0.8  # ReLU zeros were counted
     # the trace leaves no tracer behind: the host loop still runs on the same trainer
-    dev._on_device = False
+    dev._device_loop = None
     assert np.isfinite(dev.step(_batches(model)[0]).loss)
 
 
@@ -457,4 +457,4 @@ def test_device_loop_packed_documents_and_its_fallback():
     assert _max_diff(p_dev, p_host) < 1e-5
     if len(jax.devices()) > 1:
         _, _, spread = _run(model, ADAMW, plan, Layout(shards=2, device_loop=True), one=False)
-        assert not spread._on_device
+        assert spread._device_loop is None

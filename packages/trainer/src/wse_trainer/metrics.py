@@ -7,18 +7,48 @@
 - `<model_dir>/run.log`: every log line, appended.
 - `NullLog`: the same interface writing nothing (processes other than 0 of a run).
 - `train_line` / `eval_line`: the Cerebras ModelZoo log line, plus tokens/s and the fraction
-  of the step the host spent streaming weights (`stream.StepStats.stall_s`).
+  of the step the host spent streaming weights (`StepStats.stall_s`).
+- `StepStats`: what one `StreamedTrainer.step` reports.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLog", "NullLog", "train_line", "eval_line", "read_metrics"]
+__all__ = ["MetricsLog", "NullLog", "StepStats", "train_line", "eval_line", "read_metrics"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepStats:
+    """What one `StreamedTrainer.step` reports: the loss, the gradient's global norm (before
+    clipping), wall, stall and compute seconds and the bytes streamed, and for a ReLU-like
+    model (`ModelConfig.relu_like`) the fraction of exact zeros in each layer's MLP hidden
+    activation over the step's tokens, counted in the forward pass (recomputed layers are
+    not counted twice). Dense activations count nothing: their layers run the same function
+    as before."""
+
+    loss: float
+    wall_s: float
+    stall_s: float  # host seconds streaming weights (copies dispatched, never waited for)
+    broadcast_bytes: int
+    reduce_bytes: int
+    recomputed_layers: int
+    tokens: int
+    mlp_zero_fraction: tuple[float, ...] | None = None  # per layer; ReLU-like models only
+    grad_norm: float = 0.0  # global L2 norm of the step's gradient, before clipping
+
+    @property
+    def compute_s(self) -> float:
+        return self.wall_s - self.stall_s
+
+    @property
+    def stall_fraction(self) -> float:
+        return self.stall_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
 def train_line(

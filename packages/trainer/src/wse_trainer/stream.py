@@ -31,11 +31,8 @@ forward keeps its VJP residuals for the backward (`replica.layer_fwd_vjp`), whic
 not run the layer's forward again: those residuals hold the layer's weights, so its backward
 stream item is counted (`broadcast_bytes`: the wafer streams it again) but not copied to
 the workers again (issue 44). With `device_loop` (an accelerator, one process, MemoryX and
-every worker on one device) `step` runs the same host loop once under `jax.jit`, MemoryX's
-weights and optimizer state as the program's donated inputs and outputs: the whole step is
-one XLA program on the device (`_device_step`); the byte counters, updates and recomputed
-layers the trace counted are added each step, and the stall is 0 (the host streams
-nothing while the device runs). None of these changes what the wafer does.
+every worker on one device) the same host loop runs traced into one XLA program on the
+device (`wse_trainer.device_loop`). None of these changes what the wafer does.
 
 Gradient accumulation (`micro_batch`, per replica: ModelZoo's `micro_batch_size`; default
 the whole per-replica batch): each replica's `global_batch / num_csx` rows run as
@@ -45,17 +42,11 @@ after the last one (`MemoryX.begin_micro`). Micro-batch j takes rows j*m .. j*m 
 every replica's rows; the loss keeps its global normalisation, so the summed micro-batch
 losses and gradients are the whole batch's.
 
-`StepStats` reports the loss, the gradient's global norm (before clipping), wall, stall and
-compute seconds and the bytes streamed, and for
-a ReLU-like model (`ModelConfig.relu_like`) the fraction of exact zeros in each layer's MLP
-hidden activation over the step's tokens, counted in the forward pass (recomputed layers are
-not counted twice). Dense activations count nothing: their layers run the same function as
-before.
+A step reports its `StepStats` (`wse_trainer.metrics`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from typing import Any
@@ -67,33 +58,14 @@ import optax
 from wse_systems.training.plan import ActivationPlan
 
 from wse_trainer.chunked import ChunkedLayer
+from wse_trainer.device_loop import DeviceLoop
 from wse_trainer.layout import Layout
 from wse_trainer.memoryx import MemoryX
+from wse_trainer.metrics import StepStats
 from wse_trainer.replica import layer_fns, stage_fns
 from wse_trainer.swarmx import SwarmX
 
 __all__ = ["StepStats", "StreamedTrainer"]
-
-
-@dataclasses.dataclass(frozen=True)
-class StepStats:
-    loss: float
-    wall_s: float
-    stall_s: float  # host seconds streaming weights (copies dispatched, never waited for)
-    broadcast_bytes: int
-    reduce_bytes: int
-    recomputed_layers: int
-    tokens: int
-    mlp_zero_fraction: tuple[float, ...] | None = None  # per layer; ReLU-like models only
-    grad_norm: float = 0.0  # global L2 norm of the step's gradient, before clipping
-
-    @property
-    def compute_s(self) -> float:
-        return self.wall_s - self.stall_s
-
-    @property
-    def stall_fraction(self) -> float:
-        return self.stall_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
 class _Held(str):
@@ -179,9 +151,8 @@ class StreamedTrainer:
         one_device = all(
             self.swarm.replica_device(r) == self.memx.device for r in range(self.local)
         )
-        self._on_device = self.layout.device_loop and self.swarm.processes == 1 and one_device
-        self._programs: dict[bool, Any] = {}  # segments given? -> the jitted step
-        self._counted: tuple[int, int, int, int] = (0, 0, 0, 0)  # what one traced step counts
+        on_device = self.layout.device_loop and self.swarm.processes == 1 and one_device
+        self._device_loop = DeviceLoop(self) if on_device else None
 
     # Streaming -------------------------------------------------------------------------
     def _fetch(self, item: Any) -> list[Any]:
@@ -291,111 +262,54 @@ class StreamedTrainer:
 
     # The step --------------------------------------------------------------------------
     def step(self, batch: np.ndarray, segments: Any = None) -> StepStats:
-        if self._on_device:
-            return self._device_step(batch, segments)
+        if self._device_loop is not None:
+            return self._device_loop.step(batch, segments)
         t0, self._stall = time.perf_counter(), 0.0
         b0, r0 = self.swarm.broadcast_bytes, self.swarm.reduce_bytes
+        losses, zeros, recomputed = self._run_micro(*self._micro_batches(batch, segments))
+        # one fetch for the losses and the gradient norm (no extra host sync per step)
+        fetched = jax.device_get((self.swarm.gather(losses), self.memx.take_gradient_norm()))
+        counts = (self.swarm.broadcast_bytes - b0, self.swarm.reduce_bytes - r0, recomputed)
+        return self._stats(t0, batch, fetched, zeros, self._stall, counts)
+
+    def _micro_batches(self, batch: np.ndarray, segments: Any) -> tuple[list, list | None]:
+        """The step's micro-batches: each one's rows, and its segments (or None)."""
+        rows = [self._micro_rows(batch, j) for j in range(self.micro_batches)]
+        if segments is None:
+            return rows, None
+        return rows, [tuple(self._micro_rows(x, j) for x in segments) for j in range(len(rows))]
+
+    def _run_micro(self, micro: list, segs: list | None) -> tuple[list[Any], list, int]:
+        """Every micro-batch through the stream, then MemoryX's held updates: (each local
+        worker's loss per micro-batch, the MLP zero counts per micro-batch, layers recomputed)."""
         losses, zeros, recomputed = [], [], 0
-        for j in range(self.micro_batches):
-            self.memx.begin_micro(j, self.micro_batches)
-            rows = self._micro_rows(batch, j)
-            segs = None if segments is None else tuple(self._micro_rows(x, j) for x in segments)
-            loss, z, again = self._micro_step(rows, segs)
+        for j, rows in enumerate(micro):
+            self.memx.begin_micro(j, len(micro))
+            loss, z, again = self._micro_step(rows, None if segs is None else segs[j])
             losses += loss
             zeros.append(z)
             recomputed += again
         self.memx.finish_step()
-        # one fetch for the losses and the gradient norm (no extra host sync per step)
-        losses, norm = jax.device_get((self.swarm.gather(losses), self.memx.take_gradient_norm()))
-        loss = sum(float(x) for x in losses)
+        return losses, zeros, recomputed
+
+    def _stats(self, t0: float, batch, fetched, zeros, stall: float, counts) -> StepStats:
+        """The step's stats once every update has landed: `fetched` (the workers' losses, the
+        gradient norm), `counts` (bytes broadcast, bytes reduced, layers recomputed)."""
+        losses, norm = fetched
         jax.block_until_ready(self.memx.params)  # the step ends when every update has landed
         wall = time.perf_counter() - t0
-        tokens = int(batch[:, 1:].size)
-        return StepStats(
-            loss,
-            wall,
-            self._stall,
-            self.swarm.broadcast_bytes - b0,
-            self.swarm.reduce_bytes - r0,
-            recomputed,
-            tokens,
-            self._zero_fraction(zeros, tokens),
-            float(norm),
-        )
-
-    # The whole step as one program on the device (`Layout.device_loop`) ---------------
-    def _device_step(self, batch: np.ndarray, segments: Any) -> StepStats:
-        """`step` as one jitted call: the host loop traced once per batch shape (module doc)."""
-        t0 = time.perf_counter()
-        k = self.micro_batches
-        micro = [self._micro_rows(batch, j) for j in range(k)]
-        segs = (
-            None
-            if segments is None
-            else [tuple(self._micro_rows(x, j) for x in segments) for j in range(k)]
-        )
-        program = self._programs.get(segs is not None)
-        if program is None:
-            program = jax.jit(self._traced_step, donate_argnums=(0, 1))
-            self._programs[segs is not None] = program
-        params, state, losses, norm, zeros = program(
-            self.memx.params, self.memx.opt_state, micro, segs
-        )
-        self.memx.params, self.memx.opt_state = dict(params), dict(state)
-        broadcast, reduced, updates, recomputed = self._counted
-        self.swarm.broadcast_bytes += broadcast
-        self.swarm.reduce_bytes += reduced
-        self.memx.updates_applied += updates
-        losses, norm = jax.device_get((losses, norm))
-        loss = sum(float(x) for x in losses)
-        jax.block_until_ready(self.memx.params)
-        wall = time.perf_counter() - t0
         tokens = int(np.asarray(batch)[:, 1:].size)
-        return StepStats(
-            loss,
-            wall,
-            0.0,
-            broadcast,
-            reduced,
-            recomputed,
-            tokens,
-            self._zero_fraction(zeros, tokens),
-            float(norm),
-        )
+        broadcast, reduced, recomputed = counts
+        zero_fraction = self._zero_fraction(zeros, tokens)
+        return StepStats(sum(float(x) for x in losses), wall, stall, broadcast, reduced,
+                         recomputed, tokens, zero_fraction, float(norm))  # fmt: skip
 
-    def _traced_step(self, params, opt_state, micro, segs):
-        """The host loop of `step` on traced weights (run by jax.jit's trace only): MemoryX
-        holds the tracers for the trace; what the trace counts is kept in `_counted` and
-        every counter is put back (`_device_step` adds the counts each step)."""
-        memx, swarm = self.memx, self.swarm
-        kept = (memx.params, memx.opt_state, memx._square_norm)
-        b0, r0, u0 = swarm.broadcast_bytes, swarm.reduce_bytes, memx.updates_applied
-        memx.params, memx.opt_state = dict(params), dict(opt_state)
-        memx._square_norm = jnp.zeros((), jnp.float32)
-        try:
-            losses, zeros, recomputed = [], [], 0
-            for j, rows in enumerate(micro):
-                memx.begin_micro(j, len(micro))
-                loss, z, again = self._micro_step(rows, None if segs is None else segs[j])
-                losses += loss
-                zeros.append(z)
-                recomputed += again
-            memx.finish_step()
-            out = (memx.params, memx.opt_state, losses, memx.take_gradient_norm(), zeros)
-            self._counted = (
-                swarm.broadcast_bytes - b0,
-                swarm.reduce_bytes - r0,
-                memx.updates_applied - u0,
-                recomputed,
-            )
-            return out
-        finally:  # no tracer stays behind in the trainer
-            memx.params, memx.opt_state, memx._square_norm = kept
-            swarm.broadcast_bytes, swarm.reduce_bytes, memx.updates_applied = b0, r0, u0
-            memx.begin_micro(0, 1)
-            self._vjps, self._head_grads, self._head_embed = {}, None, None
-            self._items, self._next = iter(()), None
-            self._pos_seg = [(p, None) for p in self.positions]
+    def _forget_trace(self) -> None:
+        """Drop what a step leaves in the trainer (`DeviceLoop`: none of it may be a tracer)."""
+        self.memx.begin_micro(0, 1)
+        self._vjps, self._head_grads, self._head_embed = {}, None, None
+        self._items, self._next = iter(()), None
+        self._pos_seg = [(p, None) for p in self.positions]
 
     def _micro_rows(self, x: Any, j: int) -> np.ndarray:
         """Micro-batch j of every replica's rows (replica-major, as `SwarmX.scatter` splits)."""
