@@ -294,6 +294,24 @@ def test_train_refuses_a_jsonl_line_nested_past_json_depth_before_the_run_folder
     assert not (tmp_path / "run").exists()
 
 
+def test_train_refuses_a_jsonl_record_of_too_many_fields_before_the_run_folder(tmp_path):
+    # hunt 61: one record of 200,000 fields (HF datasets makes a column of each) loaded for
+    # 61 s before training; a line of nested fields (a colon at depth 2) counts one field
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    line = '{"text": "the wafer streams weights ' + "x" * 500 + '", "meta": {"a": 1, "b": 2}}\n'
+    wide = "{" + ", ".join(f'"k{i}": {i}' for i in range(20_000)) + ', "text": "w"}\n'
+    (docs / "a.jsonl").write_text(line * 2 + wide + line * 20)
+    args = ["train", "tiny", "runconfig.max_steps=2", "runconfig.mode=train",
+            "model.vocab_size=300", "train_input.batch_size=2", "runconfig.sample_tokens=0",
+            f"train_input.data_dir={docs}", "-o", tmp_path / "run"]  # fmt: skip
+    t0 = time.perf_counter()
+    refused_in_one_line(ROOT, args, "a.jsonl' has a record of 20,001 fields (line 3), over the "
+                        "limit of 10,000 (set WSE_LIMIT_JSON_FIELDS to lift it)")  # fmt: skip
+    assert time.perf_counter() - t0 < 10
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [({"nb": np.float64(16.5)}, "nb must be one integer, got float64 of shape ()"),

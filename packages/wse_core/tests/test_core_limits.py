@@ -98,6 +98,31 @@ def test_text_depth_matches_the_parsed_depth(value):
     assert readers.text_depth(json.dumps(value)) == _depth(value)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    records=st.lists(st.dictionaries(st.text(alphabet='a:"\\{[', max_size=3), json_values,
+                                     max_size=6), min_size=1, max_size=5),
+    cut=st.integers(0, 10_000),
+)  # fmt: skip
+def test_lines_run_counts_each_records_top_level_fields(records, cut):
+    """`lines_run` on JSON lines: the most top-level fields of a record (colons inside keys,
+    values and nested objects are not fields) and its line, the same when the text arrives in
+    two pieces cut between two fields (the open line's fields and nesting carried), and
+    `depth_run`'s nesting."""
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    widths = [len(r) for r in records]
+    deepest, last, most, line, still = readers.lines_run(text)
+    assert (most, line, still, last) == (max(widths), widths.index(max(widths)), 0, 0)
+    assert deepest == readers.depth_run(text)[0]
+    commas = [i + 1 for i, c in enumerate(text) if c == ","]  # none inside these strings
+    if not commas:
+        return
+    cut = commas[cut % len(commas)]  # a piece ends between fields, as a chunk may
+    first = readers.lines_run(text[:cut])
+    second = readers.lines_run(text[cut:], first[1], first[4])
+    assert max(first[2], second[2]) == max(widths)
+
+
 @settings(max_examples=20, deadline=None)
 @given(depth=st.integers(1, 200_000), kind=st.sampled_from(["list", "dict"]))
 def test_deep_json_is_refused_before_parsing(depth, kind):

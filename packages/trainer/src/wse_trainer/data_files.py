@@ -157,24 +157,37 @@ def _scan_text(path: str, budget: int, json: bool = False) -> int:
 class _JsonDepth:
     """The nesting of a JSON data file read in chunks, each cut after its last newline (hunt
     61: a .jsonl line 100,000 levels deep crashed the process in pyarrow's JSON reader, a
-    segmentation fault after the run folder was made)."""
+    segmentation fault after the run folder was made), and the width of its records (hunt
+    61: a record of 200,000 fields, each a column to HF datasets, took 61 s to load)."""
 
     def __init__(self, path: str) -> None:
         self.path, self.depth, self.rest = path, 0, b""
+        self.lines, self.open = 0, 0  # lines done; fields so far of a line past a chunk
 
     def feed(self, chunk: bytes, offset: int) -> None:
-        from wse_core.host.readers import depth_run
+        from wse_core.host.readers import lines_run
 
         text = self.rest + chunk
         cut = text.rfind(b"\n") + 1 or len(text)  # a line past a chunk: its brackets now
         text, self.rest = text[:cut], text[cut:]
-        deepest, self.depth = depth_run(text.decode("utf-8", "ignore"), self.depth)
+        seen = lines_run(text.decode("utf-8", "ignore"), self.depth, self.open)
+        deepest, self.depth, fields, line, self.open = seen
         if deepest > (most := limit("json_depth")):
             raise ConfigError(
                 f"data file {self.path!r} nests JSON {deepest:,} levels deep (before byte "
                 f"{offset + len(chunk):,}), over the limit of {most} ({lift('json_depth')}); "
                 "give one flat JSON object per line"
             )
+        if fields > (most := limit("json_fields")):
+            partial = self.open and line == text.count(b"\n")  # that line goes on: counted so far
+            count = f"{'at least ' if partial else ''}{fields:,}"
+            raise ConfigError(
+                f"data file {self.path!r} has a record of {count} fields (line "
+                f"{self.lines + line + 1:,}), over the limit of {most:,} ({lift('json_fields')}); "
+                "training reads one text field: give records of a few fields, e.g. "
+                "jq -c '{text}' in.jsonl > out.jsonl"
+            )
+        self.lines += text.count(b"\n")
 
 
 def _check_parquet(path: str) -> None:

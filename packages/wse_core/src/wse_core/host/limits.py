@@ -153,6 +153,14 @@ LIMITS: dict[str, Limit] = {
             "HF config.json and tokenizer.json nest <= 6 levels",
         ),
         Limit(
+            "json_fields",
+            lambda: 10_000,
+            "fields",
+            "top-level fields of one record (line) of a JSON-lines data file",
+            "HF datasets' rows have < 100 fields; HF datasets makes a column of each field "
+            "(one record of 200,000 fields took 65 s to load here)",
+        ),
+        Limit(
             "template_ops",
             lambda: 1_000_000,
             "loop iterations",

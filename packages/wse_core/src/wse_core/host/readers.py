@@ -47,6 +47,7 @@ __all__ = [
     "names_loader",
     "text_depth",
     "depth_run",
+    "lines_run",
     "open_npz",
     "require_npz",
     "NPZ_INFLATE_FLOOR_BYTES",
@@ -159,6 +160,26 @@ def depth_run(text: str, start: int = 0) -> tuple[int, int]:
     step = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
     run = start + np.cumsum(step)
     return int(run.max(initial=start)), int(run[-1]) if len(run) else start
+
+
+def lines_run(text: str, start: int = 0, carry: int = 0) -> tuple[int, int, int, int, int]:
+    """`depth_run` of JSON lines, with their width: (deepest, last, most, line, open), where
+    most is the most top-level fields of one record (colons outside strings at nesting 1, by
+    line), line the 0-based line that has them, and open the fields of the last line when
+    `text` ends inside it (pass it as `carry` with the rest of that line). One pass."""
+    import numpy as np
+
+    codes = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
+    run = start + np.cumsum(np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE))
+    ends = codes == ord("\n")
+    lines = np.cumsum(ends) - ends  # a newline belongs to the line it ends
+    per_line = np.bincount(lines[(codes == ord(":")) & (run == 1)], minlength=int(lines[-1]) + 1
+                           if len(lines) else 1)  # fmt: skip
+    per_line[0] += carry
+    line = int(per_line.argmax())
+    last = int(run[-1]) if len(run) else start
+    still = 0 if len(codes) and ends[-1] else int(per_line[-1])
+    return int(run.max(initial=start)), last, int(per_line[line]), line, still
 
 
 _OPEN, _CLOSE = (ord("["), ord("{")), (ord("]"), ord("}"))
