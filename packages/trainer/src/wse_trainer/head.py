@@ -16,9 +16,11 @@ output's gradient and of the head matrix's gradient (accumulated in fp32 over th
 A chunk's logits stay in cache instead of making five round trips through memory, and
 the head's memory no longer grows with tokens x vocabulary (GPT-2's 50,257 words: 400 MB of
 fp32 logits for 2,048 tokens, and as much again for their gradient). Its time is the three
-products' (bench_train's quick case, 1 core: 3.2 GFLOP, ~41 ms at this AVX2 core's fp32
-peak; autodiff's head 50.2 ms, this one 50.2, the least of 25 interleaved calls each; 54.8
-against 52.4 ms by the median, load 8). The arithmetic is
+products' (bench_train's quick case, 1 core: 3.2 GFLOP, ~41 ms at the fp32 peak of the AVX2
+host it was first measured on; autodiff's head 50.2 ms, this one 50.2, the least of 25
+interleaved calls each; 54.8 against 52.4 ms by the median, load 8. On the AVX-512 host of
+2026-12-04: the products ~23 ms at its 1-core peak, the whole head ~33-36 ms, the log-sum-exp
+and its gradient ~7.5 of it). The arithmetic is
 `optax.softmax_cross_entropy_with_integer_labels`' and its autodiff's, summed chunk by chunk:
 the same values to fp32 round-off.
 """
