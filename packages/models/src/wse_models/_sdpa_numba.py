@@ -10,7 +10,8 @@ at s = 128, hd = 32); query rows go in blocks of R = 4, each block against the k
 last kept one (a causal mask skips the upper triangle, rounded up to 16 keys so that no
 scalar remainder loop runs). The products are written so that LLVM vectorises them over the
 keys with register accumulators (`_rows_times_t`: scores and dP; `_rows_dot`: P V and dS K,
-4 head dims at a time; `_acc_outer`: dK^T and dV^T); exp is a polynomial LLVM vectorises
+4 head dims at a time; `_acc_outer`: dK^T and dV^T); a row's max runs in 8 independent
+chains (`_row_max`: LLVM vectorises no float max reduction); exp is a polynomial LLVM vectorises
 (`_exp_row`; glibc's expf is a scalar call), flushed to 0 below 2^-125: the masked entries'
 exp(-1e30) would otherwise be denormals, ~4x slower for the whole forward.
 The backward needs no mask: dS = P (dP - rowsum(dO O)) is 0 where P is, except on a row
@@ -107,23 +108,34 @@ def _block(hi, b, i0, t, s):
 
 
 @njit(**OPTS)
+def _row_max(r, n):
+    """max(_MASKED, r[:n]) in 8 independent chains: LLVM vectorises no float max reduction
+    here (one chain: 0.60 ns an element, these: 0.26; the forward at [16, 4, 128, 32]
+    causal 3.05 -> 2.70 ms, one core of the 2-core Xeon VM, 2026-12-04)."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = _MASKED
+    j = 0
+    while j + 8 <= n:
+        a0, a1, a2, a3 = max(a0, r[j]), max(a1, r[j + 1]), max(a2, r[j + 2]), max(a3, r[j + 3])
+        a4, a5, a6, a7 = max(a4, r[j + 4]), max(a5, r[j + 5]), max(a6, r[j + 6]), max(a7, r[j + 7])
+        j += 8
+    m = max(max(max(a0, a1), max(a2, a3)), max(max(a4, a5), max(a6, a7)))
+    for jj in range(j, n):
+        m = max(m, r[jj])
+    return m
+
+
+@njit(**OPTS)
 def _softmax_row(x, mi, kind, hr):
     """x[:] = exp(x - max) over the kept keys (mask row mi), 0 elsewhere; 1 / the sum."""
     n = x.shape[0]
     if kind == _DENSE:
-        m = _MASKED
-        for j in range(hr):
-            m = max(m, x[j])
-        tot = _exp_row(x[:hr], m)
+        tot = _exp_row(x[:hr], _row_max(x, hr))
         for j in range(hr, n):
             x[j] = 0.0
     else:
-        m = _MASKED
         for j in range(n):
-            y = x[j] if mi[j] else _MASKED
-            x[j] = y
-            m = max(m, y)
-        tot = _exp_row(x, m)
+            x[j] = x[j] if mi[j] else _MASKED
+        tot = _exp_row(x, _row_max(x, n))
     return np.float32(1.0) / tot
 
 
