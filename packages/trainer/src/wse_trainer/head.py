@@ -58,14 +58,18 @@ def chunk_rows(n: int, vocab: int) -> int:
 
 def xent_rows(logits: jax.Array, targets: jax.Array, scale: float) -> tuple[jax.Array, Any]:
     """fp32 logits [n, V], int targets [n] -> (summed cross-entropy * scale, its gradient
-    with respect to the logits): optax's shifted log-sum-exp and its autodiff, one pass."""
+    with respect to the logits): optax's shifted log-sum-exp and its autodiff, one pass.
+
+    The target's shifted logit is gathered (`logits[t] - max`, the float op the shifted
+    row holds), not summed out of a masked row: the same loss and gradient to the bit, and
+    XLA:CPU ran the masked sum's fusion at ~1 ns an element more (a 512 x 2,048 chunk 2.04
+    -> 0.96 ms, one core of the 2-core Xeon VM, 2026-12-04)."""
     m = lax.stop_gradient(logits.max(-1, keepdims=True))
-    shifted = logits - m
-    e = jnp.exp(shifted)
+    e = jnp.exp(logits - m)
     s = e.sum(-1, keepdims=True)
-    hit = lax.broadcasted_iota(jnp.int32, logits.shape, 1) == targets[:, None]
-    picked = jnp.sum(jnp.where(hit, shifted, 0.0), -1)
+    picked = jnp.take_along_axis(logits, targets[:, None], -1)[:, 0] - m[:, 0]
     loss = jnp.sum(jnp.log(s[:, 0]) - picked) * scale
+    hit = lax.broadcasted_iota(jnp.int32, logits.shape, 1) == targets[:, None]
     return loss, e * (scale / s) - jnp.where(hit, scale, 0.0)
 
 
