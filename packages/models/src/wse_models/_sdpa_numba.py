@@ -111,7 +111,7 @@ def _block(hi, b, i0, t, s):
 def _row_max(r, n):
     """max(_MASKED, r[:n]) in 8 independent chains: LLVM vectorises no float max reduction
     here (one chain: 0.60 ns an element, these: 0.26; the forward at [16, 4, 128, 32]
-    causal 3.05 -> 2.70 ms, one core of the 2-core Xeon VM, 2026-12-04)."""
+    causal 3.06-3.12 -> 2.74-2.75 ms, one core of the 2-core Xeon VM, 2026-12-04)."""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = _MASKED
     j = 0
     while j + 8 <= n:

@@ -131,7 +131,7 @@ def _scan_text(path: str, budget: int, json: bool = False) -> int:
     """Bytes of `path` read (at most `budget`); ConfigError for a NUL byte, bad UTF-8 or
     (`json`) JSON nested deeper than the limit `json_depth`."""
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
-    depth = _JsonDepth(path) if json else None
+    depth = _JsonLines(path) if json else None
     with open(path, "rb") as f:
         while offset < budget and (chunk := f.read(min(_CHUNK, budget - offset))):
             if depth is not None:
@@ -154,7 +154,7 @@ def _scan_text(path: str, budget: int, json: bool = False) -> int:
     return offset
 
 
-class _JsonDepth:
+class _JsonLines:
     """The nesting of a JSON data file read in chunks, each cut after its last newline (hunt
     61: a .jsonl line 100,000 levels deep crashed the process in pyarrow's JSON reader, a
     segmentation fault after the run folder was made), and the width of its records (hunt
@@ -178,8 +178,9 @@ class _JsonDepth:
                 f"{offset + len(chunk):,}), over the limit of {most} ({lift('json_depth')}); "
                 "give one flat JSON object per line"
             )
+        ended = text.count(b"\n")  # lines this piece ends
         if fields > (most := limit("json_fields")):
-            partial = self.open and line == text.count(b"\n")  # that line goes on: counted so far
+            partial = self.open and line == ended  # that line goes on: counted so far
             count = f"{'at least ' if partial else ''}{fields:,}"
             raise ConfigError(
                 f"data file {self.path!r} has a record of {count} fields (line "
@@ -187,7 +188,7 @@ class _JsonDepth:
                 "training reads one text field: give records of a few fields, e.g. "
                 "jq -c '{text}' in.jsonl > out.jsonl"
             )
-        self.lines += text.count(b"\n")
+        self.lines += ended
 
 
 def _check_parquet(path: str) -> None:

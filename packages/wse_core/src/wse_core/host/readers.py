@@ -153,12 +153,7 @@ def depth_run(text: str, start: int = 0) -> tuple[int, int]:
     """(deepest, last) nesting of [ and { in JSON text outside strings, counted from `start`:
     a file read in pieces of whole lines carries `last` into the next (a JSON string holds
     no raw newline, so none is cut)."""
-    import numpy as np
-
-    # surrogatepass: text from argv with bytes that are not UTF-8 (hunt 60: a traceback here)
-    codes = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
-    step = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
-    run = start + np.cumsum(step)
+    _, run = _nesting(text, start)
     return int(run.max(initial=start)), int(run[-1]) if len(run) else start
 
 
@@ -169,17 +164,26 @@ def lines_run(text: str, start: int = 0, carry: int = 0) -> tuple[int, int, int,
     `text` ends inside it (pass it as `carry` with the rest of that line). One pass."""
     import numpy as np
 
-    codes = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
-    run = start + np.cumsum(np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE))
+    codes, run = _nesting(text, start)
     ends = codes == ord("\n")
     lines = np.cumsum(ends) - ends  # a newline belongs to the line it ends
-    per_line = np.bincount(lines[(codes == ord(":")) & (run == 1)], minlength=int(lines[-1]) + 1
-                           if len(lines) else 1)  # fmt: skip
+    count = int(lines[-1]) + 1 if len(lines) else 1
+    per_line = np.bincount(lines[(codes == ord(":")) & (run == 1)], minlength=count)
     per_line[0] += carry
     line = int(per_line.argmax())
-    last = int(run[-1]) if len(run) else start
     still = 0 if len(codes) and ends[-1] else int(per_line[-1])
-    return int(run.max(initial=start)), last, int(per_line[line]), line, still
+    deepest, last = int(run.max(initial=start)), int(run[-1]) if len(run) else start
+    return deepest, last, int(per_line[line]), line, still
+
+
+def _nesting(text: str, start: int):
+    """(the text's bytes outside strings, the nesting after each of them from `start`)."""
+    import numpy as np
+
+    # surrogatepass: text from argv with bytes that are not UTF-8 (hunt 60: a traceback here)
+    codes = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
+    step = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
+    return codes, start + np.cumsum(step)
 
 
 _OPEN, _CLOSE = (ord("["), ord("{")), (ord("]"), ord("}"))
