@@ -1,17 +1,41 @@
-"""Test helpers: a tiny corpus, a tiny model and a tiny run config (seconds to train).
+"""Test helpers: a tiny corpus, a tiny model and a tiny run config (seconds to train); and
+weight streaming's cases (`stream_model`, its `stream_batches`, a streamed run of STEPS
+steps `stream_run` / `streamed_run` and the fused `jax.grad` oracle `fused_run`, for
+test_trainer_stream.py and test_trainer_layout.py).
 
 Shared by the trainer's tests and the CLI's tests; nothing here is used at run time.
+
+Streaming's tolerances: fp32 throughout. The streamed and fused steps sum the same numbers
+in another order (layer-by-layer vjp vs one fused graph; per-replica partial sums), so
+gradients differ by a few ulp (~1e-9 absolute here). Adam's update is lr * m / (sqrt(v) +
+eps): a gradient difference dg moves a parameter by at most ~lr * dg / eps per step, so a
+near-zero gradient element amplifies ulp noise by 1 / eps. With lr 1e-3 and eps 1e-6 that
+bound is ~1e-6 per step; 1e-5 after 3 steps is the tolerance used (with eps 1e-8 the same
+noise reaches 1e-4).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
-from wse_trainer.config import TrainConfig, apply_overrides, config_from_dict
+import jax
+import jax.numpy as jnp
+import numpy as np
+import wse_models
+from wse_core import preset
+from wse_systems.training.plan import plan_activations
 
-__all__ = ["TINY_MODEL", "write_corpus", "tiny_params", "tiny_config", "run_on_preset"]
+from wse_trainer.config import OptimizerConfig, TrainConfig, apply_overrides, config_from_dict
+from wse_trainer.optimizer import base_transform, full_transform
+from wse_trainer.reference import fused_step
+from wse_trainer.stream import StreamedTrainer
+
+__all__ = ["TINY_MODEL", "write_corpus", "tiny_params", "tiny_config", "run_on_preset",
+           "ADAMW", "B", "CHUNKS", "S", "STEPS", "fused_run", "max_diff", "stream_batches",
+           "stream_model", "stream_run", "streamed_run"]  # fmt: skip
 
 TINY_MODEL: dict[str, Any] = {
     "preset": "tiny-gpt2",
@@ -69,3 +93,78 @@ def run_on_preset(config: TrainConfig, **kwargs: Any) -> Any:
     from wse_trainer.run import run
 
     return run(config, preset(config.runconfig.wafer), **kwargs)
+
+
+# Weight streaming's cases ---------------------------------------------------------------
+B, S, STEPS = 8, 16, 3
+ADAMW = OptimizerConfig(learning_rate=1e-3, weight_decay=0.01, eps=1e-6)
+
+
+def stream_model(arch="tiny-gpt2", **kw):
+    base = {
+        "vocab_size": 96,
+        "d_model": 32,
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_ff": 64,
+        "max_seq_len": 32,
+    }
+    if arch == "tiny-gpt2":
+        base["n_kv_heads"] = 4
+    return wse_models.preset_config(arch, **{**base, **kw})
+
+
+def stream_batches(model):
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, model.vocab_size, (B, S + 1)).astype(np.int32) for _ in range(STEPS)]
+
+
+def stream_run(model, opt, plan, layout, *, num_csx=1, micro_batch=None, segments=None, one=True):
+    """(params tree, stats, trainer) of STEPS steps; `one`: every worker on the first device."""
+    tr = StreamedTrainer(
+        model,
+        wse_models.init_params(model, jax.random.key(1)),
+        base_transform(opt, 10),
+        num_csx=num_csx,
+        global_batch=B,
+        seq_len=S,
+        plan=plan,
+        max_gradient_norm=opt.max_gradient_norm,
+        devices=jax.devices()[:1] if one else None,
+        layout=layout,
+        micro_batch=micro_batch,
+    )
+    stats = [tr.step(b, segments) for b in stream_batches(model)]
+    return tr.memx.params_tree(), stats, tr
+
+
+@functools.cache
+def streamed_run(model, opt, *, num_csx=1, stride=1, chunks=0, layout=None, micro_batch=None):
+    plan = plan_activations(model, preset("small"), micro_batch or B // num_csx, S, stride, chunks)
+    assert plan.chunked == (chunks > 0)
+    kw = {"num_csx": num_csx, "micro_batch": micro_batch, "one": False}
+    return stream_run(model, opt, plan, layout, **kw)[:2]
+
+
+@functools.cache
+def fused_run(model, opt):
+    params = wse_models.init_params(model, jax.random.key(1))
+    tx = full_transform(opt, 10)
+    state, step, losses = tx.init(params), jax.jit(fused_step(model, tx)), []
+    for b in stream_batches(model):
+        params, state, loss = step(params, state, b)
+        losses.append(float(loss))
+    return params, losses
+
+
+def max_diff(a, b):
+    return max(
+        float(jnp.abs(x - y).max())
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+# Weight streaming below the layer: every matrix forced into 4 column chunks gives the same
+# model as whole-layer streaming and as the fused step; the tolerances are the ones above (the
+# chunks' input-gradient shares are summed in another order: float round-off only).
+CHUNKS = 4
