@@ -98,6 +98,12 @@ def test_text_depth_matches_the_parsed_depth(value):
     assert readers.text_depth(json.dumps(value)) == _depth(value)
 
 
+def _commas(text):
+    """The offsets just past each comma outside JSON strings (where a piece may end)."""
+    inside = {i for m in readers._JSON_STRING.finditer(text) for i in range(*m.span())}
+    return [i + 1 for i, c in enumerate(text) if c == "," and i not in inside]
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     records=st.lists(st.dictionaries(st.text(alphabet='a:"\\{[', max_size=3), json_values,
@@ -114,13 +120,45 @@ def test_lines_run_counts_each_records_top_level_fields(records, cut):
     deepest, last, most, line, still = readers.lines_run(text)
     assert (most, line, still, last) == (max(widths), widths.index(max(widths)), 0, 0)
     assert deepest == readers.depth_run(text)[0]
-    commas = [i + 1 for i, c in enumerate(text) if c == ","]  # none inside these strings
+    commas = _commas(text)
     if not commas:
         return
     cut = commas[cut % len(commas)]  # a piece ends between fields, as a chunk may
     first = readers.lines_run(text[:cut])
     second = readers.lines_run(text[cut:], first[1], first[4])
     assert max(first[2], second[2]) == max(widths)
+
+
+def _names(v):
+    """Every dict key at any depth, as json.dumps writes it (escapes kept)."""
+    if isinstance(v, dict):
+        return {json.dumps(k)[1:-1] for k in v} | set().union(*map(_names, v.values()))
+    if isinstance(v, list):
+        return set().union(*map(_names, v))
+    return set()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    records=st.lists(st.dictionaries(st.text(alphabet='a:"\\{[ ', max_size=3), json_values,
+                                     max_size=6), min_size=1, max_size=5),
+    cut=st.integers(0, 10_000),
+)  # fmt: skip
+def test_lines_run_gathers_every_field_name_at_any_depth(records, cut):
+    """Given a set, `lines_run` adds the field names of JSON lines (keys of nested objects and
+    of objects in lists too; a value string followed by a colon inside a string is not one),
+    the same set when the text arrives in two pieces cut between two fields; its figures
+    are those it gives without the set."""
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    keys: set[str] = set()
+    assert readers.lines_run(text, keys=keys) == readers.lines_run(text)
+    assert keys == set().union(*map(_names, records))
+    commas = _commas(text)
+    cut = commas[cut % len(commas)] if commas else 0
+    pieces: set[str] = set()
+    first = readers.lines_run(text[:cut], keys=pieces)
+    readers.lines_run(text[cut:], first[1], first[4], keys=pieces)
+    assert pieces == keys
 
 
 @settings(max_examples=20, deadline=None)

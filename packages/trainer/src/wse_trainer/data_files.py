@@ -5,7 +5,9 @@ one kind per split), or None when `data_dir` names a dataset. `check_data_dir(cf
 each in one line naming the file: a path that is not there or not a regular file (a FIFO
 would block the reader), a folder without data files, text or JSON that is empty, binary
 (a NUL byte) or not UTF-8 (the byte and its offset), a .parquet file without Parquet's
-magic bytes, and a corpus that cannot hold one batch: byte-level BPE tokens cover at least
+magic bytes, JSON nested deeper than `json_depth`, a record of more fields than `json_fields`
+or records naming more distinct fields in all than `json_keys` (wse_core.host.limits), and a
+corpus that cannot hold one batch: byte-level BPE tokens cover at least
 one byte each, so a split's tokens are at most its files' bytes plus one EOS per document,
 and fewer than `batch_size x max_sequence_length + 1` cannot fill a batch (hunt 57: these
 were `datasets` tracebacks, or refused only after the run folder and tokenizer were made).
@@ -127,11 +129,13 @@ def _size(path: str) -> int:
     return st.st_size
 
 
-def _scan_text(path: str, budget: int, json: bool = False) -> int:
-    """Bytes of `path` read (at most `budget`); ConfigError for a NUL byte, bad UTF-8 or
-    (`json`) JSON nested deeper than the limit `json_depth`."""
+def _scan_text(path: str, budget: int, keys: set[str] | None = None) -> int:
+    """Bytes of `path` read (at most `budget`); ConfigError for a NUL byte, bad UTF-8 or,
+    given the field names of the split's JSON files so far (`keys`, updated), JSON nested
+    deeper than the limit `json_depth`, wider than `json_fields` or naming more fields in
+    all than `json_keys`."""
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
-    depth = _JsonLines(path) if json else None
+    depth = None if keys is None else _JsonLines(path, keys)
     with open(path, "rb") as f:
         while offset < budget and (chunk := f.read(min(_CHUNK, budget - offset))):
             if depth is not None:
@@ -157,11 +161,13 @@ def _scan_text(path: str, budget: int, json: bool = False) -> int:
 class _JsonLines:
     """The nesting of a JSON data file read in chunks, each cut after its last newline (hunt
     61: a .jsonl line 100,000 levels deep crashed the process in pyarrow's JSON reader, a
-    segmentation fault after the run folder was made), and the width of its records (hunt
-    61: a record of 200,000 fields, each a column to HF datasets, took 61 s to load)."""
+    segmentation fault after the run folder was made), the width of its records (hunt 61: a
+    record of 200,000 fields, each a column to HF datasets, took 61 s to load) and the field
+    names of the split so far, `keys` (shared by its files: 20,000 narrow records, each of
+    its own field, made 20,001 columns of 20,000 rows: 47 s to load, 90 s to a 2-step run)."""
 
-    def __init__(self, path: str) -> None:
-        self.path, self.depth, self.rest = path, 0, b""
+    def __init__(self, path: str, keys: set[str]) -> None:
+        self.path, self.depth, self.rest, self.keys = path, 0, b"", keys
         self.lines, self.open = 0, 0  # lines done; fields so far of a line past a chunk
 
     def feed(self, chunk: bytes, offset: int) -> None:
@@ -170,7 +176,7 @@ class _JsonLines:
         text = self.rest + chunk
         cut = text.rfind(b"\n") + 1 or len(text)  # a line past a chunk: its brackets now
         text, self.rest = text[:cut], text[cut:]
-        seen = lines_run(text.decode("utf-8", "ignore"), self.depth, self.open)
+        seen = lines_run(text.decode("utf-8", "ignore"), self.depth, self.open, self.keys)
         deepest, self.depth, fields, line, self.open = seen
         if deepest > (most := limit("json_depth")):
             raise ConfigError(
@@ -189,6 +195,14 @@ class _JsonLines:
                 "jq -c '{text}' in.jsonl > out.jsonl"
             )
         self.lines += ended
+        if len(self.keys) > (most := limit("json_keys")):
+            raise ConfigError(
+                f"the split's JSON records name {len(self.keys):,} distinct fields by line "
+                f"{self.lines:,} of data file {self.path!r}, over the limit of {most:,} "
+                f"({lift('json_keys')}); HF datasets makes a column of each name for every row, "
+                "and training reads one text field: give records of the same few fields, e.g. "
+                "jq -c '{text}' in.jsonl > out.jsonl"
+            )
 
 
 def _check_parquet(path: str) -> None:
@@ -221,9 +235,9 @@ def check_data_dir(cfg: InputConfig) -> None:
         for f in files:
             _check_parquet(f)
         return
-    budget = SCAN_BYTES
+    budget, keys = SCAN_BYTES, set[str]() if builder == "json" else None
     for f in files:
-        budget -= _scan_text(f, budget, json=builder == "json")
+        budget -= _scan_text(f, budget, keys)
     need = cfg.batch_size * cfg.max_sequence_length + 1
     most = sum(sizes) + len(files)  # tokens: at most one per byte, plus one EOS per document
     if most < need:

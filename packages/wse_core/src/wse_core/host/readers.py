@@ -141,6 +141,8 @@ def _read_at_most(f: Any, n: int, chunk: int = 1 << 24) -> bytes:
 
 
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
+# a value string, or a key (a string a colon follows) captured: re.split keeps the keys
+_JSON_KEY_SPLIT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"(?!\s*:)|"([^"\\]*(?:\\.[^"\\]*)*)"(?=\s*:)')
 
 
 def text_depth(text: str) -> int:
@@ -157,14 +159,17 @@ def depth_run(text: str, start: int = 0) -> tuple[int, int]:
     return int(run.max(initial=start)), int(run[-1]) if len(run) else start
 
 
-def lines_run(text: str, start: int = 0, carry: int = 0) -> tuple[int, int, int, int, int]:
+def lines_run(
+    text: str, start: int = 0, carry: int = 0, keys: set[str] | None = None
+) -> tuple[int, int, int, int, int]:
     """`depth_run` of JSON lines, with their width: (deepest, last, most, line, open), where
     most is the most top-level fields of one record (colons outside strings at nesting 1, by
     line), line the 0-based line that has them, and open the fields of the last line when
-    `text` ends inside it (pass it as `carry` with the rest of that line). One pass."""
+    `text` ends inside it (pass it as `carry` with the rest of that line). One pass; given
+    `keys`, the field names met at any depth (a string before a colon, as written) join it."""
     import numpy as np
 
-    codes, run = _nesting(text, start)
+    codes, run = _nesting(text, start, keys)
     ends = codes == ord("\n")
     lines = np.cumsum(ends) - ends  # a newline belongs to the line it ends
     count = int(lines[-1]) + 1 if len(lines) else 1
@@ -176,12 +181,20 @@ def lines_run(text: str, start: int = 0, carry: int = 0) -> tuple[int, int, int,
     return deepest, last, int(per_line[line]), line, still
 
 
-def _nesting(text: str, start: int):
-    """(the text's bytes outside strings, the nesting after each of them from `start`)."""
+def _nesting(text: str, start: int, keys: set[str] | None = None):
+    """(the text's bytes outside strings, the nesting after each of them from `start`); the
+    strings that are keys join `keys` when it is given (the same pass of the regex)."""
     import numpy as np
 
+    if keys is None:
+        kept = _JSON_STRING.sub("", text)
+    else:  # split: [outside, key or None, outside, ...]
+        parts = _JSON_KEY_SPLIT.split(text)
+        kept = "".join(parts[0::2])
+        keys.update(parts[1::2])  # a value string's group is None
+        keys.discard(None)  # type: ignore[arg-type]
     # surrogatepass: text from argv with bytes that are not UTF-8 (hunt 60: a traceback here)
-    codes = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
+    codes = np.frombuffer(kept.encode("utf-8", "surrogatepass"), np.uint8)
     step = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
     return codes, start + np.cumsum(step)
 
