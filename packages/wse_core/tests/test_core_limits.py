@@ -104,12 +104,16 @@ def _commas(text):
     return [i + 1 for i, c in enumerate(text) if c == "," and i not in inside]
 
 
+# JSON lines: records whose keys hold colons, quotes, escapes and brackets
+json_records = st.lists(
+    st.dictionaries(st.text(alphabet='a:"\\{[ ', max_size=3), json_values, max_size=6),
+    min_size=1,
+    max_size=5,
+)
+
+
 @settings(max_examples=100, deadline=None)
-@given(
-    records=st.lists(st.dictionaries(st.text(alphabet='a:"\\{[', max_size=3), json_values,
-                                     max_size=6), min_size=1, max_size=5),
-    cut=st.integers(0, 10_000),
-)  # fmt: skip
+@given(records=json_records, cut=st.integers(0, 10_000))
 def test_lines_run_counts_each_records_top_level_fields(records, cut):
     """`lines_run` on JSON lines: the most top-level fields of a record (colons inside keys,
     values and nested objects are not fields) and its line, the same when the text arrives in
@@ -139,11 +143,7 @@ def _names(v):
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    records=st.lists(st.dictionaries(st.text(alphabet='a:"\\{[ ', max_size=3), json_values,
-                                     max_size=6), min_size=1, max_size=5),
-    cut=st.integers(0, 10_000),
-)  # fmt: skip
+@given(records=json_records, cut=st.integers(0, 10_000))
 def test_lines_run_gathers_every_field_name_at_any_depth(records, cut):
     """Given a set, `lines_run` adds the field names of JSON lines (keys of nested objects and
     of objects in lists too; a value string followed by a colon inside a string is not one),
