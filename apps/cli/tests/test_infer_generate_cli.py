@@ -209,7 +209,11 @@ def test_an_unreadable_tokenizer_is_refused_before_the_weights(model_dir, tmp_pa
     shutil.copytree(root / "draft", bad)
     (bad / "tokenizer.json").write_text('{"model": {"vocab": {1: 2')
     res = _run("--model_dir", bad, "--prompt", "x")
-    assert res.exit_code == 2 and "cannot read" in res.output and "tokenizer.json" in res.output
+    assert (
+        res.exit_code == 2
+        and "is not a readable tokenizer file" in res.output
+        and "tokenizer.json" in res.output
+    )
     got = refused_without_jax(
         "wse_inference.model_dir", f"check_tokenizer_file({str(bad)!r})", "ModelLoadError"
     )

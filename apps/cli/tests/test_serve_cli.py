@@ -10,6 +10,7 @@ import sys
 
 import httpx
 import pytest
+import typer
 from typer.testing import CliRunner
 from wse_cli.app import app
 
@@ -46,7 +47,8 @@ def test_serve_a_folder_that_holds_no_model_is_a_clear_error(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "not a checkpoint"  # nothing touched
 
 
-def test_bench_against_a_mock_server_saves_json(tmp_path):
+@pytest.mark.parametrize("suffix", ["", "/v1/"])  # hunt 62: OpenAI's base URL has /v1
+def test_bench_against_a_mock_server_saves_json(tmp_path, suffix):
     from wse_inference.serve.testing import running_server
 
     out = tmp_path / "bench.json"
@@ -57,7 +59,7 @@ def test_bench_against_a_mock_server_saves_json(tmp_path):
                 "infer",
                 "bench",
                 "--url",
-                s.http_url,
+                s.http_url + suffix,
                 "-n",
                 "12",
                 "-c",
@@ -227,3 +229,67 @@ def test_serve_starts_the_attention_compile_before_the_weights_load(tiny_model_d
     monkeypatch.setattr(wse_inference.load, "load_engine", lambda *a, **k: calls.append("load"))
     infer_serve._real_engine(str(tiny_model_dir), None, 2, None)
     assert calls == [(read_config(tiny_model_dir).hd, "float32", False), "load"]
+
+
+def _hf_tokenizer_folder(folder, template: str):
+    """tokenizer.json (a byte-level BPE) and a tokenizer_config.json holding `template`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=280, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(["hello world"] * 5, trainer)
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("where", "template", "message"),
+    [
+        ("option", "{% include 'x.jinja' %}{{ messages }}",
+         "--chat-template cannot render a sample chat (one user message, 'Hi'): TypeError: "
+         "no loader for this environment specified"),
+        ("option", "{{ messages[0].content ** 2 }}",
+         "--chat-template cannot render a sample chat (one user message, 'Hi'): TypeError"),
+        ("folder", "{% for m in messages %}{{ m.content }}",
+         "tokenizer_config.json' cannot render a sample chat (one user message, 'Hi'): "
+         "Unexpected end of template"),
+        ("option", "{% for m in messages %}{{ m.role }}: {{ m.content }}{% endfor %}", None),
+        ("folder", "{% for m in messages %}{{ m.role }}: {{ m.content }}{% endfor %}", None),
+        ("folder", None, None),  # no template: the plain lines, nothing rendered at start
+    ],
+)  # fmt: skip
+def test_serve_test_renders_its_chat_template_at_startup(tmp_path, monkeypatch, where, template,
+                                                         message):  # fmt: skip
+    """Hunt 62: a template that compiles but cannot render (the option's, or the model
+    folder's) started the server, then every chat got a 400 blaming the client."""
+    import wse_inference.serve.app
+    from wse_cli.commands import infer_serve
+    from wse_cli.testing import refused_in_one_line
+    from wse_inference.model_dir import HFTokenizer
+
+    served = []
+    monkeypatch.setattr(
+        wse_inference.serve.app, "serve", lambda engine, config, **_: served.append(config)
+    )
+    args = ["infer", "serve", "--model-dir", "mock", "--port", "0"]
+    if where == "option":
+        args += ["--chat-template", template]
+    else:  # the model folder's: its tokenizer, as the loaded engine holds it
+        folder = _hf_tokenizer_folder(tmp_path / "model", template or "")
+        tokenizer = HFTokenizer(folder / "tokenizer.json")
+        assert tokenizer.chat_template == (template or None)
+        engine = type("Engine", (), {"tokenizer": tokenizer})()
+        monkeypatch.setattr(infer_serve, "_real_engine", lambda *a, **k: engine)
+        args[3] = str(folder)
+    root = typer.main.get_command(app)
+    if message is None:  # a template that renders, or none: the server is started
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0 and len(served) == 1, r.output
+        return
+    line = refused_in_one_line(root, args, message)
+    assert not served and (where == "option" or str(folder) in line), line

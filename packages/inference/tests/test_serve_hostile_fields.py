@@ -187,6 +187,33 @@ def test_a_body_shorter_than_its_content_length_is_a_400_not_a_hang():
         assert "stopped arriving" in msg and "100 bytes" in msg, msg
 
 
+def test_a_body_that_drips_in_is_a_400_by_its_deadline():
+    # hunt 62: a byte every 4 s never met body_idle_s (10 s) and held the connection for days
+    import socket
+    import time
+
+    limits = RequestLimits(body_idle_s=0.6, body_s=1.5)
+    with running_server(grpc=False, limits=limits) as server:
+        host, port = server.http_url.split("//")[1].split(":")
+        with socket.create_connection((host, int(port)), timeout=20) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            t0, answer = time.monotonic(), b""
+            s.setblocking(False)
+            while not answer.rstrip().endswith(b"}") and time.monotonic() - t0 < 10:
+                time.sleep(0.25)  # a byte each quarter second: never idle for 0.6 s
+                s.send(b" ")
+                try:
+                    answer += s.recv(4096)
+                except BlockingIOError:
+                    pass
+            took = time.monotonic() - t0
+        status, _, body = answer.partition(b"\r\n\r\n")
+        assert status.split()[1] == b"400", answer[:200]
+        msg = json.loads(body)["error"]["message"]
+        assert "took too long" in msg and "in 1.5 s" in msg and "100 bytes" in msg, msg
+        assert 1.5 <= took < 4, took
+
+
 @pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded"])
 def test_a_body_that_is_not_declared_json_is_a_400(server, ctype):
     # hunt 56: text/plain (and curl -d's form type) were parsed as JSON; vLLM refuses them

@@ -80,6 +80,25 @@ def test_text_stream_holds_partial_utf8_and_cuts_at_stop_string():
     assert (out, stopped) == ("héllo ", True)
 
 
+@pytest.mark.parametrize("run", ["\ufffd".encode() * 3000, bytes(range(0x80, 0xC0)) * 60])
+def test_text_stream_releases_a_run_of_replacement_characters_as_it_comes(run):
+    # hunt 62: text that kept ending in U+FFFD (the character itself, or bytes that are no
+    # UTF-8) was held whole and decoded again for each token: 8,000 tokens took 30 s
+    import time
+
+    tok = ByteTokenizer()
+    ids = [*tok.encode("ok "), *run, *tok.encode("é done")]
+    ts = TextStream(tok)
+    t0, pieces = time.perf_counter(), []
+    for i in ids:
+        pieces.append(ts.push([i])[0])
+    pieces.append(ts.flush())
+    assert time.perf_counter() - t0 < 2.0  # linear: ~3,000 ids in milliseconds
+    assert "".join(pieces) == tok.decode(ids)  # the same text as decoding it whole
+    assert sum(map(len, pieces[:-1])) >= len(tok.decode(ids)) - 8  # released as it came
+    assert "".join(pieces[:100]).startswith("ok \ufffd")
+
+
 def test_more_requests_than_slots_all_get_the_oracle_output(sched):
     s = sched(max_slots=3, step_delay_s=0.001)
     prompts = [f"p{i}a" for i in range(10)]

@@ -120,7 +120,11 @@ def validate_sampling(
         raise SamplingError(
             f"prompt ({prompt_len} tokens) + max_tokens ({sampling.max_tokens}) = "
             f"{prompt_len + sampling.max_tokens} exceeds the context of {max_context} tokens; "
-            f"shorten the prompt or lower max_tokens to <= {max(max_context - prompt_len, 0)}"
+            + (
+                f"shorten the prompt or lower max_tokens to <= {max_context - prompt_len}"
+                if prompt_len < max_context  # hunt 62: else it said "lower max_tokens to <= 0"
+                else f"the prompt alone fills it: shorten it to at most {max_context - 1} tokens"
+            )
         )
     for name in ("presence_penalty", "frequency_penalty"):
         v = getattr(sampling, name)

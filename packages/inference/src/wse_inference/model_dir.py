@@ -43,6 +43,7 @@ __all__ = [
     "HFTokenizer",
     "check_tokenizer_file",
     "load_model",
+    "read_tokenizer",
     "read_weights",
     "check_draft",
     "resolve_model_dir",
@@ -68,8 +69,10 @@ class HFTokenizer:
         from tokenizers import Tokenizer
 
         self.path = path
-        try:
-            self._tok = Tokenizer.from_file(str(path))
+        try:  # read_text: a regular file within file_bytes (hunt 62: /dev/zero grew unbounded)
+            self._tok = Tokenizer.from_str(read_text(path, "tokenizer"))
+        except WseError:
+            raise
         except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
             why = " ".join(str(e).split())[:200]
             raise ModelLoadError(f"{path} is not a readable tokenizer file: {why}") from None
@@ -99,17 +102,35 @@ def _max_token_bytes(tok: Any) -> int | None:
     return max(len(t.encode("utf-8")) for t in tok.get_vocab(with_added_tokens=True))
 
 
+_TOKENIZER_IS = "tokenizer.json must be an HF tokenizers JSON file (or absent: byte-level)"
+_CONFIG_IS = "tokenizer_config.json must be a JSON object (or absent)"
+
+
 def _json_file(path: Path) -> Any:
     """A JSON file of the model folder, within the stack's file size and depth limits."""
     return load_json(read_text(path, path.name), str(path))
 
 
+def _present(path: Path, what: str) -> bool:
+    """True for a regular file at `path`, False where nothing is; ModelLoadError for anything
+    else (hunt 62: a dangling tokenizer.json link, a partly fetched HF snapshot's, or a FIFO
+    or folder, was passed over: the model was served with the byte tokenizer, or without its
+    chat template, exit 0)."""
+    if why := not_regular(path):
+        raise ModelLoadError(f"{str(path)!r} {why}; {what}")
+    return path.is_file()
+
+
 def _chat_template(folder: Path) -> tuple[str | None, dict[str, str]]:
     config_file = folder / "tokenizer_config.json"
     try:
-        config = _json_file(config_file) if config_file.is_file() else {}
+        config = _json_file(config_file) if _present(config_file, _CONFIG_IS) else {}
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"cannot read {str(config_file)!r}: {e}") from None
+    if not isinstance(config, dict):  # hunt 62: a list was "'list' object has no attribute"
+        raise ModelLoadError(
+            f"{str(config_file)!r} holds a JSON {type(config).__name__}; {_CONFIG_IS}"
+        )
     tokens = {}
     for name in ("bos_token", "eos_token"):  # a string or an AddedToken dict
         value = config.get(name)
@@ -118,10 +139,21 @@ def _chat_template(folder: Path) -> tuple[str | None, dict[str, str]]:
             tokens[name] = value
     template = config.get("chat_template")
     if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        named = {  # hunt 62: a list as a name was "unhashable type: 'list'"
+            t["name"]: t.get("template")
+            for t in template
+            if isinstance(t, dict) and isinstance(t.get("name"), str)
+        }
         template = named.get("default")
-    if (folder / "chat_template.jinja").is_file():
-        template = read_text(folder / "chat_template.jinja", "chat template")
+    jinja = folder / "chat_template.jinja"
+    if _present(jinja, "the chat template must be a UTF-8 text file"):
+        try:
+            template = read_text(jinja, "chat template")
+        except UnicodeDecodeError as e:  # hunt 62: the codec's own words
+            raise ModelLoadError(
+                f"{str(jinja)!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                f"{e.start:,}); the chat template must be a UTF-8 text file"
+            ) from None
     return (template if isinstance(template, str) and template else None), tokens
 
 
@@ -177,6 +209,8 @@ def _tokenizer_of(path: str, stamps: tuple) -> HFTokenizer:
     del stamps  # the cache key: the files' sizes and times
     try:
         return HFTokenizer(Path(path))
+    except WseError:  # its own words, naming the file at fault (hunt 62: tokenizer_config.json's
+        raise  # problems were said to be tokenizer.json's)
     except Exception as err:  # tokenizers raises a bare Exception for a bad file
         why = " ".join(str(err).split())[:300]
         raise ModelLoadError(f"cannot read {path!r}: {why}") from None
@@ -192,14 +226,14 @@ def check_tokenizer_file(path: str | Path) -> None:
     except ModelLoadError:
         return
     for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
-        if candidate.is_file():
+        if _present(candidate, _TOKENIZER_IS):
             _read_tokenizer(candidate)
             return
 
 
 def _tokenizer(folder: Path, root: Path, vocab_size: int, required: bool):
     for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
-        if candidate.is_file():
+        if _present(candidate, _TOKENIZER_IS):
             return _read_tokenizer(candidate)
     if vocab_size >= 256:
         return ByteTokenizer()
@@ -210,6 +244,13 @@ def _tokenizer(folder: Path, root: Path, vocab_size: int, required: bool):
         "small for the byte-level fallback (needs >= 256); add a tokenizer.json or pass "
         "--prompt-ids"
     )
+
+
+def read_tokenizer(path: str | Path, vocab_size: int, *, required: bool = True) -> Any:
+    """The tokenizer `load_model` gives the model in `path` (config.json's `vocab_size`),
+    without the weights or JAX (None when not `required` and there is none)."""
+    root = Path(path)
+    return _tokenizer(resolve_model_dir(root), root, vocab_size, required)
 
 
 def read_weights(path: str | Path) -> dict[str, Any]:
@@ -247,7 +288,7 @@ def load_model(
     except WseError as err:
         raise ModelLoadError(f"cannot load the model in {str(folder)!r}: {err}") from None
     config = model.config
-    tokenizer = _tokenizer(folder, root, config.vocab_size, tokenizer_required)
+    tokenizer = read_tokenizer(root, config.vocab_size, required=tokenizer_required)
     name = config.name or root.resolve().name
     eos = eos_token_ids(folder, tokenizer, config.vocab_size)
     return LoadedModel(name, folder, config, model.params(), tokenizer, eos)
@@ -256,14 +297,28 @@ def load_model(
 def eos_token_ids(folder: Path, tokenizer: Any, vocab_size: int) -> tuple[int, ...]:
     """The model's end-of-sequence ids, where transformers and vLLM look for them: config.json
     and generation_config.json "eos_token_id" (an id or a list), and the tokenizer's eos_token
-    (tokenizer_config.json); ids outside the vocabulary are dropped."""
+    (tokenizer_config.json); ids outside the vocabulary are dropped (none can be sampled).
+    A file that is there but cannot be read, or an eos_token_id that is no id or list of ids,
+    is a ModelLoadError (hunt 62: an unparsable generation_config.json was passed over, so
+    generation ran past the model's end tokens, and `true` was taken as id 1)."""
     ids: list[int] = []
     for name in ("config.json", "generation_config.json"):
-        try:
-            value = _json_file(folder / name).get("eos_token_id")
-        except (OSError, ValueError, AttributeError):
+        path = folder / name
+        if not _present(path, f"{name} must be a JSON file (or absent)"):
             continue
-        ids += value if isinstance(value, list) else [value]
+        try:
+            config = _json_file(path)
+        except (OSError, ValueError) as e:
+            why = " ".join(str(e).split())[:200]
+            raise ModelLoadError(f"cannot read {str(path)!r}: {why}; fix or remove it") from None
+        value = config.get("eos_token_id") if isinstance(config, dict) else None
+        listed = value if isinstance(value, list) else [] if value is None else [value]
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in listed):
+            raise ModelLoadError(
+                f"{str(path)!r} has eos_token_id {value!r:.60}; it must be a token id (an "
+                "integer) or a list of them"
+            )
+        ids += listed
     eos = getattr(tokenizer, "template_vars", {}).get("eos_token")
     if eos is not None:
         ids.append(tokenizer.vocab().get(eos))

@@ -9,7 +9,8 @@
   forward pass over prompt + tokens (not the decoders' incremental KV-cache path) and a NumPy
   float64 log_softmax; `np_penalize` / `np_penalized_greedy`: vLLM's penalties in NumPy and
   greedy decoding under them (`np_forward_logits`: one parallel forward, float64).
-- `tiny_config` / `tiny_model_dir`: a small random `wse_models` model saved in HF format.
+- `tiny_config` / `tiny_model_dir`: a small random `wse_models` model saved in HF format;
+  `save_byte_bpe`: a byte-level BPE tokenizer.json for such a folder.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "markov_speculative",
     "markov_joint",
     "tiny_model",
+    "save_byte_bpe",
     "save_tiny_model",
 ]
 
@@ -159,6 +161,20 @@ def tiny_model(arch: str = "llama", *, n_layers: int = 2, seed: int = 0, **overr
     config = wse_models.preset_config(f"tiny-{arch}", n_layers=n_layers, **overrides)
     params = wse_models.init_params(config, jax.random.PRNGKey(seed))
     return LoadedModel(f"tiny-{arch}-{n_layers}", None, config, params, ByteTokenizer())
+
+
+def save_byte_bpe(path, *, vocab_size: int = 256, texts=("hello world",)) -> None:
+    """A byte-level BPE tokenizer.json at `path` (HF `tokenizers`; the 256 byte symbols, then
+    merges learnt from `texts` up to `vocab_size`)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet)
+    tok.train_from_iterator(list(texts) * 5, trainer)
+    tok.save(str(path))
 
 
 def save_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, seed: int = 0, **overrides):

@@ -107,13 +107,29 @@ def _pipelined(model, ids, sampling, stages, context, stream, wafer, trace=None)
     return result
 
 
+def _finite(lp) -> None:
+    if lp is not None and not all(map(math.isfinite, (lp.logprob, *(v for _, v in lp.top)))):
+        fail(
+            f"the model's log probabilities are not finite ({lp.logprob}): its weights hold NaN "
+            "or inf, or overflow in the model's dtype; check the model's safetensors"
+        )
+
+
 def _on_engine(engine, ids, sampling, stream, tracker_of, trace=None):
     """One sequence through an `Engine` (slot 0), streaming its text; -> result dict, with
     the tokens' logprobs when `sampling.logprobs` is set. `tracker_of(state)`: the slot's
     `SequenceTracker`."""
+    import dataclasses
+
+    asked = sampling.logprobs
+    # each token's own logprob, always: a model whose weights overflow (finite, but NaN or inf
+    # logits) is refused before its text is shown (hunt 62: NUL characters, exit 0, and NaN
+    # in --json); no recompile (the engine's logprobs are traced arguments)
+    sampling = dataclasses.replace(sampling, logprobs=asked or 0)
     state = engine.init_decode_state()
     t0 = time.perf_counter()
     prefix = engine.prefill(prompt_ids=ids, sampling=sampling)
+    _finite(prefix.first_logprob)
     state = engine.insert(prefix=prefix, state=state, slot=0)
     ttft = time.perf_counter() - t0
     tracker = tracker_of(state)
@@ -123,6 +139,8 @@ def _on_engine(engine, ids, sampling, stream, tracker_of, trace=None):
         shown = stream(tracker.visible_text(), shown)
         state, outs = engine.generate(state=state)
         logprobs += [x for o in outs for x in o.logprobs or ()]
+    for x in logprobs:
+        _finite(x)
     stream(tracker.visible_text(), shown)
     decode = time.perf_counter() - t0 - ttft
     n = len(tracker.tokens) - 1
@@ -138,7 +156,7 @@ def _on_engine(engine, ids, sampling, stream, tracker_of, trace=None):
     }
     if trace is not None:  # a PipelineEngine: its plan's head and stages on each wafer
         result["trace"] = _save_traces(engine, report, trace, kv_tokens=len(ids) + n // 2)
-    if sampling.logprobs is not None:
+    if asked is not None:
         result["logprobs"] = [
             {"token_id": x.token, "logprob": x.logprob, "top": [list(a) for a in x.top]}
             for x in logprobs
@@ -251,9 +269,13 @@ def generate(
             f"{cfg.max_seq_len:,}, or leave it unset"
         )
     context = max_context or cfg.max_seq_len
-    validate_sampling(sampling, vocab_size=cfg.vocab_size, max_context=context, prompt_len=1)
-    if parsed_ids is not None:  # ids outside the vocabulary: before the model loads (JAX)
-        _prompt_ids(None, parsed_ids, None, cfg.vocab_size)
+    # the prompt's ids (outside the vocabulary, or too many for the context with max_tokens):
+    # refused before the model loads (JAX); hunt 62: a text prompt was counted as 1 token
+    from wse_inference.model_dir import read_tokenizer
+
+    early = read_tokenizer(model_dir, cfg.vocab_size) if parsed_ids is None else None
+    n_prompt = len(_prompt_ids(prompt, parsed_ids, early, cfg.vocab_size))
+    validate_sampling(sampling, vocab_size=cfg.vocab_size, max_context=context, prompt_len=n_prompt)
     check_host_memory(
         cfg,
         rows=1 if spec is not None else max(1, stages),

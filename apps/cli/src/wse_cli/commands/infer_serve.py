@@ -90,6 +90,54 @@ def _chat_template(value: str | None) -> str | None:
     return value
 
 
+SAMPLE_CHAT = [{"role": "user", "content": "Hi"}]
+
+
+def _template_source(chat_template: str | None, tokenizer) -> str | None:
+    """Where the Jinja template the server will render comes from (the option's, else the
+    model folder's file), or None when there is none (the plain "role: content" lines)."""
+    if chat_template is not None:
+        return f"--chat-template {chat_template!r}" if Path(chat_template).is_file() else (
+            "--chat-template")  # fmt: skip
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str) or not template:
+        return None
+    path = getattr(tokenizer, "path", None)
+    if path is None:
+        return "the model's chat template"
+    folder = Path(path).parent
+    name = "chat_template.jinja" if (folder / "chat_template.jinja").is_file() else (
+        "tokenizer_config.json")  # fmt: skip
+    return f"the chat template of {str(folder / name)!r}"
+
+
+def _check_chat_template(engine, template: str | None, option: str | None) -> None:
+    """Render the template the server will use on one sample chat (SAMPLE_CHAT), through
+    the requests' own `chat_prompt`: a template that compiles but cannot render (an
+    `{% include %}`, a missing `{% endfor %}` in a model folder's tokenizer_config.json)
+    stops the server now, with one line naming its source, rather than making every chat
+    request a 400 that blames the client (hunt 62)."""
+    tokenizer = getattr(engine, "tokenizer", None)
+    source = _template_source(option, tokenizer)
+    if source is None or tokenizer is None:  # the plain template; or ids only, no chats
+        return
+    import jinja2
+    from wse_inference.serve.admission import InvalidRequestError
+    from wse_inference.serve.chat_template import chat_prompt
+
+    prefix = "The chat template cannot render these messages: "
+    try:
+        chat_prompt(SAMPLE_CHAT, tokenizer, template)
+    except InvalidRequestError as e:
+        why = str(e).removeprefix(prefix)
+    except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError,
+            RuntimeError) as e:  # fmt: skip
+        why = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+    else:
+        return
+    fail(f"{source} cannot render a sample chat (one user message, 'Hi'): {why}")
+
+
 def _check_ports(host: str, port: int, grpc_port: int | None) -> None:
     """Refuse ports that are the same or already taken, before any engine is loaded."""
     import socket
@@ -242,6 +290,7 @@ def serve(
         engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)
     else:
         engine = _real_engine(model_dir, spec, max_num_seqs, wafer)
+    _check_chat_template(engine, template, chat_template)
     # the front end (FastAPI, uvicorn, gRPC) is imported once every input has been checked
     from wse_inference.serve.app import ServeConfig
     from wse_inference.serve.app import serve as run_server
@@ -284,6 +333,11 @@ def _check_url(url: str) -> None:
         fail(f"--url {shown(url)} is not a URL: {e}; e.g. http://127.0.0.1:8000")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         fail(f"--url {shown(url)} must be http(s)://HOST[:PORT], e.g. http://127.0.0.1:8000")
+
+
+def _one_line(e: BaseException) -> str:
+    """An error's text on one line (httpx's say "\nFor more information check: ...")."""
+    return " ".join(str(e).split())
 
 
 def _redacted(url: str) -> str:
@@ -333,8 +387,10 @@ def bench(
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # bytes of the shell that are not UTF-8 (hunt 58b)
             fail(f"{name} holds bytes that are not UTF-8 text (at character {e.start}); give text")
+    base = url.rstrip("/")  # OpenAI's base URL convention ends in /v1 (OPENAI_BASE_URL): the
+    base = base.removesuffix("/v1")  # bench asks /v1/... itself (hunt 62: /v1/v1/models, 404)
     cfg = LoadTestConfig(
-        url=url.rstrip("/"),
+        url=base,
         model=model,
         num_requests=num_requests,
         concurrency=concurrency,
@@ -347,9 +403,9 @@ def bench(
     try:
         summary = run_load_test(cfg)
     except httpx.HTTPError as e:
-        fail(f"cannot reach {url}: {type(e).__name__}: {_hide(str(e), secret)}")
+        fail(f"cannot reach {url}: {type(e).__name__}: {_hide(_one_line(e), secret)}")
     except ServerReplyError as e:
-        fail(f"{url} is not an OpenAI-compatible server: {_hide(str(e), secret)}")
+        fail(f"{url} is not an OpenAI-compatible server: {_hide(_one_line(e), secret)}")
     summary["url"] = url
     summary["errors"] = [_hide(e, secret) for e in summary["errors"]]
     errors = summary["errors"]

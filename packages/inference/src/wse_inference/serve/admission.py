@@ -76,6 +76,9 @@ class RequestLimits:
     # compiles `decoding._decode_loop` again): well past any model's end-of-sequence ids
     max_stop_token_ids: int = 64
     body_idle_s: float = 10.0  # an HTTP body that sends nothing for this long is refused (400)
+    # the whole body must have arrived by then (hunt 62: a byte every 4 s kept a 100 KB body
+    # open for days); 2 MiB in 60 s is 280 kbit/s. Go's http.Server.ReadTimeout is the like.
+    body_s: float = 60.0
     max_user_chars: int = 256  # `user`, an end-user id (hunt 56: 1.5 MB ids were taken)
     # HTTP's request line and headers (uvicorn's h11_max_incomplete_event_size; h11's default):
     # past it a 400 says so (hunt 57: a 200 KB header was "Receive buffer too long")

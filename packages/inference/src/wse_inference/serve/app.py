@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
+from wse_core.errors import WseError
 
 from wse_inference.engine import Engine, SamplingParams
 from wse_inference.serve.admission import RequestLimits
@@ -183,17 +184,40 @@ class Server:
         self._finish()
 
     def warmup(self, timeout_s: float = 600.0) -> float:
-        """Run one tiny greedy request through the engine (compiles it); its wall seconds."""
+        """Run one tiny greedy request through the engine (compiles it); its wall seconds.
+        A model whose log probabilities are not finite on it is refused (`WseError`; hunt 62:
+        weights that overflow, all finite, answered 500s, NaN in streamed JSON, and text of
+        NUL characters)."""
+        if self.engine.max_context < 2:  # hunt 62: the warm-up's 400 was read as the user's
+            raise WseError(
+                f"the model's context is {self.engine.max_context} token(s) (its config's "
+                "max_position_embeddings): a request needs at least 2, one prompt token and "
+                "one to make"
+            )
         t0 = time.monotonic()
         done = threading.Event()
+        scores: list[float] = []
+
+        def sink(ev: Any) -> None:
+            for lp in ev.logprobs or ():
+                scores.extend((lp.logprob, *(v for _, v in lp.top)))
+            if ev.finish_reason is not None:
+                done.set()
+
         max_tokens = max(1, min(2, self.engine.max_context - 1))
         self.scheduler.submit(
             prompt_ids=[0],
-            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0),
-            sink=lambda ev: done.set() if ev.finish_reason is not None else None,
+            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, logprobs=1),
+            sink=sink,
         )
         if not done.wait(timeout_s):
             raise TimeoutError(f"the engine did not answer a warm-up request in {timeout_s} s")
+        if bad := [v for v in scores if not math.isfinite(v)]:
+            raise WseError(
+                f"the model's log probabilities are not finite on a warm-up request ({bad[0]}): "
+                "its weights hold NaN or inf, or overflow in the model's dtype; check the "
+                "model's safetensors"
+            )
         return time.monotonic() - t0
 
     def run(self, *, on_ready: Callable[[], None] | None = None) -> None:

@@ -18,7 +18,8 @@ application/json (or `application/*+json`), a charset other than UTF-8, or any C
 included), is a 400 invalid_json.
 
 A body that stops arriving (a Content-Length larger than what is sent) is refused with 400
-after `limits.body_idle_s` seconds without a byte, instead of holding the connection forever.
+after `limits.body_idle_s` seconds without a byte, and one still arriving after `limits.body_s`
+seconds in all (a byte every few seconds), instead of holding the connection forever.
 Requests h11 cannot parse at all (a Content-Length of "abc" or -1, an illegal header line)
 never reach the app: `wse_inference.serve.http_protocol` answers them.
 
@@ -110,10 +111,13 @@ async def _read_bytes(request: Request, limits: RequestLimits, budget: _BodyBudg
             raise RequestTooLargeError(size, limit)
     chunks, size = [], 0
     stream = request.stream()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limits.body_s
     try:
         while True:
             try:
-                chunk = await asyncio.wait_for(anext(stream), idle_s)
+                wait = min(idle_s, deadline - loop.time())
+                chunk = await asyncio.wait_for(anext(stream), max(wait, 0.0))
             except StopAsyncIteration:
                 break
             if size + len(chunk) > limit:
@@ -127,6 +131,12 @@ async def _read_bytes(request: Request, limits: RequestLimits, budget: _BodyBudg
     except TimeoutError:
         budget.held -= size
         said = "" if declared is None else f" of the {declared} bytes its Content-Length says"
+        if loop.time() >= deadline:
+            raise InvalidRequestError(
+                f"The request body took too long: {size:,} bytes{said} came in "
+                f"{limits.body_s:g} s. Send the whole body at once, with a Content-Length "
+                "that is its size."
+            ) from None
         raise InvalidRequestError(
             f"The request body stopped arriving: {size:,} bytes{said} came, then nothing for "
             f"{idle_s:g} s. Send the whole body, with a Content-Length that is its size."

@@ -92,7 +92,9 @@ def _head(kind: str, rid: str, created: int, model: str, *, chunk: bool) -> dict
 
 
 def _clamp(lp: float) -> float:
-    return max(lp, -9999.0)
+    """vLLM's floor for -inf; NaN (a model that overflows past the warm-up) too: JSON has no
+    NaN (hunt 62: a 500 from json.dumps, NaN in a stream's chunks)."""
+    return lp if lp >= -9999.0 else -9999.0
 
 
 def logprobs_body(

@@ -4,7 +4,9 @@
 (`push(ids) -> (new_text, stopped)`) and returns only text that is final:
 
 - bytes of an unfinished UTF-8 character (decoded as U+FFFD) are held until complete; the
-  decode window is short (the TGI / vLLM prefix-offset scheme), so the cost per token is O(1);
+  decode window is short (the TGI / vLLM prefix-offset scheme), so the cost per token is O(1)
+  (text that keeps ending in U+FFFD, no UTF-8 or U+FFFD itself, is released but for its last
+  4 tokens once 8 are held: a character is at most 4 bytes);
 - text that could still turn out to be the beginning of a stop string is held back;
 - on a stop string the text is cut just before it and `stopped` is True (OpenAI semantics: the
   stop sequence is not part of the output); the stop string that is completed first wins (with
@@ -21,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from wse_inference.engine import Tokenizer
 
 __all__ = ["TextStream"]
+
+_MOST_HELD = 8  # tokens held back while their text ends in U+FFFD (see _decode_tail)
 
 
 class TextStream:
@@ -69,6 +73,13 @@ class TextStream:
         if len(after) > len(before) and not after.endswith("\ufffd"):
             self.text += after[len(before) :]
             self._prefix, self._read = self._read, len(self._ids)
+        elif len(self._ids) - self._read >= _MOST_HELD:
+            # hunt 62: a run of U+FFFD or of bytes that are no UTF-8 was held whole, decoded
+            # again each token (8,000 tokens: 30 s): a character still arriving spans at most
+            # 4 bytes, so at most the last 4 tokens; what comes before them is final
+            cut = len(self._ids) - 4
+            self.text += self._tok.decode(self._ids[self._prefix : cut])[len(before) :]
+            self._prefix, self._read = self._read, cut
 
     def _check_stop(self) -> None:
         if not self._stop:

@@ -57,6 +57,8 @@ class SpeculativeConfig:
         if self.model is not None and not isinstance(self.model, str):
             got = shown(repr(self.model), quote=False)
             raise SamplingError(f"{OPTION}'s model must be a folder name, got {got}")
+        if isinstance(self.model, str) and not self.model.strip():  # hunt 62: "" was "."
+            raise SamplingError(f"{OPTION}'s model must name the draft's folder, got an empty name")
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any]) -> SpeculativeConfig:
