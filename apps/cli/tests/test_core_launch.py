@@ -129,7 +129,7 @@ def test_a_childs_error_is_printed_once_within_seconds(tmp_path):
     naming the process, a few seconds at most after the first child exited (the launcher
     looks every 0.2 s and waits up to 2 s for the child's last lines)."""
     missing = tmp_path / "missing.yaml"
-    cmd = WSE + ["launch", "--nproc", "2", "--devices-per-proc", "1", "--", "wafer", "info"]
+    cmd = WSE + ["launch", "--nproc", "2", "--devices-per-proc", "1", "--", "wafer", "check"]
     launcher = subprocess.Popen(
         [*cmd, "--spec", str(missing)], stderr=subprocess.PIPE, text=True, env=clean_env()
     )
@@ -180,9 +180,10 @@ atexit.register(_said)
 
 @pytest.mark.timeout(120)
 def test_a_childs_error_in_its_body_comes_before_jax_and_the_join(tmp_path):
-    """`launch --nproc 2 -- wafer info --preset nope` (bench_hostile: 5.8 s, each child
-    imported JAX and joined the run before its body refused the preset): one line, exit 2,
-    and no process of the launch imported JAX (each says so at exit, from a sitecustomize)."""
+    """`launch --nproc 2 -- wafer check --preset nope` (bench_hostile, with `wafer info`, which
+    launch now refuses itself: 5.8 s, each child imported JAX and joined the run before its
+    body refused the preset): one line, exit 2, and no process of the launch imported JAX
+    (each says so at exit, from a sitecustomize)."""
     import os
 
     site, probes = tmp_path / "site", tmp_path / "probes"
@@ -191,7 +192,7 @@ def test_a_childs_error_in_its_body_comes_before_jax_and_the_join(tmp_path):
     (site / "sitecustomize.py").write_text(SITE_PROBE)
     env = clean_env(JAX_PROBE_DIR=str(probes))
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
-    cmd = WSE + ["launch", "--nproc", "2", "--devices-per-proc", "1", "--", "wafer", "info"]
+    cmd = WSE + ["launch", "--nproc", "2", "--devices-per-proc", "1", "--", "wafer", "check"]
     r = subprocess.run([*cmd, "--preset", "nope"], capture_output=True, text=True, timeout=100,
                        env=env)  # fmt: skip
     lines = r.stderr.strip().splitlines()

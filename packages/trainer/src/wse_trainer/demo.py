@@ -10,6 +10,7 @@ A model_dir the demo did not write is never removed: that is an error naming ano
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -17,13 +18,19 @@ from wse_trainer.config import ConfigError
 
 __all__ = ["MARKER", "fresh_model_dir", "part"]
 
-MARKER = ".wse-demo"  # file in a model_dir written by `wse demo`
+MARKER = ".wse-demo"  # file written by `wse demo` in its --out and its model_dir
 
 
 def fresh_model_dir(out_dir: Path) -> Path:
     """`<out_dir>/train/model_dir`, empty and marked as the demo's; an earlier demo's model_dir
     there is removed, any other existing one refused (ConfigError, nothing touched)."""
     model_dir = out_dir / "train" / "model_dir"
+    for above in (model_dir.parent, model_dir):  # hunt 62: a file `train` was a traceback
+        if os.path.lexists(above) and not above.is_dir():
+            raise ConfigError(
+                f"{above} is not a folder, and `wse demo` writes its model in {model_dir}; "
+                "remove it or pass --out with another folder"
+            )
     if model_dir.exists():
         if not (model_dir / MARKER).is_file():
             raise ConfigError(

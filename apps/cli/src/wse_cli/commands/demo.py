@@ -3,16 +3,24 @@
 Parts run in order; each is a function `part(console, *, out_dir: Path, quick: bool)` named
 here as "module:function" (packages add theirs). The whole demo stays under ~5 minutes on
 2 cores; `--quick` shortens every part.
+
+The demo writes its files straight into --out, so it runs only in a folder that is new,
+empty, or an earlier demo's: it marks the folder with `wse_trainer.demo.MARKER` before the
+first part (a folder from before the mark is known by its marked `train/model_dir`), and
+refuses any other --out before the work, naming an entry it holds (hunt 62: a file of the
+user's named like a demo file was overwritten, a file `train` failed at part 6).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from pathlib import Path
 
 import typer
 
+from wse_cli.errors import UserInputError
 from wse_cli.outputs import output_dir
 
 # (title, "module:function"). Each workload appends its part.
@@ -71,15 +79,33 @@ def wafer_part(console, *, out_dir: Path, quick: bool) -> None:
     console.print(f"defect map: {out_dir / 'defects.png'}")
 
 
+def check_out(out: Path, marker: str) -> None:
+    """Refuse an --out that is neither new, empty nor an earlier demo's (module docstring)."""
+    if not out.is_dir() or (out / marker).is_file():
+        return
+    if (out / "train" / "model_dir" / marker).is_file():  # a demo's from before the mark
+        return
+    entries = sorted(os.listdir(out))
+    if entries:
+        more = f" and {len(entries) - 1} more" if len(entries) > 1 else ""
+        raise UserInputError(
+            f"--out {out} holds {entries[0]!r}{more}, not written by `wse demo`, which writes "
+            "its files into --out; give a new or empty folder, or an earlier demo's"
+        )
+
+
 def demo(
     out: Path = output_dir(Path("wse_demo_out"), "--out", help="Folder for the demo's files."),
     quick: bool = typer.Option(False, "--quick", help="Shorter parts."),
 ) -> None:
     """Run every part of the stack once on embedded defaults (a few minutes on 2 cores)."""
     from rich.console import Console
+    from wse_trainer.demo import MARKER
 
+    check_out(out, MARKER)
     console = Console()
     out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by `wse demo`; the next demo run replaces its files\n")
     start = time.perf_counter()
     for i, (title, target) in enumerate(DEMO_PARTS, 1):
         console.rule(f"[bold]{i}/{len(DEMO_PARTS)} {title}")

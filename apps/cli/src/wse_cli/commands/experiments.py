@@ -150,6 +150,7 @@ def run(
     if len(sweep or ()) > 1:
         fail(f"--sweep takes one assumption, given {len(sweep)} times ({', '.join(sweep)}); "
              "give one --sweep KEY=a,b,c per run")  # fmt: skip
+    _check_folder(out, name)
     if sweep:
         _sweep(name, fn, sweep[0], changes, out, seed)
         return
@@ -163,6 +164,17 @@ def run(
         note(f"note: {folder} held {earlier}; its files are replaced by this run's")
     typer.echo((folder / "table.md").read_text())
     typer.echo(f"wrote {folder}/results.json, table.md, table.csv, figure.png")
+
+
+def _check_folder(out: Path, name: str) -> None:
+    """Refuse, before the run, an `out/<name>` that is there but no folder (hunt 62: the
+    writer failed with a traceback after the experiment had run)."""
+    import os
+
+    folder = out / name
+    if os.path.lexists(folder) and not folder.is_dir():
+        fail(f"--out {out} holds {name!r}, which is not a folder, where the experiment writes "
+             f"its folder {folder}; remove or rename it, or give another --out")  # fmt: skip
 
 
 def _earlier_run(folder: Path) -> str | None:

@@ -5,18 +5,21 @@ port) and `WSE_DEVICES` (virtual CPU devices per process), which the `wse` root 
 hands to `wse_core.host.distributed.initialize`. The launcher watches its children: when one
 exits with an error, the others are stopped (SIGTERM, then SIGKILL after a grace period) and
 the launcher exits 1 naming the process (2, like the child, when the child rejected its
-input) — a dead peer never leaves the rest hanging. The children's stderr goes through the
-launcher (`_Relay`): a line another process already printed is not printed again (every
-process of a run says the same things), the children's `Error: ...` lines are held, and the
-first of them is printed once, in the launcher's one line naming its process, as soon as a
-child has failed (the launcher looks every 0.2 s); what the stopped children print after is
-dropped.
+input) — a dead peer never leaves the rest hanging. A SIGTERM or SIGHUP to the launcher (from
+SLURM, `timeout`, `kill`) stops the children the same way and exits 128 + the signal's number
+(143, 129), as Ctrl-C exits 130; a child stops on SIGTERM (`distributed.initialize` turns
+JAX's preemption service off, whose SIGTERM handler only logged it: hunt 62). The
+children's stderr goes through the launcher (`_Relay`): a line another process already
+printed is not printed again (every process of a run says the same things), the children's `Error: ...` lines are held, and the first of them is printed once,
+in the launcher's one line naming its process, as soon as a child has failed (the launcher
+looks every 0.2 s); what the stopped children print after is dropped.
 Before a child is started the launch is checked (exit 2, one line): `--nproc` within the
 usable cores and `--devices-per-proc` within the devices limit (`wse_core.host.limits`), all
 the processes' devices within host memory, a free coordinator --port, no `infer serve` under
-several processes (they would all bind its one port), no multi-process flags of the
-launcher's own, and on a host with NVIDIA GPUs (JAX_PLATFORMS not cpu) no more processes
-than GPUs (one GPU a process).
+several processes (they would all bind its one port), under several processes only a
+command that runs across them (one with --num-processes, or `wafer check`: `launchable`),
+no multi-process flags of the launcher's own, and on a host with NVIDIA GPUs (JAX_PLATFORMS
+not cpu) no more processes than GPUs (one GPU a process).
 On a real cluster, start one `wse ...` per host with --num-processes/--process-id/
 --coordinator (or under SLURM with none of them) instead.
 """
@@ -42,6 +45,22 @@ POLL_S = 0.2  # how often the launcher looks at its children
 DRAIN_S = 2.0  # how long a failed child's last stderr lines are waited for
 SEEN_LINES = 10_000  # distinct stderr lines remembered for the de-duplication
 MULTIPROCESS_FLAGS = ("--num-processes", "--process-id", "--coordinator")
+# Commands that span processes through the root callback's join alone, without a
+# --num-processes option of their own (wafer.py's check reports jax.process_count()).
+JOINED_BY_ROOT = (("wafer", "check"),)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # what SLURM, timeout, kill and a hangup send
+
+
+class _Signalled(Exception):
+    """A stop signal reached the launcher (raised by its handler in the main thread)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum: int, frame) -> None:  # noqa: ANN001  (signal's protocol)
+    raise _Signalled(signum)
 
 
 def _free_port() -> int:
@@ -117,6 +136,37 @@ def _failure_line(relay: _Relay, i: int, code: int, others: int) -> str:
     return f"Error: process {j}: {text} ({why})"
 
 
+def _command(root, args: list[str]) -> tuple[tuple[str, ...], object | None]:
+    """The names and click command that `args` run under `root` (a group's own options and
+    their values skipped); None where a word names no command (the child refuses it)."""
+    path, cmd, rest = (), root, list(args)
+    while rest and getattr(cmd, "commands", None):
+        word = rest.pop(0)
+        if word.startswith("-"):
+            opt = next((p for p in cmd.params if word.split("=")[0] in p.opts), None)
+            if opt is not None and "=" not in word and not (opt.is_flag or opt.count):
+                rest = rest[opt.nargs :]
+            continue
+        if word not in cmd.commands:
+            return (*path, word), None
+        path, cmd = (*path, word), cmd.commands[word]
+    return path, cmd
+
+
+def launchable(path: tuple[str, ...], cmd) -> bool:  # noqa: ANN001  (a click command)
+    """Whether a command runs across processes: it takes --num-processes, or it is one that
+    the root's join alone spreads (`JOINED_BY_ROOT`)."""
+    return path in JOINED_BY_ROOT or any("--num-processes" in p.opts for p in cmd.params)
+
+
+def _launchable_names(cmd, path: tuple[str, ...] = ()) -> list[str]:  # noqa: ANN001
+    """The launchable commands under the click command `cmd`, as "hpc md", ..."""
+    names = [" ".join(path)] if path and launchable(path, cmd) else []
+    for name, sub in getattr(cmd, "commands", {}).items():
+        names += _launchable_names(sub, (*path, name))
+    return names
+
+
 def _gpu_count() -> int | None:
     """NVIDIA GPUs the driver lists (None: no driver, or JAX is told to use the CPU)."""
     gpus = Path("/proc/driver/nvidia/gpus")
@@ -125,8 +175,9 @@ def _gpu_count() -> int | None:
     return len(list(gpus.iterdir()))
 
 
-def _check_children(args: list[str], nproc: int, per_proc: int) -> None:
-    """Refuse a launch whose children would collide (module docstring)."""
+def _check_children(root, args: list[str], nproc: int, per_proc: int) -> None:  # noqa: ANN001
+    """Refuse a launch whose children would collide (module docstring); `root` is the click
+    command of the app."""
     from wse_core.host.limits import VIRTUAL_DEVICE_HOST_BYTES
     from wse_core.host.memory import require
 
@@ -141,6 +192,16 @@ def _check_children(args: list[str], nproc: int, per_proc: int) -> None:
         fail(
             f"wse launch --nproc {nproc} -- infer serve: every process would bind the same "
             "--port; start one server (wse infer serve) instead"
+        )
+    path, cmd = _command(root, args)
+    if nproc > 1 and cmd is not None and not launchable(path, cmd):
+        # hunt 62: `hpc cfd`, `hpc tlrmvm run` crashed in every child with a traceback, two
+        # demos wrote into one folder
+        name = " ".join(path)
+        fail(
+            f"wse {name} does not run across processes (each of the {nproc} would run all of "
+            f"it, into the same files); run `wse {name}` alone, or launch one that does: "
+            f"{', '.join(sorted(_launchable_names(root)))}"
         )
     gpus = _gpu_count()
     if gpus is not None and nproc > gpus:
@@ -179,7 +240,7 @@ def launch(
     from wse_core.host.runtime import usable_cores
 
     per_proc = devices_per_proc or max(1, usable_cores() // nproc)
-    _check_children(args, nproc, per_proc)
+    _check_children(ctx.find_root().command, args, nproc, per_proc)
     if port:
         try:
             with socket.create_server(("127.0.0.1", port)):
@@ -188,37 +249,59 @@ def launch(
             fail(f"--port {port} cannot be the coordinator's: {e.strerror or e}")
     coordinator = f"127.0.0.1:{port or _free_port()}"
     procs, relay = [], _Relay()
-    for i in range(nproc):
-        env = dict(
-            os.environ,
-            WSE_NUM_PROCESSES=str(nproc),
-            WSE_PROCESS_ID=str(i),
-            WSE_COORDINATOR=coordinator,
-            WSE_DEVICES=str(per_proc),
-        )
-        cmd = [sys.executable, "-m", "wse_cli", *args]
-        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE))
-        relay.watch(i, procs[-1])
+    # hunt 62: a SIGTERM killed the launcher alone and its children ran on under PID 1
+    previous = {sig: signal.signal(sig, _raise_signalled) for sig in STOP_SIGNALS}
     try:
-        while True:
-            codes = [p.poll() for p in procs]
-            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                i, code = failed[0]
-                relay.drain(i)
-                relay.close()  # what the stopped children say next is not news
-                typer.echo(_failure_line(relay, i, code, nproc - 1), err=True)
-                _stop(procs)
-                raise typer.Exit(2 if code == 2 else 1)  # bad input stays exit 2
-            if all(c == 0 for c in codes):
-                for i in range(nproc):
-                    relay.drain(i)
-                return
-            time.sleep(POLL_S)
+        for i in range(nproc):
+            env = dict(
+                os.environ,
+                WSE_NUM_PROCESSES=str(nproc),
+                WSE_PROCESS_ID=str(i),
+                WSE_COORDINATOR=coordinator,
+                WSE_DEVICES=str(per_proc),
+            )
+            cmd = [sys.executable, "-m", "wse_cli", *args]
+            procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE))
+            relay.watch(i, procs[-1])
+        _watch(procs, relay, nproc)
     except KeyboardInterrupt:
-        relay.close()
-        _stop(procs)
+        _shut_down(procs, relay)
         raise typer.Exit(130) from None
+    except _Signalled as e:
+        _shut_down(procs, relay)
+        name = signal.Signals(e.signum).name
+        typer.echo(f"wse launch: {name}; stopped the {len(procs)} process(es)", err=True)
+        raise typer.Exit(128 + e.signum) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _watch(procs: list[subprocess.Popen], relay: _Relay, nproc: int) -> None:
+    """Wait for the children: return when all succeeded, stop the rest when one fails."""
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            i, code = failed[0]
+            relay.drain(i)
+            relay.close()  # what the stopped children say next is not news
+            typer.echo(_failure_line(relay, i, code, nproc - 1), err=True)
+            _stop(procs)
+            raise typer.Exit(2 if code == 2 else 1)  # bad input stays exit 2
+        if all(c == 0 for c in codes):
+            for i in range(nproc):
+                relay.drain(i)
+            return
+        time.sleep(POLL_S)
+
+
+def _shut_down(procs: list[subprocess.Popen], relay: _Relay) -> None:
+    """Stop the children once: a second signal meanwhile would leave them half stopped."""
+    for sig in (*STOP_SIGNALS, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    relay.close()
+    _stop(procs)
 
 
 def register(app: typer.Typer) -> None:

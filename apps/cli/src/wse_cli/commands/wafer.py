@@ -142,16 +142,18 @@ def check(
     """Run every fabric op on this machine's (or this run's) mesh against NumPy oracles."""
     import hashlib
 
+    if min(grid) <= 0:
+        fail(f"--grid needs positive sizes, got {grid[0]} {grid[1]}")
+    if repeat <= 0:
+        fail(f"--repeat must be positive, got {repeat}")
+    # the spec before JAX: under `wse launch` a bad one is refused before the join (hunt 62)
+    wafer_of_run = wafer_spec(preset, spec, "small")
     import jax
     import numpy as np
     from wse_core import fabric, testing
     from wse_core.hw.wafer import build_wafer
 
-    if min(grid) <= 0:
-        fail(f"--grid needs positive sizes, got {grid[0]} {grid[1]}")
-    if repeat <= 0:
-        fail(f"--repeat must be positive, got {repeat}")
-    wafer = build_wafer(wafer_spec(preset, spec, "small"), grid=tuple(grid), defect_seed=seed)
+    wafer = build_wafer(wafer_of_run, grid=tuple(grid), defect_seed=seed)
     x = np.random.default_rng(seed).normal(size=(*grid, 4)).astype(np.float32)
     xs = wafer.place(x)
     cases = {

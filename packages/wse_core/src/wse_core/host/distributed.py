@@ -138,6 +138,11 @@ def initialize(
     n, i, c = resolve(num_processes, process_id, coordinator)
     import jax
 
+    # JAX's preemption service catches SIGTERM and only logs it (hunt 62: the processes of a
+    # run outlived `kill`, `timeout` and SLURM's end of job); the stack saves no preemption
+    # checkpoints through it, so SIGTERM stops a process as it stops a single one.
+    if os.environ.get("JAX_ENABLE_PREEMPTION_SERVICE") is None:
+        jax.config.update("jax_enable_preemption_service", False)
     if n is None and i is None and c is None:
         if not cluster_detected():
             return ProcessInfo(1, 0, None)

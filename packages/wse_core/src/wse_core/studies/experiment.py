@@ -182,9 +182,21 @@ def csv_text(rows: list[list[Any]]) -> str:
     return buf.getvalue()
 
 
+def _require_folder(folder: Path) -> None:
+    """A WseError where `folder` is there but no folder (hunt 62: FileExistsError from mkdir;
+    the CLI refuses it before the run, this is for the library's callers)."""
+    import os
+
+    from wse_core.errors import WseError
+
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise WseError(f"{folder} is there but not a folder; remove it or write elsewhere")
+
+
 def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
     """Write the result's four files into `out_dir/<experiment>/` and return that folder."""
     folder = Path(out_dir) / result.experiment
+    _require_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     write_atomically(folder / "results.json", json.dumps(result.to_dict(), indent=2, default=float))
     header, rows = table_rows(result)

@@ -58,6 +58,9 @@ class Sweep:
         return "\n".join(out) + "\n"
 
     def write(self, folder: Path) -> Path:
+        from wse_core.studies.experiment import _require_folder
+
+        _require_folder(folder)  # hunt 62: FileExistsError from mkdir
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"sweep_{self.key}.md"
         from wse_core.host.atomic import write_atomically
