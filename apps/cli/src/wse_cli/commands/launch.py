@@ -10,9 +10,10 @@ SLURM, `timeout`, `kill`) stops the children the same way and exits 128 + the si
 (143, 129), as Ctrl-C exits 130; a child stops on SIGTERM (`distributed.initialize` turns
 JAX's preemption service off, whose SIGTERM handler only logged it: hunt 62). The
 children's stderr goes through the launcher (`_Relay`): a line another process already
-printed is not printed again (every process of a run says the same things), the children's `Error: ...` lines are held, and the first of them is printed once,
-in the launcher's one line naming its process, as soon as a child has failed (the launcher
-looks every 0.2 s); what the stopped children print after is dropped.
+printed is not printed again (every process of a run says the same things), the children's
+`Error: ...` lines are held, and the first of them is printed once, in the launcher's one
+line naming its process, as soon as a child has failed (the launcher looks every 0.2 s);
+what the stopped children print after is dropped.
 Before a child is started the launch is checked (exit 2, one line): `--nproc` within the
 usable cores and `--devices-per-proc` within the devices limit (`wse_core.host.limits`), all
 the processes' devices within host memory, a free coordinator --port, no `infer serve` under
