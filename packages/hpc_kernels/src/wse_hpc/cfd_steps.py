@@ -5,7 +5,8 @@ bad step file before JAX is imported (hunt 60: 1.5 s to say "step -5").
 `latest_output(out_dir)` is the newest `step_<n>.npz` there (or None); `read_step(path,
 shape)` its arrays, or `StepFileError` naming what is wrong: not an .npz archive (or not a
 regular file), an array missing, a field not of `shape` or not finite, `step` not one
-integer >= 0, `time` not one finite number >= 0. Nothing is unpickled.
+integer >= 0, `time` not one finite number >= 0; given the run's case and domain, a step
+written by another. Nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -33,8 +34,16 @@ def latest_output(out_dir: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
-def read_step(path: Path, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """A step file's arrays (fields of `shape`), or StepFileError naming what is wrong."""
+def read_step(
+    path: Path,
+    shape: tuple[int, ...],
+    *,
+    case: str | None = None,
+    lengths: tuple[float, ...] | None = None,
+) -> dict[str, np.ndarray]:
+    """A step file's arrays (fields of `shape`), or StepFileError naming what is wrong; with
+    `case` and `lengths` (the run's domain sides), also a step of another case or domain
+    (hunt 62: a cavity run continued a Rayleigh-Benard series, an --aspect 3 run one of 2)."""
     from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
     from wse_core.host.memory import HostMemoryError
     from wse_core.host.readers import open_npz, require_npz
@@ -70,4 +79,32 @@ def read_step(path: Path, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
         raise StepFileError(
             f"--restart: {path}'s time must be one finite number >= 0, got {t!r:.60}"
         )
+    if case is not None and (written := _case_of(data)) not in (None, case):
+        raise StepFileError(
+            f"--restart: {path} is a step of case {written!r}; this run's case is {case!r} "
+            f"(restart with --case {written}, or give a new --out)"
+        )
+    if lengths is not None and "lengths" in data:
+        _same_lengths(path, data["lengths"], lengths)
     return data
+
+
+def _case_of(data: dict[str, np.ndarray]) -> str | None:
+    """The case a step file was written by: its `case`, else (a file written before hunt 62)
+    "rayleigh-benard" where it has that case's `theta_offset`; else None (unknown: a cavity's
+    step then, or a file made by hand)."""
+    if "case" in data and data["case"].shape == () and data["case"].dtype.kind == "U":
+        return str(data["case"])
+    return "rayleigh-benard" if "theta_offset" in data else None
+
+
+def _same_lengths(path: Path, written: np.ndarray, lengths: tuple[float, ...]) -> None:
+    ok = written.shape == (len(lengths),) and written.dtype.kind in "iuf"
+    if ok and np.allclose(written, lengths, rtol=1e-6, atol=0):
+        return
+    shown = [float(x) for x in written.ravel()[:3]] if written.dtype.kind in "iuf" else written
+    raise StepFileError(
+        f"--restart: {path} holds a domain of sides {shown!s:.60}; this run's is "
+        f"{[float(x) for x in lengths]} (restart with the --aspect it was written with, or "
+        "give a new --out)"
+    )

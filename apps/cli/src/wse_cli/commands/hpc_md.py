@@ -298,7 +298,7 @@ def potential_cmd(
         help="Points of each r and rho table (tables live in PE SRAM: a 48 KiB PE holds "
         "~12,000 fp32 values; LAMMPS files use 500-10,000).",
         kind=int,
-        ge=2,
+        ge=100,  # hunt 62: the help said [2, 100000], zhou04 refused fewer than 100 knots
         le=100_000,
     ),
 ) -> None:

@@ -128,6 +128,10 @@ def _check_against(op, eng, x):
 
     y = eng.matvec(x)
     ref = tlrmvm_numpy(op, x)
+    # the norms in float64 (complex128): an fp32 |y|^2 overflows for entries past ~1e19
+    # (hunt 62: "rel. diff 0.00e+00" over an infinite norm, then "not finite" at 1e30)
+    wide = np.complex128 if np.iscomplexobj(y) or np.iscomplexobj(ref) else np.float64
+    y, ref = np.asarray(y, wide), np.asarray(ref, wide)
     diff, scale = float(np.linalg.norm(y - ref)), float(np.linalg.norm(ref))
     # a zero operator's product is zero: its difference is the figure (hunt 61: 0/0, a
     # RuntimeWarning and a "not finite" fault)

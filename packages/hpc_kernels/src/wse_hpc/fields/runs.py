@@ -4,11 +4,12 @@
 "cavity") for `steps` steps on the emulated wafer. Every `output_every` steps (and at the
 end) it writes `step_<n>.npz` (arrays `u`, `v`, `w`, `p`, `T` of shape (nx, ny, nz): the
 MAC face velocities as stored, `w` zeros in 2D; `T` the full temperature; plus `step`,
-`time`, `lengths`) and `step_<n>.vtk` (legacy VTK structured points, ParaView opens it: the
-velocity averaged to cell centres, p and T) into `out_dir`. With `restart=True` it continues
-from the newest `step_<n>.npz` there. `on_progress(step, nusselt, kinetic_energy)` is called
-after each chunk. `CfdRun.report` is the `wse_core.RunReport` of the whole run: each step
-priced from its program (`wse_hpc.fields.perf`) with the measured mean CG iterations.
+`time`, `lengths`, `case`) and `step_<n>.vtk` (legacy VTK structured points, ParaView opens
+it: the velocity averaged to cell centres, p and T) into `out_dir`. With `restart=True` it
+continues from the newest `step_<n>.npz` there (of the same case and domain).
+`on_progress(step, nusselt, kinetic_energy)` is called after each chunk. `CfdRun.report` is
+the `wse_core.RunReport` of the whole run: each step priced from its program
+(`wse_hpc.fields.perf`) with the measured mean CG iterations.
 """
 
 from __future__ import annotations
@@ -102,16 +103,22 @@ def check_dt(cfg: CfdConfig, dt: float) -> None:
         )
 
 
-def _read_step(path: Path, grid) -> dict[str, np.ndarray]:
-    """A step file's arrays, or FieldError naming what is wrong (`wse_hpc.cfd_steps`)."""
+def _lengths(grid) -> tuple[float, ...]:
+    """The domain's sides, as a step file stores them (`lengths`)."""
+    return tuple(float(x) for x in np.asarray(grid.spacing) * grid.shape)
+
+
+def _read_step(path: Path, grid, case: str) -> dict[str, np.ndarray]:
+    """A step file's arrays, or FieldError naming what is wrong (`wse_hpc.cfd_steps`): a step
+    of another case or domain included (hunt 62)."""
     try:
-        return read_step(path, tuple(grid.shape))
+        return read_step(path, tuple(grid.shape), case=case, lengths=_lengths(grid))
     except StepFileError as e:
         raise FieldError(str(e)) from None
 
 
-def _load(state: FlowState, path: Path, grid) -> tuple[FlowState, int, float]:
-    data = _read_step(path, grid)
+def _load(state: FlowState, path: Path, grid, case: str) -> tuple[FlowState, int, float]:
+    data = _read_step(path, grid, case)
     vel = tuple(v.like(grid.wafer.place(jnp.asarray(data[n], jnp.float32)))
                 for v, n in zip(state.velocity, "uvw", strict=False))  # fmt: skip
     T = data["T"] - (full_temperature(grid, 0 * data["T"]) if "theta_offset" in data else 0)
@@ -138,8 +145,8 @@ def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float) -> list[Path
     from wse_core.host.atomic import atomic_path
 
     with atomic_path(npz) as tmp:  # a killed run leaves no half step file for --restart
-        np.savez(tmp, step=step, time=t, lengths=np.asarray(grid.spacing) * grid.shape,
-                 **arrays, **extra)  # fmt: skip
+        np.savez(tmp, step=step, time=t, lengths=np.asarray(_lengths(grid)),
+                 case=np.asarray(cfg.case), **arrays, **extra)  # fmt: skip
     vtk = npz.with_suffix(".vtk")
     write_vtk(vtk, arrays, grid.spacing)
     return [npz, vtk]
@@ -153,7 +160,7 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
     check_dt(cfg, flow.dt)
     step0, t0 = 0, 0.0
     if cfg.restart and cfg.out_dir is not None and (last := latest_output(cfg.out_dir)):
-        state, step0, t0 = _load(state, last, grid)
+        state, step0, t0 = _load(state, last, grid, cfg.case)
     chunk = cfg.output_every or max(1, min(cfg.steps, 100))
 
     @jax.jit

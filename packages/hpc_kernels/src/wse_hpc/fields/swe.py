@@ -194,7 +194,9 @@ def run_swe(spec: WaferSpec, cfg: SweConfig) -> SweRun:
     h0 = 1.0 + amplitude * np.exp(-((X - 0.5) ** 2 + (Y - 0.5) ** 2) / 0.02)
     zero = np.zeros((n, n, 1))
     s0 = swe_state(grid, h0[..., None], zero, zero)
-    dt = cfl / n / np.sqrt(g * (1 + amplitude))
+    # hunt 62: a Python float, weakly typed: NumPy's float64 made the float32 loop carry
+    # float64 under JAX_ENABLE_X64=1 (fori_loop refused the step)
+    dt = float(cfl / n / np.sqrt(g * (1 + amplitude)))
     plain = shallow_water(grid, g=g, dt=dt)
     step = (lambda x: translate(plain(x))) if translate_domain else plain
     run = jax.jit(lambda s: lax.fori_loop(0, steps, lambda i, x: step(x), s))

@@ -47,7 +47,7 @@ from wse_core.hw.wafer import Wafer, build_wafer
 from wse_hpc.md import mapping, pe_compile, plan_cache
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, geometry, sram_plan
-from wse_hpc.md.integrate import bath_energy, maxwell_boltzmann
+from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, bath_energy, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure, closest_pair
 from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, Margins, plan_window
 from wse_hpc.md.neighbours.build import pe_kernels_for
@@ -147,9 +147,27 @@ def _prepare(structure: Structure, pot: EamPotential, config: MdConfig):
     vel = structure.velocities_A_ps
     if config.temperature_K is not None:
         vel = maxwell_boltzmann(masses[species], config.temperature_K, config.seed)
+    elif vel is not None:
+        _refuse_hot_start(masses[species], vel)
     if vel is None:
         vel = np.zeros_like(structure.positions_A)
     return species, masses, vel
+
+
+def _refuse_hot_start(masses_amu: np.ndarray, vel: np.ndarray) -> None:
+    """A structure's velocities whose temperature (`thermo_row`'s: 3N - 3 degrees of freedom)
+    is past `EXPLODED_TEMPERATURE_K` or not finite: refused before the run (hunt 62: vx
+    1e300 A/ps printed Temp inf and `"ke": Infinity`, an invalid JSON, and exit 0)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e300 squared: inf, refused below
+        v = np.asarray(vel, np.float64)
+        ke = 0.5 * MVV2E * float((np.asarray(masses_amu, np.float64)[:, None] * v * v).sum())
+    temp = 2.0 * ke / (max(3 * len(v) - 3, 1) * BOLTZ_EV_K)
+    if not temp <= EXPLODED_TEMPERATURE_K:  # NaN and inf included
+        raise WseError(
+            f"the structure's velocities give an initial temperature of {temp:.4g} K, past "
+            f"{EXPLODED_TEMPERATURE_K:.0e} K (where a run stops as blown up); give velocities "
+            "in A/ps (LAMMPS metal units) or set them with --temperature-K"
+        )
 
 
 def _grid(n_atoms: int, config: MdConfig, spec) -> tuple[int, int]:

@@ -34,8 +34,10 @@ PROGRAM_RECTANGLE = (750, 994)  # the largest user rectangle of a CS-2 (SDK exam
 def copies_per_system(plan, spec: WaferSpec) -> int:
     """Copies of the plan's grid (frequency slices) that fill one system's program
     rectangle (`spec.program_rows x program_cols`: 750 x 994 on a CS-2), else the spec's
-    logical grid."""
-    r, c = spec.program_rows or spec.pe_rows, spec.program_cols or spec.pe_cols
+    logical grid. The rectangle is clipped to the grid (hunt 62: a preset's rectangle kept
+    under a grid shrunk by `--set pe_rows=...`, or a whole spec file's, may be larger)."""
+    r = min(spec.program_rows or spec.pe_rows, spec.pe_rows)
+    c = min(spec.program_cols or spec.pe_cols, spec.pe_cols)
     return (r // plan.grid[0]) * (c // plan.grid[1])
 
 

@@ -5,7 +5,9 @@ Contract: `compress(a, nb=..., threshold=eps)` cuts a real fp32 or complex64 mat
 the smallest rank k_ij with ||A_ij - U_ij V_ij^H||_F <= eps * ||A_ij||_F (truncated SVD;
 a randomized range finder first for tiles of at least `RANDOMIZED_MIN_TILE` rows). Summed
 over tiles this gives ||A - A_tlr||_F <= eps * ||A||_F, hence for any x
-||A x - A_tlr x|| <= eps * ||A||_F * ||x|| (the bound the tests check).
+||A x - A_tlr x|| <= eps * ||A||_F * ||x|| (the bound the tests check). Each tile is
+compressed scaled to norm 1, so any fp32 entries compress alike; a tile whose norm is past
+fp32's range, or a result that misses `eps`, is a TlrError.
 
 Bases are stacked as ecrc/tlrmvm stores them: `v_cols[j]` is (n_j, K_j) with the V_ij of
 tile column j side by side in tile-row order, `u_rows[i]` is (m_i, K_i) with the U_ij of tile
@@ -40,6 +42,7 @@ __all__ = [
 ]
 
 RANDOMIZED_MIN_TILE = 128  # tiles with at least this many rows and columns try randomized SVD
+_FP32_MAX = float(np.finfo(np.float32).max)
 _FORMAT = 1
 
 
@@ -191,7 +194,7 @@ def _randomized(t: np.ndarray, tol_sq: float, rng: np.random.Generator):
         q, _ = np.linalg.qr(t @ g)
         q, _ = np.linalg.qr(t @ (t.conj().T @ q))
         b = q.conj().T @ t
-        resid_sq = float(np.linalg.norm(t - q @ b) ** 2)
+        resid_sq = _norm(t - q @ b) ** 2
         if resid_sq <= 0.25 * tol_sq:  # leave most of the budget to the truncation below
             ub, vb, tail = _svd_truncate(b, tol_sq - resid_sq)
             return (q @ ub).astype(t.dtype), vb, tail + resid_sq
@@ -199,13 +202,23 @@ def _randomized(t: np.ndarray, tol_sq: float, rng: np.random.Generator):
     return None
 
 
-def _compress_tile(t: np.ndarray, eps: float, rng: np.random.Generator):
-    tol_sq = (eps * float(np.linalg.norm(t))) ** 2
-    if min(t.shape) >= RANDOMIZED_MIN_TILE:
-        got = _randomized(t, tol_sq, rng)
-        if got is not None:
-            return got
-    return _svd_truncate(t, tol_sq)
+def _norm(t: np.ndarray) -> float:
+    """||t||_F as a float64, t scaled by its largest magnitude first (hunt 62: fp32 squares
+    of 1e20 entries overflowed, tol_sq was inf and every tile rank 1 at error 0.47)."""
+    big = float(np.abs(t).max(initial=0))
+    return big * float(np.linalg.norm(t / big)) if big > 0 else 0.0
+
+
+def _compress_tile(t: np.ndarray, eps: float, rng: np.random.Generator, norm: float):
+    """`_svd_truncate`'s triple for the tile `t` of Frobenius norm `norm`, found on the tile
+    scaled to norm 1 (hunt 62: the sketch's t t^H q squares the entries, and 1e20 overflowed
+    fp32 into a failed SVD), then scaled back."""
+    if norm == 0:
+        return _svd_truncate(t, 0.0)
+    unit = t / np.float32(norm)
+    got = _randomized(unit, eps**2, rng) if min(t.shape) >= RANDOMIZED_MIN_TILE else None
+    u, v, tail = got if got is not None else _svd_truncate(unit, eps**2)
+    return (u * np.float32(norm)).astype(t.dtype), v, tail * norm**2
 
 
 # -- the operator -------------------------------------------------------------------------
@@ -239,9 +252,15 @@ def compress(
                 tile = a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb]
                 if lazy:
                     tile = check_matrix(tile)
-                us[i][j], vs[i][j], tail = _compress_tile(tile, float(threshold), rng)
+                norm = _norm(tile)
+                if norm > _FP32_MAX:  # hunt 62: its singular values were inf, its bases NaN
+                    raise TlrError(
+                        f"tile ({i}, {j}) has norm {norm:.3g}, past fp32's largest value "
+                        f"({_FP32_MAX:.3g}): its singular values overflow; scale the matrix down"
+                    )
+                us[i][j], vs[i][j], tail = _compress_tile(tile, float(threshold), rng, norm)
                 dropped_sq += tail
-                norm_sq += float(np.linalg.norm(tile)) ** 2
+                norm_sq += norm**2
     ranks = np.array([[us[i][j].shape[1] for j in range(nt)] for i in range(mt)], np.int64)
     u_rows = tuple(np.ascontiguousarray(np.concatenate(us[i], axis=1)) for i in range(mt))
     v_cols = tuple(
@@ -250,6 +269,15 @@ def compress(
     )
     norm = float(np.sqrt(norm_sq))
     err = float(np.sqrt(dropped_sq)) / norm if norm > 0 else 0.0
+    # hunt 62: never an operator that misses its threshold (the SVDs' figure: each tile drops
+    # at most eps^2 of its squared norm, so only broken arithmetic misses it; the dense
+    # check of `wse hpc tlrmvm compress` adds fp32 rounding, ~1e-7, that no rank removes)
+    if not err <= float(threshold) * (1 + 1e-6):  # NaN included
+        raise TlrError(
+            f"compression reached ||A - A_tlr||_F / ||A||_F = {err:.3g}, above the threshold "
+            f"{float(threshold):g}: the matrix's values defeat fp32 arithmetic; scale it "
+            "(entries within about 1e-30 .. 1e30)"
+        )
     return TlrOperator((m, n), int(nb), float(threshold), ranks, u_rows, v_cols, err)
 
 

@@ -254,20 +254,37 @@ _NAMES_LOADER: list[Any] = []  # built on first use: importing yaml costs `wse -
 def names_loader() -> Any:
     """`yaml.SafeLoader` whose mappings have distinct text keys: a key given twice (PyYAML
     keeps the last one silently) and a key that is not text (`1: 2`, `? [a, b]`: unhashable,
-    or not a field name) are a `yaml.constructor.ConstructorError` at the key's line."""
+    or not a field name) are a `yaml.constructor.ConstructorError` at the key's line.
+
+    Merge keys (`<<: *base`) work as in `yaml.safe_load` (hunt 62: they were refused, as
+    the merge tag has no constructor of its own): a mapping's own keys override merged ones,
+    so only its own keys must be distinct. A merge is counted toward `yaml_nodes` as any
+    alias is (`load_yaml` counts the composed graph before anything is built)."""
     if not _NAMES_LOADER:
         import yaml
 
         class NamesLoader(yaml.SafeLoader):
+            def flatten_mapping(self, node: Any) -> None:
+                # each mapping's own keys, counted before a merge puts others before them
+                own = sum(k.tag != "tag:yaml.org,2002:merge" for k, _ in node.value)
+                self.__dict__.setdefault("_own_keys", {}).setdefault(id(node), own)
+                super().flatten_mapping(node)
+
             def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+                if not isinstance(node, yaml.MappingNode):  # `!!map text`: PyYAML's error
+                    return super().construct_mapping(node, deep=deep)
+                self.flatten_mapping(node)  # merged pairs first, then the mapping's own
+                merged = len(node.value) - self.__dict__["_own_keys"][id(node)]
                 seen: set[str] = set()
-                for key_node, _ in node.value:
+                for index, (key_node, _) in enumerate(node.value):
                     key = self.construct_object(key_node, deep=deep)
                     line = key_node.start_mark.line + 1
                     if not isinstance(key_node, yaml.ScalarNode):
                         why = f"the key at line {line} is a {key_node.id}; keys are names"
                     elif not isinstance(key, str):
                         why = f"key {key!r:.40} at line {line} is not a name; keys are text"
+                    elif index < merged:  # a merged key: the mapping's own one overrides it
+                        continue
                     elif key in seen:
                         why = f"duplicate key {key[:40]!r} at line {line}; keep one"
                     else:

@@ -95,10 +95,13 @@ class WaferSpec:
                     f"got {len(value):,} characters"
                 )
         for declared in dataclasses.fields(self):  # YAML's yes / true is no number
-            if declared.type in ("int", "float") and isinstance(getattr(self, declared.name), bool):
-                raise SpecError(
-                    f"{declared.name} must be a number, got {_typed(getattr(self, declared.name))}"
-                )
+            value = getattr(self, declared.name)
+            # hunt 62: a list or mapping (`defect_rate: [0.1]`) was a TypeError traceback
+            if declared.type in ("int", "float") and isinstance(value, bool):
+                raise SpecError(f"{declared.name} must be a number, got {_typed(value)}")
+            if declared.type in ("int", "float") and not isinstance(value, int | float):
+                kind = "an integer" if declared.type == "int" else "a number (int or float)"
+                raise SpecError(f"{declared.name} must be {kind}, got {_typed(value)}")
         for field, low, high in (
             ("pe_rows", 1, MAX_PE_SIDE),
             ("pe_cols", 1, MAX_PE_SIDE),

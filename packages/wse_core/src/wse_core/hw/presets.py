@@ -145,9 +145,16 @@ def spec_from(base: WaferSpec, **overrides: Any) -> WaferSpec:
 def refuse_past_the_grid(spec: WaferSpec, given: Iterable[str]) -> WaferSpec:
     """`spec`, unless a field the user changed (`given`: a `base:` spec file's keys, --set's)
     puts more spare rows or columns than the logical grid has (hunt 57: 100,000 spare rows on
-    762 drew a 119M-PE defect map). Only changed fields: a grid shrunk under a preset keeps its
-    spares, and a spec written out whole (`to_dict`) reads back as it was."""
-    for field, side in (("spare_rows", "pe_rows"), ("spare_cols", "pe_cols")):
+    762 drew a 119M-PE defect map), or a program rectangle (program_rows, program_cols) larger
+    than it (hunt 62). Only changed fields: a grid shrunk under a preset keeps its spares and
+    its program rectangle (`copies_per_system` clips that to the grid), and a spec written out
+    whole (`to_dict`) reads back as it was."""
+    for field, side in (
+        ("spare_rows", "pe_rows"),
+        ("spare_cols", "pe_cols"),
+        ("program_rows", "pe_rows"),  # hunt 62: a 100,000-row program rectangle was priced
+        ("program_cols", "pe_cols"),
+    ):
         if field in given and getattr(spec, field) > getattr(spec, side):
             raise SpecError(
                 f"{field} must be at most {side} ({getattr(spec, side):,}), "
@@ -224,15 +231,16 @@ def load_spec(path: str | Path) -> WaferSpec:
     base = data.pop("base", None)
     _refuse_text_numbers(data, path)
     if base is None:
-        try:
-            return _from_fields(data)
-        except TypeError:
-            missing = [f.name for f in dataclasses.fields(WaferSpec)
-                       if f.name not in data and f.default is dataclasses.MISSING
-                       and f.default_factory is dataclasses.MISSING]  # fmt: skip
+        # hunt 62: the missing fields are named when some are missing, not guessed from any
+        # TypeError (`defect_rate: [0.1]` was reported as "lacks the fields :")
+        missing = [f.name for f in dataclasses.fields(WaferSpec)
+                   if f.name not in data and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]  # fmt: skip
+        if missing:
             raise SpecError(
                 f"spec file {str(path)!r} lacks the fields {', '.join(missing)}: give every "
                 f"field, or name a preset to start from (base: {', '.join(PRESETS)})"
-            ) from None
+            )
+        return _from_fields(data)
     data.setdefault("name", f"{base}+{path.stem}")
     return refuse_past_the_grid(spec_from(preset(str(base)), **data), data)
