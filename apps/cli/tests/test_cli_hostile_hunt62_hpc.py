@@ -171,6 +171,27 @@ def test_md_runs_from_ordinary_velocities(tmp_path, cu):
     assert got["temp"] == pytest.approx(want.temp, rel=1e-4)  # Cu's mass: 63.546 amu
 
 
+def test_md_fp64_prices_its_words_as_fp64(tmp_path, cu):
+    # hunt 62: the prediction was built outside x64, so an fp64 run's fabric words were
+    # counted as fp32's (1,196 a step against 2,392 with JAX_ENABLE_X64=1), with three JAX
+    # "truncated to float32" warnings
+    import json
+    import warnings
+
+    xyz = _moving_crystal(tmp_path / "in.xyz", 1.0)
+    words = {}
+    for precision in ("fp32", "fp64"):
+        args = ["hpc", "md", "--structure", xyz, "--potential", cu, "--steps", "0", "--json",
+                "--preset", "small", "--precision", precision]  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # JAX's truncation warning
+            code, output = invoke(ROOT, args)
+        assert code == 0, output
+        summary = json.loads(output[output.index("{") :])
+        words[precision] = summary["words_per_step"]
+    assert words["fp64"] == 2 * words["fp32"] > 0  # 8-byte values: two 32-bit words each
+
+
 CFD = ["hpc", "cfd", "--preset", "small", "--grid", "16", "8", "1", "--steps", "2"]
 
 

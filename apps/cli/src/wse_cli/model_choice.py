@@ -20,12 +20,17 @@ __all__ = ["PlanError", "ModelChoice", "resolve_model"]
 
 def _from_params(path: str, name: str) -> ModelChoice:
     from wse_trainer.config import load_config
+    from wse_trainer.config_check import check_config
     from wse_trainer.run import model_config
 
     cfg = load_config(path)
+    model = model_config(cfg)
+    # hunt 62: num_csx 0 was a ZeroDivisionError here, batch_size 0 or -16 a traceback in the
+    # micro-batch planner, max_seq_len below max_sequence_length planned: wse train's checks
+    check_config(cfg, model.max_seq_len, model.vocab_size)
     n = cfg.runconfig.num_csx
     return ModelChoice(
-        name, model_config(cfg), cfg.train_input.batch_size // n,
+        name, model, cfg.train_input.batch_size // n,
         cfg.train_input.max_sequence_length, n, cfg.train_input.micro_batch_size,
         cfg.train_input.batch_size,
     )  # fmt: skip

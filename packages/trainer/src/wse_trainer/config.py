@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -210,6 +211,9 @@ def _section(name: str, data: Any) -> Any:
         kwargs[key] = _check_type(f"{name}.{key}", value, (cls, key))
     if name == "eval_input" and "split" not in kwargs:
         kwargs["split"] = "eval"
+    for key in ("model_dir", "checkpoint_path") if name == "runconfig" else ():
+        if isinstance(kwargs.get(key), str):  # hunt 62: '~/x' made a folder named '~'
+            kwargs[key] = os.path.expanduser(kwargs[key])
     return cls(**kwargs)
 
 

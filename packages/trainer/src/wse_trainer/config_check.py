@@ -3,12 +3,13 @@
 `check_config(config, model_max_seq_len, model_vocab_size)` takes a `TrainConfig` as
 `wse_trainer.config` read it (keys and types already checked there) and raises a
 `ConfigError` naming the key for what its values cannot run: counts that must be positive,
-ranges (`optimizer.beta1` in [0, 1)), choices (`runconfig.mode`, `optimizer.lr_schedule`),
-limits (`batch_size` and `num_csx` within the limits `batch_size` and `systems` of
-`wse_core.host.limits`) and the settings that must agree with each other (`batch_size %
-num_csx`, `num_steps` at most `max_steps`, `micro_batch_size` dividing the per-system batch,
-`cpu_shards` dividing the micro-batch, the sequence length against the model's, a vocabulary
-that holds the run's tokenizer), with a value to use instead where there is one.
+ranges (`optimizer.beta1` in [0, 1), `runconfig.seed` a 64-bit integer), choices
+(`runconfig.mode`, `optimizer.lr_schedule`), limits (`batch_size` and `num_csx` within the
+limits `batch_size` and `systems` of `wse_core.host.limits`) and the settings that must
+agree with each other (`batch_size % num_csx`, `num_steps` at most `max_steps`,
+`micro_batch_size` dividing the per-system batch, `cpu_shards` dividing the micro-batch, the
+sequence length against the model's, a vocabulary that holds the run's tokenizer), with a
+value to use instead where there is one.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from wse_systems.training.micro_batch import MODES
 
 from wse_trainer.config import ConfigError, InputConfig, OptimizerConfig, TrainConfig
 
-__all__ = ["MIN_VOCAB_SIZE", "check_config"]
+__all__ = ["MIN_VOCAB_SIZE", "SEED_MIN", "SEED_MAX", "check_config"]
 
 # The smallest vocabulary a run can train: its tokenizer (`wse_trainer.data.train_tokenizer`,
 # a byte-level BPE) holds the 256 byte tokens and EOS before any merge.
 MIN_VOCAB_SIZE = 257
+# runconfig.seed's range: `jax.random.key` takes a 64-bit signed integer (2**63 is its
+# OverflowError), as the CLI's --seed options and the server's seeds do
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 
 
 def _positive(where: str, value: int | float | None) -> None:
@@ -65,6 +69,7 @@ def check_config(
         )
     for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
         _positive(f"runconfig.{name}", getattr(run, name))
+    _check_run_extras(config)
     _positive("runconfig.num_steps", run.num_steps)
     if run.num_steps is not None and run.num_steps > run.max_steps:  # hunt 59: was taken
         raise ConfigError(
@@ -124,6 +129,34 @@ def check_config(
                 f"{name}.max_sequence_length={inp.max_sequence_length} exceeds the model's "
                 f"max_seq_len={model_max_seq_len}; use at most {model_max_seq_len}"
             )
+
+
+def _check_run_extras(config: TrainConfig) -> None:
+    """hunt 62: eval_steps 0 evaluated nothing (a NaN loss, exit 0), a negative eval_frequency
+    evaluated every |n| steps, a negative sample_tokens passed, and a seed past 64 bits was
+    jax.random.key's OverflowError traceback after the run folder was made."""
+    run = config.runconfig
+    if config.eval_input.eval_steps <= 0:
+        raise ConfigError(
+            f"eval_input.eval_steps must be positive (batches per evaluation), got "
+            f"{config.eval_input.eval_steps}"
+        )
+    if run.eval_frequency is not None and run.eval_frequency <= 0:
+        raise ConfigError(
+            f"runconfig.eval_frequency must be positive (steps between evaluations in "
+            f"train_and_eval), got {run.eval_frequency}; leave it unset to evaluate at the end "
+            "only"
+        )
+    if run.sample_tokens < 0:
+        raise ConfigError(
+            f"runconfig.sample_tokens must be >= 0 (tokens sampled after training; 0: none), "
+            f"got {run.sample_tokens}"
+        )
+    if not SEED_MIN <= run.seed <= SEED_MAX:
+        raise ConfigError(
+            f"runconfig.seed must be a 64-bit integer in [{SEED_MIN}, {SEED_MAX}], got "
+            f"{shown(run.seed, quote=False)}"
+        )
 
 
 def _check_micro_batch(name: str, inp: InputConfig, num_csx: int) -> None:

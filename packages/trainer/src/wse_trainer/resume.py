@@ -56,6 +56,10 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
             )
     if got is not None:
         _restore(s, got)
+    elif run_cfg.mode == "eval":  # as ModelZoo says it (hunt 62: an eval of random weights
+        notes.append(  # ran without a word)
+            "No checkpoint was provided. Using randomly initialized model parameters."
+        )
     # steps after the start, and the start step itself when it came from another run's folder
     later = [t for t in steps if (t > start or (t == start and folder != own))]
     later = [t for t in later if all(t != b for b, _ in bad)]

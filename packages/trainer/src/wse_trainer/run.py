@@ -57,6 +57,7 @@ from wse_core.host.distributed import is_primary
 from wse_trainer.config import TrainConfig
 from wse_trainer.layout import describe
 from wse_trainer.resume import open_checkpoints
+from wse_trainer.run_folder import undone_on_error
 from wse_trainer.session import (
     Session,
     evaluate,
@@ -262,8 +263,11 @@ def run(
     module docstring)."""
     from wse_trainer.metrics import MetricsLog, NullLog, eval_line
 
-    s = Session(config, spec, echo)
-    ckpt, start, notes = open_checkpoints(s)
+    # hunt 62: a checkpoint refused on restore (another tokenizer, a truncated file, an
+    # unsealed step) left the new run folder and its tokenizer.json behind
+    with undone_on_error(Path(config.runconfig.model_dir)):
+        s = Session(config, spec, echo)
+        ckpt, start, notes = open_checkpoints(s)
     log: Any = NullLog()
     try:
         run_cfg = config.runconfig

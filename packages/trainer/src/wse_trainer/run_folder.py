@@ -3,11 +3,13 @@
 Contract. `check_model_dir(path)` (cheap: no JAX, no orbax) refuses a model_dir that exists
 and holds files, none of them a run's (`RUN_ENTRIES`: checkpoints/, tokenizer.json,
 metrics.jsonl...): a run would write its checkpoints, logs and HF export among someone's
-files (hunt 57: `-o ~/data` trained into it). A new, empty or run folder passes.
+files (hunt 57: `-o ~/data` trained into it), or a run's entry of the wrong kind (a folder
+run.log, a file hf, a FIFO tokenizer.json). A new, empty or run folder passes.
 `make_model_dir(path)` makes it (with its parents) and checks it is writable.
 `check_resume(config, model)` reads the meta JSON of the step a run would resume (the newest
 in `<model_dir>/checkpoints`, or `--checkpoint-path`'s) and refuses one written for another
-model (its `model` differs in any field but the name), naming the fields: before, the
+model (its `model` differs in any field but the name), naming the fields, or with another
+`train_input.shuffle_seed` (hunt 62: refused only after the tokenizer): before, the
 model_dir's steps were moved aside as "corrupt" and the run started again from step 0, and a
 `--checkpoint-path` was refused by orbax's shape error after the tokenizer was made. A
 step without a readable meta is left to the verified read (`wse_trainer.checkpoints`).
@@ -23,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from wse_core.host.readers import not_regular
+
 from wse_trainer.config import ConfigError, TrainConfig
 
 __all__ = ["RUN_ENTRIES", "check_model_dir", "make_model_dir", "undone_on_error", "check_resume"]
@@ -33,6 +37,8 @@ RUN_ENTRIES = frozenset(
     {"checkpoints", "checkpoints_aside", "tokenizer.json", "metrics.jsonl", "run.log", "train",
      "eval", "hf", ".wse-demo"}
 )  # fmt: skip
+# The entries a run makes as folders; the others it writes (or reads) as regular files
+_FOLDERS = frozenset({"checkpoints", "checkpoints_aside", "train", "eval", "hf"})
 _IGNORED = frozenset({".DS_Store"})  # a file browser's, in any folder
 
 
@@ -53,6 +59,33 @@ def check_model_dir(path: Path) -> None:
             "tokenizer.json or metrics.jsonl): a run would write among them; give a new or "
             "empty folder"
         )
+    for name in sorted(RUN_ENTRIES.intersection(names)):
+        _check_entry(path / name)
+
+
+def _check_entry(entry: Path) -> None:
+    """ConfigError for a run folder's entry of the wrong kind (hunt 62: a folder run.log or
+    metrics.jsonl, a file train/, hf or checkpoints, was a traceback after the tokenizer,
+    or after the whole run; a FIFO tokenizer.json hung the run, one linked to /dev/zero
+    read until memory ran out)."""
+    folder = entry.name in _FOLDERS
+    if folder:
+        why = None if entry.is_dir() else _kind(entry, "a folder")
+    else:
+        why = not_regular(entry)
+    if why is not None:
+        raise ConfigError(
+            f"{str(entry)!r} {why}: a run writes its {entry.name} {'folder' if folder else 'file'} "
+            "there; move it away, or give a new model_dir (-o)"
+        )
+
+
+def _kind(entry: Path, want: str) -> str:
+    """not_regular's words for an entry that must be `want` ("a folder")."""
+    if entry.is_file():
+        return f"is a file, not {want}"
+    words = not_regular(entry) or "is a special file, not a regular file"
+    return words.replace("not a regular file", f"not {want}")
 
 
 def make_model_dir(path: Path) -> Path:
@@ -75,27 +108,38 @@ _made: dict[str, Path | None] = {}  # model_dir -> the outermost folder make_mod
 
 @contextlib.contextmanager
 def undone_on_error(path: Path) -> Iterator[None]:
-    """On an error inside (the data refused), remove the tokenizer.json the block wrote and
-    the folders `make_model_dir` made when they are empty again (process 0 alone:
-    the others only read). A retry then trains its tokenizer on the data it is given."""
+    """On an error inside (the data refused, a checkpoint of another tokenizer), remove the
+    tokenizer.json the block wrote and the folders `make_model_dir` made inside it when they
+    are empty again (process 0 alone: the others only read). A retry then trains its
+    tokenizer on the data it is given."""
     from wse_core.host.distributed import is_primary
 
-    tok = path / "tokenizer.json"
-    had = tok.exists()
+    tok, key = path / "tokenizer.json", str(path.absolute())
+    try:
+        had = tok.exists()
+    except OSError:  # an unreadable model_dir: refused inside, nothing there is the block's
+        had = True
+    _made.pop(key, None)  # what an earlier block made is not this one's to remove
     try:
         yield
     except BaseException:
+        top = _made.pop(key, None)
         if is_primary():
-            if not had:
-                tok.unlink(missing_ok=True)
-            top = _made.get(str(path.absolute()))
-            for folder in [path, *path.parents] if top is not None else []:
-                if any(folder.iterdir()):
-                    break
-                folder.rmdir()
-                if folder == top:
-                    break
+            with contextlib.suppress(OSError):  # best effort: the error inside is what is told
+                _undo(path, None if had else tok, top)
         raise
+
+
+def _undo(path: Path, tok: Path | None, top: Path | None) -> None:
+    """Remove `tok` (when given) and the folders from `path` up to `top` that are empty."""
+    if tok is not None:
+        tok.unlink(missing_ok=True)
+    for folder in [path, *path.parents] if top is not None else []:
+        if any(folder.iterdir()):
+            break
+        folder.rmdir()
+        if folder == top:
+            break
 
 
 def _steps(folder: Path) -> list[Path]:
@@ -139,7 +183,7 @@ def _resumed(config: TrainConfig) -> tuple[Path, dict[str, Any], str] | None:
 
 def check_resume(config: TrainConfig, model: Any) -> None:
     """ConfigError when the step the run would resume was written for another model than
-    `model` (the run's `wse_models.ModelConfig`)."""
+    `model` (the run's `wse_models.ModelConfig`), or with another `train_input.shuffle_seed`."""
     found = _resumed(config)
     if found is None:
         return
@@ -147,11 +191,18 @@ def check_resume(config: TrainConfig, model: Any) -> None:
     want = json.loads(json.dumps(dataclasses.asdict(model)))
     got = meta["model"]
     diff = [k for k in sorted(set(want) | set(got)) if k != "name" and want.get(k) != got.get(k)]
-    if not diff:
-        return
-    shown = "; ".join(f"{k} {got.get(k)!r} there, {want.get(k)!r} here" for k in diff[:4])
     new = "give a new model_dir (-o)" if where != "--checkpoint-path" else "drop --checkpoint-path"
-    raise ConfigError(
-        f"{where}: checkpoint step {step.name} ({step}) is of another model ({shown}); resume "
-        f"with its model settings (model.{diff[0]}={got.get(diff[0])!r}), or {new}"
-    )
+    if diff:
+        shown = "; ".join(f"{k} {got.get(k)!r} there, {want.get(k)!r} here" for k in diff[:4])
+        raise ConfigError(
+            f"{where}: checkpoint step {step.name} ({step}) is of another model ({shown}); "
+            f"resume with its model settings (model.{diff[0]}={got.get(diff[0])!r}), or {new}"
+        )
+    data, seed = meta.get("data"), config.train_input.shuffle_seed
+    theirs = data.get("seed") if isinstance(data, dict) else None
+    if isinstance(theirs, int) and theirs != seed:  # hunt 62: refused after the tokenizer
+        raise ConfigError(
+            f"{where}: checkpoint step {step.name} ({step}) was trained with "
+            f"train_input.shuffle_seed={theirs}, {seed} here; resume with "
+            f"train_input.shuffle_seed={theirs}, or {new}"
+        )

@@ -15,7 +15,8 @@ before anything compiles (a ConfigError; the CPU attention kernels' compile star
 them in a helper process, `wse_models.sdpa_cpu.compile_early`), the `StreamedTrainer` from
 `init_params(seed)` and the prediction on the plan it runs; `Session.state` / `meta` are
 what a checkpoint saves (`wse_trainer.resume.open_checkpoints` restores them). A model_dir
-that cannot be a writable folder is a ConfigError before any work.
+that cannot be a writable folder is a ConfigError before any work; what a refused Session
+made (the folder, its tokenizer.json) its caller removes (`run_folder.undone_on_error`).
 `evaluate(s)` is the mean eval loss over the first `eval_steps` batches.
 """
 
@@ -137,11 +138,19 @@ def stream_rows(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
 
 
 def read_tokenizer(path: Path) -> Any:
-    """A `tokenizers.Tokenizer` from its file; ConfigError (one line) when it is not one."""
+    """A `tokenizers.Tokenizer` from its file; ConfigError (one line) when it is not one, a
+    LimitError when it is no regular file or past `file_bytes` (hunt 62: a FIFO hung the run,
+    a link to /dev/zero read until memory ran out)."""
     from tokenizers import Tokenizer
+    from wse_core.host.readers import read_text
 
     try:
-        return Tokenizer.from_file(str(path))
+        text = read_text(path, "tokenizer file")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e.reason})"
+        raise ConfigError(f"cannot read tokenizer file {str(path)!r}: {why}") from None
+    try:
+        return Tokenizer.from_str(text)
     except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
         why = " ".join(str(e).split())[:200]
         raise ConfigError(f"{path} is not a readable tokenizer file: {why}") from None
@@ -182,8 +191,9 @@ def _rows(tok, cfg, seq_len: int):
 
 def check_inputs(config: TrainConfig) -> None:
     """ConfigError for the config's values (`check_config`), a local data_dir or a
-    --checkpoint-path that is not there; cheap (no JAX, no orbax): the CLI asks before
-    importing them, `Session` again."""
+    --checkpoint-path that is not there, or a model_dir that is no run folder or lies
+    inside a data_dir; cheap (no JAX, no orbax): the CLI asks
+    before importing them, `Session` again."""
     from wse_trainer.data_files import check_data_dir
     from wse_trainer.run_folder import check_model_dir
 
@@ -196,9 +206,29 @@ def check_inputs(config: TrainConfig) -> None:
             "its checkpoints folder or one step folder"
         )
     check_model_dir(Path(run_cfg.model_dir))  # a folder of someone's files is no run folder
+    splits = ("train_input",) if run_cfg.mode == "train" else ("train_input", "eval_input")
+    for name in splits:
+        _check_apart(Path(run_cfg.model_dir), name, getattr(config, name).data_dir)
     check_data_dir(config.train_input)  # the tokenizer may be trained on it in any mode
     if run_cfg.mode != "train":
         check_data_dir(config.eval_input)
+
+
+def _check_apart(model_dir: Path, name: str, data_dir: str | list[str]) -> None:
+    """ConfigError for a model_dir inside a local data folder: the run's files (tokenizer.json,
+    metrics.jsonl, hf/) would be read as data (hunt 62: the next run was refused as a
+    data_dir that "mixes file kinds ['json', 'text']")."""
+    try:
+        run = model_dir.resolve()
+    except (OSError, RuntimeError):  # a link loop: make_model_dir says what it is
+        return
+    for entry in [data_dir] if isinstance(data_dir, str) else data_dir:
+        folder = Path(entry)
+        if entry != "stdlib" and folder.is_dir() and folder.resolve() in (run, *run.parents):
+            raise ConfigError(
+                f"model_dir {str(model_dir)!r} is inside {name}.data_dir {entry!r}: the run's "
+                "own files would be read as its data; give a model_dir outside the data folder"
+            )
 
 
 class Session:
@@ -213,7 +243,7 @@ class Session:
         from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
-        from wse_trainer.run_folder import check_resume, make_model_dir, undone_on_error
+        from wse_trainer.run_folder import check_resume, make_model_dir
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 
@@ -229,14 +259,14 @@ class Session:
         check_resume(config, self.model)  # another model's step: refused, never moved aside
         # the CPU attention's numba kernels compile in a helper meanwhile (`sdpa_cpu`)
         sdpa_cpu.compile_early(self.model.hd, self.model.dtype, backward=run_cfg.mode != "eval")
+        # a refusal from here on is undone by the caller (`wse_trainer.run`: `undone_on_error`)
         self.dir, seq = make_model_dir(Path(run_cfg.model_dir)), inp.max_sequence_length
-        with undone_on_error(self.dir):  # data refused: no run folder or tokenizer left
-            self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
-            rows = _rows(self.tok, inp, seq)
-            self.iterator = BatchIterator(rows, inp.batch_size, inp.shuffle_seed)
-            self.eval_rows: Any = None  # both splits checked against their batch sizes here
-            if run_cfg.mode != "train":
-                self.eval_rows = _eval_rows(self.tok, config.eval_input)
+        self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
+        rows = _rows(self.tok, inp, seq)
+        self.iterator = BatchIterator(rows, inp.batch_size, inp.shuffle_seed)
+        self.eval_rows: Any = None  # both splits checked against their batch sizes here
+        if run_cfg.mode != "train":
+            self.eval_rows = _eval_rows(self.tok, config.eval_input)
         self.tok_id = tokenizer_identity(self.tok)
         micro = micro_batch(config, spec, self.model)
         plan = memory.streaming
