@@ -184,6 +184,17 @@ def test_plan_infer_with_a_draft_model():
     assert spec["wafer"]["max_users"] < plain["wafer"]["max_users"]  # the draft's SRAM
 
 
+def test_plan_infer_names_a_draft_given_as_an_hf_folder(tmp_path):
+    # hunt 62: an HF folder's config has no name, and the plan said "draft ModelConfig"
+    from wse_inference.testing import save_tiny_model
+
+    draft = tmp_path / "my-draft"
+    save_tiny_model(draft, n_layers=1, vocab_size=128256)  # Llama 3's vocabulary
+    spec = _json(["plan", "infer", "--model", "llama3-8b", "--users", "1", "--draft",
+                  str(draft), "--alpha", "0.8"])  # fmt: skip
+    assert spec["inputs"]["speculation"]["draft"] == str(draft)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -209,6 +220,8 @@ def test_plan_infer_with_a_draft_model():
         (["plan", "infer", "--model", "llama3-8b", "--draft", "llama3-1b"], "needs --alpha"),
         (["plan", "infer", "--model", "llama3-8b", "--draft", "llama3-1b", "--alpha", "1.5"],
          "alpha must be in"),
+        (["plan", "infer", "--model", "llama3-8b", "--draft", "gpt2-124m", "--alpha", "0.8"],
+         "--draft gpt2-124m has a vocabulary of 50,257 tokens, the model llama3-8b 128,256"),
         (["plan", "infer", "--model", "llama3-8b", "--output-tokens", "0"], "--output-tokens must"),
         (["plan", "infer", "--model", "llama_24t"], "up to 512 holds the model"),
         (["plan", "infer", "--model", "llama3-8b", "--gemv", "tree"],

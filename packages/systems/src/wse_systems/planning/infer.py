@@ -191,7 +191,16 @@ def _speculation(asked: Draft, target: ModelChoice) -> sv.Speculation | None:
             f"--draft {draft.name} ({drafted / 1e9:.3g}B parameters) is larger than the model "
             f"{target.name} ({served / 1e9:.3g}B): a draft must be at most the model's size"
         )
-    return sv.Speculation(draft=draft.config, gamma=DEFAULT_GAMMA if gamma is None else gamma,
+    vocab, own = draft.config.vocab_size, target.config.vocab_size
+    if vocab != own:  # hunt 62: priced; the engines refuse it (`model_dir.check_draft`)
+        raise PlanError(
+            f"--draft {draft.name} has a vocabulary of {vocab:,} tokens, the model {target.name} "
+            f"{own:,}: a draft proposes the model's own tokens, so it must share its tokenizer"
+        )
+    config = draft.config  # named as given (hunt 62: an HF folder's unnamed config was
+    if not getattr(config, "name", None):  # printed as "ModelConfig")
+        config = dataclasses.replace(config, name=draft.name)
+    return sv.Speculation(draft=config, gamma=DEFAULT_GAMMA if gamma is None else gamma,
                           alpha=alpha)  # fmt: skip
 
 
