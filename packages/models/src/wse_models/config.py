@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wse_core.errors import SpecError, suggest
+from wse_core.errors import SpecError, shown_int, suggest
 from wse_core.hw import spec
 from wse_systems import transformer
 
@@ -152,8 +152,7 @@ class ModelConfig:
                 raise ModelConfigError(f"{field} must be {what}, got {v}")
             if v > MAX_SIZES[field]:  # hunt 55: n_layers=1e9 ran past a minute
                 raise ModelConfigError(
-                    f"{field} must be an integer in [1, {MAX_SIZES[field]:,}], got "
-                    f"{v if v < 10**15 else f'{v:.3e}'}"
+                    f"{field} must be an integer in [1, {MAX_SIZES[field]:,}], got {shown_int(v)}"
                 )
         object.__setattr__(self, "rope_scaling", _rope_scaling(self.rope_scaling))
         if not isinstance(self.tie_embeddings, bool):  # hunt 60: the text "false" tied them
@@ -164,7 +163,8 @@ class ModelConfig:
             v = getattr(self, field)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= FP32_MAX:
                 raise ModelConfigError(
-                    f"{field} must be a finite number > 0 within fp32 (3.4e38), got {v!r}"
+                    f"{field} must be a finite number > 0 within fp32 (3.4e38), got "
+                    f"{shown_int(v) if isinstance(v, int) else repr(v)}"  # hunt 63: 401 digits
                 )
         if self.n_heads % self.n_kv_heads:
             raise ModelConfigError(

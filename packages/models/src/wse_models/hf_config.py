@@ -10,9 +10,10 @@ are refused by name, never ignored. The MLP activation (`activation_function` fo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from wse_core.errors import quoted_number
+from wse_core.errors import quoted_number, shown_int
 
 from wse_models.config import DTYPES, ModelConfig, RopeScaling
 from wse_models.errors import CheckpointError, ModelConfigError, renamed_fields
@@ -47,11 +48,30 @@ _HF_KEYS = {
 }  # fmt: skip
 
 
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "true or false",
+               int: "a number", float: "a number", type(None): "null"}  # fmt: skip
+
+
 def _arch(d: dict[str, Any]) -> str:
+    # hunt 63: `[1, 2]` or `null` (an AttributeError), a model_type list (unhashable) and
+    # an architectures number (not iterable) were tracebacks: refused by the shape they need
+    if not isinstance(d, dict):
+        raise CheckpointError(
+            f"config.json must hold a JSON object, got {_JSON_TYPES.get(type(d), 'a value')}"
+        )
     mt = d.get("model_type")
+    if mt is not None and not isinstance(mt, str):
+        raise CheckpointError(f"config.json's model_type must be a string, got {mt!r:.40}")
+    archs = d.get("architectures")
+    if archs is not None and (
+        not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)
+    ):
+        raise CheckpointError(
+            f"config.json's architectures must be a list of strings, got {archs!r:.40}"
+        )
     if mt in HF_ARCHITECTURES:
         return mt
-    for name in d.get("architectures") or []:
+    for name in archs or []:
         if name in _ARCH_BY_HF:
             return _ARCH_BY_HF[name]
     raise CheckpointError(
@@ -68,6 +88,11 @@ _NUMBER_KEYS = (
     "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
 )  # fmt: skip
 _FLAG_KEYS = ("tie_word_embeddings",)
+# The numbers `_rope` reads with float() or int(): finite, or they overflow (hunt 63: 1e400)
+_ROPE_KEYS = (
+    "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
+    "original_max_position_embeddings",
+)  # fmt: skip
 
 
 def _check_types(d: dict[str, Any], where: str = "") -> None:
@@ -84,10 +109,23 @@ def _check_types(d: dict[str, Any], where: str = "") -> None:
             raise CheckpointError(
                 f"{where}{key} in config.json must be a number, got {value!r:.40}"
             )
+        if key in _ROPE_KEYS and value is not None and not _finite(value):  # hunt 63
+            raise CheckpointError(
+                f"{where}{key} in config.json must be a finite number, got "
+                f"{shown_int(value) if isinstance(value, int) else value}"
+            )
     for key in _FLAG_KEYS:
         value = d.get(key)
         if value is not None and not isinstance(value, bool):
             raise CheckpointError(f"{key} in config.json must be true or false, got {value!r:.40}")
+
+
+def _finite(value: int | float) -> bool:
+    """True for a number a float holds (not NaN, inf or an integer past 1.8e308)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _refuse(d: dict[str, Any], option: str, ok: Any, default: Any) -> None:
@@ -109,6 +147,13 @@ def _activation(d: dict[str, Any], key: str, default: str) -> str:
     return HF_ACTIVATIONS[d.get(key, default)]
 
 
+def _or_default(d: dict[str, Any], key: str, default: Any) -> Any:
+    """`d[key]`, or `default` where it is null or absent, as HF reads it (hunt 63: `or` read
+    num_key_value_heads 0 as all heads and n_inner 0 as 4 x n_embd)."""
+    value = d.get(key)
+    return default if value is None else value
+
+
 def _gpt2(d: dict[str, Any]) -> dict[str, Any]:
     _refuse(d, "scale_attn_by_inverse_layer_idx", False, False)
     _refuse(d, "scale_attn_weights", True, True)
@@ -117,7 +162,7 @@ def _gpt2(d: dict[str, Any]) -> dict[str, Any]:
     return dict(
         vocab_size=d.get("vocab_size", 50257), d_model=d_model, n_layers=d.get("n_layer", 12),
         n_heads=d.get("n_head", 12), n_kv_heads=d.get("n_head", 12),
-        d_ff=d.get("n_inner") or 4 * d_model, max_seq_len=d.get("n_positions", 1024),
+        d_ff=_or_default(d, "n_inner", 4 * d_model), max_seq_len=d.get("n_positions", 1024),
         norm_eps=d.get("layer_norm_epsilon", 1e-5),
         tie_embeddings=d.get("tie_word_embeddings", True),
         mlp_activation=_activation(d, "activation_function", "gelu_new"),
@@ -147,9 +192,17 @@ def _rope(d: dict[str, Any]) -> tuple[float, RopeScaling | None]:
         factor=float(params["factor"]),
         low_freq_factor=float(params.get("low_freq_factor", 1.0)),
         high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-        original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+        original_max_position_embeddings=_whole(
+            params.get("original_max_position_embeddings", 8192)
+        ),
     )
     return theta, scaling
+
+
+def _whole(value: Any) -> Any:
+    """A whole float as an int (8192.0 -> 8192); anything else as is, for RopeScaling to
+    refuse (hunt 63: int() cut 8192.5 to 8192)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _llama(d: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +213,7 @@ def _llama(d: dict[str, Any]) -> dict[str, Any]:
     return dict(
         vocab_size=d.get("vocab_size", 32000), d_model=d.get("hidden_size", 4096),
         n_layers=d.get("num_hidden_layers", 32), n_heads=heads,
-        n_kv_heads=d.get("num_key_value_heads") or heads,
+        n_kv_heads=_or_default(d, "num_key_value_heads", heads),
         d_ff=d.get("intermediate_size", 11008),
         max_seq_len=d.get("max_position_embeddings", 2048),
         norm_eps=d.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,

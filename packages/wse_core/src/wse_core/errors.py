@@ -24,6 +24,7 @@ __all__ = [
     "DefectError",
     "suggest",
     "shown",
+    "shown_int",
     "SHOWN_CHARS",
     "not_utf8",
     "ascii_only",
@@ -82,6 +83,21 @@ def shown(value: object, *, quote: bool = True, head: int = SHOWN_CHARS) -> str:
         return repr(text) if quote else text
     start = repr(text[:head]) if quote else text[:head]
     return f"{start}... ({len(text):,} characters)"
+
+
+def shown_int(value: int) -> str:
+    """An integer for an error line: as is below 1e15, then as 1.000e+18, and past a float's
+    range by its digits, "a 401-digit integer" (hunt 63: `.3e` of one was an OverflowError;
+    past int -> str's 4,300 digits it is counted from its logarithm)."""
+    if abs(value) < 10**15:
+        return str(value)
+    if abs(value) < 10**308:
+        return f"{value:.3e}"
+    sign = "a negative " if value < 0 else ""
+    try:
+        return f"{sign or 'a '}{len(str(abs(value))):,}-digit integer"
+    except ValueError:
+        return f"{sign or 'an '}integer of about {int(math.log10(abs(value))) + 1:,} digits"
 
 
 def not_utf8(text: str) -> str | None:

@@ -217,10 +217,20 @@ def infer(
         365.0, "--days", help="Deployment length (people cost).", ge=1, le=MAX_DAYS, unit="days"
     ),
     prompt_tokens: int = number(
-        1024, "--prompt-tokens", help="Prompt tokens per user.", kind=int, ge=1, le=MAX_SEQ_TOKENS
+        None,
+        "--prompt-tokens",
+        help="Prompt tokens per user (default 1024; 4/5 of a shorter context).",
+        kind=int,
+        ge=1,
+        le=MAX_SEQ_TOKENS,
     ),
     output_tokens: int = number(
-        256, "--output-tokens", help="Output tokens per user.", kind=int, ge=1, le=MAX_SEQ_TOKENS
+        None,
+        "--output-tokens",
+        help="Output tokens per user (default 256; 1/5 of a shorter context).",
+        kind=int,
+        ge=1,
+        le=MAX_SEQ_TOKENS,
     ),
     context_len: int = number(
         None,
@@ -282,12 +292,17 @@ def infer(
 
     from wse_cli.model_choice import resolve_model
 
+    choice = resolve_model(model)
+    fit = pi.default_workload(choice.config)  # hunt 63: 1,280 tokens were past GPT-2's 1,024
     plan = pi.plan_infer(
-        resolve_model(model),
+        choice,
         wafer=pi.WaferSetup(wafer_spec(wafer, spec_file, "wse3"), wafers, gemv),
         gpu=pi.GpuSetup(gpu, gpus, hbm_fraction, mfu, gpu_precision),
-        workload=sv.Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                             context_len=context_len),
+        workload=sv.Workload(
+            prompt_tokens=fit.prompt_tokens if prompt_tokens is None else prompt_tokens,
+            output_tokens=fit.output_tokens if output_tokens is None else output_tokens,
+            context_len=context_len,
+        ),
         target=pi.Target(users, min_user_tokens_per_s, max_ttft_s),
         costing=pi.Costing(tokens_per_day, days, _rates(usd_gpu, usd_sys, usd_eng, eng_hours,
                                                         usd_kwh)),

@@ -10,11 +10,23 @@ from typing import Any
 
 from wse_core import WseError
 
-__all__ = ["PlanError", "ModelChoice"]
+__all__ = ["PlanError", "ModelChoice", "check_context"]
 
 
 class PlanError(WseError):
     """`wse plan` input that cannot be planned (unknown model, negative tokens...)."""
+
+
+def check_context(config: Any, what: str, tokens: int) -> None:
+    """`what` (a sequence of `tokens` tokens) within the model's `max_seq_len`, for GPT-2
+    (the rows of its position table) and Llama (the longest context trained for) alike: the
+    rule `wse train` applies to a params file's max_sequence_length (`check_config`), and
+    the inference engines' context limit (hunt 63: `--seq-len 4096` planned GPT-2)."""
+    if tokens > config.max_seq_len:
+        raise PlanError(
+            f"{what} exceeds the model's max_seq_len={config.max_seq_len}; use at most "
+            f"{config.max_seq_len}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)

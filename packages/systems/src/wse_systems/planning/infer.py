@@ -4,9 +4,10 @@ Contract. `plan_infer(choice, ...)` builds both serving systems of `wse_systems.
 wafers (`WaferServing`: the pipeline plan the inference engine runs, with users in flight
 up to what fits its SRAM) and the GPUs (`GpuServing`: a batch on every tp x pp layout of
 one node, or of the fewest whole nodes that hold the model) — for one `Workload` (prompt,
-output and context tokens per user), optionally with speculative decoding (a draft model,
-gamma, alpha). It returns a `ServingPlan`: each system's frontier (aggregate tokens/s
-against tokens/s per user as the load grows), the point chosen on each side —
+output and context tokens per user, within the model's context; None: `default_workload`),
+optionally with speculative decoding (a draft model, gamma, alpha). It returns a
+`ServingPlan`: each system's frontier (aggregate tokens/s against tokens/s per user as the
+load grows), the point chosen on each side —
 
 - `users=N`: N users in flight on each side (refused, with the budget, where they do not fit);
 - `min_user_tokens_per_s=S`: the largest load at least S tokens/s per user on each side (a
@@ -31,7 +32,7 @@ from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems import serving as sv
 from wse_systems.pipeline import GEMV_PROGRAMS, PipelinePlanError, Regions
-from wse_systems.planning.choice import ModelChoice, PlanError
+from wse_systems.planning.choice import ModelChoice, PlanError, check_context
 from wse_systems.planning.train import (
     SideResult,
     check_positive,
@@ -51,12 +52,34 @@ __all__ = [
     "ServingPlan",
     "Target",
     "WaferSetup",
+    "default_workload",
     "plan_infer",
     "wafer_serving",
 ]
 
 DAY_S = 86400.0
 DEFAULT_GAMMA = 4  # drafted tokens per round when a draft is given without --gamma
+DEFAULT_WORKLOAD = sv.Workload(prompt_tokens=1024, output_tokens=256)
+
+
+def default_workload(config: Any) -> sv.Workload:
+    """`DEFAULT_WORKLOAD`, or within a shorter context (GPT-2's 1,024 positions) the same
+    4:1 split of it: the request a plan serves when none is given."""
+    if DEFAULT_WORKLOAD.held_tokens <= config.max_seq_len:
+        return DEFAULT_WORKLOAD
+    output = max(1, config.max_seq_len // 5)
+    return sv.Workload(prompt_tokens=max(1, config.max_seq_len - output), output_tokens=output)
+
+
+def _check_request(config: Any, work: sv.Workload) -> None:
+    """hunt 63: a request longer than the model's context was planned (GPT-2 at 4,256
+    tokens, past its 1,024 positions); a params file's sequence was refused."""
+    what = (
+        f"--context-len {work.context_len}" if work.context_len else f"a request of "
+        f"{work.held_tokens} tokens (--prompt-tokens {work.prompt_tokens} + --output-tokens "
+        f"{work.output_tokens})"
+    )  # fmt: skip
+    check_context(config, what, work.held_tokens)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,7 +307,7 @@ def plan_infer(
     *,
     wafer: WaferSetup,
     gpu: GpuSetup = GpuSetup(),
-    workload: sv.Workload = sv.Workload(prompt_tokens=1024, output_tokens=256),
+    workload: sv.Workload | None = None,
     target: Target = Target(),
     costing: Costing = Costing(),
     draft: Draft = Draft(),
@@ -303,7 +326,9 @@ def plan_infer(
     if gemv not in GEMV_PROGRAMS:
         raise PlanError(f"--gemv {gemv!r}: the known GEMV programs are {', '.join(GEMV_PROGRAMS)}")
     cfg, g = choice.config, gpum.gpu_spec(gpu.gpu)
-    power, work = eco.system_power_w(spec), workload
+    work = default_workload(cfg) if workload is None else workload
+    _check_request(cfg, work)
+    power = eco.system_power_w(spec)
     speculation = _speculation(draft, choice)
     ws = wafer_serving(
         cfg, spec, num_wafers=wafers, workload=work, speculation=speculation, gemv=gemv
@@ -312,7 +337,13 @@ def plan_infer(
     m = gpus or _default_gpus(shape, g, work, speculation, gpu_precision)
     kw = dict(workload=work, fractions=gpu_step.GpuFractions(hbm_fraction, mfu),
               speculation=speculation, precision=gpu_precision)  # fmt: skip
-    gs = sv.GpuServing(shape, g, num_gpus=m, **kw)  # type: ignore[arg-type]
+    try:
+        gs = sv.GpuServing(shape, g, num_gpus=m, **kw)  # type: ignore[arg-type]
+    except gpum.GpuMemoryError:  # hunt 63: it named its smallest replica ("1 x H100 ...")
+        raise gpu_step.memory_error(
+            shape, g, m, held_tokens=work.held_tokens, precision=gpu_precision,
+            draft=None if speculation is None else speculation.draft,
+        ) from None  # fmt: skip
     wf, gf = sv.frontier(ws), sv.frontier(gs)
     wp, w_ok = _choose(ws, wf, users, min_user_tokens_per_s, max_ttft_s)
     gp, g_ok = _choose(gs, gf, users, min_user_tokens_per_s, max_ttft_s)

@@ -27,7 +27,7 @@ from wse_core import WaferSpec
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
-from wse_systems.planning.choice import ModelChoice, PlanError
+from wse_systems.planning.choice import ModelChoice, PlanError, check_context
 from wse_systems.transformer import DecoderShape, num_params
 
 __all__ = [
@@ -332,6 +332,7 @@ def plan_train(
     eco.system_power_w(spec)  # a wafer of no system fails before any work
     n = systems or choice.num_csx or 1
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
+    check_context(cfg, f"--seq-len {seq}" if seq_len else f"a sequence of {seq} tokens", seq)
     per_system = batch_per_system or _split(choice, n)
     micro = micro_batch or choice.micro_batch or "explore"
     # per_system None: the smallest batch that keeps the wafer fed

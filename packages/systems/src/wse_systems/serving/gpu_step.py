@@ -56,6 +56,7 @@ __all__ = [
     "StepBatch",
     "GpuStep",
     "layout_for",
+    "memory_error",
     "replica_sizes",
     "max_batch",
     "min_gpus",
@@ -198,14 +199,34 @@ def max_batch(
     usable = USABLE_MEMORY * gpu.memory_bytes * layout.gpus
     weights, per_user = _bytes(model, draft, prec, held_tokens)
     if weights + per_user > usable:
-        at_least = min_gpus(model, gpu, held_tokens=held_tokens, precision=prec, draft=draft)
-        raise GpuMemoryError(
-            f"{layout.gpus} x {gpu.name} cannot hold this model for serving "
-            f"({(weights + per_user) / 1e9:.1f} GB of {prec.name} weights and one user's KV "
-            f"cache of {held_tokens} tokens): use at least {at_least} GPUs (up to "
-            f"{gpu.gpus_per_node} per node, then whole nodes)"
+        raise memory_error(
+            model, gpu, layout.gpus, held_tokens=held_tokens, draft=draft, precision=prec
         )
     return int((usable - weights) // per_user) if per_user else 1 << 62
+
+
+def memory_error(
+    model: DecoderShape, gpu: GpuSpec, num_gpus: int, *, held_tokens: int,
+    draft: DecoderShape | None = None, precision: str | GpuPrecision = "bf16",
+) -> GpuMemoryError:  # fmt: skip
+    """The refusal of `num_gpus` GPUs that serve the model with no replica, naming the fewest
+    that do (`min_gpus`) and, for a count past a node that is not whole nodes, its largest
+    replica (hunt 63: `--gpus 12` was refused as "1 x H100", its smallest replica)."""
+    prec, node = gpu_precision(precision), gpu.gpus_per_node
+    weights, per_user = _bytes(model, draft, prec, held_tokens)
+    at_least = min_gpus(model, gpu, held_tokens=held_tokens, precision=prec, draft=draft)
+    split = ""
+    if num_gpus > node and num_gpus % node:
+        split = (
+            f"; past one node replicas are whole nodes, so {num_gpus} GPUs make replicas of "
+            f"at most {max(replica_sizes(num_gpus, gpu, model))}"
+        )
+    return GpuMemoryError(
+        f"{num_gpus} x {gpu.name} cannot hold this model for serving "
+        f"({(weights + per_user) / 1e9:.1f} GB of {prec.name} weights and one user's KV "
+        f"cache of {held_tokens} tokens{split}): use at least {at_least} GPUs (up to "
+        f"{node} per node, then whole nodes)"
+    )
 
 
 def step(

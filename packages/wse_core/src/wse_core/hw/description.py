@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from wse_core.errors import SpecError, ascii_only, suggest
+from wse_core.errors import SpecError, ascii_only, shown_int, suggest
 from wse_core.hw.dtypes import DTYPES
 from wse_core.hw.simd import OP_KINDS, SIMD_WSE2
 
@@ -102,6 +102,9 @@ class WaferSpec:
             if declared.type in ("int", "float") and not isinstance(value, int | float):
                 kind = "an integer" if declared.type == "int" else "a number (int or float)"
                 raise SpecError(f"{declared.name} must be {kind}, got {_typed(value)}")
+            if declared.type == "float" and isinstance(value, int) and abs(value) >= 10**308:
+                # hunt 63: math.isfinite of a 401-digit integer was an OverflowError traceback
+                raise SpecError(f"{declared.name} must be a finite number, got {_typed(value)}")
         for field, low, high in (
             ("pe_rows", 1, MAX_PE_SIDE),
             ("pe_cols", 1, MAX_PE_SIDE),
@@ -303,7 +306,7 @@ class WaferSpec:
 def _typed(value: Any) -> str:
     """`value` for an error line: short, with its type when that is the problem."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
-        return f"{value:.3e}"
+        return shown_int(value)
     text = f"{value!r:.60}"
     return (
         text
