@@ -52,7 +52,7 @@ def test_rayleigh_benard_json_png_and_trace(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--ra", "0"], "--ra must be > 0"),
+        (["--ra", "0"], "--ra must be a finite number in [1, 1e+17]"),
         (["--grid", "40", "8", "1"], "does not fit the small wafer"),
         (["--grid", "16", "8", "1", "--dt", "1"], "breaks the explicit step's limit"),
         (["--grid", "16", "8", "20000"], "needs"),

@@ -96,7 +96,7 @@ def test_steps_zero_writes_energies_and_forces_equal_to_the_oracle(cu_file, tmp_
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--steps", "1", "--dt-fs", "0"], "--dt-fs must be a finite number > 0 (fs)"),
+        (["--steps", "1", "--dt-fs", "0"], "--dt-fs must be a finite number >= 0.001 (fs)"),
         (["--element", "Zr"], "no parameters for Zr"),
         (["--thermostat", "nose"], "unknown thermostat"),
         (["--thermostat", "nose-hoover"], "nose-hoover needs"),

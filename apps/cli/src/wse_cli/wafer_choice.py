@@ -47,10 +47,26 @@ def preset_option(
 
 
 def parse_sets(items: Sequence[str] | None) -> dict[str, str]:
-    """`["clock_hz=1e9", ...]` -> {field: text} (a SpecError on an item without `=`)."""
+    """`["clock_hz=1e9", ...]` -> {field: text} (a SpecError on an item without `=`, or on a
+    mapping field: `--set` takes one number or name a field)."""
+    import dataclasses
+
+    from wse_core import SpecError, WaferSpec
     from wse_core.cost.assumptions import key_values
 
-    return key_values(items or (), "--set expects FIELD=VALUE")
+    sets = key_values(items or (), "--set expects FIELD=VALUE")
+    fields = {f.name: str(f.type) for f in dataclasses.fields(WaferSpec)}
+    for key in sorted(k for k in sets if fields.get(k, "").startswith("Mapping")):
+        # hunt 63: `flops_per_cycle=5` "must be a mapping", `={fp32: 2}` "must be a number"
+        from wse_core.hw.spec import preset
+
+        pairs = [f"{k}: {v:g}" for k, v in getattr(preset("wse3"), key).items()]
+        example = "{" + ", ".join(pairs if len(pairs) <= 4 else [*pairs[:2], "..."]) + "}"
+        raise SpecError(
+            f"--set {key}: {key} is a mapping and --set takes one value a field; give the "
+            f"whole mapping in a --spec FILE ('base: wse3' and '{key}: {example}')"
+        )
+    return sets
 
 
 def wafer_spec(

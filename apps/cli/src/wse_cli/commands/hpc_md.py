@@ -53,7 +53,12 @@ def md(
         le=INT32_MAX,
         limit="time_steps",
     ),
-    dt_fs: float = number(1.0, "--dt-fs", help="Timestep (fs).", gt=0, unit="fs", limit="md_dt_fs"),
+    # hunt 63: 1e-300 ran (dt is 0 in fp32: nothing moved, exit 0; with langevin, NaN). A
+    # 300 K Cu atom moves ~2 A/ps, 2e-6 A in 1e-3 fs: about one fp32 spacing of a coordinate
+    # of 16-64 A, so a shorter step rounds away; LAMMPS metal runs use 0.1-5 fs
+    dt_fs: float = number(
+        1.0, "--dt-fs", help="Timestep (fs).", ge=1e-3, unit="fs", limit="md_dt_fs"
+    ),
     temperature_k: float = number(
         None,
         "--temperature-K",
@@ -66,11 +71,15 @@ def md(
     thermostat: str = typer.Option(
         "none", "--thermostat", help="none (NVE) | langevin | nose-hoover"
     ),
+    # hunt 63: 1e300 was an OverflowError traceback (Nose-Hoover's Q ~ Tdamp^2). A bath
+    # slower than the longest run the limits allow (time_steps 10^7 x md_dt_fs 1,000 fs =
+    # 1e10 fs) never acts in it; LAMMPS's guide is Tdamp = 100 dt
     damp_fs: float = number(
         100.0,
         "--damp-fs",
-        help="Damping time (fs): Langevin damp, Nose-Hoover Tdamp.",
+        help="Damping time (fs): Langevin damp, Nose-Hoover Tdamp (LAMMPS: ~100 x dt).",
         gt=0,
+        le=10**10,  # an int: the help reads 10000000000, not 10000000000.0
         unit="fs",
     ),
     seed: int = number(0, "--seed", help="Seed of velocities and Langevin noise.", **SEED),
@@ -204,6 +213,8 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
             console.print(banner.pop(0))
 
     def on_row(row):
+        if row.step == 0:
+            _refuse_nonfinite_start(row)
         if not as_json:
             print_banner()
             console.print(format_row(row, bath))
@@ -215,6 +226,7 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     part = target.with_name(f".{target.name}.part") if target and target.is_file() else target
 
     def on_frame(step, frame):
+        _refuse_nonfinite_frame(step, frame)
         if part is not None and primary:  # one frame per thermo row: a trajectory
             write_xyz(part, [frame], append=step > 0, info={"step": step})
 
@@ -254,6 +266,39 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
         console.print(f"wrote {out}")
     if trace is not None:
         console.print(f"per-PE trace: {summary['trace']} (wse view FILE)")
+
+
+def _refuse_nonfinite_start(row) -> None:
+    """Energies of the starting structure that are not finite stop the run before a row or
+    frame is shown or written (hunt 63: `--steps 0` printed `"press": -Infinity` and wrote
+    `nan` forces, exit 0; with steps, the first chunk then blamed --dt-fs)."""
+    import math
+
+    from wse_core.errors import RunFault
+
+    values = {"potential energy": (row.pe, "eV"), "pressure": (row.press, "bar")}
+    bad = [f"{k} {v:g} {unit}" for k, (v, unit) in values.items() if not math.isfinite(v)]
+    if bad:
+        raise RunFault(
+            f"the starting structure's {' and '.join(bad)} (step 0, before any time step): "
+            "the potential file's tables or the structure give values that are not finite, "
+            "not the time step; nothing was written"
+        )
+
+
+def _refuse_nonfinite_frame(step: int, frame) -> None:
+    """A frame whose forces or per-atom energies are not finite is never written (hunt 63)."""
+    import numpy as np
+    from wse_core.errors import RunFault
+
+    for name, values in (("forces", frame.forces_eV_A), ("energies", frame.energies_eV)):
+        if values is not None and not np.isfinite(values).all():
+            bad = int((~np.isfinite(values)).any(axis=-1).sum() if values.ndim > 1
+                      else (~np.isfinite(values)).sum())  # fmt: skip
+            raise RunFault(
+                f"step {step}: {bad:,} of {frame.num_atoms:,} atoms have {name} that are not "
+                "finite; the frame was not written (check the potential file's tables)"
+            )
 
 
 def _summary(res, cfg, n_atoms, trace=None) -> dict:

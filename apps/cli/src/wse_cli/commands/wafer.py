@@ -10,7 +10,7 @@ import typer
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import SEED, number
 from wse_cli.outputs import png_file
-from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
+from wse_cli.wafer_choice import SPEC_FILE, parse_sets, preset_option, wafer_spec
 
 app = typer.Typer(cls=WseGroup, help="Wafer specs, defect maps and repair.", no_args_is_help=True)
 
@@ -88,6 +88,10 @@ def defects(
     from wse_core import DefectError, defect_map, remap
 
     s = wafer_spec(preset, spec, "wse3", sets)
+    given = parse_sets(sets).get("defect_rate")  # hunt 63: --defect-rate won, silently
+    if defect_rate is not None and given is not None:
+        fail(f"--defect-rate {defect_rate:g} and --set defect_rate={given} both give the "
+             "dead-PE rate; give one of them")  # fmt: skip
     if defect_rate is not None and not 0.0 <= defect_rate < 1.0:
         fail(f"--defect-rate must be in [0, 1), got {defect_rate}")
     dm = defect_map(s, seed, defect_rate)

@@ -181,9 +181,12 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
         done, total_its = done + n, total_its + int(its)
         step, t = step0 + done, t0 + done * flow.dt
         history.append((step, t, float(nu), float(ke)))
-        if not np.isfinite(float(ke)):
-            raise FieldError(f"the run blew up at step {step} (kinetic energy {float(ke)}); "
-                             "use a smaller --dt")  # fmt: skip
+        if not np.isfinite(float(ke)):  # hunt 63: "use a smaller --dt" when none was given
+            chosen = "--dt" if cfg.dt is not None else "the default step"
+            raise FieldError(
+                f"the run blew up at step {step} (kinetic energy {float(ke)}) with {chosen} "
+                f"{flow.dt:.4g}; give a smaller --dt"
+            )
         if on_progress:
             on_progress(step, float(nu), float(ke))
         if cfg.out_dir is not None and (cfg.output_every and done % cfg.output_every == 0):

@@ -19,6 +19,7 @@ __all__ = [
     "PotentialLines",
     "header_numbers",
     "grid_line",
+    "r_table_reach",
     "element_line",
     "element_symbol",
     "table_text",
@@ -31,6 +32,11 @@ class PotentialError(WseError):
 
 # -- a line cursor with line numbers --------------------------------------------------------
 FP32_MAX = float(np.finfo(np.float32).max)  # the tables run in fp32 by default
+FP32_TINY = float(np.finfo(np.float32).tiny)  # 1.2e-38, fp32's smallest normal: 1 / it is finite
+# How far the r table may end short of the cutoff: published files end one spacing short
+# (Nr * dr = cutoff: Mishin's Cu01, Mendelev's Fe_mm, Cai & Ye's AlCu), and a spacing printed
+# with few digits loses a little more
+R_TABLE_SHORT_SPACINGS = 2
 
 
 class PotentialLines:
@@ -128,6 +134,13 @@ def grid_line(src: PotentialLines) -> tuple[int, float, int, float, float]:
     for name, v in (("drho", drho), ("dr", dr), ("cutoff", cut)):
         if not v > 0:
             raise PotentialError(f"{src.path.name} line {lineno}: {name} = {v} must be positive")
+    for name, v in (("drho", drho), ("dr", dr)):  # hunt 63: dr 1e-300 printed "press": -inf
+        if v < FP32_TINY:  # the splines multiply by 1 / spacing, in fp32: inf, then NaN forces
+            raise PotentialError(
+                f"{src.path.name} line {lineno}: {name} = {v:.3g} is below fp32's smallest "
+                f"normal number {FP32_TINY:.3g}: the fp32 tables take 1 / {name}, which "
+                f"overflows; give a knot spacing of at least {FP32_TINY:.3g}"
+            )
     for name, n, d in (("rho", nrho, drho), ("r", nr, dr)):  # hunt 61: drho 1e308 ran
         if not (n - 1) * d <= FP32_MAX:
             raise PotentialError(
@@ -135,6 +148,22 @@ def grid_line(src: PotentialLines) -> tuple[int, float, int, float, float]:
                 f" = {(n - 1) * d:.3g}; it must stay within 3.4e38 (fp32)"
             )
     return int(nrho), float(drho), int(nr), float(dr), float(cut)
+
+
+def r_table_reach(src: PotentialLines, lineno: int, nr: int, dr: float, cut: float) -> None:
+    """The r tables, read, must reach the cutoff of the grid line `lineno` (checked after
+    the tables, so a malformed file is told so first).
+
+    Hunt 63: dr 1e-3 made the r table span 1 A of a 5.7 A cutoff and the run gave PE -0.02
+    eV: every pair past the table's end takes its last knot's value (LAMMPS's pair_eam clamps
+    so too, and reads such a file without a word). The rho table is not held to the
+    densities: they depend on the structure, and F extends linearly past rhomax (LAMMPS)."""
+    if (nr - 1) * dr < cut - R_TABLE_SHORT_SPACINGS * dr:
+        raise PotentialError(
+            f"{src.path.name} line {lineno}: the r table ends at (Nr - 1) * dr = "
+            f"{(nr - 1) * dr:.4g} A, short of the cutoff {cut:.4g} A: every pair between "
+            f"would take the table's last value; give Nr and dr with Nr * dr >= cutoff"
+        )
 
 
 def element_line(src: PotentialLines) -> tuple[int, float, float, str]:

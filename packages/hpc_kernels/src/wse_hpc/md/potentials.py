@@ -33,6 +33,7 @@ from wse_hpc.md.potential_format import (
     element_line,
     element_symbol,
     grid_line,
+    r_table_reach,
     table_text,
 )
 
@@ -141,9 +142,11 @@ def _read_one_funcfl(path: Path) -> _Funcfl:
     src.header("a comment line")
     number, mass, alat, lat = element_line(src)
     nrho, drho, nr, dr, cut = grid_line(src)
+    grid_at = src.at  # the grid line's number, for the r table's reach (hunt 63)
     frho = src.numbers(nrho, "F(rho)")
     zr = src.numbers(nr, "Z(r)")
     rhor = src.numbers(nr, "rho(r)")
+    r_table_reach(src, grid_at, nr, dr, cut)
     return _Funcfl(number, mass, alat, lat, nrho, drho, nr, dr, cut, frho, zr, rhor)
 
 
@@ -221,6 +224,7 @@ def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
             f"{path.name} line {lineno}: element {twice!r} is named twice; name each once"
         )
     nrho, drho, nr, dr, cut = grid_line(src)
+    grid_at = src.at  # the grid line's number, for the r table's reach (hunt 63)
     # Tables are read before they are stacked: each read is bounded by the rest of the file
     # (hunt 61: np.zeros((N, N, Nr)) up front was 2.9 TiB for a line 4 naming 20,000
     # elements, 75 GiB for Nr 10^10: a MemoryError traceback before a value was read).
@@ -234,6 +238,7 @@ def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
             rho.append([src.numbers(nr, f"rho(r) of {elements[a]}")] * ne)
     phi = [[src.numbers(nr, f"r*phi(r) of {elements[a]}-{elements[b]}") for b in range(a + 1)]
            for a in range(ne)]  # fmt: skip
+    r_table_reach(src, grid_at, nr, dr, cut)
     rhor = np.array(rho)
     z2r = np.array([[phi[max(a, b)][min(a, b)] for b in range(ne)] for a in range(ne)])
     return EamPotential(

@@ -237,6 +237,8 @@ def _solve(targets: Mapping[str, tuple]) -> dict[str, float]:
         return {}
 
     def residual(x) -> np.ndarray:
+        for key, v in zip(keys, x, strict=True):
+            _refuse_past_limits(key, float(v))
         cal = Calibration(values=dict(zip(keys, (float(v) for v in x), strict=True)))
         return np.array([targets[k][0](cal) / targets[k][1] - 1.0 for k in keys])
 
@@ -248,6 +250,32 @@ def _solve(targets: Mapping[str, tuple]) -> dict[str, float]:
         jac = np.column_stack([(residual(x + 1e-3 * e) - r) / 1e-3 for e in np.eye(len(keys))])
         x = np.maximum(x - np.linalg.lstsq(jac, r, rcond=None)[0], 0.0)  # cycles are >= 0
     return dict(zip(keys, (float(v) for v in x), strict=True))
+
+
+def _refuse_past_limits(key: str, value: float) -> None:
+    """A refit that takes a constant past its `limits` names the assumptions that drove it
+    there (hunt 63: `--sweep clock_hz=1e6,1e11` said only "dsd_issue_cycles must be in [0,
+    10000] cycles/DSD, got 48830.57", the spec's refusal of the refitted constant)."""
+    from wse_core.cost.assumptions import active
+    from wse_core.cost.mechanisms import CONSTANTS
+    from wse_core.errors import SpecError
+
+    c = CONSTANTS[key]
+    low, high = c.limits
+    if low <= value <= high:
+        return
+    given = active()
+    cause = ", ".join(f"{k}={v:g}" for k, v in given.items()) or "the calibration rows"
+    sweeps = {k: CONSTANTS[k].sweep for k in given if k in CONSTANTS and CONSTANTS[k].sweep}
+    hints = [f"{k} nearer its plausible {', '.join(f'{x:g}' for x in r)}"
+             for k, r in sweeps.items() if not min(r) <= given[k] <= max(r)]  # fmt: skip
+    shown = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    raise SpecError(
+        f"{cause} {'takes' if len(given) == 1 else 'take'} the refit of {key} to {shown} "
+        f"{c.units}, past its limit [{low:,g}, {high:,g}]: the calibration's published rows "
+        f"cannot be met there; assume {' and '.join(hints) or 'other values'}, or hold {key} "
+        f"with --assume {key}=VALUE (an assumed constant is not refitted)"
+    )
 
 
 def _fit(excluded: frozenset[str] = frozenset(), published: Mapping[str, float] = {}):

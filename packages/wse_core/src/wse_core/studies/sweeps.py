@@ -53,8 +53,7 @@ class Sweep:
                 f"{v:.5g}" + (f" ({v / base - 1:+.1%})" if base and i else "")
                 for i, v in enumerate(vals)
             ]
-            spread = (max(vals) / min(vals) - 1) if min(vals) > 0 else float("nan")
-            out.append("| " + " | ".join([label, unit, *cells, f"{spread:.1%}"]) + " |")
+            out.append("| " + " | ".join([label, unit, *cells, _spread(vals)]) + " |")
         return "\n".join(out) + "\n"
 
     def write(self, folder: Path) -> Path:
@@ -71,6 +70,16 @@ class Sweep:
         rows = [[label, unit, *vals] for label, unit, vals in self.lines]
         write_atomically(folder / f"sweep_{self.key}.csv", csv_text([head, *rows]))
         return path
+
+
+def _spread(vals: Sequence[float]) -> str:
+    """The range column: max / min - 1 of positive values, 0.0% of values that never move
+    (zeros included), else a dash (hunt 63: a prediction of 0 printed `nan%`; from 0 or
+    across it no relative range exists)."""
+    low, high = min(vals), max(vals)
+    if low == high:
+        return f"{0:.1%}"
+    return f"{high / low - 1:.1%}" if low > 0 else "-"
 
 
 def _label(row: PredictionRow) -> str:
