@@ -56,3 +56,25 @@ def test_an_r_table_short_of_the_cutoff_is_refused(tmp_path, grid, ok):
     end = f"ends at \\(Nr - 1\\) \\* dr = {(nr - 1) * dr:g} A"
     with pytest.raises(PotentialError, match=end):
         read_setfl(path)
+
+
+def test_every_eam_potential_lammps_ships_still_reads():
+    """The grid checks (1 / dr in fp32, the r table reaching the cutoff but for two spacings)
+    refuse none of the EAM files LAMMPS ships: its published tables end one spacing short."""
+    from wse_hpc.md.potentials import read_funcfl
+    from wse_hpc.md.testing import lammps_potentials_dir
+
+    folder = lammps_potentials_dir()
+    if folder is None:
+        pytest.skip("no LAMMPS potential directory (apt-get install lammps-data)")
+    read = 0
+    for path in sorted(folder.iterdir()):
+        if path.name.endswith((".eam.alloy", ".eam.fs")):
+            pot = read_setfl(path, fs=path.name.endswith(".fs"))
+        elif path.name.endswith(".eam"):
+            pot = read_funcfl([path], [path.name.split("_")[0]])
+        else:
+            continue
+        assert np.isfinite(np.float32(1.0) / np.float32(pot.dr)), path.name
+        read += 1
+    assert read >= 10
