@@ -337,6 +337,13 @@ def _next_on_wafer(plan: Any, i: int) -> Region | None:
     return nxt.region if nxt.wafer == stages[i].wafer else None
 
 
+def _own(part: Phase | Phases) -> Phase | Phases:
+    """`part` as new nodes over the same (immutable) `Work`s: a stage's own layer tree."""
+    if isinstance(part, Phases):
+        return Phases(part.mode, tuple(_own(p) for p in part.parts), part.name, part.repeat)
+    return Phase(part.name, part.work, part.repeat)
+
+
 def decode_phases(
     shape: DecoderShape,
     plan: Any,
@@ -345,6 +352,7 @@ def decode_phases(
     mlp_zero_fraction: float | Sequence[float] = 0.0,
     token_out: bool = False,
     block_tokens: int = 1,
+    shared_layers: bool = False,
 ) -> Phases:
     """One batch-1 decode step (one token) of `shape` on `plan` (a `PipelinePlan`);
     `mlp_zero_fraction` is one value or one per layer (a stage takes its layers' mean);
@@ -357,19 +365,30 @@ def decode_phases(
     at the system's I/O rate (`host_io_bytes_per_s`) and one network latency
     (`system_latency_s`, assumed, with its sweep in `wse_core.cost.mechanisms`);
     `per_token` is the head, the argmax and the embedding of the next token. `block_tokens`
-    k > 1 under "meshgemv": each product one MeshGEMM of k tokens, the rest one token's."""
+    k > 1 under "meshgemv": each product one MeshGEMM of k tokens, the rest one token's.
+    `shared_layers`: the stages of one region shape (and zero fraction) hold one layer tree,
+    the same object, for a pricer that prices a node once (`wse_systems.serving.blocks`);
+    by default each stage has nodes of its own (over the same `Work`s), as what tells
+    leaves apart by identity needs (`wse_core.trace`: a leaf's region)."""
     kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
     b, d, spec = plan.bytes_per_param, shape.d_model, plan.spec
     gemv = check_gemv(plan.gemv)
     mesh = gemv == "meshgemv"
     parts: list[Phase | Phases] = []
     zeros = np.broadcast_to(np.asarray(mlp_zero_fraction, np.float64), (shape.n_layers,))
+    # hunt 63: a 4,096-layer model built 4,096 equal layer trees per token priced (a minute
+    # per plan); a layer's phases depend on its region's rows x cols only (not where it
+    # lies), so each distinct (rows, cols, zero fraction) is built once
+    layers: dict[tuple[int, int, float], Phases] = {}
     for i, stage in enumerate(plan.stages):
         s = float(zeros[stage.layers[0] : stage.layers[1]].mean())
-        layer = layer_phases(
-            shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s,
-            spec=spec, gemv=gemv, block_tokens=block_tokens,
-        )  # fmt: skip
+        key = (stage.region.rows, stage.region.cols, s)
+        if key not in layers:
+            layers[key] = layer_phases(
+                shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s,
+                spec=spec, gemv=gemv, block_tokens=block_tokens,
+            )  # fmt: skip
+        layer = layers[key] if shared_layers else _own(layers[key])
         handoff = _to_next(stage.region, d, b, _next_on_wafer(plan, i), from_bottom=mesh)
         parts.append(
             serial(

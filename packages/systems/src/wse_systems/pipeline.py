@@ -151,9 +151,11 @@ class PipelinePlan:
         region, and the way back (the last region's trip, the head's from the edge)."""
         if self.num_wafers == 1:
             return 0
-        hops = 0
+        hops, by_wafer = 0, {}
+        for s in self.stages:  # hunt 63: a scan of every stage per wafer (4,096 x 4,096)
+            by_wafer.setdefault(s.wafer, []).append(s)
         for w in range(self.num_wafers):
-            mine = [s for s in self.stages if s.wafer == w]
+            mine = by_wafer.get(w, [])
             first = self.head if w == 0 else mine[0]
             hops += to_edge(first.region, self.spec) + to_edge(mine[-1].region, self.spec)
         return hops
@@ -310,8 +312,9 @@ def _place_on_wafer(
     spec: WaferSpec, wafer: int, entries: list, need: int, num_wafers: int, strips: int = 1
 ) -> list[StagePlan]:
     """Give each entry a band of rows of its column strip (one strip: the whole width) and
-    declare its bytes in the wafer's ledger."""
-    ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+    declare its bytes in its region's ledger (the regions are disjoint: a PE's use is its
+    one region's)."""
+    wafer_grid = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
     sizes = [sum(b) for _, _, b in entries]
     strip_of, cols = _by_strip(sizes, strips), split_even(spec.pe_cols, strips)
     out: list[StagePlan] = []
@@ -326,11 +329,15 @@ def _place_on_wafer(
         row0 = 0
         for i, r in zip(mine, rows, strict=True):
             name, layers, (w_b, kv_b, act_b) = entries[i]
-            region = ledger.region(name, row0, c0, r, c1 - c0)
+            region = wafer_grid.region(name, row0, c0, r, c1 - c0)
             plan = StagePlan(name, wafer, region, layers, int(w_b), int(kv_b), int(act_b))
+            # hunt 63: one ledger for the wafer scanned every allocation before it at each
+            # allocation (a 4,096-layer draft planned for minutes); the bands are disjoint,
+            # so a ledger of the region's own PEs gives the same answer
+            ledger = SramLedger(region.rows, region.cols, spec.sram_bytes_per_pe)
             try:
                 for part, b in (("weights", w_b), ("kv_cache", kv_b), ("activations", act_b)):
-                    ledger.allocate(f"{name}.{part}", math.ceil(b / region.num_pes), region)
+                    ledger.allocate(f"{name}.{part}", math.ceil(b / region.num_pes))
             except SramBudgetError:
                 raise _too_big(spec, wafer, entries, plan, need, num_wafers) from None
             out.append(plan)

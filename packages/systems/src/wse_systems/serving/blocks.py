@@ -33,7 +33,6 @@ from wse_core.cost.perf import PerfModel, Phase, Phases, Work
 from wse_systems.decoder import PER_TOKEN, decode_phases
 from wse_systems.meshgemm import is_meshgemm, meshgemm_max_tokens
 from wse_systems.pipeline import PipelinePlan
-from wse_systems.token import price_token
 from wse_systems.transformer import layer_products
 
 __all__ = ["MAX_BLOCK_TOKENS", "Pipeline", "price_pipeline", "max_block_tokens"]
@@ -52,10 +51,20 @@ class _Priced:
     latency_s: float = 0.0
     children: tuple[_Priced, ...] = ()
     block_s: Callable[[int], float] | None = None  # "product": seconds of a k > 1 block
+    # (tokens, latency) -> seconds: a node shared by equal layers is summed once (hunt 63)
+    memo: dict[tuple[int, bool], float] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def seconds(self, tokens: int, *, latency: bool = True) -> float:
         """A block of `tokens` tokens: streaming work `tokens` times, latency once (a
         "product" node: one token's MeshGEMV, or the block's MeshGEMM whole)."""
+        key = (tokens, latency)
+        if key not in self.memo:
+            self.memo[key] = self._seconds(tokens, latency)
+        return self.memo[key]
+
+    def _seconds(self, tokens: int, latency: bool) -> float:
         if self.mode == "product":
             one = tokens == 1
             return self.children[0].seconds(1, latency=latency) if one else self.block_s(tokens)
@@ -74,7 +83,17 @@ def _fingerprint(work: Work) -> tuple:
 
 def _price(model: PerfModel, part: Phase | Phases, cache: dict, block=None) -> _Priced:
     """`part` priced per token; `block(k)`: the same node of the k-token block's tree (None
-    when no product changes program with k)."""
+    when no product changes program with k). A node met again (`decode_phases(...,
+    shared_layers=True)`: one layer tree for the stages of a region shape) is priced once:
+    `cache` holds it by identity, the trees staying alive for the call (hunt 63)."""
+    tree = isinstance(part, Phases) and block is not None  # a leaf never reads `block`
+    node = ("node", id(part), id(block(2)) if tree else None)
+    if node not in cache:
+        cache[node] = _price_node(model, part, cache, block)
+    return cache[node]
+
+
+def _price_node(model: PerfModel, part: Phase | Phases, cache: dict, block=None) -> _Priced:
     if isinstance(part, Phases):
         if block is not None and is_meshgemm(block(2)):
             memo: dict[int, float] = {}
@@ -148,7 +167,9 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
     `wse_systems.token.price_token` (the one pricer of a token), each element's streaming
     and latency seconds apart (their sum is that report's seconds)."""
     model = model or PerfModel(plan.spec)
-    step = price_token(config, plan, kv_tokens=kv_tokens, model=model).phases
+    # `price_token`'s phases, without its report: evaluating the whole tree there was
+    # thrown away here (hunt 63: a third of a 1,024-layer plan's time)
+    step = decode_phases(config, plan, kv_tokens=kv_tokens, shared_layers=True)
     # the per-token group (head product, argmax, next embedding) holds the head region
     regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
     cache: dict = {}
@@ -188,7 +209,9 @@ def _block_trees(config: Any, plan: PipelinePlan, kv_tokens: int) -> Callable[[i
 
     def tree(k: int) -> Phases:
         if k not in trees:
-            trees[k] = decode_phases(config, plan, kv_tokens=kv_tokens, block_tokens=k)
+            trees[k] = decode_phases(
+                config, plan, kv_tokens=kv_tokens, block_tokens=k, shared_layers=True
+            )
         return trees[k]
 
     return tree

@@ -219,6 +219,7 @@ class WaferServing:
     def _faster_layout(self) -> str:
         """The layout whose one user gets the shorter token (a tie keeps bands)."""
         per_token: dict[str, float] = {}
+        kept: dict[str, tuple[dict, ...]] = {}
         for layout in LAYOUTS:
             self.layout = layout
             self._forget()
@@ -227,10 +228,17 @@ class WaferServing:
             except PipelinePlanError:
                 continue
             per_token[layout] = latency / per_round
+            kept[layout] = tuple(dict(c) for c in (self._plans, self._priced, self._rounds))
         self._forget()
         if not per_token:
             return LAYOUTS[0]  # neither fits: the banded plan's error follows
-        return min(per_token, key=lambda k: (per_token[k], LAYOUTS.index(k)))
+        faster = min(per_token, key=lambda k: (per_token[k], LAYOUTS.index(k)))
+        # hunt 63: the faster layout's plans and round are kept, not planned and priced
+        # again (a round prices the whole draft and target: seconds for 4,096 layers)
+        caches = (self._plans, self._priced, self._rounds)
+        for cache, held in zip(caches, kept[faster], strict=True):
+            cache.update(held)
+        return faster
 
     def _holds(self, users: int) -> bool:
         try:
