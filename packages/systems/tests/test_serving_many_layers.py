@@ -82,8 +82,9 @@ def test_each_stage_prices_the_layer_its_own_region_builds(layout, gemv, block):
     zeros = [(i % 7) / 10 for i in range(SMALL.n_layers)]  # stages of unequal zero fractions
     step = decoder.decode_phases(SMALL, plan, kv_tokens=700, mlp_zero_fraction=zeros,
                                  block_tokens=block)  # fmt: skip
-    oracle = _unshared(decoder.decode_phases)(SMALL, plan, kv_tokens=700,
-                                              mlp_zero_fraction=zeros, block_tokens=block)
+    oracle = _unshared(decoder.decode_phases)(
+        SMALL, plan, kv_tokens=700, mlp_zero_fraction=zeros, block_tokens=block
+    )
     shared = decoder.decode_phases(SMALL, plan, kv_tokens=700, mlp_zero_fraction=zeros,
                                    block_tokens=block, shared_layers=True)  # fmt: skip
     assert step == oracle == shared
