@@ -17,6 +17,8 @@ from pathlib import Path
 from hostile_cases import Case, Fixtures, _const
 from hostile_cases_found import _setfl
 from hostile_cases_more import _TRAIN
+from wse_models.testing import LLAMA3_8B_HF
+from wse_trainer.testing import narrow_jsonl, text_docs
 
 # test_cli_hostile_hunt62_train.py's QUICK run
 _QUICK = ["train", "tiny", "runconfig.max_steps=2", "model.vocab_size=300",
@@ -24,13 +26,6 @@ _QUICK = ["train", "tiny", "runconfig.max_steps=2", "model.vocab_size=300",
 _LAUNCH = ["launch", "--nproc", "2", "--devices-per-proc", "1", "--"]
 _LATTICE = ["--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4", "4"]
 _CUTOFF = "5.7157519935018186e+00"  # zhou04 Cu's, on line 5 of the fixtures' potential
-_LLAMA3_8B = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
-    "tie_word_embeddings": False,
-}  # fmt: skip
 _BIG = "1" + "0" * 400  # an integer no float holds: 401 digits
 
 
@@ -96,15 +91,6 @@ def _params(tmp: Path, old: str, new: str, name: str = "tiny") -> str:
     assert old in text, (name, old)
     (tmp / "p.yaml").write_text(text.replace(old, new))
     return str(tmp / "p.yaml")
-
-
-def _docs(d: Path) -> Path:
-    """A folder of one text file of ~40 KB (test_cli_hostile_hunt62_train's `_docs`)."""
-    d.mkdir()
-    words = ["wafer", "stream", "weight", "memory", "fabric", "kernel", "tensor", "router"]
-    lines = (" ".join(words[(i * 7 + j * 3) % 8] for j in range(12)) for i in range(500))
-    (d / "a.txt").write_text("\n".join(lines) + "\n")
-    return d
 
 
 def _other_shuffle_seed(tmp: Path) -> str:
@@ -177,7 +163,7 @@ def _hf(tmp: Path, edit: dict | None = None, text: str | None = None, number: st
     """An HF folder of Llama 3 8B's config.json with `edit` (None: the key removed), or `text`;
     the edit's 12345 becomes `number` (one that Python's json does not write)."""
     if text is None:
-        d = {k: v for k, v in {**_LLAMA3_8B, **(edit or {})}.items() if v is not None}
+        d = {k: v for k, v in {**LLAMA3_8B_HF, **(edit or {})}.items() if v is not None}
         text = json.dumps(d)
     if number:
         text = text.replace("12345", number)
@@ -200,17 +186,6 @@ def _wafer_spec(tmp: Path, field: str) -> str:
     spec[field] = int(_BIG)
     (tmp / "spec.yaml").write_text(yaml.safe_dump(spec))
     return str(tmp / "spec.yaml")
-
-
-def _narrow_jsonl(tmp: Path) -> str:
-    """Two files of 600 records of two fields each, each but "text" its own name."""
-    docs = tmp / "docs"
-    docs.mkdir()
-    text = "the wafer streams weights " + "x" * 200
-    for name, first in (("a.jsonl", 0), ("b.jsonl", 600)):
-        rows = (json.dumps({"text": text, f"k{first + i}": i}) for i in range(600))
-        (docs / name).write_text("\n".join(rows) + "\n")
-    return str(docs)
 
 
 def _md(pot: str, *extra: str) -> list[str]:
@@ -280,7 +255,7 @@ def hunt62_cases() -> list[Case]:
                     "9223372036854775807], got 18446744073709551616",
             note="jax.random.key's OverflowError after the run folder was made"),
         Case("hunt62", "train -o <a folder inside its data_dir> (hunt 62)", lambda fx, tmp: [
-            *_QUICK, f"train_input.data_dir={_docs(tmp / 'docs')}", "--mode", "train", "-o",
+            *_QUICK, f"train_input.data_dir={text_docs(tmp / 'docs')}", "--mode", "train", "-o",
             str(tmp / "docs" / "run")],
             message="' is inside train_input.data_dir '",
             note="refused as a data_dir that \"mixes file kinds\""),
@@ -291,7 +266,7 @@ def hunt62_cases() -> list[Case]:
                      "train_input.shuffle_seed=1, or give a new model_dir (-o)",
              note="refused by the data iterator's restore after the tokenizer (8.7 s)"),
         Case("hunt62", "train data_dir=<records naming 1,201 fields> (hunt 62)", lambda fx, tmp: [
-            *_TRAIN, f"train_input.data_dir={_narrow_jsonl(tmp)}", "-o", str(tmp / "run")],
+            *_TRAIN, f"train_input.data_dir={narrow_jsonl(tmp / 'docs')}", "-o", str(tmp / "run")],
             message="the split's JSON records name 1,201 distinct fields by line 600 of data "
                     "file '", note="20,001 columns of HF datasets: 47 s to load"),
     ]  # fmt: skip

@@ -317,12 +317,9 @@ def test_train_refuses_narrow_jsonl_records_naming_too_many_fields_before_the_ru
     # hunt 61's leftover: 20,000 records of two fields each, each but "text" its own name,
     # made HF datasets build 20,001 columns of 20,000 rows (47 s to load, 90 s to a 2-step
     # run); the names add up over the split's files, so the second file is the one refused
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    text = "the wafer streams weights " + "x" * 200
-    for name, first in (("a.jsonl", 0), ("b.jsonl", 600)):
-        rows = (json.dumps({"text": text, f"k{first + i}": i}) for i in range(600))
-        (docs / name).write_text("\n".join(rows) + "\n")
+    from wse_trainer.testing import narrow_jsonl
+
+    docs = narrow_jsonl(tmp_path / "docs")
     args = ["train", "tiny", "runconfig.max_steps=2", "runconfig.mode=train",
             "model.vocab_size=300", "train_input.batch_size=2", "runconfig.sample_tokens=0",
             f"train_input.data_dir={docs}", "-o", tmp_path / "run"]  # fmt: skip
@@ -364,7 +361,6 @@ def test_tlrmvm_run_refuses_an_operator_of_fractional_sizes(tmp_path, change, me
 )  # fmt: skip
 def test_a_model_config_number_past_fp32_is_refused(tmp_path, change, message):
     # hunt 61: both ran, with JAX's "overflow encountered in cast" warnings on stderr
-    import json
 
     from wse_inference.testing import save_tiny_model
 
@@ -378,7 +374,6 @@ def test_a_model_config_number_past_fp32_is_refused(tmp_path, change, message):
 def test_a_rerun_into_the_same_experiment_folder_says_it_replaced_the_results(tmp_path):
     """hunt 61: `experiments run NAME --out DIR` twice replaced DIR/NAME's results without a
     word; the second run now says so (on stderr, after its table) and still writes them."""
-    import json
 
     args = ["experiments", "run", "wafer-yield", "--quick", "--out", tmp_path]
     code, first = invoke(ROOT, args)

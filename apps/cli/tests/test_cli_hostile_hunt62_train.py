@@ -24,6 +24,7 @@ import pytest
 import typer
 from wse_cli.app import app
 from wse_cli.testing import invoke, refused_in_one_line
+from wse_trainer.testing import text_docs
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = typer.main.get_command(app)
@@ -43,15 +44,6 @@ def _tree(d: Path) -> dict[str, str]:
         kind = "link" if p.is_symlink() else "dir" if p.is_dir() else "fifo" if p.is_fifo() else ""
         kinds[str(p.relative_to(d))] = kind or f"file {st.st_size}"
     return kinds
-
-
-def _docs(d: Path) -> Path:
-    """A folder of one text file of ~40 KB (words no stdlib tokenizer merges alike)."""
-    d.mkdir()
-    words = ["wafer", "stream", "weight", "memory", "fabric", "kernel", "tensor", "router"]
-    lines = (" ".join(words[(i * 7 + j * 3) % 8] for j in range(12)) for i in range(500))
-    (d / "a.txt").write_text("\n".join(lines) + "\n")
-    return d
 
 
 # --- a run folder's entries of the wrong kind -------------------------------------------
@@ -190,7 +182,7 @@ def test_eval_without_a_checkpoint_says_it_uses_random_weights(tmp_path):
 
 
 def test_a_model_dir_inside_its_data_dir_is_refused_as_such(tmp_path):
-    docs = _docs(tmp_path / "docs")
+    docs = text_docs(tmp_path / "docs")
     for run in (docs / "run", docs / "sub" / ".." / "run"):
         refused_in_one_line(
             ROOT, _train(run, f"train_input.data_dir={docs}"),
@@ -240,7 +232,7 @@ def trained(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_a_checkpoint_of_another_tokenizer_leaves_no_new_run_folder(tmp_path, trained):
     # hunt 62: refused after 4.9 s, new/tokenizer.json left behind
-    docs = _docs(tmp_path / "docs")
+    docs = text_docs(tmp_path / "docs")
     args = _train(tmp_path / "new", f"train_input.data_dir={docs}", "--checkpoint-path", trained)
     refused_in_one_line(
         ROOT, args, f"the checkpoint was trained with another tokenizer than "

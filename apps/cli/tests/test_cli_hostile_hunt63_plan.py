@@ -17,16 +17,10 @@ import pytest
 import typer
 from wse_cli.app import app
 from wse_cli.testing import invoke, refused_in_one_line
+from wse_models.testing import LLAMA3_8B_HF
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = typer.main.get_command(app)
-LLAMA3_8B = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
-    "tie_word_embeddings": False,
-}  # fmt: skip
 BIG = "1" + "0" * 400  # an integer no float holds: 401 digits
 ROPE = {"rope_type": "llama3", "factor": 8, "original_max_position_embeddings": 12345}
 
@@ -83,7 +77,7 @@ def test_a_config_json_of_the_wrong_shape_is_one_line_in_plan_and_generate(
 
     hf = tmp_path / "hf"
     hf.mkdir()
-    _write(hf, LLAMA3_8B, edit, text, number)
+    _write(hf, LLAMA3_8B_HF, edit, text, number)
     for plan in (["plan", "infer"], ["plan", "train", "--tokens", "1e9"]):
         before = _tree(tmp_path)
         said = refused_in_one_line(ROOT, [*plan, "-m", hf], message)
@@ -188,7 +182,7 @@ def test_llama_is_held_to_its_trained_context_too(tmp_path):
     params route, the engines and vLLM hold it to it all the same."""
     hf = tmp_path / "hf"
     hf.mkdir()
-    (hf / "config.json").write_text(json.dumps({**LLAMA3_8B, "max_position_embeddings": 1}))
+    (hf / "config.json").write_text(json.dumps({**LLAMA3_8B_HF, "max_position_embeddings": 1}))
     line = refused_in_one_line(ROOT, ["plan", "infer", "-m", hf],
                                "exceeds the model's max_seq_len=1; use at most 1")  # fmt: skip
     assert line.startswith("Error: a request of ")  # the default's, whatever it is

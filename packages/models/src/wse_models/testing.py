@@ -16,7 +16,17 @@ import numpy as np
 from wse_models.config import ModelConfig
 from wse_models.hf_config import config_to_hf
 
-__all__ = ["hf_model", "hf_logits", "np_mlp_preactivation", "random_tokens", "tiny_config"]
+__all__ = ["LLAMA3_8B_HF", "hf_model", "hf_logits", "np_mlp_preactivation", "random_tokens",
+           "tiny_config"]  # fmt: skip
+
+# Llama 3.1 8B's config.json (its shape; no weights): the base a test edits one field of
+LLAMA3_8B_HF: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}  # fmt: skip
 
 
 def tiny_config(arch: str, **overrides: Any) -> ModelConfig:

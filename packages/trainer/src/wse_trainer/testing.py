@@ -33,9 +33,9 @@ from wse_trainer.optimizer import base_transform, full_transform
 from wse_trainer.reference import fused_step
 from wse_trainer.stream import StreamedTrainer
 
-__all__ = ["TINY_MODEL", "write_corpus", "tiny_params", "tiny_config", "run_on_preset",
-           "ADAMW", "B", "CHUNKS", "S", "STEPS", "fused_run", "max_diff", "stream_batches",
-           "stream_model", "stream_run", "streamed_run"]  # fmt: skip
+__all__ = ["TINY_MODEL", "write_corpus", "text_docs", "narrow_jsonl", "tiny_params",
+           "tiny_config", "run_on_preset", "ADAMW", "B", "CHUNKS", "S", "STEPS", "fused_run",
+           "max_diff", "stream_batches", "stream_model", "stream_run", "streamed_run"]  # fmt: skip
 
 TINY_MODEL: dict[str, Any] = {
     "preset": "tiny-gpt2",
@@ -47,6 +47,27 @@ TINY_MODEL: dict[str, Any] = {
     "d_ff": 64,
     "max_seq_len": 64,
 }
+
+
+def text_docs(folder: Path) -> Path:
+    """`folder` made, holding one text file of ~40 KB (words no stdlib tokenizer merges
+    alike)."""
+    folder.mkdir()
+    words = ["wafer", "stream", "weight", "memory", "fabric", "kernel", "tensor", "router"]
+    lines = (" ".join(words[(i * 7 + j * 3) % 8] for j in range(12)) for i in range(500))
+    (folder / "a.txt").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def narrow_jsonl(folder: Path) -> Path:
+    """`folder` made, holding a.jsonl and b.jsonl of 600 records of two fields each, each
+    but "text" named for its record: 1,201 distinct field names in all (`json_keys`)."""
+    folder.mkdir()
+    text = "the wafer streams weights " + "x" * 200
+    for name, first in (("a.jsonl", 0), ("b.jsonl", 600)):
+        rows = (json.dumps({"text": text, f"k{first + i}": i}) for i in range(600))
+        (folder / name).write_text("\n".join(rows) + "\n")
+    return folder
 
 
 def write_corpus(folder: Path, n_docs: int = 60) -> Path:
