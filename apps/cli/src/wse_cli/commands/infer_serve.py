@@ -90,52 +90,14 @@ def _chat_template(value: str | None) -> str | None:
     return value
 
 
-SAMPLE_CHAT = [{"role": "user", "content": "Hi"}]
-
-
-def _template_source(chat_template: str | None, tokenizer) -> str | None:
-    """Where the Jinja template the server will render comes from (the option's, else the
-    model folder's file), or None when there is none (the plain "role: content" lines)."""
-    if chat_template is not None:
-        return f"--chat-template {chat_template!r}" if Path(chat_template).is_file() else (
-            "--chat-template")  # fmt: skip
-    template = getattr(tokenizer, "chat_template", None)
-    if not isinstance(template, str) or not template:
-        return None
-    path = getattr(tokenizer, "path", None)
-    if path is None:
-        return "the model's chat template"
-    folder = Path(path).parent
-    name = "chat_template.jinja" if (folder / "chat_template.jinja").is_file() else (
-        "tokenizer_config.json")  # fmt: skip
-    return f"the chat template of {str(folder / name)!r}"
-
-
 def _check_chat_template(engine, template: str | None, option: str | None) -> None:
-    """Render the template the server will use on one sample chat (SAMPLE_CHAT), through
-    the requests' own `chat_prompt`: a template that compiles but cannot render (an
-    `{% include %}`, a missing `{% endfor %}` in a model folder's tokenizer_config.json)
-    stops the server now, with one line naming its source, rather than making every chat
-    request a 400 that blames the client (hunt 62)."""
-    tokenizer = getattr(engine, "tokenizer", None)
-    source = _template_source(option, tokenizer)
-    if source is None or tokenizer is None:  # the plain template; or ids only, no chats
-        return
-    import jinja2
-    from wse_inference.serve.admission import InvalidRequestError
-    from wse_inference.serve.chat_template import chat_prompt
+    """The template the server will render, rendered on a sample chat at start (hunt 62):
+    one line naming its source when it cannot be (`chat_template.template_problem`)."""
+    from wse_inference.serve.chat_template import template_problem
 
-    prefix = "The chat template cannot render these messages: "
-    try:
-        chat_prompt(SAMPLE_CHAT, tokenizer, template)
-    except InvalidRequestError as e:
-        why = str(e).removeprefix(prefix)
-    except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError,
-            RuntimeError) as e:  # fmt: skip
-        why = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
-    else:
-        return
-    fail(f"{source} cannot render a sample chat (one user message, 'Hi'): {why}")
+    tokenizer = getattr(engine, "tokenizer", None)
+    if tokenizer is not None and (why := template_problem(tokenizer, template, option)):
+        fail(why)
 
 
 def _check_ports(host: str, port: int, grpc_port: int | None) -> None:

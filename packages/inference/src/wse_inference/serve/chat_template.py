@@ -23,10 +23,12 @@ from wse_inference.engine import Tokenizer
 from wse_inference.serve.admission import InvalidRequestError, encode_prompt
 from wse_inference.serve.template_sandbox import compile_chat_template, render_bounded
 
-__all__ = ["CHAT_ROLES", "MAX_NAME_CHARS", "chat_prompt", "compile_chat_template", "render_bounded"]
+__all__ = ["CHAT_ROLES", "MAX_NAME_CHARS", "SAMPLE_CHAT", "chat_prompt", "compile_chat_template",
+           "render_bounded", "template_problem"]  # fmt: skip
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_NAME_CHARS = 64  # a message's `name` (OpenAI documents 64 characters)
+SAMPLE_CHAT = [{"role": "user", "content": "Hi"}]  # what a server's template is tried on
 
 
 def _bad(message: str) -> InvalidRequestError:
@@ -123,3 +125,47 @@ def chat_prompt(
     if max_context is None:
         return tokenizer.encode(text)
     return encode_prompt(tokenizer, text, max_context=max_context, param="messages")
+
+
+def _template_source(chat_template: str | None, tokenizer: Any) -> str | None:
+    """Where the Jinja template a server will render comes from (the option's, else the
+    model folder's file), or None when there is none (the plain "role: content" lines)."""
+    from pathlib import Path
+
+    if chat_template is not None:
+        return f"--chat-template {chat_template!r}" if Path(chat_template).is_file() else (
+            "--chat-template")  # fmt: skip
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str) or not template:
+        return None
+    path = getattr(tokenizer, "path", None)
+    if path is None:
+        return "the model's chat template"
+    folder = Path(path).parent
+    name = "chat_template.jinja" if (folder / "chat_template.jinja").is_file() else (
+        "tokenizer_config.json")  # fmt: skip
+    return f"the chat template of {str(folder / name)!r}"
+
+
+def template_problem(tokenizer: Any, template: str | None, option: str | None) -> str | None:
+    """Why the template a server will use (`template`, from `option` when given, else the
+    tokenizer's) cannot render SAMPLE_CHAT through `chat_prompt`, in one line naming its
+    source; None when it can or there is no Jinja template. A template that compiles but
+    cannot render (an `{% include %}`, a model folder's missing `{% endfor %}`) made every
+    chat request a 400 that blamed the client (hunt 62)."""
+    source = _template_source(option, tokenizer)
+    if source is None:
+        return None
+    import jinja2
+
+    prefix = "The chat template cannot render these messages: "
+    try:
+        chat_prompt(SAMPLE_CHAT, tokenizer, template)
+    except InvalidRequestError as e:
+        why = str(e).removeprefix(prefix)
+    except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError,
+            RuntimeError) as e:  # fmt: skip
+        why = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+    else:
+        return None
+    return f"{source} cannot render a sample chat (one user message, 'Hi'): {why}"
