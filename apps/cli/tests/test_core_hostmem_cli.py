@@ -89,7 +89,8 @@ def test_train_batch_beyond_the_host_is_refused_before_anything_is_written(tmp_p
 
 
 def test_generate_and_serve_refuse_a_cache_beyond_the_host(tiny_model_dir):
-    from wse_inference.model_dir import read_config, serving_host_bytes
+    from wse_inference.host_memory import serving_host_bytes
+    from wse_inference.model_dir import read_config
 
     cfg = read_config(tiny_model_dir)
     budget = serving_host_bytes(cfg, rows=1, max_context=cfg.max_seq_len)  # one row fits
@@ -176,7 +177,8 @@ def test_the_md_suggestion_runs(tmp_path):
 
 def test_train_and_serve_suggestions_pass_their_checks(tmp_path, tiny_model_dir, monkeypatch):
     from wse_cli.commands.train import _check_host_memory
-    from wse_inference.model_dir import check_host_memory, read_config
+    from wse_inference.host_memory import check_host_memory
+    from wse_inference.model_dir import read_config
     from wse_trainer.config import load_config
 
     budget = 256 * MIB

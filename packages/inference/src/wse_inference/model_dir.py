@@ -12,7 +12,7 @@ tokenizer's eos_token); the tokenizer decodes without special tokens, as vLLM do
 `read_weights(path)` reads every tensor
 with NumPy and no JAX (a command refuses NaN or infinite weights before JAX loads, and hands
 the arrays to `load_model(path, weights=...)`: read once). `read_config(path)` reads only
-config.json, so that `check_host_memory(config, rows=...,
+config.json, so that `wse_inference.host_memory.check_host_memory(config, rows=...,
 max_context=...)` can refuse a serving size (parameters plus KV cache rows) that the host
 cannot hold before JAX builds anything (weights already read are passed as `held_bytes`:
 MemAvailable no longer counts them). `check_draft(target, draft)` refuses a draft whose
@@ -50,7 +50,6 @@ __all__ = [
     "eos_token_ids",
     "read_config",
     "check_config_file",
-    "check_host_memory",
 ]
 
 
@@ -390,46 +389,3 @@ def _config_json(folder: Path) -> dict[str, Any]:
 def _config_error(folder: Path, err: BaseException) -> ModelLoadError:
     why = " ".join(str(err).split())
     return ModelLoadError(f"cannot read {str(folder / 'config.json')!r}: {why}")
-
-
-def serving_host_bytes(config: Any, *, rows: int, max_context: int) -> int:
-    """Host bytes of a served model: its float32 parameters and `rows` KV-cache rows of
-    `max_context` positions (`wse_models.cache_bytes`; CPU devices are host memory)."""
-    from wse_models.cache import cache_bytes
-
-    context = min(max_context, config.max_seq_len)
-    return 4 * int(config.num_params()) + cache_bytes(config, rows, context)
-
-
-def check_host_memory(
-    config: Any, *, rows: int, max_context: int, what: str, held_bytes: int = 0
-) -> None:
-    """Refuse (`HostMemoryError`, one line) a model with `rows` cache rows of `max_context`
-    that the host cannot hold; say how many rows, or what context, would fit. `held_bytes`:
-    weights already read (`read_weights`), part of the parameters, not counted twice."""
-    from wse_core.host.memory import largest, require
-
-    def fits(budget: int) -> str:
-        r = largest(
-            lambda k: serving_host_bytes(config, rows=k, max_context=max_context), budget, hi=rows
-        )
-        c = largest(
-            lambda k: serving_host_bytes(config, rows=rows, max_context=k),
-            budget,
-            hi=min(max_context, config.max_seq_len),
-        )
-        options = [f"{r} rows of context {max_context}"] if r else []
-        options += [f"context {c} with {rows} rows"] if c else []
-        if not options:  # a suggestion is always one that passes this check
-            one = largest(
-                lambda k: serving_host_bytes(config, rows=1, max_context=k),
-                budget,
-                hi=min(max_context, config.max_seq_len),
-            )
-            if not one:
-                return "not even the parameters with one row of context 1 fit"
-            options = [f"context {one} with 1 row"]
-        return f"at most {', or '.join(options)}, fit"
-
-    needed = serving_host_bytes(config, rows=rows, max_context=max_context)
-    require(what, needed, fits=fits, held_bytes=held_bytes)

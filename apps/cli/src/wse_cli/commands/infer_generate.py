@@ -259,7 +259,8 @@ def generate(
 
     weights = read_weights(model_dir)  # NumPy, no JAX: a NaN weight is refused in ~1 s
     draft_weights = read_weights(spec.draft_dir()) if spec is not None else None  # the draft's
-    from wse_inference.model_dir import check_host_memory, read_config
+    from wse_inference.host_memory import check_host_memory
+    from wse_inference.model_dir import read_config
 
     cfg = read_config(model_dir)
     if max_context is not None and max_context > cfg.max_seq_len:  # hunt 56: cut silently

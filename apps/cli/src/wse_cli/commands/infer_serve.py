@@ -140,7 +140,8 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
             "this install has no model loader (wse_inference.load.load_engine) yet; "
             "serve the mock engine with --model-dir mock"
         )
-    from wse_inference.model_dir import check_host_memory, read_config, read_weights
+    from wse_inference.host_memory import check_host_memory
+    from wse_inference.model_dir import read_config, read_weights
 
     if spec is not None:
         spec.draft_dir()  # a real model's speculation needs a draft: say so before loading
