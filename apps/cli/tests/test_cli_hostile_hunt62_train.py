@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 import typer
 from wse_cli.app import app
 from wse_cli.testing import invoke, refused_in_one_line
-from wse_trainer.testing import text_docs
+from wse_trainer.testing import narrow_jsonl, text_docs
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = typer.main.get_command(app)
@@ -261,3 +262,19 @@ def test_a_broken_checkpoint_path_leaves_no_new_run_folder(tmp_path, trained, fa
         f"checkpoint step 2 in {source / 'checkpoints'} cannot be used: {message}",
     )  # fmt: skip
     assert _tree(tmp_path) == before  # no new/, nothing of source moved
+
+
+def test_train_refuses_narrow_jsonl_records_naming_too_many_fields_before_the_run_folder(tmp_path):
+    # hunt 61's leftover: 20,000 records of two fields each, each but "text" its own name,
+    # made HF datasets build 20,001 columns of 20,000 rows (47 s to load, 90 s to a 2-step
+    # run); the names add up over the split's files, so the second file is the one refused
+    docs = narrow_jsonl(tmp_path / "docs")
+    args = ["train", "tiny", "runconfig.max_steps=2", "runconfig.mode=train",
+            "model.vocab_size=300", "train_input.batch_size=2", "runconfig.sample_tokens=0",
+            f"train_input.data_dir={docs}", "-o", tmp_path / "run"]  # fmt: skip
+    t0 = time.perf_counter()
+    refused_in_one_line(ROOT, args, "the split's JSON records name 1,201 distinct fields by "
+                        f"line 600 of data file '{docs / 'b.jsonl'}', over the limit of 1,000 "
+                        "(set WSE_LIMIT_JSON_KEYS to lift it)")  # fmt: skip
+    assert time.perf_counter() - t0 < 10
+    assert not (tmp_path / "run").exists()
