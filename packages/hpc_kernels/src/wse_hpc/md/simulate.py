@@ -47,14 +47,14 @@ from wse_core.hw.wafer import Wafer, build_wafer
 from wse_hpc.md import mapping, pe_compile, plan_cache
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, geometry, sram_plan
-from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, bath_energy, maxwell_boltzmann
+from wse_hpc.md.integrate import bath_energy, maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure, closest_pair
 from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, Margins, plan_window
 from wse_hpc.md.neighbours.build import pe_kernels_for
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.runners import Runner, runner_for
 from wse_hpc.md.state import Atoms, MdState
-from wse_hpc.md.thermo import ThermoRow, state_row, state_structure
+from wse_hpc.md.thermo import ThermoRow, kinetic, state_row, state_structure
 
 __all__ = [
     "MdResult",
@@ -159,9 +159,7 @@ def _refuse_hot_start(masses_amu: np.ndarray, vel: np.ndarray) -> None:
     is past `EXPLODED_TEMPERATURE_K` or not finite: refused before the run (hunt 62: vx
     1e300 A/ps printed Temp inf and `"ke": Infinity`, an invalid JSON, and exit 0)."""
     with np.errstate(over="ignore", invalid="ignore"):  # 1e300 squared: inf, refused below
-        v = np.asarray(vel, np.float64)
-        ke = 0.5 * MVV2E * float((np.asarray(masses_amu, np.float64)[:, None] * v * v).sum())
-    temp = 2.0 * ke / (max(3 * len(v) - 3, 1) * BOLTZ_EV_K)
+        _, temp = kinetic(masses_amu, vel)
     if not temp <= EXPLODED_TEMPERATURE_K:  # NaN and inf included
         raise WseError(
             f"the structure's velocities give an initial temperature of {temp:.4g} K, past "

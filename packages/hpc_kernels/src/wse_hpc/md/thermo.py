@@ -22,6 +22,7 @@ from wse_hpc.md.state import MdState
 
 __all__ = [
     "ThermoRow",
+    "kinetic",
     "thermo_row",
     "format_header",
     "format_row",
@@ -51,6 +52,15 @@ class ThermoRow:
         return dataclasses.asdict(self)
 
 
+def kinetic(masses_amu: np.ndarray, velocities_A_ps: np.ndarray) -> tuple[float, float]:
+    """(kinetic energy in eV, temperature in K over 3N - 3 degrees of freedom), in float64
+    (LAMMPS' `ke` and `temp` of thermo output)."""
+    m = np.asarray(masses_amu, dtype=np.float64)
+    v = np.asarray(velocities_A_ps, dtype=np.float64)
+    ke = 0.5 * MVV2E * float((m[:, None] * v * v).sum())
+    return ke, 2.0 * ke / (max(3 * m.shape[0] - 3, 1) * BOLTZ_EV_K)
+
+
 def thermo_row(
     step: int,
     masses_amu: np.ndarray,
@@ -60,12 +70,7 @@ def thermo_row(
     volume_A3: float,
     ecouple_eV: float = 0.0,
 ) -> ThermoRow:
-    m = np.asarray(masses_amu, dtype=np.float64)
-    v = np.asarray(velocities_A_ps, dtype=np.float64)
-    n = m.shape[0]
-    ke = 0.5 * MVV2E * float((m[:, None] * v * v).sum())
-    dof = max(3 * n - 3, 1)
-    temp = 2.0 * ke / (dof * BOLTZ_EV_K)
+    ke, temp = kinetic(masses_amu, velocities_A_ps)
     pe = float(np.asarray(energies_eV, dtype=np.float64).sum())
     press = (2.0 * ke + float(virial_eV)) / (3.0 * volume_A3) * NKTV2P
     return ThermoRow(int(step), pe, ke, pe + ke, temp, press, float(ecouple_eV))
