@@ -81,7 +81,7 @@ def test_copies_per_system_stay_within_a_grid_shrunk_under_the_preset():
 @pytest.mark.parametrize(("temp_K", "refused"), [(0.99e5, False), (1.01e5, True)])
 def test_velocities_past_the_blow_up_temperature_are_refused(temp_K, refused):
     from wse_core.errors import WseError
-    from wse_hpc.md.simulate import _refuse_hot_start
+    from wse_hpc.md.run_setup import refuse_hot_start
     from wse_hpc.md.thermo import thermo_row
 
     masses = np.full(32, 63.546)
@@ -90,12 +90,12 @@ def test_velocities_past_the_blow_up_temperature_are_refused(temp_K, refused):
     assert thermo_row(0, masses, v, np.zeros(32), 0.0, 1.0).temp == pytest.approx(temp_K)
     if refused:
         with pytest.raises(WseError, match="initial temperature of 1.01e\\+05 K, past 1e\\+05 K"):
-            _refuse_hot_start(masses, v)
+            refuse_hot_start(masses, v)
     else:
-        _refuse_hot_start(masses, v)
+        refuse_hot_start(masses, v)
     v[0, 0] = 1e300  # its square overflows: inf, refused without a warning
     with pytest.raises(WseError, match="initial temperature of inf K"):
-        _refuse_hot_start(masses, v)
+        refuse_hot_start(masses, v)
 
 
 def _step_file(path, **extra):

@@ -1,0 +1,114 @@
+"""An MD run's start, checked: the structure and options (`prepare`: atoms in the box, no
+overlaps, dt, skin, damping, the velocities — drawn at a temperature, or the structure's own
+unless they are past `EXPLODED_TEMPERATURE_K`) and the wafer of one atom per PE (`md_wafer`:
+`config.grid` or `mapping.choose_grid`, without `config.mesh_shape` on at most one device per
+MIN_PES_PER_DEVICE PEs). `wse_hpc.md.simulate.run_md` starts with them."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+from wse_core.errors import PlacementError, WseError
+from wse_core.hw.wafer import Wafer, build_wafer
+
+from wse_hpc.md import mapping, plan_cache
+from wse_hpc.md.config import MdConfig
+from wse_hpc.md.integrate import maxwell_boltzmann
+from wse_hpc.md.lattice import Structure, check_structure, closest_pair
+from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.thermo import kinetic
+
+# Without a mesh_shape, one process spreads the grid over at most one device per this many
+# PEs: smaller blocks pay more for their halo exchanges than a second core gives back
+# (bench_md on 2 cores: 4k atoms 0.95M atom-steps/s on 1 device, 0.73M on 2; 32k atoms
+# 0.79M on 1, 1.37M on 2).
+MIN_PES_PER_DEVICE = 8192
+
+# A temperature no EAM metal run reaches while it is physical: 20x the hottest melting point
+# of the shipped potentials' elements (W, 3,695 K) is ~7.4e4 K; past it the atoms have flown
+# apart (a time step far too long for the forces), so the run stops instead of reporting it.
+EXPLODED_TEMPERATURE_K = 1e5
+
+
+def _stored_closest_pair(x: np.ndarray, box: np.ndarray):
+    """`lattice.closest_pair`, stored on disk by the positions as the plans are (`plan_cache`):
+    a periodic k-d tree, ~0.45 s of a warm start with scipy.spatial's import."""
+    return plan_cache.cached("pair", (x, box), functools.partial(closest_pair, x, box))
+
+
+def prepare(structure: Structure, pot: EamPotential, config: MdConfig):
+    check_structure(structure, pair_fn=_stored_closest_pair)
+    if config.steps < 0:
+        raise WseError(f"--steps must be >= 0, got {config.steps}")
+    if not config.dt_fs > 0:
+        raise WseError(f"the timestep must be positive, got dt = {config.dt_fs} fs")
+    if not config.skin_A > 0:
+        raise WseError(f"the neighbour-list skin must be positive, got {config.skin_A} A")
+    if config.thermo_every < 1:
+        raise WseError(f"--thermo-every must be >= 1, got {config.thermo_every}")
+    bath = config.thermostat
+    if bath.kind != "none" and bath.damp_fs < config.dt_fs:  # the drag would overshoot: NaN
+        raise WseError(
+            f"--damp-fs {bath.damp_fs:g} is shorter than the timestep ({config.dt_fs:g} fs): the "
+            f"{bath.kind} damping time must be at least one step (LAMMPS advises ~100 steps)"
+        )
+    if config.rebuild_every is not None and config.rebuild_every < 1:
+        raise WseError(f"the rebuild cadence must be >= 1 step, got {config.rebuild_every}")
+    species = structure.species(pot.elements)
+    masses = np.asarray(pot.masses_amu)
+    vel = structure.velocities_A_ps
+    if config.temperature_K is not None:
+        vel = maxwell_boltzmann(masses[species], config.temperature_K, config.seed)
+    elif vel is not None:
+        refuse_hot_start(masses[species], vel)
+    if vel is None:
+        vel = np.zeros_like(structure.positions_A)
+    return species, masses, vel
+
+
+def refuse_hot_start(masses_amu: np.ndarray, vel: np.ndarray) -> None:
+    """A structure's velocities whose temperature (`thermo_row`'s: 3N - 3 degrees of freedom)
+    is past `EXPLODED_TEMPERATURE_K` or not finite: refused before the run (hunt 62: vx
+    1e300 A/ps printed Temp inf and `"ke": Infinity`, an invalid JSON, and exit 0)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e300 squared: inf, refused below
+        _, temp = kinetic(masses_amu, vel)
+    if not temp <= EXPLODED_TEMPERATURE_K:  # NaN and inf included
+        raise WseError(
+            f"the structure's velocities give an initial temperature of {temp:.4g} K, past "
+            f"{EXPLODED_TEMPERATURE_K:.0e} K (where a run stops as blown up); give velocities "
+            "in A/ps (LAMMPS metal units) or set them with --temperature-K"
+        )
+
+
+def _grid(n_atoms: int, config: MdConfig, spec) -> tuple[int, int]:
+    if config.grid is None:
+        return mapping.choose_grid(n_atoms, spec.pe_rows, spec.pe_cols)
+    rows, cols = (int(g) for g in config.grid)
+    if not (0 < rows <= spec.pe_rows and 0 < cols <= spec.pe_cols and rows * cols >= n_atoms):
+        raise ValueError(f"grid {rows} x {cols}")
+    return rows, cols
+
+
+def md_wafer(n_atoms: int, config: MdConfig) -> Wafer:
+    spec = config.spec
+    try:
+        grid = _grid(n_atoms, config, spec)
+    except ValueError:
+        raise PlacementError(
+            f"{n_atoms} atoms need {n_atoms} PEs (one atom per PE); the {spec.name} wafer has "
+            f"{spec.pe_rows} x {spec.pe_cols} = {spec.num_pes}"
+            + ("" if config.grid is None else f", and a grid of {config.grid}")
+            + ": use a larger --preset"
+        ) from None
+    devices = jax.devices()
+    if config.mesh_shape is None and jax.process_count() == 1:
+        devices = devices[: max(1, min(len(devices), grid[0] * grid[1] // MIN_PES_PER_DEVICE))]
+    return build_wafer(
+        spec,
+        grid=grid,
+        mesh_shape=config.mesh_shape,
+        devices=devices,
+        defect_seed=config.defect_seed,
+    )

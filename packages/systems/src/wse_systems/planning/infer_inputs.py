@@ -1,0 +1,143 @@
+"""What `wse plan infer` is asked, checked: the wafer and GPU setups, where to serve on each
+frontier (`Target`), what the costs are counted over (`Costing`), speculative decoding
+(`Draft`, resolved by `speculation_of`), and the request (`default_workload`, `check_request`).
+`wse_systems.planning.infer` plans with them and re-exports the setups."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+from wse_core import WaferSpec
+
+from wse_systems import serving as sv
+from wse_systems.planning.choice import ModelChoice, PlanError, check_context
+
+DEFAULT_GAMMA = 4  # drafted tokens per round when a draft is given without --gamma
+DEFAULT_WORKLOAD = sv.Workload(prompt_tokens=1024, output_tokens=256)
+
+
+def default_workload(config: Any) -> sv.Workload:
+    """`DEFAULT_WORKLOAD`, or within a shorter context (GPT-2's 1,024 positions) the same
+    4:1 split of it: the request a plan serves when none is given."""
+    if DEFAULT_WORKLOAD.held_tokens <= config.max_seq_len:
+        return DEFAULT_WORKLOAD
+    output = max(1, config.max_seq_len // 5)
+    return sv.Workload(prompt_tokens=max(1, config.max_seq_len - output), output_tokens=output)
+
+
+def check_request(config: Any, work: sv.Workload) -> None:
+    """hunt 63: a request longer than the model's context was planned (GPT-2 at 4,256
+    tokens, past its 1,024 positions); a params file's sequence was refused."""
+    what = (
+        f"--context-len {work.context_len}" if work.context_len else f"a request of "
+        f"{work.held_tokens} tokens (--prompt-tokens {work.prompt_tokens} + --output-tokens "
+        f"{work.output_tokens})"
+    )  # fmt: skip
+    check_context(config, what, work.held_tokens)
+
+
+def speculation_of(asked: Draft, target: ModelChoice) -> sv.Speculation | None:
+    draft, gamma, alpha = asked
+    if draft is None:
+        if alpha is not None:
+            raise PlanError("--alpha needs --draft (the draft model it is the acceptance of)")
+        if gamma is not None:  # hunt 58: it was dropped, and the plan ran without speculation
+            raise PlanError("--gamma needs --draft (the draft model that drafts the tokens)")
+        return None
+    if alpha is None:
+        raise PlanError("--draft needs --alpha: Leviathan's acceptance rate, e.g. the "
+                        "speculative engine's measured spec_alpha")  # fmt: skip
+    drafted, served = draft.config.num_params(), target.config.num_params()
+    if drafted > served:  # hunt 57: a 70B draft for an 8B model searched placements for minutes
+        raise PlanError(
+            f"--draft {draft.name} ({drafted / 1e9:.3g}B parameters) is larger than the model "
+            f"{target.name} ({served / 1e9:.3g}B): a draft must be at most the model's size"
+        )
+    vocab, own = draft.config.vocab_size, target.config.vocab_size
+    if vocab != own:  # hunt 62: priced; the engines refuse it (`model_dir.check_draft`)
+        raise PlanError(
+            f"--draft {draft.name} has a vocabulary of {vocab:,} tokens, the model {target.name} "
+            f"{own:,}: a draft proposes the model's own tokens, so it must share its tokenizer"
+        )
+    config = draft.config  # named as given (hunt 62: an HF folder's unnamed config was
+    if not getattr(config, "name", None):  # printed as "ModelConfig")
+        config = dataclasses.replace(config, name=draft.name)
+    return sv.Speculation(draft=config, gamma=DEFAULT_GAMMA if gamma is None else gamma,
+                          alpha=alpha)  # fmt: skip
+
+
+def check_inputs(users, speed, ttft, hbm_fraction, mfu) -> None:
+    if users is not None and (speed is not None or ttft is not None):
+        raise PlanError("give --users, or --min-user-tokens-per-s and/or --max-ttft-s, not both")
+    if ttft is not None and not (ttft > 0 and math.isfinite(ttft)):
+        raise PlanError(f"--max-ttft-s must be a positive number, got {ttft:g}")
+    if users is not None and users < 1:
+        raise PlanError(f"--users must be at least 1, got {users}")
+    if speed is not None and not (speed > 0 and math.isfinite(speed)):
+        raise PlanError(f"--min-user-tokens-per-s must be a positive number, got {speed:g}")
+    if not 0 < hbm_fraction <= 1:
+        raise PlanError(f"--hbm-fraction must be in (0, 1], got {hbm_fraction:g}")
+    if not 0 < mfu <= 1:
+        raise PlanError(f"--mfu must be in (0, 1], got {mfu:g}")
+
+
+GEMV_NOTE = {  # the wafer note's words for each GEMV program (`--gemv`)
+    "sdk": "the SDK gemv dataflow (what the model takes for Cerebras' software)",
+    "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025; wse_systems.meshgemv), prompt "
+    "blocks of k > 1 tokens as its MeshGEMM (wse_systems.meshgemm), not Cerebras' published "
+    "software",
+}
+
+
+class WaferSetup(NamedTuple):
+    """The wafer side asked for: replicas of `wafers` wafers of `spec` (None: the fewest that
+    hold the model, its draft and one user), each GEMV priced as `gemv` (`GEMV_PROGRAMS`)."""
+
+    spec: WaferSpec
+    wafers: int | None = None
+    gemv: str = "sdk"
+
+
+class GpuSetup(NamedTuple):
+    """The GPU side asked for: replicas of `gpus` GPUs of kind `gpu` (None: one node, or the
+    fewest whole nodes that hold the model), at `hbm_fraction` of HBM bandwidth and `mfu`
+    (None: the fitted `wse_systems.serving.gpu_step` values), weights, KV and products in
+    `precision` (bf16 or fp8)."""
+
+    gpu: str = "h100"
+    gpus: int | None = None
+    hbm_fraction: float | None = None
+    mfu: float | None = None
+    precision: str = "bf16"
+
+
+class Target(NamedTuple):
+    """Where on each frontier to serve (module contract): `users` in flight, or the largest
+    load at least `min_user_tokens_per_s` per user and/or with a first token within
+    `max_ttft_s`; none of them: each side's knee."""
+
+    users: int | None = None
+    min_user_tokens_per_s: float | None = None
+    max_ttft_s: float | None = None
+
+
+class Costing(NamedTuple):
+    """What the costs are counted over: `tokens_per_day` output tokens a day (None: one wafer
+    replica busy all day at its point) for `days` days (people's cost spread over them), at
+    `rates` (`check_rates`' keys; the rest the defaults of `wse_systems.economics`)."""
+
+    tokens_per_day: float | None = None
+    days: float = 365.0
+    rates: dict[str, Any] | None = None
+
+
+class Draft(NamedTuple):
+    """Speculative decoding asked for: a draft `model` drafting `gamma` tokens a round
+    (None: DEFAULT_GAMMA) accepted at Leviathan's rate `alpha`; no model: none (then gamma and
+    alpha must stay None)."""
+
+    model: ModelChoice | None = None
+    gamma: int | None = None
+    alpha: float | None = None
