@@ -191,6 +191,25 @@ def test_llama_is_held_to_its_trained_context_too(tmp_path):
                         "--seq-len 131073 exceeds the model's max_seq_len=131072")  # fmt: skip
 
 
+def test_a_draft_shorter_than_the_request_is_refused_as_the_engine_refuses_it(tmp_path):
+    """Found in stop 65: `--draft` with a context shorter than the request was planned (the
+    draft reads the whole request; `wse infer generate` refuses that request). A draft of
+    the request's length is planned."""
+    hf = tmp_path / "draft"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({**LLAMA3_8B_HF, "num_hidden_layers": 1,
+                                                "max_position_embeddings": 1279}))  # fmt: skip
+    before = _tree(tmp_path)
+    args = ["plan", "infer", "-m", "llama3-8b", "--draft", str(hf), "--alpha", "0.7"]
+    line = refused_in_one_line(ROOT, args, "holds a context of 1,279 tokens, a request here "
+                               "1,280: a draft reads the whole request")  # fmt: skip
+    assert line.startswith(f"Error: --draft {hf} ")
+    assert _tree(tmp_path) == before
+    code, out = invoke(ROOT, [*args, "--prompt-tokens", "1023", "--users", "1", "--json"])
+    assert code == 0, out
+    assert json.loads(out)["inputs"]["speculation"]["gamma"] == 4
+
+
 def test_a_request_at_the_context_is_planned():
     code, out = invoke(ROOT, ["plan", "infer", "-m", "gpt2-124m", "--prompt-tokens", "768",
                               "--output-tokens", "256", "--users", "1", "--json"])  # fmt: skip

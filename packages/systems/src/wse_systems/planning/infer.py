@@ -214,7 +214,7 @@ def plan_infer(
     work = default_workload(cfg) if workload is None else workload
     check_request(cfg, work)
     power = eco.system_power_w(spec)
-    speculation = speculation_of(draft, choice)
+    speculation = speculation_of(draft, choice, work)
     ws = wafer_serving(
         cfg, spec, num_wafers=wafers, workload=work, speculation=speculation, gemv=gemv
     )

@@ -38,7 +38,7 @@ def check_request(config: Any, work: sv.Workload) -> None:
     check_context(config, what, work.held_tokens)
 
 
-def speculation_of(asked: Draft, target: ModelChoice) -> sv.Speculation | None:
+def speculation_of(asked: Draft, target: ModelChoice, work: sv.Workload) -> sv.Speculation | None:
     draft, gamma, alpha = asked
     if draft is None:
         if alpha is not None:
@@ -60,6 +60,12 @@ def speculation_of(asked: Draft, target: ModelChoice) -> sv.Speculation | None:
         raise PlanError(
             f"--draft {draft.name} has a vocabulary of {vocab:,} tokens, the model {target.name} "
             f"{own:,}: a draft proposes the model's own tokens, so it must share its tokenizer"
+        )
+    if work.held_tokens > draft.config.max_seq_len:  # the engines refuse it (found stop 65)
+        raise PlanError(
+            f"--draft {draft.name} holds a context of {draft.config.max_seq_len:,} tokens, a "
+            f"request here {work.held_tokens:,}: a draft reads the whole request, so give a "
+            f"draft with at least that context or a shorter request"
         )
     config = draft.config  # named as given (hunt 62: an HF folder's unnamed config was
     if not getattr(config, "name", None):  # printed as "ModelConfig")
