@@ -2,7 +2,8 @@
 
 `read_json(request, limits)` (async) returns the parsed body or raises:
 - `RequestTooLargeError` (413) when `Content-Length` says more than `limits.max_body_bytes`
-  (nothing is read), or when a body without one (chunked) grows past it while it streams in;
+  (nothing is read), or a chunked body's chunk-size lines do (at the size line, told by
+  `wse_inference.serve.http_protocol`), or a body grows past it while it streams in;
 - `InvalidRequestError` (400): a `Content-Length` that is not a number, a body that is not
   UTF-8 JSON (code invalid_json; NaN / Infinity and a key twice in one object included), or
   one nested deeper than `limits.max_json_depth`
@@ -13,9 +14,9 @@
 
 `refusal_response(error, metrics)` is the HTTP answer to any refusal (400, a model this server
 does not serve included, with code model_not_found; 413, 429, 503). A Content-Type other than
-application/json (or `application/*+json`), a charset other than UTF-8, or any Content-Encoding
-(gzip...), is a 400 before the body is read; a body that is empty, or not UTF-8 (UTF-16
-included), is a 400 invalid_json.
+application/json (or `application/*+json`), a charset other than UTF-8, or any content coding
+(gzip..., in any of the Content-Encoding headers), is a 400 before the body is read; a body
+that is empty, or not UTF-8 (UTF-16 included), is a 400 invalid_json.
 
 A body that stops arriving (a Content-Length larger than what is sent) is refused with 400
 after `limits.body_idle_s` seconds without a byte, and one still arriving after `limits.body_s`
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -47,6 +48,7 @@ from wse_inference.serve.admission import (
     RequestLimits,
     RequestTooLargeError,
 )
+from wse_inference.serve.http_protocol import DECLARED_BODY_BYTES
 from wse_inference.serve.metrics import ServeMetrics
 from wse_inference.serve.openai_response import error_response
 
@@ -96,6 +98,18 @@ def _budget(request: Request, limits: RequestLimits) -> _BodyBudget:
     return state.body_budget
 
 
+async def _pieces(request: Request) -> AsyncIterator[bytes]:
+    """The body as it arrives, empty pieces included: the protocol sends one to wake the reader
+    when a chunk's size line declares too much (`request.stream()` skips them)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
+
+
 async def _read_bytes(request: Request, limits: RequestLimits, budget: _BodyBudget) -> bytes:
     """The body, its size taken from `budget` (the caller gives it back)."""
     limit, idle_s = limits.max_body_bytes, limits.body_idle_s
@@ -110,7 +124,7 @@ async def _read_bytes(request: Request, limits: RequestLimits, budget: _BodyBudg
         if size > limit:
             raise RequestTooLargeError(size, limit)
     chunks, size = [], 0
-    stream = request.stream()
+    stream = _pieces(request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limits.body_s
     try:
@@ -120,6 +134,8 @@ async def _read_bytes(request: Request, limits: RequestLimits, budget: _BodyBudg
                 chunk = await asyncio.wait_for(anext(stream), max(wait, 0.0))
             except StopAsyncIteration:
                 break
+            if (promised := request.scope.get(DECLARED_BODY_BYTES, 0)) > limit:
+                raise RequestTooLargeError(promised, limit)  # a chunk's size line said so
             if size + len(chunk) > limit:
                 raise RequestTooLargeError(None, limit)
             budget.take(len(chunk))
@@ -196,6 +212,22 @@ def _check_charset(params: list[str], declared: str) -> None:
             )
 
 
+def _check_content_encoding(headers: list[str]) -> None:
+    """A body with any content coding is refused (hunt 56: a gzip body was "Malformed JSON
+    ... byte 0x8b"). Every Content-Encoding header counts: repeated ones are one list, applied
+    in order (RFC 9110 5.3, 8.4), and empty elements are ignored (hunt 64: of "identity" then
+    "gzip" only the first was read, and the gzip body was called UTF-16)."""
+    codings = [c.strip().lower() for header in headers for c in header.split(",")]
+    named = [c for c in codings if c]
+    if all(c == "identity" for c in named):
+        return
+    raise InvalidRequestError(
+        f"Content-Encoding {', '.join(named)[:60]!r} is not supported; send the JSON body "
+        "uncompressed (no Content-Encoding).",
+        code="invalid_content_encoding",
+    )
+
+
 def _parse(raw: bytes, max_depth: int) -> Any:
     too_deep = InvalidRequestError(
         f"The request body nests objects and lists more than {max_depth} levels deep.",
@@ -238,13 +270,7 @@ def _parse(raw: bytes, max_depth: int) -> Any:
 async def read_json(request: Request, limits: RequestLimits) -> Any:
     """The request's JSON body within `limits` (see the module docstring)."""
     _check_content_type(request.headers.get("content-type"))
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding != "identity":  # hunt 56: a gzip body was "Malformed JSON ... byte 0x8b"
-        raise InvalidRequestError(
-            f"Content-Encoding {encoding[:40]!r} is not supported; send the JSON body "
-            "uncompressed (no Content-Encoding).",
-            code="invalid_content_encoding",
-        )
+    _check_content_encoding(request.headers.getlist("content-encoding"))
     budget = _budget(request, limits)
     raw = await _read_bytes(request, limits, budget)
     try:

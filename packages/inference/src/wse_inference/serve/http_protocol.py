@@ -12,6 +12,12 @@ Content-Length), the rest of the body is read and dropped for at most
 `RequestLimits.max_discard_bytes` and `RequestLimits.discard_s`, then the connection is
 closed (uvicorn read it to its end, however long). `protocol_for(limits)` is the class
 uvicorn is given.
+
+A chunked body whose chunk-size lines declare more than `RequestLimits.max_body_bytes` (the
+bytes received plus the rest of the current chunk) is told to the app at once: the protocol
+puts that size in the request's ASGI scope under `DECLARED_BODY_BYTES` and wakes the app's
+`receive`, and `wse_inference.serve.http_body` answers 413, as it answers a Content-Length past
+the limit before the body.
 """
 
 from __future__ import annotations
@@ -26,7 +32,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from wse_inference.serve.admission import RequestLimits
 from wse_inference.serve.openai_response import error_body
 
-__all__ = ["JsonErrorsH11Protocol", "protocol_for"]
+__all__ = ["DECLARED_BODY_BYTES", "JsonErrorsH11Protocol", "protocol_for"]
+
+# ASGI scope key: the size a chunked body has declared, set once it passes max_body_bytes
+DECLARED_BODY_BYTES = "wse.declared_body_bytes"
 
 
 def _head_bytes(event: h11.Request) -> int:
@@ -72,6 +81,7 @@ class JsonErrorsH11Protocol(H11Protocol):
     max_head_bytes: int = RequestLimits.max_head_bytes
     discard_s: float = RequestLimits.discard_s
     max_discard_bytes: int = RequestLimits.max_discard_bytes
+    max_body_bytes: int = RequestLimits.max_body_bytes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -79,6 +89,7 @@ class JsonErrorsH11Protocol(H11Protocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._discard_timer: asyncio.TimerHandle | None = None
         self._discarded = 0
+        self._body_bytes = 0  # of the request being read
         parse = self.conn.next_event
 
         def next_event() -> Any:
@@ -87,7 +98,10 @@ class JsonErrorsH11Protocol(H11Protocol):
             except h11.RemoteProtocolError as e:
                 self._why = " ".join(str(e).split())[:200]
                 raise
-            if isinstance(event, h11.Request):  # the head is complete: the app takes over
+            if isinstance(event, h11.Data):
+                self._body_bytes += len(event.data)
+            elif isinstance(event, h11.Request):  # the head is complete: the app takes over
+                self._body_bytes = 0
                 self._stop_head_timer()
                 self._why = _head_refusal(event, self.max_head_bytes)
                 if self._why:
@@ -109,10 +123,23 @@ class JsonErrorsH11Protocol(H11Protocol):
         if self.conn.their_state is h11.IDLE:  # a new request's head is arriving
             self._start_head_timer()
         super().data_received(data)
+        self._check_declared_chunk()
         if self._discard_timer is not None and self.conn.their_state is not h11.SEND_BODY:
             self._discard_timer.cancel()  # the body ended: the connection is kept
             self._discard_timer = None
             self._start_head_timer()  # uvicorn's keep-alive timer was unset by its data
+
+    def _check_declared_chunk(self) -> None:
+        """Tell the app when a chunk's size line makes the body larger than `max_body_bytes`
+        (hunt 64: a chunk of "40000000" (1 GiB) was waited on for `body_idle_s`, then called
+        a body that stopped arriving). h11 keeps the rest of the current chunk in
+        `_bytes_in_chunk` (only its chunked reader has it) and says it nowhere else."""
+        rest = getattr(self.conn._reader, "_bytes_in_chunk", 0)
+        declared = self._body_bytes + rest
+        if rest == 0 or declared <= self.max_body_bytes or DECLARED_BODY_BYTES in self.scope:
+            return
+        self.scope[DECLARED_BODY_BYTES] = declared  # type: ignore[literal-required]
+        self.cycle.message_event.set()  # even before the chunk's first byte, `receive` returns
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -181,10 +208,10 @@ class JsonErrorsH11Protocol(H11Protocol):
 
 
 def protocol_for(limits: RequestLimits) -> type[JsonErrorsH11Protocol]:
-    """`JsonErrorsH11Protocol` with `limits`' head timeout and size and its bounds on dropping
-    a refused body (uvicorn builds one per connection from the class; give uvicorn
+    """`JsonErrorsH11Protocol` with `limits`' head timeout and size, body size and its bounds
+    on dropping a refused body (uvicorn builds one per connection from the class; give uvicorn
     `h11_max_incomplete_event_size` the same head size)."""
-    bounds = ("head_s", "max_head_bytes", "discard_s", "max_discard_bytes")
+    bounds = ("head_s", "max_head_bytes", "discard_s", "max_discard_bytes", "max_body_bytes")
     return type(
         "JsonErrorsH11Protocol",
         (JsonErrorsH11Protocol,),
