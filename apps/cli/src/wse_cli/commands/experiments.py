@@ -150,10 +150,12 @@ def run(
     if len(sweep or ()) > 1:
         fail(f"--sweep takes one assumption, given {len(sweep)} times ({', '.join(sweep)}); "
              "give one --sweep KEY=a,b,c per run")  # fmt: skip
-    _check_folder(out, name)
     if sweep:
         _sweep(name, fn, sweep[0], changes, out, seed)
         return
+    from wse_core.studies.experiment import RESULT_FILES
+
+    _check_folder(out, name, RESULT_FILES, figures=True)
     with assumed(**changes), progress(None, f"experiment {name}"):
         result = fn(quick=quick, seed=seed)
     if changes:
@@ -166,15 +168,26 @@ def run(
     typer.echo(f"wrote {folder}/results.json, table.md, table.csv, figure.png")
 
 
-def _check_folder(out: Path, name: str) -> None:
+def _check_folder(out: Path, name: str, files: tuple[str, ...], *, figures: bool) -> None:
     """Refuse, before the run, an `out/<name>` that is there but no folder (hunt 62: the
-    writer failed with a traceback after the experiment had run)."""
+    writer failed with a traceback after the experiment had run), and one of the `files`
+    it writes there (with `figures`, any .png too: a figure it may replace) that is there
+    but no regular file (hunt 64: a FIFO hung the writer after the run, a folder was a
+    traceback)."""
     import os
+
+    from wse_core.host.readers import not_regular
 
     folder = out / name
     if os.path.lexists(folder) and not folder.is_dir():
         fail(f"--out {out} holds {name!r}, which is not a folder, where the experiment writes "
              f"its folder {folder}; remove or rename it, or give another --out")  # fmt: skip
+    if not folder.is_dir():
+        return
+    pictures = sorted(p.name for p in folder.glob("*.png")) if figures else []
+    for file in dict.fromkeys([*files, *pictures]):
+        if why := not_regular(folder / file):
+            fail(f"--out {out} holds {name}/{file}, which {why}; remove it or give another --out")
 
 
 def _earlier_run(folder: Path) -> str | None:
@@ -200,6 +213,7 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
     if key in changes:  # hunt 58: the sweep's values replaced the --assume one, silently
         fail(f"--sweep {key} and --assume {key}={changes[key]:g} set the same assumption; "
              f"drop --assume {key} (the sweep sets it to each of its values)")  # fmt: skip
+    _check_folder(out, name, (f"sweep_{key}.md", f"sweep_{key}.csv"), figures=False)
     values = sweep_values(key, parsed)  # the constant's range when no values are given
     module = importlib.import_module(fn.__module__)
     predict = getattr(module, f"{fn.__name__}_predictions", None)

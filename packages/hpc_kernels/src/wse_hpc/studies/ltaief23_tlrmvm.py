@@ -41,7 +41,10 @@ cycles from its own tiles, the reshuffle's ring words on every PE, the SRAM of t
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -52,7 +55,7 @@ from wse_core.errors import SramBudgetError
 from wse_core.host.runtime import cache_dir
 
 from wse_hpc.tlrmvm.baseline import best_median_s, stacked_fn
-from wse_hpc.tlrmvm.compress import TlrOperator, compress, load_operator, save_operator
+from wse_hpc.tlrmvm.compress import TlrError, TlrOperator, compress, load_operator, save_operator
 from wse_hpc.tlrmvm.engine import TlrEngine
 from wse_hpc.tlrmvm.grouped_plan import plan_grouped
 from wse_hpc.tlrmvm.mdd import compare, mdd_case
@@ -66,18 +69,46 @@ __all__ = ["run", "run_predictions", "paper_operator", "checked", "NAME"]
 NAME = "ltaief23-tlrmvm"
 SOURCE = "Ltaief et al., SC23 (DOI 10.1145/3581784.3627042): case only, no published figure"
 PAPER = {"n": 9801, "nb": 256, "threshold": 1e-3}
+CACHE_KEEP = 3  # cached slices (one a seed, 74 MB each) kept: the latest used
 
 
 def paper_operator(seed: int = 0) -> TlrOperator:
-    """The paper-sized synthetic slice, compressed tile by tile and cached on disk."""
+    """The paper-sized synthetic slice, compressed tile by tile and cached on disk.
+
+    The cache is `<cache>/tlrmvm/green_<case>_s<seed>.npz`, 74 MB a seed; the CACHE_KEEP
+    latest used are kept and older ones removed (hunt 64: each `--seed` added 74 MB, with no
+    bound). A cache file that cannot be read (cut short, damaged) is rebuilt, with a note on
+    stderr (hunt 64: every later run exited 2 blaming a file the user never gave)."""
     folder = cache_dir().parent / "tlrmvm"
     path = folder / f"green_{PAPER['n']}_nb{PAPER['nb']}_{PAPER['threshold']:g}_s{seed}.npz"
-    if path.exists():
-        return load_operator(path)
+    if os.path.lexists(path):
+        try:
+            op = load_operator(path)
+        except TlrError as e:  # not HostMemoryError: too big for this host is no damage
+            print(f"note: rebuilding a damaged cache file ({e})", file=sys.stderr)
+        else:
+            os.utime(path)  # used now: the pruning below keeps the latest used
+            return op
     op = compress(GreenMatrix(PAPER["n"]), nb=PAPER["nb"], threshold=PAPER["threshold"], seed=seed)
     folder.mkdir(parents=True, exist_ok=True)
     save_operator(op, path)
+    _prune_cache(folder)
     return op
+
+
+def _prune_cache(folder: Path) -> None:
+    """Remove all but the CACHE_KEEP latest used cached slices in `folder`."""
+    cached = sorted(folder.glob("green_*.npz"), key=_mtime, reverse=True)
+    for old in cached[CACHE_KEEP:]:
+        with contextlib.suppress(OSError):  # another run may have removed it first
+            old.unlink()
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile, or a dangling link: the first to go
+        return 0.0
 
 
 def _sweep(n: int, nbs: list[int], thresholds: list[float], seed: int) -> list[dict]:

@@ -20,6 +20,7 @@ figure (`_repr_html_`, `.plot()`: `wse_core.notebook`)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -27,7 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from wse_core.host.atomic import atomic_path, write_atomically
+from wse_core.host.atomic import atomic_path
 
 __all__ = [
     "PredictionRow",
@@ -37,7 +38,11 @@ __all__ = [
     "mechanism_figure",
     "table_rows",
     "row_role",
+    "RESULT_FILES",
 ]
+
+# The files `write_experiment` always writes (beside them a .png per figure)
+RESULT_FILES = ("results.json", "table.csv", "table.md")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,13 +199,40 @@ def _require_folder(folder: Path) -> None:
 
 
 def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
-    """Write the result's four files into `out_dir/<experiment>/` and return that folder."""
+    """Write the result's files into `out_dir/<experiment>/` and return that folder.
+
+    All or none: each file goes to a temporary name and all are renamed once every one is
+    written (hunt 64: `ulimit -f` stopped a run at figure.png and left its new tables beside
+    an older run's figure). A .png there that this run does not write is an older run's
+    figure (the folder is the experiment's) and is removed; `sweep_*` files stay."""
     folder = Path(out_dir) / result.experiment
     _require_folder(folder)
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomically(folder / "results.json", json.dumps(result.to_dict(), indent=2, default=float))
+    figures = {"figure": result.figure, **result.extra_figures}
+    figures.setdefault("mechanisms", mechanism_figure(result.predictions))
+    figures = {f"{name}.png": fig for name, fig in figures.items() if fig is not None}
+    try:
+        with contextlib.ExitStack() as stack:
+            for name, text in _texts(result).items():
+                stack.enter_context(atomic_path(folder / name)).write_text(text, encoding="utf-8")
+            for name, fig in figures.items():
+                tmp = stack.enter_context(atomic_path(folder / name))
+                fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    except BaseException:
+        if made:  # a first run that failed leaves no empty folder
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    finally:
+        _close(figures.values())
+    _remove_older_figures(folder, set(figures))
+    return folder
+
+
+def _texts(result: ExperimentResult) -> dict[str, str]:
+    """results.json, table.csv and table.md of `result`, by file name."""
     header, rows = table_rows(result)
-    write_atomically(folder / "table.csv", csv_text([header, *rows]))
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     if result.measurements:
@@ -209,15 +241,23 @@ def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
         lines += [
             "| " + " | ".join(_fmt(m.get(k)) for k in keys) + " |" for m in result.measurements
         ]
-    write_atomically(folder / "table.md", f"# {result.experiment}\n\n" + "\n".join(lines) + "\n")
-    figures = {"figure": result.figure, **result.extra_figures}
-    figures.setdefault("mechanisms", mechanism_figure(result.predictions))
-    for name, fig in figures.items():
-        if fig is None:
-            continue
-        with atomic_path(folder / f"{name}.png") as tmp:
-            fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    return {
+        "results.json": json.dumps(result.to_dict(), indent=2, default=float),
+        "table.csv": csv_text([header, *rows]),
+        "table.md": f"# {result.experiment}\n\n" + "\n".join(lines) + "\n",
+    }
+
+
+def _close(figures: Any) -> None:
+    if figures:
         import matplotlib.pyplot as plt
 
-        plt.close(fig)
-    return folder
+        for fig in figures:
+            plt.close(fig)
+
+
+def _remove_older_figures(folder: Path, written: set[str]) -> None:
+    for old in folder.glob("*.png"):
+        if old.name not in written and (old.is_symlink() or old.is_file()):
+            with contextlib.suppress(OSError):
+                old.unlink()
