@@ -7,7 +7,7 @@ import math
 
 import pytest
 from wse_core import Op, PerfModel, Phase, Work, preset
-from wse_core.cost.assumptions import ASSUMED_FIELDS, assumed_spec
+from wse_core.cost.assumptions import ASSUMED_FIELDS, assume, assumed_spec
 from wse_core.cost.calibration import UNCALIBRATED, Calibration, current
 from wse_core.cost.collectives import ALGORITHMS, allreduce_2d, line_work, reduce_line
 from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CONSTANTS, MECHANISMS
@@ -35,7 +35,8 @@ def test_every_constant_has_units_a_mechanism_and_a_basis():
 
 
 def test_the_calibration_holds_constants_not_efficiencies():
-    assert {f.name for f in dataclasses.fields(Calibration)} == {"values", "fitted_on", "settings"}
+    fields = {f.name for f in dataclasses.fields(Calibration)}  # misses: reported, never priced
+    assert fields == {"values", "fitted_on", "settings", "misses"}
     cal = Calibration(values={"dsd_issue_cycles": 11.0})
     # Fitted constants replace the spec's; nothing else changes; no cost is divided.
     work = Work(ops=(Op("add", "fp32", 100, count=2),), links={"E": 40})
@@ -168,3 +169,24 @@ def test_sweep_moves_predictions_and_refits():
         parse_sweep("hop=1,2")
     with pytest.raises(SpecError, match="must be a number"):
         parse_sweep("hop_latency_cycles=1,x")
+
+
+def test_a_refit_that_cannot_meet_its_rows_says_so():
+    """Stop 65: at an assumed WSE-2 clock of 1.1 GHz (inside clock_hz's stated sweep) the
+    Table II rows need more cycles than the SUMMA simulator row (counted in cycles, whatever
+    the clock) leaves: task activations would cost negative cycles, so the fit holds them at
+    0 and the SUMMA row misses. The calibration carries each row's miss (its own `rows()`
+    figures are the oracle) and every prediction's description says it; at the presets'
+    clock every row is met."""
+    from wse_core.cost import calibration
+
+    assert current().misses == {}
+    assert "cannot all be met" not in current().describe()
+    with assume(clock_hz=1.1e9):
+        cal = current()
+        summa = next(r for r in calibration.rows(cal) if r["case"] == calibration.SUMMA_CASE)
+        assert cal.values["task_activation_cycles"] == 0.0
+        assert cal.misses["task_activation_cycles"] == pytest.approx(summa["ratio"] - 1, 1e-9)
+        assert cal.misses["task_activation_cycles"] > 1.0  # the simulator's cycles, twice over
+        assert "task_activation_cycles +14" in cal.describe()
+        assert cal.to_dict()["misses"] == dict(cal.misses)

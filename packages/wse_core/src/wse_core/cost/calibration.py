@@ -104,12 +104,16 @@ class Calibration:
     values: Mapping[str, float] = dataclasses.field(default_factory=dict)
     fitted_on: Mapping[str, str] = dataclasses.field(default_factory=dict)
     settings: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # constant -> its row's model / published - 1 where the fit could not meet it (a constant
+    # held at 0 because the rows disagree under the assumptions in force)
+    misses: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "values": dict(self.values),
             "fitted_on": dict(self.fitted_on),
             "settings": dict(self.settings),
+            "misses": dict(self.misses),
         }
 
     def describe(self) -> str:
@@ -122,7 +126,12 @@ class Calibration:
             for k, v in self.values.items()
         ]
         sets = ", ".join(f"{k} = {v:g}" for k, v in self.settings.items())
-        return "; ".join(parts) + (f"; settings: {sets}" if sets else "")
+        missed = ", ".join(f"{k} {100 * m:+.1f}%" for k, m in self.misses.items())
+        return "; ".join(parts) + (f"; settings: {sets}" if sets else "") + (
+            f"; the rows cannot all be met under these assumptions (a constant would be "
+            f"negative; it is held at 0): rows missed, by the constant each fits: {missed}"
+            if missed else ""
+        )  # fmt: skip
 
 
 UNCALIBRATED = Calibration()
@@ -287,10 +296,11 @@ def _fit(excluded: frozenset[str] = frozenset(), published: Mapping[str, float] 
     values = _solve(targets)
     fitted_on = {k: targets[k][2] for k in values}
     settings = {k: setting(k) for k in CALIBRATION_KEYS}
-    return Calibration(
-        values=MappingProxyType(values),
-        fitted_on=MappingProxyType(fitted_on),
-        settings=MappingProxyType(settings),
+    cal = Calibration(values=MappingProxyType(values), fitted_on=MappingProxyType(fitted_on))
+    misses = {k: m for k, (model, figure, _) in targets.items()
+              if abs(m := model(cal) / figure - 1.0) > 1e-6}  # fmt: skip
+    return dataclasses.replace(
+        cal, settings=MappingProxyType(settings), misses=MappingProxyType(misses)
     )
 
 
