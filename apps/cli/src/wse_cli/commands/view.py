@@ -4,7 +4,9 @@ self-contained HTML page and, with `--png`, as a PNG.
 The page (`wse_core.trace.page`) opens offline from disk: layers (SRAM, busy cycles per part,
 link traffic N/S/E/W, defects, regions), zoom and pan, hover with a PE's numbers and
 allocations, each phase's critical PE marked. The PNG (`wse_core.trace.png`) is the same
-view for papers and terminals. A missing or foreign file exits 2 with one line.
+view for papers and terminals. A missing or foreign file exits 2 with one line, and so does a
+page given back as FILE; the default page (FILE with .html) is checked as --out is, before
+any work.
 
 `demo_part` is the demo's wafer view: GPT-2 124M planned for pipelined decoding on two
 `demo` wafers (with defects), wafer 0's trace as `wafer_view.{npz,html,png}`.
@@ -17,7 +19,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import UserInputError
-from wse_cli.outputs import output_file, png_file, refuse_overlap
+from wse_cli.outputs import check_writable, output_file, png_file, refuse_overlap
 
 __all__ = ["view", "write_view", "demo_part", "register"]
 
@@ -45,8 +47,9 @@ def view(
 
     if not file.name:  # "" (or "."): with_suffix raised ValueError (hunt 57)
         raise UserInputError("FILE is empty or '.': give a trace file (.npz) written by --trace")
-    out = out or file.with_suffix(".html")
-    refuse_overlap({"FILE": file}, {"--out": out, "--png": png})
+    named = "--out" if out is not None else "the default page"
+    out = out or _default_page(file)
+    refuse_overlap({"FILE": file}, {named: out, "--png": png})
     trace = load(file)  # TraceError (exit 2) for a missing or foreign file
     page, _ = write_view(trace, out, png)
     grid = f"{trace.rows} x {trace.cols} PEs" + (
@@ -55,6 +58,21 @@ def view(
     typer.echo(f"page: {page} ({page.stat().st_size / 1e6:.2f} MB, {grid})")
     if png is not None:
         typer.echo(f"png: {png}")
+
+
+def _default_page(file: Path) -> Path:
+    """FILE with .html, checked as --out is (hunt 64: the option's check never saw this
+    default, so a folder there was a traceback after the work and a FIFO hung)."""
+    from wse_core.trace import load
+
+    page = file.with_suffix(".html")
+    if page.name == file.name:  # FILE is x.html: most likely a page given for its trace
+        load(file)  # a page is refused in load's words ("an HTML page ..., not a trace")
+        raise UserInputError(
+            f"FILE {file} ends in .html, the name of its own page; give --out another name"
+        )
+    check_writable(page, kind="file", name="the default page")
+    return page
 
 
 def demo_part(console, *, out_dir: Path, quick: bool) -> None:

@@ -25,8 +25,9 @@ PEs are kept exact; larger ones (the full 762 x 1176 WSE-3) are reduced in squar
 (`downsample`). Dead PEs are a list of physical (row, col); named regions, SRAM allocations
 and each leaf phase's critical PE (full-grid coordinates) live in the header.
 
-The schema (`PeTrace`, `LAYERS`, `downsample`, the `.npz` file of `PeTrace.save` / `load`)
-lives in `wse_core.trace.schema` and is re-exported here.
+The schema (`PeTrace`, `LAYERS`, `MAX_CELLS`, `downsample`, `PeTrace.save`) lives in
+`wse_core.trace.schema`, the checked reading of its file (`load`) in `wse_core.trace.reader`;
+both are re-exported here.
 """
 
 from __future__ import annotations
@@ -42,16 +43,17 @@ from wse_core.cost.report import RunReport
 from wse_core.hw.defects import DefectMap, remap
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region, SramLedger
+from wse_core.trace.reader import load
 from wse_core.trace.schema import (
     DIRECTIONS,
     LAYERS,
+    MAX_CELLS,
     PARTS,
     SCHEMA_VERSION,
     LayerSpec,
     PeTrace,
     TraceError,
     downsample,
-    load,
 )
 
 __all__ = [
@@ -68,7 +70,6 @@ __all__ = [
     "load",
 ]
 
-MAX_CELLS = 1 << 17  # exact up to 131072 PEs (362 x 362); the full WSE-3 goes in 3 x 3 blocks
 
 # Building -------------------------------------------------------------------------------
 
@@ -246,8 +247,19 @@ def trace_from(
             "bound": report.bound,
         },
     )
-    block = math.ceil(math.sqrt(shape[0] * shape[1] / max_cells))
+    block = _block(shape, max_cells)
     return downsample(trace, block) if block > 1 else trace
+
+
+def _block(shape: tuple[int, int], max_cells: int) -> int:
+    """The smallest square block whose grid of cells holds at most `max_cells` (`load`
+    refuses more). The square root alone overshot by a row and a column of edge blocks:
+    725 x 723 PEs in 2 x 2 blocks are 363 x 362 = 131,406 cells (hunt 64)."""
+    rows, cols = shape
+    block = max(1, math.ceil(math.sqrt(rows * cols / max_cells)))
+    while -(-rows // block) * -(-cols // block) > max_cells:  # a step or two
+        block += 1
+    return block
 
 
 def _phase_rows(report: RunReport, weights: dict[int, Any], busy: np.ndarray) -> list[dict]:

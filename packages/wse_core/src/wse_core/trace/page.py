@@ -58,7 +58,10 @@ def page_data(trace: PeTrace) -> dict[str, Any]:
 
 def page_html(trace: PeTrace) -> str:
     """The whole page as a string (write it with UTF-8)."""
-    data = json.dumps(page_data(trace), separators=(",", ":")).replace("</", "<\\/")
+    # allow_nan=False: NaN / Infinity are no JSON, and the page's JSON.parse failed on them,
+    # leaving a blank page (hunt 64; `load` refuses them, a trace built in memory may not)
+    data = json.dumps(page_data(trace), separators=(",", ":"), allow_nan=False)
+    data = data.replace("</", "<\\/")
     title = html.escape(f"wse view: {trace.name} on {trace.wafer}")
     return _PAGE.replace("__TITLE__", title).replace("__DATA__", data)
 
