@@ -11,9 +11,10 @@ command does any work, with one line and exit code 2:
 - `output_file(default, "--png", suffix=".png")`: not an existing folder; an existing file
   must be writable; the nearest existing folder above it must be writable (folders between
   are created by the writer, after the work, so a refused command leaves nothing behind).
-  With `suffix`, a name without it gets it, and the command says so on stderr once it has
-  run ("note: --png out writes out.png"; a refused command prints only its error line);
-  with `suffix`, /dev/null draws nothing (the writer would add the suffix: /dev/null.png).
+  With `suffix`, a name without it (in any case: Map.PNG has it) gets it, and the command
+  says so on stderr once it has run ("note: --png out writes out.png"; a refused command
+  prints only its error line); with `suffix`, /dev/null draws nothing (the writer would add
+  the suffix: /dev/null.png). A name ending in '/' means a folder and is refused.
 - `png_file(default, "--png")`: `output_file` with suffix ".png".
 - `output_dir(default, "--out")`: an existing path must be a writable folder, else the
   nearest existing folder above it must be writable. Nothing is created here.
@@ -107,7 +108,14 @@ class _Empty(str):
     folder (hunt 58: `--out ''` wrote into it, `--png ''` named '.')."""
 
 
+class _Folder(str):
+    """What `_path` makes of a name ending in '/': a folder is meant, which Path would drop
+    (hunt 64: `--png newdir/` wrote newdir.png)."""
+
+
 def _path(value: Any) -> Any:
+    if isinstance(value, str) and value.endswith(os.sep) and value.strip(os.sep):
+        return _Folder(value)
     return _Empty() if value == "" else value if isinstance(value, Path) else Path(value)
 
 
@@ -125,9 +133,15 @@ def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None,
         if value is None:
             return value
         path = Path(value)
+        if kind == "file" and isinstance(value, _Folder) and not path.is_dir():
+            raise UserInputError(
+                f"{name} {value} ends in '{os.sep}', a folder; give a file name, "
+                f"e.g. {path / example}"
+            )
         if suffix and str(path) == os.devnull:  # matplotlib would write /dev/null.png
             return None  # nothing drawn: the picture is thrown away
-        if suffix and not path.name.endswith(suffix) and not path.is_dir():
+        # any case: Map.PNG is a PNG (hunt 64: it wrote Map.PNG.png)
+        if suffix and not path.name.lower().endswith(suffix) and not path.is_dir():
             path = path.with_name(path.name + suffix)
             note(f"note: {name} {value} writes {path}")
         check_writable(path, kind=kind, name=name, suffix=suffix)

@@ -112,6 +112,25 @@ def defect_map(spec: WaferSpec, seed: int, rate: float | None = None) -> DefectM
     return DefectMap(dead=dead, seed=seed, rate=rate)
 
 
+def _count(n: int, thing: str) -> str:
+    return f"{n:,} {thing}{'' if n == 1 else 's'}"
+
+
+def _not_repairable(spec: WaferSpec, retire: np.ndarray, dead_per_row: np.ndarray) -> str:
+    """Why: the first row past the spares, its dead PEs, and where the spare rows went (hunt
+    64: a wafer without spare rows read "all 0 spare rows are used by rows -")."""
+    bad = int(retire[spec.spare_rows])
+    head = (
+        f"not repairable: physical row {bad} has {_count(int(dead_per_row[bad]), 'dead PE')} "
+        f"but only {_count(spec.spare_cols, 'spare column')}"
+    )
+    if spec.spare_rows == 0:
+        return f"{head}, and the wafer has no spare rows to replace it"
+    used = ", ".join(map(str, retire[: spec.spare_rows]))
+    verb = "replaces row" if spec.spare_rows == 1 else "replace rows"
+    return f"{head}, and its {_count(spec.spare_rows, 'spare row')} already {verb} {used}"
+
+
 def remap(spec: WaferSpec, defects: DefectMap | None) -> Remap:
     """Repair `defects` with the spec's spares; DefectError if it cannot be done."""
     rows, cols = spec.pe_rows, spec.pe_cols
@@ -128,12 +147,7 @@ def remap(spec: WaferSpec, defects: DefectMap | None) -> Remap:
     dead_per_row = dead.sum(axis=1)
     retire = np.flatnonzero(dead_per_row > spec.spare_cols)
     if retire.size > spec.spare_rows:
-        bad = int(retire[spec.spare_rows])
-        raise DefectError(
-            f"not repairable: physical row {bad} has {int(dead_per_row[bad])} dead PEs but "
-            f"only {spec.spare_cols} spare columns, and all {spec.spare_rows} spare rows are "
-            f"used by rows {', '.join(map(str, retire[: spec.spare_rows])) or '-'}"
-        )
+        raise DefectError(_not_repairable(spec, retire, dead_per_row))
     kept = np.setdiff1d(np.arange(spec.physical_rows), retire)[:rows]
     live = ~dead[kept]  # (rows, physical_cols)
     # j-th live PE of each row: the positions of live PEs, in order, first `cols` of them.

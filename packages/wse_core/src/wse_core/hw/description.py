@@ -19,7 +19,13 @@ from wse_core.errors import SpecError, ascii_only, shown_int, suggest
 from wse_core.hw.dtypes import DTYPES
 from wse_core.hw.simd import OP_KINDS, SIMD_WSE2
 
-__all__ = ["WaferSpec", "MAX_PE_SIDE", "MAX_SRAM_BYTES_PER_PE", "MAX_NAME_CHARS"]
+__all__ = [
+    "WaferSpec",
+    "MAX_PE_SIDE",
+    "MAX_SRAM_BYTES_PER_PE",
+    "MAX_NAME_CHARS",
+    "unseen_character",
+]
 
 # Bounds of the integer fields (hunt 55): past them no model of a wafer means anything, and
 # a grid of 2**63 rows overflows every product the cost model forms from it.
@@ -94,6 +100,8 @@ class WaferSpec:
                     f"{field} must be text of 1 to {MAX_NAME_CHARS:,} characters, "
                     f"got {len(value):,} characters"
                 )
+            if why := unseen_character(value):  # hunt 64: a traceback, or a name on two lines
+                raise SpecError(f"{field} holds {why}; a {field} is one line of printable text")
         for declared in dataclasses.fields(self):  # YAML's yes / true is no number
             value = getattr(self, declared.name)
             # hunt 62: a list or mapping (`defect_rate: [0.1]`) was a TypeError traceback
@@ -171,7 +179,8 @@ class WaferSpec:
                     f"simd_widths key {key!r} must be 'kind.dtype' with kind in "
                     f"{', '.join(OP_KINDS)} and dtype in {', '.join(DTYPES)}"
                 )
-            if not isinstance(width, int | float) or not 0 < width < math.inf:
+            number = isinstance(width, int | float) and not isinstance(width, bool)
+            if not number or not 0 < width < math.inf:  # hunt 64: `yes` was width 1
                 raise SpecError(f"simd_widths[{key!r}] must be a positive number, got {width!r}")
         object.__setattr__(self, "simd_widths", MappingProxyType(widths))
         if not 0 <= self.hop_latency_cycles < math.inf:
@@ -301,6 +310,30 @@ class WaferSpec:
         import json
 
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+# Characters a name cannot show: controls (a newline, ESC), format characters (U+202E turns
+# the text around), line and paragraph separators, and lone surrogates (no encoding writes
+# them: `print` raised UnicodeEncodeError). The CLI's error lines escape the same set.
+_UNSEEN = {"Cc", "Cf", "Zl", "Zp", "Cs"}
+
+
+def unseen_character(text: str) -> str | None:
+    """None when every character of `text` can be shown, else the first one that cannot, as
+    a reader can find it ("'\\n' (U+000A), a control character, at character 4")."""
+    import unicodedata
+
+    for i, c in enumerate(text):
+        kind = unicodedata.category(c)
+        if kind not in _UNSEEN:
+            continue
+        if kind == "Cs" and 0xDC80 <= ord(c) <= 0xDCFF:  # a byte argv held that is not UTF-8
+            return f"byte 0x{ord(c) - 0xDC00:02x}, which is not UTF-8, at character {i + 1:,}"
+        what = {"Cs": "a lone surrogate, not text", "Cf": "a format character"}.get(
+            kind, "a control character"
+        )
+        return f"{ascii(c)} (U+{ord(c):04X}), {what}, at character {i + 1:,}"
+    return None
 
 
 def _typed(value: Any) -> str:

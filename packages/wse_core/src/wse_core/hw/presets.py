@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from wse_core.errors import SpecError, quoted_number, shown, suggest, yaml_problem
-from wse_core.hw.description import WaferSpec, _coerce
+from wse_core.hw.description import WaferSpec, _coerce, unseen_character
 from wse_core.hw.simd import SIMD_WSE3
 
 __all__ = ["PRESETS", "preset", "spec_from", "load_spec", "refuse_past_the_grid"]
@@ -172,24 +172,56 @@ def _from_fields(data: dict[str, Any]) -> WaferSpec:
     return WaferSpec(**{k: _coerce(k, types[k], v) for k, v in data.items()})
 
 
-# A plain scalar such as 1e9 or -2E-3 is a float (YAML 1.2's core schema); PyYAML's YAML 1.1
-# reads it as text unless it has a dot. With it, any text a spec file gives a number field
-# was quoted (`pe_rows: '100'`) and is refused rather than read as a number.
-_EXP_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+# Numbers as YAML 1.2's core schema reads them (PyYAML reads YAML 1.1): decimal integers,
+# leading zeros included (hunt 64: `spare_rows: 010` was octal 8, where --set reads 10), 0o17
+# and 0x1f; floats with or without a dot (1e9 was text). No base 60 (`pe_rows: 7:30` was
+# 450) and no 0b: they are text, and a number field refuses text. `_` groups digits, as
+# PyYAML and Python allow. With these, any text a number field holds was quoted or is no
+# number, and is refused rather than read as one.
+_INT = re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7][0-7_]*|0x[0-9a-fA-F][0-9a-fA-F_]*)$")
+_FLOAT = re.compile(
+    r"^(?:[-+]?(?:\.[0-9][0-9_]*|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_YAML11_ONLY = re.compile(r"[-+]?(?:0b[01_]+|[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)")
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 _SPEC_LOADER: list[Any] = []
 
 
+def _yaml12_int(loader: Any, node: Any) -> int:
+    """An int node the YAML 1.2 way: 010 is 10, 0o10 is 8, 0x10 is 16 (an explicit `!!int`
+    in another spelling, or one past int()'s 4,300 digits, is a YAML error at its line)."""
+    import yaml
+
+    text = loader.construct_scalar(node).replace("_", "")
+    digits = text.lstrip("+-")
+    base = {"0o": 8, "0x": 16}.get(digits[:2].lower(), 10)
+    try:
+        value = int(digits[2:] if base != 10 else digits, base)
+    except ValueError:
+        why = (
+            f"an integer of {len(digits):,} digits is past any field's range"
+            if len(digits) > 40
+            else f"{text!r} is no integer YAML 1.2 reads (10, 0o17, 0x1f)"
+        )
+        raise yaml.constructor.ConstructorError(None, None, why, node.start_mark) from None
+    return -value if text.startswith("-") else value
+
+
 def spec_loader() -> Any:
-    """`names_loader()` whose plain scalars like `1e9` are floats, as YAML 1.2 reads them."""
+    """`names_loader()` reading numbers as YAML 1.2 does (`_INT`, `_FLOAT`)."""
     if not _SPEC_LOADER:
         from wse_core.host.readers import names_loader
 
         class SpecLoader(names_loader()):  # type: ignore[misc]
-            pass
+            yaml_implicit_resolvers = {
+                first: [(tag, rx) for tag, rx in pairs if tag not in _NUMBER_TAGS]
+                for first, pairs in names_loader().yaml_implicit_resolvers.items()
+            }
 
-        SpecLoader.add_implicit_resolver(
-            "tag:yaml.org,2002:float", _EXP_FLOAT, list("-+0123456789")
-        )
+        SpecLoader.add_implicit_resolver(_NUMBER_TAGS[0], _INT, list("-+0123456789"))
+        SpecLoader.add_implicit_resolver(_NUMBER_TAGS[1], _FLOAT, list("-+.0123456789"))
+        SpecLoader.add_constructor(_NUMBER_TAGS[0], _yaml12_int)
         _SPEC_LOADER.append(SpecLoader)
     return _SPEC_LOADER[0]
 
@@ -202,7 +234,14 @@ def _refuse_text_numbers(data: dict[str, Any], path: Path) -> None:
     for key, value in data.items():
         kind = types.get(key)
         if kind in ("int", "float") and isinstance(value, str):
-            raise SpecError(quoted_number(f"{key} in spec file {str(path)!r}", key, value))
+            where = f"{key} in spec file {str(path)!r}"
+            if _YAML11_ONLY.fullmatch(value):  # YAML 1.1 read it as a number: say how 1.2 does
+                raise SpecError(
+                    f"{where} must be a number, got the text {shown(value, head=40)}: spec "
+                    "files read numbers as YAML 1.2 does (10, 010 = 10, 0o17, 0x1f, 1.5e9); "
+                    "base 60 (7:30) and 0b101 are text"
+                )
+            raise SpecError(quoted_number(where, key, value))
         if kind == "int" and isinstance(value, float) and value.is_integer():
             data[key] = int(value)
 
@@ -242,5 +281,7 @@ def load_spec(path: str | Path) -> WaferSpec:
                 f"field, or name a preset to start from (base: {', '.join(PRESETS)})"
             )
         return _from_fields(data)
-    data.setdefault("name", f"{base}+{path.stem}")
+    # a file name's newline or ESC escaped: the name it gives must be one printable line
+    stem = "".join(c if unseen_character(c) is None else ascii(c)[1:-1] for c in path.stem)
+    data.setdefault("name", f"{base}+{stem}")
     return refuse_past_the_grid(spec_from(preset(str(base)), **data), data)
