@@ -4,20 +4,20 @@ Contract. `load_model(path)` accepts an HF-format directory (config.json + safet
 by `wse_models.from_pretrained`) or a `wse train` model_dir whose `hf/` subfolder holds that
 export. The tokenizer is `tokenizer.json` of the same folder (HF `tokenizers`); without one,
 a byte-level tokenizer (id = UTF-8 byte) is used only if the vocabulary has >= 256 ids, else
-`ModelLoadError`. The chat template is read as transformers saves it, from the tokenizer's
-folder: `chat_template.jinja`, else `tokenizer_config.json`'s "chat_template" (a string, or a
-list of named templates of which "default" is used), with its bos_token and eos_token.
-`eos_token_ids` are the ids generation stops on (config.json, generation_config.json, the
-tokenizer's eos_token); the tokenizer decodes without special tokens, as vLLM does.
-`read_weights(path)` reads every tensor
-with NumPy and no JAX (a command refuses NaN or infinite weights before JAX loads, and hands
-the arrays to `load_model(path, weights=...)`: read once). `read_config(path)` reads only
-config.json, so that `wse_inference.host_memory.check_host_memory(config, rows=...,
-max_context=...)` can refuse a serving size (parameters plus KV cache rows) that the host
-cannot hold before JAX builds anything (weights already read are passed as `held_bytes`:
-MemAvailable no longer counts them). `check_draft(target, draft)` refuses a draft whose
-vocabulary differs from the target's (size, or the tokenizers' token tables). Errors are
-`WseError`s with one line.
+`ModelLoadError`. The chat template and the bos/eos tokens are read as transformers saves
+them, from the tokenizer's folder (`wse_inference.tokenizer_config`). `eos_token_ids` are
+the ids generation stops on (config.json, generation_config.json, the tokenizer's
+eos_token); the tokenizer decodes without special tokens, as vLLM does. `read_weights(path)`
+reads every tensor with NumPy and no JAX (a command refuses NaN or infinite weights, an FP8
+checkpoint, a header listing more tensors than config.json's layers can use, before JAX
+loads, and hands the arrays to `load_model(path, weights=...)`: read once).
+`read_config(path)` reads only config.json, so that
+`wse_inference.host_memory.check_host_memory(config, rows=..., max_context=...)` can refuse
+a serving size (parameters plus KV cache rows) that the host cannot hold before JAX builds
+anything (weights already read are passed as `held_bytes`: MemAvailable no longer counts
+them). `check_draft(target, draft)` refuses a draft whose vocabulary differs from the
+target's (size, or the token tables where the draft's folder has a tokenizer.json: without
+one it runs on the target's, as in vLLM). Errors are `WseError`s with one line.
 
 The `Engine` a directory serves is built by `wse_inference.load.load_engine` (the engines
 import this module, so it builds none of them).
@@ -32,9 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from wse_core.errors import WseError
-from wse_core.host.readers import load_json, not_regular, read_text
+from wse_core.host.readers import not_regular, read_text
 
 from wse_inference.engine import ByteTokenizer
+from wse_inference.model_files import ModelLoadError, json_file, present
+from wse_inference.tokenizer_config import SIDE_FILES, read_tokenizer_config
 
 __all__ = [
     "ModelLoadError",
@@ -53,14 +55,10 @@ __all__ = [
 ]
 
 
-class ModelLoadError(WseError):
-    """A model directory that cannot be used as asked."""
-
-
 class HFTokenizer:
     """An HF `tokenizers.Tokenizer` behind the engine's `Tokenizer` protocol, with the chat
-    template and special tokens saved beside it (`chat_template`: None when there is none;
-    `template_vars`: bos_token and eos_token for the template)."""
+    template and special tokens saved beside it (`wse_inference.tokenizer_config`:
+    `chat_template`, None when there is none; `template_vars`, bos_token and eos_token)."""
 
     kind = "tokenizers"
 
@@ -75,8 +73,18 @@ class HFTokenizer:
         except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
             why = " ".join(str(e).split())[:200]
             raise ModelLoadError(f"{path} is not a readable tokenizer file: {why}") from None
-        self.chat_template, self.template_vars = _chat_template(path.parent)
+        side = read_tokenizer_config(path.parent)
+        self._chat_template, self.template_vars, self._template_error = side
         self.max_token_bytes = _max_token_bytes(self._tok)
+
+    @property
+    def chat_template(self) -> str | None:
+        """The folder's Jinja chat template (None: none); ModelLoadError where its templates
+        hold none to use, raised when a chat needs it as transformers raises it (`wse infer
+        serve` renders a chat at start: refused then, unless given --chat-template)."""
+        if self._template_error is not None:
+            raise ModelLoadError(self._template_error)
+        return self._chat_template
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
@@ -102,58 +110,6 @@ def _max_token_bytes(tok: Any) -> int | None:
 
 
 _TOKENIZER_IS = "tokenizer.json must be an HF tokenizers JSON file (or absent: byte-level)"
-_CONFIG_IS = "tokenizer_config.json must be a JSON object (or absent)"
-
-
-def _json_file(path: Path) -> Any:
-    """A JSON file of the model folder, within the stack's file size and depth limits."""
-    return load_json(read_text(path, path.name), str(path))
-
-
-def _present(path: Path, what: str) -> bool:
-    """True for a regular file at `path`, False where nothing is; ModelLoadError for anything
-    else (hunt 62: a dangling tokenizer.json link, a partly fetched HF snapshot's, or a FIFO
-    or folder, was passed over: the model was served with the byte tokenizer, or without its
-    chat template, exit 0)."""
-    if why := not_regular(path):
-        raise ModelLoadError(f"{str(path)!r} {why}; {what}")
-    return path.is_file()
-
-
-def _chat_template(folder: Path) -> tuple[str | None, dict[str, str]]:
-    config_file = folder / "tokenizer_config.json"
-    try:
-        config = _json_file(config_file) if _present(config_file, _CONFIG_IS) else {}
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(f"cannot read {str(config_file)!r}: {e}") from None
-    if not isinstance(config, dict):  # hunt 62: a list was "'list' object has no attribute"
-        raise ModelLoadError(
-            f"{str(config_file)!r} holds a JSON {type(config).__name__}; {_CONFIG_IS}"
-        )
-    tokens = {}
-    for name in ("bos_token", "eos_token"):  # a string or an AddedToken dict
-        value = config.get(name)
-        value = value.get("content") if isinstance(value, dict) else value
-        if isinstance(value, str):
-            tokens[name] = value
-    template = config.get("chat_template")
-    if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
-        named = {  # hunt 62: a list as a name was "unhashable type: 'list'"
-            t["name"]: t.get("template")
-            for t in template
-            if isinstance(t, dict) and isinstance(t.get("name"), str)
-        }
-        template = named.get("default")
-    jinja = folder / "chat_template.jinja"
-    if _present(jinja, "the chat template must be a UTF-8 text file"):
-        try:
-            template = read_text(jinja, "chat template")
-        except UnicodeDecodeError as e:  # hunt 62: the codec's own words
-            raise ModelLoadError(
-                f"{str(jinja)!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
-                f"{e.start:,}); the chat template must be a UTF-8 text file"
-            ) from None
-    return (template if isinstance(template, str) and template else None), tokens
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -196,8 +152,9 @@ def resolve_model_dir(path: str | Path) -> Path:
 def _read_tokenizer(path: Path) -> HFTokenizer:
     """The tokenizer at `path`, read once per version of its files: a command checks it before
     the weights (`check_tokenizer_file`) and `load_model` takes the same object."""
+
     stamps = []
-    for f in (path, path.parent / "tokenizer_config.json", path.parent / "chat_template.jinja"):
+    for f in (path, *(path.parent / name for name in SIDE_FILES)):
         st = f.stat() if f.is_file() else None
         stamps.append((st.st_size, st.st_mtime_ns) if st else None)
     return _tokenizer_of(str(path), tuple(stamps))
@@ -225,14 +182,14 @@ def check_tokenizer_file(path: str | Path) -> None:
     except ModelLoadError:
         return
     for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
-        if _present(candidate, _TOKENIZER_IS):
+        if present(candidate, _TOKENIZER_IS):
             _read_tokenizer(candidate)
             return
 
 
 def _tokenizer(folder: Path, root: Path, vocab_size: int, required: bool):
     for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
-        if _present(candidate, _TOKENIZER_IS):
+        if present(candidate, _TOKENIZER_IS):
             return _read_tokenizer(candidate)
     if vocab_size >= 256:
         return ByteTokenizer()
@@ -261,9 +218,9 @@ def read_weights(path: str | Path) -> dict[str, Any]:
     from wse_core.host.tensor_files import read_tensors
 
     folder = resolve_model_dir(path)
-    _config_json(folder)
-    try:
-        return read_tensors(folder)
+    n_layers = _n_layers(_config_json(folder))
+    try:  # n_layers: a header listing far more tensors is refused unparsed (hunt 64)
+        return read_tensors(folder, n_layers=n_layers)
     except WseError as err:
         raise ModelLoadError(f"cannot load the model in {str(folder)!r}: {err}") from None
 
@@ -303,10 +260,10 @@ def eos_token_ids(folder: Path, tokenizer: Any, vocab_size: int) -> tuple[int, .
     ids: list[int] = []
     for name in ("config.json", "generation_config.json"):
         path = folder / name
-        if not _present(path, f"{name} must be a JSON file (or absent)"):
+        if not present(path, f"{name} must be a JSON file (or absent)"):
             continue
         try:
-            config = _json_file(path)
+            config = json_file(path)
         except (OSError, ValueError) as e:
             why = " ".join(str(e).split())[:200]
             raise ModelLoadError(f"cannot read {str(path)!r}: {why}; fix or remove it") from None
@@ -333,7 +290,9 @@ def check_draft(target: LoadedModel, draft: LoadedModel) -> None:
             f"target {target.name!r} has {tv}; the draft must use the target's tokenizer"
         )
     tt, dt = target.tokenizer, draft.tokenizer
-    if type(tt) is not type(dt) or (tt is not None and tt.vocab() != dt.vocab()):
+    # a draft folder without tokenizer.json runs on the target's tokenizer, as vLLM's drafts
+    # do (hunt 64: its byte-level fallback was "different tokenizers")
+    if isinstance(dt, HFTokenizer) and tt is not None and tt.vocab() != dt.vocab():
         raise ModelLoadError(
             f"draft/target vocabulary mismatch: {draft.name!r} and {target.name!r} have "
             "different tokenizers (token tables differ); use a draft trained with the "
@@ -378,12 +337,20 @@ def check_config_file(path: str | Path) -> None:
 
 def _config_json(folder: Path) -> dict[str, Any]:
     try:
-        d = _json_file(folder / "config.json")
+        d = json_file(folder / "config.json")
     except (OSError, ValueError) as err:
         raise _config_error(folder, err) from None
     if not isinstance(d, dict):
         raise _config_error(folder, ValueError("config.json must hold a JSON object"))
     return d
+
+
+def _n_layers(config: dict[str, Any]) -> int | None:
+    """config.json's layer count as transformers names it (Llama's num_hidden_layers,
+    GPT-2's n_layer), read without JAX; None where it is no count (`read_config` refuses
+    it) or absent."""
+    value = config.get("num_hidden_layers", config.get("n_layer"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _config_error(folder: Path, err: BaseException) -> ModelLoadError:

@@ -7,7 +7,8 @@ Tensor names follow transformers. GPT-2 stores Conv1D weights as [in, out] (our 
 q, k, v fused in `c_attn`; Llama stores nn.Linear weights as [out, in] (transposed here), and
 its q/k rows are already permuted by HF's converter into the rotate-half RoPE layout that
 `wse_models.decoder` uses, so no permutation is applied. Every tensor is checked: a missing
-tensor, a wrong shape or an unexpected tensor is a `CheckpointError` naming it; only
+tensor, a wrong shape, a weight that is not floating point (bool, integer, complex: hunt 64,
+cast silently) or an unexpected tensor is a `CheckpointError` naming it; only
 non-parameter buffers (GPT-2 `attn.bias`/`attn.masked_bias`, `rotary_emb.inv_freq`) and a
 tied `lm_head.weight` are skipped. Nothing is downloaded.
 """
@@ -139,9 +140,9 @@ class _Tensors:
     """Every tensor of a checkpoint directory, read once (`wse_core.host.tensor_files`), or
     the arrays a caller read that way; each is taken as it is placed, unused ones dropped."""
 
-    def __init__(self, path: Path, arrays: dict[str, np.ndarray] | None = None) -> None:
-        try:
-            self.arrays = read_tensors(path) if arrays is None else arrays
+    def __init__(self, path: Path, arrays: dict[str, np.ndarray] | None, n_layers: int) -> None:
+        try:  # n_layers: a header listing far more tensors is refused before it is parsed
+            self.arrays = read_tensors(path, n_layers=n_layers) if arrays is None else arrays
         except WseError as err:  # TensorFileError, HostMemoryError: one line
             raise CheckpointError(str(err)) from None
         self.files = dict.fromkeys(self.arrays)  # our names (keys) read as `stored`
@@ -155,6 +156,11 @@ class _Tensors:
         got = tuple(self.arrays[stored].shape)
         if got != tuple(shape):
             raise CheckpointError(f"tensor {stored!r} has shape {got}, expected {tuple(shape)}")
+        if not jnp.issubdtype(self.arrays[stored].dtype, jnp.floating):  # bfloat16 is one
+            raise CheckpointError(
+                f"tensor {stored!r} is {self.arrays[stored].dtype}; model weights must be "
+                "floating point (F16, BF16, F32 or F64)"
+            )
         self.used.add(name)
         return self.arrays.pop(stored)
 
@@ -191,7 +197,7 @@ def load_params(
     """The parameter pytree of the HF checkpoint in `path`, checked against `config`; with
     `tensors` (`wse_core.host.tensor_files.read_tensors(path)`, read before JAX by a command)
     those arrays, taken: the dict is emptied as they are placed, so no copy outlives the load."""
-    tensors = _Tensors(Path(path), tensors)
+    tensors = _Tensors(Path(path), tensors, config.n_layers)
     if config.arch == "gpt2":
         _normalize(tensors)
     shapes = jax.tree.map(lambda s: s.shape, param_shapes(config))

@@ -2,16 +2,22 @@
 
 Contract. `weight_map(folder)` maps each tensor name of an HF-format checkpoint folder to its
 file: the shards `model.safetensors.index.json` names (read within the JSON limits), else
-every `*.safetensors` of the folder. `read_tensors(folder)` reads each tensor once into a
-NumPy array (`safetensors`' numpy framework: bfloat16 as ml_dtypes') and returns
-{name: array}; HF's non-parameter buffers (`HF_BUFFERS`: GPT-2's attention masks, RoPE's
-inv_freq) are left unread. Before a byte of data is read the files' total size is checked
-against host memory (`wse_core.host.memory.require`); a floating tensor holding NaN or Inf
-is refused as it is read, naming the tensor, its file and the count (a model would generate
+every `*.safetensors` of the folder (a tensor two of them hold is refused: which copy to
+use is not said). `read_tensors(folder)` reads each tensor once into a NumPy array
+(`safetensors`' numpy framework: bfloat16 as ml_dtypes') and returns {name: array}; HF's
+non-parameter buffers (`HF_BUFFERS`: GPT-2's attention masks, RoPE's inv_freq) are left
+unread. Before a byte of data is read the files' total size is checked against host memory
+(`wse_core.host.memory.require`), every floating tensor's dtype against what is read (F16,
+BF16, F32, F64: an FP8/FP6/FP4 checkpoint needs its scales, so it is refused, not cast), and,
+given the model's `n_layers`, every header's count of tensors against `tensor_limit` (counted
+in the header's text before safetensors parses it). A floating tensor holding NaN or Inf is
+refused as it is read, naming the tensor, its file and the count (a model would generate
 nothing from it, silently). Every error is a `TensorFileError` (a `WseError`, one line): a
-missing index shard, a damaged header, truncated data, a non-finite tensor. The model loader
-(`wse_models.load_params(..., tensors=)`) takes the arrays as they are, so a command can
-refuse a bad checkpoint before it imports JAX and the weights are still read once.
+malformed index, a missing index shard, a damaged header, truncated data, a non-finite
+tensor. Integer and bool tensors are read as they are (the model loader refuses them as
+weights). The model loader (`wse_models.load_params(..., tensors=)`) takes the arrays as
+they are, so a command can refuse a bad checkpoint before it imports JAX and the weights
+are still read once.
 """
 
 from __future__ import annotations
@@ -24,7 +30,15 @@ from typing import Any
 from wse_core.errors import WseError
 from wse_core.host.readers import not_regular
 
-__all__ = ["INDEX_FILE", "HF_BUFFERS", "TensorFileError", "weight_map", "read_tensors"]
+__all__ = [
+    "INDEX_FILE",
+    "HF_BUFFERS",
+    "TENSORS_PER_LAYER",
+    "TensorFileError",
+    "tensor_limit",
+    "weight_map",
+    "read_tensors",
+]
 
 INDEX_FILE = "model.safetensors.index.json"
 # non-parameter buffers some HF checkpoints carry: never read (transformers rebuilds them)
@@ -35,27 +49,42 @@ HF_BUFFERS = re.compile(r"(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq
 NUMPY_DTYPES = frozenset(
     {"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "F32", "F64"}
 )
+# the floating dtypes read; safetensors' numpy framework has no float8/6/4 (hunt 64: an
+# AttributeError traceback), and an FP8 checkpoint's weights mean nothing without the scale
+# tensors beside them, which no architecture here applies
+FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+# The most tensors one decoder layer of a checkpoint lists (GPT-2: 12 and 2 attention-mask
+# buffers; Llama: 9 and RoPE's inv_freq), with room; as many again outside the layers
+# (embeddings, final norm, head: 5 at most). A checkpoint listing more is refused unread
+# anyway ("tensors this config does not use"); `tensor_limit` refuses it before safetensors
+# parses its header (hunt 64: a header of a million empty tensors took 20 s and 1.2 GB).
+TENSORS_PER_LAYER = 16
+_ENTRY_KEY = b'"data_offsets"'  # once per tensor entry of a safetensors header
+_MAX_HEADER_BYTES = 100_000_000  # safetensors' own cap: a longer header is its refusal
 
 
 class TensorFileError(WseError):
     """A checkpoint's tensors cannot be read, or hold values no model can use."""
 
 
-def weight_map(folder: str | os.PathLike) -> dict[str, str]:
-    """Tensor name -> the file holding it (module docstring)."""
-    from wse_core.host.readers import load_json, read_text
+def tensor_limit(n_layers: int) -> int:
+    """The most tensors a checkpoint of `n_layers` decoder layers lists (`TENSORS_PER_LAYER`
+    a layer, as many besides)."""
+    return TENSORS_PER_LAYER * (n_layers + 1)
 
+
+def weight_map(folder: str | os.PathLike, *, n_layers: int | None = None) -> dict[str, str]:
+    """Tensor name -> the file holding it (module docstring); with `n_layers`, a checkpoint
+    listing more than `tensor_limit(n_layers)` tensors is refused before its headers parse."""
     path = Path(folder)
     index = path / INDEX_FILE
     if index.exists():
-        try:
-            wm = load_json(read_text(index, INDEX_FILE), str(index))["weight_map"]
-        except (OSError, ValueError, TypeError, KeyError) as err:
-            raise TensorFileError(f"cannot read {index}: {err}") from None
-        for f in sorted(set(wm.values())):
-            if not (path / f).exists():
-                raise TensorFileError(f"{INDEX_FILE} names shard {f!r}, missing from {path}")
-        return {k: str(path / f) for k, f in wm.items()}
+        wm = _index_weight_map(index)
+        _check_count(len(wm), INDEX_FILE, n_layers)
+        for shard in sorted(set(wm.values())):
+            if not (path / shard).exists():
+                raise TensorFileError(f"{INDEX_FILE} names shard {shard!r}, missing from {path}")
+        return {k: str(path / shard) for k, shard in wm.items()}
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise TensorFileError(
@@ -63,29 +92,94 @@ def weight_map(folder: str | os.PathLike) -> dict[str, str]:
         )
     out: dict[str, str] = {}
     for f in files:
-        with _opened(str(f)) as h:
-            out.update(dict.fromkeys(h.keys(), str(f)))
+        with _opened(str(f), n_layers) as h:
+            for name in sorted(h.keys()):
+                if (first := out.setdefault(name, str(f))) != str(f):  # hunt 64: the later won
+                    raise TensorFileError(
+                        f"tensor {name!r} is in both {Path(first).name} and {f.name}; remove "
+                        f"one (or add a {INDEX_FILE} saying which file holds each tensor)"
+                    )
+        _check_count(len(out), f"the *.safetensors of {path}", n_layers)
     return out
 
 
-def _opened(file: str) -> Any:
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false",
+               int: "a number", float: "a number", type(None): "null"}  # fmt: skip
+
+
+def _index_weight_map(index: Path) -> dict[str, str]:
+    """The index's "weight_map", an object of tensor name -> shard file name (hunt 64: a
+    list, null, a number or a list as a file name were Python's own words)."""
+    from wse_core.host.readers import load_json, read_text
+
+    try:
+        doc = load_json(read_text(index, INDEX_FILE), str(index))
+    except (OSError, ValueError, TypeError) as err:
+        raise TensorFileError(f"cannot read {index}: {err}") from None
+    want = "an object of tensor name -> shard file name"
+    if not isinstance(doc, dict):
+        raise TensorFileError(f'{INDEX_FILE} must hold {{"weight_map": {want}}}, got {_kind(doc)}')
+    if "weight_map" not in doc:
+        raise TensorFileError(f'{INDEX_FILE} has no "weight_map" ({want})')
+    wm = doc["weight_map"]
+    if not isinstance(wm, dict):
+        raise TensorFileError(f'{INDEX_FILE}\'s "weight_map" must be {want}, got {_kind(wm)}')
+    for name, f in wm.items():
+        if not isinstance(f, str):
+            raise TensorFileError(
+                f'{INDEX_FILE}\'s "weight_map" must be {want}, got {f!r:.60} for {name!r:.100}'
+            )
+    return wm
+
+
+def _kind(value: Any) -> str:
+    return _JSON_KINDS.get(type(value), "a value")
+
+
+def _check_count(count: int, where: str, n_layers: int | None) -> None:
+    if n_layers is not None and count > tensor_limit(n_layers):
+        raise TensorFileError(
+            f"{where} lists {count:,} tensors; a checkpoint of {n_layers:,} layers lists at "
+            f"most {tensor_limit(n_layers):,} ({TENSORS_PER_LAYER} a layer, "
+            f"{TENSORS_PER_LAYER} besides): it is not this config's checkpoint"
+        )
+
+
+def _listed(file: str) -> int:
+    """How many tensors the header of `file` lists, counted in its text, not parsed (a
+    million entries parse in seconds, into a GB): each entry has one "data_offsets" key (a
+    name holding that quoted text counts twice: a name no model has). 0 where there is no
+    header within safetensors' cap, or no file to read: `safe_open` says what is wrong."""
+    try:
+        with open(file, "rb") as f:
+            head = f.read(8)
+            size = int.from_bytes(head, "little") if len(head) == 8 else 0
+            return f.read(size).count(_ENTRY_KEY) if size <= _MAX_HEADER_BYTES else 0
+    except OSError:
+        return 0
+
+
+def _opened(file: str, n_layers: int | None = None) -> Any:
     from safetensors import SafetensorError, safe_open
 
     if why := not_regular(file):  # hunt 60: safe_open of a FIFO waited forever
         raise TensorFileError(f"{file} {why}")
+    if n_layers is not None:
+        _check_count(_listed(file), Path(file).name, n_layers)
     try:
         return safe_open(file, framework="numpy")
     except (SafetensorError, OSError) as err:  # a damaged header
         raise TensorFileError(f"{file} is not a readable safetensors file: {err}") from None
 
 
-def read_tensors(folder: str | os.PathLike) -> dict[str, Any]:
-    """Every tensor of the checkpoint in `folder` (module docstring): name -> np.ndarray."""
+def read_tensors(folder: str | os.PathLike, *, n_layers: int | None = None) -> dict[str, Any]:
+    """Every tensor of the checkpoint in `folder` (module docstring): name -> np.ndarray;
+    with `n_layers` (the model's), a checkpoint listing more than `tensor_limit` is refused."""
     from safetensors import SafetensorError
 
     from wse_core.host.memory import require
 
-    files = weight_map(folder)
+    files = weight_map(folder, n_layers=n_layers)
     by_file: dict[str, list[str]] = {}
     for name, f in files.items():
         if not HF_BUFFERS.search(name):
@@ -95,18 +189,40 @@ def read_tensors(folder: str | os.PathLike) -> dict[str, Any]:
         sum(os.path.getsize(f) for f in by_file),
         fits=lambda _: "free memory, or use a smaller checkpoint",
     )
+    dtypes = _dtypes(by_file, n_layers)  # every header's, before a byte of data is read
     out: dict[str, Any] = {}
     for f, names in by_file.items():
         with _opened(f) as h:
             for name in names:
                 try:
-                    if h.get_slice(name).get_dtype() not in NUMPY_DTYPES:
-                        import ml_dtypes  # noqa: F401  (NumPy learns bfloat16, float8: 0.3 s)
+                    if dtypes[name] not in NUMPY_DTYPES:
+                        import ml_dtypes  # noqa: F401  (NumPy learns bfloat16: 0.3 s)
                     tensor = h.get_tensor(name)
                 except (SafetensorError, OSError) as err:  # truncated data
                     raise TensorFileError(f"cannot read tensor {name!r} from {f}: {err}") from None
                 _check_finite(tensor, name, f)
                 out[name] = tensor
+    return out
+
+
+def _dtypes(by_file: dict[str, list[str]], n_layers: int | None) -> dict[str, str]:
+    """Each tensor's safetensors dtype name, from the headers; a floating one that is not
+    read (`FLOAT_DTYPES`) is refused by name."""
+    from safetensors import SafetensorError
+
+    out: dict[str, str] = {}
+    for f, names in by_file.items():
+        with _opened(f, n_layers) as h:
+            for name in sorted(names):
+                try:
+                    out[name] = dtype = h.get_slice(name).get_dtype()
+                except SafetensorError as err:  # a name the index gives and the shard lacks
+                    raise TensorFileError(f"cannot read tensor {name!r} from {f}: {err}") from None
+                if dtype.startswith("F") and dtype not in FLOAT_DTYPES:
+                    raise TensorFileError(
+                        f"tensor {name!r} in {f} is {dtype}; this loader reads F16, BF16, F32 "
+                        "and F64 checkpoints (dequantize an FP8, FP6 or FP4 checkpoint first)"
+                    )
     return out
 
 
