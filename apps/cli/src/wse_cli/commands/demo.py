@@ -100,6 +100,7 @@ def demo(
 ) -> None:
     """Run every part of the stack once on embedded defaults (a few minutes on 2 cores)."""
     from rich.console import Console
+    from rich.markup import escape
     from wse_trainer.demo import MARKER
 
     check_out(out, MARKER)
@@ -113,7 +114,7 @@ def demo(
         t0 = time.perf_counter()
         getattr(importlib.import_module(module), func)(console, out_dir=out, quick=quick)
         console.print(f"[dim]({time.perf_counter() - t0:.1f} s)[/]")
-    console.rule(f"demo done in {time.perf_counter() - start:.1f} s; files in {out}")
+    console.rule(escape(f"demo done in {time.perf_counter() - start:.1f} s; files in {out}"))
 
 
 def register(app: typer.Typer) -> None:

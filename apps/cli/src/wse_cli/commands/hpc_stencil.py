@@ -263,14 +263,14 @@ def _history_rows(run) -> list[tuple[str, ...]]:
 
 
 def _print_table(console, run, png) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     x = run.extra
     cfg = x["config"]
     grid = " x ".join(map(str, cfg["grid"]))
-    hist = Table(
-        title=f"{cfg['kind']} on {grid} ({cfg['preset']}, {cfg['dtype']}, {cfg['boundary']})"
-    )
+    what = f"{cfg['kind']} on {grid} ({cfg['preset']}, {cfg['dtype']}, {cfg['boundary']})"
+    hist = Table(title=escape(what))  # a spec's name is text, not markup
     solver = cfg["kind"] == "bicgstab"
     hist.add_column("iteration" if solver else "step", justify="right")
     hist.add_column(x["metric"], justify="right")
@@ -295,10 +295,11 @@ def _print_table(console, run, png) -> None:
         rates = f"no {unit} ran, so no rates (measured or predicted on {cfg['preset']})\n"
     console.print(
         rates + f"SRAM per PE: {run.sram['used_bytes_per_pe']} of {run.sram['bytes_per_pe']} B; "
-        f"{run.calibration.describe()}"
+        f"{run.calibration.describe()}",
+        markup=False,
     )
     if png is not None:
-        console.print(f"figure: {png}")
+        console.print(f"figure: {png}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,9 +2,8 @@
 
 `serve --model-dir DIR` loads the pipelined engine with
 `wse_inference.load.load_engine(DIR, spec=..., speculative_config=..., max_slots=...)` (its
-tokens predicted on `--preset` / `--spec`, default wse3), the
-`--speculative-config` read by `wse_inference.speculative.config.parse_speculative_config` (as
-`wse infer generate` reads it);
+tokens predicted on `--preset` / `--spec`, default wse3), the `--speculative-config` read by
+`wse_inference.speculative.config.parse_speculative_config` (as `wse infer generate` reads it);
 `--model-dir mock` serves `MockEngine` (next token = last + 1, byte tokenizer) for demos and
 tests. On a CPU the attention's numba kernels compile in a helper process while the weights
 load (`wse_models.sdpa_cpu.compile_early`), as `wse infer generate`'s do. The server runs
@@ -337,6 +336,7 @@ def bench(
 
     import httpx
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     from wse_inference.demo.load_test import LoadTestConfig, ServerReplyError, run_load_test
 
@@ -380,8 +380,8 @@ def bench(
         fail(f"{url} refused every request ({errors[0]}); fix the bench's settings")
     from wse_core.host.atomic import write_atomically
 
-    write_atomically(out, json.dumps(summary, indent=2))
-    t = Table(title=f"{summary['model']} at {url}", show_header=False)
+    write_atomically(out, json.dumps(summary, indent=2))  # the model's name: text, not markup
+    t = Table(title=escape(f"{summary['model']} at {url}"), show_header=False)
     t.add_row("requests", f"{summary['completed']} completed, {summary['failed']} failed")
     t.add_row("request throughput", f"{summary['request_throughput_per_s']:.2f} req/s")
     t.add_row("output tokens/s", f"{summary['output_tokens_per_s']:.1f}")

@@ -146,11 +146,12 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
 
 
 def _frontier_table(plan):
+    from rich.markup import escape
     from rich.table import Table
 
     w, g = plan.wafer_frontier, plan.gpu_frontier
-    t = Table(title=f"frontiers of {w.units} x {w.system} and {g.units} x {g.system} (Pareto "
-              "points; * the chosen point)")  # fmt: skip
+    t = Table(title=escape(f"frontiers of {w.units} x {w.system} and {g.units} x {g.system} "
+                           "(Pareto points; * the chosen point)"))  # fmt: skip
     for col in ("system", "users", "tokens/s per user", "tokens/s in all", "TTFT", "bound"):
         t.add_column(col, justify="left" if col in ("system", "bound") else "right")
     for front, chosen in ((plan.wafer_frontier, plan.wafer_point),
@@ -159,7 +160,7 @@ def _frontier_table(plan):
         for u in sorted(points):
             p = points[u]
             mark = "*" if u == chosen.users else ""
-            t.add_row(front.system, f"{mark}{u:,}",
+            t.add_row(escape(front.system), f"{mark}{u:,}",
                       f"{p.user_tokens_per_s:,.4g}", f"{p.aggregate_tokens_per_s:,.4g}",
                       duration(p.ttft_s), p.bound)  # fmt: skip
     return t
@@ -167,21 +168,25 @@ def _frontier_table(plan):
 
 def _print(plan) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"wse plan {plan.workload}: {plan.model} ({plan.n_params / 1e9:.3g}B params)")
+    # names are text, not markup (stop 65: a model folder named 'm[/x]' was a MarkupError)
+    t = Table(title=escape(f"wse plan {plan.workload}: {plan.model} "
+                           f"({plan.n_params / 1e9:.3g}B params)"))  # fmt: skip
     t.add_column("")
     t.add_column("wafers", justify="right")
     t.add_column("GPUs", justify="right")
     for row in _rows(plan) if plan.workload == "train" else _serving_rows(plan):
-        t.add_row(*row)
+        t.add_row(*(escape(c) for c in row))
     console = Console()
     console.print(t)
     if plan.workload == "infer":
         console.print(_frontier_table(plan))
-        console.print(f"[dim]- wafer SRAM: {plan.wafer.figures['sram_budget']}[/]")
+        console.print(f"- wafer SRAM: {plan.wafer.figures['sram_budget']}", style="dim",
+                      markup=False)  # fmt: skip
     for note in plan.assumptions:
-        console.print(f"[dim]- {note}[/]")
+        console.print(f"- {note}", style="dim", markup=False)
 
 
 def plot(plan, path: Path) -> None:

@@ -43,15 +43,16 @@ def _human(n: float) -> str:
 
 
 def _print_plan(console, model, plan, config, spec) -> None:
+    from rich.markup import escape
     from rich.table import Table
     from wse_trainer.session import batch_per_system, micro_batch
 
     r, per = config.runconfig, batch_per_system(config)
     micro = micro_batch(config, spec, model)
     console.print(
-        f"model [bold]{model.name or config.model['preset']}[/]: "
+        f"model [bold]{escape(str(model.name or config.model['preset']))}[/]: "
         f"{model.num_params():,} parameters, {model.n_layers} layers; wafer "
-        f"[bold]{spec.name}[/], num_csx={r.num_csx}; global batch "
+        f"[bold]{escape(spec.name)}[/], num_csx={r.num_csx}; global batch "
         f"{config.train_input.batch_size} (train_input.batch_size) = {per} per replica, as "
         f"{per // micro} micro-batch(es) of {micro} (micro_batch_size "
         f"{config.train_input.micro_batch_size or 'auto'}) x "
@@ -91,7 +92,7 @@ def _print_plan(console, model, plan, config, spec) -> None:
         console.print(f"weight chunks: {s.chunks.describe()}", highlight=False)
         console.print(f"  why: {s.chunks.reason}", highlight=False)
     else:
-        console.print(f"[red]streaming does not fit either:[/] {plan.streaming_error}")
+        console.print(f"[red]streaming does not fit either:[/] {escape(plan.streaming_error)}")
 
 
 def _seconds(s: float) -> str:
@@ -206,7 +207,7 @@ def train(
             from wse_systems.training.performance import step_trace
 
             report = report.with_trace(step_trace(spec, report))
-            console.print(f"per-PE trace: {report.trace.save(trace)} (wse view FILE)")
+            console.print(f"per-PE trace: {report.trace.save(trace)} (wse view FILE)", markup=False)
         console.print("[green]config is valid[/]")
         return
     _train(console, config, spec)
@@ -281,7 +282,7 @@ def _train(console, config, spec) -> None:
             f"predicted {result.report.predicted_s:.4g} s on the wafer"
         )
     if result.hf_dir is not None:
-        console.print(f"HF-format model for inference: {result.hf_dir}")
+        console.print(f"HF-format model for inference: {result.hf_dir}", markup=False)
     for text in result.samples:
         console.rule("sample")
         console.print(text, highlight=False, markup=False)
