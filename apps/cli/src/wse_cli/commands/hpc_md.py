@@ -5,7 +5,8 @@
 [--thermostat none|langevin|nose-hoover] [--damp-fs TDAMP] [--seed S] [--out traj.xyz]
 [--thermo-every K] [--json]` prints LAMMPS-style thermo rows and
 a closing `Performance:` line, with the predicted wafer rate next to it; `--steps 0`
-evaluates energies and forces and writes them to `--out`.
+evaluates energies and forces and writes them to `--out`. The trajectory --out (its size
+bound, whole frames, what a stop or a fault keeps of it) is `hpc_md_trajectory`'s.
 `wse hpc md potential --table zhou04 --elements Cu [Ni ...] --out FILE.eam.alloy` writes a
 setfl file generated from Zhou, Johnson & Wadley (2004). Heavy packages are imported inside
 the commands so `wse --help` stays fast.
@@ -13,7 +14,6 @@ the commands so `wse --help` stays fast.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -21,6 +21,7 @@ from pathlib import Path
 import typer
 
 from wse_cli import multiprocess
+from wse_cli.commands.hpc_md_trajectory import Trajectory, check_size
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_file, refuse_overlap
@@ -34,7 +35,12 @@ app = typer.Typer(
 @app.callback()
 def md(
     ctx: typer.Context,
-    structure: Path = typer.Option(None, "--structure", help="Extended XYZ input (last frame)."),
+    structure: Path = typer.Option(
+        None,
+        "--structure",
+        help="Extended XYZ input (last frame); velocities from velocities:R:3 (A/ps), vel:R:3 "
+        "(A/fs, GPUMD's) or momenta:R:3 (ASE's).",
+    ),
     lattice: str = typer.Option(None, "--lattice", help="fcc | bcc | hcp (instead of a file)."),
     element: str = typer.Option(None, "--element", help="Element of the --lattice crystal."),
     a: float = number(None, "--a", help="Lattice constant (A).", gt=0, unit="A"),
@@ -83,7 +89,11 @@ def md(
         unit="fs",
     ),
     seed: int = number(0, "--seed", help="Seed of velocities and Langevin noise.", **SEED),
-    out: Path = output_file(None, "--out", help="Extended XYZ output (thermo frames)."),
+    out: Path = output_file(
+        None,
+        "--out",
+        help="Extended XYZ output (thermo frames; kept when stopped, as LAMMPS keeps a dump).",
+    ),
     thermo_every: int = number(
         100, "--thermo-every", help="Thermo row every K steps.", kind=int, ge=1
     ),
@@ -120,6 +130,7 @@ def md(
     dtype = "float64" if precision == "fp64" else "float32"
     spec = wafer_spec(preset, spec_file, "wse3")
     s = _structure(structure, lattice, element, a, cells, dtype, spec)
+    check_size(out, steps, thermo_every, s)  # hunt 64: 10^7 frames began to write, ~386 GB
     from wse_hpc.md import read_potential
 
     pot = read_potential(potential[0] if len(potential) == 1 else potential)
@@ -170,31 +181,10 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
     return crystal(lattice, element, a, cells)
 
 
-@contextlib.contextmanager
-def _kept(part: Path | None, out: Path | None):
-    """Rename the trajectory `part` onto `out` when the run ends or faults (exit 1); remove
-    it otherwise (a refusal, Ctrl-C)."""
-    from wse_core.errors import RunFault
-
-    try:
-        yield
-    except RunFault:
-        if part != out and part is not None and part.exists():
-            os.replace(part, out)
-        raise
-    except BaseException:
-        if part != out and part is not None:
-            part.unlink(missing_ok=True)
-        raise
-    if part != out and part is not None and part.exists():
-        os.replace(part, out)
-
-
 def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     import jax
     from rich.console import Console
     from wse_core.host.runtime import keep_freed_memory
-    from wse_hpc.md import write_xyz
     from wse_hpc.md.simulate import run_md
     from wse_hpc.md.thermo import format_header, format_row, performance_line
 
@@ -219,26 +209,23 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
             print_banner()
             console.print(format_row(row, bath))
 
-    # The trajectory grows beside --out and replaces it when the run ends, or stops on a
-    # fault (the frames up to it, as LAMMPS's dump keeps them); a run killed or refused
-    # leaves an existing --out as it was (hunt 61: its first frame truncated it).
-    target = Path(os.path.realpath(out)) if out is not None else None  # through a link
-    part = target.with_name(f".{target.name}.part") if target and target.is_file() else target
+    traj = Trajectory(out, primary=primary)  # the frames and what is kept of them
 
     def on_frame(step, frame):
         _refuse_nonfinite_frame(step, frame)
-        if part is not None and primary:  # one frame per thermo row: a trajectory
-            write_xyz(part, [frame], append=step > 0, info={"step": step})
+        traj.write(step, frame)  # one frame per thermo row: a trajectory
 
     from wse_core.host.progress import progress
 
-    with progress(cfg.steps, "MD steps", quiet=not primary) as done:
+    # outermost: a stop's line comes after the progress bar is gone
+    with traj.kept(), progress(cfg.steps, "MD steps", quiet=not primary) as done:
 
         def on_thermo(row):
             on_row(row)
+            traj.reached(row.step)
             done(row.step)
 
-        with jax.enable_x64(cfg.dtype == "float64"), _kept(part, target):
+        with jax.enable_x64(cfg.dtype == "float64"):
             res = run_md(s, pot, cfg, on_thermo=on_thermo, on_frame=on_frame if out else None)
     print_banner()
     # the prediction counts the run's words in its dtype (hunt 62: outside x64 an fp64 run's

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 from wse_core.errors import WseError
 
+from wse_hpc.md.elements import SYMBOLS
+
 __all__ = [
     "PotentialError",
     "PotentialLines",
@@ -175,17 +177,13 @@ def element_line(src: PotentialLines) -> tuple[int, float, float, str]:
     return int(number), float(mass), float(alat), fields[3] if len(fields) > 3 else "?"
 
 
-_SYMBOLS = (
-    "X H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn Fe Co Ni Cu Zn "
-    "Ga Ge As Se Br Kr Rb Sr Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce "
-    "Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb Lu Hf Ta W Re Os Ir Pt Au Hg Tl Pb Bi"
-).split()
+FUNCFL_LAST_Z = 83  # Bi: funcfl's atomic numbers name elements 1 .. 83
 
 
 def element_symbol(number: int, path: Path) -> str:
     """The symbol of atomic number `number` (1 .. 83), read from `path`'s line 2."""
-    if 0 < number < len(_SYMBOLS):
-        return _SYMBOLS[number]
+    if 0 < number <= FUNCFL_LAST_Z:
+        return SYMBOLS[number]
     raise PotentialError(f"{path.name} line 2 field 1: atomic number {number} is unknown")
 
 

@@ -19,6 +19,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import Sequence
@@ -259,13 +260,16 @@ def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
     )
 
 
+SETFL_SUFFIXES = (".eam.alloy", ".setfl", ".eam.fs")  # else funcfl, as the name says
+
+
 def read_potential(
     paths: str | Path | Sequence[str | Path], elements: Sequence[str] | None = None
 ) -> EamPotential:
     """A potential by file name: `*.eam.alloy` setfl, `*.eam.fs` Finnis–Sinclair, else funcfl.
 
     funcfl files carry no element symbol: `elements` names them (default: from the atomic
-    number in the file).
+    number in the file). A file that fails as funcfl says it was read so by its name.
     """
     ps = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     if not ps:
@@ -275,7 +279,7 @@ def read_potential(
             why = not_regular(p) or "does not exist"
             raise PotentialError(f"potential file {str(p)!r} {why}")
     name = ps[0].name.lower()
-    if name.endswith((".eam.alloy", ".setfl", ".eam.fs")) and len(ps) > 1:
+    if name.endswith(SETFL_SUFFIXES) and len(ps) > 1:
         raise PotentialError(  # hunt 61: the files after the first were ignored
             f"{ps[0].name} holds every element of its potential: give it alone (funcfl .eam "
             f"files are the ones given one per element), got {len(ps)} files"
@@ -284,9 +288,30 @@ def read_potential(
         return read_setfl(ps[0])
     if name.endswith(".eam.fs"):
         return read_setfl(ps[0], fs=True)
-    if elements is None:
-        elements = [element_symbol(_read_one_funcfl(p).number, p) for p in ps]
-    return read_funcfl(ps, elements)
+    try:
+        if elements is None:
+            elements = [element_symbol(_read_one_funcfl(p).number, p) for p in ps]
+        return read_funcfl(ps, elements)
+    except PotentialError as e:
+        raise PotentialError(f"{e}; {_read_as_funcfl(ps)}") from None
+
+
+def _read_as_funcfl(paths: list[Path]) -> str:
+    """Why a file was read as funcfl, and how a setfl is named (hunt 64: a setfl named
+    Cu_zhou04.alloy failed on its comment line 2, read as a funcfl element line)."""
+    text = (
+        f"{'the file was' if len(paths) == 1 else 'the files were'} read as funcfl (LAMMPS "
+        f"pair_style eam) by {'its name' if len(paths) == 1 else 'their names'}: name a setfl "
+        "(eam/alloy) *.eam.alloy or *.setfl, a Finnis-Sinclair file (eam/fs) *.eam.fs"
+    )
+    if len(paths) > 1:
+        return text
+    with contextlib.suppress(OSError, UnicodeDecodeError):  # the file was read once already
+        with open(paths[0], encoding="utf-8") as f:
+            line4 = [f.readline() for _ in range(4)][3].split()
+        if len(line4) > 1 and line4[0].isdigit() and int(line4[0]) == len(line4) - 1:
+            text += f"; its line 4 {' '.join(line4)[:40]!r} is a setfl's element line"
+    return text
 
 
 # -- writing --------------------------------------------------------------------------------

@@ -3,25 +3,35 @@
 Each frame: the atom count; a comment line of key=value pairs with
 `Lattice="Lx 0 0 0 Ly 0 0 0 Lz"`, `Properties=species:S:1:pos:R:3[:velocities:R:3]
 [:forces:R:3][:energies:R:1]`, `pbc="T T T"` and, when energies are known, `energy=` (eV);
-then one line per atom. Units: A, A/ps, eV/A, eV. `write_xyz` appends frames (or writes a
-new file), `read_xyz` returns every frame as a `Structure`; only orthorhombic lattices are
-accepted (a tilted one is a WseError naming the line).
+then one line per atom. Units: A, A/ps, eV/A, eV. `write_xyz` (`wse_hpc.md.xyz_write`)
+appends frames, each whole, or writes a new file; `read_xyz` returns every frame as a
+`Structure`; only orthorhombic lattices are accepted (a tilted one, NaN tilts too, is a
+WseError naming the line).
+
+Velocities are read from whichever column the writer used (hunt 64: ASE's momenta were
+dropped without a word, a 300 K crystal ran at 0 K): `velocities:R:3` in A/ps (wse's own,
+LAMMPS metal units), `vel:R:3` in A/fs (GPUMD's model.xyz and dump_exyz), `momenta:R:3` in
+ASE's units (velocities = momenta / masses as `ase.Atoms.get_velocities` gives them, from the
+file's `masses:R:1` or ASE's standard masses, `wse_hpc.md.elements`). Another column named
+like a velocity (`velo`, `velocity`, `momentum`, ...) is refused: its unit is unknown. Other
+columns (`id`, `charge`, ...) are not used.
 """
 
 from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 from wse_core.errors import WseError
 from wse_core.host.limits import lift, limit
 
+from wse_hpc.md.elements import ase_mass_amu
 from wse_hpc.md.lattice import Structure
+from wse_hpc.md.xyz_write import frame_bytes, write_xyz
 
-__all__ = ["write_xyz", "read_xyz", "XyzError"]
+__all__ = ["write_xyz", "read_xyz", "frame_bytes", "XyzError"]
 
 QUOTE_CHARS = 80  # characters of a file's text quoted in an error line
 # read_xyz reads at most the limits `xyz_bytes` and `xyz_atoms` of wse_core.host.limits
@@ -30,57 +40,9 @@ QUOTE_CHARS = 80  # characters of a file's text quoted in an error line
 # (measured: a 15 MB file of 200,000 atoms with velocities peaks at 200 MB, 13x).
 READ_BYTES_PER_FILE_BYTE = 16
 
-_FIELDS = (
-    ("velocities", "velocities_A_ps", 3),
-    ("forces", "forces_eV_A", 3),
-    ("energies", "energies_eV", 1),
-)
-
 
 class XyzError(WseError):
     """A malformed extended XYZ file."""
-
-
-def _comment(s: Structure, info: dict[str, object]) -> str:
-    lx, ly, lz = (float(v) for v in s.box_A)
-    props = ["species:S:1", "pos:R:3"]
-    for name, attr, n in _FIELDS:
-        if getattr(s, attr) is not None:
-            props.append(f"{name}:R:{n}")
-    parts = [
-        f'Lattice="{lx:.10g} 0 0 0 {ly:.10g} 0 0 0 {lz:.10g}"',
-        f"Properties={':'.join(props)}",
-    ]
-    if s.energies_eV is not None:
-        parts.append(f"energy={float(np.sum(s.energies_eV)):.12g}")
-    parts += [f"{k}={v}" for k, v in info.items()]
-    parts.append('pbc="T T T"')
-    return " ".join(parts)
-
-
-def write_xyz(
-    path: str | Path,
-    frames: Iterable[Structure],
-    *,
-    append: bool = False,
-    info: dict[str, object] | None = None,
-) -> Path:
-    """Write (or append) frames; `info` adds key=value pairs to every comment line."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)  # the CLI checked the nearest folder
-    with open(path, "a" if append else "w") as f:
-        for s in frames:
-            cols = [s.positions_A]
-            cols += [
-                getattr(s, a).reshape(s.num_atoms, n)
-                for _, a, n in _FIELDS
-                if getattr(s, a) is not None
-            ]
-            data = np.concatenate(cols, axis=1)
-            f.write(f"{s.num_atoms}\n{_comment(s, info or {})}\n")
-            for sym, row in zip(s.symbols.tolist(), data, strict=True):
-                f.write(sym + " " + " ".join(f"{v:.10g}" for v in row) + "\n")
-    return path
 
 
 def _quote(text: str) -> str:
@@ -110,9 +72,9 @@ def _lattice(info: dict[str, str], where: str) -> np.ndarray:
         raise XyzError(
             f"{where}: Lattice must hold 9 numbers (3 cell vectors), got {_quote(info['lattice'])}"
         ) from None
-    with np.errstate(invalid="ignore"):  # a NaN side is refused by check_structure
-        tilted = np.any(np.abs(m - np.diag(np.diag(m))) > 1e-9)
-    if tilted:
+    # the tilts must be 0; written so that NaN fails as inf does (hunt 64: NaN > 1e-9 is
+    # False, and NaN tilts were taken); a NaN side is refused by check_box
+    if not np.all(np.abs(m[~np.eye(3, dtype=bool)]) <= 1e-9):
         raise XyzError(
             f"{where}: only orthorhombic lattices are supported "
             f'(Lattice="Lx 0 0 0 Ly 0 0 0 Lz"), got {_quote(info["lattice"])}'
@@ -159,7 +121,51 @@ def _columns(props: str, where: str) -> list[tuple[str, int, int]]:
     return out
 
 
-_WIDTHS = {"pos": 3, "velocities": 3, "vel": 3, "velo": 3, "forces": 3, "energies": 1}
+_WIDTHS = {"pos": 3, "velocities": 3, "vel": 3, "momenta": 3, "masses": 1, "forces": 3,
+           "energies": 1}  # fmt: skip
+# The velocity columns read and their unit in A/ps (module docstring); momenta: ASE's
+_VELOCITY_A_PS = {"velocities": 1.0, "vel": 1000.0}
+# ASE's unit of time is A sqrt(amu / eV); ase.units.fs = 1e-15 s in it, from CODATA 2014
+# (ase.units' default): a velocity of 1 A per ASE time unit is 1000 * ASE_FS A/ps
+_E_C, _AMU_KG = 1.6021766208e-19, 1.66053904e-27
+ASE_FS = 1e-15 * (1e10 * math.sqrt(_E_C / _AMU_KG))  # as ase.units computes it, to the bit
+
+
+def _velocity_column(cols: list[tuple[str, int, int]], where: str) -> str | None:
+    """The one column the velocities come from (a name of _VELOCITY_A_PS or "momenta")."""
+    names = [c for c, _, _ in cols]
+    odd = [c for c in names if c.startswith(("vel", "momen")) and c not in _WIDTHS]
+    if odd:
+        raise XyzError(
+            f"{where}: Properties has {_quote(odd[0])}, a velocity column of no known unit; "
+            "wse reads velocities:R:3 (A/ps), vel:R:3 (A/fs, GPUMD's) or momenta:R:3 (ASE's): "
+            "convert it to one of them"
+        )
+    given = [c for c in names if c in _VELOCITY_A_PS or c == "momenta"]
+    if len(given) > 1:
+        raise XyzError(f"{where}: Properties has both {given[0]} and {given[1]}; give one")
+    return given[0] if given else None
+
+
+def _ase_velocities(momenta, masses, symbols, name: str, first_line: int) -> np.ndarray:
+    """A/ps velocities of ASE's momenta, divided by the masses ASE would use."""
+    if masses is None:
+        table = {s: ase_mass_amu(s) for s in set(symbols)}
+        if (unknown := next((s for s, m in table.items() if m is None), None)) is not None:
+            j = symbols.index(unknown)
+            raise XyzError(
+                f"{name} line {first_line + j} field 1: momenta need each atom's mass, and "
+                f"{_quote(unknown)} is no element (ASE's masses): add a masses:R:1 column"
+            )
+        masses = np.array([table[s] for s in symbols])
+    else:
+        masses = masses[:, 0]
+        if (bad := np.nonzero(~(masses > 0))[0]).size:
+            raise XyzError(
+                f"{name} line {first_line + int(bad[0])}: mass {masses[bad[0]]:g} must be > 0 "
+                "(momenta are divided by it)"
+            )
+    return momenta / masses[:, None] * (1000.0 * ASE_FS)
 
 
 def _not_xyz(path: Path, lines: list[str]) -> str:
@@ -270,6 +276,7 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> Structure:
             raise XyzError(f"{where}: {name_} needs {_WIDTHS[name_]} columns, got {w}")
     if not any(c == "pos" for c, _, _ in cols):
         raise XyzError(f"{where}: Properties has no pos:R:3")
+    vel_column = _velocity_column(cols, where)
     rows = [ln.split() for ln in lines[i + 2 : i + 2 + n]]
     for j, r in enumerate(rows):  # every row's width before the table is allocated
         if len(r) != width:
@@ -292,14 +299,17 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> Structure:
                     f"{name} line {i + 3 + j} field {k}: {_quote(tok)} is not a finite number"
                 )
     found = {c: data[:, s - 1 : s - 1 + w] for c, s, w in cols if c != "species"}
-    get = {"velocities": "velocities", "vel": "velocities", "velo": "velocities"}
-    vel = next((found[k] for k in get if k in found), None)
+    vel = None if vel_column is None else found[vel_column]
+    if vel_column == "momenta":
+        vel = _ase_velocities(vel, found.get("masses"), symbols, name, i + 3)
+    elif vel is not None:
+        vel = vel * _VELOCITY_A_PS[vel_column]
     energies = found.get("energies")
     return Structure(
         np.array(symbols),
         found["pos"].copy(),
         box,
-        None if vel is None else vel.copy(),
+        vel,
         None if found.get("forces") is None else found["forces"].copy(),
         None if energies is None else energies[:, 0].copy(),
     )
