@@ -202,7 +202,7 @@ def test_read_weights_bounds_the_tensors_by_config_layers_without_jax(tmp_path):
         read_weights(tmp_path)
     assert str(err.value) == (
         f"cannot load the model in {str(tmp_path)!r}: model.safetensors.index.json lists 33 "
-        "tensors; a checkpoint of 1 layers lists at most 32 (16 a layer, 16 besides): it is "
+        "tensors; a checkpoint of 1 layer lists at most 32 (16 a layer, 16 besides): it is "
         "not this config's checkpoint"
     )
     got = refused_without_jax(

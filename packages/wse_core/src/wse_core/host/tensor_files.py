@@ -139,7 +139,8 @@ def _kind(value: Any) -> str:
 def _check_count(count: int, where: str, n_layers: int | None) -> None:
     if n_layers is not None and count > tensor_limit(n_layers):
         raise TensorFileError(
-            f"{where} lists {count:,} tensors; a checkpoint of {n_layers:,} layers lists at "
+            f"{where} lists {count:,} tensors; a checkpoint of {n_layers:,} "
+            f"layer{'s' if n_layers != 1 else ''} lists at "
             f"most {tensor_limit(n_layers):,} ({TENSORS_PER_LAYER} a layer, "
             f"{TENSORS_PER_LAYER} besides): it is not this config's checkpoint"
         )
