@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,11 +102,9 @@ class Trajectory:
     def kept(self) -> Iterator[Trajectory]:
         """The run's block: what becomes of the frames when it ends, faults or is stopped."""
         from wse_core.errors import RunFault
+        from wse_core.host.atomic import sigterm_unclaimed
 
-        own = (
-            threading.current_thread() is threading.main_thread()  # only it may set a handler
-            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # never a program's own
-        )
+        own = sigterm_unclaimed()  # the rule atomic_path's writes follow
         if own:
             signal.signal(signal.SIGTERM, _raise_stopped)
         try:

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_atomically"]
+__all__ = ["atomic_path", "sigterm_unclaimed", "write_atomically"]
 
 _UNDER_WAY: set[Path] = set()  # the temporary files being written, by every thread
 
@@ -85,10 +85,7 @@ def _refuse_not_regular(path: str | Path, target: Path) -> None:
 def _removed_on_sigterm(tmp: Path) -> Iterator[None]:
     """`tmp` is removed if SIGTERM comes while the block runs (module docstring)."""
     _UNDER_WAY.add(tmp)
-    own = (
-        threading.current_thread() is threading.main_thread()  # only it may set a handler
-        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # never the program's own
-    )
+    own = sigterm_unclaimed()
     if own:
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -98,6 +95,15 @@ def _removed_on_sigterm(tmp: Path) -> Iterator[None]:
         # the outermost write's (nested ones found ours set), unless the block set its own
         if own and signal.getsignal(signal.SIGTERM) is _on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def sigterm_unclaimed() -> bool:
+    """True where this thread may take SIGTERM for a while: the main thread (only it may set a
+    handler) while SIGTERM has its default (never a program's own: a server's, `wse launch`'s)."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    )
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
