@@ -7,9 +7,10 @@ ranges (`optimizer.beta1` in [0, 1), `runconfig.seed` a 64-bit integer), choices
 (`runconfig.mode`, `optimizer.lr_schedule`), limits (`batch_size` and `num_csx` within the
 limits `batch_size` and `systems` of `wse_core.host.limits`) and the settings that must
 agree with each other (`batch_size % num_csx`, `num_steps` at most `max_steps`,
-`micro_batch_size` dividing the per-system batch, `cpu_shards` dividing the micro-batch, the
-sequence length against the model's, a vocabulary that holds the run's tokenizer), with a
-value to use instead where there is one.
+`micro_batch_size` dividing the per-system batch, `cpu_shards` dividing the micro-batch, a
+decaying schedule's `min_learning_rate` at most its `learning_rate`, the sequence length
+against the model's, a vocabulary that holds the run's tokenizer), with a value to use
+instead where there is one.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ def _check_optimizer(opt: OptimizerConfig) -> None:
     for name in ("warmup_steps", "weight_decay", "min_learning_rate"):
         if getattr(opt, name) < 0:
             raise ConfigError(f"optimizer.{name} must be >= 0, got {getattr(opt, name)}")
+    low, lr = opt.min_learning_rate, opt.learning_rate
+    if low > lr and opt.lr_schedule != "constant":  # hunt 64: the cosine "decay" rose 333x
+        raise ConfigError(  # (ModelZoo's decays, too, end below where they start)
+            f"optimizer.min_learning_rate={low} exceeds optimizer.learning_rate={lr}: the "
+            f"{opt.lr_schedule} schedule would rise to it, not decay; use at most {lr}"
+        )
 
 
 def check_config(

@@ -34,7 +34,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from wse_trainer.config import ConfigError, InputConfig
-from wse_trainer.data_files import check_data_dir, data_files
+from wse_trainer.data_files import check_data_dir, data_files, unreadable_parquet
 
 __all__ = [
     "EOS",
@@ -75,6 +75,7 @@ def stdlib_files(max_bytes: int) -> list[str]:
 
 def _load_documents(cfg: InputConfig) -> list[str]:
     import datasets
+    import pyarrow as pa
 
     datasets.disable_progress_bars()
     if cfg.data_dir == "stdlib":
@@ -98,20 +99,47 @@ def _load_documents(cfg: InputConfig) -> list[str]:
             return _texts(ds, cfg)
         builder, files = found
     kwargs = {"sample_by": "document"} if builder == "text" else {}
+    if builder == "text":
+        files = _text_files_read(files, cfg.max_corpus_bytes)
     log = logging.getLogger("datasets")  # its error lines would precede the one line
     level, _ = log.level, log.setLevel(logging.CRITICAL)
     try:
         ds = datasets.load_dataset(builder, data_files=files, split="train", **kwargs)
-    except datasets.exceptions.DatasetGenerationError as e:  # a file past check_data_dir's scan
-        cause = e.__cause__ or e
-        why = " ".join(f"{type(cause).__name__}: {cause}".split())[:200]
-        fix = "; give one JSON object per line (.jsonl) or a JSON list" if builder == "json" else ""
-        raise ConfigError(
-            f"the {builder} files of {cfg.data_dir!r} cannot be read: {why}{fix}"
-        ) from None
+    except (datasets.exceptions.DatasetGenerationError, OSError, pa.ArrowException) as e:
+        raise _unreadable(builder, files, cfg, e) from None
     finally:
         log.setLevel(level)
     return _texts(ds, cfg)
+
+
+def _unreadable(builder: str, files: list[str], cfg: InputConfig, e: Exception) -> ConfigError:
+    """The one line for data `datasets` could not read: a file past `check_data_dir`'s scan,
+    or pyarrow's own OSError / ArrowInvalid, raised unwrapped while `datasets` reads a
+    Parquet footer for its schema (hunt 64: an 82-line traceback)."""
+    import datasets
+
+    cause = (e.__cause__ or e) if isinstance(e, datasets.exceptions.DatasetGenerationError) else e
+    if builder == "parquet" and len(files) == 1:
+        return unreadable_parquet(files[0], cause)
+    why = " ".join(f"{type(cause).__name__}: {cause}".split())[:200]
+    fix = {"json": "; give one JSON object per line (.jsonl) or a JSON list",
+           "parquet": "; rewrite them with pyarrow or pandas"}.get(builder, "")  # fmt: skip
+    return ConfigError(f"the {builder} files of {cfg.data_dir!r} cannot be read: {why}{fix}")
+
+
+def _text_files_read(files: list[str], cap: int) -> list[str]:
+    """The text files `_texts` can reach under the cap of `cap` characters: a file is one
+    document, and no UTF-8 character takes more than 4 bytes (nor a CRLF, read as LF, 2), so
+    once the files before one hold more than 4 x `cap` bytes their text is past the cap and
+    `_texts` stops before it. `datasets` reads every file it is given whole (hunt 64: the cap
+    did not bound what was read)."""
+    out, seen = [], 0
+    for path in files:
+        if seen > 4 * cap:
+            break
+        out.append(path)
+        seen += Path(path).stat().st_size
+    return out
 
 
 def _texts(ds, cfg: InputConfig) -> list[str]:
@@ -129,11 +157,24 @@ def _texts(ds, cfg: InputConfig) -> list[str]:
                 f"row {i} of {cfg.data_dir!r} has {cfg.text_key!r}: {text!r:.40}, not text; "
                 f"every {cfg.text_key!r} must be a string"
             )
-        if total + len(text) > cfg.max_corpus_bytes and out:
-            break
+        if total + len(text) > cfg.max_corpus_bytes:
+            if out:
+                break
+            raise _first_past_cap(i, len(text), cfg)  # kept whole, it broke the cap (hunt 64)
         out.append(text)
         total += len(text)
     return out
+
+
+def _first_past_cap(row: int, size: int, cfg: InputConfig) -> ConfigError:
+    """The split's first document alone is longer than its cap (a record of JSON, Parquet or
+    a dataset; `check_data_dir` refuses such text files up front): a document is tokenized
+    whole, so it cannot be read within the cap."""
+    return ConfigError(
+        f"row {row} of {cfg.data_dir!r} has a {cfg.text_key!r} of {size:,} characters, past "
+        f"the split's max_corpus_bytes={cfg.max_corpus_bytes:,} (the most text it reads; a "
+        "document is read whole); split the document, or raise max_corpus_bytes"
+    )
 
 
 def held_out(sizes: Sequence[int]) -> list[bool]:

@@ -1,11 +1,15 @@
 """A split's local data files, found and checked before `datasets` reads them (no JAX).
 
 `data_files(data_dir)` is (builder, files) for local paths ("text", "json" or "parquet",
-one kind per split), or None when `data_dir` names a dataset. `check_data_dir(cfg)` refuses,
-each in one line naming the file: a path that is not there or not a regular file (a FIFO
-would block the reader), a folder without data files, text or JSON that is empty, binary
-(a NUL byte) or not UTF-8 (the byte and its offset), a .parquet file without Parquet's
-magic bytes, JSON nested deeper than `json_depth`, a record of more fields than `json_fields`
+one kind per split), or None when `data_dir` names a dataset. `check_data_dir(cfg, name)`
+refuses, each in one line naming the file: a path that is not there or not a regular file (a
+FIFO would block the reader), a folder without data files, text or JSON that is empty,
+UTF-16 or UTF-32 (a BOM, or every other byte NUL: the iconv that converts it), binary (a NUL
+byte) or not UTF-8 (the byte and its offset), a text file past the split's
+`max_corpus_bytes` (a file is one document, read and tokenized whole: hunt 64, one 24 MB
+file took 6.8 GB), a .parquet file without Parquet's magic bytes or whose footer does not
+parse (hunt 64: a corrupt or truncated body was pyarrow's traceback), JSON nested deeper
+than `json_depth`, a record of more fields than `json_fields`
 or records naming more distinct fields in all than `json_keys` (wse_core.host.limits), and a
 corpus that cannot hold one batch: byte-level BPE tokens cover at least
 one byte each, so a split's tokens are at most its files' bytes plus one EOS per document,
@@ -24,7 +28,7 @@ from wse_core.host.readers import not_regular
 
 from wse_trainer.config import ConfigError, InputConfig
 
-__all__ = ["BUILDERS", "SCAN_BYTES", "data_files", "check_data_dir"]
+__all__ = ["BUILDERS", "SCAN_BYTES", "data_files", "check_data_dir", "unreadable_parquet"]
 
 BUILDERS = {
     ".txt": "text",
@@ -130,14 +134,20 @@ def _size(path: str) -> int:
 
 
 def _scan_text(path: str, budget: int, keys: set[str] | None = None) -> int:
-    """Bytes of `path` read (at most `budget`); ConfigError for a NUL byte, bad UTF-8 or,
-    given the field names of the split's JSON files so far (`keys`, updated), JSON nested
-    deeper than the limit `json_depth`, wider than `json_fields` or naming more fields in
-    all than `json_keys`."""
+    """Bytes of `path` read (at most `budget`); ConfigError for UTF-16/32 text, a NUL byte,
+    bad UTF-8 or, given the field names of the split's JSON files so far (`keys`, updated),
+    JSON nested deeper than the limit `json_depth`, wider than `json_fields` or naming more
+    fields in all than `json_keys`."""
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     depth = None if keys is None else _JsonLines(path, keys)
     with open(path, "rb") as f:
         while offset < budget and (chunk := f.read(min(_CHUNK, budget - offset))):
+            if offset == 0 and (wide := _wide_text(chunk)):  # its NULs are not binary's
+                what, encoding = wide
+                raise ConfigError(
+                    f"data file {path!r} {what}, not UTF-8; convert it: iconv -f "
+                    f"{encoding} -t utf-8"
+                )
             if depth is not None:
                 depth.feed(chunk, offset)
             nul = chunk.find(b"\0")
@@ -156,6 +166,36 @@ def _scan_text(path: str, budget: int, keys: set[str] | None = None) -> int:
                 ) from None
             offset += len(chunk)
     return offset
+
+
+# Byte order marks of the wide Unicode encodings, UTF-32's first (FF FE starts both)
+_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32", "utf-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32", "utf-32"),
+    (b"\xff\xfe", "UTF-16", "utf-16"),
+    (b"\xfe\xff", "UTF-16", "utf-16"),
+)
+
+
+def _wide_text(head: bytes) -> tuple[str, str] | None:
+    """(what it is, iconv's name) when `head`, a file's first bytes, is UTF-16 or UTF-32
+    text: a BOM (never valid UTF-8), or no BOM and NULs in half the bytes of one parity, few in
+    the other (UTF-16 of Latin text; binary data has NULs at both, BOM-less UTF-32 at both).
+    hunt 64: a UTF-16 .txt was refused as "binary ... give .txt"."""
+    for bom, name, encoding in _BOMS:
+        if head.startswith(bom):
+            return f"is {name} text (a BOM {bom.hex(' ').upper()})", encoding
+    pairs = min(len(head), 4096) // 2
+    if pairs < 2 or b"\0" not in head[: 2 * pairs]:
+        return None
+    even, odd = (head[side : 2 * pairs : 2].count(0) for side in (0, 1))
+    for nul, other, order in ((odd, even, "le"), (even, odd, "be")):
+        if 2 * nul >= pairs and 10 * other <= nul:
+            return (
+                f"looks like UTF-16{order.upper()} text (no BOM; every other byte NUL)",
+                f"utf-16{order}",
+            )
+    return None
 
 
 class _JsonLines:
@@ -206,20 +246,51 @@ class _JsonLines:
 
 
 def _check_parquet(path: str) -> None:
+    """ConfigError unless `path` has Parquet's magic bytes and a footer that parses (its
+    schema and row groups; reading it costs well under a millisecond): a corrupt or truncated
+    body's footer was pyarrow's OSError / ArrowInvalid traceback in `datasets` (hunt 64).
+    Pages corrupt under a good footer are found where they are read (`wse_trainer.data`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     with open(path, "rb") as f:
         head = f.read(4)
         f.seek(max(0, Path(path).stat().st_size - 4))
         tail = f.read(4)
-    if head != b"PAR1" or tail != b"PAR1":
-        raise ConfigError(
-            f"data file {path!r} is not a Parquet file (no PAR1 magic bytes at its start and "
-            "end); give .parquet files written by pyarrow or pandas"
-        )
+        if head != b"PAR1" or tail != b"PAR1":
+            raise ConfigError(
+                f"data file {path!r} is not a Parquet file (no PAR1 magic bytes at its start "
+                "and end); give .parquet files written by pyarrow or pandas"
+            )
+        try:
+            pq.ParquetFile(f)
+        except (OSError, pa.ArrowException) as e:
+            raise unreadable_parquet(path, e) from None
 
 
-def check_data_dir(cfg: InputConfig) -> None:
+def unreadable_parquet(path: str, error: BaseException) -> ConfigError:
+    """The one line for a Parquet file pyarrow cannot read (`error`, its exception)."""
+    why = " ".join(str(error).split())[:200] or type(error).__name__
+    return ConfigError(
+        f"data file {path!r} is not a readable Parquet file ({why}); rewrite it with "
+        "pyarrow or pandas"
+    )
+
+
+def _past_cap(path: str, size: int, cap: int, name: str) -> ConfigError:
+    """A text file is one document, read and tokenized whole (~280 bytes of memory per byte:
+    hunt 64's 24 MB file took 6.8 GB), so one past the split's cap cannot keep to it."""
+    return ConfigError(
+        f"data file {path!r} is {size:,} bytes, past {name}.max_corpus_bytes={cap:,} (the "
+        "most text the split reads; a text file is one document, read whole); split it "
+        f"into files of at most {cap:,} bytes, or raise {name}.max_corpus_bytes"
+    )
+
+
+def check_data_dir(cfg: InputConfig, name: str = "train_input") -> None:
     """ConfigError when `cfg.data_dir`'s local files cannot give one batch of its split (the
-    module docstring); a dataset's name is checked when it is loaded."""
+    module docstring; `name`, the config section of `cfg`, is what the lines name); a
+    dataset's name is checked when it is loaded."""
     if cfg.data_dir == "stdlib":
         return
     found = data_files(cfg.data_dir)
@@ -236,7 +307,10 @@ def check_data_dir(cfg: InputConfig) -> None:
             _check_parquet(f)
         return
     budget, keys = SCAN_BYTES, set[str]() if builder == "json" else None
-    for f in files:
+    for f, size in zip(files, sizes, strict=True):
+        if builder == "text" and size > cfg.max_corpus_bytes:  # what it is first (UTF-16,
+            _scan_text(f, min(budget, _CHUNK))  # binary): its first MiB tells
+            raise _past_cap(f, size, cfg.max_corpus_bytes, name)
         budget -= _scan_text(f, budget, keys)
     need = cfg.batch_size * cfg.max_sequence_length + 1
     most = sum(sizes) + len(files)  # tokens: at most one per byte, plus one EOS per document

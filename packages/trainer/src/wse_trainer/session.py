@@ -138,11 +138,15 @@ def stream_rows(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
 
 
 def read_tokenizer(path: Path) -> Any:
-    """A `tokenizers.Tokenizer` from its file; ConfigError (one line) when it is not one, a
-    LimitError when it is no regular file or past `file_bytes` (hunt 62: a FIFO hung the run,
-    a link to /dev/zero read until memory ran out)."""
+    """A `tokenizers.Tokenizer` from its file; ConfigError (one line) when it is not one or
+    has no EOS token (`wse_trainer.data.EOS`: the runs pack documents with it; hunt 64: a
+    58-line TypeError in `pack` after 18 s), a LimitError when it is no regular file or past
+    `file_bytes` (hunt 62: a FIFO hung the run, a link to /dev/zero read until memory ran
+    out)."""
     from tokenizers import Tokenizer
     from wse_core.host.readers import read_text
+
+    from wse_trainer.data import EOS
 
     try:
         text = read_text(path, "tokenizer file")
@@ -150,10 +154,16 @@ def read_tokenizer(path: Path) -> Any:
         why = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e.reason})"
         raise ConfigError(f"cannot read tokenizer file {str(path)!r}: {why}") from None
     try:
-        return Tokenizer.from_str(text)
+        tok = Tokenizer.from_str(text)
     except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
         why = " ".join(str(e).split())[:200]
         raise ConfigError(f"{path} is not a readable tokenizer file: {why}") from None
+    if tok.token_to_id(EOS) is None:
+        raise ConfigError(
+            f"tokenizer file {str(path)!r} has no {EOS!r} token (the end-of-document token a "
+            "run packs documents with); remove it to train one, or add it"
+        )
+    return tok
 
 
 def _tokenizer(config: TrainConfig, model_dir: Path, vocab_size: int):
@@ -192,8 +202,8 @@ def _rows(tok, cfg, seq_len: int):
 def check_inputs(config: TrainConfig) -> None:
     """ConfigError for the config's values (`check_config`), a local data_dir or a
     --checkpoint-path that is not there, or a model_dir that is no run folder or lies
-    inside a data_dir; cheap (no JAX, no orbax): the CLI asks
-    before importing them, `Session` again."""
+    inside a data_dir, or whose tokenizer.json cannot be a run's (`read_tokenizer`); cheap
+    (no JAX, no orbax): the CLI asks before importing them, `Session` again."""
     from wse_trainer.data_files import check_data_dir
     from wse_trainer.run_folder import check_model_dir
 
@@ -206,12 +216,14 @@ def check_inputs(config: TrainConfig) -> None:
             "its checkpoints folder or one step folder"
         )
     check_model_dir(Path(run_cfg.model_dir))  # a folder of someone's files is no run folder
+    if (tokenizer := Path(run_cfg.model_dir) / "tokenizer.json").is_file():
+        read_tokenizer(tokenizer)  # hunt 64: one without EOS failed after 18 s of setup
     splits = ("train_input",) if run_cfg.mode == "train" else ("train_input", "eval_input")
     for name in splits:
         _check_apart(Path(run_cfg.model_dir), name, getattr(config, name).data_dir)
-    check_data_dir(config.train_input)  # the tokenizer may be trained on it in any mode
+    check_data_dir(config.train_input, "train_input")  # it may train the tokenizer in any mode
     if run_cfg.mode != "train":
-        check_data_dir(config.eval_input)
+        check_data_dir(config.eval_input, "eval_input")
 
 
 def _check_apart(model_dir: Path, name: str, data_dir: str | list[str]) -> None:
