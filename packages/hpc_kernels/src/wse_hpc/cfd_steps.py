@@ -4,9 +4,10 @@ bad step file before JAX is imported (hunt 60: 1.5 s to say "step -5").
 
 `latest_output(out_dir)` is the newest `step_<n>.npz` there (or None); `read_step(path,
 shape)` its arrays, or `StepFileError` naming what is wrong: not an .npz archive (or not a
-regular file), an array missing, a field not of `shape` or not finite, `step` not one
-integer >= 0, `time` not one finite number >= 0; given the run's case and domain, a step
-written by another. Nothing is unpickled.
+regular file), an array missing, a field not of `shape`, not finite or past FIELD_MAX,
+`step` not one integer >= 0 or not the step the file's name says, `time` not one finite
+number >= 0; given the run's case and domain, a step written by another. Nothing is
+unpickled.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from wse_core.errors import WseError
 __all__ = ["StepFileError", "latest_output", "read_step"]
 
 _STEP_FILE = re.compile(r"step_(\d+)\.npz$")
+# The run is fp32: a field value past this has a square past fp32's range, so the kinetic
+# energy and the advective products overflow at any --dt (hunt 64: u = 1e30 ran, then the
+# run "blew up at step 41 with --dt 1e-09; give a smaller --dt", the smallest it takes).
+FIELD_MAX = float(np.sqrt(np.finfo(np.float32).max))  # 1.8e19
 
 
 class StepFileError(WseError):
@@ -63,18 +68,19 @@ def read_step(
     missing = [k for k in ("u", "v", "p", "T", "step", "time") if k not in data]
     if missing:
         raise StepFileError(f"--restart: {path} lacks the arrays {', '.join(missing)}")
-    for k in ("u", "v", "p", "T"):
-        a = data[k]
-        if a.dtype.kind not in "iuf" or a.shape != tuple(shape):
-            raise StepFileError(
-                f"--restart: {path}'s {k} is {a.dtype} {a.shape}; this run's grid is "
-                f"{tuple(shape)} (restart with the --grid it was written with)"
-            )
-        if not np.isfinite(a).all():
-            raise StepFileError(f"--restart: {path}'s {k} holds NaN or infinite values")
+    three_d = len(shape) > 2 and shape[2] > 1  # w is read only then
+    fields = ("u", "v", "w", "p", "T") if three_d else ("u", "v", "p", "T")
+    for k in fields:
+        _check_field(path, k, data.get(k), tuple(shape))
     step, t = data["step"], data["time"]  # hunt 60: a step of -5 or a time of inf ran on
     if step.shape != () or step.dtype.kind not in "iu" or not 0 <= step < 2**62:
         raise StepFileError(f"--restart: {path}'s step must be one integer >= 0, got {step!r:.60}")
+    named = _STEP_FILE.search(path.name)
+    if named and int(named.group(1)) != int(step):  # hunt 64: --restart redid one step forever
+        raise StepFileError(
+            f"--restart: {path} holds step {int(step)} (its name says {int(named.group(1))}); "
+            f"rename it step_{int(step):07d}.npz"
+        )
     if t.shape != () or t.dtype.kind not in "iuf" or not 0 <= t < np.inf:
         raise StepFileError(
             f"--restart: {path}'s time must be one finite number >= 0, got {t!r:.60}"
@@ -87,6 +93,26 @@ def read_step(
     if lengths is not None and "lengths" in data:
         _same_lengths(path, data["lengths"], lengths)
     return data
+
+
+def _check_field(path: Path, k: str, a: np.ndarray | None, shape: tuple[int, ...]) -> None:
+    """StepFileError unless `a` is a real field of `shape`, finite, within FIELD_MAX."""
+    if a is None:
+        raise StepFileError(f"--restart: {path} lacks the array {k} (a 3-D run's velocity)")
+    if a.dtype.kind not in "iuf" or a.shape != shape:
+        raise StepFileError(
+            f"--restart: {path}'s {k} is {a.dtype} {a.shape}; this run's grid is {shape} "
+            "(restart with the --grid it was written with)"
+        )
+    if not np.isfinite(a).all():
+        raise StepFileError(f"--restart: {path}'s {k} holds NaN or infinite values")
+    big = float(np.abs(a).max(initial=0))
+    if big > FIELD_MAX:
+        raise StepFileError(
+            f"--restart: {path}'s {k} holds {big:.3g}; its square overflows fp32 (past "
+            f"{FIELD_MAX:.2g}), so the run would blow up at any --dt: restart from a sound "
+            "step file"
+        )
 
 
 def _case_of(data: dict[str, np.ndarray]) -> str | None:

@@ -117,8 +117,26 @@ def _read_step(path: Path, grid, case: str) -> dict[str, np.ndarray]:
         raise FieldError(str(e)) from None
 
 
-def _load(state: FlowState, path: Path, grid, case: str) -> tuple[FlowState, int, float]:
+def _check_courant(path: Path, data: dict[str, np.ndarray], grid, dt: float, chosen: str):
+    """FieldError for a step file whose velocities cross more than a cell per step at `dt`
+    (the explicit step's CFL limit h / U, `stable_dt`'s): the run would blow up from its
+    first steps (hunt 64: it did, and the message blamed --dt)."""
+    d = 3 if grid.shape[2] > 1 else 2
+    for name, h in zip("uvw"[:d], grid.spacing[:d], strict=True):
+        speed = float(np.abs(data[name]).max(initial=0))
+        if speed * dt > h:
+            raise FieldError(
+                f"--restart: {path}'s {name} reaches {speed:.3g}: at {chosen} {dt:.4g} that "
+                f"crosses {speed * dt / h:.3g} cells of {h:.3g} per step (the explicit step's "
+                f"CFL limit is 1); restart from a sound step file, or give --dt "
+                f"{h / speed / 2:.2g} or less"
+            )
+
+
+def _load(state: FlowState, path: Path, grid, case: str, dt: float, chosen: str):
+    """(state, step, time) of the step file `path`, checked (`_read_step`, `_check_courant`)."""
     data = _read_step(path, grid, case)
+    _check_courant(path, data, grid, dt, chosen)
     vel = tuple(v.like(grid.wafer.place(jnp.asarray(data[n], jnp.float32)))
                 for v, n in zip(state.velocity, "uvw", strict=False))  # fmt: skip
     T = data["T"] - (full_temperature(grid, 0 * data["T"]) if "theta_offset" in data else 0)
@@ -158,9 +176,10 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
         raise FieldError("--steps and --output-every must be >= 0")
     grid, flow, fns, state, kappa = _build(cfg)
     check_dt(cfg, flow.dt)
-    step0, t0 = 0, 0.0
+    step0, t0, last = 0, 0.0, None
+    chosen = "--dt" if cfg.dt is not None else "the default step"
     if cfg.restart and cfg.out_dir is not None and (last := latest_output(cfg.out_dir)):
-        state, step0, t0 = _load(state, last, grid, cfg.case)
+        state, step0, t0 = _load(state, last, grid, cfg.case, flow.dt, chosen)
     chunk = cfg.output_every or max(1, min(cfg.steps, 100))
 
     @jax.jit
@@ -182,10 +201,10 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
         step, t = step0 + done, t0 + done * flow.dt
         history.append((step, t, float(nu), float(ke)))
         if not np.isfinite(float(ke)):  # hunt 63: "use a smaller --dt" when none was given
-            chosen = "--dt" if cfg.dt is not None else "the default step"
+            since = f" (restarted from {last})" if last else ""
             raise FieldError(
-                f"the run blew up at step {step} (kinetic energy {float(ke)}) with {chosen} "
-                f"{flow.dt:.4g}; give a smaller --dt"
+                f"the run{since} blew up at step {step} (kinetic energy {float(ke)}) with "
+                f"{chosen} {flow.dt:.4g}; give a smaller --dt"
             )
         if on_progress:
             on_progress(step, float(nu), float(ke))

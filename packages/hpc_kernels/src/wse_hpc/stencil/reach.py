@@ -15,12 +15,19 @@ bench/results/bicgstab_reach_restarted.json.)
 `advice(precision, grid, tol, maxiter)` is None for a request inside the measured reach
 (largest side N <= the largest grid that reached the nearest measured tolerance at least as
 loose as `tol`), else one line naming what was measured and what to use instead: `--dtype
-fp32` where fp32 reached it, else a looser `--tol` or a higher `--steps`.
+fp32` where fp32 reached it, else a looser `--tol` or a higher `--steps`. Mixed precision
+past the largest grid tried is sent to fp32 too (hunt 64: 256 x 256 x 64 stalled at the
+start in mixed, where fp32 converges; this note said nothing there).
+
+`reason(res, grid, ...)` is the one line a solve that did not converge reports: why, and
+what to use instead (a mixed solve that stalled: `--dtype fp32`, whatever the table says).
 """
 
 from __future__ import annotations
 
-__all__ = ["MEASURED_MAXITER", "REACH", "advice", "reach"]
+from typing import Any
+
+__all__ = ["MEASURED_MAXITER", "REACH", "advice", "reach", "reason"]
 
 MEASURED_MAXITER = 1000
 # precision -> {tol: largest N^3 that reached tol}; a tolerance missing from a precision's
@@ -49,8 +56,10 @@ def advice(precision: str, grid: tuple[int, ...], tol: float, maxiter: int) -> s
     if mine is None or maxiter > MEASURED_MAXITER:
         return None
     t, largest = mine
-    if n <= largest or largest == LARGEST_TRIED:
-        return None  # inside the measured reach, or past the largest grid tried (unmeasured)
+    if n <= largest:
+        return None  # inside the measured reach
+    if largest == LARGEST_TRIED:  # past the largest grid tried: unmeasured
+        return _past_the_sweep(t) if precision == "mixed" else None
     did = f"reached tol {t:g} on grids up to {largest}^3" if largest else f"did not reach tol {t:g}"
     head = (
         f"{precision} BiCGSTAB {did} in the measured sweep (docs/bicgstab-reach.md; "
@@ -63,3 +72,43 @@ def advice(precision: str, grid: tuple[int, ...], tol: float, maxiter: int) -> s
     ok = [s for s, m in REACH[precision].items() if m >= n]
     looser = f"a looser --tol ({min(ok):g} was reached there)" if ok else "a smaller grid"
     return f"{head}; try {looser} or a higher --steps"
+
+
+def _past_the_sweep(t: float) -> str:
+    return (
+        f"mixed BiCGSTAB reached tol {t:g} on grids up to {LARGEST_TRIED}^3, the largest "
+        "tried (docs/bicgstab-reach.md); past it fp16's rounding can stall it where fp32 "
+        "converges (256 x 256 x 64 at tol 0.001); use --dtype fp32"
+    )
+
+
+def reason(
+    res: Any, grid: tuple[int, ...], tol: float, maxiter: int, *, precision: str, pair: bool,
+    floor: float,
+) -> str:  # fmt: skip
+    """One line: why the true residual of `res` (a `refine.SolveResult`) did not reach tol,
+    and what to use instead; `floor` is refine's CERTIFY_FLOOR."""
+    t, updates = float(res.true_residual), int(res.checks) - 1
+    if tol <= 2 * floor:
+        return (
+            f"tolerance {tol:g} is out of reach: an fp32 residual on the wafer certifies no "
+            f"less than {2 * floor:.1e} (reached {t:.2e}; its rounding is ~{floor:.1e})"
+        )
+    if bool(res.stalled) and precision == "mixed":  # fp32 is the fix, not a looser tol
+        head = "made no progress from x = 0" if t >= 1 else f"stalled above tol {tol:g}"
+        n = int(res.rejected)
+        dropped = f"; {n} fp16 group{'s' * (n > 1)} that raised it dropped" if n else ""
+        return (
+            f"mixed BiCGSTAB {head} (true residual {t:.2e} after {updates} reliable "
+            f"updates{dropped}): fp16's rounding is too coarse for this grid; use --dtype fp32"
+        )
+    if bool(res.stalled):
+        carry = "an fp32 pair" if pair else "fp32"
+        why = (
+            f"tolerance {tol:g} is out of reach: the true residual stalled at {t:.2e} after "
+            f"{updates} reliable updates ({precision} BiCGSTAB, x in {carry})"
+        )
+    else:
+        why = f"iteration cap {maxiter} reached with the true residual at {t:.2e} > tol {tol:g}"
+    note = advice(precision, grid, tol, maxiter)
+    return why + (f"; {note}" if note else "")

@@ -27,6 +27,14 @@ stops when t + CERTIFY_FLOOR <= tol (converged), when FLAT updates in a row brin
 (1 - GAIN) gain on the best t (stalled: tol out of reach), or at the iteration cap (a last
 update folds the open group in first).
 
+A group that leaves the true residual above REJECT x the best so far, or above the start's
+(x = 0: t = 1), is dropped (hunt 64): x stays, and the Krylov space restarts from x's true
+residual (one more SpMV and allreduce). On grids where fp16's rounding (2^-11) is not small
+beside D^-1 A's smallest eigenvalue (mixed on 256 x 256 x 64: 1.1e-4) the fp16 group can
+move x far off (the true residual rose to 4.0 at the first check, 3.8 at the end) while fp32
+converges; the solve returned that x, worse than x = 0. Dropped groups count as updates
+without a gain, so such a solve stalls after FLAT of them at its best x and says so.
+
 Why not restart: the scheme this replaces (iterative refinement: an inner BiCGSTAB to 1e-2
 (mixed) or 1e-5 (fp32), then a fresh one on the new residual) threw the Krylov space away
 at every outer step and let the inner recurrence drift between them: at 48^3 it took 103
@@ -71,6 +79,7 @@ __all__ = [
     "FLAT",
     "GAIN",
     "PAIR_BELOW",
+    "REJECT",
     "UPDATE_EVERY",
     "SolveResult",
     "refine",
@@ -83,6 +92,12 @@ DELTA = {"mixed": 0.1, "fp32": float(jnp.finfo(jnp.float32).eps) ** 0.5}
 UPDATE_EVERY = {"mixed": 10, "fp32": 0}  # and at least every this many iterations (0: never)
 FLAT = 3  # this many updates in a row without a gain end the solve (stalled)
 GAIN = 0.9  # a gain: the true residual below this x the best so far
+# A group is dropped above this x the best true residual (or above the start's). BiCGSTAB's
+# residual is not monotone: the checks of converging solves rose by at most 1.41x over their
+# best (mixed 192 x 192 x 4; 96^3 to 1e-6: 1.40x; 128^3 to 1e-3 and 1e-4: 1.39x), so 2 keeps
+# every one of them. The bad groups measured rose 40x (mixed 128 x 128 x 64: dropped, it then
+# converged in 144 iterations) and 4x over the start (mixed 256 x 256 x 64).
+REJECT = 2.0
 PAIR_BELOW = 1e-4  # tolerances below this carry x as an fp32 pair
 # What an fp32 residual on the wafer can certify: its own rounding is about eps32 ||b||
 # (measured against fp64: 4.5e-8 on 12^3, 8e-8 on 48^3), so the solve counts as converged
@@ -104,6 +119,7 @@ class SolveResult(NamedTuple):
     true_history: jax.Array  # fp32 (maxiter + 1,): true residual at each check, NaN elsewhere
     converged: jax.Array  # bool: true residual + CERTIFY_FLOOR <= tol
     stalled: jax.Array  # bool: the true residual stopped falling (tol out of reach)
+    rejected: jax.Array  # int32, groups dropped (not broken down): truth above REJECT x best
 
 
 class _Group(NamedTuple):
@@ -131,6 +147,7 @@ class _Truth(NamedTuple):
     restarts: jax.Array
     breakdowns: jax.Array
     stalled: jax.Array
+    rejected: jax.Array
 
 
 class _Carry(NamedTuple):
@@ -181,13 +198,20 @@ def _sigma(rf: _Refiner, rnorm: jax.Array) -> jax.Array:
 
 def _update(rf: _Refiner, b: jax.Array, bnorm: jax.Array, bad: jax.Array, c: _Carry) -> _Carry:
     """A reliable update (module docstring); `bad`: the group broke down (the Krylov space
-    restarts from the true residual; its correction is dropped if not finite)."""
+    restarts from the true residual; its correction is dropped if not finite). A group
+    that leaves the truth above REJECT x the best, or above the start's, is dropped too."""
     g, s, lo = c.g, c.s, rf.lo
     finite = jnp.isfinite(g.rr) & jnp.isfinite(g.k.alpha) & jnp.isfinite(g.k.omega)
     d = jnp.where(bad & ~finite, 0.0, g.k.x / g.sigma)
     x, x_lo = _two_sum(s.x, s.x_lo, d) if rf.pair else (s.x + d, s.x_lo)
     r, rnorm = _residual(rf, b, x, x_lo)
+    found = jnp.where(bnorm > 0, rnorm / bnorm, 0.0)  # what the check found (NaN: dropped)
+    worse = ~(found <= jnp.minimum(REJECT * s.best, 1.0))
+    kept = lambda: (s.x, s.x_lo, *_residual(rf, b, s.x, s.x_lo))
+    x, x_lo, r, rnorm = lax.cond(worse, kept, lambda: (x, x_lo, r, rnorm))
     t = jnp.where(bnorm > 0, rnorm / bnorm, 0.0)
+    broke, dropped = bad, worse & ~bad  # a dropped group that broke down counts as broken
+    bad = broke | worse
     sigma = _sigma(rf, rnorm)
     up = sigma / g.sigma
     rescale = lambda a: jnp.where(bad, 0, lo(a.astype(jnp.float32) * up))
@@ -199,12 +223,14 @@ def _update(rf: _Refiner, b: jax.Array, bnorm: jax.Array, bad: jax.Array, c: _Ca
     hh = jnp.where(bad, rr, g.hh)
     g = _Group(k, rho_new, rr, hh, bad, sigma, jnp.sqrt(rr), jnp.int32(0))
     gain = t < GAIN * s.best
-    flat = jnp.where(gain, 0, s.flat + ~bad)  # a breakdown says nothing about a floor
+    # a breakdown says nothing about a floor; a dropped group does
+    flat = jnp.where(gain, 0, s.flat + (~broke | worse))
     best = jnp.where(gain, t, s.best)
     s = _Truth(
-        x, x_lo, t, best, flat, s.checks + 1, s.restarts + bad, s.breakdowns + bad, flat >= FLAT
-    )
-    return c._replace(g=g, s=s, thist=c.thist.at[c.it].set(t))
+        x, x_lo, t, best, flat, s.checks + 1, s.restarts + bad, s.breakdowns + broke,
+        flat >= FLAT, s.rejected + dropped,
+    )  # fmt: skip
+    return c._replace(g=g, s=s, thist=c.thist.at[c.it].set(found))
 
 
 def _iterate(rf: _Refiner, b: jax.Array, bnorm: jax.Array, c: _Carry) -> _Carry:
@@ -244,7 +270,7 @@ def _first(rf: _Refiner, b: jax.Array, bnorm: jax.Array, maxiter: int) -> _Carry
     g = _Group(k, rr, rr, rr, jnp.bool_(True), sigma, jnp.sqrt(rr), jnp.int32(0))
     t0 = jnp.where(bnorm > 0, one, 0.0)
     none = jnp.int32(0)
-    s = _Truth(zero_x, zero_x, t0, t0, none, jnp.int32(1), none, none, jnp.bool_(False))
+    s = _Truth(zero_x, zero_x, t0, t0, none, jnp.int32(1), none, none, jnp.bool_(False), none)
     nan = jnp.full((maxiter + 1,), jnp.nan, jnp.float32)
     return _Carry(g, s, jnp.int32(0), nan.at[0].set(t0), nan.at[0].set(t0))
 
@@ -283,7 +309,7 @@ def refine(
         s = c.s
         return SolveResult(
             s.x, s.x_lo, c.it, s.checks, s.restarts, s.breakdowns, s.t, c.hist[c.it], c.hist,
-            c.thist, s.t <= target, s.stalled,
+            c.thist, s.t <= target, s.stalled, s.rejected,
         )  # fmt: skip
 
     return solve_fn

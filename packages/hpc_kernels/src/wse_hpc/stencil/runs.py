@@ -59,7 +59,7 @@ from wse_hpc.stencil.problems import (
     place_wave,
     wave_block_fn,
 )
-from wse_hpc.stencil.reach import advice
+from wse_hpc.stencil.reach import reason
 from wse_hpc.stencil.refine import CERTIFY_FLOOR, PAIR_BELOW, refine
 from wse_hpc.stencil.wave import max_stable_dt as wave_dt
 from wse_hpc.stencil.wave import wave25
@@ -322,7 +322,7 @@ def _run_bicgstab(cfg, wafer, progress) -> StencilRun:
         progress(n, maxiter)
     x = grid.gather(res.x).astype(np.float64) + grid.gather(res.x_lo)
     true_res, converged = float(res.true_residual), bool(res.converged)
-    restarts, breakdowns = int(res.restarts), int(res.breakdowns)
+    restarts, breakdowns, rejected = int(res.restarts), int(res.breakdowns), int(res.rejected)
     final = {
         "true_residual": true_res,
         "recurrence_residual": float(res.recurrence),
@@ -330,46 +330,28 @@ def _run_bicgstab(cfg, wafer, progress) -> StencilRun:
         "reliable_updates": k - 1,
         "restarts": restarts,
         "breakdowns": breakdowns,
+        "rejected_groups": rejected,
         "tol": tol,
     }
     hist = [(i, float(v)) for i, v in enumerate(np.asarray(res.history)[: n + 1])]
     thist = np.asarray(res.true_history)[: n + 1]
     checks = [(i, float(v)) for i, v in enumerate(thist) if np.isfinite(v)]
+    # a dropped group costs a second residual (priced as an update) and a restart that
+    # clears p and v (as after a breakdown)
     phases = perf.bicgstab_phases(
-        grid, precision, bicgstab_spmv(grid), iterations=n, updates=k - 1,
-        restarts=restarts, breakdowns=breakdowns, pair=pair,
+        grid, precision, bicgstab_spmv(grid), iterations=n, updates=k - 1 + rejected,
+        restarts=restarts, breakdowns=breakdowns + rejected, pair=pair,
+    )  # fmt: skip
+    why = None if converged else reason(
+        res, cfg.grid, tol, maxiter, precision=precision, pair=pair, floor=CERTIFY_FLOOR
     )  # fmt: skip
     return _result(
         cfg, grid, phases, "bicgstab_iteration", wall, n, res.x,
         metric="recurrence residual / ||b||", history=hist, final=final,
         true_history=checks, converged=converged,
-        reason=None if converged else _reason(res, cfg.grid, tol, maxiter, precision, pair),
+        reason=why,
         x_carry="fp32 pair (x_hi + x_lo)" if pair else "fp32",
     )  # fmt: skip
-
-
-def _reason(res, grid, tol: float, maxiter: int, precision: str, pair: bool) -> str:
-    """One line: why the true residual did not reach tol, and what to use instead where the
-    request lies beyond what was measured (`reach.advice`)."""
-    note = advice(precision, grid, tol, maxiter)
-    return _why(res, tol, maxiter, precision, pair) + (f"; {note}" if note else "")
-
-
-def _why(res, tol: float, maxiter: int, precision: str, pair: bool) -> str:
-    t = float(res.true_residual)
-    if tol <= 2 * CERTIFY_FLOOR:
-        return (
-            f"tolerance {tol:g} is out of reach: an fp32 residual on the wafer certifies no "
-            f"less than {2 * CERTIFY_FLOOR:.1e} (reached {t:.2e}; its rounding is "
-            f"~{CERTIFY_FLOOR:.1e})"
-        )
-    if bool(res.stalled):
-        carry = "an fp32 pair" if pair else "fp32"
-        return (
-            f"tolerance {tol:g} is out of reach: the true residual stalled at {t:.2e} after "
-            f"{int(res.checks) - 1} reliable updates ({precision} BiCGSTAB, x in {carry})"
-        )
-    return f"iteration cap {maxiter} reached with the true residual at {t:.2e} > tol {tol:g}"
 
 
 def _run_wave(cfg, wafer, progress) -> StencilRun:
