@@ -2,7 +2,9 @@
 
 - `<model_dir>/metrics.jsonl`: one JSON object per step (`{"step", "mode", "loss", ...}`);
   on resume, records past the restored step (from the killed run) are dropped first, so the
-  file always reads as one uninterrupted run.
+  file always reads as one uninterrupted run; a last line a kill cut off is dropped with a
+  note, any other line that is no record is a ConfigError naming it (`read_metrics`). Each
+  write checks the file is still the run's (`RunFolderGone`: the folder deleted mid-run).
 - `<model_dir>/train/` and `<model_dir>/eval/`: tensorboardX event files (ModelZoo's layout).
 - `<model_dir>/run.log`: every log line, appended.
 - `NullLog`: the same interface writing nothing (processes other than 0 of a run).
@@ -16,11 +18,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLog", "NullLog", "StepStats", "train_line", "eval_line", "read_metrics"]
+from wse_core.errors import RunFault
+
+__all__ = ["MetricsLog", "NullLog", "RunFolderGone", "StepStats", "train_line", "eval_line",
+           "read_metrics"]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,24 +79,107 @@ def eval_line(step: int, loss: float) -> str:
 
 
 def read_metrics(model_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(model_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The records of `<model_dir>/metrics.jsonl` (none when it is missing), as a JSON-lines
+    reader takes them: a last line cut off (no newline: what a kill or a full disk leaves
+    mid-write) is dropped; any other line that is not a JSON object with an integer "step"
+    is a ConfigError naming its line number (hunt 64: a 67-line JSONDecodeError after the
+    compile, every retry)."""
+    return _read_records(Path(model_dir) / "metrics.jsonl")[0]
+
+
+def _read_records(path: Path) -> tuple[list[dict[str, Any]], int | None, bool]:
+    """(records, the number of the cut-off last line dropped or None, whether the file
+    ends with a newline: the next record starts a line of its own)."""
+    from wse_trainer.config import ConfigError
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], None, True
+    except OSError as e:
+        raise ConfigError(f"cannot read {str(path)!r}: {e.strerror}") from None
+    lines = data.split(b"\n")
+    records: list[dict[str, Any]] = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        problem, record = _record(raw)
+        if problem is None:
+            records.append(record)
+        elif number == len(lines):  # no newline after it: a write cut short
+            return records, number, False
+        else:
+            raise ConfigError(
+                f"{str(path)!r} line {number:,} is not a JSON record of a step ({problem}); "
+                "remove that line to resume, or give a new model_dir (-o)"
+            )
+    return records, None, not data or data.endswith(b"\n")
+
+
+def _record(raw: bytes) -> tuple[str | None, Any]:
+    """(None, the record) or (why it is none, None) for one line of metrics.jsonl."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return f"not UTF-8 at byte {e.start + 1}", None
+    except (ValueError, RecursionError) as e:
+        return " ".join(str(e).split())[:80], None
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not an object", None
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return f"its step is {json.dumps(step)[:20]}, not an integer", None
+    return None, record
+
+
+class RunFolderGone(RunFault):
+    """The model_dir was deleted or replaced while the run wrote to it (exit 1)."""
 
 
 class MetricsLog:
-    """Appends metrics and log lines for one run in `model_dir`."""
+    """Appends metrics and log lines for one run in `model_dir`. Records past `resume_step`
+    (from a killed run) are dropped first, and a cut-off last line (said on stderr); None
+    keeps them all (an eval: it only adds its record). Each write first checks that
+    metrics.jsonl is still the file it opened: `RunFolderGone` otherwise."""
 
-    def __init__(self, model_dir: str | Path, *, resume_step: int = 0, echo=None):
+    def __init__(self, model_dir: str | Path, *, resume_step: int | None = 0, echo=None):
         self.dir = Path(model_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.echo = echo
-        kept = [m for m in read_metrics(self.dir) if m["step"] <= resume_step]
-        (self.dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in kept))
-        self._jsonl = open(self.dir / "metrics.jsonl", "a")  # noqa: SIM115 (closed in close)
+        path = self.dir / "metrics.jsonl"
+        records, torn, whole = _read_records(path)
+        kept = [m for m in records if resume_step is None or m["step"] <= resume_step]
+        if torn is not None:
+            print(
+                f"note: dropped the cut-off last line ({torn:,}) of {path}: a write a kill or "
+                "a full disk interrupted",
+                file=sys.stderr,
+                flush=True,
+            )
+        if not whole or len(kept) < len(records):
+            tmp = path.with_name(f".{path.name}.tmp")  # a kill now leaves the old file whole
+            tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
+            os.replace(tmp, path)
+        self._jsonl = open(path, "a")  # noqa: SIM115 (closed in close)
         self._log = open(self.dir / "run.log", "a")  # noqa: SIM115
         self._writers: dict[str, Any] = {}
+
+    def check(self) -> None:
+        """RunFolderGone when metrics.jsonl is no longer the file this log writes (hunt 64:
+        a run whose folder was deleted wrote on into deleted files and said it succeeded).
+        The open file keeps its inode from reuse, so a new file of that name differs."""
+        path = self.dir / "metrics.jsonl"
+        mine = os.fstat(self._jsonl.fileno())
+        try:
+            now = os.stat(path)
+        except OSError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+            raise RunFolderGone(
+                f"model_dir {str(self.dir)!r} was deleted or replaced during the run (its "
+                f"metrics.jsonl is {'gone' if now is None else 'another file'}); the run "
+                "stopped, its logs and checkpoints from then on unwritten; start it again"
+            )
 
     def _writer(self, mode: str):
         if mode not in self._writers:
@@ -100,6 +190,7 @@ class MetricsLog:
 
     def record(self, step: int, mode: str, values: dict[str, float]) -> None:
         """One step's scalars: to metrics.jsonl and TensorBoard."""
+        self.check()
         self._jsonl.write(json.dumps({"step": step, "mode": mode, **values}) + "\n")
         self._jsonl.flush()
         writer = self._writer(mode)
@@ -108,6 +199,7 @@ class MetricsLog:
                 writer.add_scalar(key, value, step)
 
     def line(self, text: str) -> None:
+        self.check()
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         self._log.write(f"{stamp} INFO: {text}\n")
         self._log.flush()
@@ -123,6 +215,9 @@ class MetricsLog:
 
 class NullLog:
     """A `MetricsLog` that writes nothing: the other processes of a multi-process run."""
+
+    def check(self) -> None:
+        pass
 
     def record(self, step: int, mode: str, values: dict[str, float]) -> None:
         pass

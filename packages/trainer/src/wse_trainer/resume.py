@@ -4,12 +4,14 @@
 into the session: weights, optimizer state, RNG and data position (the state and meta that
 `Session.state` / `Session.meta` save); one of another tokenizer or model is a ConfigError.
 Newer steps that are corrupt, or come after the start step, are moved aside with a line each,
-never deleted (`wse_trainer.checkpoints`).
+never deleted (`wse_trainer.checkpoints`); an eval moves nothing (it reads). A step whose
+meta holds another step than its folder's name is a ConfigError, never resumed under it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from wse_core.host.distributed import barrier
@@ -27,48 +29,64 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
     into `s`: `--checkpoint-path`'s step, else the newest step of `<model_dir>/checkpoints`
     that reads back, each newer one moved aside (`corrupt`) with a line saying why. Steps
     after the start step (and from the start step on, when `--checkpoint-path` names another
-    run's) are moved aside (`superseded`), so training continues from there.
+    run's) are moved aside (`superseded`), so training continues from there. An eval moves
+    nothing (it reads a checkpoint, as ModelZoo's `--mode eval` does; hunt 64: it moved
+    the newer steps aside) and its Checkpointer is read-only.
     Nothing is deleted (`wse_trainer.checkpoints`)."""
-    from wse_trainer.checkpoints import (
-        Checkpointer,
-        committed_steps,
-        move_aside,
-        newest_readable,
-        resolve_checkpoint,
-    )
+    from wse_trainer.checkpoints import Checkpointer, committed_steps, move_aside
 
     run_cfg, own = s.config.runconfig, (s.dir / "checkpoints").absolute()
-    steps, notes, folder = committed_steps(own), [], own
+    reads = run_cfg.mode == "eval"
+    steps = committed_steps(own)
+    start, got, bad, folder = _read_start(s, own, steps)
+    barrier("wse_trainer: checkpoints read")  # every process read them before any move
+    resume = f"step {start}" if got is not None else "the start (no good step left)"
+    notes = []
+    for step, problem in bad:
+        where = "left it in place (an eval moves nothing)"
+        if not reads:
+            where = f"moved it to {move_aside(own / str(step), 'corrupt')}"
+        notes.append(
+            f"checkpoint step {step} is incomplete or corrupt: {problem}; {where}; "
+            f"{'evaluating' if reads else 'resuming from'} {resume}"
+        )
+    if got is not None:
+        _restore(s, got)
+    elif reads:  # as ModelZoo says it (hunt 62: an eval of random weights ran without a word)
+        notes.append("No checkpoint was provided. Using randomly initialized model parameters.")
+    # steps after the start, and the start step itself when it came from another run's folder
+    later = [t for t in steps if (t > start or (t == start and folder != own))]
+    later = [t for t in later if all(t != b for b, _ in bad) and not reads]
+    for step in later:
+        where = move_aside(own / str(step), "superseded")
+        source = "" if folder == own else f" of {folder}"
+        notes.append(f"starting from step {start}{source}: moved step {step} of {own} to {where}")
+    barrier("wse_trainer: checkpoints moved aside")
+    return Checkpointer(own, keep=run_cfg.keep_checkpoint_max, read_only=reads), start, notes
+
+
+def _read_start(s: Session, own: Path, steps: list[int]) -> tuple[int, Any, list, Path]:
+    """(start step, its `StepRead` or None, the newer steps that do not read back with why,
+    their folder): `--checkpoint-path`'s step (one that does not read is a ConfigError), or
+    the newest of `steps` that reads back. A step whose meta holds another step than its
+    folder's name is a ConfigError (`run_folder.check_resume` refuses it first)."""
+    from wse_trainer.checkpoints import newest_readable, resolve_checkpoint
+    from wse_trainer.run_folder import misnamed
+
+    run_cfg = s.config.runconfig
+    where = "--checkpoint-path" if run_cfg.checkpoint_path else f"model_dir {run_cfg.model_dir!r}"
     if run_cfg.checkpoint_path:
         folder, start = resolve_checkpoint(run_cfg.checkpoint_path)
         _, got, bad = newest_readable(folder, [start], s.state(), meta_keys=_META_KEYS)
         if bad:
             raise ConfigError(f"checkpoint step {start} in {folder} cannot be used: {bad[0][1]}")
     else:
+        folder = own
         start, got, bad = newest_readable(own, steps, s.state(), meta_keys=_META_KEYS)
-        barrier("wse_trainer: checkpoints read")  # every process read them before any move
-        for step, problem in bad:
-            where = move_aside(own / str(step), "corrupt")
-            resume = f"step {start}" if got is not None else "the start (no good step left)"
-            notes.append(
-                f"checkpoint step {step} is incomplete or corrupt: {problem}; moved it to "
-                f"{where}; resuming from {resume}"
-            )
-    if got is not None:
-        _restore(s, got)
-    elif run_cfg.mode == "eval":  # as ModelZoo says it (hunt 62: an eval of random weights
-        notes.append(  # ran without a word)
-            "No checkpoint was provided. Using randomly initialized model parameters."
-        )
-    # steps after the start, and the start step itself when it came from another run's folder
-    later = [t for t in steps if (t > start or (t == start and folder != own))]
-    later = [t for t in later if all(t != b for b, _ in bad)]
-    for step in later:
-        where = move_aside(own / str(step), "superseded")
-        source = "" if folder == own else f" of {folder}"
-        notes.append(f"starting from step {start}{source}: moved step {step} of {own} to {where}")
-    barrier("wse_trainer: checkpoints moved aside")
-    return Checkpointer(own, keep=run_cfg.keep_checkpoint_max), start, notes
+    problem = None if got is None else misnamed(folder / str(start), got.meta, where)
+    if problem is not None:
+        raise ConfigError(problem)
+    return start, got, bad, folder
 
 
 def _restore(s: Session, got: Any) -> None:

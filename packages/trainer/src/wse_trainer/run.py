@@ -32,6 +32,10 @@ measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, and
 `RunResult.report`: that `RunReport` with the measured mean step as its `measured_wall_s`);
 the three live in `wse_trainer.session` and are re-exported here.
 
+The model_dir is locked for the run (`wse_trainer.run_lock`, taken by `make_model_dir`,
+released at the end); a run whose folder is deleted or replaced meanwhile stops at its next
+log or checkpoint write with `RunFolderGone` (exit 1), never reporting success.
+
 Multi-process runs (`jax.distributed` joined before `run`): every process runs the same
 program on the same data stream and computes its block of the `num_csx` replicas (SwarmX
 gathers their gradients across processes); each keeps its own copy of MemoryX and applies
@@ -58,6 +62,8 @@ from wse_trainer.config import TrainConfig
 from wse_trainer.layout import describe
 from wse_trainer.resume import open_checkpoints
 from wse_trainer.run_folder import undone_on_error
+from wse_trainer.run_lock import release
+from wse_trainer.save_faults import save_failed
 from wse_trainer.session import (
     Session,
     evaluate,
@@ -139,6 +145,7 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
                 window = []
             if step % run_cfg.checkpoint_steps == 0 or step == end:
                 _check_weights(s, step, ckpt)  # never save (or export) NaN weights
+                log.check()  # never save into a folder that replaced the run's
                 ckpt.save(step, s.state(), s.meta(step))
             if (
                 run_cfg.mode == "train_and_eval"
@@ -261,14 +268,16 @@ def run(
 ) -> RunResult:
     """Train and/or evaluate as `config.runconfig.mode` says on a wafer of `spec` (see the
     module docstring)."""
-    from wse_trainer.metrics import MetricsLog, NullLog, eval_line
+    from wse_trainer.metrics import NullLog, RunFolderGone, eval_line
 
     # hunt 62: a checkpoint refused on restore (another tokenizer, a truncated file, an
     # unsealed step) left the new run folder and its tokenizer.json behind
-    with undone_on_error(Path(config.runconfig.model_dir)):
+    folder = Path(config.runconfig.model_dir)
+    with undone_on_error(folder):
         s = Session(config, spec, echo)
         ckpt, start, notes = open_checkpoints(s)
     log: Any = NullLog()
+    gone: RunFolderGone | None = None
     try:
         run_cfg = config.runconfig
         end = (
@@ -278,9 +287,8 @@ def run(
         )
         primary = is_primary()
         if primary:
-            log = MetricsLog(s.dir, resume_step=start, echo=echo)
-            (s.dir / "train").mkdir(exist_ok=True)
-            (s.dir / "train" / "params_train.yaml").write_text(yaml.safe_dump(config.to_dict()))
+            log = _open_log(s, start, echo)
+            _save_params(s)
         result = RunResult(s.dir, start, {})
         for note in notes:
             log.line(note)
@@ -303,10 +311,54 @@ def run(
             )
             log.line(eval_line(result.global_step, result.eval_loss))
         ckpt.wait()
+        log.check()  # the last save went into the run's own folder
         if run_cfg.mode != "eval" and primary:
             result.hf_dir = export_hf(s)
             result.samples = _samples(s)
+        log.check()  # and so did the export: never report a run whose folder went
+    except Exception as e:
+        # a save, or TensorBoard's writer, failing because the run folder went is said as
+        # that (hunt 64: an `rm -rf` of it mid-run was "Directory not empty" at best)
+        gone = e if isinstance(e, RunFolderGone) else _folder_gone(log)
+        if gone is None:
+            raise
+        save_failed()  # orbax's errors of the save in flight are echoes of it now
+        raise gone from None
     finally:
-        ckpt.close()
-        log.close()
+        try:
+            ckpt.close()
+        except Exception:
+            if gone is None:
+                raise
+        finally:
+            log.close()
+            release(folder)
     return result
+
+
+def _folder_gone(log: Any) -> Any:
+    """The `RunFolderGone` of a log whose folder went, or None."""
+    from wse_trainer.metrics import RunFolderGone
+
+    try:
+        log.check()
+    except RunFolderGone as e:
+        return e
+    return None
+
+
+def _open_log(s: Session, start: int, echo: Callable[[str], None] | None) -> Any:
+    """Process 0's `MetricsLog`: a train drops the records past its start step; an eval
+    keeps them all (hunt 64: it truncated metrics.jsonl to its step)."""
+    from wse_trainer.metrics import MetricsLog
+
+    evaluates = s.config.runconfig.mode == "eval"
+    return MetricsLog(s.dir, resume_step=None if evaluates else start, echo=echo)
+
+
+def _save_params(s: Session) -> None:
+    """The resolved params as ModelZoo keeps them, `<mode>/params_<mode>.yaml`: an eval
+    writes eval/, never the train's file."""
+    mode = "eval" if s.config.runconfig.mode == "eval" else "train"
+    (s.dir / mode).mkdir(exist_ok=True)
+    (s.dir / mode / f"params_{mode}.yaml").write_text(yaml.safe_dump(s.config.to_dict()))

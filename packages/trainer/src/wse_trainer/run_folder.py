@@ -5,14 +5,19 @@ and holds files, none of them a run's (`RUN_ENTRIES`: checkpoints/, tokenizer.js
 metrics.jsonl...): a run would write its checkpoints, logs and HF export among someone's
 files (hunt 57: `-o ~/data` trained into it), or a run's entry of the wrong kind (a folder
 run.log, a file hf, a FIFO tokenizer.json). A new, empty or run folder passes.
-`make_model_dir(path)` makes it (with its parents) and checks it is writable.
+`make_model_dir(path)` makes it (with its parents), checks it is writable and locks it for
+the run (`wse_trainer.run_lock`: a second run there is refused naming the first's pid).
 `check_resume(config, model)` reads the meta JSON of the step a run would resume (the newest
 in `<model_dir>/checkpoints`, or `--checkpoint-path`'s) and refuses one written for another
 model (its `model` differs in any field but the name), naming the fields, or with another
 `train_input.shuffle_seed` (hunt 62: refused only after the tokenizer): before, the
 model_dir's steps were moved aside as "corrupt" and the run started again from step 0, and a
-`--checkpoint-path` was refused by orbax's shape error after the tokenizer was made. A
-step without a readable meta is left to the verified read (`wse_trainer.checkpoints`).
+`--checkpoint-path` was refused by orbax's shape error after the tokenizer was made. It
+refuses the same way a resume whose settings differ from the step's where `RESUMABLE` does
+not allow it (the optimizer, the batch: hunt 64), a step folder whose name is not its
+meta's step (`misnamed`), and a metrics.jsonl that is not JSON lines
+(`wse_trainer.metrics.read_metrics`). A step without a readable meta is left to the
+verified read (`wse_trainer.checkpoints`).
 """
 
 from __future__ import annotations
@@ -28,14 +33,16 @@ from typing import Any
 from wse_core.host.readers import not_regular
 
 from wse_trainer.config import ConfigError, TrainConfig
+from wse_trainer.run_lock import LOCK_NAME, ModelDirInUse, held, hold, release
 
-__all__ = ["RUN_ENTRIES", "check_model_dir", "make_model_dir", "undone_on_error", "check_resume"]
+__all__ = ["RUN_ENTRIES", "RESUMABLE", "check_model_dir", "make_model_dir", "undone_on_error",
+           "check_resume", "misnamed"]  # fmt: skip
 
 # What a run writes in its model_dir (wse_trainer.metrics, checkpoints, run, session) and
 # `wse demo`'s mark (wse_trainer.demo.MARKER)
 RUN_ENTRIES = frozenset(
     {"checkpoints", "checkpoints_aside", "tokenizer.json", "metrics.jsonl", "run.log", "train",
-     "eval", "hf", ".wse-demo"}
+     "eval", "hf", ".wse-demo", LOCK_NAME}
 )  # fmt: skip
 # The entries a run makes as folders; the others it writes (or reads) as regular files
 _FOLDERS = frozenset({"checkpoints", "checkpoints_aside", "train", "eval", "hf"})
@@ -89,17 +96,27 @@ def _kind(entry: Path, want: str) -> str:
 
 
 def make_model_dir(path: Path) -> Path:
-    """`path` made (with its parents) and writable, or a ConfigError saying why not; a folder
-    it makes is marked, for `undone_on_error`."""
+    """`path` made (with its parents), writable and locked for this run (process 0:
+    `wse_trainer.run_lock`), or a ConfigError saying why not (`ModelDirInUse` when another
+    run holds it); a folder it makes is marked, for `undone_on_error`."""
+    from wse_core.host.distributed import is_primary
+
     check_model_dir(path)
     top = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
-    _made[str(path.absolute())] = top
+    key = str(path.absolute())
+    _made[key] = top
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"cannot make model_dir {str(path)!r}: {e.strerror}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(f"model_dir {str(path)!r} is not writable")
+    if is_primary():
+        try:
+            hold(path)
+        except ModelDirInUse:
+            _made.pop(key, None)  # the other run's folder: nothing here is this block's
+            raise
     return path
 
 
@@ -108,10 +125,12 @@ _made: dict[str, Path | None] = {}  # model_dir -> the outermost folder make_mod
 
 @contextlib.contextmanager
 def undone_on_error(path: Path) -> Iterator[None]:
-    """On an error inside (the data refused, a checkpoint of another tokenizer), remove the
-    tokenizer.json the block wrote and the folders `make_model_dir` made inside it when they
-    are empty again (process 0 alone: the others only read). A retry then trains its
-    tokenizer on the data it is given."""
+    """On an error inside (the data refused, a checkpoint of another tokenizer), release
+    the lock the block took and remove the tokenizer.json it wrote and the folders
+    `make_model_dir` made inside it when they are empty again (process 0 alone: the others
+    only read). A retry then trains its tokenizer on the data it is given. A block refused
+    before its `make_model_dir` wrote nothing, and one refused because another run holds
+    the folder (`ModelDirInUse`) undoes nothing: the files are that run's."""
     from wse_core.host.distributed import is_primary
 
     tok, key = path / "tokenizer.json", str(path.absolute())
@@ -119,12 +138,17 @@ def undone_on_error(path: Path) -> Iterator[None]:
         had = tok.exists()
     except OSError:  # an unreadable model_dir: refused inside, nothing there is the block's
         had = True
+    locked = held(path)
     _made.pop(key, None)  # what an earlier block made is not this one's to remove
     try:
         yield
+    except ModelDirInUse:
+        raise
     except BaseException:
-        top = _made.pop(key, None)
-        if is_primary():
+        reached, top = key in _made, _made.pop(key, None)
+        if not locked:
+            release(path)
+        if is_primary() and reached:
             with contextlib.suppress(OSError):  # best effort: the error inside is what is told
                 _undo(path, None if had else tok, top)
         raise
@@ -164,8 +188,9 @@ def _meta(step: Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) and isinstance(meta.get("model"), dict) else None
 
 
-def _resumed(config: TrainConfig) -> tuple[Path, dict[str, Any], str] | None:
-    """(step folder, its meta, how to name it) of the step the run would resume, if any."""
+def _resumed(config: TrainConfig) -> tuple[list[tuple[Path, dict[str, Any]]], str]:
+    """The step folders a run may resume with their metas, newest first (those without a
+    readable meta left out), and how to name where they are."""
     ckpt = config.runconfig.checkpoint_path
     if ckpt:
         p = Path(ckpt).absolute()
@@ -174,20 +199,39 @@ def _resumed(config: TrainConfig) -> tuple[Path, dict[str, Any], str] | None:
     else:
         steps = _steps(Path(config.runconfig.model_dir) / "checkpoints")
         where = f"model_dir {str(config.runconfig.model_dir)!r}"
-    for step in steps:
-        meta = _meta(step)
-        if meta is not None:
-            return step, meta, where
-    return None
+    return [(step, meta) for step in steps if (meta := _meta(step)) is not None], where
+
+
+def misnamed(step: Path, meta: dict[str, Any], where: str) -> str | None:
+    """The refusal of a step folder whose name is not the step its meta holds (a copied or
+    renamed folder), or None."""
+    said = meta.get("step")
+    if not isinstance(said, int) or isinstance(said, bool) or str(said) == step.name:
+        return None
+    return (
+        f"{where}: checkpoint step {step.name} ({step}) holds step {said} (its meta's step): "
+        f"a copied or renamed step folder would resume step {said}'s weights and data "
+        f"position as step {step.name}; move it out of {step.parent} (or name it {said}), "
+        "or give a new model_dir (-o)"
+    )
 
 
 def check_resume(config: TrainConfig, model: Any) -> None:
     """ConfigError when the step the run would resume was written for another model than
-    `model` (the run's `wse_models.ModelConfig`), or with another `train_input.shuffle_seed`."""
-    found = _resumed(config)
-    if found is None:
+    `model` (the run's `wse_models.ModelConfig`), with another `train_input.shuffle_seed`,
+    or with settings `RESUMABLE` does not list (`_check_settings`); when a step folder's
+    name is not its meta's step; or when metrics.jsonl is not JSON lines."""
+    from wse_trainer.metrics import read_metrics
+
+    read_metrics(config.runconfig.model_dir)  # hunt 64: refused only after the compile
+    found, where = _resumed(config)
+    for step, meta in found:
+        problem = misnamed(step, meta, where)
+        if problem is not None:  # hunt 64: trained step 3 again and logged it as step 6
+            raise ConfigError(problem)
+    if not found:
         return
-    step, meta, where = found
+    step, meta = found[0]
     want = json.loads(json.dumps(dataclasses.asdict(model)))
     got = meta["model"]
     diff = [k for k in sorted(set(want) | set(got)) if k != "name" and want.get(k) != got.get(k)]
@@ -206,3 +250,67 @@ def check_resume(config: TrainConfig, model: Any) -> None:
             f"train_input.shuffle_seed={theirs}, {seed} here; resume with "
             f"train_input.shuffle_seed={theirs}, or {new}"
         )
+    _check_settings(config, step, meta, where, new)
+
+
+# What may change between the runs of one model_dir (ModelZoo resumes with a new
+# runconfig the same way): how long it runs, how often it saves, logs, evaluates and
+# samples; how the emulator lays the same step out; where the text is read from (a moved
+# run folder, or more text: the tokenizer's sha256 and the data seed are checked apart);
+# the seed (the RNG key is restored from the checkpoint); and eval_input (never trained
+# on). Anything else (the optimizer and its schedule, the batch, the sequence length,
+# packing) changes what a step computes, or makes the saved optimizer state unusable
+# (hunt 64: optimizer_type adamw -> sgd moved every step aside as "corrupt" and trained
+# from step 0), and is refused. `model` is compared field by field above. (max_steps also
+# sets the length of a decay without optimizer.decay_steps: give it to keep the schedule.)
+RESUMABLE = frozenset(
+    {f"runconfig.{k}" for k in ("max_steps", "num_steps", "mode", "model_dir",
+      "checkpoint_path", "checkpoint_steps", "keep_checkpoint_max", "log_steps",
+      "eval_frequency", "seed", "num_csx", "wafer", "activation_stride", "weight_chunks",
+      "cpu_shards", "sample_tokens", "sample_prompt", "sample_temperature",
+      "save_initial_checkpoint", "validate_only")}
+    | {f"train_input.{k}" for k in ("data_dir", "text_key", "split", "max_corpus_bytes",
+       "micro_batch_size", "eval_steps", "shuffle_seed")}
+)  # fmt: skip
+# What a step's saved optimizer state is shaped by: refused also where the other settings
+# may differ (an eval, a --checkpoint-path to start from)
+STATE_SHAPING = frozenset({"optimizer.optimizer_type"})
+
+
+def _check_settings(
+    config: TrainConfig, step: Path, meta: dict[str, Any], where: str, new: str
+) -> None:
+    """ConfigError naming the settings that differ from the ones `step` was trained with
+    (all but `RESUMABLE` when a train resumes its own model_dir; `STATE_SHAPING` when it
+    evaluates, or starts from a --checkpoint-path)."""
+    theirs = meta.get("config")
+    if not isinstance(theirs, dict):  # a step saved before metas held the config
+        return
+    ours = json.loads(json.dumps(config.to_dict()))
+    strict = where != "--checkpoint-path" and config.runconfig.mode != "eval"
+    diff = []
+    for section in sorted(set(ours) & set(theirs) - {"model", "eval_input"}):
+        mine, saved = ours[section], theirs[section]
+        if not isinstance(saved, dict):
+            continue
+        for key in sorted(set(mine) & set(saved)):
+            name = f"{section}.{key}"
+            checked = name not in RESUMABLE if strict else name in STATE_SHAPING
+            if checked and mine[key] != saved[key]:
+                diff.append((name, saved[key], mine[key]))
+    if not diff:
+        return
+    was = ", ".join(f"{k}={_setting(a)}" for k, a, _ in diff[:4])
+    here = ", ".join(_setting(b) for _, _, b in diff[:4])
+    more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
+    fix = " ".join(f"{k}={_setting(a)}" for k, a, _ in diff[:4])
+    raise ConfigError(
+        f"{where}: checkpoint step {step.name} ({step}) was trained with {was}{more} "
+        f"({here} here); resume with the same settings ({fix}), or {new}; runconfig's "
+        "max_steps, checkpoint_steps, log_steps and the other cadences may change"
+    )
+
+
+def _setting(value: Any) -> str:
+    """A config value as an override gives it (`adamw`, `0.003`, `null`)."""
+    return value if isinstance(value, str) and value.strip() == value != "" else json.dumps(value)
