@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hostile_cases import Case, Fixtures, _const
 from hostile_cases_hunt62 import _copy, _generate, _spec
+from hostile_cases_more import _TRAIN
 from wse_models.testing import LLAMA3_8B_HF
 
 _GEN = ["--prompt-ids", "1,2,3", "--max-tokens", "4", "--temperature", "0"]
@@ -124,6 +125,43 @@ def _renamed_setfl(fx: Fixtures, tmp: Path) -> str:
 _LATTICE = ["--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4", "4", "4"]
 
 
+def _matrix(tmp: Path, array) -> str:  # noqa: ANN001
+    import numpy as np
+
+    np.save(tmp / "m.npy", array)
+    return str(tmp / "m.npy")
+
+
+def _step_file(tmp: Path, name: str, step: int, u: float) -> str:
+    """A Rayleigh-Benard step file of the 16 x 8 x 1 grid, u everywhere `u`."""
+    import numpy as np
+
+    shape = (16, 8, 1)
+    fields = {k: np.zeros(shape, np.float32) for k in ("v", "w", "p", "T")}
+    np.savez(tmp / name, step=step, time=0.5, lengths=np.array([2.0, 1.0, 1.0]),
+             case=np.asarray("rayleigh-benard"), u=np.full(shape, u, np.float32),
+             **fields)  # fmt: skip
+    return str(tmp)
+
+
+_RESTART = ["hpc", "cfd", "--grid", "16", "8", "1", "--steps", "10", "--preset", "small",
+            "--restart"]  # fmt: skip
+
+
+def _docs(tmp: Path, name: str, data: bytes) -> str:
+    (tmp / "docs").mkdir()
+    (tmp / "docs" / name).write_bytes(data)
+    return str(tmp / "docs")
+
+
+def _run_without_eos(tmp: Path) -> str:
+    from wse_inference.testing import save_byte_bpe
+
+    (tmp / "run").mkdir()
+    save_byte_bpe(tmp / "run" / "tokenizer.json", vocab_size=260)
+    return str(tmp / "run")
+
+
 def hunt64_cases() -> list[Case]:
     """Session 65's refusals: each failed on the code before (the note says how)."""
     model = [
@@ -209,4 +247,84 @@ def hunt64_cases() -> list[Case]:
             message="the file was read as funcfl (LAMMPS pair_style eam) by its name",
             note="\"'X.' is not an integer\" alone"),
     ]  # fmt: skip
-    return [*model, *view, *wafer, *runs]
+    hpc = [
+        Case(
+            "hunt64",
+            "tlrmvm compress --matrix <entries of 1e-44> (hunt 64)",
+            lambda fx, tmp: [
+                "hpc",
+                "tlrmvm",
+                "compress",
+                "--matrix",
+                _matrix(tmp, __import__("numpy").full((32, 32), 1e-44)),
+                "--nb",
+                "16",
+                "--out",
+                str(tmp / "op.npz"),
+            ],
+            message="the operator's entries (largest 1e-44) lie below fp32's normal range",
+            note="an error of 0.17 against --threshold 1e-3 written, exit 0",
+        ),
+        Case(
+            "hunt64",
+            "tlrmvm compress --matrix <timedelta64> (hunt 64)",
+            lambda fx, tmp: [
+                "hpc",
+                "tlrmvm",
+                "compress",
+                "--matrix",
+                _matrix(tmp, __import__("numpy").ones((32, 32), "timedelta64[s]")),
+                "--nb",
+                "16",
+                "--out",
+                str(tmp / "op.npz"),
+            ],
+            message="the operator must hold real or complex numbers, got dtype timedelta64[s]",
+            note="a traceback",
+        ),
+        Case(
+            "hunt64",
+            "cfd --restart <a step file of u = 1e30> (hunt 64)",
+            lambda fx, tmp: [
+                *_RESTART,
+                "--dt",
+                "1e-9",
+                "--out",
+                _step_file(tmp, "step_0000021.npz", 21, 1e30),
+            ],
+            message="'s u holds 1e+30; its square overflows fp32",
+            note="ran, then blamed --dt even at 1e-9",
+        ),
+        Case(
+            "hunt64",
+            "cfd --restart <step_0000500.npz holding step 20> (hunt 64)",
+            lambda fx, tmp: [*_RESTART, "--out", _step_file(tmp, "step_0000500.npz", 20, 0.0)],
+            message="holds step 20 (its name says 500); rename it step_0000020.npz",
+            note="every restart redid the same steps",
+        ),
+    ]
+    train = [
+        Case("hunt64", "train data_dir=<a UTF-16 .txt> (hunt 64)", lambda fx, tmp: [
+            *_TRAIN, f"train_input.data_dir={_docs(tmp, 'a.txt', 'hello world'.encode('utf-16'))}",
+            "-o", str(tmp / "run")],
+            message="is UTF-16 text (a BOM FF FE), not UTF-8; convert it: iconv -f utf-16 -t "
+                    "utf-8", note="refused as binary"),
+        Case("hunt64", "train data_dir=<a .txt past max_corpus_bytes> (hunt 64)",
+             lambda fx, tmp: [*_TRAIN, "train_input.max_corpus_bytes=10000",
+                              f"train_input.data_dir={_docs(tmp, 'a.txt', b'word ' * 4000)}",
+                              "-o", str(tmp / "run")],
+             message="is 20,000 bytes, past train_input.max_corpus_bytes=10,000",
+             note="read whole: 24 MB took 6.8 GB"),
+        Case("hunt64", "train data_dir=<a .parquet whose footer is cut> (hunt 64)",
+             lambda fx, tmp: [*_TRAIN, "train_input.data_dir=" + _docs(
+                 tmp, "a.parquet", b"PAR1" + bytes(64) + b"PAR1"), "-o", str(tmp / "run")],
+             message="is not a readable Parquet file", note="an 82-line pyarrow traceback"),
+        Case("hunt64", "train optimizer.min_learning_rate=1.0 (hunt 64)", lambda fx, tmp: [
+            *_TRAIN, "optimizer.min_learning_rate=1.0", "-o", str(tmp / "run")],
+            message="optimizer.min_learning_rate=1.0 exceeds optimizer.learning_rate",
+            note="the cosine decay rose 333x"),
+        Case("hunt64", "train -o <a run whose tokenizer.json has no <|endoftext|>> (hunt 64)",
+             lambda fx, tmp: [*_TRAIN, "-o", _run_without_eos(tmp)],
+             message="has no '<|endoftext|>' token", note="a 58-line TypeError after 18 s"),
+    ]  # fmt: skip
+    return [*model, *view, *wafer, *runs, *hpc, *train]
