@@ -190,8 +190,10 @@ def test_plan_infer_names_a_draft_given_as_an_hf_folder(tmp_path):
 
     draft = tmp_path / "my-draft"
     save_tiny_model(draft, n_layers=1, vocab_size=128256)  # Llama 3's vocabulary
+    # a request within the draft's 128 positions (a longer one is refused: a draft reads it)
     spec = _json(["plan", "infer", "--model", "llama3-8b", "--users", "1", "--draft",
-                  str(draft), "--alpha", "0.8"])  # fmt: skip
+                  str(draft), "--alpha", "0.8", "--prompt-tokens", "100",
+                  "--output-tokens", "28"])  # fmt: skip
     assert spec["inputs"]["speculation"]["draft"] == str(draft)
 
 
