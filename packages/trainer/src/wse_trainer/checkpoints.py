@@ -8,10 +8,9 @@ save leaves only a temporary folder, which is ignored and cleaned up. Saves are 
 (the device-to-host copy happens before `save` returns); `wait()` and `close()` wait for the
 last one.
 
-Sealing. Once orbax has finished a step, process 0 writes `<step>/wse_sha256.json` (`SEAL`):
-the size and sha256 of every file of the step. `step_problem(step_dir)` compares the files
-with it, so a truncated, deleted or rewritten file (a disk that filled up, a copy cut short,
-a hand edit) is found before anything is restored. Every save's meta says a seal will follow
+Sealing (`wse_trainer.seals`). Once orbax has finished a step, process 0 writes
+`<step>/wse_sha256.json` (`SEAL`): the size and sha256 of every file of the step, which
+`step_problem` compares before anything is restored. Every save's meta says a seal will follow
 (`SEALED_KEY`), so a step whose seal is missing (deleted, or a run killed between orbax's
 rename and the seal) is incomplete too; a step written before seals existed is judged by its
 restore alone.
@@ -28,7 +27,10 @@ and the next older step is tried. Steps after a `--checkpoint-path` step are mov
 
 `Checkpointer.close()` waits, seals and closes orbax's manager (its background threads), and
 removes the `checkpoints/` folder again when this Checkpointer created it and no step was
-saved, so a run that stops on an error leaves no empty folder behind.
+saved, so a run that stops on an error leaves no empty folder behind. After a failed save, or
+on Ctrl-C (a KeyboardInterrupt through `save`, `wait` or `close`), it waits for orbax at most
+`save_faults.EXIT_BOUND_S` and the process's exit is bounded too (`save_faults`): orbax's
+threads may wait for a signal the broken save never sends.
 
 Multi-process runs: every process holds the same state (MemoryX is replicated per process)
 and calls `save` and `restore`, as orbax requires. Each leaf is saved as one global array
@@ -40,10 +42,8 @@ The model_dir must be on a filesystem every process sees.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -57,7 +57,15 @@ from wse_core.host.distributed import is_primary
 from wse_core.host.memory import format_bytes
 
 from wse_trainer.config import ConfigError
-from wse_trainer.save_faults import free_bytes, os_error, quiet_orbax, save_failed
+from wse_trainer.save_faults import (
+    free_bytes,
+    os_error,
+    quiet_orbax,
+    save_failed,
+    save_interrupted,
+    within,
+)
+from wse_trainer.seals import SEAL, seal_step, step_problem
 
 __all__ = [
     "ASIDE",
@@ -75,10 +83,8 @@ __all__ = [
     "step_problem",
 ]
 
-SEAL = "wse_sha256.json"  # per step: {relative path: [bytes, sha256]} of every file orbax wrote
 SEALED_KEY = "wse_sealed"  # in every save's meta: the step is complete only with its seal
 ASIDE = "checkpoints_aside"  # beside checkpoints/: steps moved out of the way, never deleted
-_CHUNK_BYTES = 1 << 20
 
 
 def _process_devices() -> list[jax.Device]:
@@ -109,53 +115,6 @@ def _to_local(state: Any) -> Any:
     if jax.process_count() == 1:
         return state
     return jax.tree.map(lambda x: x.addressable_data(0), state)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _step_files(step_dir: Path) -> dict[str, Path]:
-    return {
-        p.relative_to(step_dir).as_posix(): p
-        for p in sorted(step_dir.rglob("*"))
-        if p.is_file() and p.name != SEAL
-    }
-
-
-def seal_step(step_dir: Path) -> None:
-    """Write `step_dir/SEAL`: the size and sha256 of each of the finished step's files."""
-    record = {rel: [p.stat().st_size, _sha256(p)] for rel, p in _step_files(step_dir).items()}
-    tmp = step_dir / f".{SEAL}.tmp"
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, step_dir / SEAL)  # a kill leaves the old state or the whole seal
-
-
-def step_problem(step_dir: Path) -> str | None:
-    """Why the files of a committed step cannot be trusted (one line), or None: every file
-    its seal lists is there with the size and sha256 it was written with. An unsealed step
-    gives None (its restore decides)."""
-    seal = step_dir / SEAL
-    if not seal.exists():
-        return None
-    try:
-        record = json.loads(seal.read_text())
-        entries = [(str(rel), int(size), str(digest)) for rel, (size, digest) in record.items()]
-    except (OSError, ValueError, TypeError, AttributeError):
-        return f"its {SEAL} is unreadable"
-    for rel, size, digest in entries:
-        path = step_dir / rel
-        if not path.is_file():
-            return f"{rel} is missing"
-        if path.stat().st_size != size:
-            return f"{rel} has {path.stat().st_size} bytes where {size} were written"
-        if _sha256(path) != digest:
-            return f"{rel} differs from what was written (sha256)"
-    return None
 
 
 class StepRead(NamedTuple):
@@ -215,6 +174,7 @@ class Checkpointer:
         self._created = not read_only and not self.directory.exists()
         self._unsealed: list[int] = []
         self._failed = False  # a save failed: orbax's manager holds that error
+        self._interrupted = False  # Ctrl-C inside an orbax call: its state may be half made
         options = ocp.CheckpointManagerOptions(
             max_to_keep=None if read_only else keep,  # what orbax sets (and warns of) when
             save_interval_steps=0 if read_only else 1,  # read-only, said here
@@ -277,6 +237,9 @@ class Checkpointer:
                 ),
                 force=True,
             )
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
         except Exception as e:
             err = os_error(e)
             if err is None:
@@ -300,6 +263,9 @@ class Checkpointer:
         """Wait for the save in flight, then seal the finished steps (process 0)."""
         try:
             self.manager.wait_until_finished()
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
         except Exception as e:
             self._raise_fault(e)
         for step in self._unsealed:
@@ -327,7 +293,32 @@ class Checkpointer:
             raise e
         raise self._fault(step, getattr(self, "_needed", 0), err.strerror or str(err)) from None
 
+    def _interrupt(self) -> None:
+        """Ctrl-C reached the run during an orbax call or the close."""
+        self._interrupted = True
+        save_interrupted()
+
     def close(self) -> None:
+        """Wait, seal and close orbax's manager; after a failed save or on Ctrl-C for at most
+        `EXIT_BOUND_S` (orbax's threads may wait for a signal that never comes: hunt 64)."""
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):  # called in a `finally` on Ctrl-C
+            self._interrupt()
+        try:
+            if self._failed or self._interrupted:
+                within(self._close_manager)
+            else:
+                self._close_manager()
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
+        finally:
+            if self._created and is_primary():
+                try:
+                    self.directory.rmdir()  # only if empty: no step was saved
+                except OSError:
+                    pass
+
+    def _close_manager(self) -> None:
         try:
             self.wait()
         finally:
@@ -336,11 +327,6 @@ class Checkpointer:
             except Exception:  # orbax raises the failed save's error once more
                 if not self._failed:
                     raise
-            if self._created and is_primary():
-                try:
-                    self.directory.rmdir()  # only if empty: no step was saved
-                except OSError:
-                    pass
 
 
 def committed_steps(folder: Path) -> list[int]:

@@ -1,0 +1,67 @@
+"""Seals: what makes a finished checkpoint step checkable before it is restored.
+
+Once orbax has finished a step, process 0 writes `<step>/wse_sha256.json` (`SEAL`,
+`seal_step`): the size and sha256 of every file of the step. `step_problem(step_dir)`
+compares the files with it, so a truncated, deleted or rewritten file (a disk that filled up,
+a copy cut short, a hand edit) is found before anything is restored. `wse_trainer.checkpoints`
+seals each step it saves and reads every step through `step_problem` first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+__all__ = ["SEAL", "seal_step", "step_problem"]
+
+SEAL = "wse_sha256.json"  # per step: {relative path: [bytes, sha256]} of every file orbax wrote
+_CHUNK_BYTES = 1 << 20
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _step_files(step_dir: Path) -> dict[str, Path]:
+    return {
+        p.relative_to(step_dir).as_posix(): p
+        for p in sorted(step_dir.rglob("*"))
+        if p.is_file() and p.name != SEAL
+    }
+
+
+def seal_step(step_dir: Path) -> None:
+    """Write `step_dir/SEAL`: the size and sha256 of each of the finished step's files."""
+    record = {rel: [p.stat().st_size, _sha256(p)] for rel, p in _step_files(step_dir).items()}
+    tmp = step_dir / f".{SEAL}.tmp"
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, step_dir / SEAL)  # a kill leaves the old state or the whole seal
+
+
+def step_problem(step_dir: Path) -> str | None:
+    """Why the files of a committed step cannot be trusted (one line), or None: every file
+    its seal lists is there with the size and sha256 it was written with. An unsealed step
+    gives None (its restore decides)."""
+    seal = step_dir / SEAL
+    if not seal.exists():
+        return None
+    try:
+        record = json.loads(seal.read_text())
+        entries = [(str(rel), int(size), str(digest)) for rel, (size, digest) in record.items()]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return f"its {SEAL} is unreadable"
+    for rel, size, digest in entries:
+        path = step_dir / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        if path.stat().st_size != size:
+            return f"{rel} has {path.stat().st_size} bytes where {size} were written"
+        if _sha256(path) != digest:
+            return f"{rel} differs from what was written (sha256)"
+    return None
