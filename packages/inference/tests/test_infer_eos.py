@@ -18,23 +18,14 @@ from wse_inference.sampling import with_eos
 from wse_inference.serve.openai_request import parse_request
 from wse_inference.speculative.decoder import SpeculativeDecoder
 from wse_inference.speculative.engine import SpeculativeEngine
-from wse_inference.testing import save_tiny_model, tiny_model
+from wse_inference.testing import one_request, save_tiny_model, tiny_model
 
 PROMPT = [5, 6, 7]
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 
 
 def _engine_tokens(engine, sampling):
-    state = engine.init_decode_state()
-    prefix = engine.prefill(prompt_ids=PROMPT, sampling=sampling)
-    state = engine.insert(prefix=prefix, state=state, slot=0)
-    tokens, reason = [prefix.first_token], None
-    while reason is None:
-        state, outs = engine.generate(state=state)
-        for o in outs:
-            tokens += list(o.tokens)
-            reason = o.finish_reason if o.finished else reason
-    return tokens, reason
+    return one_request(engine, PROMPT, sampling)
 
 
 def _eos_from(tokens):

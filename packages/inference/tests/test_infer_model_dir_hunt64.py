@@ -26,7 +26,7 @@ from wse_inference.model_dir import (
     read_weights,
 )
 from wse_inference.serve.openai_request import chat_prompt
-from wse_inference.testing import save_byte_bpe, save_tiny_model
+from wse_inference.testing import one_request, save_byte_bpe, save_tiny_model
 from wse_inference.tokenizer_config import read_tokenizer_config
 
 TEMPLATE = "{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}"
@@ -144,17 +144,7 @@ def test_an_unreadable_special_tokens_map_is_refused_naming_it(tok_dir, tmp_path
 def _greedy(folder) -> tuple[list[int], str]:
     """Greedy tokens after [5, 6, 7] from the engine `wse infer serve` runs on `folder`."""
     engine = load_engine(str(folder), spec=preset("wse3"), max_slots=1, max_context=16)
-    prefix = engine.prefill(
-        prompt_ids=[5, 6, 7], sampling=SamplingParams(max_tokens=8, temperature=0.0)
-    )
-    state = engine.insert(prefix=prefix, state=engine.init_decode_state(), slot=0)
-    tokens, reason = [prefix.first_token], None
-    while reason is None:
-        state, outs = engine.generate(state=state)
-        for o in outs:
-            tokens += list(o.tokens)
-            reason = o.finish_reason if o.finished else reason
-    return tokens, reason
+    return one_request(engine, [5, 6, 7], SamplingParams(max_tokens=8, temperature=0.0))
 
 
 @pytest.mark.timeout(120)

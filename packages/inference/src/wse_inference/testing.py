@@ -10,6 +10,7 @@
   float64 log_softmax; `np_penalize` / `np_penalized_greedy`: vLLM's penalties in NumPy and
   greedy decoding under them (`np_forward_logits`: one parallel forward, float64).
 - `tiny_config` / `tiny_model_dir`: a small random `wse_models` model saved in HF format;
+  `one_request`: one request run alone through an engine to its end;
   `save_byte_bpe`: a byte-level BPE tokenizer.json for such a folder.
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "tiny_model",
     "save_byte_bpe",
     "save_tiny_model",
+    "one_request",
 ]
 
 
@@ -184,3 +186,17 @@ def save_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, seed: int =
     model = tiny_model(arch, n_layers=n_layers, seed=seed, **overrides)
     wse_models.save_params(model.config, model.params, path)
     return model
+
+
+def one_request(engine, prompt_ids, sampling) -> tuple[list[int], str]:
+    """The tokens and finish reason of one request run alone in slot 0 of `engine` (its
+    prefill's first token, then every generate step's) until it finishes."""
+    prefix = engine.prefill(prompt_ids=list(prompt_ids), sampling=sampling)
+    state = engine.insert(prefix=prefix, state=engine.init_decode_state(), slot=0)
+    tokens, reason = [prefix.first_token], None
+    while reason is None:
+        state, outs = engine.generate(state=state)
+        for o in outs:
+            tokens += list(o.tokens)
+            reason = o.finish_reason if o.finished else reason
+    return tokens, reason
