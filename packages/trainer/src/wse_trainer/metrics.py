@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wse_core.errors import RunFault
+from wse_core.host.atomic import write_atomically
 
 __all__ = ["MetricsLog", "NullLog", "RunFolderGone", "StepStats", "train_line", "eval_line",
            "read_metrics"]  # fmt: skip
@@ -156,10 +157,8 @@ class MetricsLog:
                 file=sys.stderr,
                 flush=True,
             )
-        if not whole or len(kept) < len(records):
-            tmp = path.with_name(f".{path.name}.tmp")  # a kill now leaves the old file whole
-            tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
-            os.replace(tmp, path)
+        if not whole or len(kept) < len(records):  # a kill now leaves the old file whole
+            write_atomically(path, "".join(json.dumps(m) + "\n" for m in kept))
         self._jsonl = open(path, "a")  # noqa: SIM115 (closed in close)
         self._log = open(self.dir / "run.log", "a")  # noqa: SIM115
         self._writers: dict[str, Any] = {}
