@@ -58,6 +58,7 @@ from wse_core import RunReport, WaferSpec
 from wse_core.errors import RunFault
 from wse_core.host.distributed import is_primary
 
+from wse_trainer import interrupt
 from wse_trainer.config import TrainConfig
 from wse_trainer.layout import describe
 from wse_trainer.resume import open_checkpoints
@@ -119,6 +120,8 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
 
     with progress(end - start, "training", quiet=not is_primary()) as done:
         for step in range(start + 1, end + 1):
+            if interrupt.requested():  # a Ctrl-C that landed in a finalizer (lost there)
+                raise KeyboardInterrupt
             ckpt.check()  # a save that failed in the background stops the run here
             batch = next(s.iterator)
             st = s.trainer.step(batch, s.segments(batch, s.config.train_input.packing))
@@ -268,6 +271,11 @@ def run(
 ) -> RunResult:
     """Train and/or evaluate as `config.runconfig.mode` says on a wafer of `spec` (see the
     module docstring)."""
+    with interrupt.caught():
+        return _run(config, spec, echo)
+
+
+def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | None) -> RunResult:
     from wse_trainer.metrics import NullLog, RunFolderGone, eval_line
 
     # hunt 62: a checkpoint refused on restore (another tokenizer, a truncated file, an

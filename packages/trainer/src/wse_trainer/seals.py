@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["SEAL", "seal_step", "step_problem"]
+__all__ = ["SEAL", "newest_sealed", "seal_step", "step_problem"]
 
 SEAL = "wse_sha256.json"  # per step: {relative path: [bytes, sha256]} of every file orbax wrote
 _CHUNK_BYTES = 1 << 20
@@ -65,3 +65,13 @@ def step_problem(step_dir: Path) -> str | None:
         if _sha256(path) != digest:
             return f"{rel} differs from what was written (sha256)"
     return None
+
+
+def newest_sealed(folder: Path) -> Path | None:
+    """The newest step folder of a checkpoints `folder` that carries its seal (orbax had
+    finished it), else None: what an interrupted run names as the step it resumes from."""
+    try:
+        steps = [p for p in folder.iterdir() if p.name.isdigit() and (p / SEAL).is_file()]
+    except OSError:  # no folder yet (stopped before the first save), or it went
+        return None
+    return max(steps, key=lambda p: int(p.name), default=None)

@@ -188,10 +188,12 @@ def train(
     named = [o.partition("=")[2] for o in overrides if o.startswith("runconfig.wafer=")]
     spec = wafer_spec(named[-1] if named else None, spec_file, config.runconfig.wafer)
     console = Console(quiet=not multiprocess.is_primary())
-    if trace is not None and not validate_only:
+    if trace is not None and not (validate_only or config.runconfig.validate_only):
         fail("--trace writes the predicted step's per-PE trace: use it with --validate-only")
-    if validate_only:
-        from wse_trainer.session import predict, stream_rows, validate
+    if validate_only or config.runconfig.validate_only:  # the flag, or ModelZoo's key (hunt 65)
+        from wse_trainer.session import check_inputs, predict, stream_rows, validate
+
+        check_inputs(config)  # what the run refuses up front, validation refuses (hunt 65)
 
         model, plan = validate(config, spec)
         _print_plan(console, model, plan, config, spec)
@@ -270,14 +272,19 @@ def _train(console, config, spec) -> None:
     def echo(line: str) -> None:  # one line each, never wrapped at the console's width
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
-    result = run(config, spec, echo=echo)
-    console.print(
+    try:
+        result = run(config, spec, echo=echo)
+    except KeyboardInterrupt:
+        if multiprocess.is_primary():
+            typer.echo(_interrupted_line(Path(config.runconfig.model_dir)), err=True)
+        raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports Ctrl-C
+    echo(
         f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s; "
         f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "
         f"{result.model_dir}"
     )
     if result.step_s and result.report is not None:  # the predicted step, measured beside
-        console.print(
+        echo(
             f"step: measured {result.report.measured_wall_s:.4g} s (emulator, this machine), "
             f"predicted {result.report.predicted_s:.4g} s on the wafer"
         )
@@ -286,6 +293,23 @@ def _train(console, config, spec) -> None:
     for text in result.samples:
         console.rule("sample")
         console.print(text, highlight=False, markup=False)
+
+
+def _interrupted_line(model_dir: Path) -> str:
+    """Ctrl-C's one line: where the run resumes from when the same command is run again (a
+    terminal user would otherwise have to list the checkpoints to know what was kept)."""
+    from wse_trainer.seals import newest_sealed
+
+    step = newest_sealed(model_dir / "checkpoints")
+    if step is None:
+        return (
+            "interrupted (Ctrl-C) before the first checkpoint; the same command starts again "
+            "at step 0"
+        )
+    return (
+        f"interrupted (Ctrl-C); last good checkpoint: {step} (step {step.name}); the same "
+        "command resumes from it"
+    )
 
 
 def register(app: typer.Typer) -> None:
