@@ -10,7 +10,9 @@ before the join), or before the body when JAX is already imported: an input refu
 parsing or in the command's body before JAX is refused in each process without JAX or the
 coordinator (a `wse launch` child's error reaches the user in about a second, not after
 every child has imported JAX, joined and shut the run down), and a command that never uses
-JAX never joins. `is_primary()` says whether this process writes what people read.
+JAX never joins. A joined process's native stdout (gloo's C++ log) goes to stderr, so that
+stdout holds the command's output alone (`_native_stdout_to_stderr`). `is_primary()` says
+whether this process writes what people read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.util
+import io
+import os
 import sys
 from collections.abc import Callable
 
@@ -67,7 +71,34 @@ def join(num_processes: int | None, process_id: int | None, coordinator: str | N
 
     if jax.distributed.is_initialized():
         return
+    _native_stdout_to_stderr()
     distributed.initialize(num_processes, process_id, coordinator)
+
+
+def _native_stdout_to_stderr() -> None:
+    """From here on, what native code writes to file descriptor 1 goes to stderr, and Python's
+    `sys.stdout` writes to a copy of the real stdout. Gloo (JAX's CPU collectives) prints
+    `[Gloo] Rank N is connected to ...` from C++ to fd 1 when a communicator first connects,
+    at a collective (not in `jax.distributed.initialize`: hunt 65, each line went to stdout
+    ahead of a command's `--json`, or inside it, from another thread). Splitting the
+    descriptors here keeps the command's own output whole and in order, and a terminal a
+    terminal (rich's colours and width), which filtering the children's stdout through a
+    pipe in `wse launch` would lose. A test runner's captured stdout (no fd 1) is left be."""
+    try:
+        if sys.stdout.fileno() != 1:
+            return
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return
+    old = sys.stdout
+    old.flush()
+    real = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = io.TextIOWrapper(
+        os.fdopen(real, "wb"),
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=old.line_buffering,
+    )
 
 
 class _JoinOnImport(importlib.abc.MetaPathFinder):

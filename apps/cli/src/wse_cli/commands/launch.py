@@ -13,14 +13,17 @@ children's stderr goes through the launcher (`_Relay`): a line another process a
 printed is not printed again (every process of a run says the same things), the children's
 `Error: ...` lines are held, and the first of them is printed once, in the launcher's one
 line naming its process, as soon as a child has failed (the launcher looks every 0.2 s);
-what the stopped children print after is dropped.
+what the stopped children print after is dropped. The children's stdout is the launcher's:
+process 0's output, alone (a `--json` is one JSON object; gloo's C++ log goes to stderr,
+`multiprocess.join`).
 Before a child is started the launch is checked (exit 2, one line): `--nproc` within the
 usable cores and `--devices-per-proc` within the devices limit (`wse_core.host.limits`), all
 the processes' devices within host memory, a free coordinator --port, no `infer serve` under
 several processes (they would all bind its one port), under several processes only a
 command that runs across them (one with --num-processes, or `wafer check`: `launchable`),
-no multi-process flags of the launcher's own, and on a host with NVIDIA GPUs (JAX_PLATFORMS
-not cpu) no more processes than GPUs (one GPU a process).
+none of the options the launcher sets in each child (--num-processes, --process-id,
+--coordinator, --devices: `OWN_FLAGS`, in every spelling the child reads), and on a host
+with NVIDIA GPUs (JAX_PLATFORMS not cpu) no more processes than GPUs (one GPU a process).
 On a real cluster, start one `wse ...` per host with --num-processes/--process-id/
 --coordinator (or under SLURM with none of them) instead.
 """
@@ -39,13 +42,22 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import fail
+from wse_cli.option_names import dashed
 from wse_cli.options import PORT, number
 
 GRACE_S = 10.0
 POLL_S = 0.2  # how often the launcher looks at its children
 DRAIN_S = 2.0  # how long a failed child's last stderr lines are waited for
 SEEN_LINES = 10_000  # distinct stderr lines remembered for the de-duplication
-MULTIPROCESS_FLAGS = ("--num-processes", "--process-id", "--coordinator")
+# The root options the launcher sets in every child, and what sets them. A child's own would
+# win over the launcher's WSE_* variable (click's rule): hunt 65, `-- --devices 2` ran 2
+# devices a process under --devices-per-proc 1, past the memory check made for 1.
+OWN_FLAGS = {
+    "--num-processes": "itself",
+    "--process-id": "itself",
+    "--coordinator": "itself",
+    "--devices": "(--devices-per-proc)",
+}
 # Commands that span processes through the root callback's join alone, without a
 # --num-processes option of their own (wafer.py's check reports jax.process_count()).
 JOINED_BY_ROOT = (("wafer", "check"),)
@@ -168,6 +180,20 @@ def _launchable_names(cmd, path: tuple[str, ...] = ()) -> list[str]:  # noqa: AN
     return names
 
 
+def _own_flag(root, args: list[str]) -> str | None:  # noqa: ANN001  (a click command)
+    """The first of the launcher's own options (`OWN_FLAGS`) in the child's `args`, in every
+    spelling the child reads: `--a_b` and `--a_b=V` as `--a-b` (the child's
+    `option_names.dashed`; hunt 65: `--num_processes 3` ran, and the child dropped it) and
+    none after a bare `--`, where the child reads no options. click takes no abbreviations
+    (`--num-proc` is "No such option"), so there are no other spellings."""
+    for arg in dashed(args, root.params):
+        if arg == "--":
+            return None
+        if (name := arg.partition("=")[0]) in OWN_FLAGS:
+            return name
+    return None
+
+
 def _gpu_count() -> int | None:
     """NVIDIA GPUs the driver lists (None: no driver, or JAX is told to use the CPU)."""
     gpus = Path("/proc/driver/nvidia/gpus")
@@ -186,9 +212,6 @@ def _check_children(root, args: list[str], nproc: int, per_proc: int) -> None:  
     if words and words[0] == "launch":  # each child would start nproc more, and so on
         fail("wse launch cannot run inside wse launch; give the command each process runs, "
              "e.g. wse launch --nproc 2 -- wafer check")  # fmt: skip
-    own = [a for a in args if a.split("=")[0] in MULTIPROCESS_FLAGS]
-    if own:
-        fail(f"{own[0].split('=')[0]} is set by wse launch itself; remove it from the command")
     if nproc > 1 and "serve" in args and "infer" in args:
         fail(
             f"wse launch --nproc {nproc} -- infer serve: every process would bind the same "
@@ -204,6 +227,9 @@ def _check_children(root, args: list[str], nproc: int, per_proc: int) -> None:  
             f"it, into the same files); run `wse {name}` alone, or launch one that does: "
             f"{', '.join(sorted(_launchable_names(root)))}"
         )
+    # after the command's own check: removing --devices would not make `hpc cfd` launchable
+    if (own := _own_flag(root, args)) is not None:
+        fail(f"{own} is set by wse launch {OWN_FLAGS[own]}; remove it from the command")
     gpus = _gpu_count()
     if gpus is not None and nproc > gpus:
         fail(
