@@ -278,8 +278,15 @@ def token_logprobs(tokens, chosen, top_ids, top_lps, k: int) -> tuple[TokenLogpr
 
 
 def seed_key(seed: int) -> jax.Array:
-    """The per-sequence key of `seed` (a raw uint32[2] key, so it stacks into slot arrays)."""
-    return jax.random.PRNGKey(seed)
+    """The per-sequence key of a 64-bit `seed` (a raw uint32[2] key, so it stacks into slot
+    arrays). Seeds in [0, 2**32) keep `PRNGKey(seed)` (the streams seeded runs already had);
+    any other seed, a negative one read as its 64-bit two's complement, folds its high 32 bits
+    into the key of its low 32, so every int64 seed is its own stream (hunt 65: with x64 off
+    `PRNGKey` kept the low 32 bits only, and 5, 5 + 2**32 and 5 - 2**32 drew the same tokens)."""
+    bits = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
+    low, high = bits & 0xFFFF_FFFF, bits >> 32
+    key = jax.random.PRNGKey(np.uint32(low))
+    return key if high == 0 else jax.random.fold_in(key, np.uint32(high))
 
 
 def token_key(key: jax.Array, index: jax.Array | int) -> jax.Array:

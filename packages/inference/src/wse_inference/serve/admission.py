@@ -28,11 +28,12 @@ One validator for both front ends, in the order a request meets it:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
-from wse_core.errors import WseError
+from wse_core.errors import WseError, shown
 
 from wse_inference.engine import MAX_LOGPROBS, SamplingParams
 
@@ -51,6 +52,7 @@ __all__ = [
     "check_request",
     "context_length_message",
     "shown_int",
+    "shown_json",
 ]
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # seeds are int64 (vLLM's range, the proto's type)
@@ -110,7 +112,7 @@ class ModelNotFoundError(InvalidRequestError):
 
     def __init__(self, model: object, served: Sequence[str]) -> None:
         super().__init__(
-            f"The model {model!r:.80} does not exist; this server serves {list(served)}.",
+            f"The model {shown_json(model)} does not exist; this server serves {list(served)}.",
             param="model",
             code="model_not_found",
         )
@@ -148,6 +150,19 @@ def shown_int(v: int) -> str:
         if len(text) <= 24
         else f"{text[:12]}... (an integer of {len(text.lstrip('-')):,} digits)"
     )
+
+
+def shown_json(value: Any, *, head: int = 80) -> str:
+    """A request's value for an error message as JSON spells it (true, null, {"a": 1}; hunt
+    65: `prompt: [true]` was "it holds True"), strings quoted as `repr` quotes them; cut after
+    `head` characters with its length said (`wse_core.errors.shown`), the quote closed."""
+    if isinstance(value, str):
+        return shown(value, head=head)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # not from JSON (a caller's own object): as Python says it
+        text = repr(value)
+    return shown(text, quote=False, head=head)
 
 
 def context_length_message(max_context: int, prompt_tokens: int, completion_tokens: int) -> str:

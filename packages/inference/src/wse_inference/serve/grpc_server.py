@@ -6,7 +6,9 @@ shared `Scheduler` and streams one response per engine step with output; the las
 finish_reason, usage and time_info. Requests are checked by the same validator as HTTP's
 (`wse_inference.serve.admission`: `check_sampling`, then `encode_prompt`, before anything is
 tokenized); bytes that are not a GenerateRequest are INVALID_ARGUMENT (the deserializers
-never raise, so gRPC's own INTERNAL "Exception deserializing request" cannot happen), and a
+never raise, so gRPC's own INTERNAL "Exception deserializing request" cannot happen), and so
+is a varint past int32 in an int32 field (protobuf keeps its low 32 bits: max_tokens 2**32 + 3
+was read as 3), found by parsing the bytes again with every int32 field read as int64. A
 message beyond `RequestLimits.max_body_bytes` is gRPC's RESOURCE_EXHAUSTED (its
 `max_receive_message_length`). Status codes: INVALID_ARGUMENT for a bad request,
 RESOURCE_EXHAUSTED when the admission queue is full, UNAVAILABLE while draining, INTERNAL
@@ -27,11 +29,13 @@ from concurrent import futures
 from typing import Any
 
 import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from wse_inference.engine import SamplingParams
 from wse_inference.serve.admission import (
     InvalidRequestError,
+    ModelNotFoundError,
     QueueFullError,
     RequestLimits,
     ShuttingDownError,
@@ -67,11 +71,15 @@ def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> Sam
     )
 
 
-class _Undecodable:
-    """What the deserializer returns for bytes that are not the method's request message."""
+_NOT_THE_MESSAGE = "The request bytes are not this method's protobuf message: "
+_INT32 = (-(2**31), 2**31 - 1)
 
-    def __init__(self, why: str) -> None:
-        self.why = why
+
+class _Undecodable:
+    """What the deserializer returns for bytes it refuses: `message` says why."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
 
 
 def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
@@ -79,9 +87,57 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
         try:
             return parse(data)
         except (DecodeError, ValueError) as e:  # garbage, or a string that is not UTF-8
-            return _Undecodable(" ".join(str(e).split()) or type(e).__name__)
+            return _Undecodable(_NOT_THE_MESSAGE + (" ".join(str(e).split()) or type(e).__name__))
 
     return deserialize
+
+
+def _int64_mirror(message: Any) -> Any:
+    """The class of `message` with every int32 field read as int64 (in a pool of its own)."""
+    proto = descriptor_pb2.FileDescriptorProto()
+    message.DESCRIPTOR.file.CopyToProto(proto)
+    for kind in proto.message_type:
+        for field in kind.field:
+            if field.type == field.TYPE_INT32:
+                field.type = field.TYPE_INT64
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(message.DESCRIPTOR.full_name))
+
+
+def _past_int32(mirrored: Any, descriptor: Any, where: tuple[str, str] = ("", "")) -> str | None:
+    """The first int32 field of `descriptor` whose value in `mirrored` (read as int64) is past
+    int32, named with its number and value; None when every one fits."""
+    for field, value in mirrored.ListFields():
+        own = descriptor.fields_by_name[field.name]
+        number, name = f"{where[0]}{own.number}", f"{where[1]}{own.name}"
+        if own.message_type is not None:  # token_ids: its ids are int32 too
+            found = _past_int32(value, own.message_type, (f"{number}.", f"{name}."))
+            if found:
+                return found
+        elif own.type == own.TYPE_INT32:
+            values = [value] if isinstance(value, int) else list(value)
+            bad = next((v for v in values if not _INT32[0] <= v <= _INT32[1]), None)
+            if bad is not None:
+                return (
+                    f"field {number} ({name}) holds {bad}, past int32 ({_INT32[0]}.."
+                    f"{_INT32[1]}); send a value in that range."
+                )
+    return None
+
+
+def _int32_checked(message: Any) -> Callable[[bytes], Any]:
+    """`message.FromString`, refusing a varint past int32 in an int32 field (hunt 65:
+    protobuf keeps its low 32 bits, so max_tokens 2**32 + 3 ran as 3 and token id 2**32 + 65
+    as 65, a request silently changed)."""
+    mirror = _int64_mirror(message)
+
+    def parse(data: bytes) -> Any:
+        request = message.FromString(data)
+        why = _past_int32(mirror.FromString(data), message.DESCRIPTOR)
+        return request if why is None else _Undecodable(why)
+
+    return parse
 
 
 def _misread_field(request: Any) -> str | None:
@@ -99,12 +155,11 @@ def _misread_field(request: Any) -> str | None:
 
 
 def _refuse_undecodable(request: Any, context: grpc.ServicerContext) -> None:
-    why = request.why if isinstance(request, _Undecodable) else _misread_field(request)
+    if isinstance(request, _Undecodable):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+    why = _misread_field(request)
     if why is not None:
-        context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"The request bytes are not this method's protobuf message: {why}",
-        )
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, _NOT_THE_MESSAGE + why)
 
 
 class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
@@ -123,12 +178,8 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
 
     def _submit(self, req: Any, sink: Any, context: grpc.ServicerContext) -> Any:
         try:
-            if req.model and req.model not in self.model_names:
-                raise InvalidRequestError(
-                    f"The model {req.model!r:.80} does not exist; this server "
-                    f"serves {list(self.model_names)}.",
-                    param="model",
-                )
+            if req.model and req.model not in self.model_names:  # its name cut, its length said
+                raise ModelNotFoundError(req.model, self.model_names)
             max_context = self.scheduler.engine.max_context
             sampling = sampling_from_request(req, prompt_len=0, max_context=max_context)
             check_sampling(sampling, limits=self.limits)  # before anything is tokenized
@@ -213,7 +264,7 @@ def _handlers(servicer: _Generation) -> grpc.GenericRpcHandler:
     methods = {
         "Generate": grpc.unary_stream_rpc_method_handler(
             servicer.Generate,
-            request_deserializer=_lenient(pb2.GenerateRequest.FromString),
+            request_deserializer=_lenient(_int32_checked(pb2.GenerateRequest)),
             response_serializer=pb2.GenerateResponse.SerializeToString,
         ),
         "HealthCheck": grpc.unary_unary_rpc_method_handler(

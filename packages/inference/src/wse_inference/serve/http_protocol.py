@@ -7,7 +7,10 @@ them with the same OpenAI JSON error body as the app's refusals (uvicorn's own a
 text) saying what h11 found, and closes the connection. So are heads past
 `RequestLimits.max_head_bytes`, heads that do not arrive within `RequestLimits.head_s`
 (slowloris), heads with both Transfer-Encoding and Content-Length, and HTTP versions other
-than 1.0 and 1.1. After a response sent before its request's body all came (a 413 on the
+than 1.0 and 1.1. h11's reasons are told in words, the offending line quoted as text ("the
+header line 'Host x' has no colon"), not as h11's `bytearray(b'...')` repr. A request target
+in absolute form ("http://host:port/health", RFC 9112 3.2.2: a server MUST accept it) is
+served as its path and query. After a response sent before its request's body all came (a 413 on the
 Content-Length), the rest of the body is read and dropped for at most
 `RequestLimits.max_discard_bytes` and `RequestLimits.discard_s`, then the connection is
 closed (uvicorn read it to its end, however long). `protocol_for(limits)` is the class
@@ -22,8 +25,10 @@ the limit before the body.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
+import re
 from typing import Any
 
 import h11
@@ -32,10 +37,56 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from wse_inference.serve.admission import RequestLimits
 from wse_inference.serve.openai_response import error_body
 
-__all__ = ["DECLARED_BODY_BYTES", "JsonErrorsH11Protocol", "protocol_for"]
+__all__ = ["DECLARED_BODY_BYTES", "JsonErrorsH11Protocol", "h11_reason", "protocol_for"]
 
 # ASGI scope key: the size a chunked body has declared, set once it passes max_body_bytes
 DECLARED_BODY_BYTES = "wse.declared_body_bytes"
+
+
+# h11's reasons that quote a line as a bytes repr, and what they say in words
+_H11_LINE = re.compile(
+    r"(illegal request line|illegal header line|illegal chunk header|malformed chunk footer): "
+    r"""(?:bytearray\()?(b'(?:[^'\\]|\\.)*'|b"(?:[^"\\]|\\.)*")\)?(.*)""",
+    re.DOTALL,
+)
+_H11_WORDS = {
+    "illegal request line": 'the request line {} is not "METHOD /path HTTP/1.1"',
+    "illegal chunk header": "the chunk size line {} is not a hexadecimal size",
+    "malformed chunk footer": "the chunk data is followed by {}, not CRLF: a chunk is longer "
+    "than its size line says",
+}
+_ABSOLUTE_FORM = re.compile(rb"(?i)https?://[^/?#]*")
+
+
+def _quoted_line(literal: str) -> str:
+    """h11's bytes repr of a line as the text a person sent, quoted, cut at 80 characters."""
+    text = ast.literal_eval(literal).decode("utf-8", errors="replace").rstrip("\r\n")
+    return repr(text[:80]) + (f"... ({len(text):,} characters)" if len(text) > 80 else "")
+
+
+def h11_reason(message: str) -> str:
+    """h11's error `message` in one readable line (hunt 65: "illegal request line:
+    bytearray(b'GET /health')"), at most about 200 characters."""
+    match = _H11_LINE.fullmatch(message)
+    if match is None:
+        return " ".join(message.split())[:200]
+    what, literal = match.group(1), match.group(2)
+    line, sent = _quoted_line(literal), ast.literal_eval(literal)
+    if what == "illegal header line":
+        return f"the header line {line} " + ('is not "Name: value"' if b":" in sent else
+                                             "has no colon")  # fmt: skip
+    if what == "illegal request line" and not sent.isascii():
+        return f"the request line {line} is not ASCII; percent-encode the path (é is %C3%A9)"
+    return _H11_WORDS[what].format(line)
+
+
+def _origin_form(target: bytes) -> bytes:
+    """An absolute-form target's path and query ("/" when it has no path); others as sent."""
+    match = _ABSOLUTE_FORM.match(target)
+    if match is None:
+        return target
+    rest = target[match.end() :]
+    return rest if rest.startswith(b"/") else b"/" + rest
 
 
 def _head_bytes(event: h11.Request) -> int:
@@ -96,7 +147,7 @@ class JsonErrorsH11Protocol(H11Protocol):
             try:
                 event = parse()
             except h11.RemoteProtocolError as e:
-                self._why = " ".join(str(e).split())[:200]
+                self._why = h11_reason(str(e))
                 raise
             if isinstance(event, h11.Data):
                 self._body_bytes += len(event.data)
@@ -106,6 +157,8 @@ class JsonErrorsH11Protocol(H11Protocol):
                 self._why = _head_refusal(event, self.max_head_bytes)
                 if self._why:
                     raise h11.RemoteProtocolError(self._why)
+                # h11's events are frozen; uvicorn reads the path from this target next
+                object.__setattr__(event, "target", _origin_form(event.target))
             return event
 
         self.conn.next_event = next_event  # type: ignore[method-assign]

@@ -3,7 +3,9 @@ parsing uses them): `invalid` (an `InvalidRequestError` naming its field); `numb
 `integer` and `flag` (a field of that JSON type or its default); and the fields this server
 does not honour: `refuse_unsupported` (n past `MAX_N`, best_of, logit_bias, suffix, tools,
 response_format, min_p, vLLM's extras in `NOT_HONOURED` unless absent, null or neutral,
-`user`) and `refuse_other_route` (messages on /v1/completions, prompt on chat).
+`user`), `refuse_tools` and `refuse_not_honoured` (the parts /tokenize shares) and
+`refuse_other_route` (messages on /v1/completions, prompt on chat). Values a refusal repeats
+are spelt as JSON (`admission.shown_json`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from wse_inference.serve.admission import (
     InvalidRequestError,
     RequestLimits,
     shown_int,
+    shown_json,
 )
 
 __all__ = [
@@ -29,7 +32,9 @@ __all__ = [
     "integer",
     "number",
     "flag",
+    "refuse_not_honoured",
     "refuse_other_route",
+    "refuse_tools",
     "refuse_unsupported",
 ]
 
@@ -50,7 +55,7 @@ def number(body: dict, name: str, default: float) -> float:
     except OverflowError:
         finite = False
     if not finite:
-        got = shown_int(v) if isinstance(v, int) else f"{v!r:.80}"
+        got = shown_int(v) if isinstance(v, int) else shown_json(v)
         raise invalid(f"{name} must be a finite number, got {got}.", name)
     return float(v)
 
@@ -60,7 +65,7 @@ def integer(body: dict, name: str, default: int | None) -> int | None:
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int):
-        raise invalid(f"{name} must be an integer, got {v!r:.80}.", name)
+        raise invalid(f"{name} must be an integer, got {shown_json(v)}.", name)
     if not SEED_MIN <= v <= SEED_MAX:  # no field takes more; its digits are not echoed whole
         raise invalid(f"{name} must be a 64-bit integer, got {shown_int(v)}.", name)
     return v
@@ -82,7 +87,6 @@ NOT_HONOURED: dict[str, Any] = {
     "bad_words": [],
     "truncate_prompt_tokens": None,
     "logits_processors": None,
-    "return_tokens_as_token_ids": False,
     "guided_json": None,
     "guided_regex": None,
     "guided_choice": None,
@@ -133,35 +137,40 @@ def _logit_bias(body: dict) -> None:
     if bias is None:
         return
     if not isinstance(bias, dict):
-        raise invalid(f"logit_bias must be an object of token id -> bias, got {bias!r:.80}.",
-                   "logit_bias")  # fmt: skip
+        raise invalid(f"logit_bias must be an object of token id -> bias, got "
+                   f"{shown_json(bias)}.", "logit_bias")  # fmt: skip
     for key, value in bias.items():
         if not (key.isascii() and key.isdigit()):
             raise invalid(f"logit_bias keys must be token ids (decimal integers >= 0), got "
-                       f"{key!r:.40}.", "logit_bias")  # fmt: skip
+                       f"{shown_json(key, head=40)}.", "logit_bias")  # fmt: skip
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
             or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS
         ):
             raise invalid(f"logit_bias values must be numbers in [-{MAX_LOGIT_BIAS}, "
-                       f"{MAX_LOGIT_BIAS}], got {value!r:.40} "
+                       f"{MAX_LOGIT_BIAS}], got {shown_json(value, head=40)} "
                        f"for token {key}.", "logit_bias")  # fmt: skip
     if bias:
         raise invalid("logit_bias is not supported by this server; leave it out (or give {}).",
                    "logit_bias")  # fmt: skip
 
 
-def _tools(body: dict) -> None:
-    for name in ("tools", "functions"):  # they would change the output
-        if body.get(name):
+def refuse_tools(body: dict) -> None:
+    """tools and functions (they would change the output) unless null or [] (hunt 65: a falsy
+    0, {}, "" or false passed as none), and a tool_choice or function_call needing them."""
+    for name, what in (("tools", "tools"), ("functions", "functions")):
+        v = body.get(name)
+        if v is not None and not isinstance(v, list):
+            raise invalid(f"{name} must be a list of {what}, got {shown_json(v)}.", name)
+        if v:
             raise invalid(f"{name} is not supported by this server; leave it out.", name)
     for name in ("tool_choice", "function_call"):
         v = body.get(name)
         if v is not None and v != "none":
             raise invalid(
-                f"{name} {v!r:.80} needs tools, which this server does not support; leave it "
-                'out (or give "none").',
+                f"{name} {shown_json(v)} needs tools, which this server does not support; "
+                'leave it out (or give "none").',
                 name,
             )
     flag(body.get("parallel_tool_calls"), "parallel_tool_calls")
@@ -173,29 +182,24 @@ def refuse_unsupported(body: dict, limits: RequestLimits) -> None:
         raise invalid(f"n must be in 1..{MAX_N}, got {n}.", "n")
     _best_of(body, n)
     _logit_bias(body)
-    if body.get("suffix"):
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):  # hunt 65: 0, false and [] passed
+        raise invalid(f"suffix must be a string, got {shown_json(suffix)}.", "suffix")
+    if suffix:
         raise invalid("suffix is not supported by this server; leave it out.", "suffix")
-    _tools(body)
+    refuse_tools(body)
     min_p = body.get("min_p")
     if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, int | float)
                               or not 0 <= min_p <= 1):  # fmt: skip
-        raise invalid(f"min_p must be a number in [0, 1], got {min_p!r:.40}.", "min_p")
+        raise invalid(f"min_p must be a number in [0, 1], got {shown_json(min_p, head=40)}.",
+                      "min_p")  # fmt: skip
     if min_p:
         raise invalid("min_p is not supported by this server; leave it out (or give 0).", "min_p")
-    for name, neutral in NOT_HONOURED.items():
-        v = body.get(name)
-        if v is not None and not (v == neutral and type(v) is type(neutral)):
-            if not (isinstance(neutral, float) and type(v) is int and v == neutral):
-                raise invalid(
-                    f"{name} is not supported by this server; leave it out"
-                    + ("." if neutral is None else f" (or give {json.dumps(neutral)}).")
-                    + f" Got {v!r:.60}.",
-                    name,
-                )
+    refuse_not_honoured(body, NOT_HONOURED)
     fmt = body.get("response_format")
     if fmt is not None and fmt != {"type": "text"}:
         raise invalid(
-            f'response_format {fmt!r:.80} is not supported; only {{"type": "text"}} is.',
+            f'response_format {shown_json(fmt)} is not supported; only {{"type": "text"}} is.',
             "response_format",
         )
     user = body.get("user")
@@ -209,10 +213,24 @@ def refuse_unsupported(body: dict, limits: RequestLimits) -> None:
         )
 
 
+def refuse_not_honoured(body: dict, names: Any) -> None:
+    """Each of `names` (keys of `NOT_HONOURED`) refused unless absent, null or neutral."""
+    for name in names:
+        v, neutral = body.get(name), NOT_HONOURED[name]
+        if v is not None and not (v == neutral and type(v) is type(neutral)):
+            if not (isinstance(neutral, float) and type(v) is int and v == neutral):
+                raise invalid(
+                    f"{name} is not supported by this server; leave it out"
+                    + ("." if neutral is None else f" (or give {json.dumps(neutral)}).")
+                    + f" Got {shown_json(v, head=60)}.",
+                    name,
+                )
+
+
 def flag(value: Any, name: str) -> bool:
     """A JSON true/false (null: false); "false" or 1 would be read as true, so they are refused."""
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise invalid(f"{name} must be true or false, got {value!r:.80}.", name)
+        raise invalid(f"{name} must be true or false, got {shown_json(value)}.", name)
     return value

@@ -5,8 +5,9 @@ sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or message
 (or max_completion_tokens), temperature, top_p, seed, stop, stream, stream_options
 ({"include_usage"}), n (1..MAX_N = 16 choices; choice i is seeded with seed + i), logprobs,
 echo (completions), presence_penalty and frequency_penalty (in [-2, 2]), and vLLM's top_k,
-repetition_penalty (> 0), stop_token_ids and ignore_eos (generation stops at the model's
-end-of-sequence tokens unless it is true). Fields that would change the output but are not
+repetition_penalty (> 0), stop_token_ids, ignore_eos (generation stops at the model's
+end-of-sequence tokens unless it is true) and return_tokens_as_token_ids (logprobs name each
+token "token_id:N"). Fields that would change the output but are not
 supported (best_of other than n, several prompts, a logit_bias, suffix, tools, functions, a
 tool_choice other than "none", a response_format other than text, and vLLM's extras in
 `openai_fields.NOT_HONOURED`: min_p, min_tokens, guided_*, prompt_logprobs, a request's
@@ -17,7 +18,8 @@ stream_options without stream. `user` must be a string of at most
 (HTTP 400 with OpenAI's code model_not_found; OpenAI and vLLM answer 404); a missing one a 400.
 Fields this module does not know are ignored, as vLLM ignores them (metadata, store,
 service_tier, a misspelt name...). Flags (stream, echo, ignore_eos, include_usage,
-parallel_tool_calls) must be JSON true, false or null: "false" would read as true. A missing
+parallel_tool_calls, return_tokens_as_token_ids) must be JSON true, false or null: "false"
+would read as true. A missing
 max_tokens means "the rest of the context window" (vLLM's default).
 
 Logprobs are asked with `logprobs: k` (completions) or `logprobs: true, top_logprobs: k`
@@ -27,7 +29,9 @@ Chat prompts are `wse_inference.serve.chat_template`'s (`chat_prompt`: the templ
 rendered within its operation and time limits).
 
 The answers (response bodies, logprobs, streaming) are `wse_inference.serve.openai_response`'s;
-vLLM's /tokenize and /detokenize bodies are here (`tokenize_request`, `detokenize_request`).
+vLLM's /tokenize and /detokenize bodies are here (`tokenize_request`, `detokenize_request`);
+/tokenize honours add_generation_prompt and refuses what chat refuses (a request's
+chat_template, tools, continue_final_message), as vLLM's does.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from wse_inference.serve.admission import (
     check_sampling,
     encode_prompt,
     shown_int,
+    shown_json,
 )
 from wse_inference.serve.chat_template import chat_prompt
 from wse_inference.serve.openai_fields import (
@@ -51,7 +56,9 @@ from wse_inference.serve.openai_fields import (
     integer,
     invalid,
     number,
+    refuse_not_honoured,
     refuse_other_route,
+    refuse_tools,
     refuse_unsupported,
 )
 
@@ -75,6 +82,7 @@ class ParsedRequest:
     include_usage: bool
     echo: bool = False  # /v1/completions: the answer starts with the prompt (and its logprobs)
     n: int = 1  # choices, each its own sequence (choice_sampling)
+    tokens_as_ids: bool = False  # return_tokens_as_token_ids: logprobs name "token_id:N"
 
 
 def choice_sampling(sampling: SamplingParams, i: int) -> SamplingParams:
@@ -131,7 +139,8 @@ def _check_model_name(model: Any, model_names: Sequence[str], *, required: bool)
         )
     if not isinstance(model, str):
         raise invalid(
-            f"model must be a string (one of {list(model_names)}), got {model!r:.80}.", "model"
+            f"model must be a string (one of {list(model_names)}), got {shown_json(model)}.",
+            "model",
         )
     if model not in model_names:
         raise ModelNotFoundError(model, model_names)
@@ -178,10 +187,12 @@ def _completion_prompt(body: dict, tokenizer: Tokenizer, max_context: int) -> li
     if isinstance(p, list):  # hunt 56: [1, "a"] and [[1, [2]]] were called several prompts
         bad = next(x for x in p if isinstance(x, bool) or not isinstance(x, int))
         raise invalid(
-            f"prompt must be a string or one list of integer token ids; it holds {bad!r:.80}.",
+            f"prompt must be a string or one list of integer token ids; it holds "
+            f"{shown_json(bad)}.",
             "prompt",
         )
-    raise invalid(f"prompt must be a string or a list of token ids, got {p!r:.80}.", "prompt")
+    raise invalid(f"prompt must be a string or a list of token ids, got {shown_json(p)}.",
+                  "prompt")  # fmt: skip
 
 
 def _logprobs(body: dict, kind: str) -> int | None:
@@ -189,7 +200,7 @@ def _logprobs(body: dict, kind: str) -> int | None:
     if kind == "chat":
         want = body.get("logprobs")
         if want is not None and not isinstance(want, bool):
-            raise invalid(f"logprobs must be true or false, got {want!r:.80}.", "logprobs")
+            raise invalid(f"logprobs must be true or false, got {shown_json(want)}.", "logprobs")
         k, name = integer(body, "top_logprobs", None), "top_logprobs"
         if k is not None and not 0 <= k <= MAX_LOGPROBS:
             raise invalid(f"{name} must be in 0..{MAX_LOGPROBS}, got {k}.", name)
@@ -230,15 +241,16 @@ def _stream_options(opts: Any, stream: bool) -> bool:
     if opts is None:
         return False
     if not isinstance(opts, dict):
-        raise invalid(f"stream_options must be an object, got {opts!r:.80}.", "stream_options")
+        raise invalid(f"stream_options must be an object, got {shown_json(opts)}.",
+                      "stream_options")  # fmt: skip
     include_usage = flag(opts.get("include_usage"), "stream_options.include_usage")
     if flag(opts.get("continuous_usage_stats"), "stream_options.continuous_usage_stats"):
         raise invalid("stream_options.continuous_usage_stats is not supported by this server; "
                    "leave it out.", "stream_options.continuous_usage_stats")  # fmt: skip
     unknown = sorted(set(opts) - {"include_usage", "continuous_usage_stats"})
     if unknown:
-        raise invalid(f"stream_options has no field {unknown[0]!r:.40}; it takes include_usage.",
-                   "stream_options")  # fmt: skip
+        raise invalid(f"stream_options has no field {shown_json(unknown[0], head=40)}; it takes "
+                      "include_usage.", "stream_options")  # fmt: skip
     if not stream:
         raise invalid("stream_options is only allowed when stream is true.", "stream_options")
     return include_usage
@@ -320,6 +332,7 @@ def parse_request(
         include_usage=stream and include_usage,
         echo=echo,
         n=n,
+        tokens_as_ids=flag(body.get("return_tokens_as_token_ids"), "return_tokens_as_token_ids"),
     )
 
 
@@ -340,16 +353,25 @@ def tokenize_request(
     max_context: int,
 ) -> dict:
     """vLLM's /tokenize: {count, max_model_len, tokens, token_strs} of {"prompt": text} or of
-    {"messages": [...]} through the chat template (the ids a request would run on)."""
+    {"messages": [...]} through the chat template (the ids a request would run on; with
+    add_generation_prompt false, without the assistant turn's opening). Null fields are
+    absent; what chat refuses (tools, a request's chat_template...) is refused here too (hunt
+    65: they were ignored, and add_generation_prompt false gave the chat's count)."""
     body = _check_model(body, model_names)
     flag(body.get("add_special_tokens"), "add_special_tokens")  # hunt 58: "x" was taken
     if flag(body.get("return_token_strs"), "return_token_strs"):  # was answered with null
         raise invalid("return_token_strs is not supported by this server; leave it out.",
                       "return_token_strs")  # fmt: skip
-    if "messages" in body and "prompt" in body:  # the prompt was dropped silently
+    refuse_tools(body)
+    refuse_not_honoured(body, ("chat_template", "chat_template_kwargs", "continue_final_message"))
+    generation = body.get("add_generation_prompt")
+    generation = True if generation is None else flag(generation, "add_generation_prompt")
+    messages = body.get("messages")
+    if messages is not None and body.get("prompt") is not None:  # the prompt was dropped
         raise invalid("Give prompt or messages, not both.", "prompt")
-    if "messages" in body:
-        ids = chat_prompt(body["messages"], tokenizer, chat_template, max_context=max_context)
+    if messages is not None:
+        ids = chat_prompt(messages, tokenizer, chat_template, max_context=max_context,
+                          add_generation_prompt=generation)  # fmt: skip
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):

@@ -16,7 +16,12 @@ the prompt and the logprobs with the prompt's tokens (the first one's null), whi
 lm-evaluation-harness' local-completions scores loglikelihoods; `/v1/chat/completions` takes
 `logprobs: true` and `top_logprobs: k` and answers {content: [{token, logprob, bytes,
 top_logprobs: [{token, logprob, bytes}] x k}]}. Streamed chunks carry their tokens'.
-A token's text is `tokenizer.decode([id])`; logprobs are clamped at -9999.0 as vLLM's are.
+A token's text is `tokenizer.decode([id])`; its `bytes` are the token's own
+(`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191, 189]); logprobs are clamped at
+-9999.0 as vLLM's are. Tokens whose texts are the same (bytes 0x80..0xBF all decode to
+U+FFFD) collide as keys of a completions' top_logprobs dict, as in vLLM, and the k entries
+shrink; `return_tokens_as_token_ids: true` names every token "token_id:N" instead (vLLM's
+field), in both routes, so the k alternatives all arrive.
 
 This module is the answer side of the wire format (`openai_request` reads requests; `routes`
 holds the app, `app` the process shell).
@@ -36,6 +41,7 @@ from fastapi.responses import JSONResponse
 
 from wse_inference.engine import Tokenizer, TokenLogprob
 from wse_inference.serve.openai_request import ParsedRequest
+from wse_inference.serve.token_bytes import token_bytes
 
 __all__ = [
     "Choice",
@@ -113,10 +119,12 @@ def logprobs_body(
         return None
     k = p.sampling.logprobs
     word = functools.lru_cache(maxsize=None)(lambda t: tokenizer.decode([t]))
+    name = (lambda t: f"token_id:{t}") if p.tokens_as_ids else word  # noqa: E731
     if p.kind == "chat":
 
         def entry(t: int, lp: float) -> dict:
-            return {"token": word(t), "logprob": _clamp(lp), "bytes": list(word(t).encode())}
+            own = list(token_bytes(tokenizer, t, word(t)))
+            return {"token": name(t), "logprob": _clamp(lp), "bytes": own}
 
         return {
             "content": [
@@ -132,10 +140,10 @@ def logprobs_body(
         offsets.append(text_offset)
         text_offset += len(word(t))
     return {
-        "tokens": [word(t) for t, _ in scored],
+        "tokens": [name(t) for t, _ in scored],
         "token_logprobs": [None if x is None else _clamp(x.logprob) for _, x in scored],
         "top_logprobs": [
-            {**{word(a): _clamp(lp) for a, lp in x.top[:k]}, word(t): _clamp(x.logprob)}
+            {**{name(a): _clamp(lp) for a, lp in x.top[:k]}, name(t): _clamp(x.logprob)}
             if k and x is not None
             else None
             for t, x in scored

@@ -130,10 +130,12 @@ class Scheduler:
                 raise ShuttingDownError("The server is shutting down; retry on another replica.")
             waiting = sum(not h.cancelled for h in self._waiting)
             free_slots = self.engine.max_slots - len(self._active) - self._admitting
-            if waiting + 1 - max(0, free_slots) > self.max_queued:
+            queued = waiting - max(0, free_slots)  # those about to take a free slot are not
+            if queued + 1 > self.max_queued:  # hunt 65: "12 requests are waiting (limit 8)"
                 raise QueueFullError(
-                    f"The server is busy: {waiting} requests are waiting (limit "
-                    f"{self.max_queued}); retry later.",
+                    f"The server is busy: all {self.engine.max_slots} slots are taken and "
+                    f"{queued} requests are queued for one (limit {self.max_queued}); retry "
+                    "later.",
                     retry_after_s=self._retry_after_s(),
                 )
             handle = RequestHandle(next(self._ids), prompt_ids, sampling, sink, self._wake)

@@ -1,0 +1,85 @@
+"""A token's own bytes, as OpenAI's chat logprobs report them (`bytes`).
+
+`bytes` exists so a client can join the tokens that split one character between them: each
+such token alone decodes to U+FFFD, so the bytes of its decoded text are U+FFFD's, [239, 191,
+189], exactly where they matter (hunt 65). `token_bytes(tokenizer, token, text)` gives the
+bytes the token stands for instead, read from the tokenizer's vocabulary:
+
+- the byte tokenizer (`kind` "bytes"): the id is the byte;
+- a byte-fallback name ("<0x80>", SentencePiece's and `ByteTokenizer.vocab`'s): that byte;
+- a byte-level BPE (its vocabulary holds GPT-2's 256 byte symbols, "Ġ" for a space): each
+  symbol of the token's name mapped back to its byte;
+- another piece of a byte-fallback vocabulary: its name with SentencePiece's "▁" as a space.
+
+A token whose `text` (its decoded text) is empty has no bytes: a special token, skipped as
+vLLM skips it, as its `token` text is "". Any other token, and a tokenizer without `vocab()`,
+gets its decoded text's UTF-8.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, NamedTuple
+
+__all__ = ["token_bytes"]
+
+_BYTE_NAME = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+@functools.cache
+def _byte_of_symbol() -> dict[str, int]:
+    """GPT-2's byte-level table inverted (symbol -> byte): printable Latin-1 bytes stand for
+    themselves, the other 68 for chr(256 + i) in byte order."""
+    own = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+           *range(ord("®"), ord("ÿ") + 1)]  # fmt: skip
+    moved = [b for b in range(256) if b not in own]
+    return {chr(b): b for b in own} | {chr(256 + i): b for i, b in enumerate(moved)}
+
+
+class _Vocab(NamedTuple):
+    names: dict[int, str]  # id -> the token's name in the vocabulary
+    byte_level: bool  # GPT-2's byte symbols are all tokens
+    byte_fallback: bool  # "<0x00>".."<0xFF>" are tokens
+
+
+def _read_vocab(tokenizer: Any) -> _Vocab | None:
+    vocab = getattr(tokenizer, "vocab", None)
+    if not callable(vocab):
+        return None
+    table = vocab()
+    byte_level = all(symbol in table for symbol in _byte_of_symbol())
+    return _Vocab({i: name for name, i in table.items()}, byte_level, "<0x00>" in table)
+
+
+@functools.lru_cache(maxsize=4)  # a server has one tokenizer; its vocabulary is read once
+def _cached_vocab(tokenizer: Any) -> _Vocab | None:
+    return _read_vocab(tokenizer)
+
+
+def _vocab(tokenizer: Any) -> _Vocab | None:
+    try:
+        return _cached_vocab(tokenizer)
+    except TypeError:  # an unhashable tokenizer: read each time
+        return _read_vocab(tokenizer)
+
+
+def token_bytes(tokenizer: Any, token: int, text: str) -> bytes:
+    """The bytes `token` stands for (module docstring); `text` is its decoded text."""
+    if not text:
+        return b""
+    if getattr(tokenizer, "kind", None) == "bytes":
+        return bytes([token]) if 0 <= token < 256 else b""
+    vocab = _vocab(tokenizer)
+    name = None if vocab is None else vocab.names.get(token)
+    if vocab is None or name is None:
+        return text.encode("utf-8")
+    byte = _BYTE_NAME.fullmatch(name)
+    if byte:
+        return bytes([int(byte.group(1), 16)])
+    symbols = _byte_of_symbol()
+    if vocab.byte_level and all(c in symbols for c in name):
+        return bytes(symbols[c] for c in name)
+    if vocab.byte_fallback:
+        return name.replace("\u2581", " ").encode("utf-8")
+    return text.encode("utf-8")
