@@ -50,7 +50,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from wse_core.cost.mechanisms import CORE_MECHANISMS, LATENCY_MECHANISMS
-from wse_core.cost.work import LINK_DIRECTIONS, Op, Work
+from wse_core.cost.work import LINK_DIRECTIONS, Op, Work, require_count
+from wse_core.errors import WseError
 from wse_core.hw.spec import WaferSpec
 
 if TYPE_CHECKING:
@@ -165,11 +166,15 @@ class Cost:
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """A named `Work`, done `repeat` times one after another."""
+    """A named `Work`, done `repeat` times one after another (`repeat` a finite number >= 0:
+    WseError at construction; hunt 65: a repeat of -1 priced negative seconds)."""
 
     name: str
     work: Work
     repeat: float = 1.0
+
+    def __post_init__(self) -> None:
+        require_count(f"Phase {self.name!r}: repeat", self.repeat)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +186,11 @@ class Phases:
     parts: tuple[Phase | Phases, ...]
     name: str = ""
     repeat: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("serial", "overlap"):
+            raise WseError(f"Phases mode must be 'serial' or 'overlap', got {self.mode!r}")
+        require_count(f"Phases {self.name or self.mode!r}: repeat", self.repeat)
 
     def leaves(self) -> Iterator[tuple[Phase, float]]:
         """Every leaf phase with its total repeat count (products down the tree)."""

@@ -37,11 +37,14 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from numbers import Integral
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from wse_core.cost.calibration import Calibration
 from wse_core.cost.perf import OVERLAP, PerfModel, Phase, Phases, Timing
+from wse_core.cost.work import require_count
+from wse_core.errors import WseError, shown
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.traffic import Traffic
 
@@ -58,6 +61,16 @@ class Measured(NamedTuple):
 
     wall_s: float | None = None  # the emulator's wall time per unit (step, token) (s)
     sram: Mapping[str, Any] | None = None  # the SRAM ledger summary of the wafer that ran it
+
+
+def _check_run(measured_wall_s: object, systems: object) -> None:
+    """Refuse a measured time that is not a finite number >= 0 (hunt 65: NaN made `to_dict`
+    invalid JSON, "1" stayed a string) and a system count that is not a positive integer
+    (-2 systems gave a negative energy)."""
+    if measured_wall_s is not None:
+        require_count("measured_wall_s", measured_wall_s)
+    if isinstance(systems, bool) or not isinstance(systems, Integral) or systems < 1:
+        raise WseError(f"systems must be a positive integer, got {shown(systems, quote=False)}")
 
 
 def _power_w(spec: WaferSpec, systems: int) -> float | None:
@@ -88,6 +101,11 @@ class RunReport:
     trace: Any = None  # a wse_core.trace.PeTrace of this run (per-PE figures), when built
 
     def __post_init__(self) -> None:
+        _check_run(self.measured_wall_s, self.systems)
+        # NumPy scalars (np.float32, np.int64) are no JSON: kept as Python numbers
+        if self.measured_wall_s is not None:
+            object.__setattr__(self, "measured_wall_s", float(self.measured_wall_s))
+        object.__setattr__(self, "systems", int(self.systems))
         for name in ("assumptions", "sram", "extra"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
@@ -118,6 +136,7 @@ class RunReport:
         a rate); they keep the order given and land in `to_dict()` after the fields."""
         from wse_core.cost.assumptions import listed
 
+        _check_run(measured_wall_s, systems)  # before the tree is priced
         if isinstance(phases, Phase):
             phases = Phases("serial", (phases,), phases.name)
         model = model or PerfModel(spec)

@@ -32,21 +32,44 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Mapping
+from numbers import Integral
 from typing import TYPE_CHECKING
 
-from wse_core.hw.dtypes import DTYPE_BYTES
+from wse_core.errors import WseError, shown, shown_int
+from wse_core.hw.dtypes import DTYPE_BYTES, DTYPES, dtype_name
 from wse_core.hw.simd import OP_KINDS
 
 if TYPE_CHECKING:
     from wse_core.hw.spec import WaferSpec
     from wse_core.hw.traffic import Traffic
 
-__all__ = ["LINK_DIRECTIONS", "UNARY_KINDS", "Op", "Work"]
+__all__ = ["LINK_DIRECTIONS", "UNARY_KINDS", "Op", "Work", "require_count"]
 
 LINK_DIRECTIONS = ("N", "S", "E", "W", "ramp")
 # Kinds that read one vector operand (a scalar multiplier or none): 1 SRAM read per element.
 UNARY_KINDS = ("move", "neg", "abs", "scale", "convert", "shift", "sqrt")
+_LARGEST = sys.float_info.max  # a count past it prices as inf or overflows a float
+
+
+def _number_shown(value: object) -> str:
+    return shown_int(value) if isinstance(value, int) else shown(value, quote=False)
+
+
+def require_count(what: str, value: object) -> None:
+    """Refuse a count or repeat that is not a finite number >= 0 (WseError naming `what`).
+
+    Hunt 65: a repeat of -1 or -100 hops priced negative seconds, a NaN length a NaN time,
+    NaN link words 0 s (`max` skips NaN). One comparison: cheap enough for the many small
+    `Work`s a pricing builds."""
+    try:
+        if 0 <= value <= _LARGEST:  # type: ignore[operator]
+            return
+    except (TypeError, ValueError):  # a str, a list, an array of many values
+        got = f"{shown(repr(value), quote=False)} ({type(value).__name__})"
+        raise WseError(f"{what} must be a finite number >= 0, got {got}") from None
+    raise WseError(f"{what} must be a finite number >= 0, got {_number_shown(value)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +80,9 @@ class Op:
 
     `length` may be fractional when it is an average over PEs or blocks; then the ceil is
     skipped (the average of ceil is not the ceil of the average, so kernels that know their
-    exact vector lengths pass integers)."""
+    exact vector lengths pass integers). `dtype` is one the SIMD table prices (`DTYPES`);
+    `length`, `count`, `mem_reads` and `mem_writes` are finite numbers >= 0 and `stride` a
+    signed integer (WseError, naming the field, at construction)."""
 
     kind: str
     dtype: str
@@ -72,9 +97,20 @@ class Op:
 
     def __post_init__(self) -> None:
         if self.kind not in OP_KINDS:
-            raise ValueError(f"unknown DSD op kind {self.kind!r}; known: {', '.join(OP_KINDS)}")
-        if self.length < 0 or self.count < 0:
-            raise ValueError(f"Op length and count must be >= 0, got {self.length}, {self.count}")
+            raise WseError(f"unknown DSD op kind {self.kind!r}; known: {', '.join(OP_KINDS)}")
+        # hunt 65: "fp64" was accepted here and a KeyError at pricing
+        if self.dtype not in DTYPES:
+            alias = dtype_name(self.dtype)
+            hint = f" (did you mean {alias!r}?)" if alias in DTYPES else ""
+            raise WseError(f"unknown Op dtype {self.dtype!r}{hint}; use one of {', '.join(DTYPES)}")
+        require_count("Op length", self.length)
+        require_count("Op count", self.count)
+        require_count("Op mem_writes", self.mem_writes)
+        if self.mem_reads is not None:
+            require_count("Op mem_reads", self.mem_reads)
+        # a DSD stride is a signed whole number of elements (0 repeats one element)
+        if type(self.stride) is not int and not isinstance(self.stride, Integral):
+            raise WseError(f"Op stride must be an integer, got {_number_shown(self.stride)}")
 
     @property
     def issued(self) -> float:
@@ -157,7 +193,9 @@ _COUNTS = (
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Work:
-    """One phase's counts on its busiest PE, plus the phase's off-wafer bytes."""
+    """One phase's counts on its busiest PE, plus the phase's off-wafer bytes. Every count
+    and link word count is a finite number >= 0 (WseError, naming the field, at
+    construction)."""
 
     ops: tuple[Op, ...] = ()
     sram_read_bytes: float = 0.0
@@ -175,7 +213,11 @@ class Work:
     def __post_init__(self) -> None:
         bad = set(self.links) - set(LINK_DIRECTIONS)
         if bad:
-            raise ValueError(f"unknown link directions {sorted(bad)}; use {LINK_DIRECTIONS}")
+            raise WseError(f"unknown link directions {sorted(bad)}; use {LINK_DIRECTIONS}")
+        for f in _COUNTS:
+            require_count(f"Work {f}", getattr(self, f))
+        for d, words in self.links.items():
+            require_count(f"Work links[{d!r}]", words)
 
     @classmethod
     def from_traffic(cls, traffic: Traffic, **kwargs: object) -> Work:

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
+from numbers import Integral
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +27,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wse_core.errors import PlacementError
+from wse_core.errors import DefectError, PlacementError, shown
 from wse_core.hw.defects import DefectMap, Remap, defect_map, remap
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
@@ -52,6 +53,53 @@ def _put(x, sharding: NamedSharding) -> jax.Array:
     # Multi-process: every process holds the same host value and supplies its blocks.
     host = np.asarray(x)
     return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
+def _whole(n: object) -> bool:
+    return isinstance(n, Integral) and not isinstance(n, bool)
+
+
+def _pe_pair(what: str, pair: object) -> tuple[int, int]:
+    """`pair` as two positive integers (hunt 65: grid=(4.5, 4) built a wafer of 4.5 rows that
+    refused every field; mesh_shape=(1.0, 1) was a slicing TypeError)."""
+    if isinstance(pair, np.ndarray):
+        pair = tuple(pair.tolist())
+    if not (isinstance(pair, Sequence) and len(pair) == 2 and all(_whole(n) for n in pair)):
+        got = shown(repr(pair), quote=False)
+        raise PlacementError(f"{what} must be two positive integers (rows, cols), got {got}")
+    rows, cols = (int(n) for n in pair)
+    if rows <= 0 or cols <= 0:
+        raise PlacementError(f"{what} must be two positive integers, got {rows} x {cols}")
+    return rows, cols
+
+
+def _kept(x: np.ndarray) -> np.ndarray:
+    """`x` in the dtype JAX keeps it in (64-bit as 32-bit unless jax_enable_x64 is on), refused
+    when a value would not survive the cast (hunt 65: int64 2**40 + 7 was placed as 7, float64
+    1e300 as inf, with at most a NumPy warning). Rounding a float to fp32 is kept."""
+    want = np.dtype(jax.dtypes.canonicalize_dtype(x.dtype))
+    if want == x.dtype or x.size == 0:
+        return x.astype(want, copy=False)
+    why = "JAX keeps 64-bit values in 32 bits unless jax_enable_x64 is on"
+    if x.dtype.kind in "iu":
+        info = np.iinfo(want)
+        lo, hi = x.min(), x.max()
+        if lo < info.min or hi > info.max:
+            bad = hi if hi > info.max else lo
+            raise PlacementError(
+                f"the field holds {bad}, outside {want}'s range {info.min}..{info.max} ({why})"
+            )
+        return x.astype(want)
+    with np.errstate(over="ignore"):
+        y = x.astype(want)
+    if x.dtype.kind in "fc" and np.isinf(y).any():
+        over = np.isinf(y) & ~np.isinf(x)
+        if over.any():
+            raise PlacementError(
+                f"the field holds {x[over].flat[0]:g}, past {want}'s largest "
+                f"{float(np.finfo(want).max):.4g} ({why})"
+            )
+    return y
 
 
 @dataclasses.dataclass(eq=False)
@@ -93,12 +141,14 @@ class Wafer:
 
     # Data ------------------------------------------------------------------------------
     def place(self, x: np.ndarray | jax.Array) -> jax.Array:
-        """Put a `(rows, cols, *per_pe)` array on the wafer (padded and sharded)."""
-        # a NumPy array JAX takes as it is (its dtype canonical) is padded and cut into blocks
-        # on the host: jnp's pad and the sharded put's slicing were small programs compiled
-        # (or loaded) at every start (~0.05 s of a warm `wse hpc md` at 32,000 atoms)
-        host = isinstance(x, np.ndarray) and x.dtype == jax.dtypes.canonicalize_dtype(x.dtype)
-        x = x if host else jnp.asarray(x)
+        """Put a `(rows, cols, *per_pe)` array on the wafer (padded and sharded). A host array
+        of 64-bit values is kept in 32 bits (JAX's 64-bit mode off) or refused with a
+        PlacementError when a value would not survive that (`_kept`)."""
+        # a host array (NumPy, a list) is cast, padded and cut into blocks on the host: jnp's
+        # pad and the sharded put's slicing were small programs compiled (or loaded) at every
+        # start (~0.05 s of a warm `wse hpc md` at 32,000 atoms)
+        host = not isinstance(x, jax.Array)
+        x = _kept(np.asarray(x)) if host else x
         if x.ndim < 2 or x.shape[:2] != (self.rows, self.cols):
             raise PlacementError(
                 f"a wafer field must have shape ({self.rows}, {self.cols}, ...), got {x.shape}"
@@ -122,6 +172,9 @@ class Wafer:
 
     def full(self, per_pe_shape: Sequence[int] = (), value: float = 0, dtype=jnp.float32):
         """A placed field of `value`, created sharded (no host copy)."""
+        if not all(_whole(n) and n >= 0 for n in per_pe_shape):
+            got = shown(repr(per_pe_shape), quote=False)
+            raise PlacementError(f"per_pe_shape must be integers >= 0, got {got}")
         pr, pc = self.padded_shape
         shape = (pr, pc, *(int(n) for n in per_pe_shape))
         return _filler(shape, value, jnp.dtype(dtype), self.sharding(len(per_pe_shape)))()
@@ -174,6 +227,21 @@ def choose_mesh_shape(rows: int, cols: int, num_devices: int) -> tuple[int, int]
     return 1, 1
 
 
+def _check_defects(seed: object, rate: float | None) -> None:
+    """Hunt 65: a rate without a seed drew no dead PEs, silently; a negative seed was NumPy's
+    "expected non-negative integer"."""
+    if seed is None:
+        if rate is not None:
+            raise DefectError(
+                f"defect_rate={shown(rate, quote=False)} needs a defect_seed to draw dead PEs "
+                "from; give defect_seed=0 (or any integer >= 0) too"
+            )
+        return
+    if not _whole(seed) or seed < 0:  # type: ignore[operator]
+        got = shown(repr(seed), quote=False)
+        raise DefectError(f"defect_seed must be an integer >= 0, got {got}")
+
+
 def build_wafer(
     spec: WaferSpec,
     *,
@@ -186,12 +254,12 @@ def build_wafer(
     """Lay `spec`'s PE grid (or a `grid` sub-rectangle of it) over the devices.
 
     `mesh_shape` defaults to `choose_mesh_shape`; `devices` to all of `jax.devices()`.
-    With `defect_seed`, dead PEs are drawn at `defect_rate` (default: the spec's) and
-    repaired; an unrepairable wafer raises DefectError.
+    With `defect_seed` (an integer >= 0), dead PEs are drawn at `defect_rate` (default: the
+    spec's) and repaired; an unrepairable wafer raises DefectError. A `defect_rate` without a
+    `defect_seed` is refused: no dead PEs would be drawn.
     """
-    rows, cols = grid if grid is not None else (spec.pe_rows, spec.pe_cols)
-    if rows <= 0 or cols <= 0:
-        raise PlacementError(f"the PE grid must have positive size, got {rows} x {cols}")
+    _check_defects(defect_seed, defect_rate)
+    rows, cols = _pe_pair("grid", grid) if grid is not None else (spec.pe_rows, spec.pe_cols)
     if rows > spec.pe_rows or cols > spec.pe_cols:
         raise PlacementError(
             f"a {rows} x {cols} PE grid does not fit the {spec.name} wafer's "
@@ -200,8 +268,8 @@ def build_wafer(
     devs = list(devices if devices is not None else jax.devices())
     if mesh_shape is None:
         mesh_shape = choose_mesh_shape(rows, cols, len(devs))
-    mr, mc = mesh_shape
-    if mr <= 0 or mc <= 0 or mr * mc > len(devs):
+    mr, mc = _pe_pair("mesh_shape", mesh_shape)
+    if mr * mc > len(devs):
         raise PlacementError(f"mesh {mr} x {mc} needs {mr * mc} devices; {len(devs)} available")
     mesh = Mesh(
         np.array(devs[: mr * mc]).reshape(mr, mc),
