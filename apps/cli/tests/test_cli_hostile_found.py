@@ -130,7 +130,10 @@ def test_md_potential_that_is_a_folder_or_fifo(files):
         (["--out", "/proc/x/y.xyz"], "takes no new files"),
         (["--out", "{d}/fifo"], "not a regular file"),
         (["--out", "/dev/full"], "not a regular file"),
-        (["--thermostat", "langevin", "--damp-fs", "1e-300"], "is shorter than the timestep"),
+        (  # hunt 65: a thermostat needs its target (--temperature-K) before its damping
+            ["--thermostat", "langevin", "--temperature-K", "300", "--damp-fs", "1e-300"],
+            "is shorter than the timestep",
+        ),
         (
             ["--thermostat", "nose-hoover", "--temperature-K", "300", "--damp-fs", "0.5"],
             "is shorter than the timestep",

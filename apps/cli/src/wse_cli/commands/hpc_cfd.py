@@ -5,7 +5,8 @@ sides) and `cavity` (`--re`; the lid-driven square / cube). `--grid NX NY NZ` (N
 the vertical is Y in 2D, Z in 3D). Prints the Nusselt number and kinetic energy as it goes
 (a rich progress bar on a terminal, nothing in between otherwise), writes
 `<out>/step_<n>.npz` (arrays u v w p T) and `.vtk` every `--output-every` steps and at the
-end, `--restart` continues from the newest of them, `--png` the temperature (cavity: the
+end, `--restart` continues from the newest of them (and says which: "restarted from step N
+(FILE)"; a folder with none is refused), `--png` the temperature (cavity: the
 speed), `--trace` the per-PE trace for `wse view`, then the measured emulation time beside
 the predicted wafer time (`run_cfd(...).report`). Bad input (Ra < 1, a grid beyond the
 PEs, a step beyond the explicit limit, a Z column beyond SRAM) is one line, exit 2.
@@ -94,6 +95,8 @@ def cfd(
         fail("--time-scheme rk3 is the cavity's (rayleigh-benard runs euler)")
     if restart and out is None:
         fail("--restart needs --out (the folder holding step_<n>.npz)")
+    if output_every > 0 and out is None:  # hunt 65: nothing was written, nothing said
+        fail("--output-every needs --out (the folder for step_<n>.npz / .vtk)")
     _check_out(out, restart, steps, output_every)
     spec = wafer_spec(preset, spec_file, "wse2")
     nx, ny, nz = grid
@@ -107,8 +110,10 @@ def cfd(
     if restart:  # hunt 60: a bad step file was refused after JAX's import and the build (1.5 s)
         from wse_hpc.cfd_steps import latest_output, read_step
 
-        if (last := latest_output(out)) is not None:
-            read_step(last, (nx, ny, nz))  # the run reads it again, for the grid it built
+        if (last := latest_output(out)) is None:  # hunt 65: it started from step 0 silently
+            fail(f"--restart: --out {out} holds no step_<n>.npz to continue from; leave out "
+                 "--restart to start a run")  # fmt: skip
+        read_step(last, (nx, ny, nz))  # the run reads it again, for the grid it built
     from rich.console import Console
     from wse_hpc.fields.runs import CfdConfig, run_cfd
 
@@ -118,6 +123,8 @@ def cfd(
                     restart=restart, defect_seed=defect_seed)  # fmt: skip
     console = Console(stderr=as_json)
     run = _run(console, cfg, run_cfd)
+    if (x := run.report.extra)["restarted_from"] is not None:  # as `wse train`'s "resumed from"
+        _line(console, f"restarted from step {x['restarted_from_step']} ({x['restarted_from']})")
     if png is not None:
         from wse_hpc.fields.plots import plot_temperature
 
@@ -182,17 +189,24 @@ def _summary(console, run, png, trace) -> None:
         table.add_row(str(step), f"{t:.4g}", f"{nu:.5f}", f"{ke:.5g}")
     console.print(table)
     r, x = run.report, run.report.extra
-    console.print(
-        f"measured (emulated here): {x['steps']} steps in {r.measured_wall_s:.3f} s\n"
+    _line(console, f"measured (emulated here): {x['steps']} steps in {r.measured_wall_s:.3f} s")
+    _line(
+        console,
         f"predicted on {r.wafer}: {r.predicted_s * 1e6:.3f} µs for the same run "
         f"({r.predicted_s / max(x['steps'], 1) * 1e6:.3f} µs per step, {r.bound}-bound, "
-        f"{x['cg_iterations_per_step']:.1f} CG iterations per step)"
+        f"{x['cg_iterations_per_step']:.1f} CG iterations per step)",
     )
     for p in run.written[-2:]:
-        console.print(f"wrote {p}")
+        _line(console, f"wrote {p}")
     for label, p in (("figure", png), ("trace", trace)):
         if p is not None:
-            console.print(f"{label}: {p}")
+            _line(console, f"{label}: {p}")
+
+
+def _line(console, text: str) -> None:
+    """One line, whole: piped, rich wraps at 80 columns mid-sentence (hunt 65: grep missed
+    "8.5 CG iterations per step"), and a path is text, not markup."""
+    console.print(text, soft_wrap=True, markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,8 +3,9 @@
 `wse hpc md (--structure in.xyz | --lattice fcc --element Cu --a 3.615 --cells NX NY NZ)
 --potential FILE [--steps N] [--dt-fs 1] [--temperature-K T]
 [--thermostat none|langevin|nose-hoover] [--damp-fs TDAMP] [--seed S] [--out traj.xyz]
-[--thermo-every K] [--json]` prints LAMMPS-style thermo rows and
-a closing `Performance:` line, with the predicted wafer rate next to it; `--steps 0`
+[--thermo-every K] [--json]` (a thermostat needs its --temperature-K, as LAMMPS's fix
+langevin / nvt need Tstart) prints LAMMPS-style thermo rows and a closing `Performance:`
+line, with the predicted wafer rate next to it; `--steps 0`
 evaluates energies and forces and writes them to `--out`. The trajectory --out (its size
 bound, whole frames, what a stop or a fault keeps of it) is `hpc_md_trajectory`'s.
 `wse hpc md potential --table zhou04 --elements Cu [Ni ...] --out FILE.eam.alloy` writes a
@@ -128,6 +129,7 @@ def md(
 
         fail(f"--precision must be fp32 or fp64, got {shown(precision)}")
     dtype = "float64" if precision == "fp64" else "float32"
+    _check_bath(ctx, thermostat, temperature_k)
     spec = wafer_spec(preset, spec_file, "wse3")
     s = _structure(structure, lattice, element, a, cells, dtype, spec)
     check_size(out, steps, thermo_every, s)  # hunt 64: 10^7 frames began to write, ~386 GB
@@ -137,11 +139,10 @@ def md(
     s.species(pot.elements)  # every element has parameters: refused before the first line
     from wse_hpc.md import MdConfig, Thermostat  # JAX: after the files' checks (hunt 57)
 
-    target = temperature_k if temperature_k is not None else 0.0
     cfg = MdConfig(
         steps=steps,
         dt_fs=dt_fs,
-        thermostat=Thermostat(thermostat, target, damp_fs),
+        thermostat=Thermostat(thermostat, temperature_k or 0.0, damp_fs),  # NVE: no target
         temperature_K=temperature_k,
         thermo_every=thermo_every,
         seed=seed,
@@ -151,6 +152,17 @@ def md(
         mesh_shape=None if mesh is None else (int(mesh[0]), int(mesh[1])),
     )
     _run(s, pot, cfg, out, as_json, trace)
+
+
+def _check_bath(ctx: typer.Context, thermostat: str, temperature_k: float | None) -> None:
+    """A thermostat needs its target, and --damp-fs a thermostat (hunt 65: langevin without
+    --temperature-K ran a bath at 0 K without a word; --damp-fs under none changed nothing).
+    LAMMPS's fix langevin and fix nvt take Tstart Tstop as required arguments."""
+    if thermostat in ("langevin", "nose-hoover") and temperature_k is None:
+        fail(f"--thermostat {thermostat} needs --temperature-K (its target)")
+    source = ctx.get_parameter_source("damp_fs")
+    if thermostat == "none" and getattr(source, "name", "") == "COMMANDLINE":
+        fail("--damp-fs applies to --thermostat langevin or nose-hoover")
 
 
 def _structure(path, lattice, element, a, cells, dtype, spec):
@@ -163,6 +175,7 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
     if (path is None) == (lattice is None):
         fail("give either --structure FILE.xyz or --lattice with --element, --a and --cells")
     if path is not None:
+        _refuse_lattice_options(element, a, cells)
         if not path.is_file():
             from wse_core.host.readers import not_regular
 
@@ -179,6 +192,16 @@ def _structure(path, lattice, element, a, cells, dtype, spec):
         fail(f"--cells must be positive integers, got {' '.join(map(str, cells))}")
     check_crystal(lattice, cells, dtype, spec)
     return crystal(lattice, element, a, cells)
+
+
+def _refuse_lattice_options(element, a, cells) -> None:
+    """--structure's atoms come from the file: a --lattice crystal's options given with it
+    were dropped without a word (hunt 65)."""
+    options = {"--element": element, "--a": a, "--cells": cells}
+    if given := [name for name, value in options.items() if value is not None]:
+        names = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
+        verb, them = ("builds", "it") if len(given) == 1 else ("build", "them")
+        fail(f"{names} {verb} a --lattice crystal; leave {them} out with --structure")
 
 
 def _run(s, pot, cfg, out, as_json, trace=None) -> None:

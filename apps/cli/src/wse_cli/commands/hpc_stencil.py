@@ -297,9 +297,10 @@ def _print_table(console, run, png) -> None:
         rates + f"SRAM per PE: {run.sram['used_bytes_per_pe']} of {run.sram['bytes_per_pe']} B; "
         f"{run.calibration.describe()}",
         markup=False,
+        soft_wrap=True,  # whole lines when piped (hunt 65: rich wrapped them at 80 columns)
     )
     if png is not None:
-        console.print(f"figure: {png}", markup=False)
+        console.print(f"figure: {png}", markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -71,8 +71,28 @@ def _matrix(matrix: str, n: int, freq_hz: float):
     return load_matrix(matrix)
 
 
+# The synthetic operator's own options: with --matrix FILE.npy they were dropped (hunt 65)
+SYNTHETIC_OPTIONS = ("--n", "--freq-hz")
+
+
+def _refuse_synthetic_options(ctx: typer.Context, matrix: str) -> None:
+    if matrix == "synthetic-seismic":
+        return
+    given = [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.opts[0] in SYNTHETIC_OPTIONS
+        and getattr(ctx.get_parameter_source(str(p.name)), "name", "") == "COMMANDLINE"
+    ]
+    if given:
+        fail(f"{' and '.join(given)} shape{'s' if len(given) == 1 else ''} the "
+             "synthetic-seismic operator; leave "
+             f"{'it' if len(given) == 1 else 'them'} out with --matrix FILE.npy")  # fmt: skip
+
+
 @app.command()
 def compress(
+    ctx: typer.Context,
     matrix: str = typer.Option(
         "synthetic-seismic",
         "--matrix",
@@ -93,6 +113,7 @@ def compress(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Compress a dense operator into low-rank tiles and save it (.npz)."""
+    _refuse_synthetic_options(ctx, matrix)
     import time
 
     from wse_hpc.tlrmvm import compress as tlr_compress

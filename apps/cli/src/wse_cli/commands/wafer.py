@@ -114,9 +114,11 @@ def defects(
         rm = remap(s, dm)
     except DefectError as e:
         out.update(repairable=False, reason=str(e))
-        typer.echo(json.dumps(out, indent=2) if as_json else str(e))
-        if png:
+        if png:  # named as the repairable case names it (hunt 65: written, never mentioned)
             plot_defects(png, dm, None)
+            out["png"] = str(png)
+        picture = f"; picture: {png}" if png else ""
+        typer.echo(json.dumps(out, indent=2) if as_json else f"{e}{picture}")
         raise typer.Exit(1) from None
     out.update(
         repairable=True,

@@ -167,6 +167,24 @@ def record_reduction(words: int) -> None:
 
 
 # -- the grid -------------------------------------------------------------------------------
+FP32_MAX = float(np.finfo(np.float32).max)
+
+
+def _fp32_values(name: str, arr: np.ndarray) -> np.ndarray:
+    """`arr` as float64, or FieldError when its values are no real fp32 numbers (hunt 65: a
+    complex field lost its imaginary part with only NumPy's warning, 1e300 became inf)."""
+    if np.iscomplexobj(arr) or arr.dtype.kind not in "biuf":
+        kind = "complex" if np.iscomplexobj(arr) else str(arr.dtype)
+        raise FieldError(f"field {name!r} holds {kind} values; fields are real fp32")
+    arr = arr.astype(np.float64, copy=False)
+    if not np.isfinite(arr).all():
+        raise FieldError(f"field {name!r} holds non-finite values; give finite data")
+    if arr.size and (largest := float(np.abs(arr).max())) > FP32_MAX:
+        raise FieldError(f"field {name!r} holds values past fp32 (largest {largest:.3g}); "
+                         f"fields are fp32, give magnitudes up to {FP32_MAX:.3g}")  # fmt: skip
+    return arr
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class FieldGrid:
     """A placed `(nx, ny, nz)` grid: its wafer, spacing, periodic axes and PE index fields."""
@@ -202,15 +220,14 @@ class FieldGrid:
         if loc not in LOCS:
             raise FieldError(f"unknown field location {loc!r}; use one of {', '.join(LOCS)}")
         bcs = self.check_bc(name, bc)
+        arr = np.asarray(values)
+        if arr.ndim and arr.shape != self.shape:
+            raise FieldError(f"field {name!r} must have shape {self.shape}, got {arr.shape}")
+        arr = _fp32_values(name, arr)
         self.declare(name)
-        if np.ndim(values) == 0:
-            data = self.wafer.full((self.nz,), float(values), jnp.float32)  # type: ignore[arg-type]
+        if arr.ndim == 0:
+            data = self.wafer.full((self.nz,), float(arr), jnp.float32)  # type: ignore[arg-type]
         else:
-            arr = np.asarray(values, np.float64)
-            if arr.shape != self.shape:
-                raise FieldError(f"field {name!r} must have shape {self.shape}, got {arr.shape}")
-            if not np.isfinite(arr).all():
-                raise FieldError(f"field {name!r} holds non-finite values; give finite data")
             data = self.wafer.place(jnp.asarray(arr, jnp.float32))
         return Field(data, self, loc, bcs)
 
@@ -261,7 +278,8 @@ def field_grid(
     mesh_shape: tuple[int, int] | None = None,
     defect_seed: int | None = None,
 ) -> FieldGrid:
-    """Build a wafer whose PE grid is the grid's X x Y extent and the grid on it."""
+    """Build a wafer whose PE grid is the grid's X x Y extent and the grid on it; `periodic`
+    is three booleans (X, Y, Z). A Z column past SRAM is refused before anything is built."""
     if len(shape) != 3 or any(int(n) != n or n < 1 for n in shape):
         raise FieldError(f"the grid must be three positive integers NX NY NZ, got {shape}")
     nx, ny, nz = (int(n) for n in shape)
@@ -269,6 +287,14 @@ def field_grid(
         raise FieldError(f"grid {nx} x {ny} x {nz}: X and Y need >= 3 cells, Z 1 (2D) or >= 3")
     if any(not (float(L) > 0 and np.isfinite(L)) for L in lengths):
         raise FieldError(f"domain lengths must be positive and finite, got {lengths}")
+    # hunt 65: (1, 0, "no") read as (True, False, True); nz 10^9 built 8 GB, then was refused
+    axes = tuple(periodic) if isinstance(periodic, (tuple, list)) else ()
+    if len(axes) != 3 or not all(isinstance(p, (bool, np.bool_)) for p in axes):
+        raise FieldError(f"periodic must be three booleans (X, Y, Z), got {periodic!r:.80}")
+    if (need := nz * WORD_BYTES) > (have := spec.sram_bytes_per_pe):
+        raise SramBudgetError(f"a Z column of {nz:,} cells needs {need:,} B per PE (one fp32 "
+                              f"field); the {spec.name} PEs have {have:,} B: at most "
+                              f"{have // WORD_BYTES:,} cells")  # fmt: skip
     try:
         wafer = build_wafer(spec, grid=(nx, ny), mesh_shape=mesh_shape, defect_seed=defect_seed)
     except PlacementError as e:
@@ -283,7 +309,7 @@ def field_grid(
     )
     iz = jnp.arange(nz, dtype=jnp.int32)[None, None, :]
     spacing = tuple(float(L) / n for L, n in zip(lengths, (nx, ny, nz), strict=True))
-    return FieldGrid(wafer, (nx, ny, nz), spacing, tuple(bool(p) for p in periodic), (ix, iy, iz))  # type: ignore[arg-type]
+    return FieldGrid(wafer, (nx, ny, nz), spacing, tuple(map(bool, axes)), (ix, iy, iz))  # type: ignore[arg-type]
 
 
 # -- fields ---------------------------------------------------------------------------------

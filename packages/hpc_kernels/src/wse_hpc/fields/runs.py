@@ -6,7 +6,8 @@ end) it writes `step_<n>.npz` (arrays `u`, `v`, `w`, `p`, `T` of shape (nx, ny, 
 MAC face velocities as stored, `w` zeros in 2D; `T` the full temperature; plus `step`,
 `time`, `lengths`, `case`) and `step_<n>.vtk` (legacy VTK structured points, ParaView opens
 it: the velocity averaged to cell centres, p and T) into `out_dir`. With `restart=True` it
-continues from the newest `step_<n>.npz` there (of the same case and domain).
+continues from the newest `step_<n>.npz` there (of the same case and domain; FieldError when
+there is none), and the report's `restarted_from_step` / `restarted_from` say which.
 `on_progress(step, nusselt, kinetic_energy)` is called after each chunk. `CfdRun.report` is
 the `wse_core.RunReport` of the whole run: each step priced from its program
 (`wse_hpc.fields.perf`) with the measured mean CG iterations.
@@ -170,15 +171,29 @@ def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float) -> list[Path
     return [npz, vtk]
 
 
+def _restart_file(out_dir: Path | None) -> Path:
+    """The step file a restart continues from, or FieldError (hunt 65: with none in out_dir
+    the run started from step 0 without a word, as if `restart` were not set)."""
+    if out_dir is None:
+        raise FieldError("restart needs out_dir (the folder holding step_<n>.npz)")
+    if (last := latest_output(out_dir)) is None:
+        raise FieldError(
+            f"restart: out_dir {out_dir} holds no step_<n>.npz to continue from; give "
+            "restart=False to start a run"
+        )
+    return last
+
+
 def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | None = None):
     """Run the case; see the module docstring."""
     if cfg.steps < 0 or cfg.output_every < 0:
         raise FieldError("--steps and --output-every must be >= 0")
+    last = _restart_file(cfg.out_dir) if cfg.restart else None
     grid, flow, fns, state, kappa = _build(cfg)
     check_dt(cfg, flow.dt)
-    step0, t0, last = 0, 0.0, None
+    step0, t0 = 0, 0.0
     chosen = "--dt" if cfg.dt is not None else "the default step"
-    if cfg.restart and cfg.out_dir is not None and (last := latest_output(cfg.out_dir)):
+    if last is not None:
         state, step0, t0 = _load(state, last, grid, cfg.case, flow.dt, chosen)
     chunk = cfg.output_every or max(1, min(cfg.steps, 100))
 
@@ -222,6 +237,8 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
         measured_wall_s=wall, sram=grid.wafer.sram.summary(), units="timesteps",
         extra={"case": cfg.case, "grid": list(cfg.grid), "steps": done, "dt": flow.dt,
                "cg_iterations_per_step": mean_its,
+               "restarted_from_step": step0 if last else None,
+               "restarted_from": str(last) if last else None,
                "nusselt": history[-1][2] if history else None,
                "kinetic_energy": history[-1][3] if history else None},
     )  # fmt: skip
