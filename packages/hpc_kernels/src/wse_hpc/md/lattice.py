@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
-from wse_core.errors import WseError
+from wse_core.errors import WseError, shown
 
 __all__ = ["Structure", "crystal", "LATTICES", "check_box", "check_structure", "closest_pair"]
 
@@ -71,9 +72,7 @@ def crystal(
         raise WseError(f"unknown lattice {kind!r}; use one of {', '.join(LATTICES)}")
     if not a_A > 0:
         raise WseError(f"the lattice constant must be positive, got {a_A}")
-    nx, ny, nz = (int(c) for c in cells)
-    if min(nx, ny, nz) < 1:
-        raise WseError(f"cells must be positive integers, got {tuple(cells)}")
+    nx, ny, nz = _cells(cells)
     if kind == "hcp":
         cell = np.array([a_A, math.sqrt(3) * a_A, c_A or math.sqrt(8 / 3) * a_A])
     else:
@@ -83,6 +82,22 @@ def crystal(
     positions = (frac.reshape(-1, 3) * cell).astype(np.float64)
     box = cell * np.array([nx, ny, nz])
     return Structure(np.array([symbol] * len(positions)), positions, box)
+
+
+def _cells(cells: Sequence[int]) -> tuple[int, int, int]:
+    """(nx, ny, nz), or WseError: three whole counts of 1 or more, 4.0 read as 4 (hunt 65:
+    4.9 was cut to 4, NaN was a traceback)."""
+    seq = isinstance(cells, Sequence | np.ndarray) and not isinstance(cells, str)
+    given = tuple(cells) if seq else (cells,)
+    if len(given) != 3 or not all(map(_whole_count, given)):
+        got = shown(" ".join(str(given).split()), quote=False)  # one line, cut at 60
+        raise WseError(f"cells must be three positive integers (NX NY NZ), got {got}")
+    return int(given[0]), int(given[1]), int(given[2])
+
+
+def _whole_count(c: object) -> bool:
+    real = isinstance(c, numbers.Real) and not isinstance(c, bool)
+    return real and math.isfinite(c) and c >= 1 and int(c) == c
 
 
 MAX_BOX_A = 1e6  # 0.1 mm: 10^4 x the box of the largest run that fits a wafer (~100 A)

@@ -1,16 +1,20 @@
-"""An MD run's start, checked: the structure and options (`prepare`: atoms in the box, no
-overlaps, dt, skin, damping, the velocities — drawn at a temperature, or the structure's own
-unless they are past `EXPLODED_TEMPERATURE_K`) and the wafer of one atom per PE (`md_wafer`:
-`config.grid` or `mapping.choose_grid`, without `config.mesh_shape` on at most one device per
+"""An MD run's start, checked: the settings (`check_config`: whole step counts, a finite
+temperature below the blow-up one, dtype 'float32' or 'float64', a 64-bit seed), the
+structure and options (`prepare`: atoms in the box, no overlaps, dt, skin, damping, the
+velocities — drawn at a temperature, or the structure's own unless they are past
+`EXPLODED_TEMPERATURE_K`) and the wafer of one atom per PE (`md_wafer`: `config.grid` or
+`mapping.choose_grid`, without `config.mesh_shape` on at most one device per
 MIN_PES_PER_DEVICE PEs). `wse_hpc.md.simulate.run_md` starts with them."""
 
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 
 import jax
 import numpy as np
-from wse_core.errors import PlacementError, WseError
+from wse_core.errors import PlacementError, WseError, shown, shown_int
 from wse_core.hw.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping, plan_cache
@@ -31,6 +35,10 @@ MIN_PES_PER_DEVICE = 8192
 # apart (a time step far too long for the forces), so the run stops instead of reporting it.
 EXPLODED_TEMPERATURE_K = 1e5
 
+DTYPES = ("float32", "float64")
+INT32_MAX = 2**31 - 1
+SEED_MAX = 2**63 - 1  # NumPy's and jax.random.key's seeds are 64-bit signed integers
+
 
 def _stored_closest_pair(x: np.ndarray, box: np.ndarray):
     """`lattice.closest_pair`, stored on disk by the positions as the plans are (`plan_cache`):
@@ -39,23 +47,13 @@ def _stored_closest_pair(x: np.ndarray, box: np.ndarray):
 
 
 def prepare(structure: Structure, pot: EamPotential, config: MdConfig):
-    check_structure(structure, pair_fn=_stored_closest_pair)
-    if config.steps < 0:
-        raise WseError(f"--steps must be >= 0, got {config.steps}")
-    if not config.dt_fs > 0:
-        raise WseError(f"the timestep must be positive, got dt = {config.dt_fs} fs")
-    if not config.skin_A > 0:
-        raise WseError(f"the neighbour-list skin must be positive, got {config.skin_A} A")
-    if config.thermo_every < 1:
-        raise WseError(f"--thermo-every must be >= 1, got {config.thermo_every}")
+    check_structure(structure, pair_fn=_stored_closest_pair)  # `config`: `check_config` first
     bath = config.thermostat
     if bath.kind != "none" and bath.damp_fs < config.dt_fs:  # the drag would overshoot: NaN
         raise WseError(
             f"--damp-fs {bath.damp_fs:g} is shorter than the timestep ({config.dt_fs:g} fs): the "
             f"{bath.kind} damping time must be at least one step (LAMMPS advises ~100 steps)"
         )
-    if config.rebuild_every is not None and config.rebuild_every < 1:
-        raise WseError(f"the rebuild cadence must be >= 1 step, got {config.rebuild_every}")
     species = structure.species(pot.elements)
     masses = np.asarray(pot.masses_amu)
     vel = structure.velocities_A_ps
@@ -66,6 +64,47 @@ def prepare(structure: Structure, pot: EamPotential, config: MdConfig):
     if vel is None:
         vel = np.zeros_like(structure.positions_A)
     return species, masses, vel
+
+
+def check_config(config: MdConfig) -> None:
+    """WseError naming the setting, what was given and what is allowed, before anything is
+    planned or compiled (hunt 65: steps 2.5 ran 3 steps, temperature_K NaN was int(nan) and
+    inf compiled and then blamed dt, dtype "int32" an OverflowError, seed -1 NumPy's text)."""
+    _int_in("steps", config.steps, 0, INT32_MAX)  # the loop counts steps in int32
+    _int_in("thermo_every", config.thermo_every, 1, INT32_MAX)
+    if config.rebuild_every is not None:
+        _int_in("rebuild_every", config.rebuild_every, 1, INT32_MAX)
+    _int_in("seed", config.seed, 0, SEED_MAX)
+    if config.dtype not in DTYPES:  # a str: the run enables x64 by it (`simulate.run_md`)
+        raise WseError(f"dtype must be 'float32' or 'float64', got {_shown(config.dtype)}")
+    if not _finite(config.dt_fs) or not config.dt_fs > 0:
+        raise WseError(f"the timestep must be positive and finite, got dt = {config.dt_fs} fs")
+    if not _finite(config.skin_A) or not config.skin_A > 0:
+        raise WseError(f"the neighbour-list skin must be positive, got {config.skin_A} A")
+    t = config.temperature_K
+    if t is not None and not (_finite(t) and 0 <= t < EXPLODED_TEMPERATURE_K):
+        raise WseError(
+            f"temperature_K must be a number in 0..{EXPLODED_TEMPERATURE_K:.0e} K (past it a "
+            f"run stops as blown up), got {_shown(t)}"
+        )
+
+
+def _finite(value: object) -> bool:
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return real and math.isfinite(value)
+
+
+def _int_in(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high:
+        return
+    raise WseError(f"{name} must be an integer in {low}..{high}, got {_shown(value)}")
+
+
+def _shown(value: object) -> str:
+    """A setting as a refusal repeats it: a str quoted, an integer of any size short."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return shown_int(value)
+    return shown(value, quote=isinstance(value, str))
 
 
 def refuse_hot_start(masses_amu: np.ndarray, vel: np.ndarray) -> None:

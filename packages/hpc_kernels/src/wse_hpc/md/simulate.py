@@ -1,28 +1,29 @@
 """The MD shell: plan the wafer, map atoms, run jitted chunks of steps, re-plan on overflow.
 
-Contract: `run_md(structure, pot, config)` validates the input (atoms in the box, no
-overlaps, elements known to the potential, dt > 0), builds a wafer of one atom per PE
-(`config.grid` or `choose_grid`; without `config.mesh_shape` on at most one device per
-MIN_PES_PER_DEVICE PEs), maps the atoms with the tile map (`rewrap`, `initial_map`; the tile
-`config.tile` or the one `choose_tile` finds), picks the neighbour window from the cutoff
-and the map (`window_needed` for cutoff + skin, with a margin) and the neighbour-list
-capacities (`neighbour_plan.list_caps`), declares SRAM, and runs `config.steps` velocity-Verlet
-steps in jitted chunks of `thermo_every` steps (`lax.while_loop` that stops at the first
-overflow); each step evaluates the EAM splines only for its per-PE candidate lists and
-rebuilds them (sort sweep + build) every `nbrs.every` steps, counted in `list_builds` (a
-chunk in which no rebuild is due runs as the program without it, `Runner.kept_fits`, until
-the chunk of its length with it is compiled: the same numbers, a fifth of the compile). After
-each chunk one fabric reduction (`drift_fn`) checks that no atom moved more than half the
-skin from its build position while its lists were in use: if one did, the chunk is run again
-from its start with half the cadence (`list_reruns`); if every atom stayed within a quarter
-of it, the next chunk doubles it (at most MAX_REBUILD_EVERY). The cadence starts at
-`config.rebuild_every` or `initial_every`. Lists that would need more than LIST_BUDGET_BYTES
-of host memory (800k atoms) fall back to the full-window kernel (`eam.forces_fn`, a sort
-sweep and a coverage test every step). On overflow the chunk is thrown away and re-run from
-its start with a re-map and a larger window, so an overflow never reaches the results.
-With `runners` (a dict the caller keeps) a repeat of a run with the same static choices
-reuses its compiled functions (`runners.runner_for`). Thermo rows are computed on the host
-in float64.
+Contract: `run_md(structure, pot, config)` validates the input (the settings first,
+`run_setup.check_config`; atoms in the box, no overlaps, elements known to the potential),
+runs a float64 config in JAX's 64-bit mode (`x64_for`, as the CLI's fp64 runs), builds a
+wafer of one atom per PE (`config.grid` or `choose_grid`; without `config.mesh_shape` on at
+most one device per MIN_PES_PER_DEVICE PEs), maps the atoms with the tile map (`rewrap`,
+`initial_map`; the tile `config.tile` or the one `choose_tile` finds), picks the neighbour
+window from the cutoff and the map (`window_needed` for cutoff + skin, with a margin) and
+the neighbour-list capacities (`neighbour_plan.list_caps`), declares SRAM, and runs
+`config.steps` velocity-Verlet steps in jitted chunks of `thermo_every` steps
+(`lax.while_loop` that stops at the first overflow); each step evaluates the EAM splines
+only for its per-PE candidate lists and rebuilds them (sort sweep + build) every
+`nbrs.every` steps, counted in `list_builds` (a chunk in which no rebuild is due runs as the
+program without it, `Runner.kept_fits`, until the chunk of its length with it is compiled:
+the same numbers, a fifth of the compile). After each chunk one fabric reduction
+(`drift_fn`) checks that no atom moved more than half the skin from its build position while
+its lists were in use: if one did, the chunk is run again from its start with half the
+cadence (`list_reruns`); if every atom stayed within a quarter of it, the next chunk doubles
+it (at most MAX_REBUILD_EVERY). The cadence starts at `config.rebuild_every` or
+`initial_every`. Lists that would need more than LIST_BUDGET_BYTES of host memory (800k
+atoms) fall back to the full-window kernel (`eam.forces_fn`, a sort sweep and a coverage
+test every step). On overflow the chunk is thrown away and re-run from its start with a
+re-map and a larger window, so an overflow never reaches the results. With `runners` (a dict
+the caller keeps) a repeat of a run with the same static choices reuses its compiled
+functions (`runners.runner_for`). Thermo rows are computed on the host in float64.
 Returns an `MdResult` with the final structure (positions wrapped into the box, velocities, forces,
 per-atom energies), the rows, the timings, the plan it ran and `.report`, the run's
 `wse_core.RunReport` (`perf.run_report`).
@@ -30,6 +31,7 @@ per-atom energies), the rows, the timings, the plan it ran and `.report`, the ru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -55,6 +57,7 @@ from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.run_setup import (
     EXPLODED_TEMPERATURE_K,
     MIN_PES_PER_DEVICE,
+    check_config,
     md_wafer,
     prepare,
 )
@@ -70,6 +73,7 @@ __all__ = [
     "MIN_PES_PER_DEVICE",
     "MAX_REBUILD_EVERY",
     "initial_every",
+    "x64_for",
 ]
 
 MAX_REBUILD_EVERY = 1024  # steps per list rebuild, at most (the shell's doubling stops there)
@@ -105,7 +109,8 @@ class MdResult:
         # of a warm-cache run's time to its first step at 864 atoms)
         from wse_hpc.md.perf import run_report
 
-        return run_report(self)
+        with x64_for(self.plan.dtype):  # fp64 words priced as fp64 (traced, as the run was)
+            return run_report(self)
 
 
 def initial_every(velocities_A_ps: np.ndarray, skin_A: float, dt_fs: float) -> int:
@@ -135,6 +140,13 @@ def _check_stable(row: ThermoRow, config: MdConfig) -> None:
     )
 
 
+def x64_for(dtype) -> contextlib.AbstractContextManager:
+    """JAX's 64-bit mode for a float64 run, as `wse hpc md --precision fp64` has it (hunt
+    65: without it the API's float64 run was traced, run and priced in float32, JAX's
+    warnings aside); nothing for float32, so a caller's own x64 setting stands."""
+    return jax.enable_x64(True) if np.dtype(dtype) == np.float64 else contextlib.nullcontext()
+
+
 def run_md(
     structure: Structure,
     pot: EamPotential,
@@ -147,7 +159,13 @@ def run_md(
     """Run `config.steps` steps (0: evaluate energies and forces only); `on_thermo` gets
     each thermo row, `on_frame(step, structure)` the structure at each row; `runners`, a
     dict the caller keeps across runs, holds the compiled runners for a repeat
-    (`runners.runner_for`)."""
+    (`runners.runner_for`). A float64 config runs in JAX's 64-bit mode (`x64_for`)."""
+    check_config(config)  # the dtype before x64 is set by it; the rest before any planning
+    with x64_for(config.dtype):
+        return _run(structure, pot, config, on_thermo, on_frame, runners)
+
+
+def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     species, masses, vel = prepare(structure, pot, config)
     if config.rebuild_every is None:
         every = initial_every(vel, config.skin_A, config.dt_fs)

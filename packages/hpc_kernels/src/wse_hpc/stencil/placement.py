@@ -16,6 +16,8 @@ points i h.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Literal
 
@@ -23,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core import PlacementError, SramBudgetError, WaferSpec, WseError
+from wse_core.errors import shown
 from wse_core.hw.spec import dtype_bytes, to_jnp
 from wse_core.hw.wafer import Wafer, build_wafer
 
@@ -125,9 +128,17 @@ def grid_wafer(
 
 
 def _check_shape(shape) -> tuple[int, int, int]:
-    if len(shape) != 3 or any(int(n) != n or n <= 0 for n in shape):
-        raise StencilError(f"the grid must be three positive integers NX NY NZ, got {shape}")
+    seq = isinstance(shape, tuple | list) or (isinstance(shape, np.ndarray) and shape.ndim == 1)
+    if not (seq and len(shape) == 3 and all(map(_positive_whole, shape))):
+        got = shown(" ".join(str(shape).split()), quote=False)  # one line, cut at 60 characters
+        raise StencilError(f"the grid must be three positive integers NX NY NZ, got {got}")
     return int(shape[0]), int(shape[1]), int(shape[2])
+
+
+def _positive_whole(n: object) -> bool:
+    """A count given as 4 or 4.0 (not NaN, inf or True: hunt 65, int(nan) was a traceback)."""
+    real = isinstance(n, numbers.Real) and not isinstance(n, bool)
+    return real and math.isfinite(n) and n > 0 and int(n) == n
 
 
 def max_nz(

@@ -34,12 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from wse_core import RunReport, WaferSpec
+from wse_core import RunReport
 from wse_core.cost.perf import Phases, Timing
 from wse_core.host.runtime import wall_s
 from wse_core.hw.spec import DTYPE_BYTES
 
 from wse_hpc.stencil import perf
+from wse_hpc.stencil.config import KINDS, StencilConfig, check_config
 from wse_hpc.stencil.kernels import (
     heat,
     iterate_padded,
@@ -75,23 +76,7 @@ __all__ = [
     "run_stencil",
 ]
 
-KINDS = ("jacobi", "heat", "bicgstab", "wave25")
 Progress = Callable[[int, int], None]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class StencilConfig:
-    kind: str
-    grid: tuple[int, int, int]
-    spec: WaferSpec  # the wafer the run emulates and is priced on (required: no default wafer)
-    steps: int | None = None  # time steps / sweeps, or BiCGSTAB's iteration cap
-    tol: float | None = None  # BiCGSTAB only
-    dtype: str = "fp32"  # fp32 | fp16 (jacobi, heat) | mixed (bicgstab); wave25: fp32
-    boundary: str = "dirichlet"
-    block_z: int | None = None  # wave25's Z block (default: the largest divisor <= 64)
-    mesh_shape: tuple[int, int] | None = None
-    defect_seed: int | None = None
-    chunks: int = 10  # history points for the stepping kernels
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -119,8 +104,8 @@ def _timed(fn, *args) -> tuple[Any, float]:
 def _chunked(advance, state, steps: int, chunks: int, observe, progress: Progress | None):
     """Run `steps` steps in `chunks` jitted calls of `advance(state, n)` (a loop of n steps);
     observe(state, done) after each."""
-    sizes = [steps // chunks + (i < steps % chunks) for i in range(chunks)]
-    sizes = [s for s in sizes if s] or [0]
+    calls = min(chunks, steps)  # a call of no steps runs nothing (chunks >= 1: `check_config`)
+    sizes = [steps // calls + (i < steps % calls) for i in range(calls)] or [0]
     loops = {}
     wall, done, history = 0.0, 0, [observe(state, 0)]
     for n in sizes:
@@ -144,12 +129,7 @@ def _steps(step_fn, state, n: int, pair: bool):
 
 
 def _setup(cfg: StencilConfig):
-    if cfg.kind not in KINDS:
-        raise StencilError(f"unknown kind {cfg.kind!r}; use one of {', '.join(KINDS)}")
-    if cfg.steps is not None and cfg.steps < 0:
-        raise StencilError(f"steps must be >= 0, got {cfg.steps}")
-    if cfg.tol is not None and not (cfg.tol > 0 and math.isfinite(cfg.tol)):
-        raise StencilError(f"tol must be a positive number, got {cfg.tol}")
+    check_config(cfg)
     return grid_wafer(cfg.spec, cfg.grid, mesh_shape=cfg.mesh_shape, defect_seed=cfg.defect_seed)
 
 

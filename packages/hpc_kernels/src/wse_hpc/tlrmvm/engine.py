@@ -25,6 +25,7 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.wafer import Wafer
 
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
+from wse_hpc.tlrmvm.fp32 import to_fp32
 from wse_hpc.tlrmvm.grouped import KERNELS, tlrmvm_grouped
 from wse_hpc.tlrmvm.grouped_plan import GroupedPlan, plan_grouped
 from wse_hpc.tlrmvm.packed import PackedPlan, plan_packed, tlrmvm_packed
@@ -42,12 +43,20 @@ __all__ = ["TlrEngine", "as_batch"]
 
 
 def as_batch(x: np.ndarray, n: int, complex_ok: bool, what: str = "x") -> np.ndarray:
-    """x as a 2-D (n, b) batch; TlrError for a wrong length, dimension or dtype."""
+    """x as a 2-D (n, b) batch in the wafer's dtype (`fp32.to_fp32`: float32, complex64 when
+    complex); TlrError for a wrong length, dimension or dtype, no vector, or a value fp32
+    cannot hold. The cast is made here, on the host, and checked after: a finite float64 of
+    1e39 is inf in fp32 (hunt 65: the product came back NaN), and JAX would wrap an int64
+    to int32 (2**40 + 1 became 1). Integers are rounded to fp32 as floats are: above 2**24
+    fp32 holds only every other integer, and so on, within its 24-bit relative precision."""
     x = np.asarray(x)
     if x.ndim not in (1, 2) or x.shape[0] != n:
         raise TlrError(f"{what} must have length {n} (shape ({n},) or ({n}, b)), got {x.shape}")
+    if x.ndim == 2 and x.shape[1] == 0:  # hunt 65: a ZeroDivisionError inside JAX
+        raise TlrError(f"{what} must hold at least one vector, got shape {x.shape}")
     if np.iscomplexobj(x) and not complex_ok:
         raise TlrError(f"{what} is complex but the operator is real; pass a real vector")
+    x = to_fp32(x, what, TlrError)
     if not np.isfinite(x).all():
         raise TlrError(f"{what} holds NaN or infinite values")
     return x.reshape(n, -1)

@@ -49,6 +49,8 @@ rows' groups of tile columns (grouped) or the whole grid.
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -56,6 +58,7 @@ import jax
 import numpy as np
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
 from wse_core.cost.report import RunReport
+from wse_core.errors import shown, shown_int
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 from wse_core.hw.traffic import Traffic
@@ -69,7 +72,7 @@ from wse_hpc.tlrmvm.bandwidth import (
     cerebras_bandwidth,
     copies_per_system,
 )
-from wse_hpc.tlrmvm.compress import TlrOperator
+from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.grouped import tlrmvm_grouped
 from wse_hpc.tlrmvm.grouped_plan import GroupedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan, tlrmvm_packed
@@ -272,6 +275,33 @@ class Deployment(NamedTuple):
     fill: bool = False
 
 
+MAX_SYSTEMS = 10**6  # far past any cluster (SC23 priced 48 CS-2s); bounds the arithmetic
+
+
+def _check_deployment(on: Deployment, measured_wall_s: float | None) -> None:
+    """TlrError for what no report can price (hunt 65: systems -2 gave -1.5e10 B/s, 0 gave 0
+    and a measured -1 s was printed as measured)."""
+    systems, fill = on
+    whole = isinstance(systems, numbers.Integral) and not isinstance(systems, bool)
+    if not (whole and 1 <= systems <= MAX_SYSTEMS):
+        got = shown_int(systems) if whole else _got(systems)
+        raise TlrError(f"systems must be an integer in 1..{MAX_SYSTEMS:,}, got {got}")
+    if not isinstance(fill, bool | np.bool_):
+        raise TlrError(f"fill must be True or False, got {_got(fill)}")
+    if measured_wall_s is None:
+        return
+    real = isinstance(measured_wall_s, numbers.Real) and not isinstance(measured_wall_s, bool)
+    if not (real and math.isfinite(measured_wall_s) and measured_wall_s >= 0):
+        raise TlrError(
+            f"measured_wall_s must be a finite number of seconds >= 0 (or None), got "
+            f"{_got(measured_wall_s)}"
+        )
+
+
+def _got(value: object) -> str:
+    return shown(value, quote=isinstance(value, str))  # '1' quoted: a str, not a number
+
+
 def predict(
     wafer: Wafer,
     plan: TlrPlan | PackedPlan | GroupedPlan,
@@ -291,6 +321,7 @@ def predict(
     whole predicted time, host I/O of every copy included) and `phase1_alternative`: the
     same figures with phase 1 in the other form (`phase1`: the one priced, the published
     column AXPY by default; the alternative the row dots, or the reverse)."""
+    _check_deployment(on, measured_wall_s)
     systems, fill = on
     spec = wafer.spec
     model = PerfModel(spec)

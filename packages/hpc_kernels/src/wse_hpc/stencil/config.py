@@ -1,0 +1,100 @@
+"""A stencil run's settings: `StencilConfig`, and `check_config`, the checks `run_stencil`
+makes before it places or compiles anything.
+
+Contract: `check_config(cfg)` raises `StencilError` naming the setting, what was given and
+what is allowed, for what `wse hpc stencil` refuses at its command line (hunt 65: the API
+ran `chunks=0` as 0 steps and reported it, ignored `tol` and `block_z` on kinds that do not
+use them, "converged" at once at `tol=5`, and failed inside JAX after compiling on
+`steps=10.5` or `10**30`). Counts are Python or NumPy integers (not bool: `steps=True` ran
+one step); settings a kind has no use for are refused, as the CLI refuses them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+
+from wse_core import WaferSpec
+from wse_core.errors import shown, shown_int, suggest
+
+from wse_hpc.stencil.placement import StencilError
+
+__all__ = ["INT32_MAX", "KINDS", "StencilConfig", "check_config"]
+
+KINDS = ("jacobi", "heat", "bicgstab", "wave25")
+INT32_MAX = 2**31 - 1  # step counts are a lax loop's int32 bound
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StencilConfig:
+    kind: str
+    grid: tuple[int, int, int]
+    spec: WaferSpec  # the wafer the run emulates and is priced on (required: no default wafer)
+    steps: int | None = None  # time steps / sweeps, or BiCGSTAB's iteration cap
+    tol: float | None = None  # BiCGSTAB only: the relative residual target, in (0, 1)
+    dtype: str = "fp32"  # fp32 | fp16 (jacobi, heat) | mixed (bicgstab); wave25: fp32
+    boundary: str = "dirichlet"
+    block_z: int | None = None  # wave25's Z block, 1..NZ (default: the largest divisor <= 64)
+    mesh_shape: tuple[int, int] | None = None
+    defect_seed: int | None = None
+    chunks: int = 10  # history points for the stepping kernels (jitted calls), >= 1
+
+
+def _shown(value: object) -> str:
+    """A setting as a refusal repeats it: a str quoted (so '1e-3' reads as text), an integer
+    of any size short (`shown_int`), anything else as printed, cut at 60 characters."""
+    if isinstance(value, str):
+        return shown(value)
+    return shown_int(value) if _is_int(value) else shown(value, quote=False)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _int_in(name: str, value: object, low: int, high: int | None) -> None:
+    if _is_int(value) and low <= value and (high is None or value <= high):
+        return
+    allowed = f"in {low}..{high}" if high is not None else f">= {low}"
+    raise StencilError(f"{name} must be an integer {allowed}, got {_shown(value)}")
+
+
+def _check_tol(cfg: StencilConfig) -> None:
+    if cfg.tol is None:
+        return
+    if cfg.kind != "bicgstab":
+        raise StencilError("tol applies to kind bicgstab only; use steps for the others")
+    tol = cfg.tol
+    real = isinstance(tol, numbers.Real) and not isinstance(tol, bool)
+    # a relative residual target of 1 or more is met by the start (hunt 57, the CLI's lt=1)
+    if not (real and math.isfinite(tol) and 0 < tol < 1):
+        raise StencilError(
+            f"tol must be a number in (0, 1) (a relative residual target), got {_shown(tol)}"
+        )
+
+
+def _check_block_z(cfg: StencilConfig) -> None:
+    if cfg.block_z is None:
+        return
+    if cfg.kind != "wave25":
+        raise StencilError(f"block_z applies to kind wave25 only; leave it out for kind {cfg.kind}")
+    _int_in("block_z", cfg.block_z, 1, None)  # and at most NZ: `wave.wave25` says so
+
+
+def check_config(cfg: StencilConfig) -> None:
+    """Refuse settings `run_stencil` cannot run as asked (module docstring); the grid's
+    shape and the wafer's SRAM are checked where the grid is placed."""
+    if cfg.kind not in KINDS:
+        near = suggest(cfg.kind, KINDS) if isinstance(cfg.kind, str) else ""
+        raise StencilError(f"unknown kind {_shown(cfg.kind)}{near}; use one of {', '.join(KINDS)}")
+    if not isinstance(cfg.spec, WaferSpec):
+        raise StencilError(
+            f"spec must be a WaferSpec (e.g. wse_core.preset('wse2')), got "
+            f"{type(cfg.spec).__name__} {_shown(cfg.spec)}"
+        )
+    if cfg.steps is not None:
+        _int_in("steps", cfg.steps, 0, INT32_MAX)
+    _int_in("chunks", cfg.chunks, 1, None)
+    _check_tol(cfg)
+    _check_block_z(cfg)
