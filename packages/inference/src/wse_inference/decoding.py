@@ -8,12 +8,16 @@ prompt's own tokens (vLLM's prompt_logprobs). `first_token` draws token 0 from t
 `decode_step` advances a batch of rows by one token: the token in flight at `pos` is written
 into the cache and token `count` of each row is drawn with `sampling.token_key(key, count)`.
 `PlainDecoder.generate` is the shell: prompt -> tokens, finish reason, TTFT and tokens/s.
+Every prefill (every engine's) first refuses a prompt id outside the vocabulary
+(`engine.validate_prompt`): inside `jit` such an id would give NaN logits; decoders check
+their settings when built (`check_decoder_settings`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -21,8 +25,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from wse_core.errors import shown
 
-from wse_inference.engine import SamplingParams, SequenceTracker, TokenLogprob
+from wse_inference.engine import (
+    SamplingError,
+    SamplingParams,
+    SequenceTracker,
+    TokenLogprob,
+    validate_prompt,
+)
 from wse_inference.sampling import (
     SlotSampling,
     count_tokens,
@@ -47,6 +58,7 @@ __all__ = [
     "DecodeState",
     "PlainDecoder",
     "sequence_key",
+    "check_decoder_settings",
 ]
 
 
@@ -125,6 +137,7 @@ def prefill_scored(
 def _prefill(config, params, prompt_ids, max_len, chunk, k, zeros=None):
     import wse_models
 
+    validate_prompt(prompt_ids, vocab_size=config.vocab_size)  # every engine's prompt passes here
     cache = wse_models.init_cache(config, 1, max_len)
     ids = np.asarray(prompt_ids, np.int32)
     n = ids.size
@@ -232,6 +245,19 @@ def decode_loop(config, params, state: DecodeState, key, n, stop) -> DecodeState
 _decode_loop = jax.jit(decode_loop, static_argnums=(0,))
 
 
+def check_decoder_settings(max_context: Any, prefill_chunk: Any) -> None:
+    """Raise `SamplingError` unless `max_context` is None (the model's) or a whole number >= 1
+    and `prefill_chunk` a whole number >= 1: a decoder's settings, checked when it is built
+    (hunt 65: max_context=0 silently meant the model's, -5 refused every prompt as "at most
+    -6 tokens", prefill_chunk 0 or -1 failed inside range() or the first chunk)."""
+    for name, v in (("max_context", max_context), ("prefill_chunk", prefill_chunk)):
+        if v is None and name == "max_context":
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            got = f"{type(v).__name__} {shown(repr(v), quote=False)}"
+            raise SamplingError(f"{name} must be a whole number >= 1, got {got}")
+
+
 class PlainDecoder:
     """One sequence at a time on one device: prefill, then the decode loop in one jitted
     `lax.while_loop` (stop strings are applied on the host afterwards)."""
@@ -245,8 +271,9 @@ class PlainDecoder:
         max_context: int | None = None,
         prefill_chunk: int = 32,
     ):
+        check_decoder_settings(max_context, prefill_chunk)
         self.config, self.params, self.tokenizer = config, params, tokenizer
-        self.max_context = max_context or config.max_seq_len
+        self.max_context = config.max_seq_len if max_context is None else int(max_context)
         self.prefill_chunk = prefill_chunk
 
     def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> GenerationResult:

@@ -47,16 +47,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from wse_core.errors import WseError
+from wse_core.errors import WseError, shown, shown_int
 
 __all__ = [
     "MAX_LOGPROBS",
     "SamplingParams",
     "SamplingError",
     "validate_sampling",
+    "validate_prompt",
     "TokenLogprob",
     "Prefix",
     "SlotOutput",
@@ -68,6 +70,8 @@ __all__ = [
 ]
 
 MAX_LOGPROBS = 20  # the most alternatives a request may ask for (vLLM's --max-logprobs)
+INT32_MAX = 2**31 - 1  # top_k travels to the device as an int32
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # seeds are int64 (vLLM's range; the server's too)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -105,21 +109,33 @@ class SamplingError(WseError):
 def validate_sampling(
     sampling: SamplingParams, *, vocab_size: int, max_context: int, prompt_len: int
 ) -> None:
-    """Raise `SamplingError` for settings outside their ranges or a prompt that cannot fit."""
+    """Raise `SamplingError` for settings outside their ranges or a prompt that cannot fit.
+    Host values, once per request: nothing here runs on the decode path."""
+    _check_types(sampling)
     if sampling.max_tokens <= 0:
-        raise SamplingError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
-    if not sampling.temperature >= 0:
-        raise SamplingError(f"temperature must be >= 0 (0 is greedy), got {sampling.temperature}")
+        raise SamplingError(f"max_tokens must be >= 1, got {shown_int(sampling.max_tokens)}")
+    if not 0 <= sampling.temperature < math.inf:  # hunt 65: inf was taken (logits / inf)
+        raise SamplingError(
+            f"temperature must be a finite number >= 0 (0 is greedy), got {sampling.temperature}"
+        )
     if not 0 < sampling.top_p <= 1:
         raise SamplingError(f"top_p must be in (0, 1], got {sampling.top_p}")
-    if sampling.top_k < 0:
-        raise SamplingError(f"top_k must be >= 0 (0 disables it), got {sampling.top_k}")
+    if not 0 <= sampling.top_k <= INT32_MAX:  # an int32 on the device
+        raise SamplingError(
+            f"top_k must be in 0..{INT32_MAX} (0 disables it), got {shown_int(sampling.top_k)}"
+        )
+    if sampling.seed is not None and not SEED_MIN <= sampling.seed <= SEED_MAX:
+        raise SamplingError(  # hunt 65: 2**70 was an OverflowError inside JAX
+            f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}] (64 bits), "
+            f"got {shown_int(sampling.seed)}"
+        )
     if prompt_len <= 0:
         raise SamplingError("the prompt is empty; give at least one token")
     if prompt_len + sampling.max_tokens > max_context:
         raise SamplingError(
-            f"prompt ({prompt_len} tokens) + max_tokens ({sampling.max_tokens}) = "
-            f"{prompt_len + sampling.max_tokens} exceeds the context of {max_context} tokens; "
+            f"prompt ({prompt_len} tokens) + max_tokens ({shown_int(sampling.max_tokens)}) = "
+            f"{shown_int(prompt_len + sampling.max_tokens)} exceeds the context of "
+            f"{max_context} tokens; "
             + (
                 f"shorten the prompt or lower max_tokens to <= {max_context - prompt_len}"
                 if prompt_len < max_context  # hunt 62: else it said "lower max_tokens to <= 0"
@@ -139,11 +155,78 @@ def validate_sampling(
         if k is not None and not 0 <= k <= MAX_LOGPROBS:
             raise SamplingError(
                 f"{name} must be in 0..{MAX_LOGPROBS} (the most likely tokens returned with "
-                f"each token), got {k}"
+                f"each token), got {shown_int(k)}"
             )
     bad = [t for t in sampling.stop_token_ids if not 0 <= t < vocab_size]
     if bad:
-        raise SamplingError(f"stop token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
+        raise SamplingError(
+            f"stop token id {shown_int(bad[0])} is outside the vocabulary 0..{vocab_size - 1}"
+        )
+
+
+_WHOLE = ("max_tokens", "top_k")  # integers always; seed, logprobs, prompt_logprobs or None
+_REAL = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _check_types(sampling: SamplingParams) -> None:
+    """Each setting of the type its range check reads (hunt 65: max_tokens=2.5 made 2 tokens,
+    top_k=2.5 and logprobs=1.5 were cut to integers, stop="abc" stopped at "a", "b" or "c")."""
+    for name in (*_WHOLE, "seed", "logprobs", "prompt_logprobs"):
+        v = getattr(sampling, name)
+        if not _is_int(v) and (v is not None or name in _WHOLE):
+            raise SamplingError(f"{name} must be a whole number, got {_given(v)}")
+    for name in _REAL:
+        v = getattr(sampling, name)
+        if not isinstance(v, numbers.Real) or isinstance(v, bool):
+            raise SamplingError(f"{name} must be a number, got {_given(v)}")
+    stop, ids = sampling.stop, sampling.stop_token_ids
+    if not isinstance(stop, tuple | list) or not all(isinstance(s, str) for s in stop):
+        raise SamplingError(f"stop must be a tuple of strings, got {_given(stop)}")
+    if not isinstance(ids, tuple | list):
+        raise SamplingError(f"stop_token_ids must be a tuple of token ids, got {_given(ids)}")
+    if (bad := next((t for t in ids if not _is_int(t)), None)) is not None:
+        raise SamplingError(f"stop token id {_given(bad)} is not a whole number")
+
+
+def validate_prompt(prompt_ids: Sequence[int], *, vocab_size: int) -> None:
+    """Raise `SamplingError` unless every prompt id is a whole number in 0..vocab_size - 1
+    (hunt 65: an id past the vocabulary gave NaN logits, decoded as token 0; -1 was the last
+    token; 2.7 was cut to 2). Host values, once per prompt."""
+    if isinstance(prompt_ids, str):
+        raise SamplingError(f"prompt ids must be a sequence of token ids, got {_given(prompt_ids)}")
+    if _in_vocab(prompt_ids, vocab_size):
+        return
+    for i, t in enumerate(prompt_ids):  # which id, and why
+        if not _is_int(t):
+            raise SamplingError(
+                f"prompt token id {_given(t)} at index {i} is not a whole number; token ids "
+                f"are integers in 0..{vocab_size - 1}"
+            )
+        if not 0 <= t < vocab_size:
+            raise SamplingError(
+                f"prompt token id {shown_int(int(t))} at index {i} is outside the vocabulary "
+                f"0..{vocab_size - 1}"
+            )
+
+
+def _in_vocab(ids: Any, vocab_size: int) -> bool:
+    """The fast path (8,000 ids: a list in ~0.6 ms, the loop's seven; an array in microseconds):
+    a 1-D integer array or a list of Python ints, all in 0..vocab_size - 1; False also where
+    only the loop can tell."""
+    if getattr(ids, "ndim", None) == 1 and getattr(ids.dtype, "kind", "") in "iu":
+        return ids.size == 0 or (0 <= int(ids.min()) and int(ids.max()) < vocab_size)
+    if not isinstance(ids, list | tuple | range) or any(type(t) is not int for t in ids):
+        return False
+    return not ids or (0 <= min(ids) and max(ids) < vocab_size)
+
+
+def _given(v: object) -> str:
+    """A setting as a refusal repeats it: its type and (the start of) its value."""
+    return f"{type(v).__name__} {shown(v, quote=isinstance(v, str))}"
 
 
 @dataclasses.dataclass(frozen=True)

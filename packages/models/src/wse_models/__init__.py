@@ -39,6 +39,10 @@ Additions beyond the contract (implemented here; the contract above is unchanged
   `tree_num_params`, `layer_update(stacked, i, layer)`; `layer_slice` / `layer_range` also
   cut a `KVCache` (layer_slice gives a `LayerCache`). `write_cache`, `default_positions`,
   `rope_inv_freq`. A negative position is a padding token: not written to the cache.
+  `forward`, `embed` and `Transformer` refuse (ModelError) ids outside the vocabulary and
+  positions past the gpt2 table or the cache where they see the values (not under `jit`):
+  `decoder.check_inputs`. `init_params` takes one PRNG key; `cast_params` / `init_cache` a
+  floating dtype.
 - `Transformer(config, rngs=nnx.Rngs(params=0))` or `Transformer(config, params=tree)`;
   `model.step(tokens, positions, cache)` -> (logits, cache); `model.num_params()`.
 - HF: `load_params(path, config)`, `save_params(config, params, path, max_shard_bytes=)`,

@@ -8,7 +8,8 @@ the state. A token at position p is written into slot p of its row and attends t
 written per step (speculative verification), and rolling a row back is just reusing smaller
 positions (stale slots beyond are masked, then overwritten). A negative position marks a
 padding token: it is not written and its output is unspecified (finite).
-Positions >= max_len are dropped (not written), so size the cache for the longest row.
+Positions >= max_len are dropped (not written) under `jit`, so size the cache for the longest
+row; `forward` refuses them where it sees their values (`decoder.check_inputs`).
 
 On a device mesh with Explicit axes, create the cache under `jax.set_mesh(mesh)` and, for
 data-parallel rows, place it with its batch axis over the data axis
@@ -18,7 +19,8 @@ batch sharding.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import numbers
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +29,15 @@ from jax.sharding import PartitionSpec as P
 from wse_models.config import ModelConfig
 from wse_models.errors import ModelError
 
-__all__ = ["KVCache", "LayerCache", "cache_bytes", "init_cache", "read_cache", "write_cache"]
+__all__ = [
+    "KVCache",
+    "LayerCache",
+    "cache_bytes",
+    "floating_dtype",
+    "init_cache",
+    "read_cache",
+    "write_cache",
+]
 
 
 class LayerCache(NamedTuple):
@@ -53,7 +63,13 @@ class KVCache(NamedTuple):
 
 
 def init_cache(config: ModelConfig, batch: int, max_len: int, dtype: str | None = None) -> KVCache:
-    """An all-zero cache for `batch` rows of up to `max_len` positions (dtype: config.dtype)."""
+    """An all-zero cache for `batch` rows of up to `max_len` positions (dtype: config.dtype,
+    or a floating `dtype`)."""
+    for name, n in (("batch", batch), ("max_len", max_len)):  # hunt 65: 1.5 failed in jnp.zeros
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise ModelError(
+                f"cache {name} must be a whole number, got {type(n).__name__} {n!r:.40}"
+            )
     if batch <= 0 or max_len <= 0:
         raise ModelError(f"cache needs batch > 0 and max_len > 0, got {batch} and {max_len}")
     if config.arch == "gpt2" and max_len > config.max_seq_len:
@@ -61,8 +77,21 @@ def init_cache(config: ModelConfig, batch: int, max_len: int, dtype: str | None 
             f"cache max_len={max_len} exceeds the gpt2 position table ({config.max_seq_len})"
         )
     shape = (config.n_layers, batch, max_len, config.n_kv_heads, config.hd)
-    dt = jnp.dtype(dtype or config.dtype)
+    dt = jnp.dtype(config.dtype) if dtype is None else floating_dtype(dtype, "init_cache")
     return KVCache(k=jnp.zeros(shape, dt), v=jnp.zeros(shape, dt))
+
+
+def floating_dtype(dtype: Any, what: str) -> jnp.dtype:
+    """`dtype` as a NumPy dtype, or a `ModelError` naming `what` unless it is floating."""
+    try:
+        dt = None if dtype is None else jnp.dtype(dtype)  # jnp.dtype(None) is float64
+    except TypeError:
+        dt = None
+    if dt is None or not jnp.issubdtype(dt, jnp.floating):
+        raise ModelError(
+            f"{what} needs a floating dtype (float32, bfloat16, float16), got {dtype!r:.60}"
+        )
+    return dt
 
 
 def cache_bytes(config: ModelConfig, batch: int, max_len: int, dtype: str | None = None) -> int:

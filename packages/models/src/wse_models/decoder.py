@@ -29,6 +29,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -42,6 +43,7 @@ from wse_models.params import Params
 __all__ = [
     "apply_layer",
     "apply_layers",
+    "check_inputs",
     "default_positions",
     "embed",
     "forward",
@@ -72,7 +74,11 @@ def _gather(table: jax.Array, ids: jax.Array) -> jax.Array:
 
 def embed(config: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array):
     """Token (and GPT-2 position) embedding: int32 [b, s] -> h [b, s, d] in config.dtype."""
-    _check_tokens(config, tokens, positions)
+    check_inputs(config, tokens, positions)
+    return _embed(config, params, tokens, positions)
+
+
+def _embed(config: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array):
     h = _gather(params["embed"]["tok"], tokens)
     if config.arch == "gpt2":
         h = h + _gather(params["embed"]["pos"], jnp.maximum(positions, 0))
@@ -133,21 +139,70 @@ def forward(
 
     `segment_ids` int32 [b, s]: documents packed in a row attend within themselves only
     (give `positions` restarting at 0 in each document)."""
+    check_inputs(config, tokens, positions, cache)
     if positions is None:
-        _check_tokens(config, tokens, tokens)
         positions = default_positions(tokens)
-    h = embed(config, params, tokens, positions)
+    h = _embed(config, params, tokens, positions)
     out = apply_layers(config, params["layers"], h, positions, cache,
                        segment_ids=segment_ids, count_zeros=count_zeros)  # fmt: skip
     return (unembed(config, params, out[0]), *out[1:])
 
 
-def _check_tokens(config: ModelConfig, tokens: Any, positions: Any) -> None:
+def check_inputs(
+    config: ModelConfig, tokens: Any, positions: Any = None, cache: KVCache | None = None
+) -> None:
+    """Raise `ModelError` for tokens / positions the model cannot run: shapes and dtypes
+    always; ids outside 0..vocab_size-1 and positions past the gpt2 position table or the
+    cache (negatives are padding) when their values are known, i.e. not under `jit`, where
+    the callers (the decoders) check prompts on the host once per request.
+
+    Hunt 65: such ids and gpt2 positions gave NaN logits (`_gather` fills with NaN), and a
+    position past the cache was silently not written."""
+    for name, x in (("tokens", tokens), ("positions", positions)):
+        if x is not None and not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            got = type(x).__name__
+            raise ModelError(f"{name} must be a 2-D integer array [batch, seq], got {got}")
     if tokens.ndim != 2:
         raise ModelError(f"tokens must be [batch, seq], got shape {tuple(tokens.shape)}")
-    if not jnp.issubdtype(tokens.dtype, jnp.integer):
-        raise ModelError(f"tokens must be integer ids, got dtype {tokens.dtype}")
-    if tuple(positions.shape) != tuple(tokens.shape):
+    for name, x in (("tokens", tokens), ("positions", positions)):
+        if x is not None and not jnp.issubdtype(x.dtype, jnp.integer):
+            raise ModelError(f"{name} must be integers, got dtype {x.dtype}")
+    if positions is not None and tuple(positions.shape) != tuple(tokens.shape):
         raise ModelError(
             f"positions shape {tuple(positions.shape)} != tokens shape {tuple(tokens.shape)}"
         )
+    ids = _host(tokens)
+    if ids is not None and ids.size and not 0 <= ids.min() <= ids.max() < config.vocab_size:
+        bad = ids.min() if ids.min() < 0 else ids.max()
+        raise ModelError(f"token id {bad} is outside the vocabulary 0..{config.vocab_size - 1}")
+    _check_positions(config, tokens, positions, cache)
+
+
+def _check_positions(config: ModelConfig, tokens: Any, positions: Any, cache: Any) -> None:
+    """The largest position (0..s-1 by default) within the gpt2 table and the cache."""
+    limits = []
+    if config.arch == "gpt2":
+        limits.append((config.max_seq_len, "gpt2 position table (max_seq_len)"))
+    if cache is not None:
+        limits.append((cache.max_len, "cache max_len"))
+    if not limits or not tokens.size:
+        return
+    limit, what = min(limits)
+    if positions is None:  # 0..s-1: known from the shape, also under jit
+        top = tokens.shape[-1] - 1
+    elif (values := _host(positions)) is not None:
+        top = int(values.max())
+    else:
+        return
+    if top >= limit:
+        raise ModelError(f"position {top} is past the {what} of {limit}")
+
+
+def _host(x: Any) -> np.ndarray | None:
+    """x's values on the host, or None where they are unknown (a tracer under jit / grad /
+    vmap) or not all here (an array spread over other processes)."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return None
+    return np.asarray(x)

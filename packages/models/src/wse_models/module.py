@@ -17,8 +17,7 @@ from flax import nnx
 
 from wse_models.cache import KVCache
 from wse_models.config import ModelConfig
-from wse_models.decoder import forward
-from wse_models.errors import ModelError
+from wse_models.decoder import check_inputs, forward
 from wse_models.params import Params, init_params
 
 __all__ = ["Transformer"]
@@ -31,18 +30,6 @@ def _is_var(x: object) -> bool:
 @partial(jax.jit, static_argnums=0)
 def _jit_forward(config, params, tokens, positions, cache):
     return forward(config, params, tokens, positions, cache)
-
-
-def _check_positions(config: ModelConfig, tokens, positions, cache: KVCache | None) -> None:
-    """Host-side range check (skipped under tracing): out-of-range positions are refused."""
-    if isinstance(positions, jax.core.Tracer) or isinstance(tokens, jax.core.Tracer):
-        return
-    top = int(positions.max()) if positions is not None else tokens.shape[-1] - 1
-    limit, what = (cache.max_len, "cache max_len") if cache is not None else (None, "")
-    if config.arch == "gpt2" and (limit is None or config.max_seq_len < limit):
-        limit, what = config.max_seq_len, "gpt2 position table (max_seq_len)"
-    if limit is not None and top >= limit:
-        raise ModelError(f"position {top} is past the {what} of {limit}")
 
 
 class Transformer(nnx.Module):
@@ -72,7 +59,7 @@ class Transformer(nnx.Module):
         tokens = jnp.asarray(tokens)
         if positions is not None:
             positions = jnp.asarray(positions, jnp.int32)
-        _check_positions(self.config, tokens, positions, cache)
+        check_inputs(self.config, tokens, positions, cache)  # values: on the host, before jit
         return _jit_forward(self.config, self.params(), tokens, positions, cache)
 
     def num_params(self) -> int:

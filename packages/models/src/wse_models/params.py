@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from wse_models.cache import KVCache, LayerCache
+from wse_models.cache import KVCache, LayerCache, floating_dtype
 from wse_models.config import ModelConfig
 from wse_models.errors import ModelError
 
@@ -109,7 +109,20 @@ def init_params(config: ModelConfig, key: jax.Array) -> Params:
 
     One compiled program per config (eager per-leaf sampling compiles a kernel per shape).
     """
+    _check_key(key)
     return _init_params_jit(config, key)
+
+
+def _check_key(key: Any) -> None:
+    """One PRNG key: `jax.random.key(seed)` or a raw `jax.random.PRNGKey(seed)` (hunt 65: an
+    int seed was JAX's "invalid PRNG key data" from inside the compiled program)."""
+    dtype, shape = getattr(key, "dtype", None), getattr(key, "shape", None)
+    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    raw = dtype == jnp.uint32 and shape is not None and len(shape) == 1
+    if not ((typed and shape == ()) or raw):
+        got = f"{dtype} array of shape {tuple(shape)}" if shape is not None else None
+        got = got or f"{type(key).__name__} {key!r:.40}"
+        raise ModelError(f"key must be one jax.random.key(seed), got {got}")
 
 
 @partial(jax.jit, static_argnums=0)
@@ -127,8 +140,12 @@ def _init_params_jit(config: ModelConfig, key: jax.Array) -> Params:
 
 
 def cast_params(params: Params, dtype: Any) -> Params:
-    """Every floating leaf cast to `dtype` (e.g. to store bf16 parameters)."""
-    return jax.tree.map(lambda x: x.astype(dtype), params)
+    """Every floating leaf cast to `dtype`, a floating dtype (e.g. to store bf16 parameters);
+    an integer dtype is refused (hunt 65: "int8" turned every weight into 0)."""
+    dt = floating_dtype(dtype, "cast_params")
+    return jax.tree.map(
+        lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x, params
+    )
 
 
 def tree_num_params(tree: Any) -> int:

@@ -15,9 +15,10 @@ on the serving engine, `SpeculativeEngine`, whose rounds also give logprobs; wit
 token ids, text, metrics and (`--logprobs N`) each token's raw logprob and its N most likely
 alternatives [[id, logprob], ...] as one JSON object. Bad
 input (missing/incompatible checkpoint, prompt longer than the context, max_tokens <= 0,
-temperature outside [0, 2], top_p outside (0, 1], draft/target vocabulary mismatch) exits 2 with one
-line. Heavy packages are imported inside the command, so `wse --help` stays fast. On a CPU
-the attention's numba kernels compile in a helper process while the weights load
+temperature outside [0, 2], top_p outside (0, 1], draft/target vocabulary mismatch, --stages or
+--trace with --speculative-config: the pipelined engine's options) exits 2 with one line.
+Heavy packages are imported inside the command, so `wse --help` stays fast. On a CPU the
+attention's numba kernels compile in a helper process while the weights load
 (`wse_models.sdpa_cpu.compile_early`).
 """
 
@@ -95,13 +96,8 @@ def _pipelined(model, ids, sampling, stages, context, stream, wafer, trace=None)
     """Prefill + insert + generate on the pipelined engine, streaming text; -> result dict."""
     from wse_inference.pipeline.engine import PipelineEngine
 
-    engine = PipelineEngine(
-        model,
-        spec=wafer,
-        stages=stages,
-        max_context=min(context, len(ids) + sampling.max_tokens),
-        prefill_chunk=32,
-    )
+    context = min(context, len(ids) + sampling.max_tokens)
+    engine = PipelineEngine(model, spec=wafer, stages=stages, max_context=context, prefill_chunk=32)
     result = _on_engine(engine, ids, sampling, stream, lambda state: state.seqs[0], trace)
     result["engine"] = f"pipelined, {stages} stage(s) on a {stages} x 1 PE grid"
     return result
@@ -201,7 +197,9 @@ def generate(
         "--speculative-config",
         help='vLLM style: \'{"model": DIR, "num_speculative_tokens": 4}\'.',
     ),
-    stages: int = number(1, "--stages", help="Pipeline stages (<= layers).", kind=int, ge=1),
+    stages: int = number(
+        None, "--stages", help="Pipeline stages (<= layers; default 1).", kind=int, ge=1
+    ),
     max_context: int = number(
         None,
         "--max-context",
@@ -251,6 +249,8 @@ def generate(
         spec.draft_dir()  # generate always runs a draft: say so before loading the target
     if trace is not None and spec is not None:
         fail("--trace draws the pipelined engine's plan; drop --speculative-config to use it")
+    if stages is not None and spec is not None:  # hunt 65: any --stages, even 9, was ignored
+        fail("--stages applies to the pipelined engine; drop it with --speculative-config")
     if any(not s for s in stop or ()):  # hunt 55: as vLLM, an empty stop matches at once
         fail("--stop strings must not be empty (an empty one would stop at once)")
     if stop and prompt is None:
@@ -279,9 +279,9 @@ def generate(
     validate_sampling(sampling, vocab_size=cfg.vocab_size, max_context=context, prompt_len=n_prompt)
     check_host_memory(
         cfg,
-        rows=1 if spec is not None else max(1, stages),
+        rows=1 if spec is not None else stages or 1,
         max_context=context,
-        what=f"generate with {max(1, stages)} stage(s) and context {context}",
+        what=f"generate with {stages or 1} stage(s) and context {context}",
         held_bytes=sum(a.nbytes for a in weights.values()),  # read above: not counted twice
     )
     from wse_models import sdpa_cpu
@@ -295,7 +295,7 @@ def generate(
     )
     stream = _streamer(enabled=not as_json)
     if spec is None:
-        result = _pipelined(model, ids, sampling, stages, context, stream, wafer, trace)
+        result = _pipelined(model, ids, sampling, stages or 1, context, stream, wafer, trace)
     else:
         result = _speculative(model, spec, draft_weights, ids, sampling, context, stream, wafer)
     _report(result, as_json)

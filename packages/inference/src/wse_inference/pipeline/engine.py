@@ -35,7 +35,13 @@ from wse_core.hw.spec import WaferSpec
 from wse_models.sparsity import ZeroTally
 from wse_systems.pipeline import PipelinePlan, PipelinePlanError
 
-from wse_inference.decoding import first_logprob, first_token, prefill_scored, sequence_key
+from wse_inference.decoding import (
+    check_decoder_settings,
+    first_logprob,
+    first_token,
+    prefill_scored,
+    sequence_key,
+)
 from wse_inference.engine import Prefix, SamplingParams, SequenceTracker, SlotOutput
 from wse_inference.model_dir import LoadedModel
 from wse_inference.pipeline import perf as decode_perf
@@ -104,6 +110,7 @@ class PipelineEngine:
     ):
         from wse_core.hw.wafer import build_wafer
 
+        check_decoder_settings(max_context, prefill_chunk)
         config = model.config
         if plan is None:
             if not 1 <= stages <= config.n_layers:

@@ -29,7 +29,13 @@ from wse_core.cost.report import RunReport
 from wse_core.hw.spec import WaferSpec
 from wse_models import dtype_bytes
 
-from wse_inference.decoding import GenerationResult, first_token, prefill, sequence_key
+from wse_inference.decoding import (
+    GenerationResult,
+    check_decoder_settings,
+    first_token,
+    prefill,
+    sequence_key,
+)
 from wse_inference.engine import SamplingParams, SequenceTracker
 from wse_inference.model_dir import LoadedModel, check_draft
 from wse_inference.sampling import (
@@ -246,6 +252,7 @@ class SpeculativeDecoder:
         prefill_chunk: int = 32,
     ):
         check_draft(target, draft)
+        check_decoder_settings(max_context, prefill_chunk)
         if gamma < 1:
             raise SamplingError(f"num_speculative_tokens must be >= 1, got {gamma}")
         self.target, self.draft, self.gamma = target, draft, gamma
