@@ -6,10 +6,12 @@ with `--only '(hunt 65)'`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hostile_cases import Case, Fixtures, _const
 from hostile_cases_found import _xyz
+from hostile_cases_hunt62 import _generate
 
 _TINY = ["train", "tiny", "model.vocab_size=300", "train_input.batch_size=2",
          "runconfig.sample_tokens=0"]  # fmt: skip
@@ -72,4 +74,16 @@ def hunt65_cases() -> list[Case]:
                               "--freq-hz", "999", "--nb", "16", "--out", str(tmp / "o.npz")],
              message="--n and --freq-hz shape the synthetic-seismic operator",
              note="both dropped, exit 0"),
+        Case("hunt65", "infer generate --stages with --speculative-config (hunt 65)",
+             lambda fx, tmp: _generate(fx.model(), "--prompt-ids", "1,2,3", "--max-tokens", "2",
+                                       "--stages", "9", "--speculative-config",
+                                       json.dumps({"model": fx.model(),
+                                                   "num_speculative_tokens": 2})),
+             message="--stages applies to the pipelined engine; drop it with --speculative-config",
+             note="ignored, even 9 stages of a 1-layer model"),
+        Case("hunt65", "infer serve --model-dir mock with a draft model (hunt 65)", _const(
+            "infer", "serve", "--model-dir", "mock", "--port", "0", "--no-warmup",
+            "--speculative-config", '{"model": "/nonexistent/draft", "num_speculative_tokens": 2}'),
+            message="--speculative-config's model applies to a real model",
+            note="served, the draft folder never looked at"),
     ]  # fmt: skip
