@@ -10,35 +10,59 @@ temporary file is removed and `path` is left as it was. A full disk, a file-size
 (`ulimit -f`) or a kill while writing no longer leaves half a file where a good one was
 (hunt 61: `ulimit -f 20; wse hpc md potential --out Cu.eam.alloy` cut an existing potential
 to 20 KiB). A link is followed (its target is replaced, as writing through it would), the
-new file keeps an existing file's permissions (else the umask's). `write_atomically(path,
-data)` writes bytes or text this way.
+new file keeps an existing file's permissions (else the umask's, as a shell's `>` gives: the
+temporary stays owner-writable while written, for writers that open it by name, and takes
+that mode just before the rename; hunt 65: under `umask 222` every write was a
+PermissionError traceback). `write_atomically(path, data)` writes bytes or text this way.
+
+`atomic_folder(path, keep=)` does the same for a folder of files written together (an
+experiment's results, tables and figures): the caller fills a new sibling folder, which
+takes `path`'s place in one step once complete (Linux `renameat2(RENAME_EXCHANGE)`; elsewhere
+two renames during which the stop signals wait), so a reader or a stopped run never sees
+one run's figure beside another's results (hunt 65: SIGTERM between two renames did). The
+entries of the old folder that the new one lacks and `keep(name)` accepts (a sweep's tables)
+are carried into it.
 
 - A path that is there but no regular file is refused (a `WseError`, one line), /dev/null
   alone excepted (written in place: what is written there is thrown away, as asked). Hunt 64:
   a FIFO there blocked the writer for ever, a folder was an IsADirectoryError traceback.
 - An OSError of the writer that names no file (a `write` past `ulimit -f`) or names the
-  temporary file is given `path` as its file name, so its one line says which file failed.
-- SIGTERM (SLURM, `timeout`, `kill`) while a file is written removes the temporary file and
-  then stops the process as SIGTERM's default does (status 143); the handler is the main
-  thread's only while it writes and only where the program set none of its own (a server's
-  or `wse launch`'s stays theirs), so a process busy elsewhere stops on SIGTERM as before.
-  Hunt 64: a `.NAME.xxxx.part.png` was left behind; Ctrl-C already cleaned up (it raises).
+  temporary file is given `path` as its file name, so its one line says which file failed;
+  a folder that takes no new file (permission denied) is a `RunFault`, one line.
+- Folders missing above `path` are made as `mkdir -p` makes them (owner-writable, whatever
+  the umask), and removed again when the write fails or is stopped (hunt 65: an interrupted
+  first run left an empty `ex/wafer-yield/`).
+- SIGTERM (SLURM, `timeout`, `kill`), SIGHUP (a closed terminal, a dropped ssh) or SIGQUIT
+  while a file is written removes the temporary file (and the folders made for it) and then
+  stops the process as the signal's default does (status 128 + the signal); the handler is
+  the main thread's only while it writes and only where the program set none of its own (a
+  server's or `wse launch`'s stays theirs; `nohup`'s ignored SIGHUP stays ignored), so a
+  process busy elsewhere stops as before. Hunt 64/65: a `.NAME.xxxx.part.png` was left
+  behind; Ctrl-C (KeyboardInterrupt) cleans up as any exception does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
 import os
 import secrets
+import shutil
 import signal
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "sigterm_unclaimed", "write_atomically"]
+__all__ = ["atomic_path", "atomic_folder", "named_as", "sigterm_unclaimed", "write_atomically"]
 
-_UNDER_WAY: set[Path] = set()  # the temporary files being written, by every thread
+# What a stop signal removes before the process stops, innermost last: (path, how)
+_UNDER_WAY: list[tuple[Path, Callable[[Path], None]]] = []
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name)
+)
 
 
 @contextlib.contextmanager
@@ -49,27 +73,183 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield target
         return
     _refuse_not_regular(path, target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part{target.suffix}")
     mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-    with _removed_on_sigterm(tmp):
-        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # the umask applies
-        try:
-            yield tmp
-            if mode is not None:
-                os.chmod(tmp, mode)
-            fd = os.open(tmp, os.O_RDONLY)
+    with named_as(path, tmp), _folders_for(target.parent) as made:
+        with _removed_on_stop((tmp, _unlink)):
             try:
-                os.fsync(fd)  # the data reaches the disk before the name does
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
-        except BaseException as e:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(e, OSError) and e.strerror and e.filename in (None, str(tmp)):
-                e.filename = str(path)  # "cannot write out/figure.png: File too large"
-            raise
+                umasked = _created(tmp)
+                yield tmp
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)  # the data reaches the disk before the name does
+                    os.fchmod(fd, umasked if mode is None else mode)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, target)
+            except BaseException:
+                _unlink(tmp)
+                _remove_made(made)
+                raise
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | Path, *, keep: Callable[[str], bool] | None = None) -> Iterator[Path]:
+    """A new folder to fill in place of the folder `path`, which it replaces whole on a clean
+    exit, carrying over the old folder's entries it lacks that `keep(name)` accepts (all
+    where `keep` is None); when the block raises, `path` is left as it was (module doc)."""
+    if os.path.lexists(path) and not os.path.isdir(path):  # a file, a dangling link: hunt 62
+        from wse_core.errors import WseError
+
+        raise WseError(f"{path} is there but not a folder; remove it or write elsewhere")
+    target = Path(os.path.realpath(path))  # through a link: replace what it points at
+    stage = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
+    with named_as(path, stage), _folders_for(target.parent) as made:
+        with _removed_on_stop((stage, _remove_tree)):
+            try:
+                os.mkdir(stage)
+                umasked = stat.S_IMODE(os.stat(stage).st_mode)
+                os.chmod(stage, umasked | 0o700)  # filled by this user whatever the umask
+                yield stage
+                old = stat.S_IMODE(target.stat().st_mode) if target.is_dir() else None
+                later = _carried(target, stage, keep)
+                os.chmod(stage, umasked | 0o300 if old is None else old)
+                with _stops_deferred():  # a few renames: done whole, then the signal acts
+                    if _swapped_in(stage, target):
+                        for name in later:
+                            os.rename(stage / name, target / name)
+            except BaseException:
+                _remove_tree(stage)  # the new folder, or after the swap the old one
+                _remove_made(made)
+                raise
+            _remove_tree(stage)  # the old folder, now at `stage`'s name
+
+
+def _carried(old: Path, new: Path, keep: Callable[[str], bool] | None) -> list[str]:
+    """Link into `new` the entries of folder `old` that it lacks and `keep` accepts, and give
+    its files the mode of the old ones of their name; the names not linked (a folder), which
+    are moved once `new` has taken `old`'s place."""
+    later: list[str] = []
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(old):
+            mine = new / entry.name
+            if os.path.lexists(mine):
+                if entry.is_file(follow_symlinks=False):
+                    with contextlib.suppress(OSError):  # another user's file: the umask's
+                        os.chmod(mine, stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode))
+            elif keep is None or keep(entry.name):
+                try:
+                    os.link(entry.path, mine, follow_symlinks=False)
+                except OSError:
+                    later.append(entry.name)
+    return later
+
+
+def _swapped_in(stage: Path, target: Path) -> bool:
+    """Put folder `stage` at `target` in one step; True when a folder was there (it is now at
+    `stage`'s name)."""
+    for _ in range(8):  # another run may make, swap or remove `target` meanwhile
+        if not os.path.lexists(target):
+            try:
+                os.rename(stage, target)
+                return False
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                continue
+        try:
+            _exchange(stage, target)
+            return True
+        except FileNotFoundError:
+            continue
+    raise OSError(errno.EBUSY, "other runs kept replacing it meanwhile", str(target))
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # Linux's <fcntl.h> and <linux/fs.h>
+_NO_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap the folders `a` and `b`: in one step where the system can (Linux's renameat2),
+    else by three renames (`b` aside, `a` in, `b` to `a`'s name)."""
+    fn = _renameat2()
+    if fn is not None:
+        if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in _NO_EXCHANGE:  # else a file system without it (NFS): renames
+            raise OSError(err, os.strerror(err), str(b))
+    aside = a.with_name(a.name + ".old")
+    os.rename(b, aside)
+    try:
+        os.rename(a, b)
+    except BaseException:
+        os.rename(aside, b)
+        raise
+    os.rename(aside, a)
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not glibc >= 2.28 / musl: renames
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+@contextlib.contextmanager
+def _stops_deferred() -> Iterator[None]:
+    """A stop signal or Ctrl-C that comes while the block runs acts once it has ended (on the
+    main thread: only it may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = {}
+    for s in (*_STOP_SIGNALS, signal.SIGINT):
+        before = signal.getsignal(s)
+        if before not in (signal.SIG_IGN, None):  # None: a handler not set from Python
+            held[s] = signal.signal(s, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for s, before in held.items():
+            signal.signal(s, before)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
+
+
+def _created(tmp: Path) -> int:
+    """Create `tmp`, owner-writable while it is written; the mode the umask gives it."""
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # the umask applies
+    try:
+        umasked = stat.S_IMODE(os.fstat(fd).st_mode)
+        os.fchmod(fd, umasked | 0o600)  # the writer reopens it by name (savefig, np.savez)
+    finally:
+        os.close(fd)
+    return umasked
+
+
+@contextlib.contextmanager
+def named_as(path: str | Path, tmp: str | Path) -> Iterator[None]:
+    """An OSError in the block naming no file or `tmp` names `path` ("cannot write
+    out/figure.png: File too large"); permission denied is a `RunFault` (one line, exit 1)."""
+    try:
+        yield
+    except OSError as e:
+        if e.strerror and e.filename in (None, str(tmp)):
+            e.filename = str(path)
+        if isinstance(e, PermissionError):  # a folder that takes no new file: hunt 65
+            from wse_core.errors import RunFault
+
+            where = "" if e.filename == str(path) else f" ({e.filename})"
+            raise RunFault(
+                f"cannot write {path}: {e.strerror}{where}; give a folder you may write to"
+            ) from None
+        raise
 
 
 def _refuse_not_regular(path: str | Path, target: Path) -> None:
@@ -82,37 +262,98 @@ def _refuse_not_regular(path: str | Path, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def _removed_on_sigterm(tmp: Path) -> Iterator[None]:
-    """`tmp` is removed if SIGTERM comes while the block runs (module docstring)."""
-    _UNDER_WAY.add(tmp)
-    own = sigterm_unclaimed()
-    if own:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+def _folders_for(folder: Path) -> Iterator[list[Path]]:
+    """Make `folder` and the folders missing above it as `mkdir -p` does, each owner-writable
+    and -searchable whatever the umask; yields those made (outermost first), which a stop
+    signal removes again while they are empty."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    made: list[Path] = []
+    with _removed_on_stop():
+        try:
+            for p in reversed(missing):
+                try:
+                    os.mkdir(p)
+                except FileExistsError:  # another process made it meanwhile: theirs
+                    continue
+                made.append(p)
+                _UNDER_WAY.append((p, _rmdir))
+                os.chmod(p, stat.S_IMODE(os.stat(p).st_mode) | 0o300)
+        except BaseException:
+            _remove_made(made)
+            raise
+        try:
+            yield made
+        finally:
+            for p in made:
+                _UNDER_WAY.remove((p, _rmdir))
+
+
+def _remove_made(made: list[Path]) -> None:
+    for p in reversed(made):
+        _rmdir(p)
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _rmdir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.rmdir(path)  # only while empty: never a folder another writer filled meanwhile
+
+
+def _remove_tree(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)  # a read-only folder (umask 222) lets no entry go
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _removed_on_stop(*entries: tuple[Path, Callable[[Path], None]]) -> Iterator[None]:
+    """Each (path, how) is removed if a stop signal comes while the block runs (module doc)."""
+    _UNDER_WAY.extend(entries)
+    own = [s for s in _STOP_SIGNALS if _unclaimed(s)]
+    for s in own:
+        signal.signal(s, _on_stop)
     try:
         yield
     finally:
-        _UNDER_WAY.discard(tmp)
+        for entry in entries:
+            _UNDER_WAY.remove(entry)
         # the outermost write's (nested ones found ours set), unless the block set its own
-        if own and signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for s in own:
+            if signal.getsignal(s) is _on_stop:
+                signal.signal(s, signal.SIG_DFL)
 
 
 def sigterm_unclaimed() -> bool:
     """True where this thread may take SIGTERM for a while: the main thread (only it may set a
     handler) while SIGTERM has its default (never a program's own: a server's, `wse launch`'s)."""
+    return _unclaimed(signal.SIGTERM)
+
+
+def _unclaimed(signum: int) -> bool:
     return (
         threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        and signal.getsignal(signum) == signal.SIG_DFL
     )
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    for tmp in list(_UNDER_WAY):
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-    os.write(2, b"stopped (SIGTERM); the files being written were left as they were\n")
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)  # stop as the default would have: status 143
+def _on_stop(signum: int, frame: object) -> None:
+    for path, how in reversed(list(_UNDER_WAY)):
+        how(path)
+    with contextlib.suppress(OSError):  # a hangup's terminal may be gone
+        name = signal.Signals(signum).name
+        os.write(2, f"stopped ({name}); the files being written were left as they were\n".encode())
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # stop as the default would have: status 128 + signum
+
+
+_on_sigterm = _on_stop  # its name before SIGHUP and SIGQUIT were handled alike
 
 
 def write_atomically(path: str | Path, data: bytes | str) -> Path:

@@ -7,8 +7,12 @@ them (a field's blocks live on every process's devices). `initialize` connects t
   flags `--num-processes --process-id --coordinator` or the environment variables
   `WSE_NUM_PROCESSES`, `WSE_PROCESS_ID`, `WSE_COORDINATOR` (which `wse launch` sets);
 - or, with none of them given, from a cluster launcher's environment (SLURM, Open MPI, …) the
-  way `jax.distributed.initialize()` detects it;
-- or not at all: a single process, nothing to do.
+  way `jax.distributed.initialize()` detects it, where this process is one of several tasks a
+  launcher started (`cluster_detected`: srun's SLURM_STEP_NODELIST, SLURM_PROCID, ...);
+- or not at all: a single process, nothing to do. A shell inside an allocation (`salloc -n
+  2`, an sbatch script) holds SLURM_JOB_ID and SLURM_NTASKS=2 but is no task of a step: a
+  command run there is one process, as any program run there is (hunt 65: every JAX
+  command died there after 4 s with JAX's 70-line "coordinator_address should be defined").
 
 A peer that dies does not raise in the others: JAX aborts them after the heartbeat timeout,
 which we shorten to `heartbeat_timeout_s` (default 30 s) so a run never hangs for long;
@@ -33,8 +37,6 @@ __all__ = [
     "barrier",
     "cluster_detected",
 ]
-
-_CLUSTER_ENV = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +66,27 @@ def from_env() -> tuple[int | None, int | None, str | None]:
 
 
 def cluster_detected() -> bool:
-    """True when a cluster launcher's environment names more than one task."""
-    size = os.environ.get("SLURM_NTASKS") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1"
-    return any(k in os.environ for k in _CLUSTER_ENV) and size.isdigit() and int(size) > 1
+    """True when a cluster launcher started this process as one of several tasks: JAX's own
+    test of a SLURM step's or Open MPI run's environment (`is_env_present` of jax's
+    SlurmCluster / OmpiCluster: every variable it joins with is set), with more than one
+    task. A shell or batch script inside an allocation is none (module doc)."""
+    return any(
+        all(name in os.environ for name in needed) and _tasks(needed[0]) > 1 for needed in _LAUNCHED
+    )
+
+
+# What jax/_src/clusters' SlurmCluster (srun) and OmpiCluster (Open MPI 4's mpirun) join
+# with, the task count first: JAX detects a launch only when all are set.
+_LAUNCHED = (
+    ("SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_PROCID", "SLURM_LOCALID"),
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_RANK",
+     "OMPI_COMM_WORLD_LOCAL_RANK"),
+)  # fmt: skip
+
+
+def _tasks(name: str) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.isascii() and value.isdigit() else 1
 
 
 def _validate(num_processes: int, process_id: int, coordinator: str | None) -> None:

@@ -5,6 +5,12 @@ the kernels).
 
 Contract: `available()` says whether numba is installed; `register(target, handler)`
 registers a numba `cfunc` handler with XLA's CPU platform under `target` and returns it.
+`available()` first checks the numba variables that break the kernels' start (a `WseError`,
+one line naming the variable): `NUMBA_NUM_THREADS` an integer in [1, `max_numba_threads()`]
+and `NUMBA_THREADING_LAYER` one of numba's layers (tbb and safe: with TBB loadable). Hunt
+65: 100,000 threads crashed the process (SIGSEGV, no message), 0, an unknown layer and an
+absent TBB were 100-line tracebacks at the first kernel, and `abc` was numba's own warning
+with a traceback, then its default.
 
 Importing this module sets `OMP_WAIT_POLICY=passive` unless the environment sets it or
 `GOMP_SPINCOUNT` (read by libgomp when numba's OpenMP layer loads it, on a kernel's first
@@ -39,6 +45,8 @@ import os
 
 import jax
 
+from wse_core.errors import WseError, ascii_only, shown
+
 _USER_SET = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
 WAIT_POLICIES = {
     "sleep": {"OMP_WAIT_POLICY": "passive"},
@@ -60,16 +68,66 @@ def wait_policy(kind: str) -> None:
 
 wait_policy("sleep")  # before libgomp loads (module doc)
 
-__all__ = ["WAIT_POLICIES", "available", "register", "wait_policy"]
+__all__ = ["WAIT_POLICIES", "available", "max_numba_threads", "register", "wait_policy"]
+
+# numba's threading layers (numba.np.ufunc.parallel): its own three and the three it picks
+# among by purpose, and "default"
+NUMBA_LAYERS = ("default", "safe", "threadsafe", "forksafe", "tbb", "omp", "workqueue")
+
+
+def max_numba_threads() -> int:
+    """The most numba threads a process may ask for: this machine's cores, at least 1,024.
+    More threads only time-share the cores, and numba starts them all at the first parallel
+    kernel: 5,000 took 15 s on the 2-core VM, 100,000 crashed it (hunt 65)."""
+    return max(1024, os.cpu_count() or 1)
+
+
+def _check_numba_variables() -> None:
+    """A WseError for a NUMBA_NUM_THREADS or NUMBA_THREADING_LAYER numba cannot start with."""
+    raw = os.environ.get("NUMBA_NUM_THREADS")
+    if raw is not None:
+        cap = max_numba_threads()
+        wanted = (
+            f"an integer in [1, {cap:,}] (threads of the PE kernels), or unset it for one a core"
+        )
+        try:
+            n = int(ascii_only(raw))
+        except ValueError:
+            n = 0
+        if not 1 <= n <= cap:
+            raise WseError(f"NUMBA_NUM_THREADS must be {wanted}; got {shown(raw)}")
+    layer = os.environ.get("NUMBA_THREADING_LAYER")
+    if layer is not None and layer.lower() not in NUMBA_LAYERS:  # numba reads it lowercased
+        raise WseError(
+            f"NUMBA_THREADING_LAYER must be one of {', '.join(NUMBA_LAYERS)} (numba's threading "
+            f"layers), or unset it; got {shown(layer)}"
+        )
 
 
 def available() -> bool:
-    """numba is installed (the kernels' compiler)."""
+    """numba is installed (the kernels' compiler); a WseError first for a numba variable it
+    cannot start with (module doc)."""
+    _check_numba_variables()  # before numba reads them, at its import or first kernel
     try:
         import numba  # noqa: F401
     except ImportError:
         return False
+    _check_tbb()
     return True
+
+
+def _check_tbb() -> None:
+    """A WseError where NUMBA_THREADING_LAYER asks for TBB alone (tbb, safe) and numba cannot
+    load it: numba's ValueError came at the first kernel, a 120-line traceback (hunt 65)."""
+    layer = os.environ.get("NUMBA_THREADING_LAYER", "").lower()
+    if layer in ("tbb", "safe"):
+        try:
+            import numba.np.ufunc.tbbpool  # noqa: F401  (what numba loads for it)
+        except ImportError as e:
+            raise WseError(
+                f"NUMBA_THREADING_LAYER={layer} needs Intel TBB, which numba cannot load here "
+                f"({e}); install it (pip install tbb), choose omp or workqueue, or unset it"
+            ) from None
 
 
 def register(target: str, handler) -> str:

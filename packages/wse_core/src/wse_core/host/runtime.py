@@ -7,8 +7,11 @@ once, early: the `wse` command does it in its root callback; tests do it in the 
 conftest.py.
 
 Defaults: one virtual device per core (collectives between more virtual devices than cores
-cost ~0.1 ms each, see shared/PLATFORM.md); `WSE_DEVICES` overrides. On a GPU host the real
-devices are used and the CPU device count is irrelevant. The compile cache lives in
+cost ~0.1 ms each, see shared/PLATFORM.md); `WSE_DEVICES` overrides, and where it is not set
+XLA_FLAGS' `--xla_force_host_platform_device_count` (JAX's own spelling) does. A count is an
+integer of at most the `devices` limit, and the JAX and XLA variables JAX reads at its start
+are checked (`wse_core.host.jax_env`), both before the environment is touched. On a GPU host
+the real devices are used and the CPU device count is irrelevant. The compile cache lives in
 `$WSE_CACHE_DIR` (default `~/.cache/wse/jax`) — the counterpart of Cerebras' compile artifacts;
 numba's (the PE kernels of `wse_hpc`) in its `numba/` folder (`NUMBA_CACHE_DIR`, unless set,
 read when numba is first imported): one folder holds everything a first run compiles,
@@ -52,7 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from wse_core.errors import WseError, ascii_only, shown
+from wse_core.errors import WseError, ascii_only, shown, shown_int
+from wse_core.host import jax_env
 
 __all__ = [
     "configure",
@@ -71,12 +75,17 @@ _FAST_COMPILE_FLAG = "--xla_llvm_disable_expensive_passes=true"
 
 
 def default_devices() -> int:
-    """`WSE_DEVICES` if set, else one virtual CPU device per core this process may run on
-    (its CPU affinity: `taskset`, a SLURM allocation, a benchmark's pinning). Set but empty
-    (`WSE_DEVICES=` in a script whose value went missing) is a WseError, not "unset"."""
+    """`WSE_DEVICES` if set, else XLA_FLAGS' `--xla_force_host_platform_device_count` (JAX's
+    own way to ask; hunt 65: it was silently replaced), else one virtual CPU device per core
+    this process may run on (its CPU affinity: `taskset`, a SLURM allocation, a benchmark's
+    pinning; at most the `devices` limit). Set but empty (`WSE_DEVICES=` in a script whose
+    value went missing) is a WseError, not "unset"."""
     env = os.environ.get("WSE_DEVICES")
     if env is None:
-        return usable_cores()
+        from wse_core.host.limits import limit
+
+        asked = jax_env.xla_device_count()
+        return min(usable_cores(), limit("devices")) if asked is None else asked
     wanted = (
         "a positive integer of virtual CPU devices (e.g. WSE_DEVICES=8), or unset it for one "
         f"per core ({usable_cores()} here)"
@@ -90,6 +99,26 @@ def default_devices() -> int:
     if n <= 0:
         raise WseError(f"WSE_DEVICES must be {wanted}; got {shown(env)}")
     return n
+
+
+def _checked_devices(n: object, what: str) -> int:
+    """`n` where it is a device count of 1..the `devices` limit; else a WseError naming
+    `what` gave it (hunt 65: `configure(10**5)` hung JAX's start at 3 GB, 2.5 or True left a
+    JAX_NUM_CPU_DEVICES that `import jax` refused)."""
+    from wse_core.host.limits import VIRTUAL_DEVICE_HOST_BYTES, lift, limit
+
+    cap = limit("devices")
+    if isinstance(n, bool) or not isinstance(n, int | np.integer):
+        got = shown(n, quote=isinstance(n, str))
+    elif not 1 <= n <= cap:
+        got = shown_int(int(n))
+    else:
+        return int(n)
+    raise WseError(
+        f"{what} must be an integer in 1..{cap:,}, got {got} (virtual CPU devices: each "
+        f"costs ~{VIRTUAL_DEVICE_HOST_BYTES / 1e6:.1f} MB of host memory and slows JAX's "
+        f"start; {lift('devices')})"
+    )
 
 
 def usable_cores() -> int:
@@ -129,23 +158,42 @@ def cache_dir() -> Path:
 def configure(devices: int | None = None, *, compile_cache: bool = True) -> int:
     """Set the virtual CPU device count (before JAX starts) and the compile cache.
 
-    Returns the device count asked for. Raises WseError for a non-positive count, or when
-    JAX's backend has already started with a different count.
+    Returns the device count asked for. Raises WseError, before the environment is touched,
+    for a count that is no integer in 1..the `devices` limit, for a JAX or XLA variable JAX
+    could not start with (`jax_env.check`), or when JAX's backend has already started with a
+    different count. `devices` wins over `WSE_DEVICES` and XLA_FLAGS' device count.
     """
-    n = default_devices() if devices is None else devices
-    if n <= 0:
-        raise WseError(f"--devices must be a positive integer, got {n}")
+    if devices is None:
+        n = _checked_devices(default_devices(), _devices_source())
+    else:
+        n = _checked_devices(devices, "devices")
+    jax_env.check()
+    cache = {}
+    if compile_cache:  # cache_dir() refuses a bad WSE_CACHE_DIR before anything is set
+        where = cache_dir()
+        cache = {
+            "JAX_COMPILATION_CACHE_DIR": str(where),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "NUMBA_CACHE_DIR": str(where / "numba"),
+        }
     os.environ["JAX_NUM_CPU_DEVICES"] = str(n)
     flags = os.environ.get("XLA_FLAGS", "")
-    if _FAST_COMPILE_FLAG not in flags:
+    if _FAST_COMPILE_FLAG.partition("=")[0] not in flags:  # the user's own setting wins
         os.environ["XLA_FLAGS"] = f"{flags} {_FAST_COMPILE_FLAG}".strip()
-    if compile_cache:
-        os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache_dir()))
-        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-        os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
+    for key, value in cache.items():
+        os.environ.setdefault(key, value)
     if "jax" in sys.modules:
         _configure_imported_jax(n, compile_cache)
     return n
+
+
+def _devices_source() -> str:
+    """Which setting gave the default device count, for its error line."""
+    if "WSE_DEVICES" in os.environ:
+        return "WSE_DEVICES"
+    if jax_env.xla_device_count() is not None:
+        return f"XLA_FLAGS' --{jax_env.XLA_DEVICE_FLAG}"
+    return "the device count (one per core)"
 
 
 def _configure_imported_jax(n: int, compile_cache: bool) -> None:

@@ -20,7 +20,6 @@ figure (`_repr_html_`, `.plot()`: `wse_core.notebook`)."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import json
@@ -28,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from wse_core.host.atomic import atomic_path
+from wse_core.host.atomic import atomic_folder, named_as
 
 __all__ = [
     "PredictionRow",
@@ -189,7 +188,8 @@ def csv_text(rows: list[list[Any]]) -> str:
 
 def _require_folder(folder: Path) -> None:
     """A WseError where `folder` is there but no folder (hunt 62: FileExistsError from mkdir;
-    the CLI refuses it before the run, this is for the library's callers)."""
+    the CLI refuses it before the run, this is for the library's callers: a sweep's write;
+    `atomic_folder` says the same for `write_experiment`)."""
     import os
 
     from wse_core.errors import WseError
@@ -201,32 +201,26 @@ def _require_folder(folder: Path) -> None:
 def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
     """Write the result's files into `out_dir/<experiment>/` and return that folder.
 
-    All or none: each file goes to a temporary name and all are renamed once every one is
-    written (hunt 64: `ulimit -f` stopped a run at figure.png and left its new tables beside
-    an older run's figure). A .png there that this run does not write is an older run's
-    figure (the folder is the experiment's) and is removed; `sweep_*` files stay."""
-    folder = Path(out_dir) / result.experiment
-    _require_folder(folder)
-    made = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
+    All or none: the files are written into a new folder beside it, which replaces the
+    folder whole once every file is written (`atomic_folder`; hunt 64: `ulimit -f` stopped
+    a run at figure.png and left its new tables beside an older run's figure; hunt 65: so
+    did a SIGTERM between two renames). A .png there that this run does not write is an
+    older run's figure (the folder is the experiment's) and goes with the old folder; other
+    files (a sweep's `sweep_*`) stay."""
+    folder = Path(out_dir) / result.experiment  # atomic_folder refuses a file there
     figures = {"figure": result.figure, **result.extra_figures}
     figures.setdefault("mechanisms", mechanism_figure(result.predictions))
     figures = {f"{name}.png": fig for name, fig in figures.items() if fig is not None}
     try:
-        with contextlib.ExitStack() as stack:
+        with atomic_folder(folder, keep=lambda name: not name.endswith(".png")) as new:
             for name, text in _texts(result).items():
-                stack.enter_context(atomic_path(folder / name)).write_text(text, encoding="utf-8")
+                with named_as(folder / name, new / name):
+                    (new / name).write_text(text, encoding="utf-8")
             for name, fig in figures.items():
-                tmp = stack.enter_context(atomic_path(folder / name))
-                fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    except BaseException:
-        if made:  # a first run that failed leaves no empty folder
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        raise
+                with named_as(folder / name, new / name):
+                    fig.savefig(new / name, dpi=120, bbox_inches="tight")
     finally:
         _close(figures.values())
-    _remove_older_figures(folder, set(figures))
     return folder
 
 
@@ -254,10 +248,3 @@ def _close(figures: Any) -> None:
 
         for fig in figures:
             plt.close(fig)
-
-
-def _remove_older_figures(folder: Path, written: set[str]) -> None:
-    for old in folder.glob("*.png"):
-        if old.name not in written and (old.is_symlink() or old.is_file()):
-            with contextlib.suppress(OSError):
-                old.unlink()

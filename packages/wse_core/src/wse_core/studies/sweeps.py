@@ -60,7 +60,7 @@ class Sweep:
         from wse_core.studies.experiment import _require_folder
 
         _require_folder(folder)  # hunt 62: FileExistsError from mkdir
-        folder.mkdir(parents=True, exist_ok=True)
+        # the folder is made by the first write, and removed again if it fails (hunt 65)
         path = folder / f"sweep_{self.key}.md"
         from wse_core.host.atomic import write_atomically
         from wse_core.studies.experiment import csv_text
