@@ -1,5 +1,5 @@
 """`python -m wse_cli` runs the `wse` command (used by `wse launch`)."""
 
-from wse_cli.app import main
+from wse_cli.entry import module_main
 
-main()
+module_main()

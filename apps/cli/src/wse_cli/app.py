@@ -32,7 +32,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"wse {__version__}")
+        typer.echo(f"wse {__version__}")  # a full disk: one line (`WseGroup.make_context`)
         raise typer.Exit()
 
 
@@ -68,4 +68,8 @@ for module in (wafer, hpc, train, infer, plan, experiments, launch, demo, view):
 
 
 def main() -> None:
-    app()
+    """The app as the console script runs it (`wse_cli.process.guarded`: Ctrl-C, closed or
+    narrow streams), for a caller that starts `wse` here (`from wse_cli.app import main`)."""
+    from wse_cli.process import guarded
+
+    guarded(app)

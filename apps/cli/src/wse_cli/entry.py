@@ -8,12 +8,16 @@ module's size and mtime, the version, the Python version, the width and the prog
 and prints it from there without importing typer. A miss (the first call after an install
 or an edit, another width) renders it through the app as always and stores it; a cache that
 cannot be read or written is skipped. Like the command index the Azure CLI keeps for the
-same reason. Nothing else is cached: every other command runs `wse_cli.app.main`.
+same reason. Nothing else is cached: every other command runs the app.
+
+Every run of the script, `python -m wse_cli` too (`module_main`, `wse_cli.app.main`), goes
+through `wse_cli.process.guarded` (Ctrl-C, closed or narrow streams, hunt 65).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
@@ -21,7 +25,9 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["help_cache_path", "main"]
+from wse_cli.process import error, guarded, to_devnull
+
+__all__ = ["help_cache_path", "main", "module_main"]
 
 
 def help_cache_path(prog: str) -> Path:
@@ -42,18 +48,33 @@ def help_cache_path(prog: str) -> Path:
 def main() -> None:
     """The `wse` command (the console script)."""
     prog = os.path.basename(sys.argv[0])
-    if sys.argv[1:] != ["--help"]:  # only the root help is stored
-        from wse_cli.app import main as app_main
+    guarded(lambda: _root_help(prog) if sys.argv[1:] == ["--help"] else _app())
 
-        app_main()
-        return
+
+def module_main() -> None:
+    """`python -m wse_cli` (`wse launch`'s children, the tests' subprocesses): the app, from
+    its import on, as the console script runs it (no root help cache: the program's name
+    is click's "python -m wse_cli")."""
+    guarded(_app)
+
+
+def _app() -> None:
+    from wse_cli.app import app
+
+    app()
+
+
+def _root_help(prog: str) -> None:
+    """The root help: the stored text, else the app's (then stored); see module doc."""
     path: Path | None = None
     try:
         path = help_cache_path(prog)
-        sys.stdout.write(path.read_text())
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):  # no cache yet, or one that cannot be read
+        text = None
+    if text is not None:
+        _emit(text)
         return
-    except OSError:
-        pass
     from wse_cli.app import app
 
     out = io.StringIO()
@@ -64,11 +85,24 @@ def main() -> None:
         except SystemExit as e:
             code = e.code
     text = out.getvalue()
-    sys.stdout.write(text)
     if path is not None and code in (0, None) and text:
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(text)
             tmp.replace(path)  # whole or absent, never half-written
+    _emit(text)
     raise SystemExit(code)
+
+
+def _emit(text: str) -> None:
+    """Write `text` to stdout as click does for every other command (hunt 65: tracebacks): a
+    closed pipe ends quietly with 1, a full or failing disk with one line and 1."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as e:
+        to_devnull(sys.stdout)  # the text still buffered would fail again at exit
+        if e.errno != errno.EPIPE:
+            error(f"cannot write: {e.strerror or e}")
+        raise SystemExit(1) from None

@@ -12,7 +12,9 @@ one option spelling is applied (`wse_cli.option_names.dashed`: `--model_dir` is 
 multi-process join the root callback deferred is made, once a command's arguments are parsed
 (`wse_cli.multiprocess`). A path the file system cannot name (ENAMETOOLONG) is one line and
 exit code 2 too. Control characters in an error line (a newline or ESC in a path) are printed
-escaped (`printable`), so the line stays one line and cannot drive the terminal.
+escaped (`printable`), so the line stays one line and cannot drive the terminal. Ctrl-C in
+a command is `interrupts.LINE` and exit code 130, unless the command says its own line and
+exits 130 itself (`wse_cli.interrupts`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable
 import typer
 from typer.core import TyperGroup
 
+from wse_cli import interrupts
 from wse_cli.option_names import OUTPUT_MARK, dashed
 from wse_cli.option_repeats import repeated
 
@@ -69,13 +72,22 @@ class WseGroup(TyperGroup):
             if _is_user_error(e):
                 _say(str(e))
                 raise typer.Exit(getattr(e, "exit_code", 2)) from None
+            if isinstance(e, OSError) and e.errno in _DISK_FAULTS:  # hunt 65: `--version`'s
+                _say(_cannot_write(e))  # eager echo into a full disk was a traceback
+                raise typer.Exit(1) from None
             _one_line_usage(e)
             raise
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
             done = super().invoke(ctx)
+        except KeyboardInterrupt:  # hunt 65: Ctrl-C was exit 130 with nothing said
+            _NOTES.clear()
+            interrupts.say()
+            raise typer.Exit(130) from None
         except Exception as e:  # click's own exits and usage errors are not user errors here
+            if type(e).__name__ == "Exit" and getattr(e, "exit_code", 0) == 130:
+                interrupts.said()  # the command said its own (`wse train`, `wse hpc md`)
             if _is_user_error(e):
                 _NOTES.clear()  # the refusal is the one line
                 _say(str(e))
@@ -90,8 +102,7 @@ class WseGroup(TyperGroup):
                 raise typer.Exit(2) from None
             if isinstance(e, OSError) and e.errno in _DISK_FAULTS:  # a valid run's fault: 1
                 _NOTES.clear()
-                where = f" {e.filename}" if e.filename else ""
-                _say(f"cannot write{where}: {e.strerror}")
+                _say(_cannot_write(e))
                 raise typer.Exit(1) from None
             if type(e).__name__ == "Exit" and getattr(e, "exit_code", 1) in (0, 1):
                 _say_notes()  # ran: "ran, answer is no" (exit 1) wrote its files too
@@ -194,6 +205,11 @@ def note(text: str) -> None:
 def _say_notes() -> None:
     while _NOTES:
         typer.echo(_NOTES.pop(0), err=True)
+
+
+def _cannot_write(e: OSError) -> str:
+    where = f" {e.filename}" if e.filename else ""
+    return f"cannot write{where}: {e.strerror}"
 
 
 def _name_too_long(e: OSError) -> str:

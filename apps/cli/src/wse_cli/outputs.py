@@ -18,6 +18,8 @@ command does any work, with one line and exit code 2:
 - `png_file(default, "--png")`: `output_file` with suffix ".png".
 - `output_dir(default, "--out")`: an existing path must be a writable folder, else the
   nearest existing folder above it must be writable. Nothing is created here.
+- A relative path where the current folder was deleted (the shell still stands in it) is
+  refused by both, naming the folder's loss.
 - An empty path ('') is refused by both (click would read it as '.', the current folder),
   and so is a symbolic link that cannot be followed (a loop, a dangling link) or a path
   under one (the writer would fail after the work).
@@ -56,8 +58,21 @@ def _nearest_existing(path: Path) -> Path:
     return p
 
 
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # removed under the shell that still stands in it
+        return False
+    return True
+
+
 def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = None) -> None:
     """Raise UserInputError unless `path` can be written as a `kind` ("file" or "dir")."""
+    if not path.is_absolute() and not _cwd_exists():  # hunt 65: os.getcwd's traceback
+        raise UserInputError(
+            "the current folder no longer exists (deleted); cd to a folder that exists or "
+            f"give {name} an absolute path"
+        )
     if os.path.islink(path) and not path.exists():  # hunt 60: the writer's traceback
         try:
             os.stat(path)

@@ -7,7 +7,10 @@ interrupted at about step 60, twice ran on to its last step and exited 0 (stop 6
 about 12 tries). `caught()` installs a handler that records the signal and then raises as
 Python's own does; the training loop asks `requested()` at each step and raises the
 interrupt itself if it was lost. Only the main thread, and only where SIGINT has Python's
-default handler (an embedding program's own handler is left alone).
+default handler (an embedding program's own handler is left alone). The `wse` command sets
+its own (`wse_cli.interrupts`), which raises a Ctrl-C that landed in a finalizer at the
+first line outside it: `caught()` then leaves it alone, and the loop never raises a second
+interrupt of its own during the cleanup of the first.
 """
 
 from __future__ import annotations
