@@ -62,7 +62,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def _last_json(text: str) -> dict:
-    # Gloo's C++ logger writes connection lines to stdout; the command's JSON comes last.
+    # gloo's log goes to stderr (`multiprocess.join`); a line before the JSON is skipped
     return json.loads(text[text.index("\n{") + 1 if not text.startswith("{") else 0 :])
 
 
