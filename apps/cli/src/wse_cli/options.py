@@ -45,7 +45,17 @@ import typer
 
 from wse_cli.errors import UserInputError
 
-__all__ = ["number", "NumberSpec", "NUMBER_MARK", "PORT", "SEED", "SEED_MAX", "GPUS", "INT32_MAX"]
+__all__ = [
+    "number",
+    "NumberSpec",
+    "NUMBER_MARK",
+    "PORT",
+    "SEED",
+    "SEED_MAX",
+    "GPUS",
+    "INT32_MAX",
+    "typed",
+]
 
 NUMBER_MARK = "wse_number"  # the callback's attribute holding its NumberSpec
 INT_MAX = 2**63 - 1  # every integer option is a 64-bit signed integer
@@ -125,6 +135,12 @@ def _fits(x: Any, gt: Any, ge: Any, lt: Any, le: Any) -> bool:
         or (lt is not None and not x < lt)
         or (le is not None and not x <= le)
     )
+
+
+def typed(ctx: typer.Context, name: str) -> bool:
+    """Whether the option `name` (its parameter's name) was given on the command line, not
+    taken from its default or a variable (typer's click's enum, not click's own)."""
+    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
 
 
 def _source(ctx: typer.Context, param: typer.CallbackParam) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import fail
-from wse_cli.options import INT32_MAX, SEED, number
+from wse_cli.options import INT32_MAX, SEED, number, typed
 from wse_cli.outputs import output_dir, output_file, png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
@@ -34,9 +34,7 @@ CASE_OPTIONS = {"rayleigh-benard": ("--ra", "--pr", "--aspect"), "cavity": ("--r
 def _refuse_other_case(ctx: typer.Context, case: str) -> None:
     for other, names in CASE_OPTIONS.items():
         for param in ctx.command.params:
-            source = ctx.get_parameter_source(str(param.name))
-            given = getattr(source, "name", "") == "COMMANDLINE"  # typer's click, not click's
-            if other != case and given and param.opts[0] in names:
+            if other != case and typed(ctx, str(param.name)) and param.opts[0] in names:
                 fail(f"{param.opts[0]} applies to --case {other} only; leave it out for {case}")
 
 

@@ -24,7 +24,7 @@ import typer
 from wse_cli import multiprocess
 from wse_cli.commands.hpc_md_trajectory import Trajectory, check_size
 from wse_cli.errors import WseGroup, fail
-from wse_cli.options import INT32_MAX, SEED, number
+from wse_cli.options import INT32_MAX, SEED, number, typed
 from wse_cli.outputs import output_file, refuse_overlap
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
@@ -160,8 +160,7 @@ def _check_bath(ctx: typer.Context, thermostat: str, temperature_k: float | None
     LAMMPS's fix langevin and fix nvt take Tstart Tstop as required arguments."""
     if thermostat in ("langevin", "nose-hoover") and temperature_k is None:
         fail(f"--thermostat {thermostat} needs --temperature-K (its target)")
-    source = ctx.get_parameter_source("damp_fs")
-    if thermostat == "none" and getattr(source, "name", "") == "COMMANDLINE":
+    if thermostat == "none" and typed(ctx, "damp_fs"):
         fail("--damp-fs applies to --thermostat langevin or nose-hoover")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import WseGroup, fail
-from wse_cli.options import SEED, number
+from wse_cli.options import SEED, number, typed
 from wse_cli.outputs import output_file, refuse_overlap
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
@@ -81,8 +81,7 @@ def _refuse_synthetic_options(ctx: typer.Context, matrix: str) -> None:
     given = [
         p.opts[0]
         for p in ctx.command.params
-        if p.opts[0] in SYNTHETIC_OPTIONS
-        and getattr(ctx.get_parameter_source(str(p.name)), "name", "") == "COMMANDLINE"
+        if p.opts[0] in SYNTHETIC_OPTIONS and typed(ctx, str(p.name))
     ]
     if given:
         fail(f"{' and '.join(given)} shape{'s' if len(given) == 1 else ''} the "
