@@ -129,8 +129,10 @@ def run(
         [],
         "--assume",
         help="KEY=VALUE: rerun the predictions with another value of an assumption "
-        "(repeatable; `wse experiments assumptions` lists them). The calibration is refitted "
-        "under it.",
+        "(repeatable; `wse experiments assumptions` lists them). A wafer field (clock_hz) "
+        "changes the wafers priced; calibration.FIELD (calibration.clock_hz) the WSE-2 the "
+        "calibration rows were measured on, and the calibration is refitted under it, as "
+        "under a setting or a fitted constant held.",
     ),
     sweep: list[str] = typer.Option(  # a list, so a second --sweep is refused, not dropped
         None,
@@ -255,6 +257,8 @@ def assumptions() -> None:
         values = " ".join(f"{value_of(r, key):>10.4g}" for r in rates)
         typer.echo(f"{key:<24} {values}  {why}")
     typer.echo(f"calibration: {current().describe()}")
+    typer.echo("--assume FIELD=VALUE changes the wafers priced; --assume calibration.FIELD=VALUE "
+               "the calibration's WSE-2 (the calibration is refitted under it)")  # fmt: skip
 
 
 def register(parent: typer.Typer) -> None:

@@ -53,10 +53,10 @@ SOURCES = {
 def _mechanisms(case: str) -> dict[str, float] | None:
     """The row's predicted cycles by mechanism (per step, per allreduce, per token)."""
     from wse_core.cost import calibration as cal
-    from wse_core.cost.assumptions import assumed_spec
+    from wse_core.cost.assumptions import calibration_spec  # the rows' wafer (hunt 66)
 
     if case.startswith("stencil25") and "busy" not in case:
-        return PerfModel(assumed_spec("wse2")).evaluate(cal.table_ii_phases(1)).by_mechanism()
+        return PerfModel(calibration_spec("wse2")).evaluate(cal.table_ii_phases(1)).by_mechanism()
     if case.startswith("llama"):
         spec, phases = decode_case()
         return PerfModel(spec).evaluate(phases).by_mechanism()
@@ -64,7 +64,7 @@ def _mechanisms(case: str) -> dict[str, float] | None:
         spec, work = cal.allreduce_case(current())
         return PerfModel(spec).cost(work).timed_mechanisms()
     if case.startswith("summa"):
-        return PerfModel(assumed_spec("wse2")).cost(cal.summa_work()).timed_mechanisms()
+        return PerfModel(calibration_spec("wse2")).cost(cal.summa_work()).timed_mechanisms()
     return None
 
 
@@ -105,10 +105,10 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
 def constants_table() -> list[dict[str, object]]:
     """Every constant: its value on WSE-2 (fitted ones as the calibration sets them),
     units, mechanism, basis, and its source or the rows that fit it."""
-    from wse_core.cost.assumptions import assumed_spec
+    from wse_core.cost.assumptions import calibration_spec
 
     cal = current()
-    rates = PerfModel(assumed_spec("wse2")).rates
+    rates = PerfModel(calibration_spec("wse2")).rates  # the calibration's WSE-2 (hunt 66)
     return [
         {
             "kind": "constant",

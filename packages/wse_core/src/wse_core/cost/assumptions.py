@@ -1,22 +1,35 @@
 """Assumptions a user can change: `with assume(hop_latency_cycles=2): ...`.
 
 Every constant of the cost model (`wse_core.cost.mechanisms.CONSTANTS`, listed with units,
-mechanism and basis in `ASSUMED_FIELDS`, the registry, here) may be changed. Inside `assume(...)`
-the calibration settings (`setting(key)`: the Table II Z block, ...) take the new values and
-the calibration (`wse_core.cost.calibration.current`) is refitted under them; a fitted constant that
-is assumed is held at the assumed value and left out of the fit. Spec fields are changed once,
-at the edge: `resolve_spec(...)` turns a preset name or a spec file, `--set` and `--assume`
-into one `WaferSpec` (the CLI's commands and Python callers), and `assumed_spec(name)` is a
-preset under the active `assume` block (the experiment runners, run inside it by `wse
-experiments run NAME --assume KEY=VALUE`; `--sweep KEY=a,b,c` runs it once per value).
-`wse_core.hw.spec.preset` itself is pure. A rerun of any prediction shows what one assumption
-moves.
+mechanism and basis in `ASSUMED_FIELDS`, the registry, here) may be changed. What a key
+moves (hunt 66: `clock_hz` was written into every preset, the WSE-2 the calibration rows were
+measured on too, so a faster WSE-3 clock refitted the calibration and predicted a slower
+WSE-3):
+
+- a wafer field (`clock_hz`, `fp32_mul_width`, `hop_latency_cycles`, ...): the wafers being
+  priced only (`assumed_spec`, `resolve_spec`);
+- `calibration.KEY` (a wafer field so prefixed): the calibration's wafers only
+  (`calibration_spec`: the WSE-2 of its rows, the CS-1 of its allreduce check); the
+  calibration (`wse_core.cost.calibration.current`) is refitted under it, and says so
+  (`Calibration.wafer_assumed`, its `misses`);
+- a fitted constant (`dsd_issue_cycles`, ...): held at the value on every wafer and left
+  out of the fit;
+- a calibration setting (`setting(key)`: the Table II Z block, ...): the calibration and
+  the kernels that read it; the calibration is refitted under it.
+
+Spec fields are changed once, at the edge: `resolve_spec(...)` turns a preset name or a spec
+file, `--set` and `--assume` into one `WaferSpec` (the CLI's commands and Python callers),
+and `assumed_spec(name)` is a preset under the active `assume` block (the experiment
+runners, run inside it by `wse experiments run NAME --assume KEY=VALUE`; `--sweep
+KEY=a,b,c` runs it once per value). `wse_core.hw.spec.preset` itself is pure. A rerun of any
+prediction shows what one assumption moves.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -31,11 +44,16 @@ DEFAULT_WAFER = "wse3"  # the edge's wafer when neither a preset nor a spec file
 
 __all__ = [
     "ASSUMED_FIELDS",
+    "CALIBRATION_PREFIX",
     "assume",
     "active",
     "applied",
     "resolve_spec",
     "assumed_spec",
+    "calibration_spec",
+    "for_calibration",
+    "refuse_refit_past_limits",
+    "constant_key",
     "setting",
     "value_of",
     "key_values",
@@ -46,27 +64,51 @@ __all__ = [
 # Every constant a user may change (`wse experiments run NAME --assume KEY=VALUE`): its
 # units, mechanism, basis and source (wse_core.cost.mechanisms). Every prediction lists them.
 ASSUMED_FIELDS = {key: c.line() for key, c in CONSTANTS.items()}
+# `calibration.clock_hz=8.5e8`: a wafer field of the calibration's wafers, not of the wafers
+# being priced (the rows are measurements on a WSE-2: an assumption about the wafer being
+# predicted must not move them)
+CALIBRATION_PREFIX = "calibration."
 
 _ACTIVE: contextvars.ContextVar[Mapping[str, float] | None] = contextvars.ContextVar(
     "wse_assumptions", default=None
 )
 
 
+def _fitted(key: str) -> bool:
+    return CONSTANTS[key].basis == "fitted"
+
+
+def constant_key(key: str) -> str:
+    """The registry key an assumption's key names (`calibration.clock_hz` -> clock_hz); a
+    SpecError for a key the registry does not know, and for `calibration.` before a key that
+    is already the calibration's (a fitted constant, a setting)."""
+    base = key.removeprefix(CALIBRATION_PREFIX)
+    if base not in ASSUMED_FIELDS:
+        known = [*ASSUMED_FIELDS, *(CALIBRATION_PREFIX + k for k in ASSUMED_FIELDS)]
+        raise SpecError(
+            f"unknown assumption {shown(key)}{suggest(key, known)}; known: "
+            f"{', '.join(ASSUMED_FIELDS)}, and {CALIBRATION_PREFIX}FIELD for a wafer field of "
+            "the calibration's WSE-2"
+        )
+    if base != key and (base in CALIBRATION_KEYS or _fitted(base)):
+        what = "a setting of the calibration" if base in CALIBRATION_KEYS else (
+            "fitted on the calibration set: an assumed value is held on every wafer, the "
+            "calibration's too"
+        )  # fmt: skip
+        raise SpecError(f"{key}: {base} is {what}; assume it as {base}=VALUE")
+    return base
+
+
 def _check(values: Mapping[str, Any]) -> dict[str, float]:
     out = {}
     for key, value in values.items():
-        if key not in ASSUMED_FIELDS:
-            raise SpecError(
-                f"unknown assumption {shown(key)}{suggest(key, ASSUMED_FIELDS)}; "
-                f"known: {', '.join(ASSUMED_FIELDS)}"
-            )
+        c = CONSTANTS[constant_key(key)]
         try:
             out[key] = float(ascii_only(value))  # hunt 61: '４' was read as 4
         except (TypeError, ValueError, OverflowError):
             raise SpecError(f"assumption {key} must be a number, got {value!r}") from None
         if not math.isfinite(out[key]):
             raise SpecError(f"assumption {key} must be a finite number, got {value!r}")
-        c = CONSTANTS[key]
         why = c.outside(out[key])  # hunt 57: fp32_mul_width=1e30 was priced
         if why:
             sweep = f"; plausible: {', '.join(f'{v:g}' for v in c.sweep)}" if c.sweep else ""
@@ -76,7 +118,9 @@ def _check(values: Mapping[str, Any]) -> dict[str, float]:
 
 @contextlib.contextmanager
 def assume(**values: Any) -> Iterator[Mapping[str, float]]:
-    """Replace assumed spec fields in every preset inside the block."""
+    """The assumptions `values` inside the block (what each key moves: the module's
+    docstring): a wafer field is applied to the wafers being priced, `calibration.KEY` to
+    the calibration's."""
     merged = {**(_ACTIVE.get() or {}), **_check(values)}
     token = _ACTIVE.set(merged)
     try:
@@ -91,9 +135,29 @@ def active() -> Mapping[str, float]:
 
 
 def applied(spec: WaferSpec, values: Mapping[str, float]) -> WaferSpec:
-    """`spec` with the spec fields among the assumptions `values` replaced (the calibration
-    settings among them are not spec fields: `setting` reads them)."""
-    changes = {k: v for k, v in _check(values).items() if k not in CALIBRATION_KEYS}
+    """`spec`, a wafer being priced, with the spec fields among the assumptions `values`
+    replaced (the calibration settings among them are not spec fields: `setting` reads them;
+    `calibration.KEY` is the calibration's wafers': `calibration_spec`)."""
+    changes = {k: v for k, v in _check(values).items()
+               if k not in CALIBRATION_KEYS and not k.startswith(CALIBRATION_PREFIX)}  # fmt: skip
+    return spec.replace(**changes) if changes else spec
+
+
+def for_calibration(values: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The assumptions among `values` (default: the active ones) that move the calibration:
+    its settings, the fitted constants held, and `calibration.KEY`."""
+    given = active() if values is None else values
+    return {k: v for k, v in given.items()
+            if k.startswith(CALIBRATION_PREFIX) or k in CALIBRATION_KEYS or _fitted(k)}  # fmt: skip
+
+
+def calibration_spec(name: str) -> WaferSpec:
+    """The preset `name` as the calibration prices its rows on it (`wse_core.cost.calibration`):
+    the wafer the rows were measured on, under the fitted constants held and the
+    `calibration.KEY` assumptions only; `clock_hz=...` is the priced wafers' (hunt 66)."""
+    given = for_calibration()
+    changes = {constant_key(k): v for k, v in given.items() if k not in CALIBRATION_KEYS}
+    spec = preset(name)
     return spec.replace(**changes) if changes else spec
 
 
@@ -108,22 +172,74 @@ def resolve_spec(
     both), then the field changes `sets` (`--set FIELD=VALUE`), then the assumptions
     (`--assume KEY=VALUE`, checked against the registry). A spec file with or without
     `base:` takes `--assume` alike: an assumption changes a field of whatever spec was read.
-    Neither name nor file: wse3."""
+    Neither name nor file: wse3. A fitted constant (`dsd_issue_cycles`, ...) in the file
+    other than the presets' prior, or in `sets`, is refused (`_refuse_fitted`)."""
     if name is not None and path is not None:
         raise SpecError("give a wafer preset or a spec file (--spec), not both")
     if path is not None:
         spec = load_spec(path)
+        _refuse_fitted(f"spec file {str(path)!r}", _moved_priors(spec))
     else:  # '' is an unknown preset, as any other name is
         spec = preset(name if name is not None else DEFAULT_WAFER)
     if sets:
+        _refuse_fitted("--set", sets)
         spec = refuse_past_the_grid(spec.replace(**dict(sets)), sets)
     return applied(spec, assumptions or {})
+
+
+def _moved_priors(spec: WaferSpec) -> dict[str, str]:
+    """The fitted constants `spec` holds at other than the prior every preset holds."""
+    prior = {f.name: f.default for f in dataclasses.fields(WaferSpec)}
+    return {k: f"{getattr(spec, k):g}" for k in CONSTANTS
+            if _fitted(k) and getattr(spec, k) != prior[k]}  # fmt: skip
+
+
+def _refuse_fitted(source: str, given: Mapping[str, Any]) -> None:
+    """Hunt 66: a spec file's `dsd_issue_cycles: 100` was read and never priced (the
+    calibration puts its fitted value into every spec it prices), with no word. A fitted
+    constant is no figure of a wafer but of the model, fitted on the calibration set; the
+    way to price another value is an assumption, which every prediction lists. A file may
+    restate the prior every preset holds (a preset's dump does); `--set` may not name one."""
+    for key, value in given.items():
+        if key not in CONSTANTS or not _fitted(key):
+            continue
+        raise SpecError(
+            f"{source} gives {key} = {str(value):.40}, but {key} is fitted on the calibration set "
+            "(every prediction prices the fitted value; `wse experiments run "
+            "cost-model-calibration` shows its rows), so a wafer spec cannot set it: remove "
+            "it, or price another value as an assumption, listed with the prediction: `wse "
+            f"experiments run NAME --assume {key}=VALUE`"
+        )
 
 
 def assumed_spec(name: str) -> WaferSpec:
     """The preset `name` under the active `assume` block: the experiment runners' edge
     (`wse experiments run NAME --assume KEY=VALUE`)."""
     return applied(preset(name), active())
+
+
+def refuse_refit_past_limits(key: str, value: float) -> None:
+    """A refit of the calibration (`wse_core.cost.calibration`) that takes the fitted
+    constant `key` to `value`, past its `limits`, names the assumptions that drove it there
+    (hunt 63: `--sweep clock_hz=1e6,1e11` said only "dsd_issue_cycles must be in [0, 10000]
+    cycles/DSD, got 48830.57", the spec's refusal of the refitted constant)."""
+    c = CONSTANTS[key]
+    low, high = c.limits
+    if low <= value <= high:
+        return
+    given = for_calibration()  # the priced wafers' assumptions do not move the fit
+    cause = ", ".join(f"{k}={v:g}" for k, v in given.items()) or "the calibration rows"
+    sweeps = {k: CONSTANTS[constant_key(k)].sweep for k in given
+              if CONSTANTS[constant_key(k)].sweep}  # fmt: skip
+    hints = [f"{k} nearer its plausible {', '.join(f'{x:g}' for x in r)}"
+             for k, r in sweeps.items() if not min(r) <= given[k] <= max(r)]  # fmt: skip
+    figure = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    raise SpecError(
+        f"{cause} {'takes' if len(given) == 1 else 'take'} the refit of {key} to {figure} "
+        f"{c.units}, past its limit [{low:,g}, {high:,g}]: the calibration's published rows "
+        f"cannot be met there; assume {' and '.join(hints) or 'other values'}, or hold {key} "
+        f"with --assume {key}=VALUE (an assumed constant is not refitted)"
+    )
 
 
 def setting(key: str) -> float:
@@ -158,10 +274,15 @@ def parse_assumptions(items: list[str] | tuple[str, ...]) -> dict[str, float]:
 def listed(spec: Any) -> dict[str, str]:
     """Every assumption of `spec` with its value and why it is an assumption."""
     changed = active()
-    return {
+    out = {
         key: f"{value_of(spec, key):g}{' (changed by --assume)' if key in changed else ''}: {why}"
         for key, why in ASSUMED_FIELDS.items()
     }
+    for key, value in changed.items():  # the calibration's wafers', refitted under them
+        if key.startswith(CALIBRATION_PREFIX):
+            out[key] = (f"{value:g} (changed by --assume): the calibration's wafers' "
+                        f"{constant_key(key)}; the calibration is refitted under it")  # fmt: skip
+    return out
 
 
 def value_of(spec: Any, key: str) -> float:

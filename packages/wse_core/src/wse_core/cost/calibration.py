@@ -3,8 +3,13 @@
 Contract. `current()` returns the `Calibration` in force: `values`, the fitted `WaferSpec`
 fields (`wse_core.cost.mechanisms` marks them `fitted`), `fitted_on`, the rows that determine
 each, and `settings`, the calibration settings in force (`wse_core.cost.assumptions.setting`).
-`PerfModel` puts `values` into the spec it prices with; nothing divides any cost. The fit
-runs lazily, once per set of active assumptions; a fitted constant the user assumes
+`PerfModel` puts `values` into the spec it prices with; nothing divides any cost. The rows
+are priced on the wafers they were measured on (`wse_core.cost.assumptions.calibration_spec`:
+the `wse2` and `wse1` presets), which an assumption about the wafer being priced
+(`--assume clock_hz=...`) does not move (hunt 66: it did, and a faster WSE-3 clock refitted
+the WSE-2 rows into a slower WSE-3); `--assume calibration.clock_hz=...` moves them, and
+`wafer`, `clock_hz` and `wafer_assumed` say what the fit used. The fit runs lazily, once per
+set of assumptions that move it (`for_calibration`); a fitted constant the user assumes
 (`--assume dsd_issue_cycles=20`) is held there and not fitted. Rows (the calibration set of
 shared/REFERENCES.md and nothing else; `rows()` gives each with its published and model
 figure and its role):
@@ -107,6 +112,11 @@ class Calibration:
     # constant -> its row's model / published - 1 where the fit could not meet it (a constant
     # held at 0 because the rows disagree under the assumptions in force)
     misses: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # the wafer its rows are priced on, its clock, and the `calibration.KEY` assumptions
+    # in force on it (fields by name; empty: the preset as published)
+    wafer: str = ""
+    clock_hz: float = 0.0
+    wafer_assumed: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -114,7 +124,17 @@ class Calibration:
             "fitted_on": dict(self.fitted_on),
             "settings": dict(self.settings),
             "misses": dict(self.misses),
+            "wafer": self.wafer,
+            "clock_hz": self.clock_hz,
+            "wafer_assumed": dict(self.wafer_assumed),
         }
+
+    def on_wafer(self) -> str:
+        """ "wse2 at 8.5e+08 Hz", with the `calibration.KEY` assumptions on it if any."""
+        from wse_core.cost.assumptions import CALIBRATION_PREFIX
+
+        given = ", ".join(f"{CALIBRATION_PREFIX}{k}={v:g}" for k, v in self.wafer_assumed.items())
+        return f"{self.wafer} at {self.clock_hz:g} Hz" + (f" (assumed: {given})" if given else "")
 
     def describe(self) -> str:
         from wse_core.cost.mechanisms import CONSTANTS
@@ -128,6 +148,7 @@ class Calibration:
         sets = ", ".join(f"{k} = {v:g}" for k, v in self.settings.items())
         missed = ", ".join(f"{k} {100 * m:+.1f}%" for k, m in self.misses.items())
         return "; ".join(parts) + (f"; settings: {sets}" if sets else "") + (
+            f"; rows priced on {self.on_wafer()}" if self.wafer else "") + (
             f"; the rows cannot all be met under these assumptions (a constant would be "
             f"negative; it is held at 0): rows missed, by the constant each fits: {missed}"
             if missed else ""
@@ -143,11 +164,11 @@ def wave25_phases(nz: int, block_z: int, steps: int) -> Phases:
 
 
 def _wse(name: str) -> WaferSpec:
-    """The calibration case's wafer under the active assumptions (the fit is refitted under
-    them: `current`)."""
-    from wse_core.cost.assumptions import assumed_spec
+    """The calibration case's wafer, as measured, under the assumptions that move the
+    calibration only (`calibration_spec`; the fit is refitted under them: `current`)."""
+    from wse_core.cost.assumptions import calibration_spec
 
-    return assumed_spec(name)
+    return calibration_spec(name)
 
 
 def table_ii_phases(steps: int = STENCIL_STEPS) -> Phases:
@@ -245,9 +266,11 @@ def _solve(targets: Mapping[str, tuple]) -> dict[str, float]:
     if not keys:
         return {}
 
+    from wse_core.cost.assumptions import refuse_refit_past_limits
+
     def residual(x) -> np.ndarray:
         for key, v in zip(keys, x, strict=True):
-            _refuse_past_limits(key, float(v))
+            refuse_refit_past_limits(key, float(v))
         cal = Calibration(values=dict(zip(keys, (float(v) for v in x), strict=True)))
         return np.array([targets[k][0](cal) / targets[k][1] - 1.0 for k in keys])
 
@@ -261,37 +284,11 @@ def _solve(targets: Mapping[str, tuple]) -> dict[str, float]:
     return dict(zip(keys, (float(v) for v in x), strict=True))
 
 
-def _refuse_past_limits(key: str, value: float) -> None:
-    """A refit that takes a constant past its `limits` names the assumptions that drove it
-    there (hunt 63: `--sweep clock_hz=1e6,1e11` said only "dsd_issue_cycles must be in [0,
-    10000] cycles/DSD, got 48830.57", the spec's refusal of the refitted constant)."""
-    from wse_core.cost.assumptions import active
-    from wse_core.cost.mechanisms import CONSTANTS
-    from wse_core.errors import SpecError
-
-    c = CONSTANTS[key]
-    low, high = c.limits
-    if low <= value <= high:
-        return
-    given = active()
-    cause = ", ".join(f"{k}={v:g}" for k, v in given.items()) or "the calibration rows"
-    sweeps = {k: CONSTANTS[k].sweep for k in given if k in CONSTANTS and CONSTANTS[k].sweep}
-    hints = [f"{k} nearer its plausible {', '.join(f'{x:g}' for x in r)}"
-             for k, r in sweeps.items() if not min(r) <= given[k] <= max(r)]  # fmt: skip
-    shown = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-    raise SpecError(
-        f"{cause} {'takes' if len(given) == 1 else 'take'} the refit of {key} to {shown} "
-        f"{c.units}, past its limit [{low:,g}, {high:,g}]: the calibration's published rows "
-        f"cannot be met there; assume {' and '.join(hints) or 'other values'}, or hold {key} "
-        f"with --assume {key}=VALUE (an assumed constant is not refitted)"
-    )
-
-
 def _fit(excluded: frozenset[str] = frozenset(), published: Mapping[str, float] = {}):
-    from wse_core.cost.assumptions import active, setting
+    from wse_core.cost.assumptions import CALIBRATION_PREFIX, for_calibration, setting
     from wse_core.cost.mechanisms import CALIBRATION_KEYS
 
-    pinned = active()
+    pinned = for_calibration()
     targets = {k: v for k, v in _targets(excluded, published).items() if k not in pinned}
     values = _solve(targets)
     fitted_on = {k: targets[k][2] for k in values}
@@ -299,9 +296,12 @@ def _fit(excluded: frozenset[str] = frozenset(), published: Mapping[str, float] 
     cal = Calibration(values=MappingProxyType(values), fitted_on=MappingProxyType(fitted_on))
     misses = {k: m for k, (model, figure, _) in targets.items()
               if abs(m := model(cal) / figure - 1.0) > 1e-6}  # fmt: skip
+    on_wafer = {k.removeprefix(CALIBRATION_PREFIX): v for k, v in pinned.items()
+                if k.startswith(CALIBRATION_PREFIX)}  # fmt: skip
     return dataclasses.replace(
-        cal, settings=MappingProxyType(settings), misses=MappingProxyType(misses)
-    )
+        cal, settings=MappingProxyType(settings), misses=MappingProxyType(misses),
+        wafer="wse2", clock_hz=_wse("wse2").clock_hz, wafer_assumed=MappingProxyType(on_wafer),
+    )  # fmt: skip
 
 
 @functools.cache
@@ -312,7 +312,7 @@ def _fit_cached(
 ) -> Calibration:
     from wse_core.cost.assumptions import assume
 
-    with assume(**dict(key)):
+    with assume(**dict(key)):  # the fit reads only what moves it (`for_calibration`)
         return _fit(excluded, dict(published))
 
 
@@ -322,10 +322,10 @@ def current(
     """The calibration in force under the active assumptions (fitted on first use);
     `excluded`: row names to leave out of the fit (for `leave_one_out`); `published`: row
     figures to use instead of the published ones (a perturbation, for tests)."""
-    from wse_core.cost.assumptions import active
+    from wse_core.cost.assumptions import for_calibration
 
     pub = tuple(sorted((published or {}).items()))
-    return _fit_cached(tuple(sorted(active().items())), frozenset(excluded), pub)
+    return _fit_cached(tuple(sorted(for_calibration().items())), frozenset(excluded), pub)
 
 
 def row(case: str, quantity: str, published: float, model: float, role: str, bound: str):

@@ -1,13 +1,17 @@
 """Sensitivity: how each prediction of an experiment moves over one assumption's range.
 
 Contract. `sweep(predict_fn, key, values, seed=...)` calls `predict_fn(seed=seed)` (a list
-of `PredictionRow`) once per value inside `wse_core.cost.assumptions.assume(key=value)` (the
-calibration is refitted under each) and returns a `Sweep`: one line per prediction (its
-name and the params that say which case it is) with its value at each setting, and the
-relative change from the first setting. `values=None` takes the constant's plausible range
+of `PredictionRow`) once per value inside `wse_core.cost.assumptions.assume(key=value)` and
+returns a `Sweep`: one line per prediction (its name and the params that say which case it
+is) with its value at each setting, and the relative change from the first setting, and
+the calibration in force at each setting. A wafer field (`clock_hz`) moves the wafers being
+priced, not the calibration; `calibration.clock_hz`, a setting or a fitted constant refits
+it, and the table shows how its constants moved and any row it could not meet (hunt 66:
+a WSE-3 clock sweep refitted the WSE-2 rows, and only a long column of the measurement table
+said so). `values=None` takes the constant's plausible range
 (`wse_core.cost.mechanisms.CONSTANTS[key].sweep`). `Sweep.markdown()` / `write(folder)` give the
 table `wse experiments run NAME --sweep KEY=a,b,c` prints and saves as
-`sweep_<key>.md` / `.csv`.
+`sweep_<key>.md` / `.csv` (the .csv: the predictions).
 """
 
 from __future__ import annotations
@@ -15,9 +19,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wse_core.errors import SpecError, shown
 from wse_core.studies.experiment import PredictionRow
+
+if TYPE_CHECKING:
+    from wse_core.cost.calibration import Calibration
 
 __all__ = ["Sweep", "sweep", "parse_sweep", "sweep_values", "CASE_KEYS"]
 
@@ -43,18 +51,35 @@ class Sweep:
     key: str
     values: tuple[float, ...]
     lines: tuple[tuple[str, str, tuple[float, ...]], ...]  # (label, unit, value per setting)
+    calibrations: tuple[Calibration, ...] = ()  # in force at each setting (none: not shown)
 
     def markdown(self) -> str:
-        head = ["prediction", "unit", *(f"{self.key}={v:g}" for v in self.values), "range"]
-        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for label, unit, vals in self.lines:
-            base = vals[0]
-            cells = [
-                f"{v:.5g}" + (f" ({v / base - 1:+.1%})" if base and i else "")
-                for i, v in enumerate(vals)
-            ]
-            out.append("| " + " | ".join([label, unit, *cells, _spread(vals)]) + " |")
-        return "\n".join(out) + "\n"
+        return _table(self.key, self.values, "prediction", self.lines) + self._calibration()
+
+    def _calibration(self) -> str:
+        """What the calibration was at each setting: one line where it never moved, else
+        its wafer's clock and fitted constants by setting and the rows it missed."""
+        cals = self.calibrations
+        if not cals:
+            return ""
+        first = cals[0]
+        if all(_fit_of(c) == _fit_of(first) for c in cals):
+            fitted = ", ".join(f"{k} = {v:.4g}" for k, v in first.values.items())
+            return (f"\ncalibration: the same at every setting ({self.key} does not move it):"
+                    f" rows priced on {first.on_wafer()}; {fitted}\n")  # fmt: skip
+        from wse_core.cost.mechanisms import CONSTANTS
+
+        keys = dict.fromkeys(k for c in cals for k in c.values)  # a held one is not fitted
+        lines = [(f"{first.wafer} clock_hz", "Hz", tuple(c.clock_hz for c in cals))]
+        lines += [(k, CONSTANTS[k].units, tuple(c.values.get(k, 0.0) for c in cals)) for k in keys]
+        missed = [
+            f"at {self.key}={v:g}: " + ", ".join(f"{k} {100 * m:+.1f}%" for k, m in miss.items())
+            for v, miss in zip(self.values, (c.misses for c in cals), strict=True) if miss
+        ]  # fmt: skip
+        note = ("\nrows the fit could not meet (a constant held at 0; by the constant each "
+                f"fits): {'; '.join(missed)}\n") if missed else ""  # fmt: skip
+        table = _table(self.key, self.values, "calibration", lines)
+        return f"\ncalibration refitted at each setting ({self.key} moves it):\n\n{table}{note}"
 
     def write(self, folder: Path) -> Path:
         from wse_core.studies.experiment import _require_folder
@@ -70,6 +95,25 @@ class Sweep:
         rows = [[label, unit, *vals] for label, unit, vals in self.lines]
         write_atomically(folder / f"sweep_{self.key}.csv", csv_text([head, *rows]))
         return path
+
+
+def _table(key: str, values: Sequence[float], what: str, lines) -> str:
+    """A markdown table: one line per (label, unit, value per setting), each value with its
+    change from the first setting, and the range."""
+    head = [what, "unit", *(f"{key}={v:g}" for v in values), "range"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, unit, vals in lines:
+        base = vals[0]
+        cells = [
+            f"{v:.5g}" + (f" ({v / base - 1:+.1%})" if base and i else "")
+            for i, v in enumerate(vals)
+        ]
+        out.append("| " + " | ".join([label, unit, *cells, _spread(vals)]) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _fit_of(cal: Calibration) -> tuple:
+    return dict(cal.values), cal.clock_hz, dict(cal.wafer_assumed), dict(cal.misses)
 
 
 def _spread(vals: Sequence[float]) -> str:
@@ -97,10 +141,11 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
     if not key:
         raise SpecError(f"--sweep takes KEY=a,b,c or KEY, got {shown(item)}")
     if not sep:
+        from wse_core.cost.assumptions import constant_key
         from wse_core.cost.mechanisms import CONSTANTS
 
-        low = CONSTANTS[key].limits[0] if key in CONSTANTS else 0.0
-        parse_assumptions([f"{key}={low!r}"])  # the key must be a known assumption
+        low = CONSTANTS[constant_key(key)].limits[0]  # the key must be a known assumption
+        parse_assumptions([f"{key}={low!r}"])
         return key, None
     parts = [v.strip() for v in rest.split(",")]
     if not any(parts):
@@ -118,9 +163,10 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
 
 def sweep_values(key: str, values: Sequence[float] | None) -> tuple[float, ...]:
     """The values a sweep of `key` runs: `values`, or the constant's plausible range."""
+    from wse_core.cost.assumptions import constant_key
     from wse_core.cost.mechanisms import CONSTANTS
 
-    out = tuple(CONSTANTS[key].sweep if values is None else values)
+    out = tuple(CONSTANTS[constant_key(key)].sweep if values is None else values)
     if not out:
         raise SpecError(f"{key} has no plausible range to sweep: give KEY=a,b,c")
     return out
@@ -135,12 +181,15 @@ def sweep(
 ) -> Sweep:
     """Every prediction of `predict_fn` at each value of the assumption `key`."""
     from wse_core.cost.assumptions import assume
+    from wse_core.cost.calibration import current
 
     values = sweep_values(key, values)
     table: dict[str, tuple[str, list[float]]] = {}
+    cals = []
     for v in values:
         with assume(**{key: v}):
             rows = predict_fn(seed=seed)
+            cals.append(current())  # the one the predictions priced with (cached)
         seen: dict[str, int] = {}
         for row in rows:
             label = _label(row)
@@ -149,4 +198,4 @@ def sweep(
             unit, vals = table.setdefault(label, (row.unit, []))
             vals.append(float(row.value))
     lines = tuple((lab, unit, tuple(vals)) for lab, (unit, vals) in table.items())
-    return Sweep(key, tuple(float(v) for v in values), lines)
+    return Sweep(key, tuple(float(v) for v in values), lines, tuple(cals))

@@ -1,0 +1,48 @@
+"""Hunt 66: `wse experiments run hotchips24-inference --sweep clock_hz=8.5e8,1.1e9,2e9` gave
+Llama 3.1 8B on one WSE-3 2310.8, 1352.3 and 1222.6 tokens/s (a 2.35x faster clock, 47% fewer
+tokens), and its column at WSE-3's own 1.1 GHz (1352.3) was 2.2x off the plain run (2986.41):
+the assumed clock was written into the WSE-2 the calibration is fitted on, and the refit
+priced WSE-3. `fp32_mul_width` 1 -> 2 took the fp16 decode from 2986.4 to 1376.9. Now a
+wafer field moves the priced wafer only (`calibration.clock_hz` moves the calibration)."""
+
+from __future__ import annotations
+
+import pytest
+from wse_core.cost import calibration
+from wse_core.cost.assumptions import assume
+from wse_core.studies.sweeps import sweep
+from wse_inference.studies.hotchips24_inference import run_predictions
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _rates(result) -> dict[str, tuple[float, ...]]:
+    return {str(label.split()[1]): vals for label, _, vals in result.lines}
+
+
+def test_a_faster_wse3_clock_never_lowers_the_decode_rate():
+    plain = {str(r.params["model"]): r.value for r in run_predictions()}
+    result = sweep(run_predictions, "clock_hz", (0.85e9, 1.1e9, 1.5e9, 2e9))
+    rates = _rates(result)
+    assert set(rates) == {f"model={m}" for m in plain}
+    for model, value in plain.items():
+        vals = rates[f"model={model}"]
+        assert all(a < b for a, b in zip(vals, vals[1:], strict=False)), (model, vals)
+        assert vals[1] == value  # WSE-3's own clock: the plain run, exactly
+    assert plain["llama3.1-8b"] == pytest.approx(2986.41, abs=0.01)  # as before the fix
+    assert all(c is calibration.current() for c in result.calibrations)  # never refitted
+
+
+def test_a_wider_fp32_multiplier_never_lowers_the_decode_rate():
+    result = sweep(run_predictions, "fp32_mul_width", (1.0, 2.0))
+    for model, (narrow, wide) in _rates(result).items():
+        assert wide >= narrow, model
+
+
+def test_the_calibration_clock_still_refits_and_says_so():
+    with assume(**{"calibration.clock_hz": 1.1e9}):
+        rows = run_predictions()
+        cal = calibration.current()
+    eight = next(r for r in rows if r.params["model"] == "llama3.1-8b")
+    assert eight.value == pytest.approx(1352.3, abs=0.05)  # the hunt's refitted figure
+    assert cal.misses and cal.values["task_activation_cycles"] == 0.0
