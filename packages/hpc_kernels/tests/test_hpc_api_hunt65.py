@@ -69,7 +69,7 @@ def _stencil(**changes) -> StencilConfig:
         ({"steps": 2**31}, "steps must be an integer in 0..2147483647, got 2147483648"),
         ({"steps": True}, "steps must be an integer in 0..2147483647, got True"),
         ({"steps": -1}, "steps must be an integer in 0..2147483647, got -1"),
-        ({"spec": "tiny"}, "spec must be a WaferSpec (e.g. wse_core.preset('wse2')), got str"),
+        ({"spec": "tiny"}, "spec must be a WaferSpec (wse_core.preset(NAME) gives one), got str"),
         ({"kind": "jacobbi"}, "unknown kind 'jacobbi' (did you mean 'jacobi'?); use one of"),
     ],
 )

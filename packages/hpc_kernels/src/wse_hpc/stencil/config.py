@@ -90,7 +90,7 @@ def check_config(cfg: StencilConfig) -> None:
         raise StencilError(f"unknown kind {_shown(cfg.kind)}{near}; use one of {', '.join(KINDS)}")
     if not isinstance(cfg.spec, WaferSpec):
         raise StencilError(
-            f"spec must be a WaferSpec (e.g. wse_core.preset('wse2')), got "
+            f"spec must be a WaferSpec (wse_core.preset(NAME) gives one), got "
             f"{type(cfg.spec).__name__} {_shown(cfg.spec)}"
         )
     if cfg.steps is not None:
