@@ -52,8 +52,13 @@ print(f"adjoint identity: {abs(lhs - rhs) / abs(lhs):.1e}")
 assert err < 10 * eps and abs(lhs - rhs) / abs(lhs) < 1e-4
 
 # %% [markdown]
-# The predicted time per product on a WSE-2 (memory-bound: every basis is read once per
-# product), with the measured emulator time beside it.
+# The predicted time per product on a WSE-2, with the measured emulator time beside it. Every
+# basis is read once per product, yet the model prices the product compute-bound: a PE's
+# column AXPY is one fp32 `@fmacs` per column, which runs one element a cycle (the SDK's table
+# has no wider fp32 FMAC), while the PE's two 32-bit SRAM read ports could deliver its bases
+# twice as fast. The instruction stream (those elements plus each column's DSD issue) is the
+# longer one: in phase 1 (`V^H x`), the slowest phase at both sizes of this page, the busiest
+# PE's FMAC elements alone take about twice the cycles its SRAM reads do.
 
 # %%
 report = eng.report(measured_wall_s=eng.time_matvec(x))

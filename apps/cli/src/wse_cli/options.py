@@ -23,7 +23,10 @@ How to declare one (keywords after the option's names, like `typer.Option`'s):
 - `unit`: said in the error and appended to the help with the range.
 - `limit`: the name of a size limit in `wse_core.host.limits.LIMITS` (`"serve_slots"`,
   `"devices"`, ...) checked after the range, before any work: a larger value is refused with
-  the limit and the variable that lifts it (docs/limits.md).
+  the limit and the variable that lifts it (docs/limits.md). The help shows the range as
+  enforced, its top the limit in force where that is below `le` / `lt`, and the variable
+  (`[0, 10000000]; WSE_LIMIT_TIME_STEPS lifts the top`), so the help's largest value is the
+  largest one accepted (hunt 66: `--steps` showed [0, 2147483647] and refused 10,000,001).
 - Tuples (`--grid NX NY NZ`) check every element. `None` (an option left out) passes, so
   "default: the config's" options keep `None` as their default.
 - Anything else `typer.Option` takes (`envvar`, `show_default`, ...) passes through.
@@ -126,6 +129,25 @@ def _range_text(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str) -> st
     return what + (f" ({unit})" if unit else "")
 
 
+def _help_range(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str, limit: str) -> str:
+    """The range the help shows for an option with a size limit: the limit in force (and the
+    variable that lifts it) as the top where it is below the option's own bound. Read as the
+    option is declared, at the import of its command's module: in the `wse` process that is
+    the value its check reads (wse_core.host.limits imports no JAX)."""
+    from wse_core.host.limits import LIMITS
+    from wse_core.host.limits import limit as in_force
+
+    lim = LIMITS[limit]
+    try:
+        top = in_force(limit)
+    except ValueError:  # a malformed WSE_LIMIT_*: the root callback refuses it in one line
+        top = int(lim.value())
+    bound = le if le is not None else lt
+    if bound is not None and bound <= top:  # the option's own bound is the tighter one
+        return _range_text(kind, gt, ge, lt, le, unit)
+    return f"{_range_text(kind, gt, ge, None, top, unit)}; {lim.env} lifts the top"
+
+
 def _fits(x: Any, gt: Any, ge: Any, lt: Any, le: Any) -> bool:
     if isinstance(x, _NotANumber) or (isinstance(x, float) and not math.isfinite(x)):
         return False
@@ -201,5 +223,6 @@ def number(
         return value
 
     setattr(check, NUMBER_MARK, NumberSpec(kind, gt, ge, lt, le, unit, limit))
-    text = f"{help} ({wanted})" if help else wanted
+    shown = wanted if limit is None else _help_range(kind, gt, ge, lt, le, unit, limit)
+    text = f"{help} ({shown})" if help else shown
     return typer.Option(default, *names, parser=_parse(kind), callback=check, help=text, **option)

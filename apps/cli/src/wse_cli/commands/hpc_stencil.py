@@ -115,7 +115,10 @@ def stencil(
     steps: int = number(
         None,
         "--steps",
-        help="Steps (BiCGSTAB: iteration cap).",
+        help=(
+            "Steps (default: 100 for jacobi and heat, 50 for wave25); BiCGSTAB: the iteration"
+            " cap (default: 1000)."
+        ),
         kind=int,
         ge=0,
         le=INT32_MAX,
@@ -123,7 +126,13 @@ def stencil(
     ),
     # hunt 57: a target of 1e300 (met by the initial residual) printed nan Gcell/s after an
     # overflow warning; a relative residual target is below 1
-    tol: float = number(None, "--tol", help="BiCGSTAB relative residual target.", gt=0, lt=1),
+    tol: float = number(
+        None,
+        "--tol",
+        help="BiCGSTAB relative residual target (default: 1e-3 mixed, 1e-6 fp32).",
+        gt=0,
+        lt=1,
+    ),
     dtype: str = typer.Option(
         None, "--dtype", help="fp32 | fp16 (jacobi, heat) | mixed (bicgstab, default)"
     ),
