@@ -49,6 +49,7 @@ def _rows(plan) -> list[tuple[str, str, str]]:
          gpu(lambda g: f"{tokens / g['step_s']:,.4g}")),
         ("batch per system", f"{plan.inputs['batch_per_system']} = {w['micro_batches']} x "
          f"micro-batch {w['micro_batch']} ({plan.inputs['micro_batch_size']})", ""),
+        *([("batch chosen", w["batch_choice"], "")] if w.get("batch_choice") else []),
         ("wafer step bound", f"{w['step_bound']}, streams add "
          f"{100 * w['stall_fraction']:.1f}%", ""),
         ("wafer step parts", f"compute {duration(w['compute_s'])}; busy: weights in "
@@ -113,6 +114,33 @@ def _wafers(w: dict) -> str:
     return f"{w['wafers_per_replica']} x {w['system']}" + (f" ({regions})" if regions else "")
 
 
+def _admission(layout: dict) -> str:
+    """The wait before a request is admitted (the busiest resource full), or none."""
+    wait = layout.get("admission_wait_s", 0.0)
+    return duration(wait) if wait > 0 else "none"
+
+
+def _window(layout: dict) -> str:
+    """A user's output window: its tokens alone and the others' prompts' stalls (hunt 66)."""
+    alone, stalls = layout["decode_alone_s"], layout["decode_stalls_s"]
+    return (
+        f"{duration(layout['decode_s'])} ({duration(alone)} alone + {duration(stalls)} "
+        "stalled by others' prompts)"
+        if stalls > 0
+        else duration(layout["decode_s"])
+    )
+
+
+def _token(layout: dict) -> str:
+    """T1 in parts: what moves it when wafers are added (hunt 66)."""
+    between = layout["between_wafers_s"]
+    return (
+        f"{duration(layout['token_s'])}: regions' work {duration(layout['regions_work_s'])}, "
+        f"hops and fixed cycles {duration(layout['regions_latency_s'])}, between wafers "
+        f"{duration(between) if between else 'none'}"
+    )
+
+
 def _serving_rows(plan) -> list[tuple[str, str, str]]:
     w, g = plan.wafer.to_dict(), plan.gpu.to_dict()
     both = lambda key, fmt: (fmt(w[key]), fmt(g[key]))  # noqa: E731
@@ -125,6 +153,10 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
         ("output tokens/s in all", *both("tokens_per_s", lambda x: f"{x:,.4g}")),
         ("prompt tokens/s in all", *both("input_tokens_per_s", lambda x: f"{x:,.4g}")),
         ("time to first token", *both("ttft_s", duration)),
+        ("of it, waiting to be admitted", *both("point", lambda p: _admission(p["layout"]))),
+        ("first token to last", _window(w["point"]["layout"]),
+         duration(g["point"]["layout"]["decode_s"])),
+        ("a token alone (wafer)", _token(w["point"]["layout"]), "-"),
         ("bound", *both("bound", str)),
         ("replicas for the load", *both("replicas", str)),
         ("energy per million tokens",

@@ -9,8 +9,10 @@ Predicted with `wse_systems.serving` (nothing fitted; see its modules for the mo
   working on one token at a time; prompts in blocks pipelined over the regions;
 - GPUs (`GpuServing`): one DGX H100 (8 GPUs) in replicas of every tp layout that holds the
   model, a batch per replica: weights read once per step plus every user's KV at
-  `HBM_FRACTION` of HBM bandwidth, against the batch's flops at `MFU` (both assumptions),
-  tensor-parallel all-reduces on NVLink;
+  `HBM_FRACTION` of HBM bandwidth, against the batch's flops at `MFU`, the fractions `wse
+  plan infer` uses too (`wse_systems.serving.gpu_step.FITTED_*`, fitted on TensorRT-LLM's
+  H100 rows, the calibration set's GPU rows; hunt 66: 0.4 and 0.8 were assumed here, so the
+  same GPU job was priced two ways), tensor-parallel all-reduces on NVLink;
 - each system's knee (`wse_systems.serving.knee`: per-user speed x aggregate maximal), its
   one-user speed, its best aggregate, the most users that fit; energy and cost per million
   tokens at the knee with the system busy all day (hardware rate and peak power, the
@@ -47,7 +49,7 @@ from wse_systems.serving import (
     frontier,
     knee,
 )
-from wse_systems.serving.gpu_step import GpuFractions
+from wse_systems.serving.gpu_step import FITTED_HBM_FRACTION, FITTED_MFU, GpuFractions
 
 __all__ = ["run", "CASES"]
 
@@ -57,8 +59,8 @@ WAFER = "wse3"
 # (published model name, wse_models preset, CS-3 systems)
 CASES = (("llama3.1-8b", "llama3-8b", 1), ("llama3.1-70b", "llama3-70b", 4))
 GPUS = 8  # one DGX H100
-MFU = 0.4  # assumption: achieved fraction of bf16 peak (wse_systems.gpu's default)
-HBM_FRACTION = 0.8  # assumption: achieved fraction of HBM bandwidth
+MFU = FITTED_MFU  # achieved fraction of the tensor peak, fitted (trtllm-h100)
+HBM_FRACTION = FITTED_HBM_FRACTION  # achieved fraction of HBM bandwidth, fitted (trtllm-h100)
 DRAFT, GAMMA, ALPHAS = "llama3-1b", 4, (0.6, 0.8)
 EMULATED_STAGES = 2
 
@@ -230,6 +232,8 @@ def _config() -> dict:
         "assumptions": {
             "mfu": MFU,
             "hbm_fraction": HBM_FRACTION,
+            "gpu_fractions_source": "fitted on NVIDIA TensorRT-LLM v0.19.0's H100 FP8 rows "
+            "(wse_systems.serving.gpu_step.FITTED_*, experiment trtllm-h100), as wse plan infer",
             "gpu_memory_usable": 0.9,
             "wafer_power_w": {"busy": peak, "idle": idle, "source": eco.system_of(wafer).source},
             "gpu_power_w_per_gpu": {"busy": gpeak, "idle": gidle,

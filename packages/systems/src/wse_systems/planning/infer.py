@@ -31,6 +31,7 @@ from wse_core import WaferSpec
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems import serving as sv
+from wse_systems.decoder import token_out_work
 from wse_systems.pipeline import GEMV_PROGRAMS, PipelinePlanError, Regions
 from wse_systems.planning.choice import ModelChoice, PlanError
 from wse_systems.planning.infer_inputs import (
@@ -178,7 +179,8 @@ def _serve(
         "usd_per_million_output_tokens": costs.usd_per_million_output,
         "usd_per_million_tokens_blend": costs.usd_per_million_blend,
     }
-    return SideResult(name, units * replicas, 1.0 / tok_s, energy, b, figures)
+    return SideResult(name, units * replicas, 1.0 / tok_s, energy, b, figures,
+                      time_key="s_per_output_token")  # fmt: skip
 
 
 def _limits(speed: float | None, ttft: float | None) -> str:
@@ -259,12 +261,37 @@ def plan_infer(
               "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     how = "users" if users else "limits" if min_user_tokens_per_s or max_ttft_s else "knee"
+    notes = _notes(g, wafer, work, gpu._replace(hbm_fraction=hbm_fraction, mfu=mfu), days,
+                   speculation) + _wafer_notes(ws, wp)  # fmt: skip
     return ServingPlan(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
-        {"user_speed": speed, "user_speed_and_throughput": both},
-        _notes(g, wafer, work, gpu._replace(hbm_fraction=hbm_fraction, mfu=mfu), days,
-               speculation),
+        {"user_speed": speed, "user_speed_and_throughput": both}, notes,
     )  # fmt: skip
+
+
+def _wafer_notes(ws: sv.WaferServing, point: sv.OperatingPoint) -> list[str]:
+    """What the wafer's token leaves out and what its wafers cost, in numbers (hunt 66)."""
+    plan, lay = ws.plans(1)[0], point.layout
+    trip = ws.model.cost(token_out_work(plan)).seconds
+    us = lambda s: f"{s * 1e6:.3g} us"  # noqa: E731
+    notes = [
+        "the token's trip to the host (its id off the wafer and one pass to the host, "
+        f"{us(trip)} a token at this spec's host I/O and system latency) is not on a token's "
+        "path: the wafer's I/O runs asynchronously from compute (Cerebras' release of "
+        "2024-10-24); experiment hotchips24-inference prices it for its 8B and 70B rows, "
+        "measured on the August 2024 release whose I/O waited on compute "
+        "(wse_systems.token.PUBLISHED_SETUP)",
+    ]
+    if ws.units > 1:
+        notes.append(
+            f"{ws.units} wafers per replica: a token alone takes {us(lay['token_s'])}, of "
+            f"which {us(lay['between_wafers_s'])} between wafers ({plan.wafer_crossings} "
+            f"passes) and {us(lay['regions_latency_s'])} of hops and fixed cycles in the "
+            f"regions ({us(lay['regions_work_s'])} of streaming work): more wafers give each "
+            "layer more PEs (less streaming work) but longer hops across larger regions and "
+            "more passes between wafers"
+        )
+    return notes
 
 
 def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
@@ -280,7 +307,15 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         f"priced per instruction (wse_systems.decoder, the one calibration), each GEMV as "
         f"{GEMV_NOTE[gemv]}; a region works on "
         "one item at a time, a decode token or a prompt block; prompt blocks go first; a "
-        "request holds each region for its output tokens and its prompt blocks",
+        "request holds each region for its output tokens and its prompt blocks; another "
+        "user's prompt block stalls a user's token for the block's longest hold of one "
+        "region (a lower bound: stalls at other regions are taken to overlap)",
+        "tokens/s per user: output tokens over the time from the first token to the last as "
+        "the user sees it (vLLM's and NVIDIA genai-perf's per-user output speed, 1 / TPOT), "
+        "the other users' work interleaved with it included (wafer: their prompt blocks' "
+        "stalls; GPU: their prompt chunks in its rounds); requests paced by completions; "
+        "when the busiest region or the GPUs' rounds are full, a new request waits to be "
+        "admitted and the wait is part of its first token",
         f"GPU (wse_systems.serving.gpus), {prec.name}: weights read once per step plus every "
         f"user's KV at {hbm_fraction:g} of HBM bandwidth, against the step's flops at MFU "
         f"{mfu:g} of {prec.peak_flops(g) / 1e12:g} TFLOP/s dense {prec.name} (the fractions "
@@ -288,13 +323,17 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         f"tensor-parallel all-reduces per layer; {prec.name} weights and KV within 90% of HBM;"
         " replicas of the best tp x pp layout for the load",
         f"GPU scheduling (chunked prefill): {sv.gpus.TOKEN_BUDGET} tokens a step, the decoding "
-        "users' tokens first, prompt chunks in the rest; a step carries the prompts of the "
-        "requests it finishes",
+        "users' tokens first, prompt chunks in the rest; a user's rounds carry the other "
+        "users' prompt chunks, its own prompt runs in its first token",
         "time to first token under load: the step or item under way, then the prompt's own "
-        "chunks (GPU) or blocks (wafer) at the capacity the policy gives them",
+        "chunks (GPU) or blocks (wafer) at the capacity the policy gives them, and when "
+        "full the wait to be admitted; a request's period: its first token and its output "
+        "(both systems, wse_systems.serving.frontier.RequestTimes)",
         "$/M input and output tokens: hardware hours x rate split by the prompts' share of "
-        "the system's time; blend: over all tokens of the workload; usd_per_million_tokens: "
-        "all costs (people included) over output tokens",
+        "the system's time (wafer: their share of the busiest region's time, at every load; "
+        "GPU: a round with its prompt tokens less one without, over the round with them); "
+        "blend: over all tokens of the workload; usd_per_million_tokens: all costs (people "
+        "included) over output tokens",
         f"replicas sized for the tokens per day (output tokens); rented all day, idle when not"
         f" busy; engineering hours spread over {days:g} days",
     ]

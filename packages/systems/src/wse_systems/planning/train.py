@@ -11,8 +11,9 @@ time (`match_gpus`: never above a count the plan priced that is already as fast)
 assumptions in words. Nothing here compiles anything. Shared with serving: `SideResult`,
 the input checks (`check_positive`, `check_rates`), the rates and `power_notes`.
 
-Wafer time comes from the training predictor through ONE adapter (`wafer_train_step`), so a
-rewrite of it is repointed here only. GPU time, energy and cost come from `wse_systems.gpu`
+Wafer time comes from the training predictor through ONE adapter
+(`wse_systems.planning.train_step.wafer_train_step`, with the default batch it chooses), so a
+rewrite of it is repointed there only. GPU time, energy and cost come from `wse_systems.gpu`
 and `wse_systems.economics`.
 """
 
@@ -28,6 +29,7 @@ from wse_core import WaferSpec
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems.planning.choice import ModelChoice, PlanError, check_context
+from wse_systems.planning.train_step import default_batch, wafer_train_step
 from wse_systems.transformer import DecoderShape, num_params
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "SideResult",
     "Plan",
     "wafer_train_step",
+    "default_batch",
     "TrainBatch",
     "TrainGpus",
     "plan_train",
@@ -48,63 +51,13 @@ __all__ = [
     "power_notes",
 ]
 
-# ---- the adapters: the only calls into the workload packages' predictors -------------------
-
-
-def wafer_train_step(
-    config: Any, spec: WaferSpec, *, num_csx: int, batch: int | None, seq_len: int,
-    micro_batch: int | str | None = "explore",
-) -> tuple[float, int, dict[str, Any]]:  # fmt: skip
-    """(seconds per step, batch per system, figures) of weight-streaming training, from the
-    planned step (`wse_systems.training.micro_batch.plan_step`: the micro-batch resolved,
-    "explore" the fastest; a RunReport) and its scaling against one system
-    (`wse_systems.training.scaling`): weak, one system with the same per-system batch;
-    strong, one system with the whole global batch, each at its fastest micro-batch.
-    Figures: tokens/s, micro-batch and their count, what sets the step, the step's parts
-    (compute, weights in, gradients out, MemoryX's update: busy seconds) and the seconds the
-    streams add. With `batch` None the
-    batch is the smallest that keeps the streams hidden (`no_stall_batch`; 1 when no batch
-    the SRAM plan places does)."""
-    from wse_core import WseError
-
-    from wse_systems.training.micro_batch import plan_step
-    from wse_systems.training.performance import no_stall_batch
-    from wse_systems.training.scaling import scale_point
-
-    if batch is None:
-        batch = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len) or 1
-
-    def step(n: int, b: int, m: int | str | None = "explore") -> Any:
-        return plan_step(config, spec, num_csx=n, batch_per_system=b, seq_len=seq_len,
-                         micro_batch=m)  # fmt: skip
-
-    report = step(num_csx, batch, micro_batch)
-    weak = step(1, batch)  # one system at its fastest micro-batch: speedup <= N
-    try:
-        strong = step(1, num_csx * batch)
-    except WseError:  # no micro-batch of the global batch fits one system
-        strong = None
-    x, point = report.extra, scale_point(spec, report, weak.extra["tokens_per_s"])
-    figures = {
-        **{k: x[k] for k in ("tokens_per_s", "weight_chunks", "micro_batch", "micro_batches",
-                             "step_bound", "stall_fraction")},
-        **{k: getattr(point, k) for k in ("compute_s", "weights_in_s", "gradients_out_s",
-                                          "memoryx_update_s", "exposed_s", "swarmx_levels")},
-        "weak_speedup": point.speedup, "weak_efficiency": point.efficiency,
-        "strong_speedup": None, "strong_efficiency": None,
-    }  # fmt: skip
-    if strong is not None:
-        p = scale_point(spec, report, strong.extra["tokens_per_s"])
-        figures |= {"strong_speedup": p.speedup, "strong_efficiency": p.efficiency}
-    return report.predicted_s, batch, figures
-
-
 # ---- results ------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class SideResult:
-    """One system's answer. `units`: wafer systems or GPUs; per_item: per step or per token."""
+    """One system's answer. `units`: wafer systems or GPUs; `time_s`: what `time_key` names
+    (training: "train_s", the whole run; serving: "s_per_output_token")."""
 
     system: str
     units: int
@@ -112,12 +65,18 @@ class SideResult:
     energy_j: float
     bill: eco.Bill
     figures: dict[str, Any]
+    time_key: str = "train_s"
 
     def to_dict(self) -> dict[str, Any]:
+        # hunt 66: "time_s" meant seconds per output token in the infer JSON and the whole
+        # run in the train JSON; each key now names what it is. The train JSON keeps
+        # "time_s" as an alias of "train_s" (apps/cli/tests/test_plan_cli.py reads it).
+        alias = {"time_s": self.time_s} if self.time_key == "train_s" else {}
         return {
             "system": self.system,
             "units": self.units,
-            "time_s": self.time_s,
+            self.time_key: self.time_s,
+            **alias,
             "energy_j": self.energy_j,
             "energy_kwh": self.energy_j / 3.6e6,
             "cost_usd": self.bill.to_dict(),
@@ -304,8 +263,8 @@ class TrainGpus(NamedTuple):
 class TrainBatch(NamedTuple):
     """Each system's batch: `batch_per_system` sequences of `seq_len` tokens as micro-batches
     of `micro_batch` (an int, "explore" or "auto"); None: the model choice's (a params
-    file's), else the smallest batch that keeps the wafer fed, the fastest micro-batch and
-    min(the model's context, 8192)."""
+    file's), else `default_batch`'s, the fastest micro-batch and min(the model's context,
+    8192)."""
 
     batch_per_system: int | None = None
     micro_batch: int | str | None = None
@@ -357,7 +316,9 @@ def plan_train(
         "batches: --batch and batch_per_system are per system; params.yaml's batch_size is "
         "global (split over num_csx); each system runs micro-batches of micro_batch "
         "(micro_batch_size: explore = the fastest predicted divisor, auto = the largest the "
-        "SRAM ledger fits) and MemoryX accumulates their gradients",
+        "SRAM ledger fits) and MemoryX accumulates their gradients; with no batch given, the "
+        "smallest whose streams add <= 1% of the step, unless a power of two within a factor "
+        "2 of it runs > 1% more tokens/s (then the fastest of those: default_batch)",
         "wafer scaling against one system: weak = the same batch per system (the global "
         "batch grows with N), strong = the same global batch on one system; speedup = "
         "tokens/s(N) / tokens/s(1), one system at its fastest micro-batch; every system "

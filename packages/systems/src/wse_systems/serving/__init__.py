@@ -22,6 +22,7 @@ per-user speed, time to first token and cost include the prompt's work.
 from wse_systems.serving.frontier import (
     Frontier,
     OperatingPoint,
+    RequestTimes,
     ServingError,
     ServingSystem,
     Speculation,
@@ -41,6 +42,7 @@ __all__ = [
     "Frontier",
     "GpuServing",
     "OperatingPoint",
+    "RequestTimes",
     "RequestWork",
     "ServingError",
     "ServingSystem",

@@ -131,6 +131,16 @@ class Pipeline:
         """T1: one token through every element (the batch-1 seconds per token)."""
         return sum(p.seconds(1) for _, _, p in self.elements)
 
+    def token_parts_s(self) -> dict[str, float]:
+        """T1 in three parts (seconds): the regions' streaming work, the regions' latency
+        (hops, fixed cycles) and the passes between wafers (hunt 66: more wafers per
+        replica ran slower and the output did not say why)."""
+        regions = [p for _, region, p in self.elements if region]
+        work = sum(p.seconds(1, latency=False) for p in regions)
+        between = sum(p.seconds(1) for _, region, p in self.elements if not region)
+        return {"regions_work_s": work, "regions_latency_s": sum(p.seconds(1) for p in regions)
+                - work, "between_wafers_s": between}  # fmt: skip
+
     def occupancy_s(self, tokens: int = 1) -> dict[str, float]:
         """Seconds each element is held by a block of `tokens` tokens."""
         return {

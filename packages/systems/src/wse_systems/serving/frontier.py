@@ -20,7 +20,16 @@ still meets both limits, and a larger load that meets them may be missed).
 
 An `OperatingPoint` counts whole requests: its output tokens/s, and the prompt tokens/s
 (`input_tokens_per_s`) that come with them, and the share of the system's time the prompts
-take (`input_time_share`: what $/M input tokens is charged).
+take (`input_time_share`: what $/M input tokens is charged). Both systems build it from one
+`RequestTimes` (hunt 66: the GPUs left a request's own first token out of its period): a
+request's first token, its output from the first token to the last as the user sees it (the
+other users' work interleaved with it included), and the period the busiest resource allows;
+each user sends its next request when the last completes, so a user's period is
+max(first token + output, capacity); when the capacity binds, a new request waits to be
+admitted (vLLM's waiting queue), so its first token takes the excess. Tokens/s per user is
+vLLM's and NVIDIA's (genai-perf's "output token throughput per user", 1 / TPOT): output
+tokens over the time from the first token to the last; tokens/s in all: users x output
+tokens per period.
 
 `Workload` is what each user asks: prompt and output tokens and the context held per user
 (default prompt + output); a decode step reads `kv_tokens` = prompt + output // 2 cached
@@ -47,6 +56,7 @@ __all__ = [
     "Workload",
     "Speculation",
     "OperatingPoint",
+    "RequestTimes",
     "ServingSystem",
     "Frontier",
     "tokens_per_round",
@@ -158,6 +168,52 @@ class OperatingPoint:
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "layout": dict(self.layout)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RequestTimes:
+    """One request at a load (seconds), the same arithmetic on both systems: its first token
+    when admitted at once (`ttft_s`: the prompt's pass and the wait for the item under way),
+    its output from the first token to the last as the user sees it (`decode_s`: its own
+    decode steps and the others' work interleaved with them, at the period), and the period
+    the busiest resource allows (`capacity_s`: every user's whole request through it once)."""
+
+    ttft_s: float
+    decode_s: float
+    capacity_s: float
+
+    @property
+    def period_s(self) -> float:
+        """Completions pace the requests: a user's own first token and output, or, when
+        full, its share of the busiest resource (whichever is longer)."""
+        return max(self.ttft_s + self.decode_s, self.capacity_s)
+
+    @property
+    def latency_bound(self) -> bool:
+        return self.ttft_s + self.decode_s >= self.capacity_s
+
+    @property
+    def first_token_s(self) -> float:
+        """The first token as the user sees it: when full, a new request waits to be
+        admitted until the busiest resource has room for it (vLLM's and TensorRT-LLM's
+        waiting queue: decode steps are not starved by new prompts), so the period's excess
+        over the request's own path is a wait before its first token."""
+        return max(self.ttft_s, self.capacity_s - self.decode_s)
+
+    def point(
+        self, users: int, workload: Workload, *, input_time_share: float, bound: str,
+        layout: Mapping[str, Any],
+    ) -> OperatingPoint:  # fmt: skip
+        """The operating point of `users` sending these requests (module docstring)."""
+        period, o = self.period_s, workload.output_tokens
+        out = users * o / period
+        return OperatingPoint(
+            users=users, user_tokens_per_s=o / self.decode_s, aggregate_tokens_per_s=out,
+            input_tokens_per_s=out * workload.prompt_tokens / o,
+            input_time_share=input_time_share, ttft_s=self.first_token_s, bound=bound,
+            layout={**layout, "request_period_s": period, "decode_s": self.decode_s,
+                    "admission_wait_s": self.first_token_s - self.ttft_s},
+        )  # fmt: skip
 
 
 class ServingSystem(Protocol):

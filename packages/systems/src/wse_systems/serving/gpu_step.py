@@ -64,9 +64,10 @@ __all__ = [
 ]
 
 # Fitted on TensorRT-LLM v0.19.0's 46 H100 FP8 rows with input <= output length
-# (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`; rms log ratio 0.247):
-FITTED_MFU = 0.269  # share of the tensor peak a step's products reach
-FITTED_HBM_FRACTION = 0.713  # share of HBM bandwidth a step's reads reach
+# (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`; rms log ratio 0.250;
+# refitted at hunt 66, when a request's first token entered its period: 0.269 and 0.713 before):
+FITTED_MFU = 0.270  # share of the tensor peak a step's products reach
+FITTED_HBM_FRACTION = 0.715  # share of HBM bandwidth a step's reads reach
 ACT_BYTES = 2  # activations between GPUs travel in 16 bits in either precision
 
 

@@ -9,13 +9,19 @@ has a token budget T (`TOKEN_BUDGET`, TensorRT-LLM's default `max_num_tokens`); 
 users' tokens go first, prompt chunks fill what is left, first come first served.
 
 - Steady state with B users in flight: each request ends after O / E rounds (E tokens a round,
-  `Speculation.tokens_per_round`; 1 without), so prompts arrive at B E / O a round and every
-  round carries c = B E P / O prompt tokens. Per-user speed E / round; aggregate output
-  B E / round per replica; aggregate input P / O of that. B is at most what fits memory
+  `Speculation.tokens_per_round`; 1 without), so prompts arrive at B E / O a round and the
+  replica's rounds carry c = B E P / O prompt tokens. B is at most what fits memory
   (`max_batch`) and what the budget carries, B (t + E P / O) <= T (at least one user).
 - Time to first token at B users: the prompt waits for the step under way (none at one user),
   then runs in chunks of T - (B - 1) t tokens beside the other B - 1 users' decode tokens:
-  ceil(P / chunk) steps priced by `step`. Requests arrive paced by completions (no queue).
+  ceil(P / chunk) steps priced by `step`. Each user sends its next request as the last ends.
+- A request (`wse_systems.serving.frontier.RequestTimes`, the wafers' arithmetic too): its
+  first token, then O / E rounds that carry the other B - 1 users' prompt tokens,
+  (B - 1) E P / O a round (its own prompt ran in its first token: hunt 66, it was counted in
+  the rounds and again in the first token, and the first token was left out of the period);
+  the period the replica allows is O / E rounds carrying every user's prompt. A period is the
+  longer of the two; output B O / period per replica, input P / O of that; per-user speed O
+  over the period less the first token.
 - The prompt's share of the system's time (`input_time_share`, for $/M input tokens): the
   round with its prompt tokens minus the round without, over the round with them.
 
@@ -34,7 +40,13 @@ import math
 from typing import Any
 
 from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec
-from wse_systems.serving.frontier import OperatingPoint, ServingError, Speculation, Workload
+from wse_systems.serving.frontier import (
+    OperatingPoint,
+    RequestTimes,
+    ServingError,
+    Speculation,
+    Workload,
+)
 from wse_systems.serving.gpu_step import (
     GpuFractions,
     GpuLayout,
@@ -151,15 +163,14 @@ class GpuServing:
     def layout_point(self, layout: GpuLayout, users: int) -> OperatingPoint:
         replicas = self.units // layout.gpus
         batch = math.ceil(users / replicas)
-        e, w = self.tokens_per_round, self.workload
+        rounds = self.workload.output_tokens / self.tokens_per_round
         full_s, bound = self.round_s(layout, batch, self.prefill_tokens(batch))
+        own_s = self.round_s(layout, batch, self.prefill_tokens(batch - 1))[0]  # the others'
         bare_s = self.round_s(layout, batch)[0]
-        out = users * e / full_s
-        return OperatingPoint(
-            users=users, user_tokens_per_s=e / full_s, aggregate_tokens_per_s=out,
-            input_tokens_per_s=out * w.prompt_tokens / w.output_tokens,
-            input_time_share=(full_s - bare_s) / full_s, ttft_s=self.ttft_s(layout, batch),
-            bound=bound,
+        times = RequestTimes(ttft_s=self.ttft_s(layout, batch), decode_s=rounds * own_s,
+                             capacity_s=rounds * full_s)  # fmt: skip
+        return times.point(
+            users, self.workload, input_time_share=(full_s - bare_s) / full_s, bound=bound,
             layout={"tp": layout.tp, "pp": layout.pp, "replicas": replicas, "batch": batch,
                     "precision": self.precision.name, "token_budget": self.token_budget},
         )  # fmt: skip

@@ -30,15 +30,28 @@ passes between wafers). The pipeline:
   takes sum_j b_j(k) + (ceil(P / k) - 1) max_j b_j(k) (`Pipeline.blocks_s`); k is at most
   what the regions' free SRAM holds (`Pipeline.block_sizes`: powers of two up to that);
 - whole requests (`RequestWork`), the policy: each user sends a request of P prompt and O
-  output tokens, then the next; prompt blocks go ahead of decode tokens at every element,
-  first come first served, and requests arrive paced by completions (no queue). A request
-  holds element j for W_j = O h_j + ceil(P / k) b_j(k); alone it takes its first token's
-  time (the prompt's pass) plus O T1. With U users in flight a request's period is
-  max(first token + O T1, U max_j W_j): aggregate output U O / period, input U P / period,
-  per-user speed O / (period - first token), and the block size k is the one with the most
-  output at that load (then the first token soonest);
-- time to first token at load U: the prompt's pass plus the item under way at the busiest
-  element (nothing at one user);
+  output tokens, then the next (sent as the last completes); prompt blocks go ahead of
+  decode tokens at every element, first come first served. A request holds element j for
+  W_j = O h_j + ceil(P / k) b_j(k); alone it takes its first token's time (the prompt's
+  pass) plus O T1. Its first token at load U, admitted at once: the prompt's pass plus the
+  item under way at the busiest element (nothing at one user);
+- its output as the user sees it, from the first token to the last (hunt 66: the other users'
+  prompts never slowed it, so per-user speed rose with the load): the user's tokens follow
+  one another through the pipeline, and a prompt block of another user (it goes first)
+  holds an element for b_j(k), during which the token cannot cross it. Each of the
+  (U - 1) ceil(P / k) blocks per period T that falls in the user's output window D stalls
+  the token for the block's longest hold, B = max_j ceil(P / k) b_j(k) per prompt (the
+  stalls at the other elements overlap the token's own path: a lower bound on the
+  interference), so D = O T1 T / (T - a), a = (U - 1) B (`RequestWork.times`);
+- the period (`wse_systems.serving.frontier.RequestTimes`, the GPUs' arithmetic too): the
+  request's own path, first token + D (T^2 - (first token + O T1 + a) T + first token a = 0),
+  or U max_j W_j when the busiest element, serving one item at a time, is full; then a new
+  request waits to be admitted until it has room, and that wait is part of its first token.
+  Aggregate output U O / period, input U P / period, per-user speed O / D, and the block size
+  k is the one with the most output at that load (then the first token soonest). The
+  prompts' share of the time (`input_time_share`, for $/M input tokens) is their share of
+  the busiest element's W at every load (hunt 66: the latency-bound side used the pass
+  times, and the price split jumped 3-4.5x where the bound changed);
 - speculation (`Speculation`): the one placement and round of
   `wse_systems.serving.speculative` (the draft on the fewest PE rows of every wafer that
   hold it, the target on the rest; a round is gamma draft tokens one after another then the
@@ -62,6 +75,7 @@ from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regio
 from wse_systems.serving.blocks import Pipeline, max_block_tokens, price_pipeline
 from wse_systems.serving.frontier import (
     OperatingPoint,
+    RequestTimes,
     ServingError,
     Speculation,
     Workload,
@@ -128,29 +142,35 @@ class RequestWork:
         name = max(self.held_s, key=self.held_s.__getitem__)
         return name, self.held_s[name]
 
+    def stall_s(self, users: int) -> float:
+        """a: the other users' prompts' longest hold of one element, per period (module)."""
+        return (users - 1) * max(self.prompt_held_s.values(), default=0.0)
+
+    def times(self, users: int) -> RequestTimes:
+        """First token admitted at once, the output window with the others' prompt stalls
+        at the period, and the capacity (module docstring)."""
+        a, first, capacity = self.stall_s(users), self.ttft_s, users * self.bottleneck()[1]
+        s = first + self.decode_s + a  # the own path: T^2 - s T + first a = 0, larger root
+        period = max(0.5 * (s + math.sqrt(s * s - 4.0 * first * a)), capacity)
+        stalls = self.decode_s * a / (period - a)  # = D - O T1: never below 0, 0 alone
+        return RequestTimes(ttft_s=first, decode_s=self.decode_s + stalls, capacity_s=capacity)
+
     def period_s(self, users: int) -> float:
-        """A user's request period: alone (first token, then the output) or, when full, its
-        share of the busiest element, which serves one item at a time."""
-        return max(self.ttft_s + self.decode_s, users * self.bottleneck()[1])
+        """A user's request period (`RequestTimes.period_s`)."""
+        return self.times(users).period_s
 
     def output_per_s(self, users: int, output_tokens: int) -> float:
         return users * output_tokens / self.period_s(users)
 
     def point(self, users: int, workload: Workload, **layout: Any) -> OperatingPoint:
         name, work = self.bottleneck()
-        period = self.period_s(users)
-        latency_bound = self.ttft_s + self.decode_s >= users * work
-        share = self.prompt_s / (self.prompt_s + self.decode_s) if latency_bound else (
-            self.prompt_held_s.get(name, 0.0) / work)  # fmt: skip
-        out = users * workload.output_tokens / period
-        return OperatingPoint(
-            users=users, user_tokens_per_s=workload.output_tokens / (period - self.ttft_s),
-            aggregate_tokens_per_s=out,
-            input_tokens_per_s=out * workload.prompt_tokens / workload.output_tokens,
-            input_time_share=share, ttft_s=self.ttft_s,
-            bound="pipeline latency" if latency_bound else f"region {name}",
-            layout={**layout, "request_period_s": period, "bottleneck_s_per_request": work,
-                    "prompt_block_tokens": self.block},
+        times = self.times(users)
+        return times.point(
+            users, workload, input_time_share=self.prompt_held_s.get(name, 0.0) / work,
+            bound="pipeline latency" if times.latency_bound else f"region {name}",
+            layout={**layout, "bottleneck_s_per_request": work, "prompt_block_tokens": self.block,
+                    "decode_alone_s": self.decode_s,
+                    "decode_stalls_s": times.decode_s - self.decode_s},
         )  # fmt: skip
 
 
@@ -358,8 +378,10 @@ class WaferServing:
         works = [self.request(users, k) for k in sorted(sizes)]
         best = max(works, key=lambda r: (r.output_per_s(users, self.workload.output_tokens),
                                          -r.ttft_s))  # fmt: skip
+        token = self.pipelines(users)[0]
         return best.point(users, self.workload, regions=len(self.plans(users)[0].stages) + 1,
-                          wafers=self.units, layout=self.layout)  # fmt: skip
+                          wafers=self.units, layout=self.layout, token_s=token.token_s,
+                          **token.token_parts_s())  # fmt: skip
 
     def occupancy(self, users: int) -> dict[str, float]:
         """Fraction of the time each element (the draft's too) is busy at `users` in flight."""

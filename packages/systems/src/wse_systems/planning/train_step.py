@@ -1,0 +1,93 @@
+"""The wafer side of `wse plan train`: the one adapter into the training predictor
+(`wafer_train_step`) and the batch a plan runs when none is given (`default_batch`).
+`wse_systems.planning.train` builds the plan on them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from wse_core import WaferSpec
+
+__all__ = ["wafer_train_step", "default_batch"]
+
+
+def wafer_train_step(
+    config: Any, spec: WaferSpec, *, num_csx: int, batch: int | None, seq_len: int,
+    micro_batch: int | str | None = "explore",
+) -> tuple[float, int, dict[str, Any]]:  # fmt: skip
+    """(seconds per step, batch per system, figures) of weight-streaming training, from the
+    planned step (`wse_systems.training.micro_batch.plan_step`: the micro-batch resolved,
+    "explore" the fastest; a RunReport) and its scaling against one system
+    (`wse_systems.training.scaling`): weak, one system with the same per-system batch;
+    strong, one system with the whole global batch, each at its fastest micro-batch.
+    Figures: tokens/s, micro-batch and their count, what sets the step, the step's parts
+    (compute, weights in, gradients out, MemoryX's update: busy seconds) and the seconds the
+    streams add. With `batch` None the batch is `default_batch`'s (figures["batch_choice"]
+    says why)."""
+    from wse_core import WseError
+
+    from wse_systems.training.micro_batch import plan_step
+    from wse_systems.training.scaling import scale_point
+
+    def step(n: int, b: int, m: int | str | None = "explore") -> Any:
+        return plan_step(config, spec, num_csx=n, batch_per_system=b, seq_len=seq_len,
+                         micro_batch=m)  # fmt: skip
+
+    why = None
+    if batch is None:
+        batch, why = default_batch(lambda b: step(num_csx, b, micro_batch), config, spec,
+                                   num_csx=num_csx, seq_len=seq_len)  # fmt: skip
+    report = step(num_csx, batch, micro_batch)
+    weak = step(1, batch)  # one system at its fastest micro-batch: speedup <= N
+    try:
+        strong = step(1, num_csx * batch)
+    except WseError:  # no micro-batch of the global batch fits one system
+        strong = None
+    x, point = report.extra, scale_point(spec, report, weak.extra["tokens_per_s"])
+    figures = {
+        **{k: x[k] for k in ("tokens_per_s", "weight_chunks", "micro_batch", "micro_batches",
+                             "step_bound", "stall_fraction")},
+        **{k: getattr(point, k) for k in ("compute_s", "weights_in_s", "gradients_out_s",
+                                          "memoryx_update_s", "exposed_s", "swarmx_levels")},
+        "weak_speedup": point.speedup, "weak_efficiency": point.efficiency,
+        "strong_speedup": None, "strong_efficiency": None, "batch_choice": why,
+    }  # fmt: skip
+    if strong is not None:
+        p = scale_point(spec, report, strong.extra["tokens_per_s"])
+        figures |= {"strong_speedup": p.speedup, "strong_efficiency": p.efficiency}
+    return report.predicted_s, batch, figures
+
+
+def default_batch(
+    step: Callable[[int], Any], config: Any, spec: WaferSpec, *, num_csx: int, seq_len: int
+) -> tuple[int, str]:  # fmt: skip
+    """(batch per system, why) when none is given: the smallest batch whose streams add at
+    most 1% of the step (`no_stall_batch`; 1 when no batch the SRAM plan places does) unless
+    a batch near it, a power of two within a factor 2, runs more than 1% more tokens/s
+    (`step(b)`'s report, at the micro-batch asked); then the fastest of them, the smallest
+    on a tie. Hunt 66: the smallest no-stall batch of Llama 3 8B was 17, a prime whose only
+    micro-batch is 17 (shorter vectors: a plan holding more activations), 16.5% slower than
+    16 = 2 x 8; a stall fraction rewards slow compute, tokens/s is what a run is served by."""
+    from wse_core import WseError
+
+    from wse_systems.training.performance import no_stall_batch
+
+    least = no_stall_batch(config, spec, num_csx=num_csx, seq_len=seq_len) or 1
+    near = sorted({least} | {1 << i for i in range((2 * least).bit_length())
+                             if least <= 2 * (1 << i) and (1 << i) <= 2 * least})  # fmt: skip
+    speed: dict[int, float] = {}
+    for b in near:
+        try:
+            speed[b] = step(b).extra["tokens_per_s"]
+        except WseError:  # not placeable, or the micro-batch asked does not divide it
+            continue
+    if least not in speed:
+        return least, f"{least}: the smallest batch whose streams add <= 1% of the step"
+    best = max(speed, key=lambda b: (speed[b], -b))
+    tried = ", ".join(f"{b} ({speed[b]:,.0f} tokens/s)" for b in sorted(speed))
+    if speed[best] <= 1.01 * speed[least]:
+        return least, (f"{least}: the smallest batch whose streams add <= 1% of the step; "
+                       f"no batch near it is 1% faster ({tried})")  # fmt: skip
+    return best, (f"{best}: the fastest of the batches near {least}, the smallest whose streams "
+                  f"add <= 1% of the step ({tried})")  # fmt: skip
