@@ -107,6 +107,7 @@ def _trained(model_dir):
 _LAUNCH = ["launch", "--nproc", "2", "--devices-per-proc", "4", "--", "train"]
 
 
+@pytest.mark.slow  # 28 s: the default suite keeps the heat stencil's and MD's equality
 @pytest.mark.timeout(400)
 def test_training_is_bit_identical_across_processes(tmp_path):
     # 1 process x 8 devices against 2 processes x 4 devices: SwarmX sums the 8 replicas'
