@@ -368,10 +368,12 @@ def hunt62_cases() -> list[Case]:
             "small", "--out", str(tmp / "o")],
             message="--ra must be a finite number in [1, 1e+17], got 1e-100",
             note="three lines naming a --dt never given"),
-        Case("hunt63", "experiments run tco-training --sweep clock_hz=1e6,1e11 (hunt 63)",
+        Case("hunt63", "experiments run tco-training --sweep calibration.clock_hz=1e6,1e11 "
+             "(hunt 63)",
              lambda fx, tmp: ["experiments", "run", "tco-training", "--sweep",
-                              "clock_hz=1e6,1e11", "--out", str(tmp / "o")],
-             message="clock_hz=1e+11 takes the refit of ", note="named only the constant"),
+                              "calibration.clock_hz=1e6,1e11", "--out", str(tmp / "o")],
+             message="calibration.clock_hz=1e+11 takes the refit of ",
+             note="named only the constant (hunt 66: the calibration's clock is spelt so)"),
         Case("hunt63", "wafer defects --defect-rate 0.5 --set defect_rate=0.1 (hunt 63)", _const(
             "wafer", "defects", "--defect-rate", "0.5", "--set", "defect_rate=0.1"),
             message="--defect-rate 0.5 and --set defect_rate=0.1 both give the dead-PE rate; "

@@ -121,3 +121,19 @@ def test_stencil_help_gives_each_kinds_default_steps(kind, grid):
     code, out = invoke(ROOT, ["hpc", "stencil", "--kind", kind, "--grid", *[grid] * 3, "--json"])
     assert code == 0, out
     assert json.loads(out[out.index("{") :])["steps"] == said
+
+
+def test_a_malformed_memory_variable_is_still_one_line_now_that_help_reads_limits():
+    # the help's ranges are read when the commands' modules load: a default read from a
+    # malformed WSE_HOST_MEMORY_BYTES was a traceback there, before the variables' check
+    done = subprocess.run(
+        [*WSE, "wafer", "info"],
+        env=clean_env(WSE_HOST_MEMORY_BYTES="\u0661\u0660\u0660"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert (done.stdout + done.stderr).strip().splitlines() == [
+        "Error: WSE_HOST_MEMORY_BYTES must be a number of bytes, got '\u0661\u0660\u0660'"
+    ]

@@ -141,7 +141,10 @@ def _help_range(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str, limit
     try:
         top = in_force(limit)
     except ValueError:  # a malformed WSE_LIMIT_*: the root callback refuses it in one line
-        top = int(lim.value())
+        try:
+            top = int(lim.value())
+        except ValueError:  # a default read from a malformed variable (WSE_HOST_MEMORY_BYTES)
+            return _range_text(kind, gt, ge, lt, le, unit)
     bound = le if le is not None else lt
     if bound is not None and bound <= top:  # the option's own bound is the tighter one
         return _range_text(kind, gt, ge, lt, le, unit)
