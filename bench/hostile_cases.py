@@ -21,7 +21,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-TEMPLATE_BOMB = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
+# a chat template that renders any chat but one holding BOMB_MESSAGE, which it loops over 1e10
+# times: the server test-renders a sample chat at start (hunt 62) and must start; the request
+# carrying BOMB_MESSAGE must then be refused within the template's budget
+BOMB_MESSAGE = "bomb"
+TEMPLATE_BOMB = (
+    "{% for m in messages %}{% if m.content == '" + BOMB_MESSAGE + "' %}"
+    "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
+    "{% else %}{{ m.role }}: {{ m.content }}\n{% endif %}{% endfor %}"
+)
 
 
 @dataclass

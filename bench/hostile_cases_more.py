@@ -175,7 +175,7 @@ def hunt59_cases() -> list[Case]:
             "hpc", "swe", "--steps", "2147483647"), message="WSE_LIMIT_TIME_STEPS"),
         Case("more", "train train_input.data_dir=/ (hunt 59)", lambda fx, tmp: [
             *_TRAIN, "train_input.data_dir=/", "-o", str(tmp / "run")],
-            message="give the corpus's own folder",
+            message="is inside train_input.data_dir '/'",
             note="walks / to 10,000 folders (data_folders, hunt 60; was 48,000 folders to "
             "100,000 data files: ~1 s warm, 3-5 s with a cold dentry cache)"),
     ]  # fmt: skip

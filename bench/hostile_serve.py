@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from hostile_cases import TEMPLATE_BOMB
+from hostile_cases import BOMB_MESSAGE, TEMPLATE_BOMB
 
 HEALTHY_WITHIN_S = 300.0  # seconds a loaded machine may take to start the server (JAX import)
 MESSAGE_CHARS = 1_000  # an error message echoes input as its head and length, never whole
@@ -179,7 +179,8 @@ def _rows(proc, log, port: int, grpc_port: int, every_s: float, bench=None) -> l
     model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
     peak, stop = [0], threading.Event()
     threading.Thread(target=_sampler, args=(proc.pid, peak, stop, every_s), daemon=True).start()
-    chat = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    chat = {"model": model, "messages": [{"role": "user", "content": BOMB_MESSAGE}],
+            "max_tokens": 2}  # fmt: skip
     requests = [
         ("chat template bomb (model dir)", "/v1/chat/completions",
          httpx.Request("POST", url, json=chat).content, 400),

@@ -74,7 +74,7 @@ async def _hostile(client: httpx.AsyncClient, model: str, rng: random.Random) ->
             if what == "template_bomb":
                 r = await client.post(
                     "/v1/chat/completions",
-                    json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+                    json={"model": model, "messages": [{"role": "user", "content": "bomb"}]},
                 )
                 ok = r.status_code == 400 and "error" in r.json()
                 rec["outcome"] = "refused" if ok else f"http_{r.status_code}"
