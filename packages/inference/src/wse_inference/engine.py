@@ -51,7 +51,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from wse_core.errors import WseError, shown, shown_int
+from wse_core.errors import WseError, is_int, shown, shown_int
 
 __all__ = [
     "MAX_LOGPROBS",
@@ -168,16 +168,12 @@ _WHOLE = ("max_tokens", "top_k")  # integers always; seed, logprobs, prompt_logp
 _REAL = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 
 
-def _is_int(v: object) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
 def _check_types(sampling: SamplingParams) -> None:
     """Each setting of the type its range check reads (hunt 65: max_tokens=2.5 made 2 tokens,
     top_k=2.5 and logprobs=1.5 were cut to integers, stop="abc" stopped at "a", "b" or "c")."""
     for name in (*_WHOLE, "seed", "logprobs", "prompt_logprobs"):
         v = getattr(sampling, name)
-        if not _is_int(v) and (v is not None or name in _WHOLE):
+        if not is_int(v) and (v is not None or name in _WHOLE):
             raise SamplingError(f"{name} must be a whole number, got {_given(v)}")
     for name in _REAL:
         v = getattr(sampling, name)
@@ -188,7 +184,7 @@ def _check_types(sampling: SamplingParams) -> None:
         raise SamplingError(f"stop must be a tuple of strings, got {_given(stop)}")
     if not isinstance(ids, tuple | list):
         raise SamplingError(f"stop_token_ids must be a tuple of token ids, got {_given(ids)}")
-    if (bad := next((t for t in ids if not _is_int(t)), None)) is not None:
+    if (bad := next((t for t in ids if not is_int(t)), None)) is not None:
         raise SamplingError(f"stop token id {_given(bad)} is not a whole number")
 
 
@@ -201,7 +197,7 @@ def validate_prompt(prompt_ids: Sequence[int], *, vocab_size: int) -> None:
     if _in_vocab(prompt_ids, vocab_size):
         return
     for i, t in enumerate(prompt_ids):  # which id, and why
-        if not _is_int(t):
+        if not is_int(t):
             raise SamplingError(
                 f"prompt token id {_given(t)} at index {i} is not a whole number; token ids "
                 f"are integers in 0..{vocab_size - 1}"

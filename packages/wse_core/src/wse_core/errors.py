@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 import struct
 import zipfile
 import zlib
@@ -25,6 +26,10 @@ __all__ = [
     "suggest",
     "shown",
     "shown_int",
+    "shown_setting",
+    "is_int",
+    "is_finite",
+    "require_int",
     "SHOWN_CHARS",
     "not_utf8",
     "ascii_only",
@@ -98,6 +103,35 @@ def shown_int(value: int) -> str:
         return f"{sign or 'a '}{len(str(abs(value))):,}-digit integer"
     except ValueError:
         return f"{sign or 'an '}integer of about {int(math.log10(abs(value))) + 1:,} digits"
+
+
+def is_int(value: object) -> bool:
+    """An integer of any kind (Python's, NumPy's), not a bool: what a count or index takes."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_finite(value: object) -> bool:
+    """A finite real number (not a bool, a str, NaN or inf)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def shown_setting(value: object) -> str:
+    """An API argument as a refusal repeats it: a str quoted (so '1e-3' reads as text), an
+    integer of any size short (`shown_int`), anything else as printed (`shown`)."""
+    if is_int(value):
+        return shown_int(value)  # type: ignore[arg-type]
+    return shown(value, quote=isinstance(value, str))
+
+
+def require_int(
+    name: str, value: object, low: int, high: int | None = None, error: type = WseError
+) -> None:
+    """Refuse (`error`, naming `name`) a `value` that is not an integer in low..high (>= low
+    without `high`)."""
+    if is_int(value) and low <= value and (high is None or value <= high):  # type: ignore[operator]
+        return
+    allowed = f"in {low}..{high}" if high is not None else f">= {low}"
+    raise error(f"{name} must be an integer {allowed}, got {shown_setting(value)}")
 
 
 def not_utf8(text: str) -> str | None:

@@ -9,12 +9,10 @@ MIN_PES_PER_DEVICE PEs). `wse_hpc.md.simulate.run_md` starts with them."""
 from __future__ import annotations
 
 import functools
-import math
-import numbers
 
 import jax
 import numpy as np
-from wse_core.errors import PlacementError, WseError, shown, shown_int
+from wse_core.errors import PlacementError, WseError, is_finite, require_int, shown_setting
 from wse_core.hw.wafer import Wafer, build_wafer
 
 from wse_hpc.md import mapping, plan_cache
@@ -70,41 +68,23 @@ def check_config(config: MdConfig) -> None:
     """WseError naming the setting, what was given and what is allowed, before anything is
     planned or compiled (hunt 65: steps 2.5 ran 3 steps, temperature_K NaN was int(nan) and
     inf compiled and then blamed dt, dtype "int32" an OverflowError, seed -1 NumPy's text)."""
-    _int_in("steps", config.steps, 0, INT32_MAX)  # the loop counts steps in int32
-    _int_in("thermo_every", config.thermo_every, 1, INT32_MAX)
+    require_int("steps", config.steps, 0, INT32_MAX)  # the loop counts steps in int32
+    require_int("thermo_every", config.thermo_every, 1, INT32_MAX)
     if config.rebuild_every is not None:
-        _int_in("rebuild_every", config.rebuild_every, 1, INT32_MAX)
-    _int_in("seed", config.seed, 0, SEED_MAX)
+        require_int("rebuild_every", config.rebuild_every, 1, INT32_MAX)
+    require_int("seed", config.seed, 0, SEED_MAX)
     if config.dtype not in DTYPES:  # a str: the run enables x64 by it (`simulate.run_md`)
-        raise WseError(f"dtype must be 'float32' or 'float64', got {_shown(config.dtype)}")
-    if not _finite(config.dt_fs) or not config.dt_fs > 0:
+        raise WseError(f"dtype must be 'float32' or 'float64', got {shown_setting(config.dtype)}")
+    if not is_finite(config.dt_fs) or not config.dt_fs > 0:
         raise WseError(f"the timestep must be positive and finite, got dt = {config.dt_fs} fs")
-    if not _finite(config.skin_A) or not config.skin_A > 0:
+    if not is_finite(config.skin_A) or not config.skin_A > 0:
         raise WseError(f"the neighbour-list skin must be positive, got {config.skin_A} A")
     t = config.temperature_K
-    if t is not None and not (_finite(t) and 0 <= t < EXPLODED_TEMPERATURE_K):
+    if t is not None and not (is_finite(t) and 0 <= t < EXPLODED_TEMPERATURE_K):
         raise WseError(
             f"temperature_K must be a number in 0..{EXPLODED_TEMPERATURE_K:.0e} K (past it a "
-            f"run stops as blown up), got {_shown(t)}"
+            f"run stops as blown up), got {shown_setting(t)}"
         )
-
-
-def _finite(value: object) -> bool:
-    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    return real and math.isfinite(value)
-
-
-def _int_in(name: str, value: object, low: int, high: int) -> None:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high:
-        return
-    raise WseError(f"{name} must be an integer in {low}..{high}, got {_shown(value)}")
-
-
-def _shown(value: object) -> str:
-    """A setting as a refusal repeats it: a str quoted, an integer of any size short."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return shown_int(value)
-    return shown(value, quote=isinstance(value, str))
 
 
 def refuse_hot_start(masses_amu: np.ndarray, vel: np.ndarray) -> None:

@@ -12,11 +12,9 @@ one step); settings a kind has no use for are refused, as the CLI refuses them.
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 
 from wse_core import WaferSpec
-from wse_core.errors import shown, shown_int, suggest
+from wse_core.errors import is_finite, require_int, shown_setting, suggest
 
 from wse_hpc.stencil.placement import StencilError
 
@@ -41,36 +39,16 @@ class StencilConfig:
     chunks: int = 10  # history points for the stepping kernels (jitted calls), >= 1
 
 
-def _shown(value: object) -> str:
-    """A setting as a refusal repeats it: a str quoted (so '1e-3' reads as text), an integer
-    of any size short (`shown_int`), anything else as printed, cut at 60 characters."""
-    if isinstance(value, str):
-        return shown(value)
-    return shown_int(value) if _is_int(value) else shown(value, quote=False)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _int_in(name: str, value: object, low: int, high: int | None) -> None:
-    if _is_int(value) and low <= value and (high is None or value <= high):
-        return
-    allowed = f"in {low}..{high}" if high is not None else f">= {low}"
-    raise StencilError(f"{name} must be an integer {allowed}, got {_shown(value)}")
-
-
 def _check_tol(cfg: StencilConfig) -> None:
     if cfg.tol is None:
         return
     if cfg.kind != "bicgstab":
         raise StencilError("tol applies to kind bicgstab only; use steps for the others")
     tol = cfg.tol
-    real = isinstance(tol, numbers.Real) and not isinstance(tol, bool)
     # a relative residual target of 1 or more is met by the start (hunt 57, the CLI's lt=1)
-    if not (real and math.isfinite(tol) and 0 < tol < 1):
+    if not (is_finite(tol) and 0 < tol < 1):
         raise StencilError(
-            f"tol must be a number in (0, 1) (a relative residual target), got {_shown(tol)}"
+            f"tol must be a number in (0, 1) (a relative residual target), got {shown_setting(tol)}"
         )
 
 
@@ -79,7 +57,9 @@ def _check_block_z(cfg: StencilConfig) -> None:
         return
     if cfg.kind != "wave25":
         raise StencilError(f"block_z applies to kind wave25 only; leave it out for kind {cfg.kind}")
-    _int_in("block_z", cfg.block_z, 1, None)  # and at most NZ: `wave.wave25` says so
+    require_int(
+        "block_z", cfg.block_z, 1, None, error=StencilError
+    )  # and at most NZ: `wave.wave25` says so
 
 
 def check_config(cfg: StencilConfig) -> None:
@@ -87,14 +67,16 @@ def check_config(cfg: StencilConfig) -> None:
     shape and the wafer's SRAM are checked where the grid is placed."""
     if cfg.kind not in KINDS:
         near = suggest(cfg.kind, KINDS) if isinstance(cfg.kind, str) else ""
-        raise StencilError(f"unknown kind {_shown(cfg.kind)}{near}; use one of {', '.join(KINDS)}")
+        raise StencilError(
+            f"unknown kind {shown_setting(cfg.kind)}{near}; use one of {', '.join(KINDS)}"
+        )
     if not isinstance(cfg.spec, WaferSpec):
         raise StencilError(
             f"spec must be a WaferSpec (wse_core.preset(NAME) gives one), got "
-            f"{type(cfg.spec).__name__} {_shown(cfg.spec)}"
+            f"{type(cfg.spec).__name__} {shown_setting(cfg.spec)}"
         )
     if cfg.steps is not None:
-        _int_in("steps", cfg.steps, 0, INT32_MAX)
-    _int_in("chunks", cfg.chunks, 1, None)
+        require_int("steps", cfg.steps, 0, INT32_MAX, error=StencilError)
+    require_int("chunks", cfg.chunks, 1, error=StencilError)
     _check_tol(cfg)
     _check_block_z(cfg)

@@ -19,7 +19,6 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
-from numbers import Integral
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +26,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wse_core.errors import DefectError, PlacementError, shown
+from wse_core.errors import DefectError, PlacementError, is_int, shown
 from wse_core.hw.defects import DefectMap, Remap, defect_map, remap
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
@@ -55,16 +54,12 @@ def _put(x, sharding: NamedSharding) -> jax.Array:
     return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
 
-def _whole(n: object) -> bool:
-    return isinstance(n, Integral) and not isinstance(n, bool)
-
-
 def _pe_pair(what: str, pair: object) -> tuple[int, int]:
     """`pair` as two positive integers (hunt 65: grid=(4.5, 4) built a wafer of 4.5 rows that
     refused every field; mesh_shape=(1.0, 1) was a slicing TypeError)."""
     if isinstance(pair, np.ndarray):
         pair = tuple(pair.tolist())
-    if not (isinstance(pair, Sequence) and len(pair) == 2 and all(_whole(n) for n in pair)):
+    if not (isinstance(pair, Sequence) and len(pair) == 2 and all(is_int(n) for n in pair)):
         got = shown(repr(pair), quote=False)
         raise PlacementError(f"{what} must be two positive integers (rows, cols), got {got}")
     rows, cols = (int(n) for n in pair)
@@ -172,7 +167,7 @@ class Wafer:
 
     def full(self, per_pe_shape: Sequence[int] = (), value: float = 0, dtype=jnp.float32):
         """A placed field of `value`, created sharded (no host copy)."""
-        if not all(_whole(n) and n >= 0 for n in per_pe_shape):
+        if not all(is_int(n) and n >= 0 for n in per_pe_shape):
             got = shown(repr(per_pe_shape), quote=False)
             raise PlacementError(f"per_pe_shape must be integers >= 0, got {got}")
         pr, pc = self.padded_shape
@@ -237,7 +232,7 @@ def _check_defects(seed: object, rate: float | None) -> None:
                 "from; give defect_seed=0 (or any integer >= 0) too"
             )
         return
-    if not _whole(seed) or seed < 0:  # type: ignore[operator]
+    if not is_int(seed) or seed < 0:  # type: ignore[operator]
         got = shown(repr(seed), quote=False)
         raise DefectError(f"defect_seed must be an integer >= 0, got {got}")
 
