@@ -89,9 +89,9 @@ def test_the_sigterm_handler_is_held_only_while_writing_and_never_replaces_one(t
     try:
         with atomic_path(tmp_path / "a") as tmp:
             tmp.write_text("a")
-            assert signal.getsignal(signal.SIGTERM) is atomic._on_sigterm
+            assert signal.getsignal(signal.SIGTERM) is atomic._on_stop
             write_atomically(tmp_path / "b", "b")  # nested: the outer write keeps it
-            assert signal.getsignal(signal.SIGTERM) is atomic._on_sigterm
+            assert signal.getsignal(signal.SIGTERM) is atomic._on_stop
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
         def own(signum, frame):  # a server's, `wse launch`'s

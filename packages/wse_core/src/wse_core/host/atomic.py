@@ -353,9 +353,6 @@ def _on_stop(signum: int, frame: object) -> None:
     os.kill(os.getpid(), signum)  # stop as the default would have: status 128 + signum
 
 
-_on_sigterm = _on_stop  # its name before SIGHUP and SIGQUIT were handled alike
-
-
 def write_atomically(path: str | Path, data: bytes | str) -> Path:
     """Write `data` (text as UTF-8) to `path` whole or not at all; returns `path`."""
     with atomic_path(path) as tmp:
