@@ -188,9 +188,10 @@ def train(
     named = [o.partition("=")[2] for o in overrides if o.startswith("runconfig.wafer=")]
     spec = wafer_spec(named[-1] if named else None, spec_file, config.runconfig.wafer)
     console = Console(quiet=not multiprocess.is_primary())
-    if trace is not None and not (validate_only or config.runconfig.validate_only):
+    validate_only = validate_only or config.runconfig.validate_only  # ModelZoo's key (hunt 65)
+    if trace is not None and not validate_only:
         fail("--trace writes the predicted step's per-PE trace: use it with --validate-only")
-    if validate_only or config.runconfig.validate_only:  # the flag, or ModelZoo's key (hunt 65)
+    if validate_only:
         from wse_trainer.session import check_inputs, predict, stream_rows, validate
 
         check_inputs(config)  # what the run refuses up front, validation refuses (hunt 65)
