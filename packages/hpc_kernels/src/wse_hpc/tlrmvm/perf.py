@@ -49,8 +49,6 @@ rows' groups of tile columns (grouped) or the whole grid.
 from __future__ import annotations
 
 import functools
-import math
-import numbers
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -58,7 +56,7 @@ import jax
 import numpy as np
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Timing, Work, overlap, serial
 from wse_core.cost.report import RunReport
-from wse_core.errors import shown, shown_int
+from wse_core.errors import is_finite, is_int, shown_setting
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 from wse_core.hw.traffic import Traffic
@@ -282,24 +280,18 @@ def _check_deployment(on: Deployment, measured_wall_s: float | None) -> None:
     """TlrError for what no report can price (hunt 65: systems -2 gave -1.5e10 B/s, 0 gave 0
     and a measured -1 s was printed as measured)."""
     systems, fill = on
-    whole = isinstance(systems, numbers.Integral) and not isinstance(systems, bool)
-    if not (whole and 1 <= systems <= MAX_SYSTEMS):
-        got = shown_int(systems) if whole else _got(systems)
+    if not (is_int(systems) and 1 <= systems <= MAX_SYSTEMS):
+        got = shown_setting(systems)
         raise TlrError(f"systems must be an integer in 1..{MAX_SYSTEMS:,}, got {got}")
     if not isinstance(fill, bool | np.bool_):
-        raise TlrError(f"fill must be True or False, got {_got(fill)}")
+        raise TlrError(f"fill must be True or False, got {shown_setting(fill)}")
     if measured_wall_s is None:
         return
-    real = isinstance(measured_wall_s, numbers.Real) and not isinstance(measured_wall_s, bool)
-    if not (real and math.isfinite(measured_wall_s) and measured_wall_s >= 0):
+    if not (is_finite(measured_wall_s) and measured_wall_s >= 0):
         raise TlrError(
             f"measured_wall_s must be a finite number of seconds >= 0 (or None), got "
-            f"{_got(measured_wall_s)}"
+            f"{shown_setting(measured_wall_s)}"
         )
-
-
-def _got(value: object) -> str:
-    return shown(value, quote=isinstance(value, str))  # '1' quoted: a str, not a number
 
 
 def predict(
