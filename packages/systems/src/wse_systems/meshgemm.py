@@ -54,8 +54,8 @@ from wse_systems.attention import value_dtype
 __all__ = ["SOURCE", "PHASE_NAMES", "is_meshgemm", "meshgemm_tiles", "meshgemm_parts",
            "meshgemm_phases", "meshgemm_max_tokens"]  # fmt: skip
 
-# The code read for the counts above (He et al., OSDI 2025; shared/REFERENCES.md lists it as
-# calibration material: instruction counts per PE, no cycle counts published). At this
+# The code read for the counts above (He et al., OSDI 2025; references/calibration-rows.md lists
+# it as calibration material: instruction counts per PE, no cycle counts published). At this
 # commit the prefill is published for WSE-2 only (no Prefill/WSE-3).
 SOURCE = {
     "repository": "MeshInfra/WaferLLM",

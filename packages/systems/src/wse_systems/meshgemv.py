@@ -61,8 +61,8 @@ __all__ = [
     "meshgemv_phases",
 ]
 
-# The code read for the counts above (He et al., OSDI 2025; shared/REFERENCES.md lists it as
-# calibration material: instruction counts per PE, no cycle counts published).
+# The code read for the counts above (He et al., OSDI 2025; references/calibration-rows.md lists
+# it as calibration material: instruction counts per PE, no cycle counts published).
 SOURCE = {
     "repository": "MeshInfra/WaferLLM",
     "commit": "2cd13b5c16ab0c280a2cc1f80f105d704c333915",

@@ -195,7 +195,7 @@ class DecoderCounts:
         return matmul_params(self)
 
 
-# Llama 3.1 8B (Meta's model card): the calibration case of shared/REFERENCES.md.
+# Llama 3.1 8B (Meta's model card): the calibration case of docs/references/calibration-rows.md.
 LLAMA31_8B = DecoderCounts(
     name="llama3.1-8b",
     arch="llama",

@@ -1,7 +1,7 @@
 """Experiment `domain-translation-swe`: shallow water on 1-64 CS-3, with and without Domain
 Translation, the exchange between systems priced by mechanism so that scale-out can lose.
 
-Published inputs (shared/REFERENCES.md, "Field equations"): Oppelstrup et al.,
+Published inputs (docs/fields.md, "Experiments"): Oppelstrup et al.,
 arXiv:2511.11542 — finite-difference shallow water on up to 64 CS-3, Domain Translation
 shifting the processor-grid association each step to hide the latency between systems.
 REFERENCES.md gives no grid, step rate or FLOP figure this model predicts, so `published`

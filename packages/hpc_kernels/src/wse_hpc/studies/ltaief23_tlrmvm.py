@@ -1,4 +1,4 @@
-"""Experiment `ltaief23-tlrmvm`: TLR-MVM as in Ltaief et al., SC23 (shared/REFERENCES.md).
+"""Experiment `ltaief23-tlrmvm`: TLR-MVM as in Ltaief et al., SC23 (references/calibration-rows.md).
 
 Measured: compression ratio, ranks and achieved error of a synthetic seismic slice against the
 threshold and the tile size nb (the figure); the relative MVM error against the dense product;

@@ -1,6 +1,6 @@
 """Experiment `netl-rayleigh-benard`: NETL's Rayleigh-Benard on a CS-2, priced by mechanism.
 
-Published inputs (shared/REFERENCES.md, "Field equations"): NETL's WFA runs
+Published inputs (docs/fields.md, "Experiments"): NETL's WFA runs
 Rayleigh-Benard convection on a CS-2, "a grid of nearly 200 million cells in nearly
 real-time" (Cerebras's post); 470x Joule 2.0 and 1000x more power efficient (the seed deck).
 No step time, grid shape, solver iteration count or time-step count is given, so:

@@ -9,10 +9,10 @@ router_switch_cycles"; the others are predictions). Each
 25-point row splits a step into its per-cell, per-block and per-step cycles
 (`wse_core.cost.stencil.step_terms`) and carries its cycles per step by mechanism. SC20 is
 priced as the kernel Rocki et al. describe (`kernel: published`) and as the emulator's own
-mix (`kernel: emulator`). `published` is filled only from shared/REFERENCES.md (Table III and
-SC20 list inputs only: None). The measured part is a functional emulated run on a reduced
-grid (smaller with `quick`); the predictions do not depend on `quick`. Param keys: wafer,
-grid, nz, block_z, precision, steps, kernel.
+mix (`kernel: emulator`). `published` is filled only from references/calibration-rows.md (Table
+III and SC20 list inputs only: None). The measured part is a functional emulated run on a
+reduced grid (smaller with `quick`); the predictions do not depend on `quick`. Param keys:
+wafer, grid, nz, block_z, precision, steps, kernel.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ TABLE_II = "Jacquelin et al., arXiv:2204.03775, Table II (calibration)"
 TABLE_III = "Jacquelin et al., arXiv:2204.03775, Table III (inputs only; not fitted)"
 SC20 = "Rocki et al., SC20, arXiv:2010.03660 (inputs only; not fitted)"
 TABLE_II_NZ, TABLE_II_STEPS = 1000, 1000  # the Z block: the calibration's table_ii_block_z
-# Table II, Gcell/s (shared/REFERENCES.md); the seconds are in wse_core.cost.calibration.
+# Table II, Gcell/s (references/calibration-rows.md); the seconds are in wse_core.cost.calibration.
 TABLE_II_GCELLS = {
     (200, 200): 533.64,
     (400, 400): 2097.60,

@@ -5,8 +5,8 @@ region per layer, 16-bit weights, KV cache for an 8k context, priced mechanism b
 by `wse_systems.decoder`), row for row, each with its cycles per token by mechanism:
 
 - Llama 3.1 8B on one WSE-3: a calibration-set row (`params["calibration"]` is True) used
-  as a check: its published 1,800 tokens/s (Cerebras, Hot Chips 2024; shared/REFERENCES.md)
-  fits nothing; the ratio shows how far mechanisms alone land.
+  as a check: its published 1,800 tokens/s (Cerebras, Hot Chips 2024;
+  references/calibration-rows.md) fits nothing; the ratio shows how far mechanisms alone land.
 - Llama 3.1 70B on 4 CS-3 and 405B on the fewest WSE-3 that hold it (`params["wafers"]`
   says how many): true predictions. REFERENCES.md lists only their inputs, so `published`
   is None there.

@@ -1,7 +1,7 @@
 """Experiment `cost-model-calibration`: every constant of the cost model, the rows that fit
 it, every calibration row against the model, and a leave-one-out table.
 
-Rows (the calibration set of shared/REFERENCES.md, `wse_core.cost.calibration.rows` and
+Rows (the calibration set of references/calibration-rows.md, `wse_core.cost.calibration.rows` and
 `wse_systems.token.decode_check_row`): the eight
 grids of Jacquelin et al. Table II (Gcell/s; they fit `router_switch_cycles`), the 69.6%
 busy profile at 600 x 600 (fits `dsd_issue_cycles`), the SDK-simulator SUMMA GEMM of
@@ -37,7 +37,7 @@ from wse_systems.token import decode_case, decode_check_row
 
 __all__ = ["run", "run_predictions", "constants_table"]
 
-# Table II's own Gcell/s column, in the order of STENCIL_TABLE_II (shared/REFERENCES.md).
+# Table II's own Gcell/s column, in the order of STENCIL_TABLE_II (references/calibration-rows.md).
 TABLE_II_GCELLS = (533.64, 2097.60, 4731.53, 4956.17, 5945.40, 8922.08, 9782.14, 9862.78)
 SOURCES = {
     "stencil25": "Jacquelin et al., arXiv:2204.03775, Table II (calibration)",

@@ -24,7 +24,7 @@ down projection's weight gradient and the up projection's input and weight gradi
 still cross the fabric (no sender-side filter is assumed). The skip is free. A GPU's dense
 tensor-core matmul does the same work whatever the values: speedup 1.0 (2:4 structured
 sparsity needs pruned weights, not sparse activations). No published figure is in
-shared/REFERENCES.md: `published` stays empty.
+docs/references/calibration-rows.md: `published` stays empty.
 """
 
 from __future__ import annotations

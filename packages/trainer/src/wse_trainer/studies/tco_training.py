@@ -8,7 +8,7 @@ and 64 CS-3 systems (the per-system batch `wse plan` picks: the smallest with no
 stall) against 8 H100s per system on the same global batch, and the number of H100s that
 would match the wafers' time. It lives beside `wse plan` because it needs the trainer's
 wafer predictor and the GPU model at once (`wse_systems.planning.train`). No published figure is in
-shared/REFERENCES.md, so `published` stays empty; `--quick` changes nothing (nothing is
+references/calibration-rows.md, so `published` stays empty; `--quick` changes nothing (nothing is
 measured).
 """
 

@@ -13,10 +13,10 @@ ingress), MemoryX's update (overlapped with the backward except the last group's
 on the critical path; `scaling`'s docstring says why) and what the streams add.
 
 Nothing is fitted here and nothing is compared: Cerebras's published 1T figures are not in
-shared/REFERENCES.md's calibration set, so `published` stays empty. The assumptions behind
-the numbers are rows of the table (this experiment measures nothing, so `--quick` changes
-nothing). The figure: speedup against systems for both curves, with the ideal line, and the
-strong-scaling step's parts.
+the calibration set (references/calibration-rows.md), so `published` stays empty. The
+assumptions behind the numbers are rows of the table (this experiment measures nothing, so
+`--quick` changes nothing). The figure: speedup against systems for both curves, with the ideal
+line, and the strong-scaling step's parts.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ trainer's own memory plan, with the stable params `model`, `wafer`, `systems`, `
 compute, fp32 masters: "mixed"); the per-system batches are the configs' (`gpt2_124m`,
 `llama3_8b`, `llama3_70b`: 112 x 1024, 64 / 4 x 8192, 64 / 16 x 8192 tokens), so the global
 batch grows with the systems (weak scaling). No published training figure is in
-shared/REFERENCES.md, so `published` stays empty. Predictions are the same with `--quick`;
+references/calibration-rows.md, so `published` stays empty. Predictions are the same with `--quick`;
 only the measured part shrinks.
 """
 

@@ -11,7 +11,7 @@ the WSE-2 rows into a slower WSE-3); `--assume calibration.clock_hz=...` moves t
 `wafer`, `clock_hz` and `wafer_assumed` say what the fit used. The fit runs lazily, once per
 set of assumptions that move it (`for_calibration`); a fitted constant the user assumes
 (`--assume dsd_issue_cycles=20`) is held there and not fitted. Rows (the calibration set of
-shared/REFERENCES.md and nothing else; `rows()` gives each with its published and model
+references/calibration-rows.md and nothing else; `rows()` gives each with its published and model
 figure and its role):
 
 - Jacquelin et al. Table II (25-point stencil, fp32, WSE-2, nz = 1000, 1000 steps, eight
@@ -75,7 +75,7 @@ __all__ = [
     "ALLREDUCE_OVER_DIAMETER",
 ]
 
-# Jacquelin et al., Table II (shared/REFERENCES.md): WSE-2, nz = 1000, 1000 steps:
+# Jacquelin et al., Table II (docs/references/calibration-rows.md): WSE-2, nz = 1000, 1000 steps:
 # (nx, ny, seconds for 1000 steps).
 STENCIL_TABLE_II = (
     (200, 200, 0.0750),

@@ -28,7 +28,7 @@ Bases: `published` (a vendor or SDK figure), `sourced` (a paper's text, cited), 
 swept), `fitted` (by `wse_core.cost.calibration` on the rows named in `source`; the preset value
 is the prior used when those rows are left out).
 
-References (REFERENCES-style notes; shared/REFERENCES.md has the full list):
+References (the calibration's sources: docs/references/calibration-rows.md):
 - SDK: Cerebras SDK documentation, "Computing with Cerebras" and the CSL language appendix
   (SIMD widths); csl-examples benchmark scripts (850 MHz, 1 cycle per hop clock correction).
 - Luczynski et al., "Near-Optimal Wafer-Scale Reduce", HPDC 2024, arXiv:2404.15888: model

@@ -1,7 +1,7 @@
 """Where specs come from: the named presets (`PRESETS`, `preset`), a preset plus overrides
 (`spec_from`) and YAML spec files (`load_spec`).
 
-`wse1`, `wse2`, `wse3` carry the public figures of shared/REFERENCES.md; where a figure is not
+`wse1`, `wse2`, `wse3` carry public figures, each source beside its value; where a figure is not
 published the value is an assumption and its comment says so. Small presets (`tiny`,
 `small`, `demo`) exist for tests and demos. `preset` and `load_spec` are pure: a name or a
 file gives the same spec in any context. `wse_core.hw.spec` re-exports every name here

@@ -22,7 +22,7 @@ OP_KINDS = (
 )  # fmt: skip
 
 # SIMD width (elements per cycle) by "kind.dtype", from the SDK language appendix
-# (shared/REFERENCES.md, "PE and fabric costs"). bf16 is priced as fp16. Not in the SDK
+# (Cerebras SDK documentation, "Computing with Cerebras"). bf16 is priced as fp16. Not in the SDK
 # table: fp32 mul and FMAC (@fmuls, @fmacs) on either generation, priced by the spec's
 # `fp32_mul_width` (an ASSUMED constant, `wse_core.cost.mechanisms`: 1 on both, the WSE-2
 # simulator's figure, swept 1..4; the entries below only mirror it); sqrt has no SIMD form

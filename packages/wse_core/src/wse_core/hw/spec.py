@@ -1,7 +1,7 @@
 """Wafer specs: the static hardware description every other part of the stack is built from.
 
 A `WaferSpec` is a frozen, validated dataclass (`wse_core.hw.description`). Presets `wse1`,
-`wse2`, `wse3` carry the public figures of shared/REFERENCES.md; where a figure is not
+`wse2`, `wse3` carry public figures, each source beside its value; where a figure is not
 published the value is an assumption and the field's comment says so. Small presets (`tiny`,
 `small`, `demo`) exist for tests and demos. Custom specs come from a preset plus overrides
 (`spec_from(...)`) or a YAML file (`load_spec(path)`), which may name a `base` preset and

@@ -10,13 +10,13 @@ Each prediction row is `{"name", "value", "unit", "params", "published", "source
 "mechanisms", "role"}`; `role` says what the row is to the calibration (`row_role`): "fits K"
 (a calibration row that fits constant K), "check" (a published figure nothing is fitted on) or
 "prediction" (no published figure here); `published` and `source` are filled only from
-shared/REFERENCES.md (None otherwise); `mechanisms` (optional) is the row's predicted cycles by
-mechanism (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's `params["per"]`
-names), shown in the tables and drawn as `mechanisms.png` (stacked shares per row) whenever a
-row has it, with the assumed constants that move it and their sweep ranges beside it
-(`wse_core.cost.mechanisms.assumed_beside`). `--quick` may shrink the measured part;
-predictions must be the same either way. In a notebook a result shows its tables and
-figure (`_repr_html_`, `.plot()`: `wse_core.notebook`)."""
+references/calibration-rows.md (None otherwise); `mechanisms` (optional) is the row's predicted
+cycles by mechanism (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's
+`params["per"]` names), shown in the tables and drawn as `mechanisms.png` (stacked shares per
+row) whenever a row has it, with the assumed constants that move it and their sweep ranges
+beside it (`wse_core.cost.mechanisms.assumed_beside`). `--quick` may shrink the measured part;
+predictions must be the same either way. In a notebook a result shows its tables and figure
+(`_repr_html_`, `.plot()`: `wse_core.notebook`)."""
 
 from __future__ import annotations
 
