@@ -7,7 +7,8 @@ shape)` its arrays, or `StepFileError` naming what is wrong: not an .npz archive
 regular file), an array missing, a field not of `shape`, not finite or past FIELD_MAX,
 `step` not one integer >= 0 or not the step the file's name says, `time` not one finite
 number >= 0; given the run's case and domain, a step written by another. Nothing is
-unpickled.
+unpickled. `step_case(data)` is the case a step's arrays say they were written by (the
+restart reads a rayleigh-benard step's T as the full temperature by it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from wse_core.errors import WseError
 
-__all__ = ["StepFileError", "latest_output", "read_step"]
+__all__ = ["StepFileError", "latest_output", "read_step", "step_case"]
 
 _STEP_FILE = re.compile(r"step_(\d+)\.npz$")
 # The run is fp32: a field value past this has a square past fp32's range, so the kinetic
@@ -85,7 +86,7 @@ def read_step(
         raise StepFileError(
             f"--restart: {path}'s time must be one finite number >= 0, got {t!r:.60}"
         )
-    if case is not None and (written := _case_of(data)) not in (None, case):
+    if case is not None and (written := step_case(data)) not in (None, case):
         raise StepFileError(
             f"--restart: {path} is a step of case {written!r}; this run's case is {case!r} "
             f"(restart with --case {written}, or give a new --out)"
@@ -115,7 +116,7 @@ def _check_field(path: Path, k: str, a: np.ndarray | None, shape: tuple[int, ...
         )
 
 
-def _case_of(data: dict[str, np.ndarray]) -> str | None:
+def step_case(data: dict[str, np.ndarray]) -> str | None:
     """The case a step file was written by: its `case`, else (a file written before hunt 62)
     "rayleigh-benard" where it has that case's `theta_offset`; else None (unknown: a cavity's
     step then, or a file made by hand)."""

@@ -14,6 +14,9 @@ import json
 import os
 from pathlib import Path
 
+from wse_core.host.limits import LimitError
+from wse_core.host.readers import load_json, not_regular, read_text
+
 __all__ = ["SEAL", "newest_sealed", "seal_step", "step_problem"]
 
 SEAL = "wse_sha256.json"  # per step: {relative path: [bytes, sha256]} of every file orbax wrote
@@ -47,14 +50,20 @@ def seal_step(step_dir: Path) -> None:
 def step_problem(step_dir: Path) -> str | None:
     """Why the files of a committed step cannot be trusted (one line), or None: every file
     its seal lists is there with the size and sha256 it was written with. An unsealed step
-    gives None (its restore decides)."""
+    gives None (its restore decides). The seal is read bounded (`wse_core.host.readers`): one
+    that is no regular file, past `file_bytes` or nested past `json_depth` is a problem of
+    the step, as a seal of bad JSON is (the caller falls back to an older step)."""
     seal = step_dir / SEAL
     if not seal.exists():
         return None
-    try:
-        record = json.loads(seal.read_text())
+    if why := not_regular(seal):  # hunt 67: a FIFO hung the run, /dev/zero read until OOM
+        return f"its {SEAL} {why}"
+    try:  # bounded: at most `file_bytes`, nested at most `json_depth` (hunt 67: '[' * 200000)
+        record = load_json(read_text(seal, SEAL), SEAL)
         entries = [(str(rel), int(size), str(digest)) for rel, (size, digest) in record.items()]
-    except (OSError, ValueError, TypeError, AttributeError):
+    except LimitError as e:  # a seal is a few KB nested 2 deep: past a limit it is corrupt
+        return f"its {SEAL} is unreadable: {_limit_words(e, seal)}"
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
         return f"its {SEAL} is unreadable"
     for rel, size, digest in entries:
         path = step_dir / rel
@@ -65,6 +74,19 @@ def step_problem(step_dir: Path) -> str | None:
         if _sha256(path) != digest:
             return f"{rel} differs from what was written (sha256)"
     return None
+
+
+def _limit_words(e: LimitError, seal: Path) -> str:
+    """A limit's refusal of `seal` as "it is 70,000,000 bytes, over the limit of 67,108,864
+    bytes" or "its nesting is 200,000 levels, over the limit of 64 levels": without the path
+    (the line names the step) or the override (a seal this code wrote is a few KB nested 2
+    levels; lifting the limit would not make the step trustworthy)."""
+    text, named, nesting = str(e), f"{SEAL} {str(seal)!r} ", f"the nesting of {SEAL} "
+    if text.startswith(named):
+        text = "it " + text.removeprefix(named)
+    elif text.startswith(nesting):
+        text = "its nesting " + text.removeprefix(nesting)
+    return text.split(" (", 1)[0]
 
 
 def newest_sealed(folder: Path) -> Path | None:

@@ -42,6 +42,7 @@ __all__ = [
     "stream_rows",
     "Session",
     "check_inputs",
+    "fitting_tokenizer",
     "evaluate",
 ]
 
@@ -180,7 +181,7 @@ def _own_tokenizer(config: TrainConfig, path: Path, vocab_size: int):
     from wse_trainer.data import corpus_texts, train_tokenizer
 
     if path.exists():
-        return read_tokenizer(path)
+        return fitting_tokenizer(path, vocab_size)
     tok = train_tokenizer(corpus_texts(config.train_input), vocab_size)
     if tok.get_vocab_size() > vocab_size:
         raise ConfigError(
@@ -188,6 +189,22 @@ def _own_tokenizer(config: TrainConfig, path: Path, vocab_size: int):
             f"vocab_size={vocab_size}; raise model.vocab_size"
         )
     tok.save(str(path))
+    return tok
+
+
+def fitting_tokenizer(path: Path, vocab_size: int) -> Any:
+    """`read_tokenizer(path)`, or ConfigError when one of its token ids is past the model's
+    embedding (hunt 67: a tokenizer.json of 300 tokens reused for a vocab_size=260 run trained
+    to a NaN loss after 30 s, blamed on the learning rate). A vocab_size above the
+    tokenizer's size is padding, as HF models have."""
+    tok = read_tokenizer(path)
+    size = max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1  # ids 0..size-1
+    if size > vocab_size:
+        held = f"{size} tokens" if size == tok.get_vocab_size() else f"token ids up to {size - 1}"
+        raise ConfigError(
+            f"{path} has {held} but model.vocab_size={vocab_size}; raise model.vocab_size to "
+            f"at least {size} or remove tokenizer.json to train one"
+        )
     return tok
 
 
@@ -202,7 +219,8 @@ def _rows(tok, cfg, seq_len: int):
 def check_inputs(config: TrainConfig) -> None:
     """ConfigError for the config's values (`check_config`), a local data_dir or a
     --checkpoint-path that is not there, or a model_dir that is no run folder or lies
-    inside a data_dir, or whose tokenizer.json cannot be a run's (`read_tokenizer`); cheap
+    inside a data_dir, or whose tokenizer.json cannot be a run's (`read_tokenizer`) or
+    holds more tokens than model.vocab_size (`fitting_tokenizer`); cheap
     (no JAX, no orbax): the CLI asks before importing them, `Session` again."""
     from wse_trainer.data_files import check_data_dir
     from wse_trainer.run_folder import check_model_dir
@@ -217,7 +235,7 @@ def check_inputs(config: TrainConfig) -> None:
         )
     check_model_dir(Path(run_cfg.model_dir))  # a folder of someone's files is no run folder
     if (tokenizer := Path(run_cfg.model_dir) / "tokenizer.json").is_file():
-        read_tokenizer(tokenizer)  # hunt 64: one without EOS failed after 18 s of setup
+        fitting_tokenizer(tokenizer, model.vocab_size)  # hunts 64, 67: after 18 s, 30 s of work
     splits = ("train_input",) if run_cfg.mode == "train" else ("train_input", "eval_input")
     for name in splits:
         _check_apart(Path(run_cfg.model_dir), name, getattr(config, name).data_dir)

@@ -7,7 +7,9 @@ MAC face velocities as stored, `w` zeros in 2D; `T` the full temperature; plus `
 `time`, `lengths`, `case`) and `step_<n>.vtk` (legacy VTK structured points, ParaView opens
 it: the velocity averaged to cell centres, p and T) into `out_dir`. With `restart=True` it
 continues from the newest `step_<n>.npz` there (of the same case and domain; FieldError when
-there is none), and the report's `restarted_from_step` / `restarted_from` say which.
+there is none), and the report's `restarted_from_step` / `restarted_from` say which; the
+fields are read as fp32 whatever their stored dtype, and a rayleigh-benard step's T is the
+full temperature (one without `case` is refused: its T could be either).
 `on_progress(step, nusselt, kinetic_energy)` is called after each chunk. `CfdRun.report` is
 the `wse_core.RunReport` of the whole run: each step priced from its program
 (`wse_hpc.fields.perf`) with the measured mean CG iterations.
@@ -27,7 +29,7 @@ from jax import lax
 from wse_core import RunReport, WaferSpec
 from wse_core.cost.perf import serial
 
-from wse_hpc.cfd_steps import StepFileError, latest_output, read_step
+from wse_hpc.cfd_steps import StepFileError, latest_output, read_step, step_case
 from wse_hpc.fields.convection import RbCase, full_temperature, rayleigh_benard, stable_dt
 from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
@@ -138,12 +140,33 @@ def _load(state: FlowState, path: Path, grid, case: str, dt: float, chosen: str)
     """(state, step, time) of the step file `path`, checked (`_read_step`, `_check_courant`)."""
     data = _read_step(path, grid, case)
     _check_courant(path, data, grid, dt, chosen)
-    vel = tuple(v.like(grid.wafer.place(jnp.asarray(data[n], jnp.float32)))
-                for v, n in zip(state.velocity, "uvw", strict=False))  # fmt: skip
-    T = data["T"] - (full_temperature(grid, 0 * data["T"]) if "theta_offset" in data else 0)
-    st = state._replace(velocity=vel, p=state.p.like(grid.wafer.place(jnp.asarray(data["p"]))),
-                        T=state.T.like(grid.wafer.place(jnp.asarray(T, jnp.float32))))  # fmt: skip
+
+    def field(like, values):  # fp32 as the run's carry (hunt 67: an int64 p was a traceback)
+        return like.like(grid.wafer.place(jnp.asarray(values, jnp.float32)))
+
+    vel = tuple(field(v, data[n]) for v, n in zip(state.velocity, "uvw", strict=False))
+    T = _theta(path, data, grid, case)
+    st = state._replace(velocity=vel, p=field(state.p, data["p"]), T=field(state.T, T))
     return st, int(data["step"]), float(data["time"])
+
+
+def _theta(path: Path, data: dict[str, np.ndarray], grid, case: str) -> np.ndarray:
+    """The run's temperature state from the file's `T`: a rayleigh-benard step holds the full
+    temperature (`_arrays`: every step file it wrote; before hunt 62 without `case`, with
+    `theta_offset`), the state is theta; a cavity's T is its state. Decided by the case
+    (`read_step` refused a file of another), never by an optional key alone (hunt 67: a step
+    with `case` but no `theta_offset` had the conduction profile added twice, silently)."""
+    if case != "rayleigh-benard":
+        return data["T"]
+    if step_case(data) is None:  # made by hand, or a cavity's from before hunt 62
+        raise FieldError(
+            f"--restart: {path} names no case (no `case` string, nor an older step's "
+            "`theta_offset`), so whether its T is the full temperature (what a "
+            "rayleigh-benard run writes) or theta cannot be told; save it with "
+            "case='rayleigh-benard' and T the full temperature"
+        )
+    full = np.asarray(data["T"], np.float32)
+    return full - full_temperature(grid, np.zeros_like(full))
 
 
 def _arrays(cfg: CfdConfig, grid, s: FlowState) -> dict[str, np.ndarray]:
