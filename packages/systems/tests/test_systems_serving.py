@@ -9,7 +9,7 @@ import pytest
 from wse_core import PerfModel, preset
 from wse_systems import gpu as gpum
 from wse_systems.decoder import decode_phases
-from wse_systems.pipeline import PipelinePlanError, kv_bytes_per_token, plan_pipeline
+from wse_systems.pipeline import PipelinePlanError, Regions, kv_bytes_per_token, plan_pipeline
 from wse_systems.serving import (
     GpuServing,
     ServingError,
@@ -54,6 +54,9 @@ ROUND = dataclasses.replace(
 )  # fmt: skip
 ONE = gs.GpuLayout(1, 1)
 HALF = gs.GpuFractions(hbm_fraction=0.5, mfu=0.5)
+# A step's kernels (hunt 67): 8 a layer x 2 layers + 4 around them, KERNEL_S each; FLAT and
+# DRAFT both have 2 layers
+FLOOR = (8 * 2 + 4) * gs.KERNEL_S
 TOY = DecoderCounts(
     name="toy",
     arch="llama",
@@ -85,11 +88,11 @@ def test_gpu_step_at_one_user_is_the_weight_read():
     # 0.5e15 are far less
     assert s.memory_s == pytest.approx((2e8 + KV_BYTES) / 5e11)
     assert s.compute_s == pytest.approx(2e8 / 5e14)
-    assert s.seconds == pytest.approx(s.memory_s) and s.bound == "hbm"
+    assert s.seconds == pytest.approx(s.memory_s + FLOOR) and s.bound == "hbm"
     s8 = _step(users=1, layout=gs.GpuLayout(8, 1))
     reduce = 2 * 7 / 8 * (2 * 256) / ROUND.nvlink_bytes_per_s + 2 * 7 * ROUND.nvlink_latency_s
     assert s8.allreduce_s == pytest.approx(2 * 2 * reduce)  # 2 per layer, 2 layers
-    assert s8.seconds == pytest.approx((2e8 + KV_BYTES) / 8 / 5e11 + 4 * reduce)
+    assert s8.seconds == pytest.approx((2e8 + KV_BYTES) / 8 / 5e11 + 4 * reduce + FLOOR)
     fp8 = _step(users=1, precision="fp8")  # a byte a weight and a KV value, twice the peak
     assert fp8.memory_s == pytest.approx((1e8 + KV_BYTES / 2) / 5e11)
     assert fp8.compute_s == pytest.approx(2e8 / (0.5 * ROUND.peak_fp8_flops))
@@ -103,9 +106,9 @@ def test_gpu_compute_knee_and_aggregate_plateau():
     below, past = _step(users=math.floor(knee_b)), _step(users=math.ceil(knee_b))
     assert below.bound == "hbm" and past.bound == "compute"
     far = _step(users=4000)
-    assert far.seconds == pytest.approx(4000 * 2e8 / 5e14)
-    # aggregate B / step past the knee: mfu x peak / 2 N
-    assert 4000 / far.seconds == pytest.approx(2.5e6)
+    assert far.seconds == pytest.approx(4000 * 2e8 / 5e14 + FLOOR)
+    # aggregate B / step past the knee: mfu x peak / 2 N, less the kernels' fixed cost
+    assert 4000 / far.compute_s == pytest.approx(2.5e6)
 
 
 def test_gpu_kv_bytes_per_user_and_the_largest_batch():
@@ -163,9 +166,9 @@ def test_gpu_prefill_is_the_roofline_of_its_tokens():
     t = _step(prefill_tokens=10_000, prompt_tokens=10_000)
     # 2 N_matmul per token and the attention's 2 L (H Q) p per token (p / 2 earlier tokens)
     assert t.compute_s == pytest.approx((10_000 * 2e8 + 2 * 2 * 256 * 10_000**2) / 5e14)
-    assert t.seconds == pytest.approx(t.compute_s) and t.bound == "compute"
+    assert t.seconds == pytest.approx(t.compute_s + FLOOR) and t.bound == "compute"
     short = _step(prefill_tokens=1, prompt_tokens=1)
-    assert short.seconds == pytest.approx((2e8 + KV_BYTES) / 5e11)  # one weight read
+    assert short.seconds == pytest.approx((2e8 + KV_BYTES) / 5e11 + FLOOR)  # one weight read
 
 
 def test_speculation_on_a_gpu_is_leviathans_formula():
@@ -176,9 +179,9 @@ def test_speculation_on_a_gpu_is_leviathans_formula():
     fast = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, fractions=HALF,
                       speculation=spec)  # fmt: skip
     kv = 8 + 8 // 2  # the cached tokens a step reads (Workload.kv_tokens)
-    target = (2e8 + KV_BYTES * (kv + 1)) / 5e11  # a step's bytes, its new token's KV too
-    draft = (2e7 + DRAFT_KV_BYTES * (kv + 1)) / 5e11
-    verify = (2e8 + KV_BYTES * (kv + 5)) / 5e11
+    target = (2e8 + KV_BYTES * (kv + 1)) / 5e11 + FLOOR  # a step's bytes, its new token's KV too
+    draft = (2e7 + DRAFT_KV_BYTES * (kv + 1)) / 5e11 + FLOOR
+    verify = (2e8 + KV_BYTES * (kv + 5)) / 5e11 + FLOOR
     leviathan = speculative_speedup(0.8, 4, draft_s=draft, target_s=target, verify_s=verify)
     ratio = plain.round_s(ONE, 1)[0] / fast.round_s(ONE, 1)[0] * spec.tokens_per_round
     assert ratio == pytest.approx(leviathan)
@@ -205,7 +208,10 @@ def _toy_serving(**kw):
 
 def test_wafer_one_user_is_the_batch_one_prediction():
     serve = _toy_serving()
-    plan = plan_pipeline(TOY, preset("small"), context_len=32, slots=1)
+    lay = serve.point(1).layout  # the fastest placement (`fastest_plan`, hunt 67)
+    plan = plan_pipeline(TOY, preset("small"), context_len=32, slots=1,
+                         regions=Regions(layout=lay["layout"],
+                                         head_rows=lay["head_rows"]))  # fmt: skip
     t1 = PerfModel(plan.spec).evaluate(decode_phases(TOY, plan, kv_tokens=24)).seconds
     assert serve.plans(1)[0] == plan
     assert serve.point(1).user_tokens_per_s == pytest.approx(1 / t1)

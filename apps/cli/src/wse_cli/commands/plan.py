@@ -3,6 +3,7 @@
     wse plan train --model llama3_8b --tokens 1e12 [--systems N] [--gpus M] [--gpu h100]
     wse plan infer --model llama3-70b [--users N | --min-user-tokens-per-s S] [--wafers N]
                    [--gpus M] [--prompt-tokens P --output-tokens O] [--draft M --alpha A]
+    either with [--assume KEY=VALUE ...]
 
 `--model`: a `wse_models` preset (llama3-70b), a shipped trainer config (llama3_8b), a
 params.yaml or an HF directory (config.json). Prints a table, or JSON with `--json`.
@@ -12,6 +13,13 @@ the chosen points marked). The models and their assumptions are in `wse_systems.
 `wse_systems.planning.infer`, `wse_systems.gpu`, `wse_systems.serving` and
 `wse_systems.economics`; nothing is compiled. Each command parses its options, calls the
 planner and prints (`plan_print`).
+
+`--assume KEY=VALUE` is `wse experiments run --assume` (`wse_core.cost.assumptions`, the same
+parser, refusals and meaning): a wafer field changes the wafer priced only (`applied` to the
+one `WaferSpec`), `calibration.FIELD` the calibration's WSE-2, and the plan runs inside
+`assume(...)` so that the calibration is refitted under what moves it. The plan lists the
+assumptions in force and the calibration it priced with (its wafer, clock and fitted
+constants, read from `wse_core.cost.calibration.current()`): `Assumed`.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 
 import typer
 
-from wse_cli.commands.plan_print import count, duration, emit, plot
+from wse_cli.commands.plan_print import Assumed, count, duration, emit, plot
 from wse_cli.errors import WseGroup
 from wse_cli.options import GPUS, number
 from wse_cli.outputs import png_file
@@ -37,6 +45,14 @@ WAFER = preset_option("wse3", "--wafer", help="Wafer preset: wse1, wse2, wse3")
 GPU = typer.Option("h100", "--gpu", help="GPU: a100 or h100.")
 JSON = typer.Option(False, "--json", help="Print the plan as JSON.")
 PNG = png_file(None, "--png", help="Bar chart of time, energy and cost.")  # plan train
+ASSUME: Any = typer.Option(
+    [],
+    "--assume",
+    help="KEY=VALUE: plan with another value of an assumption (repeatable; `wse experiments "
+    "assumptions` lists them). A wafer field (clock_hz) changes the wafer priced; "
+    "calibration.FIELD (calibration.clock_hz) the WSE-2 the calibration rows were measured "
+    "on, and the calibration is refitted under it, as under a setting or a fitted constant held.",
+)
 # Upper bounds of the plan's quantities (hunt 55): inside them every total is finite and still
 # means something; `--tokens 1e308` printed 1e301 kWh. Lower ones (hunt 57): at least one
 # token to train, a day of deployment (1e-300 days spread the people cost over nothing); a
@@ -99,6 +115,22 @@ def _rates(gpu_h, sys_h, eng_h, hours, kwh) -> dict[str, Any]:
         "engineer_hours": hours,
         "usd_per_kwh": kwh,
     }
+
+
+def _assumed(items: list[str], wafer: str | None, spec_file: Path | None):
+    """(the checked assumptions, the wafer priced under them): `wse experiments run
+    --assume`'s parser and `resolve_spec`'s last step (`applied`), refused the same way."""
+    from wse_core.cost.assumptions import applied, parse_assumptions
+
+    changes = parse_assumptions(items)
+    return changes, applied(wafer_spec(wafer, spec_file, "wse3"), changes)
+
+
+def _in_force(changes: dict[str, float], notes: list[str]) -> Assumed:
+    """What the plan was priced under, read inside its `assume` block."""
+    from wse_core.cost.calibration import current
+
+    return Assumed(dict(changes), current(), notes)
 
 
 def _micro_batch(text: str | None) -> int | str | None:
@@ -167,19 +199,24 @@ def train(
     usd_eng: float = USD_ENG,
     eng_hours: float = ENG_H,
     usd_kwh: float = USD_KWH,
+    assume: list[str] = ASSUME,
 ) -> None:
     """Time, energy and cost to train on N wafers and on M GPUs (same global batch)."""
+    from wse_core.cost.assumptions import assume as assumed
     from wse_systems.planning.train import TrainBatch, TrainGpus, plan_train
 
     from wse_cli.model_choice import resolve_model
 
-    plan = plan_train(
-        resolve_model(model), tokens=tokens, spec=wafer_spec(wafer, spec_file, "wse3"),
-        systems=systems, gpus=TrainGpus(gpu, gpus, mfu),
-        batch=TrainBatch(batch, _micro_batch(micro_batch), seq_len),
-        rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
-    )  # fmt: skip
-    emit(plan, as_json, png)
+    changes, spec = _assumed(assume, wafer, spec_file)
+    with assumed(**changes):
+        plan = plan_train(
+            resolve_model(model), tokens=tokens, spec=spec, systems=systems,
+            gpus=TrainGpus(gpu, gpus, mfu), batch=TrainBatch(batch, _micro_batch(micro_batch),
+                                                             seq_len),
+            rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
+        )  # fmt: skip
+        in_force = _in_force(changes, [])
+    emit(plan, as_json, png, in_force)
 
 
 @app.command()
@@ -284,31 +321,38 @@ def infer(
     usd_eng: float = USD_ENG,
     eng_hours: float = ENG_H,
     usd_kwh: float = USD_KWH,
+    assume: list[str] = ASSUME,
 ) -> None:
     """Serving at an operating point: tokens/s per user and in all, time to first token,
     energy and cost per million tokens, on wafers and GPUs (default: each side's knee)."""
+    from wse_core.cost.assumptions import assume as assumed
     from wse_systems import serving as sv
     from wse_systems.planning import infer as pi
+    from wse_systems.serving.gpu_step import floor_note
 
     from wse_cli.model_choice import resolve_model
 
+    changes, spec = _assumed(assume, wafer, spec_file)
     choice = resolve_model(model)
     fit = pi.default_workload(choice.config)  # hunt 63: 1,280 tokens were past GPT-2's 1,024
-    plan = pi.plan_infer(
-        choice,
-        wafer=pi.WaferSetup(wafer_spec(wafer, spec_file, "wse3"), wafers, gemv),
-        gpu=pi.GpuSetup(gpu, gpus, hbm_fraction, mfu, gpu_precision),
-        workload=sv.Workload(
-            prompt_tokens=fit.prompt_tokens if prompt_tokens is None else prompt_tokens,
-            output_tokens=fit.output_tokens if output_tokens is None else output_tokens,
-            context_len=context_len,
-        ),
-        target=pi.Target(users, min_user_tokens_per_s, max_ttft_s),
-        costing=pi.Costing(tokens_per_day, days, _rates(usd_gpu, usd_sys, usd_eng, eng_hours,
-                                                        usd_kwh)),
-        draft=pi.Draft(None if draft is None else resolve_model(draft), gamma, alpha),
-    )  # fmt: skip
-    emit(plan, as_json, png)
+    with assumed(**changes):
+        plan = pi.plan_infer(
+            choice,
+            wafer=pi.WaferSetup(spec, wafers, gemv),
+            gpu=pi.GpuSetup(gpu, gpus, hbm_fraction, mfu, gpu_precision),
+            workload=sv.Workload(
+                prompt_tokens=fit.prompt_tokens if prompt_tokens is None else prompt_tokens,
+                output_tokens=fit.output_tokens if output_tokens is None else output_tokens,
+                context_len=context_len,
+            ),
+            target=pi.Target(users, min_user_tokens_per_s, max_ttft_s),
+            costing=pi.Costing(tokens_per_day, days, _rates(usd_gpu, usd_sys, usd_eng,
+                                                            eng_hours, usd_kwh)),
+            draft=pi.Draft(None if draft is None else resolve_model(draft), gamma, alpha),
+        )  # fmt: skip
+        # the GPU step's fixed cost, an assumed constant, beside the figures it moves (hunt 67)
+        in_force = _in_force(changes, [floor_note(choice.config)])
+    emit(plan, as_json, png, in_force)
 
 
 def part(console, *, out_dir: Path, quick: bool) -> None:

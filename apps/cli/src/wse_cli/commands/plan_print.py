@@ -1,7 +1,10 @@
 """How `wse plan` prints a plan: the table of both systems (time, energy, cost, the figures
 per step or per token), the frontier table, JSON, and the charts (`plot`: bars of a training
 plan, both frontiers of a serving plan with the chosen points marked). Nothing here plans:
-the plans are `wse_systems.planning`'s.
+the plans are `wse_systems.planning`'s. `Assumed` is what a plan was priced under: the
+`--assume` changes, the calibration in force (JSON "assume" and "calibration", the
+`Calibration`'s own `to_dict()`) and notes on assumed constants; the table lists them under
+the plan's own assumptions.
 """
 
 from __future__ import annotations
@@ -9,12 +12,45 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import typer
 
 from wse_cli.errors import UserInputError
 
-__all__ = ["emit", "plot", "frontier_figure", "duration", "count"]
+__all__ = ["Assumed", "emit", "plot", "frontier_figure", "duration", "count"]
+
+
+class Assumed(NamedTuple):
+    """What a plan was priced under: the `--assume` changes (key -> value), the calibration
+    in force (`wse_core.cost.calibration.Calibration`) and notes on assumed constants."""
+
+    changes: dict[str, float]
+    calibration: Any
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"assume": dict(self.changes), "calibration": self.calibration.to_dict()}
+
+    def lines(self) -> list[str]:
+        """The table's notes: the assumptions in force, the calibration, the notes."""
+        from wse_core.cost.assumptions import CALIBRATION_PREFIX
+        from wse_core.cost.mechanisms import CONSTANTS
+
+        given = [f"{k}={v:g}" + (" (the calibration's wafer; refitted under it)"
+                                 if k.startswith(CALIBRATION_PREFIX) else "")
+                 for k, v in self.changes.items()]  # fmt: skip
+        cal = self.calibration
+        fitted = ", ".join(f"{k} = {v:.4g} {CONSTANTS[k].units}" for k, v in cal.values.items())
+        missed = "".join(
+            f"; the row {k} fits comes out {100 * m:+.1f}%" for k, m in cal.misses.items()
+        )
+        return [
+            "assumed (--assume): " + "; ".join(given) if given
+            else "assumptions: the presets' own (no --assume)",
+            f"calibration: rows priced on {cal.on_wafer()}; fitted {fitted or 'nothing'}{missed}",
+            *self.notes,
+        ]  # fmt: skip
 
 
 def duration(s: float) -> str:
@@ -141,6 +177,19 @@ def _token(layout: dict) -> str:
     )
 
 
+def _floor(layout: dict) -> str:
+    """The GPU step's fixed cost (hunt 67), with the assumed kernel cost's range."""
+    from wse_systems.serving.gpu_step import KERNEL
+
+    kernel_s, lo, hi = layout["kernel_s"], min(KERNEL.sweep), max(KERNEL.sweep)
+    return (
+        f"{duration(layout['step_floor_s'])} a step: {layout['step_floor_s'] / kernel_s:.0f} "
+        f"kernels x {kernel_s * 1e6:g} us (assumed, {lo * 1e6:g}..{hi * 1e6:g} us)"
+        if kernel_s
+        else "none"
+    )
+
+
 def _serving_rows(plan) -> list[tuple[str, str, str]]:
     w, g = plan.wafer.to_dict(), plan.gpu.to_dict()
     both = lambda key, fmt: (fmt(w[key]), fmt(g[key]))  # noqa: E731
@@ -158,6 +207,7 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
          duration(g["point"]["layout"]["decode_s"])),
         ("a token alone (wafer)", _token(w["point"]["layout"]), "-"),
         ("bound", *both("bound", str)),
+        ("step floor (kernels)", "-", _floor(g["point"]["layout"])),
         ("replicas for the load", *both("replicas", str)),
         ("energy per million tokens",
          *both("energy_kwh_per_million_tokens", lambda x: f"{x:.4g} kWh")),
@@ -198,7 +248,7 @@ def _frontier_table(plan):
     return t
 
 
-def _print(plan) -> None:
+def _print(plan, in_force: Assumed | None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -217,7 +267,7 @@ def _print(plan) -> None:
         console.print(_frontier_table(plan))
         console.print(f"- wafer SRAM: {plan.wafer.figures['sram_budget']}", style="dim",
                       markup=False)  # fmt: skip
-    for note in plan.assumptions:
+    for note in [*plan.assumptions, *(in_force.lines() if in_force else [])]:
         console.print(f"- {note}", style="dim", markup=False)
 
 
@@ -280,8 +330,14 @@ def _first_non_finite(value, path: str = "") -> tuple[str, float] | None:
     return None
 
 
-def emit(plan, as_json: bool, png: Path | None) -> None:
-    found = _first_non_finite(plan.to_dict())
+def emit(plan, as_json: bool, png: Path | None, in_force: Assumed | None = None) -> None:
+    """Print `plan` (table or JSON) and draw it to `png`; `in_force`: what it was priced
+    under, listed with it (JSON: "assume", "calibration", and its notes in "assumptions")."""
+    data = plan.to_dict()
+    if in_force is not None:
+        data = {**data, **in_force.to_dict(),
+                "assumptions": [*data["assumptions"], *in_force.notes]}  # fmt: skip
+    found = _first_non_finite(data)
     if found:  # extreme inputs (1e300 tokens, 1e308 hours x 1e308 USD) overflow a float
         raise UserInputError(
             f"the plan's {found[0]} comes out {found[1]}: the inputs overflow a float; give "
@@ -290,6 +346,6 @@ def emit(plan, as_json: bool, png: Path | None) -> None:
     if png is not None:
         plot(plan, png)
     if as_json:
-        typer.echo(json.dumps(plan.to_dict(), indent=2, default=float))
+        typer.echo(json.dumps(data, indent=2, default=float))
     else:
-        _print(plan)
+        _print(plan, in_force)

@@ -333,7 +333,9 @@ def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint
     costs a larger fraction of per-user speed than it adds to throughput. On the wafer that
     is where the pipeline fills; on GPUs where compute binds or the KV reads match the
     weights'. Found from the frontier's best sample by a ternary search between its
-    neighbours (the product is unimodal in the load for both models)."""
+    neighbours (the product is unimodal in the load for both models, up to the steps of
+    ceil(users / replicas); hunt 67: on a flat top, a GPU step's kernel floor amortised over
+    the batch, those steps stopped the search below the best sample, which is kept)."""
     front = front or frontier(system)
 
     def score(users: int) -> float:
@@ -349,4 +351,4 @@ def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint
             lo = m1 + 1
         else:
             hi = m2
-    return system.point(max(range(lo, hi + 1), key=score))
+    return system.point(max([*range(lo, hi + 1), us[i]], key=score))

@@ -12,7 +12,8 @@ and KV k_x bytes a value):
     memory  = (w_x N_matmul + k_x V (B kv_tokens + B t + c)) / tp  /  (hbm x HBM)
     compute = (B t (2 N_matmul + 4 L HQ kv_tokens) + c (2 N_matmul + 2 L HQ P)) / tp
               /  (mfu x peak_x)
-    step    = max(memory, compute) + 2 L ring_allreduce((B t + c) d 2 B over tp on NVLink)
+    step    = max(memory, compute) + (K L + K0) kernel_s
+              + 2 L ring_allreduce((B t + c) d 2 B over tp on NVLink)
               + (pp - 1) ((B t + c) d 2 B / InfiniBand + its latency)
 
 (N_matmul the weights every token multiplies, V the KV values a token adds, L layers, HQ
@@ -34,6 +35,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+from wse_core.cost.mechanisms import Constant
+
 from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec, ring_allreduce_s
 from wse_systems.serving.frontier import ServingError
 from wse_systems.transformer import (
@@ -48,6 +51,10 @@ __all__ = [
     "FITTED_MFU",
     "FITTED_HBM_FRACTION",
     "ACT_BYTES",
+    "KERNELS_PER_LAYER",
+    "KERNELS_PER_STEP",
+    "KERNEL_S",
+    "KERNEL",
     "GpuPrecision",
     "PRECISIONS",
     "gpu_precision",
@@ -60,15 +67,40 @@ __all__ = [
     "replica_sizes",
     "max_batch",
     "min_gpus",
+    "floor_s",
+    "floor_note",
     "step",
 ]
 
 # Fitted on TensorRT-LLM v0.19.0's 46 H100 FP8 rows with input <= output length
-# (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`; rms log ratio 0.250;
-# refitted at hunt 66, when a request's first token entered its period: 0.269 and 0.713 before):
-FITTED_MFU = 0.270  # share of the tensor peak a step's products reach
-FITTED_HBM_FRACTION = 0.715  # share of HBM bandwidth a step's reads reach
+# (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`; rms log ratio 0.246,
+# checks 0.327) at the assumed kernel cost `KERNEL_S`; refitted at hunt 67, when the step's
+# kernels entered it (0.270 and 0.715 before, rms 0.250 and 0.335; hunt 66: 0.269, 0.713):
+FITTED_MFU = 0.274  # share of the tensor peak a step's products reach
+FITTED_HBM_FRACTION = 0.727  # share of HBM bandwidth a step's reads reach
 ACT_BYTES = 2  # activations between GPUs travel in 16 bits in either precision
+
+# The step's kernels (module docstring), counted from a decoder layer as TensorRT-LLM fuses it:
+# two norms (the residual add fused in), the QKV product, attention (RoPE and the KV-cache
+# write fused in), the output product, gate/up (GPT-2: fc), the activation, down.
+KERNELS_PER_LAYER = 8
+KERNELS_PER_STEP = 4  # around the layers: the embedding lookup, final norm, head, sampling
+KERNEL_S = 1.0e-6  # s a kernel costs beyond its reads and products: `KERNEL`
+KERNEL = Constant(
+    units="s/kernel",
+    mechanism="a kernel's fixed cost in a GPU forward pass, beyond its reads and products "
+    "(launch, grid ramp and tail, the gap to the next), under CUDA graphs as the TensorRT-LLM "
+    "rows ran; times K L + K0 kernels a step",
+    basis="assumed",
+    source="no figure for H100 and TensorRT-LLM's kernels; CUDA.jl's 'Graphs' page "
+    "(https://cuda.juliagpu.org/dev/usage/graphs/): 80 broadcast kernels in 260 us launched one "
+    "by one and 70 us as one graph, 3.3 and 0.9 us a kernel, their small work included; a CPU "
+    "launch takes about 4-6 us (https://susun-blog.com/blog/pegainfer-3-cuda-graph). 1 us: a "
+    "graph's replay; 5 us: kernels launched one by one. The TensorRT-LLM rows do not identify "
+    "it (trtllm_h100.fit_over_floor)",
+    sweep=(0.5e-6, 1.0e-6, 2.0e-6, 5.0e-6),
+    limits=(0.0, 1e-3),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,9 +175,14 @@ class GpuStep:
     compute_s: float
     allreduce_s: float
     stage_hops_s: float
+    kernels_s: float = 0.0  # the kernels' fixed cost (`floor_s`)
 
     @property
     def bound(self) -> str:
+        """The largest of the step's terms: "hbm", "compute", or "kernels" where the kernels'
+        fixed cost exceeds both (a small model's step)."""
+        if self.kernels_s > max(self.memory_s, self.compute_s):
+            return "kernels"
         return "hbm" if self.memory_s >= self.compute_s else "compute"
 
 
@@ -230,12 +267,33 @@ def memory_error(
     )
 
 
+def floor_s(model: DecoderShape, kernel_s: float = KERNEL_S) -> float:
+    """The fixed cost of one forward pass of `model`, seconds: (K L + K0) kernels at
+    `kernel_s` each (module docstring), whatever the batch."""
+    return (KERNELS_PER_LAYER * model.n_layers + KERNELS_PER_STEP) * kernel_s
+
+
+def floor_note(model: DecoderShape, kernel_s: float = KERNEL_S) -> str:
+    """The floor in words beside the predictions it moves, with the assumed range."""
+    lo, hi = min(KERNEL.sweep), max(KERNEL.sweep)
+    kernels = KERNELS_PER_LAYER * model.n_layers + KERNELS_PER_STEP
+    return (
+        f"GPU step floor {floor_s(model, kernel_s) * 1e6:.4g} us a forward pass of "
+        f"{getattr(model, 'name', None) or 'the model'}: {KERNELS_PER_LAYER} kernels x "
+        f"{model.n_layers} layers + {KERNELS_PER_STEP} = {kernels} kernels at kernel_s = "
+        f"{kernel_s * 1e6:g} us (assumed, in {lo * 1e6:g}..{hi * 1e6:g} us: "
+        f"wse_systems.serving.gpu_step.KERNEL)"
+    )
+
+
 def step(
     model: DecoderShape, gpu: GpuSpec, layout: GpuLayout, batch: StepBatch, *,
     precision: str | GpuPrecision = "bf16", fractions: GpuFractions = GpuFractions(),
+    kernel_s: float = KERNEL_S,
 ) -> GpuStep:  # fmt: skip
-    """One forward pass of `batch` (module docstring) at `fractions` of the GPU's peaks: the
-    one pricer of a decode token, a verification, a prompt chunk and any mix of them."""
+    """One forward pass of `batch` (module docstring) at `fractions` of the GPU's peaks and
+    `kernel_s` a kernel: the one pricer of a decode token, a verification, a prompt chunk and
+    any mix of them."""
     users, tokens_per_user, kv_tokens, prefill_tokens, prompt_tokens = batch
     hbm_fraction, mfu = fractions
     prec = gpu_precision(precision)
@@ -251,4 +309,6 @@ def step(
     act = ACT_BYTES * model.d_model * new
     reduces = 2 * layers * ring_allreduce_s(act, tp, gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s)
     hops = (pp - 1) * (act / gpu.ib_bytes_per_s + gpu.ib_latency_s)
-    return GpuStep(max(memory, compute) + reduces + hops, memory, compute, reduces, hops)
+    fixed = floor_s(model, kernel_s)
+    seconds = max(memory, compute) + fixed + reduces + hops
+    return GpuStep(seconds, memory, compute, reduces, hops, kernels_s=fixed)

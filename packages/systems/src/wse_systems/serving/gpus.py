@@ -1,8 +1,9 @@
 """The GPU serving model: whole requests (P prompt + O output tokens) on tp x pp GPUs under
 chunked prefill, per-user speed against aggregate throughput, time to first token,
 speculative decoding, in bf16 or fp8. Each forward pass is priced by the one pricer,
-`wse_systems.serving.gpu_step.step` (its formula, the GPUs' figures and the achieved
-fractions of their peaks, `GpuFractions`, are there).
+`wse_systems.serving.gpu_step.step` (its formula, the GPUs' figures, the achieved
+fractions of their peaks, `GpuFractions`, and a step's fixed cost of kernels, `KERNEL_S`, are
+there).
 
 The scheduling policy (vLLM's chunked prefill, TensorRT-LLM's in-flight batching): each step
 has a token budget T (`TOKEN_BUDGET`, TensorRT-LLM's default `max_num_tokens`); the decoding
@@ -48,11 +49,14 @@ from wse_systems.serving.frontier import (
     Workload,
 )
 from wse_systems.serving.gpu_step import (
+    KERNEL,
+    KERNEL_S,
     GpuFractions,
     GpuLayout,
     GpuPrecision,
     GpuStep,
     StepBatch,
+    floor_s,
     gpu_precision,
     layout_for,
     max_batch,
@@ -73,10 +77,14 @@ class GpuServing:
         self, model: DecoderShape, gpu: GpuSpec, *, num_gpus: int, workload: Workload,
         fractions: GpuFractions = GpuFractions(), speculation: Speculation | None = None,
         precision: str | GpuPrecision = "bf16", token_budget: int = TOKEN_BUDGET,
+        kernel_s: float = KERNEL_S,
     ) -> None:  # fmt: skip
         hbm_fraction, mfu = fractions
         if not (0 < hbm_fraction <= 1 and 0 < mfu <= 1):
             raise ServingError(f"hbm_fraction and mfu must be in (0, 1], got {hbm_fraction}, {mfu}")
+        if why := KERNEL.outside(kernel_s):
+            raise ServingError(f"kernel_s {why}, got {kernel_s!r}")
+        self.kernel_s = kernel_s
         if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 1:
             raise ServingError(f"num_gpus must be an integer >= 1, got {num_gpus!r}")
         self.model, self.gpu, self.workload = model, gpu, workload
@@ -130,7 +138,8 @@ class GpuServing:
         m = self.draft if draft and self.draft is not None else self.model
         w = self.workload
         batch = StepBatch(users, tokens, w.kv_tokens, prefill, w.prompt_tokens)
-        return step(m, self.gpu, layout, batch, precision=self.precision, fractions=self.fractions)
+        return step(m, self.gpu, layout, batch, precision=self.precision,
+                    fractions=self.fractions, kernel_s=self.kernel_s)  # fmt: skip
 
     def round_s(self, layout: GpuLayout, batch: int, prefill: float = 0.0) -> tuple[float, str]:
         """(seconds of one round of `batch` users carrying `prefill` prompt tokens, bound)."""
@@ -172,7 +181,8 @@ class GpuServing:
         return times.point(
             users, self.workload, input_time_share=(full_s - bare_s) / full_s, bound=bound,
             layout={"tp": layout.tp, "pp": layout.pp, "replicas": replicas, "batch": batch,
-                    "precision": self.precision.name, "token_budget": self.token_budget},
+                    "precision": self.precision.name, "token_budget": self.token_budget,
+                    "kernel_s": self.kernel_s, "step_floor_s": floor_s(self.model, self.kernel_s)},
         )  # fmt: skip
 
     def point(self, users: int) -> OperatingPoint:
@@ -198,7 +208,7 @@ def gpus_to_match(
     fewest GPUs, in replicas of one layout, that serve `aggregate_tokens_per_s` with every
     user at least that fast), None where no layout can. Layouts are enumerated (tp <= a node,
     then whole nodes up to one stage per layer), never GPU counts. `serving`: the
-    `GpuServing` keywords (workload, fractions, speculation, precision)."""
+    `GpuServing` keywords (workload, fractions, speculation, precision, kernel_s)."""
     node = gpu.gpus_per_node
     sizes = [r for r in (1, 2, 4, 8, 16, 32) if r < node]
     sizes += [node * k for k in range(1, model.n_layers + 1)]

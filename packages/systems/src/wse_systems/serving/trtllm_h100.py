@@ -12,9 +12,13 @@ FP8 checkpoints (`nvidia/Llama-3.1-{8B,70B,405B}-Instruct-FP8`) and
 absent here. `SHAPES` are the three models' published shapes (Meta's model cards), counted by
 `wse_systems`'s decoder formula. `fitted(row)`: whether a row may be fitted on
 (input length <= output length, shared/REFERENCES.md); every other row is a check.
-`predict(row, mfu=, hbm_fraction=)` is `wse_systems.serving.gpus`' output tokens/s for the
-row's layout at the most users it holds, in fp8; `fit()` the two fractions minimising the
-squared log ratios over the fitted rows (what `wse_systems.serving.gpu_step.FITTED_*` hold).
+`predict(row, mfu=, hbm_fraction=, kernel_s=)` is `wse_systems.serving.gpus`' output tokens/s
+for the row's layout at the most users it holds, in fp8; `fit()` the two fractions minimising
+the squared log ratios over the fitted rows at the assumed kernel cost
+`wse_systems.serving.gpu_step.KERNEL_S` (what `wse_systems.serving.gpu_step.FITTED_*` hold);
+`fit_over_floor()` that fit at each value of the kernel cost's sweep, with the checks' rms
+(the rows do not identify the kernel cost: the rms falls as it grows until the HBM share
+reaches 1).
 Notes: docs/references/trtllm-h100.md.
 """
 
@@ -25,9 +29,10 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from wse_systems.serving.gpu_step import KERNEL, KERNEL_S
 from wse_systems.transformer import LLAMA31_8B, DecoderCounts
 
-__all__ = ["SOURCE", "TrtllmRow", "SHAPES", "ROWS", "fitted", "predict", "fit"]
+__all__ = ["SOURCE", "TrtllmRow", "SHAPES", "ROWS", "fitted", "predict", "fit", "fit_over_floor"]
 
 SOURCE = (
     "NVIDIA TensorRT-LLM v0.19.0 performance overview (docs/source/performance/"
@@ -113,9 +118,11 @@ def fitted(row: TrtllmRow) -> bool:
     return row.input_tokens <= row.output_tokens
 
 
-def predict(row: TrtllmRow, *, mfu: float, hbm_fraction: float) -> float:
+def predict(
+    row: TrtllmRow, *, mfu: float, hbm_fraction: float, kernel_s: float = KERNEL_S
+) -> float:
     """The GPU serving model's output tokens/s for `row`: its tp x pp layout as one replica in
-    fp8, at the most users it holds (the benchmark's "maximum load")."""
+    fp8, at the most users it holds (the benchmark's "maximum load"), `kernel_s` a kernel."""
     from wse_systems.gpu import H100
     from wse_systems.serving.frontier import Workload
     from wse_systems.serving.gpu_step import GpuFractions, GpuLayout
@@ -123,28 +130,46 @@ def predict(row: TrtllmRow, *, mfu: float, hbm_fraction: float) -> float:
 
     work = Workload(prompt_tokens=row.input_tokens, output_tokens=row.output_tokens)
     serve = GpuServing(SHAPES[row.model], H100, num_gpus=row.gpus, workload=work,
-                       precision="fp8", fractions=GpuFractions(hbm_fraction, mfu))  # fmt: skip
+                       precision="fp8", fractions=GpuFractions(hbm_fraction, mfu),
+                       kernel_s=kernel_s)  # fmt: skip
     layout = GpuLayout(row.tp, row.pp)
     return serve.layout_point(layout, serve.layouts[layout]).aggregate_tokens_per_s
 
 
-def _loss(x, rows) -> float:
+def _loss(x, rows, kernel_s: float = KERNEL_S) -> float:
     mfu, hbm = (float(v) for v in x)
     if not (0.01 <= mfu <= 1 and 0.01 <= hbm <= 1):
         return math.inf
-    logs = [math.log(predict(r, mfu=mfu, hbm_fraction=hbm) / r.output_tokens_per_s) for r in rows]
+    logs = [math.log(predict(r, mfu=mfu, hbm_fraction=hbm, kernel_s=kernel_s)
+                     / r.output_tokens_per_s) for r in rows]  # fmt: skip
     return sum(v * v for v in logs)
 
 
-def fit() -> tuple[float, float, float]:
+def fit(kernel_s: float = KERNEL_S) -> tuple[float, float, float]:
     """(mfu, hbm_fraction, rms of log(model / published)) minimising the squared log ratios
-    over the rows `fitted` admits: a 0.05 grid over (0, 1]^2, then Nelder-Mead from its best."""
+    over the rows `fitted` admits at `kernel_s` a kernel: a 0.05 grid over (0, 1]^2, then
+    Nelder-Mead from its best."""
     from scipy.optimize import minimize
 
     rows = [r for r in ROWS if fitted(r)]
     grid = [0.05 * i for i in range(1, 21)]
-    start = min(((m, h) for m in grid for h in grid), key=lambda x: _loss(x, rows))
-    best = minimize(_loss, start, args=(rows,), method="Nelder-Mead",
+    start = min(((m, h) for m in grid for h in grid), key=lambda x: _loss(x, rows, kernel_s))
+    best = minimize(_loss, start, args=(rows, kernel_s), method="Nelder-Mead",
                     options={"xatol": 1e-4, "fatol": 1e-9})  # fmt: skip
     mfu, hbm = (float(v) for v in best.x)
     return mfu, hbm, math.sqrt(best.fun / len(rows))
+
+
+def fit_over_floor(values: tuple[float, ...] = KERNEL.sweep) -> list[dict[str, float]]:
+    """The fit at each `kernel_s` of `values` (default the assumed constant's sweep): the two
+    fractions, the rms log ratio on the fitted rows and on the checks. What the assumed kernel
+    cost moves, shown beside the fit (about 4 s a value)."""
+    checks = [r for r in ROWS if not fitted(r)]
+    out = []
+    for kernel_s in values:
+        mfu, hbm, rms = fit(kernel_s)
+        logs = [math.log(predict(r, mfu=mfu, hbm_fraction=hbm, kernel_s=kernel_s)
+                         / r.output_tokens_per_s) for r in checks]  # fmt: skip
+        out.append({"kernel_s": kernel_s, "mfu": mfu, "hbm_fraction": hbm, "rms_fitted": rms,
+                    "rms_checks": math.sqrt(sum(v * v for v in logs) / len(logs))})  # fmt: skip
+    return out
