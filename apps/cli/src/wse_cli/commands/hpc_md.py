@@ -267,7 +267,8 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
         f"{cfg.skin_A:g} A skin), list builds {res.list_builds} (reruns {res.list_reruns}), "
         f"{summary['sram_bytes_per_pe']} B SRAM per PE, re-plans {res.replans}; "
         f"{summary['words_per_step']:.4g} fabric words/step; "
-        f"predicted on {cfg.spec.name}: {summary['predicted_timesteps_per_s']:.4g} timesteps/s "
+        f"predicted on {cfg.spec.name}{_priced_as(summary)}: "
+        f"{summary['predicted_timesteps_per_s']:.4g} timesteps/s "
         f"({summary['bound']}-bound), measured here "
         f"{summary['timesteps_per_s'] or 0:.4g} timesteps/s"
     )
@@ -275,6 +276,18 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
         console.print(f"wrote {out}")
     if trace is not None:
         console.print(f"per-PE trace: {summary['trace']} (wse view FILE)")
+
+
+def _priced_as(summary: dict) -> str:
+    """Hunt 67: an fp64 run's figure is the fp32 program's (no fp64 datapath on the PE);
+    say so beside it, not only in the report's `md.precision`."""
+    extra = summary["report"]
+    if extra.get("run_precision") == extra.get("wafer_precision"):
+        return ""
+    return (
+        f" as the {extra['wafer_precision']} program (the PE has no {extra['run_precision']} "
+        f"datapath; {extra['run_precision']} ran on the host emulator only)"
+    )
 
 
 def _refuse_nonfinite_start(row) -> None:

@@ -14,8 +14,13 @@ Counting rules:
 - A fabric shift moves nz 32-bit words per PE on its link direction and activates a receive
   task; each group of up to four shifts (one halo exchange) is one relay stage over one
   router hop (as `wse_hpc.stencil.perf` prices a halo exchange).
+- Detours around dead PEs (`--defect-seed`, `wse_core.hw.defects`): an exchange waits for
+  its slowest shift, whose logical link is at most the longest physical link of its axis on
+  the grid's PEs (`Remap.extra_hops_within`); its extra hops are paid on the critical path
+  at `hop_latency_cycles` each, as every hop is (`exchange_hops`).
 - A wafer-wide reduction of w words is one fp32 allreduce over the grid's PE rectangle,
-  priced as Luczynski et al. model it (`wse_core.cost.collectives.allreduce_2d`).
+  priced as Luczynski et al. model it (`wse_core.cost.collectives.allreduce_2d`), with the
+  detours on its slowest path (`wse_hpc.stencil.detours.rectangle_allreduce_detour_hops`).
 """
 
 from __future__ import annotations
@@ -27,10 +32,48 @@ from wse_core.cost.collectives import allreduce_2d
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work, serial
 
 from wse_hpc.fields.grid import FieldGrid, Program, traced_program
+from wse_hpc.stencil.detours import rectangle_allreduce_detour_hops
 
-__all__ = ["WORD_BYTES", "program_phases", "program_work", "recorded_phases"]
+__all__ = [
+    "WORD_BYTES",
+    "assumptions",
+    "exchange_hops",
+    "program_phases",
+    "program_work",
+    "recorded_phases",
+]
 
 WORD_BYTES = 4  # fp32
+
+
+def _longest_links(grid: FieldGrid) -> dict[str, int]:
+    """Physical hops of the longest logical link each direction's shift crosses on the
+    grid's PEs (1 without detour)."""
+    mine = grid.wafer.remap.extra_hops_within(grid.shape[0], grid.shape[1])
+    return {"N": mine["ns_max"], "S": mine["ns_max"], "E": mine["ew_max"], "W": mine["ew_max"]}
+
+
+def exchange_hops(grid: FieldGrid, directions: list[str]) -> float:
+    """Router hops on the critical path of the shifts `directions`, in exchanges of up to
+    four at once: each exchange waits for its slowest shift (one hop, or the longest detour
+    of its axis)."""
+    longest = _longest_links(grid)
+    groups = [directions[i : i + 4] for i in range(0, len(directions), 4)]
+    return float(sum(max(longest[d] for d in g) for g in groups))
+
+
+def assumptions(grid: FieldGrid) -> dict[str, str]:
+    """The halo and detour assumptions behind a field step's prediction (for RunReport)."""
+    mine = grid.wafer.remap.extra_hops_within(grid.shape[0], grid.shape[1])
+    return {
+        "halo": "each group of up to four shifts is one exchange: one relay stage, one task "
+        "per receive, its words on each link direction",
+        "detours": "dead PEs' detours priced as extra hops on each exchange's critical path "
+        "(its slowest shift at the longest link of its axis) and on each reduction's slowest "
+        f"path, hop_latency_cycles each; this "
+        f"grid's links: N-S {mine['ns_total']} extra hops (longest link {mine['ns_max']} "
+        f"hops), E-W {mine['ew_total']} (longest {mine['ew_max']})",
+    }
 
 
 def program_work(
@@ -51,15 +94,16 @@ def program_work(
         sram_read_bytes=reads,
         sram_write_bytes=writes,
         links=links,
-        latency_hops=float(exchanges),
+        latency_hops=exchange_hops(grid, [d for d, _ in shifts]),
         relay_stages=float(exchanges),
         task_activations=float(len(shifts)),
     )
     rates = PerfModel(grid.wafer.spec).rates
+    rows, cols = pe_rect or (grid.shape[0], grid.shape[1])
+    detour = Work(latency_hops=rectangle_allreduce_detour_hops(grid.wafer.remap, rows, cols))
     for s, words in prog.reductions:
         if s == scope:
-            rows, cols = pe_rect or (grid.shape[0], grid.shape[1])
-            work = work + allreduce_2d(rates, rows, cols, words)
+            work = work + allreduce_2d(rates, rows, cols, words) + detour
     return work
 
 

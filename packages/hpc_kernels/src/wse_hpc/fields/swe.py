@@ -46,7 +46,7 @@ from wse_core.cost.perf import serial
 
 from wse_hpc.fields.grid import Field, FieldError, FieldGrid, field_grid, record_shift
 from wse_hpc.fields.operators import divergence, face_gradient, interpolate, neighbour, total
-from wse_hpc.fields.perf import program_phases
+from wse_hpc.fields.perf import assumptions, program_phases
 
 __all__ = [
     "RK3_STAGES",
@@ -209,7 +209,7 @@ def run_swe(spec: WaferSpec, cfg: SweConfig) -> SweRun:
     e0, e1 = float(energy(s0, g)) - rest, float(energy(s1, g)) - rest
     phases = serial(program_phases(grid, step, s0), name="run", repeat=max(steps, 1))
     report = RunReport.build("swe", spec, phases, measured_wall_s=wall, units="timesteps",
-                             sram=grid.wafer.sram.summary(),
+                             sram=grid.wafer.sram.summary(), assumptions=assumptions(grid),
                              extra={"grid": [n, n], "steps": steps, "dt": dt,
                                     "domain_translation": translate_domain})  # fmt: skip
     h = grid.gather(s1.h)[..., 0]

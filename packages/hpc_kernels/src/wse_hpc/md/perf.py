@@ -9,7 +9,9 @@ cutoff on that PE (default: the plan's capacity M, an upper bound: cutoff + skin
 into a `wse_core.RunReport` (units "step"; `Measured`: what an emulated run measured, shown
 beside the prediction), whose `cycles_by_mechanism()` splits it by
 mechanism. Nothing is fitted here: the constants are wse_core's
-(`wse_core.cost.mechanisms`).
+(`wse_core.cost.mechanisms`). Precision: the figure prices the published fp32 program; an
+fp64 run (the host emulator's) is priced as it, and the report says so (`wafer_plan`,
+`md.precision`, `extra["wafer_precision"]`): the PE has no fp64 datapath.
 
 What is counted, per step (the instruction tables are `pe_program`'s: the source Cerebras
 released with Santos et al.; N_c = the window's candidates, (2 k_rows + 1)(2 k_cols + 1) - 1;
@@ -52,6 +54,7 @@ atoms' grid and the (2 k_rows + 1) x (2 k_cols + 1) window of its middle PE.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -97,6 +100,8 @@ __all__ = [
     "predict",
     "run_report",
     "pe_trace",
+    "precision_assumption",
+    "wafer_plan",
 ]
 
 FOLD_HOPS = 2.0  # physical hops per logical ring link under the fold placement
@@ -110,6 +115,9 @@ ASSUMPTIONS = {
     "md.fold": "fold placement on both periodic axes: 2 physical hops per logical link, "
     "E and W (N and S) words share both physical directions",
     "md.ramp": "every word of a multicast a PE receives crosses its ramp to the core",
+    "md.detours": "dead PEs' detours as the traced ledger records them (each chain of k "
+    "logical links at k times the longest physical link of its axis on the grid, "
+    "wse_core.fabric.ledger), then the fold's 2 hops per link",
     "md.tasks": "one task activation per fabric operation received and per compute phase",
     "md.overlap": "the systolic march overlaps the pair arithmetic of each phase",
     "md.swaps": "the paper's atom swaps (not in the released source) run as the emulator's "
@@ -219,6 +227,27 @@ def _dtype(plan: EamPlan) -> str:
     return "fp32" if jnp.dtype(plan.dtype).itemsize <= 4 else "fp64"
 
 
+def wafer_plan(plan: EamPlan) -> EamPlan:
+    """The plan the wafer figure prices: `plan` itself, or for an fp64 run the same plan in
+    fp32. The PE has no fp64 datapath (`wse_core.hw.simd` prices fp16, bf16 and fp32 only)
+    and the published program is fp32; no source gives an fp64 EAM step's cycles, so the
+    figure is the fp32 program's, said so (`precision_assumption`), never an fp64 one."""
+    return plan if _dtype(plan) == "fp32" else dataclasses.replace(plan, dtype="float32")
+
+
+def precision_assumption(plan: EamPlan) -> dict[str, str]:
+    """The report's `md.precision` line: which program's precision the figure prices."""
+    if _dtype(plan) == "fp32":
+        return {"md.precision": "fp32, the published program's precision"}
+    return {
+        "md.precision": "an fp64 run priced as the fp32 program (its instructions and its "
+        "fp32 fabric words): the PE has no fp64 datapath and the published program is "
+        "fp32, so this is not an fp64 wafer figure; the fp64 arithmetic ran on the host "
+        "emulator only (traffic and words_per_step are the emulated fp64 run's, 2 words "
+        "per value)"
+    }
+
+
 def step_phases(
     wafer: Wafer,
     pot: EamPotential,
@@ -244,7 +273,7 @@ def step_phases(
     )
     density = candidate_ops(nc) + pair_ops(nh, DENSITY_DSDS)
     force_scalar = nh * per_hit["force_gather"] + scalar_count(ATOM_SCALAR["force_init"])
-    dt = "fp32"  # no fp64 datapath on the PE: an fp64 emulation is priced as fp32
+    dt = "fp32"  # the published program's; an fp64 run is priced as it (`wafer_plan`)
     swaps = tuple(Op(k, dt, 1, n * 4) for k, n in SWAP.items()) + (Op("move", dt, NFIELDS, 2 * 4),)
     return serial(
         Phase("integrate", _work(()) + _scalar(ATOM_SCALAR["integrate"])),
@@ -276,14 +305,11 @@ def predict(
     or one planned abstractly); `hits`: N_h (`step_phases`); `measured`: the emulated run's
     figures, if any. `extra` carries the window, candidates (N_c), hits (N_h), words per
     step and predicted timesteps/s."""
-    counts = fabric_counts(wafer, pot, plan)
+    counts = fabric_counts(wafer, pot, plan)  # the run's own traffic, in its dtype
+    priced = wafer_plan(plan)
+    wafer_counts = counts if priced is plan else fabric_counts(wafer, pot, priced)
     phases = step_phases(
-        wafer,
-        pot,
-        plan,
-        rebuild_every=rebuild_every,
-        hits=hits,
-        traffic=counts,
+        wafer, pot, plan, rebuild_every=rebuild_every, hits=hits, traffic=wafer_counts
     )
     every = counts["density"] + counts["force"]
     traffic = every + counts["swaps"].scaled(1.0 / rebuild_every)
@@ -294,6 +320,8 @@ def predict(
         "candidates": window_candidates(plan),
         "hits": float(candidates(plan) if hits is None else hits),
         "rebuild_every": rebuild_every,
+        "run_precision": _dtype(plan),
+        "wafer_precision": _dtype(priced),  # what the predicted rate prices
         "words_per_step": float(traffic.max_words_per_pe),
         "link_words_per_step": dict(words),
     }
@@ -307,6 +335,7 @@ def predict(
         units="step",
         assumptions={
             **ASSUMPTIONS,
+            **precision_assumption(plan),
             "md.rebuild": f"a swap sweep every {rebuild_every:.3g} steps",
             **(
                 {}

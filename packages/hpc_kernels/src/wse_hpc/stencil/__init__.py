@@ -8,9 +8,10 @@ precision; `wave`: the 25-point acoustic wave stencil with localized broadcasts 
 BiCGSTAB (over the 7-point Laplacian or any `bicgstab.Operator`: `wse_hpc.fields.solvers`
 hands it field operators with periodic / Neumann / Dirichlet boundaries). `perf`
 counts each kernel's instructions, SRAM bytes and traced fabric words on the plan it runs
-(`wse_core.cost.perf` prices them); `runs` is the shell (jit, loops, timing) used by the CLI, the
-benchmark, the experiments and the demo, and returns a `StencilRun` whose `.report` is the
-`wse_core.RunReport`; `problems`
+(`wse_core.cost.perf` prices them; `detours` adds what dead PEs' detours cost where nothing
+traced holds them, `traffic` is the run's ledger count); `runs` is the shell (jit, loops,
+timing) used by the CLI, the benchmark, the experiments and the demo, and returns a
+`StencilRun` whose `.report` is the `wse_core.RunReport`; `problems`
 holds the problems' static parts (placed fields, the exact solution, the kernels as run).
 """
 

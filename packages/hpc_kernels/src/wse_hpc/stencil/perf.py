@@ -21,6 +21,9 @@ Counting rules (stated once, used by every kernel):
   bound). Hop chains add up in the order they are traced.
 - A halo exchange is one relay stage (up the sender's ramp, down the receiver's) over the
   traced hops, and each direction's receive activates a task, as does each step.
+- Detours around dead PEs (`--defect-seed`) cost their extra hops on the slowest PE's
+  path at `hop_latency_cycles` each (`wse_hpc.stencil.detours`): the traced halos hold
+  them; the allreduces and the published 25-point step add them.
 - A wafer-wide fp32 allreduce (BiCGSTAB's dots) is priced as Luczynski et al. model it
   (`wse_core.cost.collectives.allreduce_2d`: rows to the centre column, the column to the centre,
   a flood back; the fastest of their line algorithms at the spec's hop and ramp latencies),
@@ -45,6 +48,7 @@ step on its Z column, so the report spreads evenly over the grid's region
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
@@ -57,6 +61,7 @@ from wse_core.hw.spec import DTYPE_BYTES
 from wse_core.hw.traffic import Traffic
 from wse_core.trace import PeTrace, trace_uniform
 
+from wse_hpc.stencil.detours import allreduce_detour_hops, wave25_detour_hops
 from wse_hpc.stencil.placement import StencilGrid
 
 __all__ = [
@@ -75,6 +80,7 @@ __all__ = [
     "update_work",
     "wave25_halo_words",
     "wave25_phases",
+    "wave25_traffic",
 ]
 
 
@@ -168,9 +174,11 @@ def heat_phases(grid: StencilGrid, step_fn: Callable, steps: int) -> Phases:
 
 def allreduce_work(grid: StencilGrid, words: int) -> Work:
     """One fp32 allreduce of `words` values per PE over the grid's PE rectangle
-    (`wse_core.cost.collectives.allreduce_2d` at the spec's constants)."""
+    (`wse_core.cost.collectives.allreduce_2d` at the spec's constants), the detours around
+    dead PEs on its slowest path added (`detours.allreduce_detour_hops`)."""
     rows, cols = grid.shape[0], grid.shape[1]
-    return allreduce_2d(PerfModel(grid.wafer.spec).rates, rows, cols, words)
+    detour = Work(latency_hops=allreduce_detour_hops(grid))
+    return allreduce_2d(PerfModel(grid.wafer.spec).rates, rows, cols, words) + detour
 
 
 def _dots(vec: str, n: float, pairs: int) -> Work:
@@ -321,23 +329,36 @@ def bicgstab_phases(
     )
 
 
-def wave25_halo_words(grid: StencilGrid, block_z: int, block_fn: Callable) -> dict[str, float]:
-    """Words per link direction the kernel's traced multicasts move in one step (every Z
-    block of `block_z`, the last one shorter): what `wave25_phases` must price."""
+def wave25_traffic(grid: StencilGrid, block_z: int, block_fn: Callable) -> Traffic:
+    """What the kernel's traced multicasts record in one step (every Z block of `block_z`,
+    the last one shorter)."""
     r, nz = grid.radius, grid.shape[2]
     widths = block_widths(nz, block_z)
     traffic = Traffic()
     for width in sorted(set(widths)):
         t = traced(grid, block_fn, field_struct(grid, jnp.float32, (width + 2 * r,)))
         traffic = traffic + t.scaled(widths.count(width))
-    return dict(traffic.links)
+    return traffic
+
+
+def wave25_halo_words(grid: StencilGrid, block_z: int, block_fn: Callable) -> dict[str, float]:
+    """Words per link direction the kernel's traced multicasts move in one step: what
+    `wave25_phases` must price."""
+    return dict(wave25_traffic(grid, block_z, block_fn).links)
 
 
 def wave25_phases(grid: StencilGrid, block_z: int, block_fn: Callable, steps: int) -> Phases:
     """`steps` 25-point steps on `grid` with Z blocks of `block_z`: the published algorithm
-    (`wse_core.cost.stencil`) at the grid's radius and nz (module docstring)."""
+    (`wse_core.cost.stencil`) at the grid's radius and nz (module docstring), and on a grid
+    with dead PEs each block's halo detour (`detours.wave25_detour_hops`), in series."""
     del block_fn  # its traced words equal the published step's (wave25_halo_words; tested)
-    return wave_step_phases(grid.shape[2], block_z, radius=grid.radius, steps=steps)
+    nz = grid.shape[2]
+    step = wave_step_phases(nz, block_z, radius=grid.radius, steps=steps)
+    extra = wave25_detour_hops(grid) * len(block_widths(nz, block_z))
+    if not extra:
+        return step
+    detour = Phase("detours", Work(latency_hops=extra))
+    return dataclasses.replace(step, parts=(*step.parts, detour))
 
 
 def assumptions(kind: str) -> dict[str, str]:

@@ -41,6 +41,7 @@ from wse_core.hw.spec import DTYPE_BYTES
 
 from wse_hpc.stencil import perf
 from wse_hpc.stencil.config import KINDS, StencilConfig, check_config
+from wse_hpc.stencil.detours import detour_assumption
 from wse_hpc.stencil.kernels import (
     heat,
     iterate_padded,
@@ -62,6 +63,7 @@ from wse_hpc.stencil.problems import (
 )
 from wse_hpc.stencil.reach import reason
 from wse_hpc.stencil.refine import CERTIFY_FLOOR, PAIR_BELOW, refine
+from wse_hpc.stencil.traffic import bicgstab_traffic, run_traffic
 from wse_hpc.stencil.wave import max_stable_dt as wave_dt
 from wse_hpc.stencil.wave import wave25
 
@@ -171,9 +173,18 @@ def _slice(grid: StencilGrid, field: jax.Array) -> list[list[float]]:
     return plane[:: -(-nx // 64), :: -(-ny // 64)].tolist()
 
 
-def _result(cfg, grid, phases: Phases, step: str, wall: float, done: int, field, **extra):
-    """A finished run and its RunReport: the phases priced, the measurement, the figures."""
-    cells, flops = grid.cells, phases.total_work().flops()
+def _grid_flops(grid: StencilGrid, phases: Phases) -> float:
+    """The whole grid's flops: the busiest PE's (the phases count one PE's Z column) times
+    the X x Y PEs, every one of which runs the same step (hunt 67: one PE's flops over the
+    run's seconds was printed as the grid's FLOP/s, 0.000 TFLOP/s beside 5.1 Gcell/s)."""
+    return phases.total_work().flops() * grid.shape[0] * grid.shape[1]
+
+
+def _result(cfg, grid, phases: Phases, step: str, wall: float, done: int, field, traffic,
+            **extra):  # fmt: skip
+    """A finished run and its RunReport: the phases priced, the measurement, the figures,
+    `traffic` the ledger's count of the exchanges priced (`wse_hpc.stencil.traffic`)."""
+    cells, flops = grid.cells, _grid_flops(grid, phases)
 
     def figures(t: Timing) -> dict[str, Any]:
         node = t.leaf(step)
@@ -190,6 +201,7 @@ def _result(cfg, grid, phases: Phases, step: str, wall: float, done: int, field,
             "predicted_gcells_per_s": cells / per_step / 1e9 if done and per_step > 0 else None,
             "predicted_flops_per_s": flops / t.seconds if done and t.seconds > 0 else None,
             "wafer": grid.wafer.describe(),
+            "grid_detour_hops": grid.wafer.remap.extra_hops_within(*grid.shape[:2]),
             "slice_xy": _slice(grid, field),
             **extra,
         }
@@ -199,21 +211,25 @@ def _result(cfg, grid, phases: Phases, step: str, wall: float, done: int, field,
         grid.wafer.spec,
         phases,
         measured_wall_s=wall,
-        traffic=_traffic(grid, phases),
+        traffic=traffic,
         sram=grid.wafer.sram.summary(),
-        assumptions=perf.assumptions(cfg.kind),
+        assumptions={
+            **perf.assumptions(cfg.kind),
+            **_flops_note(),
+            **detour_assumption(grid, cfg.kind),
+        },
         units="solve" if cfg.kind == "bicgstab" else "run",
         extra=figures,
     )
     return StencilRun(grid=grid, field=field, report=report)
 
 
-def _traffic(grid: StencilGrid, phases: Phases):
-    """The fabric words of the whole run per link direction, as a Traffic (for the report)."""
-    from wse_core import Traffic
-
-    work = phases.total_work()
-    return Traffic("run", links=dict(work.links), latency_hops=work.latency_hops)
+def _flops_note() -> dict[str, str]:
+    return {
+        "flops": "predicted_flops_per_s: the grid's flops (the kernel's op counts on one "
+        "PE's Z column, FMA 2, times the X x Y PEs, all running the same step) over the "
+        "predicted seconds"
+    }
 
 
 def _run_jacobi(cfg, wafer, progress) -> StencilRun:
@@ -231,9 +247,11 @@ def _run_jacobi(cfg, wafer, progress) -> StencilRun:
     (pair, f), wall, done, hist = _chunked(advance, (pair, f), steps, cfg.chunks, observe, progress)
     u = pair[0][:, :, 1:-1]
     err = float(np.abs(grid.gather(u) - ue).max())
-    phases = perf.jacobi_phases(grid, jacobi(grid), done)
+    sweep, field = jacobi(grid), perf.field_struct(grid, grid.dtype("u"))
+    phases = perf.jacobi_phases(grid, sweep, done)
+    traffic = run_traffic(grid, sweep, (field, field), done)
     return _result(
-        cfg, grid, phases, "jacobi_sweep", wall, done, u,
+        cfg, grid, phases, "jacobi_sweep", wall, done, u, traffic,
         metric="relative residual", history=hist, final={"max_error_vs_exact": err},
     )  # fmt: skip
 
@@ -274,9 +292,11 @@ def _run_heat(cfg, wafer, progress) -> StencilRun:
         "amplitude": float(decay**done),
         "dt": dt,
     }
-    phases = perf.heat_phases(grid, heat(grid, dt=dt), done)
+    heat_fn = heat(grid, dt=dt)
+    phases = perf.heat_phases(grid, heat_fn, done)
+    traffic = run_traffic(grid, heat_fn, (perf.field_struct(grid, grid.dtype("u")),), done)
     return _result(
-        cfg, grid, phases, "heat_step", wall, done, u,
+        cfg, grid, phases, "heat_step", wall, done, u, traffic,
         metric="max |u - exact decay|", history=hist, final=final,
     )  # fmt: skip
 
@@ -318,15 +338,17 @@ def _run_bicgstab(cfg, wafer, progress) -> StencilRun:
     checks = [(i, float(v)) for i, v in enumerate(thist) if np.isfinite(v)]
     # a dropped group costs a second residual (priced as an update) and a restart that
     # clears p and v (as after a breakdown)
+    spmv, updates = bicgstab_spmv(grid), k - 1 + rejected
     phases = perf.bicgstab_phases(
-        grid, precision, bicgstab_spmv(grid), iterations=n, updates=k - 1 + rejected,
+        grid, precision, spmv, iterations=n, updates=updates,
         restarts=restarts, breakdowns=breakdowns + rejected, pair=pair,
     )  # fmt: skip
+    traffic = bicgstab_traffic(grid, precision, spmv, iterations=n, updates=updates, pair=pair)
     why = None if converged else reason(
         res, cfg.grid, tol, maxiter, precision=precision, pair=pair, floor=CERTIFY_FLOOR
     )  # fmt: skip
     return _result(
-        cfg, grid, phases, "bicgstab_iteration", wall, n, res.x,
+        cfg, grid, phases, "bicgstab_iteration", wall, n, res.x, traffic,
         metric="recurrence residual / ||b||", history=hist, final=final,
         true_history=checks, converged=converged,
         reason=why,
@@ -350,9 +372,11 @@ def _run_wave(cfg, wafer, progress) -> StencilRun:
     steps = 50 if cfg.steps is None else cfg.steps
     advance = lambda s, n: _steps(fns.step_fn, s, n, pair=True)
     st, wall, done, hist = _chunked(advance, st, steps, cfg.chunks, observe, progress)
-    phases = perf.wave25_phases(grid, b, wave_block_fn(grid), done)
+    block_fn = wave_block_fn(grid)
+    phases = perf.wave25_phases(grid, b, block_fn, done)
+    traffic = perf.wave25_traffic(grid, b, block_fn).scaled(done)
     final = {"max_abs_u": hist[-1][1], "dt": dt, "f0": f0, "block_z": b}
     return _result(
-        cfg, grid, phases, "wave25_step", wall, done, fns.field_fn(st),
+        cfg, grid, phases, "wave25_step", wall, done, fns.field_fn(st), traffic,
         metric="max |u|", history=hist, final=final,
     )  # fmt: skip

@@ -271,18 +271,29 @@ def parse_assumptions(items: list[str] | tuple[str, ...]) -> dict[str, float]:
     return _check(key_values(items, "--assume takes KEY=VALUE"))
 
 
-def listed(spec: Any) -> dict[str, str]:
-    """Every assumption of `spec` with its value and why it is an assumption."""
+def listed(spec: Any, calibration: Any = None) -> dict[str, str]:
+    """Every assumption of `spec` with the value the prediction prices and why it is an
+    assumption. `calibration` (a `Calibration`, as `PerfModel.calibration_in_force()` gives
+    it): its fitted constants are the values in force, listed as fitted on its rows beside
+    the preset's prior (hunt 67: the prior, 3 cycles/DSD, was listed while 11.49 priced)."""
     changed = active()
-    out = {
-        key: f"{value_of(spec, key):g}{' (changed by --assume)' if key in changed else ''}: {why}"
-        for key, why in ASSUMED_FIELDS.items()
-    }
+    fitted = dict(getattr(calibration, "values", None) or {})
+    out = {key: _line(spec, key, fitted, calibration, key in changed, why)
+           for key, why in ASSUMED_FIELDS.items()}  # fmt: skip
     for key, value in changed.items():  # the calibration's wafers', refitted under them
         if key.startswith(CALIBRATION_PREFIX):
             out[key] = (f"{value:g} (changed by --assume): the calibration's wafers' "
                         f"{constant_key(key)}; the calibration is refitted under it")  # fmt: skip
     return out
+
+
+def _line(spec: Any, key: str, fitted: Mapping[str, float], cal: Any, assumed: bool, why: str):
+    """One listed assumption: its value in force, how it got there, why it is assumed."""
+    if key in fitted:  # six significant digits: what a reader reruns by hand
+        rows = getattr(cal, "fitted_on", {}).get(key, "the calibration rows")
+        how = f" (fitted on {rows}; prior {value_of(spec, key):g})"
+        return f"{fitted[key]:.6g}{how}: {why}"
+    return f"{value_of(spec, key):g}{' (changed by --assume)' if assumed else ''}: {why}"
 
 
 def value_of(spec: Any, key: str) -> float:

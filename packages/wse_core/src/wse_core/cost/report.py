@@ -142,13 +142,15 @@ class RunReport:
         model = model or PerfModel(spec)
         timing = model.evaluate(phases)
         power = _power_w(spec, systems)
+        calibration = model.calibration_in_force()
+        listing = listed(model.spec, calibration)  # the values `model` priced with
         return cls(
             name=name,
             wafer=spec.name,
             predicted=timing,
             phases=phases,
-            calibration=model.calibration_in_force(),
-            assumptions={"overlap rule": OVERLAP, **listed(spec), **dict(assumptions or {})},
+            calibration=calibration,
+            assumptions={"overlap rule": OVERLAP, **listing, **dict(assumptions or {})},
             measured_wall_s=measured_wall_s,
             traffic=traffic or Traffic(),
             sram=sram or {},

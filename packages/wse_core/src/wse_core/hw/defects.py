@@ -11,8 +11,13 @@ two levels, as row/column sparing is done on wafers:
    row's spare columns absorb the shift.
 
 The result, `Remap`, gives the physical (row, col) of every logical PE and the hop counts of
-every logical link, so the performance model can pay the detours; the numbers a kernel
-computes never depend on it.
+every logical link; the numbers a kernel computes never depend on it. Where the detours are
+paid: every fabric op records its hop chain at the longest physical hops of a link along its
+axis on the grid it runs on (`wse_core.fabric.ledger.hops`), so a prediction priced from
+traced traffic pays them at `hop_latency_cycles` per hop; a prediction priced from a
+published algorithm adds them itself (`wse_hpc.stencil.traffic`, `wse_hpc.fields.perf`) or
+lists the omission among its assumptions. `Remap.extra_hops_within(rows, cols)` counts the
+detours on the links of the rows x cols grid a run uses (`extra_hops`: the whole wafer's).
 """
 
 from __future__ import annotations
@@ -73,8 +78,15 @@ class Remap:
 
     @property
     def extra_hops(self) -> dict[str, int]:
-        """Detour hops beyond one per link, summed over links and as the worst single link."""
-        ns, ew = self.link_hops(0), self.link_hops(1)
+        """Detour hops beyond one per link over the whole wafer (`extra_hops_within`)."""
+        return self.extra_hops_within(*self.phys_col.shape)
+
+    def extra_hops_within(self, rows: int, cols: int) -> dict[str, int]:
+        """Detour hops beyond one per link on the links of the logical rows x cols grid at
+        (0, 0), the one a run of that grid uses, summed over links and as the longest single
+        link (`ns_max`, `ew_max`: physical hops; 1 without detour)."""
+        ns = self.link_hops(0)[: max(rows - 1, 0), :cols]
+        ew = self.link_hops(1)[:rows, : max(cols - 1, 0)]
         return {
             "ns_total": int((ns - 1).sum()) if ns.size else 0,
             "ew_total": int((ew - 1).sum()) if ew.size else 0,

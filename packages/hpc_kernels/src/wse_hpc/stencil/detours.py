@@ -1,0 +1,120 @@
+"""What detours around dead PEs add to a stencil prediction, and the line that says so.
+
+Contract. A dead PE (`--defect-seed`; `wse_core.hw.defects`) stretches a logical link over
+several physical hops (`Remap.link_hops`). The model prices every hop of a critical path at
+`hop_latency_cycles` (`wse_core.cost.pricing`: hop = latency_hops x hop_latency_cycles,
+serial beside the streams), so a detour costs its extra hops on the slowest PE's path of
+each exchange, counted here from the grid's own links:
+
+- a halo exchange (Jacobi, heat, the SpMVs: four one-PE shifts N, S, W, E in series, priced
+  from the trace): each shift's longest link, as its traced chain records it
+  (`wse_core.fabric.ledger.hops`): sum over the four of (longest link - 1)
+  (`halo_detour_hops`);
+- the 25-point step, priced as published (R hops per Z block, the four directions at
+  once): the slowest chain of R consecutive links along either axis, less R
+  (`wave25_detour_hops`), added by `perf.wave25_phases`;
+- an allreduce, priced as Luczynski et al. model it (`wse_core.cost.collectives`: each row
+  to its centre column, that column to the centre PE, a flood back): the extra hops of the
+  slowest row half, of the slower half of the centre column, and of the flood's longest
+  path from the centre (`allreduce_detour_hops`), added by `perf.allreduce_work` (and, on
+  any rectangle, by `wse_hpc.fields.perf` to its reductions).
+
+`detour_assumption` is the report's line, with the grid's own detour counts (the wafer
+description's `detour_hops` count the whole wafer, mostly PEs the grid does not use).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from wse_core.hw.defects import Remap
+
+from wse_hpc.stencil.placement import StencilGrid
+
+__all__ = [
+    "allreduce_detour_hops",
+    "detour_assumption",
+    "halo_detour_hops",
+    "rectangle_allreduce_detour_hops",
+    "wave25_detour_hops",
+]
+
+
+def _links(remap: Remap, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Extra physical hops of each logical link of the rows x cols PEs at (0, 0): N-S
+    (rows - 1, cols) and E-W (rows, cols - 1); 0 without detour."""
+    ns = remap.link_hops(0)[: rows - 1, :cols] - 1
+    ew = remap.link_hops(1)[:rows, : cols - 1] - 1
+    return ns, ew
+
+
+def _extra(grid: StencilGrid) -> tuple[np.ndarray, np.ndarray]:
+    return _links(grid.wafer.remap, grid.shape[0], grid.shape[1])
+
+
+def halo_detour_hops(grid: StencilGrid) -> float:
+    """Extra hops of one halo exchange: four one-PE shifts in series, each waiting for its
+    axis' longest link."""
+    ns, ew = _extra(grid)
+    return 2.0 * float(ns.max(initial=0)) + 2.0 * float(ew.max(initial=0))
+
+
+def _window_max(extra: np.ndarray, k: int) -> float:
+    """The most extra hops on k consecutive links along axis 0 (fewer when shorter)."""
+    n = extra.shape[0]
+    if n == 0 or k <= 0:
+        return 0.0
+    k = min(k, n)
+    run = np.cumsum(np.concatenate([np.zeros((1, extra.shape[1])), extra]), axis=0)
+    return float((run[k:] - run[:-k]).max(initial=0))
+
+
+def wave25_detour_hops(grid: StencilGrid) -> float:
+    """Extra hops of one 25-point Z block's halo: the slowest chain of R consecutive links
+    along either axis (the four directions arrive at once)."""
+    ns, ew = _extra(grid)
+    return max(_window_max(ns, grid.radius), _window_max(ew.T, grid.radius))
+
+
+def _halves(line: np.ndarray, centre: int) -> tuple[np.ndarray, np.ndarray]:
+    """Extra hops from each end of lines of links (last axis) to PE `centre`."""
+    return line[..., :centre].sum(axis=-1), line[..., centre:].sum(axis=-1)
+
+
+def allreduce_detour_hops(grid: StencilGrid) -> float:
+    """Extra hops of one allreduce over the grid's PEs (`rectangle_allreduce_detour_hops`)."""
+    return rectangle_allreduce_detour_hops(grid.wafer.remap, grid.shape[0], grid.shape[1])
+
+
+def rectangle_allreduce_detour_hops(remap: Remap, rows: int, cols: int) -> float:
+    """Extra hops of one allreduce over the rows x cols PEs at (0, 0) on its slowest path:
+    rows to the centre column (the slowest row half), the column to the centre (its slower
+    half), the flood back (the centre column to a row, then that row's farther half)."""
+    mr, mc = math.ceil(rows / 2) - 1, math.ceil(cols / 2) - 1
+    ns, ew = _links(remap, rows, cols)
+    row_half = np.maximum(*_halves(ew, mc)) if cols > 1 else np.zeros(rows)
+    col = ns[:, mc] if rows > 1 else np.zeros(0)
+    up = np.concatenate([np.cumsum(col[:mr][::-1])[::-1], [0.0], np.cumsum(col[mr:])])
+    flood = float((up + row_half).max())
+    return float(row_half.max()) + float(max(_halves(col, mr))) + flood
+
+
+def detour_assumption(grid: StencilGrid, kind: str) -> dict[str, str]:
+    """The report's line on detours: how they are priced and this grid's own counts."""
+    rows, cols, _ = grid.shape
+    mine = grid.wafer.remap.extra_hops_within(rows, cols)
+    how = (
+        f"{wave25_detour_hops(grid):g} per Z block"
+        if kind == "wave25"
+        else f"{halo_detour_hops(grid):g} per halo exchange"
+    )
+    if kind == "bicgstab":
+        how += f", {allreduce_detour_hops(grid):g} per allreduce"
+    return {
+        "detours": f"dead PEs' detours priced as their extra hops on the slowest PE's path "
+        f"of each exchange, hop_latency_cycles each ({how}); this {rows} x {cols} grid's "
+        f"links: N-S {mine['ns_total']} extra hops (longest link {mine['ns_max']} hops), E-W "
+        f"{mine['ew_total']} (longest {mine['ew_max']}); the wafer's detour_hops count the "
+        "whole wafer"
+    }
