@@ -254,6 +254,14 @@ def test_every_report_lists_the_fitted_constants_it_priced(name):
     assert priced_constants(report)  # each report prices at least one fitted constant
 
 
+@pytest.mark.parametrize("name", ["swe", "cfd"])
+def test_field_reports_say_how_detours_are_priced(name):
+    # the CFD report had no halo / detour lines while its step priced them (fields/perf.py)
+    report = REPORTS[name]()
+    assert "dead PEs' detours priced" in report.assumptions["detours"]
+    assert "halo" in report.assumptions
+
+
 # --- 4. md --precision fp64: the fp32 program's figure, said so -------------------------------
 def test_md_fp64_figure_is_the_fp32_programs_and_says_so():
     single, double = _md_report("float32"), _md_report("float64")

@@ -33,7 +33,7 @@ from wse_hpc.cfd_steps import StepFileError, latest_output, read_step, step_case
 from wse_hpc.fields.convection import RbCase, full_temperature, rayleigh_benard, stable_dt
 from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
-from wse_hpc.fields.perf import program_phases
+from wse_hpc.fields.perf import assumptions, program_phases
 from wse_hpc.fields.vtk import write_vtk
 
 __all__ = ["CASES", "CfdConfig", "CfdRun", "latest_output", "run_cfd"]
@@ -258,6 +258,7 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
     report = RunReport.build(
         f"cfd-{cfg.case}", grid.wafer.spec, serial(phases, name="run", repeat=max(done, 1)),
         measured_wall_s=wall, sram=grid.wafer.sram.summary(), units="timesteps",
+        assumptions=assumptions(grid),  # hunt 67: the halo and detour lines, as swe has them
         extra={"case": cfg.case, "grid": list(cfg.grid), "steps": done, "dt": flow.dt,
                "cg_iterations_per_step": mean_its,
                "restarted_from_step": step0 if last else None,
