@@ -21,8 +21,8 @@ SHORT = Workload(prompt_tokens=16, output_tokens=16)
 
 
 def _step(model, layout, kernel_s, **batch):
-    return gs.step(model, gpum.H100, layout, gs.StepBatch(**batch), kernel_s=kernel_s,
-                   fractions=gs.GpuFractions(gs.FITTED_HBM_FRACTION, gs.FITTED_MFU))  # fmt: skip
+    fractions = gs.GpuFractions(gs.FITTED_HBM_FRACTION, gs.FITTED_MFU, kernel_s)
+    return gs.step(model, gpum.H100, layout, gs.StepBatch(**batch), fractions=fractions)
 
 
 def test_the_floor_is_the_kernels_counted_by_hand():
@@ -68,7 +68,9 @@ def test_a_large_models_step_moves_by_the_hand_sum(tp, pp, batch):
 
 def test_a_large_models_served_figures_move_by_the_floor():
     w = Workload(prompt_tokens=1024, output_tokens=256)
-    bare = GpuServing(LLAMA31_8B, gpum.H100, num_gpus=8, workload=w, kernel_s=0.0)
+    bare = GpuServing(
+        LLAMA31_8B, gpum.H100, num_gpus=8, workload=w, fractions=gs.GpuFractions(kernel_s=0.0)
+    )
     served = GpuServing(LLAMA31_8B, gpum.H100, num_gpus=8, workload=w)
     lay = gs.GpuLayout(8, 1)
     p0, p1 = bare.layout_point(lay, 1), served.layout_point(lay, 1)
@@ -100,7 +102,9 @@ def test_the_kernel_constant_is_assumed_with_units_and_a_sweep():
     note = gs.floor_note(TINY)
     assert "20 us" in note and "in 0.5..5 us" in note and "assumed" in note
     with pytest.raises(ServingError, match=r"kernel_s must be in \[0, 0.001\] s/kernel"):
-        GpuServing(TINY, gpum.H100, num_gpus=1, workload=SHORT, kernel_s=1.0)
+        GpuServing(
+            TINY, gpum.H100, num_gpus=1, workload=SHORT, fractions=gs.GpuFractions(kernel_s=1.0)
+        )
 
 
 def test_the_trtllm_prediction_takes_the_kernel_cost():

@@ -147,11 +147,13 @@ class GpuLayout:
 
 
 class GpuFractions(NamedTuple):
-    """The shares of a GPU's peaks a step reaches: of its HBM bandwidth (the reads) and of
-    its dense tensor flops (MFU, the products); `FITTED_*` are the fitted values."""
+    """What a step reaches of a GPU's datasheet: the shares of its peaks, of its HBM
+    bandwidth (the reads) and of its dense tensor flops (MFU, the products; `FITTED_*` are
+    the fitted values), and each kernel's fixed cost beyond them (`kernel_s`, `KERNEL`)."""
 
     hbm_fraction: float = 0.8
     mfu: float = 0.4
+    kernel_s: float = KERNEL_S
 
 
 class StepBatch(NamedTuple):
@@ -289,13 +291,12 @@ def floor_note(model: DecoderShape, kernel_s: float = KERNEL_S) -> str:
 def step(
     model: DecoderShape, gpu: GpuSpec, layout: GpuLayout, batch: StepBatch, *,
     precision: str | GpuPrecision = "bf16", fractions: GpuFractions = GpuFractions(),
-    kernel_s: float = KERNEL_S,
 ) -> GpuStep:  # fmt: skip
     """One forward pass of `batch` (module docstring) at `fractions` of the GPU's peaks and
-    `kernel_s` a kernel: the one pricer of a decode token, a verification, a prompt chunk and
+    its kernels' fixed cost: the one pricer of a decode token, a verification, a prompt chunk and
     any mix of them."""
     users, tokens_per_user, kv_tokens, prefill_tokens, prompt_tokens = batch
-    hbm_fraction, mfu = fractions
+    hbm_fraction, mfu, kernel_s = fractions
     prec = gpu_precision(precision)
     tp, pp, layers = layout.tp, layout.pp, model.n_layers
     n, v, hq = matmul_params(model), kv_values_per_token(model), attn_dim(model)

@@ -50,7 +50,6 @@ from wse_systems.serving.frontier import (
 )
 from wse_systems.serving.gpu_step import (
     KERNEL,
-    KERNEL_S,
     GpuFractions,
     GpuLayout,
     GpuPrecision,
@@ -77,9 +76,8 @@ class GpuServing:
         self, model: DecoderShape, gpu: GpuSpec, *, num_gpus: int, workload: Workload,
         fractions: GpuFractions = GpuFractions(), speculation: Speculation | None = None,
         precision: str | GpuPrecision = "bf16", token_budget: int = TOKEN_BUDGET,
-        kernel_s: float = KERNEL_S,
     ) -> None:  # fmt: skip
-        hbm_fraction, mfu = fractions
+        hbm_fraction, mfu, kernel_s = fractions
         if not (0 < hbm_fraction <= 1 and 0 < mfu <= 1):
             raise ServingError(f"hbm_fraction and mfu must be in (0, 1], got {hbm_fraction}, {mfu}")
         if why := KERNEL.outside(kernel_s):
@@ -139,7 +137,7 @@ class GpuServing:
         w = self.workload
         batch = StepBatch(users, tokens, w.kv_tokens, prefill, w.prompt_tokens)
         return step(m, self.gpu, layout, batch, precision=self.precision,
-                    fractions=self.fractions, kernel_s=self.kernel_s)  # fmt: skip
+                    fractions=self.fractions)  # fmt: skip
 
     def round_s(self, layout: GpuLayout, batch: int, prefill: float = 0.0) -> tuple[float, str]:
         """(seconds of one round of `batch` users carrying `prefill` prompt tokens, bound)."""
@@ -208,7 +206,7 @@ def gpus_to_match(
     fewest GPUs, in replicas of one layout, that serve `aggregate_tokens_per_s` with every
     user at least that fast), None where no layout can. Layouts are enumerated (tp <= a node,
     then whole nodes up to one stage per layer), never GPU counts. `serving`: the
-    `GpuServing` keywords (workload, fractions, speculation, precision, kernel_s)."""
+    `GpuServing` keywords (workload, fractions with the kernel cost, speculation, precision)."""
     node = gpu.gpus_per_node
     sizes = [r for r in (1, 2, 4, 8, 16, 32) if r < node]
     sizes += [node * k for k in range(1, model.n_layers + 1)]

@@ -130,8 +130,8 @@ def predict(
 
     work = Workload(prompt_tokens=row.input_tokens, output_tokens=row.output_tokens)
     serve = GpuServing(SHAPES[row.model], H100, num_gpus=row.gpus, workload=work,
-                       precision="fp8", fractions=GpuFractions(hbm_fraction, mfu),
-                       kernel_s=kernel_s)  # fmt: skip
+                       precision="fp8",
+                       fractions=GpuFractions(hbm_fraction, mfu, kernel_s))  # fmt: skip
     layout = GpuLayout(row.tp, row.pp)
     return serve.layout_point(layout, serve.layouts[layout]).aggregate_tokens_per_s
 
