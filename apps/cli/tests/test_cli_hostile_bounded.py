@@ -184,9 +184,9 @@ def test_generate_names_a_file_or_a_folder_without_config_json(tmp_path, tiny_mo
      (["hpc", "cfd", "--ra", "1e308"], "--ra must be a finite number in [1, 1e+17]"),  # Nusselt inf
      (["hpc", "tlrmvm", "compress", "--freq-hz", "1e308", "--out", "op.npz"],
       "--freq-hz must be a finite number in (0, 1000000.0] (Hz)"),  # NumPy's warnings
-     (["train", "tiny", "--validate-only", "--num-csx", 10**9],
-      "runconfig.num_csx must be at most 20,480 systems, got 1,000,000,000; set "
-      "WSE_LIMIT_SYSTEMS to lift it")],
+     (["train", "tiny", "--validate-only", "--num-csx", 10**9],  # the option's own (hunt 67)
+      "--num-csx is 1,000,000,000, over the limit of 20,480 systems (wafer systems of one "
+      "plan or training run); set WSE_LIMIT_SYSTEMS to lift it")],
 )  # fmt: skip
 def test_physical_and_system_counts_past_any_sense_are_refused(args, message):
     _refused(args, message)  # hunt 56: each ran (or printed warnings) with nonsense values

@@ -2,11 +2,12 @@
 
 `wse --help` is what a newcomer types first, and rendering it imports typer, click and every
 command module (~0.3 s on the 2 cores). Its text changes only with the CLI's code, the
-version and the terminal's width, so `main()` keeps the rendered text in
-`$WSE_CACHE_DIR/help/` (default `~/.cache/wse/help/`), keyed by those (every `wse_cli`
-module's size and mtime, the version, the Python version, the width and the program's name)
-and prints it from there without importing typer. A miss (the first call after an install
-or an edit, another width) renders it through the app as always and stores it; a cache that
+version, the terminal's width and the limits its ranges show, so `main()` keeps the rendered
+text in `$WSE_CACHE_DIR/help/` (default `~/.cache/wse/help/`), keyed by those (every
+`wse_cli` module's size and mtime, the version, the Python version, the width, the program's
+name and the variables the ranges are read from, `LIMIT_VARIABLES`) and prints it from there
+without importing typer. A miss (the first call after an install or an edit, another width,
+another WSE_LIMIT_DEVICES) renders it through the app as always and stores it; a cache that
 cannot be read or written is skipped. Like the command index the Azure CLI keeps for the
 same reason. Nothing else is cached: every other command runs the app.
 
@@ -29,6 +30,10 @@ from wse_cli.process import error, guarded, to_devnull
 
 __all__ = ["help_cache_path", "main", "module_main"]
 
+# The variables the help's ranges are read from (`wse_core.host.limits`: a limit, and the host
+# memory the devices' limit is computed from); their values are part of the cache's key
+LIMIT_VARIABLES = ("WSE_LIMIT_", "WSE_HOST_MEMORY_BYTES")
+
 
 def help_cache_path(prog: str) -> Path:
     """Where the root help of `prog` at this terminal width and code is kept."""
@@ -41,6 +46,9 @@ def help_cache_path(prog: str) -> Path:
 
     width = shutil.get_terminal_size().columns
     h.update(f"{__version__}|{sys.version}|{width}|{prog}".encode())
+    for name in sorted(os.environ):  # the limits the help's ranges show (hunt 67: stale)
+        if name.startswith(LIMIT_VARIABLES):
+            h.update(f"|{name}={os.environ[name]}".encode())
     root = Path(os.environ.get("WSE_CACHE_DIR") or Path.home() / ".cache" / "wse")
     return root / "help" / f"{h.hexdigest()[:32]}.txt"
 

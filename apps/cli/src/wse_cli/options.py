@@ -27,6 +27,9 @@ How to declare one (keywords after the option's names, like `typer.Option`'s):
   enforced, its top the limit in force where that is below `le` / `lt`, and the variable
   (`[0, 10000000]; WSE_LIMIT_TIME_STEPS lifts the top`), so the help's largest value is the
   largest one accepted (hunt 66: `--steps` showed [0, 2147483647] and refused 10,000,001).
+  A value past the limit is refused naming the limit and its variable even where it is past
+  the option's own bound too (hunt 67: `--steps 1e12` was refused as outside
+  [0, 2147483647], the type's range, not the limit of 10,000,000).
 - Tuples (`--grid NX NY NZ`) check every element. `None` (an option left out) passes, so
   "default: the config's" options keep `None` as their default.
 - Anything else `typer.Option` takes (`envvar`, `show_default`, ...) passes through.
@@ -129,30 +132,36 @@ def _range_text(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str) -> st
     return what + (f" ({unit})" if unit else "")
 
 
-def _help_range(kind: type, gt: Any, ge: Any, lt: Any, le: Any, unit: str, limit: str) -> str:
-    """The range the help shows for an option with a size limit: the limit in force (and the
-    variable that lifts it) as the top where it is below the option's own bound. Read as the
-    option is declared, at the import of its command's module: in the `wse` process that is
-    the value its check reads (wse_core.host.limits imports no JAX)."""
+def _top_in_force(limit: str, lt: Any, le: Any) -> int | None:
+    """The limit in force, where it is below the option's own top (`lt` / `le`), else None.
+    Read as the option is declared, at the import of its command's module: in the `wse`
+    process that is the value its check reads (wse_core.host.limits imports no JAX)."""
     from wse_core.host.limits import LIMITS
     from wse_core.host.limits import limit as in_force
 
-    lim = LIMITS[limit]
     try:
         top = in_force(limit)
     except ValueError:  # a malformed WSE_LIMIT_*: the root callback refuses it in one line
         try:
-            top = int(lim.value())
+            top = int(LIMITS[limit].value())
         except ValueError:  # a default read from a malformed variable (WSE_HOST_MEMORY_BYTES)
-            return _range_text(kind, gt, ge, lt, le, unit)
+            return None
     bound = le if le is not None else lt
-    if bound is not None and bound <= top:  # the option's own bound is the tighter one
-        return _range_text(kind, gt, ge, lt, le, unit)
-    return f"{_range_text(kind, gt, ge, None, top, unit)}; {lim.env} lifts the top"
+    return None if bound is not None and bound <= top else top
+
+
+def _variable(limit: Any) -> str:
+    from wse_core.host.limits import LIMITS
+
+    return LIMITS[limit].env
+
+
+def _finite(x: Any) -> bool:
+    return not isinstance(x, _NotANumber) and not (isinstance(x, float) and not math.isfinite(x))
 
 
 def _fits(x: Any, gt: Any, ge: Any, lt: Any, le: Any) -> bool:
-    if isinstance(x, _NotANumber) or (isinstance(x, float) and not math.isfinite(x)):
+    if not _finite(x):
         return False
     return not (
         (gt is not None and not x > gt)
@@ -207,10 +216,15 @@ def number(
     if kind not in (int, float):
         raise TypeError(f"kind must be int or float, not {kind!r}")
     wanted = _range_text(kind, gt, ge, lt, le, unit)
+    top = None if limit is None else _top_in_force(limit, lt, le)
 
     def check(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
         values = value if isinstance(value, tuple | list) else (value,)
         for x in values:
+            if x is not None and limit is not None and _finite(x):
+                # the limit first: a value past it and past the type's range too is refused
+                # naming the limit and its variable (hunt 67: 1e12 named [0, 2147483647])
+                _check_limit(limit, x, ctx, param)
             if x is not None and not _fits(x, gt, ge, lt, le):
                 got = x.text if isinstance(x, _NotANumber) else x
                 if isinstance(got, str):  # hunt 59: a 6,000-character value came back whole
@@ -221,11 +235,11 @@ def number(
                 if isinstance(x, _NotANumber) and x.past_64_bits:  # the bound no option states
                     got = f"{got} (integers are 64-bit: at most {INT_MAX} in size)"
                 raise UserInputError(f"{_source(ctx, param)} must be {wanted}, got {got}")
-            if x is not None and limit is not None:
-                _check_limit(limit, x, ctx, param)
         return value
 
     setattr(check, NUMBER_MARK, NumberSpec(kind, gt, ge, lt, le, unit, limit))
-    shown = wanted if limit is None else _help_range(kind, gt, ge, lt, le, unit, limit)
+    shown = wanted
+    if top is not None:  # the range as enforced: the limit's top, below the option's own
+        shown = f"{_range_text(kind, gt, ge, None, top, unit)}; {_variable(limit)} lifts the top"
     text = f"{help} ({shown})" if help else shown
     return typer.Option(default, *names, parser=_parse(kind), callback=check, help=text, **option)

@@ -22,7 +22,11 @@ command does any work, with one line and exit code 2:
   refused by both, naming the folder's loss.
 - An empty path ('') is refused by both (click would read it as '.', the current folder),
   and so is a symbolic link that cannot be followed (a loop, a dangling link) or a path
-  under one (the writer would fail after the work).
+  under one (the writer would fail after the work), and a path under a folder that cannot
+  be entered (mode 000: `--png z/a.png` was a PermissionError traceback):
+
+    Error: --png z/a.png cannot be written: z cannot be entered (permission denied); give
+    a path in a folder you can write
 
 Each option's callback carries the attribute `option_names.OUTPUT_MARK` (its kind, "file"
 or "dir"), so a test can find every output option of every command, as
@@ -66,6 +70,31 @@ def _cwd_exists() -> bool:
     return True
 
 
+def _enterable(path: Path, name: str) -> None:
+    """Refuse `path` under a folder that cannot be entered (no search permission: mode 000,
+    or another user's 0700), naming that folder: every question asked of the path (is_dir,
+    exists) raised PermissionError (hunt 67: a traceback for a user other than root)."""
+    if _can_stat(path):
+        return
+    closed = next(p for p in (*reversed(path.parents), path) if not _can_stat(p)).parent
+    raise UserInputError(
+        f"{name} {path} cannot be written: {closed} cannot be entered (permission denied); "
+        "give a path in a folder you can write"
+    )
+
+
+def _can_stat(path: Path) -> bool:
+    """Whether a question about `path` gets an answer: it is there, or it is not (or a broken
+    link, which `check_writable` refuses in its own words)."""
+    try:
+        os.lstat(path)
+    except PermissionError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = None) -> None:
     """Raise UserInputError unless `path` can be written as a `kind` ("file" or "dir")."""
     if not path.is_absolute() and not _cwd_exists():  # hunt 65: os.getcwd's traceback
@@ -73,6 +102,7 @@ def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = Non
             "the current folder no longer exists (deleted); cd to a folder that exists or "
             f"give {name} an absolute path"
         )
+    _enterable(path, name)
     if os.path.islink(path) and not path.exists():  # hunt 60: the writer's traceback
         try:
             os.stat(path)
@@ -148,6 +178,7 @@ def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None,
         if value is None:
             return value
         path = Path(value)
+        _enterable(path, name)  # before is_dir below asks
         if kind == "file" and isinstance(value, _Folder) and not path.is_dir():
             raise UserInputError(
                 f"{name} {value} ends in '{os.sep}', a folder; give a file name, "

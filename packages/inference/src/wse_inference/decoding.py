@@ -10,7 +10,8 @@ into the cache and token `count` of each row is drawn with `sampling.token_key(k
 `PlainDecoder.generate` is the shell: prompt -> tokens, finish reason, TTFT and tokens/s.
 Every prefill (every engine's) first refuses a prompt id outside the vocabulary
 (`engine.validate_prompt`): inside `jit` such an id would give NaN logits; decoders check
-their settings when built (`check_decoder_settings`).
+their settings when built (`check_decoder_settings`; `PlainDecoder` also refuses a
+`max_context` above the model's `max_seq_len`).
 """
 
 from __future__ import annotations
@@ -245,17 +246,28 @@ def decode_loop(config, params, state: DecodeState, key, n, stop) -> DecodeState
 _decode_loop = jax.jit(decode_loop, static_argnums=(0,))
 
 
-def check_decoder_settings(max_context: Any, prefill_chunk: Any) -> None:
+def check_decoder_settings(
+    max_context: Any, prefill_chunk: Any, *, model_context: int | None = None
+) -> None:
     """Raise `SamplingError` unless `max_context` is None (the model's) or a whole number >= 1
     and `prefill_chunk` a whole number >= 1: a decoder's settings, checked when it is built
     (hunt 65: max_context=0 silently meant the model's, -5 refused every prompt as "at most
-    -6 tokens", prefill_chunk 0 or -1 failed inside range() or the first chunk)."""
+    -6 tokens", prefill_chunk 0 or -1 failed inside range() or the first chunk). With
+    `model_context` (the model's `max_seq_len`), a `max_context` above it is refused, as
+    vLLM refuses a max_model_len above max_position_embeddings (hunt 67: PlainDecoder ran a
+    Llama past the positions it was trained on, without a word)."""
     for name, v in (("max_context", max_context), ("prefill_chunk", prefill_chunk)):
         if v is None and name == "max_context":
             continue
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
             got = f"{type(v).__name__} {shown(repr(v), quote=False)}"
             raise SamplingError(f"{name} must be a whole number >= 1, got {got}")
+    if model_context is not None and max_context is not None and max_context > model_context:
+        raise SamplingError(
+            f"max_context {max_context:,} is greater than the model's context of "
+            f"{model_context:,} tokens (its config's max_seq_len); give at most "
+            f"{model_context:,}, or leave it unset"
+        )
 
 
 class PlainDecoder:
@@ -271,7 +283,7 @@ class PlainDecoder:
         max_context: int | None = None,
         prefill_chunk: int = 32,
     ):
-        check_decoder_settings(max_context, prefill_chunk)
+        check_decoder_settings(max_context, prefill_chunk, model_context=config.max_seq_len)
         self.config, self.params, self.tokenizer = config, params, tokenizer
         self.max_context = config.max_seq_len if max_context is None else int(max_context)
         self.prefill_chunk = prefill_chunk

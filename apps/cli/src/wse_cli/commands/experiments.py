@@ -155,7 +155,7 @@ def run(
     if sweep:
         _sweep(name, fn, sweep[0], changes, out, seed)
         return
-    from wse_core.studies.experiment import RESULT_FILES
+    from wse_core.studies.experiment import RESULT_FILES, table_markdown
 
     _check_folder(out, name, RESULT_FILES, figures=True)
     with assumed(**changes), progress(None, f"experiment {name}"):
@@ -166,7 +166,8 @@ def run(
     folder = write_experiment(result, out)
     if earlier:  # hunt 61: a rerun into the same --out replaced the results without a word
         note(f"note: {folder} held {earlier}; its files are replaced by this run's")
-    typer.echo((folder / "table.md").read_text())
+    # from memory: under `umask 777` the file just written cannot be read (hunt 67)
+    typer.echo(table_markdown(result))
     typer.echo(f"wrote {folder}/results.json, table.md, table.csv, figure.png")
 
 

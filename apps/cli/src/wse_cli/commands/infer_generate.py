@@ -8,18 +8,17 @@
 
 On a terminal the text streams as it is generated, then TTFT, tokens/s, the engine's
 predicted wafer time per token and tokens/s on `--preset` / `--spec` (default wse3; its
-`RunReport`: the plan it ran, priced by `wse_systems.token.price_token`) beside the
-measured time per token, and (speculative) acceptance statistics (speculative decoding runs
-on the serving engine, `SpeculativeEngine`, whose rounds also give logprobs; with
-`--logprobs`, the mean logprob and perplexity); `--json` prints
-token ids, text, metrics and (`--logprobs N`) each token's raw logprob and its N most likely
-alternatives [[id, logprob], ...] as one JSON object. Bad
-input (missing/incompatible checkpoint, prompt longer than the context, max_tokens <= 0,
-temperature outside [0, 2], top_p outside (0, 1], draft/target vocabulary mismatch, --stages or
---trace with --speculative-config: the pipelined engine's options) exits 2 with one line.
-Heavy packages are imported inside the command, so `wse --help` stays fast. On a CPU the
-attention's numba kernels compile in a helper process while the weights load
-(`wse_models.sdpa_cpu.compile_early`).
+`RunReport`: the plan it ran, priced by `wse_systems.token.price_token`) beside the measured
+time per token, and (speculative) acceptance statistics (speculative decoding runs on the
+serving engine, `SpeculativeEngine`, whose rounds also give logprobs; with `--logprobs`, the
+mean logprob and perplexity); `--json` prints token ids, text, metrics and (`--logprobs N`)
+each token's raw logprob and its N most likely alternatives [[id, logprob], ...] as one JSON
+object. Bad input (missing/incompatible checkpoint, prompt longer than the context,
+max_tokens <= 0, temperature outside [0, 2], top_p outside (0, 1], draft/target vocabulary
+mismatch, --stages or --trace with --speculative-config: the pipelined engine's options; its
+`mock_accepted_tokens`: the mock server's) exits 2, one line. Heavy packages are imported
+inside the command, so `wse --help` stays fast. On a CPU the attention's numba kernels
+compile in a helper process while the weights load (`wse_models.sdpa_cpu.compile_early`).
 """
 
 from __future__ import annotations
@@ -246,6 +245,10 @@ def generate(
         from wse_inference.speculative.config import parse_speculative_config
 
         spec = parse_speculative_config(speculative_config)
+        if spec.mock_accepted_tokens is not None:  # hunt 67: read by no engine here, silently
+            fail("--speculative-config's mock_accepted_tokens applies to `wse infer serve "
+                 "--model-dir mock`; here the draft model's tokens are accepted by the target "
+                 "(leave the key out)")  # fmt: skip
         spec.draft_dir()  # generate always runs a draft: say so before loading the target
     if trace is not None and spec is not None:
         fail("--trace draws the pipelined engine's plan; drop --speculative-config to use it")
@@ -255,12 +258,11 @@ def generate(
         fail("--stop strings must not be empty (an empty one would stop at once)")
     if stop and prompt is None:
         fail("--stop strings need --prompt text (a tokenizer); with --prompt-ids use neither")
-    from wse_inference.model_dir import read_weights
+    from wse_inference.model_dir import read_config, read_weights
 
     weights = read_weights(model_dir)  # NumPy, no JAX: a NaN weight is refused in ~1 s
     draft_weights = read_weights(spec.draft_dir()) if spec is not None else None  # the draft's
     from wse_inference.host_memory import check_host_memory
-    from wse_inference.model_dir import read_config
 
     cfg = read_config(model_dir)
     if max_context is not None and max_context > cfg.max_seq_len:  # hunt 56: cut silently

@@ -7,7 +7,9 @@ exits with an error, the others are stopped (SIGTERM, then SIGKILL after a grace
 the launcher exits 1 naming the process (2, like the child, when the child rejected its
 input) — a dead peer never leaves the rest hanging. A SIGTERM or SIGHUP to the launcher (from
 SLURM, `timeout`, `kill`) stops the children the same way and exits 128 + the signal's number
-(143, 129), as Ctrl-C exits 130; a child stops on SIGTERM (`distributed.initialize` turns
+(143, 129); Ctrl-C (a SIGINT to the launcher alone, or to the whole process group) stops
+them too, and the launcher says every command's line, "interrupted (Ctrl-C)", and exits 130
+(`wse_cli.interrupts`); a child stops on SIGTERM (`distributed.initialize` turns
 JAX's preemption service off, whose SIGTERM handler only logged it: hunt 62). The
 children's stderr goes through the launcher (`_Relay`): a line another process already
 printed is not printed again (every process of a run says the same things), the children's
@@ -291,9 +293,9 @@ def launch(
             procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE))
             relay.watch(i, procs[-1])
         _watch(procs, relay, nproc)
-    except KeyboardInterrupt:
-        _shut_down(procs, relay)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt:  # every command's Ctrl-C line and 130 (`wse_cli.errors`)
+        _shut_down(procs, relay)  # hunt 67: exited 130 with nothing said (`typer.Exit(130)`)
+        raise
     except _Signalled as e:
         _shut_down(procs, relay)
         name = signal.Signals(e.signum).name

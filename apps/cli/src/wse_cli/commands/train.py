@@ -134,7 +134,9 @@ def train(
     params: Path = typer.Option(None, "--params", help="The params YAML file."),
     mode: str = typer.Option(None, "--mode", help="train | eval | train_and_eval."),
     model_dir: Path = output_dir(None, "--model-dir", "-o", help="Run folder."),
-    num_csx: int = number(None, "--num-csx", help="Data-parallel wafer replicas.", kind=int, ge=1),
+    num_csx: int = number(  # the limit runconfig.num_csx meets (hunt 67: the help showed none)
+        None, "--num-csx", help="Data-parallel wafer replicas.", kind=int, ge=1, limit="systems"
+    ),
     weight_chunks: int = number(
         None,
         "--weight-chunks",

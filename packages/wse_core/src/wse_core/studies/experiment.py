@@ -35,6 +35,7 @@ __all__ = [
     "write_experiment",
     "csv_text",
     "mechanism_figure",
+    "table_markdown",
     "table_rows",
     "row_role",
     "RESULT_FILES",
@@ -227,6 +228,18 @@ def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
 def _texts(result: ExperimentResult) -> dict[str, str]:
     """results.json, table.csv and table.md of `result`, by file name."""
     header, rows = table_rows(result)
+    return {
+        "results.json": json.dumps(result.to_dict(), indent=2, default=float),
+        "table.csv": csv_text([header, *rows]),
+        "table.md": table_markdown(result),
+    }
+
+
+def table_markdown(result: ExperimentResult) -> str:
+    """The text of the result's table.md: its rows and measurements as Markdown tables (what
+    the CLI prints, from here, not read back from the file: hunt 67, under `umask 777` the
+    file written could not be read)."""
+    header, rows = table_rows(result)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     if result.measurements:
@@ -235,11 +248,7 @@ def _texts(result: ExperimentResult) -> dict[str, str]:
         lines += [
             "| " + " | ".join(_fmt(m.get(k)) for k in keys) + " |" for m in result.measurements
         ]
-    return {
-        "results.json": json.dumps(result.to_dict(), indent=2, default=float),
-        "table.csv": csv_text([header, *rows]),
-        "table.md": f"# {result.experiment}\n\n" + "\n".join(lines) + "\n",
-    }
+    return f"# {result.experiment}\n\n" + "\n".join(lines) + "\n"
 
 
 def _close(figures: Any) -> None:
