@@ -204,7 +204,10 @@ def _step_file(folder: Path, **change) -> None:
     import numpy as np
 
     fields = {k: np.zeros((8, 8, 1), np.float32) for k in "uvwpT"}
-    arrays = {**fields, "step": np.int64(10), "time": np.float64(0.5), **change}
+    # named as the writer names it: a step naming no case is refused for a rayleigh-benard
+    # run since hunt 67 (its T could be the full temperature or theta)
+    case = {"case": np.asarray("rayleigh-benard")}
+    arrays = {**fields, **case, "step": np.int64(10), "time": np.float64(0.5), **change}
     np.savez(folder / "step_0000010.npz", **arrays)
 
 
