@@ -56,12 +56,15 @@ def test_emulated_stage_occupancy_is_the_models(engine):
 def test_the_serving_model_on_the_engines_plan(engine):
     plan = engine.plan
     work = Workload(prompt_tokens=8, output_tokens=16, context_len=32)  # a KV read of 16
+    # the engine's head rows: the serving model on the engine's regions
     serve = WaferServing(
         engine.config, plan.spec, num_wafers=plan.num_wafers, workload=work,
-        bytes_per_param=plan.bytes_per_param, regions=Regions(stages=STAGES, layout=plan.layout),
+        bytes_per_param=plan.bytes_per_param,
+        regions=Regions(stages=STAGES, layout=plan.layout, head_rows=plan.head.region.rows),
     )  # fmt: skip
     ours = serve.plans(STAGES)[0]
     assert [s.layers for s in ours.stages] == [s.layers for s in plan.stages]
+    assert [s.region for s in ours.stages] == [s.region for s in plan.stages]
     one = engine.report(kv_tokens=16).predicted_s  # the engine's own batch-1 prediction
     pipe = serve.pipelines(STAGES)[0]
     assert pipe.token_s == pytest.approx(one)

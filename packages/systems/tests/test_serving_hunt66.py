@@ -164,7 +164,8 @@ def test_a_point_names_the_time_between_wafers(wafers):
     serve = _wafer(wafers=wafers)
     lay = serve.point(1).layout
     plan = plan_pipeline(LLAMA8B, assumed_spec("wse3"), num_wafers=wafers, context_len=1280,
-                         slots=1, regions=Regions(layout=lay["layout"]))  # fmt: skip
+                         slots=1, regions=Regions(layout=lay["layout"],
+                                                  head_rows=lay["head_rows"]))  # fmt: skip
     report = price_token(LLAMA8B, plan, kv_tokens=DEFAULT.kv_tokens)
     between = 0.0 if wafers == 1 else report.predicted.leaf("between_wafers").seconds
     assert lay["between_wafers_s"] == pytest.approx(between, abs=1e-12)

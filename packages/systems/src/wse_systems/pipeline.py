@@ -5,35 +5,47 @@ It lives in wse_core because the same plan object is what the inference engine e
 the calibration case (Llama 3.1 8B on one WSE-3) is planned here too.
 
 Contract. `plan_pipeline(config, spec, num_wafers=..., context_len=..., slots=...,
-regions=Regions(stages=..., layout=..., gemv=...))` splits the `n_layers` layers into
-`stages` contiguous groups (sizes differ by at most one), spreads the stages over
+regions=Regions(stages=..., layout=..., gemv=..., head_rows=...))` splits the `n_layers`
+layers into `stages` contiguous groups (sizes differ by at most one), spreads the stages over
 `num_wafers` wafers in order, and gives each stage a band of PE rows of its wafer
 (`layout="banded"`: full-width bands; `"compact"`: bands of `compact_strips` column
 strips, so that each region is near square and a traversal of it is short) in
 proportion to the bytes it must hold: its weights, its KV cache for
-`context_len` tokens of each of `slots` users in flight, and its activations. The embedding
-and head (and final norm) get one more region, `head`, on wafer 0: the last stage's output
-cycles back there for the next token. Every region's bytes are declared in that wafer's
+`context_len` tokens of each of `slots` users in flight, and its activations
+(`wse_systems.placement`). The embedding and head (and final norm) get one more region,
+`head`, on wafer 0: the last stage's output cycles back there for the next token; with
+`head_rows` it takes that many rows of its strip, the other regions the rest by bytes.
+Sized by bytes alone, a plan holding more KV cache gave the layers more PEs and priced a
+faster token (hunt 66): the planners place the head on the rows that price the fastest
+token (`wse_systems.token.fastest_plan`). Every region's bytes are declared in its own
 `wse_core.SramLedger`; a model that does not fit raises `PipelinePlanError` with the numbers
 (needed, available, per region) and the number of wafers that would hold it.
 
 `config` is a `wse_systems.transformer.DecoderShape` (e.g. a `wse_models.ModelConfig`); its
 sizes are `wse_systems.transformer`'s one formula. `PipelinePlan.edge_hops` counts the
 fabric hops of the wafer crossings (each region's trip to or from its wafer's nearest edge,
-`to_edge`); `wse_systems.token.choose_layout` prices both layouts and takes the faster.
+`to_edge`); `wse_systems.token.choose_layout` prices both layouts, each placed fastest, and
+takes the faster.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
-from wse_core.errors import SramBudgetError
 from wse_core.hw.spec import WaferSpec
-from wse_core.hw.sram import Region, SramLedger
 
 from wse_systems.meshgemv import SOURCE as MESHGEMV_SOURCE
+from wse_systems.placement import (
+    GB,
+    PipelinePlanError,
+    StagePlan,
+    check_head_rows,
+    compact_strips,
+    place_on_wafer,
+    split_even,
+    to_edge,
+)
 from wse_systems.transformer import DecoderShape, layer_params, num_params
 
 __all__ = [
@@ -53,7 +65,6 @@ __all__ = [
     "to_edge",
 ]
 
-GB = 1e9
 LAYOUTS = ("banded", "compact")
 # How the decode prices each GEMV on a region (`wse_systems.decoder`): "sdk", the SDK gemv
 # dataflow (input flooded down, column AXPYs, reduce along rows, move back), the default; or
@@ -79,44 +90,18 @@ def check_gemv(gemv: str) -> str:
     return gemv
 
 
-class PipelinePlanError(SramBudgetError):
-    """The model does not fit the given wafers as asked."""
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Regions:
     """The regions asked for: `stages` layer regions (None: one per layer), laid out as
     `layout` (`LAYOUTS`; None, where a caller chooses the faster: `WaferServing`), each
-    GEMV on them priced as `gemv` (`GEMV_PROGRAMS`). Checked by `plan_pipeline`."""
+    GEMV on them priced as `gemv` (`GEMV_PROGRAMS`), the head on `head_rows` PE rows of its
+    column strip (None: rows in proportion to its bytes, as the layer regions;
+    `wse_systems.token.fastest_plan` chooses it by price). Checked by `plan_pipeline`."""
 
     stages: int | None = None
     layout: str | None = "banded"
     gemv: str = "sdk"
-
-
-@dataclasses.dataclass(frozen=True)
-class StagePlan:
-    """One region: which layers (or "head"), where, and its bytes (whole region and per PE)."""
-
-    name: str
-    wafer: int
-    region: Region
-    layers: tuple[int, int]  # [start, stop); (0, 0) for the head region
-    weight_bytes: int
-    kv_bytes: int
-    act_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.weight_bytes + self.kv_bytes + self.act_bytes
-
-    @property
-    def bytes_per_pe(self) -> int:
-        return math.ceil(self.total_bytes / self.region.num_pes)
-
-    @property
-    def num_layers(self) -> int:
-        return self.layers[1] - self.layers[0]
+    head_rows: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,12 +177,6 @@ def kv_bytes_per_token(config: DecoderShape, bytes_per_value: int) -> int:
     return 2 * config.n_kv_heads * config.hd * bytes_per_value
 
 
-def split_even(n: int, parts: int) -> list[tuple[int, int]]:
-    """[start, stop) of `parts` contiguous groups of n items, sizes differing by <= 1."""
-    bounds = [i * n // parts for i in range(parts + 1)]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
 def _region_bytes(
     config: DecoderShape, layers: int, context_len: int, slots: int, bpp: int
 ) -> tuple:
@@ -206,18 +185,6 @@ def _region_bytes(
     # In flight per user: the residual stream, q/k/v/o and the MLP hidden of one token.
     act = (layers > 0) * slots * (4 * config.d_model + 2 * config.d_ff) * bpp
     return weights, kv, act
-
-
-def _rows_by_bytes(total_rows: int, sizes: list[int]) -> list[int]:
-    """PE rows per region in proportion to bytes, >= 1 each (largest remainder)."""
-    weight = sum(sizes) or 1
-    spare = total_rows - len(sizes)
-    exact = [spare * s / weight for s in sizes]
-    rows = [1 + int(e) for e in exact]
-    order = sorted(range(len(sizes)), key=lambda i: exact[i] - int(exact[i]), reverse=True)
-    for i in order[: total_rows - sum(rows)]:
-        rows[i] += 1
-    return rows
 
 
 def plan_pipeline(
@@ -242,6 +209,7 @@ def plan_pipeline(
     stages = config.n_layers if stages is None else stages
     context_len = config.max_seq_len if context_len is None else context_len
     _check_args(config, spec, num_wafers, stages, context_len, slots)
+    check_head_rows(regions.head_rows, spec)
     bpp = bytes_per_param
     head_w = (num_params(config) - config.n_layers * layer_params(config)) * bpp
     head_act = slots * (config.d_model + config.vocab_size) * 4  # hidden + fp32 logits
@@ -255,10 +223,10 @@ def plan_pipeline(
             entries.append((f"stage{s}", layers, bytes_))
         layout_.append(entries)
     need = sum(sum(b) for entries in layout_ for _, _, b in entries)
-    placed = [
-        _place_on_wafer(spec, w, entries, need, num_wafers, _strips(layout, len(entries), spec))
-        for w, entries in enumerate(layout_)
-    ]
+    placed = []
+    for w, entries in enumerate(layout_):
+        rows = regions.head_rows if w == 0 else None
+        placed.append(place_on_wafer(spec, w, entries, (need, num_wafers), layout, rows))
     head, stage_plans = placed[0][0], [p for w in placed for p in w if p.name != "head"]
     return PipelinePlan(
         spec, num_wafers, tuple(stage_plans), head, context_len, slots, bpp, layout, gemv
@@ -281,84 +249,6 @@ def _check_args(config, spec, num_wafers, stages, context_len, slots) -> None:
             f"{stages} stages on {num_wafers} wafer(s) need more regions per wafer than the "
             f"{spec.pe_rows} PE rows of {spec.name}"
         )
-
-
-def to_edge(region: Region, spec: WaferSpec) -> int:
-    """Hops from `region` to the nearest edge of its wafer (0 for a band that spans it)."""
-    r1, c1 = region.row0 + region.rows, region.col0 + region.cols
-    return min(region.row0, spec.pe_rows - r1, region.col0, spec.pe_cols - c1)
-
-
-def compact_strips(regions: int, spec: WaferSpec) -> int:
-    """Column strips that make `regions` equal regions near square: sqrt(n cols / rows)."""
-    return max(1, min(regions, round(math.sqrt(regions * spec.pe_cols / spec.pe_rows))))
-
-
-def _strips(layout: str, regions: int, spec: WaferSpec) -> int:
-    return 1 if layout == "banded" else compact_strips(regions, spec)
-
-
-def _by_strip(sizes: list[int], strips: int) -> list[int]:
-    """The strip of each entry: contiguous groups of about equal bytes (by each entry's
-    midpoint in the running total)."""
-    total, before, out = sum(sizes) or 1, 0, []
-    for b in sizes:
-        out.append(min(strips - 1, int(strips * (before + b / 2) / total)))
-        before += b
-    return out
-
-
-def _place_on_wafer(
-    spec: WaferSpec, wafer: int, entries: list, need: int, num_wafers: int, strips: int = 1
-) -> list[StagePlan]:
-    """Give each entry a band of rows of its column strip (one strip: the whole width) and
-    declare its bytes in its region's ledger (the regions are disjoint: a PE's use is its
-    one region's)."""
-    wafer_grid = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
-    sizes = [sum(b) for _, _, b in entries]
-    strip_of, cols = _by_strip(sizes, strips), split_even(spec.pe_cols, strips)
-    out: list[StagePlan] = []
-    for k, (c0, c1) in enumerate(cols):
-        mine = [i for i in range(len(entries)) if strip_of[i] == k]
-        if len(mine) > spec.pe_rows:
-            raise PipelinePlanError(
-                f"{len(mine)} regions in one column strip of wafer {wafer} need more than "
-                f"its {spec.pe_rows} PE rows"
-            )
-        rows = _rows_by_bytes(spec.pe_rows, [sizes[i] for i in mine]) if mine else []
-        row0 = 0
-        for i, r in zip(mine, rows, strict=True):
-            name, layers, (w_b, kv_b, act_b) = entries[i]
-            region = wafer_grid.region(name, row0, c0, r, c1 - c0)
-            plan = StagePlan(name, wafer, region, layers, int(w_b), int(kv_b), int(act_b))
-            # hunt 63: one ledger for the wafer scanned every allocation before it at each
-            # allocation (a 4,096-layer draft planned for minutes); the bands are disjoint,
-            # so a ledger of the region's own PEs gives the same answer
-            ledger = SramLedger(region.rows, region.cols, spec.sram_bytes_per_pe)
-            try:
-                for part, b in (("weights", w_b), ("kv_cache", kv_b), ("activations", act_b)):
-                    ledger.allocate(f"{name}.{part}", math.ceil(b / region.num_pes))
-            except SramBudgetError:
-                raise _too_big(spec, wafer, entries, plan, need, num_wafers) from None
-            out.append(plan)
-            row0 += r
-    return out
-
-
-def _too_big(
-    spec: WaferSpec, wafer: int, entries: list, plan: StagePlan, need: int, num_wafers: int
-) -> PipelinePlanError:
-    have = spec.sram_total_bytes
-    here = sum(sum(b) for _, _, b in entries)
-    return PipelinePlanError(
-        f"the model does not fit: it needs {need / GB:.3g} GB (weights + KV cache + "
-        f"activations) and {num_wafers} {spec.name} wafer(s) have {num_wafers * have / GB:.3g} "
-        f"GB of SRAM (at least {math.ceil(need / have)} wafers by capacity); wafer {wafer} "
-        f"must hold {here / GB:.3g} GB in {len(entries)} regions and region {plan.name} needs "
-        f"{plan.bytes_per_pe} B per PE on {plan.region.rows} x {plan.region.cols} PEs with "
-        f"{spec.sram_bytes_per_pe} B per PE available (weights {plan.weight_bytes / GB:.3g} GB, "
-        f"KV {plan.kv_bytes / GB:.3g} GB); use more wafers, a shorter context or fewer slots"
-    )
 
 
 def min_wafers(config: DecoderShape, spec: WaferSpec, **kwargs: Any) -> int:

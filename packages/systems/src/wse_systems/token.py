@@ -11,9 +11,13 @@ per-wafer traces (`wse_systems.trace`), the serving model's pipeline elements
 (`wse_systems.serving.wafer.price_pipeline`, from this report's phases) and so `wse plan
 infer` all price a token here; a test holds them to the same batch-1 time to the cycle.
 
-`choose_layout(shape, spec, ...)` plans the regions banded and compact
-(`wse_systems.pipeline.LAYOUTS`), prices a token on each and returns the faster plan (its
-`layout` says which) with both times.
+`fastest_plan(shape, spec, seconds_fn, **plan_kwargs)` is the planner's placement: of the
+head's rows on the wafer's ladder (`head_rows_ladder`), the plan whose token `seconds_fn`
+prices shortest among those that hold it (a larger reservation holds the same or fewer, so
+its token is never faster). `choose_layout(shape, spec, ...)` plans the regions banded and
+compact (`wse_systems.pipeline.LAYOUTS`), each in its fastest placement priced by
+`price_token`, and returns the faster plan (its `layout` says which, its head's rows how the
+wafer is split) with both times.
 
 `PUBLISHED_SETUP` is what the published 8B figure measures and on what setup (sources
 beside each value); `decode_case` prices that setup.
@@ -25,14 +29,14 @@ speculative round of `wse_inference.pipeline.perf` uses it with its own phases).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from wse_core.cost.perf import PerfModel, Phases
 from wse_core.cost.report import Measured, RunReport
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases
+from wse_systems.decoder import DECODER_ASSUMPTIONS, decode_phases, token_out_work
 from wse_systems.pipeline import (
     GEMV_ASSUMPTIONS,
     LAYOUTS,
@@ -44,7 +48,10 @@ from wse_systems.pipeline import (
 from wse_systems.transformer import LLAMA31_8B
 
 __all__ = [
+    "HEAD_ROWS_STEP",
     "choose_layout",
+    "fastest_plan",
+    "head_rows_ladder",
     "decode_assumptions",
     "decode_case",
     "decode_check_row",
@@ -103,10 +110,20 @@ def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, s
             f"({spec.system_latency_s:g} s, assumed) each"
         ),
         "weights": f"{plan.bytes_per_param} bytes per parameter and per cached value",
-        "regions": f"{plan.layout} (wse_systems.pipeline.LAYOUTS)",
+        "regions": _regions_note(plan),
         "gemv program": f"{plan.gemv}: {GEMV_ASSUMPTIONS[plan.gemv]} "
         "(wse_systems.pipeline.GEMV_PROGRAMS; plan_pipeline(..., gemv=...))",
     }
+
+
+def _regions_note(plan: PipelinePlan) -> str:
+    """The layout and how much of the wafers each kind of region holds."""
+    head, pes = plan.head.region, plan.num_wafers * plan.spec.pe_rows * plan.spec.pe_cols
+    layers = sum(s.region.num_pes for s in plan.stages)
+    return (
+        f"{plan.layout} (wse_systems.pipeline.LAYOUTS): the head on {head.rows} x {head.cols} "
+        f"PEs, the layers on {layers:,} of the {pes:,} PEs ({layers / pes:.1%})"
+    )
 
 
 def token_report(
@@ -167,6 +184,61 @@ def price_token(
     )
 
 
+# The ratio between the head sizes `fastest_plan` prices: 2^(1/4), a head within 19% of any
+# row count, 4 log2(rows) sizes (35 of a WSE-3's 762 rows; the 8B, one user: 8 compact, 15
+# banded hold it). 2^(1/2) halves the planning time, but its best 8B token (compact, 256 head
+# rows) is 0.1% slower than the regions by the bytes of 8 users at an 8k context.
+HEAD_ROWS_STEP = 2**0.25
+
+
+def head_rows_ladder(spec: WaferSpec) -> tuple[int, ...]:
+    """The head's PE rows `fastest_plan` tries: round(HEAD_ROWS_STEP^k) below the wafer's
+    rows, and all of them (a head alone in its strip), each once, ascending. It depends on
+    the wafer only, never on what a plan holds (see `fastest_plan`)."""
+    out, k = [], 0
+    while (rows := round(HEAD_ROWS_STEP**k)) < spec.pe_rows:
+        out += [rows] if not out or rows != out[-1] else []
+        k += 1
+    return (*out, spec.pe_rows)
+
+
+def fastest_plan(
+    config: Any, spec: WaferSpec, seconds_fn: Callable[[PipelinePlan], float],
+    **plan_kwargs: Any,
+) -> PipelinePlan:  # fmt: skip
+    """The plan of `plan_pipeline(config, spec, **plan_kwargs)` whose token `seconds_fn`
+    prices shortest among the head sizes of `head_rows_ladder` that hold it (a tie keeps
+    the fewer head rows); the `regions` asked otherwise as given (a `head_rows` given: that
+    plan alone). No ladder size holds it: the regions in proportion to their bytes; those do
+    not hold it either (then nothing does, but for a row of rounding): their error.
+
+    Why (hunt 66): sized by bytes alone, a plan holding more KV cache gave the layers more
+    of the wafer (the head less), so reserving context a run never reads made its tokens
+    faster (8B, 8 users: 328.0 us a token at a 4,096-token context, 325.4 us at 8,192). The
+    head holds its embedding table, of which a token reads one row, beside its one product;
+    the layers stream all their weights every token: how the rows are best split is the
+    pricer's to say, not the bytes'. The ladder is the wafer's, the same for every
+    reservation, and each region holds more bytes under a larger one, so a larger context or
+    more users leave the same or fewer candidates: their fastest is never faster (exactly
+    while a ladder size holds the plan and the stages hold equal layers, as by default:
+    unequal stages share the rest by bytes, which a reservation can move by a row). The
+    regions always tile every wafer."""
+    asked = plan_kwargs.pop("regions", Regions())
+    # by bytes (or as asked) first: what those regions cannot hold no placement holds, so
+    # their error comes at once, not after the ladder's 35 tries (a search over 512 wafers)
+    first = plan_pipeline(config, spec, regions=asked, **plan_kwargs)
+    if asked.head_rows is not None:
+        return first
+    held = []
+    for rows in head_rows_ladder(spec):
+        try:
+            regions = dataclasses.replace(asked, head_rows=rows)
+            held.append(plan_pipeline(config, spec, regions=regions, **plan_kwargs))
+        except PipelinePlanError:
+            continue
+    return min(held, key=seconds_fn) if held else first
+
+
 def choose_layout(
     shape: Any,
     spec: Any,
@@ -177,26 +249,41 @@ def choose_layout(
     **plan_kwargs: Any,
 ) -> tuple[PipelinePlan, dict[str, float]]:
     """(the faster plan, seconds per batch-1 token of each layout that fits): `shape` planned
-    by `plan_pipeline(..., regions=...)` banded and compact (the `regions` asked, else
-    `Regions()`, in each layout), each priced by `price_token`; a tie keeps bands.
-    PipelinePlanError (the banded plan's) when neither fits."""
+    banded and compact (the `regions` asked, else `Regions()`, in each layout), each in its
+    fastest placement (`fastest_plan`; each candidate priced by `wse_systems.serving.blocks.
+    price_pipeline`, the same phases with each distinct element priced once, plus the trip to
+    the host when `token_out`: `price_token`'s seconds to the cycle, a test holds them); a
+    tie keeps bands. PipelinePlanError (the banded plan's) when neither fits."""
     asked = plan_kwargs.pop("regions", Regions())
+
+    # by id, the plan kept alive beside its seconds (an id is unique only while it lives):
+    # the chosen plans are not priced again
+    priced: dict[int, tuple[PipelinePlan, float]] = {}
+
+    def seconds(plan: PipelinePlan) -> float:
+        from wse_systems.serving.blocks import price_pipeline  # serving imports this module
+
+        if id(plan) not in priced:
+            m = model or PerfModel(plan.spec)
+            kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
+            trip = m.cost(token_out_work(plan)).seconds if token_out else 0.0
+            token_s = price_pipeline(shape, plan, kv_tokens=kv, model=m).token_s
+            priced[id(plan)] = (plan, token_s + trip)
+        return priced[id(plan)][1]
+
     plans: dict[str, PipelinePlan] = {}
     error: PipelinePlanError | None = None
     for layout in LAYOUTS:
         regions = dataclasses.replace(asked, layout=layout)
         try:
-            plans[layout] = plan_pipeline(shape, spec, regions=regions, **plan_kwargs)
+            plans[layout] = fastest_plan(shape, spec, seconds, regions=regions, **plan_kwargs)
         except PipelinePlanError as e:
             error = error or e
     if not plans:
         assert error is not None
         raise error
-    seconds = {
-        k: price_token(shape, p, kv_tokens=kv_tokens, model=model, token_out=token_out).predicted_s
-        for k, p in plans.items()
-    }
-    return plans[min(seconds, key=lambda k: (seconds[k], LAYOUTS.index(k)))], seconds
+    times = {k: seconds(p) for k, p in plans.items()}
+    return plans[min(times, key=lambda k: (times[k], LAYOUTS.index(k)))], times
 
 
 def decode_case() -> tuple[WaferSpec, Phases]:

@@ -51,6 +51,7 @@ from wse_systems.planning.train import (
     check_positive,
     check_rates,
     gpu_rates,
+    grid_note,
     plan_dict,
     power_notes,
     wafer_rates,
@@ -216,6 +217,7 @@ def plan_infer(
     work = default_workload(cfg) if workload is None else workload
     check_request(cfg, work)
     power = eco.system_power_w(spec)
+    grid = grid_note(spec)  # a wafer that does not repair is refused before any work
     speculation = speculation_of(draft, choice, work)
     ws = wafer_serving(
         cfg, spec, num_wafers=wafers, workload=work, speculation=speculation, gemv=gemv
@@ -262,7 +264,7 @@ def plan_infer(
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     how = "users" if users else "limits" if min_user_tokens_per_s or max_ttft_s else "knee"
     notes = _notes(g, wafer, work, gpu._replace(hbm_fraction=hbm_fraction, mfu=mfu), days,
-                   speculation) + _wafer_notes(ws, wp)  # fmt: skip
+                   speculation) + [grid] + _wafer_notes(ws, wp)  # fmt: skip
     return ServingPlan(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both}, notes,

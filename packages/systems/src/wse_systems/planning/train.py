@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from wse_core import WaferSpec
+from wse_core.hw.repair import check_repairable, repaired_grid_note
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
@@ -49,6 +50,7 @@ __all__ = [
     "gpu_rates",
     "wafer_rates",
     "power_notes",
+    "grid_note",
 ]
 
 # ---- results ------------------------------------------------------------------------------
@@ -151,6 +153,14 @@ def power_notes(g: gpum.GpuSpec, spec: WaferSpec) -> list[str]:
         "busy systems draw their maximum rated power (an upper bound)",
         "rates and engineering hours are assumptions (wse_systems.economics), inputs here",
     ]
+
+
+def grid_note(spec: WaferSpec) -> str:
+    """The grid every wafer plan prices, stated: the logical one of a repaired wafer. A spec
+    whose wafer does not repair at its defect_rate (`wse_core.hw.repair.check_repairable`)
+    is refused (DefectError) before any work (hunt 66: it was priced as a perfect wafer)."""
+    check_repairable(spec)
+    return repaired_grid_note(spec)
 
 
 def _gpu_train_time(shape, g, *, gpus, batch, seq, steps, mfu) -> tuple[float, gpum.TrainStep]:
@@ -289,6 +299,7 @@ def plan_train(
     check_rates(rates)
     cfg, g, wafer = choice.config, gpum.gpu_spec(gpu), spec.name
     eco.system_power_w(spec)  # a wafer of no system fails before any work
+    grid = grid_note(spec)  # and one that does not repair
     n = systems or choice.num_csx or 1
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
     check_context(cfg, f"--seq-len {seq}" if seq_len else f"a sequence of {seq} tokens", seq)
@@ -308,6 +319,7 @@ def plan_train(
               "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     notes = power_notes(g, spec) + [
+        grid,
         f"GPU training at MFU {mfu:g} of {g.peak_flops / 1e12:g} TFLOP/s bf16; PaLM flop "
         "accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
         "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "

@@ -3,14 +3,13 @@ time to first token and speculative decoding (Hot Chips 2024's pipeline, REFEREN
 
 Contract. `WaferServing(config, spec, num_wafers=n, workload=w)` is a `ServingSystem`
 (`wse_systems.serving.frontier`). For `users` in flight it plans the model with
-`wse_systems.pipeline.plan_pipeline(..., context_len=w.held_tokens, slots=users)` (its
-`regions`, a `wse_systems.pipeline.Regions`, laid out banded or compact as given, by
-default (`layout=None`) whichever gives one user the shorter token;
-`OperatingPoint.layout["layout"]` says which): the
-plan object the pipelined engine runs, where every region holds its layers' weights, each
-user's KV cache for those layers and each user's activations, declared in the wafer's SRAM
-ledger. The most users that fit (`max_users`) is where that plan stops fitting; `budget()`
-states the per-PE budget of the fullest region; more users are refused with its numbers.
+`wse_systems.token.fastest_plan(..., context_len=w.held_tokens, slots=users)` (the head's rows,
+`layout["head_rows"]`, and by default (`layout=None`) banded or compact regions,
+`layout["layout"]`, that price one user's token shortest): the plan object the pipelined engine
+runs, where every region holds its layers' weights, each user's KV cache for those layers and each
+user's activations, declared in the wafer's SRAM ledger. The most users that fit (`max_users`) is
+where that plan stops fitting; `budget()` states the per-PE budget of the fullest region; more
+users are refused with its numbers.
 
 A decode token and a prompt block are priced by `wse_systems.serving.blocks` (one
 `Pipeline`: `wse_systems.token.price_token`'s phases on that plan with `wse_core.PerfModel`, the
@@ -71,7 +70,7 @@ from typing import Any
 from wse_core.cost.perf import PerfModel
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regions, plan_pipeline
+from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regions
 from wse_systems.serving.blocks import Pipeline, max_block_tokens, price_pipeline
 from wse_systems.serving.frontier import (
     OperatingPoint,
@@ -80,12 +79,8 @@ from wse_systems.serving.frontier import (
     Speculation,
     Workload,
 )
-from wse_systems.serving.speculative import (
-    ParamBytes,
-    Round,
-    place_speculative,
-    speculative_round,
-)
+from wse_systems.serving.speculative import ParamBytes, Round, place_speculative, speculative_round
+from wse_systems.token import fastest_plan
 
 __all__ = [
     "MAX_USERS",
@@ -191,6 +186,7 @@ class WaferServing:
         self.config, self.spec, self.workload = config, spec, workload
         self.speculation, self.bytes_per_param = speculation, bytes_per_param
         self.stages = regions.stages  # layer regions of the target (default: one per layer)
+        self.head_rows = regions.head_rows  # the head's rows (None: the fastest, `fastest_plan`)
         self.layout = regions.layout or LAYOUTS[0]  # banded or compact (None: the faster)
         self.gemv = regions.gemv  # the program each GEMV is priced as (`GEMV_PROGRAMS`)
         self.units = num_wafers
@@ -208,12 +204,14 @@ class WaferServing:
     # ---- layout ---------------------------------------------------------------------
     def _regions(self) -> Regions:
         """The target's regions as asked, in the layout now in use."""
-        return Regions(stages=self.stages, layout=self.layout, gemv=self.gemv)
+        return Regions(stages=self.stages, layout=self.layout, gemv=self.gemv,
+                       head_rows=self.head_rows)  # fmt: skip
 
     def _plan(self, config: Any, spec: WaferSpec, users: int) -> PipelinePlan:
-        return plan_pipeline(
-            config, spec, num_wafers=self.units, context_len=self.workload.held_tokens,
-            slots=users, bytes_per_param=self.bytes_per_param, regions=self._regions(),
+        return fastest_plan(
+            config, spec, lambda p: self._price(config, p, self.workload.kv_tokens).token_s,
+            num_wafers=self.units, context_len=self.workload.held_tokens, slots=users,
+            bytes_per_param=self.bytes_per_param, regions=self._regions(),
         )  # fmt: skip
 
     def plans(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None]:
@@ -379,9 +377,10 @@ class WaferServing:
         best = max(works, key=lambda r: (r.output_per_s(users, self.workload.output_tokens),
                                          -r.ttft_s))  # fmt: skip
         token = self.pipelines(users)[0]
-        return best.point(users, self.workload, regions=len(self.plans(users)[0].stages) + 1,
-                          wafers=self.units, layout=self.layout, token_s=token.token_s,
-                          **token.token_parts_s())  # fmt: skip
+        plan = self.plans(users)[0]
+        return best.point(users, self.workload, regions=len(plan.stages) + 1, wafers=self.units,
+                          layout=self.layout, token_s=token.token_s,
+                          head_rows=plan.head.region.rows, **token.token_parts_s())  # fmt: skip
 
     def occupancy(self, users: int) -> dict[str, float]:
         """Fraction of the time each element (the draft's too) is busy at `users` in flight."""

@@ -9,27 +9,22 @@ wafer draws those counts (Binomial(physical_cols, rate) per row, equal in distri
 
 Predicted: the same fraction in closed form — a row is fine with probability
 q = BinomCDF(spare_cols; physical_cols, rate), and the wafer with probability
-BinomCDF(spare_rows; physical_rows, 1 - q). Nothing here is published; `published` is null.
+BinomCDF(spare_rows; physical_rows, 1 - q) (`wse_core.hw.repair`, which the planners use to
+refuse a spec whose wafer does not repair). Nothing here is published; `published` is null.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from wse_core.cost.assumptions import assumed_spec
+from wse_core.hw.repair import predicted_repairable  # the one closed form (planners use it)
 from wse_core.studies.experiment import ExperimentResult, PredictionRow
 
 __all__ = ["run", "predicted_repairable", "simulate"]
 
 RATES = (1e-4, 1e-3, 2e-3, 3e-3, 5e-3, 7e-3, 1e-2, 2e-2)
 SPARES = ((0, 6), (0, 12), (2, 12), (4, 24))  # (spare_rows, spare_cols)
-
-
-def predicted_repairable(rows: int, cols: int, spare_rows: int, spare_cols: int, rate: float):
-    """Closed-form probability that a wafer of `rows` x `cols` PEs (spares excluded) repairs."""
-    q = stats.binom.cdf(spare_cols, cols + spare_cols, rate)
-    return float(stats.binom.cdf(spare_rows, rows + spare_rows, 1.0 - q))
 
 
 def simulate(rows, cols, spare_rows, spare_cols, rate, wafers, rng):
