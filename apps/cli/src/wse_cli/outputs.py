@@ -8,18 +8,25 @@ command does any work, with one line and exit code 2:
     Error: --out /proc/x/run.xyz cannot be written: /proc takes no new files (No such file
     or directory); give a path in a writable folder
 
-- `output_file(default, "--png", suffix=".png")`: not an existing folder; an existing file
-  must be writable; the nearest existing folder above it must be writable (folders between
-  are created by the writer, after the work, so a refused command leaves nothing behind).
+- `output_file(default, "--png", suffix=".png")`: not an existing folder, device, FIFO or
+  socket (/dev/null excepted), as given, before any suffix; an existing file must be
+  writable, and its folder must take a new file (the writers replace a file through a new
+  one beside it: /proc, /sys and read-only folders take none); else the nearest existing
+  folder above it must be writable (folders between are created by the writer, after the
+  work, so a refused command leaves nothing behind).
   With `suffix`, a name without it (in any case: Map.PNG has it) gets it, and the command
   says so on stderr once it has run ("note: --png out writes out.png"; a refused command
   prints only its error line); with `suffix`, /dev/null draws nothing (the writer would add
-  the suffix: /dev/null.png). A name ending in '/' means a folder and is refused.
+  the suffix: /dev/null.png), and a required one (`compress --out`, whose file is what the
+  command makes) refuses it. A name ending in '/' means a folder and is refused.
 - `png_file(default, "--png")`: `output_file` with suffix ".png".
 - `output_dir(default, "--out")`: an existing path must be a writable folder, else the
   nearest existing folder above it must be writable. Nothing is created here.
 - A relative path where the current folder was deleted (the shell still stands in it) is
   refused by both, naming the folder's loss.
+- A name holding a newline or another control character, or naming a file or folder of
+  only spaces, is refused by both, shown with escapes: `--out 'a\\nb.json' contains a
+  newline; ...` (it would split the command's one-line reports).
 - An empty path ('') is refused by both (click would read it as '.', the current folder),
   and so is a symbolic link that cannot be followed (a loop, a dangling link) or a path
   under one (the writer would fail after the work), and a path under a folder that cannot
@@ -36,6 +43,7 @@ or "dir"), so a test can find every output option of every command, as
 from __future__ import annotations
 
 import os
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -116,16 +124,15 @@ def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = Non
         raise UserInputError(f"{name} {path} is a folder; give a file name, e.g. {example}")
     if kind == "dir" and path.exists() and not path.is_dir():
         raise UserInputError(f"{name} {path} is a file; give a folder")
-    if kind == "file" and path.exists() and not path.is_file() and str(path) != os.devnull:
-        from wse_core.host.readers import not_regular  # only here: the CLI starts without it
-
-        # a FIFO blocks the writer, a device is no file to keep
-        raise UserInputError(f"{name} {path} {not_regular(path)}; give a file name")
+    if kind == "file":
+        _refuse_special(path, name)
     if path.exists():
         if not os.access(path, os.W_OK | (os.X_OK if kind == "dir" else 0)):
             raise UserInputError(f"{name} {path} cannot be written (permission denied)")
         if kind == "dir":
             _probe(path, name, path)
+        elif str(path) != os.devnull:  # written in place, not replaced
+            _probe(_replaced_in(path), name, path, replaced=True)
         return
     above = _nearest_existing(path)
     if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
@@ -133,18 +140,57 @@ def check_writable(path: Path, *, kind: str, name: str, suffix: str | None = Non
     _probe(above, name, path)
 
 
-def _probe(folder: Path, name: str, path: Path) -> None:
+def _refuse_special(path: Path, name: str) -> None:
+    """Refuse a device, FIFO or socket at `path` (a FIFO blocks the writer, a device is no
+    file to keep), /dev/null alone excepted: what is written there is thrown away."""
+    if path.exists() and not path.is_file() and not path.is_dir() and str(path) != os.devnull:
+        from wse_core.host.readers import not_regular  # only here: the CLI starts without it
+
+        raise UserInputError(f"{name} {path} {not_regular(path)}; give a file name")
+
+
+def _refuse_odd_name(value: str, name: str, word: str, example: str) -> None:
+    """Refuse a name holding a line break or another control character, or naming a file
+    or folder of only spaces: a paste error, almost always (hunt 67: `--out $'a\\nb.json'`
+    split the one-line "saved" report in two; `--png ' '` wrote ' .png')."""
+    odd = next((c for c in value if unicodedata.category(c) in _BREAKING), None)
+    if odd is not None:
+        what = "a newline" if odd == "\n" else f"a control character ({ascii(odd)[1:-1]})"
+        raise UserInputError(
+            f"{name} {value!r} contains {what}; give a {word} name of printable characters, "
+            f"e.g. {example}"
+        )
+    if any(not part.strip() for part in value.split(os.sep) if part):
+        raise UserInputError(
+            f"{name} {value!r} names a file or folder of only spaces; give a {word} name, "
+            f"e.g. {example}"
+        )
+
+
+_BREAKING = {"Cc", "Zl", "Zp"}  # Unicode's control characters, line and paragraph separators
+
+
+def _replaced_in(path: Path) -> Path:
+    """The folder where the writer makes the new file that replaces the file `path`: the
+    folder of what a link points at (`wse_core.host.atomic` follows it), else `path`'s."""
+    return Path(os.path.realpath(path)).parent if os.path.islink(path) else path.absolute().parent
+
+
+def _probe(folder: Path, name: str, path: Path, *, replaced: bool = False) -> None:
     """Make and remove an empty folder in `folder`: os.access says yes to root everywhere,
     but /proc, /sys and read-only mounts refuse new entries (the writer would fail after
-    the work, with a traceback)."""
+    the work, with a traceback). `replaced`: `path` is a file there, which the writers
+    replace through a new file beside it (hunt 67: `--out /proc/self/mem` was accepted, then
+    a FileNotFoundError traceback after the work)."""
     import tempfile
 
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".wse-probe-", dir=folder))
     except OSError as e:
+        how = ", and the file is replaced through a new one beside it" if replaced else ""
         raise UserInputError(
             f"{name} {path} cannot be written: {folder} takes no new files "
-            f"({e.strerror or e}); give a path in a writable folder"
+            f"({e.strerror or e}){how}; give a path in a writable folder"
         ) from None
 
 
@@ -177,6 +223,7 @@ def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None,
             raise UserInputError(empty(name))
         if value is None:
             return value
+        _refuse_odd_name(str(value), name, word, example)
         path = Path(value)
         _enterable(path, name)  # before is_dir below asks
         if kind == "file" and isinstance(value, _Folder) and not path.is_dir():
@@ -184,8 +231,15 @@ def _option(kind: str, default: Any, names: tuple[str, ...], suffix: str | None,
                 f"{name} {value} ends in '{os.sep}', a folder; give a file name, "
                 f"e.g. {path / example}"
             )
-        if suffix and str(path) == os.devnull:  # matplotlib would write /dev/null.png
+        if suffix and str(path) == os.devnull:  # the writer would add it: /dev/null.png
+            if default is ...:  # hunt 67: `compress --out /dev/null`, a TypeError at the end
+                raise UserInputError(
+                    f"{name} {os.devnull} would keep nothing, and this file is what the "
+                    f"command makes; give a file name, e.g. {example}"
+                )
             return None  # nothing drawn: the picture is thrown away
+        if kind == "file":  # as given, before a suffix (hunt 67: /dev/zero wrote /dev/zero.png)
+            _refuse_special(path, name)
         # any case: Map.PNG is a PNG (hunt 64: it wrote Map.PNG.png)
         if suffix and not path.name.lower().endswith(suffix) and not path.is_dir():
             path = path.with_name(path.name + suffix)

@@ -198,13 +198,18 @@ _PRIVATE: list[str] = []  # folders this process made for itself, removed as it 
 def _matplotlib_home() -> None:
     """MPLCONFIGDIR in a private temporary folder where matplotlib's own folders cannot be
     written (a read-only HOME): matplotlib makes one too, but warns on every run (hunt 65:
-    two lines after each PNG written). Unset where they can, as matplotlib decides."""
+    two lines after each PNG written); or where the umask would leave the folders matplotlib
+    makes closed to their owner (hunt 67: under `umask 777` matplotlib made its folders and
+    its own temporary one mode 000, and a user other than root got a PermissionError
+    traceback at its import). Unset where they can, as matplotlib decides."""
     if os.environ.get("MPLCONFIGDIR"):
         return
     home = Path(os.path.expanduser("~"))
     config = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
     cache = os.environ.get("XDG_CACHE_HOME") or str(home / ".cache")
-    if all(_can_write(Path(base) / "matplotlib") for base in (config, cache)):
+    if not _umask() & 0o700 and all(
+        _can_write(Path(base) / "matplotlib") for base in (config, cache)
+    ):
         return
     import atexit
     import tempfile
@@ -213,10 +218,18 @@ def _matplotlib_home() -> None:
 
     with contextlib.suppress(OSError):
         folder = tempfile.mkdtemp(prefix="wse-matplotlib-")
+        os.chmod(folder, 0o700)  # mkdtemp's 0o700 less the umask: 000 under `umask 777`
         _PRIVATE.append(folder)
         atexit.register(_remove_private)
         interrupts.on_leave(_remove_private)
         os.environ["MPLCONFIGDIR"] = folder
+
+
+def _umask() -> int:
+    """This process's umask (read by setting it: before the CLI starts a thread)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _can_write(folder: Path) -> bool:

@@ -28,7 +28,8 @@ are carried into it.
   a FIFO there blocked the writer for ever, a folder was an IsADirectoryError traceback.
 - An OSError of the writer that names no file (a `write` past `ulimit -f`) or names the
   temporary file is given `path` as its file name, so its one line says which file failed;
-  a folder that takes no new file (permission denied) is a `RunFault`, one line.
+  a folder that takes no new file (permission denied; ENOENT in /proc, /sys) is a
+  `RunFault`, one line.
 - Folders missing above `path` are made as `mkdir -p` makes them (owner-writable, whatever
   the umask), and removed again when the write fails or is stopped (hunt 65: an interrupted
   first run left an empty `ex/wafer-yield/`).
@@ -236,12 +237,21 @@ def _created(tmp: Path) -> int:
 @contextlib.contextmanager
 def named_as(path: str | Path, tmp: str | Path) -> Iterator[None]:
     """An OSError in the block naming no file or `tmp` names `path` ("cannot write
-    out/figure.png: File too large"); permission denied is a `RunFault` (one line, exit 1)."""
+    out/figure.png: File too large"); permission denied, or `tmp` not made (ENOENT: /proc
+    takes no new file; hunt 67, a traceback), is a `RunFault` (one line, exit 1)."""
     try:
         yield
     except OSError as e:
+        at_tmp = e.filename == str(tmp)
         if e.strerror and e.filename in (None, str(tmp)):
             e.filename = str(path)
+        if at_tmp and e.errno == errno.ENOENT:  # /proc, /sys: the folder takes no new file
+            from wse_core.errors import RunFault
+
+            raise RunFault(
+                f"cannot write {path}: {Path(tmp).parent} took no new file ({e.strerror}); "
+                "give a path in a writable folder"
+            ) from None
         if isinstance(e, PermissionError):  # a folder that takes no new file: hunt 65
             from wse_core.errors import RunFault
 
