@@ -222,7 +222,7 @@ def test_plan_infer_names_a_draft_given_as_an_hf_folder(tmp_path):
          "in [0, 100]"),
         (["plan", "infer", "--model", "llama3-8b", "--draft", "llama3-1b"], "needs --alpha"),
         (["plan", "infer", "--model", "llama3-8b", "--draft", "llama3-1b", "--alpha", "1.5"],
-         "alpha must be in"),
+         "--alpha must be a finite number in [0, 1], got 1.5"),
         (["plan", "infer", "--model", "llama3-8b", "--draft", "gpt2-124m", "--alpha", "0.8"],
          "--draft gpt2-124m has a vocabulary of 50,257 tokens, the model llama3-8b 128,256"),
         (["plan", "infer", "--model", "llama3-8b", "--output-tokens", "0"], "--output-tokens must"),

@@ -8,7 +8,9 @@ included, up to a bare `--`) and says what is wrong, naming the option and both 
 when one of `params`' single-valued options, under any of its spellings, is given twice with
 different values, or a flag together with its `--no-` form. The same value twice is taken:
 it asks for one thing. Options declared `multiple` (`--stop`, `--set`, `--assume`) and
-counters are repeatable by design. `wse_cli.errors.WseGroup` asks it where it spells the
+counters are repeatable by design; their values are skipped all the same (hunt 67: in
+`hpc md --potential FILE --steps 0 --steps 5`, FILE was read as md's subcommand and the
+scan stopped there, so 5 steps ran). `wse_cli.errors.WseGroup` asks it where it spells the
 options (`wse_cli.option_names.dashed`), once per command, before click parses them, and
 refuses with its answer: for a group, only the arguments before its subcommand are its own
 (`group=True`).
@@ -22,16 +24,20 @@ from typing import Any
 __all__ = ["repeated"]
 
 
-def _single_valued(params: Iterable[Any]) -> dict[str, tuple[Any, bool]]:
-    """Each spelling of a single-valued option -> (its param, whether it is the primary
-    spelling: a flag's `--x` rather than its `--no-x`)."""
+def _spellings(params: Iterable[Any]) -> dict[str, tuple[Any, bool]]:
+    """Each spelling of an option -> (its param, whether it is the primary spelling: a
+    flag's `--x` rather than its `--no-x`)."""
     names: dict[str, tuple[Any, bool]] = {}
     for p in params:
-        if getattr(p, "param_type_name", "") != "option" or p.multiple or p.count:
+        if getattr(p, "param_type_name", "") != "option":
             continue
         names.update({o: (p, True) for o in p.opts})
         names.update({o: (p, False) for o in p.secondary_opts})
     return names
+
+
+def _repeatable(p: Any) -> bool:
+    return bool(p.multiple or p.count)
 
 
 def _said(given: Any) -> str:
@@ -44,7 +50,7 @@ def repeated(args: Sequence[Any], params: Iterable[Any], *, group: bool = False)
     """What is wrong when a single-valued option of `params` is given twice with different
     values in `args` ('' when none is; see the module docstring); `group`: stop at the first
     argument that is not an option (the subcommand)."""
-    names = _single_valued(params)
+    names = _spellings(params)
     seen: dict[str, tuple[str, Any]] = {}
     i = 0
     while i < len(args):
@@ -62,14 +68,16 @@ def repeated(args: Sequence[Any], params: Iterable[Any], *, group: bool = False)
         if name not in names:
             continue
         p, primary = names[name]
-        if p.is_flag:
+        if p.is_flag or p.count:  # no value to skip (click's counter says nargs 1)
             given: Any = primary
         elif eq:
             given = value
         else:
             values = tuple(args[i : i + p.nargs])
             given = values[0] if p.nargs == 1 and values else values
-            i += p.nargs
+            i += p.nargs  # a repeatable option's value too: it is no subcommand
+        if _repeatable(p):
+            continue
         if p.name in seen and seen[p.name][1] != given:
             first, before = seen[p.name]
             if p.is_flag:

@@ -16,8 +16,9 @@ How to declare one (keywords after the option's names, like `typer.Option`'s):
     usd_kwh: float = number(None, "--usd-per-kwh", ge=0, unit="USD/kWh", help="...")
     grid: tuple[int, int, int] = number(..., "--grid", kind=int, ge=1, help="NX NY NZ")
 
-- `kind`: `float` (default; any finite real) or `int` (a whole number of at most 64 bits,
-  read exactly: "12", "1e3" and "1000.0" are 1000; "2.5" and 2**70 are refused).
+- `kind`: `float` (default; any finite real; "-0" is read as 0, never a negative zero) or
+  `int` (a whole number of at most 64 bits, read exactly: "12", "1e3" and "1000.0" are
+  1000; "2.5" and 2**70 are refused).
 - Bounds: `gt`, `ge`, `lt`, `le` (strict or not); leave them out for no bound. A value
   that is finite is always required: inf and NaN never pass.
 - `unit`: said in the error and appended to the help with the range.
@@ -103,9 +104,12 @@ def _parse(kind: type) -> Any:
             return _NotANumber(str(value))
         if kind is float:
             try:
-                return float(text)  # "inf", "nan" and "1e999" parse; the callback refuses them
+                x = float(text)  # "inf", "nan" and "1e999" parse; the callback refuses them
             except ValueError:
                 return _NotANumber(str(value))  # as given: ' ' is shown as ' ', not ''
+            # -0 is 0, as numpy and argparse users read it (hunt 67: `-0` passed `ge=0` and
+            # came back as "$-0" and "rate -0" in reports, -0.0 in their JSON)
+            return 0.0 if x == 0 else x
         try:  # exactly: "4.12e16" is 41200000000000000, not the nearest double
             d = decimal.Decimal(text)
             whole = d.is_finite() and d.adjusted() <= 18 and d == d.to_integral_value()

@@ -7,17 +7,18 @@ files (hunt 57: `-o ~/data` trained into it), or a run's entry of the wrong kind
 run.log, a file hf, a FIFO tokenizer.json). A new, empty or run folder passes.
 `make_model_dir(path)` makes it (with its parents), checks it is writable and locks it for
 the run (`wse_trainer.run_lock`: a second run there is refused naming the first's pid).
-`check_resume(config, model)` reads the meta JSON of the step a run would resume (the newest
-in `<model_dir>/checkpoints`, or `--checkpoint-path`'s) and refuses one written for another
-model (its `model` differs in any field but the name), naming the fields, or with another
-`train_input.shuffle_seed` (hunt 62: refused only after the tokenizer): before, the
-model_dir's steps were moved aside as "corrupt" and the run started again from step 0, and a
-`--checkpoint-path` was refused by orbax's shape error after the tokenizer was made. It
-refuses the same way a resume whose settings differ from the step's where `RESUMABLE` does
-not allow it (the optimizer, the batch: hunt 64), a step folder whose name is not its
-meta's step (`misnamed`), and a metrics.jsonl that is not JSON lines
-(`wse_trainer.metrics.read_metrics`). A step without a readable meta is left to the
-verified read (`wse_trainer.checkpoints`).
+`checkpoint_steps(path)` lists the step folders a `--checkpoint-path` names (cheap, as
+`check_model_dir`). `check_resume(config, model)` reads the meta JSON of the step a run
+would resume (the newest in `<model_dir>/checkpoints`, or `--checkpoint-path`'s) and refuses
+one written for another model (its `model` differs in any field but the name), naming the
+fields, or with another `train_input.shuffle_seed` (hunt 62: refused only after the
+tokenizer): before, the model_dir's steps were moved aside as "corrupt" and the run started
+again from step 0, and a `--checkpoint-path` was refused by orbax's shape error after the
+tokenizer was made. It refuses the same way a resume whose settings differ from the step's
+where `RESUMABLE` does not allow it (the optimizer, the batch: hunt 64), a step folder whose
+name is not its meta's step (`misnamed`), and a metrics.jsonl that is not JSON lines
+(`wse_trainer.metrics.read_metrics`). A step without a readable meta is left to the verified
+read (`wse_trainer.checkpoints`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from wse_trainer.config import ConfigError, TrainConfig
 from wse_trainer.run_lock import LOCK_NAME, ModelDirInUse, held, hold, release
 
 __all__ = ["RUN_ENTRIES", "RESUMABLE", "check_model_dir", "make_model_dir", "undone_on_error",
-           "check_resume", "misnamed"]  # fmt: skip
+           "check_resume", "checkpoint_steps", "misnamed"]  # fmt: skip
 
 # What a run writes in its model_dir (wse_trainer.metrics, checkpoints, run, session) and
 # `wse demo`'s mark (wse_trainer.demo.MARKER)
@@ -174,6 +175,14 @@ def _steps(folder: Path) -> list[Path]:
                   key=lambda p: int(p.name), reverse=True)  # fmt: skip
 
 
+def checkpoint_steps(path: str | Path) -> list[Path]:
+    """The step folders `--checkpoint-path` names, newest first, where
+    `wse_trainer.checkpoints.resolve_checkpoint` looks (one step folder, a checkpoints
+    folder or a model_dir), read without orbax: none, and the run refuses it."""
+    p = Path(path).absolute()
+    return [p] if p.name.isdigit() and p.is_dir() else _steps(p / "checkpoints") or _steps(p)
+
+
 META_MAX_BYTES = 1 << 20  # a step's meta JSON is ~2 KB; a larger one is left to orbax's read
 
 
@@ -193,9 +202,7 @@ def _resumed(config: TrainConfig) -> tuple[list[tuple[Path, dict[str, Any]]], st
     readable meta left out), and how to name where they are."""
     ckpt = config.runconfig.checkpoint_path
     if ckpt:
-        p = Path(ckpt).absolute()
-        steps = [p] if p.name.isdigit() and p.is_dir() else _steps(p / "checkpoints") or _steps(p)
-        where = "--checkpoint-path"
+        steps, where = checkpoint_steps(ckpt), "--checkpoint-path"
     else:
         steps = _steps(Path(config.runconfig.model_dir) / "checkpoints")
         where = f"model_dir {str(config.runconfig.model_dir)!r}"

@@ -217,18 +217,20 @@ def _rows(tok, cfg, seq_len: int):
 
 
 def check_inputs(config: TrainConfig) -> None:
-    """ConfigError for the config's values (`check_config`), a local data_dir or a
-    --checkpoint-path that is not there, or a model_dir that is no run folder or lies
-    inside a data_dir, or whose tokenizer.json cannot be a run's (`read_tokenizer`) or
-    holds more tokens than model.vocab_size (`fitting_tokenizer`); cheap
-    (no JAX, no orbax): the CLI asks before importing them, `Session` again."""
+    """ConfigError for the config's values (`check_config`), a local data_dir that is not
+    there, a --checkpoint-path with no step to start from (`checkpoint_steps`), or a
+    model_dir that is no run folder or lies inside a data_dir, or whose tokenizer.json
+    cannot be a run's (`read_tokenizer`) or holds more tokens than model.vocab_size
+    (`fitting_tokenizer`); cheap (no JAX, no orbax): the CLI asks before importing them,
+    `Session` again."""
     from wse_trainer.data_files import check_data_dir
-    from wse_trainer.run_folder import check_model_dir
+    from wse_trainer.run_folder import check_model_dir, checkpoint_steps
 
     model = model_config(config)
     check_config(config, model.max_seq_len, model.vocab_size)  # hunt 59: was after JAX's import
     run_cfg = config.runconfig
-    if run_cfg.checkpoint_path and not Path(run_cfg.checkpoint_path).exists():
+    if run_cfg.checkpoint_path and not checkpoint_steps(run_cfg.checkpoint_path):
+        # hunt 67: /dev/zero, a folder of no steps passed here, the run refused them 17 s in
         raise ConfigError(
             f"no committed checkpoint at {str(run_cfg.checkpoint_path)!r}; give a model_dir, "
             "its checkpoints folder or one step folder"

@@ -171,8 +171,14 @@ def stencil(
     if min(grid) < 1:
         fail(f"--grid must be positive, got {' '.join(map(str, grid))}")
     default_dtype = "mixed" if kind == "bicgstab" else "fp32"
+    if dtype is not None and not dtype.strip():  # given, not left out (hunt 67: '' ran fp32)
+        fail(
+            f"--dtype is empty ({dtype!r}); use fp32, fp16 (jacobi, heat) or mixed (bicgstab), "
+            f"or leave it out ({kind}: {default_dtype})"
+        )
+    dtype = default_dtype if dtype is None else dtype
     spec = wafer_spec(preset, spec_file, "wse2")
-    _check_size(kind, tuple(grid), dtype or default_dtype, spec, block_z)
+    _check_size(kind, tuple(grid), dtype, spec, block_z)
     from rich.console import Console
     from wse_hpc.stencil.runs import StencilConfig, run_stencil
 
@@ -182,7 +188,7 @@ def stencil(
         spec=spec,
         steps=steps,
         tol=tol,
-        dtype=dtype or default_dtype,
+        dtype=dtype,
         boundary=boundary,
         block_z=block_z,
         defect_seed=defect_seed,

@@ -299,7 +299,8 @@ def generate(
     if spec is None:
         result = _pipelined(model, ids, sampling, stages or 1, context, stream, wafer, trace)
     else:
-        result = _speculative(model, spec, draft_weights, ids, sampling, context, stream, wafer)
+        # --max-context as given: None is both models' context, the draft's may be smaller
+        result = _speculative(model, spec, draft_weights, ids, sampling, max_context, stream, wafer)
     _report(result, as_json)
 
 

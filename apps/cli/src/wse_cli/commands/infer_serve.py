@@ -257,7 +257,7 @@ def serve(
     _check_ports(host, port, grpc_port)
     wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None
-    if speculative_config:
+    if speculative_config is not None:  # '' is given, not left out: the parser refuses it
         from wse_inference.speculative.config import parse_speculative_config
 
         spec = parse_speculative_config(speculative_config)

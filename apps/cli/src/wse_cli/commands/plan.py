@@ -300,8 +300,12 @@ def infer(
         ge=1,
         limit="gamma",
     ),
-    alpha: float = number(
-        None, "--alpha", help="Leviathan's acceptance rate (the engine's spec_alpha metric)."
+    alpha: float = number(  # the range Speculation checks, named with the option (hunt 67)
+        None,
+        "--alpha",
+        help="Leviathan's acceptance rate (the engine's spec_alpha metric).",
+        ge=0,
+        le=1,
     ),
     wafer: str = WAFER,
     spec_file: Path = SPEC_FILE,

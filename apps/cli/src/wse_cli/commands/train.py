@@ -7,7 +7,8 @@
 
 `params.yaml` may also be given with `--params`, or be a shipped config name (`tiny`,
 `gpt2_124m`, `llama3_8b`, `llama3_70b`, `llama_1t`, `llama_24t`). Flags override the
-file's `runconfig`; dotted overrides change any key; one key given two values (two overrides,
+file's `runconfig` with their values as typed (`-o 'run #1'` is that folder); dotted
+overrides change any key, their values read as YAML; one key given two values (two overrides,
 or an override and its flag) is refused, as an option given twice is. `--weight-chunks K`
 streams every weight matrix in K column chunks (`runconfig.weight_chunks`; 0: whole layers
 when they fit, else as the SRAM ledger allows). `--validate-only` checks the config and
@@ -185,9 +186,8 @@ def train(
         "checkpoint_path": checkpoint_path,
     }
     _set_twice(args, flags)
-    overrides = args + [f"runconfig.{k}={v}" for k, v in flags.items() if v is not None]
-    config = load_config(params, overrides)
-    named = [o.partition("=")[2] for o in overrides if o.startswith("runconfig.wafer=")]
+    config = _with_flags(load_config(params, args), flags)
+    named = [o.partition("=")[2] for o in args if o.startswith("runconfig.wafer=")]
     spec = wafer_spec(named[-1] if named else None, spec_file, config.runconfig.wafer)
     console = Console(quiet=not multiprocess.is_primary())
     validate_only = validate_only or config.runconfig.validate_only  # ModelZoo's key (hunt 65)
@@ -216,6 +216,22 @@ def train(
         console.print("[green]config is valid[/]")
         return
     _train(console, config, spec)
+
+
+def _with_flags(config, flags: dict):
+    """`config` with the given flags' values in its `runconfig`, as typed: a flag is a value,
+    not YAML text (hunt 67: read as `runconfig.model_dir=run #1`, `-o 'run #1'` trained into
+    `run/` and `--checkpoint-path null` was no checkpoint, the run starting at step 0; a path
+    is kept as ModelZoo's --model_dir keeps it). The dotted overrides stay YAML: that is
+    their syntax. The sections are checked again as a params file is (`config_from_dict`)."""
+    from wse_trainer.config import config_from_dict
+
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None}
+    if not given:
+        return config
+    data = config.to_dict()
+    data["runconfig"].update(given)
+    return config_from_dict(data)
 
 
 def _set_twice(args: list[str], flags: dict) -> None:

@@ -2,7 +2,8 @@
 
 Contract (implements `wse_inference.engine.Engine`). The layout is a
 `wse_systems.pipeline.PipelinePlan` (`engine.plan`: `plan_pipeline` of the model on the
-predicted wafer(s), S stages, context `max_context`, S slots, the weights' bytes), the same
+predicted wafer(s), S stages, context `max_context` (None: the model's `max_seq_len`; above it
+a `SamplingError`, as `PlainDecoder`'s), S slots, the weights' bytes), the same
 object `engine.report()` prices with `wse_inference.pipeline.perf`: each stage's layers are the
 plan's, and the emulation wafer is an S x 1 PE grid, one PE row per stage standing for that
 stage's region, whose SRAM ledger holds the plan's bytes of that region (weights, KV cache,
@@ -110,14 +111,15 @@ class PipelineEngine:
     ):
         from wse_core.hw.wafer import build_wafer
 
-        check_decoder_settings(max_context, prefill_chunk)
         config = model.config
+        # above the model's context: refused, as PlainDecoder refuses it (hunt 67: cut quietly)
+        check_decoder_settings(max_context, prefill_chunk, model_context=config.max_seq_len)
         if plan is None:
             if not 1 <= stages <= config.n_layers:
                 raise PipelinePlanError(
                     f"stages must be in 1..{config.n_layers} (the model's layers), got {stages}"
                 )
-            context = min(max_context or config.max_seq_len, config.max_seq_len)
+            context = config.max_seq_len if max_context is None else max_context
             plan = engine_plan(
                 config, stages=stages, max_context=context, spec=spec, num_wafers=num_wafers
             )

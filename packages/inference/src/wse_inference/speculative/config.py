@@ -85,6 +85,12 @@ def parse_speculative_config(value: str) -> SpeculativeConfig:
     import yaml
     from wse_core.host.readers import load_json, load_yaml, read_text
 
+    if not str(value).strip():  # hunt 67: `serve --speculative-config ''` served no drafts
+        example = '{"num_speculative_tokens": 4}'
+        raise SamplingError(
+            f"{OPTION} is empty ({str(value)!r}); give a JSON object (e.g. '{example}') or a file "
+            "holding one, or leave it out"
+        )
     path = Path(value)
     try:
         if path.is_file():

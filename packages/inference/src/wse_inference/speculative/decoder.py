@@ -10,7 +10,8 @@ jitted `lax.while_loop` (stop token ids checked on device, stop strings on the h
 Both caches roll back by position (stale slots are masked, then overwritten). Sampling
 settings apply to both distributions (`sampling.token_probs`), so greedy output equals the
 target's greedy output, and sampled output is distributed exactly as the target's.
-`AcceptanceStats` is reported.
+`AcceptanceStats` is reported. `max_context` is at most both models' `max_seq_len` (above
+either: a `SamplingError`, as `PlainDecoder`'s); None: the smaller of the two.
 
 `--speculative-config` is read by `speculative.config.parse_speculative_config`.
 """
@@ -252,12 +253,18 @@ class SpeculativeDecoder:
         prefill_chunk: int = 32,
     ):
         check_draft(target, draft)
-        check_decoder_settings(max_context, prefill_chunk)
+        # above either model's context: refused, as PlainDecoder refuses it (hunt 67: cut)
+        check_decoder_settings(max_context, prefill_chunk, model_context=target.config.max_seq_len)
+        if max_context is not None and max_context > (top := draft.config.max_seq_len):
+            raise SamplingError(
+                f"max_context {max_context:,} is greater than the draft's context of {top:,} "
+                f"tokens (its config's max_seq_len); give at most {top:,}, or leave it unset"
+            )
         if gamma < 1:
             raise SamplingError(f"num_speculative_tokens must be >= 1, got {gamma}")
         self.target, self.draft, self.gamma = target, draft, gamma
         limit = min(target.config.max_seq_len, draft.config.max_seq_len)
-        self.max_context = min(max_context or limit, limit)
+        self.max_context = limit if max_context is None else max_context
         self.prefill_chunk = prefill_chunk
         self.stats = AcceptanceStats(gamma)
         configs = Pair(target.config, draft.config)
