@@ -5,7 +5,12 @@ Each factory takes `apply_fn(Field) -> Field`, a linear operator built from
 Neumann, mixed), and returns `solve_fn(b, x0=None) -> SolveResult`, one `lax.while_loop` the
 shell jits. Vectors are fp32 fields; every dot product is one wafer-wide fp32 reduction
 through `wse_core.fabric.reduce`. CG stops when the recurrence residual ||r_k|| / ||b|| <=
-tol, BiCGSTAB when the true one is (below), or after `maxiter` iterations.
+tol, BiCGSTAB when the true one is (below), or after `maxiter` iterations. Both factories
+refuse (FieldError) a tol that is not a finite number in (0, 1) (a target of 1 or more is met
+by x = 0: SciPy returns x0 then, the stack refuses it as its stencil solver does) and a
+maxiter that is not an integer >= 1, and (LimitError) one past the HPC iteration limit
+(`wse_hpc.stencil.bicgstab.check_stop`; hunt 67: tol NaN returned x = 0 after 0 iterations,
+tol -0.5 ran as 0.5, maxiter 2.5 ran 3 and 10**12 failed inside JAX).
 
 - `cg(apply_fn, precondition=None, nullspace=False)`: for symmetric positive (semi)definite
   A, e.g. the pressure Poisson `-laplacian` (`poisson`). `precondition` is a centred field of
@@ -31,9 +36,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from wse_hpc.fields.grid import Field, scope
+from wse_hpc.fields.grid import Field, FieldError, scope
 from wse_hpc.fields.operators import dot, homogeneous, laplacian, laplacian_diagonal, mean
-from wse_hpc.stencil.bicgstab import Operator
+from wse_hpc.stencil.bicgstab import Operator, check_stop
 from wse_hpc.stencil.refine import PAIR_BELOW, refine
 
 __all__ = [
@@ -88,6 +93,7 @@ def cg(
     nullspace: bool = False,
 ) -> Callable[..., SolveResult]:
     """(Preconditioned) conjugate gradients; see the module docstring."""
+    check_stop(tol, maxiter, least=1, error=FieldError)
 
     def psolve(r: Field) -> Field:
         return r if precondition is None else r * precondition
@@ -142,6 +148,7 @@ def bicgstab(apply_fn: ApplyFn, *, tol: float = 1e-6, maxiter: int = 1000):
     tol 1e-4) on `field_operator(apply_fn, b)`. `solve_fn(b, x0=None) -> SolveResult`
     (`residual`: that true residual, relative to ||b||); with `x0` it solves A d = b - A x0
     for the correction d to tol relative to ||b - A x0|| (a restart's tolerance)."""
+    check_stop(tol, maxiter, least=1, error=FieldError)
 
     def solve_fn(b: Field, x0: Field | None = None) -> SolveResult:
         rhs = b if x0 is None else b - apply_fn(x0)

@@ -23,7 +23,13 @@ known in closed form for Dirichlet boundaries), and returns x = y / sigma in fp3
 precisions use the same scaling, so their iterations differ only by rounding.
 
 The history holds the recurrence residual ||r_k|| / ||r_0|| (fp32) for k = 0..iterations;
-entries past the last iteration are NaN.
+entries past the last iteration are NaN. It has min(maxiter, HISTORY_ITERATIONS) + 1 entries:
+a cap is a bound, not a forecast (hunt 67: maxiter=10**8 made a 4-iteration solve allocate
+2 GB of history up front), so a solve past HISTORY_ITERATIONS records its first ones only.
+
+`check_stop(tol, maxiter)` is the one rule for a solver's stopping settings (this solver,
+`refine`, `wse_hpc.fields`' cg and bicgstab): tol a finite number in (0, 1), maxiter an
+integer within the HPC iteration limit (`wse_core.host.limits`' time_steps).
 
 Operators: the iteration is the one BiCGSTAB of the stack. It runs over an `Operator` (A on
 placed fp32 arrays, its Jacobi-scaled form in the working precision, the scaling's constants):
@@ -43,19 +49,25 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from wse_core import fabric
+from wse_core.errors import is_finite, require_int, shown_setting
+from wse_core.host import limits
 
 from wse_hpc.stencil import pe_dots
+from wse_hpc.stencil.config import INT32_MAX
 from wse_hpc.stencil.kernels import diagonal, laplacian7
 from wse_hpc.stencil.placement import StencilError, StencilGrid
 
 __all__ = [
+    "HISTORY_ITERATIONS",
     "PRECISIONS",
     "RESTART_EPS",
     "BicgstabResult",
     "Krylov",
     "Operator",
     "bicgstab",
+    "check_stop",
     "default_replace_every",
+    "history_buffer",
     "krylov_step",
     "lambda_min",
     "restart_test",
@@ -70,13 +82,16 @@ PRECISIONS = ("mixed", "fp32")
 # iteration (fp16: 9.8e-5, fp32: 1.2e-8): below it the dot is rounding noise.
 RESTART_EPS = 0.1
 TARGET_MAGNITUDE = 2.0**10  # |y| kept near this: far from fp16's overflow and underflow
+# Iterations a residual history records (4 B each, per history): 100x the default cap of
+# 1,000; every solve the stack runs, tests and studies included, stops within 1,000.
+HISTORY_ITERATIONS = 100_000
 
 
 class BicgstabResult(NamedTuple):
     x: jax.Array  # fp32 solution field
     iterations: jax.Array  # int32
     residual: jax.Array  # fp32, final ||r|| / ||r_0||
-    history: jax.Array  # fp32 (maxiter + 1,), NaN past the end
+    history: jax.Array  # fp32 (min(maxiter, HISTORY_ITERATIONS) + 1,), NaN past the end
     breakdown: jax.Array  # bool: rho or omega became zero / non-finite
 
 
@@ -212,7 +227,7 @@ def _start(
     del b32  # only the working-precision b stays alive (memory at the SC20 size)
     rho0, rr0 = fused_dot(sv.grid, [(r, r), (r, r)])
     r0norm = jnp.sqrt(rr0)
-    hist = jnp.full((maxiter + 1,), jnp.nan, jnp.float32).at[0].set(1.0)
+    hist = history_buffer(maxiter).at[0].set(1.0)
     one = jnp.float32(1.0)
     k = Krylov(x, r, r, jnp.zeros_like(r), jnp.zeros_like(r), one, one, one)
     st = _State(k, rho0, jnp.int32(0), hist, jnp.bool_(False), jnp.bool_(True), rr0)
@@ -237,7 +252,7 @@ def _iterate(
     restart, rhat, rho_next, hh = restart_test(rho_next, rr, k.r, k.rhat, st.hh)
     bad = ~jnp.isfinite(rr) | (rho_next == 0) | (k.omega == 0)
     rr = jnp.where(jnp.isfinite(rr), rr, st.rr)  # report the last finite residual
-    hist = st.history.at[it].set(jnp.sqrt(rr) / r0norm)
+    hist = st.history.at[it].set(jnp.sqrt(rr) / r0norm, mode="drop")  # past the buffer: kept out
     done = _State(k._replace(rhat=rhat), rr, it, hist, bad, restart, hh)
     return done, rho_next
 
@@ -254,18 +269,36 @@ def restart_test(rho_next, rr, r, rhat, hh):
     return restart, rhat, jnp.where(restart, rr, rho_next), jnp.where(restart, rr, hh)
 
 
+def history_buffer(maxiter: int) -> jax.Array:
+    """A residual history of NaNs, one entry for the start and one per iteration up to
+    HISTORY_ITERATIONS (module docstring); writes past it are dropped (`mode="drop"`)."""
+    return jnp.full((min(maxiter, HISTORY_ITERATIONS) + 1,), jnp.nan, jnp.float32)
+
+
+def check_stop(tol: object, maxiter: object, *, least: int = 0, error: type = StencilError):
+    """Refuse (`error`, naming the setting) a tol that is not a finite number in (0, 1) or a
+    maxiter that is not an integer from `least`, and (LimitError) one past the time_steps
+    limit. A target of 1 or more is met by x = 0 before any iteration: SciPy returns x0
+    then; the stack refuses it, as StencilConfig and the CLI do (hunt 57)."""
+    if not (is_finite(tol) and 0 < tol < 1):  # type: ignore[operator]
+        raise error(
+            f"tol must be a number in (0, 1) (a relative residual target), got {shown_setting(tol)}"
+        )
+    require_int("maxiter", maxiter, least, error=error)
+    limits.check("time_steps", maxiter, "maxiter")  # type: ignore[arg-type]
+    require_int("maxiter", maxiter, least, INT32_MAX, error=error)  # a lifted limit: int32
+
+
 def solver_setup(
     grid: StencilGrid, precision: str, tol: float, maxiter: int, operator: Operator | None = None
 ):
     """What `bicgstab` and `refine` both start from: (vector dtype, the operator: `operator`
     or `stencil_operator(grid)`); raises StencilError for a bad precision, tolerance, cap or
-    boundary, or mixed precision over an operator without an fp16 form."""
+    boundary, or mixed precision over an operator without an fp16 form (`check_stop`:
+    maxiter 0 is a run of nothing, as `wse hpc stencil --steps 0`)."""
     if precision not in PRECISIONS:
         raise StencilError(f"unknown precision {precision!r}; use 'mixed' or 'fp32'")
-    if not (tol > 0 and math.isfinite(tol)):
-        raise StencilError(f"tol must be a positive number, got {tol}")
-    if maxiter < 0:
-        raise StencilError(f"maxiter must be >= 0, got {maxiter}")
+    check_stop(tol, maxiter)
     op = stencil_operator(grid) if operator is None else operator
     if precision == "mixed" and not op.fp16:
         raise StencilError("mixed precision needs an operator with an fp16 form; use 'fp32'")

@@ -6,7 +6,9 @@ what is allowed, for what `wse hpc stencil` refuses at its command line (hunt 65
 ran `chunks=0` as 0 steps and reported it, ignored `tol` and `block_z` on kinds that do not
 use them, "converged" at once at `tol=5`, and failed inside JAX after compiling on
 `steps=10.5` or `10**30`). Counts are Python or NumPy integers (not bool: `steps=True` ran
-one step); settings a kind has no use for are refused, as the CLI refuses them.
+one step); settings a kind has no use for are refused, as the CLI refuses them. `steps` past
+`wse_core.host.limits`' time_steps is refused (LimitError) as `--steps` is: the API and
+the CLI take the same runs (hunt 67: `steps=10**8` passed here and ran for hours).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 
 from wse_core import WaferSpec
 from wse_core.errors import is_finite, require_int, shown_setting, suggest
+from wse_core.host import limits
 
 from wse_hpc.stencil.placement import StencilError
 
@@ -77,6 +80,7 @@ def check_config(cfg: StencilConfig) -> None:
         )
     if cfg.steps is not None:
         require_int("steps", cfg.steps, 0, INT32_MAX, error=StencilError)
+        limits.check("time_steps", cfg.steps, "steps")
     require_int("chunks", cfg.chunks, 1, error=StencilError)
     _check_tol(cfg)
     _check_block_z(cfg)

@@ -67,6 +67,7 @@ from wse_hpc.stencil.bicgstab import (
     Operator,
     Precision,
     fused_dot,
+    history_buffer,
     krylov_step,
     restart_test,
     solver_setup,
@@ -115,8 +116,10 @@ class SolveResult(NamedTuple):
     breakdowns: jax.Array  # int32, of which after a breakdown
     true_residual: jax.Array  # fp32 ||b - A x|| / ||b|| of the returned x, on the wafer
     recurrence: jax.Array  # fp32, the last recurrence residual relative to ||b||
-    history: jax.Array  # fp32 (maxiter + 1,): recurrence residual / ||b||, NaN past the end
-    true_history: jax.Array  # fp32 (maxiter + 1,): true residual at each check, NaN elsewhere
+    # fp32 (min(maxiter, HISTORY_ITERATIONS) + 1,): the first iterations' recurrence
+    # residual / ||b||, NaN past the end (`bicgstab.history_buffer`)
+    history: jax.Array
+    true_history: jax.Array  # fp32, the same length: true residual at each check, NaN elsewhere
     converged: jax.Array  # bool: true residual + CERTIFY_FLOOR <= tol
     stalled: jax.Array  # bool: the true residual stopped falling (tol out of reach)
     rejected: jax.Array  # int32, groups dropped (not broken down): truth above REJECT x best
@@ -154,6 +157,7 @@ class _Carry(NamedTuple):
     g: _Group
     s: _Truth
     it: jax.Array
+    rec: jax.Array  # the last recurrence residual / ||b|| (the history may end before it)
     hist: jax.Array
     thist: jax.Array
 
@@ -230,7 +234,7 @@ def _update(rf: _Refiner, b: jax.Array, bnorm: jax.Array, bad: jax.Array, c: _Ca
         x, x_lo, t, best, flat, s.checks + 1, s.restarts + bad, s.breakdowns + broke,
         flat >= FLAT, s.rejected + dropped,
     )  # fmt: skip
-    return c._replace(g=g, s=s, thist=c.thist.at[c.it].set(found))
+    return c._replace(g=g, s=s, thist=c.thist.at[c.it].set(found, mode="drop"))
 
 
 def _iterate(rf: _Refiner, b: jax.Array, bnorm: jax.Array, c: _Carry) -> _Carry:
@@ -245,7 +249,7 @@ def _iterate(rf: _Refiner, b: jax.Array, bnorm: jax.Array, c: _Carry) -> _Carry:
     due = bad | (rec <= rf.delta * rmax) | (est <= rf.target)
     due = due | (g.since + 1 >= rf.every) if rf.every else due
     g = g._replace(k=k, rho_new=rho_new, rr=rr, restart=False, rmax=rmax, since=g.since + 1)
-    c = c._replace(g=g, it=c.it + 1, hist=c.hist.at[c.it + 1].set(est))
+    c = c._replace(g=g, it=c.it + 1, rec=est, hist=c.hist.at[c.it + 1].set(est, mode="drop"))
     # The update when due, as a loop of 0 or 1 trips rather than `lax.cond(due, update, id)`:
     # XLA:CPU copied two carried fields in the identity branch of the cond, ~70 us every
     # fp32 iteration at 48^3 (jax.profiler); a while loop updates its carry in place. The
@@ -271,8 +275,8 @@ def _first(rf: _Refiner, b: jax.Array, bnorm: jax.Array, maxiter: int) -> _Carry
     t0 = jnp.where(bnorm > 0, one, 0.0)
     none = jnp.int32(0)
     s = _Truth(zero_x, zero_x, t0, t0, none, jnp.int32(1), none, none, jnp.bool_(False), none)
-    nan = jnp.full((maxiter + 1,), jnp.nan, jnp.float32)
-    return _Carry(g, s, jnp.int32(0), nan.at[0].set(t0), nan.at[0].set(t0))
+    nan = history_buffer(maxiter)
+    return _Carry(g, s, jnp.int32(0), t0, nan.at[0].set(t0), nan.at[0].set(t0))
 
 
 def refine(
@@ -308,7 +312,7 @@ def refine(
         c = lax.cond(c.g.since > 0, last, lambda c: c, c)  # the cap: fold the open group in
         s = c.s
         return SolveResult(
-            s.x, s.x_lo, c.it, s.checks, s.restarts, s.breakdowns, s.t, c.hist[c.it], c.hist,
+            s.x, s.x_lo, c.it, s.checks, s.restarts, s.breakdowns, s.t, c.rec, c.hist,
             c.thist, s.t <= target, s.stalled, s.rejected,
         )  # fmt: skip
 

@@ -11,6 +11,12 @@ Directions: a shift moves data one PE (or `distance` PEs) toward `direction`; ro
 north edge, column 0 the west edge. So with `direction="E"`, PE (r, c) receives the value of
 PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
 
+Distances are integers >= 1 (not bool) and stay on the grid (`blocks.check_reach`): a zero
+boundary shift or multicast reaches at most the PEs along the axis (all of them already leave
+zeros), a periodic multicast one fewer (the next is the PE's own value come round); a periodic
+shift is a rotation by the distance modulo the axis. Hunt 67: a shift of 10,000 on 4 x 4 built
+its halo block by block for minutes; 2.5 failed in range().
+
 Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value),
 `multicast_apply` (the multicast consumed where it lands: a function reads each block's values
 and those of the k PEs upstream of it, no per-PE copies), `sliding_extreme` (the min or max
@@ -94,9 +100,8 @@ def multicast(
     """
     blk.check_field(wafer, x, "multicast")
     _check_boundary(boundary)
-    if k <= 0:
-        raise WseError(f"multicast distance must be positive, got {k}")
     axis, sign = _direction(direction)
+    blk.check_reach(wafer, "multicast", k, axis, boundary)
     block = wafer.block_shape[axis]
 
     def on_block(b):
@@ -130,9 +135,8 @@ def multicast_apply(
     for f in (x, *fields):
         blk.check_field(wafer, f, "multicast_apply")
     _check_boundary(boundary)
-    if k <= 0:
-        raise WseError(f"multicast distance must be positive, got {k}")
     axis, sign = _direction(direction)
+    blk.check_reach(wafer, "multicast", k, axis, boundary)
 
     def on_block(b, *blocks):
         region = blk.extend(b, wafer, axis, k if sign > 0 else 0, 0 if sign > 0 else k, boundary)
@@ -153,11 +157,10 @@ def shift(
     """Move every PE's value `distance` PEs toward `direction` (same shape as x)."""
     blk.check_field(wafer, x, "shift")
     _check_boundary(boundary)
-    if distance <= 0:
-        raise WseError(f"shift distance must be positive, got {distance}")
     axis, sign = _direction(direction)
     block = wafer.block_shape[axis]
     size = (wafer.rows, wafer.cols)[axis]
+    blk.check_reach(wafer, "shift", distance, axis, boundary)
     # A periodic shift by a whole number of turns is the identity (e.g. a 1-PE ring).
     d = distance % size if boundary == "periodic" else distance
 
@@ -213,6 +216,8 @@ def sliding_extreme(
     size = (wafer.rows, wafer.cols)[axis]
     if op not in ("min", "max"):
         raise WseError(f"unknown extreme {op!r}; use 'min' or 'max'")
+    blk.check_count("sliding_extreme width", width, 1)
+    blk.check_count("sliding_extreme start", start, -size + 1)
     if not 0 < width <= size or not -size < start <= size - width:
         raise WseError(
             f"a sliding extreme needs 0 < width <= {size} and the run inside one turn of the "
@@ -274,8 +279,9 @@ def halo_apply(
     for f in (x, *fields):
         blk.check_field(wafer, f, "halo_apply")
     _check_boundary(boundary)
-    if ghost < 0 or x.ndim < 3 and ghost:
-        raise WseError(f"ghost cells need a per-PE axis and ghost >= 0, got {ghost}")
+    blk.check_count("halo_apply ghost", ghost, 0)
+    if x.ndim < 3 and ghost:
+        raise WseError(f"ghost cells need a per-PE axis, got ghost {ghost} on a field without one")
 
     def on_block(b, *blocks):
         if ghost:
@@ -326,8 +332,8 @@ def window_apply(
     for f in (x, *kept, *fields):
         blk.check_field(wafer, f, "window")
     _check_boundary(boundary)
-    if k_rows < 0 or k_cols < 0:
-        raise WseError(f"window half-widths must be >= 0, got {k_rows} x {k_cols}")
+    blk.check_count("window half-width k_rows", k_rows, 0)
+    blk.check_count("window half-width k_cols", k_cols, 0)
     if 2 * k_rows + 1 > wafer.rows or 2 * k_cols + 1 > wafer.cols:
         raise PlacementError(
             f"a +-{k_rows} x +-{k_cols} window exceeds the {wafer.rows} x {wafer.cols} grid"

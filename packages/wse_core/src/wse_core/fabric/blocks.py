@@ -6,7 +6,8 @@ fabric calls them. A placed field is split over the mesh in blocks of `wafer.blo
 `extend` gives a block the halo cells of its neighbours along a grid axis (`lax.ppermute` of
 the block edges, wrapped or zero beyond the grid, padding PEs made safe), `logical_mask` marks
 a block's non-padding PEs, `spanned` keeps the mesh axes a collective must combine over, and
-`check_field` refuses an array that is not a placed field. The ledger side of each op lives
+`check_field` refuses an array that is not a placed field (`check_count` / `check_reach` a
+count or a distance that is not an integer in range). The ledger side of each op lives
 in `wse_core.fabric.ledger`.
 """
 
@@ -21,7 +22,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from wse_core.errors import PlacementError
+from wse_core.errors import PlacementError, WseError, is_int, shown_setting
 from wse_core.hw.wafer import COL, ROW, Wafer
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "on_blocks",
     "spanned",
     "check_field",
+    "check_count",
+    "check_reach",
 ]
 
 Boundary = Literal["zero", "periodic"]
@@ -207,4 +210,29 @@ def check_field(wafer: Wafer, x: jax.Array, op: str) -> None:
         raise PlacementError(
             f"fabric.{op} needs a placed field of shape {wafer.padded_shape} + per-PE dims "
             f"(use wafer.place); got {tuple(x.shape)}"
+        )
+
+
+def check_count(what: str, value: object, low: int) -> None:
+    """Refuse a `value` that is not an integer (bool refused) >= low: a PE count or a
+    half-width, read by Python's range() and by slicing."""
+    if not (is_int(value) and low <= value):  # type: ignore[operator]
+        raise WseError(f"{what} must be an integer >= {low}, got {shown_setting(value)}")
+
+
+def check_reach(
+    wafer: Wafer, op: Literal["shift", "multicast"], value: object, axis: int, boundary: str
+) -> None:
+    """A shift's or multicast's distance along `axis`: an integer >= 1; with the zero boundary
+    at most the axis's PEs, for a periodic multicast one fewer, for a periodic shift any
+    (a rotation; `wse_core.fabric`'s docstring says why)."""
+    check_count(f"{op} distance", value, 1)
+    size, along = (wafer.rows, "rows") if axis == 0 else (wafer.cols, "columns")
+    if boundary == "periodic" and op == "shift":
+        return
+    most = size if boundary == "zero" else size - 1
+    if value > most:  # type: ignore[operator]
+        raise PlacementError(
+            f"{op} distance {shown_setting(value)} is past the grid: it has {size} {along}, so "
+            f"at most {most} with the {boundary} boundary"
         )

@@ -5,6 +5,11 @@ PE's value to its row or column, the second half of an allreduce).
 Each takes placed wafer fields, may be called inside `jit`, leaves padding PEs out (they
 read as the reduction's identity) and records its traffic in `wafer.traffic` at trace time
 (`wse_core.fabric.ledger`). Re-exported by `wse_core.fabric`; callers use them from there.
+
+A "max" takes real numbers (floats, signed or unsigned integers): bool and complex have no
+order it could use (`jnp.max` refuses complex, `lax.pmax` bool), refused at the call with
+the dtype named (hunt 67: both failed in `jnp.iinfo`). A broadcast's source is an integer
+index (True was read as column 1).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from wse_core.errors import PlacementError, WseError
+from wse_core.errors import PlacementError, WseError, is_int, shown_setting
 from wse_core.fabric import blocks as blk
 from wse_core.fabric import ledger as led
 from wse_core.hw.wafer import COL, ROW, Wafer
@@ -27,10 +32,17 @@ __all__ = ["ReduceOp", "reduce", "allreduce", "allreduce_apply", "broadcast"]
 ReduceOp = Literal["sum", "max"]
 
 
-def _combine(op: ReduceOp):
+def _combine(op: ReduceOp, dtype):
+    """(local reduction, collective, padding's fill) of `op` over values of `dtype`."""
     if op == "sum":
         return jnp.sum, lax.psum, 0
     if op == "max":
+        real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+        if not real:
+            hint = "; reduce bool with 'sum' (> 0 is any)" if dtype == jnp.bool_ else ""
+            raise WseError(
+                f"a max reduction needs real numbers (a float or integer dtype), got {dtype}{hint}"
+            )
         return jnp.max, lax.pmax, -jnp.inf
     raise WseError(f"unknown reduction {op!r}; use 'sum' or 'max'")
 
@@ -66,7 +78,7 @@ def allreduce(
     Same shape as x: every PE holds the reduction of its group (padding left out).
     """
     blk.check_field(wafer, x, "allreduce")
-    local, collective, fill = _combine(op)
+    local, collective, fill = _combine(op, x.dtype)
     grid_axes, mesh_axes = _axes_for(axis)
 
     spanned = blk.spanned(wafer, mesh_axes)
@@ -111,7 +123,7 @@ def allreduce_apply(
 def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
     """Reduce over the whole logical grid to one per-PE-shaped value (replicated array)."""
     blk.check_field(wafer, x, "reduce")
-    local, collective, fill = _combine(op)
+    local, collective, fill = _combine(op, x.dtype)
 
     spanned = blk.spanned(wafer, (ROW, COL))
 
@@ -133,6 +145,12 @@ def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: i
     if grid_axis is None:
         raise WseError(f"unknown broadcast axis {axis!r}; use 'row' or 'col'")
     size = (wafer.rows, wafer.cols)[grid_axis]
+    if not is_int(source):
+        line = "column of each row" if grid_axis == 1 else "row of each column"
+        raise PlacementError(
+            f"broadcast source must be an integer in 0..{size - 1} (the {line} that sends), "
+            f"got {shown_setting(source)}"
+        )
     if not 0 <= source < size:
         raise PlacementError(f"broadcast source {source} is outside 0..{size - 1}")
     name, _, block, _ = blk.geometry(wafer, grid_axis)

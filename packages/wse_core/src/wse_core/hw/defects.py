@@ -26,7 +26,7 @@ import dataclasses
 
 import numpy as np
 
-from wse_core.errors import DefectError
+from wse_core.errors import DefectError, is_finite, require_int, shown_setting
 from wse_core.hw.spec import WaferSpec
 
 __all__ = ["DefectMap", "Remap", "defect_map", "remap"]
@@ -114,10 +114,14 @@ def _check_size(spec: WaferSpec) -> None:
 
 
 def defect_map(spec: WaferSpec, seed: int, rate: float | None = None) -> DefectMap:
-    """Draw dead PEs independently at `rate` (default: the spec's) from `seed`."""
+    """Draw dead PEs independently at `rate` (default: the spec's) from `seed`, an integer
+    >= 0 (NumPy's seeds; hunt 67: -1, 2.5 and a rate of "0.1" failed inside NumPy)."""
+    require_int("defect seed", seed, 0, error=DefectError)
     rate = spec.defect_rate if rate is None else rate
-    if not 0.0 <= rate < 1.0:
-        raise DefectError(f"defect rate must be in [0, 1), got {rate!r}")
+    if not (is_finite(rate) and 0.0 <= rate < 1.0):  # type: ignore[operator]
+        raise DefectError(
+            f"defect rate must be a number in [0, 1) (a fraction of PEs), got {shown_setting(rate)}"
+        )
     _check_size(spec)
     rng = np.random.default_rng(seed)
     dead = rng.random((spec.physical_rows, spec.physical_cols)) < rate

@@ -6,6 +6,12 @@ region that covers it. Going over `sram_bytes_per_pe` raises `SramBudgetError` n
 allocation, the region and one PE in it, the bytes needed and the bytes free — never a silent
 spill. Planners ask what fits: `free_bytes(region)`, `fits(...)` and `largest(...)` (the
 largest n whose per-PE bytes fit, e.g. a batch, a Z-column length, layers per region).
+
+Every count is checked where it enters (PlacementError naming it): the grid and the budget are
+integers >= 1, a region's corner and size integers inside the grid (a `Region` given to
+`allocate` too), an allocation's bytes a whole number >= 0. Bool, NaN and fractions are
+refused: rounding 2.9 B down under-counts, and a NaN budget let every allocation fit (hunt
+67). Bytes may be a float with a whole value (a planner's product of sizes), counted exactly.
 """
 
 from __future__ import annotations
@@ -13,7 +19,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from wse_core.errors import PlacementError, SramBudgetError
+from wse_core.errors import (
+    PlacementError,
+    SramBudgetError,
+    is_finite,
+    is_int,
+    require_int,
+    shown_setting,
+)
 
 __all__ = ["Region", "Allocation", "SramLedger"]
 
@@ -55,6 +68,8 @@ class SramLedger:
     """Per-PE SRAM accounting for a `rows` x `cols` grid with `bytes_per_pe` each."""
 
     def __init__(self, rows: int, cols: int, bytes_per_pe: int):
+        for what, value in (("rows", rows), ("cols", cols), ("bytes_per_pe", bytes_per_pe)):
+            require_int(f"an SRAM ledger's {what}", value, 1, error=PlacementError)
         self.rows, self.cols, self.bytes_per_pe = rows, cols, bytes_per_pe
         self.grid = Region("grid", 0, 0, rows, cols)
         self._allocs: list[Allocation] = []
@@ -62,6 +77,12 @@ class SramLedger:
     # Regions ---------------------------------------------------------------------------
     def region(self, name: str, row0: int, col0: int, rows: int, cols: int) -> Region:
         """A validated rectangle of the grid."""
+        for what, value in (("row0", row0), ("col0", col0), ("rows", rows), ("cols", cols)):
+            if not is_int(value):
+                raise PlacementError(
+                    f"region {name!r} {what} must be an integer (a PE index or count), got "
+                    f"{shown_setting(value)}"
+                )
         if rows <= 0 or cols <= 0:
             raise PlacementError(f"region {name!r} must have positive size, got {rows} x {cols}")
         if row0 < 0 or col0 < 0 or row0 + rows > self.rows or col0 + cols > self.cols:
@@ -125,23 +146,31 @@ class SramLedger:
     # Changes ---------------------------------------------------------------------------
     def allocate(self, name: str, bytes_per_pe: int, region: Region | None = None) -> Allocation:
         """Reserve `bytes_per_pe` on every PE of `region`; SramBudgetError if it does not fit."""
-        region = region or self.grid
-        bytes_per_pe = int(bytes_per_pe)
-        if bytes_per_pe < 0:
-            raise PlacementError(f"allocation {name!r} asks for negative bytes ({bytes_per_pe})")
+        region = self.grid if region is None else self._inside(region)
+        bytes_per_pe = _whole_bytes(name, bytes_per_pe)
         if any(a.name == name for a in self._allocs):
             raise PlacementError(f"allocation {name!r} exists already; free it first")
         used = self.used_bytes(region)
         free = self.bytes_per_pe - used
         if bytes_per_pe > free:
+            asked = shown_setting(bytes_per_pe)  # 10**400 B is not echoed digit by digit
             raise SramBudgetError(
-                f"SRAM over budget: allocation {name!r} needs {bytes_per_pe} B per PE in region "
+                f"SRAM over budget: allocation {name!r} needs {asked} B per PE in region "
                 f"{region} but PE ({region.row0}, {region.col0}) has {free} B free "
                 f"({used} of {self.bytes_per_pe} B in use)"
             )
         alloc = Allocation(name, bytes_per_pe, region)
         self._allocs.append(alloc)
         return alloc
+
+    def _inside(self, region: Region) -> Region:
+        """`region` checked as `region(...)` checks one built here (a Region is a plain
+        dataclass: anyone can build one off the grid)."""
+        if not isinstance(region, Region):
+            raise PlacementError(
+                f"an allocation's region must be a Region, got {type(region).__name__}"
+            )
+        return self.region(region.name, region.row0, region.col0, region.rows, region.cols)
 
     def free(self, name: str) -> None:
         before = len(self._allocs)
@@ -159,3 +188,15 @@ class SramLedger:
                 for a in self._allocs
             ],
         }
+
+
+def _whole_bytes(name: str, value: object) -> int:
+    """An allocation's bytes per PE as an int: an integer, or a float with a whole value
+    (module docstring), >= 0."""
+    whole = is_int(value) or is_finite(value) and float(value).is_integer()  # type: ignore[arg-type]
+    if not whole or value < 0:  # type: ignore[operator]
+        raise PlacementError(
+            f"allocation {name!r} must ask for a whole number of bytes >= 0 per PE, got "
+            f"{shown_setting(value)}"
+        )
+    return int(value)  # type: ignore[call-overload]
