@@ -190,7 +190,7 @@ def bench_bicgstab(n: int, precision: str, tol: float, mesh_shape=None, rounds: 
     to_solution = ratio(times["wafer"], times["scipy"], BICGSTAB_TARGET[precision])
     return {
         "grid": f"{n}^3",
-        "mesh": "x".join(map(str, run.extra["wafer"]["mesh"])),
+        "mesh": "x".join(map(str, run.extra["emulated_wafer"]["mesh"])),
         "precision": precision,
         "tol": tol,
         "rounds": rounds,

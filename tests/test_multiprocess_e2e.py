@@ -15,7 +15,7 @@ STENCIL = ["hpc", "stencil", "--grid", "16", "12", "8", "--preset", "small", "--
 def test_heat_stencil_is_bit_identical_across_processes():
     args = STENCIL + ["--kind", "heat", "--steps", "30"]
     one, two = run_json(args), launch_json(args)
-    assert one["wafer"]["mesh"] == two["wafer"]["mesh"]
+    assert one["emulated_wafer"]["mesh"] == two["emulated_wafer"]["mesh"]
     assert one["history"] == two["history"]  # only data movement: exact
     assert one["final"] == two["final"]
 

@@ -21,13 +21,15 @@ from wse_systems.serving import gpu_step as gs
 from wse_systems.serving import gpus as sg
 from wse_systems.transformer import DecoderCounts, kv_values_per_token, matmul_params
 
+# Contexts of 32,768 positions at least: the longest request drawn below (29,000 tokens) fits
+# every shape (hunt 67: GpuServing refuses a request past the model's max_seq_len).
 SHAPES = (
     DecoderCounts(name="a", arch="llama", vocab_size=32000, d_model=1024, n_layers=8,
-                  n_heads=8, n_kv_heads=2, d_ff=4096, max_seq_len=8192),
+                  n_heads=8, n_kv_heads=2, d_ff=4096, max_seq_len=32768),
     DecoderCounts(name="b", arch="llama", vocab_size=128256, d_model=4096, n_layers=32,
                   n_heads=32, n_kv_heads=8, d_ff=14336, max_seq_len=131072),
     DecoderCounts(name="c", arch="gpt2", vocab_size=50257, d_model=2048, n_layers=24,
-                  n_heads=16, n_kv_heads=16, d_ff=8192, max_seq_len=4096, tie_embeddings=True),
+                  n_heads=16, n_kv_heads=16, d_ff=8192, max_seq_len=32768, tie_embeddings=True),
 )  # fmt: skip
 FRACTIONS = gs.GpuFractions(hbm_fraction=0.7, mfu=0.5)
 TOY = DecoderCounts(name="toy", arch="llama", n_layers=4, d_model=256, n_heads=4, n_kv_heads=2,

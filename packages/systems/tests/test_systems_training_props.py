@@ -18,8 +18,10 @@ from wse_systems.training.performance import predict_step
 from wse_systems.training.scaling import strong_scaling, weak_scaling
 
 WSE3 = preset("wse3")
+# GPT-2 124M's shape with a position table of 8,192 rows, so that every drawn sequence
+# (SEQS) is within the model: predict_step refuses one past max_seq_len (hunt 67)
 MODELS = {
-    "gpt2-124m": wse_models.preset_config("gpt2-124m", dtype="bfloat16"),
+    "gpt2-124m": wse_models.preset_config("gpt2-124m", dtype="bfloat16", max_seq_len=8192),
     "llama3-1b": wse_models.preset_config("llama3-1b", dtype="bfloat16"),
     "llama3-8b": wse_models.preset_config("llama3-8b", dtype="bfloat16"),
 }

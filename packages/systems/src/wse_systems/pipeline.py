@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from wse_core.errors import is_int, require_int, shown_setting
 from wse_core.hw.spec import WaferSpec
 
 from wse_systems.meshgemv import SOURCE as MESHGEMV_SOURCE
@@ -58,6 +59,7 @@ __all__ = [
     "kv_bytes_per_token",
     "split_even",
     "LAYOUTS",
+    "BYTES_PER_PARAM",
     "GEMV_PROGRAMS",
     "GEMV_ASSUMPTIONS",
     "check_gemv",
@@ -66,6 +68,9 @@ __all__ = [
 ]
 
 LAYOUTS = ("banded", "compact")
+# Bytes of a parameter (and of a cached value): int8/fp8, fp16/bf16, fp32, fp64, the sizes
+# `wse_core.hw.dtypes.dtype_bytes` gives a model's param_dtype.
+BYTES_PER_PARAM = (1, 2, 4, 8)
 # How the decode prices each GEMV on a region (`wse_systems.decoder`): "sdk", the SDK gemv
 # dataflow (input flooded down, column AXPYs, reduce along rows, move back), the default; or
 # "meshgemv", WaferLLM's programs: MeshGEMV per decode token (`wse_systems.meshgemv`) and, for
@@ -209,6 +214,11 @@ def plan_pipeline(
     stages = config.n_layers if stages is None else stages
     context_len = config.max_seq_len if context_len is None else context_len
     _check_args(config, spec, num_wafers, stages, context_len, slots)
+    if not (is_int(bytes_per_param) and bytes_per_param in BYTES_PER_PARAM):
+        raise PipelinePlanError(  # hunt 67: 0 planned no weights, 1.5 fractional bytes
+            f"bytes_per_param must be one of {', '.join(map(str, BYTES_PER_PARAM))} (bytes of "
+            f"a parameter's dtype), got {shown_setting(bytes_per_param)}"
+        )
     check_head_rows(regions.head_rows, spec)
     bpp = bytes_per_param
     head_w = (num_params(config) - config.n_layers * layer_params(config)) * bpp
@@ -234,10 +244,16 @@ def plan_pipeline(
 
 
 def _check_args(config, spec, num_wafers, stages, context_len, slots) -> None:
-    if num_wafers < 1 or slots < 1 or context_len < 1:
+    """hunt 67: context 1,000 was planned on a model of 128 positions (transformers and vLLM
+    refuse a max_model_len past max_position_embeddings), slots 1.5 and context 2.5 were
+    priced, NaN and 1.0 were a ValueError / TypeError from deep inside."""
+    for name, value in (("num_wafers", num_wafers), ("slots", slots), ("stages", stages)):
+        require_int(name, value, 1, error=PipelinePlanError)
+    limit = config.max_seq_len
+    if not (is_int(context_len) and 1 <= context_len <= limit):
         raise PipelinePlanError(
-            f"num_wafers, slots and context_len must be >= 1 (got {num_wafers}, {slots}, "
-            f"{context_len})"
+            f"context_len must be an integer in 1..{limit} (the model's max_seq_len), got "
+            f"{shown_setting(context_len)}"
         )
     if not num_wafers <= stages <= config.n_layers:
         raise PipelinePlanError(

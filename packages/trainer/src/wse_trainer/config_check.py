@@ -1,8 +1,9 @@
 """The checks of a params file that can be known before anything compiles.
 
-`check_config(config, model_max_seq_len, model_vocab_size)` takes a `TrainConfig` as
-`wse_trainer.config` read it (keys and types already checked there) and raises a
-`ConfigError` naming the key for what its values cannot run: counts that must be positive,
+`check_config(config, model_max_seq_len, model_vocab_size)` takes a `TrainConfig`, read
+from a file or built in Python, checks its types and finiteness as the file reader does
+(`wse_trainer.config.check_types`, the same messages) and raises a `ConfigError` naming the
+key for what its values cannot run: counts that must be positive,
 ranges (`optimizer.beta1` in [0, 1), `runconfig.seed` a 64-bit integer), choices
 (`runconfig.mode`, `optimizer.lr_schedule`), limits (`batch_size` and `num_csx` within the
 limits `batch_size` and `systems` of `wse_core.host.limits`) and the settings that must
@@ -21,7 +22,13 @@ from wse_core.errors import not_utf8, shown, suggest
 from wse_core.host.limits import lift, limit
 from wse_systems.training.micro_batch import MODES
 
-from wse_trainer.config import ConfigError, InputConfig, OptimizerConfig, TrainConfig
+from wse_trainer.config import (
+    ConfigError,
+    InputConfig,
+    OptimizerConfig,
+    TrainConfig,
+    check_types,
+)
 
 __all__ = ["MIN_VOCAB_SIZE", "SEED_MIN", "SEED_MAX", "check_config"]
 
@@ -34,12 +41,12 @@ SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 
 
 def _positive(where: str, value: int | float | None) -> None:
-    if value is not None and value <= 0:
+    if value is not None and not value > 0:  # NaN is not positive either
         raise ConfigError(f"{where} must be positive, got {value}")
 
 
 def _check_optimizer(opt: OptimizerConfig) -> None:
-    """Ranges of the optimizer's settings (types and finiteness are checked when read)."""
+    """Ranges of the optimizer's settings (types and finiteness: `check_types`)."""
     for name in ("beta1", "beta2", "momentum"):
         if not 0 <= getattr(opt, name) < 1:
             raise ConfigError(f"optimizer.{name} must be in [0, 1), got {getattr(opt, name)}")
@@ -47,7 +54,7 @@ def _check_optimizer(opt: OptimizerConfig) -> None:
     _positive("optimizer.max_gradient_norm", opt.max_gradient_norm)  # None: no clipping
     _positive("optimizer.decay_steps", opt.decay_steps)
     for name in ("warmup_steps", "weight_decay", "min_learning_rate"):
-        if getattr(opt, name) < 0:
+        if not getattr(opt, name) >= 0:
             raise ConfigError(f"optimizer.{name} must be >= 0, got {getattr(opt, name)}")
     low, lr = opt.min_learning_rate, opt.learning_rate
     if low > lr and opt.lr_schedule != "constant":  # hunt 64: the cosine "decay" rose 333x
@@ -61,6 +68,7 @@ def check_config(
     config: TrainConfig, model_max_seq_len: int | None = None, model_vocab_size: int | None = None
 ) -> None:
     """The problems that can be known before compiling; raises ConfigError."""
+    check_types(config)  # first: the range checks below compare numbers
     run, opt = config.runconfig, config.optimizer
     if model_vocab_size is not None and model_vocab_size < MIN_VOCAB_SIZE:  # hunt 59: 1 ran
         whose = "" if "vocab_size" in config.model else f" (preset {config.model['preset']}'s)"
@@ -141,7 +149,8 @@ def check_config(
 def _check_run_extras(config: TrainConfig) -> None:
     """hunt 62: eval_steps 0 evaluated nothing (a NaN loss, exit 0), a negative eval_frequency
     evaluated every |n| steps, a negative sample_tokens passed, and a seed past 64 bits was
-    jax.random.key's OverflowError traceback after the run folder was made."""
+    jax.random.key's OverflowError traceback after the run folder was made; hunt 67: a
+    negative sample_temperature sampled greedily, as vLLM's SamplingParams refuses it."""
     run = config.runconfig
     if config.eval_input.eval_steps <= 0:
         raise ConfigError(
@@ -158,6 +167,11 @@ def _check_run_extras(config: TrainConfig) -> None:
         raise ConfigError(
             f"runconfig.sample_tokens must be >= 0 (tokens sampled after training; 0: none), "
             f"got {run.sample_tokens}"
+        )
+    if not run.sample_temperature >= 0:  # hunt 67: -1 (and NaN) sampled greedily unsaid
+        raise ConfigError(
+            f"runconfig.sample_temperature must be a finite number >= 0 (0 is greedy), got "
+            f"{shown(run.sample_temperature, quote=False)}"
         )
     if not SEED_MIN <= run.seed <= SEED_MAX:
         raise ConfigError(

@@ -3,18 +3,23 @@
 `pick(logits, key, temperature)` is the pure choice of the next token; `generate(...)` is
 the shell: it prefills the prompt in one jitted pass and then decodes one token per jitted
 call. At temperature 0 the argmax is taken; otherwise a categorical draw from
-logits / temperature with an explicit PRNG key.
+logits / temperature with an explicit PRNG key. A temperature below 0 or NaN is refused on
+the host (`ConfigError`): inside `pick` it would silently be greedy.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import wse_models
+
+from wse_trainer.config import ConfigError
 
 __all__ = ["pick", "generate"]
 
@@ -42,6 +47,11 @@ def generate(
     seed: int = 0,
 ) -> list[int]:
     """`n_tokens` new token ids after `prompt` (capped by the model's max_seq_len)."""
+    number = isinstance(temperature, numbers.Real) and not isinstance(temperature, bool)
+    if not (number and math.isfinite(temperature) and temperature >= 0):  # as vLLM's
+        raise ConfigError(
+            f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}"
+        )
     max_len = min(int(model.max_seq_len), len(prompt) + n_tokens)
     n_tokens = max_len - len(prompt)
     if n_tokens <= 0 or not prompt:

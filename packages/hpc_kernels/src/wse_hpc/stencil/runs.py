@@ -200,7 +200,7 @@ def _result(cfg, grid, phases: Phases, step: str, wall: float, done: int, field,
             "predicted_s_per_step": per_step,
             "predicted_gcells_per_s": cells / per_step / 1e9 if done and per_step > 0 else None,
             "predicted_flops_per_s": flops / t.seconds if done and t.seconds > 0 else None,
-            "wafer": grid.wafer.describe(),
+            "emulated_wafer": grid.wafer.describe(),  # not the report's own "wafer"
             "grid_detour_hops": grid.wafer.remap.extra_hops_within(*grid.shape[:2]),
             "slice_xy": _slice(grid, field),
             **extra,

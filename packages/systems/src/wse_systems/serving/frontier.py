@@ -54,6 +54,7 @@ from wse_core.errors import WseError
 __all__ = [
     "ServingError",
     "Workload",
+    "check_workload",
     "Speculation",
     "OperatingPoint",
     "RequestTimes",
@@ -110,6 +111,24 @@ class Workload:
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "held_tokens": self.held_tokens,
                 "kv_tokens": self.kv_tokens}  # fmt: skip
+
+
+def check_workload(model: Any, workload: Workload, whose: str = "the model") -> None:
+    """ServingError for a request past `model`'s `max_seq_len` (hunt 67: a 10**6-token prompt
+    was priced on a model of 128 positions, 0.65 s to first token), as vLLM refuses a
+    max_model_len past max_position_embeddings and `wse plan infer` a request
+    (`wse_systems.planning.infer_inputs.check_request`)."""
+    limit, held = getattr(model, "max_seq_len", None), workload.held_tokens
+    if limit is None or held <= limit:
+        return
+    asked = (
+        f"context_len {workload.context_len:,}" if workload.context_len else
+        f"prompt_tokens {workload.prompt_tokens:,} + output_tokens {workload.output_tokens:,}"
+    )  # fmt: skip
+    raise ServingError(
+        f"the workload holds {held:,} tokens per user ({asked}), past {whose}'s "
+        f"max_seq_len={limit:,}; use at most {limit:,}"
+    )
 
 
 def tokens_per_round(alpha: float, gamma: int) -> float:

@@ -40,6 +40,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from wse_core.errors import require_int
+
 from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec
 from wse_systems.serving.frontier import (
     OperatingPoint,
@@ -47,6 +49,7 @@ from wse_systems.serving.frontier import (
     ServingError,
     Speculation,
     Workload,
+    check_workload,
 )
 from wse_systems.serving.gpu_step import (
     KERNEL,
@@ -85,6 +88,9 @@ class GpuServing:
         self.kernel_s = kernel_s
         if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 1:
             raise ServingError(f"num_gpus must be an integer >= 1, got {num_gpus!r}")
+        check_workload(model, workload)
+        if speculation is not None:
+            check_workload(speculation.draft, workload, "the draft")
         self.model, self.gpu, self.workload = model, gpu, workload
         self.fractions, self.speculation = fractions, speculation
         self.precision = gpu_precision(precision)
@@ -185,7 +191,8 @@ class GpuServing:
 
     def point(self, users: int) -> OperatingPoint:
         """The layout with the best per-user speed that holds `users`."""
-        if users < 1 or users > self.max_users:
+        require_int("users", users, 1, error=ServingError)  # hunt 67: 2.5 users were priced
+        if users > self.max_users:
             raise ServingError(
                 f"{users} users do not fit {self.units} x {self.name} with "
                 f"{self.workload.held_tokens} tokens of context each: at most {self.max_users}"

@@ -61,6 +61,7 @@ import math
 from typing import Any
 
 from wse_core import Phase, Phases, RunReport, Timing, WaferSpec, WseError, overlap, serial
+from wse_core.errors import is_int, require_int, shown_setting
 from wse_core.hw.sram import Region
 from wse_core.trace import PeTrace, trace_uniform
 
@@ -98,6 +99,7 @@ __all__ = [
     "layer_phases",
     "step_phases",
     "predict_step",
+    "check_step_shape",
     "step_bound",
     "no_stall_batch",
     "step_trace",
@@ -244,6 +246,8 @@ def predict_step(
     skipping what `sparsity` lets it. `extra`: tokens_per_s (all systems), stall_fraction
     (the share of the step the streams add), step_bound (`step_bound`), micro_batch,
     micro_batches, batch_per_system, global_batch, placement, precision, stride."""
+    check_step_shape(model, batch_per_system=batch_per_system, seq_len=seq_len,
+                     micro_batch=micro_batch)  # fmt: skip
     micro = micro_batch or batch_per_system
     if micro < 1 or batch_per_system % micro:
         raise WseError(
@@ -293,6 +297,23 @@ def predict_step(
     )
 
 
+def check_step_shape(
+    model: Any, *, batch_per_system: int, seq_len: int, micro_batch: int | None = None
+) -> None:
+    """WseError for a step no run has: hunt 67 priced GPT-2 (1,024 positions) at 4,096
+    tokens per sequence (682k tokens/s), 0 tokens as a 5 ms step and 2.5 sequences. The
+    sequence within the model's `max_seq_len`, as `wse train` checks a params file's and
+    transformers / vLLM refuse a max_model_len past max_position_embeddings."""
+    require_int("batch_per_system", batch_per_system, 1)
+    if micro_batch is not None:
+        require_int("micro_batch", micro_batch, 1)
+    limit = getattr(model, "max_seq_len", None)
+    if is_int(seq_len) and 1 <= seq_len and (limit is None or seq_len <= limit):
+        return
+    allowed = ">= 1" if limit is None else f"in 1..{limit} (the model's max_seq_len)"
+    raise WseError(f"seq_len must be an integer {allowed}, got {shown_setting(seq_len)}")
+
+
 def _accumulated(model: Any, pl: StepPlacement, k: int) -> Phases:
     """k micro-batches one after another, each the whole stream of a step; MemoryX sums the
     first k - 1 gradients (`memoryx_accumulate`) and updates in the last."""
@@ -321,6 +342,7 @@ def no_stall_batch(
 ) -> int | None:
     """Smallest per-system batch whose streams add at most `stall` of the step (None when
     no batch that the SRAM plan can place gets there)."""
+    check_step_shape(model, batch_per_system=1, seq_len=seq_len)  # not a batch that failed
 
     def ok(b: int) -> bool | None:
         try:

@@ -28,7 +28,10 @@ after; `dataclasses.replace` (as `with_trace`) makes a changed copy. So that:
 - in a notebook a report shows its mechanism breakdown and phases (`_repr_html_`; `.plot()`
   a figure: `wse_core.notebook`);
 - `energy_j` is predicted seconds times the system's power (`WaferSpec.system_peak_w`, None
-  for a wafer of no system), with `units` saying what one prediction covers.
+  for a wafer of no system), with `units` saying what one prediction covers;
+- `to_dict()` is the report's own keys (`REPORT_KEYS`) and then `extra`'s, which may not
+  reuse one of them (hunt 67: `extra={"predicted_s": 5.0, "bound": "fabric"}` replaced the
+  prediction and its bound in the JSON while the report said otherwise).
 """
 
 from __future__ import annotations
@@ -48,7 +51,14 @@ from wse_core.errors import WseError, shown
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.traffic import Traffic
 
-__all__ = ["Figures", "Measured", "RunReport", "stopwatch"]
+__all__ = ["Figures", "Measured", "REPORT_KEYS", "RunReport", "stopwatch"]
+
+# The keys of `RunReport.to_dict()` before the kernel's `extra`, which may not reuse them.
+REPORT_KEYS = (
+    "name", "wafer", "units", "systems", "measured_wall_s", "predicted_s", "bound",
+    "critical_phase", "seconds_by_bound", "cycles_by_mechanism", "energy_j", "predicted",
+    "work", "traffic", "sram", "calibration", "assumptions",
+)  # fmt: skip
 
 # A kernel's own figures for `RunReport.build`: a mapping, or a function of the evaluated
 # phase tree that returns one (figures derived from the predicted time).
@@ -71,6 +81,17 @@ def _check_run(measured_wall_s: object, systems: object) -> None:
         require_count("measured_wall_s", measured_wall_s)
     if isinstance(systems, bool) or not isinstance(systems, Integral) or systems < 1:
         raise WseError(f"systems must be a positive integer, got {shown(systems, quote=False)}")
+
+
+def _check_extra(extra: Mapping[str, Any]) -> None:
+    """Refuse an `extra` key that is one of the report's own (`REPORT_KEYS`): in `to_dict`
+    it would replace the report's figure with another."""
+    for key in extra:
+        if key in REPORT_KEYS:
+            raise WseError(
+                f"extra key {key!r} is one of the report's own keys ({', '.join(REPORT_KEYS)})"
+                f"; give the kernel's figure another name, such as 'kernel_{key}'"
+            )
 
 
 def _power_w(spec: WaferSpec, systems: int) -> float | None:
@@ -108,6 +129,7 @@ class RunReport:
         object.__setattr__(self, "systems", int(self.systems))
         for name in ("assumptions", "sram", "extra"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        _check_extra(self.extra)
 
     def with_trace(self, trace: Any) -> RunReport:
         """This report with its per-PE trace attached (`wse_core.trace.trace_from`)."""
@@ -137,6 +159,8 @@ class RunReport:
         from wse_core.cost.assumptions import listed
 
         _check_run(measured_wall_s, systems)  # before the tree is priced
+        if isinstance(extra, Mapping):
+            _check_extra(extra)
         if isinstance(phases, Phase):
             phases = Phases("serial", (phases,), phases.name)
         model = model or PerfModel(spec)
@@ -206,6 +230,7 @@ class RunReport:
         return report_figure(self)
 
     def to_dict(self) -> dict[str, Any]:
+        """`REPORT_KEYS` in their order, then `extra`'s keys (none of them one of those)."""
         return {
             "name": self.name,
             "wafer": self.wafer,

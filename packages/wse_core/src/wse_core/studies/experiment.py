@@ -16,7 +16,13 @@ cycles by mechanism (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the 
 row) whenever a row has it, with the assumed constants that move it and their sweep ranges
 beside it (`wse_core.cost.mechanisms.assumed_beside`). `--quick` may shrink the measured part;
 predictions must be the same either way. In a notebook a result shows its tables and figure
-(`_repr_html_`, `.plot()`: `wse_core.notebook`)."""
+(`_repr_html_`, `.plot()`: `wse_core.notebook`).
+
+results.json is strict JSON (hunt 67: NaN and Infinity were written, which jq, JavaScript and
+`json.loads(parse_constant=...)` refuse): a number that is not finite (a row's value NaN for
+"no GPU count matches", say) is written as null, as pandas' `to_json` writes it, and named
+with what it was in a sixth key, `"non_finite": {"predictions[3].value": "nan", ...}`,
+present only then. The tables write it as `nan` / `inf`, never as the empty cell of None."""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import csv
 import dataclasses
 import json
 import math
+import numbers
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ __all__ = [
     "mechanism_figure",
     "table_markdown",
     "table_rows",
+    "results_json",
     "row_role",
     "RESULT_FILES",
 ]
@@ -109,7 +117,7 @@ class ExperimentResult:
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:.6g}"
+        return f"{v:.6g}"  # nan and inf as such: an empty cell is None (hunt 67)
     if isinstance(v, dict):
         return ", ".join(f"{k}={_fmt(x)}" for k, x in v.items())
     return "" if v is None else str(v)
@@ -229,10 +237,34 @@ def _texts(result: ExperimentResult) -> dict[str, str]:
     """results.json, table.csv and table.md of `result`, by file name."""
     header, rows = table_rows(result)
     return {
-        "results.json": json.dumps(result.to_dict(), indent=2, default=float),
+        "results.json": results_json(result),
         "table.csv": csv_text([header, *rows]),
         "table.md": table_markdown(result),
     }
+
+
+def results_json(result: ExperimentResult) -> str:
+    """The text of results.json: strict JSON, each non-finite number null and named under
+    "non_finite" (the module docstring)."""
+    notes: dict[str, str] = {}
+    data = _finite_or_null(result.to_dict(), "", notes)
+    if notes:
+        data["non_finite"] = notes
+    return json.dumps(data, indent=2, default=float, allow_nan=False)
+
+
+def _finite_or_null(value: Any, path: str, notes: dict[str, str]) -> Any:
+    """`value` with every non-finite real number (NumPy's too) None, its path in `notes`."""
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v, f"{path}.{k}" if path else str(k), notes)
+                for k, v in value.items()}  # fmt: skip
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v, f"{path}[{i}]", notes) for i, v in enumerate(value)]
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        if not math.isfinite(value):
+            notes[path] = repr(float(value))
+            return None
+    return value
 
 
 def table_markdown(result: ExperimentResult) -> str:
