@@ -52,6 +52,23 @@ def hunt67_cases() -> list[Case]:
              lambda fx, tmp: ["wafer", "defects", "--preset", "tiny", "--png",
                               str(tmp / "a\nb.png")],
              message="contains a newline", note="the one-line report split in two"),
+        Case("hunt67", "train --checkpoint-path null (hunt 67)", _const(
+            "train", "tiny", "--validate-only", "--checkpoint-path", "null"),
+            message="no committed checkpoint at 'null'",
+            note="read as YAML: dropped, the run started from step 0"),
+        Case("hunt67", "hpc md --potential F --steps 0 --steps 5 (hunt 67)", _const(
+            "hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--cells", "4",
+            "4", "4", "--preset", "small", "--potential", "x.eam", "--steps", "0", "--steps",
+            "5"),
+            message="--steps is given twice ('0', then '5')", note="ran 5 steps"),
+        Case("hunt67", "infer serve --speculative-config '' (hunt 67)", _const(
+            "infer", "serve", "--model-dir", "mock", "--port", "0", "--no-warmup",
+            "--speculative-config", ""),
+            message="--speculative-config is empty", note="taken as not given"),
+        Case("hunt67", "plan infer --draft --alpha 5 (hunt 67)", _const(
+            "plan", "infer", "-m", "tiny-gpt2", "--draft", "tiny-gpt2", "--alpha", "5"),
+            message="--alpha must be a finite number in [0, 1]",
+            note="refused later without naming the option"),
         Case("hunt67", "hpc swe --steps 1e12 (hunt 67)", _const(
             "hpc", "swe", "--n", "8", "--steps", "1e12"),
             message="over the limit of", note="named int32's range, not the limit"),
