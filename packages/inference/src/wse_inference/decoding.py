@@ -10,15 +10,15 @@ into the cache and token `count` of each row is drawn with `sampling.token_key(k
 `PlainDecoder.generate` is the shell: prompt -> tokens, finish reason, TTFT and tokens/s.
 Every prefill (every engine's) first refuses a prompt id outside the vocabulary
 (`engine.validate_prompt`): inside `jit` such an id would give NaN logits; decoders check
-their settings when built (`check_decoder_settings`; `PlainDecoder` also refuses a
-`max_context` above the model's `max_seq_len`).
+their settings when built (`check_decoder_settings`): each of them (`PlainDecoder`, the
+pipelined `PipelineEngine`, the `SpeculativeDecoder`, which also checks the draft's context
+and `gamma`) refuses a `max_context` above its model's `max_seq_len` in the same words.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import numbers
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from wse_core.errors import shown
+from wse_core.errors import is_int, shown
 
 from wse_inference.engine import (
     SamplingError,
@@ -259,7 +259,7 @@ def check_decoder_settings(
     for name, v in (("max_context", max_context), ("prefill_chunk", prefill_chunk)):
         if v is None and name == "max_context":
             continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+        if not is_int(v) or v < 1:  # a bool is no count
             got = f"{type(v).__name__} {shown(repr(v), quote=False)}"
             raise SamplingError(f"{name} must be a whole number >= 1, got {got}")
     if model_context is not None and max_context is not None and max_context > model_context:

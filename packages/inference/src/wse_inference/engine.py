@@ -179,6 +179,8 @@ def _check_types(sampling: SamplingParams) -> None:
         v = getattr(sampling, name)
         if not isinstance(v, numbers.Real) or isinstance(v, bool):
             raise SamplingError(f"{name} must be a number, got {_given(v)}")
+    if not isinstance(sampling.ignore_eos, bool):  # hunt 67: "no" was truthy (EOS ignored)
+        raise SamplingError(f"ignore_eos must be true or false, got {_given(sampling.ignore_eos)}")
     stop, ids = sampling.stop, sampling.stop_token_ids
     if not isinstance(stop, tuple | list) or not all(isinstance(s, str) for s in stop):
         raise SamplingError(f"stop must be a tuple of strings, got {_given(stop)}")

@@ -3,8 +3,9 @@
 Contract. `parse_speculative_config(value)` reads vLLM's `--speculative-config`: a JSON
 object, or the path of a JSON or YAML file holding one, with the keys `model` (the draft's
 model directory), `num_speculative_tokens` (gamma, an integer in [1, 64]: the limit
-`gamma` of `wse_core.host.limits`; default 4), `method` (vLLM's, accepted and not used: the
-draft is always a model) and
+`gamma` of `wse_core.host.limits`, checked by `check_gamma`, which `SpeculativeDecoder`'s
+`gamma` also passes; default 4), `method` (vLLM's, accepted and not used: the draft is
+always a model) and
 `mock_accepted_tokens` (the mock engine's accepted drafts per round, 0..gamma, default
 gamma). Any other key, a non-object, bad JSON or an unreadable file is a `SamplingError`
 with one line. The result is a frozen `SpeculativeConfig`; `draft_dir()` is the draft's
@@ -20,15 +21,31 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wse_core.errors import shown
+from wse_core.errors import is_int, shown, shown_setting
 from wse_core.host.limits import lift, limit
 
 from wse_inference.engine import SamplingError  # no JAX (sampling imports it)
 
-__all__ = ["SpeculativeConfig", "parse_speculative_config", "DEFAULT_GAMMA"]
+__all__ = ["SpeculativeConfig", "parse_speculative_config", "check_gamma", "DEFAULT_GAMMA"]
 
 DEFAULT_GAMMA = 4  # drafted tokens per round when the config does not say
 OPTION = "--speculative-config"
+
+
+def check_gamma(gamma: object, name: str = "num_speculative_tokens") -> None:
+    """Raise `SamplingError` (naming `name`) unless `gamma` is an integer in [1, the limit
+    `gamma`] (64 unless $WSE_LIMIT_GAMMA lifts it): every round drafts `gamma` tokens and
+    allocates [gamma, vocab] rows, so a count past the limit is refused before anything is
+    allocated (hunt 56: 10^12 was a 7 TiB allocation's traceback; hunt 67: 2.5, True and
+    "4" failed inside JAX)."""
+    top = limit("gamma")
+    if is_int(gamma) and 1 <= gamma <= top:  # type: ignore[operator]
+        return
+    over = is_int(gamma) and gamma > top  # type: ignore[operator]
+    raise SamplingError(
+        f"{name} must be an integer in [1, {top}], got {shown_setting(gamma)}"
+        + (f"; {lift('gamma')}" if over else "")
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -42,12 +59,7 @@ class SpeculativeConfig:
 
     def __post_init__(self) -> None:
         gamma = self.num_speculative_tokens
-        top = limit("gamma")
-        if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= top:
-            raise SamplingError(  # hunt 56: 10^12 was a 7 TiB allocation's traceback
-                f"num_speculative_tokens must be an integer in [1, {top}], got {gamma!r:.40}"
-                + (f"; {lift('gamma')}" if isinstance(gamma, int) and gamma > top else "")
-            )
+        check_gamma(gamma)
         j = self.mock_accepted_tokens
         if j is not None and (isinstance(j, bool) or not isinstance(j, int) or not 0 <= j <= gamma):
             got = shown(repr(j), quote=False)

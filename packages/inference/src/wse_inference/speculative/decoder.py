@@ -11,7 +11,9 @@ Both caches roll back by position (stale slots are masked, then overwritten). Sa
 settings apply to both distributions (`sampling.token_probs`), so greedy output equals the
 target's greedy output, and sampled output is distributed exactly as the target's.
 `AcceptanceStats` is reported. `max_context` is at most both models' `max_seq_len` (above
-either: a `SamplingError`, as `PlainDecoder`'s); None: the smaller of the two.
+either: a `SamplingError`, as `PlainDecoder`'s); None: the smaller of the two. `gamma` is
+vLLM's num_speculative_tokens, an integer in [1, 64] (`speculative.config.check_gamma`, the
+limit `gamma` of `wse_core.host.limits`); anything else is refused when the decoder is built.
 
 `--speculative-config` is read by `speculative.config.parse_speculative_config`.
 """
@@ -52,6 +54,7 @@ from wse_inference.sampling import (
     validate_sampling,
     with_eos,
 )
+from wse_inference.speculative.config import check_gamma
 from wse_inference.speculative.verify import AcceptanceStats, verify
 
 __all__ = [
@@ -260,11 +263,13 @@ class SpeculativeDecoder:
                 f"max_context {max_context:,} is greater than the draft's context of {top:,} "
                 f"tokens (its config's max_seq_len); give at most {top:,}, or leave it unset"
             )
-        if gamma < 1:
-            raise SamplingError(f"num_speculative_tokens must be >= 1, got {gamma}")
+        # hunt 67: 2.5, True and "4" failed inside JAX at the first generate, 10**9 tried to
+        # allocate 256 GB; refused here in the config's words, the argument named as both
+        check_gamma(gamma, "gamma (num_speculative_tokens)")
+        gamma = int(gamma)  # a NumPy integer too: the loop's shapes are Python ints
         self.target, self.draft, self.gamma = target, draft, gamma
         limit = min(target.config.max_seq_len, draft.config.max_seq_len)
-        self.max_context = limit if max_context is None else max_context
+        self.max_context = limit if max_context is None else int(max_context)  # as Plain's
         self.prefill_chunk = prefill_chunk
         self.stats = AcceptanceStats(gamma)
         configs = Pair(target.config, draft.config)
