@@ -48,7 +48,9 @@ def test_a_spec_files_fitted_constant_is_refused(tmp_path, monkeypatch, command,
     line = refused_in_one_line(ROOT, [*command, "--spec", spec], (
         f"spec file '{spec}' gives {key} = {value}, but {key} is fitted on the calibration set"
     ))  # fmt: skip
-    assert line.endswith(f"`wse experiments run NAME --assume {key}=VALUE`")
+    assert line.endswith(
+        f"`wse experiments run NAME --assume {key}=VALUE` (or `wse plan ... --assume`)"
+    )
     assert _tree(tmp_path) == before
 
 

@@ -154,7 +154,7 @@ def test_a_spec_files_fitted_constant_is_refused(tmp_path, key):
         "set (every prediction prices the fitted value; `wse experiments run "
         "cost-model-calibration` shows its rows), so a wafer spec cannot set it: remove it, "
         "or price another value as an assumption, listed with the prediction: `wse "
-        f"experiments run NAME --assume {key}=VALUE`"
+        f"experiments run NAME --assume {key}=VALUE` (or `wse plan ... --assume`)"
     )
     assert getattr(load_spec(path), key) == 100  # load_spec is pure: Python callers' spec
     with pytest.raises(SpecError, match=f"^--set gives {key} = 7, but {key} is fitted"):

@@ -208,7 +208,7 @@ def _refuse_fitted(source: str, given: Mapping[str, Any]) -> None:
             "(every prediction prices the fitted value; `wse experiments run "
             "cost-model-calibration` shows its rows), so a wafer spec cannot set it: remove "
             "it, or price another value as an assumption, listed with the prediction: `wse "
-            f"experiments run NAME --assume {key}=VALUE`"
+            f"experiments run NAME --assume {key}=VALUE` (or `wse plan ... --assume`)"
         )
 
 
