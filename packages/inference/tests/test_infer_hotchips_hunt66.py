@@ -22,7 +22,7 @@ def _rates(result) -> dict[str, tuple[float, ...]]:
 
 def test_a_faster_wse3_clock_never_lowers_the_decode_rate():
     plain = {str(r.params["model"]): r.value for r in run_predictions()}
-    result = sweep(run_predictions, "clock_hz", (0.85e9, 1.1e9, 1.5e9, 2e9))
+    result = sweep(run_predictions, "clock_hz", (0.85e9, 1.1e9, 2e9))
     rates = _rates(result)
     assert set(rates) == {f"model={m}" for m in plain}
     for model, value in plain.items():
