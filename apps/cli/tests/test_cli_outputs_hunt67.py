@@ -23,7 +23,6 @@ folder's entries (nothing written, nothing left).
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 
@@ -31,7 +30,7 @@ import pytest
 import typer
 from wse_cli import outputs
 from wse_cli.app import app
-from wse_cli.testing import WSE, clean_env, invoke, refused_in_one_line
+from wse_cli.testing import WSE, clean_env, invoke, refused_in_one_line, unprivileged
 from wse_core.testing import tiny_trace
 
 pytestmark = pytest.mark.timeout(120)
@@ -53,14 +52,9 @@ def _replaced_line(option: str, path: str, folder: str, why: str) -> str:
 
 
 def _unprivileged() -> list[str]:
-    """The prefix that runs a command without root's power over mode bits (nothing for a
-    user other than root); the test is skipped where none is at hand."""
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    caps = "-dac_override,-dac_read_search"
-    prefix = [setpriv, "--bounding-set", caps, "--inh-caps", caps, "--"] if setpriv else []
-    if not prefix or subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+    """`wse_cli.testing.unprivileged`'s prefix; the test skips where none is at hand."""
+    prefix = unprivileged()
+    if prefix is None:
         pytest.skip("root, without setpriv to drop CAP_DAC_OVERRIDE")
     return prefix
 

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "WSE",
+    "unprivileged",
     "NO_JAX_PROBE",
     "alias_bomb_yaml",
     "bomb_trace",
@@ -266,3 +267,19 @@ def refused_in_one_line(
     assert len(lines) == 1 and lines[0].startswith("Error: "), lines
     assert message in lines[0] and "Traceback" not in output, lines[0]
     return lines[0]
+
+
+def unprivileged() -> list[str] | None:
+    """The prefix that runs a command without root's power over mode bits: [] for a user
+    other than root, `setpriv` dropping CAP_DAC_OVERRIDE for root, None where none is at
+    hand (a test then skips: as root, mode bits test nothing)."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    caps = "-dac_override,-dac_read_search"
+    prefix = [setpriv, "--bounding-set", caps, "--inh-caps", caps, "--"] if setpriv else []
+    if not prefix or subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        return None
+    return prefix
