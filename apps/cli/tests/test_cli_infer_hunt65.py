@@ -62,8 +62,9 @@ def test_generate_stages_still_reaches_the_pipelined_engine(models):
         (
             "/nonexistent/model",
             {"model": "/nonexistent/draft", "mock_accepted_tokens": 1},
-            "--speculative-config's mock_accepted_tokens applies to --model-dir mock; a real "
-            "model's drafts are accepted by the target (leave the key out)",
+            "--speculative-config's mock_accepted_tokens applies to `wse infer serve "
+            "--model-dir mock`; a real model's drafts are accepted by the target (leave the key "
+            "out)",
         ),
     ],
 )

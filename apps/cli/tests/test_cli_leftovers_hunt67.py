@@ -186,8 +186,8 @@ def test_generate_refuses_the_mock_servers_accepted_tokens(tmp_path):
     line = refused_in_one_line(ROOT, args, "mock_accepted_tokens")
     assert line == (
         "Error: --speculative-config's mock_accepted_tokens applies to `wse infer serve "
-        "--model-dir mock`; here the draft model's tokens are accepted by the target (leave "
-        "the key out)"
+        "--model-dir mock`; a real model's drafts are accepted by the target (leave the key "
+        "out)"
     )
 
 

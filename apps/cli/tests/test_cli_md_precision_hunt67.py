@@ -36,3 +36,24 @@ def test_fp64_prediction_says_it_is_the_fp32_programs(cu):
     assert "predicted on small: " in single and "fp64" not in single
     rate = r"predicted on small[^:]*: ([0-9.e+]+) timesteps/s"
     assert re.search(rate, double).group(1) == re.search(rate, single).group(1)
+
+
+def test_a_frame_that_is_not_finite_is_refused():
+    # moved out of hpc_md beside the trajectory it keeps clean (hunt 63's check)
+    from types import SimpleNamespace
+
+    import numpy as np
+    from wse_cli.commands.hpc_md_trajectory import refuse_nonfinite
+    from wse_core.errors import RunFault
+
+    forces = np.zeros((3, 3))
+    forces[1, 2] = np.nan
+    frame = SimpleNamespace(forces_eV_A=forces, energies_eV=np.zeros(3), num_atoms=3)
+    with pytest.raises(RunFault) as e:
+        refuse_nonfinite(5, frame)
+    assert str(e.value) == (
+        "step 5: 1 of 3 atoms have forces that are not finite; the frame was not written "
+        "(check the potential file's tables)"
+    )
+    refuse_nonfinite(5, SimpleNamespace(forces_eV_A=np.zeros((3, 3)), energies_eV=None,
+                                        num_atoms=3))  # fmt: skip

@@ -22,7 +22,7 @@ from pathlib import Path
 import typer
 
 from wse_cli import multiprocess
-from wse_cli.commands.hpc_md_trajectory import Trajectory, check_size
+from wse_cli.commands.hpc_md_trajectory import Trajectory, check_size, refuse_nonfinite
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import INT32_MAX, SEED, number, typed
 from wse_cli.outputs import output_file, refuse_overlap
@@ -234,7 +234,7 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     traj = Trajectory(out, primary=primary)  # the frames and what is kept of them
 
     def on_frame(step, frame):
-        _refuse_nonfinite_frame(step, frame)
+        refuse_nonfinite(step, frame)
         traj.write(step, frame)  # one frame per thermo row: a trajectory
 
     from wse_core.host.progress import progress
@@ -306,21 +306,6 @@ def _refuse_nonfinite_start(row) -> None:
             "the potential file's tables or the structure give values that are not finite, "
             "not the time step; nothing was written"
         )
-
-
-def _refuse_nonfinite_frame(step: int, frame) -> None:
-    """A frame whose forces or per-atom energies are not finite is never written (hunt 63)."""
-    import numpy as np
-    from wse_core.errors import RunFault
-
-    for name, values in (("forces", frame.forces_eV_A), ("energies", frame.energies_eV)):
-        if values is not None and not np.isfinite(values).all():
-            bad = int((~np.isfinite(values)).any(axis=-1).sum() if values.ndim > 1
-                      else (~np.isfinite(values)).sum())  # fmt: skip
-            raise RunFault(
-                f"step {step}: {bad:,} of {frame.num_atoms:,} atoms have {name} that are not "
-                "finite; the frame was not written (check the potential file's tables)"
-            )
 
 
 def _summary(res, cfg, n_atoms, trace=None) -> dict:

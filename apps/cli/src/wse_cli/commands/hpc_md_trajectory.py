@@ -31,7 +31,22 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["Trajectory", "check_size"]
+__all__ = ["Trajectory", "check_size", "refuse_nonfinite"]
+
+
+def refuse_nonfinite(step: int, frame) -> None:
+    """A frame whose forces or per-atom energies are not finite is never written (hunt 63)."""
+    import numpy as np
+    from wse_core.errors import RunFault
+
+    for name, values in (("forces", frame.forces_eV_A), ("energies", frame.energies_eV)):
+        if values is not None and not np.isfinite(values).all():
+            bad = int((~np.isfinite(values)).any(axis=-1).sum() if values.ndim > 1
+                      else (~np.isfinite(values)).sum())  # fmt: skip
+            raise RunFault(
+                f"step {step}: {bad:,} of {frame.num_atoms:,} atoms have {name} that are not "
+                "finite; the frame was not written (check the potential file's tables)"
+            )
 
 
 def check_size(out: Path | None, steps: int, thermo_every: int, structure) -> None:

@@ -245,10 +245,7 @@ def generate(
         from wse_inference.speculative.config import parse_speculative_config
 
         spec = parse_speculative_config(speculative_config)
-        if spec.mock_accepted_tokens is not None:  # hunt 67: read by no engine here, silently
-            fail("--speculative-config's mock_accepted_tokens applies to `wse infer serve "
-                 "--model-dir mock`; here the draft model's tokens are accepted by the target "
-                 "(leave the key out)")  # fmt: skip
+        spec.check_real_model()  # hunt 67: mock_accepted_tokens was read by nothing here
         spec.draft_dir()  # generate always runs a draft: say so before loading the target
     if trace is not None and spec is not None:
         fail("--trace draws the pipelined engine's plan; drop --speculative-config to use it")

@@ -124,11 +124,8 @@ def _speculation_for(spec, model_dir: str) -> None:
             "--speculative-config's model applies to a real model; the mock engine drafts by "
             "itself (give num_speculative_tokens / mock_accepted_tokens only)"
         )
-    if model_dir != MOCK and spec.mock_accepted_tokens is not None:
-        fail(
-            "--speculative-config's mock_accepted_tokens applies to --model-dir mock; a real "
-            "model's drafts are accepted by the target (leave the key out)"
-        )
+    if model_dir != MOCK:
+        spec.check_real_model()
 
 
 def _mock_engine(spec, max_slots: int, max_context: int, step_delay_ms: float):

@@ -85,6 +85,16 @@ class SpeculativeConfig:
             raise SamplingError(f'{OPTION} needs {{"model": DIR, "num_speculative_tokens": N}}')
         return self.model
 
+    def check_real_model(self) -> None:
+        """SamplingError for `mock_accepted_tokens` beside a real model, whose drafts the
+        target accepts: no engine but the mock reads it (hunts 65 and 67: serve and generate
+        ignored it)."""
+        if self.mock_accepted_tokens is not None:
+            raise SamplingError(
+                f"{OPTION}'s mock_accepted_tokens applies to `wse infer serve --model-dir "
+                "mock`; a real model's drafts are accepted by the target (leave the key out)"
+            )
+
     @property
     def accepted_tokens(self) -> int:
         """The mock engine's accepted drafts per round (default: all of them)."""
