@@ -277,3 +277,12 @@ def test_the_md_timestep_limit_is_past_verlets_stability_for_every_metal():
     assert _verlet_amplitude(omega * bound_fs * 1e-15 * 1.05) > 1e6
     assert _verlet_amplitude(omega * dt_fs * 1e-15) > 1e100  # at the limit: no metal is stable
     assert dt_fs >= 100 * 5  # LAMMPS' metal timesteps (1-5 fs) are never near it
+
+
+def test_a_refusal_carries_its_figures(monkeypatch):
+    """A caller rewording a refusal (a checkpoint's seal) reads its figures, not its text."""
+    monkeypatch.setenv("WSE_LIMIT_JSON_DEPTH", "5")
+    err = limits.refusal("json_depth", "the nesting of SEAL", "200 levels")
+    assert (err.limit_name, err.value, err.limit) == ("json_depth", "200 levels", 5)
+    assert str(err).startswith("the nesting of SEAL is 200 levels, over the limit of 5 levels")
+    assert LimitError("a FIFO").limit_name is None

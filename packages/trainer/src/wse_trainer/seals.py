@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from wse_core.host.limits import LimitError
+from wse_core.host.limits import LIMITS, LimitError
 from wse_core.host.readers import load_json, not_regular, read_text
 
 __all__ = ["SEAL", "newest_sealed", "seal_step", "step_problem"]
@@ -62,7 +62,7 @@ def step_problem(step_dir: Path) -> str | None:
         record = load_json(read_text(seal, SEAL), SEAL)
         entries = [(str(rel), int(size), str(digest)) for rel, (size, digest) in record.items()]
     except LimitError as e:  # a seal is a few KB nested 2 deep: past a limit it is corrupt
-        return f"its {SEAL} is unreadable: {_limit_words(e, seal)}"
+        return f"its {SEAL} is unreadable: {_limit_words(e)}"
     except (OSError, ValueError, TypeError, AttributeError, RecursionError):
         return f"its {SEAL} is unreadable"
     for rel, size, digest in entries:
@@ -76,17 +76,16 @@ def step_problem(step_dir: Path) -> str | None:
     return None
 
 
-def _limit_words(e: LimitError, seal: Path) -> str:
-    """A limit's refusal of `seal` as "it is 70,000,000 bytes, over the limit of 67,108,864
-    bytes" or "its nesting is 200,000 levels, over the limit of 64 levels": without the path
-    (the line names the step) or the override (a seal this code wrote is a few KB nested 2
-    levels; lifting the limit would not make the step trustworthy)."""
-    text, named, nesting = str(e), f"{SEAL} {str(seal)!r} ", f"the nesting of {SEAL} "
-    if text.startswith(named):
-        text = "it " + text.removeprefix(named)
-    elif text.startswith(nesting):
-        text = "its nesting " + text.removeprefix(nesting)
-    return text.split(" (", 1)[0]
+def _limit_words(e: LimitError) -> str:
+    """A limit's refusal of the seal as "it is 70,000,000 bytes, over the limit of 67,108,864
+    bytes" or "its nesting is 200,000 levels, over the limit of 64 levels", from the error's
+    figures: without the path (the line names the step) or the override (a seal this code
+    wrote is a few KB nested 2 levels; lifting the limit would not make the step
+    trustworthy). A refusal without figures (the seal's kind): its own words."""
+    if e.limit_name is None or e.limit is None:
+        return str(e)
+    subject = "its nesting" if e.limit_name == "json_depth" else "it"
+    return f"{subject} is {e.value}, over the limit of {e.limit:,} {LIMITS[e.limit_name].unit}"
 
 
 def newest_sealed(folder: Path) -> Path | None:

@@ -54,7 +54,17 @@ MD_DT_MARGIN = 2.5  # the limit is this many times the bound (no metal is refuse
 
 class LimitError(WseError):
     """A size given by a user is beyond the stack's limit for it (the message names the
-    override that lifts it)."""
+    override that lifts it). Raised by `refusal`, it carries its figures beside the line:
+    `limit_name` (a key of `LIMITS`), `value` (as worded: "70,000,000 bytes") and `limit`
+    (the count in force), so a caller rewording it reads fields, not the text; a refusal
+    of a file's kind (a FIFO, a folder) carries None."""
+
+    def __init__(
+        self, message: str, *, limit_name: str | None = None, value: str | None = None,
+        limit: int | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message)
+        self.limit_name, self.value, self.limit = limit_name, value, limit
 
 
 class Limit(NamedTuple):
@@ -331,11 +341,12 @@ def lift(name: str) -> str:
 
 def refusal(name: str, what: str, value: int | str) -> LimitError:
     """The error for `what` (`--max-num-seqs 10**9`) past limit `name`."""
-    lim = LIMITS[name]
+    lim, cap = LIMITS[name], limit(name)
     return LimitError(
-        f"{what} is {value}, over the limit of {limit(name):,} {lim.unit} ({lim.what}); "
-        f"set {lim.env} to lift it"
-    )
+        f"{what} is {value}, over the limit of {cap:,} {lim.unit} ({lim.what}); "
+        f"set {lim.env} to lift it",
+        limit_name=name, value=str(value), limit=cap,
+    )  # fmt: skip
 
 
 def check(name: str, value: int, what: str) -> None:
