@@ -6,9 +6,11 @@ Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
 draining), /metrics (Prometheus), and vLLM's POST /tokenize ({prompt} or
 {messages} -> {count, max_model_len, tokens}) and /detokenize ({tokens} -> {prompt}).
 Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
-request (malformed or too deeply nested JSON, a Content-Type other than JSON included), 404
-for a model this server does not serve (model_not_found, as OpenAI and vLLM) or a URL it does
-not have (the message lists the routes), 405 naming the methods a route takes, 413 for a body beyond
+request (malformed or too deeply nested JSON, a Content-Type other than JSON included, and a
+generation request naming a model this server does not serve: model_not_found, a 400 where
+OpenAI and vLLM answer 404, since bad input is a 400 in this stack), 404 for GET
+/v1/models/{id} of a model not served (model_not_found) or a URL it does not have (the
+message lists the routes), 405 naming the methods a route takes, 413 for a body beyond
 `ServeConfig.limits.max_body_bytes` (from Content-Length, or while it streams in), 429 with
 Retry-After when the queue is full, 503 while shutting down. Bodies are read by
 `wse_inference.serve.http_body`; parsing, validation (`wse_inference.serve.admission`, the
