@@ -9,7 +9,11 @@ tests. On a CPU the attention's numba kernels compile in a helper process while 
 load (`wse_models.sdpa_cpu.compile_early`), as `wse infer generate`'s do. The server runs
 until SIGTERM / SIGINT, then drains (see `wse_inference.serve.app`). A `--speculative-config`
 naming a draft `model` is refused for the mock (it drafts by itself), `mock_accepted_tokens`
-for a real model (its drafts are its draft model's).
+for a real model (its drafts are its draft model's). The pipelined engine holds one slot per
+stage and at most one stage per layer: a --max-num-seqs past a model's layers is served with
+fewer slots, said in one line at start (`load.slot_cap_line`). --chat-template-content-format
+is vLLM's (`chat_template.CONTENT_FORMATS`); the template is rendered on a sample chat at start
+(`chat_template.template_problem`).
 """
 
 from __future__ import annotations
@@ -88,14 +92,38 @@ def _chat_template(value: str | None) -> str | None:
     return value
 
 
-def _check_chat_template(engine, template: str | None, option: str | None) -> None:
+def _content_format(value: str) -> str:
+    """--chat-template-content-format: one of vLLM's (auto, string, openai)."""
+    from wse_core.errors import shown
+    from wse_inference.serve.chat_template import CONTENT_FORMATS
+
+    if value not in CONTENT_FORMATS:
+        raise UserInputError(
+            f"--chat-template-content-format must be one of {', '.join(CONTENT_FORMATS)}, "
+            f"got {shown(value)}"
+        )
+    return value
+
+
+def _check_chat_template(engine, template: str | None, option: str | None, form: str) -> None:
     """The template the server will render, rendered on a sample chat at start (hunt 62):
-    one line naming its source when it cannot be (`chat_template.template_problem`)."""
-    from wse_inference.serve.chat_template import template_problem
+    one line naming its source when it cannot be, or renders it without its message (hunt
+    68; `chat_template.template_problem`). A content format given that is not the one
+    detected is said, as vLLM warns of it."""
+    from wse_inference.serve.chat_template import detect_content_format, template_problem
 
     tokenizer = getattr(engine, "tokenizer", None)
-    if tokenizer is not None and (why := template_problem(tokenizer, template, option)):
+    if tokenizer is None:
+        return
+    if why := template_problem(tokenizer, template, option, form):
         fail(why)
+    jinja = template or getattr(tokenizer, "chat_template", None)
+    found = detect_content_format(jinja) if form != "auto" and isinstance(jinja, str) else form
+    if found != form:
+        typer.echo(
+            f"note: --chat-template-content-format {form} differs from the format detected in "
+            f"the chat template ({found!r}); leave the option out to use that one"
+        )
 
 
 def _check_ports(host: str, port: int, grpc_port: int | None) -> None:
@@ -162,21 +190,23 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
     weights = read_weights(model_dir)
     draft_weights = read_weights(spec.draft_dir()) if spec is not None else None
     cfg = read_config(model_dir)  # imports JAX (wse_models)
-    rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))  # pipeline: one per stage
+    # the pipeline holds one slot per stage, at most one stage per layer: `load.pipeline_stages`,
+    # not imported here (it imports the engine: 4 s before the inputs are checked)
+    rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))
     check_host_memory(
         cfg,
         rows=rows,
         max_context=cfg.max_seq_len,
-        what=f"serving {max_slots} slots ({rows} KV-cache rows) of context {cfg.max_seq_len}",
+        what=f"serving {rows} slots ({rows} KV-cache rows) of context {cfg.max_seq_len}",
         # the target's weights, read above, are part of what it needs: not counted twice (the
         # draft's, also read, are not part of it and stay out of what is available)
         held_bytes=sum(a.nbytes for a in weights.values()),
     )
-    from wse_inference.load import load_engine  # JAX: once the inputs are checked
+    from wse_inference.load import load_engine, slot_cap_line  # JAX: once inputs are checked
     from wse_models import sdpa_cpu
 
     sdpa_cpu.compile_early(cfg.hd, "float32", backward=False)  # load_model's dtype; meanwhile
-    return load_engine(
+    engine = load_engine(
         model_dir,
         spec=wafer,
         speculative_config=spec,
@@ -184,6 +214,9 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
         weights=weights,
         draft_weights=draft_weights,
     )
+    if spec is None and (line := slot_cap_line(max_slots, cfg.n_layers)):
+        typer.echo(line)  # hunt 68: 256 asked of a 32-layer model served 32, silently
+    return engine
 
 
 def serve(
@@ -229,6 +262,13 @@ def serve(
     chat_template: str = typer.Option(
         None, "--chat-template", help="Jinja chat template (a file, or the template itself)."
     ),
+    chat_template_content_format: str = typer.Option(
+        "auto",
+        "--chat-template-content-format",
+        callback=_content_format,
+        help="Message content as the template reads it: auto (detected, as vLLM does), "
+        'string, or openai (a list of {"type": "text", "text": ...} parts).',
+    ),
     mock_step_delay_ms: float = number(
         5.0,
         "--mock-step-delay-ms",
@@ -266,7 +306,7 @@ def serve(
         engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)
     else:
         engine = _real_engine(model_dir, spec, max_num_seqs, wafer)
-    _check_chat_template(engine, template, chat_template)
+    _check_chat_template(engine, template, chat_template, chat_template_content_format)
     # the front end (FastAPI, uvicorn, gRPC) is imported once every input has been checked
     from wse_inference.serve.app import ServeConfig
     from wse_inference.serve.app import serve as run_server
@@ -281,6 +321,7 @@ def serve(
         model_names=names,
         warmup=warmup,
         chat_template=template,
+        chat_template_content_format=chat_template_content_format,
     )
     try:
         run_server(engine, config, announce=lambda line: typer.echo(line, err=False))

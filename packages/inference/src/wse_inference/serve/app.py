@@ -53,6 +53,8 @@ class ServeConfig:
     model_names: tuple[str, ...] = ()  # names clients may ask for; default engine.model_name
     warmup: bool = True  # `run` sends one tiny request through the engine before serving
     chat_template: str | None = None  # Jinja; overrides the tokenizer's (vLLM's --chat-template)
+    # vLLM's --chat-template-content-format: "auto", "string" or "openai" (see chat_template)
+    chat_template_content_format: str = "auto"
     limits: RequestLimits = RequestLimits()  # body size, JSON depth, stop strings (both APIs)
 
 
@@ -96,6 +98,7 @@ class Server:
             self.metrics,
             model_names=self.model_names,
             chat_template=config.chat_template,
+            content_format=config.chat_template_content_format,
             limits=config.limits,
         )
         self._sock = socket.create_server((config.host, config.port), backlog=2048)

@@ -1,6 +1,7 @@
 """A chat's prompt: its messages checked, rendered through a chat template within bounds.
 
-`chat_prompt(messages, tokenizer, chat_template, max_context=...)` gives a chat's token ids.
+`chat_prompt(messages, tokenizer, chat_template, content_format=..., max_context=...)` gives a
+chat's token ids (`chat_text`: the text a Jinja or the plain template renders).
 The template: one given to the server (`chat_template=`, vLLM's --chat-template) comes first;
 then a tokenizer with `apply_chat_template` (transformers) is used as is; then one with a
 `chat_template` Jinja string (an HF directory's, see `model_dir`). Jinja templates are
@@ -12,12 +13,20 @@ message, "role: content", followed by "assistant:" (left out without a generatio
 e.g. [system "Be brief.", user "Hi"] becomes "system: Be brief.\\nuser: Hi\\nassistant:".
 Content may be a string or a non-empty list of {"type": "text", "text": ...} parts.
 
-Each message reaches the template as {"role", "content"} (content as one string) and its
-`name` when it has one, so a template that renders names (or `apply_chat_template`) sees it;
-the plain template leaves names out. This server serves no tools, so a history holding tool
-calls (`tool_calls`, `function_call`, `tool_call_id`, a "tool" message) is refused with a 400
-naming the field (hunt 65: they were checked, then dropped from the prompt, and the model
-answered a conversation silently changed).
+Each message reaches the template as {"role", "content"} and its `name` when it has one, so a
+template that renders names (or `apply_chat_template`) sees it; the plain template leaves
+names out. Its content is in the template's content format, vLLM's
+--chat-template-content-format (`CONTENT_FORMATS`): "string", the texts joined with "\\n"
+(as vLLM and TensorRT-LLM join them; hunt 68: "Question:" + "What is 2+2?" ran together), or
+"openai", a list of {"type": "text", "text": ...} parts (a string is one part). "auto" (the
+default) is vLLM's detection (`detect_content_format`): "openai" for a template that loops
+over a message's content, as many HF templates do (hunt 68: they were given a string, looped
+over its characters and rendered every message empty), else "string".
+
+This server serves no tools, so a history holding tool calls (`tool_calls`, `function_call`,
+`tool_call_id`, a "tool" message) is refused with a 400 naming the field (hunt 65: they were
+checked, then dropped from the prompt, and the model answered a conversation silently
+changed).
 
 The template is compiled and rendered within bounds by `wse_inference.serve.template_sandbox`
 (`compile_chat_template`, `render_bounded`: re-exported here).
@@ -25,36 +34,40 @@ The template is compiled and rendered within bounds by `wse_inference.serve.temp
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from wse_inference.engine import Tokenizer
 from wse_inference.serve.admission import InvalidRequestError, encode_prompt, shown_json
 from wse_inference.serve.template_sandbox import compile_chat_template, render_bounded
 
-__all__ = ["CHAT_ROLES", "MAX_NAME_CHARS", "SAMPLE_CHAT", "chat_prompt", "compile_chat_template",
-           "render_bounded", "template_problem"]  # fmt: skip
+__all__ = ["CHAT_ROLES", "CONTENT_FORMATS", "MAX_NAME_CHARS", "SAMPLE_CHAT", "chat_prompt",
+           "chat_text", "compile_chat_template", "detect_content_format", "render_bounded",
+           "template_problem"]  # fmt: skip
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_NAME_CHARS = 64  # a message's `name` (OpenAI documents 64 characters)
 SAMPLE_CHAT = [{"role": "user", "content": "Hi"}]  # what a server's template is tried on
+CONTENT_FORMATS = ("auto", "string", "openai")  # vLLM's --chat-template-content-format
 
 
 def _bad(message: str) -> InvalidRequestError:
     return InvalidRequestError(message, param="messages")
 
 
-def _content_text(content: Any, i: int) -> str:
+def _content_texts(content: Any, i: int) -> list[str]:
+    """The texts of message `i`'s content: a string is one; a list, its text parts'."""
     if content is None or isinstance(content, str):
-        return content or ""
+        return [content or ""]
     if content == []:  # OpenAI refuses an empty array (hunt 65: it was taken as "")
         raise _bad(f"messages[{i}].content is an empty list; give a string or at least one "
                    '{"type": "text", "text": "..."} part.')  # fmt: skip
     if isinstance(content, list):
-        parts = []
+        texts = []
         for j, part in enumerate(content):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind == "text" and isinstance(part.get("text"), str):
-                parts.append(part["text"])
+                texts.append(part["text"])
                 continue
             got = (f"a {shown_json(kind, head=40)} part" if isinstance(kind, str) and kind != "text"
                    else shown_json(part, head=60))  # fmt: skip
@@ -62,7 +75,7 @@ def _content_text(content: Any, i: int) -> str:
                 f"messages[{i}].content[{j}] is {got}; this model takes text only: give "
                 '{"type": "text", "text": "..."} parts or a string.'
             )
-        return "".join(parts)
+        return texts
     raise _bad(f"messages[{i}].content must be a string or a list of text parts.")
 
 
@@ -107,29 +120,11 @@ def _refuse_tool_history(m: dict, i: int) -> None:
             )
 
 
-def _message(m: dict, i: int) -> dict:
-    """What a template sees of message `m`: its role, its content as one string, its name."""
-    msg = {"role": m["role"], "content": _content_text(m.get("content"), i)}
-    if m.get("name") is not None:
-        msg["name"] = m["name"]
-    return msg
-
-
-def chat_prompt(
-    messages: Any,
-    tokenizer: Tokenizer,
-    chat_template: str | None = None,
-    *,
-    max_context: int | None = None,
-    add_generation_prompt: bool = True,
-) -> list[int]:
-    """Token ids of a chat (see the module docstring for the template used); with
-    `max_context`, a text that cannot fit is refused before it is encoded (`encode_prompt`).
-    `add_generation_prompt` False (vLLM's /tokenize) leaves out the opening of the
-    assistant's turn, to count a chat's own tokens."""
+def _checked(messages: Any) -> list[tuple[dict, list[str]]]:
+    """Each message of a chat request, checked, with its content's texts."""
     if not isinstance(messages, list) or not messages:
         raise _bad("messages must be a non-empty list.")
-    msgs = []
+    checked = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
             raise _bad(f"messages[{i}] needs a role among {', '.join(CHAT_ROLES)}.")
@@ -138,33 +133,153 @@ def chat_prompt(
         ):  # as OpenAI and vLLM: only an assistant message with tool calls may omit it
             raise _bad(f"messages[{i}] ({m['role']}) needs a content.")
         _check_message_fields(m, i)
-        msgs.append(_message(m, i))
-    generation = {"add_generation_prompt": add_generation_prompt}
-    if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
-        return list(tokenizer.apply_chat_template(msgs, tokenize=True, **generation))
-    template = chat_template or getattr(tokenizer, "chat_template", None)
-    if isinstance(template, str) and template:
-        import jinja2
+        checked.append((m, _content_texts(m.get("content"), i)))
+    return checked
 
-        variables = getattr(tokenizer, "template_vars", {})
-        try:
-            text = render_bounded(template, messages=msgs, **generation, **variables)
-        except InvalidRequestError:
-            raise
-        except jinja2.TemplateError as e:  # hunt 60: raise_exception's text whole, newlines too
-            why = " ".join(str(e).split())
-            why = why if len(why) <= 200 else f"{why[:200]}... ({len(why):,} characters)"
-            raise _bad(f"The chat template cannot render these messages: {why}") from e
-        except (ArithmeticError, LookupError, TypeError, ValueError, RuntimeError) as e:
-            # the template's own Python error on these messages (10 // 0, '%d' % 'x', a macro
-            # calling itself): a 400 as vLLM answers, not a 500 (hunt 58b)
-            why = " ".join(str(e).split())[:200]
-            raise _bad(
-                f"The chat template cannot render these messages: {type(e).__name__}: {why}"
-            ) from None
-    else:
+
+def _template_messages(checked: list[tuple[dict, list[str]]], content_format: str) -> list[dict]:
+    """What a template sees of each message: its role, its content in `content_format`
+    ("openai": a list of text parts; "string": the texts joined with "\\n", as vLLM joins
+    them), its name."""
+    msgs = []
+    for m, texts in checked:
+        content: Any = "\n".join(texts)
+        if content_format == "openai":
+            content = [{"type": "text", "text": t} for t in texts]
+        msgs.append({"role": m["role"], "content": content})
+        if m.get("name") is not None:
+            msgs[-1]["name"] = m["name"]
+    return msgs
+
+
+def _reads(node: Any, names: set[str], key: str | None = None) -> bool:
+    """Whether Jinja `node` reads a variable among `names` (with `key`: its item or attribute
+    `key`, x['content'] or x.content), through filters, tests and slices (vLLM's
+    `_is_var_or_elems_access`)."""
+    from jinja2 import nodes
+
+    while isinstance(node, (nodes.Filter, nodes.Test)) or (
+        isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice)
+    ):
+        node = node.node
+    if key is not None:
+        item = isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and (
+            node.arg.value == key)  # fmt: skip
+        if not (item or (isinstance(node, nodes.Getattr) and node.attr == key)):
+            return False
+        node = node.node
+    return isinstance(node, nodes.Name) and node.ctx == "load" and node.name in names
+
+
+def _loop_targets(ast: Any, names: set[str], key: str | None = None) -> set[str]:
+    """The names `{% for x in ... %}` binds over what `_reads(names, key)`."""
+    from jinja2 import nodes
+
+    return {loop.target.name for loop in ast.find_all(nodes.For)
+            if isinstance(loop.target, nodes.Name) and _reads(loop.iter, names, key)}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=32)
+def detect_content_format(template: str) -> str:
+    """vLLM's "auto" content format of a Jinja chat template: "openai" when it loops over a
+    message's content (`{% for m in messages %}...{% for c in m['content'] %}`, `messages`
+    also through `{% set %}` aliases and slices), else "string" (a template that does not
+    compile too: its error is said where it is rendered)."""
+    import jinja2
+    from jinja2 import nodes
+
+    try:
+        ast = compile_chat_template(template).environment.parse(template)
+    except jinja2.TemplateError:
+        return "string"
+    messages, grown = {"messages"}, True
+    while grown:  # {% set loop_messages = messages[1:] %}, and aliases of those
+        found = {a.target.name for a in ast.find_all(nodes.Assign)
+                 if isinstance(a.target, nodes.Name) and _reads(a.node, messages)}  # fmt: skip
+        grown = not found <= messages
+        messages |= found
+    looped = _loop_targets(ast, _loop_targets(ast, messages), "content")
+    return "openai" if looped else "string"
+
+
+def _template_text(tokenizer: Tokenizer, chat_template: str | None) -> str | None:
+    """The Jinja template a chat is rendered with: the server's, else the tokenizer's."""
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    return template if isinstance(template, str) and template else None
+
+
+def _resolved(content_format: str, template: str | None) -> str:
+    """`content_format`, "auto" detected from the Jinja `template`; without one, "string"
+    (the plain "role: content" lines print a content as it is)."""
+    if content_format not in CONTENT_FORMATS:
+        raise ValueError(f"content_format must be one of {CONTENT_FORMATS}, got {content_format!r}")
+    if template is None:
+        return "string"
+    return detect_content_format(template) if content_format == "auto" else content_format
+
+
+def chat_text(
+    messages: Any,
+    tokenizer: Tokenizer,
+    chat_template: str | None = None,
+    *,
+    content_format: str = "auto",
+    add_generation_prompt: bool = True,
+) -> str:
+    """The text of a chat: its Jinja template's render (the server's `chat_template`, else the
+    tokenizer's), else the plain "role: content" lines; see the module docstring."""
+    checked = _checked(messages)
+    template = _template_text(tokenizer, chat_template)
+    msgs = _template_messages(checked, _resolved(content_format, template))
+    if template is None:
         text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs)
-        text += "assistant:" if add_generation_prompt else ""
+        return text + ("assistant:" if add_generation_prompt else "")
+    import jinja2
+
+    variables = getattr(tokenizer, "template_vars", {})
+    try:
+        return render_bounded(
+            template, messages=msgs, add_generation_prompt=add_generation_prompt, **variables
+        )
+    except InvalidRequestError:
+        raise
+    except jinja2.TemplateError as e:  # hunt 60: raise_exception's text whole, newlines too
+        why = " ".join(str(e).split())
+        why = why if len(why) <= 200 else f"{why[:200]}... ({len(why):,} characters)"
+        raise _bad(f"The chat template cannot render these messages: {why}") from e
+    except (ArithmeticError, LookupError, TypeError, ValueError, RuntimeError) as e:
+        # the template's own Python error on these messages (10 // 0, '%d' % 'x', a macro
+        # calling itself): a 400 as vLLM answers, not a 500 (hunt 58b)
+        why = " ".join(str(e).split())[:200]
+        raise _bad(
+            f"The chat template cannot render these messages: {type(e).__name__}: {why}"
+        ) from None
+
+
+def chat_prompt(
+    messages: Any,
+    tokenizer: Tokenizer,
+    chat_template: str | None = None,
+    *,
+    content_format: str = "auto",
+    max_context: int | None = None,
+    add_generation_prompt: bool = True,
+) -> list[int]:
+    """Token ids of a chat (see the module docstring for the template used); with
+    `max_context`, a text that cannot fit is refused before it is encoded (`encode_prompt`).
+    `add_generation_prompt` False (vLLM's /tokenize) leaves out the opening of the
+    assistant's turn, to count a chat's own tokens. `content_format`: see CONTENT_FORMATS."""
+    if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
+        checked = _checked(messages)
+        form = _resolved(content_format, _template_text(tokenizer, None))
+        msgs = _template_messages(checked, form)
+        return list(
+            tokenizer.apply_chat_template(
+                msgs, tokenize=True, add_generation_prompt=add_generation_prompt
+            )
+        )
+    text = chat_text(messages, tokenizer, chat_template, content_format=content_format,
+                     add_generation_prompt=add_generation_prompt)  # fmt: skip
     if max_context is None:
         return tokenizer.encode(text)
     return encode_prompt(tokenizer, text, max_context=max_context, param="messages")
@@ -190,25 +305,51 @@ def _template_source(chat_template: str | None, tokenizer: Any) -> str | None:
     return f"the chat template of {str(folder / name)!r}"
 
 
-def template_problem(tokenizer: Any, template: str | None, option: str | None) -> str | None:
+def _text_lost(rendered: str, text: str, content_format: str) -> str:
+    """The line for a template that rendered the sample chat as `text`, without its message:
+    what it rendered, and the other content format to try."""
+    from wse_core.errors import shown
+
+    string, parts = "a string", 'a list of {"type": "text", "text": ...} parts'
+    given, other, reads = (
+        (parts, "string", string) if content_format == "openai" else (string, "openai", parts)
+    )
+    return (
+        f"{rendered} as {shown(text, head=120)}, without the message's text (its content given "
+        f"as {given}): every chat would reach the model without its messages; if the template "
+        f"reads message['content'] as {reads}, give --chat-template-content-format {other}, "
+        "else fix the template"
+    )
+
+
+def template_problem(
+    tokenizer: Any, template: str | None, option: str | None, content_format: str = "auto"
+) -> str | None:
     """Why the template a server will use (`template`, from `option` when given, else the
-    tokenizer's) cannot render SAMPLE_CHAT through `chat_prompt`, in one line naming its
-    source; None when it can or there is no Jinja template. A template that compiles but
+    tokenizer's, in `content_format`) cannot render SAMPLE_CHAT through `chat_prompt`, or
+    renders it without the sample's text, in one line naming its source and what it
+    rendered; None when it can or there is no Jinja template. A template that compiles but
     cannot render (an `{% include %}`, a model folder's missing `{% endfor %}`) made every
-    chat request a 400 that blamed the client (hunt 62)."""
+    chat request a 400 that blamed the client (hunt 62); one that loops over content parts
+    given a string rendered every chat empty, and served it (hunt 68)."""
     source = _template_source(option, tokenizer)
     if source is None:
         return None
     import jinja2
 
     prefix = "The chat template cannot render these messages: "
+    sample = "(one user message, 'Hi')"
     try:
-        chat_prompt(SAMPLE_CHAT, tokenizer, template)
+        chat_prompt(SAMPLE_CHAT, tokenizer, template, content_format=content_format)
+        text = chat_text(SAMPLE_CHAT, tokenizer, template, content_format=content_format)
     except InvalidRequestError as e:
         why = str(e).removeprefix(prefix)
     except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError,
             RuntimeError) as e:  # fmt: skip
         why = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
     else:
-        return None
-    return f"{source} cannot render a sample chat (one user message, 'Hi'): {why}"
+        if SAMPLE_CHAT[0]["content"] in text:
+            return None
+        form = _resolved(content_format, _template_text(tokenizer, template))
+        return _text_lost(f"{source} renders a sample chat {sample}", text, form)
+    return f"{source} cannot render a sample chat {sample}: {why}"

@@ -42,6 +42,17 @@ from wse_inference.serve.scheduler import Scheduler
 __all__ = ["Generation"]
 
 
+def _slots_source(engine: Any) -> str:
+    """Where an engine's decode slots come from, for a refusal: a pipelined engine (one with
+    `stages`) holds one per stage, and has at most one stage per layer, so --max-num-seqs
+    is capped at its model's layers (hunt 68: the 400 blamed a --max-num-seqs of 2 for 1)."""
+    if getattr(engine, "stages", None) is None:
+        return "its --max-num-seqs"
+    layers = getattr(getattr(engine, "config", None), "n_layers", None)
+    cap = f"the model's {layers} layer{'s' * (layers != 1)}" if layers else "its layers"
+    return f"one slot per pipeline stage (--max-num-seqs, capped at {cap})"
+
+
 def _check_fits(scheduler: Scheduler, n: int) -> None:
     """n choices are n requests at once: more than the slots and the queue hold together
     would be a 429 whatever the load, and retrying never helps (hunt 58b), so it is a 400."""
@@ -49,8 +60,9 @@ def _check_fits(scheduler: Scheduler, n: int) -> None:
     if n > slots + queued:
         raise InvalidRequestError(
             f"n = {n} choices run as {n} requests at once; this server holds at most "
-            f"{slots + queued} ({slots} decode slots + {queued} queued: its --max-num-seqs and "
-            f"--max-queued). Ask for n <= {slots + queued}, or send several requests.",
+            f"{slots + queued} ({slots} decode slot{'s' * (slots != 1)} + {queued} queued: "
+            f"{_slots_source(scheduler.engine)}, and its --max-queued). Ask for "
+            f"n <= {slots + queued}, or send several requests.",
             param="n",
         )
 

@@ -290,11 +290,12 @@ def parse_request(
     model_names: Sequence[str],
     max_context: int,
     chat_template: str | None = None,
+    content_format: str = "auto",
     limits: RequestLimits | None = None,
 ) -> ParsedRequest:
     """Validate an OpenAI request body (a parsed JSON value) into prompt ids and sampling;
-    `chat_template` overrides the tokenizer's. Every setting is checked before the prompt is
-    tokenized (`admission.check_sampling`, `admission.encode_prompt`)."""
+    `chat_template` (in `content_format`) overrides the tokenizer's. Every setting is checked
+    before the prompt is tokenized (`admission.check_sampling`, `admission.encode_prompt`)."""
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.", None)
     _refuse_surrogates(body)
@@ -307,8 +308,9 @@ def parse_request(
     check_sampling(sampling, n=n, limits=limits or RequestLimits())
     _check_present(body, "messages" if kind == "chat" else "prompt")
     if kind == "chat":
-        messages = body.get("messages")
-        prompt_ids = chat_prompt(messages, tokenizer, chat_template, max_context=max_context)
+        prompt_ids = chat_prompt(body.get("messages"), tokenizer, chat_template,
+                                 content_format=content_format,
+                                 max_context=max_context)  # fmt: skip
     else:
         prompt_ids = _completion_prompt(body, tokenizer, max_context)
     if not prompt_ids:
@@ -351,6 +353,7 @@ def tokenize_request(
     model_names: Sequence[str],
     chat_template: str | None,
     max_context: int,
+    content_format: str = "auto",
 ) -> dict:
     """vLLM's /tokenize: {count, max_model_len, tokens, token_strs} of {"prompt": text} or of
     {"messages": [...]} through the chat template (the ids a request would run on; with
@@ -370,8 +373,8 @@ def tokenize_request(
     if messages is not None and body.get("prompt") is not None:  # the prompt was dropped
         raise invalid("Give prompt or messages, not both.", "prompt")
     if messages is not None:
-        ids = chat_prompt(messages, tokenizer, chat_template, max_context=max_context,
-                          add_generation_prompt=generation)  # fmt: skip
+        ids = chat_prompt(messages, tokenizer, chat_template, content_format=content_format,
+                          max_context=max_context, add_generation_prompt=generation)  # fmt: skip
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):

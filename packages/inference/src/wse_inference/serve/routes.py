@@ -19,8 +19,9 @@ that disconnects cancels its request: its slot and KV cache are released before 
 engine step. The wire format lives in `wse_inference.serve.openai_request`, one request's
 answer (whole or streamed, n choices) in `wse_inference.serve.openai_response`.
 
-`build_app(scheduler, metrics, model_names=..., chat_template=..., limits=...)` returns the app
-over a started scheduler; `wse_inference.serve.app.Server` runs it under uvicorn.
+`build_app(scheduler, metrics, model_names=..., chat_template=..., content_format=...,
+limits=...)` returns the app over a started scheduler; `wse_inference.serve.app.Server`
+runs it under uvicorn.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def build_app(
     *,
     model_names: Sequence[str],
     chat_template: str | None = None,
+    content_format: str = "auto",
     limits: RequestLimits = RequestLimits(),
 ) -> FastAPI:
     """The FastAPI app over a started scheduler; see the module docstring."""
@@ -74,8 +76,9 @@ def build_app(
     )
     started = int(time.time())
     _add_error_handlers(app)
-    _add_generation_routes(app, scheduler, metrics, model_names, chat_template, limits)
-    _add_tokenizer_routes(app, scheduler.engine, metrics, model_names, chat_template, limits)
+    chat = {"chat_template": chat_template, "content_format": content_format}
+    _add_generation_routes(app, scheduler, metrics, model_names, chat, limits)
+    _add_tokenizer_routes(app, scheduler.engine, metrics, model_names, chat, limits)
     _add_status_routes(app, scheduler, metrics, model_names, started)
     return app
 
@@ -115,17 +118,18 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_generation_routes(
     app: FastAPI, scheduler: Scheduler, metrics: ServeMetrics, model_names: Sequence[str],
-    chat_template: str | None, limits: RequestLimits,
+    chat: dict[str, Any], limits: RequestLimits,
 ) -> None:  # fmt: skip
-    """POST /v1/completions and /v1/chat/completions, whole or streamed."""
+    """POST /v1/completions and /v1/chat/completions, whole or streamed (`chat`: the chat
+    template and its content format)."""
     engine = scheduler.engine
     parse = functools.partial(
         oa.parse_request,
         tokenizer=engine.tokenizer,
         model_names=model_names,
         max_context=engine.max_context,
-        chat_template=chat_template,
         limits=limits,
+        **chat,
     )
 
     async def generate(request: Request, kind: str) -> Response:
@@ -156,7 +160,7 @@ def _add_generation_routes(
 
 def _add_tokenizer_routes(
     app: FastAPI, engine: Engine, metrics: ServeMetrics, model_names: Sequence[str],
-    chat_template: str | None, limits: RequestLimits,
+    chat: dict[str, Any], limits: RequestLimits,
 ) -> None:  # fmt: skip
     """vLLM's utilities: POST /tokenize and /detokenize."""
 
@@ -175,7 +179,7 @@ def _add_tokenizer_routes(
 
     known = {"tokenizer": engine.tokenizer, "model_names": model_names}
     tokenize = functools.partial(
-        oa.tokenize_request, **known, chat_template=chat_template, max_context=engine.max_context
+        oa.tokenize_request, **known, **chat, max_context=engine.max_context
     )
     app.post("/tokenize")(utility(tokenize))
     detokenize = functools.partial(oa.detokenize_request, **known, vocab_size=engine.vocab_size)
