@@ -10,10 +10,17 @@ coordinates, every layer's number and the allocations and regions covering it, e
 critical PE marked, and a legend with units. Sum layers in blocks of several PEs are shown
 per PE (the block's mean) and hovered as block total and per-PE mean.
 
+Of the header the page carries only the fields `load` checks (each record's
+`fields.FIELDS`, meta's `fields.META`), so its size follows the grid's, not what a file
+adds. The JSON is written as script data may hold it: every `<`, `>`, `&`, U+2028 and
+U+2029 as a `\\uXXXX` escape (Django's `json_script`), so no text can end the block.
+
 For tests and links: `?pe=R,C` opens the hover box on PE (R, C) and `?layer=KEY` selects a
-layer. The hover box's rows carry `data-key` and `data-value` (the exact stored number). Script
-errors are written into `<pre id="errors">`; when the first draw is done `<div id="status">`
-says `rendered in N ms` (since navigation start) and `body` gets `data-ready="1"`.
+layer; an unknown layer or a `pe` that is not a PE on the grid is ignored with a one-line
+notice in `<pre id="notes">`. The hover box's rows carry `data-key` and `data-value` (the
+exact stored number). Script errors are written into `<pre id="errors">`; when the first draw
+is done `<div id="status">` says `rendered in N ms` (since navigation start) and `body` gets
+`data-ready="1"`.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from wse_core.trace.fields import FIELDS, META
 
 if TYPE_CHECKING:  # PeTrace.plot / _repr_html_ import this module
     from wse_core.trace.schema import PeTrace
@@ -48,7 +57,7 @@ def page_data(trace: PeTrace) -> dict[str, Any]:
         else:
             layers[key] = {"b64": base64.b64encode(flat.tobytes()).decode("ascii")}
     return {
-        "header": trace.header(),
+        "header": _page_header(trace),
         "layers": layers,
         "dead": trace.dead.tolist(),
         "viridis": _colormap("viridis"),
@@ -56,12 +65,32 @@ def page_data(trace: PeTrace) -> dict[str, Any]:
     }
 
 
+def _page_header(trace: PeTrace) -> dict[str, Any]:
+    """`trace.header()` with each record's and meta's fields that `load` checks, and no other
+    (hunt 68: a 61 kB file's unchecked meta.notes of 60,000,000 characters was carried whole
+    into a 60 MB page, which never shows it)."""
+    head = trace.header()
+    for key, fields in FIELDS.items():
+        head[key] = [{f: r[f] for f in fields if f in r} for r in head[key]]
+    head["meta"] = {k: v for k, v in head["meta"].items() if k in META}
+    return head
+
+
+# JSON as a <script> block's data may hold it: with every "<" escaped no "</script>", "<!--"
+# or "<script" can end the block or put the HTML tokenizer in its "double escaped" state
+# (hunt 68: a name holding "<!--<script>" swallowed the page's script, the page was blank);
+# ">", "&", U+2028 and U+2029 as Django's json_script and Jinja's tojson write them.
+_SCRIPT_SAFE = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
 def page_html(trace: PeTrace) -> str:
     """The whole page as a string (write it with UTF-8)."""
     # allow_nan=False: NaN / Infinity are no JSON, and the page's JSON.parse failed on them,
     # leaving a blank page (hunt 64; `load` refuses them, a trace built in memory may not)
     data = json.dumps(page_data(trace), separators=(",", ":"), allow_nan=False)
-    data = data.replace("</", "<\\/")
+    data = data.translate(_SCRIPT_SAFE)  # inside JSON strings only: JSON's syntax has no <>&
     title = html.escape(f"wse view: {trace.name} on {trace.wafer}")
     return _PAGE.replace("__TITLE__", title).replace("__DATA__", data)
 
@@ -88,18 +117,23 @@ html,body{margin:0;height:100%;font:13px system-ui,sans-serif;background:#111;co
 .row{display:flex;justify-content:space-between}.muted{color:#999}
 #phases div{cursor:pointer;padding:1px 0}#phases div:hover{color:#fff}
 #errors{color:#f66;white-space:pre-wrap;margin:0}
+#notes{color:#e8b04a;white-space:pre-wrap;margin:0 0 6px;font:inherit}
 </style></head>
 <body>
 <div id="top"></div>
 <div id="bar"></div>
 <div id="main"><canvas id="c"></canvas><div id="hover"></div></div>
-<div id="side"><div id="legend"></div><h4>Phases (critical PE)</h4><div id="phases"></div>
+<div id="side"><pre id="notes"></pre><div id="legend"></div>
+<h4>Phases (critical PE)</h4><div id="phases"></div>
 <h4>Allocations</h4><div id="allocs"></div><pre id="errors"></pre><div id="status"></div></div>
 <script id="data" type="application/json">__DATA__</script>
 <script>
 "use strict";
 const errBox = document.getElementById("errors");
 window.addEventListener("error", e => { errBox.textContent += "error: " + e.message + "\n"; });
+// A link parameter the page cannot follow: one line (as text: the URL is anyone's), ignored.
+const note = t => { document.getElementById("notes").textContent += t + "\n"; };
+const cut = t => t.length > 40 ? t.slice(0, 40) + "…" : t;
 const D = JSON.parse(document.getElementById("data").textContent);
 const H = D.header, [R, C] = H.shape, B = H.block, NR = H.rows, NC = H.cols;
 const SPEC = {}; for (const l of H.layers) SPEC[l.key] = l;
@@ -122,7 +156,13 @@ const VIEWS = [
   ["link_N", "link N"], ["link_S", "link S"], ["link_E", "link E"], ["link_W", "link W"],
   ["detour_hops", "defects"], ["regions", "regions"]];
 const params = new URLSearchParams(location.search);
+const KEYS = VIEWS.map(v => v[0]).filter(k => k === "regions" || Object.hasOwn(LAYER, k));
 let layer = params.get("layer") || "busy_cycles";
+if (!KEYS.includes(layer)) {  // hunt 68: ?layer=sram was a TypeError and a blank canvas
+  note(`?layer=${cut(layer)} is not a layer of this page; showing busy_cycles (layers: ` +
+    `${KEYS.join(", ")})`);
+  layer = "busy_cycles";
+}
 const fmt = v => (Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-2)) ?
   v.toExponential(3) : (Number.isInteger(v) ? String(v) : v.toFixed(2));
 const ESC = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"};
@@ -304,11 +344,16 @@ for (const el of document.getElementById("phases").children) el.onclick = () => 
 };
 
 fit(); paint(); draw();
-if (params.get("pe")) {
-  const [r, c] = params.get("pe").split(",").map(Number);
+function openPe(text) {  // ?pe=R,C (hunt 68: ?pe=3 was a TypeError and a blank canvas)
+  const rc = text.split(",").map(v => v.trim() === "" ? NaN : Number(v)), [r, c] = rc;
+  if (rc.length !== 2 || !rc.every(Number.isFinite))
+    return note(`?pe=${cut(text)} is not a PE; give ?pe=ROW,COL (e.g. ?pe=0,0)`);
+  if (r < 0 || c < 0 || r >= NR || c >= NC)
+    return note(`?pe=${cut(text)} is off the ${NR} x ${NC} grid`);
   const i = Math.floor(r / B), j = Math.floor(c / B);
   showCell(i, j, ox + (j + 1) * s, oy + (i + 1) * s);
 }
+if (params.has("pe")) openPe(params.get("pe"));
 document.getElementById("status").textContent = `rendered in ${performance.now().toFixed(0)} ms`;
 document.body.dataset.ready = "1";
 </script></body></html>

@@ -9,7 +9,9 @@ the PNG cannot show: a missing or malformed header field, a header number that i
 infinite or an integer past a float, a lone surrogate in a text, texts over `MAX_TEXT`
 characters, more than `MAX_RECORDS` phases, allocations or regions, a grid side over
 `MAX_PE_SIDE`, a layer missing, of the wrong shape, negative, non-finite or past
-`MAX_VALUE`, rectangles and critical PEs off the grid, dead PEs off the physical wafer.
+`MAX_VALUE`, rectangles and critical PEs off the grid, dead PEs off the physical wafer,
+listed twice, or more of them than the physical wafer has PEs (from `dead`'s array header,
+before it is read).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import numpy as np
 from wse_core.errors import NUMPY_FILE_ERRORS, WseError, numpy_file_problem
 from wse_core.host.readers import load_json, open_npz, require_npz
 from wse_core.hw.description import MAX_PE_SIDE
+from wse_core.trace.fields import FIELDS as _FIELDS
+from wse_core.trace.fields import MAX_RECORDS, MAX_TEXT, TEXT_WORDS, is_str
+from wse_core.trace.fields import META as _META
 from wse_core.trace.schema import (
     _SPEC,
     MAX_CELLS,
@@ -53,6 +58,7 @@ def load(path: str | Path) -> PeTrace:
             _require_memory(path, z)
             _require_cells(path, z)
             head = load_json(bytes(z["header"]), f"{path}'s header")
+            _require_dead_count(path, z, head)
             arrays = {k: np.asarray(z[k]) for k in z.files if k != "header"}
     except WseError:  # a limit refused (memory, header depth): its own line
         raise
@@ -93,18 +99,41 @@ def _require_cells(path: Path, z: Any) -> None:
     read: wse's producers write larger grids in blocks (hunt 64: a 5.8 MB file of 2,800 x
     2,800 layers became a 460 MB page, with 3 GB of memory)."""
     for name in z.zip.namelist():
-        if name in ("header.npy", "dead.npy"):
+        if name in ("header.npy", "dead.npy"):  # dead: `_require_dead_count`
             continue
-        with z.zip.open(name) as f:
-            major, _ = np.lib.format.read_magic(f)
-            read = np.lib.format.read_array_header_1_0 if major == 1 else None
-            shape = (read or np.lib.format.read_array_header_2_0)(f)[0]
+        shape = _array_shape(z, name)
         if math.prod(shape) > MAX_CELLS:
             raise TraceError(
                 f"{path} has {math.prod(shape):,} cells in layer {name.removesuffix('.npy')!r:.60} "
                 f"({' x '.join(map(str, shape))}); a wse trace holds at most {MAX_CELLS:,} "
                 "(its producers write bigger grids in blocks)"
             )
+
+
+def _require_dead_count(path: Path, z: Any, head: Any) -> None:
+    """Refuse more dead PEs than the physical wafer has PEs, from `dead`'s array header before
+    it is read (hunt 68: a 65 kB file listed 4,000,000 dead PEs on an 81-PE wafer; the page
+    was 24 MB and said "4000000 dead PEs"). A malformed header is left to `_trace`."""
+    try:
+        rows, cols = _physical(head["physical_shape"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return
+    if "dead.npy" not in z.zip.namelist():
+        return
+    shape = _array_shape(z, "dead.npy")
+    if len(shape) == 2 and shape[0] > rows * cols:
+        raise TraceError(
+            f"{path} lists {shape[0]:,} dead PEs on a {rows} x {cols} physical wafer "
+            f"({rows * cols:,} PEs); a trace lists each dead PE once"
+        )
+
+
+def _array_shape(z: Any, name: str) -> tuple[int, ...]:
+    """The shape in member `name`'s array header, without reading its data."""
+    with z.zip.open(name) as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else None
+        return (read or np.lib.format.read_array_header_2_0)(f)[0]
 
 
 def _require_memory(path: Path, z: Any) -> None:
@@ -168,15 +197,10 @@ def _shown(v: Any) -> str:
     return f"{len(v):,} characters" if isinstance(v, str) and len(v) > 40 else f"{v!r:.40}"
 
 
-MAX_TEXT = 1000  # characters of a name in a header (a page title, a PNG's caption)
-MAX_RECORDS = 10_000  # phases, allocations, regions (the producers write < 1,000 of each)
-_TEXT_WORDS = f"a text of at most {MAX_TEXT:,} characters"
-
-
 def _text(head: dict[str, Any], key: str) -> str:
     v = head[key]
-    if not _is_str(v):
-        raise ValueError(f"{key} must be {_TEXT_WORDS}, got {_shown(v)}")
+    if not is_str(v):
+        raise ValueError(f"{key} must be {TEXT_WORDS}, got {_shown(v)}")
     return v
 
 
@@ -186,46 +210,6 @@ def _physical(v: Any) -> tuple[int, int]:
     # physical = logical rows + spare rows, each at most MAX_PE_SIDE
     side = 2 * MAX_PE_SIDE
     return _count(v, 0, side, "physical_shape[0]"), _count(v, 1, side, "physical_shape[1]")
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str) and len(v) <= MAX_TEXT
-
-
-def _is_number(v: Any) -> bool:
-    # math: np.isfinite of an int past int64 is a TypeError (hunt 64: cycles of 10**300)
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _is_ints(v: Any, n: int) -> bool:
-    return isinstance(v, list) and len(v) == n and all(type(x) is int for x in v)
-
-
-# What each entry of the header's lists holds, as the page and the PNG read it.
-_FIELDS: dict[str, dict[str, Any]] = {
-    "phases": {
-        "path": _is_str,
-        "cycles": _is_number,
-        "bound": _is_str,
-        "critical_pe": lambda v: v is None or _is_ints(v, 2),
-    },
-    "allocations": {
-        "name": _is_str,
-        "bytes_per_pe": _is_number,
-        "region": lambda v: _is_ints(v, 4),
-    },
-    "regions": {"name": _is_str, "rect": lambda v: _is_ints(v, 4)},
-}
-# hunt 64: clock_hz and critical_cycles were NaN in the page's JSON; a bound of 2,000,000
-# characters took minutes in the PNG's title
-_META = {
-    "clock_hz": _is_number,
-    "predicted_s": _is_number,
-    "critical_cycles": _is_number,
-    "units": _is_str,
-    "critical_phase": _is_str,
-    "bound": _is_str,
-}
 
 
 def _records(head: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -247,7 +231,7 @@ def _meta(head: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("meta must be an object")
     for field, ok in _META.items():
         if field in meta and not ok(meta[field]):
-            want = _TEXT_WORDS if ok is _is_str else "a number"
+            want = TEXT_WORDS if ok is is_str else "a number"
             raise ValueError(f"meta.{field} must be {want}, got {_shown(meta[field])}")
     return meta
 
@@ -282,7 +266,7 @@ def _require_plain(v: Any, where: str) -> None:
 def _checked(t: PeTrace) -> PeTrace:
     """`t` if its arrays fit its grid: every layer of LAYERS, of `t.shape`, finite, >= 0
     (sums of bytes, cycles and wavelets) and at most MAX_VALUE, its rectangles and critical
-    PEs on the grid, the dead PEs on the physical wafer."""
+    PEs on the grid, the dead PEs on the physical wafer, each once."""
     if not t.layers:
         raise ValueError("it has no layers")
     if missing := [k for k in _SPEC if k not in t.layers]:  # the PNG drew them: a KeyError
@@ -300,12 +284,25 @@ def _checked(t: PeTrace) -> PeTrace:
                 f"{MAX_VALUE:.3g} (the page draws float32)"
             )
     _require_on_grid(t)
+    _require_dead_once(t)
+    return t
+
+
+def _require_dead_once(t: PeTrace) -> None:
+    """The dead PEs on the physical wafer, each listed once: the page counts and draws the
+    list as it is (hunt 68: one PE listed 4,000,000 times)."""
     rows, cols = t.physical_shape
     if len(t.dead) and not (
         (t.dead >= 0).all() and (t.dead[:, 0] < rows).all() and (t.dead[:, 1] < cols).all()
     ):
         raise ValueError(f"dead PEs lie outside the {rows} x {cols} wafer")
-    return t
+    flat, counts = np.unique(t.dead[:, 0] * cols + t.dead[:, 1], return_counts=True)
+    if len(flat) < len(t.dead):
+        n = int(counts.argmax())
+        raise ValueError(
+            f"dead PE ({flat[n] // cols}, {flat[n] % cols}) is listed {counts[n]:,} times; "
+            "a trace lists each dead PE once"
+        )
 
 
 def _require_on_grid(t: PeTrace) -> None:
