@@ -113,8 +113,10 @@ def layer_phases(model: Any, pl: StepPlacement, *, backward: bool = False) -> Ph
     return serial(*parts, name="layer_backward" if backward else "layer_forward")
 
 
-def head_phases(model: Any, pl: StepPlacement) -> Phases:
-    """The final norm, logits, softmax cross-entropy and their gradients."""
+def head_phases(model: Any, pl: StepPlacement, part: str = "whole") -> Phases:
+    """The final norm, logits, softmax cross-entropy and their gradients; `part` "forward"
+    (logits and loss), "backward" (the logits' two gradient products) or "whole" (both, back
+    to back: the step prices the head as one unit its weights stream under)."""
     p, e, t, v, d = pl.spec.num_pes, pl.num.acc_dtype, pl.tokens, model.vocab_size, model.d_model
     logits = t * v / p
     softmax = Work(
@@ -126,13 +128,10 @@ def head_phases(model: Any, pl: StepPlacement) -> Phases:
             Op("fmac", e, t * d / p, count=2),  # final norm
         )
     )
-    return serial(
-        Phase("logits", gemm_work(pl, d, v)),
-        Phase("softmax_loss", softmax),
-        Phase("logits_dx", gemm_work(pl, v, d)),
-        Phase("logits_dw", gemm_work(pl, d, v)),
-        name="head",
-    )
+    forward = [Phase("logits", gemm_work(pl, d, v)), Phase("softmax_loss", softmax)]
+    backward = [Phase("logits_dx", gemm_work(pl, v, d)), Phase("logits_dw", gemm_work(pl, d, v))]
+    parts = {"forward": forward, "backward": backward, "whole": forward + backward}[part]
+    return serial(*parts, name="head" if part == "whole" else f"head_{part}")
 
 
 def embed_work(model: Any, pl: StepPlacement, *, backward: bool) -> Work:

@@ -8,6 +8,11 @@ use, the time to stream them (bytes at min(MemoryX, SwarmX) plus the SwarmX tree
 `wse_systems.training.stream_cost`), the forward and backward compute they overlap with, and the
 time to write the unit's gradient back to MemoryX. A unit stalls the wafer when its stream (in,
 or in the backward the slower of in and out) takes longer than the compute it hides under.
+The head's forward (logits, loss) and backward (their gradients) run back to back while its
+weights stream in once and its gradient out (`performance.predict_step` overlaps both with
+the whole head): its row shows each part in its column (hunt 68: the whole head was printed
+under both, and the table's rows summed past the step) and stalls when either stream is
+longer than the two together (`StreamRow.together`).
 Nothing here is fitted: the rows are `PerfModel` prices of the step's own phases.
 """
 
@@ -35,19 +40,24 @@ class StreamRow:
     forward_s: float  # the compute its stream hides under in the forward
     backward_s: float  # ... in the backward
     write_back_s: float  # its gradient to MemoryX
+    together: bool = False  # both streams hide under forward + backward (the head)
 
     @property
     def no_stall(self) -> bool:
         back = max(self.stream_in_s, self.write_back_s)
+        if self.together:
+            return back <= self.forward_s + self.backward_s
         return self.stream_in_s <= self.forward_s and back <= self.backward_s
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "no_stall": self.no_stall}
 
 
-def _row(pm: PerfModel, unit: str, n: int, nbytes: float, st_in, fwd, bwd, out) -> StreamRow:
+def _row(
+    pm: PerfModel, unit: str, n: int, nbytes: float, st_in, fwd, bwd, out, together=False
+) -> StreamRow:
     s = pm.seconds
-    return StreamRow(unit, n, nbytes, s(st_in), s(fwd), s(bwd), s(out))
+    return StreamRow(unit, n, nbytes, s(st_in), s(fwd), s(bwd), s(out), together)
 
 
 def stream_budget(
@@ -68,9 +78,9 @@ def stream_budget(
              Phase("e", embed_work(model, pl, backward=True)), st.gradients_out(embed)),
     ]  # fmt: skip
     rows += _layer_rows(model, pl, pm, st)
-    hp = head_phases(model, pl)
-    rows.append(_row(pm, "head", 1, head_in * size, st.weights_in(head_in), hp, hp,
-                     st.gradients_out(head)))  # fmt: skip
+    fwd, bwd = head_phases(model, pl, "forward"), head_phases(model, pl, "backward")
+    rows.append(_row(pm, "head", 1, head_in * size, st.weights_in(head_in), fwd, bwd,
+                     st.gradients_out(head), together=True))  # fmt: skip
     return rows
 
 
