@@ -30,7 +30,7 @@ from typing import Any
 import typer
 
 from wse_cli.commands.plan_print import Assumed, count, duration, emit, plot
-from wse_cli.errors import WseGroup
+from wse_cli.errors import WseGroup, fail
 from wse_cli.options import GPUS, number
 from wse_cli.outputs import png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
@@ -117,12 +117,17 @@ def _rates(gpu_h, sys_h, eng_h, hours, kwh) -> dict[str, Any]:
     }
 
 
-def _assumed(items: list[str], wafer: str | None, spec_file: Path | None):
+def _assumed(items: list[str], wafer: str | None, spec_file: Path | None, serving: bool = True):
     """(the checked assumptions, the wafer priced under them): `wse experiments run
-    --assume`'s parser and `resolve_spec`'s last step (`applied`), refused the same way."""
+    --assume`'s parser and `resolve_spec`'s last step (`applied`), refused the same way;
+    `gpu.kernel_s` only where the GPU serving step is priced (`serving`; hunt 68)."""
     from wse_core.cost.assumptions import applied, parse_assumptions
+    from wse_systems.serving.gpu_step import KERNEL_KEY  # registers it with the parser
 
     changes = parse_assumptions(items)
+    if not serving and KERNEL_KEY in changes:
+        fail(f"--assume {KERNEL_KEY} is the GPU serving step's kernel cost (wse plan infer); "
+             "wse plan train prices its GPUs at --mfu, with no kernel floor")  # fmt: skip
     return changes, applied(wafer_spec(wafer, spec_file, "wse3"), changes)
 
 
@@ -207,7 +212,7 @@ def train(
 
     from wse_cli.model_choice import resolve_model
 
-    changes, spec = _assumed(assume, wafer, spec_file)
+    changes, spec = _assumed(assume, wafer, spec_file, serving=False)
     with assumed(**changes):
         plan = plan_train(
             resolve_model(model), tokens=tokens, spec=spec, systems=systems,

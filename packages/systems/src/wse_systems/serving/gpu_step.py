@@ -22,6 +22,12 @@ prompt token attends to P / 2 earlier tokens on average; the chunks' reads of th
 prompt's earlier KV, under P / 2 tokens a step, are left out.) A decode token is `step` with
 c = 0, a prompt alone is `step` with B = 0.
 
+The kernel cost is an assumption: `--assume gpu.kernel_s=S` (`KERNEL_KEY`, registered with
+`wse_core.cost.assumptions` here) moves every GPU figure of the command. `kernel_s_in_force()`
+reads it; a `GpuFractions` built without a `kernel_s` takes it, as do `floor_s`, `floor_note`
+and `step` without one. The fitted fractions stay as fitted at `KERNEL_S` (experiment
+`trtllm-h100` shows the fit at each value of the sweep).
+
 Memory: w_x n_params weight bytes plus B x `held_tokens` of KV cache (k_x bytes a value; the
 draft's too) within `USABLE_MEMORY` of each GPU's HBM (`max_batch`); `min_gpus` is the closed
 form of the fewest GPUs that hold the model and one user.
@@ -35,6 +41,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+from wse_core.cost.assumptions import register_system_constant, system_constant
 from wse_core.cost.mechanisms import Constant
 
 from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec, ring_allreduce_s
@@ -55,6 +62,8 @@ __all__ = [
     "KERNELS_PER_STEP",
     "KERNEL_S",
     "KERNEL",
+    "KERNEL_KEY",
+    "kernel_s_in_force",
     "GpuPrecision",
     "PRECISIONS",
     "gpu_precision",
@@ -101,6 +110,15 @@ KERNEL = Constant(
     sweep=(0.5e-6, 1.0e-6, 2.0e-6, 5.0e-6),
     limits=(0.0, 1e-3),
 )
+# `--assume gpu.kernel_s=S`: the GPU's constant named as `calibration.FIELD` names the
+# calibration's wafer's (hunt 68: the kernel cost, assumed and swept, was no --assume key)
+KERNEL_KEY = "gpu.kernel_s"
+register_system_constant(KERNEL_KEY, KERNEL, value=KERNEL_S)
+
+
+def kernel_s_in_force() -> float:
+    """`KERNEL_S`, or the value `--assume gpu.kernel_s=S` gives (the active `assume` block)."""
+    return system_constant(KERNEL_KEY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,14 +164,25 @@ class GpuLayout:
         return self.tp * self.pp
 
 
-class GpuFractions(NamedTuple):
+class _Fractions(NamedTuple):
+    hbm_fraction: float
+    mfu: float
+    kernel_s: float
+
+
+class GpuFractions(_Fractions):
     """What a step reaches of a GPU's datasheet: the shares of its peaks, of its HBM
     bandwidth (the reads) and of its dense tensor flops (MFU, the products; `FITTED_*` are
-    the fitted values), and each kernel's fixed cost beyond them (`kernel_s`, `KERNEL`)."""
+    the fitted values), and each kernel's fixed cost beyond them (`kernel_s`, `KERNEL`;
+    left out: the value in force when built, `kernel_s_in_force()`)."""
 
-    hbm_fraction: float = 0.8
-    mfu: float = 0.4
-    kernel_s: float = KERNEL_S
+    __slots__ = ()
+
+    def __new__(
+        cls, hbm_fraction: float = 0.8, mfu: float = 0.4, kernel_s: float | None = None
+    ) -> GpuFractions:
+        kernel_s = kernel_s_in_force() if kernel_s is None else kernel_s
+        return super().__new__(cls, hbm_fraction, mfu, kernel_s)
 
 
 class StepBatch(NamedTuple):
@@ -269,34 +298,41 @@ def memory_error(
     )
 
 
-def floor_s(model: DecoderShape, kernel_s: float = KERNEL_S) -> float:
+def floor_s(model: DecoderShape, kernel_s: float | None = None) -> float:
     """The fixed cost of one forward pass of `model`, seconds: (K L + K0) kernels at
-    `kernel_s` each (module docstring), whatever the batch."""
+    `kernel_s` each (default: in force) (module docstring), whatever the batch."""
+    kernel_s = kernel_s_in_force() if kernel_s is None else kernel_s
     return (KERNELS_PER_LAYER * model.n_layers + KERNELS_PER_STEP) * kernel_s
 
 
-def floor_note(model: DecoderShape, kernel_s: float = KERNEL_S) -> str:
-    """The floor in words beside the predictions it moves, with the assumed range."""
+def floor_note(model: DecoderShape, kernel_s: float | None = None) -> str:
+    """The floor in words beside the predictions it moves, with the assumed range and the
+    key that moves it (`kernel_s` default: in force)."""
+    kernel_s = kernel_s_in_force() if kernel_s is None else kernel_s
     lo, hi = min(KERNEL.sweep), max(KERNEL.sweep)
     kernels = KERNELS_PER_LAYER * model.n_layers + KERNELS_PER_STEP
+    moved = "" if kernel_s == KERNEL_S else (
+        f"; the fitted MFU and HBM share are fitted at {KERNEL_S * 1e6:g} us: experiment "
+        "trtllm-h100 shows the fit at each value"
+    )  # fmt: skip
     return (
         f"GPU step floor {floor_s(model, kernel_s) * 1e6:.4g} us a forward pass of "
         f"{getattr(model, 'name', None) or 'the model'}: {KERNELS_PER_LAYER} kernels x "
         f"{model.n_layers} layers + {KERNELS_PER_STEP} = {kernels} kernels at kernel_s = "
-        f"{kernel_s * 1e6:g} us (assumed, in {lo * 1e6:g}..{hi * 1e6:g} us: "
-        f"wse_systems.serving.gpu_step.KERNEL)"
+        f"{kernel_s * 1e6:g} us (assumed, in {lo * 1e6:g}..{hi * 1e6:g} us: --assume "
+        f"{KERNEL_KEY}=S, wse_systems.serving.gpu_step.KERNEL{moved})"
     )
 
 
 def step(
     model: DecoderShape, gpu: GpuSpec, layout: GpuLayout, batch: StepBatch, *,
-    precision: str | GpuPrecision = "bf16", fractions: GpuFractions = GpuFractions(),
+    precision: str | GpuPrecision = "bf16", fractions: GpuFractions | None = None,
 ) -> GpuStep:  # fmt: skip
     """One forward pass of `batch` (module docstring) at `fractions` of the GPU's peaks and
-    its kernels' fixed cost: the one pricer of a decode token, a verification, a prompt chunk and
-    any mix of them."""
+    its kernels' fixed cost (default: `GpuFractions()` when called): the one pricer of a
+    decode token, a verification, a prompt chunk and any mix of them."""
     users, tokens_per_user, kv_tokens, prefill_tokens, prompt_tokens = batch
-    hbm_fraction, mfu, kernel_s = fractions
+    hbm_fraction, mfu, kernel_s = GpuFractions() if fractions is None else fractions
     prec = gpu_precision(precision)
     tp, pp, layers = layout.tp, layout.pp, model.n_layers
     n, v, hq = matmul_params(model), kv_values_per_token(model), attn_dim(model)

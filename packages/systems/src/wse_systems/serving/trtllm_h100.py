@@ -14,8 +14,9 @@ absent here. `SHAPES` are the three models' published shapes (Meta's model cards
 (input length <= output length, shared/REFERENCES.md); every other row is a check.
 `predict(row, mfu=, hbm_fraction=, kernel_s=)` is `wse_systems.serving.gpus`' output tokens/s
 for the row's layout at the most users it holds, in fp8; `fit()` the two fractions minimising
-the squared log ratios over the fitted rows at the assumed kernel cost
-`wse_systems.serving.gpu_step.KERNEL_S` (what `wse_systems.serving.gpu_step.FITTED_*` hold);
+the squared log ratios over the fitted rows at the assumed kernel cost (`kernel_s` left out:
+the one in force, `wse_systems.serving.gpu_step.kernel_s_in_force()`: `KERNEL_S`, what
+`wse_systems.serving.gpu_step.FITTED_*` hold, unless `--assume gpu.kernel_s` moves it);
 `fit_over_floor()` that fit at each value of the kernel cost's sweep, with the checks' rms
 (the rows do not identify the kernel cost: the rms falls as it grows until the HBM share
 reaches 1).
@@ -29,7 +30,7 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from wse_systems.serving.gpu_step import KERNEL, KERNEL_S
+from wse_systems.serving.gpu_step import KERNEL, kernel_s_in_force
 from wse_systems.transformer import LLAMA31_8B, DecoderCounts
 
 __all__ = ["SOURCE", "TrtllmRow", "SHAPES", "ROWS", "fitted", "predict", "fit", "fit_over_floor"]
@@ -119,10 +120,11 @@ def fitted(row: TrtllmRow) -> bool:
 
 
 def predict(
-    row: TrtllmRow, *, mfu: float, hbm_fraction: float, kernel_s: float = KERNEL_S
+    row: TrtllmRow, *, mfu: float, hbm_fraction: float, kernel_s: float | None = None
 ) -> float:
     """The GPU serving model's output tokens/s for `row`: its tp x pp layout as one replica in
-    fp8, at the most users it holds (the benchmark's "maximum load"), `kernel_s` a kernel."""
+    fp8, at the most users it holds (the benchmark's "maximum load"), `kernel_s` a kernel
+    (default: in force)."""
     from wse_systems.gpu import H100
     from wse_systems.serving.frontier import Workload
     from wse_systems.serving.gpu_step import GpuFractions, GpuLayout
@@ -136,7 +138,7 @@ def predict(
     return serve.layout_point(layout, serve.layouts[layout]).aggregate_tokens_per_s
 
 
-def _loss(x, rows, kernel_s: float = KERNEL_S) -> float:
+def _loss(x, rows, kernel_s: float | None = None) -> float:
     mfu, hbm = (float(v) for v in x)
     if not (0.01 <= mfu <= 1 and 0.01 <= hbm <= 1):
         return math.inf
@@ -145,12 +147,13 @@ def _loss(x, rows, kernel_s: float = KERNEL_S) -> float:
     return sum(v * v for v in logs)
 
 
-def fit(kernel_s: float = KERNEL_S) -> tuple[float, float, float]:
+def fit(kernel_s: float | None = None) -> tuple[float, float, float]:
     """(mfu, hbm_fraction, rms of log(model / published)) minimising the squared log ratios
-    over the rows `fitted` admits at `kernel_s` a kernel: a 0.05 grid over (0, 1]^2, then
-    Nelder-Mead from its best."""
+    over the rows `fitted` admits at `kernel_s` a kernel (default: in force): a 0.05 grid
+    over (0, 1]^2, then Nelder-Mead from its best."""
     from scipy.optimize import minimize
 
+    kernel_s = kernel_s_in_force() if kernel_s is None else kernel_s
     rows = [r for r in ROWS if fitted(r)]
     grid = [0.05 * i for i in range(1, 21)]
     start = min(((m, h) for m in grid for h in grid), key=lambda x: _loss(x, rows, kernel_s))

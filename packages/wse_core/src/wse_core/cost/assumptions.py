@@ -15,7 +15,12 @@ WSE-3):
 - a fitted constant (`dsd_issue_cycles`, ...): held at the value on every wafer and left
   out of the fit;
 - a calibration setting (`setting(key)`: the Table II Z block, ...): the calibration and
-  the kernels that read it; the calibration is refitted under it.
+  the kernels that read it; the calibration is refitted under it;
+- a constant of a system the wafers are compared with (`gpu.kernel_s`, the GPU step's
+  kernel cost): that system's figures only, never a wafer or the calibration. The package
+  that models the system registers it (`register_system_constant`; wse_core imports no
+  package above it) and reads it with `system_constant(key)`; until it is imported the key
+  is unknown.
 
 Spec fields are changed once, at the edge: `resolve_spec(...)` turns a preset name or a spec
 file, `--set` and `--assume` into one `WaferSpec` (the CLI's commands and Python callers),
@@ -35,7 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CALIBRATION_KEYS, CONSTANTS
+from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CALIBRATION_KEYS, CONSTANTS, Constant
 from wse_core.errors import SpecError, ascii_only, shown, suggest
 from wse_core.hw.presets import refuse_past_the_grid
 from wse_core.hw.spec import WaferSpec, load_spec, preset
@@ -54,6 +59,9 @@ __all__ = [
     "for_calibration",
     "refuse_refit_past_limits",
     "constant_key",
+    "constant_of",
+    "register_system_constant",
+    "system_constant",
     "setting",
     "value_of",
     "key_values",
@@ -68,6 +76,10 @@ ASSUMED_FIELDS = {key: c.line() for key, c in CONSTANTS.items()}
 # being priced (the rows are measurements on a WSE-2: an assumption about the wafer being
 # predicted must not move them)
 CALIBRATION_PREFIX = "calibration."
+# `gpu.kernel_s`: constants of the systems the wafers are compared with, `SYSTEM.FIELD` as
+# `calibration.FIELD` names the calibration's wafers' (module docstring): key -> (its
+# Constant, the value priced where no --assume gives one)
+_SYSTEM_CONSTANTS: dict[str, tuple[Constant, float]] = {}
 
 _ACTIVE: contextvars.ContextVar[Mapping[str, float] | None] = contextvars.ContextVar(
     "wse_assumptions", default=None
@@ -75,7 +87,29 @@ _ACTIVE: contextvars.ContextVar[Mapping[str, float] | None] = contextvars.Contex
 
 
 def _fitted(key: str) -> bool:
-    return CONSTANTS[key].basis == "fitted"
+    return key in CONSTANTS and CONSTANTS[key].basis == "fitted"
+
+
+def register_system_constant(key: str, constant: Constant, *, value: float) -> None:
+    """Make `key` (`SYSTEM.FIELD`: `gpu.kernel_s`) an assumption `--assume` takes, within
+    `constant.limits`, priced at `value` where none is given (`system_constant`)."""
+    system, dot, field = key.partition(".")
+    if not (dot and system and field) or key.startswith(CALIBRATION_PREFIX):
+        raise ValueError(f"a system constant's key is SYSTEM.FIELD, not calibration.*: {key!r}")
+    _SYSTEM_CONSTANTS[key] = (constant, float(value))
+
+
+def system_constant(key: str) -> float:
+    """The registered system constant `key` under the active assumptions."""
+    return float(active().get(key, _SYSTEM_CONSTANTS[key][1]))
+
+
+def constant_of(key: str) -> Constant:
+    """The `Constant` an assumption's key prices (its units, limits and sweep); a SpecError
+    for an unknown key (`constant_key`)."""
+    if key in _SYSTEM_CONSTANTS:
+        return _SYSTEM_CONSTANTS[key][0]
+    return CONSTANTS[constant_key(key)]
 
 
 def constant_key(key: str) -> str:
@@ -84,11 +118,12 @@ def constant_key(key: str) -> str:
     is already the calibration's (a fitted constant, a setting)."""
     base = key.removeprefix(CALIBRATION_PREFIX)
     if base not in ASSUMED_FIELDS:
-        known = [*ASSUMED_FIELDS, *(CALIBRATION_PREFIX + k for k in ASSUMED_FIELDS)]
+        systems = list(_SYSTEM_CONSTANTS)
+        known = [*ASSUMED_FIELDS, *systems, *(CALIBRATION_PREFIX + k for k in ASSUMED_FIELDS)]
         raise SpecError(
             f"unknown assumption {shown(key)}{suggest(key, known)}; known: "
-            f"{', '.join(ASSUMED_FIELDS)}, and {CALIBRATION_PREFIX}FIELD for a wafer field of "
-            "the calibration's WSE-2"
+            f"{', '.join([*ASSUMED_FIELDS, *systems])}, and {CALIBRATION_PREFIX}FIELD for a "
+            "wafer field of the calibration's WSE-2"
         )
     if base != key and (base in CALIBRATION_KEYS or _fitted(base)):
         what = "a setting of the calibration" if base in CALIBRATION_KEYS else (
@@ -102,7 +137,7 @@ def constant_key(key: str) -> str:
 def _check(values: Mapping[str, Any]) -> dict[str, float]:
     out = {}
     for key, value in values.items():
-        c = CONSTANTS[constant_key(key)]
+        c = constant_of(key)
         try:
             out[key] = float(ascii_only(value))  # hunt 61: '４' was read as 4
         except (TypeError, ValueError, OverflowError):
@@ -137,9 +172,10 @@ def active() -> Mapping[str, float]:
 def applied(spec: WaferSpec, values: Mapping[str, float]) -> WaferSpec:
     """`spec`, a wafer being priced, with the spec fields among the assumptions `values`
     replaced (the calibration settings among them are not spec fields: `setting` reads them;
-    `calibration.KEY` is the calibration's wafers': `calibration_spec`)."""
-    changes = {k: v for k, v in _check(values).items()
-               if k not in CALIBRATION_KEYS and not k.startswith(CALIBRATION_PREFIX)}  # fmt: skip
+    `calibration.KEY` is the calibration's wafers': `calibration_spec`; a system constant,
+    `gpu.kernel_s`, another system's: `system_constant`)."""
+    changes = {k: v for k, v in _check(values).items() if k not in CALIBRATION_KEYS
+               and k not in _SYSTEM_CONSTANTS and not k.startswith(CALIBRATION_PREFIX)}  # fmt: skip
     return spec.replace(**changes) if changes else spec
 
 

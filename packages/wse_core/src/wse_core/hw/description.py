@@ -113,6 +113,10 @@ class WaferSpec:
             if declared.type == "float" and isinstance(value, int) and abs(value) >= 10**308:
                 # hunt 63: math.isfinite of a 401-digit integer was an OverflowError traceback
                 raise SpecError(f"{declared.name} must be a finite number, got {_typed(value)}")
+            if declared.type == "float" and value == 0 and math.copysign(1.0, value) < 0:
+                # hunt 68: `defect_rate: -0.0` (a file, --set) passed [0, 1) and printed as
+                # "rate -0"; zero has one sign in a spec, so every printer shows 0
+                object.__setattr__(self, declared.name, 0.0)
         for field, low, high in (
             ("pe_rows", 1, MAX_PE_SIDE),
             ("pe_cols", 1, MAX_PE_SIDE),

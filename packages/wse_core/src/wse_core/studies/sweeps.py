@@ -9,9 +9,9 @@ priced, not the calibration; `calibration.clock_hz`, a setting or a fitted const
 it, and the table shows how its constants moved and any row it could not meet (hunt 66:
 a WSE-3 clock sweep refitted the WSE-2 rows, and only a long column of the measurement table
 said so). `values=None` takes the constant's plausible range
-(`wse_core.cost.mechanisms.CONSTANTS[key].sweep`). `Sweep.markdown()` / `write(folder)` give the
-table `wse experiments run NAME --sweep KEY=a,b,c` prints and saves as
-`sweep_<key>.md` / `.csv` (the .csv: the predictions).
+(`wse_core.cost.assumptions.constant_of(key).sweep`: a wafer's or another system's).
+`Sweep.markdown()` / `write(folder)` give the table `wse experiments run NAME --sweep
+KEY=a,b,c` prints and saves as `sweep_<key>.md` / `.csv` (the .csv: the predictions).
 """
 
 from __future__ import annotations
@@ -141,10 +141,9 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
     if not key:
         raise SpecError(f"--sweep takes KEY=a,b,c or KEY, got {shown(item)}")
     if not sep:
-        from wse_core.cost.assumptions import constant_key
-        from wse_core.cost.mechanisms import CONSTANTS
+        from wse_core.cost.assumptions import constant_of
 
-        low = CONSTANTS[constant_key(key)].limits[0]  # the key must be a known assumption
+        low = constant_of(key).limits[0]  # the key must be a known assumption
         parse_assumptions([f"{key}={low!r}"])
         return key, None
     parts = [v.strip() for v in rest.split(",")]
@@ -163,10 +162,9 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
 
 def sweep_values(key: str, values: Sequence[float] | None) -> tuple[float, ...]:
     """The values a sweep of `key` runs: `values`, or the constant's plausible range."""
-    from wse_core.cost.assumptions import constant_key
-    from wse_core.cost.mechanisms import CONSTANTS
+    from wse_core.cost.assumptions import constant_of
 
-    out = tuple(CONSTANTS[constant_key(key)].sweep if values is None else values)
+    out = tuple(constant_of(key).sweep if values is None else values)
     if not out:
         raise SpecError(f"{key} has no plausible range to sweep: give KEY=a,b,c")
     return out
