@@ -191,7 +191,7 @@ def _summary(console, run, png, trace) -> None:
     _line(
         console,
         f"predicted on {r.wafer}: {r.predicted_s * 1e6:.3f} µs for the same run "
-        f"({r.predicted_s / max(x['steps'], 1) * 1e6:.3f} µs per step, {r.bound}-bound, "
+        f"({x['predicted_s_per_step'] * 1e6:.3f} µs per step, {r.bound}-bound, "
         f"{x['cg_iterations_per_step']:.1f} CG iterations per step)",
     )
     for p in run.written[-2:]:

@@ -12,7 +12,8 @@ fields are read as fp32 whatever their stored dtype, and a rayleigh-benard step'
 full temperature (one without `case` is refused: its T could be either).
 `on_progress(step, nusselt, kinetic_energy)` is called after each chunk. `CfdRun.report` is
 the `wse_core.RunReport` of the whole run: each step priced from its program
-(`wse_hpc.fields.perf`) with the measured mean CG iterations.
+(`wse_hpc.fields.perf`) with the measured mean CG iterations, times the steps run (0 s for
+none, as `wse_hpc.stencil` has it); `extra["predicted_s_per_step"]` is one step's price.
 """
 
 from __future__ import annotations
@@ -254,12 +255,20 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
     ):
         written += _write(cfg, grid, state, step0 + done, t0 + done * flow.dt)
     mean_its = total_its / max(done, 1)
-    phases = program_phases(grid, fns.step_fn, state, repeats={"cg_iteration": mean_its})
+    step_phases = program_phases(grid, fns.step_fn, state, repeats={"cg_iteration": mean_its})
+    # the run is its steps and nothing else priced: building the case and writing step files
+    # are host work, as for every step count (hunt 68: zero steps were priced as one step,
+    # 3.686 µs "for the same run" where `wse hpc stencil --steps 0` said 0)
+    phases = serial(step_phases, name="run", repeat=done)
     report = RunReport.build(
-        f"cfd-{cfg.case}", grid.wafer.spec, serial(phases, name="run", repeat=max(done, 1)),
+        f"cfd-{cfg.case}", grid.wafer.spec, phases,
         measured_wall_s=wall, sram=grid.wafer.sram.summary(), units="timesteps",
         assumptions=assumptions(grid),  # hunt 67: the halo and detour lines, as swe has them
-        extra={"case": cfg.case, "grid": list(cfg.grid), "steps": done, "dt": flow.dt,
+        extra=lambda t: {
+               "case": cfg.case, "grid": list(cfg.grid), "steps": done, "dt": flow.dt,
+               # one step's price (a node's seconds are per repeat of its parent), also
+               # with no step run, when the run's own is 0 s
+               "predicted_s_per_step": t.leaf(step_phases.name).seconds,
                "cg_iterations_per_step": mean_its,
                "restarted_from_step": step0 if last else None,
                "restarted_from": str(last) if last else None,

@@ -5,7 +5,8 @@
 `concurrency` in flight, on one asyncio loop with httpx, and returns a JSON-ready summary:
 
 - request_throughput_per_s: completed requests / wall time of the whole run;
-- output_tokens_per_s: completion tokens (from `usage`) / wall time;
+- output_tokens_per_s: completion tokens / wall time: `usage.completion_tokens` (as vLLM's
+  benchmark_serving counts them), else the chunks that carried text;
 - ttft_s: arrival of the first non-empty text chunk after sending, per request;
 - tpot_s: (end - first token) / (completion tokens - 1), per request with >= 2 tokens;
 - e2e_s: send to `data: [DONE]`;
@@ -18,6 +19,10 @@ model, or a chunk that was a list or had text 5, crashed the client with a trace
 /v1/models without a model id is `ServerReplyError`; a chunk that is not OpenAI's shape, an
 `error` event, a stream that ends without `data: [DONE]` or that has not ended `timeout_s`
 after it was sent (one that never ends held the client forever) fails that request, with why.
+So does a usage count no honest server sends (hunt 68: 10^400 tokens crashed the summary with
+an OverflowError, 10^9 was reported as 154 billion tokens/s): an integer longer than any
+count, a count past the `max_tokens` the bench asked for, or one below the chunks that carried
+text (each is at least one token). `errors` lists each distinct reason once (at most five).
 """
 
 from __future__ import annotations
@@ -77,10 +82,25 @@ def _first_model(reply: httpx.Response) -> str:
     return model
 
 
+# Digits of the longest integer a chunk may hold: a count or a timestamp fits in 64 bits (19
+# digits); a longer one is refused before Python makes it (past 4,300 digits Python's own
+# refusal tells the reader to lift an interpreter limit).
+MAX_INT_DIGITS = 20
+
+
 def _chunk(data: str) -> tuple[str, int | None]:
     """The text and completion token count (None if absent) of one SSE `data:` payload;
     ValueError naming what is wrong if it is not OpenAI's chunk (or is an error event)."""
-    chunk = json.loads(data)
+
+    def integer(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise ValueError(
+                f"a chunk holding an integer of {len(digits.lstrip('-')):,} digits (a count "
+                f"has at most {MAX_INT_DIGITS} digits): {data[:80]!r}"
+            )
+        return int(digits)
+
+    chunk = json.loads(data, parse_int=integer)
     if not isinstance(chunk, dict):
         raise ValueError(f"a chunk that is not a JSON object: {data[:80]!r}")
     if "error" in chunk:
@@ -108,6 +128,25 @@ def _reason(detail: bytes) -> str:
     except (ValueError, KeyError, TypeError):
         return detail[:200].decode(errors="replace")
     return message if len(message) <= 300 else message[:300] + "..."
+
+
+def _miscount(usage: int | None, text_chunks: int, max_tokens: int) -> str | None:
+    """Why the server's completion token count cannot be true, or None. vLLM's benchmark
+    takes `usage` as it comes; a count past what was asked for, or below what streamed,
+    would be a throughput and TPOT made up by the server, so the request fails instead."""
+    if usage is None:
+        return None
+    if usage > max_tokens:
+        return (
+            f"the server's usage says {usage} completion tokens, past the max_tokens "
+            f"{max_tokens} the bench asked for"
+        )
+    if usage < text_chunks:
+        return (
+            f"the server's usage says {usage} completion tokens, but {text_chunks} "
+            f"chunk{'s' if text_chunks > 1 else ''} carried text (each is at least one token)"
+        )
+    return None
 
 
 async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> RequestResult:
@@ -155,7 +194,10 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
         return RequestResult(False, error=f"no data: [DONE] within {cfg.timeout_s:g} s")
     if not done:
         return RequestResult(False, error="the stream ended without data: [DONE]")
-    n = usage if usage is not None else len([p for p in parts if p])
+    text_chunks = sum(1 for p in parts if p)
+    if (why := _miscount(usage, text_chunks, cfg.max_tokens)) is not None:
+        return RequestResult(False, error=why)
+    n = usage if usage is not None else text_chunks
     return RequestResult(True, ttft, time.perf_counter() - t0, n, "".join(parts))
 
 
@@ -179,7 +221,8 @@ def summarize(results: list[RequestResult], wall_s: float, cfg: LoadTestConfig, 
         "max_tokens": cfg.max_tokens,
         "completed": len(ok),
         "failed": len(results) - len(ok),
-        "errors": [r.error for r in results if not r.ok][:5],
+        # each reason once: a server that miscounts every request is one line, not five
+        "errors": list(dict.fromkeys(r.error for r in results if not r.ok))[:5],
         "wall_s": wall_s,
         "request_throughput_per_s": len(ok) / wall_s,
         "output_tokens": tokens,
