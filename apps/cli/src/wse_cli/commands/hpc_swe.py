@@ -68,7 +68,7 @@ def swe(
     typer.echo(
         f"shallow water {n} x {n}, {steps} steps: mass drift {run.mass_drift:.2e}, wave "
         f"energy drift {run.energy_drift:.2e}; emulated {r.measured_wall_s:.3f} s; predicted "
-        f"on {r.wafer} {r.predicted_s / max(steps, 1) * 1e6:.3f} µs per step ({r.bound}-bound)"
+        f"on {r.wafer} {r.extra['predicted_s_per_step'] * 1e6:.3f} µs per step ({r.bound}-bound)"
     )
 
 
