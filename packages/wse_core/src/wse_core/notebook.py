@@ -83,10 +83,11 @@ def _bar(share: float) -> _Html:
 def report_html(report: Any) -> str:
     """The `RunReport` as a summary line, its mechanism breakdown and its phases."""
     measured = report.measured_wall_s
+    units = html.escape(report.units)  # hunt 68: units and bound went in raw (markup ran)
     head = (
         f"<b>{html.escape(report.name)}</b> on {html.escape(report.wafer)}"
-        f" (x{report.systems}): predicted {report.predicted_s:.4g} s per {report.units}"
-        f" ({report.units_per_s:.4g} {html.escape(report.units)}/s), {report.bound}-bound"
+        f" (x{report.systems}): predicted {report.predicted_s:.4g} s per {units}"
+        f" ({report.units_per_s:.4g} {units}/s), {html.escape(report.bound)}-bound"
         + (f"; measured {measured:.4g} s on this machine" if measured is not None else "")
     )
     mech = sorted(report.cycles_by_mechanism().items(), key=lambda kv: -kv[1])
@@ -117,11 +118,13 @@ def report_figure(report: Any) -> Any:
     """The mechanism breakdown as horizontal bars (a matplotlib Figure)."""
     import matplotlib.pyplot as plt
 
+    from wse_core.figures import plain
+
     mech = sorted(report.cycles_by_mechanism().items(), key=lambda kv: kv[1])
     fig, ax = plt.subplots(figsize=(6.5, 0.35 * len(mech) + 1.2), constrained_layout=True)
     ax.barh([k for k, _ in mech], [v for _, v in mech], color="#4c72b0")
-    ax.set(xlabel=f"predicted cycles per {report.units}",
-           title=f"{report.name} on {report.wafer}: {report.bound}-bound")  # fmt: skip
+    ax.set(xlabel=plain(f"predicted cycles per {report.units}"),  # names as typed (hunt 68)
+           title=plain(f"{report.name} on {report.wafer}: {report.bound}-bound"))  # fmt: skip
     return fig
 
 

@@ -273,11 +273,13 @@ def _print(plan, in_force: Assumed | None) -> None:
 
 def plot(plan, path: Path) -> None:
     """`plan train`: bars of time, energy and cost (wafers alone when no GPU layout holds
-    the model); `plan infer`: the two frontiers."""
+    the model); `plan infer`: the two frontiers. Names (a model folder, a system) are drawn
+    as typed (`wse_core.figures.plain`; hunt 68: `-m 'm$\\frac$'` was a traceback)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from wse_core.figures import plain, save_png
 
     if plan.workload == "infer":
         fig = frontier_figure(plan)
@@ -286,35 +288,30 @@ def plot(plan, path: Path) -> None:
         panels = [("time to train (h)", [s.time_s / 3600 for s in sides]),
                   ("energy (MWh)", [s.energy_j / 3.6e9 for s in sides]),
                   ("cost ($)", [s.bill.total_usd for s in sides])]  # fmt: skip
-        fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
-        labels = [f"{s.units} x {s.system}" for s in sides]
+        fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), layout="tight")  # laid out in save_png
+        labels = [plain(f"{s.units} x {s.system}") for s in sides]
         for ax, (title, values) in zip(axes, panels, strict=True):
             ax.bar(labels, values, color=["tab:orange", "tab:green"][: len(sides)])
             ax.set_title(title, fontsize=9)
             ax.tick_params(labelsize=7)
-        fig.suptitle(f"wse plan {plan.workload}: {plan.model}", fontsize=10)
-        fig.tight_layout()
-    from wse_core.host.atomic import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
+        fig.suptitle(plain(f"wse plan {plan.workload}: {plan.model}"), fontsize=10)
+    save_png(fig, path, dpi=110)
 
 
 def frontier_figure(plan):
     """Both systems' frontiers (`wse_systems.serving.figure`), the chosen points marked."""
     import matplotlib.pyplot as plt
+    from wse_core.figures import plain
     from wse_systems.serving.figure import Curve, draw_frontiers
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="tight")  # laid out when saved
     w, g = plan.wafer_frontier, plan.gpu_frontier
-    curves = [Curve(w, plan.wafer_point, "tab:orange", f"{w.units} x {w.system}"),
-              Curve(g, plan.gpu_point, "tab:green", f"{g.units} x {g.system}")]  # fmt: skip
+    curves = [Curve(w, plan.wafer_point, "tab:orange", plain(f"{w.units} x {w.system}")),
+              Curve(g, plan.gpu_point, "tab:green", plain(f"{g.units} x {g.system}"))]  # fmt: skip
     work = plan.inputs["workload"]
     title = (f"{plan.model}: {work['prompt_tokens']} prompt / {work['output_tokens']} output "
              f"tokens (* {plan.choice})")  # fmt: skip
-    draw_frontiers(ax, curves, title=title)
-    fig.tight_layout()
+    draw_frontiers(ax, curves, title=plain(title))
     return fig
 
 

@@ -25,15 +25,18 @@ __all__ = ["view", "write_view", "demo_part", "register"]
 
 
 def write_view(trace, out: Path, png: Path | None = None) -> tuple[Path, Path | None]:
-    """Write the page (and the PNG) of a `PeTrace`; returns their paths."""
+    """Write the page (and the PNG) of a `PeTrace`; returns their paths. The page is built
+    first and written last, so that a PNG that fails leaves no page behind (hunt 68: a `$`
+    in the name, or `--png .png`, was a traceback after t.html was written)."""
     from wse_core.host.atomic import write_atomically
     from wse_core.trace.page import page_html
 
-    write_atomically(out, page_html(trace))
+    page = page_html(trace)
     if png is not None:
         from wse_core.trace.png import figure_png
 
         figure_png(trace, png)
+    write_atomically(out, page)
     return out, png
 
 

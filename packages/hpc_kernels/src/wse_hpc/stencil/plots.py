@@ -1,4 +1,5 @@
-"""Figures of a stencil run: a Z slice of the solution beside its history (matplotlib, Agg)."""
+"""Figures of a stencil run: a Z slice of the solution beside its history (matplotlib, Agg).
+The wafer's name is drawn as typed and the PNG written by `wse_core.figures` (hunt 68)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from wse_core import RunReport  # noqa: E402
+from wse_core.figures import plain, save_png  # noqa: E402
 
 __all__ = ["plot_run"]
 
@@ -21,7 +23,7 @@ def plot_run(run: RunReport, path: str | Path) -> Path:
     x = run.extra
     cfg = x["config"]
     slice_xy = np.asarray(x["slice_xy"], np.float32)
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4), layout="tight")  # laid out in save_png
     vmax = float(abs(slice_xy).max()) or 1.0  # symmetric colours: zero is white
     im = ax0.imshow(slice_xy.T, origin="lower", cmap="RdBu_r", aspect="auto", vmin=-vmax, vmax=vmax)
     fig.colorbar(im, ax=ax0)
@@ -43,12 +45,5 @@ def plot_run(run: RunReport, path: str | Path) -> Path:
     ax1.set(title=x["metric"], xlabel=label)
     ax1.grid(True, alpha=0.3)
     nx, ny, nz = cfg["grid"]
-    fig.suptitle(f"{nx} x {ny} x {nz} on {cfg['preset']}, {cfg['dtype']}")
-    fig.tight_layout()
-    from wse_core.host.atomic import atomic_path
-
-    path = Path(path)
-    with atomic_path(path) as tmp:  # the CLI checked the nearest folder
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    return path
+    fig.suptitle(plain(f"{nx} x {ny} x {nz} on {cfg['preset']}, {cfg['dtype']}"))
+    return save_png(fig, path, dpi=110)  # the CLI checked the nearest folder

@@ -279,12 +279,13 @@ class Frontier:
     def plot(self) -> Any:
         """The frontier chart (`wse_systems.serving.figure`), a matplotlib Figure."""
         import matplotlib.pyplot as plt
+        from wse_core.figures import plain  # the system's name as typed (hunt 68)
 
         from wse_systems.serving.figure import Curve, draw_frontiers
 
         fig, ax = plt.subplots(figsize=(6.5, 4.5), constrained_layout=True)
-        curve = Curve(self, None, "#4c72b0", f"{self.system} ({self.units} units)")
-        draw_frontiers(ax, [curve], title=f"{self.system}: serving frontier")
+        curve = Curve(self, None, "#4c72b0", plain(f"{self.system} ({self.units} units)"))
+        draw_frontiers(ax, [curve], title=plain(f"{self.system}: serving frontier"))
         return fig
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,18 +2,19 @@
 operator, a trace, a step file, a page, a picture, a result) is written to a temporary name
 beside it and renamed over it only once complete.
 
-Contract: `atomic_path(path)` yields a path in `path`'s folder, ending in `path`'s suffix (so
-`np.savez` adds no `.npz` and matplotlib picks the format from it), for the caller's writer
-to fill. When the block ends cleanly the file is flushed to disk and renamed onto `path`
-(`os.replace`: a reader sees the old file or the whole new one); when it raises, the
-temporary file is removed and `path` is left as it was. A full disk, a file-size limit
-(`ulimit -f`) or a kill while writing no longer leaves half a file where a good one was
-(hunt 61: `ulimit -f 20; wse hpc md potential --out Cu.eam.alloy` cut an existing potential
-to 20 KiB). A link is followed (its target is replaced, as writing through it would), the
-new file keeps an existing file's permissions (else the umask's, as a shell's `>` gives: the
-temporary stays owner-writable while written, for writers that open it by name, and takes
-that mode just before the rename; hunt 65: under `umask 222` every write was a
-PermissionError traceback). `write_atomically(path, data)` writes bytes or text this way.
+Contract: `atomic_path(path)` yields a path in `path`'s folder, ending in `path`'s suffix (a
+dotfile's whole name: `.png`), so `np.savez` adds no `.npz` and matplotlib picks the format
+from it, for the caller's writer to fill. When the block ends cleanly the file is flushed to
+disk and renamed onto `path` (`os.replace`: a reader sees the old file or the whole new
+one); when it raises, the temporary file is removed and `path` is left as it was. A full
+disk, a file-size limit (`ulimit -f`) or a kill while writing no longer leaves half a file
+where a good one was (hunt 61: `ulimit -f 20; wse hpc md potential --out Cu.eam.alloy` cut
+an existing potential to 20 KiB). A link is followed (its target is replaced, as writing
+through it would), the new file keeps an existing file's permissions (else the umask's, as a
+shell's `>` gives: the temporary stays owner-writable while written, for writers that open
+it by name, and takes that mode just before the rename; hunt 65: under `umask 222` every
+write was a PermissionError traceback). `write_atomically(path, data)` writes bytes or text
+this way.
 
 `atomic_folder(path, keep=)` does the same for a folder of files written together (an
 experiment's results, tables and figures): the caller fills a new sibling folder, which
@@ -74,7 +75,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield target
         return
     _refuse_not_regular(path, target)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part{target.suffix}")
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part{_extension(target)}")
     mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
     with named_as(path, tmp), _folders_for(target.parent) as made:
         with _removed_on_stop((tmp, _unlink)):
@@ -92,6 +93,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
                 _unlink(tmp)
                 _remove_made(made)
                 raise
+
+
+def _extension(target: Path) -> str:
+    """The extension the writer reads from the temporary name: pathlib's suffix, or the
+    whole name of a dotfile (hunt 68: `--png .png` has no suffix to pathlib, so matplotlib
+    read the format "part", and `np.savez` wrote `..npz.xxxx.part.npz` beside an empty
+    `.npz`)."""
+    return target.suffix or (target.name if target.name.startswith(".") else "")
 
 
 @contextlib.contextmanager

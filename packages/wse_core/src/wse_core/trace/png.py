@@ -7,7 +7,8 @@ them (`wse view --png`): SRAM
 in use per PE, busy cycles per PE with each phase's critical PE circled, link traffic (the
 four directions' wavelets per PE) and defects and regions (detour hops, dead PEs at their
 physical position, the first MAX_REGIONS regions outlined, the first MAX_LABELS named in at
-most LABEL_CHARS characters: a PNG of any trace takes seconds). Sum layers in blocks are
+most LABEL_CHARS characters: a PNG of any trace takes seconds). The trace's names are drawn
+as typed (`wse_core.figures.plain`: a `$` is no mathtext). Sum layers in blocks are
 drawn per PE (the block's mean), as on the page; each colour bar names its unit. Here, in
 wse_core, so that the packages' experiments draw the same view as the CLI.
 """
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from wse_core.figures import plain, save_png
 
 if TYPE_CHECKING:  # PeTrace.plot / _repr_html_ import this module
     from wse_core.trace.schema import PeTrace
@@ -83,18 +86,20 @@ def trace_figure(trace: PeTrace, title: str | None = None) -> Any:
     )
     for n, g in enumerate(shown[:MAX_LABELS]):  # text is matplotlib's slow part: 1,000
         r0, c0 = g["rect"][:2]  # labels of 1,000 characters took 25 s
-        ax.text(c0, r0, _label(g["name"]), color=colors[n], fontsize=7, va="top", clip_on=True,
-                in_layout=False)  # fmt: skip
+        ax.text(c0, r0, plain(_label(g["name"])), color=colors[n], fontsize=7, va="top",
+                clip_on=True, in_layout=False)  # fmt: skip
     if len(trace.regions) > MAX_REGIONS:
         ax.plot([], [], " ", label=f"first {MAX_REGIONS} of {len(trace.regions):,} regions")
     if len(trace.dead) or len(trace.regions) > MAX_REGIONS:
         ax.legend(loc="lower right", fontsize=7)
     grid = f"{trace.rows} x {trace.cols} PEs" + (f", {b} x {b} blocks" if b > 1 else "")
     meta = trace.meta
-    fig.suptitle(
+    fig.suptitle(  # the trace's names as typed; the caller's heading as given
         heading
-        or f"{trace.name} on {trace.wafer} ({grid}): {meta.get('predicted_s', 0) * 1e6:.3g} µs "
-        f"per {meta.get('units', 'run')}, {meta.get('bound', '-')}-bound"
+        or plain(
+            f"{trace.name} on {trace.wafer} ({grid}): {meta.get('predicted_s', 0) * 1e6:.3g} "
+            f"µs per {meta.get('units', 'run')}, {meta.get('bound', '-')}-bound"
+        )
     )
     return fig
 
@@ -110,13 +115,4 @@ def _label(name: str) -> str:
 
 def figure_png(trace: PeTrace, path: str | Path) -> Path:
     """Write `trace_figure(trace)` as a PNG; returns the path."""
-    import matplotlib.pyplot as plt
-
-    from wse_core.host.atomic import atomic_path
-
-    path = Path(path)
-    fig = trace_figure(trace)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(trace_figure(trace), path, dpi=110)
