@@ -41,7 +41,8 @@ def test_sc20_and_nz_experiments_predict_the_same_quick_or_not():
         assert m["converged"] and m["true_residual"] <= m["tol"]
     nz = experiments.stencil25_nz(quick=True, seed=0)
     got = [(p.params["nz"], p.params["block_z"]) for p in nz.predictions]
-    assert got == list(experiments.TABLE_III) and all(p.published is None for p in nz.predictions)
+    assert got == list(experiments.TABLE_III_INPUTS)
+    assert all(p.published is None and p.source == experiments.TABLE_III for p in nz.predictions)
 
 
 @pytest.mark.cpu_devices
@@ -63,3 +64,15 @@ def test_mixed_bicgstab_converges_on_a_larger_grid():
     final = run.extra["final"]
     assert run.extra["converged"] and final["true_residual"] <= 1e-3
     assert final["max_error_vs_exact"] < 5e-3
+
+
+def test_a_table_ii_row_says_one_steps_seconds_per_step():
+    """Hunt 68: sc22-stencil25's rows held the whole run's seconds (1,000 steps) labelled
+    per step; the oracle is the row's own Gcell/s (cells / seconds of one step)."""
+    row = experiments.stencil25_predictions()[0]
+    p = row.params
+    nx, ny = map(int, p["grid"].split("x"))
+    assert p["per"] == "step"
+    assert p["seconds"] == pytest.approx(nx * ny * p["nz"] / (row.value * 1e9), rel=1e-12)
+    assert p["run_seconds"] == pytest.approx(p["seconds"] * p["steps"], rel=1e-12)
+    assert row.source == experiments.TABLE_II
