@@ -128,3 +128,16 @@ def test_the_experiment_prints_fit_over_floor(tmp_path, monkeypatch):
     data = json.loads((tmp_path / "trtllm-h100" / "results.json").read_text())
     rows = [m for m in data["measurements"] if m["what"] == "fit at kernel_s"]
     assert [{k: m[k] for k in fields} for m in rows] == oracle
+
+
+def test_experiments_list_and_take_the_gpu_kernel_cost_as_plan_does():
+    """`wse experiments assumptions` listed every wafer constant but not gpu.kernel_s, and
+    `experiments run wafer-yield --assume gpu.kernel_s=...` called it unknown (the key was
+    registered only where wse_systems.serving had been imported)."""
+    out = _run(["experiments", "assumptions"], WIDE)
+    line = next(x for x in out.splitlines() if x.startswith(gs.KERNEL_KEY))
+    assert f"{gs.KERNEL_S:.4g}" in line and gs.KERNEL.line() in line
+    refused_in_one_line(
+        ROOT, ["experiments", "run", "wafer-yield", "--assume", "gpu.kernel_s=1"],
+        "assumption gpu.kernel_s must be in [0, 0.001] s/kernel, got '1'",
+    )  # fmt: skip

@@ -19,6 +19,10 @@ them). `check_draft(target, draft)` refuses a draft whose vocabulary differs fro
 target's (size, or the token tables where the draft's folder has a tokenizer.json: without
 one it runs on the target's, as in vLLM). Errors are `WseError`s with one line.
 
+A `wse train` export older than its run folder's newest checkpoint is loaded with one note
+on stderr, once per process (`wse_inference.run_export`; hunt 68: after a stopped resume the
+older export was served without a word).
+
 The `Engine` a directory serves is built by `wse_inference.load.load_engine` (the engines
 import this module, so it builds none of them).
 """
@@ -36,6 +40,7 @@ from wse_core.host.readers import not_regular, read_text
 
 from wse_inference.engine import ByteTokenizer
 from wse_inference.model_files import ModelLoadError, json_file, present
+from wse_inference.run_export import say_once, stale_export
 from wse_inference.tokenizer_config import SIDE_FILES, read_tokenizer_config
 
 __all__ = [
@@ -134,6 +139,7 @@ def resolve_model_dir(path: str | Path) -> Path:
         raise ModelLoadError(f"model directory {str(path)!r} does not exist")
     for candidate in (path, path / "hf"):
         if (candidate / "config.json").is_file():
+            say_once(stale_export(candidate))
             return candidate
     for cfg in (path / "config.json", path / "hf" / "config.json"):
         if why := not_regular(cfg):  # hunt 60: a FIFO or folder config.json was "missing"

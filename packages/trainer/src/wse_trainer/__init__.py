@@ -13,11 +13,12 @@ functions and the stages between a layer's products), `stream` (`StreamedTrainer
 (SRAM ledger plans), `optimizer`, `checkpoints` (orbax), `metrics` (logs), `run` (the
 `wse train` shell; `session`: the model, tokenizer and evaluation a run opens; `resume`: the
 checkpoint it starts from; `run_folder` and `run_lock`: its model_dir, held by one run at a
-time), `sample`, `reference` (the fused baseline), `performance` (the
-predicted wafer step: a `wse_core` RunReport from the run's plan; `placement`: each layer's
-block on the wafer, `StepWorkload`; `layer_cost`, `stream_cost`: the work and the streams it
-prices; `stall`: each streamed unit's no-stall condition), `experiment` (`weight-streaming`),
-`studies/` (`trillion-scaling` and others), `demo`, `testing`.
+time; `export`: its `hf/`, written whole), `sample`, `reference` (the fused baseline),
+`performance` (the predicted wafer step: a `wse_core` RunReport from the run's plan;
+`placement`: each layer's block on the wafer, `StepWorkload`; `layer_cost`, `stream_cost`:
+the work and the streams it prices; `stall`: each streamed unit's no-stall condition),
+`experiment` (`weight-streaming`), `studies/` (`trillion-scaling` and others), `demo`,
+`testing`.
 Names below are imported lazily, so `import wse_trainer` does not start JAX.
 """
 

@@ -19,9 +19,11 @@ returns a `RunResult`:
    (`data.segments`); a ReLU-like model's per-layer MLP zero fraction goes to metrics.jsonl
    (`mlp_zero_fraction`, one value per layer, and `mlp_zero_fraction_mean`);
 5. checkpoints every `checkpoint_steps` and at the end; eval loss and perplexity;
-6. `<model_dir>/hf/` (HF format via `wse_models.save_pretrained`, plus `tokenizer.json`, and
-   `tokenizer_config.json` and `generation_config.json` naming EOS) and samples from the
-   trained model.
+6. `<model_dir>/hf/` (`wse_trainer.export`: HF format, the tokenizer, EOS named, the step it
+   holds; replaced whole, a full disk is one line) and samples from the trained model. A
+   resume whose `max_steps` is at or below the checkpoint's step trains nothing and says so
+   (as TF's Estimator, "Skipping training since max_steps has already saved"); it exports
+   that step, which is how a stopped run's newest checkpoint is exported.
 
 Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `evaluate`) and
 `wse_trainer.resume`'s (`open_checkpoints`).
@@ -60,6 +62,7 @@ from wse_core.host.distributed import is_primary
 
 from wse_trainer import interrupt
 from wse_trainer.config import TrainConfig
+from wse_trainer.export import export_hf
 from wse_trainer.layout import describe
 from wse_trainer.resume import open_checkpoints
 from wse_trainer.run_folder import undone_on_error
@@ -221,33 +224,6 @@ def _sparsity_record(fraction: tuple[float, ...] | None) -> dict[str, Any]:
     }
 
 
-def export_hf(s: Session) -> Path:
-    """`<model_dir>/hf/`: the model in HF format and its tokenizer (the inference contract),
-    with tokenizer_config.json and generation_config.json naming the EOS token that separates
-    the training documents, so generation stops there as transformers and vLLM stop.
-    config.json names it as bos_token_id and eos_token_id (GPT-2's convention: one document
-    separator); without them transformers takes GPT-2's 50256, outside this vocabulary."""
-    import json
-
-    import wse_models
-
-    from wse_trainer.data import EOS
-
-    out = s.dir / "hf"
-    model = wse_models.Transformer(s.model, params=s.trainer.memx.params_tree())
-    wse_models.save_pretrained(model, out)
-    eos = s.tok.token_to_id(EOS)
-    config = json.loads((out / "config.json").read_text())
-    config.update(bos_token_id=eos, eos_token_id=eos)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    s.tok.save(str(out / "tokenizer.json"))
-    tok_config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS}
-    (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
-    gen_config = {"eos_token_id": eos}
-    (out / "generation_config.json").write_text(json.dumps(gen_config, indent=2) + "\n")
-    return out
-
-
 def _samples(s: Session) -> list[str]:
     from wse_trainer.sample import generate
 
@@ -310,6 +286,8 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
                 ckpt.save(0, s.state(), s.meta(0))
             _train_loop(s, ckpt, log, start, end, result)
             result.global_step = end
+        elif run_cfg.mode != "eval":  # hunt 68: max_steps at or below the step, said nowhere
+            log.line(_nothing_to_train(start, run_cfg.max_steps))
         if run_cfg.mode != "train" and primary:
             result.eval_loss = evaluate(s)
             log.record(
@@ -321,7 +299,7 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
         ckpt.wait()
         log.check()  # the last save went into the run's own folder
         if run_cfg.mode != "eval" and primary:
-            result.hf_dir = export_hf(s)
+            result.hf_dir = export_hf(s, result.global_step)
             result.samples = _samples(s)
         log.check()  # and so did the export: never report a run whose folder went
     except Exception as e:
@@ -342,6 +320,14 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
             log.close()
             release(folder)
     return result
+
+
+def _nothing_to_train(step: int, max_steps: int) -> str:
+    where = "at" if step == max_steps else "past"
+    return (
+        f"note: checkpoint step {step} is {where} runconfig.max_steps={max_steps}: nothing to "
+        f"train (raise runconfig.max_steps to train on); exporting step {step}"
+    )
 
 
 def _folder_gone(log: Any) -> Any:

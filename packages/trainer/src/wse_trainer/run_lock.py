@@ -5,7 +5,9 @@ Contract. `hold(model_dir)` takes an exclusive `fcntl.flock` on `<model_dir>/LOC
 process holds it, `ModelDirInUse` (a ConfigError: exit 2, one line naming that pid) and
 nothing is changed (hunt 64: two runs in one folder interleaved metrics.jsonl and broke
 each other's saves, one with 972 lines of traceback). `release(model_dir)` removes the file
-and drops the lock; `held(model_dir)` says whether this process holds it.
+and drops the lock; `held(model_dir)` says whether this process holds it. Another command
+that writes a folder one run at a time takes the same lock under its own file name and words
+(`lock_name`, `in_use`: `wse experiments run` on its `--out`, hunt 68).
 
 Why flock: the kernel drops it when its process dies, so a run killed with SIGKILL leaves a
 lock file the next run takes at once (a pid file would have to guess whether its pid is
@@ -24,6 +26,7 @@ import fcntl
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from wse_trainer.config import ConfigError
@@ -32,24 +35,30 @@ __all__ = ["LOCK_NAME", "ModelDirInUse", "hold", "held", "release"]
 
 LOCK_NAME = ".wse-train.lock"
 _UNLOCKED = -1  # held on a filesystem without flock: nothing to release
-_held: dict[str, int] = {}  # absolute model_dir -> the locked file's descriptor
+_held: dict[str, int] = {}  # absolute lock file -> its descriptor
 
 
 class ModelDirInUse(ConfigError):
     """Another process runs in this model_dir (exit 2; nothing was changed)."""
 
 
-def _key(model_dir: Path) -> str:
-    return str(Path(model_dir).absolute())
+def _key(model_dir: Path, lock_name: str) -> str:
+    return str(Path(model_dir).absolute() / lock_name)
 
 
-def held(model_dir: Path) -> bool:
-    return _key(model_dir) in _held
+def held(model_dir: Path, *, lock_name: str = LOCK_NAME) -> bool:
+    return _key(model_dir, lock_name) in _held
 
 
-def hold(model_dir: Path) -> None:
-    """Lock `model_dir` for this process, or ModelDirInUse naming the process that has it."""
-    key, path = _key(model_dir), Path(model_dir) / LOCK_NAME
+def hold(
+    model_dir: Path,
+    *,
+    lock_name: str = LOCK_NAME,
+    in_use: Callable[[str], Exception] | None = None,
+) -> None:
+    """Lock `model_dir` for this process, or ModelDirInUse naming the process that has it
+    (`in_use(holder)`: another command's refusal, given the holder's words)."""
+    key, path = _key(model_dir, lock_name), Path(model_dir) / lock_name
     if key in _held:
         return
     while True:
@@ -65,6 +74,8 @@ def hold(model_dir: Path) -> None:
             if holder is None:  # no flock on this filesystem
                 _held[key] = _UNLOCKED
                 return
+            if in_use is not None:
+                raise in_use(holder) from None
             raise ModelDirInUse(
                 f"model_dir {str(model_dir)!r} is in use by another wse train ({holder}); "
                 "wait for it to finish, or give another model_dir (-o)"
@@ -100,13 +111,13 @@ def _same_file(fd: int, path: Path) -> bool:
     return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
 
-def release(model_dir: Path) -> None:
+def release(model_dir: Path, *, lock_name: str = LOCK_NAME) -> None:
     """Remove the lock file (while still locked: see the module doc) and drop the lock; a
     folder this process does not hold is left alone."""
-    fd = _held.pop(_key(model_dir), _UNLOCKED)
+    fd = _held.pop(_key(model_dir, lock_name), _UNLOCKED)
     if fd == _UNLOCKED:
         return
-    path = Path(model_dir) / LOCK_NAME
+    path = Path(model_dir) / lock_name
     try:
         if _same_file(fd, path):  # the folder may be gone, or another run's by now
             with contextlib.suppress(OSError):

@@ -62,7 +62,8 @@ INTERRUPTED_EXIT = 128 + 2  # Ctrl-C's exit code (128 + SIGINT), as typer's and 
 
 _failed = False  # a save failed in this process: orbax's further records are its echoes
 _exit_code = 1  # the code the process ends with if orbax's threads block its exit
-_OS_ERROR_CODE = re.compile(r"\[os_error_code='?(\d+)'?\]")  # tensorstore's status text
+# the errno in an error's text: tensorstore's status, Rust's io::Error (safetensors, tokenizers)
+_OS_ERROR_CODE = re.compile(r"\[os_error_code='?(\d+)'?\]|\(os error (\d+)\)")
 
 
 def free_bytes(directory: Path) -> int:
@@ -76,7 +77,8 @@ def free_bytes(directory: Path) -> int:
 def os_error(e: BaseException | None) -> OSError | None:
     """The disk's error under an exception, or None: the first OSError in its chain
     (`__cause__`, `__context__`, an exception group's members: orbax wraps the disk's own
-    error), else the errno that tensorstore's error text carries, as an OSError."""
+    error), else the errno that tensorstore's error text carries (or a Rust library's:
+    safetensors' `I/O error: File too large (os error 27)`), as an OSError."""
     todo, seen = [e], set()
     while todo:
         x = todo.pop(0)
@@ -86,8 +88,8 @@ def os_error(e: BaseException | None) -> OSError | None:
         if isinstance(x, OSError):
             return x
         code = _OS_ERROR_CODE.search(str(x))
-        if code and int(code.group(1)) in errno.errorcode:
-            n = int(code.group(1))
+        n = int(code.group(1) or code.group(2)) if code else -1
+        if n in errno.errorcode:
             return OSError(n, os.strerror(n))
         todo += [x.__cause__, x.__context__, *getattr(x, "exceptions", ())]
     return None

@@ -7,17 +7,22 @@ package; the registry below maps names to "module:function" so listing imports n
 (the module's `<function>_predictions(*, seed)` when it has one, else the quick run) and
 prints how each moves (`wse_core.studies.sweeps`). On a terminal a rich progress line shows
 while an experiment runs and a bar counts a sweep's values; piped or captured output stays
-exactly the same (`wse_core.host.progress`).
+exactly the same (`wse_core.host.progress`). A run or sweep holds `--out`'s lock for its
+experiment while it works (`_writing`): a second one into the same `--out` is refused at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 
-from wse_cli.errors import WseGroup, fail, note
+from wse_cli.errors import UserInputError, WseGroup, fail, note
 from wse_cli.options import SEED, number
 from wse_cli.outputs import output_dir
 
@@ -146,6 +151,7 @@ def run(
     from wse_core.cost.assumptions import assume as assumed
     from wse_core.cost.assumptions import parse_assumptions
     from wse_core.host.progress import progress
+    from wse_systems.serving import gpu_step  # noqa: F401  registers gpu.kernel_s, as plan's
 
     fn = load(name)
     changes = parse_assumptions(assume)
@@ -158,12 +164,13 @@ def run(
     from wse_core.studies.experiment import RESULT_FILES, table_markdown
 
     _check_folder(out, name, RESULT_FILES, figures=True)
-    with assumed(**changes), progress(None, f"experiment {name}"):
-        result = fn(quick=quick, seed=seed)
-    if changes:
-        result.config["assume"] = changes
-    earlier = _earlier_run(out / result.experiment)
-    folder = write_experiment(result, out)
+    with _writing(out, name):
+        with assumed(**changes), progress(None, f"experiment {name}"):
+            result = fn(quick=quick, seed=seed)
+        if changes:
+            result.config["assume"] = changes
+        earlier = _earlier_run(out / result.experiment)
+        folder = write_experiment(result, out)
     if earlier:  # hunt 61: a rerun into the same --out replaced the results without a word
         note(f"note: {folder} held {earlier}; its files are replaced by this run's")
     # from memory: under `umask 777` the file just written cannot be read (hunt 67)
@@ -193,6 +200,37 @@ def _check_folder(out: Path, name: str, files: tuple[str, ...], *, figures: bool
             fail(f"--out {out} holds {name}/{file}, which {why}; remove it or give another --out")
 
 
+@contextlib.contextmanager
+def _writing(out: Path, name: str) -> Iterator[None]:
+    """`out/name` held by this command while the block runs (`wse_trainer.run_lock`, as `wse
+    train` holds its model_dir; the lock file is `out/.wse-experiments-NAME.lock`), or one
+    line naming the holder (hunt 68: two runs into one --out both said "wrote", one run's
+    results were lost). The folders made for the lock file (owner-writable whatever the
+    umask, as the writer makes them) are removed again when left empty."""
+    from wse_trainer.run_lock import hold, release
+
+    lock = f".wse-experiments-{name}.lock"
+    made = [p for p in (out, *out.parents) if not p.exists()][::-1]
+
+    def in_use(holder: str) -> UserInputError:
+        return UserInputError(f"--out {out / name} is being written by another wse experiments "
+                              f"run ({holder}); wait for it, or give another --out")  # fmt: skip
+
+    try:
+        for p in made:
+            p.mkdir(exist_ok=True)
+            p.chmod(stat.S_IMODE(p.stat().st_mode) | 0o300)
+        hold(out, lock_name=lock, in_use=in_use)
+        try:
+            yield
+        finally:
+            release(out, lock_name=lock)
+    finally:
+        for p in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(p)  # only while empty: the results stay
+
+
 def _earlier_run(folder: Path) -> str | None:
     """What `folder` holds from an earlier run ("an earlier run's results (written
     2026-12-04 18:05 UTC)"), or None where it holds no results.json."""
@@ -217,29 +255,30 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
         fail(f"--sweep {key} and --assume {key}={changes[key]:g} set the same assumption; "
              f"drop --assume {key} (the sweep sets it to each of its values)")  # fmt: skip
     _check_folder(out, name, (f"sweep_{key}.md", f"sweep_{key}.csv"), figures=False)
-    values = sweep_values(key, parsed)  # the constant's range when no values are given
-    module = importlib.import_module(fn.__module__)
-    predict = getattr(module, f"{fn.__name__}_predictions", None)
-    if predict is None:  # no prediction-only entry: the quick run's predictions
+    with _writing(out, name):
+        values = sweep_values(key, parsed)  # the constant's range when no values are given
+        module = importlib.import_module(fn.__module__)
+        predict = getattr(module, f"{fn.__name__}_predictions", None)
+        if predict is None:  # no prediction-only entry: the quick run's predictions
 
-        def predict(*, seed: int):
-            return fn(quick=True, seed=seed).predictions
+            def predict(*, seed: int):
+                return fn(quick=True, seed=seed).predictions
 
-    rows_done = 0
+        rows_done = 0
 
-    with assumed(**changes), progress(len(values), f"{name}: {key}") as done:
+        with assumed(**changes), progress(len(values), f"{name}: {key}") as done:
 
-        def counted(*, seed: int):  # one call per value of the sweep: the bar's unit
-            nonlocal rows_done
-            rows = predict(seed=seed)
-            rows_done += 1
-            done(rows_done)
-            return rows
+            def counted(*, seed: int):  # one call per value of the sweep: the bar's unit
+                nonlocal rows_done
+                rows = predict(seed=seed)
+                rows_done += 1
+                done(rows_done)
+                return rows
 
-        result = sweep(counted, key, values, seed=seed)
-    path = result.write(out / name)
-    typer.echo(result.markdown())
-    typer.echo(f"wrote {path}")
+            result = sweep(counted, key, values, seed=seed)
+        path = result.write(out / name)
+        typer.echo(result.markdown())
+        typer.echo(f"wrote {path}")
 
 
 @app.command("assumptions")
@@ -257,9 +296,18 @@ def assumptions() -> None:
     for key, why in ASSUMED_FIELDS.items():
         values = " ".join(f"{value_of(r, key):>10.4g}" for r in rates)
         typer.echo(f"{key:<24} {values}  {why}")
+    from wse_core.cost.assumptions import constant_of, system_constant, system_keys
+    from wse_systems.serving import gpu_step  # noqa: F401  registers gpu.kernel_s
+
+    for key in system_keys():  # hunt 68: the GPU's kernel cost was an assumption not listed
+        value = f"{system_constant(key):.4g}"
+        typer.echo(f"{key:<24} {value:>10} (the system compared)  {constant_of(key).line()}")
     typer.echo(f"calibration: {current().describe()}")
-    typer.echo("--assume FIELD=VALUE changes the wafers priced; --assume calibration.FIELD=VALUE "
-               "the calibration's WSE-2 (the calibration is refitted under it)")  # fmt: skip
+    typer.echo(
+        "--assume FIELD=VALUE changes the wafers priced; --assume calibration.FIELD=VALUE "
+        "the calibration's WSE-2 (the calibration is refitted under it); --assume "
+        "SYSTEM.FIELD a compared system's (gpu.kernel_s: the GPU serving step's)"
+    )
 
 
 def register(parent: typer.Typer) -> None:

@@ -163,7 +163,11 @@ def train(
     process_id: int = multiprocess.PROCESS_ID,
     coordinator: str = multiprocess.COORDINATOR,
 ) -> None:
-    """Train a model with weight streaming (MemoryX / SwarmX / wafer replicas)."""
+    """Train a model with weight streaming (MemoryX / SwarmX / wafer replicas).
+
+    The run folder's hf/ (what `wse infer --model-dir` loads) is exported at the end of a
+    run; to export a stopped run's newest checkpoint N, rerun its command with
+    runconfig.max_steps=N (or --max-steps N): nothing is trained, step N is exported."""
     multiprocess.join(num_processes, process_id, coordinator)
     from rich.console import Console
     from wse_trainer.config import SHIPPED, load_config
@@ -316,7 +320,9 @@ def _train(console, config, spec) -> None:
 
 def _interrupted_line(model_dir: Path) -> str:
     """Ctrl-C's one line: where the run resumes from when the same command is run again (a
-    terminal user would otherwise have to list the checkpoints to know what was kept)."""
+    terminal user would otherwise have to list the checkpoints to know what was kept), and
+    an hf/ export older than that step (hunt 68: `wse infer` then ran the older weights)."""
+    from wse_trainer.export import export_lag
     from wse_trainer.seals import newest_sealed
 
     step = newest_sealed(model_dir / "checkpoints")
@@ -327,7 +333,7 @@ def _interrupted_line(model_dir: Path) -> str:
         )
     return (
         f"interrupted (Ctrl-C); last good checkpoint: {step} (step {step.name}); the same "
-        "command resumes from it"
+        "command resumes from it" + export_lag(model_dir, int(step.name))
     )
 
 

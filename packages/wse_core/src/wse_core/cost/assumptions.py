@@ -62,6 +62,7 @@ __all__ = [
     "constant_of",
     "register_system_constant",
     "system_constant",
+    "system_keys",
     "setting",
     "value_of",
     "key_values",
@@ -97,6 +98,11 @@ def register_system_constant(key: str, constant: Constant, *, value: float) -> N
     if not (dot and system and field) or key.startswith(CALIBRATION_PREFIX):
         raise ValueError(f"a system constant's key is SYSTEM.FIELD, not calibration.*: {key!r}")
     _SYSTEM_CONSTANTS[key] = (constant, float(value))
+
+
+def system_keys() -> tuple[str, ...]:
+    """The registered system constants' keys (`gpu.kernel_s`), in registration order."""
+    return tuple(_SYSTEM_CONSTANTS)
 
 
 def system_constant(key: str) -> float:
