@@ -72,10 +72,13 @@ def test_gpu_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
     # every step reads every weight once and every decoding user's cache once
     lay = gs.GpuLayout(p.layout["tp"], p.layout["pp"])
     batch, kv = p.layout["batch"], serve.workload.kv_tokens
-    step_bytes = prec.weight_bytes * n + prec.kv_bytes * kv_values_per_token(shape) * batch * kv
+    cache = prec.kv_bytes * kv_values_per_token(shape) * batch * kv
+    step_bytes = lay.pp * prec.weight_bytes * n + cache  # a round: pp micro-batches (hunt 68)
     steps_per_s = p.user_tokens_per_s  # one output token per user per step
     replicas = p.layout["replicas"]
-    bandwidth = replicas * lay.tp * 0.7 * gpum.H100.hbm_bytes_per_s
+    # every GPU of a replica: pp stages read at once (hunt 68: pp micro-batches in flight,
+    # each reading the weights once a round)
+    bandwidth = replicas * lay.gpus * 0.7 * gpum.H100.hbm_bytes_per_s
     assert steps_per_s * step_bytes * replicas <= bandwidth * (1 + 1e-9)
     assert 0.0 <= p.input_time_share < 1.0
 

@@ -316,14 +316,18 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         "the user sees it (vLLM's and NVIDIA genai-perf's per-user output speed, 1 / TPOT), "
         "the other users' work interleaved with it included (wafer: their prompt blocks' "
         "stalls; GPU: their prompt chunks in its rounds); requests paced by completions; "
-        "when the busiest region or the GPUs' rounds are full, a new request waits to be "
-        "admitted and the wait is part of its first token",
+        "when the busiest region is full, a new request waits to be admitted and the wait is "
+        "part of its first token (a GPU admits it at its next step: no wait beyond the step "
+        "under way)",
         f"GPU (wse_systems.serving.gpus), {prec.name}: weights read once per step plus every "
         f"user's KV at {hbm_fraction:g} of HBM bandwidth, against the step's flops at MFU "
         f"{mfu:g} of {prec.peak_flops(g) / 1e12:g} TFLOP/s dense {prec.name} (the fractions "
         "fitted on TensorRT-LLM's H100 FP8 rows with input <= output length unless given); 2 "
         f"tensor-parallel all-reduces per layer; {prec.name} weights and KV within 90% of HBM;"
-        " replicas of the best tp x pp layout for the load",
+        " replicas of the best tp x pp layout for the load; pp > 1: pp stages of 1/pp of the "
+        "layers with pp micro-batches in flight (vLLM's virtual engines, a step budget each), "
+        "a token the stages one after another plus the hops between them, stages of equal "
+        "work assumed",
         f"GPU scheduling (chunked prefill): {sv.gpus.TOKEN_BUDGET} tokens a step, the decoding "
         "users' tokens first, prompt chunks in the rest; a user's rounds carry the other "
         "users' prompt chunks, its own prompt runs in its first token",
@@ -333,7 +337,8 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         "(both systems, wse_systems.serving.frontier.RequestTimes)",
         "$/M input and output tokens: hardware hours x rate split by the prompts' share of "
         "the system's time (wafer: their share of the busiest region's time, at every load; "
-        "GPU: a round with its prompt tokens less one without, over the round with them); "
+        "GPU: a request's period less its bare decode rounds, over the period: its first "
+        "token and the other users' prompt chunks in its rounds); "
         "blend: over all tokens of the workload; usd_per_million_tokens: all costs (people "
         "included) over output tokens",
         f"replicas sized for the tokens per day (output tokens); rented all day, idle when not"
@@ -343,7 +348,7 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         notes.append(
             f"speculative decoding: draft {spec.to_dict()['draft']}, gamma {spec.gamma}, "
             f"acceptance rate {spec.alpha:g} (an input): {spec.tokens_per_round:.3g} tokens "
-            "per round; on the wafer the draft holds the fewest PE rows of each wafer that "
-            "fit it, on GPUs it shares the target's GPUs"
+            "per round; on the wafer the draft holds the PE rows of each wafer that price "
+            "the round shortest, on GPUs it shares the target's GPUs"
         )
     return notes

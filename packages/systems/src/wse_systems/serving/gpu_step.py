@@ -4,10 +4,14 @@
 inputs, fitted on TensorRT-LLM's H100 rows (`wse_systems.serving.trtllm_h100`, experiment
 `trtllm-h100`).
 
-`step(model, gpu, layout, StepBatch(...))`: one forward pass of a replica (tp GPUs per stage
-inside a node, pp stages run one after another) over B users each adding t tokens (1; gamma
-+ 1 when verifying drafts) and c prompt tokens of prefill chunks, in precision x (weights w_x
-and KV k_x bytes a value):
+`step(model, gpu, layout, StepBatch(...))`: one forward pass through a replica over B users
+each adding t tokens (1; gamma + 1 when verifying drafts) and c prompt tokens of prefill
+chunks, in precision x (weights w_x and KV k_x bytes a value): pp stages of L / pp layers on
+tp GPUs each inside a node, one after another, so the pass reads each weight once on one
+stage's tp GPUs (pp x a stage's 1 / pp of the bytes and flops) plus the pp - 1 hops between
+stages. `wse_systems.serving.gpus` keeps pp such passes (micro-batches) in flight, one on
+each stage (assumed: stages of equal work; the sampled token's return to the first stage is
+left out):
 
     memory  = (w_x N_matmul + k_x V (B kv_tokens + B t + c)) / tp  /  (hbm x HBM)
     compute = (B t (2 N_matmul + 4 L HQ kv_tokens) + c (2 N_matmul + 2 L HQ P)) / tp

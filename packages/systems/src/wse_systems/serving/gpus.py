@@ -9,22 +9,37 @@ The scheduling policy (vLLM's chunked prefill, TensorRT-LLM's in-flight batching
 has a token budget T (`TOKEN_BUDGET`, TensorRT-LLM's default `max_num_tokens`); the decoding
 users' tokens go first, prompt chunks fill what is left, first come first served.
 
-- Steady state with B users in flight: each request ends after O / E rounds (E tokens a round,
-  `Speculation.tokens_per_round`; 1 without), so prompts arrive at B E / O a round and the
-  replica's rounds carry c = B E P / O prompt tokens. B is at most what fits memory
-  (`max_batch`) and what the budget carries, B (t + E P / O) <= T (at least one user).
-- Time to first token at B users: the prompt waits for the step under way (none at one user),
-  then runs in chunks of T - (B - 1) t tokens beside the other B - 1 users' decode tokens:
-  ceil(P / chunk) steps priced by `step`. Each user sends its next request as the last ends.
+- Pipeline parallelism: a replica of pp stages, each holding L / pp layers on tp GPUs, keeps
+  pp micro-batches in flight (vLLM's "virtual engines", one scheduler and one budget T per
+  micro-batch; TensorRT-LLM's pipeline micro-batches): its B users ride in pp micro-batches
+  of m = ceil(B / pp). A micro-batch's round is `step` over its m users (its pass through the
+  stages one after another and the hops between them) while the other micro-batches hold the
+  other stages, so every user gets a token per round and the replica serves B a round
+  (hunt 68: the whole batch rode in one pass, and tp8 x pp2 served half of two tp8
+  replicas). Assumed: stages of equal work (vLLM puts the head on the last stage, longer by
+  the head's share of the weights, ~1.5% for Llama 70B at pp 2: left out).
+- Steady state with m users in a micro-batch: each request ends after O / E rounds (E tokens
+  a round, `Speculation.tokens_per_round`; 1 without), so prompts arrive at m E / O a round
+  and the rounds carry m E P / O prompt tokens. m is at most what fits memory (`max_batch`,
+  over the replica's B) and what the budget carries, m (t + E P / O) <= T (at least one).
+- Time to first token at m users: the prompt waits for the round under way (none at one
+  user), then runs in chunks of T - (m - 1) t tokens riding in the other m - 1 users' rounds
+  (the target's chunk in its step or verification, the draft's in the first draft step):
+  ceil(P / chunk) rounds priced by `step`. Each user sends its next request as the last ends.
 - A request (`wse_systems.serving.frontier.RequestTimes`, the wafers' arithmetic too): its
-  first token, then O / E rounds that carry the other B - 1 users' prompt tokens,
-  (B - 1) E P / O a round (its own prompt ran in its first token: hunt 66, it was counted in
-  the rounds and again in the first token, and the first token was left out of the period);
-  the period the replica allows is O / E rounds carrying every user's prompt. A period is the
-  longer of the two; output B O / period per replica, input P / O of that; per-user speed O
-  over the period less the first token.
-- The prompt's share of the system's time (`input_time_share`, for $/M input tokens): the
-  round with its prompt tokens minus the round without, over the round with them.
+  first token, then O / E rounds that carry the other m - 1 users' prompt tokens,
+  (m - 1) E P / O a round (its own prompt ran in its first token: hunt 66). Every user in
+  flight rides in each of the replica's steps and a request is admitted at the next step, so
+  the replica's period is the request's own path: the capacity is that path and a GPU
+  request waits for no more than the round under way (hunt 68: the capacity was the rounds
+  carrying every user's prompt, the user's own again, and one user with a draft "waited to
+  be admitted" 35 ms). Output B O / period per replica, input P / O of that; per-user speed
+  O over the period less the first token.
+- The prompts' share of the system's time (`input_time_share`, for $/M input tokens): the
+  period less its bare decode rounds (the rounds without prompt tokens), over the period:
+  the request's first token and the others' prompt tokens in its rounds (at one user, its
+  first token over the period; hunt 68: a round's share with the user's own prompt in it,
+  0.00005 at one user whose first token took 3.3% of the period).
 
 `GpuServing(shape, gpu, num_gpus=M, workload=w, precision=, fractions=)` is a
 `ServingSystem` over M GPUs in replicas of every layout that can hold the model (tp in 1, 2,
@@ -77,9 +92,11 @@ class GpuServing:
 
     def __init__(
         self, model: DecoderShape, gpu: GpuSpec, *, num_gpus: int, workload: Workload,
-        fractions: GpuFractions = GpuFractions(), speculation: Speculation | None = None,
+        fractions: GpuFractions | None = None, speculation: Speculation | None = None,
         precision: str | GpuPrecision = "bf16", token_budget: int = TOKEN_BUDGET,
     ) -> None:  # fmt: skip
+        # built here, not as a default, so an active `--assume gpu.kernel_s` block reaches it
+        fractions = GpuFractions() if fractions is None else fractions
         hbm_fraction, mfu, kernel_s = fractions
         if not (0 < hbm_fraction <= 1 and 0 < mfu <= 1):
             raise ServingError(f"hbm_fraction and mfu must be in (0, 1], got {hbm_fraction}, {mfu}")
@@ -109,7 +126,7 @@ class GpuServing:
             except GpuMemoryError as e:
                 error = error or e
                 continue
-            self.layouts[lay] = min(mem, self.budget_users)
+            self.layouts[lay] = min(mem, lay.pp * self.budget_users)  # a budget a micro-batch
         if not self.layouts:
             assert error is not None
             raise error
@@ -127,7 +144,8 @@ class GpuServing:
 
     @property
     def budget_users(self) -> int:
-        """Users whose decode and steady prompt tokens fit the budget (at least one)."""
+        """Users of a micro-batch whose decode and steady prompt tokens fit the budget (at
+        least one)."""
         w = self.workload
         per_user = self.step_tokens + self.tokens_per_round * w.prompt_tokens / w.output_tokens
         return max(1, int(self.token_budget // per_user))
@@ -146,47 +164,49 @@ class GpuServing:
                     fractions=self.fractions)  # fmt: skip
 
     def round_s(self, layout: GpuLayout, batch: int, prefill: float = 0.0) -> tuple[float, str]:
-        """(seconds of one round of `batch` users carrying `prefill` prompt tokens, bound)."""
+        """(seconds of one round of `batch` users carrying `prefill` prompt tokens, bound): a
+        step; with a draft, gamma draft steps and the verification, the prompt tokens riding
+        in the first draft step and in the verification (hunt 68: the draft's share was a
+        pass of its own, another read of its weights each round). No users: the prompt's
+        passes alone."""
         if self.speculation is None:
             s = self.step(layout, batch, prefill=prefill)
             return s.seconds, s.bound
         g = self.speculation.gamma
-        drafts = g * self.step(layout, batch, draft=True).seconds
-        if prefill:  # the draft reads the prompt too
-            drafts += self.step(layout, 0, prefill=prefill, draft=True).seconds
+        drafts = self.step(layout, batch, prefill=prefill, draft=True).seconds
+        if batch:
+            drafts += (g - 1) * self.step(layout, batch, draft=True).seconds
         verify = self.step(layout, batch, tokens=g + 1, prefill=prefill)
         return drafts + verify.seconds, verify.bound
 
     def ttft_s(self, layout: GpuLayout, batch: int) -> float:
-        """The step under way, then the prompt in chunks beside the others' decode tokens."""
+        """The round under way, then the prompt in chunks riding in the other `batch` - 1
+        users' rounds (`batch`: the users of a micro-batch)."""
         others, p = batch - 1, self.workload.prompt_tokens
         chunk = max(1, self.token_budget - others * self.step_tokens)
         wait = self.round_s(layout, others, self.prefill_tokens(others))[0] if others else 0.0
         full, rest = divmod(p, chunk)
-
-        def chunk_s(tokens: int) -> float:
-            s = self.step(layout, others, tokens=self.step_tokens, prefill=tokens).seconds
-            if self.draft is not None:
-                s += self.step(layout, 0, prefill=tokens, draft=True).seconds
-            return s
-
-        return wait + full * chunk_s(chunk) + (chunk_s(rest) if rest else 0.0)
+        rest_s = self.round_s(layout, others, rest)[0] if rest else 0.0
+        return wait + full * self.round_s(layout, others, chunk)[0] + rest_s
 
     # ---- points -----------------------------------------------------------------------
     def layout_point(self, layout: GpuLayout, users: int) -> OperatingPoint:
         replicas = self.units // layout.gpus
         batch = math.ceil(users / replicas)
+        micro = math.ceil(batch / layout.pp)  # pp micro-batches in flight (module docstring)
         rounds = self.workload.output_tokens / self.tokens_per_round
-        full_s, bound = self.round_s(layout, batch, self.prefill_tokens(batch))
-        own_s = self.round_s(layout, batch, self.prefill_tokens(batch - 1))[0]  # the others'
-        bare_s = self.round_s(layout, batch)[0]
-        times = RequestTimes(ttft_s=self.ttft_s(layout, batch), decode_s=rounds * own_s,
-                             capacity_s=rounds * full_s)  # fmt: skip
+        own_s, bound = self.round_s(layout, micro, self.prefill_tokens(micro - 1))  # others'
+        first_s, decode_s = self.ttft_s(layout, micro), rounds * own_s
+        # the replica's steps are the request's own path (module docstring), so nothing binds
+        # beyond it: the capacity given is its rounds, which the path exceeds (no wait)
+        times = RequestTimes(ttft_s=first_s, decode_s=decode_s, capacity_s=decode_s)
+        bare_s = rounds * self.round_s(layout, micro)[0]
         return times.point(
-            users, self.workload, input_time_share=(full_s - bare_s) / full_s, bound=bound,
+            users, self.workload, input_time_share=1.0 - bare_s / times.period_s, bound=bound,
             layout={"tp": layout.tp, "pp": layout.pp, "replicas": replicas, "batch": batch,
-                    "precision": self.precision.name, "token_budget": self.token_budget,
-                    "kernel_s": self.kernel_s, "step_floor_s": floor_s(self.model, self.kernel_s)},
+                    "micro_batch": micro, "precision": self.precision.name,
+                    "token_budget": self.token_budget, "kernel_s": self.kernel_s,
+                    "step_floor_s": floor_s(self.model, self.kernel_s)},
         )  # fmt: skip
 
     def point(self, users: int) -> OperatingPoint:
