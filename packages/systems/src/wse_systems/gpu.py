@@ -8,6 +8,7 @@ Public figures (per GPU unless noted; "assumption" where no vendor publishes the
 | --- | --- | --- | --- |
 | dense bf16/fp16 tensor peak | 312 TFLOP/s | 989 TFLOP/s | [1] (H100: 1,979 is 2:4 sparse) |
 | dense fp8 tensor peak | none | 1,979 TFLOP/s | [1] (3,958 is 2:4 sparse) |
+| fp32 peak, CUDA cores (no TF32) | 19.5 TFLOP/s | 67 TFLOP/s | [1] "FP32" (TF32: 156 / 494.5) |
 | HBM bandwidth | 2.039 TB/s (HBM2e) | 3.35 TB/s (HBM3) | [1] |
 | memory | 80 GiB | 80 GiB | [1] ("80GB": binary; nvidia-smi shows 81,559 MiB on H100) |
 | NVLink, one direction | 300 GB/s (600 total) | 450 GB/s (900 total) | [1] |
@@ -90,6 +91,7 @@ class GpuSpec:
     name: str
     peak_flops: float  # dense bf16, flop/s
     peak_fp8_flops: float | None  # dense fp8, flop/s (None: no fp8 tensor cores)
+    peak_fp32_flops: float  # fp32 on the CUDA cores (no TF32), flop/s: fp32 training's peak
     hbm_bytes_per_s: float
     memory_bytes: float
     nvlink_bytes_per_s: float  # per GPU, one direction
@@ -114,6 +116,7 @@ A100 = GpuSpec(
     name="A100-SXM4-80GB",
     peak_flops=312e12,
     peak_fp8_flops=None,
+    peak_fp32_flops=19.5e12,
     hbm_bytes_per_s=2.039e12,
     memory_bytes=80 * 2**30,
     nvlink_bytes_per_s=300e9,
@@ -130,6 +133,7 @@ H100 = GpuSpec(
     name="H100-SXM5-80GB",
     peak_flops=989e12,
     peak_fp8_flops=1979e12,
+    peak_fp32_flops=67e12,
     hbm_bytes_per_s=3.35e12,
     memory_bytes=80 * 2**30,
     nvlink_bytes_per_s=450e9,

@@ -83,6 +83,9 @@ def _rows(plan) -> list[tuple[str, str, str]]:
         ("step", duration(w["step_s"]), gpu(lambda g: duration(g["step_s"]))),
         ("tokens/s", f"{w['tokens_per_s']:,.4g}",
          gpu(lambda g: f"{tokens / g['step_s']:,.4g}")),
+        # hunt 68: an fp32 wafer job was set against a bf16 GPU job, neither named
+        ("precision", w["precision"],
+         gpu(lambda g: f"{g['precision']} ({g['peak_flops'] / 1e12:g} TFLOP/s peak)")),
         ("batch per system", f"{plan.inputs['batch_per_system']} = {w['micro_batches']} x "
          f"micro-batch {w['micro_batch']} ({plan.inputs['micro_batch_size']})", ""),
         *([("batch chosen", w["batch_choice"], "")] if w.get("batch_choice") else []),

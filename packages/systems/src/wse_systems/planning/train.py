@@ -8,8 +8,11 @@ preset, a shipped trainer config, a params.yaml, an HF directory or its config.j
 `plan_train(...)` returns a `Plan`: one `SideResult` for the wafers and one for the GPUs
 (time, energy, cost, the figures per step), the GPU count that would match the wafers'
 time (`match_gpus`: never above a count the plan priced that is already as fast), and the
-assumptions in words. Nothing here compiles anything. Shared with serving: `SideResult`,
-the input checks (`check_positive`, `check_rates`), the rates and `power_notes`.
+assumptions in words. Both sides run the same numerics: the wafer's precision
+(`wse_systems.training.placement.precision_of`, "precision" in the wafer's figures) sets the
+GPU peak the GPU side runs at (`gpu_at`: fp32 on the CUDA cores, mixed at bf16). Nothing
+here compiles anything. Shared with serving: `SideResult`, the input checks
+(`check_positive`, `check_rates`), the rates and `power_notes`.
 
 Wafer time comes from the training predictor through ONE adapter
 (`wse_systems.planning.train_step.wafer_train_step`, with the default batch it chooses), so a
@@ -31,6 +34,7 @@ from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems.planning.choice import ModelChoice, PlanError, check_context
 from wse_systems.planning.train_step import default_batch, wafer_train_step
+from wse_systems.training.placement import PRECISION_WORDS
 from wse_systems.transformer import DecoderShape, num_params
 
 __all__ = [
@@ -42,6 +46,8 @@ __all__ = [
     "default_batch",
     "TrainBatch",
     "TrainGpus",
+    "GPU_PRECISION",
+    "gpu_at",
     "plan_train",
     "match_gpus",
     "plan_dict",
@@ -163,6 +169,35 @@ def grid_note(spec: WaferSpec) -> str:
     return repaired_grid_note(spec)
 
 
+# The wafer's precision -> the GPU precision that runs the same arithmetic; its peak's source
+GPU_PRECISION = {"fp32": "fp32", "mixed": "bf16", "bf16": "bf16"}
+_PEAK_SOURCE = {
+    "fp32": 'fp32 on the CUDA cores (NVIDIA datasheet "FP32"; wse_models multiplies fp32 '
+    "at Precision.HIGHEST, so not on TF32 tensor cores, which round the operands); the "
+    "memory and gradient all-reduce as bf16's (16 bytes/param holds in fp32 too: 4 + 4 + "
+    "8; fp32's 2x activation and all-reduce bytes are not priced)",
+    "bf16": "dense bf16 tensor cores (NVIDIA datasheet), fp32 masters",
+}
+
+
+def gpu_at(g: gpum.GpuSpec, precision: str) -> tuple[gpum.GpuSpec, str]:
+    """(`g` with `peak_flops` the peak that runs the wafer's `precision`, that GPU
+    precision's name): the GPU step model (`wse_systems.gpu.train_step`) runs at mfu of
+    `peak_flops`. Hunt 68: an fp32 wafer job was compared with a bf16 GPU job."""
+    name = GPU_PRECISION[precision]
+    peak = g.peak_fp32_flops if name == "fp32" else g.peak_flops
+    return dataclasses.replace(g, peak_flops=peak), name
+
+
+def _numerics(cfg: Any, precision: str, gpu_precision: str) -> str:
+    """The note that names both sides' numerics and where the wafer's come from."""
+    pd = str(cfg.param_dtype)
+    masters = "" if pd == "float32" else (
+        f"; param_dtype {pd} changes no arithmetic: MemoryX keeps fp32 masters")  # fmt: skip
+    return (f"numerics: wafer {precision} ({PRECISION_WORDS[precision]}; model.dtype "
+            f"{cfg.dtype}{masters}); GPU {gpu_precision}, the same arithmetic")  # fmt: skip
+
+
 def _gpu_train_time(shape, g, *, gpus, batch, seq, steps, mfu) -> tuple[float, gpum.TrainStep]:
     s = gpum.train_step(shape, g, num_gpus=gpus, batch=batch, seq_len=seq, mfu=mfu)
     return steps * s.step_s, s
@@ -230,9 +265,10 @@ def _wafer_train_side(
 
 def _gpu_train_side(
     shape: DecoderShape, g: gpum.GpuSpec, m: int, steps: int, global_batch: int, seq: int,
-    mfu: float, rates: dict[str, Any],
+    mfu: float, rates: dict[str, Any], precision: str,
 ) -> SideResult:  # fmt: skip
-    """`m` GPUs training for `steps` steps at the same global batch and sequence."""
+    """`m` GPUs training for `steps` steps at the same global batch and sequence, in
+    `precision` (`g` as `gpu_at` gives it: its peak_flops that precision's)."""
     g_time, g_step = _gpu_train_time(
         shape, g, gpus=m, batch=global_batch, seq=seq, steps=steps, mfu=mfu
     )
@@ -241,7 +277,8 @@ def _gpu_train_side(
     return SideResult(
         g.name, m, g_time, g_energy,
         eco.bill(system_hours=m * g_time / 3600, energy_j=g_energy, rates=gpu_rates(g, rates)),
-        {"steps": steps, "step_s": g_step.step_s, "layout": g_step.layout.to_dict(),
+        {"steps": steps, "step_s": g_step.step_s, "precision": precision,
+         "peak_flops": g.peak_flops, "layout": g_step.layout.to_dict(),
          "exposed_allreduce_s": g_step.exposed_allreduce_s, "bubble_s": g_step.bubble_s,
          "energy_j_per_step": eco.per(g_energy, steps),
          "energy_j_per_token": eco.per(g_energy, steps * global_batch * seq)},
@@ -263,7 +300,7 @@ def _split(choice: ModelChoice, systems: int) -> int | None:
 class TrainGpus(NamedTuple):
     """The GPU cluster the wafers are compared with: `gpus` GPUs of kind `gpu` (None: the
     fewest whole nodes that hold the model, at least 8 a wafer system) at `mfu` of their
-    bf16 peak."""
+    peak in the wafer's numerics (`gpu_at`)."""
 
     gpu: str = "h100"
     gpus: int | None = None
@@ -312,7 +349,8 @@ def plan_train(
     global_batch = n * per_system
     steps = math.ceil(tokens / (global_batch * seq))
     w_side = _wafer_train_side(spec, n, step_s, steps, global_batch, seq, rates, scale)
-    shape = cfg
+    shape, precision = cfg, scale["precision"]
+    g_run, g_precision = gpu_at(g, precision)  # the same arithmetic on the GPUs
     inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
               "batch_per_system": per_system, "global_batch": global_batch, "seq_len": seq,
               "micro_batch_size": micro,
@@ -320,8 +358,10 @@ def plan_train(
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     notes = power_notes(g, spec) + [
         grid,
-        f"GPU training at MFU {mfu:g} of {g.peak_flops / 1e12:g} TFLOP/s bf16; PaLM flop "
-        "accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
+        _numerics(cfg, precision, g_precision),
+        f"GPU training at MFU {mfu:g} of {g_run.peak_flops / 1e12:g} TFLOP/s "
+        f"{g_precision}: {_PEAK_SOURCE[g_precision]}; PaLM flop accounting 6N + 12LHQT; "
+        "16 bytes/param + activations with full recompute",
         "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
         "by mechanism on the wafer, weights streamed in and gradients out, overlapped); "
         "same global batch and sequence on both systems",
@@ -345,10 +385,10 @@ def plan_train(
         return Plan("train", choice.name, num_params(shape), inputs, w_side, None, None, notes)
     m = m_asked or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
     inputs["gpus"] = m
-    g_side = _gpu_train_side(shape, g, m, steps, global_batch, seq, mfu, rates)
+    g_side = _gpu_train_side(shape, g_run, m, steps, global_batch, seq, mfu, rates, g_precision)
     time_on = _unless_oom(
         lambda k: _gpu_train_time(
-            shape, g, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=mfu
+            shape, g_run, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=mfu
         )[0]
     )
     limit = global_batch * g.gpus_per_node * cfg.n_layers

@@ -21,7 +21,8 @@ def wafer_train_step(
     "explore" the fastest; a RunReport) and its scaling against one system
     (`wse_systems.training.scaling`): weak, one system with the same per-system batch;
     strong, one system with the whole global batch, each at its fastest micro-batch.
-    Figures: tokens/s, micro-batch and their count, what sets the step, the step's parts
+    Figures: tokens/s, the precision the step ran in (`wse_systems.training.placement.
+    precision_of`: fp32 / mixed), micro-batch and their count, what sets the step, the step's parts
     (compute, weights in, gradients out, MemoryX's update: busy seconds) and the seconds the
     streams add. With `batch` None the batch is `default_batch`'s (figures["batch_choice"]
     says why)."""
@@ -46,8 +47,8 @@ def wafer_train_step(
         strong = None
     x, point = report.extra, scale_point(spec, report, weak.extra["tokens_per_s"])
     figures = {
-        **{k: x[k] for k in ("tokens_per_s", "weight_chunks", "micro_batch", "micro_batches",
-                             "step_bound", "stall_fraction")},
+        **{k: x[k] for k in ("tokens_per_s", "precision", "weight_chunks", "micro_batch",
+                             "micro_batches", "step_bound", "stall_fraction")},
         **{k: getattr(point, k) for k in ("compute_s", "weights_in_s", "gradients_out_s",
                                           "memoryx_update_s", "exposed_s", "swarmx_levels")},
         "weak_speedup": point.speedup, "weak_efficiency": point.efficiency,

@@ -49,7 +49,9 @@ def products(model: Any) -> tuple[tuple[str, int, int], ...]:
 
 def attention_work(model: Any, pl: StepPlacement) -> Work:
     """Causal attention of the pass's sequences spread over every PE: q.k and p.v FMACs of
-    head_dim per score (mean context (s + 1) / 2), softmax in the partial-sum dtype."""
+    head_dim per score (mean context (s + 1) / 2, or the row's packed pairs, which
+    `placement.StepWorkload` keeps within s .. s (s + 1) / 2), softmax in the partial-sum
+    dtype."""
     p, num, b, s = pl.spec.num_pes, pl.num, pl.micro_batch, pl.seq_len
     pairs = s * (s + 1) / 2 if pl.attention_pairs_per_row is None else pl.attention_pairs_per_row
     scores = b * pairs * model.n_heads
@@ -88,7 +90,8 @@ def sparse_density(pl: StepPlacement, name: str) -> dict[str, float]:
     """Products whose sparse operand is the MLP hidden activation h (or its gradient, zero
     where h is, through the ReLU's derivative): the down projection forward (h in) and its
     weight gradient (h^T dY), the up projection's input gradient (dH in) and weight gradient
-    (X^T dH). The down projection's input gradient (dY W^T) is dense."""
+    (X^T dH). The down projection's input gradient (dY W^T) is dense. Only a ReLU-like
+    activation has these zeros: `placement.check_sparsity` refuses a fraction on another."""
     if not pl.mlp_zero_fraction or not name.startswith("mlp_"):
         return {}
     dens = 1.0 - pl.mlp_zero_fraction

@@ -208,7 +208,8 @@ ASSUMPTIONS = {
     "compute; gradients out and the MemoryX update overlap the previous layer's backward",
     "MemoryX update": "applied per group as its gradient arrives, keeping pace with the stream",
     "exp": f"{EXP_FMACS:g} FMACs per element (wse_systems.decoder)",
-    "zero skipping": "with mlp_zero_fraction s, an FMAC fires only on a nonzero operand: the "
+    "zero skipping": "with mlp_zero_fraction s (ReLU-like MLPs only: other activations have "
+    "no exact zeros and are refused), an FMAC fires only on a nonzero operand: the "
     "down projection (forward, dW) and the up projection (dX, dW) run (1 - s) of their "
     "FMACs; zeros still cross the fabric",
     "MemoryX capacity": "fp32 masters and the optimizer's slots (2, Adam) per parameter; "

@@ -15,10 +15,14 @@ the `StreamedTrainer` runs); a step that cannot run is a `WseError` here, at pla
   added along the rows ("E") (`gemm_work`). `chunk` is the most tokens whose inputs and
   partial sums fit in the SRAM the plan leaves free plus its working-set allocation, so a
   plan that holds more activations runs shorter vectors.
-- **Precision** (`precision_of(model)`): fp32 compute -> fp32 FMAC; bf16 compute with fp32
-  master weights -> "mixed" (`fmac_mixed`: bf16 operands, fp32 partial sums); bf16 stored
-  and computed -> bf16 FMAC. Weights and gradients stream in the compute dtype, as the
-  emulator's SwarmX moves them.
+- **Precision** (`precision_of(model)`: the numerics `wse train` runs): fp32 compute -> fp32
+  FMAC; bf16 compute -> "mixed" (`fmac_mixed`: bf16 operands, fp32 partial sums), whatever
+  param_dtype, because MemoryX keeps fp32 masters; "bf16" (bf16 operands and partial sums)
+  only when a caller asks for it (`StepLayout.precision`, a what-if no run does). Weights
+  and gradients stream in the compute dtype, as the emulator's SwarmX moves them.
+- **Sparsity** (`StepWorkload`, refused when it cannot happen): an MLP zero fraction only
+  on a ReLU-like activation (`check_sparsity`), causal pairs per row within what a row of
+  `seq_len` tokens has.
 - **Resident** placement (`placement="resident"`, only when `plan.resident`): the training
   state stays in SRAM; the chunk is sized from what it leaves free.
 - **Below the layer** (the plan's `chunks` not whole): each matrix streams in column chunks
@@ -42,12 +46,14 @@ from wse_systems.training.plan import MemoryPlan, check_memoryx, working_bytes
 
 __all__ = [
     "PRECISIONS",
+    "PRECISION_WORDS",
     "Numerics",
     "StepWorkload",
     "Sparsity",
     "StepLayout",
     "StepPlacement",
     "precision_of",
+    "check_sparsity",
     "weight_block",
     "place_step",
     "gemm_work",
@@ -58,6 +64,14 @@ PRECISIONS = {
     "fp32": ("fmac", "fp32", 4, 4),
     "bf16": ("fmac", "bf16", 2, 2),
     "mixed": ("fmac_mixed", "bf16", 2, 4),
+}
+# what each precision is, in the words a plan prints beside its figures
+PRECISION_WORDS = {
+    "fp32": "fp32 compute, weights streamed in fp32, fp32 masters in MemoryX",
+    "mixed": "bf16 compute with fp32 partial sums, weights streamed in bf16, fp32 masters "
+    "in MemoryX",
+    "bf16": "bf16 compute and partial sums, weights streamed in bf16 (a what-if: wse train "
+    "keeps fp32 masters)",
 }
 
 
@@ -83,10 +97,13 @@ class Numerics:
 
 
 def precision_of(model: Any) -> str:
-    """fp32 / mixed (bf16 compute, fp32 masters) / bf16, from the model's dtypes."""
-    if str(model.dtype) == "float32":
-        return "fp32"
-    return "mixed" if str(model.param_dtype) == "float32" else "bf16"
+    """The numerics `wse train` runs for `model`: "fp32" for fp32 compute, else "mixed".
+
+    Whatever param_dtype, MemoryX keeps fp32 masters and fp32 optimizer state and sums the
+    gradients in fp32 (`wse_trainer.memoryx`: every group cast to fp32), and the compute is
+    model.dtype's. Hunt 68: param_dtype bfloat16 was priced as "bf16" (bf16 partial sums,
+    1.76x faster than mixed for GPT-2 124M) while the run did the mixed arithmetic."""
+    return "fp32" if str(model.dtype) == "float32" else "mixed"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -103,6 +120,28 @@ class StepWorkload:
     def __post_init__(self) -> None:
         if not 0.0 <= self.mlp_zero_fraction < 1.0:
             raise WseError(f"mlp_zero_fraction must be in [0, 1), got {self.mlp_zero_fraction}")
+        pairs, s = self.attention_pairs_per_row, self.seq_len
+        # each token attends to itself at least (s pairs: documents of one token) and to
+        # every earlier token at most (s (s + 1) / 2: one document); hunt 68: 1e7 at seq
+        # 1024 priced a step 30% slower than full causal attention
+        if pairs is not None and not s <= pairs <= s * (s + 1) / 2:
+            raise WseError(
+                f"attention_pairs_per_row must be in [{s:,}, {s * (s + 1) // 2:,}] for "
+                f"seq_len {s:,} (s to s (s + 1) / 2 causal pairs), got {pairs:g}"
+            )
+
+
+def check_sparsity(model: Any, work: StepWorkload) -> None:
+    """WseError for an MLP zero fraction on an activation without exact zeros (hunt 68:
+    0.75 on GELU priced a 6.6% faster step). Skipping needs ReLU-like zeros in the hidden
+    activation and, behind them, zero gradients (`layer_cost.sparse_density`)."""
+    if work.mlp_zero_fraction and not getattr(model, "relu_like", False):
+        act = getattr(model, "mlp_activation", None)
+        raise WseError(
+            f"mlp_zero_fraction={work.mlp_zero_fraction:g} needs a ReLU-like MLP activation "
+            f"(relu, relu2: exact zeros to skip); this model's is {act!r}, which has none: "
+            "give 0, or a model with mlp_activation relu"
+        )
 
 
 class Sparsity(NamedTuple):
@@ -166,6 +205,7 @@ def place_step(
     precision: str | None = None,
 ) -> StepPlacement:
     """The placement of one step from the trainer's memory plan (refused if it cannot run)."""
+    check_sparsity(model, work)
     per_pe = lambda n: -(-int(n) // spec.num_pes)  # noqa: E731
     working = per_pe(working_bytes(model, work.micro_batch, work.seq_len))
     if placement == "resident":

@@ -13,7 +13,8 @@
   matrix. Too little SRAM even for the floor chunk is a `SramBudgetError` from the ledger.
 - `memory_plan(...)` is the `--validate-only` table: weights, gradients, optimizer state and
   activations in total and per PE, for a model resident in wafer SRAM and for weight
-  streaming (wafer: two layers or two chunks, MemoryX: fp32 masters and optimizer state);
+  streaming (wafer: two layers or two chunks, MemoryX: fp32 masters and optimizer state,
+  fp32 whatever param_dtype, as `wse_trainer.memoryx` holds them: `MASTER_BYTES`);
   `check_memoryx(plan)` refuses a model whose MemoryX state exceeds the spec's capacity.
 - `host_bytes(...)` is what the emulator holds in host memory for a run on one process
   (MemoryX, and every local replica's streamed layers and activations: CPU devices are host
@@ -39,7 +40,15 @@ __all__ = [
     "check_memoryx",
     "layer_counts",
     "host_bytes",
+    "MASTER_BYTES",
 ]
+
+
+# Bytes per parameter of the masters, the optimizer's slots and the gradients MemoryX sums:
+# fp32 whatever the model's param_dtype (wse_trainer.memoryx casts every group to fp32 and
+# sums gradients in fp32; hunt 68: a param_dtype bfloat16 plan showed fp32 here, which is
+# what its run holds, without saying so).
+MASTER_BYTES = 4
 
 
 def layer_counts(model: Any) -> tuple[int, int]:
@@ -229,10 +238,11 @@ def memory_plan(
     per_layer, _ = layer_counts(model)
     size = dtype_bytes(model.dtype)
     act_all = model.n_layers * micro_batch * seq_len * model.d_model * size
+    m = MASTER_BYTES
     items = [
-        ("weights (fp32 master)", 4 * n_params),
-        ("gradients (fp32)", 4 * n_params),
-        ("optimizer state (fp32)", 4 * optimizer_slots * n_params),
+        ("weights (fp32 master)", m * n_params),
+        ("gradients (fp32)", m * n_params),
+        ("optimizer state (fp32)", m * optimizer_slots * n_params),
         ("activations (every layer input)", act_all),
         ("working set (one layer)", working_bytes(model, micro_batch, seq_len)),
     ]
@@ -250,7 +260,7 @@ def memory_plan(
     unit, streamed = "layer", per_layer
     if ck is not None and not ck.whole:
         unit, streamed = "chunk", ck.largest_params
-    memx = 4 * (1 + optimizer_slots) * n_params
+    memx = m * (1 + optimizer_slots) * n_params
     rows += [
         {
             "item": f"streamed weights (current + prefetched {unit})",
@@ -258,13 +268,24 @@ def memory_plan(
             "bytes": 2 * streamed * size,
             "bytes_per_pe": -(-2 * streamed * size // spec.num_pes),
         },
-        {"item": "masters + optimizer state", "where": "MemoryX", "bytes": memx, "bytes_per_pe": 0},
+        {
+            "item": "fp32 masters + optimizer state" + _kept(model),
+            "where": "MemoryX",
+            "bytes": memx,
+            "bytes_per_pe": 0,
+        },
     ]
     resident = sum(v for _, v in items)
     return MemoryPlan(
         rows, resident, spec.sram_total_bytes, resident <= spec.sram_total_bytes, streaming,
         error, memx, spec.memoryx_capacity_bytes,
     )  # fmt: skip
+
+
+def _kept(model: Any) -> str:
+    """Words for a model stored in another dtype: MemoryX's state stays fp32 (MASTER_BYTES)."""
+    pd = str(getattr(model, "param_dtype", "float32"))
+    return "" if pd == "float32" else f" (param_dtype {pd}: MemoryX keeps fp32)"
 
 
 def host_bytes(
@@ -294,6 +315,8 @@ def host_bytes(
         "logits, softmax and gradient (fp32)": 3 * 4 * b * s * int(model.vocab_size),
     }
     return {
-        "MemoryX: masters, optimizer state, gradients": 4 * (2 + optimizer_slots) * n_params,
+        "MemoryX: masters, optimizer state, gradients": MASTER_BYTES
+        * (2 + optimizer_slots)
+        * n_params,
         **{k: replicas * v for k, v in per_replica.items()},
     }
