@@ -12,7 +12,7 @@ from wse_inference.pipeline.perf import plan_speculative, predict_speculative
 from wse_systems.decoder import PER_TOKEN
 from wse_systems.serving import Speculation, WaferServing, Workload
 from wse_systems.serving.blocks import price_pipeline
-from wse_systems.serving.speculative import place_speculative, speculative_round
+from wse_systems.serving.speculative import RoundSetup, place_speculative, speculative_round
 from wse_systems.transformer import DecoderCounts
 
 TARGET = DecoderCounts(
@@ -42,7 +42,9 @@ def test_engine_report_and_serving_at_one_user_give_the_same_round():
 
 
 def test_round_is_gamma_drafts_then_the_verify_pass():
-    tp, dp = place_speculative(TARGET, DRAFT, SPEC, num_wafers=1, context_len=64)
+    # hunt 68: the placement prices the round it is for (gamma, the KV read)
+    tp, dp = place_speculative(TARGET, DRAFT, SPEC, num_wafers=1, context_len=64,
+                               round=RoundSetup(3, 32))  # fmt: skip
     assert tp.spec.pe_rows + dp.spec.pe_rows == SPEC.pe_rows  # the draft's rows on the wafer
     target = price_pipeline(TARGET, tp, kv_tokens=32)
     draft = price_pipeline(DRAFT, dp, kv_tokens=32)

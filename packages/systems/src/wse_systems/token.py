@@ -14,10 +14,13 @@ infer` all price a token here; a test holds them to the same batch-1 time to the
 `fastest_plan(shape, spec, seconds_fn, **plan_kwargs)` is the planner's placement: of the
 head's rows on the wafer's ladder (`head_rows_ladder`), the plan whose token `seconds_fn`
 prices shortest among those that hold it (a larger reservation holds the same or fewer, so
-its token is never faster). `choose_layout(shape, spec, ...)` plans the regions banded and
-compact (`wse_systems.pipeline.LAYOUTS`), each in its fastest placement priced by
-`price_token`, and returns the faster plan (its `layout` says which, its head's rows how the
-wafer is split) with both times.
+its token is never faster; `ladder_plans` are those candidates, `kept_plan` carries a choice
+to more users where it stays the choice). `token_seconds_fn(shape, kv_tokens=, token_out=)` is the
+`seconds_fn` of a batch-1 token (`price_token`'s seconds, each distinct element priced once).
+`choose_layout(shape, spec, ...)` plans the regions banded and compact
+(`wse_systems.pipeline.LAYOUTS`), each in its fastest placement priced by it, and returns
+the faster plan (its `layout` says which, its head's rows how the wafer is split) with both
+times; a caller with the layout fixed calls `fastest_plan` with the same `token_seconds_fn`.
 
 `PUBLISHED_SETUP` is what the published 8B figure measures and on what setup (sources
 beside each value); `decode_case` prices that setup.
@@ -52,6 +55,9 @@ __all__ = [
     "choose_layout",
     "fastest_plan",
     "head_rows_ladder",
+    "kept_plan",
+    "ladder_plans",
+    "token_seconds_fn",
     "decode_assumptions",
     "decode_case",
     "decode_check_row",
@@ -191,15 +197,33 @@ def price_token(
 HEAD_ROWS_STEP = 2**0.25
 
 
-def head_rows_ladder(spec: WaferSpec) -> tuple[int, ...]:
-    """The head's PE rows `fastest_plan` tries: round(HEAD_ROWS_STEP^k) below the wafer's
-    rows, and all of them (a head alone in its strip), each once, ascending. It depends on
-    the wafer only, never on what a plan holds (see `fastest_plan`)."""
+def head_rows_ladder(spec: WaferSpec, *, step: float = HEAD_ROWS_STEP) -> tuple[int, ...]:
+    """The head's PE rows `fastest_plan` tries: round(step^k) below the wafer's rows, and
+    all of them (a head alone in its strip), each once, ascending. It depends on the wafer
+    only, never on what a plan holds (see `fastest_plan`)."""
     out, k = [], 0
-    while (rows := round(HEAD_ROWS_STEP**k)) < spec.pe_rows:
+    while (rows := round(step**k)) < spec.pe_rows:
         out += [rows] if not out or rows != out[-1] else []
         k += 1
     return (*out, spec.pe_rows)
+
+
+def ladder_plans(
+    config: Any, spec: WaferSpec, *, step: float = HEAD_ROWS_STEP, **plan_kwargs: Any
+) -> list[PipelinePlan]:
+    """The plans of `plan_pipeline(config, spec, **plan_kwargs)` with the head on each size
+    of `head_rows_ladder(spec, step=step)` that holds it, fewest head rows first (the head's
+    rows asked in `regions`: that plan alone, if it holds)."""
+    asked = plan_kwargs.pop("regions", Regions())
+    sizes = head_rows_ladder(spec, step=step) if asked.head_rows is None else (asked.head_rows,)
+    held = []
+    for rows in sizes:
+        try:
+            regions = dataclasses.replace(asked, head_rows=rows)
+            held.append(plan_pipeline(config, spec, regions=regions, **plan_kwargs))
+        except PipelinePlanError:
+            continue
+    return held
 
 
 def fastest_plan(
@@ -223,41 +247,62 @@ def fastest_plan(
     while a ladder size holds the plan and the stages hold equal layers, as by default:
     unequal stages share the rest by bytes, which a reservation can move by a row). The
     regions always tile every wafer."""
-    asked = plan_kwargs.pop("regions", Regions())
     # by bytes (or as asked) first: what those regions cannot hold no placement holds, so
     # their error comes at once, not after the ladder's 35 tries (a search over 512 wafers)
-    first = plan_pipeline(config, spec, regions=asked, **plan_kwargs)
-    if asked.head_rows is not None:
+    first = plan_pipeline(config, spec, **plan_kwargs)
+    if plan_kwargs.get("regions", Regions()).head_rows is not None:
         return first
-    held = []
-    for rows in head_rows_ladder(spec):
-        try:
-            regions = dataclasses.replace(asked, head_rows=rows)
-            held.append(plan_pipeline(config, spec, regions=regions, **plan_kwargs))
-        except PipelinePlanError:
-            continue
+    held = ladder_plans(config, spec, **plan_kwargs)
     return min(held, key=seconds_fn) if held else first
 
 
-def choose_layout(
+def kept_plan(
+    config: Any, plan: PipelinePlan, *, slots: int, step: float = HEAD_ROWS_STEP
+) -> PipelinePlan | None:
+    """`plan`, a `fastest_plan` choice, for `slots` users: its regions asked again (its
+    head's rows, layout, stages, GEMV program, wafers, context and bytes), when its head's
+    rows are on the ladder of `step`, its stages hold equal layers and the plan for `slots`
+    holds in the same regions; else None. For `slots` above `plan.slots` it is
+    `fastest_plan`'s choice for them, to the plan, under a `seconds_fn` that prices a
+    placement by its regions alone (as `token_seconds_fn`): more users hold the same or fewer
+    of the ladder's candidates (equal stages keep their regions at any reservation), and the
+    fastest for fewer users is among them (a serving model's loads search once: hunt 68)."""
+    rows = plan.head.region.rows
+    if (
+        rows not in head_rows_ladder(plan.spec, step=step)
+        or len({s.num_layers for s in plan.stages}) > 1
+    ):
+        return None
+    asked = Regions(stages=plan.num_stages, layout=plan.layout, gemv=plan.gemv, head_rows=rows)
+    try:
+        again = plan_pipeline(
+            config, plan.spec, num_wafers=plan.num_wafers, context_len=plan.context_len,
+            slots=slots, bytes_per_param=plan.bytes_per_param, regions=asked,
+        )  # fmt: skip
+    except PipelinePlanError:
+        return None
+    return again if _regions_of(again) == _regions_of(plan) else None
+
+
+def _regions_of(plan: PipelinePlan) -> tuple:
+    return tuple((s.wafer, s.region) for s in (plan.head, *plan.stages))
+
+
+def token_seconds_fn(
     shape: Any,
-    spec: Any,
     *,
     kv_tokens: int | None = None,
     model: PerfModel | None = None,
     token_out: bool = False,
-    **plan_kwargs: Any,
-) -> tuple[PipelinePlan, dict[str, float]]:
-    """(the faster plan, seconds per batch-1 token of each layout that fits): `shape` planned
-    banded and compact (the `regions` asked, else `Regions()`, in each layout), each in its
-    fastest placement (`fastest_plan`; each candidate priced by `wse_systems.serving.blocks.
-    price_pipeline`, the same phases with each distinct element priced once, plus the trip to
-    the host when `token_out`: `price_token`'s seconds to the cycle, a test holds them); a
-    tie keeps bands. PipelinePlanError (the banded plan's) when neither fits."""
-    asked = plan_kwargs.pop("regions", Regions())
-
-    # by id, the plan kept alive beside its seconds (an id is unique only while it lives):
-    # the chosen plans are not priced again
+) -> Callable[[PipelinePlan], float]:
+    """plan -> seconds of one batch-1 token of `shape` on it, the `seconds_fn` of
+    `fastest_plan` that `choose_layout` (and `wse_inference.pipeline.perf.plan_for` in a
+    layout given) prices its candidates by: `wse_systems.serving.blocks.price_pipeline`
+    (the same phases as `price_token`, each distinct element priced once: its seconds to the
+    cycle, a test holds them) reading `kv_tokens` cached tokens (None: half the plan's
+    context), plus the token's trip to the host when `token_out`. Each plan is priced once
+    (a chosen plan asked again is not priced again)."""
+    # by id, the plan kept alive beside its seconds (an id is unique only while it lives)
     priced: dict[int, tuple[PipelinePlan, float]] = {}
 
     def seconds(plan: PipelinePlan) -> float:
@@ -271,6 +316,25 @@ def choose_layout(
             priced[id(plan)] = (plan, token_s + trip)
         return priced[id(plan)][1]
 
+    return seconds
+
+
+def choose_layout(
+    shape: Any,
+    spec: Any,
+    *,
+    kv_tokens: int | None = None,
+    model: PerfModel | None = None,
+    token_out: bool = False,
+    **plan_kwargs: Any,
+) -> tuple[PipelinePlan, dict[str, float]]:
+    """(the faster plan, seconds per batch-1 token of each layout that fits): `shape` planned
+    banded and compact (the `regions` asked, else `Regions()`, in each layout), each in its
+    fastest placement (`fastest_plan`, each candidate priced by `token_seconds_fn`: the
+    token `kv_tokens` and `token_out` describe); a tie keeps bands. PipelinePlanError (the
+    banded plan's) when neither fits."""
+    asked = plan_kwargs.pop("regions", Regions())
+    seconds = token_seconds_fn(shape, kv_tokens=kv_tokens, model=model, token_out=token_out)
     plans: dict[str, PipelinePlan] = {}
     error: PipelinePlanError | None = None
     for layout in LAYOUTS:

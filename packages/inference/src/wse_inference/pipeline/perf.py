@@ -40,10 +40,21 @@ from wse_systems.pipeline import (
     PipelinePlanError,
     Regions,
     min_wafers,
-    plan_pipeline,
 )
-from wse_systems.serving.speculative import ParamBytes, place_speculative, speculative_round
-from wse_systems.token import choose_layout, decode_assumptions, price_token, token_report
+from wse_systems.serving.speculative import (
+    ParamBytes,
+    RoundSetup,
+    place_speculative,
+    speculative_round,
+)
+from wse_systems.token import (
+    choose_layout,
+    decode_assumptions,
+    fastest_plan,
+    price_token,
+    token_report,
+    token_seconds_fn,
+)
 
 __all__ = [
     "CALIBRATION_TOKENS_PER_S",
@@ -91,18 +102,17 @@ def plan_for(
 ) -> PipelinePlan:
     """One region per layer on `num_wafers` wafers (default: the fewest that hold weights
     and one user's KV cache of `context_len` tokens), its regions `layout` (default: banded
-    or compact, whichever prices the shorter `token`, `wse_systems.token.choose_layout`),
+    or compact, whichever prices the shorter `token`, `wse_systems.token.choose_layout`)
+    in the placement that prices the shortest `token` (`wse_systems.token.fastest_plan`),
     each GEMV priced as `gemv` (`wse_systems.pipeline.GEMV_PROGRAMS`: "sdk" or WaferLLM's
     "meshgemv")."""
     kwargs: dict[str, Any] = dict(context_len=context_len, bytes_per_param=bytes_per_param)
     if num_wafers is None:
         num_wafers = min_wafers(config, spec, **kwargs)
-    regions = Regions(layout=layout, gemv=gemv)
-    if layout is not None:
-        return plan_pipeline(config, spec, num_wafers=num_wafers, regions=regions, **kwargs)
-    return choose_layout(
-        config, spec, num_wafers=num_wafers, regions=regions, **token._asdict(), **kwargs
-    )[0]
+    kwargs |= dict(num_wafers=num_wafers, regions=Regions(layout=layout, gemv=gemv))
+    if layout is not None:  # hunt 68: by bytes, a larger context priced a faster token
+        return fastest_plan(config, spec, token_seconds_fn(config, **token._asdict()), **kwargs)
+    return choose_layout(config, spec, **token._asdict(), **kwargs)[0]
 
 
 def predict_model(
@@ -153,8 +163,8 @@ def plan_speculative(
             try:
                 plans = place_speculative(
                     target, draft, spec, num_wafers=n, context_len=context_len,
+                    round=RoundSetup(gamma, kv), regions=Regions(layout=layout),
                     param_bytes=ParamBytes(target=bytes_per_param, draft=draft_bytes_per_param),
-                    regions=Regions(layout=layout),
                 )  # fmt: skip
             except PipelinePlanError:
                 continue

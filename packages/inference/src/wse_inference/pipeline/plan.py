@@ -14,7 +14,8 @@ from typing import Any
 
 import jax.numpy as jnp
 from wse_core.hw.spec import WaferSpec
-from wse_systems.pipeline import PipelinePlan, PipelinePlanError, Regions, plan_pipeline
+from wse_systems.pipeline import PipelinePlan, PipelinePlanError, Regions
+from wse_systems.token import fastest_plan, token_seconds_fn
 
 __all__ = ["engine_plan", "emulation_spec", "declare_regions", "row_bytes"]
 
@@ -73,15 +74,25 @@ def engine_plan(
 ) -> PipelinePlan:
     """The plan an engine of `stages` stages emulates: `stages` regions on the fewest of 1..
     `stages` wafers that hold them (or `num_wafers`), context `max_context`, one slot per
-    stage, the model's parameter bytes. Raises the planner's error (with the numbers)."""
+    stage, the model's parameter bytes, banded, the head on the rows that price the
+    shortest token of the engine's report (`wse_systems.token.fastest_plan`). Raises the
+    planner's error (with the numbers).
+
+    The emulation reads the plan's layers and bytes only (`emulation_spec`, `row_bytes`),
+    never where its regions lie, so the tokens it emits do not depend on the placement;
+    `engine.report()` prices this plan (`price_token`), and sized by bytes a longer
+    `max_context` or more stages (slots) gave the layers more PEs and predicted a faster
+    token (hunt 68). The placement is priced as the report's default token (half the context
+    read)."""
     kwargs: dict[str, Any] = dict(context_len=max_context, slots=stages)
     kwargs["bytes_per_param"] = int(jnp.dtype(config.param_dtype).itemsize)
     kwargs["regions"] = Regions(stages=stages)
+    seconds = token_seconds_fn(config)
     if num_wafers is not None:
-        return plan_pipeline(config, spec, num_wafers=num_wafers, **kwargs)
+        return fastest_plan(config, spec, seconds, num_wafers=num_wafers, **kwargs)
     for n in range(1, stages + 1):
         try:
-            return plan_pipeline(config, spec, num_wafers=n, **kwargs)
+            return fastest_plan(config, spec, seconds, num_wafers=n, **kwargs)
         except PipelinePlanError:
             if n == stages:
                 raise

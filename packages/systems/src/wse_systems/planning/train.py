@@ -264,11 +264,12 @@ def _wafer_train_side(
 
 
 def _gpu_train_side(
-    shape: DecoderShape, g: gpum.GpuSpec, m: int, steps: int, global_batch: int, seq: int,
-    mfu: float, rates: dict[str, Any], precision: str,
+    shape: DecoderShape, g: gpum.GpuSpec, m: int, job: tuple[int, int, int], mfu: float,
+    rates: dict[str, Any], precision: str,
 ) -> SideResult:  # fmt: skip
-    """`m` GPUs training for `steps` steps at the same global batch and sequence, in
-    `precision` (`g` as `gpu_at` gives it: its peak_flops that precision's)."""
+    """`m` GPUs training the same `job` (steps, global batch, sequence), in `precision`
+    (`g` as `gpu_at` gives it: its peak_flops that precision's)."""
+    steps, global_batch, seq = job
     g_time, g_step = _gpu_train_time(
         shape, g, gpus=m, batch=global_batch, seq=seq, steps=steps, mfu=mfu
     )
@@ -385,7 +386,7 @@ def plan_train(
         return Plan("train", choice.name, num_params(shape), inputs, w_side, None, None, notes)
     m = m_asked or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
     inputs["gpus"] = m
-    g_side = _gpu_train_side(shape, g_run, m, steps, global_batch, seq, mfu, rates, g_precision)
+    g_side = _gpu_train_side(shape, g_run, m, (steps, global_batch, seq), mfu, rates, g_precision)
     time_on = _unless_oom(
         lambda k: _gpu_train_time(
             shape, g_run, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=mfu

@@ -1,10 +1,13 @@
 """One speculative round on wafers: where the draft sits and what a round costs.
 
-Contract. `place_speculative(target, draft, spec, num_wafers=, context_len=, slots=,
-param_bytes=ParamBytes(target=, draft=), regions=Regions(...))` is the one placement of
-draft-and-verify decoding: the draft takes the fewest PE rows of every wafer that hold it
-(its own `plan_pipeline` on those rows), the target the rest of each wafer; -> (target
-plan, draft plan), `PipelinePlanError` when they do not fit together.
+Contract. `place_speculative(target, draft, spec, num_wafers=, context_len=,
+round=RoundSetup(gamma, kv_tokens, price), slots=, param_bytes=ParamBytes(target=, draft=),
+regions=Regions(...))` is the one placement of draft-and-verify decoding: the draft takes
+some PE rows of every wafer (its own `plan_pipeline` on those rows), the target the rest of
+each wafer, the split and each model's head rows those that price the round shortest (hunt
+68: not the fewest rows by bytes; see it); -> (target plan, draft plan), `PipelinePlanError`
+when they do not fit together (`fewest_draft_rows` says so alone, without pricing).
+`kept_speculative` carries a placement to more users where it stays the search's choice.
 `speculative_round(target, target_plan, draft, draft_plan, gamma=, kv_tokens=)` is one round
 (a `Round`): gamma draft decode tokens one after another, then the target's pass over
 gamma + 1 tokens in the prompt blocks that finish soonest (`wse_systems.serving.blocks.
@@ -28,16 +31,49 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work, serial
 from wse_core.hw.spec import WaferSpec
 
 from wse_systems.decoder import decode_phases
 from wse_systems.pipeline import PipelinePlan, PipelinePlanError, Regions, plan_pipeline
-from wse_systems.serving.blocks import price_pipeline
+from wse_systems.serving.blocks import Pipeline, price_pipeline
+from wse_systems.token import fastest_plan, head_rows_ladder, kept_plan, ladder_plans
 
-__all__ = ["ParamBytes", "Round", "place_speculative", "speculative_round", "block_phases"]
+__all__ = [
+    "ParamBytes",
+    "PriceFn",
+    "RoundSetup",
+    "Round",
+    "block_phases",
+    "GRID_STEP",
+    "fewest_draft_rows",
+    "kept_speculative",
+    "place_speculative",
+    "speculative_round",
+]
+
+PriceFn = Callable[[Any, PipelinePlan], Pipeline]  # (config, plan) -> its priced pipeline
+
+
+class RoundSetup(NamedTuple):
+    """The round a speculative placement is priced for: `gamma` drafts a round, `kv_tokens`
+    cached tokens read, `price(config, plan)` a plan's `Pipeline` (None: `price_pipeline` at
+    `kv_tokens`; the serving model passes its own)."""
+
+    gamma: int
+    kv_tokens: int
+    price: PriceFn | None = None
+
+
+# The ratio between the row counts of `place_speculative`'s grid (the draft's rows, each
+# model's head rows): 2, a quarter of `fastest_plan`'s steps in each dimension, as every
+# draft row count times each model's head rows is planned and priced. Llama 3.1 8B with 3.2
+# 1B, both layouts: 26 placements priced and a round of 915.2 us; on `HEAD_ROWS_STEP`'s grid
+# 387 (ten times the planning time) for 914.0 us.
+GRID_STEP = 2.0
 
 _LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
 
@@ -49,8 +85,12 @@ class ParamBytes:
     target: int = 2
     draft: int | None = None
 
+    @property
+    def of_draft(self) -> int:
+        return self.target if self.draft is None else self.draft
 
-def place_speculative(
+
+def fewest_draft_rows(
     target: Any,
     draft: Any,
     spec: WaferSpec,
@@ -60,28 +100,21 @@ def place_speculative(
     slots: int = 1,
     param_bytes: ParamBytes = ParamBytes(),
     regions: Regions = Regions(),
-) -> tuple[PipelinePlan, PipelinePlan]:
-    """(target plan, draft plan): the draft on the fewest PE rows of each of `num_wafers`
-    wafers that hold it, the target on the rest (the module's placement); `regions` are the
-    target's (the draft's: one per layer, laid out and priced as the target's)."""
-    bpp = param_bytes.target
-    dbpp = bpp if param_bytes.draft is None else param_bytes.draft
-    drafted = dataclasses.replace(regions, stages=None)
+) -> int:
+    """The fewest PE rows of each wafer that hold the draft (by bytes) with the target
+    holding the rest; PipelinePlanError when no split holds them (then no placement does,
+    but for a row of rounding: `place_speculative` holds exactly what this holds)."""
+    rows, drafted = spec.pe_rows, _draft_regions(regions)
+    kw: dict[str, Any] = dict(num_wafers=num_wafers, context_len=context_len, slots=slots)
 
-    def plan(config: Any, rows: int, bpp: int, asked: Regions) -> PipelinePlan:
-        return plan_pipeline(
-            config, spec.replace(pe_rows=rows), num_wafers=num_wafers, context_len=context_len,
-            slots=slots, bytes_per_param=bpp, regions=asked,
-        )  # fmt: skip
-
-    def fits(rows: int) -> bool:
+    def fits(n: int) -> bool:
         try:
-            plan(draft, rows, dbpp, drafted)
+            plan_pipeline(draft, spec.replace(pe_rows=n), bytes_per_param=param_bytes.of_draft,
+                          regions=drafted, **kw)  # fmt: skip
             return True
         except PipelinePlanError:
             return False
 
-    rows = spec.pe_rows
     if not fits(rows - 1):
         raise PipelinePlanError(
             f"the draft model does not fit {num_wafers} x {spec.name} with {slots} users"
@@ -91,13 +124,116 @@ def place_speculative(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
     try:
-        target_plan = plan(target, rows - lo, bpp, regions)
+        plan_pipeline(target, spec.replace(pe_rows=rows - lo), bytes_per_param=param_bytes.target,
+                      regions=regions, **kw)  # fmt: skip
     except PipelinePlanError as e:
         raise PipelinePlanError(
             f"the target and its draft do not fit {num_wafers} x {spec.name} together "
             f"(the draft takes {lo} of the {rows} PE rows of each wafer): {e}"
         ) from None
-    return target_plan, plan(draft, lo, dbpp, drafted)
+    return lo
+
+
+def place_speculative(
+    target: Any,
+    draft: Any,
+    spec: WaferSpec,
+    *,
+    num_wafers: int,
+    context_len: int,
+    round: RoundSetup,
+    slots: int = 1,
+    param_bytes: ParamBytes = ParamBytes(),
+    regions: Regions = Regions(),
+) -> tuple[PipelinePlan, PipelinePlan]:
+    """(target plan, draft plan): of the draft's PE rows of each wafer on the grid's ladder
+    (`head_rows_ladder(spec, step=GRID_STEP)`, below the wafer's rows), the target on the
+    rest, and each model's head rows on the same ladder of its rows
+    (`wse_systems.token.ladder_plans`), the placement that holds both and whose round of
+    `gamma` drafts and the target's pass over gamma + 1 tokens (`kv_tokens` cached tokens
+    read) prices shortest (a tie keeps the fewer rows). None holds them: the draft on its
+    fewest rows (`fewest_draft_rows`, whose error comes first when nothing does), each model
+    placed fastest there (`wse_systems.token.fastest_plan`). `regions` are the target's (the
+    draft's: one per layer, laid out and priced as the target's); `price(config, plan)`
+    prices a plan's `Pipeline` (default: `price_pipeline` at `kv_tokens`; the serving model
+    passes its own, which prices a placement once over every load).
+
+    Why (hunt 68): the draft on the fewest rows that hold it and each model's regions by
+    bytes made a larger reservation faster: more context or users gave the draft more rows
+    (its tokens, on a round's path gamma times, faster) and each model's layers more of its
+    rows (Llama 3.1 8B and 3.2 1B, gamma 4: 1,035.15 us a round at a 2,048-token context,
+    1,028.98 us at 4,096). Priced, more rows than the fewest make the draft faster than they
+    make the target slower. The round is the draft's part plus the target's, so each model's
+    fastest head on its rows gives the fastest round of those rows. Every candidate is the
+    wafer's, the same for every reservation, and is priced by its regions, so a larger
+    reservation leaves the same or fewer and its round is never shorter (exactly while one
+    holds them, the stages hold equal layers and the verify pass's blocks are not cut by free
+    SRAM, `blocks.max_block_tokens`)."""
+    gamma, kv_tokens, price = round
+    lo = fewest_draft_rows(target, draft, spec, num_wafers=num_wafers, context_len=context_len,
+                           slots=slots, param_bytes=param_bytes, regions=regions)  # fmt: skip
+    pipe = _memo(price or (lambda c, p: price_pipeline(c, p, kv_tokens=kv_tokens)))
+    kw: dict[str, Any] = dict(num_wafers=num_wafers, context_len=context_len, slots=slots)
+    tkw = dict(kw, regions=regions, bytes_per_param=param_bytes.target)
+    dkw = dict(kw, regions=_draft_regions(regions), bytes_per_param=param_bytes.of_draft)
+
+    def verify_s(plan: PipelinePlan) -> float:
+        return pipe(target, plan).pass_s(gamma + 1)[0]
+
+    def draft_s(plan: PipelinePlan) -> float:
+        return pipe(draft, plan).token_s
+
+    best: tuple[float, PipelinePlan, PipelinePlan] | None = None
+    for rows in head_rows_ladder(spec, step=GRID_STEP)[:-1]:
+        # the draft first (the smaller model): on rows that cannot hold it, the target's
+        # placements are not planned; nothing is priced until both hold
+        drafts = ladder_plans(draft, spec.replace(pe_rows=rows), step=GRID_STEP, **dkw)
+        rest = spec.replace(pe_rows=spec.pe_rows - rows)
+        targets = ladder_plans(target, rest, step=GRID_STEP, **tkw) if drafts else []
+        if targets:
+            t, d = min(targets, key=verify_s), min(drafts, key=draft_s)
+            round_s = gamma * draft_s(d) + verify_s(t)
+            best = (round_s, t, d) if best is None or round_s < best[0] else best
+    if best is not None:
+        return best[1], best[2]
+    return (fastest_plan(target, spec.replace(pe_rows=spec.pe_rows - lo), verify_s, **tkw),
+            fastest_plan(draft, spec.replace(pe_rows=lo), draft_s, **dkw))  # fmt: skip
+
+
+def kept_speculative(
+    target: Any, draft: Any, spec: WaferSpec, plans: tuple[PipelinePlan, PipelinePlan], *,
+    slots: int,
+) -> tuple[PipelinePlan, PipelinePlan] | None:  # fmt: skip
+    """`plans`, a `place_speculative` choice on `spec`, for `slots` users: each model's
+    placement kept (`wse_systems.token.kept_plan` on the grid's ladder), when the draft's
+    rows are the grid's; else None. For more users than `plans` hold it is
+    `place_speculative`'s choice for them (kept_plan's argument over the whole grid; the
+    verify pass priced on each plan's free SRAM)."""
+    target_plan, draft_plan = plans
+    if draft_plan.spec.pe_rows not in head_rows_ladder(spec, step=GRID_STEP)[:-1]:
+        return None
+    kept = (kept_plan(target, target_plan, slots=slots, step=GRID_STEP),
+            kept_plan(draft, draft_plan, slots=slots, step=GRID_STEP))  # fmt: skip
+    return None if kept[0] is None or kept[1] is None else (kept[0], kept[1])
+
+
+def _draft_regions(regions: Regions) -> Regions:
+    """The draft's regions: one per layer, in the target's layout and GEMV program; the
+    head's rows asked are the target's."""
+    return dataclasses.replace(regions, stages=None, head_rows=None)
+
+
+def _memo(price: PriceFn) -> PriceFn:
+    """`price` once per plan (by id, the plan kept alive: an id is unique only while it
+    lives): the chosen plans' rounds read the pipelines their choice priced."""
+    seen: dict[int, tuple[PipelinePlan, Pipeline]] = {}
+
+    def priced(config: Any, plan: PipelinePlan) -> Pipeline:
+        if id(plan) not in seen:
+            seen[id(plan)] = (plan, price(config, plan))
+        return seen[id(plan)][1]
+
+    return priced
 
 
 def _split(work: Work) -> tuple[Work, Work]:

@@ -7,9 +7,11 @@ Contract. `WaferServing(config, spec, num_wafers=n, workload=w)` is a `ServingSy
 `layout["head_rows"]`, and by default (`layout=None`) banded or compact regions,
 `layout["layout"]`, that price one user's token shortest): the plan object the pipelined engine
 runs, where every region holds its layers' weights, each user's KV cache for those layers and each
-user's activations, declared in the wafer's SRAM ledger. The most users that fit (`max_users`) is
-where that plan stops fitting; `budget()` states the per-PE budget of the fullest region; more
-users are refused with its numbers.
+user's activations, declared in the wafer's SRAM ledger; a load keeps the placement of fewer
+users where it is the search's choice too (`wse_systems.token.kept_plan`). The most users that
+fit (`max_users`) is where that plan stops fitting (the regions by bytes, as the search's);
+`budget()` states the per-PE budget of the fullest region; more users are refused with its
+numbers, users that are not a whole number as `GpuServing` refuses them.
 
 A decode token and a prompt block are priced by `wse_systems.serving.blocks` (one
 `Pipeline`: `wse_systems.token.price_token`'s phases on that plan with `wse_core.PerfModel`, the
@@ -52,9 +54,9 @@ passes between wafers). The pipeline:
   the busiest element's W at every load (hunt 66: the latency-bound side used the pass
   times, and the price split jumped 3-4.5x where the bound changed);
 - speculation (`Speculation`): the one placement and round of
-  `wse_systems.serving.speculative` (the draft on the fewest PE rows of every wafer that
-  hold it, the target on the rest; a round is gamma draft tokens one after another then the
-  target's pass over gamma + 1 tokens in blocks as a prompt), emitting
+  `wse_systems.serving.speculative` (the draft on the PE rows of every wafer, the target on
+  the rest, that price the round shortest; a round is gamma draft tokens one after another
+  then the target's pass over gamma + 1 tokens in blocks as a prompt), emitting
   E = (1 - a^(g+1)) / (1 - a) tokens; with U users a request takes O / E rounds, each
   holding the draft's elements and the target's.
 """
@@ -68,19 +70,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from wse_core.cost.perf import PerfModel
+from wse_core.errors import require_int
 from wse_core.hw.spec import WaferSpec
 
-from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regions
+from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regions, plan_pipeline
+from wse_systems.serving import speculative as sp
 from wse_systems.serving.blocks import Pipeline, max_block_tokens, price_pipeline
-from wse_systems.serving.frontier import (
-    OperatingPoint,
-    RequestTimes,
-    ServingError,
-    Speculation,
-    Workload,
-)
-from wse_systems.serving.speculative import ParamBytes, Round, place_speculative, speculative_round
-from wse_systems.token import fastest_plan
+from wse_systems.serving.frontier import OperatingPoint, ServingError, Speculation, Workload
+from wse_systems.serving.request import RequestWork
+from wse_systems.serving.speculative import Round, speculative_round
+from wse_systems.token import fastest_plan, kept_plan
 
 __all__ = [
     "MAX_USERS",
@@ -114,59 +113,6 @@ class SramBudget:
             f"{self.act_bytes_per_user_per_pe:,.1f} B of activations per PE: at most "
             f"{self.max_users:,} users"
         )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RequestWork:
-    """One request on the pipeline (seconds): what it holds each element for, prompt and
-    output together (`held_s`) and its prompt's part, its prompt pass and its decode alone,
-    and the wait for the item under way at the bottleneck (none at one user)."""
-
-    block: int
-    held_s: Mapping[str, float]
-    prompt_held_s: Mapping[str, float]
-    prompt_s: float
-    decode_s: float
-    wait_s: float
-
-    @property
-    def ttft_s(self) -> float:
-        return self.wait_s + self.prompt_s
-
-    def bottleneck(self) -> tuple[str, float]:
-        name = max(self.held_s, key=self.held_s.__getitem__)
-        return name, self.held_s[name]
-
-    def stall_s(self, users: int) -> float:
-        """a: the other users' prompts' longest hold of one element, per period (module)."""
-        return (users - 1) * max(self.prompt_held_s.values(), default=0.0)
-
-    def times(self, users: int) -> RequestTimes:
-        """First token admitted at once, the output window with the others' prompt stalls
-        at the period, and the capacity (module docstring)."""
-        a, first, capacity = self.stall_s(users), self.ttft_s, users * self.bottleneck()[1]
-        s = first + self.decode_s + a  # the own path: T^2 - s T + first a = 0, larger root
-        period = max(0.5 * (s + math.sqrt(s * s - 4.0 * first * a)), capacity)
-        stalls = self.decode_s * a / (period - a)  # = D - O T1: never below 0, 0 alone
-        return RequestTimes(ttft_s=first, decode_s=self.decode_s + stalls, capacity_s=capacity)
-
-    def period_s(self, users: int) -> float:
-        """A user's request period (`RequestTimes.period_s`)."""
-        return self.times(users).period_s
-
-    def output_per_s(self, users: int, output_tokens: int) -> float:
-        return users * output_tokens / self.period_s(users)
-
-    def point(self, users: int, workload: Workload, **layout: Any) -> OperatingPoint:
-        name, work = self.bottleneck()
-        times = self.times(users)
-        return times.point(
-            users, workload, input_time_share=self.prompt_held_s.get(name, 0.0) / work,
-            bound="pipeline latency" if times.latency_bound else f"region {name}",
-            layout={**layout, "bottleneck_s_per_request": work, "prompt_block_tokens": self.block,
-                    "decode_alone_s": self.decode_s,
-                    "decode_stalls_s": times.decode_s - self.decode_s},
-        )  # fmt: skip
 
 
 class WaferServing:
@@ -207,28 +153,58 @@ class WaferServing:
         return Regions(stages=self.stages, layout=self.layout, gemv=self.gemv,
                        head_rows=self.head_rows)  # fmt: skip
 
-    def _plan(self, config: Any, spec: WaferSpec, users: int) -> PipelinePlan:
-        return fastest_plan(
-            config, spec, lambda p: self._price(config, p, self.workload.kv_tokens).token_s,
-            num_wafers=self.units, context_len=self.workload.held_tokens, slots=users,
-            bytes_per_param=self.bytes_per_param, regions=self._regions(),
-        )  # fmt: skip
-
     def plans(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None]:
         """(target plan, draft plan or None) with `users` in flight; PipelinePlanError if
         they do not fit."""
         if users not in self._plans:
-            self._plans[users] = self._layout(users)
+            self._plans[users] = self._kept(users) or self._layout(users)
         return self._plans[users]
 
+    def _asked(self, users: int) -> dict[str, Any]:
+        """The plan's keywords for `users` in flight (the target's regions as asked)."""
+        return dict(num_wafers=self.units, context_len=self.workload.held_tokens, slots=users,
+                    regions=self._regions())  # fmt: skip
+
     def _layout(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None]:
+        kv, bpp = self.workload.kv_tokens, self.bytes_per_param
         if self.speculation is None:
-            return self._plan(self.config, self.spec, users), None
-        return place_speculative(
-            self.config, self.speculation.draft, self.spec, num_wafers=self.units,
-            context_len=self.workload.held_tokens, slots=users,
-            param_bytes=ParamBytes(target=self.bytes_per_param), regions=self._regions(),
+            seconds = lambda p: self._price(self.config, p, kv).token_s  # noqa: E731
+            return fastest_plan(self.config, self.spec, seconds, bytes_per_param=bpp,
+                                **self._asked(users)), None  # fmt: skip
+        return sp.place_speculative(
+            self.config, self.speculation.draft, self.spec, param_bytes=sp.ParamBytes(target=bpp),
+            round=sp.RoundSetup(self.speculation.gamma, kv,
+                                lambda config, plan: self._price(config, plan, kv)),
+            **self._asked(users),
         )  # fmt: skip
+
+    def _kept(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None] | None:
+        """The placement of the most users below `users` planned so far, where it is the
+        search's choice for `users` too (`token.kept_plan`, `speculative.kept_speculative`);
+        None: search (hunt 68: every load searched the ladders again)."""
+        fewer = [u for u in self._plans if u < users]
+        if not fewer:
+            return None
+        target, draft = self._plans[max(fewer)]
+        if draft is None or self.speculation is None:
+            kept = kept_plan(self.config, target, slots=users)
+            return None if kept is None else (kept, None)
+        return sp.kept_speculative(self.config, self.speculation.draft, self.spec,
+                                   (target, draft), slots=users)  # fmt: skip
+
+    def _holds(self, users: int) -> bool:
+        """Whether `users` fit: the regions by bytes hold them as the search's do (hunt 68:
+        each probe of `max_users` searched the ladders)."""
+        asked, bpp = self._asked(users), self.bytes_per_param
+        try:
+            if self.speculation is None:
+                plan_pipeline(self.config, self.spec, bytes_per_param=bpp, **asked)
+            else:
+                sp.fewest_draft_rows(self.config, self.speculation.draft, self.spec,
+                                     param_bytes=sp.ParamBytes(target=bpp), **asked)  # fmt: skip
+        except PipelinePlanError:
+            return False
+        return True
 
     def _forget(self) -> None:
         for cache in (self._plans, self._priced, self._rounds):
@@ -257,13 +233,6 @@ class WaferServing:
         for cache, held in zip(caches, kept[faster], strict=True):
             cache.update(held)
         return faster
-
-    def _holds(self, users: int) -> bool:
-        try:
-            self.plans(users)
-            return True
-        except PipelinePlanError:
-            return False
 
     @functools.cached_property
     def max_users(self) -> int:
@@ -313,15 +282,17 @@ class WaferServing:
             (s.name, s.wafer, s.layers, s.region, s.weight_bytes, s.kv_bytes / plan.slots,
              s.act_bytes / plan.slots) for s in regions
         )  # fmt: skip
-        key = (id(config), kv_tokens, plan.num_wafers, plan.bytes_per_param, per_user)
+        # the wafer's rows too: a speculative search plans each model on some of them
+        key = (id(config), kv_tokens, plan.spec.pe_rows, plan.num_wafers, plan.bytes_per_param,
+               per_user)  # fmt: skip
         if key not in self._by_layout:
             priced = price_pipeline(config, plan, kv_tokens=kv_tokens, model=self.model)
             self._by_layout[key] = priced
         return dataclasses.replace(self._by_layout[key], max_block_tokens=max_block_tokens(plan))
 
     def _refuse(self, users: int) -> None:
-        if users < 1:
-            raise ServingError(f"users must be >= 1, got {users}")
+        # GpuServing.point's check and words (hunt 68: 2.5 users were priced here)
+        require_int("users", users, 1, error=ServingError)
         if users > self.max_users:
             raise ServingError(
                 f"{users} users do not fit {self.units} x {self.name} with "
@@ -363,8 +334,8 @@ class WaferServing:
                            else 0.0)  # fmt: skip
 
     def point(self, users: int) -> OperatingPoint:
+        self._refuse(users)  # before the cache, to which True is 1
         if users not in self._points:
-            self._refuse(users)
             self._points[users] = self._point(users)
         return self._points[users]
 

@@ -54,9 +54,10 @@ class StreamRow:
 
 
 def _row(
-    pm: PerfModel, unit: str, n: int, nbytes: float, st_in, fwd, bwd, out, together=False
+    pm: PerfModel, unit: str, n: int, nbytes: float, st_in, compute, out, together=False
 ) -> StreamRow:
-    s = pm.seconds
+    """`compute`: (the forward, the backward) the unit's streams hide under."""
+    s, (fwd, bwd) = pm.seconds, compute
     return StreamRow(unit, n, nbytes, s(st_in), s(fwd), s(bwd), s(out), together)
 
 
@@ -74,12 +75,12 @@ def stream_budget(
     head_in = head + (embed if model.tie_embeddings else 0)
     rows = [
         _row(pm, "embedding", 1, embed * size, st.weights_in(embed),
-             Phase("e", embed_work(model, pl, backward=False)),
-             Phase("e", embed_work(model, pl, backward=True)), st.gradients_out(embed)),
+             (Phase("e", embed_work(model, pl, backward=False)),
+              Phase("e", embed_work(model, pl, backward=True))), st.gradients_out(embed)),
     ]  # fmt: skip
     rows += _layer_rows(model, pl, pm, st)
     fwd, bwd = head_phases(model, pl, "forward"), head_phases(model, pl, "backward")
-    rows.append(_row(pm, "head", 1, head_in * size, st.weights_in(head_in), fwd, bwd,
+    rows.append(_row(pm, "head", 1, head_in * size, st.weights_in(head_in), (fwd, bwd),
                      st.gradients_out(head), together=True))  # fmt: skip
     return rows
 
@@ -89,7 +90,7 @@ def _layer_rows(model: Any, pl: StepPlacement, pm: PerfModel, st: Streams) -> li
     if pl.chunks is None:
         n = int(model.layer_params())
         fwd, bwd = layer_phases(model, pl), layer_phases(model, pl, backward=True)
-        return [_row(pm, "layer", L, n * size, st.weights_in(n), fwd, bwd, st.gradients_out(n))]
+        return [_row(pm, "layer", L, n * size, st.weights_in(n), (fwd, bwd), st.gradients_out(n))]
     ck, rows = pl.chunks, []
     for i, m in enumerate(ck.matrices):
         cols = ck.cols(i)
@@ -97,5 +98,5 @@ def _layer_rows(model: Any, pl: StepPlacement, pm: PerfModel, st: Streams) -> li
         _, grad, out, _ = chunk_phases(pl, st, i, cols, True)
         unit = f"{m.name} {m.n_in}x{cols}"
         n = m.n_in * cols
-        rows.append(_row(pm, unit, L * ck.counts[i], n * size, st.weights_in(n), fwd, grad, out))
+        rows.append(_row(pm, unit, L * ck.counts[i], n * size, st.weights_in(n), (fwd, grad), out))
     return rows
