@@ -11,11 +11,12 @@ import math
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from wse_core import WseError, preset
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
+from wse_systems.pipeline import Regions
 from wse_systems.serving import GpuServing, WaferServing, Workload, frontier, meeting
 from wse_systems.serving import gpu_step as gs
 from wse_systems.serving import gpus as sg
@@ -99,9 +100,10 @@ def test_gpu_throughput_falls_or_stays_as_the_prompt_grows(case, more):
     assert frontier(long).best_aggregate() <= frontier(short).best_aggregate() * (1 + 1e-12)
 
 
-def _wafer(prompt: int, output: int, context: int) -> WaferServing:
+def _wafer(prompt: int, output: int, context: int, regions=None) -> WaferServing:
     w = Workload(prompt_tokens=prompt, output_tokens=output, context_len=context)
-    return WaferServing(TOY, preset("small"), num_wafers=1, workload=w)
+    kw = {} if regions is None else {"regions": regions}
+    return WaferServing(TOY, preset("small"), num_wafers=1, workload=w, **kw)
 
 
 wafer_cases = st.tuples(st.integers(1, 48), st.integers(1, 40), st.integers(0, 40),
@@ -126,12 +128,26 @@ def test_wafer_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
 
 @settings(max_examples=12, deadline=None)
 @given(wafer_cases)
+@example((22, 14, 2, 0.5))  # the searched placements crossed here (the docstring)
 def test_wafer_throughput_falls_or_stays_as_the_prompt_grows(case):
+    """On one placement (a server deployed for its context), a longer prompt never serves
+    more. The placement is the short prompt's choice, pinned for both: the search prices
+    its candidates at the workload's cache read (`fastest_plan`: the one-user token), so
+    two workloads may choose different head rows, and a longer prompt's choice can serve
+    0.3% more at load ((22, 14, 2, 0.5): 4 head rows instead of 5, hunt 68) - the search's
+    objective is the token, not the throughput at load (the closing note of stop 68)."""
     prompt, output, more, load = case
     context = prompt + more + output
-    short, long = _wafer(prompt, output, context), _wafer(prompt + more, output, context)
+    short = _wafer(prompt, output, context)
+    users = max(1, round(load * short.max_users))
+    plan = short.plans(users)[0]
+    pinned = Regions(layout=short.layout, head_rows=plan.head.region.rows)
+    short, long = (
+        _wafer(prompt, output, context, pinned),
+        _wafer(prompt + more, output, context, pinned),
+    )
     assert long.max_users == short.max_users  # the same context: the same plans
-    users = max(1, round(load * long.max_users))
+    assert long.plans(users)[0].head.region == plan.head.region
     a, b = short.point(users), long.point(users)
     assert b.aggregate_tokens_per_s <= a.aggregate_tokens_per_s * (1 + 1e-12)
 
