@@ -17,7 +17,7 @@ from wse_hpc.md.eam import EamPlan, eam, geometry
 from wse_hpc.md.integrate import nve
 from wse_hpc.md.mapping import NFIELDS
 from wse_hpc.md.neighbours import neighbour_fns
-from wse_hpc.md.perf import fabric_counts, fold, predict, step_phases
+from wse_hpc.md.perf import Lists, fabric_counts, fold, predict, step_phases
 from wse_hpc.md.state import Atoms
 from wse_hpc.md.zhou04 import zhou04
 
@@ -187,7 +187,7 @@ def test_the_plan_moves_the_prediction():
     w, spec = _wafer((7, 7)), preset("wse2")
 
     def report(plan, every=10.0, hits=4):
-        return predict(spec, w, POT, plan, rebuild_every=every, hits=hits)
+        return predict(spec, w, POT, plan, lists=Lists(every, hits))
 
     base = report(PLAN)
     more = report(PLAN, hits=8)
@@ -234,7 +234,7 @@ def test_a_runs_report_prices_the_plan_it_ran():
     every = 6 / res.list_builds if res.list_builds else 6.0  # steps per list build, measured
     assert rep.extra["rebuild_every"] == max(every, 1.0)
     assert rep.measured_wall_s == pytest.approx(res.loop_wall_s / 6)
-    again = perf.predict(preset("small"), res.wafer, pot, plan, rebuild_every=max(every, 1.0))
+    again = perf.predict(preset("small"), res.wafer, pot, plan, lists=Lists(max(every, 1.0)))
     assert rep.predicted_s == again.predicted_s and rep.phases == again.phases
     with pytest.raises(dataclasses.FrozenInstanceError):
         res.steps = 0  # type: ignore[misc]

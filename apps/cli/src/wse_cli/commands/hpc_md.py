@@ -1,13 +1,29 @@
 """`wse hpc md`: EAM molecular dynamics on the emulated wafer, one atom per PE.
 
 `wse hpc md (--structure in.xyz | --lattice fcc --element Cu --a 3.615 --cells NX NY NZ)
---potential FILE [--steps N] [--dt-fs 1] [--temperature-K T]
+--potential FILE [--steps N] [--dt-fs 1] [--temperature-K T] [--create-velocities]
 [--thermostat none|langevin|nose-hoover] [--damp-fs TDAMP] [--seed S] [--out traj.xyz]
 [--thermo-every K] [--json]` (a thermostat needs its --temperature-K, as LAMMPS's fix
-langevin / nvt need Tstart) prints LAMMPS-style thermo rows and a closing `Performance:`
-line, with the predicted wafer rate next to it; `--steps 0`
-evaluates energies and forces and writes them to `--out`. The trajectory --out (its size
-bound, whole frames, what a stop or a fault keeps of it) is `hpc_md_trajectory`'s.
+langevin / nvt need Tstart) prints one line saying where the velocities come from, then
+LAMMPS-style thermo rows and a closing `Performance:` line, with the predicted wafer rate
+next to it; `--steps 0` evaluates energies and forces and writes them to `--out`.
+
+Velocities follow LAMMPS, where `velocity all create T seed` and a thermostat's target are
+separate commands (hunt 68: --temperature-K replaced a file's velocities without a word, so a
+thermostatted run could never continue from a file): a structure's velocities are kept (a
+thermostat's --temperature-K is only its target; a Nose-Hoover bath the file carries is
+restored); they are drawn at --temperature-K (--seed, zero momentum) when the structure has
+none or with --create-velocities. An NVE run's --temperature-K on a file with velocities would
+do nothing, and --seed where nothing is drawn: both are refused (the checks of the options
+against each other and the structure are `hpc_md_inputs`'s). The trajectory --out (*.xyz,
+*.extxyz, gzipped with .gz; its size bound, whole frames, what a stop or a fault keeps of it)
+is `hpc_md_trajectory`'s.
+
+The PEs hold the tables of the elements the structure uses; `--potential-knots N` resamples
+each table of more knots to N (LAMMPS's splines at the new knots) for a file whose tables do
+not fit a PE's SRAM (the refusal names the most that fit), and a line before the run says
+what that costs (hunt 68). Such lines come first (`notes`: also a structure shifted by its
+OVITO Origin), on stderr with --json and in its "notes".
 `wse hpc md potential --table zhou04 --elements Cu [Ni ...] --out FILE.eam.alloy` writes a
 setfl file generated from Zhou, Johnson & Wadley (2004). Heavy packages are imported inside
 the commands so `wse --help` stays fast.
@@ -22,9 +38,16 @@ from pathlib import Path
 import typer
 
 from wse_cli import multiprocess
+from wse_cli.commands.hpc_md_inputs import (
+    check_bath,
+    check_out_name,
+    check_velocities,
+    read_potential_for,
+    read_structure,
+)
 from wse_cli.commands.hpc_md_trajectory import Trajectory, check_size, refuse_nonfinite
 from wse_cli.errors import WseGroup, fail
-from wse_cli.options import INT32_MAX, SEED, number, typed
+from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_file, refuse_overlap
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
@@ -39,8 +62,8 @@ def md(
     structure: Path = typer.Option(
         None,
         "--structure",
-        help="Extended XYZ input (last frame); velocities from velocities:R:3 (A/ps), vel:R:3 "
-        "(A/fs, GPUMD's) or momenta:R:3 (ASE's).",
+        help="Extended XYZ input (last frame; gzipped too); velocities from momenta:R:3 (ASE's, "
+        "what --out writes), velocities:R:3 (A/ps) or vel:R:3 (A/fs, GPUMD's).",
     ),
     lattice: str = typer.Option(None, "--lattice", help="fcc | bcc | hcp (instead of a file)."),
     element: str = typer.Option(None, "--element", help="Element of the --lattice crystal."),
@@ -50,6 +73,15 @@ def md(
         None,
         "--potential",
         help="EAM file(s) (.eam = funcfl one per element, .eam.alloy, .eam.fs).",
+    ),
+    potential_knots: int = number(
+        None,
+        "--potential-knots",
+        help="Resample each --potential table of more knots to this many, with LAMMPS's "
+        "splines, so tables too big for a PE's SRAM fit; prints the error it costs.",
+        kind=int,
+        ge=5,
+        le=INT32_MAX,
     ),
     steps: int = number(
         0,
@@ -69,11 +101,20 @@ def md(
     temperature_k: float = number(
         None,
         "--temperature-K",
-        help="Initial Maxwell-Boltzmann temperature and the thermostat target (K; a run "
-        "stops past 1e5 K).",
+        help="Thermostat target (K; LAMMPS fix nvt / langevin Tstart = Tstop). Velocities are "
+        "drawn at it (--seed, zero momentum) only when the structure has none (a --lattice "
+        "crystal, a file without velocities) or with --create-velocities: a file's are kept "
+        "under a thermostat, and NVE with a file's velocities needs --create-velocities. A run "
+        "stops past 1e5 K.",
         ge=0,
         lt=1e5,
         unit="K",
+    ),
+    create_velocities: bool = typer.Option(
+        False,
+        "--create-velocities",
+        help="Draw new Maxwell-Boltzmann velocities at --temperature-K with --seed, replacing "
+        "the structure file's (LAMMPS `velocity all create T seed mom yes dist gaussian`).",
     ),
     thermostat: str = typer.Option(
         "none", "--thermostat", help="none (NVE) | langevin | nose-hoover"
@@ -89,11 +130,13 @@ def md(
         le=10**10,  # an int: the help reads 10000000000, not 10000000000.0
         unit="fs",
     ),
-    seed: int = number(0, "--seed", help="Seed of velocities and Langevin noise.", **SEED),
+    seed: int = number(0, "--seed", help="Seed of drawn velocities and of Langevin noise.", **SEED),
     out: Path = output_file(
         None,
         "--out",
-        help="Extended XYZ output (thermo frames; kept when stopped, as LAMMPS keeps a dump).",
+        help="Extended XYZ output, *.xyz or *.extxyz (*.gz: gzipped): a frame per thermo row "
+        "with ASE's momenta:R:3 and masses:R:1, forces, energies and a Nose-Hoover bath; kept "
+        "when stopped, as LAMMPS keeps a dump.",
     ),
     thermo_every: int = number(
         100, "--thermo-every", help="Thermo row every K steps.", kind=int, ge=1
@@ -122,6 +165,7 @@ def md(
     multiprocess.join(num_processes, process_id, coordinator)
     if not potential:
         fail("--potential FILE is required (or use `wse hpc md potential` to make one)")
+    check_out_name(out)
     for name, path in [("--structure", structure), *(("--potential", p) for p in potential)]:
         refuse_overlap({name: path}, {"--out": out, "--trace": trace})
     if precision not in ("fp32", "fp64"):
@@ -129,21 +173,20 @@ def md(
 
         fail(f"--precision must be fp32 or fp64, got {shown(precision)}")
     dtype = "float64" if precision == "fp64" else "float32"
-    _check_bath(ctx, thermostat, temperature_k)
+    check_bath(ctx, thermostat, temperature_k)
     spec = wafer_spec(preset, spec_file, "wse3")
-    s = _structure(structure, lattice, element, a, cells, dtype, spec)
+    notes: list[str] = []  # lines before the run's first: what was made of the inputs
+    s = read_structure(structure, lattice, element, a, cells, dtype, spec, notes)
     check_size(out, steps, thermo_every, s)  # hunt 64: 10^7 frames began to write, ~386 GB
-    from wse_hpc.md import read_potential
-
-    pot = read_potential(potential[0] if len(potential) == 1 else potential)
-    s.species(pot.elements)  # every element has parameters: refused before the first line
+    draw = check_velocities(ctx, s, structure, thermostat, temperature_k, create_velocities)
+    pot = read_potential_for(s, potential, potential_knots, notes)
     from wse_hpc.md import MdConfig, Thermostat  # JAX: after the files' checks (hunt 57)
 
     cfg = MdConfig(
         steps=steps,
         dt_fs=dt_fs,
         thermostat=Thermostat(thermostat, temperature_k or 0.0, damp_fs),  # NVE: no target
-        temperature_K=temperature_k,
+        temperature_K=temperature_k if draw else None,  # LAMMPS's `velocity all create`
         thermo_every=thermo_every,
         seed=seed,
         dtype=dtype,
@@ -151,59 +194,13 @@ def md(
         defect_seed=defect_seed,
         mesh_shape=None if mesh is None else (int(mesh[0]), int(mesh[1])),
     )
-    _run(s, pot, cfg, out, as_json, trace)
+    from wse_hpc.md.run_setup import start_line
+
+    source = structure.name if structure is not None else "the --lattice crystal"
+    _run(s, pot, cfg, out, as_json, trace, start=start_line(s, pot, cfg, source), notes=notes)
 
 
-def _check_bath(ctx: typer.Context, thermostat: str, temperature_k: float | None) -> None:
-    """A thermostat needs its target, and --damp-fs a thermostat (hunt 65: langevin without
-    --temperature-K ran a bath at 0 K without a word; --damp-fs under none changed nothing).
-    LAMMPS's fix langevin and fix nvt take Tstart Tstop as required arguments."""
-    if thermostat in ("langevin", "nose-hoover") and temperature_k is None:
-        fail(f"--thermostat {thermostat} needs --temperature-K (its target)")
-    if thermostat == "none" and typed(ctx, "damp_fs"):
-        fail("--damp-fs applies to --thermostat langevin or nose-hoover")
-
-
-def _structure(path, lattice, element, a, cells, dtype, spec):
-    """The input structure; its atoms are checked against the wafer's PEs and the host
-    memory before the crystal (or the run) is allocated."""
-    from wse_hpc.md import crystal, read_xyz
-    from wse_hpc.md.lattice import check_box
-    from wse_hpc.md.sizing import check_atoms, check_crystal
-
-    if (path is None) == (lattice is None):
-        fail("give either --structure FILE.xyz or --lattice with --element, --a and --cells")
-    if path is not None:
-        _refuse_lattice_options(element, a, cells)
-        if not path.is_file():
-            from wse_core.host.readers import not_regular
-
-            fail(f"structure file {str(path)!r} {not_regular(path) or 'does not exist'}")
-        s = read_xyz(path)[-1]
-        check_atoms(s.num_atoms, dtype, spec)
-        check_box(s)  # before JAX's import (hunt 57); the run checks the closest pair
-        return s
-    if element is None or a is None or cells is None or None in cells:
-        fail("--lattice needs --element, --a and --cells NX NY NZ")
-    if not element.strip():
-        fail("--element must name an element (e.g. Cu), got an empty string")
-    if min(cells) < 1:
-        fail(f"--cells must be positive integers, got {' '.join(map(str, cells))}")
-    check_crystal(lattice, cells, dtype, spec)
-    return crystal(lattice, element, a, cells)
-
-
-def _refuse_lattice_options(element, a, cells) -> None:
-    """--structure's atoms come from the file: a --lattice crystal's options given with it
-    were dropped without a word (hunt 65)."""
-    options = {"--element": element, "--a": a, "--cells": cells}
-    if given := [name for name, value in options.items() if value is not None]:
-        names = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
-        verb, them = ("builds", "it") if len(given) == 1 else ("build", "them")
-        fail(f"{names} {verb} a --lattice crystal; leave {them} out with --structure")
-
-
-def _run(s, pot, cfg, out, as_json, trace=None) -> None:
+def _run(s, pot, cfg, out, as_json, trace=None, start: str = "", notes=()) -> None:
     import jax
     from rich.console import Console
     from wse_core.host.runtime import keep_freed_memory
@@ -214,9 +211,11 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     primary = multiprocess.is_primary()  # every process runs the same MD; process 0 reports
     bath = cfg.thermostat.kind == "nose-hoover"  # print ecouple / econserve as LAMMPS would
     console = Console(stderr=as_json, highlight=False, soft_wrap=True, quiet=not primary)
-    banner = [] if as_json else [
+    banner = [*notes] if as_json else [  # notes: on stderr with --json
+        *notes,
         f"{s.num_atoms} atoms, {', '.join(pot.elements)} ({pot.kind}), "
         f"cutoff {pot.cutoff_A:.4f} A, dt {cfg.dt_fs} fs",
+        *([start] if start else []),  # where the velocities come from (hunt 68)
         format_header(bath),
     ]  # fmt: skip
 
@@ -254,6 +253,10 @@ def _run(s, pot, cfg, out, as_json, trace=None) -> None:
     # words were priced as fp32's, 1,196 against 2,392 a step, with three JAX warnings)
     with jax.enable_x64(cfg.dtype == "float64"):
         summary = _summary(res, cfg, s.num_atoms, trace if primary else None)
+    if start:
+        summary["velocities"] = start
+    if notes:
+        summary["notes"] = list(notes)
     if not primary:
         return
     if as_json:

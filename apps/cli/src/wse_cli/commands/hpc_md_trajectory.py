@@ -6,8 +6,9 @@ Contract:
   past the limit `xyz_bytes` (what `--structure` reads back), as `wse hpc cfd` refuses step
   files past `step_files` (hunt 64: `--steps 10000000 --thermo-every 1` began to write
   ~386 GB, frame after frame, with no check).
-- `Trajectory(out, primary)`: `write(step, frame)` appends one whole frame (`write_xyz` cuts a
-  failed write back to the last whole frame); a write that fails (a full disk, `ulimit -f`)
+- `Trajectory(out, primary)`: `write(step, frame)` appends one whole frame, a gzip member of
+  its own for a --out ending in .gz (`write_xyz` cuts a failed write back to the last whole
+  frame); a write that fails (a full disk, `ulimit -f`)
   stops the run as a `RunFault` (exit 1) whose line names --out, the step and the whole frames
   kept (hunt 64: a torn last frame neither wse nor ASE could read, and `cannot write: File too
   large` named no file).
@@ -103,7 +104,9 @@ class Trajectory:
         from wse_hpc.md import write_xyz
 
         try:
-            write_xyz(self.part, [frame], append=self.frames > 0, info={"step": step})
+            # gzip by --out's name: the frames may grow in `.NAME.part` beside it
+            gz = self.target.name.lower().endswith(".gz")
+            write_xyz(self.part, [frame], append=self.frames > 0, info={"step": step}, compress=gz)
         except OSError as e:
             if self.frames == 0 and self.part.is_file() and not self.existed:
                 self.part.unlink(missing_ok=True)  # the empty file its first write made

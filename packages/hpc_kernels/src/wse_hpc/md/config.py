@@ -22,7 +22,11 @@ class MdConfig:
     steps: int = 0
     dt_fs: float = 1.0
     thermostat: Thermostat = Thermostat()
-    temperature_K: float | None = None  # initial Maxwell–Boltzmann velocities when set
+    # set: new Maxwell–Boltzmann velocities drawn at it with `seed`, zero total momentum,
+    # replacing the structure's (LAMMPS `velocity all create T seed mom yes dist gaussian`);
+    # None: the structure's own velocities (zero when it has none), and a Nosé–Hoover
+    # bath it carries (`run_setup.start_bath`). The thermostat's target is its own.
+    temperature_K: float | None = None
     thermo_every: int = 100
     seed: int = 0
     dtype: str = "float32"

@@ -34,11 +34,21 @@ from wse_core.errors import SramBudgetError, WseError
 from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md.mapping import NFIELDS, SPECIES
-from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.potentials import MIN_KNOTS, EamPotential
 from wse_hpc.md.splines import splines_for
 from wse_hpc.md.state import Atoms, ForcesFn, SortFn
 
-__all__ = ["EamPlan", "EamOutput", "EamFns", "Geometry", "eam", "geometry", "sram_plan"]
+__all__ = [
+    "EamPlan",
+    "EamOutput",
+    "EamFns",
+    "Geometry",
+    "eam",
+    "geometry",
+    "sram_plan",
+    "table_bytes",
+    "knots_that_fit",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +96,26 @@ def geometry(wafer: Wafer) -> Geometry:
     return Geometry(*wafer.pe_coords())
 
 
+def table_bytes(pot: EamPotential, knots: int | None = None) -> int:
+    """SRAM bytes per PE of `pot`'s tables, fp32 knot values (`sram_plan`), each table cut
+    to at most `knots` knots as `wse_hpc.md.resample` cuts it (None: as they are)."""
+    ne = len(pot.elements)
+    n_rho_tables = ne * ne if pot.kind == "fs" else ne
+    nrho, nr = (pot.nrho, pot.nr) if knots is None else (min(pot.nrho, knots), min(pot.nr, knots))
+    return 4 * (ne * nrho + (n_rho_tables + ne * (ne + 1) // 2) * nr)
+
+
+def knots_that_fit(pot: EamPotential, free_bytes: int) -> int:
+    """The most knots per table whose tables fit `free_bytes` (0: not even MIN_KNOTS)."""
+    lo, hi = MIN_KNOTS - 1, max(pot.nrho, pot.nr)  # table_bytes(lo) fits, by convention
+    if table_bytes(pot, MIN_KNOTS) > free_bytes:
+        return 0
+    while lo < hi:  # bisection: the bytes grow with the knots
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if table_bytes(pot, mid) <= free_bytes else (lo, mid - 1)
+    return lo
+
+
 def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
     """Declare the per-PE SRAM: atom state, the marching row-window buffers, the tables and,
     with neighbour lists, the candidates.
@@ -95,14 +125,12 @@ def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
     (F: n_e + rho: n_e or n_e^2 + z2r: n_e (n_e + 1) / 2) knots. Over budget is a
     SramBudgetError from the ledger.
     """
-    ne = len(pot.elements)
-    n_rho_tables = ne * ne if pot.kind == "fs" else ne
     sizes = {
         "md.atom": NFIELDS * 4 + 4 * 4,  # packed state + rho, fp, energy, virial
         # marching: a PE holds its own row window and the two passing through (N and S),
         # each 2 k_cols + 1 PEs of x, y, z, species (and F' in phase 2), never the whole window
         "md.row_windows": 3 * (2 * plan.k_cols + 1) * 5 * 4,
-        "md.tables": 4 * (ne * pot.nrho + (n_rho_tables + ne * (ne + 1) // 2) * pot.nr),
+        "md.tables": table_bytes(pot),
     }
     if plan.caps:  # neighbour lists: a column word per window slot kept, and per candidate
         # its slot, species, the geometry phase 2 reuses (displacement (3), r, 1/r, knot and
@@ -112,17 +140,30 @@ def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
         if any(a.name == name for a in wafer.sram.allocations):
             wafer.sram.free(name)
     for name, nbytes in sizes.items():
-        if name == "md.tables" and not wafer.sram.fits(nbytes):
-            per_knot = nbytes / max(pot.nr, pot.nrho)
-            fit = int(wafer.sram.free_bytes() // per_knot)
-            raise SramBudgetError(
-                f"the potential's tables need {nbytes} B per PE ({pot.nrho} x {pot.nr} knots, "
-                f"{len(pot.elements)} elements) but {wafer.sram.free_bytes()} B are free after "
-                f"the atom state and window buffers; use at most {fit} knots (e.g. `wse hpc md "
-                f"potential --knots {fit}`)"
-            )
+        # the tables are what a user can shrink (--potential-knots): told with the room the
+        # neighbour lists after them leave (hunt 68: the most that "fit" then did not)
+        room = wafer.sram.free_bytes() - sizes.get("md.neighbours", 0)
+        if name == "md.tables" and nbytes > room:
+            raise SramBudgetError(_tables_too_big(pot, nbytes, room, "md.neighbours" in sizes))
         wafer.sram.allocate(name, nbytes)
     return sizes
+
+
+def _tables_too_big(pot: EamPotential, nbytes: int, free: int, lists: bool) -> str:
+    """Hunt 68: the advice was `wse hpc md potential --knots N`, which writes Zhou's 2004
+    potential, not the user's file resampled; and unused elements' tables counted."""
+    ne, fit = len(pot.elements), knots_that_fit(pot, free)
+    head = (
+        f"the tables of {pot.source or 'the potential'} need {nbytes} B per PE ({pot.nrho} x "
+        f"{pot.nr} knots, {ne} element{'s' * (ne > 1)}: {', '.join(pot.elements)}) but {free} "
+        f"B are free after the atom state, window buffers{' and neighbour lists' * lists}"
+    )
+    if not fit:
+        return f"{head}; not even {MIN_KNOTS}-knot tables would fit"
+    return (
+        f"{head}; resample them with --potential-knots {fit} (the most that fit: each table "
+        "is cut to that many knots with LAMMPS's splines, and the error it costs is printed)"
+    )
 
 
 # -- fabric patterns -------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Structures: atoms in a periodic orthorhombic box, and fcc / bcc / hcp crystals.
 
 A `Structure` holds symbols (N,), positions (N, 3) in Angstrom, the box side lengths (3,) in
-Angstrom (origin at 0; periodic in x, y, z) and optionally velocities (A/ps), forces (eV/A)
-and per-atom energies (eV). `crystal(kind, symbol, a_A, cells)` builds `cells` = (nx, ny, nz)
+Angstrom (origin at 0; periodic in x, y, z) and optionally velocities (A/ps), forces (eV/A),
+per-atom energies (eV) and masses (amu), and `info`, the numbers an extended XYZ comment line
+carries besides them (the Nosé–Hoover bath of the run that wrote it: `wse_hpc.md.xyz`).
+`crystal(kind, symbol, a_A, cells)` builds `cells` = (nx, ny, nz)
 conventional cells: fcc and bcc cubes of side a, hcp in its orthorhombic 4-atom cell
 a x sqrt(3) a x c (ideal c/a unless given).
 """
@@ -36,6 +38,8 @@ class Structure:
     velocities_A_ps: np.ndarray | None = None
     forces_eV_A: np.ndarray | None = None
     energies_eV: np.ndarray | None = None
+    masses_amu: np.ndarray | None = None  # (N,): the run's, or a file's masses column
+    info: dict[str, float] = dataclasses.field(default_factory=dict)  # as ASE's Atoms.info
 
     @property
     def num_atoms(self) -> int:

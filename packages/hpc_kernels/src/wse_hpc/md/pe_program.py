@@ -22,7 +22,11 @@ copied here): docs/references/md-pe-program.md. How its PE walks its neighbours:
   by its slot index (a loop with a scalar body), f / r and the three force sums (vectors
   reduced into the PE's force).
 No neighbour list outlives a step, no energy or virial is summed, no atom swap is in this
-source (the paper's swaps are priced by `perf` at their cadence).
+source (the paper's swaps are priced by `perf` at their cadence), and no thermostat: the
+source is NVE. A thermostat's work is counted as the emulator's step runs it
+(`wse_hpc.md.integrate`), in the same scalar terms as the drift and the kick
+(`NOSE_HOOVER_HALF`, `LANGEVIN_FORCE`, `UNIFORM_SCALAR`; `wse_hpc.md.thermostat_perf` prices
+them with the Nosé–Hoover kinetic-energy sums).
 
 Pricing rule (what the source leaves to the compiler, stated): a `forall` whose body is one
 vector statement is one DSD instruction over its elements (`Op`, each at the slowest of its
@@ -58,6 +62,11 @@ __all__ = [
     "PAIR_DSDS",
     "ATOM_SCALAR",
     "SWAP",
+    "EXP_SCALAR",
+    "NOSE_HOOVER_HALF",
+    "LANGEVIN_UNIFORMS",
+    "LANGEVIN_FORCE",
+    "UNIFORM_SCALAR",
     "pair_ops",
     "candidate_ops",
     "scalar_count",
@@ -116,6 +125,35 @@ ATOM_SCALAR = {
 # per odd-even phase of a swap sweep (the paper's atom swaps, not in the source): compare the
 # keys (2 sub); taking a neighbour's record (2 moves of NFIELDS words) is counted by `perf`
 SWAP = {"sub": 2}
+
+# Thermostats, per atom on its PE (not in the source; as `integrate` runs them). exp(x) of
+# the bath's velocity scale (no exp instruction in the SDK's tables, `wse_core.hw.simd`): the
+# textbook fp32 routine, Cody-Waite range reduction (x / ln 2 (mul), to int and back (2
+# convert), r = x - n ln 2 (fmac)), a degree-6 polynomial in r by Horner (6 fmac; |r| <=
+# ln 2 / 2 leaves a truncation error of ~1e-7, fp32's) and 2^n into the exponent field
+# (shift, add)
+EXP_SCALAR = {"mul": 1, "convert": 2, "fmac": 1 + 6, "shift": 1, "add": 1}
+# one Nosé–Hoover half step (`integrate._nose_hoover_fn`, LAMMPS FixNH::nhc_temp_integrate,
+# one chain element), around the kinetic-energy sum `thermostat_perf` prices: before it the
+# PE's term m v.v (mul, 2 fmac, mul); after it 2 KE = mvv2e sum (mul), xi += dt/4 (2 KE -
+# Nf kB T) / Q (sub, fmac), the argument -dt/2 xi (mul) and its exp, v *= scale (3 mul),
+# 2 KE *= scale^2 (2 mul), eta += dt/2 xi (fmac), xi's second quarter step (sub, fmac)
+NOSE_HOOVER_HALF = {
+    "kinetic": {"mul": 2, "fmac": 2},
+    "bath": {"mul": 1 + 1 + 3 + 2, "sub": 2, "fmac": 3},
+    "exp": EXP_SCALAR,
+}
+# Langevin (`integrate._langevin_fn`, LAMMPS fix langevin): 3 uniform numbers per atom per
+# step (u in [0, 1), one per component), each `UNIFORM_SCALAR`; the force per component
+# f <-+ gamma1 v (fmac), f <-+ gamma2 (u - 1/2) (sub, fmac). gamma1 and gamma2 depend on the
+# species only: two words the PE keeps, as it keeps 1/m for the kick
+LANGEVIN_UNIFORMS = 3
+LANGEVIN_FORCE = {"sub": 3, "fmac": 3 + 3}
+# one uniform fp32 number on a PE, the ASSUMED generator (the SDK documents no random-number
+# instruction; `thermostat_perf.UNIFORM` is the constant with its source and sweep):
+# Marsaglia's xorshift32 on a word of state per PE (x ^= x << 13; x ^= x >> 17;
+# x ^= x << 5: 3 shifts, 3 xors), then [0, 1): x >> 8 (shift), to fp32 (convert), * 2^-24 (mul)
+UNIFORM_SCALAR = {"shift": 3 + 1, "xor": 3, "convert": 1, "mul": 1}
 
 
 def _ops(table, length: float, dtype: str) -> tuple[Op, ...]:

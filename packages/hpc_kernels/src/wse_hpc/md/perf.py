@@ -30,6 +30,8 @@ N_h = `hits`):
   transposition phases, `eam.sort_fn`), which the released source does not hold: priced
   as the emulator runs them, at its list cadence. No list build, coverage test or
   displacement check is priced: the published step filters its whole window every step.
+- a thermostat's work as the emulator runs it (the released source is NVE):
+  `thermostat_perf.bath_phases`, named in the report's `md.thermostat`.
 
 Task activations: one per fabric operation a PE receives (each multicast stage, each
 marching step in each direction) and one per compute phase. Fabric words per link
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +74,8 @@ from wse_core.trace import PeTrace, trace_from
 from wse_hpc.md import mapping
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, eam, geometry
+from wse_hpc.md.fold_traffic import FOLD_HOPS, chain, fold
+from wse_hpc.md.integrate import Thermostat
 from wse_hpc.md.mapping import NFIELDS
 from wse_hpc.md.neighbour_plan import plan_window
 from wse_hpc.md.neighbours import neighbour_fns
@@ -87,6 +92,7 @@ from wse_hpc.md.pe_program import (
 )
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Atoms
+from wse_hpc.md.thermostat_perf import bath_assumption, bath_phases
 
 __all__ = [
     "FOLD_HOPS",
@@ -97,6 +103,7 @@ __all__ = [
     "fabric_counts",
     "fold",
     "Measured",
+    "Lists",
     "predict",
     "run_report",
     "pe_trace",
@@ -104,7 +111,6 @@ __all__ = [
     "wafer_plan",
 ]
 
-FOLD_HOPS = 2.0  # physical hops per logical ring link under the fold placement
 ASSUMPTIONS = {
     "md.program": "the PE program Cerebras released with Santos et al. (Tungsten EAM source): "
     "the window's candidates filtered every step, vectors over the hits within the cutoff",
@@ -156,45 +162,6 @@ def _work(ops: Sequence[Op], traffic: Traffic | None = None, tasks: float = 1.0)
     )
 
 
-def fold(traffic: Traffic) -> Traffic:
-    """The fold placement's traffic (see the module docstring): opposite directions share
-    both physical links of an axis, and every hop is FOLD_HOPS physical hops."""
-    ln = traffic.links
-    ew, ns = ln.get("E", 0.0) + ln.get("W", 0.0), ln.get("N", 0.0) + ln.get("S", 0.0)
-    links = {d: v for d, v in (("E", ew), ("W", ew), ("N", ns), ("S", ns)) if v}
-    if ew + ns:  # every word the PE receives crosses its ramp
-        links["ramp"] = ew + ns + ln.get("ramp", 0.0)
-    return Traffic(
-        traffic.op,
-        traffic.words,
-        traffic.word_hops * FOLD_HOPS,
-        traffic.max_words_per_pe,
-        traffic.latency_hops * FOLD_HOPS,
-        traffic.count,
-        links,
-        traffic.relay_stages,
-    )
-
-
-def _chain(entries: Sequence[Traffic]) -> Traffic:
-    """Sum of ledger entries where two consecutive entries of one op in opposite directions
-    (multicast E / W, shift S / N) run at once: their latency is the larger, not the sum."""
-    opposite = {"E": "W", "W": "E", "N": "S", "S": "N"}
-    total, i = Traffic(), 0
-    while i < len(entries):
-        e = entries[i]
-        nxt = entries[i + 1] if i + 1 < len(entries) else None
-        if nxt is not None and nxt.op[:-1] == e.op[:-1] and opposite.get(e.op[-1]) == nxt.op[-1]:
-            both = e + nxt
-            lat = max(e.latency_hops, nxt.latency_hops)
-            total = total + Traffic(both.op, both.words, both.word_hops, both.max_words_per_pe,
-                                    lat, both.count, both.links, both.relay_stages)  # fmt: skip
-            i += 2
-        else:
-            total, i = total + e, i + 1
-    return total
-
-
 def _traced(wafer: Wafer, fn, *args) -> list[Traffic]:
     with wafer.traffic.scope() as entries:
         jax.eval_shape(fn, *args)
@@ -216,10 +183,10 @@ def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, T
     forces = _traced(wafer, lists.forces_fn, state, geo, nbrs)
     half = len(forces) // 2  # two window_apply of the same shape: positions, then F'
     return {
-        "density": _chain(forces[:half]),
-        "force": _chain(forces[half:]),
-        "swaps": _chain(_traced(wafer, eam(wafer, pot, plan).sort_fn, state, geo)),
-        "build": _chain(build),
+        "density": chain(forces[:half]),
+        "force": chain(forces[half:]),
+        "swaps": chain(_traced(wafer, eam(wafer, pot, plan).sort_fn, state, geo)),
+        "build": chain(build),
     }
 
 
@@ -256,10 +223,11 @@ def step_phases(
     rebuild_every: float,
     hits: float | None = None,
     traffic: Mapping[str, Traffic] | None = None,
+    bath: Sequence[Phase] = (),
 ) -> Phases:
     """The phases of one timestep on the busiest PE (see the module docstring);
     `rebuild_every`: steps per swap sweep (>= 1); `hits`: N_h (default `candidates(plan)`);
-    `traffic`: `fabric_counts` if known."""
+    `traffic`: `fabric_counts` if known; `bath`: a thermostat's (`bath_phases`)."""
     if not rebuild_every >= 1:
         raise ValueError(f"rebuild_every must be >= 1 step, got {rebuild_every}")
     nh = float(candidates(plan) if hits is None else hits)
@@ -282,6 +250,7 @@ def step_phases(
         Phase("force", _work(pair_ops(nh, FORCE_DSDS), t["force"])
               + Work(scalar_instructions=force_scalar)),
         Phase("swaps", _work(swaps, t["swaps"], tasks=0.0), repeat=1.0 / rebuild_every),
+        *bath,
         name="step",
     )  # fmt: skip
 
@@ -290,27 +259,37 @@ def _scalar(table: Mapping[str, float]) -> Work:
     return Work(scalar_instructions=scalar_count(table))
 
 
+class Lists(NamedTuple):
+    """The neighbour lists a step prices: a swap sweep every `rebuild_every` steps (>= 1) and
+    N_h hits per atom (`hits`; None: the list capacity, an upper bound)."""
+
+    rebuild_every: float
+    hits: float | None = None
+
+
 def predict(
     spec: WaferSpec,
     wafer: Wafer,
     pot: EamPotential,
     plan: EamPlan,
     *,
-    rebuild_every: float,
-    hits: float | None = None,
+    lists: Lists,
     measured: Measured = Measured(),
     assumptions: Mapping[str, str] | None = None,
+    thermostat: Thermostat = Thermostat(),
 ) -> RunReport:
     """The `RunReport` of one timestep of `plan` on `spec` (`wafer`: the emulated PE grid,
-    or one planned abstractly); `hits`: N_h (`step_phases`); `measured`: the emulated run's
-    figures, if any. `extra` carries the window, candidates (N_c), hits (N_h), words per
-    step and predicted timesteps/s."""
+    or one planned abstractly); `lists`: the swap cadence and N_h (`step_phases`);
+    `measured`: the emulated run's figures, if any; `thermostat`: the run's. `extra` carries
+    the window, candidates (N_c), hits (N_h), words per step, the thermostat and predicted
+    timesteps/s."""
+    rebuild_every, hits = lists
     counts = fabric_counts(wafer, pot, plan)  # the run's own traffic, in its dtype
     priced = wafer_plan(plan)
     wafer_counts = counts if priced is plan else fabric_counts(wafer, pot, priced)
-    phases = step_phases(
-        wafer, pot, plan, rebuild_every=rebuild_every, hits=hits, traffic=wafer_counts
-    )
+    bath = bath_phases(spec, wafer, thermostat)  # its work added to the step
+    phases = step_phases(wafer, pot, plan, rebuild_every=rebuild_every, hits=hits,
+                         traffic=wafer_counts, bath=bath)  # fmt: skip
     every = counts["density"] + counts["force"]
     traffic = every + counts["swaps"].scaled(1.0 / rebuild_every)
     words = fold(traffic).links
@@ -320,6 +299,7 @@ def predict(
         "candidates": window_candidates(plan),
         "hits": float(candidates(plan) if hits is None else hits),
         "rebuild_every": rebuild_every,
+        "thermostat": thermostat.kind,
         "run_precision": _dtype(plan),
         "wafer_precision": _dtype(priced),  # what the predicted rate prices
         "words_per_step": float(traffic.max_words_per_pe),
@@ -337,6 +317,7 @@ def predict(
             **ASSUMPTIONS,
             **precision_assumption(plan),
             "md.rebuild": f"a swap sweep every {rebuild_every:.3g} steps",
+            **bath_assumption(spec, wafer, thermostat, phases),
             **(
                 {}
                 if hits is not None
@@ -371,9 +352,10 @@ def run_report(res) -> RunReport:
         res.wafer,
         pot,
         plan,
-        rebuild_every=max(every, 1.0),
+        lists=Lists(max(every, 1.0)),
         measured=Measured(res.loop_wall_s / res.steps if res.steps else None, res.sram),
         assumptions=note,
+        thermostat=res.thermostat,
     )
 
 

@@ -1,7 +1,15 @@
 """The text of LAMMPS potential files (`wse_hpc.md.potentials`), read and written as LAMMPS
-does: a line cursor that takes header lines one at a time and tables of n values from as
-many whole lines as it takes, the grid and element header lines, element symbols by atomic
-number, and tables written five values a line.
+does: a line cursor that takes the leading comment lines as they are, then header lines one
+at a time and tables of n values from as many whole lines as it takes, the grid and element
+header lines, element symbols by atomic number, and tables written five values a line;
+a file's format by its name (`format_by_name`; a setfl or fs file is `given_alone`) and, for
+a file that failed as funcfl, why it was read so (`read_as_funcfl`).
+
+Past the leading comment lines (setfl's 3, funcfl's 1) a `#` starts a comment to the end of
+its line and lines left blank are skipped, as LAMMPS's `PotentialFileReader` reads them
+(hunt 68: a blank line after the grid line, or a `# F(rho) of Cu` line before a table, was
+refused while LAMMPS read both). A header must still be on one line: LAMMPS would join a
+short one with the next line's values, which only hides a malformed file.
 
 Contract: every malformed field raises `PotentialError` naming the file, the line (1-based)
 and the field (1-based); numbers may use Fortran's `D` exponent and must be finite.
@@ -9,6 +17,7 @@ and the field (1-based); numbers may use Fortran's `D` exponent and must be fini
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +34,10 @@ __all__ = [
     "element_line",
     "element_symbol",
     "table_text",
+    "SETFL_SUFFIXES",
+    "format_by_name",
+    "given_alone",
+    "read_as_funcfl",
 ]
 
 
@@ -42,9 +55,10 @@ R_TABLE_SHORT_SPACINGS = 2
 
 
 class PotentialLines:
-    """A potential file read as LAMMPS does: header lines one at a time; a table of n values
-    from as many whole lines as it takes (values left on its last line are dropped), so every
-    header and table starts on a fresh line."""
+    """A potential file read as LAMMPS does: comment lines as they are; then header lines one
+    at a time and a table of n values from as many whole lines as it takes (values left on
+    its last line are dropped), so every header and table starts on a fresh line; `#...` is
+    dropped and blank lines are skipped (module docstring)."""
 
     def __init__(self, path: Path):
         from wse_core.host.readers import read_text
@@ -68,14 +82,32 @@ class PotentialLines:
             f"{self.path.name} line {lineno} field {field}: {tok!r} is not {what}"
         )
 
-    def header(self, what: str) -> tuple[int, list[str]]:
-        """(1-based line number, fields) of the next line."""
+    def comment(self, what: str) -> None:
+        """Take the next line as it is (a leading comment line: LAMMPS's `skip_line`)."""
         if self.at >= len(self.lines):
             raise PotentialError(
                 f"{self.path.name}: file ends at line {len(self.lines)}; expected {what}"
             )
         self.at += 1
-        return self.at, self.lines[self.at - 1].split()
+
+    def _fields(self) -> tuple[int, list[str]] | None:
+        """(1-based line number, fields) of the next line with fields once `#...` is cut
+        (LAMMPS's `next_line`), or None at the end of the file."""
+        while self.at < len(self.lines):
+            self.at += 1
+            fields = self.lines[self.at - 1].split("#", 1)[0].split()
+            if fields:
+                return self.at, fields
+        return None
+
+    def header(self, what: str) -> tuple[int, list[str]]:
+        """(1-based line number, fields) of the next line that has any."""
+        found = self._fields()
+        if found is None:
+            raise PotentialError(
+                f"{self.path.name}: file ends at line {len(self.lines)}; expected {what}"
+            )
+        return found
 
     def numbers(self, count: int, what: str) -> np.ndarray:
         # A header may claim 10^12 values: allocate only what the rest of the file can hold
@@ -84,12 +116,12 @@ class PotentialLines:
         out = np.empty(max(0, min(count, rest // 2 + 1)))
         n = 0
         while n < count:
-            if self.at >= len(self.lines):
+            if (found := self._fields()) is None:
                 raise PotentialError(
                     f"{self.path.name}: file ends early: expected {count} values of {what}, "
                     f"found {n}"
                 )
-            lineno, fields = self.header(what)
+            lineno, fields = found
             for k, tok in enumerate(fields[: count - n], 1):
                 try:
                     out[n] = float(tok.replace("D", "E").replace("d", "e"))
@@ -191,3 +223,55 @@ def table_text(values: np.ndarray) -> str:
     """A table as LAMMPS writes one: five values a line, 17 significant digits."""
     rows = [" ".join(f"{v:.16e}" for v in values[i : i + 5]) for i in range(0, len(values), 5)]
     return "\n".join(rows) + "\n"
+
+
+# -- formats by name ---------------------------------------------------------------------------
+SETFL_SUFFIXES = (".eam.alloy", ".setfl", ".eam.fs")  # else funcfl, as the name says
+_WHOLE = {"setfl": "a setfl (eam/alloy)", "fs": "a Finnis-Sinclair (eam/fs) file"}
+
+
+def format_by_name(path: Path) -> str:
+    """The format of `path` by its name: "setfl", "fs" or "funcfl" (hunt 68: each file's
+    own; the first file's name decided for all)."""
+    name = path.name.lower()
+    if name.endswith(".eam.fs"):
+        return "fs"
+    return "setfl" if name.endswith(SETFL_SUFFIXES) else "funcfl"
+
+
+def given_alone(paths: list[Path]) -> str | None:
+    """Why a setfl or fs file among `paths` must be given alone, or None when all are funcfl
+    (hunt 68: a setfl after a funcfl was read as funcfl and told to be named *.eam.alloy,
+    which it was; each file's format is its own name's)."""
+    kinds = [format_by_name(p) for p in paths]
+    whole = next((k for k in kinds if k != "funcfl"), None)
+    if whole is None:
+        return None
+    first = paths[kinds.index(whole)]
+    funcfl = [p.name for p, k in zip(paths, kinds, strict=True) if k == "funcfl"]
+    if not funcfl:
+        return (
+            f"{first.name} holds every element of its potential: give it alone (funcfl .eam "
+            f"files are the ones given one per element), got {len(paths)} files"
+        )
+    names = ", ".join(funcfl[:3]) + (f", ... ({len(funcfl)} in all)" if len(funcfl) > 3 else "")
+    return (
+        f"{first.name} is {_WHOLE[whole]}, which holds every element of its potential: give "
+        f"it alone, not with funcfl files ({names}); LAMMPS's pair_style eam reads funcfl "
+        "files only"
+    )
+
+
+def read_as_funcfl(path: Path) -> str:
+    """Why a file was read as funcfl, and how a setfl is named (hunt 64: a setfl named
+    Cu_zhou04.alloy failed on its comment line 2, read as a funcfl element line)."""
+    text = (
+        "the file was read as funcfl (LAMMPS pair_style eam) by its name: name a setfl "
+        "(eam/alloy) *.eam.alloy or *.setfl, a Finnis-Sinclair file (eam/fs) *.eam.fs"
+    )
+    with contextlib.suppress(OSError, UnicodeDecodeError):  # the file was read once already
+        with open(path, encoding="utf-8") as f:
+            line4 = [f.readline() for _ in range(4)][3].split()
+        if len(line4) > 1 and line4[0].isdigit() and int(line4[0]) == len(line4) - 1:
+            text += f"; its line 4 {' '.join(line4)[:40]!r} is a setfl's element line"
+    return text

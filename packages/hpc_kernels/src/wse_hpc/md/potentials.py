@@ -5,7 +5,11 @@ Contract:
 - `read_potential(paths)` parses one setfl / fs file, or one or more funcfl files (one per
   element, LAMMPS `pair_coeff i i file`), into an `EamPotential` on LAMMPS's internal grid
   (funcfl files are put on a common grid with LAMMPS's 4-point Lagrange rule; their effective
-  charges become `z2r = 27.2 * 0.529 * Z_i Z_j`, LAMMPS's constant).
+  charges become `z2r = 27.2 * 0.529 * Z_i Z_j`, LAMMPS's constant). Each file's format is
+  its name's (`*.eam.alloy` / `*.setfl`, `*.eam.fs`, else funcfl); a setfl or fs file is
+  given alone, and two funcfl files for one element are refused.
+- `EamPotential.restricted(symbols)` keeps the elements a structure uses (their tables are
+  the ones the PEs hold); `wse_hpc.md.resample` resamples the tables to fewer knots.
 - `EamPotential` tables: `frho[a]` F(rho) on `nrho` points of `drho`; `rhor[a, b]` the density
   an atom of element a puts on an atom of element b, on `nr` points of `dr`; `z2r[a, b]`
   r * phi(r) (symmetric). All float64, energies in eV, distances in Angstrom.
@@ -19,7 +23,6 @@ Contract:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 from collections.abc import Sequence
@@ -33,12 +36,16 @@ from wse_hpc.md.potential_format import (
     PotentialLines,
     element_line,
     element_symbol,
+    format_by_name,
+    given_alone,
     grid_line,
     r_table_reach,
+    read_as_funcfl,
     table_text,
 )
 
 __all__ = [
+    "MIN_KNOTS",
     "PotentialError",
     "EamPotential",
     "read_potential",
@@ -49,6 +56,7 @@ __all__ = [
     "FUNCFL_CHARGE_EV_A",
 ]
 
+MIN_KNOTS = 5  # LAMMPS's splines take the 5 knots around an interval (a table's least)
 FUNCFL_CHARGE_EV_A = 27.2 * 0.529  # LAMMPS's Hartree * Bohr for funcfl charges (ASE: 14.4)
 
 
@@ -70,6 +78,7 @@ class EamPotential:
     frho: np.ndarray  # (ne, nrho)
     rhor: np.ndarray  # (ne, ne, nr): by an atom of element a on one of element b
     z2r: np.ndarray  # (ne, ne, nr), symmetric
+    source: str = ""  # the file name(s) it was read from, for messages
 
     @property
     def rhomax(self) -> float:
@@ -81,6 +90,30 @@ class EamPotential:
                 f"element {symbol!r} is not in this potential (it has {', '.join(self.elements)})"
             )
         return self.elements.index(symbol)
+
+    def restricted(self, symbols) -> EamPotential:
+        """This potential with only its elements in `symbols`, in its own order (hunt 68:
+        NiAlH_jea on pure Ni was refused for the SRAM of Al's and H's tables, which no atom
+        reads). Every kept table is the same; so is the grid (LAMMPS's, of every file)."""
+        keep = [i for i, e in enumerate(self.elements) if e in set(symbols)]
+        if not keep or len(keep) == len(self.elements):
+            return self
+        ix = np.array(keep)
+
+        def pick(values: tuple) -> tuple:
+            return tuple(values[i] for i in keep)
+
+        return dataclasses.replace(
+            self,
+            elements=pick(self.elements),
+            masses_amu=pick(self.masses_amu),
+            numbers=pick(self.numbers),
+            lattice_A=pick(self.lattice_A),
+            structures=pick(self.structures),
+            frho=self.frho[ix],
+            rhor=self.rhor[np.ix_(ix, ix)],
+            z2r=self.z2r[np.ix_(ix, ix)],
+        )
 
     def splines(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(F, rho, z2r) spline coefficients: (ne, nrho, 7), (ne, ne, nr, 7), (ne, ne, nr, 7)."""
@@ -139,15 +172,20 @@ class _Funcfl:
 
 
 def _read_one_funcfl(path: Path) -> _Funcfl:
+    """One funcfl file; a malformed one says it was read as funcfl by its name (a file
+    that is no text says only that: hunt 68, a .gz was told to be renamed as a setfl)."""
     src = PotentialLines(path)
-    src.header("a comment line")
-    number, mass, alat, lat = element_line(src)
-    nrho, drho, nr, dr, cut = grid_line(src)
-    grid_at = src.at  # the grid line's number, for the r table's reach (hunt 63)
-    frho = src.numbers(nrho, "F(rho)")
-    zr = src.numbers(nr, "Z(r)")
-    rhor = src.numbers(nr, "rho(r)")
-    r_table_reach(src, grid_at, nr, dr, cut)
+    try:
+        src.comment("a comment line")
+        number, mass, alat, lat = element_line(src)
+        nrho, drho, nr, dr, cut = grid_line(src)
+        grid_at = src.at  # the grid line's number, for the r table's reach (hunt 63)
+        frho = src.numbers(nrho, "F(rho)")
+        zr = src.numbers(nr, "Z(r)")
+        rhor = src.numbers(nr, "rho(r)")
+        r_table_reach(src, grid_at, nr, dr, cut)
+    except PotentialError as e:
+        raise PotentialError(f"{e}; {read_as_funcfl(path)}") from None
     return _Funcfl(number, mass, alat, lat, nrho, drho, nr, dr, cut, frho, zr, rhor)
 
 
@@ -166,9 +204,14 @@ def _lagrange(values: np.ndarray, step: float, n_new: int, new_step: float) -> n
     return c1 * f[k - 1] + c2 * f[k] + c3 * f[k + 1] + c4 * f[k + 2]
 
 
-def read_funcfl(paths: Sequence[str | Path], elements: Sequence[str]) -> EamPotential:
-    """One funcfl file per element, on LAMMPS's common grid (`PairEAM::file2array`)."""
-    files = [_read_one_funcfl(Path(p)) for p in paths]
+def read_funcfl(paths: Sequence[str | Path], elements: Sequence[str] | None = None) -> EamPotential:
+    """One funcfl file per element, on LAMMPS's common grid (`PairEAM::file2array`);
+    `elements` names them (default: by each file's atomic number)."""
+    ps = [Path(p) for p in paths]
+    files = [_read_one_funcfl(p) for p in ps]
+    if elements is None:
+        elements = [_symbol(f.number, p) for f, p in zip(files, ps, strict=True)]
+    _one_file_per_element(ps, elements, files)
     drho = max(f.drho for f in files)
     dr = max(f.dr for f in files)
     rhomax = max((f.nrho - 1) * f.drho for f in files)
@@ -196,7 +239,32 @@ def read_funcfl(paths: Sequence[str | Path], elements: Sequence[str]) -> EamPote
         frho=frho,
         rhor=rhor,
         z2r=z2r,
+        source=", ".join(p.name for p in ps),
     )
+
+
+def _symbol(number: int, path: Path) -> str:
+    try:
+        return element_symbol(number, path)
+    except PotentialError as e:
+        raise PotentialError(f"{e}; {read_as_funcfl(path)}") from None
+
+
+def _one_file_per_element(paths: list[Path], elements: Sequence[str], files) -> None:
+    """Hunt 68: with Cu_u3.eam and Cu_u6.eam the last was used and the first dropped
+    without a word (a setfl's `2 Cu Cu` is refused): one funcfl file per element."""
+    first: dict[str, int] = {}
+    for i, e in enumerate(elements):
+        j = first.setdefault(e, i)
+        if j == i:
+            continue
+        a, b = paths[j], paths[i]
+        if a.resolve() == b.resolve():
+            raise PotentialError(f"{a.name} is given twice; give one funcfl file per element")
+        raise PotentialError(
+            f"{a.name} and {b.name} are both for {e} (atomic number {files[j].number}); "
+            "give one funcfl file per element"
+        )
 
 
 # -- setfl and Finnis-Sinclair ---------------------------------------------------------------
@@ -205,7 +273,7 @@ def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
     path = Path(path)
     src = PotentialLines(path)
     for _ in range(3):
-        src.header("three comment lines")
+        src.comment("three comment lines")
     lineno, head = src.header("the element line 'N el1 ... elN'")
     try:
         ne = int(head[0])
@@ -214,7 +282,7 @@ def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
             f"{path.name} line {lineno} field 1: {head[0] if head else ''!r} is not an element "
             "count (setfl line 4 is 'N el1 ... elN')"
         ) from None
-    if ne < 1 or len(head) < ne + 1:
+    if ne < 1 or len(head) != ne + 1:  # LAMMPS: "Incorrect element names in EAM potential"
         raise PotentialError(
             f"{path.name} line {lineno}: says {ne} elements but names {len(head) - 1}"
         )
@@ -257,10 +325,8 @@ def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
         frho=np.stack(frho),
         rhor=rhor,
         z2r=z2r,
+        source=path.name,
     )
-
-
-SETFL_SUFFIXES = (".eam.alloy", ".setfl", ".eam.fs")  # else funcfl, as the name says
 
 
 def read_potential(
@@ -278,40 +344,11 @@ def read_potential(
         if not p.is_file():
             why = not_regular(p) or "does not exist"
             raise PotentialError(f"potential file {str(p)!r} {why}")
-    name = ps[0].name.lower()
-    if name.endswith(SETFL_SUFFIXES) and len(ps) > 1:
-        raise PotentialError(  # hunt 61: the files after the first were ignored
-            f"{ps[0].name} holds every element of its potential: give it alone (funcfl .eam "
-            f"files are the ones given one per element), got {len(ps)} files"
-        )
-    if name.endswith((".eam.alloy", ".setfl")):
-        return read_setfl(ps[0])
-    if name.endswith(".eam.fs"):
-        return read_setfl(ps[0], fs=True)
-    try:
-        if elements is None:
-            elements = [element_symbol(_read_one_funcfl(p).number, p) for p in ps]
-        return read_funcfl(ps, elements)
-    except PotentialError as e:
-        raise PotentialError(f"{e}; {_read_as_funcfl(ps)}") from None
-
-
-def _read_as_funcfl(paths: list[Path]) -> str:
-    """Why a file was read as funcfl, and how a setfl is named (hunt 64: a setfl named
-    Cu_zhou04.alloy failed on its comment line 2, read as a funcfl element line)."""
-    text = (
-        f"{'the file was' if len(paths) == 1 else 'the files were'} read as funcfl (LAMMPS "
-        f"pair_style eam) by {'its name' if len(paths) == 1 else 'their names'}: name a setfl "
-        "(eam/alloy) *.eam.alloy or *.setfl, a Finnis-Sinclair file (eam/fs) *.eam.fs"
-    )
-    if len(paths) > 1:
-        return text
-    with contextlib.suppress(OSError, UnicodeDecodeError):  # the file was read once already
-        with open(paths[0], encoding="utf-8") as f:
-            line4 = [f.readline() for _ in range(4)][3].split()
-        if len(line4) > 1 and line4[0].isdigit() and int(line4[0]) == len(line4) - 1:
-            text += f"; its line 4 {' '.join(line4)[:40]!r} is a setfl's element line"
-    return text
+    if len(ps) > 1 and (why := given_alone(ps)):  # hunt 61: the files after it were ignored
+        raise PotentialError(why)
+    if (kind := format_by_name(ps[0])) != "funcfl":
+        return read_setfl(ps[0], fs=kind == "fs")
+    return read_funcfl(ps, elements)
 
 
 # -- writing --------------------------------------------------------------------------------

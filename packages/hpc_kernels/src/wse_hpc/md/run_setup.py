@@ -1,8 +1,11 @@
 """An MD run's start, checked: the settings (`check_config`: whole step counts, a finite
 temperature below the blow-up one, dtype 'float32' or 'float64', a 64-bit seed), the
 structure and options (`prepare`: atoms in the box, no overlaps, dt, skin, damping, the
-velocities — drawn at a temperature, or the structure's own unless they are past
-`EXPLODED_TEMPERATURE_K`) and the wafer of one atom per PE (`md_wafer`: `config.grid` or
+velocities — drawn at `config.temperature_K` when it is set, as LAMMPS's `velocity all
+create`, else the structure's own unless they are past `EXPLODED_TEMPERATURE_K`, else zero),
+the Nosé–Hoover bath a continued run starts with (`start_bath`: the structure's, written by
+the run that made it, when its velocities are kept), the one line that says which
+(`start_line`) and the wafer of one atom per PE (`md_wafer`: `config.grid` or
 `mapping.choose_grid`, without `config.mesh_shape` on at most one device per
 MIN_PES_PER_DEVICE PEs). `wse_hpc.md.simulate.run_md` starts with them."""
 
@@ -20,7 +23,9 @@ from wse_hpc.md.config import MdConfig
 from wse_hpc.md.integrate import maxwell_boltzmann
 from wse_hpc.md.lattice import Structure, check_structure, closest_pair
 from wse_hpc.md.potentials import EamPotential
+from wse_hpc.md.state import Bath
 from wse_hpc.md.thermo import kinetic
+from wse_hpc.md.xyz import NOSE_HOOVER_KEYS
 
 # Without a mesh_shape, one process spreads the grid over at most one device per this many
 # PEs: smaller blocks pay more for their halo exchanges than a second core gives back
@@ -64,6 +69,50 @@ def prepare(structure: Structure, pot: EamPotential, config: MdConfig):
     return species, masses, vel
 
 
+def start_bath(structure: Structure, config: MdConfig) -> Bath | None:
+    """The Nosé–Hoover bath (xi, eta) the structure's frame carries (`Structure.info`, from
+    the --out of the run that made it), for a Nosé–Hoover run that keeps its velocities, so
+    the run goes on as if never stopped (hunt 68: the bath started at rest); else None (at
+    rest, as LAMMPS's fix nvt starts without a restart file)."""
+    kept = config.temperature_K is None and structure.velocities_A_ps is not None
+    if config.thermostat.kind != "nose-hoover" or not kept:
+        return None
+    if not all(k in structure.info for k in NOSE_HOOVER_KEYS):
+        return None
+    xi, eta = (np.asarray(structure.info[k], dtype=config.dtype) for k in NOSE_HOOVER_KEYS)
+    return Bath(xi, eta)
+
+
+_BATH_NAMES = {"langevin": ("Langevin", "damp"), "nose-hoover": ("Nose-Hoover", "Tdamp")}
+
+
+def start_line(
+    structure: Structure, pot: EamPotential, config: MdConfig, source: str = "the structure"
+) -> str:
+    """Where the run's velocities come from (drawn, the structure's, or none) and the
+    thermostat's target, in one line (`source` names the structure): "velocities from
+    t.xyz (334.9 K); Nose-Hoover target 600 K (Tdamp 100 fs)"."""
+    vel, t_set = structure.velocities_A_ps, config.temperature_K
+    masses = np.asarray(pot.masses_amu)[structure.species(pot.elements)]
+    with np.errstate(over="ignore", invalid="ignore"):  # `prepare` refuses what overflows
+        t_file = None if vel is None else kinetic(masses, vel)[1]
+    if t_set is not None:
+        line = f"velocities drawn at {t_set:g} K (seed {config.seed}, zero total momentum)"
+        line += "" if t_file is None else f", replacing {source}'s ({t_file:.1f} K)"
+    elif t_file is not None:
+        line = f"velocities from {source} ({t_file:.1f} K)"
+        if (bath := start_bath(structure, config)) is not None:
+            xi, eta = (float(v) for v in bath)
+            line += f" and its Nose-Hoover bath (xi {xi:.6g} 1/ps, eta {eta:.6g})"
+    else:
+        line = f"velocities zero: {source} has none"
+    bath = config.thermostat
+    if bath.kind in _BATH_NAMES:
+        name, damp = _BATH_NAMES[bath.kind]
+        line += f"; {name} target {bath.temperature_K:g} K ({damp} {bath.damp_fs:g} fs)"
+    return line
+
+
 def check_config(config: MdConfig) -> None:
     """WseError naming the setting, what was given and what is allowed, before anything is
     planned or compiled (hunt 65: steps 2.5 ran 3 steps, temperature_K NaN was int(nan) and
@@ -97,7 +146,8 @@ def refuse_hot_start(masses_amu: np.ndarray, vel: np.ndarray) -> None:
         raise WseError(
             f"the structure's velocities give an initial temperature of {temp:.4g} K, past "
             f"{EXPLODED_TEMPERATURE_K:.0e} K (where a run stops as blown up); give velocities "
-            "in A/ps (LAMMPS metal units) or set them with --temperature-K"
+            "in A/ps (LAMMPS metal units) or draw new ones (--create-velocities with "
+            "--temperature-K)"
         )
 
 

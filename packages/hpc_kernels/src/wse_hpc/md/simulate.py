@@ -24,9 +24,12 @@ test every step). On overflow the chunk is thrown away and re-run from its start
 re-map and a larger window, so an overflow never reaches the results. With `runners` (a dict
 the caller keeps) a repeat of a run with the same static choices reuses its compiled
 functions (`runners.runner_for`). Thermo rows are computed on the host in float64.
-Returns an `MdResult` with the final structure (positions wrapped into the box, velocities, forces,
-per-atom energies), the rows, the timings, the plan it ran and `.report`, the run's
-`wse_core.RunReport` (`perf.run_report`).
+A Nosé–Hoover run from a structure whose velocities it keeps starts with the bath the
+structure carries (`run_setup.start_bath`), and every frame it hands `on_frame` carries its
+bath in `info` (with the run's masses): 2N steps and N + N continued from the Nth frame agree.
+Returns an `MdResult` with the final structure (positions wrapped into the box, velocities,
+forces, per-atom energies, masses, the bath), the rows, the timings, the plan it ran and
+`.report`, the run's `wse_core.RunReport` (`perf.run_report`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from wse_core.hw.wafer import Wafer
 from wse_hpc.md import mapping, pe_compile, plan_cache
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, geometry, sram_plan
-from wse_hpc.md.integrate import bath_energy
+from wse_hpc.md.integrate import Thermostat, bath_energy
 from wse_hpc.md.lattice import Structure
 from wse_hpc.md.neighbour_plan import WINDOW_MARGIN_A, Margins, plan_window
 from wse_hpc.md.neighbours.build import pe_kernels_for
@@ -60,10 +63,12 @@ from wse_hpc.md.run_setup import (
     check_config,
     md_wafer,
     prepare,
+    start_bath,
 )
 from wse_hpc.md.runners import Runner, runner_for
 from wse_hpc.md.state import Atoms, MdState
 from wse_hpc.md.thermo import ThermoRow, state_row, state_structure
+from wse_hpc.md.xyz import NOSE_HOOVER_KEYS
 
 __all__ = [
     "MdResult",
@@ -102,6 +107,7 @@ class MdResult:
     tile: tuple[int, int] = mapping.TILES[0]  # the map's tile (PE rows, cols)
     list_reruns: int = 0  # chunks run again with a shorter cadence (an atom moved > skin / 2)
     potential: EamPotential
+    thermostat: Thermostat = Thermostat()  # the run's (its work is priced in `report`)
 
     @functools.cached_property
     def report(self) -> RunReport:
@@ -192,6 +198,8 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     replans, fixed = 0, _RunFixed(wafer, pot, config, masses, box, tile, runners)
     t0 = time.perf_counter()
     state = _placed_drift(runner, runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo))
+    if (bath := start_bath(structure, config)) is not None:  # a continued Nose-Hoover run
+        state = state._replace(bath=bath)
     seen = []  # the states that overflowed, gathered: their counts size each re-plan
     while bool(state.eam.overflow):  # the margin makes this rare; the fallback is the whole grid
         replans += 1
@@ -202,8 +210,9 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     rows = [state_row(0, wafer, state, masses, structure.volume_A3, ecouple(state.bath))]
     if on_thermo:
         on_thermo(rows[-1])
+    frame = functools.partial(_frame, wafer, pot, n, box, masses[species], config)
     if on_frame:
-        on_frame(0, state_structure(wafer, state, pot, n, box))
+        on_frame(0, frame(state))
     key = jax.random.key(config.seed)
     done, loop_s, builds, reruns = 0, 0.0, 0, 0
     while done < config.steps:
@@ -240,8 +249,8 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
         if on_thermo:
             on_thermo(rows[-1])
         if on_frame:
-            on_frame(done, state_structure(wafer, state, pot, n, box))
-    final = state_structure(wafer, state, pot, n, box)
+            on_frame(done, frame(state))
+    final = frame(state)
     return MdResult(
         structure=final,
         thermo=rows,
@@ -258,7 +267,19 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
         tile=tile,
         list_reruns=reruns,
         potential=pot,
+        thermostat=config.thermostat,
     )
+
+
+def _frame(wafer, pot, n, box, masses_amu, config: MdConfig, state: MdState) -> Structure:
+    """The structure of a placed state with the run's masses (the written momenta's) and,
+    for Nosé–Hoover, its bath in `info`: a run continued from it goes on exactly."""
+    s = state_structure(wafer, state, pot, n, box)
+    s.masses_amu = np.asarray(masses_amu, dtype=np.float64)
+    if config.thermostat.kind == "nose-hoover":
+        bath = (float(np.asarray(v)) for v in state.bath)  # xi, eta
+        s.info = dict(zip(NOSE_HOOVER_KEYS, bath, strict=True))
+    return s
 
 
 def _placed_drift(runner: Runner, state: MdState) -> MdState:

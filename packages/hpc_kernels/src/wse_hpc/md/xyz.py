@@ -1,18 +1,29 @@
 """Extended XYZ trajectories (the format ASE and OVITO read and write).
 
 Each frame: the atom count; a comment line of key=value pairs with
-`Lattice="Lx 0 0 0 Ly 0 0 0 Lz"`, `Properties=species:S:1:pos:R:3[:velocities:R:3]
-[:forces:R:3][:energies:R:1]`, `pbc="T T T"` and, when energies are known, `energy=` (eV);
-then one line per atom. Units: A, A/ps, eV/A, eV. `write_xyz` (`wse_hpc.md.xyz_write`)
-appends frames, each whole, or writes a new file; `read_xyz` returns every frame as a
-`Structure`; only orthorhombic lattices are accepted (a tilted one, NaN tilts too, is a
-WseError naming the line).
+`Lattice="Lx 0 0 0 Ly 0 0 0 Lz"`, `Properties=species:S:1:pos:R:3[:momenta:R:3][:masses:R:1]
+[:forces:R:3][:energies:R:1]`, `pbc="T T T"`, when energies are known `energy=` (eV), and
+after a Nosé–Hoover run its bath, `nose_hoover_xi=` (1/ps) and `nose_hoover_eta=` (LAMMPS
+fix nvt's eta_dot and eta; `Structure.info`, read back so a run continued from the frame
+goes on as if never stopped); then one line per atom. Units: A, ASE's momenta, amu, eV/A,
+eV. `write_xyz` (`wse_hpc.md.xyz_write`) appends frames, each whole, or writes a new file
+(gzip for a name ending in .gz); `read_xyz` returns every frame as a `Structure` (a gzip file
+is unpacked, up to the limit `xyz_bytes` of text); only orthorhombic lattices are accepted
+(a tilted one, NaN tilts too, is a WseError naming the line; the file's text, its limits
+and gzip are `xyz_text`'s); `read_frames` gives each frame with the origin its positions
+were shifted by.
+
+A box that does not start at 0 (OVITO's `Origin="x y z"`, what it writes for a LAMMPS box
+of `region block -2 2 ...`) is read shifted by -Origin into [0, L): the run is periodic, so
+nothing physical changes (hunt 68: the key was ignored and atoms inside the declared box
+were refused as outside [0, L)).
 
 Velocities are read from whichever column the writer used (hunt 64: ASE's momenta were
 dropped without a word, a 300 K crystal ran at 0 K): `velocities:R:3` in A/ps (wse's own,
 LAMMPS metal units), `vel:R:3` in A/fs (GPUMD's model.xyz and dump_exyz), `momenta:R:3` in
 ASE's units (velocities = momenta / masses as `ase.Atoms.get_velocities` gives them, from the
-file's `masses:R:1` or ASE's standard masses, `wse_hpc.md.elements`). Another column named
+file's `masses:R:1` or ASE's standard masses, `wse_hpc.md.elements`; what wse writes since
+hunt 68, `velocities:R:3` before). Another column named
 like a velocity (`velo`, `velocity`, `momentum`, ...) is refused: its unit is unknown. Other
 columns (`id`, `charge`, ...) are not used.
 """
@@ -22,27 +33,36 @@ from __future__ import annotations
 import math
 import shlex
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
-from wse_core.errors import WseError
 from wse_core.host.limits import lift, limit
 
 from wse_hpc.md.elements import ase_mass_amu
 from wse_hpc.md.lattice import Structure
-from wse_hpc.md.xyz_write import frame_bytes, write_xyz
+from wse_hpc.md.xyz_text import XyzError, read_lines
+from wse_hpc.md.xyz_write import ASE_FS, frame_bytes, write_xyz
 
-__all__ = ["write_xyz", "read_xyz", "frame_bytes", "XyzError"]
+__all__ = [
+    "write_xyz",
+    "read_xyz",
+    "read_frames",
+    "XyzFrame",
+    "frame_bytes",
+    "XyzError",
+    "NOSE_HOOVER_KEYS",
+]
 
+# the comment-line keys of a Nosé–Hoover run's bath: xi (1/ps), eta (`state.Bath`)
+NOSE_HOOVER_KEYS = ("nose_hoover_xi", "nose_hoover_eta")
 QUOTE_CHARS = 80  # characters of a file's text quoted in an error line
-# read_xyz reads at most the limits `xyz_bytes` and `xyz_atoms` of wse_core.host.limits
-# (hunt 57: a file of any size was read whole, then split into per-line strings).
-# Host bytes per byte of file while reading: the bytes, the text, its lines and their fields
-# (measured: a 15 MB file of 200,000 atoms with velocities peaks at 200 MB, 13x).
-READ_BYTES_PER_FILE_BYTE = 16
 
 
-class XyzError(WseError):
-    """A malformed extended XYZ file."""
+class XyzFrame(NamedTuple):
+    """A frame's structure (positions in [0, L)) and the Origin they were shifted by (A)."""
+
+    structure: Structure
+    origin_A: np.ndarray  # (3,), zeros when the file names none
 
 
 def _quote(text: str) -> str:
@@ -88,6 +108,31 @@ def _lattice(info: dict[str, str], where: str) -> np.ndarray:
     return np.diag(m).copy()
 
 
+def _origin(info: dict[str, str], where: str) -> np.ndarray:
+    """OVITO's `Origin="x y z"`: the box's lower corner (A); zeros when absent."""
+    if "origin" not in info:
+        return np.zeros(3)
+    try:
+        origin = np.array([float(v) for v in info["origin"].split()])
+    except ValueError:
+        origin = np.array([])
+    if origin.shape != (3,) or not np.all(np.isfinite(origin)):
+        raise XyzError(
+            f"{where}: Origin must hold 3 finite numbers (the box's lower corner), got "
+            f"{_quote(info['origin'])}"
+        )
+    return origin
+
+
+def _shifted(pos: np.ndarray, origin: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """Positions relative to the box's lower corner; one in [o, o + L) whose difference
+    rounds up to L is put at 0, its periodic image (atoms outside are `check_box`'s)."""
+    if not origin.any():
+        return pos.copy()
+    out = pos - origin
+    return np.where(out == box, 0.0, out)
+
+
 def _columns(props: str, where: str) -> list[tuple[str, int, int]]:
     """(name, first column, width) per property."""
     parts = props.split(":")
@@ -125,10 +170,6 @@ _WIDTHS = {"pos": 3, "velocities": 3, "vel": 3, "momenta": 3, "masses": 1, "forc
            "energies": 1}  # fmt: skip
 # The velocity columns read and their unit in A/ps (module docstring); momenta: ASE's
 _VELOCITY_A_PS = {"velocities": 1.0, "vel": 1000.0}
-# ASE's unit of time is A sqrt(amu / eV); ase.units.fs = 1e-15 s in it, from CODATA 2014
-# (ase.units' default): a velocity of 1 A per ASE time unit is 1000 * ASE_FS A/ps
-_E_C, _AMU_KG = 1.6021766208e-19, 1.66053904e-27
-ASE_FS = 1e-15 * (1e10 * math.sqrt(_E_C / _AMU_KG))  # as ase.units computes it, to the bit
 
 
 def _velocity_column(cols: list[tuple[str, int, int]], where: str) -> str | None:
@@ -170,6 +211,13 @@ def _ase_velocities(momenta, masses, symbols, name: str, first_line: int) -> np.
 
 def _not_xyz(path: Path, lines: list[str]) -> str:
     """What the file looks like, when its first line is not an atom count."""
+    if any(ln.startswith(("ITEM: TIMESTEP", "ITEM: NUMBER OF ATOMS")) for ln in lines[:10]):
+        return (  # hunt 68: a dump had no hint where a data file had one
+            ": it looks like a LAMMPS dump file (dump atom/custom); --structure reads extended "
+            f"XYZ: convert it, e.g. `ase convert -i lammps-dump-text {path.name} "
+            f"{path.stem}.xyz` or with OVITO (ASE makes type 1 H, type 2 He, ... unless the "
+            "dump has an element column: dump_modify element)"
+        )
     words = {" ".join(ln.split()[1:3]) for ln in lines[:40]}
     if {"atoms", "xlo xhi"} & words or "atom types" in words:
         out = f"{path.stem}-extended.xyz" if path.suffix == ".xyz" else f"{path.stem}.xyz"
@@ -183,29 +231,17 @@ def _not_xyz(path: Path, lines: list[str]) -> str:
 def read_xyz(path: str | Path) -> list[Structure]:
     """Every frame of an extended XYZ file. Frames follow each other; blank lines may only
     end the file. Errors name the file, the line (1-based) and the field."""
-    path = Path(path)
-    _check_size(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise XyzError(f"cannot read {str(path)!r}: {e.strerror}") from None
-    try:
-        text = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors) is dropped
-    except UnicodeDecodeError as e:
-        from wse_core.host.readers import packed_hint
+    return [frame.structure for frame in read_frames(path)]
 
-        if how := packed_hint(raw[:8]):  # hunt 61: a gzip'd file was "line 1: not UTF-8"
-            raise XyzError(f"{path.name} is not extended XYZ text{how}") from None
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise XyzError(
-            f"{path.name} line {line}: not UTF-8 text ({e.reason} at byte {e.start:,}); "
-            "extended XYZ is a text file"
-        ) from None
-    lines = text.splitlines()
+
+def read_frames(path: str | Path) -> list[XyzFrame]:
+    """`read_xyz`'s frames, each with the Origin its positions were shifted by."""
+    path = Path(path)
+    lines = read_lines(path)
     frames, i = [], 0
     while i < len(lines) and lines[i].strip():
-        frames.append(_frame(path, lines, i, frames[-1].num_atoms if frames else 0))
-        i += 2 + frames[-1].num_atoms
+        frames.append(_frame(path, lines, i, frames[-1].structure.num_atoms if frames else 0))
+        i += 2 + frames[-1].structure.num_atoms
     rest = next((j for j in range(i, len(lines)) if lines[j].strip()), None)
     if rest is not None:
         raise XyzError(
@@ -218,31 +254,7 @@ def read_xyz(path: str | Path) -> list[Structure]:
     return frames
 
 
-def _check_size(path: Path) -> None:
-    """Refuse a file past the limit `xyz_bytes`, or one whose reading needs more host memory
-    than is available, from its size alone (before a byte is read)."""
-    from wse_core.host.memory import format_bytes, require
-
-    try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise XyzError(f"cannot read {str(path)!r}: {e.strerror}") from None
-    if size > limit("xyz_bytes"):
-        raise XyzError(
-            f"{path.name} is {format_bytes(size)}; extended XYZ files are read up to "
-            f"{format_bytes(limit('xyz_bytes'))} (a frame of {limit('xyz_atoms'):,} atoms; "
-            f"{lift('xyz_bytes')}); keep the frame to run (e.g. ase convert -n -1 in.xyz "
-            "last.xyz)"
-        )
-
-    def fits(budget: int) -> str:
-        return f"files up to {format_bytes(budget // READ_BYTES_PER_FILE_BYTE)} can be read"
-
-    require(f"reading {path.name} ({format_bytes(size)})", READ_BYTES_PER_FILE_BYTE * size,
-            fits=fits)  # fmt: skip
-
-
-def _frame(path: Path, lines: list[str], i: int, before: int) -> Structure:
+def _frame(path: Path, lines: list[str], i: int, before: int) -> XyzFrame:
     """The frame starting at line i + 1 (0-based i); `before`: the previous frame's atom count."""
     name = path.name
     try:
@@ -268,7 +280,7 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> Structure:
         )
     where = f"{name} line {i + 2}"
     info = _parse_comment(lines[i + 1], where)
-    box = _lattice(info, where)
+    box, origin = _lattice(info, where), _origin(info, where)
     cols = _columns(info.get("properties", "species:S:1:pos:R:3"), where)
     width = sum(w for _, _, w in cols)
     for name_, _, w in cols:
@@ -304,12 +316,37 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> Structure:
         vel = _ase_velocities(vel, found.get("masses"), symbols, name, i + 3)
     elif vel is not None:
         vel = vel * _VELOCITY_A_PS[vel_column]
-    energies = found.get("energies")
-    return Structure(
+    energies, masses = found.get("energies"), found.get("masses")
+    structure = Structure(
         np.array(symbols),
-        found["pos"].copy(),
+        _shifted(found["pos"], origin, box),
         box,
         vel,
         None if found.get("forces") is None else found["forces"].copy(),
         None if energies is None else energies[:, 0].copy(),
+        None if masses is None else masses[:, 0].copy(),
+        _bath_info(info, where),
     )
+    return XyzFrame(structure, origin)
+
+
+def _bath_info(info: dict[str, str], where: str) -> dict[str, float]:
+    """The Nosé–Hoover bath's keys of a comment line (both or neither), as finite floats."""
+    given = [k for k in NOSE_HOOVER_KEYS if k in info]
+    if not given:
+        return {}
+    if len(given) == 1:
+        other = next(k for k in NOSE_HOOVER_KEYS if k not in given)
+        raise XyzError(
+            f"{where}: {given[0]} without {other}: a Nose-Hoover bath needs both (a "
+            "--thermostat nose-hoover run's --out writes them)"
+        )
+    out = {}
+    for k in NOSE_HOOVER_KEYS:
+        try:
+            out[k] = v = float(info[k])
+        except ValueError:
+            v = math.nan
+        if not math.isfinite(v):
+            raise XyzError(f"{where}: {k}={_quote(info[k])} is not a finite number")
+    return out

@@ -38,7 +38,7 @@ from wse_core.cost.assumptions import assumed_spec
 from wse_hpc.md import samples
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.pe_program import ballistic_every
-from wse_hpc.md.perf import pe_trace, predict
+from wse_hpc.md.perf import Lists, pe_trace, predict
 from wse_hpc.md.simulate import run_md
 from wse_hpc.md.testing import perturbed
 from wse_hpc.md.zhou04 import zhou04
@@ -94,7 +94,7 @@ def _row(element: str, wafer: str, case: dict, pot) -> PredictionRow:
     }  # fmt: skip
     hits = _HITS[(element, case["geometry"])]
     rep = predict(
-        assumed_spec(wafer), p.wafer, pot, p.plan, rebuild_every=every, hits=hits, assumptions=note
+        assumed_spec(wafer), p.wafer, pot, p.plan, lists=Lists(every, hits), assumptions=note
     )
     label = case.get("sweep", case["plan"])
     params = {
