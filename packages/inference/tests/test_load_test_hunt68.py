@@ -15,14 +15,11 @@ oracle for honest servers is `wse infer serve`'s own mock engine, whose counts a
 
 from __future__ import annotations
 
-import contextlib
-import http.server
 import json
-import threading
-from collections.abc import Iterator
 
 import pytest
 from wse_inference.demo.load_test import LoadTestConfig, run_load_test
+from wse_inference.testing import fake_openai_server
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,39 +35,8 @@ def _stream(texts: list[str], usage: str | None) -> bytes:
     return out + b"data: [DONE]\n\n"
 
 
-@contextlib.contextmanager
-def _server(stream: bytes) -> Iterator[str]:
-    """An HTTP server answering GET with one model and every POST with `stream`."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _send(self, body: bytes, ctype: str) -> None:
-            self.send_response(200)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:  # noqa: N802
-            self._send(MODELS, "application/json")
-
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("content-length", 0)))
-            self._send(stream, "text/event-stream")
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
-
-
 def _bench(stream: bytes, n: int = 3, max_tokens: int = 32) -> dict:
-    with _server(stream) as url:
+    with fake_openai_server(MODELS, stream) as url:
         cfg = LoadTestConfig(url=url, num_requests=n, concurrency=1, max_tokens=max_tokens)
         summary = run_load_test(cfg)
     json.dumps(summary, allow_nan=False)  # what `wse infer bench` saves: strict JSON

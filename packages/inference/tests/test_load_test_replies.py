@@ -11,46 +11,15 @@ import contextlib
 import http.server
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from wse_inference.demo.load_test import LoadTestConfig, ServerReplyError, run_load_test
+from wse_inference.testing import fake_openai_server as fake_server
 
 pytestmark = pytest.mark.timeout(60)
 
 GOOD_MODELS = b'{"object": "list", "data": [{"id": "m"}]}'
 GOOD_STREAM = b'data: {"choices": [{"text": "a"}]}\n\ndata: [DONE]\n\n'
-
-
-@contextlib.contextmanager
-def fake_server(models: bytes, stream: bytes) -> Iterator[str]:
-    """An HTTP server answering GET with `models` and POST with the SSE bytes `stream`."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _send(self, body: bytes, ctype: str) -> None:
-            self.send_response(200)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:  # noqa: N802
-            self._send(models, "application/json")
-
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("content-length", 0)))
-            self._send(stream, "text/event-stream")
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def _run(url: str) -> dict:

@@ -12,11 +12,17 @@
 - `tiny_config` / `tiny_model_dir`: a small random `wse_models` model saved in HF format;
   `one_request`: one request run alone through an engine to its end;
   `save_byte_bpe`: a byte-level BPE tokenizer.json for such a folder.
+- `fake_openai_server(models, stream)`: an HTTP server answering GET with `models` and every
+  POST with the SSE bytes `stream` (a server `wse infer bench` must not trust).
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import itertools
+import threading
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +42,7 @@ __all__ = [
     "save_byte_bpe",
     "save_tiny_model",
     "one_request",
+    "fake_openai_server",
 ]
 
 
@@ -200,3 +207,35 @@ def one_request(engine, prompt_ids, sampling) -> tuple[list[int], str]:
             tokens += list(o.tokens)
             reason = o.finish_reason if o.finished else reason
     return tokens, reason
+
+
+@contextlib.contextmanager
+def fake_openai_server(models: bytes, stream: bytes) -> Iterator[str]:
+    """An HTTP server answering GET with `models` and POST with the SSE bytes `stream`;
+    yields its base URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, body: bytes, ctype: str) -> None:
+            self.send_response(200)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._send(models, "application/json")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self._send(stream, "text/event-stream")
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
