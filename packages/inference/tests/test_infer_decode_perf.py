@@ -109,7 +109,12 @@ def test_engine_and_prediction_share_the_plan(change):
         used = sum(x["bytes_per_pe"] for x in eng.wafer.sram.summary()["allocations"])
         assert used == eng.plan.total_bytes
     assert a.plan != b.plan
-    assert a.report().predicted_s != b.report().predicted_s
+    if "max_context" in change:  # read through b's plan: half its context, never faster; the
+        # same time where the read fits the regions' rows (hunt 68: compact, 381 rows)
+        assert "reads 32 cached tokens (context 64)" in b.report().assumptions["kv_tokens"]
+        assert b.report().predicted_s >= a.report().predicted_s
+    else:
+        assert a.report().predicted_s != b.report().predicted_s
     if "num_wafers" in change:  # the same rows on the emulator, regions on two wafers
         assert [s.wafer for s in b.plan.stages] == [0, 1]
         assert b.report().predicted.leaf("between_wafers").seconds > 0

@@ -104,33 +104,51 @@ def _plans():
 
 
 def test_a_prompt_block_under_meshgemv_is_one_meshgemm_per_product():
-    """Under "meshgemv" a block of k > 1 tokens holds each region for the block's MeshGEMMs
-    (each priced whole by `PerfModel`) plus the rest of its phases k times their streaming
-    work and their latency once: the block's time less its MeshGEMMs is affine in k. One
-    token (k = 1) is the decode's MeshGEMV token, to the bit."""
+    """Under "meshgemv" a block of k > 1 tokens holds each region for each product's cheaper
+    program (hunt 68): its MeshGEMM (priced whole by `PerfModel`) or k MeshGEMVs one after
+    another (the token's MeshGEMV streamed k times, its latency once: `block_phases`), plus
+    the rest of its phases k times their streaming work and their latency once: the block's
+    time less its products is affine in k. One token (k = 1) is the decode's MeshGEMV token,
+    to the bit."""
     from wse_systems.decoder import decode_phases
     from wse_systems.serving.blocks import price_pipeline
+    from wse_systems.serving.speculative import block_phases
     from wse_systems.token import price_token
 
     plan = _plans()["meshgemv"]
     model = PerfModel(plan.spec)
     pipe = price_pipeline(TOY, plan, kv_tokens=32, model=model)
     assert pipe.token_s == price_token(TOY, plan, kv_tokens=32, model=model).predicted_s
-    hd, d, ff = TOY.d_model // TOY.n_heads, TOY.d_model, TOY.d_ff
-    dims = [(d, (TOY.n_heads + 2 * TOY.n_kv_heads) * hd), (d, d), (d, 2 * ff), (ff, d)]
+    assert min(pipe.gemm_tokens.values()) >= 16  # every MeshGEMM below fits its region
+    token = decode_phases(TOY, plan, kv_tokens=32)
 
-    def gemms(k: int) -> float:  # every product of every layer, and the head's
-        s = sum(
-            st.num_layers * model.seconds(meshgemm_phases(st.region, k, n_in, n_out))
-            for st in plan.stages
-            for n_in, n_out in dims
-        )
-        return s + model.seconds(meshgemm_phases(plan.head.region, k, d, TOY.vocab_size))
+    def products(k: int) -> tuple[float, int]:
+        """(every product of every layer and the head's, each its cheaper program; how
+        many times the MeshGEMM was)."""
+        pairs = []
 
-    rest = {k: pipe.blocks_s(k, k) - gemms(k) for k in (2, 4, 8, 16)}
-    assert rest[4] - rest[2] == pytest.approx((rest[8] - rest[4]) / 2, rel=1e-9)
-    assert rest[16] - rest[8] == pytest.approx(4 * (rest[4] - rest[2]), rel=1e-9)
-    assert 0 < rest[4] - rest[2] < rest[2]  # the rest streams: each token adds to it
+        def walk(one, block, times=1.0):
+            if is_meshgemm(block):
+                gemvs = model.evaluate(block_phases(one, k)).seconds
+                pairs.append((times * model.seconds(block), times * gemvs))
+                return
+            for a, b in zip(getattr(one, "parts", ()), getattr(block, "parts", ()), strict=True):
+                walk(a, b, times * b.repeat)
+
+        walk(token, decode_phases(TOY, plan, kv_tokens=32, block_tokens=k))
+        assert len(pairs) == 4 * len(plan.stages) + 1  # 4 per stage's layer and the head's
+        return sum(map(min, pairs)), sum(g < v for g, v in pairs)
+
+    # the MeshGEMM wins none of 17 products at 2 tokens, some at 64, all at 512 (hand: its
+    # P Kt Nt DSDs cost the same up to k = P, the MeshGEMVs' streaming grows with k)
+    for ks, wins in (((2, 4, 8, 16), (0, 0)), ((64, 128, 256, 512), (8, 17))):
+        priced = {k: products(k) for k in ks}
+        assert (priced[ks[0]][1], priced[ks[-1]][1]) == wins
+        rest = {k: pipe.blocks_s(k, k) - priced[k][0] for k in ks}
+        a, b, c, d = (rest[k] for k in ks)
+        assert b - a == pytest.approx((c - b) / 2, rel=1e-9)
+        assert d - c == pytest.approx(4 * (b - a), rel=1e-9)
+        assert 0 < b - a < a  # the rest streams: each token adds to it
     # the block's tree: each product a MeshGEMM (4 per layer and the head's)
     tree = decode_phases(TOY, plan, kv_tokens=32, block_tokens=4)
     found = []
@@ -179,10 +197,11 @@ def test_meshgemm_buffers_bound_the_block_by_hand():
 
 
 def test_meshgemv_blocks_are_those_whose_buffers_fit():
-    """The serving pipeline under "meshgemv" offers only blocks whose MeshGEMMs fit every
-    region: the largest block is the least of the plan's own limit and, region by region, the
-    largest k for which the held bytes on the square plus W's tile and X's and Y's tiles of
-    every product (q, k, v as one; up and gate as one; the head's) fit, found by trying k."""
+    """The serving pipeline under "meshgemv" runs a block's MeshGEMMs only where they fit:
+    region by region, the largest k for which the held bytes on the square plus W's tile and
+    X's and Y's tiles of every product (q, k, v as one; up and gate as one; the head's) fit,
+    found by trying k (`Pipeline.gemm_tokens`); a block itself is bounded by the plan's own
+    limit, the activations' (hunt 68: k MeshGEMVs need no MeshGEMM buffer)."""
     import math
 
     from wse_systems.serving.blocks import max_block_tokens, price_pipeline
@@ -210,10 +229,14 @@ def test_meshgemv_blocks_are_those_whose_buffers_fit():
         "qkv": (4096, 4096 + 2 * 8 * 128), "o_proj": (4096, 4096),
         "up_gate": (4096, 2 * 14336), "down": (14336, 4096),
     }  # fmt: skip
-    limit = max_block_tokens(plan)
-    k = 1
-    while k < limit and all(fits(s, pr, k + 1) for s, pr in regions):
-        k += 1
-    assert price_pipeline(TOY, plan, kv_tokens=32).max_block_tokens == k
+    pipe = price_pipeline(TOY, plan, kv_tokens=32)
+    assert pipe.max_block_tokens == max_block_tokens(plan)
+    for (stage, products), name in zip(regions, ["per_token", *(s.name for s in plan.stages)],
+                                       strict=True):  # fmt: skip
+        k = 0
+        while fits(stage, products, k + 1):
+            k += 1
+        assert pipe.gemm_tokens[name] == k > 0
     sdk = _plans()["sdk"]
     assert price_pipeline(TOY, sdk, kv_tokens=32).max_block_tokens == max_block_tokens(sdk)
+    assert price_pipeline(TOY, sdk, kv_tokens=32).gemm_tokens == {}

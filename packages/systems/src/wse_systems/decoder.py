@@ -23,8 +23,10 @@ the columns, o_proj and down along the rows, the head along the columns). Nothin
 between products; the residual is flooded down a region once as it enters it (`x_in` of the
 stage) and, held on every row after `down`, leaves from the region's bottom row. The
 attention is priced as in the "sdk" form (`wse_systems.attention`) under both. Under
-"meshgemv" a prompt block of k > 1 tokens (`block_tokens`) runs each product as WaferLLM's
-prefill does, one MeshGEMM of the k tokens (`wse_systems.meshgemm`).
+"meshgemv", `block_tokens` k > 1 gives each product as WaferLLM's prefill runs it, one
+MeshGEMM of the k tokens (`wse_systems.meshgemm`): one of a prompt block's two programs;
+`wse_systems.serving.blocks` prices each product as the cheaper of it (where its buffers
+fit) and k MeshGEMVs one after another (this tree at k = 1, streamed k times).
 
 `shape` is a `wse_systems.transformer.DecoderShape` (its counts), e.g. a
 `wse_models.ModelConfig` or `transformer.LLAMA31_8B`, the calibration case.
@@ -274,7 +276,9 @@ def decode_phases(
     at the system's I/O rate (`host_io_bytes_per_s`) and one network latency
     (`system_latency_s`, assumed, with its sweep in `wse_core.cost.mechanisms`);
     `per_token` is the head, the argmax and the embedding of the next token. `block_tokens`
-    k > 1 under "meshgemv": each product one MeshGEMM of k tokens, the rest one token's.
+    k > 1 under "meshgemv": each product one MeshGEMM of k tokens, the rest one token's (the
+    MeshGEMM program of a prompt block; `wse_systems.serving.blocks` weighs it against k
+    MeshGEMVs).
     `shared_layers`: the stages of one region shape (and zero fraction) hold one layer tree,
     the same object, for a pricer that prices a node once (`wse_systems.serving.blocks`);
     by default each stage has nodes of its own (over the same `Work`s), as what tells

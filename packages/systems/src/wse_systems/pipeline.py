@@ -74,8 +74,9 @@ BYTES_PER_PARAM = (1, 2, 4, 8)
 # How the decode prices each GEMV on a region (`wse_systems.decoder`): "sdk", the SDK gemv
 # dataflow (input flooded down, column AXPYs, reduce along rows, move back), the default; or
 # "meshgemv", WaferLLM's programs: MeshGEMV per decode token (`wse_systems.meshgemv`) and, for
-# a prompt block of k > 1 tokens, its prefill's MeshGEMM (`wse_systems.meshgemm`). Pricing
-# only: the regions do not change.
+# a prompt block of k > 1 tokens, k MeshGEMVs or its prefill's MeshGEMM (`wse_systems.meshgemm`)
+# per product, the cheaper (`wse_systems.serving.blocks`). Pricing only: the regions do not
+# change.
 GEMV_PROGRAMS = ("sdk", "meshgemv")
 GEMV_ASSUMPTIONS = {  # each program as every decode report states it
     "sdk": "the SDK gemv dataflow (wse_systems.decoder's matvec layout): what the model takes "
@@ -83,8 +84,9 @@ GEMV_ASSUMPTIONS = {  # each program as every decode report states it
     "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025): per-PE FMACs, a two-level "
     "allreduce along one axis, no flood or move between products (wse_systems.meshgemv; "
     f"{MESHGEMV_SOURCE['repository']} at {MESHGEMV_SOURCE['commit'][:12]}); a prompt block of "
-    "k > 1 tokens as one MeshGEMM per product on the region's largest square (wse_systems."
-    "meshgemm); not the software Cerebras measured",
+    "k > 1 tokens runs each product as the cheaper of k MeshGEMVs and one MeshGEMM on the "
+    "region's largest square where its buffers fit (wse_systems.meshgemm); not the software "
+    "Cerebras measured",
 }
 
 

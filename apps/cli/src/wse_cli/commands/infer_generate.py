@@ -7,9 +7,9 @@
         [--frequency-penalty X] [--repetition-penalty X] [--preset P | --spec FILE] [--json]
 
 On a terminal the text streams as it is generated, then TTFT, tokens/s, the engine's
-predicted wafer time per token and tokens/s on `--preset` / `--spec` (default wse3; its
-`RunReport`: the plan it ran, priced by `wse_systems.token.price_token`) beside the measured
-time per token, and (speculative) acceptance statistics (speculative decoding runs on the
+predicted wafer time per token on `--preset` / `--spec` (default wse3; the plan it ran, its
+weights' dtype and layout named, priced by `wse_systems.token.price_token`) beside the
+measured time per token, and (speculative) acceptance statistics (speculative decoding runs on the
 serving engine, `SpeculativeEngine`, whose rounds also give logprobs; with `--logprobs`, the
 mean logprob and perplexity); `--json` prints token ids, text, metrics and (`--logprobs N`)
 each token's raw logprob and its N most likely alternatives [[id, logprob], ...] as one JSON
@@ -94,12 +94,27 @@ def _prompt_ids(prompt: str | None, ids: list[int] | None, tokenizer, vocab_size
 def _pipelined(model, ids, sampling, stages, context, stream, wafer, trace=None):
     """Prefill + insert + generate on the pipelined engine, streaming text; -> result dict."""
     from wse_inference.pipeline.engine import PipelineEngine
+    from wse_inference.pipeline.plan import engine_plan
 
     context = min(context, len(ids) + sampling.max_tokens)
-    engine = PipelineEngine(model, spec=wafer, stages=stages, max_context=context, prefill_chunk=32)
-    result = _on_engine(engine, ids, sampling, stream, lambda state: state.seqs[0], trace)
+    kv = _kv_tokens(len(ids), sampling.max_tokens)  # placed as `wse plan infer` places it
+    plan = None  # stages outside the layers: the engine's refusal
+    if 1 <= stages <= model.config.n_layers:
+        plan = engine_plan(
+            model.config, stages=stages, max_context=context, spec=wafer, kv_tokens=kv
+        )
+    engine = PipelineEngine(model, spec=wafer, stages=stages, max_context=context, plan=plan,
+                            prefill_chunk=32)  # fmt: skip
+    result = _on_engine(engine, model, ids, sampling, stream, lambda st: st.seqs[0], trace)
     result["engine"] = f"pipelined, {stages} stage(s) on a {stages} x 1 PE grid"
     return result
+
+
+def _kv_tokens(prompt: int, output: int) -> int:
+    """A decode step's mean cache read, `wse plan infer`'s (`Workload.kv_tokens`)."""
+    from wse_systems.serving import Workload
+
+    return Workload(prompt_tokens=prompt, output_tokens=output).kv_tokens
 
 
 def _finite(lp) -> None:
@@ -110,10 +125,10 @@ def _finite(lp) -> None:
         )
 
 
-def _on_engine(engine, ids, sampling, stream, tracker_of, trace=None):
+def _on_engine(engine, model, ids, sampling, stream, tracker_of, trace=None):
     """One sequence through an `Engine` (slot 0), streaming its text; -> result dict, with
     the tokens' logprobs when `sampling.logprobs` is set. `tracker_of(state)`: the slot's
-    `SequenceTracker`."""
+    `SequenceTracker`; `model`: the target (`LoadedModel`) whose precision is priced."""
     import dataclasses
 
     asked = sampling.logprobs
@@ -138,8 +153,8 @@ def _on_engine(engine, ids, sampling, stream, tracker_of, trace=None):
         _finite(x)
     stream(tracker.visible_text(), shown)
     decode = time.perf_counter() - t0 - ttft
-    n = len(tracker.tokens) - 1
-    report = engine.report(measured_wall_s=decode, tokens=n, kv_tokens=len(ids) + n // 2)
+    n, kv = len(tracker.tokens) - 1, _kv_tokens(len(ids), len(tracker.tokens))
+    report = engine.report(measured_wall_s=decode, tokens=n, kv_tokens=kv)
     result = {
         "token_ids": tracker.tokens,
         "text": tracker.visible_text(),
@@ -147,15 +162,13 @@ def _on_engine(engine, ids, sampling, stream, tracker_of, trace=None):
         "ttft_s": ttft,
         "decode_s": decode,
         "tokens_per_s": n / decode if n > 0 and decode > 0 else 0.0,
-        "predicted": _predicted(report),
+        "predicted": _predicted(report, model.config),
     }
     if trace is not None:  # a PipelineEngine: its plan's head and stages on each wafer
-        result["trace"] = _save_traces(engine, report, trace, kv_tokens=len(ids) + n // 2)
+        result["trace"] = _save_traces(engine, report, trace, kv_tokens=kv)
     if asked is not None:
-        result["logprobs"] = [
-            {"token_id": x.token, "logprob": x.logprob, "top": [list(a) for a in x.top]}
-            for x in logprobs
-        ]
+        result["logprobs"] = [{"token_id": x.token, "logprob": x.logprob,
+                               "top": [list(a) for a in x.top]} for x in logprobs]  # fmt: skip
     return result
 
 
@@ -200,11 +213,7 @@ def generate(
         None, "--stages", help="Pipeline stages (<= layers; default 1).", kind=int, ge=1
     ),
     max_context: int = number(
-        None,
-        "--max-context",
-        help="Context length (default: the model's).",
-        kind=int,
-        ge=1,
+        None, "--max-context", help="Context length (default: the model's).", kind=int, ge=1
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     trace: Path = output_file(
@@ -225,18 +234,11 @@ def generate(
     check_tokenizer_file(model_dir)  # an unreadable tokenizer.json: refused before the weights
 
     sampling = SamplingParams(
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        stop=tuple(stop or ()),
-        ignore_eos=ignore_eos,
-        logprobs=logprobs,
-        presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty,
+        max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        stop=tuple(stop or ()), ignore_eos=ignore_eos, logprobs=logprobs,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
         repetition_penalty=repetition_penalty,
-    )
+    )  # fmt: skip
     # the settings alone, before any file is read (the context: once config.json is read)
     validate_sampling(sampling, vocab_size=1 << 30, max_context=max_tokens + 1, prompt_len=1)
     wafer = wafer_spec(preset, spec_file, "wse3")
@@ -277,12 +279,10 @@ def generate(
     n_prompt = len(_prompt_ids(prompt, parsed_ids, early, cfg.vocab_size))
     validate_sampling(sampling, vocab_size=cfg.vocab_size, max_context=context, prompt_len=n_prompt)
     check_host_memory(
-        cfg,
-        rows=1 if spec is not None else stages or 1,
-        max_context=context,
+        cfg, rows=1 if spec is not None else stages or 1, max_context=context,
         what=f"generate with {stages or 1} stage(s) and context {context}",
         held_bytes=sum(a.nbytes for a in weights.values()),  # read above: not counted twice
-    )
+    )  # fmt: skip
     from wse_models import sdpa_cpu
 
     sdpa_cpu.compile_early(cfg.hd, "float32", backward=False)  # load_model's dtype; meanwhile
@@ -316,7 +316,7 @@ def _speculative(model, spec, draft_weights, ids, sampling, context, stream, waf
     engine = SpeculativeEngine(
         model, draft, gamma=gamma, spec=wafer, max_slots=1, max_context=context
     )
-    result = _on_engine(engine, ids, sampling, stream, lambda state: state.slots[0].tracker)
+    result = _on_engine(engine, model, ids, sampling, stream, lambda st: st.slots[0].tracker)
     result["speculative"] = engine.stats.to_dict()
     return {**result, "engine": name}
 
@@ -331,20 +331,21 @@ def _save_traces(engine, report, path: Path, *, kv_tokens: int) -> list[str]:
     return [str(t.save(p)) for t, p in zip(traces, names, strict=True)]
 
 
-def _predicted(report) -> dict:
+def _predicted(report, config) -> dict:
     """The engine's `RunReport` (one token on the wafer) as the figures printed beside the
-    measured ones."""
-    plan = report.extra["plan"]
+    measured ones, with the precision both engines price `config` at: its `param_dtype`, what
+    they emulate (hunt 68: a float32 folder's 4-byte weights, and the layout, went unsaid)."""
+    from wse_core.hw.dtypes import dtype_bytes, dtype_name
+
+    plan, dtype = report.extra["plan"], config.param_dtype
     return {
-        "wafer": report.wafer,
-        "wafers": report.systems,
-        "regions": len(plan["regions"]),
-        "wafer_s_per_token": report.predicted_s,
-        "tokens_per_s": report.units_per_s,
-        "bound": report.bound,
+        "wafer": report.wafer, "wafers": report.systems, "regions": len(plan["regions"]),
+        "weights": dtype_name(dtype), "bytes_per_param": dtype_bytes(dtype),
+        "layout": plan["layout"], "wafer_s_per_token": report.predicted_s,
+        "tokens_per_s": report.units_per_s, "bound": report.bound,
         "measured_s_per_token": report.measured_wall_s,
         "calibration": report.calibration.describe(),
-    }
+    }  # fmt: skip
 
 
 def _streamer(*, enabled: bool):
@@ -361,20 +362,20 @@ def _report(result: dict, as_json: bool) -> None:
         typer.echo(json.dumps(result, default=float))
         return
     typer.echo("")
-    line = (
+    typer.echo(
         f"[{result['engine']}] {len(result['token_ids'])} tokens, finish "
         f"{result['finish_reason']}; TTFT {result['ttft_s'] * 1e3:.1f} ms, "
         f"{result['tokens_per_s']:.1f} tokens/s"
     )
-    typer.echo(line)
     pred = result.get("predicted")
     if pred:
         measured = pred["measured_s_per_token"]
         here = f"{measured * 1e3:.3f} ms" if measured else "-"
         typer.echo(
-            f"predicted on {pred['wafers']} {pred['wafer']} wafer(s): "
-            f"{pred['wafer_s_per_token'] * 1e6:.1f} us/token ({pred['tokens_per_s']:,.0f} "
-            f"tokens/s, {pred['bound']}-bound); measured on this emulator {here}/token"
+            f"predicted on {pred['wafers']} {pred['wafer']} wafer(s), {pred['weights']} weights "
+            f"and KV, {pred['layout']} regions: {pred['wafer_s_per_token'] * 1e6:.1f} us/token "
+            f"({pred['tokens_per_s']:,.0f} tokens/s, {pred['bound']}-bound); measured on "
+            f"this emulator {here}/token"
         )
     if result.get("trace"):
         typer.echo(f"per-PE trace, one file per wafer: {', '.join(result['trace'])}")

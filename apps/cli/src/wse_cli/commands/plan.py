@@ -3,6 +3,7 @@
     wse plan train --model llama3_8b --tokens 1e12 [--systems N] [--gpus M] [--gpu h100]
     wse plan infer --model llama3-70b [--users N | --min-user-tokens-per-s S] [--wafers N]
                    [--gpus M] [--prompt-tokens P --output-tokens O] [--draft M --alpha A]
+                   [--gemv sdk|meshgemv] [--wafer-dtype auto|float32|bfloat16]
     either with [--assume KEY=VALUE ...]
 
 `--model`: a `wse_models` preset (llama3-70b), a shipped trainer config (llama3_8b), a
@@ -69,42 +70,22 @@ MAX_USD_PER_KWH = 100  # ~1,000x industrial electricity (~$0.1/kWh)
 MAX_BATCH = 1 << 20  # sequences per system
 MAX_SEQ_TOKENS = 100_000_000  # one sequence / context: 10x Llama 4 Scout's 10M-token context
 MAX_USERS = 10_000_000  # users in flight on one replica
+WAFER_DTYPE = typer.Option(
+    "auto", "--wafer-dtype", help="Wafer weights and KV: float32, bfloat16, float16 or auto (a "
+    "model folder's own dtype, as wse infer generate runs it; else bfloat16).",
+)  # fmt: skip
 MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", ge=0.01, le=1)
-USD_GPU = number(
-    None,
-    "--usd-per-gpu-hour",
-    help="Default: wse_systems.gpu.",
-    ge=0,
-    le=MAX_USD_PER_HOUR,
-    unit="USD/h",
-)
-USD_SYS = number(
-    None,
-    "--usd-per-system-hour",
-    help="Per wafer system; default in economics.",
-    ge=0,
-    le=MAX_USD_PER_HOUR,
-    unit="USD/h",
-)
+USD_GPU = number(None, "--usd-per-gpu-hour", help="Default: wse_systems.gpu.", ge=0,
+                 le=MAX_USD_PER_HOUR, unit="USD/h")  # fmt: skip
+USD_SYS = number(None, "--usd-per-system-hour", help="Per wafer system; default in economics.",
+                 ge=0, le=MAX_USD_PER_HOUR, unit="USD/h")  # fmt: skip
 USD_ENG = number(
     None, "--usd-per-engineer-hour", help="Default $100.", ge=0, le=MAX_USD_PER_HOUR, unit="USD/h"
 )
-ENG_H = number(
-    None,
-    "--engineer-hours",
-    help="Per job on each system; default 160.",
-    ge=0,
-    le=MAX_HOURS,
-    unit="h",
-)
-USD_KWH = number(
-    None,
-    "--usd-per-kwh",
-    help="Electricity; default 0 (in the rates).",
-    ge=0,
-    le=MAX_USD_PER_KWH,
-    unit="USD/kWh",
-)
+ENG_H = number(None, "--engineer-hours", help="Per job on each system; default 160.", ge=0,
+               le=MAX_HOURS, unit="h")  # fmt: skip
+USD_KWH = number(None, "--usd-per-kwh", help="Electricity; default 0 (in the rates).", ge=0,
+                 le=MAX_USD_PER_KWH, unit="USD/kWh")  # fmt: skip
 
 
 def _rates(gpu_h, sys_h, eng_h, hours, kwh) -> dict[str, Any]:
@@ -136,6 +117,19 @@ def _in_force(changes: dict[str, float], notes: list[str]) -> Assumed:
     from wse_core.cost.calibration import current
 
     return Assumed(dict(changes), current(), notes)
+
+
+def _wafer_dtype(asked: str, model: str, choice) -> str:
+    """--wafer-dtype; auto: an HF folder's own dtype (its config's, `param_dtype`: the engine
+    serves a float32 folder in float32; hunt 68: priced 16-bit, 4.5% from `wse infer
+    generate`), else bfloat16 (a preset, a params file: 16-bit, as the seeds state)."""
+    import wse_models
+
+    if asked != "auto":
+        return asked
+    path = Path(model)  # `resolve_model`'s HF folder test, after its presets
+    folder = model not in wse_models.PRESETS and (path.is_dir() or path.suffix == ".json")
+    return choice.config.param_dtype if folder else "bfloat16"
 
 
 def _micro_batch(text: str | None) -> int | str | None:
@@ -323,6 +317,7 @@ def infer(
         "--gemv",
         help="Each wafer GEMV priced as: sdk (the SDK's dataflow) or meshgemv (WaferLLM's).",
     ),
+    wafer_dtype: str = WAFER_DTYPE,
     as_json: bool = JSON,
     png: Path = png_file(None, "--png", help="Both frontiers, chosen points marked."),
     usd_gpu: float = USD_GPU,
@@ -347,7 +342,7 @@ def infer(
     with assumed(**changes):
         plan = pi.plan_infer(
             choice,
-            wafer=pi.WaferSetup(spec, wafers, gemv),
+            wafer=pi.WaferSetup(spec, wafers, gemv, _wafer_dtype(wafer_dtype, model, choice)),
             gpu=pi.GpuSetup(gpu, gpus, hbm_fraction, mfu, gpu_precision),
             workload=sv.Workload(
                 prompt_tokens=fit.prompt_tokens if prompt_tokens is None else prompt_tokens,

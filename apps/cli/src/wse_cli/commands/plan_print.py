@@ -198,6 +198,8 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
     both = lambda key, fmt: (fmt(w[key]), fmt(g[key]))  # noqa: E731
     rows = [
         ("per replica", _wafers(w), _layout(g)),
+        # hunt 68: a float32 model folder was priced 16-bit, and no row said which
+        ("weights and KV", plan.inputs["wafer_dtype"], plan.inputs["gpu_precision"]),
         ("operating point", *both("meets_speed", lambda ok: _how(plan, ok))),
         ("users in flight", *both("users", lambda u: f"{u:,}")),
         ("most users that fit", *both("max_users", lambda u: f"{u:,}")),

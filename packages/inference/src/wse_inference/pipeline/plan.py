@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax.numpy as jnp
+from wse_core.hw.dtypes import dtype_bytes
 from wse_core.hw.spec import WaferSpec
 from wse_systems.pipeline import PipelinePlan, PipelinePlanError, Regions
-from wse_systems.token import fastest_plan, token_seconds_fn
+from wse_systems.token import choose_layout
 
 __all__ = ["engine_plan", "emulation_spec", "declare_regions", "row_bytes"]
 
@@ -71,28 +71,33 @@ def engine_plan(
     max_context: int,
     spec: WaferSpec,
     num_wafers: int | None = None,
+    kv_tokens: int | None = None,
 ) -> PipelinePlan:
     """The plan an engine of `stages` stages emulates: `stages` regions on the fewest of 1..
     `stages` wafers that hold them (or `num_wafers`), context `max_context`, one slot per
-    stage, the model's parameter bytes, banded, the head on the rows that price the
-    shortest token of the engine's report (`wse_systems.token.fastest_plan`). Raises the
+    stage, the model's parameter bytes (its `param_dtype`: what the emulation multiplies;
+    4 for a float32 model folder), banded or compact and the head on the rows, whichever
+    price the shortest token of the engine's report reading `kv_tokens` cached tokens (None:
+    half the context; `wse_systems.token.choose_layout`, a tie keeps bands). Raises the
     planner's error (with the numbers).
 
     The emulation reads the plan's layers and bytes only (`emulation_spec`, `row_bytes`),
     never where its regions lie, so the tokens it emits do not depend on the placement;
     `engine.report()` prices this plan (`price_token`), and sized by bytes a longer
     `max_context` or more stages (slots) gave the layers more PEs and predicted a faster
-    token (hunt 68). The placement is priced as the report's default token (half the context
-    read)."""
+    token (hunt 68). Hunt 68 too: the layout was always banded, where `wse plan infer` (the
+    serving model) takes the faster: a 2-layer float32 folder on 2 stages was 23.04 us a
+    token here (banded), 22.06 there (compact, and 16-bit), 22.18 on both now; give
+    `kv_tokens` as the serving model reads them (`wse_systems.serving.Workload.kv_tokens`)
+    for its placement."""
     kwargs: dict[str, Any] = dict(context_len=max_context, slots=stages)
-    kwargs["bytes_per_param"] = int(jnp.dtype(config.param_dtype).itemsize)
+    kwargs["bytes_per_param"] = dtype_bytes(config.param_dtype)
     kwargs["regions"] = Regions(stages=stages)
-    seconds = token_seconds_fn(config)
     if num_wafers is not None:
-        return fastest_plan(config, spec, seconds, num_wafers=num_wafers, **kwargs)
+        return choose_layout(config, spec, kv_tokens=kv_tokens, num_wafers=num_wafers, **kwargs)[0]
     for n in range(1, stages + 1):
         try:
-            return fastest_plan(config, spec, seconds, num_wafers=n, **kwargs)
+            return choose_layout(config, spec, kv_tokens=kv_tokens, num_wafers=n, **kwargs)[0]
         except PipelinePlanError:
             if n == stages:
                 raise

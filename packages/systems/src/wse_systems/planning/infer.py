@@ -27,6 +27,7 @@ import math
 from typing import Any
 
 from wse_core import WaferSpec
+from wse_core.hw.dtypes import DTYPES, dtype_bytes, dtype_name
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
@@ -99,10 +100,10 @@ class ServingPlan:
 
 def wafer_serving(
     config: Any, spec: WaferSpec, *, num_wafers: int | None, workload: sv.Workload,
-    speculation: sv.Speculation | None = None, gemv: str = "sdk",
+    speculation: sv.Speculation | None = None, gemv: str = "sdk", bytes_per_param: int = 2,
 ) -> sv.WaferServing:  # fmt: skip
     """The wafers' serving system on `num_wafers` (default: the fewest that hold the model,
-    its draft and one user)."""
+    its draft and one user), weights and KV of `bytes_per_param` bytes."""
     if num_wafers and num_wafers > config.n_layers:  # the pipeline's "stages" error (hunt 57)
         raise PlanError(
             f"--wafers {num_wafers}: a replica holds at least one of the model's "
@@ -113,7 +114,7 @@ def wafer_serving(
         try:
             return sv.WaferServing(
                 config, spec, num_wafers=n, workload=workload, speculation=speculation,
-                regions=Regions(layout=None, gemv=gemv),
+                regions=Regions(layout=None, gemv=gemv), bytes_per_param=bytes_per_param,
             )  # fmt: skip
         except PipelinePlanError:
             if num_wafers:
@@ -201,7 +202,7 @@ def plan_infer(
     draft: Draft = Draft(),
 ) -> ServingPlan:
     """Serve `choice` on wafers and on GPUs at an operating point (module contract)."""
-    spec, wafers, gemv = wafer
+    spec, wafers, gemv, dtype = wafer
     users, min_user_tokens_per_s, max_ttft_s = target
     tokens_per_day, days, rates = costing
     gpus, gpu_precision = gpu.gpus, gpu.precision
@@ -213,15 +214,15 @@ def plan_infer(
     check_rates(rates)
     if gemv not in GEMV_PROGRAMS:
         raise PlanError(f"--gemv {gemv!r}: the known GEMV programs are {', '.join(GEMV_PROGRAMS)}")
+    bpp = _wafer_bytes(dtype)
     cfg, g = choice.config, gpum.gpu_spec(gpu.gpu)
     work = default_workload(cfg) if workload is None else workload
     check_request(cfg, work)
     power = eco.system_power_w(spec)
     grid = grid_note(spec)  # a wafer that does not repair is refused before any work
     speculation = speculation_of(draft, choice, work)
-    ws = wafer_serving(
-        cfg, spec, num_wafers=wafers, workload=work, speculation=speculation, gemv=gemv
-    )
+    ws = wafer_serving(cfg, spec, num_wafers=wafers, workload=work, speculation=speculation,
+                       gemv=gemv, bytes_per_param=bpp)  # fmt: skip
     shape = cfg
     m = gpus or _default_gpus(shape, g, work, speculation, gpu_precision)
     kw = dict(workload=work, fractions=gpu_step.GpuFractions(hbm_fraction, mfu),
@@ -258,7 +259,8 @@ def plan_infer(
               "min_user_tokens_per_s": min_user_tokens_per_s, "days": days,
               "wafer": spec.name, "gpu": gpu.gpu, "workload": work.to_dict(),
               "hbm_fraction": hbm_fraction, "mfu": mfu, "gpu_precision": gpu_precision,
-              "max_ttft_s": max_ttft_s, "gemv": gemv,
+              "max_ttft_s": max_ttft_s, "gemv": gemv, "wafer_dtype": dtype_name(dtype),
+              "wafer_bytes_per_param": bpp,
               "speculation": None if speculation is None else speculation.to_dict(),
               "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
@@ -269,6 +271,15 @@ def plan_infer(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both}, notes,
     )  # fmt: skip
+
+
+def _wafer_bytes(dtype: str) -> int:
+    """Bytes of a wafer weight (and cached value) in `dtype`: the SIMD table's dtypes only
+    (fp16, bf16, fp32: what `wse_systems.decoder` prices)."""
+    if dtype_name(dtype) not in DTYPES:
+        raise PlanError(f"--wafer-dtype {dtype!r}: the wafer prices float32, bfloat16 or "
+                        "float16 weights and KV")  # fmt: skip
+    return dtype_bytes(dtype)
 
 
 def _wafer_notes(ws: sv.WaferServing, point: sv.OperatingPoint) -> list[str]:
@@ -299,16 +310,19 @@ def _wafer_notes(ws: sv.WaferServing, point: sv.OperatingPoint) -> list[str]:
 def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
     """The assumptions in words (`gpu`: its fractions resolved; `spec`: the speculation)."""
     wafer, gemv, hbm_fraction, mfu = setup.spec, setup.gemv, gpu.hbm_fraction, gpu.mfu
+    held = f"{dtype_name(setup.dtype)} weights and KV ({dtype_bytes(setup.dtype)} bytes a value"
     prec = gpu_step.gpu_precision(gpu.precision)
     notes = power_notes(g, wafer) + [
         f"each request: {work.prompt_tokens} prompt + {work.output_tokens} output tokens, "
         f"{work.held_tokens} tokens of KV cache held, {work.kv_tokens} read per decode step; "
         "throughput, per-user speed, time to first token and cost include the prompt's work",
         "wafer (wse_systems.serving.wafer): the engine's pipeline plan with every user's KV "
-        "cache in its regions' SRAM, 16-bit weights and KV (as the seeds state); each token "
+        f"cache in its regions' SRAM, {held}; wse plan infer --wafer-dtype: a model folder's "
+        "own dtype, as the engine serves it, else 16-bit, as the seeds state); each token "
         f"priced per instruction (wse_systems.decoder, the one calibration), each GEMV as "
         f"{GEMV_NOTE[gemv]}; a region works on "
-        "one item at a time, a decode token or a prompt block; prompt blocks go first; a "
+        "one item at a time, a decode token or a prompt block (every token's logits "
+        "computed, as the engine's prompt pass does); prompt blocks go first; a "
         "request holds each region for its output tokens and its prompt blocks; another "
         "user's prompt block stalls a user's token for the block's longest hold of one "
         "region (a lower bound: stalls at other regions are taken to overlap)",

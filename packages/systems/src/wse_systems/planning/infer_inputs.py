@@ -91,19 +91,22 @@ def check_inputs(users, speed, ttft, hbm_fraction, mfu) -> None:
 
 GEMV_NOTE = {  # the wafer note's words for each GEMV program (`--gemv`)
     "sdk": "the SDK gemv dataflow (what the model takes for Cerebras' software)",
-    "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025; wse_systems.meshgemv), prompt "
-    "blocks of k > 1 tokens as its MeshGEMM (wse_systems.meshgemm), not Cerebras' published "
-    "software",
+    "meshgemv": "WaferLLM's MeshGEMV (He et al., OSDI 2025; wse_systems.meshgemv), each "
+    "product of a prompt block of k > 1 tokens the cheaper of k MeshGEMVs and its MeshGEMM "
+    "where that fits (wse_systems.meshgemm), not Cerebras' published software",
 }
 
 
 class WaferSetup(NamedTuple):
     """The wafer side asked for: replicas of `wafers` wafers of `spec` (None: the fewest that
-    hold the model, its draft and one user), each GEMV priced as `gemv` (`GEMV_PROGRAMS`)."""
+    hold the model, its draft and one user), each GEMV priced as `gemv` (`GEMV_PROGRAMS`),
+    weights and KV in `dtype` (a name of `wse_core.hw.dtypes`: 16-bit, or float32 as the
+    engine serves a float32 model folder)."""
 
     spec: WaferSpec
     wafers: int | None = None
     gemv: str = "sdk"
+    dtype: str = "bfloat16"
 
 
 class GpuSetup(NamedTuple):

@@ -12,12 +12,20 @@ element is T1 (`token_s`, the batch-1 prediction); n tokens in blocks of k pipel
 the elements: the first block through every element, the rest one bottleneck time apart
 (`blocks_s`); `pass_s` takes the block size that finishes soonest. Blocks are at most
 `max_block_tokens(plan)`: 1 + the extra tokens' activations the regions' free SRAM holds.
-Under the plan's gemv "meshgemv" (WaferLLM's programs) a block of k > 1 tokens prices each
-matrix product as one MeshGEMM of the k tokens (`wse_systems.meshgemm`, its whole time:
-`decode_phases(..., block_tokens=k)`) in place of k times the MeshGEMV's streaming work plus
-its latency; the rest of the element as above. A decode token (k = 1) is the MeshGEMV's.
-Such blocks are at most what the MeshGEMMs' buffers leave room for on every region
-(`wse_systems.meshgemm.meshgemm_max_tokens`; 1 when none fits).
+Under the plan's gemv "meshgemv" (WaferLLM's programs) each matrix product of a block of
+k > 1 tokens runs the cheaper of its two programs, as a runtime picks the faster per block
+(WaferLLM runs its prefill as MeshGEMM where it wins): k MeshGEMVs one after another (the
+one-token product's streaming work k times, its latency once, as every element) or one
+MeshGEMM of the k tokens (`wse_systems.meshgemm`, its whole time: `decode_phases(...,
+block_tokens=k)`), the MeshGEMM only where its buffers fit the element's region beside what
+the region holds (`meshgemm_max_tokens`: `Pipeline.gemm_tokens`, per element; k MeshGEMVs
+need no buffer beyond the block's activations). Hunt 68: every k > 1 was the MeshGEMM (gpt2
+124M: a 2-token block held the head 1,858 us, a token the busiest region 5.67 us), so prompts
+ran a token at a time and the faster decode program served less under load. The head's
+product is priced for every token of a block, under either program: the engine's prompt
+pass computes every prompt token's logits (`wse_models.forward` unembeds every position;
+`wse_inference.decoding.prefill` keeps the last one's, `prompt_logprobs` reads the rest).
+A decode token (k = 1) is the MeshGEMV's.
 `wse_systems.serving.wafer` builds users, requests and their scheduling on these.
 """
 
@@ -35,7 +43,7 @@ from wse_systems.meshgemm import is_meshgemm, meshgemm_max_tokens
 from wse_systems.pipeline import PipelinePlan
 from wse_systems.transformer import layer_products
 
-__all__ = ["MAX_BLOCK_TOKENS", "Pipeline", "price_pipeline", "max_block_tokens"]
+__all__ = ["MAX_BLOCK_TOKENS", "Pipeline", "price_pipeline", "max_block_tokens", "block_caps"]
 
 MAX_BLOCK_TOKENS = 1 << 20  # the largest prompt block considered (tiny models fit millions)
 _LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
@@ -45,33 +53,36 @@ _LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
 class _Priced:
     """A phase tree priced once: each leaf's streaming and latency seconds (per token)."""
 
-    mode: str  # "leaf", "serial", "overlap" or "product" (a MeshGEMV: a MeshGEMM per block)
+    mode: str  # "leaf", "serial", "overlap" or "product" (a MeshGEMV, or a MeshGEMM per block)
     repeat: float
     stream_s: float = 0.0
     latency_s: float = 0.0
     children: tuple[_Priced, ...] = ()
-    block_s: Callable[[int], float] | None = None  # "product": seconds of a k > 1 block
-    # (tokens, latency) -> seconds: a node shared by equal layers is summed once (hunt 63)
-    memo: dict[tuple[int, bool], float] = dataclasses.field(
+    block_s: Callable[[int], float] | None = None  # "product": its MeshGEMM of a k > 1 block
+    # (tokens, latency, MeshGEMM fits) -> seconds: a node shared by equal layers is summed
+    # once (hunt 63)
+    memo: dict[tuple[int, bool, bool], float] = dataclasses.field(
         default_factory=dict, compare=False, repr=False
     )
 
-    def seconds(self, tokens: int, *, latency: bool = True) -> float:
+    def seconds(self, tokens: int, *, latency: bool = True, gemm: bool = False) -> float:
         """A block of `tokens` tokens: streaming work `tokens` times, latency once (a
-        "product" node: one token's MeshGEMV, or the block's MeshGEMM whole)."""
-        key = (tokens, latency)
+        "product" node: the cheaper of that and, where the block's MeshGEMMs fit (`gemm`),
+        its MeshGEMM whole)."""
+        key = (tokens, latency, gemm and tokens > 1)
         if key not in self.memo:
-            self.memo[key] = self._seconds(tokens, latency)
+            self.memo[key] = self._seconds(*key)
         return self.memo[key]
 
-    def _seconds(self, tokens: int, latency: bool) -> float:
+    def _seconds(self, tokens: int, latency: bool, gemm: bool) -> float:
         if self.mode == "product":
-            one = tokens == 1
-            return self.children[0].seconds(1, latency=latency) if one else self.block_s(tokens)
+            # k MeshGEMVs, one after another: the one-token product streamed k times
+            gemvs = self.children[0].seconds(tokens, latency=latency)
+            return min(gemvs, self.block_s(tokens)) if gemm and self.block_s else gemvs
         if self.mode == "leaf":
             inner = tokens * self.stream_s + (self.latency_s if latency else 0.0)
         else:
-            kids = [c.seconds(tokens, latency=latency) for c in self.children]
+            kids = [c.seconds(tokens, latency=latency, gemm=gemm) for c in self.children]
             inner = sum(kids) if self.mode == "serial" else max(kids, default=0.0)
         return self.repeat * inner
 
@@ -125,6 +136,12 @@ class Pipeline:
 
     elements: tuple[tuple[str, bool, _Priced], ...]
     max_block_tokens: int  # the largest prompt block whose activations fit every region
+    # per element (meshgemv): the largest block whose MeshGEMMs fit its region (none: 0)
+    gemm_tokens: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def _held_s(self, name: str, priced: _Priced, tokens: int, latency: bool = True) -> float:
+        fits = tokens <= self.gemm_tokens.get(name, 0)
+        return priced.seconds(tokens, latency=latency, gemm=fits)
 
     @property
     def token_s(self) -> float:
@@ -144,7 +161,8 @@ class Pipeline:
     def occupancy_s(self, tokens: int = 1) -> dict[str, float]:
         """Seconds each element is held by a block of `tokens` tokens."""
         return {
-            name: p.seconds(tokens, latency=region) for name, region, p in self.elements
+            name: self._held_s(name, p, tokens, latency=region)
+            for name, region, p in self.elements
         }  # fmt: skip
 
     def bottleneck(self, tokens: int = 1) -> tuple[str, float]:
@@ -161,7 +179,7 @@ class Pipeline:
         """Seconds of `n_tokens` of one user in blocks of `block` (at most `n_tokens`):
         the first block through every element, the rest one bottleneck time apart."""
         k = min(block, n_tokens)
-        fill = sum(p.seconds(k) for _, _, p in self.elements)
+        fill = sum(self._held_s(name, p, k) for name, _, p in self.elements)
         return fill + (math.ceil(n_tokens / k) - 1) * self.bottleneck(k)[1]
 
     def pass_s(self, n_tokens: int) -> tuple[float, int, float]:
@@ -183,29 +201,37 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
     # the per-token group (head product, argmax, next embedding) holds the head region
     regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
     cache: dict = {}
-    block, k_max = None, max_block_tokens(plan)
-    if plan.gemv == "meshgemv":  # blocks of k > 1 run MeshGEMMs: their buffers must fit too
-        block = _block_trees(config, plan, kv_tokens)
-        k_max = max(1, min(k_max, _gemm_tokens(config, plan)))
+    # blocks of k > 1 may run MeshGEMMs: their phase trees, priced where the buffers fit
+    block = _block_trees(config, plan, kv_tokens) if plan.gemv == "meshgemv" else None
     elements = tuple(
         (p.name, p.name in regions, _price(model, p, cache, block and _child(block, i)))
         for i, p in enumerate(step.parts)
     )
-    return Pipeline(elements, k_max)
+    return Pipeline(elements, **block_caps(config, plan))
 
 
-def _gemm_tokens(config: Any, plan: PipelinePlan) -> int:
-    """The largest block whose MeshGEMMs fit every region (`meshgemm_max_tokens`)."""
+def block_caps(config: Any, plan: PipelinePlan) -> dict[str, Any]:
+    """`plan`'s limits on a block, as `Pipeline`'s fields: `max_block_tokens` (the
+    activations') and `gemm_tokens` (meshgemv: each element's MeshGEMM buffers'). They
+    depend on what the regions hold, so on the users in flight, where the priced elements
+    do not (`wse_systems.serving.wafer` prices a layout once and sets these per plan)."""
+    gemm = _gemm_tokens(config, plan) if plan.gemv == "meshgemv" else {}
+    return {"max_block_tokens": max_block_tokens(plan), "gemm_tokens": gemm}
+
+
+def _gemm_tokens(config: Any, plan: PipelinePlan) -> dict[str, int]:
+    """Per element, the largest block whose MeshGEMMs fit its region
+    (`meshgemm_max_tokens`; the head's products are the per-token element's)."""
     layer = tuple(layer_products(config).values())
-    regions = [(plan.head, ((config.d_model, config.vocab_size),))]
-    regions += [(s, layer) for s in plan.stages]
+    regions = [(PER_TOKEN, plan.head, ((config.d_model, config.vocab_size),))]
+    regions += [(s.name, s, layer) for s in plan.stages]
     sram, b = plan.spec.sram_bytes_per_pe, plan.bytes_per_param
-    return min(
-        meshgemm_max_tokens(
+    return {
+        name: meshgemm_max_tokens(
             s.region, p, held_bytes_per_pe=s.bytes_per_pe, sram_bytes_per_pe=sram, bytes_per_value=b
         )
-        for s, p in regions
-    )
+        for name, s, p in regions
+    }
 
 
 def _child(block: Callable[[int], Phases], i: int) -> Callable[[int], Phase | Phases]:

@@ -27,7 +27,8 @@ passes between wafers). The pipeline:
   the same and in multiple pipe stages"), priced by the same `Pipeline` at a KV read of
   P / 2 tokens (the prompt's mean): a block holds each element k times its streaming work
   (instructions, SRAM, link words, off-wafer bytes) plus its latency (hops, fixed cycles,
-  system passes) once, and the blocks pipeline through the elements, so the prompt alone
+  system passes) once (under meshgemv each product the cheaper of that and a MeshGEMM that
+  fits: `blocks`), and the blocks pipeline through the elements, so the prompt alone
   takes sum_j b_j(k) + (ceil(P / k) - 1) max_j b_j(k) (`Pipeline.blocks_s`); k is at most
   what the regions' free SRAM holds (`Pipeline.block_sizes`: powers of two up to that);
 - whole requests (`RequestWork`), the policy: each user sends a request of P prompt and O
@@ -75,7 +76,7 @@ from wse_core.hw.spec import WaferSpec
 
 from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regions, plan_pipeline
 from wse_systems.serving import speculative as sp
-from wse_systems.serving.blocks import Pipeline, max_block_tokens, price_pipeline
+from wse_systems.serving.blocks import Pipeline, block_caps, price_pipeline
 from wse_systems.serving.frontier import OperatingPoint, ServingError, Speculation, Workload
 from wse_systems.serving.request import RequestWork
 from wse_systems.serving.speculative import Round, speculative_round
@@ -288,7 +289,9 @@ class WaferServing:
         if key not in self._by_layout:
             priced = price_pipeline(config, plan, kv_tokens=kv_tokens, model=self.model)
             self._by_layout[key] = priced
-        return dataclasses.replace(self._by_layout[key], max_block_tokens=max_block_tokens(plan))
+        # this plan's block limits (activations; meshgemv: MeshGEMM buffers), not the first
+        # plan's: they move with the users held (hunt 68: the buffers' cap was dropped)
+        return dataclasses.replace(self._by_layout[key], **block_caps(config, plan))
 
     def _refuse(self, users: int) -> None:
         # GpuServing.point's check and words (hunt 68: 2.5 users were priced here)
