@@ -157,3 +157,22 @@ def test_sparsity_a_run_can_have_prices_as_before():
     full = _step(gelu, attention_pairs_per_row=1024 * 1025 / 2)  # one document a row
     assert full == pytest.approx(DENSE_S, rel=1e-12)
     assert _step(gelu, attention_pairs_per_row=1024) < full  # 1,024 one-token documents
+
+
+@pytest.mark.parametrize("fraction", [0.75, 1.5, math.nan])
+def test_decoding_refuses_the_zeros_training_refuses(fraction):
+    """`decode_phases(mlp_zero_fraction=)` priced any fraction on any activation (the
+    engine measures it; the Python API took 0.75 on GELU, or 1.5): one check for both."""
+    from wse_systems.decoder import decode_phases
+    from wse_systems.pipeline import plan_pipeline
+
+    model = wse_models.preset_config("gpt2-124m", dtype="bfloat16")
+    plan = plan_pipeline(model, WSE3, num_wafers=1, context_len=1024)
+    with pytest.raises(WseError) as e:
+        decode_phases(model, plan, mlp_zero_fraction=fraction)
+    relu = wse_models.preset_config("gpt2-124m", dtype="bfloat16", mlp_activation="relu")
+    if 0 <= fraction <= 1:
+        assert "needs a ReLU-like MLP activation" in str(e.value)
+        assert decode_phases(relu, plan, mlp_zero_fraction=fraction) is not None
+    else:
+        assert str(e.value) == f"mlp_zero_fraction must be in [0, 1], got {fraction:g}"

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 from wse_core.cost.collectives import allreduce_2d, broadcast_line
 from wse_core.cost.perf import Op, Phase, Phases, Work, serial
+from wse_core.errors import WseError
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
@@ -62,7 +63,7 @@ from wse_systems.matvec import matvec_phases, matvec_work, perf_rates
 from wse_systems.meshgemm import meshgemm_phases
 from wse_systems.meshgemv import DECODE_AXES, meshgemv_phases
 from wse_systems.pipeline import check_gemv, to_edge
-from wse_systems.transformer import DecoderShape, layer_products
+from wse_systems.transformer import DecoderShape, layer_products, mlp_zeros_problem
 
 __all__ = ["EXP_FMACS", "DECODER_ASSUMPTIONS", "matvec_phases", "matvec_work", "layer_phases",
            "decode_phases", "PER_TOKEN", "TOKEN_ID_BYTES", "token_out_work"]  # fmt: skip
@@ -289,6 +290,9 @@ def decode_phases(
     mesh = gemv == "meshgemv"
     parts: list[Phase | Phases] = []
     zeros = np.broadcast_to(np.asarray(mlp_zero_fraction, np.float64), (shape.n_layers,))
+    for f in {float(z) for z in zeros}:  # hunt 68: any fraction on any activation was priced
+        if why := mlp_zeros_problem(shape, f):
+            raise WseError(why)
     # hunt 63: a 4,096-layer model built 4,096 equal layer trees per token priced (a minute
     # per plan); a layer's phases depend on its region's rows x cols only (not where it
     # lies), so each distinct (rows, cols, zero fraction) is built once

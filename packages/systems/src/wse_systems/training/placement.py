@@ -43,6 +43,7 @@ from wse_core import Op, WaferSpec, Work, WseError
 
 from wse_systems.training.chunks import WeightChunks
 from wse_systems.training.plan import MemoryPlan, check_memoryx, working_bytes
+from wse_systems.transformer import mlp_zeros_problem
 
 __all__ = [
     "PRECISIONS",
@@ -134,14 +135,10 @@ class StepWorkload:
 def check_sparsity(model: Any, work: StepWorkload) -> None:
     """WseError for an MLP zero fraction on an activation without exact zeros (hunt 68:
     0.75 on GELU priced a 6.6% faster step). Skipping needs ReLU-like zeros in the hidden
-    activation and, behind them, zero gradients (`layer_cost.sparse_density`)."""
-    if work.mlp_zero_fraction and not getattr(model, "relu_like", False):
-        act = getattr(model, "mlp_activation", None)
-        raise WseError(
-            f"mlp_zero_fraction={work.mlp_zero_fraction:g} needs a ReLU-like MLP activation "
-            f"(relu, relu2: exact zeros to skip); this model's is {act!r}, which has none: "
-            "give 0, or a model with mlp_activation relu"
-        )
+    activation and, behind them, zero gradients (`layer_cost.sparse_density`); the words
+    are `transformer.mlp_zeros_problem`'s, which decoding shares."""
+    if why := mlp_zeros_problem(model, float(work.mlp_zero_fraction)):
+        raise WseError(why)
 
 
 class Sparsity(NamedTuple):
