@@ -207,13 +207,13 @@ def check_fitted_listed(report) -> None:
 def _md_report(dtype="float32"):
     from wse_core.hw.wafer import build_wafer
     from wse_hpc.md.eam import EamPlan
-    from wse_hpc.md.perf import predict
+    from wse_hpc.md.perf import Lists, predict
     from wse_hpc.md.zhou04 import zhou04
 
     wafer = build_wafer(WSE2, grid=(7, 7), mesh_shape=(1, 1), devices=jax.devices()[:1])
     plan = EamPlan(1, 1, (12.0, 12.0, 12.0), dtype, 1.0, (1, 1, 1, 4), 0)
     with jax.enable_x64(dtype == "float64"):  # an fp64 run's words are traced in fp64
-        return predict(WSE2, wafer, zhou04(["Cu"], knots=100), plan, rebuild_every=10, hits=4)
+        return predict(WSE2, wafer, zhou04(["Cu"], knots=100), plan, lists=Lists(10, 4))
 
 
 def _tlrmvm_report():
