@@ -14,6 +14,7 @@ the CLI take the same runs (hunt 67: `steps=10**8` passed here and ran for hours
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 from wse_core import WaferSpec
 from wse_core.errors import is_finite, require_int, shown_setting, suggest
@@ -53,6 +54,44 @@ def _check_tol(cfg: StencilConfig) -> None:
         raise StencilError(
             f"tol must be a number in (0, 1) (a relative residual target), got {shown_setting(tol)}"
         )
+    _check_certifiable(cfg.dtype, tol)
+
+
+def _check_certifiable(dtype: object, tol: float) -> None:
+    """Refuse a tol below what the solve's fp32 residual can certify (hunt 68: it ran the
+    whole solve, then exited 1 "out of reach"). Mixed keeps b, x and the true residual in
+    fp32 too, so no --dtype reaches lower."""
+    from wse_hpc.stencil.reach import least_tol  # refine imports this module: import late
+    from wse_hpc.stencil.refine import CERTIFY_FLOOR
+
+    floor = least_tol(CERTIFY_FLOOR)
+    if tol <= floor:
+        precision = "mixed" if dtype in ("mixed", "fp16") else "fp32"
+        raise StencilError(
+            f"--tol {tol:g} is below what {precision} BiCGSTAB's residual can certify "
+            f"({floor:.1e}: its fp32 rounding; fp32 and mixed alike, no --dtype reaches "
+            f"lower); give --tol {floor:.1e} or more"
+        )
+
+
+# kinds whose test field is sin(2 pi x) sin(2 pi y) sin(2 pi z) on a periodic grid
+# (`problems.exact_solution`); bicgstab refuses periodic, wave25 starts from a source
+SINE_KINDS = ("jacobi", "heat")
+
+
+def _check_periodic_grid(cfg: StencilConfig) -> None:
+    """Refuse a periodic axis of fewer than 3 points for the kinds that use the sine test
+    field: it vanishes at x = 0 and 1/2, so the problem is all zero (hunt 68: 2 2 2 divided
+    by a zero norm; 2 8 8 reported residual 0 and error 5e-17 for solving nothing)."""
+    if cfg.kind not in SINE_KINDS or cfg.boundary != "periodic":
+        return
+    grid = cfg.grid
+    if isinstance(grid, tuple) and all(isinstance(n, numbers.Integral) for n in grid):
+        if min(grid, default=3) < 3:
+            raise StencilError(
+                "a periodic axis needs at least 3 points: sin(2 pi x) vanishes on 2, so the "
+                f"test problem would be all zero; got --grid {' '.join(map(str, grid))}"
+            )
 
 
 def _check_block_z(cfg: StencilConfig) -> None:
@@ -84,3 +123,4 @@ def check_config(cfg: StencilConfig) -> None:
     require_int("chunks", cfg.chunks, 1, error=StencilError)
     _check_tol(cfg)
     _check_block_z(cfg)
+    _check_periodic_grid(cfg)

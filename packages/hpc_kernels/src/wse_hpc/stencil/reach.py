@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MEASURED_MAXITER", "REACH", "advice", "reach", "reason"]
+__all__ = ["MEASURED_MAXITER", "REACH", "advice", "least_tol", "reach", "reason"]
 
 MEASURED_MAXITER = 1000
 # precision -> {tol: largest N^3 that reached tol}; a tolerance missing from a precision's
@@ -84,6 +84,13 @@ def _past_the_sweep(t: float) -> str:
     )
 
 
+def least_tol(floor: float) -> float:
+    """The tightest tol a solve can certify, given refine's CERTIFY_FLOOR: converged means
+    the true residual plus the floor is <= tol, and the residual's own rounding is about the
+    floor, so a tol at or below twice it is out of reach (`config` refuses it up front)."""
+    return 2 * floor
+
+
 def reason(
     res: Any, grid: tuple[int, ...], tol: float, maxiter: int, *, precision: str, pair: bool,
     floor: float,
@@ -91,10 +98,10 @@ def reason(
     """One line: why the true residual of `res` (a `refine.SolveResult`) did not reach tol,
     and what to use instead; `floor` is refine's CERTIFY_FLOOR."""
     t, updates = float(res.true_residual), int(res.checks) - 1
-    if tol <= 2 * floor:
+    if tol <= least_tol(floor):
         return (
             f"tolerance {tol:g} is out of reach: an fp32 residual on the wafer certifies no "
-            f"less than {2 * floor:.1e} (reached {t:.2e}; its rounding is ~{floor:.1e})"
+            f"less than {least_tol(floor):.1e} (reached {t:.2e}; its rounding is ~{floor:.1e})"
         )
     if bool(res.stalled) and precision == "mixed":  # fp32 is the fix, not a looser tol
         head = "made no progress from x = 0" if t >= 1 else f"stalled above tol {tol:g}"
