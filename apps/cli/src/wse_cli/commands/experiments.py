@@ -231,17 +231,19 @@ def _writing(out: Path, name: str) -> Iterator[None]:
                 os.rmdir(p)  # only while empty: the results stay
 
 
-def _earlier_run(folder: Path) -> str | None:
+def _earlier_run(
+    folder: Path, file: str = "results.json", what: str = "an earlier run's results"
+) -> str | None:
     """What `folder` holds from an earlier run ("an earlier run's results (written
-    2026-12-04 18:05 UTC)"), or None where it holds no results.json."""
+    2026-12-04 18:05 UTC)"), or None where it holds no `file`."""
     import datetime
 
     try:
-        when = (folder / "results.json").stat().st_mtime
+        when = (folder / file).stat().st_mtime
     except OSError:
         return None
     utc = datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"an earlier run's results (written {utc})"
+    return f"{what} (written {utc})"
 
 
 def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> None:
@@ -276,9 +278,12 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
                 return rows
 
             result = sweep(counted, key, values, seed=seed)
+        earlier = _earlier_run(out / name, f"sweep_{key}.md", f"an earlier sweep of {key}")
         path = result.write(out / name)
-        typer.echo(result.markdown())
-        typer.echo(f"wrote {path}")
+    if earlier:  # hunt 68: a sweep rerun replaced the earlier one's files without a word
+        note(f"note: {path.parent} held {earlier}; its files are replaced by this run's")
+    typer.echo(result.markdown())
+    typer.echo(f"wrote {path}, {path.with_suffix('.csv').name}")
 
 
 @app.command("assumptions")

@@ -105,21 +105,32 @@ class _Relay:
         self._seen: dict[bytes, int] = {}  # line -> the process that printed it first
         self.first_error: tuple[int, str] | None = None  # (process, message)
         self.closed = False
+        self.only: int | None = None  # once a process failed: the one whose lines are relayed
         self._threads: dict[int, threading.Thread] = {}
 
     def watch(self, i: int, proc: subprocess.Popen) -> None:
-        t = threading.Thread(target=self._read, args=(i, proc.stderr), daemon=True)
+        t = threading.Thread(target=self._read, args=(i, proc), daemon=True)
         self._threads[i] = t
         t.start()
 
-    def _read(self, i: int, stream) -> None:
-        for line in iter(stream.readline, b""):
+    def _read(self, i: int, proc: subprocess.Popen) -> None:
+        for line in iter(proc.stderr.readline, b""):
             with self._lock:
                 self._line(i, line)
-        stream.close()
+        proc.stderr.close()
+        if proc.wait() != 0:  # at once, not at the next poll: the peers' next lines are noise
+            self.keep_only(i, first=True)
+
+    def keep_only(self, i: int, *, first: bool = False) -> None:
+        """Relay process i's lines alone (hunt 68: once a peer died, the others' tracebacks
+        and JAX's coordination-service lines came before the launcher's line); `first`: only
+        where no process was chosen yet."""
+        with self._lock:
+            if not (first and self.only is not None):
+                self.only = i
 
     def _line(self, i: int, line: bytes) -> None:
-        if self.closed:
+        if self.closed or self.only not in (None, i):
             return
         if line.startswith(b"Error: "):
             if self.first_error is None:
@@ -144,11 +155,24 @@ class _Relay:
 
 def _failure_line(relay: _Relay, i: int, code: int, others: int) -> str:
     """The launcher's one line for process i's exit `code` (its first error, if any)."""
+    why = f"process {i} {_exit_words(code)}; stopped the other {others}"
     if relay.first_error is None:
-        return f"Error: process {i} exited with code {code}; stopped the other {others}"
+        return f"Error: {why}"
     j, text = relay.first_error
-    why = f"process {i} exited with code {code}; stopped the other {others}"
     return f"Error: process {j}: {text} ({why})"
+
+
+def _exit_words(code: int) -> str:
+    """How a child ended: "exited with code 3", or the signal that killed it by name (hunt
+    68: "code -9"; SIGKILL is most often the kernel's out-of-memory killer)."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "a signal"
+    hint = "; out of memory?" if -code == signal.SIGKILL else ""
+    return f"was killed by {name} (signal {-code}{hint})"
 
 
 def _command(root, args: list[str]) -> tuple[tuple[str, ...], object | None]:
@@ -196,6 +220,17 @@ def _own_flag(root, args: list[str]) -> str | None:  # noqa: ANN001  (a click co
     return None
 
 
+def _eager(args: list[str]) -> str | None:
+    """--help or --version among the child's options (before a bare `--`): click answers
+    them in every process, before the command's code keeps the others quiet."""
+    for arg in args:
+        if arg == "--":
+            return None
+        if arg in ("--help", "--version"):
+            return arg
+    return None
+
+
 def _gpu_count() -> int | None:
     """NVIDIA GPUs the driver lists (None: no driver, or JAX is told to use the CPU)."""
     gpus = Path("/proc/driver/nvidia/gpus")
@@ -220,6 +255,10 @@ def _check_children(root, args: list[str], nproc: int, per_proc: int) -> None:  
             "--port; start one server (wse infer serve) instead"
         )
     path, cmd = _command(root, args)
+    if nproc > 1 and (asked := _eager(args)):  # hunt 68: every process printed it
+        name = " ".join(path)
+        fail(f"wse launch: {asked} is not a run; use wse {name + ' ' if name else ''}{asked} "
+             "without launch")  # fmt: skip
     if nproc > 1 and cmd is not None and not launchable(path, cmd):
         # hunt 62: `hpc cfd`, `hpc tlrmvm run` crashed in every child with a traceback, two
         # demos wrote into one folder
@@ -232,6 +271,10 @@ def _check_children(root, args: list[str], nproc: int, per_proc: int) -> None:  
     # after the command's own check: removing --devices would not make `hpc cfd` launchable
     if (own := _own_flag(root, args)) is not None:
         fail(f"{own} is set by wse launch {OWN_FLAGS[own]}; remove it from the command")
+    # after it: `--process_id 1` reads the 1 as a command (hunt 68: both children started,
+    # importing JAX, before one refused an unknown word)
+    if cmd is None:
+        fail(f"wse launch runs wse commands: {' '.join(path)!r} is none (wse --help lists them)")
     gpus = _gpu_count()
     if gpus is not None and nproc > gpus:
         fail(
@@ -313,6 +356,7 @@ def _watch(procs: list[subprocess.Popen], relay: _Relay, nproc: int) -> None:
         failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
         if failed:
             i, code = failed[0]
+            relay.keep_only(i)  # the others are stopped: their dying words are noise
             relay.drain(i)
             relay.close()  # what the stopped children say next is not news
             typer.echo(_failure_line(relay, i, code, nproc - 1), err=True)

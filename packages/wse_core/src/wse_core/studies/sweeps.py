@@ -91,7 +91,7 @@ class Sweep:
         from wse_core.studies.experiment import csv_text
 
         write_atomically(path, f"# sweep of {self.key}\n\n" + self.markdown())
-        head = ["prediction", "unit", *(f"{v:g}" for v in self.values)]
+        head = ["prediction", "unit", *_labels(self.values)]
         rows = [[label, unit, *vals] for label, unit, vals in self.lines]
         write_atomically(folder / f"sweep_{self.key}.csv", csv_text([head, *rows]))
         return path
@@ -100,7 +100,7 @@ class Sweep:
 def _table(key: str, values: Sequence[float], what: str, lines) -> str:
     """A markdown table: one line per (label, unit, value per setting), each value with its
     change from the first setting, and the range."""
-    head = [what, "unit", *(f"{key}={v:g}" for v in values), "range"]
+    head = [what, "unit", *(f"{key}={v}" for v in _labels(values)), "range"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, unit, vals in lines:
         base = vals[0]
@@ -110,6 +110,16 @@ def _table(key: str, values: Sequence[float], what: str, lines) -> str:
         ]
         out.append("| " + " | ".join([label, unit, *cells, _spread(vals)]) + " |")
     return "\n".join(out) + "\n"
+
+
+def _labels(values: Sequence[float]) -> list[str]:
+    """The values as column heads, with the fewest digits (6 at least, as %g) that tell them
+    apart (hunt 68: 1000000001 and 1000000002 were both `1e+09`)."""
+    for digits in range(6, 18):
+        labels = [f"{v:.{digits}g}" for v in values]
+        if len(set(labels)) == len(labels):
+            break
+    return labels
 
 
 def _fit_of(cal: Calibration) -> tuple:
@@ -157,6 +167,11 @@ def parse_sweep(item: str) -> tuple[str, tuple[float, ...] | None]:
             f"give a number between every two commas (did you mean {key}={meant}?)"
         )
     values = tuple(parse_assumptions([f"{key}={v}"])[key] for v in parts)
+    if len(set(values)) < len(values):  # hunt 68: run again, printed as identical columns
+        i = next(n for n, v in enumerate(values) if values.index(v) < n)
+        j = values.index(values[i])
+        raise SpecError(f"--sweep gives {key}={parts[j]} twice (values {j + 1} and {i + 1}); "
+                        "give each value once")  # fmt: skip
     return key, values
 
 

@@ -1,0 +1,101 @@
+"""Hunt 68 (E1, E2, E4, E6): `wse launch` and `experiments run --sweep`. Broken before:
+- a child killed by a signal: the surviving peer's traceback (and JAX's coordination-service
+  lines) came before the launcher's line, which said "exited with code -9";
+- `-- --version` / `-- hpc swe --help` printed once per process;
+- `-- python -c 1` started every child (2-2.7 s) before a child refused it;
+- a sweep rerun into the same --out replaced the earlier sweep's files without a note, and
+  its last line named the .md alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import typer
+from wse_cli.app import app
+from wse_cli.commands.launch import _Relay, _watch
+from wse_cli.testing import invoke, refused_in_one_line
+
+ROOT = typer.main.get_command(app)
+LAUNCH = ["launch", "--nproc", "2", "--devices-per-proc", "1", "--"]
+
+
+def _child(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stderr=subprocess.PIPE)
+
+
+def test_a_killed_child_is_named_by_its_signal_and_the_peers_dying_words_are_dropped(
+    tmp_path, capfd
+):
+    marker = tmp_path / "dying"
+    # process 0 prints a traceback as soon as process 1 has died, as a JAX peer does
+    peer = _child(f"""
+        import os, sys, time
+        sys.stderr.write("before\\n"); sys.stderr.flush()
+        while not os.path.exists({str(marker)!r}):
+            time.sleep(0.001)
+        time.sleep(0.02)
+        for n in range(50):
+            sys.stderr.write(f"Traceback line {{n}}\\n"); sys.stderr.flush()
+        time.sleep(30)
+    """)
+    time.sleep(0.5)  # its "before" line is the run's, relayed
+    victim = _child(f"""
+        import os, signal
+        open({str(marker)!r}, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    procs, relay = [peer, victim], _Relay()
+    for i, p in enumerate(procs):
+        relay.watch(i, p)
+    started = time.monotonic()
+    with pytest.raises(typer.Exit) as e:
+        _watch(procs, relay, 2)
+    assert e.value.exit_code == 1 and time.monotonic() - started < 5
+    err = capfd.readouterr().err
+    assert err.splitlines() == [
+        "before",
+        "Error: process 1 was killed by SIGKILL (signal 9; out of memory?); stopped the other 1",
+    ], err
+
+
+def test_a_program_that_is_no_wse_command_is_refused_before_any_child_starts():
+    started = time.monotonic()
+    for word in ("python", "nosuchcmd"):
+        line = f"wse launch runs wse commands: '{word}' is none (wse --help lists them)"
+        refused_in_one_line(ROOT, [*LAUNCH, word, "-c", "1"], line)
+    refused_in_one_line(ROOT, [*LAUNCH, "hpc", "stencl"], "'hpc stencl' is none")
+    assert time.monotonic() - started < 5  # no child: no JAX import (2 s a launch before)
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--version"], "wse launch: --version is not a run; use wse --version without launch"),
+        (
+            ["hpc", "swe", "--help"],
+            "wse launch: --help is not a run; use wse hpc swe --help without launch",
+        ),  # fmt: skip
+    ],
+)
+def test_help_and_version_are_refused_under_several_processes(args, line):
+    assert refused_in_one_line(ROOT, [*LAUNCH, *args], line) == f"Error: {line}"
+
+
+def test_a_sweep_rerun_notes_the_earlier_sweep_and_names_both_files(tmp_path):
+    out = tmp_path / "o"
+    base = ["experiments", "run", "wafer-yield", "--out", str(out), "--sweep"]
+    code, first = invoke(ROOT, [*base, "clock_hz=1e9,2e9"])
+    folder = out / "wafer-yield"
+    assert code == 0, first[-2000:]
+    assert "note:" not in first
+    assert first.strip().splitlines()[-1] == f"wrote {folder}/sweep_clock_hz.md, sweep_clock_hz.csv"
+    code, second = invoke(ROOT, [*base, "clock_hz=1e9,3e9"])
+    assert code == 0, second[-2000:]
+    assert f"note: {folder} held an earlier sweep of clock_hz (written " in second
+    assert "; its files are replaced by this run's" in second
+    head = (folder / "sweep_clock_hz.csv").read_text().splitlines()[0]
+    assert head == "prediction,unit,1e+09,3e+09", head
