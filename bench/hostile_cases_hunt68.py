@@ -1,6 +1,7 @@
 """The CLI refusals of session 68 (hunts 68, each fixed), as `hostile_cases.Case`s whose
 commands and messages are those of their tests: apps/cli/tests/test_plan_gpu_assume_hunt68.py,
-test_cli_serve_hunt68.py and test_cli_md_hunt68.py. One case per distinct refusal, each
+test_cli_serve_hunt68.py, test_cli_md_hunt68.py, test_cli_fields_hunt68b.py and
+test_cli_launch_hunt68b.py. One case per distinct refusal, each
 writing the files it needs into its own temporary folder. Select them with
 `--only '(hunt 68)'`."""
 
@@ -36,4 +37,18 @@ def hunt68_cases() -> list[Case]:
              _const(*_MD, "--create-velocities"),
              message="--create-velocities draws velocities at --temperature-K",
              note="no option: --temperature-K replaced a file's velocities silently"),
+        Case("hunt68", "hpc stencil jacobi --grid 2 8 8 --boundary periodic (hunt 68)", _const(
+            "hpc", "stencil", "--kind", "jacobi", "--grid", "2", "8", "8", "--boundary",
+            "periodic", "--preset", "small", "--steps", "3"),
+            message="a periodic axis needs at least 3 points",
+            note="an all-zero problem reported solved (2 2 2: a ZeroDivisionError traceback)"),
+        Case("hunt68", "hpc stencil bicgstab --tol 1e-12 (hunt 68)", _const(
+            "hpc", "stencil", "--kind", "bicgstab", "--grid", "8", "8", "8", "--dtype", "fp32",
+            "--tol", "1e-12", "--preset", "small"),
+            message="is below what fp32 BiCGSTAB's residual can certify",
+            note="ran the whole solve, then exit 1 'out of reach'"),
+        Case("hunt68", "launch --nproc 2 -- python -c 1 (hunt 68)", _const(
+            "launch", "--nproc", "2", "--", "python", "-c", "1"),
+            message="wse launch runs wse commands: 'python' is none",
+            note="both children started; 2-2.7 s; pointed at python -m wse_cli"),
     ]  # fmt: skip
