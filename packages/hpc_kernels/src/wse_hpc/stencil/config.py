@@ -61,8 +61,7 @@ def _check_certifiable(dtype: object, tol: float) -> None:
     """Refuse a tol below what the solve's fp32 residual can certify (hunt 68: it ran the
     whole solve, then exited 1 "out of reach"). Mixed keeps b, x and the true residual in
     fp32 too, so no --dtype reaches lower."""
-    from wse_hpc.stencil.reach import least_tol  # refine imports this module: import late
-    from wse_hpc.stencil.refine import CERTIFY_FLOOR
+    from wse_hpc.stencil.reach import CERTIFY_FLOOR, least_tol
 
     floor = least_tol(CERTIFY_FLOOR)
     if tol <= floor:

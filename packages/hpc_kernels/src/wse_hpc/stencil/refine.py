@@ -73,6 +73,7 @@ from wse_hpc.stencil.bicgstab import (
     solver_setup,
 )
 from wse_hpc.stencil.placement import StencilGrid
+from wse_hpc.stencil.reach import CERTIFY_FLOOR
 
 __all__ = [
     "CERTIFY_FLOOR",
@@ -100,11 +101,6 @@ GAIN = 0.9  # a gain: the true residual below this x the best so far
 # converged in 144 iterations) and 4x over the start (mixed 256 x 256 x 64).
 REJECT = 2.0
 PAIR_BELOW = 1e-4  # tolerances below this carry x as an fp32 pair
-# What an fp32 residual on the wafer can certify: its own rounding is about eps32 ||b||
-# (measured against fp64: 4.5e-8 on 12^3, 8e-8 on 48^3), so the solve counts as converged
-# only when the computed true residual plus this floor is <= tol: tolerances below
-# 2 x 1.2e-7 are out of reach and reported so.
-CERTIFY_FLOOR = float(jnp.finfo(jnp.float32).eps)
 
 
 class SolveResult(NamedTuple):
