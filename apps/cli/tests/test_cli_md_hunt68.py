@@ -117,6 +117,9 @@ def test_help_states_the_velocity_rule():
         "--create-velocities" in text  # fmt: skip
 
 
+# 8.4 s: the CLI's round trip of the same continuation test_md_velocities_hunt68 checks in
+# the default suite (the Python run), so it runs with the slow tests
+@pytest.mark.slow
 def test_a_nose_hoover_run_continues_from_its_gzipped_out_as_if_never_stopped(cu, tmp_path):
     """N steps to --out half.xyz.gz, then N more from it, against 2N at once (fp64: the
     frame's %.10g text is the only difference; the bath at rest was ~1 eV off)."""
