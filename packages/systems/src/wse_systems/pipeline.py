@@ -31,7 +31,8 @@ takes the faster.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from wse_core.errors import is_int, require_int, shown_setting
 from wse_core.hw.spec import WaferSpec
@@ -50,6 +51,7 @@ from wse_systems.placement import (
 from wse_systems.transformer import DecoderShape, layer_params, num_params
 
 __all__ = [
+    "once_per_plan",
     "PipelinePlanError",
     "StagePlan",
     "PipelinePlan",
@@ -66,6 +68,8 @@ __all__ = [
     "compact_strips",
     "to_edge",
 ]
+
+T = TypeVar("T")
 
 LAYOUTS = ("banded", "compact")
 # Bytes of a parameter (and of a cached value): int8/fp8, fp16/bf16, fp32, fp64, the sizes
@@ -278,3 +282,16 @@ def min_wafers(config: DecoderShape, spec: WaferSpec, **kwargs: Any) -> int:
         except PipelinePlanError:
             continue
     raise PipelinePlanError(f"no number of {spec.name} wafers up to {config.n_layers} holds it")
+
+
+def once_per_plan(fn: Callable[[PipelinePlan], T]) -> Callable[[PipelinePlan], T]:
+    """`fn` evaluated once per plan: by id, the plan kept alive beside its value (an id is
+    unique only while it lives), so a chosen plan asked again is not priced again."""
+    seen: dict[int, tuple[PipelinePlan, T]] = {}
+
+    def once(plan: PipelinePlan) -> T:
+        if id(plan) not in seen:
+            seen[id(plan)] = (plan, fn(plan))
+        return seen[id(plan)][1]
+
+    return once

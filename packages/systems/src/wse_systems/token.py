@@ -46,6 +46,7 @@ from wse_systems.pipeline import (
     PipelinePlan,
     PipelinePlanError,
     Regions,
+    once_per_plan,
     plan_pipeline,
 )
 from wse_systems.transformer import LLAMA31_8B
@@ -302,21 +303,16 @@ def token_seconds_fn(
     cycle, a test holds them) reading `kv_tokens` cached tokens (None: half the plan's
     context), plus the token's trip to the host when `token_out`. Each plan is priced once
     (a chosen plan asked again is not priced again)."""
-    # by id, the plan kept alive beside its seconds (an id is unique only while it lives)
-    priced: dict[int, tuple[PipelinePlan, float]] = {}
 
     def seconds(plan: PipelinePlan) -> float:
         from wse_systems.serving.blocks import price_pipeline  # serving imports this module
 
-        if id(plan) not in priced:
-            m = model or PerfModel(plan.spec)
-            kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
-            trip = m.cost(token_out_work(plan)).seconds if token_out else 0.0
-            token_s = price_pipeline(shape, plan, kv_tokens=kv, model=m).token_s
-            priced[id(plan)] = (plan, token_s + trip)
-        return priced[id(plan)][1]
+        m = model or PerfModel(plan.spec)
+        kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
+        trip = m.cost(token_out_work(plan)).seconds if token_out else 0.0
+        return price_pipeline(shape, plan, kv_tokens=kv, model=m).token_s + trip
 
-    return seconds
+    return once_per_plan(seconds)
 
 
 def choose_layout(

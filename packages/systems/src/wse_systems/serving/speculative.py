@@ -38,7 +38,13 @@ from wse_core.cost.perf import PerfModel, Phase, Phases, Work, serial
 from wse_core.hw.spec import WaferSpec
 
 from wse_systems.decoder import decode_phases
-from wse_systems.pipeline import PipelinePlan, PipelinePlanError, Regions, plan_pipeline
+from wse_systems.pipeline import (
+    PipelinePlan,
+    PipelinePlanError,
+    Regions,
+    once_per_plan,
+    plan_pipeline,
+)
 from wse_systems.serving.blocks import Pipeline, price_pipeline
 from wse_systems.token import fastest_plan, head_rows_ladder, kept_plan, ladder_plans
 
@@ -172,16 +178,14 @@ def place_speculative(
     gamma, kv_tokens, price = round
     lo = fewest_draft_rows(target, draft, spec, num_wafers=num_wafers, context_len=context_len,
                            slots=slots, param_bytes=param_bytes, regions=regions)  # fmt: skip
-    pipe = _memo(price or (lambda c, p: price_pipeline(c, p, kv_tokens=kv_tokens)))
+    price = price or (lambda c, p: price_pipeline(c, p, kv_tokens=kv_tokens))
     kw: dict[str, Any] = dict(num_wafers=num_wafers, context_len=context_len, slots=slots)
     tkw = dict(kw, regions=regions, bytes_per_param=param_bytes.target)
     dkw = dict(kw, regions=_draft_regions(regions), bytes_per_param=param_bytes.of_draft)
 
-    def verify_s(plan: PipelinePlan) -> float:
-        return pipe(target, plan).pass_s(gamma + 1)[0]
-
-    def draft_s(plan: PipelinePlan) -> float:
-        return pipe(draft, plan).token_s
+    # each plan priced once: a placement's round reads the seconds its choice priced
+    verify_s = once_per_plan(lambda plan: price(target, plan).pass_s(gamma + 1)[0])
+    draft_s = once_per_plan(lambda plan: price(draft, plan).token_s)
 
     best: tuple[float, PipelinePlan, PipelinePlan] | None = None
     for rows in head_rows_ladder(spec, step=GRID_STEP)[:-1]:
@@ -221,19 +225,6 @@ def _draft_regions(regions: Regions) -> Regions:
     """The draft's regions: one per layer, in the target's layout and GEMV program; the
     head's rows asked are the target's."""
     return dataclasses.replace(regions, stages=None, head_rows=None)
-
-
-def _memo(price: PriceFn) -> PriceFn:
-    """`price` once per plan (by id, the plan kept alive: an id is unique only while it
-    lives): the chosen plans' rounds read the pipelines their choice priced."""
-    seen: dict[int, tuple[PipelinePlan, Pipeline]] = {}
-
-    def priced(config: Any, plan: PipelinePlan) -> Pipeline:
-        if id(plan) not in seen:
-            seen[id(plan)] = (plan, price(config, plan))
-        return seen[id(plan)][1]
-
-    return priced
 
 
 def _split(work: Work) -> tuple[Work, Work]:
