@@ -29,6 +29,7 @@ from wse_cli.app import app
 from wse_cli.commands import experiments
 from wse_cli.commands.train import _interrupted_line
 from wse_cli.testing import clean_env, invoke, refused_in_one_line
+from wse_core.host.run_files import EXPORT_RECORD
 from wse_inference import run_export
 from wse_trainer import run as run_module
 from wse_trainer.config import config_from_dict
@@ -139,7 +140,7 @@ def test_infer_on_a_run_whose_export_is_older_says_so_once(stopped, tmp_path):
     assert run_export.stale_export(run / "hf") == note  # what `--model-dir RUN/hf` resolves
     shutil.copytree(run / "hf", tmp_path / "elsewhere")  # an export copied out of its run
     assert run_export.stale_export(tmp_path / "elsewhere") is None
-    (run / "hf" / run_export.EXPORT_RECORD).write_text('{"step": "4"}')  # hand-edited
+    (run / "hf" / EXPORT_RECORD).write_text('{"step": "4"}')  # hand-edited
     assert run_export.stale_export(run / "hf") is None
 
 

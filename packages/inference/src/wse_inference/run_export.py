@@ -10,8 +10,8 @@ export without a word (hunt 68). The note is advice, never a refusal: a folder f
 elsewhere, or a record that cannot be read, gives None. `say_once(note)` prints it on stderr
 once per process (a command resolves its model folder several times).
 
-The file names are the trainer's (`wse_trainer.export.EXPORT_RECORD`; a step is finished
-once it holds `wse_trainer.seals.SEAL`), spelled here: siblings never import each other.
+The run folder's names and records are read by `wse_core.host.run_files`, as the trainer
+reads them.
 """
 
 from __future__ import annotations
@@ -19,22 +19,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from wse_core.errors import WseError
-from wse_core.host.readers import not_regular
-
-from wse_inference.model_files import json_file
+from wse_core.host.run_files import CHECKPOINTS, exported_step, newest_sealed
 
 __all__ = ["say_once", "stale_export"]
 
-# <run>/hf/wse_export.json and <run>/checkpoints/<step>/wse_sha256.json
-EXPORT_RECORD, CHECKPOINTS, SEAL = "wse_export.json", "checkpoints", "wse_sha256.json"
 _said: set[str] = set()
 
 
 def stale_export(folder: Path) -> str | None:
     """The note for the export in `folder` when its run has a newer sealed checkpoint."""
     step = exported_step(folder)
-    newest = newest_sealed(folder.parent / CHECKPOINTS) if step is not None else None
+    sealed = newest_sealed(folder.parent / CHECKPOINTS) if step is not None else None
+    newest = None if sealed is None else int(sealed.name)
     if step is None or newest is None or newest <= step:
         return None
     return (
@@ -42,27 +38,6 @@ def stale_export(folder: Path) -> str | None:
         f"step {newest} (rerun its wse train command with runconfig.max_steps={newest} to "
         "export that step)"
     )
-
-
-def exported_step(folder: Path) -> int | None:
-    """The step of the `wse train` export in `folder`, or None (no record, or no step in it)."""
-    record = folder / EXPORT_RECORD
-    if not record.is_file() or not_regular(record):
-        return None
-    try:  # within the file limits: a record is a dozen bytes
-        step = json_file(record).get("step")
-    except (OSError, ValueError, AttributeError, WseError):  # cut short, hand-edited
-        return None
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
-
-
-def newest_sealed(checkpoints: Path) -> int | None:
-    """The newest step folder of `checkpoints` that holds its seal, or None."""
-    try:
-        steps = [int(p.name) for p in checkpoints.iterdir() if p.name.isdecimal()]
-    except (OSError, ValueError):  # no checkpoints folder: an export copied elsewhere
-        return None
-    return max((n for n in steps if (checkpoints / str(n) / SEAL).is_file()), default=None)
 
 
 def say_once(note: str | None) -> None:

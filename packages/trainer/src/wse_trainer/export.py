@@ -15,8 +15,8 @@ export's weight files are not (another sharding would mix two models in one fold
 
 The export is written at the clean end of a run only. A stopped run leaves `hf/` at the step
 of its last clean end: `export_lag(model_dir, step)` is what the Ctrl-C line adds then, and
-`wse infer` says the same when given the run folder (`wse_inference.run_export`, which reads
-`EXPORT_RECORD` itself: siblings never import each other). Rerunning the run's command with
+`wse infer` says the same when given the run folder (`wse_inference.run_export`; both read
+the record with `wse_core.host.run_files.exported_step`). Rerunning the run's command with
 `runconfig.max_steps` at the newest checkpoint's step trains nothing and exports that step.
 """
 
@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from wse_core.errors import RunFault
+from wse_core.host.run_files import EXPORT_RECORD, exported_step  # read by inference too
 from wse_core.host.tensor_files import INDEX_FILE
 
 __all__ = ["EXPORT_RECORD", "ExportError", "export_hf", "export_lag", "exported_step", "refresh"]
-
-EXPORT_RECORD = "wse_export.json"  # {"step": N}; `wse_inference.run_export` reads it by name
 
 
 class ExportError(RunFault):
@@ -104,22 +103,6 @@ def _write(s: Any, folder: Path, step: int) -> None:
 
 def _json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
-
-
-def exported_step(hf_dir: Path) -> int | None:
-    """The step the export in `hf_dir` holds (its `EXPORT_RECORD`), or None: no export, one
-    made before the record existed, or a record that is no file or holds no step."""
-    from wse_core.errors import WseError
-    from wse_core.host.readers import load_json, not_regular, read_text
-
-    path = hf_dir / EXPORT_RECORD
-    if not path.is_file() or not_regular(path):
-        return None
-    try:  # bounded: a record is a dozen bytes (past a limit it is no record of ours)
-        step = load_json(read_text(path, EXPORT_RECORD), EXPORT_RECORD).get("step")
-    except (OSError, ValueError, AttributeError, WseError):  # cut short, hand-edited
-        return None
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def export_lag(model_dir: Path, step: int) -> str:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from wse_core.host.limits import LIMITS, LimitError
 from wse_core.host.readers import load_json, not_regular, read_text
+from wse_core.host.run_files import SEAL, newest_sealed  # the run folder's names, shared
 
 __all__ = ["SEAL", "newest_sealed", "seal_step", "step_problem"]
 
-SEAL = "wse_sha256.json"  # per step: {relative path: [bytes, sha256]} of every file orbax wrote
 _CHUNK_BYTES = 1 << 20
 
 
@@ -86,13 +86,3 @@ def _limit_words(e: LimitError) -> str:
         return str(e)
     subject = "its nesting" if e.limit_name == "json_depth" else "it"
     return f"{subject} is {e.value}, over the limit of {e.limit:,} {LIMITS[e.limit_name].unit}"
-
-
-def newest_sealed(folder: Path) -> Path | None:
-    """The newest step folder of a checkpoints `folder` that carries its seal (orbax had
-    finished it), else None: what an interrupted run names as the step it resumes from."""
-    try:
-        steps = [p for p in folder.iterdir() if p.name.isdigit() and (p / SEAL).is_file()]
-    except OSError:  # no folder yet (stopped before the first save), or it went
-        return None
-    return max(steps, key=lambda p: int(p.name), default=None)
