@@ -96,9 +96,15 @@ def test_the_model_as_its_own_draft_accepting_everything_is_never_faster_than_pl
     plain = GpuServing(LLAMA31_8B, H100, num_gpus=8, workload=SHORT, fractions=FIT)
     same = GpuServing(LLAMA31_8B, H100, num_gpus=8, workload=SHORT, fractions=FIT,
                       speculation=_spec(1.0, draft=LLAMA31_8B))  # fmt: skip
-    for u in (1, 8, 64, same.max_users):
+    for u in (1, 8, 64, 512, 1024):  # every layout admits them at once
         a, b = plain.point(u), same.point(u)
         assert b.user_tokens_per_s <= a.user_tokens_per_s and b.ttft_s >= a.ttft_s
+    # hunt 69: past the budget's capacity prompts queue (no longer refused); a queued user
+    # decodes in rounds carrying fewer prompt tokens, so compare its whole request
+    a, b = plain.point(same.max_users), same.point(same.max_users)
+    assert b.layout["admission_wait_s"] > 0 == a.layout["admission_wait_s"]
+    assert b.ttft_s + 64 / b.user_tokens_per_s > a.ttft_s + 64 / a.user_tokens_per_s
+    assert b.aggregate_tokens_per_s < a.aggregate_tokens_per_s
     for lay in same.layouts:
         a, b = plain.layout_point(lay, 16), same.layout_point(lay, 16)
         assert b.aggregate_tokens_per_s <= a.aggregate_tokens_per_s

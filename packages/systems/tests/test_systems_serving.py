@@ -117,11 +117,13 @@ def test_gpu_kv_bytes_per_user_and_the_largest_batch():
     assert users == 3417 and gs.max_batch(FLAT, ROUND, ONE, held_tokens=100) == users
     serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=Workload(prompt_tokens=60,
                        output_tokens=40), fractions=HALF)  # fmt: skip
-    # the step budget: each user's decode token and 60 / 40 prompt tokens a step
-    assert serve.budget_users == int(sg.TOKEN_BUDGET // (1 + 60 / 40)) == 3276
-    assert serve.max_users == min(users, 3276)
-    with pytest.raises(ServingError, match="at most 3276"):
-        at_users(serve, 3277)
+    # the step budget caps users by their decode tokens alone (hunt 69: prompts past it
+    # queue); 3,326 users carry their prompts without a queue, m + (m - 1) 60 / 41 <= 8192
+    assert serve.budget_users == sg.TOKEN_BUDGET
+    assert serve.unqueued_users == int((8192 + 60 / 41) // (1 + 60 / 41)) == 3326
+    assert serve.max_users == users
+    with pytest.raises(ServingError, match="at most 3417"):
+        at_users(serve, 3418)
     big = dataclasses.replace(FLAT, vocab_size=3_900_000)  # 2.0 GB of weights over 0.9 GB: 3
     with pytest.raises(gpum.GpuMemoryError, match="use at least 3 GPUs"):
         GpuServing(big, ROUND, num_gpus=2, workload=SHORT)
@@ -135,11 +137,13 @@ def test_gpu_a_request_is_its_first_token_then_rounds_with_the_others_prompts():
     w = Workload(prompt_tokens=60, output_tokens=20)
     serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, fractions=HALF)
     kv = w.kv_tokens
-    p = serve.point(10)  # 10 users: the 9 others' 9 x 60 / 20 = 27 prompt tokens a round
-    own = _step(users=10, kv_tokens=kv, prefill_tokens=27, prompt_tokens=60)
+    # 10 users: the 9 others' 9 x 60 prompt tokens over the round under way and the request's
+    # 20 rounds (hunt 69: 9 x 60 / 20 = 27 a round, the round under way too: 1.05 x each)
+    p, c = serve.point(10), 9 * 60 / 21
+    own = _step(users=10, kv_tokens=kv, prefill_tokens=c, prompt_tokens=60)
     full = _step(users=10, kv_tokens=kv, prefill_tokens=30, prompt_tokens=60)
     assert full.memory_s == pytest.approx((2e8 + KV_BYTES * (10 * kv + 40)) / 5e11)
-    wait = _step(users=9, kv_tokens=kv, prefill_tokens=27, prompt_tokens=60)  # under way
+    wait = _step(users=9, kv_tokens=kv, prefill_tokens=c, prompt_tokens=60)  # under way
     chunk = _step(users=9, kv_tokens=kv, prefill_tokens=60, prompt_tokens=60)  # one chunk
     first = wait.seconds + chunk.seconds
     period = first + 20 * own.seconds  # hunt 68: was max(.., 20 full), the own prompt twice

@@ -30,11 +30,15 @@ def test_the_rows_as_published():
 def test_a_row_is_the_serving_model_at_its_layout_and_most_users():
     row = next(r for r in tr.ROWS if (r.model, r.tp, r.input_tokens) == ("llama3.1-8b", 1, 2048))
     shape, w = tr.SHAPES[row.model], Workload(prompt_tokens=2048, output_tokens=128)
-    # by hand: the most users the budget carries, 8192 / (1 + 2048 / 128) = 481, and the
-    # memory holds (fp8: a byte a weight and a KV value)
+    # by hand: the most users decoding at once in a full system, 8192 users' decode tokens and
+    # the others' prompts spread over the round under way and 128 rounds, m + (m - 1) 2048 /
+    # 129 <= 8192: 485 (hunt 69; 8192 / (1 + 2048 / 128) = 481 before), and the memory holds
+    # (fp8: a byte a weight and a KV value)
+    q = 2048 / 129
     usable = 0.9 * gpum.H100.memory_bytes - num_params(shape)
     memory_users = int(usable // (kv_values_per_token(shape) * w.held_tokens))
-    users = min(481, memory_users)
+    users = min(int((8192 + q) // (1 + q)), memory_users)
+    assert users == 485
 
     def step(users: int, prefill: int) -> float:
         batch = gs.StepBatch(users=users, kv_tokens=w.kv_tokens, prefill_tokens=prefill,
@@ -43,10 +47,13 @@ def test_a_row_is_the_serving_model_at_its_layout_and_most_users():
                        fractions=gs.GpuFractions(hbm_fraction=0.7, mfu=0.3)).seconds  # fmt: skip
 
     # a request (hunt 66): the round under way and its prompt in one chunk beside the others'
-    # decode tokens, then 128 rounds carrying the others' prompts; the period at least 128
-    # rounds carrying every user's
-    first = step(users - 1, (users - 1) * 16) + step(users - 1, 2048)
-    period = max(first + 128 * step(users, (users - 1) * 16), 128 * step(users, users * 16))
+    # decode tokens, then 128 rounds carrying the others' prompts (hunt 69: the others'
+    # (users - 1) 2048 over the 129 rounds); the period at least the full rounds of 8192 that
+    # carry every user's 2048 + 128 tokens
+    others = (users - 1) * q
+    first = step(users - 1, others) + step(users - 1, 2048)
+    full = users * (2048 + 128) / 8192 * step(users, 8192 - users)
+    period = max(first + 128 * step(users, others), full)
     assert 8192 - (users - 1) >= 2048  # one chunk
     assert tr.predict(row, mfu=0.3, hbm_fraction=0.7) == pytest.approx(users * 128 / period)
 

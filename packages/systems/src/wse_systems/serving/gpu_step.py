@@ -86,10 +86,12 @@ __all__ = [
 ]
 
 # Fitted on TensorRT-LLM v0.19.0's 46 H100 FP8 rows with input <= output length
-# (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`; rms log ratio 0.246,
-# checks 0.327) at the assumed kernel cost `KERNEL_S`; refitted at hunt 67, when the step's
-# kernels entered it (0.270 and 0.715 before, rms 0.250 and 0.335; hunt 66: 0.269, 0.713):
-FITTED_MFU = 0.274  # share of the tensor peak a step's products reach
+# (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`; rms log ratio 0.245,
+# checks 0.325) at the assumed kernel cost `KERNEL_S`; refitted at hunt 69, when the other
+# users' prompts were spread over a request's rounds (0.2734, 0.7269; 0.274 and 0.727 before,
+# rms 0.246 and 0.327), and at hunt 67, when the step's kernels entered it (0.270 and 0.715
+# before, rms 0.250 and 0.335; hunt 66: 0.269, 0.713):
+FITTED_MFU = 0.273  # share of the tensor peak a step's products reach
 FITTED_HBM_FRACTION = 0.727  # share of HBM bandwidth a step's reads reach
 ACT_BYTES = 2  # activations between GPUs travel in 16 bits in either precision
 

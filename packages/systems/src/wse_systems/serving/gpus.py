@@ -18,23 +18,33 @@ users' tokens go first, prompt chunks fill what is left, first come first served
   (hunt 68: the whole batch rode in one pass, and tp8 x pp2 served half of two tp8
   replicas). Assumed: stages of equal work (vLLM puts the head on the last stage, longer by
   the head's share of the weights, ~1.5% for Llama 70B at pp 2: left out).
-- Steady state with m users in a micro-batch: each request ends after O / E rounds (E tokens
-  a round, `Speculation.tokens_per_round`; 1 without), so prompts arrive at m E / O a round
-  and the rounds carry m E P / O prompt tokens. m is at most what fits memory (`max_batch`,
-  over the replica's B) and what the budget carries, m (t + E P / O) <= T (at least one).
+- Steady state with m users in a micro-batch: a request is its first token (the round under
+  way when it is admitted, none at one user, then its prompt in chunks) and O / E rounds
+  (E tokens a round, `Speculation.tokens_per_round`; 1 without). The other m - 1 users'
+  prompts, (m - 1) P tokens a period, ride in the rounds of the request that are not its own
+  prompt's: the round under way and its O / E decode rounds, (m - 1) P / (O / E + 1) tokens
+  each (hunt 69: each of those rounds carried (m - 1) E P / O, so a period carried every
+  other prompt 1 + E / O times: twice at one output token, where a second user cut the
+  aggregate 29% and a longer output shortened the request), at most what the budget T leaves
+  beside the m users' decode tokens. m is at most what fits memory (`max_batch`, over the
+  replica's B) and what the budget carries of the decode tokens alone, m t <= T: prompts the
+  budget cannot carry are not a limit on users but a queue (hunt 69: m (t + E P / O) <= T
+  refused a second user of a 4,096-token prompt and one output token on an H100 whose
+  memory holds 557). A period is then at least the rounds of T tokens that carry every
+  user's prompt and decode tokens, m (P + O t / E) / T full rounds (`RequestTimes`'
+  capacity): the request waits to be admitted for the excess (vLLM's waiting queue).
 - Time to first token at m users: the prompt waits for the round under way (none at one
   user), then runs in chunks of T - (m - 1) t tokens riding in the other m - 1 users' rounds
   (the target's chunk in its step or verification, the draft's in the first draft step):
   ceil(P / chunk) rounds priced by `step`. Each user sends its next request as the last ends.
 - A request (`wse_systems.serving.frontier.RequestTimes`, the wafers' arithmetic too): its
-  first token, then O / E rounds that carry the other m - 1 users' prompt tokens,
-  (m - 1) E P / O a round (its own prompt ran in its first token: hunt 66). Every user in
-  flight rides in each of the replica's steps and a request is admitted at the next step, so
-  the replica's period is the request's own path: the capacity is that path and a GPU
-  request waits for no more than the round under way (hunt 68: the capacity was the rounds
-  carrying every user's prompt, the user's own again, and one user with a draft "waited to
-  be admitted" 35 ms). Output B O / period per replica, input P / O of that; per-user speed
-  O over the period less the first token.
+  first token, then O / E rounds that carry the other m - 1 users' prompt tokens (its own
+  prompt ran in its first token: hunt 66). Every user in flight rides in each of the
+  replica's steps and a request is admitted at the next step, so below the budget's capacity
+  the replica's period is the request's own path and a GPU request waits for no more than
+  the round under way (hunt 68: one user with a draft "waited to be admitted" 35 ms). Output
+  B O / period per replica, input P / O of that; per-user speed O over the period less the
+  first token.
 - The prompts' share of the system's time (`input_time_share`, for $/M input tokens): the
   period less its bare decode rounds (the rounds without prompt tokens), over the period:
   the request's first token and the others' prompt tokens in its rounds (at one user, its
@@ -144,16 +154,40 @@ class GpuServing:
 
     @property
     def budget_users(self) -> int:
-        """Users of a micro-batch whose decode and steady prompt tokens fit the budget (at
-        least one)."""
-        w = self.workload
-        per_user = self.step_tokens + self.tokens_per_round * w.prompt_tokens / w.output_tokens
-        return max(1, int(self.token_budget // per_user))
+        """Users of a micro-batch whose decode tokens fit the budget (at least one)."""
+        return max(1, self.token_budget // self.step_tokens)
 
-    def prefill_tokens(self, batch: int) -> float:
-        """Prompt tokens a round carries in steady state: batch x E x P / O."""
-        w = self.workload
-        return batch * self.tokens_per_round * w.prompt_tokens / w.output_tokens
+    @property
+    def decode_rounds(self) -> float:
+        """Rounds of a request's output: O / E."""
+        return self.workload.output_tokens / self.tokens_per_round
+
+    def others_prefill(self, batch: int) -> float:
+        """Prompt tokens of the other `batch` - 1 users a round of the request carries in
+        steady state (the module docstring): (batch - 1) P over the round under way and the
+        O / E decode rounds, at most what the budget leaves beside the decode tokens."""
+        if batch <= 1:
+            return 0.0
+        spread = (batch - 1) * self.workload.prompt_tokens / (self.decode_rounds + 1)
+        return min(spread, float(max(0, self.token_budget - batch * self.step_tokens)))
+
+    @property
+    def unqueued_users(self) -> int:
+        """Users of a micro-batch whose decode tokens and the others' prompts, spread as
+        `others_prefill` spreads them, fit the budget: m t + (m - 1) q <= T, q = P / (O / E +
+        1) (at least one). Past it the prompts queue: the users decoding at once in a full
+        system, the steady batch of a benchmark fed "at an infinite rate"."""
+        q = self.workload.prompt_tokens / (self.decode_rounds + 1)
+        return max(1, int((self.token_budget + q) // (self.step_tokens + q)))
+
+    def capacity_s(self, layout: GpuLayout, batch: int) -> float:
+        """The fewest seconds a period of `batch` users can take: their prompt and decode
+        tokens, batch (P + O t / E), in rounds of the budget's T tokens, each priced as a
+        full round of the batch's decode and T - batch t prompt tokens."""
+        w, t = self.workload, self.step_tokens
+        tokens = batch * (w.prompt_tokens + self.decode_rounds * t)
+        room = max(1, self.token_budget - batch * t)
+        return tokens / self.token_budget * self.round_s(layout, batch, room)[0]
 
     def step(self, layout: GpuLayout, users: int, *, tokens: int = 1, prefill: float = 0.0,
              draft: bool = False) -> GpuStep:  # fmt: skip
@@ -184,7 +218,7 @@ class GpuServing:
         users' rounds (`batch`: the users of a micro-batch)."""
         others, p = batch - 1, self.workload.prompt_tokens
         chunk = max(1, self.token_budget - others * self.step_tokens)
-        wait = self.round_s(layout, others, self.prefill_tokens(others))[0] if others else 0.0
+        wait = self.round_s(layout, others, self.others_prefill(batch))[0] if others else 0.0
         full, rest = divmod(p, chunk)
         rest_s = self.round_s(layout, others, rest)[0] if rest else 0.0
         return wait + full * self.round_s(layout, others, chunk)[0] + rest_s
@@ -194,12 +228,13 @@ class GpuServing:
         replicas = self.units // layout.gpus
         batch = math.ceil(users / replicas)
         micro = math.ceil(batch / layout.pp)  # pp micro-batches in flight (module docstring)
-        rounds = self.workload.output_tokens / self.tokens_per_round
-        own_s, bound = self.round_s(layout, micro, self.prefill_tokens(micro - 1))  # others'
+        rounds = self.decode_rounds
+        own_s, bound = self.round_s(layout, micro, self.others_prefill(micro))
         first_s, decode_s = self.ttft_s(layout, micro), rounds * own_s
-        # the replica's steps are the request's own path (module docstring), so nothing binds
-        # beyond it: the capacity given is its rounds, which the path exceeds (no wait)
-        times = RequestTimes(ttft_s=first_s, decode_s=decode_s, capacity_s=decode_s)
+        # below the budget's capacity the request's own path binds (no wait); past it the
+        # prompts queue and the period is the full rounds that carry them
+        times = RequestTimes(ttft_s=first_s, decode_s=decode_s,
+                             capacity_s=self.capacity_s(layout, micro))  # fmt: skip
         bare_s = rounds * self.round_s(layout, micro)[0]
         return times.point(
             users, self.workload, input_time_share=1.0 - bare_s / times.period_s, bound=bound,
@@ -210,19 +245,28 @@ class GpuServing:
         )  # fmt: skip
 
     def point(self, users: int) -> OperatingPoint:
-        """The layout with the best per-user speed that holds `users`."""
+        """The layout with the best per-user speed that holds `users` without a queue; when
+        every layout queues the prompts, the one whose request is shortest."""
         require_int("users", users, 1, error=ServingError)  # hunt 67: 2.5 users were priced
         if users > self.max_users:
             raise ServingError(
                 f"{users} users do not fit {self.units} x {self.name} with "
                 f"{self.workload.held_tokens} tokens of context each: at most {self.max_users}"
                 f" ({self.precision.name} weights and every user's KV cache within "
-                f"{USABLE_MEMORY:g} of HBM, decode and prompt tokens within the step budget of "
-                f"{self.token_budget}); use more GPUs or a shorter context"
+                f"{USABLE_MEMORY:g} of HBM, each user's {self.step_tokens} decode token(s) within "
+                f"the step budget of {self.token_budget}); use more GPUs or a shorter context"
             )
         fits = [lay for lay, b in self.layouts.items() if b * (self.units // lay.gpus) >= users]
-        points = [self.layout_point(lay, users) for lay in fits]
-        return max(points, key=lambda p: p.user_tokens_per_s)
+        return max((self.layout_point(lay, users) for lay in fits), key=_unqueued_first)
+
+
+def _unqueued_first(p: OperatingPoint) -> tuple[bool, float]:
+    """A layout's rank: no admission wait before one, then per-user speed (a queued point's
+    speed leaves out its wait: hunt 69, a saturated tp 8 replica outranked eight tp 1 that
+    served the same users at once), queued ones by their request's period."""
+    if p.layout["admission_wait_s"] == 0.0:
+        return True, p.user_tokens_per_s
+    return False, -p.layout["request_period_s"]
 
 
 def gpus_to_match(
@@ -231,9 +275,10 @@ def gpus_to_match(
 ) -> tuple[int | None, int | None]:  # fmt: skip
     """(the fewest GPUs, as one replica, whose single user reaches `user_tokens_per_s`; the
     fewest GPUs, in replicas of one layout, that serve `aggregate_tokens_per_s` with every
-    user at least that fast), None where no layout can. Layouts are enumerated (tp <= a node,
-    then whole nodes up to one stage per layer), never GPU counts. `serving`: the
-    `GpuServing` keywords (workload, fractions with the kernel cost, speculation, precision)."""
+    user at least that fast and admitted at once), None where no layout can. Layouts are
+    enumerated (tp <= a node, then whole nodes up to one stage per layer), never GPU counts.
+    `serving`: the `GpuServing` keywords (workload, fractions with the kernel cost,
+    speculation, precision)."""
     node = gpu.gpus_per_node
     sizes = [r for r in (1, 2, 4, 8, 16, 32) if r < node]
     sizes += [node * k for k in range(1, model.n_layers + 1)]
@@ -250,7 +295,8 @@ def gpus_to_match(
         lo, hi = 1, one.layouts[lay]  # the largest batch still fast enough
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            ok = one.layout_point(lay, mid).user_tokens_per_s >= user_tokens_per_s
+            at = one.layout_point(lay, mid)  # a user queued for its first token is not served
+            ok = at.user_tokens_per_s >= user_tokens_per_s and at.layout["admission_wait_s"] == 0
             lo, hi = (mid, hi) if ok else (lo, mid - 1)
         per_replica = one.layout_point(lay, lo).aggregate_tokens_per_s
         total = r * math.ceil(aggregate_tokens_per_s / per_replica)

@@ -123,8 +123,8 @@ def predict(
     row: TrtllmRow, *, mfu: float, hbm_fraction: float, kernel_s: float | None = None
 ) -> float:
     """The GPU serving model's output tokens/s for `row`: its tp x pp layout as one replica in
-    fp8, at the most users it holds (the benchmark's "maximum load"), `kernel_s` a kernel
-    (default: in force)."""
+    fp8, at the most users it holds decoding at once (the benchmark's "maximum load"),
+    `kernel_s` a kernel (default: in force)."""
     from wse_systems.gpu import H100
     from wse_systems.serving.frontier import Workload
     from wse_systems.serving.gpu_step import GpuFractions, GpuLayout
@@ -135,7 +135,10 @@ def predict(
                        precision="fp8",
                        fractions=GpuFractions(hbm_fraction, mfu, kernel_s))  # fmt: skip
     layout = GpuLayout(row.tp, row.pp)
-    return serve.layout_point(layout, serve.layouts[layout]).aggregate_tokens_per_s
+    # the benchmark's queue is never empty: its steady batch is the users decoding at once
+    # in a full system (hunt 69: the budget no longer caps users; past it prompts queue)
+    users = min(serve.layouts[layout], layout.pp * serve.unqueued_users)
+    return serve.layout_point(layout, users).aggregate_tokens_per_s
 
 
 def _loss(x, rows, kernel_s: float | None = None) -> float:
