@@ -188,7 +188,7 @@ def found_cases() -> list[Case]:
              env={"WSE_LIMIT_SWEEP_VALUES": "1.5"}, message="must be a positive integer"),
         Case("found", "WSE_LIMIT_FILE_BYTES=1e26 (hunt 58)", _const("wafer", "info"),
              env={"WSE_LIMIT_FILE_BYTES": "1e26"}, message="of at most 64 bits"),
-        Case("found", "JAX_PLATFORMS=nope (hunt 58)", _const("wafer", "check", "--grid", "2", "2"),
+        Case("found", "JAX_PLATFORMS=nope (hunt 58)", _const("wafer", "check", "--grid", "3", "3"),
              env={"JAX_PLATFORMS": "nope"}, message="Unable to initialize backend 'nope'"),
         Case("found", "serve --speculative-config with a key twice (hunt 58)", _const(
             "infer", "serve", "--model-dir", "mock", "--port", "0", "--speculative-config",

@@ -79,7 +79,7 @@ def test_a_jax_platform_that_cannot_start_is_one_line(platforms, message):
     if platforms == "cuda" and shutil.which("nvidia-smi"):
         pytest.skip("this machine may start CUDA")
     p = subprocess.run(
-        [sys.executable, "-m", "wse_cli", "wafer", "check", "--grid", "2", "2"],
+        [sys.executable, "-m", "wse_cli", "wafer", "check", "--grid", "3", "3"],
         env=clean_env(JAX_PLATFORMS=platforms), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     lines = p.stderr.strip().splitlines()

@@ -9,7 +9,14 @@ with neither the command's default preset is used. A spec file is YAML (`base: P
 any `WaferSpec` fields, or every field: `wse_core.load_spec`); a missing, unreadable or
 invalid file, a preset and a file together, or a bad `--set` is a `WseError`, printed as one
 line with exit code 2 (`wse_cli.errors.WseGroup`). `--set FIELD=VALUE` items (`wse wafer`)
-are applied after the file or preset (`wse_core.cost.assumptions.resolve_spec`).
+are applied after the file or preset (`wse_core.cost.assumptions.apply_sets`); a wafer they
+change is named `NAME+set` (unless they set its name), as a spec file's is `BASE+STEM`.
+
+Every command prices the logical grid of a repaired wafer, so a spec whose wafer does not
+repair at its defect_rate is refused here, once, with `wse plan`'s line
+(`wse_core.hw.repair.require_repairable`: DefectError, exit code 2, before any work); only
+the commands that show the wafer itself, its defects and repair (`wse wafer info`,
+`defects`, `check`) take it with `repaired=False`.
 """
 
 from __future__ import annotations
@@ -74,13 +81,24 @@ def wafer_spec(
     spec_file: Path | None,
     default: str,
     sets: Sequence[str] | None = None,
+    *,
+    repaired: bool = True,
 ) -> WaferSpec:
     """The command's one `WaferSpec`: the preset (or `default`) or the spec file, then
-    `--set` items."""
+    `--set` items; with `repaired`, one whose wafer repairs (module docstring; hunt 69:
+    `wse train`, `wse infer generate` and `wse hpc` priced a WSE-3 at defect_rate 0.5)."""
     from wse_core import SpecError
-    from wse_core.cost.assumptions import resolve_spec
+    from wse_core.cost.assumptions import apply_sets, resolve_spec
+    from wse_core.hw.repair import require_repairable
 
     if preset is not None and spec_file is not None:
         raise SpecError(f"give a wafer preset ({preset!r}) or --spec FILE, not both")
     name = None if spec_file is not None else (default if preset is None else preset)
-    return resolve_spec(name=name, path=spec_file, sets=parse_sets(sets))
+    given = parse_sets(sets)
+    base = resolve_spec(name=name, path=spec_file)
+    spec = apply_sets(base, given)
+    if spec != base and "name" not in given:
+        # hunt 69: `-p wse3 --set clock_hz=2e9` printed "preset": "wse3" for a wafer that is
+        # not wse3; a spec file's wafer is named BASE+STEM alike
+        spec = spec.replace(name=f"{base.name}+set")
+    return require_repairable(spec) if repaired else spec

@@ -16,6 +16,10 @@ app = typer.Typer(cls=WseGroup, help="Wafer specs, defect maps and repair.", no_
 
 # a soak's bound (test_core_launch keeps a run busy with 10^6 repeats); 10^9 ran until killed
 MAX_REPEAT = 10_000_000
+# Rows south that `wse wafer check`'s multicast goes: a grid of fewer rows cannot hold it (with
+# the zero boundary a multicast reaches at most the grid's rows; fabric.blocks refuses more).
+MULTICAST_HOPS = 3
+
 SET_HELP = "Override a spec field, e.g. --set clock_hz=1e9 (repeatable)."
 
 
@@ -52,7 +56,7 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Grid, PE count, SRAM per PE and in total, clock, bandwidths, peak flops."""
-    s = wafer_spec(preset, spec, "wse3", sets)
+    s = wafer_spec(preset, spec, "wse3", sets, repaired=False)
     d = info_dict(s)
     if as_json:
         typer.echo(json.dumps(d, indent=2))
@@ -93,7 +97,7 @@ def defects(
     needs a repaired wafer to run on, refuses one before any work (exit code 2)."""
     from wse_core import DefectError, defect_map, remap
 
-    s = wafer_spec(preset, spec, "wse3", sets)
+    s = wafer_spec(preset, spec, "wse3", sets, repaired=False)
     given = parse_sets(sets).get("defect_rate")  # hunt 63: --defect-rate won, silently
     if defect_rate is not None and given is not None:
         fail(f"--defect-rate {defect_rate:g} and --set defect_rate={given} both give the "
@@ -135,18 +139,37 @@ def defects(
         return
     typer.echo(
         f"{s.name}: {dm.num_dead} dead of {dm.dead.size:,} physical PEs (rate {dm.rate:g}, "
-        f"seed {seed}); repairable: {rm.spare_rows_used}/{s.spare_rows} spare rows and at most "
-        f"{rm.spare_cols_used}/{s.spare_cols} spare columns per row used; detour hops "
-        f"N-S {rm.extra_hops['ns_total']}, E-W {rm.extra_hops['ew_total']}"
-        + (f"; picture: {png}" if png else "")
+        f"seed {seed}); repairable: {retired_text(rm.retired_rows)} ({rm.spare_rows_used}/"
+        f"{s.spare_rows} spare rows used) and at most {rm.spare_cols_used}/{s.spare_cols} "
+        f"spare columns per row used; detour hops N-S {rm.extra_hops['ns_total']}, "
+        f"E-W {rm.extra_hops['ew_total']}" + (f"; picture: {png}" if png else "")
     )
+
+
+RETIRED_SHOWN = 5  # retired rows a line names; the rest are counted (--json lists them all)
+
+
+def retired_text(rows: tuple[int, ...]) -> str:
+    """The physical rows retired, as a line names them (hunt 69: they were only counted):
+    "no row retired", "row 4 retired", "rows 3, 7, 9, 12, 15 and 4 more retired"."""
+    if not rows:
+        return "no row retired"
+    named = ", ".join(str(r) for r in rows[:RETIRED_SHOWN])
+    more = f" and {len(rows) - RETIRED_SHOWN:,} more" if len(rows) > RETIRED_SHOWN else ""
+    return f"{'row' if len(rows) == 1 else 'rows'} {named}{more} retired"
 
 
 @app.command()
 def check(
     preset: str = preset_option("small", "--preset", "-p"),
     spec: Path = SPEC_FILE,
-    grid: tuple[int, int] = number((13, 21), "--grid", help="PE grid rows cols.", kind=int, ge=1),
+    grid: tuple[int, int] = number(
+        (13, 21),
+        "--grid",
+        help=f"PE grid rows cols (rows >= {MULTICAST_HOPS}, for the check's multicast).",
+        kind=int,
+        ge=1,
+    ),
     seed: int = number(0, "--seed", help="Seed of the data and the defect map.", **SEED),
     repeat: int = number(
         1, "--repeat", help="Run the ops this many times (a soak).", kind=int, ge=1, le=MAX_REPEAT
@@ -164,13 +187,16 @@ def check(
 
     if min(grid) <= 0:
         fail(f"--grid needs positive sizes, got {grid[0]} {grid[1]}")
+    if grid[0] < MULTICAST_HOPS:  # hunt 69: refused after JAX by the op, naming no --grid
+        fail(f"--grid {grid[0]} {grid[1]}: the check's multicast_S_{MULTICAST_HOPS} needs at "
+             f"least {MULTICAST_HOPS} rows; give --grid ROWS >= {MULTICAST_HOPS}")  # fmt: skip
     if repeat <= 0:
         fail(f"--repeat must be positive, got {repeat}")
     if grid[0] * grid[1] > MAX_CHECK_PES:
         fail(f"--grid {grid[0]} {grid[1]} is {grid[0] * grid[1]:,} PEs; the check's sums are "
              f"exact up to {MAX_CHECK_PES:,} PEs (18 x a WSE-3): give a smaller grid")  # fmt: skip
     # the spec before JAX: under `wse launch` a bad one is refused before the join (hunt 62)
-    wafer_of_run = wafer_spec(preset, spec, "small")
+    wafer_of_run = wafer_spec(preset, spec, "small", repaired=False)  # its seed's map decides
     import jax
     import numpy as np
     from wse_core.hw.wafer import build_wafer
@@ -256,9 +282,9 @@ def _cases(wafer, x) -> dict:
             testing.np_shift(x, "E", 1, "periodic"),
         ),
         "shift_N_zero": (lambda a: fabric.shift(wafer, a, "N"), testing.np_shift(x, "N")),
-        "multicast_S_3": (
-            lambda a: fabric.multicast(wafer, a, "S", 3),
-            testing.np_multicast(x, "S", 3),
+        f"multicast_S_{MULTICAST_HOPS}": (
+            lambda a: fabric.multicast(wafer, a, "S", MULTICAST_HOPS),
+            testing.np_multicast(x, "S", MULTICAST_HOPS),
         ),
         "broadcast_row": (
             lambda a: fabric.broadcast(wafer, a, "row", cols - 1),
@@ -301,6 +327,23 @@ def _check_picture_memory(spec) -> None:
 
 
 def plot_defects(path: Path, dm, rm) -> None:
+    """The picture of `defects_figure(dm, rm)`, written to `path` whole or not at all."""
+    import matplotlib.pyplot as plt
+    from wse_core.host.atomic import atomic_path
+
+    fig = defects_figure(dm, rm)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+
+
+def defects_figure(dm, rm):
+    """Two panels on the physical grid: the dead PEs, and where the remap puts each logical
+    PE (its column shift; a retired row or an unused spare holds none). Retired rows are
+    hatched on both (hunt 69: the remap was drawn on the logical grid, the row repair not
+    at all). `rm` None: not repairable."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -313,22 +356,38 @@ def plot_defects(path: Path, dm, rm) -> None:
     axes[0].scatter(c, r, s=6, c="red")
     axes[0].set_title(f"dead PEs on the physical grid ({dm.num_dead})")
     if rm is not None:
-        # Logical columns shifted right by the number of dead PEs skipped in their row.
-        shift = rm.phys_col - np.arange(rm.phys_col.shape[1])[None, :]
-        im = axes[1].imshow(shift, cmap="viridis", interpolation="nearest", aspect="auto")
-        fig.colorbar(im, ax=axes[1], label="spare columns used by the remap")
-        axes[1].set_title("remap: logical PE -> physical column shift")
+        # each logical PE's shift right (dead PEs skipped in its row); top + 1, drawn blank,
+        # where none sits; the smallest integer type: memory is priced (PICTURE_BYTES_PER_PE)
+        top = max(1, rm.spare_cols_used)
+        placed = np.full(dm.shape, top + 1, dtype=np.min_scalar_type(top + 1))
+        cols = np.arange(rm.phys_col.shape[1], dtype=placed.dtype)
+        placed[rm.phys_row[:, None], rm.phys_col] = rm.phys_col - cols
+        colours = plt.get_cmap("viridis").with_extremes(over="white")
+        im = axes[1].imshow(
+            placed, cmap=colours, interpolation="nearest", aspect="auto", vmin=0, vmax=top
+        )
+        fig.colorbar(im, ax=axes[1], label="column shift (spare columns used)")
+        hatched = " (hatched)" if rm.retired_rows else ""
+        title = f"remap: the physical PE of each logical PE\n{retired_text(rm.retired_rows)}"
+        axes[1].set_title(title + hatched)
+        for ax in axes:
+            ax.add_collection(_hatched_rows(rm.retired_rows, dm.shape[1]))
     else:
         axes[1].text(0.5, 0.5, "not repairable", ha="center", va="center", fontsize=16)
         axes[1].set_axis_off()
     for ax in axes:
-        ax.set_xlabel("column")
-        ax.set_ylabel("row")
-    from wse_core.host.atomic import atomic_path
+        ax.set_xlabel("physical column")
+        ax.set_ylabel("physical row")
+    return fig
 
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+
+def _hatched_rows(rows: tuple[int, ...], cols: int):
+    """Hatched bands over `rows`, one collection (a wafer may retire thousands of rows)."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    boxes = [Rectangle((-0.5, row - 0.5), cols, 1) for row in rows]
+    return PatchCollection(boxes, facecolor="none", edgecolor="red", hatch="///")
 
 
 def register(parent: typer.Typer) -> None:

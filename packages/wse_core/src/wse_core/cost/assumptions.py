@@ -54,6 +54,7 @@ __all__ = [
     "active",
     "applied",
     "resolve_spec",
+    "apply_sets",
     "assumed_spec",
     "calibration_spec",
     "for_calibration",
@@ -223,10 +224,17 @@ def resolve_spec(
         _refuse_fitted(f"spec file {str(path)!r}", _moved_priors(spec))
     else:  # '' is an unknown preset, as any other name is
         spec = preset(name if name is not None else DEFAULT_WAFER)
-    if sets:
-        _refuse_fitted("--set", sets)
-        spec = refuse_past_the_grid(spec.replace(**dict(sets)), sets)
-    return applied(spec, assumptions or {})
+    return applied(apply_sets(spec, sets or {}), assumptions or {})
+
+
+def apply_sets(spec: WaferSpec, sets: Mapping[str, Any]) -> WaferSpec:
+    """`spec` with the `--set FIELD=VALUE` changes `sets` (`resolve_spec`'s second step; the
+    CLI's edge calls it apart to name the wafer it changes): a fitted constant is refused,
+    and so are spares or a program rectangle past the grid (`refuse_past_the_grid`)."""
+    if not sets:
+        return spec
+    _refuse_fitted("--set", sets)
+    return refuse_past_the_grid(spec.replace(**dict(sets)), sets)
 
 
 def _moved_priors(spec: WaferSpec) -> dict[str, str]:

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_SRAM_BYTES_PER_PE",
     "MAX_NAME_CHARS",
     "unseen_character",
+    "expected_value",
 ]
 
 # Bounds of the integer fields (hunt 55): past them no model of a wafer means anything, and
@@ -33,6 +34,17 @@ MAX_PE_SIDE = 100_000  # PE rows / columns (spares, program rectangle): ~100x WS
 MAX_SRAM_BYTES_PER_PE = 1 << 30  # 1 GiB: ~20,000x WSE-3's 48 KiB
 MAX_NAME_CHARS = 1_000  # name, system, system_source
 _TEXT_FIELDS = ("name", "system", "system_source")
+# The integer fields' ranges, [low, high]: what __post_init__ holds them to and every
+# refusal of one names (hunt 69: `--set pe_rows=1.5` said "must be a number").
+_INT_RANGES = {
+    "pe_rows": (1, MAX_PE_SIDE),
+    "pe_cols": (1, MAX_PE_SIDE),
+    "sram_bytes_per_pe": (1, MAX_SRAM_BYTES_PER_PE),
+    "spare_rows": (0, MAX_PE_SIDE),
+    "spare_cols": (0, MAX_PE_SIDE),
+    "program_rows": (0, MAX_PE_SIDE),
+    "program_cols": (0, MAX_PE_SIDE),
+}
 # Bounds past which a figure describes no machine (hunt 57): checked after the overflow
 # check, so 1e308 Hz still says the totals overflow.
 # (clock_hz, a cost constant, is held to its `limits` in `_check_constant_limits`)
@@ -117,20 +129,10 @@ class WaferSpec:
                 # hunt 68: `defect_rate: -0.0` (a file, --set) passed [0, 1) and printed as
                 # "rate -0"; zero has one sign in a spec, so every printer shows 0
                 object.__setattr__(self, declared.name, 0.0)
-        for field, low, high in (
-            ("pe_rows", 1, MAX_PE_SIDE),
-            ("pe_cols", 1, MAX_PE_SIDE),
-            ("sram_bytes_per_pe", 1, MAX_SRAM_BYTES_PER_PE),
-            ("spare_rows", 0, MAX_PE_SIDE),
-            ("spare_cols", 0, MAX_PE_SIDE),
-            ("program_rows", 0, MAX_PE_SIDE),
-            ("program_cols", 0, MAX_PE_SIDE),
-        ):
+        for field in _INT_RANGES:
             value = getattr(self, field)
-            if not isinstance(value, int) or not low <= value <= high:
-                raise SpecError(
-                    f"{field} must be an integer in [{low}, {high:,}], got {_typed(value)}"
-                )
+            if not isinstance(value, int) or not _in_range(field, value):
+                raise SpecError(f"{field} must be {expected_value(field)}, got {_typed(value)}")
         for field in (
             "clock_hz",
             "sram_read_bytes_per_cycle",
@@ -299,7 +301,7 @@ class WaferSpec:
         types = {f.name: f.type for f in dataclasses.fields(self)}
         for key in changes:
             if key not in types:
-                raise SpecError(f"unknown spec field {key!r}{suggest(key, types)}")
+                raise SpecError(f"unknown spec field {key!r}{suggest(key.lower(), types)}")
         return dataclasses.replace(self, **{k: _coerce(k, types[k], v) for k, v in changes.items()})
 
     def to_dict(self) -> dict[str, Any]:
@@ -352,16 +354,36 @@ def _typed(value: Any) -> str:
     )
 
 
+def _in_range(field: str, value: int) -> bool:
+    low, high = _INT_RANGES[field]
+    return low <= value <= high
+
+
+def expected_value(field: str) -> str:
+    """What a value of `field` must be, as a refusal says it: "an integer in [1, 100,000]",
+    "a number", "text", "a mapping of key: number"."""
+    if field in _INT_RANGES:
+        low, high = _INT_RANGES[field]
+        return f"an integer in [{low}, {high:,}]"
+    if field in _TEXT_FIELDS:
+        return "text"
+    kind = {f.name: f.type for f in dataclasses.fields(WaferSpec)}.get(field, "")
+    return "a mapping of key: number" if str(kind).startswith("Mapping") else "a number"
+
+
 def _coerce(name: str, annotation: object, value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan / .inf
         raise SpecError(f"{name} must be a finite number, got {value!r}")
     if not isinstance(value, str) or annotation == "str":
         return value
-    cast = int if annotation == "int" else float
     try:
         number = float(ascii_only(value))  # hunt 61: --set pe_rows=١٠ was read as 10
-        if math.isfinite(number):
-            return cast(number) if cast is int and number.is_integer() else cast(value)
     except ValueError:
         raise SpecError(f"{name} must be a number, got {value!r}") from None
-    raise SpecError(f"{name} must be a finite number, got {value!r}")
+    if not math.isfinite(number):
+        raise SpecError(f"{name} must be a finite number, got {value!r}")
+    if annotation != "int":
+        return float(value)
+    if not number.is_integer():  # hunt 69: int('1.5') was "must be a number"
+        raise SpecError(f"{name} must be {expected_value(name)}, got {value!r}")
+    return int(number)

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from wse_core.errors import SpecError, quoted_number, shown, suggest, yaml_problem
-from wse_core.hw.description import WaferSpec, _coerce, unseen_character
+from wse_core.hw.description import WaferSpec, _coerce, expected_value, unseen_character
 from wse_core.hw.simd import SIMD_WSE3
 
 __all__ = ["PRESETS", "preset", "spec_from", "load_spec", "refuse_past_the_grid"]
@@ -130,9 +130,10 @@ def preset(name: str) -> WaferSpec:
     try:
         return PRESETS[name]
     except KeyError:
+        # the names are lower case: 'WSE3' is suggested 'wse3' (hunt 69), as ' wse3' was
+        close = suggest(name.lower(), PRESETS) if isinstance(name, str) else ""
         raise SpecError(
-            f"unknown wafer preset {shown(name)}{suggest(name, PRESETS)}; "
-            f"choose one of: {', '.join(PRESETS)}"
+            f"unknown wafer preset {shown(name)}{close}; choose one of: {', '.join(PRESETS)}"
         ) from None
 
 
@@ -148,7 +149,8 @@ def refuse_past_the_grid(spec: WaferSpec, given: Iterable[str]) -> WaferSpec:
     762 drew a 119M-PE defect map), or a program rectangle (program_rows, program_cols) larger
     than it (hunt 62). Only changed fields: a grid shrunk under a preset keeps its spares and
     its program rectangle (`copies_per_system` clips that to the grid), and a spec written out
-    whole (`to_dict`) reads back as it was."""
+    whole (`to_dict`) reads back as it was; its spares are checked (hunt 69: a file of every
+    field with 100,000 spare rows drew a 119.7M-PE map), which a preset's dump passes."""
     for field, side in (
         ("spare_rows", "pe_rows"),
         ("spare_cols", "pe_cols"),
@@ -166,10 +168,33 @@ def refuse_past_the_grid(spec: WaferSpec, given: Iterable[str]) -> WaferSpec:
 def _from_fields(data: dict[str, Any]) -> WaferSpec:
     """A spec from every field (no base preset), strings converted to the field types."""
     types = {f.name: f.type for f in dataclasses.fields(WaferSpec)}
-    for key in data:
-        if key not in types:
-            raise SpecError(f"unknown spec field {key!r}{suggest(key, types)}")
     return WaferSpec(**{k: _coerce(k, types[k], v) for k, v in data.items()})
+
+
+def _refuse_unknown_or_empty(data: dict[str, Any], path: Path) -> None:
+    """A spec file's keys are `base` and WaferSpec fields, each with a value. Checked first
+    (hunt 69): `Base: tiny` was "lacks the fields name, pe_rows, ..." without a word of the
+    key typed, and `pe_rows:` left empty kept the base preset's value without a word."""
+    keys = ["base", *(f.name for f in dataclasses.fields(WaferSpec))]
+    for key, value in data.items():
+        if key not in keys:
+            raise SpecError(f"unknown spec field {shown(key)}{suggest(str(key).lower(), keys)}")
+        if value is None:
+            want = f"a preset ({', '.join(PRESETS)})" if key == "base" else expected_value(key)
+            # without `base:` a field without a default cannot be left out
+            must = data.get("base") is None and key in _required()
+            raise SpecError(f"{key} in spec file {str(path)!r} has no value; give {want}"
+                            + ("" if must else " or remove the line"))  # fmt: skip
+
+
+def _required() -> list[str]:
+    """The fields a spec file without `base:` must give (those without a default)."""
+    missing = dataclasses.MISSING
+    return [
+        f.name
+        for f in dataclasses.fields(WaferSpec)
+        if f.default is missing and f.default_factory is missing
+    ]
 
 
 # Numbers as YAML 1.2's core schema reads them (PyYAML reads YAML 1.1): decimal integers,
@@ -267,20 +292,20 @@ def load_spec(path: str | Path) -> WaferSpec:
         raise SpecError(f"spec file {str(path)!r} is not valid YAML: {yaml_problem(e)}") from None
     if not isinstance(data, dict):
         raise SpecError(f"spec file {str(path)!r} must hold a mapping of spec fields")
+    _refuse_unknown_or_empty(data, path)
     base = data.pop("base", None)
     _refuse_text_numbers(data, path)
     if base is None:
         # hunt 62: the missing fields are named when some are missing, not guessed from any
         # TypeError (`defect_rate: [0.1]` was reported as "lacks the fields :")
-        missing = [f.name for f in dataclasses.fields(WaferSpec)
-                   if f.name not in data and f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING]  # fmt: skip
+        missing = [name for name in _required() if name not in data]
         if missing:
             raise SpecError(
                 f"spec file {str(path)!r} lacks the fields {', '.join(missing)}: give every "
                 f"field, or name a preset to start from (base: {', '.join(PRESETS)})"
             )
-        return _from_fields(data)
+        # the spares drew the map (hunt 69): a program rectangle is clipped to the grid
+        return refuse_past_the_grid(_from_fields(data), {"spare_rows", "spare_cols"})
     # a file name's newline or ESC escaped: the name it gives must be one printable line
     stem = "".join(c if unseen_character(c) is None else ascii(c)[1:-1] for c in path.stem)
     data.setdefault("name", f"{base}+{stem}")
