@@ -55,9 +55,9 @@ def _files(d: Path) -> set[str]:
          "f.txt' is a FIFO, not a regular file"),
         (lambda d: _data(d, "n.jsonl", b"".join(
             json.dumps({"text": i}).encode() + b"\n" for i in range(1, 200))),
-         "row 0 of"),
+         "n.jsonl' line 1: 'text' is 1, not a string"),  # hunt 69: by file and line
         (lambda d: _data(d, "j.jsonl", b'{"text": "hello there"}\n' * 200 + b'{"text": "ab\n'),
-         "cannot be read: ArrowInvalid: JSON parse error"),
+         "j.jsonl' line 201 is not JSON ("),  # hunt 69: read here, by file and line
     ],
 )  # fmt: skip
 def test_a_bad_data_file_is_refused_before_the_run_folder(tmp_path, make, message):

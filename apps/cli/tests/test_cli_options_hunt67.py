@@ -72,10 +72,14 @@ def test_a_checkpoint_path_yaml_would_drop_is_refused(tmp_path, monkeypatch, pat
     home = tmp_path / "home"  # `~` is the home folder (hunt 62), which holds no checkpoint
     home.mkdir()
     shown = str(home) if path == "~" else path
+    line = f"Error: no committed checkpoint at {shown!r}{NO_STEP}"
+    if path == " ":  # hunt 69: a blank path is refused as blank, from the flag or the file
+        line = "Error: runconfig.checkpoint_path is empty (' '); give a run folder or one of "
+        line += "its steps, or leave it out"
     refused_in_one_line(
         ROOT,
         ["train", "tiny", "--validate-only", "--checkpoint-path", path],
-        f"Error: no committed checkpoint at {shown!r}{NO_STEP}",
+        line,
         env={"HOME": str(home)},
     )
 

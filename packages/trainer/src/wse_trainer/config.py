@@ -27,10 +27,21 @@ from wse_core.errors import WseError, quoted_number, shown, suggest, yaml_proble
 from wse_core.host.readers import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
 
+from wse_trainer.optimizer_names import (
+    OPTIMIZER_NAMES,
+    READ_BY,
+    SCHEDULE_NAMES,
+    scheduler_list,
+    unused_settings,
+)
+
 __all__ = [
     "ConfigError",
     "InputConfig",
+    "OPTIMIZER_NAMES",
     "OptimizerConfig",
+    "READ_BY",
+    "SCHEDULE_NAMES",
     "RunConfig",
     "TrainConfig",
     "SECTIONS",
@@ -62,7 +73,7 @@ class InputConfig:
     micro_batch_size: int | str | None = None
     max_sequence_length: int = 128
     shuffle_seed: int = 0
-    split: str = "train"  # "train" | "eval" | "all": a twentieth of the bytes is held out
+    split: str = "train"  # "train" | "eval" | "all" (`_splits`): a twentieth of the bytes held out
     max_corpus_bytes: int = 3_000_000  # cap on the text read (stdlib corpus and files)
     eval_steps: int = 4  # batches per evaluation (eval_input only)
     # documents packed without padding: attention kept within each document (segment ids),
@@ -72,6 +83,8 @@ class InputConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OptimizerConfig:
+    """The optax transform (`wse_trainer.optimizer`); names in any case, as ModelZoo's `AdamW`."""
+
     optimizer_type: str = "adamw"  # adamw | adam | sgd | momentum
     learning_rate: float = 3e-3
     lr_schedule: str = "cosine"  # constant | cosine | linear
@@ -82,8 +95,17 @@ class OptimizerConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
-    momentum: float = 0.9
+    momentum: float | None = None  # None: 0 for sgd (as ModelZoo's SGD), else 0.9
+    nesterov: bool = False  # sgd / momentum: Nesterov momentum (ModelZoo's SGD nesterov)
     max_gradient_norm: float | None = None  # global-norm clipping
+
+    def __post_init__(self) -> None:  # adamw's and adam's unread 0.9: as runs saved it before
+        for field, names in (("optimizer_type", OPTIMIZER_NAMES), ("lr_schedule", SCHEDULE_NAMES)):
+            value = getattr(self, field)
+            if isinstance(value, str) and value.casefold() in names:
+                object.__setattr__(self, field, names[value.casefold()])
+        if self.momentum is None:
+            object.__setattr__(self, "momentum", 0.0 if self.optimizer_type == "sgd" else 0.9)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -125,6 +147,8 @@ class TrainConfig:
         for name in SECTIONS:
             value = getattr(self, name)
             out[name] = dict(value) if name == "model" else dataclasses.asdict(value)
+        opt, kind = out["optimizer"], self.optimizer.optimizer_type  # what it reads: reruns as is
+        out["optimizer"] = {k: v for k, v in opt.items() if kind in READ_BY.get(k, (kind,))}
         return out
 
 
@@ -234,9 +258,9 @@ def _section(name: str, data: Any) -> Any:
                 f"unknown key {name}.{shown(key, quote=False)}{suggest(str(key), fields)}; "
                 f"valid keys: {', '.join(sorted(fields))}"
             )
+        if cls is OptimizerConfig and key == "learning_rate" and isinstance(value, list | dict):
+            raise ConfigError(scheduler_list(value))  # hunt 69: a repr of dicts
         kwargs[key] = _check_type(f"{name}.{key}", value, (cls, key))
-    if name == "eval_input" and "split" not in kwargs:
-        kwargs["split"] = "eval"
     for key in ("model_dir", "checkpoint_path") if name == "runconfig" else ():
         if isinstance(kwargs.get(key), str):  # hunt 62: '~/x' made a folder named '~'
             kwargs[key] = os.path.expanduser(kwargs[key])
@@ -253,7 +277,23 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
                 f"unknown section {key!r}{suggest(str(key), SECTIONS)}; "
                 f"sections: {', '.join(SECTIONS)}"
             )
-    return TrainConfig(**{name: _section(name, data.get(name)) for name in SECTIONS})
+    sections = {name: _section(name, data.get(name)) for name in SECTIONS}
+    return TrainConfig(**_splits(sections, data))
+
+
+def _splits(sections: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """Splits not given: train and eval of the same data's twentieth held out, else both read
+    whole, as ModelZoo reads eval_input (hunt 69: a validation set was cut to a twentieth)."""
+    same = _data_key(sections["train_input"].data_dir) == _data_key(sections["eval_input"].data_dir)
+    for name, held in (("train_input", "train"), ("eval_input", "eval")):
+        if "split" not in (data.get(name) or {}):
+            sections[name] = dataclasses.replace(sections[name], split=held if same else "all")
+    return sections
+
+
+def _data_key(data_dir: str | list[str]) -> frozenset[str]:  # local paths resolved: dir/ = dir
+    entries = [data_dir] if isinstance(data_dir, str) else data_dir
+    return frozenset(os.path.realpath(e) if os.path.exists(e) else e for e in entries)
 
 
 def _parse_override(item: str) -> tuple[str, str, Any]:
@@ -319,7 +359,16 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
         )
     if not isinstance(data, dict):
         raise ConfigError(f"params file {str(path)!r} must hold a mapping of sections")
-    return config_from_dict(apply_overrides(data, overrides))
+    config = config_from_dict(data := apply_overrides(data, overrides))
+    refuse_unused(config.optimizer, data.get("optimizer"))  # also a default value, named
+    return config
+
+
+def refuse_unused(opt: OptimizerConfig, given: Mapping[str, Any] | None = None) -> None:
+    """ConfigError naming the set settings `opt`'s optimizer does not read (hunt 69)."""
+    base = OptimizerConfig(optimizer_type=opt.optimizer_type)
+    if why := unused_settings(opt, base, given):
+        raise ConfigError(why)
 
 
 def shipped_config(name: str) -> Path:

@@ -10,12 +10,15 @@ limits `batch_size` and `systems` of `wse_core.host.limits`) and the settings th
 agree with each other (`batch_size % num_csx`, `num_steps` at most `max_steps`,
 `micro_batch_size` dividing the per-system batch, `cpu_shards` dividing the micro-batch, a
 decaying schedule's `min_learning_rate` at most its `learning_rate`, the sequence length
-against the model's, a vocabulary that holds the run's tokenizer), with a value to use
-instead where there is one.
+against the model's, a vocabulary that holds the run's tokenizer, a decay past the warm-up),
+settings the optimizer does not read (`refuse_unused`) and empty run paths, with a value to
+use instead where there is one. `config_notes` are the lines a run says beside its output;
+`scheduler_list` explains ModelZoo's `learning_rate:` list in this form.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from wse_core.errors import not_utf8, shown, suggest
@@ -28,9 +31,19 @@ from wse_trainer.config import (
     OptimizerConfig,
     TrainConfig,
     check_types,
+    refuse_unused,
 )
+from wse_trainer.optimizer_names import scheduler_list
 
-__all__ = ["MIN_VOCAB_SIZE", "SEED_MIN", "SEED_MAX", "check_config"]
+__all__ = [
+    "MIN_VOCAB_SIZE",
+    "SEED_MIN",
+    "SEED_MAX",
+    "check_config",
+    "config_notes",
+    "refuse_unused",
+    "scheduler_list",
+]
 
 # The smallest vocabulary a run can train: its tokenizer (`wse_trainer.data.train_tokenizer`,
 # a byte-level BPE) holds the 256 byte tokens and EOS before any merge.
@@ -45,8 +58,25 @@ def _positive(where: str, value: int | float | None) -> None:
         raise ConfigError(f"{where} must be positive, got {value}")
 
 
+def _check_schedule(opt: OptimizerConfig) -> None:
+    """hunt 69: decay_steps at or below warmup_steps made the decay one step long (the
+    rate fell 10x from one step to the next)."""
+    warm, decay = opt.warmup_steps, opt.decay_steps
+    if decay is not None and opt.lr_schedule != "constant" and decay <= warm:
+        raise ConfigError(
+            f"optimizer.decay_steps={decay} is not past optimizer.warmup_steps={warm} "
+            f"(decay_steps counts from step 0, warmup included); use more than {warm}"
+        )
+    if opt.nesterov and not opt.momentum > 0:  # torch's SGD refuses it too
+        raise ConfigError(
+            f"optimizer.nesterov needs optimizer.momentum above 0 (got {opt.momentum}); "
+            "set momentum, e.g. 0.9, or drop nesterov"
+        )
+
+
 def _check_optimizer(opt: OptimizerConfig) -> None:
-    """Ranges of the optimizer's settings (types and finiteness: `check_types`)."""
+    """Ranges of the optimizer's settings (types and finiteness: `check_types`), the
+    settings its optimizer does not read, and the schedule's steps."""
     for name in ("beta1", "beta2", "momentum"):
         if not 0 <= getattr(opt, name) < 1:
             raise ConfigError(f"optimizer.{name} must be in [0, 1), got {getattr(opt, name)}")
@@ -62,6 +92,8 @@ def _check_optimizer(opt: OptimizerConfig) -> None:
             f"optimizer.min_learning_rate={low} exceeds optimizer.learning_rate={lr}: the "
             f"{opt.lr_schedule} schedule would rise to it, not decay; use at most {lr}"
         )
+    _check_schedule(opt)
+    refuse_unused(opt)
 
 
 def check_config(
@@ -173,6 +205,14 @@ def _check_run_extras(config: TrainConfig) -> None:
             f"runconfig.sample_temperature must be a finite number >= 0 (0 is greedy), got "
             f"{shown(run.sample_temperature, quote=False)}"
         )
+    for key, what in (
+        ("model_dir", "a folder name, e.g. model_dir/run1"),
+        ("checkpoint_path", "a run folder or one of its steps, or leave it out"),
+    ):
+        value = getattr(run, key)  # hunt 69: '' trained into the current folder, or was unset
+        if isinstance(value, str) and not value.strip():
+            blank = f" ({value!r})" if value else ""
+            raise ConfigError(f"runconfig.{key} is empty{blank}; give {what}")
     if not SEED_MIN <= run.seed <= SEED_MAX:
         raise ConfigError(
             f"runconfig.seed must be a 64-bit integer in [{SEED_MIN}, {SEED_MAX}], got "
@@ -211,7 +251,34 @@ def _divisors_near(n: int, x: int) -> list[int]:
 
 def _choice(where: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
+        near = suggest(value.casefold(), choices)  # hunt 69: 'AdamW' was "did you mean 'adam'?"
         raise ConfigError(
-            f"{where}={shown(value)} is not valid{suggest(value, choices)}; "
-            f"choose one of: {', '.join(choices)}"
+            f"{where}={shown(value)} is not valid{near}; choose one of: {', '.join(choices)}"
         )
+
+
+def config_notes(config: TrainConfig) -> list[str]:
+    """Lines a run of `config` says beside its output ("note: ..."): a warm-up as long as
+    the run (hunt 69: the rate never reached learning_rate, unsaid; refusing it would refuse
+    `--max-steps 2` of a shipped config), and a data file listed twice (read once)."""
+    from wse_trainer.data_files import repeated_entries
+
+    opt, run = config.optimizer, config.runconfig
+    notes = []
+    if run.mode != "eval" and opt.warmup_steps >= run.max_steps > 0:
+        last = opt.learning_rate * (run.max_steps - 1) / opt.warmup_steps
+        notes.append(
+            f"note: optimizer.warmup_steps={opt.warmup_steps:,} is not below "
+            f"runconfig.max_steps={run.max_steps:,}: the learning rate ramps up from 0 and "
+            f"reaches {last:.3g} at the last step, not optimizer.learning_rate="
+            f"{opt.learning_rate}; use fewer warm-up steps to train at it"
+        )
+    splits = ("train_input",) if run.mode == "train" else ("train_input", "eval_input")
+    for name in splits:
+        for earlier, entry in repeated_entries(getattr(config, name).data_dir):
+            same = os.path.realpath(earlier) == os.path.realpath(entry)
+            notes.append(
+                f"note: {name}.data_dir lists {entry!r}, {'the same as' if same else 'inside'} "
+                f"{earlier!r}; each file is read once"
+            )
+    return notes

@@ -1,10 +1,14 @@
 """Data: the corpus, a byte-level BPE tokenizer, packing and a checkpointable iterator.
 
-- `corpus_texts(input_config)` reads documents through HF `datasets` ("text" files as whole
-  documents, "json"/"jsonl", "parquet", or a dataset name) or, for `data_dir: stdlib`, the
-  Python standard library's own source files (present on every machine, different in each
-  Python version). The eval split is a twentieth of the corpus by bytes (`held_out`), so its
-  size follows what is there rather than how the documents happen to be cut.
+- `corpus_texts(input_config)` reads the documents of local text files (each file whole, as
+  `datasets`' text builder reads a document) and JSON files (record by record,
+  `wse_trainer.json_data`) itself, in one pass within the split's `max_corpus_bytes`; Parquet
+  files and dataset names through HF `datasets`; for `data_dir: stdlib`, the Python standard
+  library's own source files (present on every machine, different in each Python version).
+  hunt 69: `datasets` built a dataset of each file (100,000 small files took 251 s) and
+  cached a copy of the JSON it read whole in ~/.cache, whatever the cap kept. The eval split
+  is a twentieth of the corpus by bytes (`held_out`), so its size follows what is there
+  rather than how the documents happen to be cut.
 - `train_tokenizer(texts, vocab_size)` trains a byte-level BPE with HF `tokenizers`;
   `tokenizer_identity` is the sha256 of its JSON, stored with every checkpoint.
 - `pack(token_lists, seq_len, eos_id)` joins documents with EOS and cuts rows of
@@ -35,6 +39,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from wse_trainer.config import ConfigError, InputConfig
 from wse_trainer.data_files import check_data_dir, data_files, unreadable_parquet
+from wse_trainer.json_data import PAST, json_records, past_budget, record_text
 
 __all__ = [
     "EOS",
@@ -74,37 +79,30 @@ def stdlib_files(max_bytes: int) -> list[str]:
 
 
 def _load_documents(cfg: InputConfig) -> list[str]:
-    import datasets
-    import pyarrow as pa
-
-    datasets.disable_progress_bars()
     if cfg.data_dir == "stdlib":
-        builder, files = "text", list(stdlib_files(cfg.max_corpus_bytes))
+        files = list(stdlib_files(cfg.max_corpus_bytes))
         if not files:  # hunt 57: datasets' "Empty 'data_files'" traceback
             raise ConfigError(
                 f"max_corpus_bytes={cfg.max_corpus_bytes:,} holds no standard library file; "
                 "give at least 100000"
             )
-    else:
-        found = data_files(cfg.data_dir)
-        if found is None:
-            try:
-                ds = datasets.load_dataset(str(cfg.data_dir), split="train")
-            except (OSError, ValueError, ConnectionError) as e:  # not found, offline, bad
-                why = " ".join(str(e).split())[:200]
-                raise ConfigError(
-                    f"data_dir {cfg.data_dir!r} is no local file or folder, and no dataset "
-                    f"of that name could be loaded: {type(e).__name__}: {why}"
-                ) from None
-            return _texts(ds, cfg)
-        builder, files = found
-    kwargs = {"sample_by": "document"} if builder == "text" else {}
+        return _text_documents(files, cfg)
+    found = data_files(cfg.data_dir)
+    if found is None:
+        return _texts(_named_dataset(cfg), cfg)
+    builder, files = found
     if builder == "text":
-        files = _text_files_read(files, cfg.max_corpus_bytes)
+        return _text_documents(files, cfg)
+    if builder == "json":
+        return _json_documents(files, cfg)
+    import datasets
+    import pyarrow as pa
+
+    datasets.disable_progress_bars()
     log = logging.getLogger("datasets")  # its error lines would precede the one line
     level, _ = log.level, log.setLevel(logging.CRITICAL)
     try:
-        ds = datasets.load_dataset(builder, data_files=files, split="train", **kwargs)
+        ds = datasets.load_dataset(builder, data_files=files, split="train")
     except (datasets.exceptions.DatasetGenerationError, OSError, pa.ArrowException) as e:
         raise _unreadable(builder, files, cfg, e) from None
     finally:
@@ -112,68 +110,122 @@ def _load_documents(cfg: InputConfig) -> list[str]:
     return _texts(ds, cfg)
 
 
+def _named_dataset(cfg: InputConfig):
+    import datasets
+
+    datasets.disable_progress_bars()
+    try:
+        return datasets.load_dataset(str(cfg.data_dir), split="train")
+    except (OSError, ValueError, ConnectionError) as e:  # not found, offline, bad
+        why = " ".join(str(e).split())[:200]
+        raise ConfigError(
+            f"data_dir {cfg.data_dir!r} is no local file or folder, and no dataset "
+            f"of that name could be loaded: {type(e).__name__}: {why}"
+        ) from None
+
+
+class _Kept:
+    """Documents kept in order up to the split's cap of characters: a document that would
+    pass it ends the split, unless it is the first (kept whole, it broke the cap: hunt 64)."""
+
+    def __init__(self, cfg: InputConfig) -> None:
+        self.cfg, self.docs, self.total = cfg, [], 0
+
+    def full(self, text: str, where: str) -> bool:
+        """Keep `text` (of `where`); True once the cap is reached (it is not kept then)."""
+        if self.total + len(text) > self.cfg.max_corpus_bytes:
+            if self.docs:
+                return True
+            raise _first_past_cap(where, len(text), self.cfg)
+        self.docs.append(text)
+        self.total += len(text)
+        return False
+
+
+def _text_documents(files: list[str], cfg: InputConfig) -> list[str]:
+    """Each file one document, read in text mode (a CRLF read as LF, as `datasets` reads
+    it); empty files are no document. A file is opened only while the cap is not reached
+    (hunt 64: `datasets` read every file it was given whole)."""
+    kept = _Kept(cfg)
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:  # changed since `check_data_dir`
+            why = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e.reason})"
+            raise ConfigError(f"data file {path!r} cannot be read: {why}") from None
+        if text and kept.full(text, f"data file {path!r}"):
+            break
+    return kept.docs
+
+
+def _json_documents(files: list[str], cfg: InputConfig) -> list[str]:
+    """The `text_key` of each record, read while the files' bytes stay within 4 x the cap
+    (no character takes more than 4 bytes) and the text within the cap."""
+    kept, left = _Kept(cfg), 4 * cfg.max_corpus_bytes
+    first = True
+    for path in files:
+        read = 0
+        for where, record, end in json_records(path, left):
+            if record is PAST:
+                if kept.docs:
+                    return kept.docs
+                raise past_budget(path, where, 4 * cfg.max_corpus_bytes)
+            text = record_text(path, where, record, cfg.text_key, first=first)
+            read, first = end, False
+            if text and kept.full(text, f"data file {path!r} {where}"):
+                return kept.docs
+        left -= read
+        if left <= 0:
+            break
+    return kept.docs
+
+
 def _unreadable(builder: str, files: list[str], cfg: InputConfig, e: Exception) -> ConfigError:
-    """The one line for data `datasets` could not read: a file past `check_data_dir`'s scan,
-    or pyarrow's own OSError / ArrowInvalid, raised unwrapped while `datasets` reads a
-    Parquet footer for its schema (hunt 64: an 82-line traceback)."""
+    """The one line for Parquet data `datasets` could not read: pages corrupt under a good
+    footer, or pyarrow's own OSError / ArrowInvalid, raised unwrapped while `datasets` reads
+    a footer for its schema (hunt 64: an 82-line traceback)."""
     import datasets
 
     cause = (e.__cause__ or e) if isinstance(e, datasets.exceptions.DatasetGenerationError) else e
-    if builder == "parquet" and len(files) == 1:
+    if len(files) == 1:
         return unreadable_parquet(files[0], cause)
     why = " ".join(f"{type(cause).__name__}: {cause}".split())[:200]
-    fix = {"json": "; give one JSON object per line (.jsonl) or a JSON list",
-           "parquet": "; rewrite them with pyarrow or pandas"}.get(builder, "")  # fmt: skip
-    return ConfigError(f"the {builder} files of {cfg.data_dir!r} cannot be read: {why}{fix}")
-
-
-def _text_files_read(files: list[str], cap: int) -> list[str]:
-    """The text files `_texts` can reach under the cap of `cap` characters: a file is one
-    document, and no UTF-8 character takes more than 4 bytes (nor a CRLF, read as LF, 2), so
-    once the files before one hold more than 4 x `cap` bytes their text is past the cap and
-    `_texts` stops before it. `datasets` reads every file it is given whole (hunt 64: the cap
-    did not bound what was read)."""
-    out, seen = [], 0
-    for path in files:
-        if seen > 4 * cap:
-            break
-        out.append(path)
-        seen += Path(path).stat().st_size
-    return out
+    return ConfigError(
+        f"the {builder} files of {cfg.data_dir!r} cannot be read: {why}; rewrite them with "
+        "pyarrow or pandas"
+    )
 
 
 def _texts(ds, cfg: InputConfig) -> list[str]:
+    """The `text_key` column of a `datasets` dataset (Parquet files or a dataset's name)."""
     if cfg.text_key not in ds.column_names:
         raise ConfigError(
             f"the data has no column {cfg.text_key!r}; columns: "
             f"{', '.join(ds.column_names)} (set text_key)"
         )
-    out, total = [], 0
+    kept = _Kept(cfg)
     for i, text in enumerate(ds[cfg.text_key]):
-        if not text:
+        if text is None or text == "":
             continue
-        if not isinstance(text, str):  # hunt 57: {"text": 5} was a TypeError traceback
+        if not isinstance(text, str):  # hunt 57: {"text": 5}; hunt 69: 0 and false passed
             raise ConfigError(
                 f"row {i} of {cfg.data_dir!r} has {cfg.text_key!r}: {text!r:.40}, not text; "
                 f"every {cfg.text_key!r} must be a string"
             )
-        if total + len(text) > cfg.max_corpus_bytes:
-            if out:
-                break
-            raise _first_past_cap(i, len(text), cfg)  # kept whole, it broke the cap (hunt 64)
-        out.append(text)
-        total += len(text)
-    return out
+        if kept.full(text, f"row {i} of {cfg.data_dir!r}"):
+            break
+    return kept.docs
 
 
-def _first_past_cap(row: int, size: int, cfg: InputConfig) -> ConfigError:
+def _first_past_cap(where: str, size: int, cfg: InputConfig) -> ConfigError:
     """The split's first document alone is longer than its cap (a record of JSON, Parquet or
     a dataset; `check_data_dir` refuses such text files up front): a document is tokenized
     whole, so it cannot be read within the cap."""
     return ConfigError(
-        f"row {row} of {cfg.data_dir!r} has a {cfg.text_key!r} of {size:,} characters, past "
-        f"the split's max_corpus_bytes={cfg.max_corpus_bytes:,} (the most text it reads; a "
-        "document is read whole); split the document, or raise max_corpus_bytes"
+        f"{where} has a {cfg.text_key!r} of {size:,} characters, past the split's "
+        f"max_corpus_bytes={cfg.max_corpus_bytes:,} (the most text it reads; a document is "
+        "read whole); split the document, or raise max_corpus_bytes"
     )
 
 

@@ -1,20 +1,21 @@
-"""A split's local data files, found and checked before `datasets` reads them (no JAX).
+"""A split's local data files, found and checked before they are read (no JAX).
 
-`data_files(data_dir)` is (builder, files) for local paths ("text", "json" or "parquet",
-one kind per split), or None when `data_dir` names a dataset. `check_data_dir(cfg, name)`
-refuses, each in one line naming the file: a path that is not there or not a regular file (a
-FIFO would block the reader), a folder without data files, text or JSON that is empty,
-UTF-16 or UTF-32 (a BOM, or every other byte NUL: the iconv that converts it), binary (a NUL
-byte) or not UTF-8 (the byte and its offset), a text file past the split's
-`max_corpus_bytes` (a file is one document, read and tokenized whole: hunt 64, one 24 MB
-file took 6.8 GB), a .parquet file without Parquet's magic bytes or whose footer does not
-parse (hunt 64: a corrupt or truncated body was pyarrow's traceback), JSON nested deeper
-than `json_depth`, a record of more fields than `json_fields`
-or records naming more distinct fields in all than `json_keys` (wse_core.host.limits), and a
-corpus that cannot hold one batch: byte-level BPE tokens cover at least
-one byte each, so a split's tokens are at most its files' bytes plus one EOS per document,
-and fewer than `batch_size x max_sequence_length + 1` cannot fill a batch (hunt 57: these
-were `datasets` tracebacks, or refused only after the run folder and tokenizer were made).
+`data_files(data_dir)` is (builder, files) for local paths ("text", "json" or "parquet", one
+kind per split, each file once however often data_dir names it), or None when `data_dir`
+names a dataset. `check_data_dir(cfg, name)` refuses, each in one line naming the file: a
+path that is not there or not a regular file (a FIFO would block the reader), a folder
+without data files or holding ModelZoo's HDF5 shards (token ids: hunt 69), text or JSON that
+is empty, UTF-16 or UTF-32 (a BOM, or every other byte NUL: the iconv that converts it),
+binary (a NUL byte) or not UTF-8 (the byte and its offset), a text file past the split's
+`max_corpus_bytes` (a file is one document, read and tokenized whole: hunt 64, one 24 MB file
+took 6.8 GB) or a JSON array past what it reads, a .parquet file without Parquet's magic
+bytes or whose footer does not parse (hunt 64: pyarrow's traceback), a first JSON record or
+a Parquet schema without `text_key` (hunt 69), JSON nested deeper than `json_depth`, a
+record of more fields than `json_fields` or records naming more distinct fields in all than
+`json_keys` (wse_core.host.limits), and a corpus that cannot hold one batch: byte-level BPE
+tokens cover at least one byte each, so a split's tokens are at most its files' bytes plus
+one EOS per document, and fewer than `batch_size x max_sequence_length + 1` cannot fill a
+batch (hunt 57: these were `datasets` tracebacks, or refused after the run folder was made).
 """
 
 from __future__ import annotations
@@ -26,9 +27,17 @@ from pathlib import Path
 from wse_core.host.limits import lift, limit
 from wse_core.host.readers import not_regular
 
+from wse_trainer import json_data
 from wse_trainer.config import ConfigError, InputConfig
 
-__all__ = ["BUILDERS", "SCAN_BYTES", "data_files", "check_data_dir", "unreadable_parquet"]
+__all__ = [
+    "BUILDERS",
+    "SCAN_BYTES",
+    "data_files",
+    "repeated_entries",
+    "check_data_dir",
+    "unreadable_parquet",
+]
 
 BUILDERS = {
     ".txt": "text",
@@ -43,6 +52,9 @@ SCAN_BYTES = 1 << 30  # bytes of text / JSON read by the check per split, at mos
 # `data_files` and `data_entries` of wse_core.host.limits (hunt 57: data_dir=/ walked the
 # whole filesystem): a corpus of more files is packed into .jsonl or .parquet shards first.
 _CHUNK = 1 << 20
+# Data files this trainer cannot read, found beside those it can (hunt 69: a folder of
+# ModelZoo's HDF5 shards trained on its README.md alone, the .h5 files skipped unsaid)
+UNREAD = frozenset({".h5", ".hdf5"})
 
 
 def _path_like(entry: str) -> bool:
@@ -58,6 +70,7 @@ def _walk(folder: Path) -> list[str]:
     its 10^6 entries in ~0.9 s, not rglob's ~10 s (hunt 59); each folder read costs ~90 us
     with a cold cache, so `data_folders` bounds a cold walk of / (3.5 s) too (hunt 60)."""
     found: list[str] = []
+    unread: list[str] = []
     max_files, max_walked, max_below = (limit(n) for n in ("data_files", "data_entries",
                                                            "data_folders"))  # fmt: skip
     walked, below, folders = 0, 0, [str(folder)]
@@ -71,11 +84,27 @@ def _walk(folder: Path) -> list[str]:
                         below += 1
                     elif os.path.splitext(entry.name)[1] in BUILDERS:
                         found.append(entry.path)
+                    elif os.path.splitext(entry.name)[1].lower() in UNREAD:
+                        unread.append(entry.path)
                     if len(found) > max_files or walked > max_walked or below > max_below:
                         raise _too_many(folder, len(found) > max_files, walked > max_walked)
         except OSError:  # a folder that cannot be read (permissions, gone meanwhile)
             continue
+    if unread:
+        raise _unread(str(folder), sorted(unread))
     return sorted(found)
+
+
+def _unread(where: str, paths: list[str]) -> ConfigError:
+    if paths == [where]:
+        what = f"data file {where!r} is HDF5"
+    else:
+        what = f"data_dir {where!r} holds {len(paths):,} HDF5 file{'s' * (len(paths) > 1)}"
+    return ConfigError(
+        f"{what} ({', '.join(sorted({os.path.splitext(p)[1] for p in paths}))}: ModelZoo's "
+        "preprocessed token ids), which this trainer does not read: it trains its own "
+        "tokenizer on text; give the raw .txt, .jsonl or .parquet corpus it was made from"
+    )
 
 
 def _is_folder(entry: os.DirEntry) -> bool:
@@ -105,6 +134,8 @@ def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
             files += _walk(p)
         elif os.path.lexists(p):  # a file, or a link that cannot be followed (a loop)
             _size(str(p))
+            if p.suffix.lower() in UNREAD:
+                raise _unread(entry, [entry])
             files.append(str(p))
         elif isinstance(data_dir, str) and len(entries) == 1 and not _path_like(entry):
             return None  # a dataset's name
@@ -112,10 +143,29 @@ def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
             raise ConfigError(f"data file {entry!r} does not exist")
     if not files:
         raise ConfigError(f"no .txt, .py, .md, .jsonl, .json or .parquet files in {data_dir!r}")
-    kinds = {BUILDERS.get(Path(f).suffix, "text") for f in files}
+    if len(entries) > 1:  # hunt 69: 'dir' and 'dir/' read every document twice
+        once = {os.path.realpath(f): f for f in reversed(files)}  # each one's first path
+        files = list(dict.fromkeys(once[os.path.realpath(f)] for f in files))
+    kinds = {BUILDERS.get(os.path.splitext(f)[1], "text") for f in files}  # no Path per file
     if len(kinds) > 1:
         raise ConfigError(f"data_dir mixes file kinds {sorted(kinds)}; use one kind per split")
     return kinds.pop(), files
+
+
+def repeated_entries(data_dir: str | list[str]) -> list[tuple[str, str]]:
+    """(earlier entry, entry) for each entry of a data_dir list that an earlier one names
+    again or holds (`data_files` reads each file once)."""
+    if isinstance(data_dir, str):
+        return []
+    first: dict[str, str] = {}
+    out = []
+    for entry in data_dir:
+        real = os.path.realpath(entry)
+        above = (first.get(str(a)) for a in (real, *map(str, Path(real).parents)))
+        if (held := next((e for e in above if e is not None), None)) is not None:
+            out.append((held, entry))
+        first.setdefault(real, entry)
+    return out
 
 
 def _size(path: str) -> int:
@@ -245,10 +295,10 @@ class _JsonLines:
             )
 
 
-def _check_parquet(path: str) -> None:
-    """ConfigError unless `path` has Parquet's magic bytes and a footer that parses (its
-    schema and row groups; reading it costs well under a millisecond): a corrupt or truncated
-    body's footer was pyarrow's OSError / ArrowInvalid traceback in `datasets` (hunt 64).
+def _check_parquet(path: str) -> list[str]:
+    """Its columns; ConfigError unless `path` has Parquet's magic bytes and a footer that
+    parses (its schema and row groups; reading it costs well under a millisecond): a corrupt
+    or truncated body's footer was pyarrow's OSError / ArrowInvalid traceback (hunt 64).
     Pages corrupt under a good footer are found where they are read (`wse_trainer.data`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -263,7 +313,7 @@ def _check_parquet(path: str) -> None:
                 "and end); give .parquet files written by pyarrow or pandas"
             )
         try:
-            pq.ParquetFile(f)
+            return pq.ParquetFile(f).schema_arrow.names
         except (OSError, pa.ArrowException) as e:
             raise unreadable_parquet(path, e) from None
 
@@ -287,6 +337,20 @@ def _past_cap(path: str, size: int, cap: int, name: str) -> ConfigError:
     )
 
 
+def _check_first_record(files: list[str], sizes: list[int], cfg: InputConfig, name: str) -> None:
+    """ConfigError when the split's first JSON record is no object or has no `text_key`
+    (hunt 69: a wrong text_key was found after every file was read and cached, and
+    --validate-only passed it)."""
+    path = next(f for f, size in zip(files, sizes, strict=True) if size)
+    first = next(json_data.json_records(path, 4 * cfg.max_corpus_bytes), None)
+    if first is None:
+        return  # only blank lines
+    where, record, _ = first
+    if record is json_data.PAST:
+        raise json_data.past_budget(path, where, 4 * cfg.max_corpus_bytes)
+    json_data.record_text(path, where, record, cfg.text_key, first=True, setting=f"{name}.text_key")
+
+
 def check_data_dir(cfg: InputConfig, name: str = "train_input") -> None:
     """ConfigError when `cfg.data_dir`'s local files cannot give one batch of its split (the
     module docstring; `name`, the config section of `cfg`, is what the lines name); a
@@ -303,15 +367,24 @@ def check_data_dir(cfg: InputConfig, name: str = "train_input") -> None:
     if not any(sizes):
         raise ConfigError(f"{where} {'is' if one else 'are all'} empty (0 bytes); give text")
     if builder == "parquet":
-        for f in files:
-            _check_parquet(f)
+        columns = [_check_parquet(f) for f in files]
+        if cfg.text_key not in columns[0]:  # hunt 69: found once datasets cached them all
+            raise json_data.no_column(
+                f"data file {files[0]!r}", cfg.text_key, columns[0], f"{name}.text_key"
+            )
         return
     budget, keys = SCAN_BYTES, set[str]() if builder == "json" else None
+    if builder == "json":  # what the split reads of them (`json_data`), at most
+        budget = min(budget, 4 * cfg.max_corpus_bytes)
     for f, size in zip(files, sizes, strict=True):
         if builder == "text" and size > cfg.max_corpus_bytes:  # what it is first (UTF-16,
             _scan_text(f, min(budget, _CHUNK))  # binary): its first MiB tells
             raise _past_cap(f, size, cfg.max_corpus_bytes, name)
+        if builder == "json" and size > 4 * cfg.max_corpus_bytes and json_data.json_array(f):
+            raise json_data.whole_past(f, size, f"{name}.max_corpus_bytes")
         budget -= _scan_text(f, budget, keys)
+    if builder == "json":
+        _check_first_record(files, sizes, cfg, name)
     need = cfg.batch_size * cfg.max_sequence_length + 1
     most = sum(sizes) + len(files)  # tokens: at most one per byte, plus one EOS per document
     if most < need:

@@ -1,18 +1,21 @@
 """The optax transform of a run, split the way MemoryX applies it.
 
 `base_transform(cfg, max_steps)` is the per-element part (the schedule and adam/sgd
-moments, weight decay): MemoryX keeps one optax state of it per weight group (the embedding,
-each layer, the final norm), so applying it group by group as gradients arrive is the same
-arithmetic as applying it to the whole model. Global-norm clipping is the one non-local part:
-MemoryX applies `optax.clip_by_global_norm` itself once every group's gradient has arrived
-(the norm is over all groups). `full_transform` is the equivalent whole-model transform
-(clipping chained in front), used by the plain `jax.grad` reference.
+moments, weight decay: decoupled for adamw, an L2 term added to the gradient for adam, sgd
+and momentum, as torch's and ModelZoo's `Adam` and `SGD` apply `weight_decay`): MemoryX
+keeps one optax state of it per weight group (the embedding, each layer, the final norm), so
+applying it group by group as gradients arrive is the same arithmetic as applying it to the
+whole model. Global-norm clipping is the one non-local part: MemoryX applies
+`optax.clip_by_global_norm` itself once every group's gradient has arrived (the norm is over
+all groups). `full_transform` is the equivalent whole-model transform (clipping chained in
+front), used by the plain `jax.grad` reference.
 """
 
 from __future__ import annotations
 
 import functools
 
+import jax
 import optax
 
 from wse_trainer.config import OptimizerConfig
@@ -46,10 +49,27 @@ def base_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransf
             lr, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps, weight_decay=cfg.weight_decay
         )
     if kind == "adam":
-        return optax.adam(lr, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps)
-    if kind == "momentum":
-        return optax.sgd(lr, momentum=cfg.momentum)
-    return optax.sgd(lr)
+        return _l2(optax.adam(lr, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps), cfg.weight_decay)
+    # momentum 0 is plain SGD, as optax builds it without momentum (no trace to keep)
+    momentum = cfg.momentum or None
+    return _l2(optax.sgd(lr, momentum=momentum, nesterov=cfg.nesterov), cfg.weight_decay)
+
+
+def _l2(tx: optax.GradientTransformation, weight_decay: float) -> optax.GradientTransformation:
+    """`tx` applied to the gradient plus `weight_decay` x the parameters (torch's `Adam` and
+    `SGD` weight_decay, an L2 penalty). Not `optax.chain(optax.add_decayed_weights(...), tx)`:
+    that state has another shape, and steps saved before hunt 69 (whose weight_decay was
+    ignored) would not restore into it."""
+    if not weight_decay:
+        return tx
+
+    def update(grads, state, params=None):
+        if params is None:
+            raise ValueError("weight_decay needs the parameters: update(grads, state, params)")
+        grads = jax.tree.map(lambda g, p: g + weight_decay * p, grads, params)
+        return tx.update(grads, state, params)
+
+    return optax.GradientTransformation(tx.init, update)
 
 
 def full_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransformation:

@@ -280,8 +280,9 @@ RESUMABLE = frozenset(
        "micro_batch_size", "eval_steps", "shuffle_seed")}
 )  # fmt: skip
 # What a step's saved optimizer state is shaped by: refused also where the other settings
-# may differ (an eval, a --checkpoint-path to start from)
-STATE_SHAPING = frozenset({"optimizer.optimizer_type"})
+# may differ (an eval, a --checkpoint-path to start from); sgd keeps a trace only with
+# momentum (hunt 69: an eval of a momentum run as plain sgd evaluated step 0, unsaid)
+STATE_SHAPING = frozenset({"optimizer.optimizer_type", "optimizer.momentum"})
 
 
 def _check_settings(

@@ -29,7 +29,7 @@ from pathlib import Path
 import typer
 
 from wse_cli import multiprocess
-from wse_cli.errors import fail
+from wse_cli.errors import fail, note
 from wse_cli.options import number
 from wse_cli.outputs import output_dir, output_file
 from wse_cli.wafer_choice import SPEC_FILE, wafer_spec
@@ -191,8 +191,8 @@ def train(
     }
     _set_twice(args, flags)
     config = _with_flags(load_config(params, args), flags)
-    named = [o.partition("=")[2] for o in args if o.startswith("runconfig.wafer=")]
-    spec = wafer_spec(named[-1] if named else None, spec_file, config.runconfig.wafer)
+    _notes(config)
+    spec, config = _run_wafer(config, args, spec_file)
     console = Console(quiet=not multiprocess.is_primary())
     validate_only = validate_only or config.runconfig.validate_only  # ModelZoo's key (hunt 65)
     if trace is not None and not validate_only:
@@ -222,6 +222,22 @@ def train(
     _train(console, config, spec)
 
 
+def _run_wafer(config, args: list[str], spec_file: Path | None):
+    """(the run's `WaferSpec`, `config` naming it). `runconfig.wafer` names a preset or a
+    spec file (a path: a '/' or a .yaml/.yml suffix, which no preset name has); `--spec FILE`
+    goes into it as the file's absolute path (hunt 69: the run folder's params_train.yaml
+    and checkpoints said `wafer: small` of a run on the file's wafer, and a rerun from them
+    ran on small)."""
+    wafer = config.runconfig.wafer
+    if spec_file is None and ("/" in wafer or wafer.lower().endswith((".yaml", ".yml"))):
+        return wafer_spec(None, Path(wafer), wafer), config
+    named = [o.partition("=")[2] for o in args if o.startswith("runconfig.wafer=")]
+    spec = wafer_spec(named[-1] if named else None, spec_file, wafer)
+    if spec_file is not None:
+        config = _with_flags(config, {"wafer": spec_file.resolve()})
+    return spec, config
+
+
 def _with_flags(config, flags: dict):
     """`config` with the given flags' values in its `runconfig`, as typed: a flag is a value,
     not YAML text (hunt 67: read as `runconfig.model_dir=run #1`, `-o 'run #1'` trained into
@@ -236,6 +252,16 @@ def _with_flags(config, flags: dict):
     data = config.to_dict()
     data["runconfig"].update(given)
     return config_from_dict(data)
+
+
+def _notes(config) -> None:
+    """The config's notes (a warm-up as long as the run, a data file listed twice), said
+    once the command has run; a refused command says only its one line (hunt 69)."""
+    from wse_trainer.config_check import config_notes
+
+    if multiprocess.is_primary():
+        for line in config_notes(config):
+            note(line)
 
 
 def _set_twice(args: list[str], flags: dict) -> None:
