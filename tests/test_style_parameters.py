@@ -31,6 +31,9 @@ EXEMPT = {
     ("wse_core/cost/report.py", "RunReport.build"): "RunReport's own fields",
     # builds one typer option: typer.Option's default, flag and help, the bounds it checks
     ("wse_cli/options.py", "number"): "one CLI option's own settings",
+    # an OpenAI body read against the server's settings, keyword-only, bound once by
+    # functools.partial in serve/routes.py (hunt 69 added generation_config.json's defaults)
+    ("wse_inference/serve/openai_request.py", "parse_request"): "the server's settings, bound once",
     # Not yet grouped (tidy 60 left it): the streamed trainer, a shell's constructor, its
     # run's settings one for one (batch geometry, optimizer, devices).
     ("wse_trainer/stream.py", "StreamedTrainer.__init__"): "pending: the trainer's setup",

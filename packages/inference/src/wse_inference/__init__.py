@@ -14,10 +14,12 @@ Layout by concept (import modules directly; importing a package imports nothing 
 - `speculative/` — `config` (`--speculative-config`, parsed once), `verify` (exact rejection
   sampling), `decoder` (draft + target rounds), `engine` (`SpeculativeEngine`);
 - `serve/` — `app` (the process shell), `routes` (the HTTP routes), `openai_request` /
-  `openai_response` (the wire bodies), `generation` (one request's choices), `grpc_server`,
-  `scheduler`, `request`, `admission`, `metrics`, `text_stream`, `proto`, `testing`;
-- `model_dir` — model dirs (HF or `wse train`), tokenizers; `load` — `load_engine`, the
-  engine a model dir serves;
+  `openai_response` (the wire bodies), `prompt_ids` (a request's prompt as ids), `generation`
+  (one request's choices), `grpc_server`, `scheduler`, `request`, `admission`, `metrics`,
+  `text_stream`, `proto`, `testing`;
+- `model_dir` — model dirs (HF or `wse train`); `hf_tokenizer` — their tokenizers, read and
+  applied as transformers does; `generation_config` — generation_config.json's sampling
+  defaults; `load` — `load_engine`, the engine a model dir serves;
 - `mock` — a hand-checkable `Engine`; `testing` — NumPy oracles and tiny models;
 - `studies` — experiments `hotchips24-inference`, `leviathan23-speculative`;
 - `demo/` — the `wse demo` parts (`generation`, `serving`) and the load-test client.

@@ -2,15 +2,20 @@
 
 Contract. `load_model(path)` accepts an HF-format directory (config.json + safetensors, read
 by `wse_models.from_pretrained`) or a `wse train` model_dir whose `hf/` subfolder holds that
-export. The tokenizer is `tokenizer.json` of the same folder (HF `tokenizers`); without one,
-a byte-level tokenizer (id = UTF-8 byte) is used only if the vocabulary has >= 256 ids, else
-`ModelLoadError`. The chat template and the bos/eos tokens are read as transformers saves
-them, from the tokenizer's folder (`wse_inference.tokenizer_config`). `eos_token_ids` are
-the ids generation stops on (config.json, generation_config.json, the tokenizer's
-eos_token); the tokenizer decodes without special tokens, as vLLM does. `read_weights(path)`
-reads every tensor with NumPy and no JAX (a command refuses NaN or infinite weights, an FP8
-checkpoint, a header listing more tensors than config.json's layers can use, before JAX
-loads, and hands the arrays to `load_model(path, weights=...)`: read once).
+export. The tokenizer is `tokenizer.json` of the same folder (HF `tokenizers`), else the
+folder's slow tokenizer files as `wse_inference.hf_tokenizer.slow_tokenizer` reads or refuses
+them (a GPT-2 vocab.json + merges.txt is read; a tokenizer.model is refused); with no
+tokenizer files at all, a byte-level tokenizer (id = UTF-8 byte) is used only if the
+vocabulary has >= 256 ids, else `ModelLoadError`. The chat template and the bos/eos tokens
+are read as transformers saves them, from the tokenizer's folder
+(`wse_inference.tokenizer_config`). `eos_token_ids` are the ids generation stops on
+(config.json, generation_config.json, the tokenizer's eos_token); the tokenizer decodes
+without special tokens, as vLLM does; `LoadedModel.sampling_defaults` are
+generation_config.json's (`wse_inference.generation_config`). `read_weights(path)` reads
+every tensor with NumPy and no JAX (a command refuses NaN or infinite weights, a value that
+overflows the dtype config.json holds them in, an FP8 checkpoint, a header listing more
+tensors than config.json's layers can use, before JAX loads, and hands the arrays to
+`load_model(path, weights=...)`: read once).
 `read_config(path)` reads only config.json, so that
 `wse_inference.host_memory.check_host_memory(config, rows=..., max_context=...)` can refuse
 a serving size (parameters plus KV cache rows) that the host cannot hold before JAX builds
@@ -30,21 +35,22 @@ import this module, so it builds none of them).
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from wse_core.errors import WseError
-from wse_core.host.readers import not_regular, read_text
+from wse_core.host.readers import not_regular
 
+from wse_inference import generation_config
 from wse_inference.engine import ByteTokenizer
+from wse_inference.generation_config import sampling_defaults
+from wse_inference.hf_tokenizer import HFTokenizer, read_tokenizer_file, slow_tokenizer
 from wse_inference.model_files import ModelLoadError, json_file, present
 from wse_inference.run_export import say_once, stale_export
-from wse_inference.tokenizer_config import SIDE_FILES, read_tokenizer_config
 
 __all__ = [
     "ModelLoadError",
+    "cli_settings",
     "LoadedModel",
     "ByteTokenizer",
     "HFTokenizer",
@@ -60,60 +66,6 @@ __all__ = [
 ]
 
 
-class HFTokenizer:
-    """An HF `tokenizers.Tokenizer` behind the engine's `Tokenizer` protocol, with the chat
-    template and special tokens saved beside it (`wse_inference.tokenizer_config`:
-    `chat_template`, None when there is none; `template_vars`, bos_token and eos_token)."""
-
-    kind = "tokenizers"
-
-    def __init__(self, path: Path):
-        from tokenizers import Tokenizer
-
-        self.path = path
-        try:  # read_text: a regular file within file_bytes (hunt 62: /dev/zero grew unbounded)
-            self._tok = Tokenizer.from_str(read_text(path, "tokenizer"))
-        except WseError:
-            raise
-        except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
-            why = " ".join(str(e).split())[:200]
-            raise ModelLoadError(f"{path} is not a readable tokenizer file: {why}") from None
-        side = read_tokenizer_config(path.parent)
-        self._chat_template, self.template_vars, self._template_error = side
-        self.max_token_bytes = _max_token_bytes(self._tok)
-
-    @property
-    def chat_template(self) -> str | None:
-        """The folder's Jinja chat template (None: none); ModelLoadError where its templates
-        hold none to use, raised when a chat needs it as transformers raises it (`wse infer
-        serve` renders a chat at start: refused then, unless given --chat-template)."""
-        if self._template_error is not None:
-            raise ModelLoadError(self._template_error)
-        return self._chat_template
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
-
-    def decode(self, ids: Sequence[int]) -> str:  # special tokens are not text (vLLM's default)
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
-
-    def vocab(self) -> dict[str, int]:
-        return dict(self._tok.get_vocab(with_added_tokens=True))
-
-
-def _max_token_bytes(tok: Any) -> int | None:
-    """The most UTF-8 bytes of text one token stands for, when that is known: a BPE without
-    an unknown token or a normalizer spells every token as the text it covers (byte-level
-    symbols like 'Ġ' or byte-fallback names like '<0x41>' are longer than their byte), so a
-    prompt of B bytes has at least B / this many tokens. None otherwise (a WordPiece's [UNK]
-    may cover a long word; a normalizer may shorten text)."""
-    from tokenizers import models
-
-    if not isinstance(tok.model, models.BPE) or tok.model.unk_token or tok.normalizer:
-        return None
-    return max(len(t.encode("utf-8")) for t in tok.get_vocab(with_added_tokens=True))
-
-
 _TOKENIZER_IS = "tokenizer.json must be an HF tokenizers JSON file (or absent: byte-level)"
 
 
@@ -125,6 +77,18 @@ class LoadedModel:
     params: Any  # the functional parameter pytree
     tokenizer: Any  # ByteTokenizer | HFTokenizer | None (ids only)
     eos_token_ids: tuple[int, ...] = ()  # generation stops on these (see `eos_token_ids`)
+    # generation_config.json's, where a request leaves a setting out (`generation_config`)
+    sampling_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def cli_settings(model_dir: str | Path, **given: Any) -> dict[str, Any]:
+    """`generation_config.cli_settings` for the model folder of `model_dir` (none when it has
+    none: loading it refuses it in its own words)."""
+    try:
+        folder: Path | None = resolve_model_dir(model_dir)
+    except ModelLoadError:
+        folder = None
+    return generation_config.cli_settings(folder, **given)
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -155,29 +119,6 @@ def resolve_model_dir(path: str | Path) -> Path:
     )
 
 
-def _read_tokenizer(path: Path) -> HFTokenizer:
-    """The tokenizer at `path`, read once per version of its files: a command checks it before
-    the weights (`check_tokenizer_file`) and `load_model` takes the same object."""
-
-    stamps = []
-    for f in (path, *(path.parent / name for name in SIDE_FILES)):
-        st = f.stat() if f.is_file() else None
-        stamps.append((st.st_size, st.st_mtime_ns) if st else None)
-    return _tokenizer_of(str(path), tuple(stamps))
-
-
-@functools.lru_cache(maxsize=4)
-def _tokenizer_of(path: str, stamps: tuple) -> HFTokenizer:
-    del stamps  # the cache key: the files' sizes and times
-    try:
-        return HFTokenizer(Path(path))
-    except WseError:  # its own words, naming the file at fault (hunt 62: tokenizer_config.json's
-        raise  # problems were said to be tokenizer.json's)
-    except Exception as err:  # tokenizers raises a bare Exception for a bad file
-        why = " ".join(str(err).split())[:300]
-        raise ModelLoadError(f"cannot read {path!r}: {why}") from None
-
-
 def check_tokenizer_file(path: str | Path) -> None:
     """Refuse an unreadable tokenizer.json of the model in `path` (HF `tokenizers`, no JAX):
     a command checks it before it loads the weights; a missing or odd model dir is left to
@@ -189,15 +130,23 @@ def check_tokenizer_file(path: str | Path) -> None:
         return
     for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
         if present(candidate, _TOKENIZER_IS):
-            _read_tokenizer(candidate)
+            read_tokenizer_file(candidate)
             return
 
 
 def _tokenizer(folder: Path, root: Path, vocab_size: int, required: bool):
     for candidate in (folder / "tokenizer.json", root / "tokenizer.json"):
         if present(candidate, _TOKENIZER_IS):
-            return _read_tokenizer(candidate)
-    if vocab_size >= 256:
+            return read_tokenizer_file(candidate)
+    try:  # vocab.json + merges.txt, or a refusal of the other tokenizer files (hunt 69)
+        slow = slow_tokenizer(folder, _config_json(folder).get("model_type"))
+    except ModelLoadError:
+        if required:
+            raise
+        return None  # ids only (--prompt-ids, a draft): no tokenizer is read
+    if slow is not None:
+        return slow
+    if vocab_size >= 256:  # no tokenizer files at all
         return ByteTokenizer()
     if not required:
         return None
@@ -224,9 +173,11 @@ def read_weights(path: str | Path) -> dict[str, Any]:
     from wse_core.host.tensor_files import read_tensors
 
     folder = resolve_model_dir(path)
-    n_layers = _n_layers(_config_json(folder))
-    try:  # n_layers: a header listing far more tensors is refused unparsed (hunt 64)
-        return read_tensors(folder, n_layers=n_layers)
+    config = _config_json(folder)
+    dtype = _held_dtype(folder, config)  # an int8 or float8 config.json: refused unread
+    try:  # n_layers: a header listing far more tensors is refused unparsed (hunt 64); dtype:
+        # a value its cast makes inf, read in F64 as 1e300 (hunt 69)
+        return read_tensors(folder, n_layers=_n_layers(config), dtype=dtype)
     except WseError as err:
         raise ModelLoadError(f"cannot load the model in {str(folder)!r}: {err}") from None
 
@@ -253,7 +204,8 @@ def load_model(
     tokenizer = read_tokenizer(root, config.vocab_size, required=tokenizer_required)
     name = config.name or root.resolve().name
     eos = eos_token_ids(folder, tokenizer, config.vocab_size)
-    return LoadedModel(name, folder, config, model.params(), tokenizer, eos)
+    defaults = sampling_defaults(folder)
+    return LoadedModel(name, folder, config, model.params(), tokenizer, eos, defaults)
 
 
 def eos_token_ids(folder: Path, tokenizer: Any, vocab_size: int) -> tuple[int, ...]:
@@ -320,15 +272,31 @@ def truncated_model(model: LoadedModel, n_layers: int) -> LoadedModel:
 
 
 def read_config(path: str | Path) -> Any:
-    """The model's `wse_models.ModelConfig` from its config.json alone (no weights read)."""
+    """The model's `wse_models.ModelConfig` from its config.json alone (no weights read); a
+    dtype held in another (float16 in float32) is said once on stderr."""
     folder = resolve_model_dir(path)
     d = _config_json(folder)  # within the file limits, before JAX is imported
     import wse_models
+    from wse_models.hf_config import dtype_note
 
     try:
-        return wse_models.config_from_hf(d)
+        config = wse_models.config_from_hf(d)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         raise _config_error(folder, err) from None
+    say_once(dtype_note(d))  # float16 run and priced as float32: said (hunt 69)
+    return config
+
+
+def _held_dtype(folder: Path, config: dict[str, Any]) -> str:
+    """The dtype the weights are held in (`wse_models.hf_config.checkpoint_dtype`, no JAX);
+    an int8 or float8 config.json is refused before a byte of data is read."""
+    from wse_models.errors import CheckpointError
+    from wse_models.hf_config import checkpoint_dtype
+
+    try:
+        return checkpoint_dtype(config)
+    except CheckpointError as err:
+        raise ModelLoadError(f"cannot load the model in {str(folder)!r}: {err}") from None
 
 
 def check_config_file(path: str | Path) -> None:

@@ -26,7 +26,7 @@ from wse_core.host.readers import read_text
 
 from wse_inference.model_files import ModelLoadError, json_file, present
 
-__all__ = ["SIDE_FILES", "TokenizerConfig", "read_tokenizer_config"]
+__all__ = ["SIDE_FILES", "TokenizerConfig", "json_object", "read_tokenizer_config"]
 
 # the files of a tokenizer's folder read here (a cached tokenizer is read again when one changes)
 SIDE_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
@@ -41,10 +41,10 @@ class TokenizerConfig(NamedTuple):
 
 def read_tokenizer_config(folder: Path) -> TokenizerConfig:
     """The chat template and special tokens of the tokenizer in `folder` (module docstring)."""
-    config = _json_object(folder / "tokenizer_config.json")
+    config = json_object(folder / "tokenizer_config.json")
     tokens = _special_tokens(config)
     if "added_tokens_decoder" not in config:  # the older save format (hunt 64: never read)
-        tokens |= _special_tokens(_json_object(folder / "special_tokens_map.json"))
+        tokens |= _special_tokens(json_object(folder / "special_tokens_map.json"))
     jinja = folder / "chat_template.jinja"
     if present(jinja, "the chat template must be a UTF-8 text file"):
         return TokenizerConfig(_jinja_text(jinja) or None, tokens, None)  # read first
@@ -52,7 +52,7 @@ def read_tokenizer_config(folder: Path) -> TokenizerConfig:
     return TokenizerConfig(template, tokens, error)
 
 
-def _json_object(path: Path) -> dict[str, Any]:
+def json_object(path: Path) -> dict[str, Any]:
     """The JSON object in `path`, {} where there is no file."""
     what = f"{path.name} must be a JSON object (or absent)"
     try:

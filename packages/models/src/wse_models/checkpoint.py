@@ -140,9 +140,12 @@ class _Tensors:
     """Every tensor of a checkpoint directory, read once (`wse_core.host.tensor_files`), or
     the arrays a caller read that way; each is taken as it is placed, unused ones dropped."""
 
-    def __init__(self, path: Path, arrays: dict[str, np.ndarray] | None, n_layers: int) -> None:
-        try:  # n_layers: a header listing far more tensors is refused before it is parsed
-            self.arrays = read_tensors(path, n_layers=n_layers) if arrays is None else arrays
+    def __init__(self, path: Path, arrays: dict[str, np.ndarray] | None, config: ModelConfig):
+        # n_layers: a header listing far more tensors is refused before it is parsed; dtype:
+        # a value the cast to param_dtype makes inf is refused as it is read (hunt 69)
+        n, dt = config.n_layers, config.param_dtype
+        try:
+            self.arrays = read_tensors(path, n_layers=n, dtype=dt) if arrays is None else arrays
         except WseError as err:  # TensorFileError, HostMemoryError: one line
             raise CheckpointError(str(err)) from None
         self.files = dict.fromkeys(self.arrays)  # our names (keys) read as `stored`
@@ -195,9 +198,10 @@ def load_params(
     path: str | os.PathLike, config: ModelConfig, *, tensors: dict[str, np.ndarray] | None = None
 ) -> Params:
     """The parameter pytree of the HF checkpoint in `path`, checked against `config`; with
-    `tensors` (`wse_core.host.tensor_files.read_tensors(path)`, read before JAX by a command)
+    `tensors` (`wse_core.host.tensor_files.read_tensors(path, dtype=config.param_dtype)`, read
+    before JAX by a command, each value checked to fit that dtype)
     those arrays, taken: the dict is emptied as they are placed, so no copy outlives the load."""
-    tensors = _Tensors(Path(path), tensors, config.n_layers)
+    tensors = _Tensors(Path(path), tensors, config)
     if config.arch == "gpt2":
         _normalize(tensors)
     shapes = jax.tree.map(lambda s: s.shape, param_shapes(config))

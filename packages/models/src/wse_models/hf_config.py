@@ -6,6 +6,10 @@ would change the model and that we do not implement (another activation, attenti
 biases in Llama, cross-attention, per-layer attention scaling, RoPE types other than "llama3")
 are refused by name, never ignored. The MLP activation (`activation_function` for GPT-2,
 `hidden_act` for Llama) maps to `ModelConfig.mlp_activation` through `HF_ACTIVATIONS`.
+RoPE is read as transformers 5 resolves it (`_rope`: a non-empty `rope_scaling` wins whole).
+The weights are held in config.json's dtype where it is float32 or bfloat16, float16 and
+float64 in float32 (`checkpoint_dtype`; `dtype_note` is the line a command says so in); any
+other dtype (int8, float8) is refused.
 """
 
 from __future__ import annotations
@@ -15,10 +19,17 @@ from typing import Any
 
 from wse_core.errors import quoted_number, shown_int
 
-from wse_models.config import DTYPES, ModelConfig, RopeScaling
+from wse_models.config import ModelConfig, RopeScaling
 from wse_models.errors import CheckpointError, ModelConfigError, renamed_fields
 
-__all__ = ["HF_ACTIVATIONS", "HF_ARCHITECTURES", "config_from_hf", "config_to_hf"]
+__all__ = [
+    "HF_ACTIVATIONS",
+    "HF_ARCHITECTURES",
+    "checkpoint_dtype",
+    "config_from_hf",
+    "config_to_hf",
+    "dtype_note",
+]
 
 HF_ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
 _ARCH_BY_HF = {v: k for k, v in HF_ARCHITECTURES.items()}
@@ -137,9 +148,51 @@ def _refuse(d: dict[str, Any], option: str, ok: Any, default: Any) -> None:
         )
 
 
-def _ckpt_dtype(d: dict[str, Any]) -> str:
-    name = str(d.get("dtype") or d.get("torch_dtype") or "float32").replace("torch.", "")
-    return name if name in DTYPES else "float32"
+# config.json's dtype (torch's names, "torch." dropped) -> the dtype its weights are held in:
+# float32 or bfloat16 (`DTYPES`); float16 and float64 weights are held exactly, or as near as
+# float32 holds them, in float32, and said so (`dtype_note`; hunt 69: float16 was priced as
+# float32 without a word, and int8 or float8 ran as float32 too). "auto" (the weights' own
+# dtype in transformers) is float32 here, said so.
+_HELD_AS = {
+    "float32": "float32", "float": "float32", "bfloat16": "bfloat16", "float16": "float32",
+    "half": "float32", "float64": "float32", "double": "float32", "auto": "float32",
+}  # fmt: skip
+
+
+def _dtype_key(d: dict[str, Any]) -> tuple[str, Any]:
+    """(the key, its value) of config.json's dtype: transformers 5's `dtype`, else 4.x's
+    `torch_dtype`, else float32."""
+    for key in ("dtype", "torch_dtype"):
+        if d.get(key) is not None:
+            value = d[key]
+            return key, value.removeprefix("torch.") if isinstance(value, str) else value
+    return "dtype", "float32"
+
+
+def checkpoint_dtype(d: dict[str, Any]) -> str:
+    """The dtype the weights of config.json `d` are held in (`_HELD_AS`); a dtype that is no
+    float this engine can hold (int8, float8_e4m3fn, bool, a number) is a CheckpointError."""
+    key, name = _dtype_key(d)
+    if isinstance(name, str) and name in _HELD_AS:
+        return _HELD_AS[name]
+    raise CheckpointError(
+        f"config.json's {key} {name!r:.40} is not a floating dtype this engine runs: it holds "
+        "weights in float32 or bfloat16 (float16 and float64 as float32); dequantize a "
+        "quantized checkpoint first"
+    )
+
+
+def dtype_note(d: dict[str, Any]) -> str | None:
+    """The line a command says when config.json's dtype is held in another (float16 as
+    float32: 4 bytes a parameter, priced so), else None."""
+    key, name = _dtype_key(d)
+    held = checkpoint_dtype(d)
+    if name == held or name == "float":
+        return None
+    return (
+        f"note: config.json's {key} {name} is run and priced as {held} (4 bytes a parameter): "
+        "this engine holds weights in float32 or bfloat16"
+    )
 
 
 def _activation(d: dict[str, Any], key: str, default: str) -> str:
@@ -170,13 +223,19 @@ def _gpt2(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rope(d: dict[str, Any]) -> tuple[float, RopeScaling | None]:
+    """(rope_theta, the llama3 scaling or None) as transformers 5 resolves them: a non-empty
+    4.x `rope_scaling` object is the RoPE parameters, whole, else 5.x `rope_parameters`
+    (`convert_rope_params_to_dict`: `rope_scaling or rope_parameters`); rope_theta is that
+    object's, else the top-level key's, else 10000. Hunt 69: the two objects were merged key
+    by key, so an exported folder's `rope_parameters` (rope_type default) switched off the
+    llama3 `rope_scaling` a user wrote, silently."""
     params: dict[str, Any] = {}
-    for key in ("rope_scaling", "rope_parameters"):  # transformers 4.x, then 5.x
+    for key in ("rope_parameters", "rope_scaling"):  # both checked; the 4.x key wins
         value = d.get(key) or {}
         if not isinstance(value, dict):
             raise CheckpointError(f"{key} must be an object or null, got {value!r:.60}")
         _check_types(value, f"{key}.")
-        params.update(value)
+        params = value or params
     theta = float(params.get("rope_theta", d.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     if kind in (None, "default"):
@@ -231,7 +290,7 @@ def config_from_hf(
     fields = _gpt2(d) if arch == "gpt2" else _llama(d)
     try:
         return ModelConfig(
-            arch=arch, dtype=dtype, param_dtype=param_dtype or _ckpt_dtype(d),
+            arch=arch, dtype=dtype, param_dtype=param_dtype or checkpoint_dtype(d),
             name=str(d.get("_name_or_path") or ""), **fields,
         )  # fmt: skip
     except ModelConfigError as e:

@@ -13,7 +13,9 @@ measured time per token, and (speculative) acceptance statistics (speculative de
 serving engine, `SpeculativeEngine`, whose rounds also give logprobs; with `--logprobs`, the
 mean logprob and perplexity); `--json` prints token ids, text, metrics and (`--logprobs N`)
 each token's raw logprob and its N most likely alternatives [[id, logprob], ...] as one JSON
-object. Bad input (missing/incompatible checkpoint, prompt longer than the context,
+object. A sampling setting not given is generation_config.json's, said in one line (vLLM's
+--generation-config auto), else 32 tokens at temperature 1 with no top-k, top-p or penalty.
+Bad input (missing/incompatible checkpoint, prompt longer than the context,
 max_tokens <= 0, temperature outside [0, 2], top_p outside (0, 1], draft/target vocabulary
 mismatch, --stages or --trace with --speculative-config: the pipelined engine's options; its
 `mock_accepted_tokens`: the mock server's) exits 2, one line. Heavy packages are imported
@@ -30,65 +32,11 @@ from pathlib import Path
 
 import typer
 
+from wse_cli.commands import infer_prompt as prompts
 from wse_cli.errors import fail
 from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
-
-
-def _parse_prompt_ids(prompt: str | None, prompt_ids: str | None) -> list[int] | None:
-    """--prompt-ids as integers, checked before any file is read (None: --prompt is given)."""
-    if (prompt is None) == (prompt_ids is None):
-        fail("give exactly one of --prompt TEXT or --prompt-ids 1,2,3")
-    if prompt_ids is None:
-        return None
-    # "1,,2" or a trailing comma is a typo, not a shorter prompt; "1_0", "+1" and other
-    # scripts' digits are Python's int() syntax, not token ids (hunt 58: 1_0 was 10)
-    parts = [x.strip() for x in prompt_ids.split(",")]
-    digits = [x.removeprefix("-") for x in parts]
-    if not all(d.isascii() and d.isdigit() for d in digits):
-        from wse_core.errors import shown
-
-        fail(f"--prompt-ids must be comma-separated integers (e.g. 1,2,3), got {shown(prompt_ids)}")
-    long = next((x for x, d in zip(parts, digits, strict=True) if len(d) > 18), None)
-    if long is not None:  # past 64 bits (int() refuses past 4,300 digits with a traceback)
-        fail(f"prompt id {long[:20]}... is outside every vocabulary (at most 64 bits)")
-    return [int(x) for x in parts]
-
-
-def _check_utf8(name: str, text: str | None) -> None:
-    """Refuse text that is not UTF-8 (`wse_core.errors.not_utf8`)."""
-    from wse_core.errors import not_utf8, shown
-
-    if (where := not_utf8(text or "")) is not None:
-        fail(f"{name} {shown(text)} is not UTF-8 text ({where}); give UTF-8 text")
-
-
-def _check_stop(stop: list[str]) -> None:
-    """--stop within the server's bounds (`RequestLimits`: OpenAI's 4 strings, 1,024
-    characters each; hunt 59: 100 stops of 100,000 characters were taken)."""
-    from wse_core.errors import shown
-    from wse_inference.serve.admission import RequestLimits
-
-    most, chars = RequestLimits.max_stop, RequestLimits.max_stop_chars
-    if len(stop) > most:
-        fail(
-            f"--stop is given {len(stop)} times; give at most {most} stop strings (OpenAI's limit)"
-        )
-    for s in stop:
-        if len(s) > chars:
-            fail(f"--stop {shown(s)} is too long; a stop string has at most {chars:,} characters")
-
-
-def _prompt_ids(prompt: str | None, ids: list[int] | None, tokenizer, vocab_size: int):
-    if ids is None:
-        ids = tokenizer.encode(prompt)
-    bad = [i for i in ids if not 0 <= i < vocab_size]
-    if bad:
-        fail(f"prompt id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
-    if not ids:
-        fail("the prompt is empty")
-    return ids
 
 
 def _pipelined(model, ids, sampling, stages, context, stream, wafer, trace=None):
@@ -176,14 +124,14 @@ def generate(
     model_dir: Path = typer.Option(..., "--model-dir", help="HF dir or wse train model_dir."),
     prompt: str = typer.Option(None, "--prompt", help="Prompt text."),
     prompt_ids: str = typer.Option(None, "--prompt-ids", help="Ids: 1,2,3."),
-    max_tokens: int = number(32, "--max-tokens", help="Tokens to make.", kind=int, ge=1),
+    max_tokens: int = number(None, "--max-tokens", help="Tokens to make.", kind=int, ge=1),
     temperature: float = number(  # the server's range (admission.MAX_TEMPERATURE, OpenAI's)
-        1.0, "--temperature", help="In [0, 2]; 0 is greedy.", ge=0, le=2
+        None, "--temperature", help="In [0, 2]; 0 is greedy.", ge=0, le=2
     ),
     top_k: int = number(
-        0, "--top-k", help="0 disables (int32 on the device).", kind=int, ge=0, le=INT32_MAX
+        None, "--top-k", help="0 disables (int32 on the device).", kind=int, ge=0, le=INT32_MAX
     ),
-    top_p: float = number(1.0, "--top-p", help="In (0, 1].", gt=0, le=1),
+    top_p: float = number(None, "--top-p", help="In (0, 1].", gt=0, le=1),
     seed: int = number(None, "--seed", help="Sampling seed.", **SEED),
     stop: list[str] = typer.Option(None, "--stop", help="Stop string (repeatable)."),
     ignore_eos: bool = typer.Option(
@@ -195,7 +143,7 @@ def generate(
     frequency_penalty: float = number(
         0.0, "--frequency-penalty", help="In [-2, 2]; 0 is off.", ge=-2, le=2
     ),
-    repetition_penalty: float = number(1.0, "--repetition-penalty", help="> 0; 1 is off.", gt=0),
+    repetition_penalty: float = number(None, "--repetition-penalty", help="> 0; 1 is off.", gt=0),
     logprobs: int = number(
         None,
         "--logprobs",
@@ -227,20 +175,25 @@ def generate(
     from wse_inference.model_dir import check_config_file, check_tokenizer_file, load_model
 
     for name, text in [("--prompt", prompt), *(("--stop", s) for s in stop or ())]:
-        _check_utf8(name, text)  # hunt 60: the tokenizer's UnicodeEncodeError, after loading
-    parsed_ids = _parse_prompt_ids(prompt, prompt_ids)  # a typo: refused before any file
-    _check_stop(stop or [])  # the server's bounds on stop strings, before any file too
+        prompts.check_utf8(name, text)  # hunt 60: the tokenizer's UnicodeEncodeError, after loading
+    parsed_ids = prompts.parse_prompt_ids(prompt, prompt_ids)  # a typo: refused before any file
+    prompts.check_stop(stop or [])  # the server's bounds on stop strings, before any file too
     check_config_file(model_dir)  # a huge or deep config.json is refused before JAX loads
     check_tokenizer_file(model_dir)  # an unreadable tokenizer.json: refused before the weights
 
-    sampling = SamplingParams(
-        max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-        stop=tuple(stop or ()), ignore_eos=ignore_eos, logprobs=logprobs,
-        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+    from wse_inference.model_dir import cli_settings
+
+    settings = cli_settings(  # generation_config.json's where not given (hunt 69: ignored)
+        model_dir, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
         repetition_penalty=repetition_penalty,
     )  # fmt: skip
-    # the settings alone, before any file is read (the context: once config.json is read)
-    validate_sampling(sampling, vocab_size=1 << 30, max_context=max_tokens + 1, prompt_len=1)
+    sampling = SamplingParams(
+        **settings, seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, logprobs=logprobs,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+    )  # fmt: skip
+    # the settings alone, before the weights are read (the context: once config.json is read)
+    alone = sampling.max_tokens + 1
+    validate_sampling(sampling, vocab_size=1 << 30, max_context=alone, prompt_len=1)
     wafer = wafer_spec(preset, spec_file, "wse3")
     spec = None
     if speculative_config is not None:
@@ -276,7 +229,7 @@ def generate(
     from wse_inference.model_dir import read_tokenizer
 
     early = read_tokenizer(model_dir, cfg.vocab_size) if parsed_ids is None else None
-    n_prompt = len(_prompt_ids(prompt, parsed_ids, early, cfg.vocab_size))
+    n_prompt = len(prompts.prompt_ids(prompt, parsed_ids, early, cfg.vocab_size))
     validate_sampling(sampling, vocab_size=cfg.vocab_size, max_context=context, prompt_len=n_prompt)
     check_host_memory(
         cfg, rows=1 if spec is not None else stages or 1, max_context=context,
@@ -287,7 +240,7 @@ def generate(
 
     sdpa_cpu.compile_early(cfg.hd, "float32", backward=False)  # load_model's dtype; meanwhile
     model = load_model(model_dir, tokenizer_required=prompt is not None, weights=weights)
-    ids = _prompt_ids(prompt, parsed_ids, model.tokenizer, model.config.vocab_size)
+    ids = prompts.prompt_ids(prompt, parsed_ids, model.tokenizer, model.config.vocab_size)
     context = max_context or model.config.max_seq_len
     validate_sampling(
         sampling, vocab_size=model.config.vocab_size, max_context=context, prompt_len=len(ids)

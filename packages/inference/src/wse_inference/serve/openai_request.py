@@ -20,7 +20,14 @@ Fields this module does not know are ignored, as vLLM ignores them (metadata, st
 service_tier, a misspelt name...). Flags (stream, echo, ignore_eos, include_usage,
 parallel_tool_calls, return_tokens_as_token_ids) must be JSON true, false or null: "false"
 would read as true. A missing
-max_tokens means "the rest of the context window" (vLLM's default).
+max_tokens means "the rest of the context window" (vLLM's default). A setting the body leaves
+out (temperature, top_k, top_p, repetition_penalty, max_tokens) is the model's
+generation_config.json default where it sets one (`sampling_defaults`, vLLM's
+--generation-config auto; max_tokens within the rest of the context).
+
+Prompts are `serve.prompt_ids`': a text prompt gets the tokenizer's special tokens (its BOS)
+unless add_special_tokens is false (vLLM's field; chat's template writes its own, so true
+is refused with messages); a text the tokenizer cannot encode is a 400.
 
 Logprobs are asked with `logprobs: k` (completions) or `logprobs: true, top_logprobs: k`
 (chat), k in 0..MAX_LOGPROBS = 20; `echo: true` with logprobs also scores the prompt.
@@ -30,14 +37,14 @@ rendered within its operation and time limits).
 
 The answers (response bodies, logprobs, streaming) are `wse_inference.serve.openai_response`'s;
 vLLM's /tokenize and /detokenize bodies are here (`tokenize_request`, `detokenize_request`);
-/tokenize honours add_generation_prompt and refuses what chat refuses (a request's
-chat_template, tools, continue_final_message), as vLLM's does.
+/tokenize honours add_generation_prompt and add_special_tokens, and refuses what chat refuses
+(a request's chat_template, tools, continue_final_message), as vLLM's does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from wse_inference.engine import MAX_LOGPROBS, SamplingParams, Tokenizer
@@ -46,7 +53,6 @@ from wse_inference.serve.admission import (
     ModelNotFoundError,
     RequestLimits,
     check_sampling,
-    encode_prompt,
     shown_int,
     shown_json,
 )
@@ -61,6 +67,7 @@ from wse_inference.serve.openai_fields import (
     refuse_tools,
     refuse_unsupported,
 )
+from wse_inference.serve.prompt_ids import completion_prompt, messages_prompt, token_list
 
 __all__ = [
     "ParsedRequest",
@@ -156,12 +163,6 @@ def _check_present(body: dict, name: str) -> None:
         )
 
 
-def _token_list(v: Any, name: str) -> list[int] | None:
-    if isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
-        return list(v)
-    return None
-
-
 def _stop(body: dict) -> tuple[str, ...]:
     v = body.get("stop")
     if v is None:
@@ -171,28 +172,6 @@ def _stop(body: dict) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise invalid("stop must be a string or a list of strings.", "stop")  # how many: limits
     return tuple(v)  # empty ones too: check_sampling counts them, then refuses them (vLLM)
-
-
-def _completion_prompt(body: dict, tokenizer: Tokenizer, max_context: int) -> list[int]:
-    p = body.get("prompt")
-    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str | list):
-        p = p[0]  # the client's batch-of-one form
-    if isinstance(p, str):
-        return encode_prompt(tokenizer, p, max_context=max_context)
-    ids = _token_list(p, "prompt")
-    if ids is not None:
-        return ids
-    if isinstance(p, list) and len(p) > 1 and all(isinstance(x, str | list) for x in p):
-        raise invalid("Only one prompt per request is supported; send one request each.", "prompt")
-    if isinstance(p, list):  # hunt 56: [1, "a"] and [[1, [2]]] were called several prompts
-        bad = next(x for x in p if isinstance(x, bool) or not isinstance(x, int))
-        raise invalid(
-            f"prompt must be a string or one list of integer token ids; it holds "
-            f"{shown_json(bad)}.",
-            "prompt",
-        )
-    raise invalid(f"prompt must be a string or a list of token ids, got {shown_json(p)}.",
-                  "prompt")  # fmt: skip
 
 
 def _logprobs(body: dict, kind: str) -> int | None:
@@ -256,20 +235,22 @@ def _stream_options(opts: Any, stream: bool) -> bool:
     return include_usage
 
 
-def _sampling(body: dict, kind: str) -> SamplingParams:
-    """The request's settings; max_tokens 0 when the body leaves it to the context (filled in
-    once the prompt's length is known)."""
+def _sampling(body: dict, kind: str, defaults: Mapping[str, Any]) -> SamplingParams:
+    """The request's settings, `defaults` (generation_config.json's) where it sets none;
+    max_tokens 0 when the body leaves it to the context (filled in once the prompt's length
+    is known)."""
     max_tokens = _max_tokens(body)
-    top_k = integer(body, "top_k", 0) or 0
+    top_k = integer(body, "top_k", None)
+    top_k = defaults.get("top_k", 0) if top_k is None else top_k
     stop_ids = body.get("stop_token_ids")
     stop_ids = [] if stop_ids is None else stop_ids  # hunt 56: {}, 0 and "" passed as none
-    if _token_list(stop_ids, "stop_token_ids") is None:
+    if token_list(stop_ids) is None:
         raise invalid("stop_token_ids must be a list of token ids.", "stop_token_ids")
     ignore_eos = flag(body.get("ignore_eos"), "ignore_eos")
     return SamplingParams(
         max_tokens=0 if max_tokens is None else max_tokens,
-        temperature=number(body, "temperature", 1.0),
-        top_p=number(body, "top_p", 1.0),
+        temperature=number(body, "temperature", defaults.get("temperature", 1.0)),
+        top_p=number(body, "top_p", defaults.get("top_p", 1.0)),
         top_k=0 if top_k == -1 else top_k,
         seed=integer(body, "seed", None),
         stop=_stop(body),
@@ -278,7 +259,9 @@ def _sampling(body: dict, kind: str) -> SamplingParams:
         logprobs=_logprobs(body, kind),
         presence_penalty=number(body, "presence_penalty", 0.0),
         frequency_penalty=number(body, "frequency_penalty", 0.0),
-        repetition_penalty=number(body, "repetition_penalty", 1.0),
+        repetition_penalty=number(
+            body, "repetition_penalty", defaults.get("repetition_penalty", 1.0)
+        ),  # fmt: skip
     )
 
 
@@ -292,10 +275,14 @@ def parse_request(
     chat_template: str | None = None,
     content_format: str = "auto",
     limits: RequestLimits | None = None,
+    sampling_defaults: Mapping[str, Any] | None = None,
 ) -> ParsedRequest:
     """Validate an OpenAI request body (a parsed JSON value) into prompt ids and sampling;
-    `chat_template` (in `content_format`) overrides the tokenizer's. Every setting is checked
-    before the prompt is tokenized (`admission.check_sampling`, `admission.encode_prompt`)."""
+    `chat_template` (in `content_format`) overrides the tokenizer's; `sampling_defaults`
+    (generation_config.json's: `generation_config.server_defaults`) fill what the body leaves
+    out. Every setting is checked before the prompt is tokenized (`admission.check_sampling`,
+    `admission.encode_prompt`)."""
+    defaults = sampling_defaults or {}
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.", None)
     _refuse_surrogates(body)
@@ -304,20 +291,22 @@ def parse_request(
     refuse_other_route(body, kind)
     refuse_unsupported(body, limits or RequestLimits())
     n = integer(body, "n", 1) or 1
-    sampling = _sampling(body, kind)
+    sampling = _sampling(body, kind, defaults)
     check_sampling(sampling, n=n, limits=limits or RequestLimits())
     _check_present(body, "messages" if kind == "chat" else "prompt")
     if kind == "chat":
-        prompt_ids = chat_prompt(body.get("messages"), tokenizer, chat_template,
-                                 content_format=content_format,
-                                 max_context=max_context)  # fmt: skip
+        prompt_ids = messages_prompt(body, tokenizer, chat_template=chat_template,
+                                     content_format=content_format,
+                                     max_context=max_context)  # fmt: skip
     else:
-        prompt_ids = _completion_prompt(body, tokenizer, max_context)
+        prompt_ids = completion_prompt(body, tokenizer, max_context)
     if not prompt_ids:
         param = "messages" if kind == "chat" else "prompt"
         raise invalid(f"The {param} is empty; give at least one token.", param)
-    if _max_tokens(body) is None:  # vLLM's default: the rest of the context (at least one)
-        sampling = dataclasses.replace(sampling, max_tokens=max(1, max_context - len(prompt_ids)))
+    if _max_tokens(body) is None:  # vLLM's: the file's default within the rest of the context
+        rest = max(1, max_context - len(prompt_ids))
+        sampling = dataclasses.replace(sampling, max_tokens=min(defaults.get("max_tokens", rest),
+                                                                rest))  # fmt: skip
     echo = flag(body.get("echo"), "echo")
     if echo and kind == "chat":
         raise invalid("echo is supported by /v1/completions only.", "echo")
@@ -361,7 +350,6 @@ def tokenize_request(
     absent; what chat refuses (tools, a request's chat_template...) is refused here too (hunt
     65: they were ignored, and add_generation_prompt false gave the chat's count)."""
     body = _check_model(body, model_names)
-    flag(body.get("add_special_tokens"), "add_special_tokens")  # hunt 58: "x" was taken
     if flag(body.get("return_token_strs"), "return_token_strs"):  # was answered with null
         raise invalid("return_token_strs is not supported by this server; leave it out.",
                       "return_token_strs")  # fmt: skip
@@ -373,13 +361,13 @@ def tokenize_request(
     if messages is not None and body.get("prompt") is not None:  # the prompt was dropped
         raise invalid("Give prompt or messages, not both.", "prompt")
     if messages is not None:
-        ids = chat_prompt(messages, tokenizer, chat_template, content_format=content_format,
-                          max_context=max_context, add_generation_prompt=generation)  # fmt: skip
+        ids = messages_prompt(body, tokenizer, chat_template=chat_template,
+                              content_format=content_format, max_context=max_context,
+                              add_generation_prompt=generation)  # fmt: skip
     else:
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
+        if not isinstance(body.get("prompt"), str):
             raise invalid("Give prompt (a string) or messages (a list of chat messages).", "prompt")
-        ids = encode_prompt(tokenizer, prompt, max_context=max_context)
+        ids = completion_prompt(body, tokenizer, max_context)  # hunt 69: add_special_tokens
     return {"count": len(ids), "max_model_len": max_context, "tokens": ids, "token_strs": None}
 
 
@@ -388,7 +376,7 @@ def detokenize_request(
 ) -> dict:
     """vLLM's /detokenize: {"prompt": the text of {"tokens": [ids]}}."""
     body = _check_model(body, model_names)
-    ids = _token_list(body.get("tokens"), "tokens")
+    ids = token_list(body.get("tokens"))
     if ids is None:
         raise invalid("tokens must be a list of token ids.", "tokens")
     bad = [t for t in ids if not 0 <= t < vocab_size]

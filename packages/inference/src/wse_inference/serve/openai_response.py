@@ -18,7 +18,8 @@ lm-evaluation-harness' local-completions scores loglikelihoods; `/v1/chat/comple
 top_logprobs: [{token, logprob, bytes}] x k}]}. Streamed chunks carry their tokens'.
 A token's text is `tokenizer.decode([id])`; its `bytes` are the token's own
 (`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191, 189]); logprobs are clamped at
--9999.0 as vLLM's are. Tokens whose texts are the same (bytes 0x80..0xBF all decode to
+-9999.0 as vLLM's are, and a NaN one (weights that overflow at run time) is null, never a
+number. Tokens whose texts are the same (bytes 0x80..0xBF all decode to
 U+FFFD) collide as keys of a completions' top_logprobs dict, as in vLLM, and the k entries
 shrink; `return_tokens_as_token_ids: true` names every token "token_id:N" instead (vLLM's
 field), in both routes, so the k alternatives all arrive.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -97,9 +99,12 @@ def _head(kind: str, rid: str, created: int, model: str, *, chunk: bool) -> dict
     return {"id": rid, "object": obj, "created": created, "model": model}
 
 
-def _clamp(lp: float) -> float:
-    """vLLM's floor for -inf; NaN (a model that overflows past the warm-up) too: JSON has no
-    NaN (hunt 62: a 500 from json.dumps, NaN in a stream's chunks)."""
+def _clamp(lp: float) -> float | None:
+    """vLLM's floor for -inf; NaN (a model that overflows past the warm-up) is null, no
+    number: JSON has no NaN (hunt 62: a 500 from json.dumps, NaN in a stream's chunks), and
+    -9999.0 read as a real, very unlikely token (hunt 69)."""
+    if math.isnan(lp):
+        return None
     return lp if lp >= -9999.0 else -9999.0
 
 

@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from wse_core.errors import shown
 
 from wse_inference.engine import Engine
+from wse_inference.generation_config import server_defaults
 from wse_inference.serve import openai_request as oa
 from wse_inference.serve.admission import (
     InvalidRequestError,
@@ -129,6 +130,7 @@ def _add_generation_routes(
         model_names=model_names,
         max_context=engine.max_context,
         limits=limits,
+        sampling_defaults=server_defaults(engine),  # generation_config.json's (hunt 69)
         **chat,
     )
 

@@ -1,7 +1,8 @@
 """A safetensors checkpoint read into NumPy, without JAX, every tensor checked as it is read.
 
 Contract. `weight_map(folder)` maps each tensor name of an HF-format checkpoint folder to its
-file: the shards `model.safetensors.index.json` names (read within the JSON limits), else
+file: the shards `model.safetensors.index.json` names (read within the JSON limits; a name
+leaving the folder, absolute or with `..`, refused in transformers' words), else
 every `*.safetensors` of the folder (a tensor two of them hold is refused: which copy to
 use is not said). `read_tensors(folder)` reads each tensor once into a NumPy array
 (`safetensors`' numpy framework: bfloat16 as ml_dtypes') and returns {name: array}; HF's
@@ -12,12 +13,13 @@ BF16, F32, F64: an FP8/FP6/FP4 checkpoint needs its scales, so it is refused, no
 given the model's `n_layers`, every header's count of tensors against `tensor_limit` (counted
 in the header's text before safetensors parses it). A floating tensor holding NaN or Inf is
 refused as it is read, naming the tensor, its file and the count (a model would generate
-nothing from it, silently). Every error is a `TensorFileError` (a `WseError`, one line): a
-malformed index, a missing index shard, a damaged header, truncated data, a non-finite
-tensor. Integer and bool tensors are read as they are (the model loader refuses them as
-weights). The model loader (`wse_models.load_params(..., tensors=)`) takes the arrays as
-they are, so a command can refuse a bad checkpoint before it imports JAX and the weights
-are still read once.
+nothing from it, silently); so is, given the `dtype` the model holds its weights in, a finite
+value the cast to it makes infinite (F64 1e300 in float32). Every error is a
+`TensorFileError` (a `WseError`, one line): a malformed index, a missing index shard, a
+damaged header, truncated data, a non-finite tensor. Integer and bool tensors are read as
+they are (the model loader refuses them as weights). The model loader
+(`wse_models.load_params(..., tensors=)`) takes the arrays as they are, so a command can
+refuse a bad checkpoint before it imports JAX and the weights are still read once.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ def weight_map(folder: str | os.PathLike, *, n_layers: int | None = None) -> dic
         wm = _index_weight_map(index)
         _check_count(len(wm), INDEX_FILE, n_layers)
         for shard in sorted(set(wm.values())):
+            _check_inside(shard, index)
             if not (path / shard).exists():
                 raise TensorFileError(f"{INDEX_FILE} names shard {shard!r}, missing from {path}")
         return {k: str(path / shard) for k, shard in wm.items()}
@@ -132,6 +135,18 @@ def _index_weight_map(index: Path) -> dict[str, str]:
     return wm
 
 
+def _check_inside(shard: str, index: Path) -> None:
+    """Refuse a shard name that leaves the model folder (an absolute path or a `..` part), in
+    transformers' words (`_check_shard_filenames_stay_in_model_dir`: names, not resolved
+    paths, so the HF cache's symlinked shards pass); hunt 69: `../other/model.safetensors`
+    was read from outside the folder, exit 0."""
+    if Path(shard).anchor or ".." in Path(shard).parts:
+        raise TensorFileError(
+            f"The checkpoint index {index} has a shard filename that points outside the model "
+            f"directory: {shard}; shard names must be files in the model folder"
+        )
+
+
 def _kind(value: Any) -> str:
     return _JSON_KINDS.get(type(value), "a value")
 
@@ -173,9 +188,13 @@ def _opened(file: str, n_layers: int | None = None) -> Any:
         raise TensorFileError(f"{file} is not a readable safetensors file: {err}") from None
 
 
-def read_tensors(folder: str | os.PathLike, *, n_layers: int | None = None) -> dict[str, Any]:
+def read_tensors(
+    folder: str | os.PathLike, *, n_layers: int | None = None, dtype: str | None = None
+) -> dict[str, Any]:
     """Every tensor of the checkpoint in `folder` (module docstring): name -> np.ndarray;
-    with `n_layers` (the model's), a checkpoint listing more than `tensor_limit` is refused."""
+    with `n_layers` (the model's), a checkpoint listing more than `tensor_limit` is refused;
+    with `dtype` ("float32" or "bfloat16": what the model holds its weights in), a value the
+    cast to it turns into inf is refused (`_check_fits`)."""
     from safetensors import SafetensorError
 
     from wse_core.host.memory import require
@@ -202,6 +221,7 @@ def read_tensors(folder: str | os.PathLike, *, n_layers: int | None = None) -> d
                 except (SafetensorError, OSError) as err:  # truncated data
                     raise TensorFileError(f"cannot read tensor {name!r} from {f}: {err}") from None
                 _check_finite(tensor, name, f)
+                _check_fits(tensor, name, f, dtype)
                 out[name] = tensor
     return out
 
@@ -240,3 +260,33 @@ def _check_finite(tensor: Any, name: str, file: str) -> None:
             f"tensor {name!r} in {file} holds {bad:,} NaN or infinite values of "
             f"{finite.size:,}; this checkpoint cannot be served"
         )
+
+
+# the stored dtypes wider than each held dtype: their values may overflow the cast to it
+_WIDER = {"float32": ("float64",), "bfloat16": ("float64", "float32")}
+
+
+def _check_fits(tensor: Any, name: str, file: str, dtype: str | None) -> None:
+    """Refuse a finite value that the cast to `dtype` rounds to inf (hunt 69: an F64 1e300
+    passed the finite check, became inf in float32, and the model's logits NaN 17 s later):
+    |x| at or past halfway between the dtype's max and 2^128 rounds up to inf."""
+    import numpy as np
+
+    if dtype is None or tensor.dtype.name not in _WIDER.get(dtype, ()) or not tensor.size:
+        return
+    info = np.finfo(np.float32) if dtype == "float32" else _bf16_finfo()
+    edge = np.ldexp(2.0 - 2.0 ** -(int(info.nmant) + 1), int(info.maxexp) - 1)
+    if -edge < tensor.min() and tensor.max() < edge:
+        return
+    bad = int(np.count_nonzero(np.abs(tensor) >= edge))
+    raise TensorFileError(
+        f"tensor {name!r} in {file} holds {bad:,} value{'s' * (bad != 1)} beyond {dtype}'s "
+        f"range ({float(info.max):.3g}); it would be inf once loaded in {dtype}, the model's "
+        "dtype (config.json's)"
+    )
+
+
+def _bf16_finfo() -> Any:
+    import ml_dtypes
+
+    return ml_dtypes.finfo(ml_dtypes.bfloat16)
