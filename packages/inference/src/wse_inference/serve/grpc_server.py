@@ -22,9 +22,8 @@ decided by the scheduler's bounded queue, never by gRPC's own queueing.
 
 from __future__ import annotations
 
-import dataclasses
 import queue
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -33,6 +32,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from wse_inference.engine import SamplingParams
+from wse_inference.generation_config import server_defaults
 from wse_inference.serve.admission import (
     InvalidRequestError,
     ModelNotFoundError,
@@ -40,8 +40,8 @@ from wse_inference.serve.admission import (
     RequestLimits,
     ShuttingDownError,
     check_sampling,
-    encode_prompt,
 )
+from wse_inference.serve.prompt_ids import text_prompt
 from wse_inference.serve.proto import load_stubs
 from wse_inference.serve.request import StreamEvent
 from wse_inference.serve.scheduler import Scheduler
@@ -52,14 +52,27 @@ pb2, pb2_grpc = load_stubs()
 _ERROR_CODES = {"invalid": grpc.StatusCode.INVALID_ARGUMENT, "abort": grpc.StatusCode.UNAVAILABLE}
 
 
-def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> SamplingParams:
-    """SamplingParams from a GenerateRequest; unset fields take the OpenAI defaults."""
-    max_tokens = req.max_tokens if req.HasField("max_tokens") else max(1, max_context - prompt_len)
+def sampling_from_request(
+    req: Any, *, prompt_len: int, max_context: int, defaults: Mapping[str, Any] | None = None
+) -> SamplingParams:
+    """SamplingParams from a GenerateRequest; unset fields take `defaults` (the model's
+    generation_config.json's: `generation_config.server_defaults`; top_k 0 is unset, -1 off),
+    else the OpenAI defaults; max_tokens at most the rest of the context (hunt 69: gRPC
+    read none of the file's defaults, as HTTP did not before it)."""
+    d = defaults or {}
+    rest = max(1, max_context - prompt_len)
+    max_tokens = (
+        req.max_tokens if req.HasField("max_tokens") else min(d.get("max_tokens", rest), rest)
+    )
+
+    def given(field: str, default: float) -> Any:
+        return getattr(req, field) if req.HasField(field) else d.get(field, default)
+
     return SamplingParams(
         max_tokens=max_tokens,
-        temperature=req.temperature if req.HasField("temperature") else 1.0,
-        top_p=req.top_p if req.HasField("top_p") else 1.0,
-        top_k=0 if req.top_k == -1 else req.top_k,  # -1: off, as vLLM's (and HTTP's) -1
+        temperature=given("temperature", 1.0),
+        top_p=given("top_p", 1.0),
+        top_k={0: d.get("top_k", 0), -1: 0}.get(req.top_k, req.top_k),  # -1: off, as vLLM's
         seed=req.seed if req.HasField("seed") else None,
         stop=tuple(req.stop),  # empty ones too: check_sampling counts and refuses them
         stop_token_ids=tuple(req.stop_token_ids),
@@ -67,7 +80,7 @@ def sampling_from_request(req: Any, *, prompt_len: int, max_context: int) -> Sam
         logprobs=req.logprobs if req.HasField("logprobs") else None,
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
-        repetition_penalty=req.repetition_penalty if req.HasField("repetition_penalty") else 1.0,
+        repetition_penalty=given("repetition_penalty", 1.0),
     )
 
 
@@ -169,23 +182,28 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
         self.scheduler = scheduler
         self.model_names = tuple(model_names)
         self.limits = limits
+        self.defaults = server_defaults(scheduler.engine)  # generation_config.json's
 
     def _prompt_ids(self, req: Any) -> list[int]:
         max_context = self.scheduler.engine.max_context
         if req.WhichOneof("prompt") == "token_ids":
             return list(req.token_ids.ids)
-        return encode_prompt(self.scheduler.engine.tokenizer, req.text, max_context=max_context)
+        # with the tokenizer's BOS, as /v1/completions (hunt 69); a tokenizer error is the
+        # client's INVALID_ARGUMENT
+        return text_prompt(self.scheduler.engine.tokenizer, req.text, max_context=max_context)
 
     def _submit(self, req: Any, sink: Any, context: grpc.ServicerContext) -> Any:
         try:
             if req.model and req.model not in self.model_names:  # its name cut, its length said
                 raise ModelNotFoundError(req.model, self.model_names)
             max_context = self.scheduler.engine.max_context
-            sampling = sampling_from_request(req, prompt_len=0, max_context=max_context)
+            sampling = sampling_from_request(req, prompt_len=0, max_context=max_context,
+                                             defaults=self.defaults)  # fmt: skip
             check_sampling(sampling, limits=self.limits)  # before anything is tokenized
             ids = self._prompt_ids(req)
             if not req.HasField("max_tokens"):  # the rest of the context (at least one)
-                sampling = dataclasses.replace(sampling, max_tokens=max(1, max_context - len(ids)))
+                sampling = sampling_from_request(req, prompt_len=len(ids), max_context=max_context,
+                                                 defaults=self.defaults)  # fmt: skip
             return self.scheduler.submit(prompt_ids=ids, sampling=sampling, sink=sink)
         except InvalidRequestError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
