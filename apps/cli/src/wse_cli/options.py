@@ -18,7 +18,8 @@ How to declare one (keywords after the option's names, like `typer.Option`'s):
 
 - `kind`: `float` (default; any finite real; "-0" is read as 0, never a negative zero) or
   `int` (a whole number of at most 64 bits, read exactly: "12", "1e3" and "1000.0" are
-  1000; "2.5" and 2**70 are refused).
+  1000; "2.5" and 2**70 are refused). Digits are ASCII, without `_` grouping ("1_0" is
+  refused, not read as 10).
 - Bounds: `gt`, `ge`, `lt`, `le` (strict or not); leave them out for no bound. A value
   that is finite is always required: inf and NaN never pass.
 - `unit`: said in the error and appended to the help with the range.
@@ -100,7 +101,10 @@ def _parse(kind: type) -> Any:
         if isinstance(value, bool):
             return _NotANumber(str(value))
         text = str(value).strip()
-        if not text.isascii():  # hunt 61: Python reads '١٠' and '１０' as 10; a number is ASCII
+        # hunt 61: Python reads '١٠' and '１０' as 10; a number is ASCII. Hunt 69: and '1_0'
+        # as 10 (PEP 515's digit grouping, in float() and Decimal() alike): a mistyped
+        # `--threshold 1_0e-3` became 0.01 without a word
+        if not text.isascii() or "_" in text:
             return _NotANumber(str(value))
         if kind is float:
             try:

@@ -5,7 +5,13 @@ Contract: `compress(a, nb=..., threshold=eps)` cuts a real fp32 or complex64 mat
 the smallest rank k_ij with ||A_ij - U_ij V_ij^H||_F <= eps * ||A_ij||_F (truncated SVD;
 a randomized range finder first for tiles of at least `RANDOMIZED_MIN_TILE` rows). Summed
 over tiles this gives ||A - A_tlr||_F <= eps * ||A||_F, hence for any x
-||A x - A_tlr x|| <= eps * ||A||_F * ||x|| (the bound the tests check). Each tile is
+||A x - A_tlr x|| <= eps * ||A||_F * ||x|| (the bound the tests check). The bound is
+certified on what is stored: each tile's U V^H is rebuilt in fp32 and measured against the
+tile, and a tile whose fp32 rounding pushes it past eps gets the next ranks of a full SVD
+until it does not; the operator's `error_fro` is that achieved error (`achieved_error`
+measures any operator against its matrix the same way; hunt 69: the SVDs' dropped tail was
+recorded, 0 at full rank where fp32 gives ~1e-7). `eps` is at least
+`compressed.LEAST_THRESHOLD`: below it rounding, not rank, decides the error. Each tile is
 compressed scaled to norm 1, so any fp32 entries compress alike; a tile whose norm is past
 fp32's range, or a result that misses `eps`, is a TlrError. `eps` is relative to the norm,
 as ecrc/tlrmvm's acc, so it means the same at any scale: a matrix all below fp32's normal
@@ -24,23 +30,39 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from wse_hpc.tlrmvm.compressed import (
+    FP32_ROUNDING,
+    LEAST_THRESHOLD,
     TlrError,
     TlrOperator,
     check_args,
+    least_nb,
     load_operator,
     save_operator,
+    threshold_problem,
+    tiles_problem,
 )
 from wse_hpc.tlrmvm.fp32 import FP32_MAX, FP32_TINY, largest, shown, to_fp32
 
 __all__ = [
+    "FP32_ROUNDING",
+    "HEAP_SLACK",
+    "LEAST_THRESHOLD",
     "RANDOMIZED_MIN_TILE",
+    "SVD_WORK_TILES",
     "LazyMatrix",
     "TlrError",
     "TlrOperator",
+    "achieved_error",
+    "check_form",
+    "check_length",
     "check_matrix",
     "compress",
+    "compress_host_bytes",
+    "least_nb",
     "load_operator",
     "save_operator",
+    "threshold_problem",
+    "tiles_problem",
     "tlrmvm_numpy",
 ]
 
@@ -57,12 +79,18 @@ class LazyMatrix(Protocol):
 
 
 # -- validation ---------------------------------------------------------------------------
+def check_form(a: np.ndarray) -> None:
+    """TlrError unless `a` (an array or a file's mapped array: its header alone is read) is
+    a non-empty 2-D matrix."""
+    if a.ndim != 2 or a.size == 0:
+        raise TlrError(f"the operator must be a non-empty 2-D matrix, got shape {a.shape}")
+
+
 def check_matrix(a: np.ndarray, *, normal: bool = True) -> np.ndarray:
     """`a` as fp32 or complex64, or TlrError: 2-D, non-empty, finite, not zero and, with
     `normal` (a whole matrix, not one tile of it), not all below fp32's normal range."""
     a = np.asarray(a)
-    if a.ndim != 2 or a.size == 0:
-        raise TlrError(f"the operator must be a non-empty 2-D matrix, got shape {a.shape}")
+    check_form(a)
     wide = a if normal and a.dtype.kind in "fc" else None  # its largest, before rounding
     a = to_fp32(a, "the operator", TlrError)
     if not np.isfinite(a).all():
@@ -139,6 +167,37 @@ def _compress_tile(t: np.ndarray, eps: float, rng: np.random.Generator, norm: fl
     return (u * np.float32(norm)).astype(t.dtype), v, tail * norm**2
 
 
+def _tile_error(u: np.ndarray, v: np.ndarray, t: np.ndarray) -> float:
+    """||t - U V^H||_F, U V^H rebuilt in fp32 as `TlrOperator.dense` rebuilds it (contiguous
+    U and V: the same BLAS call wherever it is measured), the norm in float64."""
+    return _norm(np.ascontiguousarray(u) @ np.ascontiguousarray(v).conj().T - t)
+
+
+def _certified(t: np.ndarray, eps: float, rng: np.random.Generator, norm: float):
+    """(U, V, error) of the tile `t` of norm `norm`: the truncation's rank, or where the fp32
+    rebuild misses eps * norm by no more than its rounding (FP32_ROUNDING) on top of the
+    dropped tail, the least rank of the full SVD that meets it (the full rank if none does).
+    A larger miss is broken arithmetic, kept for `compress` to refuse, not patched."""
+    u, v, _ = _compress_tile(t, eps, rng, norm)
+    err = _tile_error(u, v, t)
+    if err <= eps * norm or err > (eps + FP32_ROUNDING) * norm:
+        return u, v, err
+    uu, s, vh = np.linalg.svd(t / np.float32(norm), full_matrices=False)
+
+    def at(k: int):
+        uk = ((uu[:, :k] * s[:k]).astype(t.dtype) * np.float32(norm)).astype(t.dtype)
+        vk = vh[:k].conj().T.astype(t.dtype)
+        return uk, vk, _tile_error(uk, vk, t)
+
+    lo, hi = u.shape[1] + 1, s.size
+    best = at(hi)
+    while lo < hi:  # the least passing rank; the error falls as the rank grows
+        mid = (lo + hi) // 2
+        got = at(mid)
+        lo, hi, best = (lo, mid, got) if got[2] <= eps * norm else (mid + 1, hi, best)
+    return best
+
+
 # -- the operator -------------------------------------------------------------------------
 def compress(
     a: np.ndarray | LazyMatrix,
@@ -152,7 +211,7 @@ def compress(
 
     `a` is an array or a `LazyMatrix` whose tiles are made on demand (a large operator never
     held whole). BLAS runs with `blas_threads` threads per SVD (one is steadiest,
-    shared/PLATFORM.md).
+    shared/PLATFORM.md). Host memory: `compress_host_bytes`.
     """
     lazy = not isinstance(a, np.ndarray) and isinstance(a, LazyMatrix)
     if not lazy:
@@ -161,11 +220,12 @@ def compress(
     m, n = a.shape
     mt, nt = -(-m // nb), -(-n // nb)
     rng = np.random.default_rng(seed)
-    us = [[None] * nt for _ in range(mt)]
-    vs = [[None] * nt for _ in range(mt)]
-    dropped_sq = norm_sq = 0.0
+    ranks = np.zeros((mt, nt), np.int64)
+    u_rows, vs = [], [[None] * nt for _ in range(mt)]
+    err_sq = norm_sq = 0.0
     with threadpool_limits(limits=blas_threads):
         for i in range(mt):
+            us = []
             for j in range(nt):
                 tile = a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb]
                 if lazy:  # a far tile may be tiny beside the whole: not refused
@@ -176,34 +236,93 @@ def compress(
                         f"tile ({i}, {j}) has norm {norm:.3g}, past fp32's largest value "
                         f"({FP32_MAX:.3g}): its singular values overflow; scale the matrix down"
                     )
-                us[i][j], vs[i][j], tail = _compress_tile(tile, float(threshold), rng, norm)
-                dropped_sq += tail
+                u, vs[i][j], err = _certified(tile, float(threshold), rng, norm)
+                us.append(u)
+                ranks[i, j] = u.shape[1]
+                err_sq += err**2
                 norm_sq += norm**2
-    ranks = np.array([[us[i][j].shape[1] for j in range(nt)] for i in range(mt)], np.int64)
-    u_rows = tuple(np.ascontiguousarray(np.concatenate(us[i], axis=1)) for i in range(mt))
-    v_cols = tuple(
-        np.ascontiguousarray(np.concatenate([vs[i][j] for i in range(mt)], axis=1))
-        for j in range(nt)
-    )
-    norm = float(np.sqrt(norm_sq))
-    err = float(np.sqrt(dropped_sq)) / norm if norm > 0 else 0.0
-    # hunt 62: never an operator that misses its threshold (the SVDs' figure: each tile drops
-    # at most eps^2 of its squared norm, so only broken arithmetic misses it; the dense
-    # check of `wse hpc tlrmvm compress` adds fp32 rounding, ~1e-7, that no rank removes)
-    if not err <= float(threshold) * (1 + 1e-6):  # NaN included
+            # a row's U stacked as soon as it is done (hunt 69: every tile's U and V held
+            # beside their stacks was twice the bases, the command's peak)
+            u_rows.append(np.ascontiguousarray(np.concatenate(us, axis=1)))
+    v_cols = tuple(_stack_column(vs, j) for j in range(nt))
+    err = float(np.sqrt(err_sq)) / float(np.sqrt(norm_sq)) if norm_sq > 0 else 0.0
+    # hunt 62: never an operator that misses its threshold; each tile met it, so only broken
+    # arithmetic (NaN included) misses it here
+    if not err <= float(threshold) * (1 + 1e-9):
         raise TlrError(
             f"compression reached ||A - A_tlr||_F / ||A||_F = {err:.3g}, above the threshold "
             f"{float(threshold):g}: the matrix's values defeat fp32 arithmetic; scale it "
             "(entries within about 1e-30 .. 1e30)"
         )
-    return TlrOperator((m, n), int(nb), float(threshold), ranks, u_rows, v_cols, err)
+    return TlrOperator((m, n), int(nb), float(threshold), ranks, tuple(u_rows), v_cols, err)
+
+
+def _stack_column(vs: list[list], j: int) -> np.ndarray:
+    """Tile column j's V side by side, each tile's V released once stacked."""
+    out = np.ascontiguousarray(np.concatenate([row[j] for row in vs], axis=1))
+    for row in vs:
+        row[j] = None
+    return out
+
+
+def achieved_error(op: TlrOperator, a: np.ndarray) -> float:
+    """||A - A_tlr||_F / ||A||_F of `op` against the fp32 matrix `a` it was compressed from,
+    measured as `compress` measures it (tile by tile, U V^H rebuilt in fp32, norms in
+    float64; no dense copy of either)."""
+    err_sq = norm_sq = 0.0
+    with threadpool_limits(limits=1):  # compress's BLAS: the same figure, bit for bit
+        for i, j in np.ndindex(*op.tiles):
+            tile = a[op.tile_rows(i), op.tile_cols(j)]
+            err_sq += _tile_error(op.u(i, j), op.v(i, j), tile) ** 2
+            norm_sq += _norm(tile) ** 2
+    return float(np.sqrt(err_sq)) / float(np.sqrt(norm_sq)) if norm_sq > 0 else 0.0
+
+
+# Host memory of one tile's SVD, in tiles of its own bytes: NumPy's gesdd (its copy of the
+# tile, U, V^H and LAPACK's work arrays) peaked 17-21 tiles above the tile, square tiles of
+# 500-2000, float32 and complex64 (RSS sampled every 2 ms, 2026-12-05).
+SVD_WORK_TILES = 20
+# What the heap adds to the sum of arrays (chunk headers, pages, frees not yet reused): the
+# model's peaks measured 0.99-1.00 of its sum at full rank, nb 50-200 (max RSS less the
+# refused command's, complex64 2000 x 2000 and float32 3000 x 3000 files, 2026-12-05).
+HEAP_SLACK = 1.1
+
+
+def compress_host_bytes(
+    shape: tuple[int, int], nb: int, *, complex_: bool, read_itemsize: int = 0
+) -> int:
+    """Peak host bytes of compressing an M x N matrix in tiles of nb and saving it, at full
+    rank (the most bases), the larger of:
+    - reading it: its file's values mapped (`read_itemsize` bytes each; 0 for a matrix made
+      in memory), their fp32 copy and a byte of mask each;
+    - compressing it: the fp32 matrix, its bases (at most twice it), the tiles' V freed as
+      they are stacked, which the heap keeps (at most the bases' half), one tile row of U or
+      column of V being stacked, and one tile's SVD work (SVD_WORK_TILES).
+    Saving streams the bases (`save_operator`). Hunt 69: 24 B a value was counted for a
+    complex128 file; the command peaked at ~60 (max RSS less the import's)."""
+    m, n = shape
+    f = 8 if complex_ else 4
+    h, w = min(nb, m), min(nb, n)
+    read = (read_itemsize + f + 1) * m * n
+    work = 4 * f * m * n + f * (h * n + m * w) + SVD_WORK_TILES * f * h * w
+    return int(HEAP_SLACK * max(read, work))
+
+
+def check_length(x: np.ndarray, n: int, what: str = "x") -> None:
+    """TlrError unless x is (n,) or (n, b): the one length check of a product's vector
+    (`tlrmvm_numpy`, `engine.as_batch`)."""
+    if x.ndim not in (1, 2) or x.shape[0] != n:
+        raise TlrError(f"{what} must have length {n} (shape ({n},) or ({n}, b)), got {x.shape}")
 
 
 def tlrmvm_numpy(op: TlrOperator, x: np.ndarray, *, adjoint: bool = False) -> np.ndarray:
     """y = A_tlr @ x (or A_tlr^H @ x) with plain NumPy GEMVs over the stacked bases.
 
     x: (N,) or (N, b) for the product, (M,) or (M, b) for the adjoint; same dtype family.
+    TlrError for another length (hunt 69: a longer x was cut to N without a word).
     """
+    x = np.asarray(x)
+    check_length(x, op.shape[0] if adjoint else op.shape[1], "y" if adjoint else "x")
     first, second = (op.u_rows, op.v_cols) if adjoint else (op.v_cols, op.u_rows)
     ranks = op.ranks.T if adjoint else op.ranks
     nb = op.nb

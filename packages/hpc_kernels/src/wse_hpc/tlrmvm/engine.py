@@ -24,7 +24,7 @@ from wse_core.host.runtime import median_wall_s
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.wafer import Wafer
 
-from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
+from wse_hpc.tlrmvm.compress import TlrError, TlrOperator, check_length
 from wse_hpc.tlrmvm.fp32 import to_fp32
 from wse_hpc.tlrmvm.grouped import KERNELS, tlrmvm_grouped
 from wse_hpc.tlrmvm.grouped_plan import GroupedPlan, plan_grouped
@@ -50,8 +50,7 @@ def as_batch(x: np.ndarray, n: int, complex_ok: bool, what: str = "x") -> np.nda
     to int32 (2**40 + 1 became 1). Integers are rounded to fp32 as floats are: above 2**24
     fp32 holds only every other integer, and so on, within its 24-bit relative precision."""
     x = np.asarray(x)
-    if x.ndim not in (1, 2) or x.shape[0] != n:
-        raise TlrError(f"{what} must have length {n} (shape ({n},) or ({n}, b)), got {x.shape}")
+    check_length(x, n, what)
     if x.ndim == 2 and x.shape[1] == 0:  # hunt 65: a ZeroDivisionError inside JAX
         raise TlrError(f"{what} must hold at least one vector, got shape {x.shape}")
     if np.iscomplexobj(x) and not complex_ok:

@@ -26,6 +26,7 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
 from wse_core.hw.wafer import Wafer
 
+from wse_hpc.tlrmvm.budget import refuse_sram
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import (
     FP32_PRODUCTS,
@@ -132,15 +133,16 @@ def plan_packed(
         raise TlrError(f"batch must be a positive number of vectors, got {batch}")
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
 
-    def total(w: int) -> int:
-        return sum(_bytes(op.nb, op.tiles, w, batch, isz, bsz).values())
+    def total(w: int, b: int = batch) -> int:
+        return sum(_bytes(op.nb, op.tiles, w, b, isz, bsz).values())
 
+    asked = rank_chunk
     if rank_chunk is None:
         rank_chunk = max(ledger.largest(total, 1, kmax), 1)
     elif rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
-    for name, nbytes in _bytes(op.nb, op.tiles, rank_chunk, batch, isz, bsz).items():
-        ledger.allocate(name, nbytes)  # SramBudgetError when even this chunk does not fit
+    if total(rank_chunk) > ledger.free_bytes():  # hunt 69: the option and what fits
+        refuse_sram(ledger, total, spec.name, rank_chunk=asked, batch=batch, nb=op.nb)
     slot_tile, slot_q = _slots(op.ranks, rank_chunk)
     win_of, win_tile = _windows(slot_tile)
     plan = PackedPlan(

@@ -9,7 +9,8 @@ curve so that each tile of consecutive points is a compact patch: that locality 
 the tiles low-rank, as the Hilbert ordering does in the seismic TLR-MVM papers.
 `green_operators(freqs_hz=...)` stacks one matrix per frequency, the slices of a
 multi-dimensional convolution operator; `GreenMatrix` makes any block on demand, so large
-slices are compressed without ever being held whole. `load_matrix(path)` reads any `.npy` matrix.
+slices are compressed without ever being held whole. `load_matrix(path)` reads any `.npy` matrix
+(`open_matrix` maps it for the caller's checks of its shape and size, `read_matrix` reads it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from wse_core.errors import NUMPY_FILE_ERRORS, numpy_file_problem
 from wse_core.host.readers import not_regular
 
-from wse_hpc.tlrmvm.compress import TlrError, check_matrix
+from wse_hpc.tlrmvm.compress import TlrError, check_form, check_matrix
 
 __all__ = [
     "GreenMatrix",
@@ -33,6 +34,8 @@ __all__ = [
     "green_operator_bytes",
     "green_operators",
     "load_matrix",
+    "open_matrix",
+    "read_matrix",
 ]
 
 
@@ -111,10 +114,9 @@ def green_operators(*, n: int, freqs_hz: Sequence[float], **kwargs: float) -> np
     return np.stack([green_operator(n=n, freq_hz=f, **kwargs) for f in freqs_hz])
 
 
-def load_matrix(path: str | Path) -> np.ndarray:
-    """A 2-D real or complex matrix from a `.npy` file, checked like any operator."""
-    from wse_core.host.memory import require
-
+def open_matrix(path: str | Path) -> np.ndarray:
+    """The 2-D `.npy` matrix at `path` mapped, not read (its header's shape and dtype, for the
+    caller's size checks); TlrError for a file that holds no such matrix."""
     path = Path(path)
     if not path.is_file():  # a FIFO would block np.load
         why = not_regular(path) or "does not exist"
@@ -123,10 +125,6 @@ def load_matrix(path: str | Path) -> np.ndarray:
         m = np.load(path, mmap_mode="r", allow_pickle=False)
         if not isinstance(m, np.ndarray):
             raise ValueError("it is an .npz archive, not one .npy array")
-        # the array, its complex64/fp32 copy and the SVD work of about its size again
-        require(f"--matrix {str(path)!r} ({m.shape} {m.dtype})", 3 * m.size * 8,
-                fits=lambda budget: "give a smaller matrix")  # fmt: skip
-        a = np.array(m)
     except NUMPY_FILE_ERRORS as e:
         why = numpy_file_problem(e)
         if "mmap length is greater" in why:
@@ -134,4 +132,34 @@ def load_matrix(path: str | Path) -> np.ndarray:
         elif "Python objects" in why:
             why = "it holds Python objects (a pickle), not numbers"
         raise TlrError(f"cannot read matrix {str(path)!r}: {why}") from None
-    return check_matrix(a)
+    if m.dtype.kind == "V" and m.dtype.names is None and m.dtype.itemsize == 2:
+        # hunt 69: "must hold real or complex numbers, got dtype |V2"; JAX's and ml_dtypes'
+        # bfloat16 is saved as bare 2-byte values, which may as well be any 2-byte type:
+        # refused rather than guessed
+        raise TlrError(
+            f"cannot read matrix {str(path)!r}: it holds bare 2-byte values (dtype |V2), as "
+            "NumPy saves a bfloat16 array (JAX, ml_dtypes); save it as float32 "
+            "(np.save(path, x.astype(np.float32)))"
+        )
+    check_form(m)  # before any size is worked out from its shape
+    return m
+
+
+def read_matrix(m: np.ndarray) -> np.ndarray:
+    """`open_matrix`'s mapped matrix read into memory as fp32 / complex64 and checked like
+    any operator (`compress.check_matrix`); memory: `compress.compress_host_bytes`."""
+    a = check_matrix(m)  # cast straight from the mapped file: no copy in its own dtype
+    return np.array(a) if np.may_share_memory(a, m) else a
+
+
+def load_matrix(path: str | Path) -> np.ndarray:
+    """A 2-D real or complex matrix from a `.npy` file, checked like any operator."""
+    from wse_core.host.memory import require
+
+    m = open_matrix(path)
+    # the mapped values, their fp32 copy (a byte of mask each) and SVD work of about its size
+    fp32 = 8 if m.dtype.kind == "c" else 4
+    need = (m.dtype.itemsize + 2 * fp32 + 1) * m.size
+    require(f"--matrix {str(path)!r} ({m.shape} {m.dtype})", need,
+            fits=lambda budget: "give a smaller matrix")  # fmt: skip
+    return read_matrix(m)

@@ -49,6 +49,7 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
 from wse_core.hw.wafer import Wafer, build_wafer
 
+from wse_hpc.tlrmvm.budget import refuse_sram
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 
 __all__ = [
@@ -222,14 +223,13 @@ def plan_placement(
         raise TlrError(f"batch must be a positive number of vectors, got {batch}")
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
 
-    def total(w: int) -> int:
-        p = ceil_div(kmax, w)
-        return sum(_bytes_per_pe(op.nb, nt, w, p, batch, isz, bsz).values())
+    def total(w: int, b: int = batch) -> int:
+        return sum(_bytes_per_pe(op.nb, nt, w, ceil_div(kmax, w), b, isz, bsz).values())
 
     if rank_chunk is None:
         rank_chunk = ledger.largest(total, 1, kmax)
-        if rank_chunk < 1:
-            ledger.allocate("tlrmvm (rank chunk 1)", total(1))  # raises SramBudgetError
+        if rank_chunk < 1:  # hunt 69: say --batch and what fits, not the allocation
+            refuse_sram(ledger, total, spec.name, rank_chunk=None, batch=batch, nb=op.nb)
     elif rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
     bands = tuple(max(1, ceil_div(int(op.ranks[i].max()), rank_chunk)) for i in range(mt))

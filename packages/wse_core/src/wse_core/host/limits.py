@@ -304,6 +304,15 @@ LIMITS: dict[str, Limit] = {
             "a ParaView series of 10,000 frames is already past reading; --steps 3,000,000 "
             "--output-every 1 wrote 142,480 files in 90 s",
         ),
+        Limit(
+            "tlr_tiles",
+            lambda: 100_000,
+            "tiles",
+            "tiles of one TLR operator",
+            "compress runs an SVD per tile in Python (~0.15 ms for a tiny one here: 100,000 "
+            "~15 s) and the planner colours every rank row; the paper's 9801 x 9801 operator "
+            "has 1,521 (nb 256) to 19,881 (nb 70); --nb 1 (1,048,576 tiles) ran for minutes",
+        ),
     )
 }
 
