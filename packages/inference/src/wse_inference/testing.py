@@ -13,7 +13,9 @@
   `one_request`: one request run alone through an engine to its end;
   `save_byte_bpe`: a byte-level BPE tokenizer.json for such a folder.
 - `fake_openai_server(models, stream)`: an HTTP server answering GET with `models` and every
-  POST with the SSE bytes `stream` (a server `wse infer bench` must not trust).
+  POST with the SSE bytes `stream` (a server `wse infer bench` must not trust); either may be
+  a timed or endless sequence of pieces, every reply may have another `status`, and the
+  requests' headers can be kept (`seen`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import contextlib
 import http.server
 import itertools
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -210,20 +213,42 @@ def one_request(engine, prompt_ids, sampling) -> tuple[list[int], str]:
 
 
 @contextlib.contextmanager
-def fake_openai_server(models: bytes, stream: bytes) -> Iterator[str]:
+def fake_openai_server(
+    models: bytes | Iterable[bytes | float],
+    stream: bytes | Iterable[bytes | float],
+    *,
+    status: int = 200,
+    seen: list[dict[str, str]] | None = None,
+) -> Iterator[str]:
     """An HTTP server answering GET with `models` and POST with the SSE bytes `stream`;
-    yields its base URL."""
+    yields its base URL. Bytes are sent whole (with their length); an iterable is sent piece
+    by piece, a float being a pause of that many seconds (a timed stream: the times of its
+    tokens are known), the reply ending when the connection closes (an endless iterable,
+    such as `itertools.repeat(block)`, never ends). Every reply has `status`; each request's
+    headers are appended to `seen` (lower-case names)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
-        def _send(self, body: bytes, ctype: str) -> None:
-            self.send_response(200)
+        def _send(self, body: bytes | Iterable[bytes | float], ctype: str) -> None:
+            if seen is not None:
+                seen.append({k.lower(): v for k, v in self.headers.items()})
+            self.send_response(status)
             self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(body)))
+            if isinstance(body, bytes):
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             self.end_headers()
-            self.wfile.write(body)
+            with contextlib.suppress(OSError):  # the client hung up: what it is tested for
+                for piece in body:
+                    if isinstance(piece, float):
+                        time.sleep(piece)
+                    else:
+                        self.wfile.write(piece)
+                        self.wfile.flush()
 
         def do_GET(self) -> None:  # noqa: N802
             self._send(models, "application/json")

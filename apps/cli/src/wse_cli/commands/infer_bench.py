@@ -1,9 +1,15 @@
 """`wse infer bench`: load-test an OpenAI-compatible server and save its JSON summary.
 
 `bench --url URL` runs `wse_inference.demo.load_test` against a server (`wse infer serve`,
-vLLM, ...) and prints request throughput, output tokens/s and TTFT / TPOT / end-to-end
-percentiles, then saves the summary (`--out`). A URL's password is never printed or saved
-(****); a server that refuses every request, or cannot be reached, exits 2 with one line.
+vLLM, ...) and prints request throughput, output tokens/s and TTFT / TPOT / ITL / end-to-end
+percentiles (vLLM's definitions), then saves the summary (`--out`). A URL's password or lone
+token is never printed or saved (`user:****@`, `****@`: pip's way), nor the key of --api-key
+(OPENAI_API_KEY), sent as a Bearer token; the server's text is shown escaped (`printable`).
+A 404 or 401 of GET /v1/models says what to give (the base URL, a key); a server that
+refuses every request, or cannot be reached, exits 2 with one line; one
+that fails every request otherwise (it went away mid-run, it answers 5xx: a fault, not the
+bench's settings) exits 1 with one line, and --out is left as it was (hunt 69: a server killed
+mid-bench gave exit 0 and "saved b.json", a summary of nothing over a good earlier one).
 """
 
 from __future__ import annotations
@@ -13,16 +19,19 @@ from pathlib import Path
 
 import typer
 
-from wse_cli.errors import fail
+from wse_cli.errors import fail, printable
 from wse_cli.options import number
 from wse_cli.outputs import output_file
 
 
-def _ms(stats: dict) -> str:
+def _ms(stats: dict, of: int | None = None) -> str:
+    """mean / p50 / p90 / p99 in ms; `of`: the completed requests, said when the figures
+    are over fewer (a request of one token has no TPOT: hunt 69, none is left out unseen)."""
     vals = [stats[k] for k in ("mean", "p50", "p90", "p99")]
     if vals[0] is None:
-        return "-"
-    return " / ".join(f"{v * 1e3:.1f}" for v in vals)
+        return "-" if of is None else f"- (0 of {of} requests)"
+    text = " / ".join(f"{v * 1e3:.1f}" for v in vals)
+    return text if of is None or stats["n"] == of else f"{text} ({stats['n']} of {of} requests)"
 
 
 def _check_url(url: str) -> None:
@@ -39,6 +48,9 @@ def _check_url(url: str) -> None:
         fail(f"--url {shown(url)} is not a URL: {e}; e.g. http://127.0.0.1:8000")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         fail(f"--url {shown(url)} must be http(s)://HOST[:PORT], e.g. http://127.0.0.1:8000")
+    if parts.query or parts.fragment:  # hunt 69: `?x=1` was a 404 naming no setting
+        fail(f"--url {shown(_redacted(url))} has a {'query' if parts.query else 'fragment'}; "
+             "give the server's base URL, e.g. http://127.0.0.1:8000")  # fmt: skip
 
 
 def _one_line(e: BaseException) -> str:
@@ -47,20 +59,62 @@ def _one_line(e: BaseException) -> str:
 
 
 def _redacted(url: str) -> str:
-    """`url` as the bench prints and saves it: a password in it as **** (pip's and curl's
-    way; hunt 61: `--url http://user:secret@host` echoed the secret in every line)."""
+    """`url` as the bench prints and saves it, its userinfo masked as pip's `redact_netloc`
+    masks it: a password as `user:****@`, a lone user (a token) as `****@` (hunt 61:
+    `user:secret@` was echoed in every line; hunt 69: `sk-SECRET@` still was). Only the URL's
+    parts are rewritten, never a message's text (hunt 69: replacing a password `4` in every
+    message made "HTTP 404" "HTTP ****0****")."""
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
-    if parts.password is None:
+    if "@" not in parts.netloc:
         return url
     host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:****@{host}"))
+    user = "****" if parts.password is None else f"{parts.username}:****"
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
 
 
-def _hide(text: str, secret: str | None) -> str:
-    """`text` (an error of the client) with the URL's password, if any, as ****."""
-    return text.replace(secret, "****") if secret else text
+def _failures(summary: dict) -> str:
+    """How many requests failed, and why, in order (each reason once, its first 100
+    characters): `40 of 40: RemoteProtocolError: ..., then ConnectError: ...`."""
+    reasons = [e if len(e) <= 100 else e[:100] + "..." for e in summary["errors"]]
+    counts = f"{summary['failed']:,} of {summary['num_requests']:,}"
+    return f"{counts}: {', then '.join(reasons)}" if reasons else counts
+
+
+_KEY_HINT = "give --api-key or set OPENAI_API_KEY"
+_BAD_KEY = "the server refused the key of --api-key (or OPENAI_API_KEY)"
+
+
+def _check_key(key: str) -> None:
+    """An API key is ASCII letters, digits and punctuation (httpx sends a header's value as
+    ASCII: a UnicodeError or an h11 error for anything else); the refusal never shows it."""
+    for i, c in enumerate(key):
+        if not " " < c <= "~":
+            fail(f"--api-key (or OPENAI_API_KEY) holds a character other than ASCII letters, "
+                 f"digits and punctuation (character {i}); give the key alone")  # fmt: skip
+
+
+def _unserved(e, url: str, base: str, keyed: bool) -> str:
+    """The line for a GET `base`/v1/models (`url`: as given, both masked) that gave no model
+    (`e`: a ServerReplyError); a 404 and a 401/403 say what to do (hunt 69: "cannot reach",
+    with httpx's MDN link)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from wse_inference.demo.openai_replies import phrase
+
+    if e.status is None:
+        return f"{url} is not an OpenAI-compatible server: {_one_line(e)}"
+    line = f"GET {base}/v1/models answered {e.status} {phrase(e.status)} ({e.reason})"
+    parts = urlsplit(base)
+    if e.status == 404 and parts.path:  # an endpoint pasted as --url (vLLM's --endpoint)
+        root = urlunsplit(parts._replace(path="", query="", fragment=""))
+        return f"{line}; --url is the server's base URL, e.g. {root}"
+    if e.status == 404:
+        return f"{line}; is --url an OpenAI-compatible server's base URL?"
+    if e.status in (401, 403):
+        return f"{line}; {_BAD_KEY if keyed else _KEY_HINT}"
+    return line
 
 
 def bench(
@@ -70,14 +124,20 @@ def bench(
     concurrency: int = number(8, "--concurrency", "-c", kind=int, ge=1, le=10_000),
     prompt: str = typer.Option("The wafer-scale engine", "--prompt"),
     max_tokens: int = number(32, "--max-tokens", kind=int, ge=1),
-    timeout_s: float = number(
-        60.0, "--timeout-s", help="Per-request timeout.", gt=0, le=86_400, unit="s"
+    timeout_s: float = number(  # hunt 69: 5e-324 was taken, then "ConnectTimeout: "
+        60.0, "--timeout-s", help="Per-request timeout.", ge=0.001, le=86_400, unit="s"
+    ),
+    api_key: str = typer.Option(
+        None,
+        "--api-key",
+        envvar="OPENAI_API_KEY",
+        show_default=False,
+        help="Sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY, which vLLM's "
+        "bench sends too); never printed or saved.",
     ),
     out: Path = output_file(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
 ) -> None:
     """Load-test a server: request throughput, output tokens/s, TTFT and TPOT percentiles."""
-    from urllib.parse import urlsplit
-
     import httpx
     from rich.console import Console
     from rich.markup import escape
@@ -94,6 +154,8 @@ def bench(
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # bytes of the shell that are not UTF-8 (hunt 58b)
             fail(f"{name} holds bytes that are not UTF-8 text (at character {e.start}); give text")
+    if api_key:
+        _check_key(api_key)
     base = url.rstrip("/")  # OpenAI's base URL convention ends in /v1 (OPENAI_BASE_URL): the
     base = base.removesuffix("/v1")  # bench asks /v1/... itself (hunt 62: /v1/v1/models, 404)
     cfg = LoadTestConfig(
@@ -104,37 +166,47 @@ def bench(
         prompt=prompt,
         max_tokens=max_tokens,
         timeout_s=timeout_s,
+        api_key=api_key or None,  # OPENAI_API_KEY="" gives none
     )
-    secret = urlsplit(url).password
-    url = _redacted(url)  # what is printed and saved from here on
+    url = _redacted(url)  # what is printed and saved from here on (no message is rewritten)
     try:
         summary = run_load_test(cfg)
     except httpx.HTTPError as e:
-        fail(f"cannot reach {url}: {type(e).__name__}: {_hide(_one_line(e), secret)}")
+        fail(f"cannot reach {url}: {type(e).__name__}: {_one_line(e)}")
     except ServerReplyError as e:
-        fail(f"{url} is not an OpenAI-compatible server: {_hide(_one_line(e), secret)}")
+        fail(_unserved(e, url, _redacted(base), bool(api_key)))
     summary["url"] = url
-    summary["errors"] = [_hide(e, secret) for e in summary["errors"]]
     errors = summary["errors"]
     if not summary["completed"] and errors and all(e.startswith("Connect") for e in errors):
         fail(f"cannot reach {url}: {errors[0]}")  # --model given: no /v1/models asked first
     if not summary["completed"] and errors and all(e.startswith("HTTP 4") for e in errors):
         # hunt 61: every request refused (--model nope, --max-tokens past the context) printed
         # the refusals, saved a JSON of nothing and exited 0
-        fail(f"{url} refused every request ({errors[0]}); fix the bench's settings")
+        keyless = errors[0].startswith(("HTTP 401", "HTTP 403"))
+        fix = (_BAD_KEY if api_key else _KEY_HINT) if keyless else "fix the bench's settings"
+        fail(f"{url} refused every request ({errors[0]}); {fix}")
+    if not summary["completed"]:
+        from wse_core.errors import RunFault
+
+        raise RunFault(f"{url} failed every request ({_failures(summary)}); nothing saved, "
+                       f"--out {out} is as it was")  # fmt: skip
     from wse_core.host.atomic import write_atomically
 
-    write_atomically(out, json.dumps(summary, indent=2))  # the model's name: text, not markup
-    t = Table(title=escape(f"{summary['model']} at {url}"), show_header=False)
-    t.add_row("requests", f"{summary['completed']} completed, {summary['failed']} failed")
+    write_atomically(out, json.dumps(summary, indent=2))
+    # the server's text (its model's name, its errors) as `fail` shows text: no markup, and
+    # no ESC or newline reaching the terminal (hunt 69: a model id cleared the screen)
+    t = Table(title=escape(printable(f"{summary['model']} at {url}")), show_header=False)
+    done = summary["completed"]
+    t.add_row("requests", f"{done} completed, {summary['failed']} failed")
     t.add_row("request throughput", f"{summary['request_throughput_per_s']:.2f} req/s")
     t.add_row("output tokens/s", f"{summary['output_tokens_per_s']:.1f}")
-    t.add_row("TTFT ms (mean / p50 / p90 / p99)", _ms(summary["ttft_s"]))
-    t.add_row("TPOT ms (mean / p50 / p90 / p99)", _ms(summary["tpot_s"]))
-    t.add_row("e2e ms (mean / p50 / p90 / p99)", _ms(summary["e2e_s"]))
+    t.add_row("TTFT ms (mean / p50 / p90 / p99)", _ms(summary["ttft_s"], done))
+    t.add_row("TPOT ms (mean / p50 / p90 / p99)", _ms(summary["tpot_s"], done))
+    t.add_row("ITL ms (mean / p50 / p90 / p99)", _ms(summary["itl_s"]))
+    t.add_row("e2e ms (mean / p50 / p90 / p99)", _ms(summary["e2e_s"], done))
     Console().print(t)
     for err in summary["errors"]:
-        typer.echo(f"error: {err}", err=True)
+        typer.echo(f"error: {printable(err)}", err=True)
     typer.echo(f"saved {out}")
 
 

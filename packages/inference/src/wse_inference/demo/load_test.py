@@ -2,44 +2,89 @@
 
 `run_load_test(LoadTestConfig(url=..., ...))` sends `num_requests` streaming
 `/v1/completions` requests (temperature 0, `stream_options.include_usage`) with at most
-`concurrency` in flight, on one asyncio loop with httpx, and returns a JSON-ready summary:
+`concurrency` in flight, on one asyncio loop with httpx, and returns a JSON-ready summary. The
+figures are vLLM's (`vllm bench serve`, benchmarks/backend_request_func.py), so the two can be
+compared; per request, times from sending it:
 
-- request_throughput_per_s: completed requests / wall time of the whole run;
-- output_tokens_per_s: completion tokens / wall time: `usage.completion_tokens` (as vLLM's
-  benchmark_serving counts them), else the chunks that carried text;
-- ttft_s: arrival of the first non-empty text chunk after sending, per request;
-- tpot_s: (end - first token) / (completion tokens - 1), per request with >= 2 tokens;
-- e2e_s: send to `data: [DONE]`;
-each as {"mean", "p50", "p90", "p99"} (NumPy's linear-interpolation percentiles), and the
-counts of completed and failed requests with the first few error messages. A 429 is counted
-as failed (the client does not retry), so the figures reflect the server's admission policy.
+- ttft_s: the first chunk whose `choices` list is not empty, whatever its text: vLLM streams
+  `"text": ""` for a token that is not yet text (a byte of an unfinished UTF-8 character, a
+  special token), and its client times that chunk (hunt 69: it waited for text, so such a
+  request had no TTFT and no TPOT, dropped without a word);
+- e2e_s: the last chunk with a choice (vLLM's latency), not `data: [DONE]` nor the usage
+  chunk after it (hunt 69: a usage sent 1 s late made a TPOT of 350 ms out of 100);
+- tpot_s: (e2e - ttft) / (completion tokens - 1), per request with >= 2 tokens;
+- itl_s: the gap between consecutive chunks with a choice, over every gap of the run;
+- output_tokens_per_s: completion tokens / wall time of the whole run, the tokens being
+  `usage.completion_tokens` when the server sends it (as vLLM takes them), else counted: one
+  per chunk with a choice, but for a closing chunk (no text, a finish_reason: OpenAI's end
+  marker). vLLM re-tokenizes the text instead; without the model's tokenizer this client
+  counts chunks, as a vLLM server streams one token a chunk (one short when the last token
+  was a special one);
+- request_throughput_per_s: completed requests / wall time;
+each as {"mean", "p50", "p90", "p99", "n"} (NumPy's linear-interpolation percentiles; `n`: the
+requests or gaps they are over, so none is left out unseen: a request of one token has no TPOT,
+one with no chunk with a choice no TTFT nor e2e). The ITL percentiles are exact up to `ITL_SAMPLE`
+gaps; past that they are of a uniform sample of that many (their mean stays exact), so memory
+does not grow with the run. A 429 is counted as failed (the client does not retry), so the
+figures reflect the server's admission policy.
 
-The server's answers are checked, not trusted (hunt 58b: a /v1/models that was HTML or had no
-model, or a chunk that was a list or had text 5, crashed the client with a traceback): a
-/v1/models without a model id is `ServerReplyError`; a chunk that is not OpenAI's shape, an
-`error` event, a stream that ends without `data: [DONE]` or that has not ended `timeout_s`
-after it was sent (one that never ends held the client forever) fails that request, with why.
-So does a usage count no honest server sends (hunt 68: 10^400 tokens crashed the summary with
-an OverflowError, 10^9 was reported as 154 billion tokens/s): an integer longer than any
-count, a count past the `max_tokens` the bench asked for, or one below the chunks that carried
-text (each is at least one token). `errors` lists each distinct reason once (at most five).
+The server's answers are read with bounds and checked, not trusted (`demo.openai_replies`):
+GET /v1/models is read under `timeout_s` and at most 1 MiB (hunt 69: an endless one was read
+whole, without end), and a /v1/models without a model id is `ServerReplyError`, carrying the
+HTTP status it answered. A chunk that is not OpenAI's shape (or nested past what Python's JSON
+reader goes), an `error` event, an SSE line past 1 MiB, a stream that ends without
+`data: [DONE]` or that has not ended `timeout_s` after it was sent fails that request, with
+why. So does a token count no honest server sends (hunt 68: 10^400 tokens crashed the summary,
+10^9 was reported as 154 billion tokens/s): an integer longer than any count, more tokens than
+the `max_tokens` the bench asked for (by usage, or by the chunks it streamed: hunt 69, 100
+chunks and no usage were 100 tokens for max_tokens 32), or a usage below the chunks that
+carried text (each is at least one token). `errors` lists each distinct reason once (at most
+five). No completion's text is kept (hunt 69: each was, to the end of the run, and never read:
+1.1 GB for 1,000 requests of 1 MB).
+
+`api_key`: sent as `Authorization: Bearer <key>` (as vLLM's bench sends OPENAI_API_KEY); it
+is never part of a result, an error or the config's repr.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
+import random
 import time
+from array import array
+from collections.abc import Iterable
 
 import httpx
 import numpy as np
 
-__all__ = ["LoadTestConfig", "RequestResult", "ServerReplyError", "run_load_test", "summarize"]
+from wse_inference.demo.openai_replies import (
+    MAX_ERROR_BYTES,
+    MAX_LINE_BYTES,
+    MAX_MODELS_BYTES,
+    Chunk,
+    ServerReplyError,
+    first_model,
+    parse_chunk,
+    read_head,
+    reason,
+    sse_data,
+)
 
+__all__ = [
+    "ITL_SAMPLE",
+    "LoadTestConfig",
+    "RequestResult",
+    "ServerReplyError",
+    "Tally",
+    "run_load_test",
+    "summarize",
+]
 
-class ServerReplyError(Exception):
-    """The server's GET /v1/models is not OpenAI's list of models (no model id to ask for)."""
+# The inter-token gaps kept for the ITL percentiles: every gap of a run of up to 3,000
+# requests of 32 tokens; past it a uniform sample of this many (a p99 off by ~0.03 percentile
+# points), in 800 KB whatever the run's size.
+ITL_SAMPLE = 100_000
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,17 +95,20 @@ class LoadTestConfig:
     concurrency: int = 8
     prompt: str = "The wafer-scale engine"
     max_tokens: int = 32
-    timeout_s: float = 60.0  # per request, from sending it to data: [DONE]
+    timeout_s: float = 60.0  # per request, from sending it to data: [DONE]; and GET /v1/models
+    api_key: str | None = dataclasses.field(default=None, repr=False)  # a secret: never shown
 
 
 @dataclasses.dataclass(frozen=True)
 class RequestResult:
+    """One request's figures (s from sending it): `itl_s` the gaps between its chunks."""
+
     ok: bool
     ttft_s: float = float("nan")
     e2e_s: float = float("nan")
     completion_tokens: int = 0
-    text: str = ""
     error: str | None = None
+    itl_s: tuple[float, ...] = ()
 
     @property
     def tpot_s(self) -> float:
@@ -68,66 +116,54 @@ class RequestResult:
         return (self.e2e_s - self.ttft_s) / (n - 1) if self.ok and n > 1 else float("nan")
 
 
-def _first_model(reply: httpx.Response) -> str:
-    """The first model id of OpenAI's GET /v1/models reply."""
-    try:
-        model = reply.json()["data"][0]["id"]
-    except (ValueError, LookupError, TypeError):
-        model = None
-    if not isinstance(model, str) or not model:
-        raise ServerReplyError(
-            f'GET /v1/models did not answer OpenAI\'s {{"data": [{{"id": ...}}]}} (got '
-            f"{reply.text[:80]!r}); give the model with --model, or check the URL"
-        )
-    return model
+@dataclasses.dataclass
+class _Stream:
+    """What one request's stream has shown so far (times in s from sending it)."""
 
+    ttft_s: float = float("nan")
+    last_s: float = float("nan")
+    itl_s: list[float] = dataclasses.field(default_factory=list)
+    usage: int | None = None
+    choice_chunks: int = 0
+    token_chunks: int = 0  # chunks with a choice, but for a closing one (no text, finished)
+    text_chunks: int = 0
 
-# Digits of the longest integer a chunk may hold: a count or a timestamp fits in 64 bits (19
-# digits); a longer one is refused before Python makes it (past 4,300 digits Python's own
-# refusal tells the reader to lift an interpreter limit).
-MAX_INT_DIGITS = 20
+    def add(self, chunk: Chunk, t_s: float, max_tokens: int) -> None:
+        """Take a chunk that arrived at `t_s`."""
+        self.usage = chunk.tokens if chunk.tokens is not None else self.usage
+        if not chunk.choice:  # the usage chunk (choices: []) is no token: vLLM's rule
+            return
+        if not self.choice_chunks:
+            self.ttft_s = t_s
+        elif self.choice_chunks <= max_tokens:  # more fails the request: no gap kept past it
+            self.itl_s.append(t_s - self.last_s)
+        self.last_s = t_s
+        self.choice_chunks += 1
+        self.token_chunks += bool(chunk.text) or not chunk.finished
+        self.text_chunks += bool(chunk.text)
 
+    def result(self, max_tokens: int) -> RequestResult:
+        """The request's result once its stream ended with data: [DONE]."""
+        why = _miscount(self.usage, self.text_chunks, max_tokens) or self._overrun(max_tokens)
+        if why is not None:
+            return RequestResult(False, error=why)
+        n = self.usage if self.usage is not None else self.token_chunks
+        return RequestResult(True, self.ttft_s, self.last_s, n, None, tuple(self.itl_s))
 
-def _chunk(data: str) -> tuple[str, int | None]:
-    """The text and completion token count (None if absent) of one SSE `data:` payload;
-    ValueError naming what is wrong if it is not OpenAI's chunk (or is an error event)."""
-
-    def integer(digits: str) -> int:
-        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
-            raise ValueError(
-                f"a chunk holding an integer of {len(digits.lstrip('-')):,} digits (a count "
-                f"has at most {MAX_INT_DIGITS} digits): {data[:80]!r}"
+    def _overrun(self, max_tokens: int) -> str | None:
+        """Why the chunks streamed are more than `max_tokens` allows, or None (hunt 69: with
+        no usage, 100 chunks were taken as 100 tokens for max_tokens 32)."""
+        if self.token_chunks > max_tokens:
+            return (
+                f"the server streamed {self.token_chunks:,} chunks carrying a token, past the "
+                f"max_tokens {max_tokens} the bench asked for"
             )
-        return int(digits)
-
-    chunk = json.loads(data, parse_int=integer)
-    if not isinstance(chunk, dict):
-        raise ValueError(f"a chunk that is not a JSON object: {data[:80]!r}")
-    if "error" in chunk:
-        err = chunk["error"]
-        raise ValueError(str(err.get("message") if isinstance(err, dict) else err)[:200])
-    choices = chunk.get("choices") or []
-    if not isinstance(choices, list) or not all(
-        isinstance(c, dict) and isinstance(c.get("text") or "", str) for c in choices
-    ):
-        raise ValueError(f"a chunk whose choices are not OpenAI's: {data[:80]!r}")
-    usage = chunk.get("usage")
-    if usage is None:
-        return "".join(c.get("text") or "" for c in choices), None
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-        raise ValueError(f"a chunk whose usage is not OpenAI's: {data[:80]!r}")
-    return "".join(c.get("text") or "" for c in choices), tokens
-
-
-def _reason(detail: bytes) -> str:
-    """An error reply's OpenAI message (at most 300 characters), else its first 200 bytes
-    (hunt 61: the JSON was cut at 200 bytes, mid-message)."""
-    try:
-        message = str(json.loads(detail)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return detail[:200].decode(errors="replace")
-    return message if len(message) <= 300 else message[:300] + "..."
+        if self.choice_chunks > max_tokens + 1:
+            return (
+                f"the server streamed {self.choice_chunks:,} chunks with a choice for max_tokens "
+                f"{max_tokens} (a token each, and at most one closing chunk)"
+            )
+        return None
 
 
 def _miscount(usage: int | None, text_chunks: int, max_tokens: int) -> str | None:
@@ -149,6 +185,14 @@ def _miscount(usage: int | None, text_chunks: int, max_tokens: int) -> str | Non
     return None
 
 
+def _http_error(e: httpx.HTTPError, timeout_s: float) -> str:
+    """An httpx error on one line's terms; a timeout names it (httpx's own text is empty)."""
+    said = str(e) or (
+        f"no answer within {timeout_s:g} s" if isinstance(e, httpx.TimeoutException) else ""
+    )
+    return f"{type(e).__name__}: {said}"
+
+
 async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> RequestResult:
     body = {
         "model": model,
@@ -159,103 +203,152 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
         "stream_options": {"include_usage": True},
     }
     t0 = time.perf_counter()
-    ttft, usage, done = float("nan"), None, False
-    parts: list[str] = []
+    seen, done = _Stream(), False
     try:
         async with (  # the whole request: a server that streams forever is cut off
             asyncio.timeout(cfg.timeout_s),
             client.stream("POST", "/v1/completions", json=body) as r,
         ):
-            if r.status_code != 200:
-                detail = b""
-                async for part in r.aiter_bytes():  # the start of it: a body may be endless
-                    detail += part
-                    if len(detail) >= 4096:
+            if r.status_code != 200:  # the start of it: a body may be endless
+                detail = await read_head(r.aiter_bytes(), MAX_ERROR_BYTES)
+                return RequestResult(False, error=f"HTTP {r.status_code}: {reason(detail)}")
+            async for payloads in sse_data(r.aiter_bytes(), MAX_LINE_BYTES):
+                t_s = time.perf_counter() - t0  # when this read arrived
+                for data in payloads:
+                    if data == "[DONE]":
+                        done = True
                         break
-                return RequestResult(False, error=f"HTTP {r.status_code}: {_reason(detail)}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):  # SSE: "data:" then an optional space
-                    continue
-                data = line[5:].removeprefix(" ")
-                if data == "[DONE]":
-                    done = True
+                    seen.add(parse_chunk(data), t_s, cfg.max_tokens)
+                if done:
                     break
-                try:
-                    text, tokens = _chunk(data)
-                except ValueError as e:  # JSONDecodeError included
-                    return RequestResult(False, error=str(e))
-                usage = tokens if tokens is not None else usage
-                if text and not parts:
-                    ttft = time.perf_counter() - t0
-                parts.append(text)
+    except ValueError as e:  # a chunk that is not OpenAI's, a line past MAX_LINE_BYTES
+        return RequestResult(False, error=str(e))
     except httpx.HTTPError as e:
-        return RequestResult(False, error=f"{type(e).__name__}: {e}")
+        return RequestResult(False, error=_http_error(e, cfg.timeout_s))
     except TimeoutError:
         return RequestResult(False, error=f"no data: [DONE] within {cfg.timeout_s:g} s")
     if not done:
         return RequestResult(False, error="the stream ended without data: [DONE]")
-    text_chunks = sum(1 for p in parts if p)
-    if (why := _miscount(usage, text_chunks, cfg.max_tokens)) is not None:
-        return RequestResult(False, error=why)
-    n = usage if usage is not None else text_chunks
-    return RequestResult(True, ttft, time.perf_counter() - t0, n, "".join(parts))
+    return seen.result(cfg.max_tokens)
 
 
-def _stats(values: list[float]) -> dict[str, float | None]:
-    v = np.asarray([x for x in values if np.isfinite(x)], dtype=np.float64)
+def _stats(values: Iterable[float], mean: float | None = None) -> dict[str, float | None]:
+    """{"mean", "p50", "p90", "p99", "n"} of the finite `values` (`mean` when given: the
+    mean of more values than these)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
     if v.size == 0:
-        return {"mean": None, "p50": None, "p90": None, "p99": None}
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "n": 0}
     p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+    m = float(v.mean()) if mean is None else mean
+    return {"mean": m, "p50": float(p50), "p90": float(p90), "p99": float(p99), "n": int(v.size)}
 
 
-def summarize(results: list[RequestResult], wall_s: float, cfg: LoadTestConfig, model: str) -> dict:
-    """The JSON summary of a run (see the module docstring)."""
-    ok = [r for r in results if r.ok]
-    tokens = sum(r.completion_tokens for r in ok)
-    return {
-        "url": cfg.url,
-        "model": model,
-        "num_requests": cfg.num_requests,
-        "concurrency": cfg.concurrency,
-        "max_tokens": cfg.max_tokens,
-        "completed": len(ok),
-        "failed": len(results) - len(ok),
-        # each reason once: a server that miscounts every request is one line, not five
-        "errors": list(dict.fromkeys(r.error for r in results if not r.ok))[:5],
-        "wall_s": wall_s,
-        "request_throughput_per_s": len(ok) / wall_s,
-        "output_tokens": tokens,
-        "output_tokens_per_s": tokens / wall_s,
-        "ttft_s": _stats([r.ttft_s for r in ok]),
-        "tpot_s": _stats([r.tpot_s for r in ok]),
-        "e2e_s": _stats([r.e2e_s for r in ok]),
-    }
+class Tally:
+    """A run's results as they come, in memory that grows by 24 bytes a request (its TTFT,
+    TPOT and e2e), not with what the server sent: counts, at most `ITL_SAMPLE` gaps (a
+    seeded uniform sample past that, Vitter's algorithm R) and the first five reasons."""
+
+    def __init__(self) -> None:
+        self.completed = self.failed = self.tokens = 0
+        self.ttft_s, self.tpot_s, self.e2e_s = array("d"), array("d"), array("d")
+        self.itl_s, self.itl_count, self.itl_sum = array("d"), 0, 0.0
+        self.errors: dict[str, None] = {}
+        self._rng = random.Random(0)
+
+    def add(self, r: RequestResult) -> None:
+        if not r.ok:
+            self.failed += 1
+            if len(self.errors) < 5:  # each reason once: a miscount on every request is one
+                self.errors[str(r.error)] = None
+            return
+        self.completed += 1
+        self.tokens += r.completion_tokens
+        self.ttft_s.append(r.ttft_s)
+        self.tpot_s.append(r.tpot_s)
+        self.e2e_s.append(r.e2e_s)
+        for gap in r.itl_s:
+            self.itl_count += 1
+            self.itl_sum += gap
+            if len(self.itl_s) < ITL_SAMPLE:
+                self.itl_s.append(gap)
+            elif (j := self._rng.randrange(self.itl_count)) < ITL_SAMPLE:
+                self.itl_s[j] = gap
+
+    def summary(self, wall_s: float, cfg: LoadTestConfig, model: str) -> dict:
+        """The JSON summary of a run (see the module docstring)."""
+        itl_mean = self.itl_sum / self.itl_count if self.itl_count else None
+        return {
+            "url": cfg.url,
+            "model": model,
+            "num_requests": cfg.num_requests,
+            "concurrency": cfg.concurrency,
+            "max_tokens": cfg.max_tokens,
+            "completed": self.completed,
+            "failed": self.failed,
+            "errors": list(self.errors),
+            "wall_s": wall_s,
+            "request_throughput_per_s": self.completed / wall_s,
+            "output_tokens": self.tokens,
+            "output_tokens_per_s": self.tokens / wall_s,
+            "ttft_s": _stats(self.ttft_s),
+            "tpot_s": _stats(self.tpot_s),
+            "itl_s": {**_stats(self.itl_s, itl_mean), "n": self.itl_count},
+            "e2e_s": _stats(self.e2e_s),
+        }
 
 
-async def _run(cfg: LoadTestConfig) -> tuple[list[RequestResult], float, str]:
+def summarize(
+    results: Iterable[RequestResult], wall_s: float, cfg: LoadTestConfig, model: str
+) -> dict:
+    """The JSON summary of a run's `results` (see the module docstring)."""
+    tally = Tally()
+    for r in results:
+        tally.add(r)
+    return tally.summary(wall_s, cfg, model)
+
+
+async def _served_model(client: httpx.AsyncClient, timeout_s: float) -> str:
+    """The first model of GET /v1/models, read whole within `timeout_s` and at most
+    `MAX_MODELS_BYTES` (httpx's timeout bounds each read, not the body)."""
+    try:
+        async with asyncio.timeout(timeout_s), client.stream("GET", "/v1/models") as r:
+            cap = MAX_MODELS_BYTES if r.status_code == 200 else MAX_ERROR_BYTES
+            body = await read_head(r.aiter_bytes(), cap)
+    except TimeoutError:
+        raise httpx.ReadTimeout(
+            f"GET /v1/models did not finish answering within {timeout_s:g} s"
+        ) from None
+    except httpx.TimeoutException as e:
+        if str(e):
+            raise
+        raise type(e)(f"GET /v1/models: no answer within {timeout_s:g} s") from None
+    return first_model(r.status_code, body if r.status_code == 200 else body[:MAX_ERROR_BYTES])
+
+
+async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str]:
     n = cfg.concurrency
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-    async with httpx.AsyncClient(base_url=cfg.url, timeout=cfg.timeout_s, limits=limits) as client:
-        model = cfg.model
-        if model is None:
-            r = await client.get("/v1/models")
-            r.raise_for_status()
-            model = _first_model(r)
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
+    async with httpx.AsyncClient(
+        base_url=cfg.url, timeout=cfg.timeout_s, limits=limits, headers=headers
+    ) as client:
+        model = cfg.model if cfg.model is not None else await _served_model(client, cfg.timeout_s)
         # `concurrency` workers taking turns from one counter: a task per request made all
-        # num_requests tasks up front (hunt 58b: 1.5 GB for -n 1,000,000)
-        todo, results = iter(range(cfg.num_requests)), []
+        # num_requests tasks up front (hunt 58b: 1.5 GB for -n 1,000,000); each result goes
+        # into the tally and is dropped
+        todo, tally = iter(range(cfg.num_requests)), Tally()
 
         async def worker() -> None:
             for _ in todo:
-                results.append(await _one(client, cfg, model))
+                tally.add(await _one(client, cfg, model))
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(n, cfg.num_requests))))
-        return results, time.perf_counter() - t0, model
+        return tally, time.perf_counter() - t0, model
 
 
 def run_load_test(cfg: LoadTestConfig) -> dict:
     """Run the load test (blocking) and return its summary."""
-    results, wall_s, model = asyncio.run(_run(cfg))
-    return summarize(results, wall_s, cfg, model)
+    tally, wall_s, model = asyncio.run(_run(cfg))
+    return tally.summary(wall_s, cfg, model)
