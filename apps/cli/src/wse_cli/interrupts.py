@@ -21,12 +21,23 @@ while JAX compiled or ran):
 
 The line: a command that says its own (`wse train`: "interrupted (Ctrl-C); last good
 checkpoint: ...", `wse hpc md`: "stopped by Ctrl-C (SIGINT) ...") exits with
-`typer.Exit(130)`, and `wse_cli.errors.WseGroup` calls `said()`; any other command's
-interrupt is said there with `say()` (`LINE`), and one outside a command (while the CLI
-loads or parses) by `wse_cli.process`, which asks `unsaid()`. Only the console script
+`typer.Exit(130)` (143, 129), and `wse_cli.errors.WseGroup` (or the command) calls `said()`;
+any other command's interrupt is said there with `say()` (`LINE`), and one outside a command
+(while the CLI loads or parses) by `wse_cli.process`, which asks `unsaid()`. Only the console script
 installs the handler (`wse_cli.process.guarded`): a command run in-process (click's
 CliRunner, the tests) keeps Python's own, and so `wse_trainer.interrupt` keeps its recorder
 for such a caller (it leaves this handler alone).
+
+SIGTERM (SLURM, `timeout`, `kill`) and SIGHUP (a closed terminal, a dropped ssh) stop a
+command as Ctrl-C does (hunt 69: every command but `wse hpc md` died silently, `experiments
+run` leaving its lock in a folder it had made): `install()` takes them where they have their
+default action (nohup's ignored SIGHUP stays ignored), and the handler raises `Stopped` in
+the main thread, so every `finally` on the way out cleans up (a `.part` removed, a lock
+released, a trajectory kept); not a KeyboardInterrupt, so no command mistakes it for a
+Ctrl-C. The line is `stopped by SIGTERM` (`described()`), and the process then ends by the
+signal itself (`leave`: its default action once the cleanups ran), so a shell sees 143 / 129
+and a parent (`wse launch`, SLURM) sees a process killed by it. A command stops when the main
+thread next runs Python: a long XLA compile or call finishes first (as for Ctrl-C).
 
 Imports nothing heavy: `wse --help` runs through here (its 0.3 s budget).
 """
@@ -44,6 +55,10 @@ from types import FrameType
 
 __all__ = [
     "LINE",
+    "STOP_SIGNALS",
+    "Stopped",
+    "code",
+    "described",
     "hold",
     "in_finalizer",
     "install",
@@ -57,8 +72,20 @@ __all__ = [
 ]
 
 LINE = "interrupted (Ctrl-C)"  # as the commands' own lines begin
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # stop a command as Ctrl-C does (module doc)
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP reached the command: raised in the main thread as Ctrl-C raises
+    KeyboardInterrupt, so every block on the way out cleans up."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
 
 _requested = threading.Event()
+_signum: list[int] = []  # the signal that stopped the command (the first one)
 _said = threading.Event()
 _previous: dict = {}  # what `install` replaced, for `uninstall`
 _collecting: list[int] = []  # the thread the garbage collector runs in, while it runs
@@ -91,13 +118,24 @@ def in_finalizer(frame: FrameType | None) -> bool:
     return False
 
 
-def _on_sigint(signum: int, frame: FrameType | None) -> None:
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGINT, SIGTERM or SIGHUP: the command stops with KeyboardInterrupt or `Stopped`."""
+    if not _signum:
+        _signum.append(signum)
     _requested.set()
+    if signum != signal.SIGINT:  # a second stop signal waits while the first cleans up
+        for s in STOP_SIGNALS:
+            if signal.getsignal(s) is _on_signal:
+                signal.signal(s, _record)
     if in_finalizer(frame):  # raised here, it would be lost ("Exception ignored in ...")
         _raise_outside(frame)
         return
     _disarm()  # a second Ctrl-C, raised here: none more from the trace
-    raise KeyboardInterrupt
+    raise _raised(signum)
+
+
+def _raised(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
 
 
 # What `_raise_outside` set: the main thread's tracer before it and each frame's f_trace
@@ -122,7 +160,7 @@ def _tracer(frame: FrameType, event: str, arg: object):
     if in_finalizer(frame):
         return _tracer
     _disarm()
-    raise KeyboardInterrupt
+    raise _raised(_signum[0] if _signum else signal.SIGINT)
 
 
 def _disarm() -> None:
@@ -140,7 +178,7 @@ def _unraisable(u) -> None:  # noqa: ANN001 (sys.UnraisableHookArgs)
     """The last net: a KeyboardInterrupt of this handler that a finalizer not recognised
     swallowed (a weakref callback run when its object's last reference goes) is raised
     again at the main thread's first line outside, instead of being reported as ignored."""
-    lost = isinstance(u.exc_value, KeyboardInterrupt) and _requested.is_set()
+    lost = isinstance(u.exc_value, KeyboardInterrupt | Stopped) and _requested.is_set()
     if lost and threading.current_thread() is threading.main_thread():
         _raise_outside(sys._getframe(1))
     else:  # a hook set later may still call this one after `uninstall`
@@ -148,13 +186,20 @@ def _unraisable(u) -> None:  # noqa: ANN001 (sys.UnraisableHookArgs)
 
 
 def install() -> None:
-    """Handle SIGINT as the module docstring says, where Python's own handler is set (not
-    where SIGINT is ignored: a background job of a shell without job control)."""
+    """Handle SIGINT, SIGTERM and SIGHUP as the module docstring says, where each has Python's
+    own handling (not where SIGINT is ignored, in a background job of a shell without job
+    control, nor an ignored SIGHUP under nohup)."""
     _requested.clear()
     _said.clear()
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler or _previous:
+    _signum.clear()
+    if _previous:
         return
-    _previous["handler"] = signal.signal(signal.SIGINT, _on_sigint)
+    mine = [s for s in STOP_SIGNALS if signal.getsignal(s) == signal.SIG_DFL]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        mine.insert(0, signal.SIGINT)
+    if not mine:
+        return
+    _previous["handlers"] = {s: signal.signal(s, _on_signal) for s in mine}
     _previous["unraisablehook"], sys.unraisablehook = sys.unraisablehook, _unraisable
     gc.callbacks.insert(0, _track)
     if not _at_exit:  # once per process; in a test's process they run as pytest ends
@@ -165,14 +210,18 @@ def install() -> None:
 
 
 def hold() -> None:
-    """The command has ended: a Ctrl-C from now on is recorded (`requested()`), never raised
-    into the code that ends the process (hunt 65: a traceback from there)."""
-    if signal.getsignal(signal.SIGINT) is _on_sigint:
-        _disarm()
-        signal.signal(signal.SIGINT, _record)
+    """The command has ended: a Ctrl-C or stop signal from now on is recorded
+    (`requested()`), never raised into the code that ends the process (hunt 65: a traceback
+    from there)."""
+    _disarm()
+    for s in _previous.get("handlers", {}):
+        if signal.getsignal(s) is _on_signal:
+            signal.signal(s, _record)
 
 
 def _record(signum: int, frame: FrameType | None) -> None:
+    if not _signum:
+        _signum.append(signum)
     _requested.set()
 
 
@@ -189,9 +238,10 @@ def _exiting() -> None:
 
 
 def _leave_now(signum: int, frame: FrameType | None) -> None:
+    _record(signum, frame)
     if unsaid():
         say()
-    leave(130)
+    leave(code(), by_signal=True)
 
 
 def uninstall() -> None:
@@ -199,8 +249,9 @@ def uninstall() -> None:
     tests)."""
     _disarm()
     if _previous:
-        if signal.getsignal(signal.SIGINT) in (_on_sigint, _record):
-            signal.signal(signal.SIGINT, _previous["handler"])
+        for s, before in _previous["handlers"].items():
+            if signal.getsignal(s) in (_on_signal, _record):
+                signal.signal(s, before)
         if sys.unraisablehook is _unraisable:
             sys.unraisablehook = _previous["unraisablehook"]
         if _track in gc.callbacks:
@@ -209,11 +260,29 @@ def uninstall() -> None:
     _collecting.clear()
     _requested.clear()
     _said.clear()
+    _signum.clear()
 
 
 def requested() -> bool:
-    """Whether Ctrl-C reached the command since `install()`."""
+    """Whether Ctrl-C (or a stop signal) reached the command since `install()`."""
     return _requested.is_set()
+
+
+def signum() -> int:
+    """The signal that stopped the command: SIGINT unless a stop signal came first."""
+    return _signum[0] if _signum else signal.SIGINT
+
+
+def code() -> int:
+    """The exit status of the command it stopped: 128 + the signal (130, 143, 129)."""
+    return 128 + signum()
+
+
+def described(sig: int | None = None) -> str:
+    """How the stop's line begins, for `sig` (default: the signal that came): `LINE` for
+    Ctrl-C, else `stopped by SIGTERM` (`stopped by SIGHUP`)."""
+    sig = signum() if sig is None else sig
+    return LINE if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
 
 
 def said() -> None:
@@ -227,9 +296,10 @@ def unsaid() -> bool:
 
 
 def say() -> None:
-    """Say `LINE` on stderr (nothing where stderr is closed or full), once said."""
+    """Say the stop's line (`described()`) on stderr (nothing where stderr is closed or
+    full), once said."""
     _said.set()
-    _write(sys.stderr, LINE + "\n")
+    _write(sys.stderr, described() + "\n")
 
 
 def on_leave(fn: Callable[[], object]) -> None:
@@ -241,11 +311,14 @@ def on_leave(fn: Callable[[], object]) -> None:
 _cleanups: list[Callable[[], object]] = []
 
 
-def leave(code: int) -> None:
+def leave(code: int, *, by_signal: bool = False) -> None:
     """End the process now with `code`, after the `on_leave` cleanups and flushing stdout
     and stderr, without finalizing the interpreter under XLA's threads (module docstring); a
-    further Ctrl-C is ignored."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    further Ctrl-C or stop signal is ignored. `by_signal`: a code of 128 + the stop signal
+    that came ends the process by that signal (its default action), as it would have ended
+    untouched (a command that said its own line exits with its code: `wse hpc md`'s 143)."""
+    for s in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(s, signal.SIG_IGN)
     for fn in _cleanups:
         try:
             fn()
@@ -253,6 +326,9 @@ def leave(code: int) -> None:
             pass
     for stream in (sys.stdout, sys.stderr):
         _flush(stream)
+    if by_signal and _signum and _signum[0] in STOP_SIGNALS and code == 128 + _signum[0]:
+        signal.signal(_signum[0], signal.SIG_DFL)
+        os.kill(os.getpid(), _signum[0])
     os._exit(code)
 
 

@@ -7,6 +7,12 @@
 - a closed stdout (`>&-`) takes the report and throws it away, and the command then says
   `Error: cannot write the report: stdout is closed` and exits 1, as `ls >&-` does; a closed
   pipe or a full disk under the root help or `--version` is what it is for every command;
+- stdout written whole or said to be cut short (`_Stdout`): a write that stops part way (a
+  full disk or quota, `ulimit -f`) is `Error: cannot write the report to stdout: File too
+  large (1,024 of 10,874 bytes written)` and exit 1 (hunt 69: `--json > run.json` kept the
+  first 1,024 bytes, said nothing and exited 0: Python's unbuffered stdout, PYTHONUNBUFFERED
+  or `-u`, drops what a short write leaves, and its buffered one reports the error only at
+  exit, "Exception ignored"); what the command writes after that goes nowhere;
 - a stdout that cannot encode a character (PYTHONIOENCODING=ascii) writes '?' for it;
 - COLUMNS (or the terminal) below `MIN_COLUMNS` is read as `MIN_COLUMNS`: no table drops or
   cuts its numbers;
@@ -18,29 +24,33 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import io
 import os
+import select
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from wse_cli import interrupts
+
 __all__ = ["MIN_COLUMNS", "error", "guarded", "to_devnull"]
 
 
 def guarded(body: Callable[[], object]) -> None:
-    """Run `body` (the CLI) as the whole `wse` process: the streams and the environment
-    prepared (`_prepare`), Ctrl-C handled (`wse_cli.interrupts`), a report that a closed
-    stdout lost said (module docstring). Returns when `body` returns and all is well, else
-    raises SystemExit, or ends the process at once after a Ctrl-C."""
-    from wse_cli import interrupts
-
-    closed = _prepare()
+    """Run `body` (the CLI) as the whole `wse` process: Ctrl-C, SIGTERM and SIGHUP handled
+    (`wse_cli.interrupts`, installed first: hunt 69, a Ctrl-C while the streams were prepared
+    was a traceback), the streams and the environment prepared (`_prepare`), a report that a
+    closed stdout lost said (module docstring). Returns when `body` returns and all is well,
+    else raises SystemExit, or ends the process at once after a Ctrl-C or a stop signal."""
     interrupts.install()
+    closed = None
     code: object = None
     exits = True  # `body` ended with SystemExit (click's standalone mode always does)
     try:
         try:
+            closed = _prepare()
             body()
             exits = False
         except SystemExit as e:
@@ -65,15 +75,14 @@ def guarded(body: Callable[[], object]) -> None:
 
 
 def _end_interrupted(code: object) -> None:
-    """End the process after a Ctrl-C: its line said (once), exit 130 unless the command
-    ended with its own failure (a refusal's 2, a fault's 1, SIGTERM's 143)."""
-    from wse_cli import interrupts
-
-    if code in (0, None, 130):
-        if interrupts.unsaid():
+    """End the process after a Ctrl-C or a stop signal: its line said (once), exit 130 (143,
+    129) unless the command ended with its own failure (a refusal's 2, a fault's 1)."""
+    generic = False  # the line said here: the process ends as the signal would end it
+    if code in (0, None, 130, interrupts.code()):
+        if generic := interrupts.unsaid():
             interrupts.say()
-        code = 130
-    interrupts.leave(code if isinstance(code, int) else 1)
+        code = interrupts.code()
+    interrupts.leave(code if isinstance(code, int) else 1, by_signal=generic)
 
 
 def error(message: str) -> None:
@@ -127,16 +136,77 @@ class _ClosedStdout(io.TextIOBase):
         return len(text)
 
 
+class _Stdout(io.RawIOBase):
+    """fd 1 written whole (module docstring): each write loops until all of it is written,
+    as Python's buffered writer does, or raises an OSError that says how much of what the
+    command wrote reached stdout (`errors.WseGroup` prints it as one line, exit 1). A closed
+    pipe (EPIPE) is raised as it is (click's and rich's quiet exit). After either, the rest
+    of the report is thrown away, so nothing fails again as the process ends."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd, self.asked, self.written, self.cut = fd, 0, 0, False
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return os.isatty(self.fd)
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def write(self, data) -> int:  # noqa: ANN001 (bytes-like)
+        view = memoryview(data).cast("B")
+        if self.cut:
+            return len(view)
+        self.asked += len(view)
+        done = 0
+        try:
+            while done < len(view):
+                try:
+                    done += os.write(self.fd, view[done:])
+                except BlockingIOError:  # a non-blocking pipe that is full: wait for room
+                    select.select([], [self.fd], [])
+        except OSError as e:
+            self.written, self.cut = self.written + done, True
+            if e.errno == errno.EPIPE:
+                raise
+            why = f"{e.strerror or e} ({self.written:,} of {self.asked:,} bytes written)"
+            raise OSError(e.errno, why, "the report to stdout") from None
+        self.written += done
+        return done
+
+
+def _checked_stdout() -> None:
+    """`sys.stdout`, where it is Python's own stream on fd 1, as a text stream of the same
+    encoding over `_Stdout` (never a caller's own stream: a test's capture)."""
+    old = sys.stdout
+    try:
+        if old is not sys.__stdout__ or old.fileno() != 1 or not isinstance(old, io.TextIOWrapper):
+            return
+    except (AttributeError, OSError, ValueError):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        old.flush()
+    sys.stdout = io.TextIOWrapper(
+        _Stdout(1), encoding=old.encoding, errors=old.errors, newline="\n", write_through=True
+    )
+
+
 def _prepare() -> _ClosedStdout | None:
     """The process's streams and environment, before the CLI loads (hunt 65): a closed
-    stdout, a stdout that cannot encode every character, a narrow terminal, a home folder
-    matplotlib cannot write. Returns the closed stdout's stand-in, if stdout was closed."""
+    stdout, a stdout written whole or said to be cut short (hunt 69), a stdout that cannot
+    encode every character, a narrow terminal, a home folder matplotlib cannot write.
+    Returns the closed stdout's stand-in, if stdout was closed."""
     closed = None
     if sys.stdout is None:
         closed = _ClosedStdout()
         sys.stdout = closed
         if not _fd_open(1):  # a file the command opens would take fd 1 and get C's output
             _null_fd(1)
+    else:
+        _checked_stdout()
     for stream in (sys.stdout, sys.stderr):
         _replacing(stream)
     _wide_enough()
@@ -213,8 +283,6 @@ def _matplotlib_home() -> None:
         return
     import atexit
     import tempfile
-
-    from wse_cli import interrupts
 
     with contextlib.suppress(OSError):
         folder = tempfile.mkdtemp(prefix="wse-matplotlib-")

@@ -13,7 +13,8 @@ devices, the process count, jax/jaxlib versions, XLA_FLAGS, the stack's version 
 of every source file of `wse_hpc` and `wse_core`: a code change never reuses a stored
 program. `<cache>` is JAX's persistent compile cache directory (`jax_compilation_cache_dir`,
 which `wse_core.host.runtime.configure` sets to `WSE_CACHE_DIR`); without one nothing is
-stored. Multi-process runs are not stored. A file that cannot be read back (truncated,
+stored, nor where it takes no new file (a full disk: one note, `wse_core.host.compile_caches`,
+and the run goes on). Multi-process runs are not stored. A file that cannot be read back (truncated,
 written by another jaxlib) is compiled again. Files are pickles, like JAX's own cache
 entries: the cache directory must be the user's own.
 
@@ -49,6 +50,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from wse_core.host import compile_caches
 
 from wse_hpc.md import pe_compile
 
@@ -153,12 +155,17 @@ def _store(path: Path, targets: list[str], exe) -> None:
 
 def write_pickle(path: Path, value) -> None:
     """`value` pickled to `path` (folders made): written beside it, then renamed over it,
-    so a concurrent reader sees all of it or nothing (`plan_cache` stores this way too)."""
+    so a concurrent reader sees all of it or nothing (`plan_cache` stores this way too); a
+    write that fails (a full disk) or is stopped leaves no temporary file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    with tmp.open("wb") as f:
-        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as f:
+            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def compiled(jitted, args: tuple, key: tuple, kernels: tuple[str, ...] = ()):
@@ -181,10 +188,11 @@ def compiled(jitted, args: tuple, key: tuple, kernels: tuple[str, ...] = ()):
         return lowered.compile()
     with _fresh_compile():  # only a fresh compile serialises whole (module doc)
         exe = lowered.compile()
-    try:
-        _store(path, targets, exe)
-    except OSError:  # a full or read-only cache directory: the run goes on without it
-        pass
+    if compile_caches.writable(SUBDIR):
+        try:
+            _store(path, targets, exe)
+        except OSError as e:  # a full or read-only cache directory: the run goes on without it
+            compile_caches.unwritable(SUBDIR, path.parent.parent, e)  # one note (hunt 69)
     return exe
 
 

@@ -15,7 +15,10 @@ the real devices are used and the CPU device count is irrelevant. The compile ca
 `$WSE_CACHE_DIR` (default `~/.cache/wse/jax`) — the counterpart of Cerebras' compile artifacts;
 numba's (the PE kernels of `wse_hpc`) in its `numba/` folder (`NUMBA_CACHE_DIR`, unless set,
 read when numba is first imported): one folder holds everything a first run compiles,
-writable wherever the cache is, also for a package installed read-only.
+writable wherever the cache is, also for a package installed read-only. Both caches stay an
+optimisation (`compile_caches.guard`, set up here): an entry is whole or absent, one that
+cannot be read is compiled again, and a folder that takes no new entry (a full disk, a
+quota) is one note, the run going on without it (hunt 69).
 
 `sync_dispatch()` (opt-in, process-wide, before the backend starts) runs each jitted call on
 the calling thread. JAX's CPU client otherwise hands every call of more than a few hundred
@@ -56,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from wse_core.errors import WseError, ascii_only, shown, shown_int
-from wse_core.host import jax_env
+from wse_core.host import compile_caches, jax_env
 
 __all__ = [
     "configure",
@@ -182,6 +185,7 @@ def configure(devices: int | None = None, *, compile_cache: bool = True) -> int:
         os.environ["XLA_FLAGS"] = f"{flags} {_FAST_COMPILE_FLAG}".strip()
     for key, value in cache.items():
         os.environ.setdefault(key, value)
+    compile_caches.guard()  # whole entries, and a full cache folder is one note (hunt 69)
     if "jax" in sys.modules:
         _configure_imported_jax(n, compile_cache)
     return n
