@@ -64,11 +64,11 @@ def test_a_dead_process_stops_the_run_with_a_clear_error():
     try:
         deadline = time.monotonic() + 90
         children = []
-        while time.monotonic() < deadline and len(children) < 2:
+        while time.monotonic() < deadline and not _joined(children):
             children = psutil.Process(launcher.pid).children()
             time.sleep(0.2)
-        assert len(children) == 2
-        time.sleep(8)  # let both join the run and start working
+        assert len(children) == 2 and _joined(children)
+        time.sleep(2)  # past the join (was a blind 8 s): both at work
         assert launcher.poll() is None, launcher.communicate()[1][-2000:]  # none died yet
         victim = next(c for c in children if c.environ().get("WSE_PROCESS_ID") == "1")
         killed_at = time.monotonic()
@@ -82,6 +82,19 @@ def test_a_dead_process_stops_the_run_with_a_clear_error():
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+def _joined(kids: list[psutil.Process]) -> bool:
+    """Both children hold a connection to the coordinator's port: both joined the run."""
+    try:
+        if len(kids) != 2:
+            return False
+        port = int(kids[0].environ()["WSE_COORDINATOR"].rpartition(":")[2])
+        return all(
+            any(c.raddr and c.raddr.port == port for c in k.net_connections("tcp")) for k in kids
+        )
+    except (psutil.Error, KeyError):  # a child not yet set up (or gone: asserted after)
+        return False
 
 
 def test_bad_process_flags_are_exit_2():

@@ -21,6 +21,7 @@ words by hand.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -247,9 +248,16 @@ def _swe_report():
     return run_swe(PRESETS["small"], SweConfig(n=8, steps=2)).report
 
 
+@functools.cache
+def _report(name: str):
+    """`REPORTS[name]()`, built once: reports are frozen, and the field reports' two tests
+    read the same run."""
+    return REPORTS[name]()
+
+
 @pytest.mark.parametrize("name", sorted(REPORTS))
 def test_every_report_lists_the_fitted_constants_it_priced(name):
-    report = REPORTS[name]()
+    report = _report(name)
     check_fitted_listed(report)
     assert priced_constants(report)  # each report prices at least one fitted constant
 
@@ -257,7 +265,7 @@ def test_every_report_lists_the_fitted_constants_it_priced(name):
 @pytest.mark.parametrize("name", ["swe", "cfd"])
 def test_field_reports_say_how_detours_are_priced(name):
     # the CFD report had no halo / detour lines while its step priced them (fields/perf.py)
-    report = REPORTS[name]()
+    report = _report(name)
     assert "dead PEs' detours priced" in report.assumptions["detours"]
     assert "halo" in report.assumptions
 
