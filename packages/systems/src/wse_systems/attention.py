@@ -21,9 +21,9 @@ K and V cache laid out the one way that matches the query the layer's q projecti
 - scores_sum: where a KV head spans `s = ceil(hd / g)` columns, the partial scores
   (t x qh values) are summed across those s columns and back
   (`collectives.allreduce_2d` over 1 x s PEs); none where a column holds whole heads;
-- softmax: the exponential (`EXP_FMACS` FMACs), max, subtract and sum on the PE's t x qh
-  scores, then the max and the sum of each head over the tokens, along the column (an
-  allreduce over rows x 1 PEs of 2 qh fp32 values, one word each);
+- softmax: the exponential (`exp_fmacs()` FMACs, an assumption: `EXP`), max, subtract and
+  sum on the PE's t x qh scores, then the max and the sum of each head over the tokens,
+  along the column (an allreduce over rows x 1 PEs of 2 qh fp32 values, one word each);
 - values: each PE's partial p.v (qh x g values) over its t tokens, the faster loop order
   again (AXPYs of length g, one per (head, token), or dots over the tokens);
 - heads_reduce: the partial outputs summed down the column to its top PE (the fastest of
@@ -42,15 +42,49 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from wse_core.cost.assumptions import register_system_constant, system_constant
 from wse_core.cost.collectives import allreduce_2d, broadcast_line, reduce_line
+from wse_core.cost.mechanisms import Constant
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.hw.dtypes import DTYPE_BYTES
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
-__all__ = ["EXP_FMACS", "AttentionSplit", "attention_split", "attention_phases", "value_dtype"]
+__all__ = [
+    "EXP_FMACS",
+    "EXP",
+    "EXP_KEY",
+    "exp_fmacs",
+    "AttentionSplit",
+    "attention_split",
+    "attention_phases",
+    "value_dtype",
+]
 
-EXP_FMACS = 6.0  # assumption: exp by a degree-6 polynomial (Horner: one FMAC per term)
+EXP_FMACS = 6.0  # FMACs an exp costs per element where no --assume changes it: `EXP`
+EXP = Constant(
+    units="FMACs/element",
+    mechanism="an exponential on the wafer (softmax; the MLP's activation at 2 FMACs more): "
+    "a polynomial by Horner's rule, one FMAC per term",
+    basis="assumed",
+    source="no WSE figure (the SDK publishes no exp instruction or cost); float32 exp is range "
+    "reduction and a polynomial: degree 6 in Eigen's exp<float> (faithfully rounded; its "
+    "commit 'Improve exp<float>()' cut it from 7), degree 4 in LLVM libc's expf after a "
+    "table lookup (reviews.llvm.org/D122418). 4: the table's; 12: twice Eigen's, room for "
+    "the range reduction (scale by log2 e, round, subtract, set the exponent) and its guards",
+    sweep=(4.0, 6.0, 12.0),
+    limits=(0.0, 1000.0),
+)
+# `--assume attention.exp_fmacs=N`: registered as the GPU's kernel cost is (hunt 69: the
+# constant moved the wafer's tokens/s 4% and was in no registry, so no prediction listed it)
+EXP_KEY = "attention.exp_fmacs"
+register_system_constant(EXP_KEY, EXP, value=EXP_FMACS)
+
+
+def exp_fmacs() -> float:
+    """FMACs an exponential costs per element: `EXP_FMACS`, or `--assume
+    attention.exp_fmacs=N` (noted as read: `wse_core.cost.reads`)."""
+    return system_constant(EXP_KEY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +150,7 @@ def attention_phases(
     pv = _faster(rates, sp.qh, sp.g, sp.t, dt)  # outputs: qh x g, each over t tokens
     n = sp.t * sp.qh
     soft = (
-        Op("fmac", dt, n, count=EXP_FMACS),
+        Op("fmac", dt, n, count=exp_fmacs()),
         Op("max", dt, n),
         Op("sub", dt, n),
         Op("add", dt, n),

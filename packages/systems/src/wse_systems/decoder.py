@@ -38,10 +38,10 @@ s scales its FMACs and their SRAM traffic by (1 - s). The zeros are still multic
 fabric time does not shrink; a sender-side filter would be a further gain, not assumed).
 
 Assumptions (listed in every prediction built from here): the exponential of the softmax
-costs `EXP_FMACS` FMACs per element (a polynomial; not published); the attention reads the
-KV cache of `kv_tokens` tokens (default: half the context); words of partial sums travel in
-the weights' dtype (two 16-bit values per wavelet); reductions over a region (norms, the
-argmax) are `wse_core.cost.collectives.allreduce_2d` over its rectangle.
+costs `exp_fmacs()` FMACs per element (a polynomial; not published: assumed, listed); the
+attention reads the KV cache of `kv_tokens` tokens (default: half the context); words of
+partial sums travel in the weights' dtype (two 16-bit values per wavelet); reductions over a
+region (norms, the argmax) are `wse_core.cost.collectives.allreduce_2d` over its rectangle.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from wse_core.errors import WseError
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
-from wse_systems.attention import EXP_FMACS, attention_phases, value_dtype
+from wse_systems.attention import EXP_FMACS, EXP_KEY, attention_phases, exp_fmacs, value_dtype
 from wse_systems.matvec import matvec_phases, matvec_work, perf_rates
 from wse_systems.meshgemm import meshgemm_phases
 from wse_systems.meshgemv import DECODE_AXES, meshgemv_phases
@@ -77,7 +77,8 @@ DECODER_ASSUMPTIONS = {
     "matvec layout": "input split over the top row's columns and flooded down them; partial "
     "sums reduced along rows to their middle PEs (the fastest of Luczynski et al.'s line "
     "reduces); the output moved back to the top row along the rows and up the columns",
-    "exp": f"{EXP_FMACS:g} FMACs per element (polynomial; not published)",
+    "exp": f"a polynomial, {EXP_FMACS:g} FMACs per element unless --assume {EXP_KEY}=N (not "
+    "published; listed with the value priced: wse_systems.attention.EXP)",
     "attention layout": "KV dimensions over the region's columns, tokens over its rows "
     "(wse_systems.attention): q and the new K/V flooded down the columns, scores summed "
     "across a KV head's columns, softmax sums and p.v reduced down the columns",
@@ -130,7 +131,7 @@ def layer_phases(
     check_gemv(gemv)
     d, ff, dims = shape.d_model, shape.d_ff, layer_products(shape)
     dt, b = value_dtype(bytes_per_value), bytes_per_value
-    act = Work(ops=(_row_op("fmac", ff, region, dt, EXP_FMACS + 2),), task_activations=1.0)
+    act = Work(ops=(_row_op("fmac", ff, region, dt, exp_fmacs() + 2),), task_activations=1.0)
     residual = Work(ops=(_row_op("add", d, region, dt),))
 
     def mv(name: str, density: float = 1.0) -> Phases:

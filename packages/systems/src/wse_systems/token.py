@@ -35,7 +35,9 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from wse_core.cost.listing import listed
 from wse_core.cost.perf import PerfModel, Phases
+from wse_core.cost.reads import recording
 from wse_core.cost.report import Measured, RunReport
 from wse_core.hw.spec import WaferSpec
 
@@ -179,16 +181,18 @@ def price_token(
     that ran it, shown beside the prediction; `tokens`: the decode tokens the measurement
     covers (`extra["tokens"]`); `token_out`: the token's trip to the host is on the step's
     path (`wse_systems.decoder.token_out_work`)."""
-    phases = decode_phases(shape, plan, kv_tokens=kv_tokens, token_out=token_out)
-    return token_report(
-        name or f"decode {getattr(shape, 'name', 'model')}",
-        plan,
-        phases,
-        assumptions=decode_assumptions(plan, kv_tokens),
-        measured=measured,
-        tail=None if tokens is None else {"tokens": tokens},
-        model=model,
-    )
+    with recording() as got:  # building the phases reads constants too (exp_fmacs)
+        phases = decode_phases(shape, plan, kv_tokens=kv_tokens, token_out=token_out)
+        report = token_report(
+            name or f"decode {getattr(shape, 'name', 'model')}",
+            plan,
+            phases,
+            assumptions=decode_assumptions(plan, kv_tokens),
+            measured=measured,
+            tail=None if tokens is None else {"tokens": tokens},
+            model=model,
+        )
+    return dataclasses.replace(report, assumed=listed(got))
 
 
 # The ratio between the head sizes `fastest_plan` prices: 2^(1/4), a head within 19% of any

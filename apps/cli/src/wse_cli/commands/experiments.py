@@ -151,8 +151,10 @@ def run(
     from wse_core.cost.assumptions import assume as assumed
     from wse_core.cost.assumptions import parse_assumptions
     from wse_core.host.progress import progress
-    from wse_systems.serving import gpu_step  # noqa: F401  registers gpu.kernel_s, as plan's
 
+    from wse_cli.commands.plan_assumed import register_system_constants
+
+    register_system_constants(fields=True)  # gpu.kernel_s and the others, as plan's
     fn = load(name)
     changes = parse_assumptions(assume)
     if len(sweep or ()) > 1:
@@ -161,12 +163,16 @@ def run(
     if sweep:
         _sweep(name, fn, sweep[0], changes, out, seed)
         return
-    from wse_core.studies.experiment import RESULT_FILES, table_markdown
+    from wse_core.cost.calibration import current
+    from wse_core.cost.listing import refuse_unread
+    from wse_core.studies.experiment import RESULT_FILES, run_experiment, table_markdown
 
     _check_folder(out, name, RESULT_FILES, figures=True)
     with _writing(out, name):
         with assumed(**changes), progress(None, f"experiment {name}"):
-            result = fn(quick=quick, seed=seed)
+            result = run_experiment(fn, quick=quick, seed=seed)  # what it read, recorded
+            # hunt 69: an --assume its predictions never read was written as if priced
+            refuse_unread(changes, result.assumed, current(), f"experiment {name}")
         if changes:
             result.config["assume"] = changes
         earlier = _earlier_run(out / result.experiment)
@@ -302,16 +308,20 @@ def assumptions() -> None:
         values = " ".join(f"{value_of(r, key):>10.4g}" for r in rates)
         typer.echo(f"{key:<24} {values}  {why}")
     from wse_core.cost.assumptions import constant_of, system_constant, system_keys
-    from wse_systems.serving import gpu_step  # noqa: F401  registers gpu.kernel_s
 
+    from wse_cli.commands.plan_assumed import register_system_constants
+
+    register_system_constants(fields=True)
     for key in system_keys():  # hunt 68: the GPU's kernel cost was an assumption not listed
         value = f"{system_constant(key):.4g}"
-        typer.echo(f"{key:<24} {value:>10} (the system compared)  {constant_of(key).line()}")
+        typer.echo(f"{key:<24} {value:>10} (a model's, not a spec's)  {constant_of(key).line()}")
     typer.echo(f"calibration: {current().describe()}")
     typer.echo(
         "--assume FIELD=VALUE changes the wafers priced; --assume calibration.FIELD=VALUE "
         "the calibration's WSE-2 (the calibration is refitted under it); --assume "
-        "SYSTEM.FIELD a compared system's (gpu.kernel_s: the GPU serving step's)"
+        "MODEL.FIELD a model's constant (gpu.kernel_s: the GPU serving step's kernel, "
+        "gpu.launched_kernel_s: the field experiments' GPU kernel, attention.exp_fmacs: the "
+        "wafer's exponential); a key the predictions never read is refused"
     )
 
 

@@ -201,6 +201,8 @@ def _summary(console, run, png, trace) -> None:
         f"({x['predicted_s_per_step'] * 1e6:.3f} µs per step, {r.bound}-bound, "
         f"{x['cg_iterations_per_step']:.1f} CG iterations per step)",
     )
+    if r.assumed:  # hunt 69: the prediction stood beside no assumption that moves it
+        _line(console, r.assumed_compact())
     for p in run.written[-2:]:
         _line(console, f"wrote {p}")
     for label, p in (("figure", png), ("trace", trace)):

@@ -70,6 +70,8 @@ def swe(
         f"energy drift {run.energy_drift:.2e}; emulated {r.measured_wall_s:.3f} s; predicted "
         f"on {r.wafer} {r.extra['predicted_s_per_step'] * 1e6:.3f} µs per step ({r.bound}-bound)"
     )
+    if r.assumed:  # hunt 69: the prediction stood beside no assumption that moves it
+        typer.echo(r.assumed_compact())
 
 
 def register(app: typer.Typer) -> None:

@@ -298,6 +298,7 @@ def _predicted(report, config) -> dict:
         "tokens_per_s": report.units_per_s, "bound": report.bound,
         "measured_s_per_token": report.measured_wall_s,
         "calibration": report.calibration.describe(),
+        "assumed": [e.to_dict() for e in report.assumed],  # what moves it (hunt 69)
     }  # fmt: skip
 
 
@@ -330,6 +331,10 @@ def _report(result: dict, as_json: bool) -> None:
             f"({pred['tokens_per_s']:,.0f} tokens/s, {pred['bound']}-bound); measured on "
             f"this emulator {here}/token"
         )
+        if pred.get("assumed"):  # hunt 69: the assumptions that move it went unsaid
+            from wse_core.cost.listing import Listed, compact
+
+            typer.echo(compact(Listed.from_dict(d) for d in pred["assumed"]))
     if result.get("trace"):
         typer.echo(f"per-PE trace, one file per wafer: {', '.join(result['trace'])}")
     lps = result.get("logprobs")

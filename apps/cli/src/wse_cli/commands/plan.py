@@ -19,8 +19,10 @@ planner and prints (`plan_print`).
 parser, refusals and meaning): a wafer field changes the wafer priced only (`applied` to the
 one `WaferSpec`), `calibration.FIELD` the calibration's WSE-2, and the plan runs inside
 `assume(...)` so that the calibration is refitted under what moves it. The plan lists the
-assumptions in force and the calibration it priced with (its wafer, clock and fitted
-constants, read from `wse_core.cost.calibration.current()`): `Assumed`.
+assumptions in force, the calibration it priced with (its wafer, clock and fitted
+constants, read from `wse_core.cost.calibration.current()`) and every swept constant that
+moves its figures, recorded as the planner priced (`wse_core.cost.reads`): `Assumed`. An
+`--assume` key the plan never reads is refused (`wse_cli.commands.plan_assumed`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from typing import Any
 
 import typer
 
-from wse_cli.commands.plan_print import Assumed, count, duration, emit, plot
+from wse_cli.commands.plan_assumed import priced_under, register_system_constants
+from wse_cli.commands.plan_print import count, duration, emit, plot
 from wse_cli.errors import WseGroup, fail
 from wse_cli.options import GPUS, number
 from wse_cli.outputs import png_file
@@ -103,20 +106,14 @@ def _assumed(items: list[str], wafer: str | None, spec_file: Path | None, servin
     --assume`'s parser and `resolve_spec`'s last step (`applied`), refused the same way;
     `gpu.kernel_s` only where the GPU serving step is priced (`serving`; hunt 68)."""
     from wse_core.cost.assumptions import applied, parse_assumptions
-    from wse_systems.serving.gpu_step import KERNEL_KEY  # registers it with the parser
+    from wse_systems.serving.gpu_step import KERNEL_KEY
 
+    register_system_constants()
     changes = parse_assumptions(items)
     if not serving and KERNEL_KEY in changes:
         fail(f"--assume {KERNEL_KEY} is the GPU serving step's kernel cost (wse plan infer); "
              "wse plan train prices its GPUs at --mfu, with no kernel floor")  # fmt: skip
     return changes, applied(wafer_spec(wafer, spec_file, "wse3"), changes)
-
-
-def _in_force(changes: dict[str, float], notes: list[str]) -> Assumed:
-    """What the plan was priced under, read inside its `assume` block."""
-    from wse_core.cost.calibration import current
-
-    return Assumed(dict(changes), current(), notes)
 
 
 def _wafer_dtype(asked: str, model: str, choice) -> str:
@@ -202,19 +199,20 @@ def train(
 ) -> None:
     """Time, energy and cost to train on N wafers and on M GPUs (same global batch)."""
     from wse_core.cost.assumptions import assume as assumed
+    from wse_core.cost.reads import recording
     from wse_systems.planning.train import TrainBatch, TrainGpus, plan_train
 
     from wse_cli.model_choice import resolve_model
 
     changes, spec = _assumed(assume, wafer, spec_file, serving=False)
-    with assumed(**changes):
+    with assumed(**changes), recording() as reads:
         plan = plan_train(
             resolve_model(model), tokens=tokens, spec=spec, systems=systems,
             gpus=TrainGpus(gpu, gpus, mfu), batch=TrainBatch(batch, _micro_batch(micro_batch),
                                                              seq_len),
             rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
         )  # fmt: skip
-        in_force = _in_force(changes, [])
+        in_force = priced_under(changes, [], reads, "wse plan train")
     emit(plan, as_json, png, in_force)
 
 
@@ -330,6 +328,7 @@ def infer(
     """Serving at an operating point: tokens/s per user and in all, time to first token,
     energy and cost per million tokens, on wafers and GPUs (default: each side's knee)."""
     from wse_core.cost.assumptions import assume as assumed
+    from wse_core.cost.reads import recording
     from wse_systems import serving as sv
     from wse_systems.planning import infer as pi
     from wse_systems.serving.gpu_step import floor_note
@@ -339,7 +338,7 @@ def infer(
     changes, spec = _assumed(assume, wafer, spec_file)
     choice = resolve_model(model)
     fit = pi.default_workload(choice.config)  # hunt 63: 1,280 tokens were past GPT-2's 1,024
-    with assumed(**changes):
+    with assumed(**changes), recording() as reads:
         plan = pi.plan_infer(
             choice,
             wafer=pi.WaferSetup(spec, wafers, gemv, _wafer_dtype(wafer_dtype, model, choice)),
@@ -355,7 +354,7 @@ def infer(
             draft=pi.Draft(None if draft is None else resolve_model(draft), gamma, alpha),
         )  # fmt: skip
         # the GPU step's fixed cost, an assumed constant, beside the figures it moves (hunt 67)
-        in_force = _in_force(changes, [floor_note(choice.config)])
+        in_force = priced_under(changes, [floor_note(choice.config)], reads, "wse plan infer")
     emit(plan, as_json, png, in_force)
 
 

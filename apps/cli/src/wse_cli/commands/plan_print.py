@@ -1,10 +1,10 @@
 """How `wse plan` prints a plan: the table of both systems (time, energy, cost, the figures
 per step or per token), the frontier table, JSON, and the charts (`plot`: bars of a training
 plan, both frontiers of a serving plan with the chosen points marked). Nothing here plans:
-the plans are `wse_systems.planning`'s. `Assumed` is what a plan was priced under: the
-`--assume` changes, the calibration in force (JSON "assume" and "calibration", the
-`Calibration`'s own `to_dict()`) and notes on assumed constants; the table lists them under
-the plan's own assumptions.
+the plans are `wse_systems.planning`'s. `Assumed` (`wse_cli.commands.plan_assumed`) is what
+a plan was priced under: the `--assume` changes, the calibration in force, the swept
+constants that move its figures and notes on assumed constants (JSON "assume",
+"calibration", "assumed"); the table lists them under the plan's own assumptions.
 """
 
 from __future__ import annotations
@@ -12,45 +12,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import typer
 
+from wse_cli.commands.plan_assumed import Assumed
 from wse_cli.errors import UserInputError
 
 __all__ = ["Assumed", "emit", "plot", "frontier_figure", "duration", "count"]
-
-
-class Assumed(NamedTuple):
-    """What a plan was priced under: the `--assume` changes (key -> value), the calibration
-    in force (`wse_core.cost.calibration.Calibration`) and notes on assumed constants."""
-
-    changes: dict[str, float]
-    calibration: Any
-    notes: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"assume": dict(self.changes), "calibration": self.calibration.to_dict()}
-
-    def lines(self) -> list[str]:
-        """The table's notes: the assumptions in force, the calibration, the notes."""
-        from wse_core.cost.assumptions import CALIBRATION_PREFIX
-        from wse_core.cost.mechanisms import CONSTANTS
-
-        given = [f"{k}={v:g}" + (" (the calibration's wafer; refitted under it)"
-                                 if k.startswith(CALIBRATION_PREFIX) else "")
-                 for k, v in self.changes.items()]  # fmt: skip
-        cal = self.calibration
-        fitted = ", ".join(f"{k} = {v:.4g} {CONSTANTS[k].units}" for k, v in cal.values.items())
-        missed = "".join(
-            f"; the row {k} fits comes out {100 * m:+.1f}%" for k, m in cal.misses.items()
-        )
-        return [
-            "assumed (--assume): " + "; ".join(given) if given
-            else "assumptions: the presets' own (no --assume)",
-            f"calibration: rows priced on {cal.on_wafer()}; fitted {fitted or 'nothing'}{missed}",
-            *self.notes,
-        ]  # fmt: skip
 
 
 def duration(s: float) -> str:

@@ -24,9 +24,16 @@ between the two; the fused figure is the one that favours the GPU.
 (`wse_systems.economics.system_power_w`, e.g. 23 kW for a CS-2) and the GPU's share of its
 node (`GpuSpec.power_w_per_gpu`, 10.2 kW / 8 for an H100 in a DGX), as `wse plan` counts them.
 
-ASSUMED: `KERNEL_OVERHEAD_S` = 3 us a kernel (CUDA launch plus the tail of a memory-bound
-kernel; no figure in REFERENCES.md), swept over `KERNEL_OVERHEAD_SWEEP_S`; the state fits one
-GPU's memory (checked: `fields x cells x 4 B` against `memory_bytes`).
+ASSUMED: a kernel's fixed cost, `KERNEL_OVERHEAD_S` = 3 us unless `--assume
+gpu.launched_kernel_s=S` (`LAUNCHED_KERNEL_KEY`, registered with `wse_core.cost.assumptions`
+here: hunt 69, it moved the GPU rows 193..606x and no row listed it, while `clock_hz`,
+which does not move a GPU's time, was listed beside them), swept over
+`KERNEL_OVERHEAD_SWEEP_S`; the state fits one GPU's memory (checked: `fields x cells x 4 B`
+against `memory_bytes`). It is a key of its own, not the serving step's `gpu.kernel_s`
+(`wse_systems.serving.gpu_step.KERNEL`, 1 us): that one is a kernel of a decode step
+replayed as a CUDA graph, as the TensorRT-LLM rows ran; a field step's kernels are launched
+one by one from the host, the solver reading each reduction's result before it goes on, the
+3.3 us a kernel CUDA.jl measured for kernels launched one by one.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from wse_core.cost.assumptions import register_system_constant, system_constant
+from wse_core.cost.mechanisms import Constant
 from wse_systems.economics import system_power_w
 from wse_systems.gpu import GpuSpec
 
@@ -43,6 +52,8 @@ from wse_hpc.fields.perf import WORD_BYTES
 __all__ = [
     "KERNEL_OVERHEAD_S",
     "KERNEL_OVERHEAD_SWEEP_S",
+    "LAUNCHED_KERNEL",
+    "LAUNCHED_KERNEL_KEY",
     "GpuStep",
     "gpu_step",
     "wafer_energy_j",
@@ -50,6 +61,21 @@ __all__ = [
 
 KERNEL_OVERHEAD_S = 3e-6  # ASSUMED (module docstring): launch + tail of one kernel, s
 KERNEL_OVERHEAD_SWEEP_S = (1e-6, 3e-6, 10e-6)
+LAUNCHED_KERNEL = Constant(
+    units="s/kernel",
+    mechanism="a GPU kernel's fixed cost launched one by one from the host (no CUDA graph): "
+    "launch, grid ramp and tail; a field step's unfused kernels and each reduction's pass",
+    basis="assumed",
+    source="no figure for an H100 running a field solver's kernels; CUDA.jl's 'Graphs' page "
+    "(https://cuda.juliagpu.org/dev/usage/graphs/): 80 small kernels launched one by one in "
+    "260 us, 3.3 us a kernel; a CPU launch takes about 4-6 us "
+    "(https://susun-blog.com/blog/pegainfer-3-cuda-graph). 1 us: as fast as a graph's "
+    "replay; 10 us: a host synchronisation after each kernel",
+    sweep=KERNEL_OVERHEAD_SWEEP_S,
+    limits=(0.0, 1e-3),
+)
+LAUNCHED_KERNEL_KEY = "gpu.launched_kernel_s"
+register_system_constant(LAUNCHED_KERNEL_KEY, LAUNCHED_KERNEL, value=KERNEL_OVERHEAD_S)
 OPERANDS = 3  # two read, one written, per element of an instruction
 
 
@@ -75,10 +101,11 @@ def gpu_step(
     gpu: GpuSpec,
     fields: int,
     repeats: Mapping[str, float] | None = None,
-    kernel_overhead_s: float = KERNEL_OVERHEAD_S,
+    kernel_overhead_s: float | None = None,
 ) -> GpuStep:
     """`prog` (recorded on `grid`) run on one `gpu` over `cells` cells holding `fields` fp32
-    arrays (module contract)."""
+    arrays (module contract); `kernel_overhead_s` default: the value in force
+    (`gpu.launched_kernel_s`, noted as read: `wse_core.cost.reads`)."""
     if cells < 1 or fields < 1:
         raise ValueError(f"cells and fields must be >= 1, got {cells}, {fields}")
     if fields * cells * WORD_BYTES > gpu.memory_bytes:
@@ -87,6 +114,8 @@ def gpu_step(
             f"{fields} fields of {cells:,} fp32 cells need {need:.1f} GiB, more than the "
             f"{gpu.name}'s {gpu.memory_bytes / 2**30:.0f} GiB"
         )
+    if kernel_overhead_s is None:
+        kernel_overhead_s = system_constant(LAUNCHED_KERNEL_KEY)
     reps = dict(repeats or {})
 
     def rep(scope: str) -> float:

@@ -36,7 +36,8 @@ import dataclasses
 from typing import Any
 
 from wse_core.cost.assumptions import assumed_spec
-from wse_core.studies.experiment import ExperimentResult, PredictionRow
+from wse_core.cost.reads import recording
+from wse_core.studies.experiment import ExperimentResult, PredictionRow, read_by
 from wse_systems import economics as eco
 from wse_systems.gpu import H100
 from wse_systems.serving import (
@@ -66,10 +67,18 @@ EMULATED_STAGES = 2
 
 
 def _systems(config: Any, wafers: int, spec: Speculation | None):
-    w = WaferServing(config, assumed_spec(WAFER), num_wafers=wafers, workload=WORKLOAD,
-                     speculation=spec)  # fmt: skip
-    g = GpuServing(config, H100, num_gpus=GPUS, workload=WORKLOAD,
-                   fractions=GpuFractions(HBM_FRACTION, MFU), speculation=spec)  # fmt: skip
+    """(wafers, GPUs): both sides' serving systems."""
+    w, g = _builders(config, wafers, spec)
+    return w(), g()
+
+
+def _builders(config: Any, wafers: int, spec: Speculation | None):
+    """(wafers, GPUs): each a function that builds that side's serving system (it prices as
+    it is built: `_case` records what each side read)."""
+    w = lambda: WaferServing(config, assumed_spec(WAFER), num_wafers=wafers,  # noqa: E731
+                             workload=WORKLOAD, speculation=spec)  # fmt: skip
+    g = lambda: GpuServing(config, H100, num_gpus=GPUS, workload=WORKLOAD,  # noqa: E731
+                           fractions=GpuFractions(HBM_FRACTION, MFU), speculation=spec)  # fmt: skip
     return w, g
 
 
@@ -101,19 +110,24 @@ def _case(name: str, model_name: str, wafers: int, spec: Speculation | None) -> 
     import wse_models
 
     config = wse_models.preset_config(model_name, dtype="bfloat16")
-    w, g = _systems(config, wafers, spec)
+    w, g = _builders(config, wafers, spec)
     wafer = assumed_spec(WAFER)
     (peak, _), usd_w = eco.system_power_w(wafer), eco.wafer_rates(wafer).usd_per_system_hour
     out = []
-    for system, power, usd in ((w, peak, usd_w),
-                               (g, H100.power_w_per_gpu()[0], H100.usd_per_gpu_hour)):  # fmt: skip
-        front = frontier(system)
-        k = knee(system, front)
+    for build, power, usd in ((w, peak, usd_w),
+                              (g, H100.power_w_per_gpu()[0], H100.usd_per_gpu_hour)):  # fmt: skip
+        # each side's rows list what its own pricing read (hunt 69: none listed clock_hz,
+        # which moved the CS-3's, nor gpu.kernel_s, which moved the H100's)
+        with recording() as got:
+            system = build()
+            front = frontier(system)
+            k = knee(system, front)
+            side = _side(name, system, front, k, power, usd)
         if all(p.users != k.users for p in front.points):  # the knee among the points drawn
             points = tuple(sorted((*front.points, k), key=lambda p: p.users))
             front = dataclasses.replace(front, points=points)
-        side = _side(name, system, front, k, power, usd)
         side["speculation"] = "none" if spec is None else _spec_label(spec)
+        side["_reads"] = got
         side["_frontier"], side["_knee"], side["_alpha"] = front, k, spec and spec.alpha
         out.append(side)
     return out
@@ -134,7 +148,8 @@ def _spec_label(spec: Speculation) -> str:
 def _rows(side: dict) -> list[PredictionRow]:
     params = {"model": side["model"], "system": side["system"], "prompt_tokens": 128,
               "output_tokens": 20, "speculation": side["speculation"]}  # fmt: skip
-    return [PredictionRow(key, float(side[key]), unit, params) for key, unit in _UNITS.items()]
+    rows = [PredictionRow(key, float(side[key]), unit, params) for key, unit in _UNITS.items()]
+    return read_by(side["_reads"], *rows)
 
 
 def _points(side: dict) -> list[dict]:

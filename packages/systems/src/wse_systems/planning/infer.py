@@ -27,6 +27,7 @@ import math
 from typing import Any
 
 from wse_core import WaferSpec
+from wse_core.cost.reads import recording
 from wse_core.hw.dtypes import DTYPES, dtype_bytes, dtype_name
 
 from wse_systems import economics as eco
@@ -285,7 +286,8 @@ def _wafer_bytes(dtype: str) -> int:
 def _wafer_notes(ws: sv.WaferServing, point: sv.OperatingPoint) -> list[str]:
     """What the wafer's token leaves out and what its wafers cost, in numbers (hunt 66)."""
     plan, lay = ws.plans(1)[0], point.layout
-    trip = ws.model.cost(token_out_work(plan)).seconds
+    with recording(isolated=True):  # a note on what is left out: no figure of the plan
+        trip = ws.model.cost(token_out_work(plan)).seconds
     us = lambda s: f"{s * 1e6:.3g} us"  # noqa: E731
     notes = [
         "the token's trip to the host (its id off the wafer and one pass to the host, "

@@ -178,15 +178,17 @@ class _Fractions(NamedTuple):
 
 class GpuFractions(_Fractions):
     """What a step reaches of a GPU's datasheet: the shares of its peaks, of its HBM
-    bandwidth (the reads) and of its dense tensor flops (MFU, the products; `FITTED_*` are
-    the fitted values), and each kernel's fixed cost beyond them (`kernel_s`, `KERNEL`;
-    left out: the value in force when built, `kernel_s_in_force()`)."""
+    bandwidth (the reads) and of its dense tensor flops (MFU, the products; left out: the
+    fitted values, `FITTED_*`; hunt 69: a bare 0.8 and 0.4, with no source, priced an API
+    caller's GPUs 7% faster than the CLI's), and each kernel's fixed cost beyond them
+    (`kernel_s`, `KERNEL`; left out: the value in force when built, `kernel_s_in_force()`)."""
 
     __slots__ = ()
 
     def __new__(
-        cls, hbm_fraction: float = 0.8, mfu: float = 0.4, kernel_s: float | None = None
-    ) -> GpuFractions:
+        cls, hbm_fraction: float = FITTED_HBM_FRACTION, mfu: float = FITTED_MFU,
+        kernel_s: float | None = None,
+    ) -> GpuFractions:  # fmt: skip
         kernel_s = kernel_s_in_force() if kernel_s is None else kernel_s
         return super().__new__(cls, hbm_fraction, mfu, kernel_s)
 

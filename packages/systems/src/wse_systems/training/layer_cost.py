@@ -16,7 +16,7 @@ from typing import Any
 
 from wse_core import Op, Phase, Phases, Work, overlap, serial
 
-from wse_systems.decoder import EXP_FMACS
+from wse_systems.attention import exp_fmacs
 from wse_systems.training.chunks import WeightChunks
 from wse_systems.training.placement import StepPlacement, gemm_work
 from wse_systems.training.stream_cost import Streams
@@ -59,7 +59,7 @@ def attention_work(model: Any, pl: StepPlacement) -> Work:
     return Work(
         ops=(
             Op(num.kind, num.dtype, model.hd, count=2 * scores / p),
-            Op("fmac", e, scores / p, count=EXP_FMACS),
+            Op("fmac", e, scores / p, count=exp_fmacs()),
             Op("max", e, scores / p),
             Op("sub", e, scores / p),
             Op("add", e, scores / p),
@@ -79,7 +79,7 @@ def pointwise_work(model: Any, pl: StepPlacement) -> Work:
         ops=(
             Op("fmac", e, d, count=2),
             Op("mul", e, d, count=2),
-            Op("fmac", e, ff, count=EXP_FMACS + 2),
+            Op("fmac", e, ff, count=exp_fmacs() + 2),
             *gated,
             Op("add", e, d, count=2),
         )
@@ -124,7 +124,7 @@ def head_phases(model: Any, pl: StepPlacement, part: str = "whole") -> Phases:
     logits = t * v / p
     softmax = Work(
         ops=(
-            Op("fmac", e, logits, count=EXP_FMACS),
+            Op("fmac", e, logits, count=exp_fmacs()),
             Op("max", e, logits),
             Op("sub", e, logits, count=2),  # shift; the gradient p - onehot
             Op("add", e, logits),

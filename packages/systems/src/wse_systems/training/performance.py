@@ -61,11 +61,12 @@ import math
 from typing import Any
 
 from wse_core import Phase, Phases, RunReport, Timing, WaferSpec, WseError, overlap, serial
+from wse_core.cost.reads import recording
 from wse_core.errors import is_int, require_int, shown_setting
 from wse_core.hw.sram import Region
 from wse_core.trace import PeTrace, trace_uniform
 
-from wse_systems.decoder import EXP_FMACS
+from wse_systems.attention import EXP_FMACS, EXP_KEY
 from wse_systems.training.layer_cost import (
     chunked_layer_phases,
     embed_work,
@@ -207,7 +208,8 @@ ASSUMPTIONS = {
     "weight-streaming overlap": "next layer's weights prefetched during this layer's "
     "compute; gradients out and the MemoryX update overlap the previous layer's backward",
     "MemoryX update": "applied per group as its gradient arrives, keeping pace with the stream",
-    "exp": f"{EXP_FMACS:g} FMACs per element (wse_systems.decoder)",
+    "exp": f"{EXP_FMACS:g} FMACs per element unless --assume {EXP_KEY}=N "
+    "(wse_systems.attention.EXP)",
     "zero skipping": "with mlp_zero_fraction s (ReLU-like MLPs only: other activations have "
     "no exact zeros and are refused), an FMAC fires only on a nonzero operand: the "
     "down projection (forward, dW) and the up projection (dX, dW) run (1 - s) of their "
@@ -263,8 +265,10 @@ def predict_step(
         model, spec, plan, work, num_csx=num_csx, placement=placement, precision=precision
     )
     k = batch_per_system // micro
-    compute = step_phases(model, pl, streams=False)
-    compute_s = k * RunReport.build("compute", spec, compute).predicted_s
+    with recording() as got:  # building the phases reads constants too (exp_fmacs)
+        compute = step_phases(model, pl, streams=False)
+        compute_s = k * RunReport.build("compute", spec, compute).predicted_s
+        step = _accumulated(model, pl, k)
 
     def figures(step: Timing) -> dict[str, Any]:
         step_s = step.seconds
@@ -289,12 +293,13 @@ def predict_step(
     return RunReport.build(
         "train_step",
         spec,
-        _accumulated(model, pl, k),
+        step,
         sram=plan.streaming.sram if plan.streaming is not None else {},
         assumptions={**ASSUMPTIONS, **(CHUNKED_ASSUMPTIONS if pl.chunks is not None else {})},
         units="step",
         systems=num_csx,
         extra=figures,
+        reads=got,
     )
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 
 from wse_core import Op, Phase, Work
+from wse_core.cost.mechanisms import CONSTANTS
+from wse_core.cost.reads import read, reading
 
 from wse_systems.training.placement import StepPlacement
 
@@ -49,10 +51,25 @@ def stream_work(pl: StepPlacement, n_params: int) -> Work:
     s = pl.spec
     rate = min(s.memoryx_bytes_per_s, s.swarmx_bytes_per_s)
     nbytes = n_params * pl.num.operand_bytes
+    if reading():  # Work prices what follows from them, not these constants themselves
+        _note_stream_constants(s, pl.num_csx)
     return Work(
         host_io_bytes=nbytes * s.host_io_bytes_per_s / rate,
         system_hops=tree_levels(pl.num_csx, s.swarmx_fanout),
     )
+
+
+def _note_stream_constants(s, num_csx: int) -> None:
+    """The MemoryX and SwarmX constants a stream read (`wse_core.cost.reads`), each moving it
+    where an end of its sweep changes the slower rate or the tree's levels."""
+    rates = {k: getattr(s, k) for k in ("memoryx_bytes_per_s", "swarmx_bytes_per_s")}
+    for key, value in rates.items():
+        other = min(v for k, v in rates.items() if k != key)
+        ends = (min(CONSTANTS[key].sweep), max(CONSTANTS[key].sweep))
+        read(key, value, any(min(e, other) != min(value, other) for e in ends))
+    levels, fan = tree_levels(num_csx, s.swarmx_fanout), CONSTANTS["swarmx_fanout"].sweep
+    moves = any(tree_levels(num_csx, e) != levels for e in (min(fan), max(fan)))
+    read("swarmx_fanout", s.swarmx_fanout, moves)
 
 
 def wafer_update(pl: StepPlacement, n_params: int) -> Work:

@@ -16,11 +16,15 @@ WSE-3):
   out of the fit;
 - a calibration setting (`setting(key)`: the Table II Z block, ...): the calibration and
   the kernels that read it; the calibration is refitted under it;
-- a constant of a system the wafers are compared with (`gpu.kernel_s`, the GPU step's
-  kernel cost): that system's figures only, never a wafer or the calibration. The package
-  that models the system registers it (`register_system_constant`; wse_core imports no
-  package above it) and reads it with `system_constant(key)`; until it is imported the key
-  is unknown.
+- a constant of a model priced above wse_core (`gpu.kernel_s`, the GPU serving step's
+  kernel cost; `gpu.launched_kernel_s`, the field experiments' GPU kernel;
+  `attention.exp_fmacs`, the wafer's exponential): that model's figures only, never a
+  wafer's spec or the calibration. The package that models it registers it
+  (`register_system_constant`; wse_core imports no package above it) and reads it with
+  `system_constant(key)`; until it is imported the key is unknown.
+
+`setting` and `system_constant` note what they read for the listing beside a prediction
+(`wse_core.cost.reads`, `wse_core.cost.listing`).
 
 Spec fields are changed once, at the edge: `resolve_spec(...)` turns a preset name or a spec
 file, `--set` and `--assume` into one `WaferSpec` (the CLI's commands and Python callers),
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CALIBRATION_KEYS, CONSTANTS, Constant
+from wse_core.cost.reads import read
 from wse_core.errors import SpecError, ascii_only, shown, suggest
 from wse_core.hw.presets import refuse_past_the_grid
 from wse_core.hw.spec import WaferSpec, load_spec, preset
@@ -107,8 +112,11 @@ def system_keys() -> tuple[str, ...]:
 
 
 def system_constant(key: str) -> float:
-    """The registered system constant `key` under the active assumptions."""
-    return float(active().get(key, _SYSTEM_CONSTANTS[key][1]))
+    """The registered system constant `key` under the active assumptions (noted as read:
+    `wse_core.cost.reads`)."""
+    value = float(active().get(key, _SYSTEM_CONSTANTS[key][1]))
+    read(key, value)
+    return value
 
 
 def constant_of(key: str) -> Constant:
@@ -294,7 +302,13 @@ def refuse_refit_past_limits(key: str, value: float) -> None:
 
 def setting(key: str) -> float:
     """A calibration setting (`wse_core.cost.mechanisms.CALIBRATION_DEFAULTS`) under the active
-    assumptions."""
+    assumptions, noted as read (`wse_core.cost.reads`)."""
+    value = _setting(key)
+    read(key, value)
+    return value
+
+
+def _setting(key: str) -> float:
     return float(active().get(key, CALIBRATION_DEFAULTS[key]))
 
 
@@ -348,4 +362,4 @@ def _line(spec: Any, key: str, fitted: Mapping[str, float], cal: Any, assumed: b
 
 def value_of(spec: Any, key: str) -> float:
     """`key`'s value on `spec`, or the calibration setting's when `key` is one."""
-    return setting(key) if key in CALIBRATION_DEFAULTS else float(getattr(spec, key))
+    return _setting(key) if key in CALIBRATION_DEFAULTS else float(getattr(spec, key))

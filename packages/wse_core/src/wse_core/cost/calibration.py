@@ -39,8 +39,7 @@ changed, which is how a test shows that the leave-one-out can fail.
 
 Luczynski et al.'s measured reduce cycle counts (REFERENCES.md's calibration set) are not
 rows here: the stored corpus held only secondary summaries of the paper (its model, T_R and
-the 1-cycle hop), which `wse_core.cost.mechanisms` uses as sources. `leave_one_out()` refits
-without each fitted row and predicts it.
+the 1-cycle hop), which `wse_core.cost.mechanisms` uses as sources.
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ from types import MappingProxyType
 
 from wse_core.cost.mechanisms import CORE_MECHANISMS
 from wse_core.cost.pricing import Phases, Pricing
+from wse_core.cost.reads import recorded_fit
 from wse_core.cost.stencil import wave_step_phases
 from wse_core.cost.work import Op, Work
 from wse_core.hw.spec import WaferSpec
@@ -313,7 +313,7 @@ def _fit_cached(
     from wse_core.cost.assumptions import assume
 
     with assume(**dict(key)):  # the fit reads only what moves it (`for_calibration`)
-        return _fit(excluded, dict(published))
+        return recorded_fit(lambda: _fit(excluded, dict(published)))
 
 
 def current(

@@ -58,6 +58,7 @@ __all__ = [
     "CORE_MECHANISMS",
     "LATENCY_MECHANISMS",
     "MECHANISM_CONSTANTS",
+    "mechanism_keys",
     "assumed_beside",
     "describe",
 ]
@@ -309,32 +310,50 @@ CALIBRATION_DEFAULTS: Mapping[str, float] = MappingProxyType(
 CALIBRATION_KEYS = tuple(CALIBRATION_DEFAULTS)
 
 
-# The constants each Cost.mechanisms key is priced with (for `assumed_beside`).
+# The constants each Cost.mechanisms key is priced with (for `mechanism_keys`): an
+# instruction's elements by its SIMD width and its own SRAM ports (sqrt and div cycles too,
+# where a row has them); a fitted constant by the calibration's fit too
+_REFIT = ("dsd_issue_cycles", "task_activation_cycles", "router_switch_cycles", *CALIBRATION_KEYS)
 MECHANISM_CONSTANTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        "simd": ("fp32_mul_width",),  # sqrt and div cycles too, where a row has them
-        "dsd_issue": ("dsd_issue_cycles",),
-        "task_activation": ("task_activation_cycles",),
+        "simd": ("fp32_mul_width", "sram_read_bytes_per_cycle", "sram_write_bytes_per_cycle"),
+        "dsd_issue": _REFIT,
+        "task_activation": _REFIT,
         "scalar": ("scalar_instruction_cycles",),
         "link": ("link_bytes_per_cycle",),
         "sram": ("sram_read_bytes_per_cycle", "sram_write_bytes_per_cycle"),
         "hop": ("hop_latency_cycles",),
         "relay": ("ramp_latency_cycles",),
-        "router_switch": ("router_switch_cycles",),
-        "host_io": ("host_io_bytes_per_s", "system_latency_s"),
+        "router_switch": _REFIT,
+        "host_io": ("host_io_bytes_per_s", "system_latency_s", "memoryx_bytes_per_s",
+                    "swarmx_bytes_per_s", "swarmx_fanout"),
     }
-)
+)  # fmt: skip
+
+
+def mechanism_keys(mechanisms: Mapping[str, float]) -> list[str]:
+    """The constants a prediction with these cycles by mechanism may be priced with, in the
+    registry's order: each nonzero mechanism's (`MECHANISM_CONSTANTS`), `clock_hz` (every
+    time in seconds) and `overlap` (where two streams run); none for no cycles. A guess
+    from the mechanisms alone: where the pricing was recorded, `wse_core.cost.listing` lists
+    what it read."""
+    if not any(mechanisms.values()):  # hunt 69: a GPU row listed the wafer's clock
+        return []
+    keys = {k for m, v in mechanisms.items() if v for k in MECHANISM_CONSTANTS.get(m, ())}
+    streams = (CORE_MECHANISMS, ("sram",), ("link",))
+    running = sum(1 for group in streams if any(mechanisms.get(m) for m in group))
+    keys |= {"clock_hz"} | ({"overlap"} if running > 1 else set())
+    return [k for k in CONSTANTS if k in keys]
 
 
 def assumed_beside(mechanisms: Mapping[str, float]) -> str:
-    """The assumed constants that move a prediction with these cycles by mechanism, each
-    with its sweep range ("scalar_instruction_cycles in 1..4"), for its table row."""
-    keys = [k for m, v in mechanisms.items() if v for k in MECHANISM_CONSTANTS.get(m, ())]
-    keys += ["clock_hz"]  # every time in seconds moves with it
+    """The swept constants that may move a prediction with these cycles by mechanism, each
+    with its sweep range ("hop_latency_cycles in 1..2"), whatever its basis (hunt 69: only
+    the `assumed` ones were listed, and a sourced hop latency moved a row 15%)."""
     out = []
-    for key in dict.fromkeys(keys):
+    for key in mechanism_keys(mechanisms):
         c = CONSTANTS[key]
-        if c.basis == "assumed" and c.sweep:
+        if c.sweep:
             out.append(f"{key} in {min(c.sweep):g}..{max(c.sweep):g}")
     return ", ".join(out)
 

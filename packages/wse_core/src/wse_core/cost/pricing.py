@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from wse_core.cost.mechanisms import CORE_MECHANISMS, LATENCY_MECHANISMS
+from wse_core.cost.reads import note_work, reading
 from wse_core.cost.work import LINK_DIRECTIONS, Op, Work, require_count
 from wse_core.errors import WseError
 from wse_core.hw.spec import WaferSpec
@@ -348,6 +349,8 @@ class Pricing:
             "fixed": work.fixed_cycles,
             "host_io": host_s * s.clock_hz,
         }
+        if reading():  # a surface lists what moved its figure (wse_core.cost.reads)
+            note_work(work, s, cycles, self.calibration_in_force())
         return cycles, link
 
     def cost(self, work: Work) -> Cost:

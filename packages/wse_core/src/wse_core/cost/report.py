@@ -17,7 +17,11 @@ after; `dataclasses.replace` (as `with_trace`) makes a changed copy. So that:
   link direction, hops), `traffic` the fabric ledger's count, `sram` the ledger's summary;
 - `assumptions` lists every constant behind the figure with its units, mechanism and basis
   (`wse_core.cost.mechanisms`), the overlap rule and the kernel's own assumptions, and
-  `calibration` the fitted constants in force and the rows they were fitted on;
+  `calibration` the fitted constants in force and the rows they were fitted on; `assumed`
+  the swept constants that moved the prediction, with the values priced and their ranges
+  (`wse_core.cost.listing`, recorded as the pricing read them; `assumed_lines()`, and
+  `assumed_compact()` for a one-line summary: hunt 69, `wse hpc swe` and `wse train
+  --validate-only` printed a prediction beside no assumption);
 - `cycles_by_mechanism()` is the predicted time split by mechanism (DSD elements, DSD
   issue, task activations, SRAM, link words, hops, relays, host I/O; of overlapped
   streams only the slowest), in cycles of the wafer's clock;
@@ -42,14 +46,18 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from numbers import Integral
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from wse_core.cost.calibration import Calibration
 from wse_core.cost.perf import OVERLAP, PerfModel, Phase, Phases, Timing
+from wse_core.cost.reads import Reads, merged, recording
 from wse_core.cost.work import require_count
 from wse_core.errors import WseError, shown
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.traffic import Traffic
+
+if TYPE_CHECKING:
+    from wse_core.cost.listing import Listed
 
 __all__ = ["Figures", "Measured", "REPORT_KEYS", "RunReport", "stopwatch"]
 
@@ -57,7 +65,7 @@ __all__ = ["Figures", "Measured", "REPORT_KEYS", "RunReport", "stopwatch"]
 REPORT_KEYS = (
     "name", "wafer", "units", "systems", "measured_wall_s", "predicted_s", "bound",
     "critical_phase", "seconds_by_bound", "cycles_by_mechanism", "energy_j", "predicted",
-    "work", "traffic", "sram", "calibration", "assumptions",
+    "work", "traffic", "sram", "calibration", "assumptions", "assumed",
 )  # fmt: skip
 
 # A kernel's own figures for `RunReport.build`: a mapping, or a function of the evaluated
@@ -120,6 +128,9 @@ class RunReport:
     energy_j: float | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     trace: Any = None  # a wse_core.trace.PeTrace of this run (per-PE figures), when built
+    # the swept constants that moved the prediction (`wse_core.cost.listing.Listed`), as the
+    # pricing read them (`wse_core.cost.reads`)
+    assumed: tuple[Listed, ...] = ()
 
     def __post_init__(self) -> None:
         _check_run(self.measured_wall_s, self.systems)
@@ -150,13 +161,18 @@ class RunReport:
         systems: int = 1,
         model: PerfModel | None = None,
         extra: Figures | None = None,
+        reads: Reads | None = None,
     ) -> RunReport:
         """Evaluate `phases` on `spec` and gather everything a reader needs beside it.
 
         `extra`: the kernel's own figures, a mapping or a function of the evaluated
         `Timing` that returns one (for figures derived from the predicted seconds, such as
-        a rate); they keep the order given and land in `to_dict()` after the fields."""
+        a rate); they keep the order given and land in `to_dict()` after the fields.
+        `assumed` lists what the pricing read (`wse_core.cost.reads`), with `reads`: what
+        the caller recorded while it built `phases` (an exponential's FMACs are counted
+        there)."""
         from wse_core.cost.assumptions import listed
+        from wse_core.cost.listing import listed as listed_reads
 
         _check_run(measured_wall_s, systems)  # before the tree is priced
         if isinstance(extra, Mapping):
@@ -164,7 +180,9 @@ class RunReport:
         if isinstance(phases, Phase):
             phases = Phases("serial", (phases,), phases.name)
         model = model or PerfModel(spec)
-        timing = model.evaluate(phases)
+        with recording() as got:
+            timing = model.evaluate(phases)
+            figures = (extra(timing) if callable(extra) else extra) or {}
         power = _power_w(spec, systems)
         calibration = model.calibration_in_force()
         listing = listed(model.spec, calibration)  # the values `model` priced with
@@ -181,7 +199,8 @@ class RunReport:
             units=units,
             systems=systems,
             energy_j=None if power is None else power * timing.seconds,
-            extra=(extra(timing) if callable(extra) else extra) or {},
+            extra=figures,
+            assumed=listed_reads(merged(reads, got)),
         )
 
     @property
@@ -249,8 +268,19 @@ class RunReport:
             "sram": dict(self.sram),
             "calibration": self.calibration.to_dict(),
             "assumptions": dict(self.assumptions),
+            "assumed": [e.to_dict() for e in self.assumed],
             **self.extra,
         }
+
+    def assumed_lines(self) -> list[str]:
+        """The swept constants that moved the prediction, one line each (`Listed.line`)."""
+        return [e.line() for e in self.assumed]
+
+    def assumed_compact(self) -> str:
+        """The same on one line, the ranges left to `wse experiments assumptions`."""
+        from wse_core.cost.listing import compact
+
+        return compact(self.assumed)
 
 
 @contextmanager

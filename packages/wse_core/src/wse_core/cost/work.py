@@ -152,12 +152,18 @@ class Op:
         """Elements per cycle: the slowest of `bounds`."""
         return min(self.bounds(spec).values())
 
-    def element_cycles(self, spec: WaferSpec) -> float:
-        """Cycles of the elements at the rate of the slowest bound (`bounds`)."""
+    def element_cycles(
+        self, spec: WaferSpec, *, bounds: Mapping[str, float] | None = None,
+        per_element: float | None = None,
+    ) -> float:  # fmt: skip
+        """Cycles of the elements at the rate of the slowest bound (`bounds`; given: those,
+        and `per_element` cycles of a sqrt or div, as `wse_core.cost.reads` weighs a
+        constant's sweep)."""
         if self.count == 0 or self.length == 0:
             return 0.0
-        width = self.width(spec)
+        width = min((bounds or self.bounds(spec)).values())
         per_elem = {"sqrt": spec.sqrt_cycles, "div": spec.div_cycles}.get(self.kind, 1.0)
+        per_elem = per_elem if per_element is None else per_element
         n = self.length / width
         steps = math.ceil(n - 1e-9) if float(self.length).is_integer() else n
         return self.count * steps * per_elem

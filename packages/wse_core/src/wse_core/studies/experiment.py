@@ -13,10 +13,13 @@ Each prediction row is `{"name", "value", "unit", "params", "published", "source
 references/calibration-rows.md (None otherwise); `mechanisms` (optional) is the row's predicted
 cycles by mechanism (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's
 `params["per"]` names), shown in the tables and drawn as `mechanisms.png` (stacked shares per
-row) whenever a row has it, with the assumed constants that move it and their sweep ranges
-beside it (`wse_core.cost.mechanisms.assumed_beside`). `--quick` may shrink the measured part;
-predictions must be the same either way. In a notebook a result shows its tables and figure
-(`_repr_html_`, `.plot()`: `wse_core.notebook`).
+row) whenever a row has it. Beside each row, in the tables and as the row's "assumed" in
+results.json, the swept constants that move it, with the values priced and their ranges
+(`wse_core.cost.listing`): what pricing the row read (`read_by`), else what the whole run
+read (`run_experiment`, the shell's call, which keeps the calibration in force too: "assumed"
+and "calibration" of results.json), else a guess from its mechanisms. `--quick` may shrink
+the measured part; predictions must be the same either way. In a notebook a result shows its
+tables and figure (`_repr_html_`, `.plot()`: `wse_core.notebook`).
 
 results.json is strict JSON (hunt 67: NaN and Infinity were written, which jq, JavaScript and
 `json.loads(parse_constant=...)` refuse): a number that is not finite (a row's value NaN for
@@ -46,6 +49,9 @@ __all__ = [
     "table_rows",
     "results_json",
     "row_role",
+    "row_assumed",
+    "read_by",
+    "run_experiment",
     "RESULT_FILES",
 ]
 
@@ -63,14 +69,34 @@ class PredictionRow:
     source: str | None = None
     mechanisms: dict[str, float] | None = None  # predicted cycles by mechanism
     role: str | None = None  # "fits K", "check" or "prediction" (None: `row_role` decides)
+    # what pricing this row read (`wse_core.cost.reads.Reads`, `read_by`); None: not recorded
+    assumed: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """DESIGN.md's row; `mechanisms` only when the row has it; `role` always."""
-        out = dataclasses.asdict(self)
+        """DESIGN.md's row; `mechanisms` only when the row has it; `role` always; `assumed`
+        where the row recorded what it read."""
+        out = dataclasses.asdict(dataclasses.replace(self, assumed=None))
         if out["mechanisms"] is None:
             del out["mechanisms"]
         out["role"] = row_role(self)
+        if self.assumed is None:
+            del out["assumed"]
+        else:
+            out["assumed"] = [e.to_dict() for e in _listed(self.assumed, None)]
         return out
+
+
+def read_by(reads: Any, *rows: PredictionRow) -> list[PredictionRow]:
+    """`rows` with what their pricing read (`wse_core.cost.reads.recording()` around it),
+    listed beside each (hunt 69: rows listed `clock_hz` that did not move them, and not the
+    GPU kernel cost that did)."""
+    return [dataclasses.replace(r, assumed=reads) for r in rows]
+
+
+def _listed(reads: Any, changed: dict[str, float] | None) -> tuple:
+    from wse_core.cost.listing import listed
+
+    return listed(reads, changed)
 
 
 def row_role(p: PredictionRow) -> str:
@@ -92,15 +118,34 @@ class ExperimentResult:
     predictions: list[PredictionRow]
     figure: Any = None  # a matplotlib Figure, saved as figure.png
     extra_figures: dict[str, Any] = dataclasses.field(default_factory=dict)  # -> <name>.png
+    # what the whole run's pricing read and the calibration in force (`run_experiment`)
+    assumed: Any = None
+    calibration: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """DESIGN.md's five keys; each row's "assumed" where the tables list it (the same
+        entries), and "assumed" and "calibration" of the whole run where it was recorded."""
+        rows = []
+        for p in self.predictions:
+            row = p.to_dict()
+            if _assumed_column(self):
+                row["assumed"] = row_assumed(p, self)
+            rows.append(row)
+        out = {
             "experiment": self.experiment,
             "seed": self.seed,
             "config": self.config,
             "measurements": self.measurements,
-            "predictions": [p.to_dict() for p in self.predictions],
+            "predictions": rows,
         }
+        if self.assumed is not None:
+            out["assumed"] = [e.to_dict() for e in _listed(self.assumed, self._changed())]
+        if self.calibration is not None:
+            out["calibration"] = self.calibration
+        return out
+
+    def _changed(self) -> dict[str, float]:
+        return dict(self.config.get("assume") or {})
 
     def _repr_html_(self) -> str:
         from wse_core.notebook import experiment_html
@@ -115,6 +160,50 @@ class ExperimentResult:
         return self.figure if self.figure is not None else mechanism_figure(self.predictions)
 
 
+def run_experiment(fn: Any, *, quick: bool, seed: int) -> ExperimentResult:
+    """`fn(quick=, seed=)` with what its pricing reads recorded (`wse_core.cost.reads`) and
+    the calibration in force kept with it: the shell's call (`wse experiments run`), inside
+    its `assume` block."""
+    from wse_core.cost.calibration import current
+    from wse_core.cost.reads import recording
+
+    with recording() as got:
+        result = fn(quick=quick, seed=seed)
+    result.assumed, result.calibration = got, current().to_dict()
+    return result
+
+
+def row_assumed(p: PredictionRow, result: ExperimentResult) -> list[dict[str, Any]]:
+    """The swept constants listed beside row `p` as JSON: what pricing it read (`read_by`),
+    else what the whole run read (`run_experiment`), else those its mechanisms are priced
+    with (`wse_core.cost.mechanisms.mechanism_keys`, no value: nothing was recorded)."""
+    reads = p.assumed if p.assumed is not None else result.assumed
+    if reads is not None:
+        return [e.to_dict() for e in _listed(reads, result._changed())]
+    from wse_core.cost.mechanisms import CONSTANTS, mechanism_keys
+
+    keys = [k for k in mechanism_keys(p.mechanisms or {}) if CONSTANTS[k].sweep]
+    return [{"name": k, "sweep": [min(CONSTANTS[k].sweep), max(CONSTANTS[k].sweep)],
+             "basis": CONSTANTS[k].basis} for k in keys]  # fmt: skip
+
+
+def _assumed_text(p: PredictionRow, result: ExperimentResult) -> str:
+    """The table's cell of `row_assumed`: each constant's line, "; " between them."""
+    reads = p.assumed if p.assumed is not None else result.assumed
+    if reads is not None:
+        return "; ".join(e.line() for e in _listed(reads, result._changed()))
+    from wse_core.cost.mechanisms import assumed_beside
+
+    return assumed_beside(p.mechanisms or {})
+
+
+def _assumed_column(result: ExperimentResult) -> bool:
+    """Whether the tables list assumptions: something was recorded, or a row has cycles by
+    mechanism."""
+    recorded = result.assumed is not None or any(p.assumed is not None for p in result.predictions)
+    return recorded or any(p.mechanisms for p in result.predictions)
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"  # nan and inf as such: an empty cell is None (hunt 67)
@@ -126,16 +215,16 @@ def _fmt(v: Any) -> str:
 def table_rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
     header = ["name", "role", "value", "unit", "params", "published", "ratio", "source"]
     with_mech = any(p.mechanisms for p in result.predictions)
-    header += ["cycles by mechanism", "assumed (sweep range)"] if with_mech else []
+    with_assumed = _assumed_column(result)
+    header += ["cycles by mechanism"] if with_mech else []
+    header += ["assumed (value, sweep range, basis)"] if with_assumed else []
     rows = []
     for p in result.predictions:
         ratio = p.value / p.published if p.published else None
         cells: list[Any] = [p.name, row_role(p), p.value, p.unit, p.params, p.published]
         cells += [ratio, p.source]
-        if with_mech:
-            from wse_core.cost.mechanisms import assumed_beside
-
-            cells += [_mechanism_text(p.mechanisms), assumed_beside(p.mechanisms or {})]
+        cells += [_mechanism_text(p.mechanisms)] if with_mech else []
+        cells += [_assumed_text(p, result)] if with_assumed else []
         rows.append([_fmt(x) for x in cells])
     return header, rows
 
@@ -280,7 +369,24 @@ def table_markdown(result: ExperimentResult) -> str:
         lines += [
             "| " + " | ".join(_fmt(m.get(k)) for k in keys) + " |" for m in result.measurements
         ]
+    lines += _run_notes(result)
     return f"# {result.experiment}\n\n" + "\n".join(lines) + "\n"
+
+
+def _run_notes(result: ExperimentResult) -> list[str]:
+    """What the whole run was priced under (results.json's "assumed" and "calibration")."""
+    out = []
+    if result.assumed is not None:
+        listed = [e.line() for e in _listed(result.assumed, result._changed())]
+        out += ["", "Assumed constants this run's predictions read (value, sweep range, basis; "
+                "`wse experiments assumptions` gives each source):", ""]  # fmt: skip
+        out += [f"- {line}" for line in listed] or ["- none"]
+    if result.calibration is not None:
+        cal = result.calibration
+        fitted = ", ".join(f"{k} = {v:.6g}" for k, v in cal["values"].items()) or "nothing"
+        out += ["", f"Calibration in force: rows priced on {cal['wafer']} at "
+                f"{cal['clock_hz']:g} Hz; fitted {fitted}"]  # fmt: skip
+    return out
 
 
 def _close(figures: Any) -> None:
