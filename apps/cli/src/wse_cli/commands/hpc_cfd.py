@@ -76,7 +76,9 @@ def cfd(
         0, "--output-every", kind=int, ge=0, help="Write NPZ + VTK every N steps (0: at the end)."
     ),  # fmt: skip
     out: Path = output_dir(None, "--out", help="Folder for step_<n>.npz / .vtk."),
-    restart: bool = typer.Option(False, "--restart", help="Continue from --out's newest."),
+    restart: bool = typer.Option(
+        False, "--restart", help="Continue from --out's newest step, running --steps more."
+    ),
     preset: str = preset_option("wse2", help="Wafer preset (grid X x Y <= PEs)"),
     spec_file: Path = SPEC_FILE,
     defect_seed: int = number(None, "--defect-seed", help="Draw and repair defects.", **SEED),
@@ -162,8 +164,14 @@ def _check_out(out: Path | None, restart: bool, steps: int, output_every: int) -
         from wse_hpc.cfd_steps import latest_output
 
         if (last := latest_output(out)) is not None:
+            # hunt 69: "continue that run" with the same --steps ran them all again, past
+            # the step the stopped run was to end at (--steps counts the steps run, as
+            # LAMMPS's `run N`)
+            done = int(last.stem.rpartition("_")[2])
+            more = f" --steps {steps - done} to reach step {steps}" if steps > done else ""
             fail(f"--out {out} holds another run's step files (the newest {last.name}); give "
-                 "--restart to continue that run, or a new folder")  # fmt: skip
+                 f"--restart{more} to continue that run from step {done} (--steps counts "
+                 "the steps run after it), or a new folder")  # fmt: skip
 
 
 def _run(console, cfg, run_cfd):
