@@ -19,6 +19,7 @@ from pathlib import Path
 
 import typer
 
+from wse_cli import interrupts
 from wse_cli.errors import fail
 from wse_cli.options import INT32_MAX, SEED, number, typed
 from wse_cli.outputs import output_dir, output_file, png_file
@@ -127,7 +128,11 @@ def cfd(
                     output_every=output_every, out_dir=out,
                     restart=restart, defect_seed=defect_seed)  # fmt: skip
     console = Console(stderr=as_json)
-    run = _run(console, cfg, run_cfd)
+    start = int(last.stem.rpartition("_")[2]) if restart else 0
+    try:
+        run = _run(console, cfg, run_cfd)
+    except (KeyboardInterrupt, interrupts.Stopped) as e:
+        _stopped(e, out, start + steps)
     if (x := run.report.extra)["restarted_from"] is not None:  # as `wse train`'s "resumed from"
         _line(console, f"restarted from step {x['restarted_from_step']} ({x['restarted_from']})")
     if png is not None:
@@ -145,6 +150,27 @@ def cfd(
         typer.echo(json.dumps(run.report.to_dict(), default=float))
         return
     _summary(console, run, png, trace)
+
+
+def _stopped(e: BaseException, out: Path | None, target: int) -> None:
+    """A stopped run's one line: the step files --out keeps and the --restart that reaches the
+    step it was to end at (hunt 69: it said only "interrupted (Ctrl-C)"); exit 128 + signal."""
+    import signal
+
+    from wse_hpc.cfd_steps import latest_output
+
+    sig = e.signum if isinstance(e, interrupts.Stopped) else signal.SIGINT
+    last = latest_output(out) if out is not None and out.is_dir() else None
+    if last is None:
+        kept = "nothing kept (no --out)" if out is None else f"--out {out} holds no step file yet"
+    else:
+        done = int(last.stem.rpartition("_")[2])
+        more = f" --steps {target - done}" if target > done else ""
+        kept = (f"--out {out} keeps the step files up to {last.name}; give --restart{more} to "
+                f"continue to step {target}")  # fmt: skip
+    typer.echo(f"{interrupts.described(sig)}; {kept}", err=True)
+    interrupts.said()
+    raise typer.Exit(128 + sig) from None
 
 
 def _check_out(out: Path | None, restart: bool, steps: int, output_every: int) -> None:
