@@ -25,15 +25,12 @@ import pytest
 import typer
 from wse_cli.app import app
 from wse_cli.testing import invoke, refused_in_one_line
-from wse_trainer.testing import narrow_jsonl, text_docs
+from wse_trainer.testing import QUICK_OVERRIDES, narrow_jsonl, text_docs
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = typer.main.get_command(app)
-# a 200 KB slice of the stdlib corpus: the tokenizer trains and the rows pack in a fraction
-# of the 3 MB default's time; these refusals and run folders do not depend on the data
-QUICK = ["runconfig.max_steps=2", "model.vocab_size=300", "train_input.batch_size=2",
-         "runconfig.sample_tokens=0", "train_input.max_corpus_bytes=200000",
-         "eval_input.max_corpus_bytes=200000"]  # fmt: skip
+# these refusals and run folders do not depend on the data
+QUICK = ["runconfig.max_steps=2", *QUICK_OVERRIDES]
 
 
 def _train(run: Path, *extra: object, mode: str = "train") -> list[str]:

@@ -12,13 +12,11 @@ import pytest
 import typer
 from wse_cli.app import app
 from wse_cli.testing import invoke, refused_in_one_line
+from wse_trainer.testing import QUICK_OVERRIDES
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = typer.main.get_command(app)
-# a 200 KB slice of the stdlib corpus: the tokenizer trains and the rows pack in a fraction
-# of the 3 MB default's time; what is checked here is the options and the summary lines
-QUICK = ["model.vocab_size=300", "train_input.batch_size=2", "runconfig.sample_tokens=0",
-         "train_input.max_corpus_bytes=200000", "eval_input.max_corpus_bytes=200000"]  # fmt: skip
+QUICK = list(QUICK_OVERRIDES)  # what is checked here is the options and the summary lines
 
 
 def test_the_params_files_validate_only_validates_and_writes_nothing(tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from wse_trainer import interrupt
 from wse_trainer.seals import SEAL, newest_sealed
+from wse_trainer.testing import QUICK_OVERRIDES
 
 
 class _DiesOnCtrlC:
@@ -58,15 +59,7 @@ def test_newest_sealed_skips_unsealed_and_unfinished_steps(tmp_path):
     assert newest_sealed(tmp_path) == tmp_path / "40"
 
 
-# a 200 KB slice of the stdlib corpus: the tokenizer trains and the rows pack in a fraction
-# of the 3 MB default's time; what is checked here is the Ctrl-C line, not the data
-QUICK = [
-    "model.vocab_size=300",
-    "train_input.batch_size=2",
-    "runconfig.sample_tokens=0",
-    "train_input.max_corpus_bytes=200000",
-    "eval_input.max_corpus_bytes=200000",
-]
+QUICK = list(QUICK_OVERRIDES)  # what is checked here is the Ctrl-C line, not the data
 
 
 @pytest.mark.timeout(300)
