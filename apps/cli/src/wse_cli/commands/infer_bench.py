@@ -135,6 +135,23 @@ def bench(
         help="Sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY, which vLLM's "
         "bench sends too); never printed or saved.",
     ),
+    request_rate: float = number(  # vLLM's --request-rate (its default inf: leave it out)
+        None,
+        "--request-rate",
+        gt=0,
+        le=1e6,
+        unit="requests/s",
+        help="Send requests at this rate, gamma gaps (--burstiness) as vLLM's bench; "
+        "default: all at once, at most --concurrency in flight.",
+    ),
+    burstiness: float = number(
+        1.0,
+        "--burstiness",
+        gt=0,
+        le=1000,
+        help="The gaps' gamma shape: 1 Poisson, below 1 burstier.",
+    ),
+    seed: int = number(0, "--seed", kind=int, ge=0, le=2**63 - 1, help="Seed of the arrivals."),
     out: Path = output_file(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
 ) -> None:
     """Load-test a server: request throughput, output tokens/s, TTFT and TPOT percentiles."""
@@ -156,6 +173,9 @@ def bench(
             fail(f"{name} holds bytes that are not UTF-8 text (at character {e.start}); give text")
     if api_key:
         _check_key(api_key)
+    if request_rate is None and (burstiness != 1.0 or seed != 0):
+        fail("--burstiness and --seed shape the arrivals of --request-rate; give --request-rate "
+             "too (without it every request is sent at once)")  # fmt: skip
     base = url.rstrip("/")  # OpenAI's base URL convention ends in /v1 (OPENAI_BASE_URL): the
     base = base.removesuffix("/v1")  # bench asks /v1/... itself (hunt 62: /v1/v1/models, 404)
     cfg = LoadTestConfig(
@@ -167,6 +187,9 @@ def bench(
         max_tokens=max_tokens,
         timeout_s=timeout_s,
         api_key=api_key or None,  # OPENAI_API_KEY="" gives none
+        request_rate=request_rate,
+        burstiness=burstiness,
+        seed=seed,
     )
     url = _redacted(url)  # what is printed and saved from here on (no message is rewritten)
     try:

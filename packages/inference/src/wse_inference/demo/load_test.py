@@ -42,6 +42,13 @@ carried text (each is at least one token). `errors` lists each distinct reason o
 five). No completion's text is kept (hunt 69: each was, to the end of the run, and never read:
 1.1 GB for 1,000 requests of 1 MB).
 
+Arrivals (`request_rate`, `burstiness`, `seed`: vLLM's `--request-rate`, `--burstiness`,
+`--seed`): None sends every request at once (vLLM's inf), at most `concurrency` in flight; a
+rate R draws the gaps between sends from a gamma distribution of mean 1 / R and shape
+`burstiness` (1: a Poisson process; below 1 burstier), seeded (`arrival_times`); a request
+whose time has come waits for a free slot of `concurrency` (vLLM's `--max-concurrency`) and
+is timed from its send.
+
 `api_key`: sent as `Authorization: Bearer <key>` (as vLLM's bench sends OPENAI_API_KEY); it
 is never part of a result, an error or the config's repr.
 """
@@ -53,7 +60,7 @@ import dataclasses
 import random
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import httpx
 import numpy as np
@@ -97,6 +104,9 @@ class LoadTestConfig:
     max_tokens: int = 32
     timeout_s: float = 60.0  # per request, from sending it to data: [DONE]; and GET /v1/models
     api_key: str | None = dataclasses.field(default=None, repr=False)  # a secret: never shown
+    request_rate: float | None = None  # requests a second; None: all at once (vLLM's inf)
+    burstiness: float = 1.0  # the gamma shape of the gaps (1: Poisson)
+    seed: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +293,9 @@ class Tally:
             "model": model,
             "num_requests": cfg.num_requests,
             "concurrency": cfg.concurrency,
+            "request_rate": cfg.request_rate,  # None: all at once
+            "burstiness": cfg.burstiness,
+            "seed": cfg.seed,
             "max_tokens": cfg.max_tokens,
             "completed": self.completed,
             "failed": self.failed,
@@ -326,6 +339,16 @@ async def _served_model(client: httpx.AsyncClient, timeout_s: float) -> str:
     return first_model(r.status_code, body if r.status_code == 200 else body[:MAX_ERROR_BYTES])
 
 
+def arrival_times(rate: float | None, burstiness: float, seed: int) -> Iterator[float]:
+    """Seconds from the start at which each request is sent (module docstring): all 0 without
+    a rate, else cumulative gamma gaps of mean 1 / rate and shape `burstiness`."""
+    rng, t = random.Random(seed), 0.0
+    while True:
+        yield t
+        if rate is not None:
+            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+
+
 async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str]:
     n = cfg.concurrency
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
@@ -338,9 +361,12 @@ async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str]:
         # num_requests tasks up front (hunt 58b: 1.5 GB for -n 1,000,000); each result goes
         # into the tally and is dropped
         todo, tally = iter(range(cfg.num_requests)), Tally()
+        sends = arrival_times(cfg.request_rate, cfg.burstiness, cfg.seed)
 
         async def worker() -> None:
             for _ in todo:
+                if (wait := t0 + next(sends) - time.perf_counter()) > 0:
+                    await asyncio.sleep(wait)  # its time has not come (--request-rate)
                 tally.add(await _one(client, cfg, model))
 
         t0 = time.perf_counter()
