@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from wse_core.errors import WseError
 
-__all__ = ["StepFileError", "latest_output", "read_step", "step_case"]
+__all__ = ["StepFileError", "latest_output", "read_step", "step_case", "step_of"]
 
 _STEP_FILE = re.compile(r"step_(\d+)\.npz$")
 # The run is fp32: a field value past this has a square past fp32's range, so the kinetic
@@ -30,6 +30,14 @@ FIELD_MAX = float(np.sqrt(np.finfo(np.float32).max))  # 1.8e19
 
 class StepFileError(WseError):
     """A step file that cannot be restarted from."""
+
+
+def step_of(path: Path) -> int:
+    """The step number of a `step_<n>.npz` file's name (`latest_output`'s)."""
+    m = _STEP_FILE.search(path.name)
+    if m is None:
+        raise ValueError(f"{path.name!r} is not a step_<n>.npz name")
+    return int(m.group(1))
 
 
 def latest_output(out_dir: Path) -> Path | None:

@@ -114,7 +114,7 @@ def cfd(
              f"{nz * 4:,} B per PE but a {spec.name} PE holds {spec.sram_bytes_per_pe:,} B; "
              f"give NZ well under {spec.sram_bytes_per_pe // 4:,}")  # fmt: skip
     if restart:  # hunt 60: a bad step file was refused after JAX's import and the build (1.5 s)
-        from wse_hpc.cfd_steps import latest_output, read_step
+        from wse_hpc.cfd_steps import latest_output, read_step, step_of
 
         if (last := latest_output(out)) is None:  # hunt 65: it started from step 0 silently
             fail(f"--restart: --out {out} holds no step_<n>.npz to continue from; leave out "
@@ -128,7 +128,7 @@ def cfd(
                     output_every=output_every, out_dir=out,
                     restart=restart, defect_seed=defect_seed)  # fmt: skip
     console = Console(stderr=as_json)
-    start = int(last.stem.rpartition("_")[2]) if restart else 0
+    start = step_of(last) if restart else 0
     try:
         run = _run(console, cfg, run_cfd)
     except (KeyboardInterrupt, interrupts.Stopped) as e:
@@ -157,14 +157,14 @@ def _stopped(e: BaseException, out: Path | None, target: int) -> None:
     step it was to end at (hunt 69: it said only "interrupted (Ctrl-C)"); exit 128 + signal."""
     import signal
 
-    from wse_hpc.cfd_steps import latest_output
+    from wse_hpc.cfd_steps import latest_output, step_of
 
     sig = e.signum if isinstance(e, interrupts.Stopped) else signal.SIGINT
     last = latest_output(out) if out is not None and out.is_dir() else None
     if last is None:
         kept = "nothing kept (no --out)" if out is None else f"--out {out} holds no step file yet"
     else:
-        done = int(last.stem.rpartition("_")[2])
+        done = step_of(last)
         more = f" --steps {target - done}" if target > done else ""
         kept = (f"--out {out} keeps the step files up to {last.name}; give --restart{more} to "
                 f"continue to step {target}")  # fmt: skip
@@ -187,13 +187,13 @@ def _check_out(out: Path | None, restart: bool, steps: int, output_every: int) -
         check("step_files", files, f"the count of step files of --steps {steps} "
               f"--output-every {output_every}")  # fmt: skip
     if not restart and out.is_dir():
-        from wse_hpc.cfd_steps import latest_output
+        from wse_hpc.cfd_steps import latest_output, step_of
 
         if (last := latest_output(out)) is not None:
             # hunt 69: "continue that run" with the same --steps ran them all again, past
             # the step the stopped run was to end at (--steps counts the steps run, as
             # LAMMPS's `run N`)
-            done = int(last.stem.rpartition("_")[2])
+            done = step_of(last)
             more = f" --steps {steps - done} to reach step {steps}" if steps > done else ""
             fail(f"--out {out} holds another run's step files (the newest {last.name}); give "
                  f"--restart{more} to continue that run from step {done} (--steps counts "
