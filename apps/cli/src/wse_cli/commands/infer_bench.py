@@ -1,8 +1,12 @@
 """`wse infer bench`: load-test an OpenAI-compatible server and save its JSON summary.
 
 `bench --url URL` runs `wse_inference.demo.load_test` against a server (`wse infer serve`,
-vLLM, ...) and prints request throughput, output tokens/s and TTFT / TPOT / ITL / end-to-end
-percentiles (vLLM's definitions), then saves the summary (`--out`). A URL's password or lone
+vLLM, ...) and prints request throughput, vLLM's token figures (input and generated tokens,
+input / output / total tokens/s) and TTFT / TPOT / ITL / end-to-end percentiles (vLLM's
+definitions), then saves the summary (`--out`), the dataset's name, settings and seed in it.
+The requests are vLLM's `--dataset-name random` or `sharegpt`, or the default `prompt`
+(`--prompt` each time), with vLLM's options (`infer_bench_data`); a bad one is one line, exit
+2, before any request. A URL's password or lone
 token is never printed or saved (`user:****@`, `****@`: pip's way), nor the key of --api-key
 (OPENAI_API_KEY), sent as a Bearer token; the server's text is shown escaped (`printable`).
 A 404 or 401 of GET /v1/models says what to give (the base URL, a key); a server that
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import typer
 
+from wse_cli.commands import infer_bench_data as bd
 from wse_cli.errors import fail, printable
 from wse_cli.options import number
 from wse_cli.outputs import output_file
@@ -118,12 +123,27 @@ def _unserved(e, url: str, base: str, keyed: bool) -> str:
 
 
 def bench(
+    ctx: typer.Context,
     url: str = typer.Option(..., "--url", help="Server base URL, e.g. http://127.0.0.1:8000."),
     model: str = typer.Option(None, "--model", help="Model name (default: the server's first)."),
     num_requests: int = number(64, "--num-requests", "-n", kind=int, ge=1, le=1_000_000),
+    num_prompts: int = bd.NUM_PROMPTS,
     concurrency: int = number(8, "--concurrency", "-c", kind=int, ge=1, le=10_000),
-    prompt: str = typer.Option("The wafer-scale engine", "--prompt"),
-    max_tokens: int = number(32, "--max-tokens", kind=int, ge=1),
+    dataset_name: str = bd.DATASET_NAME,
+    prompt: str = typer.Option(
+        "The wafer-scale engine", "--prompt", help="--dataset-name prompt: the text sent."
+    ),
+    max_tokens: int = number(
+        32, "--max-tokens", kind=int, ge=1, help="--dataset-name prompt: the output length."
+    ),
+    dataset_path: Path = bd.DATASET_PATH,
+    sharegpt_output_len: int = bd.SHAREGPT_OUTPUT_LEN,
+    random_input_len: int = bd.RANDOM_INPUT_LEN,
+    random_output_len: int = bd.RANDOM_OUTPUT_LEN,
+    random_range_ratio: float = bd.RANDOM_RANGE_RATIO,
+    random_prefix_len: int = bd.RANDOM_PREFIX_LEN,
+    random_vocab_size: int = bd.RANDOM_VOCAB_SIZE,
+    ignore_eos: bool = bd.IGNORE_EOS,
     timeout_s: float = number(  # hunt 69: 5e-324 was taken, then "ConnectTimeout: "
         60.0, "--timeout-s", help="Per-request timeout.", ge=0.001, le=86_400, unit="s"
     ),
@@ -151,20 +171,25 @@ def bench(
         le=1000,
         help="The gaps' gamma shape: 1 Poisson, below 1 burstier.",
     ),
-    seed: int = number(0, "--seed", kind=int, ge=0, le=2**63 - 1, help="Seed of the arrivals."),
+    seed: int = number(
+        0, "--seed", kind=int, ge=0, le=2**63 - 1, help="Seed of the arrivals and the dataset."
+    ),
     out: Path = output_file(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
 ) -> None:
-    """Load-test a server: request throughput, output tokens/s, TTFT and TPOT percentiles."""
+    """Load-test a server: request and token throughput, TTFT and TPOT percentiles."""
     import httpx
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+    from wse_inference.demo.bench_data import DatasetError
     from wse_inference.demo.load_test import LoadTestConfig, ServerReplyError, run_load_test
 
     _check_url(url)
+    num_requests = bd.num_requests(ctx, num_requests, num_prompts)
     if model is not None and not model.strip():
         fail("--model must not be empty; leave it out to use the server's first model")
-    if not prompt:  # hunt 61: each request was the server's 400, then exit 0 and a JSON
+    dataset = bd.dataset_spec(ctx)  # None: the fixed --prompt
+    if not prompt and dataset is None:  # hunt 61: each request was the server's 400, exit 0
         fail("--prompt is empty; give the text each request sends")
     for name, text in (("--prompt", prompt), ("--model", model or "")):
         try:
@@ -173,9 +198,12 @@ def bench(
             fail(f"{name} holds bytes that are not UTF-8 text (at character {e.start}); give text")
     if api_key:
         _check_key(api_key)
-    if request_rate is None and (burstiness != 1.0 or seed != 0):
+    if request_rate is None and dataset is None and (burstiness != 1.0 or seed != 0):
         fail("--burstiness and --seed shape the arrivals of --request-rate; give --request-rate "
              "too (without it every request is sent at once)")  # fmt: skip
+    if request_rate is None and burstiness != 1.0:  # --seed seeds the dataset too
+        fail("--burstiness shapes the arrivals of --request-rate; give --request-rate too "
+             "(without it every request is sent at once)")  # fmt: skip
     base = url.rstrip("/")  # OpenAI's base URL convention ends in /v1 (OPENAI_BASE_URL): the
     base = base.removesuffix("/v1")  # bench asks /v1/... itself (hunt 62: /v1/v1/models, 404)
     cfg = LoadTestConfig(
@@ -190,6 +218,8 @@ def bench(
         request_rate=request_rate,
         burstiness=burstiness,
         seed=seed,
+        dataset=dataset,
+        ignore_eos=ignore_eos,
     )
     url = _redacted(url)  # what is printed and saved from here on (no message is rewritten)
     try:
@@ -198,6 +228,8 @@ def bench(
         fail(f"cannot reach {url}: {type(e).__name__}: {_one_line(e)}")
     except ServerReplyError as e:
         fail(_unserved(e, url, _redacted(base), bool(api_key)))
+    except DatasetError as e:  # a vocabulary not listed, no /tokenize, nothing kept
+        bd.dataset_failed(e, url)
     summary["url"] = url
     errors = summary["errors"]
     if not summary["completed"] and errors and all(e.startswith("Connect") for e in errors):
@@ -221,8 +253,7 @@ def bench(
     t = Table(title=escape(printable(f"{summary['model']} at {url}")), show_header=False)
     done = summary["completed"]
     t.add_row("requests", f"{done} completed, {summary['failed']} failed")
-    t.add_row("request throughput", f"{summary['request_throughput_per_s']:.2f} req/s")
-    t.add_row("output tokens/s", f"{summary['output_tokens_per_s']:.1f}")
+    bd.token_rows(t, summary)
     t.add_row("TTFT ms (mean / p50 / p90 / p99)", _ms(summary["ttft_s"], done))
     t.add_row("TPOT ms (mean / p50 / p90 / p99)", _ms(summary["tpot_s"], done))
     t.add_row("ITL ms (mean / p50 / p90 / p99)", _ms(summary["itl_s"]))

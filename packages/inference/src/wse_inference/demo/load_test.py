@@ -3,6 +3,8 @@
 `run_load_test(LoadTestConfig(url=..., ...))` sends `num_requests` streaming
 `/v1/completions` requests (temperature 0, `stream_options.include_usage`) with at most
 `concurrency` in flight, on one asyncio loop with httpx, and returns a JSON-ready summary. The
+prompts and max_tokens are `dataset`'s (`demo.bench_data`; None: `prompt` for `max_tokens`
+each time), `ignore_eos: true` sent where set and for the random dataset (as vLLM's). The
 figures are vLLM's (`vllm bench serve`, benchmarks/backend_request_func.py), so the two can be
 compared; per request, times from sending it:
 
@@ -21,6 +23,8 @@ compared; per request, times from sending it:
   counts chunks, as a vLLM server streams one token a chunk (one short when the last token
   was a special one);
 - request_throughput_per_s: completed requests / wall time;
+- input_tokens (/ wall time, and + output tokens: vLLM's total token throughput): the completed
+  requests' prompt tokens as the dataset counted them (None for the fixed prompt: uncounted);
 each as {"mean", "p50", "p90", "p99", "n"} (NumPy's linear-interpolation percentiles; `n`: the
 requests or gaps they are over, so none is left out unseen: a request of one token has no TPOT,
 one with no chunk with a choice no TTFT nor e2e). The ITL percentiles are exact up to `ITL_SAMPLE`
@@ -42,10 +46,7 @@ carried text (each is at least one token). `errors` lists each distinct reason o
 five). No completion's text is kept (hunt 69: each was, to the end of the run, and never read:
 1.1 GB for 1,000 requests of 1 MB).
 
-Arrivals (`request_rate`, `burstiness`, `seed`: vLLM's `--request-rate`, `--burstiness`,
-`--seed`): None sends every request at once (vLLM's inf), at most `concurrency` in flight; a
-rate R draws the gaps between sends from a gamma distribution of mean 1 / R and shape
-`burstiness` (1: a Poisson process; below 1 burstier), seeded (`arrival_times`); a request
+Arrivals (`request_rate`, `burstiness`, `seed`): vLLM's, `bench_data.arrival_times`; a request
 whose time has come waits for a free slot of `concurrency` (vLLM's `--max-concurrency`) and
 is timed from its send.
 
@@ -60,11 +61,18 @@ import dataclasses
 import random
 import time
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import httpx
 import numpy as np
 
+from wse_inference.demo.bench_data import (
+    BenchRequest,
+    RandomSpec,
+    ShareGPTSpec,
+    arrival_times,
+    draw,
+)
 from wse_inference.demo.openai_replies import (
     MAX_ERROR_BYTES,
     MAX_LINE_BYTES,
@@ -106,7 +114,13 @@ class LoadTestConfig:
     api_key: str | None = dataclasses.field(default=None, repr=False)  # a secret: never shown
     request_rate: float | None = None  # requests a second; None: all at once (vLLM's inf)
     burstiness: float = 1.0  # the gamma shape of the gaps (1: Poisson)
-    seed: int = 0
+    seed: int = 0  # of the arrivals and of the dataset's draws (vLLM's one --seed)
+    dataset: RandomSpec | ShareGPTSpec | None = None  # None: `prompt`, `max_tokens` each time
+    ignore_eos: bool = False  # vLLM's --ignore-eos
+
+    @property
+    def sends_ignore_eos(self) -> bool:  # vLLM's bench sets it for its random dataset
+        return self.ignore_eos or isinstance(self.dataset, RandomSpec)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,15 +217,19 @@ def _http_error(e: httpx.HTTPError, timeout_s: float) -> str:
     return f"{type(e).__name__}: {said}"
 
 
-async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> RequestResult:
+async def _one(
+    client: httpx.AsyncClient, cfg: LoadTestConfig, model: str, req: BenchRequest
+) -> RequestResult:
     body = {
         "model": model,
-        "prompt": cfg.prompt,
-        "max_tokens": cfg.max_tokens,
+        "prompt": req.prompt,
+        "max_tokens": req.max_tokens,
         "temperature": 0.0,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if cfg.sends_ignore_eos:  # sent only when set, as vLLM's client does
+        body["ignore_eos"] = True
     t0 = time.perf_counter()
     seen, done = _Stream(), False
     try:
@@ -228,7 +246,7 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
                     if data == "[DONE]":
                         done = True
                         break
-                    seen.add(parse_chunk(data), t_s, cfg.max_tokens)
+                    seen.add(parse_chunk(data), t_s, req.max_tokens)
                 if done:
                     break
     except ValueError as e:  # a chunk that is not OpenAI's, a line past MAX_LINE_BYTES
@@ -239,7 +257,7 @@ async def _one(client: httpx.AsyncClient, cfg: LoadTestConfig, model: str) -> Re
         return RequestResult(False, error=f"no data: [DONE] within {cfg.timeout_s:g} s")
     if not done:
         return RequestResult(False, error="the stream ended without data: [DONE]")
-    return seen.result(cfg.max_tokens)
+    return seen.result(req.max_tokens)
 
 
 def _stats(values: Iterable[float], mean: float | None = None) -> dict[str, float | None]:
@@ -261,12 +279,13 @@ class Tally:
 
     def __init__(self) -> None:
         self.completed = self.failed = self.tokens = 0
+        self.input_tokens: int | None = 0
         self.ttft_s, self.tpot_s, self.e2e_s = array("d"), array("d"), array("d")
         self.itl_s, self.itl_count, self.itl_sum = array("d"), 0, 0.0
         self.errors: dict[str, None] = {}
         self._rng = random.Random(0)
 
-    def add(self, r: RequestResult) -> None:
+    def add(self, r: RequestResult, prompt_len: int | None = None) -> None:
         if not r.ok:
             self.failed += 1
             if len(self.errors) < 5:  # each reason once: a miscount on every request is one
@@ -274,6 +293,8 @@ class Tally:
             return
         self.completed += 1
         self.tokens += r.completion_tokens
+        if self.input_tokens is not None:  # None once a completed request's were not counted
+            self.input_tokens = None if prompt_len is None else self.input_tokens + prompt_len
         self.ttft_s.append(r.ttft_s)
         self.tpot_s.append(r.tpot_s)
         self.e2e_s.append(r.e2e_s)
@@ -285,9 +306,10 @@ class Tally:
             elif (j := self._rng.randrange(self.itl_count)) < ITL_SAMPLE:
                 self.itl_s[j] = gap
 
-    def summary(self, wall_s: float, cfg: LoadTestConfig, model: str) -> dict:
-        """The JSON summary of a run (see the module docstring)."""
+    def summary(self, wall_s: float, cfg: LoadTestConfig, model: str, dataset=None) -> dict:
+        """The JSON summary of a run (module docstring); `dataset`: the dataset's params."""
         itl_mean = self.itl_sum / self.itl_count if self.itl_count else None
+        n_in = self.input_tokens
         return {
             "url": cfg.url,
             "model": model,
@@ -296,7 +318,9 @@ class Tally:
             "request_rate": cfg.request_rate,  # None: all at once
             "burstiness": cfg.burstiness,
             "seed": cfg.seed,
-            "max_tokens": cfg.max_tokens,
+            "dataset": dataset or {"name": "prompt", "max_tokens": cfg.max_tokens},
+            "ignore_eos": cfg.sends_ignore_eos,
+            "max_tokens": cfg.max_tokens if cfg.dataset is None else None,  # else the dataset's
             "completed": self.completed,
             "failed": self.failed,
             "errors": list(self.errors),
@@ -304,6 +328,9 @@ class Tally:
             "request_throughput_per_s": self.completed / wall_s,
             "output_tokens": self.tokens,
             "output_tokens_per_s": self.tokens / wall_s,
+            "input_tokens": n_in,
+            "input_tokens_per_s": None if n_in is None else n_in / wall_s,
+            "total_tokens_per_s": None if n_in is None else (n_in + self.tokens) / wall_s,
             "ttft_s": _stats(self.ttft_s),
             "tpot_s": _stats(self.tpot_s),
             "itl_s": {**_stats(self.itl_s, itl_mean), "n": self.itl_count},
@@ -339,17 +366,7 @@ async def _served_model(client: httpx.AsyncClient, timeout_s: float) -> str:
     return first_model(r.status_code, body if r.status_code == 200 else body[:MAX_ERROR_BYTES])
 
 
-def arrival_times(rate: float | None, burstiness: float, seed: int) -> Iterator[float]:
-    """Seconds from the start at which each request is sent (module docstring): all 0 without
-    a rate, else cumulative gamma gaps of mean 1 / rate and shape `burstiness`."""
-    rng, t = random.Random(seed), 0.0
-    while True:
-        yield t
-        if rate is not None:
-            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
-
-
-async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str]:
+async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str, dict]:
     n = cfg.concurrency
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
@@ -357,6 +374,7 @@ async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str]:
         base_url=cfg.url, timeout=cfg.timeout_s, limits=limits, headers=headers
     ) as client:
         model = cfg.model if cfg.model is not None else await _served_model(client, cfg.timeout_s)
+        sample = await draw(cfg, client, model)
         # `concurrency` workers taking turns from one counter: a task per request made all
         # num_requests tasks up front (hunt 58b: 1.5 GB for -n 1,000,000); each result goes
         # into the tally and is dropped
@@ -364,17 +382,18 @@ async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str]:
         sends = arrival_times(cfg.request_rate, cfg.burstiness, cfg.seed)
 
         async def worker() -> None:
-            for _ in todo:
+            for i in todo:
+                req = sample.request(i)  # made when sent: a dataset's prompts are not kept
                 if (wait := t0 + next(sends) - time.perf_counter()) > 0:
                     await asyncio.sleep(wait)  # its time has not come (--request-rate)
-                tally.add(await _one(client, cfg, model))
+                tally.add(await _one(client, cfg, model, req), req.prompt_len)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(n, cfg.num_requests))))
-        return tally, time.perf_counter() - t0, model
+        return tally, time.perf_counter() - t0, model, sample.params
 
 
 def run_load_test(cfg: LoadTestConfig) -> dict:
-    """Run the load test (blocking) and return its summary."""
-    tally, wall_s, model = asyncio.run(_run(cfg))
-    return tally.summary(wall_s, cfg, model)
+    """Run the load test (blocking): its summary (`bench_data.DatasetError`: no dataset)."""
+    tally, wall_s, model, dataset = asyncio.run(_run(cfg))
+    return tally.summary(wall_s, cfg, model, dataset)

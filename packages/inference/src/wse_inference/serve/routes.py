@@ -2,7 +2,8 @@
 
 Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
 `data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models
-(and /v1/models/{id}, 404 model_not_found for a name not served), /health (503 while
+(and /v1/models/{id}, 404 model_not_found for a name not served; each entry with vLLM's
+max_model_len and the model's vocab_size, which vLLM does not list), /health (503 while
 draining), /metrics (Prometheus), and vLLM's POST /tokenize ({prompt} or
 {messages} -> {count, max_model_len, tokens}) and /detokenize ({tokens} -> {prompt}).
 Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
@@ -204,6 +205,7 @@ def _add_status_routes(
                 "created": started,
                 "owned_by": "wse-stack",
                 "max_model_len": engine.max_context,
+                "vocab_size": engine.vocab_size,  # `wse infer bench --dataset-name random`'s ids
             }
             for n in model_names
         ]
@@ -223,6 +225,7 @@ def _add_status_routes(
                 "created": started,
                 "owned_by": "wse-stack",
                 "max_model_len": engine.max_context,
+                "vocab_size": engine.vocab_size,
             }  # fmt: skip
         )
 

@@ -1,0 +1,396 @@
+"""The requests of `wse infer bench`: each one's prompt and output length, drawn as vLLM's
+`vllm bench serve --dataset-name` draws them (vllm/benchmarks/datasets.py), so that a run
+loads the server with realistic, varied prompt and output lengths; and when each is sent.
+
+Contract. A dataset is a spec (`RandomSpec`, `ShareGPTSpec`; None in `LoadTestConfig` is the
+fixed `--prompt`) resolved once against the server into a `Sample`, whose `request(i)` is the
+i-th request's `BenchRequest` (prompt, prompt tokens, max_tokens) and whose `params` the
+summary records (the name, its settings, the seed). Bad settings and files are
+`DatasetError`, one line naming what is wrong and what is expected.
+
+`draw(cfg, client, model)` is the one entry the load test calls; the parts:
+
+
+- `fixed(prompt, max_tokens)`: every request the same text (the bench's default; vLLM has no
+  such dataset). Its prompt tokens are not counted (the client has no tokenizer): None.
+- `random_sample(spec, num, seed, vocab_size)`: vLLM's RandomDataset. From
+  `np.random.default_rng(seed)`, in vLLM's order: input lengths uniform over the integers of
+  [floor(L(1 - r)), ceil(L(1 + r))], output lengths over [max(1, floor(O(1 - r))),
+  ceil(O(1 + r))], an offset in [0, V) each, then one prefix of `prefix_len` ids shared by
+  every request. Request i's ids are the prefix, then (offset_i + i + k) % V for k below its
+  length; they are sent as a token-id prompt, so the server runs on exactly prefix + length
+  tokens. vLLM decodes them to text and re-encodes it, having first taken the tokenizer's
+  special tokens (its BOS) off L, which the server adds back: the same count on the server.
+  vLLM draws from the vocabulary without the special ids; without a tokenizer this client
+  cannot know them, so V is the whole vocabulary (`--random-vocab-size`, else the
+  `vocab_size` the server lists for the model in GET /v1/models: `served_vocab_size`).
+  Requests are made when sent, not kept: 24 bytes a request, whatever their lengths.
+- `sharegpt(path)` reads vLLM's ShareGPT JSON (`sharegpt_file`: a local file, bounded, the
+  first two turns of each conversation of two or more); `sharegpt_sample` shuffles them with
+  `random.Random(seed)` (vLLM's `random.seed(seed); random.shuffle`: the same order), then
+  walks them in order, counting tokens with the server's /tokenize (vLLM's endpoint; vLLM
+  counts with `tokenizer(text)`, special tokens included, as /tokenize does by default), and
+  keeps an entry unless its prompt is < 4 or > 1024 tokens, its output < 4 or prompt +
+  output > 2048 (vLLM's `is_valid_sequence`); the output is the reply's tokens, or
+  `output_len` (`--sharegpt-output-len`: no minimum then). A text /tokenize refuses (400,
+  413) is dropped too. Fewer entries kept than asked: the rest drawn again from those kept,
+  seeded (vLLM's oversampling).
+
+`arrival_times(rate, burstiness, seed)` is when each request is sent (vLLM's `--request-rate`,
+`--burstiness`, `--seed`): a rate None sends every request at once (vLLM's inf); a rate R
+draws the gaps between sends from a gamma distribution of mean 1 / R and shape `burstiness`
+(1: a Poisson process; below 1 burstier), seeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import random
+from array import array
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+import httpx
+import numpy as np
+
+from wse_inference.demo.openai_replies import (
+    MAX_ERROR_BYTES,
+    MAX_MODELS_BYTES,
+    phrase,
+    read_head,
+    reason,
+)
+from wse_inference.demo.sharegpt_file import ShareGPTFileError, read_sharegpt
+
+if TYPE_CHECKING:
+    from wse_inference.demo.load_test import LoadTestConfig
+
+__all__ = [
+    "MAX_LEN",
+    "BenchRequest",
+    "DatasetError",
+    "MAX_TOKENS_IN_FLIGHT",
+    "RandomSpec",
+    "Sample",
+    "ShareGPTSpec",
+    "arrival_times",
+    "draw",
+    "fixed",
+    "random_sample",
+    "served_vocab_size",
+    "sharegpt",
+    "sharegpt_sample",
+    "tokenize_count",
+]
+
+MAX_LEN = 1 << 20  # tokens of one prompt or output: a 1M-token context, ~7 MB of JSON ids
+# Random prompt tokens held by the requests in flight: a token-id prompt is a Python list while
+# it is sent, ~43 bytes a token (an int, its pointer, its JSON): 2^27 tokens are ~5.8 GB
+MAX_TOKENS_IN_FLIGHT = 1 << 27
+# vLLM's filter (is_valid_sequence): at least 4 tokens each, a prompt of at most 1,024
+MIN_LEN, MAX_PROMPT_LEN, MAX_TOTAL_LEN = 4, 1024, 2048
+# A /tokenize reply over this is over 2,048 ids (at most ~9 bytes each): past the filter
+MAX_TOKENIZE_BYTES = 1 << 20
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be drawn: bad settings or file (`fault` False: the user's to
+    fix), or a server that failed while it was drawn (`fault` True)."""
+
+    def __init__(self, message: str, *, fault: bool = False) -> None:
+        super().__init__(message)
+        self.fault = fault
+
+
+class BenchRequest(NamedTuple):
+    prompt: str | list[int]  # a text, or token ids (sent as they are)
+    prompt_len: int | None  # its tokens; None: not counted (the fixed prompt)
+    max_tokens: int
+
+
+class Sample(Protocol):
+    params: dict[str, Any]
+
+    def request(self, i: int) -> BenchRequest: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RandomSpec:
+    """vLLM's --random-input-len, --random-output-len, --random-range-ratio,
+    --random-prefix-len (its defaults); `vocab_size` None: the server's."""
+
+    input_len: int = 1024
+    output_len: int = 128
+    range_ratio: float = 0.0
+    prefix_len: int = 0
+    vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.range_ratio < 1.0:
+            raise DatasetError(f"--random-range-ratio must be in [0, 1), got {self.range_ratio}")
+        lens = {"input-len": self.input_len, "output-len": self.output_len}
+        for name, v in (*lens.items(), ("prefix-len", self.prefix_len)):
+            least = 0 if name == "prefix-len" else 1
+            if not least <= v <= MAX_LEN:
+                raise DatasetError(f"--random-{name} must be in [{least}, {MAX_LEN}], got {v}")
+        if self.vocab_size is not None and not 1 <= self.vocab_size < 2**31:
+            raise DatasetError(
+                f"--random-vocab-size must be in [1, {2**31 - 1}], got {self.vocab_size}"
+            )
+        if self.prefix_len + self.input_bounds[0] < 1:  # vLLM's check: no empty prompt
+            raise DatasetError(
+                f"--random-input-len {self.input_len} with --random-range-ratio "
+                f"{self.range_ratio} may draw an empty prompt (floor({self.input_len} x (1 - "
+                f"{self.range_ratio})) = 0 tokens); raise --random-input-len or "
+                "--random-prefix-len, or lower --random-range-ratio"
+            )
+
+    @property
+    def input_bounds(self) -> tuple[int, int]:
+        """The input lengths drawn, both ends in (vLLM's floor and ceil), without the prefix."""
+        r = self.range_ratio
+        return math.floor(self.input_len * (1 - r)), math.ceil(self.input_len * (1 + r))
+
+    def check_in_flight(self, concurrency: int) -> None:
+        """DatasetError where `concurrency` requests of the longest prompt would hold more
+        than `MAX_TOKENS_IN_FLIGHT` tokens at once."""
+        longest = self.prefix_len + self.input_bounds[1]
+        if concurrency * longest > MAX_TOKENS_IN_FLIGHT:
+            raise DatasetError(
+                f"--concurrency {concurrency} requests of up to {longest:,} prompt tokens hold "
+                f"{concurrency * longest:,} token ids at once, past the {MAX_TOKENS_IN_FLIGHT:,} "
+                "this client holds (~43 bytes each); lower --concurrency or --random-input-len"
+            )
+
+    @property
+    def output_bounds(self) -> tuple[int, int]:
+        r = self.range_ratio
+        lo, hi = math.floor(self.output_len * (1 - r)), math.ceil(self.output_len * (1 + r))
+        return max(lo, 1), max(hi, 1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ShareGPTSpec:
+    """A ShareGPT file read (`sharegpt`): its (prompt, reply) texts, in the file's order."""
+
+    path: str
+    conversations: tuple[tuple[str, str], ...] = dataclasses.field(repr=False)
+    output_len: int | None = None  # --sharegpt-output-len; None: each reply's tokens
+
+
+class _Fixed:
+    def __init__(self, prompt: str, max_tokens: int) -> None:
+        self.req = BenchRequest(prompt, None, max_tokens)
+        self.params = {"name": "prompt", "max_tokens": max_tokens}
+
+    def request(self, i: int) -> BenchRequest:
+        return self.req
+
+
+def fixed(prompt: str, max_tokens: int) -> Sample:
+    """Every request `prompt`, for `max_tokens` (the bench's default dataset)."""
+    return _Fixed(prompt, max_tokens)
+
+
+class _Random:
+    def __init__(self, spec: RandomSpec, num: int, seed: int, vocab_size: int) -> None:
+        rng = np.random.default_rng(seed)  # vLLM's draws, in vLLM's order
+        (ilo, ihi), (olo, ohi) = spec.input_bounds, spec.output_bounds
+        self.input_lens = rng.integers(ilo, ihi + 1, size=num)
+        self.output_lens = rng.integers(olo, ohi + 1, size=num)
+        self.offsets = rng.integers(0, vocab_size, size=num)
+        self.prefix = rng.integers(0, vocab_size, size=spec.prefix_len).tolist()
+        self.vocab_size = vocab_size
+        self.params = {
+            "name": "random",
+            "random_input_len": spec.input_len,
+            "random_output_len": spec.output_len,
+            "random_range_ratio": spec.range_ratio,
+            "random_prefix_len": spec.prefix_len,
+            "random_vocab_size": vocab_size,
+            "input_lens": [spec.prefix_len + ilo, spec.prefix_len + ihi],  # with the prefix
+            "output_lens": [olo, ohi],
+            "seed": seed,
+        }
+
+    def request(self, i: int) -> BenchRequest:
+        n = int(self.input_lens[i])
+        inner = (int(self.offsets[i]) + i + np.arange(n)) % self.vocab_size
+        ids = self.prefix + inner.tolist()
+        return BenchRequest(ids, len(ids), int(self.output_lens[i]))
+
+
+def random_sample(spec: RandomSpec, num: int, seed: int, vocab_size: int) -> Sample:
+    """`num` requests of vLLM's random dataset over ids [0, `vocab_size`) (module docstring)."""
+    return _Random(spec, num, seed, vocab_size)
+
+
+# -- ShareGPT ----------------------------------------------------------------------------------
+def sharegpt(path: str | Path, output_len: int | None = None) -> ShareGPTSpec:
+    """The ShareGPT file at `path` (`sharegpt_file.read_sharegpt`: missing, not a regular
+    file, too large, not UTF-8 or not ShareGPT's is `DatasetError`)."""
+    try:
+        kept = read_sharegpt(path)
+    except ShareGPTFileError as e:
+        raise DatasetError(str(e)) from None
+    return ShareGPTSpec(path=str(path), conversations=kept, output_len=output_len)
+
+
+def _valid(prompt_len: int, output_len: int, fixed_output: bool) -> bool:
+    """vLLM's `is_valid_sequence`; a fixed output length has no minimum."""
+    short = prompt_len < MIN_LEN or (not fixed_output and output_len < MIN_LEN)
+    return not short and prompt_len <= MAX_PROMPT_LEN and prompt_len + output_len <= MAX_TOTAL_LEN
+
+
+class _Listed:
+    def __init__(self, spec: ShareGPTSpec, kept: list[tuple[int, int, int]], num: int,
+                 seed: int, tokenized: int) -> None:  # fmt: skip
+        self.texts, self.kept = spec.conversations, kept
+        rng = random.Random(seed)  # vLLM's oversampling: random.seed(seed); random.choice
+        self.more = array("q", (rng.randrange(len(kept)) for _ in range(num - len(kept))))
+        self.params = {
+            "name": "sharegpt",
+            "dataset_path": spec.path,
+            "sharegpt_output_len": spec.output_len,
+            "conversations": len(spec.conversations),  # of two turns or more
+            "tokenized": tokenized,
+            "kept": len(kept),
+            "oversampled": len(self.more),
+            "seed": seed,
+        }
+
+    def request(self, i: int) -> BenchRequest:
+        j = i if i < len(self.kept) else self.more[i - len(self.kept)]
+        k, prompt_len, output_len = self.kept[j]
+        return BenchRequest(self.texts[k][0], prompt_len, output_len)
+
+
+Count = Callable[[str], Awaitable[int | None]]
+
+
+async def sharegpt_sample(
+    spec: ShareGPTSpec, count: Count, *, num: int, seed: int, width: int = 8
+) -> Sample:
+    """`num` requests of `spec`'s conversations (module docstring); `count(text)` is a
+    text's tokens (None: refused by the server), `width` texts counted at a time."""
+    order = list(range(len(spec.conversations)))
+    random.Random(seed).shuffle(order)
+    fixed_output = spec.output_len is not None
+    kept: list[tuple[int, int, int]] = []
+    tokenized = 0
+
+    async def lengths(k: int) -> tuple[int | None, int | None]:
+        prompt, reply = spec.conversations[k]
+        p = await count(prompt)
+        if p is None or not MIN_LEN <= p <= MAX_PROMPT_LEN:  # dropped: its reply uncounted
+            return p, 0
+        return p, spec.output_len if fixed_output else await count(reply)
+
+    for start in range(0, len(order), width):
+        window = order[start : start + width]
+        for k, (p, o) in zip(window, await asyncio.gather(*map(lengths, window)), strict=True):
+            if len(kept) == num:
+                break
+            tokenized += 1
+            if p is not None and o is not None and _valid(p, o, fixed_output):
+                kept.append((k, p, o))
+        if len(kept) == num:
+            break
+    if not kept:
+        raise DatasetError(
+            f"no conversation of --dataset-path {spec.path!r} passes vLLM's filter (a prompt of "
+            f"{MIN_LEN} to {MAX_PROMPT_LEN} tokens, an output of at least {MIN_LEN}, at most "
+            f"{MAX_TOTAL_LEN} in all; {tokenized:,} counted with the server's /tokenize)"
+        )
+    return _Listed(spec, kept, num, seed, tokenized)
+
+
+# -- what the server says ----------------------------------------------------------------------
+def tokenize_count(client: httpx.AsyncClient, model: str, timeout_s: float) -> Count:
+    """`count(text)`: the tokens of `text` by the server's POST /tokenize (vLLM's), special
+    tokens included; None where it refuses the text (400, 413) or answers more ids than
+    ShareGPT's filter keeps. A server without /tokenize, or one that fails, is DatasetError."""
+
+    async def count(text: str) -> int | None:
+        try:
+            async with (
+                asyncio.timeout(timeout_s),
+                client.stream("POST", "/tokenize", json={"model": model, "prompt": text}) as r,
+            ):
+                body = await read_head(r.aiter_bytes(), MAX_TOKENIZE_BYTES)
+        except TimeoutError:
+            raise DatasetError(f"POST /tokenize did not answer within {timeout_s:g} s",
+                               fault=True) from None  # fmt: skip
+        if r.status_code in (400, 413):
+            return None
+        if r.status_code != 200:
+            said = reason(body[:MAX_ERROR_BYTES])
+            why = (
+                f"POST /tokenize answered {r.status_code} {phrase(r.status_code)} ({said}); "
+                "--dataset-name sharegpt counts tokens with the server's /tokenize (vLLM's)"
+            )
+            raise DatasetError(why, fault=r.status_code >= 500)
+        return None if len(body) > MAX_TOKENIZE_BYTES else _count_of(body)
+
+    return count
+
+
+def _count_of(body: bytes) -> int:
+    try:
+        n = json.loads(body).get("count")
+    except (ValueError, AttributeError, RecursionError):
+        n = None
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**63:
+        raise DatasetError(f"POST /tokenize did not answer vLLM's {{\"count\": N, ...}} (got "
+                           f"{body[:80].decode(errors='replace')!r})", fault=True)  # fmt: skip
+    return n
+
+
+async def served_vocab_size(client: httpx.AsyncClient, model: str, timeout_s: float) -> int:
+    """The `vocab_size` GET /v1/models lists for `model` (wse serve lists it; vLLM does not:
+    then DatasetError asking for --random-vocab-size)."""
+    try:
+        async with asyncio.timeout(timeout_s), client.stream("GET", "/v1/models") as r:
+            body = await read_head(r.aiter_bytes(), MAX_MODELS_BYTES)
+    except TimeoutError:
+        raise httpx.ReadTimeout(f"GET /v1/models: no answer within {timeout_s:g} s") from None
+    try:
+        entries = json.loads(body)["data"] if r.status_code == 200 else []
+        v = next((e.get("vocab_size") for e in entries if e.get("id") == model), None)
+    except (ValueError, LookupError, TypeError, AttributeError, RecursionError):
+        v = None
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
+        raise DatasetError(
+            f"the server's GET /v1/models lists no vocab_size for {model!r} (wse serve lists "
+            "it, vLLM does not); give --random-vocab-size, the model's config.json vocab_size"
+        )
+    return v
+
+
+async def draw(cfg: LoadTestConfig, client: httpx.AsyncClient, model: str) -> Sample:
+    """The `cfg.num_requests` requests of `cfg.dataset` (None: `cfg.prompt` for
+    `cfg.max_tokens`, each time), seeded by `cfg.seed`, resolved against the server `client`
+    talks to for `model` (its vocabulary, its /tokenize, `cfg.concurrency` texts at a time)."""
+    spec, num, seed = cfg.dataset, cfg.num_requests, cfg.seed
+    if spec is None:
+        return fixed(cfg.prompt, cfg.max_tokens)
+    if isinstance(spec, RandomSpec):
+        spec.check_in_flight(cfg.concurrency)
+        vocab = spec.vocab_size or await served_vocab_size(client, model, cfg.timeout_s)
+        return random_sample(spec, num, seed, vocab)
+    count = tokenize_count(client, model, cfg.timeout_s)
+    return await sharegpt_sample(spec, count, num=num, seed=seed, width=cfg.concurrency)
+
+
+def arrival_times(rate: float | None, burstiness: float, seed: int) -> Iterator[float]:
+    """Seconds from the start at which each request is sent (module docstring): all 0 without
+    a rate, else cumulative gamma gaps of mean 1 / rate and shape `burstiness`."""
+    rng, t = random.Random(seed), 0.0
+    while True:
+        yield t
+        if rate is not None:
+            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
