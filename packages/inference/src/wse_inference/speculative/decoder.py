@@ -20,6 +20,7 @@ limit `gamma` of `wse_core.host.limits`); anything else is refused when the deco
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Sequence
@@ -330,10 +331,11 @@ class SpeculativeDecoder:
             buf, made, r, acc, betas = jax.device_get(
                 (end.buf, end.made, end.rounds, end.accepted, end.betas)
             )
-            stats.record_rounds(acc[:r], betas[:r])
             for tok in buf[:made].tolist():
                 if tracker.add(tok) is not None:
                     break
+            # the tokens kept: the loop's last round may run past max_tokens or a stop string
+            stats.record_rounds(acc[:r], betas[:r], emitted=len(tracker.tokens) - 1)
         decode = time.perf_counter() - t0 - ttft
         self.stats = _merge(self.stats, stats)
         return GenerationResult(
@@ -357,9 +359,10 @@ class SpeculativeDecoder:
         """Predicted wafer time of one emitted token (units "token", `pipeline.perf.
         predict_speculative`): the draft on the fewest PE rows of each wafer, the target on
         the rest, on the fewest wafers of `spec` that hold both (`plan_speculative`;
-        context `max_context`, their parameter bytes), at the rounds per emitted token of
-        `stats` (default: this decoder's; one round per token
-        before any round ran); `measured_wall_s` over `tokens` is the measured time per token."""
+        context `max_context`, their parameter bytes), at the rounds run per token kept of
+        `stats` (default: this decoder's; one round per token before any round ran): a round
+        cut at max_tokens or a stop costs a whole round (hunt 70); `measured_wall_s` over
+        `tokens` is the measured time per token."""
         from wse_inference.pipeline import perf as decode_perf
 
         stats = stats or self.stats
@@ -381,7 +384,7 @@ class SpeculativeDecoder:
             self.draft.config,
             plans,
             gamma=self.gamma,
-            rounds_per_token=1.0 / (stats.mean_tokens_per_pass or 1.0),
+            rounds_per_token=stats.rounds_per_token,
             kv_tokens=kv_tokens,
             measured_wall_s=per_token,
             name=f"speculative decode {self.target.name} / draft {self.draft.name}",
@@ -389,11 +392,6 @@ class SpeculativeDecoder:
 
 
 def _merge(a: AcceptanceStats, b: AcceptanceStats) -> AcceptanceStats:
-    return AcceptanceStats(
-        a.gamma,
-        a.rounds + b.rounds,
-        a.accepted + b.accepted,
-        a.beta_sum + b.beta_sum,
-        a.beta_count + b.beta_count,
-        a.per_position + b.per_position,
-    )
+    """Both counts together: every field after `gamma` is a count (or counts) that adds."""
+    sums = (getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(a)[1:])
+    return AcceptanceStats(a.gamma, *sums)

@@ -149,13 +149,14 @@ class SpeculativeEngine:
         if self._zeros is not None:  # the verification ran gamma + 1 tokens through the target
             self._zeros.add(np.asarray(r.mlp_zeros), len(r.drafts) + 1)
         drafts, n_acc, nxt = r.drafts, int(r.num_accepted), r.next_token
-        self.stats.record(n_acc, np.asarray(r.beta))
         new = []
         for tok in [*np.asarray(drafts)[:n_acc].tolist(), int(nxt)]:
             s.seq.append(int(tok))
             new.append(int(tok))
             if s.tracker.add(tok) is not None:
                 break
+        # the tokens kept: a round cut at max_tokens or a stop still ran whole (hunt 70)
+        self.stats.record(n_acc, np.asarray(r.beta), emitted=len(new))
         reason = s.tracker.finish_reason
         lps = None
         if sp.logprobs is not None:

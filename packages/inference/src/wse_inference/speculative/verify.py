@@ -9,7 +9,10 @@ as tokens drawn one by one from p (REFERENCES.md). With greedy settings p and q 
 (`sampling.token_probs` with T = 0), so the output is exactly the target's greedy output.
 
 `AcceptanceStats` (host side) counts rounds, proposals and acceptances: acceptance rate,
-mean tokens per target pass, and acceptance per draft position.
+mean tokens per target pass, and acceptance per draft position (what the drafting did); and
+the tokens the sequences kept (`emitted`): a round cut at max_tokens, a stop string or an
+end-of-sequence token keeps fewer than it accepted but costs a whole round, so a round's
+price is shared by `emitted_per_round` tokens, not by `mean_tokens_per_pass` (hunt 70).
 """
 
 from __future__ import annotations
@@ -76,22 +79,35 @@ class AcceptanceStats:
     beta_sum: float = 0.0
     beta_count: int = 0
     per_position: np.ndarray = dataclasses.field(default=None)  # type: ignore[assignment]
+    # tokens the sequences kept (None: every accepted draft and drawn token, accepted + rounds)
+    emitted: int = dataclasses.field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.per_position is None:
             self.per_position = np.zeros(self.gamma, np.int64)
+        if self.emitted is None:
+            self.emitted = self.accepted + self.rounds
 
-    def record(self, num_accepted: int, beta: np.ndarray | None = None) -> None:
-        """One round: its accepted count and (optionally) the betas of the positions it
-        evaluated (the accepted ones and the first rejected one)."""
-        self.record_rounds([num_accepted], None if beta is None else np.asarray(beta)[None])
+    def record(
+        self, num_accepted: int, beta: np.ndarray | None = None, emitted: int | None = None
+    ) -> None:
+        """One round: its accepted count, (optionally) the betas of the positions it
+        evaluated (the accepted ones and the first rejected one) and the tokens the sequence
+        kept of it (default: all, num_accepted + 1)."""
+        beta = None if beta is None else np.asarray(beta)[None]
+        self.record_rounds([num_accepted], beta, emitted)
 
-    def record_rounds(self, accepted, beta: np.ndarray | None = None) -> None:
-        """Many rounds at once: accepted [r], beta [r, gamma] (optional)."""
+    def record_rounds(
+        self, accepted, beta: np.ndarray | None = None, emitted: int | None = None
+    ) -> None:
+        """Many rounds at once: accepted [r], beta [r, gamma] (optional), the tokens kept
+        of all r rounds (default: all, sum(accepted) + r)."""
         accepted = np.asarray(accepted, np.int64)
         pos = np.arange(self.gamma)
+        kept = int(accepted.sum()) + int(accepted.size) if emitted is None else int(emitted)
         self.rounds += int(accepted.size)
         self.accepted += int(accepted.sum())
+        self.emitted += kept
         self.per_position += (pos[None, :] < accepted[:, None]).sum(axis=0)
         if beta is not None:  # the positions each round evaluated: accepted + first rejected
             reached = pos[None, :] < np.minimum(accepted + 1, self.gamma)[:, None]
@@ -118,6 +134,17 @@ class AcceptanceStats:
         return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
 
     @property
+    def emitted_per_round(self) -> float:
+        """Tokens kept per round: the tokens a round's price is shared by (below
+        `mean_tokens_per_pass` where a round was cut at max_tokens or a stop)."""
+        return self.emitted / self.rounds if self.rounds else 0.0
+
+    @property
+    def rounds_per_token(self) -> float:
+        """Rounds run per token kept (1.0 before any token: one round per token)."""
+        return self.rounds / self.emitted if self.emitted else 1.0
+
+    @property
     def position_acceptance(self) -> list[float]:
         """Fraction of rounds in which draft position i (1-based i = index + 1) was accepted."""
         return [c / self.rounds if self.rounds else 0.0 for c in self.per_position.tolist()]
@@ -132,4 +159,6 @@ class AcceptanceStats:
             "alpha": self.alpha,
             "mean_tokens_per_pass": self.mean_tokens_per_pass,
             "position_acceptance": self.position_acceptance,
+            "emitted": self.emitted,
+            "emitted_per_round": self.emitted_per_round,
         }
