@@ -275,6 +275,8 @@ def _run(s, pot, cfg, out, as_json, trace=None, start: str = "", notes=()) -> No
         f"({summary['bound']}-bound), measured here "
         f"{summary['timesteps_per_s'] or 0:.4g} timesteps/s"
     )
+    if res.report.assumed:  # hunt 70: the prediction stood beside no assumption that moves it
+        console.print(res.report.assumed_compact(), markup=False, soft_wrap=True)
     if out is not None:
         console.print(f"wrote {out}")
     if trace is not None:

@@ -309,6 +309,8 @@ def _print_table(console, run, png) -> None:
             f"{x['predicted_gcells_per_s']:.1f} Gcell/s, "
             f"{x['predicted_flops_per_s'] / 1e12:.3f} TFLOP/s\n"
         )
+        if run.assumed:  # hunt 70: the prediction stood beside the calibration only
+            rates += run.assumed_compact() + "\n"
     else:  # hunt 57: printed "nan TFLOP/s"
         rates = f"no {unit} ran, so no rates (measured or predicted on {cfg['preset']})\n"
     console.print(

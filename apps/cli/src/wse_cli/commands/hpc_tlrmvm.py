@@ -5,9 +5,10 @@ matrix) into a TLR operator file (`.npz`) and prints the ranks, compression rati
 achieved error. `run` places an operator file on a wafer preset, runs the MVM on the
 emulator, checks it against the plain NumPy TLR-MVM (and the dense operator when the file is
 small enough to rebuild it), times it against dense NumPy GEMV, and prints the wafer model's
-predicted time per MVM next to the measured emulator time (`TlrEngine.report`, a
-`wse_core.RunReport`), and the bandwidth of 48 CS-2-sized systems filled with copies of the
-operator, in Cerebras's matvec accounting and in the model's own figure.
+predicted time per product (one MVM, or one product of `--batch` vectors and its share per
+vector) next to the measured emulator time (`TlrEngine.report`, a `wse_core.RunReport`)
+with the swept constants that move it, and the bandwidth of 48 CS-2-sized systems filled
+with copies of the operator, in Cerebras's matvec accounting and in the model's own figure.
 """
 
 from __future__ import annotations
@@ -258,10 +259,10 @@ def run(
     if as_json:  # hunt 69: NaN is no JSON (an older file's error is null)
         typer.echo(json.dumps(d, indent=2, default=float, allow_nan=False))
         return
-    _print_run(d, spec.name)
+    _print_run(d, spec.name, report.assumed_compact() if report.assumed else "")
 
 
-def _print_run(d: dict, spec_name: str) -> None:
+def _print_run(d: dict, spec_name: str, assumed: str) -> None:
     o, p, pr, c48 = d["operator"], d["plan"], d["predicted"], d["predicted_48_systems"]
     err = o["error_fro"]  # None: an older file
     # hunt 69: compress's achieved figure, labelled: run cannot measure it (no matrix here)
@@ -287,10 +288,13 @@ def _print_run(d: dict, spec_name: str) -> None:
         )
     )
     typer.echo(
-        f"predicted on {spec_name}: {pr['predicted_s'] * 1e6:.2f} µs per MVM ({pr['bound']}-bound"
-        f" in {pr['critical_phase']}) vs measured {pr['measured_wall_s'] * 1e3:.2f} ms on the "
-        f"emulator; {pr['model_bytes_per_s'] / 1e12:.2f} TB/s of bases"
+        f"predicted on {spec_name}: {pr['predicted_s'] * 1e6:.2f} µs {_per_product(pr)} "
+        f"({pr['bound']}-bound in {pr['critical_phase']}) vs measured "
+        f"{pr['measured_wall_s'] * 1e3:.2f} ms on the emulator; "
+        f"{pr['model_bytes_per_s'] / 1e12:.2f} TB/s of bases"
     )
+    if assumed:  # hunt 70: the prediction stood beside no assumption that moves it
+        typer.echo(assumed)
     cb = c48["cerebras"]
     typer.echo(
         f"48 systems, each filled with {c48['copies_per_system']} copies: "
@@ -301,6 +305,15 @@ def _print_run(d: dict, spec_name: str) -> None:
     )
     if "trace" in d:
         typer.echo(f"per-PE trace: {d['trace']} (wse view FILE)")
+
+
+def _per_product(pr: dict) -> str:
+    """What the predicted time covers: one MVM, or one product of B vectors and its share
+    per vector (hunt 70: "78.83 µs per MVM" was one product of 4 MVMs)."""
+    b = pr["vectors_per_product"]
+    if b == 1:
+        return "per MVM"
+    return f"per product of {b} vectors, {pr['predicted_s'] / b * 1e6:.2f} µs per vector"
 
 
 def register(parent: typer.Typer) -> None:

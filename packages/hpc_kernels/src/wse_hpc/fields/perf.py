@@ -4,7 +4,10 @@ Contract. `program_phases(grid, fn, *args, repeats=...)` traces `fn` abstractly
 (`wse_hpc.fields.grid.traced_program`) and turns what every field op recorded into
 `wse_core.cost.work.Work` per scope (`recorded_phases` does it for a recording already
 made): the code that runs is the code that is priced, as `wse_hpc.stencil.perf` does for its
-kernels. A solver's loop body is
+kernels. `traced_step(grid, fn, *args, repeats=...)` gives those phases and, from the same
+trace, the fabric ledger's count of what they price (`recorded_traffic`: each shift's and
+reduction's ledger entry times its scope's repeats; a run's report's `traffic`, hunt 70: it
+said 0 words beside the priced link words). A solver's loop body is
 traced once under its scope ("cg_iteration", "bicgstab_iteration") and repeated by the
 measured iteration count (`repeats`); everything outside a scope runs once per step.
 
@@ -26,12 +29,13 @@ Counting rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from wse_core.cost.collectives import allreduce_2d
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work, serial
+from wse_core.hw.traffic import Traffic
 
-from wse_hpc.fields.grid import FieldGrid, Program, traced_program
+from wse_hpc.fields.grid import FieldError, FieldGrid, Program, traced_program
 from wse_hpc.stencil.detours import rectangle_allreduce_detour_hops
 
 __all__ = [
@@ -41,6 +45,8 @@ __all__ = [
     "program_phases",
     "program_work",
     "recorded_phases",
+    "recorded_traffic",
+    "traced_step",
 ]
 
 WORD_BYTES = 4  # fp32
@@ -140,3 +146,36 @@ def recorded_phases(
         Phase(s, program_work(grid, prog, s, pe_rect), repeat=repeats.get(s, 1.0)) for s in scopes
     ]
     return serial(*parts, name=name)
+
+
+def traced_step(
+    grid: FieldGrid, fn: Callable, *args, repeats: Mapping[str, float] | None = None
+) -> tuple[Phases, Traffic]:
+    """`fn(*args)` traced once: its phases (`recorded_phases`) and the ledger's count of
+    the fabric traffic they price (`recorded_traffic`), per call of `fn`."""
+    with grid.wafer.traffic.scope() as entries:
+        prog = traced_program(fn, *args)
+    return recorded_phases(grid, prog, repeats=repeats), recorded_traffic(prog, entries, repeats)
+
+
+def recorded_traffic(
+    prog: Program, entries: Sequence[Traffic], repeats: Mapping[str, float] | None = None
+) -> Traffic:
+    """The fabric ledger's `entries` of one traced call of a program, each times the repeats
+    of the scope it ran in (as `recorded_phases` prices it). Every field shift and reduction
+    is one fabric op (`operators`), so the shift entries pair with `prog.shifts` and the
+    others with `prog.reductions`, in trace order; a count that differs is a FieldError."""
+    repeats = dict(repeats or {})
+    shifts = [e for e in entries if e.op.startswith("shift")]
+    others = [e for e in entries if not e.op.startswith("shift")]
+    if len(shifts) != len(prog.shifts) or len(others) != len(prog.reductions):
+        raise FieldError(
+            f"the ledger holds {len(shifts)} shifts and {len(others)} other fabric ops, the "
+            f"program {len(prog.shifts)} shifts and {len(prog.reductions)} reductions: a "
+            "fabric op outside `wse_hpc.fields.operators` (record it there)"
+        )
+    scopes = [s for s, _, _ in prog.shifts] + [s for s, _ in prog.reductions]
+    total = Traffic()
+    for e, s in zip(shifts + others, scopes, strict=True):
+        total = total + e.scaled(repeats.get(s, 1.0) if s else 1.0)
+    return total

@@ -13,7 +13,9 @@ full temperature (one without `case` is refused: its T could be either).
 `on_progress(step, nusselt, kinetic_energy)` is called after each chunk. `CfdRun.report` is
 the `wse_core.RunReport` of the whole run: each step priced from its program
 (`wse_hpc.fields.perf`) with the measured mean CG iterations, times the steps run (0 s for
-none, as `wse_hpc.stencil` has it); `extra["predicted_s_per_step"]` is one step's price.
+none, as `wse_hpc.stencil` has it), then the step files it wrote, their fields copied off
+the wafer through the host I/O (`STEP_FILES`); `extra["predicted_s_per_step"]` is one step's
+price, `traffic` the fabric ledger's count of the steps' shifts and reductions.
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from wse_core import RunReport, WaferSpec
-from wse_core.cost.perf import serial
+from wse_core.cost.perf import Phase, Work, serial
 
 from wse_hpc.cfd_steps import StepFileError, latest_output, read_step, step_case
 from wse_hpc.fields.convection import RbCase, full_temperature, rayleigh_benard, stable_dt
 from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
-from wse_hpc.fields.perf import assumptions, program_phases
+from wse_hpc.fields.perf import WORD_BYTES, assumptions, traced_step
 from wse_hpc.fields.vtk import write_vtk
 
 __all__ = ["CASES", "CfdConfig", "CfdRun", "latest_output", "run_cfd"]
@@ -198,6 +200,26 @@ def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float) -> list[Path
     return [npz, vtk]
 
 
+STEP_FILES = {
+    "cfd step files": "each step file written copies the state's fields off the wafer (the "
+    "velocity components, p and T: 4 B a cell each) through the system's host I/O at "
+    "host_io_bytes_per_s (vendor: 1.2 Tb/s a system), in series with the steps (the run "
+    "stops while they leave); the host's npz and VTK writing is not priced"
+}
+
+
+def wafer_bytes(grid, state: FlowState) -> int:
+    """Bytes one step file copies off the wafer: the state's velocity components, p and T,
+    fp32 over the grid's cells (a 2D run's zero w and the full temperature are made on the
+    host)."""
+    return (len(state.velocity) + 2) * grid.cells * WORD_BYTES
+
+
+def step_files_phase(grid, state: FlowState, files: int) -> Phase:
+    """`files` step files off the wafer (`STEP_FILES`): their bytes through the host I/O."""
+    return Phase("step_files", Work(host_io_bytes=wafer_bytes(grid, state)), repeat=files)
+
+
 def _restart_file(out_dir: Path | None) -> Path:
     """The step file a restart continues from, or FieldError (hunt 65: with none in out_dir
     the run started from step 0 without a word, as if `restart` were not set)."""
@@ -258,20 +280,28 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
     ):
         written += _write(cfg, grid, state, step0 + done, t0 + done * flow.dt)
     mean_its = total_its / max(done, 1)
-    step_phases = program_phases(grid, fns.step_fn, state, repeats={"cg_iteration": mean_its})
-    # the run is its steps and nothing else priced: building the case and writing step files
-    # are host work, as for every step count (hunt 68: zero steps were priced as one step,
-    # 3.686 µs "for the same run" where `wse hpc stencil --steps 0` said 0)
+    step_phases, step_traffic = traced_step(
+        grid, fns.step_fn, state, repeats={"cg_iteration": mean_its}
+    )
+    # the run is its steps and the step files it copied off the wafer; building the case is
+    # host work (hunt 68: zero steps were priced as one step, 3.686 µs "for the same run"
+    # where `wse hpc stencil --steps 0` said 0)
+    files = len(written) // 2  # an .npz and a .vtk a step
     phases = serial(step_phases, name="run", repeat=done)
+    if files:  # hunt 70: 4 step files were priced as none
+        phases = serial(phases, step_files_phase(grid, state, files), name="run_and_output")
     report = RunReport.build(
         f"cfd-{cfg.case}", grid.wafer.spec, phases,
         measured_wall_s=wall, sram=grid.wafer.sram.summary(), units="timesteps",
-        assumptions=assumptions(grid),  # hunt 67: the halo and detour lines, as swe has them
+        traffic=step_traffic.scaled(done),  # hunt 70: it was reported as 0
+        # hunt 67: the halo and detour lines, as swe has them
+        assumptions={**assumptions(grid), **(STEP_FILES if files else {})},
         extra=lambda t: {
                "case": cfg.case, "grid": list(cfg.grid), "steps": done, "dt": flow.dt,
                # one step's price (a node's seconds are per repeat of its parent), also
                # with no step run, when the run's own is 0 s
                "predicted_s_per_step": t.leaf(step_phases.name).seconds,
+               "step_files": files, "step_file_wafer_bytes": files * wafer_bytes(grid, state),
                "cg_iterations_per_step": mean_its,
                "restarted_from_step": step0 if last else None,
                "restarted_from": str(last) if last else None,

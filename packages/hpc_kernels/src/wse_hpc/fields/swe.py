@@ -46,7 +46,7 @@ from wse_core.cost.perf import serial
 
 from wse_hpc.fields.grid import Field, FieldError, FieldGrid, field_grid, record_shift
 from wse_hpc.fields.operators import divergence, face_gradient, interpolate, neighbour, total
-from wse_hpc.fields.perf import assumptions, program_phases
+from wse_hpc.fields.perf import assumptions, traced_step
 
 __all__ = [
     "RK3_STAGES",
@@ -208,10 +208,11 @@ def run_swe(spec: WaferSpec, cfg: SweConfig) -> SweRun:
     rest = 0.5 * g * m0**2
     e0, e1 = float(energy(s0, g)) - rest, float(energy(s1, g)) - rest
     # the run is its steps (hunt 68: zero steps were priced as one, as cfd's were)
-    one = program_phases(grid, step, s0)
+    one, traffic = traced_step(grid, step, s0)  # hunt 70: its traffic was reported as 0
     phases = serial(one, name="run", repeat=steps)
     report = RunReport.build("swe", spec, phases, measured_wall_s=wall, units="timesteps",
-                             sram=grid.wafer.sram.summary(), assumptions=assumptions(grid),
+                             traffic=traffic.scaled(steps), sram=grid.wafer.sram.summary(),
+                             assumptions=assumptions(grid),
                              extra=lambda t: {"grid": [n, n], "steps": steps, "dt": dt,
                                     "predicted_s_per_step": t.leaf(one.name).seconds,
                                     "domain_translation": translate_domain})  # fmt: skip

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from wse_core.fabric.ledger import FOLD_HOPS  # the fabric's fold, which stencils share
 from wse_core.hw.traffic import Traffic
 
 __all__ = ["FOLD_HOPS", "fold", "chain"]
-
-FOLD_HOPS = 2.0  # physical hops per logical ring link under the fold placement
 
 
 def fold(traffic: Traffic) -> Traffic:

@@ -21,6 +21,8 @@ Counting rules (stated once, used by every kernel):
   bound). Hop chains add up in the order they are traced.
 - A halo exchange is one relay stage (up the sender's ramp, down the receiver's) over the
   traced hops, and each direction's receive activates a task, as does each step.
+- A periodic grid's exchanges are re-counted for the mesh, which has no wrap-around link:
+  each axis folded or in place (`wse_hpc.stencil.periodic`).
 - Detours around dead PEs (`--defect-seed`) cost their extra hops on the slowest PE's
   path at `hop_latency_cycles` each (`wse_hpc.stencil.detours`): the traced halos hold
   them; the allreduces and the published 25-point step add them.
@@ -61,6 +63,7 @@ from wse_core.hw.spec import DTYPE_BYTES
 from wse_core.hw.traffic import Traffic
 from wse_core.trace import PeTrace, trace_uniform
 
+from wse_hpc.stencil import periodic
 from wse_hpc.stencil.detours import allreduce_detour_hops, wave25_detour_hops
 from wse_hpc.stencil.placement import StencilGrid
 
@@ -112,7 +115,10 @@ def _sum(works) -> Work:
 
 
 def traced(grid: StencilGrid, fn: Callable, *fields) -> Traffic:
-    """The traffic `fn(*fields)` records, traced abstractly (fields may be ShapeDtypeStruct)."""
+    """The traffic `fn(*fields)` records, traced abstractly (fields may be ShapeDtypeStruct);
+    on a periodic grid as the mesh moves it (`periodic.traced`; hunt 70: as on a torus)."""
+    if grid.boundary == "periodic":
+        return periodic.traced(grid, fn, *fields)
     return fabric.count(grid.wafer, fn, *fields)
 
 
@@ -353,7 +359,7 @@ def wave25_phases(grid: StencilGrid, block_z: int, block_fn: Callable, steps: in
     with dead PEs each block's halo detour (`detours.wave25_detour_hops`), in series."""
     del block_fn  # its traced words equal the published step's (wave25_halo_words; tested)
     nz = grid.shape[2]
-    step = wave_step_phases(nz, block_z, radius=grid.radius, steps=steps)
+    step = periodic.on_mesh(grid, wave_step_phases(nz, block_z, radius=grid.radius, steps=steps))
     extra = wave25_detour_hops(grid) * len(block_widths(nz, block_z))
     if not extra:
         return step

@@ -51,6 +51,7 @@ from wse_hpc.stencil.kernels import (
     norm,
     pad_z,
 )
+from wse_hpc.stencil.periodic import periodic_assumption
 from wse_hpc.stencil.placement import StencilError, StencilGrid, grid_wafer, place_grid
 from wse_hpc.stencil.problems import (
     bicgstab_spmv,
@@ -217,6 +218,7 @@ def _result(cfg, grid, phases: Phases, step: str, wall: float, done: int, field,
             **perf.assumptions(cfg.kind),
             **_flops_note(),
             **detour_assumption(grid, cfg.kind),
+            **periodic_assumption(grid),
         },
         units="solve" if cfg.kind == "bicgstab" else "run",
         extra=figures,

@@ -64,7 +64,9 @@ def cerebras_bandwidth(
     """Relative and absolute bandwidth (bytes/s) as the SDK reports a matvec, in the bytes
     this plan's PEs hold (`bytes`: `bytes_convention`): the SDK's count of each PE's real
     (2m x 2n) tiles (`pe_tiles`), halved for a complex operator held as complex64. Time: the
-    slowest PE's cycles of phases 1 and 3 over 850 MHz. `sdk_*_bytes_per_s` (the SDK's rule,
+    slowest PE's cycles of phases 1 and 3 over 850 MHz. Time and bytes both count the
+    product's `plan.batch` vectors (`vectors_per_product`), so the rates do not depend on
+    the batch. `sdk_*_bytes_per_s` (the SDK's rule,
     the main figure): the average tile PE's bytes times the 750 x 994 program rectangle per
     system; `*_bytes_per_s`: the bytes of every tile-holding PE of the plan, times `copies`
     per system, times `systems`. `relative_bytes_per_pe_max`: the most relative bytes one
@@ -90,6 +92,8 @@ def cerebras_bandwidth(
     out: dict[str, float | str] = {
         "bytes": bytes_convention(plan),
         "phase1_form": phase1,
+        # the time and the bytes below both cover every vector of one product (hunt 70)
+        "vectors_per_product": b,
         "slowest_pe_cycles": cycles,
         "seconds": seconds,
         "tile_pes_per_copy": tile_pes,

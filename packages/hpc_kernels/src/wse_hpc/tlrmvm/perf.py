@@ -125,6 +125,9 @@ ASSUMPTIONS = {
     "adds one per band row below",
     "tlrmvm host I/O": "x in and y out overlap the product (a stream of MVMs); copies of "
     "the operator on one system share its I/O",
+    "tlrmvm batch": "a product of B vectors (--batch) runs each PE's GEMVs once per vector, "
+    "reading its tiles from SRAM each time (no cache between vectors): the time is the "
+    "product's, and the model's bytes count the bases B times, as the SDK accounting does",
     "tlrmvm cerebras accounting": "time = slowest PE's cycles of phases 1 and 3 / 850e6; "
     "bytes the plan's PEs hold: complex64, or the real (2m x 2n) tiles on a plan sized for "
     "them (real_split); the SDK's rule scales the average tile PE to the 750 x 994 "
@@ -306,10 +309,13 @@ def predict(
     phase1: str = PHASE1_FORM,
 ) -> RunReport:
     """The RunReport of one product on `on.systems` wafers of `wafer.spec`, each running one
-    operator or filled with copies of it (`Deployment`). `extra` holds
-    `cerebras` (the SDK accounting, `cerebras_bandwidth`), `model_bytes_per_s` (the
-    compressed bases of every copy over the predicted on-wafer time: x and y already on
-    the wafer, as the SDK accounting takes them), `model_bytes_per_s_with_io` (over the
+    operator or filled with copies of it (`Deployment`); one product is `plan.batch` vectors
+    (`vectors_per_product`: `predicted_s` is the product's, not one vector's). `extra` holds
+    `cerebras` (the SDK accounting, `cerebras_bandwidth`: its bytes and its time both count
+    every vector of the product), `model_bytes_per_s` (`bases_bytes_moved`: the compressed
+    bases of every copy read once per vector, as the priced PE programs read them, over the
+    predicted on-wafer time: x and y already on the wafer, as the SDK accounting takes
+    them), `model_bytes_per_s_with_io` (over the
     whole predicted time, host I/O of every copy included) and `phase1_alternative`: the
     same figures with phase 1 in the other form (`phase1`: the one priced, the published
     column AXPY by default; the alternative the row dots, or the reverse)."""
@@ -321,7 +327,10 @@ def predict(
     fab = fabric_by_phase(wafer, plan, fns)
     phases = mvm_phases(wafer, plan, fns=fns, copies=copies, model=model, fab=fab, phase1=phase1)
     traffic = functools.reduce(lambda a, t: a + t, fab.values(), Traffic())
-    moved = systems * copies * op.bases_bytes  # compressed bases, every copy, every system
+    # the bases as the priced PE programs stream them: once per vector of the product
+    # (`Tile.work(vectors)`: a PE has no cache to keep a tile between vectors), every copy,
+    # every system (hunt 70: once per product, so --batch 4 read as 4x less bandwidth)
+    moved = plan.batch * systems * copies * op.bases_bytes
     other = PHASE1_ALTERNATIVE if phase1 == PHASE1_FORM else PHASE1_FORM
     alt = model.evaluate(mvm_phases(wafer, plan, copies=copies, model=model, fab=fab, phase1=other))
     alt_on_wafer_s = alt.leaf("on_wafer").seconds
@@ -331,7 +340,9 @@ def predict(
         return {
             "plan": plan.describe(),
             "copies_per_system": copies,
+            "vectors_per_product": plan.batch,  # what predicted_s covers
             "bases_bytes": op.bases_bytes,
+            "bases_bytes_moved": moved,  # per product, as model_bytes_per_s counts them
             "on_wafer_s": on_wafer_s,
             "model_bytes_per_s": moved / on_wafer_s,
             "model_bytes_per_s_with_io": moved / t.seconds,

@@ -4,9 +4,21 @@
 of one per-PE value), `hops` (mean and max physical hops per logical link along a grid axis,
 detours around dead PEs included), and `record_multicast`, `record_shift`, `record_reduce`,
 `record` (one `Traffic` entry: words, word-hops, busiest-link words, latency hops).
+
+A periodic op is recorded as on a torus (a wrapped value one link away). The wafer is a 2D
+mesh with no wrap-around link, so a kernel that prices a periodic exchange lays each
+periodic axis out as `ring_layout` chooses and re-counts its entries with `on_mesh`: "fold"
+(each ring cut in two and laid interleaved, one half reversed, as `wse_hpc.md` places its
+rings: every logical link `FOLD_HOPS` physical hops) or "wrap" (in place: the values that
+come round cross the whole axis back, n - 1 links). Either way each physical link carries
+the words of both logical directions.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -21,6 +33,10 @@ __all__ = [
     "record_multicast",
     "record_shift",
     "record_reduce",
+    "FOLD_HOPS",
+    "ring_layout",
+    "both_ways",
+    "on_mesh",
 ]
 
 # direction -> (grid axis, sign): sign +1 means PE i receives from PE i - distance.
@@ -87,3 +103,44 @@ def record_reduce(wafer: Wafer, x, axes: tuple[int, ...], op: str, both: bool) -
         for d in ("N", "S") if a == 0 else ("E", "W"):
             links[d] = links.get(d, 0.0) + w * mult
     record(wafer, op, n * w * mult, n * w * mult, 2 * w * mult, lat * mult, links)
+
+
+# -- periodic axes on the mesh (module docstring) --------------------------------------------
+FOLD_HOPS = 2.0  # physical hops per logical link of a folded ring (neighbours 1-2 PEs apart)
+
+
+def ring_layout(n: int, reach: int) -> tuple[str, float]:
+    """(layout, hops of the longest chain) of a periodic axis of `n` PEs whose exchanges
+    reach `reach` PEs: "fold", FOLD_HOPS x reach, or "wrap", the value that comes round
+    crossing n - 1 links; the shorter (the fold on a tie: no axis-long chain)."""
+    fold = FOLD_HOPS * reach
+    return ("wrap", float(n - 1)) if n - 1 < fold else ("fold", fold)
+
+
+def both_ways(links: Mapping[str, float]) -> dict[str, float]:
+    """Link words of a periodic exchange on the mesh: each axis' two physical directions
+    carry the words of both logical ones (E = W = E + W; "ramp" as it was)."""
+    out = dict(links)
+    for a, b in (("E", "W"), ("N", "S")):
+        if links.get(a, 0.0) or links.get(b, 0.0):
+            out[a] = out[b] = links.get(a, 0.0) + links.get(b, 0.0)
+    return out
+
+
+def on_mesh(wafer: Wafer, entry: Traffic, layouts: Mapping[int, str]) -> Traffic:
+    """One ledger entry of a periodic shift or multicast as the mesh moves it, grid axis
+    `a` laid out as `layouts[a]` says (`ring_layout`): its words on both physical directions
+    (`both_ways`), twice the word-hops (every link carries both directions' words), and the
+    chain FOLD_HOPS times the recorded one (fold) or n - 1 of the axis' longest links (wrap,
+    detours included). Other entries (reductions, broadcasts) and axes not in `layouts`
+    come back unchanged."""
+    op = re.fullmatch(r"(?:shift|multicast)([NSEW])", entry.op)
+    axis = DIRECTIONS[op[1]][0] if op else None
+    if axis is None or axis not in layouts:
+        return entry
+    n = (wafer.rows, wafer.cols)[axis]
+    wrap = (n - 1) * hops(wafer, axis)[1]
+    chain = wrap if layouts[axis] == "wrap" else FOLD_HOPS * entry.latency_hops
+    return dataclasses.replace(
+        entry, word_hops=2 * entry.word_hops, latency_hops=chain, links=both_ways(entry.links)
+    )
