@@ -216,6 +216,12 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer):
     )
     if spec is None and (line := slot_cap_line(max_slots, cfg.n_layers)):
         typer.echo(line)  # hunt 68: 256 asked of a 32-layer model served 32, silently
+    if spec is not None and engine.max_context < cfg.max_seq_len:  # hunt 70: silently the draft's
+        typer.echo(
+            f"serving a context of {engine.max_context:,} tokens, the draft's (its config's "
+            f"max_seq_len); the target's is {cfg.max_seq_len:,}: a draft of that context serves "
+            "it whole"
+        )
     return engine
 
 
