@@ -32,8 +32,9 @@ holds the first token's; `SlotOutput.logprobs` runs alongside `SlotOutput.tokens
 the same way (None for the first, which nothing predicts), as vLLM's prompt_logprobs.
 
 `SequenceTracker` is the host-side finish logic every engine shares: the first token counts
-toward max_tokens; a stop token id (reported) or a stop string in the decoded text
-(`stop_index`) ends with "stop"; max_tokens ends with "length".
+toward max_tokens; a stop token id (reported) or a stop string in the final decoded text
+(the server's `TextStream`: never in the U+FFFD of a character still arriving) ends with
+"stop"; max_tokens ends with "length".
 
 `ByteTokenizer` is the one byte-level tokenizer (token id = UTF-8 byte, vocab 256): the mock's,
 and a model directory's without a tokenizer.json. Ids outside [0, 256) are not bytes and
@@ -52,6 +53,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from wse_core.errors import WseError, is_int, shown, shown_int
+
+# the server's detokenizer, which every engine's SequenceTracker shares (it imports nothing)
+from wse_inference.serve.text_stream import TextStream
 
 __all__ = [
     "MAX_LOGPROBS",
@@ -329,12 +333,20 @@ def stop_index(text: str, stops: Sequence[str]) -> int | None:
 
 @dataclasses.dataclass
 class SequenceTracker:
-    """Generated tokens of one sequence and whether (and why) it finished."""
+    """Generated tokens of one sequence and whether (and why) it finished.
+
+    Its text is `TextStream`'s, the server's detokenizer (one for every engine and the CLI),
+    run as text is asked for: stop strings are matched on final text, never on the U+FFFD
+    of a character still arriving (hunt 70: "p\ufffd" stopped a sequence whose text holds
+    "pѽ"), and `visible_text()` is final text only, so what it has shown stays true."""
 
     sampling: SamplingParams
     tokenizer: Any = None
     tokens: list[int] = dataclasses.field(default_factory=list)
     finish_reason: str | None = None
+    _stream: TextStream | None = dataclasses.field(default=None, init=False, repr=False)
+    _pushed: int = dataclasses.field(default=0, init=False, repr=False)  # tokens in _shown
+    _shown: str = dataclasses.field(default="", init=False, repr=False)
 
     def add(self, token: int) -> str | None:
         """Append one generated token; returns the finish reason once finished."""
@@ -344,18 +356,39 @@ class SequenceTracker:
         s = self.sampling
         if int(token) in s.stop_token_ids:
             self.finish_reason = "stop"
-        elif s.stop and self.tokenizer is not None and stop_index(self.text, s.stop) is not None:
+        elif s.stop and self.tokenizer is not None and self._caught_up().stopped:
             self.finish_reason = "stop"
         elif len(self.tokens) >= s.max_tokens:
             self.finish_reason = "length"
+            if s.stop and self.tokenizer is not None and self._flush():
+                self.finish_reason = "stop"  # in the end held back: a last U+FFFD, final now
         return self.finish_reason
 
-    @property
-    def text(self) -> str:
-        return self.tokenizer.decode(self.tokens) if self.tokenizer is not None else ""
-
     def visible_text(self) -> str:
-        """The decoded text, cut before a stop string (stop strings are not shown)."""
-        text = self.text
-        cut = stop_index(text, self.sampling.stop)
-        return text if cut is None else text[:cut]
+        """The final text so far: cut before a stop string (stop strings are not shown), its
+        held-back end (a character still arriving, what may begin a stop string) shown once
+        the sequence has finished."""
+        if self.tokenizer is None:
+            return ""
+        if self.finish_reason is None:
+            self._caught_up()
+        else:
+            self._flush()
+        return self._shown
+
+    def _flush(self) -> bool:
+        """All of the text, the end held back too (once finished); True on a stop string."""
+        stream = self._caught_up()
+        self._shown += stream.flush()  # "" from the second call on
+        return stream.stopped
+
+    def _caught_up(self) -> TextStream:
+        """The text stream (made on first use), every token pushed; `.stopped` once it has
+        met a stop string."""
+        if self._stream is None:
+            s = self.sampling
+            self._stream = TextStream(self.tokenizer, stop=s.stop, stop_token_ids=s.stop_token_ids)
+        if self._pushed < len(self.tokens):
+            self._shown += self._stream.push(self.tokens[self._pushed :])[0]
+            self._pushed = len(self.tokens)
+        return self._stream

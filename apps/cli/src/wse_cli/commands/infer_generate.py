@@ -312,6 +312,10 @@ def _predicted(report, config) -> dict:
 
 
 def _streamer(*, enabled: bool):
+    """Prints what `text` adds to `shown`: the tracker's `visible_text()`, final text only
+    (the server's `TextStream`: no half character, no start of a stop string), never
+    taken back (hunt 70: U+FFFD and "KM" of stop "KMR" were printed)."""
+
     def stream(text: str, shown: str) -> str:
         if enabled and len(text) > len(shown):
             typer.echo(text[len(shown) :], nl=False)

@@ -11,10 +11,10 @@ Contract:
 - Every loop iteration: apply cancellations (a cancelled request's slot and KV cache are
   released before the next engine step), admit waiting requests into free slots
   (prefill + insert), run one `generate` step, deliver tokens, release finished slots.
-- Text is detokenized here (`TextStream`: stop strings, UTF-8 boundaries); the token count
-  is never more than `max_tokens`. A request with `sampling.logprobs` gets each event's
-  tokens' `TokenLogprob`s in `StreamEvent.logprobs` (from `Prefix.first_logprob` and
-  `SlotOutput.logprobs`).
+- Text is detokenized here (`TextStream`: from the prompt's last tokens, stop strings, UTF-8
+  boundaries); the token count is never more than `max_tokens`. A request with
+  `sampling.logprobs` gets each event's tokens' `TokenLogprob`s in `StreamEvent.logprobs`
+  (from `Prefix.first_logprob` and `SlotOutput.logprobs`).
 - `drain(grace_s)` stops admission and lets work in flight finish for up to `grace_s`, then
   ends what is left with finish_reason "abort" (the client is told); `stop()` joins the thread.
 """
@@ -261,7 +261,7 @@ class Scheduler:
             return state
         now = time.monotonic()
         h.timing.first_token_s = now
-        a = _Active(h, self._text_stream(h.sampling), now)
+        a = _Active(h, self._text_stream(h), now)
         first_lp = None if prefix.first_logprob is None else [prefix.first_logprob]
         scored = prefix.prompt_logprobs
         if self._emit(a, [prefix.first_token], first_lp, finished_by_engine=None, prompt=scored):
@@ -372,7 +372,13 @@ class Scheduler:
             self._finish(a.handle, "error", error=message)
         return self.engine.init_decode_state()
 
-    def _text_stream(self, sampling: SamplingParams) -> TextStream:
+    def _text_stream(self, h: RequestHandle) -> TextStream:
+        """The request's detokenizer, decoding from the prompt's last tokens (vLLM's offsets:
+        hunt 70, " hello" lost its space after the prompt with Llama-2's tokenizer)."""
+        s = h.sampling
         return TextStream(
-            self.engine.tokenizer, stop=sampling.stop, stop_token_ids=sampling.stop_token_ids
+            self.engine.tokenizer,
+            stop=s.stop,
+            stop_token_ids=s.stop_token_ids,
+            prompt_ids=h.prompt_ids,
         )

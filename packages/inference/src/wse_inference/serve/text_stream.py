@@ -1,48 +1,80 @@
 """Incremental detokenization with stop strings, for streaming responses.
 
-`TextStream(tokenizer, stop=..., stop_token_ids=...)` takes generated token ids as they come
-(`push(ids) -> (new_text, stopped)`) and returns only text that is final:
+`TextStream(tokenizer, stop=..., stop_token_ids=..., prompt_ids=...)` takes generated token
+ids as they come (`push(ids) -> (new_text, stopped)`) and returns only text that is final;
+all of it together is `decode(prompt_ids + ids)[len(decode(prompt_ids)):]`, cut at a stop:
 
+- vLLM's `detokenize_incrementally`: a prefix offset and a read offset; each token decodes a
+  short window that starts a few tokens before it, at first in the prompt's last 5 tokens,
+  and the text beyond the window's old text is new. The window always holds a token with
+  visible text (hunt 70): a decoder that strips the text's leading space (Llama-2's and
+  Mistral's `Strip(" ", 1, 0)`) strips it from the window's first word, never from a new
+  one (" hello" after the prompt; after a token that decodes to "", a special token);
 - bytes of an unfinished UTF-8 character (decoded as U+FFFD) are held until complete; the
-  decode window is short (the TGI / vLLM prefix-offset scheme), so the cost per token is O(1)
-  (text that keeps ending in U+FFFD, no UTF-8 or U+FFFD itself, is released but for its last
-  4 tokens once 8 are held: a character is at most 4 bytes);
+  window is short, so the cost per token is O(1) (text that keeps ending in U+FFFD, no UTF-8
+  or U+FFFD itself, is released but for its last 4 tokens once 8 are held: a character is at
+  most 4 bytes);
 - text that could still turn out to be the beginning of a stop string is held back;
+- stop strings are matched on final text only, as vLLM's after its U+FFFD hold-back: a
+  U+FFFD decoded while a character is half generated matches nothing; a U+FFFD that stays
+  (bytes that are no UTF-8, or the character itself) is text and matches once it is final
+  (a later token's text follows it, 8 tokens are held, or the sequence ends: `flush`);
 - on a stop string the text is cut just before it and `stopped` is True (OpenAI semantics: the
   stop sequence is not part of the output); the stop string that is completed first wins (with
   stops "b" and "aba", "ab..." stops at "a" — generation never reaches the longer one); a token
   in `stop_token_ids` stops without text.
 
-`flush()` returns what is held back once the sequence ends for another reason.
+`flush()` returns what is held back once the sequence ends for another reason. The engines'
+`SequenceTracker` and `wse infer generate` use this same stream (one detokenizer).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from wse_inference.engine import Tokenizer
+if TYPE_CHECKING:  # engine.py's SequenceTracker imports this module
+    from wse_inference.engine import Tokenizer
 
 __all__ = ["TextStream"]
 
 _MOST_HELD = 8  # tokens held back while their text ends in U+FFFD (see _decode_tail)
+_PROMPT_WINDOW = 5  # vLLM's INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET
 
 
 class TextStream:
     """Generated tokens in, final text out; see the module docstring."""
 
     def __init__(
-        self, tokenizer: Tokenizer, *, stop: Sequence[str] = (), stop_token_ids: Iterable[int] = ()
+        self,
+        tokenizer: Tokenizer,
+        *,
+        stop: Sequence[str] = (),
+        stop_token_ids: Iterable[int] = (),
+        prompt_ids: Sequence[int] = (),
     ) -> None:
         self._tok = tokenizer
         self._stop = tuple(s for s in stop if s)
         self._stop_ids = frozenset(stop_token_ids)
         self._hold_chars = max((len(s) for s in self._stop), default=1) - 1
-        self._ids: list[int] = []
+        self._ids, self._before = self._prompt_window(prompt_ids)  # _before: window's text
         self._prefix = 0  # start of the decode window
-        self._read = 0  # ids up to here are in `text`
+        self._read = len(self._ids)  # ids up to here are in `text`
         self.text = ""  # all decoded text so far (cut at a stop string)
         self._sent = 0  # characters of `text` already returned
         self.stopped = False
+
+    def _prompt_window(self, prompt_ids: Sequence[int]) -> tuple[list[int], str]:
+        """The window the first generated token is decoded in, and its text: the prompt's
+        last 5 tokens, or more (doubling) while they decode to "" (special tokens)."""
+        n = len(prompt_ids)
+        k = min(_PROMPT_WINDOW, n)
+        while True:
+            ids = [int(i) for i in prompt_ids[n - k :]]
+            text = self._tok.decode(ids)
+            if text or k == n:
+                return ids, text
+            k = min(2 * k, n)  # a prompt ending in special tokens (a chat template's)
 
     def push(self, ids: Sequence[int]) -> tuple[str, bool]:
         """Add generated ids; return (text that is now final, whether a stop was hit)."""
@@ -59,27 +91,35 @@ class TextStream:
 
     def flush(self) -> str:
         """The held-back text, once no more tokens will come."""
-        if self._read < len(self._ids):  # an unfinished character: emit it as it decodes
-            self.text += self._tok.decode(self._ids[self._prefix :])[
-                len(self._tok.decode(self._ids[self._prefix : self._read])) :
-            ]
+        if self._read < len(self._ids) and not self.stopped:  # an unfinished character
+            self.text += self._tok.decode(self._ids[self._prefix :])[len(self._before) :]
             self._read = len(self._ids)
             self._check_stop()
         return self._take(final=True)
 
     def _decode_tail(self) -> None:
-        before = self._tok.decode(self._ids[self._prefix : self._read])
         after = self._tok.decode(self._ids[self._prefix :])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            self.text += after[len(before) :]
-            self._prefix, self._read = self._read, len(self._ids)
+        if len(after) > len(self._before) and not after.endswith("\ufffd"):
+            self.text += after[len(self._before) :]
+            self._advance(len(self._ids), after)
         elif len(self._ids) - self._read >= _MOST_HELD:
             # hunt 62: a run of U+FFFD or of bytes that are no UTF-8 was held whole, decoded
             # again each token (8,000 tokens: 30 s): a character still arriving spans at most
             # 4 bytes, so at most the last 4 tokens; what comes before them is final
             cut = len(self._ids) - 4
-            self.text += self._tok.decode(self._ids[self._prefix : cut])[len(before) :]
-            self._prefix, self._read = self._read, cut
+            upto = self._tok.decode(self._ids[self._prefix : cut])
+            self.text += upto[len(self._before) :]
+            self._advance(cut, upto)
+
+    def _advance(self, read: int, upto: str) -> None:
+        """Ids up to `read` are in `text` (`upto`: the window's text up to there); the next
+        window starts at the old read offset, unless its ids alone decode to "" (hunt 70)."""
+        own = self._tok.decode(self._ids[self._read : read])
+        if own:
+            self._prefix, self._before = self._read, own
+        else:  # e.g. special tokens: a window of them has no text to strip a space from
+            self._before = upto
+        self._read = read
 
     def _check_stop(self) -> None:
         if not self._stop:
