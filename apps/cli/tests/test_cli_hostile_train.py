@@ -120,7 +120,12 @@ def test_a_checkpoint_path_of_another_model_is_refused_before_the_run_folder(tmp
     ("override", "message"),
     [
         ("train_input.max_corpus_bytes=0", "train_input.max_corpus_bytes must be positive, got 0"),
-        ("train_input.max_corpus_bytes=100", "fewer than one sequence of 129"),
+        # hunt 70: its one file (97 B) is the eval split's at every cap
+        (
+            "train_input.max_corpus_bytes=100",
+            "the train split of 'stdlib' is empty within "
+            "max_corpus_bytes=100; raise max_corpus_bytes (e.g. to 100000)",
+        ),
     ],
 )
 def test_a_corpus_cap_too_small_is_one_line_and_leaves_no_run_folder(tmp_path, override, message):

@@ -58,7 +58,7 @@ def _steps(opt: OptimizerConfig) -> np.ndarray:
     return np.asarray(p["w"])
 
 
-def _adam_np(wd: float, decoupled: bool, lr=0.1, b1=0.9, b2=0.95, eps=1e-8) -> np.ndarray:
+def _adam_np(wd: float, decoupled: bool, lr=0.1, b1=0.9, b2=0.999, eps=1e-6) -> np.ndarray:
     """torch.optim.Adam (wd: L2 added to the gradient) or AdamW (decoupled), by hand."""
     p, m, v = P0.copy(), 0.0, 0.0
     for t, g in enumerate(GRADS, 1):
@@ -126,14 +126,15 @@ def test_modelzoo_spellings_are_taken(tmp_path, spelled, field, value):
         ({"optimizer_type": "Adam W"}, "optimizer.optimizer_type='Adam W' is not valid (did you "
          "mean 'adamw'?); choose one of: adamw, adam, sgd, momentum"),
         ({"optimizer_type": "sgd", "beta1": 0.9}, "optimizer.beta1=0.9 has no effect with "
-         "optimizer_type sgd, which reads momentum and nesterov; drop it, or use optimizer_type "
-         "adamw or adam"),
+         "optimizer_type sgd, which reads momentum and nesterov; drop it (optimizer.beta1=null), "
+         "or use optimizer_type adamw or adam"),
         ({"optimizer_type": "SGD", "beta1": 0.5, "beta2": 0.99}, "optimizer.beta1=0.5 and "
          "optimizer.beta2=0.99 have no effect with optimizer_type sgd, which reads momentum and "
-         "nesterov; drop them, or use optimizer_type adamw or adam"),
+         "nesterov; drop them (optimizer.beta1=null optimizer.beta2=null), or use optimizer_type "
+         "adamw or adam"),
         ({"optimizer_type": "adamw", "momentum": 0.9}, "optimizer.momentum=0.9 has no effect "
-         "with optimizer_type adamw, which reads beta1, beta2 and eps; drop it, or use "
-         "optimizer_type sgd or momentum"),
+         "with optimizer_type adamw, which reads beta1, beta2 and eps; drop it "
+         "(optimizer.momentum=null), or use optimizer_type sgd or momentum"),
         ({"optimizer_type": "sgd", "nesterov": True}, "optimizer.nesterov needs "
          "optimizer.momentum above 0 (got 0.0); set momentum, e.g. 0.9, or drop nesterov"),
         ({"lr_schedule": "cosine", "warmup_steps": 20, "decay_steps": 10}, "optimizer."

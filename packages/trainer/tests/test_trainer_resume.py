@@ -83,11 +83,12 @@ def test_model_dir_holds_what_inference_loads(tmp_path):
     tok_config = json.loads((d / "hf/tokenizer_config.json").read_text())
     assert tok.token_to_id(tok_config["eos_token"]) == eos
     # The run's report: the predicted step on its plan, with the mean of the measured steps
-    # that metrics.jsonl holds as its measured wall time.
+    # that metrics.jsonl holds as its measured wall time (after the first, whose wall holds
+    # the compile: hunt 70)
     steps = [m for m in read_metrics(d) if m["mode"] == "train"]
     rep = result.report
     assert rep.units == "step" and {m["predicted_step_s"] for m in steps} == {rep.predicted_s}
-    assert rep.measured_wall_s == pytest.approx(np.mean([m["wall_s"] for m in steps]))
+    assert rep.measured_wall_s == pytest.approx(np.mean([m["wall_s"] for m in steps][1:]))
     # ... and that plan is the config's own: its memory plan priced again from the config
     spec = preset(config.runconfig.wafer)
     again = predict(config, spec, *validate(config, spec))

@@ -35,23 +35,10 @@ from wse_trainer.optimizer_names import (
     unused_settings,
 )
 
-__all__ = [
-    "ConfigError",
-    "InputConfig",
-    "OPTIMIZER_NAMES",
-    "OptimizerConfig",
-    "READ_BY",
-    "SCHEDULE_NAMES",
-    "RunConfig",
-    "TrainConfig",
-    "SECTIONS",
-    "load_config",
-    "config_from_dict",
-    "apply_overrides",
-    "check_types",
-    "shipped_config",
-    "SHIPPED",
-]
+__all__ = ["ConfigError", "InputConfig", "OPTIMIZER_NAMES", "OptimizerConfig", "READ_BY",
+           "SCHEDULE_NAMES", "RunConfig", "TrainConfig", "SECTIONS", "load_config",
+           "config_from_dict", "apply_overrides", "check_types", "shipped_config",
+           "SHIPPED"]  # fmt: skip
 
 
 class ConfigError(WseError):
@@ -92,9 +79,9 @@ class OptimizerConfig:
     min_learning_rate: float = 0.0
     decay_steps: int | None = None  # default: runconfig.max_steps
     weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
+    beta1: float = 0.9  # adam, adamw: ModelZoo's defaults (hunt 70: beta2 was 0.95, eps 1e-8)
+    beta2: float = 0.999
+    eps: float = 1e-6
     momentum: float | None = None  # None: 0 for sgd (as ModelZoo's SGD), else 0.9
     nesterov: bool = False  # sgd / momentum: Nesterov momentum (ModelZoo's SGD nesterov)
     max_gradient_norm: float | None = None  # global-norm clipping
@@ -334,12 +321,13 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
             )
         given[path] = (raw, value)
         out.setdefault(section, {})[key] = value
+        if value is None:  # `key=null` drops the key: its default (Hydra's `~key`; hunt 70)
+            del out[section][key]
     return out
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Whether two override values are one value (`300` and `300`; not `300` and `300.0`,
-    nor `1` and `true`)."""
+    """One value given twice (`300`, `300`), not two (`300`, `300.0`; `1`, `true`)."""
     return type(a) is type(b) and a == b
 
 
@@ -365,7 +353,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
 
 
 def refuse_unused(opt: OptimizerConfig, given: Mapping[str, Any] | None = None) -> None:
-    """ConfigError naming the set settings `opt`'s optimizer does not read (hunt 69)."""
+    """ConfigError naming set settings its optimizer or schedule does not read (hunts 69, 70)."""
     base = OptimizerConfig(optimizer_type=opt.optimizer_type)
     if why := unused_settings(opt, base, given):
         raise ConfigError(why)

@@ -8,7 +8,8 @@
   hunt 69: `datasets` built a dataset of each file (100,000 small files took 251 s) and
   cached a copy of the JSON it read whole in ~/.cache, whatever the cap kept. The eval split
   is a twentieth of the corpus by bytes (`held_out`), so its size follows what is there
-  rather than how the documents happen to be cut.
+  rather than how the documents happen to be cut, and it shares no document with the train
+  split of the same data at any caps or list order (`wse_trainer.splits`: hunt 70).
 - `train_tokenizer(texts, vocab_size)` trains a byte-level BPE with HF `tokenizers`;
   `tokenizer_identity` is the sha256 of its JSON, stored with every checkpoint.
 - `pack(token_lists, seq_len, eos_id)` joins documents with EOS and cuts rows of
@@ -26,12 +27,9 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import logging
-import sysconfig
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +38,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from wse_trainer.config import ConfigError, InputConfig
 from wse_trainer.data_files import check_data_dir, data_files, unreadable_parquet
 from wse_trainer.json_data import PAST, json_records, past_budget, record_text
+from wse_trainer.splits import EVAL_EVERY, held_out, stdlib_eval, stdlib_files
 
 __all__ = [
     "EOS",
@@ -58,24 +57,6 @@ __all__ = [
 ]
 
 EOS = "<|endoftext|>"
-EVAL_EVERY = 20  # the eval split holds 1/EVAL_EVERY of the corpus's bytes
-
-
-@functools.lru_cache(maxsize=4)
-def stdlib_files(max_bytes: int) -> list[str]:
-    """Sorted .py files of the standard library (tests left out) up to `max_bytes` in all."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files, total = [], 0
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).parts
-        if any(p in ("test", "tests", "site-packages", "idle_test") for p in rel):
-            continue
-        size = path.stat().st_size
-        if size == 0 or total + size > max_bytes:
-            continue
-        files.append(str(path))
-        total += size
-    return files
 
 
 def _load_documents(cfg: InputConfig) -> list[str]:
@@ -86,6 +67,8 @@ def _load_documents(cfg: InputConfig) -> list[str]:
                 f"max_corpus_bytes={cfg.max_corpus_bytes:,} holds no standard library file; "
                 "give at least 100000"
             )
+        if cfg.split != "all":  # split as it is read, by the whole library's marks
+            files = [f for f in files if (f in stdlib_eval()) == (cfg.split == "eval")]
         return _text_documents(files, cfg)
     found = data_files(cfg.data_dir)
     if found is None:
@@ -229,30 +212,22 @@ def _first_past_cap(where: str, size: int, cfg: InputConfig) -> ConfigError:
     )
 
 
-def held_out(sizes: Sequence[int]) -> list[bool]:
-    """Which documents (by size in bytes, in corpus order) form the eval split.
-
-    A document is held out when that brings the held-out bytes nearer to 1/EVAL_EVERY of
-    the bytes read so far (itself included): documents of equal size give every 20th one;
-    a corpus of a few large files and many small ones (the standard library's first
-    megabyte) still holds out about a twentieth of its text, not of its files."""
-    out, seen, held = [], 0, 0
-    for size in sizes:
-        seen += size
-        take = EVAL_EVERY * (2 * held + size) < 2 * seen  # held + size/2 < seen/EVAL_EVERY
-        held += size if take else 0
-        out.append(take)
-    return out
-
-
 def corpus_texts(cfg: InputConfig) -> list[str]:
-    """The documents of `cfg`'s split, in a fixed order."""
+    """The documents of `cfg`'s split, in a fixed order: marked by `held_out` as they are
+    read, the standard library's by `stdlib_eval` (`wse_trainer.splits`: disjoint from the
+    other split whatever its cap or list order)."""
     docs = _load_documents(cfg)
     if cfg.split == "all":
         return docs
-    want = cfg.split == "eval"
-    marks = held_out([len(d.encode()) for d in docs])
-    picked = [d for d, m in zip(docs, marks, strict=True) if m == want]
+    picked = docs  # stdlib: split as it was read
+    if cfg.data_dir != "stdlib":
+        marks = held_out([len(d.encode()) for d in docs])
+        picked = [d for d, m in zip(docs, marks, strict=True) if m == (cfg.split == "eval")]
+    if not picked and cfg.data_dir == "stdlib":  # its few files there are the other split's
+        raise ConfigError(
+            f"the {cfg.split} split of 'stdlib' is empty within max_corpus_bytes="
+            f"{cfg.max_corpus_bytes:,}; raise max_corpus_bytes (e.g. to 100000)"
+        )
     if not picked:
         raise ConfigError(
             f"the {cfg.split} split of {cfg.data_dir!r} is empty; add documents or use split: all"

@@ -125,7 +125,8 @@ def _too_many(folder: Path, files: bool, entries: bool) -> ConfigError:
 
 
 def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
-    """(builder, files) for local paths, or None when `data_dir` is a dataset name."""
+    """(builder, files) for local paths, or None when `data_dir` is a dataset name; a list's
+    files in real-path order whatever the order it names them in (hunt 70)."""
     entries = [data_dir] if isinstance(data_dir, str) else list(data_dir)
     files: list[str] = []
     for entry in entries:
@@ -143,9 +144,11 @@ def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
             raise ConfigError(f"data file {entry!r} does not exist")
     if not files:
         raise ConfigError(f"no .txt, .py, .md, .jsonl, .json or .parquet files in {data_dir!r}")
-    if len(entries) > 1:  # hunt 69: 'dir' and 'dir/' read every document twice
-        once = {os.path.realpath(f): f for f in reversed(files)}  # each one's first path
-        files = list(dict.fromkeys(once[os.path.realpath(f)] for f in files))
+    if len(entries) > 1:  # hunt 69: 'dir' and 'dir/' read every document twice; hunt 70:
+        first: dict[str, str] = {}  # in real-path order, `[a, b]` and `[b, a]` are one list
+        for f in files:
+            first.setdefault(os.path.realpath(f), f)  # each file once, by its first path
+        files = [first[real] for real in sorted(first)]
     kinds = {BUILDERS.get(os.path.splitext(f)[1], "text") for f in files}  # no Path per file
     if len(kinds) > 1:
         raise ConfigError(f"data_dir mixes file kinds {sorted(kinds)}; use one kind per split")

@@ -77,7 +77,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     first, last = result.losses[min(result.losses)], result.losses[max(result.losses)]
     console.print(
         f"loss {first:.3f} -> {last:.3f} over {len(result.losses)} steps; "
-        f"{result.tokens_per_s:,.0f} tokens/s; stalled "
+        f"{result.tokens_per_s:,.0f} tokens/s {result.timed}; stalled "
         f"{100 * result.stall_fraction:.1f}% streaming weights; eval loss "
         f"{result.eval_loss:.3f}"
     )

@@ -10,7 +10,8 @@
 - `NullLog`: the same interface writing nothing (processes other than 0 of a run).
 - `train_line` / `eval_line`: the Cerebras ModelZoo log line, plus tokens/s and the fraction
   of the step the host spent streaming weights (`StepStats.stall_s`).
-- `StepStats`: what one `StreamedTrainer.step` reports.
+- `StepStats`: what one `StreamedTrainer.step` reports; `Throughput`: the rates of a run's
+  steps, its first (compiling) step apart.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from typing import Any
 from wse_core.errors import RunFault
 from wse_core.host.atomic import write_atomically
 
-__all__ = ["MetricsLog", "NullLog", "RunFolderGone", "StepStats", "train_line", "eval_line",
-           "read_metrics"]  # fmt: skip
+__all__ = ["MetricsLog", "NullLog", "RunFolderGone", "StepStats", "Throughput", "train_line",
+           "eval_line", "read_metrics"]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,69 @@ class StepStats:
     @property
     def stall_fraction(self) -> float:
         return self.stall_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclasses.dataclass
+class Throughput:
+    """The rates of one invocation's steps (`StepStats`), its first step apart: the XLA
+    compile runs inside it (hunt 70: 1.3 s beside 0.16 s steps cut a 3-step run's tokens/s
+    3.4x, a bf16 run's measured step was 25x its steady one), so rates are over the steps
+    after it, as ModelZoo's GlobalRate starts after the compile; with one step, over it
+    (`compile_included`)."""
+
+    first: StepStats | None = None
+    steps: int = 0  # after the first
+    wall_s: float = 0.0
+    stall_s: float = 0.0
+    tokens: int = 0
+
+    def add(self, st: StepStats) -> None:
+        if self.first is None:
+            self.first = st
+            return
+        self.steps, self.wall_s = self.steps + 1, self.wall_s + st.wall_s
+        self.stall_s, self.tokens = self.stall_s + st.stall_s, self.tokens + st.tokens
+
+    @property
+    def compile_included(self) -> bool:
+        """True while the first step is all there is to time."""
+        return self.steps == 0
+
+    def _timed(self) -> tuple[int, float, float, int]:
+        """(steps, wall_s, stall_s, tokens) the rates are over."""
+        if self.compile_included and self.first is not None:
+            f = self.first
+            return 1, f.wall_s, f.stall_s, f.tokens
+        return self.steps, self.wall_s, self.stall_s, self.tokens
+
+    def step_s(self) -> float:
+        steps, wall, _, _ = self._timed()
+        return wall / steps if steps else 0.0
+
+    def tokens_per_s(self) -> float:
+        _, wall, _, tokens = self._timed()
+        return tokens / wall if wall > 0 else 0.0
+
+    def stall_fraction(self) -> float:
+        _, wall, stall, _ = self._timed()
+        return stall / wall if wall > 0 else 0.0
+
+    def window_s(self, window: list[StepStats]) -> tuple[int, float]:
+        """(steps, wall_s) of a log window, the first step left out unless it is alone."""
+        timed = [w for w in window if w is not self.first] or window
+        return len(timed), sum(w.wall_s for w in timed)
+
+    def summary(self, start: int) -> str:
+        """The line that says what the rates are over, the first step's seconds apart."""
+        first = self.first.wall_s if self.first is not None else 0.0
+        if self.compile_included:
+            return f"timing: one step, {first:.3g} s, its compile included"
+        last = start + 1 + self.steps
+        after = f"steps {start + 2}-{last}" if self.steps > 1 else f"step {last}"
+        return (
+            f"timing: first step {first:.3g} s (compile included); {after}: "
+            f"{self.step_s():.4g} s each, {self.tokens_per_s():,.0f} tokens/s"
+        )
 
 
 def train_line(

@@ -1,15 +1,16 @@
 """The optimizer settings' names and rules that both the params file's reader
 (`wse_trainer.config`) and its checks (`wse_trainer.config_check`) use: ModelZoo's spellings,
-which settings each optimizer reads, and the lines for a setting it does not read and for
-ModelZoo's `learning_rate:` scheduler list (hunt 69). No wse_trainer import: the reader
-imports it, so it cannot import the reader."""
+which settings each optimizer and each schedule reads, and the lines for a setting it does
+not read (hunts 69, 70) and for ModelZoo's `learning_rate:` scheduler list (hunt 69). No
+wse_trainer import: the reader imports it, so it cannot import the reader."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["OPTIMIZER_NAMES", "SCHEDULE_NAMES", "READ_BY", "unused_settings", "scheduler_list"]
+__all__ = ["OPTIMIZER_NAMES", "SCHEDULE_NAMES", "READ_BY", "SCHEDULE_READ_BY", "unused_settings",
+           "scheduler_list"]  # fmt: skip
 
 # ModelZoo's spellings, any case (hunt 69: `AdamW` was refused, "did you mean 'adam'?")
 OPTIMIZER_NAMES = {n: n for n in ("adamw", "adam", "sgd", "momentum")}
@@ -18,6 +19,10 @@ SCHEDULE_NAMES = {n: n for n in ("constant", "cosine", "linear")} | {"constantlr
 # The settings only some optimizers read (as ModelZoo's), and those that do (`refuse_unused`)
 READ_BY = {**dict.fromkeys(("beta1", "beta2", "eps"), ("adamw", "adam")),
            **dict.fromkeys(("momentum", "nesterov"), ("sgd", "momentum"))}  # fmt: skip
+# The schedule settings only the decaying schedules read (hunt 70: constant ran with
+# decay_steps and min_learning_rate unsaid); refused when set away from their defaults, so
+# a resolved params file (`min_learning_rate: 0.0`, `decay_steps: null`) runs again
+SCHEDULE_READ_BY = dict.fromkeys(("decay_steps", "min_learning_rate"), ("cosine", "linear"))
 
 
 def unused_settings(opt: Any, base: Any, given: Mapping[str, Any] | None = None) -> str | None:
@@ -25,6 +30,7 @@ def unused_settings(opt: Any, base: Any, given: Mapping[str, Any] | None = None)
     set: away from their defaults, or given at all (not null) in the params file's optimizer
     section (`given`, as `load_config` read it). hunt 69: sgd's momentum and adam's
     weight_decay were dropped unsaid (both are read now); beta1 on sgd would have been too.
+    Then the schedule settings `opt`'s lr_schedule does not read (`_unused_schedule`).
     `base`: the optimizer's defaults (an `OptimizerConfig` of its type); None when all is read."""
     kind = opt.optimizer_type
     named = {k for k, v in (given or {}).items() if v is not None}
@@ -36,14 +42,42 @@ def unused_settings(opt: Any, base: Any, given: Mapping[str, Any] | None = None)
         if kind not in readers and (k in named or getattr(opt, k) != getattr(base, k))
     ]
     if not unused:
-        return None
+        return _unused_schedule(opt, base)
     said = _listed([f"optimizer.{k}={_yaml(getattr(opt, k))}" for k in unused])
     own = _listed([k for k, readers in READ_BY.items() if kind in readers])
     one = len(unused) == 1
     return (
         f"{said} {'has' if one else 'have'} no effect with optimizer_type {kind}, which reads "
-        f"{own}; drop {'it' if one else 'them'}, or use optimizer_type "
+        f"{own}; drop {'it' if one else 'them'} ({_unsets(unused)}), or use optimizer_type "
         f"{' or '.join(READ_BY[unused[0]])}"
+    )
+
+
+def _unsets(keys: list[str]) -> str:
+    """The overrides that drop `keys` from a params file: `KEY=null` takes the default (hunt
+    70: a shipped adamw config's beta2 barred `optimizer_type=sgd`, and null was refused)."""
+    return " ".join(f"optimizer.{k}=null" for k in keys)
+
+
+def _unused_schedule(opt: Any, base: Any) -> str | None:
+    """The line naming the schedule settings set away from their defaults that `opt`'s
+    lr_schedule does not read, or None."""
+    kind = opt.lr_schedule
+    unused = [
+        k
+        for k, readers in SCHEDULE_READ_BY.items()
+        if kind not in readers and getattr(opt, k) != getattr(base, k)
+    ]
+    if kind not in SCHEDULE_NAMES.values() or not unused:
+        return None  # `_choice` says what a schedule can be
+    said = _listed([f"optimizer.{k}={_yaml(getattr(opt, k))}" for k in unused])
+    own = ["learning_rate", "warmup_steps"]
+    own += [k for k, readers in SCHEDULE_READ_BY.items() if kind in readers]
+    one = len(unused) == 1
+    return (
+        f"{said} {'has' if one else 'have'} no effect with lr_schedule {kind}, which reads "
+        f"{_listed(own)}; drop {'it' if one else 'them'} ({_unsets(unused)}), or use lr_schedule "
+        f"{' or '.join(SCHEDULE_READ_BY[unused[0]])}"
     )
 
 

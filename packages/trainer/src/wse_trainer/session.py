@@ -17,7 +17,8 @@ them in a helper process, `wse_models.sdpa_cpu.compile_early`), the `StreamedTra
 what a checkpoint saves (`wse_trainer.resume.open_checkpoints` restores them). A model_dir
 that cannot be a writable folder is a ConfigError before any work; what a refused Session
 made (the folder, its tokenizer.json) its caller removes (`run_folder.undone_on_error`).
-`evaluate(s)` is the mean eval loss over the first `eval_steps` batches.
+`evaluate(s)` is the mean eval loss over the first `eval_steps` batches (all the split holds
+when it holds fewer: the run says so, `wse_trainer.run`).
 """
 
 from __future__ import annotations

@@ -329,15 +329,16 @@ def _train(console, config, spec) -> None:
         if multiprocess.is_primary():
             typer.echo(_interrupted_line(Path(config.runconfig.model_dir)), err=True)
         raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports Ctrl-C
+    timed = f" {result.timed}" if result.step_s else ""  # hunt 70: the compile apart
     echo(
-        f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s; "
+        f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s{timed}; "
         f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "
         f"{result.model_dir}"
     )
     if result.step_s and result.report is not None:  # the predicted step, measured beside
         echo(
-            f"step: measured {result.report.measured_wall_s:.4g} s (emulator, this machine), "
-            f"predicted {result.report.predicted_s:.4g} s on the wafer"
+            f"step: measured {result.report.measured_wall_s:.4g} s (emulator, this machine,"
+            f"{timed}), predicted {result.report.predicted_s:.4g} s on the wafer"
         )
     if result.hf_dir is not None:
         console.print(f"HF-format model for inference: {result.hf_dir}", markup=False)
