@@ -32,6 +32,7 @@ from wse_trainer.data_files import check_data_dir, data_files
 from wse_trainer.optimizer import base_transform, schedule
 from wse_trainer.run_folder import check_resume
 from wse_trainer.session import model_config
+from wse_trainer.testing import updated
 
 P0 = np.array([1.0, -2.0, 0.5])
 GRADS = [np.array([0.1, -0.2, 0.3]), np.array([-0.3, 0.1, 0.2])]
@@ -49,13 +50,7 @@ def _params(tmp_path: Path, optimizer: dict, **sections) -> Path:
 
 def _steps(opt: OptimizerConfig) -> np.ndarray:
     """The parameters after two updates of `opt`'s transform from P0 with GRADS."""
-    tx = base_transform(opt, 10)
-    p = {"w": jnp.asarray(P0, jnp.float32)}
-    state = tx.init(p)
-    for g in GRADS:
-        up, state = tx.update({"w": jnp.asarray(g, jnp.float32)}, state, p)
-        p = jax.tree.map(lambda a, b: a + b, p, up)
-    return np.asarray(p["w"])
+    return updated(opt, P0, GRADS)
 
 
 def _adam_np(wd: float, decoupled: bool, lr=0.1, b1=0.9, b2=0.999, eps=1e-6) -> np.ndarray:

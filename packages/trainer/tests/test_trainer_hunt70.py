@@ -45,9 +45,8 @@ from wse_trainer.config_check import check_config
 from wse_trainer.data import EOS, corpus_texts, pack
 from wse_trainer.memoryx import MemoryX
 from wse_trainer.metrics import StepStats, Throughput
-from wse_trainer.optimizer import base_transform
 from wse_trainer.run import RunResult
-from wse_trainer.testing import run_on_preset, stream_model, tiny_config
+from wse_trainer.testing import run_on_preset, stream_model, tiny_config, updated
 
 ROOT = typer.main.get_command(app)
 P0 = np.array([1.0, -2.0, 0.5])
@@ -235,13 +234,7 @@ def test_memoryx_updates_compile_once():
 
 def _steps(opt: OptimizerConfig) -> np.ndarray:
     """The parameters after two updates of `opt`'s transform from P0 with GRADS."""
-    tx = base_transform(opt, 10)
-    p = {"w": jnp.asarray(P0, jnp.float32)}
-    state = tx.init(p)
-    for g in GRADS:
-        up, state = tx.update({"w": jnp.asarray(g, jnp.float32)}, state, p)
-        p = jax.tree.map(lambda a, b: a + b, p, up)
-    return np.asarray(p["w"])
+    return updated(opt, P0, GRADS)
 
 
 def _adam_np(wd: float, decoupled: bool, b1: float, b2: float, eps: float) -> np.ndarray:

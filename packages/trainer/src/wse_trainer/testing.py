@@ -33,7 +33,7 @@ from wse_trainer.optimizer import base_transform, full_transform
 from wse_trainer.reference import fused_step
 from wse_trainer.stream import StreamedTrainer
 
-__all__ = ["QUICK_OVERRIDES", "TINY_MODEL", "write_corpus", "text_docs", "narrow_jsonl",
+__all__ = ["QUICK_OVERRIDES", "updated", "TINY_MODEL", "write_corpus", "text_docs", "narrow_jsonl",
            "tiny_params", "tiny_config", "run_on_preset", "ADAMW", "B", "CHUNKS", "S", "STEPS",
            "fused_run", "max_diff", "stream_batches", "stream_model", "stream_run",
            "streamed_run"]  # fmt: skip
@@ -197,3 +197,15 @@ def max_diff(a, b):
 # model as whole-layer streaming and as the fused step; the tolerances are the ones above (the
 # chunks' input-gradient shares are summed in another order: float round-off only).
 CHUNKS = 4
+
+
+def updated(opt: OptimizerConfig, p0: np.ndarray, grads: list[np.ndarray]) -> np.ndarray:
+    """The parameters `p0` after one update of `opt`'s transform (decay over 10 steps) per
+    gradient of `grads`: what a NumPy optimizer oracle is compared with."""
+    tx = base_transform(opt, 10)
+    p = {"w": jnp.asarray(p0, jnp.float32)}
+    state = tx.init(p)
+    for g in grads:
+        up, state = tx.update({"w": jnp.asarray(g, jnp.float32)}, state, p)
+        p = jax.tree.map(lambda a, b: a + b, p, up)
+    return np.asarray(p["w"])
