@@ -170,8 +170,9 @@ def test_swe_reports_the_words_its_shifts_move_and_translation_adds_its_own():
     t = r.traffic
     assert t == _swe_traffic(n, True)[1].scaled(steps) and t.words > 0
     assert dict(t.links) == dict(r.phases.total_work().links)  # what the step prices
-    # every PE sends its one-word (2D) value on each shift, one hop
-    assert t.words == t.word_hops == n * n * sum(t.links.values())
+    # every PE sends its one-word (2D) value on each shift, two physical hops: both axes
+    # folded on the mesh, each link carrying both directions' words (test_periodic_mesh_hunt70)
+    assert 2 * t.words == t.word_hops == n * n * sum(t.links.values())
     # by hand: Domain Translation shifts h, u and v one PE east each step
     plain, moved = _swe_traffic(n, False)[1], _swe_traffic(n, True)[1]
     assert moved.words - plain.words == 3 * n * n

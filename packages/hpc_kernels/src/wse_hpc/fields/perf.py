@@ -17,6 +17,13 @@ Counting rules:
 - A fabric shift moves nz 32-bit words per PE on its link direction and activates a receive
   task; each group of up to four shifts (one halo exchange) is one relay stage over one
   router hop (as `wse_hpc.stencil.perf` prices a halo exchange).
+- A periodic X or Y axis sits on the wafer's 2D mesh, which has no wrap-around link, as
+  `wse_core.fabric.ledger.ring_layout` lays it at a shift's reach of one PE (`layouts`):
+  folded (a neighbour `FOLD_HOPS` = 2 physical hops; every axis of 3 PEs or more) or in
+  place (the wrapped value n - 1 hops); each of the axis' links carries the words of both
+  its directions (`ledger.both_ways`) and the report's traffic is the ledger's re-counted
+  so (`ledger.on_mesh`; hunt 70: both were priced as on a torus, the wrapped value one hop
+  away). A bounded axis is priced as it was.
 - Detours around dead PEs (`--defect-seed`, `wse_core.hw.defects`): an exchange waits for
   its slowest shift, whose logical link is at most the longest physical link of its axis on
   the grid's PEs (`Remap.extra_hops_within`); its extra hops are paid on the critical path
@@ -33,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from wse_core.cost.collectives import allreduce_2d
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work, serial
+from wse_core.fabric import ledger
 from wse_core.hw.traffic import Traffic
 
 from wse_hpc.fields.grid import FieldError, FieldGrid, Program, traced_program
@@ -42,6 +50,8 @@ __all__ = [
     "WORD_BYTES",
     "assumptions",
     "exchange_hops",
+    "layouts",
+    "periodic_assumption",
     "program_phases",
     "program_work",
     "recorded_phases",
@@ -59,17 +69,76 @@ def _longest_links(grid: FieldGrid) -> dict[str, int]:
     return {"N": mine["ns_max"], "S": mine["ns_max"], "E": mine["ew_max"], "W": mine["ew_max"]}
 
 
-def exchange_hops(grid: FieldGrid, directions: list[str]) -> float:
+_AXIS_LINKS = {0: ("N", "S"), 1: ("E", "W")}  # the links a grid axis' shifts move on
+
+
+def _pe_axes(grid: FieldGrid, pe_rect: tuple[int, int] | None) -> tuple[int, int]:
+    return pe_rect or (grid.shape[0], grid.shape[1])
+
+
+def layouts(grid: FieldGrid, pe_rect: tuple[int, int] | None = None) -> dict[int, str]:
+    """How each periodic PE axis (X: 0, Y: 1) sits on the mesh, "fold" or "wrap"
+    (`ledger.ring_layout` at a shift's reach of one PE; over `pe_rect` when the run spans
+    more PEs than the traced grid); a bounded axis has none."""
+    sizes = _pe_axes(grid, pe_rect)
+    return {a: ledger.ring_layout(sizes[a], 1)[0] for a in (0, 1) if grid.periodic[a]}
+
+
+def _shift_hops(grid: FieldGrid, pe_rect: tuple[int, int] | None = None) -> dict[str, float]:
+    """Physical hops of each direction's slowest shift: the longest link of its axis, on a
+    periodic axis as its layout moves it (`ledger.mesh_hops`)."""
+    longest, lay, sizes = _longest_links(grid), layouts(grid, pe_rect), _pe_axes(grid, pe_rect)
+    out: dict[str, float] = dict(longest)
+    for a, layout in lay.items():
+        for d in _AXIS_LINKS[a]:
+            out[d] = ledger.mesh_hops(layout, sizes[a], longest[d], longest[d])
+    return out
+
+
+def exchange_hops(
+    grid: FieldGrid, directions: list[str], pe_rect: tuple[int, int] | None = None
+) -> float:
     """Router hops on the critical path of the shifts `directions`, in exchanges of up to
     four at once: each exchange waits for its slowest shift (one hop, or the longest detour
-    of its axis)."""
-    longest = _longest_links(grid)
+    of its axis; on a periodic axis as the mesh moves it, `_shift_hops`)."""
+    hops = _shift_hops(grid, pe_rect)
     groups = [directions[i : i + 4] for i in range(0, len(directions), 4)]
-    return float(sum(max(longest[d] for d in g) for g in groups))
+    return float(sum(max(hops[d] for d in g) for g in groups))
+
+
+def _mesh_links(links: dict[str, float], lay: Mapping[int, str]) -> dict[str, float]:
+    """A periodic axis' link words on the mesh: both its directions carry both directions'
+    words (`ledger.both_ways`); a bounded axis' as given."""
+    out = dict(links)
+    for a in lay:
+        out.update(ledger.both_ways({d: links[d] for d in _AXIS_LINKS[a] if d in links}))
+    return out
+
+
+def periodic_assumption(grid: FieldGrid) -> dict[str, str]:
+    """The report's line on how the periodic axes sit on the mesh (none when bounded)."""
+    lay = layouts(grid)
+    if not lay:
+        return {}
+
+    def axis(a: int) -> str:
+        n = grid.shape[a]
+        if lay[a] == "fold":
+            return (f"{'XY'[a]} ({n} PEs) folded, each ring cut in two and interleaved, one half "
+                    f"reversed: a neighbour is {ledger.FOLD_HOPS:g} physical hops")  # fmt: skip
+        return f"{'XY'[a]} ({n} PEs) in place: the wrapped value crosses the axis, {n - 1} hops"
+
+    return {
+        "periodic on the mesh": "the wafer's 2D mesh has no wrap-around link: "
+        f"{'; '.join(axis(a) for a in lay)}; each of its links carries both directions' shift "
+        "words and the word-hops double; the emulator computes the same values on the "
+        "logical grid (wse_core.fabric.ledger.on_mesh)"
+    }
 
 
 def assumptions(grid: FieldGrid) -> dict[str, str]:
-    """The halo and detour assumptions behind a field step's prediction (for RunReport)."""
+    """The halo, detour and periodic-axis assumptions behind a field step's prediction (for
+    RunReport)."""
     mine = grid.wafer.remap.extra_hops_within(grid.shape[0], grid.shape[1])
     return {
         "halo": "each group of up to four shifts is one exchange: one relay stage, one task "
@@ -79,6 +148,7 @@ def assumptions(grid: FieldGrid) -> dict[str, str]:
         f"path, hop_latency_cycles each; this "
         f"grid's links: N-S {mine['ns_total']} extra hops (longest link {mine['ns_max']} "
         f"hops), E-W {mine['ew_total']} (longest {mine['ew_max']})",
+        **periodic_assumption(grid),
     }
 
 
@@ -99,8 +169,8 @@ def program_work(
         ops=ops,
         sram_read_bytes=reads,
         sram_write_bytes=writes,
-        links=links,
-        latency_hops=exchange_hops(grid, [d for d, _ in shifts]),
+        links=_mesh_links(links, layouts(grid, pe_rect)),
+        latency_hops=exchange_hops(grid, [d for d, _ in shifts], pe_rect),
         relay_stages=float(exchanges),
         task_activations=float(len(shifts)),
     )
@@ -155,16 +225,21 @@ def traced_step(
     the fabric traffic they price (`recorded_traffic`), per call of `fn`."""
     with grid.wafer.traffic.scope() as entries:
         prog = traced_program(fn, *args)
-    return recorded_phases(grid, prog, repeats=repeats), recorded_traffic(prog, entries, repeats)
+    phases = recorded_phases(grid, prog, repeats=repeats)
+    return phases, recorded_traffic(grid, prog, entries, repeats)
 
 
 def recorded_traffic(
-    prog: Program, entries: Sequence[Traffic], repeats: Mapping[str, float] | None = None
+    grid: FieldGrid,
+    prog: Program,
+    entries: Sequence[Traffic],
+    repeats: Mapping[str, float] | None = None,
 ) -> Traffic:
-    """The fabric ledger's `entries` of one traced call of a program, each times the repeats
-    of the scope it ran in (as `recorded_phases` prices it). Every field shift and reduction
-    is one fabric op (`operators`), so the shift entries pair with `prog.shifts` and the
-    others with `prog.reductions`, in trace order; a count that differs is a FieldError."""
+    """The fabric ledger's `entries` of one traced call of a program, each as the mesh moves
+    it (`ledger.on_mesh` at the grid's `layouts`) and times the repeats of the scope it ran
+    in (as `recorded_phases` prices it). Every field shift and reduction is one fabric op
+    (`operators`), so the shift entries pair with `prog.shifts` and the others with
+    `prog.reductions`, in trace order; a count that differs is a FieldError."""
     repeats = dict(repeats or {})
     shifts = [e for e in entries if e.op.startswith("shift")]
     others = [e for e in entries if not e.op.startswith("shift")]
@@ -175,7 +250,8 @@ def recorded_traffic(
             "fabric op outside `wse_hpc.fields.operators` (record it there)"
         )
     scopes = [s for s, _, _ in prog.shifts] + [s for s, _ in prog.reductions]
-    total = Traffic()
+    lay, total = layouts(grid), Traffic()
     for e, s in zip(shifts + others, scopes, strict=True):
-        total = total + e.scaled(repeats.get(s, 1.0) if s else 1.0)
+        moved = ledger.on_mesh(grid.wafer, e, lay)
+        total = total + moved.scaled(repeats.get(s, 1.0) if s else 1.0)
     return total

@@ -12,8 +12,8 @@ WSE-3):
   (`calibration_spec`: the WSE-2 of its rows, the CS-1 of its allreduce check); the
   calibration (`wse_core.cost.calibration.current`) is refitted under it, and says so
   (`Calibration.wafer_assumed`, its `misses`);
-- a fitted constant (`dsd_issue_cycles`, ...): held at the value on every wafer and left
-  out of the fit;
+- a fitted constant (`dsd_issue_cycles`, ...): held at the value on every wafer, whatever
+  spec it was built from (`held`, priced by `Pricing.rates`), and left out of the fit;
 - a calibration setting (`setting(key)`: the Table II Z block, ...): the calibration and
   the kernels that read it; the calibration is refitted under it;
 - a constant of a model priced above wse_core (`gpu.kernel_s`, the GPU serving step's
@@ -63,6 +63,7 @@ __all__ = [
     "assumed_spec",
     "calibration_spec",
     "for_calibration",
+    "held",
     "refuse_refit_past_limits",
     "constant_key",
     "constant_of",
@@ -202,6 +203,13 @@ def for_calibration(values: Mapping[str, float] | None = None) -> dict[str, floa
             if k.startswith(CALIBRATION_PREFIX) or k in CALIBRATION_KEYS or _fitted(k)}  # fmt: skip
 
 
+def held() -> dict[str, float]:
+    """The fitted constants the active assumptions hold (`dsd_issue_cycles=20`): priced at
+    that value on every wafer, the calibration's (`calibration_spec`) and every one being
+    priced, whatever spec it was given (`wse_core.cost.pricing.Pricing.rates`)."""
+    return {k: v for k, v in active().items() if _fitted(k)}
+
+
 def calibration_spec(name: str) -> WaferSpec:
     """The preset `name` as the calibration prices its rows on it (`wse_core.cost.calibration`):
     the wafer the rows were measured on, under the fitted constants held and the
@@ -335,14 +343,21 @@ def parse_assumptions(items: list[str] | tuple[str, ...]) -> dict[str, float]:
     return _check(key_values(items, "--assume takes KEY=VALUE"))
 
 
-def listed(spec: Any, calibration: Any = None) -> dict[str, str]:
+def listed(spec: Any, calibration: Any = None, priced: Any = None) -> dict[str, str]:
     """Every assumption of `spec` with the value the prediction prices and why it is an
     assumption. `calibration` (a `Calibration`, as `PerfModel.calibration_in_force()` gives
     it): its fitted constants are the values in force, listed as fitted on its rows beside
-    the preset's prior (hunt 67: the prior, 3 cycles/DSD, was listed while 11.49 priced)."""
+    the preset's prior (hunt 67: the prior, 3 cycles/DSD, was listed while 11.49 priced).
+    `priced`: the spec the pricing read the others from (`Pricing.rates`; default `spec`
+    with the `held` constants in place): each is listed at the value read there, and "changed
+    by --assume" only where that is the assumed value (hunt 70: `assume(dsd_issue_cycles=30)`
+    was listed as "3 (changed by --assume)")."""
     changed = active()
     fitted = dict(getattr(calibration, "values", None) or {})
-    out = {key: _line(spec, key, fitted, calibration, key in changed, why)
+    if priced is None:
+        holds = held()
+        priced = spec.replace(**holds) if holds else spec
+    out = {key: _line(spec, priced, key, (fitted, calibration), changed, why)
            for key, why in ASSUMED_FIELDS.items()}  # fmt: skip
     for key, value in changed.items():  # the calibration's wafers', refitted under them
         if key.startswith(CALIBRATION_PREFIX):
@@ -351,13 +366,27 @@ def listed(spec: Any, calibration: Any = None) -> dict[str, str]:
     return out
 
 
-def _line(spec: Any, key: str, fitted: Mapping[str, float], cal: Any, assumed: bool, why: str):
-    """One listed assumption: its value in force, how it got there, why it is assumed."""
+def _line(spec: Any, priced: Any, key: str, fit: tuple, changed: Mapping[str, float], why: str):
+    """One listed assumption: its value in force, how it got there, why it is assumed;
+    `fit`: (the calibration's fitted values, the calibration)."""
+    fitted, cal = fit
     if key in fitted:  # six significant digits: what a reader reruns by hand
         rows = getattr(cal, "fitted_on", {}).get(key, "the calibration rows")
         how = f" (fitted on {rows}; prior {value_of(spec, key):g})"
         return f"{fitted[key]:.6g}{how}: {why}"
-    return f"{value_of(spec, key):g}{' (changed by --assume)' if assumed else ''}: {why}"
+    value = value_of(priced, key)
+    return f"{value:g}{_how(key, value, changed)}: {why}"
+
+
+def _how(key: str, value: float, changed: Mapping[str, float]) -> str:
+    """How a listed value got there: by --assume only where the value priced is the one
+    assumed; a wafer field assumed on a wafer built outside the block says so."""
+    if key not in changed:
+        return ""
+    if value == changed[key]:
+        return " (changed by --assume)"
+    return (f" (not the assumed {changed[key]:g}: this wafer was not built under the "
+            "assumption; assumed_spec(NAME) or resolve_spec(...) applies it)")  # fmt: skip
 
 
 def value_of(spec: Any, key: str) -> float:

@@ -57,7 +57,7 @@ COMPACT_HINT = "ranges: wse experiments assumptions"
 class Listed:
     """One constant listed beside a prediction: the values it priced (several where several
     wafers were priced), its units, plausible range and basis, and whether `--assume`
-    changed it."""
+    changed it (one of those values is the assumed one)."""
 
     key: str
     values: tuple[float, ...]
@@ -108,7 +108,10 @@ def listed(reads: Reads | None, changed: Mapping[str, float] | None = None) -> t
             continue
         sweep = (min(c.sweep), max(c.sweep)) if c.sweep else (min(c.limits), max(c.limits))
         values = tuple(sorted(reads.values[key]))
-        out.append(Listed(key, values, c.units, sweep, c.basis, key in changed))
+        # assumed where a value priced is the one assumed (hunt 70: a wafer built outside
+        # the `assume` block was marked --assume beside the preset's value)
+        assumed = key in changed and float(changed[key]) in values
+        out.append(Listed(key, values, c.units, sweep, c.basis, assumed))
     return tuple(out)
 
 

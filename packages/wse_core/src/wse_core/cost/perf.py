@@ -1,7 +1,8 @@
 """The performance model every shell prices with: `PerfModel(spec)` is `wse_core.cost.pricing`'s
 `Pricing` with the calibration in force (`wse_core.cost.calibration.current()`, fitted lazily on
 the calibration set) unless one is given (`wse_core.cost.calibration.UNCALIBRATED` keeps the
-spec's own values).
+spec's own values); a fitted constant an `assume` block holds is priced at its held value
+either way (`wse_core.cost.assumptions.held`).
 
 Contract. The mechanism API (`Work`, `Op`, `Cost`, `Phase`, `Phases`, `serial`, `overlap`,
 `Timing`, `OVERLAP`) is `wse_core.cost.pricing`'s, named here too so that a shell imports one

@@ -309,7 +309,8 @@ class Timing:
 @dataclasses.dataclass(frozen=True)
 class Pricing:
     """Prices `Work` and evaluates `Phases` with one spec's constants, the fitted ones taken
-    from the calibration given (None: the spec's own values). `wse_core.cost.perf.PerfModel` is
+    from the calibration given (None: the spec's own values), a fitted constant an `assume`
+    block holds at its held value. `wse_core.cost.perf.PerfModel` is
     this with the calibration in force by default."""
 
     spec: WaferSpec
@@ -321,9 +322,14 @@ class Pricing:
 
     @functools.cached_property
     def rates(self) -> WaferSpec:
-        """The spec with the calibration's fitted constants in place (what `cost` uses)."""
+        """The spec with the calibration's fitted constants in place, and those an `assume`
+        block holds (`wse_core.cost.assumptions.held`: held on every wafer priced, whatever
+        spec was given; hunt 70: a preset priced under `assume(dsd_issue_cycles=30)` priced
+        the prior 3 beside a calibration refitted around 30): what `cost` uses."""
+        from wse_core.cost.assumptions import held  # it sits above pricing
+
         cal = self.calibration_in_force()
-        values = cal.values if cal is not None else {}
+        values = {**(cal.values if cal is not None else {}), **held()}
         return self.spec.replace(**values) if values else self.spec
 
     def mechanisms(self, work: Work) -> tuple[dict[str, float], str]:

@@ -185,7 +185,7 @@ class RunReport:
             figures = (extra(timing) if callable(extra) else extra) or {}
         power = _power_w(spec, systems)
         calibration = model.calibration_in_force()
-        listing = listed(model.spec, calibration)  # the values `model` priced with
+        listing = listed(model.spec, calibration, model.rates)  # the values `model` read
         return cls(
             name=name,
             wafer=spec.name,

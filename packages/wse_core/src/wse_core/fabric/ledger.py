@@ -35,6 +35,7 @@ __all__ = [
     "record_reduce",
     "FOLD_HOPS",
     "ring_layout",
+    "mesh_hops",
     "both_ways",
     "on_mesh",
 ]
@@ -117,6 +118,14 @@ def ring_layout(n: int, reach: int) -> tuple[str, float]:
     return ("wrap", float(n - 1)) if n - 1 < fold else ("fold", fold)
 
 
+def mesh_hops(layout: str, n: int, torus_hops: float, longest_link: float) -> float:
+    """Hops of a chain a torus moves in `torus_hops`, on a periodic axis of `n` PEs laid out
+    as `layout` (`ring_layout`) whose longest logical link is `longest_link` physical hops:
+    FOLD_HOPS times the torus's (fold), or n - 1 of the longest links (wrap: the value that
+    comes round crosses the axis back)."""
+    return (n - 1) * longest_link if layout == "wrap" else FOLD_HOPS * torus_hops
+
+
 def both_ways(links: Mapping[str, float]) -> dict[str, float]:
     """Link words of a periodic exchange on the mesh: each axis' two physical directions
     carry the words of both logical ones (E = W = E + W; "ramp" as it was)."""
@@ -139,8 +148,7 @@ def on_mesh(wafer: Wafer, entry: Traffic, layouts: Mapping[int, str]) -> Traffic
     if axis is None or axis not in layouts:
         return entry
     n = (wafer.rows, wafer.cols)[axis]
-    wrap = (n - 1) * hops(wafer, axis)[1]
-    chain = wrap if layouts[axis] == "wrap" else FOLD_HOPS * entry.latency_hops
+    chain = mesh_hops(layouts[axis], n, entry.latency_hops, hops(wafer, axis)[1])
     return dataclasses.replace(
         entry, word_hops=2 * entry.word_hops, latency_hops=chain, links=both_ways(entry.links)
     )
