@@ -336,14 +336,17 @@ class SequenceTracker:
     """Generated tokens of one sequence and whether (and why) it finished.
 
     Its text is `TextStream`'s, the server's detokenizer (one for every engine and the CLI),
-    run as text is asked for: stop strings are matched on final text, never on the U+FFFD
-    of a character still arriving (hunt 70: "p\ufffd" stopped a sequence whose text holds
-    "pѽ"), and `visible_text()` is final text only, so what it has shown stays true."""
+    decoded after `prompt_ids` (the request's, as the server's: hunt 70, a "▁" tokenizer's
+    first word lost its space without them) and run as text is asked for: stop strings are
+    matched on final text, never on the U+FFFD of a character still arriving (hunt 70:
+    "p\ufffd" stopped a sequence whose text holds "pѽ"), and `visible_text()` is final text
+    only, so what it has shown stays true."""
 
     sampling: SamplingParams
     tokenizer: Any = None
     tokens: list[int] = dataclasses.field(default_factory=list)
     finish_reason: str | None = None
+    prompt_ids: Sequence[int] = dataclasses.field(default=(), kw_only=True, repr=False)
     _stream: TextStream | None = dataclasses.field(default=None, init=False, repr=False)
     _pushed: int = dataclasses.field(default=0, init=False, repr=False)  # tokens in _shown
     _shown: str = dataclasses.field(default="", init=False, repr=False)
@@ -387,7 +390,8 @@ class SequenceTracker:
         met a stop string."""
         if self._stream is None:
             s = self.sampling
-            self._stream = TextStream(self.tokenizer, stop=s.stop, stop_token_ids=s.stop_token_ids)
+            stops = {"stop": s.stop, "stop_token_ids": s.stop_token_ids}
+            self._stream = TextStream(self.tokenizer, **stops, prompt_ids=self.prompt_ids)
         if self._pushed < len(self.tokens):
             self._shown += self._stream.push(self.tokens[self._pushed :])[0]
             self._pushed = len(self.tokens)

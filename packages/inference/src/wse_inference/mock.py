@@ -5,7 +5,9 @@ the first token after a prompt is `(prompt[-1] + 1) % vocab_size` and every next
 `(last + 1) % vocab_size`, whatever the sampling temperature and penalties. So the prompt "abc"
 continues "defg...". A sequence finishes with "length" after `max_tokens` generated tokens (the
 prefill's first token counts), or with "stop" on a token in `stop_token_ids` (that token is
-reported) or when the decoded text contains a stop string.
+reported) or on a stop string in its final text: the engines' one `SequenceTracker` decides
+all three, as it does for the real engines (hunt 70: the mock matched stop strings on a whole
+decode, the U+FFFD of a character still arriving included, and past a stop in its step).
 
 Log probabilities (`SamplingParams.logprobs`): the mock's next-token distribution halves from
 token to token after the last one, p((last + 1 + j) % vocab) = 2^-(j + 1) (the last id takes
@@ -14,7 +16,8 @@ the rest), so every generated token has logprob -ln 2 and its k alternatives are
 
 `step_delay_s` / `prefill_delay_s` make `generate` / `prefill` sleep, to emulate a slow model.
 With `spec_tokens=k` and `spec_accepted=j` it emulates speculative decoding: every step emits
-j + 1 tokens per slot and counts k drafted and j accepted tokens in `metrics()`.
+j + 1 tokens per slot (fewer at its finish) and counts k drafted and j accepted tokens in
+`metrics()`.
 
 The mock keeps a KV "cache" of one entry per token (prompt + generated) per occupied slot and
 counts it in `metrics()["kv_cache_tokens"]`; `release` frees it. It raises on a double insert
@@ -33,6 +36,7 @@ from wse_inference.engine import (
     ByteTokenizer,
     Prefix,
     SamplingParams,
+    SequenceTracker,
     SlotOutput,
     Tokenizer,
     TokenLogprob,
@@ -49,9 +53,7 @@ __all__ = [
 
 @dataclasses.dataclass
 class _Seq:
-    last: int
-    generated: int
-    sampling: SamplingParams
+    tracker: SequenceTracker  # the generated tokens (the prefill's first too) and the finish
     kv: list[int]  # one cache entry per token: prompt + generated
 
 
@@ -154,7 +156,10 @@ class MockEngine:
     def insert(self, *, prefix: Prefix, state: MockDecodeState, slot: int) -> MockDecodeState:
         if slot in state.slots or not 0 <= slot < self.max_slots:
             raise ValueError(f"slot {slot} is occupied or out of range 0..{self.max_slots - 1}")
-        state.slots[slot] = _Seq(prefix.first_token, 1, prefix.sampling, list(prefix.payload))
+        prompt = list(prefix.payload[:-1])  # the payload: prompt + first token
+        tracker = SequenceTracker(prefix.sampling, self.tokenizer, prompt_ids=prompt)
+        tracker.add(prefix.first_token)
+        state.slots[slot] = _Seq(tracker, list(prefix.payload))
         self._account(state)
         return state
 
@@ -186,41 +191,26 @@ class MockEngine:
         return m
 
     def _advance(self, slot: int, seq: _Seq) -> SlotOutput:
-        """One step of one slot: j + 1 tokens with speculation, cut at a stop or max_tokens."""
+        """One step of one slot: j + 1 tokens with speculation, cut at a finish (a stop or
+        max_tokens), as the speculative engine cuts its round."""
+        t = seq.tracker
+        k = t.sampling.logprobs
         tokens: list[int] = []
         lps: list[TokenLogprob] = []
-        k = seq.sampling.logprobs
-        finish = None
-        for _ in range(self.spec_accepted + 1):
-            if seq.generated >= seq.sampling.max_tokens:
-                break
+        while t.finish_reason is None and len(tokens) <= self.spec_accepted:
+            last = t.tokens[-1]
             if k is not None:
-                lps.append(expected_logprob(seq.last, k, self.vocab_size))
-            seq.last = (seq.last + 1) % self.vocab_size
-            seq.generated += 1
-            seq.kv.append(seq.last)
-            tokens.append(seq.last)
-            if seq.last in seq.sampling.stop_token_ids:
-                finish = "stop"
-                break
-        if finish is None and self._hit_stop_string(seq):
-            finish = "stop"
-        if finish is None and seq.generated >= seq.sampling.max_tokens:
-            finish = "length"
+                lps.append(expected_logprob(last, k, self.vocab_size))
+            tokens.append((last + 1) % self.vocab_size)
+            seq.kv.append(tokens[-1])
+            t.add(tokens[-1])
         return SlotOutput(
             slot=slot,
             tokens=tuple(tokens),
-            finished=finish is not None,
-            finish_reason=finish,
+            finished=t.finish_reason is not None,
+            finish_reason=t.finish_reason,
             logprobs=None if k is None else tuple(lps),
         )
-
-    def _hit_stop_string(self, seq: _Seq) -> bool:
-        if not seq.sampling.stop:
-            return False
-        prompt_len = len(seq.kv) - seq.generated
-        text = self.tokenizer.decode(seq.kv[prompt_len:])
-        return any(s in text for s in seq.sampling.stop)
 
     def _account(self, state: MockDecodeState) -> None:
         with self._lock:

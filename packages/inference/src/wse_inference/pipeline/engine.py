@@ -249,7 +249,7 @@ class PipelineEngine:
         )
         weights = (self._head, self._layers, self._index)
         state.device = self._prime_fn(weights, state.device, new)
-        tracker = SequenceTracker(s, self.tokenizer)
+        tracker = SequenceTracker(s, self.tokenizer, prompt_ids=prefix.payload.prompt_ids)
         tracker.add(prefix.first_token)
         state.seqs[slot] = tracker
         return state

@@ -16,11 +16,14 @@ the prompt and the logprobs with the prompt's tokens (the first one's null), whi
 lm-evaluation-harness' local-completions scores loglikelihoods; `/v1/chat/completions` takes
 `logprobs: true` and `top_logprobs: k` and answers {content: [{token, logprob, bytes,
 top_logprobs: [{token, logprob, bytes}] x k}]}. Streamed chunks carry their tokens'.
-A token's text is `tokenizer.decode([id])`; its `bytes` are the token's own
-(`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191, 189]); logprobs are clamped at
--9999.0 as vLLM's are, and a NaN one (weights that overflow at run time) is null, never a
-number. Tokens whose texts are the same (bytes 0x80..0xBF all decode to
-U+FFFD) collide as keys of a completions' top_logprobs dict, as in vLLM, and the k entries
+A token's text is `tokenizer.decode([id])` with the leading spaces of its own bytes that the
+decode stripped put back (`token_text`: Llama-2's "▁héllo" is " héllo", as vLLM restores a
+SentencePiece piece's; hunt 70: the tokens lacked spaces the text has, and `text_offset`
+disagreed with it); an echo's first token is decoded alone, as the prompt's text is. Its
+`bytes` are the token's own (`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191,
+189]); logprobs are clamped at -9999.0 as vLLM's are, and a NaN one (weights that overflow at
+run time) is null, never a number. Tokens whose texts are the same (bytes 0x80..0xBF all
+decode to U+FFFD) collide as keys of a completions' top_logprobs dict, as in vLLM, and the k entries
 shrink; `return_tokens_as_token_ids: true` names every token "token_id:N" instead (vLLM's
 field), in both routes, so the k alternatives all arrive.
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import uuid
@@ -47,6 +51,7 @@ from wse_inference.serve.token_bytes import token_bytes
 
 __all__ = [
     "Choice",
+    "token_text",
     "error_response",
     "error_body",
     "usage_dict",
@@ -123,7 +128,7 @@ def logprobs_body(
     if p.sampling.logprobs is None or logprobs is None:
         return None
     k = p.sampling.logprobs
-    word = functools.lru_cache(maxsize=None)(lambda t: tokenizer.decode([t]))
+    word = functools.lru_cache(maxsize=None)(lambda t: token_text(tokenizer, t))
     name = (lambda t: f"token_id:{t}") if p.tokens_as_ids else word  # noqa: E731
     if p.kind == "chat":
 
@@ -140,12 +145,11 @@ def logprobs_body(
     scored: list[tuple[int, TokenLogprob | None]] = [(x.token, x) for x in logprobs]
     if prompt is not None:
         scored[:0] = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
-    offsets = []
-    for t, _ in scored:
-        offsets.append(text_offset)
-        text_offset += len(word(t))
+    texts = [word(t) for t, _ in scored]
+    if prompt is not None:  # the echoed text's first token, decoded as the prompt's text is
+        texts[0] = tokenizer.decode([scored[0][0]])
     return {
-        "tokens": [name(t) for t, _ in scored],
+        "tokens": [f"token_id:{t}" for t, _ in scored] if p.tokens_as_ids else texts,
         "token_logprobs": [None if x is None else _clamp(x.logprob) for _, x in scored],
         "top_logprobs": [
             {**{name(a): _clamp(lp) for a, lp in x.top[:k]}, name(t): _clamp(x.logprob)}
@@ -153,8 +157,18 @@ def logprobs_body(
             else None
             for t, x in scored
         ],
-        "text_offset": offsets,
+        "text_offset": list(itertools.accumulate(map(len, texts), initial=text_offset))[:-1],
     }
+
+
+def token_text(tokenizer: Tokenizer, token: int) -> str:
+    """`token`'s text in logprobs: decoded alone, with the leading spaces of its own bytes
+    (`token_bytes`: a "▁" piece's) that the decoder stripped put back, as vLLM restores a
+    SentencePiece piece's (a Llama-2 decoder's `Strip(" ", 1, 0)` strips the first space)."""
+    text = tokenizer.decode([token])
+    own = token_bytes(tokenizer, token, text)
+    missing = (len(own) - len(own.lstrip(b" "))) - (len(text) - len(text.lstrip(" ")))
+    return " " * missing + text  # missing <= 0: the decode kept them, nothing to add
 
 
 def completion_body(

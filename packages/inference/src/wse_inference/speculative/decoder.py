@@ -305,7 +305,7 @@ class SpeculativeDecoder:
             d.config, d.params, prompt_ids, self.cache_len(d.config), self.prefill_chunk
         )
         seq = [int(x) for x in prompt_ids]
-        tracker = SequenceTracker(sampling, t.tokenizer)
+        tracker = SequenceTracker(sampling, t.tokenizer, prompt_ids=prompt_ids)
         seq.append(first_token(logits, sampling, key, prompt_ids))
         tracker.add(seq[-1])
         pen = penalties_for(sampling, prompt_ids, t.config.vocab_size, seq[len(prompt_ids) :])

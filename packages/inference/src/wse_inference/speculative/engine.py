@@ -125,7 +125,7 @@ class SpeculativeEngine:
         if not 0 <= slot < self.max_slots or slot in state.slots:
             raise ValueError(f"slot {slot} is occupied or outside 0..{self.max_slots - 1}")
         ids, tcache, dcache, key = prefix.payload
-        tracker = SequenceTracker(prefix.sampling, self.tokenizer)
+        tracker = SequenceTracker(prefix.sampling, self.tokenizer, prompt_ids=ids)
         tracker.add(prefix.first_token)
         seq = [*ids, prefix.first_token]
         state.slots[slot] = _Slot(tracker, seq, tcache, dcache, key, tuple(ids))
