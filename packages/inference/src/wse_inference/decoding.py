@@ -302,7 +302,7 @@ class PlainDecoder:
         logits, cache = prefill(
             self.config, self.params, prompt_ids, self.max_context, self.prefill_chunk
         )
-        tracker = SequenceTracker(sampling, self.tokenizer)
+        tracker = SequenceTracker(sampling, self.tokenizer, prompt_ids=prompt_ids)
         tracker.add(first_token(logits, sampling, key, prompt_ids))
         ttft = time.perf_counter() - t0
         pen = penalties_for(sampling, prompt_ids, self.config.vocab_size, tracker.tokens)
