@@ -236,8 +236,10 @@ def test_a_checkpoint_of_another_tokenizer_leaves_no_new_run_folder(tmp_path, tr
     docs = text_docs(tmp_path / "docs")
     args = _train(tmp_path / "new", f"train_input.data_dir={docs}", "--checkpoint-path", trained)
     refused_in_one_line(
-        ROOT, args, f"the checkpoint was trained with another tokenizer than "
-        f"{tmp_path / 'new' / 'tokenizer.json'}; use its model_dir",
+        ROOT, args, "was trained with another tokenizer than "
+        f"{tmp_path / 'new' / 'tokenizer.json'} (the one this run trained on its data); "
+        "copy its run's tokenizer "
+        f"({trained / 'tokenizer.json'}) into {tmp_path / 'new'} to fine-tune from it",  # hunt 70
     )  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs"]
 
@@ -255,7 +257,9 @@ def test_a_broken_checkpoint_path_leaves_no_new_run_folder(tmp_path, trained, fa
         message = f"{data.relative_to(step)} has 10 bytes where {size} were written"
     else:
         (step / "wse_sha256.json").unlink()
-        message = "its wse_sha256.json is missing (the save did not finish)"
+        message = (
+            "its wse_sha256.json is missing (the run stopped before sealing it, or it was removed)"
+        )
     before = _tree(tmp_path)
     refused_in_one_line(
         ROOT, _train(tmp_path / "new", "--checkpoint-path", step),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from wse_core.host.limits import LimitError
+from wse_trainer.data import read_tokenizer
 from wse_trainer.run_folder import make_model_dir, undone_on_error
-from wse_trainer.session import read_tokenizer
 
 
 class _Refused(Exception):

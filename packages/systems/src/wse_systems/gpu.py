@@ -28,7 +28,8 @@ Training (`train_step`): per token 6 N_matmul flops plus PaLM's attention term 1
 (Chowdhery et al. 2022, appendix B: N_matmul = the weights every token multiplies — the
 layers and the output head, not the embedding lookup; L layers, H Q = heads x head dim, T the
 sequence length, causal masking not discounted, which is how MFU figures are quoted). The
-step runs at `mfu` of peak (default 0.4, an input). The layout (data x tensor x pipeline
+step runs at `mfu` of peak (an input; default `TRAIN_MFU` 0.4, the assumption
+`gpu.train_mfu`). The layout (data x tensor x pipeline
 parallel, tensor parallel inside a node) is the fastest that fits memory: 16 bytes per
 parameter (bf16 weights and gradients, fp32 master and two Adam moments; ZeRO paper's mixed
 precision accounting) over tp x pp GPUs, plus activations under full recompute (each layer's
@@ -51,6 +52,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from wse_core.cost.assumptions import register_system_constant, system_constant
+from wse_core.cost.mechanisms import Constant
 from wse_core.errors import SpecError, WseError, suggest
 
 from wse_systems.transformer import DecoderShape, attn_dim, matmul_params, num_params
@@ -78,6 +81,22 @@ BYTES_PER_PARAM_TRAIN = 16  # bf16 weight + bf16 grad + fp32 master + Adam m, v
 USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
 WEIGHT_BYTES = 2  # bf16 weights, gradients and activations
 ACT_WORKING = 34  # one layer's activations, bytes per token per d_model (Korthikanti 2022)
+TRAIN_MFU = 0.4  # share of the tensor peak a training step reaches: `TRAIN_MFU_CONSTANT`
+TRAIN_MFU_CONSTANT = Constant(
+    units="of peak",
+    mechanism="the share of the GPU's dense tensor peak a training step's flops (6 N + PaLM's "
+    "attention term) run at, the layout's own traffic inside it (`train_step`)",
+    basis="assumed",
+    source="no one figure: Megatron-LM on A100 reached 52% of peak at 175B-1T (Narayanan et "
+    "al. 2021); Llama 3 405B on H100 38-43% (Llama 3 paper, table 4); PaLM 540B 46%. 0.3: a "
+    "smaller model or a less tuned stack; 0.55: Megatron's best",
+    sweep=(0.3, 0.4, 0.55),
+    limits=(0.01, 1.0),
+)
+# `--assume gpu.train_mfu=F` (hunt 70: the 0.4 set every GPU row of `weight-streaming` and was
+# listed beside none; the serving fraction `FITTED_MFU` is fitted on decode rows, not this)
+TRAIN_MFU_KEY = "gpu.train_mfu"
+register_system_constant(TRAIN_MFU_KEY, TRAIN_MFU_CONSTANT, value=TRAIN_MFU)
 
 
 class GpuMemoryError(WseError):
@@ -244,13 +263,16 @@ def train_step(
     num_gpus: int,
     batch: int,
     seq_len: int,
-    mfu: float = 0.4,
+    mfu: float | None = None,
 ) -> TrainStep:
-    """One step of `batch` sequences of `seq_len` tokens on `num_gpus` GPUs, fastest layout.
+    """One step of `batch` sequences of `seq_len` tokens on `num_gpus` GPUs, fastest layout,
+    at `mfu` of peak (None: `TRAIN_MFU`, or the value `--assume gpu.train_mfu=F` gives, read
+    as an assumption: `wse_core.cost.reads`).
 
     Raises GpuMemoryError (naming the smallest count that holds the model) when no layout of
     `num_gpus` fits, or when more data-parallel ranks than sequences would be needed.
     """
+    mfu = system_constant(TRAIN_MFU_KEY) if mfu is None else mfu
     if num_gpus < 1 or batch < 1 or seq_len < 1 or not 0 < mfu <= 1:
         raise WseError(
             f"num_gpus, batch and seq_len must be >= 1 and 0 < mfu <= 1, got "

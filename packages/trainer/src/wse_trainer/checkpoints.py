@@ -8,7 +8,8 @@ save leaves only a temporary folder, which is ignored and cleaned up. Saves are 
 (the device-to-host copy happens before `save` returns); `wait()` and `close()` wait for the
 last one.
 
-Sealing (`wse_trainer.seals`). Once orbax has finished a step, process 0 writes
+Sealing (`wse_trainer.seals`). Once orbax has finished a step (seen by `check()`, which the
+training loop calls every step, or by the next `save`, `wait` or `close`), process 0 writes
 `<step>/wse_sha256.json` (`SEAL`): the size and sha256 of every file of the step, which
 `step_problem` compares before anything is restored. Every save's meta says a seal will follow
 (`SEALED_KEY`), so a step whose seal is missing (deleted, or a run killed between orbax's
@@ -57,6 +58,7 @@ from wse_core.host.distributed import is_primary
 from wse_core.host.memory import format_bytes
 
 from wse_trainer.config import ConfigError
+from wse_trainer.resume_checks import resolved
 from wse_trainer.save_faults import (
     free_bytes,
     os_error,
@@ -143,7 +145,7 @@ def read_step(
     except Exception as e:  # whatever orbax or tensorstore raise on a broken step
         return f"it does not restore ({_one_line(e)})"
     if meta.get(SEALED_KEY) and not (ckpt.step_dir(step) / SEAL).is_file():
-        return f"its {SEAL} is missing (the save did not finish)"
+        return f"its {SEAL} is missing (the run stopped before sealing it, or it was removed)"
     missing = [k for k in meta_keys if k not in meta]
     if missing:
         return f"its meta lacks {', '.join(missing)}"
@@ -275,13 +277,17 @@ class Checkpointer:
 
     def check(self) -> None:
         """Without waiting: CheckpointSaveError now if the save in flight has already failed
-        (the training loop asks each step, so a failed save stops the run at once)."""
+        (the training loop asks each step, so a failed save stops the run at once), and the
+        seal of a save orbax has finished (hunt 70: sealed only at the next save, a kill
+        between two saves lost the newest step as "incomplete", the first one the whole run)."""
         if not self._unsealed:
             return
         try:
             self.manager.check_for_errors()
         except Exception as e:
             self._raise_fault(e)
+        if not self.manager.is_saving_in_progress():  # finished: `wait` joins, never blocks
+            self.wait()
 
     def _raise_fault(self, e: Exception) -> None:
         """The one line for orbax's error `e` of the last save when it is the disk's (after
@@ -361,7 +367,7 @@ def newest_readable(
 def resolve_checkpoint(path: str | Path) -> tuple[Path, int]:
     """(checkpoints folder, step) for `--checkpoint-path`: a step folder, a checkpoints
     folder or a model_dir (its latest committed step)."""
-    p = Path(path).absolute()
+    p = resolved(path)  # hunt 70: `run/../run` was another run's folder than `run`
     if p.name.isdigit() and p.is_dir():
         return p.parent, int(p.name)
     for folder in (p / "checkpoints", p):

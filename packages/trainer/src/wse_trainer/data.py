@@ -30,7 +30,8 @@ import dataclasses
 import hashlib
 import logging
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -49,6 +50,7 @@ __all__ = [
     "corpus_texts",
     "train_tokenizer",
     "tokenizer_identity",
+    "read_tokenizer",
     "pack",
     "pad_documents",
     "segments",
@@ -355,3 +357,29 @@ class BatchIterator:
                 f"configured shuffle_seed {self.seed}"
             )
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+
+def read_tokenizer(path: Path) -> Any:
+    """A `tokenizers.Tokenizer` from its file; ConfigError (one line) when it is not one or
+    has no EOS token (`wse_trainer.data.EOS`: the runs pack documents with it; hunt 64: a
+    58-line TypeError in `pack` after 18 s), a LimitError when it is no regular file or past
+    `file_bytes` (hunt 62: a FIFO hung the run, a link to /dev/zero read until memory ran
+    out)."""
+    from wse_core.host.readers import read_text
+
+    try:
+        text = read_text(path, "tokenizer file")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e.reason})"
+        raise ConfigError(f"cannot read tokenizer file {str(path)!r}: {why}") from None
+    try:
+        tok = Tokenizer.from_str(text)
+    except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+        why = " ".join(str(e).split())[:200]
+        raise ConfigError(f"{path} is not a readable tokenizer file: {why}") from None
+    if tok.token_to_id(EOS) is None:
+        raise ConfigError(
+            f"tokenizer file {str(path)!r} has no {EOS!r} token (the end-of-document token a "
+            "run packs documents with); remove it to train one, or add it"
+        )
+    return tok

@@ -14,13 +14,15 @@ front), used by the plain `jax.grad` reference.
 from __future__ import annotations
 
 import functools
+import json
+from typing import Any
 
 import jax
 import optax
 
-from wse_trainer.config import OptimizerConfig
+from wse_trainer.config import ConfigError, OptimizerConfig
 
-__all__ = ["schedule", "base_transform", "full_transform"]
+__all__ = ["schedule", "base_transform", "full_transform", "kept_decay"]
 
 
 def schedule(cfg: OptimizerConfig, max_steps: int) -> optax.Schedule:
@@ -37,6 +39,34 @@ def schedule(cfg: OptimizerConfig, max_steps: int) -> optax.Schedule:
         return tail
     warm = optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps)
     return optax.join_schedules([warm, tail], [cfg.warmup_steps])
+
+
+def kept_decay(
+    cfg: OptimizerConfig, max_steps: int, step: int, saved: dict[str, Any] | None, where: str
+) -> int | None:
+    """The decay length a run resumed at `step` keeps from `saved` (the config its checkpoint
+    was trained with, `where` naming it) when `cfg` leaves optimizer.decay_steps out and
+    `max_steps` would stretch it, as ModelZoo's schedules, whose length is their own, keep
+    it (hunt 70: the lr of step 4 jumped from 0.00165 to 0.0026, unsaid); None when nothing
+    changes (a constant schedule, nothing left to train). A decay_steps naming another
+    length is a ConfigError: the steps to come would take another learning rate."""
+    opt, run = (
+        saved.get(k) if isinstance(saved, dict) else None for k in ("optimizer", "runconfig")
+    )
+    if not (isinstance(opt, dict) and isinstance(run, dict)) or cfg.lr_schedule == "constant":
+        return None
+    was = opt.get("decay_steps") or run.get("max_steps")
+    if not isinstance(was, int) or was == (cfg.decay_steps or max_steps) or max_steps <= step:
+        return None
+    if cfg.decay_steps is None:
+        return was
+    raise ConfigError(
+        f"{where} was trained on a {cfg.lr_schedule} decay over {was} steps "
+        f"(optimizer.decay_steps={json.dumps(opt.get('decay_steps'))}, runconfig.max_steps="
+        f"{json.dumps(run.get('max_steps'))}); optimizer.decay_steps={cfg.decay_steps} here "
+        f"would change the learning rate of the steps to come; leave it out or give "
+        f"optimizer.decay_steps={was} (the run keeps its decay), or give a new model_dir (-o)"
+    )
 
 
 @functools.lru_cache(maxsize=16)

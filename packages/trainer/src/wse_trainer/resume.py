@@ -6,6 +6,10 @@ into the session: weights, optimizer state, RNG and data position (the state and
 Newer steps that are corrupt, or come after the start step, are moved aside with a line each,
 never deleted (`wse_trainer.checkpoints`); an eval moves nothing (it reads). A step whose
 meta holds another step than its folder's name is a ConfigError, never resumed under it.
+`check_tokenizer` (one of another tokenizer, naming the tokenizer.json to copy in) and
+`check_export` (a --checkpoint-path that trains nothing but would move newer steps aside)
+are `wse_trainer.resume_checks`', also asked by `run_folder.check_resume` before any data
+is read (hunt 70).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from typing import Any
 from wse_core.host.distributed import barrier
 
 from wse_trainer.config import ConfigError
+from wse_trainer.resume_checks import check_export, check_tokenizer, resolved
 from wse_trainer.session import Session
 
-__all__ = ["open_checkpoints"]
+__all__ = ["check_export", "check_tokenizer", "open_checkpoints"]
 
 _META_KEYS = ("step", "data", "tokenizer_sha256", "model")
 
@@ -35,13 +40,15 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
     Nothing is deleted (`wse_trainer.checkpoints`)."""
     from wse_trainer.checkpoints import Checkpointer, committed_steps, move_aside
 
-    run_cfg, own = s.config.runconfig, (s.dir / "checkpoints").absolute()
+    # resolved: `run/../run` or a link to the run is the run itself (hunt 70: it moved the
+    # very step it started from aside as "superseded")
+    run_cfg, own = s.config.runconfig, resolved(s.dir / "checkpoints")
     reads = run_cfg.mode == "eval"
     steps = committed_steps(own)
     start, got, bad, folder = _read_start(s, own, steps)
     barrier("wse_trainer: checkpoints read")  # every process read them before any move
     resume = f"step {start}" if got is not None else "the start (no good step left)"
-    notes = []
+    notes = list(getattr(s, "notes", []))  # the Session's (a kept decay)
     for step, problem in bad:
         where = "left it in place (an eval moves nothing)"
         if not reads:
@@ -51,7 +58,7 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
             f"{'evaluating' if reads else 'resuming from'} {resume}"
         )
     if got is not None:
-        _restore(s, got)
+        _restore(s, got, folder / str(start))
     elif reads:  # as ModelZoo says it (hunt 62: an eval of random weights ran without a word)
         notes.append("No checkpoint was provided. Using randomly initialized model parameters.")
     # steps after the start, and the start step itself when it came from another run's folder
@@ -89,18 +96,16 @@ def _read_start(s: Session, own: Path, steps: list[int]) -> tuple[int, Any, list
     return start, got, bad, folder
 
 
-def _restore(s: Session, got: Any) -> None:
-    """Load a verified checkpoint (`checkpoints.StepRead`): weights, optimizer state, RNG
-    and data position; one of another tokenizer or model is a ConfigError."""
+def _restore(s: Session, got: Any, step: Path) -> None:
+    """Load a verified checkpoint (`checkpoints.StepRead`) of folder `step`: weights,
+    optimizer state, RNG and data position; one of another tokenizer or model is a
+    ConfigError."""
     import json
 
     import jax
 
-    if got.meta["tokenizer_sha256"] != s.tok_id:
-        raise ConfigError(
-            "the checkpoint was trained with another tokenizer than "
-            f"{s.dir / 'tokenizer.json'}; use its model_dir"
-        )
+    tok = s.dir / "tokenizer.json"
+    check_tokenizer(s.config, step, got.meta["tokenizer_sha256"], tok, trained=True, mine=s.tok_id)
     ours = json.loads(json.dumps(dataclasses.asdict(s.model)))
     theirs = got.meta["model"]
     if theirs != ours:

@@ -34,7 +34,8 @@ allocate nothing; `predict(config, spec, model, plan)` is the wafer's predicted 
 measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, and
 `RunResult.report`: that `RunReport` with the measured mean step as its `measured_wall_s`:
 the steps after the first, whose compile is said apart, `metrics.Throughput`);
-the three live in `wse_trainer.session` and are re-exported here.
+the three live in `wse_trainer.session` and are re-exported here. A run prices what it runs
+(`wse_trainer.predicted`): an eval its eval pass, a run that trains no step no step.
 
 The model_dir is locked for the run (`wse_trainer.run_lock`, taken by `make_model_dir`,
 released at the end); a run whose folder is deleted or replaced meanwhile stops at its next
@@ -66,6 +67,7 @@ from wse_trainer import interrupt
 from wse_trainer.config import TrainConfig
 from wse_trainer.export import export_hf
 from wse_trainer.layout import describe
+from wse_trainer.predicted import run_lines
 from wse_trainer.resume import open_checkpoints
 from wse_trainer.run_folder import undone_on_error
 from wse_trainer.run_lock import release
@@ -111,8 +113,10 @@ class RunResult:
     first_step_s: float = 0.0
     compile_included: bool = False
     # the wafer's predicted step on the run's plan (`predict`), with the measured mean step
-    # as its measured_wall_s once steps ran
+    # as its measured_wall_s once steps ran; None when the run trained no step (hunt 70)
     report: RunReport | None = None
+    # the wafer's predicted eval pass (`predict_eval`), when the run evaluated
+    eval_report: RunReport | None = None
 
     @property
     def timed(self) -> str:
@@ -212,16 +216,6 @@ def _check_weights(s: Session, step: int, ckpt: Any) -> None:
             raise _diverged("a weight is not finite after the update", step, ckpt)
 
 
-def _prediction_line(report: Any, spec: WaferSpec) -> str:
-    x = report.extra
-    return (
-        f"predicted wafer step ({report.systems} x {spec.name}, {x['precision']}): "
-        f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s, "
-        f"{x['micro_batches']} micro-batch(es) of {x['micro_batch']} per system, set by "
-        f"{x['step_bound']}, streams add {100 * x['stall_fraction']:.1f}%"
-    )
-
-
 def _train_record(st: Any, predicted_step_s: float) -> dict[str, Any]:
     """metrics.jsonl's fields of one train step (a `StepStats`) next to the predicted one."""
     return {
@@ -302,11 +296,15 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
             log.line(note)
         if start:
             log.line(f"resumed from checkpoint step {start}")
-        result.report = s.prediction
-        log.line(_prediction_line(s.prediction, spec))
+        trains = run_cfg.mode != "eval" and end > start
+        result.report = s.prediction if trains else None  # hunt 70: priced what never ran
+        lines, result.eval_report = run_lines(s, trains=trains, evals=run_cfg.mode != "train")
+        for line in lines:  # what the run runs, priced (`wse_trainer.predicted`)
+            log.line(line)
         log.line(describe(s.layout, s.micro_batch))
-        if run_cfg.mode != "eval" and end > start:
-            if start == 0 and run_cfg.save_initial_checkpoint:
+        if trains:
+            # a resume from the saved step 0 saves it no more (hunt 70: StepAlreadyExistsError)
+            if start == 0 and run_cfg.save_initial_checkpoint and 0 not in ckpt.all_steps():
                 ckpt.save(0, s.state(), s.meta(0))
             _train_loop(s, ckpt, log, start, end, result)
             result.global_step = end

@@ -18,7 +18,11 @@ tokenizer was made. It refuses the same way a resume whose settings differ from 
 where `RESUMABLE` does not allow it (the optimizer, the batch: hunt 64), a step folder whose
 name is not its meta's step (`misnamed`), and a metrics.jsonl that is not JSON lines
 (`wse_trainer.metrics.read_metrics`). A step without a readable meta is left to the verified
-read (`wse_trainer.checkpoints`).
+read (`wse_trainer.checkpoints`). Hunt 70: a resume whose max_steps
+would stretch the decay keeps it (`keep_decay`); a step folder of the run's that is a
+symlink, an export that would move newer steps aside and a model_dir tokenizer.json of
+another identity are refused; a `--checkpoint-path` into the run's own checkpoints is known
+by any spelling (`resolved`).
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ from typing import Any
 from wse_core.host.readers import not_regular
 
 from wse_trainer.config import ConfigError, TrainConfig
+from wse_trainer.resume_checks import check_export, check_tokenizer, resolved
 from wse_trainer.run_lock import LOCK_NAME, ModelDirInUse, held, hold, release
 
 __all__ = ["RUN_ENTRIES", "RESUMABLE", "check_model_dir", "make_model_dir", "undone_on_error",
-           "check_resume", "checkpoint_steps", "misnamed"]  # fmt: skip
+           "check_resume", "checkpoint_steps", "misnamed", "keep_decay", "resolved"]  # fmt: skip
 
 # What a run writes in its model_dir (wse_trainer.metrics, checkpoints, run, session) and
 # `wse demo`'s mark (wse_trainer.demo.MARKER)
@@ -179,7 +184,7 @@ def checkpoint_steps(path: str | Path) -> list[Path]:
     """The step folders `--checkpoint-path` names, newest first, where
     `wse_trainer.checkpoints.resolve_checkpoint` looks (one step folder, a checkpoints
     folder or a model_dir), read without orbax: none, and the run refuses it."""
-    p = Path(path).absolute()
+    p = resolved(path)
     return [p] if p.name.isdigit() and p.is_dir() else _steps(p / "checkpoints") or _steps(p)
 
 
@@ -231,6 +236,7 @@ def check_resume(config: TrainConfig, model: Any) -> None:
     from wse_trainer.metrics import read_metrics
 
     read_metrics(config.runconfig.model_dir)  # hunt 64: refused only after the compile
+    _check_linked(config)
     found, where = _resumed(config)
     for step, meta in found:
         problem = misnamed(step, meta, where)
@@ -239,6 +245,12 @@ def check_resume(config: TrainConfig, model: Any) -> None:
     if not found:
         return
     step, meta = found[0]
+    mine = not config.runconfig.checkpoint_path or step.parent == _own(config)  # any spelling
+    if config.runconfig.checkpoint_path and config.runconfig.mode != "eval":
+        own = [
+            int(p.name) for p in checkpoint_steps(Path(config.runconfig.model_dir) / "checkpoints")
+        ]
+        check_export(config, step, mine, own)
     want = json.loads(json.dumps(dataclasses.asdict(model)))
     got = meta["model"]
     diff = [k for k in sorted(set(want) | set(got)) if k != "name" and want.get(k) != got.get(k)]
@@ -257,7 +269,54 @@ def check_resume(config: TrainConfig, model: Any) -> None:
             f"train_input.shuffle_seed={theirs}, {seed} here; resume with "
             f"train_input.shuffle_seed={theirs}, or {new}"
         )
-    _check_settings(config, step, meta, where, new)
+    strict = where != "--checkpoint-path" and config.runconfig.mode != "eval"
+    _check_settings(config, step, meta, where, new, strict)
+    sha, tok = meta.get("tokenizer_sha256"), Path(config.runconfig.model_dir) / "tokenizer.json"
+    if isinstance(sha, str) and tok.is_file():  # hunt 70: refused 14 s in, after the data
+        check_tokenizer(config, step, sha, tok, trained=False)
+
+
+def _own(config: TrainConfig) -> Path:
+    return resolved(Path(config.runconfig.model_dir) / "checkpoints")
+
+
+def _check_linked(config: TrainConfig) -> None:
+    """ConfigError for a step folder of the run's own that is a symlink (hunt 70: once
+    keep_checkpoint_max retired it, orbax's rmtree failed every save, forever)."""
+    if config.runconfig.mode == "eval":  # it reads, deletes nothing
+        return
+    for step in _steps(Path(config.runconfig.model_dir) / "checkpoints"):
+        if step.is_symlink():
+            raise ConfigError(
+                f"checkpoint step {step.name} ({step}) is a symlink to {resolved(step)}: orbax "
+                "cannot delete it when runconfig.keep_checkpoint_max retires it, so every save "
+                "from then on would fail; copy the step folder in its place, or start a new "
+                f"model_dir from it with --checkpoint-path {resolved(step)}"
+            )
+
+
+def keep_decay(config: TrainConfig) -> tuple[TrainConfig, str | None]:
+    """`config` with the decay length of the step the run resumes of its own where its
+    max_steps would stretch it (`optimizer.kept_decay`), and the note saying so; a
+    ConfigError when optimizer.decay_steps names another length. A resume only: an eval, or
+    a start from a --checkpoint-path (its settings may differ: `_check_settings`), keeps none."""
+    from wse_trainer.optimizer import kept_decay
+
+    run = config.runconfig
+    found, where = _resumed(config)
+    if not found or run.mode == "eval" or run.checkpoint_path:
+        return config, None
+    step, meta = found[0]
+    at = f"{where}: checkpoint step {step.name} ({step})"
+    decay = kept_decay(config.optimizer, run.max_steps, int(step.name), meta.get("config"), at)
+    if decay is None:
+        return config, None
+    opt = dataclasses.replace(config.optimizer, decay_steps=decay)
+    return dataclasses.replace(config, optimizer=opt), (
+        f"note: the run keeps the {opt.lr_schedule} decay over {decay} steps it was trained on "
+        f"(optimizer.decay_steps={decay}); runconfig.max_steps={run.max_steps} only says where "
+        "it stops"
+    )
 
 
 # What may change between the runs of one model_dir (ModelZoo resumes with a new
@@ -268,8 +327,8 @@ def check_resume(config: TrainConfig, model: Any) -> None:
 # on). Anything else (the optimizer and its schedule, the batch, the sequence length,
 # packing) changes what a step computes, or makes the saved optimizer state unusable
 # (hunt 64: optimizer_type adamw -> sgd moved every step aside as "corrupt" and trained
-# from step 0), and is refused. `model` is compared field by field above. (max_steps also
-# sets the length of a decay without optimizer.decay_steps: give it to keep the schedule.)
+# from step 0), and is refused. `model` is compared field by field above. max_steps also
+# sets the length of a decay without optimizer.decay_steps: `keep_decay` keeps that.
 RESUMABLE = frozenset(
     {f"runconfig.{k}" for k in ("max_steps", "num_steps", "mode", "model_dir",
       "checkpoint_path", "checkpoint_steps", "keep_checkpoint_max", "log_steps",
@@ -286,7 +345,7 @@ STATE_SHAPING = frozenset({"optimizer.optimizer_type", "optimizer.momentum"})
 
 
 def _check_settings(
-    config: TrainConfig, step: Path, meta: dict[str, Any], where: str, new: str
+    config: TrainConfig, step: Path, meta: dict[str, Any], where: str, new: str, strict: bool
 ) -> None:
     """ConfigError naming the settings that differ from the ones `step` was trained with
     (all but `RESUMABLE` when a train resumes its own model_dir; `STATE_SHAPING` when it
@@ -295,7 +354,6 @@ def _check_settings(
     if not isinstance(theirs, dict):  # a step saved before metas held the config
         return
     ours = json.loads(json.dumps(config.to_dict()))
-    strict = where != "--checkpoint-path" and config.runconfig.mode != "eval"
     diff = []
     for section in sorted(set(ours) & set(theirs) - {"model", "eval_input"}):
         mine, saved = ours[section], theirs[section]
@@ -304,6 +362,7 @@ def _check_settings(
         for key in sorted(set(mine) & set(saved)):
             name = f"{section}.{key}"
             checked = name not in RESUMABLE if strict else name in STATE_SHAPING
+            checked = checked and name != "optimizer.decay_steps"  # `keep_decay`: its length
             if checked and mine[key] != saved[key]:
                 diff.append((name, saved[key], mine[key]))
     if not diff:

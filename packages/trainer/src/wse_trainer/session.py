@@ -3,7 +3,8 @@
 Contract. `model_config(config)` (the `model` section's `wse_models.ModelConfig`),
 `validate(config, spec)` (config checks, one replica's memory plan, MemoryX's capacity),
 `predict(config, spec, model, plan)` (the wafer's predicted step on that plan,
-`wse_systems.training.performance.predict_step`) and `stream_rows(config, spec, model, plan)` (each
+`wse_systems.training.performance.predict_step`; its eval pass and the lines a run prints of
+them: `wse_trainer.predicted`) and `stream_rows(config, spec, model, plan)` (each
 streamed unit's no-stall condition, `wse_systems.training.stall`) allocate nothing;
 `wse_trainer.run` re-exports them. `spec` is the `WaferSpec` the caller resolved once (the
 CLI: `runconfig.wafer` or `--spec FILE`); nothing here resolves a preset name.
@@ -139,37 +140,9 @@ def stream_rows(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
     )  # fmt: skip
 
 
-def read_tokenizer(path: Path) -> Any:
-    """A `tokenizers.Tokenizer` from its file; ConfigError (one line) when it is not one or
-    has no EOS token (`wse_trainer.data.EOS`: the runs pack documents with it; hunt 64: a
-    58-line TypeError in `pack` after 18 s), a LimitError when it is no regular file or past
-    `file_bytes` (hunt 62: a FIFO hung the run, a link to /dev/zero read until memory ran
-    out)."""
-    from tokenizers import Tokenizer
-    from wse_core.host.readers import read_text
-
-    from wse_trainer.data import EOS
-
-    try:
-        text = read_text(path, "tokenizer file")
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e.reason})"
-        raise ConfigError(f"cannot read tokenizer file {str(path)!r}: {why}") from None
-    try:
-        tok = Tokenizer.from_str(text)
-    except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
-        why = " ".join(str(e).split())[:200]
-        raise ConfigError(f"{path} is not a readable tokenizer file: {why}") from None
-    if tok.token_to_id(EOS) is None:
-        raise ConfigError(
-            f"tokenizer file {str(path)!r} has no {EOS!r} token (the end-of-document token a "
-            "run packs documents with); remove it to train one, or add it"
-        )
-    return tok
-
-
 def _tokenizer(config: TrainConfig, model_dir: Path, vocab_size: int):
     """Process 0 loads or trains (and saves) the tokenizer; the others then load its file."""
+    from wse_trainer.data import read_tokenizer
 
     path = model_dir / "tokenizer.json"
     tok = _own_tokenizer(config, path, vocab_size) if is_primary() else None
@@ -198,6 +171,8 @@ def fitting_tokenizer(path: Path, vocab_size: int) -> Any:
     embedding (hunt 67: a tokenizer.json of 300 tokens reused for a vocab_size=260 run trained
     to a NaN loss after 30 s, blamed on the learning rate). A vocab_size above the
     tokenizer's size is padding, as HF models have."""
+    from wse_trainer.data import read_tokenizer
+
     tok = read_tokenizer(path)
     size = max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1  # ids 0..size-1
     if size > vocab_size:
@@ -276,7 +251,7 @@ class Session:
         from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
-        from wse_trainer.run_folder import check_resume, make_model_dir
+        from wse_trainer.run_folder import check_resume, keep_decay, make_model_dir
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 
@@ -290,6 +265,8 @@ class Session:
 
             resolve_checkpoint(run_cfg.checkpoint_path)
         check_resume(config, self.model)  # another model's step: refused, never moved aside
+        config, note = keep_decay(config)  # the resumed schedule, never stretched: hunt 70
+        self.config, self.notes = config, [note] if note else []  # said once the log is open
         # the CPU attention's numba kernels compile in a helper meanwhile (`sdpa_cpu`)
         sdpa_cpu.compile_early(self.model.hd, self.model.dtype, backward=run_cfg.mode != "eval")
         # a refusal from here on is undone by the caller (`wse_trainer.run`: `undone_on_error`)

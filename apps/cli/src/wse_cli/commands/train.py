@@ -119,14 +119,16 @@ def _print_streams(console, rows) -> None:
 
 def _print_prediction(console, report) -> None:
     """The predicted wafer step of the plan (a wse_core RunReport) and its tokens/s."""
+    from wse_trainer.predicted import prediction_basis
+
     x = report.extra
     console.print(
         f"predicted on {report.systems} x {report.wafer} ({x['precision']}): step "
         f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s; "
         f"{report.bound}-bound (critical: {report.predicted.critical().name}); streams "
-        f"stall {100 * x['stall_fraction']:.1f}%; {report.calibration.describe()}"
-        # hunt 69: only the calibration stood beside it; 850 MHz moved it 29%
-        + (f"; {report.assumed_compact()}" if report.assumed else "")
+        # hunt 69: only the calibration stood beside it; 850 MHz moved it 29%; hunt 70: the
+        # run's own line listed neither: one text for both (`prediction_basis`)
+        f"stall {100 * x['stall_fraction']:.1f}%; {prediction_basis(report)}"
     )
 
 

@@ -10,7 +10,10 @@ compute, fp32 masters: "mixed"); the per-system batches are the configs' (`gpt2_
 `llama3_8b`, `llama3_70b`: 112 x 1024, 64 / 4 x 8192, 64 / 16 x 8192 tokens), so the global
 batch grows with the systems (weak scaling). No published training figure is in
 references/calibration-rows.md, so `published` stays empty. Predictions are the same with `--quick`;
-only the measured part shrinks.
+only the measured part shrinks. Each row lists the constants its own pricing read (`read_by`;
+hunt 70: every row listed the whole run's, the GPU rows wafer constants that do not move
+them and not the MFU that does, `gpu.train_mfu`, and the wse3 rows the measured part's
+850 MHz clock beside their own).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 
 from wse_core import ExperimentResult, PredictionRow, RunReport
 from wse_core.cost.assumptions import assumed_spec
+from wse_core.cost.reads import recording
+from wse_core.studies.experiment import read_by
 from wse_systems import gpu as gpum
 from wse_systems.training.performance import StepLayout, no_stall_batch, predict_step
 
@@ -31,7 +36,8 @@ GPUS_PER_SYSTEM = 8
 WAFER = "wse3"
 
 
-def _wafer_rows(name: str, r: RunReport) -> list[PredictionRow]:
+def _wafer_rows(name: str, r: RunReport, got: Any) -> list[PredictionRow]:
+    """The step, tokens/s and stall rows of `r`, each listing what pricing it read (`got`)."""
     x = r.extra
     params = {
         "model": name,
@@ -41,30 +47,35 @@ def _wafer_rows(name: str, r: RunReport) -> list[PredictionRow]:
         "batch_per_system": x["micro_batch"],
         "seq_len": x["seq_len"],
     }
-    return [
+    return read_by(
+        got,
         PredictionRow("step_s", r.predicted_s, "s", params),
         PredictionRow("tokens_per_s", x["tokens_per_s"], "tokens/s", params),
         PredictionRow("stall_fraction", x["stall_fraction"], "", params),
-    ]
+    )
 
 
 def _gpu_rows(name: str, model: Any, n: int, batch: int, seq: int) -> list[PredictionRow]:
-    """The same global batch on GPUS_PER_SYSTEM H100s per system, by wse_core's GPU model
-    (the fastest data/tensor/pipeline layout that fits, ring all-reduce, MFU 0.4)."""
+    """The same global batch on GPUS_PER_SYSTEM H100s per system, by wse_systems' GPU model
+    (the fastest data/tensor/pipeline layout that fits, ring all-reduce, at the assumed MFU
+    `gpu.train_mfu`, which the rows list: `read_by`)."""
     gpus, h100 = GPUS_PER_SYSTEM * n, gpum.H100
     params = {"model": name, "gpus": gpus, "gpu": h100.name}
     try:
-        g = gpum.train_step(gpum.ModelShape.of(model), h100, num_gpus=gpus, batch=n * batch,
-                            seq_len=seq)  # fmt: skip
+        with recording() as got:
+            g = gpum.train_step(gpum.ModelShape.of(model), h100, num_gpus=gpus,
+                                batch=n * batch, seq_len=seq)  # fmt: skip
     except gpum.GpuMemoryError:  # the row says how many GPUs would hold it instead
         params["fits_memory"] = False
-        need = gpum.min_train_gpus(gpum.ModelShape.of(model), h100, seq_len=seq)
-        return [PredictionRow("gpu_min_gpus_to_fit", float(need), "GPUs", params)]
+        with recording() as got:  # memory alone: it reads no assumption, and lists none
+            need = gpum.min_train_gpus(gpum.ModelShape.of(model), h100, seq_len=seq)
+        return read_by(got, PredictionRow("gpu_min_gpus_to_fit", float(need), "GPUs", params))
     params |= {"fits_memory": True, "layout": g.layout.to_dict()}
-    return [
+    return read_by(
+        got,
         PredictionRow("gpu_tokens_per_s", n * batch * seq / g.step_s, "tokens/s", params),
         PredictionRow("gpu_scaling_efficiency", g.compute_s / g.step_s, "", params),
-    ]
+    )
 
 
 def _predictions() -> tuple[list[PredictionRow], dict[str, Any]]:
@@ -74,15 +85,19 @@ def _predictions() -> tuple[list[PredictionRow], dict[str, Any]]:
     for name, batch, seq in CASES:
         model = wse_models.preset_config(name, dtype="bfloat16")
         for n in NUM_CSX:
-            r = predict_step(model, spec, num_csx=n, batch_per_system=batch, seq_len=seq)
+            with recording() as got:
+                r = predict_step(model, spec, num_csx=n, batch_per_system=batch, seq_len=seq)
             g = _gpu_rows(name, model, n, batch, seq)
-            rows += _wafer_rows(name, r) + g
+            rows += _wafer_rows(name, r, got) + g
             gpu = (g[0].value, g[1].value) if len(g) == 2 else (float("nan"), float("nan"))
             curves.setdefault(name, []).append((n, r.extra["tokens_per_s"], *gpu))
-        rows.append(
+        with recording() as got:
+            fewest = no_stall_batch(model, spec, num_csx=1, seq_len=seq)
+        rows += read_by(
+            got,
             PredictionRow(
                 "no_stall_batch",
-                no_stall_batch(model, spec, num_csx=1, seq_len=seq),
+                fewest,
                 "sequences per system",
                 {
                     "model": name,
@@ -91,8 +106,8 @@ def _predictions() -> tuple[list[PredictionRow], dict[str, Any]]:
                     "precision": r.extra["precision"],
                     "seq_len": seq,
                 },
-            )  # fmt: skip
-        )
+            ),
+        )  # fmt: skip
     return rows, curves
 
 
@@ -206,7 +221,9 @@ def run(*, quick: bool, seed: int) -> ExperimentResult:
         "wafer": WAFER,
         "gpu": gpum.H100.to_dict(),
         "gpus_per_system": GPUS_PER_SYSTEM,
+        "gpu_train_mfu": gpum.TRAIN_MFU,  # where no --assume gpu.train_mfu changes it
         "assumptions": "wafer: each row's RunReport (wse_systems.training.performance.ASSUMPTIONS, "
-        "the spec's assumed fields, wse_core.cost.calibration); GPU at mfu of peak",
+        "the spec's assumed fields, wse_core.cost.calibration); GPU at gpu.train_mfu of peak "
+        "(wse_systems.gpu.TRAIN_MFU); each row lists the constants its pricing read",
     }
     return ExperimentResult(NAME, seed, config, _measure(quick, seed), rows, _figure(curves))

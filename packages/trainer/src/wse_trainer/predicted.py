@@ -1,0 +1,97 @@
+"""What a `wse train` run predicts for the wafer, and the lines that say it.
+
+Contract. A run prices what it runs, from its own plan (hunt 70: an eval, and a resume with
+nothing left to train, printed the training step's prediction): `run_lines(s, trains=,
+evals=)` is (the run log's prediction lines, the eval pass's `RunReport` or None): the
+training step's line (`Session.prediction`, `wse_trainer.session.predict`) where the run
+trains, the eval pass's (`predict_eval`, `wse_systems.training.forward`) where it evaluates,
+else one line saying that nothing it runs is predicted. Every line that prints a predicted
+figure ends with `prediction_basis(report)`: the calibration in force and the constants that
+move it (`wse_core.cost.listing`), the same text `wse train --validate-only` prints (hunt 70:
+the run's line listed neither).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wse_core.hw.spec import WaferSpec
+
+from wse_trainer.config import TrainConfig
+
+__all__ = ["NOTHING", "prediction_basis", "predict_eval", "run_lines", "step_line"]
+
+NOTHING = "no prediction: this run trains no step and evaluates nothing"
+
+
+def prediction_basis(report: Any) -> str:
+    """What a predicted figure (a `RunReport`) stands on (module contract)."""
+    listed = report.assumed_compact()
+    return report.calibration.describe() + (f"; {listed}" if listed else "")
+
+
+def predict_eval(config: TrainConfig, spec: WaferSpec, model: Any, batches: int):
+    """The predicted wafer eval pass (`RunReport`) of `batches` eval batches: each system its
+    share of `eval_input.batch_size` (the busiest, ceil(batch / num_csx)) at
+    `eval_input.max_sequence_length`, as the largest micro-batch the training ledger places
+    ("auto": the train's `micro_batch_size` need not divide the eval batch); the ledger's
+    SramBudgetError where not one sequence fits."""
+    from wse_systems.training.forward import predict_eval as priced
+    from wse_systems.training.micro_batch import resolve_micro_batch
+    from wse_systems.training.performance import StepLayout
+    from wse_systems.training.plan import memory_plan
+
+    run, seq = config.runconfig, config.eval_input.max_sequence_length
+    per = -(-config.eval_input.batch_size // run.num_csx)
+    where = dict(seq_len=seq, stride=run.activation_stride, chunks=run.weight_chunks)
+    micro = resolve_micro_batch("auto", model, spec, batch_per_system=per, **where)
+    plan = memory_plan(model, spec, micro, **where)
+    return priced(model, spec, num_csx=run.num_csx, batch_per_system=per, seq_len=seq,
+                  micro_batch=micro, batches=batches, layout=StepLayout(plan))  # fmt: skip
+
+
+def step_line(report: Any, spec: WaferSpec) -> str:
+    """The predicted training step's line."""
+    x = report.extra
+    return (
+        f"predicted wafer step ({report.systems} x {spec.name}, {x['precision']}): "
+        f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s, "
+        f"{x['micro_batches']} micro-batch(es) of {x['micro_batch']} per system, set by "
+        f"{x['step_bound']}, streams add {100 * x['stall_fraction']:.1f}%; "
+        f"{prediction_basis(report)}"
+    )
+
+
+def run_lines(s: Any, *, trains: bool, evals: bool) -> tuple[list[str], Any]:
+    """(the lines, the eval pass's report or None) of a `Session` (module contract)."""
+    lines = [step_line(s.prediction, s.spec)] if trains else []
+    report = None
+    if evals:
+        line, report = _eval_line(s)
+        lines.append(line)
+    return lines or [NOTHING], report
+
+
+def _eval_line(s: Any) -> tuple[str, Any]:
+    """One evaluation's predicted eval pass (every evaluation runs the same batches: the
+    first `eval_steps` the split holds, as `session.evaluate` does) and its report."""
+    from wse_core import SramBudgetError
+
+    cfg, run = s.config.eval_input, s.config.runconfig
+    batches = min(cfg.eval_steps, len(s.eval_rows) // cfg.batch_size)
+    try:
+        r = predict_eval(s.config, s.spec, s.model, batches)
+    except SramBudgetError as e:  # an eval shape the training ledger cannot place
+        return f"no prediction of the eval pass: {e}", None
+    x, when = r.extra, "" if run.mode == "eval" else " at the end"
+    if when and run.eval_frequency:
+        every = run.eval_frequency
+        when = f" every {every:,} step{'s' * (every != 1)} and at the end"
+    line = (
+        f"predicted eval pass ({r.systems} x {s.spec.name}, {x['precision']}), each "
+        f"evaluation{when}: {r.predicted_s:.4g} s for {x['batches']} batch(es) of "
+        f"{x['batch_per_system']} x {x['seq_len']} tokens per system (forward only, "
+        f"{x['micro_batches']} micro-batch(es) of {x['micro_batch']}), {x['tokens_per_s']:,.0f} "
+        f"tokens/s, streams add {100 * x['stall_fraction']:.1f}%; {prediction_basis(r)}"
+    )
+    return line, r
