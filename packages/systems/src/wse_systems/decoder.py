@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -266,6 +266,7 @@ def decode_phases(
     token_out: bool = False,
     block_tokens: int = 1,
     shared_layers: bool = False,
+    build_layer: Callable[..., Phases] | None = None,
 ) -> Phases:
     """One batch-1 decode step (one token) of `shape` on `plan` (a `PipelinePlan`);
     `mlp_zero_fraction` is one value or one per layer (a stage takes its layers' mean);
@@ -284,7 +285,9 @@ def decode_phases(
     `shared_layers`: the stages of one region shape (and zero fraction) hold one layer tree,
     the same object, for a pricer that prices a node once (`wse_systems.serving.blocks`);
     by default each stage has nodes of its own (over the same `Work`s), as what tells
-    leaves apart by identity needs (`wse_core.trace`: a leaf's region)."""
+    leaves apart by identity needs (`wse_core.trace`: a leaf's region). `build_layer`: what builds
+    a region shape's layer tree, called as `layer_phases` (default: it; a pricer of many
+    plans passes one that keeps the trees: `wse_systems.serving.blocks`)."""
     kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
     b, d, spec = plan.bytes_per_param, shape.d_model, plan.spec
     gemv = check_gemv(plan.gemv)
@@ -302,7 +305,7 @@ def decode_phases(
         s = float(zeros[stage.layers[0] : stage.layers[1]].mean())
         key = (stage.region.rows, stage.region.cols, s)
         if key not in layers:
-            layers[key] = layer_phases(
+            layers[key] = (build_layer or layer_phases)(
                 shape, stage.region, kv_tokens=kv, bytes_per_value=b, mlp_zero_fraction=s,
                 spec=spec, gemv=gemv, block_tokens=block_tokens,
             )  # fmt: skip

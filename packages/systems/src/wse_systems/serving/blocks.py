@@ -38,15 +38,19 @@ from typing import Any
 
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work
 
+from wse_systems import attention, decoder
 from wse_systems.decoder import PER_TOKEN, decode_phases
 from wse_systems.meshgemm import is_meshgemm, meshgemm_max_tokens
 from wse_systems.pipeline import PipelinePlan
+from wse_systems.serving.memo import Memo, frozen
 from wse_systems.transformer import layer_products
 
-__all__ = ["MAX_BLOCK_TOKENS", "Pipeline", "price_pipeline", "max_block_tokens", "block_caps"]
+__all__ = ["MAX_BLOCK_TOKENS", "Pipeline", "price_pipeline", "priced_by", "max_block_tokens",
+           "block_caps", "pricers"]  # fmt: skip
 
 MAX_BLOCK_TOKENS = 1 << 20  # the largest prompt block considered (tiny models fit millions)
 _LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
+_LAYERS = Memo(512)  # layer trees by region shape (`_layer`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +91,11 @@ class _Priced:
         return self.repeat * inner
 
 
+_WORK_FIELDS = tuple(f.name for f in dataclasses.fields(Work))  # fields() per leaf was slow
+
+
 def _fingerprint(work: Work) -> tuple:
-    values = (getattr(work, f.name) for f in dataclasses.fields(work))
+    values = (getattr(work, f) for f in _WORK_FIELDS)
     return tuple(tuple(sorted(v.items())) if isinstance(v, Mapping) else v for v in values)
 
 
@@ -197,7 +204,7 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
     model = model or PerfModel(plan.spec)
     # `price_token`'s phases, without its report: evaluating the whole tree there was
     # thrown away here (hunt 63: a third of a 1,024-layer plan's time)
-    step = decode_phases(config, plan, kv_tokens=kv_tokens, shared_layers=True)
+    step = decode_phases(config, plan, kv_tokens=kv_tokens, shared_layers=True, build_layer=_layer)
     # the per-token group (head product, argmax, next embedding) holds the head region
     regions = {s.name for s in plan.stages} | {plan.head.name, PER_TOKEN}
     cache: dict = {}
@@ -208,6 +215,18 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
         for i, p in enumerate(step.parts)
     )
     return Pipeline(elements, **block_caps(config, plan))
+
+
+def priced_by(plan: PipelinePlan) -> tuple:
+    """What `price_pipeline` reads of `plan` (beside the config and the KV read): each
+    region's rectangle, layers and per-user bytes (a token's work does not depend on the
+    users in flight), the wafer's rows (a speculative search plans each model on some of
+    them) and count, the bytes per parameter."""
+    per_user = tuple(
+        (s.name, s.wafer, s.layers, s.region, s.weight_bytes, s.kv_bytes / plan.slots,
+         s.act_bytes / plan.slots) for s in (plan.head, *plan.stages)
+    )  # fmt: skip
+    return (plan.spec.pe_rows, plan.num_wafers, plan.bytes_per_param, per_user)
 
 
 def block_caps(config: Any, plan: PipelinePlan) -> dict[str, Any]:
@@ -234,6 +253,23 @@ def _gemm_tokens(config: Any, plan: PipelinePlan) -> dict[str, int]:
     }
 
 
+def _layer(shape: Any, region: Any, *, spec: Any, **kw: Any) -> Phases:
+    """`decoder.layer_phases`, kept across plans (`wse_systems.serving.memo`): a placement
+    search prices many plans whose regions share shapes (hunt 70: a 96-layer model and its
+    draft built 648 layer trees for 177 shapes). The trees depend on the region's rows and
+    columns only (`decode_phases` shares them so)."""
+    key = (frozen(shape), region.rows, region.cols, frozen(spec), tuple(sorted(kw.items())),
+           pricers())  # fmt: skip
+    return _LAYERS.get(key, lambda: decoder.layer_phases(shape, region, spec=spec, **kw))
+
+
+def pricers() -> tuple:
+    """The functions a pipeline's phases are built with, by identity: a key of every cache of
+    priced results (`wse_systems.serving.memo`), as a test swaps one in for its oracle (the
+    unshared layer trees, the exponential at another cost)."""
+    return (decode_phases, decoder.layer_phases, decoder.exp_fmacs, attention.exp_fmacs)
+
+
 def _child(block: Callable[[int], Phases], i: int) -> Callable[[int], Phase | Phases]:
     return lambda k: block(k).parts[i]
 
@@ -246,8 +282,9 @@ def _block_trees(config: Any, plan: PipelinePlan, kv_tokens: int) -> Callable[[i
     def tree(k: int) -> Phases:
         if k not in trees:
             trees[k] = decode_phases(
-                config, plan, kv_tokens=kv_tokens, block_tokens=k, shared_layers=True
-            )
+                config, plan, kv_tokens=kv_tokens, block_tokens=k, shared_layers=True,
+                build_layer=_layer,
+            )  # fmt: skip
         return trees[k]
 
     return tree

@@ -45,7 +45,7 @@ from wse_systems.pipeline import (
     once_per_plan,
     plan_pipeline,
 )
-from wse_systems.serving.blocks import Pipeline, price_pipeline
+from wse_systems.serving.blocks import Pipeline, _fingerprint, price_pipeline
 from wse_systems.token import fastest_plan, head_rows_ladder, kept_plan, ladder_plans
 
 __all__ = [
@@ -232,16 +232,40 @@ def _split(work: Work) -> tuple[Work, Work]:
     return stream, Work(**{f: getattr(work, f) for f in _LATENCY_FIELDS})
 
 
-def block_phases(part: Phase | Phases, tokens: int, *, latency: bool = True) -> Phase | Phases:
+def block_phases(
+    part: Phase | Phases, tokens: int, *, latency: bool = True, works: dict | None = None
+) -> Phase | Phases:
     """`part` for a block of `tokens` tokens: each leaf's streaming work `tokens` times, its
     latency once (none when `latency` is False: a pass between wafers holds its element
-    only while its bytes stream)."""
+    only while its bytes stream). `works`: the blocks' `Work`s by the id of the one-token
+    `Work`, for a caller that keeps the tree alive (the stages' leaves share their `Work`s:
+    `decoder._own`, so each is scaled once)."""
+    works = {} if works is None else works
     if isinstance(part, Phases):
-        kids = tuple(block_phases(p, tokens, latency=latency) for p in part.parts)
+        kids = tuple(block_phases(p, tokens, latency=latency, works=works) for p in part.parts)
         return dataclasses.replace(part, parts=kids)
-    stream, lat = _split(part.work)
-    work = stream.scaled(tokens) + lat if latency else stream.scaled(tokens)
-    return dataclasses.replace(part, work=work)
+    key = (id(part.work), tokens, latency)
+    if key not in works:
+        stream, lat = _split(part.work)
+        works[key] = (part.work, stream.scaled(tokens) + lat if latency else stream.scaled(tokens))
+    return dataclasses.replace(part, work=works[key][1])
+
+
+def _seconds(model: PerfModel, part: Phase | Phases, costs: dict) -> float:
+    """`model.evaluate(part).seconds`, each distinct `Work` priced once (`costs`: by id, the
+    tree kept alive, then by value): a round's tree repeats every stage's layer leaves, and
+    an equal `Work` reads the same constants (hunt 70: most of a round's time)."""
+    if isinstance(part, Phases):
+        kids = [_seconds(model, p, costs) for p in part.parts]
+        # Pricing.evaluate's arithmetic, to the last digit
+        inner = sum(kids) if part.mode == "serial" else max(kids, default=0.0)
+        return inner * part.repeat
+    if id(part.work) not in costs:
+        key = _fingerprint(part.work)
+        if key not in costs:
+            costs[key] = model.cost(part.work).seconds
+        costs[id(part.work)] = (part.work, costs[key])
+    return costs[id(part.work)][1] * part.repeat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,12 +288,16 @@ def speculative_round(
     gamma: int,
     kv_tokens: int,
     model: PerfModel | None = None,
+    pipelines: tuple[Pipeline, Pipeline] | None = None,
 ) -> Round:
     """gamma draft tokens on `draft_plan`, then the target's pass over gamma + 1 tokens on
-    `target_plan` (the module's round)."""
+    `target_plan` (the module's round); `pipelines`: the two plans' `price_pipeline` at
+    `kv_tokens` where the caller holds them (the serving model prices each once)."""
     model = model or PerfModel(target_plan.spec)
-    tpipe = price_pipeline(target, target_plan, kv_tokens=kv_tokens, model=model)
-    dpipe = price_pipeline(draft, draft_plan, kv_tokens=kv_tokens, model=model)
+    tpipe, dpipe = pipelines or (
+        price_pipeline(target, target_plan, kv_tokens=kv_tokens, model=model),
+        price_pipeline(draft, draft_plan, kv_tokens=kv_tokens, model=model),
+    )
     n = gamma + 1
     _, k, _ = tpipe.pass_s(n)
     # the phases `price_token` prices, without evaluating its whole report twice a round
@@ -279,14 +307,15 @@ def speculative_round(
     bottleneck, _ = tpipe.bottleneck(k)
     region = dict((name, is_region) for name, is_region, _ in tpipe.elements)
     (slow,) = (p for p in step.parts if p.name == bottleneck)
+    works: dict = {}
     verify = serial(
-        serial(*(block_phases(p, k) for p in step.parts), name="first_block"),
-        serial(block_phases(slow, k, latency=region[bottleneck]), name="next_blocks",
-               repeat=math.ceil(n / k) - 1),
+        serial(*(block_phases(p, k, works=works) for p in step.parts), name="first_block"),
+        serial(block_phases(slow, k, latency=region[bottleneck], works=works),
+               name="next_blocks", repeat=math.ceil(n / k) - 1),
         name="verify",
     )  # fmt: skip
     phases = serial(dataclasses.replace(draft_step, name="draft", repeat=gamma), verify,
                     name="round")  # fmt: skip
     held = {name: math.ceil(n / k) * s for name, s in tpipe.occupancy_s(k).items()}
     held |= {f"draft {name}": gamma * s for name, s in dpipe.occupancy_s(1).items()}
-    return Round(phases, model.evaluate(phases).seconds, held, k)
+    return Round(phases, _seconds(model, phases, {}), held, k)

@@ -74,10 +74,13 @@ from wse_core.cost.perf import PerfModel
 from wse_core.errors import require_int
 from wse_core.hw.spec import WaferSpec
 
+from wse_systems import token
 from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regions, plan_pipeline
+from wse_systems.serving import blocks
 from wse_systems.serving import speculative as sp
-from wse_systems.serving.blocks import Pipeline, block_caps, price_pipeline
+from wse_systems.serving.blocks import Pipeline, block_caps, price_pipeline, priced_by
 from wse_systems.serving.frontier import OperatingPoint, ServingError, Speculation, Workload
+from wse_systems.serving.memo import Memo, frozen
 from wse_systems.serving.request import RequestWork
 from wse_systems.serving.speculative import Round, speculative_round
 from wse_systems.token import fastest_plan, kept_plan
@@ -93,6 +96,10 @@ __all__ = [
 ]
 
 MAX_USERS = 1 << 20  # the search for what fits stops here (tiny models fit millions)
+
+# Shared by the systems of one model, wafer and context (`memo`): each layout's search for a
+# load, the most users held, each placement's pipeline and round (a large model's is big)
+_SEARCHES, _MOST_USERS, _PIPELINES, _ROUNDS = Memo(64), Memo(64), Memo(256), Memo(32)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -139,6 +146,11 @@ class WaferServing:
         self.units = num_wafers
         self.name = spec.system or spec.name  # the system built around the wafer
         self.model = PerfModel(spec)
+        self._configs = {id(c): frozen(c) for c in (config, getattr(speculation, "draft", None))}
+        # what the module's caches share by (the model's rates: the constants it prices with)
+        self._shared = (frozen(config), frozen(speculation), frozen(spec), num_wafers,
+                        workload.held_tokens, workload.kv_tokens, bytes_per_param,
+                        frozen(self.model.rates))  # fmt: skip
         self._plans: dict[int, tuple[PipelinePlan, PipelinePlan | None]] = {}
         self._priced: dict[tuple[int, bool], tuple[Pipeline, Pipeline | None]] = {}
         self._points: dict[int, OperatingPoint] = {}
@@ -158,8 +170,16 @@ class WaferServing:
         """(target plan, draft plan or None) with `users` in flight; PipelinePlanError if
         they do not fit."""
         if users not in self._plans:
-            self._plans[users] = self._kept(users) or self._layout(users)
+            self._plans[users] = self._kept(users) or _SEARCHES.get(
+                self._key("search", users, self._regions()), lambda: self._layout(users)
+            )
         return self._plans[users]
+
+    def _key(self, *parts: Any) -> tuple:
+        """A key of the module's caches: this system's model and wafer, `parts`, and the
+        functions that compute an entry (`blocks.pricers`; a test swaps one for its oracle)."""
+        own = (type(self)._layout, type(self)._holds, token.decode_phases, sp.decode_phases)
+        return (self._shared, self.gemv, blocks.pricers(), own, *parts)
 
     def _asked(self, users: int) -> dict[str, Any]:
         """The plan's keywords for `users` in flight (the target's regions as asked)."""
@@ -238,6 +258,9 @@ class WaferServing:
     @functools.cached_property
     def max_users(self) -> int:
         """The most users whose KV caches fit beside the weights (MAX_USERS at most)."""
+        return _MOST_USERS.get(self._key("most", self._regions()), self._most_users)
+
+    def _most_users(self) -> int:
         lo = 1
         while lo < MAX_USERS and self._holds(min(2 * lo, MAX_USERS)):
             lo = min(2 * lo, MAX_USERS)
@@ -278,17 +301,10 @@ class WaferServing:
         """`price_pipeline`, once per layout: plans for different numbers of users that give
         every region the same rectangle, layers and per-user bytes price the same (a token's
         work does not depend on how many users are in flight), so only the blocks differ."""
-        regions = (plan.head, *plan.stages)
-        per_user = tuple(
-            (s.name, s.wafer, s.layers, s.region, s.weight_bytes, s.kv_bytes / plan.slots,
-             s.act_bytes / plan.slots) for s in regions
-        )  # fmt: skip
-        # the wafer's rows too: a speculative search plans each model on some of them
-        key = (id(config), kv_tokens, plan.spec.pe_rows, plan.num_wafers, plan.bytes_per_param,
-               per_user)  # fmt: skip
+        key = (self._configs[id(config)], kv_tokens, *priced_by(plan))
         if key not in self._by_layout:
-            priced = price_pipeline(config, plan, kv_tokens=kv_tokens, model=self.model)
-            self._by_layout[key] = priced
+            self._by_layout[key] = _PIPELINES.get(self._key("pipeline", *key), lambda: (
+                price_pipeline(config, plan, kv_tokens=kv_tokens, model=self.model)))  # fmt: skip
         # this plan's block limits (activations; meshgemv: MeshGEMM buffers), not the first
         # plan's: they move with the users held (hunt 68: the buffers' cap was dropped)
         return dataclasses.replace(self._by_layout[key], **block_caps(config, plan))
@@ -310,13 +326,22 @@ class WaferServing:
         if draft is None or self.speculation is None:
             return target.token_s, target.occupancy_s(1), 1.0
         if users not in self._rounds:
-            (tp, dp), w = self.plans(users), self.workload
-            self._rounds[users] = speculative_round(
-                self.config, tp, self.speculation.draft, dp, gamma=self.speculation.gamma,
-                kv_tokens=w.kv_tokens, model=self.model,
-            )  # fmt: skip
+            self._rounds[users] = self._round(users, target, draft)
         rnd = self._rounds[users]
         return rnd.seconds, rnd.held_s, self.speculation.tokens_per_round
+
+    def _round(self, users: int, target: Pipeline, draft: Pipeline) -> Round:
+        """`speculative_round` once per placement and verify block: it reads the target's
+        caps on a block only as its block, `k`, and whether each element's MeshGEMMs fit
+        there (hunt 70: each load priced the two models and the round's whole tree again)."""
+        (tp, dp), kv, spec = self.plans(users), self.workload.kv_tokens, self.speculation
+        assert spec is not None and dp is not None
+        k = target.pass_s(spec.gamma + 1)[1]
+        fits = tuple(k <= target.gemm_tokens.get(n, 0) for n, _, _ in target.elements)
+        key = self._key("round", kv, priced_by(tp), priced_by(dp), k, fits)
+        return _ROUNDS.get(key, lambda: speculative_round(
+            self.config, tp, spec.draft, dp, gamma=spec.gamma, kv_tokens=kv, model=self.model,
+            pipelines=(target, draft)))  # fmt: skip
 
     def request(self, users: int, block: int) -> RequestWork:
         """One request at `users` in flight, its prompt in blocks of `block` tokens."""
