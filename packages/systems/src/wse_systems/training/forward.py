@@ -27,7 +27,13 @@ from wse_systems.training.layer_cost import (
     head_phases,
     layer_phases,
 )
-from wse_systems.training.performance import ASSUMPTIONS, CHUNKED_ASSUMPTIONS, _groups, _runs
+from wse_systems.training.performance import (
+    ASSUMPTIONS,
+    CHUNKED_ASSUMPTIONS,
+    _groups,
+    _runs,
+    forward_nodes,
+)
 from wse_systems.training.placement import StepLayout, StepPlacement, StepWorkload, place_step
 from wse_systems.training.plan import memory_plan
 from wse_systems.training.stream_cost import Streams
@@ -62,13 +68,7 @@ def forward_phases(model: Any, pl: StepPlacement, *, streams: bool = True) -> Ph
             name="eval_forward",
         )
     fwd = layer_phases(model, pl)
-    nodes: list[Phase | Phases] = [
-        serial(st.weights_in(g["embed"]), name="first_weights_in"),
-        overlap(st.weights_in(g["layer"]), embed, name="embedding"),
-    ]
-    for i in range(L):
-        nxt = g["layer"] if i + 1 < L else g["head"]
-        nodes.append(overlap(st.weights_in(nxt), fwd, name="forward"))
+    nodes = forward_nodes(st, g, L, embed, fwd)
     nodes.append(serial(head, name="head"))
     return serial(*_runs(nodes), name="eval_forward")
 

@@ -116,6 +116,20 @@ def _groups(model: Any) -> dict[str, int]:
     return {"embed": embed, "layer": layer, "head": head_in, "head_grad": final}
 
 
+def forward_nodes(st: Any, g: dict[str, int], L: int, embed: Phase, fwd: Phases) -> list:
+    """The streamed forward pass up to the head, as a step and an eval pass run it: the
+    embedding's weights in, then each layer's forward under the next group's weights in
+    (the last under the head's)."""
+    nodes: list[Phase | Phases] = [
+        serial(st.weights_in(g["embed"]), name="first_weights_in"),
+        overlap(st.weights_in(g["layer"]), embed, name="embedding"),
+    ]
+    for i in range(L):
+        nxt = g["layer"] if i + 1 < L else g["head"]
+        nodes.append(overlap(st.weights_in(nxt), fwd, name="forward"))
+    return nodes
+
+
 def _runs(nodes: list[Phase | Phases]) -> list[Phase | Phases]:
     """Equal neighbours folded into one node with a repeat."""
     out: list[Phase | Phases] = []
@@ -139,13 +153,7 @@ def step_phases(
     fwd, bwd = layer_phases(model, pl), layer_phases(model, pl, backward=True)
     embed_f = Phase("embed_forward", embed_work(model, pl, backward=False))
     embed_b = Phase("embed_backward", embed_work(model, pl, backward=True))
-    nodes: list[Phase | Phases] = [
-        serial(st.weights_in(g["embed"]), name="first_weights_in"),
-        overlap(st.weights_in(g["layer"]), embed_f, name="embedding"),
-    ]
-    for i in range(L):
-        nxt = g["layer"] if i + 1 < L else g["head"]
-        nodes.append(overlap(st.weights_in(nxt), fwd, name="forward"))
+    nodes = forward_nodes(st, g, L, embed_f, fwd)
     nodes.append(overlap(st.weights_in(g["layer"]), head_phases(model, pl), name="head"))
     kept = math.ceil(L / pl.stride)
     if L > kept:
