@@ -43,7 +43,7 @@ def hunt69_cases() -> list[Case]:
         Case("hunt69", "train optimizer sgd + beta1 (hunt 69)", _const(
             "train", "tiny", "--validate-only", "optimizer.optimizer_type=sgd",
             "optimizer.beta1=0.5"),
-            message="has no effect with optimizer_type sgd",
+            message="no effect with optimizer_type sgd",
             note="accepted; sgd's momentum and adam's weight_decay were dropped unsaid too"),
         Case("hunt69", "train decay_steps below warmup_steps (hunt 69)", _const(
             "train", "tiny", "--validate-only", "optimizer.decay_steps=5",
