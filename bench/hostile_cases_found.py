@@ -273,7 +273,7 @@ def found_cases() -> list[Case]:
             message="--freq-hz must be a finite number in (0, 1000000.0]"),
         Case("found", "train --num-csx 1e9", _const(
             "train", "tiny", "--validate-only", "--num-csx", str(10**9)),
-            message="runconfig.num_csx must be at most 20,480 systems"),
+            message="over the limit of 20,480 systems"),
         Case("found", "infer generate config.json hidden_size: '64'", lambda fx, tmp: [
             "infer", "generate", "--model-dir", _model_with(fx, tmp, hidden_size="64"),
             "--prompt-ids", "1"], message="hidden_size in config.json must be a number"),

@@ -126,7 +126,7 @@ def more_cases() -> list[Case]:
             tmp, "x.parquet", b"nope" * 100), message="is not a Parquet file"),
         Case("more", "train data: .jsonl with a number as text", lambda fx, tmp: _data(
             tmp, "n.jsonl", b"".join(b'{"text": %d}\n' % i for i in range(1, 300))),
-            message="not text; every 'text' must be a string"),
+            message="'text' is 1, not a string; every 'text' must be text"),
         Case("more", "train train_input.max_corpus_bytes=0", lambda fx, tmp: [
             *_TRAIN, "train_input.max_corpus_bytes=0", "-o", str(tmp / "run")],
             message="max_corpus_bytes must be positive"),
