@@ -275,8 +275,8 @@ def _run(s, pot, cfg, out, as_json, trace=None, start: str = "", notes=()) -> No
         f"({summary['bound']}-bound), measured here "
         f"{summary['timesteps_per_s'] or 0:.4g} timesteps/s"
     )
-    if res.report.assumed:  # hunt 70: the prediction stood beside no assumption that moves it
-        console.print(res.report.assumed_compact(), markup=False, soft_wrap=True)
+    if listed := res.report.assumed_compact():  # hunt 70: stood beside no assumption listed
+        console.print(listed, markup=False, soft_wrap=True)
     if out is not None:
         console.print(f"wrote {out}")
     if trace is not None:
@@ -284,8 +284,7 @@ def _run(s, pot, cfg, out, as_json, trace=None, start: str = "", notes=()) -> No
 
 
 def _priced_as(summary: dict) -> str:
-    """Hunt 67: an fp64 run's figure is the fp32 program's (no fp64 datapath on the PE);
-    say so beside it, not only in the report's `md.precision`."""
+    """Hunt 67: an fp64 run's figure is the fp32 program's (no fp64 PE datapath): said here."""
     extra = summary["report"]
     if extra.get("run_precision") == extra.get("wafer_precision"):
         return ""

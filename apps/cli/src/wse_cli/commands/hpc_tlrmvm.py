@@ -259,7 +259,7 @@ def run(
     if as_json:  # hunt 69: NaN is no JSON (an older file's error is null)
         typer.echo(json.dumps(d, indent=2, default=float, allow_nan=False))
         return
-    _print_run(d, spec.name, report.assumed_compact() if report.assumed else "")
+    _print_run(d, spec.name, report.assumed_compact())  # "" when nothing is listed
 
 
 def _print_run(d: dict, spec_name: str, assumed: str) -> None:
