@@ -45,7 +45,7 @@ from wse_systems.pipeline import (
     once_per_plan,
     plan_pipeline,
 )
-from wse_systems.serving.blocks import Pipeline, _fingerprint, price_pipeline
+from wse_systems.serving.blocks import Pipeline, price_pipeline
 from wse_systems.token import fastest_plan, head_rows_ladder, kept_plan, ladder_plans
 
 __all__ = [
@@ -251,23 +251,6 @@ def block_phases(
     return dataclasses.replace(part, work=works[key][1])
 
 
-def _seconds(model: PerfModel, part: Phase | Phases, costs: dict) -> float:
-    """`model.evaluate(part).seconds`, each distinct `Work` priced once (`costs`: by id, the
-    tree kept alive, then by value): a round's tree repeats every stage's layer leaves, and
-    an equal `Work` reads the same constants (hunt 70: most of a round's time)."""
-    if isinstance(part, Phases):
-        kids = [_seconds(model, p, costs) for p in part.parts]
-        # Pricing.evaluate's arithmetic, to the last digit
-        inner = sum(kids) if part.mode == "serial" else max(kids, default=0.0)
-        return inner * part.repeat
-    if id(part.work) not in costs:
-        key = _fingerprint(part.work)
-        if key not in costs:
-            costs[key] = model.cost(part.work).seconds
-        costs[id(part.work)] = (part.work, costs[key])
-    return costs[id(part.work)][1] * part.repeat
-
-
 @dataclasses.dataclass(frozen=True)
 class Round:
     """One speculative round (module contract): its phases, seconds, per-element holds and
@@ -318,4 +301,4 @@ def speculative_round(
                     name="round")  # fmt: skip
     held = {name: math.ceil(n / k) * s for name, s in tpipe.occupancy_s(k).items()}
     held |= {f"draft {name}": gamma * s for name, s in dpipe.occupancy_s(1).items()}
-    return Round(phases, _seconds(model, phases, {}), held, k)
+    return Round(phases, model.evaluate(phases).seconds, held, k)

@@ -371,11 +371,17 @@ class Pricing:
         )
 
     def evaluate(self, phases: Phases | Phase) -> Timing:
-        """Seconds and bound of every node of the phase tree."""
-        if isinstance(phases, Phase):
-            c = self.cost(phases.work)
+        """Seconds and bound of every node of the phase tree; a `Work` that several leaves
+        share (a pipeline's stages, a round's blocks) is priced once."""
+        return self._evaluate(phases, {})
+
+    def _evaluate(self, phases: Phases | Phase, costs: dict[int, Cost]) -> Timing:
+        if isinstance(phases, Phase):  # by id: the tree, alive for the call, holds each Work
+            c = costs.get(id(phases.work))
+            if c is None:
+                c = costs[id(phases.work)] = self.cost(phases.work)
             return Timing(phases.name, c.seconds * phases.repeat, c.bound, phases.repeat, c)
-        kids = tuple(self.evaluate(p) for p in phases.parts)
+        kids = tuple(self._evaluate(p, costs) for p in phases.parts)
         inner = (
             sum(k.seconds for k in kids)
             if phases.mode == "serial"
