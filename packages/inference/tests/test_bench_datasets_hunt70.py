@@ -172,6 +172,18 @@ def test_random_against_the_real_server_generates_exactly_each_length():
     assert s["output_tokens"] == sum(drawn.request(i).max_tokens for i in range(16))
 
 
+def test_the_fixed_prompt_counts_its_input_tokens_by_the_servers_usage():
+    """Before, the fixed prompt's input tokens were "- (not counted)" though the server's
+    usage chunk gives them; the mock's tokens are the prompt's UTF-8 bytes (the oracle)."""
+    prompt = "héllo wafer"
+    with running_server(max_slots=2) as srv:
+        s = run_load_test(LoadTestConfig(url=srv.http_url, num_requests=3, max_tokens=4,
+                                         prompt=prompt, timeout_s=20))  # fmt: skip
+    assert s["completed"] == 3
+    assert s["input_tokens"] == 3 * len(prompt.encode())
+    assert s["total_tokens_per_s"] == pytest.approx((s["input_tokens"] + 12) / s["wall_s"])
+
+
 def test_a_server_that_lists_no_vocabulary_asks_for_random_vocab_size():
     with recording_server(vocab_size=None) as (url, bodies):
         cfg = LoadTestConfig(url=url, num_requests=2, dataset=RandomSpec(), timeout_s=10)

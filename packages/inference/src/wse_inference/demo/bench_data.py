@@ -12,7 +12,8 @@ summary records (the name, its settings, the seed). Bad settings and files are
 
 
 - `fixed(prompt, max_tokens)`: every request the same text (the bench's default; vLLM has no
-  such dataset). Its prompt tokens are not counted (the client has no tokenizer): None.
+  such dataset). The client has no tokenizer, so its prompt_len is None and the load test
+  takes the server's usage.prompt_tokens instead.
 - `random_sample(spec, num, seed, vocab_size)`: vLLM's RandomDataset. From
   `np.random.default_rng(seed)`, in vLLM's order: input lengths uniform over the integers of
   [floor(L(1 - r)), ceil(L(1 + r))], output lengths over [max(1, floor(O(1 - r))),

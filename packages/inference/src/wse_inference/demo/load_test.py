@@ -24,7 +24,8 @@ compared; per request, times from sending it:
   was a special one);
 - request_throughput_per_s: completed requests / wall time;
 - input_tokens (/ wall time, and + output tokens: vLLM's total token throughput): the completed
-  requests' prompt tokens as the dataset counted them (None for the fixed prompt: uncounted);
+  requests' prompt tokens as the dataset counted them (for the fixed prompt, the server's
+  usage.prompt_tokens; None when a completed request's were counted by neither);
 each as {"mean", "p50", "p90", "p99", "n"} (NumPy's linear-interpolation percentiles; `n`: the
 requests or gaps they are over, so none is left out unseen: a request of one token has no TPOT,
 one with no chunk with a choice no TTFT nor e2e). The ITL percentiles are exact up to `ITL_SAMPLE`
@@ -133,6 +134,7 @@ class RequestResult:
     completion_tokens: int = 0
     error: str | None = None
     itl_s: tuple[float, ...] = ()
+    prompt_tokens: int | None = None  # the server's usage.prompt_tokens, when it sent one
 
     @property
     def tpot_s(self) -> float:
@@ -148,6 +150,7 @@ class _Stream:
     last_s: float = float("nan")
     itl_s: list[float] = dataclasses.field(default_factory=list)
     usage: int | None = None
+    prompt_usage: int | None = None
     choice_chunks: int = 0
     token_chunks: int = 0  # chunks with a choice, but for a closing one (no text, finished)
     text_chunks: int = 0
@@ -155,6 +158,8 @@ class _Stream:
     def add(self, chunk: Chunk, t_s: float, max_tokens: int) -> None:
         """Take a chunk that arrived at `t_s`."""
         self.usage = chunk.tokens if chunk.tokens is not None else self.usage
+        if chunk.prompt_tokens is not None:
+            self.prompt_usage = chunk.prompt_tokens
         if not chunk.choice:  # the usage chunk (choices: []) is no token: vLLM's rule
             return
         if not self.choice_chunks:
@@ -172,7 +177,9 @@ class _Stream:
         if why is not None:
             return RequestResult(False, error=why)
         n = self.usage if self.usage is not None else self.token_chunks
-        return RequestResult(True, self.ttft_s, self.last_s, n, None, tuple(self.itl_s))
+        return RequestResult(
+            True, self.ttft_s, self.last_s, n, None, tuple(self.itl_s), self.prompt_usage
+        )
 
     def _overrun(self, max_tokens: int) -> str | None:
         """Why the chunks streamed are more than `max_tokens` allows, or None (hunt 69: with
@@ -293,6 +300,8 @@ class Tally:
             return
         self.completed += 1
         self.tokens += r.completion_tokens
+        if prompt_len is None:  # the fixed prompt: the server's count, as its usage gives it
+            prompt_len = r.prompt_tokens
         if self.input_tokens is not None:  # None once a completed request's were not counted
             self.input_tokens = None if prompt_len is None else self.input_tokens + prompt_len
         self.ttft_s.append(r.ttft_s)

@@ -71,12 +71,14 @@ class LineTooLong(ValueError):
 class Chunk(NamedTuple):
     """One streamed completion chunk: `choice` (its `choices` list is not empty: vLLM's test
     for a chunk that carries a token), their `text`, `finished` (a choice has a
-    finish_reason) and `tokens` (usage.completion_tokens, None when absent)."""
+    finish_reason), `tokens` and `prompt_tokens` (usage.completion_tokens and
+    usage.prompt_tokens, None when absent)."""
 
     choice: bool
     text: str
     finished: bool
     tokens: int | None
+    prompt_tokens: int | None = None
 
 
 async def read_head(parts: AsyncIterator[bytes], limit: int) -> bytes:
@@ -192,10 +194,16 @@ def parse_chunk(data: str) -> Chunk:
     usage = chunk.get("usage")
     if usage is None:
         return Chunk(bool(choices), text, finished, None)
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+    tokens, prompt = (usage.get(k) if isinstance(usage, dict) else None
+                      for k in ("completion_tokens", "prompt_tokens"))  # fmt: skip
+    if not _count(tokens) or not (prompt is None or _count(prompt)):
         raise ValueError(f"a chunk whose usage is not OpenAI's: {data[:80]!r}")
-    return Chunk(bool(choices), text, finished, tokens)
+    return Chunk(bool(choices), text, finished, tokens, prompt)
+
+
+def _count(v) -> bool:
+    """A token count as JSON gives one: an int >= 0, not a bool."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def reason(detail: bytes) -> str:
