@@ -146,7 +146,8 @@ def run(
         "over these values of one assumption, instead of running the experiment.",
     ),
 ) -> None:
-    """Run one experiment; writes results.json, table.md, table.csv, figure.png."""
+    """Run one experiment; writes results.json, table.md, table.csv, figure.png (and
+    mechanisms.png and any per-experiment view beside it)."""
     from wse_core import write_experiment
     from wse_core.cost.assumptions import assume as assumed
     from wse_core.cost.assumptions import parse_assumptions
@@ -181,7 +182,16 @@ def run(
         note(f"note: {folder} held {earlier}; its files are replaced by this run's")
     # from memory: under `umask 777` the file just written cannot be read (hunt 67)
     typer.echo(table_markdown(result))
-    typer.echo(f"wrote {folder}/results.json, table.md, table.csv, figure.png")
+    typer.echo(f"wrote {folder}/results.json, table.md, table.csv, {_pngs(folder)}")
+
+
+def _pngs(folder: Path) -> str:
+    """The figures written (hunt 71: the line left out mechanisms.png and the extra views);
+    "figure.png" where the folder cannot be listed (under `umask 777`, hunt 67)."""
+    try:
+        return ", ".join(sorted(p.name for p in folder.glob("*.png"))) or "figure.png"
+    except OSError:
+        return "figure.png"
 
 
 def _check_folder(out: Path, name: str, files: tuple[str, ...], *, figures: bool) -> None:

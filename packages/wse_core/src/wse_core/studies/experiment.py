@@ -34,6 +34,7 @@ import dataclasses
 import json
 import math
 import numbers
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -386,6 +387,29 @@ def _run_notes(result: ExperimentResult) -> list[str]:
         fitted = ", ".join(f"{k} = {v:.6g}" for k, v in cal["values"].items()) or "nothing"
         out += ["", f"Calibration in force: rows priced on {cal['wafer']} at "
                 f"{cal['clock_hz']:g} Hz; fitted {fitted}"]  # fmt: skip
+        out += _refit_warnings(cal)
+    return out
+
+
+def _refit_warnings(cal: Mapping[str, Any]) -> list[str]:
+    """What a refit under `--assume calibration.KEY=...` could not do (hunt 71: cost-model.md
+    promised it, the run printed only the values): rows it misses (`Calibration.misses`) and
+    fitted values past the range their predictions are swept over."""
+    from wse_core.cost.mechanisms import CONSTANTS
+
+    out = []
+    if missed := cal.get("misses"):
+        rows = ", ".join(f"{k} {100 * m:+.1f}%" for k, m in missed.items())
+        out += ["", "The calibration rows cannot all be met under these assumptions (a constant "
+                f"would be negative; it is held at 0): rows missed, by the constant each fits: "
+                f"{rows}"]  # fmt: skip
+    past = [
+        f"{k} = {v:.6g} (swept {min(sw):g}..{max(sw):g})"
+        for k, v in cal["values"].items()
+        if (sw := CONSTANTS[k].sweep) and not min(sw) <= v <= max(sw)
+    ]
+    if past:
+        out += ["", f"Fitted past the range its predictions are swept over: {'; '.join(past)}"]
     return out
 
 
