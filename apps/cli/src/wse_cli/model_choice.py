@@ -2,20 +2,21 @@
 a params.yaml, an HF directory or its config.json.
 
 Contract. `resolve_model(text)` returns a `ModelChoice` (the `wse_models.ModelConfig` and, from
-a params file, its per-system batch, sequence and systems) or raises `PlanError` naming the
-choices. `PlanError` is the error of every `wse plan` input (`wse_systems.planning.train` raises it
-too).
+a params file, its per-system batch, sequence, systems, memory plan and wafer) or raises
+`PlanError` naming the choices; `plan_wafer(choice, wafer, spec_file)` the wafer a plan of it
+prices. `PlanError` is the error of every `wse plan` input (`wse_systems.planning.train`
+raises it too).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from wse_core import suggest
+from wse_core import WseError, suggest
 from wse_core.host.readers import load_json, read_text
 from wse_systems.planning.choice import ModelChoice, PlanError
 
-__all__ = ["PlanError", "ModelChoice", "resolve_model"]
+__all__ = ["PlanError", "ModelChoice", "plan_wafer", "resolve_model"]
 
 
 def _from_params(path: str, name: str) -> ModelChoice:
@@ -28,12 +29,41 @@ def _from_params(path: str, name: str) -> ModelChoice:
     # hunt 62: num_csx 0 was a ZeroDivisionError here, batch_size 0 or -16 a traceback in the
     # micro-batch planner, max_seq_len below max_sequence_length planned: wse train's checks
     check_config(cfg, model.max_seq_len, model.vocab_size)
-    n = cfg.runconfig.num_csx
+    run = cfg.runconfig
+    n = run.num_csx
+    # hunt 71: the memory plan (stride, chunks) and the wafer were dropped: a plan 6.3x off
+    # `wse train --validate-only` of the same file
     return ModelChoice(
         name, model, cfg.train_input.batch_size // n,
         cfg.train_input.max_sequence_length, n, cfg.train_input.micro_batch_size,
-        cfg.train_input.batch_size,
+        cfg.train_input.batch_size, run.activation_stride, run.weight_chunks, str(run.wafer),
     )  # fmt: skip
+
+
+def _is_path(wafer: str) -> bool:
+    """A `runconfig.wafer` that names a spec file (`wse train`'s rule: a '/' or a .yaml/.yml
+    suffix, which no preset name has)."""
+    return "/" in wafer or wafer.lower().endswith((".yaml", ".yml"))
+
+
+def plan_wafer(
+    choice: ModelChoice, wafer: str | None, spec_file: Path | None
+) -> tuple[str | None, Path | None]:
+    """(preset, spec file) a plan prices (`wafer_choice.wafer_spec`'s first two arguments):
+    `--wafer` / `--spec` where given; else a params file's `runconfig.wafer`, as `wse train`
+    runs it, where it is a spec file or the preset of a CS system; else (None, None), the
+    command's default (a test wafer such as `small` is part of no system a plan can price).
+    `plan_train` says on its assumptions which wafer it priced and the file's."""
+    if wafer is not None or spec_file is not None or choice.wafer is None:
+        return wafer, spec_file
+    if _is_path(choice.wafer):
+        return None, Path(choice.wafer)
+    from wse_core import preset
+
+    try:
+        return (choice.wafer, None) if preset(choice.wafer).system_peak_w else (None, None)
+    except WseError:  # no such preset: wse train refuses it; plan on the default, said
+        return None, None
 
 
 def _hf_file(path: Path) -> Path:

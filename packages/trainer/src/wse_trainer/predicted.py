@@ -4,11 +4,15 @@ Contract. A run prices what it runs, from its own plan (hunt 70: an eval, and a 
 nothing left to train, printed the training step's prediction): `run_lines(s, trains=,
 evals=)` is (the run log's prediction lines, the eval pass's `RunReport` or None): the
 training step's line (`Session.prediction`, `wse_trainer.session.predict`) where the run
-trains, the eval pass's (`predict_eval`, `wse_systems.training.forward`) where it evaluates,
-else one line saying that nothing it runs is predicted. Every line that prints a predicted
-figure ends with `prediction_basis(report)`: the calibration in force and the constants that
-move it (`wse_core.cost.listing`), the same text `wse train --validate-only` prints (hunt 70:
-the run's line listed neither).
+trains, the eval pass's (`eval_line`: `predict_eval`, `wse_systems.training.forward`) where it
+evaluates, else one line saying that nothing it runs is predicted. `wse train
+--validate-only` prints the same eval line (hunt 71: it printed a training step for an eval
+run and no eval pass for train_and_eval), at `eval_steps` batches: the split's own count is
+known once it is tokenized, and a run evaluating fewer says so (`run._eval_note`). Every line
+that prints a predicted figure ends with `prediction_basis(report)`: the calibration in force
+and the constants that move it (`wse_core.cost.listing`), the same text `--validate-only`
+prints (hunt 70: the run's line listed neither); a step's line names before it what the
+run does and the step does not price (`saves_note`: checkpoint saves; hunt 71).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from wse_core.hw.spec import WaferSpec
 
 from wse_trainer.config import TrainConfig
 
-__all__ = ["NOTHING", "prediction_basis", "predict_eval", "run_lines", "step_line"]
+__all__ = ["NOTHING", "eval_line", "prediction_basis", "predict_eval", "run_lines",
+           "saves_note", "step_line"]  # fmt: skip
 
 NOTHING = "no prediction: this run trains no step and evaluates nothing"
 
@@ -30,12 +35,25 @@ def prediction_basis(report: Any) -> str:
     return report.calibration.describe() + (f"; {listed}" if listed else "")
 
 
+def saves_note(config: TrainConfig) -> str:
+    """The checkpoint saves a training run makes and its prediction leaves out: nothing
+    sourced gives the rate at which MemoryX writes its masters and optimizer state (hunt 71:
+    left out, said nowhere; `llama3_8b` writes ~96 GB 20 times)."""
+    every = config.runconfig.checkpoint_steps
+    return (
+        f"not priced: checkpoint saves (every {every:,} step{'s' * (every != 1)} and at the "
+        "end, MemoryX's masters and optimizer state; no sourced write rate)"
+    )
+
+
 def predict_eval(config: TrainConfig, spec: WaferSpec, model: Any, batches: int):
     """The predicted wafer eval pass (`RunReport`) of `batches` eval batches: each system its
     share of `eval_input.batch_size` (the busiest, ceil(batch / num_csx)) at
-    `eval_input.max_sequence_length`, as the largest micro-batch the training ledger places
-    ("auto": the train's `micro_batch_size` need not divide the eval batch); the ledger's
-    SramBudgetError where not one sequence fits."""
+    `eval_input.max_sequence_length`, as micro-batches of `eval_input.micro_batch_size`
+    (hunt 71: it was checked, then never read; unset: "auto", the largest the training
+    ledger places, since the train's `micro_batch_size` need not divide the eval batch;
+    "explore": the fastest eval pass); the ledger's SramBudgetError where not one sequence
+    fits."""
     from wse_systems.training.forward import predict_eval as priced
     from wse_systems.training.micro_batch import resolve_micro_batch
     from wse_systems.training.performance import StepLayout
@@ -44,51 +62,61 @@ def predict_eval(config: TrainConfig, spec: WaferSpec, model: Any, batches: int)
     run, seq = config.runconfig, config.eval_input.max_sequence_length
     per = -(-config.eval_input.batch_size // run.num_csx)
     where = dict(seq_len=seq, stride=run.activation_stride, chunks=run.weight_chunks)
-    micro = resolve_micro_batch("auto", model, spec, batch_per_system=per, **where)
-    plan = memory_plan(model, spec, micro, **where)
-    return priced(model, spec, num_csx=run.num_csx, batch_per_system=per, seq_len=seq,
-                  micro_batch=micro, batches=batches, layout=StepLayout(plan))  # fmt: skip
+    setting = config.eval_input.micro_batch_size
+
+    def eval_pass(micro: int) -> Any:  # each micro-batch its own memory plan, as the step's
+        plan = memory_plan(model, spec, micro, **where)
+        return priced(model, spec, num_csx=run.num_csx, batch_per_system=per, seq_len=seq,
+                      micro_batch=micro, batches=batches, layout=StepLayout(plan))  # fmt: skip
+
+    micro = resolve_micro_batch(
+        "auto" if setting is None else setting, model, spec, batch_per_system=per,
+        speed=lambda m: eval_pass(m).extra["tokens_per_s"], **where,
+    )  # fmt: skip
+    return eval_pass(micro)
 
 
-def step_line(report: Any, spec: WaferSpec) -> str:
-    """The predicted training step's line."""
+def step_line(report: Any, spec: WaferSpec, unpriced: str) -> str:
+    """The predicted training step's line (`unpriced`: what the run does beside its steps
+    that the figure leaves out, `saves_note`)."""
     x = report.extra
     return (
         f"predicted wafer step ({report.systems} x {spec.name}, {x['precision']}): "
         f"{report.predicted_s:.4g} s, {x['tokens_per_s']:,.0f} tokens/s, "
         f"{x['micro_batches']} micro-batch(es) of {x['micro_batch']} per system, set by "
-        f"{x['step_bound']}, streams add {100 * x['stall_fraction']:.1f}%; "
+        f"{x['step_bound']}, streams add {100 * x['stall_fraction']:.1f}%; {unpriced}; "
         f"{prediction_basis(report)}"
     )
 
 
 def run_lines(s: Any, *, trains: bool, evals: bool) -> tuple[list[str], Any]:
     """(the lines, the eval pass's report or None) of a `Session` (module contract)."""
-    lines = [step_line(s.prediction, s.spec)] if trains else []
+    lines = [step_line(s.prediction, s.spec, saves_note(s.config))] if trains else []
     report = None
-    if evals:
-        line, report = _eval_line(s)
+    if evals:  # every evaluation runs the same batches: the first `eval_steps` the split
+        cfg = s.config.eval_input  # holds, as `session.evaluate` does
+        batches = min(cfg.eval_steps, len(s.eval_rows) // cfg.batch_size)
+        line, report = eval_line(s.config, s.spec, s.model, batches)
         lines.append(line)
     return lines or [NOTHING], report
 
 
-def _eval_line(s: Any) -> tuple[str, Any]:
-    """One evaluation's predicted eval pass (every evaluation runs the same batches: the
-    first `eval_steps` the split holds, as `session.evaluate` does) and its report."""
-    from wse_core import SramBudgetError
+def eval_line(config: TrainConfig, spec: WaferSpec, model: Any, batches: int) -> tuple[str, Any]:
+    """One evaluation's predicted eval pass of `batches` batches: (its line, its report or
+    None where it cannot be priced)."""
+    from wse_core import WseError
 
-    cfg, run = s.config.eval_input, s.config.runconfig
-    batches = min(cfg.eval_steps, len(s.eval_rows) // cfg.batch_size)
+    run = config.runconfig
     try:
-        r = predict_eval(s.config, s.spec, s.model, batches)
-    except SramBudgetError as e:  # an eval shape the training ledger cannot place
+        r = predict_eval(config, spec, model, batches)
+    except WseError as e:  # an eval shape the training ledger cannot place
         return f"no prediction of the eval pass: {e}", None
     x, when = r.extra, "" if run.mode == "eval" else " at the end"
     if when and run.eval_frequency:
         every = run.eval_frequency
         when = f" every {every:,} step{'s' * (every != 1)} and at the end"
     line = (
-        f"predicted eval pass ({r.systems} x {s.spec.name}, {x['precision']}), each "
+        f"predicted eval pass ({r.systems} x {spec.name}, {x['precision']}), each "
         f"evaluation{when}: {r.predicted_s:.4g} s for {x['batches']} batch(es) of "
         f"{x['batch_per_system']} x {x['seq_len']} tokens per system (forward only, "
         f"{x['micro_batches']} micro-batch(es) of {x['micro_batch']}), {x['tokens_per_s']:,.0f} "

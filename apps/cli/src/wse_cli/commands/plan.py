@@ -77,7 +77,11 @@ WAFER_DTYPE = typer.Option(
     "auto", "--wafer-dtype", help="Wafer weights and KV: float32, bfloat16, float16 or auto (a "
     "model folder's own dtype, as wse infer generate runs it; else bfloat16).",
 )  # fmt: skip
-MFU = number(0.4, "--mfu", help="GPU model flops utilisation (assumption).", ge=0.01, le=1)
+# hunt 71: a params file's wafer and the assumption gpu.train_mfu were overridden by defaults
+TRAIN_WAFER = preset_option("a params file's runconfig.wafer, else wse3", "--wafer",
+                            help="Wafer preset: wse1, wse2, wse3")  # fmt: skip
+MFU = number(None, "--mfu", help="GPU model flops utilisation (default: the assumption "
+             "gpu.train_mfu, 0.4).", ge=0.01, le=1)  # fmt: skip
 USD_GPU = number(None, "--usd-per-gpu-hour", help="Default: wse_systems.gpu.", ge=0,
                  le=MAX_USD_PER_HOUR, unit="USD/h")  # fmt: skip
 USD_SYS = number(None, "--usd-per-system-hour", help="Per wafer system; default in economics.",
@@ -184,7 +188,7 @@ def train(
         ge=1,
         le=MAX_SEQ_TOKENS,
     ),
-    wafer: str = WAFER,
+    wafer: str = TRAIN_WAFER,
     spec_file: Path = SPEC_FILE,
     gpu: str = GPU,
     mfu: float = MFU,
@@ -202,12 +206,13 @@ def train(
     from wse_core.cost.reads import recording
     from wse_systems.planning.train import TrainBatch, TrainGpus, plan_train
 
-    from wse_cli.model_choice import resolve_model
+    from wse_cli.model_choice import plan_wafer, resolve_model
 
-    changes, spec = _assumed(assume, wafer, spec_file, serving=False)
+    choice = resolve_model(model)  # hunt 71: a params file's wafer, as wse train runs it
+    changes, spec = _assumed(assume, *plan_wafer(choice, wafer, spec_file), serving=False)
     with assumed(**changes), recording() as reads:
         plan = plan_train(
-            resolve_model(model), tokens=tokens, spec=spec, systems=systems,
+            choice, tokens=tokens, spec=spec, systems=systems,
             gpus=TrainGpus(gpu, gpus, mfu), batch=TrainBatch(batch, _micro_batch(micro_batch),
                                                              seq_len),
             rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),

@@ -14,7 +14,9 @@ streams every weight matrix in K column chunks (`runconfig.weight_chunks`; 0: wh
 when they fit, else as the SRAM ledger allows). `--validate-only` checks the config and
 prints the memory plan (with the weight chunks and why), the predicted wafer step and
 tokens/s on num_csx systems, and each streamed unit's no-stall condition, without
-allocating anything. Heavy packages are imported inside the command.
+allocating anything; it prices what the run will for its mode (hunt 71): the step where it
+trains, the run's own eval-pass line where it evaluates. Heavy packages are imported inside
+the command.
 
 Multi-process: `--num-processes/--process-id/--coordinator` (or the WSE_* variables that
 `wse launch` sets, or SLURM's environment) join one run; the `num_csx` replicas are split
@@ -117,9 +119,9 @@ def _print_streams(console, rows) -> None:
     console.print(table)
 
 
-def _print_prediction(console, report) -> None:
+def _print_prediction(console, report, config) -> None:
     """The predicted wafer step of the plan (a wse_core RunReport) and its tokens/s."""
-    from wse_trainer.predicted import prediction_basis
+    from wse_trainer.predicted import prediction_basis, saves_note
 
     x = report.extra
     console.print(
@@ -128,8 +130,28 @@ def _print_prediction(console, report) -> None:
         f"{report.bound}-bound (critical: {report.predicted.critical().name}); streams "
         # hunt 69: only the calibration stood beside it; 850 MHz moved it 29%; hunt 70: the
         # run's own line listed neither: one text for both (`prediction_basis`)
-        f"stall {100 * x['stall_fraction']:.1f}%; {prediction_basis(report)}"
+        f"stall {100 * x['stall_fraction']:.1f}%; {saves_note(config)}; "
+        f"{prediction_basis(report)}",
+        highlight=False,
     )
+
+
+def _print_run_prediction(console, config, spec, model, plan) -> None:
+    """What the run prices for its mode (hunt 71: an eval run was shown a training step and
+    train_and_eval no eval pass): the step where it trains, the run's own eval line
+    (`wse_trainer.predicted.eval_line`) at `eval_steps` batches where it evaluates."""
+    from wse_trainer.predicted import eval_line
+    from wse_trainer.session import predict, stream_rows
+
+    mode, evals = config.runconfig.mode, config.eval_input.eval_steps
+    if mode != "eval":
+        _print_prediction(console, predict(config, spec, model, plan), config)
+        _print_streams(console, stream_rows(config, spec, model, plan))
+    if mode != "train":
+        line = eval_line(config, spec, model, evals)[0]  # one line, as the run's echo
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        console.print(f"  eval batches: eval_input.eval_steps={evals:,}; a run whose eval split "
+                      "holds fewer evaluates those and says so", highlight=False)  # fmt: skip
 
 
 def train(
@@ -201,8 +223,11 @@ def train(
     validate_only = validate_only or config.runconfig.validate_only  # ModelZoo's key (hunt 65)
     if trace is not None and not validate_only:
         fail("--trace writes the predicted step's per-PE trace: use it with --validate-only")
+    if trace is not None and config.runconfig.mode == "eval":
+        fail("--trace writes the predicted training step's per-PE trace; --mode eval trains no "
+             "step: use --mode train or train_and_eval")  # fmt: skip
     if validate_only:
-        from wse_trainer.session import check_inputs, predict, stream_rows, validate
+        from wse_trainer.session import check_inputs, predict, validate
 
         check_inputs(config)  # what the run refuses up front, validation refuses (hunt 65)
 
@@ -213,12 +238,11 @@ def train(
                 f"the config cannot train: {plan.streaming_error}; raise num_csx or lower "
                 "train_input.batch_size or max_sequence_length"
             )
-        report = predict(config, spec, model, plan)
-        _print_prediction(console, report)
-        _print_streams(console, stream_rows(config, spec, model, plan))
+        _print_run_prediction(console, config, spec, model, plan)
         if trace is not None:
             from wse_systems.training.performance import step_trace
 
+            report = predict(config, spec, model, plan)
             report = report.with_trace(step_trace(spec, report))
             console.print(f"per-PE trace: {report.trace.save(trace)} (wse view FILE)", markup=False)
         console.print("[green]config is valid[/]")

@@ -4,14 +4,17 @@ Uses `<out>/train/model_dir` (written by the training part that runs first); wit
 saves a tiny random model with `wse_models.save_pretrained` and uses that. Shows the wafer
 plan, the pipelined engine's text equal to the plain decoder's, speculative generation with a
 first-layer draft (greedy: the same text; acceptance statistics), and the calibration set's
-8B check on one WSE-3 priced on its published setup (`wse_systems.token.decode_check_row`).
+8B check on one WSE-3 priced on its published setup (`wse_systems.token.decode_check_row`)
+beside the 70B on 4 WSE-3s priced on the same setup, the `hotchips24-inference` experiment's
+row (`decode_70b`; hunt 71: priced on `predict_model`'s defaults, 8k context, 4,096 cached
+tokens and no trip to the host, unnamed on the line: 694 tokens/s beside the row's 741).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["part"]
+__all__ = ["part", "decode_line", "decode_70b"]
 
 
 def demo_model_dir(console, out_dir: Path) -> Path:
@@ -33,12 +36,10 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     """Load, plan, generate pipelined and speculatively, print the figures."""
     from wse_core import preset
     from wse_core.cost.report import stopwatch
-    from wse_systems.token import decode_check_row
 
     from wse_inference.engine import SamplingParams
     from wse_inference.model_dir import load_model, truncated_model
     from wse_inference.pipeline.engine import PipelineEngine
-    from wse_inference.pipeline.perf import predict_model, tokens_per_s
     from wse_inference.speculative.decoder import SpeculativeDecoder
 
     wse3 = preset("wse3")  # the demo is an edge: this part's wafer, resolved once, passed down
@@ -77,14 +78,41 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
         SpeculativeDecoder,
         SamplingParams,
     )
+    console.print(decode_line(wse3), highlight=False)
+
+
+def decode_line(spec) -> str:
+    """The 8B calibration check and the 70B beside it, both on the published setup."""
+    from wse_systems.token import decode_check_row
+
+    from wse_inference.pipeline.perf import tokens_per_s
+
     check = decode_check_row()  # the calibration set's 8B case, priced as it was measured
-    big, plan70 = predict_model("llama3-70b", spec=wse3, num_wafers=4)
-    console.print(
-        f"predicted batch-1 decode: Llama 3.1 8B on 1 WSE-3 {1 / float(check['model']):,.0f} "
-        f"tokens/s on the published setup (a calibration check: published "
+    big, plan70, setup = decode_70b(spec)
+    return (
+        f"predicted batch-1 decode on the published setup ({setup}): Llama 3.1 8B on 1 WSE-3 "
+        f"{1 / float(check['model']):,.0f} tokens/s (a calibration check: published "
         f"{1 / float(check['published']):,.0f}); 70B on {plan70.num_wafers} WSE-3s "
-        f"{tokens_per_s(big):,.0f} tokens/s"
+        f"{tokens_per_s(big):,.0f} tokens/s (as hotchips24-inference)"
     )
+
+
+def decode_70b(spec):
+    """(report, plan, the setup in words) of Llama 3.1 70B's batch-1 decode token on `spec`,
+    priced as the `hotchips24-inference` experiment prices its row: the same case, context,
+    cache, trip to the host and GEMV program, the 8B check's published setup."""
+    from wse_inference.pipeline.perf import predict_model
+    from wse_inference.studies.hotchips24_inference import CASES, CONTEXT, GEMV, KV_TOKENS
+
+    _, preset_name, wafers, token_out = next(c for c in CASES if c[0] == "llama3.1-70b")
+    report, plan = predict_model(
+        preset_name, spec=spec, num_wafers=wafers, context_len=CONTEXT, kv_tokens=KV_TOKENS,
+        token_out=token_out, gemv=GEMV,
+    )  # fmt: skip
+    trip = "the token's trip to the host" if token_out else "no trip to the host"
+    setup = (f"{CONTEXT:,}-token context, {KV_TOKENS:,} cached tokens read per token, {trip}, "
+             f"{GEMV} GEMVs, 16-bit weights")  # fmt: skip
+    return report, plan, setup
 
 
 def _speculative(console, model, draft, prompt, n, ref, decoder_cls, params_cls) -> None:

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from wse_core import WaferSpec
+from wse_core.cost.assumptions import system_constant
+from wse_core.cost.reads import recording
 from wse_core.hw.repair import check_repairable, repaired_grid_note
 
 from wse_systems import economics as eco
@@ -37,27 +39,15 @@ from wse_systems.planning.train_step import default_batch, wafer_train_step
 from wse_systems.training.placement import PRECISION_WORDS
 from wse_systems.transformer import DecoderShape, num_params
 
-__all__ = [
-    "PlanError",
-    "ModelChoice",
-    "SideResult",
-    "Plan",
-    "wafer_train_step",
-    "default_batch",
-    "TrainBatch",
-    "TrainGpus",
-    "GPU_PRECISION",
-    "gpu_at",
-    "plan_train",
-    "match_gpus",
-    "plan_dict",
-    "check_positive",
-    "check_rates",
-    "gpu_rates",
-    "wafer_rates",
-    "power_notes",
-    "grid_note",
-]
+__all__ = ["PlanError", "ModelChoice", "SideResult", "Plan", "wafer_train_step", "default_batch",
+           "TrainBatch", "TrainGpus", "GPU_PRECISION", "gpu_at", "plan_train", "match_gpus",
+           "plan_dict", "check_positive", "check_rates", "gpu_rates", "wafer_rates",
+           "power_notes", "grid_note", "UNPRICED"]  # fmt: skip
+
+# hunt 71: left out of a job's price, said nowhere; nothing sourced prices a save
+UNPRICED = ("not priced: checkpoint saves (MemoryX's masters and optimizer state written out; "
+            "no sourced write rate) and evaluations (a params file's eval passes; `wse train` "
+            "prices one); --tokens is priced as training steps only")  # fmt: skip
 
 # ---- results ------------------------------------------------------------------------------
 
@@ -65,7 +55,9 @@ __all__ = [
 @dataclasses.dataclass(frozen=True)
 class SideResult:
     """One system's answer. `units`: wafer systems or GPUs; `time_s`: what `time_key` names
-    (training: "train_s", the whole run; serving: "s_per_output_token")."""
+    (training: "train_s", the whole run; serving: "s_per_output_token"); `reads`: the
+    constants its pricing read (`wse_core.cost.reads`; None: not recorded), listed beside an
+    experiment's rows of it (`read_by`)."""
 
     system: str
     units: int
@@ -74,6 +66,7 @@ class SideResult:
     bill: eco.Bill
     figures: dict[str, Any]
     time_key: str = "train_s"
+    reads: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         # hunt 66: "time_s" meant seconds per output token in the infer JSON and the whole
@@ -199,6 +192,7 @@ def _numerics(cfg: Any, precision: str, gpu_precision: str) -> str:
 
 
 def _gpu_train_time(shape, g, *, gpus, batch, seq, steps, mfu) -> tuple[float, gpum.TrainStep]:
+    """`steps` GPU steps (`mfu` None: `gpu.train_mfu`, read by `gpum.train_step`)."""
     s = gpum.train_step(shape, g, num_gpus=gpus, batch=batch, seq_len=seq, mfu=mfu)
     return steps * s.step_s, s
 
@@ -264,7 +258,7 @@ def _wafer_train_side(
 
 
 def _gpu_train_side(
-    shape: DecoderShape, g: gpum.GpuSpec, m: int, job: tuple[int, int, int], mfu: float,
+    shape: DecoderShape, g: gpum.GpuSpec, m: int, job: tuple[int, int, int], mfu: float | None,
     rates: dict[str, Any], precision: str,
 ) -> SideResult:  # fmt: skip
     """`m` GPUs training the same `job` (steps, global batch, sequence), in `precision`
@@ -301,11 +295,12 @@ def _split(choice: ModelChoice, systems: int) -> int | None:
 class TrainGpus(NamedTuple):
     """The GPU cluster the wafers are compared with: `gpus` GPUs of kind `gpu` (None: the
     fewest whole nodes that hold the model, at least 8 a wafer system) at `mfu` of their
-    peak in the wafer's numerics (`gpu_at`)."""
+    peak in the wafer's numerics (`gpu_at`; None: the assumption `gpu.train_mfu`, read as
+    priced; hunt 71: a literal 0.4 here was not, and `--assume` could not move it)."""
 
     gpu: str = "h100"
     gpus: int | None = None
-    mfu: float = 0.4
+    mfu: float | None = None
 
 
 class TrainBatch(NamedTuple):
@@ -343,13 +338,16 @@ def plan_train(
     check_context(cfg, f"--seq-len {seq}" if seq_len else f"a sequence of {seq} tokens", seq)
     per_system = batch_per_system or _split(choice, n)
     micro = micro_batch or choice.micro_batch or "explore"
-    # per_system None: the smallest batch that keeps the wafer fed
-    step_s, per_system, scale = wafer_train_step(
-        cfg, spec, num_csx=n, batch=per_system, seq_len=seq, micro_batch=micro
-    )
+    with recording() as w_reads:  # per_system None: the smallest batch that keeps it fed
+        step_s, per_system, scale = wafer_train_step(
+            cfg, spec, num_csx=n, batch=per_system, seq_len=seq, micro_batch=micro,
+            stride=choice.activation_stride, chunks=choice.weight_chunks,
+        )  # fmt: skip
     global_batch = n * per_system
     steps = math.ceil(tokens / (global_batch * seq))
     w_side = _wafer_train_side(spec, n, step_s, steps, global_batch, seq, rates, scale)
+    w_side = dataclasses.replace(w_side, reads=w_reads)
+    asked, mfu = mfu, system_constant(gpum.TRAIN_MFU_KEY) if mfu is None else mfu
     shape, precision = cfg, scale["precision"]
     g_run, g_precision = gpu_at(g, precision)  # the same arithmetic on the GPUs
     inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
@@ -359,10 +357,11 @@ def plan_train(
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     notes = power_notes(g, spec) + [
         grid,
+        *choice.file_notes(spec.name),
         _numerics(cfg, precision, g_precision),
-        f"GPU training at MFU {mfu:g} of {g_run.peak_flops / 1e12:g} TFLOP/s "
-        f"{g_precision}: {_PEAK_SOURCE[g_precision]}; PaLM flop accounting 6N + 12LHQT; "
-        "16 bytes/param + activations with full recompute",
+        f"GPU training at MFU {mfu:g} ({'--mfu' if asked else 'gpu.train_mfu'}) of "
+        f"{g_run.peak_flops / 1e12:g} TFLOP/s {g_precision}: {_PEAK_SOURCE[g_precision]}; "
+        "PaLM flop accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
         "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
         "by mechanism on the wafer, weights streamed in and gradients out, overlapped); "
         "same global batch and sequence on both systems",
@@ -378,6 +377,7 @@ def plan_train(
         "receives every weight and sends every gradient each micro-batch (these do not "
         "shrink with N), SwarmX's tree adds system_latency_s per level to every streamed "
         "item (wse_systems.training.scaling)",
+        UNPRICED,
     ]
     try:
         start = gpum.min_train_gpus(shape, g, seq_len=seq)
@@ -386,14 +386,13 @@ def plan_train(
         return Plan("train", choice.name, num_params(shape), inputs, w_side, None, None, notes)
     m = m_asked or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
     inputs["gpus"] = m
-    g_side = _gpu_train_side(shape, g_run, m, (steps, global_batch, seq), mfu, rates, g_precision)
-    time_on = _unless_oom(
-        lambda k: _gpu_train_time(
-            shape, g_run, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=mfu
-        )[0]
-    )
+    with recording() as g_reads:  # `asked` None: gpu.train_mfu is read where it prices
+        g_side = _gpu_train_side(shape, g_run, m, (steps, global_batch, seq), asked, rates,
+                                 g_precision)  # fmt: skip
+    g_side = dataclasses.replace(g_side, reads=g_reads)
+    time_on = _unless_oom(lambda k: _gpu_train_time(
+        shape, g_run, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=asked)[0])  # fmt: skip
     limit = global_batch * g.gpus_per_node * cfg.n_layers
-    match = match_gpus(
-        time_on, w_side.time_s, start=start, limit=limit, node=g.gpus_per_node, priced=m
-    )
+    match = match_gpus(time_on, w_side.time_s, start=start, limit=limit, node=g.gpus_per_node,
+                       priced=m)  # fmt: skip
     return Plan("train", choice.name, num_params(shape), inputs, w_side, g_side, match, notes)

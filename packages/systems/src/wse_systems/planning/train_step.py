@@ -14,7 +14,7 @@ __all__ = ["wafer_train_step", "default_batch"]
 
 def wafer_train_step(
     config: Any, spec: WaferSpec, *, num_csx: int, batch: int | None, seq_len: int,
-    micro_batch: int | str | None = "explore",
+    micro_batch: int | str | None = "explore", stride: int = 0, chunks: int = 0,
 ) -> tuple[float, int, dict[str, Any]]:  # fmt: skip
     """(seconds per step, batch per system, figures) of weight-streaming training, from the
     planned step (`wse_systems.training.micro_batch.plan_step`: the micro-batch resolved,
@@ -25,7 +25,8 @@ def wafer_train_step(
     precision_of`: fp32 / mixed), micro-batch and their count, what sets the step, the step's parts
     (compute, weights in, gradients out, MemoryX's update: busy seconds) and the seconds the
     streams add. With `batch` None the batch is `default_batch`'s (figures["batch_choice"]
-    says why)."""
+    says why). `stride`, `chunks`: the memory plan's (`plan_step`; a params file's
+    `runconfig.activation_stride`, `weight_chunks`), every step priced here runs it."""
     from wse_core import WseError
 
     from wse_systems.training.micro_batch import plan_step
@@ -33,7 +34,7 @@ def wafer_train_step(
 
     def step(n: int, b: int, m: int | str | None = "explore") -> Any:
         return plan_step(config, spec, num_csx=n, batch_per_system=b, seq_len=seq_len,
-                         micro_batch=m)  # fmt: skip
+                         micro_batch=m, stride=stride, chunks=chunks)  # fmt: skip
 
     why = None
     if batch is None:

@@ -19,6 +19,8 @@ from typing import Any
 
 from wse_core import ExperimentResult, PredictionRow
 from wse_core.cost.assumptions import assumed_spec
+from wse_core.cost.reads import merged
+from wse_core.studies.experiment import read_by
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 
@@ -41,26 +43,29 @@ def model_12b():
 
 
 def _rows(plan, n: int) -> list[PredictionRow]:
+    """Each side's rows, listing what its own pricing read (`SideResult.reads`; hunt 71: the
+    GPU rows listed the wafer's constants and not `gpu.train_mfu`, which sets them)."""
     rows = []
     for side, count, key in ((plan.wafer, n, "num_csx"), (plan.gpu, plan.gpu.units, "num_gpus")):
         params = {"system": side.system, key: count, "tokens": TOKENS, "seq_len": SEQ_LEN,
                   "global_batch": plan.inputs["global_batch"]}  # fmt: skip
-        rows += [
+        rows += read_by(
+            side.reads,
             PredictionRow("time_to_train_days", side.time_s / 86400, "days", params),
             PredictionRow("energy_mwh", side.energy_j / 3.6e9, "MWh", params),
             PredictionRow("energy_per_token_j", side.figures["energy_j_per_token"], "J", params),
             PredictionRow("cost_usd", side.bill.total_usd, "USD", params),
-        ]
+        )
     match = plan.gpus_to_match
-    rows.append(
+    return rows + read_by(
+        merged(plan.wafer.reads, plan.gpu.reads),  # the GPUs matching the wafers' time
         PredictionRow(
             "gpus_to_match_time",
             float("nan") if match is None else match,
             "H100",
             {"num_csx": n, "matched": match is not None},
-        )  # fmt: skip
-    )
-    return rows
+        ),
+    )  # fmt: skip
 
 
 def _figure(plans: list[tuple[int, Any]]):
