@@ -54,7 +54,7 @@ class TokenizerError(WseError):
 class HFTokenizer:
     """An HF `tokenizers.Tokenizer` (`tok`, else read from the tokenizer.json at `path`) with
     the chat template and special tokens saved beside it (`chat_template`, None when there
-    is none; `template_vars`, bos_token and eos_token)."""
+    is none; `template_vars`, its special tokens)."""
 
     kind = "tokenizers"
 
@@ -178,7 +178,7 @@ def _cached(kind: str, path: str, stamps: tuple) -> HFTokenizer:
         if kind == "file":
             return HFTokenizer(Path(path))
         tok = HFTokenizer(Path(path) / "vocab.json", gpt2_bpe(Path(path)))
-        ends = {k: _ENDOFTEXT[k] for k in ("bos_token", "eos_token")}  # GPT2Tokenizer's
+        ends = dict(_ENDOFTEXT)  # GPT2Tokenizer's bos, eos and unk (its special_tokens_map)
         tok.template_vars = {**ends, **tok.template_vars}  # where the config names none
         return tok
     except WseError:  # its own words, naming the file at fault (hunt 62)

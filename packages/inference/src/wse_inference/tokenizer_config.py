@@ -10,10 +10,13 @@ list without "default", a value that is no template) `chat_template` is None and
 `template_error` says why in one line: `HFTokenizer.chat_template` raises it when a chat
 needs the template, as transformers raises "multiple chat templates with no default" at
 `apply_chat_template`, so a plain prompt, or a server given --chat-template, still runs.
-`template_vars` are bos_token and eos_token (a string, or an AddedToken object's "content")
-as transformers' tokenizer has them: tokenizer_config.json's, and where it is of the older
-save format (no "added_tokens_decoder") special_tokens_map.json's, which win (transformers'
-legacy merge); the eos_token is one the model stops on (`model_dir.eos_token_ids`). A file
+`template_vars` are the special tokens transformers 5 passes a chat template (its
+`special_tokens_map`; hunt 71: only bos_token and eos_token were, and `{{ pad_token }}`
+rendered empty): bos, eos, unk, sep, pad, cls and mask_token, every other "*_token" key
+(image_token, ...) and those of an "extra_special_tokens" object; each a string or an
+AddedToken object's "content"; tokenizer_config.json's, and where it is of the older save
+format (no "added_tokens_decoder") special_tokens_map.json's, which win (transformers'
+legacy merge). The eos_token is one the model stops on (`model_dir.eos_token_ids`). A file
 that is there but cannot be read is a `ModelLoadError` naming it (hunt 62).
 """
 
@@ -30,12 +33,11 @@ __all__ = ["SIDE_FILES", "TokenizerConfig", "json_object", "read_tokenizer_confi
 
 # the files of a tokenizer's folder read here (a cached tokenizer is read again when one changes)
 SIDE_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
-_SPECIAL = ("bos_token", "eos_token")
 
 
 class TokenizerConfig(NamedTuple):
     chat_template: str | None  # the Jinja template; None: none, or `template_error`
-    template_vars: dict[str, str]  # bos_token, eos_token: what the template is given
+    template_vars: dict[str, str]  # the special tokens the template is given
     template_error: str | None  # why tokenizer_config.json's template cannot be used
 
 
@@ -65,9 +67,13 @@ def json_object(path: Path) -> dict[str, Any]:
 
 
 def _special_tokens(config: dict[str, Any]) -> dict[str, str]:
+    """transformers' special_tokens_map of `config`: its "*_token" keys (an extra_special_tokens
+    object's names win, as there), each a string or an AddedToken object."""
+    extra = config.get("extra_special_tokens")
+    named = [(k, v) for k, v in config.items() if k.endswith("_token")]
+    named += list(extra.items()) if isinstance(extra, dict) else []
     tokens = {}
-    for name in _SPECIAL:  # a string or an AddedToken object
-        value = config.get(name)
+    for name, value in named:
         value = value.get("content") if isinstance(value, dict) else value
         if isinstance(value, str):
             tokens[name] = value

@@ -6,16 +6,24 @@ The template: one given to the server (`chat_template=`, vLLM's --chat-template)
 then a tokenizer with `apply_chat_template` (transformers) is used as is; then one with a
 `chat_template` Jinja string (an HF directory's, see `model_dir`). Jinja templates are
 rendered as transformers renders them: a sandboxed environment with trim_blocks and
-lstrip_blocks, `messages`, `add_generation_prompt` (True unless /tokenize asks otherwise),
-the tokenizer's bos_token and eos_token, and `raise_exception(msg)`, whose message (e.g.
-"roles must alternate") becomes the 400's. Otherwise the plain template is one line per
-message, "role: content", followed by "assistant:" (left out without a generation prompt) —
-e.g. [system "Be brief.", user "Hi"] becomes "system: Be brief.\\nuser: Hi\\nassistant:".
+lstrip_blocks, `messages`, `tools` and `documents` (None: this server takes neither),
+`add_generation_prompt` (True unless /tokenize asks otherwise), the tokenizer's special
+tokens (transformers' special_tokens_map: bos_token, eos_token, unk_token, pad_token, ...;
+hunt 71: `tools is not none` held for an undefined `tools` and told a trimmed Llama template
+"Environment: ipython"), and `raise_exception(msg)`, whose message (e.g. "roles must
+alternate") becomes the 400's (`template_sandbox`: the rest of the environment).
+Otherwise the plain template is one line per message, "role: content", followed by
+"assistant:" (left out without a generation prompt) — e.g. [system "Be brief.", user "Hi"]
+becomes "system: Be brief.\\nuser: Hi\\nassistant:".
 Content may be a string or a non-empty list of {"type": "text", "text": ...} parts.
 
 Each message reaches the template as {"role", "content"} and its `name` when it has one, so a
 template that renders names (or `apply_chat_template`) sees it; the plain template leaves
-names out. Its content is in the template's content format, vLLM's
+names out. An assistant message's reasoning (`reasoning`, else `reasoning_content`: a
+string) reaches it as vLLM passes it, under both names, and as `thinking`, the name
+transformers adds for templates that read that (hunt 71: it was dropped without a word, and
+Qwen3's `<think>` blocks of earlier turns rendered empty); another role's is left out, as
+vLLM leaves it. Its content is in the template's content format, vLLM's
 --chat-template-content-format (`CONTENT_FORMATS`): "string", the texts joined with "\\n"
 (as vLLM and TensorRT-LLM join them; hunt 68: "Question:" + "What is 2+2?" ran together), or
 "openai", a list of {"type": "text", "text": ...} parts (a string is one part). "auto" (the
@@ -49,6 +57,7 @@ CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_NAME_CHARS = 64  # a message's `name` (OpenAI documents 64 characters)
 SAMPLE_CHAT = [{"role": "user", "content": "Hi"}]  # what a server's template is tried on
 CONTENT_FORMATS = ("auto", "string", "openai")  # vLLM's --chat-template-content-format
+_REASONING = ("reasoning", "reasoning_content")  # an assistant's, in vLLM's order of choice
 
 
 def _bad(message: str) -> InvalidRequestError:
@@ -100,6 +109,10 @@ def _check_message_fields(m: dict, i: int) -> None:
         raise _bad(f"messages[{i}].tool_calls must be a list of objects, on an assistant message.")
     if m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str):
         raise _bad(f"messages[{i}] (tool) needs a tool_call_id (a string): the call it answers.")
+    for field in _REASONING:  # vLLM's type, where it reads them
+        value = m.get(field)
+        if m["role"] == "assistant" and value is not None and not isinstance(value, str):
+            raise _bad(f"messages[{i}].{field} must be a string, got {shown_json(value, head=40)}.")
     _refuse_tool_history(m, i)
 
 
@@ -140,15 +153,20 @@ def _checked(messages: Any) -> list[tuple[dict, list[str]]]:
 def _template_messages(checked: list[tuple[dict, list[str]]], content_format: str) -> list[dict]:
     """What a template sees of each message: its role, its content in `content_format`
     ("openai": a list of text parts; "string": the texts joined with "\\n", as vLLM joins
-    them), its name."""
+    them), an assistant's reasoning, its name; in vLLM's order, then transformers'."""
     msgs = []
     for m, texts in checked:
         content: Any = "\n".join(texts)
         if content_format == "openai":
             content = [{"type": "text", "text": t} for t in texts]
-        msgs.append({"role": m["role"], "content": content})
+        msg = {"role": m["role"], "content": content}
+        reasoning = next((m[f] for f in _REASONING if m.get(f) is not None), None)
+        if m["role"] == "assistant" and reasoning is not None:  # vLLM's, then transformers'
+            msg = {"thinking": reasoning, **msg, "reasoning": reasoning,
+                   "reasoning_content": reasoning}  # fmt: skip
         if m.get("name") is not None:
-            msgs[-1]["name"] = m["name"]
+            msg["name"] = m["name"]
+        msgs.append(msg)
     return msgs
 
 
@@ -237,10 +255,9 @@ def chat_text(
     import jinja2
 
     variables = getattr(tokenizer, "template_vars", {})
-    try:
-        return render_bounded(
-            template, messages=msgs, add_generation_prompt=add_generation_prompt, **variables
-        )
+    try:  # what transformers' apply_chat_template passes its template
+        return render_bounded(template, messages=msgs, tools=None, documents=None,
+                              add_generation_prompt=add_generation_prompt, **variables)  # fmt: skip
     except InvalidRequestError:
         raise
     except jinja2.TemplateError as e:  # hunt 60: raise_exception's text whole, newlines too
@@ -322,34 +339,60 @@ def _text_lost(rendered: str, text: str, content_format: str) -> str:
     )
 
 
+# the chats a server's template is tried on at start: one user message, and, for a template
+# that requires one (raise_exception), a system message before it (hunt 71)
+_SAMPLES = (SAMPLE_CHAT, [{"role": "system", "content": "You are a helpful assistant."},
+                          *SAMPLE_CHAT])  # fmt: skip
+
+
+def _sample_problem(tokenizer: Any, template: str | None, content_format: str,
+                    sample: list[dict]) -> tuple[str, str] | None:  # fmt: skip
+    """None when the template renders `sample` with its last message's text, else (what
+    went wrong, the text it rendered; "" when it raised). The text counts as there when it
+    is, or when another of its length in its place changes the render (hunt 71: a template
+    that writes it `| lower` was refused as losing it)."""
+    import jinja2
+
+    prefix = "The chat template cannot render these messages: "
+    said = sample[-1]["content"]
+    other = [*sample[:-1], {**sample[-1], "content": "Yo"}]  # as long as "Hi", no letter shared
+    try:
+        chat_prompt(sample, tokenizer, template, content_format=content_format)
+        text = chat_text(sample, tokenizer, template, content_format=content_format)
+        kept = said in text or text != chat_text(other, tokenizer, template,
+                                                 content_format=content_format)  # fmt: skip
+    except InvalidRequestError as e:
+        return str(e).removeprefix(prefix), ""
+    except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError,
+            RuntimeError) as e:  # fmt: skip
+        return f"{type(e).__name__}: {' '.join(str(e).split())[:200]}", ""
+    return None if kept else ("", text)
+
+
 def template_problem(
     tokenizer: Any, template: str | None, option: str | None, content_format: str = "auto"
 ) -> str | None:
     """Why the template a server will use (`template`, from `option` when given, else the
     tokenizer's, in `content_format`) cannot render SAMPLE_CHAT through `chat_prompt`, or
     renders it without the sample's text, in one line naming its source and what it
-    rendered; None when it can or there is no Jinja template. A template that compiles but
-    cannot render (an `{% include %}`, a model folder's missing `{% endfor %}`) made every
-    chat request a 400 that blamed the client (hunt 62); one that loops over content parts
-    given a string rendered every chat empty, and served it (hunt 68)."""
+    rendered; None when it can, or renders a system message and SAMPLE_CHAT (a template may
+    require one), or there is no Jinja template. A template that compiles but cannot render
+    (an `{% include %}`, a model folder's missing `{% endfor %}`) made every chat request a
+    400 that blamed the client (hunt 62); one that loops over content parts given a string
+    rendered every chat empty, and served it (hunt 68). A chat a template refuses once
+    served is a 400 with its words, as vLLM answers."""
     source = _template_source(option, tokenizer)
     if source is None:
         return None
-    import jinja2
-
-    prefix = "The chat template cannot render these messages: "
-    sample = "(one user message, 'Hi')"
-    try:
-        chat_prompt(SAMPLE_CHAT, tokenizer, template, content_format=content_format)
-        text = chat_text(SAMPLE_CHAT, tokenizer, template, content_format=content_format)
-    except InvalidRequestError as e:
-        why = str(e).removeprefix(prefix)
-    except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError,
-            RuntimeError) as e:  # fmt: skip
-        why = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
-    else:
-        if SAMPLE_CHAT[0]["content"] in text:
+    problems = []
+    for sample in _SAMPLES:
+        problem = _sample_problem(tokenizer, template, content_format, sample)
+        if problem is None:
             return None
-        form = _resolved(content_format, _template_text(tokenizer, template))
-        return _text_lost(f"{source} renders a sample chat {sample}", text, form)
-    return f"{source} cannot render a sample chat {sample}: {why}"
+        problems.append(problem)
+    why, text = problems[0]  # told for the one user message
+    sample = "(one user message, 'Hi')"
+    if why:
+        return f"{source} cannot render a sample chat {sample}: {why}"
+    form = _resolved(content_format, _template_text(tokenizer, template))
+    return _text_lost(f"{source} renders a sample chat {sample}", text, form)

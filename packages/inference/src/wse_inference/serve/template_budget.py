@@ -3,7 +3,8 @@
 A render's budget (`template_ops`, `template_ms`, `template_chars`; thread-local: the
 compiled template is shared) is charged by `_tick` and `_charge_chars`; `_text_size` and the
 `*_chars` estimates bound what a value, a `%` format, a str method or a filter would write,
-before it is built (`wse_inference.serve.template_sandbox` calls them).
+before it is built (`wse_inference.serve.template_sandbox` calls them); `_charged_items`
+and `_split_pieces` the items a loop, a filter or a split takes or makes, as operations.
 """
 
 from __future__ import annotations
@@ -38,6 +39,42 @@ def _tick(ops: int) -> None:
         raise _OverBudget("template_ops")
     if time.monotonic() > _budget.deadline:
         raise _OverBudget("template_ms")
+
+
+def _paid(items: Any) -> Any:
+    """`items`, charged already (a range's steps, charged when it was made; a list's items,
+    charged as the loop or filter began): taken with a look at the clock every
+    `_RANGE_CHECK_EVERY`; `_charged_items` charges them no more."""
+    for i, x in enumerate(items):
+        if i % _RANGE_CHECK_EVERY == 0:
+            _tick(0)
+        yield x
+
+
+def _each_charged(items: Any) -> Any:
+    """A generator's items, charged `_RANGE_CHECK_EVERY` at a time (and what is left when it
+    ends): a per-item charge cost more than the filters it bounds."""
+    n = 0
+    for item in items:
+        n += 1
+        if n == _RANGE_CHECK_EVERY:
+            _tick(n)
+            n = 0
+        yield item
+    _tick(n)
+
+
+def _charged_items(items: Any) -> Any:
+    """`items` with each item charged one operation (a loop's iteration, an item a filter
+    reads), so a render stops at `template_ops` or `template_ms` inside any loop: a sized
+    iterable (a list, a string) all at once, refused before it is taken when past what is
+    left (`loop.length` lists the rest: no more than that), a generator as taken."""
+    if getattr(items, "gi_code", None) is _paid.__code__:
+        return items
+    if not hasattr(type(items), "__len__"):
+        return _each_charged(items)
+    _tick(len(items))
+    return _paid(items)
 
 
 def _charge_chars(n: int) -> None:
@@ -237,11 +274,43 @@ def _replace_chars(s: Any, old: Any, new: Any, count: Any) -> int:
     return len(s) + max(len(new) - len(old), 0) * occurrences
 
 
-def _method_chars(method: Any, args: tuple, kwargs: dict) -> tuple[int, tuple]:
-    """(at most the characters a str method that grows its string faster than its arguments
-    writes, its arguments: a generator given to join read into a list), or (0, args)."""
+# str.isspace's characters and str.splitlines' line breaks: (the ASCII ones, the others)
+_SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ",
+           "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+           "\u2028\u2029\u202f\u205f\u3000")  # fmt: skip
+_LINE_BREAKS = ("\n\x0b\x0c\r\x1c\x1d\x1e", "\x85\u2028\u2029")
+_SPLITS = ("split", "rsplit", "splitlines")
+
+
+def _split_pieces(method: Any, args: tuple, kwargs: dict) -> int:
+    """At most the pieces `s.split`, `rsplit` or `splitlines` makes, counted (one pass of
+    `str.count` per separator) before it runs; 0 for any other call, or arguments the
+    method refuses itself."""
     s = getattr(method, "__self__", None)
     name = getattr(method, "__name__", "")
+    if not isinstance(s, str) or name not in _SPLITS:
+        return 0
+    names = ("keepends",) if name == "splitlines" else ("sep", "maxsplit")
+    given = dict(zip(names, args, strict=False)) | kwargs
+    sep, most = given.get("sep"), given.get("maxsplit", -1)
+    if sep is None:
+        ascii_marks, others = _LINE_BREAKS if name == "splitlines" else _SPACES
+        n = sum(map(s.count, ascii_marks if s.isascii() else ascii_marks + others))
+    elif isinstance(sep, str) and sep:
+        n = s.count(sep)
+    else:
+        return 0
+    return n + 1 if not _is_int(most) or most < 0 else min(n, most) + 1
+
+
+def _method_chars(method: Any, args: tuple, kwargs: dict) -> tuple[int, tuple]:
+    """(at most the characters a str method that grows its string faster than its arguments
+    writes, or that copies it into pieces; its arguments: a generator given to join read
+    into a list), or (0, args)."""
+    s = getattr(method, "__self__", None)
+    name = getattr(method, "__name__", "")
+    if isinstance(s, str) and name in (*_SPLITS, "partition", "rpartition"):
+        return len(s), args
     if not isinstance(s, str) or kwargs and name != "expandtabs":
         return 0, args
     if name == "replace" and len(args) >= 2:
@@ -281,6 +350,16 @@ def _indent_chars(a: dict) -> int:
     return size + lines * width
 
 
+def _tojson_chars(a: dict) -> int:
+    """json.dumps' characters at most: each item indented by `indent` (a count or a string)
+    and written with `separators` (counted as more indent: an item has at least one)."""
+    indent, seps = a["indent"], a["separators"]
+    width = len(indent) if isinstance(indent, str) else max(indent, 0) if _is_int(indent) else 0
+    if isinstance(seps, list | tuple):
+        width += sum(len(x) for x in seps if isinstance(x, str))
+    return _text_size(_filter_value(a), quoted=True, indent=width)
+
+
 def _sum_chars(a: dict) -> int:
     """sum(lists, start=[]) copies the total so far at each step: the items it builds."""
     total = _sized(a["start"])
@@ -302,9 +381,7 @@ _FILTER_CHARS = {  # filter: the characters it writes at most, from its bound ar
         str(a["value"]) if isinstance(a["value"], str) else "%s",
         a["kwargs"] or tuple(a["args"]),
     ),
-    "tojson": lambda a: _text_size(
-        a["value"], quoted=True, indent=a["indent"] if _is_int(a["indent"]) else 0
-    ),
+    "tojson": _tojson_chars,
     "pprint": lambda a: _text_size(a["value"], quoted=True, indent=1),
     "sum": _sum_chars,
     **{name: functools.partial(_escape_chars, k) for name, k in _ESCAPES.items()},
