@@ -112,7 +112,7 @@ def test_compress_of_entries_whose_fp32_squares_overflow_keeps_its_threshold(tmp
     np.save(tmp_path / "m.npy", a)
     out = tmp_path / "op.npz"
     args = ["hpc", "tlrmvm", "compress", "--matrix", tmp_path / "m.npy", "--nb", "16"]
-    code, output = invoke(ROOT, [*args, "--out", out])
+    code, output = invoke(ROOT, [*args, "--threshold-rule", "tile", "--out", out])
     assert code == 0, output
     from wse_hpc.tlrmvm import load_operator
 

@@ -35,7 +35,8 @@ def _smooth(n: int = 64) -> np.ndarray:
 
 
 def _compress(matrix: Path, out: Path) -> list:
-    return ["hpc", "tlrmvm", "compress", "--matrix", matrix, "--nb", "16", "--out", out]
+    return ["hpc", "tlrmvm", "compress", "--matrix", matrix, "--nb", "16", "--threshold-rule",
+            "tile", "--out", out]  # fmt: skip
 
 
 # -- tlrmvm compress ----------------------------------------------------------------------

@@ -66,7 +66,8 @@ def test_the_file_and_run_carry_the_achieved_error(tmp_path):
     matrix = _random(tmp_path / "c.npy")
     out = tmp_path / "c.npz"
     code, text = invoke(ROOT, [*TLR, "compress", "--matrix", matrix, "--nb", 16,
-                               "--threshold", "2e-6", "--out", out, "--json"])  # fmt: skip
+                               "--threshold", "2e-6", "--threshold-rule", "tile", "--out", out,
+                               "--json"])  # fmt: skip
     assert code == 0, text
     d = json.loads(text)
     op = load_operator(out)
@@ -85,7 +86,8 @@ def test_the_file_and_run_carry_the_achieved_error(tmp_path):
 @pytest.fixture(scope="module")
 def operator(tmp_path_factory):
     out = tmp_path_factory.mktemp("op") / "op.npz"
-    code, text = invoke(ROOT, [*TLR, "compress", "--n", 64, "--nb", 16, "--out", out])
+    args = [*TLR, "compress", "--n", 64, "--nb", 16, "--threshold-rule", "tile", "--out", out]
+    code, text = invoke(ROOT, args)
     assert code == 0, text
     with np.load(out) as f:
         return out, {k: f[k] for k in f.files}

@@ -41,6 +41,8 @@ def test_compress_then_run(tmp_path):
             "32",
             "--threshold",
             "1e-3",
+            "--threshold-rule",
+            "tile",  # the whole operator within 1e-3
             "--out",
             str(out),
             "--json",

@@ -117,7 +117,8 @@ def tlr():
     n = 64
     s = np.linspace(0, 1, n)
     a = 1 / (1 + 10 * np.abs(s[:, None] - s[None, :]))  # the hunt's matrix
-    return a, TlrEngine.build(compress(a, nb=16, threshold=1e-4), preset("small"))
+    op = compress(a, nb=16, threshold=1e-4, rule="tile")  # the whole within 1e-4
+    return a, TlrEngine.build(op, preset("small"))
 
 
 def test_x_past_fp32_is_refused_and_x_within_it_is_multiplied(tlr):

@@ -44,8 +44,8 @@ def _matrix(n: int = 64) -> np.ndarray:
 @pytest.mark.parametrize("nb", [16, 128])  # 128: the randomized range finder's tiles
 def test_compression_is_scale_invariant_where_fp32_squares_overflow(scale, nb):
     a = _matrix(256 if nb == 128 else 64)
-    unit = compress(a, nb=nb, threshold=1e-3)
-    big = compress(a * np.float32(scale), nb=nb, threshold=1e-3)
+    unit = compress(a, nb=nb, threshold=1e-3, rule="tile")  # the whole within 1e-3
+    big = compress(a * np.float32(scale), nb=nb, threshold=1e-3, rule="tile")
     np.testing.assert_array_equal(big.ranks, unit.ranks)  # a power of 2: the same tiles
     assert big.error_fro == pytest.approx(unit.error_fro, rel=1e-6)
     # the oracle: the operator rebuilt densely, in float64, against the matrix
@@ -66,7 +66,7 @@ def test_an_operator_that_misses_its_threshold_is_refused(monkeypatch):
 
     monkeypatch.setattr(compress_module, "_compress_tile", rank_zero)
     with pytest.raises(TlrError, match=r"= 1, above the threshold 0.001"):
-        compress(_matrix(), nb=16, threshold=1e-3)
+        compress(_matrix(), nb=16, threshold=1e-3, rule="tile")
 
 
 def test_copies_per_system_stay_within_a_grid_shrunk_under_the_preset():

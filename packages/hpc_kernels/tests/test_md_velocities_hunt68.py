@@ -136,12 +136,12 @@ def test_the_start_line_says_where_the_velocities_come_from():
     s.info = {"nose_hoover_xi": -2.5, "nose_hoover_eta": 0.125}
     assert start_line(s, POT, _cfg(), "eq.xyz") == (
         "velocities from eq.xyz (334.9 K) and its Nose-Hoover bath (xi -2.5 1/ps, eta 0.125); "
-        "Nose-Hoover target 600 K (Tdamp 20 fs)"
+        "Nose-Hoover target 600 K (Tdamp 20 fs, LAMMPS fix nvt tchain 1: one chain element)"
     )
     drawn = _cfg(temperature_K=600.0, seed=7)
     assert start_line(s, POT, drawn, "eq.xyz") == (
         "velocities drawn at 600 K (seed 7, zero total momentum), replacing eq.xyz's (334.9 K); "
-        "Nose-Hoover target 600 K (Tdamp 20 fs)"
+        "Nose-Hoover target 600 K (Tdamp 20 fs, LAMMPS fix nvt tchain 1: one chain element)"
     )
     assert start_bath(s, drawn) is None  # new velocities start a new bath, at rest
     still = dataclasses.replace(s, velocities_A_ps=None, info={})

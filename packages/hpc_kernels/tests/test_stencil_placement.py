@@ -87,4 +87,4 @@ def test_runs_report_measurements_and_predictions():
     again = RunReport.build("jacobi", grid.wafer.spec, jacobi_phases(grid, jacobi(grid), 20))
     assert run.predicted_s == again.predicted_s and run.phases == again.phases
     error = np.abs(grid.gather(result.field) - exact_solution(grid, "jacobi")).max()
-    assert float(error) == x["final"]["max_error_vs_exact"]
+    assert float(error) == x["final"]["max_error_vs_continuous_solution"]

@@ -13,7 +13,7 @@ from wse_hpc.tlrmvm.testing import random_vectors, smooth_kernel
 @pytest.mark.parametrize("eps", [1e-2, 1e-4])
 def test_error_within_threshold_bound(complex_, eps):
     a = smooth_kernel(75, 61, complex_=complex_)
-    op = compress(a, nb=16, threshold=eps)
+    op = compress(a, nb=16, threshold=eps, rule="tile")  # the rule bounding the whole by eps
     assert op.dtype == a.dtype and op.tiles == (5, 4)
     # Per-tile truncation gives ||A - A_tlr||_F <= eps ||A||_F (float32 rounding on top).
     assert np.linalg.norm(op.dense() - a) <= eps * np.linalg.norm(a) * 1.01 + 1e-5
@@ -31,7 +31,7 @@ def test_tighter_threshold_means_higher_rank_and_lower_ratio():
 
 def test_randomized_path_meets_bound():
     a = green_operator(n=2 * RANDOMIZED_MIN_TILE)
-    op = compress(a, nb=RANDOMIZED_MIN_TILE, threshold=1e-3)
+    op = compress(a, nb=RANDOMIZED_MIN_TILE, threshold=1e-3, rule="tile")
     assert np.linalg.norm(op.dense() - a) <= 1e-3 * np.linalg.norm(a) * 1.01
     assert op.ranks.max() < RANDOMIZED_MIN_TILE // 2  # the sketch, not a full SVD, was kept
 

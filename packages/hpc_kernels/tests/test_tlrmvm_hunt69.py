@@ -61,7 +61,7 @@ def test_a_threshold_below_fp32s_reach_is_refused():
 @pytest.mark.parametrize("make", [_random, lambda: smooth_kernel(90, 70)])
 def test_the_recorded_error_is_the_achieved_one_and_meets_the_least_threshold(make, tmp_path):
     a = make()
-    op = compress(a, nb=16, threshold=LEAST_THRESHOLD)
+    op = compress(a, nb=16, threshold=LEAST_THRESHOLD, rule="tile")  # the whole within it
     truth = _numpy_error(op, a)
     assert truth <= LEAST_THRESHOLD  # certified against NumPy's own rebuild
     assert op.error_fro == pytest.approx(truth, rel=1e-3)  # before: 0.0 at full rank
@@ -86,7 +86,8 @@ def test_an_unknown_error_is_null_in_json(tmp_path):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     folder = tmp_path_factory.mktemp("op")
-    path = save_operator(compress(smooth_kernel(64, 64), nb=16, threshold=1e-3), folder / "o.npz")
+    op = compress(smooth_kernel(64, 64), nb=16, threshold=1e-3, rule="tile")
+    path = save_operator(op, folder / "o.npz")
     with np.load(path) as f:
         return folder, {k: f[k] for k in f.files}
 

@@ -12,7 +12,8 @@ from wse_hpc.tlrmvm.seismic import GreenMatrix, green_operator, morton_order
 @pytest.mark.cpu_devices
 def test_mdd_tlr_solution_matches_dense_solution():
     case = mdd_case(n=144, freqs_hz=[12.0], seed=1)
-    (row,) = compare(case, preset("small"), nb=24, threshold=1e-3, iters=15, mesh_shape=(2, 4))
+    (row,) = compare(case, preset("small"), nb=24, threshold=1e-3, iters=15, mesh_shape=(2, 4),
+                     rule="tile")  # fmt: skip
     # An operator perturbed by ~1e-3 moves 15 LSQR steps by about as much (seen: ~1e-3).
     assert row["tlr_vs_dense"] < 1e-2
     assert row["tlr_vs_truth"] == pytest.approx(row["dense_vs_truth"], rel=0.05)
@@ -76,6 +77,6 @@ def test_experiment_quick_runs(tmp_path):
     assert all(p.params["phase1"] == "axpy" for p in result.predictions)
     assert all(p.params["alt_phase1_dot"] > 0 for p in result.predictions)
     comp = [m for m in result.measurements if m["kind"] == "compression"]
-    assert all(m["error_fro"] <= m["threshold"] * 1.01 for m in comp)
+    assert all(m["error_fro"] <= m["error_bound"] * 1.01 for m in comp)  # the rule's bound
     folder = write_experiment(result, tmp_path)
     assert (folder / "figure.png").stat().st_size > 0

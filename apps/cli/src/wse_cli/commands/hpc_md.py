@@ -56,6 +56,11 @@ app = typer.Typer(
 )
 
 
+# hunt 71: "LAMMPS fix nvt" alone reads as its default chain of 3; the integrator holds one
+THERMOSTATS = ("none (NVE) | langevin (LAMMPS fix langevin) | nose-hoover (LAMMPS fix nvt ... "
+               "tchain 1: one thermostat, not LAMMPS's default chain of 3)")  # fmt: skip
+
+
 @app.callback()
 def md(
     ctx: typer.Context,
@@ -92,20 +97,18 @@ def md(
         le=INT32_MAX,
         limit="time_steps",
     ),
-    # hunt 63: 1e-300 ran (dt is 0 in fp32: nothing moved, exit 0; with langevin, NaN). A
-    # 300 K Cu atom moves ~2 A/ps, 2e-6 A in 1e-3 fs: about one fp32 spacing of a coordinate
-    # of 16-64 A, so a shorter step rounds away; LAMMPS metal runs use 0.1-5 fs
+    # hunt 63: 1e-300 ran (dt 0 in fp32). A 300 K Cu atom moves 2e-6 A in 1e-3 fs, one fp32
+    # spacing of a 16-64 A coordinate: a shorter step rounds away (LAMMPS metal: 0.1-5 fs)
     dt_fs: float = number(
         1.0, "--dt-fs", help="Timestep (fs).", ge=1e-3, unit="fs", limit="md_dt_fs"
     ),
     temperature_k: float = number(
         None,
         "--temperature-K",
-        help="Thermostat target (K; LAMMPS fix nvt / langevin Tstart = Tstop). Velocities are "
-        "drawn at it (--seed, zero momentum) only when the structure has none (a --lattice "
-        "crystal, a file without velocities) or with --create-velocities: a file's are kept "
-        "under a thermostat, and NVE with a file's velocities needs --create-velocities. A run "
-        "stops past 1e5 K.",
+        help="Thermostat target (K; Tstart = Tstop). Velocities are drawn at it (--seed, zero "
+        "momentum) only when the structure has none (a --lattice crystal, a file without "
+        "velocities) or with --create-velocities: a file's are kept under a thermostat, and "
+        "NVE with a file's velocities needs --create-velocities. A run stops past 1e5 K.",
         ge=0,
         lt=1e5,
         unit="K",
@@ -116,12 +119,9 @@ def md(
         help="Draw new Maxwell-Boltzmann velocities at --temperature-K with --seed, replacing "
         "the structure file's (LAMMPS `velocity all create T seed mom yes dist gaussian`).",
     ),
-    thermostat: str = typer.Option(
-        "none", "--thermostat", help="none (NVE) | langevin | nose-hoover"
-    ),
-    # hunt 63: 1e300 was an OverflowError traceback (Nose-Hoover's Q ~ Tdamp^2). A bath
-    # slower than the longest run the limits allow (time_steps 10^7 x md_dt_fs 1,000 fs =
-    # 1e10 fs) never acts in it; LAMMPS's guide is Tdamp = 100 dt
+    thermostat: str = typer.Option("none", "--thermostat", help=THERMOSTATS),
+    # hunt 63: 1e300 overflowed (Nose-Hoover's Q ~ Tdamp^2). A bath slower than the longest
+    # run the limits allow (10^7 steps x 1,000 fs) never acts; LAMMPS's guide: Tdamp = 100 dt
     damp_fs: float = number(
         100.0,
         "--damp-fs",

@@ -96,19 +96,27 @@ def check_dt(cfg: CfdConfig, dt: float) -> None:
     """Refuse a time step beyond the explicit scheme's diffusion / CFL limit; the refusal
     suggests the case's default step (rayleigh-benard: half the limit; cavity: SAFETY = 0.8
     of it; hunt 68: it said half for both)."""
+    d = 3 if cfg.grid[2] > 1 else 2
     if cfg.case == "rayleigh-benard":
         default, share = stable_dt(cfg.grid, cfg.aspect, cfg.ra, cfg.pr), 0.5
+        rule = "diffusion h^2 / (2 d max(nu, kappa)), CFL h / U"
     else:
         from wse_hpc.fields.cavity import SAFETY
         from wse_hpc.fields.cavity import stable_dt as cavity_dt
 
         default, share = cavity_dt(cfg.grid, cfg.re, cfg.time_scheme), SAFETY
+        rule = (
+            "SSP-RK3: diffusion 2.51 h^2 / (4 d nu), advection sqrt(3) h / (d U)"
+            if cfg.time_scheme == "rk3"
+            else "diffusion h^2 / (2 d nu), CFL h / U, central advection 2 nu / U^2"
+        )
     limit = default / share
     if dt > limit:
+        # the rule names d, so the printed limit can be checked by hand (hunt 71: it printed
+        # the 2D figure under the 3D formula)
         raise FieldError(
-            f"--dt {dt:g} breaks the explicit step's limit {limit:.4g} "
-            f"(diffusion h^2 / 2 d nu, CFL h / U); use --dt {default:.4g} (the {cfg.case} "
-            f"default, {share:g} of the limit)"
+            f"--dt {dt:g} breaks the explicit step's limit {limit:.4g} ({rule}; d = {d}); "
+            f"use --dt {default:.4g} (the {cfg.case} default, {share:g} of the limit)"
         )
 
 

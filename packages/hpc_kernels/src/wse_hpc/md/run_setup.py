@@ -84,6 +84,9 @@ def start_bath(structure: Structure, config: MdConfig) -> Bath | None:
 
 
 _BATH_NAMES = {"langevin": ("Langevin", "damp"), "nose-hoover": ("Nose-Hoover", "Tdamp")}
+# what the bath is in LAMMPS's words: the integrator is `fix nvt ... tchain 1`, and plain
+# `fix nvt` (a chain of 3) gives a very different run (hunt 71: 218.9 K against 606.8 K)
+_BATH_LAMMPS = {"nose-hoover": ", LAMMPS fix nvt tchain 1: one chain element"}
 
 
 def start_line(
@@ -91,7 +94,8 @@ def start_line(
 ) -> str:
     """Where the run's velocities come from (drawn, the structure's, or none) and the
     thermostat's target, in one line (`source` names the structure): "velocities from
-    t.xyz (334.9 K); Nose-Hoover target 600 K (Tdamp 100 fs)"."""
+    t.xyz (334.9 K); Nose-Hoover target 600 K (Tdamp 100 fs, LAMMPS fix nvt tchain 1: one
+    chain element)"."""
     vel, t_set = structure.velocities_A_ps, config.temperature_K
     masses = np.asarray(pot.masses_amu)[structure.species(pot.elements)]
     with np.errstate(over="ignore", invalid="ignore"):  # `prepare` refuses what overflows
@@ -109,7 +113,8 @@ def start_line(
     bath = config.thermostat
     if bath.kind in _BATH_NAMES:
         name, damp = _BATH_NAMES[bath.kind]
-        line += f"; {name} target {bath.temperature_K:g} K ({damp} {bath.damp_fs:g} fs)"
+        lammps = _BATH_LAMMPS.get(bath.kind, "")
+        line += f"; {name} target {bath.temperature_K:g} K ({damp} {bath.damp_fs:g} fs{lammps})"
     return line
 
 

@@ -1,21 +1,26 @@
 """Tile low-rank (TLR) compression of a dense operator, and the NumPy TLR-MVM.
 
-Contract: `compress(a, nb=..., threshold=eps)` cuts a real fp32 or complex64 matrix `a`
-(M x N) into nb x nb tiles (edge tiles smaller) and replaces tile (i, j) by U_ij V_ij^H of
-the smallest rank k_ij with ||A_ij - U_ij V_ij^H||_F <= eps * ||A_ij||_F (truncated SVD;
-a randomized range finder first for tiles of at least `RANDOMIZED_MIN_TILE` rows). Summed
-over tiles this gives ||A - A_tlr||_F <= eps * ||A||_F, hence for any x
-||A x - A_tlr x|| <= eps * ||A||_F * ||x|| (the bound the tests check). The bound is
-certified on what is stored: each tile's U V^H is rebuilt in fp32 and measured against the
-tile, and a tile whose fp32 rounding pushes it past eps gets the next ranks of a full SVD
-until it does not; the operator's `error_fro` is that achieved error (`achieved_error`
-measures any operator against its matrix the same way; hunt 69: the SVDs' dropped tail was
-recorded, 0 at full rank where fp32 gives ~1e-7). `eps` is at least
-`compressed.LEAST_THRESHOLD`: below it rounding, not rank, decides the error. Each tile is
-compressed scaled to norm 1, so any fp32 entries compress alike; a tile whose norm is past
-fp32's range, or a result that misses `eps`, is a TlrError. `eps` is relative to the norm,
-as ecrc/tlrmvm's acc, so it means the same at any scale: a matrix all below fp32's normal
-range (1.2e-38) is refused, no rank meets it there (hunt 64: 1e-44 entries reached 0.17).
+Contract: `compress(a, nb=..., threshold=eps, rule=...)` cuts a real fp32 or complex64
+matrix `a` (M x N) into nb x nb tiles (edge tiles smaller) and replaces tile (i, j) by
+U_ij V_ij^H of the smallest rank k_ij (at least 1 for a tile that is not zero) with
+||A_ij - U_ij V_ij^H||_F <= eps * ||A||_F under `rule="matrix"` (the default: ecrc/tlrmvm's
+acc, `TLRMVM_Util.saveUV`, whose bound is the whole matrix's norm, so a small far tile keeps
+few ranks), or <= eps * ||A_ij||_F under `rule="tile"` (stricter: 1.45-2.2x the ranks of
+the synthetic slices, n 1024-9801, nb 64-256; hunt 71: it was the only rule, though the
+words said ecrc's). Truncated SVD; a randomized range finder first for tiles of at least
+`RANDOMIZED_MIN_TILE` rows. Summed over the T tiles, ||A - A_tlr||_F / ||A||_F is at most
+eps ("tile") or eps * sqrt(T) ("matrix"): `TlrOperator.error_bound`, and for any x
+||A x - A_tlr x|| <= error_bound * ||A||_F * ||x||. The tile's bound is certified on what is
+stored: each tile's U V^H is rebuilt in fp32 and measured against the tile, and a tile whose
+fp32 rounding pushes it past the bound gets the next ranks of a full SVD until it does not;
+the operator's `error_fro` is that achieved error (`achieved_error` measures any operator
+against its matrix the same way; hunt 69: the SVDs' dropped tail was recorded, 0 at full
+rank where fp32 gives ~1e-7). `eps` is at least `compressed.LEAST_THRESHOLD`: below it
+rounding, not rank, decides the error. Each tile is compressed scaled to norm 1, so any fp32
+entries compress alike; a tile whose norm is past fp32's range, or a result that misses its
+bound, is a TlrError. Under either rule `eps` is relative to a norm, so it means the same at
+any scale: a matrix all below fp32's normal range (1.2e-38) is refused, no rank meets it
+there (hunt 64: 1e-44 entries reached 0.17).
 The result is a `compressed.TlrOperator` (its stacked bases and `.npz` file are there;
 `TlrError`, `load_operator` and `save_operator` are re-exported here). `tlrmvm_numpy` is
 the plain NumPy TLR-MVM over those stacks (phase 1 GEMVs, reshuffle, phase 3 GEMVs): the
@@ -32,6 +37,7 @@ from threadpoolctl import threadpool_limits
 from wse_hpc.tlrmvm.compressed import (
     FP32_ROUNDING,
     LEAST_THRESHOLD,
+    RULES,
     TlrError,
     TlrOperator,
     check_args,
@@ -48,6 +54,7 @@ __all__ = [
     "HEAP_SLACK",
     "LEAST_THRESHOLD",
     "RANDOMIZED_MIN_TILE",
+    "RULES",
     "SVD_WORK_TILES",
     "LazyMatrix",
     "TlrError",
@@ -199,62 +206,91 @@ def _certified(t: np.ndarray, eps: float, rng: np.random.Generator, norm: float)
 
 
 # -- the operator -------------------------------------------------------------------------
+def _tiles(a: np.ndarray | LazyMatrix, nb: int, lazy: bool):
+    """((i, j), tile) in row-major order; a lazy matrix's tiles checked as they are made."""
+    mt, nt = -(-a.shape[0] // nb), -(-a.shape[1] // nb)
+    for i, j in np.ndindex(mt, nt):
+        tile = a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb]
+        # a far tile may be tiny beside the whole: not refused
+        yield (i, j), check_matrix(tile, normal=False) if lazy else tile
+
+
+def _matrix_norm(a: np.ndarray | LazyMatrix, nb: int, lazy: bool) -> float:
+    """||A||_F in float64, summed over the tiles as `compress` sums them (no whole copy of
+    `a`; a lazy matrix's tiles are made here once more: the rule needs it before any tile)."""
+    return float(np.sqrt(sum(_norm(t) ** 2 for _, t in _tiles(a, nb, lazy))))
+
+
 def compress(
     a: np.ndarray | LazyMatrix,
     *,
     nb: int,
     threshold: float,
+    rule: str = "matrix",
     seed: int = 0,
     blas_threads: int = 1,
 ) -> TlrOperator:
-    """Compress `a` (M x N, real or complex) into nb x nb low-rank tiles at `threshold`.
+    """Compress `a` (M x N, real or complex) into nb x nb low-rank tiles at `threshold`,
+    relative to ||A||_F for every tile (`rule="matrix"`, ecrc/tlrmvm's acc) or to each tile's
+    own norm (`rule="tile"`); see the module docstring.
 
     `a` is an array or a `LazyMatrix` whose tiles are made on demand (a large operator never
     held whole). BLAS runs with `blas_threads` threads per SVD (one is steadiest,
     shared/PLATFORM.md). Host memory: `compress_host_bytes`.
     """
+    if rule not in RULES:
+        raise TlrError(f"unknown threshold rule {rule!r}; use one of {', '.join(RULES)}")
     lazy = not isinstance(a, np.ndarray) and isinstance(a, LazyMatrix)
     if not lazy:
         a = check_matrix(a)
     check_args(a.shape, nb, threshold)
     m, n = a.shape
     mt, nt = -(-m // nb), -(-n // nb)
+    whole = _matrix_norm(a, nb, lazy) if rule == "matrix" else None
     rng = np.random.default_rng(seed)
     ranks = np.zeros((mt, nt), np.int64)
     u_rows, vs = [], [[None] * nt for _ in range(mt)]
     err_sq = norm_sq = 0.0
+    us = []
     with threadpool_limits(limits=blas_threads):
-        for i in range(mt):
-            us = []
-            for j in range(nt):
-                tile = a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb]
-                if lazy:  # a far tile may be tiny beside the whole: not refused
-                    tile = check_matrix(tile, normal=False)
-                norm = _norm(tile)
-                if norm > FP32_MAX:  # hunt 62: its singular values were inf, its bases NaN
-                    raise TlrError(
-                        f"tile ({i}, {j}) has norm {norm:.3g}, past fp32's largest value "
-                        f"({FP32_MAX:.3g}): its singular values overflow; scale the matrix down"
-                    )
-                u, vs[i][j], err = _certified(tile, float(threshold), rng, norm)
-                us.append(u)
-                ranks[i, j] = u.shape[1]
-                err_sq += err**2
-                norm_sq += norm**2
-            # a row's U stacked as soon as it is done (hunt 69: every tile's U and V held
-            # beside their stacks was twice the bases, the command's peak)
-            u_rows.append(np.ascontiguousarray(np.concatenate(us, axis=1)))
+        for (i, j), tile in _tiles(a, nb, lazy):
+            norm = _norm(tile)
+            if norm > FP32_MAX:  # hunt 62: its singular values were inf, its bases NaN
+                raise TlrError(
+                    f"tile ({i}, {j}) has norm {norm:.3g}, past fp32's largest value "
+                    f"({FP32_MAX:.3g}): its singular values overflow; scale the matrix down"
+                )
+            # the tile's bound as a share of its own norm (`_certified` works on the tile
+            # scaled to norm 1); under "matrix" it may pass 1: rank 1 then does
+            eps = float(threshold) * (whole / norm if whole is not None and norm > 0 else 1.0)
+            u, vs[i][j], err = _certified(tile, eps, rng, norm)
+            us.append(u)
+            ranks[i, j] = u.shape[1]
+            err_sq += err**2
+            norm_sq += norm**2
+            if j == nt - 1:  # a row's U stacked as soon as it is done (hunt 69: every
+                # tile's U and V held beside their stacks was twice the bases, the peak)
+                u_rows.append(np.ascontiguousarray(np.concatenate(us, axis=1)))
+                us = []
     v_cols = tuple(_stack_column(vs, j) for j in range(nt))
     err = float(np.sqrt(err_sq)) / float(np.sqrt(norm_sq)) if norm_sq > 0 else 0.0
-    # hunt 62: never an operator that misses its threshold; each tile met it, so only broken
-    # arithmetic (NaN included) misses it here
-    if not err <= float(threshold) * (1 + 1e-9):
+    op = TlrOperator((m, n), int(nb), float(threshold), ranks, tuple(u_rows), v_cols, err, rule)
+    # hunt 62: never an operator that misses its bound; each tile met its own, so only
+    # broken arithmetic (NaN included) misses it here
+    if not err <= op.error_bound * (1 + 1e-9):
         raise TlrError(
-            f"compression reached ||A - A_tlr||_F / ||A||_F = {err:.3g}, above the threshold "
-            f"{float(threshold):g}: the matrix's values defeat fp32 arithmetic; scale it "
+            f"compression reached ||A - A_tlr||_F / ||A||_F = {err:.3g}, above the "
+            f"{_bound_words(op)}: the matrix's values defeat fp32 arithmetic; scale it "
             "(entries within about 1e-30 .. 1e30)"
         )
-    return TlrOperator((m, n), int(nb), float(threshold), ranks, tuple(u_rows), v_cols, err)
+    return op
+
+
+def _bound_words(op: TlrOperator) -> str:
+    """The bound in words: the threshold ("tile"), or the "matrix" rule's and its factor."""
+    if op.rule == "tile":
+        return f"threshold {op.threshold:g}"
+    return f"bound {op.error_bound:.3g} (threshold {op.threshold:g} x sqrt({op.ranks.size} tiles))"
 
 
 def _stack_column(vs: list[list], j: int) -> np.ndarray:

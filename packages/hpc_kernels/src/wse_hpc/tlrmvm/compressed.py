@@ -15,8 +15,8 @@ one SVD in a Python loop, rank rows the planner colours; hunt 69: `--nb 1` ran f
 minutes; `wse_core.host.limits`, `WSE_LIMIT_TLR_TILES` lifts it), its threshold in
 [`LEAST_THRESHOLD`, 1): below that fp32 rounding of the tiles, up to `FP32_ROUNDING` of
 ||A||_F, is what decides the error, and no rank certifies it (hunt 69: 1e-9 was written and
-shown as met). `error_fro` is the achieved error `compress` measured, at most the threshold;
-the loader refuses a file whose figures compress could not have written.
+shown as met). `error_fro` is the achieved error `compress` measured, at most `error_bound`
+(its `rule`'s); the loader refuses a file whose figures compress could not have written.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from wse_hpc.tlrmvm.fp32 import to_fp32
 __all__ = [
     "FP32_ROUNDING",
     "LEAST_THRESHOLD",
+    "RULES",
     "TlrError",
     "TlrOperator",
     "check_args",
@@ -55,6 +56,8 @@ FP32_ROUNDING = 8 * 2.0**-23  # 9.5e-7
 # The tightest threshold `compress` certifies: twice the rounding (a rank still decides at
 # least half the error, as the stencil's least_tol), rounded up to a figure one types.
 LEAST_THRESHOLD = 2e-6
+# A threshold's norm: ||A||_F for every tile (ecrc/tlrmvm's acc, saveUV) or each tile's own
+RULES = ("matrix", "tile")
 _NOT_THIS_HOST = "this operator was not written by this machine's wse, or needs a larger host"
 
 
@@ -73,6 +76,13 @@ class TlrOperator:
     u_rows: tuple[np.ndarray, ...]  # mt arrays (m_i, K_i)
     v_cols: tuple[np.ndarray, ...]  # nt arrays (n_j, K_j)
     error_fro: float = float("nan")  # achieved ||A - A_tlr||_F / ||A||_F (`compress`'s)
+    rule: str = "tile"  # of RULES; "tile", the only rule before hunt 71, for older files
+
+    @property
+    def error_bound(self) -> float:
+        """||A - A_tlr||_F / ||A||_F's bound: the threshold ("tile"), or threshold x sqrt(tiles)
+        ("matrix": each tile's error up to threshold x ||A||_F, adding in squares)."""
+        return self.threshold * (math.sqrt(self.ranks.size) if self.rule == "matrix" else 1.0)
 
     @property
     def dtype(self) -> np.dtype:
@@ -127,6 +137,7 @@ class TlrOperator:
             "nb": self.nb,
             "tiles": list(self.tiles),
             "threshold": self.threshold,
+            "threshold_rule": self.rule,
             "dtype": str(self.dtype),
             "rank_mean": float(self.ranks.mean()),
             "rank_max": int(self.ranks.max()),
@@ -215,6 +226,7 @@ def _savez_operator(op: TlrOperator, path: Path) -> None:
         "shape": np.array(op.shape, np.int64),
         "nb": np.int64(op.nb),
         "threshold": np.float64(op.threshold),
+        "rule": np.str_(op.rule),
         "ranks": op.ranks,
     }
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
@@ -338,12 +350,22 @@ def _operator_from(data: dict[str, np.ndarray]) -> TlrOperator:
     err = _real(data, "error_fro") if "error_fro" in data else math.nan  # nan: an older file
     if "error_fro" in data and not 0 <= err < math.inf:  # hunt 61: inf was printed as the error
         raise TlrError(f"error_fro must be a finite number >= 0, got {err}")
-    if err > threshold * (1 + 1e-6):  # hunt 69: 0.5 was shown beside its threshold 0.001
+    op = TlrOperator((m, n), nb, threshold, ranks, u_rows, v_cols, err, _rule(data))
+    if err > op.error_bound * (1 + 1e-6):  # hunt 69: 0.5 was shown beside its threshold 0.001
+        of = "" if op.rule == "tile" else f" x sqrt({ranks.size} tiles) = {op.error_bound:.3g}"
         raise TlrError(
-            f"its recorded error {err:g} is above its threshold {threshold:g} (compress never "
-            "writes that)"
+            f"its recorded error {err:g} is above its threshold {threshold:g}{of} (compress "
+            "never writes that)"
         )
-    return TlrOperator((m, n), nb, threshold, ranks, u_rows, v_cols, err)
+    return op
+
+
+def _rule(data: dict[str, np.ndarray]) -> str:
+    """The file's threshold rule: one of RULES, "tile" when absent (an older file)."""
+    value = np.asarray(data.get("rule", "tile"))
+    if value.shape != () or value.dtype.kind != "U" or str(value) not in RULES:
+        raise TlrError(f"rule must be one of {', '.join(RULES)}, got {value!r}")
+    return str(value)
 
 
 def _check_threshold(threshold: float) -> None:

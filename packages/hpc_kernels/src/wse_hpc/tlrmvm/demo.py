@@ -46,7 +46,8 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
     console.print(
         f"seismic slice {n} x {n} complex64, tiles {nb}: ranks mean {op.ranks.mean():.1f} "
         f"max {op.ranks.max()}, compression {op.compression_ratio:.2f}x, "
-        f"||A - A_tlr||_F/||A||_F = {op.error_fro:.1e} (threshold {eps:g})"
+        f"||A - A_tlr||_F/||A||_F = {op.error_fro:.1e} (each tile within {eps:g} x ||A||_F, "
+        "ecrc/tlrmvm's acc)"
     )
     spec = preset("wse2")
     eng = TlrEngine.build(op, spec)

@@ -81,13 +81,15 @@ def compare(
     *,
     nb: int,
     threshold: float,
+    rule: str = "matrix",
     iters: int = 30,
     mesh_shape: tuple[int, int] | None = (1, 1),
 ) -> list[dict[str, float]]:
-    """One row per frequency: errors of the TLR-on-wafer and dense LSQR solutions."""
+    """One row per frequency: errors of the TLR-on-wafer and dense LSQR solutions (each slice
+    compressed at `threshold` under `rule`, `compress`'s)."""
     rows = []
     for f, g, x, d in zip(case.freqs_hz, case.operators, case.truth, case.data, strict=True):
-        op = compress(g, nb=nb, threshold=threshold)
+        op = compress(g, nb=nb, threshold=threshold, rule=rule)
         eng = TlrEngine.build(op, spec, mesh_shape=mesh_shape)
         n = g.shape[1]
         x_tlr = solve_lsqr(eng.matvec, eng.rmatvec, d, n=n, iters=iters)
