@@ -99,17 +99,20 @@ def test_every_option_limits_md_names_exists():
 
 
 def test_plan_md_gives_the_gpu_fractions_each_side_uses():
+    from wse_core.cost.assumptions import system_constant
     from wse_systems.serving.gpu_step import FITTED_HBM_FRACTION, FITTED_MFU
 
     page = (DOCS / "plan.md").read_text()
+    # hunt 71: --mfu defaults to the registered assumption gpu.train_mfu (None: read it)
     train_mfu = next(p for p in CLI.commands["plan"].commands["train"].params if p.name == "mfu")
+    assert train_mfu.default is None
 
     def numbers(words: str) -> list[float]:
         row = next(line for line in page.splitlines() if words in line)
         return [float(x) for x in row.split(" | ")[1].split(", ")]
 
     assert numbers("serving (`wse plan infer --mfu`") == [FITTED_MFU, FITTED_HBM_FRACTION]
-    assert numbers("training (`wse plan train --mfu`)") == [train_mfu.default]
+    assert numbers("training (`wse plan train --mfu`") == [system_constant("gpu.train_mfu")]
     assert "0.4, 0.8" not in page
 
 

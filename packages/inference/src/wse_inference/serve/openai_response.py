@@ -19,9 +19,11 @@ top_logprobs: [{token, logprob, bytes}] x k}]}. Streamed chunks carry their toke
 A token's text is `tokenizer.decode([id])` with the leading spaces of its own bytes that the
 decode stripped put back (`token_text`: Llama-2's "▁héllo" is " héllo", as vLLM restores a
 SentencePiece piece's; hunt 70: the tokens lacked spaces the text has, and `text_offset`
-disagreed with it); an echo's first token is decoded alone, as the prompt's text is. Its
-`bytes` are the token's own (`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191,
-189]); logprobs are clamped at -9999.0 as vLLM's are, and a NaN one (weights that overflow at
+disagreed with it; hunt 71: a lone "▁", a double space's second, was ""); the first token
+with text where none precedes it (an echo's first word, after a BOS) is what it adds to the
+decode, as the text has it ("hello", no space), so the texts join to the text. Its `bytes`
+are the token's own (`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191, 189]);
+logprobs are clamped at -9999.0 as vLLM's are, and a NaN one (weights that overflow at
 run time) is null, never a number. Tokens whose texts are the same (bytes 0x80..0xBF all
 decode to U+FFFD) collide as keys of a completions' top_logprobs dict, as in vLLM, and the k entries
 shrink; `return_tokens_as_token_ids: true` names every token "token_id:N" instead (vLLM's
@@ -104,6 +106,9 @@ def _head(kind: str, rid: str, created: int, model: str, *, chunk: bool) -> dict
     return {"id": rid, "object": obj, "created": created, "model": model}
 
 
+_PROMPT_WINDOW = 5  # the prompt's last tokens: text among them is text before the answer's
+
+
 def _clamp(lp: float) -> float | None:
     """vLLM's floor for -inf; NaN (a model that overflows past the warm-up) is null, no
     number: JSON has no NaN (hunt 62: a 500 from json.dumps, NaN in a stream's chunks), and
@@ -146,19 +151,40 @@ def logprobs_body(
     if prompt is not None:
         scored[:0] = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
     texts = [word(t) for t, _ in scored]
-    if prompt is not None:  # the echoed text's first token, decoded as the prompt's text is
-        texts[0] = tokenizer.decode([scored[0][0]])
+    if text_offset == 0:  # no text before these tokens in the answer: the decoder's strip
+        before = () if prompt is not None else p.prompt_ids  # an echo's text starts with them
+        _first_text_in_context(tokenizer, before, [t for t, _ in scored], texts)
+    tokens = [f"token_id:{t}" for t, _ in scored] if p.tokens_as_ids else texts
+
+    def top(t: int, x: TokenLogprob, key: str) -> dict:  # the chosen token keyed as in `tokens`
+        return {**{key if a == t else name(a): _clamp(lp) for a, lp in x.top[:k]},
+                key: _clamp(x.logprob)}  # fmt: skip
+
     return {
-        "tokens": [f"token_id:{t}" for t, _ in scored] if p.tokens_as_ids else texts,
+        "tokens": tokens,
         "token_logprobs": [None if x is None else _clamp(x.logprob) for _, x in scored],
         "top_logprobs": [
-            {**{name(a): _clamp(lp) for a, lp in x.top[:k]}, name(t): _clamp(x.logprob)}
-            if k and x is not None
-            else None
-            for t, x in scored
+            top(t, x, key) if k and x is not None else None
+            for (t, x), key in zip(scored, tokens, strict=True)
         ],
         "text_offset": list(itertools.accumulate(map(len, texts), initial=text_offset))[:-1],
     }
+
+
+def _first_text_in_context(
+    tokenizer: Tokenizer, before: Sequence[int], ids: Sequence[int], texts: list[str]
+) -> None:
+    """Set the text of the first of `ids` with text (`texts`, theirs alone) to what it adds
+    to the decode of `before` (the ids the answer's text is decoded after) and the ids ahead of
+    it, all of which decode to "" (special tokens). With no text before it, a Llama-2 decoder's
+    `Strip(" ", 1, 0)` strips its space from the answer's text: after a BOS, "▁hello" is
+    "hello" there (hunt 71: " hello", one character past the echoed prompt's). Later tokens
+    follow text, so their own texts are the answer's."""
+    first = next((i for i, x in enumerate(texts) if x), None)
+    if first is None or tokenizer.decode(before[-_PROMPT_WINDOW:]):
+        return  # no text here, or it follows the prompt's text: nothing strips it
+    head = [*before, *ids[:first]]  # no text: special tokens (and a prompt's lone "▁"s)
+    texts[first] = tokenizer.decode([*head, ids[first]])[len(tokenizer.decode(head)) :]
 
 
 def token_text(tokenizer: Tokenizer, token: int) -> str:

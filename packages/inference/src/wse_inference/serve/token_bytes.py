@@ -11,9 +11,13 @@ bytes the token stands for instead, read from the tokenizer's vocabulary:
   symbol of the token's name mapped back to its byte;
 - another piece of a byte-fallback vocabulary: its name with SentencePiece's "▁" as a space.
 
-A token whose `text` (its decoded text) is empty has no bytes: a special token, skipped as
-vLLM skips it, as its `token` text is "". Any other token, and a tokenizer without `vocab()`,
-gets its decoded text's UTF-8.
+A token whose `text` (its decoded text) is empty has no bytes when it decodes to nothing even
+after itself: a special token, skipped as vLLM skips it, as its `token` text is "". One that
+decodes to text after itself is a piece whose only space the decoder stripped (Llama-2's
+`Strip(" ", 1, 0)` on "▁", the second space of a double space): its bytes are its name's,
+[32] (hunt 71: b"", so its `token` text lost the space and every `text_offset` after it was
+one character early). Any other token, and a tokenizer without `vocab()`, gets its decoded
+text's UTF-8.
 """
 
 from __future__ import annotations
@@ -66,10 +70,10 @@ def _vocab(tokenizer: Any) -> _Vocab | None:
 
 def token_bytes(tokenizer: Any, token: int, text: str) -> bytes:
     """The bytes `token` stands for (module docstring); `text` is its decoded text."""
-    if not text:
-        return b""
     if getattr(tokenizer, "kind", None) == "bytes":
         return bytes([token]) if 0 <= token < 256 else b""
+    if not text and not tokenizer.decode([token, token]):  # a special token: no text anywhere
+        return b""
     vocab = _vocab(tokenizer)
     name = None if vocab is None else vocab.names.get(token)
     if vocab is None or name is None:
