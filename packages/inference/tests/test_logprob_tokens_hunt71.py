@@ -77,9 +77,9 @@ def _texts(oracle, ids: list[int]) -> list[str]:
     return [text(ids[: i + 1])[len(text(ids[:i])) :] for i in range(len(ids))]
 
 
-def _serve(tokenizer: HFTokenizer):
+def _serve(tokenizer: HFTokenizer, **mock):
     """A mock server over `tokenizer` (a chat template that writes the content), its oracle."""
-    engine = MockEngine(max_slots=2)
+    engine = MockEngine(max_slots=2, **mock)
     engine.tokenizer, engine.vocab_size = tokenizer, len(tokenizer.vocab())
     cfg = ServeConfig(port=0, grpc_port=0, chat_template="{{ messages[0]['content'] }}")
     server = Server(engine, cfg).start()
@@ -195,3 +195,20 @@ def test_chat_tokens_and_bytes_are_the_tokens_texts(table):
     assert [c["token"] for c in content] == want  # before: "" for "▁" and "<0x20>"
     assert [c["bytes"] for c in content] == [list(w.encode()) for w in want]  # before: [] there
     assert [[a["token"] for a in c["top_logprobs"]] for c in content] == [[w] for w in want]
+
+
+@pytest.mark.parametrize("kind", ["table", "trained"])
+def test_streamed_offsets_with_token_ids_are_the_whole_answers(request, kind):
+    """Before, a stream advanced text_offset by the shown token's length: with
+    return_tokens_as_token_ids, 12 a token ("token_id:N"), [0, 12, 24, ...]."""
+    _, tokenizer, _ = request.getfixturevalue(kind)
+    server, _, _ = next(paced := _serve(tokenizer, step_delay_s=0.02))  # a chunk a token
+    prompt = "hello  world" if kind == "trained" else [1, WORLD, SPACE, Q]
+    for echo in (False, True):
+        body = {"prompt": prompt, "max_tokens": 5, "logprobs": 0, "echo": echo,
+                "return_tokens_as_token_ids": True}  # fmt: skip
+        _, names, starts = _streamed(server, body)
+        whole = _post(server, "completions", body)["choices"][0]["logprobs"]
+        assert names == whole["tokens"] and all(n.startswith("token_id:") for n in names)
+        assert starts == whole["text_offset"]
+    paced.close()

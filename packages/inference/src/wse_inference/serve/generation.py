@@ -29,6 +29,7 @@ from wse_inference.serve.openai_response import (
     completion_body,
     error_body,
     error_response,
+    logprobs_and_end,
     logprobs_body,
     new_request_id,
     sse,
@@ -205,11 +206,9 @@ class Generation:
                     break
                 if ev.text or ev.finish_reason or ev.logprobs or echo[i]:
                     scored = ev.prompt_logprobs if echo[i] else None
-                    lps = logprobs_body(
+                    lps, offset[i] = logprobs_and_end(
                         p, ev.logprobs, self.tokenizer, text_offset=offset[i], prompt=scored
                     )
-                    if lps is not None and lps.get("tokens"):  # completions: text_offset
-                        offset[i] = lps["text_offset"][-1] + len(lps["tokens"][-1])
                     text, echo[i] = echo[i] + ev.text, ""
                     chunk = chunk_body(
                         p,

@@ -58,6 +58,7 @@ __all__ = [
     "error_body",
     "usage_dict",
     "logprobs_body",
+    "logprobs_and_end",
     "completion_body",
     "chunk_body",
     "usage_chunk_body",
@@ -130,8 +131,22 @@ def logprobs_body(
     the request did not ask. `text_offset`: where the first token's text starts in the
     completion (the length of the text already sent, for a stream). `prompt` (echo): the
     prompt's own logprobs come first, the first token's null as in vLLM and OpenAI."""
+    return logprobs_and_end(p, logprobs, tokenizer, text_offset=text_offset, prompt=prompt)[0]
+
+
+def logprobs_and_end(
+    p: ParsedRequest,
+    logprobs: Sequence[TokenLogprob] | None,
+    tokenizer: Tokenizer,
+    *,
+    text_offset: int = 0,
+    prompt: Sequence[TokenLogprob | None] | None = None,
+) -> tuple[dict | None, int]:
+    """(`logprobs_body`, where the next chunk's tokens start: `text_offset` plus the lengths of
+    these tokens' texts). A stream advances by the texts, not by the `tokens` it shows (hunt
+    71: with `return_tokens_as_token_ids` it advanced 12 a token, by "token_id:N")."""
     if p.sampling.logprobs is None or logprobs is None:
-        return None
+        return None, text_offset
     k = p.sampling.logprobs
     word = functools.lru_cache(maxsize=None)(lambda t: token_text(tokenizer, t))
     name = (lambda t: f"token_id:{t}") if p.tokens_as_ids else word  # noqa: E731
@@ -146,7 +161,7 @@ def logprobs_body(
                 {**entry(x.token, x.logprob), "top_logprobs": [entry(*a) for a in x.top[:k]]}
                 for x in logprobs
             ]
-        }
+        }, text_offset
     scored: list[tuple[int, TokenLogprob | None]] = [(x.token, x) for x in logprobs]
     if prompt is not None:
         scored[:0] = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
@@ -160,6 +175,7 @@ def logprobs_body(
         return {**{key if a == t else name(a): _clamp(lp) for a, lp in x.top[:k]},
                 key: _clamp(x.logprob)}  # fmt: skip
 
+    offsets = list(itertools.accumulate(map(len, texts), initial=text_offset))
     return {
         "tokens": tokens,
         "token_logprobs": [None if x is None else _clamp(x.logprob) for _, x in scored],
@@ -167,8 +183,8 @@ def logprobs_body(
             top(t, x, key) if k and x is not None else None
             for (t, x), key in zip(scored, tokens, strict=True)
         ],
-        "text_offset": list(itertools.accumulate(map(len, texts), initial=text_offset))[:-1],
-    }
+        "text_offset": offsets[:-1],
+    }, offsets[-1]
 
 
 def _first_text_in_context(
