@@ -34,6 +34,7 @@ from wse_trainer.optimizer_names import (
     scheduler_list,
     unused_settings,
 )
+from wse_trainer.splits import data_dir_problem, default_splits
 
 __all__ = ["ConfigError", "InputConfig", "OPTIMIZER_NAMES", "OptimizerConfig", "READ_BY",
            "SCHEDULE_NAMES", "RunConfig", "TrainConfig", "SECTIONS", "load_config",
@@ -60,7 +61,7 @@ class InputConfig:
     micro_batch_size: int | str | None = None
     max_sequence_length: int = 128
     shuffle_seed: int = 0
-    split: str = "train"  # "train" | "eval" | "all" (`_splits`): a twentieth of the bytes held out
+    split: str = "train"  # "train" | "eval" | "all" (`splits.default_splits`): 1/20 held out
     max_corpus_bytes: int = 3_000_000  # cap on the text read (stdlib corpus and files)
     eval_steps: int = 4  # batches per evaluation (eval_input only)
     # documents packed without padding: attention kept within each document (segment ids),
@@ -160,6 +161,8 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
         # hunt 56: `learning_rate: "3e-4"` was read as a number (the file is read as YAML 1.2
         # reads numbers, `spec_loader`, so 3e-4 unquoted is a float): refused as spec files do
         raise ConfigError(quoted_number(where, annotation[1], value))
+    if annotation[1] == "data_dir" and (why := data_dir_problem(where, value)):
+        raise ConfigError(why)
     for t in options:
         origin = typing.get_origin(t) or t
         if t is type(None) and value is None:
@@ -265,22 +268,7 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
                 f"sections: {', '.join(SECTIONS)}"
             )
     sections = {name: _section(name, data.get(name)) for name in SECTIONS}
-    return TrainConfig(**_splits(sections, data))
-
-
-def _splits(sections: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
-    """Splits not given: train and eval of the same data's twentieth held out, else both read
-    whole, as ModelZoo reads eval_input (hunt 69: a validation set was cut to a twentieth)."""
-    same = _data_key(sections["train_input"].data_dir) == _data_key(sections["eval_input"].data_dir)
-    for name, held in (("train_input", "train"), ("eval_input", "eval")):
-        if "split" not in (data.get(name) or {}):
-            sections[name] = dataclasses.replace(sections[name], split=held if same else "all")
-    return sections
-
-
-def _data_key(data_dir: str | list[str]) -> frozenset[str]:  # local paths resolved: dir/ = dir
-    entries = [data_dir] if isinstance(data_dir, str) else data_dir
-    return frozenset(os.path.realpath(e) if os.path.exists(e) else e for e in entries)
+    return TrainConfig(**default_splits(sections, data))
 
 
 def _parse_override(item: str) -> tuple[str, str, Any]:
@@ -293,9 +281,14 @@ def _parse_override(item: str) -> tuple[str, str, Any]:
             f"unknown section {section!r} in override {item!r}{suggest(section, SECTIONS)}"
         )
     try:
-        value = load_yaml(raw, f"override {item!r}", spec_loader()) if raw != "" else None
+        value = load_yaml(raw, f"override {item!r}", spec_loader())
     except yaml.YAMLError:
         value = raw
+    if value is None and not raw.split("#")[0].strip():  # hunt 71: `key=$UNSET` dropped the
+        raise ConfigError(  # key; Hydra reads `key=` as "": only a null drops one (Hydra's `~`)
+            f"override {shown(item)} has an empty value; give a value ('' for empty text), or "
+            f"{shown(path, quote=False)}=null to drop the key and take its default"
+        )
     return section, key, value
 
 
@@ -320,10 +313,28 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
                 f"{shown(raw)}); give it once"
             )
         given[path] = (raw, value)
+        if value is None and key not in out.get(section, {}):
+            _known_key(section, key, item)  # hunt 71: a typo's null dropped nothing, unsaid
         out.setdefault(section, {})[key] = value
         if value is None:  # `key=null` drops the key: its default (Hydra's `~key`; hunt 70)
             del out[section][key]
     return out
+
+
+def _known_key(section: str, key: str, item: str) -> None:
+    """ConfigError for `item`, a null on a key its section cannot have, as for a value
+    (`_section`; the model's: `session.model_config`) and Hydra's `~key` of a missing key."""
+    cls, keys = SECTIONS[section], []
+    if cls is None:
+        import wse_models  # the model section's keys: ModelConfig's, its `name` the preset's
+
+        cls, keys = wse_models.ModelConfig, ["preset"]
+    keys += sorted(f.name for f in dataclasses.fields(cls) if f.name != "name")
+    if key not in keys:
+        raise ConfigError(
+            f"unknown key {section}.{shown(key, quote=False)}{suggest(key, keys)} in override "
+            f"{shown(item)}; valid keys: {', '.join(keys)}"
+        )
 
 
 def _same(a: Any, b: Any) -> bool:

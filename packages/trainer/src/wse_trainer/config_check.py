@@ -12,8 +12,10 @@ agree with each other (`batch_size % num_csx`, `num_steps` at most `max_steps`,
 decaying schedule's `min_learning_rate` at most its `learning_rate`, the sequence length
 against the model's, a vocabulary that holds the run's tokenizer, a decay past the warm-up),
 settings the optimizer does not read (`refuse_unused`) and empty run paths, with a value to
-use instead where there is one. `config_notes` are the lines a run says beside its output;
-`scheduler_list` explains ModelZoo's `learning_rate:` list in this form.
+use instead where there is one. `config_notes` are the lines a run says beside its output
+(an eval_frequency outside train_and_eval among them: one params file serves every mode, as
+in ModelZoo, so it is said, not refused; hunt 71); `scheduler_list` explains ModelZoo's
+`learning_rate:` list in this form.
 """
 
 from __future__ import annotations
@@ -260,7 +262,8 @@ def _choice(where: str, value: str, choices: Sequence[str]) -> None:
 def config_notes(config: TrainConfig) -> list[str]:
     """Lines a run of `config` says beside its output ("note: ..."): a warm-up as long as
     the run (hunt 69: the rate never reached learning_rate, unsaid; refusing it would refuse
-    `--max-steps 2` of a shipped config), and a data file listed twice (read once)."""
+    `--max-steps 2` of a shipped config), an eval_frequency its mode does not use, and a data
+    file listed twice (read once)."""
     from wse_trainer.data_files import repeated_entries
 
     opt, run = config.optimizer, config.runconfig
@@ -272,6 +275,12 @@ def config_notes(config: TrainConfig) -> list[str]:
             f"runconfig.max_steps={run.max_steps:,}: the learning rate ramps up from 0 and "
             f"reaches {last:.3g} at the last step, not optimizer.learning_rate="
             f"{opt.learning_rate}; use fewer warm-up steps to train at it"
+        )
+    if run.eval_frequency is not None and run.mode != "train_and_eval":  # hunt 71: unsaid
+        does = "never evaluates" if run.mode == "train" else "evaluates once, training nothing"
+        notes.append(
+            f"note: runconfig.eval_frequency={run.eval_frequency} has no effect with mode "
+            f"{run.mode}, which {does}; it applies to mode train_and_eval"
         )
     splits = ("train_input",) if run.mode == "train" else ("train_input", "eval_input")
     for name in splits:

@@ -252,6 +252,7 @@ class Session:
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
         from wse_trainer.run_folder import check_resume, keep_decay, make_model_dir
+        from wse_trainer.splits import overlap_note
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 
@@ -277,6 +278,7 @@ class Session:
         self.eval_rows: Any = None  # both splits checked against their batch sizes here
         if run_cfg.mode != "train":
             self.eval_rows = _eval_rows(self.tok, config.eval_input)
+            self.notes += filter(None, [overlap_note(inp, config.eval_input)])  # hunt 71
         self.tok_id = tokenizer_identity(self.tok)
         micro = micro_batch(config, spec, self.model)
         plan = memory.streaming

@@ -1,4 +1,6 @@
-"""Which documents of a corpus form its eval split (no JAX, no tokenizers).
+"""A split's data: what a data_dir may name, which documents of a corpus form its eval
+split, and what an eval split shares with the train split (no JAX; `overlap_note` alone
+imports the data reader, to count).
 
 Contract: a train and an eval split of the same data never share a document, whatever
 each split's `max_corpus_bytes` and whatever the order its `data_dir` list names folders in
@@ -14,16 +16,27 @@ each split's `max_corpus_bytes` and whatever the order its `data_dir` list names
   what is left skipped (so a smaller cap is no prefix of a larger one); `stdlib_eval()`
   are its eval files, marked once over the whole library, so each file is in one split at
   every cap.
+- `default_splits(sections, data)`: the splits a params file leaves unset, train and eval
+  of the same data (`same_data`) or both read whole; `overlap_note(train, evals)`: the line
+  for other data that shares documents (hunt 71), said at the start of the run.
+- `data_dir_problem(where, value)`: the line for a data_dir entry that can name no data.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["EVAL_EVERY", "held_out", "stdlib_files", "stdlib_eval"]
+import yaml
+from wse_core.errors import shown
+
+__all__ = ["EVAL_EVERY", "held_out", "stdlib_files", "stdlib_eval", "same_data",
+           "default_splits", "overlap_note", "data_dir_problem"]  # fmt: skip
 
 EVAL_EVERY = 20  # the eval split holds 1/EVAL_EVERY of the corpus's bytes
 
@@ -78,3 +91,117 @@ def stdlib_eval() -> frozenset[str]:
     every = _stdlib_sizes()
     marks = held_out([size for _, size in every])
     return frozenset(path for (path, _), m in zip(every, marks, strict=True) if m)
+
+
+def same_data(a: str | list[str], b: str | list[str]) -> bool:
+    """Whether two data_dir values name the same entries, in any order or repeated, local
+    paths resolved (`dir/` is `dir`, a link its target)."""
+    return _data_key(a) == _data_key(b)
+
+
+def _data_key(data_dir: str | list[str]) -> frozenset[str]:
+    entries = [data_dir] if isinstance(data_dir, str) else data_dir
+    return frozenset(os.path.realpath(e) if os.path.exists(e) else e for e in entries)
+
+
+def default_splits(sections: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """`sections` (the `InputConfig`s by name) with the splits `data` (the params mapping)
+    does not give: train and eval of the same data, a twentieth held out; else both read
+    whole, as ModelZoo reads eval_input (hunt 69: a validation set was cut to a twentieth)."""
+    same = same_data(sections["train_input"].data_dir, sections["eval_input"].data_dir)
+    for name, held in (("train_input", "train"), ("eval_input", "eval")):
+        if "split" not in (data.get(name) or {}):
+            sections[name] = dataclasses.replace(sections[name], split=held if same else "all")
+    return sections
+
+
+def overlap_note(train: Any, evals: Any) -> str | None:
+    """The line for an eval split holding documents the train split reads (`InputConfig`s;
+    hunt 71: eval `d2` of train `[d1, d2]`, or eval files inside the train folder, were
+    evaluated on trained text, unsaid), or None. Counted by text over what each split reads
+    within its caps, once the two are known to share a file (so disjoint data costs a folder
+    walk). A note, not a change: the user named both sets, and a loss on training text is
+    sometimes meant; holding the shared files out of training would train on other data than
+    asked (ModelZoo and HF's Trainer take both sets as given). The same data split in two
+    (`default_splits`) shares no document (the module docstring) and is not counted."""
+    from wse_trainer.data import corpus_texts  # reads the data: imported only when asked
+
+    halves = (train.split, evals.split) == ("train", "eval")
+    if halves and same_data(train.data_dir, evals.data_dir):
+        return None
+    files = [_files(cfg) for cfg in (train, evals)]
+    if None in files or not set.intersection(*files):  # type: ignore[arg-type]
+        return None
+    trained = set(corpus_texts(train))
+    docs = corpus_texts(evals)
+    shared = sum(d in trained for d in docs)
+    if not shared:
+        return None
+    every = shared == len(docs)
+    said = f"all {shared:,}" if every else f"{shared:,} of the {len(docs):,}"
+    return (
+        f"note: {said} eval documents of eval_input.data_dir {evals.data_dir!r} are also "
+        f"training documents (train_input.data_dir {train.data_dir!r}): the eval loss is "
+        f"{'' if every else 'partly '}on trained text; give eval data apart from the "
+        "training data for a held-out loss"
+    )
+
+
+def _files(cfg: Any) -> set[str] | None:
+    """The real paths of the files a split reads from, or None for a dataset's name."""
+    from wse_trainer.data_files import data_files
+
+    if cfg.data_dir == "stdlib":
+        return set(stdlib_files(cfg.max_corpus_bytes))
+    found = data_files(cfg.data_dir)
+    return None if found is None else {os.path.realpath(f) for f in found[1]}
+
+
+def data_dir_problem(where: str, value: Any) -> str | None:
+    """The line for a data_dir (`where`: its setting) naming no file, folder or dataset, or
+    None. hunt 71: a list's null was read as 'None', a nested list as its repr, '' (alone or
+    listed) as the current folder, and 'd1,d2' as a dataset (HF's HFValidationError)."""
+    if isinstance(value, str):
+        if not value.strip():
+            return f"{where} is empty; give a file, a folder, a list of them, stdlib or a dataset"
+        if "," in value and not os.path.lexists(value):
+            listed = [e.strip() for e in value.split(",") if e.strip()]
+            return (
+                f"{where} {shown(value)} is no file or folder, and no dataset's name holds a "
+                f"','; to read several, give a list: {where}={_flow(listed)}"
+            )
+    bad = [i for i, e in enumerate(value) if not _entry(e)] if isinstance(value, list) else []
+    if not bad:
+        return None  # other types: the reader says what data_dir must be
+    kept = [str(e) for e in _flat(value) if _entry(e)]
+    return (
+        f"{where} lists {_what(value[bad[0]])} (entry {bad[0] + 1} of {len(value)}); each "
+        f"entry names a file or folder: give {where}="
+        f"{_flow(kept) if kept else '[folder, file.txt]'}"
+    )
+
+
+def _entry(entry: Any) -> bool:
+    """A file or folder name: text, or a number (a folder named 2024)."""
+    if isinstance(entry, str):
+        return bool(entry.strip())
+    return isinstance(entry, int | float) and not isinstance(entry, bool)
+
+
+def _what(entry: Any) -> str:
+    """A listed value that names no file, as a refusal says it."""
+    if entry is None or isinstance(entry, bool):
+        return {None: "null", True: "true", False: "false"}[entry]
+    if isinstance(entry, str):
+        return "an empty name"
+    kind = {list: "a list", dict: "a mapping"}.get(type(entry), type(entry).__name__)
+    return f"{kind}, {shown(_flow(entry), quote=False)}"
+
+
+def _flat(value: Any) -> list[Any]:
+    return [e for v in value for e in _flat(v)] if isinstance(value, list) else [value]
+
+
+def _flow(value: Any) -> str:
+    """`value` as YAML's flow style writes it (`[d1, d2]`), as an override gives it."""
+    return yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
