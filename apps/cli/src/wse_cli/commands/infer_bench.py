@@ -6,12 +6,14 @@ input / output / total tokens/s) and TTFT / TPOT / ITL / end-to-end percentiles 
 definitions), then saves the summary (`--out`), the dataset's name, settings and seed in it.
 The requests are vLLM's `--dataset-name random` or `sharegpt`, or the default `prompt`
 (`--prompt` each time), with vLLM's options (`infer_bench_data`); a bad one is one line, exit
-2, before any request. A URL's password or lone
-token is never printed or saved (`user:****@`, `****@`: pip's way), nor the key of --api-key
-(OPENAI_API_KEY), sent as a Bearer token; the server's text is shown escaped (`printable`).
-A 404 or 401 of GET /v1/models says what to give (the base URL, a key); a server that
-refuses every request, or cannot be reached, exits 2 with one line; one
-that fails every request otherwise (it went away mid-run, it answers 5xx: a fault, not the
+2, before any request, as is an --out that is the --dataset-path file (hunt 71: the dataset
+was overwritten by the summary), a --burstiness below 0.001, and a --request-rate at which
+-n requests take more than a day to send (hunt 71: 5e-324 waited forever). A URL's password
+or lone token is never printed or saved (`user:****@`, `****@`: pip's way), nor the key of
+--api-key (OPENAI_API_KEY), sent as a Bearer token; the server's text is shown escaped
+(`printable`). A 404 or 401 of GET /v1/models says what to give (the base URL, a key); a
+server that refuses every request, or cannot be reached, exits 2 with one line; one that
+fails every request otherwise (it went away mid-run, it answers 5xx: a fault, not the
 bench's settings) exits 1 with one line, and --out is left as it was (hunt 69: a server killed
 mid-bench gave exit 0 and "saved b.json", a summary of nothing over a good earlier one).
 """
@@ -26,7 +28,11 @@ import typer
 from wse_cli.commands import infer_bench_data as bd
 from wse_cli.errors import fail, printable
 from wse_cli.options import number
-from wse_cli.outputs import output_file
+from wse_cli.outputs import output_file, refuse_overlap
+
+# The longest a run's sends may take on average (-n / --request-rate), --timeout-s's top: a day
+# (hunt 71: --request-rate 5e-324 waited forever, inf s, for its second request)
+MAX_SEND_SPAN_S = 86_400
 
 
 def _ms(stats: dict, of: int | None = None) -> str:
@@ -56,6 +62,20 @@ def _check_url(url: str) -> None:
     if parts.query or parts.fragment:  # hunt 69: `?x=1` was a 404 naming no setting
         fail(f"--url {shown(_redacted(url))} has a {'query' if parts.query else 'fragment'}; "
              "give the server's base URL, e.g. http://127.0.0.1:8000")  # fmt: skip
+
+
+def _check_span(rate: float, n: int) -> None:
+    """-n requests at `rate` a second must be sent within `MAX_SEND_SPAN_S` on average."""
+    import math
+
+    if (span_s := n / rate) <= MAX_SEND_SPAN_S:
+        return
+    least = n / MAX_SEND_SPAN_S
+    digits = 10.0 ** (math.floor(math.log10(least)) - 2)  # 3 significant, rounded up
+    over = f"{span_s:,.0f}" if span_s < 1e15 else f"{span_s:.3g}"  # inf, 3e+300
+    fail(f"--request-rate {rate!r} sends {n:,} request{'s' * (n > 1)} over {over} s on average, "
+         f"past a day ({MAX_SEND_SPAN_S:,} s); give at least "
+         f"{math.ceil(least / digits) * digits:.3g} requests/s, or fewer requests")  # fmt: skip
 
 
 def _one_line(e: BaseException) -> str:
@@ -162,12 +182,13 @@ def bench(
         le=1e6,
         unit="requests/s",
         help="Send requests at this rate, gamma gaps (--burstiness) as vLLM's bench; "
-        "default: all at once, at most --concurrency in flight.",
+        "default: all at once, at most --concurrency in flight. -n requests at this rate "
+        "must take at most a day on average.",
     ),
-    burstiness: float = number(
+    burstiness: float = number(  # hunt 71: 5e-324 was a ZeroDivisionError traceback
         1.0,
         "--burstiness",
-        gt=0,
+        ge=0.001,
         le=1000,
         help="The gaps' gamma shape: 1 Poisson, below 1 burstier.",
     ),
@@ -185,6 +206,8 @@ def bench(
     from wse_inference.demo.load_test import LoadTestConfig, ServerReplyError, run_load_test
 
     _check_url(url)
+    # hunt 71: --out sg.json over --dataset-path sg.json replaced the dataset with the summary
+    refuse_overlap({"--dataset-path": dataset_path}, {"--out": out})
     num_requests = bd.num_requests(ctx, num_requests, num_prompts)
     if model is not None and not model.strip():
         fail("--model must not be empty; leave it out to use the server's first model")
@@ -204,6 +227,8 @@ def bench(
     if request_rate is None and burstiness != 1.0:  # --seed seeds the dataset too
         fail("--burstiness shapes the arrivals of --request-rate; give --request-rate too "
              "(without it every request is sent at once)")  # fmt: skip
+    if request_rate is not None:
+        _check_span(request_rate, num_requests)
     base = url.rstrip("/")  # OpenAI's base URL convention ends in /v1 (OPENAI_BASE_URL): the
     base = base.removesuffix("/v1")  # bench asks /v1/... itself (hunt 62: /v1/v1/models, 404)
     cfg = LoadTestConfig(

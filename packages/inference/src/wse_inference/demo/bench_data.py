@@ -24,7 +24,7 @@ summary records (the name, its settings, the seed). Bad settings and files are
   special tokens (its BOS) off L, which the server adds back: the same count on the server.
   vLLM draws from the vocabulary without the special ids; without a tokenizer this client
   cannot know them, so V is the whole vocabulary (`--random-vocab-size`, else the
-  `vocab_size` the server lists for the model in GET /v1/models: `served_vocab_size`).
+  `vocab_size` the server lists for the model in GET /v1/models: `bench_tokens`).
   Requests are made when sent, not kept: 24 bytes a request, whatever their lengths.
 - `sharegpt(path)` reads vLLM's ShareGPT JSON (`sharegpt_file`: a local file, bounded, the
   first two turns of each conversation of two or more); `sharegpt_sample` shuffles them with
@@ -33,9 +33,15 @@ summary records (the name, its settings, the seed). Bad settings and files are
   counts with `tokenizer(text)`, special tokens included, as /tokenize does by default), and
   keeps an entry unless its prompt is < 4 or > 1024 tokens, its output < 4 or prompt +
   output > 2048 (vLLM's `is_valid_sequence`); the output is the reply's tokens, or
-  `output_len` (`--sharegpt-output-len`: no minimum then). A text /tokenize refuses (400,
-  413) is dropped too. Fewer entries kept than asked: the rest drawn again from those kept,
-  seeded (vLLM's oversampling).
+  `output_len` (`--sharegpt-output-len`: no minimum then; at most 2,044, else no prompt of
+  4 fits: refused before the file is read). A text /tokenize refuses (400, 413, or a request
+  closed unanswered) is dropped too, and so is one of more than `MAX_TEXT_CHARS` characters,
+  unsent (no vocabulary's tokens average 512 characters: it is past the filter). A refusal
+  about the request, not the text (a model not served), stops the draw at once. The server's
+  answers are read by `bench_tokens`. Fewer entries kept than asked: the rest drawn again
+  from those kept, seeded (vLLM's oversampling). The order and the kept entries are arrays
+  of integers, 4 bytes a conversation and 24 a kept one (hunt 71: lists of ints and tuples,
+  ~40 and ~100 bytes).
 
 `arrival_times(rate, burstiness, seed)` is when each request is sent (vLLM's `--request-rate`,
 `--burstiness`, `--seed`): a rate None sends every request at once (vLLM's inf); a rate R
@@ -47,24 +53,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
 import random
 from array import array
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import httpx
 import numpy as np
 
-from wse_inference.demo.openai_replies import (
-    MAX_ERROR_BYTES,
-    MAX_MODELS_BYTES,
-    phrase,
-    read_head,
-    reason,
-)
 from wse_inference.demo.sharegpt_file import ShareGPTFileError, read_sharegpt
 
 if TYPE_CHECKING:
@@ -72,6 +70,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_LEN",
+    "MAX_SHAREGPT_OUTPUT_LEN",
+    "MAX_TEXT_CHARS",
     "BenchRequest",
     "DatasetError",
     "MAX_TOKENS_IN_FLIGHT",
@@ -82,10 +82,8 @@ __all__ = [
     "draw",
     "fixed",
     "random_sample",
-    "served_vocab_size",
     "sharegpt",
     "sharegpt_sample",
-    "tokenize_count",
 ]
 
 MAX_LEN = 1 << 20  # tokens of one prompt or output: a 1M-token context, ~7 MB of JSON ids
@@ -94,6 +92,10 @@ MAX_LEN = 1 << 20  # tokens of one prompt or output: a 1M-token context, ~7 MB o
 MAX_TOKENS_IN_FLIGHT = 1 << 27
 # vLLM's filter (is_valid_sequence): at least 4 tokens each, a prompt of at most 1,024
 MIN_LEN, MAX_PROMPT_LEN, MAX_TOTAL_LEN = 4, 1024, 2048
+MAX_SHAREGPT_OUTPUT_LEN = MAX_TOTAL_LEN - MIN_LEN  # a fixed output leaving room for a prompt
+# A text longer than this is past the filter whatever the vocabulary (a reply of 2,044 tokens
+# would need 513 characters a token): dropped unsent, as it would be by its token count
+MAX_TEXT_CHARS = 1 << 20
 # A /tokenize reply over this is over 2,048 ids (at most ~9 bytes each): past the filter
 MAX_TOKENIZE_BYTES = 1 << 20
 
@@ -179,7 +181,7 @@ class ShareGPTSpec:
     """A ShareGPT file read (`sharegpt`): its (prompt, reply) texts, in the file's order."""
 
     path: str
-    conversations: tuple[tuple[str, str], ...] = dataclasses.field(repr=False)
+    conversations: Sequence[tuple[str, str]] = dataclasses.field(repr=False)
     output_len: int | None = None  # --sharegpt-output-len; None: each reply's tokens
 
 
@@ -233,7 +235,14 @@ def random_sample(spec: RandomSpec, num: int, seed: int, vocab_size: int) -> Sam
 # -- ShareGPT ----------------------------------------------------------------------------------
 def sharegpt(path: str | Path, output_len: int | None = None) -> ShareGPTSpec:
     """The ShareGPT file at `path` (`sharegpt_file.read_sharegpt`: missing, not a regular
-    file, too large, not UTF-8 or not ShareGPT's is `DatasetError`)."""
+    file, too large, not UTF-8 or not ShareGPT's is `DatasetError`, as is an `output_len`
+    that no conversation can pass the filter with, before the file is read)."""
+    if output_len is not None and not 1 <= output_len <= MAX_SHAREGPT_OUTPUT_LEN:
+        raise DatasetError(
+            f"--sharegpt-output-len {output_len} leaves no room for a prompt of at least "
+            f"{MIN_LEN} tokens within vLLM's {MAX_TOTAL_LEN:,} in all; give 1 to "
+            f"{MAX_SHAREGPT_OUTPUT_LEN}"
+        )
     try:
         kept = read_sharegpt(path)
     except ShareGPTFileError as e:
@@ -248,25 +257,26 @@ def _valid(prompt_len: int, output_len: int, fixed_output: bool) -> bool:
 
 
 class _Listed:
-    def __init__(self, spec: ShareGPTSpec, kept: list[tuple[int, int, int]], num: int,
-                 seed: int, tokenized: int) -> None:  # fmt: skip
-        self.texts, self.kept = spec.conversations, kept
+    def __init__(self, spec: ShareGPTSpec, kept: array, num: int, seed: int,
+                 tokenized: int) -> None:  # fmt: skip
+        self.texts, self.kept, n_kept = spec.conversations, kept, len(kept) // 3
         rng = random.Random(seed)  # vLLM's oversampling: random.seed(seed); random.choice
-        self.more = array("q", (rng.randrange(len(kept)) for _ in range(num - len(kept))))
+        self.more = array("q", (rng.randrange(n_kept) for _ in range(num - n_kept)))
         self.params = {
             "name": "sharegpt",
             "dataset_path": spec.path,
             "sharegpt_output_len": spec.output_len,
             "conversations": len(spec.conversations),  # of two turns or more
             "tokenized": tokenized,
-            "kept": len(kept),
+            "kept": n_kept,
             "oversampled": len(self.more),
             "seed": seed,
         }
 
     def request(self, i: int) -> BenchRequest:
-        j = i if i < len(self.kept) else self.more[i - len(self.kept)]
-        k, prompt_len, output_len = self.kept[j]
+        n_kept = len(self.kept) // 3
+        j = i if i < n_kept else self.more[i - n_kept]
+        k, prompt_len, output_len = self.kept[3 * j : 3 * j + 3]
         return BenchRequest(self.texts[k][0], prompt_len, output_len)
 
 
@@ -277,12 +287,12 @@ async def sharegpt_sample(
     spec: ShareGPTSpec, count: Count, *, num: int, seed: int, width: int = 8
 ) -> Sample:
     """`num` requests of `spec`'s conversations (module docstring); `count(text)` is a
-    text's tokens (None: refused by the server), `width` texts counted at a time."""
-    order = list(range(len(spec.conversations)))
-    random.Random(seed).shuffle(order)
+    text's tokens (None: dropped uncounted), `width` texts counted at a time."""
+    order = array("I", range(len(spec.conversations)))  # a list took ~40 bytes an entry
+    random.Random(seed).shuffle(order)  # the same swaps as on a list: vLLM's order
     fixed_output = spec.output_len is not None
-    kept: list[tuple[int, int, int]] = []
-    tokenized = 0
+    kept = array("q")  # (conversation, prompt tokens, output tokens) of each kept, in a row
+    tokenized = refused = 0
 
     async def lengths(k: int) -> tuple[int | None, int | None]:
         prompt, reply = spec.conversations[k]
@@ -294,88 +304,36 @@ async def sharegpt_sample(
     for start in range(0, len(order), width):
         window = order[start : start + width]
         for k, (p, o) in zip(window, await asyncio.gather(*map(lengths, window)), strict=True):
-            if len(kept) == num:
+            if len(kept) == 3 * num:
                 break
             tokenized += 1
+            refused += p is None or o is None
             if p is not None and o is not None and _valid(p, o, fixed_output):
-                kept.append((k, p, o))
-        if len(kept) == num:
+                kept.extend((k, p, o))
+        if len(kept) == 3 * num:
             break
     if not kept:
         raise DatasetError(
             f"no conversation of --dataset-path {spec.path!r} passes vLLM's filter (a prompt of "
             f"{MIN_LEN} to {MAX_PROMPT_LEN} tokens, an output of at least {MIN_LEN}, at most "
-            f"{MAX_TOTAL_LEN} in all; {tokenized:,} counted with the server's /tokenize)"
+            f"{MAX_TOTAL_LEN} in all; {tokenized:,} counted with the server's /tokenize"
+            f"{_uncounted(refused)})"
         )
     return _Listed(spec, kept, num, seed, tokenized)
 
 
-# -- what the server says ----------------------------------------------------------------------
-def tokenize_count(client: httpx.AsyncClient, model: str, timeout_s: float) -> Count:
-    """`count(text)`: the tokens of `text` by the server's POST /tokenize (vLLM's), special
-    tokens included; None where it refuses the text (400, 413) or answers more ids than
-    ShareGPT's filter keeps. A server without /tokenize, or one that fails, is DatasetError."""
-
-    async def count(text: str) -> int | None:
-        try:
-            async with (
-                asyncio.timeout(timeout_s),
-                client.stream("POST", "/tokenize", json={"model": model, "prompt": text}) as r,
-            ):
-                body = await read_head(r.aiter_bytes(), MAX_TOKENIZE_BYTES)
-        except TimeoutError:
-            raise DatasetError(f"POST /tokenize did not answer within {timeout_s:g} s",
-                               fault=True) from None  # fmt: skip
-        if r.status_code in (400, 413):
-            return None
-        if r.status_code != 200:
-            said = reason(body[:MAX_ERROR_BYTES])
-            why = (
-                f"POST /tokenize answered {r.status_code} {phrase(r.status_code)} ({said}); "
-                "--dataset-name sharegpt counts tokens with the server's /tokenize (vLLM's)"
-            )
-            raise DatasetError(why, fault=r.status_code >= 500)
-        return None if len(body) > MAX_TOKENIZE_BYTES else _count_of(body)
-
-    return count
-
-
-def _count_of(body: bytes) -> int:
-    try:
-        n = json.loads(body).get("count")
-    except (ValueError, AttributeError, RecursionError):
-        n = None
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**63:
-        raise DatasetError(f"POST /tokenize did not answer vLLM's {{\"count\": N, ...}} (got "
-                           f"{body[:80].decode(errors='replace')!r})", fault=True)  # fmt: skip
-    return n
-
-
-async def served_vocab_size(client: httpx.AsyncClient, model: str, timeout_s: float) -> int:
-    """The `vocab_size` GET /v1/models lists for `model` (wse serve lists it; vLLM does not:
-    then DatasetError asking for --random-vocab-size)."""
-    try:
-        async with asyncio.timeout(timeout_s), client.stream("GET", "/v1/models") as r:
-            body = await read_head(r.aiter_bytes(), MAX_MODELS_BYTES)
-    except TimeoutError:
-        raise httpx.ReadTimeout(f"GET /v1/models: no answer within {timeout_s:g} s") from None
-    try:
-        entries = json.loads(body)["data"] if r.status_code == 200 else []
-        v = next((e.get("vocab_size") for e in entries if e.get("id") == model), None)
-    except (ValueError, LookupError, TypeError, AttributeError, RecursionError):
-        v = None
-    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
-        raise DatasetError(
-            f"the server's GET /v1/models lists no vocab_size for {model!r} (wse serve lists "
-            "it, vLLM does not); give --random-vocab-size, the model's config.json vocab_size"
-        )
-    return v
+def _uncounted(refused: int) -> str:
+    """How many texts were dropped uncounted (the line ends in a count that was no count)."""
+    return (f", {refused:,} of them dropped uncounted: refused by it, or over "
+            f"{MAX_TEXT_CHARS:,} characters" if refused else "")  # fmt: skip
 
 
 async def draw(cfg: LoadTestConfig, client: httpx.AsyncClient, model: str) -> Sample:
     """The `cfg.num_requests` requests of `cfg.dataset` (None: `cfg.prompt` for
     `cfg.max_tokens`, each time), seeded by `cfg.seed`, resolved against the server `client`
     talks to for `model` (its vocabulary, its /tokenize, `cfg.concurrency` texts at a time)."""
+    from wse_inference.demo.bench_tokens import served_vocab_size, tokenize_count
+
     spec, num, seed = cfg.dataset, cfg.num_requests, cfg.seed
     if spec is None:
         return fixed(cfg.prompt, cfg.max_tokens)

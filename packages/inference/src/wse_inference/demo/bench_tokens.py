@@ -1,0 +1,131 @@
+"""What the server says while `wse infer bench` draws a dataset (`bench_data.draw`): the
+vocabulary it lists for a model (GET /v1/models, for the random dataset's ids) and a text's
+tokens (POST /tokenize, vLLM's, for ShareGPT's filter), each read within `timeout_s` and a
+byte cap, and checked, not trusted.
+
+Contract. `served_vocab_size(client, model, timeout_s)` is the model's `vocab_size`, else
+`DatasetError` asking for --random-vocab-size. `tokenize_count(client, model, timeout_s)` is
+`count(text)`: its tokens, or None for a text the filter drops unseen: one over
+`MAX_TEXT_CHARS` (never sent: hunt 71, a 100 MB prompt was sent, the server closed that
+request, and the bench said it "cannot reach" it), one the server refuses (400, 413) or closes
+unanswered (a body cap), or one of more ids than the filter keeps. A refusal about the request
+rather than the text, a model the server does not serve (hunt 71: each of 2,000 texts was
+"refused", then vLLM's filter blamed), a server without /tokenize or one that fails, is
+`DatasetError` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+from wse_inference.demo.bench_data import (
+    MAX_TEXT_CHARS,
+    MAX_TOKENIZE_BYTES,
+    Count,
+    DatasetError,
+)
+from wse_inference.demo.openai_replies import (
+    MAX_ERROR_BYTES,
+    MAX_MODELS_BYTES,
+    phrase,
+    read_head,
+    reason,
+)
+
+__all__ = ["served_vocab_size", "tokenize_count"]
+
+
+def tokenize_count(client: httpx.AsyncClient, model: str, timeout_s: float) -> Count:
+    """`count(text)`: the tokens of `text` by the server's POST /tokenize (vLLM's), special
+    tokens included; None where the text is over `MAX_TEXT_CHARS` (not sent), the server
+    refuses it (400, 413; or closes the request unanswered: a body cap) or answers more ids
+    than ShareGPT's filter keeps. A server without /tokenize, one that fails, or a refusal of
+    the request's model is DatasetError."""
+
+    async def count(text: str) -> int | None:
+        if len(text) > MAX_TEXT_CHARS:
+            return None
+        try:
+            async with (
+                asyncio.timeout(timeout_s),
+                client.stream("POST", "/tokenize", json={"model": model, "prompt": text}) as r,
+            ):
+                body = await read_head(r.aiter_bytes(), MAX_TOKENIZE_BYTES)
+        except TimeoutError:
+            raise DatasetError(f"POST /tokenize did not answer within {timeout_s:g} s",
+                               fault=True) from None  # fmt: skip
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+            # the request closed unanswered (the body past a cap): the text's refusal; a
+            # server that went away fails the next text's connection ("cannot reach")
+            return None
+        if _model_refused(r.status_code, body[:MAX_ERROR_BYTES]):
+            raise DatasetError(
+                f"POST /tokenize answered {r.status_code} {phrase(r.status_code)} "
+                f"({reason(body[:MAX_ERROR_BYTES])}); give --model as the server's GET "
+                "/v1/models lists it, or leave --model out (its first model)"
+            )
+        if r.status_code in (400, 413):
+            return None
+        if r.status_code != 200:
+            said = reason(body[:MAX_ERROR_BYTES])
+            why = (
+                f"POST /tokenize answered {r.status_code} {phrase(r.status_code)} ({said}); "
+                "--dataset-name sharegpt counts tokens with the server's /tokenize (vLLM's)"
+            )
+            raise DatasetError(why, fault=r.status_code >= 500)
+        return None if len(body) > MAX_TOKENIZE_BYTES else _count_of(body)
+
+    return count
+
+
+def _model_refused(status: int, body: bytes) -> bool:
+    """Whether a 4xx of /tokenize is about the model asked for, not the text: OpenAI's code
+    model_not_found or param "model" (wse serve's 400), or vLLM's 404 "The model `x` does
+    not exist." (a 404 of a server without /tokenize says no model)."""
+    if status not in (400, 404):
+        return False
+    try:
+        said = json.loads(body)
+        error = said.get("error", said) if isinstance(said, dict) else None
+    except (ValueError, RecursionError):
+        error = None
+    if not isinstance(error, dict):
+        return False
+    message = error.get("message")
+    by_vllm = status == 404 and isinstance(message, str) and message.startswith("The model")
+    return error.get("code") == "model_not_found" or error.get("param") == "model" or by_vllm
+
+
+def _count_of(body: bytes) -> int:
+    try:
+        n = json.loads(body).get("count")
+    except (ValueError, AttributeError, RecursionError):
+        n = None
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**63:
+        raise DatasetError(f"POST /tokenize did not answer vLLM's {{\"count\": N, ...}} (got "
+                           f"{body[:80].decode(errors='replace')!r})", fault=True)  # fmt: skip
+    return n
+
+
+async def served_vocab_size(client: httpx.AsyncClient, model: str, timeout_s: float) -> int:
+    """The `vocab_size` GET /v1/models lists for `model` (wse serve lists it; vLLM does not:
+    then DatasetError asking for --random-vocab-size)."""
+    try:
+        async with asyncio.timeout(timeout_s), client.stream("GET", "/v1/models") as r:
+            body = await read_head(r.aiter_bytes(), MAX_MODELS_BYTES)
+    except TimeoutError:
+        raise httpx.ReadTimeout(f"GET /v1/models: no answer within {timeout_s:g} s") from None
+    try:
+        entries = json.loads(body)["data"] if r.status_code == 200 else []
+        v = next((e.get("vocab_size") for e in entries if e.get("id") == model), None)
+    except (ValueError, LookupError, TypeError, AttributeError, RecursionError):
+        v = None
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
+        raise DatasetError(
+            f"the server's GET /v1/models lists no vocab_size for {model!r} (wse serve lists "
+            "it, vLLM does not); give --random-vocab-size, the model's config.json vocab_size"
+        )
+    return v
