@@ -141,7 +141,13 @@ class Generation:
             Choice(
                 text="".join(parts[i]),
                 finish_reason=finals[i].finish_reason or "stop",
-                logprobs=logprobs_body(self.p, lps[i], self.tokenizer, prompt=prompt[i]),
+                logprobs=logprobs_body(
+                    self.p,
+                    lps[i],
+                    self.tokenizer,
+                    prompt=prompt[i],
+                    finish_reason=finals[i].finish_reason,
+                ),
             )
             for i in range(n)
         ]
@@ -184,6 +190,7 @@ class Generation:
         p, rid, created, n = self.p, self.rid, self.created, self.p.n
         offset = [0] * n  # where each choice's next token text starts (text_offset)
         echo = [self._echo()] * n  # sent with each choice's first chunk
+        sampled: list[list[int]] = [[] for _ in range(n)]  # a character may span chunks
         finals: dict[int, StreamEvent] = {}
         try:
             if p.kind == "chat":
@@ -207,8 +214,15 @@ class Generation:
                 if ev.text or ev.finish_reason or ev.logprobs or echo[i]:
                     scored = ev.prompt_logprobs if echo[i] else None
                     lps, offset[i] = logprobs_and_end(
-                        p, ev.logprobs, self.tokenizer, text_offset=offset[i], prompt=scored
+                        p,
+                        ev.logprobs,
+                        self.tokenizer,
+                        text_offset=offset[i],
+                        prompt=scored,
+                        previous=sampled[i],
+                        finish_reason=ev.finish_reason,
                     )
+                    sampled[i] += [x.token for x in ev.logprobs or ()]
                     text, echo[i] = echo[i] + ev.text, ""
                     chunk = chunk_body(
                         p,

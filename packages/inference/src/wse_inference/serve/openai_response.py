@@ -21,13 +21,18 @@ decode stripped put back (`token_text`: Llama-2's "▁héllo" is " héllo", as v
 SentencePiece piece's; hunt 70: the tokens lacked spaces the text has, and `text_offset`
 disagreed with it; hunt 71: a lone "▁", a double space's second, was ""); the first token
 with text where none precedes it (an echo's first word, after a BOS) is what it adds to the
-decode, as the text has it ("hello", no space), so the texts join to the text. Its `bytes`
-are the token's own (`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191, 189]);
-logprobs are clamped at -9999.0 as vLLM's are, and a NaN one (weights that overflow at
-run time) is null, never a number. Tokens whose texts are the same (bytes 0x80..0xBF all
-decode to U+FFFD) collide as keys of a completions' top_logprobs dict, as in vLLM, and the k entries
-shrink; `return_tokens_as_token_ids: true` names every token "token_id:N" instead (vLLM's
-field), in both routes, so the k alternatives all arrive.
+decode, as the text has it ("hello", no space), so the texts join to the text. The tokens
+that split one UTF-8 character (Llama-2's "<0xF0><0x9F><0x98><0x8A>") are "", "", "", "😊"
+as in vLLM, the last decoded after the sampled tokens before it, in a stream those of
+earlier chunks too (`_TokenTexts`; hunt 71: four U+FFFD); an alternative's text follows the
+sampled tokens before its position the same way. A token's `bytes` are its own
+(`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191, 189]); logprobs are clamped at
+-9999.0 as vLLM's are, and a NaN one (weights that overflow at run time) is null, never a
+number. Tokens whose texts are the same (bytes 0x80..0xBF after a whole character all decode
+to U+FFFD; the alternatives that leave a character unfinished are all "") collide as keys of
+a completions' top_logprobs dict, as in vLLM, and the k entries shrink;
+`return_tokens_as_token_ids: true` names every token "token_id:N" instead (vLLM's field), in
+both routes, so the k alternatives all arrive.
 
 This module is the answer side of the wire format (`openai_request` reads requests; `routes`
 holds the app, `app` the process shell).
@@ -40,16 +45,17 @@ import functools
 import itertools
 import json
 import math
+import os
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from wse_inference.engine import Tokenizer, TokenLogprob
 from wse_inference.serve.openai_request import ParsedRequest
-from wse_inference.serve.token_bytes import token_bytes
+from wse_inference.serve.token_bytes import token_bytes, unfinished_tail
 
 __all__ = [
     "Choice",
@@ -108,6 +114,7 @@ def _head(kind: str, rid: str, created: int, model: str, *, chunk: bool) -> dict
 
 
 _PROMPT_WINDOW = 5  # the prompt's last tokens: text among them is text before the answer's
+_CHAR_TOKENS = 4  # a UTF-8 character's most bytes, so tokens: vLLM's context for one
 
 
 def _clamp(lp: float) -> float | None:
@@ -126,12 +133,19 @@ def logprobs_body(
     *,
     text_offset: int = 0,
     prompt: Sequence[TokenLogprob | None] | None = None,
+    previous: Sequence[int] = (),
+    finish_reason: str | None = None,
 ) -> dict | None:
     """The `logprobs` of a choice (or a streamed chunk's choice) for these tokens; None when
     the request did not ask. `text_offset`: where the first token's text starts in the
     completion (the length of the text already sent, for a stream). `prompt` (echo): the
-    prompt's own logprobs come first, the first token's null as in vLLM and OpenAI."""
-    return logprobs_and_end(p, logprobs, tokenizer, text_offset=text_offset, prompt=prompt)[0]
+    prompt's own logprobs come first, the first token's null as in vLLM and OpenAI.
+    `previous`: the ids generated before these (a stream's earlier chunks): a character they
+    left unfinished is these tokens' text. `finish_reason`: the answer's, when these tokens
+    end it: at "length" its text holds a character left unfinished (U+FFFD), and so does its
+    last token's; a stop drops it from the text."""
+    return logprobs_and_end(p, logprobs, tokenizer, text_offset=text_offset, prompt=prompt,
+                            previous=previous, finish_reason=finish_reason)[0]  # fmt: skip
 
 
 def logprobs_and_end(
@@ -141,6 +155,8 @@ def logprobs_and_end(
     *,
     text_offset: int = 0,
     prompt: Sequence[TokenLogprob | None] | None = None,
+    previous: Sequence[int] = (),
+    finish_reason: str | None = None,
 ) -> tuple[dict | None, int]:
     """(`logprobs_body`, where the next chunk's tokens start: `text_offset` plus the lengths of
     these tokens' texts). A stream advances by the texts, not by the `tokens` it shows (hunt
@@ -148,43 +164,117 @@ def logprobs_and_end(
     if p.sampling.logprobs is None or logprobs is None:
         return None, text_offset
     k = p.sampling.logprobs
-    word = functools.lru_cache(maxsize=None)(lambda t: token_text(tokenizer, t))
-    name = (lambda t: f"token_id:{t}") if p.tokens_as_ids else word  # noqa: E731
+    texts = _TokenTexts(tokenizer)
+    scored = _scored([(x.token, x) for x in logprobs], previous, finish_reason == "length")
+    if prompt is not None:  # the echoed prompt's text is whole: its last character too
+        echoed = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
+        scored[:0] = _scored(echoed, (), True)
+
+    def name(s: _Scored, t: int) -> str:
+        return f"token_id:{t}" if p.tokens_as_ids else texts.text(s, t)
+
     if p.kind == "chat":
 
-        def entry(t: int, lp: float) -> dict:
-            own = list(token_bytes(tokenizer, t, word(t)))
-            return {"token": name(t), "logprob": _clamp(lp), "bytes": own}
+        def entry(s: _Scored, t: int, lp: float) -> dict:
+            return {"token": name(s, t), "logprob": _clamp(lp), "bytes": list(texts.own(t))}
 
         return {
             "content": [
-                {**entry(x.token, x.logprob), "top_logprobs": [entry(*a) for a in x.top[:k]]}
-                for x in logprobs
+                {**entry(s, s.token, x.logprob), "top_logprobs": [entry(s, *a) for a in x.top[:k]]}
+                for s in scored
+                if (x := s.logprob) is not None
             ]
         }, text_offset
-    scored: list[tuple[int, TokenLogprob | None]] = [(x.token, x) for x in logprobs]
-    if prompt is not None:
-        scored[:0] = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
-    texts = [word(t) for t, _ in scored]
+    words = [texts.text(s, s.token) for s in scored]
     if text_offset == 0:  # no text before these tokens in the answer: the decoder's strip
-        before = () if prompt is not None else p.prompt_ids  # an echo's text starts with them
-        _first_text_in_context(tokenizer, before, [t for t, _ in scored], texts)
-    tokens = [f"token_id:{t}" for t, _ in scored] if p.tokens_as_ids else texts
+        before = () if prompt is not None else [*p.prompt_ids, *previous]  # echo: its text
+        _first_text_in_context(tokenizer, before, [s.token for s in scored], words)
+    tokens = [f"token_id:{s.token}" for s in scored] if p.tokens_as_ids else words
 
-    def top(t: int, x: TokenLogprob, key: str) -> dict:  # the chosen token keyed as in `tokens`
-        return {**{key if a == t else name(a): _clamp(lp) for a, lp in x.top[:k]},
+    def top(s: _Scored, x: TokenLogprob, key: str) -> dict:  # the chosen token keyed as in `tokens`
+        return {**{key if a == s.token else name(s, a): _clamp(lp) for a, lp in x.top[:k]},
                 key: _clamp(x.logprob)}  # fmt: skip
 
-    offsets = list(itertools.accumulate(map(len, texts), initial=text_offset))
+    offsets = list(itertools.accumulate(map(len, words), initial=text_offset))
     return {
         "tokens": tokens,
-        "token_logprobs": [None if x is None else _clamp(x.logprob) for _, x in scored],
+        "token_logprobs": [
+            None if s.logprob is None else _clamp(s.logprob.logprob) for s in scored
+        ],
         "top_logprobs": [
-            top(t, x, key) if k and x is not None else None
-            for (t, x), key in zip(scored, tokens, strict=True)
+            top(s, s.logprob, key) if k and s.logprob is not None else None
+            for s, key in zip(scored, tokens, strict=True)
         ],
         "text_offset": offsets[:-1],
     }, offsets[-1]
+
+
+class _Scored(NamedTuple):
+    """A token of the answer's logprobs and what its text, and its alternatives', follow."""
+
+    token: int
+    logprob: TokenLogprob | None  # None: an echoed prompt's first token
+    prior: tuple[int, ...]  # the answer's tokens before it (the last 2 x _CHAR_TOKENS)
+    last: bool  # it ends the text, which holds a character it leaves unfinished as U+FFFD
+
+
+def _scored(
+    ids: Sequence[tuple[int, TokenLogprob | None]], previous: Sequence[int], last: bool
+) -> list[_Scored]:
+    """`ids` after `previous` (the answer's tokens before them); `last`: the final one ends
+    the text."""
+    seq = [*previous[-2 * _CHAR_TOKENS :], *(t for t, _ in ids)]
+    at, end = len(seq) - len(ids), len(ids) - 1
+    window = 2 * _CHAR_TOKENS  # an unfinished character's tokens, and as many before it
+    return [
+        _Scored(t, x, tuple(seq[max(0, at + i - window) : at + i]), last and i == end)
+        for i, (t, x) in enumerate(ids)
+    ]
+
+
+class _TokenTexts:
+    """Texts (and own bytes) of tokens in logprobs, for one answer of one tokenizer.
+
+    A token's text is the text it makes final, after the tokens sampled before it (never the
+    alternatives at its position): vLLM's rule (PRs #28874 and #34875,
+    `LogprobsProcessor._correct_decoded_token`) for the tokens that split one UTF-8 character
+    (Llama-2's "<0xF0><0x9F><0x98><0x8A>"): each alone decodes to U+FFFD (hunt 71: four
+    "\ufffd" for one "😊"), so those ahead of the last are "" and the last is the character,
+    decoded with them and with what stands before them stripped. Bytes no later byte makes
+    UTF-8 are U+FFFD for good, as in the answer's text, and the token that shows them carries
+    them (vLLM's "" there: the tokens no longer join to the text): a lone 0x80 is "\ufffd";
+    the token after "<0xE4><0xBD>" that is no 0x80..0xBF shows the two U+FFFD before its own
+    text; an answer that stops at "length" inside a character shows its U+FFFD in its last
+    token, as its text does."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        cache = functools.lru_cache(maxsize=None)
+        self.word = cache(lambda t: token_text(tokenizer, t))
+        self.own = cache(lambda t: token_bytes(tokenizer, t, self.word(t)))
+        self._held = cache(self._unfinished)  # per position, for its k alternatives
+        self._head = cache(lambda ids: tokenizer.decode(ids))  # the same for them too
+
+    def _unfinished(self, ids: tuple[int, ...]) -> int:
+        """How many of the last `ids` hold a character still arriving."""
+        return unfinished_tail([self.own(t) for t in ids[-_CHAR_TOKENS:]])
+
+    def text(self, s: _Scored, token: int) -> str:
+        """`token`'s text at `s`'s position (`s.token` or one of its alternatives)."""
+        prior, n = s.prior, len(s.prior)
+        start = n - self._held(prior)  # the text so far ends before token `start`
+        # ... and after `token`, before token `end`; with nothing arriving before it, its own
+        # bytes tell (cached per token: the k alternatives of a long answer stay quick)
+        ahead = (token,) if start == n else (*prior[1 - _CHAR_TOKENS :], token)
+        end = n + 1 - (0 if s.last else self._held(ahead))
+        if start == n and end == n + 1:
+            return self.word(token)  # no character split on either side: its own text
+        if end <= start:
+            return ""  # it only adds to a character still arriving
+        window = prior[max(0, start - _CHAR_TOKENS) : start]
+        head = self._head(window)
+        full = self.tokenizer.decode([*window, *(*prior, token)[start:end]])
+        return full[len(os.path.commonprefix([head, full])) :]
 
 
 def _first_text_in_context(
@@ -195,10 +285,13 @@ def _first_text_in_context(
     it, all of which decode to "" (special tokens). With no text before it, a Llama-2 decoder's
     `Strip(" ", 1, 0)` strips its space from the answer's text: after a BOS, "▁hello" is
     "hello" there (hunt 71: " hello", one character past the echoed prompt's). Later tokens
-    follow text, so their own texts are the answer's."""
+    follow text, so their own texts are the answer's; so does a first text that ends a
+    character the ids ahead of it began (their bytes decode to text), already in context."""
     first = next((i for i, x in enumerate(texts) if x), None)
     if first is None or tokenizer.decode(before[-_PROMPT_WINDOW:]):
         return  # no text here, or it follows the prompt's text: nothing strips it
+    if any(tokenizer.decode([t]) for t in ids[:first]):
+        return  # bytes of a character: `_TokenTexts.text` decoded it with them
     head = [*before, *ids[:first]]  # no text: special tokens (and a prompt's lone "▁"s)
     texts[first] = tokenizer.decode([*head, ids[first]])[len(tokenizer.decode(head)) :]
 

@@ -18,15 +18,21 @@ decodes to text after itself is a piece whose only space the decoder stripped (L
 [32] (hunt 71: b"", so its `token` text lost the space and every `text_offset` after it was
 one character early). Any other token, and a tokenizer without `vocab()`, gets its decoded
 text's UTF-8.
+
+`unfinished_tail(pieces)` reads tokens' bytes the other way: how many of the last tokens hold
+a UTF-8 character still arriving (an emoji's first 3 bytes of 4), whose text is no text yet
+(`openai_response`'s logprobs texts, as vLLM's: hunt 71).
 """
 
 from __future__ import annotations
 
+import codecs
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["token_bytes"]
+__all__ = ["token_bytes", "unfinished_tail"]
 
 _BYTE_NAME = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
@@ -87,3 +93,21 @@ def token_bytes(tokenizer: Any, token: int, text: str) -> bytes:
     if vocab.byte_fallback:
         return name.replace("\u2581", " ").encode("utf-8")
     return text.encode("utf-8")
+
+
+def unfinished_tail(pieces: Sequence[bytes]) -> int:
+    """How many of the last `pieces` (tokens' own bytes, oldest first) hold a UTF-8 character
+    still arriving: its lead byte and fewer continuation bytes than it announces (the tokens
+    after it with no bytes, special tokens, count too). 0 when the bytes end a character, or
+    end in bytes no later byte makes UTF-8 (a lone 0x80, F0 then "A"): those are U+FFFD for
+    good. Python's incremental decoder keeps exactly such a tail back; a character is at most
+    4 bytes, so the last 4 tokens' bytes hold its lead."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    decoder.decode(b"".join(pieces))
+    left = len(decoder.getstate()[0])  # the bytes of the character still arriving
+    count = 0
+    for piece in reversed(pieces):
+        if left <= 0:
+            break
+        left, count = left - len(piece), count + 1
+    return count
