@@ -21,7 +21,7 @@ import pytest
 from wse_core.testing import one_line_error
 from wse_trainer.config import ConfigError, apply_overrides, config_from_dict, load_config
 from wse_trainer.config_check import check_config, config_notes
-from wse_trainer.splits import overlap_note
+from wse_trainer.overlap import overlap_note
 from wse_trainer.testing import tiny_config
 
 WORDS = ("alpha", "beta", "gamma", "delta")

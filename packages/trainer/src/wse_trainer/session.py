@@ -251,8 +251,8 @@ class Session:
         from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
+        from wse_trainer.overlap import overlap_note
         from wse_trainer.run_folder import check_resume, keep_decay, make_model_dir
-        from wse_trainer.splits import overlap_note
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 

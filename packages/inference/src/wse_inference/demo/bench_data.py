@@ -8,7 +8,7 @@ i-th request's `BenchRequest` (prompt, prompt tokens, max_tokens) and whose `par
 summary records (the name, its settings, the seed). Bad settings and files are
 `DatasetError`, one line naming what is wrong and what is expected.
 
-`draw(cfg, client, model)` is the one entry the load test calls; the parts:
+`bench_tokens.draw(cfg, client, model)` is the one entry the load test calls; the parts:
 
 
 - `fixed(prompt, max_tokens)`: every request the same text (the bench's default; vLLM has no
@@ -60,13 +60,12 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-import httpx
 import numpy as np
 
 from wse_inference.demo.sharegpt_file import ShareGPTFileError, read_sharegpt
 
 if TYPE_CHECKING:
-    from wse_inference.demo.load_test import LoadTestConfig
+    pass
 
 __all__ = [
     "MAX_LEN",
@@ -79,7 +78,6 @@ __all__ = [
     "Sample",
     "ShareGPTSpec",
     "arrival_times",
-    "draw",
     "fixed",
     "random_sample",
     "sharegpt",
@@ -326,23 +324,6 @@ def _uncounted(refused: int) -> str:
     """How many texts were dropped uncounted (the line ends in a count that was no count)."""
     return (f", {refused:,} of them dropped uncounted: refused by it, or over "
             f"{MAX_TEXT_CHARS:,} characters" if refused else "")  # fmt: skip
-
-
-async def draw(cfg: LoadTestConfig, client: httpx.AsyncClient, model: str) -> Sample:
-    """The `cfg.num_requests` requests of `cfg.dataset` (None: `cfg.prompt` for
-    `cfg.max_tokens`, each time), seeded by `cfg.seed`, resolved against the server `client`
-    talks to for `model` (its vocabulary, its /tokenize, `cfg.concurrency` texts at a time)."""
-    from wse_inference.demo.bench_tokens import served_vocab_size, tokenize_count
-
-    spec, num, seed = cfg.dataset, cfg.num_requests, cfg.seed
-    if spec is None:
-        return fixed(cfg.prompt, cfg.max_tokens)
-    if isinstance(spec, RandomSpec):
-        spec.check_in_flight(cfg.concurrency)
-        vocab = spec.vocab_size or await served_vocab_size(client, model, cfg.timeout_s)
-        return random_sample(spec, num, seed, vocab)
-    count = tokenize_count(client, model, cfg.timeout_s)
-    return await sharegpt_sample(spec, count, num=num, seed=seed, width=cfg.concurrency)
 
 
 def arrival_times(rate: float | None, burstiness: float, seed: int) -> Iterator[float]:

@@ -1,4 +1,4 @@
-"""What the server says while `wse infer bench` draws a dataset (`bench_data.draw`): the
+"""What the server says while `wse infer bench` draws a dataset (`draw`, here): the
 vocabulary it lists for a model (GET /v1/models, for the random dataset's ids) and a text's
 tokens (POST /tokenize, vLLM's, for ShareGPT's filter), each read within `timeout_s` and a
 byte cap, and checked, not trusted.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -26,6 +27,11 @@ from wse_inference.demo.bench_data import (
     MAX_TOKENIZE_BYTES,
     Count,
     DatasetError,
+    RandomSpec,
+    Sample,
+    fixed,
+    random_sample,
+    sharegpt_sample,
 )
 from wse_inference.demo.openai_replies import (
     MAX_ERROR_BYTES,
@@ -35,7 +41,10 @@ from wse_inference.demo.openai_replies import (
     reason,
 )
 
-__all__ = ["served_vocab_size", "tokenize_count"]
+if TYPE_CHECKING:
+    from wse_inference.demo.load_test import LoadTestConfig
+
+__all__ = ["draw", "served_vocab_size", "tokenize_count"]
 
 
 def tokenize_count(client: httpx.AsyncClient, model: str, timeout_s: float) -> Count:
@@ -129,3 +138,18 @@ async def served_vocab_size(client: httpx.AsyncClient, model: str, timeout_s: fl
             "it, vLLM does not); give --random-vocab-size, the model's config.json vocab_size"
         )
     return v
+
+
+async def draw(cfg: LoadTestConfig, client: httpx.AsyncClient, model: str) -> Sample:
+    """The `cfg.num_requests` requests of `cfg.dataset` (None: `cfg.prompt` for
+    `cfg.max_tokens`, each time), seeded by `cfg.seed`, resolved against the server `client`
+    talks to for `model` (its vocabulary, its /tokenize, `cfg.concurrency` texts at a time)."""
+    spec, num, seed = cfg.dataset, cfg.num_requests, cfg.seed
+    if spec is None:
+        return fixed(cfg.prompt, cfg.max_tokens)
+    if isinstance(spec, RandomSpec):
+        spec.check_in_flight(cfg.concurrency)
+        vocab = spec.vocab_size or await served_vocab_size(client, model, cfg.timeout_s)
+        return random_sample(spec, num, seed, vocab)
+    count = tokenize_count(client, model, cfg.timeout_s)
+    return await sharegpt_sample(spec, count, num=num, seed=seed, width=cfg.concurrency)

@@ -69,8 +69,8 @@ from wse_inference.demo.bench_data import (
     RandomSpec,
     ShareGPTSpec,
     arrival_times,
-    draw,
 )
+from wse_inference.demo.bench_tokens import draw
 from wse_inference.demo.load_tally import ITL_SAMPLE, RequestResult, Tally
 from wse_inference.demo.openai_replies import (
     MAX_ERROR_BYTES,
