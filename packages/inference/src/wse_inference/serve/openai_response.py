@@ -126,26 +126,9 @@ def _clamp(lp: float) -> float | None:
     return lp if lp >= -9999.0 else -9999.0
 
 
-def logprobs_body(
-    p: ParsedRequest,
-    logprobs: Sequence[TokenLogprob] | None,
-    tokenizer: Tokenizer,
-    *,
-    text_offset: int = 0,
-    prompt: Sequence[TokenLogprob | None] | None = None,
-    previous: Sequence[int] = (),
-    finish_reason: str | None = None,
-) -> dict | None:
-    """The `logprobs` of a choice (or a streamed chunk's choice) for these tokens; None when
-    the request did not ask. `text_offset`: where the first token's text starts in the
-    completion (the length of the text already sent, for a stream). `prompt` (echo): the
-    prompt's own logprobs come first, the first token's null as in vLLM and OpenAI.
-    `previous`: the ids generated before these (a stream's earlier chunks): a character they
-    left unfinished is these tokens' text. `finish_reason`: the answer's, when these tokens
-    end it: at "length" its text holds a character left unfinished (U+FFFD), and so does its
-    last token's; a stop drops it from the text."""
-    return logprobs_and_end(p, logprobs, tokenizer, text_offset=text_offset, prompt=prompt,
-                            previous=previous, finish_reason=finish_reason)[0]  # fmt: skip
+def logprobs_body(*args: Any, **kw: Any) -> dict | None:
+    """`logprobs_and_end`'s body alone: the `logprobs` of a whole answer's choice."""
+    return logprobs_and_end(*args, **kw)[0]
 
 
 def logprobs_and_end(
@@ -158,9 +141,17 @@ def logprobs_and_end(
     previous: Sequence[int] = (),
     finish_reason: str | None = None,
 ) -> tuple[dict | None, int]:
-    """(`logprobs_body`, where the next chunk's tokens start: `text_offset` plus the lengths of
-    these tokens' texts). A stream advances by the texts, not by the `tokens` it shows (hunt
-    71: with `return_tokens_as_token_ids` it advanced 12 a token, by "token_id:N")."""
+    """(the `logprobs` of a choice, or a streamed chunk's choice, for these tokens: None when
+    the request did not ask; where the next chunk's tokens start: `text_offset` plus the
+    lengths of these tokens' texts). `text_offset`: where the first token's text starts in the
+    completion (the length of the text already sent, for a stream). `prompt` (echo): the
+    prompt's own logprobs come first, the first token's null as in vLLM and OpenAI.
+    `previous`: the ids generated before these (a stream's earlier chunks): a character they
+    left unfinished is these tokens' text. `finish_reason`: the answer's, when these tokens
+    end it: at "length" its text holds a character left unfinished (U+FFFD), and so does its
+    last token's; a stop drops it from the text. A stream advances by the texts, not by the
+    `tokens` it shows (hunt 71: with `return_tokens_as_token_ids` it advanced 12 a token, by
+    "token_id:N")."""
     if p.sampling.logprobs is None or logprobs is None:
         return None, text_offset
     k = p.sampling.logprobs
