@@ -67,4 +67,5 @@ def test_the_last_line_names_every_figure_written(tmp_path, monkeypatch):
     pngs = sorted(p.name for p in folder.glob("*.png"))
     assert "mechanisms.png" in pngs
     last = done.output.strip().splitlines()[-1]
-    assert last == f"wrote {folder}/results.json, table.md, table.csv, {', '.join(pngs)}"
+    assert last == (f"wrote {folder}/results.json, table.md, table.csv, measurements.csv, "
+                    f"{', '.join(pngs)}")  # fmt: skip

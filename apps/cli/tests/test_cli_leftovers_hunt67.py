@@ -138,7 +138,8 @@ def test_experiments_under_umask_777_prints_its_table(tmp_path):
     written = (folder / "table.md").read_text()
     assert "| speed | prediction | 2.5 | Gcell/s | grid=8 |" in written
     assert (
-        done.stdout == f"{written}\nwrote {folder}/results.json, table.md, table.csv, figure.png\n"
+        done.stdout == f"{written}\nwrote {folder}/results.json, table.md, table.csv, "
+        "measurements.csv, figure.png\n"
     )
 
 

@@ -28,6 +28,7 @@ import httpx
 import numpy as np
 import pytest
 import wse_inference.demo.load_test as lt
+from wse_inference.demo import load_tally
 from wse_inference.demo.load_test import (
     LoadTestConfig,
     RequestResult,
@@ -97,7 +98,7 @@ def test_itl_percentiles_are_numpys_over_every_gap_then_a_sample_of_them(monkeyp
     assert [itl[k] for k in ("p50", "p90", "p99")] == pytest.approx(
         np.percentile(flat, [50, 90, 99]), rel=1e-12
     )
-    monkeypatch.setattr(lt, "ITL_SAMPLE", 10)  # past the sample: the mean and n stay exact
+    monkeypatch.setattr(load_tally, "ITL_SAMPLE", 10)  # past the sample: the mean and n stay exact
     tally = lt.Tally()
     for r in results:
         tally.add(r)

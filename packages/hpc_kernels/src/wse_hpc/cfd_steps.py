@@ -4,9 +4,10 @@ bad step file before JAX is imported (hunt 60: 1.5 s to say "step -5").
 
 `latest_output(out_dir)` is the newest `step_<n>.npz` there (or None); `read_step(path,
 shape)` its arrays, or `StepFileError` naming what is wrong: not an .npz archive (or not a
-regular file), an array missing, a field not of `shape`, not finite or past FIELD_MAX,
-`step` not one integer >= 0 or not the step the file's name says, `time` not one finite
-number >= 0; given the run's case and domain, a step written by another. Nothing is
+regular file), an array missing (T may be, in a cavity's step: it solves none), a field not
+of `shape`, not finite or past FIELD_MAX, `step` not one integer >= 0 or not the step the
+file's name says, `time` not one finite number >= 0; given the run's case and domain, a
+step written by another. Nothing is
 unpickled. `step_case(data)` is the case a step's arrays say they were written by (the
 restart reads a rayleigh-benard step's T as the full temperature by it).
 """
@@ -74,12 +75,15 @@ def read_step(
     except NUMPY_FILE_ERRORS as e:
         problem = numpy_file_problem(e)
         raise StepFileError(f"--restart: {path} is not a step file: {problem}") from None
-    missing = [k for k in ("u", "v", "p", "T", "step", "time") if k not in data]
+    # the cavity solves no temperature: its steps hold no T (hunt 71), older ones a T of zeros
+    needs_t = step_case(data) != "cavity"
+    needed = ("u", "v", "p", "T", "step", "time") if needs_t else ("u", "v", "p", "step", "time")
+    missing = [k for k in needed if k not in data]
     if missing:
         raise StepFileError(f"--restart: {path} lacks the arrays {', '.join(missing)}")
     three_d = len(shape) > 2 and shape[2] > 1  # w is read only then
     fields = ("u", "v", "w", "p", "T") if three_d else ("u", "v", "p", "T")
-    for k in fields:
+    for k in fields if "T" in data else fields[:-1]:
         _check_field(path, k, data.get(k), tuple(shape))
     step, t = data["step"], data["time"]  # hunt 60: a step of -5 or a time of inf ran on
     if step.shape != () or step.dtype.kind not in "iu" or not 0 <= step < 2**62:

@@ -182,7 +182,8 @@ def run(
         note(f"note: {folder} held {earlier}; its files are replaced by this run's")
     # from memory: under `umask 777` the file just written cannot be read (hunt 67)
     typer.echo(table_markdown(result))
-    typer.echo(f"wrote {folder}/results.json, table.md, table.csv, {_pngs(folder)}")
+    csv = ", measurements.csv" if result.measurements else ""  # hunt 71: a second CSV
+    typer.echo(f"wrote {folder}/results.json, table.md, table.csv{csv}, {_pngs(folder)}")
 
 
 def _pngs(folder: Path) -> str:

@@ -3,7 +3,8 @@
 `bench --url URL` runs `wse_inference.demo.load_test` against a server (`wse infer serve`,
 vLLM, ...) and prints request throughput, vLLM's token figures (input and generated tokens,
 input / output / total tokens/s) and TTFT / TPOT / ITL / end-to-end percentiles (vLLM's
-definitions), then saves the summary (`--out`), the dataset's name, settings and seed in it.
+definitions), then saves the summary (`--out`), the dataset's name, settings and seed in it,
+with vLLM's `--save-result` keys and units (ms) beside ours (s; hunt 71: it had none of them).
 The requests are vLLM's `--dataset-name random` or `sharegpt`, or the default `prompt`
 (`--prompt` each time), with vLLM's options (`infer_bench_data`); a bad one is one line, exit
 2, before any request, as is an --out that is the --dataset-path file (hunt 71: the dataset
@@ -195,7 +196,17 @@ def bench(
     seed: int = number(
         0, "--seed", kind=int, ge=0, le=2**63 - 1, help="Seed of the arrivals and the dataset."
     ),
-    out: Path = output_file(Path("wse_bench.json"), "--out", help="Where to save the JSON."),
+    out: Path = output_file(  # hunt 71: nothing said the file was not vLLM's, nor its unit
+        Path("wse_bench.json"),
+        "--out",
+        help="Where to save the JSON. It carries both schemas: ours (ttft_s, tpot_s, itl_s, "
+        "e2e_s as {mean, p50, p90, p99, n} in seconds; request_throughput_per_s, "
+        "output_tokens_per_s, ...) and, beside it, vLLM's --save-result keys in its units "
+        "(mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms and the same for tpot, itl "
+        "and e2el, in ms; request_throughput, output_throughput, total_token_throughput, "
+        "duration, total_input_tokens, total_output_tokens, num_prompts, max_concurrency). "
+        'request_rate is null where vLLM writes "inf" (all at once).',
+    ),
 ) -> None:
     """Load-test a server: request and token throughput, TTFT and TPOT percentiles."""
     import httpx

@@ -3,9 +3,10 @@
 `run_cfd(cfg, on_progress=None) -> CfdRun` runs `CfdConfig.case` ("rayleigh-benard" or
 "cavity") for `steps` steps on the emulated wafer. Every `output_every` steps (and at the
 end) it writes `step_<n>.npz` (arrays `u`, `v`, `w`, `p`, `T` of shape (nx, ny, nz): the
-MAC face velocities as stored, `w` zeros in 2D; `T` the full temperature; plus `step`,
-`time`, `lengths`, `case`) and `step_<n>.vtk` (legacy VTK structured points, ParaView opens
-it: the velocity averaged to cell centres, p and T) into `out_dir`. With `restart=True` it
+MAC face velocities as stored, `w` zeros in 2D; `T` the full temperature, none for the
+cavity, which solves no temperature (`_stored`); plus `step`, `time`, `lengths`, `case`) and
+`step_<n>.vtk` (legacy VTK structured points, ParaView opens it: the velocity averaged to cell
+centres, the faces wrapping on the periodic axes, p and T) into `out_dir`. With `restart=True` it
 continues from the newest `step_<n>.npz` there (of the same case and domain; FieldError when
 there is none), and the report's `restarted_from_step` / `restarted_from` say which; the
 fields are read as fp32 whatever their stored dtype, and a rayleigh-benard step's T is the
@@ -170,8 +171,8 @@ def _theta(path: Path, data: dict[str, np.ndarray], grid, case: str) -> np.ndarr
     `theta_offset`), the state is theta; a cavity's T is its state. Decided by the case
     (`read_step` refused a file of another), never by an optional key alone (hunt 67: a step
     with `case` but no `theta_offset` had the conduction profile added twice, silently)."""
-    if case != "rayleigh-benard":
-        return data["T"]
+    if case != "rayleigh-benard":  # the cavity's steps hold no T since hunt 71: it has none
+        return data["T"] if "T" in data else np.zeros(grid.shape, np.float32)
     if step_case(data) is None:  # made by hand, or a cavity's from before hunt 62
         raise FieldError(
             f"--restart: {path} names no case (no `case` string, nor an older step's "
@@ -192,10 +193,20 @@ def _arrays(cfg: CfdConfig, grid, s: FlowState) -> dict[str, np.ndarray]:
     return out
 
 
+def _stored(cfg: CfdConfig, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The arrays a step file holds: the cavity solves no temperature (kappa 0, no buoyancy),
+    so its T, carried unchanged, is left out where it is all zero (hunt 71: the .npz and the
+    .vtk showed ParaView a T of zeros); a T read from an older step or one made by hand is
+    kept as it was given (a cavity restart reads T where its step has one)."""
+    if cfg.case == "cavity" and not np.any(arrays["T"]):
+        return {k: a for k, a in arrays.items() if k != "T"}
+    return arrays
+
+
 def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float) -> list[Path]:
     assert cfg.out_dir is not None
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    arrays = _arrays(cfg, grid, s)
+    arrays = _stored(cfg, _arrays(cfg, grid, s))
     npz = cfg.out_dir / f"step_{step:07d}.npz"
     extra = {"theta_offset": 1} if cfg.case == "rayleigh-benard" else {}
     from wse_core.host.atomic import atomic_path
@@ -204,7 +215,7 @@ def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float) -> list[Path
         np.savez(tmp, step=step, time=t, lengths=np.asarray(_lengths(grid)),
                  case=np.asarray(cfg.case), **arrays, **extra)  # fmt: skip
     vtk = npz.with_suffix(".vtk")
-    write_vtk(vtk, arrays, grid.spacing)
+    write_vtk(vtk, arrays, grid.spacing, periodic=grid.periodic)
     return [npz, vtk]
 
 

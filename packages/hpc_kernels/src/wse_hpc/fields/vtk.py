@@ -1,9 +1,10 @@
 """Fields as legacy VTK (STRUCTURED_POINTS, binary big-endian float32): ParaView opens them.
 
-`write_vtk(path, arrays, spacing)` writes cell data on an (nx, ny, nz) grid of cells: the
-velocity (u, v, w averaged from their MAC faces to the cell centres; the wall below index 0
-taken as zero) as the vector `velocity`, and every other array as a scalar. `read_vtk` reads
-such a file back (the round-trip test's oracle).
+`write_vtk(path, arrays, spacing, periodic=)` writes cell data on an (nx, ny, nz) grid of
+cells: the velocity (u, v, w averaged from their MAC faces to the cell centres: face i is the
+upper face of cell i, and the face below cell 0 is the wall's zero on a wall axis, the face
+n - 1 on a periodic one) as the vector `velocity`, and every other array as a scalar.
+`read_vtk` reads such a file back (the round-trip test's oracle).
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ import numpy as np
 __all__ = ["read_vtk", "to_centres", "write_vtk"]
 
 
-def to_centres(face: np.ndarray, axis: int) -> np.ndarray:
-    """The mean of a MAC face field's two faces around each cell (zero below index 0)."""
+def to_centres(face: np.ndarray, axis: int, periodic: bool = False) -> np.ndarray:
+    """The mean of a MAC face field's two faces around each cell: below index 0 the wall's
+    zero, or on a `periodic` axis the face n - 1 (the same face, across the seam; hunt 71:
+    zero there too halved the cells against Rayleigh-Benard's periodic sides)."""
+    if periodic:
+        return 0.5 * (face + np.roll(face, 1, axis))
     below = np.concatenate([np.zeros_like(np.take(face, [0], axis)), face], axis=axis)
     below = np.take(below, range(face.shape[axis]), axis)
     return 0.5 * (face + below)
@@ -27,10 +32,14 @@ def _block(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a.transpose(2, 1, 0), ">f4").tobytes()  # x fastest
 
 
-def write_vtk(path: Path, arrays: Mapping[str, np.ndarray], spacing) -> None:
+def write_vtk(
+    path: Path, arrays: Mapping[str, np.ndarray], spacing, *, periodic=(False,) * 3
+) -> None:
+    """`periodic`: the grid's periodic axes (X, Y, Z), whose faces wrap (`to_centres`)."""
     u = arrays["u"]
     nx, ny, nz = u.shape
-    vel = np.stack([to_centres(arrays[n], a) for a, n in enumerate("uvw")], axis=-1)
+    vel = [to_centres(arrays[n], a, bool(periodic[a])) for a, n in enumerate("uvw")]
+    vel = np.stack(vel, axis=-1)
     head = (
         "# vtk DataFile Version 3.0\nwse hpc cfd\nBINARY\nDATASET STRUCTURED_POINTS\n"
         f"DIMENSIONS {nx + 1} {ny + 1} {nz + 1}\nORIGIN 0 0 0\n"

@@ -90,7 +90,42 @@ class Tally:
                 self.itl_s[j] = gap
 
     def summary(self, wall_s: float, cfg: LoadTestConfig, model: str, dataset=None) -> dict:
-        """The JSON summary of a run (module docstring); `dataset`: the dataset's params."""
+        """The JSON summary of a run (module docstring); `dataset`: the dataset's params. Ours
+        first (times in s), then vLLM's `--save-result` keys (`vllm_keys`, times in ms)."""
+        ours = self._ours(wall_s, cfg, model, dataset)
+        return {**ours, **self.vllm_keys(ours)}
+
+    def vllm_keys(self, ours: dict) -> dict:
+        """vLLM's `vllm bench serve --save-result` keys, names and units (its result_json,
+        vllm/benchmarks/serve.py) from our summary `ours`: times in ms (x 1000), the median
+        our p50, `std_*_ms` NumPy's population std (ddof 0, as vLLM's) of the same values
+        (the ITL's over the ITL_SAMPLE gaps kept), None where ours is (vLLM writes 0 there).
+        The keys both have (completed, failed, request_rate, burstiness) are ours: one
+        meaning, but request_rate null where vLLM writes "inf" (all at once). Hunt 71: a
+        vLLM user's `d["mean_ttft_ms"]` was a KeyError, and ttft_s.mean 1000x its ms."""
+        out = {
+            "model_id": ours["model"],
+            "num_prompts": ours["num_requests"],
+            "max_concurrency": ours["concurrency"],
+            "duration": ours["wall_s"],
+            "total_input_tokens": ours["input_tokens"],
+            "total_output_tokens": ours["output_tokens"],
+            "request_throughput": ours["request_throughput_per_s"],
+            "output_throughput": ours["output_tokens_per_s"],
+            "total_token_throughput": ours["total_tokens_per_s"],
+        }
+        times = (("ttft", "ttft_s", self.ttft_s), ("tpot", "tpot_s", self.tpot_s),
+                 ("itl", "itl_s", self.itl_s), ("e2el", "e2e_s", self.e2e_s))  # fmt: skip
+        for name, key, values in times:
+            s, v = ours[key], np.asarray(values, dtype=np.float64)
+            v = v[np.isfinite(v)]
+            out[f"mean_{name}_ms"] = _ms(s["mean"])
+            out[f"median_{name}_ms"] = _ms(s["p50"])
+            out[f"std_{name}_ms"] = float(v.std()) * 1000 if v.size else None
+            out[f"p99_{name}_ms"] = _ms(s["p99"])
+        return out
+
+    def _ours(self, wall_s: float, cfg: LoadTestConfig, model: str, dataset) -> dict:
         itl_mean = self.itl_sum / self.itl_count if self.itl_count else None
         n_in = self.input_tokens
         return {
@@ -119,3 +154,7 @@ class Tally:
             "itl_s": {**stats(self.itl_s, itl_mean), "n": self.itl_count},
             "e2e_s": stats(self.e2e_s),
         }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000

@@ -2,9 +2,11 @@
 
 An experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResult` registered
 by name in the CLI. It returns an `ExperimentResult`; `write_experiment` puts
-`results.json`, `table.md`, `table.csv` and `figure.png` into `out_dir/<name>/`, and each of
-`extra_figures` (name -> Figure, e.g. a per-PE view from `wse_core.trace.png.trace_figure`)
-as `<name>.png` beside them.
+`results.json`, `table.md`, `table.csv` and `figure.png` into `out_dir/<name>/` (and
+`measurements.csv` where it has measurements; the CSVs' numbers are Python's `repr`, which
+reads back as the float results.json holds: hunt 71, `.6g` wrote 0.99999995679834 as 1, the
+6 digits kept for table.md), and each of `extra_figures` (name -> Figure, e.g. a per-PE view
+from `wse_core.trace.png.trace_figure`) as `<name>.png` beside them.
 
 Each prediction row is `{"name", "value", "unit", "params", "published", "source",
 "mechanisms", "role"}`; `role` says what the row is to the calibration (`row_role`): "fits K"
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from wse_core.host.atomic import atomic_folder, named_as
+from wse_core.studies.mechanism_figure import mechanism_figure, mechanism_text
 
 __all__ = [
     "PredictionRow",
@@ -205,15 +208,21 @@ def _assumed_column(result: ExperimentResult) -> bool:
     return recorded or any(p.mechanisms for p in result.predictions)
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.6g}"  # nan and inf as such: an empty cell is None (hunt 67)
+def _fmt(v: Any, exact: bool = False) -> str:
+    """A cell's text; `exact`: a float as `repr`, the shortest text that reads back as it
+    (the CSVs'), a whole one without ".0" as `.6g` wrote it (3, not 3.0)."""
+    if isinstance(v, float):  # nan and inf as such: an empty cell is None (hunt 67)
+        # float(): NumPy's repr names its type (np.float64(0.5))
+        return repr(float(v)).removesuffix(".0") if exact else f"{v:.6g}"
     if isinstance(v, dict):
-        return ", ".join(f"{k}={_fmt(x)}" for k, x in v.items())
+        return ", ".join(f"{k}={_fmt(x, exact)}" for k, x in v.items())
     return "" if v is None else str(v)
 
 
-def table_rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
+def table_rows(
+    result: ExperimentResult, *, exact: bool = False
+) -> tuple[list[str], list[list[str]]]:
+    """The prediction table's header and cells (`exact`: floats in full, as table.csv)."""
     header = ["name", "role", "value", "unit", "params", "published", "ratio", "source"]
     with_mech = any(p.mechanisms for p in result.predictions)
     with_assumed = _assumed_column(result)
@@ -224,56 +233,16 @@ def table_rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
         ratio = p.value / p.published if p.published else None
         cells: list[Any] = [p.name, row_role(p), p.value, p.unit, p.params, p.published]
         cells += [ratio, p.source]
-        cells += [_mechanism_text(p.mechanisms)] if with_mech else []
+        cells += [mechanism_text(p.mechanisms)] if with_mech else []
         cells += [_assumed_text(p, result)] if with_assumed else []
-        rows.append([_fmt(x) for x in cells])
+        rows.append([_fmt(x, exact) for x in cells])
     return header, rows
 
 
-def _mechanism_text(mech: dict[str, float] | None) -> str:
-    """ "simd 61% (1.2e+04), ...": each mechanism's share of the row's cycles, largest first."""
-    if not mech:
-        return ""
-    total = sum(mech.values()) or 1.0
-    order = sorted(mech.items(), key=lambda kv: -kv[1])
-    return ", ".join(f"{k} {v / total:.0%} ({v:.3g})" for k, v in order if v > 0)
-
-
-def mechanism_figure(predictions: list[PredictionRow]):
-    """Stacked bars: each row's share of predicted cycles by mechanism (None if no row has
-    mechanisms)."""
-    from wse_core.cost.mechanisms import MECHANISMS
-
-    rows = [p for p in predictions if p.mechanisms]
-    if not rows:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(rows) + 3), 4.2))
-    bottom = [0.0] * len(rows)
-    for key in MECHANISMS:
-        shares = [
-            (p.mechanisms or {}).get(key, 0.0) / sum((p.mechanisms or {}).values() or [1])
-            for p in rows
-        ]
-        if any(shares):
-            ax.bar(range(len(rows)), shares, bottom=bottom, label=key)
-            bottom = [b + v for b, v in zip(bottom, shares, strict=True)]
-    labels = [_row_label(p) for p in rows]
-    ax.set_xticks(range(len(rows)), labels, rotation=40, ha="right", fontsize=7)
-    ax.set(ylabel="share of predicted cycles", ylim=(0, 1), title="Cycles by mechanism")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    return fig
-
-
-def _row_label(p: PredictionRow) -> str:
-    keys = ("case", "grid", "model", "layout", "kernel", "nz", "systems")
-    bits = [str(p.params[k]) for k in keys if k in p.params]
-    return f"{p.name} " + " ".join(bits[:3])
+def _measurement_rows(result: ExperimentResult, *, exact: bool = False):
+    """(keys, cells) of the result's measurements, each key a column in order of appearance."""
+    keys = list(dict.fromkeys(k for m in result.measurements for k in m))
+    return keys, [[_fmt(m.get(k), exact) for k in keys] for m in result.measurements]
 
 
 def csv_text(rows: list[list[Any]]) -> str:
@@ -303,15 +272,15 @@ def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
     All or none: the files are written into a new folder beside it, which replaces the
     folder whole once every file is written (`atomic_folder`; hunt 64: `ulimit -f` stopped
     a run at figure.png and left its new tables beside an older run's figure; hunt 65: so
-    did a SIGTERM between two renames). A .png there that this run does not write is an
-    older run's figure (the folder is the experiment's) and goes with the old folder; other
-    files (a sweep's `sweep_*`) stay."""
+    did a SIGTERM between two renames). A .png (or measurements.csv) there that this run
+    does not write is an older run's (the folder is the experiment's) and goes with the old
+    folder; other files (a sweep's `sweep_*`) stay."""
     folder = Path(out_dir) / result.experiment  # atomic_folder refuses a file there
     figures = {"figure": result.figure, **result.extra_figures}
     figures.setdefault("mechanisms", mechanism_figure(result.predictions))
     figures = {f"{name}.png": fig for name, fig in figures.items() if fig is not None}
     try:
-        with atomic_folder(folder, keep=lambda name: not name.endswith(".png")) as new:
+        with atomic_folder(folder, keep=_kept) as new:
             for name, text in _texts(result).items():
                 with named_as(folder / name, new / name):
                     (new / name).write_text(text, encoding="utf-8")
@@ -323,14 +292,21 @@ def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
     return folder
 
 
+def _kept(name: str) -> bool:
+    """An older run's file that stays: not a figure, nor the measurements.csv this run
+    writes only where it has measurements (a sweep's sweep_*.csv stays)."""
+    return not name.endswith(".png") and name != "measurements.csv"
+
+
 def _texts(result: ExperimentResult) -> dict[str, str]:
-    """results.json, table.csv and table.md of `result`, by file name."""
-    header, rows = table_rows(result)
-    return {
-        "results.json": results_json(result),
-        "table.csv": csv_text([header, *rows]),
-        "table.md": table_markdown(result),
-    }
+    """results.json, table.csv and table.md of `result` (and measurements.csv), by name."""
+    header, rows = table_rows(result, exact=True)
+    texts = {"results.json": results_json(result), "table.csv": csv_text([header, *rows]),
+             "table.md": table_markdown(result)}  # fmt: skip
+    if result.measurements:  # hunt 71: they were in table.md and results.json alone
+        keys, cells = _measurement_rows(result, exact=True)
+        texts["measurements.csv"] = csv_text([keys, *cells])
+    return texts
 
 
 def results_json(result: ExperimentResult) -> str:
@@ -365,11 +341,9 @@ def table_markdown(result: ExperimentResult) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     if result.measurements:
-        keys = list(dict.fromkeys(k for m in result.measurements for k in m))
+        keys, cells = _measurement_rows(result)
         lines += ["", "Measurements:", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        lines += [
-            "| " + " | ".join(_fmt(m.get(k)) for k in keys) + " |" for m in result.measurements
-        ]
+        lines += ["| " + " | ".join(r) + " |" for r in cells]
     lines += _run_notes(result)
     return f"# {result.experiment}\n\n" + "\n".join(lines) + "\n"
 

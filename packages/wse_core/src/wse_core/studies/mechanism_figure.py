@@ -1,0 +1,58 @@
+"""An experiment's predicted rows by mechanism: `mechanism_figure` draws them as stacked shares
+of their cycles (`mechanisms.png` beside its tables), `mechanism_text` writes one row's shares
+for the tables' column (`wse_core.studies.experiment` writes both)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wse_core.studies.experiment import PredictionRow
+
+__all__ = ["mechanism_figure", "mechanism_text"]
+
+
+def mechanism_figure(predictions: list[PredictionRow]):
+    """Stacked bars: each row's share of predicted cycles by mechanism (None if no row has
+    mechanisms)."""
+    from wse_core.cost.mechanisms import MECHANISMS
+
+    rows = [p for p in predictions if p.mechanisms]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(rows) + 3), 4.2))
+    bottom = [0.0] * len(rows)
+    for key in MECHANISMS:
+        shares = [
+            (p.mechanisms or {}).get(key, 0.0) / sum((p.mechanisms or {}).values() or [1])
+            for p in rows
+        ]
+        if any(shares):
+            ax.bar(range(len(rows)), shares, bottom=bottom, label=key)
+            bottom = [b + v for b, v in zip(bottom, shares, strict=True)]
+    labels = [_row_label(p) for p in rows]
+    ax.set_xticks(range(len(rows)), labels, rotation=40, ha="right", fontsize=7)
+    ax.set(ylabel="share of predicted cycles", ylim=(0, 1), title="Cycles by mechanism")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def _row_label(p: PredictionRow) -> str:
+    keys = ("case", "grid", "model", "layout", "kernel", "nz", "systems")
+    bits = [str(p.params[k]) for k in keys if k in p.params]
+    return f"{p.name} " + " ".join(bits[:3])
+
+
+def mechanism_text(mech: dict[str, float] | None) -> str:
+    """ "simd 61% (1.2e+04), ...": each mechanism's share of the row's cycles, largest first."""
+    if not mech:
+        return ""
+    total = sum(mech.values()) or 1.0
+    order = sorted(mech.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v / total:.0%} ({v:.3g})" for k, v in order if v > 0)
