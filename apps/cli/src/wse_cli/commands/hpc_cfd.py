@@ -4,13 +4,13 @@ Cases: `rayleigh-benard` (`--ra --pr --aspect`; no-slip plates at T = 1 and 0, p
 sides) and `cavity` (`--re`; the lid-driven square / cube). `--grid NX NY NZ` (NZ = 1: 2D;
 the vertical is Y in 2D, Z in 3D). Prints the Nusselt number (rayleigh-benard) and kinetic
 energy as it goes (a rich progress bar on a terminal, nothing in between otherwise), writes
-`<out>/step_<n>.npz` (arrays u v w p, and T for rayleigh-benard) and `.vtk` every `--output-
-every` steps and at the end, `--restart` continues from the newest of them (and says which:
-"restarted from step N (FILE)"; a folder with none is refused), `--png` the temperature
-(cavity: the speed), `--trace` the per-PE trace for `wse view`, then the measured emulation
-time beside the predicted wafer time (`run_cfd(...).report`). Bad input (Ra < 1, a grid
-beyond the PEs, a step beyond the explicit limit, a Z column beyond SRAM) is one line, exit
-2.
+`<out>/step_<n>.npz` (arrays u v w p, and T for rayleigh-benard) and `.vtk` every
+`--output-every` steps and at the end, `--restart` continues from the newest of them (and
+says which: "restarted from step N (FILE)"; a folder with none is refused), `--png` the
+temperature (cavity: the speed), `--trace` the per-PE trace for `wse view`, then the
+measured emulation time beside the predicted wafer time (`run_cfd(...).report`). Bad input
+(Ra < 1, a grid beyond the PEs, a step beyond the explicit limit, a Z column beyond SRAM) is
+one line, exit 2.
 """
 
 from __future__ import annotations
