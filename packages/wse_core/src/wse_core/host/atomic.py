@@ -41,6 +41,11 @@ are carried into it.
   server's or `wse launch`'s stays theirs; `nohup`'s ignored SIGHUP stays ignored), so a
   process busy elsewhere stops as before. Hunt 64/65: a `.NAME.xxxx.part.png` was left
   behind; Ctrl-C (KeyboardInterrupt) cleans up as any exception does.
+- The temporary name, `.NAME.PID-HOST-XXXXXXXX.part.EXT`, names its writer: a write first
+  removes its target's parts whose writer was stopped beyond any handler (`kill -9`, the OOM
+  killer, a power cut) and runs no more; live writers' parts and any other file stay
+  (`wse_core.host.part_files`). Hunt 71: each killed `wse train` left its `.hf.xxxx.part`
+  export, hundreds of MB, for ever.
 """
 
 from __future__ import annotations
@@ -50,13 +55,14 @@ import ctypes
 import errno
 import functools
 import os
-import secrets
 import shutil
 import signal
 import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from wse_core.host.part_files import killed_parts, part_path
 
 __all__ = ["atomic_path", "atomic_folder", "named_as", "sigterm_unclaimed", "write_atomically"]
 
@@ -75,7 +81,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield target
         return
     _refuse_not_regular(path, target)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part{_extension(target)}")
+    tmp = _part(target, _extension(target), folder=False)
     mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
     with named_as(path, tmp), _folders_for(target.parent) as made:
         with _removed_on_stop((tmp, _unlink)):
@@ -103,6 +109,14 @@ def _extension(target: Path) -> str:
     return target.suffix or (target.name if target.name.startswith(".") else "")
 
 
+def _part(target: Path, ext: str, *, folder: bool) -> Path:
+    """A new part to fill for `target`, once the parts of it that killed writers left are
+    removed (module doc)."""
+    for left in killed_parts(target, ext, folder=folder):
+        (_remove_tree if folder else _unlink)(left)
+    return part_path(target, ext)
+
+
 @contextlib.contextmanager
 def atomic_folder(path: str | Path, *, keep: Callable[[str], bool] | None = None) -> Iterator[Path]:
     """A new folder to fill in place of the folder `path`, which it replaces whole on a clean
@@ -113,7 +127,7 @@ def atomic_folder(path: str | Path, *, keep: Callable[[str], bool] | None = None
 
         raise WseError(f"{path} is there but not a folder; remove it or write elsewhere")
     target = Path(os.path.realpath(path))  # through a link: replace what it points at
-    stage = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
+    stage = _part(target, "", folder=True)
     with named_as(path, stage), _folders_for(target.parent) as made:
         with _removed_on_stop((stage, _remove_tree)):
             try:
