@@ -38,6 +38,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
+    ctx: typer.Context,
     devices: int = number(
         None,
         "--devices",
@@ -60,7 +61,8 @@ def root(
     check_variables()  # a misspelt or fractional WSE_LIMIT_* before any work
     configure(devices)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    multiprocess.join_later(num_processes, process_id, coordinator)  # once the command parses
+    multiprocess.die_with_launcher()  # in a child of `wse launch`
+    multiprocess.join_later(num_processes, process_id, coordinator, ctx)  # once it parses
 
 
 for module in (wafer, hpc, train, infer, plan, experiments, launch, demo, view):

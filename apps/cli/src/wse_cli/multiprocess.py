@@ -10,9 +10,14 @@ before the join), or before the body when JAX is already imported: an input refu
 parsing or in the command's body before JAX is refused in each process without JAX or the
 coordinator (a `wse launch` child's error reaches the user in about a second, not after
 every child has imported JAX, joined and shut the run down), and a command that never uses
-JAX never joins. A joined process's native stdout (gloo's C++ log) goes to stderr, so that
-stdout holds the command's output alone (`_native_stdout_to_stderr`). `is_primary()` says
-whether this process writes what people read.
+JAX never joins. In a run of several processes, before the join, a command that cannot
+span them is refused as `wse launch` refuses it (`launch.launchable`), and so is a
+command's own --num-processes/--process-id/--coordinator that differs from the run's
+(whether the root's flags, the WSE_* variables or a cluster launcher set it; refusals name
+the flag or the variable that holds the value). A child of `wse launch` dies with its
+launcher (`die_with_launcher`). A joined process's native stdout (gloo's C++ log) goes to
+stderr, so that stdout holds the command's output alone (`_native_stdout_to_stderr`).
+`is_primary()` says whether this process writes what people read.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from collections.abc import Callable
 
 import typer
 
-from wse_cli.errors import before_body
+from wse_cli.errors import before_body, fail
 from wse_cli.options import number
 
 __all__ = [
@@ -60,8 +65,15 @@ COORDINATOR = typer.Option(
 )
 
 
-def join(num_processes: int | None, process_id: int | None, coordinator: str | None) -> None:
-    """Join a multi-process run when one is asked for; a no-op otherwise."""
+def join(
+    num_processes: int | None,
+    process_id: int | None,
+    coordinator: str | None,
+    *,
+    names: tuple[str, str, str] | None = None,
+) -> None:
+    """Join a multi-process run when one is asked for; a no-op otherwise. `names`: what set
+    each value (a flag or its variable), for the refusals."""
     from wse_core.host import distributed
 
     asked = (num_processes, process_id, coordinator) != (None, None, None)
@@ -72,7 +84,7 @@ def join(num_processes: int | None, process_id: int | None, coordinator: str | N
     if jax.distributed.is_initialized():
         return
     _native_stdout_to_stderr()
-    distributed.initialize(num_processes, process_id, coordinator)
+    distributed.initialize(num_processes, process_id, coordinator, names=names)
 
 
 def _native_stdout_to_stderr() -> None:
@@ -129,25 +141,36 @@ def _unhook() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _JoinOnImport)]
 
 
-_PENDING: list[int | None] = []  # this process's id while its join waits for JAX
+_PENDING: list[int] = []  # this process's id while its join waits for JAX
 
 
-def join_later(num_processes: int | None, process_id: int | None, coordinator: str | None) -> None:
-    """The root callback's `join` (module docstring): flags checked now, the join made at the
-    first JAX import once the command's arguments parse (`WseGroup` runs what
-    `errors.before_body` holds before the command's body)."""
+def join_later(
+    num_processes: int | None,
+    process_id: int | None,
+    coordinator: str | None,
+    ctx: typer.Context | None = None,
+) -> None:
+    """The root callback's `join` (module docstring): the run asked for checked now (flags,
+    WSE_* variables or a cluster launcher's), the join made at the first JAX import once the
+    command's arguments parse (`WseGroup` runs what `errors.before_body` holds before the
+    command's body), where the command can span processes (`_refuse_alone`) and its own
+    multi-process options agree with the run's (`_refuse_disagreement`). `ctx`: the root's,
+    which says whether a value came from its flag or its variable."""
     from wse_core.host import distributed
 
-    n, i, c = distributed.resolve(num_processes, process_id, coordinator)
-    if (n, i, c) == (None, None, None) and not distributed.cluster_detected():
+    names = None
+    if ctx is not None:
+        names = tuple(_source(ctx, p, f) for p, f in zip(_PARAMS, distributed.FLAGS, strict=True))
+    run = distributed.asked(num_processes, process_id, coordinator, names=names)
+    if run is None:
         return
-    joined = functools.partial(join, num_processes, process_id, coordinator)
-    if "jax" in sys.modules:
-        before_body("join", joined)
-        return
+    joined = functools.partial(join, num_processes, process_id, coordinator, names=names)
 
     def hook() -> None:
-        if "jax" in sys.modules:  # imported while the arguments parsed: join now
+        if run.num_processes > 1 and (leaf := _current_context()) is not None:
+            _refuse_alone(run, leaf)
+            _refuse_disagreement(run, leaf)
+        if "jax" in sys.modules:  # imported already (or while the arguments parsed): join now
             joined()
             return
 
@@ -155,11 +178,114 @@ def join_later(num_processes: int | None, process_id: int | None, coordinator: s
             _PENDING.clear()
             joined()
 
-        _PENDING[:] = [i]
+        _PENDING[:] = [run.process_id]
         _unhook()
         sys.meta_path.insert(0, _JoinOnImport(on_import))
 
     before_body("join", hook)
+
+
+_PARAMS = ("num_processes", "process_id", "coordinator")  # the parameters' names, as FLAGS
+
+
+def _source(ctx: typer.Context, param: str, flag: str) -> str:
+    """`flag`, or its variable where the value came from there (`WSE_PROCESS_ID`): hunt 71, a
+    stale exported variable was refused in the words of a flag never given."""
+    source = ctx.get_parameter_source(param)
+    return f"WSE_{param.upper()}" if getattr(source, "name", "") == "ENVIRONMENT" else flag
+
+
+def _current_context() -> typer.Context | None:
+    """The context of the command about to run (click's, or the click typer ships: typer
+    0.16 and later carry their own, whose `get_current_context` is not click's)."""
+    click_context = typer.Context.__mro__[1]
+    package = click_context.__module__.rpartition(".")[0]
+    return sys.modules[f"{package}.globals"].get_current_context(silent=True)
+
+
+def _path(ctx: typer.Context) -> tuple[str, ...]:
+    names = []
+    while ctx.parent is not None:
+        names.append(str(ctx.info_name))
+        ctx = ctx.parent
+    return tuple(reversed(names))
+
+
+def _refuse_alone(run, leaf: typer.Context) -> None:  # noqa: ANN001  (a distributed.Run)
+    """Refuse a command that cannot span processes in a run of several, before the join, as
+    `wse launch` refuses it (hunt 71: under srun or --num-processes, `hpc cfd` joined the run
+    and crashed in every process with an 80-line JAX traceback)."""
+    from wse_cli.commands import launch
+
+    path = _path(leaf)
+    if path == ("launch",):
+        fail(launch.inside_a_run(run))
+    if launch.launchable(path, leaf.command):
+        return
+    where, alone = _where(run)
+    names = ", ".join(sorted(launch.launchable_names(leaf.find_root().command)))
+    fail(f"wse {' '.join(path)} does not run across processes (this is {where}); {alone}, or "
+         f"use one of: {names}")  # fmt: skip
+
+
+def _where(run) -> tuple[str, str]:  # noqa: ANN001  (a distributed.Run)
+    """(which process of which run this is, how to run a command as one process)."""
+    i, n = run.process_id, run.num_processes
+    if run.launcher == "SLURM":
+        return f"SLURM task {i} of {n}", "run it as one task (srun -n 1)"
+    if run.launcher is not None:
+        return f"{run.launcher} rank {i} of {n}", "run it as one process (mpirun -n 1)"
+    if run.names[0].startswith("-"):
+        flags = "--num-processes, --process-id, --coordinator"
+        return (
+            f"process {i} of {n}, from --num-processes",
+            f"run it as one process (without {flags})",
+        )
+    given = ", ".join(name for name in run.names if not name.startswith("-"))
+    return f"process {i} of {n}, from {given}", f"run it as one process (unset {given})"
+
+
+def _refuse_disagreement(run, leaf: typer.Context) -> None:  # noqa: ANN001  (a Run)
+    """Refuse a command's own --num-processes/--process-id/--coordinator that differs from
+    the run's (hunt 71: `hpc swe --process-id 9 --coordinator junk` after the root's flags
+    was neither checked nor used; a stale WSE_PROCESS_ID beat a --process-id written after
+    the command)."""
+    from wse_core.host.distributed import FLAGS
+
+    from wse_cli.options import typed
+
+    command = " ".join(_path(leaf))
+    for param, flag, name, value in zip(_PARAMS, FLAGS, run.names, run[:3], strict=True):
+        if param not in leaf.params or not typed(leaf, param) or leaf.params[param] == value:
+            continue
+        mine = f"{leaf.params[param]} of {command}"
+        if name == flag:
+            fail(f"{flag} is given both before the command ({value} of wse) and after it "
+                 f"({mine}); give it once")  # fmt: skip
+        if run.launcher is None:
+            fail(f"{flag} {mine} disagrees with {name}={value}; unset {name}, or leave "
+                 f"{flag} out")  # fmt: skip
+        fail(f"{flag} {mine} disagrees with this {run.launcher} task's {name} ({value}); "
+             f"leave {flag} out under {run.launcher}")  # fmt: skip
+
+
+def die_with_launcher() -> None:
+    """In a child of `wse launch` (`WSE_LAUNCHER_PID`, taken out of the environment so this
+    process's own children do not read it): a SIGTERM when the launcher dies, as torchrun's
+    workers get one (hunt 71: after a `kill -9` of the launcher, by the OOM killer or a
+    batch system, its children ran on for ever under PID 1). Linux's parent-death signal,
+    set here rather than in the launcher's `preexec_fn` (unsafe beside its relay threads);
+    a launcher already gone by now is seen by the parent's pid."""
+    launcher = os.environ.pop("WSE_LAUNCHER_PID", "")
+    if not launcher.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != int(launcher):
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def is_primary() -> bool:

@@ -10,24 +10,27 @@ SLURM, `timeout`, `kill`) stops the children the same way and exits 128 + the si
 (143, 129); Ctrl-C (a SIGINT to the launcher alone, or to the whole process group) stops
 them too, and the launcher says every command's line, "interrupted (Ctrl-C)", and exits 130
 (`wse_cli.interrupts`); a child stops on SIGTERM (`distributed.initialize` turns
-JAX's preemption service off, whose SIGTERM handler only logged it: hunt 62). The
-children's stderr goes through the launcher (`_Relay`): a line another process already
-printed is not printed again (every process of a run says the same things), the children's
-`Error: ...` lines are held, and the first of them is printed once, in the launcher's one
-line naming its process, as soon as a child has failed (the launcher looks every 0.2 s);
-what the stopped children print after is dropped. The children's stdout is the launcher's:
-process 0's output, alone (a `--json` is one JSON object; gloo's C++ log goes to stderr,
-`multiprocess.join`).
+JAX's preemption service off, whose SIGTERM handler only logged it: hunt 62), and on the
+launcher's death, even by SIGKILL (`multiprocess.die_with_launcher`). The children's stderr
+goes through the launcher (`launch_relay.Relay`: a line another process already printed is
+not printed again, the first child `Error: ...` line is said once, in the launcher's one
+line naming its process, as soon as a child has failed, JAX's native log never). A stop
+signal's line carries what process 0's own said of its files (`--out t.xyz keeps ...`).
+The children's stdout is the launcher's: process 0's output, alone (a `--json` is one JSON
+object; gloo's C++ log goes to stderr, `multiprocess.join`).
 Before a child is started the launch is checked (exit 2, one line): `--nproc` within the
 usable cores and `--devices-per-proc` within the devices limit (`wse_core.host.limits`), all
-the processes' devices within host memory, a free coordinator --port, no `infer serve` under
+the processes' devices within host memory, a free coordinator --port (held by a lock per
+port until the launch ends: a second launch on it is refused), no `infer serve` under
 several processes (they would all bind its one port), under several processes only a
 command that runs across them (one with --num-processes, or `wafer check`: `launchable`),
 none of the options the launcher sets in each child (--num-processes, --process-id,
 --coordinator, --devices: `OWN_FLAGS`, in every spelling the child reads), and on a host
 with NVIDIA GPUs (JAX_PLATFORMS not cpu) no more processes than GPUs (one GPU a process).
-On a real cluster, start one `wse ...` per host with --num-processes/--process-id/
---coordinator (or under SLURM with none of them) instead.
+An option before `--` that the launcher does not know is refused, and so is a launch made as
+one process of a run (a task of `srun -n 4`: `inside_a_run`). On a real cluster, start one
+`wse ...` per host with --num-processes/--process-id/--coordinator (or under SLURM with
+none of them) instead.
 """
 
 from __future__ import annotations
@@ -37,20 +40,20 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import typer
+from typer.core import TyperCommand
 
+from wse_cli.commands.launch_relay import Relay as _Relay
+from wse_cli.commands.launch_relay import failure_line
 from wse_cli.errors import fail
 from wse_cli.option_names import dashed
 from wse_cli.options import PORT, number
 
 GRACE_S = 10.0
 POLL_S = 0.2  # how often the launcher looks at its children
-DRAIN_S = 2.0  # how long a failed child's last stderr lines are waited for
-SEEN_LINES = 10_000  # distinct stderr lines remembered for the de-duplication
 # The root options the launcher sets in every child, and what sets them. A child's own would
 # win over the launcher's WSE_* variable (click's rule): hunt 65, `-- --devices 2` ran 2
 # devices a process under --devices-per-proc 1, past the memory check made for 1.
@@ -97,84 +100,6 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-class _Relay:
-    """The children's stderr, relayed line by line (module docstring)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seen: dict[bytes, int] = {}  # line -> the process that printed it first
-        self.first_error: tuple[int, str] | None = None  # (process, message)
-        self.closed = False
-        self.only: int | None = None  # once a process failed: the one whose lines are relayed
-        self._threads: dict[int, threading.Thread] = {}
-
-    def watch(self, i: int, proc: subprocess.Popen) -> None:
-        t = threading.Thread(target=self._read, args=(i, proc), daemon=True)
-        self._threads[i] = t
-        t.start()
-
-    def _read(self, i: int, proc: subprocess.Popen) -> None:
-        for line in iter(proc.stderr.readline, b""):
-            with self._lock:
-                self._line(i, line)
-        proc.stderr.close()
-        if proc.wait() != 0:  # at once, not at the next poll: the peers' next lines are noise
-            self.keep_only(i, first=True)
-
-    def keep_only(self, i: int, *, first: bool = False) -> None:
-        """Relay process i's lines alone (hunt 68: once a peer died, the others' tracebacks
-        and JAX's coordination-service lines came before the launcher's line); `first`: only
-        where no process was chosen yet."""
-        with self._lock:
-            if not (first and self.only is not None):
-                self.only = i
-
-    def _line(self, i: int, line: bytes) -> None:
-        if self.closed or self.only not in (None, i):
-            return
-        if line.startswith(b"Error: "):
-            if self.first_error is None:
-                text = line[len(b"Error: ") :].decode(errors="replace").strip()
-                self.first_error = (i, text)
-            return
-        if self._seen.setdefault(line, i) != i:
-            return
-        if len(self._seen) > SEEN_LINES:
-            self._seen.clear()
-        sys.stderr.buffer.write(line)
-        sys.stderr.buffer.flush()
-
-    def drain(self, i: int) -> None:
-        """Wait (briefly) for the lines process i wrote before it exited."""
-        self._threads[i].join(timeout=DRAIN_S)
-
-    def close(self) -> None:
-        with self._lock:
-            self.closed = True
-
-
-def _failure_line(relay: _Relay, i: int, code: int, others: int) -> str:
-    """The launcher's one line for process i's exit `code` (its first error, if any)."""
-    why = f"process {i} {_exit_words(code)}; stopped the other {others}"
-    if relay.first_error is None:
-        return f"Error: {why}"
-    j, text = relay.first_error
-    return f"Error: process {j}: {text} ({why})"
-
-
-def _exit_words(code: int) -> str:
-    """How a child ended: "exited with code 3", or the signal that killed it by name (hunt
-    68: "code -9"; SIGKILL is most often the kernel's out-of-memory killer)."""
-    if code >= 0:
-        return f"exited with code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = "a signal"
-    hint = "; out of memory?" if -code == signal.SIGKILL else ""
-    return f"was killed by {name} (signal {-code}{hint})"
-
-
 def _command(root, args: list[str]) -> tuple[tuple[str, ...], object | None]:
     """The names and click command that `args` run under `root` (a group's own options and
     their values skipped); None where a word names no command (the child refuses it)."""
@@ -198,12 +123,30 @@ def launchable(path: tuple[str, ...], cmd) -> bool:  # noqa: ANN001  (a click co
     return path in JOINED_BY_ROOT or any("--num-processes" in p.opts for p in cmd.params)
 
 
-def _launchable_names(cmd, path: tuple[str, ...] = ()) -> list[str]:  # noqa: ANN001
+def launchable_names(cmd, path: tuple[str, ...] = ()) -> list[str]:  # noqa: ANN001
     """The launchable commands under the click command `cmd`, as "hpc md", ..."""
     names = [" ".join(path)] if path and launchable(path, cmd) else []
     for name, sub in getattr(cmd, "commands", {}).items():
-        names += _launchable_names(sub, (*path, name))
+        names += launchable_names(sub, (*path, name))
     return names
+
+
+def inside_a_run(run) -> str:  # noqa: ANN001  (a wse_core.host.distributed.Run)
+    """The refusal of `wse launch` run as one process of a run (`multiprocess.join_later`):
+    under `srun -n 4` each of the 4 tasks would start its own run of the whole job, into
+    the same files (hunt 71: it did, exit 0)."""
+    i, n = run.process_id, run.num_processes
+    if run.launcher == "SLURM":
+        return (f"wse launch is running as SLURM task {i} of {n} (srun -n {n}); it starts its "
+                "own processes: use srun -n 1 wse launch ..., or srun -n N wse <command> "
+                "without launch")  # fmt: skip
+    if run.launcher is not None:
+        return (f"wse launch is running as {run.launcher} rank {i} of {n} (mpirun -n {n}); "
+                "it starts its own processes: use mpirun -n 1 wse launch ..., or mpirun -n N "
+                "wse <command> without launch")  # fmt: skip
+    given = ", ".join(run.names)
+    return (f"wse launch is running as process {i} of {n} of a run ({given}); it starts its "
+            f"own processes: run it alone, without {given}")  # fmt: skip
 
 
 def _own_flag(root, args: list[str]) -> str | None:  # noqa: ANN001  (a click command)
@@ -266,7 +209,7 @@ def _check_children(root, args: list[str], nproc: int, per_proc: int) -> None:  
         fail(
             f"wse {name} does not run across processes (each of the {nproc} would run all of "
             f"it, into the same files); run `wse {name}` alone, or launch one that does: "
-            f"{', '.join(sorted(_launchable_names(root)))}"
+            f"{', '.join(sorted(launchable_names(root)))}"
         )
     # after the command's own check: removing --devices would not make `hpc cfd` launchable
     if (own := _own_flag(root, args)) is not None:
@@ -313,12 +256,7 @@ def launch(
 
     per_proc = devices_per_proc or max(1, usable_cores() // nproc)
     _check_children(ctx.find_root().command, args, nproc, per_proc)
-    if port:
-        try:
-            with socket.create_server(("127.0.0.1", port)):
-                pass
-        except OSError as e:
-            fail(f"--port {port} cannot be the coordinator's: {e.strerror or e}")
+    held = _hold_port(port) if port else None  # closed with the launcher's process
     coordinator = f"127.0.0.1:{port or _free_port()}"
     procs, relay = [], _Relay()
     # hunt 62: a SIGTERM killed the launcher alone and its children ran on under PID 1
@@ -331,6 +269,7 @@ def launch(
                 WSE_PROCESS_ID=str(i),
                 WSE_COORDINATOR=coordinator,
                 WSE_DEVICES=str(per_proc),
+                WSE_LAUNCHER_PID=str(os.getpid()),  # `multiprocess.die_with_launcher`
             )
             cmd = [sys.executable, "-m", "wse_cli", *args]
             procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE))
@@ -340,13 +279,44 @@ def launch(
         _shut_down(procs, relay)  # hunt 67: exited 130 with nothing said (`typer.Exit(130)`)
         raise
     except _Signalled as e:
-        _shut_down(procs, relay)
+        kept = _shut_down(procs, relay)
         name = signal.Signals(e.signum).name
-        typer.echo(f"wse launch: {name}; stopped the {len(procs)} process(es)", err=True)
+        line = f"wse launch: {name}; stopped the {len(procs)} process(es)"
+        typer.echo(line + (f"; process 0: {kept}" if kept else ""), err=True)
         raise typer.Exit(128 + e.signum) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if held is not None:
+            os.close(held)
+
+
+def _hold_port(port: int) -> int:
+    """Hold --port for this launch (a lock on a file per port, kept until the launcher
+    ends): a second `wse launch --port P` is refused (hunt 71: both passed a bind check
+    before either child bound the port, gRPC binds it with SO_REUSEPORT, and a child of one
+    joined the other's coordinator, which JAX aborted). Then the port must be free of other
+    programs. The lock's file descriptor, to close at the end."""
+    import fcntl
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"wse-launch-port-{port}.lock"
+    try:
+        lock = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o444)  # any user's
+    except OSError as e:
+        fail(f"--port {port}: cannot open its lock file {path} ({e.strerror or e})")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with socket.create_server(("127.0.0.1", port)):
+            pass
+    except BlockingIOError:
+        os.close(lock)
+        fail(f"--port {port} is in use (another wse launch's coordinator); give another "
+             "--port, or leave it out for a free one")  # fmt: skip
+    except OSError as e:
+        os.close(lock)
+        fail(f"--port {port} cannot be the coordinator's: {e.strerror or e}")
+    return lock
 
 
 def _watch(procs: list[subprocess.Popen], relay: _Relay, nproc: int) -> None:
@@ -359,7 +329,7 @@ def _watch(procs: list[subprocess.Popen], relay: _Relay, nproc: int) -> None:
             relay.keep_only(i)  # the others are stopped: their dying words are noise
             relay.drain(i)
             relay.close()  # what the stopped children say next is not news
-            typer.echo(_failure_line(relay, i, code, nproc - 1), err=True)
+            typer.echo(failure_line(relay, i, code, nproc - 1), err=True)
             _stop(procs)
             raise typer.Exit(2 if code == 2 else 1)  # bad input stays exit 2
         if all(c == 0 for c in codes):
@@ -369,16 +339,56 @@ def _watch(procs: list[subprocess.Popen], relay: _Relay, nproc: int) -> None:
         time.sleep(POLL_S)
 
 
-def _shut_down(procs: list[subprocess.Popen], relay: _Relay) -> None:
-    """Stop the children once: a second signal meanwhile would leave them half stopped."""
+def _shut_down(procs: list[subprocess.Popen], relay: _Relay) -> str | None:
+    """Stop the children once (a second signal meanwhile would leave them half stopped);
+    what process 0's stop line says of its files, if anything (`Relay.stop_detail`; hunt
+    71: the relay was closed first, and `--out t.xyz keeps the 103 frames` went unsaid)."""
     for sig in (*STOP_SIGNALS, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
-    relay.close()
+    relay.stop()
     _stop(procs)
+    if procs:
+        relay.drain(0)
+    relay.close()
+    return relay.stop_detail()
+
+
+class _LaunchCommand(TyperCommand):
+    """`wse launch`'s parsing: an option before `--` is the launcher's, and one it does not
+    know is refused before any child starts (hunt 71: `--typo` went to the children, refused
+    by process 0 after both had started; torchrun's `--nproc-per-node 4` read 4 as the
+    command). Without `--`, unknown options go to the command, as before."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            _refuse_unknown(self.get_params(ctx), args[: args.index("--")])
+        return super().parse_args(ctx, args)
+
+
+TORCHRUN = {"--nproc-per-node": "--nproc", "--nproc_per_node": "--nproc"}  # torchrun's names
+
+
+def _refuse_unknown(params: list, words: list[str]) -> None:
+    """Refuse the first of `words` (the launcher's, before `--`) that is no option of its."""
+    from wse_core.errors import suggest
+
+    known = {name: p for p in params for name in (*p.opts, *p.secondary_opts)}
+    value_next = False
+    for word in words:
+        name, eq, _ = word.partition("=")
+        if value_next or not word.startswith("-"):
+            value_next = False
+            continue
+        if name in known:
+            value_next = not eq and not getattr(known[name], "is_flag", False)
+            continue
+        hint = f" (did you mean {TORCHRUN[name]!r}?)" if name in TORCHRUN else suggest(name, known)
+        fail(f"No such option for wse launch: {name}{hint}")
 
 
 def register(app: typer.Typer) -> None:
     app.command(
         "launch",
+        cls=_LaunchCommand,
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )(launch)

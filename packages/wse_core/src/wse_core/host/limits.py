@@ -127,6 +127,14 @@ LIMITS: dict[str, Limit] = {
             "the cores this process may use (more only time-share them)",
         ),
         Limit(
+            "run_processes",
+            lambda: 65_536,
+            "processes",
+            "processes of one multi-process run, on every host",
+            "4x the largest one-process-per-GPU training runs reported (16,384 GPUs); process "
+            "0's coordination service allocates for each before any joins",
+        ),
+        Limit(
             "gpus",
             lambda: 10**6,
             "GPUs",
