@@ -78,7 +78,8 @@ def hunt71_cases() -> list[Case]:
             note="a Hugging Face HFValidationError 6 s into the run"),
         Case("hunt71", "hpc tlrmvm compress --threshold-rule nope (hunt 71)", _const(
             "hpc", "tlrmvm", "compress", "--threshold-rule", "nope", "--out", "op.npz"),
-            message="unknown --threshold-rule 'nope'; use one of matrix, tile", note="new option (ecrc's acc is the default now)"),
+            message="unknown --threshold-rule 'nope'; use one of matrix, tile",
+            note="new option (ecrc's acc is the default now)"),
         Case("hunt71", "hpc cfd 3D cavity --dt past the 3D limit (hunt 71)", _const(
             "hpc", "cfd", "--case", "cavity", "--grid", "16", "16", "16", "--re", "1",
             "--steps", "1", "--dt", "0.002", "--preset", "small"),

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from wse_cli.commands import experiments
 from wse_cli.app import app
+from wse_cli.commands import experiments
 from wse_core.cost import calibration
 from wse_core.cost.assumptions import assume
 from wse_core.cost.mechanisms import CONSTANTS
