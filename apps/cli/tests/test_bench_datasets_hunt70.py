@@ -128,3 +128,4 @@ def test_a_server_without_a_vocabulary_or_tokenize_leaves_out_unwritten(tmp_path
 
 def test_the_clis_length_bound_is_the_datasets():
     assert infer_bench_data.MAX_LEN == bench_data.MAX_LEN
+    assert infer_bench_data.MAX_SHAREGPT_OUTPUT_LEN == bench_data.MAX_SHAREGPT_OUTPUT_LEN

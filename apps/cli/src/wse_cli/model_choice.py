@@ -16,6 +16,8 @@ from wse_core import WseError, suggest
 from wse_core.host.readers import load_json, read_text
 from wse_systems.planning.choice import ModelChoice, PlanError
 
+from wse_cli.wafer_choice import names_spec_file
+
 __all__ = ["PlanError", "ModelChoice", "plan_wafer", "resolve_model"]
 
 
@@ -40,12 +42,6 @@ def _from_params(path: str, name: str) -> ModelChoice:
     )  # fmt: skip
 
 
-def _is_path(wafer: str) -> bool:
-    """A `runconfig.wafer` that names a spec file (`wse train`'s rule: a '/' or a .yaml/.yml
-    suffix, which no preset name has)."""
-    return "/" in wafer or wafer.lower().endswith((".yaml", ".yml"))
-
-
 def plan_wafer(
     choice: ModelChoice, wafer: str | None, spec_file: Path | None
 ) -> tuple[str | None, Path | None]:
@@ -56,7 +52,7 @@ def plan_wafer(
     `plan_train` says on its assumptions which wafer it priced and the file's."""
     if wafer is not None or spec_file is not None or choice.wafer is None:
         return wafer, spec_file
-    if _is_path(choice.wafer):
+    if names_spec_file(choice.wafer):
         return None, Path(choice.wafer)
     from wse_core import preset
 

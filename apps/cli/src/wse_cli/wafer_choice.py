@@ -30,7 +30,7 @@ import typer
 if TYPE_CHECKING:  # imported when a command runs: `wse --help` imports no wse_core
     from wse_core import WaferSpec
 
-__all__ = ["SPEC_FILE", "preset_option", "wafer_spec", "parse_sets"]
+__all__ = ["SPEC_FILE", "names_spec_file", "preset_option", "wafer_spec", "parse_sets"]
 
 
 SPEC_FILE: Any = typer.Option(
@@ -38,6 +38,12 @@ SPEC_FILE: Any = typer.Option(
     "--spec",
     help="A YAML wafer spec (base: PRESET plus fields, or every field), instead of the preset.",
 )
+
+
+def names_spec_file(wafer: str) -> bool:
+    """Whether a params file's `runconfig.wafer` names a spec file, not a preset: a '/' or a
+    .yaml/.yml suffix, which no preset name has (`wse train` and `wse plan train` read it so)."""
+    return "/" in wafer or wafer.lower().endswith((".yaml", ".yml"))
 
 
 def preset_option(

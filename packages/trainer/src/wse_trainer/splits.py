@@ -1,6 +1,6 @@
-"""A split's data: what a data_dir may name, which documents of a corpus form its eval
-split, and what an eval split shares with the train split (no JAX; `overlap_note` alone
-imports the data reader, to count).
+"""A split's data: what a data_dir may name and which documents of a corpus form its eval
+split (no JAX, no data read; what an eval split shares with the train split is counted in
+`wse_trainer.overlap`, which reads the data).
 
 Contract: a train and an eval split of the same data never share a document, whatever
 each split's `max_corpus_bytes` and whatever the order its `data_dir` list names folders in
@@ -17,8 +17,8 @@ each split's `max_corpus_bytes` and whatever the order its `data_dir` list names
   are its eval files, marked once over the whole library, so each file is in one split at
   every cap.
 - `default_splits(sections, data)`: the splits a params file leaves unset, train and eval
-  of the same data (`same_data`) or both read whole; `overlap_note(train, evals)`: the line
-  for other data that shares documents (hunt 71), said at the start of the run.
+  of the same data (`same_data`) or both read whole (other data that shares documents is
+  `overlap.overlap_note`'s line, hunt 71, said at the start of the run).
 - `data_dir_problem(where, value)`: the line for a data_dir entry that can name no data.
 """
 

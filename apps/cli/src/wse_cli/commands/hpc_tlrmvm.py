@@ -139,7 +139,7 @@ def compress(
 
     from wse_hpc.tlrmvm import compress as tlr_compress
     from wse_hpc.tlrmvm import save_operator
-    from wse_hpc.tlrmvm.compress import RULES, achieved_error, threshold_problem
+    from wse_hpc.tlrmvm.compress import RULES, achieved_error, bound_words, threshold_problem
 
     if threshold_rule not in RULES:
         fail(f"unknown --threshold-rule {threshold_rule!r}; use one of {', '.join(RULES)}")
@@ -159,8 +159,8 @@ def compress(
 
         raise RunFault(
             f"compression reached ||A - A_tlr||_F / ||A||_F = {frob:.3g}, above "
-            f"{_bound(op)}, so no operator was written: fp32 arithmetic lost the "
-            "matrix; scale it (entries within about 1e-30 .. 1e30) or loosen --threshold"
+            f"{bound_words(op, '--threshold')}, so no operator was written: fp32 arithmetic "
+            "lost the matrix; scale it (entries within about 1e-30 .. 1e30) or loosen --threshold"
         )
     # hunt 69: the file held the SVDs' dropped tail (0 at full rank), not the printed figure
     op = dataclasses.replace(op, error_fro=frob)
@@ -183,13 +183,6 @@ def _rule_words(rule: str) -> str:
     if rule == "matrix":
         return "matrix rule: each tile within threshold x ||A||_F, as ecrc/tlrmvm's acc"
     return "tile rule: each tile within threshold x its own norm"
-
-
-def _bound(op) -> str:
-    """What `op`'s rule bounds its error by, in --threshold's words."""
-    if op.rule == "tile":
-        return f"--threshold {op.threshold:g}"
-    return f"{op.error_bound:.3g} (--threshold {op.threshold:g} x sqrt({op.ranks.size} tiles))"
 
 
 def _check_against(op, eng, x):

@@ -62,8 +62,9 @@ DATASET_PATH: Path = typer.Option(
     "server's /tokenize, and vLLM's filter applied (a prompt of 4 to 1,024 tokens, an output "
     "of at least 4, at most 2,048 in all).",
 )
-# bench_data.MAX_SHAREGPT_OUTPUT_LEN: vLLM's filter keeps 2,048 tokens in all, a prompt of 4 or
-# more (hunt 71: 2,045 was refused only once every conversation had been tokenized)
+# bench_data.MAX_SHAREGPT_OUTPUT_LEN (not imported, as MAX_LEN; a test checks the two agree):
+# vLLM's filter keeps 2,048 tokens in all, a prompt of 4 or more (hunt 71: 2,045 was refused
+# only once every conversation had been tokenized)
 MAX_SHAREGPT_OUTPUT_LEN = 2044
 SHAREGPT_OUTPUT_LEN = number(
     None, "--sharegpt-output-len", kind=int, ge=1, le=MAX_SHAREGPT_OUTPUT_LEN, unit="tokens",

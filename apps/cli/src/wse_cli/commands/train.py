@@ -34,7 +34,7 @@ from wse_cli import multiprocess
 from wse_cli.errors import fail, note
 from wse_cli.options import number
 from wse_cli.outputs import output_dir, output_file
-from wse_cli.wafer_choice import SPEC_FILE, wafer_spec
+from wse_cli.wafer_choice import SPEC_FILE, names_spec_file, wafer_spec
 
 
 def _human(n: float) -> str:
@@ -257,7 +257,7 @@ def _run_wafer(config, args: list[str], spec_file: Path | None):
     and checkpoints said `wafer: small` of a run on the file's wafer, and a rerun from them
     ran on small)."""
     wafer = config.runconfig.wafer
-    if spec_file is None and ("/" in wafer or wafer.lower().endswith((".yaml", ".yml"))):
+    if spec_file is None and names_spec_file(wafer):
         return wafer_spec(None, Path(wafer), wafer), config
     named = [o.partition("=")[2] for o in args if o.startswith("runconfig.wafer=")]
     spec = wafer_spec(named[-1] if named else None, spec_file, wafer)

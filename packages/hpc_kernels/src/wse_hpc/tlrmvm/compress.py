@@ -60,6 +60,7 @@ __all__ = [
     "TlrError",
     "TlrOperator",
     "achieved_error",
+    "bound_words",
     "check_form",
     "check_length",
     "check_matrix",
@@ -280,17 +281,18 @@ def compress(
     if not err <= op.error_bound * (1 + 1e-9):
         raise TlrError(
             f"compression reached ||A - A_tlr||_F / ||A||_F = {err:.3g}, above the "
-            f"{_bound_words(op)}: the matrix's values defeat fp32 arithmetic; scale it "
+            f"{bound_words(op)}: the matrix's values defeat fp32 arithmetic; scale it "
             "(entries within about 1e-30 .. 1e30)"
         )
     return op
 
 
-def _bound_words(op: TlrOperator) -> str:
-    """The bound in words: the threshold ("tile"), or the "matrix" rule's and its factor."""
+def bound_words(op: TlrOperator, name: str = "threshold") -> str:
+    """The bound in words, the threshold called `name` (the CLI's "--threshold"): the
+    threshold ("tile"), or the "matrix" rule's bound and its factor."""
     if op.rule == "tile":
-        return f"threshold {op.threshold:g}"
-    return f"bound {op.error_bound:.3g} (threshold {op.threshold:g} x sqrt({op.ranks.size} tiles))"
+        return f"{name} {op.threshold:g}"
+    return f"bound {op.error_bound:.3g} ({name} {op.threshold:g} x sqrt({op.ranks.size} tiles))"
 
 
 def _stack_column(vs: list[list], j: int) -> np.ndarray:

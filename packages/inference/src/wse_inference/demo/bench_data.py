@@ -58,14 +58,11 @@ import random
 from array import array
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from wse_inference.demo.sharegpt_file import ShareGPTFileError, read_sharegpt
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "MAX_LEN",

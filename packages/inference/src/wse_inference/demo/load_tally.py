@@ -41,11 +41,16 @@ class RequestResult:
         return (self.e2e_s - self.ttft_s) / (n - 1) if self.ok and n > 1 else float("nan")
 
 
+def _finite(values: Iterable[float]) -> np.ndarray:
+    """The finite `values` (a request without a TPOT has NaN), float64."""
+    v = np.asarray(values, dtype=np.float64)
+    return v[np.isfinite(v)]
+
+
 def stats(values: Iterable[float], mean: float | None = None) -> dict[str, float | None]:
     """{"mean", "p50", "p90", "p99", "n"} of the finite `values` (`mean` when given: the
     mean of more values than these)."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
+    v = _finite(values)
     if v.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "n": 0}
     p50, p90, p99 = np.percentile(v, [50, 90, 99])
@@ -117,8 +122,7 @@ class Tally:
         times = (("ttft", "ttft_s", self.ttft_s), ("tpot", "tpot_s", self.tpot_s),
                  ("itl", "itl_s", self.itl_s), ("e2el", "e2e_s", self.e2e_s))  # fmt: skip
         for name, key, values in times:
-            s, v = ours[key], np.asarray(values, dtype=np.float64)
-            v = v[np.isfinite(v)]
+            s, v = ours[key], _finite(values)
             out[f"mean_{name}_ms"] = _ms(s["mean"])
             out[f"median_{name}_ms"] = _ms(s["p50"])
             out[f"std_{name}_ms"] = float(v.std()) * 1000 if v.size else None

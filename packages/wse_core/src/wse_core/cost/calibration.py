@@ -119,15 +119,9 @@ class Calibration:
     wafer_assumed: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "values": dict(self.values),
-            "fitted_on": dict(self.fitted_on),
-            "settings": dict(self.settings),
-            "misses": dict(self.misses),
-            "wafer": self.wafer,
-            "clock_hz": self.clock_hz,
-            "wafer_assumed": dict(self.wafer_assumed),
-        }
+        """Every field by name, its mappings as dicts (results.json's "calibration")."""
+        fields = ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in fields}
 
     def on_wafer(self) -> str:
         """ "wse2 at 8.5e+08 Hz", with the `calibration.KEY` assumptions on it if any."""
@@ -146,13 +140,16 @@ class Calibration:
             for k, v in self.values.items()
         ]
         sets = ", ".join(f"{k} = {v:g}" for k, v in self.settings.items())
-        missed = ", ".join(f"{k} {100 * m:+.1f}%" for k, m in self.misses.items())
         return "; ".join(parts) + (f"; settings: {sets}" if sets else "") + (
             f"; rows priced on {self.on_wafer()}" if self.wafer else "") + (
-            f"; the rows cannot all be met under these assumptions (a constant would be "
-            f"negative; it is held at 0): rows missed, by the constant each fits: {missed}"
-            if missed else ""
-        )  # fmt: skip
+            f"; {self.missed()}" if self.misses else "")  # fmt: skip
+
+    def missed(self) -> str:
+        """The rows the fit cannot meet under the assumptions in force, in words ("": none)."""
+        rows = ", ".join(f"{k} {100 * m:+.1f}%" for k, m in self.misses.items())
+        return (f"the rows cannot all be met under these assumptions (a constant would be "
+                f"negative; it is held at 0): rows missed, by the constant each fits: {rows}"
+                if rows else "")  # fmt: skip
 
 
 UNCALIBRATED = Calibration()

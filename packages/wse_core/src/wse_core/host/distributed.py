@@ -17,8 +17,9 @@ them (a field's blocks live on every process's devices). `initialize` connects t
 
 `asked` checks what was asked without JAX (a `WseError` naming the flag or variable that
 holds the bad value: hunt 71, SLURM_PROCID=abc and 5,000-digit ports were tracebacks): the
-process count within the limit of `wse launch --nproc` (`processes`; hunt 71: 2**31-1 took
-3 GB in process 0's coordination service before any peer came), the index within it, a
+process count within the limit of one run (`run_processes`, not `wse launch --nproc`'s one
+host's cores: a run spans hosts; hunt 71: 2**31-1 took 3 GB in process 0's coordination
+service before any peer came), the index within it, a
 coordinator a process can name. `initialize` then meets the other processes
 (`wse_core.host.rendezvous`: a host that resolves, a free port in process 0, a join bounded
 by `init_timeout_s` with one line and exit 1, every process's count process 0's).

@@ -25,6 +25,7 @@ write of `target` to remove, silently, as a finished write says nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import os
@@ -72,6 +73,7 @@ def _listed(folder: str) -> dict[tuple[str, str, bool], list[str]]:
     return found
 
 
+@functools.cache  # a process's host and pid namespace stay (a fork shares them)
 def _host() -> str:
     """Six hex naming this host and pid namespace: where a part's pid names its writer."""
     ns = 0

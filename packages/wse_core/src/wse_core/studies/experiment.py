@@ -369,14 +369,12 @@ def _refit_warnings(cal: Mapping[str, Any]) -> list[str]:
     """What a refit under `--assume calibration.KEY=...` could not do (hunt 71: cost-model.md
     promised it, the run printed only the values): rows it misses (`Calibration.misses`) and
     fitted values past the range their predictions are swept over."""
+    from wse_core.cost.calibration import Calibration
     from wse_core.cost.mechanisms import CONSTANTS
 
     out = []
-    if missed := cal.get("misses"):
-        rows = ", ".join(f"{k} {100 * m:+.1f}%" for k, m in missed.items())
-        out += ["", "The calibration rows cannot all be met under these assumptions (a constant "
-                f"would be negative; it is held at 0): rows missed, by the constant each fits: "
-                f"{rows}"]  # fmt: skip
+    if missed := Calibration(misses=cal.get("misses") or {}).missed():  # describe()'s words
+        out += ["", f"The calibration: {missed}"]
     past = [
         f"{k} = {v:.6g} (swept {min(sw):g}..{max(sw):g})"
         for k, v in cal["values"].items()
