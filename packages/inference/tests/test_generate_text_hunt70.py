@@ -26,7 +26,7 @@ import json
 import httpx
 import pytest
 import typer
-from tokenizers import Tokenizer, decoders, models, normalizers, trainers
+from tokenizers import Tokenizer, models
 from wse_cli.app import app
 from wse_cli.testing import invoke
 from wse_core import preset
@@ -35,28 +35,26 @@ from wse_inference.hf_tokenizer import HFTokenizer
 from wse_inference.load import load_engine
 from wse_inference.mock import MockEngine
 from wse_inference.serve.app import ServeConfig, Server
-from wse_inference.testing import one_request, save_tiny_model
+from wse_inference.testing import (
+    LLAMA2_BYTES,
+    llama2_bpe,
+    llama2_decoder,
+    one_request,
+    save_tiny_model,
+)
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.timeout(300)
 ROOT = typer.main.get_command(app)
-BYTES = [f"<0x{i:02X}>" for i in range(256)]
-LLAMA2_DECODER = decoders.Sequence(  # Llama-2's own tokenizer.json decoder
-    [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1)]
-)
+BYTES = LLAMA2_BYTES
+LLAMA2_DECODER = llama2_decoder()  # Llama-2's own tokenizer.json decoder
 GREEDY = {"prompt": "hello the", "max_tokens": 6, "temperature": 0.0}
 SAMPLED = {"prompt": "hello", "max_tokens": 6, "temperature": 1.0, "seed": 14}
 
 
 def _llama2_tokenizer() -> Tokenizer:
-    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.decoder = LLAMA2_DECODER
-    texts = ["hello world the quick brown fox jumps over the lazy dog " * 5,
-             "héllo wörld ünïcode text " * 5]  # fmt: skip
-    special = ["<unk>", "<s>", "</s>", *BYTES]
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=special))
-    return tok
+    return llama2_bpe(["hello world the quick brown fox jumps over the lazy dog " * 5,
+                       "héllo wörld ünïcode text " * 5])  # fmt: skip
 
 
 @pytest.fixture(scope="module")

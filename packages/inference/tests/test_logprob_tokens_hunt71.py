@@ -23,19 +23,18 @@ import json
 
 import httpx
 import pytest
-from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+from tokenizers import Tokenizer, models, processors
 from wse_inference.hf_tokenizer import HFTokenizer
 from wse_inference.mock import MockEngine
 from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.openai_response import token_text
 from wse_inference.serve.token_bytes import token_bytes
+from wse_inference.testing import LLAMA2_BYTES, llama2_bpe, llama2_decoder
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.timeout(120)
-BYTES = [f"<0x{i:02X}>" for i in range(256)]
-LLAMA2_DECODER = decoders.Sequence(  # Llama-2's own tokenizer.json decoder
-    [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1)]
-)
+BYTES = LLAMA2_BYTES
+LLAMA2_DECODER = llama2_decoder()  # Llama-2's own tokenizer.json decoder
 BOS = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
 # Ordered by hand for the mock (next id = last + 1): after "q" it generates "▁", "▁world",
 # "<0x20>", "<pad>" (special), "▁the": "q  world  the". Byte tokens are plain, as in Llama-2.
@@ -55,13 +54,8 @@ def _table(folder) -> HFTokenizer:
 
 def _trained(folder) -> HFTokenizer:
     """The hunt's tokenizer (hunt 70's mksp.py: byte tokens special), with Llama-2's BOS."""
-    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.decoder = LLAMA2_DECODER
-    texts = ["hello world the quick brown fox jumps over the lazy dog " * 5,
-             "héllo wörld ünïcode text " * 5]  # fmt: skip
-    special = ["<unk>", "<s>", "</s>", *BYTES]
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=special))
+    tok = llama2_bpe(["hello world the quick brown fox jumps over the lazy dog " * 5,
+                      "héllo wörld ünïcode text " * 5])  # fmt: skip
     tok.post_processor = BOS
     tok.save(str(folder / "tokenizer.json"))
     return HFTokenizer(folder / "tokenizer.json")

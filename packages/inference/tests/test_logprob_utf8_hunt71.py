@@ -23,18 +23,17 @@ import math
 
 import httpx
 import pytest
-from tokenizers import Tokenizer, decoders, models
+from tokenizers import Tokenizer, models
 from wse_inference.hf_tokenizer import HFTokenizer
 from wse_inference.mock import MockEngine
 from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.token_bytes import unfinished_tail
+from wse_inference.testing import LLAMA2_BYTES, llama2_decoder
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.timeout(120)
-BYTES = [f"<0x{i:02X}>" for i in range(256)]
-LLAMA2_DECODER = decoders.Sequence(  # Llama-2's own tokenizer.json decoder
-    [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1)]
-)
+BYTES = LLAMA2_BYTES
+LLAMA2_DECODER = llama2_decoder()  # Llama-2's own tokenizer.json decoder
 # Ordered by hand for the mock (next id = last + 1, its alternatives the ids after that):
 # after "q" it generates the bytes of "😊", with "<0x8B>" ("😋") as the last one's runner-up;
 # after "▁hi" it generates "▁the" and the bytes of "你".

@@ -21,13 +21,14 @@ import random
 import grpc
 import httpx
 import pytest
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from wse_inference.engine import ByteTokenizer, SamplingParams, SequenceTracker
 from wse_inference.hf_tokenizer import HFTokenizer
 from wse_inference.mock import MockEngine
 from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.proto import load_stubs
 from wse_inference.serve.text_stream import TextStream
+from wse_inference.testing import LLAMA2_BYTES, llama2_bpe, llama2_decoder
 
 transformers = pytest.importorskip("transformers")
 pb2, pb2_grpc = load_stubs()
@@ -36,21 +37,14 @@ pytestmark = pytest.mark.timeout(60)
 TEXTS = ["hello world the quick brown fox jumps over the lazy dog " * 5,
          "héllo wörld ünïcode 日本語 text " * 5]  # fmt: skip
 PROMPTS = ["hello", "hello wörld", "héllo", " the quick", "日本", "a\n"]
-BYTES = [f"<0x{i:02X}>" for i in range(256)]
-LLAMA2_DECODER = decoders.Sequence(  # Llama-2's own tokenizer.json decoder
-    [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1)]
-)
+BYTES = LLAMA2_BYTES
+LLAMA2_DECODER = llama2_decoder()  # Llama-2's own tokenizer.json decoder
 
 
 def _metaspace() -> Tokenizer:
     """The hunt's Llama-2 style tokenizer: BPE with byte fallback, "▁" for spaces (its byte
     tokens special, so they decode to "")."""
-    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.decoder = LLAMA2_DECODER
-    special = ["<unk>", "<s>", "</s>", *BYTES]
-    tok.train_from_iterator(TEXTS, trainers.BpeTrainer(vocab_size=400, special_tokens=special))
-    return tok
+    return llama2_bpe(TEXTS)
 
 
 def _byte_level() -> Tokenizer:

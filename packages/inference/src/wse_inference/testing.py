@@ -11,7 +11,9 @@
   greedy decoding under them (`np_forward_logits`: one parallel forward, float64).
 - `tiny_config` / `tiny_model_dir`: a small random `wse_models` model saved in HF format;
   `one_request`: one request run alone through an engine to its end;
-  `save_byte_bpe`: a byte-level BPE tokenizer.json for such a folder.
+  `save_byte_bpe`: a byte-level BPE tokenizer.json for such a folder; `llama2_bpe(texts)`:
+  a Llama-2 style one (BPE with byte fallback, "▁" for spaces, `LLAMA2_BYTES` special,
+  `llama2_decoder()` Llama-2's own decoder, which strips the first space).
 - `fake_openai_server(models, stream)`: an HTTP server answering GET with `models` and every
   POST with the SSE bytes `stream` (a server `wse infer bench` must not trust); either may be
   a timed or endless sequence of pieces, every reply may have another `status`, and the
@@ -43,6 +45,9 @@ __all__ = [
     "markov_joint",
     "tiny_model",
     "save_byte_bpe",
+    "LLAMA2_BYTES",
+    "llama2_decoder",
+    "llama2_bpe",
     "save_tiny_model",
     "one_request",
     "fake_openai_server",
@@ -264,3 +269,28 @@ def fake_openai_server(
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+LLAMA2_BYTES = [f"<0x{i:02X}>" for i in range(256)]  # Llama-2's byte-fallback tokens
+
+
+def llama2_decoder():
+    """Llama-2's own tokenizer.json decoder: "▁" as spaces, byte fallback, the first space
+    stripped (`Strip(" ", 1, 0)`)."""
+    from tokenizers import decoders
+
+    steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    return decoders.Sequence([*steps, decoders.Strip(" ", 1)])
+
+
+def llama2_bpe(texts: Iterable[str]):
+    """A Llama-2 style `tokenizers.Tokenizer` trained on `texts` (vocabulary 400): BPE with
+    byte fallback, "▁" for spaces, its byte tokens special (they decode to "" alone)."""
+    from tokenizers import Tokenizer, models, normalizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = llama2_decoder()
+    special = ["<unk>", "<s>", "</s>", *LLAMA2_BYTES]
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=special))
+    return tok
