@@ -23,23 +23,22 @@ disagreed with it; hunt 71: a lone "▁", a double space's second, was ""); the 
 with text where none precedes it (an echo's first word, after a BOS) is what it adds to the
 decode, as the text has it ("hello", no space), so the texts join to the text. The tokens
 that split one UTF-8 character (Llama-2's "<0xF0><0x9F><0x98><0x8A>") are "", "", "", "😊"
-as in vLLM, the last decoded after the sampled tokens before it, in a stream those of
-earlier chunks too (`_TokenTexts`; hunt 71: four U+FFFD); an alternative's text follows the
-sampled tokens before its position the same way. A token's `bytes` are its own
-(`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191, 189]); logprobs are clamped at
--9999.0 as vLLM's are, and a NaN one (weights that overflow at run time) is null, never a
-number. Tokens whose texts are the same (bytes 0x80..0xBF after a whole character all decode
-to U+FFFD; the alternatives that leave a character unfinished are all "") collide as keys of
-a completions' top_logprobs dict, as in vLLM, and the k entries shrink;
-`return_tokens_as_token_ids: true` names every token "token_id:N" instead (vLLM's field), in
-both routes, so the k alternatives all arrive.
-
-This module is the answer side of the wire format (`openai_request` reads requests; `routes`
-holds the app, `app` the process shell).
+as in vLLM, the last decoded after the sampled tokens before it (from a character's first
+byte: hunt 72), in a stream those of earlier chunks too (`_TokenTexts`; hunt 71: four
+U+FFFD), an alternative after those before its position; one cut at "length", its bytes.
+A token's `bytes` are its own (`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191,
+189]); logprobs are clamped at -9999.0 as vLLM's are, and a NaN one (weights that overflow at
+run time) is null, never a number. Tokens whose texts are the same (bytes 0x80..0xBF after a
+whole character all decode to U+FFFD; the alternatives that leave a character unfinished are
+all "") collide as keys of a completions' top_logprobs dict, as in vLLM, and the k entries
+shrink; `return_tokens_as_token_ids: true` names every token "token_id:N" instead (vLLM's
+field), in both routes, so the k alternatives all arrive. This module is the answer side of
+the wire format (`openai_request` reads requests; `routes` holds the app, `app` the shell).
 """
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import functools
 import itertools
@@ -179,7 +178,8 @@ def logprobs_and_end(
     words = [texts.text(s, s.token) for s in scored]
     if text_offset == 0:  # no text before these tokens in the answer: the decoder's strip
         before = () if prompt is not None else [*p.prompt_ids, *previous]  # echo: its text
-        _first_text_in_context(tokenizer, before, [s.token for s in scored], words)
+        ids = [s.token for s in scored if not texts.held_end(s)]  # U+FFFD: no space to strip
+        _first_text_in_context(tokenizer, before, ids, words)
     tokens = [f"token_id:{s.token}" for s in scored] if p.tokens_as_ids else words
 
     def top(s: _Scored, x: TokenLogprob, key: str) -> dict:  # the chosen token keyed as in `tokens`
@@ -205,18 +205,17 @@ class _Scored(NamedTuple):
 
     token: int
     logprob: TokenLogprob | None  # None: an echoed prompt's first token
-    prior: tuple[int, ...]  # the answer's tokens before it (the last 2 x _CHAR_TOKENS)
+    prior: tuple[int, ...]  # the answer's tokens before it (the last 3 x _CHAR_TOKENS)
     last: bool  # it ends the text, which holds a character it leaves unfinished as U+FFFD
 
 
 def _scored(
     ids: Sequence[tuple[int, TokenLogprob | None]], previous: Sequence[int], last: bool
 ) -> list[_Scored]:
-    """`ids` after `previous` (the answer's tokens before them); `last`: the final one ends
-    the text."""
-    seq = [*previous[-2 * _CHAR_TOKENS :], *(t for t, _ in ids)]
+    """`ids` after `previous` (the answer's tokens before them); `last`: the last ends it."""
+    window = 3 * _CHAR_TOKENS  # a character arriving, a window, where a character begins
+    seq = [*previous[-window:], *(t for t, _ in ids)]
     at, end = len(seq) - len(ids), len(ids) - 1
-    window = 2 * _CHAR_TOKENS  # an unfinished character's tokens, and as many before it
     return [
         _Scored(t, x, tuple(seq[max(0, at + i - window) : at + i]), last and i == end)
         for i, (t, x) in enumerate(ids)
@@ -235,20 +234,22 @@ class _TokenTexts:
     UTF-8 are U+FFFD for good, as in the answer's text, and the token that shows them carries
     them (vLLM's "" there: the tokens no longer join to the text): a lone 0x80 is "\ufffd";
     the token after "<0xE4><0xBD>" that is no 0x80..0xBF shows the two U+FFFD before its own
-    text; an answer that stops at "length" inside a character shows its U+FFFD in its last
-    token, as its text does."""
+    text; an answer cut at "length" inside a character shows its held bytes, decoded alone
+    as `TextStream.flush` does, in its last token (hunt 72: '안녕' + "<0xEC>" was '안녕���').
+    A character's last token is decoded after the tokens before it from one that begins a
+    character: HF's ByteFallback reads a byte run that is no UTF-8 as one U+FFFD per byte,
+    head and all (hunt 72: '中国😊' ended "", "", "", "����")."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         cache = functools.lru_cache(maxsize=None)
         self.word = cache(lambda t: token_text(tokenizer, t))
         self.own = cache(lambda t: token_bytes(tokenizer, t, self.word(t)))
-        self._held = cache(self._unfinished)  # per position, for its k alternatives
+        # how many of the last ids hold a character still arriving, per position (k alternatives)
+        self._held = cache(lambda ids: unfinished_tail([*map(self.own, ids[-_CHAR_TOKENS:])]))
         self._head = cache(lambda ids: tokenizer.decode(ids))  # the same for them too
-
-    def _unfinished(self, ids: tuple[int, ...]) -> int:
-        """How many of the last `ids` hold a character still arriving."""
-        return unfinished_tail([self.own(t) for t in ids[-_CHAR_TOKENS:]])
+        self._window = cache(self._from_character)
+        self.held_end = lambda s: s.last and self._held((*s.prior, s.token)) > 0  # cut at length
 
     def text(self, s: _Scored, token: int) -> str:
         """`token`'s text at `s`'s position (`s.token` or one of its alternatives)."""
@@ -257,15 +258,27 @@ class _TokenTexts:
         # ... and after `token`, before token `end`; with nothing arriving before it, its own
         # bytes tell (cached per token: the k alternatives of a long answer stay quick)
         ahead = (token,) if start == n else (*prior[1 - _CHAR_TOKENS :], token)
-        end = n + 1 - (0 if s.last else self._held(ahead))
+        left = self._held(ahead)  # ... or at the answer's end, its held bytes' U+FFFD
+        end, ids = n + 1 - left, (*prior, token)
+        cut = self._head(ids[end:]) if s.last else ""  # the held bytes alone, as flushed
         if start == n and end == n + 1:
             return self.word(token)  # no character split on either side: its own text
         if end <= start:
-            return ""  # it only adds to a character still arriving
-        window = prior[max(0, start - _CHAR_TOKENS) : start]
-        head = self._head(window)
-        full = self.tokenizer.decode([*window, *(*prior, token)[start:end]])
-        return full[len(os.path.commonprefix([head, full])) :]
+            return cut  # it only adds to a character still arriving
+        window = self._window(prior[:start])
+        full = self.tokenizer.decode([*window, *ids[start:end]])
+        return full[len(os.path.commonprefix([self._head(window), full])) :] + cut
+
+    def _from_character(self, ids: tuple[int, ...]) -> tuple[int, ...]:
+        """The last `_CHAR_TOKENS` of `ids` from the first to begin a character, where
+        `codecs`' UTF-8 decoder fed `ids` holds no byte (a stray 0x80 is one, U+FFFD); a
+        character spans at most 4 bytes (RFC 3629): one begun before `ids` ends by the 4th."""
+        decoder, lo = codecs.getincrementaldecoder("utf-8")("replace"), len(ids) - _CHAR_TOKENS
+        for i, own in enumerate(map(self.own, ids)):
+            if i >= lo and own and not decoder.getstate()[0]:
+                return ids[i:]
+            decoder.decode(own)
+        return ()
 
 
 def _first_text_in_context(
@@ -278,7 +291,7 @@ def _first_text_in_context(
     "hello" there (hunt 71: " hello", one character past the echoed prompt's). Later tokens
     follow text, so their own texts are the answer's; so does a first text that ends a
     character the ids ahead of it began (their bytes decode to text), already in context."""
-    first = next((i for i, x in enumerate(texts) if x), None)
+    first = next((i for i, x in enumerate(texts[: len(ids)]) if x), None)
     if first is None or tokenizer.decode(before[-_PROMPT_WINDOW:]):
         return  # no text here, or it follows the prompt's text: nothing strips it
     if any(tokenizer.decode([t]) for t in ids[:first]):

@@ -5,15 +5,17 @@ ids as they come (`push(ids) -> (new_text, stopped)`) and returns only text that
 all of it together is `decode(prompt_ids + ids)[len(decode(prompt_ids)):]`, cut at a stop:
 
 - vLLM's `detokenize_incrementally`: a prefix offset and a read offset; each token decodes a
-  short window that starts a few tokens before it, at first in the prompt's last 5 tokens,
-  and the text beyond the window's old text is new. The window always holds a token with
-  visible text (hunt 70): a decoder that strips the text's leading space (Llama-2's and
-  Mistral's `Strip(" ", 1, 0)`) strips it from the window's first word, never from a new
-  one (" hello" after the prompt; after a token that decodes to "", a special token);
+  short window that starts a few tokens before it, at first in the prompt's last 5 tokens
+  (from one that begins a character: hunt 72), and the text beyond the window's old text is
+  new. The window always holds a token with visible text (hunt 70): a decoder that strips
+  the text's leading space (Llama-2's and Mistral's `Strip(" ", 1, 0)`) strips it from the
+  window's first word, never from a new one (" hello" after the prompt; after a token that
+  decodes to "", a special token);
 - bytes of an unfinished UTF-8 character (decoded as U+FFFD) are held until complete; the
   window is short, so the cost per token is O(1) (text that keeps ending in U+FFFD, no UTF-8
   or U+FFFD itself, is released but for its last 4 tokens once 8 are held: a character is at
-  most 4 bytes);
+  most 4 bytes); those of a character left unfinished at the end are decoded alone (`flush`:
+  HF's ByteFallback would turn the window's characters before them into U+FFFDs too);
 - text that could still turn out to be the beginning of a stop string is held back;
 - stop strings are matched on final text only, as vLLM's after its U+FFFD hold-back: a
   U+FFFD decoded while a character is half generated matches nothing; a U+FFFD that stays
@@ -33,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from wse_inference.serve.token_bytes import token_bytes, unfinished_tail
+
 if TYPE_CHECKING:  # engine.py's SequenceTracker imports this module
     from wse_inference.engine import Tokenizer
 
@@ -40,6 +44,7 @@ __all__ = ["TextStream"]
 
 _MOST_HELD = 8  # tokens held back while their text ends in U+FFFD (see _decode_tail)
 _PROMPT_WINDOW = 5  # vLLM's INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET
+_CHAR_BYTES = 4  # a UTF-8 character's most bytes (RFC 3629): at most 4 tokens hold one
 
 
 class TextStream:
@@ -66,15 +71,29 @@ class TextStream:
 
     def _prompt_window(self, prompt_ids: Sequence[int]) -> tuple[list[int], str]:
         """The window the first generated token is decoded in, and its text: the prompt's
-        last 5 tokens, or more (doubling) while they decode to "" (special tokens)."""
+        last 5 tokens, or more (doubling) while they decode to "" (special tokens), from the
+        first that begins a character (hunt 72: HF's ByteFallback decodes a run of "<0xXX>"
+        tokens that is no UTF-8 as one U+FFFD per byte, so a window that began inside a
+        Korean prompt's character turned a Chinese answer's bytes into U+FFFDs)."""
         n = len(prompt_ids)
         k = min(_PROMPT_WINDOW, n)
         while True:
-            ids = [int(i) for i in prompt_ids[n - k :]]
+            ids = self._from_character([int(i) for i in prompt_ids[n - k :]])
             text = self._tok.decode(ids)
             if text or k == n:
                 return ids, text
             k = min(2 * k, n)  # a prompt ending in special tokens (a chat template's)
+
+    def _own(self, token: int) -> bytes:
+        return token_bytes(self._tok, token, self._tok.decode([token]))
+
+    def _from_character(self, ids: list[int]) -> list[int]:
+        """`ids` from the first whose own bytes begin with no UTF-8 continuation byte
+        (0x80..0xBF, RFC 3629 section 3): a character's first; all of them when none does."""
+        for i, t in enumerate(ids):
+            if (own := self._own(t)) and not 0x80 <= own[0] < 0xC0:
+                return ids[i:]
+        return ids
 
     def push(self, ids: Sequence[int]) -> tuple[str, bool]:
         """Add generated ids; return (text that is now final, whether a stop was hit)."""
@@ -90,10 +109,21 @@ class TextStream:
         return self._take(final=self.stopped), self.stopped
 
     def flush(self) -> str:
-        """The held-back text, once no more tokens will come."""
+        """The held-back text, once no more tokens will come. A character left unfinished
+        (its bytes in the last tokens, `unfinished_tail`) is its tokens decoded alone, as the
+        tokenizer decodes an answer of them alone: HF's ByteFallback decoded the window's
+        whole byte run, the characters before them too, to one U+FFFD per byte (hunt 72:
+        '안녕' + "<0xEC>" was '안녕���', a prompt's last "中" + "<0xE4>" '���'). Alone they are
+        one U+FFFD per byte with ByteFallback (transformers' decode: hunt 71's F0 9F is
+        "\ufffd\ufffd"), one per maximal invalid subpart with a byte-level BPE's
+        `from_utf8_lossy` (Python's `errors="replace"`); the logprobs' last token ends in it."""
         if self._read < len(self._ids) and not self.stopped:  # an unfinished character
-            self.text += self._tok.decode(self._ids[self._prefix :])[len(self._before) :]
-            self._read = len(self._ids)
+            n = len(self._ids)
+            ends = [self._own(t) for t in self._ids[max(self._read, n - _CHAR_BYTES) :]]
+            held = unfinished_tail(ends)  # the last tokens: the character's bytes
+            self.text += self._tok.decode(self._ids[self._prefix : n - held])[len(self._before) :]
+            self.text += self._tok.decode(self._ids[n - held :]) if held else ""
+            self._read = n
             self._check_stop()
         return self._take(final=True)
 
