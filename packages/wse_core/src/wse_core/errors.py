@@ -171,19 +171,41 @@ def quoted_number(where: str, key: str, value: str, *, json: bool = False) -> st
     files, params files, model sections and config.json (`json`: the advice in JSON's
     spelling): `where` names the field (and the file), `key` is the name as the file writes
     it. Text Python reads as inf or NaN is refused as not finite instead (YAML reads `inf`,
-    unlike `.inf`, as text)."""
+    unlike `.inf`, as text). Unquoting is advised only for text that is a number (Python's
+    float() reads it), written as JSON's number grammar (RFC 8259, section 6; YAML 1.2 reads
+    it the same), so the advice loads; other text (`clock_hz: 1.1 GHz`, hunt 72: told to
+    "write it unquoted (clock_hz: 1.1 GHz)") is told to drop its unit, the field's unit
+    named when its name carries one (STYLE.md: units in names, `clock_hz`, `wall_s`)."""
+    import re
+
     try:
-        finite = math.isfinite(float(value))
+        number: float | None = float(value)
     except ValueError:
-        finite = True
-    if not finite:
+        number = None
+    if number is not None and not math.isfinite(number):
         return f"{where} must be a finite number, got {value!r:.40}"
     spelled = f'"{key}"' if json else key
     if not value.isascii():  # hunt 61: '３００' was told to be written unquoted, as it was
         return f"{where} must be a number in ASCII digits, got the text {value!r:.40}"
+    if not value.strip():
+        return f"{where} must be a number, got the empty text {value!r:.40}"
+    if number is None:
+        # the unit a field's name ends in (longest first), as the wafer spec's fields spell it
+        units = (("_bytes_per_pe", "bytes per PE"), ("_bytes_per_cycle", "bytes per cycle"),
+                 ("_bytes_per_s", "bytes per second"), ("_usd_per_hour", "US dollars per hour"),
+                 ("_bytes", "bytes"), ("_cycles", "cycles"), ("_hz", "Hz"),
+                 ("_w", "watts"), ("_s", "seconds"))  # fmt: skip
+        unit = next((u for end, u in units if key.lower().endswith(end)), None)
+        bare = f"{key} is in {unit}" if unit else "a bare number"
+        return f"{where} must be a number without a unit ({bare}), got the text {value!r:.40}"
+    text = value.strip()  # as written if JSON reads it whole, else as float() read it
+    if len(text) > 24 or not re.fullmatch(
+        r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?", text
+    ):
+        text = str(int(number)) if number.is_integer() and abs(number) < 2**53 else repr(number)
     return (
         f"{where} must be a number, got the text {value!r:.40}; "
-        f"write it unquoted ({spelled}: {value.strip()[:20] or 1})"
+        f"write it unquoted ({spelled}: {text})"
     )
 
 

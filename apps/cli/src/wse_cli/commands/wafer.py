@@ -161,6 +161,7 @@ def retired_text(rows: tuple[int, ...]) -> str:
 
 @app.command()
 def check(
+    ctx: typer.Context,
     preset: str = preset_option("small", "--preset", "-p"),
     spec: Path = SPEC_FILE,
     grid: tuple[int, int] = number(
@@ -197,6 +198,11 @@ def check(
              f"exact up to {MAX_CHECK_PES:,} PEs (18 x a WSE-3): give a smaller grid")  # fmt: skip
     # the spec before JAX: under `wse launch` a bad one is refused before the join (hunt 62)
     wafer_of_run = wafer_spec(preset, spec, "small", repaired=False)  # its seed's map decides
+    (r, c), s, source = grid, wafer_of_run, ctx.get_parameter_source("grid").name
+    if r > s.pe_rows or c > s.pe_cols:  # hunt 72: the default, too big, was named as no --grid
+        said = "the default --grid" if source == "DEFAULT" else "--grid"
+        fail(f"{said} {r} {c} does not fit the {s.name} wafer's {s.pe_rows} x {s.pe_cols} PEs; "
+             f"give --grid ROWS COLS of at most {s.pe_rows} x {s.pe_cols}")  # fmt: skip
     import jax
     import numpy as np
     from wse_core.hw.wafer import build_wafer

@@ -8,11 +8,15 @@ each exchange, counted here from the grid's own links:
 
 - a halo exchange (Jacobi, heat, the SpMVs: four one-PE shifts N, S, W, E in series, priced
   from the trace): each shift's longest link, as its traced chain records it
-  (`wse_core.fabric.ledger.hops`): sum over the four of (longest link - 1)
-  (`halo_detour_hops`);
+  (`wse_core.fabric.ledger.hops`): sum over the four of (longest link - 1); on a periodic
+  axis the chain as the mesh moves it (`ledger.mesh_hops`, what `ledger.on_mesh` prices:
+  folded, FOLD_HOPS longest links; in place, n - 1 of them), less the same without detours
+  (`halo_detour_hops`; hunt 72: a folded grid's line said 4 where the price added 8);
 - the 25-point step, priced as published (R hops per Z block, the four directions at
-  once): the slowest chain of R consecutive links along either axis, less R
-  (`wave25_detour_hops`), added by `perf.wave25_phases`;
+  once): the slowest chain of R consecutive links along either axis, less R; on a periodic
+  axis the slowest chain between ring neighbours up to R apart as the axis lies on the mesh
+  (folded: 2 R links apart), less the same without detours (`wave25_detour_hops`), added
+  by `perf.wave25_phases`;
 - an allreduce, priced as Luczynski et al. model it (`wse_core.cost.collectives`: each row
   to its centre column, that column to the centre PE, a flood back): the extra hops of the
   slowest row half, of the slower half of the centre column, and of the flood's longest
@@ -25,11 +29,14 @@ description's `detour_hops` count the whole wafer, mostly PEs the grid does not 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
+from wse_core.fabric import ledger
 from wse_core.hw.defects import Remap
 
+from wse_hpc.stencil.periodic import layouts
 from wse_hpc.stencil.placement import StencilGrid
 
 __all__ = [
@@ -55,9 +62,17 @@ def _extra(grid: StencilGrid) -> tuple[np.ndarray, np.ndarray]:
 
 def halo_detour_hops(grid: StencilGrid) -> float:
     """Extra hops of one halo exchange: four one-PE shifts in series, each waiting for its
-    axis' longest link."""
-    ns, ew = _extra(grid)
-    return 2.0 * float(ns.max(initial=0)) + 2.0 * float(ew.max(initial=0))
+    axis' longest link; a periodic axis' chain as the traced price moves it on the mesh
+    (`ledger.mesh_hops` at that longest link, less the same at one hop)."""
+    lay, total = layouts(grid), 0.0
+    for axis, extra in enumerate(_extra(grid)):
+        longest = 1.0 + float(extra.max(initial=0))
+        shift = longest - 1.0
+        if axis in lay:  # the ledger's chain of a one-PE shift is the longest link (torus)
+            mesh = functools.partial(ledger.mesh_hops, lay[axis], grid.shape[axis])
+            shift = mesh(longest, longest) - mesh(1.0, 1.0)
+        total += 2.0 * shift  # two shifts an axis
+    return total
 
 
 def _window_max(extra: np.ndarray, k: int) -> float:
@@ -70,11 +85,41 @@ def _window_max(extra: np.ndarray, k: int) -> float:
     return float((run[k:] - run[:-k]).max(initial=0))
 
 
+def _places(n: int, layout: str) -> np.ndarray:
+    """Where each PE of a periodic axis' ring sits on the mesh (`periodic.layouts`): in place
+    ("wrap"), or "fold": the ring cut in two and laid interleaved, the second half reversed
+    (ring PE i at 2 i in the first half, at 2 (n - 1 - i) + 1 in the second)."""
+    i = np.arange(n)
+    return i if layout == "wrap" else np.where(i < -(-n // 2), 2 * i, 2 * (n - 1 - i) + 1)
+
+
+def _ring_max(extra: np.ndarray, reach: int, layout: str) -> float:
+    """The extra hops of the slowest chain of a periodic axis' exchange reaching `reach` ring
+    PEs (each PE from those 1 .. reach away), the axis along axis 0 of `extra` laid on the mesh
+    as `layout` says (`_places`): the links between two ring PEs' places crossed, detours
+    included, less the slowest chain without detours."""
+    n = extra.shape[0] + 1
+    run = np.cumsum(np.concatenate([np.zeros((1, extra.shape[1])), extra]), axis=0)
+    here, slowest, plain = _places(n, layout), 0.0, 0
+    for d in range(1, min(reach, n - 1) + 1):
+        there = here[(np.arange(n) + d) % n]
+        lo, hi = np.minimum(here, there), np.maximum(here, there)
+        slowest = max(slowest, float(((hi - lo)[:, None] + run[hi] - run[lo]).max()))
+        plain = max(plain, int((hi - lo).max()))
+    return slowest - plain
+
+
 def wave25_detour_hops(grid: StencilGrid) -> float:
     """Extra hops of one 25-point Z block's halo: the slowest chain of R consecutive links
-    along either axis (the four directions arrive at once)."""
-    ns, ew = _extra(grid)
-    return max(_window_max(ns, grid.radius), _window_max(ew.T, grid.radius))
+    along either axis (the four directions arrive at once); on a periodic axis the links its
+    ring's neighbours up to R away cross where `periodic.layouts` lays them (`_ring_max`;
+    hunt 72: a folded axis, neighbours R away 2 R links apart, was priced as R links)."""
+    lay = layouts(grid)
+    extras = [e if a == 0 else e.T for a, e in enumerate(_extra(grid))]
+    return max(
+        _ring_max(e, grid.radius, lay[a]) if a in lay else _window_max(e, grid.radius)
+        for a, e in enumerate(extras)
+    )
 
 
 def _halves(line: np.ndarray, centre: int) -> tuple[np.ndarray, np.ndarray]:

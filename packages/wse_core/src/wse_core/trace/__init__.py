@@ -20,10 +20,11 @@ name runs on every PE. Each PE's numbers are then the report's own, scaled:
 
 so that the busiest PE's `busy_cycles` equals `critical_cycles(report)` (with weights of
 maximum 1) and the `sram_bytes` layer sums to the ledger's total. Grids of up to `max_cells`
-PEs are kept exact; larger ones (the full 762 x 1176 WSE-3) are reduced in square blocks of
-`block` x `block` PEs by each layer's reduction, so sums and maxima survive downsampling
-(`downsample`). Dead PEs are a list of physical (row, col); named regions, SRAM allocations
-and each leaf phase's critical PE (full-grid coordinates) live in the header.
+PEs are kept exact; larger ones (the full 762 x 1176 WSE-3) are built in square blocks of
+`block` x `block` PEs, each cell its PEs' values by the layer's reduction, so sums and maxima
+survive (what `downsample` makes of the full grid), computed per rectangle of equal values,
+never per PE (`_Cells`). Dead PEs are a list of physical (row, col); named regions, SRAM
+allocations and each leaf phase's critical PE (full-grid coordinates) live in the header.
 
 The schema (`PeTrace`, `LAYERS`, `MAX_CELLS`, `downsample`, `PeTrace.save`) lives in
 `wse_core.trace.schema`, the checked reading of its file (`load`) in `wse_core.trace.reader`;
@@ -86,12 +87,7 @@ def _tree(node: Phase | Phases, timing: Timing, k: float, weight_of):
         c, w = timing.cost, weight_of(node)
         assert c is not None
         n = k * node.repeat * w
-        parts = {
-            "compute": c.compute_cycles * n,
-            "sram": c.sram_cycles * n,
-            "fabric": c.fabric_cycles * n,
-            "latency": c.latency_cycles * n,
-        }
+        parts = {p: getattr(c, f"{p}_cycles") * n for p in PARTS}
         links = {d: node.work.links.get(d, 0.0) * n for d in DIRECTIONS}
         return c.cycles * n, parts, links
     # Accumulate child by child: keeping every child's per-PE arrays alive at once cost
@@ -121,74 +117,160 @@ def _leaves(node: Phase | Phases, path: tuple[str, ...] = ()):
         yield from _leaves(p, path + ((node.name,) if node.name else ()))
 
 
-def _weights(report: RunReport, shape: tuple[int, int], per_pe_work) -> dict[int, Any]:
-    """Per-PE weight of every leaf phase (by id), checked to have maximum 1."""
+class _Cells:
+    """The grid cut into rectangles on which every layer is constant (by the block edges, the
+    regions' and allocations' edges, and the rows and columns where a per-PE array changes):
+    each layer is computed once a rectangle and reduced to blocks, so memory grows with the
+    blocks, not the PEs (hunt 72: every layer at full size before `downsample` took 9.2 GB,
+    then a MemoryError, on a 12,000 x 12,000 spec)."""
+
+    def __init__(self, shape: tuple[int, int], block: int, cuts: tuple[np.ndarray, ...]):
+        self.block = block
+        self.edges = tuple(
+            np.unique(np.concatenate([np.arange(0, n, block), np.clip(c, 0, n), [n]]))
+            for n, c in zip(shape, cuts, strict=True)
+        )
+        self.shape = (len(self.edges[0]) - 1, len(self.edges[1]) - 1)
+        # each block's first band (band edges include every block edge)
+        self._starts = tuple(np.searchsorted(e, np.arange(0, e[-1], block)) for e in self.edges)
+
+    def rect(self, r: Region) -> tuple[slice, ...]:
+        """The rectangles inside `r` (clipped to the grid), as slices of `shape`."""
+        ends = ((r.row0, r.row0 + r.rows), (r.col0, r.col0 + r.cols))
+        return tuple(
+            slice(*(int(np.searchsorted(e, np.clip(x, 0, e[-1]))) for x in lohi))
+            for e, lohi in zip(self.edges, ends, strict=True)
+        )
+
+    def squeeze(self, w: np.ndarray) -> np.ndarray:
+        """A per-PE array's value on each rectangle (its first PE's; all are equal)."""
+        return w[np.ix_(self.edges[0][:-1], self.edges[1][:-1])]
+
+    def blocks(self, values: Any, reduction: str) -> np.ndarray:
+        """Each block's sum (values times PEs) or max of per-rectangle values."""
+        v = np.broadcast_to(np.asarray(values, dtype=np.float64), self.shape)
+        ufunc: Any = np.add if reduction == "sum" else np.maximum
+        if reduction == "sum":
+            v = v * np.outer(*(np.diff(e).astype(np.float64) for e in self.edges))
+        return ufunc.reduceat(ufunc.reduceat(v, self._starts[0], 0), self._starts[1], 1)
+
+
+def _breaks(w: np.ndarray) -> np.ndarray:
+    """The rows where `w` differs from the row before (a bool temporary, an eighth of `w`)."""
+    return 1 + np.flatnonzero((w[1:] != w[:-1]).any(axis=1))
+
+
+def _used_weights(report: RunReport, shape: tuple[int, int], per_pe_work) -> dict[int, Any]:
+    """Each leaf phase's `per_pe_work` entry (by id; None: every PE), arrays checked to be
+    `shape` with values in [0, 1]."""
     out: dict[int, Any] = {}
-    checked: dict[str, np.ndarray] = {}  # one array per name, shared by its leaves
+    checked: dict[str, Any] = {}  # one entry per name, shared by its leaves
     for leaf, path in _leaves(report.phases):
         name = next((n for n in (leaf.name, *reversed(path)) if n in per_pe_work), None)
-        if name is None:
-            out[id(leaf)] = 1.0
-            continue
-        if name in checked:
-            out[id(leaf)] = checked[name]
-            continue
-        w = per_pe_work[name]
-        if isinstance(w, Region):
-            arr = np.zeros(shape)
-            arr[w.row0 : w.row0 + w.rows, w.col0 : w.col0 + w.cols] = 1.0
-            w = arr
-        w = np.asarray(w, dtype=np.float64)
-        if w.shape != shape or w.min() < 0 or w.max() > 1 + 1e-12:
-            raise ValueError(
-                f"per_pe_work[{name!r}] must be a {shape} array in [0, 1] (the fraction of the "
-                f"phase's busiest-PE work each PE does), got shape {w.shape}"
-            )
-        out[id(leaf)] = checked[name] = w
+        if name is not None and name not in checked:
+            w = per_pe_work[name]
+            if not isinstance(w, Region):
+                w = np.asarray(w, dtype=np.float64)
+                if w.shape != shape or w.min() < 0 or w.max() > 1 + 1e-12:
+                    raise ValueError(
+                        f"per_pe_work[{name!r}] must be a {shape} array in [0, 1] (the fraction "
+                        f"of the phase's busiest-PE work each PE does), got shape {w.shape}"
+                    )
+            checked[name] = w
+        out[id(leaf)] = None if name is None else checked[name]
     return out
 
 
-def _sram_layer(ledger: SramLedger | None, shape: tuple[int, int]):
-    layer = np.zeros(shape)
+def _cuts(used: dict[int, Any], rects: list[Region]) -> tuple[np.ndarray, np.ndarray]:
+    """Where the layers may change value: the rectangles' edges and the arrays' changes."""
+    arrays = {id(w): w for w in used.values() if isinstance(w, np.ndarray)}.values()
+    edges = [[(r.row0, r.row0 + r.rows) for r in rects], [(r.col0, r.col0 + r.cols) for r in rects]]
+    return tuple(  # type: ignore[return-value]
+        np.concatenate(
+            [np.ravel(np.asarray(e, np.int64)), *(_breaks(w if a == 0 else w.T) for w in arrays)]
+        )
+        for a, e in enumerate(edges)
+    )
+
+
+def _rect(r: Region) -> list[int]:
+    return [r.row0, r.col0, r.rows, r.cols]
+
+
+def _weights(used: dict[int, Any], cells: _Cells) -> dict[int, Any]:
+    """Each leaf's weight per rectangle of `cells` (1.0: every PE), one array per entry."""
+    made: dict[int, Any] = {id(None): 1.0}
+    for w in used.values():
+        if id(w) not in made and isinstance(w, Region):
+            made[id(w)] = np.zeros(cells.shape)
+            made[id(w)][cells.rect(w)] = 1.0
+        elif id(w) not in made:
+            made[id(w)] = cells.squeeze(w)
+    return {leaf: made[id(w)] for leaf, w in used.items()}
+
+
+def _sram_layer(ledger: SramLedger | None, cells: _Cells):
+    layer = np.zeros(cells.shape)
     if ledger is None:
         return layer, []
-    if (ledger.rows, ledger.cols) != shape:
-        raise ValueError(f"the SRAM ledger is {ledger.rows} x {ledger.cols}; the grid {shape}")
     allocs = []
     for a in ledger.allocations:
         r = a.region
-        layer[r.row0 : r.row0 + r.rows, r.col0 : r.col0 + r.cols] += a.bytes_per_pe
-        rect = [r.row0, r.col0, r.rows, r.cols]
-        allocs.append({"name": a.name, "bytes_per_pe": a.bytes_per_pe, "region": rect})
+        layer[cells.rect(r)] += a.bytes_per_pe
+        allocs.append({"name": a.name, "bytes_per_pe": a.bytes_per_pe, "region": _rect(r)})
     return layer, allocs
 
 
-def _detours(remap: Any, shape: tuple[int, int]) -> np.ndarray:
-    """Extra physical hops on each PE's outgoing E and S links (0 without a remap)."""
-    rows, cols = shape
-    out = np.zeros(shape)
+def _detours(remap: Any, cells: _Cells) -> np.ndarray:
+    """Each block's extra physical hops on its PEs' outgoing E and S links (0 without a
+    remap), summed from the remap's own link arrays with no per-PE copy."""
+    rows, cols = int(cells.edges[0][-1]), int(cells.edges[1][-1])
+    out = np.zeros((len(cells._starts[0]), len(cells._starts[1])))
     if remap is None:
         return out
-    ew = remap.link_hops(1)[:rows, : cols - 1] - 1
-    ns = remap.link_hops(0)[: rows - 1, :cols] - 1
-    out[:, : cols - 1] += ew
-    out[: rows - 1, :] += ns
+    b = cells.block
+    for links in (remap.link_hops(1)[:rows, : cols - 1], remap.link_hops(0)[: rows - 1, :cols]):
+        if links.size == 0 or (not any(links.strides) and links.flat[0] == 1):
+            continue  # no link, or every link one hop (the identity repair)
+        rs, cs = np.arange(0, links.shape[0], b), np.arange(0, links.shape[1], b)
+        hops = np.add.reduceat(np.add.reduceat(links, rs, 0), cs, 1).astype(np.float64)
+        count = np.outer(np.diff([*rs, links.shape[0]]), np.diff([*cs, links.shape[1]]))
+        out[: len(rs), : len(cs)] += hops - count
     return out
 
 
-def _full(x: Any, shape: tuple[int, int]) -> np.ndarray:
-    return np.broadcast_to(np.asarray(x, dtype=np.float64), shape).copy()
+def _require_memory(shape: tuple[int, int], cells: _Cells, root: Phases, arrays: int) -> None:
+    """Refuse a trace whose per-rectangle arrays will not fit, before building them: layers,
+    distinct weights, and the phase tree's accumulators (busy, parts, links) at each level
+    and its child's."""
+    from wse_core.host.memory import require
+
+    def _depth(node: Phase | Phases) -> int:
+        return 0 if isinstance(node, Phase) else 1 + max(map(_depth, node.parts), default=0)
+
+    depth = _depth(root)
+    per_cell = 8 * (len(LAYERS) + arrays + 2 * (depth + 1) * (1 + len(PARTS) + len(DIRECTIONS)))
+    require(
+        f"the per-PE trace of a {shape[0]:,} x {shape[1]:,} PE grid "
+        f"({cells.shape[0]:,} x {cells.shape[1]:,} rectangles of equal values)",
+        per_cell * cells.shape[0] * cells.shape[1],
+        fits=lambda b: (
+            f"at most {b // per_cell:,} rectangles fit: give per-PE work as "
+            "Regions or arrays with fewer distinct rows and columns"
+        ),
+    )
 
 
-def _critical_pe(w: Any, busy: np.ndarray) -> list[int] | None:
-    """The PE doing the most of a phase (ties: the one with the most busy cycles overall)."""
-    w = np.broadcast_to(np.asarray(w, dtype=np.float64), busy.shape)
+def _critical_pe(w: Any, busy: Any, cells: _Cells) -> list[int] | None:
+    """The PE doing the most of a phase (ties: the one with the most busy cycles overall, then
+    the first in row-major order, as np.argmax over the PEs)."""
+    w = np.broadcast_to(np.asarray(w, dtype=np.float64), cells.shape)
     top = w.max()
     if top <= 0:
         return None
-    score = np.where(w >= top, busy, -np.inf)
-    r, c = np.unravel_index(int(np.argmax(score)), busy.shape)
-    return [int(r), int(c)]
+    score = np.where(w >= top, np.broadcast_to(busy, cells.shape), -np.inf)
+    r, c = np.unravel_index(int(np.argmax(score)), cells.shape)  # its rectangle's first PE
+    return [int(cells.edges[0][r]), int(cells.edges[1][c])]
 
 
 def trace_from(
@@ -211,29 +293,38 @@ def trace_from(
         grid = (spec.pe_rows, spec.pe_cols) if is_spec else (wafer_or_spec.rows, wafer_or_spec.cols)
     shape = (int(grid[0]), int(grid[1]))
     sram = sram if sram is not None or is_spec else wafer_or_spec.sram
-    weights = _weights(report, shape, per_pe_work or {})
+    if sram is not None and (sram.rows, sram.cols) != shape:
+        raise ValueError(f"the SRAM ledger is {sram.rows} x {sram.cols}; the grid {shape}")
+    used = _used_weights(report, shape, per_pe_work or {})
+    rects = [w for w in used.values() if isinstance(w, Region)]
+    rects += [a.region for a in sram.allocations] if sram is not None else []
+    cells = _Cells(shape, _block(shape, max_cells), _cuts(used, rects))
+    distinct = len({id(w) for w in used.values() if w is not None})
+    _require_memory(shape, cells, report.phases, distinct)
+    weights = _weights(used, cells)
     busy, parts, links = _tree(report.phases, report.predicted, 1.0, lambda p: weights[id(p)])
-    sram_layer, allocs = _sram_layer(sram, shape)
-    layers = {"sram_bytes": sram_layer, "busy_cycles": _full(busy, shape)}
-    layers |= {f"{p}_cycles": _full(parts[p], shape) for p in PARTS}
-    layers |= {f"link_{d}": _full(links[d], shape) for d in DIRECTIONS}
+    sram_layer, allocs = _sram_layer(sram, cells)
+    per_rect = {"sram_bytes": sram_layer, "busy_cycles": busy}
+    per_rect |= {f"{p}_cycles": parts[p] for p in PARTS}
+    per_rect |= {f"link_{d}": links[d] for d in DIRECTIONS}
+    layers = {
+        k.key: cells.blocks(per_rect[k.key], k.reduction) for k in LAYERS if k.key in per_rect
+    }
     if not is_spec:
         defects, repaired = wafer_or_spec.defects, wafer_or_spec.remap
     else:
         repaired = None if defects is None else remap(spec, defects)
-    layers["detour_hops"] = _detours(repaired, shape)
-    phases = _phase_rows(report, weights, layers["busy_cycles"])
-    shown = [{"name": r.name, "rect": [r.row0, r.col0, r.rows, r.cols]} for r in regions]
-    trace = PeTrace(
+    layers["detour_hops"] = _detours(repaired, cells)
+    phases = _phase_rows(report, weights, busy, cells)
+    shown = [{"name": r.name, "rect": _rect(r)} for r in regions]
+    return PeTrace(
         name=report.name,
         wafer=spec.name,
         rows=shape[0],
         cols=shape[1],
-        block=1,
+        block=cells.block,
         layers=layers,
-        dead=np.argwhere(defects.dead).astype(np.int64)
-        if defects is not None
-        else np.zeros((0, 2), np.int64),
+        dead=np.argwhere(defects.dead) if defects is not None else np.zeros((0, 2), np.int64),
         physical_shape=(spec.physical_rows, spec.physical_cols),
         phases=phases,
         allocations=allocs,
@@ -247,8 +338,6 @@ def trace_from(
             "bound": report.bound,
         },
     )
-    block = _block(shape, max_cells)
-    return downsample(trace, block) if block > 1 else trace
 
 
 def _block(shape: tuple[int, int], max_cells: int) -> int:
@@ -262,7 +351,7 @@ def _block(shape: tuple[int, int], max_cells: int) -> int:
     return block
 
 
-def _phase_rows(report: RunReport, weights: dict[int, Any], busy: np.ndarray) -> list[dict]:
+def _phase_rows(report: RunReport, weights: dict[int, Any], busy: Any, cells: _Cells) -> list[dict]:
     rows = []
     timings = {id(p): t for p, t in _pairs(report.phases, report.predicted)}
     walk = zip(_leaves(report.phases), report.phases.leaves(), strict=True)
@@ -274,7 +363,7 @@ def _phase_rows(report: RunReport, weights: dict[int, Any], busy: np.ndarray) ->
                 "path": "/".join((*path, leaf.name)),
                 "cycles": t.cost.cycles * repeats if t.cost else 0.0,  # all repeats
                 "bound": t.bound,
-                "critical_pe": _critical_pe(weights[id(leaf)], busy),
+                "critical_pe": _critical_pe(weights[id(leaf)], busy, cells),
             }
         )
     return rows

@@ -68,9 +68,10 @@ def load(path: str | Path) -> PeTrace:
     if not isinstance(head, dict):
         raise TraceError(f"{path}: the header is not a JSON object")
     version = head.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise TraceError(
-            f"{path} has trace schema_version {version}; this wse reads {SCHEMA_VERSION}"
+    if type(version) is not int or version != SCHEMA_VERSION:  # hunt 72: "1", true and 1.0
+        raise TraceError(  # passed as 1 (or read "has 1; reads 1"): the integer, shown as given
+            f"{path} has trace schema_version {version!r:.40}; this wse reads the integer "
+            f"{SCHEMA_VERSION}"
         )
     try:
         _require_plain(head, "")
