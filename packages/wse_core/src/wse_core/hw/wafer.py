@@ -97,6 +97,32 @@ def _kept(x: np.ndarray) -> np.ndarray:
     return y
 
 
+def _value_kept(value: object, want: np.dtype) -> None:
+    """Refuse a `full` value that `want` would not hold (hunt 72: `full((), 1e300)` was inf,
+    `full((), 2**40, int32)` 0, NaN as int32 -2147483648, 1.5 as int32 1, with at most a
+    NumPy warning, where `place` refuses the same values: `_kept`)."""
+    if want.kind == "b":
+        return  # any value has a truth value, as in NumPy
+    try:
+        v = complex(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise PlacementError(f"a {want} field's value must be a number, got {value!r}") from None
+    if v.imag and want.kind != "c":
+        raise PlacementError(f"a real {want} field cannot hold the complex value {value!r}")
+    if want.kind in "iu":
+        info = np.iinfo(want)
+        x = v.real
+        if not math.isfinite(x) or x != int(x) or not info.min <= int(x) <= info.max:
+            raise PlacementError(
+                f"a {want} field cannot hold {value!r}: give a whole number in "
+                f"{info.min}..{info.max}"
+            )
+        return
+    big = float(np.finfo(want).max)
+    if any(math.isfinite(x) and abs(x) > big for x in (v.real, v.imag)):
+        raise PlacementError(f"a {want} field cannot hold {value!r}: past its largest {big:.4g}")
+
+
 @dataclasses.dataclass(eq=False)
 class Wafer:
     """A spec's logical PE grid placed on a device mesh, with its ledgers."""
@@ -166,12 +192,15 @@ class Wafer:
         return np.asarray(jax.device_get(x))[: self.rows, : self.cols]
 
     def full(self, per_pe_shape: Sequence[int] = (), value: float = 0, dtype=jnp.float32):
-        """A placed field of `value`, created sharded (no host copy)."""
+        """A placed field of `value`, created sharded (no host copy); a value `dtype` cannot
+        hold is refused as `place` refuses it (`_value_kept`)."""
         if not all(is_int(n) and n >= 0 for n in per_pe_shape):
             got = shown(repr(per_pe_shape), quote=False)
             raise PlacementError(f"per_pe_shape must be integers >= 0, got {got}")
         pr, pc = self.padded_shape
         shape = (pr, pc, *(int(n) for n in per_pe_shape))
+        want = np.dtype(jax.dtypes.canonicalize_dtype(jnp.dtype(dtype)))
+        _value_kept(value, want)
         return _filler(shape, value, jnp.dtype(dtype), self.sharding(len(per_pe_shape)))()
 
     def zeros(self, per_pe_shape: Sequence[int] = (), dtype=jnp.float32) -> jax.Array:
