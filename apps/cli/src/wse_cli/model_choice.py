@@ -4,8 +4,10 @@ a params.yaml, an HF directory or its config.json.
 Contract. `resolve_model(text)` returns a `ModelChoice` (the `wse_models.ModelConfig` and, from
 a params file, its per-system batch, sequence, systems, memory plan and wafer) or raises
 `PlanError` naming the choices; `plan_wafer(choice, wafer, spec_file)` the wafer a plan of it
-prices. `PlanError` is the error of every `wse plan` input (`wse_systems.planning.train`
-raises it too).
+prices; `wafer_dtype` the weights' dtype `plan infer` prices it in; `micro_batch_setting`
+`plan train --micro-batch`'s value; `draft_asked` `plan infer`'s draft and its acceptance,
+given as a rate or as a measured round. `PlanError` is the error of every `wse plan` input
+(`wse_systems.planning.train` raises it too).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from wse_systems.planning.choice import ModelChoice, PlanError
 
 from wse_cli.wafer_choice import names_spec_file
 
-__all__ = ["PlanError", "ModelChoice", "plan_wafer", "resolve_model"]
+__all__ = ["PlanError", "ModelChoice", "plan_wafer", "resolve_model", "wafer_dtype",
+           "micro_batch_setting", "draft_asked"]  # fmt: skip
 
 
 def _from_params(path: str, name: str) -> ModelChoice:
@@ -109,3 +112,62 @@ def resolve_model(text: str) -> ModelChoice:
         f"unknown model {text!r}{suggest(text, names)}; use a preset ({', '.join(names)}), "
         "a params.yaml or an HF directory with config.json"
     )
+
+
+def wafer_dtype(asked: str, model: str, choice: ModelChoice) -> str:
+    """--wafer-dtype; auto: an HF folder's own dtype (its config's, `param_dtype`: the engine
+    serves a float32 folder in float32; hunt 68: priced 16-bit, 4.5% from `wse infer
+    generate`), else bfloat16 (a preset, a params file: 16-bit, as the seeds state)."""
+    import wse_models
+
+    if asked != "auto":
+        return asked
+    path = Path(model)  # `resolve_model`'s HF folder test, after its presets
+    folder = model not in wse_models.PRESETS and (path.is_dir() or path.suffix == ".json")
+    return choice.config.param_dtype if folder else "bfloat16"
+
+
+def micro_batch_setting(text: str | None) -> int | str | None:
+    """--micro-batch: a mode of `wse_systems.training.micro_batch.MODES` or a positive int
+    (None: the params file's, else "auto", as `wse train` runs it)."""
+    from wse_systems.training.micro_batch import MODES
+
+    if text is None or text in MODES:
+        return text
+    if text.isascii() and text.isdigit() and int(text) > 0:  # hunt 61: "٢" was read as 2
+        return int(text)
+    from wse_core.errors import shown
+
+    raise PlanError(
+        f"--micro-batch must be {', '.join(MODES)} or a positive integer, got {shown(text)}"
+    )
+
+
+def draft_asked(
+    draft: str | None, gamma: int | None, alpha: float | None, per_round: float | None
+) -> tuple[object, list[str]]:
+    """(`wse_systems.planning.infer.Draft`, the notes that say how its round is priced) of
+    `plan infer --draft --gamma --alpha --tokens-per-round`. `--alpha` is priced through
+    Leviathan's i.i.d. round, (1 - a^(g+1)) / (1 - a) tokens; `--tokens-per-round` (the
+    engine's measured `tokens_per_round`, `wse infer generate --json`) as the rate that
+    round turns into it (`alpha_for_round`: `Speculation` takes only a rate), said in a
+    note. Hunt 72: spec_alpha 0.6207 priced 2.393 tokens a round, the engine kept 2.214
+    (acceptance by draft position is not i.i.d.), the plan 8.1% faster than its report."""
+    from wse_systems.planning.choice import alpha_for_round
+    from wse_systems.planning.infer import Draft
+    from wse_systems.planning.infer_inputs import DEFAULT_GAMMA
+
+    model = None if draft is None else resolve_model(draft)
+    if per_round is None:
+        return Draft(model, gamma, alpha), []
+    if draft is None:
+        raise PlanError("--tokens-per-round needs --draft (the draft model whose round it is)")
+    if alpha is not None:
+        raise PlanError("give --alpha or --tokens-per-round, not both: each sets the round")
+    g = DEFAULT_GAMMA if gamma is None else gamma
+    a = alpha_for_round(per_round, g)
+    note = (f"speculative round: --tokens-per-round {per_round:g} (measured; the engine's "
+            f"tokens_per_round), priced as the acceptance rate {a:.6g} at which Leviathan's "
+            f"i.i.d. formula (1 - a^(g+1)) / (1 - a) at gamma {g} gives it; that rate is not "
+            "a measured acceptance")  # fmt: skip
+    return Draft(model, gamma, a), [note]

@@ -2,7 +2,8 @@
 
     wse plan train --model llama3_8b --tokens 1e12 [--systems N] [--gpus M] [--gpu h100]
     wse plan infer --model llama3-70b [--users N | --min-user-tokens-per-s S] [--wafers N]
-                   [--gpus M] [--prompt-tokens P --output-tokens O] [--draft M --alpha A]
+                   [--gpus M] [--prompt-tokens P --output-tokens O]
+                   [--draft M --alpha A | --tokens-per-round X]
                    [--gemv sdk|meshgemv] [--wafer-dtype auto|float32|bfloat16]
     either with [--assume KEY=VALUE ...]
 
@@ -120,35 +121,6 @@ def _assumed(items: list[str], wafer: str | None, spec_file: Path | None, servin
     return changes, applied(wafer_spec(wafer, spec_file, "wse3"), changes)
 
 
-def _wafer_dtype(asked: str, model: str, choice) -> str:
-    """--wafer-dtype; auto: an HF folder's own dtype (its config's, `param_dtype`: the engine
-    serves a float32 folder in float32; hunt 68: priced 16-bit, 4.5% from `wse infer
-    generate`), else bfloat16 (a preset, a params file: 16-bit, as the seeds state)."""
-    import wse_models
-
-    if asked != "auto":
-        return asked
-    path = Path(model)  # `resolve_model`'s HF folder test, after its presets
-    folder = model not in wse_models.PRESETS and (path.is_dir() or path.suffix == ".json")
-    return choice.config.param_dtype if folder else "bfloat16"
-
-
-def _micro_batch(text: str | None) -> int | str | None:
-    """--micro-batch: a mode of `wse_systems.training.micro_batch.MODES` or a positive int."""
-    from wse_systems.planning.choice import PlanError
-    from wse_systems.training.micro_batch import MODES
-
-    if text is None or text in MODES:
-        return text
-    if text.isascii() and text.isdigit() and int(text) > 0:  # hunt 61: "٢" was read as 2
-        return int(text)
-    from wse_core.errors import shown
-
-    raise PlanError(
-        f"--micro-batch must be {', '.join(MODES)} or a positive integer, got {shown(text)}"
-    )
-
-
 @app.command()
 def train(
     model: str = MODEL,
@@ -177,8 +149,9 @@ def train(
     micro_batch: str = typer.Option(
         None,
         "--micro-batch",
-        help="Sequences per system at once: explore (the fastest, "
-        "default), auto (the largest that fits), none, or an integer dividing --batch.",
+        help="Sequences per system at once: auto (the largest that fits; the default, as "
+        "wse train runs an unset micro_batch_size), explore (the fastest predicted; the plan "
+        "names it when faster), none, or an integer dividing --batch.",
     ),
     seq_len: int = number(
         None,
@@ -206,15 +179,15 @@ def train(
     from wse_core.cost.reads import recording
     from wse_systems.planning.train import TrainBatch, TrainGpus, plan_train
 
-    from wse_cli.model_choice import plan_wafer, resolve_model
+    from wse_cli.model_choice import micro_batch_setting, plan_wafer, resolve_model
 
     choice = resolve_model(model)  # hunt 71: a params file's wafer, as wse train runs it
     changes, spec = _assumed(assume, *plan_wafer(choice, wafer, spec_file), serving=False)
     with assumed(**changes), recording() as reads:
         plan = plan_train(
             choice, tokens=tokens, spec=spec, systems=systems,
-            gpus=TrainGpus(gpu, gpus, mfu), batch=TrainBatch(batch, _micro_batch(micro_batch),
-                                                             seq_len),
+            gpus=TrainGpus(gpu, gpus, mfu),
+            batch=TrainBatch(batch, micro_batch_setting(micro_batch), seq_len),
             rates=_rates(usd_gpu, usd_sys, usd_eng, eng_hours, usd_kwh),
         )  # fmt: skip
         in_force = priced_under(changes, [], reads, "wse plan train")
@@ -305,10 +278,20 @@ def infer(
     alpha: float = number(  # the range Speculation checks, named with the option (hunt 67)
         None,
         "--alpha",
-        help="Leviathan's acceptance rate (the engine's spec_alpha metric).",
         ge=0,
         le=1,
-    ),
+        help="Leviathan's acceptance rate (the engine's spec_alpha): a round is priced at "
+        "(1 - a^(g+1)) / (1 - a) tokens, which assumes each draft position is accepted at a "
+        "alone (i.i.d.); a measured round: --tokens-per-round.",
+    ),  # fmt: skip
+    tokens_per_round: float = number(  # hunt 72: the i.i.d. round was 8.1% over the engine's
+        None,
+        "--tokens-per-round",
+        ge=1,
+        unit="tokens",
+        help="Tokens a speculative round keeps, measured (wse infer generate --json's "
+        "speculative.tokens_per_round), in place of --alpha's formula; 1 to gamma + 1.",
+    ),  # fmt: skip
     wafer: str = WAFER,
     spec_file: Path = SPEC_FILE,
     gpu: str = GPU,
@@ -338,15 +321,17 @@ def infer(
     from wse_systems.planning import infer as pi
     from wse_systems.serving.gpu_step import floor_note
 
-    from wse_cli.model_choice import resolve_model
+    from wse_cli.model_choice import draft_asked, resolve_model
+    from wse_cli.model_choice import wafer_dtype as dtype_of
 
     changes, spec = _assumed(assume, wafer, spec_file)
     choice = resolve_model(model)
+    drafted, round_notes = draft_asked(draft, gamma, alpha, tokens_per_round)
     fit = pi.default_workload(choice.config)  # hunt 63: 1,280 tokens were past GPT-2's 1,024
     with assumed(**changes), recording() as reads:
         plan = pi.plan_infer(
             choice,
-            wafer=pi.WaferSetup(spec, wafers, gemv, _wafer_dtype(wafer_dtype, model, choice)),
+            wafer=pi.WaferSetup(spec, wafers, gemv, dtype_of(wafer_dtype, model, choice)),
             gpu=pi.GpuSetup(gpu, gpus, hbm_fraction, mfu, gpu_precision),
             workload=sv.Workload(
                 prompt_tokens=fit.prompt_tokens if prompt_tokens is None else prompt_tokens,
@@ -356,10 +341,11 @@ def infer(
             target=pi.Target(users, min_user_tokens_per_s, max_ttft_s),
             costing=pi.Costing(tokens_per_day, days, _rates(usd_gpu, usd_sys, usd_eng,
                                                             eng_hours, usd_kwh)),
-            draft=pi.Draft(None if draft is None else resolve_model(draft), gamma, alpha),
+            draft=drafted,
         )  # fmt: skip
         # the GPU step's fixed cost, an assumed constant, beside the figures it moves (hunt 67)
-        in_force = priced_under(changes, [floor_note(choice.config)], reads, "wse plan infer")
+        notes = [floor_note(choice.config), *round_notes]
+        in_force = priced_under(changes, notes, reads, "wse plan infer")
     emit(plan, as_json, png, in_force)
 
 

@@ -78,10 +78,12 @@ def _rows(plan) -> list[tuple[str, str, str]]:
 
 
 def _scaling(w: dict) -> str:
-    """Weak (same batch per system) and strong (same global batch) speedups over one system."""
+    """Weak (same batch per system) and strong (same global batch) speedups over one system
+    at its fastest micro-batch (below 1 at one system where the micro-batch priced is not)."""
     weak = f"weak {w['weak_speedup']:.4g}x"
     strong = "-" if w["strong_speedup"] is None else f"{w['strong_speedup']:.4g}x"
-    return f"{weak}, strong {strong} ({w['swarmx_levels']} SwarmX levels)"
+    return (f"{weak}, strong {strong} ({w['swarmx_levels']} SwarmX levels; one system at its "
+            "fastest micro-batch)")  # fmt: skip
 
 
 def _cost_rows(w: dict, g: dict | None) -> list[tuple[str, str, str]]:
@@ -250,6 +252,9 @@ def _print(plan, in_force: Assumed | None) -> None:
         t.add_row(*(escape(c) for c in row))
     console = Console()
     console.print(t)
+    hint = plan.wafer.figures.get("micro_batch_hint")  # hunt 72: explore priced, auto run
+    if hint:
+        console.print(f"hint: {hint}", markup=False)
     if plan.workload == "infer":
         console.print(_frontier_table(plan))
         console.print(f"- wafer SRAM: {plan.wafer.figures['sram_budget']}", style="dim",

@@ -12,7 +12,8 @@ as tokens drawn one by one from p (REFERENCES.md). With greedy settings p and q 
 mean tokens per target pass, and acceptance per draft position (what the drafting did); and
 the tokens the sequences kept (`emitted`): a round cut at max_tokens, a stop string or an
 end-of-sequence token keeps fewer than it accepted but costs a whole round, so a round's
-price is shared by `emitted_per_round` tokens, not by `mean_tokens_per_pass` (hunt 70).
+price is shared by `emitted_per_round` tokens, not by `mean_tokens_per_pass` (hunt 70);
+`to_dict` gives it as "tokens_per_round" too, what `wse plan infer --tokens-per-round` takes.
 """
 
 from __future__ import annotations
@@ -161,4 +162,8 @@ class AcceptanceStats:
             "position_acceptance": self.position_acceptance,
             "emitted": self.emitted,
             "emitted_per_round": self.emitted_per_round,
+            # hunt 72: the measured round under the name `wse plan infer --tokens-per-round`
+            # takes: the tokens a round's price is shared by, as this engine's report prices
+            # it (spec_alpha through Leviathan's i.i.d. formula gave 2.393 against 2.214 kept)
+            "tokens_per_round": self.emitted_per_round,
         }

@@ -1,5 +1,6 @@
-"""What `wse plan` plans for: the resolved model (`ModelChoice`) and the error of every
-`wse plan` input (`PlanError`). The CLI resolves `--model` into a `ModelChoice`
+"""What `wse plan` plans for: the resolved model (`ModelChoice`), the error of every
+`wse plan` input (`PlanError`) and a draft's measured round as the acceptance rate the
+serving model takes (`alpha_for_round`). The CLI resolves `--model` into a `ModelChoice`
 (`wse_cli.model_choice.resolve_model`); the planners take it.
 """
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from wse_core import WseError
 
-__all__ = ["PlanError", "ModelChoice", "check_context"]
+__all__ = ["PlanError", "ModelChoice", "check_context", "alpha_for_round"]
 
 
 class PlanError(WseError):
@@ -27,6 +28,31 @@ def check_context(config: Any, what: str, tokens: int) -> None:
             f"{what} exceeds the model's max_seq_len={config.max_seq_len}; use at most "
             f"{config.max_seq_len}"
         )
+
+
+def alpha_for_round(tokens_per_round: float, gamma: int) -> float:
+    """The acceptance rate a at which Leviathan's round of `gamma` drafts emits
+    `tokens_per_round` tokens: (1 - a^(g+1)) / (1 - a) = 1 + a + ... + a^g
+    (`wse_systems.serving.tokens_per_round`, Leviathan et al. 2023 eq. 1) rises from 1 at
+    a = 0 to g + 1 at a = 1, so one a in [0, 1] gives it; found by bisection to the last
+    bit. It lets a measured round (the speculative engine's `tokens_per_round`: acceptance
+    by draft position is not i.i.d., hunt 72: a spec_alpha of 0.6207 read as 2.393 tokens
+    a round where the engine kept 2.214) be priced by `wse_systems.serving.Speculation`,
+    whose only input is a. A PlanError (one line) outside [1, gamma + 1]."""
+    from wse_systems.serving.frontier import tokens_per_round as emitted
+
+    if not 1.0 <= tokens_per_round <= gamma + 1:  # also refuses NaN
+        raise PlanError(
+            f"--tokens-per-round must be in [1, gamma + 1 = {gamma + 1}] (a round keeps its "
+            f"accepted drafts, at most gamma = {gamma}, and one drawn token), got "
+            f"{tokens_per_round:g}"
+        )
+    if tokens_per_round == gamma + 1:  # every draft accepted: a = 1 exactly
+        return 1.0
+    lo, hi = 0.0, 1.0
+    while (mid := (lo + hi) / 2) not in (lo, hi):  # ~53 halvings of [0, 1]
+        lo, hi = (mid, hi) if emitted(mid, gamma) < tokens_per_round else (lo, mid)
+    return min((lo, hi), key=lambda a: abs(emitted(a, gamma) - tokens_per_round))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -305,8 +305,9 @@ class TrainGpus(NamedTuple):
 
 class TrainBatch(NamedTuple):
     """Each system's batch: `batch_per_system` sequences of `seq_len` tokens as micro-batches
-    of `micro_batch` (an int, "explore" or "auto"); None: the model choice's (a params
-    file's), else `default_batch`'s, the fastest micro-batch and min(the model's context,
+    of `micro_batch` (an int, "auto", "explore" or "none"); None: the model choice's (a
+    params file's), else `default_batch`'s, "auto" (`wse train`'s unset micro_batch_size;
+    hunt 72: "explore" was priced, 11.7% faster than the run) and min(the model's context,
     8192)."""
 
     batch_per_system: int | None = None
@@ -337,7 +338,7 @@ def plan_train(
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
     check_context(cfg, f"--seq-len {seq}" if seq_len else f"a sequence of {seq} tokens", seq)
     per_system = batch_per_system or _split(choice, n)
-    micro = micro_batch or choice.micro_batch or "explore"
+    micro = micro_batch or choice.micro_batch or "auto"  # unset: auto, as `wse train` runs
     with recording() as w_reads:  # per_system None: the smallest batch that keeps it fed
         step_s, per_system, scale = wafer_train_step(
             cfg, spec, num_csx=n, batch=per_system, seq_len=seq, micro_batch=micro,
@@ -367,10 +368,11 @@ def plan_train(
         "same global batch and sequence on both systems",
         "batches: --batch and batch_per_system are per system; params.yaml's batch_size is "
         "global (split over num_csx); each system runs micro-batches of micro_batch "
-        "(micro_batch_size: explore = the fastest predicted divisor, auto = the largest the "
-        "SRAM ledger fits) and MemoryX accumulates their gradients; with no batch given, the "
-        "smallest whose streams add <= 1% of the step, unless a power of two within a factor "
-        "2 of it runs > 1% more tokens/s (then the fastest of those: default_batch)",
+        "(micro_batch_size: auto = the largest the SRAM ledger fits, wse train's when unset; "
+        "explore = the fastest predicted divisor) and MemoryX accumulates their gradients; "
+        "with no batch given, the smallest whose streams add <= 1% of the step, unless a power "
+        "of two within a factor 2 of it runs > 1% more tokens/s (then the fastest of those: "
+        "default_batch)",
         "wafer scaling against one system: weak = the same batch per system (the global "
         "batch grows with N), strong = the same global batch on one system; speedup = "
         "tokens/s(N) / tokens/s(1), one system at its fastest micro-batch; every system "
