@@ -4,10 +4,11 @@
 overrides), `optimizer` (an optax transform and its schedule) and `runconfig` (steps,
 checkpoints, `num_csx`, the wafer). `load_config(path, overrides)` reads the file, applies
 dotted overrides (`optimizer.learning_rate=3e-4`, values parsed as YAML) and returns a frozen
-`TrainConfig`. Unknown sections or keys, duplicate keys and wrong types are `ConfigError`s
-that name the key and suggest the closest valid one. What the values cannot run is checked
-before anything compiles by `wse_trainer.config_check.check_config` (`batch_size % num_csx`,
-sequence length vs the model).
+`TrainConfig`; ModelZoo's `runconfig.eval_steps` and `optimizer.betas: [b1, b2]` are read
+as `eval_input.eval_steps` and beta1, beta2 (`MODELZOO_KEYS`). Unknown sections
+or keys, duplicate keys and wrong types are `ConfigError`s that name the key and suggest the
+closest valid one. What the values cannot run is checked before anything compiles by
+`wse_trainer.config_check.check_config` (`batch_size % num_csx`, sequence length vs model).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from wse_trainer.splits import data_dir_problem, default_splits
 
 __all__ = ["ConfigError", "InputConfig", "OPTIMIZER_NAMES", "OptimizerConfig", "READ_BY",
            "SCHEDULE_NAMES", "RunConfig", "TrainConfig", "SECTIONS", "load_config",
-           "config_from_dict", "apply_overrides", "check_types", "shipped_config",
-           "SHIPPED"]  # fmt: skip
+           "config_from_dict", "apply_overrides", "checked_value", "shipped_config",
+           "SHIPPED", "MODELZOO_KEYS"]  # fmt: skip
 
 
 class ConfigError(WseError):
@@ -57,13 +58,13 @@ class InputConfig:
     # per system, as ModelZoo has it: sequences each replica runs at once, its gradients
     # accumulated over batch_size / num_csx / micro_batch_size micro-batches; "auto": the
     # largest the SRAM ledger fits; "explore": the fastest the predicted step finds; "none":
-    # the whole per-system batch at once; unset: auto in `wse train`, explore in `wse plan`
+    # the whole per-system batch at once; unset: auto, in `wse train` and `wse plan` alike
     micro_batch_size: int | str | None = None
     max_sequence_length: int = 128
     shuffle_seed: int = 0
     split: str = "train"  # "train" | "eval" | "all" (`splits.default_splits`): 1/20 held out
     max_corpus_bytes: int = 3_000_000  # cap on the text read (stdlib corpus and files)
-    eval_steps: int = 4  # batches per evaluation (eval_input only)
+    eval_steps: int | None = None  # eval batches; None: the whole split, as ModelZoo (hunt 72)
     # documents packed without padding: attention kept within each document (segment ids),
     # positions restarting per document (`data.segments`); False: rows attend across them
     packing: bool = False
@@ -131,22 +132,14 @@ class TrainConfig:
     runconfig: RunConfig
 
     def to_dict(self) -> dict[str, Any]:
-        out = {}
-        for name in SECTIONS:
-            value = getattr(self, name)
-            out[name] = dict(value) if name == "model" else dataclasses.asdict(value)
+        out = {k: dict(v) if k == "model" else dataclasses.asdict(v) for k, v in vars(self).items()}
         opt, kind = out["optimizer"], self.optimizer.optimizer_type  # what it reads: reruns as is
         out["optimizer"] = {k: v for k, v in opt.items() if kind in READ_BY.get(k, (kind,))}
         return out
 
 
-SECTIONS: dict[str, type | None] = {
-    "train_input": InputConfig,
-    "eval_input": InputConfig,
-    "model": None,
-    "optimizer": OptimizerConfig,
-    "runconfig": RunConfig,
-}
+SECTIONS: dict[str, type | None] = {"train_input": InputConfig, "eval_input": InputConfig,
+    "model": None, "optimizer": OptimizerConfig, "runconfig": RunConfig}  # fmt: skip
 SHIPPED = ("tiny", "gpt2_124m", "llama3_8b", "llama3_70b", "llama_1t", "llama_24t")
 
 
@@ -154,7 +147,8 @@ SHIPPED = ("tiny", "gpt2_124m", "llama3_8b", "llama3_70b", "llama_1t", "llama_24
 _EXACT_INT = 1 << 53
 
 
-def _check_type(where: str, value: Any, annotation: Any) -> Any:
+def checked_value(where: str, value: Any, annotation: Any) -> Any:
+    """`value` of field `annotation` ((dataclass, name)) as read, or a ConfigError (`where`)."""
     hint = typing.get_type_hints(annotation[0])[annotation[1]]
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if isinstance(value, str) and {int, float} & set(options) and number_text(value):
@@ -188,27 +182,6 @@ def _wrong_type(where: str, value: Any, options: Sequence[Any]) -> str:
     return f"{where} must be {names}, got {shown(repr(value), quote=False)}"
 
 
-def check_types(config: TrainConfig) -> None:
-    """The file reader's type and finiteness checks, with its messages, on a `TrainConfig`
-    built or changed in Python. hunt 67: `dataclasses.replace` skipped them, so a NaN
-    weight_decay trained 11.5 s to a NaN loss blamed on the learning rate and max_steps 2.5
-    ran. A whole float in an int field (`max_steps: 1e3` in a file) is refused here: the
-    reader converts it, but nothing converts a frozen config's value."""
-    for name, cls in SECTIONS.items():
-        section = getattr(config, name)
-        if cls is None:
-            continue
-        if not isinstance(section, cls):
-            raise ConfigError(
-                f"{name} must be a {cls.__name__}, got {shown(repr(section), quote=False)}"
-            )
-        for field in dataclasses.fields(cls):
-            where, value = f"{name}.{field.name}", getattr(section, field.name)
-            read = _check_type(where, value, (cls, field.name))
-            if type(read) is int and type(value) is not int:
-                raise ConfigError(_wrong_type(where, value, (int,)))
-
-
 def number_text(text: str) -> bool:
     """True for text Python reads as a number ('128', '3e-4', 'inf')."""
     try:
@@ -232,8 +205,7 @@ def _finite(where: str, value: int | float) -> float | None:
 
 def _section(name: str, data: Any) -> Any:
     cls = SECTIONS[name]
-    if data is None:
-        data = {}
+    data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(
             f"section {name!r} must be a mapping of keys, got {shown(repr(data), quote=False)}"
@@ -250,7 +222,7 @@ def _section(name: str, data: Any) -> Any:
             )
         if cls is OptimizerConfig and key == "learning_rate" and isinstance(value, list | dict):
             raise ConfigError(scheduler_list(value))  # hunt 69: a repr of dicts
-        kwargs[key] = _check_type(f"{name}.{key}", value, (cls, key))
+        kwargs[key] = checked_value(f"{name}.{key}", value, (cls, key))
     for key in ("model_dir", "checkpoint_path") if name == "runconfig" else ():
         if isinstance(kwargs.get(key), str):  # hunt 62: '~/x' made a folder named '~'
             kwargs[key] = os.path.expanduser(kwargs[key])
@@ -258,10 +230,11 @@ def _section(name: str, data: Any) -> Any:
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
-    """A TrainConfig from a parsed params mapping (missing sections take defaults)."""
+    """A TrainConfig from a parsed params mapping (missing sections take defaults; ModelZoo's
+    keys for settings held elsewhere here moved to them: `MODELZOO_KEYS`)."""
     if not isinstance(data, Mapping):
         raise ConfigError("a params file must hold a mapping of sections")
-    for key in data:
+    for key in (data := _modelzoo_keys(data)):
         if key not in SECTIONS:
             raise ConfigError(
                 f"unknown section {key!r}{suggest(str(key), SECTIONS)}; "
@@ -269,6 +242,34 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
             )
     sections = {name: _section(name, data.get(name)) for name in SECTIONS}
     return TrainConfig(**default_splits(sections, data))
+
+
+# ModelZoo's keys for settings kept elsewhere here, (its section, key) -> (ours, our keys): its
+# runconfig's eval_steps, its AdamW's `betas: [b1, b2]` (hunt 72: "did you mean 'max_steps'?")
+MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
+                 ("optimizer", "betas"): ("optimizer", ("beta1", "beta2"))}  # fmt: skip
+
+
+def _modelzoo_keys(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `data` with `MODELZOO_KEYS` moved to ours; one given both ways differently
+    (as an override given twice, `apply_overrides`) or betas not a pair is a ConfigError."""
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+    for (section, key), (ours, keys) in MODELZOO_KEYS.items():
+        held, target = out.get(section), out.get(ours)
+        if not (isinstance(held, dict) and key in held and isinstance(target, dict | None)):
+            continue  # a section that is no mapping: `_section` says what it must be
+        value = held.pop(key)
+        values = value if len(keys) > 1 and isinstance(value, list) else [value]
+        if len(values) != len(keys):
+            got = shown(repr(value), quote=False)
+            raise ConfigError(f"{section}.{key} must be a list [{', '.join(keys)}], got {got}")
+        target = out[ours] = dict(out.get(ours) or {})
+        for name, v in zip(keys, values, strict=True):
+            if name in target and not _same(target[name], v):
+                given = f"{ours}.{name} {v!r}, and {ours}.{name} is {target[name]!r}"
+                raise ConfigError(f"{section}.{key} gives {given}; give it once")
+            target[name] = v
+    return out
 
 
 def _parse_override(item: str) -> tuple[str, str, Any]:

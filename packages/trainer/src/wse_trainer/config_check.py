@@ -2,8 +2,8 @@
 
 `check_config(config, model_max_seq_len, model_vocab_size)` takes a `TrainConfig`, read
 from a file or built in Python, checks its types and finiteness as the file reader does
-(`wse_trainer.config.check_types`, the same messages) and raises a `ConfigError` naming the
-key for what its values cannot run: counts that must be positive,
+(`check_types`, with `wse_trainer.config.checked_value`'s messages) and raises a `ConfigError`
+naming the key for what its values cannot run: counts that must be positive,
 ranges (`optimizer.beta1` in [0, 1), `runconfig.seed` a 64-bit integer), choices
 (`runconfig.mode`, `optimizer.lr_schedule`), limits (`batch_size` and `num_csx` within the
 limits `batch_size` and `systems` of `wse_core.host.limits`) and the settings that must
@@ -20,6 +20,7 @@ in ModelZoo, so it is said, not refused; hunt 71); `scheduler_list` explains Mod
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 
@@ -28,11 +29,12 @@ from wse_core.host.limits import lift, limit
 from wse_systems.training.micro_batch import MODES
 
 from wse_trainer.config import (
+    SECTIONS,
     ConfigError,
     InputConfig,
     OptimizerConfig,
     TrainConfig,
-    check_types,
+    checked_value,
     refuse_unused,
 )
 from wse_trainer.optimizer_names import scheduler_list
@@ -43,6 +45,7 @@ __all__ = [
     "SEED_MAX",
     "check_config",
     "config_notes",
+    "check_types",
     "refuse_unused",
     "scheduler_list",
 ]
@@ -96,6 +99,27 @@ def _check_optimizer(opt: OptimizerConfig) -> None:
         )
     _check_schedule(opt)
     refuse_unused(opt)
+
+
+def check_types(config: TrainConfig) -> None:
+    """The file reader's type and finiteness checks, with its messages, on a `TrainConfig`
+    built or changed in Python. hunt 67: `dataclasses.replace` skipped them, so a NaN
+    weight_decay trained 11.5 s to a NaN loss blamed on the learning rate and max_steps 2.5
+    ran. A whole float in an int field (`max_steps: 1e3` in a file) is refused here: the
+    reader converts it, but nothing converts a frozen config's value."""
+    for name, cls in SECTIONS.items():
+        section = getattr(config, name)
+        if cls is None:
+            continue
+        if not isinstance(section, cls):
+            raise ConfigError(
+                f"{name} must be a {cls.__name__}, got {shown(repr(section), quote=False)}"
+            )
+        for field in dataclasses.fields(cls):
+            where, value = f"{name}.{field.name}", getattr(section, field.name)
+            read = checked_value(where, value, (cls, field.name))
+            if type(read) is int and type(value) is not int:  # as the reader says a wrong type
+                raise ConfigError(f"{where} must be int, got {shown(repr(value), quote=False)}")
 
 
 def check_config(
@@ -186,10 +210,10 @@ def _check_run_extras(config: TrainConfig) -> None:
     jax.random.key's OverflowError traceback after the run folder was made; hunt 67: a
     negative sample_temperature sampled greedily, as vLLM's SamplingParams refuses it."""
     run = config.runconfig
-    if config.eval_input.eval_steps <= 0:
+    if config.eval_input.eval_steps is not None and config.eval_input.eval_steps <= 0:
         raise ConfigError(
             f"eval_input.eval_steps must be positive (batches per evaluation), got "
-            f"{config.eval_input.eval_steps}"
+            f"{config.eval_input.eval_steps}; leave it out to evaluate the whole eval split"
         )
     if run.eval_frequency is not None and run.eval_frequency <= 0:
         raise ConfigError(

@@ -9,20 +9,33 @@ whole model. Global-norm clipping is the one non-local part: MemoryX applies
 `optax.clip_by_global_norm` itself once every group's gradient has arrived (the norm is over
 all groups). `full_transform` is the equivalent whole-model transform (clipping chained in
 front), used by the plain `jax.grad` reference.
+
+Weight decay skips biases and the LayerNorm / RMSNorm gains and biases (`decays`), as
+ModelZoo's param groups (`common/optim_utils.py`: no decay for names holding "bias" nor for
+norm modules) and HF Trainer's (`get_decay_parameter_names`) do, for every optimizer; the
+embeddings, the head and every weight matrix decay (hunt 72: adamw shrank the norm gains and
+biases too). The rule reads a leaf's path, so it holds for any tree MemoryX updates: a group
+(`{"attn_norm": {"scale"}, "attn": {"wq", "bq"}, ...}`), the whole stacked model, a test's.
+
+`step_rate(cfg, max_steps)(step)` is the learning rate optax applies at 1-based `step` (its
+count is the updates before it), which metrics.jsonl records as `lr`.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from wse_trainer.config import ConfigError, OptimizerConfig
 
-__all__ = ["schedule", "base_transform", "full_transform", "kept_decay"]
+__all__ = ["schedule", "step_rate", "base_transform", "full_transform", "kept_decay",
+           "decays"]  # fmt: skip
 
 
 def schedule(cfg: OptimizerConfig, max_steps: int) -> optax.Schedule:
@@ -39,6 +52,50 @@ def schedule(cfg: OptimizerConfig, max_steps: int) -> optax.Schedule:
         return tail
     warm = optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps)
     return optax.join_schedules([warm, tail], [cfg.warmup_steps])
+
+
+@functools.lru_cache(maxsize=16)
+def step_rate(cfg: OptimizerConfig, max_steps: int) -> Callable[[int], float]:
+    """The learning rate of 1-based `step`: `schedule` at optax's count, the updates applied
+    before it (one a step, micro-batches summed first), in float32 as the update reads it;
+    one jitted call a step (cached per config)."""
+    rate = jax.jit(schedule(cfg, max_steps))
+    return lambda step: float(rate(jnp.asarray(step - 1, jnp.int32)))
+
+
+def decays(path: tuple[Any, ...]) -> bool:
+    """Whether the leaf at `path` (keys from `jax.tree_util.tree_map_with_path`) takes weight
+    decay: not a bias (a leaf named "b..." : `wse_models.params` names biases bq, bk, bv, bo,
+    b_up, b_down and a norm's "bias") and not in a norm (a key ending in "norm": attn_norm,
+    mlp_norm, the final norm)."""
+    names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+    leaf_bias = bool(names) and names[-1].startswith("b")
+    return not (leaf_bias or any(n.endswith("norm") for n in names))
+
+
+def _decayed(updates: Any, params: Any, weight_decay: float) -> Any:
+    """`updates` plus `weight_decay` x the parameters where `decays`, as optax's
+    `add_decayed_weights` adds it."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, u, p: u + weight_decay * p if decays(path) else u, updates, params
+    )
+
+
+def _masked_decay(weight_decay: float) -> optax.GradientTransformation:
+    """`optax.add_decayed_weights(weight_decay)` with the `decays` mask, its state the
+    unmasked one's (an `EmptyState`). Not `mask=`: optax wraps that state in a `MaskedState`,
+    and orbax refuses to restore a run saved before hunt 72 into it ("tree structures do not
+    match"); the arithmetic is the same."""
+    plain = optax.add_decayed_weights(weight_decay)
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError("weight_decay needs the parameters: update(grads, state, params)")
+        if not weight_decay:  # as optax skips a zero decay: nothing added
+            return updates, state
+        return _decayed(updates, params, weight_decay), state
+
+    return optax.GradientTransformation(plain.init, update)
 
 
 def kept_decay(
@@ -74,9 +131,11 @@ def base_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransf
     """The per-element transform (cached: equal configs share one object and its jits)."""
     lr = schedule(cfg, max_steps)
     kind = cfg.optimizer_type
-    if kind == "adamw":
-        return optax.adamw(
-            lr, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps, weight_decay=cfg.weight_decay
+    if kind == "adamw":  # optax.adamw's chain, its decay masked (`_masked_decay`)
+        return optax.chain(
+            optax.scale_by_adam(b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps),
+            _masked_decay(cfg.weight_decay),
+            optax.scale_by_learning_rate(lr),
         )
     if kind == "adam":
         return _l2(optax.adam(lr, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps), cfg.weight_decay)
@@ -86,18 +145,17 @@ def base_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransf
 
 
 def _l2(tx: optax.GradientTransformation, weight_decay: float) -> optax.GradientTransformation:
-    """`tx` applied to the gradient plus `weight_decay` x the parameters (torch's `Adam` and
-    `SGD` weight_decay, an L2 penalty). Not `optax.chain(optax.add_decayed_weights(...), tx)`:
-    that state has another shape, and steps saved before hunt 69 (whose weight_decay was
-    ignored) would not restore into it."""
+    """`tx` applied to the gradient plus `weight_decay` x the parameters where `decays`
+    (torch's `Adam` and `SGD` weight_decay, an L2 penalty, on ModelZoo's groups). Not
+    `optax.chain(optax.add_decayed_weights(...), tx)`: that state has another shape, and
+    steps saved before hunt 69 (whose weight_decay was ignored) would not restore into it."""
     if not weight_decay:
         return tx
 
     def update(grads, state, params=None):
         if params is None:
             raise ValueError("weight_decay needs the parameters: update(grads, state, params)")
-        grads = jax.tree.map(lambda g, p: g + weight_decay * p, grads, params)
-        return tx.update(grads, state, params)
+        return tx.update(_decayed(grads, params, weight_decay), state, params)
 
     return optax.GradientTransformation(tx.init, update)
 

@@ -14,12 +14,14 @@ returns a `RunResult`:
 4. steps until `max_steps` (counted from the global step) or `num_steps` more; a NaN or Inf
    loss or gradient norm (`StepStats.grad_norm`, fetched with the loss) stops the run with
    `TrainingDivergedError` naming the step and the last good checkpoint, before anything
-   is saved or exported; with
-   `train_input.packing` each batch carries its documents' segment ids and positions
-   (`data.segments`); a ReLU-like model's per-layer MLP zero fraction goes to metrics.jsonl
-   (`mlp_zero_fraction`, one value per layer, and `mlp_zero_fraction_mean`);
+   is saved or exported; with `train_input.packing` each batch carries its documents'
+   segment ids and positions (`data.segments`); each step's record (metrics.jsonl and
+   TensorBoard's train/) holds its `lr` (the rate optax applied, `optimizer.step_rate`),
+   `samples_per_s` and a ReLU-like model's MLP zero fraction per layer (and `_mean`);
 5. checkpoints every `checkpoint_steps` and at the end; eval loss and perplexity, each
-   evaluation (every `eval_frequency` steps and at the end) in metrics.jsonl and eval/;
+   evaluation (every `eval_frequency` steps and at the end) in metrics.jsonl and eval/, over
+   `eval_input.eval_steps` batches or, left out, the whole eval split (a line says which);
+   an eval with no checkpoint to read evaluates the initial weights and says so;
 6. `<model_dir>/hf/` (`wse_trainer.export`: HF format, the tokenizer, EOS named, the step it
    holds; replaced whole, a full disk is one line) and samples from the trained model. A
    resume whose `max_steps` is at or below the checkpoint's step trains nothing and says so
@@ -27,15 +29,15 @@ returns a `RunResult`:
    that step, which is how a stopped run's newest checkpoint is exported.
 
 Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `evaluate`) and
-`wse_trainer.resume`'s (`open_checkpoints`).
-`model_config(config)` and `validate(config, spec)` (the `--validate-only` memory plan)
-allocate nothing; `predict(config, spec, model, plan)` is the wafer's predicted step on that plan
-(`wse_systems.training.performance.predict_step`, a `RunReport`), which the run logs next to the
-measured step (`predicted_step_s` in metrics.jsonl, a line in run.log, and
-`RunResult.report`: that `RunReport` with the measured mean step as its `measured_wall_s`:
-the steps after the first, whose compile is said apart, `metrics.Throughput`);
-the three live in `wse_trainer.session` and are re-exported here. A run prices what it runs
-(`wse_trainer.predicted`): an eval its eval pass, a run that trains no step no step.
+`wse_trainer.resume`'s (`open_checkpoints`). `model_config(config)` and `validate(config,
+spec)` (the `--validate-only` memory plan) allocate nothing; `predict(config, spec, model,
+plan)` is the wafer's predicted step on it (`wse_systems.training.performance.predict_step`,
+a `RunReport`), which the run logs next to the measured step (`predicted_step_s` in
+metrics.jsonl, a line in run.log, and `RunResult.report`: that `RunReport` with the measured
+mean step as its `measured_wall_s`: the steps after the first, whose compile is said apart,
+`metrics.Throughput`); the three live in `wse_trainer.session` and are re-exported here. A
+run prices what it runs (`wse_trainer.predicted`): an eval its eval pass, a run that trains
+no step no step.
 
 The model_dir is locked for the run (`wse_trainer.run_lock`, taken by `make_model_dir`,
 released at the end); a run whose folder is deleted or replaced meanwhile stops at its next
@@ -117,6 +119,7 @@ class RunResult:
     report: RunReport | None = None
     # the wafer's predicted eval pass (`predict_eval`), when the run evaluated
     eval_report: RunReport | None = None
+    restored: bool = False  # weights read from a checkpoint (False: initial, random ones)
 
     @property
     def timed(self) -> str:
@@ -134,8 +137,10 @@ class RunResult:
 
 def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) -> None:
     from wse_trainer.metrics import Throughput, train_line
+    from wse_trainer.optimizer import step_rate
 
     run_cfg, bsz = s.config.runconfig, s.config.train_input.batch_size
+    lr_at = step_rate(s.config.optimizer, run_cfg.max_steps)  # the Session's transform's
     rates = Throughput()  # the first step (the compile) apart: hunt 70
     window: list[Any] = []
     from wse_core.host.progress import progress
@@ -154,7 +159,7 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
             rates.add(st)
             window.append(st)
             result.losses[step] = st.loss
-            log.record(step, "train", _train_record(st, s.prediction.predicted_s))
+            log.record(step, "train", _train_record(st, s.prediction.predicted_s, lr_at(step), bsz))
             if step % run_cfg.log_steps == 0 or step == end:
                 recent, recent_s = rates.window_s(window)
                 log.line(
@@ -216,11 +221,14 @@ def _check_weights(s: Session, step: int, ckpt: Any) -> None:
             raise _diverged("a weight is not finite after the update", step, ckpt)
 
 
-def _train_record(st: Any, predicted_step_s: float) -> dict[str, Any]:
-    """metrics.jsonl's fields of one train step (a `StepStats`) next to the predicted one."""
+def _train_record(st: Any, predicted_step_s: float, lr: float, batch: int) -> dict[str, Any]:
+    """metrics.jsonl's fields of one train step (a `StepStats`) next to the predicted one:
+    its learning rate and samples/s (ModelZoo's `local_samples_per_sec`) among them."""
     return {
         "loss": st.loss,
         "grad_norm": st.grad_norm,
+        "lr": lr,
+        "samples_per_s": batch / st.wall_s if st.wall_s > 0 else 0.0,
         "wall_s": st.wall_s,
         "stall_s": st.stall_s,
         "compute_s": st.compute_s,
@@ -236,10 +244,8 @@ def _sparsity_record(fraction: tuple[float, ...] | None) -> dict[str, Any]:
     """metrics.jsonl's sparsity keys: per-layer MLP zero fractions and their mean."""
     if fraction is None:
         return {}
-    return {
-        "mlp_zero_fraction": list(fraction),
-        "mlp_zero_fraction_mean": sum(fraction) / len(fraction),
-    }
+    mean = sum(fraction) / len(fraction)
+    return {"mlp_zero_fraction": list(fraction), "mlp_zero_fraction_mean": mean}
 
 
 def _samples(s: Session) -> list[str]:
@@ -277,21 +283,19 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
     folder = Path(config.runconfig.model_dir)
     with undone_on_error(folder):
         s = Session(config, spec, echo)
+        initial = s.trainer.memx.params  # a restore replaces it (`MemoryX.load_state_tree`)
         ckpt, start, notes = open_checkpoints(s)
     log: Any = NullLog()
     gone: RunFolderGone | None = None
     try:
         run_cfg = config.runconfig
-        end = (
-            run_cfg.max_steps
-            if run_cfg.num_steps is None
-            else min(run_cfg.max_steps, start + run_cfg.num_steps)
-        )
+        end = run_cfg.max_steps if run_cfg.num_steps is None else start + run_cfg.num_steps
+        end = min(end, run_cfg.max_steps)
         primary = is_primary()
         if primary:
             log = _open_log(s, start, echo)
             _save_params(s)
-        result = RunResult(s.dir, start, {})
+        result = RunResult(s.dir, start, {}, restored=s.trainer.memx.params is not initial)
         for note in [*notes, *filter(None, [_eval_note(s)])]:
             log.line(note)
         if start:
@@ -340,18 +344,22 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
 
 
 def _eval_note(s: Session) -> str | None:
-    """The line for `eval_input.eval_steps` past the batches the eval split holds, or None
-    (hunt 70: 100 asked, 4 evaluated, said nowhere). A note, not a refusal: the split's
-    batches are known only once its text is tokenized, not when the config is checked, and
-    the whole split is a sound evaluation (ModelZoo evaluates a whole split too when
-    eval_steps is left out)."""
-    cfg = s.config.eval_input
-    held = len(s.eval_rows) // cfg.batch_size if s.eval_rows is not None else cfg.eval_steps
-    if cfg.eval_steps <= held:
+    """The line saying how many batches each evaluation covers (hunt 72: 4 of 81, unsaid),
+    or None where it evaluates nothing. eval_steps past the split's batches is a note, not a
+    refusal (hunt 70: 100 asked, 4 evaluated, unsaid): the batches are known only once the
+    split is tokenized, and the whole split is a sound evaluation (ModelZoo's default)."""
+    if s.eval_rows is None:
         return None
+    asked, bsz = s.eval_steps_given, s.config.eval_input.batch_size
+    held = len(s.eval_rows) // bsz
+    some = f"batch{'es' * (held != 1)} of {bsz:,}"
+    if asked is None:
+        return f"evaluating {held:,} {some}: the whole eval split (eval_input.eval_steps unset)"
+    if asked <= held:
+        return f"evaluating {asked:,} of {held:,} {some}: eval_input.eval_steps={asked:,}"
     return (
-        f"note: eval_input.eval_steps={cfg.eval_steps:,} but the eval split holds {held:,} "
-        f"batch{'es' * (held != 1)} of {cfg.batch_size:,}; evaluating {held:,}"
+        f"note: eval_input.eval_steps={asked:,} but the eval split holds {held:,} {some}; "
+        f"evaluating {held:,}"
     )
 
 
@@ -388,4 +396,4 @@ def _save_params(s: Session) -> None:
     writes eval/, never the train's file."""
     mode = "eval" if s.config.runconfig.mode == "eval" else "train"
     (s.dir / mode).mkdir(exist_ok=True)
-    (s.dir / mode / f"params_{mode}.yaml").write_text(yaml.safe_dump(s.config.to_dict()))
+    (s.dir / mode / f"params_{mode}.yaml").write_text(yaml.safe_dump(s.settings()))

@@ -19,7 +19,9 @@ what a checkpoint saves (`wse_trainer.resume.open_checkpoints` restores them). A
 that cannot be a writable folder is a ConfigError before any work; what a refused Session
 made (the folder, its tokenizer.json) its caller removes (`run_folder.undone_on_error`).
 `evaluate(s)` is the mean eval loss over the first `eval_steps` batches (all the split holds
-when it holds fewer: the run says so, `wse_trainer.run`).
+when it holds fewer: the run says so, `wse_trainer.run`); eval_steps left out is the whole
+split, as ModelZoo's `run_cstorch_eval` (hunt 72: 4 batches were): the Session's config holds
+it resolved once the split is read, `Session.settings()` what is saved (as given).
 """
 
 from __future__ import annotations
@@ -276,9 +278,13 @@ class Session:
         rows = _rows(self.tok, inp, seq)
         self.iterator = BatchIterator(rows, inp.batch_size, inp.shuffle_seed)
         self.eval_rows: Any = None  # both splits checked against their batch sizes here
+        self.eval_steps_given = config.eval_input.eval_steps  # None: the whole split
         if run_cfg.mode != "train":
-            self.eval_rows = _eval_rows(self.tok, config.eval_input)
-            self.notes += filter(None, [overlap_note(inp, config.eval_input)])  # hunt 71
+            self.eval_rows = _eval_rows(self.tok, ev := config.eval_input)
+            self.notes += filter(None, [overlap_note(inp, ev)])  # hunt 71
+            if ev.eval_steps is None:  # the whole split: what each eval runs, `predicted` prices
+                whole = dataclasses.replace(ev, eval_steps=len(self.eval_rows) // ev.batch_size)
+                self.config = config = dataclasses.replace(config, eval_input=whole)
         self.tok_id = tokenizer_identity(self.tok)
         micro = micro_batch(config, spec, self.model)
         plan = memory.streaming
@@ -325,11 +331,18 @@ class Session:
 
         return {"memx": self.trainer.memx.state_tree(), "rng": jax.random.key_data(self.key)}
 
+    def settings(self) -> dict[str, Any]:
+        """The config as saved (params_<mode>.yaml, each checkpoint's meta): eval_steps as
+        given, so a run whose eval split grows evaluates all of it again."""
+        out = self.config.to_dict()
+        out["eval_input"]["eval_steps"] = self.eval_steps_given
+        return out
+
     def meta(self, step: int) -> dict[str, Any]:
         return {
             "step": step,
             "data": self.iterator.state(),
-            "config": self.config.to_dict(),
+            "config": self.settings(),
             "tokenizer_sha256": self.tok_id,
             "model": dataclasses.asdict(self.model),
         }
@@ -358,14 +371,16 @@ def _eval_rows(tok: Any, cfg: Any) -> Any:
 
 
 def evaluate(s: Session, steps: int | None = None) -> float:
-    """Mean loss over the first `eval_steps` batches of the eval split (fixed order)."""
+    """Mean loss over the first `steps` (else `eval_steps`, else all) batches of the eval
+    split (fixed order)."""
     import numpy as np
 
     cfg = s.config.eval_input
     if s.eval_rows is None:
         s.eval_rows = _eval_rows(s.tok, cfg)
     rows = s.eval_rows
-    n = min(steps or cfg.eval_steps, len(rows) // cfg.batch_size)
+    whole = len(rows) // cfg.batch_size
+    n = min(steps or cfg.eval_steps or whole, whole)
     params = s.trainer.memx.params_tree()
     f = _eval_fn(s.model)
     batches = [rows[i * cfg.batch_size : (i + 1) * cfg.batch_size] for i in range(n)]

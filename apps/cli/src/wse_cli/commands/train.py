@@ -139,7 +139,8 @@ def _print_prediction(console, report, config) -> None:
 def _print_run_prediction(console, config, spec, model, plan) -> None:
     """What the run prices for its mode (hunt 71: an eval run was shown a training step and
     train_and_eval no eval pass): the step where it trains, the run's own eval line
-    (`wse_trainer.predicted.eval_line`) at `eval_steps` batches where it evaluates."""
+    (`wse_trainer.predicted.eval_line`) at `eval_steps` batches where it evaluates (left
+    out: the whole split, its batches known once it is tokenized; one priced, said so)."""
     from wse_trainer.predicted import eval_line
     from wse_trainer.session import predict, stream_rows
 
@@ -148,10 +149,12 @@ def _print_run_prediction(console, config, spec, model, plan) -> None:
         _print_prediction(console, predict(config, spec, model, plan), config)
         _print_streams(console, stream_rows(config, spec, model, plan))
     if mode != "train":
-        line = eval_line(config, spec, model, evals)[0]  # one line, as the run's echo
+        line = eval_line(config, spec, model, evals or 1)[0]  # one line, as the run's echo
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-        console.print(f"  eval batches: eval_input.eval_steps={evals:,}; a run whose eval split "
-                      "holds fewer evaluates those and says so", highlight=False)  # fmt: skip
+        said = (f"eval_input.eval_steps={evals:,}; a run whose eval split holds fewer evaluates "
+                "those and says so") if evals else ("the whole eval split (eval_input.eval_steps "
+                "unset), priced above for one batch: a run says how many it holds")  # fmt: skip
+        console.print(f"  eval batches: {said}", highlight=False)
 
 
 def train(
@@ -356,11 +359,11 @@ def _train(console, config, spec) -> None:
             typer.echo(_interrupted_line(Path(config.runconfig.model_dir)), err=True)
         raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports Ctrl-C
     timed = f" {result.timed}" if result.step_s else ""  # hunt 70: the compile apart
-    echo(
-        f"global step {result.global_step}; {result.tokens_per_s:,.0f} tokens/s{timed}; "
-        f"stalled {100 * result.stall_fraction:.1f}% of the time; model_dir "
-        f"{result.model_dir}"
-    )
+    stall = f"{result.tokens_per_s:,.0f} tokens/s{timed}; stalled {100 * result.stall_fraction:.1f}"
+    said = f"{stall}% of the time" if result.step_s else "no step trained"  # hunt 72: "0 tokens/s"
+    if config.runconfig.mode == "eval" and not result.restored:  # ModelZoo's note, at the end
+        said += "; evaluated randomly initialised weights (no checkpoint found)"
+    echo(f"global step {result.global_step}; {said}; model_dir {result.model_dir}")
     if result.step_s and result.report is not None:  # the predicted step, measured beside
         echo(
             f"step: measured {result.report.measured_wall_s:.4g} s (emulator, this machine,"
