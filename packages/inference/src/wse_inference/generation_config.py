@@ -7,7 +7,10 @@ top_p, repetition_penalty and max_new_tokens (as max_tokens), and do_sample fals
 greedy (temperature 0) as in transformers' `generate` (vLLM ignores do_sample). A value that
 no request may ask (temperature outside [0, 2], top_p outside (0, 1], top_k below -1,
 max_new_tokens below 1, repetition_penalty <= 0, a string) is a `ModelLoadError` naming the
-file; top_k -1 is 0 (off). A missing file is {}; one that cannot be read is refused.
+file; top_k -1 is 0 (off). vLLM reads min_p too: a min_p above 0 is refused at load, naming
+the file and the key, as the server refuses a request's (this engine does not sample with
+it; hunt 72: it was dropped without a word), and min_p 0 (off) is nothing. A missing file is
+{}; one that cannot be read is refused.
 
 `applied_line(defaults, what)` is the one line a command says when they apply (hunt 69:
 they were ignored, so a model whose file says greedy with 3 new tokens sampled 32 tokens at
@@ -63,11 +66,28 @@ def sampling_defaults(folder: Path) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int | float) or not _ok(ok, value):
             raise ModelLoadError(f"{str(path)!r} has {key} {value!r:.40}; it must be {want}")
         out[field] = int(value) if field in ("top_k", "max_tokens") else float(value)
+    _refuse_min_p(path, config.get("min_p"))
     if out.get("top_k") == -1:
         out["top_k"] = 0
     if config.get("do_sample") is False:  # transformers' generate is greedy then
         out["temperature"] = 0.0
     return out
+
+
+def _refuse_min_p(path: Path, value: Any) -> None:
+    """The file's min_p: absent, null or 0 is nothing; any other is a ModelLoadError."""
+    if value is None:
+        return
+    number = not isinstance(value, bool) and isinstance(value, int | float)
+    if not number or not _ok(lambda v: 0 <= v <= 1, value):
+        raise ModelLoadError(
+            f"{str(path)!r} has min_p {value!r:.40}; it must be a number in [0, 1]"
+        )
+    if value > 0:
+        raise ModelLoadError(
+            f"{str(path)!r} has min_p {value}: min_p is not supported by this engine (as a "
+            "request's); set it to 0 or remove it"
+        )
 
 
 def _ok(check: Any, value: int | float) -> bool:

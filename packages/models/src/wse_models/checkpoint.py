@@ -10,13 +10,17 @@ its q/k rows are already permuted by HF's converter into the rotate-half RoPE la
 tensor, a wrong shape, a weight that is not floating point (bool, integer, complex: hunt 64,
 cast silently) or an unexpected tensor is a `CheckpointError` naming it; only
 non-parameter buffers (GPT-2 `attn.bias`/`attn.masked_bias`, `rotary_emb.inv_freq`) and a
-tied `lm_head.weight` are skipped. Nothing is downloaded.
+tied `lm_head.weight` are skipped (one that differs from the embedding is said once on
+stderr: `_tied_head_note`). A quantized folder (GPTQ, AWQ) is refused by its config.json's
+`quantization_config` (`hf_config.checkpoint_dtype`) before a tensor is read. Nothing is
+downloaded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +219,8 @@ def load_params(
         _load_entries(tensors, layer, layer_shapes, per_layer[-1], {"i": i})
     tree["layers"] = jax.tree.map(lambda *xs: np.stack(xs), *per_layer)
     _check_unused(tensors, config)
+    if config.tie_embeddings and "lm_head.weight" in tensors.arrays:
+        _say(_tied_head_note(tensors.arrays["lm_head.weight"], tree["embed"]["tok"]))
     tensors.arrays.clear()  # what was not placed (a tied lm_head)
     dt = jnp.dtype(config.param_dtype)
     return jax.tree.map(lambda x: jnp.asarray(x, dt), tree)
@@ -243,6 +249,45 @@ def _check_unused(tensors: _Tensors, config: ModelConfig) -> None:
         raise CheckpointError(
             f"checkpoint has tensors this {config.arch} config does not use: {extra[:5]}{more}"
         )
+
+
+# Rows of lm_head.weight compared with the embedding at a time: at most this many float64
+# values (32 MiB) held aside, whatever the vocabulary
+_DIFF_VALUES = 2**22
+_said: set[str] = set()
+
+
+def _tied_head_note(head: np.ndarray, embed: np.ndarray) -> str | None:
+    """The line said when config.json ties the embeddings but the checkpoint also holds an
+    lm_head.weight that is not the embedding: the head is the embedding, as vLLM builds it
+    (its Llama and GPT-2 `load_weights` skip lm_head.weight when tied); transformers 5 warns
+    and keeps lm_head.weight instead (hunt 72: it was dropped without a word). None when the
+    two are equal."""
+    why = "the output head is the embedding, as vLLM's (transformers 5 uses lm_head.weight)"
+    if head.shape != embed.shape:
+        return (
+            f"note: config.json's tie_word_embeddings is true: the checkpoint's lm_head.weight "
+            f"(shape {tuple(head.shape)}, the embedding's {tuple(embed.shape)}) is not used; "
+            f"{why}"
+        )
+    rows = max(1, _DIFF_VALUES // max(1, int(np.prod(head.shape[1:]))))
+    diff = 0.0
+    for i in range(0, head.shape[0], rows):
+        a, b = (np.asarray(x[i : i + rows], np.float64) for x in (head, embed))
+        diff = max(diff, float(np.max(np.abs(a - b), initial=0.0)))
+    if diff == 0.0:
+        return None
+    return (
+        f"note: config.json's tie_word_embeddings is true: the checkpoint's lm_head.weight "
+        f"(max |difference| {diff:.3g} from the embedding) is not used; {why}"
+    )
+
+
+def _say(note: str | None) -> None:
+    """`note` on stderr, once per process (as `wse_inference`'s notes of a model folder)."""
+    if note is not None and note not in _said:
+        _said.add(note)
+        print(note, file=sys.stderr, flush=True)
 
 
 def from_pretrained(

@@ -9,7 +9,8 @@ are refused by name, never ignored. The MLP activation (`activation_function` fo
 RoPE is read as transformers 5 resolves it (`_rope`: a non-empty `rope_scaling` wins whole).
 The weights are held in config.json's dtype where it is float32 or bfloat16, float16 and
 float64 in float32 (`checkpoint_dtype`; `dtype_note` is the line a command says so in); any
-other dtype (int8, float8) is refused.
+other dtype (int8, float8) is refused, and so is a quantized checkpoint (config.json's
+`quantization_config`: GPTQ, AWQ), by that key, before its tensors are read.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ HF_ACTIVATIONS = {
     "relu": "relu",
     "relu2": "relu2",
 }
+# LlamaConfig's max_position_embeddings where config.json has none (transformers 4.x and 5)
+_LLAMA_MAX_POSITIONS = 2048
 _HF_NAME = {"gelu": "gelu_new", "silu": "silu", "relu": "relu", "relu2": "relu2"}
 # ModelConfig field -> the config.json key it is read from, per architecture (refusals name
 # the key the file has: `num_hidden_layers`, not `n_layers`)
@@ -169,9 +172,29 @@ def _dtype_key(d: dict[str, Any]) -> tuple[str, Any]:
     return "dtype", "float32"
 
 
+def _refuse_quantized(d: dict[str, Any]) -> None:
+    """A config.json with a `quantization_config` (GPTQ, AWQ, bitsandbytes, fp8, as
+    transformers' `from_pretrained` reads it) is a CheckpointError naming its quant_method:
+    its weights are packed integers (qweight, qzeros, scales) this engine does not unpack.
+    Hunt 72: such a folder was refused by its tensors, "lists 49 tensors ... not this
+    config's checkpoint" or "missing tensor ...q_proj.weight"."""
+    qc = d.get("quantization_config")
+    if qc is None:
+        return
+    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    shown = method if isinstance(method, str) else f"{qc!r:.40}"
+    raise CheckpointError(
+        f"quantized checkpoints (quantization_config: {shown}) are not supported: give the "
+        "dequantized fp16/bf16/fp32 weights"
+    )
+
+
 def checkpoint_dtype(d: dict[str, Any]) -> str:
-    """The dtype the weights of config.json `d` are held in (`_HELD_AS`); a dtype that is no
-    float this engine can hold (int8, float8_e4m3fn, bool, a number) is a CheckpointError."""
+    """The dtype the weights of config.json `d` are held in (`_HELD_AS`); a quantized
+    checkpoint (`_refuse_quantized`) or a dtype that is no float this engine can hold (int8,
+    float8_e4m3fn, bool, a number) is a CheckpointError. Commands call it before a tensor is
+    read (`wse_inference.model_dir.read_weights`)."""
+    _refuse_quantized(d)
     key, name = _dtype_key(d)
     if isinstance(name, str) and name in _HELD_AS:
         return _HELD_AS[name]
@@ -228,7 +251,11 @@ def _rope(d: dict[str, Any]) -> tuple[float, RopeScaling | None]:
     (`convert_rope_params_to_dict`: `rope_scaling or rope_parameters`); rope_theta is that
     object's, else the top-level key's, else 10000. Hunt 69: the two objects were merged key
     by key, so an exported folder's `rope_parameters` (rope_type default) switched off the
-    llama3 `rope_scaling` a user wrote, silently."""
+    llama3 `rope_scaling` a user wrote, silently. A llama3 object without
+    `original_max_position_embeddings` takes config.json's `max_position_embeddings`, as
+    transformers 5 fills it (`RotaryEmbeddingConfigMixin.standardize_rope_params`:
+    `setdefault("original_max_position_embeddings", self.max_position_embeddings)`); hunt 72:
+    8192 was taken, Llama 3's own, and a 128-position model's logits were 8.57 off."""
     params: dict[str, Any] = {}
     for key in ("rope_parameters", "rope_scaling"):  # both checked; the 4.x key wins
         value = d.get(key) or {}
@@ -252,7 +279,7 @@ def _rope(d: dict[str, Any]) -> tuple[float, RopeScaling | None]:
         low_freq_factor=float(params.get("low_freq_factor", 1.0)),
         high_freq_factor=float(params.get("high_freq_factor", 4.0)),
         original_max_position_embeddings=_whole(
-            params.get("original_max_position_embeddings", 8192)
+            params.get("original_max_position_embeddings", _max_positions(d))
         ),
     )
     return theta, scaling
@@ -262,6 +289,11 @@ def _whole(value: Any) -> Any:
     """A whole float as an int (8192.0 -> 8192); anything else as is, for RopeScaling to
     refuse (hunt 63: int() cut 8192.5 to 8192)."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _max_positions(d: dict[str, Any]) -> Any:
+    """config.json's max_position_embeddings, else LlamaConfig's default."""
+    return d.get("max_position_embeddings", _LLAMA_MAX_POSITIONS)
 
 
 def _llama(d: dict[str, Any]) -> dict[str, Any]:
@@ -274,7 +306,7 @@ def _llama(d: dict[str, Any]) -> dict[str, Any]:
         n_layers=d.get("num_hidden_layers", 32), n_heads=heads,
         n_kv_heads=_or_default(d, "num_key_value_heads", heads),
         d_ff=d.get("intermediate_size", 11008),
-        max_seq_len=d.get("max_position_embeddings", 2048),
+        max_seq_len=_max_positions(d),
         norm_eps=d.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
         tie_embeddings=d.get("tie_word_embeddings", False), head_dim=d.get("head_dim"),
         mlp_activation=_activation(d, "hidden_act", "silu"),
@@ -286,6 +318,7 @@ def config_from_hf(
 ) -> ModelConfig:
     """A `ModelConfig` from a parsed HF config.json (param_dtype default: the checkpoint's)."""
     arch = _arch(d)
+    _refuse_quantized(d)
     _check_types(d)
     fields = _gpt2(d) if arch == "gpt2" else _llama(d)
     try:

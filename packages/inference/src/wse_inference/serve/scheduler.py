@@ -261,7 +261,7 @@ class Scheduler:
             return state
         now = time.monotonic()
         h.timing.first_token_s = now
-        a = _Active(h, self._text_stream(h), now)
+        a = _Active(h, self._text_stream(h, prefix.sampling), now)
         first_lp = None if prefix.first_logprob is None else [prefix.first_logprob]
         scored = prefix.prompt_logprobs
         if self._emit(a, [prefix.first_token], first_lp, finished_by_engine=None, prompt=scored):
@@ -372,13 +372,17 @@ class Scheduler:
             self._finish(a.handle, "error", error=message)
         return self.engine.init_decode_state()
 
-    def _text_stream(self, h: RequestHandle) -> TextStream:
+    def _text_stream(self, h: RequestHandle, run: SamplingParams) -> TextStream:
         """The request's detokenizer, decoding from the prompt's last tokens (vLLM's offsets:
-        hunt 70, " hello" lost its space after the prompt with Llama-2's tokenizer)."""
+        hunt 70, " hello" lost its space after the prompt with Llama-2's tokenizer). Its stop
+        ids are those the engine runs the request with (`run`, its `Prefix.sampling`: the
+        request's and, unless ignore_eos, the model's EOS ids, `sampling.with_eos`), so the
+        token that ends the sequence is left out of the text, as vLLM's detokenizer leaves it
+        (hunt 72: a model EOS that is a plain token, the byte tokenizer's, was in the text)."""
         s = h.sampling
         return TextStream(
             self.engine.tokenizer,
             stop=s.stop,
-            stop_token_ids=s.stop_token_ids,
+            stop_token_ids=(*s.stop_token_ids, *run.stop_token_ids),
             prompt_ids=h.prompt_ids,
         )
