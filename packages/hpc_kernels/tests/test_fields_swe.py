@@ -71,12 +71,20 @@ def test_eight_devices_equal_one():
         np.testing.assert_allclose(g1.gather(x), g8.gather(y), rtol=0, atol=2e-6)
 
 
-@pytest.mark.cpu_devices  # a 2 x 4 mesh of CPU devices
-def test_domain_translation_equals_the_plain_run():
-    """The state moved one PE east every step, moved back on the host: bit for bit."""
+@pytest.mark.parametrize("mesh", [(2, 4), (1, 1)])
+def test_domain_translation_equals_the_plain_run(mesh):
+    """The state moved one PE east every step, moved back on the host: bit for bit where the
+    mesh splits the columns over devices (2 x 4). Where one device holds every column (1 x 1)
+    XLA:CPU's FMA contraction depends on where a cell sits in a fused loop (the module
+    docstring of `swe`), and the translated cells sit one column further each step: equal
+    to the tolerance of 1 against 8 devices (`test_eight_devices_equal_one`, the same
+    arithmetic in other fusions; measured 3.6e-7 here, 3 fp32 ulps of h ~ 1)."""
     from wse_hpc.fields.swe import SweConfig, run_swe
 
-    kw = {"steps": 30, "g": 1.0, "mesh_shape": (2, 4)}
+    kw = {"steps": 30, "g": 1.0, "mesh_shape": mesh}
     plain = run_swe(PRESETS["small"], SweConfig(n=12, **kw))
     moved = run_swe(PRESETS["small"], SweConfig(n=12, translate_domain=True, **kw))
-    np.testing.assert_array_equal(plain.h, moved.h)
+    if mesh == (1, 1):
+        np.testing.assert_allclose(moved.h, plain.h, rtol=0, atol=2e-6)
+    else:
+        np.testing.assert_array_equal(plain.h, moved.h)

@@ -32,6 +32,7 @@ import numpy as np
 from jax import lax
 from wse_core import RunReport, WaferSpec
 from wse_core.cost.perf import Phase, Work, serial
+from wse_core.errors import is_finite, require_int, shown_setting
 
 from wse_hpc.cfd_steps import StepFileError, latest_output, read_step, step_case
 from wse_hpc.fields.convection import RbCase, full_temperature, rayleigh_benard, stable_dt
@@ -39,8 +40,9 @@ from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
 from wse_hpc.fields.perf import WORD_BYTES, assumptions, traced_step
 from wse_hpc.fields.vtk import write_vtk
+from wse_hpc.stencil.config import INT32_MAX
 
-__all__ = ["CASES", "CfdConfig", "CfdRun", "latest_output", "run_cfd"]
+__all__ = ["CASES", "CfdConfig", "CfdRun", "check_config", "latest_output", "run_cfd"]
 
 CASES = ("rayleigh-benard", "cavity")
 
@@ -252,10 +254,28 @@ def _restart_file(out_dir: Path | None) -> Path:
     return last
 
 
+def check_config(cfg: CfdConfig) -> None:
+    """FieldError naming the setting, what was given and what is allowed, before anything is
+    built (as `md.run_setup.check_config`; hunt 72: steps 2.5 or True were JAX TypeErrors
+    inside the loop, re inf and a NaN dt were taken); the case's own checks (Ra's range,
+    the step's limit, the grid) follow where the case is built."""
+    require_int("steps", cfg.steps, 0, INT32_MAX, error=FieldError)  # fori_loop's int32 count
+    require_int("output_every", cfg.output_every, 0, INT32_MAX, error=FieldError)
+    for name in ("ra", "pr", "aspect", "re"):
+        if not (is_finite(value := getattr(cfg, name)) and value > 0):
+            raise FieldError(f"{name} must be a positive finite number, got {shown_setting(value)}")
+    if cfg.dt is not None and not (is_finite(cfg.dt) and cfg.dt > 0):
+        raise FieldError(
+            f"dt must be a positive finite number (None: the case's default), got "
+            f"{shown_setting(cfg.dt)}"
+        )
+    if not isinstance(cfg.restart, bool):
+        raise FieldError(f"restart must be True or False, got {shown_setting(cfg.restart)}")
+
+
 def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | None = None):
     """Run the case; see the module docstring."""
-    if cfg.steps < 0 or cfg.output_every < 0:
-        raise FieldError("--steps and --output-every must be >= 0")
+    check_config(cfg)
     last = _restart_file(cfg.out_dir) if cfg.restart else None
     grid, flow, fns, state, kappa = _build(cfg)
     check_dt(cfg, flow.dt)

@@ -130,8 +130,13 @@ class TlrEngine:
         sharding = NamedSharding(self.wafer.mesh, PartitionSpec())
         return jax.device_put(xb, sharding) if sharding.is_fully_addressable else xb
 
+    def _batch(self, x: np.ndarray, n: int, what: str) -> np.ndarray:
+        """x checked and cast as a product takes it (`as_batch`): complex only for a complex
+        operator (hunt 72: `time_matvec` timed a complex x that `matvec` refuses)."""
+        return as_batch(x, n, np.iscomplexobj(np.zeros((), self.op.dtype)), what)
+
     def _run(self, fn, x: np.ndarray, n: int, what: str) -> np.ndarray:
-        xb = as_batch(x, n, np.iscomplexobj(np.zeros((), self.op.dtype)), what)
+        xb = self._batch(x, n, what)
         out = np.asarray(fn(self.bases, self._put(xb)))
         return out.reshape(-1) if np.ndim(x) == 1 else out
 
@@ -145,7 +150,7 @@ class TlrEngine:
 
     def time_matvec(self, x: np.ndarray, repeats: int = 5) -> float:
         """Median wall seconds of one product (x already on the device, compile excluded)."""
-        xb = self._put(as_batch(x, self.op.shape[1], True))
+        xb = self._put(self._batch(x, self.op.shape[1], "x"))
         return median_wall_s(self._matvec, self.bases, xb, repeats=repeats)
 
     def report(
@@ -158,13 +163,23 @@ class TlrEngine:
     ) -> RunReport:
         """Measured next to predicted: the RunReport of this engine's plan and product on
         `systems` wafers (`fill`: each filled with copies of the operator), with the
-        caller's measured wall time of one product (`time_matvec`; None: a prediction)."""
-        return predict(
+        caller's measured wall time of one product (`time_matvec`; None: a prediction).
+        `extra` adds the caller's figures to `report.extra`, after the report's own, none of
+        which it may replace (hunt 72: `kernel="x"` overwrote the kernel that ran): a
+        TlrError names the keys."""
+        report = predict(
             self.wafer,
             self.plan,
             self.op,
             fns=self.fns,
             on=Deployment(systems, fill),
             measured_wall_s=measured_wall_s,
-            extra={"operator": self.op.describe(), "kernel": self.kernel, **extra},
+            extra={"operator": self.op.describe(), "kernel": self.kernel},
         )
+        if clash := sorted(extra.keys() & report.extra.keys()):
+            raise TlrError(
+                f"report(): {', '.join(map(repr, clash))} would replace the report's own "
+                f"figure{'s' if len(clash) > 1 else ''} of that name; give the caller's "
+                "figures other names"
+            )
+        return dataclasses.replace(report, extra={**report.extra, **extra}) if extra else report

@@ -14,8 +14,9 @@ PE (r, c - 1); with `"N"`, the value of PE (r + 1, c).
 Distances are integers >= 1 (not bool) and stay on the grid (`blocks.check_reach`): a zero
 boundary shift or multicast reaches at most the PEs along the axis (all of them already leave
 zeros), a periodic multicast one fewer (the next is the PE's own value come round); a periodic
-shift is a rotation by the distance modulo the axis. Hunt 67: a shift of 10,000 on 4 x 4 built
-its halo block by block for minutes; 2.5 failed in range().
+shift is a rotation by the distance modulo the axis, moved and priced the shorter way round
+(`blocks.rotation`). Hunt 67: a shift of 10,000 on 4 x 4 built its halo block by block for
+minutes; 2.5 failed in range().
 
 Ops: `shift`, `multicast` (the next k PEs downstream all receive a PE's value),
 `multicast_apply` (the multicast consumed where it lands: a function reads each block's values
@@ -75,6 +76,7 @@ __all__ = [
 ]
 
 Direction = Literal["N", "S", "E", "W"]
+_OPPOSITE = {"N": "S", "S": "N", "E": "W", "W": "E"}
 
 
 # -- ops between neighbours ----------------------------------------------------------------
@@ -154,24 +156,25 @@ def shift(
     boundary: Boundary = "zero",
     distance: int = 1,
 ) -> jax.Array:
-    """Move every PE's value `distance` PEs toward `direction` (same shape as x)."""
+    """Move every PE's value `distance` PEs toward `direction` (same shape as x); periodic,
+    the rotation by `distance` mod the axis, moved the shorter way round (`blocks.rotation`)."""
     blk.check_field(wafer, x, "shift")
     _check_boundary(boundary)
-    axis, sign = _direction(direction)
+    axis, _ = _direction(direction)
     block = wafer.block_shape[axis]
-    size = (wafer.rows, wafer.cols)[axis]
     blk.check_reach(wafer, "shift", distance, axis, boundary)
-    # A periodic shift by a whole number of turns is the identity (e.g. a 1-PE ring).
-    d = distance % size if boundary == "periodic" else distance
+    d, back = blk.rotation(wafer, axis, distance, boundary)
+    way = _OPPOSITE[direction] if back else direction
+    if d == 0:  # a whole number of turns (e.g. a 1-PE ring): the identity, nothing moves
+        return x
+    sign = led.DIRECTIONS[way][1]
 
     def on_block(b):
-        if d == 0:
-            return b
         if sign > 0:
             return blk.take(blk.extend(b, wafer, axis, d, 0, boundary), axis, 0, block)
         return blk.take(blk.extend(b, wafer, axis, 0, d, boundary), axis, d, d + block)
 
-    led.record_shift(wafer, direction, led.words_per_pe(x), distance)
+    led.record_shift(wafer, way, led.words_per_pe(x), d)
     return blk.on_blocks(wafer, on_block, x)
 
 
@@ -248,8 +251,7 @@ def sliding_extreme(
     for d in _doubling(width):
         led.record_shift(wafer, direction, words, d)
     if start:
-        other = {"N": "S", "S": "N", "E": "W", "W": "E"}[direction]
-        led.record_shift(wafer, direction if start > 0 else other, words, abs(start))
+        led.record_shift(wafer, direction if start > 0 else _OPPOSITE[direction], words, abs(start))
     return blk.on_blocks(wafer, on_block, x)
 
 
@@ -269,7 +271,8 @@ def halo_apply(
     them), and returns placed fields' blocks. `ghost` cells are added at both ends of the
     first per-PE axis, zero or wrapped within the PE as `boundary` says (a Z column's own
     boundary, read beside the halo; nothing sent). The ledger records what four `shift`s of
-    x record (N, S, W, E, one PE each): no PE receives a diagonal value.
+    x record (N, S, W, E, one PE each; none along a periodic axis of one PE, whose ring
+    wraps onto itself): no PE receives a diagonal value.
 
     Why an op of its own: four shifts are four pads or concatenates that XLA:CPU fuses into
     the consumer as per-element bounds selects, which do not vectorize; fn here reads slices
@@ -292,7 +295,8 @@ def halo_apply(
 
     w = led.words_per_pe(x)
     for direction in ("N", "S", "W", "E"):
-        led.record_shift(wafer, direction, w, 1)
+        if blk.rotation(wafer, led.DIRECTIONS[direction][0], 1, boundary)[0]:
+            led.record_shift(wafer, direction, w, 1)
     return blk.on_blocks(wafer, on_block, x, *fields)
 
 

@@ -7,8 +7,8 @@ fabric calls them. A placed field is split over the mesh in blocks of `wafer.blo
 the block edges, wrapped or zero beyond the grid, padding PEs made safe), `logical_mask` marks
 a block's non-padding PEs, `spanned` keeps the mesh axes a collective must combine over, and
 `check_field` refuses an array that is not a placed field (`check_count` / `check_reach` a
-count or a distance that is not an integer in range). The ledger side of each op lives
-in `wse_core.fabric.ledger`.
+count or a distance that is not an integer in range; `rotation` what a periodic shift
+moves). The ledger side of each op lives in `wse_core.fabric.ledger`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ __all__ = [
     "check_field",
     "check_count",
     "check_reach",
+    "rotation",
 ]
 
 Boundary = Literal["zero", "periodic"]
@@ -125,13 +126,26 @@ def wrap_strip(x, wafer: Wafer, axis: int, first: int, width: int):
     return lax.psum(jnp.where(mine, picked, jnp.zeros_like(picked)), name)
 
 
+def _wrapped(x, wafer: Wafer, axis: int, before: int, after: int):
+    """`extend`'s periodic halos when one is as wide as the logical axis or wider (a 1-PE
+    ring's halo of one is the PE itself): every cell the logical value at its global position
+    modulo the axis, as np.pad(mode="wrap") has it, taken from the whole axis on every device
+    (one psum, `wrap_strip`; the block itself where one device holds the axis)."""
+    _, ndev, block, size = geometry(wafer, axis)
+    full = take(x, axis, 0, size) if ndev == 1 else wrap_strip(x, wafer, axis, 0, size)
+    g = global_index(wafer, axis, -before, before + block + after)
+    return jnp.take(full, g % size, axis=axis)
+
+
 def extend(x, wafer: Wafer, axis: int, before: int, after: int, boundary: Boundary):
     """This block with `before` / `after` halo cells along `axis`; cells outside the logical
-    grid are zero or wrapped, padding inside the block is made safe as well."""
+    grid are zero or wrapped, padding inside the block is made safe as well. A periodic halo
+    may be as wide as the axis or wider (`_wrapped`; hunt 72: a 1-row grid's periodic
+    `halo_apply` was refused though a periodic `shift` accepted it)."""
     _, ndev, block, size = geometry(wafer, axis)
-    if max(before, after) >= size and boundary == "periodic":
-        raise PlacementError(f"a periodic halo of {max(before, after)} needs a grid over {size}")
     periodic = boundary == "periodic"
+    if periodic and max(before, after) >= size:
+        return _wrapped(x, wafer, axis, before, after)
     padded = wafer.padded_shape[axis] != size
     if ndev == 2 and 0 < before <= block and 0 < after <= block:
         halo_before, halo_after = _pair_cells(x, wafer, axis, before, after)
@@ -218,6 +232,21 @@ def check_count(what: str, value: object, low: int) -> None:
     half-width, read by Python's range() and by slicing."""
     if not (is_int(value) and low <= value):  # type: ignore[operator]
         raise WseError(f"{what} must be an integer >= {low}, got {shown_setting(value)}")
+
+
+def rotation(wafer: Wafer, axis: int, distance: int, boundary: str) -> tuple[int, bool]:
+    """(PEs, reversed): how far a shift by `distance` along `axis` moves its values, and
+    whether toward the opposite side. As asked with the zero boundary; periodic, the
+    rotation it performs, d = distance mod the axis's n PEs, the shorter way round (n - d
+    the other way when n - d < d, the asked way on a tie: np.roll(x, d) == np.roll(x, d - n),
+    and `extend` reads the halo on either side), 0 for a whole number of turns: the
+    identity, nothing moves and nothing is recorded (hunt 72: 10,001 on 4 PEs was priced as
+    10,001 hops, a whole turn as 4, a 1-PE ring as one word-hop)."""
+    if boundary != "periodic":
+        return distance, False
+    size = (wafer.rows, wafer.cols)[axis]
+    d = distance % size
+    return (size - d, True) if size - d < d else (d, False)
 
 
 def check_reach(

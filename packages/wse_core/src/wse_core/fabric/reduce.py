@@ -10,6 +10,12 @@ A "max" takes real numbers (floats, signed or unsigned integers): bool and compl
 order it could use (`jnp.max` refuses complex, `lax.pmax` bool), refused at the call with
 the dtype named (hunt 67: both failed in `jnp.iinfo`). A broadcast's source is an integer
 index (True was read as column 1).
+
+A float "max" across devices is differentiable (`_max_across`): `lax.pmax` has no JVP rule
+(hunt 72: `jax.grad` of a max over a multi-device mesh raised NotImplementedError), so the
+forward value is still pmax's and the tangent is `jnp.max`'s rule over the whole group (the
+mean of the tangents at the PEs holding the maximum, ties split evenly across devices as on
+one), through two psums.
 """
 
 from __future__ import annotations
@@ -47,6 +53,40 @@ def _combine(op: ReduceOp, dtype):
     raise WseError(f"unknown reduction {op!r}; use 'sum' or 'max'")
 
 
+def _max_across(wafer: Wafer, grid_axes: tuple[int, ...], spanned: tuple[str, ...], keep: bool):
+    """`block -> max` of a float block's logical PEs over `grid_axes` and across the
+    `spanned` mesh axes (`keep`: keepdims), with `jnp.max`'s JVP rule (JAX's `lax`
+    `_reduce_chooser_jvp_rule`: sum(t * [x == max]) / count([x == max]) over the whole
+    group, padding left out), so that `jax.grad` gives the gradient one device gives."""
+
+    def masked(b: jax.Array) -> tuple[jax.Array, jax.Array]:
+        valid = blk.logical_mask(wafer, b.ndim)
+        return valid, jnp.where(valid, b, _fill(b.dtype, -jnp.inf))
+
+    @jax.custom_jvp
+    def fn(b: jax.Array) -> jax.Array:
+        return lax.pmax(jnp.max(masked(b)[1], axis=grid_axes, keepdims=keep), spanned)
+
+    @fn.defjvp
+    def fn_jvp(primals, tangents):
+        (b,), (t,) = primals, tangents
+        out = fn(b)
+        valid, m = masked(b)
+        at = valid & (m == (out if keep else jnp.expand_dims(out, grid_axes)))
+        ind = at.astype(t.dtype)
+        count = lax.psum(jnp.sum(ind, axis=grid_axes, keepdims=keep), spanned)
+        dot = lax.psum(jnp.sum(t * ind, axis=grid_axes, keepdims=keep), spanned)
+        return out, dot / count
+
+    return fn
+
+
+def _differentiable(op: ReduceOp, x: jax.Array, spanned: tuple[str, ...]) -> bool:
+    """A float max across devices: through `_max_across` (an integer max has no gradient,
+    and over one device `jnp.max` has its own)."""
+    return op == "max" and bool(spanned) and jnp.issubdtype(x.dtype, jnp.floating)
+
+
 def _fill(dtype, fill):
     if fill == 0:
         return jnp.zeros((), dtype)
@@ -82,8 +122,13 @@ def allreduce(
     grid_axes, mesh_axes = _axes_for(axis)
 
     spanned = blk.spanned(wafer, mesh_axes)
+    across = (
+        _max_across(wafer, grid_axes, spanned, True) if _differentiable(op, x, spanned) else None
+    )
 
     def on_block(b):
+        if across is not None:
+            return jnp.broadcast_to(across(b), b.shape)
         masked = jnp.where(blk.logical_mask(wafer, b.ndim), b, _fill(b.dtype, fill))
         part = local(masked, axis=grid_axes, keepdims=True)
         return jnp.broadcast_to(collective(part, spanned) if spanned else part, b.shape)
@@ -126,8 +171,11 @@ def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
     local, collective, fill = _combine(op, x.dtype)
 
     spanned = blk.spanned(wafer, (ROW, COL))
+    across = _max_across(wafer, (0, 1), spanned, False) if _differentiable(op, x, spanned) else None
 
     def on_block(b):
+        if across is not None:
+            return across(b)
         masked = jnp.where(blk.logical_mask(wafer, b.ndim), b, _fill(b.dtype, fill))
         part = local(masked, axis=(0, 1))
         return collective(part, spanned) if spanned else part
