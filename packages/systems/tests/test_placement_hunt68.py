@@ -97,12 +97,17 @@ def _toy_serving(**regions) -> WaferServing:
                         regions=Regions(**regions))  # fmt: skip
 
 
-def test_more_users_never_make_a_round_faster():
+def test_more_users_never_make_a_request_faster():
+    # hunt 72: a load's placement is priced at that load (its request period), no longer by
+    # one user's round, so the round alone may shorten where a placement stops holding the
+    # users (this toy: 63.7 us at 4 users, 56.6 us at 76 and one user); what a reservation
+    # must never buy is a shorter request period
     serve = _toy_serving(layout="compact")
     loads = list(range(1, serve.max_users + 1, 3)) + [serve.max_users]
-    rounds = [serve.round_s(u)[0] for u in loads]
-    # before: 74.9 us a round at 1 user, 53.7 us at 76 (the draft on 2 rows, then 6)
-    assert rounds == sorted(rounds)
+    periods = [serve.point(u).layout["request_period_s"] for u in loads]
+    # before hunt 68: 74.9 us a round at 1 user, 53.7 us at 76 (the draft on 2 rows, then 6)
+    assert periods == sorted(periods)
+    assert serve.round_s(1)[0] <= min(serve.round_s(u)[0] for u in loads)
 
 
 @pytest.mark.parametrize("users", [96, 120])
@@ -192,5 +197,7 @@ def test_kept_placements_equal_a_search_at_every_load(draft, monkeypatch):
     searched = serve()
     assert got == (searched.max_users, points(searched))
     # one search a layout at one user, one where a load outgrows the placement kept (here the
-    # most users); before, one a load and one a probe of max_users (19 and 22 here)
-    assert len(kept_searches) <= 3 < len(searches)
+    # most users); before, one a load and one a probe of max_users (19 and 22 here). A
+    # speculative placement is searched at each load (hunt 72: priced at that load)
+    assert len(kept_searches) <= (3 if draft is None else len(searches)) < len(searches) + 1
+    assert draft is not None or len(kept_searches) < len(searches)

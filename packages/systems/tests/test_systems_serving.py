@@ -247,17 +247,26 @@ def test_wafer_users_are_limited_by_sram_on_a_small_wafer():
         at_users(serve, n + 1)
 
 
-def _own_path(first: float, decode: float, a: float) -> float:
-    """T = first + decode T / (T - a), solved by bisection (an oracle apart from the
-    model's closed form): the others' prompt blocks stall the output (wafer docstring)."""
-    lo, hi = max(a, first + decode), first + decode + a + 1.0
-    for _ in range(200):
+def _own_path(users: int, alone: float, prompt: float, residual: float) -> float:
+    """T = alone + W(T), W the Cobham wait of a prompt at its busiest element with the others'
+    requests at (U - 1) / T (`prompt` their hold there, `residual` their (B^2 + R h^2) / 2),
+    solved by bisection (an oracle apart from the model's closed form)."""
+
+    def wait(t: float) -> float:
+        rate = (users - 1) / t
+        return rate * residual / (1.0 - rate * prompt)
+
+    lo, hi = (users - 1) * prompt * (1 + 1e-12) + 1e-300, alone + 1.0
+    for _ in range(300):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if mid < first + decode * mid / (mid - a) else (lo, mid)
+        lo, hi = (mid, hi) if mid < alone + wait(mid) else (lo, mid)
     return 0.5 * (lo + hi)
 
 
 def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
+    # hunt 72: the output window holds every other user's prompt pass (a convoy: the
+    # policy's decode tokens cannot pass a prompt block), the first token a Cobham wait;
+    # before, the others' prompts stalled a token by their longest hold of one region
     serve = _toy_serving()  # 16 prompt + 16 output tokens a request
     for u in loads(serve.max_users):
         p = serve.point(u)
@@ -267,16 +276,21 @@ def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
         blocks = math.ceil(16 / k)
         own = {n: blocks * prompt.occupancy_s(k)[n] for n in held}
         work = {n: 16 * held[n] + own[n] for n in held}
-        first = prompt.blocks_s(16, k) + (max(held.values()) if u > 1 else 0.0)
-        a = (u - 1) * max(own.values())  # the others' prompts' longest hold, a period
-        path, full = _own_path(first, 16 * latency, a), u * max(work.values())
+        passing = prompt.blocks_s(16, k)
+        tau = max(latency, u * max(held.values()))  # a token in free flow
+        window = 16 * tau + min(u - 1, 16) * max(0.0, passing - tau)
+        slow = max(own, key=own.__getitem__)  # where the prompt is held longest
+        residual = 0.5 * (own[slow] ** 2 + 16 * held[slow] ** 2)
+        path = _own_path(u, passing + window, own[slow], residual) if u > 1 else passing + window
+        full = u * max(work.values())
         period = max(path, full)  # by hand
-        decode = 16 * latency * period / (period - a)
-        assert p.ttft_s == pytest.approx(first if path >= full else period - decode)
+        rate = (u - 1) / period
+        first = passing + rate * residual / (1 - rate * own[slow])
+        assert p.ttft_s == pytest.approx(first if path >= full else period - window)
         assert p.layout["request_period_s"] == pytest.approx(period)
         assert p.aggregate_tokens_per_s == pytest.approx(u * 16 / period)
         assert p.input_tokens_per_s == pytest.approx(p.aggregate_tokens_per_s)  # P = O
-        assert p.user_tokens_per_s == pytest.approx(16 / decode)
+        assert p.user_tokens_per_s == pytest.approx(16 / window)
         busiest = max(work, key=work.__getitem__)
         assert p.input_time_share == pytest.approx(own[busiest] / work[busiest])
         if path >= full:

@@ -145,6 +145,10 @@ class Pipeline:
     max_block_tokens: int  # the largest prompt block whose activations fit every region
     # per element (meshgemv): the largest block whose MeshGEMMs fit its region (none: 0)
     gemm_tokens: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # what a block of k tokens holds and the passes priced so far, by their arguments (hunt
+    # 72: a load's speculative placements priced every block size; not copied by `replace`,
+    # whose caps change them)
+    _memo: dict = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
 
     def _held_s(self, name: str, priced: _Priced, tokens: int, latency: bool = True) -> float:
         fits = tokens <= self.gemm_tokens.get(name, 0)
@@ -167,15 +171,21 @@ class Pipeline:
 
     def occupancy_s(self, tokens: int = 1) -> dict[str, float]:
         """Seconds each element is held by a block of `tokens` tokens."""
-        return {
-            name: self._held_s(name, p, tokens, latency=region)
-            for name, region, p in self.elements
-        }  # fmt: skip
+        key = ("held", tokens)
+        if key not in self._memo:
+            self._memo[key] = {
+                name: self._held_s(name, p, tokens, latency=region)
+                for name, region, p in self.elements
+            }  # fmt: skip
+        return dict(self._memo[key])
 
     def bottleneck(self, tokens: int = 1) -> tuple[str, float]:
-        occ = self.occupancy_s(tokens)
-        name = max(occ, key=occ.__getitem__)
-        return name, occ[name]
+        key = ("bottleneck", tokens)
+        if key not in self._memo:
+            occ = self.occupancy_s(tokens)
+            name = max(occ, key=occ.__getitem__)
+            self._memo[key] = name, occ[name]
+        return self._memo[key]
 
     def block_sizes(self) -> list[int]:
         """The prompt block sizes tried: powers of two up to what fits, and that."""
@@ -186,15 +196,19 @@ class Pipeline:
         """Seconds of `n_tokens` of one user in blocks of `block` (at most `n_tokens`):
         the first block through every element, the rest one bottleneck time apart."""
         k = min(block, n_tokens)
-        fill = sum(self._held_s(name, p, k) for name, _, p in self.elements)
-        return fill + (math.ceil(n_tokens / k) - 1) * self.bottleneck(k)[1]
+        if ("fill", k) not in self._memo:
+            self._memo["fill", k] = sum(self._held_s(name, p, k) for name, _, p in self.elements)
+        return self._memo["fill", k] + (math.ceil(n_tokens / k) - 1) * self.bottleneck(k)[1]
 
     def pass_s(self, n_tokens: int) -> tuple[float, int, float]:
         """(seconds, block size, bottleneck seconds) of `n_tokens` of one user in the
         blocks that finish soonest."""
-        k = min(self.block_sizes(), key=lambda b: (self.blocks_s(n_tokens, b), b))
-        k = min(k, n_tokens)
-        return self.blocks_s(n_tokens, k), k, math.ceil(n_tokens / k) * self.bottleneck(k)[1]
+        if ("pass", n_tokens) not in self._memo:
+            k = min(self.block_sizes(), key=lambda b: (self.blocks_s(n_tokens, b), b))
+            k = min(k, n_tokens)
+            slowest = math.ceil(n_tokens / k) * self.bottleneck(k)[1]
+            self._memo["pass", n_tokens] = (self.blocks_s(n_tokens, k), k, slowest)
+        return self._memo["pass", n_tokens]
 
 
 def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=None) -> Pipeline:

@@ -1,12 +1,49 @@
 """One request on a wafer pipeline: what it holds each element for, and its times.
 
 Contract. `RequestWork` is one request of `wse_systems.serving.wafer.WaferServing` (built by
-its `request(users, block)`; the policy and the arithmetic are that module's docstring):
-the seconds it holds each pipeline element for (prompt and output, and the prompt's part),
-its prompt's pass, its decode alone and its wait at the bottleneck. `times(users)` is its
-first token, output window and period at `users` in flight (`wse_systems.serving.frontier.
-RequestTimes`, the GPUs' arithmetic too) and `point(users, workload, **layout)` the
+its `request(users, block)`; the policy is that module's docstring): the seconds it holds
+each pipeline element for (prompt and output, and the prompt's part), its prompt's pass, its
+decode alone and the decode units (tokens, or speculative rounds) it takes. `times(users)` is
+its first token, output window and period at `users` in flight (`wse_systems.serving.
+frontier.RequestTimes`, the GPUs' arithmetic too) and `point(users, workload, **layout)` the
 operating point they give.
+
+The times under the policy (each element serves one item at a time; prompt blocks go ahead
+of decode items, first come first served within each class; U users in a closed loop):
+
+- the output window D (hunt 72: the busiest element was taken never to idle; a
+  discrete-event run of the policy served Llama 3 8B at 64 users with 1,024-token blocks
+  38% of the output priced, at 16 users with the 32-token blocks chosen 80%). A decode unit
+  alone takes tau1 = decode_s / R (R units a request); U users' units cross the busiest
+  element one at a time, so in free flow a unit takes tau = max(tau1, U h*), h* that
+  element's hold per unit. A prompt block holds an element far longer than a decode item
+  and cannot be passed (prompts first, no preemption): a decode item that enters the
+  pipeline while another user's prompt is in it trails the prompt's last block element
+  after element and leaves when it leaves (a convoy). Each other user's prompt therefore
+  freezes this user's output for its pass L (`prompt_s`) less the item already ahead of
+  it: D = R tau + N (L - e tau)+, e the share of a unit its shortest item takes (1;
+  speculation: a draft token or the round's verify pass, whichever is shorter), N =
+  min(U - 1, R n) for n items a unit (an item is frozen once at most: past R n other
+  prompts, passes overlap and each item waits about L). A bound, the least output over the
+  users' phases (a run with the users evenly spaced attains it while the passes fit
+  apart): passes that overlap freeze less (the later prompt's blocks pipeline behind the
+  earlier's), and the closed loop overlaps them (the users a convoy releases finish
+  together and send their prompts together) by an amount the users' starting phases set (a
+  run settles in a cycle that keeps it). At the blocks the bound chooses (short passes,
+  prompts bound by the busiest element) it is a few percent below a run; at long blocks
+  far below (tests/test_serving_queueing_hunt72.py);
+- the first token: the prompt's pass plus its wait at the element its prompt holds
+  longest, the highest class of a non-preemptive priority queue (Cobham, "Priority
+  assignment in waiting line problems", 1954; Kleinrock, Queueing Systems vol. II, 1976,
+  ch. 3): W = W0 / (1 - rho), W0 = X' (B^2 + R h^2) / 2 the others' mean residual work there
+  (a prompt of B = its blocks' hold, R units of h), rho = X' B, the others' requests at
+  X' = X (U - 1) / U (the arrival theorem of closed networks, an arrival seeing the network
+  without itself: Lavenberg & Reiser 1980, Sevcik & Mitrani 1981), X = U / period: a fixed
+  point, a quadratic in X. Nothing at one user. An estimate (arrivals at random): the
+  closed loop's bunched prompts wait longer (runs of Llama 3 8B: 1.7x the wait at 16 users,
+  5x at 64);
+- the period max(first token + D, U max_j W_j): the own path, or the busiest element full
+  (every user's whole request through it once; then a new request waits to be admitted).
 """
 
 from __future__ import annotations
@@ -14,47 +51,113 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from wse_systems.serving.frontier import OperatingPoint, RequestTimes, Workload
+from wse_systems.serving.frontier import OperatingPoint, RequestTimes, Speculation, Workload
 
-__all__ = ["RequestWork"]
+__all__ = ["Pipes", "RequestWork", "request_work"]
+
+
+class Pipes(NamedTuple):
+    """A placement's priced pipelines (`wse_systems.serving.blocks.Pipeline`): the target's
+    and the draft's (None without one) for a decode token and for the prompt (a KV read of
+    half the prompt), and its decode unit alone (seconds; a token, or a round) with the
+    seconds it holds each element (the draft's named "draft ...")."""
+
+    target: Any
+    draft: Any
+    target_prompt: Any
+    draft_prompt: Any
+    unit_s: float
+    unit_held_s: Mapping[str, float]
+
+
+def request_work(
+    workload: Workload, block: int, pipes: Pipes, speculation: Speculation | None = None
+) -> RequestWork:
+    """One request on `pipes`, its prompt in blocks of `block` tokens (at most the prompt):
+    ceil(P / k) blocks on each model's prompt pipeline, the draft's alongside (the prompt's
+    pass: the longer), then O / E units (`wse_systems.serving.wafer`'s policy)."""
+    rounds = workload.output_tokens / (speculation.tokens_per_round if speculation else 1.0)
+    p, k = workload.prompt_tokens, min(block, workload.prompt_tokens)
+    blocks = math.ceil(p / k)
+    prompt = {n: blocks * s for n, s in pipes.target_prompt.occupancy_s(k).items()}
+    prompt_s = pipes.target_prompt.blocks_s(p, k)
+    if pipes.draft_prompt is not None:  # the draft reads the prompt on its own rows
+        prompt |= {f"draft {n}": blocks * s for n, s in pipes.draft_prompt.occupancy_s(k).items()}
+        prompt_s = max(prompt_s, pipes.draft_prompt.blocks_s(p, k))
+    held = pipes.unit_held_s
+    total = {n: rounds * held.get(n, 0.0) + prompt.get(n, 0.0) for n in dict(held) | prompt}
+    items: dict[str, Any] = {}
+    if speculation is not None and pipes.draft is not None:  # drafts, then the verify pass
+        verify_s = pipes.target.pass_s(speculation.gamma + 1)[0]
+        items = dict(entries=speculation.gamma + 1, entry_s=min(pipes.draft.token_s, verify_s))
+    return RequestWork(block=k, held_s=total, prompt_held_s=prompt, prompt_s=prompt_s,
+                       decode_s=rounds * pipes.unit_s, units=rounds, **items)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RequestWork:
     """One request on the pipeline (seconds): what it holds each element for, prompt and
     output together (`held_s`) and its prompt's part, its prompt pass and its decode alone,
-    and the wait for the item under way at the bottleneck (none at one user)."""
+    in `units` decode units (output tokens, or speculative rounds)."""
 
     block: int
     held_s: Mapping[str, float]
     prompt_held_s: Mapping[str, float]
     prompt_s: float
     decode_s: float
-    wait_s: float
-
-    @property
-    def ttft_s(self) -> float:
-        return self.wait_s + self.prompt_s
+    units: float
+    entries: int = 1  # a unit's items entering the pipelines one after another
+    entry_s: float | None = None  # its shortest one alone (None: the unit)
 
     def bottleneck(self) -> tuple[str, float]:
         name = max(self.held_s, key=self.held_s.__getitem__)
         return name, self.held_s[name]
 
-    def stall_s(self, users: int) -> float:
-        """a: the other users' prompts' longest hold of one element, per period (the
-        module `wse_systems.serving.wafer`)."""
-        return (users - 1) * max(self.prompt_held_s.values(), default=0.0)
+    def unit_s(self, users: int) -> float:
+        """tau: a decode unit in free flow, alone or one at a time through the busiest
+        element with `users` in flight."""
+        per_unit = max(w - self.prompt_held_s.get(n, 0.0) for n, w in self.held_s.items())
+        return max(self.decode_s, users * per_unit) / self.units
+
+    def window_s(self, users: int) -> float:
+        """D: the output window with every other user's prompt convoy in it (the module)."""
+        tau, alone = self.unit_s(users), self.decode_s / self.units
+        share = 1.0 if self.entry_s is None else self.entry_s / alone  # e <= 1 / entries
+        frozen = min(users - 1, self.units * self.entries)
+        if self.prompt_s <= share * tau:
+            return self.units * tau
+        # R tau + N (L - e tau), as (R - N e) tau + N L: R L exactly where every item waits
+        return (self.units - frozen * share) * tau + frozen * self.prompt_s
+
+    def first_s(self, users: int, period_s: float) -> float:
+        """The first token at a request period: the prompt's pass and its wait (the module)."""
+        if users == 1:
+            return self.prompt_s
+        rate = (users - 1) / period_s  # the others' requests a second
+        big, small, residual = self._prompt_element()
+        return self.prompt_s + rate * residual / (1.0 - rate * big)
+
+    def _prompt_element(self) -> tuple[float, float, float]:
+        """(B, h, (B^2 + R h^2) / 2) at the element the prompt holds longest."""
+        name = max(self.prompt_held_s, key=self.prompt_held_s.__getitem__)
+        big = self.prompt_held_s[name]
+        small = (self.held_s[name] - big) / self.units
+        return big, small, 0.5 * (big * big + self.units * small * small)
 
     def times(self, users: int) -> RequestTimes:
-        """First token admitted at once, the output window with the others' prompt stalls
-        at the period, and the capacity (`wse_systems.serving.wafer`'s docstring)."""
-        a, first, capacity = self.stall_s(users), self.ttft_s, users * self.bottleneck()[1]
-        s = first + self.decode_s + a  # the own path: T^2 - s T + first a = 0, larger root
-        period = max(0.5 * (s + math.sqrt(s * s - 4.0 * first * a)), capacity)
-        stalls = self.decode_s * a / (period - a)  # = D - O T1: never below 0, 0 alone
-        return RequestTimes(ttft_s=first, decode_s=self.decode_s + stalls, capacity_s=capacity)
+        """The first token, the output window and the capacity (the module)."""
+        window, capacity = self.window_s(users), users * self.bottleneck()[1]
+        own = self.prompt_s + window  # U / X at the fixed point, below
+        if users > 1:
+            q = (users - 1) / users
+            big, _, residual = self._prompt_element()
+            a, b = q * (residual - big * own), own + users * q * big
+            rate = 2.0 * users / (b + math.sqrt(max(0.0, b * b + 4.0 * a * users)))  # X, own path
+            own = users / rate
+        first = self.first_s(users, max(own, capacity))
+        return RequestTimes(ttft_s=first, decode_s=window, capacity_s=capacity)
 
     def period_s(self, users: int) -> float:
         """A user's request period (`RequestTimes.period_s`)."""
@@ -70,6 +173,8 @@ class RequestWork:
             users, workload, input_time_share=self.prompt_held_s.get(name, 0.0) / work,
             bound="pipeline latency" if times.latency_bound else f"region {name}",
             layout={**layout, "bottleneck_s_per_request": work, "prompt_block_tokens": self.block,
-                    "decode_alone_s": self.decode_s,
-                    "decode_stalls_s": times.decode_s - self.decode_s},
+                    "prompt_pass_s": self.prompt_s, "decode_alone_s": self.decode_s,
+                    "decode_stalls_s": times.decode_s - self.decode_s,
+                    "output_bound": "conservative: each other user's prompt convoy falls in "
+                    "the output window alone (wse_systems.serving.request)"},
         )  # fmt: skip

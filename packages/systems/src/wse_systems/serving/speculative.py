@@ -4,10 +4,10 @@ Contract. `place_speculative(target, draft, spec, num_wafers=, context_len=,
 round=RoundSetup(gamma, kv_tokens, price), slots=, param_bytes=ParamBytes(target=, draft=),
 regions=Regions(...))` is the one placement of draft-and-verify decoding: the draft takes
 some PE rows of every wafer (its own `plan_pipeline` on those rows), the target the rest of
-each wafer, the split and each model's head rows those that price the round shortest (hunt
-68: not the fewest rows by bytes; see it); -> (target plan, draft plan), `PipelinePlanError`
+each wafer, the split and each model's head rows those that price the round period of its
+`slots` users shortest (hunt 68: not the fewest rows by bytes; hunt 72: at the load, not one
+user; see it); -> (target plan, draft plan), `PipelinePlanError`
 when they do not fit together (`fewest_draft_rows` says so alone, without pricing).
-`kept_speculative` carries a placement to more users where it stays the search's choice.
 `speculative_round(target, target_plan, draft, draft_plan, gamma=, kv_tokens=)` is one round
 (a `Round`): gamma draft decode tokens one after another, then the target's pass over
 gamma + 1 tokens in the prompt blocks that finish soonest (`wse_systems.serving.blocks.
@@ -46,32 +46,37 @@ from wse_systems.pipeline import (
     plan_pipeline,
 )
 from wse_systems.serving.blocks import Pipeline, price_pipeline
-from wse_systems.token import fastest_plan, head_rows_ladder, kept_plan, ladder_plans
+from wse_systems.token import fastest_plan, head_rows_ladder, ladder_plans
 
 __all__ = [
     "ParamBytes",
     "PriceFn",
+    "LoadFn",
     "RoundSetup",
     "Round",
     "block_phases",
     "GRID_STEP",
     "fewest_draft_rows",
-    "kept_speculative",
     "place_speculative",
+    "round_held",
     "speculative_round",
 ]
 
 PriceFn = Callable[[Any, PipelinePlan], Pipeline]  # (config, plan) -> its priced pipeline
+LoadFn = Callable[[PipelinePlan, PipelinePlan], float]  # (target, draft) plans -> seconds
 
 
 class RoundSetup(NamedTuple):
     """The round a speculative placement is priced for: `gamma` drafts a round, `kv_tokens`
     cached tokens read, `price(config, plan)` a plan's `Pipeline` (None: `price_pipeline` at
-    `kv_tokens`; the serving model passes its own)."""
+    `kv_tokens`; the serving model passes its own), `load(target plan, draft plan)` the
+    seconds a placement is ranked by at its load (the serving model: a user's request
+    period at its `slots` users; None: the round period of `slots` users)."""
 
     gamma: int
     kv_tokens: int
     price: PriceFn | None = None
+    load: LoadFn | None = None
 
 
 # The ratio between the row counts of `place_speculative`'s grid (the draft's rows, each
@@ -155,9 +160,12 @@ def place_speculative(
     """(target plan, draft plan): of the draft's PE rows of each wafer on the grid's ladder
     (`head_rows_ladder(spec, step=GRID_STEP)`, below the wafer's rows), the target on the
     rest, and each model's head rows on the same ladder of its rows
-    (`wse_systems.token.ladder_plans`), the placement that holds both and whose round of
-    `gamma` drafts and the target's pass over gamma + 1 tokens (`kv_tokens` cached tokens
-    read) prices shortest (a tie keeps the fewer rows). None holds them: the draft on its
+    (`wse_systems.token.ladder_plans`), the placement that holds both and whose round
+    period with `slots` users in flight prices shortest: its round (`gamma` drafts and the
+    target's pass over gamma + 1 tokens, `kv_tokens` cached tokens read), or `slots` rounds
+    through the element a round holds longest, one at a time, whichever is longer; then the
+    shorter round, then the fewer rows (at one user: the shortest round, the fastest plan of
+    each model on its rows). None holds them: the draft on its
     fewest rows (`fewest_draft_rows`, whose error comes first when nothing does), each model
     placed fastest there (`wse_systems.token.fastest_plan`). `regions` are the target's (the
     draft's: one per layer, laid out and priced as the target's); `price(config, plan)`
@@ -174,8 +182,11 @@ def place_speculative(
     wafer's, the same for every reservation, and is priced by its regions, so a larger
     reservation leaves the same or fewer and its round is never shorter (exactly while one
     holds them, the stages hold equal layers and the verify pass's blocks are not cut by free
-    SRAM, `blocks.max_block_tokens`)."""
-    gamma, kv_tokens, price = round
+    SRAM, `blocks.max_block_tokens`). Why the load (hunt 72): with many users the round
+    period is set by the busiest element's holds, not the round's latency, and the one
+    user's placement served 8% less at 16-64 users (Llama 3 8B with 3.2 1B, gamma 4: the
+    draft on 256 rows; at 16 users and more, 128)."""
+    gamma, kv_tokens, price, load = round
     lo = fewest_draft_rows(target, draft, spec, num_wafers=num_wafers, context_len=context_len,
                            slots=slots, param_bytes=param_bytes, regions=regions)  # fmt: skip
     price = price or (lambda c, p: price_pipeline(c, p, kv_tokens=kv_tokens))
@@ -183,42 +194,53 @@ def place_speculative(
     tkw = dict(kw, regions=regions, bytes_per_param=param_bytes.target)
     dkw = dict(kw, regions=_draft_regions(regions), bytes_per_param=param_bytes.of_draft)
 
-    # each plan priced once: a placement's round reads the seconds its choice priced
-    verify_s = once_per_plan(lambda plan: price(target, plan).pass_s(gamma + 1)[0])
-    draft_s = once_per_plan(lambda plan: price(draft, plan).token_s)
+    # each plan priced once: (seconds of its part of a round, its longest hold of one
+    # element a round); a placement's round reads what its choice priced
+    verify = once_per_plan(lambda plan: _verify_part(price(target, plan), gamma))
+    drafting = once_per_plan(lambda plan: _draft_part(price(draft, plan), gamma))
 
-    best: tuple[float, PipelinePlan, PipelinePlan] | None = None
+    best: tuple[tuple[float, float], PipelinePlan, PipelinePlan] | None = None
     for rows in head_rows_ladder(spec, step=GRID_STEP)[:-1]:
         # the draft first (the smaller model): on rows that cannot hold it, the target's
         # placements are not planned; nothing is priced until both hold
         drafts = ladder_plans(draft, spec.replace(pe_rows=rows), step=GRID_STEP, **dkw)
         rest = spec.replace(pe_rows=spec.pe_rows - rows)
         targets = ladder_plans(target, rest, step=GRID_STEP, **tkw) if drafts else []
-        if targets:
-            t, d = min(targets, key=verify_s), min(drafts, key=draft_s)
-            round_s = gamma * draft_s(d) + verify_s(t)
-            best = (round_s, t, d) if best is None or round_s < best[0] else best
+        # each model's plans fastest first (a tie keeps the fewer head rows): at one user the
+        # pair of the two fastest, as each model alone chooses
+        pairs = [(t, d) for t in sorted(targets, key=lambda p: verify(p)[0])
+                 for d in sorted(drafts, key=lambda p: drafting(p)[0])]  # fmt: skip
+        if pairs:
+            key, t, d = min(
+                (((load(t, d), verify(t)[0] + drafting(d)[0]) if load else
+                  _period(verify(t), drafting(d), slots), t, d) for t, d in pairs),
+                key=lambda c: c[0],
+            )  # fmt: skip
+            best = (key, t, d) if best is None or key < best[0] else best  # a tie: fewer rows
     if best is not None:
         return best[1], best[2]
-    return (fastest_plan(target, spec.replace(pe_rows=spec.pe_rows - lo), verify_s, **tkw),
-            fastest_plan(draft, spec.replace(pe_rows=lo), draft_s, **dkw))  # fmt: skip
+    rest, rows_of_draft = spec.replace(pe_rows=spec.pe_rows - lo), spec.replace(pe_rows=lo)
+    return (fastest_plan(target, rest, lambda p: verify(p)[0], **tkw),
+            fastest_plan(draft, rows_of_draft, lambda p: drafting(p)[0], **dkw))  # fmt: skip
 
 
-def kept_speculative(
-    target: Any, draft: Any, spec: WaferSpec, plans: tuple[PipelinePlan, PipelinePlan], *,
-    slots: int,
-) -> tuple[PipelinePlan, PipelinePlan] | None:  # fmt: skip
-    """`plans`, a `place_speculative` choice on `spec`, for `slots` users: each model's
-    placement kept (`wse_systems.token.kept_plan` on the grid's ladder), when the draft's
-    rows are the grid's; else None. For more users than `plans` hold it is
-    `place_speculative`'s choice for them (kept_plan's argument over the whole grid; the
-    verify pass priced on each plan's free SRAM)."""
-    target_plan, draft_plan = plans
-    if draft_plan.spec.pe_rows not in head_rows_ladder(spec, step=GRID_STEP)[:-1]:
-        return None
-    kept = (kept_plan(target, target_plan, slots=slots, step=GRID_STEP),
-            kept_plan(draft, draft_plan, slots=slots, step=GRID_STEP))  # fmt: skip
-    return None if kept[0] is None or kept[1] is None else (kept[0], kept[1])
+def _period(verify: tuple[float, float], drafting: tuple[float, float], users: int):
+    """(a user's round period with `users` in flight, its round alone): the round, or each
+    user's round through the element held longest one at a time (`RequestWork.unit_s`)."""
+    round_s = verify[0] + drafting[0]
+    return max(round_s, users * max(verify[1], drafting[1])), round_s
+
+
+def _verify_part(target: Pipeline, gamma: int) -> tuple[float, float]:
+    """The target's pass over gamma + 1 tokens (`Pipeline.pass_s`) and its longest hold of
+    one element (`Round.held_s`'s)."""
+    seconds, k, _ = target.pass_s(gamma + 1)
+    return seconds, math.ceil((gamma + 1) / k) * target.bottleneck(k)[1]
+
+
+def _draft_part(draft: Pipeline, gamma: int) -> tuple[float, float]:
+    """gamma draft tokens one after another, and their longest hold of one element."""
+    return gamma * draft.token_s, gamma * draft.bottleneck(1)[1]
 
 
 def _draft_regions(regions: Regions) -> Regions:
@@ -299,6 +321,13 @@ def speculative_round(
     )  # fmt: skip
     phases = serial(dataclasses.replace(draft_step, name="draft", repeat=gamma), verify,
                     name="round")  # fmt: skip
-    held = {name: math.ceil(n / k) * s for name, s in tpipe.occupancy_s(k).items()}
-    held |= {f"draft {name}": gamma * s for name, s in dpipe.occupancy_s(1).items()}
-    return Round(phases, model.evaluate(phases).seconds, held, k)
+    return Round(phases, model.evaluate(phases).seconds, round_held(tpipe, dpipe, gamma), k)
+
+
+def round_held(target: Pipeline, draft: Pipeline, gamma: int) -> dict[str, float]:
+    """The seconds a round holds each element: the target's pass over gamma + 1 tokens in
+    its blocks (`Pipeline.pass_s`), the draft's gamma tokens (named "draft ...")."""
+    n = gamma + 1
+    k = target.pass_s(n)[1]
+    held = {name: math.ceil(n / k) * s for name, s in target.occupancy_s(k).items()}
+    return held | {f"draft {name}": gamma * s for name, s in draft.occupancy_s(1).items()}

@@ -5,9 +5,9 @@ Contract. `WaferServing(config, spec, num_wafers=n, workload=w)` is a `ServingSy
 (`wse_systems.serving.frontier`). For `users` in flight it plans the model with
 `wse_systems.token.fastest_plan(..., context_len=w.held_tokens, slots=users)` (the head's rows,
 `layout["head_rows"]`, and by default (`layout=None`) banded or compact regions,
-`layout["layout"]`, that price one user's token shortest): the plan object the pipelined engine
-runs, where every region holds its layers' weights, each user's KV cache for those layers and each
-user's activations, declared in the wafer's SRAM ledger; a load keeps the placement of fewer
+`layout["layout"]`, that price one user's token shortest; speculation: below): the plan the
+pipelined engine runs, every region holding its layers' weights, each user's KV cache for those
+layers and activations, declared in the wafer's SRAM ledger; a load keeps the placement of fewer
 users where it is the search's choice too (`wse_systems.token.kept_plan`). The most users that
 fit (`max_users`) is where that plan stops fitting (the regions by bytes, as the search's);
 `budget()` states the per-PE budget of the fullest region; more users are refused with its
@@ -32,41 +32,40 @@ passes between wafers). The pipeline:
   takes sum_j b_j(k) + (ceil(P / k) - 1) max_j b_j(k) (`Pipeline.blocks_s`); k is at most
   what the regions' free SRAM holds (`Pipeline.block_sizes`: powers of two up to that);
 - whole requests (`RequestWork`), the policy: each user sends a request of P prompt and O
-  output tokens, then the next (sent as the last completes); prompt blocks go ahead of
-  decode tokens at every element, first come first served. A request holds element j for
-  W_j = O h_j + ceil(P / k) b_j(k); alone it takes its first token's time (the prompt's
-  pass) plus O T1. Its first token at load U, admitted at once: the prompt's pass plus the
-  item under way at the busiest element (nothing at one user);
-- its output as the user sees it, from the first token to the last (hunt 66: the other users'
-  prompts never slowed it, so per-user speed rose with the load): the user's tokens follow
-  one another through the pipeline, and a prompt block of another user (it goes first)
-  holds an element for b_j(k), during which the token cannot cross it. Each of the
-  (U - 1) ceil(P / k) blocks per period T that falls in the user's output window D stalls
-  the token for the block's longest hold, B = max_j ceil(P / k) b_j(k) per prompt (the
-  stalls at the other elements overlap the token's own path: a lower bound on the
-  interference), so D = O T1 T / (T - a), a = (U - 1) B (`RequestWork.times`);
+  output tokens, then the next (sent as the last completes); each element serves one item
+  at a time, prompt blocks ahead of decode items (no preemption), first come first served
+  within each. A request holds element j for W_j = O h_j + ceil(P / k) b_j(k); alone it
+  takes its prompt's pass L plus O T1;
+- its output window D (first token to last; hunt 72: the busiest element was taken never
+  to idle, and runs of the policy served 38-62% of the priced output at 16-64 users with
+  1,024-token blocks): a decode token entering the pipeline behind another user's prompt
+  trails its last block element by element (a convoy), so each other user's prompt freezes
+  the output for its pass less the token ahead; D = O tau + min(U - 1, O) (L - tau)+, tau =
+  max(T1, U max_j h_j) a token in free flow (`RequestWork.window_s`): the least output over
+  the users' phases (passes that overlap freeze less), a bound named in the point
+  (`layout["output_bound"]`), a few percent below a discrete-event run of the policy at the
+  blocks it chooses, far below at long blocks (`RequestWork`); per-user speed O / D;
+- its first token: the prompt's pass and its wait as the highest class of a non-preemptive
+  priority queue where its prompt is held longest (Cobham 1954; `RequestWork.first_s`);
 - the period (`wse_systems.serving.frontier.RequestTimes`, the GPUs' arithmetic too): the
-  request's own path, first token + D (T^2 - (first token + O T1 + a) T + first token a = 0),
-  or U max_j W_j when the busiest element, serving one item at a time, is full; then a new
-  request waits to be admitted until it has room, and that wait is part of its first token.
-  Aggregate output U O / period, input U P / period, per-user speed O / D, and the block size
-  k is the one with the most output at that load (then the first token soonest). The
+  request's own path, first token + D, or U max_j W_j when the busiest element is full;
+  then a new request waits to be admitted until it has room, and that wait is part of its
+  first token. Aggregate output U O / period, input U P / period; the block size k is the
+  one with the most output at that load by this bound (then the first token soonest). The
   prompts' share of the time (`input_time_share`, for $/M input tokens) is their share of
-  the busiest element's W at every load (hunt 66: the latency-bound side used the pass
-  times, and the price split jumped 3-4.5x where the bound changed);
-- speculation (`Speculation`): the one placement and round of
-  `wse_systems.serving.speculative` (the draft on the PE rows of every wafer, the target on
-  the rest, that price the round shortest; a round is gamma draft tokens one after another
-  then the target's pass over gamma + 1 tokens in blocks as a prompt), emitting
-  E = (1 - a^(g+1)) / (1 - a) tokens; with U users a request takes O / E rounds, each
-  holding the draft's elements and the target's.
+  the busiest element's W at every load (hunt 66);
+- speculation (`Speculation`): the placement and round of `wse_systems.serving.speculative`
+  (the draft on the PE rows of every wafer, the target on the rest; a round is gamma draft
+  tokens one after another then the target's pass over gamma + 1 tokens in blocks as a
+  prompt), emitting E = (1 - a^(g+1)) / (1 - a) tokens; O / E rounds a request, D's units.
+  The placement is searched at each load, priced by this model there (`_load`), the layout
+  (banded or compact) at one user.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,19 +80,12 @@ from wse_systems.serving import speculative as sp
 from wse_systems.serving.blocks import Pipeline, block_caps, price_pipeline, priced_by
 from wse_systems.serving.frontier import OperatingPoint, ServingError, Speculation, Workload
 from wse_systems.serving.memo import Memo, frozen
-from wse_systems.serving.request import RequestWork
+from wse_systems.serving.request import Pipes, RequestWork, request_work
 from wse_systems.serving.speculative import Round, speculative_round
 from wse_systems.token import fastest_plan, kept_plan
 
-__all__ = [
-    "MAX_USERS",
-    "SramBudget",
-    "Pipeline",
-    "WaferServing",
-    "RequestWork",
-    "price_pipeline",
-    "occupancy",
-]
+__all__ = ["MAX_USERS", "SramBudget", "Pipeline", "WaferServing", "RequestWork", "price_pipeline",
+           "occupancy"]  # fmt: skip
 
 MAX_USERS = 1 << 20  # the search for what fits stops here (tiny models fit millions)
 
@@ -195,23 +187,21 @@ class WaferServing:
         return sp.place_speculative(
             self.config, self.speculation.draft, self.spec, param_bytes=sp.ParamBytes(target=bpp),
             round=sp.RoundSetup(self.speculation.gamma, kv,
-                                lambda config, plan: self._price(config, plan, kv)),
+                                lambda config, plan: self._price(config, plan, kv),
+                                self._load(users)),
             **self._asked(users),
         )  # fmt: skip
 
     def _kept(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None] | None:
         """The placement of the most users below `users` planned so far, where it is the
-        search's choice for `users` too (`token.kept_plan`, `speculative.kept_speculative`);
-        None: search (hunt 68: every load searched the ladders again)."""
+        search's choice for `users` too (`token.kept_plan`); None: search (hunt 68: every
+        load searched the ladders again). A speculative one is searched at each load, priced
+        at its round period (`speculative.place_speculative`, hunt 72)."""
         fewer = [u for u in self._plans if u < users]
-        if not fewer:
+        if not fewer or self.speculation is not None:
             return None
-        target, draft = self._plans[max(fewer)]
-        if draft is None or self.speculation is None:
-            kept = kept_plan(self.config, target, slots=users)
-            return None if kept is None else (kept, None)
-        return sp.kept_speculative(self.config, self.speculation.draft, self.spec,
-                                   (target, draft), slots=users)  # fmt: skip
+        kept = kept_plan(self.config, self._plans[max(fewer)][0], slots=users)
+        return None if kept is None else (kept, None)
 
     def _holds(self, users: int) -> bool:
         """Whether `users` fit: the regions by bytes hold them as the search's do (hunt 68:
@@ -345,21 +335,29 @@ class WaferServing:
 
     def request(self, users: int, block: int) -> RequestWork:
         """One request at `users` in flight, its prompt in blocks of `block` tokens."""
-        w = self.workload
-        latency, held, per_round = self.round_s(users)
-        rounds = w.output_tokens / per_round
-        target, draft = self.pipelines(users, prompt=True)
-        p, k = w.prompt_tokens, min(block, w.prompt_tokens)
-        blocks = math.ceil(p / k)
-        prompt = {n: blocks * s for n, s in target.occupancy_s(k).items()}
-        prompt_s = target.blocks_s(p, k)
-        if draft is not None:  # the draft reads the prompt on its own rows, alongside
-            prompt |= {f"draft {n}": blocks * s for n, s in draft.occupancy_s(k).items()}
-            prompt_s = max(prompt_s, draft.blocks_s(p, k))
-        total = {n: rounds * held.get(n, 0.0) + prompt.get(n, 0.0) for n in held | prompt}
-        return RequestWork(block=k, held_s=total, prompt_held_s=prompt, prompt_s=prompt_s,
-                           decode_s=rounds * latency, wait_s=max(held.values()) if users > 1
-                           else 0.0)  # fmt: skip
+        latency, held, _ = self.round_s(users)
+        pipes = Pipes(*self.pipelines(users), *self.pipelines(users, prompt=True), latency, held)
+        return request_work(self.workload, block, pipes, self.speculation)
+
+    def _load(self, users: int) -> sp.LoadFn:
+        """(target plan, draft plan) -> a user's request period at `users`, the block that
+        serves most: a speculative placement priced by this model at its load (hunt 72: by
+        one user's round, 8B served 8% less at 16-64 users; by the round period alone, a
+        toy 16% less at 4 users)."""
+        w, spec, half = self.workload, self.speculation, max(1, self.workload.prompt_tokens // 2)
+        assert spec is not None
+
+        def period(target_plan: PipelinePlan, draft_plan: PipelinePlan) -> float:
+            t, d = (self._price(c, p, w.kv_tokens) for c, p in
+                    ((self.config, target_plan), (spec.draft, draft_plan)))  # fmt: skip
+            pipes = Pipes(t, d, self._price(self.config, target_plan, half),
+                          self._price(spec.draft, draft_plan, half),
+                          spec.gamma * d.token_s + t.pass_s(spec.gamma + 1)[0],
+                          sp.round_held(t, d, spec.gamma))  # fmt: skip
+            sizes = pipes.target_prompt.block_sizes()
+            return min(request_work(w, k, pipes, spec).period_s(users) for k in sizes)
+
+        return period
 
     def point(self, users: int) -> OperatingPoint:
         self._refuse(users)  # before the cache, to which True is 1
@@ -374,7 +372,7 @@ class WaferServing:
         sizes = {min(k, self.workload.prompt_tokens) for k in target.block_sizes()}
         works = [self.request(users, k) for k in sorted(sizes)]
         best = max(works, key=lambda r: (r.output_per_s(users, self.workload.output_tokens),
-                                         -r.ttft_s))  # fmt: skip
+                                         -r.times(users).first_token_s))  # fmt: skip
         token = self.pipelines(users)[0]
         plan = self.plans(users)[0]
         return best.point(users, self.workload, regions=len(plan.stages) + 1, wafers=self.units,
