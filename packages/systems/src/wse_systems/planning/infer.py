@@ -326,8 +326,10 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         "one item at a time, a decode token or a prompt block (every token's logits "
         "computed, as the engine's prompt pass does); prompt blocks go first; a "
         "request holds each region for its output tokens and its prompt blocks; another "
-        "user's prompt block stalls a user's token for the block's longest hold of one "
-        "region (a lower bound: stalls at other regions are taken to overlap)",
+        "user's prompt blocks carry a user's token queued behind them to the prompt's end "
+        "(a convoy: the output is a conservative bound the policy attains with users "
+        "spaced evenly, wse_systems.serving.request; the first token waits as Cobham's "
+        "non-preemptive priority queue)",
         "tokens/s per user: output tokens over the time from the first token to the last as "
         "the user sees it (vLLM's and NVIDIA genai-perf's per-user output speed, 1 / TPOT), "
         "the other users' work interleaved with it included (wafer: their prompt blocks' "
