@@ -164,14 +164,15 @@ def _restart(out: Path, *extra: str) -> list:
     ("u", "extra", "message"),
     [(1e30, ("--dt", "1e-9"), "'s u holds 1e+30; its square overflows fp32 (past 1.8e+19), so "
       "the run would blow up at any --dt: restart from a sound step file"),
-     (1e6, (), "'s u reaches 1e+06: at the default step 0.0625 that crosses 5e+05 cells of "
+     (1e6, (), "'s u reaches 1e+06: at the default step 0.01 that crosses 8e+04 cells of "
       "0.125 per step (the explicit step's CFL limit is 1); restart from a sound step file, "
       "or give --dt 6.2e-08 or less")],
     ids=["square past fp32", "CFL"],
 )  # fmt: skip
 def test_restart_refuses_absurd_velocities_naming_the_file(tmp_path, u, extra, message):
-    # the oracle of the CFL line: u dt / h = 1e6 x 0.0625 / (1 / 8); the default step is
-    # half the advective limit h / 1 on this 16 x 8 grid of aspect 2
+    # the oracle of the CFL line: u dt / h = 1e6 x 0.01 / (1 / 8); the default step is half
+    # central fluxes' 2 nu / U^2 = 0.02 at Ra 1e4, Pr 1 (hunt 72; before it, half the
+    # advective limit h / 1 = 0.125 on this 16 x 8 grid of aspect 2: 0.0625)
     path = _step_file(tmp_path / "step_0000021.npz", 21, u)
     refused_in_one_line(ROOT, _restart(tmp_path, *extra), f"--restart: {path}{message}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_0000021.npz"]

@@ -25,7 +25,10 @@ from wse_hpc.fields.runs import CfdConfig, run_cfd
 from wse_hpc.fields.vtk import to_centres, write_vtk
 
 SPEC = PRESETS["small"]
-STEP40, STEP5 = "step_0000040", "step_0000005"
+# the hunt's run reached t 3.3 in 40 steps of 0.0833; hunt 72's central-flux bound made the
+# default step 0.01 (Ra 1e4, Pr 1), so the run takes 340 steps to the same flow
+RB_STEPS = 340
+STEP_RB, STEP5 = f"step_{RB_STEPS:07d}", "step_0000005"
 
 
 def _parsed(path: Path) -> dict[str, np.ndarray]:
@@ -76,24 +79,24 @@ def test_write_vtk_commutes_with_a_roll_along_its_periodic_axes(tmp_path):
 
 @pytest.fixture(scope="module")
 def rb_runs(tmp_path_factory) -> tuple[Path, Path]:
-    """The hunt's run (Rayleigh-Benard 12 x 6, 40 steps) and the same state rolled 4 cells
+    """The hunt's run (Rayleigh-Benard 12 x 6 to t 3.4) and the same state rolled 4 cells
     along the periodic x, written by a --restart of 0 steps."""
     root = tmp_path_factory.mktemp("rb")
     cfg = dict(case="rayleigh-benard", grid=(12, 6, 1), spec=SPEC)
-    run_cfd(CfdConfig(steps=40, out_dir=root / "r2", **cfg))
+    run_cfd(CfdConfig(steps=RB_STEPS, out_dir=root / "r2", **cfg))
     (root / "r3").mkdir()
-    with np.load(root / "r2" / f"{STEP40}.npz") as z:
+    with np.load(root / "r2" / f"{STEP_RB}.npz") as z:
         arrays = dict(z)
     for name in "uvwpT":
         arrays[name] = np.roll(arrays[name], 4, axis=0)
-    np.savez(root / "r3" / f"{STEP40}.npz", **arrays)
+    np.savez(root / "r3" / f"{STEP_RB}.npz", **arrays)
     run_cfd(CfdConfig(steps=0, out_dir=root / "r3", restart=True, **cfg))
     return root / "r2", root / "r3"
 
 
 def test_a_rolled_rayleigh_benard_state_writes_the_rolled_vtk(rb_runs):
     r2, r3 = rb_runs
-    a, b = _parsed(r2 / f"{STEP40}.vtk"), _parsed(r3 / f"{STEP40}.vtk")
+    a, b = _parsed(r2 / f"{STEP_RB}.vtk"), _parsed(r3 / f"{STEP_RB}.vtk")
     vx = a["velocity"][..., 0]
     assert np.abs(vx).max() > 5e-3  # rolls that move: the check has teeth
     # was 4.9e-3 off; now the rolled file's fp32 round-off of its restart (T - theta - T)
@@ -103,9 +106,9 @@ def test_a_rolled_rayleigh_benard_state_writes_the_rolled_vtk(rb_runs):
 
 def test_the_cells_against_x_0_average_the_face_across_the_seam(rb_runs):
     _, r3 = rb_runs
-    with np.load(r3 / f"{STEP40}.npz") as z:
+    with np.load(r3 / f"{STEP_RB}.npz") as z:
         u, v = z["u"].astype(np.float64), z["v"].astype(np.float64)
-    vel = _parsed(r3 / f"{STEP40}.vtk")["velocity"]
+    vel = _parsed(r3 / f"{STEP_RB}.vtk")["velocity"]
     assert np.abs(u[-1]).max() > 5e-3  # the face at x = 0 (index 11) carries flow here
     for j in range(6):
         assert vel[0, j, 0, 0] == pytest.approx(0.5 * (u[0, j, 0] + u[11, j, 0]), abs=1e-9)

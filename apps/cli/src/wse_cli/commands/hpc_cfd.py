@@ -8,9 +8,11 @@ energy as it goes (a rich progress bar on a terminal, nothing in between otherwi
 `--output-every` steps and at the end, `--restart` continues from the newest of them (and
 says which: "restarted from step N (FILE)"; a folder with none is refused), `--png` the
 temperature (cavity: the speed), `--trace` the per-PE trace for `wse view`, then the
-measured emulation time beside the predicted wafer time (`run_cfd(...).report`). Bad input
-(Ra < 1, a grid beyond the PEs, a step beyond the explicit limit, a Z column beyond SRAM) is
-one line, exit 2.
+measured emulation time beside the predicted wafer time (`run_cfd(...).report`), and a
+warning line when pressure solves stopped at their iteration cap unconverged (the solver,
+the cap and the residual reached; on stderr with `--json`, whose report counts them in
+`unconverged_solves`). Bad input (Ra < 1, a grid beyond the PEs, a step beyond the explicit
+limit, a Z column beyond SRAM) is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -147,7 +149,11 @@ def cfd(
         region = Region("cfd", 0, 0, nx, ny)
         dm = defect_map(spec, defect_seed) if defect_seed is not None else None
         trace_uniform(spec, run.report, region=region, defects=dm).save(trace)
+    from wse_hpc.fields.runs import unconverged
+
     if as_json:
+        if warning := unconverged(run.report.extra):  # stdout stays one JSON object
+            typer.echo(warning, err=True)
         typer.echo(json.dumps(run.report.to_dict(), default=float))
         return
     _summary(console, run, png, trace)
@@ -238,6 +244,10 @@ def _summary(console, run, png, trace) -> None:
     )
     if r.assumed:  # hunt 69: the prediction stood beside no assumption that moves it
         _line(console, r.assumed_compact())
+    from wse_hpc.fields.runs import unconverged
+
+    if warning := unconverged(x):  # hunt 72: solves stopped at the cap, unsaid
+        _line(console, warning)
     for p in run.written[-2:]:
         _line(console, f"wrote {p}")
     for label, p in (("figure", png), ("trace", trace)):

@@ -2,8 +2,11 @@
 
 A Gaussian hump on depth 1 in the periodic unit square (`wse_hpc.fields.swe`: C grid,
 centred differences, SSP-RK3), `--steps` steps at `--cfl` of the gravity-wave limit. Prints
-the relative mass drift (round-off), the wave energy's drift (the scheme's O(dt^3)), the
-measured emulation time and the predicted wafer time (`run_swe(...).report`). Bad input is
+the relative mass drift (round-off), the wave energy's change, signed, relative to its
+initial value (the energy above the same mass at rest, `wave_energy`: the scheme's own
+change, RK3's damping of short waves and the centred space discretisation's; hunt 72: it
+was the fp32 cancellation of the total less the rest energy, unsigned), the measured
+emulation time and the predicted wafer time (`run_swe(...).report`). Bad input is
 one line, exit 2. `--domain-translation` moves the state one PE east every step (Domain
 Translation, `wse_hpc.fields.swe`); the multi-process flags (or `wse launch`) run it over
 `jax.distributed` processes standing for systems.
@@ -67,7 +70,8 @@ def swe(
         return
     typer.echo(
         f"shallow water {n} x {n}, {steps} steps: mass drift {run.mass_drift:.2e}, wave "
-        f"energy drift {run.energy_drift:.2e}; emulated {r.measured_wall_s:.3f} s; predicted "
+        f"energy drift {run.energy_drift:+.2e} of its initial value; emulated "
+        f"{r.measured_wall_s:.3f} s; predicted "
         f"on {r.wafer} {r.extra['predicted_s_per_step'] * 1e6:.3f} µs per step ({r.bound}-bound)"
     )
     if r.assumed:  # hunt 69: the prediction stood beside no assumption that moves it

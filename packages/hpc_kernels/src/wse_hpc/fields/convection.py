@@ -31,7 +31,9 @@ from wse_hpc.fields.flow import FlowSpec, boussinesq, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError, dirichlet, field_grid, neumann, no_slip, periodic
 
 __all__ = [
+    "conduction_profile",
     "full_temperature",
+    "theta_from",
     "CRITICAL_ASPECT",
     "RA_CRITICAL",
     "RbCase",
@@ -47,11 +49,19 @@ CRITICAL_ASPECT = 2 * math.pi / K_CRITICAL
 
 
 def stable_dt(shape, aspect: float, ra: float, pr: float, u_max: float = 1.0) -> float:
-    """0.5 of the explicit limits: diffusion h^2 / (2 d max(nu, kappa)), advection h / U."""
+    """0.5 of the explicit limits: diffusion h^2 / (2 d max(nu, kappa)), advection h / U,
+    and forward Euler with central fluxes' 2 min(nu, kappa) / U^2 (`flow`'s module
+    docstring: its von Neumann factor |1 - dt nu k^2 + i dt U k| at small k exceeds 1 above
+    it, whatever the grid; both u and theta are advected centrally), U the free-fall
+    velocity 1, the unit of these variables (measured max |u| on 64 x 32: 0.96 at Ra 1e7
+    to t 41, 1.04 at 1e8 to t 30, both runs stable at this step).
+    Hunt 72: the bound was left out, and the default step 0.0156 blew up at Ra 1e7 (step
+    1,100) and 1e8 (step 800) on 64 x 32; at Ra 1e4 it moves the default 0.0122 -> 0.01."""
     nu, kappa = (ra / pr) ** -0.5, (ra * pr) ** -0.5
     d = 3 if shape[2] > 1 else 2
     h = min(aspect / shape[0], 1.0 / (shape[d - 1]), aspect / shape[1] if d == 3 else 1.0)
-    return 0.5 * min(h * h / (2 * d * max(nu, kappa)), h / u_max)
+    central = 2 * min(nu, kappa) / u_max**2
+    return 0.5 * min(h * h / (2 * d * max(nu, kappa)), h / u_max, central)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,11 +111,28 @@ def rayleigh_benard(spec: WaferSpec, shape: tuple[int, int, int], case: RbCase):
     return grid, flow, fns, fns.init_fn(vel, T)
 
 
-def full_temperature(grid, theta: np.ndarray) -> np.ndarray:
-    """T = theta + 1 - z on the grid's centres (z: the vertical axis, Y in 2D)."""
+def conduction_profile(grid) -> np.ndarray:
+    """T0 = 1 - z on the grid's centres in float64 (z: the vertical axis, Y in 2D),
+    broadcastable against an `(nx, ny, nz)` field."""
     _, y, z = grid.centres()
     height = z[None, None, :] if grid.dims == 3 else y[None, :, None]
-    return theta + 1.0 - height
+    return 1.0 - np.asarray(height, np.float64)
+
+
+def full_temperature(grid, theta: np.ndarray) -> np.ndarray:
+    """T = theta + (1 - z) in float64, the fp32 state theta taken exactly: `theta_from`
+    gets theta back bit for bit (hunt 72: T = fp32(theta + 1) - z rounded theta away in the
+    sum, and a restart's T differed from the uninterrupted run's by 1.2e-7)."""
+    return np.asarray(theta, np.float64) + conduction_profile(grid)
+
+
+def theta_from(grid, full: np.ndarray) -> np.ndarray:
+    """The fp32 state theta of a full temperature T: (T - (1 - z)) in float64, rounded once.
+    For T written by `full_temperature` the float64 difference is theta within the sum's
+    rounding, half a float64 ulp of T (<= 1.2e-16 for T < 2), so the fp32 theta is the one
+    written wherever that is under half theta's fp32 ulp, |theta| > ~2e-9, and where
+    theta is 0; a smaller theta may come back one fp32 ulp off (1e-16 of T)."""
+    return (np.asarray(full, np.float64) - conduction_profile(grid)).astype(np.float32)
 
 
 def _runner(fns, flow: FlowSpec, chunk: int):

@@ -13,7 +13,11 @@ Chorin's projection, first order in time: u* = u + dt (-(u . grad) u + nu lap u 
 (advection in conservative form, central fluxes; temperature by `advect` with the chosen
 scheme), then the pressure Poisson -lap phi = -div u* / dt solved on the fabric by
 Jacobi-PCG with its null space (constants: Neumann walls / periodic sides) removed, and
-u = u* - dt grad phi, so div u = 0 to the CG tolerance. `time_scheme="rk3"` replaces the
+u = u* - dt grad phi, so div u = 0 to the CG tolerance, within an iteration cap that scales
+with the grid (`solvers.cg_iteration_cap`, unless `cg_maxiter` is given; hunt 72: a fixed
+500 stopped every solve on 256 x 256 short, unsaid): a step carries its solve's iterations
+and residual (`cg_iterations`, `cg_residual`) and `FlowFns.cg_maxiter` the cap, so the shell
+can count the solves that stopped at it unconverged. `time_scheme="rk3"` replaces the
 Euler predictor by Shu & Osher's SSP-RK3 (J. Comput. Phys. 77, 1988) on the same right-hand
 side with the last step's pressure gradient lagged in each stage, then removed before the
 projection (u* = u3 + dt grad p^n): three right-hand sides and one Poisson solve per step.
@@ -50,7 +54,7 @@ from wse_hpc.fields.operators import (
     mean,
     neighbour,
 )
-from wse_hpc.fields.solvers import cg, jacobi_preconditioner, poisson
+from wse_hpc.fields.solvers import cg, cg_iteration_cap, jacobi_preconditioner, poisson
 
 __all__ = [
     "FlowFns",
@@ -79,7 +83,7 @@ class FlowSpec:
     scheme: str = "central"  # temperature advection
     stratification: float = 0.0  # G: T is the departure from a conduction profile -G z
     cg_tol: float = 1e-6
-    cg_maxiter: int = 500
+    cg_maxiter: int | None = None  # None: `solvers.cg_iteration_cap` of the grid
     time_scheme: str = "euler"  # or "rk3" (see the module docstring)
 
 
@@ -88,11 +92,13 @@ class FlowState(NamedTuple):
     p: Field  # pressure (the projection's phi), zero mean
     T: Field
     cg_iterations: jax.Array  # int32, of the last step's Poisson solve
+    cg_residual: jax.Array  # fp32 ||r|| / ||b|| it stopped at (CG's recurrence residual)
 
 
 class FlowFns(NamedTuple):
     init_fn: object
     step_fn: object
+    cg_maxiter: int = 0  # the pressure solve's iteration cap (a step at it may not converge)
 
 
 def vertical_axis(grid: FieldGrid) -> int:
@@ -136,17 +142,18 @@ def boussinesq(grid: FieldGrid, spec: FlowSpec) -> FlowFns:
         grid.declare("T_rk2")
     p_bc = tuple(Bc("periodic") if per else Bc("neumann") for per in grid.periodic)
     template = Field(grid.wafer.zeros((grid.nz,)), grid, "c", p_bc)
+    maxiter = spec.cg_maxiter or cg_iteration_cap(template, spec.cg_tol)
     solve = cg(
         poisson(template),
         tol=spec.cg_tol,
-        maxiter=spec.cg_maxiter,
+        maxiter=maxiter,
         precondition=jacobi_preconditioner(template),
         nullspace=True,
     )
 
     def init_fn(velocity, T) -> FlowState:
         vel = tuple(enforce(v) for v in velocity)
-        return FlowState(vel, template, T, jnp.int32(0))
+        return FlowState(vel, template, T, jnp.int32(0), jnp.float32(0.0))
 
     if spec.time_scheme not in ("euler", "rk3"):
         raise FieldError(f"unknown time scheme {spec.time_scheme!r}; use 'euler' or 'rk3'")
@@ -192,9 +199,9 @@ def boussinesq(grid: FieldGrid, spec: FlowSpec) -> FlowFns:
         div = divergence(*new)
         res = solve((-1.0 / spec.dt) * div.with_bc(p_bc), s.p)
         vel = tuple(enforce(u - spec.dt * face_gradient(res.x, a).data) for a, u in enumerate(new))
-        return FlowState(vel, res.x, T, res.iterations)
+        return FlowState(vel, res.x, T, res.iterations, res.residual)
 
-    return FlowFns(init_fn, step_fn)
+    return FlowFns(init_fn, step_fn, maxiter)
 
 
 def nusselt(s: FlowState, kappa: float = 1.0) -> jax.Array:

@@ -10,7 +10,9 @@ centres, the faces wrapping on the periodic axes, p and T) into `out_dir`. With 
 continues from the newest `step_<n>.npz` there (of the same case and domain; FieldError when
 there is none), and the report's `restarted_from_step` / `restarted_from` say which; the
 fields are read as fp32 whatever their stored dtype, and a rayleigh-benard step's T is the
-full temperature (one without `case` is refused: its T could be either).
+full temperature (one without `case` is refused: its T could be either), written in float64
+so that theta comes back bit for bit (`convection.theta_from`; hunt 72: a restart of 20 + 20
+steps differed from 40 by 1.2e-7 in T; now equal, as the cavity's).
 `on_progress(step, nusselt, kinetic_energy)` is called after each chunk. `CfdRun.report` is
 the `wse_core.RunReport` of the whole run: each step priced from its program
 (`wse_hpc.fields.perf`) with the measured mean CG iterations, times the steps run (0 s for
@@ -35,14 +37,21 @@ from wse_core.cost.perf import Phase, Work, serial
 from wse_core.errors import is_finite, require_int, shown_setting
 
 from wse_hpc.cfd_steps import StepFileError, latest_output, read_step, step_case
-from wse_hpc.fields.convection import RbCase, full_temperature, rayleigh_benard, stable_dt
+from wse_hpc.fields.convection import (
+    RbCase,
+    full_temperature,
+    rayleigh_benard,
+    stable_dt,
+    theta_from,
+)
 from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
 from wse_hpc.fields.perf import WORD_BYTES, assumptions, traced_step
 from wse_hpc.fields.vtk import write_vtk
 from wse_hpc.stencil.config import INT32_MAX
 
-__all__ = ["CASES", "CfdConfig", "CfdRun", "check_config", "latest_output", "run_cfd"]
+__all__ = ["CASES", "CfdConfig", "CfdRun", "check_config", "latest_output", "run_cfd",
+           "unconverged"]  # fmt: skip
 
 CASES = ("rayleigh-benard", "cavity")
 
@@ -102,7 +111,10 @@ def check_dt(cfg: CfdConfig, dt: float) -> None:
     d = 3 if cfg.grid[2] > 1 else 2
     if cfg.case == "rayleigh-benard":
         default, share = stable_dt(cfg.grid, cfg.aspect, cfg.ra, cfg.pr), 0.5
-        rule = "diffusion h^2 / (2 d max(nu, kappa)), CFL h / U"
+        rule = (  # hunt 72: the central-flux bound was missing here and in `stable_dt`
+            "diffusion h^2 / (2 d max(nu, kappa)), CFL h / U, central advection "
+            "2 min(nu, kappa) / U^2, U = 1"
+        )
     else:
         from wse_hpc.fields.cavity import SAFETY
         from wse_hpc.fields.cavity import stable_dt as cavity_dt
@@ -182,8 +194,9 @@ def _theta(path: Path, data: dict[str, np.ndarray], grid, case: str) -> np.ndarr
             "rayleigh-benard run writes) or theta cannot be told; save it with "
             "case='rayleigh-benard' and T the full temperature"
         )
-    full = np.asarray(data["T"], np.float32)
-    return full - full_temperature(grid, np.zeros_like(full))
+    # float64 T less the profile, rounded once (hunt 72: T was read as fp32 first, and a
+    # restart's theta differed from the run's by an ulp of T, 1.2e-7)
+    return theta_from(grid, data["T"])
 
 
 def _arrays(cfg: CfdConfig, grid, s: FlowState) -> dict[str, np.ndarray]:
@@ -287,20 +300,24 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
 
     @jax.jit
     def advance(s, n):
-        def body(i, c):
-            st, its = c
+        def body(i, c):  # hunt 72: solves stopped at the cap were counted nowhere
+            st, its, bad, worst = c
             st = fns.step_fn(st)
-            return st, its + st.cg_iterations
+            short = (st.cg_iterations >= fns.cg_maxiter) & (st.cg_residual > flow.cg_tol)
+            worst = jnp.where(short, jnp.maximum(worst, st.cg_residual), worst)
+            return st, its + st.cg_iterations, bad + short.astype(jnp.int32), worst
 
-        s, its = lax.fori_loop(0, n, body, (s, jnp.int32(0)))
-        return s, its, nusselt(s, kappa), kinetic_energy(s)
+        zero = (jnp.int32(0), jnp.int32(0), jnp.float32(0))
+        s, its, bad, worst = lax.fori_loop(0, n, body, (s, *zero))
+        return s, its, bad, worst, nusselt(s, kappa), kinetic_energy(s)
 
-    history, written, total_its, done = [], [], 0, 0
+    history, written, total_its, done, short, worst = [], [], 0, 0, 0, 0.0
     start = time.perf_counter()
     while done < cfg.steps:
         n = min(chunk, cfg.steps - done)
-        state, its, nu, ke = advance(state, n)
+        state, its, bad, res, nu, ke = advance(state, n)
         done, total_its = done + n, total_its + int(its)
+        short, worst = short + int(bad), max(worst, float(res))
         step, t = step0 + done, t0 + done * flow.dt
         history.append((step, t, float(nu), float(ke)))
         if not np.isfinite(float(ke)):  # hunt 63: "use a smaller --dt" when none was given
@@ -342,6 +359,10 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
                "predicted_s_per_step": t.leaf(step_phases.name).seconds,
                "step_files": files, "step_file_wafer_bytes": files * wafer_bytes(grid, state),
                "cg_iterations_per_step": mean_its,
+               # pressure solves that stopped at the cap above their tolerance, and the
+               # largest relative residual ||r|| / ||b|| they stopped at (`unconverged`)
+               "unconverged_solves": short, "cg_max_iterations": fns.cg_maxiter,
+               "cg_tolerance": flow.cg_tol, "cg_worst_residual": worst if short else None,
                "restarted_from_step": step0 if last else None,
                "restarted_from": str(last) if last else None,
                # the cavity is isothermal (T = 0): no Nusselt number (hunt 68: it said 1)
@@ -349,3 +370,17 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
                "kinetic_energy": history[-1][3] if history else None},
     )  # fmt: skip
     return CfdRun(cfg, tuple(history), _arrays(cfg, grid, state), tuple(written), report)
+
+
+def unconverged(extra: dict) -> str | None:
+    """The warning line of a run whose pressure solves stopped at the iteration cap above
+    their tolerance (None if none did), naming the solver, the cap and the residual reached,
+    as OpenFOAM's solver lines and PETSc's KSP_DIVERGED_ITS do."""
+    if not (short := extra.get("unconverged_solves")):
+        return None
+    return (
+        f"warning: {short} of {extra['steps']} pressure solves (Jacobi-PCG) stopped at the "
+        f"{extra['cg_max_iterations']}-iteration cap unconverged: relative residual up to "
+        f"{extra['cg_worst_residual']:.3g} (tolerance {extra['cg_tolerance']:g}), so div u is "
+        "not held to it"
+    )
