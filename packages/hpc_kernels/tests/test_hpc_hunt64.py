@@ -154,14 +154,18 @@ def test_mixed_bicgstab_never_returns_worse_than_its_start():
 def test_a_dropped_group_lets_mixed_bicgstab_converge():
     """128 x 128 x 64 in mixed precision: one group's true residual rose to 40x the best
     (after a breakdown) and the solve stalled at 0.41; dropped, it converges. The oracle:
-    the float64 residual of the returned x with SciPy's Poisson matrix."""
+    the float64 residual of the returned x with SciPy's Poisson matrix. Whether a group
+    breaks down here depends on the CPU's fp16/fp32 rounding (XLA:CPU's FMA contraction: on
+    stop 72's machine none did, at stop 71's code too, and it converged undropped), so the
+    drop is asserted where it occurs everywhere (the 256 case above); converging is asserted
+    here either way."""
     from wse_hpc.stencil import reference as ref
     from wse_hpc.stencil.kernels import laplacian7
     from wse_hpc.stencil.problems import exact_solution
 
     run = _bicgstab((128, 128, 64))
     x = run.report.extra
-    assert x["converged"] and x["final"]["rejected_groups"] >= 1
+    assert x["converged"]
     g = run.grid
     b = np.asarray(g.gather(jax.jit(laplacian7(g))(g.place(exact_solution(g, "bicgstab"), "b"))))
     b = b.astype(np.float64).ravel()
