@@ -38,7 +38,6 @@ the wire format (`openai_request` reads requests; `routes` holds the app, `app` 
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import functools
 import itertools
@@ -54,7 +53,7 @@ from fastapi.responses import JSONResponse
 
 from wse_inference.engine import Tokenizer, TokenLogprob
 from wse_inference.serve.openai_request import ParsedRequest
-from wse_inference.serve.token_bytes import token_bytes, unfinished_tail
+from wse_inference.serve.token_bytes import character_start, token_bytes, unfinished_tail
 
 __all__ = [
     "Choice",
@@ -270,15 +269,10 @@ class _TokenTexts:
         return full[len(os.path.commonprefix([self._head(window), full])) :] + cut
 
     def _from_character(self, ids: tuple[int, ...]) -> tuple[int, ...]:
-        """The last `_CHAR_TOKENS` of `ids` from the first to begin a character, where
-        `codecs`' UTF-8 decoder fed `ids` holds no byte (a stray 0x80 is one, U+FFFD); a
-        character spans at most 4 bytes (RFC 3629): one begun before `ids` ends by the 4th."""
-        decoder, lo = codecs.getincrementaldecoder("utf-8")("replace"), len(ids) - _CHAR_TOKENS
-        for i, own in enumerate(map(self.own, ids)):
-            if i >= lo and own and not decoder.getstate()[0]:
-                return ids[i:]
-            decoder.decode(own)
-        return ()
+        """The last `_CHAR_TOKENS` of `ids` from the first to begin a character
+        (`token_bytes.character_start`, the ones before read as its lead-in)."""
+        lead = max(0, len(ids) - _CHAR_TOKENS)
+        return ids[character_start([*map(self.own, ids)], lead) :]
 
 
 def _first_text_in_context(

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from wse_inference.serve.token_bytes import token_bytes, unfinished_tail
+from wse_inference.serve.token_bytes import character_start, token_bytes, unfinished_tail
 
 if TYPE_CHECKING:  # engine.py's SequenceTracker imports this module
     from wse_inference.engine import Tokenizer
@@ -78,7 +78,10 @@ class TextStream:
         n = len(prompt_ids)
         k = min(_PROMPT_WINDOW, n)
         while True:
-            ids = self._from_character([int(i) for i in prompt_ids[n - k :]])
+            lead = min(n - k, _CHAR_BYTES)  # tokens before the window: where characters begin
+            window = [int(i) for i in prompt_ids[n - k - lead :]]
+            at = character_start([*map(self._own, window)], lead)
+            ids = window[at:] if at < len(window) else window[lead:]
             text = self._tok.decode(ids)
             if text or k == n:
                 return ids, text
@@ -86,14 +89,6 @@ class TextStream:
 
     def _own(self, token: int) -> bytes:
         return token_bytes(self._tok, token, self._tok.decode([token]))
-
-    def _from_character(self, ids: list[int]) -> list[int]:
-        """`ids` from the first whose own bytes begin with no UTF-8 continuation byte
-        (0x80..0xBF, RFC 3629 section 3): a character's first; all of them when none does."""
-        for i, t in enumerate(ids):
-            if (own := self._own(t)) and not 0x80 <= own[0] < 0xC0:
-                return ids[i:]
-        return ids
 
     def push(self, ids: Sequence[int]) -> tuple[str, bool]:
         """Add generated ids; return (text that is now final, whether a stop was hit)."""

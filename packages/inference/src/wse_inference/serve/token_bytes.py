@@ -32,7 +32,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["token_bytes", "unfinished_tail"]
+__all__ = ["character_start", "token_bytes", "unfinished_tail"]
 
 _BYTE_NAME = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
@@ -111,3 +111,20 @@ def unfinished_tail(pieces: Sequence[bytes]) -> int:
             break
         left, count = left - len(piece), count + 1
     return count
+
+
+def character_start(pieces: Sequence[bytes], lead: int) -> int:
+    """The index of the first of `pieces` (tokens' own bytes, oldest first), at `lead` or
+    after, that begins a character: one with bytes before which Python's incremental UTF-8
+    decoder, fed the pieces from the first, holds no byte (a stray 0x80 is a character of its
+    own, U+FFFD); `len(pieces)` when none does. The `lead` pieces before are read only to know
+    where characters begin: a character spans at most 4 bytes (RFC 3629), so 4 suffice. HF's
+    ByteFallback decodes a run of "<0xXX>" tokens that is no UTF-8 as one U+FFFD per byte, so
+    a decode window must begin here (hunt 72: a window begun inside the character before
+    turned '中国😊' into "", "", "", "����")."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    for i, piece in enumerate(pieces):
+        if i >= lead and piece and not decoder.getstate()[0]:
+            return i
+        decoder.decode(piece)
+    return len(pieces)
