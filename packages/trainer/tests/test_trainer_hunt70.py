@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import struct
 from pathlib import Path
 
 import jax
@@ -46,7 +45,13 @@ from wse_trainer.data import EOS, corpus_texts, pack
 from wse_trainer.memoryx import MemoryX
 from wse_trainer.metrics import StepStats, Throughput
 from wse_trainer.run import RunResult
-from wse_trainer.testing import run_on_preset, stream_model, tiny_config, updated
+from wse_trainer.testing import (
+    run_on_preset,
+    stream_model,
+    tensorboard_scalars,
+    tiny_config,
+    updated,
+)
 
 ROOT = typer.main.get_command(app)
 P0 = np.array([1.0, -2.0, 0.5])
@@ -115,19 +120,10 @@ def test_stdlib_splits_share_no_file_whatever_their_caps(monkeypatch, caps):
 
 
 def _events(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """(step, value) by tag of a TensorBoard event file, parsed by hand (TFRecord framing:
-    length, its crc, the record, its crc; the Event protobuf tensorboardX ships)."""
-    from tensorboardX.proto.event_pb2 import Event
-
-    (path,) = folder.glob("events.out.tfevents*")
-    data, out, at = path.read_bytes(), {}, 0
-    while at < len(data):
-        (n,) = struct.unpack("<Q", data[at : at + 8])
-        event = Event.FromString(data[at + 12 : at + 12 + n])
-        at += 12 + n + 4
-        for v in event.summary.value:
-            out.setdefault(v.tag, []).append((event.step, v.simple_value))
-    return out
+    """(step, value) by tag of the one TensorBoard event file in `folder`, parsed by hand
+    (`wse_trainer.testing.tensorboard_scalars`)."""
+    assert len(list(folder.glob("events.out.tfevents*"))) == 1
+    return tensorboard_scalars(folder)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import struct
 from pathlib import Path
 
 import jax
@@ -38,7 +37,7 @@ from wse_cli.testing import invoke
 from wse_trainer.config import ConfigError, OptimizerConfig, config_from_dict, load_config
 from wse_trainer.memoryx import split_groups
 from wse_trainer.optimizer import base_transform, full_transform, schedule
-from wse_trainer.testing import run_on_preset, tiny_params, write_corpus
+from wse_trainer.testing import run_on_preset, tensorboard_scalars, tiny_params, write_corpus
 
 ROOT = typer.main.get_command(app)
 
@@ -117,22 +116,6 @@ def test_the_masked_decay_keeps_the_saved_optimizer_states_shape():
     cfg = OptimizerConfig(**OPT)
     before = optax.adamw(schedule(cfg, 10), b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
     assert jax.tree.structure(base_transform(cfg, 10).init(p)) == jax.tree.structure(before.init(p))
-
-
-def _events(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """TensorBoard's scalars by tag, read by hand (TFRecord framing, tensorboardX's Event)."""
-    from tensorboardX.proto.event_pb2 import Event
-
-    out: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(folder.glob("events.out.tfevents*")):
-        data, at = path.read_bytes(), 0
-        while at < len(data):
-            (n,) = struct.unpack("<Q", data[at : at + 8])
-            event = Event.FromString(data[at + 12 : at + 12 + n])
-            at += 12 + n + 4
-            for v in event.summary.value:
-                out.setdefault(v.tag, []).append((event.step, v.simple_value))
-    return out
 
 
 def _records(run: Path, mode: str) -> dict[int, dict]:
@@ -238,7 +221,7 @@ def test_each_steps_learning_rate_is_recorded(runs):
     want = [_lr(s) for s in range(1, STEPS + 1)]
     records = _records(straight.model_dir, "train")
     np.testing.assert_allclose([records[s]["lr"] for s in range(1, STEPS + 1)], want, rtol=1e-6)
-    tb = _events(straight.model_dir / "train")  # TensorBoard's, float32
+    tb = tensorboard_scalars(straight.model_dir / "train")  # TensorBoard's, float32
     assert [s for s, _ in tb["lr"]] == list(range(1, STEPS + 1))
     np.testing.assert_allclose([x for _, x in tb["lr"]], want, rtol=1e-6, atol=1e-12)
     for s, r in records.items():  # ModelZoo's local_samples_per_sec: the batch over the wall

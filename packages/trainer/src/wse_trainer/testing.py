@@ -36,7 +36,7 @@ from wse_trainer.stream import StreamedTrainer
 __all__ = ["QUICK_OVERRIDES", "updated", "TINY_MODEL", "write_corpus", "text_docs", "narrow_jsonl",
            "tiny_params", "tiny_config", "run_on_preset", "ADAMW", "B", "CHUNKS", "S", "STEPS",
            "fused_run", "max_diff", "stream_batches", "stream_model", "stream_run",
-           "streamed_run"]  # fmt: skip
+           "streamed_run", "tensorboard_scalars"]  # fmt: skip
 
 # `wse train tiny` overrides for tests whose subject is not the data: a 200 KB slice of the
 # stdlib corpus, so the tokenizer trains and the rows pack in a fraction of the 3 MB
@@ -209,3 +209,23 @@ def updated(opt: OptimizerConfig, p0: np.ndarray, grads: list[np.ndarray]) -> np
         up, state = tx.update({"w": jnp.asarray(g, jnp.float32)}, state, p)
         p = jax.tree.map(lambda a, b: a + b, p, up)
     return np.asarray(p["w"])
+
+
+def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) by tag of the TensorBoard event files in `folder`, in file order, parsed
+    by hand (TFRecord framing: length, its crc, the record, its crc; the Event protobuf
+    tensorboardX ships), so the tests read what a run wrote without TensorBoard."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(folder.glob("events.out.tfevents*")):
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            (n,) = struct.unpack("<Q", data[at : at + 8])
+            event = Event.FromString(data[at + 12 : at + 12 + n])
+            at += 12 + n + 4
+            for v in event.summary.value:
+                out.setdefault(v.tag, []).append((event.step, v.simple_value))
+    return out
