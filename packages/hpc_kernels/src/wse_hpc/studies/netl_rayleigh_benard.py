@@ -14,15 +14,15 @@ No step time, grid shape, solver iteration count or time-step count is given, so
   per-PE program is traced on a 4 x 4 PE grid with the real Z column and its reductions
   priced over the 757 x 996 rectangle (`perf.recorded_phases(pe_rect=)`).
 
-Rows: `s_per_step` (predicted wafer seconds per time step), `gcells_per_s`, `cg_iteration_s`;
-params `nz`, `cells`, `cg_iterations`. Beside them the GPU alternative (`wse plan`'s H100,
-`wse_hpc.fields.alternative`: the same traced program as unfused kernels at the H100's peak
-HBM rate, one GPU holding the whole grid): `gpu_s_per_step`, `speedup_vs_gpu`, and energy per
-step at each system's peak power, `wafer_j_per_step`, `gpu_j_per_step`, `energy_ratio_vs_gpu`
-(GPU joules over wafer joules), each for the program as written (unfused) and for the best
-fused code (`_fused`; the one that favours the GPU); the GPU holds the state plus
-`CG_WORK_VECTORS` arrays. `published` stays None: the sources state no figure this model
-predicts (the 470x needs Joule 2.0's time, which REFERENCES.md does not give).
+Rows: `s_per_step` (predicted wafer seconds per time step), `gcells_per_s`,
+`wafer_j_per_step`; params `wafer`, `nz`, `cells`, `cg_iterations`. Beside them the GPU
+alternative (`wse plan`'s H100, `wse_hpc.fields.alternative`: the same traced program as
+unfused kernels at the H100's peak HBM rate, one GPU holding the whole grid):
+`gpu_s_per_step`, `speedup_vs_gpu`, `gpu_j_per_step` and `energy_ratio_vs_gpu` (GPU joules
+over wafer joules, each system at its peak power), each for the program as written and for
+the best fused code (param `gpu_code` "unfused" / "fused"; fused favours the GPU); the GPU
+holds the state plus `CG_WORK_VECTORS` arrays. `published` stays None: the sources state no
+figure this model predicts (the 470x needs Joule 2.0's time, which REFERENCES.md does not give).
 """
 
 from __future__ import annotations
