@@ -75,16 +75,16 @@ def test_the_fit_uses_only_rows_with_input_at_most_output_and_gives_the_constant
 @pytest.mark.slow
 def test_the_experiment_writes_every_row_with_its_role(tmp_path):
     from wse_core import write_experiment
-    from wse_systems.studies.trtllm_h100 import run
+    from wse_systems.studies.trtllm_h100 import FITS, run
 
     result = run(quick=True, seed=0)
     folder = write_experiment(result, tmp_path)
     data = json.loads((folder / "results.json").read_text())
     rows = data["predictions"]
-    assert len(rows) == 63 and sum(r["params"]["role"] == "fitted" for r in rows) == 46
+    assert len(rows) == 63 and sum(r["params"]["role"] == FITS for r in rows) == 46
     for r in rows:
         assert r["published"] > 0 and r["source"].startswith("NVIDIA TensorRT-LLM v0.19.0")
-        assert (r["params"]["role"] == "fitted") == (
+        assert (r["params"]["role"] == FITS) == (
             r["params"]["input_tokens"] <= r["params"]["output_tokens"])  # fmt: skip
     checks = [r["value"] / r["published"] for r in rows if r["params"]["role"] == "check"]
     assert all(0.5 < c < 2.0 for c in checks)  # prompts priced: within 2x where they dominate

@@ -28,6 +28,14 @@ is priced by its mechanisms, as `wse_systems.decoder` prices a crossing between 
   every step, so k are in flight and the period is at least crossing / k; the bytes of one
   step's crossing are serialised at the I/O rate, which no overlap hides:
   `overlap(step, crossing repeated 1/k, serialisation)`, the slowest sets the step.
+- `crossing_phases(crossing)`: the crossing as two leaves one after the other, the same
+  time as one: its messages' network latency (`LATENCY_LEAF`, `system_hops` alone) and its
+  bytes with the trip to the edge. `cluster_mechanisms(timing, clock_hz)`: a timing's
+  cycles by mechanism with that latency under `LATENCY_MECHANISM` ("fixed", a latency
+  mechanism: `Work.fixed_cycles`' "name it where used"), not "host_io", where
+  `wse_core.cost.pricing` counts `system_hops x system_latency_s` beside the bytes (hunt 73:
+  at a 1 ms latency a step of ~3 latencies showed 100% "host_io"); they still sum to the
+  timing's seconds times the clock.
 
 `TRANSLATION_SLACK_STEPS` (k) is ASSUMED: Oppelstrup et al. (arXiv:2511.11542) say the
 translation hides the latency between systems, but the text read here (its abstract and
@@ -39,16 +47,22 @@ ahead of the one upstream of it), so `slack_sweep(spec)` runs 1 .. spec.pe_cols.
 
 from __future__ import annotations
 
+import dataclasses
+
 from wse_core import WaferSpec
-from wse_core.cost.perf import Phase, Phases, Work, overlap, serial
+from wse_core.cost.perf import Phase, Phases, Timing, Work, overlap, serial
 
 from wse_hpc.fields.grid import Program
 from wse_hpc.fields.perf import WORD_BYTES
 
 __all__ = [
+    "LATENCY_LEAF",
+    "LATENCY_MECHANISM",
     "TRANSLATION_SLACK_STEPS",
     "Y_DIRECTIONS",
+    "cluster_mechanisms",
     "cluster_step",
+    "crossing_phases",
     "crossing_work",
     "slack_sweep",
     "y_boundary_words",
@@ -57,6 +71,8 @@ __all__ = [
 Y_DIRECTIONS = ("E", "W")  # the links grid axis 1 (Y) moves on (operators._SHIFT)
 # ASSUMED (no figure in the text read): steps of slack the translation gives a crossing.
 TRANSLATION_SLACK_STEPS = 1.0
+LATENCY_LEAF = "crossing_latency"  # the leaf of a crossing's network latency alone
+LATENCY_MECHANISM = "fixed"  # where `cluster_mechanisms` puts it (a latency mechanism)
 
 
 def slack_sweep(spec: WaferSpec) -> tuple[float, ...]:
@@ -101,13 +117,38 @@ def cluster_step(step: Phases, crossing: Work, slack_steps: float | None = None)
     if crossing == Work():
         return serial(step, name="cluster_step")
     if slack_steps is None:
-        return serial(step, Phase("crossing", crossing), name="cluster_step")
+        return serial(step, crossing_phases(crossing), name="cluster_step")
     if not slack_steps >= 1:
         raise ValueError(f"slack_steps must be >= 1, got {slack_steps}")
     io = Work(host_io_bytes=crossing.host_io_bytes)
     return overlap(
         step,
-        Phase("crossing_in_flight", crossing, repeat=1.0 / slack_steps),
+        crossing_phases(crossing, "crossing_in_flight", repeat=1.0 / slack_steps),
         Phase("crossing_serialisation", io),
         name="cluster_step",
     )
+
+
+def crossing_phases(crossing: Work, name: str = "crossing", repeat: float = 1.0) -> Phases:
+    """`crossing` as its network latency (`LATENCY_LEAF`: its `system_hops` alone) then the
+    rest (its bytes and the trip to the edge), `repeat` times: one Phase's time, the
+    latency a leaf of its own for `cluster_mechanisms`."""
+    latency = Work(system_hops=crossing.system_hops)
+    rest = dataclasses.replace(crossing, system_hops=0.0)
+    return serial(Phase(LATENCY_LEAF, latency), Phase("crossing_io", rest), name=name,
+                  repeat=repeat)  # fmt: skip
+
+
+def cluster_mechanisms(timing: Timing, clock_hz: float) -> dict[str, float]:
+    """`timing`'s cycles by mechanism (`Timing.by_mechanism`) with the network latency of
+    its crossings (the `LATENCY_LEAF` leaves that set its time) moved from "host_io" to
+    `LATENCY_MECHANISM`; the sum is unchanged."""
+    mech = dict(timing.by_mechanism())
+    latency = timing.by_leaf().get(LATENCY_LEAF, 0.0) * clock_hz
+    if latency <= 0:
+        return mech
+    io = mech.pop("host_io", 0.0) - latency  # the bytes' share, what is left
+    if io > 1e-9 * latency:  # more than the rounding of the subtraction
+        mech["host_io"] = io
+    mech[LATENCY_MECHANISM] = mech.get(LATENCY_MECHANISM, 0.0) + latency
+    return mech

@@ -31,7 +31,13 @@ stays None and nothing here is tuned to the paper's figures. Assumptions, each n
   serialisation a floor no overlap hides (`cluster.cluster_step`).
 - `STRESS_LATENCY_S` (ASSUMED 1 ms, 100x the top of the latency sweep, not a figure of any
   network): rows at 64 systems where plain scale-out loses to one system, and which slack
-  recovers it.
+  recovers it. Each says so in `params["system_latency_note"]`, as any row priced at a
+  latency outside the sweep does (hunt 73: the assumed column lists system_latency_s with
+  its sweep, 5e-07..1e-05 s, which 1 ms is outside, and nothing said so).
+- Cycles by mechanism: the crossing's network latency (messages x `system_latency_s`) under
+  "fixed", a latency mechanism, its bytes under "host_io" (`cluster.cluster_mechanisms`;
+  hunt 73: the stress rows, ~3 latencies a step, showed 100% "host_io"); rows with a
+  crossing say so in `params["fixed_cycles_are"]`.
 
 Measured: the bit-identity of a translated run with the plain one on the emulator (16 x 16, on
 the devices at hand) and both runs' mass drift. Rows: `s_per_step` (on-wafer) and `crossing_s`
@@ -50,15 +56,19 @@ import jax
 import numpy as np
 from wse_core import ExperimentResult, PredictionRow, WaferSpec, preset
 from wse_core.cost.assumptions import assumed_spec
-from wse_core.cost.perf import PerfModel, Phase, Phases
+from wse_core.cost.mechanisms import CONSTANTS
+from wse_core.cost.perf import PerfModel, Phases
 from wse_core.cost.reads import merged, recording
 from wse_core.studies.experiment import read_by
 from wse_systems.gpu import H100
 
 from wse_hpc.fields.alternative import gpu_step, wafer_energy_j
 from wse_hpc.fields.cluster import (
+    LATENCY_MECHANISM,
     TRANSLATION_SLACK_STEPS,
+    cluster_mechanisms,
     cluster_step,
+    crossing_phases,
     crossing_work,
     slack_sweep,
     y_boundary_words,
@@ -74,6 +84,8 @@ SOURCE = "Oppelstrup et al., arXiv:2511.11542 (inputs only)"
 SYSTEMS = (1, 4, 16, 64)
 EDGE_HOPS = 0.0  # the boundary columns are the wafer's edge columns (layout above)
 STRESS_LATENCY_S = 1e-3  # ASSUMED stress value (docstring), s per pass between systems
+# What a row's "fixed" cycles are (`cluster.cluster_mechanisms`)
+FIXED_NOTE = f"the crossing's network latency: {RK3_STAGES} messages x system_latency_s"
 
 
 def _measured(quick: bool) -> dict:
@@ -130,14 +142,30 @@ def _case_rows(spec: WaferSpec, step: Phases, words: float, systems: int,
     params = {"wafer": spec.name, "systems": systems, "cells": cells, "case": case,
               "slack_steps": slack, "system_latency_s": spec.system_latency_s,
               "crossing_bytes": crossing.host_io_bytes}  # fmt: skip
+    note = _latency_note(spec.system_latency_s)
+    params |= {"system_latency_note": note} if note else {}
+    mech = cluster_mechanisms(timing, spec.clock_hz)
+    fixed = {"fixed_cycles_are": FIXED_NOTE} if LATENCY_MECHANISM in mech else {}
     kw = {"source": SOURCE}
     return read_by(
         got,
-        PredictionRow("steps_per_s", 1 / timing.seconds, "1/s", params,
-                      mechanisms=timing.by_mechanism(), **kw),
+        PredictionRow("steps_per_s", 1 / timing.seconds, "1/s", params | fixed, mechanisms=mech,
+                      **kw),
         PredictionRow("gcell_steps_per_s", cells / timing.seconds / 1e9, "Gcell/s", params, **kw),
         PredictionRow("exposed_crossing_s", timing.seconds - t_step, "s", params, **kw),
     )  # fmt: skip
+
+
+def _latency_note(latency_s: float) -> str | None:
+    """What a row priced at `latency_s` outside system_latency_s's sweep says (the stress
+    rows' 1 ms: 100x its top); None inside it."""
+    sweep = CONSTANTS["system_latency_s"].sweep
+    lo, hi = min(sweep), max(sweep)
+    if lo <= latency_s <= hi:
+        return None
+    what = "a stress value" if latency_s == STRESS_LATENCY_S else "assumed"
+    return (f"system_latency_s {latency_s:g} s is {what} outside its sweep ({lo:g}..{hi:g} s; "
+            f"{latency_s / hi:g}x its top), no network's figure")  # fmt: skip
 
 
 def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
@@ -153,9 +181,10 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
         with recording() as on_wafer:
             t = model.evaluate(step)
         with recording() as crossed:
-            cross = model.evaluate(Phase("crossing", crossing))
+            cross = model.evaluate(crossing_phases(crossing))
         params = {"wafer": spec.name, "case": case, "words_per_pe": words,
                   "crossing_bytes": crossing.host_io_bytes}  # fmt: skip
+        cross_params = {**params, "fixed_cycles_are": FIXED_NOTE}
         rows += read_by(
             on_wafer,
             PredictionRow(
@@ -168,9 +197,9 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
                 "crossing_s",
                 cross.seconds,
                 "s",
-                params,
+                cross_params,
                 source=SOURCE,
-                mechanisms=cross.by_mechanism(),
+                mechanisms=cluster_mechanisms(cross, spec.clock_hz),
             ),
         )
     slack = TRANSLATION_SLACK_STEPS

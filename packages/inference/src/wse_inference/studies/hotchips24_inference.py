@@ -2,7 +2,10 @@
 
 Predicted (`wse_inference.pipeline.perf`: each model planned by `wse_systems.pipeline`, one
 region per layer, 16-bit weights, KV cache for an 8k context, priced mechanism by mechanism
-by `wse_systems.decoder`), row for row, each with its cycles per token by mechanism:
+by `wse_systems.decoder`), row for row, each with its cycles per token by mechanism and
+`params["head_and_io_cycles"]`: the part of those cycles outside the layers (the head's
+product, the argmax, the next token's embedding and its trip to the host where paid; hunt
+73: named `per_token_cycles`, it read as the whole token's, 8,185 of 8B's ~365k cycles):
 
 - Llama 3.1 8B on one WSE-3: a calibration-set row (`params["calibration"]` is True) used
   as a check: its published 1,800 tokens/s (Cerebras, Hot Chips 2024;
@@ -34,6 +37,7 @@ import time
 
 from wse_core.cost.assumptions import assumed_spec
 from wse_core.studies.experiment import ExperimentResult, PredictionRow
+from wse_systems.decoder import PER_TOKEN
 from wse_systems.token import PUBLISHED_SETUP
 
 from wse_inference.pipeline.perf import CALIBRATION_TOKENS_PER_S, predict_model, tokens_per_s
@@ -83,8 +87,10 @@ def _predictions() -> tuple[list[PredictionRow], list[dict]]:
         }
         rate = tokens_per_s(report)
         mech = report.predicted.by_mechanism()
-        per_token = report.predicted.leaf("per_token").seconds * plan.spec.clock_hz
-        params |= {"per": "token", "per_token_cycles": per_token}
+        # the token's cost outside the layers (`wse_systems.decoder.PER_TOKEN`, on the head
+        # region): lm_head, argmax, the next embedding and, where paid, the trip out
+        head = report.predicted.leaf(PER_TOKEN).seconds * plan.spec.clock_hz
+        params |= {"per": "token", "head_and_io_cycles": head}
         source = f"{SOURCE} (calibration set, check)" if published else None
         rows.append(
             PredictionRow("tokens_per_s", rate, "tokens/s", params, published, source, mech)

@@ -91,6 +91,11 @@ one step (v less the rejection sampling). `formula_with_verify_cost` =
 published one is the target). `round_in_run_ms` (decode time / rounds) is shown beside
 `round_ms`, and `plain_step_in_run_ms` (the plain decoder's decode time / tokens) beside
 `target_step_ms`: the timer's fidelity to the runs.
+`noisy` flags a row whose measured speedup exceeds its tokens per pass (hunt 73: 2.654 over
+2.629, printed as a result): the speedup is tokens per pass x plain step / round, and a round
+(gamma drafts and a gamma + 1-token verification) takes at least a plain step, so such a row
+says the machine's load moved between its paired runs, not how fast speculation is;
+`noisy_note` says so with the row's own figures (empty when not noisy).
 Timings are most repeatable with one XLA thread (XLA_FLAGS=--xla_cpu_multi_thread_eigen=false):
 the speculative and the plain decoder then get the same single core. On a machine shared
 with other jobs the target step varies 1.5-2x between rows; each row's quantities are
@@ -193,6 +198,7 @@ def _row(target, draft, draft_layers, gamma, runs, bases, ratios, costs) -> dict
     run_round_ms = statistics.median(r.decode_s / r.metrics["speculative"]["rounds"] for r in runs)
     plain_step_ms = statistics.median(b.decode_s / (len(b.tokens) - 1) for b in bases)
     speed = statistics.median(ratios)
+    noisy = speed > tpp  # a round faster than a plain step: impossible, the load moved
     pred = expected_speedup(alpha, gamma, c)
     corrected = expected_tokens_per_pass(alpha, gamma) / (gamma * c + v)
     return {
@@ -218,7 +224,15 @@ def _row(target, draft, draft_layers, gamma, runs, bases, ratios, costs) -> dict
         "within_10pct": abs(speed / pred - 1) <= 0.10,
         "formula_with_verify_cost": corrected,
         "ratio_with_verify_cost": speed / corrected,
+        "noisy": noisy,
+        "noisy_note": _noisy_note(speed, tpp, run_round_ms, plain_step_ms) if noisy else "",
     }
+
+
+def _noisy_note(speed: float, tpp: float, round_s: float, step_s: float) -> str:
+    return (f"speedup {speed:.3f} > tokens per pass {tpp:.3f}: a round timed faster than a "
+            f"plain step ({round_s * 1e3:.1f} < {step_s * 1e3:.1f} ms in the runs), which it "
+            "cannot be; the machine's load moved between the paired runs")  # fmt: skip
 
 
 def _figure(rows: list[dict]):
@@ -237,6 +251,10 @@ def _figure(rows: list[dict]):
                 label=f"formula, {layers}-layer draft")  # fmt: skip
         ax.plot(g, [r["formula_with_verify_cost"] for r in sel], "+:", color=col, alpha=0.6,
                 label=f"formula with measured v, {layers}-layer draft")  # fmt: skip
+    bad = [r for r in rows if r["noisy"]]
+    if bad:  # a speedup above the tokens per pass: the load moved, not a result
+        ax.plot([r["gamma"] for r in bad], [r["measured_speedup"] for r in bad], "o", ms=12,
+                mfc="none", color="tab:red", label="noisy: speedup > tokens per pass")  # fmt: skip
     ax.set_xlabel("gamma (draft tokens per round)")
     ax.set_ylabel("speedup over the target alone")
     ax.legend(fontsize=8)

@@ -4,17 +4,18 @@ Every row of `wse_systems.serving.trtllm_h100.ROWS` (v0.19.0 performance overvie
 8B, 70B and 405B on 1 to 8 H100, input/output lengths 128/128 to 20000/2000) predicted by
 `wse_systems.serving.gpus` in fp8 at the row's tp x pp layout and the most users it holds,
 with the fractions `FITTED_MFU` and `FITTED_HBM_FRACTION`, which `trtllm_h100.fit()` finds
-on the rows whose input length is at most their output length (params "role": "fitted").
-The other rows (long prompts, short outputs) are checks ("role": "check"): their ratios
-show whether whole requests, prompts included, are priced right. The figure: model against
-published, both logarithmic, fitted and check rows marked apart. `--quick` changes nothing
-(the model is arithmetic). Measurements: the fit re-run here and its rms log ratio per role,
-then the fit at each value of the kernel cost's sweep (`trtllm_h100.fit_over_floor()`: the
-kernel cost, the fitted MFU and HBM share, the rms on the fitted rows and on the checks;
-hunt 68: the sweep that shows the rows do not identify the kernel cost, which is why it is
-assumed, was never printed). The rows and the fit re-run price the kernel cost in force
-(`--assume gpu.kernel_s=S`; `--sweep gpu.kernel_s` reruns the rows only,
-`run_predictions`).
+on the rows whose input length is at most their output length: their role is `FITS`,
+"fits FITTED_MFU, FITTED_HBM_FRACTION" (`wse_core.studies.experiment.row_role`'s "fits K";
+hunt 73: it was "fitted", outside that vocabulary). The other rows (long prompts, short
+outputs) are checks ("check"): their ratios show whether whole requests, prompts included,
+are priced right. The figure: model against published, both logarithmic, fitted and check
+rows marked apart. `--quick` changes nothing (the model is arithmetic). Measurements: the
+fit re-run here and its rms log ratio per role, then the fit at each value of the kernel
+cost's sweep (`trtllm_h100.fit_over_floor()`: the kernel cost, the fitted MFU and HBM share,
+the rms on the fitted rows and on the checks; hunt 68: the sweep that shows the rows do not
+identify the kernel cost, which is why it is assumed, was never printed). The rows and the
+fit re-run price the kernel cost in force (`--assume gpu.kernel_s=S`; `--sweep gpu.kernel_s`
+reruns the rows only, `run_predictions`).
 """
 
 from __future__ import annotations
@@ -22,26 +23,31 @@ from __future__ import annotations
 import math
 
 from wse_core import ExperimentResult, PredictionRow
+from wse_core.studies.experiment import row_role
 
 from wse_systems.serving import trtllm_h100 as tr
 from wse_systems.serving.gpu_step import FITTED_HBM_FRACTION, FITTED_MFU, kernel_s_in_force
 
-__all__ = ["run", "run_predictions"]
+__all__ = ["FITS", "run", "run_predictions"]
 
 NAME = "trtllm-h100"
+# The role of a row the fractions are fitted on ("fits K": the constants it sets)
+FITS = "fits FITTED_MFU, FITTED_HBM_FRACTION"
+# Each role with its name in the figure and the measurements
+ROLES = ((FITS, "fitted"), ("check", "check"))
 
 
 def _row(r: tr.TrtllmRow) -> PredictionRow:
     value = tr.predict(r, mfu=FITTED_MFU, hbm_fraction=FITTED_HBM_FRACTION)
     params = {"model": r.model, "gpus": r.gpus, "tp": r.tp, "pp": r.pp,
               "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-              "precision": "fp8", "role": "fitted" if tr.fitted(r) else "check"}  # fmt: skip
+              "precision": "fp8", "role": FITS if tr.fitted(r) else "check"}  # fmt: skip
     return PredictionRow("output_tokens_per_s", value, "tokens/s", params,
                          r.output_tokens_per_s, tr.SOURCE)  # fmt: skip
 
 
 def _rms(rows: list[PredictionRow], role: str) -> float:
-    logs = [math.log(p.value / p.published) for p in rows if p.params["role"] == role]
+    logs = [math.log(p.value / p.published) for p in rows if row_role(p) == role]
     return math.sqrt(sum(v * v for v in logs) / len(logs))
 
 
@@ -52,9 +58,9 @@ def _figure(rows: list[PredictionRow]):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 5))
-    for role, mark in (("fitted", "o"), ("check", "^")):
-        pts = [(p.published, p.value) for p in rows if p.params["role"] == role]
-        ax.scatter(*zip(*pts, strict=True), marker=mark, label=f"{role} ({len(pts)} rows)")
+    for (role, label), mark in zip(ROLES, ("o", "^"), strict=True):
+        pts = [(p.published, p.value) for p in rows if row_role(p) == role]
+        ax.scatter(*zip(*pts, strict=True), marker=mark, label=f"{label} ({len(pts)} rows)")
     lo = min(min(p.value, p.published) for p in rows) / 1.5
     hi = max(max(p.value, p.published) for p in rows) * 1.5
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="model = published")
@@ -92,8 +98,8 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
     measurements = [
         {"what": "fit re-run", "kernel_s": kernel_s, "mfu": mfu, "hbm_fraction": hbm,
          "rms_log_ratio": rms},
-        *({"what": f"rms log ratio, {role} rows", "rows": sum(p.params["role"] == role
-           for p in rows), "rms_log_ratio": _rms(rows, role)} for role in ("fitted", "check")),
+        *({"what": f"rms log ratio, {label} rows", "role": role, "rows": sum(row_role(p) == role
+           for p in rows), "rms_log_ratio": _rms(rows, role)} for role, label in ROLES),
         *({"what": "fit at kernel_s", **f} for f in over_floor),
     ]  # fmt: skip
     config = {"source": tr.SOURCE, "mfu": FITTED_MFU, "hbm_fraction": FITTED_HBM_FRACTION,
