@@ -14,7 +14,7 @@ Experiments. `experiments_markdown()` is one section per entry of the CLI's regi
 (`wse_cli.commands.experiments.EXPERIMENTS`): its description, its module's documentation
 (what it predicts and measures, its inputs), how to run it, and, where the experiment has a
 predictions-only entry (`<function>_predictions`), its prediction rows computed now, with
-each row's role (fitted, check or prediction) and the published figure beside it; each
+each row's role ("fits K", check or prediction) and the published figure beside it; each
 experiment's rows are computed in a child process, 2 at a time, and one that takes over
 `WSE_DOCS_EXPERIMENT_TIMEOUT_S` (default 120 s) says so instead (`WSE_DOCS_EXPERIMENT_ROWS=0`
 leaves all rows out: a quicker build for editing prose). An experiment whose predictions fail
