@@ -276,13 +276,17 @@ def test_filtered_window_equals_the_full_window_and_records_the_whole_multicast(
     ns = wafer.remap.link_hops(0)[: wafer.rows - 1, : wafer.cols]
     ew = wafer.remap.link_hops(1)[: wafer.rows, : wafer.cols - 1]
     assert ew.mean() > 1 and ns.mean() > 1  # detours around dead PEs are paid
+    # a row window's chain: the slowest kc consecutive E-W links of any row (session 73: was
+    # kc x the longest link anywhere), each marching step one N-S link
+    slowest_window = max(ew[r, c : c + kc].sum() for r in range(ew.shape[0])
+                         for c in range(ew.shape[1] - kc + 1))  # fmt: skip
     expect_words = expect_hops = expect_busiest = expect_latency = 0.0
     word = np.dtype(plan.dtype).itemsize / 4  # 32-bit fabric words per value (float64: 2)
     for words in (3 * word, word):  # phase 1 positions, phase 2 F'
         expect_words += n * words * (2 + 2 * depth * width)
         expect_hops += 2 * n * words * (kc * ew.mean() + depth * width * ns.mean())
         expect_busiest += words * (2 * kc + 2 * depth * width)
-        expect_latency += 2 * (kc * ew.max() + depth * ns.max())
+        expect_latency += 2 * (slowest_window + depth * ns.max())
     t = got["traffic"]
     assert sum(e.words for e in t) == expect_words
     assert sum(e.word_hops for e in t) == pytest.approx(expect_hops, rel=1e-12)

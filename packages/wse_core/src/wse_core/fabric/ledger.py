@@ -2,8 +2,14 @@
 
 `wse_core.fabric` moves the data and calls these at trace time: `words_per_pe` (32-bit words
 of one per-PE value), `hops` (mean and max physical hops per logical link along a grid axis,
-detours around dead PEs included), and `record_multicast`, `record_shift`, `record_reduce`,
+detours around dead PEs included), `chain_hops` (the physical hops of the slowest chain of
+consecutive links along an axis), and `record_multicast`, `record_shift`, `record_reduce`,
 `record` (one `Traffic` entry: words, word-hops, busiest-link words, latency hops).
+
+A chain's latency is its slowest line's: the most physical hops, over the rows (or columns)
+it runs along, summed over the links of its path there; a detour of e extra hops adds e once
+to the chains that cross it (hunt 73: every chain was its length times the wafer's longest
+link, so one detour of one extra hop anywhere doubled a whole-row broadcast's latency).
 
 A periodic op is recorded as on a torus (a wrapped value one link away). The wafer is a 2D
 mesh with no wrap-around link, so a kernel that prices a periodic exchange lays each
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import weakref
 from collections.abc import Mapping
 
 import numpy as np
@@ -29,6 +36,7 @@ __all__ = [
     "DIRECTIONS",
     "words_per_pe",
     "hops",
+    "chain_hops",
     "record",
     "record_multicast",
     "record_shift",
@@ -75,28 +83,95 @@ def record(
     wafer.traffic.record(Traffic(op, words, word_hops, busiest, lat, 1, links or {}))
 
 
+# Per wafer (every traced op asks; a full wafer's running sums take milliseconds, and one
+# MD step traces 552 ops): each axis' running detour sums, and the chains asked of them.
+_RUNS: weakref.WeakKeyDictionary[Wafer, dict[tuple[int, int, int], np.ndarray | None]] = (
+    weakref.WeakKeyDictionary()
+)
+_WINDOWS: weakref.WeakKeyDictionary[Wafer, dict[tuple[int, int, int, int], int]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _detour_runs(wafer: Wafer, axis: int) -> np.ndarray | None:
+    """Running sums of each line's detour hops (physical hops beyond one a logical link)
+    along `axis` on this grid, (lines, links + 1) int64, a line a row (axis 1) or column
+    (axis 0), entry j the line's first j links'; None where no link has a detour."""
+    kept = _RUNS.setdefault(wafer, {})
+    key = (wafer.rows, wafer.cols, axis)
+    if key not in kept:
+        links = wafer.remap.link_hops(axis)
+        if axis == 1:
+            links = links[: wafer.rows, : wafer.cols - 1]
+        else:
+            links = links[: wafer.rows - 1, : wafer.cols].T
+        run = None
+        if links.size and (any(links.strides) or links.flat[0] != 1):  # identity: no pass
+            extra = links.astype(np.int64) - 1
+            if extra.any():
+                run = np.zeros((extra.shape[0], extra.shape[1] + 1), np.int64)
+                np.cumsum(extra, axis=1, out=run[:, 1:])
+        kept[key] = run
+    return kept[key]
+
+
+def chain_hops(wafer: Wafer, axis: int, span: int) -> float:
+    """Physical hops of the slowest chain of `span` consecutive logical links along `axis`
+    (0: down a column, 1: along a row) on this grid: `span` plus the most detour hops on any
+    `span` consecutive links of any line (a whole line's when `span` reaches past it);
+    `span` without a detour."""
+    run = _detour_runs(wafer, axis)
+    if run is None or span <= 0:
+        return float(span)
+    kept = _WINDOWS.setdefault(wafer, {})
+    key = (wafer.rows, wafer.cols, axis, span)
+    if key not in kept:
+        k = min(span, run.shape[1] - 1)
+        kept[key] = int((run[:, k:] - run[:, :-k]).max())
+    return float(span + kept[key])
+
+
+def _centre_chain(wafer: Wafer, axis: int, line: int | None = None) -> float:
+    """Hops of a reduction toward the centre PE of each line along `axis` (of line `line`
+    only): (n - 1) / 2 links, the mean of the two halves' lengths, plus the most detour hops
+    of a line's half (the links from one end to PE ceil(n / 2) - 1)."""
+    n = (wafer.rows, wafer.cols)[axis]
+    run = _detour_runs(wafer, axis)
+    if run is None:
+        return (n - 1) / 2
+    lines = run if line is None else run[line : line + 1]
+    c = (n - 1) // 2
+    return (n - 1) / 2 + int(np.maximum(lines[:, c], lines[:, -1] - lines[:, c]).max())
+
+
 def record_multicast(wafer: Wafer, direction: str, w: float, k: int) -> None:
-    mean_h, max_h = hops(wafer, DIRECTIONS[direction][0])
+    axis = DIRECTIONS[direction][0]
+    mean_h = hops(wafer, axis)[0]
     n = wafer.num_pes
-    # Each PE forwards k values (its own and k - 1 passing through) on one link.
+    # Each PE forwards k values (its own and k - 1 passing through) on one link; the last
+    # arrives k links away.
     links = {direction: k * w}  # data travels toward `direction`
-    record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, k * max_h, links)
+    lat = chain_hops(wafer, axis, k)
+    record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, lat, links)
 
 
 def record_shift(wafer: Wafer, direction: str, w: float, distance: int) -> None:
-    mean_h, max_h = hops(wafer, DIRECTIONS[direction][0])
+    axis = DIRECTIONS[direction][0]
+    mean_h = hops(wafer, axis)[0]
     n = wafer.num_pes
     links = {direction: w * distance}  # a value relayed over `distance` links
-    record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, distance * max_h, links)
+    lat = chain_hops(wafer, axis, distance)
+    record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, lat, links)
 
 
 def record_reduce(wafer: Wafer, x, axes: tuple[int, ...], op: str, both: bool) -> None:
     """A reduction of x's per-PE values over the grid `axes` (`both`: and back to every PE)."""
     w = words_per_pe(x)
     n = wafer.num_pes
-    sizes = {0: wafer.rows, 1: wafer.cols}
-    # A chain reduction toward the centre of each reduced axis: half the axis in latency.
-    lat = sum((sizes[a] - 1) / 2 * hops(wafer, a)[1] for a in axes)
+    # A chain reduction toward the centre of each reduced axis: half the axis in latency,
+    # over the whole grid each row to its centre column, then that column to its centre.
+    centre_col = (wafer.cols - 1) // 2 if 1 in axes else None
+    lat = sum(_centre_chain(wafer, a, centre_col if a == 0 else None) for a in axes)
     mult = 2 if both else 1  # allreduce = reduce + broadcast back
     # Toward the centre of each axis from both ends, and back out: w per link each way.
     links: dict[str, float] = {}

@@ -214,14 +214,14 @@ def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: i
 
     w = led.words_per_pe(x)
     lines = (wafer.cols, wafer.rows)[grid_axis]
-    mean_h, max_h = led.hops(wafer, grid_axis)
+    mean_h = led.hops(wafer, grid_axis)[0]
     led.record(
         wafer,
         f"broadcast_{axis}",
         lines * w,
         lines * w * (size - 1) * mean_h,
         w,
-        (size - 1) * max_h,
+        led.chain_hops(wafer, grid_axis, size - 1),  # the slowest line's, end to end
         {"E": w, "W": w} if grid_axis == 1 else {"N": w, "S": w},  # out from the source
     )
     return blk.on_blocks(wafer, on_block, x)

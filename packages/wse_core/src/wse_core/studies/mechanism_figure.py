@@ -1,6 +1,7 @@
 """An experiment's predicted rows by mechanism: `mechanism_figure` draws them as stacked shares
 of their cycles (`mechanisms.png` beside its tables), `mechanism_text` writes one row's shares
-for the tables' column (`wse_core.studies.experiment` writes both)."""
+for the tables' column (`wse_core.studies.experiment` writes both); `row_labels` names the
+bars, each row apart from the others."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from wse_core.studies.experiment import PredictionRow
 
-__all__ = ["mechanism_figure", "mechanism_text"]
+__all__ = ["mechanism_figure", "mechanism_text", "row_labels"]
 
 
 def mechanism_figure(predictions: list[PredictionRow]):
@@ -35,7 +36,7 @@ def mechanism_figure(predictions: list[PredictionRow]):
         if any(shares):
             ax.bar(range(len(rows)), shares, bottom=bottom, label=key)
             bottom = [b + v for b, v in zip(bottom, shares, strict=True)]
-    labels = [_row_label(p) for p in rows]
+    labels = row_labels(rows)
     ax.set_xticks(range(len(rows)), labels, rotation=40, ha="right", fontsize=7)
     ax.set(ylabel="share of predicted cycles", ylim=(0, 1), title="Cycles by mechanism")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -43,10 +44,38 @@ def mechanism_figure(predictions: list[PredictionRow]):
     return fig
 
 
-def _row_label(p: PredictionRow) -> str:
-    keys = ("case", "grid", "model", "layout", "kernel", "nz", "systems")
-    bits = [str(p.params[k]) for k in keys if k in p.params]
-    return f"{p.name} " + " ".join(bits[:3])
+_FIRST = ("case", "grid", "model", "layout", "kernel", "nz", "systems")  # shown as bare values
+
+
+def row_labels(rows: list[PredictionRow]) -> list[str]:
+    """One distinct label a row: its name and the params whose values differ between `rows`
+    (`_FIRST`'s as bare values, first; the others as key=value, in the order rows give
+    them); rows alike in all of them numbered (hunt 73: fabric-collectives' four ops on a
+    grid were each "wafer_cycles 8x8", the op left out)."""
+    keys: list[str] = []
+    for p in rows:
+        keys += [k for k in p.params if k not in keys]
+    missing = object()
+    varying = [k for k in keys if len({repr(p.params.get(k, missing)) for p in rows}) > 1]
+    varying.sort(key=lambda k: _FIRST.index(k) if k in _FIRST else len(_FIRST))
+
+    def label(p: PredictionRow) -> str:
+        bits = [
+            str(p.params[k]) if k in _FIRST else f"{k}={p.params[k]}"
+            for k in varying
+            if k in p.params
+        ]
+        return " ".join([p.name, *bits])
+
+    labels = [label(p) for p in rows]
+    seen: dict[str, int] = {}
+    out = []
+    for text in labels:
+        if labels.count(text) > 1:
+            seen[text] = seen.get(text, 0) + 1
+            text = f"{text} #{seen[text]}"
+        out.append(text)
+    return out
 
 
 def mechanism_text(mech: dict[str, float] | None) -> str:
