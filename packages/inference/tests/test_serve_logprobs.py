@@ -43,7 +43,7 @@ def _completion_oracle(prompt: str, n: int, k: int) -> dict:
         "tokens": [word(t) for t in out],
         "token_logprobs": [-LN2] * n,
         "top_logprobs": [
-            {word(b + 1 + j): -(j + 1) * LN2 for j in range(k)} | {word(b + 1): -LN2} if k else None
+            {word(b + 1 + j): -(j + 1) * LN2 for j in range(k)} | {word(b + 1): -LN2}
             for b in before
         ],
         "text_offset": list(range(n)),
@@ -207,7 +207,7 @@ def _echo_oracle(prompt: str, n: int, k: int) -> dict:
     # prompt token b after a: j = (b - a - 1) % 256 steps down the mock's halving ladder
     lps = [-(((b - a - 1) % 256) + 1) * LN2 for a, b in zip(ids, ids[1:], strict=False)]
     tops = [
-        {word(a + 1 + j): -(j + 1) * LN2 for j in range(k)} | {word(b): lp} if k else None
+        {word(a + 1 + j): -(j + 1) * LN2 for j in range(k)} | {word(b): lp}
         for a, b, lp in zip(ids, ids[1:], lps, strict=False)
     ]
     return {

@@ -5,6 +5,8 @@ vLLM, ...) and prints request throughput, vLLM's token figures (input and genera
 input / output / total tokens/s) and TTFT / TPOT / ITL / end-to-end percentiles (vLLM's
 definitions), then saves the summary (`--out`), the dataset's name, settings and seed in it,
 with vLLM's `--save-result` keys and units (ms) beside ours (s; hunt 71: it had none of them).
+vLLM's `vllm bench serve` spellings `--base-url`, `--max-concurrency` and `--save-result` are
+taken too (`--url`, `-c`; the summary is always saved).
 The requests are vLLM's `--dataset-name random` or `sharegpt`, or the default `prompt`
 (`--prompt` each time), with vLLM's options (`infer_bench_data`); a bad one is one line, exit
 2, before any request, as is an --out that is the --dataset-path file (hunt 71: the dataset
@@ -145,11 +147,22 @@ def _unserved(e, url: str, base: str, keyed: bool) -> str:
 
 def bench(
     ctx: typer.Context,
-    url: str = typer.Option(..., "--url", help="Server base URL, e.g. http://127.0.0.1:8000."),
+    url: str = typer.Option(
+        ..., "--url", "--base-url", help="Server base URL, e.g. http://127.0.0.1:8000."
+    ),
     model: str = typer.Option(None, "--model", help="Model name (default: the server's first)."),
     num_requests: int = number(64, "--num-requests", "-n", kind=int, ge=1, le=1_000_000),
     num_prompts: int = bd.NUM_PROMPTS,
-    concurrency: int = number(8, "--concurrency", "-c", kind=int, ge=1, le=10_000),
+    concurrency: int = number(
+        8,
+        "--concurrency",
+        "-c",
+        "--max-concurrency",
+        kind=int,
+        ge=1,
+        le=10_000,
+        help="Requests in flight at most (vLLM's --max-concurrency; its default is no bound).",
+    ),
     dataset_name: str = bd.DATASET_NAME,
     prompt: str = typer.Option(
         "The wafer-scale engine", "--prompt", help="--dataset-name prompt: the text sent."
@@ -206,6 +219,11 @@ def bench(
         "and e2el, in ms; request_throughput, output_throughput, total_token_throughput, "
         "duration, total_input_tokens, total_output_tokens, num_prompts, max_concurrency). "
         'request_rate is null where vLLM writes "inf" (all at once).',
+    ),
+    save_result: bool = typer.Option(  # hunt 73: vLLM's spelling was "No such option"
+        False,
+        "--save-result",
+        help="vLLM's flag, taken: the summary is always saved (--out).",
     ),
 ) -> None:
     """Load-test a server: request and token throughput, TTFT and TPOT percentiles."""

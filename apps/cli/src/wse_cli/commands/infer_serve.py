@@ -31,7 +31,9 @@ MOCK = "mock"
 SERVE_HELP = (
     "Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM.\n\n"
     "Routes: POST /v1/completions and /v1/chat/completions (SSE with stream=true), GET "
-    "/v1/models, /health, /metrics; POST /tokenize and /detokenize (vLLM's). Chat prompts "
+    "/v1/models, /health, /metrics (vLLM's metrics, named wse_* where vLLM's are vllm:*, "
+    "the warm-up request not counted), /version; POST /tokenize and /detokenize (vLLM's). "
+    "Chat prompts "
     "use --chat-template, else the model's chat template (chat_template.jinja or "
     "tokenizer_config.json beside tokenizer.json), else one "
     '"role: content" line per message followed by "assistant:".'

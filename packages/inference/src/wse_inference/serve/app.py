@@ -8,7 +8,7 @@ Architecture (one process):
     GET /metrics ◄─ ServeMetrics ◄───────────────┘   bounded queue    └─ continuous batching
 
 The HTTP routes (OpenAI's /v1/completions, /v1/chat/completions and /v1/models, /health,
-/metrics, vLLM's /tokenize and /detokenize) and their error bodies are
+/metrics, vLLM's /tokenize, /detokenize and /version) and their error bodies are
 `wse_inference.serve.routes`' (`build_app`); this module runs them.
 
 `Server(engine, ServeConfig(...))` wires everything; `.start()` runs it on background threads
@@ -187,7 +187,8 @@ class Server:
         self._finish()
 
     def warmup(self, timeout_s: float = 600.0) -> float:
-        """Run one tiny greedy request through the engine (compiles it); its wall seconds.
+        """Run one tiny greedy request through the engine (compiles it), kept out of /metrics;
+        its wall seconds.
         A model whose log probabilities are not finite on it is refused (`WseError`; hunt 62:
         weights that overflow, all finite, answered 500s, NaN in streamed JSON, and text of
         NUL characters)."""
@@ -208,10 +209,11 @@ class Server:
                 done.set()
 
         max_tokens = max(1, min(2, self.engine.max_context - 1))
-        self.scheduler.submit(
+        self.scheduler.submit(  # not observed: /metrics counts users' requests alone (hunt 73)
             prompt_ids=[0],
             sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, logprobs=1),
             sink=sink,
+            observed=False,
         )
         if not done.wait(timeout_s):
             raise TimeoutError(f"the engine did not answer a warm-up request in {timeout_s} s")

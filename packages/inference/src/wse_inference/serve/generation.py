@@ -3,9 +3,12 @@
 `Generation(scheduler, parsed)` submits the request's `n` choices (one scheduler submission
 each, `openai_request.choice_sampling`) and turns their `StreamEvent`s into either one whole
 response (`whole`: every choice's text, logprobs and finish reason, usage counting the prompt
-once) or an SSE stream (`stream`: chunks tagged by choice index, a slow reader's queued events
-merged per choice, echo and logprobs in each choice's chunks, one usage chunk and one
-`data: [DONE]` after the last choice). A client that goes away cancels every choice. More
+once) or an SSE stream (`stream`: chunks tagged by choice index, one for every engine step
+that made tokens, its text "" while it is held back (a character's bytes, a stop string's
+start), as vLLM's; a slow reader's queued events merged per choice, echo and logprobs in each
+choice's chunks, one usage chunk and one `data: [DONE]` after the last choice). Choices carry
+vLLM's stop_reason, and with return_token_ids their token ids; echo with max_tokens 0 answers
+the prompt alone (`_shown`). A client that goes away cancels every choice. More
 choices than the server's slots and queue hold together is `InvalidRequestError` (400). The
 bodies are `openai_response`'s.
 """
@@ -114,12 +117,15 @@ class Generation:
         n = self.p.n
         parts: list[list[str]] = [[self._echo()] for _ in range(n)]
         lps: list[list] = [[] for _ in range(n)]
+        ids: list[list[int]] = [[] for _ in range(n)]
         prompt: list[Any] = [None] * n
         finals: dict[int, StreamEvent] = {}
         try:
             while len(finals) < n:
                 i, ev = await self.queue.get()
+                ev = self._shown(ev)
                 parts[i].append(ev.text)
+                ids[i] += ev.token_ids
                 lps[i] += ev.logprobs or ()
                 prompt[i] = prompt[i] or ev.prompt_logprobs
                 if ev.finish_reason is not None:
@@ -148,6 +154,8 @@ class Generation:
                     prompt=prompt[i],
                     finish_reason=finals[i].finish_reason,
                 ),
+                stop_reason=finals[i].stop_reason,
+                token_ids=ids[i],
             )
             for i in range(n)
         ]
@@ -160,6 +168,17 @@ class Generation:
     def _echo(self) -> str:
         """The prompt's text when the request asked for it back (echo), else ''."""
         return self.tokenizer.decode(self.p.prompt_ids) if self.p.echo else ""
+
+    def _shown(self, ev: StreamEvent) -> StreamEvent:
+        """`ev` as the answer shows it: with echo and max_tokens 0 (`echo_only`) the token made
+        to score the prompt is neither shown nor counted, and it ends at "length" (vLLM's
+        echo_without_generation; hunt 73: refused)."""
+        if not self.p.echo_only:
+            return ev
+        finish = "length" if ev.finish_reason in ("stop", "length") else ev.finish_reason
+        lps = None if ev.logprobs is None else ()
+        return dataclasses.replace(ev, text="", token_ids=(), logprobs=lps, completion_tokens=0,
+                                   finish_reason=finish, stop_reason=None)  # fmt: skip
 
     async def _next(self) -> tuple[int, StreamEvent]:
         """The next event of some choice, merged with that choice's events already queued: a
@@ -190,28 +209,27 @@ class Generation:
         p, rid, created, n = self.p, self.rid, self.created, self.p.n
         offset = [0] * n  # where each choice's next token text starts (text_offset)
         echo = [self._echo()] * n  # sent with each choice's first chunk
+        fresh = [p.kind == "completion"] * n  # a completion's next chunk is its first
         sampled: list[list[int]] = [[] for _ in range(n)]  # a character may span chunks
         finals: dict[int, StreamEvent] = {}
         try:
             if p.kind == "chat":
                 for i in range(n):
-                    yield sse(
-                        chunk_body(
-                            p, rid, created, text=None, finish_reason=None, role=True, index=i
-                        )
-                    )
+                    yield sse(chunk_body(p, rid, created, Choice("", None), index=i, first=True))
             while len(finals) < n:
                 i, ev = await self._next()
+                ev = self._shown(ev)
                 if ev.error is not None:
                     if ev.text:
-                        yield sse(
-                            chunk_body(p, rid, created, text=ev.text, finish_reason=None, index=i)
-                        )
+                        yield sse(chunk_body(p, rid, created, Choice(ev.text, None), index=i))
                     invalid = ev.finish_reason == "invalid"
                     kind = "invalid_request_error" if invalid else "server_error"
                     yield sse(error_body(ev.error, type_=kind, code=ev.finish_reason))
                     break
-                if ev.text or ev.finish_reason or ev.logprobs or echo[i]:
+                # a chunk for every step that made tokens, its text "" while a character's
+                # bytes or a stop string's start are held back, as vLLM's (hunt 73: such steps
+                # sent nothing, so clients timed the first token and the gaps wrongly)
+                if ev.text or ev.token_ids or ev.finish_reason or echo[i]:
                     scored = ev.prompt_logprobs if echo[i] else None
                     lps, offset[i] = logprobs_and_end(
                         p,
@@ -224,15 +242,9 @@ class Generation:
                     )
                     sampled[i] += [x.token for x in ev.logprobs or ()]
                     text, echo[i] = echo[i] + ev.text, ""
-                    chunk = chunk_body(
-                        p,
-                        rid,
-                        created,
-                        text=text,
-                        finish_reason=ev.finish_reason,
-                        logprobs=lps,
-                        index=i,
-                    )
+                    c = Choice(text, ev.finish_reason, lps, ev.stop_reason, ev.token_ids)
+                    chunk = chunk_body(p, rid, created, c, index=i, first=fresh[i])
+                    fresh[i] = False
                     if ev.finish_reason is not None:
                         chunk["time_info"] = self.handles[i].timing.time_info()
                     yield sse(chunk)

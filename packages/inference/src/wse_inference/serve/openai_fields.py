@@ -1,11 +1,13 @@
 """Reading and refusing an OpenAI request's fields (`wse_inference.serve.openai_request`'s
 parsing uses them): `invalid` (an `InvalidRequestError` naming its field); `number`,
-`integer` and `flag` (a field of that JSON type or its default); and the fields this server
-does not honour: `refuse_unsupported` (n past `MAX_N`, best_of, logit_bias, suffix, tools,
-response_format, min_p, vLLM's extras in `NOT_HONOURED` unless absent, null or neutral,
-`user`), `refuse_tools` and `refuse_not_honoured` (the parts /tokenize shares) and
-`refuse_other_route` (messages on /v1/completions, prompt on chat). Values a refusal repeats
-are spelt as JSON (`admission.shown_json`).
+`integer` (a whole-number float too, as vLLM's pydantic reads one) and `flag` (a field of
+that JSON type or its default); `max_tokens` (or max_completion_tokens) and
+`stream_options`; and the fields this server does not honour: `refuse_unsupported` (n past
+`MAX_N`, best_of, logit_bias, suffix, tools, response_format, min_p, vLLM's extras in
+`NOT_HONOURED` unless absent, null or neutral, `user`), `refuse_tools` and
+`refuse_not_honoured` (the parts /tokenize shares) and `refuse_other_route` (messages on
+/v1/completions, prompt on chat). Values a refusal repeats are spelt as JSON
+(`admission.shown_json`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ __all__ = [
     "integer",
     "number",
     "flag",
+    "max_tokens",
+    "stream_options",
     "refuse_not_honoured",
     "refuse_other_route",
     "refuse_tools",
@@ -64,11 +68,51 @@ def integer(body: dict, name: str, default: int | None) -> int | None:
     v = body.get(name)
     if v is None:
         return default
+    if isinstance(v, float) and v.is_integer():  # pydantic's lax mode, vLLM's: 2.0 is 2
+        v = int(v)  # (hunt 73: "max_tokens": 2.0 was refused; 2.5, inf and NaN still are)
     if isinstance(v, bool) or not isinstance(v, int):
         raise invalid(f"{name} must be an integer, got {shown_json(v)}.", name)
     if not SEED_MIN <= v <= SEED_MAX:  # no field takes more; its digits are not echoed whole
         raise invalid(f"{name} must be a 64-bit integer, got {shown_int(v)}.", name)
     return v
+
+
+def max_tokens(body: dict) -> int | None:
+    """max_tokens, else max_completion_tokens (both checked: either may hold a bad value, and
+    two different values are refused: which one wins differs between OpenAI and vLLM)."""
+    given = integer(body, "max_tokens", None)
+    completion = integer(body, "max_completion_tokens", None)
+    if completion is not None and completion <= 0:
+        raise invalid(f"max_completion_tokens must be at least 1, got {completion}.",
+                   "max_completion_tokens")  # fmt: skip
+    if given is not None and completion is not None and given != completion:
+        raise invalid(
+            f"max_tokens ({given}) and max_completion_tokens ({completion}) differ; give "
+            "one of them (or the same value in both).",
+            "max_completion_tokens",
+        )
+    return given if given is not None else completion
+
+
+def stream_options(opts: Any, stream: bool) -> bool:
+    """stream_options.include_usage; the object only with stream true (OpenAI and vLLM refuse
+    it otherwise), with no key but include_usage (and vLLM's continuous_usage_stats false)."""
+    if opts is None:
+        return False
+    if not isinstance(opts, dict):
+        raise invalid(f"stream_options must be an object, got {shown_json(opts)}.",
+                      "stream_options")  # fmt: skip
+    include_usage = flag(opts.get("include_usage"), "stream_options.include_usage")
+    if flag(opts.get("continuous_usage_stats"), "stream_options.continuous_usage_stats"):
+        raise invalid("stream_options.continuous_usage_stats is not supported by this server; "
+                   "leave it out.", "stream_options.continuous_usage_stats")  # fmt: skip
+    unknown = sorted(set(opts) - {"include_usage", "continuous_usage_stats"})
+    if unknown:
+        raise invalid(f"stream_options has no field {shown_json(unknown[0], head=40)}; it takes "
+                      "include_usage.", "stream_options")  # fmt: skip
+    if not stream:
+        raise invalid("stream_options is only allowed when stream is true.", "stream_options")
+    return include_usage
 
 
 # vLLM's and OpenAI's fields that would change the answer, which this server does not honour:

@@ -6,8 +6,10 @@ sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or message
 ({"include_usage"}), n (1..MAX_N = 16 choices; choice i is seeded with seed + i), logprobs,
 echo (completions), presence_penalty and frequency_penalty (in [-2, 2]), and vLLM's top_k,
 repetition_penalty (> 0), stop_token_ids, ignore_eos (generation stops at the model's
-end-of-sequence tokens unless it is true) and return_tokens_as_token_ids (logprobs name each
-token "token_id:N"). Fields that would change the output but are not
+end-of-sequence tokens unless it is true), return_tokens_as_token_ids (logprobs name each
+token "token_id:N") and return_token_ids (choices carry their token_ids and the prompt's, as
+vLLM >= 0.10.2's). Integer fields take a whole-number float (2.0), as vLLM's pydantic does.
+Fields that would change the output but are not
 supported (best_of other than n, several prompts, a logit_bias, suffix, tools, functions, a
 tool_choice other than "none", a response_format other than text, and vLLM's extras in
 `openai_fields.NOT_HONOURED`: min_p, min_tokens, guided_*, prompt_logprobs, a request's
@@ -30,7 +32,10 @@ unless add_special_tokens is false (vLLM's field; chat's template writes its own
 is refused with messages); a text the tokenizer cannot encode is a 400.
 
 Logprobs are asked with `logprobs: k` (completions) or `logprobs: true, top_logprobs: k`
-(chat), k in 0..MAX_LOGPROBS = 20; `echo: true` with logprobs also scores the prompt.
+(chat), k in 0..MAX_LOGPROBS = 20; `echo: true` with logprobs also scores the prompt, and
+with `max_tokens: 0` answers the prompt alone (vLLM's echo_without_generation: it runs with
+max_tokens 1, the token made neither shown nor counted; `ParsedRequest.echo_only`); 0 or
+less otherwise is refused.
 
 Chat prompts are `wse_inference.serve.chat_template`'s (`chat_prompt`: the template chosen,
 rendered within its operation and time limits).
@@ -61,11 +66,13 @@ from wse_inference.serve.openai_fields import (
     flag,
     integer,
     invalid,
+    max_tokens,
     number,
     refuse_not_honoured,
     refuse_other_route,
     refuse_tools,
     refuse_unsupported,
+    stream_options,
 )
 from wse_inference.serve.prompt_ids import completion_prompt, messages_prompt, token_list
 
@@ -90,6 +97,10 @@ class ParsedRequest:
     echo: bool = False  # /v1/completions: the answer starts with the prompt (and its logprobs)
     n: int = 1  # choices, each its own sequence (choice_sampling)
     tokens_as_ids: bool = False  # return_tokens_as_token_ids: logprobs name "token_id:N"
+    # echo with max_tokens 0 (vLLM's echo_without_generation): the prompt scored alone; it
+    # runs with max_tokens 1, and the token made is never shown nor counted
+    echo_only: bool = False
+    return_token_ids: bool = False  # vLLM's: choices carry token_ids (and the prompt's)
 
 
 def choice_sampling(sampling: SamplingParams, i: int) -> SamplingParams:
@@ -197,49 +208,24 @@ def _logprobs(body: dict, kind: str) -> int | None:
     return k
 
 
-def _max_tokens(body: dict) -> int | None:
-    """max_tokens, else max_completion_tokens (both checked: either may hold a bad value, and
-    two different values are refused: which one wins differs between OpenAI and vLLM)."""
-    max_tokens = integer(body, "max_tokens", None)
-    completion = integer(body, "max_completion_tokens", None)
-    if completion is not None and completion <= 0:
-        raise invalid(f"max_completion_tokens must be at least 1, got {completion}.",
-                   "max_completion_tokens")  # fmt: skip
-    if max_tokens is not None and completion is not None and max_tokens != completion:
-        raise invalid(
-            f"max_tokens ({max_tokens}) and max_completion_tokens ({completion}) differ; give "
-            "one of them (or the same value in both).",
-            "max_completion_tokens",
-        )
-    return max_tokens if max_tokens is not None else completion
-
-
-def _stream_options(opts: Any, stream: bool) -> bool:
-    """stream_options.include_usage; the object only with stream true (OpenAI and vLLM refuse
-    it otherwise), with no key but include_usage (and vLLM's continuous_usage_stats false)."""
-    if opts is None:
+def _echo_only(body: dict, echo: bool) -> bool:
+    """Whether the request asks for its prompt scored alone: echo with max_tokens 0 (vLLM's
+    echo_without_generation, lm-evaluation-harness' loglikelihood; hunt 73: refused). Below 1
+    otherwise is refused, naming echo."""
+    given = max_tokens(body)
+    if given is None or given > 0:
         return False
-    if not isinstance(opts, dict):
-        raise invalid(f"stream_options must be an object, got {shown_json(opts)}.",
-                      "stream_options")  # fmt: skip
-    include_usage = flag(opts.get("include_usage"), "stream_options.include_usage")
-    if flag(opts.get("continuous_usage_stats"), "stream_options.continuous_usage_stats"):
-        raise invalid("stream_options.continuous_usage_stats is not supported by this server; "
-                   "leave it out.", "stream_options.continuous_usage_stats")  # fmt: skip
-    unknown = sorted(set(opts) - {"include_usage", "continuous_usage_stats"})
-    if unknown:
-        raise invalid(f"stream_options has no field {shown_json(unknown[0], head=40)}; it takes "
-                      "include_usage.", "stream_options")  # fmt: skip
-    if not stream:
-        raise invalid("stream_options is only allowed when stream is true.", "stream_options")
-    return include_usage
+    if given == 0 and echo:
+        return True
+    raise invalid(f"max_tokens must be at least 1 (or 0 with echo: true on /v1/completions, which "
+                  f"answers the prompt scored alone), got {given}.", "max_tokens")  # fmt: skip
 
 
 def _sampling(body: dict, kind: str, defaults: Mapping[str, Any]) -> SamplingParams:
     """The request's settings, `defaults` (generation_config.json's) where it sets none;
     max_tokens 0 when the body leaves it to the context (filled in once the prompt's length
     is known)."""
-    max_tokens = _max_tokens(body)
+    given = max_tokens(body)
     top_k = integer(body, "top_k", None)
     top_k = defaults.get("top_k", 0) if top_k is None else top_k
     stop_ids = body.get("stop_token_ids")
@@ -248,7 +234,7 @@ def _sampling(body: dict, kind: str, defaults: Mapping[str, Any]) -> SamplingPar
         raise invalid("stop_token_ids must be a list of token ids.", "stop_token_ids")
     ignore_eos = flag(body.get("ignore_eos"), "ignore_eos")
     return SamplingParams(
-        max_tokens=0 if max_tokens is None else max_tokens,
+        max_tokens=0 if given is None else given,
         temperature=number(body, "temperature", defaults.get("temperature", 1.0)),
         top_p=number(body, "top_p", defaults.get("top_p", 1.0)),
         top_k=0 if top_k == -1 else top_k,
@@ -291,7 +277,13 @@ def parse_request(
     refuse_other_route(body, kind)
     refuse_unsupported(body, limits or RequestLimits())
     n = integer(body, "n", 1) or 1
+    echo = flag(body.get("echo"), "echo")
+    if echo and kind == "chat":
+        raise invalid("echo is supported by /v1/completions only.", "echo")
     sampling = _sampling(body, kind, defaults)
+    echo_only = _echo_only(body, echo)
+    if echo_only:  # vLLM's: one token is made (its run scores the prompt), never shown
+        sampling = dataclasses.replace(sampling, max_tokens=1)
     check_sampling(sampling, n=n, limits=limits or RequestLimits())
     _check_present(body, "messages" if kind == "chat" else "prompt")
     if kind == "chat":
@@ -303,17 +295,14 @@ def parse_request(
     if not prompt_ids:
         param = "messages" if kind == "chat" else "prompt"
         raise invalid(f"The {param} is empty; give at least one token.", param)
-    if _max_tokens(body) is None:  # vLLM's: the file's default within the rest of the context
+    if max_tokens(body) is None:  # vLLM's: the file's default within the rest of the context
         rest = max(1, max_context - len(prompt_ids))
         sampling = dataclasses.replace(sampling, max_tokens=min(defaults.get("max_tokens", rest),
                                                                 rest))  # fmt: skip
-    echo = flag(body.get("echo"), "echo")
-    if echo and kind == "chat":
-        raise invalid("echo is supported by /v1/completions only.", "echo")
     if echo and sampling.logprobs is not None:  # the prompt's tokens are scored too
         sampling = dataclasses.replace(sampling, prompt_logprobs=sampling.logprobs)
     stream = flag(body.get("stream"), "stream")
-    include_usage = _stream_options(body.get("stream_options"), stream)
+    include_usage = stream_options(body.get("stream_options"), stream)
     return ParsedRequest(
         kind=kind,
         model=str(model),
@@ -324,6 +313,8 @@ def parse_request(
         echo=echo,
         n=n,
         tokens_as_ids=flag(body.get("return_tokens_as_token_ids"), "return_tokens_as_token_ids"),
+        echo_only=echo_only,
+        return_token_ids=flag(body.get("return_token_ids"), "return_token_ids"),
     )
 
 

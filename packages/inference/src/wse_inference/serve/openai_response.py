@@ -8,52 +8,23 @@ OpenAI error body with its status; `sse` frames one server-sent event.
 Responses follow OpenAI's shapes, plus Cerebras' `time_info` ({queue_time, prompt_time,
 completion_time, total_time} in seconds, `created` in Unix seconds) next to `usage`.
 
-Log probabilities, as vLLM returns them (the raw model's, before temperature and cuts; at
-most MAX_LOGPROBS = 20 alternatives): `/v1/completions` takes `logprobs: k` and answers
-{tokens, token_logprobs, top_logprobs (per token a {token: logprob} dict of the k most likely
-and the chosen token; null when k = 0), text_offset}; with `echo: true` the text starts with
-the prompt and the logprobs with the prompt's tokens (the first one's null), which is how
-lm-evaluation-harness' local-completions scores loglikelihoods; `/v1/chat/completions` takes
-`logprobs: true` and `top_logprobs: k` and answers {content: [{token, logprob, bytes,
-top_logprobs: [{token, logprob, bytes}] x k}]}. Streamed chunks carry their tokens'.
-A token's text is `tokenizer.decode([id])` with the leading spaces of its own bytes that the
-decode stripped put back (`token_text`: Llama-2's "▁héllo" is " héllo", as vLLM restores a
-SentencePiece piece's; hunt 70: the tokens lacked spaces the text has, and `text_offset`
-disagreed with it; hunt 71: a lone "▁", a double space's second, was ""); the first token
-with text where none precedes it (an echo's first word, after a BOS) is what it adds to the
-decode, as the text has it ("hello", no space), so the texts join to the text. The tokens
-that split one UTF-8 character (Llama-2's "<0xF0><0x9F><0x98><0x8A>") are "", "", "", "😊"
-as in vLLM, the last decoded after the sampled tokens before it (from a character's first
-byte: hunt 72), in a stream those of earlier chunks too (`_TokenTexts`; hunt 71: four
-U+FFFD), an alternative after those before its position; one cut at "length", its bytes.
-A token's `bytes` are its own (`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191,
-189]); logprobs are clamped at -9999.0 as vLLM's are, and a NaN one (weights that overflow at
-run time) is null, never a number. Tokens whose texts are the same (bytes 0x80..0xBF after a
-whole character all decode to U+FFFD; the alternatives that leave a character unfinished are
-all "") collide as keys of a completions' top_logprobs dict, as in vLLM, and the k entries
-shrink; `return_tokens_as_token_ids: true` names every token "token_id:N" instead (vLLM's
-field), in both routes, so the k alternatives all arrive. This module is the answer side of
+Log probabilities are `openai_logprobs`' (re-exported here). This module is the answer side of
 the wire format (`openai_request` reads requests; `routes` holds the app, `app` the shell).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import itertools
 import json
-import math
-import os
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from wse_inference.engine import Tokenizer, TokenLogprob
+from wse_inference.serve.openai_logprobs import logprobs_and_end, logprobs_body, token_text
 from wse_inference.serve.openai_request import ParsedRequest
-from wse_inference.serve.token_bytes import character_start, token_bytes, unfinished_tail
 
 __all__ = [
     "Choice",
@@ -74,11 +45,15 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """One finished choice of a whole (non-streamed) response."""
+    """One choice of a whole response, or its part in one streamed chunk."""
 
     text: str
-    finish_reason: str
+    finish_reason: str | None
     logprobs: dict | None = None  # from logprobs_body
+    # vLLM's: the stop token id (stop_token_ids) or string (stop) that ended it; null for
+    # the model's EOS, for "length", and while it runs
+    stop_reason: int | str | None = None
+    token_ids: Sequence[int] = ()  # its tokens, shown with return_token_ids (vLLM's)
 
 
 def new_request_id(kind: str) -> str:
@@ -111,197 +86,20 @@ def _head(kind: str, rid: str, created: int, model: str, *, chunk: bool) -> dict
     return {"id": rid, "object": obj, "created": created, "model": model}
 
 
-_PROMPT_WINDOW = 5  # the prompt's last tokens: text among them is text before the answer's
-_CHAR_TOKENS = 4  # a UTF-8 character's most bytes, so tokens: vLLM's context for one
+def _choice_tail(p: ParsedRequest, c: Choice, *, prompt: bool) -> dict:
+    """A choice's fields after its text: logprobs, finish_reason, vLLM's stop_reason, and with
+    return_token_ids its token_ids (and on /v1/completions, where `prompt`, the prompt's)."""
+    out = {"logprobs": c.logprobs, "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}
+    if p.return_token_ids:
+        if prompt and p.kind == "completion":  # chat's are the response's (vLLM's)
+            out["prompt_token_ids"] = list(p.prompt_ids)
+        out["token_ids"] = list(c.token_ids)
+    return out
 
 
-def _clamp(lp: float) -> float | None:
-    """vLLM's floor for -inf; NaN (a model that overflows past the warm-up) is null, no
-    number: JSON has no NaN (hunt 62: a 500 from json.dumps, NaN in a stream's chunks), and
-    -9999.0 read as a real, very unlikely token (hunt 69)."""
-    if math.isnan(lp):
-        return None
-    return lp if lp >= -9999.0 else -9999.0
-
-
-def logprobs_body(*args: Any, **kw: Any) -> dict | None:
-    """`logprobs_and_end`'s body alone: the `logprobs` of a whole answer's choice."""
-    return logprobs_and_end(*args, **kw)[0]
-
-
-def logprobs_and_end(
-    p: ParsedRequest,
-    logprobs: Sequence[TokenLogprob] | None,
-    tokenizer: Tokenizer,
-    *,
-    text_offset: int = 0,
-    prompt: Sequence[TokenLogprob | None] | None = None,
-    previous: Sequence[int] = (),
-    finish_reason: str | None = None,
-) -> tuple[dict | None, int]:
-    """(the `logprobs` of a choice, or a streamed chunk's choice, for these tokens: None when
-    the request did not ask; where the next chunk's tokens start: `text_offset` plus the
-    lengths of these tokens' texts). `text_offset`: where the first token's text starts in the
-    completion (the length of the text already sent, for a stream). `prompt` (echo): the
-    prompt's own logprobs come first, the first token's null as in vLLM and OpenAI.
-    `previous`: the ids generated before these (a stream's earlier chunks): a character they
-    left unfinished is these tokens' text. `finish_reason`: the answer's, when these tokens
-    end it: at "length" its text holds a character left unfinished (U+FFFD), and so does its
-    last token's; a stop drops it from the text. A stream advances by the texts, not by the
-    `tokens` it shows (hunt 71: with `return_tokens_as_token_ids` it advanced 12 a token, by
-    "token_id:N")."""
-    if p.sampling.logprobs is None or logprobs is None:
-        return None, text_offset
-    k = p.sampling.logprobs
-    texts = _TokenTexts(tokenizer)
-    scored = _scored([(x.token, x) for x in logprobs], previous, finish_reason == "length")
-    if prompt is not None:  # the echoed prompt's text is whole: its last character too
-        echoed = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
-        scored[:0] = _scored(echoed, (), True)
-
-    def name(s: _Scored, t: int) -> str:
-        return f"token_id:{t}" if p.tokens_as_ids else texts.text(s, t)
-
-    if p.kind == "chat":
-
-        def entry(s: _Scored, t: int, lp: float) -> dict:
-            return {"token": name(s, t), "logprob": _clamp(lp), "bytes": list(texts.own(t))}
-
-        return {
-            "content": [
-                {**entry(s, s.token, x.logprob), "top_logprobs": [entry(s, *a) for a in x.top[:k]]}
-                for s in scored
-                if (x := s.logprob) is not None
-            ]
-        }, text_offset
-    words = [texts.text(s, s.token) for s in scored]
-    if text_offset == 0:  # no text before these tokens in the answer: the decoder's strip
-        before = () if prompt is not None else [*p.prompt_ids, *previous]  # echo: its text
-        ids = [s.token for s in scored if not texts.held_end(s)]  # U+FFFD: no space to strip
-        _first_text_in_context(tokenizer, before, ids, words)
-    tokens = [f"token_id:{s.token}" for s in scored] if p.tokens_as_ids else words
-
-    def top(s: _Scored, x: TokenLogprob, key: str) -> dict:  # the chosen token keyed as in `tokens`
-        return {**{key if a == s.token else name(s, a): _clamp(lp) for a, lp in x.top[:k]},
-                key: _clamp(x.logprob)}  # fmt: skip
-
-    offsets = list(itertools.accumulate(map(len, words), initial=text_offset))
-    return {
-        "tokens": tokens,
-        "token_logprobs": [
-            None if s.logprob is None else _clamp(s.logprob.logprob) for s in scored
-        ],
-        "top_logprobs": [
-            top(s, s.logprob, key) if k and s.logprob is not None else None
-            for s, key in zip(scored, tokens, strict=True)
-        ],
-        "text_offset": offsets[:-1],
-    }, offsets[-1]
-
-
-class _Scored(NamedTuple):
-    """A token of the answer's logprobs and what its text, and its alternatives', follow."""
-
-    token: int
-    logprob: TokenLogprob | None  # None: an echoed prompt's first token
-    prior: tuple[int, ...]  # the answer's tokens before it (the last 3 x _CHAR_TOKENS)
-    last: bool  # it ends the text, which holds a character it leaves unfinished as U+FFFD
-
-
-def _scored(
-    ids: Sequence[tuple[int, TokenLogprob | None]], previous: Sequence[int], last: bool
-) -> list[_Scored]:
-    """`ids` after `previous` (the answer's tokens before them); `last`: the last ends it."""
-    window = 3 * _CHAR_TOKENS  # a character arriving, a window, where a character begins
-    seq = [*previous[-window:], *(t for t, _ in ids)]
-    at, end = len(seq) - len(ids), len(ids) - 1
-    return [
-        _Scored(t, x, tuple(seq[max(0, at + i - window) : at + i]), last and i == end)
-        for i, (t, x) in enumerate(ids)
-    ]
-
-
-class _TokenTexts:
-    """Texts (and own bytes) of tokens in logprobs, for one answer of one tokenizer.
-
-    A token's text is the text it makes final, after the tokens sampled before it (never the
-    alternatives at its position): vLLM's rule (PRs #28874 and #34875,
-    `LogprobsProcessor._correct_decoded_token`) for the tokens that split one UTF-8 character
-    (Llama-2's "<0xF0><0x9F><0x98><0x8A>"): each alone decodes to U+FFFD (hunt 71: four
-    "\ufffd" for one "😊"), so those ahead of the last are "" and the last is the character,
-    decoded with them and with what stands before them stripped. Bytes no later byte makes
-    UTF-8 are U+FFFD for good, as in the answer's text, and the token that shows them carries
-    them (vLLM's "" there: the tokens no longer join to the text): a lone 0x80 is "\ufffd";
-    the token after "<0xE4><0xBD>" that is no 0x80..0xBF shows the two U+FFFD before its own
-    text; an answer cut at "length" inside a character shows its held bytes, decoded alone
-    as `TextStream.flush` does, in its last token (hunt 72: '안녕' + "<0xEC>" was '안녕���').
-    A character's last token is decoded after the tokens before it from one that begins a
-    character: HF's ByteFallback reads a byte run that is no UTF-8 as one U+FFFD per byte,
-    head and all (hunt 72: '中国😊' ended "", "", "", "����")."""
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        cache = functools.lru_cache(maxsize=None)
-        self.word = cache(lambda t: token_text(tokenizer, t))
-        self.own = cache(lambda t: token_bytes(tokenizer, t, self.word(t)))
-        # how many of the last ids hold a character still arriving, per position (k alternatives)
-        self._held = cache(lambda ids: unfinished_tail([*map(self.own, ids[-_CHAR_TOKENS:])]))
-        self._head = cache(lambda ids: tokenizer.decode(ids))  # the same for them too
-        self._window = cache(self._from_character)
-        self.held_end = lambda s: s.last and self._held((*s.prior, s.token)) > 0  # cut at length
-
-    def text(self, s: _Scored, token: int) -> str:
-        """`token`'s text at `s`'s position (`s.token` or one of its alternatives)."""
-        prior, n = s.prior, len(s.prior)
-        start = n - self._held(prior)  # the text so far ends before token `start`
-        # ... and after `token`, before token `end`; with nothing arriving before it, its own
-        # bytes tell (cached per token: the k alternatives of a long answer stay quick)
-        ahead = (token,) if start == n else (*prior[1 - _CHAR_TOKENS :], token)
-        left = self._held(ahead)  # ... or at the answer's end, its held bytes' U+FFFD
-        end, ids = n + 1 - left, (*prior, token)
-        cut = self._head(ids[end:]) if s.last else ""  # the held bytes alone, as flushed
-        if start == n and end == n + 1:
-            return self.word(token)  # no character split on either side: its own text
-        if end <= start:
-            return cut  # it only adds to a character still arriving
-        window = self._window(prior[:start])
-        full = self.tokenizer.decode([*window, *ids[start:end]])
-        return full[len(os.path.commonprefix([self._head(window), full])) :] + cut
-
-    def _from_character(self, ids: tuple[int, ...]) -> tuple[int, ...]:
-        """The last `_CHAR_TOKENS` of `ids` from the first to begin a character
-        (`token_bytes.character_start`, the ones before read as its lead-in)."""
-        lead = max(0, len(ids) - _CHAR_TOKENS)
-        return ids[character_start([*map(self.own, ids)], lead) :]
-
-
-def _first_text_in_context(
-    tokenizer: Tokenizer, before: Sequence[int], ids: Sequence[int], texts: list[str]
-) -> None:
-    """Set the text of the first of `ids` with text (`texts`, theirs alone) to what it adds
-    to the decode of `before` (the ids the answer's text is decoded after) and the ids ahead of
-    it, all of which decode to "" (special tokens). With no text before it, a Llama-2 decoder's
-    `Strip(" ", 1, 0)` strips its space from the answer's text: after a BOS, "▁hello" is
-    "hello" there (hunt 71: " hello", one character past the echoed prompt's). Later tokens
-    follow text, so their own texts are the answer's; so does a first text that ends a
-    character the ids ahead of it began (their bytes decode to text), already in context."""
-    first = next((i for i, x in enumerate(texts[: len(ids)]) if x), None)
-    if first is None or tokenizer.decode(before[-_PROMPT_WINDOW:]):
-        return  # no text here, or it follows the prompt's text: nothing strips it
-    if any(tokenizer.decode([t]) for t in ids[:first]):
-        return  # bytes of a character: `_TokenTexts.text` decoded it with them
-    head = [*before, *ids[:first]]  # no text: special tokens (and a prompt's lone "▁"s)
-    texts[first] = tokenizer.decode([*head, ids[first]])[len(tokenizer.decode(head)) :]
-
-
-def token_text(tokenizer: Tokenizer, token: int) -> str:
-    """`token`'s text in logprobs: decoded alone, with the leading spaces of its own bytes
-    (`token_bytes`: a "▁" piece's) that the decoder stripped put back, as vLLM restores a
-    SentencePiece piece's (a Llama-2 decoder's `Strip(" ", 1, 0)` strips the first space)."""
-    text = tokenizer.decode([token])
-    own = token_bytes(tokenizer, token, text)
-    missing = (len(own) - len(own.lstrip(b" "))) - (len(text) - len(text.lstrip(" ")))
-    return " " * missing + text  # missing <= 0: the decode kept them, nothing to add
+def _prompt_ids(p: ParsedRequest) -> dict:
+    """A chat response's (or its first chunk's) prompt_token_ids, with return_token_ids."""
+    return {"prompt_token_ids": list(p.prompt_ids)} if p.return_token_ids else {}
 
 
 def completion_body(
@@ -321,39 +119,35 @@ def completion_body(
             out["message"] = {"role": "assistant", "content": c.text}
         else:
             out["text"] = c.text
-        return {**out, "logprobs": c.logprobs, "finish_reason": c.finish_reason}
+        return {**out, **_choice_tail(p, c, prompt=True)}
 
     return {
         **_head(p.kind, rid, created, p.model, chunk=False),
         "choices": [one(i, c) for i, c in enumerate(choices)],
         "usage": usage,
         "time_info": time_info,
+        **(_prompt_ids(p) if p.kind == "chat" else {}),
     }
 
 
 def chunk_body(
-    p: ParsedRequest,
-    rid: str,
-    created: int,
-    *,
-    text: str | None,
-    finish_reason: str | None,
-    role: bool = False,
-    logprobs: dict | None = None,
-    index: int = 0,
+    p: ParsedRequest, rid: str, created: int, c: Choice, *, index: int = 0, first: bool = False
 ) -> dict:
-    """One streamed chunk of choice `index`: new text and/or the finish reason (a role chunk
-    opens a chat); `logprobs` (from `logprobs_body`) of the chunk's tokens."""
+    """One streamed chunk of choice `index`: `c`, its new text (possibly "", a step whose
+    token's text is held back) with the logprobs (from `logprobs_body`), tokens and finish of
+    the chunk's tokens; `first`: the choice's first chunk (a chat's role chunk), which carries
+    the prompt's ids with return_token_ids."""
     choice: dict = {"index": index}
     if p.kind == "chat":
-        delta: dict = {"role": "assistant", "content": ""} if role else {}
-        if text:
-            delta["content"] = text
+        delta: dict = {"role": "assistant", "content": ""} if first else {}
+        if c.text:
+            delta["content"] = c.text
         choice["delta"] = delta
     else:
-        choice["text"] = text or ""
-    choice.update(logprobs=logprobs, finish_reason=finish_reason)
-    return {**_head(p.kind, rid, created, p.model, chunk=True), "choices": [choice]}
+        choice["text"] = c.text
+    choice.update(_choice_tail(p, c, prompt=first))
+    top = _prompt_ids(p) if first and p.kind == "chat" else {}
+    return {**_head(p.kind, rid, created, p.model, chunk=True), "choices": [choice], **top}
 
 
 def usage_chunk_body(

@@ -1,11 +1,12 @@
 """One request as the scheduler serves it: its handle, its timestamps, the events it streams.
 
 - `RequestHandle`: what `Scheduler.submit` returns; `cancel()` is safe from any thread, any
-  time, more than once (the scheduler frees the slot before its next engine step);
+  time, more than once (the scheduler frees the slot before its next engine step); one not
+  `observed` (the server's warm-up) never reaches the `SchedulerObserver`;
 - `RequestTiming`: monotonic timestamps of arrival, prefill, first token and end, and
   Cerebras' `time_info` from them;
 - `StreamEvent`: new text and tokens (and their logprobs, if asked) of one request; the last
-  event has `finish_reason` set;
+  event has `finish_reason` set (and `stop_reason`, vLLM's, for a stop of the request's);
 - `SchedulerObserver`: the hooks the engine thread calls on first token, tokens and finish.
 """
 
@@ -58,6 +59,9 @@ class StreamEvent:
     logprobs: tuple[TokenLogprob, ...] | None = None  # one per token_ids entry, if asked
     # the prompt's own (sampling.prompt_logprobs), on the request's first event only
     prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
+    # on the last event of a "stop": the request's stop token id or the stop string that
+    # ended it (vLLM's stop_reason); None for the model's EOS and every other finish
+    stop_reason: int | str | None = None
 
 
 class RequestHandle:
@@ -70,8 +74,11 @@ class RequestHandle:
         sampling: SamplingParams,
         sink: Callable[[StreamEvent], None],
         wake: Callable[[], None],
+        *,
+        observed: bool = True,
     ) -> None:
         self.request_id = request_id
+        self.observed = observed  # False: the server's own (warm-up), kept out of its metrics
         self.prompt_ids = [int(t) for t in prompt_ids]
         self.sampling = sampling
         self.sink = sink

@@ -4,7 +4,8 @@ Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
 `data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models
 (and /v1/models/{id}, 404 model_not_found for a name not served; each entry with vLLM's
 max_model_len and the model's vocab_size, which vLLM does not list), /health (503 while
-draining), /metrics (Prometheus), and vLLM's POST /tokenize ({prompt} or
+draining), /metrics (Prometheus: vLLM's metrics, named `wse_*` where vLLM's are `vllm:*`),
+vLLM's GET /version ({version}: the stack's) and POST /tokenize ({prompt} or
 {messages} -> {count, max_model_len, tokens}) and /detokenize ({tokens} -> {prompt}).
 Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
 request (malformed or too deeply nested JSON, a Content-Type other than JSON included, and a
@@ -37,6 +38,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from wse_core import __version__
 from wse_core.errors import shown
 
 from wse_inference.engine import Engine
@@ -193,7 +195,7 @@ def _add_status_routes(
     app: FastAPI, scheduler: Scheduler, metrics: ServeMetrics, model_names: Sequence[str],
     started: int,
 ) -> None:  # fmt: skip
-    """GET /v1/models, /health (503 while draining) and /metrics (Prometheus)."""
+    """GET /v1/models, /health (503 while draining), /metrics (Prometheus) and /version."""
     engine = scheduler.engine
 
     @app.api_route("/v1/models", methods=["GET", "HEAD"])  # HEAD: as GET, no body
@@ -243,3 +245,7 @@ def _add_status_routes(
     @app.api_route("/metrics", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.api_route("/version", methods=["GET", "HEAD"])  # vLLM's (hunt 73: a JSON 404)
+    async def version() -> dict:
+        return {"version": __version__}

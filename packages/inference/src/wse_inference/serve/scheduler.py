@@ -14,7 +14,8 @@ Contract:
 - Text is detokenized here (`TextStream`: from the prompt's last tokens, stop strings, UTF-8
   boundaries); the token count is never more than `max_tokens`. A request with
   `sampling.logprobs` gets each event's tokens' `TokenLogprob`s in `StreamEvent.logprobs`
-  (from `Prefix.first_logprob` and `SlotOutput.logprobs`).
+  (from `Prefix.first_logprob` and `SlotOutput.logprobs`). One submitted with
+  `observed=False` (the server's warm-up) is kept out of the observer's metrics.
 - `drain(grace_s)` stops admission and lets work in flight finish for up to `grace_s`, then
   ends what is left with finish_reason "abort" (the client is told); `stop()` joins the thread.
 """
@@ -116,6 +117,7 @@ class Scheduler:
         prompt_ids: Sequence[int],
         sampling: SamplingParams,
         sink: Callable[[StreamEvent], None],
+        observed: bool = True,  # False: kept out of the observer's (the server's warm-up)
     ) -> RequestHandle:
         e = self.engine
         check_request(
@@ -138,7 +140,9 @@ class Scheduler:
                     "later.",
                     retry_after_s=self._retry_after_s(),
                 )
-            handle = RequestHandle(next(self._ids), prompt_ids, sampling, sink, self._wake)
+            handle = RequestHandle(
+                next(self._ids), prompt_ids, sampling, sink, self._wake, observed=observed
+            )
             self._waiting.append(handle)
             self._cond.notify()
         return handle
@@ -304,7 +308,7 @@ class Scheduler:
         first = h.completion_tokens == 0
         h.completion_tokens += len(tokens)
         now = time.monotonic()
-        if self.observer is not None and tokens:
+        if self.observer is not None and tokens and h.observed:
             if first:
                 self.observer.on_first_token(h)
             else:
@@ -319,7 +323,11 @@ class Scheduler:
                 self._send(h, ev)
             return False
         text += a.stream.flush()
-        self._finish(h, reason, text=text, token_ids=tuple(tokens), logprobs=lps, prompt=prompt)
+        why = a.stream.stop_reason if reason == "stop" else None  # vLLM's stop_reason: the
+        if isinstance(why, int) and why not in h.sampling.stop_token_ids:  # request's stop
+            why = None  # string or token id; the model's EOS is null
+        self._finish(h, reason, text=text, token_ids=tuple(tokens), logprobs=lps, prompt=prompt,
+                     stop_reason=why)  # fmt: skip
         return True
 
     def _release(self, state: Any, slot: int) -> Any:
@@ -336,6 +344,7 @@ class Scheduler:
         error: str | None = None,
         logprobs: tuple[TokenLogprob, ...] | None = None,
         prompt: tuple[TokenLogprob | None, ...] | None = None,
+        stop_reason: int | str | None = None,
     ) -> None:
         if h.finished:
             return
@@ -343,7 +352,7 @@ class Scheduler:
         h.timing.end_s = time.monotonic()
         total = h.timing.end_s - h.timing.arrival_s
         self._mean_request_s = 0.9 * self._mean_request_s + 0.1 * total
-        if self.observer is not None:
+        if self.observer is not None and h.observed:
             self.observer.on_finish(h, reason)
         self._send(
             h,
@@ -356,6 +365,7 @@ class Scheduler:
                 completion_tokens=h.completion_tokens,
                 logprobs=logprobs,
                 prompt_logprobs=prompt,
+                stop_reason=stop_reason,
             ),
         )
 

@@ -24,7 +24,8 @@ all of it together is `decode(prompt_ids + ids)[len(decode(prompt_ids)):]`, cut 
 - on a stop string the text is cut just before it and `stopped` is True (OpenAI semantics: the
   stop sequence is not part of the output); the stop string that is completed first wins (with
   stops "b" and "aba", "ab..." stops at "a" — generation never reaches the longer one); a token
-  in `stop_token_ids` stops without text.
+  in `stop_token_ids` stops without text. `stop_reason` is the stop string or token id that
+  stopped it (vLLM's).
 
 `flush()` returns what is held back once the sequence ends for another reason. The engines'
 `SequenceTracker` and `wse infer generate` use this same stream (one detokenizer).
@@ -68,6 +69,7 @@ class TextStream:
         self.text = ""  # all decoded text so far (cut at a stop string)
         self._sent = 0  # characters of `text` already returned
         self.stopped = False
+        self.stop_reason: int | str | None = None  # the stop token id or string that ended it
 
     def _prompt_window(self, prompt_ids: Sequence[int]) -> tuple[list[int], str]:
         """The window the first generated token is decoded in, and its text: the prompt's
@@ -96,7 +98,7 @@ class TextStream:
             if self.stopped:
                 break
             if int(i) in self._stop_ids:
-                self.stopped = True
+                self.stopped, self.stop_reason = True, int(i)
                 break
             self._ids.append(int(i))
             self._decode_tail()
@@ -150,9 +152,10 @@ class TextStream:
         if not self._stop:
             return
         start = max(0, self._sent - self._hold_chars)
-        hits = [(i + len(s), i) for s in self._stop if (i := self.text.find(s, start)) >= 0]
+        hits = [(i + len(s), i, s) for s in self._stop if (i := self.text.find(s, start)) >= 0]
         if hits:  # the stop string completed first wins, as generation would have stopped there
-            self.text = self.text[: min(hits)[1]]
+            _, at, self.stop_reason = min(hits)
+            self.text = self.text[:at]
             self.stopped = True
 
     def _take(self, *, final: bool) -> str:
