@@ -11,13 +11,15 @@ users' tokens go first, prompt chunks fill what is left, first come first served
 
 - Pipeline parallelism: a replica of pp stages, each holding L / pp layers on tp GPUs, keeps
   pp micro-batches in flight (vLLM's "virtual engines", one scheduler and one budget T per
-  micro-batch; TensorRT-LLM's pipeline micro-batches): its B users ride in pp micro-batches
-  of m = ceil(B / pp). A micro-batch's round is `step` over its m users (its pass through the
-  stages one after another and the hops between them) while the other micro-batches hold the
-  other stages, so every user gets a token per round and the replica serves B a round
-  (hunt 68: the whole batch rode in one pass, and tp8 x pp2 served half of two tp8
-  replicas). Assumed: stages of equal work (vLLM puts the head on the last stage, longer by
-  the head's share of the weights, ~1.5% for Llama 70B at pp 2: left out).
+  micro-batch; TensorRT-LLM's pipeline micro-batches): its B users ride in pp micro-batches of
+  m = ceil(B / pp) or floor (B mod pp of the first). A micro-batch's round is `step` over its
+  m users (its pass through the stages one after another and the hops between them) while the
+  other micro-batches hold the other stages, so every user gets a token per round and the
+  replica serves B a round (hunt 68: the whole batch rode in one pass, and tp8 x pp2 served
+  half of two tp8 replicas); micro-batches of two sizes share a round, the mean of their
+  passes (each stage passes each once a round; `replica_point`). Assumed: stages of equal work
+  (vLLM puts the head on the last stage, longer by the head's share of the weights, ~1.5% for
+  Llama 70B at pp 2: left out).
 - Steady state with m users in a micro-batch: a request is its first token (the round under
   way when it is admitted, none at one user, then its prompt in chunks) and O / E rounds
   (E tokens a round, `Speculation.tokens_per_round`; 1 without). The other m - 1 users'
@@ -51,10 +53,13 @@ users' tokens go first, prompt chunks fill what is left, first come first served
   first token over the period; hunt 68: a round's share with the user's own prompt in it,
   0.00005 at one user whose first token took 3.3% of the period).
 
-`GpuServing(shape, gpu, num_gpus=M, workload=w, precision=, fractions=)` is a
-`ServingSystem` over M GPUs in replicas of every layout that can hold the model (tp in 1, 2,
-4, 8 within a node; beyond a node tp = a node and pp <= layers whole nodes): at U users it
-takes the layout with the best per-user speed that holds them. Layouts are enumerated, never
+`GpuServing(shape, gpu, num_gpus=M, workload=w, precision=, fractions=)` is a `ServingSystem`
+over M GPUs in replicas of every layout that can hold the model (tp in 1, 2, 4, 8 within a
+node; beyond a node tp = a node and pp <= layers whole nodes). At U users on R replicas, U mod
+R replicas serve ceil(U / R) users and the rest floor(U / R), each priced alone and summed
+(`layout_point`; per-user speed and first token their means over the requests, the slowest
+replica's beside them), and it takes the layout that serves them the most output tokens a
+second, the shortest request, admitted at once (`_layout_rank`). Layouts are enumerated, never
 GPU counts, so any M (1e18 included) is priced at once. `gpus_to_match` is the fewest GPUs
 that reach a per-user speed (one replica), and that speed together with an aggregate
 throughput.
@@ -224,29 +229,57 @@ class GpuServing:
         return wait + full * self.round_s(layout, others, chunk)[0] + rest_s
 
     # ---- points -----------------------------------------------------------------------
-    def layout_point(self, layout: GpuLayout, users: int) -> OperatingPoint:
-        replicas = self.units // layout.gpus
-        batch = math.ceil(users / replicas)
-        micro = math.ceil(batch / layout.pp)  # pp micro-batches in flight (module docstring)
+    def micro_times(self, layout: GpuLayout, micro: int) -> tuple[RequestTimes, float, str]:
+        """(a request's times, its bare decode rounds' seconds, the bound) where each of the
+        replica's micro-batches holds `micro` users (the module docstring)."""
         rounds = self.decode_rounds
         own_s, bound = self.round_s(layout, micro, self.others_prefill(micro))
-        first_s, decode_s = self.ttft_s(layout, micro), rounds * own_s
         # below the budget's capacity the request's own path binds (no wait); past it the
         # prompts queue and the period is the full rounds that carry them
-        times = RequestTimes(ttft_s=first_s, decode_s=decode_s,
+        times = RequestTimes(ttft_s=self.ttft_s(layout, micro), decode_s=rounds * own_s,
                              capacity_s=self.capacity_s(layout, micro))  # fmt: skip
-        bare_s = rounds * self.round_s(layout, micro)[0]
+        return times, rounds * self.round_s(layout, micro)[0], bound
+
+    def replica_point(self, layout: GpuLayout, batch: int, replicas: int = 1) -> OperatingPoint:
+        """`replicas` replicas of `layout`, each serving `batch` users alone: the one pricing
+        of a replica, which `layout_point` sums over replicas of their own batches. Its pp
+        micro-batches hold batch % pp of ceil(batch / pp) users and the rest floor (none
+        empty: fewer users than stages ride one a micro-batch). A stage passes each
+        micro-batch once a round, so a round, shared by them all, is the mean of their
+        passes (hunt 73: each was priced at the larger, and a 47th user cut 405B's output on
+        tp 8 x pp 2, 881 -> 875 tokens/s): the request's times the mean of their times."""
+        q, k = divmod(batch, layout.pp)
+        sizes = [[m, n] for m, n in ((q + 1, k), (q, layout.pp - k)) if m and n]
+        each = [(n / layout.pp, *self.micro_times(layout, m)) for m, n in sizes]
+        _, times, bare_s, bound = each[0]
+        if len(each) > 1:
+            times = RequestTimes(**{f: sum(w * getattr(t, f) for w, t, _, _ in each)
+                                    for f in ("ttft_s", "decode_s", "capacity_s")})  # fmt: skip
+            bare_s = sum(w * b for w, _, b, _ in each)
         return times.point(
-            users, self.workload, input_time_share=1.0 - bare_s / times.period_s, bound=bound,
+            batch * replicas, self.workload, input_time_share=1.0 - bare_s / times.period_s,
+            bound=bound,
             layout={"tp": layout.tp, "pp": layout.pp, "replicas": replicas, "batch": batch,
-                    "micro_batch": micro, "precision": self.precision.name,
-                    "token_budget": self.token_budget, "kernel_s": self.kernel_s,
-                    "step_floor_s": floor_s(self.model, self.kernel_s)},
+                    "micro_batch": sizes[0][0], "micro_batches": sizes,
+                    "precision": self.precision.name, "token_budget": self.token_budget,
+                    "kernel_s": self.kernel_s, "step_floor_s": floor_s(self.model, self.kernel_s)},
         )  # fmt: skip
 
+    def layout_point(self, layout: GpuLayout, users: int) -> OperatingPoint:
+        """`users` over the GPUs' replicas of `layout`: users % R replicas of
+        ceil(users / R) users and the rest of floor(users / R), each priced alone
+        (`replica_point`) and summed (`_replicas_point`). Hunt 73: every replica was priced
+        at the larger batch, so 49 users on two tp 4 replicas were 25 + 25 and one user more
+        cut the aggregate (2,600 -> 2,577 tokens/s, 70B bf16 on 8 x H100)."""
+        replicas = self.units // layout.gpus
+        q, r = divmod(users, replicas)
+        parts = [(n, self.replica_point(layout, b, n))
+                 for b, n in ((q + 1, r), (q, replicas - r)) if b and n]  # fmt: skip
+        return _replicas_point(parts, replicas)
+
     def point(self, users: int) -> OperatingPoint:
-        """The layout with the best per-user speed that holds `users` without a queue; when
-        every layout queues the prompts, the one whose request is shortest."""
+        """The layout that serves `users` the most output tokens a second without a queue
+        (`_layout_rank`); when every layout queues the prompts, the one that serves most."""
         require_int("users", users, 1, error=ServingError)  # hunt 67: 2.5 users were priced
         if users > self.max_users:
             raise ServingError(
@@ -257,16 +290,58 @@ class GpuServing:
                 f"the step budget of {self.token_budget}); use more GPUs or a shorter context"
             )
         fits = [lay for lay, b in self.layouts.items() if b * (self.units // lay.gpus) >= users]
-        return max((self.layout_point(lay, users) for lay in fits), key=_unqueued_first)
+        return max((self.layout_point(lay, users) for lay in fits), key=_layout_rank)
 
 
-def _unqueued_first(p: OperatingPoint) -> tuple[bool, float]:
-    """A layout's rank: no admission wait before one, then per-user speed (a queued point's
-    speed leaves out its wait: hunt 69, a saturated tp 8 replica outranked eight tp 1 that
-    served the same users at once), queued ones by their request's period."""
-    if p.layout["admission_wait_s"] == 0.0:
-        return True, p.user_tokens_per_s
-    return False, -p.layout["request_period_s"]
+# the request's times averaged over the requests, where replicas of two batches serve them
+_MEAN_KEYS = ("request_period_s", "decode_s", "admission_wait_s")
+
+
+def _replicas_point(parts: list[tuple[int, OperatingPoint]], replicas: int) -> OperatingPoint:
+    """The point of replicas priced alone, `parts` as (replicas, their point), the largest
+    batch first: output and prompt tokens/s summed; the first token and the request's times
+    (`_MEAN_KEYS`) the means over the requests served (a load test's means: a user of the
+    smaller batch completes more of them), per-user speed 1 / their mean time per output
+    token (vLLM's mean TPOT), so that users x output over the mean period stays the
+    aggregate (the module docstring of `wse_systems.serving.frontier`); the prompts' share of
+    the time the mean over the busy replicas (idle ones, fewer users than replicas, serve
+    neither); the bound, the batch and the slowest user's speed and first token
+    (`slowest_user_tokens_per_s`, `slowest_ttft_s`) the largest batch's replica's."""
+    slow = parts[0][1]
+    rates = [p.users / p.layout["request_period_s"] for _, p in parts]  # requests a second
+
+    def mean(value) -> float:  # one batch: its own figure, unrounded
+        if len(parts) == 1:
+            return value(slow)
+        return sum(r * value(p) for r, (_, p) in zip(rates, parts, strict=True)) / sum(rates)
+
+    busy = sum(n for n, _ in parts)
+    layout = {
+        **slow.layout,
+        "replicas": replicas,
+        **{k: mean(lambda p, k=k: p.layout[k]) for k in _MEAN_KEYS},
+        "replica_batches": [[p.layout["batch"], n] for n, p in parts],
+        "slowest_user_tokens_per_s": slow.user_tokens_per_s,
+        "slowest_ttft_s": slow.ttft_s,
+    }
+    return OperatingPoint(
+        users=sum(p.users for _, p in parts),
+        user_tokens_per_s=1.0 / mean(lambda p: 1.0 / p.user_tokens_per_s),
+        aggregate_tokens_per_s=sum(p.aggregate_tokens_per_s for _, p in parts),
+        ttft_s=mean(lambda p: p.ttft_s), bound=slow.bound, layout=layout,
+        input_tokens_per_s=sum(p.input_tokens_per_s for _, p in parts),
+        input_time_share=sum(n * p.input_time_share for n, p in parts) / busy,
+    )  # fmt: skip
+
+
+def _layout_rank(p: OperatingPoint) -> tuple[bool, float, float]:
+    """A layout's rank: no admission wait before one (hunt 69: a queued point's speed leaves
+    out its wait, and a saturated tp 8 replica outranked eight tp 1 that served the same users
+    at once), then output tokens/s in all, which at a fixed number of users is the shortest
+    request, first token and output (queued ones too: their period), then per-user speed.
+    Hunt 73: per-user speed alone took 2 x tp 4 over tp 8 at 40 users (70B bf16, 8 x H100)
+    for 0.7% more speed with 0.7% less output and 63 ms more to the first token."""
+    return p.layout["admission_wait_s"] == 0.0, p.aggregate_tokens_per_s, p.user_tokens_per_s
 
 
 def gpus_to_match(
