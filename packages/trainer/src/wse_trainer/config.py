@@ -5,7 +5,7 @@ overrides), `optimizer` (an optax transform and its schedule) and `runconfig` (s
 checkpoints, `num_csx`, the wafer). `load_config(path, overrides)` reads the file, applies
 dotted overrides (`optimizer.learning_rate=3e-4`, values parsed as YAML) and returns a frozen
 `TrainConfig`; ModelZoo's `runconfig.eval_steps` and `optimizer.betas: [b1, b2]` are read
-as `eval_input.eval_steps` and beta1, beta2 (`MODELZOO_KEYS`). Unknown sections
+as `eval_input.eval_steps` and beta1, beta2 (`wse_trainer.modelzoo_keys`). Unknown sections
 or keys, duplicate keys and wrong types are `ConfigError`s that name the key and suggest the
 closest valid one. What the values cannot run is checked before anything compiles by
 `wse_trainer.config_check.check_config` (`batch_size % num_csx`, sequence length vs model).
@@ -28,10 +28,13 @@ from wse_core.errors import WseError, quoted_number, shown, suggest, yaml_proble
 from wse_core.host.readers import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
 
+from wse_trainer.modelzoo_keys import MODELZOO_KEYS, Written, moved, moved_problem, same
 from wse_trainer.optimizer_names import (
+    IN_UNIT,
     OPTIMIZER_NAMES,
     READ_BY,
     SCHEDULE_NAMES,
+    outside_unit,
     scheduler_list,
     unused_settings,
 )
@@ -203,7 +206,7 @@ def _finite(where: str, value: int | float) -> float | None:
     return number
 
 
-def _section(name: str, data: Any) -> Any:
+def _section(name: str, data: Any, written: Mapping[str, Written]) -> Any:
     cls = SECTIONS[name]
     data = {} if data is None else data
     if not isinstance(data, dict):
@@ -222,7 +225,11 @@ def _section(name: str, data: Any) -> Any:
             )
         if cls is OptimizerConfig and key == "learning_rate" and isinstance(value, list | dict):
             raise ConfigError(scheduler_list(value))  # hunt 69: a repr of dicts
-        kwargs[key] = checked_value(f"{name}.{key}", value, (cls, key))
+        # named as written (hunt 73: `betas: [0.9, 1.5]` was refused as optimizer.beta2's)
+        where = w.name if (w := written.get(f"{name}.{key}")) else f"{name}.{key}"
+        kwargs[key] = checked_value(where, value, (cls, key))
+        if w and key in IN_UNIT and (why := outside_unit(where, kwargs[key])):
+            raise ConfigError(why)
     for key in ("model_dir", "checkpoint_path") if name == "runconfig" else ():
         if isinstance(kwargs.get(key), str):  # hunt 62: '~/x' made a folder named '~'
             kwargs[key] = os.path.expanduser(kwargs[key])
@@ -231,45 +238,25 @@ def _section(name: str, data: Any) -> Any:
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
     """A TrainConfig from a parsed params mapping (missing sections take defaults; ModelZoo's
-    keys for settings held elsewhere here moved to them: `MODELZOO_KEYS`)."""
+    keys for settings held elsewhere here moved to them: `wse_trainer.modelzoo_keys`)."""
     if not isinstance(data, Mapping):
         raise ConfigError("a params file must hold a mapping of sections")
-    for key in (data := _modelzoo_keys(data)):
-        if key not in SECTIONS:
-            raise ConfigError(
-                f"unknown section {key!r}{suggest(str(key), SECTIONS)}; "
-                f"sections: {', '.join(SECTIONS)}"
-            )
-    sections = {name: _section(name, data.get(name)) for name in SECTIONS}
+    return _config(*_moved(data))
+
+
+def _config(data: Mapping[str, Any], written: Mapping[str, Written]) -> TrainConfig:
+    """The TrainConfig of a mapping in our keys; `written`: its settings given ModelZoo's way."""
+    if unknown := [k for k in data if k not in SECTIONS]:
+        hint = suggest(str(unknown[0]), SECTIONS)
+        raise ConfigError(f"unknown section {unknown[0]!r}{hint}; sections: {', '.join(SECTIONS)}")
+    sections = {name: _section(name, data.get(name), written) for name in SECTIONS}
     return TrainConfig(**default_splits(sections, data))
 
 
-# ModelZoo's keys for settings kept elsewhere here, (its section, key) -> (ours, our keys): its
-# runconfig's eval_steps, its AdamW's `betas: [b1, b2]` (hunt 72: "did you mean 'max_steps'?")
-MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
-                 ("optimizer", "betas"): ("optimizer", ("beta1", "beta2"))}  # fmt: skip
-
-
-def _modelzoo_keys(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of `data` with `MODELZOO_KEYS` moved to ours; one given both ways differently
-    (as an override given twice, `apply_overrides`) or betas not a pair is a ConfigError."""
-    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in data.items()}
-    for (section, key), (ours, keys) in MODELZOO_KEYS.items():
-        held, target = out.get(section), out.get(ours)
-        if not (isinstance(held, dict) and key in held and isinstance(target, dict | None)):
-            continue  # a section that is no mapping: `_section` says what it must be
-        value = held.pop(key)
-        values = value if len(keys) > 1 and isinstance(value, list) else [value]
-        if len(values) != len(keys):
-            got = shown(repr(value), quote=False)
-            raise ConfigError(f"{section}.{key} must be a list [{', '.join(keys)}], got {got}")
-        target = out[ours] = dict(out.get(ours) or {})
-        for name, v in zip(keys, values, strict=True):
-            if name in target and not _same(target[name], v):
-                given = f"{ours}.{name} {v!r}, and {ours}.{name} is {target[name]!r}"
-                raise ConfigError(f"{section}.{key} gives {given}; give it once")
-            target[name] = v
-    return out
+def _moved(data: Mapping[str, Any], *, nulls: bool = False) -> tuple[dict, dict[str, Written]]:
+    if why := moved_problem(data, nulls=nulls):
+        raise ConfigError(why)
+    return moved(data, nulls=nulls)
 
 
 def _parse_override(item: str) -> tuple[str, str, Any]:
@@ -294,19 +281,26 @@ def _parse_override(item: str) -> tuple[str, str, Any]:
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """A copy of the params mapping with `section.key=value` overrides applied."""
+    """A copy of the params mapping in our keys with `section.key=value` overrides applied."""
+    return _overridden(data, overrides)[0]
+
+
+def _overridden(data: Mapping[str, Any], overrides: Sequence[str]) -> tuple[dict, dict]:
+    """`apply_overrides` and the settings given ModelZoo's way, by our dotted key (`moved`):
+    the file's moved first, so that an override in either spelling replaces them (hunt 73)."""
     bad = [k for k, v in data.items() if v is not None and not isinstance(v, Mapping)]
     if bad:
         raise ConfigError(
             f"section {str(bad[0])!r} must be a mapping of key: value lines, got "
             f"{type(data[bad[0]]).__name__}"
         )
-    out = {k: dict(v or {}) for k, v in data.items()}
+    out, written = _moved({k: dict(v or {}) for k, v in data.items()})
     given: dict[str, tuple[str, Any]] = {}
+    asked: dict[str, dict[str, Any]] = {}
     for item in overrides:
         section, key, value = _parse_override(item)
         path, raw = item.split("=", 1)
-        if path in given and not _same(given[path][1], value):
+        if path in given and not same(given[path][1], value):
             # hunt 60: `model.vocab_size=300 model.vocab_size=1` took the last, as click did
             # `--devices 8 --devices 9` (wse_cli.option_repeats refuses that the same way)
             raise ConfigError(
@@ -316,10 +310,15 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
         given[path] = (raw, value)
         if value is None and key not in out.get(section, {}):
             _known_key(section, key, item)  # hunt 71: a typo's null dropped nothing, unsaid
-        out.setdefault(section, {})[key] = value
-        if value is None:  # `key=null` drops the key: its default (Hydra's `~key`; hunt 70)
-            del out[section][key]
-    return out
+        asked.setdefault(section, {})[key] = value
+    asked, said = _moved(asked, nulls=True)
+    for section, keys in asked.items():
+        for key, value in keys.items():
+            written.pop(f"{section}.{key}", None)
+            out.setdefault(section, {})[key] = value
+            if value is None:  # `key=null` drops the key: its default (Hydra's `~key`; hunt 70)
+                del out[section][key]
+    return out, written | {k: w for k, w in said.items() if w.value is not None}
 
 
 def _known_key(section: str, key: str, item: str) -> None:
@@ -331,16 +330,12 @@ def _known_key(section: str, key: str, item: str) -> None:
 
         cls, keys = wse_models.ModelConfig, ["preset"]
     keys += sorted(f.name for f in dataclasses.fields(cls) if f.name != "name")
+    keys += [k for s, k in MODELZOO_KEYS if s == section]  # moved to ours (`_overridden`)
     if key not in keys:
         raise ConfigError(
             f"unknown key {section}.{shown(key, quote=False)}{suggest(key, keys)} in override "
             f"{shown(item)}; valid keys: {', '.join(keys)}"
         )
-
-
-def _same(a: Any, b: Any) -> bool:
-    """One value given twice (`300`, `300`), not two (`300`, `300.0`; `1`, `true`)."""
-    return type(a) is type(b) and a == b
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
@@ -359,15 +354,19 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
         )
     if not isinstance(data, dict):
         raise ConfigError(f"params file {str(path)!r} must hold a mapping of sections")
-    config = config_from_dict(data := apply_overrides(data, overrides))
-    refuse_unused(config.optimizer, data.get("optimizer"))  # also a default value, named
+    data, written = _overridden(data, overrides)
+    config = _config(data, written)
+    refuse_unused(config.optimizer, data.get("optimizer"), written)  # also a default, named
     return config
 
 
-def refuse_unused(opt: OptimizerConfig, given: Mapping[str, Any] | None = None) -> None:
-    """ConfigError naming set settings its optimizer or schedule does not read (hunts 69, 70)."""
+def refuse_unused(
+    opt: OptimizerConfig, given: Mapping[str, Any] | None = None, written: Mapping | None = None
+) -> None:
+    """ConfigError naming set settings its optimizer or schedule does not read (hunts 69, 70),
+    by the keys written (`written`: those given ModelZoo's way, by our dotted key; hunt 73)."""
     base = OptimizerConfig(optimizer_type=opt.optimizer_type)
-    if why := unused_settings(opt, base, given):
+    if why := unused_settings(opt, base, given, written):
         raise ConfigError(why)
 
 

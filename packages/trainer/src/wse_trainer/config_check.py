@@ -37,7 +37,7 @@ from wse_trainer.config import (
     checked_value,
     refuse_unused,
 )
-from wse_trainer.optimizer_names import scheduler_list
+from wse_trainer.optimizer_names import IN_UNIT, outside_unit, scheduler_list
 
 __all__ = [
     "MIN_VOCAB_SIZE",
@@ -82,9 +82,9 @@ def _check_schedule(opt: OptimizerConfig) -> None:
 def _check_optimizer(opt: OptimizerConfig) -> None:
     """Ranges of the optimizer's settings (types and finiteness: `check_types`), the
     settings its optimizer does not read, and the schedule's steps."""
-    for name in ("beta1", "beta2", "momentum"):
-        if not 0 <= getattr(opt, name) < 1:
-            raise ConfigError(f"optimizer.{name} must be in [0, 1), got {getattr(opt, name)}")
+    for name in IN_UNIT:
+        if why := outside_unit(f"optimizer.{name}", getattr(opt, name)):
+            raise ConfigError(why)
     _positive("optimizer.eps", opt.eps)  # 0 divides by a zero second moment
     _positive("optimizer.max_gradient_norm", opt.max_gradient_norm)  # None: no clipping
     _positive("optimizer.decay_steps", opt.decay_steps)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["OPTIMIZER_NAMES", "SCHEDULE_NAMES", "READ_BY", "SCHEDULE_READ_BY", "unused_settings",
-           "scheduler_list"]  # fmt: skip
+           "scheduler_list", "IN_UNIT", "outside_unit"]  # fmt: skip
 
 # ModelZoo's spellings, any case (hunt 69: `AdamW` was refused, "did you mean 'adam'?")
 OPTIMIZER_NAMES = {n: n for n in ("adamw", "adam", "sgd", "momentum")}
@@ -23,15 +23,27 @@ READ_BY = {**dict.fromkeys(("beta1", "beta2", "eps"), ("adamw", "adam")),
 # decay_steps and min_learning_rate unsaid); refused when set away from their defaults, so
 # a resolved params file (`min_learning_rate: 0.0`, `decay_steps: null`) runs again
 SCHEDULE_READ_BY = dict.fromkeys(("decay_steps", "min_learning_rate"), ("cosine", "linear"))
+# The settings in [0, 1): a decay rate of 1 never forgets, above 1 grows (`outside_unit`)
+IN_UNIT = ("beta1", "beta2", "momentum")
 
 
-def unused_settings(opt: Any, base: Any, given: Mapping[str, Any] | None = None) -> str | None:
+def outside_unit(where: str, value: float) -> str | None:
+    """The line for a setting of IN_UNIT (`where`: its name as written) outside [0, 1)."""
+    return None if 0 <= value < 1 else f"{where} must be in [0, 1), got {value}"
+
+
+def unused_settings(
+    opt: Any, base: Any, given: Mapping[str, Any] | None = None, written: Mapping | None = None
+) -> str | None:
     """The line naming the settings that `opt`'s optimizer does not read and that are
     set: away from their defaults, or given at all (not null) in the params file's optimizer
     section (`given`, as `load_config` read it). hunt 69: sgd's momentum and adam's
     weight_decay were dropped unsaid (both are read now); beta1 on sgd would have been too.
     Then the schedule settings `opt`'s lr_schedule does not read (`_unused_schedule`).
-    `base`: the optimizer's defaults (an `OptimizerConfig` of its type); None when all is read."""
+    `base`: the optimizer's defaults (an `OptimizerConfig` of its type); None when all is read.
+    `written`: the settings given ModelZoo's way (`modelzoo_keys.Written` by our dotted key),
+    named and dropped as written (hunt 73: `betas: [0.9, 0.95]` with sgd said "drop
+    optimizer.beta2=null", which the file's betas set again)."""
     kind = opt.optimizer_type
     named = {k for k, v in (given or {}).items() if v is not None}
     if kind not in OPTIMIZER_NAMES:
@@ -43,20 +55,25 @@ def unused_settings(opt: Any, base: Any, given: Mapping[str, Any] | None = None)
     ]
     if not unused:
         return _unused_schedule(opt, base)
-    said = _listed([f"optimizer.{k}={_yaml(getattr(opt, k))}" for k in unused])
+    keys: dict[str, Any] = {}  # each key as written: its value as written (betas: once)
+    for k in unused:
+        w = (written or {}).get(f"optimizer.{k}")
+        key, value = (w.key, w.value) if w else (f"optimizer.{k}", getattr(opt, k))
+        keys.setdefault(key, value)
+    said = _listed([f"{k}={_yaml(v)}" for k, v in keys.items()])
     own = _listed([k for k, readers in READ_BY.items() if kind in readers])
-    one = len(unused) == 1
+    one = len(keys) == 1
     return (
         f"{said} {'has' if one else 'have'} no effect with optimizer_type {kind}, which reads "
-        f"{own}; drop {'it' if one else 'them'} ({_unsets(unused)}), or use optimizer_type "
+        f"{own}; drop {'it' if one else 'them'} ({_unsets(list(keys))}), or use optimizer_type "
         f"{' or '.join(READ_BY[unused[0]])}"
     )
 
 
 def _unsets(keys: list[str]) -> str:
-    """The overrides that drop `keys` from a params file: `KEY=null` takes the default (hunt
-    70: a shipped adamw config's beta2 barred `optimizer_type=sgd`, and null was refused)."""
-    return " ".join(f"optimizer.{k}=null" for k in keys)
+    """The overrides that drop `keys` (dotted) from a params file: `KEY=null` takes the default
+    (hunt 70: a shipped adamw config's beta2 barred `optimizer_type=sgd`, and null was refused)."""
+    return " ".join(f"{k}=null" for k in keys)
 
 
 def _unused_schedule(opt: Any, base: Any) -> str | None:
@@ -73,10 +90,10 @@ def _unused_schedule(opt: Any, base: Any) -> str | None:
     said = _listed([f"optimizer.{k}={_yaml(getattr(opt, k))}" for k in unused])
     own = ["learning_rate", "warmup_steps"]
     own += [k for k, readers in SCHEDULE_READ_BY.items() if kind in readers]
-    one = len(unused) == 1
+    one, drops = len(unused) == 1, _unsets([f"optimizer.{k}" for k in unused])
     return (
         f"{said} {'has' if one else 'have'} no effect with lr_schedule {kind}, which reads "
-        f"{_listed(own)}; drop {'it' if one else 'them'} ({_unsets(unused)}), or use lr_schedule "
+        f"{_listed(own)}; drop {'it' if one else 'them'} ({drops}), or use lr_schedule "
         f"{' or '.join(SCHEDULE_READ_BY[unused[0]])}"
     )
 

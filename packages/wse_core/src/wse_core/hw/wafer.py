@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 from collections.abc import Sequence
 
 import jax
@@ -26,7 +27,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wse_core.errors import DefectError, PlacementError, is_int, shown
+from wse_core.errors import DefectError, PlacementError, is_int, shown, shown_setting
 from wse_core.hw.defects import DefectMap, Remap, defect_map, remap
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
@@ -39,9 +40,11 @@ COL = "col"  # mesh axis over PE-grid columns
 
 
 @functools.cache
-def _filler(shape: tuple[int, ...], value: float, dtype, sharding: NamedSharding):
-    """The jitted maker of a placed field of `value` (compiled once per shape, value, dtype
-    and sharding: `Wafer.full` jitted a new lambda, and so compiled, on every call)."""
+def _filler(shape: tuple[int, ...], bits: bytes, dtype: np.dtype, sharding: NamedSharding):
+    """The jitted maker of a placed field of the `dtype` value whose bytes are `bits`
+    (compiled once per shape, value, dtype and sharding: `Wafer.full` jitted a new lambda,
+    and so compiled, on every call). Keyed by the bytes: -0.0 == 0.0 and NaN != NaN as floats."""
+    value = np.frombuffer(bits, dtype)[0]
     return jax.jit(lambda: jnp.full(shape, value, dtype), out_shardings=sharding)
 
 
@@ -72,6 +75,8 @@ def _kept(x: np.ndarray) -> np.ndarray:
     """`x` in the dtype JAX keeps it in (64-bit as 32-bit unless jax_enable_x64 is on), refused
     when a value would not survive the cast (hunt 65: int64 2**40 + 7 was placed as 7, float64
     1e300 as inf, with at most a NumPy warning). Rounding a float to fp32 is kept."""
+    if not (x.dtype == bool or jnp.issubdtype(x.dtype, jnp.number)):  # hunt 73: a TypeError
+        raise PlacementError(f"a wafer field must hold numbers, got an array of {x.dtype}")
     want = np.dtype(jax.dtypes.canonicalize_dtype(x.dtype))
     if want == x.dtype or x.size == 0:
         return x.astype(want, copy=False)
@@ -97,30 +102,57 @@ def _kept(x: np.ndarray) -> np.ndarray:
     return y
 
 
-def _value_kept(value: object, want: np.dtype) -> None:
-    """Refuse a `full` value that `want` would not hold (hunt 72: `full((), 1e300)` was inf,
-    `full((), 2**40, int32)` 0, NaN as int32 -2147483648, 1.5 as int32 1, with at most a
-    NumPy warning, where `place` refuses the same values: `_kept`)."""
+def _number(value: object, want: np.dtype) -> bool | int | float | complex:
+    """`value` as a Python number: a 0-d array (NumPy's or JAX's) or a NumPy scalar as its
+    value (hunt 73: a 0-d jax.Array was an unhashable TypeError), else a PlacementError."""
+    if isinstance(value, np.ndarray | jax.Array) and not isinstance(value, jax.core.Tracer):
+        value = np.asarray(value)[()] if value.ndim == 0 else value
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)  # a Fraction too
+    if isinstance(value, numbers.Complex):
+        return complex(value)
+    got = shown_setting(value)
+    raise PlacementError(f"a {want} field's value must be a number, got {got}")
+
+
+def _fill(value: object, want: np.dtype) -> np.ndarray:
+    """`value` cast to `want` as NumPy casts it (a 0-d array), or a PlacementError where
+    `want` would not hold it, as `place` refuses it (`_kept`). hunt 72: `full((), 1e300)` was
+    inf, `full((), 2**40, int32)` 0, NaN as int32 -2147483648, 1.5 as int32 1, with at most a
+    NumPy warning; hunt 73: 10**400 was an OverflowError, '1' and 1+0j as float32 TypeErrors.
+    A string or None is no number; a complex value, its imaginary part 0 too, fills only a
+    complex field (NumPy's cast would drop that part with a warning)."""
+    v = _number(value, want)
     if want.kind == "b":
-        return  # any value has a truth value, as in NumPy
-    try:
-        v = complex(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        raise PlacementError(f"a {want} field's value must be a number, got {value!r}") from None
-    if v.imag and want.kind != "c":
-        raise PlacementError(f"a real {want} field cannot hold the complex value {value!r}")
-    if want.kind in "iu":
+        return np.array(v).astype(want)  # any number has a truth value, as in NumPy
+    if isinstance(v, complex) and want.kind != "c":
+        raise PlacementError(f"a real {want} field cannot hold the complex value {v!r}")
+    if want.kind in "iu" and not isinstance(v, complex):
         info = np.iinfo(want)
-        x = v.real
-        if not math.isfinite(x) or x != int(x) or not info.min <= int(x) <= info.max:
+        if (isinstance(v, float) and not v.is_integer()) or not info.min <= v <= info.max:
             raise PlacementError(
-                f"a {want} field cannot hold {value!r}: give a whole number in "
+                f"a {want} field cannot hold {shown_setting(value)}: give a whole number in "
                 f"{info.min}..{info.max}"
             )
-        return
+        return np.array(int(v)).astype(want)
+    try:  # an int past float64's range: OverflowError, as NumPy's own cast of it
+        x = np.array(v, np.complex128 if want.kind == "c" else np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = x.astype(want)
+        back = y.astype(x.dtype)  # a finite part made inf, or NaN (float8_e4m3fn has no inf)
+        if not any(np.isfinite(f(x)) and not np.isfinite(f(back)) for f in (np.real, np.imag)):
+            return y
+    except OverflowError:
+        pass
     big = float(np.finfo(want).max)
-    if any(math.isfinite(x) and abs(x) > big for x in (v.real, v.imag)):
-        raise PlacementError(f"a {want} field cannot hold {value!r}: past its largest {big:.4g}")
+    raise PlacementError(
+        f"a {want} field cannot hold {shown_setting(value)}: past its largest {big:.4g}"
+    )
 
 
 @dataclasses.dataclass(eq=False)
@@ -192,16 +224,16 @@ class Wafer:
         return np.asarray(jax.device_get(x))[: self.rows, : self.cols]
 
     def full(self, per_pe_shape: Sequence[int] = (), value: float = 0, dtype=jnp.float32):
-        """A placed field of `value`, created sharded (no host copy); a value `dtype` cannot
-        hold is refused as `place` refuses it (`_value_kept`)."""
+        """A placed field of `value` (a number, a 0-d array or NumPy scalar), created sharded
+        (no host copy); a value `dtype` cannot hold is refused as `place` refuses it (`_fill`)."""
         if not all(is_int(n) and n >= 0 for n in per_pe_shape):
             got = shown(repr(per_pe_shape), quote=False)
             raise PlacementError(f"per_pe_shape must be integers >= 0, got {got}")
         pr, pc = self.padded_shape
         shape = (pr, pc, *(int(n) for n in per_pe_shape))
         want = np.dtype(jax.dtypes.canonicalize_dtype(jnp.dtype(dtype)))
-        _value_kept(value, want)
-        return _filler(shape, value, jnp.dtype(dtype), self.sharding(len(per_pe_shape)))()
+        bits = _fill(value, want).tobytes()
+        return _filler(shape, bits, want, self.sharding(len(per_pe_shape)))()
 
     def zeros(self, per_pe_shape: Sequence[int] = (), dtype=jnp.float32) -> jax.Array:
         return self.full(per_pe_shape, 0, dtype)

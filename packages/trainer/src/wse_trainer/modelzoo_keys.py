@@ -1,0 +1,106 @@
+"""ModelZoo's keys for settings this stack holds under other keys, moved to ours.
+
+ModelZoo's `runconfig.eval_steps` is our `eval_input.eval_steps`, and its AdamW's
+`optimizer.betas: [b1, b2]` our `beta1` and `beta2` (`MODELZOO_KEYS`; hunt 72: they were
+refused, "did you mean 'max_steps'?"). `moved(data)` is a copy of one params mapping (a
+file's, or a command line's overrides as a mapping) in our keys, with each setting it moved
+as the user wrote it (`Written`), so that a line about it names the key written (hunt 73:
+`betas: [0.9, 1.5]` was refused as `optimizer.beta2`). `moved_problem(data)` is the line
+why a mapping cannot move: betas no pair, or one setting given both ways, differently, in the
+same mapping. A file's settings are moved before a command line's overrides apply, each
+mapping on its own, so that an override in either spelling replaces the file's value (hunt
+73: `optimizer.beta2=0.99` over a file's betas was "give it once"). No wse_trainer import: the
+reader (`wse_trainer.config`) imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+from wse_core.errors import shown
+
+__all__ = ["MODELZOO_KEYS", "Written", "moved", "moved_problem", "same"]
+
+# (ModelZoo's section, its key) -> (our section, our keys), one key a value of its list
+MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
+                 ("optimizer", "betas"): ("optimizer", ("beta1", "beta2"))}  # fmt: skip
+
+
+class Written(NamedTuple):
+    """One of our settings as the user wrote it: ModelZoo's `key` ("optimizer.betas"), the
+    `value` given it, and `index`, the setting's place in that value (None: the value)."""
+
+    key: str
+    value: Any
+    index: int | None
+
+    @property
+    def name(self) -> str:
+        """The setting's name in lines: "optimizer.betas[1]", "runconfig.eval_steps"."""
+        return self.key if self.index is None else f"{self.key}[{self.index}]"
+
+
+def same(a: Any, b: Any) -> bool:
+    """One value given twice (`300`, `300`), not two (`300`, `300.0`; `1`, `true`)."""
+    return type(a) is type(b) and a == b
+
+
+def _held(data: Mapping[str, Any]) -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
+    """(section, key, our section, our keys) of each ModelZoo key `data` gives; a section
+    that is no mapping is skipped (the reader says what it must be)."""
+    for (section, key), (ours, keys) in MODELZOO_KEYS.items():
+        held, target = data.get(section), data.get(ours)
+        if isinstance(held, Mapping) and key in held and isinstance(target, Mapping | None):
+            yield section, key, ours, keys
+
+
+def _values(value: Any, keys: tuple[str, ...], nulls: bool) -> list[Any] | None:
+    """`value` as one value a key, or None where it cannot be (betas no pair); `nulls`: a
+    null is a null for each key (an override's `betas=null` drops beta1 and beta2)."""
+    if len(keys) == 1:
+        return [value]
+    if nulls and value is None:
+        return [None] * len(keys)
+    return list(value) if isinstance(value, list) and len(value) == len(keys) else None
+
+
+def moved_problem(data: Mapping[str, Any], *, nulls: bool = False) -> str | None:
+    """The line for a ModelZoo key of `data` that does not move, or None. A null moved
+    (`nulls`) beside a value in our spelling is no clash: the value is kept."""
+    for section, key, ours, keys in _held(data):
+        value, target = data[section][key], data.get(ours) or {}
+        values = _values(value, keys, nulls)
+        if values is None:
+            got = shown(repr(value), quote=False)
+            return f"{section}.{key} must be a list [{', '.join(keys)}], got {got}"
+        for name, v in zip(keys, values, strict=True):
+            if name in target and not same(target[name], v) and not (nulls and v is None):
+                given = f"{ours}.{name} {_yaml(v)}, and {ours}.{name} is {_yaml(target[name])}"
+                return f"{section}.{key} gives {given}; give it once"
+    return None
+
+
+def moved(
+    data: Mapping[str, Any], *, nulls: bool = False
+) -> tuple[dict[str, Any], dict[str, Written]]:
+    """A copy of `data` (`moved_problem` None) in our keys, and the settings moved, by our
+    dotted key ("optimizer.beta2"). One given both ways keeps our spelling's value and name."""
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+    written: dict[str, Written] = {}
+    for section, key, ours, keys in list(_held(out)):
+        value = out[section].pop(key)
+        target = out[ours] = dict(out.get(ours) or {})
+        values = _values(value, keys, nulls)
+        if values is None:
+            raise ValueError(f"{section}.{key} does not move: see moved_problem")
+        for i, (name, v) in enumerate(zip(keys, values, strict=True)):
+            if name not in target:
+                target[name] = v
+                where = i if len(keys) > 1 else None
+                written[f"{ours}.{name}"] = Written(f"{section}.{key}", value, where)
+    return out, written
+
+
+def _yaml(value: Any) -> str:
+    return "null" if value is None else repr(value)
