@@ -19,14 +19,12 @@ against each other and the structure are `hpc_md_inputs`'s). The trajectory --ou
 *.extxyz, gzipped with .gz; its size bound, whole frames, what a stop or a fault keeps of it)
 is `hpc_md_trajectory`'s.
 
-The PEs hold the tables of the elements the structure uses; `--potential-knots N` resamples
-each table of more knots to N (LAMMPS's splines at the new knots) for a file whose tables do
-not fit a PE's SRAM (the refusal names the most that fit), and a line before the run says
-what that costs (hunt 68). Such lines come first (`notes`: also a structure shifted by its
-OVITO Origin), on stderr with --json and in its "notes".
-`wse hpc md potential --table zhou04 --elements Cu [Ni ...] --out FILE.eam.alloy` writes a
-setfl file generated from Zhou, Johnson & Wadley (2004). Heavy packages are imported inside
-the commands so `wse --help` stays fast.
+The PEs hold the tables of the structure's elements; `--potential-knots N` resamples each
+table of more knots to N (LAMMPS's splines) where a PE's SRAM cannot hold them (the refusal
+names the most that fit), and a line says what that costs (hunt 68). Such `notes` come first
+(a structure shifted by its OVITO Origin, or wrapped into its box), on stderr with --json.
+`wse hpc md potential --table zhou04 --elements Cu [Ni ...] --out FILE.eam.alloy` writes the
+setfl of Zhou, Johnson & Wadley (2004). Heavy imports wait inside the commands (`wse --help`).
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.commands.hpc_md_inputs import (
+    MdGroup,
     check_bath,
     check_out_name,
     check_velocities,
@@ -46,13 +45,13 @@ from wse_cli.commands.hpc_md_inputs import (
     read_structure,
 )
 from wse_cli.commands.hpc_md_trajectory import Trajectory, check_size, refuse_nonfinite
-from wse_cli.errors import WseGroup, fail
+from wse_cli.errors import fail
 from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_file, refuse_overlap
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
 app = typer.Typer(
-    cls=WseGroup, help="EAM molecular dynamics, one atom per PE.", invoke_without_command=True
+    cls=MdGroup, help="EAM molecular dynamics, one atom per PE.", invoke_without_command=True
 )
 
 
@@ -77,7 +76,8 @@ def md(
     potential: list[Path] = typer.Option(
         None,
         "--potential",
-        help="EAM file(s) (.eam = funcfl one per element, .eam.alloy, .eam.fs).",
+        help="EAM file (.eam.alloy, .eam.fs, or .eam funcfl: repeat --potential for each "
+        "funcfl file, --potential a.eam --potential b.eam).",
     ),
     potential_knots: int = number(
         None,

@@ -1,8 +1,9 @@
 """`wse hpc md`'s inputs checked against each other before anything runs: the thermostat's
-options (`check_bath`), the --out name (`check_out_name`), the structure (`read_structure`:
-a file or a --lattice crystal, sized against the wafer and the host) and where the velocities
-come from (`check_velocities`). Each refusal is one line (`fail`, exit 2); NumPy only, so
-they come before JAX's import (hunt 57)."""
+options (`check_bath`), a second file after --potential (`MdGroup`), the --out name
+(`check_out_name`), the structure (`read_structure`: a file or a --lattice crystal, sized
+against the wafer and the host) and where the velocities come from (`check_velocities`).
+Each refusal is one line (`fail`, exit 2); NumPy only, so they come before JAX's import
+(hunt 57)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,31 @@ from pathlib import Path
 
 import typer
 
-from wse_cli.errors import fail
+from wse_cli.errors import WseGroup, fail
 from wse_cli.options import typed
 
 __all__ = [
+    "MdGroup",
     "check_bath",
     "check_out_name",
     "check_velocities",
     "read_potential_for",
     "read_structure",
 ]
+
+
+class MdGroup(WseGroup):
+    """`wse hpc md`'s group: a word after --potential's file is no subcommand, --potential
+    takes one file a time (hunt 73: `--potential Cu.eam Ni.eam` said "No such command
+    'Ni.eam'")."""
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[override]
+        if args and args[0] not in self.commands and ctx.params.get("potential"):
+            fail(
+                f"{args[0]!r} is no argument of `wse hpc md`: --potential takes one file; repeat "
+                "--potential for each funcfl file (--potential a.eam --potential b.eam)"
+            )
+        return super().resolve_command(ctx, args)
 
 
 def check_bath(ctx: typer.Context, thermostat: str, temperature_k: float | None) -> None:
@@ -36,9 +52,11 @@ def check_bath(ctx: typer.Context, thermostat: str, temperature_k: float | None)
 def read_structure(path, lattice, element, a, cells, dtype, spec, notes=None):
     """The input structure; its atoms are checked against the wafer's PEs and the host
     memory before the crystal (or the run) is allocated. `notes` gets a line when the
-    file's positions were shifted by its Origin (hunt 68: OVITO's key was ignored)."""
+    file's positions were shifted by its Origin (hunt 68: OVITO's key was ignored) and when
+    atoms outside the periodic box were wrapped into it, as LAMMPS's read_data does (hunt 73:
+    they were refused)."""
     from wse_hpc.md import crystal
-    from wse_hpc.md.lattice import check_box
+    from wse_hpc.md.lattice import check_box, wrap_into_box
     from wse_hpc.md.sizing import check_atoms, check_crystal
     from wse_hpc.md.xyz import read_frames
 
@@ -57,6 +75,11 @@ def read_structure(path, lattice, element, a, cells, dtype, spec, notes=None):
                 ") A into the box [0, L), where the run and --out keep them"
             )
         check_atoms(s.num_atoms, dtype, spec)
+        if (wrapped := wrap_into_box(s)) and notes is not None:
+            notes.append(
+                f"{path.name}: {wrapped:,} atom{'s' if wrapped > 1 else ''} outside the periodic "
+                "box [0, L) wrapped to their images inside (as LAMMPS's read_data remaps them)"
+            )
         check_box(s)  # before JAX's import (hunt 57); the run checks the closest pair
         return s
     if element is None or a is None or cells is None or None in cells:
@@ -128,9 +151,11 @@ def read_potential_for(s, paths: list[Path], knots: int | None, notes: list[str]
     line in `notes` saying what that costs on `s`."""
     from wse_hpc.md import read_potential
 
-    pot = read_potential(paths[0] if len(paths) == 1 else paths)
+    species = list(dict.fromkeys(s.symbols.tolist()))  # names a funcfl file of atomic number 0
+    pot = read_potential(paths[0] if len(paths) == 1 else paths, species=species)
     s.species(pot.elements)  # every element has parameters: refused before the first line
     pot = pot.restricted(set(s.symbols.tolist()))
+    _note_masses(s, pot, notes)
     if knots is None:
         return pot
     from wse_hpc.md.resample import resample, resample_cost
@@ -138,3 +163,28 @@ def read_potential_for(s, paths: list[Path], knots: int | None, notes: list[str]
     new = resample(pot, knots)
     notes.append(resample_cost(pot, new, s).line())
     return new
+
+
+def _note_masses(s, pot, notes: list[str]) -> None:
+    """A line when the file's masses column differs from the potential's masses, which the
+    run uses (LAMMPS's pair_coeff sets them; hunt 73: nothing said that ASE momenta were
+    divided by the other masses)."""
+    if s.masses_amu is None:
+        return
+    import numpy as np
+
+    ours = np.asarray(pot.masses_amu)[s.species(pot.elements)]
+    differ = np.nonzero(~np.isclose(s.masses_amu, ours, rtol=1e-6, atol=0.0))[0]
+    if differ.size == 0:
+        return
+    i = int(differ[0])
+    read = (
+        "; velocities from momenta:R:3 were read with the file's"
+        if s.velocities_A_ps is not None
+        else ""
+    )
+    notes.append(
+        f"the structure's masses:R:1 differ from the potential's ({s.symbols[i]}: "
+        f"{s.masses_amu[i]:g} in the file, {ours[i]:g} amu in {pot.source}; {differ.size:,} "
+        f"atoms): the run uses the potential's, as LAMMPS's pair_coeff sets them{read}"
+    )

@@ -231,7 +231,7 @@ class Cached:
 
 def _potential_digest(pot) -> str:
     h = hashlib.sha256()
-    scalars = (pot.kind, pot.elements, pot.masses_amu, pot.numbers, pot.nrho, pot.drho)
+    scalars = (pot.kind, pot.elements, pot.masses_amu, pot.numbers, pot.nrho, pot.drho, pot.rhomax)
     h.update(repr(scalars + (pot.nr, pot.dr, pot.cutoff_A)).encode())
     for table in (pot.frho, pot.rhor, pot.z2r):
         a = np.ascontiguousarray(table)

@@ -19,7 +19,15 @@ from collections.abc import Sequence
 import numpy as np
 from wse_core.errors import WseError, shown
 
-__all__ = ["Structure", "crystal", "LATTICES", "check_box", "check_structure", "closest_pair"]
+__all__ = [
+    "Structure",
+    "crystal",
+    "LATTICES",
+    "check_box",
+    "check_structure",
+    "closest_pair",
+    "wrap_into_box",
+]
 
 LATTICES = ("fcc", "bcc", "hcp")
 
@@ -138,8 +146,28 @@ def check_box(s: Structure) -> None:
         i = int(outside[0])
         raise WseError(
             f"atom {i} at {[float(f'{v:.6g}') for v in x[i]]} lies outside the box [0, L) with L = "
-            f"{box.tolist()} ({outside.size} atoms outside); wrap positions into the box"
+            f"{box.tolist()} ({outside.size} atoms outside); wrap positions into the box "
+            f"(`wrap_into_box`, as LAMMPS's read_data, takes those within {MAX_BOX_A:g} A: "
+            "farther, a position's place in the box is lost to rounding)"
         )
+
+
+def wrap_into_box(s: Structure) -> int:
+    """Put each finite position outside [0, L) at its periodic image inside, in place, as
+    LAMMPS's read_data remaps atoms of a periodic box (and ASE writes pbc files unwrapped);
+    returns how many atoms moved. A value that rounds to L after the wrap (-1e-17 mod L) is
+    put at 0 (hunt 73: such files, and a coordinate printed as exactly L, were refused).
+    Only coordinates within MAX_BOX_A (a double's spacing there: 1e-10 A) are wrapped;
+    `check_box` refuses farther ones, and non-finite ones, as it refuses a bad box."""
+    x, box = s.positions_A, s.box_A
+    if not np.all((box > 0) & np.isfinite(box)):
+        return 0
+    near = np.all(np.abs(x) <= MAX_BOX_A, axis=1)  # NaN is not near
+    outside = near & np.any((x < 0) | (x >= box), axis=1)
+    if outside.any():
+        w = np.mod(x[outside], box)
+        x[outside] = np.where(w >= box, 0.0, w)
+    return int(outside.sum())
 
 
 def closest_pair(x: np.ndarray, box: np.ndarray) -> tuple[int, int, float]:

@@ -18,6 +18,7 @@ and the field (1-based); numbers may use Fortran's `D` exponent and must be fini
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ __all__ = [
     "r_table_reach",
     "element_line",
     "element_symbol",
+    "funcfl_elements",
     "table_text",
     "SETFL_SUFFIXES",
     "format_by_name",
@@ -136,14 +138,16 @@ class PotentialLines:
 
 
 def header_numbers(
-    src: PotentialLines, types: str, what: str
+    src: PotentialLines, types: str, what: str, least: int | None = None
 ) -> tuple[int, list[float | int], list[str]]:
-    """The next line parsed as numbers of the given types ('i' int, 'f' float)."""
+    """The next line parsed as numbers of the given types ('i' int, 'f' float); with
+    `least`, a line of at least that many fields is enough (those it has are parsed)."""
     lineno, fields = src.header(what)
-    if len(fields) < len(types):
+    need = len(types) if least is None else least
+    if len(fields) < need:
         raise PotentialError(
-            f"{src.path.name} line {lineno}: expected {len(types)} fields ({what}), "
-            f"found {len(fields)}"
+            f"{src.path.name} line {lineno}: expected {'at least ' if least else ''}{need} "
+            f"fields ({what}), found {len(fields)}"
         )
     out: list[float | int] = []
     for k, (t, s) in enumerate(zip(types, fields, strict=False), 1):
@@ -201,22 +205,53 @@ def r_table_reach(src: PotentialLines, lineno: int, nr: int, dr: float, cut: flo
 
 
 def element_line(src: PotentialLines) -> tuple[int, float, float, str]:
-    """An element line: (atomic number, mass amu > 0, lattice constant A, lattice or "?")."""
+    """An element line: (atomic number, mass amu > 0, lattice constant A or 0, lattice or "?").
+    Only the first two are needed, as LAMMPS's pair_eam and pair_eam_alloy read them
+    (`next_values(2)`, the rest ignored; hunt 73: "29 63.546" was refused); a lattice
+    constant given is still checked as a number."""
     what = "atomic number, mass, lattice constant, lattice"
-    lineno, (number, mass, alat), fields = header_numbers(src, "iff", what)
+    lineno, vals, fields = header_numbers(src, "iff", what, least=2)
+    number, mass = vals[0], vals[1]
     if not mass > 0:
         raise PotentialError(f"{src.path.name} line {lineno} field 2: mass {mass} must be > 0")
-    return int(number), float(mass), float(alat), fields[3] if len(fields) > 3 else "?"
+    alat = float(vals[2]) if len(vals) > 2 else 0.0
+    return int(number), float(mass), alat, fields[3] if len(fields) > 3 else "?"
 
 
-FUNCFL_LAST_Z = 83  # Bi: funcfl's atomic numbers name elements 1 .. 83
-
-
-def element_symbol(number: int, path: Path) -> str:
-    """The symbol of atomic number `number` (1 .. 83), read from `path`'s line 2."""
-    if 0 < number <= FUNCFL_LAST_Z:
+def element_symbol(number: int, path: Path, line: int = 2) -> str:
+    """The symbol of atomic number `number` (1 .. 118), read from `path`'s `line` (else
+    PotentialError: LAMMPS ignores a funcfl file's number, its element comes from pair_coeff,
+    so `read_funcfl` may name the file otherwise; hunt 73: 0 and U's 92 were refused)."""
+    if 0 < number < len(SYMBOLS):
         return SYMBOLS[number]
-    raise PotentialError(f"{path.name} line 2 field 1: atomic number {number} is unknown")
+    raise PotentialError(
+        f"{path.name} line {line} field 1: atomic number {number} names no element"
+    )
+
+
+def funcfl_elements(files: list[tuple[Path, int, int]], species: Sequence[str]) -> list[str]:
+    """The element of each funcfl file, given as (path, atomic number, its line), by its
+    number. LAMMPS ignores the number (pair_coeff names the element), so a file whose number
+    names no element (0, a placeholder) takes the one element of `species`, the structure's
+    symbols, that no other file names; else PotentialError says what to set."""
+    named: list[str | None] = []
+    unnamed: list[PotentialError] = []
+    for path, number, line in files:
+        try:
+            named.append(element_symbol(number, path, line))
+        except PotentialError as e:
+            named.append(None)
+            unnamed.append(e)
+    left = [e for e in dict.fromkeys(species) if e not in named]
+    if len(unnamed) == 1 and len(left) == 1:
+        return [left[0] if e is None else e for e in named]
+    if unnamed:
+        those = f" (the structure's {', '.join(left[:5])})" if left else ""
+        raise PotentialError(
+            f"{unnamed[0]}: wse names a funcfl file's element by it; set it to the atomic "
+            f"number of the element the file is for{those}, e.g. 29 for Cu"
+        )
+    return [e for e in named if e is not None]
 
 
 def table_text(values: np.ndarray) -> str:
@@ -263,15 +298,18 @@ def given_alone(paths: list[Path]) -> str | None:
 
 
 def read_as_funcfl(path: Path) -> str:
-    """Why a file was read as funcfl, and how a setfl is named (hunt 64: a setfl named
-    Cu_zhou04.alloy failed on its comment line 2, read as a funcfl element line)."""
-    text = (
-        "the file was read as funcfl (LAMMPS pair_style eam) by its name: name a setfl "
-        "(eam/alloy) *.eam.alloy or *.setfl, a Finnis-Sinclair file (eam/fs) *.eam.fs"
-    )
+    """For a file that failed as funcfl and looks like a setfl (its line 4 is a setfl's
+    element line), why it was read as funcfl and how a setfl is named, as "; ..." to append
+    to the error; else "" (hunt 64: a setfl named Cu_zhou04.alloy failed on its comment
+    line 2, read as a funcfl element line; hunt 73: the hint followed every funcfl error,
+    real funcfl files' too)."""
     with contextlib.suppress(OSError, UnicodeDecodeError):  # the file was read once already
         with open(path, encoding="utf-8") as f:
             line4 = [f.readline() for _ in range(4)][3].split()
         if len(line4) > 1 and line4[0].isdigit() and int(line4[0]) == len(line4) - 1:
-            text += f"; its line 4 {' '.join(line4)[:40]!r} is a setfl's element line"
-    return text
+            return (
+                "; the file was read as funcfl (LAMMPS pair_style eam) by its name: name a "
+                "setfl (eam/alloy) *.eam.alloy or *.setfl, a Finnis-Sinclair file (eam/fs) "
+                f"*.eam.fs; its line 4 {' '.join(line4)[:40]!r} is a setfl's element line"
+            )
+    return ""

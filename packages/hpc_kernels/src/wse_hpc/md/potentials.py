@@ -35,8 +35,8 @@ from wse_hpc.md.potential_format import (
     PotentialError,
     PotentialLines,
     element_line,
-    element_symbol,
     format_by_name,
+    funcfl_elements,
     given_alone,
     grid_line,
     r_table_reach,
@@ -79,9 +79,16 @@ class EamPotential:
     rhor: np.ndarray  # (ne, ne, nr): by an atom of element a on one of element b
     z2r: np.ndarray  # (ne, ne, nr), symmetric
     source: str = ""  # the file name(s) it was read from, for messages
+    funcfl_rhomax: float | None = None  # LAMMPS's funcfl rhomax (`rhomax`)
 
     @property
     def rhomax(self) -> float:
+        """Where F extends linearly: the table's end, (nrho - 1) * drho; for funcfl files
+        LAMMPS's `file2array` rhomax, the files' largest (Nrho - 1) * drho, which it keeps
+        after setting nrho = rhomax / drho, so its table ends a drho before it (hunt 73:
+        an alloy at rho 45-61 over Cu_u3-like tables to 40 differed by 8 eV)."""
+        if self.funcfl_rhomax is not None:
+            return self.funcfl_rhomax
         return (self.nrho - 1) * self.drho
 
     def element_index(self, symbol: str) -> int:
@@ -169,15 +176,18 @@ class _Funcfl:
     frho: np.ndarray
     zr: np.ndarray
     rhor: np.ndarray
+    line: int  # the element line's number, for messages
 
 
 def _read_one_funcfl(path: Path) -> _Funcfl:
-    """One funcfl file; a malformed one says it was read as funcfl by its name (a file
-    that is no text says only that: hunt 68, a .gz was told to be renamed as a setfl)."""
+    """One funcfl file; a malformed one that looks like a setfl says it was read as funcfl
+    by its name (a file that is no text says only that: hunt 68, a .gz was told to be renamed
+    as a setfl)."""
     src = PotentialLines(path)
     try:
         src.comment("a comment line")
         number, mass, alat, lat = element_line(src)
+        line = src.at
         nrho, drho, nr, dr, cut = grid_line(src)
         grid_at = src.at  # the grid line's number, for the r table's reach (hunt 63)
         frho = src.numbers(nrho, "F(rho)")
@@ -185,8 +195,8 @@ def _read_one_funcfl(path: Path) -> _Funcfl:
         rhor = src.numbers(nr, "rho(r)")
         r_table_reach(src, grid_at, nr, dr, cut)
     except PotentialError as e:
-        raise PotentialError(f"{e}; {read_as_funcfl(path)}") from None
-    return _Funcfl(number, mass, alat, lat, nrho, drho, nr, dr, cut, frho, zr, rhor)
+        raise PotentialError(f"{e}{read_as_funcfl(path)}") from None
+    return _Funcfl(number, mass, alat, lat, nrho, drho, nr, dr, cut, frho, zr, rhor, line)
 
 
 def _lagrange(values: np.ndarray, step: float, n_new: int, new_step: float) -> np.ndarray:
@@ -204,13 +214,20 @@ def _lagrange(values: np.ndarray, step: float, n_new: int, new_step: float) -> n
     return c1 * f[k - 1] + c2 * f[k] + c3 * f[k + 1] + c4 * f[k + 2]
 
 
-def read_funcfl(paths: Sequence[str | Path], elements: Sequence[str] | None = None) -> EamPotential:
+def read_funcfl(
+    paths: Sequence[str | Path],
+    elements: Sequence[str] | None = None,
+    *,
+    species: Sequence[str] = (),
+) -> EamPotential:
     """One funcfl file per element, on LAMMPS's common grid (`PairEAM::file2array`);
-    `elements` names them (default: by each file's atomic number)."""
+    `elements` names them (default: by each file's atomic number, `funcfl_elements`)."""
     ps = [Path(p) for p in paths]
     files = [_read_one_funcfl(p) for p in ps]
     if elements is None:
-        elements = [_symbol(f.number, p) for f, p in zip(files, ps, strict=True)]
+        elements = funcfl_elements(
+            [(p, f.number, f.line) for p, f in zip(ps, files, strict=True)], species
+        )
     _one_file_per_element(ps, elements, files)
     drho = max(f.drho for f in files)
     dr = max(f.dr for f in files)
@@ -240,14 +257,8 @@ def read_funcfl(paths: Sequence[str | Path], elements: Sequence[str] | None = No
         rhor=rhor,
         z2r=z2r,
         source=", ".join(p.name for p in ps),
+        funcfl_rhomax=rhomax,
     )
-
-
-def _symbol(number: int, path: Path) -> str:
-    try:
-        return element_symbol(number, path)
-    except PotentialError as e:
-        raise PotentialError(f"{e}; {read_as_funcfl(path)}") from None
 
 
 def _one_file_per_element(paths: list[Path], elements: Sequence[str], files) -> None:
@@ -330,12 +341,17 @@ def read_setfl(path: str | Path, *, fs: bool = False) -> EamPotential:
 
 
 def read_potential(
-    paths: str | Path | Sequence[str | Path], elements: Sequence[str] | None = None
+    paths: str | Path | Sequence[str | Path],
+    elements: Sequence[str] | None = None,
+    *,
+    species: Sequence[str] = (),
 ) -> EamPotential:
     """A potential by file name: `*.eam.alloy` setfl, `*.eam.fs` Finnis–Sinclair, else funcfl.
 
     funcfl files carry no element symbol: `elements` names them (default: from the atomic
-    number in the file). A file that fails as funcfl says it was read so by its name.
+    number in the file; one that names no element takes the one of `species`, the
+    structure's symbols, no other file names). A file that fails as funcfl and looks like
+    a setfl says it was read so by its name.
     """
     ps = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     if not ps:
@@ -348,7 +364,7 @@ def read_potential(
         raise PotentialError(why)
     if (kind := format_by_name(ps[0])) != "funcfl":
         return read_setfl(ps[0], fs=kind == "fs")
-    return read_funcfl(ps, elements)
+    return read_funcfl(ps, elements, species=species)
 
 
 # -- writing --------------------------------------------------------------------------------
