@@ -154,9 +154,20 @@ def test_swe_pays_each_exchanges_slowest_shift():
     plain = run_swe(WSE2, SweConfig(n=SIDE, steps=steps)).report
     dead = run_swe(WSE2, SweConfig(n=SIDE, steps=steps, defect_seed=SEED)).report
     ns, ew = _links(_remap(SEED), SIDE, SIDE)
-    # both axes periodic, folded on the mesh (hunt 70): a neighbour is FOLD_HOPS = 2
-    # physical links away, each at most its axis' longest
-    longest = {d: 2 * (ns if d in "NS" else ew).max() for d in "NSEW"}
+
+    # both axes periodic, folded on the mesh (hunt 70): each ring cut in two, the second half
+    # reversed, the two laid alternately, so ring neighbours sit 1-2 links apart; an exchange
+    # waits for the most extra hops between ring neighbours on any line (hunt 73: was twice
+    # the axis' longest link, a lone detour paid on both links of a pair)
+    def slowest_pair(extra):  # extra (n - 1, lines): links along the ring's axis
+        n = extra.shape[0] + 1
+        first, second = list(range(-(-n // 2))), list(range(-(-n // 2), n))[::-1]
+        order = [p for q in zip(first, second + [None], strict=False) for p in q if p is not None]
+        place = {pe: i for i, pe in enumerate(order)}
+        pairs = [sorted((place[i], place[(i + 1) % n])) for i in range(n)]
+        return max(extra[a:b, c].sum() for a, b in pairs for c in range(extra.shape[1]))
+
+    longest = {d: slowest_pair(ns if d in "NS" else ew.T) for d in "NSEW"}
     shifts = [d for _, d, _ in _swe_program(traced_program).shifts]
     extra = sum(max(longest[d] for d in shifts[i : i + 4]) for i in range(0, len(shifts), 4))
     assert extra > 0

@@ -25,9 +25,13 @@ Counting rules:
   so (`ledger.on_mesh`; hunt 70: both were priced as on a torus, the wrapped value one hop
   away). A bounded axis is priced as it was.
 - Detours around dead PEs (`--defect-seed`, `wse_core.hw.defects`): an exchange waits for
-  its slowest shift, whose logical link is at most the longest physical link of its axis on
-  the grid's PEs (`Remap.extra_hops_within`); its extra hops are paid on the critical path
-  at `hop_latency_cycles` each, as every hop is (`exchange_hops`).
+  its slowest shift: on a bounded axis one logical link, at most the longest physical link
+  of its axis on the grid's PEs (`Remap.extra_hops_within`); on a periodic axis the slowest
+  chain between ring neighbours where the layout puts them, each link at its own hops
+  (`ledger.ring_hops`: folded, the slowest pair of ring-neighbour links of any line; in
+  place, the slowest line end to end; hunt 73: FOLD_HOPS, or n - 1, times the longest
+  link). Its extra hops are paid on the critical path at `hop_latency_cycles` each, as
+  every hop is (`exchange_hops`).
 - A wafer-wide reduction of w words is one fp32 allreduce over the grid's PE rectangle,
   priced as Luczynski et al. model it (`wse_core.cost.collectives.allreduce_2d`), with the
   detours on its slowest path (`wse_hpc.stencil.detours.rectangle_allreduce_detour_hops`).
@@ -85,13 +89,13 @@ def layouts(grid: FieldGrid, pe_rect: tuple[int, int] | None = None) -> dict[int
 
 
 def _shift_hops(grid: FieldGrid, pe_rect: tuple[int, int] | None = None) -> dict[str, float]:
-    """Physical hops of each direction's slowest shift: the longest link of its axis, on a
-    periodic axis as its layout moves it (`ledger.mesh_hops`)."""
-    longest, lay, sizes = _longest_links(grid), layouts(grid, pe_rect), _pe_axes(grid, pe_rect)
-    out: dict[str, float] = dict(longest)
+    """Physical hops of each direction's slowest shift: the longest link of its axis; on a
+    periodic axis the slowest chain between ring neighbours as its layout lays the ring on
+    the PE rectangle (`ledger.ring_hops`, what `ledger.on_mesh` prices)."""
+    lay, sizes = layouts(grid, pe_rect), _pe_axes(grid, pe_rect)
+    out: dict[str, float] = dict(_longest_links(grid))
     for a, layout in lay.items():
-        for d in _AXIS_LINKS[a]:
-            out[d] = ledger.mesh_hops(layout, sizes[a], longest[d], longest[d])
+        out.update(dict.fromkeys(_AXIS_LINKS[a], ledger.ring_hops(grid.wafer, a, layout, 1, sizes)))
     return out
 
 
@@ -144,8 +148,9 @@ def assumptions(grid: FieldGrid) -> dict[str, str]:
         "halo": "each group of up to four shifts is one exchange: one relay stage, one task "
         "per receive, its words on each link direction",
         "detours": "dead PEs' detours priced as extra hops on each exchange's critical path "
-        "(its slowest shift at the longest link of its axis) and on each reduction's slowest "
-        f"path, hop_latency_cycles each; this "
+        "(its slowest shift: the longest link of a bounded axis; on a periodic axis the "
+        "slowest chain between ring neighbours as the ring lies on the mesh, each link at its "
+        "own hops) and on each reduction's slowest path, hop_latency_cycles each; this "
         f"grid's links: N-S {mine['ns_total']} extra hops (longest link {mine['ns_max']} "
         f"hops), E-W {mine['ew_total']} (longest {mine['ew_max']})",
         **periodic_assumption(grid),

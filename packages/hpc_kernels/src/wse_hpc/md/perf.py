@@ -122,8 +122,9 @@ ASSUMPTIONS = {
     "E and W (N and S) words share both physical directions",
     "md.ramp": "every word of a multicast a PE receives crosses its ramp to the core",
     "md.detours": "dead PEs' detours as the traced ledger records them (each chain of k "
-    "logical links at k times the longest physical link of its axis on the grid, "
-    "wse_core.fabric.ledger), then the fold's 2 hops per link",
+    "logical links at its slowest line's hops: the most physical hops on k consecutive links "
+    "of any row or column of the grid, wse_core.fabric.ledger.chain_hops), then the fold's 2 "
+    "hops per link",
     "md.tasks": "one task activation per fabric operation received and per compute phase",
     "md.overlap": "the systolic march overlaps the pair arithmetic of each phase",
     "md.swaps": "the paper's atom swaps (not in the released source) run as the emulator's "

@@ -7,11 +7,13 @@ serial beside the streams), so a detour costs its extra hops on the slowest PE's
 each exchange, counted here from the grid's own links:
 
 - a halo exchange (Jacobi, heat, the SpMVs: four one-PE shifts N, S, W, E in series, priced
-  from the trace): each shift's longest link, as its traced chain records it
-  (`wse_core.fabric.ledger.hops`): sum over the four of (longest link - 1); on a periodic
-  axis the chain as the mesh moves it (`ledger.mesh_hops`, what `ledger.on_mesh` prices:
-  folded, FOLD_HOPS longest links; in place, n - 1 of them), less the same without detours
-  (`halo_detour_hops`; hunt 72: a folded grid's line said 4 where the price added 8);
+  from the trace): each shift's chain as the trace records it (`halo_detour_hops`): on a
+  bounded axis its longest link (`wse_core.fabric.ledger.chain_hops` of one link; a
+  one-link chain is its one link), less one; on a periodic axis the chain as the mesh moves
+  it (`ledger.ring_hops`, what `ledger.on_mesh` prices: folded, the slowest pair of
+  ring-neighbour links of any line; in place, the slowest line end to end), less the same
+  without detours (hunt 72: a folded grid's line said 4 where the price added 8; hunt 73:
+  both paid a fold's longest link twice, 8 where seed 3's slowest ring pair adds 6);
 - the 25-point step, priced as published (R hops per Z block, the four directions at
   once): the slowest chain of R consecutive links along either axis, less R; on a periodic
   axis the slowest chain between ring neighbours up to R apart as the axis lies on the mesh
@@ -29,7 +31,6 @@ description's `detour_hops` count the whole wafer, mostly PEs the grid does not 
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -61,16 +62,17 @@ def _extra(grid: StencilGrid) -> tuple[np.ndarray, np.ndarray]:
 
 
 def halo_detour_hops(grid: StencilGrid) -> float:
-    """Extra hops of one halo exchange: four one-PE shifts in series, each waiting for its
-    axis' longest link; a periodic axis' chain as the traced price moves it on the mesh
-    (`ledger.mesh_hops` at that longest link, less the same at one hop)."""
+    """Extra hops of one halo exchange: four one-PE shifts in series, two an axis, each
+    waiting for its chain as the traced price records it: a bounded axis' longest link; a
+    periodic axis' slowest chain between ring neighbours where its layout puts them
+    (`_ring_max` at a reach of one: what `ledger.on_mesh` prices), less the same without
+    detours."""
     lay, total = layouts(grid), 0.0
     for axis, extra in enumerate(_extra(grid)):
-        longest = 1.0 + float(extra.max(initial=0))
-        shift = longest - 1.0
-        if axis in lay:  # the ledger's chain of a one-PE shift is the longest link (torus)
-            mesh = functools.partial(ledger.mesh_hops, lay[axis], grid.shape[axis])
-            shift = mesh(longest, longest) - mesh(1.0, 1.0)
+        if axis in lay:
+            shift = _ring_max(extra if axis == 0 else extra.T, 1, lay[axis])
+        else:
+            shift = float(extra.max(initial=0))
         total += 2.0 * shift  # two shifts an axis
     return total
 
@@ -85,28 +87,14 @@ def _window_max(extra: np.ndarray, k: int) -> float:
     return float((run[k:] - run[:-k]).max(initial=0))
 
 
-def _places(n: int, layout: str) -> np.ndarray:
-    """Where each PE of a periodic axis' ring sits on the mesh (`periodic.layouts`): in place
-    ("wrap"), or "fold": the ring cut in two and laid interleaved, the second half reversed
-    (ring PE i at 2 i in the first half, at 2 (n - 1 - i) + 1 in the second)."""
-    i = np.arange(n)
-    return i if layout == "wrap" else np.where(i < -(-n // 2), 2 * i, 2 * (n - 1 - i) + 1)
-
-
 def _ring_max(extra: np.ndarray, reach: int, layout: str) -> float:
     """The extra hops of the slowest chain of a periodic axis' exchange reaching `reach` ring
     PEs (each PE from those 1 .. reach away), the axis along axis 0 of `extra` laid on the mesh
-    as `layout` says (`_places`): the links between two ring PEs' places crossed, detours
-    included, less the slowest chain without detours."""
+    as `layout` says (`ledger.ring_walk`): the links between two ring PEs' places crossed,
+    detours included, less the slowest chain without detours."""
     n = extra.shape[0] + 1
-    run = np.cumsum(np.concatenate([np.zeros((1, extra.shape[1])), extra]), axis=0)
-    here, slowest, plain = _places(n, layout), 0.0, 0
-    for d in range(1, min(reach, n - 1) + 1):
-        there = here[(np.arange(n) + d) % n]
-        lo, hi = np.minimum(here, there), np.maximum(here, there)
-        slowest = max(slowest, float(((hi - lo)[:, None] + run[hi] - run[lo]).max()))
-        plain = max(plain, int((hi - lo).max()))
-    return slowest - plain
+    runs = np.cumsum(np.concatenate([np.zeros((1, extra.shape[1])), extra]), axis=0).T
+    return ledger.ring_walk(runs, layout, reach, n) - ledger.ring_walk(None, layout, reach, n)
 
 
 def wave25_detour_hops(grid: StencilGrid) -> float:

@@ -17,12 +17,16 @@ periodic axis out as `ring_layout` chooses and re-counts its entries with `on_me
 (each ring cut in two and laid interleaved, one half reversed, as `wse_hpc.md` places its
 rings: every logical link `FOLD_HOPS` physical hops) or "wrap" (in place: the values that
 come round cross the whole axis back, n - 1 links). Either way each physical link carries
-the words of both logical directions.
+the words of both logical directions, and a chain is walked on the ring where the layout
+puts it (`ring_hops`: the slowest pair of ring PEs up to its reach apart on any line, each
+link between their places at its own hops; hunt 73: it was FOLD_HOPS, or n - 1, times the
+axis' longest link, so a fold paid one detour twice).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import weakref
 from collections.abc import Mapping
@@ -43,7 +47,9 @@ __all__ = [
     "record_reduce",
     "FOLD_HOPS",
     "ring_layout",
-    "mesh_hops",
+    "ring_places",
+    "ring_walk",
+    "ring_hops",
     "both_ways",
     "on_mesh",
 ]
@@ -91,20 +97,25 @@ _RUNS: weakref.WeakKeyDictionary[Wafer, dict[tuple[int, int, int], np.ndarray | 
 _WINDOWS: weakref.WeakKeyDictionary[Wafer, dict[tuple[int, int, int, int], int]] = (
     weakref.WeakKeyDictionary()
 )
+_RINGS: weakref.WeakKeyDictionary[Wafer, dict[tuple[int, int, int, str, int], float]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _detour_runs(wafer: Wafer, axis: int) -> np.ndarray | None:
+def _detour_runs(wafer: Wafer, axis: int, rect: tuple[int, int] | None = None) -> np.ndarray | None:
     """Running sums of each line's detour hops (physical hops beyond one a logical link)
-    along `axis` on this grid, (lines, links + 1) int64, a line a row (axis 1) or column
-    (axis 0), entry j the line's first j links'; None where no link has a detour."""
+    along `axis` on this grid (on the rows x cols PEs at (0, 0) `rect`), (lines, links + 1)
+    int64, a line a row (axis 1) or column (axis 0), entry j the line's first j links';
+    None where no link has a detour."""
+    rows, cols = rect or (wafer.rows, wafer.cols)
     kept = _RUNS.setdefault(wafer, {})
-    key = (wafer.rows, wafer.cols, axis)
+    key = (rows, cols, axis)
     if key not in kept:
         links = wafer.remap.link_hops(axis)
         if axis == 1:
-            links = links[: wafer.rows, : wafer.cols - 1]
+            links = links[:rows, : cols - 1]
         else:
-            links = links[: wafer.rows - 1, : wafer.cols].T
+            links = links[: rows - 1, :cols].T
         run = None
         if links.size and (any(links.strides) or links.flat[0] != 1):  # identity: no pass
             extra = links.astype(np.int64) - 1
@@ -193,12 +204,56 @@ def ring_layout(n: int, reach: int) -> tuple[str, float]:
     return ("wrap", float(n - 1)) if n - 1 < fold else ("fold", fold)
 
 
-def mesh_hops(layout: str, n: int, torus_hops: float, longest_link: float) -> float:
-    """Hops of a chain a torus moves in `torus_hops`, on a periodic axis of `n` PEs laid out
-    as `layout` (`ring_layout`) whose longest logical link is `longest_link` physical hops:
-    FOLD_HOPS times the torus's (fold), or n - 1 of the longest links (wrap: the value that
-    comes round crosses the axis back)."""
-    return (n - 1) * longest_link if layout == "wrap" else FOLD_HOPS * torus_hops
+def ring_places(n: int, layout: str) -> np.ndarray:
+    """Where each PE of a periodic axis' ring of `n` sits along its mesh line: in place
+    ("wrap"), or "fold": the ring cut in two and laid interleaved, the second half reversed
+    (ring PE i at 2 i in the first half, its ceil(n / 2) PEs, at 2 (n - 1 - i) + 1 after)."""
+    i = np.arange(n)
+    return i if layout == "wrap" else np.where(i < -(-n // 2), 2 * i, 2 * (n - 1 - i) + 1)
+
+
+def ring_walk(runs: np.ndarray | None, layout: str, reach: int, n: int) -> float:
+    """Physical hops of the slowest chain of a periodic exchange reaching `reach` ring PEs
+    (each PE from those 1 .. reach away) on a ring of `n` PEs laid out as `layout`
+    (`ring_places`): over every line and pair, the links between the two places, each at its
+    own hops. `runs`: each line's running detour sums, (lines, n) (`_detour_runs`); None
+    without detours. In place the pair that wraps crosses every link of its line, so it is
+    the slowest at any reach."""
+    here = ring_places(n, layout)
+    best = 0.0
+    for d in range(1, min(reach, n - 1, 1 if layout == "wrap" else reach) + 1):
+        there = here[(np.arange(n) + d) % n]
+        lo, hi = np.minimum(here, there), np.maximum(here, there)
+        chain = hi - lo if runs is None else hi - lo + runs[:, hi] - runs[:, lo]
+        best = max(best, float(chain.max(initial=0)))
+    return best
+
+
+def ring_hops(
+    wafer: Wafer, axis: int, layout: str, reach: int, rect: tuple[int, int] | None = None
+) -> float:
+    """Physical hops of the slowest chain of a periodic exchange reaching `reach` ring PEs
+    along grid `axis` laid out as `layout` (`ring_walk`), on this grid's lines (on the rows x
+    cols PEs at (0, 0) `rect`), detours included: folded at a reach of one, the slowest pair
+    of ring-neighbour links (2, or 1 at the ring's ends and turn); in place, the slowest
+    line's whole length."""
+    rows, cols = rect or (wafer.rows, wafer.cols)
+    kept = _RINGS.setdefault(wafer, {})
+    key = (rows, cols, axis, layout, reach)
+    if key not in kept:
+        runs = _detour_runs(wafer, axis, (rows, cols))
+        kept[key] = ring_walk(runs, layout, reach, (rows, cols)[axis])
+    return kept[key]
+
+
+def _span(wafer: Wafer, axis: int, chain: float) -> int:
+    """The links of a chain that `chain_hops` priced at `chain` hops along `axis`: the
+    least span reaching it (`chain_hops` grows by at least one hop a link)."""
+    lo, hi = 0, max(0, math.ceil(chain))
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if chain_hops(wafer, axis, mid) < chain else (lo, mid)
+    return lo
 
 
 def both_ways(links: Mapping[str, float]) -> dict[str, float]:
@@ -215,15 +270,16 @@ def on_mesh(wafer: Wafer, entry: Traffic, layouts: Mapping[int, str]) -> Traffic
     """One ledger entry of a periodic shift or multicast as the mesh moves it, grid axis
     `a` laid out as `layouts[a]` says (`ring_layout`): its words on both physical directions
     (`both_ways`), twice the word-hops (every link carries both directions' words), and the
-    chain FOLD_HOPS times the recorded one (fold) or n - 1 of the axis' longest links (wrap,
-    detours included). Other entries (reductions, broadcasts) and axes not in `layouts`
-    come back unchanged."""
+    chain walked on the ring as laid out, detours included (`ring_hops` at the entry's reach,
+    the links its recorded chain spans): folded, ring neighbours 1-2 links apart; in place,
+    the slowest line end to end. Other entries (reductions, broadcasts) and axes not in
+    `layouts` come back unchanged."""
     op = re.fullmatch(r"(?:shift|multicast)([NSEW])", entry.op)
     axis = DIRECTIONS[op[1]][0] if op else None
     if axis is None or axis not in layouts:
         return entry
-    n = (wafer.rows, wafer.cols)[axis]
-    chain = mesh_hops(layouts[axis], n, entry.latency_hops, hops(wafer, axis)[1])
+    reach = _span(wafer, axis, entry.latency_hops)
+    chain = ring_hops(wafer, axis, layouts[axis], reach)
     return dataclasses.replace(
         entry, word_hops=2 * entry.word_hops, latency_hops=chain, links=both_ways(entry.links)
     )

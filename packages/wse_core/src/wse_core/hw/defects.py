@@ -15,9 +15,10 @@ no per-PE arrays: a run that draws no dead PEs pays nothing that grows with the 
 
 The result, `Remap`, gives the physical (row, col) of every logical PE and the hop counts of
 every logical link; the numbers a kernel computes never depend on it. Where the detours are
-paid: every fabric op records its hop chain at the longest physical hops of a link along its
-axis on the grid it runs on (`wse_core.fabric.ledger.hops`), so a prediction priced from
-traced traffic pays them at `hop_latency_cycles` per hop; a prediction priced from a
+paid: every fabric op records its hop chain as its slowest line's, the most physical hops on
+its links along any row or column of the grid it runs on (`wse_core.fabric.ledger.chain_hops`;
+a periodic axis' ring walked where its layout puts it, `ledger.ring_hops`), so a prediction
+priced from traced traffic pays them at `hop_latency_cycles` per hop; a prediction priced from a
 published algorithm adds them itself (`wse_hpc.stencil.traffic`, `wse_hpc.fields.perf`) or
 lists the omission among its assumptions. `Remap.extra_hops_within(rows, cols)` counts the
 detours on the links of the rows x cols grid a run uses (`extra_hops`: the whole wafer's).
