@@ -4,9 +4,9 @@ Contract. `RequestWork` is one request of `wse_systems.serving.wafer.WaferServin
 its `request(users, block)`; the policy is that module's docstring): the seconds it holds
 each pipeline element for (prompt and output, and the prompt's part), its prompt's pass, its
 decode alone and the decode units (tokens, or speculative rounds) it takes. `times(users)` is
-its first token, output window and period at `users` in flight (`wse_systems.serving.
-frontier.RequestTimes`, the GPUs' arithmetic too) and `point(users, workload, **layout)` the
-operating point they give.
+its least first token, output window and period at `users` in flight (`wse_systems.serving.
+frontier.RequestTimes`, the GPUs' arithmetic too), `first_s(users)` its first token's bound
+and `point(users, workload, **layout)` the operating point they give.
 
 The times under the policy (each element serves one item at a time; prompt blocks go ahead
 of decode items, first come first served within each class; U users in a closed loop):
@@ -20,30 +20,37 @@ of decode items, first come first served within each class; U users in a closed 
   and cannot be passed (prompts first, no preemption): a decode item that enters the
   pipeline while another user's prompt is in it trails the prompt's last block element
   after element and leaves when it leaves (a convoy). Each other user's prompt therefore
-  freezes this user's output for its pass L (`prompt_s`) less the item already ahead of
-  it: D = R tau + N (L - e tau)+, e the share of a unit its shortest item takes (1;
-  speculation: a draft token or the round's verify pass, whichever is shorter), N =
-  min(U - 1, R n) for n items a unit (an item is frozen once at most: past R n other
-  prompts, passes overlap and each item waits about L). A bound, the least output over the
-  users' phases (a run with the users evenly spaced attains it while the passes fit
-  apart): passes that overlap freeze less (the later prompt's blocks pipeline behind the
-  earlier's), and the closed loop overlaps them (the users a convoy releases finish
-  together and send their prompts together) by an amount the users' starting phases set (a
-  run settles in a cycle that keeps it). At the blocks the bound chooses (short passes,
-  prompts bound by the busiest element) it is a few percent below a run; at long blocks
-  far below (tests/test_serving_queueing_hunt72.py);
-- the first token: the prompt's pass plus its wait at the element its prompt holds
-  longest, the highest class of a non-preemptive priority queue (Cobham, "Priority
-  assignment in waiting line problems", 1954; Kleinrock, Queueing Systems vol. II, 1976,
-  ch. 3): W = W0 / (1 - rho), W0 = X' (B^2 + R h^2) / 2 the others' mean residual work there
-  (a prompt of B = its blocks' hold, R units of h), rho = X' B, the others' requests at
-  X' = X (U - 1) / U (the arrival theorem of closed networks, an arrival seeing the network
-  without itself: Lavenberg & Reiser 1980, Sevcik & Mitrani 1981), X = U / period: a fixed
-  point, a quadratic in X. Nothing at one user. An estimate (arrivals at random): the
-  closed loop's bunched prompts wait longer (runs of Llama 3 8B: 1.7x the wait at 16 users,
-  5x at 64);
-- the period max(first token + D, U max_j W_j): the own path, or the busiest element full
-  (every user's whole request through it once; then a new request waits to be admitted).
+  freezes this user's output for its pass L (`prompt_s`) less the work already ahead of
+  it: D = R tau + N (L - e tau)+, e tau that credit: the unit under way (1), or, with a
+  draft, the verify pass less its hold at the last element (the drafts run on their own
+  rows past the target's prompt and the verify trails it; hunt 73: crediting a draft token
+  priced Llama 3 70B + 1B at 64 users 13% under a run), at most the draft's prompt's lag
+  behind the target's; N = min(U - 1, R n) for n items a unit (an item is frozen once at
+  most: past R n other prompts, passes overlap and each item waits about L). A bound, the
+  least output over the users' phases (a run with the users evenly spaced attains it while
+  the passes fit apart): passes that overlap freeze less (the later prompt's blocks
+  pipeline behind the earlier's), and the closed loop overlaps them (the users a convoy
+  releases finish together and send their prompts together) by an amount the users'
+  starting phases set (a run settles in a cycle that keeps it). At the blocks the bound
+  chooses (short passes, prompts bound by the busiest element) it is a few percent below a
+  run; at long blocks far below (tests/test_serving_queueing_hunt72.py);
+- the period max(L + D, U max_j W_j): the own path, or the busiest element full (every
+  user's whole request through it once; then a new request waits to be admitted, and the
+  least first token is that wait). A wait of the prompt behind the others' prompts is not
+  added to the own path: those passes are the ones D already freezes (hunt 73: charged
+  twice, Llama 3 8B with 4,096 + 16 tokens served 7% less at two users than at one);
+- the first token, a bound on its mean over the users' phases (`first_s`, the point's
+  `ttft_s`, named in `layout["ttft_bound"]`): the phases set it, from the prompt's pass
+  alone (users evenly spaced: `layout["ttft_least_s"]`) to the pass behind every other
+  prompt in one burst (all users in step, which a convoy keeps: the users it releases
+  together send together); a prompt waits behind each other prompt once a period at most,
+  B at the element it holds longest, so the mean wait is (U - 1) B / 2 at most, with the
+  decode unit under way there; nor can it exceed the period less the decode alone. Cobham's
+  (1954) priority queue at random arrivals was 5-16x below runs from random phases (Llama 3
+  70B on 8 wafers, 64 users: 20 ms priced, 319-471 ms run), which bunch;
+- the prompts' share of the time (`input_time_share`, for $/M input tokens): the share of
+  the period the prompts add, 1 - R tau / period (the same users without prompts take R tau
+  a request), the GPUs' definition (`wse_systems.serving.gpus`).
 """
 
 from __future__ import annotations
@@ -90,8 +97,15 @@ def request_work(
     total = {n: rounds * held.get(n, 0.0) + prompt.get(n, 0.0) for n in dict(held) | prompt}
     items: dict[str, Any] = {}
     if speculation is not None and pipes.draft is not None:  # drafts, then the verify pass
+        # the drafts run on their own rows past the target's prompt: a round trails it at
+        # its verify, which leaves its hold at the last element after the prompt's last
+        # block (its pass less that credited), or behind the draft's prompt, shorter by
+        # at least as much
         verify_s = pipes.target.pass_s(speculation.gamma + 1)[0]
-        items = dict(entries=speculation.gamma + 1, entry_s=min(pipes.draft.token_s, verify_s))
+        tail_s = max(held.get(n, 0.0) for n in pipes.target_prompt.occupancy_s(k))
+        lag_s = prompt_s - pipes.draft_prompt.blocks_s(p, k) if pipes.draft_prompt else 0.0
+        credit_s = max(0.0, min(verify_s - tail_s, lag_s))
+        items = dict(entries=speculation.gamma + 1, entry_s=credit_s)
     return RequestWork(block=k, held_s=total, prompt_held_s=prompt, prompt_s=prompt_s,
                        decode_s=rounds * pipes.unit_s, units=rounds, **items)  # fmt: skip
 
@@ -109,7 +123,7 @@ class RequestWork:
     decode_s: float
     units: float
     entries: int = 1  # a unit's items entering the pipelines one after another
-    entry_s: float | None = None  # its shortest one alone (None: the unit)
+    entry_s: float | None = None  # the work credited ahead of a prompt (None: the unit)
 
     def bottleneck(self) -> tuple[str, float]:
         name = max(self.held_s, key=self.held_s.__getitem__)
@@ -124,40 +138,35 @@ class RequestWork:
     def window_s(self, users: int) -> float:
         """D: the output window with every other user's prompt convoy in it (the module)."""
         tau, alone = self.unit_s(users), self.decode_s / self.units
-        share = 1.0 if self.entry_s is None else self.entry_s / alone  # e <= 1 / entries
+        share = 1.0 if self.entry_s is None else self.entry_s / alone  # e
         frozen = min(users - 1, self.units * self.entries)
         if self.prompt_s <= share * tau:
             return self.units * tau
         # R tau + N (L - e tau), as (R - N e) tau + N L: R L exactly where every item waits
         return (self.units - frozen * share) * tau + frozen * self.prompt_s
 
-    def first_s(self, users: int, period_s: float) -> float:
-        """The first token at a request period: the prompt's pass and its wait (the module)."""
-        if users == 1:
-            return self.prompt_s
-        rate = (users - 1) / period_s  # the others' requests a second
-        big, small, residual = self._prompt_element()
-        return self.prompt_s + rate * residual / (1.0 - rate * big)
+    def first_s(self, users: int) -> float:
+        """The first token, a bound on its mean over the users' phases (the module): the
+        period less the decode alone, or the prompt's pass behind half the others' prompts
+        and the longest decode item under way, whichever is less."""
+        times = self.times(users)
+        big, item = self._prompt_element()
+        burst = self.prompt_s + 0.5 * (users - 1) * big + item if users > 1 else self.prompt_s
+        return max(times.first_token_s, min(times.period_s - self.decode_s, burst))
 
-    def _prompt_element(self) -> tuple[float, float, float]:
-        """(B, h, (B^2 + R h^2) / 2) at the element the prompt holds longest."""
+    def _prompt_element(self) -> tuple[float, float]:
+        """(B, a decode unit's hold: its longest item at most) at the element the prompt
+        holds longest."""
         name = max(self.prompt_held_s, key=self.prompt_held_s.__getitem__)
         big = self.prompt_held_s[name]
-        small = (self.held_s[name] - big) / self.units
-        return big, small, 0.5 * (big * big + self.units * small * small)
+        return big, (self.held_s[name] - big) / self.units
 
     def times(self, users: int) -> RequestTimes:
-        """The first token, the output window and the capacity (the module)."""
-        window, capacity = self.window_s(users), users * self.bottleneck()[1]
-        own = self.prompt_s + window  # U / X at the fixed point, below
-        if users > 1:
-            q = (users - 1) / users
-            big, _, residual = self._prompt_element()
-            a, b = q * (residual - big * own), own + users * q * big
-            rate = 2.0 * users / (b + math.sqrt(max(0.0, b * b + 4.0 * a * users)))  # X, own path
-            own = users / rate
-        first = self.first_s(users, max(own, capacity))
-        return RequestTimes(ttft_s=first, decode_s=window, capacity_s=capacity)
+        """The least first token (the prompt's pass, or the admission wait when full), the
+        output window and the capacity: the period (the module)."""
+        capacity = users * self.bottleneck()[1]
+        return RequestTimes(ttft_s=self.prompt_s, decode_s=self.window_s(users),
+                            capacity_s=capacity)  # fmt: skip
 
     def period_s(self, users: int) -> float:
         """A user's request period (`RequestTimes.period_s`)."""
@@ -169,12 +178,17 @@ class RequestWork:
     def point(self, users: int, workload: Workload, **layout: Any) -> OperatingPoint:
         name, work = self.bottleneck()
         times = self.times(users)
-        return times.point(
-            users, workload, input_time_share=self.prompt_held_s.get(name, 0.0) / work,
+        bare = self.units * self.unit_s(users)  # the same users' period without prompts
+        point = times.point(
+            users, workload, input_time_share=1.0 - bare / times.period_s,
             bound="pipeline latency" if times.latency_bound else f"region {name}",
             layout={**layout, "bottleneck_s_per_request": work, "prompt_block_tokens": self.block,
                     "prompt_pass_s": self.prompt_s, "decode_alone_s": self.decode_s,
                     "decode_stalls_s": times.decode_s - self.decode_s,
                     "output_bound": "conservative: each other user's prompt convoy falls in "
-                    "the output window alone (wse_systems.serving.request)"},
+                    "the output window alone (wse_systems.serving.request)",
+                    "ttft_least_s": times.first_token_s,
+                    "ttft_bound": "conservative: the mean over the users' phases at most "
+                    "(wse_systems.serving.request)"},
         )  # fmt: skip
+        return dataclasses.replace(point, ttft_s=self.first_s(users))
