@@ -285,7 +285,7 @@ def _wafer_bytes(dtype: str) -> int:
 
 def _wafer_notes(ws: sv.WaferServing, point: sv.OperatingPoint) -> list[str]:
     """What the wafer's token leaves out and what its wafers cost, in numbers (hunt 66)."""
-    plan, lay = ws.plans(1)[0], point.layout
+    plan, lay = ws.plans(point.users)[0], point.layout  # the point's own (hunt 73: per load)
     with recording(isolated=True):  # a note on what is left out: no figure of the plan
         trip = ws.model.cost(token_out_work(plan)).seconds
     us = lambda s: f"{s * 1e6:.3g} us"  # noqa: E731

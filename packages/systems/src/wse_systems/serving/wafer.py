@@ -3,13 +3,14 @@ time to first token and speculative decoding (Hot Chips 2024's pipeline, REFEREN
 
 Contract. `WaferServing(config, spec, num_wafers=n, workload=w)` is a `ServingSystem`
 (`wse_systems.serving.frontier`). For `users` in flight it plans the model with
-`wse_systems.token.fastest_plan(..., context_len=w.held_tokens, slots=users)` (the head's rows,
-`layout["head_rows"]`, and by default (`layout=None`) banded or compact regions,
-`layout["layout"]`, that price one user's token shortest; speculation: below): the plan the
-pipelined engine runs, every region holding its layers' weights, each user's KV cache for those
-layers and activations, declared in the wafer's SRAM ledger; a load keeps the placement of fewer
-users where it is the search's choice too (`wse_systems.token.kept_plan`). The most users that
-fit (`max_users`) is where that plan stops fitting (the regions by bytes, as the search's);
+`context_len=w.held_tokens, slots=users` in the placement that serves them best under the
+policy below (`wse_systems.serving.placements.search`: each layout, banded or compact, unless
+one is asked, `layout["layout"]`; each head size of the ladder, `layout["head_rows"]`; the
+prompt block each allows; hunt 73: by one user's token, 70B on 4 wafers was held to 21 users
+where banded holds 44); speculation: below): the plan the pipelined engine runs, every
+region holding its layers' weights, each user's KV cache for those layers and activations,
+declared in the wafer's SRAM ledger. The most users that fit (`max_users`) is where the
+layout that holds the most stops fitting (the regions by bytes, as the search's);
 `budget()` states the per-PE budget of the fullest region; more users are refused with its
 numbers, users that are not a whole number as `GpuServing` refuses them.
 
@@ -50,16 +51,16 @@ passes between wafers). The pipeline:
 - the period (`wse_systems.serving.frontier.RequestTimes`, the GPUs' arithmetic too): the
   request's own path, first token + D, or U max_j W_j when the busiest element is full;
   then a new request waits to be admitted until it has room, and that wait is part of its
-  first token. Aggregate output U O / period, input U P / period; the block size k is the
-  one with the most output at that load by this bound (then the first token soonest). The
+  first token. Aggregate output U O / period, input U P / period; the placement and block
+  size k are those with the most output at that load by this bound, within 1% a tie, then
+  the first token soonest (`placements.served`). The
   prompts' share of the time (`input_time_share`, for $/M input tokens) is their share of
   the busiest element's W at every load (hunt 66);
 - speculation (`Speculation`): the placement and round of `wse_systems.serving.speculative`
   (the draft on the PE rows of every wafer, the target on the rest; a round is gamma draft
   tokens one after another then the target's pass over gamma + 1 tokens in blocks as a
   prompt), emitting E = (1 - a^(g+1)) / (1 - a) tokens; O / E rounds a request, D's units.
-  The placement is searched at each load, priced by this model there (`_load`), the layout
-  (banded or compact) at one user.
+  The placement is searched at each load in each layout, priced by this model there.
 """
 
 from __future__ import annotations
@@ -75,14 +76,13 @@ from wse_core.hw.spec import WaferSpec
 
 from wse_systems import token
 from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regions, plan_pipeline
-from wse_systems.serving import blocks
+from wse_systems.serving import blocks, placements
 from wse_systems.serving import speculative as sp
 from wse_systems.serving.blocks import Pipeline, block_caps, price_pipeline, priced_by
 from wse_systems.serving.frontier import OperatingPoint, ServingError, Speculation, Workload
 from wse_systems.serving.memo import Memo, frozen
 from wse_systems.serving.request import Pipes, RequestWork, request_work
 from wse_systems.serving.speculative import Round, speculative_round
-from wse_systems.token import fastest_plan, kept_plan
 
 __all__ = ["MAX_USERS", "SramBudget", "Pipeline", "WaferServing", "RequestWork", "price_pipeline",
            "occupancy"]  # fmt: skip
@@ -132,8 +132,8 @@ class WaferServing:
         self.config, self.spec, self.workload = config, spec, workload
         self.speculation, self.bytes_per_param = speculation, bytes_per_param
         self.stages = regions.stages  # layer regions of the target (default: one per layer)
-        self.head_rows = regions.head_rows  # the head's rows (None: the fastest, `fastest_plan`)
-        self.layout = regions.layout or LAYOUTS[0]  # banded or compact (None: the faster)
+        self.head_rows = regions.head_rows  # the head's rows (None: each load's, `placements`)
+        self._asked_layout = regions.layout  # banded or compact (None: each load's best)
         self.gemv = regions.gemv  # the program each GEMV is priced as (`GEMV_PROGRAMS`)
         self.units = num_wafers
         self.name = spec.system or spec.name  # the system built around the wafer
@@ -144,69 +144,65 @@ class WaferServing:
                         workload.held_tokens, workload.kv_tokens, bytes_per_param,
                         frozen(self.model.rates))  # fmt: skip
         self._plans: dict[int, tuple[PipelinePlan, PipelinePlan | None]] = {}
+        self._blocks: dict[int, int] = {}  # the prompt block each load's search chose
+        self._ladders: dict[str, list[PipelinePlan]] = {}  # each layout's, at one user
         self._priced: dict[tuple[int, bool], tuple[Pipeline, Pipeline | None]] = {}
         self._points: dict[int, OperatingPoint] = {}
         self._by_layout: dict[tuple, Pipeline] = {}
+        self._capped: dict[tuple, Pipeline] = {}
+        self._requests: dict[tuple, RequestWork] = {}
+        self._bounds: dict[tuple, RequestWork] = {}
         self._rounds: dict[int, Round] = {}
-        if regions.layout is None:
-            self.layout = self._faster_layout()
-        self.plans(1)  # the model (and draft) must fit with one user: else the plan's error
+        # the model (and draft) must fit with one user: else the plan's error; `layout`:
+        # one user's (each point names its own, `layout["layout"]`)
+        self.layout: str = self.plans(1)[0].layout
 
-    # ---- layout ---------------------------------------------------------------------
-    def _regions(self) -> Regions:
-        """The target's regions as asked, in the layout now in use."""
-        return Regions(stages=self.stages, layout=self.layout, gemv=self.gemv,
+    # ---- placement ------------------------------------------------------------------
+    def _regions(self, layout: str | None = None) -> Regions:
+        """The target's regions as asked, in `layout` (None: as asked, None when chosen)."""
+        return Regions(stages=self.stages, layout=layout or self._asked_layout, gemv=self.gemv,
                        head_rows=self.head_rows)  # fmt: skip
 
+    def _layouts(self) -> tuple[str, ...]:
+        return LAYOUTS if self._asked_layout is None else (self._asked_layout,)
+
     def plans(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None]:
-        """(target plan, draft plan or None) with `users` in flight; PipelinePlanError if
-        they do not fit."""
+        """(target plan, draft plan or None) with `users` in flight, the placement that serves
+        them best (`placements.search`); PipelinePlanError if they do not fit."""
         if users not in self._plans:
-            self._plans[users] = self._kept(users) or _SEARCHES.get(
-                self._key("search", users, self._regions()), lambda: self._layout(users)
+            # the policy's price reads the whole workload (hunt 73), not only its KV tokens
+            key = self._key("search", users, self._regions(), frozen(self.workload))
+            self._plans[users], self._blocks[users] = _SEARCHES.get(
+                key, lambda: placements.search(self, users)
             )
         return self._plans[users]
 
     def _key(self, *parts: Any) -> tuple:
         """A key of the module's caches: this system's model and wafer, `parts`, and the
         functions that compute an entry (`blocks.pricers`; a test swaps one for its oracle)."""
-        own = (type(self)._layout, type(self)._holds, token.decode_phases, sp.decode_phases)
+        own = (placements.search, type(self)._holds, placements.best, token.decode_phases,
+               sp.decode_phases)  # fmt: skip
         return (self._shared, self.gemv, blocks.pricers(), own, *parts)
 
-    def _asked(self, users: int) -> dict[str, Any]:
-        """The plan's keywords for `users` in flight (the target's regions as asked)."""
+    def _asked(self, users: int, layout: str | None) -> dict[str, Any]:
+        """The plan's keywords for `users` in flight (the target's regions in `layout`)."""
         return dict(num_wafers=self.units, context_len=self.workload.held_tokens, slots=users,
-                    regions=self._regions())  # fmt: skip
+                    regions=self._regions(layout))  # fmt: skip
 
-    def _layout(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None]:
+    def _speculative(self, users: int, layout: str) -> tuple[PipelinePlan, PipelinePlan]:
         kv, bpp = self.workload.kv_tokens, self.bytes_per_param
-        if self.speculation is None:
-            seconds = lambda p: self._price(self.config, p, kv).token_s  # noqa: E731
-            return fastest_plan(self.config, self.spec, seconds, bytes_per_param=bpp,
-                                **self._asked(users)), None  # fmt: skip
         return sp.place_speculative(
             self.config, self.speculation.draft, self.spec, param_bytes=sp.ParamBytes(target=bpp),
             round=sp.RoundSetup(self.speculation.gamma, kv,
                                 lambda config, plan: self._price(config, plan, kv),
                                 self._load(users)),
-            **self._asked(users),
+            **self._asked(users, layout),
         )  # fmt: skip
 
-    def _kept(self, users: int) -> tuple[PipelinePlan, PipelinePlan | None] | None:
-        """The placement of the most users below `users` planned so far, where it is the
-        search's choice for `users` too (`token.kept_plan`); None: search (hunt 68: every
-        load searched the ladders again). A speculative one is searched at each load, priced
-        at its round period (`speculative.place_speculative`, hunt 72)."""
-        fewer = [u for u in self._plans if u < users]
-        if not fewer or self.speculation is not None:
-            return None
-        kept = kept_plan(self.config, self._plans[max(fewer)][0], slots=users)
-        return None if kept is None else (kept, None)
-
-    def _holds(self, users: int) -> bool:
-        """Whether `users` fit: the regions by bytes hold them as the search's do (hunt 68:
-        each probe of `max_users` searched the ladders)."""
-        asked, bpp = self._asked(users), self.bytes_per_param
+    def _holds(self, users: int, layout: str) -> bool:
+        """Whether `users` fit in `layout`: the regions by bytes hold them as the search's do
+        (hunt 68: each probe of `max_users` searched the ladders)."""
+        asked, bpp = self._asked(users, layout), self.bytes_per_param
         try:
             if self.speculation is None:
                 plan_pipeline(self.config, self.spec, bytes_per_param=bpp, **asked)
@@ -217,47 +213,24 @@ class WaferServing:
             return False
         return True
 
-    def _forget(self) -> None:
-        for cache in (self._plans, self._priced, self._rounds):
-            cache.clear()
-
-    def _faster_layout(self) -> str:
-        """The layout whose one user gets the shorter token (a tie keeps bands)."""
-        per_token: dict[str, float] = {}
-        kept: dict[str, tuple[dict, ...]] = {}
-        for layout in LAYOUTS:
-            self.layout = layout
-            self._forget()
-            try:
-                latency, _, per_round = self.round_s(1)
-            except PipelinePlanError:
-                continue
-            per_token[layout] = latency / per_round
-            kept[layout] = tuple(dict(c) for c in (self._plans, self._priced, self._rounds))
-        self._forget()
-        if not per_token:
-            return LAYOUTS[0]  # neither fits: the banded plan's error follows
-        faster = min(per_token, key=lambda k: (per_token[k], LAYOUTS.index(k)))
-        # hunt 63: the faster layout's plans and round are kept, not planned and priced
-        # again (a round prices the whole draft and target: seconds for 4,096 layers)
-        caches = (self._plans, self._priced, self._rounds)
-        for cache, held in zip(caches, kept[faster], strict=True):
-            cache.update(held)
-        return faster
-
     @functools.cached_property
     def max_users(self) -> int:
-        """The most users whose KV caches fit beside the weights (MAX_USERS at most)."""
-        return _MOST_USERS.get(self._key("most", self._regions()), self._most_users)
+        """The most users whose KV caches fit beside the weights in the layout that holds
+        the most (MAX_USERS at most; hunt 73: the layout of one user's fastest token)."""
+        return max(_MOST_USERS.get(self._key("most", self._regions(layout)),
+                                   functools.partial(self._most_users, layout))
+                   for layout in self._layouts())  # fmt: skip
 
-    def _most_users(self) -> int:
+    def _most_users(self, layout: str) -> int:
+        if not self._holds(1, layout):
+            return 0
         lo = 1
-        while lo < MAX_USERS and self._holds(min(2 * lo, MAX_USERS)):
+        while lo < MAX_USERS and self._holds(min(2 * lo, MAX_USERS), layout):
             lo = min(2 * lo, MAX_USERS)
         hi = min(2 * lo, MAX_USERS) - 1  # 2 lo failed (or lo is the cap)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self._holds(mid) else (lo, mid - 1)
+            lo, hi = (mid, hi) if self._holds(mid, layout) else (lo, mid - 1)
         return lo
 
     def budget(self) -> SramBudget:
@@ -275,17 +248,19 @@ class WaferServing:
     def pipelines(self, users: int, prompt: bool = False) -> tuple[Pipeline, Pipeline | None]:
         """(target, draft or None) priced for a decode token, or for the prompt
         (`prompt=True`: a KV read of half the prompt)."""
-        key = (users, prompt)
-        if key not in self._priced:
-            w = self.workload
-            kv = max(1, w.prompt_tokens // 2) if prompt else w.kv_tokens
-            target_plan, draft_plan = self.plans(users)
-            target = self._price(self.config, target_plan, kv)
-            draft = None
-            if draft_plan is not None and self.speculation is not None:
-                draft = self._price(self.speculation.draft, draft_plan, kv)
-            self._priced[key] = (target, draft)
-        return self._priced[key]
+        if (users, prompt) not in self._priced:
+            self._priced[users, prompt] = self._pipes(self.plans(users), prompt)
+        return self._priced[users, prompt]
+
+    def _pipes(self, plans: tuple[PipelinePlan, PipelinePlan | None],
+               prompt: bool) -> tuple[Pipeline, Pipeline | None]:  # fmt: skip
+        w = self.workload
+        kv = max(1, w.prompt_tokens // 2) if prompt else w.kv_tokens
+        target_plan, draft_plan = plans
+        target = self._price(self.config, target_plan, kv)
+        if draft_plan is None or self.speculation is None:
+            return target, None
+        return target, self._price(self.speculation.draft, draft_plan, kv)
 
     def _price(self, config: Any, plan: PipelinePlan, kv_tokens: int) -> Pipeline:
         """`price_pipeline`, once per layout: plans for different numbers of users that give
@@ -296,8 +271,13 @@ class WaferServing:
             self._by_layout[key] = _PIPELINES.get(self._key("pipeline", *key), lambda: (
                 price_pipeline(config, plan, kv_tokens=kv_tokens, model=self.model)))  # fmt: skip
         # this plan's block limits (activations; meshgemv: MeshGEMM buffers), not the first
-        # plan's: they move with the users held (hunt 68: the buffers' cap was dropped)
-        return dataclasses.replace(self._by_layout[key], **block_caps(config, plan))
+        # plan's: they move with the users held (hunt 68: the buffers' cap was dropped); one
+        # Pipeline a set of caps, so its blocks priced at one load serve the others (hunt 73)
+        caps = block_caps(config, plan)
+        capped = (key, caps["max_block_tokens"], frozen(caps["gemm_tokens"]))
+        if capped not in self._capped:
+            self._capped[capped] = dataclasses.replace(self._by_layout[key], **caps)
+        return self._capped[capped]
 
     def _refuse(self, users: int) -> None:
         # GpuServing.point's check and words (hunt 68: 2.5 users were priced here)
@@ -316,15 +296,16 @@ class WaferServing:
         if draft is None or self.speculation is None:
             return target.token_s, target.occupancy_s(1), 1.0
         if users not in self._rounds:
-            self._rounds[users] = self._round(users, target, draft)
+            self._rounds[users] = self._round(self.plans(users), target, draft)
         rnd = self._rounds[users]
         return rnd.seconds, rnd.held_s, self.speculation.tokens_per_round
 
-    def _round(self, users: int, target: Pipeline, draft: Pipeline) -> Round:
+    def _round(self, plans: tuple[PipelinePlan, PipelinePlan | None], target: Pipeline,
+               draft: Pipeline) -> Round:  # fmt: skip
         """`speculative_round` once per placement and verify block: it reads the target's
         caps on a block only as its block, `k`, and whether each element's MeshGEMMs fit
         there (hunt 70: each load priced the two models and the round's whole tree again)."""
-        (tp, dp), kv, spec = self.plans(users), self.workload.kv_tokens, self.speculation
+        (tp, dp), kv, spec = plans, self.workload.kv_tokens, self.speculation
         assert spec is not None and dp is not None
         k = target.pass_s(spec.gamma + 1)[1]
         fits = tuple(k <= target.gemm_tokens.get(n, 0) for n, _, _ in target.elements)
@@ -338,6 +319,30 @@ class WaferServing:
         latency, held, _ = self.round_s(users)
         pipes = Pipes(*self.pipelines(users), *self.pipelines(users, prompt=True), latency, held)
         return request_work(self.workload, block, pipes, self.speculation)
+
+    def _works(self, plans: tuple[PipelinePlan, PipelinePlan | None]) -> list[RequestWork]:
+        """One request on placement `plans` in each prompt block its free SRAM allows; a
+        block's request is kept by what it reads (the regions and each product's MeshGEMM
+        caps; speculation: the verify pass's cap too), not the users (hunt 73: every load
+        weighs every placement)."""
+        (target, draft), (t_prompt, d_prompt) = self._pipes(plans, False), self._pipes(plans, True)
+        pipes = (target, draft, t_prompt, d_prompt)
+        key = (*(None if p is None else priced_by(p) for p in plans),
+               *(None if p is None else frozen(p.gemm_tokens) for p in pipes),
+               None if draft is None else target.max_block_tokens)  # fmt: skip
+        sizes = sorted({min(k, self.workload.prompt_tokens) for k in t_prompt.block_sizes()})
+        if any((key, k) not in self._requests for k in sizes):
+            if draft is None:
+                latency, held = target.token_s, target.occupancy_s(1)
+            else:
+                rnd = self._round(plans, target, draft)
+                latency, held = rnd.seconds, rnd.held_s
+            for k in sizes:
+                if (key, k) not in self._requests:
+                    self._requests[key, k] = request_work(
+                        self.workload, k, Pipes(*pipes, latency, held), self.speculation
+                    )
+        return [self._requests[key, k] for k in sizes]
 
     def _load(self, users: int) -> sp.LoadFn:
         """(target plan, draft plan) -> a user's request period at `users`, the block that
@@ -366,17 +371,16 @@ class WaferServing:
         return self._points[users]
 
     def _point(self, users: int) -> OperatingPoint:
-        """The block size that serves `users` best (most output, then the first token
-        soonest); the module docstring's policy."""
-        target, _ = self.pipelines(users, prompt=True)
-        sizes = {min(k, self.workload.prompt_tokens) for k in target.block_sizes()}
-        works = [self.request(users, k) for k in sorted(sizes)]
-        best = max(works, key=lambda r: (r.output_per_s(users, self.workload.output_tokens),
-                                         -r.times(users).first_token_s))  # fmt: skip
-        token = self.pipelines(users)[0]
-        plan = self.plans(users)[0]
+        """The point of the placement and block the search chose (`placements.served`; the
+        module docstring's policy)."""
+        plans = self.plans(users)
+        block = self._blocks.get(users)
+        if block is None:  # a placement set by hand: its own best block
+            block = placements.served([(plans, w) for w in self._works(plans)], users,
+                                      self.workload.output_tokens)[1].block  # fmt: skip
+        best, token, plan = self.request(users, block), self.pipelines(users)[0], plans[0]
         return best.point(users, self.workload, regions=len(plan.stages) + 1, wafers=self.units,
-                          layout=self.layout, token_s=token.token_s,
+                          layout=plan.layout, token_s=token.token_s,
                           head_rows=plan.head.region.rows, **token.token_parts_s())  # fmt: skip
 
     def occupancy(self, users: int) -> dict[str, float]:
