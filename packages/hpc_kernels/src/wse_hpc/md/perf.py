@@ -38,12 +38,14 @@ marching step in each direction) and one per compute phase. Fabric words per lin
 direction and hops come from the traced ledger of the real functions (`fabric.count` /
 `wafer.traffic.scope()` over `neighbours.neighbour_fns` and `eam.sort_fn`); every word a
 multicast brings also crosses the PE's ramp to its core ("ramp": the words of all four
-directions). `fold` then applies the fold placement: each periodic ring (a PE row or
+directions). `fold_walk` then applies the fold placement: each periodic ring (a PE row or
 column) is cut in two and laid interleaved, one half reversed, so ring neighbours are 1-2
-physical hops apart (no wafer-long wrap link). A logical neighbour is then 2 physical hops
-away (latency x 2), and a logical shift east moves half the PEs' words physically east and
-half west: when the multicast runs both ways at once each physical direction carries the
-words of both (words per direction E = W = logical E + W, N = S = logical N + S).
+physical hops apart (no wafer-long wrap link). A chain of k logical links is then the
+slowest run between ring PEs up to k apart, up to 2k physical links, each at its own hops
+(`wse_core.fabric.ledger.on_mesh`; 2k without dead PEs), and a logical shift east moves
+half the PEs' words physically east and half west: when the multicast runs both ways at
+once each physical direction carries the words of both (words per direction E = W =
+logical E + W, N = S = logical N + S).
 
 SRAM: each DSD element reads its `Op.reads` vector operands and writes `mem_writes` (32-bit
 words); each instruction is also bounded by its own ports (`Op.bounds`).
@@ -74,7 +76,7 @@ from wse_core.trace import PeTrace, trace_from
 from wse_hpc.md import mapping
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan, eam, geometry
-from wse_hpc.md.fold_traffic import FOLD_HOPS, chain, fold
+from wse_hpc.md.fold_traffic import FOLD_HOPS, chain, fold, fold_walk
 from wse_hpc.md.integrate import Thermostat
 from wse_hpc.md.mapping import NFIELDS
 from wse_hpc.md.neighbour_plan import plan_window
@@ -101,6 +103,7 @@ __all__ = [
     "window_candidates",
     "step_phases",
     "fabric_counts",
+    "fabric_entries",
     "fold",
     "Measured",
     "Lists",
@@ -121,10 +124,10 @@ ASSUMPTIONS = {
     "md.fold": "fold placement on both periodic axes: 2 physical hops per logical link, "
     "E and W (N and S) words share both physical directions",
     "md.ramp": "every word of a multicast a PE receives crosses its ramp to the core",
-    "md.detours": "dead PEs' detours as the traced ledger records them (each chain of k "
-    "logical links at its slowest line's hops: the most physical hops on k consecutive links "
-    "of any row or column of the grid, wse_core.fabric.ledger.chain_hops), then the fold's 2 "
-    "hops per link",
+    "md.detours": "dead PEs' detours on each chain walked on its folded ring: a chain of k "
+    "logical links at the most physical hops between two ring PEs up to k apart on any row "
+    "or column of the grid, each link at its own hops (wse_core.fabric.ledger.on_mesh), so a "
+    "detour is paid once",
     "md.tasks": "one task activation per fabric operation received and per compute phase",
     "md.overlap": "the systolic march overlaps the pair arithmetic of each phase",
     "md.swaps": "the paper's atom swaps (not in the released source) run as the emulator's "
@@ -169,11 +172,11 @@ def _traced(wafer: Wafer, fn, *args) -> list[Traffic]:
     return list(entries)
 
 
-def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, Traffic]:
-    """Per part of a step, the ledger of the real functions traced abstractly (no field is
-    allocated): 'density' and 'force' (the two window multicasts of `forces_fn`), 'swaps'
-    (`sort_fn`) and 'build' (`build_fn` with its coverage test: the emulator's, traced for
-    the ledger, not priced: the published step has no list build); unfolded."""
+def fabric_entries(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, list[Traffic]]:
+    """Per part of a step, the ledger entries of the real functions traced abstractly (no
+    field is allocated): 'density' and 'force' (the two window multicasts of `forces_fn`),
+    'swaps' (`sort_fn`) and 'build' (`build_fn` with its coverage test: the emulator's,
+    traced for the ledger, not priced: the published step has no list build); unfolded."""
     pr, pc = wafer.padded_shape
     dtype = jnp.dtype(plan.dtype)
     state = jax.eval_shape(Atoms.of, jax.ShapeDtypeStruct((pr, pc, NFIELDS), dtype))
@@ -184,11 +187,16 @@ def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, T
     forces = _traced(wafer, lists.forces_fn, state, geo, nbrs)
     half = len(forces) // 2  # two window_apply of the same shape: positions, then F'
     return {
-        "density": chain(forces[:half]),
-        "force": chain(forces[half:]),
-        "swaps": chain(_traced(wafer, eam(wafer, pot, plan).sort_fn, state, geo)),
-        "build": chain(build),
+        "density": forces[:half],
+        "force": forces[half:],
+        "swaps": _traced(wafer, eam(wafer, pot, plan).sort_fn, state, geo),
+        "build": build,
     }
+
+
+def fabric_counts(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, Traffic]:
+    """`fabric_entries`, each part's entries summed as they run (`chain`); unfolded."""
+    return {k: chain(v) for k, v in fabric_entries(wafer, pot, plan).items()}
 
 
 def _dtype(plan: EamPlan) -> str:
@@ -223,19 +231,19 @@ def step_phases(
     *,
     rebuild_every: float,
     hits: float | None = None,
-    traffic: Mapping[str, Traffic] | None = None,
+    traffic: Mapping[str, Sequence[Traffic]] | None = None,
     bath: Sequence[Phase] = (),
 ) -> Phases:
     """The phases of one timestep on the busiest PE (see the module docstring);
     `rebuild_every`: steps per swap sweep (>= 1); `hits`: N_h (default `candidates(plan)`);
-    `traffic`: `fabric_counts` if known; `bath`: a thermostat's (`bath_phases`)."""
+    `traffic`: `fabric_entries` if known; `bath`: a thermostat's (`bath_phases`)."""
     if not rebuild_every >= 1:
         raise ValueError(f"rebuild_every must be >= 1 step, got {rebuild_every}")
     nh = float(candidates(plan) if hits is None else hits)
     nc = float(window_candidates(plan))
     if not 0 <= nh <= max(nc, candidates(plan)):
         raise ValueError(f"hits must be in 0..{max(nc, candidates(plan))}, got {hits}")
-    t = {k: fold(v) for k, v in (traffic or fabric_counts(wafer, pot, plan)).items()}
+    t = {k: fold_walk(wafer, v) for k, v in (traffic or fabric_entries(wafer, pot, plan)).items()}
     per_hit = {k: scalar_count(HIT_SCALAR[k]) for k in HIT_SCALAR}
     density_scalar = nc * scalar_count(CANDIDATE_SCALAR) + nh * (
         per_hit["detect"] + per_hit["invsqrt"] + per_hit["spline_coord"] + per_hit["lookup"]
@@ -285,12 +293,13 @@ def predict(
     the window, candidates (N_c), hits (N_h), words per step, the thermostat and predicted
     timesteps/s."""
     rebuild_every, hits = lists
-    counts = fabric_counts(wafer, pot, plan)  # the run's own traffic, in its dtype
+    entries = fabric_entries(wafer, pot, plan)  # the run's own traffic, in its dtype
+    counts = {k: chain(v) for k, v in entries.items()}
     priced = wafer_plan(plan)
-    wafer_counts = counts if priced is plan else fabric_counts(wafer, pot, priced)
+    wafer_entries = entries if priced is plan else fabric_entries(wafer, pot, priced)
     bath = bath_phases(spec, wafer, thermostat)  # its work added to the step
     phases = step_phases(wafer, pot, plan, rebuild_every=rebuild_every, hits=hits,
-                         traffic=wafer_counts, bath=bath)  # fmt: skip
+                         traffic=wafer_entries, bath=bath)  # fmt: skip
     every = counts["density"] + counts["force"]
     traffic = every + counts["swaps"].scaled(1.0 / rebuild_every)
     words = fold(traffic).links
