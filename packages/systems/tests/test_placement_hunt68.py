@@ -16,11 +16,11 @@
   of one user; both are now the serving model's ServingError in `GpuServing.point`'s words;
 - hole 4 (planning time): every load of a serving model searched the ladders again and every
   probe of `max_users` searched too (`wse plan infer --model gpt2-124m`: 906 plans a run, now
-  163); a load keeps the placement of fewer users where it is the search's choice.
+  163); hunt 73: each load is searched once (`placements.search`), the probes plan by bytes.
 
 Oracles: the one pricer (`price_token`, `speculative_round`) on the placements by bytes of
-the unmodified planner (`plan_pipeline`), `GpuServing`'s refusal, and serving points of a
-model that searches at every load.
+the unmodified planner (`plan_pipeline`), `GpuServing`'s refusal, and serving points of
+every candidate placement set by hand.
 """
 
 from __future__ import annotations
@@ -33,7 +33,14 @@ from wse_inference.pipeline import perf
 from wse_models import preset_config
 from wse_systems import gpu as gpum
 from wse_systems.pipeline import LAYOUTS, PipelinePlanError, Regions, plan_pipeline
-from wse_systems.serving import GpuServing, ServingError, Speculation, WaferServing, Workload
+from wse_systems.serving import (
+    GpuServing,
+    ServingError,
+    Speculation,
+    WaferServing,
+    Workload,
+    placements,
+)
 from wse_systems.serving.speculative import (
     GRID_STEP,
     RoundSetup,
@@ -41,8 +48,7 @@ from wse_systems.serving.speculative import (
     place_speculative,
     speculative_round,
 )
-from wse_systems.serving.wafer import WaferServing as _Serving
-from wse_systems.token import choose_layout, head_rows_ladder, price_token
+from wse_systems.token import choose_layout, head_rows_ladder, ladder_plans, price_token
 from wse_systems.transformer import LLAMA31_8B, DecoderCounts
 
 pytestmark = pytest.mark.timeout(300)
@@ -147,7 +153,7 @@ def test_plan_for_in_a_layout_is_its_fastest_placement():
 
 
 def test_a_fraction_of_a_user_is_refused_as_the_gpus_refuse_it():
-    wafer = _Serving(TOY, SMALL, num_wafers=1, workload=Workload(prompt_tokens=16,
+    wafer = WaferServing(TOY, SMALL, num_wafers=1, workload=Workload(prompt_tokens=16,
                                                                  output_tokens=16))  # fmt: skip
     gpus = GpuServing(TOY, gpum.gpu_spec("h100"), num_gpus=1,
                       workload=Workload(prompt_tokens=16, output_tokens=16))  # fmt: skip
@@ -168,36 +174,45 @@ def test_a_fraction_of_a_user_is_refused_as_the_gpus_refuse_it():
 
 
 @pytest.mark.parametrize("draft", [None, TOY_DRAFT])
-def test_kept_placements_equal_a_search_at_every_load(draft, monkeypatch):
-    def serve() -> WaferServing:
-        spec = None if draft is None else Speculation(draft=draft, gamma=3, alpha=0.7)
-        work = Workload(prompt_tokens=16, output_tokens=16, context_len=64)
-        return WaferServing(TOY, SMALL, num_wafers=1, workload=work, speculation=spec)
+def test_each_load_is_searched_once_and_serves_as_well_as_every_candidate(draft, monkeypatch):
+    """Hunt 73: a load no longer keeps the placement of fewer users (`_kept`, chosen by one
+    decode token) but is searched (`placements.search`) once; the probes of `max_users` plan
+    by bytes and search nothing. The placement chosen serves at least as much output as
+    every candidate, each set by hand on a system of its own: each head size of the ladder
+    in each layout (`Regions(layout=, head_rows=)`), or with a draft each layout's
+    speculative placement (output within `OUTPUT_TIE` of it: the sooner first token)."""
+    spec = None if draft is None else Speculation(draft=draft, gamma=3, alpha=0.7)
+    work = Workload(prompt_tokens=16, output_tokens=16, context_len=64)
 
-    def points(system: WaferServing) -> list:
-        loads = sorted({1, 2, 5, system.max_users // 2, system.max_users - 1, system.max_users})
-        return [(system.point(u), system.plans(u)) for u in loads]
+    def serve(regions: Regions = Regions(layout=None)) -> WaferServing:
+        return WaferServing(TOY, SMALL, num_wafers=1, workload=work, speculation=spec,
+                            regions=regions)  # fmt: skip
 
     searches = []
-    search = _Serving._layout
-    monkeypatch.setattr(_Serving, "_layout", lambda self, u: searches.append(u) or search(self, u))
-    kept = serve()
-    got = (kept.max_users, points(kept))
-    kept_searches, searches[:] = list(searches), []
-
-    def probe(self, users: int) -> bool:  # the probe before: the search itself
-        try:
-            self.plans(users)
-        except PipelinePlanError:
-            return False
-        return True
-
-    monkeypatch.setattr(_Serving, "_kept", lambda self, users: None)
-    monkeypatch.setattr(_Serving, "_holds", probe)
-    searched = serve()
-    assert got == (searched.max_users, points(searched))
-    # one search a layout at one user, one where a load outgrows the placement kept (here the
-    # most users); before, one a load and one a probe of max_users (19 and 22 here). A
-    # speculative placement is searched at each load (hunt 72: priced at that load)
-    assert len(kept_searches) <= (3 if draft is None else len(searches)) < len(searches) + 1
-    assert draft is not None or len(kept_searches) < len(searches)
+    search = placements.search
+    monkeypatch.setattr(placements, "search", lambda ws, u: searches.append(u) or search(ws, u))
+    system = serve()
+    loads = sorted({1, 2, 5, system.max_users // 2, system.max_users - 1, system.max_users})
+    chosen = {u: system.point(u) for u in loads}
+    # one search a load (before hunt 68: one a load and one a probe of max_users, 19 and 22)
+    assert sorted(searches) == loads
+    tie = 1.0 - placements.OUTPUT_TIE
+    for u, p in chosen.items():
+        others = []
+        for lay in LAYOUTS:
+            if draft is not None:
+                one = [Regions(layout=lay)]
+            else:
+                kw = dict(context_len=work.held_tokens, slots=u, regions=Regions(layout=lay))
+                one = [Regions(layout=lay, head_rows=q.head.region.rows)
+                       for q in ladder_plans(TOY, SMALL, **kw)]  # fmt: skip
+            for regions in one:
+                try:
+                    others.append(serve(regions).point(u))
+                except (PipelinePlanError, ServingError):
+                    continue  # this placement does not hold u users
+        assert others
+        for o in others:
+            a, b = p.aggregate_tokens_per_s, o.aggregate_tokens_per_s
+            assert a >= tie * b * (1 - 1e-12), (u, a, b)
+            assert a >= b * (1 - 1e-12) or p.ttft_s <= o.ttft_s * (1 + 1e-12), u

@@ -118,9 +118,17 @@ def _how(plan, meets: bool) -> str:
 
 
 def _wafers(w: dict) -> str:
-    """Wafers per replica and their regions' layout (banded or compact, the faster)."""
+    """Wafers per replica and their regions' layout (banded or compact, chosen at each load
+    with the placement: `wse_systems.serving.placements`)."""
     regions = w.get("point", {}).get("layout", {}).get("layout")
     return f"{w['wafers_per_replica']} x {w['system']}" + (f" ({regions})" if regions else "")
+
+
+def _first_token(point: dict) -> str:
+    """The wafer's first token, marked where it is a bound (hunt 73: at most the mean over
+    the users' phases, `layout["ttft_bound"]`)."""
+    bound = " (bound)" if point["layout"].get("ttft_bound") else ""
+    return duration(point["ttft_s"]) + bound
 
 
 def _admission(layout: dict) -> str:
@@ -187,7 +195,7 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
         ("tokens/s per user", *both("tokens_per_s_per_user", lambda x: f"{x:,.4g}")),
         ("output tokens/s in all", *both("tokens_per_s", lambda x: f"{x:,.4g}")),
         ("prompt tokens/s in all", *both("input_tokens_per_s", lambda x: f"{x:,.4g}")),
-        ("time to first token", *both("ttft_s", duration)),
+        ("time to first token", _first_token(w["point"]), duration(g["ttft_s"])),
         ("of it, waiting to be admitted", *both("point", lambda p: _admission(p["layout"]))),
         ("first token to last", _window(w["point"]["layout"]),
          duration(g["point"]["layout"]["decode_s"])),

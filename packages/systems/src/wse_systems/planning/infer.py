@@ -328,8 +328,9 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         "request holds each region for its output tokens and its prompt blocks; another "
         "user's prompt blocks carry a user's token queued behind them to the prompt's end "
         "(a convoy: the output is a conservative bound the policy attains with users "
-        "spaced evenly, wse_systems.serving.request; the first token waits as Cobham's "
-        "non-preemptive priority queue)",
+        "spaced evenly, wse_systems.serving.request; the first token is a conservative "
+        "bound, at most its mean over the users' phases: the prompt's pass behind half "
+        "the other users' prompts, within the period less the output alone)",
         "tokens/s per user: output tokens over the time from the first token to the last as "
         "the user sees it (vLLM's and NVIDIA genai-perf's per-user output speed, 1 / TPOT), "
         "the other users' work interleaved with it included (wafer: their prompt blocks' "
@@ -352,11 +353,13 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         "time to first token under load: the step or item under way, then the prompt's own "
         "chunks (GPU) or blocks (wafer) at the capacity the policy gives them, and when "
         "full the wait to be admitted; a request's period: its first token and its output "
-        "(both systems, wse_systems.serving.frontier.RequestTimes)",
+        "(both systems, wse_systems.serving.frontier.RequestTimes; the wafer's with its least "
+        "first token, users spaced evenly, and the first token shown its bound)",
         "$/M input and output tokens: hardware hours x rate split by the prompts' share of "
-        "the system's time (wafer: their share of the busiest region's time, at every load; "
-        "GPU: a request's period less its bare decode rounds, over the period: its first "
-        "token and the other users' prompt chunks in its rounds); "
+        "the system's time, the share of the period they add (wafer: the period less the "
+        "same users' period without prompts; GPU: a request's period less its bare decode rounds, "
+        "over the period: its first token and the other users' prompt chunks in its "
+        "rounds); "
         "blend: over all tokens of the workload; usd_per_million_tokens: all costs (people "
         "included) over output tokens",
         f"replicas sized for the tokens per day (output tokens); rented all day, idle when not"

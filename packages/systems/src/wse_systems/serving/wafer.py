@@ -46,16 +46,17 @@ passes between wafers). The pipeline:
   the users' phases (passes that overlap freeze less), a bound named in the point
   (`layout["output_bound"]`), a few percent below a discrete-event run of the policy at the
   blocks it chooses, far below at long blocks (`RequestWork`); per-user speed O / D;
-- its first token: the prompt's pass and its wait as the highest class of a non-preemptive
-  priority queue where its prompt is held longest (Cobham 1954; `RequestWork.first_s`);
-- the period (`wse_systems.serving.frontier.RequestTimes`, the GPUs' arithmetic too): the
-  request's own path, first token + D, or U max_j W_j when the busiest element is full;
-  then a new request waits to be admitted until it has room, and that wait is part of its
-  first token. Aggregate output U O / period, input U P / period; the placement and block
-  size k are those with the most output at that load by this bound, within 1% a tie, then
-  the first token soonest (`placements.served`). The
-  prompts' share of the time (`input_time_share`, for $/M input tokens) is their share of
-  the busiest element's W at every load (hunt 66);
+- the period (`wse_systems.serving.frontier.RequestTimes`, as the GPUs'): L + D (no wait
+  behind the others' prompts added: D freezes for those passes), or U max_j W_j when the
+  busiest element is full (a new request then waits to be admitted); the least first token
+  (users evenly spaced, `layout["ttft_least_s"]`) and D fill it; output U O / period, input
+  U P / period; the placement and block k: the most output, within 1% a tie, then the
+  soonest first token (`placements.served`);
+- its first token (`ttft_s`, `layout["ttft_bound"]`): a conservative bound on its mean over
+  the users' phases (`RequestWork.first_s`: within the period less the decode alone), so
+  U O / (TTFT + O / speed) <= U O / period, equal at one user;
+- the prompts' share (`input_time_share`, for $/M input tokens): 1 - (the same users'
+  period without prompts) / period, the GPUs' definition (hunt 73);
 - speculation (`Speculation`): the placement and round of `wse_systems.serving.speculative`
   (the draft on the PE rows of every wafer, the target on the rest; a round is gamma draft
   tokens one after another then the target's pass over gamma + 1 tokens in blocks as a
