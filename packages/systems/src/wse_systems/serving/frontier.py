@@ -13,11 +13,14 @@ pick a point, the same on both systems:
   when no load meets them);
 - `knee(system)`: the load that maximises per-user speed x aggregate throughput (see it).
 
-`meeting` tries every load, the most first, and keeps the first that meets the limits: the
-curves are not monotone in the load where a system changes its layout, placement or prompt
-block with it (hunt 73: a bisection found 52 users of Llama 3 8B within a first token of
-22 ms where 123 met it), so nothing is assumed of them (GPUs: 3,590 loads of 8B in about a
-second; wafers: the system keeps each load's point, about 10-20 ms a load searched).
+`meeting` assumes nothing monotone of the curves (they are not where a system changes its
+layout, placement or prompt block with the load; hunt 73: a bisection found 52 users of
+Llama 3 8B within a first token of 22 ms where 123 met it), but bounds its work
+(`meeting_loads`): one user first (none is served faster, so a limit it misses is missed by
+every load), then a grid of loads from the most down (every load up to 64, then steps of
+3%), the largest grid load that meets, then every load between it and the grid load above
+it (which failed). Its resolution: a load that meets the limits with every grid load above
+it failing, more than 3% above the answer, is not seen.
 
 An `OperatingPoint` counts whole requests: its output tokens/s, and the prompt tokens/s
 (`input_tokens_per_s`) that come with them, and the share of the system's time the prompts
@@ -67,6 +70,7 @@ __all__ = [
     "frontier",
     "at_users",
     "meeting",
+    "meeting_loads",
     "knee",
 ]
 
@@ -322,24 +326,46 @@ def _limits(speed: float | None, max_ttft_s: float | None) -> None:
             raise ServingError(f"a {name} limit must be a positive number, got {v!r}")
 
 
+_DENSE, _STEP = 64, 1.03  # meeting's grid: every load up to _DENSE, then steps of 3%
+
+
+def meeting_loads(max_users: int) -> list[int]:
+    """`meeting`'s grid, fewest first: every load up to 64, then each ceil(1.03 x) the last,
+    and `max_users`; about 64 + ln(max_users / 64) / ln(1.03) loads (238 of 13,589)."""
+    out = list(range(1, min(max_users, _DENSE) + 1))
+    while out[-1] < max_users:
+        out.append(min(max_users, math.ceil(out[-1] * _STEP)))
+    return out
+
+
 def meeting(
     system: ServingSystem, speed: float | None = None, *, max_ttft_s: float | None = None
 ) -> OperatingPoint | None:
     """The largest load whose tokens/s per user is at least `speed` and whose time to first
-    token is at most `max_ttft_s` (None when no load meets them; see the module)."""
+    token is at most `max_ttft_s` (None when no load meets them), to the grid's resolution:
+    one user first (None when it misses), then `meeting_loads` from the most down to the
+    largest grid load g that meets, then every load between g and the grid load above it.
+    At most 1 + len(meeting_loads(max_users)) + ceil(0.03 g) points are priced (module)."""
     _limits(speed, max_ttft_s)
     if speed is None and max_ttft_s is None:
         raise ServingError("meeting needs a per-user speed, a time to first token, or both")
 
-    def ok(users: int) -> bool:
+    def met(users: int) -> OperatingPoint | None:
         p = system.point(users)
         fast = speed is None or p.user_tokens_per_s >= speed
-        return fast and (max_ttft_s is None or p.ttft_s <= max_ttft_s)
+        return p if fast and (max_ttft_s is None or p.ttft_s <= max_ttft_s) else None
 
-    # hunt 73: a bisection took the curves as monotone; the wafer's change placement and
-    # block with the load (8B, a first token in 22 ms: 52 users found, 123 meet it), so
-    # every load is tried, the most first (a system keeps its points)
-    return next((system.point(u) for u in range(system.max_users, 0, -1) if ok(u)), None)
+    # hunt 73: a bisection took the curves as monotone (8B, a first token in 22 ms: 52 users
+    # found, 123 meet it); a scan of every load took up to 138 s (1B on 16 wafers)
+    if (one := met(1)) is None:
+        return None
+    grid = meeting_loads(system.max_users)
+    above = system.max_users + 1  # the grid load above the one that meets (failed)
+    for g in reversed(grid[1:]):
+        if (p := met(g)) is not None:
+            return next(filter(None, map(met, range(above - 1, g, -1))), p)
+        above = g
+    return next(filter(None, map(met, range(above - 1, 1, -1))), one)
 
 
 def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint:
