@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import pytest
+from scipy.optimize import brentq
 from wse_core import PerfModel, preset
 from wse_systems import gpu as gpum
 from wse_systems.decoder import decode_phases
@@ -267,6 +268,14 @@ def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
         passing = prompt.blocks_s(16, k)
         tau = max(latency, u * max(held.values()))  # a token in free flow
         window = 16 * tau + min(u - 1, 16) * max(0.0, passing - tau)
+        if u - 1 > 16 and passing > tau:  # hunt 73: the prompts past the 16 items catch one
+            big, cap = max(prompt.occupancy_s(k).values()) * blocks, u * max(work.values())
+            base = window
+            window = brentq(  # w = base + C Bp, C the others' prompts in w (one a period)
+                lambda w, u=u, base=base, passing=passing, cap=cap, big=big: (
+                    w - base - min(u - 17, (u - 1) * w / max(passing + w, cap)) * big),
+                base, base + u * big,
+            )  # fmt: skip
         path, full = passing + window, u * max(work.values())
         period = max(path, full)  # by hand
         least = period - window  # the prompt's pass, or with the admission wait when full

@@ -25,8 +25,16 @@ of decode items, first come first served within each class; U users in a closed 
   draft, the verify pass less its hold at the last element (the drafts run on their own
   rows past the target's prompt and the verify trails it; hunt 73: crediting a draft token
   priced Llama 3 70B + 1B at 64 users 13% under a run), at most the draft's prompt's lag
-  behind the target's; N = min(U - 1, R n) for n items a unit (an item is frozen once at
-  most: past R n other prompts, passes overlap and each item waits about L). A bound, the
+  behind the target's; N = min(U - 1, R n) for n items a unit (one freeze begins with each
+  other prompt, or with each item). Past R n other prompts (short outputs, many users) the
+  rest arrive while an item waits in a convoy and catch it (prompts pass decode items at
+  every element), and its freeze ends Bp after the last (Bp the prompt's hold at the
+  element it holds longest, the convoy's pace): C = min(U - 1 - N, (U - 1) D / T) of
+  them, the other prompts arriving in the window (one each a period T), so
+  D = R tau + N (L - e tau)+ + C Bp, solved with T (hunt 73: N alone priced Llama 3 8B on a
+  CS-3 with 128 + 20 tokens at 128 users 132 tokens/s a user, evenly spaced users ran 81.4;
+  now 116.5 and 122.9 at the 8-token blocks chosen; a one-token output after 8,192 tokens
+  is priced half what runs serve). A bound, the
   least output over the users' phases (a run with the users evenly spaced attains it while
   the passes fit apart): passes that overlap freeze less (the later prompt's blocks
   pipeline behind the earlier's), and the closed loop overlaps them (the users a convoy
@@ -136,14 +144,32 @@ class RequestWork:
         return max(self.decode_s, users * per_unit) / self.units
 
     def window_s(self, users: int) -> float:
-        """D: the output window with every other user's prompt convoy in it (the module)."""
+        """D: the output window with every other user's prompt convoy in it, a freeze
+        lengthened by the prompts that catch the item while it waits (the module): the root
+        of D = R tau + N (L - e tau) + min(U - 1 - N, (U - 1) D / T) Bp, T the
+        period at D, by bisection (the right side rises with D, at a slope under one)."""
         tau, alone = self.unit_s(users), self.decode_s / self.units
         share = 1.0 if self.entry_s is None else self.entry_s / alone  # e
         frozen = min(users - 1, self.units * self.entries)
         if self.prompt_s <= share * tau:
             return self.units * tau
         # R tau + N (L - e tau), as (R - N e) tau + N L: R L exactly where every item waits
-        return (self.units - frozen * share) * tau + frozen * self.prompt_s
+        base = (self.units - frozen * share) * tau + frozen * self.prompt_s
+        spare = users - 1 - frozen  # the other prompts, past the N a freeze begins with
+        if spare <= 0:
+            return base
+        big, capacity = self._prompt_element()[0], users * self.bottleneck()[1]
+
+        def excess(window: float) -> float:  # rises with the window: its root is D
+            rate = (users - 1) / max(self.prompt_s + window, capacity)
+            caught = min(spare, rate * window)
+            return window - base - caught * big
+
+        low, high = base, base + spare * big  # excess(low) <= 0 <= excess(high)
+        for _ in range(64):
+            mid = 0.5 * (low + high)
+            low, high = (mid, high) if excess(mid) < 0 else (low, mid)
+        return high
 
     def first_s(self, users: int) -> float:
         """The first token, a bound on its mean over the users' phases (the module): the
@@ -186,7 +212,8 @@ class RequestWork:
                     "prompt_pass_s": self.prompt_s, "decode_alone_s": self.decode_s,
                     "decode_stalls_s": times.decode_s - self.decode_s,
                     "output_bound": "conservative: each other user's prompt convoy falls in "
-                    "the output window alone (wse_systems.serving.request)",
+                    "the output window, and the prompts that catch a frozen item lengthen "
+                    "its freeze (wse_systems.serving.request)",
                     "ttft_least_s": times.first_token_s,
                     "ttft_bound": "conservative: the mean over the users' phases at most "
                     "(wse_systems.serving.request)"},
