@@ -114,23 +114,8 @@ def test_a_funcfl_file_of_atomic_number_0_is_the_structures_element(tmp_path):
 def test_two_files_after_one_potential_say_to_repeat_it(tmp_path, cu):
     refused_in_one_line(
         ROOT,
-        [
-            "hpc",
-            "md",
-            "--lattice",
-            "fcc",
-            "--element",
-            "Cu",
-            "--a",
-            "3.615",
-            "--cells",
-            "4",
-            "4",
-            "4",
-            "--potential",
-            "Cu_test.eam",
-            "Ni_test.eam",
-        ],  # fmt: skip
+        "hpc md --lattice fcc --element Cu --a 3.615 --cells 4 4 4 "
+        "--potential Cu_test.eam Ni_test.eam".split(),
         "'Ni_test.eam' is no argument of `wse hpc md`: --potential takes one file; repeat "
         "--potential for each funcfl file (--potential a.eam --potential b.eam)",
     )
