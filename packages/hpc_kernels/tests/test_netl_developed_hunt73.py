@@ -9,6 +9,7 @@ from wse_hpc.studies import netl_rayleigh_benard as netl
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~1 min alone, 8 min beside two pytest workers
 def test_the_cg_count_is_measured_in_developed_convection():
     cg, measured = netl._measured_cg(quick=True)
     globe_dropkin = 0.069 * 1e5 ** (1 / 3) * 0.71**0.074

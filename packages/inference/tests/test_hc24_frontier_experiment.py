@@ -20,7 +20,10 @@ def test_hc24_frontier_runs_and_is_consistent():
     o = WORKLOAD.output_tokens
     for s in summary:  # both systems (hunt 66): its first token, then o tokens at the user speed
         period = s["knee_ttft_ms"] / 1e3 + o / s["knee_user_tokens_per_s"]
-        assert s["knee_tokens_per_s"] == pytest.approx(s["knee_users"] * o / period)
+        if "CS-3" in s["system"]:  # session 73: the first token and the window both bounds
+            assert s["knee_tokens_per_s"] >= s["knee_users"] * o / period * (1 - 1e-9)
+        else:
+            assert s["knee_tokens_per_s"] == pytest.approx(s["knee_users"] * o / period)
         assert s["knee_users"] <= s["max_users"]
         assert s["knee_tokens_per_s"] <= s["best_tokens_per_s"] * (1 + 1e-9)
     emulated = [m for m in result.measurements if "stage_occupancy_emulated" in m]
