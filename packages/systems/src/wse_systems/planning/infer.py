@@ -327,10 +327,12 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         "computed, as the engine's prompt pass does); prompt blocks go first; a "
         "request holds each region for its output tokens and its prompt blocks; another "
         "user's prompt blocks carry a user's token queued behind them to the prompt's end "
-        "(a convoy: the output is a conservative bound the policy attains with users "
-        "spaced evenly, wse_systems.serving.request; the first token is a conservative "
-        "bound, at most its mean over the users' phases: the prompt's pass behind half "
-        "the other users' prompts, within the period less the output alone)",
+        "(a convoy: the output is a conservative bound, prompts that catch a frozen item "
+        "lengthening its freeze, wse_systems.serving.request; the first token is a "
+        "conservative bound, at most its mean over the users' phases: the prompt's pass "
+        "behind half the other users' prompts, within the period less the output alone; "
+        "clients that send together reach it, spread arrivals wait less, so --max-ttft-s "
+        "is safe and may admit fewer users than spread arrivals allow)",
         "tokens/s per user: output tokens over the time from the first token to the last as "
         "the user sees it (vLLM's and NVIDIA genai-perf's per-user output speed, 1 / TPOT), "
         "the other users' work interleaved with it included (wafer: their prompt blocks' "
