@@ -5,10 +5,7 @@ One case per distinct refusal. Select them with `--only '(hunt 73)'`."""
 from __future__ import annotations
 
 from hostile_cases import Case
-
-
-def _train(*overrides: str):
-    return lambda fx, tmp: ["train", "tiny", "--validate-only", "-o", str(tmp / "run"), *overrides]
+from hostile_cases_hunt72 import _train  # `wse train tiny --validate-only` with overrides
 
 
 def hunt73_cases() -> list[Case]:

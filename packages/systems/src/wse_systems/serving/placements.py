@@ -63,8 +63,8 @@ def _scores(users: int, output_tokens: int) -> Callable[[RequestWork], tuple[flo
 
     def score(w: RequestWork) -> tuple[float, float]:
         if id(w) not in held:
-            out = users * output_tokens / w.times(users).period_s
-            held[id(w)] = (w, (out, w.first_s(users)))
+            times = w.times(users)
+            held[id(w)] = (w, (users * output_tokens / times.period_s, w.first_s(users, times)))
         return held[id(w)][1]
 
     return score

@@ -171,11 +171,12 @@ class RequestWork:
             low, high = (mid, high) if excess(mid) < 0 else (low, mid)
         return high
 
-    def first_s(self, users: int) -> float:
+    def first_s(self, users: int, times: RequestTimes | None = None) -> float:
         """The first token, a bound on its mean over the users' phases (the module): the
         period less the decode alone, or the prompt's pass behind half the others' prompts
-        and the longest decode item under way, whichever is less."""
-        times = self.times(users)
+        and the longest decode item under way, whichever is less; `times`: `times(users)`
+        where the caller has them (the window is a root found by bisection)."""
+        times = times or self.times(users)
         big, item = self._prompt_element()
         burst = self.prompt_s + 0.5 * (users - 1) * big + item if users > 1 else self.prompt_s
         return max(times.first_token_s, min(times.period_s - self.decode_s, burst))
@@ -218,4 +219,4 @@ class RequestWork:
                     "ttft_bound": "conservative: the mean over the users' phases at most "
                     "(wse_systems.serving.request)"},
         )  # fmt: skip
-        return dataclasses.replace(point, ttft_s=self.first_s(users))
+        return dataclasses.replace(point, ttft_s=self.first_s(users, times))
