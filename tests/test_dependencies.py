@@ -132,3 +132,38 @@ def test_the_check_sees_an_undeclared_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGES", [pkg / "pyproject.toml"])
     assert _undeclared() == ["p: yaml from ['pyyaml'] not in its dependencies"]
+
+
+def _top_level_imports(d: Path) -> dict[str, set[str]]:
+    """third-party modules that test modules and conftests under `d` import at collection
+    (statements in the module's body, not inside functions)"""
+    found: dict[str, set[str]] = {}
+    for f in [*d.rglob("test_*.py"), *d.rglob("conftest.py")]:
+        for node in ast.parse(f.read_text(), str(f)).body:
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for top in {n.split(".")[0] for n in names}:
+                if top not in sys.stdlib_module_names and not top.startswith("wse_"):
+                    found.setdefault(top, set()).add(str(f.relative_to(ROOT)))
+    return found
+
+
+def test_every_test_module_collects_with_the_smoke_extra_alone():
+    # the Python 3.12+ lane installs `.[smoke]` (no torch) and pytest collects every test
+    # module before `-m smoke` deselects: a module-level `import torch` fails that lane
+    # (stop 73's CI); baselines are imported inside the tests that need them
+    project = _project(ROOT / "pyproject.toml")
+    allowed = {
+        _name(r) for r in project["dependencies"] + project["optional-dependencies"]["smoke"]
+    }
+    problems = [
+        f"{mod} ({sorted(_provided(mod))}) at the top of {sorted(files)}"
+        for d in [*ROOT.glob("*/*/tests"), ROOT / "tests"]
+        for mod, files in _top_level_imports(d).items()
+        if not _provided(mod) & allowed
+    ]
+    assert problems == []
