@@ -40,6 +40,7 @@ after it load it (CHANGELOG has the figures).
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import functools
 import hashlib
 import os
@@ -130,6 +131,26 @@ def _register(target: str) -> None:
         raise KeyError(target)
 
 
+def _auto_layout():
+    """JAX's `AutoLayout` singleton (what a pickled one unpickles to: `_keep_auto_layout`)."""
+    from jax._src.layout import AutoLayout
+
+    return AutoLayout
+
+
+def _keep_auto_layout() -> None:
+    """Pickle JAX's `AutoLayout` as the singleton itself. JAX 0.12.1 pickles it as a new
+    instance that compares unequal to its own, so an executable loaded from this cache
+    returned arrays whose type no traced program matched: a warm run whose next chunk was
+    not stored stopped at `while_loop`'s "the layouts do not match" (stop 73's Python 3.12
+    lane). Older JAX (no such class) is left as it is."""
+    try:
+        from jax._src.layout import AutoLayoutSingleton
+    except ImportError:  # pragma: no cover - a JAX without per-array layouts
+        return
+    copyreg.pickle(AutoLayoutSingleton, lambda _: (_auto_layout, ()))
+
+
 def _load(path: Path):
     from jax.experimental.serialize_executable import deserialize_and_load
 
@@ -145,6 +166,7 @@ def _load(path: Path):
 def _store(path: Path, targets: list[str], exe) -> None:
     from jax.experimental.serialize_executable import serialize
 
+    _keep_auto_layout()
     try:
         payload, in_tree, out_tree = serialize(exe)
         ids = [d.id for d in exe._executable._unloaded_executable.device_list]
