@@ -31,11 +31,10 @@ description's `detour_hops` count the whole wafer, mostly PEs the grid does not 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+from wse_core.cost.collectives import allreduce_detour_hops as rectangle_allreduce_detour_hops
+from wse_core.cost.collectives import extra_link_hops
 from wse_core.fabric import ledger
-from wse_core.hw.defects import Remap
 
 from wse_hpc.stencil.periodic import layouts
 from wse_hpc.stencil.placement import StencilGrid
@@ -49,16 +48,8 @@ __all__ = [
 ]
 
 
-def _links(remap: Remap, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
-    """Extra physical hops of each logical link of the rows x cols PEs at (0, 0): N-S
-    (rows - 1, cols) and E-W (rows, cols - 1); 0 without detour."""
-    ns = remap.link_hops(0)[: rows - 1, :cols] - 1
-    ew = remap.link_hops(1)[:rows, : cols - 1] - 1
-    return ns, ew
-
-
 def _extra(grid: StencilGrid) -> tuple[np.ndarray, np.ndarray]:
-    return _links(grid.wafer.remap, grid.shape[0], grid.shape[1])
+    return extra_link_hops(grid.wafer.remap, grid.shape[0], grid.shape[1])
 
 
 def halo_detour_hops(grid: StencilGrid) -> float:
@@ -110,27 +101,9 @@ def wave25_detour_hops(grid: StencilGrid) -> float:
     )
 
 
-def _halves(line: np.ndarray, centre: int) -> tuple[np.ndarray, np.ndarray]:
-    """Extra hops from each end of lines of links (last axis) to PE `centre`."""
-    return line[..., :centre].sum(axis=-1), line[..., centre:].sum(axis=-1)
-
-
 def allreduce_detour_hops(grid: StencilGrid) -> float:
     """Extra hops of one allreduce over the grid's PEs (`rectangle_allreduce_detour_hops`)."""
     return rectangle_allreduce_detour_hops(grid.wafer.remap, grid.shape[0], grid.shape[1])
-
-
-def rectangle_allreduce_detour_hops(remap: Remap, rows: int, cols: int) -> float:
-    """Extra hops of one allreduce over the rows x cols PEs at (0, 0) on its slowest path:
-    rows to the centre column (the slowest row half), the column to the centre (its slower
-    half), the flood back (the centre column to a row, then that row's farther half)."""
-    mr, mc = math.ceil(rows / 2) - 1, math.ceil(cols / 2) - 1
-    ns, ew = _links(remap, rows, cols)
-    row_half = np.maximum(*_halves(ew, mc)) if cols > 1 else np.zeros(rows)
-    col = ns[:, mc] if rows > 1 else np.zeros(0)
-    up = np.concatenate([np.cumsum(col[:mr][::-1])[::-1], [0.0], np.cumsum(col[mr:])])
-    flood = float((up + row_half).max())
-    return float(row_half.max()) + float(max(_halves(col, mr))) + flood
 
 
 def detour_assumption(grid: StencilGrid, kind: str) -> dict[str, str]:

@@ -33,7 +33,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from wse_core.cost.work import Work
+from wse_core.hw.defects import Remap
 from wse_core.hw.spec import WaferSpec
 
 __all__ = [
@@ -43,6 +46,8 @@ __all__ = [
     "broadcast_line",
     "allreduce_2d",
     "reduce_to_centre",
+    "allreduce_detour_hops",
+    "extra_link_hops",
 ]
 
 ALGORITHMS = ("star", "chain", "tree", "two_phase")
@@ -115,3 +120,30 @@ def allreduce_2d(
         relay_stages=1.0 if rows * cols > 1 else 0.0,
     )
     return along_rows + along_col + back
+
+
+def _halves(line: np.ndarray, centre: int) -> tuple[np.ndarray, np.ndarray]:
+    """Extra hops from each end of lines of links (last axis) to PE `centre`."""
+    return line[..., :centre].sum(axis=-1), line[..., centre:].sum(axis=-1)
+
+
+def extra_link_hops(remap: Remap, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Extra physical hops of each logical link of the rows x cols PEs at (0, 0): N-S
+    (rows - 1, cols) and E-W (rows, cols - 1); 0 without detour."""
+    ns = remap.link_hops(0)[: rows - 1, :cols] - 1
+    ew = remap.link_hops(1)[:rows, : cols - 1] - 1
+    return ns, ew
+
+
+def allreduce_detour_hops(remap: Remap, rows: int, cols: int) -> float:
+    """Extra hops that dead PEs' detours (`remap.link_hops`) add to the slowest path of
+    `allreduce_2d` over the rows x cols PEs at (0, 0): rows to the centre column (the slowest
+    row half), the column to the centre (its slower half), the flood back (the centre column
+    to a row, then that row's farther half). 0 without detours."""
+    mr, mc = math.ceil(rows / 2) - 1, math.ceil(cols / 2) - 1
+    ns, ew = extra_link_hops(remap, rows, cols)
+    row_half = np.maximum(*_halves(ew, mc)) if cols > 1 else np.zeros(rows)
+    col = ns[:, mc] if rows > 1 else np.zeros(0)
+    up = np.concatenate([np.cumsum(col[:mr][::-1])[::-1], [0.0], np.cumsum(col[mr:])])
+    flood = float((up + row_half).max())
+    return float(row_half.max()) + float(max(_halves(col, mr))) + flood

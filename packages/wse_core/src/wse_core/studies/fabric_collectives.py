@@ -5,8 +5,11 @@ Measured: trace-plus-compile time and run time per op of the emulator on this ma
 devices. Predicted: wafer cycles and microseconds on WSE-3, by mechanism: shift, multicast
 and broadcast from the traffic each op records (`fabric.count`, no allocation needed) and one
 relay stage (the sending core's ramp to the receiving core's); the allreduce as Luczynski et
-al. model it (`wse_core.cost.collectives.allreduce_2d`). Predictions do not depend on `quick`,
-which only skips the largest measured grids. Nothing here is published.
+al. model it (`wse_core.cost.collectives.allreduce_2d`), with the extra hops the dead PEs'
+detours add to its slowest path (`allreduce_detour_hops`; stop 73: the other three ops paid
+their detours through the traffic's chains while the allreduce row ignored them).
+Predictions do not depend on `quick`, which only skips the largest measured grids. Nothing
+here is published.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import jax.numpy as jnp
 
 from wse_core import fabric
 from wse_core.cost.assumptions import assumed_spec
-from wse_core.cost.collectives import allreduce_2d
+from wse_core.cost.collectives import allreduce_2d, allreduce_detour_hops
 from wse_core.cost.perf import PerfModel, Work
 from wse_core.hw.wafer import build_wafer
 from wse_core.studies.experiment import ExperimentResult, PredictionRow
@@ -62,7 +65,8 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
             )
             traffic = fabric.count(wafer, lambda a, op=op, w=wafer: op(w, a), shape)
             if name == "allreduce":
-                work = allreduce_2d(model.rates, grid[0], grid[1], WORDS_PER_PE)
+                detour = Work(latency_hops=allreduce_detour_hops(wafer.remap, *grid))
+                work = allreduce_2d(model.rates, grid[0], grid[1], WORDS_PER_PE) + detour
             else:
                 work = Work.from_traffic(traffic) + Work(relay_stages=1.0)
             pred = model.cost(work)
