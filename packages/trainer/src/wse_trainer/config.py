@@ -28,13 +28,12 @@ from wse_core.errors import WseError, quoted_number, shown, suggest, yaml_proble
 from wse_core.host.readers import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
 
+from wse_trainer import modelzoo_keys
 from wse_trainer.modelzoo_keys import MODELZOO_KEYS, Written, moved, moved_problem, same
 from wse_trainer.optimizer_names import (
-    IN_UNIT,
     OPTIMIZER_NAMES,
     READ_BY,
     SCHEDULE_NAMES,
-    outside_unit,
     scheduler_list,
     unused_settings,
 )
@@ -228,7 +227,7 @@ def _section(name: str, data: Any, written: Mapping[str, Written]) -> Any:
         # named as written (hunt 73: `betas: [0.9, 1.5]` was refused as optimizer.beta2's)
         where = w.name if (w := written.get(f"{name}.{key}")) else f"{name}.{key}"
         kwargs[key] = checked_value(where, value, (cls, key))
-        if w and key in IN_UNIT and (why := outside_unit(where, kwargs[key])):
+        if w and (why := modelzoo_keys.written_problem(where, key, kwargs[key])):
             raise ConfigError(why)
     for key in ("model_dir", "checkpoint_path") if name == "runconfig" else ():
         if isinstance(kwargs.get(key), str):  # hunt 62: '~/x' made a folder named '~'

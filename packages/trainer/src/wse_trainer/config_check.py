@@ -37,6 +37,7 @@ from wse_trainer.config import (
     checked_value,
     refuse_unused,
 )
+from wse_trainer.modelzoo_keys import eval_steps_problem
 from wse_trainer.optimizer_names import IN_UNIT, outside_unit, scheduler_list
 
 __all__ = [
@@ -210,11 +211,8 @@ def _check_run_extras(config: TrainConfig) -> None:
     jax.random.key's OverflowError traceback after the run folder was made; hunt 67: a
     negative sample_temperature sampled greedily, as vLLM's SamplingParams refuses it."""
     run = config.runconfig
-    if config.eval_input.eval_steps is not None and config.eval_input.eval_steps <= 0:
-        raise ConfigError(
-            f"eval_input.eval_steps must be positive (batches per evaluation), got "
-            f"{config.eval_input.eval_steps}; leave it out to evaluate the whole eval split"
-        )
+    if why := eval_steps_problem("eval_input.eval_steps", config.eval_input.eval_steps):
+        raise ConfigError(why)
     if run.eval_frequency is not None and run.eval_frequency <= 0:
         raise ConfigError(
             f"runconfig.eval_frequency must be positive (steps between evaluations in "

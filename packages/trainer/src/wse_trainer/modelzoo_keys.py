@@ -9,8 +9,9 @@ as the user wrote it (`Written`), so that a line about it names the key written 
 why a mapping cannot move: betas no pair, or one setting given both ways, differently, in the
 same mapping. A file's settings are moved before a command line's overrides apply, each
 mapping on its own, so that an override in either spelling replaces the file's value (hunt
-73: `optimizer.beta2=0.99` over a file's betas was "give it once"). No wse_trainer import: the
-reader (`wse_trainer.config`) imports it.
+73: `optimizer.beta2=0.99` over a file's betas was "give it once"). `written_problem` checks
+a moved setting's range at read time, named as written. Imports only `optimizer_names` of
+wse_trainer: the reader (`wse_trainer.config`) imports it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from typing import Any, NamedTuple
 
 from wse_core.errors import shown
 
-__all__ = ["MODELZOO_KEYS", "Written", "moved", "moved_problem", "same"]
+from wse_trainer.optimizer_names import IN_UNIT, outside_unit
+
+__all__ = ["MODELZOO_KEYS", "Written", "eval_steps_problem", "moved", "moved_problem", "same",
+           "written_problem"]  # fmt: skip
 
 # (ModelZoo's section, its key) -> (our section, our keys), one key a value of its list
 MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
@@ -100,6 +104,24 @@ def moved(
                 where = i if len(keys) > 1 else None
                 written[f"{ours}.{name}"] = Written(f"{section}.{key}", value, where)
     return out, written
+
+
+def eval_steps_problem(where: str, value: Any) -> str | None:
+    """The line for an eval_steps that is no positive count (`where`: its name as written:
+    hunt 73 left `runconfig.eval_steps=0` refused as `eval_input.eval_steps`)."""
+    if value is None or value > 0:
+        return None
+    return (
+        f"{where} must be positive (batches per evaluation), got {value}; leave it out to "
+        "evaluate the whole eval split"
+    )
+
+
+def written_problem(where: str, key: str, value: Any) -> str | None:
+    """The line for a moved setting (our `key`, `where` its name as written) out of range."""
+    if key in IN_UNIT:
+        return outside_unit(where, value)
+    return eval_steps_problem(where, value) if key == "eval_steps" else None
 
 
 def _yaml(value: Any) -> str:
