@@ -225,13 +225,21 @@ class Wafer:
 
     def full(self, per_pe_shape: Sequence[int] = (), value: float = 0, dtype=jnp.float32):
         """A placed field of `value` (a number, a 0-d array or NumPy scalar), created sharded
-        (no host copy); a value `dtype` cannot hold is refused as `place` refuses it (`_fill`)."""
+        (no host copy); a value `dtype` cannot hold is refused as `place` refuses it (`_fill`).
+        Inside jit a traced 0-d `value` fills it as `jnp.full` would (cast, unchecked: its
+        value is not known; hunt 73: "must be a number, got JitTracer")."""
         if not all(is_int(n) and n >= 0 for n in per_pe_shape):
             got = shown(repr(per_pe_shape), quote=False)
             raise PlacementError(f"per_pe_shape must be integers >= 0, got {got}")
         pr, pc = self.padded_shape
         shape = (pr, pc, *(int(n) for n in per_pe_shape))
         want = np.dtype(jax.dtypes.canonicalize_dtype(jnp.dtype(dtype)))
+        if isinstance(value, jax.core.Tracer):  # inside jit: cast as jnp.full casts it
+            if value.ndim != 0:
+                got = f"a traced array of shape {tuple(value.shape)}"
+                raise PlacementError(f"a {want} field's value must be one number, got {got}")
+            filled = jnp.full(shape, value.astype(want), want)
+            return jax.lax.with_sharding_constraint(filled, self.sharding(len(per_pe_shape)))
         bits = _fill(value, want).tobytes()
         return _filler(shape, bits, want, self.sharding(len(per_pe_shape)))()
 
