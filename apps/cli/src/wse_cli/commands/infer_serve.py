@@ -13,7 +13,9 @@ for a real model (its drafts are its draft model's). The pipelined engine holds 
 stage and at most one stage per layer: a --max-num-seqs past a model's layers is served with
 fewer slots, said in one line at start (`load.slot_cap_line`). --chat-template-content-format
 is vLLM's (`chat_template.CONTENT_FORMATS`); the template is rendered on a sample chat at start
-(`chat_template.template_problem`).
+(`chat_template.template_problem`). --allowed-origins, --allowed-methods, --allowed-headers
+(JSON lists, default ["*"]) and --allow-credentials are vLLM's CORS options
+(`wse_inference.serve.cors`); a list that is not one is refused at parsing.
 """
 
 from __future__ import annotations
@@ -126,6 +128,25 @@ def _check_chat_template(engine, template: str | None, option: str | None, form:
             f"note: --chat-template-content-format {form} differs from the format detected in "
             f"the chat template ({found!r}); leave the option out to use that one"
         )
+
+
+def _json_list(option: str, example: str):
+    """The callback of a CORS list option: its JSON list read now (`cors.json_list`), one
+    line and exit 2 when it is not one."""
+
+    def read(value: str) -> tuple[str, ...]:
+        from wse_inference.serve.cors import json_list
+
+        return json_list(value, option, example)
+
+    return read
+
+
+def _cors_list(option: str, what: str, example: str):
+    return typer.Option(
+        '["*"]', option, callback=_json_list(option, example),
+        help=f"{what} allowed to call the server from a browser (CORS): a JSON list, as vLLM's.",
+    )  # fmt: skip
 
 
 def _check_ports(host: str, port: int, grpc_port: int | None) -> None:
@@ -293,6 +314,12 @@ def serve(
         ge=2,
         le=MAX_SIZES["max_seq_len"],  # hunt 56: 10^15 was served, as no model's context is
     ),
+    allowed_origins: str = _cors_list("--allowed-origins", "Origins", '["http://localhost:3000"]'),
+    allowed_methods: str = _cors_list("--allowed-methods", "HTTP methods", '["GET", "POST"]'),
+    allowed_headers: str = _cors_list("--allowed-headers", "Request headers", '["Content-Type"]'),
+    allow_credentials: bool = typer.Option(
+        False, "--allow-credentials", help="Allow credentials (cookies) in CORS requests."
+    ),
     preset: str = preset_option("wse3", help="Wafer the tokens are predicted on: wse1, wse2, wse3"),
     spec_file: Path = SPEC_FILE,
 ) -> None:
@@ -318,6 +345,7 @@ def serve(
     # the front end (FastAPI, uvicorn, gRPC) is imported once every input has been checked
     from wse_inference.serve.app import ServeConfig
     from wse_inference.serve.app import serve as run_server
+    from wse_inference.serve.cors import CorsConfig
 
     names = (served_model_name,) if served_model_name else ()
     config = ServeConfig(
@@ -330,6 +358,12 @@ def serve(
         warmup=warmup,
         chat_template=template,
         chat_template_content_format=chat_template_content_format,
+        cors=CorsConfig(
+            allowed_origins=allowed_origins,  # tuples: read by their callbacks
+            allowed_methods=allowed_methods,
+            allowed_headers=allowed_headers,
+            allow_credentials=allow_credentials,
+        ),
     )
     try:
         run_server(engine, config, announce=lambda line: typer.echo(line, err=False))

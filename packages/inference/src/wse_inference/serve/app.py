@@ -35,6 +35,7 @@ from wse_core.errors import WseError
 
 from wse_inference.engine import Engine, SamplingParams
 from wse_inference.serve.admission import RequestLimits
+from wse_inference.serve.cors import CorsConfig
 from wse_inference.serve.http_protocol import protocol_for
 from wse_inference.serve.metrics import ServeMetrics
 from wse_inference.serve.routes import build_app
@@ -56,6 +57,7 @@ class ServeConfig:
     # vLLM's --chat-template-content-format: "auto", "string" or "openai" (see chat_template)
     chat_template_content_format: str = "auto"
     limits: RequestLimits = RequestLimits()  # body size, JSON depth, stop strings (both APIs)
+    cors: CorsConfig = CorsConfig()  # vLLM's --allowed-origins and the rest, its defaults
 
 
 def _freeze_startup_objects() -> None:
@@ -100,6 +102,7 @@ class Server:
             chat_template=config.chat_template,
             content_format=config.chat_template_content_format,
             limits=config.limits,
+            cors=config.cors,
         )
         self._sock = socket.create_server((config.host, config.port), backlog=2048)
         self.http_url = f"http://{config.host}:{self._sock.getsockname()[1]}"

@@ -7,7 +7,9 @@
   Cerebras' `time_info` from them;
 - `StreamEvent`: new text and tokens (and their logprobs, if asked) of one request; the last
   event has `finish_reason` set (and `stop_reason`, vLLM's, for a stop of the request's);
-- `SchedulerObserver`: the hooks the engine thread calls on first token, tokens and finish.
+- `SchedulerObserver`: the hooks the engine thread calls on first token, tokens and finish;
+- `stop_reason(matched, sampling, eos_ids)`: vLLM's stop_reason of a "stop", from what ended it
+  and the model's EOS ids (`model_eos_ids(engine)`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from typing import Protocol
 
 from wse_inference.engine import SamplingParams, TokenLogprob
 
-__all__ = ["RequestHandle", "RequestTiming", "StreamEvent", "SchedulerObserver"]
+__all__ = [
+    "RequestHandle",
+    "RequestTiming",
+    "StreamEvent",
+    "SchedulerObserver",
+    "model_eos_ids",
+    "stop_reason",
+]
 
 
 @dataclasses.dataclass
@@ -102,3 +111,28 @@ class SchedulerObserver(Protocol):
     def on_tokens(self, handle: RequestHandle, n: int, gap_s: float) -> None: ...
 
     def on_finish(self, handle: RequestHandle, reason: str) -> None: ...
+
+
+def model_eos_ids(engine: object) -> frozenset[int]:
+    """The model's end-of-sequence ids that `engine` stops on (`sampling.with_eos`'s): the
+    engine's `eos_token_ids`, else its model's (`PipelineEngine.model`, `SpeculativeEngine`'s
+    `target`); none for an engine with neither (`MockEngine`: it has no EOS)."""
+    for owner in (engine, getattr(engine, "model", None), getattr(engine, "target", None)):
+        ids = getattr(owner, "eos_token_ids", None)
+        if ids is not None:
+            return frozenset(int(t) for t in ids)
+    return frozenset()
+
+
+def stop_reason(
+    matched: int | str | None, sampling: SamplingParams, eos_ids: frozenset[int]
+) -> int | str | None:
+    """vLLM's `stop_reason` of a request that stopped on `matched` (its text stream's stop
+    string or token id): the stop string; a token id of the request's `stop_token_ids`; None
+    for the model's EOS, also when the request lists it in `stop_token_ids`, unless it
+    ignores EOS, as vLLM's `check_stop` tests EOS before the stop ids (hunt 74: that id)."""
+    if not isinstance(matched, int):
+        return matched
+    if matched not in sampling.stop_token_ids:  # the model's EOS alone: null
+        return None
+    return None if matched in eos_ids and not sampling.ignore_eos else matched

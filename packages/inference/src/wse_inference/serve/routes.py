@@ -21,8 +21,13 @@ that disconnects cancels its request: its slot and KV cache are released before 
 engine step. The wire format lives in `wse_inference.serve.openai_request`, one request's
 answer (whole or streamed, n choices) in `wse_inference.serve.openai_response`.
 
+A response to a request from an allowed Origin carries the CORS headers of `ServeConfig.cors`
+(vLLM's `--allowed-origins` and the rest, `wse_inference.serve.cors`), errors included, and a
+CORS preflight (OPTIONS) is answered by Starlette's CORSMiddleware, not a 405; an unhandled
+error's 500 is sent by Starlette's outermost layer, outside it, without them.
+
 `build_app(scheduler, metrics, model_names=..., chat_template=..., content_format=...,
-limits=...)` returns the app over a started scheduler; `wse_inference.serve.app.Server`
+limits=..., cors=...)` returns the app over a started scheduler; `wse_inference.serve.app.Server`
 runs it under uvicorn.
 """
 
@@ -51,6 +56,7 @@ from wse_inference.serve.admission import (
     RequestLimits,
     ShuttingDownError,
 )
+from wse_inference.serve.cors import CorsConfig, add_cors
 from wse_inference.serve.generation import Generation
 from wse_inference.serve.http_body import ClientGone, read_json, refusal_response, run_off_loop
 from wse_inference.serve.metrics import CONTENT_TYPE, ServeMetrics
@@ -70,6 +76,7 @@ def build_app(
     chat_template: str | None = None,
     content_format: str = "auto",
     limits: RequestLimits = RequestLimits(),
+    cors: CorsConfig = CorsConfig(),
 ) -> FastAPI:
     """The FastAPI app over a started scheduler; see the module docstring."""
     # no /openapi.json either (hunt 58b: it described FastAPI's 422 bodies, which this server
@@ -84,6 +91,7 @@ def build_app(
     _add_generation_routes(app, scheduler, metrics, model_names, chat, limits)
     _add_tokenizer_routes(app, scheduler.engine, metrics, model_names, chat, limits)
     _add_status_routes(app, scheduler, metrics, model_names, started)
+    add_cors(app, cors)  # vLLM's: a browser's preflight and Origin answered (hunt 74)
     return app
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from wse_core.errors import WseError
 
 from wse_inference.engine import Engine, SamplingParams, TokenLogprob
+from wse_inference.serve import request as rq
 from wse_inference.serve.admission import (
     InvalidRequestError,
     QueueFullError,
@@ -92,6 +93,7 @@ class Scheduler:
         self.max_queued = max_queued
         self.limits = limits
         self.observer = observer
+        self._eos_ids = rq.model_eos_ids(engine)  # vLLM's stop_reason of an EOS: null
         self._cond = threading.Condition()
         self._waiting: collections.deque[RequestHandle] = collections.deque()
         self._active: dict[int, _Active] = {}
@@ -323,9 +325,8 @@ class Scheduler:
                 self._send(h, ev)
             return False
         text += a.stream.flush()
-        why = a.stream.stop_reason if reason == "stop" else None  # vLLM's stop_reason: the
-        if isinstance(why, int) and why not in h.sampling.stop_token_ids:  # request's stop
-            why = None  # string or token id; the model's EOS is null
+        matched = a.stream.stop_reason if reason == "stop" else None  # vLLM's stop_reason:
+        why = rq.stop_reason(matched, h.sampling, self._eos_ids)  # the model's EOS is null
         self._finish(h, reason, text=text, token_ids=tuple(tokens), logprobs=lps, prompt=prompt,
                      stop_reason=why)  # fmt: skip
         return True
