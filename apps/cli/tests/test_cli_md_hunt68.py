@@ -50,10 +50,11 @@ def _rows(output: str) -> list[list[str]]:
 @pytest.mark.parametrize(
     ("extra", "line", "temp"),
     [([], "velocities from eq.xyz (334.9 K); Nose-Hoover target 600 K (Tdamp 100 fs, LAMMPS "
-      "fix nvt tchain 1: one chain element)", "334.90000"),  # before: 600.00000, no line
+      "fix nvt tchain 3: a chain of 3 thermostats)", "334.90000"),  # before: 600.00000, no line
      (["--create-velocities", "--seed", "7"], "velocities drawn at 600 K (seed 7, zero total "
       "momentum), replacing eq.xyz's (334.9 K); Nose-Hoover target 600 K (Tdamp 100 fs, "
-      "LAMMPS fix nvt tchain 1: one chain element)", "600.00000")],
+      "LAMMPS fix nvt tchain 3: a chain of 3 thermostats)", "600.00000")],  # hunt 74: LAMMPS's
+    # default chain
     ids=["kept", "created"],
 )  # fmt: skip
 def test_a_thermostat_keeps_the_files_velocities_and_says_which(eq, cu, extra, line, temp):

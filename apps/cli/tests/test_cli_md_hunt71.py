@@ -4,7 +4,9 @@ Before: the help named "LAMMPS fix nvt" and the run said "Nose-Hoover target 600
 100 fs)". The integrator is LAMMPS's `fix nvt temp T T Tdamp tchain 1` (one thermostat), and
 plain `fix nvt` chains 3: from the same file, 200 steps reach 606.80 K under tchain 1 (which
 wse matches to every printed digit) and 218.87 K under the default chain. Now the help and
-the run's line both say "LAMMPS fix nvt ... tchain 1". The oracle is LAMMPS 29 Sep 2021's
+the run's line both say "LAMMPS fix nvt ... tchain 1". Hunt 74: the chain is --tchain, 3 by
+default as LAMMPS's (test_md_nose_hoover_chain_hunt74 matches LAMMPS_TCHAIN_3 below); the
+tchain 1 run here passes --tchain 1. The oracle is LAMMPS 29 Sep 2021's
 thermo output (`read_data` of the same structure, `pair_style eam/alloy` with the file
 `wse hpc md potential --elements Cu` writes, `timestep 0.001`, `fix 1 all nvt temp 600 600 0.1`
 with and without `tchain 1`, `thermo_modify format float %.8f`), recorded below.
@@ -50,8 +52,11 @@ def test_the_help_names_tchain_1_and_lammps_default_chain():
     def said(words: str) -> bool:
         return "".join(words.split()) in text
 
-    assert said("nose-hoover (LAMMPS fix nvt ... tchain 1: one thermostat, not LAMMPS's "
-                "default chain of 3)")  # fmt: skip
+    # hunt 74: the chain is --tchain, LAMMPS's default 3
+    assert said("nose-hoover (LAMMPS fix nvt: a chain of --tchain thermostats, 3 as LAMMPS's "
+                "default)")  # fmt: skip
+    assert said("Nose-Hoover chain length (LAMMPS fix nvt's tchain keyword, default 3; 1: a "
+                "single thermostat)")  # fmt: skip
     # --temperature-K no longer names plain "fix nvt" (LAMMPS's chain of 3) as its fix
     assert said("Thermostat target (K; Tstart = Tstop).") and not said("fix nvt / langevin")
 
@@ -60,7 +65,7 @@ def test_the_run_says_tchain_1_and_matches_lammps_tchain_1(files):
     eq, pot = files
     args = ["hpc", "md", "--structure", eq, "--potential", pot, "--thermostat", "nose-hoover",
             "--temperature-K", "600", "--damp-fs", "100", "--steps", "50", "--thermo-every",
-            "25", "--preset", "small", "--precision", "fp64"]  # fmt: skip
+            "25", "--preset", "small", "--precision", "fp64", "--tchain", "1"]  # fmt: skip
     code, out = invoke(ROOT, args)
     assert code == 0, out
     lines = out.splitlines()

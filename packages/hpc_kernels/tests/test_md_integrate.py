@@ -49,7 +49,7 @@ def test_extended_xyz_round_trip_and_ase_reads_it(tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda s: s.positions_A.__setitem__((3, 0), -0.5), "outside the box"),
+        (lambda s: s.positions_A.__setitem__((3, 0), 1e7), "outside the box"),  # past MAX_BOX_A
         (lambda s: s.positions_A.__setitem__(1, s.positions_A[0] + 0.1), "overlap"),
         (lambda s: s.symbols.__setitem__(2, "Zr"), "no parameters for Zr"),
     ],

@@ -31,7 +31,7 @@ from wse_hpc.md.zhou04 import zhou04
 WSE2 = PRESETS["wse2"]
 POT = zhou04(["Cu"], knots=100)
 PLAN = EamPlan(1, 1, (12.0, 12.0, 12.0), "float32", 1.0, (1, 1, 1, 4), 0)
-NH = Thermostat("nose-hoover", 300.0)
+NH = Thermostat("nose-hoover", 300.0, chain=1)  # one element: the hand count below (hunt 74)
 LANGEVIN = Thermostat("langevin", 300.0)
 
 # By hand from integrate._nose_hoover_fn, per half step on a PE: m v.v (mul, 2 fmac, mul);

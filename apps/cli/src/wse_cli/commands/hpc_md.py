@@ -2,9 +2,9 @@
 
 `wse hpc md (--structure in.xyz | --lattice fcc --element Cu --a 3.615 --cells NX NY NZ)
 --potential FILE [--steps N] [--dt-fs 1] [--temperature-K T] [--create-velocities]
-[--thermostat none|langevin|nose-hoover] [--damp-fs TDAMP] [--seed S] [--out traj.xyz]
-[--thermo-every K] [--json]` (a thermostat needs its --temperature-K, as LAMMPS's fix
-langevin / nvt need Tstart) prints one line saying where the velocities come from, then
+[--thermostat none|langevin|nose-hoover] [--damp-fs TDAMP] [--tchain M] [--seed S] [--out
+traj.xyz] [--thermo-every K] [--json]` (a thermostat needs its --temperature-K, as LAMMPS's
+fix langevin / nvt need Tstart) prints one line saying where the velocities come from, then
 LAMMPS-style thermo rows and a closing `Performance:` line, with the predicted wafer rate
 next to it; `--steps 0` evaluates energies and forces and writes them to `--out`.
 
@@ -37,6 +37,8 @@ import typer
 
 from wse_cli import multiprocess
 from wse_cli.commands.hpc_md_inputs import (
+    TCHAIN,
+    THERMOSTATS,
     MdGroup,
     check_bath,
     check_out_name,
@@ -53,11 +55,6 @@ from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 app = typer.Typer(
     cls=MdGroup, help="EAM molecular dynamics, one atom per PE.", invoke_without_command=True
 )
-
-
-# hunt 71: "LAMMPS fix nvt" alone reads as its default chain of 3; the integrator holds one
-THERMOSTATS = ("none (NVE) | langevin (LAMMPS fix langevin) | nose-hoover (LAMMPS fix nvt ... "
-               "tchain 1: one thermostat, not LAMMPS's default chain of 3)")  # fmt: skip
 
 
 @app.callback()
@@ -130,6 +127,7 @@ def md(
         le=10**10,  # an int: the help reads 10000000000, not 10000000000.0
         unit="fs",
     ),
+    tchain: int = TCHAIN,
     seed: int = number(0, "--seed", help="Seed of drawn velocities and of Langevin noise.", **SEED),
     out: Path = output_file(
         None,
@@ -185,7 +183,7 @@ def md(
     cfg = MdConfig(
         steps=steps,
         dt_fs=dt_fs,
-        thermostat=Thermostat(thermostat, temperature_k or 0.0, damp_fs),  # NVE: no target
+        thermostat=Thermostat(thermostat, temperature_k or 0.0, damp_fs, tchain),  # NVE: no T
         temperature_K=temperature_k if draw else None,  # LAMMPS's `velocity all create`
         thermo_every=thermo_every,
         seed=seed,

@@ -1,9 +1,9 @@
 """`wse hpc md`'s inputs checked against each other before anything runs: the thermostat's
-options (`check_bath`), a second file after --potential (`MdGroup`), the --out name
-(`check_out_name`), the structure (`read_structure`: a file or a --lattice crystal, sized
-against the wafer and the host) and where the velocities come from (`check_velocities`).
-Each refusal is one line (`fail`, exit 2); NumPy only, so they come before JAX's import
-(hunt 57)."""
+options (declared: `THERMOSTATS`, `TCHAIN`; checked: `check_bath`), a second file after
+--potential (`MdGroup`), the --out name (`check_out_name`), the structure (`read_structure`:
+a file or a --lattice crystal, sized against the wafer and the host) and where the
+velocities come from (`check_velocities`). Each refusal is one line (`fail`, exit 2); NumPy
+only, so they come before JAX's import (hunt 57)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from pathlib import Path
 import typer
 
 from wse_cli.errors import WseGroup, fail
-from wse_cli.options import typed
+from wse_cli.options import number, typed
 
 __all__ = [
+    "THERMOSTATS",
+    "TCHAIN",
     "MdGroup",
     "check_bath",
     "check_out_name",
@@ -23,6 +25,21 @@ __all__ = [
     "read_potential_for",
     "read_structure",
 ]
+
+
+# hunt 71: "LAMMPS fix nvt" alone was read as its default chain of 3 while the integrator held
+# one; hunt 74: the chain is --tchain, 3 by default as LAMMPS's
+THERMOSTATS = ("none (NVE) | langevin (LAMMPS fix langevin) | nose-hoover (LAMMPS fix nvt: "
+               "a chain of --tchain thermostats, 3 as LAMMPS's default)")  # fmt: skip
+TCHAIN = number(
+    3,
+    "--tchain",
+    help="Nose-Hoover chain length (LAMMPS fix nvt's tchain keyword, default 3; 1: a single "
+    "thermostat). A --out frame carries the chain; continue it with the same --tchain.",
+    kind=int,
+    ge=1,
+    le=100,  # wse_hpc.md.integrate.MAX_CHAIN: the chain unrolls into the step
+)
 
 
 class MdGroup(WseGroup):
@@ -47,6 +64,8 @@ def check_bath(ctx: typer.Context, thermostat: str, temperature_k: float | None)
         fail(f"--thermostat {thermostat} needs --temperature-K (its target)")
     if thermostat == "none" and typed(ctx, "damp_fs"):
         fail("--damp-fs applies to --thermostat langevin or nose-hoover")
+    if thermostat != "nose-hoover" and typed(ctx, "tchain"):
+        fail(f"--tchain applies to --thermostat nose-hoover (LAMMPS fix nvt), not {thermostat}")
 
 
 def read_structure(path, lattice, element, a, cells, dtype, spec, notes=None):

@@ -1,18 +1,18 @@
 """EAM molecular dynamics on the wafer, one atom per PE (Santos et al., SC24).
 
-Modules: `potentials` (LAMMPS funcfl / setfl / fs files, LAMMPS's splines;
-`potential_format`: the files' text layer), `zhou04` (potentials generated from Zhou,
-Johnson & Wadley 2004), `lattice` (structures, crystals), `xyz` (extended XYZ), `mapping`
-(atoms -> PEs: the tile map), `state` (`Atoms`, `Bath`, `MdState` pytrees), `eam` (the wafer
-kernel), `neighbours` (per-PE candidate lists over the window: splines only within cutoff + skin;
-`neighbours.build`: the build kernel and the lists' static `ListSpec`; `neighbour_plan` sizes them
-on the host), `integrate` (`nve`, `nvt_langevin`, `nvt_nose_hoover` -> (init_fn, step_fn);
-Maxwell–Boltzmann), `thermo` (LAMMPS-style output), `config` (`MdConfig`), `simulate` (the
-shell: `run_md` -> `MdResult`, whose `.report` is the run's `RunReport`), `reference`
-(NumPy all-pairs oracle), `perf` (the wafer performance model, by mechanism; `pe_program`:
-the PE's instructions and the rebuild cadence), `samples` (Santos et al.'s 801,792-atom
-crystals and their plans), `experiments` (`santos24-md`), `lammps` (running `lmp` for checks
-and benchmarks).
+Modules: `potentials` (LAMMPS funcfl / setfl / fs files, LAMMPS's splines; `potential_format`:
+the files' text layer), `zhou04` (potentials generated from Zhou, Johnson & Wadley 2004),
+`lattice` (structures, crystals), `xyz` (extended XYZ), `mapping` (atoms -> PEs: the tile map),
+`state` (`Atoms`, `Bath`, `MdState` pytrees), `eam` (the wafer kernel), `neighbours` (per-PE
+candidate lists over the window: splines only within cutoff + skin; `neighbours.build`: the
+build kernel and the lists' static `ListSpec`; `neighbour_plan` sizes them on the host),
+`integrate` (`nve`, `nvt_langevin`, `nvt_nose_hoover` -> (init_fn, step_fn); Maxwell–Boltzmann;
+`nose_hoover`: LAMMPS's Nosé–Hoover chain, tchain 3 by default), `thermo` (LAMMPS-style output),
+`config` (`MdConfig`), `simulate` (the shell: `run_md` -> `MdResult`, whose `.report` is the
+run's `RunReport`), `reference` (NumPy all-pairs oracle), `perf` (the wafer performance model,
+by mechanism; `pe_program`: the PE's instructions and the rebuild cadence), `samples` (Santos et
+al.'s 801,792-atom crystals and their plans), `experiments` (`santos24-md`), `lammps` (running
+`lmp` for checks and benchmarks).
 """
 
 import importlib

@@ -15,12 +15,15 @@ per component, u uniform per PE from `key`), half kick [Nosé–Hoover half step
 is the step's force evaluation (its overflow flag: the shell re-plans).
 `integrator(thermostat, ...)` picks the factory a `Thermostat` names.
 
-Nosé–Hoover is LAMMPS's `fix nvt temp T T Tdamp tchain 1`: one thermostat variable with
-velocity xi (1/ps) and position eta, mass Q = Nf kB T Tdamp^2 (Nf = 3N - 3), integrated by the
-symmetric Trotter split of `FixNH::nhc_temp_integrate` (xi += dt/4 G; v *= exp(-xi dt/2);
-eta += xi dt/2; xi += dt/4 G with G = (2 KE - Nf kB T) / Q) around the velocity-Verlet step.
-The kinetic energy is a fabric reduction over the PEs. The conserved quantity is etotal +
-`bath_energy(bath, thermostat, n_atoms)` (LAMMPS `ecouple` = Nf kB T eta + Q xi^2 / 2).
+Nosé–Hoover is LAMMPS's `fix nvt temp T T Tdamp tchain M`: a chain of M thermostats
+(`Thermostat.chain`, 3 by default as LAMMPS's; 1: one thermostat variable), velocities xi
+(1/ps) and positions eta, masses Q_0 = Nf kB T Tdamp^2 (Nf = 3N - 3) and Q_k = kB T Tdamp^2,
+integrated by the symmetric Trotter split of `FixNH::nhc_temp_integrate` around the
+velocity-Verlet step (`wse_hpc.md.nose_hoover.chain_half`; with M = 1: xi += dt/4 G;
+v *= exp(-xi dt/2); eta += xi dt/2; xi += dt/4 G with G = (2 KE - Nf kB T) / Q). The kinetic
+energy is a fabric reduction over the PEs; the chain is a few scalars every PE updates alike.
+The conserved quantity is etotal + `bath_energy(bath, thermostat, n_atoms)` (LAMMPS
+`ecouple`, `nose_hoover.chain_energy`).
 """
 
 from __future__ import annotations
@@ -34,11 +37,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core import fabric
-from wse_core.errors import WseError
+from wse_core.errors import WseError, require_int
 from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md.eam import EamFns, EamOutput, Geometry
 from wse_hpc.md.neighbours import ListFns, Neighbours
+from wse_hpc.md.nose_hoover import (
+    TCHAIN_DEFAULT,
+    ChainMasses,
+    chain_energy,
+    chain_half,
+    chain_masses,
+)
 from wse_hpc.md.state import Atoms, Bath, MdState
 
 __all__ = [
@@ -65,11 +75,13 @@ NKTV2P = 1.6021765e6  # eV / A^3 -> bar
 @dataclasses.dataclass(frozen=True)
 class Thermostat:
     """`kind` "none" (NVE), "langevin" or "nose-hoover" at `temperature_K` with damping time
-    `damp_fs` (LAMMPS's `damp` of fix langevin, `Tdamp` of fix nvt)."""
+    `damp_fs` (LAMMPS's `damp` of fix langevin, `Tdamp` of fix nvt); `chain`: the
+    Nosé–Hoover chain's length (LAMMPS's `tchain`, default 3; 1: a single thermostat)."""
 
     kind: str = "none"
     temperature_K: float = 0.0
     damp_fs: float = 100.0
+    chain: int = TCHAIN_DEFAULT
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -80,9 +92,12 @@ class Thermostat:
             raise WseError("langevin needs --temperature-K >= 0 and a positive damping time")
         if self.kind == "nose-hoover" and not (self.temperature_K > 0 and self.damp_fs > 0):
             raise WseError("nose-hoover needs --temperature-K > 0 and a positive Tdamp")
+        what = "the Nose-Hoover chain length (--tchain, LAMMPS's tchain)"
+        require_int(what, self.chain, 1, MAX_CHAIN)
 
 
 KINDS = ("none", "langevin", "nose-hoover")
+MAX_CHAIN = 100  # a chain unrolls into the step (LAMMPS's users run 1 to ~10)
 
 
 class InitFn(Protocol):
@@ -177,8 +192,10 @@ def _verlet(
     lists: ListFns | None,
     half_fn: HalfFn | None = None,
     noise_fn: NoiseFn | None = None,
+    chain: int = 1,
 ) -> IntegratorFns:
-    """Velocity Verlet with a thermostat's hooks (see the module docstring)."""
+    """Velocity Verlet with a thermostat's hooks (see the module docstring); `chain`: the
+    bath's length."""
     masses_np = np.asarray(masses_amu, dtype=np.float64)
     inv_masses_np = 1.0 / masses_np
     forces = _full_window(fns) if lists is None else _listed(fns, lists)
@@ -187,7 +204,7 @@ def _verlet(
         nbrs, out = forces.first(atoms, geo)
         dtype = atoms.position.dtype
         return MdState(
-            atoms._replace(force=out.forces.astype(dtype)), Bath.at_rest(dtype), nbrs, out
+            atoms._replace(force=out.forces.astype(dtype)), Bath.at_rest(dtype, chain), nbrs, out
         )
 
     def step_fn(state: MdState, geo: Geometry, key: jax.Array) -> MdState:
@@ -259,36 +276,31 @@ def nvt_langevin(
     return _verlet(fns, masses_amu, dt_ps, lists, noise_fn=noise_fn)
 
 
-def _nh_mass(temperature_K: float, damp_fs: float, n_atoms: int) -> tuple[float, float]:
-    """(Nf kB T, Q) in eV and eV ps^2 for LAMMPS's fix nvt (t_freq = 1 / Tdamp)."""
-    ke_target = max(3 * n_atoms - 3, 1) * BOLTZ_EV_K * temperature_K
-    return ke_target, ke_target * (damp_fs / 1000.0) ** 2
+def _nh_masses(thermostat: Thermostat, n_atoms: int) -> ChainMasses:
+    """LAMMPS's fix nvt masses of `thermostat`'s chain for `n_atoms` atoms."""
+    t, damp = thermostat.temperature_K, thermostat.damp_fs
+    return chain_masses(t, damp, n_atoms, thermostat.chain, BOLTZ_EV_K)
 
 
 def bath_energy(bath: Bath, thermostat: Thermostat, n_atoms: int) -> float:
-    """LAMMPS's `ecouple` of fix nvt (eV): Nf kB T eta + Q xi^2 / 2; 0 without Nosé–Hoover."""
+    """LAMMPS's `ecouple` of fix nvt (eV, `nose_hoover.chain_energy`); 0 without Nosé–Hoover."""
     if thermostat.kind != "nose-hoover":
         return 0.0
-    xi, eta = (float(np.asarray(v, dtype=np.float64)) for v in bath)
-    ke_target, q = _nh_mass(thermostat.temperature_K, thermostat.damp_fs, n_atoms)
-    return ke_target * eta + 0.5 * q * xi * xi
+    xi, eta = (np.asarray(v, dtype=np.float64).reshape(-1) for v in bath)
+    return chain_energy(xi, eta, _nh_masses(thermostat, n_atoms))
 
 
-def _nose_hoover_fn(wafer: Wafer, ke_target: float, q: float, dt_ps: float) -> HalfFn:
-    """FixNH::nhc_temp_integrate with one chain element: a symmetric half step of the bath,
-    the velocities scaled by exp(-xi dt / 2). 2 KE is one fabric sum over the PEs."""
+def _nose_hoover_fn(wafer: Wafer, masses_nh: ChainMasses, dt_ps: float) -> HalfFn:
+    """FixNH::nhc_temp_integrate: a symmetric half step of the chain (`chain_half`), the
+    velocities scaled by exp(-xi_0 dt / 2). 2 KE is one fabric sum over the PEs."""
 
     def half_fn(atoms: Atoms, bath: Bath, masses: jax.Array) -> tuple[Atoms, Bath]:
         m = _per_species(atoms, masses)[..., 0]
         held = atoms.species >= 0
         vv = jnp.sum(atoms.velocity**2, axis=-1)
         ke2 = MVV2E * fabric.reduce(wafer, jnp.where(held, m * vv, 0.0), "sum")  # 2 KE, eV
-        xi = bath.xi + 0.25 * dt_ps * (ke2 - ke_target) / q
-        scale = jnp.exp(-0.5 * dt_ps * xi)
+        xi, eta, scale = chain_half(bath.xi, bath.eta, ke2, masses_nh, dt_ps)
         atoms = atoms._replace(velocity=atoms.velocity * scale.astype(atoms.velocity.dtype))
-        ke2 = ke2 * scale * scale
-        eta = bath.eta + 0.5 * dt_ps * xi
-        xi = xi + 0.25 * dt_ps * (ke2 - ke_target) / q
         return atoms, Bath(xi.astype(bath.xi.dtype), eta.astype(bath.eta.dtype))
 
     return half_fn
@@ -299,21 +311,21 @@ def nvt_nose_hoover(
     masses_amu: Sequence[float],
     dt_fs: float,
     *,
-    temperature_K: float,
-    damp_fs: float,
+    thermostat: Thermostat,
     n_atoms: int,
     wafer: Wafer,
     lists: ListFns | None = None,
 ) -> IntegratorFns:
-    """Velocity Verlet inside LAMMPS's `fix nvt temp T T Tdamp tchain 1` (the module
-    docstring); `n_atoms` sets the degrees of freedom, `wafer` the kinetic-energy sum."""
-    Thermostat("nose-hoover", temperature_K, damp_fs)  # its checks
+    """Velocity Verlet inside LAMMPS's `fix nvt temp T T Tdamp tchain M` (the module
+    docstring) with `thermostat`'s target T, Tdamp and chain M (`Thermostat.chain`, LAMMPS's
+    default 3); `n_atoms` sets the degrees of freedom, `wafer` the kinetic-energy sum."""
+    if thermostat.kind != "nose-hoover":
+        raise WseError(f"nvt_nose_hoover needs a nose-hoover thermostat, got {thermostat.kind!r}")
     if n_atoms < 2:
         raise WseError("nose-hoover needs at least 2 atoms")
     dt_ps = _dt_ps(dt_fs)
-    ke_target, q = _nh_mass(temperature_K, damp_fs, n_atoms)
-    half_fn = _nose_hoover_fn(wafer, ke_target, q, dt_ps)
-    return _verlet(fns, masses_amu, dt_ps, lists, half_fn=half_fn)
+    half_fn = _nose_hoover_fn(wafer, _nh_masses(thermostat, n_atoms), dt_ps)
+    return _verlet(fns, masses_amu, dt_ps, lists, half_fn=half_fn, chain=thermostat.chain)
 
 
 def integrator(
@@ -335,14 +347,7 @@ def integrator(
             fns, masses_amu, dt_fs, temperature_K=t, damp_fs=damp, wafer=wafer, lists=lists
         )
     return nvt_nose_hoover(
-        fns,
-        masses_amu,
-        dt_fs,
-        temperature_K=t,
-        damp_fs=damp,
-        n_atoms=n_atoms,
-        wafer=wafer,
-        lists=lists,
+        fns, masses_amu, dt_fs, thermostat=thermostat, n_atoms=n_atoms, wafer=wafer, lists=lists
     )
 
 

@@ -47,7 +47,9 @@ class Structure:
     forces_eV_A: np.ndarray | None = None
     energies_eV: np.ndarray | None = None
     masses_amu: np.ndarray | None = None  # (N,): the run's, or a file's masses column
-    info: dict[str, float] = dataclasses.field(default_factory=dict)  # as ASE's Atoms.info
+    info: dict[str, float | tuple[float, ...]] = dataclasses.field(
+        default_factory=dict
+    )  # as ASE's Atoms.info
 
     @property
     def num_atoms(self) -> int:

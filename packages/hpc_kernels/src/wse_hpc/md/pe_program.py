@@ -64,6 +64,7 @@ __all__ = [
     "SWAP",
     "EXP_SCALAR",
     "NOSE_HOOVER_HALF",
+    "NOSE_HOOVER_LINK",
     "LANGEVIN_UNIFORMS",
     "LANGEVIN_FORCE",
     "UNIFORM_SCALAR",
@@ -134,13 +135,22 @@ SWAP = {"sub": 2}
 # (shift, add)
 EXP_SCALAR = {"mul": 1, "convert": 2, "fmac": 1 + 6, "shift": 1, "add": 1}
 # one Nosé–Hoover half step (`integrate._nose_hoover_fn`, LAMMPS FixNH::nhc_temp_integrate,
-# one chain element), around the kinetic-energy sum `thermostat_perf` prices: before it the
+# the chain's first element), around the kinetic-energy sum `thermostat_perf` prices: before it the
 # PE's term m v.v (mul, 2 fmac, mul); after it 2 KE = mvv2e sum (mul), xi += dt/4 (2 KE -
 # Nf kB T) / Q (sub, fmac), the argument -dt/2 xi (mul) and its exp, v *= scale (3 mul),
 # 2 KE *= scale^2 (2 mul), eta += dt/2 xi (fmac), xi's second quarter step (sub, fmac)
 NOSE_HOOVER_HALF = {
     "kinetic": {"mul": 2, "fmac": 2},
     "bath": {"mul": 1 + 1 + 3 + 2, "sub": 2, "fmac": 3},
+    "exp": EXP_SCALAR,
+}
+# what each further element k of a chain (LAMMPS tchain M: M - 1 of them, `nose_hoover.
+# chain_half`) adds to a half step: the factor exp(-dt/8 xi_k) of element k - 1 (mul and
+# its exp), which that element's two kicks multiply in before and after (4 mul); element
+# k's own two kicks, each its force Q_{k-1} xi_{k-1}^2 - kB T (2 mul, sub), times dt/4 / Q_k
+# (mul) added to xi_k (fmac); and eta_k += dt/2 xi_k (fmac)
+NOSE_HOOVER_LINK = {
+    "bath": {"mul": 1 + 4 + 2 * (2 + 1), "sub": 2, "fmac": 2 + 1},
     "exp": EXP_SCALAR,
 }
 # Langevin (`integrate._langevin_fn`, LAMMPS fix langevin): 3 uniform numbers per atom per

@@ -11,6 +11,7 @@ MIN_PES_PER_DEVICE PEs). `wse_hpc.md.simulate.run_md` starts with them."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -21,7 +22,7 @@ from wse_core.hw.wafer import Wafer, build_wafer
 from wse_hpc.md import mapping, plan_cache
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.integrate import maxwell_boltzmann
-from wse_hpc.md.lattice import Structure, check_structure, closest_pair
+from wse_hpc.md.lattice import Structure, check_structure, closest_pair, wrap_into_box
 from wse_hpc.md.potentials import EamPotential
 from wse_hpc.md.state import Bath
 from wse_hpc.md.thermo import kinetic
@@ -49,6 +50,19 @@ def _stored_closest_pair(x: np.ndarray, box: np.ndarray):
     return plan_cache.cached("pair", (x, box), functools.partial(closest_pair, x, box))
 
 
+def in_box(structure: Structure) -> Structure:
+    """`structure` with its atoms outside the periodic box [0, L) at their images inside
+    (`lattice.wrap_into_box`, as LAMMPS remaps atoms on read_data and at a run's start, and
+    as `wse hpc md` reads a file; hunt 74: the API refused what the CLI ran), a copy when any
+    moved: the caller's structure is left as given."""
+    x, box = structure.positions_A, structure.box_A
+    if not np.any((x < 0) | (x >= box)):  # NaN and a bad box: `check_box`'s refusals
+        return structure
+    moved = dataclasses.replace(structure, positions_A=np.array(x, dtype=np.float64))
+    wrap_into_box(moved)
+    return moved
+
+
 def prepare(structure: Structure, pot: EamPotential, config: MdConfig):
     check_structure(structure, pair_fn=_stored_closest_pair)  # `config`: `check_config` first
     bath = config.thermostat
@@ -73,20 +87,37 @@ def start_bath(structure: Structure, config: MdConfig) -> Bath | None:
     """The Nosé–Hoover bath (xi, eta) the structure's frame carries (`Structure.info`, from
     the --out of the run that made it), for a Nosé–Hoover run that keeps its velocities, so
     the run goes on as if never stopped (hunt 68: the bath started at rest); else None (at
-    rest, as LAMMPS's fix nvt starts without a restart file)."""
+    rest, as LAMMPS's fix nvt starts without a restart file). A bath of another chain length
+    than `config.thermostat.chain` is a WseError naming the --tchain that continues it."""
     kept = config.temperature_K is None and structure.velocities_A_ps is not None
     if config.thermostat.kind != "nose-hoover" or not kept:
         return None
     if not all(k in structure.info for k in NOSE_HOOVER_KEYS):
         return None
-    xi, eta = (np.asarray(structure.info[k], dtype=config.dtype) for k in NOSE_HOOVER_KEYS)
+    xi, eta = (
+        np.atleast_1d(np.asarray(structure.info[k], dtype=config.dtype)) for k in NOSE_HOOVER_KEYS
+    )
+    if xi.size != config.thermostat.chain:
+        raise WseError(
+            f"the structure carries a Nose-Hoover chain of {xi.size} (its run's --tchain) and "
+            f"this run's is {config.thermostat.chain}: give --tchain {xi.size} to continue that "
+            "run, or --create-velocities to start a new one"
+        )
     return Bath(xi, eta)
 
 
 _BATH_NAMES = {"langevin": ("Langevin", "damp"), "nose-hoover": ("Nose-Hoover", "Tdamp")}
-# what the bath is in LAMMPS's words: the integrator is `fix nvt ... tchain 1`, and plain
-# `fix nvt` (a chain of 3) gives a very different run (hunt 71: 218.9 K against 606.8 K)
-_BATH_LAMMPS = {"nose-hoover": ", LAMMPS fix nvt tchain 1: one chain element"}
+
+
+def _bath_lammps(thermostat) -> str:
+    """What the bath is in LAMMPS's words: `fix nvt ... tchain M` (hunt 71: tchain 1 and the
+    default chain of 3 give very different runs, 606.8 K against 218.9 K)."""
+    if thermostat.kind != "nose-hoover":
+        return ""
+    m = thermostat.chain
+    return f", LAMMPS fix nvt tchain {m}: " + (
+        "one chain element" if m == 1 else f"a chain of {m} thermostats"
+    )
 
 
 def start_line(
@@ -94,8 +125,8 @@ def start_line(
 ) -> str:
     """Where the run's velocities come from (drawn, the structure's, or none) and the
     thermostat's target, in one line (`source` names the structure): "velocities from
-    t.xyz (334.9 K); Nose-Hoover target 600 K (Tdamp 100 fs, LAMMPS fix nvt tchain 1: one
-    chain element)"."""
+    t.xyz (334.9 K); Nose-Hoover target 600 K (Tdamp 100 fs, LAMMPS fix nvt tchain 3: a
+    chain of 3 thermostats)"."""
     vel, t_set = structure.velocities_A_ps, config.temperature_K
     masses = np.asarray(pot.masses_amu)[structure.species(pot.elements)]
     with np.errstate(over="ignore", invalid="ignore"):  # `prepare` refuses what overflows
@@ -106,14 +137,14 @@ def start_line(
     elif t_file is not None:
         line = f"velocities from {source} ({t_file:.1f} K)"
         if (bath := start_bath(structure, config)) is not None:
-            xi, eta = (float(v) for v in bath)
-            line += f" and its Nose-Hoover bath (xi {xi:.6g} 1/ps, eta {eta:.6g})"
+            xi, eta = (" ".join(f"{float(x):.6g}" for x in v) for v in bath)
+            line += f" and its Nose-Hoover bath (xi {xi} 1/ps, eta {eta})"
     else:
         line = f"velocities zero: {source} has none"
     bath = config.thermostat
     if bath.kind in _BATH_NAMES:
         name, damp = _BATH_NAMES[bath.kind]
-        lammps = _BATH_LAMMPS.get(bath.kind, "")
+        lammps = _bath_lammps(bath)
         line += f"; {name} target {bath.temperature_K:g} K ({damp} {bath.damp_fs:g} fs{lammps})"
     return line
 

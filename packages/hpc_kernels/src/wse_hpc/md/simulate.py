@@ -1,7 +1,9 @@
 """The MD shell: plan the wafer, map atoms, run jitted chunks of steps, re-plan on overflow.
 
 Contract: `run_md(structure, pot, config)` validates the input (the settings first,
-`run_setup.check_config`; atoms in the box, no overlaps, elements known to the potential),
+`run_setup.check_config`; atoms outside the periodic box put at their images inside, on a
+copy, as LAMMPS and the CLI do, `run_setup.in_box`; no overlaps, elements known to the
+potential),
 runs a float64 config in JAX's 64-bit mode (`x64_for`, as the CLI's fp64 runs), builds a
 wafer of one atom per PE (`config.grid` or `choose_grid`; without `config.mesh_shape` on at
 most one device per MIN_PES_PER_DEVICE PEs), maps the atoms with the tile map (`rewrap`,
@@ -61,6 +63,7 @@ from wse_hpc.md.run_setup import (
     EXPLODED_TEMPERATURE_K,
     MIN_PES_PER_DEVICE,
     check_config,
+    in_box,
     md_wafer,
     prepare,
     start_bath,
@@ -172,6 +175,7 @@ def run_md(
 
 
 def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
+    structure = in_box(structure)  # as the CLI's read and LAMMPS's run (hunt 74)
     species, masses, vel = prepare(structure, pot, config)
     if config.rebuild_every is None:
         every = initial_every(vel, config.skin_A, config.dt_fs)
@@ -277,7 +281,9 @@ def _frame(wafer, pot, n, box, masses_amu, config: MdConfig, state: MdState) -> 
     s = state_structure(wafer, state, pot, n, box)
     s.masses_amu = np.asarray(masses_amu, dtype=np.float64)
     if config.thermostat.kind == "nose-hoover":
-        bath = (float(np.asarray(v)) for v in state.bath)  # xi, eta
+        xi, eta = (np.asarray(v, dtype=np.float64).reshape(-1) for v in state.bath)
+        # one thermostat: a number a key, as before; a chain: its values, quoted on the line
+        bath = (float(v[0]) if v.size == 1 else tuple(map(float, v)) for v in (xi, eta))
         s.info = dict(zip(NOSE_HOOVER_KEYS, bath, strict=True))
     return s
 

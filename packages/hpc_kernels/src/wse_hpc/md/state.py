@@ -5,10 +5,11 @@ every wafer field): unwrapped positions (A), velocities (A/ps), forces (eV/A), s
 index (int32, -1 on an empty PE) and atom id (int32). `Atoms.of(record)` reads
 `wse_hpc.md.mapping`'s packed `(rows, cols, NFIELDS)` record (the host's layout, and the
 message one swap moves between PEs) and `Atoms.record()` writes it; both are exact.
-`Bath` is the Nosé–Hoover variable (zeros for the other integrators). `MdState` is what an
-integrator's `init_fn` returns and its `step_fn` carries (`wse_hpc.md.integrate`): the atoms,
-the bath, the neighbour lists (None for the full-window kernel) and the last force
-evaluation (`EamOutput`: per-atom energy, virial, and the overflow flag the shell acts on).
+`Bath` is the Nosé–Hoover chain (`wse_hpc.md.nose_hoover`; zeros for the other
+integrators). `MdState` is what an integrator's `init_fn` returns and its `step_fn` carries
+(`wse_hpc.md.integrate`): the atoms, the bath, the neighbour lists (None for the
+full-window kernel) and the last force evaluation (`EamOutput`: per-atom energy, virial,
+and the overflow flag the shell acts on).
 The Protocols type the functions `EamFns` (`eam`) and `ListFns` (`neighbours`) hold.
 """
 
@@ -69,12 +70,12 @@ class Atoms(NamedTuple):
 
 
 class Bath(NamedTuple):
-    xi: jax.Array  # () 1/ps: the thermostat's velocity
-    eta: jax.Array  # (): its position
+    xi: jax.Array  # (M,) 1/ps: the chain's velocities (element 0 acts on the atoms)
+    eta: jax.Array  # (M,): their positions
 
     @classmethod
-    def at_rest(cls, dtype=jnp.float32) -> Bath:
-        return cls(jnp.zeros((), dtype), jnp.zeros((), dtype))
+    def at_rest(cls, dtype=jnp.float32, chain: int = 1) -> Bath:
+        return cls(jnp.zeros((chain,), dtype), jnp.zeros((chain,), dtype))
 
 
 class MdState(NamedTuple):

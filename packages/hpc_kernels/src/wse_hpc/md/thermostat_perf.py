@@ -7,13 +7,16 @@ Contract: `bath_phases(spec, wafer, thermostat)` -> the phases one step adds (no
 which for Langevin shows the rate of `step` (the priced step's phases) at both ends of the
 assumed generator's sweep (`UNIFORM`), its Langevin phase repriced at each.
 
-- Nosé–Hoover (LAMMPS `fix nvt`, one chain element): each of the step's two half steps sums
-  2 KE over the PEs (`fabric.reduce` in `integrate._nose_hoover_fn`) and every PE needs the
-  sum: one fp32 allreduce of one word over the run's PE grid, priced as every allreduce of
-  the stack is (`wse_core.cost.collectives.allreduce_2d`, Luczynski et al.'s model, with the
-  dead PEs' detours on its slowest path, `rectangle_allreduce_detour_hops`, as
-  `wse_hpc.fields.perf` prices its CG dots); then the bath's update and the velocities'
-  scale, scalar (`pe_program.NOSE_HOOVER_HALF`), in the task the sum's arrival activates.
+- Nosé–Hoover (LAMMPS `fix nvt ... tchain M`, M = `Thermostat.chain`, LAMMPS's default 3):
+  each of the step's two half steps sums 2 KE over the PEs (`fabric.reduce` in
+  `integrate._nose_hoover_fn`) and every PE needs the sum: one fp32 allreduce of one word
+  over the run's PE grid, priced as every allreduce of the stack is
+  (`wse_core.cost.collectives.allreduce_2d`, Luczynski et al.'s model, with the dead PEs'
+  detours on its slowest path, `rectangle_allreduce_detour_hops`, as `wse_hpc.fields.perf`
+  prices its CG dots); then the bath's update and the velocities' scale, scalar
+  (`pe_program.NOSE_HOOVER_HALF`, and `NOSE_HOOVER_LINK` for each of the chain's M - 1
+  further elements: every PE updates the whole chain alike, no more sums), in the task the
+  sum's arrival activates.
 - Langevin (LAMMPS `fix langevin`): 3 uniform numbers per atom per step and the force terms
   (`pe_program.LANGEVIN_FORCE`), scalar, in the kick's task (no task of their own, no
   fabric). The SDK documents no random-number instruction, so a number is priced as an
@@ -35,6 +38,7 @@ from wse_hpc.md.pe_program import (
     LANGEVIN_FORCE,
     LANGEVIN_UNIFORMS,
     NOSE_HOOVER_HALF,
+    NOSE_HOOVER_LINK,
     UNIFORM_SCALAR,
     scalar_count,
 )
@@ -45,6 +49,7 @@ __all__ = [
     "UNIFORM_INSTRUCTIONS",
     "NOSE_HOOVER_SUMS",
     "kinetic_sum_work",
+    "half_instructions",
     "bath_phases",
     "swept_rate",
     "bath_assumption",
@@ -76,6 +81,12 @@ def kinetic_sum_work(spec: WaferSpec, wafer: Wafer) -> Work:
     return allreduce_2d(PerfModel(spec).rates, rows, cols, 1) + detour
 
 
+def half_instructions(thermostat: Thermostat) -> float:
+    """Scalar instructions of one Nosé–Hoover half step on a PE, its chain's included."""
+    links = thermostat.chain - 1
+    return scalar_count(NOSE_HOOVER_HALF) + links * scalar_count(NOSE_HOOVER_LINK)
+
+
 def bath_phases(
     spec: WaferSpec,
     wafer: Wafer,
@@ -86,7 +97,7 @@ def bath_phases(
     """The phases `thermostat` adds to one step on the busiest PE (the module docstring);
     `uniform_instructions`: scalar instructions per uniform number (`UNIFORM`)."""
     if thermostat.kind == "nose-hoover":
-        half = Work(scalar_instructions=scalar_count(NOSE_HOOVER_HALF), task_activations=1.0)
+        half = Work(scalar_instructions=half_instructions(thermostat), task_activations=1.0)
         return (
             Phase("nose_hoover_sum", kinetic_sum_work(spec, wafer), repeat=NOSE_HOOVER_SUMS),
             Phase("nose_hoover", half, repeat=NOSE_HOOVER_SUMS),
@@ -131,10 +142,11 @@ def bath_assumption(
     if thermostat.kind != "nose-hoover":
         return {"md.thermostat": "none (NVE, fix nve): no thermostat work"}
     return {
-        "md.thermostat": f"nose-hoover (fix nvt, one chain element): {NOSE_HOOVER_SUMS} "
+        "md.thermostat": f"nose-hoover (fix nvt, tchain {thermostat.chain}): {NOSE_HOOVER_SUMS} "
         "kinetic-energy sums a step, each an fp32 allreduce of 1 word over the run's PE grid "
         "(wse_core.cost.collectives.allreduce_2d, detours added), then "
-        f"{scalar_count(NOSE_HOOVER_HALF):g} scalar instructions and 1 task activation per "
+        f"{half_instructions(thermostat):g} scalar instructions and 1 task activation per "
         "half step (pe_program.NOSE_HOOVER_HALF: the bath update, an fp32 exp, the "
-        "velocities' scale); not in the released source (NVE)"
+        "velocities' scale; NOSE_HOOVER_LINK for each further chain element); not in the "
+        "released source (NVE)"
     }

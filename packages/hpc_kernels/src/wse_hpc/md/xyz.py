@@ -4,10 +4,11 @@ Each frame: the atom count; a comment line of key=value pairs with
 `Lattice="Lx 0 0 0 Ly 0 0 0 Lz"`, `Properties=species:S:1:pos:R:3[:momenta:R:3][:masses:R:1]
 [:forces:R:3][:energies:R:1]`, `pbc="T T T"`, when energies are known `energy=` (eV), and
 after a Nosé–Hoover run its bath, `nose_hoover_xi=` (1/ps) and `nose_hoover_eta=` (LAMMPS
-fix nvt's eta_dot and eta; `Structure.info`, read back so a run continued from the frame
-goes on as if never stopped); then one line per atom. Units: A, ASE's momenta, amu, eV/A,
-eV. `write_xyz` (`wse_hpc.md.xyz_write`) appends frames, each whole, or writes a new file
-(gzip for a name ending in .gz); `read_xyz` returns every frame as a `Structure` (a gzip file
+fix nvt's eta_dot and eta: one number each, or a chain's quoted, `nose_hoover_xi="x0 x1 x2"`;
+`Structure.info`, read back so a run continued from the frame goes on as if never stopped);
+then one line per atom. Units: A, ASE's momenta, amu, eV/A, eV. `write_xyz`
+(`wse_hpc.md.xyz_write`) appends frames, each whole, or writes a new file (gzip for a name
+ending in .gz); `read_xyz` returns every frame as a `Structure` (a gzip file
 is unpacked, up to the limit `xyz_bytes` of text); only orthorhombic lattices are accepted
 (a tilted one, NaN tilts too, is a WseError naming the line; the file's text, its limits
 and gzip are `xyz_text`'s); `read_frames` gives each frame with the origin its positions
@@ -330,8 +331,9 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> XyzFrame:
     return XyzFrame(structure, origin)
 
 
-def _bath_info(info: dict[str, str], where: str) -> dict[str, float]:
-    """The Nosé–Hoover bath's keys of a comment line (both or neither), as finite floats."""
+def _bath_info(info: dict[str, str], where: str) -> dict[str, float | tuple[float, ...]]:
+    """The Nosé–Hoover bath's keys of a comment line (both or neither), as finite floats:
+    one number each (a single thermostat) or a chain's, quoted, as many for both."""
     given = [k for k in NOSE_HOOVER_KEYS if k in info]
     if not given:
         return {}
@@ -341,12 +343,19 @@ def _bath_info(info: dict[str, str], where: str) -> dict[str, float]:
             f"{where}: {given[0]} without {other}: a Nose-Hoover bath needs both (a "
             "--thermostat nose-hoover run's --out writes them)"
         )
-    out = {}
+    out: dict[str, float | tuple[float, ...]] = {}
     for k in NOSE_HOOVER_KEYS:
         try:
-            out[k] = v = float(info[k])
+            values = tuple(float(v) for v in info[k].split())
         except ValueError:
-            v = math.nan
-        if not math.isfinite(v):
+            values = (math.nan,)
+        if not values or not all(math.isfinite(v) for v in values):
             raise XyzError(f"{where}: {k}={_quote(info[k])} is not a finite number")
+        out[k] = values[0] if len(values) == 1 and len(info[k].split()) == 1 else values
+    xi, eta = (np.atleast_1d(out[k]).size for k in NOSE_HOOVER_KEYS)
+    if xi != eta:
+        raise XyzError(
+            f"{where}: {NOSE_HOOVER_KEYS[0]} has {xi} values and {NOSE_HOOVER_KEYS[1]} {eta}: "
+            "a Nose-Hoover chain has one of each per element"
+        )
     return out

@@ -15,7 +15,8 @@ Velocities): `momenta:R:3` in ASE's units beside `masses:R:1` (the structure's m
 ASE's standard ones), so `ase.io.read(f).get_velocities()` is the velocities / (1000 ASE_FS).
 A structure whose symbols are no elements and that has no masses keeps `velocities:R:3`
 (A/ps), which `xyz.read_xyz` reads as before. A structure's `info` (the Nosé–Hoover bath)
-goes on its comment line, each value as `repr` prints it (read back to the bit).
+goes on its comment line, each value as `repr` prints it (read back to the bit); a chain's
+values (a sequence) quoted together, `nose_hoover_xi="x0 x1 x2"`.
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ def _columns(s: Structure) -> list[tuple[str, np.ndarray]]:
     return cols
 
 
+def _info_value(v) -> str:
+    """A number as `repr` prints it; several (a Nosé–Hoover chain's) quoted, as ASE writes
+    an array of `Atoms.info`."""
+    values = np.asarray(v, dtype=np.float64).reshape(-1)
+    if np.ndim(v) == 0:
+        return repr(float(values[0]))
+    return '"' + " ".join(repr(float(x)) for x in values) + '"'
+
+
 def _comment(s: Structure, names: list[str], info: dict[str, object]) -> str:
     lx, ly, lz = (float(v) for v in s.box_A)
     parts = [
@@ -77,7 +87,7 @@ def _comment(s: Structure, names: list[str], info: dict[str, object]) -> str:
     ]
     if s.energies_eV is not None:
         parts.append(f"energy={float(np.sum(s.energies_eV)):.12g}")
-    parts += [f"{k}={float(v)!r}" for k, v in s.info.items()]
+    parts += [f"{k}={_info_value(v)}" for k, v in s.info.items()]
     parts += [f"{k}={v}" for k, v in info.items()]
     parts.append('pbc="T T T"')
     return " ".join(parts)
