@@ -2,7 +2,7 @@
 # # Your own kernel on `wse_core.fabric`
 #
 # A jupytext script (`# %%` cells; the site build executes it, `docs/hooks.py`). The shape
-# every kernel of the stack has: build a wafer, place a field, move data only with
+# every kernel of the stack has: build a wafer, declare and place a field, move data only with
 # `wse_core.fabric` inside `jit`, check the result against NumPy, and price the same program
 # as a `RunReport` from its counted work. The kernel here is a smoothing step: each PE
 # averages its value with its east and west neighbours, then the whole wafer sums.
@@ -16,6 +16,9 @@ from wse_core.hw.wafer import build_wafer
 spec = preset("tiny")
 wafer = build_wafer(spec, defect_seed=3)  # dead PEs are routed around: results never change
 x = np.random.default_rng(0).normal(size=(wafer.rows, wafer.cols, 8)).astype(np.float32)
+# the kernel declares its field's bytes per PE (`place` records nothing): past the PEs' SRAM
+# this is a SramBudgetError naming the field, before anything runs
+wafer.sram.allocate("x", x[0, 0].nbytes)
 field = wafer.place(x)
 
 
@@ -53,7 +56,10 @@ phases = serial(
     Phase("allreduce", Work.from_traffic(traffic)),
     name="step",
 )
-report = RunReport.build("smooth+allreduce", spec, phases, traffic=traffic, units="step")
+report = RunReport.build(
+    "smooth+allreduce", spec, phases, traffic=traffic, sram=wafer.sram.summary(), units="step"
+)
 print(f"predicted {report.predicted_s * 1e6:.3g} µs per step, {report.bound}-bound")
+print(f"SRAM: {wafer.sram.used_bytes()} of {spec.sram_bytes_per_pe} B per PE")
 assert report.predicted_s > 0 and traffic.words > 0
 report

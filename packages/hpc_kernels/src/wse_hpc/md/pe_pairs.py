@@ -87,7 +87,7 @@ def pair_kernel(
 def density(kernel: PairKernel, xyz, lists, pos, sp_i) -> jax.Array:
     """Each PE's density from its candidates within the cutoff (n,)."""
     out = jax.ShapeDtypeStruct(sp_i.shape, jnp.float32)
-    call = jax.ffi.ffi_call(_target("density"), out)
+    call = jax.ffi.ffi_call(_target("density"), out, vmap_method="sequential")
     return call(xyz, *lists, pos, sp_i, kernel.rhor, kernel.cf, kernel.ci)
 
 
@@ -99,7 +99,7 @@ def force(kernel: PairKernel, xyz, fpr, lists, own):
         jax.ShapeDtypeStruct((n,), jnp.float32),
         jax.ShapeDtypeStruct((n,), jnp.float32),
     )
-    call = jax.ffi.ffi_call(_target("force"), out)
+    call = jax.ffi.ffi_call(_target("force"), out, vmap_method="sequential")
     return tuple(call(xyz, fpr, *lists, *own, kernel.rhor, kernel.z2r, kernel.cf, kernel.ci))
 
 
@@ -130,7 +130,7 @@ def density_half(kernel: PairKernel, regions, lists, order, own, active: int):
         jax.ShapeDtypeStruct((nb, m), jnp.int32),
         jax.ShapeDtypeStruct((nb,), jnp.int32),
     )
-    call = jax.ffi.ffi_call(_target("density_half"), out)
+    call = jax.ffi.ffi_call(_target("density_half"), out, vmap_method="sequential")
     xyz, ids = regions[0].reshape(-1, 3), regions[1].reshape(-1)
     rho, cut, ncut = call(xyz, ids, *rows, pos, sp_i, at, kernel.rhor, kernel.cf, kernel.ci)
     return rho.reshape(order.shape), (cut.reshape(order.shape + (m,)), ncut.reshape(order.shape))
@@ -148,7 +148,7 @@ def force_half(kernel: PairKernel, regions, lists, cut, order, own, active: int)
         jax.ShapeDtypeStruct((nb,), jnp.float32),
         jax.ShapeDtypeStruct((nb,), jnp.float32),
     )
-    call = jax.ffi.ffi_call(_target("force_half"), out)
+    call = jax.ffi.ffi_call(_target("force_half"), out, vmap_method="sequential")
     xyz, fpr, ids = regions[0].reshape(-1, 3), regions[1].reshape(-1), regions[2].reshape(-1)
     tables = (kernel.rhor, kernel.z2r, kernel.cf, kernel.ci)
     f, e, v = call(xyz, fpr, ids, places, count, pos, sp_i, at, fp, *tables)

@@ -82,6 +82,6 @@ def local_dots(wafer, pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
         flat = [b.reshape(bx * by, nz) for b in blocks]
         flat = flat if fp16 else [b.astype(jnp.float32) for b in flat]
         out = jax.ShapeDtypeStruct((bx * by, k), jnp.float32)
-        return jax.ffi.ffi_call(target, out)(*flat).reshape(bx, by, k)
+        return jax.ffi.ffi_call(target, out, vmap_method="sequential")(*flat).reshape(bx, by, k)
 
     return fabric.local_apply(wafer, on_block, *fields)

@@ -96,7 +96,11 @@ def rows_dot(
 ) -> jax.Array:
     """(R, K) rows . (G, B, C, K) vectors at sel (R,) -> (R, C, B); see the module doc."""
     (r, k), (_, b, c, _) = a.shape, e.shape
-    call = jax.ffi.ffi_call(_target("rows_dot", parallel), jax.ShapeDtypeStruct((r, c, b), a.dtype))
+    call = jax.ffi.ffi_call(
+        _target("rows_dot", parallel),
+        jax.ShapeDtypeStruct((r, c, b), a.dtype),
+        vmap_method="sequential",
+    )
     return call(a, e, sel, _lengths(lengths, (r,), k))
 
 
@@ -116,13 +120,15 @@ def sum_rows(
     out = jax.ShapeDtypeStruct((br, pieces, c, b, k // c), a.dtype)
     sign = jnp.full((1,), -1.0 if conj else 1.0, jnp.float32)
     nk = _lengths(lengths, (br, rw), k)
-    return jax.ffi.ffi_call(_target("sum_rows", parallel), out)(a, t, win, nk, sign)
+    return jax.ffi.ffi_call(_target("sum_rows", parallel), out, vmap_method="sequential")(
+        a, t, win, nk, sign
+    )
 
 
 def gather_rows(src: jax.Array, at: jax.Array) -> jax.Array:
     """(N, F) rows at (M,) int32 positions -> (M, F); see the module doc."""
     out = jax.ShapeDtypeStruct((at.shape[0], src.shape[1]), src.dtype)
-    return jax.ffi.ffi_call(_target("gather_rows", False), out)(src, at)
+    return jax.ffi.ffi_call(_target("gather_rows", False), out, vmap_method="sequential")(src, at)
 
 
 def pair_vectors(p: jax.Array, conj: bool, cplx: bool) -> jax.Array:

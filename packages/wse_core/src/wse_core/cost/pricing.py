@@ -45,7 +45,6 @@ Phases combine with one algebra: `serial(a, b, ...)` (one after the other: times
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
@@ -310,8 +309,7 @@ class Timing:
 class Pricing:
     """Prices `Work` and evaluates `Phases` with one spec's constants, the fitted ones taken
     from the calibration given (None: the spec's own values), a fitted constant an `assume`
-    block holds at its held value. `wse_core.cost.perf.PerfModel` is
-    this with the calibration in force by default."""
+    block holds at its held value. `wse_core.cost.perf.PerfModel`: the calibration in force."""
 
     spec: WaferSpec
     calibration: Calibration | None = None
@@ -320,17 +318,22 @@ class Pricing:
         """The calibration whose fitted constants `rates` uses (None: the spec's own)."""
         return self.calibration
 
-    @functools.cached_property
+    @property
     def rates(self) -> WaferSpec:
-        """The spec with the calibration's fitted constants in place, and those an `assume`
-        block holds (`wse_core.cost.assumptions.held`: held on every wafer priced, whatever
-        spec was given; hunt 70: a preset priced under `assume(dsd_issue_cycles=30)` priced
-        the prior 3 beside a calibration refitted around 30): what `cost` uses."""
-        from wse_core.cost.assumptions import held  # it sits above pricing
+        """The spec with the calibration's fitted constants in place and those an `assume`
+        block holds (`wse_core.cost.assumptions.held`: on every wafer priced, whatever spec was
+        given; hunt 70), under the assumptions in force at each call (hunt 74: not the first
+        call's): what `cost` uses, built once for each state of the assumptions."""
+        from wse_core.cost.assumptions import active, held  # it sits above pricing
 
-        cal = self.calibration_in_force()
-        values = {**(cal.values if cal is not None else {}), **held()}
-        return self.spec.replace(**values) if values else self.spec
+        state = active()  # what the calibration in force and the held values follow
+        memo = self.__dict__.get("_rates_memo")
+        if memo is None or memo[0] != state:  # by value: each state builds its rates once
+            cal = self.calibration_in_force()
+            values = {**(cal.values if cal is not None else {}), **held()}
+            memo = (dict(state), self.spec.replace(**values) if values else self.spec)
+            object.__setattr__(self, "_rates_memo", memo)  # frozen: a cache, not a field
+        return memo[1]
 
     def mechanisms(self, work: Work) -> tuple[dict[str, float], str]:
         """Cycles of `work` by mechanism (host I/O in cycles at the clock) and its busiest

@@ -36,13 +36,29 @@ from wse_core.hw.spec import WaferSpec
 __all__ = ["DefectMap", "Remap", "defect_map", "identity_remap", "remap"]
 
 
-@dataclasses.dataclass(frozen=True)
+def _same_fields(a: object, b: object) -> bool:
+    """Every field of two dataclasses of one type equal, arrays by shape and values."""
+    for f in dataclasses.fields(a):  # type: ignore[arg-type]
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not np.array_equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class DefectMap:
-    """Dead PEs on the physical grid: `dead[r, c]` is True for a dead PE."""
+    """Dead PEs on the physical grid: `dead[r, c]` is True for a dead PE. Equal by value
+    (the same dead PEs, seed and rate; hunt 74: `==` raised on the array); not hashable."""
 
     dead: np.ndarray  # bool, (physical_rows, physical_cols)
     seed: int | None
     rate: float
+
+    def __eq__(self, other: object) -> bool:
+        return _same_fields(self, other) if type(other) is type(self) else NotImplemented
 
     @property
     def num_dead(self) -> int:
@@ -53,15 +69,19 @@ class DefectMap:
         return self.dead.shape  # type: ignore[return-value]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Remap:
-    """Logical PE (r, c) lives on physical PE (phys_row[r], phys_col[r, c])."""
+    """Logical PE (r, c) lives on physical PE (phys_row[r], phys_col[r, c]). Equal by value
+    (the same placement of every logical PE, retired rows and spares used); not hashable."""
 
     phys_row: np.ndarray  # int, (pe_rows,)
     phys_col: np.ndarray  # int, (pe_rows, pe_cols)
     retired_rows: tuple[int, ...]
     spare_rows_used: int
     spare_cols_used: int  # the most spare columns any kept row needed
+
+    def __eq__(self, other: object) -> bool:
+        return _same_fields(self, other) if type(other) is type(self) else NotImplemented
 
     def link_hops(self, axis: int) -> np.ndarray:
         """Physical hops of each logical link along `axis` (0: N-S links, 1: E-W links).

@@ -4,7 +4,8 @@ with the presets and spec files of `wse_core.hw.presets`).
 
 Units are in the names: bytes, cycles, Hz, bytes per second. Flops per cycle are per PE and
 by dtype (`"fp16"`, `"bf16"`, `"fp32"`). `_coerce` turns a spec file's text into a field's
-type (finite numbers only).
+type (finite numbers only). A spec is a value: equal and hashed by its fields, pickled and
+deep-copied whole (its mappings are `FrozenMapping`s: hunt 74), so it may be a jit static argument.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 from wse_core.errors import SpecError, ascii_only, shown_int, suggest
 from wse_core.hw.dtypes import DTYPES
+from wse_core.hw.frozen_mapping import FrozenMapping
 from wse_core.hw.simd import OP_KINDS, SIMD_WSE2
 
 __all__ = [
@@ -188,7 +189,7 @@ class WaferSpec:
             number = isinstance(width, int | float) and not isinstance(width, bool)
             if not number or not 0 < width < math.inf:  # hunt 64: `yes` was width 1
                 raise SpecError(f"simd_widths[{key!r}] must be a positive number, got {width!r}")
-        object.__setattr__(self, "simd_widths", MappingProxyType(widths))
+        object.__setattr__(self, "simd_widths", FrozenMapping(widths))
         if not 0 <= self.hop_latency_cycles < math.inf:
             raise SpecError(f"hop_latency_cycles must be >= 0, got {self.hop_latency_cycles!r}")
         flops = dict(self.flops_per_cycle)
@@ -206,7 +207,7 @@ class WaferSpec:
                 "flops_per_cycle needs positive finite values and at least an 'fp32' entry, "
                 f"got {flops!r}"
             )
-        object.__setattr__(self, "flops_per_cycle", MappingProxyType(flops))
+        object.__setattr__(self, "flops_per_cycle", FrozenMapping(flops))
         per_cycle = max(*flops.values(), self.sram_read_bytes_per_cycle,
                         self.sram_write_bytes_per_cycle, self.link_bytes_per_cycle)  # fmt: skip
         if not math.isfinite(float(self.num_pes) * self.clock_hz * per_cycle * 4):
@@ -305,7 +306,7 @@ class WaferSpec:
         return dataclasses.replace(self, **{k: _coerce(k, types[k], v) for k, v in changes.items()})
 
     def to_dict(self) -> dict[str, Any]:
-        # dataclasses.asdict cannot deep-copy a MappingProxy, so build the dict by hand.
+        # the mappings as dicts (JSON, YAML), so build the dict by hand
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["flops_per_cycle"] = dict(self.flops_per_cycle)
         out["simd_widths"] = dict(self.simd_widths)

@@ -1,4 +1,7 @@
-"""The SRAM ledger: every placement declares its bytes per PE; over budget is an error.
+"""The SRAM ledger: every kernel declares the bytes per PE of the fields it plans; over budget
+is an error. The kernel allocates, once, where it plans a field (`wse_hpc`'s placements,
+`grid.field`, the pipeline's plan); `Wafer.place` / `full` / `zeros` record nothing, since a
+kernel places the same field many times (hunt 74: the docs said every placement allocated).
 
 A ledger belongs to a wafer. Allocations are named and live in a region (a rectangle of PEs;
 the default region is the whole grid). A PE's use is the sum of the allocations of every

@@ -9,8 +9,9 @@ Padding PEs (beyond the logical grid) hold unspecified values; `wse_core.fabric`
 out of every exchange and reduction, and `gather` drops them. Build a wafer with
 `build_wafer(spec, ...)`; place data with `place`, read it back with `gather`.
 
-A wafer also owns the host-side ledgers: `sram` (per-PE bytes), `traffic` (fabric words and
-hops, recorded at trace time) and its repaired defect map (`defects`, `remap`).
+A wafer also owns the host-side ledgers: `sram` (per-PE bytes, which the kernels declare:
+`place` allocates nothing), `traffic` (fabric words and hops, recorded at trace time) and its
+repaired defect map (`defects`, `remap`).
 """
 
 from __future__ import annotations
@@ -196,7 +197,8 @@ class Wafer:
     def place(self, x: np.ndarray | jax.Array) -> jax.Array:
         """Put a `(rows, cols, *per_pe)` array on the wafer (padded and sharded). A host array
         of 64-bit values is kept in 32 bits (JAX's 64-bit mode off) or refused with a
-        PlacementError when a value would not survive that (`_kept`)."""
+        PlacementError when a value would not survive that (`_kept`). The SRAM ledger is not
+        touched: the kernel that plans the field allocates it (`sram`'s module docstring)."""
         # a host array (NumPy, a list) is cast, padded and cut into blocks on the host: jnp's
         # pad and the sharded put's slicing were small programs compiled (or loaded) at every
         # start (~0.05 s of a warm `wse hpc md` at 32,000 atoms)

@@ -264,7 +264,9 @@ def _select_pe(spec: ListSpec, region, pos, held, ids=None):
     caps = jnp.asarray(spec.seg_caps, jnp.int32)
     # one device, each pair once: each pair of PEs tested once (`pe_build_numba`, the same lists)
     pairs = ci_half and spec.width <= PAIR_MASK_COLS
-    call = jax.ffi.ffi_call(_build_target("build_pairs" if pairs else "build"), out)
+    call = jax.ffi.ffi_call(
+        _build_target("build_pairs" if pairs else "build"), out, vmap_method="sequential"
+    )
     offsets = jnp.asarray(spec.offsets)
     planes = [region[..., i].astype(jnp.float32) for i in range(4)]
     return call(*planes, held, pos, *ids, offsets, caps, cf, ci)
