@@ -87,13 +87,6 @@ def _report() -> RunReport:
     return RunReport.build("shift", spec, serial(Phase("shift", work)), traffic=traffic)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="RunReport's own assumptions / sram / extra and Calibration's mappings are "
-    "MappingProxyType (cost/report.py, cost/calibration.py: outside hunt 74's files); "
-    "FrozenMapping in their place makes this pass",
-)
 def test_run_report_pickles() -> None:
     report = _report()
     twin = pickle.loads(pickle.dumps(report))

@@ -47,13 +47,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from types import MappingProxyType
 
 from wse_core.cost.mechanisms import CORE_MECHANISMS
 from wse_core.cost.pricing import Phases, Pricing
 from wse_core.cost.reads import recorded_fit
 from wse_core.cost.stencil import wave_step_phases
 from wse_core.cost.work import Op, Work
+from wse_core.hw.frozen_mapping import FrozenMapping
 from wse_core.hw.spec import WaferSpec
 
 __all__ = [
@@ -290,14 +290,14 @@ def _fit(excluded: frozenset[str] = frozenset(), published: Mapping[str, float] 
     values = _solve(targets)
     fitted_on = {k: targets[k][2] for k in values}
     settings = {k: setting(k) for k in CALIBRATION_KEYS}
-    cal = Calibration(values=MappingProxyType(values), fitted_on=MappingProxyType(fitted_on))
+    cal = Calibration(values=FrozenMapping(values), fitted_on=FrozenMapping(fitted_on))
     misses = {k: m for k, (model, figure, _) in targets.items()
               if abs(m := model(cal) / figure - 1.0) > 1e-6}  # fmt: skip
     on_wafer = {k.removeprefix(CALIBRATION_PREFIX): v for k, v in pinned.items()
                 if k.startswith(CALIBRATION_PREFIX)}  # fmt: skip
     return dataclasses.replace(
-        cal, settings=MappingProxyType(settings), misses=MappingProxyType(misses),
-        wafer="wse2", clock_hz=_wse("wse2").clock_hz, wafer_assumed=MappingProxyType(on_wafer),
+        cal, settings=FrozenMapping(settings), misses=FrozenMapping(misses),
+        wafer="wse2", clock_hz=_wse("wse2").clock_hz, wafer_assumed=FrozenMapping(on_wafer),
     )  # fmt: skip
 
 

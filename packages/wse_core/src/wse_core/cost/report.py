@@ -45,7 +45,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from numbers import Integral
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from wse_core.cost.calibration import Calibration
@@ -53,6 +52,7 @@ from wse_core.cost.perf import OVERLAP, PerfModel, Phase, Phases, Timing
 from wse_core.cost.reads import Reads, merged, recording
 from wse_core.cost.work import require_count
 from wse_core.errors import WseError, shown
+from wse_core.hw.frozen_mapping import FrozenMapping
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.traffic import Traffic
 
@@ -139,7 +139,7 @@ class RunReport:
             object.__setattr__(self, "measured_wall_s", float(self.measured_wall_s))
         object.__setattr__(self, "systems", int(self.systems))
         for name in ("assumptions", "sram", "extra"):
-            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+            object.__setattr__(self, name, FrozenMapping(dict(getattr(self, name))))
         _check_extra(self.extra)
 
     def with_trace(self, trace: Any) -> RunReport:

@@ -21,6 +21,8 @@ class FrozenMapping(Mapping[str, Any]):
     """A read-only copy of a mapping, equal and hashed by its items."""
 
     __slots__ = ("_items", "_hash")
+    _items: dict[str, Any]
+    _hash: int | None
 
     def __init__(self, items: Mapping[str, Any] | None = None) -> None:
         object.__setattr__(self, "_items", dict(items or {}))
@@ -44,9 +46,11 @@ class FrozenMapping(Mapping[str, Any]):
         return self._items == other if isinstance(other, Mapping) else NotImplemented
 
     def __hash__(self) -> int:
-        if self._hash is None:  # order-free, as equality is
-            object.__setattr__(self, "_hash", hash(frozenset(self._items.items())))
-        return self._hash
+        h = self._hash
+        if h is None:  # order-free, as equality is
+            h = hash(frozenset(self._items.items()))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a FrozenMapping is read-only: cannot set {name!r}")
