@@ -33,9 +33,10 @@ compute on each block, no traffic: for kernels XLA cannot split over devices by 
 
 Each op records its traffic (words, word-hops including detours around dead PEs, busiest-link
 words, latency hops) in `wafer.traffic` at trace time; `count(wafer, fn, *args)` traces a
-function abstractly and returns what it would move (the arithmetic of each entry lives in
+function abstractly and returns what it would move (`wse_core.fabric.counting`, with its
+rules under jit, loops, cond, vmap and grad; the arithmetic of each entry lives in
 `wse_core.fabric.ledger`). The fabric is three modules, the only ones in the project that call
-shard_map / ppermute / psum: this one (the neighbour ops, `local_apply`, `count`),
+shard_map / ppermute / psum: this one (the neighbour ops, `local_apply`),
 `wse_core.fabric.reduce` (`reduce`, `allreduce`, `allreduce_apply`, `broadcast`, re-exported
 here) and `wse_core.fabric.blocks` (what runs on each device's block: halo exchange, masks,
 the shard_map call itself).
@@ -54,8 +55,8 @@ from wse_core.errors import PlacementError, WseError
 from wse_core.fabric import blocks as blk
 from wse_core.fabric import ledger as led
 from wse_core.fabric.blocks import Boundary
+from wse_core.fabric.counting import count
 from wse_core.fabric.reduce import allreduce, allreduce_apply, broadcast, reduce
-from wse_core.hw.traffic import Traffic
 from wse_core.hw.wafer import Wafer
 
 __all__ = [
@@ -190,6 +191,16 @@ def _doubling(width: int) -> list[int]:
     return out
 
 
+def _top(dtype, sign: int = 1) -> jax.Array:
+    """The identity of a max (sign -1) or min (+1) over `dtype`: -+inf, or the integer's
+    (bool's) least or greatest value (hunt 74: an int field raised OverflowError on inf)."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.asarray(sign * jnp.inf, dtype)
+    info = jnp.iinfo(dtype) if dtype != jnp.bool_ else None
+    top = (sign > 0) if info is None else (info.max if sign > 0 else info.min)
+    return jnp.asarray(top, dtype)
+
+
 def sliding_extreme(
     wafer: Wafer,
     x: jax.Array,
@@ -230,7 +241,7 @@ def sliding_extreme(
     near, far = sorted((up * start, up * (start + width - 1)))
     before, after = max(0, -near), max(0, far)
     block = wafer.block_shape[axis]
-    combine, init = (lax.min, jnp.inf) if op == "min" else (lax.max, -jnp.inf)
+    combine, init = (lax.min, _top(x.dtype)) if op == "min" else (lax.max, _top(x.dtype, -1))
 
     def on_block(b):
         region = blk.extend(b, wafer, axis, before, after, "periodic")
@@ -242,9 +253,7 @@ def sliding_extreme(
             region = jnp.where(turn != 0, region + wrap_add * turn, region)
         dims = [1] * region.ndim
         dims[axis] = width
-        runs = lax.reduce_window(
-            region, jnp.asarray(init, region.dtype), combine, dims, (1,) * region.ndim, "VALID"
-        )
+        runs = lax.reduce_window(region, init, combine, dims, (1,) * region.ndim, "VALID")
         return blk.take(runs, axis, before + near, before + near + block)
 
     words = led.words_per_pe(x)
@@ -297,7 +306,7 @@ def halo_apply(
     for direction in ("N", "S", "W", "E"):
         if blk.rotation(wafer, led.DIRECTIONS[direction][0], 1, boundary)[0]:
             led.record_shift(wafer, direction, w, 1)
-    return blk.on_blocks(wafer, on_block, x, *fields)
+    return blk.on_blocks(wafer, blk.block_fn(wafer, on_block, "halo_apply"), x, *fields)
 
 
 def _ghosts(b: jax.Array, g: int, boundary: Boundary) -> jax.Array:
@@ -371,7 +380,8 @@ def local_apply(
     block: compute inside the PEs, nothing crosses a PE and nothing is recorded. `row_data`:
     arrays `(padded rows, ...)` that every PE of a row holds alike (what `broadcast` along
     rows leaves), split over the mesh's row axis and whole on each device column. For
-    kernels XLA cannot partition itself (a custom call); plain jnp code needs none."""
+    kernels XLA cannot partition itself (a custom call); plain jnp code needs none. An output
+    that is not a block of `wafer.block_shape` PEs is refused (`blocks.block_fn`)."""
     for f in fields:
         blk.check_field(wafer, f, "local_apply")
     for r in row_data:
@@ -380,21 +390,4 @@ def local_apply(
                 f"fabric.local_apply needs row data of {wafer.padded_shape[0]} rows, got "
                 f"shape {tuple(r.shape)}"
             )
-    return blk.on_blocks(wafer, fn, *fields, row_data=row_data)
-
-
-def count(wafer: Wafer, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traffic:
-    """The traffic `fn(*args, **kwargs)` records, found by tracing it abstractly (no run).
-
-    A fresh function object is traced every call: `jax.eval_shape` caches traces by
-    function, and a cached trace would run no fabric op and so record nothing."""
-
-    def fresh(*a: Any) -> Any:
-        return fn(*a, **kwargs)
-
-    with wafer.traffic.scope() as entries:
-        jax.eval_shape(fresh, *args)
-    total = Traffic()
-    for e in entries:
-        total = total + e
-    return total
+    return blk.on_blocks(wafer, blk.block_fn(wafer, fn, "local_apply"), *fields, row_data=row_data)

@@ -6,9 +6,14 @@ fabric calls them. A placed field is split over the mesh in blocks of `wafer.blo
 `extend` gives a block the halo cells of its neighbours along a grid axis (`lax.ppermute` of
 the block edges, wrapped or zero beyond the grid, padding PEs made safe), `logical_mask` marks
 a block's non-padding PEs, `spanned` keeps the mesh axes a collective must combine over, and
-`check_field` refuses an array that is not a placed field (`check_count` / `check_reach` a
+`check_field` refuses what is not a placed field of this wafer (`check_count` / `check_reach` a
 count or a distance that is not an integer in range; `rotation` what a periodic shift
-moves). The ledger side of each op lives in `wse_core.fabric.ledger`.
+moves; `block_fn` a user's block function that returns something other than blocks). The
+ledger side of each op lives in `wse_core.fabric.ledger`.
+
+Zero-size per-PE fields (`(rows, cols, 0)`): `on_blocks` returns zero-size outputs as
+zeros of their shape on the wafer's sharding without running the shard_map (hunt 74: XLA
+handed back every device the whole global shape, and reading the result failed).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from wse_core.errors import PlacementError, WseError, is_int, shown_setting
@@ -42,6 +48,7 @@ __all__ = [
     "check_count",
     "check_reach",
     "rotation",
+    "block_fn",
 ]
 
 Boundary = Literal["zero", "periodic"]
@@ -123,7 +130,8 @@ def wrap_strip(x, wafer: Wafer, axis: int, first: int, width: int):
     owner, local = targets // block, targets % block
     picked = jnp.take(x, jnp.asarray(local), axis=axis)
     mine = along(jnp.asarray(owner) == lax.axis_index(name), axis, x.ndim)
-    return lax.psum(jnp.where(mine, picked, jnp.zeros_like(picked)), name)
+    got = lax.psum(jnp.where(mine, picked, jnp.zeros_like(picked)), name)
+    return got.astype(x.dtype)  # psum makes bool int32 (hunt 74: a bool field changed dtype)
 
 
 def _wrapped(x, wafer: Wafer, axis: int, before: int, after: int):
@@ -202,13 +210,39 @@ def on_blocks(
     of every `row_data` array (split over the mesh's rows only)."""
     spec = P(ROW, COL)
     out_specs = spec if out_spec is None else out_spec
-    return jax.shard_map(
+    call = jax.shard_map(
         fn,
         mesh=wafer.mesh,
         in_specs=(spec,) * len(fields) + (P(ROW),) * len(row_data),
         out_specs=out_specs,
         check_vma=check_vma,
-    )(*fields, *row_data)
+    )
+    if any(f.size == 0 for f in fields):
+        outs = jax.eval_shape(call, *fields, *row_data)
+        if not any(o.size for o in jax.tree.leaves(outs)):  # nothing to compute: see above
+            where = NamedSharding(wafer.mesh, out_specs)
+            return jax.tree.map(lambda o: jax.device_put(jnp.zeros(o.shape, o.dtype), where), outs)
+    return call(*fields, *row_data)
+
+
+def block_fn(wafer: Wafer, fn: Callable, op: str) -> Callable:
+    """fn, refusing at trace time any output leaf that is not a block of this wafer's
+    `block_shape` PEs + per-PE dims (hunt 74: a wrong shape came back as a silently
+    mis-assembled array, not a field)."""
+    block = tuple(wafer.block_shape)
+
+    def checked(*blocks: jax.Array) -> Any:
+        out = fn(*blocks)
+        for leaf in jax.tree.leaves(out):
+            shape = tuple(getattr(leaf, "shape", ()))
+            if shape[:2] != block:
+                raise PlacementError(
+                    f"fabric.{op}'s fn must return blocks of {block} PEs + per-PE dims (the "
+                    f"block it was given); got shape {shape}"
+                )
+        return out
+
+    return checked
 
 
 def spanned(wafer: Wafer, axes: tuple[str, ...]) -> tuple[str, ...]:
@@ -219,11 +253,29 @@ def spanned(wafer: Wafer, axes: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(a for a in axes if wafer.mesh.shape[a] > 1)
 
 
+def _devices(x: object) -> set | None:
+    """The devices a concrete, committed array lives on (None for tracers, NumPy arrays and
+    uncommitted arrays, which go wherever the op runs)."""
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and x.committed:
+        return set(x.sharding.device_set)
+    return None
+
+
 def check_field(wafer: Wafer, x: jax.Array, op: str) -> None:
+    """Refuse what is not a placed field of this wafer: no shape and dtype (a list, a
+    scalar), the wrong grid shape, or an array committed to other devices than the wafer's
+    mesh (hunt 74: AttributeError 'ndim', JAX's incompatible-devices error)."""
+    want = f"a placed field of shape {wafer.padded_shape} + per-PE dims (use wafer.place)"
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise PlacementError(f"fabric.{op} needs {want}; got a {type(x).__name__}")
     if x.ndim < 2 or tuple(x.shape[:2]) != wafer.padded_shape:
+        raise PlacementError(f"fabric.{op} needs {want}; got {tuple(x.shape)}")
+    devices, mesh = _devices(x), set(wafer.mesh.devices.flat)
+    if devices is not None and devices != mesh:
+        ids = sorted(d.id for d in devices)
         raise PlacementError(
-            f"fabric.{op} needs a placed field of shape {wafer.padded_shape} + per-PE dims "
-            f"(use wafer.place); got {tuple(x.shape)}"
+            f"fabric.{op} got a field on devices {ids}, not this wafer's mesh "
+            f"{sorted(d.id for d in mesh)}: place it on this wafer (wafer.place)"
         )
 
 

@@ -9,7 +9,11 @@ read as the reduction's identity) and records its traffic in `wafer.traffic` at 
 A "max" takes real numbers (floats, signed or unsigned integers): bool and complex have no
 order it could use (`jnp.max` refuses complex, `lax.pmax` bool), refused at the call with
 the dtype named (hunt 67: both failed in `jnp.iinfo`). A broadcast's source is an integer
-index (True was read as column 1).
+index (True was read as column 1); its result has x's dtype on any mesh (hunt 74: a bool
+field came back int32 where the mesh spans the broadcast axis, psum's promotion).
+
+A sum's ledger entry is priced at the result's width (a sum of int8, uint8 or bool is
+int32 or uint32, `jnp.sum`'s promotion: the words the result needs), a max's at x's.
 
 A float "max" across devices is differentiable (`_max_across`): `lax.pmax` has no JVP rule
 (hunt 72: `jax.grad` of a max over a multi-device mesh raised NotImplementedError), so the
@@ -133,8 +137,9 @@ def allreduce(
         part = local(masked, axis=grid_axes, keepdims=True)
         return jnp.broadcast_to(collective(part, spanned) if spanned else part, b.shape)
 
-    led.record_reduce(wafer, x, grid_axes, f"allreduce_{op}", both=True)
-    return blk.on_blocks(wafer, on_block, x)
+    out = blk.on_blocks(wafer, on_block, x)
+    led.record_reduce(wafer, x, grid_axes, f"allreduce_{op}", both=True, dtype=out.dtype)
+    return out
 
 
 def allreduce_apply(
@@ -161,7 +166,7 @@ def allreduce_apply(
         return jnp.broadcast_to(part, shape)
 
     out = blk.on_blocks(wafer, on_block, *fields)
-    led.record_reduce(wafer, out, grid_axes, "allreduce_sum", both=True)
+    led.record_reduce(wafer, out, grid_axes, "allreduce_sum", both=True, dtype=out.dtype)
     return out
 
 
@@ -180,9 +185,10 @@ def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
         part = local(masked, axis=(0, 1))
         return collective(part, spanned) if spanned else part
 
-    led.record_reduce(wafer, x, (0, 1), f"reduce_{op}", both=False)
     # over a one-device mesh axis the value is replicated without a collective to prove it
-    return blk.on_blocks(wafer, on_block, x, out_spec=P(), check_vma=spanned == (ROW, COL))
+    out = blk.on_blocks(wafer, on_block, x, out_spec=P(), check_vma=spanned == (ROW, COL))
+    led.record_reduce(wafer, x, (0, 1), f"reduce_{op}", both=False, dtype=out.dtype)
+    return out
 
 
 def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: int) -> jax.Array:
@@ -208,9 +214,8 @@ def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: i
         if not blk.spanned(wafer, (name,)):  # the source is in this block
             return jnp.broadcast_to(local, b.shape)
         mine = lax.axis_index(name) == source // block
-        return jnp.broadcast_to(
-            lax.psum(jnp.where(mine, local, jnp.zeros_like(local)), name), b.shape
-        )
+        got = lax.psum(jnp.where(mine, local, jnp.zeros_like(local)), name)
+        return jnp.broadcast_to(got.astype(b.dtype), b.shape)  # psum makes bool int32
 
     w = led.words_per_pe(x)
     lines = (wafer.cols, wafer.rows)[grid_axis]

@@ -2,8 +2,10 @@
 
 Every fabric op appends one `Traffic` entry when it is traced (not when it runs): a jitted
 step that is traced once records its traffic once, which is exactly "per step". Use
-`ledger.scope()` to collect what one function records, or `fabric.count(...)` to trace a
-function abstractly and get its total.
+`ledger.scope()` to collect what one function records (what its trace ran: a loop's body
+once, a cached jit's nothing), or `fabric.count(...)` to trace a function abstractly and get
+its total (every trip of a static loop, every vmapped example, jit's cache bypassed: the
+rules are `wse_core.fabric.counting`'s).
 
 Counts are for the logical grid: `words` (32-bit words injected into the fabric),
 `word_hops` (words times the physical hops they travel, detours around dead PEs included),
