@@ -216,7 +216,18 @@ class Wafer:
 
     def gather(self, x: jax.Array) -> np.ndarray:
         """The logical `(rows, cols, *per_pe)` values of a placed field, as NumPy (on every
-        process of a multi-process run)."""
+        process of a multi-process run). A NumPy array of the padded shape is read as one;
+        anything else of another shape is refused (hunt 74: a NumPy array was an
+        AttributeError, a (3, 3) array came back as given)."""
+        shape = getattr(x, "shape", None)
+        if shape is None or len(shape) < 2 or tuple(shape[:2]) != self.padded_shape:
+            got = f"shape {tuple(shape)}" if shape is not None else type(x).__name__
+            raise PlacementError(
+                f"gather takes a field placed on this wafer, of shape {self.padded_shape} "
+                f"+ the per-PE shape (wafer.place); got {got}"
+            )
+        if isinstance(x, np.ndarray):
+            return np.asarray(x)[: self.rows, : self.cols]
         if not x.is_fully_addressable:
             from jax.experimental import multihost_utils
 
