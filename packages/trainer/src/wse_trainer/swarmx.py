@@ -73,7 +73,7 @@ def _copied(tree: Any, device: jax.Device) -> Any:
     leaves, treedef = jax.tree.flatten(tree)
     if _batched_copy is None or not all(_single(x) for x in leaves):
         return jax.device_put(tree, device)
-    to = jax.sharding.SingleDeviceSharding(device)
+    to = jax.sharding.make_single_device_sharding(device)  # the class is deprecated in JAX 0.12
     n = len(leaves)
     on = to._internal_device_list.addressable_device_list
     out = _batched_copy(leaves, [on] * n, [to] * n, [_REUSE_INPUT] * n)
